@@ -1,0 +1,94 @@
+# quarot.h - build, test and benchmark.
+#   make            everything (library objects, examples, tests, benchmarks)
+#   make demo       the whole story on an embedded default model
+#   make test       every test program; ends with "N passed, M failed, K skipped"
+#   make matrix     the compiler / language / ISA matrix of quarot_impl_test.c
+#   make test-san   the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make test-neon  the tests cross-compiled for aarch64 (NEON) and run under qemu-user
+#   make fuzz       libFuzzer harnesses of the checkpoint readers, FUZZ_SECONDS each
+#   make bench      benchmarks (run on a quiet machine)
+CC      ?= cc
+CXX     ?= c++
+OPT     ?= -O2
+ARCH    ?= -march=native
+SAN     ?=
+BUILD   ?= build
+FUZZ_SECONDS ?= 60
+
+# The header itself is held to the full STYLE.md warning set; programs around it to a lighter one.
+WARN_STRICT = -Wall -Wextra -pedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+              -Wconversion -Wdouble-promotion -Wundef
+WARN        = -Wall -Wextra -pedantic -Werror -Wshadow
+CFLAGS_BASE = -std=c99 $(OPT) -g $(ARCH) $(SAN) -I. -Iexamples/common -D_POSIX_C_SOURCE=200809L
+LDLIBS      = -lm
+LDFLAGS     ?=
+
+COMMON_SRCS = $(filter-out examples/common/quarot_impl.c,$(wildcard examples/common/*.c))
+COMMON_OBJS = $(COMMON_SRCS:examples/common/%.c=$(BUILD)/common/%.o) $(BUILD)/common/quarot_impl.o
+COMMON_HDRS = $(wildcard examples/common/*.h) quarot.h
+LIBQX       = $(BUILD)/libqx.a
+
+TEST_SRCS   = $(wildcard tests/test_*.c)
+TESTS       = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+EXAMPLE_SRCS= $(wildcard examples/*.c)
+EXAMPLES    = $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/%)
+BENCH_SRCS  = $(wildcard bench/bench_*.c)
+BENCHES     = $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+
+# OpenBLAS beside our SGEMM in the benchmark, when its development files are installed.
+OPENBLAS_H  := $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h /usr/include/openblas/cblas.h /usr/include/cblas.h)
+ifneq ($(OPENBLAS_H),)
+BENCH_BLAS_CFLAGS = -DBENCH_HAVE_CBLAS -I$(dir $(firstword $(OPENBLAS_H)))
+BENCH_BLAS_LIBS   = -lopenblas
+endif
+
+.PHONY: all test demo bench matrix test-san test-neon fuzz clean
+all: $(LIBQX) $(EXAMPLES) $(TESTS) $(BENCHES)
+
+$(BUILD)/common/quarot_impl.o: examples/common/quarot_impl.c quarot.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN_STRICT) -c $< -o $@
+
+$(BUILD)/common/%.o: examples/common/%.c $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN) -c $< -o $@
+
+$(LIBQX): $(COMMON_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: tests/%.c tests/qt.h $(LIBQX) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN) $< $(LIBQX) -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/%: examples/%.c $(LIBQX) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN) $< $(LIBQX) -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIBQX) $(COMMON_HDRS) $(wildcard bench/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN) $(BENCH_BLAS_CFLAGS) $< $(LIBQX) -o $@ $(LDFLAGS) $(BENCH_BLAS_LIBS) $(LDLIBS)
+
+test: $(TESTS)
+	@QT_RUNNER="$(QT_RUNNER)" QT_QUICK="$(QT_QUICK)" tests/run.sh $(TESTS)
+
+demo: $(BUILD)/quarot
+	$(BUILD)/quarot demo
+
+bench: $(BENCHES)
+	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+
+matrix:
+	@tests/matrix.sh
+
+test-san:
+	$(MAKE) test BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+
+test-neon:
+	$(MAKE) test BUILD=build-neon CC=aarch64-linux-gnu-gcc ARCH= QT_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" QT_QUICK=1
+
+fuzz:
+	@tests/fuzz.sh $(FUZZ_SECONDS)
+
+clean:
+	rm -rf build build-san build-neon build-fuzz build-matrix

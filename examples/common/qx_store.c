@@ -1,0 +1,171 @@
+/* qx_store.c - see qx_store.h. A flat array with linear lookup: models have at most a few thousand
+   tensors and lookups happen once per tensor per pass. */
+#include "qx_store.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void qx_err_set(qx_err* e, const char* fmt, ...) {
+    va_list ap;
+    if (!e) return;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+}
+
+void qx_store_init(qx_store* s) { memset(s, 0, sizeof *s); }
+
+void qx_store_free(qx_store* s) {
+    int64_t i;
+    if (!s) return;
+    for (i = 0; i < s->count; ++i) {
+        free(s->items[i].name);
+        free(s->items[i].owned);
+    }
+    free(s->items);
+    memset(s, 0, sizeof *s);
+}
+
+quarot_tensor* qx_store_find(const qx_store* s, const char* name) {
+    int64_t i;
+    if (!s || !name) return NULL;
+    for (i = 0; i < s->count; ++i)
+        if (strcmp(s->items[i].name, name) == 0) return &s->items[i].t;
+    return NULL;
+}
+
+static quarot_result qx__append(qx_store* s, const char* name, const quarot_tensor* t, void* owned) {
+    qx_entry* e;
+    size_t len;
+    if (s->count == s->cap) {
+        int64_t cap = s->cap ? s->cap * 2 : 64;
+        qx_entry* items = (qx_entry*)realloc(s->items, (size_t)cap * sizeof *items);
+        if (!items) return QUAROT_ERR_OUT_OF_MEMORY;
+        s->items = items;
+        s->cap = cap;
+    }
+    e = &s->items[s->count];
+    len = strlen(name);
+    e->name = (char*)malloc(len + 1);
+    if (!e->name) return QUAROT_ERR_OUT_OF_MEMORY;
+    memcpy(e->name, name, len + 1);
+    e->t = *t;
+    e->owned = owned;
+    s->count++;
+    return QUAROT_OK;
+}
+
+quarot_result qx_store_add(qx_store* s, const char* name, quarot_dtype dt, int n_dims, const int64_t* ne,
+                           const void* data, quarot_tensor** out) {
+    quarot_tensor t;
+    quarot_result r;
+    size_t bytes;
+    void* mem;
+    if (!s || !name || !ne) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (qx_store_find(s, name)) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_tensor_init(&t, NULL, dt, n_dims, ne);   /* checks the shape; data set below */
+    if (r != QUAROT_OK) return r;
+    bytes = quarot_tensor_nbytes(&t);
+    if (bytes == 0) return QUAROT_ERR_OVERFLOW;
+    mem = data ? malloc(bytes) : calloc(1, bytes);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (data) memcpy(mem, data, bytes);
+    t.data = mem;
+    r = qx__append(s, name, &t, mem);
+    if (r != QUAROT_OK) { free(mem); return r; }
+    if (out) *out = &s->items[s->count - 1].t;
+    return QUAROT_OK;
+}
+
+quarot_result qx_store_add_view(qx_store* s, const char* name, const quarot_tensor* view) {
+    quarot_result r;
+    if (!s || !name || !view) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (qx_store_find(s, name)) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_tensor_validate(view);
+    if (r != QUAROT_OK) return r;
+    return qx__append(s, name, view, NULL);
+}
+
+quarot_result qx_store_make_owned(qx_store* s, const char* name) {
+    int64_t i;
+    for (i = 0; i < s->count; ++i) {
+        qx_entry* e = &s->items[i];
+        size_t bytes;
+        void* mem;
+        if (strcmp(e->name, name) != 0) continue;
+        if (e->owned) return QUAROT_OK;
+        if (!quarot_tensor_is_contiguous(&e->t)) return QUAROT_ERR_SHAPE_MISMATCH;
+        bytes = quarot_tensor_nbytes(&e->t);
+        mem = malloc(bytes ? bytes : 1);
+        if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+        memcpy(mem, e->t.data, bytes);
+        e->t.data = mem;
+        e->owned = mem;
+        return QUAROT_OK;
+    }
+    return QUAROT_ERR_NOT_FOUND;
+}
+
+int qx_store_remove(qx_store* s, const char* name) {
+    int64_t i;
+    for (i = 0; i < s->count; ++i) {
+        if (strcmp(s->items[i].name, name) != 0) continue;
+        free(s->items[i].name);
+        free(s->items[i].owned);
+        memmove(&s->items[i], &s->items[i + 1], (size_t)(s->count - i - 1) * sizeof s->items[0]);
+        s->count--;
+        return 1;
+    }
+    return 0;
+}
+
+quarot_result qx_store_clone(const qx_store* src, qx_store* dst) {
+    int64_t i;
+    qx_store_init(dst);
+    dst->config = src->config;
+    for (i = 0; i < src->count; ++i) {
+        const qx_entry* e = &src->items[i];
+        quarot_tensor* t;
+        int64_t r, rows = quarot_tensor_nrows(&e->t);
+        quarot_result res = qx_store_add(dst, e->name, e->t.dtype, QUAROT_MAX_DIMS, e->t.ne, NULL, &t);
+        size_t row_bytes = (size_t)e->t.ne[0] * quarot_dtype_size(e->t.dtype);
+        if (res != QUAROT_OK) { qx_store_free(dst); return res; }
+        for (r = 0; r < rows; ++r) {   /* copy row by row: the source may be a strided view */
+            int64_t i1 = r % e->t.ne[1], i2 = (r / e->t.ne[1]) % e->t.ne[2], i3 = r / (e->t.ne[1] * e->t.ne[2]);
+            const char* from = (const char*)e->t.data + (size_t)i1 * e->t.nb[1] + (size_t)i2 * e->t.nb[2] + (size_t)i3 * e->t.nb[3];
+            memcpy((char*)t->data + (size_t)r * row_bytes, from, row_bytes);
+        }
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_store_convert(qx_store* s, quarot_dtype dt) {
+    int64_t i, r;
+    for (i = 0; i < s->count; ++i) {
+        qx_entry* e = &s->items[i];
+        quarot_tensor nt;
+        float* row;
+        void* mem;
+        size_t bytes;
+        quarot_result res;
+        if (e->t.dtype == dt) continue;
+        res = quarot_tensor_init(&nt, NULL, dt, QUAROT_MAX_DIMS, e->t.ne);
+        if (res != QUAROT_OK) return res;
+        bytes = quarot_tensor_nbytes(&nt);
+        mem = malloc(bytes);
+        row = (float*)malloc((size_t)e->t.ne[0] * sizeof(float));
+        if (!mem || !row) { free(mem); free(row); return QUAROT_ERR_OUT_OF_MEMORY; }
+        nt.data = mem;
+        for (r = 0; r < quarot_tensor_nrows(&e->t); ++r) {
+            quarot_tensor_get_row_f32(&e->t, r, row);
+            quarot_tensor_set_row_f32(&nt, r, row);
+        }
+        free(row);
+        free(e->owned);
+        e->owned = mem;
+        e->t = nt;
+    }
+    return QUAROT_OK;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The compile matrix of quarot_impl_test.c: every build must compile without a warning (warnings are
+# errors) and its program must run and report ok. Ends with "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+out=build-matrix; mkdir -p $out
+passed=0; failed=0
+WARN_C="-std=c99 -Wall -Wextra -pedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wconversion -Wdouble-promotion -Wundef"
+WARN_CXX="-std=c++11 -fno-exceptions -fno-rtti -Wall -Wextra -pedantic -Werror -Wshadow -Wconversion -Wdouble-promotion -Wundef"
+run_case() {   # name, runner, compiler and flags...
+    local name=$1 runner=$2; shift 2
+    if "$@" -o "$out/$name" -lm > "$out/$name.log" 2>&1 && $runner "$out/$name" >> "$out/$name.log" 2>&1; then
+        passed=$((passed + 1)); echo "  ok   $name"
+    else
+        failed=$((failed + 1)); echo "  FAIL $name"; sed 's/^/    /' "$out/$name.log" | head -n 30
+    fi
+}
+for cc in gcc clang; do
+    command -v $cc >/dev/null || { echo "  skip $cc (not installed)"; continue; }
+    cxx=g++; [ $cc = clang ] && cxx=clang++
+    for isa in nosimd avx2 native; do
+        case $isa in nosimd) iflags="-DQUAROT_NO_SIMD";; avx2) iflags="-mavx2 -mfma";; native) iflags="-march=native";; esac
+        for var in extern static alloc; do
+            case $var in extern) vflags="";; static) vflags="-DQUAROT_STATIC";; alloc) vflags="-DIMPL_TEST_ALLOCATOR";; esac
+            run_case "$cc-c99-$isa-$var" "" $cc $WARN_C -O1 $iflags $vflags -I. quarot_impl_test.c
+            run_case "$cc-cxx11-$isa-$var" "" $cxx $WARN_CXX -O1 $iflags $vflags -I. quarot_impl_test.cpp
+        done
+    done
+done
+# Optional CBLAS routing, where a CBLAS is installed.
+blas_h=$(ls /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h /usr/include/cblas.h 2>/dev/null | head -n 1)
+if [ -n "$blas_h" ]; then
+    run_case "gcc-c99-native-cblas" "" gcc $WARN_C -O1 -march=native -DQUAROT_USE_CBLAS -I"$(dirname "$blas_h")" -I. quarot_impl_test.c -lopenblas
+else
+    echo "  skip cblas (no cblas.h installed)"
+fi
+# NEON: Debian's aarch64 cross compiler, run under qemu-user.
+if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then
+    run_case "aarch64-c99-neon" "qemu-aarch64 -L /usr/aarch64-linux-gnu" aarch64-linux-gnu-gcc $WARN_C -O1 -I. quarot_impl_test.c
+    run_case "aarch64-c99-nosimd" "qemu-aarch64 -L /usr/aarch64-linux-gnu" aarch64-linux-gnu-gcc $WARN_C -O1 -DQUAROT_NO_SIMD -I. quarot_impl_test.c
+else
+    echo "  skip aarch64 (cross compiler or qemu-user not installed)"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,123 @@
+/* qt.h - the tiny test harness of quarot.h's test programs.
+
+   Each tests/test_*.c is one program: it runs its test functions with QT_RUN, each function fails
+   if any QT_* check inside it fails, and main ends with `return qt_finish("test_name");`, which
+   prints "test_name: N passed, M failed, K skipped". tests/run.sh adds those lines up.
+
+   Tests that need ../shared call qt_shared_path(); when the folder is absent they call QT_SKIP and
+   return, so a clone without it still runs cleanly. QT_QUICK=1 in the environment asks tests to use
+   smaller sizes (qemu and sanitizer runs); qt_quick() reads it. */
+#ifndef QT_H
+#define QT_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define QT_UNUSED __attribute__((unused))
+#else
+#define QT_UNUSED
+#endif
+
+static int qt__passed, qt__failed, qt__skipped;
+static int qt__cur_failures, qt__cur_skipped;
+static const char* qt__cur_name = "";
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+QT_UNUSED static void qt__fail(const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    if (++qt__cur_failures > 8) return;   /* the first few failures of a test say enough */
+    fprintf(stdout, "    %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+#define QT_CHECK(cond) \
+    do { if (!(cond)) qt__fail(__FILE__, __LINE__, "check failed: %s", #cond); } while (0)
+#define QT_CHECKF(cond, ...) \
+    do { if (!(cond)) qt__fail(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+#define QT_EQ_INT(a, b) \
+    do { long long qt__a = (long long)(a), qt__b = (long long)(b); \
+         if (qt__a != qt__b) qt__fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, qt__a, qt__b); } while (0)
+/* |a - b| <= tol */
+#define QT_NEAR(a, b, tol) \
+    do { double qt__a = (double)(a), qt__b = (double)(b), qt__t = (double)(tol); \
+         if (!(fabs(qt__a - qt__b) <= qt__t)) \
+             qt__fail(__FILE__, __LINE__, "%s ~ %s: %.9g vs %.9g (|diff| %.3g > %.3g)", #a, #b, qt__a, qt__b, fabs(qt__a - qt__b), qt__t); } while (0)
+/* expr returns QUAROT_OK */
+#define QT_OK(expr) \
+    do { int qt__r = (int)(expr); \
+         if (qt__r != 0) qt__fail(__FILE__, __LINE__, "%s returned %d (%s)", #expr, qt__r, quarot_result_string((quarot_result)qt__r)); } while (0)
+/* expr returns the given error code */
+#define QT_ERR(expr, code) \
+    do { int qt__r = (int)(expr); \
+         if (qt__r != (int)(code)) qt__fail(__FILE__, __LINE__, "%s returned %d (%s), expected %s", #expr, qt__r, quarot_result_string((quarot_result)qt__r), #code); } while (0)
+#define QT_SKIP(reason) \
+    do { qt__cur_skipped = 1; fprintf(stdout, "  skip %s: %s\n", qt__cur_name, reason); } while (0)
+
+#define QT_RUN(fn) qt__run(#fn, fn)
+
+QT_UNUSED static void qt__run(const char* name, void (*fn)(void)) {
+    qt__cur_name = name;
+    qt__cur_failures = 0;
+    qt__cur_skipped = 0;
+    fn();
+    if (qt__cur_failures) {
+        ++qt__failed;
+        fprintf(stdout, "  FAIL %s (%d failed checks)\n", name, qt__cur_failures);
+    } else if (qt__cur_skipped) {
+        ++qt__skipped;
+    } else {
+        ++qt__passed;
+        fprintf(stdout, "  ok   %s\n", name);
+    }
+    fflush(stdout);
+}
+
+QT_UNUSED static int qt_finish(const char* program) {
+    fprintf(stdout, "%s: %d passed, %d failed, %d skipped\n", program, qt__passed, qt__failed, qt__skipped);
+    return qt__failed ? 1 : 0;
+}
+
+QT_UNUSED static int qt_quick(void) {
+    const char* q = getenv("QT_QUICK");
+    return q && q[0] && q[0] != '0';
+}
+
+/* Path of a file under the shared data folder ($QUAROT_SHARED, default ../shared), or NULL when
+   it does not exist. Returns a static buffer (tests are single-threaded). */
+QT_UNUSED static const char* qt_shared_path(const char* rel) {
+    static char buf[4096];
+    const char* root = getenv("QUAROT_SHARED");
+    FILE* f;
+    if (!root || !root[0]) root = "../shared";
+    if (strlen(root) + strlen(rel) + 2 > sizeof buf) return NULL;
+    sprintf(buf, "%s/%s", root, rel);
+    f = fopen(buf, "rb");
+    if (!f) return NULL;
+    fclose(f);
+    return buf;
+}
+
+/* Deterministic test data: a small LCG, independent of the library's RNG under test. */
+static unsigned long long qt__lcg_state = 0x853c49e6748fea9bULL;
+QT_UNUSED static void qt_seed(unsigned long long s) { qt__lcg_state = s * 6364136223846793005ULL + 1442695040888963407ULL; }
+QT_UNUSED static double qt_uniform(void) {   /* [0, 1) */
+    qt__lcg_state = qt__lcg_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(qt__lcg_state >> 11) * (1.0 / 9007199254740992.0);
+}
+QT_UNUSED static double qt_normal(void) {    /* Box-Muller; fine for test data */
+    double u = qt_uniform(), v = qt_uniform();
+    if (u < 1e-300) u = 1e-300;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+#endif
