@@ -735,7 +735,305 @@ QUAROT_API void quarot_rng_signs_f32(quarot_rng* rng, float* out, int64_t n) {
 }
 
 // >>tensor
-// (implementation: tensor/quant work)
+// Views are validated with checked arithmetic: extent = esize + sum_i (ne[i]-1)*nb[i] must fit size_t.
+// Conversions round to nearest even: f32->f16/bf16 by integer bit manipulation (fast, exact);
+// f64->f16/bf16 by scaling to the target's unit in the last place and rounding once.
+static int quarot__dtype_valid(quarot_dtype dt) {
+    return dt == QUAROT_DTYPE_DEFAULT || dt == QUAROT_DTYPE_F32 || dt == QUAROT_DTYPE_F16 ||
+           dt == QUAROT_DTYPE_BF16 || dt == QUAROT_DTYPE_F64;
+}
+
+QUAROT_API size_t quarot_dtype_size(quarot_dtype dt) {
+    switch (dt) {
+        case QUAROT_DTYPE_DEFAULT:
+        case QUAROT_DTYPE_F32: return 4;
+        case QUAROT_DTYPE_F16:
+        case QUAROT_DTYPE_BF16: return 2;
+        case QUAROT_DTYPE_F64: return 8;
+        default: return 0;
+    }
+}
+
+QUAROT_API const char* quarot_dtype_name(quarot_dtype dt) {
+    switch (dt) {
+        case QUAROT_DTYPE_DEFAULT:
+        case QUAROT_DTYPE_F32: return "f32";
+        case QUAROT_DTYPE_F16: return "f16";
+        case QUAROT_DTYPE_BF16: return "bf16";
+        case QUAROT_DTYPE_F64: return "f64";
+        default: return "unknown";
+    }
+}
+
+// Byte extent of a view, 0 when the shape is invalid or the extent overflows.
+static size_t quarot__tensor_extent(const quarot_tensor* t) {
+    size_t es, total, part;
+    int i;
+    if (!t || !quarot__dtype_valid(t->dtype)) return 0;
+    es = quarot_dtype_size(t->dtype);
+    total = es;
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i) {
+        if (t->ne[i] < 1) return 0;
+        if (!quarot__mul_size((size_t)(t->ne[i] - 1), t->nb[i], &part)) return 0;
+        if (part > SIZE_MAX - total) return 0;
+        total += part;
+    }
+    return total;
+}
+
+QUAROT_API quarot_result quarot_tensor_init(quarot_tensor* t, void* data, quarot_dtype dt,
+                                            int n_dims, const int64_t* ne) {
+    size_t stride;
+    int i;
+    if (!t || !ne || n_dims < 1 || n_dims > QUAROT_MAX_DIMS) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__dtype_valid(dt)) return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->dtype = dt == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : dt;
+    stride = quarot_dtype_size(t->dtype);
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i) {
+        int64_t n = i < n_dims ? ne[i] : 1;
+        if (n < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+        if ((uint64_t)n > (uint64_t)SIZE_MAX) return QUAROT_ERR_OVERFLOW;
+        t->ne[i] = n;
+        t->nb[i] = stride;
+        if (!quarot__mul_size(stride, (size_t)n, &stride)) return QUAROT_ERR_OVERFLOW;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_validate(const quarot_tensor* t) {
+    int i;
+    if (!t || !t->data) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__dtype_valid(t->dtype)) return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i)
+        if (t->ne[i] < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (t->nb[0] != quarot_dtype_size(t->dtype)) return QUAROT_ERR_SHAPE_MISMATCH;
+    for (i = 1; i < QUAROT_MAX_DIMS; ++i) {
+        size_t span;
+        if (!quarot__mul_size(t->nb[i - 1], (size_t)t->ne[i - 1], &span)) return QUAROT_ERR_OVERFLOW;
+        if (t->ne[i] > 1 && t->nb[i] < span) return QUAROT_ERR_SHAPE_MISMATCH;   // rows would overlap
+    }
+    if (quarot__tensor_extent(t) == 0) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+QUAROT_API size_t quarot_tensor_nbytes(const quarot_tensor* t) { return quarot__tensor_extent(t); }
+
+QUAROT_API int64_t quarot_tensor_nelements(const quarot_tensor* t) {
+    int64_t n = 1;
+    int i;
+    if (!t) return 0;
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i) {
+        if (t->ne[i] < 1 || n > INT64_MAX / t->ne[i]) return 0;
+        n *= t->ne[i];
+    }
+    return n;
+}
+
+QUAROT_API int64_t quarot_tensor_nrows(const quarot_tensor* t) {
+    if (!t || t->ne[0] < 1) return 0;
+    return quarot_tensor_nelements(t) / t->ne[0];
+}
+
+QUAROT_API int quarot_tensor_is_contiguous(const quarot_tensor* t) {
+    int i;
+    if (!t || t->nb[0] != quarot_dtype_size(t->dtype) || t->nb[0] == 0) return 0;
+    for (i = 1; i < QUAROT_MAX_DIMS; ++i)
+        if (t->ne[i] > 1 && t->nb[i] != t->nb[i - 1] * (size_t)t->ne[i - 1]) return 0;
+    return 1;
+}
+
+// Address of row r (flat over ne[1..3]) of a validated view, NULL when r is out of range.
+static char* quarot__tensor_row(const quarot_tensor* t, int64_t r) {
+    int64_t i1, i2, i3;
+    if (quarot_tensor_validate(t) != QUAROT_OK) return NULL;
+    if (r < 0 || r >= quarot_tensor_nrows(t)) return NULL;
+    i1 = r % t->ne[1];
+    i2 = (r / t->ne[1]) % t->ne[2];
+    i3 = r / (t->ne[1] * t->ne[2]);
+    return (char*)t->data + (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
+}
+
+static float quarot__bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t quarot__f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+// f32 -> f16, round to nearest even. NaN keeps its top payload bits and becomes quiet.
+static uint16_t quarot__f32_to_f16_1(float f) {
+    uint32_t x = quarot__f32_to_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u) return (uint16_t)(sign | (x > 0x7f800000u ? (0x7e00u | ((x >> 13) & 0x3ffu)) : 0x7c00u));
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);          // >= 65520 rounds to Inf
+    if (x < 0x38800000u) {                                             // below 2^-14: subnormal or 0
+        uint32_t mant, shift, r, rem, half;
+        if (x <= 0x33000000u) return (uint16_t)sign;                   // <= 2^-25 rounds to 0 (ties to even)
+        mant = (x & 0x7fffffu) | 0x800000u;
+        shift = 126u - (x >> 23);                                      // value = mant * 2^(e-150); unit 2^-24
+        r = mant >> shift;
+        rem = mant & ((1u << shift) - 1u);
+        half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u))) ++r;
+        return (uint16_t)(sign | r);
+    }
+    x = x - 0x38000000u;                                               // rebias exponent 127 -> 15
+    x += 0xfffu + ((x >> 13) & 1u);
+    return (uint16_t)(sign | (x >> 13));
+}
+
+static float quarot__f16_to_f32_1(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        if (m == 0) return quarot__bits_to_f32(sign);
+        e = 113;                                                       // normalize the subnormal
+        while (!(m & 0x400u)) { m <<= 1; --e; }
+        m &= 0x3ffu;
+        return quarot__bits_to_f32(sign | (e << 23) | (m << 13));
+    }
+    return quarot__bits_to_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+static uint16_t quarot__f32_to_bf16_1(float f) {
+    uint32_t x = quarot__f32_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float quarot__bf16_to_f32_1(uint16_t h) { return quarot__bits_to_f32((uint32_t)h << 16); }
+
+// Round a double once to a binary format with exp_bits exponent and man_bits fraction bits.
+static uint16_t quarot__f64_to_small(double x, int exp_bits, int man_bits) {
+    uint64_t b;
+    uint32_t sign, exp_all = (1u << exp_bits) - 1u;
+    int bias = (1 << (exp_bits - 1)) - 1, e, ulp_exp;
+    double a, m, fl, diff;
+    uint64_t F;
+    memcpy(&b, &x, 8);
+    sign = (uint32_t)(b >> 63) << (exp_bits + man_bits);
+    a = fabs(x);
+    if (a != a) return (uint16_t)(sign | (exp_all << man_bits) | (1u << (man_bits - 1)));
+    if (a > 1.7976931348623157e308) return (uint16_t)(sign | (exp_all << man_bits));
+    if (a == 0.0 || ((b >> 52) & 0x7ffu) == 0) return (uint16_t)sign;   // zero or double subnormal
+    e = (int)((b >> 52) & 0x7ffu) - 1023;
+    ulp_exp = (e >= 1 - bias ? e : 1 - bias) - man_bits;
+    if (e > bias + 1) return (uint16_t)(sign | (exp_all << man_bits));   // far beyond the max finite
+    m = ldexp(a, -ulp_exp);                                              // exact: a power-of-two scaling
+    fl = floor(m);
+    diff = m - fl;
+    F = (uint64_t)fl;
+    if (diff > 0.5 || (diff == 0.5 && (F & 1u))) ++F;
+    if (F >= (2ull << man_bits)) { F >>= 1; ++ulp_exp; }                // mantissa carried into a new binade
+    if (F >= (1ull << man_bits)) {
+        int biased = ulp_exp + man_bits + bias;
+        if (biased >= (int)exp_all) return (uint16_t)(sign | (exp_all << man_bits));
+        return (uint16_t)(sign | ((uint32_t)biased << man_bits) | (uint32_t)(F - (1ull << man_bits)));
+    }
+    return (uint16_t)(sign | (uint32_t)F);                               // subnormal (or 0)
+}
+
+QUAROT_API uint16_t quarot_f64_to_f16_1(double x) { return quarot__f64_to_small(x, 5, 10); }
+QUAROT_API uint16_t quarot_f64_to_bf16_1(double x) { return quarot__f64_to_small(x, 8, 7); }
+
+QUAROT_API void quarot_f32_to_f16(const float* in, uint16_t* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__f32_to_f16_1(in[i]);
+}
+QUAROT_API void quarot_f16_to_f32(const uint16_t* in, float* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__f16_to_f32_1(in[i]);
+}
+QUAROT_API void quarot_f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__f32_to_bf16_1(in[i]);
+}
+QUAROT_API void quarot_bf16_to_f32(const uint16_t* in, float* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__bf16_to_f32_1(in[i]);
+}
+
+QUAROT_API quarot_result quarot_tensor_get_row_f32(const quarot_tensor* t, int64_t r, float* out) {
+    const char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: memcpy(out, p, (size_t)n * 4); break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__f16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__bf16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_F64: for (i = 0; i < n; ++i) { double d; memcpy(&d, p + 8 * i, 8); out[i] = (float)d; } break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_set_row_f32(quarot_tensor* t, int64_t r, const float* in) {
+    char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !in) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: memcpy(p, in, (size_t)n * 4); break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_F64: for (i = 0; i < n; ++i) { double d = (double)in[i]; memcpy(p + 8 * i, &d, 8); } break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_get_row_f64(const quarot_tensor* t, int64_t r, double* out) {
+    const char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < n; ++i) { float f; memcpy(&f, p + 4 * i, 4); out[i] = (double)f; } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__f16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__bf16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_F64: memcpy(out, p, (size_t)n * 8); break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, const double* in) {
+    char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !in) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < n; ++i) { float f = (float)in[i]; memcpy(p + 4 * i, &f, 4); } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h = quarot_f64_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h = quarot_f64_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_F64: memcpy(p, in, (size_t)n * 8); break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad) {
+    int64_t r, i, rows, n;
+    quarot_result res = quarot_tensor_validate(t);
+    if (first_bad) *first_bad = -1;
+    if (res != QUAROT_OK) return res;
+    rows = quarot_tensor_nrows(t);
+    n = t->ne[0];
+    for (r = 0; r < rows; ++r) {
+        const char* p = quarot__tensor_row(t, r);
+        for (i = 0; i < n; ++i) {
+            int bad;
+            if (t->dtype == QUAROT_DTYPE_F32) { uint32_t u; memcpy(&u, p + 4 * i, 4); bad = (u & 0x7f800000u) == 0x7f800000u; }
+            else if (t->dtype == QUAROT_DTYPE_F64) { uint64_t u; memcpy(&u, p + 8 * i, 8); bad = (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull; }
+            else { uint16_t h; memcpy(&h, p + 2 * i, 2);
+                   bad = t->dtype == QUAROT_DTYPE_F16 ? (h & 0x7c00u) == 0x7c00u : (h & 0x7f80u) == 0x7f80u; }
+            if (bad) { if (first_bad) *first_bad = r * n + i; return QUAROT_ERR_NONFINITE; }
+        }
+    }
+    return QUAROT_OK;
+}
 
 // >>simd
 // The compiled-in ISA set is fixed by the macros above; DEFAULT resolves to the widest one.
