@@ -282,11 +282,18 @@ QUAROT_API const char* quarot_simd_name(void);
 // reachable as products (Kronecker) of
 //   - Sylvester 2^k,
 //   - Paley I, q+1 for a prime power q = 3 (mod 4), and Paley II, 2(q+1) for q = 1 (mod 4), using
-//     GF(p^k) arithmetic for prime powers (28 = 27+1, 52 = 2*(25+1)),
-//   - embedded tables (92, 116, 156, 172, 188, 236, 428 and other block-circulant orders).
-// Every multiple of 4 up to 256 is available. A matrix of order n is built as H_K (x) H_{2^m} with
-// n = K*2^m and K the smallest available order that leaves a power of two (K = 1 for n = 2^m), so the
-// fast transform costs n*m + K*n adds.
+//     GF(p^k) arithmetic for prime powers (28 = 27+1, 52 = 2*(25+1), 100 = 2*(49+1), 244 = 243+1),
+//   - embedded tables: 92, 116, 156, 172, 188, 236, 428 and the other block-circulant orders
+//     260, 268, 292, 356, 404, 412, 452, 476, 508, 604, 652, 764, 876, 956, 1004.
+// Every multiple of 4 up to 256 is available; up to 1024 the only multiples of 4 missing are 324, 372,
+// 436, 532, 596, 612, 668, 716, 732, 756, 772, 836, 852, 872, 892, 932, 940, 964, 980, 988, 996, 1012.
+// A matrix of order n is built as H_K (x) H_{2^m} with n = K*2^m and K the smallest available order
+// that leaves a power of two (K = 1 for n = 2^m), so the fast transform costs n*m + K*n adds:
+//     H_n[i*2^m + j][k*2^m + l] = H_K[i][k] * H_{2^m}[j][l]     (i, k < K; j, l < 2^m)
+// with Sylvester H_{2^m}[j][l] = (-1)^popcount(j & l). A KRONECKER core is H_K = H_a (x) H_b with the
+// same index convention (row i*b + j), a >= b. Orders above QUAROT_HADAMARD_MAX_ORDER are rejected.
+#define QUAROT_HADAMARD_MAX_ORDER ((int64_t)4294967296LL)   // 2^32
+
 typedef enum quarot_hadamard_construction {
     QUAROT_HADAMARD_NONE = 0,        // not available
     QUAROT_HADAMARD_SYLVESTER = 1,   // K == 1: pure power of two
@@ -303,23 +310,28 @@ typedef struct quarot_hadamard_info {
     int m;                                  // exponent of the power-of-two factor
     quarot_hadamard_construction construction;  // how H_K is made (NONE when unavailable)
     int64_t q;                              // PALEY1/PALEY2: the prime power
-    int64_t a, b;                           // KRONECKER: K = a*b
+    int64_t a, b;                           // KRONECKER: K = a*b, H_K = H_a (x) H_b, a >= b
     char text[64];                          // e.g. "172 (table) x 2^6", "28 (paley1 q=27) x 2^9"
 } quarot_hadamard_info;
 
-// 1 if a Hadamard matrix of order n is available, else 0 (also for n <= 0). Never allocates.
+// 1 if a Hadamard matrix of order n is available, else 0 (also for n <= 0 and n > 2^32). Never
+// allocates; at most a few hundred microseconds (trial division of n's odd part) for any n.
 QUAROT_API int quarot_hadamard_available(int64_t n);
 // Describe the construction for order n; QUAROT_ERR_UNSUPPORTED_SIZE (info->construction = NONE,
-// text says why) when none is available.
+// text says why) when none is available; QUAROT_ERR_INVALID_ARGUMENT when info is NULL.
+// Priority when several constructions give the same K: Paley I, Paley II, table, Kronecker.
 QUAROT_API quarot_result quarot_hadamard_info_get(int64_t n, quarot_hadamard_info* info);
-// The largest available order b <= max_block that divides n (for block-diagonal fallbacks);
-// 1 if none larger.
+// The largest available order b <= max_block that divides n (for block-diagonal fallbacks); 1 if
+// none larger; 0 for n <= 0, max_block < 1 or n > QUAROT_HADAMARD_MAX_ORDER.
 QUAROT_API int64_t quarot_hadamard_largest_block(int64_t n, int64_t max_block);
-// Build H_n as [n][n] row-major +-1 (out has n*n entries). Temporary memory (GF(q) tables, at most
-// O(n)) comes from env. QUAROT_ERR_UNSUPPORTED_SIZE if unavailable, QUAROT_ERR_OVERFLOW if n*n
-// does not fit in size_t.
+// Build H_n as [n][n] row-major +-1 (out has n*n entries), exactly the matrix described above.
+// Temporary memory (GF(q) tables, row buffers, a Kronecker factor: O(n) bytes) comes from env.
+// Checks in this order: QUAROT_ERR_UNSUPPORTED_SIZE if n is not available (n <= 0 included),
+// QUAROT_ERR_OVERFLOW if n*n*sizeof(element) does not fit in size_t, QUAROT_ERR_INVALID_ARGUMENT if
+// out is NULL, QUAROT_ERR_OUT_OF_MEMORY if a temporary allocation fails.
 QUAROT_API quarot_result quarot_hadamard_build_i8(int64_t n, int8_t* out, const quarot_env* env);
-// The same as float / double, divided by sqrt(n) when normalized != 0 (then orthogonal).
+// The same as float / double, divided by sqrt(n) (1/sqrt(n) computed in double, then rounded once to
+// the element type) when normalized != 0 (then orthogonal). Built in place in out: no n*n temporary.
 QUAROT_API quarot_result quarot_hadamard_build_f32(int64_t n, int normalized, float* out, const quarot_env* env);
 QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, double* out, const quarot_env* env);
 
@@ -761,7 +773,305 @@ QUAROT_API void quarot_rng_signs_f32(quarot_rng* rng, float* out, int64_t n) {
 }
 
 // >>tensor
-// (implementation: tensor/quant work)
+// Views are validated with checked arithmetic: extent = esize + sum_i (ne[i]-1)*nb[i] must fit size_t.
+// Conversions round to nearest even: f32->f16/bf16 by integer bit manipulation (fast, exact);
+// f64->f16/bf16 by scaling to the target's unit in the last place and rounding once.
+static int quarot__dtype_valid(quarot_dtype dt) {
+    return dt == QUAROT_DTYPE_DEFAULT || dt == QUAROT_DTYPE_F32 || dt == QUAROT_DTYPE_F16 ||
+           dt == QUAROT_DTYPE_BF16 || dt == QUAROT_DTYPE_F64;
+}
+
+QUAROT_API size_t quarot_dtype_size(quarot_dtype dt) {
+    switch (dt) {
+        case QUAROT_DTYPE_DEFAULT:
+        case QUAROT_DTYPE_F32: return 4;
+        case QUAROT_DTYPE_F16:
+        case QUAROT_DTYPE_BF16: return 2;
+        case QUAROT_DTYPE_F64: return 8;
+        default: return 0;
+    }
+}
+
+QUAROT_API const char* quarot_dtype_name(quarot_dtype dt) {
+    switch (dt) {
+        case QUAROT_DTYPE_DEFAULT:
+        case QUAROT_DTYPE_F32: return "f32";
+        case QUAROT_DTYPE_F16: return "f16";
+        case QUAROT_DTYPE_BF16: return "bf16";
+        case QUAROT_DTYPE_F64: return "f64";
+        default: return "unknown";
+    }
+}
+
+// Byte extent of a view, 0 when the shape is invalid or the extent overflows.
+static size_t quarot__tensor_extent(const quarot_tensor* t) {
+    size_t es, total, part;
+    int i;
+    if (!t || !quarot__dtype_valid(t->dtype)) return 0;
+    es = quarot_dtype_size(t->dtype);
+    total = es;
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i) {
+        if (t->ne[i] < 1) return 0;
+        if (!quarot__mul_size((size_t)(t->ne[i] - 1), t->nb[i], &part)) return 0;
+        if (part > SIZE_MAX - total) return 0;
+        total += part;
+    }
+    return total;
+}
+
+QUAROT_API quarot_result quarot_tensor_init(quarot_tensor* t, void* data, quarot_dtype dt,
+                                            int n_dims, const int64_t* ne) {
+    size_t stride;
+    int i;
+    if (!t || !ne || n_dims < 1 || n_dims > QUAROT_MAX_DIMS) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__dtype_valid(dt)) return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->dtype = dt == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : dt;
+    stride = quarot_dtype_size(t->dtype);
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i) {
+        int64_t n = i < n_dims ? ne[i] : 1;
+        if (n < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+        if ((uint64_t)n > (uint64_t)SIZE_MAX) return QUAROT_ERR_OVERFLOW;
+        t->ne[i] = n;
+        t->nb[i] = stride;
+        if (!quarot__mul_size(stride, (size_t)n, &stride)) return QUAROT_ERR_OVERFLOW;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_validate(const quarot_tensor* t) {
+    int i;
+    if (!t || !t->data) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__dtype_valid(t->dtype)) return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i)
+        if (t->ne[i] < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (t->nb[0] != quarot_dtype_size(t->dtype)) return QUAROT_ERR_SHAPE_MISMATCH;
+    for (i = 1; i < QUAROT_MAX_DIMS; ++i) {
+        size_t span;
+        if (!quarot__mul_size(t->nb[i - 1], (size_t)t->ne[i - 1], &span)) return QUAROT_ERR_OVERFLOW;
+        if (t->ne[i] > 1 && t->nb[i] < span) return QUAROT_ERR_SHAPE_MISMATCH;   // rows would overlap
+    }
+    if (quarot__tensor_extent(t) == 0) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+QUAROT_API size_t quarot_tensor_nbytes(const quarot_tensor* t) { return quarot__tensor_extent(t); }
+
+QUAROT_API int64_t quarot_tensor_nelements(const quarot_tensor* t) {
+    int64_t n = 1;
+    int i;
+    if (!t) return 0;
+    for (i = 0; i < QUAROT_MAX_DIMS; ++i) {
+        if (t->ne[i] < 1 || n > INT64_MAX / t->ne[i]) return 0;
+        n *= t->ne[i];
+    }
+    return n;
+}
+
+QUAROT_API int64_t quarot_tensor_nrows(const quarot_tensor* t) {
+    if (!t || t->ne[0] < 1) return 0;
+    return quarot_tensor_nelements(t) / t->ne[0];
+}
+
+QUAROT_API int quarot_tensor_is_contiguous(const quarot_tensor* t) {
+    int i;
+    if (!t || t->nb[0] != quarot_dtype_size(t->dtype) || t->nb[0] == 0) return 0;
+    for (i = 1; i < QUAROT_MAX_DIMS; ++i)
+        if (t->ne[i] > 1 && t->nb[i] != t->nb[i - 1] * (size_t)t->ne[i - 1]) return 0;
+    return 1;
+}
+
+// Address of row r (flat over ne[1..3]) of a validated view, NULL when r is out of range.
+static char* quarot__tensor_row(const quarot_tensor* t, int64_t r) {
+    int64_t i1, i2, i3;
+    if (quarot_tensor_validate(t) != QUAROT_OK) return NULL;
+    if (r < 0 || r >= quarot_tensor_nrows(t)) return NULL;
+    i1 = r % t->ne[1];
+    i2 = (r / t->ne[1]) % t->ne[2];
+    i3 = r / (t->ne[1] * t->ne[2]);
+    return (char*)t->data + (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
+}
+
+static float quarot__bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t quarot__f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+// f32 -> f16, round to nearest even. NaN keeps its top payload bits and becomes quiet.
+static uint16_t quarot__f32_to_f16_1(float f) {
+    uint32_t x = quarot__f32_to_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u) return (uint16_t)(sign | (x > 0x7f800000u ? (0x7e00u | ((x >> 13) & 0x3ffu)) : 0x7c00u));
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);          // >= 65520 rounds to Inf
+    if (x < 0x38800000u) {                                             // below 2^-14: subnormal or 0
+        uint32_t mant, shift, r, rem, half;
+        if (x <= 0x33000000u) return (uint16_t)sign;                   // <= 2^-25 rounds to 0 (ties to even)
+        mant = (x & 0x7fffffu) | 0x800000u;
+        shift = 126u - (x >> 23);                                      // value = mant * 2^(e-150); unit 2^-24
+        r = mant >> shift;
+        rem = mant & ((1u << shift) - 1u);
+        half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u))) ++r;
+        return (uint16_t)(sign | r);
+    }
+    x = x - 0x38000000u;                                               // rebias exponent 127 -> 15
+    x += 0xfffu + ((x >> 13) & 1u);
+    return (uint16_t)(sign | (x >> 13));
+}
+
+static float quarot__f16_to_f32_1(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        if (m == 0) return quarot__bits_to_f32(sign);
+        e = 113;                                                       // normalize the subnormal
+        while (!(m & 0x400u)) { m <<= 1; --e; }
+        m &= 0x3ffu;
+        return quarot__bits_to_f32(sign | (e << 23) | (m << 13));
+    }
+    return quarot__bits_to_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+static uint16_t quarot__f32_to_bf16_1(float f) {
+    uint32_t x = quarot__f32_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float quarot__bf16_to_f32_1(uint16_t h) { return quarot__bits_to_f32((uint32_t)h << 16); }
+
+// Round a double once to a binary format with exp_bits exponent and man_bits fraction bits.
+static uint16_t quarot__f64_to_small(double x, int exp_bits, int man_bits) {
+    uint64_t b;
+    uint32_t sign, exp_all = (1u << exp_bits) - 1u;
+    int bias = (1 << (exp_bits - 1)) - 1, e, ulp_exp;
+    double a, m, fl, diff;
+    uint64_t F;
+    memcpy(&b, &x, 8);
+    sign = (uint32_t)(b >> 63) << (exp_bits + man_bits);
+    a = fabs(x);
+    if (a != a) return (uint16_t)(sign | (exp_all << man_bits) | (1u << (man_bits - 1)));
+    if (a > 1.7976931348623157e308) return (uint16_t)(sign | (exp_all << man_bits));
+    if (a == 0.0 || ((b >> 52) & 0x7ffu) == 0) return (uint16_t)sign;   // zero or double subnormal
+    e = (int)((b >> 52) & 0x7ffu) - 1023;
+    ulp_exp = (e >= 1 - bias ? e : 1 - bias) - man_bits;
+    if (e > bias + 1) return (uint16_t)(sign | (exp_all << man_bits));   // far beyond the max finite
+    m = ldexp(a, -ulp_exp);                                              // exact: a power-of-two scaling
+    fl = floor(m);
+    diff = m - fl;
+    F = (uint64_t)fl;
+    if (diff > 0.5 || (diff == 0.5 && (F & 1u))) ++F;
+    if (F >= (2ull << man_bits)) { F >>= 1; ++ulp_exp; }                // mantissa carried into a new binade
+    if (F >= (1ull << man_bits)) {
+        int biased = ulp_exp + man_bits + bias;
+        if (biased >= (int)exp_all) return (uint16_t)(sign | (exp_all << man_bits));
+        return (uint16_t)(sign | ((uint32_t)biased << man_bits) | (uint32_t)(F - (1ull << man_bits)));
+    }
+    return (uint16_t)(sign | (uint32_t)F);                               // subnormal (or 0)
+}
+
+QUAROT_API uint16_t quarot_f64_to_f16_1(double x) { return quarot__f64_to_small(x, 5, 10); }
+QUAROT_API uint16_t quarot_f64_to_bf16_1(double x) { return quarot__f64_to_small(x, 8, 7); }
+
+QUAROT_API void quarot_f32_to_f16(const float* in, uint16_t* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__f32_to_f16_1(in[i]);
+}
+QUAROT_API void quarot_f16_to_f32(const uint16_t* in, float* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__f16_to_f32_1(in[i]);
+}
+QUAROT_API void quarot_f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__f32_to_bf16_1(in[i]);
+}
+QUAROT_API void quarot_bf16_to_f32(const uint16_t* in, float* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__bf16_to_f32_1(in[i]);
+}
+
+QUAROT_API quarot_result quarot_tensor_get_row_f32(const quarot_tensor* t, int64_t r, float* out) {
+    const char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: memcpy(out, p, (size_t)n * 4); break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__f16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__bf16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_F64: for (i = 0; i < n; ++i) { double d; memcpy(&d, p + 8 * i, 8); out[i] = (float)d; } break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_set_row_f32(quarot_tensor* t, int64_t r, const float* in) {
+    char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !in) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: memcpy(p, in, (size_t)n * 4); break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_F64: for (i = 0; i < n; ++i) { double d = (double)in[i]; memcpy(p + 8 * i, &d, 8); } break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_get_row_f64(const quarot_tensor* t, int64_t r, double* out) {
+    const char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < n; ++i) { float f; memcpy(&f, p + 4 * i, 4); out[i] = (double)f; } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__f16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__bf16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_F64: memcpy(out, p, (size_t)n * 8); break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, const double* in) {
+    char* p = quarot__tensor_row(t, r);
+    int64_t i, n;
+    if (!p || !in) return QUAROT_ERR_INVALID_ARGUMENT;
+    n = t->ne[0];
+    switch (t->dtype) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < n; ++i) { float f = (float)in[i]; memcpy(p + 4 * i, &f, 4); } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h = quarot_f64_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h = quarot_f64_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_F64: memcpy(p, in, (size_t)n * 8); break;
+        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad) {
+    int64_t r, i, rows, n;
+    quarot_result res = quarot_tensor_validate(t);
+    if (first_bad) *first_bad = -1;
+    if (res != QUAROT_OK) return res;
+    rows = quarot_tensor_nrows(t);
+    n = t->ne[0];
+    for (r = 0; r < rows; ++r) {
+        const char* p = quarot__tensor_row(t, r);
+        for (i = 0; i < n; ++i) {
+            int bad;
+            if (t->dtype == QUAROT_DTYPE_F32) { uint32_t u; memcpy(&u, p + 4 * i, 4); bad = (u & 0x7f800000u) == 0x7f800000u; }
+            else if (t->dtype == QUAROT_DTYPE_F64) { uint64_t u; memcpy(&u, p + 8 * i, 8); bad = (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull; }
+            else { uint16_t h; memcpy(&h, p + 2 * i, 2);
+                   bad = t->dtype == QUAROT_DTYPE_F16 ? (h & 0x7c00u) == 0x7c00u : (h & 0x7f80u) == 0x7f80u; }
+            if (bad) { if (first_bad) *first_bad = r * n + i; return QUAROT_ERR_NONFINITE; }
+        }
+    }
+    return QUAROT_OK;
+}
 
 // >>simd
 // The compiled-in ISA set is fixed by the macros above; DEFAULT resolves to the widest one.
@@ -838,10 +1148,654 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 }
 
 // >>hadamard
-// (implementation: hadamard work)
+// n = 2^e * o (o odd) is available iff e >= emin(o), where for an odd d, emin(d) is the least f with
+// 2^f*d reachable: a primitive order 2^f*d (Paley I: 2^f*d - 1 a prime power; Paley II: f = 2 and
+// 2d - 1 a prime power; an embedded table), or emin(d1) + emin(d2) over d = d1*d2 (Kronecker). Doubling
+// (x H_2) makes availability upward closed in e, so K = 2^emin(o) * o is the smallest core.
+// Paley: chi(z) = quadratic character of GF(q), q = p^k: +1 on the even powers of a primitive element.
+
+#define QUAROT__HAD_MAXDIV 768   // odd numbers below 2^32 have at most 640 divisors
+#define QUAROT__HAD_MAXP 10      // ... and at most 9 distinct prime factors
+#define QUAROT__HAD_INF 127      // emin of an odd part with no construction (within the exponent cap)
+
+static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex);   // in the tables section below
+
+// What quarot__had_analyze learns about n: the odd divisors d of o (indexed in mixed radix over o's
+// prime factorization, so d1 | d implies index(d1) <= index(d) digit by digit) and for each one
+// emin (capped: > e means unreachable inside n), how 2^emin*d is made, and the Kronecker split.
+typedef struct quarot__had_facts {
+    int e;                                   // n = 2^e * o
+    uint32_t o;
+    int np;                                  // o = prod p[i]^pe[i]
+    uint32_t p[QUAROT__HAD_MAXP];
+    int pe[QUAROT__HAD_MAXP];
+    int stride[QUAROT__HAD_MAXP];
+    int nd;                                  // number of odd divisors, o is index nd-1
+    uint32_t d[QUAROT__HAD_MAXDIV];
+    int8_t emin[QUAROT__HAD_MAXDIV];
+    int8_t how[QUAROT__HAD_MAXDIV];          // quarot_hadamard_construction of 2^emin*d
+    uint16_t split[QUAROT__HAD_MAXDIV];      // KRONECKER: index of one factor's odd part
+} quarot__had_facts;
+
+// b^x mod m for m < 2^32 (every product of two residues fits in 64 bits).
+static uint64_t quarot__powmod(uint64_t b, uint64_t x, uint64_t m) {
+    uint64_t r = 1;
+    b %= m;
+    while (x) {
+        if (x & 1) r = r * b % m;
+        b = b * b % m;
+        x >>= 1;
+    }
+    return r;
+}
+
+// Deterministic Miller-Rabin for n < 2^32: bases 2, 7, 61 suffice below 4,759,123,141.
+static int quarot__is_prime(uint64_t n) {
+    static const uint64_t bases[3] = {2, 7, 61};
+    uint64_t dd, x;
+    int s, i, r;
+    if (n < 2) return 0;
+    if (n < 4) return 1;
+    if (n % 2 == 0) return 0;
+    // n - 1 = dd * 2^s with dd odd; a base b witnesses compositeness unless b^dd = 1 or some
+    // b^(dd*2^r) = -1 (r < s)
+    dd = n - 1;
+    s = 0;
+    while ((dd & 1) == 0) { dd >>= 1; ++s; }
+    for (i = 0; i < 3; ++i) {
+        if (bases[i] % n == 0) continue;
+        x = quarot__powmod(bases[i], dd, n);
+        if (x == 1 || x == n - 1) continue;
+        for (r = 1; r < s; ++r) {
+            x = x * x % n;
+            if (x == n - 1) break;
+        }
+        if (r == s) return 0;
+    }
+    return 1;
+}
+
+// floor(q^(1/r)) for q < 2^32, r >= 2 (binary search; roots are below 2^16).
+static uint64_t quarot__iroot(uint64_t q, int r) {
+    uint64_t lo = 1, hi = 65536, mid, t;
+    int i;
+    while (lo < hi) {   // invariant: lo^r <= q, hi^r > q or hi = lo
+        mid = (lo + hi + 1) / 2;
+        t = 1;
+        for (i = 0; i < r && t <= q; ++i) t *= mid;
+        if (t <= q) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+// 1 if q = p^k (p prime, k >= 1), q < 2^32. A perfect power is one for a prime exponent r, and its
+// r-th root is then a prime power itself.
+static int quarot__prime_power(uint64_t q, uint64_t* p, int* k) {
+    static const int exps[11] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31};
+    uint64_t s, t;
+    int i, j, kk;
+    if (q < 2) return 0;
+    if (quarot__is_prime(q)) { *p = q; *k = 1; return 1; }
+    for (i = 0; i < 11; ++i) {
+        s = quarot__iroot(q, exps[i]);
+        if (s < 2) break;
+        for (t = 1, j = 0; j < exps[i]; ++j) t *= s;
+        if (t != q) continue;
+        if (!quarot__prime_power(s, p, &kk)) return 0;
+        *k = kk * exps[i];
+        return 1;
+    }
+    return 0;
+}
+
+// How order K (a multiple of 4, K <= 2^32) is made without a Kronecker product; NONE if it is not.
+static quarot_hadamard_construction quarot__had_primitive(int64_t K, int64_t* q) {
+    uint64_t p;
+    int k;
+    if (K < 4 || K % 4 != 0) return QUAROT_HADAMARD_NONE;
+    if (quarot__prime_power((uint64_t)(K - 1), &p, &k)) { *q = K - 1; return QUAROT_HADAMARD_PALEY1; }
+    if ((K / 2 - 1) % 4 == 1 && quarot__prime_power((uint64_t)(K / 2 - 1), &p, &k)) {
+        *q = K / 2 - 1;
+        return QUAROT_HADAMARD_PALEY2;
+    }
+    if (quarot__hadtable_get(K, NULL, NULL)) { *q = 0; return QUAROT_HADAMARD_TABLE; }
+    return QUAROT_HADAMARD_NONE;
+}
+
+// Fill f for 1 <= n <= 2^32; returns 1 when n is available (n = 1, 2 included).
+static int quarot__had_analyze(int64_t n, quarot__had_facts* f) {
+    uint64_t rem, pr;
+    int i, idx, dg[QUAROT__HAD_MAXP], sd[QUAROT__HAD_MAXP];
+    // n = 2^e * o
+    f->e = 0;
+    while ((n & 1) == 0) { n >>= 1; ++f->e; }
+    f->o = (uint32_t)n;
+    // o = prod p^pe by trial division (o < 2^32: primes below 2^16)
+    f->np = 0;
+    rem = f->o;
+    for (pr = 3; pr * pr <= rem; pr += 2) {
+        if (rem % pr) continue;
+        f->p[f->np] = (uint32_t)pr;
+        f->pe[f->np] = 0;
+        while (rem % pr == 0) { rem /= pr; ++f->pe[f->np]; }
+        ++f->np;
+    }
+    if (rem > 1) { f->p[f->np] = (uint32_t)rem; f->pe[f->np] = 1; ++f->np; }
+    f->nd = 1;
+    for (i = 0; i < f->np; ++i) { f->stride[i] = f->nd; f->nd *= f->pe[i] + 1; }
+    QUAROT_ASSERT(f->nd <= QUAROT__HAD_MAXDIV);
+    if (f->nd > QUAROT__HAD_MAXDIV) return 0;
+    // Walk the divisors in index order, idx = sum dg[i]*stride[i] with d = prod p[i]^dg[i]. Every
+    // proper divisor of d has a smaller index, so its emin is final when d is reached (a DP over the
+    // divisor lattice: at most 640 divisors, sum over d of tau(d) sub-splits).
+    for (i = 0; i < f->np; ++i) dg[i] = 0;
+    for (idx = 0; idx < f->nd; ++idx) {
+        uint32_t d = 1;
+        int j, best, bhow, bsplit = 0;
+        for (i = 0; i < f->np; ++i)
+            for (j = 0; j < dg[i]; ++j) d *= f->p[i];
+        f->d[idx] = d;
+        best = QUAROT__HAD_INF;
+        bhow = QUAROT_HADAMARD_NONE;
+        if (d == 1) {
+            best = 0;
+            bhow = QUAROT_HADAMARD_SYLVESTER;
+        } else {
+            int fexp;
+            int64_t q;
+            for (fexp = 2; fexp <= f->e; ++fexp) {   // primitive orders 2^fexp * d inside n
+                quarot_hadamard_construction c = quarot__had_primitive((int64_t)d << fexp, &q);
+                if (c != QUAROT_HADAMARD_NONE) { best = fexp; bhow = (int)c; break; }
+            }
+            // Kronecker: every proper split d = d1 * (d/d1), sub-digits sd <= dg
+            for (i = 0; i < f->np; ++i) sd[i] = 0;
+            for (;;) {
+                int s = 0, v;
+                for (i = 0; i < f->np && sd[i] == dg[i]; ++i) sd[i] = 0;   // next sd (mixed radix)
+                if (i == f->np) break;
+                ++sd[i];
+                for (i = 0; i < f->np; ++i) s += sd[i] * f->stride[i];
+                if (s == idx) continue;   // d1 = d is not a proper split
+                v = f->emin[s] + f->emin[idx - s];
+                if (v < best) { best = v; bhow = QUAROT_HADAMARD_KRONECKER; bsplit = s; }
+            }
+        }
+        f->emin[idx] = (int8_t)(best < QUAROT__HAD_INF ? best : QUAROT__HAD_INF);
+        f->how[idx] = (int8_t)bhow;
+        f->split[idx] = (uint16_t)bsplit;
+        for (i = 0; i < f->np && dg[i] == f->pe[i]; ++i) dg[i] = 0;      // next divisor
+        if (i < f->np) ++dg[i];
+    }
+    return f->emin[f->nd - 1] <= f->e;
+}
+
+// Fast paths first (powers of two, Paley and table orders need no factorization), then the DP.
+QUAROT_API int quarot_hadamard_available(int64_t n) {
+    quarot__had_facts f;
+    int64_t q;
+    if (n <= 0 || n > QUAROT_HADAMARD_MAX_ORDER) return 0;
+    if (n <= 2) return 1;
+    if (n % 4 != 0) return 0;
+    if ((n & (n - 1)) == 0 || quarot__had_primitive(n, &q) != QUAROT_HADAMARD_NONE) return 1;
+    return quarot__had_analyze(n, &f);
+}
+
+QUAROT_API quarot_result quarot_hadamard_info_get(int64_t n, quarot_hadamard_info* info) {
+    quarot__had_facts f;
+    char tail[16];
+    int top;
+    if (!info) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->n = n;
+    if (n <= 0 || n > QUAROT_HADAMARD_MAX_ORDER) {
+        snprintf(info->text, sizeof info->text, "%lld: outside 1..2^32", (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    if (n > 2 && n % 4 != 0) {
+        snprintf(info->text, sizeof info->text, "%lld: not 1, 2 or a multiple of 4", (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    if (!quarot__had_analyze(n, &f)) {
+        snprintf(info->text, sizeof info->text, "%lld = 2^%d*%lu: no construction known here",
+                 (long long)n, f.e, (unsigned long)f.o);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    // o itself is the last divisor; K = 2^emin(o) * o and the rest of n is Sylvester
+    top = f.nd - 1;
+    info->m = f.e - f.emin[top];
+    info->K = (int64_t)f.o << f.emin[top];
+    info->construction = (quarot_hadamard_construction)f.how[top];
+    if (info->K == 1) {
+        snprintf(info->text, sizeof info->text, "2^%d (sylvester)", info->m);
+        return QUAROT_OK;
+    }
+    tail[0] = '\0';
+    if (info->m > 0) snprintf(tail, sizeof tail, " x 2^%d", info->m);
+    switch (info->construction) {
+        case QUAROT_HADAMARD_PALEY1:
+        case QUAROT_HADAMARD_PALEY2:
+            info->q = info->construction == QUAROT_HADAMARD_PALEY1 ? info->K - 1 : info->K / 2 - 1;
+            snprintf(info->text, sizeof info->text, "%lld (paley%d q=%lld)%s", (long long)info->K,
+                     info->construction == QUAROT_HADAMARD_PALEY1 ? 1 : 2, (long long)info->q, tail);
+            break;
+        case QUAROT_HADAMARD_TABLE:
+            snprintf(info->text, sizeof info->text, "%lld (table)%s", (long long)info->K, tail);
+            break;
+        default: {   // KRONECKER
+            int s = f.split[top], t = top - f.split[top];
+            int64_t a = (int64_t)f.d[s] << f.emin[s], b = (int64_t)f.d[t] << f.emin[t];
+            QUAROT_ASSERT(info->construction == QUAROT_HADAMARD_KRONECKER && a * b == info->K);
+            info->a = a >= b ? a : b;
+            info->b = a >= b ? b : a;
+            snprintf(info->text, sizeof info->text, "%lld (kronecker %lld*%lld)%s", (long long)info->K,
+                     (long long)info->a, (long long)info->b, tail);
+            break;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API int64_t quarot_hadamard_largest_block(int64_t n, int64_t max_block) {
+    quarot__had_facts f;
+    int64_t best = 1, c;
+    int idx, j;
+    if (n <= 0 || max_block < 1 || n > QUAROT_HADAMARD_MAX_ORDER) return 0;
+    quarot__had_analyze(n, &f);
+    // every odd divisor d with emin(d) <= e gives the blocks d*2^j, emin(d) <= j <= e (and d = 1: any j)
+    for (idx = 0; idx < f.nd; ++idx) {
+        int lo = f.d[idx] == 1 ? 0 : f.emin[idx];
+        for (j = f.e; j >= lo; --j) {
+            c = (int64_t)f.d[idx] << j;
+            if (c <= max_block) { if (c > best) best = c; break; }
+        }
+    }
+    return best;
+}
+
+// --- builders: every one writes a contiguous [K][K] matrix at out ---
+
+// Element z of GF(p^k) is the integer with base-p digits z_0..z_{k-1} (polynomial sum z_i x^i).
+static uint64_t quarot__gf_sub(uint64_t x, uint64_t y, uint64_t p, int k) {
+    uint64_t r = 0, pw = 1;
+    int i;
+    if (k == 1) return (x + p - y) % p;
+    for (i = 0; i < k; ++i) {
+        r += ((x % p) + p - (y % p)) % p * pw;
+        x /= p;
+        y /= p;
+        pw *= p;
+    }
+    return r;
+}
+
+// chi[z] for every z in GF(q), q = p^k odd: try monic f(x) = x^k + sum c_i x^i (c_0 != 0) until x
+// has q-1 distinct powers modulo f (then GF(p)[x]/f is a field and x a primitive element), marking
+// x^i with (-1)^i: the squares are exactly the even powers. chi[0] = 0.
+static int quarot__gf_chi(uint64_t p, int k, uint64_t q, int8_t* chi) {
+    uint64_t pk1 = q / p, code, cd[64], cur, low, top, x, nxt, pw, i;
+    int t;
+    for (code = 1; code < q; ++code) {
+        if (code % p == 0) continue;                        // c_0 = 0: x divides f
+        for (x = code, t = 0; t < k; ++t) { cd[t] = x % p; x /= p; }
+        memset(chi, 0, (size_t)q);
+        cur = 1;
+        for (i = 0; i + 1 < q; ++i) {
+            if (cur == 0 || chi[cur] != 0) break;           // repeated power: x not primitive
+            chi[cur] = (int8_t)((i & 1) ? -1 : 1);
+            top = cur / pk1;                                // cur * x = shifted digits - top * f
+            low = cur % pk1;
+            x = low * p;
+            nxt = 0;
+            pw = 1;
+            for (t = 0; t < k; ++t) {
+                nxt += ((x % p) + p - top * cd[t] % p) % p * pw;
+                x /= p;
+                pw *= p;
+            }
+            cur = nxt;
+        }
+        if (i + 1 == q && cur == 1) return 1;
+    }
+    return 0;
+}
+
+// Paley I (K = q+1): H = I + [[0, 1^T], [-1, Q]], Q[x][y] = chi(x - y).
+// Paley II (K = 2(q+1)): C = [[0, 1^T], [1, Q]]; entry 0 -> [[1,-1],[-1,-1]], +-1 -> +-[[1,1],[1,-1]].
+static quarot_result quarot__had_paley(int kind, int64_t q64, int8_t* out, const quarot_env* env) {
+    uint64_t p, q = (uint64_t)q64, r, c;
+    int k;
+    int8_t* chi;
+    if (!quarot__prime_power(q, &p, &k) || (q & 1) == 0) return QUAROT_ERR_INTERNAL;
+    chi = (int8_t*)quarot_env_alloc(env, (size_t)q);
+    if (!chi) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__gf_chi(p, k, q, chi)) { quarot_env_free(env, chi); return QUAROT_ERR_INTERNAL; }
+    // Row / column 0 is the added point "infinity"; row r >= 1 stands for the field element r - 1.
+    if (kind == QUAROT_HADAMARD_PALEY1) {
+        uint64_t K = q + 1;
+        for (r = 0; r < K; ++r) {
+            int8_t* row = out + r * K;
+            for (c = 0; c < K; ++c) {
+                if (r == 0 || r == c) row[c] = 1;
+                else if (c == 0) row[c] = -1;
+                else row[c] = chi[quarot__gf_sub(r - 1, c - 1, p, k)];
+            }
+        }
+    } else {
+        // each entry v of the symmetric conference matrix C becomes a 2x2 block at rows 2r, 2r+1
+        uint64_t K = 2 * (q + 1);
+        for (r = 0; r <= q; ++r) {
+            int8_t* r0 = out + (2 * r) * K;
+            int8_t* r1 = r0 + K;
+            for (c = 0; c <= q; ++c) {
+                int v = (r == 0 && c == 0) ? 0 : (r == 0 || c == 0) ? 1 : chi[quarot__gf_sub(r - 1, c - 1, p, k)];
+                if (v == 0) {
+                    r0[2 * c] = 1; r0[2 * c + 1] = -1; r1[2 * c] = -1; r1[2 * c + 1] = -1;
+                } else {
+                    r0[2 * c] = (int8_t)v; r0[2 * c + 1] = (int8_t)v; r1[2 * c] = (int8_t)v; r1[2 * c + 1] = (int8_t)-v;
+                }
+            }
+        }
+    }
+    quarot_env_free(env, chi);
+    return QUAROT_OK;
+}
+
+// Embedded table: 4x4 blocks of size m, block (bi, bj) circulant (row r = first row shifted right by r)
+// or back-circulant (shifted left by r), first rows as packed bits (see >>hadtables).
+static quarot_result quarot__had_table(int64_t K, int8_t* out) {
+    uint32_t mask;
+    const char* hex;
+    int64_t m = K / 4, bi, bj, r, j, c, t;
+    if (!quarot__hadtable_get(K, &mask, &hex)) return QUAROT_ERR_INTERNAL;
+    for (bi = 0; bi < 4; ++bi)
+        for (bj = 0; bj < 4; ++bj) {
+            int64_t blk = 4 * bi + bj;
+            int back = (int)((mask >> blk) & 1u);
+            for (r = 0; r < m; ++r)
+                for (j = 0; j < m; ++j) {
+                    int h;
+                    // sign = bit t of the packed first rows: hex digit t/4, bit 3 - t%4 of it
+                    c = back ? (j + r) % m : (j - r + m) % m;
+                    t = blk * m + c;
+                    h = hex[t >> 2];
+                    h = h <= '9' ? h - '0' : h - 'a' + 10;
+                    out[(bi * m + r) * K + bj * m + j] = (int8_t)(((h >> (3 - (t & 3))) & 1) ? -1 : 1);
+                }
+        }
+    return QUAROT_OK;
+}
+
+// Row j of Sylvester H_B (B a power of two): row[l] = (-1)^popcount(j & l), by doubling.
+static void quarot__had_sylvester_row(int64_t j, int64_t B, int8_t* row) {
+    int64_t h, l;
+    row[0] = 1;
+    for (h = 1; h < B; h <<= 1)
+        for (l = h; l < 2 * h; ++l) row[l] = (int8_t)((j & h) ? -row[l - h] : row[l - h]);
+}
+
+// In place: buf holds S [s][s] contiguous; on return it holds S (x) P [s*B][s*B] (P [B][B], or Sylvester
+// H_B when P is NULL): T[i*B + j][k*B + l] = S[i][k] * P[j][l]. Block rows i go from last to first:
+// block i's output starts at byte i*s*B*B >= i*s, past the source rows 0..i-1 still to be read, and
+// source row i is copied aside first.
+static quarot_result quarot__had_expand(int8_t* buf, int64_t s, const int8_t* P, int64_t B, const quarot_env* env) {
+    int64_t n = s * B, i, j, k, l;
+    int8_t* srow = (int8_t*)quarot_env_alloc(env, (size_t)(s + B));
+    int8_t* prow;
+    if (!srow) return QUAROT_ERR_OUT_OF_MEMORY;
+    prow = srow + s;
+    for (i = s - 1; i >= 0; --i) {
+        memcpy(srow, buf + i * s, (size_t)s);
+        // output rows i*B .. i*B+B-1: row i*B+j is srow (x) P[j], i.e. B-long copies of +-P[j]
+        for (j = 0; j < B; ++j) {
+            int8_t* dst = buf + (i * B + j) * n;
+            const int8_t* pj = P ? P + j * B : prow;
+            if (!P) quarot__had_sylvester_row(j, B, prow);
+            for (k = 0; k < s; ++k) {
+                if (srow[k] > 0) memcpy(dst + k * B, pj, (size_t)B);
+                else for (l = 0; l < B; ++l) dst[k * B + l] = (int8_t)-pj[l];
+            }
+        }
+    }
+    quarot_env_free(env, srow);
+    return QUAROT_OK;
+}
+
+// H_n for an available n into contiguous out [n][n]: core H_K at the start, then (x) H_{2^m} in place.
+static quarot_result quarot__had_build(int64_t n, int8_t* out, const quarot_env* env) {
+    quarot_hadamard_info info;
+    quarot_result r = quarot_hadamard_info_get(n, &info);
+    int64_t j;
+    if (r != QUAROT_OK) return r;
+    if (info.K == 1) {   // pure Sylvester: each row straight from its index, no temporary
+        for (j = 0; j < n; ++j) quarot__had_sylvester_row(j, n, out + j * n);
+        return QUAROT_OK;
+    }
+    switch (info.construction) {
+        case QUAROT_HADAMARD_PALEY1:
+        case QUAROT_HADAMARD_PALEY2: r = quarot__had_paley((int)info.construction, info.q, out, env); break;
+        case QUAROT_HADAMARD_TABLE: r = quarot__had_table(info.K, out); break;
+        case QUAROT_HADAMARD_KRONECKER: {
+            // H_a in place at out, H_b (b <= sqrt(K)) in a temporary: O(K) bytes
+            int8_t* hb = (int8_t*)quarot_env_alloc(env, (size_t)(info.b * info.b));
+            if (!hb) return QUAROT_ERR_OUT_OF_MEMORY;
+            r = quarot__had_build(info.a, out, env);
+            if (r == QUAROT_OK) r = quarot__had_build(info.b, hb, env);
+            if (r == QUAROT_OK) r = quarot__had_expand(out, info.a, hb, info.b, env);
+            quarot_env_free(env, hb);
+            break;
+        }
+        default: r = QUAROT_ERR_INTERNAL; break;
+    }
+    if (r == QUAROT_OK && info.m > 0) r = quarot__had_expand(out, info.K, NULL, (int64_t)1 << info.m, env);
+    return r;
+}
+
+// Common checks of the build_* entry points: available, n*n*elem fits size_t, out not NULL.
+static quarot_result quarot__had_check(int64_t n, const void* out, size_t elem, size_t* count) {
+    size_t sn = (size_t)n, bytes;
+    if (!quarot_hadamard_available(n)) return QUAROT_ERR_UNSUPPORTED_SIZE;
+    // (int64_t)(size_t)n != n catches a 32-bit size_t; then n*n and n*n*elem must not wrap
+    if ((int64_t)sn != n || !quarot__mul_size(sn, sn, count) || !quarot__mul_size(*count, elem, &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    if (!out) return QUAROT_ERR_INVALID_ARGUMENT;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_build_i8(int64_t n, int8_t* out, const quarot_env* env) {
+    size_t count;
+    quarot_result r = quarot__had_check(n, out, 1, &count);
+    if (r != QUAROT_OK) return r;
+    return quarot__had_build(n, out, env);
+}
+
+// f32 / f64: the +-1 matrix is built in the last n*n bytes of out and widened front to back; element t
+// (bytes [t*w, t*w + w)) never reaches source bytes (w-1)*n*n + t' for t' >= t, so no n*n temporary.
+QUAROT_API quarot_result quarot_hadamard_build_f32(int64_t n, int normalized, float* out, const quarot_env* env) {
+    size_t count, t;
+    const int8_t* src;
+    float s;
+    quarot_result r = quarot__had_check(n, out, sizeof(float), &count);
+    if (r != QUAROT_OK) return r;
+    src = (const int8_t*)out + count * (sizeof(float) - 1);
+    r = quarot__had_build(n, (int8_t*)out + count * (sizeof(float) - 1), env);
+    if (r != QUAROT_OK) return r;
+    s = normalized ? (float)(1.0 / sqrt((double)n)) : 1.0f;
+    for (t = 0; t < count; ++t) out[t] = src[t] > 0 ? s : -s;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, double* out, const quarot_env* env) {
+    size_t count, t;
+    const int8_t* src;
+    double s;
+    quarot_result r = quarot__had_check(n, out, sizeof(double), &count);
+    if (r != QUAROT_OK) return r;
+    src = (const int8_t*)out + count * (sizeof(double) - 1);
+    r = quarot__had_build(n, (int8_t*)out + count * (sizeof(double) - 1), env);
+    if (r != QUAROT_OK) return r;
+    s = normalized ? 1.0 / sqrt((double)n) : 1.0;
+    for (t = 0; t < count; ++t) out[t] = src[t] > 0 ? s : -s;
+    return QUAROT_OK;
+}
 
 // >>hadtables
-// (implementation: hadamard work)
+// Hadamard matrices no construction here reaches, as 4x4 arrays of circulant / back-circulant
+// blocks of size m = N/4 (Williamson and Goethals-Seidel arrays):
+//     H[bi*m + r][bj*m + j] = s(bi, bj, (j - r) mod m)   block circulant,
+//                             s(bi, bj, (j + r) mod m)   block back-circulant (bit 4*bi+bj of mask),
+// s(bi, bj, c) = bit (4*bi + bj)*m + c of the hex string (4 bits a digit, MSB first), 1 = -1.
+// Generated by tools/gen_hadtables.py, which checks H*H^T = N*I and that this rebuild gives the
+// source file back. 22 orders, 4836 bytes of signs.
+typedef struct quarot__hadtable {
+    int32_t n;            // order, a multiple of 4
+    uint32_t back_mask;   // bit 4*bi+bj set: block (bi, bj) is back-circulant
+    const char* hex;      // 16 first rows, N hex digits
+} quarot__hadtable;
+
+static const quarot__hadtable quarot__hadtables[] = {
+    {92, 0x0000,
+     "117e88394a71260649dd2eee35ac622fd1311688a4c0c9b67e6c774bb845fa271ad63c45a236cfcd87294e08bf44"},
+    {116, 0x0000,
+     "368845b04b81d217340b3a39af59cf68fc5b9b4422db8ca14c6b9a059da32fd310e6bd670da2116ded1f8b7e328531d197e9"
+     "8825c0e906d108b6"},
+    {156, 0x0000,
+     "1afb3cdf581d9eb5e6e065d6f6ba6395f123ea7f130a50c8e35f679beb235076e0ac0cbaded74ce68a425166e57c48fa9c6b"
+     "ecf37d678985286478d41db82b1cd1484a2cc3b3d6bcdc0d7d9e6fac"},
+    {172, 0x0000,
+     "730a26450ce40f5926bc085350bd0aca1c2d9fe6d0edf8536ca1fae6144c8a19f1e9300c9788a6a17a1594eb2bd0bd4d670b"
+     "67f9b439cc28991433efc29b650fdc7a4c0325e3d657a17a9ac81eb24d78139851322867"},
+    {188, 0x7bde,
+     "5ede70ebc0dcec0f5dc61215b47ddcd22b7368fbbe5ba9189f8511cf6f4bdbce1d781bbb512c11074976a259ddf16c92e088"
+     "cb752225769f77c5b57b79c3af0375ede71143f2292e088348adc257698883a4d090c775e06eaf6f3875e06e"},
+    {236, 0x7bde,
+     "042cc2e85d3b0872e9d8425d0cd087086e5d145e65efb4589ef5743342168b13ded17997bc085985d0ba7610fde99e8a8437"
+     "2e97bd33d145d3b0873de468bae86684010b30babde468b410b30ba174ec21fbd33d16f791a2c974ec21517997bc10b30bae"
+     "8b13de0216617484372e9821661742e9d843"},
+    {260, 0x7bde,
+     "0ac66ca0051cb62ffd1b4e283eb2672bfe8da7143f593395e0b92c75efac99caf05c963af829b31a805633650028e5b17fa9"
+     "cc9afbd71a4e822b19b281eb8d274005c963af029b31a80ac66ca0851cb62f82b19b2801472d8bfd4e64d7c1472d8bffa369"
+     "c50829b31a87539935f851cb62fc56336507d71a4e80158cd9400a396c5f"},
+    {268, 0x7bde,
+     "2637871a520070dcc8be009565ca4754d99d870024d38f09cddd07fdaa57291d536ba0ffb54d1adc55924c6f0e34a400e1b9"
+     "b655c4a752adff05d2637871a6dff8f232989e3ff6cb1c3d8c84d51dac56a9007d1498de1c694801c3736cab894e9aa401f4"
+     "445f004ab51adc55936721e3964801c37349aa3b58b2adff05d931bc38d2900386e6"},
+    {292, 0x7bde,
+     "48a660f1f15f811071344b6a3102b694cc11d1c1103f520e1f335db2ed2573beada53304797692b9dfa92d667dc24533078f"
+     "8afc08838b106652dabee7525ba7229983c7da81fbbe3ab8fbbf02b7c78332891df335a4a82315b48b1229983c7c57e0441c"
+     "58833296d408c56d22d6896d4620a92d667dc37599f0e095f8110714ef99ad257ee7525ba4914cc1e3e2bf0220e2"},
+    {356, 0x7bde,
+     "746502b24d6009c68f8728d814b71ce401ac9cafd674629c3e2c8dff29b657eb3a29fad238b9006b272bf59d14fd691c637f"
+     "ca6c6a053173a32815926b004e347c39445cd7ea726b004e8e25afcbd1940ac935802765c1e35c758f074dc8035926a05317"
+     "746502b1b29ff62e3b4a069d1940ac93580271a3e1ca22e6bf53935802738ed281bb0296e3a37fca6c6a053170b9afd4db29"
+     "ff6268f8728fa328158d94ffb18e25afc8e8ca05649ac0138d1f0e51"},
+    {404, 0x7bde,
+     "657095203d20c37263c6468afe7382d95593b0c12ffed5bc567ea2c4c7836279f687f6ade2b2631f49aae4ec304bffb56f15"
+     "9318fa4d54d89e7da00254875332b84a901e9061b931e323457cd47b56ffe9061b93aac97c63395c25480f4830dc9f0e6e5d"
+     "400574ece1f2761825e025487536570952002df3c8d8aa6d0739995c25480f4830dc98f191a2be6a3dab7ff4830dc9aa9b41"
+     "ce7ce705b2a8d89e7da0025487531a8f6adfc2df3c8d83c6468aff2b84a90016f9e46caac97c630cae12a407a4186e4c78c8"
+     "d15f"},
+    {412, 0x7bde,
+     "1d9fa5aadd710f7144aa5a0646165e328526e054e652faef9f131bf24bc0353cff6c70b5d374771ddd7483fb36edcec863e5"
+     "a1ef4d0e6bd6c8fd58cd6828830763b3f4b55bae21ee28954b40c8fc2d3e309b9dbb66fe0975ddc70e89a2978e48061a9fe1"
+     "6d813939036d0ff2b0c024e3d28b22e21e960e7b231224c80fb45111c4767e96ab75c43dc512a968191a3e7dd7d299ca81d9"
+     "28531e9a01c44516f8099224626f3834bc3c5d975a1c6dfe795807a49fb1ae0c11416b31abf136bd670b2f8ecfd2d56eb887"
+     "b8a2552d0323"},
+    {428, 0x7bde,
+     "41611316e17cd1a8843caf8487b384336b0484562cfa225cdde5f6f090fa9e2f753a60bc4b9bbcbeb1ef3253ea1158b3e889"
+     "737797d63de64a7dbdd4e982eed1910d0482c2262dc2f9a35108795f090f60b0898b7741972bbd41ad984393e9eece91e832"
+     "e577a3caf8487b43dbc1587422b167d0ed1910d04fa7bb3a445f346a215f2933de3505844c5b85f346a210f2be121ec16113"
+     "16ee832e577b7ca4cf78c9c219b582bdd4e982eed1910d0505844c5b85f346a2170d41ede11f4f767488be68d44241ad9843"
+     "9a0b0898b70be68d4421e57c243d"},
+    {452, 0x7bde,
+     "4036d44e180298f0ecc524772bcadd274a3d44cdc3c65009e37524ff6a7a9dc494991e1cd7fcf1ba927fa8b62d70aeb370f1"
+     "940278dd493fd45b16b85766478735fec3915b601201b6a270c014c787662923b95e55fe495d8f2014c78766ba875a368b00"
+     "db5138600a63c3b36b6e2350d4561588edad9b878ca00c3915b6014036d44e1bfd670f1328af14b92e900db5138600a63c3b"
+     "31491dcaf2aff24aec7900a63c3b322bc52e4bbba4e947a8a6478735fec3915b6013fc92bb1e7fd670f132524772bcae01b6"
+     "a270dfeb387899ba875a3688806da89c300531e1d98a48ee5795"},
+    {476, 0x7bde,
+     "5a4e33022e167a234094182abccbf34f78261fa4a40b1179a22efcce36967e99eaa0c2b7e9dd0cbc5df99c6d2ac21f67816a"
+     "902c45e688bbf338da55843ecf02dadfa77432ee88198e4b4b49c66045c2cf446812830557997e52d8e67ee88b3d11a04ab4"
+     "0f37c21ada4e33022e167a234095e7d543340c60598557cf520588bcd0e88198e4b56938cc08bba61772fdaa5f8641ef2969"
+     "38cc08b859e88d025060aaf32fca5b1ccfdd1167a23409497e1907bcba7bc130fd2adfa77432ee88198e4b496c733f747a61"
+     "772fda860aaf32fced2719811774c2ee5fb5b40f37c21a2d271981170b3d11a04a0c155e65f9"},
+    {508, 0x7bde,
+     "68d5f663be69680e8fe96982399054e9ef2fc77aac0acba7677841277927a65bff57c64754ad2cafc64439be41bc39b6ce5f"
+     "876fb953e2cabced7621af84ca008681c42a9fa9a2c4c43df6c436c2cd2d1abecc77cd2d01d1fd2d3047320a9d02990fac23"
+     "75b9ea9a3e54efb70fd39b131e13ec131eece0565a56a8ece0a801002a0e6e2ad4b4d40e6ef1906f90f193eb37829ee45230"
+     "ab2e0d588247816325a357d98ef9a5a03a3fa5a608e64153a6997927b92087b9b974d40d57b8fd3de26340f1208d583a6a86"
+     "2513bca0f66bfb387b04fb3844c7ea696a55c4c7d5ff8b3436c236fbc23234595f9542381610b46afb31df34b40747f4b4c1"
+     "1cc82a74"},
+    {604, 0x7bde,
+     "4cb0750bdd8505348e698ed35f5e442f51f2cc81433d5d88f9d0adca494391b0f13dc20620537c059a6735d7449562cb79d9"
+     "8a1b5a6ce81ff52ce18bc3479bd5fd7e77006b7b2b077503e48bf5e61513b8317a91adb5e372787611efcefd69960ea17bb0"
+     "a0a691cd31da6bebc885ea3e59893e057706a6f6b00773f5fd5ecf161e8c39a5003f464d293d73230965cab6e8a298cd32fe"
+     "0920fe9966328a2edaa74d21899d792964c5f803b60fd447cac84a7fc460501509874f0b9e32d532c1d42f761414d239a63b"
+     "4d7d7910bd47cb32811810ef23c36270a494ed42e7c46eaf30a045a63ce87970c854050311ff2909a9f115f836fff02e6cb5"
+     "b0a3373da68d5245d759ccb3407dabf73f7886e1e4ec7adb5895e8c1dc8a867afda6583a85eec2829a4734c769afaf2217a8"
+     "f966"},
+    {652, 0x7bde,
+     "6dc7c0996794d5a01588cee57fa54d61966fc1c491034864e1ea2d4c4e24d33157b5e00d7d9674180b8d8b0d549e20b99943"
+     "de74ff4f1d64a0b1fe202925e4f8bdfc449a87bab9aad1ff2cdd6b98f64b46077e5bcd8f0ae959d8ed966754250ff94134c5"
+     "f3fadb8f8132cf29ab402b119dcaff4a9ac32cdf838903169378ceb5d9a7fc5aaceaef0ac911fde8f93d235fdc0397d6ca38"
+     "68068c21eb3317dc36aa7972711c9d3caad877d199af0862c02c38a6d7d38077f5be74b64398a5132c01d2a98a887a9b7701"
+     "0b83616db71f02659e53568056233b95fe95358659bf07124060b9a6fac01eb7aa332c91c8cad15e1c984b022b4360e84077"
+     "6caf08a8caa5c01a64528ce136973f2808ff1a0a4d71e5fe5cf785333a08f25561a3639fcfa32c829ff0a42ae669b71b9a97"
+     "50f1b3da7eeb6e3e04cb3ca6ad00ac46772bfd2a6b0cb37e0e24"},
+    {764, 0x7bde,
+     "01a4100dd2e2a0af8358b9c99a4a18ce19576bd3458497733b93bf8c95616d4f17b700ae74b04fdb3cc2182250382a21f869"
+     "30a677e158168b575619df9070b384baec59812682570a4ee50672ad90eecf785f2682f8e5f53bdf971027568c862362039b"
+     "54f495874247fa8c5a7d812619ef3eed7e3eaee0348201ba5c5415f06b173933494319c32aed7a68b092ee498b5720474fde"
+     "e57d38fa0b27d0f79bb84daa73053b92872df4dbf32e4516f1978fb0233ca8a974bf2bc08cd79b4f0381e5b3d66207a9fa5d"
+     "2a2a79881be3d31ed144e99fb65f6bb3a546fdc58108d416382fa6c17843223d92ac67d6236bc4069040374b8a82be0d62e7"
+     "2669286338655daf4d16125dc9150702910610cf36fc834b9d403b7a3cada1aa4c7f727721eb6235f31aa4de22610f41b2fa"
+     "0e34158840d1dfb152e6f482c903346eba439a1c13f730d5d5a2d0350fdcca192c3f3757c7eb77cf7986481be5a315fe242e"
+     "1a92f2ad9c046c4680d20806e9715057c1ac5ce4cd250c670cabb5e9a2c24bb9"},
+    {876, 0x7bde,
+     "05320a5850cd72857350f0b33f4cd0332f0f5315eb14cf5e5afb35e01518805e474b1c4b24986dc85d0c8a9baffc931c43e6"
+     "4ed071be92d2c58e01725e8a26beca204ed3091a080d85f59beb073c655af11936de28d1f85deae577a4b071ac2f623baaff"
+     "c0105d1d8e58999797eff573bfd0dc5a71da6db3c91bd179bab22801b671de0cd897c720b60a6414b0a19ae50ae6a1e1667e"
+     "99a0665e1ea62bd6299ebcb5f66bc0b0b3372c723a2fbfe005511dc85e538f96d08ac5422f03a75c249cc47ad531e706becd"
+     "7d0d8082c4865b90229beb228bd274038d1a5a4b4e9c7fa3685d76504d77ec4b3db97dfc9e8299053e30e6a943b9bfa7a664"
+     "69c6e2e8200ffd57711bd0d6383497ba9d5ee87e2c51edb014c829614335ca15cd43c2ccfd3340ccbc3d4c57ac533d796bec"
+     "d7da09c7d23660f71cdb00289abb3d17b1279b6cb71cb47617fb9d5ff9243ae5c0f442a3510b69f1ca7a13b88aa007fdf45c"
+     "4e34eccd0d02cee14ab3863e504ca0bc9fdf4ede691bf75905375d0b62ff1cb96952fb1c16e4cf8471927febb2a26174276c"
+     "3249a471a5c4f402315000299052c2866b942b9a878599fa668199787a98af58a67af2d7d9af"},
+    {956, 0x7bde,
+     "93d2304a7444034e1e909c7854bb7b3d9daa8034059669c6e23cd8c2d029e09aa2291f6e0455036c1e4ba152e01efcf52767"
+     "6c63a305e7390454947b654654edb767f314c826ee65f56ad4c4bab2038793bc2185f7c0a947241375e1e621112e17c86c90"
+     "8eb42f3a7b468a8a9263d8471ff0c97eadf986c0fb2aeeb7048fdd57e49f0da2f568ff081856c4c49ce2e7d0c637dd5b5c32"
+     "7a46094e888069c3d2138f0a976f67b3b5500680b2cd38dc479b185a0524f302540b678038ef21cdb57574e90d185e9477b6"
+     "4f60bc5bbbdcc3c289c12714a81f7d0c21ee4f0e026ae9195ab57d33bb2099467f376db953153626ae6ac49226033acdf644"
+     "6682a54aced1537f1e1b10f79e820fd5ae36fad867ed5fa4c3fe3886f192545458b7973d0b5c424d84fa1d222119e1ebb24f"
+     "48c129d1100d387a4271e152edecf676aa00d01659a71b88f3630b40a075b577d8c617ce8e724646d43021fe2d5e8b61f24f"
+     "d577e241daeea9be19143c33bddda3d06f26dee297a18b0972eaeadb384f71c01e6d02a40cf26fb63ad5f820bcf7846c3c7f"
+     "6545b9a952a0b31137d9ae60322491ab3ab27c52544139cf418b8c6dcdc95e7ef00e950ba4f06d815440edf1288ab20f49e9"
+     "18253a2201a70f484e3c2a5dbd9eced5401a02cb34e3711e6c616814"},
+    {1004, 0x7bde,
+     "2f7f12954791c6d70beb9a3a0cd10a9a6c9e4a6206078af405e72fcef45fb8048ad4d1cc1ab1b7269fcf720918a6fad4f5b0"
+     "1c1ac8a9a1aea77c3116bc21105274063e21e190976fddd953369014add331c1392594cb040bf09a027b572b64a238ec30c7"
+     "8363f28e2410c8add02a43d075c993a877fb32ab3c14a6981acdba959719f2a7246cb01846fb73ac82958527f1f29bab2f28"
+     "ac41e774a1ef765efe252a8f238dae17d7347419a21534d93c94c40c0f15e80bce5f9de8bf70253f34d6be195599008f51b3"
+     "628fa1ed5fa25767bedc7581c9f0e79e471dd6cea756f202c87e8106994d24e41c665da9404b6654dddfb7484c3c23e30172"
+     "50eb62fe7077879bda240889ab325bfad48b338fb1b69acd3efd03d97f612a352d606594a0f355337fb857264eb82f09502e"
+     "d44c2091c53f1b078c30dc711498bdfc4a551e471b5c2fae68e833442a69b2792988181e2bd0179cbf3bd17ee05def0a5dcf"
+     "046a29e9abb29f1fc94352826b9dbec4301a6c49ca9f31d352bb736bb8e279e70f9381ae3b7de6ea45fab785f146cd8af100"
+     "99aa987d6b2cfca6562a437f4de05fbe59acb6c6f8e66895afed266ac888122decf0f7073fa36bd1087ad1187dcaeb0b2a26"
+     "b0701b5e56beca31209de7f2c9db1ab0671656a2417bf894aa3c8e36b85f5cd1d0668854d364f25310303c57a02f397e77a2"
+     "fdc0"},
+};
+
+// 1 and the table's mask and hex string when order n is embedded, else 0.
+static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex) {
+    size_t i;
+    for (i = 0; i < sizeof quarot__hadtables / sizeof quarot__hadtables[0]; ++i) {
+        if ((int64_t)quarot__hadtables[i].n != n) continue;
+        if (back_mask) *back_mask = quarot__hadtables[i].back_mask;
+        if (hex) *hex = quarot__hadtables[i].hex;
+        return 1;
+    }
+    return 0;
+}
 
 // >>transform
 // H_n = H_K (x) H_{2^m}: for a row x viewed as z[K][M] (M = 2^m), x*H_n = mix_K(fwht_M(z)) where
