@@ -366,12 +366,12 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
 // A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and, for the SIMD kernels, the
 // mixing coefficients as floats in panels of 16 outputs: mix_f32[o][p][k][l] = c_o(k, 16p + l) for
 // o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16 with K16 = K rounded up to
-// a multiple of 64, zero where 16p + l >= K (2 * K16 * K floats).
+// a multiple of 64, zero where 16p + l >= K (2 * K16 * K floats; NULL when K == 1 or K > 2048).
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
-    float* mix_f32;                // [2][K16/16][K][16], NULL when K == 1
+    float* mix_f32;                // [2][K16/16][K][16], NULL when K == 1 or K > 2048
     quarot_hadamard_info info;
     quarot_env env;                // copy of the env used to allocate had_k and mix_f32
 } quarot_hadamard_plan;
@@ -387,8 +387,11 @@ typedef struct quarot_hadamard_apply_desc {
 } quarot_hadamard_apply_desc;
 
 // Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
-// available (quarot_hadamard_available), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. On failure
-// *p is left zeroed (plan_free on it is harmless).
+// available (quarot_hadamard_available) or its core K exceeds QUAROT_HADAMARD_PLAN_MAX_K (the mixing
+// costs K*n per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. mix_f32 is only built for
+// K <= 2048 (larger cores mix with the scalar kernel on every ISA). On failure *p is left zeroed
+// (plan_free on it is harmless).
+#define QUAROT_HADAMARD_PLAN_MAX_K 16384
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
 // Workspace bytes one apply call needs (0 for powers of two); independent of the row count, the same
@@ -1946,11 +1949,12 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
         memset(p, 0, sizeof *p);
         return QUAROT_ERR_INTERNAL;
     }
+    if (K > QUAROT_HADAMARD_PLAN_MAX_K) { memset(p, 0, sizeof *p); return QUAROT_ERR_UNSUPPORTED_SIZE; }
     p->n = n;
     p->K = K;
     p->m = p->info.m;
     if (K == 1) return QUAROT_OK;
-    // H_K as bytes (the _ref and f64 kernels) and as float panels (the SIMD mixing kernels).
+    // H_K as bytes (the _ref and f64 kernels) and, for K <= 2048, as float panels (SIMD mixing).
     K16 = (K + 63) / 64 * 64;
     if (!quarot__mul_size((size_t)K, (size_t)K, &kk) || !quarot__mul_size((size_t)K16, (size_t)K, &nmix) ||
         !quarot__mul_size(nmix, 2 * sizeof(float), &nmix)) {
@@ -1958,10 +1962,12 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
         return QUAROT_ERR_OVERFLOW;
     }
     p->had_k = (int8_t*)quarot_env_alloc(&p->env, kk);
-    p->mix_f32 = (float*)quarot_env_alloc(&p->env, nmix);
-    if (!p->had_k || !p->mix_f32) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (!p->had_k) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
     r = quarot_hadamard_build_i8(K, p->had_k, &p->env);
     if (r != QUAROT_OK) { quarot_hadamard_plan_free(p); return r; }
+    if (K > 2048) return QUAROT_OK;
+    p->mix_f32 = (float*)quarot_env_alloc(&p->env, nmix);
+    if (!p->mix_f32) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
     memset(p->mix_f32, 0, nmix);
     for (k = 0; k < K; ++k) {
         for (i = 0; i < K; ++i) {
@@ -1983,7 +1989,7 @@ static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const vo
                                          size_t elem, void* work, size_t work_size, void** work_out) {
     quarot_result r;
     size_t need;
-    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && (!p->had_k || !p->mix_f32)))
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k))
         return QUAROT_ERR_INVALID_ARGUMENT;
     r = quarot__rows_check(x, p->n, rows, stride, elem);
     if (r != QUAROT_OK) return r;
@@ -2032,7 +2038,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         float* z = (float*)w;
         memcpy(z, xr, (size_t)p->n * sizeof(float));
         for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
-        if (mix_fn) {
+        if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
         } else {
