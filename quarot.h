@@ -2385,11 +2385,14 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
     const __m512i n2 = _mm512_set_epi32(s, s, 0, 0, s, s, 0, 0, s, s, 0, 0, s, s, 0, 0);
     const __m512i n4 = _mm512_set_epi32(s, s, s, s, 0, 0, 0, 0, s, s, s, s, 0, 0, 0, 0);
     const __m512i n8 = _mm512_set_epi32(s, s, s, s, s, s, s, s, 0, 0, 0, 0, 0, 0, 0, 0);
+    // The masked forms with an all-ones mask are the plain instructions; unlike _mm512_permute_ps
+    // they do not read _mm512_undefined_ps(), which g++ -O1 reports as maybe-uninitialized.
+    const __mmask16 all = (__mmask16)0xFFFF;
 #define QUAROT__NEG_(v, m) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), m))
-    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_permute_ps(v, 0xB1));            // h = 1
-    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_permute_ps(v, 0x4E));            // h = 2
-    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_shuffle_f32x4(v, v, 0xB1));      // h = 4
-    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_shuffle_f32x4(v, v, 0x4E));      // h = 8
+    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_mask_permute_ps(v, all, v, 0xB1));            // h = 1
+    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_mask_permute_ps(v, all, v, 0x4E));            // h = 2
+    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_mask_shuffle_f32x4(v, all, v, v, 0xB1));      // h = 4
+    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_mask_shuffle_f32x4(v, all, v, v, 0x4E));      // h = 8
 #undef QUAROT__NEG_
     return v;
 }
