@@ -341,18 +341,26 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 // >>transform
 // Fast Hadamard transforms on rows of floats, in place. A row x (length n) is a row vector:
 //     x <- x * H_n / sqrt(n)    (normalized, the default)
-// with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as [K][2^m], run the
+// with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as z[K][2^m], run the
 // Walsh-Hadamard butterflies along each 2^m row (stages h = 1, 2, 4, ... in that order), then mix the
-// K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k], k ascending). The SIMD kernels follow exactly this
-// operation order, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input
-// gives NaN outputs; which NaN payload survives is not specified).
+// K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k]). The SIMD kernels follow exactly the operation
+// order below, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input gives
+// NaN outputs; which NaN payload survives is not specified).
 //
 // Exact operation order (the specification every kernel follows):
 //   1. pre-signs   x[i] = x[i] * s[i]                 (forward with signs)
 //   2. butterflies for h = 1, 2, 4, ..., 2^m/2 along each 2^m row: (a, b) <- (a + b, a - b)
-//   3. mixing (K > 1): acc = c(0,i) * z[0][j]; acc = acc + c(k,i) * z[k][j] for k = 1 .. K-1, with
-//      c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose) as +-1.0; the first term is the signed
-//      copy of z[0][j] (never 0 + ...), so signed zeros come out the same on every ISA
+//   3. mixing (K > 1) with c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose), in blocks of
+//      b = plan->mix_block consecutive k (the last block may be shorter). For block k0 .. k0+L-1 and
+//      output (i, j), with g = c(k0,i):
+//          u = z[k0][j];  u = (c(k,i) == g) ? u + z[k][j] : u - z[k][j]   for k = k0+1 .. k0+L-1
+//          P = (g > 0) ? u : -u                        (exact sign flip)
+//      y[i][j] = P of the first block, then y = y + P block after block. With b = 1 this is the
+//      plain sum acc = c(0,i)*z[0][j], acc = acc + c(k,i)*z[k][j] in k order. The first term is a
+//      signed copy (never 0 + ...), so signed zeros come out the same on every ISA. b > 1 lets the
+//      SIMD kernels share u between all outputs with the same sign pattern on a block (a table of
+//      the 2^(L-1) patterns, the "four Russians" method): about K/b + 2^(b+1)/b adds per output
+//      instead of K.
 //   4. post-signs  x[i] = x[i] * s[i]                 (transpose with signs)
 //   5. scaling     x[i] = x[i] * (float)(1/sqrt(n))   (1/sqrt(n) computed in double; f64: in double)
 
@@ -363,17 +371,25 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa);
 QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride);
 
-// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and, for the SIMD kernels, the
-// mixing coefficients as floats in panels of 16 outputs: mix_f32[o][p][k][l] = c_o(k, 16p + l) for
-// o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16 with K16 = K rounded up to
-// a multiple of 64, zero where 16p + l >= K (2 * K16 * K floats; NULL when K == 1 or K > 2048).
+// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and what the mixing kernels
+// read. mix_block = b is 1 when 2^m < 16 (the SIMD kernels then vectorize across outputs i and read
+// mix_f32) and otherwise the b in 2..8 that minimizes the adds, ceil(K/b) * (2^(b+1) + K).
+//   mix_f32 (b == 1, 1 < K <= 2048): +-1.0f in panels of 16 outputs, mix_f32[o][p][k][l] =
+//     c_o(k, 16p + l) for o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16
+//     with K16 = K rounded up to a multiple of 64, zero where 16p + l >= K: 2 * K16 * K floats.
+//   mix_sel (b > 1): mix_sel[o][i][blk] for i < K8 (K rounded up to a multiple of 8; rows beyond K
+//     name entry blk * 2^b) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^b sums that output i adds for
+//     the block, blk * 2^b + p + (g == -1 ? 2^(b-1) : 0), with p the sign pattern of c_o(k, i) over
+//     the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g).
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
+    int mix_block;                 // b, see above (1 when K == 1)
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
-    float* mix_f32;                // [2][K16/16][K][16], NULL when K == 1 or K > 2048
+    float* mix_f32;                // [2][K16/16][K][16] or NULL
+    uint32_t* mix_sel;             // [2][K8][ceil(K/b)] or NULL
     quarot_hadamard_info info;
-    quarot_env env;                // copy of the env used to allocate had_k and mix_f32
+    quarot_env env;                // copy of the env used to allocate the arrays
 } quarot_hadamard_plan;
 
 // Per-call options; zero-init (or d == NULL) = normalized, no signs, forward, best ISA.
@@ -388,14 +404,15 @@ typedef struct quarot_hadamard_apply_desc {
 
 // Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
 // available (quarot_hadamard_available) or its core K exceeds QUAROT_HADAMARD_PLAN_MAX_K (the mixing
-// costs K*n per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. mix_f32 is only built for
-// K <= 2048 (larger cores mix with the scalar kernel on every ISA). On failure *p is left zeroed
-// (plan_free on it is harmless).
+// costs about K*n/b per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. Without mix_f32 (b == 1
+// and K > 2048) every ISA mixes with the scalar kernel. On failure *p is left zeroed (plan_free on
+// it is harmless).
 #define QUAROT_HADAMARD_PLAN_MAX_K 16384
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
-// Workspace bytes one apply call needs (0 for powers of two); independent of the row count, the same
-// for f32 and f64 (n doubles plus 64 bytes of alignment slack when K > 1).
+// Workspace bytes one apply call needs (0 for powers of two); independent of the row count and of
+// the ISA, the same for f32 and f64: n doubles, plus the pattern tables of the b > 1 mixing
+// (at most 2^b * 64 floats per block, at most 128 KiB in all), plus alignment slack.
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
 // x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
 // touched. work may be NULL only when the workspace size is 0 (else QUAROT_ERR_WORKSPACE, as for
@@ -1814,8 +1831,13 @@ typedef void (*quarot__wht_row_fn)(float* x, int L, const float* pre, const floa
 // (plan->mix_f32 + o * K16 * K), then post-signs and scale; z and y do not overlap.
 typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
                                const float* post, const float* scale);
+// A blocked mixing kernel (mix_block b > 1, 2^m >= 16): sel = plan->mix_sel for one orientation
+// ([K8][nb]), tab the pattern tables in the workspace.
+typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint32_t* sel,
+                                int64_t nb, float* tab, const float* post, const float* scale);
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
+static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
 
 // The specification: one row of n = 2^L floats.
 static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const float* post, const float* scale) {
@@ -1855,36 +1877,54 @@ static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const f
     if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
 }
 
-// The mixing specification: y[i][j] = sum_k c(k,i) z[k][j] with c from the +-1 bytes of H_K.
-static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
-                                const float* post, const float* scale) {
-    int64_t i, j, k;
-    for (i = 0; i < K; ++i) {
-        for (j = 0; j < M; ++j) {
-            float acc = (float)had[transpose ? i * K : i] * z[j];
-            for (k = 1; k < K; ++k)
-                acc = acc + (float)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
-            y[i * M + j] = acc;
-        }
+// The mixing specification (declaration notes, step 3): blocks of b consecutive k, each a chain
+// u = z[k0] +- z[k0+1] +- ... with signs relative to the block's first coefficient g, P = g*u (sign
+// flip), y = P_0 + P_1 + ... in block order. c(k,i) comes from the +-1 bytes of H_K.
+#define QUAROT__MIX_REF_BODY(T)                                                                  \
+    int64_t i, j, k, k0;                                                                         \
+    for (i = 0; i < K; ++i) {                                                                    \
+        const int8_t* c = transpose ? had + i * K : had + i;   /* c(k,i) = c[k * ck] */         \
+        const int64_t ck = transpose ? 1 : K;                                                    \
+        for (j = 0; j < M; ++j) {                                                                \
+            T acc = 0;                                                                           \
+            for (k0 = 0; k0 < K; k0 += b) {                                                      \
+                const int8_t g = c[k0 * ck];                                                     \
+                T u = z[k0 * M + j];                                                             \
+                for (k = k0 + 1; k < K && k < k0 + b; ++k)                                       \
+                    u = c[k * ck] == g ? u + z[k * M + j] : u - z[k * M + j];                    \
+                if (g < 0) u = -u;                                                               \
+                acc = k0 == 0 ? u : acc + u;                                                     \
+            }                                                                                    \
+            y[i * M + j] = acc;                                                                  \
+        }                                                                                        \
     }
+
+static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                int b, const float* post, const float* scale) {
+    QUAROT__MIX_REF_BODY(float)
     if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
     if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
 }
 
 static void quarot__mix_f64_ref(const double* z, double* y, int64_t K, int64_t M, const int8_t* had, int transpose,
-                                const double* post, const float* post_f32, const double* scale) {
-    int64_t i, j, k;
-    for (i = 0; i < K; ++i) {
-        for (j = 0; j < M; ++j) {
-            double acc = (double)had[transpose ? i * K : i] * z[j];
-            for (k = 1; k < K; ++k)
-                acc = acc + (double)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
-            y[i * M + j] = acc;
-        }
-    }
+                                int b, const double* post, const float* post_f32, const double* scale) {
+    QUAROT__MIX_REF_BODY(double)
     if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
     if (post_f32) for (i = 0; i < K * M; ++i) y[i] = y[i] * (double)post_f32[i];
     if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
+}
+
+// The mixing block b for core K and 2^m = M (declaration notes): 1 below 16 columns, else the b in
+// 2..8 with the fewest adds plus table stores per column, ceil(K/b) * (2^(b+1) + K).
+static int quarot__mix_block(int64_t K, int64_t M) {
+    int b, best = 1;
+    int64_t cost, best_cost = K * (K + 4);
+    if (K <= 1 || M < 16) return 1;
+    for (b = 2; b <= 8; ++b) {
+        cost = (K + b - 1) / b * (((int64_t)2 << b) + K);
+        if (cost < best_cost) { best_cost = cost; best = b; }
+    }
+    return best;
 }
 
 // log2(n) for a power of two n >= 1, else -1.
@@ -1930,13 +1970,15 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     if (!p) return;
     quarot_env_free(&p->env, p->had_k);
     quarot_env_free(&p->env, p->mix_f32);
+    quarot_env_free(&p->env, p->mix_sel);
     memset(p, 0, sizeof *p);
 }
 
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
     quarot_result r;
-    int64_t K, K16, i, k;
-    size_t kk, nmix;
+    int64_t K, K16, K8, nb, i, k, blk, t;
+    size_t kk, bytes;
+    int o, b;
     if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(p, 0, sizeof *p);
     if (env) p->env = *env;
@@ -1953,22 +1995,43 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     p->n = n;
     p->K = K;
     p->m = p->info.m;
+    p->mix_block = b = quarot__mix_block(K, (int64_t)1 << p->m);
     if (K == 1) return QUAROT_OK;
-    // H_K as bytes (the _ref and f64 kernels) and, for K <= 2048, as float panels (SIMD mixing).
-    K16 = (K + 63) / 64 * 64;
-    if (!quarot__mul_size((size_t)K, (size_t)K, &kk) || !quarot__mul_size((size_t)K16, (size_t)K, &nmix) ||
-        !quarot__mul_size(nmix, 2 * sizeof(float), &nmix)) {
-        quarot_hadamard_plan_free(p);
-        return QUAROT_ERR_OVERFLOW;
-    }
+    // H_K as bytes (the _ref and f64 kernels), then what the SIMD mixing kernels read.
+    if (!quarot__mul_size((size_t)K, (size_t)K, &kk)) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OVERFLOW; }
     p->had_k = (int8_t*)quarot_env_alloc(&p->env, kk);
     if (!p->had_k) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
     r = quarot_hadamard_build_i8(K, p->had_k, &p->env);
     if (r != QUAROT_OK) { quarot_hadamard_plan_free(p); return r; }
+    if (b > 1) {
+        // mix_sel[o][i][blk] = blk*2^b + pattern (bit t-1: c_o(k0+t, i) != g) + 2^(b-1) if g == -1.
+        nb = (K + b - 1) / b;
+        K8 = (K + 7) / 8 * 8;
+        bytes = (size_t)(2 * nb * K8) * sizeof(uint32_t);
+        p->mix_sel = (uint32_t*)quarot_env_alloc(&p->env, bytes);
+        if (!p->mix_sel) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memset(p->mix_sel, 0, bytes);
+        for (o = 0; o < 2; ++o) {
+            for (i = 0; i < K8; ++i) {   // rows K .. K8-1 (never stored) name entry 0 of each block
+                for (blk = 0; blk < nb; ++blk) {
+                    const int64_t k0 = blk * b;
+                    const int8_t g = i >= K ? 1 : o ? p->had_k[i * K + k0] : p->had_k[k0 * K + i];
+                    uint32_t sel = ((uint32_t)blk << b) | (g < 0 ? 1u << (b - 1) : 0u);
+                    for (t = 1; i < K && t < b && k0 + t < K; ++t)
+                        if ((o ? p->had_k[i * K + k0 + t] : p->had_k[(k0 + t) * K + i]) != g) sel |= 1u << (t - 1);
+                    p->mix_sel[(o * K8 + i) * nb + blk] = sel;
+                }
+            }
+        }
+        return QUAROT_OK;
+    }
     if (K > 2048) return QUAROT_OK;
-    p->mix_f32 = (float*)quarot_env_alloc(&p->env, nmix);
+    // b == 1: +-1.0f panels of 16 outputs (vectors across i).
+    K16 = (K + 63) / 64 * 64;
+    bytes = (size_t)(2 * K16 * K) * sizeof(float);
+    p->mix_f32 = (float*)quarot_env_alloc(&p->env, bytes);
     if (!p->mix_f32) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
-    memset(p->mix_f32, 0, nmix);
+    memset(p->mix_f32, 0, bytes);
     for (k = 0; k < K; ++k) {
         for (i = 0; i < K; ++i) {
             const int64_t at = (i / 16) * 16 * K + k * 16 + (i % 16);   // panel i/16, row k, lane i%16
@@ -1979,9 +2042,23 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     return QUAROT_OK;
 }
 
+// Bytes of the b > 1 pattern tables: the kernels build 2^b entries (sums and their negations) of at
+// most 64 floats per block, for a group of blocks of about QUAROT__MIXB_CACHE bytes at a time.
+#define QUAROT__MIXB_CACHE 131072
+static size_t quarot__mix_table_bytes(const quarot_hadamard_plan* p) {
+    size_t per_block, all, group;
+    if (p->mix_block <= 1) return 0;
+    per_block = (size_t)64 * sizeof(float) << p->mix_block;
+    all = (size_t)((p->K + p->mix_block - 1) / p->mix_block) * per_block;
+    group = per_block > QUAROT__MIXB_CACHE ? per_block : QUAROT__MIXB_CACHE;
+    return all < group ? all : group;
+}
+
 QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) {
+    size_t tab;
     if (!p || p->K <= 1 || p->n <= 0) return 0;
-    return (size_t)p->n * sizeof(double) + 64;
+    tab = quarot__mix_table_bytes(p);
+    return (size_t)p->n * sizeof(double) + 64 + (tab ? tab + 64 : 0);
 }
 
 // Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
@@ -1989,7 +2066,8 @@ static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const vo
                                          size_t elem, void* work, size_t work_size, void** work_out) {
     quarot_result r;
     size_t need;
-    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k))
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 || p->mix_block > 8 ||
+        (p->mix_block > 1 && !p->mix_sel))
         return QUAROT_ERR_INVALID_ARGUMENT;
     r = quarot__rows_check(x, p->n, rows, stride, elem);
     if (r != QUAROT_OK) return r;
@@ -2008,6 +2086,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     quarot_hadamard_apply_desc dd;
     quarot__wht_row_fn row_fn;
     quarot__mix_fn mix_fn;
+    quarot__mixb_fn mixb_fn;
     quarot_result r;
     const float *pre, *post, *scale;
     float s;
@@ -2022,6 +2101,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     if (r != QUAROT_OK) return r;
     row_fn = quarot__wht_row_select(dd.isa);
     mix_fn = quarot__mix_select(dd.isa);
+    mixb_fn = quarot__mixb_select(dd.isa);
     // Forward: x*D*H/sqrt(n) (signs before the butterflies); transpose: x*H^T*D/sqrt(n) (after).
     pre = dd.transpose ? NULL : dd.signs;
     post = dd.transpose ? dd.signs : NULL;
@@ -2038,11 +2118,15 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         float* z = (float*)w;
         memcpy(z, xr, (size_t)p->n * sizeof(float));
         for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
-        if (mix_fn && p->mix_f32) {
+        if (mixb_fn && p->mix_block > 1) {
+            const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
+            float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
+            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, post, scale);
+        } else if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
         } else {
-            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, scale);
+            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, scale);
         }
     }
     return QUAROT_OK;
@@ -2081,7 +2165,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
         for (k = 0; k < p->K; ++k)
             quarot__wht_row_f64_ref(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
                                     NULL, NULL, NULL);
-        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, post32, scale);
+        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, post32, scale);
     }
     return QUAROT_OK;
 }
@@ -2289,6 +2373,89 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     }                                                                                            \
 }
 
+// Blocked mixing (mix_block b > 1, M >= 16 >= W), per chunk of NV = min(4, M/W) column vectors and
+// per group of blocks whose tables fit in QUAROT__MIXB_CACHE bytes (an L2 share): first the tables, T[e] = z[k0] +-
+// z[k0+1] +- ... (bit t-1 of e set: minus z[k0+t]) built level by level, so that every entry is the
+// chain of the specification, and T[e + 2^(b-1)] = -T[e]; an entry holds the chunk's NV*W columns.
+// Then QUAROT__MIXB_RI outputs at a time add the group's entries named by mix_sel to their running
+// sums (NV vectors each), which wait in y between groups: the same order as one long chain.
+#define QUAROT__NV1(X, r) X(r, 0)
+#define QUAROT__NV2(X, r) X(r, 0) X(r, 1)
+#define QUAROT__NV4(X, r) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
+#define QUAROT__MRV_DECL(r, v) QUAROT__V a##r##_##v;
+#define QUAROT__MRV_LDT(r, v) a##r##_##v = QUAROT__VLD(t_ + v * QUAROT__W);
+#define QUAROT__MRV_LDY(r, v) a##r##_##v = QUAROT__VLD(y_ + v * QUAROT__W);
+#define QUAROT__MRV_ADD(r, v) a##r##_##v = QUAROT__VADD(a##r##_##v, QUAROT__VLD(t_ + v * QUAROT__W));
+#define QUAROT__MRV_OUT(r, v) QUAROT__MA_OUT(o + v * QUAROT__W, a##r##_##v)
+#define QUAROT__MRV_ST(r, v) QUAROT__VST(o + v * QUAROT__W, a##r##_##v);
+#define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r) const uint32_t* s##r = sel + (i0 + r) * nb;
+#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; NV(QUAROT__MRV_LDT, r) } \
+    else { const float* y_ = y + (i0 + r) * M + j0; NV(QUAROT__MRV_LDY, r) }
+#define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew; NV(QUAROT__MRV_ADD, r) }
+#define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
+    if (g1 == nb) { NV(QUAROT__MRV_OUT, r) } else { NV(QUAROT__MRV_ST, r) } }
+#define QUAROT__MR_DECL1(r) QUAROT__MR_DECL(QUAROT__NV1, r)
+#define QUAROT__MR_DECL2(r) QUAROT__MR_DECL(QUAROT__NV2, r)
+#define QUAROT__MR_DECL4(r) QUAROT__MR_DECL(QUAROT__NV4, r)
+#define QUAROT__MR_INIT1(r) QUAROT__MR_INIT(QUAROT__NV1, r)
+#define QUAROT__MR_INIT2(r) QUAROT__MR_INIT(QUAROT__NV2, r)
+#define QUAROT__MR_INIT4(r) QUAROT__MR_INIT(QUAROT__NV4, r)
+#define QUAROT__MR_STEP1(r) QUAROT__MR_STEP(QUAROT__NV1, r)
+#define QUAROT__MR_STEP2(r) QUAROT__MR_STEP(QUAROT__NV2, r)
+#define QUAROT__MR_STEP4(r) QUAROT__MR_STEP(QUAROT__NV4, r)
+#define QUAROT__MR_STORE1(r) QUAROT__MR_STORE(QUAROT__NV1, r)
+#define QUAROT__MR_STORE2(r) QUAROT__MR_STORE(QUAROT__NV2, r)
+#define QUAROT__MR_STORE4(r) QUAROT__MR_STORE(QUAROT__NV4, r)
+// The output loop over i for NV vectors per output (N = 1, 2, 4).
+#define QUAROT__MR_OUTPUTS(N)                                                                    \
+    for (i0 = 0; i0 < K; i0 += QUAROT__MIXB_RI) {                                                \
+        QUAROT__MIXB_REP(QUAROT__MR_DECL##N)                                                     \
+        QUAROT__MIXB_REP(QUAROT__MR_INIT##N)                                                     \
+        for (blk = g0 == 0 ? 1 : g0; blk < g1; ++blk) {                                          \
+            QUAROT__MIXB_REP(QUAROT__MR_STEP##N)                                                 \
+        }                                                                                        \
+        QUAROT__MIXB_REP(QUAROT__MR_STORE##N)                                                    \
+    }
+
+#define QUAROT__MIXB_DEFINE(isa)                                                                 \
+static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
+                                    const uint32_t* sel, int64_t nb, float* tab,                 \
+                                    const float* post, const float* scale) {                     \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
+    const int64_t half = (int64_t)1 << (b - 1);                                                  \
+    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> b;                   \
+    const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
+    int64_t j0, i0, blk, e, hh, k, g0, g1, c;                                                    \
+    for (j0 = 0; j0 < M; j0 += ew) {                                                             \
+        for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
+            const uint32_t base = (uint32_t)(g0 << b);                                           \
+            g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
+            for (blk = g0; blk < g1; ++blk) {                                                    \
+                float* T = tab + ((blk - g0) << b) * ew;                                         \
+                const int64_t k0 = blk * b;                                                      \
+                for (c = 0; c < ew; c += QUAROT__W)                                              \
+                    QUAROT__VST(T + c, QUAROT__VLD(z + k0 * M + j0 + c));                        \
+                for (k = k0 + 1, hh = 1; k < K && k < k0 + b; ++k, hh *= 2) {                    \
+                    for (c = 0; c < ew; c += QUAROT__W) {                                        \
+                        const QUAROT__V zk = QUAROT__VLD(z + k * M + j0 + c);                    \
+                        for (e = 0; e < hh; ++e) {                                               \
+                            const QUAROT__V u = QUAROT__VLD(T + e * ew + c);                     \
+                            QUAROT__VST(T + (e + hh) * ew + c, QUAROT__VSUB(u, zk));             \
+                            QUAROT__VST(T + e * ew + c, QUAROT__VADD(u, zk));                    \
+                        }                                                                        \
+                    }                                                                            \
+                }                                                                                \
+                for (e = 0; e < half * ew; e += QUAROT__W)                                       \
+                    QUAROT__VST(T + half * ew + e, QUAROT__VNEG(QUAROT__VLD(T + e)));            \
+            }                                                                                    \
+            if (nv == 4) { QUAROT__MR_OUTPUTS(4) }                                               \
+            else if (nv == 2) { QUAROT__MR_OUTPUTS(2) }                                          \
+            else { QUAROT__MR_OUTPUTS(1) }                                                       \
+        }                                                                                        \
+    }                                                                                            \
+}
+
 // ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
 #if defined(QUAROT__HAVE_SSE2)
 static inline __m128 quarot__inlane_sse2(__m128 v) {
@@ -2309,12 +2476,18 @@ static inline __m128 quarot__inlane_sse2(__m128 v) {
 #define QUAROT__VMUL(a, b) _mm_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_sse2(v)
+#define QUAROT__VNEG(v) _mm_xor_ps(v, _mm_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(sse2)
 QUAROT__MIX_DEFINE(sse2)
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+QUAROT__MIXB_DEFINE(sse2)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2326,6 +2499,7 @@ QUAROT__MIX_DEFINE(sse2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -2354,12 +2528,18 @@ static inline __m256 quarot__inlane_avx2(__m256 v) {
 #define QUAROT__VMUL(a, b) _mm256_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm256_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx2(v)
+#define QUAROT__VNEG(v) _mm256_xor_ps(v, _mm256_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(avx2)
 QUAROT__MIX_DEFINE(avx2)
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+QUAROT__MIXB_DEFINE(avx2)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2371,6 +2551,7 @@ QUAROT__MIX_DEFINE(avx2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -2407,12 +2588,18 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
 #define QUAROT__VMUL(a, b) _mm512_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm512_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx512(v)
+#define QUAROT__VNEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT_MIN)))
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 4
 #define QUAROT__MIX_BREP QUAROT__REP4
 QUAROT__WHT_DEFINE(avx512)
 QUAROT__MIX_DEFINE(avx512)
+#define QUAROT__MIXB_RI 4
+#define QUAROT__MIXB_REP QUAROT__REP4
+QUAROT__MIXB_DEFINE(avx512)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2424,6 +2611,7 @@ QUAROT__MIX_DEFINE(avx512)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -2450,12 +2638,18 @@ static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
 #define QUAROT__VMUL(a, b) vmulq_f32(a, b)
 #define QUAROT__VSET1(s) vdupq_n_f32(s)
 #define QUAROT__VINLANE(v) quarot__inlane_neon(v)
+#define QUAROT__VNEG(v) vnegq_f32(v)
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(neon)
 QUAROT__MIX_DEFINE(neon)
+#define QUAROT__MIXB_RI 4
+#define QUAROT__MIXB_REP QUAROT__REP4
+QUAROT__MIXB_DEFINE(neon)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2467,6 +2661,7 @@ QUAROT__MIX_DEFINE(neon)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -2488,6 +2683,24 @@ static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
         case QUAROT_ISA_NEON: return quarot__wht_row_f32_neon;
 #endif
         default: return quarot__wht_row_f32_ref;
+    }
+}
+
+static quarot__mixb_fn quarot__mixb_select(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: return quarot__mixb_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__mixb_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__mixb_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__mixb_f32_neon;
+#endif
+        default: return NULL;
     }
 }
 
