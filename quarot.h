@@ -1820,9 +1820,11 @@ static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex
 // >>transform
 // H_n = H_K (x) H_{2^m}: for a row x viewed as z[K][M] (M = 2^m), x*H_n = mix_K(fwht_M(z)) where
 //   fwht_M:  for h = 1, 2, ..., M/2: for each pair (j, j+h) with bit h of j clear: (a, b) <- (a+b, a-b)
-//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], k ascending, c = H_K (forward) or H_K^T (transpose)
+//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], c = H_K (forward) or H_K^T (transpose), summed in
+//            blocks of b consecutive k (declaration notes, step 3)
 // then post-signs and the 1/sqrt(n) scale as separate multiplies. The _ref functions below are the
-// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection.
+// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection. Cost per row:
+// n*m adds for the butterflies, about K*n/b for the mixing.
 
 // Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
 // x *= pre (if not NULL), butterflies, x *= post (if not NULL), x *= *scale (if not NULL).
@@ -1839,7 +1841,9 @@ static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>tran
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
 
-// The specification: one row of n = 2^L floats.
+// The specification: one row of n = 2^L floats, the textbook in-place butterfly in stage order.
+// Every SIMD kernel computes exactly these a + b and a - b, only in another (dependency-respecting)
+// order, so the results are the same bits.
 static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const float* post, const float* scale) {
     const int64_t n = (int64_t)1 << L;
     int64_t h, i, j;
@@ -1857,6 +1861,7 @@ static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const flo
     if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
 }
 
+// The same in double; signs may come as doubles or as floats (read exactly).
 static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const float* pre_f32,
                                     const double* post, const float* post_f32, const double* scale) {
     const int64_t n = (int64_t)1 << L;
@@ -1899,6 +1904,7 @@ static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const f
         }                                                                                        \
     }
 
+// z, y: [K][M]; had: H_K [K][K]; then post-signs and scale, each a separate pass like the FWHT's.
 static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
                                 int b, const float* post, const float* scale) {
     QUAROT__MIX_REF_BODY(float)
@@ -1928,7 +1934,7 @@ static int quarot__mix_block(int64_t K, int64_t M) {
 }
 
 // log2(n) for a power of two n >= 1, else -1.
-static int quarot__log2_exact(int64_t n) {
+static int quarot__log2_exact(int64_t n) {   // used to validate quarot_fwht_* sizes
     int L = 0;
     if (n <= 0 || (n & (n - 1)) != 0) return -1;
     while (((int64_t)1 << L) < n) ++L;
@@ -1942,6 +1948,7 @@ static quarot_result quarot__rows_check(const void* x, int64_t n, int64_t rows, 
     return QUAROT_OK;
 }
 
+// The public FWHT: validate, pick the ISA's row kernel once, run it on every row (unnormalized).
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa) {
     quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(float));
     quarot__wht_row_fn fn;
@@ -1974,6 +1981,8 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     memset(p, 0, sizeof *p);
 }
 
+// Plan: the core K and m from the hadamard module, H_K as bytes, and the mixing data for the SIMD
+// kernels (mix_sel patterns when b > 1, float panels when b == 1). Everything else is per call.
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
     quarot_result r;
     int64_t K, K16, K8, nb, i, k, blk, t;
@@ -1983,6 +1992,7 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     memset(p, 0, sizeof *p);
     if (env) p->env = *env;
     if (n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    // n = K * 2^m as the hadamard module decomposes it (and builds H_n, which the tests compare with).
     r = quarot_hadamard_info_get(n, &p->info);
     if (r != QUAROT_OK) { memset(p, 0, sizeof *p); return r; }
     K = p->info.K;
@@ -2062,6 +2072,7 @@ QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) 
 }
 
 // Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
+// A plan that plan_init did not fill (zeroed, or freed) is an invalid argument.
 static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const void* x, int64_t rows, int64_t stride,
                                          size_t elem, void* work, size_t work_size, void** work_out) {
     quarot_result r;
@@ -2103,6 +2114,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     mix_fn = quarot__mix_select(dd.isa);
     mixb_fn = quarot__mixb_select(dd.isa);
     // Forward: x*D*H/sqrt(n) (signs before the butterflies); transpose: x*H^T*D/sqrt(n) (after).
+    // H_{2^m} is symmetric, so the transpose only changes the mixing coefficients c(k,i).
     pre = dd.transpose ? NULL : dd.signs;
     post = dd.transpose ? dd.signs : NULL;
     s = (float)(1.0 / sqrt((double)p->n));
@@ -2111,13 +2123,15 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         for (i = 0; i < rows; ++i) row_fn(x + i * stride, p->m, pre, post, scale);
         return QUAROT_OK;
     }
-    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale.
+    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale. Workspace
+    // layout: z at w (n floats, room for n doubles), the blocked mixing tables after it.
     M = (int64_t)1 << p->m;
     for (i = 0; i < rows; ++i) {
         float* xr = x + i * stride;
         float* z = (float*)w;
         memcpy(z, xr, (size_t)p->n * sizeof(float));
         for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
+        // Mixing kernel by plan layout: blocked tables (b > 1), float panels, or the scalar spec.
         if (mixb_fn && p->mix_block > 1) {
             const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
             float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
@@ -2132,6 +2146,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     return QUAROT_OK;
 }
 
+// The f64 path: the same specification in double, scalar only (weights are rotated once, offline).
 QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size) {
@@ -2148,7 +2163,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     if (r != QUAROT_OK) return r;
     r = quarot__isa_resolve(dd.isa, &dd.isa);   // the path is scalar, but a bad isa is still an error
     if (r != QUAROT_OK) return r;
-    // signs_f64 wins; otherwise the float signs are read exactly as doubles.
+    // signs_f64 wins; otherwise the float signs are read exactly as doubles. The mixing uses the
+    // same block size b as the f32 path, so f32 and f64 differ only by rounding.
     if (dd.transpose) { post = dd.signs_f64; post32 = dd.signs_f64 ? NULL : dd.signs; }
     else { pre = dd.signs_f64; pre32 = dd.signs_f64 ? NULL : dd.signs; }
     s = 1.0 / sqrt((double)p->n);
@@ -2190,6 +2206,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7) QUAROT__NET8(a8, a9, a10, a11, a12, a13, a14, a15) \
     QUAROT__BF(a0, a8) QUAROT__BF(a1, a9) QUAROT__BF(a2, a10) QUAROT__BF(a3, a11)       \
     QUAROT__BF(a4, a12) QUAROT__BF(a5, a13) QUAROT__BF(a6, a14) QUAROT__BF(a7, a15)
+// Register name lists and repeaters: a block or pass of N vectors lives in v0 .. v(N-1), and
+// QUAROT__REPN(X) applies a per-register step X(t) to each of them, so every access has a constant
+// register name and the compiler keeps them all in registers.
 #define QUAROT__V1 v0
 #define QUAROT__V2 v0, v1
 #define QUAROT__V4 v0, v1, v2, v3
@@ -2212,14 +2231,15 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 #define QUAROT__RADIX(N, INLANE) { QUAROT__V QUAROT__V##N;                              \
     q = pre; QUAROT__REP##N(QUAROT__LDQ) INLANE(QUAROT__REP##N(QUAROT__INL))              \
     QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) q = post; QUAROT__REP##N(QUAROT__STQ) }
-#define QUAROT__WITH(x) x
-#define QUAROT__WITHOUT(x)
-#define QUAROT__NET1(a0)
+#define QUAROT__WITH(x) x      // blocks run the in-lane stages (they hold the lowest bits) ...
+#define QUAROT__WITHOUT(x)     // ... passes over larger strides do not
+#define QUAROT__NET1(a0)       // one register: no vector stage
 
 // The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
 // quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
 // driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
 #define QUAROT__WHT_DEFINE(isa)                                                                  \
+/* [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers */ \
 static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const float* post,     \
                                        const float* scale) {                                     \
     const int64_t h = QUAROT__W;                                                                 \
@@ -2233,6 +2253,9 @@ static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const 
         default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
     }                                                                                            \
 }                                                                                                \
+/* For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold      \
+   bits b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row   \
+   and scale (last pass only) are indexed like x. */                                             \
 static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, const float* post_row, \
                                         const float* scale) {                                    \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
@@ -2266,10 +2289,12 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
         quarot__wht_blk_f32_##isa(x, L - QUAROT__LOGW, pre, post, scale);                        \
         return;                                                                                  \
     }                                                                                            \
+    /* choose lc: fewest passes, never a 1-bit pass over the whole row */                     \
     for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
         const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
         if (L - i != 1 && np < best) { best = np; lc = i; }                                      \
     }                                                                                            \
+    /* g[0] bits in the register block, g[1 .. nc-1] in chunk passes, the rest over the row */  \
     C = lc - QUAROT__LOGW; T = L - lc;                                                           \
     nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;                                                  \
     for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);                            \
@@ -2295,6 +2320,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 // z[k][j..]. M < W: vectors along i (16 coefficients of a panel are contiguous), one j at a time,
 // QUAROT__MIX_NB vectors (64 outputs, or 32 for 4 lanes) at a time, results scattered through a
 // small buffer. Every output is one chain acc = c0*z0, acc = acc + ck*zk in k order, like _ref.
+// Case M >= W, one output row r of the RI in flight: a##r##_v accumulates y[i0+r][j0 + v*W ..].
 #define QUAROT__MA_INIT2(r) hv = QUAROT__VSET1(c[r]); a##r##_0 = QUAROT__VMUL(hv, z0); a##r##_1 = QUAROT__VMUL(hv, z1);
 #define QUAROT__MA_STEP2(r) hv = QUAROT__VSET1(c[r]);                                           \
     a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(hv, z0)); a##r##_1 = QUAROT__VADD(a##r##_1, QUAROT__VMUL(hv, z1));
@@ -2302,6 +2328,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 #define QUAROT__MA_STEP1(r) a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(QUAROT__VSET1(c[r]), z0));
 #define QUAROT__MA_DECL2(r) QUAROT__V a##r##_0, a##r##_1;
 #define QUAROT__MA_DECL1(r) QUAROT__V a##r##_0;
+// Final store of one vector at o (inside y): post-signs, then scale, as separate multiplies.
 #define QUAROT__MA_OUT(o, acc) { QUAROT__V o_ = (acc);                                       \
     if (post) o_ = QUAROT__VMUL(o_, QUAROT__VLD(post + ((o) - y)));                             \
     if (scale) o_ = QUAROT__VMUL(o_, sv);                                                         \
@@ -2309,6 +2336,8 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 #define QUAROT__MA_STORE2(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                 \
     QUAROT__MA_OUT(o, a##r##_0) QUAROT__MA_OUT(o + QUAROT__W, a##r##_1) }
 #define QUAROT__MA_STORE1(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0; QUAROT__MA_OUT(o, a##r##_0) }
+// Case M < W: b##t accumulates outputs i0 + t*W .. +W-1 at column j; c##t points at their
+// coefficients in the panel layout ([panel][k][16], 16 consecutive outputs per k).
 #define QUAROT__MB_DECL(t) QUAROT__V b##t; const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
 #define QUAROT__MB_INIT(t) b##t = QUAROT__VMUL(QUAROT__VLD(c##t), zb);
 #define QUAROT__MB_STEP(t) b##t = QUAROT__VADD(b##t, QUAROT__VMUL(QUAROT__VLD(c##t + k * 16), zb));
@@ -2321,6 +2350,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
         y[at] = o_; } }
 
 #define QUAROT__MIX_DEFINE(isa)                                                                  \
+/* z, y: [K][M]; coef: the panels of one orientation. Three loops by M: 2W and more, W, below W. */ \
 static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M, const float* coef, \
                                    const float* post, const float* scale) {                      \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
@@ -2418,6 +2448,7 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     }
 
 #define QUAROT__MIXB_DEFINE(isa)                                                                 \
+/* z, y: [K][M]; sel: [K8][nb] entries of one orientation; tab: workspace for one group's tables */ \
 static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
                                     const uint32_t* sel, int64_t nb, float* tab,                 \
                                     const float* post, const float* scale) {                     \
@@ -2431,6 +2462,7 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
         for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
             const uint32_t base = (uint32_t)(g0 << b);                                           \
             g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
+            /* tables of blocks g0 .. g1-1: T = tab + (blk - g0) * 2^b entries of ew floats */ \
             for (blk = g0; blk < g1; ++blk) {                                                    \
                 float* T = tab + ((blk - g0) << b) * ew;                                         \
                 const int64_t k0 = blk * b;                                                      \
@@ -2449,12 +2481,17 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
                 for (e = 0; e < half * ew; e += QUAROT__W)                                       \
                     QUAROT__VST(T + half * ew + e, QUAROT__VNEG(QUAROT__VLD(T + e)));            \
             }                                                                                    \
+            /* outputs: running sums over the group's blocks, NV vectors per output */           \
             if (nv == 4) { QUAROT__MR_OUTPUTS(4) }                                               \
             else if (nv == 2) { QUAROT__MR_OUTPUTS(2) }                                          \
             else { QUAROT__MR_OUTPUTS(1) }                                                       \
         }                                                                                        \
     }                                                                                            \
 }
+
+// ---- Instantiations. Each ISA defines the vector macros, its in-lane stages (one shuffle, one
+// xor and one add per stage, see the section notes), the block size LOGR (register budget) and
+// the mixing blocking (RI outputs x vectors in flight), expands the three templates, undefines. ----
 
 // ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
 #if defined(QUAROT__HAVE_SSE2)
@@ -2668,6 +2705,7 @@ QUAROT__MIXB_DEFINE(neon)
 #undef QUAROT__MIX_BREP
 #endif
 
+// Per-call selection (isa already resolved by quarot__isa_resolve): the kernels compiled in for it.
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
     switch (isa) {
 #if defined(QUAROT__HAVE_SSE2)
