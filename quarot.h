@@ -470,7 +470,68 @@ QUAROT_API double quarot_mse_f32(const float* a, const float* b, int64_t n);
 QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_t n);
 
 // >>rotation
-// (declarations follow in the pipeline work)
+// An orthogonal matrix Q of size n, applied to row vectors: x <- x*Q. Q is block-diagonal with n/block
+// identical-shape blocks (block == n: one block):
+//   HADAMARD            Q_j = D_j * H_block / sqrt(block), D_j = diag(seeded random signs) unless no_signs
+//   RANDOM_ORTHOGONAL   Q_j = one seeded Haar-random orthogonal block (dense), the same for every j
+//   MATRIX              Q_j = a given orthogonal block (dense, copied; checked to orth_tol)
+//   IDENTITY            Q = I
+// When no Hadamard matrix of the block size exists, `fallback` decides: the largest available
+// Hadamard block dividing n (block-diagonal), a random orthogonal matrix, or an error. quarot_rotation
+// records what was built in `kind`, `block` and the readable `text`.
+typedef enum quarot_rotation_kind {
+    QUAROT_ROTATION_DEFAULT = 0,             // = HADAMARD
+    QUAROT_ROTATION_HADAMARD = 1,
+    QUAROT_ROTATION_RANDOM_ORTHOGONAL = 2,
+    QUAROT_ROTATION_MATRIX = 3,
+    QUAROT_ROTATION_IDENTITY = 4,
+    QUAROT_ROTATION_ADAPT = 5,               // (processor only) the matrix of an Adapt Rotation context
+    QUAROT_ROTATION_FORCE_I32 = 0x7fffffff
+} quarot_rotation_kind;
+
+typedef enum quarot_fallback {
+    QUAROT_FALLBACK_DEFAULT = 0,             // = BLOCK, and RANDOM_ORTHOGONAL when no block > 1 exists
+    QUAROT_FALLBACK_BLOCK = 1,               // block-diagonal Hadamard, largest available block dividing n
+    QUAROT_FALLBACK_RANDOM_ORTHOGONAL = 2,   // dense seeded random orthogonal of the whole size
+    QUAROT_FALLBACK_ERROR = 3,               // QUAROT_ERR_UNSUPPORTED_SIZE
+    QUAROT_FALLBACK_FORCE_I32 = 0x7fffffff
+} quarot_fallback;
+
+typedef struct quarot_rotation_desc {        // zero-init + n = random Hadamard of size n, seed 0
+    quarot_rotation_kind kind;
+    int64_t n;                               // size of the vectors it rotates
+    int64_t block_size;                      // <= 0: n (one block); else block-diagonal, must divide n
+    uint64_t seed;                           // signs / random matrix
+    int no_signs;                            // HADAMARD: plain normalized H (what online rotations use)
+    quarot_fallback fallback;
+    const double* matrix;                    // MATRIX: [block][block] row-major orthogonal, copied
+    double orth_tol;                         // MATRIX: max|M^T M - I| accepted; 0 = 1e-6
+} quarot_rotation_desc;
+
+typedef struct quarot_rotation {
+    quarot_rotation_kind kind;               // as built (a fallback may change it)
+    int64_t n, block;                        // n/block blocks
+    quarot_hadamard_plan plan;               // HADAMARD: the transform of size `block`
+    float* signs;                            // HADAMARD with signs: [n] +-1, NULL otherwise
+    double* signs64;                         // the same in double
+    double* dense;                           // RANDOM_ORTHOGONAL / MATRIX: [block][block]
+    float* dense32;                          // the same in float
+    quarot_env env;
+    char text[160];                          // e.g. "hadamard 172 (table) x 2^0, random signs"
+} quarot_rotation;
+
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env);
+QUAROT_API void          quarot_rotation_free(quarot_rotation* r);
+// Workspace bytes for one apply call on any number of rows (the dense path works in chunks of rows).
+QUAROT_API size_t        quarot_rotation_workspace_size(const quarot_rotation* r);
+// x[rows][stride], first n elements of each row: x <- x*Q (transpose = 0) or x*Q^T (transpose = 1).
+// work == NULL: temporary memory comes from the rotation's env (set-up paths); engines pass work.
+QUAROT_API quarot_result quarot_rotation_apply_f32(const quarot_rotation* r, float* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size);
+QUAROT_API quarot_result quarot_rotation_apply_f64(const quarot_rotation* r, double* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size);
+// The whole matrix Q [n][n] (row-major).
+QUAROT_API quarot_result quarot_rotation_to_dense_f64(const quarot_rotation* r, double* q);
 
 // >>model
 // What a model is to the library: its architecture config and callbacks that give access to its
@@ -523,11 +584,312 @@ typedef struct quarot_model_config {
     int qk_norm;                 // per-head RMSNorm of q and k before RoPE (Qwen3)
 } quarot_model_config;
 
+// Tensor access. Names are NUL-terminated, at most QUAROT_NAME_MAX-1 bytes.
+#define QUAROT_NAME_MAX 128
+
+// A model the processor can rotate: its config plus callbacks into the engine's own storage.
+// get_tensor returns a view (quarot_tensor) that the processor reads and writes in place, in the
+// tensor's own dtype (f32, f16, bf16 or f64). Global tensors (embeddings, final norm, lm_head) are
+// accessible at any time; a decoder layer's tensors between acquire_layer(i) and release_layer(i)
+// (both optional: NULL means everything is always in memory). The processor holds at most one
+// decoder layer at a time, and visits layers in order, twice: a validation pass that reads
+// (modified = 0 on release) and the rotation pass that writes (modified = 1).
+typedef struct quarot_model {
+    quarot_model_config config;   // the processor updates it: norm -> RMS after mean baking,
+                                  // tied_embeddings -> 0 when it unties the output projection
+    void* user_data;
+    // QUAROT_ERR_NOT_FOUND when there is no such tensor.
+    quarot_result (*get_tensor)(void* user_data, const char* name, quarot_tensor* out);
+    // Create a zero-filled contiguous tensor (untying embeddings, a bias a LayerNorm bias is fused
+    // into). May be NULL: then a rotation that needs it fails during validation, before any change.
+    quarot_result (*create_tensor)(void* user_data, const char* name, quarot_dtype dtype, int n_dims,
+                                   const int64_t* ne, quarot_tensor* out);
+    quarot_result (*acquire_layer)(void* user_data, int64_t layer);
+    quarot_result (*release_layer)(void* user_data, int64_t layer, int modified);
+    quarot_env env;               // allocator and parallel hook for the processor
+    char error[256];              // filled on failure: which tensor, which shape, why
+} quarot_model;
+
 // >>adapter
+// What a model family tells the processor, as plain data (a quarot_plan) built from the config:
+//   fusions    norm -> the linears reading its output (W <- W*diag(g), b <- b + W_old*beta)
+//   bakes      LayerNorm families only: embeddings and residual writers to centre (mean baking)
+//   rotations  R1 readers (input side), writers (output side) and embeddings; R2 v_proj (output side,
+//              per KV head) and o_proj (input side, per head)
+//   layers     per decoder layer: the o_proj/v_proj pair and the up_proj/down_proj pair, for online
+//              rotation; and the head geometry.
+// Built-in adapters fill it from name templates; a new family either fills quarot_adapter_names or
+// writes its own build function with the quarot_plan_add_* calls. The processor never looks at
+// names itself, so any family works without changing it.
+typedef enum quarot_side {
+    QUAROT_SIDE_DEFAULT = 0,        // invalid in commands
+    QUAROT_SIDE_INPUT = 1,          // a reader: W[out][in] <- W*Q (each row x <- x*Q)
+    QUAROT_SIDE_OUTPUT = 2,         // a writer: W <- Q^T*W and b <- b*Q; for an embedding E[vocab][hidden],
+                                    // whose output is its row: E <- E*Q. Same operation, either tensor.
+    QUAROT_SIDE_FORCE_I32 = 0x7fffffff
+} quarot_side;
+
+typedef enum quarot_rotation_id {
+    QUAROT_ROT_R1 = 0,              // residual stream, size hidden
+    QUAROT_ROT_R2 = 1,              // per attention head, size head_dim (v_proj / o_proj)
+    QUAROT_ROT_R4 = 2,              // down_proj input, size intermediate (online; offline half on down_proj)
+    QUAROT_ROT_HEADS = 3,           // o_proj input across heads, H_heads (x) I (online; offline half on o_proj)
+    QUAROT_ROT_COUNT_ = 4,
+    QUAROT_ROT_FORCE_I32 = 0x7fffffff
+} quarot_rotation_id;
+
+typedef struct quarot_plan_fusion {
+    int64_t layer;                          // -1 for a global norm
+    char norm_weight[QUAROT_NAME_MAX];
+    char norm_bias[QUAROT_NAME_MAX];        // "" for RMSNorm
+    int64_t first_linear, n_linears;        // into quarot_plan.linears
+} quarot_plan_fusion;
+
+typedef struct quarot_plan_linear {
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];             // the name its bias has or would have ("" = cannot have one)
+} quarot_plan_linear;
+
+typedef struct quarot_plan_bake {
+    int64_t layer;
+    int embedding;                          // 1: centre each row (E[vocab][hidden]); 0: a writer linear
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];
+} quarot_plan_bake;
+
+typedef struct quarot_plan_rotation {
+    int64_t layer;                          // -1: global (embeddings, lm_head)
+    quarot_rotation_id rotation;            // R1 or R2 (the processor adds R4 / HEADS itself)
+    quarot_side side;
+    int embedding;                          // the tensor is an embedding table [vocab][hidden]
+    int per_head;                           // the rotation applies to every head_dim slice of the axis
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];             // rotated with an OUTPUT-side weight when it exists
+} quarot_plan_rotation;
+
+typedef struct quarot_plan_layer {
+    char o_proj[QUAROT_NAME_MAX], v_proj[QUAROT_NAME_MAX];      // weight names
+    char up_proj[QUAROT_NAME_MAX], down_proj[QUAROT_NAME_MAX];
+} quarot_plan_layer;
+
+typedef struct quarot_plan {
+    quarot_plan_fusion* fusions;     int64_t n_fusions, cap_fusions;
+    quarot_plan_linear* linears;     int64_t n_linears, cap_linears;
+    quarot_plan_bake* bakes;         int64_t n_bakes, cap_bakes;
+    quarot_plan_rotation* rotations; int64_t n_rotations, cap_rotations;
+    quarot_plan_layer* layers;       int64_t n_layers;
+    char embed[QUAROT_NAME_MAX];     // token embedding weight
+    char lm_head[QUAROT_NAME_MAX];   // output projection weight (created when untying)
+    char final_norm_weight[QUAROT_NAME_MAX];
+    int64_t n_heads, n_kv_heads, head_dim;
+    quarot_env env;
+} quarot_plan;
+
+// Name templates of the built-in families; "{i}" stands for the layer index. NULL = absent.
+typedef struct quarot_adapter_names {
+    const char* embed;              // "model.embed_tokens.weight"
+    const char* pos_embed;          // learned positions (OPT) or NULL
+    const char* final_norm;         // prefix: "model.norm" (+ ".weight", ".bias")
+    const char* lm_head;            // "lm_head.weight"
+    const char* layer;              // "model.layers.{i}."  (prefix of every per-layer name below)
+    const char* attn_norm;          // "input_layernorm"
+    const char* mlp_norm;           // "post_attention_layernorm"
+    const char* q_proj, *k_proj, *v_proj, *o_proj;   // prefixes ("self_attn.q_proj"); + ".weight"/".bias"
+    const char* gate_proj;          // NULL for a plain MLP
+    const char* up_proj, *down_proj;
+} quarot_adapter_names;
+
+typedef struct quarot_adapter quarot_adapter;
+struct quarot_adapter {
+    const char* arch;                          // "llama", "mistral", "qwen2", "qwen3", "opt", ...
+    const quarot_adapter_names* names;         // used by quarot_adapter_build_from_names
+    // Fill plan (initialized and empty) for cfg. block_size is the R1 block size asked for (-1 full).
+    quarot_result (*build)(const quarot_adapter* self, const quarot_model_config* cfg, int64_t block_size,
+                           quarot_plan* plan);
+    void* user_data;
+};
+
+// Built-in adapters by architecture name (case-sensitive), NULL if unknown.
+QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch);
+// "llama, mistral, qwen2, qwen3, opt"
+QUAROT_API const char* quarot_adapter_list(void);
+// The generic build function of the built-ins, for adapters that only provide names.
+QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                         int64_t block_size, quarot_plan* plan);
+
+QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env);
+QUAROT_API void quarot_plan_free(quarot_plan* plan);
+// Builders for adapters (names are copied; QUAROT_ERR_INVALID_ARGUMENT when a name is too long).
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias);
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias);  // to the last fusion
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
+                                                  int embedding, int per_head, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers);
+// Expand a template: "{i}" -> layer index. QUAROT_ERR_INVALID_ARGUMENT when the result is too long.
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer);
+
 // >>command
+// A rotate command: one tensor, one side, one rotation, applied exactly once. The rotation is applied
+// along the chosen axis viewed as [outer][n][inner] (n = the rotation's size): outer > 1 slices the
+// axis (per head, per tensor-parallel block), inner > 1 transforms across slices (the heads axis,
+// H_heads (x) I). Commands are plain data; the processor generates, filters by layer and runs them.
+typedef struct quarot_command {
+    int64_t layer;                  // -1: global
+    quarot_rotation_id rotation;
+    quarot_side side;
+    int embedding;
+    int64_t outer, inner;           // axis length = outer * rotation size * inner
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];     // "" = none
+    int runs;                       // times executed (the processor checks it ends at exactly 1)
+} quarot_command;
+
+// Apply one command's arithmetic to a tensor (and its bias, may be NULL) in double precision, writing
+// back in the tensor's dtype. Validates shapes first (QUAROT_ERR_SHAPE_MISMATCH: nothing written).
+QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
+                                              quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env);
+
 // >>online
+// Online rotations the inference engine must run, as plain data (STYLE.md: no callbacks). At a site
+// the activation row of length `size` is viewed as [outer][n][inner] and every vector along the
+// n axis becomes v <- v * D * H_n / sqrt(n) (D = diag(signs) when present, H_n = H_K (x) H_{2^m}).
+//   DOWN_INPUT  input of down_proj [intermediate]: outer = tensor-parallel blocks, inner = 1
+//   O_INPUT     input of o_proj [n_heads*head_dim]: across heads, n = heads per block, inner = head_dim
+//   Q_ROPE      q after RoPE (and q_norm) [n_heads*head_dim]: per head, outer = n_heads, n = head_dim
+//   K_ROPE      k after RoPE [n_kv_heads*head_dim]: per KV head (before the KV cache)
+typedef enum quarot_online_site {
+    QUAROT_SITE_NONE = 0,
+    QUAROT_SITE_DOWN_INPUT = 1,
+    QUAROT_SITE_O_INPUT = 2,
+    QUAROT_SITE_Q_ROPE = 3,
+    QUAROT_SITE_K_ROPE = 4,
+    QUAROT_SITE_COUNT_ = 5,
+    QUAROT_SITE_FORCE_I32 = 0x7fffffff
+} quarot_online_site;
+
+typedef struct quarot_online_hook {
+    int64_t layer;
+    quarot_online_site site;
+    int64_t size, outer, n, inner;          // size = outer * n * inner
+    int64_t K;                              // n = K * 2^m (the construction, for engines)
+    int m;
+    float* signs;                           // [n] +-1 or NULL (owned by the list)
+    const quarot_hadamard_plan* plan;       // owned by the list
+} quarot_online_hook;
+
+typedef struct quarot_online_list {
+    quarot_online_hook* hooks;
+    int64_t count, cap;
+    quarot_hadamard_plan** plans;           // one per distinct n
+    int64_t n_plans;
+    quarot_env env;
+} quarot_online_list;
+
+QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_env* env);
+QUAROT_API void quarot_online_list_free(quarot_online_list* list);
+// Append a hook (builds / shares the Hadamard plan of size n; copies signs when not NULL).
+QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs);
+// The hook for (layer, site), or NULL.
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site);
+QUAROT_API const char* quarot_online_site_name(quarot_online_site site);   // "down_input", ...
+// Workspace bytes quarot_online_apply needs for this hook (any row count).
+QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook);
+// Run a hook on x[rows][stride] (first `size` elements of each row), in place, without allocating.
+QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
+                                             void* work, size_t work_size);
+
+// Text serialization, version 1 (documented in README "Online hook file"):
+//   quarot-online 1
+//   hooks <count>
+//   hook <layer> <site> size=<s> outer=<o> n=<n> inner=<i> K=<K> m=<m> signs=<hex or ->
+//   ...
+//   hadamard <K>            (one block per distinct K > 1: K rows of '+'/'-', so engines without
+//   <K rows>                 quarot.h can rebuild H_K)
+//   end
+// quarot_online_write writes into buf (cap bytes) and sets *needed to the full length + 1; call with
+// buf = NULL to size it. quarot_online_read parses text of `len` bytes into an empty list, validating
+// every field (QUAROT_ERR_PARSE with the line in err) and that embedded matrices equal quarot.h's.
+QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed);
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size);
+
 // >>processor
+typedef struct quarot_adapt_context quarot_adapt_context;   // see >>adapt
+
+// QuaRot's processor (ALGORITHMS.md section 6): validate everything, then pre_run (global tensors:
+// untie, final-norm fusion, embedding and lm_head rotation, online matrices), then each decoder layer
+// in order (its fusions, bakes, rotate commands, online halves and hooks), then post_run (leftovers
+// and the exactly-once check). Weights are rewritten in place in their own dtype.
+typedef enum quarot_layer_select {
+    QUAROT_LAYERS_DEFAULT = 0,      // = ALL
+    QUAROT_LAYERS_ALL = 1,
+    QUAROT_LAYERS_LIST = 2,         // the layers in the list only (msModelSlim's down_proj_online_layers)
+    QUAROT_LAYERS_NONE = 3,
+    QUAROT_LAYERS_FORCE_I32 = 0x7fffffff
+} quarot_layer_select;
+
+typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Hadamard, offline only
+    const quarot_adapter* adapter;             // NULL: quarot_adapter_find(model->config.arch)
+    quarot_rotation_kind rotation;             // R1: HADAMARD (default), RANDOM_ORTHOGONAL, MATRIX,
+                                               //     ADAPT (matrix from an Adapt Rotation context)
+    const double* matrix;                      // MATRIX: [b][b], b = block size or hidden
+    const quarot_adapt_context* context;       // ADAPT
+    uint64_t seed;
+    int64_t block_size;                        // <= 0 (or -1): full hidden; else block-diagonal R1
+    quarot_fallback fallback;                  // R1 when hidden has no Hadamard
+    int no_r2;                                 // 1: skip R2 (v_proj / o_proj per head)
+    quarot_rotation_kind r2_rotation;          // HADAMARD (default) or RANDOM_ORTHOGONAL
+    int online;                                // 1: o_proj heads rotation + down_proj R4, online hooks
+    int64_t max_tp_size;                       // online rotations never cross 1/max_tp_size of a dim; 0 = 1
+    quarot_layer_select down_proj_online;      // which layers get the online down_proj rotation
+    const int64_t* down_proj_online_layers;    // LIST
+    int64_t n_down_proj_online_layers;
+    int r3;                                    // 1: q/k online rotation after RoPE (for KV-cache quantization)
+    quarot_online_list* online_out;            // receives the hooks (required with online or r3)
+    // Optional observers. on_command may return 0 (run), 1 (skip) or 2 (run twice): a debugging and
+    // testing aid; anything but 0 makes the final exactly-once check fail.
+    int (*on_command)(void* user, const quarot_command* c);
+    void (*progress)(void* user, const char* stage, int64_t layer, int64_t n_layers);
+    void* user_data;
+} quarot_rotate_desc;
+
+typedef struct quarot_processor {
+    quarot_model* model;
+    quarot_rotate_desc desc;
+    const quarot_adapter* adapter;
+    quarot_plan plan;
+    quarot_rotation rot[QUAROT_ROT_COUNT_];    // R1, R2, R4, HEADS (unused ones are IDENTITY)
+    int have_rot[QUAROT_ROT_COUNT_];
+    quarot_rotation r3;                        // head_dim, plain H (online q/k)
+    quarot_command* commands;
+    int64_t n_commands;
+    int untie;                                 // pre_run creates lm_head from the embedding
+    int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
+    int64_t next_layer;
+} quarot_processor;
+
+// The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
+// the commands and validates every tensor (reading each layer once); nothing is modified before
+// pre_run. Each call checks it comes in order (QUAROT_ERR_STATE).
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc);
+QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
+QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
+QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p);
+QUAROT_API void          quarot_processor_free(quarot_processor* p);
+
+// Everything: init, pre_run, every layer, post_run. On failure model->error says why; a failure
+// during init (validation) leaves the model untouched.
+QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc);
+
 // >>adapt
+// Adapt Rotation (msModelSlim): stage 1 learns H*R from calibration activations, stage 2 uses it as R1.
+struct quarot_adapt_context {
+    int64_t hidden;                  // residual width the matrix is for
+    int64_t block;                   // matrix size: hidden, or the block of a block-diagonal rotation
+    double* matrix;                  // [block][block] = H * R_best (orthogonal); NULL before stage 1
+    quarot_env env;
+};
 
 #ifdef __cplusplus
 }
@@ -550,6 +912,7 @@ typedef struct quarot_model_config {
 #include <string.h>
 #include <math.h>
 #include <stdio.h>     // snprintf only: the library never prints
+#include <stdarg.h>
 #include <stdlib.h>
 #include <limits.h>
 
@@ -1784,12 +2147,1732 @@ static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex
 // (implementation: tensor/quant work)
 
 // >>rotation
+// Q = diag(Q_b, ..., Q_b). Hadamard blocks go through the fast transform (signs per block: the
+// sign vector spans all n); dense blocks through GEMM in chunks of QUAROT__ROT_CHUNK rows, so the
+// workspace does not depend on the number of rows.
+#define QUAROT__ROT_CHUNK 64
+
+static quarot_env quarot__env_copy(const quarot_env* env) {
+    quarot_env e;
+    if (env) return *env;
+    memset(&e, 0, sizeof e);
+    return e;
+}
+
+// max |M^T M - I| of a [n][n] matrix, double accumulation.
+static double quarot__orth_error(const double* m, int64_t n) {
+    double worst = 0.0;
+    int64_t i, j, k;
+    for (i = 0; i < n; ++i)
+        for (j = i; j < n; ++j) {
+            double s = 0.0;
+            for (k = 0; k < n; ++k) s += m[k * n + i] * m[k * n + j];
+            s -= i == j ? 1.0 : 0.0;
+            if (fabs(s) > worst) worst = fabs(s);
+        }
+    return worst;
+}
+
+QUAROT_API void quarot_rotation_free(quarot_rotation* r) {
+    if (!r) return;
+    quarot_hadamard_plan_free(&r->plan);
+    quarot_env_free(&r->env, r->signs);
+    quarot_env_free(&r->env, r->signs64);
+    quarot_env_free(&r->env, r->dense);
+    quarot_env_free(&r->env, r->dense32);
+    r->signs = NULL;
+    r->signs64 = NULL;
+    r->dense = NULL;
+    r->dense32 = NULL;
+}
+
+// Dense block (random orthogonal or given) plus its float copy.
+static quarot_result quarot__rotation_set_dense(quarot_rotation* r, const double* m, uint64_t seed) {
+    size_t count, bytes;
+    int64_t i;
+    quarot_result res;
+    if (!quarot__mul_size((size_t)r->block, (size_t)r->block, &count) || !quarot__mul_size(count, sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    r->dense = (double*)quarot_env_alloc(&r->env, bytes);
+    r->dense32 = (float*)quarot_env_alloc(&r->env, count * sizeof(float));
+    if (!r->dense || !r->dense32) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (m) {
+        memcpy(r->dense, m, bytes);
+    } else {
+        res = quarot_random_orthogonal_f64(r->block, seed, r->dense, r->block, &r->env);
+        if (res != QUAROT_OK) return res;
+    }
+    for (i = 0; i < (int64_t)count; ++i) r->dense32[i] = (float)r->dense[i];
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env) {
+    quarot_rotation_kind kind;
+    int64_t n, block;
+    quarot_result res;
+    if (!r) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(r, 0, sizeof *r);
+    r->env = quarot__env_copy(env);
+    if (!d || d->n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    kind = d->kind == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : d->kind;
+    n = d->n;
+    block = d->block_size > 0 ? d->block_size : n;
+    if (block > n || n % block != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    r->n = n;
+    if (kind == QUAROT_ROTATION_IDENTITY) {
+        r->kind = kind;
+        r->block = n;
+        snprintf(r->text, sizeof r->text, "identity %lld", (long long)n);
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_HADAMARD && !quarot_hadamard_available(block)) {
+        int64_t b = quarot_hadamard_largest_block(n, block);
+        quarot_fallback fb = d->fallback;
+        if (fb == QUAROT_FALLBACK_ERROR) return QUAROT_ERR_UNSUPPORTED_SIZE;
+        if (fb == QUAROT_FALLBACK_DEFAULT) fb = b > 1 ? QUAROT_FALLBACK_BLOCK : QUAROT_FALLBACK_RANDOM_ORTHOGONAL;
+        if (fb == QUAROT_FALLBACK_BLOCK) {
+            if (b <= 1) return QUAROT_ERR_UNSUPPORTED_SIZE;
+            block = b;
+        } else if (fb == QUAROT_FALLBACK_RANDOM_ORTHOGONAL) {
+            kind = QUAROT_ROTATION_RANDOM_ORTHOGONAL;
+            block = d->block_size > 0 ? d->block_size : n;
+        } else {
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    r->kind = kind;
+    r->block = block;
+    if (kind == QUAROT_ROTATION_HADAMARD) {
+        res = quarot_hadamard_plan_init(&r->plan, block, &r->env);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        if (!d->no_signs) {
+            quarot_rng rng;
+            int64_t i;
+            r->signs = (float*)quarot_env_alloc(&r->env, (size_t)n * sizeof(float));
+            r->signs64 = (double*)quarot_env_alloc(&r->env, (size_t)n * sizeof(double));
+            if (!r->signs || !r->signs64) { quarot_rotation_free(r); return QUAROT_ERR_OUT_OF_MEMORY; }
+            quarot_rng_seed(&rng, d->seed);
+            quarot_rng_signs_f32(&rng, r->signs, n);
+            for (i = 0; i < n; ++i) r->signs64[i] = (double)r->signs[i];
+        }
+        if (block == n)
+            snprintf(r->text, sizeof r->text, "hadamard %s%s", r->plan.info.text, r->signs ? ", random signs" : "");
+        else
+            snprintf(r->text, sizeof r->text, "block-diagonal %lld x hadamard %s%s", (long long)(n / block),
+                     r->plan.info.text, r->signs ? ", random signs" : "");
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_RANDOM_ORTHOGONAL) {
+        res = quarot__rotation_set_dense(r, NULL, d->seed);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        snprintf(r->text, sizeof r->text, "random orthogonal %lld%s", (long long)block,
+                 block == n ? "" : " (block-diagonal)");
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_MATRIX) {
+        double tol = d->orth_tol > 0 ? d->orth_tol : 1e-6, err;
+        int64_t i;
+        if (!d->matrix) return QUAROT_ERR_INVALID_ARGUMENT;
+        for (i = 0; i < block * block; ++i)
+            if (!(d->matrix[i] == d->matrix[i]) || fabs(d->matrix[i]) > 1e300) return QUAROT_ERR_NONFINITE;
+        err = quarot__orth_error(d->matrix, block);
+        if (err > tol) return QUAROT_ERR_INVALID_ARGUMENT;   // not orthogonal
+        res = quarot__rotation_set_dense(r, d->matrix, 0);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        snprintf(r->text, sizeof r->text, "given orthogonal %lld%s (max|M^T M - I| = %.1e)", (long long)block,
+                 block == n ? "" : " (block-diagonal)", err);
+        return QUAROT_OK;
+    }
+    return QUAROT_ERR_INVALID_ARGUMENT;
+}
+
+QUAROT_API size_t quarot_rotation_workspace_size(const quarot_rotation* r) {
+    if (!r) return 0;
+    if (r->kind == QUAROT_ROTATION_HADAMARD) return quarot_hadamard_workspace_size(&r->plan);
+    if (r->kind == QUAROT_ROTATION_RANDOM_ORTHOGONAL || r->kind == QUAROT_ROTATION_MATRIX)
+        return (size_t)QUAROT__ROT_CHUNK * (size_t)r->block * sizeof(double);
+    return 0;
+}
+
+// One entry point for both precisions: is64 selects double.
+static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, int is64, int64_t rows, int64_t stride,
+                                            int transpose, void* work, size_t work_size) {
+    size_t need, es = is64 ? sizeof(double) : sizeof(float);
+    void* owned = NULL;
+    int64_t j, nb;
+    quarot_result res = QUAROT_OK;
+    if (!r || !x || rows < 0 || stride < r->n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || r->kind == QUAROT_ROTATION_IDENTITY) return QUAROT_OK;
+    need = quarot_rotation_workspace_size(r);
+    if (need && !work) {
+        owned = quarot_env_alloc(&r->env, need);
+        if (!owned) return QUAROT_ERR_OUT_OF_MEMORY;
+        work = owned;
+        work_size = need;
+    }
+    if (work_size < need) return QUAROT_ERR_WORKSPACE;
+    nb = r->n / r->block;
+    for (j = 0; j < nb && res == QUAROT_OK; ++j) {
+        if (r->kind == QUAROT_ROTATION_HADAMARD) {
+            quarot_hadamard_apply_desc hd;
+            memset(&hd, 0, sizeof hd);
+            hd.transpose = transpose;
+            if (r->signs) { hd.signs = r->signs + j * r->block; hd.signs_f64 = r->signs64 + j * r->block; }
+            if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * r->block, rows, stride, work, work_size);
+            else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * r->block, rows, stride, work, work_size);
+        } else {
+            // Y = X_j * B (or B^T), chunked; the product lands in work and is copied back.
+            int64_t r0, b = r->block;
+            for (r0 = 0; r0 < rows && res == QUAROT_OK; r0 += QUAROT__ROT_CHUNK) {
+                int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK, i;
+                if (is64) {
+                    double* xs = (double*)x + r0 * stride + j * b;
+                    res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                } else {
+                    float* xs = (float*)x + r0 * stride + j * b;
+                    res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                }
+            }
+        }
+    }
+    quarot_env_free(&r->env, owned);
+    return res;
+}
+
+QUAROT_API quarot_result quarot_rotation_apply_f32(const quarot_rotation* r, float* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size) {
+    return quarot__rotation_apply(r, x, 0, rows, stride, transpose, work, work_size);
+}
+
+QUAROT_API quarot_result quarot_rotation_apply_f64(const quarot_rotation* r, double* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size) {
+    return quarot__rotation_apply(r, x, 1, rows, stride, transpose, work, work_size);
+}
+
+QUAROT_API quarot_result quarot_rotation_to_dense_f64(const quarot_rotation* r, double* q) {
+    size_t count;
+    int64_t i;
+    if (!r || !q || r->n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__mul_size((size_t)r->n, (size_t)r->n, &count)) return QUAROT_ERR_OVERFLOW;
+    memset(q, 0, count * sizeof(double));
+    for (i = 0; i < r->n; ++i) q[i * r->n + i] = 1.0;     // rows of I times Q are the rows of Q
+    return quarot_rotation_apply_f64(r, q, r->n, r->n, 0, NULL, 0);
+}
+
 // >>model
+// (the model is the caller's struct of callbacks; see >>processor for how it is used)
+
 // >>adapter
+// The plan is a set of growable arrays of fixed-size records (names up to QUAROT_NAME_MAX).
+// Built-in families differ only in their name templates; quarot_adapter_build_from_names turns a
+// template table and a config into fusions, bakes, R1/R2 rotation entries and per-layer pairs.
+QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env) {
+    if (!plan) return;
+    memset(plan, 0, sizeof *plan);
+    plan->env = quarot__env_copy(env);
+}
+
+QUAROT_API void quarot_plan_free(quarot_plan* plan) {
+    if (!plan) return;
+    quarot_env_free(&plan->env, plan->fusions);
+    quarot_env_free(&plan->env, plan->linears);
+    quarot_env_free(&plan->env, plan->bakes);
+    quarot_env_free(&plan->env, plan->rotations);
+    quarot_env_free(&plan->env, plan->layers);
+    memset(plan, 0, sizeof *plan);
+}
+
+// Make room for one more element of size `es` in *items (count, cap); returns the new slot or NULL.
+static void* quarot__grow(const quarot_env* env, void** items, int64_t* count, int64_t* cap, size_t es) {
+    if (*count == *cap) {
+        int64_t ncap = *cap ? *cap * 2 : 16;
+        size_t bytes;
+        void* fresh;
+        if (!quarot__mul_size((size_t)ncap, es, &bytes)) return NULL;
+        fresh = quarot_env_alloc(env, bytes);
+        if (!fresh) return NULL;
+        if (*items) memcpy(fresh, *items, (size_t)*count * es);
+        quarot_env_free(env, *items);
+        *items = fresh;
+        *cap = ncap;
+    }
+    memset((char*)*items + (size_t)*count * es, 0, es);
+    return (char*)*items + (size_t)(*count)++ * es;
+}
+
+static int quarot__copy_name(char* dst, const char* src) {
+    size_t len = src ? strlen(src) : 0;
+    if (len >= QUAROT_NAME_MAX) return 0;
+    if (len) memcpy(dst, src, len);
+    dst[len] = '\0';
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias) {
+    quarot_plan_fusion* f;
+    if (!p || !norm_weight) return QUAROT_ERR_INVALID_ARGUMENT;
+    f = (quarot_plan_fusion*)quarot__grow(&p->env, (void**)&p->fusions, &p->n_fusions, &p->cap_fusions, sizeof *f);
+    if (!f) return QUAROT_ERR_OUT_OF_MEMORY;
+    f->layer = layer;
+    f->first_linear = p->n_linears;
+    if (!quarot__copy_name(f->norm_weight, norm_weight) || !quarot__copy_name(f->norm_bias, norm_bias)) {
+        p->n_fusions--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias) {
+    quarot_plan_linear* l;
+    if (!p || !weight || p->n_fusions == 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    l = (quarot_plan_linear*)quarot__grow(&p->env, (void**)&p->linears, &p->n_linears, &p->cap_linears, sizeof *l);
+    if (!l) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__copy_name(l->weight, weight) || !quarot__copy_name(l->bias, bias)) {
+        p->n_linears--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    p->fusions[p->n_fusions - 1].n_linears++;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias) {
+    quarot_plan_bake* b;
+    if (!p || !weight) return QUAROT_ERR_INVALID_ARGUMENT;
+    b = (quarot_plan_bake*)quarot__grow(&p->env, (void**)&p->bakes, &p->n_bakes, &p->cap_bakes, sizeof *b);
+    if (!b) return QUAROT_ERR_OUT_OF_MEMORY;
+    b->layer = layer;
+    b->embedding = embedding;
+    if (!quarot__copy_name(b->weight, weight) || !quarot__copy_name(b->bias, bias)) {
+        p->n_bakes--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
+                                                  int embedding, int per_head, const char* weight, const char* bias) {
+    quarot_plan_rotation* r;
+    if (!p || !weight || (side != QUAROT_SIDE_INPUT && side != QUAROT_SIDE_OUTPUT) ||
+        (rotation != QUAROT_ROT_R1 && rotation != QUAROT_ROT_R2))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = (quarot_plan_rotation*)quarot__grow(&p->env, (void**)&p->rotations, &p->n_rotations, &p->cap_rotations, sizeof *r);
+    if (!r) return QUAROT_ERR_OUT_OF_MEMORY;
+    r->layer = layer;
+    r->rotation = rotation;
+    r->side = side;
+    r->embedding = embedding;
+    r->per_head = per_head;
+    if (!quarot__copy_name(r->weight, weight) || !quarot__copy_name(r->bias, bias)) {
+        p->n_rotations--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers) {
+    size_t bytes;
+    if (!p || n_layers < 0 || p->layers) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (n_layers == 0) return QUAROT_OK;
+    if (!quarot__mul_size((size_t)n_layers, sizeof *p->layers, &bytes)) return QUAROT_ERR_OVERFLOW;
+    p->layers = (quarot_plan_layer*)quarot_env_alloc(&p->env, bytes);
+    if (!p->layers) return QUAROT_ERR_OUT_OF_MEMORY;
+    memset(p->layers, 0, bytes);
+    p->n_layers = n_layers;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer) {
+    size_t n = 0;
+    const char* parts[3];
+    int k;
+    if (!out) return QUAROT_ERR_INVALID_ARGUMENT;
+    parts[0] = prefix; parts[1] = tmpl; parts[2] = suffix;
+    for (k = 0; k < 3; ++k) {
+        const char* s = parts[k];
+        if (!s) continue;
+        while (*s) {
+            if (s[0] == '{' && s[1] == 'i' && s[2] == '}') {
+                char num[24];
+                int len = snprintf(num, sizeof num, "%lld", (long long)layer);
+                if (len < 0 || n + (size_t)len >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+                memcpy(out + n, num, (size_t)len);
+                n += (size_t)len;
+                s += 3;
+            } else {
+                if (n + 1 >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+                out[n++] = *s++;
+            }
+        }
+    }
+    out[n] = '\0';
+    return QUAROT_OK;
+}
+
+static const quarot_adapter_names quarot__names_llama = {
+    "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
+    "input_layernorm", "post_attention_layernorm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"
+};
+
+static const quarot_adapter_names quarot__names_opt = {
+    "model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight", "model.decoder.final_layer_norm",
+    "lm_head.weight", "model.decoder.layers.{i}.",
+    "self_attn_layer_norm", "final_layer_norm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+    NULL, "fc1", "fc2"
+};
+
+static const quarot_adapter quarot__adapters[] = {
+    {"llama", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"mistral", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"qwen2", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"qwen3", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"opt", &quarot__names_opt, quarot_adapter_build_from_names, NULL},
+};
+
+QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
+    size_t i;
+    if (!arch) return NULL;
+    for (i = 0; i < sizeof quarot__adapters / sizeof quarot__adapters[0]; ++i)
+        if (strcmp(quarot__adapters[i].arch, arch) == 0) return &quarot__adapters[i];
+    return NULL;
+}
+
+QUAROT_API const char* quarot_adapter_list(void) { return "llama, mistral, qwen2, qwen3, opt"; }
+
+// Builds the weight and bias names of one per-layer linear: "<layer prefix><tmpl>.weight" / ".bias".
+static quarot_result quarot__linear_names(const quarot_adapter_names* nm, const char* tmpl, int64_t layer,
+                                          char* weight, char* bias) {
+    quarot_result r = quarot_name_format(weight, nm->layer, tmpl, ".weight", layer);
+    if (r == QUAROT_OK) r = quarot_name_format(bias, nm->layer, tmpl, ".bias", layer);
+    return r;
+}
+
+QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                         int64_t block_size, quarot_plan* plan) {
+    const quarot_adapter_names* nm;
+    char w[QUAROT_NAME_MAX], b[QUAROT_NAME_MAX], nw[QUAROT_NAME_MAX], nbias[QUAROT_NAME_MAX];
+    int layer_norm;
+    int64_t i;
+    quarot_result r;
+    (void)block_size;   // the R1 matrix is built by the processor; names do not depend on it
+    if (!self || !self->names || !cfg || !plan) return QUAROT_ERR_INVALID_ARGUMENT;
+    nm = self->names;
+    if (!nm->embed || !nm->final_norm || !nm->lm_head || !nm->layer || !nm->attn_norm || !nm->mlp_norm ||
+        !nm->q_proj || !nm->k_proj || !nm->v_proj || !nm->o_proj || !nm->up_proj || !nm->down_proj)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    layer_norm = cfg->norm == QUAROT_NORM_LAYER;
+    if (!quarot__copy_name(plan->embed, nm->embed) || !quarot__copy_name(plan->lm_head, nm->lm_head))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_name_format(plan->final_norm_weight, nm->final_norm, ".weight", NULL, -1);
+    if (r != QUAROT_OK) return r;
+    plan->n_heads = cfg->n_heads;
+    plan->n_kv_heads = cfg->n_kv_heads;
+    plan->head_dim = cfg->head_dim;
+    if ((r = quarot_plan_set_layers(plan, cfg->n_layers)) != QUAROT_OK) return r;
+
+    // Global: final norm -> lm_head; embeddings centred (LayerNorm) and rotated; lm_head rotated.
+    if ((r = quarot_name_format(nbias, nm->final_norm, ".bias", NULL, -1)) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_fusion(plan, -1, plan->final_norm_weight, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+    if ((r = quarot_name_format(b, nm->lm_head, NULL, NULL, -1)) != QUAROT_OK) return r;
+    {   // lm_head.weight -> lm_head.bias
+        size_t len = strlen(b);
+        if (len > 7 && strcmp(b + len - 7, ".weight") == 0) strcpy(b + len - 7, ".bias");
+        else b[0] = '\0';
+    }
+    if ((r = quarot_plan_add_fused_linear(plan, nm->lm_head, b)) != QUAROT_OK) return r;
+    if (layer_norm) {
+        if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
+        if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
+    }
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK) return r;
+    if (nm->pos_embed &&
+        (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed, "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK) return r;
+
+    for (i = 0; i < cfg->n_layers; ++i) {
+        const char* readers_attn[3];
+        const char* readers_mlp[2];
+        int k, n_mlp = 0;
+        readers_attn[0] = nm->q_proj; readers_attn[1] = nm->k_proj; readers_attn[2] = nm->v_proj;
+        if (nm->gate_proj) readers_mlp[n_mlp++] = nm->gate_proj;
+        readers_mlp[n_mlp++] = nm->up_proj;
+        // fusions: attention norm -> q, k, v; MLP norm -> gate, up
+        if ((r = quarot_name_format(nw, nm->layer, nm->attn_norm, ".weight", i)) != QUAROT_OK) return r;
+        if ((r = quarot_name_format(nbias, nm->layer, nm->attn_norm, ".bias", i)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+        for (k = 0; k < 3; ++k) {
+            if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
+        }
+        if ((r = quarot_name_format(nw, nm->layer, nm->mlp_norm, ".weight", i)) != QUAROT_OK) return r;
+        if ((r = quarot_name_format(nbias, nm->layer, nm->mlp_norm, ".bias", i)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+        for (k = 0; k < n_mlp; ++k) {
+            if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
+        }
+        // R1: readers on the input side, writers (o_proj, down_proj) on the output side
+        for (k = 0; k < 3; ++k) {
+            if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+        }
+        if ((r = quarot__linear_names(nm, nm->o_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].o_proj, w);
+        for (k = 0; k < n_mlp; ++k) {
+            if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+        }
+        strcpy(plan->layers[i].up_proj, w);
+        if ((r = quarot__linear_names(nm, nm->down_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].down_proj, w);
+        // R2: v_proj output per KV head, o_proj input per head
+        if ((r = quarot__linear_names(nm, nm->v_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].v_proj, w);
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, plan->layers[i].o_proj, "")) != QUAROT_OK)
+            return r;
+    }
+    return QUAROT_OK;
+}
+
 // >>command
+// A command rotates one axis of a 2-D tensor in double precision: rows (axis 0: readers' input side,
+// embeddings) are read a chunk at a time; columns (axis 1: writers' output side, W <- Q^T W, done as
+// rows of W^T times Q) a block of columns at a time. Chunks are independent, so they can run on
+// the env's parallel hook; the result does not depend on how they are split.
+#define QUAROT__CMD_ROWS 64
+
+// Read / write cnt elements of one row (at byte address p) as double, rounding once on write.
+static void quarot__span_get_f64(quarot_dtype dt, const char* p, int64_t cnt, double* out) {
+    int64_t i;
+    switch (dt) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f; memcpy(&f, p + 4 * i, 4); out[i] = (double)f; } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__f16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__bf16_to_f32_1(h); } break;
+        default: memcpy(out, p, (size_t)cnt * 8); break;
+    }
+}
+
+static void quarot__span_set_f64(quarot_dtype dt, char* p, int64_t cnt, const double* in) {
+    int64_t i;
+    switch (dt) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f = (float)in[i]; memcpy(p + 4 * i, &f, 4); } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        default: memcpy(p, in, (size_t)cnt * 8); break;
+    }
+}
+
+// x <- x * (I_outer (x) Q (x) I_inner) for `rows` contiguous rows of length L = outer*n*inner.
+// tmp holds n*inner doubles when inner > 1.
+static quarot_result quarot__rotate_rows_f64(const quarot_rotation* rot, double* x, int64_t rows, int64_t L,
+                                             int64_t outer, int64_t inner, double* tmp, void* work, size_t ws) {
+    int64_t n = rot->n, r, o, k, c;
+    quarot_result res = QUAROT_OK;
+    if (inner == 1) return quarot_rotation_apply_f64(rot, x, rows * outer, n, 0, work, ws);
+    for (r = 0; r < rows && res == QUAROT_OK; ++r)
+        for (o = 0; o < outer && res == QUAROT_OK; ++o) {
+            double* base = x + r * L + o * n * inner;
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
+            res = quarot_rotation_apply_f64(rot, tmp, inner, n, 0, work, ws);
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
+        }
+    return res;
+}
+
+typedef struct quarot__cmd_job {
+    const quarot_command* c;
+    const quarot_rotation* rot;
+    quarot_tensor* t;
+    const quarot_env* env;
+    int axis;                 // 0: rotate rows, 1: rotate columns
+    int64_t L, chunk;         // axis length; rows (axis 0) or columns (axis 1) per task
+    quarot_result* results;   // one per task
+} quarot__cmd_job;
+
+static void quarot__cmd_task(void* arg, int64_t task) {
+    quarot__cmd_job* job = (quarot__cmd_job*)arg;
+    const quarot_tensor* t = job->t;
+    int64_t L = job->L, n_lines = job->axis == 0 ? quarot_tensor_nrows(t) : t->ne[0];
+    int64_t first = task * job->chunk, count = n_lines - first < job->chunk ? n_lines - first : job->chunk, i, c;
+    size_t ws = quarot_rotation_workspace_size(job->rot), es = quarot_dtype_size(t->dtype);
+    double* buf = (double*)quarot_env_alloc(job->env, (size_t)(count * L) * sizeof(double));
+    double* tmp = job->c->inner > 1 ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double)) : NULL;
+    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)count * sizeof(double)) : NULL;
+    void* work = ws ? quarot_env_alloc(job->env, ws) : NULL;
+    quarot_result res = QUAROT_OK;
+    if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
+        res = QUAROT_ERR_OUT_OF_MEMORY;
+    } else if (job->axis == 0) {
+        for (i = 0; i < count; ++i) quarot__span_get_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+        res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+        if (res == QUAROT_OK)
+            for (i = 0; i < count; ++i) quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+    } else {
+        // buf[c][r] = W[r][first + c]: the columns become rows of length L
+        for (i = 0; i < L; ++i) {
+            quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            for (c = 0; c < count; ++c) buf[c * L + i] = span[c];
+        }
+        res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+        if (res == QUAROT_OK)
+            for (i = 0; i < L; ++i) {
+                for (c = 0; c < count; ++c) span[c] = buf[c * L + i];
+                quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            }
+    }
+    quarot_env_free(job->env, buf);
+    quarot_env_free(job->env, tmp);
+    quarot_env_free(job->env, span);
+    quarot_env_free(job->env, work);
+    job->results[task] = res;
+}
+
+// Which axis a command rotates, and that axis's length; 0 when the tensor is not a 2-D weight.
+static int64_t quarot__command_axis(const quarot_command* c, const quarot_tensor* t, int* axis) {
+    if (t->ne[2] != 1 || t->ne[3] != 1) return 0;
+    *axis = (c->side == QUAROT_SIDE_INPUT || c->embedding) ? 0 : 1;
+    return *axis == 0 ? t->ne[0] : t->ne[1];
+}
+
+// Shape checks shared by validation and execution.
+static quarot_result quarot__command_check(const quarot_command* c, const quarot_rotation* rot,
+                                           const quarot_tensor* w, const quarot_tensor* b) {
+    int axis;
+    int64_t L;
+    if (!c || !rot || !w) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (c->side != QUAROT_SIDE_INPUT && c->side != QUAROT_SIDE_OUTPUT) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (c->outer < 1 || c->inner < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (quarot_tensor_validate(w) != QUAROT_OK) return quarot_tensor_validate(w);
+    L = quarot__command_axis(c, w, &axis);
+    if (L == 0 || L != c->outer * rot->n * c->inner) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (b) {
+        if (quarot_tensor_validate(b) != QUAROT_OK) return quarot_tensor_validate(b);
+        if (axis != 1 || quarot_tensor_nelements(b) != L || b->ne[0] != L) return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
+                                              quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env) {
+    quarot__cmd_job job;
+    int64_t n_lines, n_tasks, k;
+    quarot_result res = quarot__command_check(c, rot, weight, bias);
+    if (res != QUAROT_OK) return res;
+    memset(&job, 0, sizeof job);
+    job.c = c;
+    job.rot = rot;
+    job.t = weight;
+    job.env = env;
+    job.L = quarot__command_axis(c, weight, &job.axis);
+    n_lines = job.axis == 0 ? quarot_tensor_nrows(weight) : weight->ne[0];
+    job.chunk = QUAROT__CMD_ROWS;
+    n_tasks = (n_lines + job.chunk - 1) / job.chunk;
+    job.results = (quarot_result*)quarot_env_alloc(env, (size_t)n_tasks * sizeof(quarot_result));
+    if (!job.results) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_env_parallel_for(env, quarot__cmd_task, &job, n_tasks);
+    for (k = 0; k < n_tasks && res == QUAROT_OK; ++k) res = job.results[k];
+    quarot_env_free(env, job.results);
+    if (res == QUAROT_OK && bias) {   // b <- b * Q (a writer's bias is a row vector on the output axis)
+        double* bb = (double*)quarot_env_alloc(env, (size_t)job.L * sizeof(double));
+        double* tmp = c->inner > 1 ? (double*)quarot_env_alloc(env, (size_t)(rot->n * c->inner) * sizeof(double)) : NULL;
+        if (!bb || (c->inner > 1 && !tmp)) res = QUAROT_ERR_OUT_OF_MEMORY;
+        else {
+            quarot__span_get_f64(bias->dtype, (const char*)bias->data, job.L, bb);
+            res = quarot__rotate_rows_f64(rot, bb, 1, job.L, c->outer, c->inner, tmp, NULL, 0);
+            if (res == QUAROT_OK) quarot__span_set_f64(bias->dtype, (char*)bias->data, job.L, bb);
+        }
+        quarot_env_free(env, bb);
+        quarot_env_free(env, tmp);
+    }
+    return res;
+}
+
 // >>online
+// A hook views each activation row as [outer][n][inner] and applies v <- v*D*H_n/sqrt(n) along n.
+// inner == 1 is a batched transform over rows*outer sub-rows; inner > 1 (the heads axis) gathers
+// the n strided entries of each of the inner columns into the workspace first.
+QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_env* env) {
+    if (!list) return;
+    memset(list, 0, sizeof *list);
+    list->env = quarot__env_copy(env);
+}
+
+QUAROT_API void quarot_online_list_free(quarot_online_list* list) {
+    int64_t i;
+    if (!list) return;
+    for (i = 0; i < list->count; ++i) quarot_env_free(&list->env, list->hooks[i].signs);
+    for (i = 0; i < list->n_plans; ++i) {
+        quarot_hadamard_plan_free(list->plans[i]);
+        quarot_env_free(&list->env, list->plans[i]);
+    }
+    quarot_env_free(&list->env, list->plans);
+    quarot_env_free(&list->env, list->hooks);
+    memset(list, 0, sizeof *list);
+}
+
+static const char* const quarot__site_names[QUAROT_SITE_COUNT_] = {"none", "down_input", "o_input", "q_rope", "k_rope"};
+
+QUAROT_API const char* quarot_online_site_name(quarot_online_site site) {
+    if ((int)site < 0 || (int)site >= (int)QUAROT_SITE_COUNT_) return "unknown";
+    return quarot__site_names[site];
+}
+
+// The list's plan of order n, created on first use (plans are allocated one by one so hooks can
+// keep pointers to them while the plan array grows).
+static quarot_result quarot__online_plan(quarot_online_list* list, int64_t n, const quarot_hadamard_plan** out) {
+    quarot_hadamard_plan* p;
+    quarot_hadamard_plan** grown;
+    quarot_result res;
+    int64_t i;
+    for (i = 0; i < list->n_plans; ++i)
+        if (list->plans[i]->n == n) { *out = list->plans[i]; return QUAROT_OK; }
+    p = (quarot_hadamard_plan*)quarot_env_alloc(&list->env, sizeof *p);
+    grown = (quarot_hadamard_plan**)quarot_env_alloc(&list->env, (size_t)(list->n_plans + 1) * sizeof *grown);
+    if (!p || !grown) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return QUAROT_ERR_OUT_OF_MEMORY; }
+    res = quarot_hadamard_plan_init(p, n, &list->env);
+    if (res != QUAROT_OK) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return res; }
+    if (list->n_plans) memcpy(grown, list->plans, (size_t)list->n_plans * sizeof *grown);
+    grown[list->n_plans] = p;
+    quarot_env_free(&list->env, list->plans);
+    list->plans = grown;
+    list->n_plans++;
+    *out = p;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs) {
+    quarot_online_hook* h;
+    const quarot_hadamard_plan* plan;
+    quarot_result res;
+    int64_t i;
+    if (!list || layer < 0 || site <= QUAROT_SITE_NONE || site >= QUAROT_SITE_COUNT_) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (outer < 1 || n < 1 || inner < 1 || size < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (n > INT64_MAX / outer || n * outer > INT64_MAX / inner || outer * n * inner != size) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (signs)
+        for (i = 0; i < n; ++i)
+            if (signs[i] != 1.0f && signs[i] != -1.0f) return QUAROT_ERR_INVALID_ARGUMENT;
+    res = quarot__online_plan(list, n, &plan);
+    if (res != QUAROT_OK) return res;
+    h = (quarot_online_hook*)quarot__grow(&list->env, (void**)&list->hooks, &list->count, &list->cap, sizeof *h);
+    if (!h) return QUAROT_ERR_OUT_OF_MEMORY;
+    h->layer = layer;
+    h->site = site;
+    h->size = size;
+    h->outer = outer;
+    h->n = n;
+    h->inner = inner;
+    h->K = plan->K;
+    h->m = plan->m;
+    h->plan = plan;
+    if (signs) {
+        h->signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+        if (!h->signs) { list->count--; return QUAROT_ERR_OUT_OF_MEMORY; }
+        memcpy(h->signs, signs, (size_t)n * sizeof(float));
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site) {
+    int64_t i;
+    if (!list) return NULL;
+    for (i = 0; i < list->count; ++i)
+        if (list->hooks[i].layer == layer && list->hooks[i].site == site) return &list->hooks[i];
+    return NULL;
+}
+
+QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook) {
+    size_t ws;
+    if (!hook || !hook->plan) return 0;
+    ws = quarot_hadamard_workspace_size(hook->plan);
+    ws = (ws + 63) & ~(size_t)63;
+    if (hook->inner > 1) ws += (size_t)(hook->n * hook->inner) * sizeof(float);
+    return ws;
+}
+
+QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
+                                             void* work, size_t work_size) {
+    quarot_hadamard_apply_desc d;
+    size_t pws, need;
+    int64_t r, o, k, c, n, inner;
+    quarot_result res = QUAROT_OK;
+    if (!hook || !hook->plan || !x || rows < 0 || stride < hook->size) return QUAROT_ERR_INVALID_ARGUMENT;
+    need = quarot_online_workspace_size(hook);
+    if (work_size < need || (need && !work)) return QUAROT_ERR_WORKSPACE;
+    if (rows == 0) return QUAROT_OK;
+    memset(&d, 0, sizeof d);
+    d.signs = hook->signs;
+    pws = (quarot_hadamard_workspace_size(hook->plan) + 63) & ~(size_t)63;
+    n = hook->n;
+    inner = hook->inner;
+    if (inner == 1) {
+        if (stride == hook->size)   // contiguous rows: one batched call over rows*outer vectors
+            return quarot_hadamard_apply_f32(hook->plan, &d, x, rows * hook->outer, n, work, pws);
+        for (r = 0; r < rows && res == QUAROT_OK; ++r)
+            res = quarot_hadamard_apply_f32(hook->plan, &d, x + r * stride, hook->outer, n, work, pws);
+        return res;
+    }
+    {
+        float* tmp = (float*)((char*)work + pws);
+        for (r = 0; r < rows && res == QUAROT_OK; ++r)
+            for (o = 0; o < hook->outer && res == QUAROT_OK; ++o) {
+                float* base = x + r * stride + o * n * inner;
+                for (k = 0; k < n; ++k)
+                    for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
+                res = quarot_hadamard_apply_f32(hook->plan, &d, tmp, inner, n, work, pws);
+                for (k = 0; k < n; ++k)
+                    for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
+            }
+    }
+    return res;
+}
+
+// ---- text format, version 1 ----
+typedef struct quarot__textbuf {
+    char* buf;
+    size_t cap, len;
+} quarot__textbuf;
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void quarot__tb_printf(quarot__textbuf* tb, const char* fmt, ...) {
+    va_list ap;
+    int n;
+    char* dst = tb->buf && tb->len < tb->cap ? tb->buf + tb->len : NULL;
+    size_t room = dst ? tb->cap - tb->len : 0;
+    va_start(ap, fmt);
+    n = vsnprintf(dst, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) tb->len += (size_t)n;
+}
+
+QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed) {
+    quarot__textbuf tb;
+    int8_t* h = NULL;
+    int64_t i, j, k;
+    if (!list || !needed || (buf && cap == 0)) return QUAROT_ERR_INVALID_ARGUMENT;
+    tb.buf = buf; tb.cap = cap; tb.len = 0;
+    quarot__tb_printf(&tb, "quarot-online 1\nhooks %lld\n", (long long)list->count);
+    for (i = 0; i < list->count; ++i) {
+        const quarot_online_hook* hk = &list->hooks[i];
+        quarot__tb_printf(&tb, "hook %lld %s size=%lld outer=%lld n=%lld inner=%lld K=%lld m=%d signs=",
+                          (long long)hk->layer, quarot_online_site_name(hk->site), (long long)hk->size,
+                          (long long)hk->outer, (long long)hk->n, (long long)hk->inner, (long long)hk->K, hk->m);
+        if (!hk->signs) quarot__tb_printf(&tb, "-");
+        else
+            for (j = 0; j < (hk->n + 3) / 4; ++j) {   // hex digit j: bit b set = sign 4j+b is -1
+                int digit = 0, b;
+                for (b = 0; b < 4 && 4 * j + b < hk->n; ++b) digit |= (hk->signs[4 * j + b] < 0) << b;
+                quarot__tb_printf(&tb, "%x", digit);
+            }
+        quarot__tb_printf(&tb, "\n");
+    }
+    for (i = 0; i < list->n_plans; ++i) {   // the H_K of every plan with K > 1
+        const quarot_hadamard_plan* p = list->plans[i];
+        int dup = 0;
+        if (p->K <= 1) continue;
+        for (j = 0; j < i; ++j) dup |= list->plans[j]->K == p->K;
+        if (dup) continue;
+        quarot__tb_printf(&tb, "hadamard %lld\n", (long long)p->K);
+        for (j = 0; j < p->K; ++j) {
+            if (tb.buf && tb.len + (size_t)p->K + 1 < tb.cap) {
+                for (k = 0; k < p->K; ++k) tb.buf[tb.len + (size_t)k] = p->had_k[j * p->K + k] > 0 ? '+' : '-';
+                tb.buf[tb.len + (size_t)p->K] = '\n';
+                tb.buf[tb.len + (size_t)p->K + 1] = '\0';
+            }
+            tb.len += (size_t)p->K + 1;
+        }
+    }
+    quarot__tb_printf(&tb, "end\n");
+    (void)h;
+    *needed = tb.len + 1;
+    if (buf && tb.len + 1 > cap) return QUAROT_ERR_WORKSPACE;
+    return QUAROT_OK;
+}
+
+// A cursor over one line of the text being read.
+typedef struct quarot__lineread {
+    const char* p;
+    const char* end;
+} quarot__lineread;
+
+static int quarot__lr_word(quarot__lineread* lr, const char* word) {
+    size_t n = strlen(word);
+    if ((size_t)(lr->end - lr->p) < n || memcmp(lr->p, word, n) != 0) return 0;
+    lr->p += n;
+    return 1;
+}
+
+// Non-negative decimal integer below 2^53, no sign, no leading '+'.
+static int quarot__lr_int(quarot__lineread* lr, int64_t* out) {
+    int64_t v = 0;
+    int digits = 0;
+    while (lr->p < lr->end && *lr->p >= '0' && *lr->p <= '9') {
+        if (v > (((int64_t)1 << 53) - 10) / 10) return 0;
+        v = v * 10 + (*lr->p - '0');
+        lr->p++;
+        digits++;
+    }
+    *out = v;
+    return digits > 0 && digits < 17;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t line, const char* fmt, ...) {
+    va_list ap;
+    int n;
+    if (!err || err_size == 0) return QUAROT_ERR_PARSE;
+    n = snprintf(err, err_size, "line %lld: ", (long long)line);
+    if (n < 0 || (size_t)n >= err_size) return QUAROT_ERR_PARSE;
+    va_start(ap, fmt);
+    vsnprintf(err + n, err_size - (size_t)n, fmt, ap);
+    va_end(ap);
+    return QUAROT_ERR_PARSE;
+}
+
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size) {
+    const char* p = text;
+    const char* end = text + len;
+    int64_t line = 0, declared = -1, i;
+    int seen_end = 0;
+    float* signs = NULL;
+    int8_t* ref = NULL;
+    quarot_result res = QUAROT_OK;
+    if (err && err_size) err[0] = '\0';
+    if (!list || !text || list->count != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    while (p < end && res == QUAROT_OK) {
+        quarot__lineread lr;
+        const char* nl = (const char*)memchr(p, '\n', (size_t)(end - p));
+        lr.p = p;
+        lr.end = nl ? nl : end;
+        p = nl ? nl + 1 : end;
+        ++line;
+        if (seen_end) { res = quarot__parse_error(err, err_size, line, "text after 'end'"); break; }
+        if (line == 1) {
+            if (!quarot__lr_word(&lr, "quarot-online 1") || lr.p != lr.end)
+                res = quarot__parse_error(err, err_size, line, "expected 'quarot-online 1' (unknown format or version)");
+            continue;
+        }
+        if (line == 2) {
+            if (!quarot__lr_word(&lr, "hooks ") || !quarot__lr_int(&lr, &declared) || lr.p != lr.end || declared > (1 << 24))
+                res = quarot__parse_error(err, err_size, line, "expected 'hooks <count>'");
+            continue;
+        }
+        if (quarot__lr_word(&lr, "end")) {
+            if (lr.p != lr.end) res = quarot__parse_error(err, err_size, line, "junk after 'end'");
+            seen_end = 1;
+            continue;
+        }
+        if (quarot__lr_word(&lr, "hook ")) {
+            int64_t layer, size, outer, n, inner, K, m;
+            quarot_online_site site = QUAROT_SITE_NONE;
+            int s;
+            quarot_hadamard_info info;
+            if (list->count >= declared) { res = quarot__parse_error(err, err_size, line, "more hooks than declared"); break; }
+            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) { res = quarot__parse_error(err, err_size, line, "bad layer"); break; }
+            for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
+                quarot__lineread t = lr;
+                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) { site = (quarot_online_site)s; lr = t; break; }
+            }
+            if (site == QUAROT_SITE_NONE) { res = quarot__parse_error(err, err_size, line, "unknown site"); break; }
+            if (!quarot__lr_word(&lr, "size=") || !quarot__lr_int(&lr, &size) || !quarot__lr_word(&lr, " outer=") ||
+                !quarot__lr_int(&lr, &outer) || !quarot__lr_word(&lr, " n=") || !quarot__lr_int(&lr, &n) ||
+                !quarot__lr_word(&lr, " inner=") || !quarot__lr_int(&lr, &inner) || !quarot__lr_word(&lr, " K=") ||
+                !quarot__lr_int(&lr, &K) || !quarot__lr_word(&lr, " m=") || !quarot__lr_int(&lr, &m) ||
+                !quarot__lr_word(&lr, " signs=")) {
+                res = quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
+                break;
+            }
+            if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
+                inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size) {
+                res = quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
+                break;
+            }
+            if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m) {
+                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction", (long long)n,
+                                          (long long)K, (long long)m);
+                break;
+            }
+            if (lr.p < lr.end && *lr.p == '-' && lr.p + 1 == lr.end) {
+                res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
+            } else {
+                int64_t digits = (n + 3) / 4;
+                if (lr.end - lr.p != digits) { res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits); break; }
+                signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+                if (!signs) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+                for (i = 0; i < digits && res == QUAROT_OK; ++i) {
+                    char ch = lr.p[i];
+                    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
+                    if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
+                    for (b = 0; b < 4; ++b) {
+                        if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
+                        else if ((v >> b) & 1) res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
+                    }
+                }
+                if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
+                quarot_env_free(&list->env, signs);
+                signs = NULL;
+            }
+            if (res != QUAROT_OK && (!err || !err[0])) quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+            continue;
+        }
+        if (quarot__lr_word(&lr, "hadamard ")) {
+            int64_t K, r, c;
+            if (!quarot__lr_int(&lr, &K) || lr.p != lr.end || K < 2 || K > 4096 || !quarot_hadamard_available(K)) {
+                res = quarot__parse_error(err, err_size, line, "bad 'hadamard <K>' header");
+                break;
+            }
+            ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
+            if (!ref) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+            res = quarot_hadamard_build_i8(K, ref, &list->env);
+            for (r = 0; r < K && res == QUAROT_OK; ++r) {
+                const char* rl = p;
+                const char* rn = p < end ? (const char*)memchr(p, '\n', (size_t)(end - p)) : NULL;
+                ++line;
+                if (!rn || rn - rl != K) { res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K); break; }
+                for (c = 0; c < K; ++c)
+                    if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
+                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction", (long long)K);
+                        break;
+                    }
+                p = rn + 1;
+            }
+            quarot_env_free(&list->env, ref);
+            ref = NULL;
+            continue;
+        }
+        res = quarot__parse_error(err, err_size, line, "unknown line");
+    }
+    if (res == QUAROT_OK && line < 2) res = quarot__parse_error(err, err_size, line, "truncated header");
+    if (res == QUAROT_OK && !seen_end) res = quarot__parse_error(err, err_size, line, "missing 'end' (truncated file)");
+    if (res == QUAROT_OK && list->count != declared)
+        res = quarot__parse_error(err, err_size, line, "%lld hooks declared, %lld found", (long long)declared, (long long)list->count);
+    if (res != QUAROT_OK) {
+        quarot_env free_env = list->env;
+        quarot_online_list_free(list);
+        quarot_online_list_init(list, &free_env);
+    }
+    return res;
+}
+
 // >>processor
+// init: resolve the config, build the adapter's plan, the rotations (R1, R2, HEADS, R4, R3) and the
+// command list, then validate every named tensor (globals, then each layer between acquire and
+// release) before anything is written. The passes then run the plan's fusions, bakes and commands
+// filtered by layer (-1 = global, in pre_run), and register each layer's online hooks.
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void quarot__model_error(quarot_model* m, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->error, sizeof m->error, fmt, ap);
+    va_end(ap);
+}
+
+// Fill defaults (n_kv_heads, head_dim) and reject inconsistent geometry.
+static quarot_result quarot__resolve_config(quarot_model* m, quarot_model_config* cfg) {
+    *cfg = m->config;
+    if (cfg->hidden <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->intermediate <= 0 || cfg->vocab <= 0) {
+        quarot__model_error(m, "config: hidden, intermediate, n_layers, n_heads and vocab must be positive");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->n_kv_heads == 0) cfg->n_kv_heads = cfg->n_heads;
+    if (cfg->n_kv_heads < 0 || cfg->n_heads % cfg->n_kv_heads != 0) {
+        quarot__model_error(m, "config: n_kv_heads %lld does not divide n_heads %lld", (long long)cfg->n_kv_heads, (long long)cfg->n_heads);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->head_dim == 0) {
+        if (cfg->hidden % cfg->n_heads != 0) {
+            quarot__model_error(m, "config: head_dim not given and n_heads %lld does not divide hidden %lld",
+                                (long long)cfg->n_heads, (long long)cfg->hidden);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        cfg->head_dim = cfg->hidden / cfg->n_heads;
+    }
+    if (cfg->head_dim <= 0) {
+        quarot__model_error(m, "config: head_dim must be positive");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+// Look a tensor up and check it is a valid view of a supported floating-point type.
+static quarot_result quarot__get(quarot_processor* p, const char* name, quarot_tensor* t) {
+    quarot_result r;
+    memset(t, 0, sizeof *t);
+    if (!p->model->get_tensor) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = p->model->get_tensor(p->model->user_data, name, t);
+    if (r == QUAROT_ERR_NOT_FOUND) { quarot__model_error(p->model, "tensor '%s' not found", name); return r; }
+    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': %s", name, quarot_result_string(r)); return r; }
+    r = quarot_tensor_validate(t);
+    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': invalid view (%s)", name, quarot_result_string(r)); return r; }
+    return QUAROT_OK;
+}
+
+// 1 when the tensor exists (probe without recording an error).
+static int quarot__exists(quarot_processor* p, const char* name) {
+    quarot_tensor t;
+    if (!name || !name[0]) return 0;
+    return p->model->get_tensor(p->model->user_data, name, &t) == QUAROT_OK;
+}
+
+static quarot_result quarot__expect_1d(quarot_processor* p, const char* name, const quarot_tensor* t, int64_t len) {
+    if (t->ne[0] != len || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        quarot__model_error(p->model, "tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected a vector of %lld", name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)len);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__check_finite_named(quarot_processor* p, const char* name, const quarot_tensor* t) {
+    int64_t bad;
+    if (quarot_tensor_check_finite(t, &bad) != QUAROT_OK) {
+        quarot__model_error(p->model, "tensor '%s' has NaN or Inf at element %lld", name, (long long)bad);
+        return QUAROT_ERR_NONFINITE;
+    }
+    return QUAROT_OK;
+}
+
+static int quarot__rotation_of(const quarot_processor* p, quarot_rotation_id id) { return p->have_rot[id]; }
+
+// Append one command.
+static quarot_result quarot__add_command(quarot_processor* p, int64_t cap, int64_t layer, quarot_rotation_id rot,
+                                         quarot_side side, int embedding, int64_t outer, int64_t inner,
+                                         const char* weight, const char* bias) {
+    quarot_command* c;
+    if (p->n_commands >= cap) return QUAROT_ERR_INTERNAL;
+    c = &p->commands[p->n_commands++];
+    memset(c, 0, sizeof *c);
+    c->layer = layer;
+    c->rotation = rot;
+    c->side = side;
+    c->embedding = embedding;
+    c->outer = outer;        // 0: derived from the tensor (one slice per head)
+    c->inner = inner;
+    strcpy(c->weight, weight);
+    strcpy(c->bias, bias ? bias : "");
+    return QUAROT_OK;
+}
+
+static int quarot__down_online(const quarot_processor* p, int64_t layer) {
+    int64_t i;
+    if (!p->desc.online) return 0;
+    switch (p->desc.down_proj_online) {
+        case QUAROT_LAYERS_DEFAULT:
+        case QUAROT_LAYERS_ALL: return 1;
+        case QUAROT_LAYERS_LIST:
+            for (i = 0; i < p->desc.n_down_proj_online_layers; ++i)
+                if (p->desc.down_proj_online_layers[i] == layer) return 1;
+            return 0;
+        default: return 0;
+    }
+}
+
+// A plain (sign-free) Hadamard rotation of size n for an online site, falling back to the largest
+// available block; *block receives the order used.
+static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotation* r, int64_t n, const char* what) {
+    quarot_rotation_desc d;
+    int64_t b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
+    quarot_result res;
+    if (b <= 1) {
+        quarot__model_error(p->model, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what, (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_HADAMARD;
+    d.n = b;
+    d.no_signs = 1;
+    d.fallback = QUAROT_FALLBACK_ERROR;
+    res = quarot_rotation_init(r, &d, &p->model->env);
+    if (res != QUAROT_OK) quarot__model_error(p->model, "online %s rotation of order %lld: %s", what, (long long)b, quarot_result_string(res));
+    return res;
+}
+
+static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_model_config* cfg) {
+    quarot_rotation_desc d;
+    quarot_result res;
+    int64_t tp = p->desc.max_tp_size > 0 ? p->desc.max_tp_size : 1;
+    quarot_rotation_kind kind = p->desc.rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.rotation;
+    int k;
+    for (k = 0; k < QUAROT_ROT_COUNT_; ++k) p->have_rot[k] = 0;
+    memset(&d, 0, sizeof d);
+    d.n = cfg->hidden;
+    d.block_size = p->desc.block_size > 0 ? p->desc.block_size : 0;
+    d.seed = p->desc.seed;
+    d.fallback = p->desc.fallback;
+    if (d.block_size && cfg->hidden % d.block_size != 0) {
+        quarot__model_error(p->model, "block_size %lld does not divide hidden %lld", (long long)d.block_size, (long long)cfg->hidden);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (kind == QUAROT_ROTATION_ADAPT) {
+        const quarot_adapt_context* ctx = p->desc.context;
+        if (!ctx || !ctx->matrix) {
+            quarot__model_error(p->model, "Adapt Rotation stage 2 needs the adapted matrix from stage 1: run stage 1 (calibration) first and pass its context");
+            return QUAROT_ERR_STATE;
+        }
+        if (ctx->hidden != cfg->hidden || cfg->hidden % ctx->block != 0) {
+            quarot__model_error(p->model, "Adapt Rotation context is for hidden size %lld (block %lld), the model has %lld",
+                                (long long)ctx->hidden, (long long)ctx->block, (long long)cfg->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        kind = QUAROT_ROTATION_MATRIX;
+        d.matrix = ctx->matrix;
+        d.block_size = ctx->block;
+        d.orth_tol = 1e-5;
+    } else if (kind == QUAROT_ROTATION_MATRIX) {
+        if (!p->desc.matrix) { quarot__model_error(p->model, "rotation MATRIX needs desc.matrix"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        d.matrix = p->desc.matrix;
+    }
+    d.kind = kind;
+    res = quarot_rotation_init(&p->rot[QUAROT_ROT_R1], &d, &p->model->env);
+    if (res != QUAROT_OK) {
+        quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden, quarot_result_string(res),
+                            res == QUAROT_ERR_INVALID_ARGUMENT && kind == QUAROT_ROTATION_MATRIX ? " (matrix not orthogonal?)" : "");
+        return res;
+    }
+    p->have_rot[QUAROT_ROT_R1] = 1;
+    if (!p->desc.no_r2) {
+        memset(&d, 0, sizeof d);
+        d.kind = p->desc.r2_rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.r2_rotation;
+        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL && d.kind != QUAROT_ROTATION_IDENTITY) {
+            quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL or IDENTITY");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        d.n = cfg->head_dim;
+        d.seed = p->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
+        res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
+        if (res != QUAROT_OK) { quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim, quarot_result_string(res)); return res; }
+        p->have_rot[QUAROT_ROT_R2] = 1;
+    }
+    if (p->desc.online || p->desc.r3) {
+        if (!p->desc.online_out) { quarot__model_error(p->model, "online rotation needs desc.online_out to receive the hooks"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (tp < 1 || (tp & (tp - 1)) != 0) { quarot__model_error(p->model, "max_tp_size must be a power of two"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    }
+    if (p->desc.online) {
+        if (cfg->n_heads % tp != 0 || cfg->intermediate % tp != 0) {
+            quarot__model_error(p->model, "max_tp_size %lld does not divide n_heads %lld and intermediate %lld", (long long)tp,
+                                (long long)cfg->n_heads, (long long)cfg->intermediate);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp, "o_proj heads")) != QUAROT_OK) return res;
+        p->have_rot[QUAROT_ROT_HEADS] = 1;
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp, "down_proj")) != QUAROT_OK) return res;
+        p->have_rot[QUAROT_ROT_R4] = 1;
+    }
+    if (p->desc.r3 && (res = quarot__online_rotation(p, &p->r3, cfg->head_dim, "q/k")) != QUAROT_OK) return res;
+    return QUAROT_OK;
+}
+
+// Commands from the plan's rotation entries plus the offline halves of the online rotations.
+static quarot_result quarot__build_commands(quarot_processor* p, const quarot_model_config* cfg) {
+    int64_t cap = p->plan.n_rotations + 2 * cfg->n_layers, i;
+    quarot_result res = QUAROT_OK;
+    p->commands = (quarot_command*)quarot_env_alloc(&p->model->env, (size_t)cap * sizeof(quarot_command));
+    if (!p->commands) return QUAROT_ERR_OUT_OF_MEMORY;
+    p->n_commands = 0;
+    for (i = 0; i < p->plan.n_rotations && res == QUAROT_OK; ++i) {
+        const quarot_plan_rotation* pr = &p->plan.rotations[i];
+        if (!quarot__rotation_of(p, pr->rotation)) continue;
+        if (cfg->tied_embeddings && !p->untie && strcmp(pr->weight, p->plan.lm_head) == 0) continue;   // shares the embedding
+        res = quarot__add_command(p, cap, pr->layer, pr->rotation, pr->side, pr->embedding, pr->per_head ? 0 : 1, 1,
+                                  pr->weight, pr->side == QUAROT_SIDE_OUTPUT && !pr->embedding ? pr->bias : "");
+    }
+    for (i = 0; i < cfg->n_layers && res == QUAROT_OK && p->desc.online; ++i) {
+        const quarot_plan_layer* pl = &p->plan.layers[i];
+        res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0, cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n,
+                                  cfg->head_dim, pl->o_proj, "");
+        if (res == QUAROT_OK && quarot__down_online(p, i))
+            res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0, cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1,
+                                      pl->down_proj, "");
+    }
+    return res;
+}
+
+// All-ones gain and zero bias: fusing this norm changes nothing.
+static int quarot__norm_is_identity(quarot_processor* p, const char* weight, const char* bias) {
+    quarot_tensor t;
+    double* row;
+    int64_t j;
+    int identity = 1;
+    if (quarot__get(p, weight, &t) != QUAROT_OK) return 0;
+    row = (double*)quarot_env_alloc(&p->model->env, (size_t)t.ne[0] * sizeof(double));
+    if (!row) return 0;
+    quarot_tensor_get_row_f64(&t, 0, row);
+    for (j = 0; j < t.ne[0]; ++j) identity &= row[j] == 1.0;
+    if (identity && bias && bias[0] && quarot__get(p, bias, &t) == QUAROT_OK) {
+        quarot_tensor_get_row_f64(&t, 0, row);
+        for (j = 0; j < t.ne[0]; ++j) identity &= row[j] == 0.0;
+    }
+    quarot_env_free(&p->model->env, row);
+    p->model->error[0] = '\0';
+    return identity;
+}
+
+// Validate what one layer (or the globals, layer -1) needs: names, shapes, dtypes, finiteness.
+static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_model_config* cfg, int64_t layer) {
+    quarot_tensor w, b;
+    int64_t i, k;
+    quarot_result res;
+    for (i = 0; i < p->plan.n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        int64_t L;
+        if (f->layer != layer) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if ((res = quarot__get(p, f->norm_weight, &w)) != QUAROT_OK) return res;
+        L = w.ne[0];
+        if ((res = quarot__expect_1d(p, f->norm_weight, &w, L)) != QUAROT_OK) return res;
+        if ((res = quarot__check_finite_named(p, f->norm_weight, &w)) != QUAROT_OK) return res;
+        if (f->norm_bias[0]) {
+            if ((res = quarot__get(p, f->norm_bias, &b)) != QUAROT_OK) return res;
+            if ((res = quarot__expect_1d(p, f->norm_bias, &b, L)) != QUAROT_OK) return res;
+            if ((res = quarot__check_finite_named(p, f->norm_bias, &b)) != QUAROT_OK) return res;
+        }
+        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+            const quarot_plan_linear* l = &p->plan.linears[k];
+            if (layer < 0 && p->untie && strcmp(l->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
+            if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
+            if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
+                quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight, (long long)w.ne[0],
+                                    f->norm_weight, (long long)L);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            if ((res = quarot__check_finite_named(p, l->weight, &w)) != QUAROT_OK) return res;
+            if (quarot__exists(p, l->bias)) {
+                if ((res = quarot__get(p, l->bias, &b)) != QUAROT_OK) return res;
+                if ((res = quarot__expect_1d(p, l->bias, &b, w.ne[1])) != QUAROT_OK) return res;
+                if ((res = quarot__check_finite_named(p, l->bias, &b)) != QUAROT_OK) return res;
+            } else if (f->norm_bias[0] && (!l->bias[0] || !p->model->create_tensor)) {
+                quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
+                                    l->bias[0] ? " and model.create_tensor to make it" : " name");
+                return QUAROT_ERR_INVALID_ARGUMENT;
+            }
+        }
+    }
+    for (i = 0; i < p->plan.n_bakes; ++i) {
+        const quarot_plan_bake* bk = &p->plan.bakes[i];
+        if (bk->layer != layer) continue;
+        if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
+        if ((bk->embedding ? w.ne[0] : w.ne[1]) != cfg->hidden) {
+            quarot__model_error(p->model, "tensor '%s' does not write the residual stream of width %lld", bk->weight, (long long)cfg->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
+    for (i = 0; i < p->n_commands; ++i) {
+        quarot_command* c = &p->commands[i];
+        const quarot_rotation* rot = &p->rot[c->rotation];
+        int has_bias;
+        int axis;
+        int64_t L;
+        if (c->layer != layer) continue;
+        if (layer < 0 && p->untie && strcmp(c->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
+        if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+        if ((res = quarot__check_finite_named(p, c->weight, &w)) != QUAROT_OK) return res;
+        L = quarot__command_axis(c, &w, &axis);
+        if (c->outer == 0) {   // per head: one slice of the rotation's size per head
+            if (L == 0 || L % rot->n != 0) {
+                quarot__model_error(p->model, "tensor '%s': axis of %lld is not a multiple of head_dim %lld", c->weight, (long long)L, (long long)rot->n);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            c->outer = L / rot->n;
+        }
+        has_bias = c->bias[0] && quarot__exists(p, c->bias);
+        if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
+        if (has_bias && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
+        res = quarot__command_check(c, rot, &w, has_bias ? &b : NULL);
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices x %lld)%s",
+                                c->weight, (long long)w.ne[0], (long long)w.ne[1], c->side == QUAROT_SIDE_INPUT ? "an input-side" : "an output-side",
+                                (long long)rot->n, (long long)c->outer, (long long)c->inner, has_bias ? " or its bias does not match" : "");
+            return res;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API void quarot_processor_free(quarot_processor* p) {
+    int k;
+    if (!p || !p->model) return;
+    for (k = 0; k < QUAROT_ROT_COUNT_; ++k) quarot_rotation_free(&p->rot[k]);
+    quarot_rotation_free(&p->r3);
+    quarot_plan_free(&p->plan);
+    quarot_env_free(&p->model->env, p->commands);
+    p->commands = NULL;
+    p->n_commands = 0;
+    p->model = NULL;
+}
+
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc) {
+    quarot_model_config cfg;
+    quarot_result res;
+    int64_t i;
+    if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(p, 0, sizeof *p);
+    if (!model) return QUAROT_ERR_INVALID_ARGUMENT;
+    model->error[0] = '\0';
+    if (!model->get_tensor) { quarot__model_error(model, "model.get_tensor is NULL"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    p->model = model;
+    if (desc) p->desc = *desc;
+    if ((res = quarot__resolve_config(model, &cfg)) != QUAROT_OK) { p->model = NULL; return res; }
+    p->adapter = p->desc.adapter ? p->desc.adapter : quarot_adapter_find(cfg.arch);
+    if (!p->adapter || !p->adapter->build) {
+        quarot__model_error(model, "no adapter for architecture '%s' (built-in: %s)", cfg.arch, quarot_adapter_list());
+        p->model = NULL;
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    quarot_plan_init(&p->plan, &model->env);
+    res = p->adapter->build(p->adapter, &cfg, p->desc.block_size > 0 ? p->desc.block_size : -1, &p->plan);
+    if (res == QUAROT_OK && p->plan.n_layers != cfg.n_layers) res = QUAROT_ERR_INTERNAL;
+    if (res != QUAROT_OK) {
+        if (!model->error[0]) quarot__model_error(model, "adapter '%s' could not describe the model: %s", p->adapter->arch, quarot_result_string(res));
+        quarot_processor_free(p);
+        return res;
+    }
+    // Untie when the shared table cannot serve both ends after fusion / baking.
+    if (cfg.tied_embeddings) {
+        const char* fb = NULL;
+        for (i = 0; i < p->plan.n_fusions; ++i)
+            if (strcmp(p->plan.fusions[i].norm_weight, p->plan.final_norm_weight) == 0) fb = p->plan.fusions[i].norm_bias;
+        p->untie = cfg.norm == QUAROT_NORM_LAYER || p->plan.n_bakes > 0 || !quarot__norm_is_identity(p, p->plan.final_norm_weight, fb);
+        if (p->untie && !model->create_tensor) {
+            quarot__model_error(model, "tied embeddings must be untied (the final norm is not the identity) and model.create_tensor is NULL");
+            quarot_processor_free(p);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if ((res = quarot__build_rotations(p, &cfg)) != QUAROT_OK || (res = quarot__build_commands(p, &cfg)) != QUAROT_OK) {
+        if (!model->error[0]) quarot__model_error(model, "building rotations: %s", quarot_result_string(res));
+        quarot_processor_free(p);
+        return res;
+    }
+    // Validation pass: globals, then every layer once (read only).
+    {
+        quarot_tensor e;
+        if ((res = quarot__get(p, p->plan.embed, &e)) == QUAROT_OK && (e.ne[0] != cfg.hidden || e.ne[1] != cfg.vocab)) {
+            quarot__model_error(model, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed,
+                                (long long)e.ne[0], (long long)e.ne[1], (long long)cfg.hidden, (long long)cfg.vocab);
+            res = QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        if (res == QUAROT_OK && !cfg.tied_embeddings && !quarot__exists(p, p->plan.lm_head)) {
+            quarot__model_error(model, "tensor '%s' not found (config says the embeddings are not tied)", p->plan.lm_head);
+            res = QUAROT_ERR_NOT_FOUND;
+        }
+    }
+    if (res == QUAROT_OK) res = quarot__validate_layer(p, &cfg, -1);
+    for (i = 0; i < cfg.n_layers && res == QUAROT_OK; ++i) {
+        if (model->acquire_layer && (res = model->acquire_layer(model->user_data, i)) != QUAROT_OK) {
+            quarot__model_error(model, "acquire_layer(%lld) failed: %s", (long long)i, quarot_result_string(res));
+            break;
+        }
+        res = quarot__validate_layer(p, &cfg, i);
+        if (res != QUAROT_OK) {
+            char detail[sizeof model->error];
+            memcpy(detail, model->error, sizeof detail);
+            quarot__model_error(model, "layer %lld: %s", (long long)i, detail);
+        }
+        if (model->release_layer) {
+            quarot_result rr = model->release_layer(model->user_data, i, 0);
+            if (res == QUAROT_OK && rr != QUAROT_OK) {
+                quarot__model_error(model, "release_layer(%lld) failed: %s", (long long)i, quarot_result_string(rr));
+                res = rr;
+            }
+        }
+    }
+    if (res != QUAROT_OK) { quarot_processor_free(p); return res; }
+    p->stage = 1;
+    return QUAROT_OK;
+}
+
+// W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then g <- 1, beta <- 0.
+static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f) {
+    const quarot_env* env = &p->model->env;
+    quarot_tensor gt, bt, w, bias;
+    double *g = NULL, *beta = NULL, *row = NULL, *badd = NULL;
+    int64_t L, k, r, j;
+    quarot_result res;
+    if ((res = quarot__get(p, f->norm_weight, &gt)) != QUAROT_OK) return res;
+    L = gt.ne[0];
+    g = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+    if (!g) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_tensor_get_row_f64(&gt, 0, g);
+    if (f->norm_bias[0]) {
+        if ((res = quarot__get(p, f->norm_bias, &bt)) != QUAROT_OK) goto done;
+        beta = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+        if (!beta) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        quarot_tensor_get_row_f64(&bt, 0, beta);
+    }
+    row = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+    if (!row) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+        const quarot_plan_linear* l = &p->plan.linears[k];
+        int64_t out;
+        if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
+        out = quarot_tensor_nrows(&w);
+        if (beta) {
+            badd = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+            if (!badd) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        }
+        for (r = 0; r < out; ++r) {
+            double acc = 0.0;
+            quarot_tensor_get_row_f64(&w, r, row);
+            if (beta) for (j = 0; j < L; ++j) acc += row[j] * beta[j];
+            for (j = 0; j < L; ++j) row[j] *= g[j];
+            quarot_tensor_set_row_f64(&w, r, row);
+            if (badd) badd[r] = acc;
+        }
+        if (beta) {
+            double* bv = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+            if (!bv) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+            if (quarot__exists(p, l->bias)) {
+                res = quarot__get(p, l->bias, &bias);
+            } else {
+                int64_t ne1[1];
+                ne1[0] = out;
+                res = p->model->create_tensor(p->model->user_data, l->bias, w.dtype, 1, ne1, &bias);
+                if (res == QUAROT_OK) {   // created zero-filled; make sure of it
+                    for (r = 0; r < out; ++r) bv[r] = 0.0;
+                    quarot_tensor_set_row_f64(&bias, 0, bv);
+                } else {
+                    quarot__model_error(p->model, "create_tensor('%s') failed: %s", l->bias, quarot_result_string(res));
+                }
+            }
+            if (res == QUAROT_OK) {
+                quarot_tensor_get_row_f64(&bias, 0, bv);
+                for (r = 0; r < out; ++r) bv[r] += badd[r];
+                quarot_tensor_set_row_f64(&bias, 0, bv);
+            }
+            quarot_env_free(env, bv);
+            quarot_env_free(env, badd);
+            badd = NULL;
+            if (res != QUAROT_OK) goto done;
+        }
+    }
+    for (j = 0; j < L; ++j) g[j] = 1.0;
+    quarot_tensor_set_row_f64(&gt, 0, g);
+    if (beta) {
+        for (j = 0; j < L; ++j) beta[j] = 0.0;
+        quarot_tensor_set_row_f64(&bt, 0, beta);
+    }
+done:
+    quarot_env_free(env, g);
+    quarot_env_free(env, beta);
+    quarot_env_free(env, row);
+    quarot_env_free(env, badd);
+    return res;
+}
+
+// Mean baking: embedding rows centred; a writer's columns centred over its outputs, bias centred.
+static quarot_result quarot__run_bake(quarot_processor* p, const quarot_plan_bake* bk) {
+    const quarot_env* env = &p->model->env;
+    quarot_tensor w, b;
+    int64_t rows, cols, r, j;
+    double *row, *mean;
+    quarot_result res;
+    if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
+    rows = quarot_tensor_nrows(&w);
+    cols = w.ne[0];
+    row = (double*)quarot_env_alloc(env, (size_t)cols * sizeof(double));
+    mean = (double*)quarot_env_alloc(env, (size_t)(cols > rows ? cols : rows) * sizeof(double));
+    if (!row || !mean) { quarot_env_free(env, row); quarot_env_free(env, mean); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (bk->embedding) {
+        for (r = 0; r < rows; ++r) {
+            double m = 0.0;
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) m += row[j];
+            m /= (double)cols;
+            for (j = 0; j < cols; ++j) row[j] -= m;
+            quarot_tensor_set_row_f64(&w, r, row);
+        }
+    } else {
+        for (j = 0; j < cols; ++j) mean[j] = 0.0;
+        for (r = 0; r < rows; ++r) {
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) mean[j] += row[j];
+        }
+        for (j = 0; j < cols; ++j) mean[j] /= (double)rows;
+        for (r = 0; r < rows; ++r) {
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) row[j] -= mean[j];
+            quarot_tensor_set_row_f64(&w, r, row);
+        }
+        if (quarot__exists(p, bk->bias) && quarot__get(p, bk->bias, &b) == QUAROT_OK) {
+            double m = 0.0;
+            quarot_tensor_get_row_f64(&b, 0, mean);
+            for (r = 0; r < rows; ++r) m += mean[r];
+            m /= (double)rows;
+            for (r = 0; r < rows; ++r) mean[r] -= m;
+            quarot_tensor_set_row_f64(&b, 0, mean);
+        }
+    }
+    quarot_env_free(env, row);
+    quarot_env_free(env, mean);
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c) {
+    quarot_tensor w, b;
+    int has_bias, times = 1, act = 0, k;
+    quarot_result res;
+    if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
+    if (act == 1) return QUAROT_OK;
+    if (act == 2) times = 2;
+    if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+    has_bias = c->bias[0] && quarot__exists(p, c->bias);
+    if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
+    for (k = 0; k < times; ++k) {
+        res = quarot_command_apply(c, &p->rot[c->rotation], &w, has_bias ? &b : NULL, &p->model->env);
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
+            return res;
+        }
+        c->runs++;
+    }
+    return QUAROT_OK;
+}
+
+// Everything planned for one layer (or -1 = the globals).
+static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer) {
+    const quarot_model_config* cfg = &p->model->config;
+    int64_t i;
+    quarot_result res;
+    for (i = 0; i < p->plan.n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        if (f->layer != layer) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if ((res = quarot__run_fusion(p, f)) != QUAROT_OK) return res;
+    }
+    for (i = 0; i < p->plan.n_bakes; ++i)
+        if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) return res;
+    for (i = 0; i < p->n_commands; ++i)
+        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i])) != QUAROT_OK) return res;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p) {
+    quarot_model* m;
+    quarot_result res;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 1) return QUAROT_ERR_STATE;
+    m = p->model;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "pre_run", -1, m->config.n_layers);
+    if (p->untie) {   // lm_head <- a copy of the embedding, before anything changes it
+        quarot_tensor e, h;
+        int64_t ne[2], r;
+        double* row;
+        if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
+        ne[0] = e.ne[0];
+        ne[1] = e.ne[1];
+        res = m->create_tensor(m->user_data, p->plan.lm_head, e.dtype, 2, ne, &h);
+        if (res != QUAROT_OK) { quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res)); return res; }
+        row = (double*)quarot_env_alloc(&m->env, (size_t)ne[0] * sizeof(double));
+        if (!row) return QUAROT_ERR_OUT_OF_MEMORY;
+        for (r = 0; r < ne[1]; ++r) {
+            quarot_tensor_get_row_f64(&e, r, row);
+            quarot_tensor_set_row_f64(&h, r, row);
+        }
+        quarot_env_free(&m->env, row);
+        m->config.tied_embeddings = 0;
+    }
+    res = quarot__run_scope(p, -1);
+    if (res != QUAROT_OK) return res;
+    p->stage = 2;
+    p->next_layer = 0;
+    return QUAROT_OK;
+}
+
+// Register the online hooks of one layer (matching the offline halves its commands applied).
+static quarot_result quarot__register_hooks(quarot_processor* p, int64_t layer) {
+    const quarot_model_config* c = &p->model->config;
+    int64_t hd = c->head_dim ? c->head_dim : c->hidden / c->n_heads, kv = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
+    quarot_online_list* out = p->desc.online_out;
+    quarot_result res = QUAROT_OK;
+    if (p->desc.online) {
+        int64_t g = p->rot[QUAROT_ROT_HEADS].n, n4 = p->rot[QUAROT_ROT_R4].n;
+        res = quarot_online_list_add(out, layer, QUAROT_SITE_O_INPUT, c->n_heads * hd, c->n_heads / g, g, hd, NULL);
+        if (res == QUAROT_OK && quarot__down_online(p, layer))
+            res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4, 1, NULL);
+    }
+    if (res == QUAROT_OK && p->desc.r3) {
+        int64_t b = p->r3.n;
+        res = quarot_online_list_add(out, layer, QUAROT_SITE_Q_ROPE, c->n_heads * hd, c->n_heads * hd / b, b, 1, NULL);
+        if (res == QUAROT_OK) res = quarot_online_list_add(out, layer, QUAROT_SITE_K_ROPE, kv * hd, kv * hd / b, b, 1, NULL);
+    }
+    if (res != QUAROT_OK) quarot__model_error(p->model, "layer %lld: registering online hooks: %s", (long long)layer, quarot_result_string(res));
+    return res;
+}
+
+QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer) {
+    quarot_model* m;
+    quarot_result res, rr;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 2 || layer != p->next_layer || layer >= p->model->config.n_layers) return QUAROT_ERR_STATE;
+    m = p->model;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "layer", layer, m->config.n_layers);
+    if (m->acquire_layer && (res = m->acquire_layer(m->user_data, layer)) != QUAROT_OK) {
+        quarot__model_error(m, "acquire_layer(%lld) failed: %s", (long long)layer, quarot_result_string(res));
+        return res;
+    }
+    res = quarot__run_scope(p, layer);
+    if (res == QUAROT_OK) res = quarot__register_hooks(p, layer);
+    if (m->release_layer) {
+        rr = m->release_layer(m->user_data, layer, 1);
+        if (res == QUAROT_OK && rr != QUAROT_OK) {
+            quarot__model_error(m, "release_layer(%lld) failed: %s", (long long)layer, quarot_result_string(rr));
+            res = rr;
+        }
+    }
+    if (res == QUAROT_OK) p->next_layer++;
+    return res;
+}
+
+QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p) {
+    int64_t i;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 2 || p->next_layer != p->model->config.n_layers) return QUAROT_ERR_STATE;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "post_run", p->next_layer, p->model->config.n_layers);
+    for (i = 0; i < p->n_commands; ++i)
+        if (p->commands[i].runs != 1) {
+            quarot__model_error(p->model, "command on '%s' (%s side, rotation %d) ran %d times, expected exactly once",
+                                p->commands[i].weight, p->commands[i].side == QUAROT_SIDE_INPUT ? "input" : "output",
+                                (int)p->commands[i].rotation, p->commands[i].runs);
+            return QUAROT_ERR_INTERNAL;
+        }
+    if (p->plan.n_bakes > 0) p->model->config.norm = QUAROT_NORM_RMS;   // centred stream: LayerNorm == RMSNorm
+    p->stage = 3;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc) {
+    quarot_processor p;
+    quarot_result res;
+    int64_t i;
+    res = quarot_processor_init(&p, model, desc);
+    if (res != QUAROT_OK) return res;
+    res = quarot_processor_pre_run(&p);
+    for (i = 0; i < model->config.n_layers && res == QUAROT_OK; ++i) res = quarot_processor_run_layer(&p, i);
+    if (res == QUAROT_OK) res = quarot_processor_post_run(&p);
+    quarot_processor_free(&p);
+    return res;
+}
+
 // >>adapt
+// (implementation: Adapt Rotation work)
 
 #ifdef __cplusplus
 }
