@@ -97,7 +97,8 @@ typedef struct qx_l2c_write_opts {
    Tensors may be f32, f16, bf16 or f64, contiguous or strided: they are converted to float32
    (f64 rounds to nearest), since both formats are float32 only. V0 needs freq_cis tables: the store's
    llama2c.freq_cis_* are written verbatim when present (so read -> write gives identical bytes),
-   otherwise computed as cos/sin(pos * theta^(-2i/head_dim)) in double and rounded to float.
+   otherwise computed in model.py's float32 steps, angle = pos * (1 / 10000^(2i/head_dim)), then
+   cos/sin (within an ulp of PyTorch's tables; run.c no longer reads them).
    The config must describe what run.c computes (RMSNorm, eps 1e-5, theta 10000, interleaved RoPE,
    gated SiLU, no biases, no qk-norm, head_dim = hidden / n_heads): anything else is refused
    (QUAROT_ERR_UNSUPPORTED) rather than silently changing the model.

@@ -64,7 +64,8 @@ int64_t qx_tokenizer_max_tokens(size_t len);
 /* Encode len bytes of text into tokens[0..*n_tokens). cap is the room in tokens; when it is too small
    the result is QUAROT_ERR_WORKSPACE and *n_tokens holds the count needed (cap >=
    qx_tokenizer_max_tokens(len) always suffices). bos / eos: nonzero adds token 1 / 2. Allocates its
-   own work memory (about 40 bytes per input byte); the tokenizer is not modified (thread-safe). */
+   own work memory (at most about 90 bytes per input byte); the tokenizer is not modified, so
+   threads may share it. */
 quarot_result qx_tokenizer_encode(const qx_tokenizer* t, const char* text, size_t len, int bos, int eos,
                                   int32_t* tokens, int64_t cap, int64_t* n_tokens, qx_err* err);
 
