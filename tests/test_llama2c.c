@@ -357,7 +357,19 @@ static void test_truncated(void) {
         free(b);
     }
     QT_EQ_INT(bad, 0);
-    {   /* the real file, truncated at assorted offsets through the real file on disk */
+}
+
+static void test_truncated_file(void) {
+    {   /* files that cannot be read at all */
+        qx_store s;
+        qx_err e;
+        QT_ERR(qx_l2c_read_file("/nonexistent/model.bin", NULL, &s, &e), QUAROT_ERR_IO);
+        QT_CHECK(strstr(e.msg, "/nonexistent/model.bin") != NULL);
+        QT_CHECK(tmp_path("x") != NULL);
+        QT_ERR(qx_l2c_read_file(tmpdir, NULL, &s, &e), QUAROT_ERR_IO);   /* a directory */
+        QT_CHECK(strstr(e.msg, "not a regular file") != NULL);
+    }
+    {   /* the real file, truncated at assorted offsets, read from disk */
         const char* p0 = qt_shared_path("models/stories260K/stories260K.bin");
         size_t n, k;
         unsigned char* raw;
@@ -376,9 +388,6 @@ static void test_truncated(void) {
         }
         unlink(tpath);
         free(raw);
-        QT_ERR(qx_l2c_read_file("/nonexistent/model.bin", NULL, &s, &e), QUAROT_ERR_IO);
-        QT_CHECK(strstr(e.msg, "/nonexistent/model.bin") != NULL);
-        QT_ERR(qx_l2c_read_file(tmpdir, NULL, &s, &e), QUAROT_ERR_IO);   /* a directory */
     }
 }
 
@@ -643,6 +652,7 @@ int main(void) {
     QT_RUN(test_aidreams260K);
     QT_RUN(test_handmade);
     QT_RUN(test_truncated);
+    QT_RUN(test_truncated_file);
     QT_RUN(test_bad_headers);
     QT_RUN(test_writer_safety);
     QT_RUN(test_dtypes_and_mapping);

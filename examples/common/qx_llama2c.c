@@ -441,7 +441,7 @@ static quarot_result qx__writer_header(const qx_store* s, qx_l2c_format fmt, uns
                        (long long)vals[i]);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
-    if (c->n_heads > 0 && c->head_dim != 0 && c->head_dim * c->n_heads != c->hidden) {
+    if (c->head_dim != 0 && (c->head_dim != c->hidden / c->n_heads || c->hidden % c->n_heads != 0)) {
         qx_err_set(err, "%s: head_dim %lld * n_heads %lld != hidden %lld; llama2.c has head_dim = dim / n_heads", name,
                    (long long)c->head_dim, (long long)c->n_heads, (long long)c->hidden);
         return QUAROT_ERR_UNSUPPORTED;
@@ -497,6 +497,10 @@ static quarot_result qx__write_all(const qx_store* s, const qx_l2c_write_opts* o
     if (r != QUAROT_OK) return r;
     r = qx__plan_build(&h, &pl);
     if (r != QUAROT_OK) { qx_err_set(err, "%s: out of memory", name); return r; }
+    if (k->is_mem && h.expected_size <= (uint64_t)SIZE_MAX && k->cap < (size_t)h.expected_size) {
+        unsigned char* nb = (unsigned char*)realloc(k->buf, (size_t)h.expected_size);   /* the exact size */
+        if (nb) { k->buf = nb; k->cap = (size_t)h.expected_size; }
+    }
 
     /* Every tensor the format needs, with the exact shape; freq_cis may be absent (computed). */
     for (i = 0; i < pl.n; ++i) {

@@ -260,7 +260,7 @@ quarot_result qx_tokenizer_encode(const qx_tokenizer* t, const char* text, size_
         qx_err_set(err, "encode: invalid argument");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    if (len > (size_t)INT32_MAX - 3) { qx_err_set(err, "encode: text of %zu bytes is too long", len); return QUAROT_ERR_OVERFLOW; }
+    if (len > (size_t)INT32_MAX - 3 || len > SIZE_MAX / 16) { qx_err_set(err, "encode: text of %zu bytes is too long", len); return QUAROT_ERR_OVERFLOW; }
     if ((bos && t->vocab_size <= QX_TOK_BOS) || (eos && t->vocab_size <= QX_TOK_EOS)) {
         qx_err_set(err, "encode: vocabulary of %d tokens has no BOS/EOS", (int)t->vocab_size);
         return QUAROT_ERR_PARSE;
