@@ -19,6 +19,8 @@
 #include "qx_forward.h"
 #include "qx_synth.h"
 #include "qx_eval.h"
+#include "qx_llama2c.h"
+#include "qx_tokenizer.h"
 #include "qt.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -894,6 +896,108 @@ static void test_errors(void) {
     QT_ERR(qx_forward_init(&f, NULL, NULL, &e), QUAROT_ERR_INVALID_ARGUMENT);
 }
 
+/* ---- stories260K (../shared) ---- */
+static int load_stories(qx_store* s, qx_tokenizer* tok) {
+    char model[4096], tokp[4096];
+    const char* p = qt_shared_path("models/stories260K/stories260K.bin");
+    qx_err e;
+    if (!p) return 0;
+    snprintf(model, sizeof model, "%s", p);
+    p = qt_shared_path("models/stories260K/tok512.bin");
+    if (!p) return 0;
+    snprintf(tokp, sizeof tokp, "%s", p);
+    QT_OK(qx_l2c_read_file(model, NULL, s, &e));
+    QT_OK(qx_tokenizer_load(tok, tokp, (int32_t)s->config.vocab, &e));
+    return 1;
+}
+
+static void test_stories_generation(void) {
+    qx_store s;
+    qx_tokenizer tok;
+    qx_forward f;
+    qx_err e;
+    int32_t out[40];
+    char text[1024];
+    size_t len = 0;
+    int32_t prev = QX_TOK_BOS;
+    int i;
+    const char* want = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+    memset(&tok, 0, sizeof tok);
+    if (!load_stories(&s, &tok)) {
+        QT_SKIP("../shared/models/stories260K not found");
+        return;
+    }
+    QT_OK(qx_forward_init(&f, &s, NULL, &e));
+    QT_OK(qx_eval_generate(&f, QX_TOK_BOS, 40, out, &e));
+    for (i = 0; i < 40; ++i) {
+        size_t n = 0;
+        const char* piece = qx_tokenizer_decode(&tok, prev, out[i], &n);
+        if (piece && len + n < sizeof text) {
+            memcpy(text + len, piece, n);
+            len += n;
+        }
+        prev = out[i];
+    }
+    text[len] = '\0';
+    printf("    greedy from BOS: \"%.*s\"\n", (int)(len < 160 ? len : 160), text);
+    QT_CHECK(strncmp(text, want, strlen(want)) == 0);
+    qx_forward_free(&f);
+    qx_tokenizer_free(&tok);
+    qx_store_free(&s);
+}
+
+/* FP32 and W4A4 (RTN per-output-channel symmetric weights, per-token symmetric activations, clip
+   1.0, no rotation, KV FP) perplexity on the first 30 windows of 256 tokens (4 under QT_QUICK). */
+static void test_stories_perplexity(void) {
+    qx_store s;
+    qx_tokenizer tok;
+    qx_forward f;
+    qx_forward_opts o;
+    qx_ppl_opts po;
+    qx_ppl_result fp, q;
+    qx_err e;
+    int32_t* toks = NULL;
+    int64_t n = 0;
+    const char* data;
+    char path[4096];
+    memset(&tok, 0, sizeof tok);
+    if (!load_stories(&s, &tok) || !(data = qt_shared_path("data/tinystories_eval.txt"))) {
+        QT_SKIP("../shared stories260K model or eval text not found");
+        if (tok.pieces) { qx_tokenizer_free(&tok); qx_store_free(&s); }
+        return;
+    }
+    snprintf(path, sizeof path, "%s", data);
+    QT_OK(qx_tokenize_file(&tok, path, 0, 0, &toks, &n, &e));
+    memset(&po, 0, sizeof po);
+    po.seq_len = 256;
+    po.max_windows = qt_quick() ? 4 : 30;
+    QT_OK(qx_forward_init(&f, &s, NULL, &e));
+    QT_OK(qx_eval_perplexity(&f, toks, n, &po, &fp, &e));
+    qx_forward_free(&f);
+    memset(&o, 0, sizeof o);
+    o.quant.w_bits = 4;
+    o.quant.a_bits = 4;
+    QT_OK(qx_forward_init(&f, &s, &o, &e));
+    QT_OK(qx_eval_perplexity(&f, toks, n, &po, &q, &e));
+    qx_forward_free(&f);
+    printf("    tinystories_eval.txt: %lld tokens; %lld windows of 256 ([BOS] + 255 text tokens), %lld predictions\n",
+           (long long)n, (long long)fp.n_windows, (long long)fp.n_predicted);
+    printf("    stories260K perplexity: FP32 %.4f, W4A4 RTN (no rotation) %.4f\n", fp.ppl, q.ppl);
+    QT_EQ_INT(fp.n_windows, po.max_windows);
+    if (!qt_quick()) {
+        /* 4.5939: llama2.c's own run.c forward on exactly these tokens and windows gives 4.5939 too
+           (checked once by hand; logits agree within 1.1e-4). An outside measurement quoted 3.85 /
+           6.72: its windowing differs (BOS + one paragraph per window, first 30 paragraphs, gives
+           3.904 / 6.709 here). */
+        QT_NEAR(fp.ppl, 4.5939, 0.002);
+        QT_NEAR(q.ppl, 8.09, 0.3);
+    }
+    QT_CHECK(q.ppl > fp.ppl * 1.2);
+    free(toks);
+    qx_tokenizer_free(&tok);
+    qx_store_free(&s);
+}
+
 int main(void) {
     QT_RUN(test_against_reference);
     QT_RUN(test_window_vs_incremental);
@@ -907,5 +1011,7 @@ int main(void) {
     QT_RUN(test_capture_before_quant);
     QT_RUN(test_dtypes);
     QT_RUN(test_errors);
+    QT_RUN(test_stories_generation);
+    QT_RUN(test_stories_perplexity);
     return qt_finish("test_forward");
 }

@@ -20,50 +20,14 @@ const char* qx_site_name(qx_site s) {
 }
 
 /* ---------------------------------------------------------------------------------------------
-   GEMM and fake quantization: one function each, so that the library's versions (quarot_sgemm,
-   quarot_fake_quant_f32) replace these private stand-ins in one place. */
+   GEMM and fake quantization: one function each (the fake quantizer is a private stand-in for
+   quarot_fake_quant_f32 until that lands, with the same documented semantics). */
 
-/* C[m][n] = alpha * A[m][k] * op(B) + beta * C, op(B) = B^T (B stored [n][k]) when trans_b, else B
-   stored [k][n]. Row-major with row strides lda, ldb, ldc. Same contract as quarot_sgemm (trans_a 0). */
-static void qx__sgemm_private(int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-    int64_t i, j, p;
-    if (trans_b) {
-        /* dot products with 8 independent partial sums (vectorizable without reassociation) */
-        for (i = 0; i < m; ++i) {
-            const float* ar = a + i * lda;
-            for (j = 0; j < n; ++j) {
-                const float* br = b + j * ldb;
-                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s;
-                int l;
-                for (p = 0; p + 8 <= k; p += 8)
-                    for (l = 0; l < 8; ++l) acc[l] += ar[p + l] * br[p + l];
-                s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-                for (; p < k; ++p) s += ar[p] * br[p];
-                c[i * ldc + j] = alpha * s + (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]);
-            }
-        }
-    } else {
-        /* row of C accumulated as axpys over the rows of B */
-        for (i = 0; i < m; ++i) {
-            float* cr = c + i * ldc;
-            if (beta == 0.0f) for (j = 0; j < n; ++j) cr[j] = 0.0f;
-            else for (j = 0; j < n; ++j) cr[j] *= beta;
-            for (p = 0; p < k; ++p) {
-                float s = alpha * a[i * lda + p];
-                const float* br = b + p * ldb;
-                if (s == 0.0f) continue;
-                for (j = 0; j < n; ++j) cr[j] += s * br[j];
-            }
-        }
-    }
-}
-
+/* C[m][n] = alpha * A[m][k] * op(B), op(B) = B^T (B stored [n][k]) when trans_b, else B stored
+   [k][n]; row-major with row strides lda, ldb, ldc. quarot_sgemm, with the env of the options. */
 static quarot_result qx__gemm(const qx_forward* f, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                               const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-    (void)f;
-    qx__sgemm_private(trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
-    return QUAROT_OK;
+    return quarot_sgemm(0, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, f->opts.env);
 }
 
 /* Fake-quantize one group of n values in place (quarot.h >>quant semantics, round half to even). */
