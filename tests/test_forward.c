@@ -988,9 +988,9 @@ static void test_stories_perplexity(void) {
         /* 4.5939: llama2.c's own run.c forward on exactly these tokens and windows gives 4.5939 too
            (checked once by hand; logits agree within 1.1e-4). An outside measurement quoted 3.85 /
            6.72: its windowing differs (BOS + one paragraph per window, first 30 paragraphs, gives
-           3.904 / 6.709 here). */
+           3.904 / 6.737 here). */
         QT_NEAR(fp.ppl, 4.5939, 0.002);
-        QT_NEAR(q.ppl, 8.09, 0.3);
+        QT_NEAR(q.ppl, 8.06, 0.3);
     }
     QT_CHECK(q.ppl > fp.ppl * 1.2);
     free(toks);

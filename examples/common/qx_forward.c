@@ -20,8 +20,7 @@ const char* qx_site_name(qx_site s) {
 }
 
 /* ---------------------------------------------------------------------------------------------
-   GEMM and fake quantization: one function each (the fake quantizer is a private stand-in for
-   quarot_fake_quant_f32 until that lands, with the same documented semantics). */
+   GEMM and fake quantization: quarot.h's, one call site each. */
 
 /* C[m][n] = alpha * A[m][k] * op(B), op(B) = B^T (B stored [n][k]) when trans_b, else B stored
    [k][n]; row-major with row strides lda, ldb, ldc. quarot_sgemm, with the env of the options. */
@@ -30,70 +29,17 @@ static quarot_result qx__gemm(const qx_forward* f, int trans_b, int64_t m, int64
     return quarot_sgemm(0, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, f->opts.env);
 }
 
-/* Fake-quantize one group of n values in place (quarot.h >>quant semantics, round half to even). */
-static double qx__fq_group(float* x, int64_t n, int bits, int asym, float clip, int write) {
-    int64_t i;
-    double err = 0.0;
-    if (!asym) {
-        float mx = 0.0f, s, qmax = (float)((1 << (bits - 1)) - 1), qmin = -(float)(1 << (bits - 1));
-        for (i = 0; i < n; ++i) if (fabsf(x[i]) > mx) mx = fabsf(x[i]);
-        s = clip * mx / qmax;
-        if (s == 0.0f) s = 1.0f;
-        for (i = 0; i < n; ++i) {
-            float q = rintf(x[i] / s), y;
-            if (q < qmin) q = qmin;
-            if (q > qmax) q = qmax;
-            y = q * s;
-            err += ((double)y - x[i]) * ((double)y - x[i]);
-            if (write) x[i] = y;
-        }
-    } else {
-        float lo = 0.0f, hi = 0.0f, s, z, qmax = (float)((1 << bits) - 1);
-        for (i = 0; i < n; ++i) {
-            if (x[i] < lo) lo = x[i];
-            if (x[i] > hi) hi = x[i];
-        }
-        lo *= clip;
-        hi *= clip;
-        s = (hi - lo) / qmax;
-        if (s == 0.0f) s = 1.0f;
-        z = rintf(-lo / s);
-        for (i = 0; i < n; ++i) {
-            float q = rintf(x[i] / s) + z, y;
-            if (q < 0.0f) q = 0.0f;
-            if (q > qmax) q = qmax;
-            y = (q - z) * s;
-            err += ((double)y - x[i]) * ((double)y - x[i]);
-            if (write) x[i] = y;
-        }
-    }
-    return err;
-}
-
-/* x[rows][stride], first cols per row, groups of `group` (0 = whole row). */
-static void qx__fake_quant(float* x, int64_t rows, int64_t cols, int64_t stride, int bits, int asym,
-                           int64_t group, float clip, int clip_search) {
-    int64_t r, g0, gs = group > 0 ? group : cols;
-    if (clip <= 0.0f) clip = 1.0f;
-    for (r = 0; r < rows; ++r) {
-        for (g0 = 0; g0 < cols; g0 += gs) {
-            float* xg = x + r * stride + g0;
-            if (clip_search) {
-                /* clip ratios 1.00, 0.99, ..., 0.50: keep the smallest squared error */
-                float best_c = 1.0f;
-                double best = -1.0;
-                int i;
-                for (i = 0; i <= 50; ++i) {
-                    float c = 1.0f - 0.01f * (float)i;
-                    double err = qx__fq_group(xg, gs, bits, asym, c, 0);
-                    if (best < 0.0 || err < best) { best = err; best_c = c; }
-                }
-                qx__fq_group(xg, gs, bits, asym, best_c, 1);
-            } else {
-                qx__fq_group(xg, gs, bits, asym, clip, 1);
-            }
-        }
-    }
+/* x[rows][stride], first cols per row, groups of `group` (0 = whole row): quarot_fake_quant_f32. */
+static quarot_result qx__fake_quant(float* x, int64_t rows, int64_t cols, int64_t stride, int bits, int asym,
+                                   int64_t group, float clip, int clip_search) {
+    quarot_quant_desc d;
+    memset(&d, 0, sizeof d);
+    d.bits = bits;
+    d.asymmetric = asym ? 1 : 0;
+    d.group_size = group;
+    d.clip_ratio = clip > 0.0f ? clip : 1.0f;
+    d.clip_search = clip_search ? 1 : 0;
+    return quarot_fake_quant_f32(x, rows, cols, stride, &d);
 }
 
 /* --------------------------------------------------------------------------------------------- */
@@ -238,7 +184,11 @@ static quarot_result qx__load_linear(qx_forward* f, const qx_store* s, int64_t l
     if (r != QUAROT_OK) return r;
     if (f->opts.quant.w_bits) {
         const qx_fake_quant_opts* q = &f->opts.quant;
-        qx__fake_quant(*w, rows, cols, cols, q->w_bits, q->w_asym, q->w_group, q->w_clip, q->w_clip_search);
+        r = qx__fake_quant(*w, rows, cols, cols, q->w_bits, q->w_asym, q->w_group, q->w_clip, q->w_clip_search);
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "%s.weight: fake quantization: %s", name, quarot_result_string(r));
+            return r;
+        }
     }
     return QUAROT_OK;
 }
@@ -405,8 +355,9 @@ static quarot_result qx__linear(const qx_forward* f, const float* x, int64_t T, 
     return QUAROT_OK;
 }
 
-/* Input of decoder linears: capture (per linear name), then per-token activation fake quant. */
-static void qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64_t T, int64_t n,
+/* Input of decoder linears: capture (per linear name), then per-token activation fake quant
+   (QUAROT_ERR_NONFINITE when the activations hold NaN/Inf). */
+static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64_t T, int64_t n,
                              const char* const* names, int n_names) {
     const qx_fake_quant_opts* q = &f->opts.quant;
     int i;
@@ -417,7 +368,7 @@ static void qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64
             f->opts.capture(f->opts.capture_user, layer, name, x, T, n);
         }
     }
-    if (q->a_bits) qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, 0, q->a_clip, 0);
+    return q->a_bits ? qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, 0, q->a_clip, 0) : QUAROT_OK;
 }
 
 /* Rotary embedding on rows x[rows][head_dim] (rows = T * heads, token t = row / heads; cs holds
@@ -522,8 +473,8 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
 
     /* ---- attention ---- */
     qx__norm(b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
-    qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
-    r = qx__linear(f, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
+    r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
+    if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
     if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k);
     if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v);
     if (r != QUAROT_OK) return r;
@@ -538,8 +489,9 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
         f->opts.online(f->opts.online_user, l, QX_SITE_K_ROPE, b->k, T * nkv, hd);
     }
     /* KV cache quantization: per token per head (groups of head_dim), asymmetric by default */
-    if (q->k_bits) qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !q->kv_sym, hd, q->kv_clip, 0);
-    if (q->v_bits) qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (q->k_bits) r = qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (r == QUAROT_OK && q->v_bits) r = qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (r != QUAROT_OK) return r;
     memcpy(kc + pos0 * f->kv_dim, b->k, (size_t)(T * f->kv_dim) * sizeof(float));
     memcpy(vc + pos0 * f->kv_dim, b->v, (size_t)(T * f->kv_dim) * sizeof(float));
 
@@ -567,29 +519,29 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
         if (r != QUAROT_OK) return r;
     }
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_O_INPUT, b->att, T, f->q_dim);
-    qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
-    r = qx__linear(f, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
+    r = qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
+    if (r == QUAROT_OK) r = qx__linear(f, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
     for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
 
     /* ---- MLP ---- */
     qx__norm(b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
     if (g->mlp == QUAROT_MLP_GATED) {
-        qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
-        r = qx__linear(f, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
+        r = qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
+        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
         if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
         for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->g[i], g->act) * b->u[i];
     } else {
         const char* up_name = f->is_opt ? "fc1.weight" : "mlp.up_proj.weight";
-        qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
-        r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        r = qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
+        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
         for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->u[i], g->act);
     }
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_DOWN_INPUT, b->u, T, g->intermediate);
-    qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
-    r = qx__linear(f, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
+    r = qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
+    if (r == QUAROT_OK) r = qx__linear(f, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
     for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
     return QUAROT_OK;
