@@ -275,6 +275,8 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
         }
         f->lm_head = f->embed;
     }
+    r = qx__load(f, s, "lm_head.bias", 1, g->vocab, 0, &f->lm_head_b, e);
+    if (r != QUAROT_OK) goto fail;
 
     /* decoder layers: the same slots for both naming schemes (OPT's fc1/fc2 fill up/down) */
     for (l = 0; l < g->n_layers; ++l) {
@@ -635,7 +637,12 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
     if (!logits) return QUAROT_OK;
     qx__norm(b.x, b.a, T, g->hidden, f->final_w, f->final_b, g->norm, g->norm_eps);
     r = qx__gemm(f, 1, T, g->vocab, g->hidden, 1.0f, b.a, g->hidden, f->lm_head, g->hidden, logits, g->vocab);
-    if (r != QUAROT_OK) qx_err_set(e, "lm_head: %s", quarot_result_string(r));
+    if (r != QUAROT_OK) { qx_err_set(e, "lm_head: %s", quarot_result_string(r)); return r; }
+    if (f->lm_head_b) {
+        int64_t ti, v;
+        for (ti = 0; ti < T; ++ti)
+            for (v = 0; v < g->vocab; ++v) logits[ti * g->vocab + v] += f->lm_head_b[v];
+    }
     return r;
 }
 
