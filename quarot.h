@@ -1016,6 +1016,15 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     void* user_data;
 } quarot_rotate_desc;
 
+// A tensor the processor will create (so that writers can plan an output file before the first
+// layer is processed): the untied output projection, biases that LayerNorm biases are fused into.
+typedef struct quarot_tensor_spec {
+    char name[QUAROT_NAME_MAX];
+    quarot_dtype dtype;
+    int n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];
+} quarot_tensor_spec;
+
 typedef struct quarot_processor {
     quarot_model* model;
     quarot_rotate_desc desc;
@@ -1027,13 +1036,16 @@ typedef struct quarot_processor {
     quarot_command* commands;
     int64_t n_commands;
     int untie;                                 // pre_run creates lm_head from the embedding
+    quarot_tensor_spec* creates;               // after init: every tensor create_tensor will be asked for
+    int64_t n_creates, cap_creates;
     int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
     int64_t next_layer;
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
 // the commands and validates every tensor (reading each layer once); nothing is modified before
-// pre_run. Each call checks it comes in order (QUAROT_ERR_STATE).
+// pre_run, and p->creates then lists the tensors later steps will create. Each call checks it
+// comes in order (QUAROT_ERR_STATE).
 QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc);
 QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
 QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
@@ -5818,6 +5830,23 @@ static quarot_result quarot__check_finite_named(quarot_processor* p, const char*
 
 static int quarot__rotation_of(const quarot_processor* p, quarot_rotation_id id) { return p->have_rot[id]; }
 
+// Record a tensor create_tensor will be asked for (once per name).
+static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims, int64_t ne0, int64_t ne1) {
+    quarot_tensor_spec* t;
+    int64_t i;
+    for (i = 0; i < p->n_creates; ++i)
+        if (strcmp(p->creates[i].name, name) == 0) return QUAROT_OK;
+    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates, sizeof *t);
+    if (!t) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__copy_name(t->name, name)) { p->n_creates--; return QUAROT_ERR_INVALID_ARGUMENT; }
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = t->ne[3] = 1;
+    return QUAROT_OK;
+}
+
 // Append one command.
 static quarot_result quarot__add_command(quarot_processor* p, int64_t cap, int64_t layer, quarot_rotation_id rot,
                                          quarot_side side, int embedding, int64_t outer, int64_t inner,
@@ -6012,7 +6041,13 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         }
         for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
             const quarot_plan_linear* l = &p->plan.linears[k];
-            if (layer < 0 && p->untie && strcmp(l->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
+            if (layer < 0 && p->untie && strcmp(l->weight, p->plan.lm_head) == 0) {   // created in pre_run
+                quarot_tensor e;
+                if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
+                if ((res = quarot__plan_create(p, l->weight, e.dtype, 2, e.ne[0], e.ne[1])) != QUAROT_OK) return res;
+                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1], 1)) != QUAROT_OK) return res;
+                continue;
+            }
             if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
             if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
                 quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight, (long long)w.ne[0],
@@ -6028,6 +6063,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                 quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
                                     l->bias[0] ? " and model.create_tensor to make it" : " name");
                 return QUAROT_ERR_INVALID_ARGUMENT;
+            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1], 1)) != QUAROT_OK) {
+                return res;
             }
         }
     }
@@ -6079,6 +6116,9 @@ QUAROT_API void quarot_processor_free(quarot_processor* p) {
     quarot_rotation_free(&p->r3);
     quarot_plan_free(&p->plan);
     quarot_env_free(&p->model->env, p->commands);
+    quarot_env_free(&p->model->env, p->creates);
+    p->creates = NULL;
+    p->n_creates = p->cap_creates = 0;
     p->commands = NULL;
     p->n_commands = 0;
     p->model = NULL;

@@ -368,6 +368,39 @@ static void test_hook_file_round_trip(void) {
     qx_store_free(&s);
 }
 
+static void test_creates_are_announced(void) {
+    /* p.creates after init lists exactly the tensors the run then creates (untied lm_head for tied
+       families, lm_head.bias for OPT's fused final LayerNorm bias) */
+    int fam;
+    for (fam = 0; qx_synth_family(fam); ++fam) {
+        qx_store s;
+        quarot_model m;
+        qx_binding b;
+        quarot_processor p;
+        quarot_rotate_desc d;
+        int64_t i, n_announced, k;
+        if (!make_model(&s, qx_synth_family(fam), 31)) { QT_CHECK(0); continue; }
+        memset(&d, 0, sizeof d);
+        qx_model_bind(&m, &b, &s);
+        QT_OK(quarot_processor_init(&p, &m, &d));
+        n_announced = p.n_creates;
+        for (i = 0; i < n_announced; ++i) QT_CHECKF(qx_store_find(&s, p.creates[i].name) == NULL, "%s exists already", p.creates[i].name);
+        QT_OK(quarot_processor_pre_run(&p));
+        for (k = 0; k < s.config.n_layers; ++k) QT_OK(quarot_processor_run_layer(&p, k));
+        QT_OK(quarot_processor_post_run(&p));
+        QT_EQ_INT(b.created, n_announced);
+        for (i = 0; i < n_announced; ++i) {
+            const quarot_tensor* t = qx_store_find(&s, p.creates[i].name);
+            QT_CHECKF(t && t->ne[0] == p.creates[i].ne[0] && t->ne[1] == p.creates[i].ne[1] && t->dtype == p.creates[i].dtype,
+                      "%s: announced shape/dtype differ from the created tensor", p.creates[i].name);
+        }
+        printf("    %-6s creates %lld tensor(s)%s%s\n", qx_synth_family(fam), (long long)n_announced,
+               n_announced ? ": " : "", n_announced ? p.creates[0].name : "");
+        quarot_processor_free(&p);
+        qx_store_free(&s);
+    }
+}
+
 static void test_processor_steps_in_order(void) {
     qx_store s;
     quarot_model m;
@@ -397,6 +430,7 @@ int main(void) {
     QT_RUN(test_bad_input);
     QT_RUN(test_sizes_without_hadamard);
     QT_RUN(test_hook_file_round_trip);
+    QT_RUN(test_creates_are_announced);
     QT_RUN(test_processor_steps_in_order);
     return qt_finish("test_pipeline");
 }
