@@ -185,6 +185,86 @@ quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off,
     return QUAROT_OK;
 }
 
+/* Address of row r (flat over ne[1..3]) of a valid view. */
+static const char* qx__row_ptr(const quarot_tensor* t, int64_t r) {
+    int64_t i1 = r % t->ne[1], i2 = (r / t->ne[1]) % t->ne[2], i3 = r / (t->ne[1] * t->ne[2]);
+    return (const char*)t->data + (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
+}
+
+quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quarot_tensor* t,
+                            int64_t head_dim, int to_interleaved, const char* what, qx_err* e) {
+    size_t es = quarot_dtype_size(dt), row_bytes, cap, used = 0;
+    int64_t rows, r, ne0;
+    int same, elem_perm;
+    char* chunk = NULL;
+    double* drow = NULL;
+    double* dperm = NULL;
+    quarot_tensor rv;
+    quarot_result res = QUAROT_OK;
+    if (!o || !t || !what) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (es == 0 || quarot_tensor_validate(t) != QUAROT_OK) {
+        qx_err_set(e, "%s: tensor \"%s\": invalid tensor view or dtype", o->path, what);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (dt == QUAROT_DTYPE_DEFAULT) dt = QUAROT_DTYPE_F32;
+    ne0 = t->ne[0];
+    rows = quarot_tensor_nrows(t);
+    if ((uint64_t)ne0 > SIZE_MAX / es) return QUAROT_ERR_OVERFLOW;
+    row_bytes = (size_t)ne0 * es;
+    elem_perm = head_dim > 0 && rows == 1;
+    if (head_dim > 0) {
+        int64_t n = elem_perm ? ne0 : rows;
+        if (head_dim % 2 != 0 || n % head_dim != 0 || (!elem_perm && (t->ne[2] != 1 || t->ne[3] != 1))) {
+            qx_err_set(e, "%s: tensor \"%s\": %lld rows are not whole heads of %lld for the RoPE permutation",
+                       o->path, what, (long long)n, (long long)head_dim);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
+    same = t->dtype == dt || (t->dtype == QUAROT_DTYPE_DEFAULT && dt == QUAROT_DTYPE_F32);
+    if (same && head_dim <= 0 && quarot_tensor_is_contiguous(t))     /* fast path: one write */
+        return qx_out_pwrite(o, t->data, quarot_tensor_nbytes(t), off, e);
+    /* rows gathered into chunks of about 4 MiB (at least one row) */
+    cap = row_bytes > ((size_t)4 << 20) ? row_bytes : ((size_t)4 << 20) / row_bytes * row_bytes;
+    chunk = (char*)malloc(cap);
+    if (!same || elem_perm) {
+        drow = (double*)malloc((size_t)ne0 * sizeof *drow);
+        dperm = elem_perm ? (double*)malloc((size_t)ne0 * sizeof *dperm) : NULL;
+    }
+    if (!chunk || ((!same || elem_perm) && !drow) || (elem_perm && !dperm)) {
+        res = QUAROT_ERR_OUT_OF_MEMORY;
+        qx_err_set(e, "%s: tensor \"%s\": out of memory", o->path, what);
+        goto done;
+    }
+    for (r = 0; r < rows && res == QUAROT_OK; ++r) {
+        int64_t src = (head_dim > 0 && !elem_perm) ? qx_rope_src_row(r, head_dim, to_interleaved) : r;
+        char* dst = chunk + used;
+        if (same && !elem_perm) {
+            memcpy(dst, qx__row_ptr(t, src), row_bytes);
+        } else {
+            quarot_tensor_init(&rv, dst, dt, 1, &ne0);
+            quarot_tensor_get_row_f64(t, src, drow);
+            if (elem_perm) {
+                int64_t k;
+                for (k = 0; k < ne0; ++k) dperm[k] = drow[qx_rope_src_row(k, head_dim, to_interleaved)];
+                quarot_tensor_set_row_f64(&rv, 0, dperm);
+            } else {
+                quarot_tensor_set_row_f64(&rv, 0, drow);
+            }
+        }
+        used += row_bytes;
+        if (used + row_bytes > cap || r == rows - 1) {
+            res = qx_out_pwrite(o, chunk, used, off, e);
+            off += used;
+            used = 0;
+        }
+    }
+done:
+    free(chunk);
+    free(drow);
+    free(dperm);
+    return res;
+}
+
 quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e) {
     if (!o || o->fd < 0) return QUAROT_ERR_STATE;
     if (final_size > (uint64_t)INT64_MAX || ftruncate(o->fd, (off_t)final_size) != 0) {

@@ -54,6 +54,12 @@ typedef struct qx_out {
 quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e);
 /* Writes all n bytes at byte offset off (retries short writes). */
 quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off, qx_err* e);
+/* Writes tensor t (any strides) at byte offset off as contiguous row-major data of dtype dt,
+   converting row by row when t's dtype differs (round to nearest even). head_dim > 0 permutes
+   rows between RoPE layouts in heads of head_dim rows (qx_rope_src_row; a tensor with a single
+   row: its elements). `what` names the tensor in messages. */
+quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quarot_tensor* t,
+                            int64_t head_dim, int to_interleaved, const char* what, qx_err* e);
 /* Sets the final length (zero-filled up to it), flushes data to disk and closes the descriptor. */
 quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e);
 /* Renames the synced temporary onto the final path and syncs the directory. */
