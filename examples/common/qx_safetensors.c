@@ -1160,7 +1160,7 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
             pos += t->nbytes;
         }
         qx_sb_puts(&hdr, "}");
-        while (hdr.len % 8) qx_sb_put(&hdr, " ", 1);
+        while (!hdr.failed && hdr.len % 8) qx_sb_put(&hdr, " ", 1);
         if (hdr.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
         hlen = hdr.len;
         if (hlen > QX_ST_MAX_HEADER) { qx_err_set(e, "%s: header of %llu bytes is too large", out, (unsigned long long)hlen); r = QUAROT_ERR_OVERFLOW; goto fail; }
