@@ -87,6 +87,16 @@ QT_UNUSED static char* fu_read_file(const char* path, size_t* n) {
     return buf;
 }
 
+/* Fuzz seeds: with QX_SEEDS_DIR set (e.g. fuzz/seeds), tests write small sample inputs there
+   under `rel` ("gguf/valid.gguf"); the subfolders must exist. */
+QT_UNUSED static void fu_seed(const char* rel, const void* data, size_t n) {
+    const char* dir = getenv("QX_SEEDS_DIR");
+    char p[1024];
+    if (!dir || !dir[0] || n > 4096) return;
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    fu_write_file(p, data, n);
+}
+
 /* ---- byte buffers for hand-made files ---- */
 
 typedef struct fu_buf {

@@ -118,6 +118,7 @@ static void test_read_handmade(void) {
     int64_t x;
     double d;
     /* the parsed file */
+    fu_seed("gguf/valid.gguf", b.p, b.len);
     QT_OK(qx_gguf_parse(b.p, b.len, "hand.gguf", &f, &e));
     QT_EQ_INT(f.version, 3);
     QT_EQ_INT(f.n_kv, 14);
@@ -157,6 +158,7 @@ static void test_read_handmade(void) {
     qx_store_free(&s);
     /* version 2 has the same layout */
     b.p[4] = 2;
+    fu_seed("gguf/valid_v2.gguf", b.p, b.len);
     qx_store_init(&s);
     QT_OK(qx_gguf_read_mem(b.p, b.len, "v2.gguf", &s, &e));
     QT_EQ_INT(s.count, N_HT);
@@ -231,7 +233,9 @@ static void test_lies(void) {
     c = head(3, 0, 1); g_key(&c, "deep", QX_GGUF_ARRAY);
     for (at = 0; at < 9; ++at) { fu_u32(&c, QX_GGUF_ARRAY); fu_u64(&c, 1); }
     fu_u32(&c, QX_GGUF_U8); fu_u64(&c, 0);
-    EXPECT(c, QUAROT_ERR_PARSE, "nested deeper"); free(c.p);
+    EXPECT(c, QUAROT_ERR_PARSE, "nested deeper");
+    fu_seed("gguf/nested_too_deep.gguf", c.p, c.len);
+    free(c.p);
     c = head(3, 0, 1); g_key(&c, "t", 13); fu_u64(&c, 0); EXPECT(c, QUAROT_ERR_PARSE, "unknown value type 13"); free(c.p);
     c = head(3, 0, 1); g_key(&c, "t", QX_GGUF_ARRAY); fu_u32(&c, 99); fu_u64(&c, 0); EXPECT(c, QUAROT_ERR_PARSE, "element type 99"); free(c.p);
     c = head(3, 0, 2); kv_u32(&c, "k", 1); kv_u32(&c, "k", 2); EXPECT(c, QUAROT_ERR_PARSE, "\"k\" appears twice"); free(c.p);
@@ -262,6 +266,7 @@ static void test_lies(void) {
     }
     /* in the model: quantized and integer tensors, other architectures, missing keys, shapes */
     c = hand_gguf(32, 12, "llama");
+    fu_seed("gguf/quantized_q4k.gguf", c.p, c.len);
     EXPECT(c, QUAROT_ERR_UNSUPPORTED_DTYPE, "tensor \"blk.0.attn_q.weight\" has type Q4_K: quantized GGUF tensors are not supported; convert from an F16/F32 GGUF or safetensors");
     free(c.p);
     c = hand_gguf(32, 8, "llama"); EXPECT(c, QUAROT_ERR_UNSUPPORTED_DTYPE, "Q8_0"); free(c.p);
@@ -286,6 +291,7 @@ static void test_lies(void) {
     at = find(&c, "tokenizer.ggml.tokens") + 21 + 4 + 4;                                  /* array count */
     put64(c.p + at, (uint64_t)1 << 60);
     EXPECT(c, QUAROT_ERR_PARSE, "cannot fit");
+    fu_seed("gguf/huge_array.gguf", c.p, c.len);
     put64(c.p + at, H_VOCAB);
     {
         qx_store s;

@@ -4,6 +4,7 @@
 #include "quarot.h"
 #include "qx_json.h"
 #include "qt.h"
+#include "fmt_util.h"
 
 static quarot_result parse(const char* s, qx_json_doc* d, qx_err* e) {
     return qx_json_parse(s, strlen(s), "t.json", NULL, d, e);
@@ -22,6 +23,7 @@ static void test_values(void) {
     int b;
     size_t len;
     const char* str;
+    fu_seed("json/values.json", text, strlen(text));
     QT_OK(parse(text, &d, &e));
     if (!d.root) return;
     QT_EQ_INT(d.root->type, QX_JSON_OBJECT);
@@ -109,6 +111,8 @@ static void test_refusals(void) {
         {"[\n\n  }", "line 3, column 3"},
     };
     size_t k;
+    fu_seed("json/bad_surrogate.json", bad[22].text, strlen(bad[22].text));
+    fu_seed("json/bad_duplicate.json", bad[32].text, strlen(bad[32].text));
     for (k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
         qx_json_doc d;
         qx_err e;
@@ -138,6 +142,7 @@ static void test_limits(void) {
     for (n = 64; n <= 65; ++n) {
         int k;
         for (k = 0; k < n; ++k) { deep[k] = '['; deep[2 * n - 1 - k] = ']'; }
+        if (n == 64) fu_seed("json/deep.json", deep, (size_t)(2 * n));
         if (n == 64) QT_OK(qx_json_parse(deep, (size_t)(2 * n), "deep", NULL, &d, &e));
         else QT_ERR(qx_json_parse(deep, (size_t)(2 * n), "deep", NULL, &d, &e), QUAROT_ERR_PARSE);
         qx_json_doc_free(&d);
