@@ -502,6 +502,40 @@ static void test_tied(void) {
     fu_rm_rf(dir);
 }
 
+/* config.json lies in a directory: unknown architecture, missing file, no_config. */
+static void test_dir_config(void) {
+    const char* dir = fu_tmpdir();
+    char out[200], cp[260];
+    quarot_dtype f32[1] = {QUAROT_DTYPE_F32};
+    qx_store s, r;
+    qx_err e;
+    qx_st_read_opts ro;
+    const char* gpt2 = "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_embd\": 16}";
+    if (!dir) return;
+    snprintf(out, sizeof out, "%s/m", dir);
+    snprintf(cp, sizeof cp, "%s/config.json", out);
+    qx_store_init(&s);
+    qx_store_init(&r);
+    fu_make_model(&s, "qwen3", 0, f32, 1);
+    QT_OK(qx_st_save(&s, out, NULL, &e));
+    QT_CHECK(fu_write_file(cp, gpt2, strlen(gpt2)));
+    QT_ERR(qx_st_load(out, &r, NULL, &e), QUAROT_ERR_UNSUPPORTED);
+    QT_CHECK(strstr(e.msg, "m/config.json: architecture \"GPT2LMHeadModel\" is not supported") != NULL);
+    QT_CHECK(r.count == 0 && r.n_blobs == 0 && r.n_cleanups == 0);
+    QT_CHECK(remove(cp) == 0);
+    QT_ERR(qx_st_load(out, &r, NULL, &e), QUAROT_ERR_IO);
+    QT_CHECK(strstr(e.msg, "no config.json") != NULL);
+    memset(&ro, 0, sizeof ro);
+    ro.no_config = 1;
+    QT_OK(qx_st_load(out, &r, &ro, &e));
+    QT_CHECK(r.count == s.count && r.config.arch[0] == '\0');
+    /* loading into a store that is not empty is refused */
+    QT_ERR(qx_st_load(out, &r, &ro, &e), QUAROT_ERR_INVALID_ARGUMENT);
+    qx_store_free(&r);
+    qx_store_free(&s);
+    fu_rm_rf(dir);
+}
+
 /* Index lies: wrong shard, unlisted tensor, missing tensor, path tricks. */
 static void test_index_lies(void) {
     const char* dir = fu_tmpdir();
@@ -660,6 +694,11 @@ static void test_stream_writer(void) {
     plan[2].ne[1] = 0;
     QT_ERR(qx_st_writer_begin(&w, out, plan, 4, &wo, &e), QUAROT_ERR_INVALID_ARGUMENT);
     plan[2].ne[1] = 3;
+    plan[0].name = "bad\xff";                               /* not UTF-8: the header would be invalid */
+    QT_ERR(qx_st_writer_begin(&w, out, plan, 4, &wo, &e), QUAROT_ERR_PARSE);
+    QT_CHECK(strstr(e.msg, "invalid UTF-8") != NULL);
+    QT_EQ_INT(fu_count_entries(dir), 1);
+    plan[0].name = "a";
     /* a directory output that fails at begin removes the directory it made */
     snprintf(out, sizeof out, "%s/newdir", dir);
     wo.metadata_json = "{\"format\": 3}";
@@ -731,6 +770,7 @@ int main(void) {
     QT_RUN(test_roundtrip);
     QT_RUN(test_single_file);
     QT_RUN(test_tied);
+    QT_RUN(test_dir_config);
     QT_RUN(test_index_lies);
     QT_RUN(test_stream_writer);
     QT_RUN(test_rope_layout);

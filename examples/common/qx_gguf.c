@@ -504,6 +504,7 @@ static quarot_result qx__gint(const qx_gguf_file* f, const char* fname, const ch
     const qx_gguf_kv* kv = qx_gguf_find(f, key);
     if (!kv) {
         if (def < lo) { qx_err_set(e, "%s: required key %s is missing", fname, key); return QUAROT_ERR_PARSE; }
+        if (def > hi) { qx_err_set(e, "%s: %s (derived: %lld) exceeds %lld", fname, key, (long long)def, (long long)hi); return QUAROT_ERR_PARSE; }
         *out = def;
         return QUAROT_OK;
     }
@@ -624,7 +625,10 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
                           t->type == QX_GGML_BF16 ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F64;
         memcpy(gname, t->name, (size_t)t->name_len);
         gname[t->name_len] = '\0';
-        qx_gguf_name_to_hf(gname, hname, sizeof hname);
+        if (qx_gguf_name_to_hf(gname, hname, sizeof hname) < 0) {
+            qx_err_set(e, "%s: tensor \"%s\": name too long", fname, gname);
+            return QUAROT_ERR_PARSE;
+        }
         if (qx_store_find(s, hname)) {
             qx_err_set(e, "%s: tensor \"%s\" maps to \"%s\", which exists already", fname, gname, hname);
             return QUAROT_ERR_PARSE;

@@ -397,6 +397,10 @@ static quarot_result qx__st_load_file(const char* path, const char* label, qx_st
     return r;
 }
 
+static int qx__str_cmp(const void* a, const void* b) {
+    return strcmp(*(const char* const*)a, *(const char* const*)b);
+}
+
 /* Shards listed by model.safetensors.index.json, each loaded once; every index entry must be found. */
 static quarot_result qx__st_load_index(const char* dir, const char* index_path, qx_store* s, const qx_st_read_opts* o,
                                        qx_err* e) {
@@ -405,6 +409,7 @@ static quarot_result qx__st_load_index(const char* dir, const char* index_path, 
     qx_json_doc doc;
     const qx_json* wmap;
     const qx_json** wm = NULL;
+    const char** shards = NULL;
     unsigned char* seen = NULL;
     quarot_result r;
     memset(&doc, 0, sizeof doc);
@@ -434,15 +439,17 @@ static quarot_result qx__st_load_index(const char* dir, const char* index_path, 
         wm[k] = v;
     }
     qsort(wm, n, sizeof *wm, qx__wm_cmp);
-    for (k = 0; k < n; ++k) {            /* each distinct shard once, in index order */
-        size_t j;
+    /* the distinct shard names: sorted copies of the value pointers, each loaded once */
+    shards = (const char**)malloc((n ? n : 1) * sizeof *shards);
+    if (!shards) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", index_path); goto done; }
+    for (k = 0; k < n; ++k) shards[k] = wmap->items[k].str;
+    qsort(shards, n, sizeof *shards, qx__str_cmp);
+    for (k = 0; k < n; ++k) {
         char* path;
-        for (j = 0; j < k; ++j)
-            if (strcmp(wmap->items[j].str, wmap->items[k].str) == 0) break;
-        if (j < k) continue;
-        path = qx_path_join(dir, wmap->items[k].str);
+        if (k && strcmp(shards[k - 1], shards[k]) == 0) continue;
+        path = qx_path_join(dir, shards[k]);
         if (!path) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", index_path); goto done; }
-        r = qx__st_load_file(path, wmap->items[k].str, s, o, wm, n, seen, e);
+        r = qx__st_load_file(path, shards[k], s, o, wm, n, seen, e);
         free(path);
         if (r != QUAROT_OK) goto done;
     }
@@ -454,6 +461,7 @@ static quarot_result qx__st_load_index(const char* dir, const char* index_path, 
             goto done;
         }
 done:
+    free(shards);
     free(seen);
     free(wm);
     qx_json_doc_free(&doc);
@@ -1162,6 +1170,15 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         qx_sb_puts(&hdr, "}");
         while (!hdr.failed && hdr.len % 8) qx_sb_put(&hdr, " ", 1);
         if (hdr.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+        {   /* never write a header the reader would refuse (e.g. a name that is not UTF-8) */
+            qx_json_doc chk;
+            qx_json_opts jo;
+            memset(&jo, 0, sizeof jo);
+            jo.max_depth = 8;
+            jo.max_size = (size_t)QX_ST_MAX_HEADER;
+            if ((r = qx_json_parse(hdr.p, hdr.len, out, &jo, &chk, e)) != QUAROT_OK) goto fail;
+            qx_json_doc_free(&chk);
+        }
         hlen = hdr.len;
         if (hlen > QX_ST_MAX_HEADER) { qx_err_set(e, "%s: header of %llu bytes is too large", out, (unsigned long long)hlen); r = QUAROT_ERR_OVERFLOW; goto fail; }
         for (j = 0; j < m; ++j) order[j]->off += 8 + hlen;

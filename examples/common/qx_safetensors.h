@@ -68,7 +68,9 @@ quarot_result qx_st_read_mem(const void* buf, size_t len, const char* name, qx_s
    ("qwen2": q/k/v biases), Qwen3ForCausalLM ("qwen3": q/k norms) and OPTForCausalLM ("opt":
    LayerNorm, plain ReLU MLP, biases; refused unless word_embed_proj_dim == hidden_size and
    do_layer_norm_before is true). architectures[0] names the class (model_type when absent).
-   Missing optional keys take the Hugging Face defaults; rope_interleaved = 0. */
+   Missing optional keys take the Hugging Face defaults; rope_interleaved = 0. Keys that do not
+   change the weights (rope_scaling, sliding_window, torch_dtype, token ids) are not read; "gelu"
+   (erf) maps to the library's tanh GELU. */
 quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name, quarot_model_config* c,
                                  qx_err* e);
 /* Checks that the store holds the tensors its config implies, with the implied shapes (every

@@ -9,10 +9,13 @@
 
 void qx_err_set(qx_err* e, const char* fmt, ...) {
     va_list ap;
+    char* c;
     if (!e) return;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    for (c = e->msg; *c; ++c)           /* one line, whatever names from a file contain */
+        if ((unsigned char)*c < 0x20) *c = '?';
 }
 
 void qx_store_init(qx_store* s) { memset(s, 0, sizeof *s); }
