@@ -710,6 +710,13 @@ static void test_stream_writer(void) {
     QT_ERR(qx_st_writer_begin(&w, out, plan, 4, &wo, &e), QUAROT_ERR_IO);
     QT_CHECK(strstr(e.msg, "exists already") != NULL);
     QT_EQ_INT(fu_count_entries(dir), 1);
+    {   /* an empty file */
+        qx_store_init(&r);
+        snprintf(out, sizeof out, "%s/empty.safetensors", dir);
+        QT_CHECK(fu_write_file(out, "", 0));
+        QT_ERR(qx_st_load(out, &r, NULL, &e), QUAROT_ERR_PARSE);
+        QT_CHECK(strstr(e.msg, "empty.safetensors: 0 bytes is too short") != NULL);
+    }
     (void)msg;
     fu_rm_rf(dir);
 }
