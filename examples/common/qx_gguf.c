@@ -587,9 +587,10 @@ static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, q
         return QUAROT_ERR_UNSUPPORTED;
     }
     if (c->head_dim % 2) { qx_err_set(e, "%s: odd head size %lld", fname, (long long)c->head_dim); return QUAROT_ERR_PARSE; }
-    /* vocabulary: llama.vocab_size, else the token list, else the embedding's rows */
+    /* vocabulary: llama.vocab_size, else the token list, else the rows of the embedding or output */
     kv = qx_gguf_find(f, "tokenizer.ggml.tokens");
     emb = qx__gtensor(f, "token_embd.weight");
+    if (!emb) emb = qx__gtensor(f, "output.weight");
     x = kv && kv->type == QX_GGUF_ARRAY ? (int64_t)kv->arr_count : emb ? emb->ne[1] : 0;
     if (qx__gint(f, fname, "llama.vocab_size", x, 1, DMAX, &c->vocab, e) != QUAROT_OK) return QUAROT_ERR_PARSE;
     c->norm = QUAROT_NORM_RMS;
