@@ -1612,9 +1612,140 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // run as parallel tasks; within a tile, updates are applied lazily per block of columns.
 #define QUAROT__GPTQ_TILE 32
 
+// Element-wise double updates shared by the Hessian, the factorization and GPTQ, each with a scalar
+// _ref and AVX2 / NEON versions. Every output element gets the same multiplications and additions
+// in the same order in every version (no FMA contraction), so all give identical bits; the kernel
+// follows the quant desc's isa (tests compare them). Subtractions pass -c: y + (-c)*p == y - c*p.
+//   axpy:  y[j] += c*p[j]
+//   axpy4: y[j] = y[j] + c0*p0[j] + c1*p1[j] + c2*p2[j] + c3*p3[j]   (left to right)
+//   hess8: h[j] += a0*f64(x0[j]) + a1*f64(x1[j]) + ... + a7*f64(x7[j])  (the sum first, left to right)
+static void quarot__axpy_f64_ref(double* y, const double* p, double c, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] += c * p[j];
+}
+static void quarot__axpy4_f64_ref(double* y, const double* const* p, const double* c, int64_t n) {
+    const double *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    const double c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] = y[j] + c0 * p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
+}
+static void quarot__hess8_f64_ref(double* h, const float* const* x, const double* a, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j)
+        h[j] += a[0] * (double)x[0][j] + a[1] * (double)x[1][j] + a[2] * (double)x[2][j] + a[3] * (double)x[3][j] +
+                a[4] * (double)x[4][j] + a[5] * (double)x[5][j] + a[6] * (double)x[6][j] + a[7] * (double)x[7][j];
+}
+
+#if defined(QUAROT__HAVE_AVX2)
+static void quarot__axpy_f64_avx2(double* y, const double* p, double c, int64_t n) {
+    const __m256d cv = _mm256_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        _mm256_storeu_pd(y + j, _mm256_add_pd(_mm256_loadu_pd(y + j), _mm256_mul_pd(cv, _mm256_loadu_pd(p + j))));
+    quarot__axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]), c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_loadu_pd(y + j);
+        v = _mm256_add_pd(v, _mm256_mul_pd(c0, _mm256_loadu_pd(p[0] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c1, _mm256_loadu_pd(p[1] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c2, _mm256_loadu_pd(p[2] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c3, _mm256_loadu_pd(p[3] + j)));
+        _mm256_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__hess8_f64_avx2(double* h, const float* const* x, const double* a, int64_t n) {
+    __m256d av[8];
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (r = 0; r < 8; ++r) av[r] = _mm256_set1_pd(a[r]);
+    for (; j + 4 <= n; j += 4) {
+        __m256d s = _mm256_mul_pd(av[0], _mm256_cvtps_pd(_mm_loadu_ps(x[0] + j)));
+        for (r = 1; r < 8; ++r) s = _mm256_add_pd(s, _mm256_mul_pd(av[r], _mm256_cvtps_pd(_mm_loadu_ps(x[r] + j))));
+        _mm256_storeu_pd(h + j, _mm256_add_pd(_mm256_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+static void quarot__axpy_f64_neon(double* y, const double* p, double c, int64_t n) {
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) vst1q_f64(y + j, vaddq_f64(vld1q_f64(y + j), vmulq_n_f64(vld1q_f64(p + j), c)));
+    quarot__axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__axpy4_f64_neon(double* y, const double* const* p, const double* c, int64_t n) {
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t v = vld1q_f64(y + j);
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[0] + j), c[0]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[1] + j), c[1]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[2] + j), c[2]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[3] + j), c[3]));
+        vst1q_f64(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__hess8_f64_neon(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t s = vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[0] + j)), a[0]);
+        for (r = 1; r < 8; ++r) s = vaddq_f64(s, vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[r] + j)), a[r]));
+        vst1q_f64(h + j, vaddq_f64(vld1q_f64(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+static void quarot__axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__axpy_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__axpy_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__axpy_f64_ref(y, p, c, n);
+}
+static void quarot__axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__axpy4_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__axpy4_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__axpy4_f64_ref(y, p, c, n);
+}
+static void quarot__hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__hess8_f64_avx2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__hess8_f64_neon(h, x, a, n); return; }
+#endif
+    (void)kern;
+    quarot__hess8_f64_ref(h, x, a, n);
+}
+
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride) {
-    int64_t r, i, j, k;
+    int64_t r, r0, i, j, k, i0;
+    const int kern = quarot__qkernel_best();
+    const float *xr[8], *xi[8];
+    double a[8];
     size_t nn;
     quarot_result res;
     float pm, nm;
@@ -1624,27 +1755,28 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     if (!quarot__mul_size((size_t)in, (size_t)in, &nn) || !quarot__mul_size(nn, sizeof(double), &nn))
         return QUAROT_ERR_OVERFLOW;
     for (r = 0; r < rows; ++r)
-        if (!quarot__qstats(quarot__qkernel_best(), x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
-    for (r = 0; r + 8 <= rows; r += 8) {            // chunks of 8 rows: h is read and written once
-        const float* x0 = x + r * stride;
-        const float *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
-        const float *x4 = x3 + stride, *x5 = x4 + stride, *x6 = x5 + stride, *x7 = x6 + stride;
-        for (i = 0; i < in; ++i) {
-            double* hr = h + i * in;
-            double a0 = 2.0 * (double)x0[i], a1 = 2.0 * (double)x1[i], a2 = 2.0 * (double)x2[i];
-            double a3 = 2.0 * (double)x3[i], a4 = 2.0 * (double)x4[i], a5 = 2.0 * (double)x5[i];
-            double a6 = 2.0 * (double)x6[i], a7 = 2.0 * (double)x7[i];
-            for (j = i; j < in; ++j)
-                hr[j] += a0 * (double)x0[j] + a1 * (double)x1[j] + a2 * (double)x2[j] + a3 * (double)x3[j] +
-                         a4 * (double)x4[j] + a5 * (double)x5[j] + a6 * (double)x6[j] + a7 * (double)x7[j];
+        if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+    // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
+    // then the rows % 8 left, one by one. Per element of h that is the documented order.
+    for (r0 = 0; r0 + 8 <= rows; r0 += 256) {
+        const int64_t r1 = r0 + 256 < rows / 8 * 8 ? r0 + 256 : rows / 8 * 8;
+        for (i0 = 0; i0 < in; i0 += 16) {
+            const int64_t i1 = i0 + 16 < in ? i0 + 16 : in;
+            for (r = r0; r < r1; r += 8) {
+                for (k = 0; k < 8; ++k) xr[k] = x + (r + k) * stride;
+                for (i = i0; i < i1; ++i) {
+                    for (k = 0; k < 8; ++k) { a[k] = 2.0 * (double)xr[k][i]; xi[k] = xr[k] + i; }
+                    quarot__hess8_f64(kern, h + i * in + i, xi, a, in - i);
+                }
+            }
         }
     }
-    for (k = r; k < rows; ++k) {                    // the last rows % 8 one by one
-        const float* xr = x + k * stride;
+    for (r = rows / 8 * 8; r < rows; ++r) {
+        const float* x1 = x + r * stride;
         for (i = 0; i < in; ++i) {
             double* hr = h + i * in;
-            double a = 2.0 * (double)xr[i];
-            for (j = i; j < in; ++j) hr[j] += a * (double)xr[j];
+            const double a1 = 2.0 * (double)x1[i];
+            for (j = i; j < in; ++j) hr[j] += a1 * (double)x1[j];
         }
     }
     for (i = 0; i < in; ++i)
@@ -1652,40 +1784,141 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     return QUAROT_OK;
 }
 
-// In place on a [n][n] whose upper triangle (i <= j) holds a symmetric matrix A (the lower triangle
-// is neither read nor written): A = V V^T with V upper triangular, factored from the last column
-// backwards (right-looking), then U = V^-1 row by row from the bottom (V U = I gives
-// U_ij = -sum_{k=i+1..j} V_ik U_kj / V_ii), so that A^-1 = U^T U. diag[n] = A's diagonal (for the
-// pivot test), tmp[n] scratch. Returns -1, or the first column whose pivot is not > n*eps*A_jj.
-static int64_t quarot__chol_ul_inv(double* a, int64_t n, const double* diag, double* tmp) {
-    const double tol = (double)n * 2.220446049250313e-16;
-    int64_t i, j, k, l;
-    for (j = n - 1; j >= 0; --j) {
-        double p = a[j * n + j], v;
-        if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
-        v = sqrt(p);
-        a[j * n + j] = v;
-        for (i = 0; i < j; ++i) {
-            a[i * n + j] /= v;                         // V_ij
-            tmp[i] = a[i * n + j];
+// The factor GPTQ needs, in place on a [n][n] whose upper triangle (i <= j) holds a symmetric positive
+// definite A (the lower triangle is neither read nor written):
+//   1. "UL" Cholesky A = V V^T, V upper triangular, from the last column backwards (right-looking):
+//      V_jj = sqrt(A_jj), V_ij = A_ij / V_jj, then A_il -= V_ij V_lj for i <= l < j.
+//   2. U = V^-1 (upper), so that A^-1 = V^-T V^-1 = U^T U without forming A^-1.
+// Both run in blocks of NB columns (rows) from the bottom right, with the O(n^3) updates split into
+// column chunks of CW (L2-sized) that run as parallel tasks. Step 1 subtracts in the same order as the
+// unblocked loop (k descending per element), so its bits do not depend on NB or threads; step 2 sums
+// per element in a fixed order as well. Cost n^3/6 + n^3/6 multiply-adds.
+#define QUAROT__CHOL_NB 64
+#define QUAROT__CHOL_CW 512
+
+typedef struct quarot__chol_job {
+    double* a;             // [n][n]
+    int64_t n, b0, b1;     // current block [b0, b1)
+    double* pk;            // [NB][n]: Cholesky: pk[k][l] = V[l][b0+k]; inverse: copy of V[b0+k][l]
+    double* s;             // [NB][n]: inverse: S = V[block][rest] * U[rest][rest]
+    const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
+    int64_t n_tasks;
+    int kern;              // element-wise helper kernel
+} quarot__chol_job;
+
+// Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
+// same steps as the unblocked loop (divide by V_jj, subtract from the columns left of j); then pack.
+static void quarot__chol_panel_task(void* arg, int64_t t) {
+    const quarot__chol_job* jb = (const quarot__chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    int64_t i, j;
+    for (i = t; i < b0; i += jb->n_tasks) {
+        double* r = jb->a + i * n + b0;
+        for (j = b - 1; j >= 0; --j) {
+            const double* dj = jb->d + j * QUAROT__CHOL_NB;
+            double c;
+            r[j] /= jb->a[(b0 + j) * n + b0 + j];
+            c = r[j];
+            quarot__axpy_f64(jb->kern, r, dj, -c, j);
         }
-        for (i = 0; i < j; ++i) {                      // A[0:j][0:j] -= v v^T (upper part)
-            double* ai = a + i * n;
-            double c = tmp[i];
-            for (l = i; l < j; ++l) ai[l] -= c * tmp[l];
-        }
+        for (j = 0; j < b; ++j) jb->pk[j * n + i] = r[j];
     }
-    for (i = n - 1; i >= 0; --i) {
-        double* ai = a + i * n;
-        double vii = ai[i];
-        for (j = i + 1; j < n; ++j) tmp[j] = 0.0;
-        for (k = i + 1; k < n; ++k) {                  // rows k > i already hold U
-            const double* uk = a + k * n;
-            double c = ai[k];
-            for (j = k; j < n; ++j) tmp[j] += c * uk[j];
+}
+
+// Cholesky, trailing update of A[0:b0][0:b0] (upper) by the block's columns, chunk t of the columns:
+// A_il -= V_i,k V_l,k for k descending, four k per pass (C's left-to-right evaluation keeps the order).
+static void quarot__chol_syrk_task(void* arg, int64_t t) {
+    const quarot__chol_job* jb = (const quarot__chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    const int64_t la = t * QUAROT__CHOL_CW, lb = la + QUAROT__CHOL_CW < b0 ? la + QUAROT__CHOL_CW : b0;
+    int64_t i, k, l;
+    for (i = 0; i < lb; ++i) {
+        double* ai = jb->a + i * n;
+        const double* ci = ai + b0;                    // V_i,b0+k
+        const int64_t l0 = i > la ? i : la;
+        if (l0 >= lb) continue;
+        for (k = b - 1; k >= 3; k -= 4) {
+            const double* p[4];
+            double c[4];
+            for (l = 0; l < 4; ++l) { p[l] = jb->pk + (k - l) * n + l0; c[l] = -ci[k - l]; }
+            quarot__axpy4_f64(jb->kern, ai + l0, p, c, lb - l0);
         }
-        for (j = i + 1; j < n; ++j) ai[j] = -tmp[j] / vii;
-        ai[i] = 1.0 / vii;
+        for (; k >= 0; --k) quarot__axpy_f64(jb->kern, ai + l0, jb->pk + k * n + l0, -ci[k], lb - l0);
+    }
+}
+
+// Inverse, rows of the block times the rest, chunk t of the columns j >= b1:
+//   S[k][j] = sum_{m=b1..j} V[b0+k][m] U[m][j]  (m ascending),  U[b0+i][j] = -sum_{k>=i} Ublk[i][k] S[k][j].
+static void quarot__chol_inv_task(void* arg, int64_t t) {
+    const quarot__chol_job* jb = (const quarot__chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b1 = jb->b1, b = b1 - b0;
+    const int64_t ja = b1 + t * QUAROT__CHOL_CW, jz = ja + QUAROT__CHOL_CW < n ? ja + QUAROT__CHOL_CW : n;
+    int64_t i, j, k, m;
+    for (k = 0; k < b; ++k)
+        for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
+    for (m = b1; m < jz; ++m) {
+        const double* um = jb->a + m * n;
+        const int64_t j0 = m > ja ? m : ja;
+        for (k = 0; k < b; ++k) quarot__axpy_f64(jb->kern, jb->s + k * n + j0, um + j0, jb->pk[k * n + m], jz - j0);
+    }
+    for (i = 0; i < b; ++i) {
+        double* ui = jb->a + (b0 + i) * n;
+        const double* di = jb->d + i * QUAROT__CHOL_NB;
+        for (j = ja; j < jz; ++j) ui[j] = 0.0;
+        for (k = i; k < b; ++k) quarot__axpy_f64(jb->kern, ui + ja, jb->s + k * n + ja, -di[k], jz - ja);
+    }
+}
+
+// Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
+// diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
+static int64_t quarot__chol_ul_inv(double* a, int64_t n, const double* diag, double* work, int kern,
+                                   const quarot_env* env) {
+    const double tol = (double)n * 2.220446049250313e-16;
+    quarot__chol_job jb;
+    double* d = work + 2 * QUAROT__CHOL_NB * n;
+    int64_t b0, b1, i, j, k, threads;
+    threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__CHOL_NB * n; jb.d = d; jb.kern = kern;
+    for (b1 = n; b1 > 0; b1 = b0) {
+        b0 = b1 > QUAROT__CHOL_NB ? b1 - QUAROT__CHOL_NB : 0;
+        for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
+            double p = a[j * n + j], v;
+            if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
+            v = sqrt(p);
+            a[j * n + j] = v;
+            for (i = b0; i < j; ++i) {
+                a[i * n + j] /= v;
+                d[(j - b0) * QUAROT__CHOL_NB + (i - b0)] = a[i * n + j];
+            }
+            for (i = b0; i < j; ++i)
+                quarot__axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__CHOL_NB + (i - b0), -a[i * n + j], j - i);
+        }
+        if (b0 == 0) break;
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = threads < b0 ? threads : b0;
+        quarot_env_parallel_for(env, quarot__chol_panel_task, &jb, jb.n_tasks);
+        jb.n_tasks = (b0 + QUAROT__CHOL_CW - 1) / QUAROT__CHOL_CW;
+        quarot_env_parallel_for(env, quarot__chol_syrk_task, &jb, jb.n_tasks);
+    }
+    for (b1 = n; b1 > 0; b1 = b0) {                    // U = V^-1, blocks of rows from the bottom
+        b0 = b1 > QUAROT__CHOL_NB ? b1 - QUAROT__CHOL_NB : 0;
+        for (i = b1 - 1; i >= b0; --i) {               // the diagonal block: U_ij = -sum V_ik U_kj / V_ii
+            double* ai = a + i * n;
+            double* tmp = work + QUAROT__CHOL_NB * n;  // (s is free here)
+            const double vii = ai[i];
+            for (j = i + 1; j < b1; ++j) tmp[j] = 0.0;
+            for (k = i + 1; k < b1; ++k) quarot__axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
+            for (j = i + 1; j < b1; ++j) ai[j] = -tmp[j] / vii;
+            ai[i] = 1.0 / vii;
+        }
+        if (b1 == n) continue;
+        for (i = b0; i < b1; ++i) {                    // keep V[block][rest]; U of the block as d
+            for (j = b1; j < n; ++j) work[(i - b0) * n + j] = a[i * n + j];
+            for (j = i; j < b1; ++j) d[(i - b0) * QUAROT__CHOL_NB + (j - b0)] = a[i * n + j];
+        }
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = (n - b1 + QUAROT__CHOL_CW - 1) / QUAROT__CHOL_CW;
+        quarot_env_parallel_for(env, quarot__chol_inv_task, &jb, jb.n_tasks);
     }
     return -1;
 }
@@ -1778,7 +2011,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 jb->w[(r0 + t) * jb->stride + c] = fq;
                 if (jb->q) jb->q[(r0 + t) * in + c] = (int8_t)(kq + (sp->asym ? (int32_t)(z - sp->half) : 0));
                 err[t * B + (i - b1)] = e;
-                for (j = i + 1; j < b2; ++j) wr[j] -= e * ui[j];
+                quarot__axpy_f64(sp->kern, wr + i + 1, ui + i + 1, -e, b2 - i - 1);
             }
         }
         if (b2 == in) break;
@@ -1788,15 +2021,12 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             double* wr = wt + t * in;
             const double* et = err + t * B;
             for (k = b1; k + 4 <= b2; k += 4) {
-                const double *u0 = jb->u + k * in, *u1 = u0 + in, *u2 = u1 + in, *u3 = u2 + in;
-                const double e0 = et[k - b1], e1 = et[k - b1 + 1], e2 = et[k - b1 + 2], e3 = et[k - b1 + 3];
-                for (j = b2; j < in; ++j) wr[j] = wr[j] - e0 * u0[j] - e1 * u1[j] - e2 * u2[j] - e3 * u3[j];
+                const double* p[4];
+                double c[4];
+                for (j = 0; j < 4; ++j) { p[j] = jb->u + (k + j) * in + b2; c[j] = -et[k + j - b1]; }
+                quarot__axpy4_f64(sp->kern, wr + b2, p, c, in - b2);
             }
-            for (; k < b2; ++k) {
-                const double* uk = jb->u + k * in;
-                const double ek = et[k - b1];
-                for (j = b2; j < in; ++j) wr[j] -= ek * uk[j];
-            }
+            for (; k < b2; ++k) quarot__axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
         }
     }
     for (t = 0; t < nr; ++t)
@@ -1831,7 +2061,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     quarot_gptq_desc dd;
     quarot__gptq_job jb;
     quarot_result res;
-    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *tmp;
+    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *work;
     int64_t i, j, bad, *perm, n_threads;
     unsigned char* dead;
     quarot__gptq_key* keys;
@@ -1855,8 +2085,10 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     if (jb.gs < in) jb.block = (jb.block + jb.gs - 1) / jb.gs * jb.gs;   // groups never straddle blocks
     if (jb.block > in) jb.block = in;
     jb.dynamic = jb.gs < in && !dd.act_order;
-    // Memory: a [in][in], dg, dproc, tmp [in] doubles, perm [in], keys [in], dead [in]; per task scratch.
-    if (!quarot__mul_size((size_t)in, (size_t)in + 3, &nn) || !quarot__mul_size(nn, sizeof(double), &nn) ||
+    // Memory: a [in][in], dg, dproc [in], factor work [2*NB*in + NB*NB] doubles, perm [in], keys [in],
+    // dead [in]; then the scratch of each task.
+    if (!quarot__mul_size((size_t)in, (size_t)in + 2 + 2 * QUAROT__CHOL_NB, &nn) ||
+        !quarot__mul_size(nn + QUAROT__CHOL_NB * QUAROT__CHOL_NB, sizeof(double), &nn) ||
         (uint64_t)out > (uint64_t)SIZE_MAX / (size_t)in)
         return QUAROT_ERR_OVERFLOW;
     for (i = 0; i < out; ++i)
@@ -1877,8 +2109,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     a = (double*)(void*)mem;
     dg = a + (size_t)in * (size_t)in;
     dproc = dg + in;
-    tmp = dproc + in;
-    jb.tile_loss = tmp + in;
+    work = dproc + in;
+    jb.tile_loss = work + 2 * QUAROT__CHOL_NB * in + QUAROT__CHOL_NB * QUAROT__CHOL_NB;
     perm = (int64_t*)(void*)(jb.tile_loss + jb.n_tiles);
     keys = (quarot__gptq_key*)(void*)(perm + in);
     dead = (unsigned char*)(keys + in);
@@ -1906,7 +2138,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         ai[i] = dproc[i] = dg[pi] + damp;
     }
     if (info) info->damp = damp;
-    bad = quarot__chol_ul_inv(a, in, dproc, tmp);
+    bad = quarot__chol_ul_inv(a, in, dproc, work, jb.sp.kern, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
         quarot_env_free(env, mem);

@@ -694,7 +694,7 @@ static void test_gptq_beats_rtn(void) {
 
 static void test_gptq_matches_reference(void) {
     gptq_case g;
-    const int out = 16, in = 48, n = 192;
+    const int out = 16, in = 136, n = 544;   /* 136 = 2*64 + 8: three blocks of the factorization */
     float* wq = (float*)malloc(sizeof(float) * (size_t)(out * in));
     float* wref = (float*)malloc(sizeof(float) * (size_t)(out * in));
     int8_t* q = (int8_t*)malloc((size_t)(out * in));
@@ -704,7 +704,7 @@ static void test_gptq_matches_reference(void) {
     for (asym = 0; asym < 2; ++asym)
         for (gi = 0; gi < 2; ++gi)
             for (act = 0; act < 2; ++act) {
-                quarot_gptq_desc d = mkgptq(3, asym, gi ? 12 : 0, act);
+                quarot_gptq_desc d = mkgptq(3, asym, gi ? 8 : 0, act);
                 ref_cfg c;
                 float* sc = (float*)malloc(sizeof(float) * (size_t)(out * in));
                 float* zr = (float*)malloc(sizeof(float) * (size_t)(out * in));
@@ -712,11 +712,11 @@ static void test_gptq_matches_reference(void) {
                 int same = 0;
                 double eg, er;
                 d.quant.clip_search = gi;   /* exercise the search in the grouped cases */
-                d.block_size = 20;          /* lazy updates across blocks (24 with groups of 12) */
+                d.block_size = 20;          /* lazy updates across blocks (24 with groups of 8) */
                 c.bits = 3; c.asym = asym; c.search = gi; c.clip = 1.0;
                 memcpy(wq, g.w, sizeof(float) * (size_t)(out * in));
                 QT_OK(quarot_gptq_f32(wq, out, in, in, g.h, in, &d, q, sc, zr, NULL, NULL));
-                ref_gptq(g.w, out, in, g.h, 0.01, &c, gi ? 12 : 0, act, wref, qref);
+                ref_gptq(g.w, out, in, g.h, 0.01, &c, gi ? 8 : 0, act, wref, qref);
                 for (i = 0; i < out * in; ++i) same += q[i] == qref[i];
                 eg = out_err(g.x, n, in, g.w, wq, out);
                 er = out_err(g.x, n, in, g.w, wref, out);
@@ -758,13 +758,13 @@ static void test_gptq_identity_is_rtn(void) {
 
 static void test_gptq_loss_and_invariance(void) {
     gptq_case g;
-    const int out = 40, in = 40, n = 400;   /* out > 32: two row tiles */
+    const int out = 40, in = 150, n = 600;   /* out > 32: two row tiles; in: three factorization blocks */
     float *w1 = (float*)malloc(sizeof(float) * (size_t)(out * in)), *w2 = (float*)malloc(sizeof(float) * (size_t)(out * in));
     quarot_gptq_desc d = mkgptq(4, 0, 0, 0);
     quarot_gptq_info info;
     double e;
     int bs, gi;
-    static const int64_t bsv[] = {1, 7, 128};
+    static const int64_t bsv[] = {1, 7, 200};
     gptq_case_init(&g, out, in, n, 5);
     /* without damping, GPTQ's accumulated loss is exactly ||X (W - W^)^T||^2 (up to rounding) */
     d.damp_ratio = -1.0;
@@ -775,9 +775,9 @@ static void test_gptq_loss_and_invariance(void) {
     QT_CHECK(info.damp == 0.0);
     /* the block size only changes speed: bit-identical outputs, with groups as well */
     for (gi = 0; gi < 2; ++gi) {
-        d = mkgptq(4, gi, gi ? 8 : 0, 0);
+        d = mkgptq(4, gi, gi ? 10 : 0, 0);
         memcpy(w1, g.w, sizeof(float) * (size_t)(out * in));
-        d.block_size = 128;
+        d.block_size = 128;   /* one lazy update at column 128 */
         QT_OK(quarot_gptq_f32(w1, out, in, in, g.h, in, &d, NULL, NULL, NULL, NULL, NULL));
         for (bs = 0; bs < 2; ++bs) {
             memcpy(w2, g.w, sizeof(float) * (size_t)(out * in));
@@ -835,6 +835,50 @@ static void test_gptq_env_and_strides(void) {
     gptq_case_free(&g);
     free(w1);
     free(w2);
+}
+
+/* The SIMD helpers of the factorization and the updates give the bits of the scalar ones, and a
+   parallel hook (factorization chunks and row tiles) gives the bits of a serial run. */
+static void test_gptq_isa_and_threads(void) {
+    gptq_case g;
+    const int out = 40, in = qt_quick() ? 136 : 600, n = in + in / 2;   /* 600: two column chunks */
+    float *wr = (float*)malloc(sizeof(float) * (size_t)(out * in)), *wd = (float*)malloc(sizeof(float) * (size_t)(out * in));
+    quarot_gptq_desc d = mkgptq(4, 1, 8, 1);
+    quarot_gptq_info ir, id;
+    quarot_env env;
+    double* hr = (double*)calloc((size_t)(in * in), sizeof(double));
+    gptq_case_init(&g, out, in, n, 41);
+    memset(&env, 0, sizeof env);
+    env.parallel.run = par_run;
+    env.parallel.n_threads = 3;
+    d.quant.isa = QUAROT_ISA_REF;
+    memcpy(wr, g.w, sizeof(float) * (size_t)(out * in));
+    QT_OK(quarot_gptq_f32(wr, out, in, in, g.h, in, &d, NULL, NULL, NULL, &ir, NULL));
+    d.quant.isa = QUAROT_ISA_DEFAULT;
+    memcpy(wd, g.w, sizeof(float) * (size_t)(out * in));
+    par_tasks = 0;
+    QT_OK(quarot_gptq_f32(wd, out, in, in, g.h, in, &d, NULL, NULL, NULL, &id, &env));
+    QT_CHECK(par_tasks > 2);
+    QT_CHECKF(bitdiff(wr, wd, out * in) == 0, "%lld differ", (long long)bitdiff(wr, wd, out * in));
+    /* the loss sums every rounding error e of every column: equal bits say every update was equal */
+    QT_CHECKF(memcmp(&ir.loss, &id.loss, sizeof(double)) == 0, "loss %.17g vs %.17g", ir.loss, id.loss);
+    /* the Hessian of the same rows in chunks of 8 from one call, and row by row in many calls */
+    {
+        int r, i;
+        double md = 0.0, mh = 0.0;
+        for (r = 0; r < 24; ++r) QT_OK(quarot_hessian_accumulate_f64(hr, in, g.x + r * in, 1, in));
+        memset(g.h, 0, sizeof(double) * (size_t)(in * in));
+        QT_OK(quarot_hessian_accumulate_f64(g.h, in, g.x, 24, in));
+        for (i = 0; i < in * in; ++i) {
+            if (fabs(hr[i] - g.h[i]) > md) md = fabs(hr[i] - g.h[i]);
+            if (fabs(g.h[i]) > mh) mh = fabs(g.h[i]);
+        }
+        QT_CHECKF(md <= 1e-13 * mh, "max diff %g, max |h| %g", md, mh);   /* sums of 24 terms, regrouped */
+    }
+    free(hr);
+    gptq_case_free(&g);
+    free(wr);
+    free(wd);
 }
 
 static void test_gptq_dead_columns(void) {
@@ -935,6 +979,7 @@ int main(void) {
     QT_RUN(test_gptq_identity_is_rtn);
     QT_RUN(test_gptq_loss_and_invariance);
     QT_RUN(test_gptq_env_and_strides);
+    QT_RUN(test_gptq_isa_and_threads);
     QT_RUN(test_gptq_dead_columns);
     QT_RUN(test_gptq_errors);
     return qt_finish("test_quant");
