@@ -490,10 +490,13 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // >>gptq
 // Calibration statistics for GPTQ: h[in][in] += 2 * x^T x over x[rows][stride] (first `in` of each
 // row), in double. Sums are formed in chunks of 8 rows (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row
-// order), so the bits depend on how rows are split between calls. Only the upper triangle is
-// accumulated, then mirrored into the lower one: h must be symmetric on entry (zeros, or earlier
-// calls). Cost rows*in^2/2 multiply-adds. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
-// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT.
+// order), then the rows % 8 left one at a time, so the bits depend on how rows are split between
+// calls (not on the SIMD kernel). Only the upper triangle is accumulated, then mirrored into the
+// lower one: h must be symmetric on entry (zeros, or earlier calls). GPTQ does not care about the
+// scale of H (the reference implementation keeps the mean 2/N X^T X; this keeps the sum).
+// Cost rows*in^2/2 multiply-adds, cache-tiled. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
+// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 > SIZE_MAX ->
+// QUAROT_ERR_OVERFLOW.
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride);
 
@@ -504,10 +507,12 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
 //     w^_i = RTN(w_i);  e = (w_i - w^_i) / U_ii;  w_j -= e * U_ij  for the later columns j
 // Steps, as the reference implementation: dead columns (H_ii == 0) get H_ii = 1 and W[:, i] = 0;
 // act_order sorts columns by descending H_ii (ties: lower index first); H += damp*I with
-// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization and
-// triangular inverse. Rows are independent and are processed in tiles of 32 rows, in parallel through
-// env's parallel hook; W rows are copied to double, so results do not depend on thread count and are
-// bit-identical for every block_size (each w_j receives its updates in processing order).
+// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization H = V V^T
+// (V upper) and triangular inverse U = V^-1, blocked by 64 with the O(in^3) parts split over env's
+// parallel hook. Rows are independent and are processed in tiles of 32 rows, also in parallel; W rows
+// are copied to double. Results do not depend on the thread count or the SIMD kernel (quant.isa picks
+// it; all give the same bits), and are bit-identical for every block_size (each w_j receives its
+// updates in processing order).
 // Scales: per row (group_size 0) from the whole original row, as RTN (clip_ratio / clip_search
 // included); with groups in natural order, from the group's current (error-updated) values rounded to
 // float, when its first column comes up; with act_order and groups ("static groups"), from the
@@ -537,8 +542,10 @@ typedef struct quarot_gptq_info {
 // numerically positive definite after damping (a Cholesky pivot <= in*DBL_EPSILON*H_jj) ->
 // QUAROT_ERR_NOT_CONVERGED; other bad arguments as for the quantizers, plus damp_ratio NaN,
 // block_size < 0, act_order not 0/1 -> QUAROT_ERR_INVALID_ARGUMENT. On any error w is untouched.
-// Memory (through env): in*in doubles (the factor) + 32*in doubles and in floats per parallel task.
-// Cost: in^3/3 (factor) + out*in^2/2 multiply-adds (updates), + 51 RTN per group with clip_search.
+// Memory (through env): in*(in + 130) + 4096 doubles and 25*in bytes, plus per parallel task
+// 32*(in + block + in/group) doubles and 32*in/group + in floats.
+// Cost: in^3/3 multiply-adds (factor: in^3/6 each for Cholesky and inverse) + out*in^2/2 (updates),
+// + 51 RTN per group with clip_search.
 QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
                                          const double* h, int64_t h_n, const quarot_gptq_desc* d,
                                          int8_t* q, float* scales, float* zeros,
@@ -1216,7 +1223,9 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 // zero point is folded into the range: symmetric klo = -2^(b-1), khi = 2^(b-1)-1; asymmetric
 // klo = -z, khi = 2^b-1-z, and the stored code is k (symmetric) or k + z - 2^(b-1) (asymmetric).
 // Statistics are integer maxima over the |x| bit patterns (for finite floats their order is the
-// float order), which also flags NaN/Inf in the same pass and vectorizes without -ffast-math.
+// float order), which also flags NaN/Inf in the same pass; SIMD versions of integer maxima are exact.
+// Kernels (_ref, _avx2, _neon) exist for the statistics and the in-place fake quantization, the two
+// passes of the per-token hot path; GCC at -O2 does not vectorize the scalar loops.
 #define QUAROT__QFLT_MAX 3.40282346638528859812e+38   // FLT_MAX, without <float.h>
 
 typedef struct quarot__qspec {
@@ -1291,8 +1300,6 @@ static int32_t quarot__rne_clamp(double r, double lo, double hi) {
     return f + (int32_t)((r > h) | ((r == h) & (f & 1)));
 }
 
-static float quarot__f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
 // pmax = max(x, 0), nmax = max(-x, 0) over n floats; returns 0 (maxima then meaningless) if any is
 // NaN/Inf. p, m: running maxima of the bit patterns (the SIMD kernels pass their partial results).
 static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_t m, float* pmax, float* nmax) {
@@ -1306,8 +1313,8 @@ static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_
         p = ap > p ? ap : p;
         m = an > m ? an : m;
     }
-    *pmax = quarot__f32_from_bits(p);
-    *nmax = quarot__f32_from_bits(m);
+    *pmax = quarot__bits_to_f32(p);
+    *nmax = quarot__bits_to_f32(m);
     return p < 0x7f800000u && m < 0x7f800000u;
 }
 
@@ -1496,6 +1503,7 @@ static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, d
 // The best kernel compiled in (internal uses: finiteness scans of GPTQ inputs).
 static int quarot__qkernel_best(void) { return quarot__qkernel(quarot_isa_best()); }
 
+// Integer codes for quarot_quantize_f32 (scalar): the same k, plus the code offset.
 static void quarot__qapply_codes(const float* QUAROT__RESTRICT x, int8_t* QUAROT__RESTRICT q, int64_t n,
                                  float s, double klo, double khi, int32_t off) {
     double sd = (double)s;
@@ -1619,17 +1627,17 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 //   axpy:  y[j] += c*p[j]
 //   axpy4: y[j] = y[j] + c0*p0[j] + c1*p1[j] + c2*p2[j] + c3*p3[j]   (left to right)
 //   hess8: h[j] += a0*f64(x0[j]) + a1*f64(x1[j]) + ... + a7*f64(x7[j])  (the sum first, left to right)
-static void quarot__axpy_f64_ref(double* y, const double* p, double c, int64_t n) {
+static void quarot__gptq_axpy_f64_ref(double* y, const double* p, double c, int64_t n) {
     int64_t j;
     for (j = 0; j < n; ++j) y[j] += c * p[j];
 }
-static void quarot__axpy4_f64_ref(double* y, const double* const* p, const double* c, int64_t n) {
+static void quarot__gptq_axpy4_f64_ref(double* y, const double* const* p, const double* c, int64_t n) {
     const double *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
     const double c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
     int64_t j;
     for (j = 0; j < n; ++j) y[j] = y[j] + c0 * p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
 }
-static void quarot__hess8_f64_ref(double* h, const float* const* x, const double* a, int64_t n) {
+static void quarot__gptq_hess8_f64_ref(double* h, const float* const* x, const double* a, int64_t n) {
     int64_t j;
     for (j = 0; j < n; ++j)
         h[j] += a[0] * (double)x[0][j] + a[1] * (double)x[1][j] + a[2] * (double)x[2][j] + a[3] * (double)x[3][j] +
@@ -1637,14 +1645,14 @@ static void quarot__hess8_f64_ref(double* h, const float* const* x, const double
 }
 
 #if defined(QUAROT__HAVE_AVX2)
-static void quarot__axpy_f64_avx2(double* y, const double* p, double c, int64_t n) {
+static void quarot__gptq_axpy_f64_avx2(double* y, const double* p, double c, int64_t n) {
     const __m256d cv = _mm256_set1_pd(c);
     int64_t j = 0;
     for (; j + 4 <= n; j += 4)
         _mm256_storeu_pd(y + j, _mm256_add_pd(_mm256_loadu_pd(y + j), _mm256_mul_pd(cv, _mm256_loadu_pd(p + j))));
-    quarot__axpy_f64_ref(y + j, p + j, c, n - j);
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
 }
-static void quarot__axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
+static void quarot__gptq_axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
     const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]), c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
     const double* q[4];
     int64_t j = 0;
@@ -1657,9 +1665,9 @@ static void quarot__axpy4_f64_avx2(double* y, const double* const* p, const doub
         _mm256_storeu_pd(y + j, v);
     }
     q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
-    quarot__axpy4_f64_ref(y + j, q, c, n - j);
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
 }
-static void quarot__hess8_f64_avx2(double* h, const float* const* x, const double* a, int64_t n) {
+static void quarot__gptq_hess8_f64_avx2(double* h, const float* const* x, const double* a, int64_t n) {
     __m256d av[8];
     const float* q[8];
     int64_t j = 0;
@@ -1671,17 +1679,17 @@ static void quarot__hess8_f64_avx2(double* h, const float* const* x, const doubl
         _mm256_storeu_pd(h + j, _mm256_add_pd(_mm256_loadu_pd(h + j), s));
     }
     for (r = 0; r < 8; ++r) q[r] = x[r] + j;
-    quarot__hess8_f64_ref(h + j, q, a, n - j);
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
 }
 #endif
 
 #if defined(QUAROT__HAVE_NEON)
-static void quarot__axpy_f64_neon(double* y, const double* p, double c, int64_t n) {
+static void quarot__gptq_axpy_f64_neon(double* y, const double* p, double c, int64_t n) {
     int64_t j = 0;
     for (; j + 2 <= n; j += 2) vst1q_f64(y + j, vaddq_f64(vld1q_f64(y + j), vmulq_n_f64(vld1q_f64(p + j), c)));
-    quarot__axpy_f64_ref(y + j, p + j, c, n - j);
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
 }
-static void quarot__axpy4_f64_neon(double* y, const double* const* p, const double* c, int64_t n) {
+static void quarot__gptq_axpy4_f64_neon(double* y, const double* const* p, const double* c, int64_t n) {
     const double* q[4];
     int64_t j = 0;
     for (; j + 2 <= n; j += 2) {
@@ -1693,9 +1701,9 @@ static void quarot__axpy4_f64_neon(double* y, const double* const* p, const doub
         vst1q_f64(y + j, v);
     }
     q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
-    quarot__axpy4_f64_ref(y + j, q, c, n - j);
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
 }
-static void quarot__hess8_f64_neon(double* h, const float* const* x, const double* a, int64_t n) {
+static void quarot__gptq_hess8_f64_neon(double* h, const float* const* x, const double* a, int64_t n) {
     const float* q[8];
     int64_t j = 0;
     int r;
@@ -1705,39 +1713,39 @@ static void quarot__hess8_f64_neon(double* h, const float* const* x, const doubl
         vst1q_f64(h + j, vaddq_f64(vld1q_f64(h + j), s));
     }
     for (r = 0; r < 8; ++r) q[r] = x[r] + j;
-    quarot__hess8_f64_ref(h + j, q, a, n - j);
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
 }
 #endif
 
-static void quarot__axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
+static void quarot__gptq_axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__axpy_f64_avx2(y, p, c, n); return; }
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__axpy_f64_neon(y, p, c, n); return; }
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
 #endif
     (void)kern;
-    quarot__axpy_f64_ref(y, p, c, n);
+    quarot__gptq_axpy_f64_ref(y, p, c, n);
 }
-static void quarot__axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
+static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__axpy4_f64_avx2(y, p, c, n); return; }
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__axpy4_f64_neon(y, p, c, n); return; }
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
 #endif
     (void)kern;
-    quarot__axpy4_f64_ref(y, p, c, n);
+    quarot__gptq_axpy4_f64_ref(y, p, c, n);
 }
-static void quarot__hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
+static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__hess8_f64_avx2(h, x, a, n); return; }
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__hess8_f64_neon(h, x, a, n); return; }
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
 #endif
     (void)kern;
-    quarot__hess8_f64_ref(h, x, a, n);
+    quarot__gptq_hess8_f64_ref(h, x, a, n);
 }
 
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
@@ -1766,7 +1774,7 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
                 for (k = 0; k < 8; ++k) xr[k] = x + (r + k) * stride;
                 for (i = i0; i < i1; ++i) {
                     for (k = 0; k < 8; ++k) { a[k] = 2.0 * (double)xr[k][i]; xi[k] = xr[k] + i; }
-                    quarot__hess8_f64(kern, h + i * in + i, xi, a, in - i);
+                    quarot__gptq_hess8_f64(kern, h + i * in + i, xi, a, in - i);
                 }
             }
         }
@@ -1793,10 +1801,10 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
 // column chunks of CW (L2-sized) that run as parallel tasks. Step 1 subtracts in the same order as the
 // unblocked loop (k descending per element), so its bits do not depend on NB or threads; step 2 sums
 // per element in a fixed order as well. Cost n^3/6 + n^3/6 multiply-adds.
-#define QUAROT__CHOL_NB 64
-#define QUAROT__CHOL_CW 512
+#define QUAROT__GPTQ_NB 64
+#define QUAROT__GPTQ_CW 512
 
-typedef struct quarot__chol_job {
+typedef struct quarot__gptq_chol_job {
     double* a;             // [n][n]
     int64_t n, b0, b1;     // current block [b0, b1)
     double* pk;            // [NB][n]: Cholesky: pk[k][l] = V[l][b0+k]; inverse: copy of V[b0+k][l]
@@ -1804,22 +1812,22 @@ typedef struct quarot__chol_job {
     const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
     int64_t n_tasks;
     int kern;              // element-wise helper kernel
-} quarot__chol_job;
+} quarot__gptq_chol_job;
 
 // Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
 // same steps as the unblocked loop (divide by V_jj, subtract from the columns left of j); then pack.
-static void quarot__chol_panel_task(void* arg, int64_t t) {
-    const quarot__chol_job* jb = (const quarot__chol_job*)arg;
+static void quarot__gptq_chol_panel_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
     const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
     int64_t i, j;
     for (i = t; i < b0; i += jb->n_tasks) {
         double* r = jb->a + i * n + b0;
         for (j = b - 1; j >= 0; --j) {
-            const double* dj = jb->d + j * QUAROT__CHOL_NB;
+            const double* dj = jb->d + j * QUAROT__GPTQ_NB;
             double c;
             r[j] /= jb->a[(b0 + j) * n + b0 + j];
             c = r[j];
-            quarot__axpy_f64(jb->kern, r, dj, -c, j);
+            quarot__gptq_axpy_f64(jb->kern, r, dj, -c, j);
         }
         for (j = 0; j < b; ++j) jb->pk[j * n + i] = r[j];
     }
@@ -1827,10 +1835,10 @@ static void quarot__chol_panel_task(void* arg, int64_t t) {
 
 // Cholesky, trailing update of A[0:b0][0:b0] (upper) by the block's columns, chunk t of the columns:
 // A_il -= V_i,k V_l,k for k descending, four k per pass (C's left-to-right evaluation keeps the order).
-static void quarot__chol_syrk_task(void* arg, int64_t t) {
-    const quarot__chol_job* jb = (const quarot__chol_job*)arg;
+static void quarot__gptq_chol_syrk_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
     const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
-    const int64_t la = t * QUAROT__CHOL_CW, lb = la + QUAROT__CHOL_CW < b0 ? la + QUAROT__CHOL_CW : b0;
+    const int64_t la = t * QUAROT__GPTQ_CW, lb = la + QUAROT__GPTQ_CW < b0 ? la + QUAROT__GPTQ_CW : b0;
     int64_t i, k, l;
     for (i = 0; i < lb; ++i) {
         double* ai = jb->a + i * n;
@@ -1841,46 +1849,46 @@ static void quarot__chol_syrk_task(void* arg, int64_t t) {
             const double* p[4];
             double c[4];
             for (l = 0; l < 4; ++l) { p[l] = jb->pk + (k - l) * n + l0; c[l] = -ci[k - l]; }
-            quarot__axpy4_f64(jb->kern, ai + l0, p, c, lb - l0);
+            quarot__gptq_axpy4_f64(jb->kern, ai + l0, p, c, lb - l0);
         }
-        for (; k >= 0; --k) quarot__axpy_f64(jb->kern, ai + l0, jb->pk + k * n + l0, -ci[k], lb - l0);
+        for (; k >= 0; --k) quarot__gptq_axpy_f64(jb->kern, ai + l0, jb->pk + k * n + l0, -ci[k], lb - l0);
     }
 }
 
 // Inverse, rows of the block times the rest, chunk t of the columns j >= b1:
 //   S[k][j] = sum_{m=b1..j} V[b0+k][m] U[m][j]  (m ascending),  U[b0+i][j] = -sum_{k>=i} Ublk[i][k] S[k][j].
-static void quarot__chol_inv_task(void* arg, int64_t t) {
-    const quarot__chol_job* jb = (const quarot__chol_job*)arg;
+static void quarot__gptq_inv_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
     const int64_t n = jb->n, b0 = jb->b0, b1 = jb->b1, b = b1 - b0;
-    const int64_t ja = b1 + t * QUAROT__CHOL_CW, jz = ja + QUAROT__CHOL_CW < n ? ja + QUAROT__CHOL_CW : n;
+    const int64_t ja = b1 + t * QUAROT__GPTQ_CW, jz = ja + QUAROT__GPTQ_CW < n ? ja + QUAROT__GPTQ_CW : n;
     int64_t i, j, k, m;
     for (k = 0; k < b; ++k)
         for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
     for (m = b1; m < jz; ++m) {
         const double* um = jb->a + m * n;
         const int64_t j0 = m > ja ? m : ja;
-        for (k = 0; k < b; ++k) quarot__axpy_f64(jb->kern, jb->s + k * n + j0, um + j0, jb->pk[k * n + m], jz - j0);
+        for (k = 0; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, jb->s + k * n + j0, um + j0, jb->pk[k * n + m], jz - j0);
     }
     for (i = 0; i < b; ++i) {
         double* ui = jb->a + (b0 + i) * n;
-        const double* di = jb->d + i * QUAROT__CHOL_NB;
+        const double* di = jb->d + i * QUAROT__GPTQ_NB;
         for (j = ja; j < jz; ++j) ui[j] = 0.0;
-        for (k = i; k < b; ++k) quarot__axpy_f64(jb->kern, ui + ja, jb->s + k * n + ja, -di[k], jz - ja);
+        for (k = i; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, ui + ja, jb->s + k * n + ja, -di[k], jz - ja);
     }
 }
 
 // Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
 // diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
-static int64_t quarot__chol_ul_inv(double* a, int64_t n, const double* diag, double* work, int kern,
+static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, int kern,
                                    const quarot_env* env) {
     const double tol = (double)n * 2.220446049250313e-16;
-    quarot__chol_job jb;
-    double* d = work + 2 * QUAROT__CHOL_NB * n;
+    quarot__gptq_chol_job jb;
+    double* d = work + 2 * QUAROT__GPTQ_NB * n;
     int64_t b0, b1, i, j, k, threads;
     threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
-    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__CHOL_NB * n; jb.d = d; jb.kern = kern;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern;
     for (b1 = n; b1 > 0; b1 = b0) {
-        b0 = b1 > QUAROT__CHOL_NB ? b1 - QUAROT__CHOL_NB : 0;
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
         for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
             double p = a[j * n + j], v;
             if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
@@ -1888,37 +1896,37 @@ static int64_t quarot__chol_ul_inv(double* a, int64_t n, const double* diag, dou
             a[j * n + j] = v;
             for (i = b0; i < j; ++i) {
                 a[i * n + j] /= v;
-                d[(j - b0) * QUAROT__CHOL_NB + (i - b0)] = a[i * n + j];
+                d[(j - b0) * QUAROT__GPTQ_NB + (i - b0)] = a[i * n + j];
             }
             for (i = b0; i < j; ++i)
-                quarot__axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__CHOL_NB + (i - b0), -a[i * n + j], j - i);
+                quarot__gptq_axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
         }
         if (b0 == 0) break;
         jb.b0 = b0; jb.b1 = b1;
         jb.n_tasks = threads < b0 ? threads : b0;
-        quarot_env_parallel_for(env, quarot__chol_panel_task, &jb, jb.n_tasks);
-        jb.n_tasks = (b0 + QUAROT__CHOL_CW - 1) / QUAROT__CHOL_CW;
-        quarot_env_parallel_for(env, quarot__chol_syrk_task, &jb, jb.n_tasks);
+        quarot_env_parallel_for(env, quarot__gptq_chol_panel_task, &jb, jb.n_tasks);
+        jb.n_tasks = (b0 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_chol_syrk_task, &jb, jb.n_tasks);
     }
     for (b1 = n; b1 > 0; b1 = b0) {                    // U = V^-1, blocks of rows from the bottom
-        b0 = b1 > QUAROT__CHOL_NB ? b1 - QUAROT__CHOL_NB : 0;
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
         for (i = b1 - 1; i >= b0; --i) {               // the diagonal block: U_ij = -sum V_ik U_kj / V_ii
             double* ai = a + i * n;
-            double* tmp = work + QUAROT__CHOL_NB * n;  // (s is free here)
+            double* tmp = work + QUAROT__GPTQ_NB * n;  // (s is free here)
             const double vii = ai[i];
             for (j = i + 1; j < b1; ++j) tmp[j] = 0.0;
-            for (k = i + 1; k < b1; ++k) quarot__axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
+            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
             for (j = i + 1; j < b1; ++j) ai[j] = -tmp[j] / vii;
             ai[i] = 1.0 / vii;
         }
         if (b1 == n) continue;
         for (i = b0; i < b1; ++i) {                    // keep V[block][rest]; U of the block as d
             for (j = b1; j < n; ++j) work[(i - b0) * n + j] = a[i * n + j];
-            for (j = i; j < b1; ++j) d[(i - b0) * QUAROT__CHOL_NB + (j - b0)] = a[i * n + j];
+            for (j = i; j < b1; ++j) d[(i - b0) * QUAROT__GPTQ_NB + (j - b0)] = a[i * n + j];
         }
         jb.b0 = b0; jb.b1 = b1;
-        jb.n_tasks = (n - b1 + QUAROT__CHOL_CW - 1) / QUAROT__CHOL_CW;
-        quarot_env_parallel_for(env, quarot__chol_inv_task, &jb, jb.n_tasks);
+        jb.n_tasks = (n - b1 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_inv_task, &jb, jb.n_tasks);
     }
     return -1;
 }
@@ -2011,7 +2019,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 jb->w[(r0 + t) * jb->stride + c] = fq;
                 if (jb->q) jb->q[(r0 + t) * in + c] = (int8_t)(kq + (sp->asym ? (int32_t)(z - sp->half) : 0));
                 err[t * B + (i - b1)] = e;
-                quarot__axpy_f64(sp->kern, wr + i + 1, ui + i + 1, -e, b2 - i - 1);
+                quarot__gptq_axpy_f64(sp->kern, wr + i + 1, ui + i + 1, -e, b2 - i - 1);
             }
         }
         if (b2 == in) break;
@@ -2024,9 +2032,9 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 const double* p[4];
                 double c[4];
                 for (j = 0; j < 4; ++j) { p[j] = jb->u + (k + j) * in + b2; c[j] = -et[k + j - b1]; }
-                quarot__axpy4_f64(sp->kern, wr + b2, p, c, in - b2);
+                quarot__gptq_axpy4_f64(sp->kern, wr + b2, p, c, in - b2);
             }
-            for (; k < b2; ++k) quarot__axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
+            for (; k < b2; ++k) quarot__gptq_axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
         }
     }
     for (t = 0; t < nr; ++t)
@@ -2087,8 +2095,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     jb.dynamic = jb.gs < in && !dd.act_order;
     // Memory: a [in][in], dg, dproc [in], factor work [2*NB*in + NB*NB] doubles, perm [in], keys [in],
     // dead [in]; then the scratch of each task.
-    if (!quarot__mul_size((size_t)in, (size_t)in + 2 + 2 * QUAROT__CHOL_NB, &nn) ||
-        !quarot__mul_size(nn + QUAROT__CHOL_NB * QUAROT__CHOL_NB, sizeof(double), &nn) ||
+    if (!quarot__mul_size((size_t)in, (size_t)in + 2 + 2 * QUAROT__GPTQ_NB, &nn) ||
+        !quarot__mul_size(nn + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB, sizeof(double), &nn) ||
         (uint64_t)out > (uint64_t)SIZE_MAX / (size_t)in)
         return QUAROT_ERR_OVERFLOW;
     for (i = 0; i < out; ++i)
@@ -2110,7 +2118,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     dg = a + (size_t)in * (size_t)in;
     dproc = dg + in;
     work = dproc + in;
-    jb.tile_loss = work + 2 * QUAROT__CHOL_NB * in + QUAROT__CHOL_NB * QUAROT__CHOL_NB;
+    jb.tile_loss = work + 2 * QUAROT__GPTQ_NB * in + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB;
     perm = (int64_t*)(void*)(jb.tile_loss + jb.n_tiles);
     keys = (quarot__gptq_key*)(void*)(perm + in);
     dead = (unsigned char*)(keys + in);
@@ -2138,7 +2146,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         ai[i] = dproc[i] = dg[pi] + damp;
     }
     if (info) info->damp = damp;
-    bad = quarot__chol_ul_inv(a, in, dproc, work, jb.sp.kern, env);
+    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
         quarot_env_free(env, mem);
