@@ -456,9 +456,8 @@ typedef struct quarot_quant_desc {   // zero-init = 4-bit symmetric per row, cli
     int64_t group_size;              // 0 = whole row; otherwise must divide cols
     float clip_ratio;                // (0, 1]; 0 = 1.0
     int clip_search;                 // 0 off, 1: per group, search c_k as above (weights, RTN)
-    quarot_isa isa;                  // kernels: DEFAULT = best; AVX2 (also used for AVX512) and NEON
-                                     // exist, other compiled-in ISAs use the scalar REF; every one
-                                     // gives the same bits
+    quarot_isa isa;                  // kernels: DEFAULT = best; SSE2, AVX2 (also used for AVX512)
+                                     // and NEON exist besides REF; every one gives the same bits
 } quarot_quant_desc;
 
 // Errors shared by the quantizers: NULL data pointer, rows or cols < 0, stride < cols, bits outside
@@ -1224,8 +1223,8 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 // klo = -z, khi = 2^b-1-z, and the stored code is k (symmetric) or k + z - 2^(b-1) (asymmetric).
 // Statistics are integer maxima over the |x| bit patterns (for finite floats their order is the
 // float order), which also flags NaN/Inf in the same pass; SIMD versions of integer maxima are exact.
-// Kernels (_ref, _avx2, _neon) exist for the statistics and the in-place fake quantization, the two
-// passes of the per-token hot path; GCC at -O2 does not vectorize the scalar loops.
+// Kernels (_ref, _sse2, _avx2, _neon) exist for the statistics and the in-place fake quantization,
+// the two passes of the per-token hot path; GCC at -O2 does not vectorize the scalar loops.
 #define QUAROT__QFLT_MAX 3.40282346638528859812e+38   // FLT_MAX, without <float.h>
 
 typedef struct quarot__qspec {
@@ -1236,14 +1235,19 @@ typedef struct quarot__qspec {
     int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
 } quarot__qspec;
 
-// Quant kernels: the scalar reference, AVX2 (also serving AVX-512 builds) and NEON.
+// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 (also serving AVX-512
+// builds) and NEON.
 #define QUAROT__QK_REF 0
 #define QUAROT__QK_AVX2 1
 #define QUAROT__QK_NEON 2
+#define QUAROT__QK_SSE2 3
 
 static int quarot__qkernel(quarot_isa isa) {   // isa already resolved
 #if defined(QUAROT__HAVE_AVX2)
     if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_AVX2;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (isa == QUAROT_ISA_SSE2 || isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_SSE2;
 #endif
 #if defined(QUAROT__HAVE_NEON)
     if (isa == QUAROT_ISA_NEON) return QUAROT__QK_NEON;
@@ -1399,6 +1403,65 @@ static void quarot__qapply_f32_ref(float* x, int64_t n, float s, double klo, dou
     for (j = 0; j < n; ++j) x[j] = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
 }
 
+#if defined(QUAROT__HAVE_SSE2)
+// SSE2 has no rounding instruction with an explicit mode, so this follows the scalar steps: truncate
+// (cvttpd2dq), floor = trunc - (r < trunc), then up when r > floor + 0.5, or == and floor is odd.
+// The 64-bit compare masks are narrowed to 32-bit lanes to meet the int32 results.
+static __m128i quarot__qrne2_sse2(__m128d r) {
+    const __m128d half = _mm_set1_pd(0.5);
+    __m128i t = _mm_cvttpd_epi32(r), f, gt, eq, odd;
+    __m128d fd, h;
+    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))), _MM_SHUFFLE(3, 3, 2, 0)));
+    fd = _mm_cvtepi32_pd(f);
+    h = _mm_add_pd(fd, half);
+    gt = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpgt_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    eq = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpeq_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    odd = _mm_and_si128(f, _mm_set1_epi32(1));
+    return _mm_add_epi32(f, _mm_or_si128(_mm_and_si128(gt, _mm_set1_epi32(1)), _mm_and_si128(eq, odd)));
+}
+
+static void quarot__qapply_f32_sse2(float* x, int64_t n, float s, double klo, double khi) {
+    const __m128d sd = _mm_set1_pd((double)s), lo = _mm_set1_pd(klo), hi = _mm_set1_pd(khi);
+    const __m128 sv = _mm_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m128 v = _mm_loadu_ps(x + j);
+        __m128d a = _mm_div_pd(_mm_cvtps_pd(v), sd);
+        __m128d b = _mm_div_pd(_mm_cvtps_pd(_mm_movehl_ps(v, v)), sd);
+        a = _mm_min_pd(_mm_max_pd(a, lo), hi);
+        b = _mm_min_pd(_mm_max_pd(b, lo), hi);
+        v = _mm_cvtepi32_ps(_mm_unpacklo_epi64(quarot__qrne2_sse2(a), quarot__qrne2_sse2(b)));
+        _mm_storeu_ps(x + j, _mm_mul_ps(v, sv));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+// The maxima stay below 2^31, so SSE2's signed compare serves as the unsigned one.
+static int quarot__qstats_f32_sse2(const float* x, int64_t n, float* pmax, float* nmax) {
+    const __m128i absmask = _mm_set1_epi32(0x7fffffff);
+    __m128i p = _mm_setzero_si128(), m = _mm_setzero_si128();
+    uint32_t pv[4], mv[4], pr = 0, mr = 0;
+    int64_t j = 0;
+    int l;
+    for (; j + 4 <= n; j += 4) {
+        __m128i u = _mm_loadu_si128((const __m128i*)(const void*)(x + j));
+        __m128i a = _mm_and_si128(u, absmask), neg = _mm_srai_epi32(u, 31);
+        __m128i ap = _mm_andnot_si128(neg, a), an = _mm_and_si128(neg, a), gp, gm;
+        gp = _mm_cmpgt_epi32(ap, p);
+        gm = _mm_cmpgt_epi32(an, m);
+        p = _mm_or_si128(_mm_and_si128(gp, ap), _mm_andnot_si128(gp, p));
+        m = _mm_or_si128(_mm_and_si128(gm, an), _mm_andnot_si128(gm, m));
+    }
+    _mm_storeu_si128((__m128i*)(void*)pv, p);
+    _mm_storeu_si128((__m128i*)(void*)mv, m);
+    for (l = 0; l < 4; ++l) {
+        pr = pv[l] > pr ? pv[l] : pr;
+        mr = mv[l] > mr ? mv[l] : mr;
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, pr, mr, pmax, nmax);
+}
+#endif
+
 #if defined(QUAROT__HAVE_AVX2)
 // AVX2: 8 floats per step as two halves of 4 doubles. _mm256_round_pd with an explicit
 // round-to-nearest-even mode equals the scalar rne; the integer-valued doubles go through int32 (exact)
@@ -1482,6 +1545,9 @@ static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, floa
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
 #endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
+#endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
 #endif
@@ -1492,6 +1558,9 @@ static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, floa
 static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi) {
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
@@ -1621,7 +1690,7 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 #define QUAROT__GPTQ_TILE 32
 
 // Element-wise double updates shared by the Hessian, the factorization and GPTQ, each with a scalar
-// _ref and AVX2 / NEON versions. Every output element gets the same multiplications and additions
+// _ref and SSE2 / AVX2 / NEON versions. Every output element gets the same multiplications and additions
 // in the same order in every version (no FMA contraction), so all give identical bits; the kernel
 // follows the quant desc's isa (tests compare them). Subtractions pass -c: y + (-c)*p == y - c*p.
 //   axpy:  y[j] += c*p[j]
@@ -1643,6 +1712,43 @@ static void quarot__gptq_hess8_f64_ref(double* h, const float* const* x, const d
         h[j] += a[0] * (double)x[0][j] + a[1] * (double)x[1][j] + a[2] * (double)x[2][j] + a[3] * (double)x[3][j] +
                 a[4] * (double)x[4][j] + a[5] * (double)x[5][j] + a[6] * (double)x[6][j] + a[7] * (double)x[7][j];
 }
+
+#if defined(QUAROT__HAVE_SSE2)
+static void quarot__gptq_axpy_f64_sse2(double* y, const double* p, double c, int64_t n) {
+    const __m128d cv = _mm_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_sse2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m128d c0 = _mm_set1_pd(c[0]), c1 = _mm_set1_pd(c[1]), c2 = _mm_set1_pd(c[2]), c3 = _mm_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        __m128d v = _mm_loadu_pd(y + j);
+        v = _mm_add_pd(v, _mm_mul_pd(c0, _mm_loadu_pd(p[0] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c1, _mm_loadu_pd(p[1] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c2, _mm_loadu_pd(p[2] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c3, _mm_loadu_pd(p[3] + j)));
+        _mm_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_sse2(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
+        for (r = 1; r < 8; ++r)
+            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
+        _mm_storeu_pd(h + j, _mm_add_pd(_mm_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
 
 #if defined(QUAROT__HAVE_AVX2)
 static void quarot__gptq_axpy_f64_avx2(double* y, const double* p, double c, int64_t n) {
@@ -1721,6 +1827,9 @@ static void quarot__gptq_axpy_f64(int kern, double* y, const double* p, double c
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
 #endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
+#endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
 #endif
@@ -1731,6 +1840,9 @@ static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, 
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
 #endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
+#endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
 #endif
@@ -1740,6 +1852,9 @@ static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, 
 static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }

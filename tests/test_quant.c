@@ -402,6 +402,25 @@ static void test_simd_matches_ref(void) {
                 ++tested;
             }
     }
+    /* exact ties through every kernel: s = 1 (symmetric: max 7; asymmetric: range [-5, 10]) */
+    for (k = 0; k < 5; ++k) {
+        float t[2][40], want[2][40];
+        if (!quarot_isa_compiled(isas[k])) continue;
+        for (asym = 0; asym < 2; ++asym) {
+            quarot_quant_desc d = mkdesc(4, asym, 0, 1.0f, 0);
+            d.isa = isas[k];
+            for (i = 0; i < 40; ++i) {   /* every k and k + 1/2 of the range */
+                double v = asym ? -5.0 + 0.5 * (double)(i % 31) : -7.0 + 0.5 * (double)(i % 28);
+                t[asym][i] = (float)v;
+                want[asym][i] = (float)(nearbyint(v) + 0.0);   /* ties to even; +0.0 turns -0 into +0 */
+            }
+            t[asym][3] = want[asym][3] = asym ? 10.0f : 7.0f;   /* sets the range */
+            QT_OK(quarot_fake_quant_f32(t[asym], 1, 40, 40, &d));
+            for (i = 0; i < 40; ++i)
+                QT_CHECKF(f2u(t[asym][i]) == f2u(want[asym][i]), "%s asym %d elem %d: %g != %g", quarot_isa_name(isas[k]), asym, i,
+                          (double)t[asym][i], (double)want[asym][i]);
+        }
+    }
     printf("    isa paths compared with ref: %d (compiled: %s)\n", tested, quarot_simd_name());
     {
         quarot_quant_desc d = mkdesc(4, 0, 0, 1.0f, 0);
@@ -843,8 +862,10 @@ static void test_gptq_isa_and_threads(void) {
     gptq_case g;
     const int out = 40, in = qt_quick() ? 136 : 600, n = in + in / 2;   /* 600: two column chunks */
     float *wr = (float*)malloc(sizeof(float) * (size_t)(out * in)), *wd = (float*)malloc(sizeof(float) * (size_t)(out * in));
+    static const quarot_isa isas[] = {QUAROT_ISA_DEFAULT, QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON};
     quarot_gptq_desc d = mkgptq(4, 1, 8, 1);
     quarot_gptq_info ir, id;
+    int k;
     quarot_env env;
     double* hr = (double*)calloc((size_t)(in * in), sizeof(double));
     gptq_case_init(&g, out, in, n, 41);
@@ -854,14 +875,17 @@ static void test_gptq_isa_and_threads(void) {
     d.quant.isa = QUAROT_ISA_REF;
     memcpy(wr, g.w, sizeof(float) * (size_t)(out * in));
     QT_OK(quarot_gptq_f32(wr, out, in, in, g.h, in, &d, NULL, NULL, NULL, &ir, NULL));
-    d.quant.isa = QUAROT_ISA_DEFAULT;
-    memcpy(wd, g.w, sizeof(float) * (size_t)(out * in));
-    par_tasks = 0;
-    QT_OK(quarot_gptq_f32(wd, out, in, in, g.h, in, &d, NULL, NULL, NULL, &id, &env));
-    QT_CHECK(par_tasks > 2);
-    QT_CHECKF(bitdiff(wr, wd, out * in) == 0, "%lld differ", (long long)bitdiff(wr, wd, out * in));
-    /* the loss sums every rounding error e of every column: equal bits say every update was equal */
-    QT_CHECKF(memcmp(&ir.loss, &id.loss, sizeof(double)) == 0, "loss %.17g vs %.17g", ir.loss, id.loss);
+    for (k = 0; k < 5; ++k) {
+        if (!quarot_isa_compiled(isas[k])) continue;
+        d.quant.isa = isas[k];
+        memcpy(wd, g.w, sizeof(float) * (size_t)(out * in));
+        par_tasks = 0;
+        QT_OK(quarot_gptq_f32(wd, out, in, in, g.h, in, &d, NULL, NULL, NULL, &id, &env));
+        QT_CHECK(par_tasks > 2);
+        QT_CHECKF(bitdiff(wr, wd, out * in) == 0, "%s: %lld differ", quarot_isa_name(isas[k]), (long long)bitdiff(wr, wd, out * in));
+        /* the loss sums every rounding error e of every column: equal bits say every update was equal */
+        QT_CHECKF(memcmp(&ir.loss, &id.loss, sizeof(double)) == 0, "%s: loss %.17g vs %.17g", quarot_isa_name(isas[k]), ir.loss, id.loss);
+    }
     /* the Hessian of the same rows in chunks of 8 from one call, and row by row in many calls */
     {
         int r, i;
