@@ -1485,6 +1485,8 @@ static void quarot__qapply_f32_avx2(float* x, int64_t n, float s, double klo, do
     quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
 }
 
+// Per lane: |x| bits, split by the sign (srai gives all ones for negatives), unsigned maxima; the
+// lanes are reduced at the end and the tail goes through the scalar kernel with those maxima.
 static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float* nmax) {
     const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
     __m256i p = _mm256_setzero_si256(), m = _mm256_setzero_si256();
@@ -1508,7 +1510,9 @@ static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float
 #endif
 
 #if defined(QUAROT__HAVE_NEON)
-// NEON (AArch64): FCVTNS (vcvtnq_s64_f64) rounds to nearest, ties to even, whatever the FPCR mode.
+// NEON (AArch64): 4 floats per step as two halves of 2 doubles. FCVTNS (vcvtnq_s64_f64) converts
+// with round to nearest, ties to even, whatever the FPCR mode; the integers go to float through int32
+// as in the scalar code.
 static void quarot__qapply_f32_neon(float* x, int64_t n, float s, double klo, double khi) {
     const float64x2_t sd = vdupq_n_f64((double)s), lo = vdupq_n_f64(klo), hi = vdupq_n_f64(khi);
     int64_t j = 0;
@@ -1589,6 +1593,8 @@ QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t c
     if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (cols == 0) return QUAROT_OK;
+    // Per row: one statistics pass over the whole row (it is the finiteness check, and with a single
+    // group already the group's statistics), then per group: statistics, scale, quantize in place.
     for (r = 0; r < rows; ++r) {
         float* row = x + r * stride;
         float pmax, nmax, s;
@@ -1614,6 +1620,8 @@ QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (cols == 0) return QUAROT_OK;
+    // The same steps as quarot_fake_quant_f32 (same statistics, scales and k), writing codes
+    // q[r][cols] and parameters [r][groups] instead of x^.
     groups = cols / gs;
     for (r = 0; r < rows; ++r) {
         const float* row = x + r * stride;
@@ -1645,6 +1653,8 @@ QUAROT_API quarot_result quarot_dequantize_f32(const int8_t* q, const float* sca
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (cols == 0) return QUAROT_OK;
+    // x^ = (f32(code) - zero) * scale: code - zero is the integer k exactly (both are small integers
+    // in float), so this is the product f32(k)*s of the fake quantizer, bit for bit.
     groups = cols / gs;
     for (r = 0; r < rows; ++r) {
         for (g = 0; g < groups; ++g) {
@@ -2095,6 +2105,8 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
     float* fb = ps + T * G;                        // [in]
     double loss = 0.0;
     int64_t t, i, j, k, g, b1, b2;
+    // Load the tile's rows in processing order (dead columns as 0) and, unless groups are dynamic,
+    // fit every group's parameters now from the original weights in natural order.
     for (t = 0; t < nr; ++t) {
         const float* row = jb->w + (r0 + t) * jb->stride;
         for (i = 0; i < in; ++i) {
@@ -2110,6 +2122,8 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             }
         }
     }
+    // Column blocks [b1, b2): inside a block every quantized column updates the block's later columns
+    // at once; the columns after the block get the block's errors in one pass at its end.
     for (b1 = 0; b1 < in; b1 = b2) {
         b2 = b1 + B < in ? b1 + B : in;
         for (i = b1; i < b2; ++i) {
@@ -2126,6 +2140,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 double klo, khi, e;
                 int32_t kq;
                 float fq;
+                // RTN of the current value (a double), then its error in units of U_ii.
                 quarot__qrange(sp, z, &klo, &khi);
                 kq = quarot__rne_clamp(wr[i] / (double)s, klo, khi);
                 fq = (float)kq * s;
@@ -2152,6 +2167,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             for (; k < b2; ++k) quarot__gptq_axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
         }
     }
+    // Parameters out in the integer layout of quarot_quantize_f32 (zero points shifted by 2^(b-1)).
     for (t = 0; t < nr; ++t)
         for (g = 0; g < G; ++g) {
             if (jb->scales) jb->scales[(r0 + t) * G + g] = ps[t * G + g];
@@ -2202,6 +2218,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     if (dd.act_order != 0 && dd.act_order != 1) return QUAROT_ERR_INVALID_ARGUMENT;
     if (jb.sp.asym && q && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (out == 0 || in == 0) return QUAROT_OK;
+    // Options: damping ratio, lazy-update block (a multiple of the group so that a group's columns are
+    // all up to date when its first column comes up), dynamic groups only in natural order.
     ratio = dd.damp_ratio == 0.0 ? 0.01 : (dd.damp_ratio < 0.0 ? 0.0 : dd.damp_ratio);
     jb.groups = in / jb.gs;
     jb.block = dd.block_size ? dd.block_size : 128;
@@ -2214,11 +2232,13 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         !quarot__mul_size(nn + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB, sizeof(double), &nn) ||
         (uint64_t)out > (uint64_t)SIZE_MAX / (size_t)in)
         return QUAROT_ERR_OVERFLOW;
+    // Every input is checked before anything is allocated or written (w stays untouched on errors).
     for (i = 0; i < out; ++i)
         if (!quarot__qstats(jb.sp.kern, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     for (i = 0; i < in; ++i)
         for (j = i; j < in; ++j)
             if (h[i * in + j] - h[i * in + j] != 0.0) return QUAROT_ERR_NONFINITE;
+    // Row tiles are the parallel tasks; task t takes tiles t, t+T, ... with its own scratch block.
     jb.n_tiles = (out + QUAROT__GPTQ_TILE - 1) / QUAROT__GPTQ_TILE;
     n_threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
     jb.n_tasks = n_threads < jb.n_tiles ? n_threads : jb.n_tiles;
@@ -2261,6 +2281,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         ai[i] = dproc[i] = dg[pi] + damp;
     }
     if (info) info->damp = damp;
+    // U (upper, processing order) in place of the damped H; a failed pivot leaves w untouched.
     bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
@@ -2271,6 +2292,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     jb.u = a; jb.perm = perm; jb.dead = dead;
     jb.q = q; jb.scales = scales; jb.zeros = zeros;
     quarot_env_parallel_for(env, quarot__gptq_task, &jb, jb.n_tasks);
+    // The loss in tile order, so the sum does not depend on how tasks were scheduled.
     if (info)
         for (i = 0; i < jb.n_tiles; ++i) info->loss += jb.tile_loss[i];
     quarot_env_free(env, mem);
