@@ -24,7 +24,9 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>hadamard    Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
     >>hadtables   (implementation only) bit-packed tables for orders no construction reaches
     >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
+    >>transform_simd  SSE2 / AVX2 / AVX-512 / NEON kernels of the transforms, bit-identical to _ref
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
+    >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
     >>quant       fake quantization and integer quantization, error metrics
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
@@ -281,11 +283,18 @@ QUAROT_API const char* quarot_simd_name(void);
 // reachable as products (Kronecker) of
 //   - Sylvester 2^k,
 //   - Paley I, q+1 for a prime power q = 3 (mod 4), and Paley II, 2(q+1) for q = 1 (mod 4), using
-//     GF(p^k) arithmetic for prime powers (28 = 27+1, 52 = 2*(25+1)),
-//   - embedded tables (92, 116, 156, 172, 188, 236, 428 and other block-circulant orders).
-// Every multiple of 4 up to 256 is available. A matrix of order n is built as H_K (x) H_{2^m} with
-// n = K*2^m and K the smallest available order that leaves a power of two (K = 1 for n = 2^m), so the
-// fast transform costs n*m + K*n adds.
+//     GF(p^k) arithmetic for prime powers (28 = 27+1, 52 = 2*(25+1), 100 = 2*(49+1), 244 = 243+1),
+//   - embedded tables: 92, 116, 156, 172, 188, 236, 428 and the other block-circulant orders
+//     260, 268, 292, 356, 404, 412, 452, 476, 508, 604, 652, 764, 876, 956, 1004.
+// Every multiple of 4 up to 256 is available; up to 1024 the only multiples of 4 missing are 324, 372,
+// 436, 532, 596, 612, 668, 716, 732, 756, 772, 836, 852, 872, 892, 932, 940, 964, 980, 988, 996, 1012.
+// A matrix of order n is built as H_K (x) H_{2^m} with n = K*2^m and K the smallest available order
+// that leaves a power of two (K = 1 for n = 2^m), so the fast transform costs n*m + K*n adds:
+//     H_n[i*2^m + j][k*2^m + l] = H_K[i][k] * H_{2^m}[j][l]     (i, k < K; j, l < 2^m)
+// with Sylvester H_{2^m}[j][l] = (-1)^popcount(j & l). A KRONECKER core is H_K = H_a (x) H_b with the
+// same index convention (row i*b + j), a >= b. Orders above QUAROT_HADAMARD_MAX_ORDER are rejected.
+#define QUAROT_HADAMARD_MAX_ORDER ((int64_t)4294967296LL)   // 2^32
+
 typedef enum quarot_hadamard_construction {
     QUAROT_HADAMARD_NONE = 0,        // not available
     QUAROT_HADAMARD_SYLVESTER = 1,   // K == 1: pure power of two
@@ -302,23 +311,28 @@ typedef struct quarot_hadamard_info {
     int m;                                  // exponent of the power-of-two factor
     quarot_hadamard_construction construction;  // how H_K is made (NONE when unavailable)
     int64_t q;                              // PALEY1/PALEY2: the prime power
-    int64_t a, b;                           // KRONECKER: K = a*b
+    int64_t a, b;                           // KRONECKER: K = a*b, H_K = H_a (x) H_b, a >= b
     char text[64];                          // e.g. "172 (table) x 2^6", "28 (paley1 q=27) x 2^9"
 } quarot_hadamard_info;
 
-// 1 if a Hadamard matrix of order n is available, else 0 (also for n <= 0). Never allocates.
+// 1 if a Hadamard matrix of order n is available, else 0 (also for n <= 0 and n > 2^32). Never
+// allocates; at most a few hundred microseconds (trial division of n's odd part) for any n.
 QUAROT_API int quarot_hadamard_available(int64_t n);
 // Describe the construction for order n; QUAROT_ERR_UNSUPPORTED_SIZE (info->construction = NONE,
-// text says why) when none is available.
+// text says why) when none is available; QUAROT_ERR_INVALID_ARGUMENT when info is NULL.
+// Priority when several constructions give the same K: Paley I, Paley II, table, Kronecker.
 QUAROT_API quarot_result quarot_hadamard_info_get(int64_t n, quarot_hadamard_info* info);
-// The largest available order b <= max_block that divides n (for block-diagonal fallbacks);
-// 1 if none larger.
+// The largest available order b <= max_block that divides n (for block-diagonal fallbacks); 1 if
+// none larger; 0 for n <= 0, max_block < 1 or n > QUAROT_HADAMARD_MAX_ORDER.
 QUAROT_API int64_t quarot_hadamard_largest_block(int64_t n, int64_t max_block);
-// Build H_n as [n][n] row-major +-1 (out has n*n entries). Temporary memory (GF(q) tables, at most
-// O(n)) comes from env. QUAROT_ERR_UNSUPPORTED_SIZE if unavailable, QUAROT_ERR_OVERFLOW if n*n
-// does not fit in size_t.
+// Build H_n as [n][n] row-major +-1 (out has n*n entries), exactly the matrix described above.
+// Temporary memory (GF(q) tables, row buffers, a Kronecker factor: O(n) bytes) comes from env.
+// Checks in this order: QUAROT_ERR_UNSUPPORTED_SIZE if n is not available (n <= 0 included),
+// QUAROT_ERR_OVERFLOW if n*n*sizeof(element) does not fit in size_t, QUAROT_ERR_INVALID_ARGUMENT if
+// out is NULL, QUAROT_ERR_OUT_OF_MEMORY if a temporary allocation fails.
 QUAROT_API quarot_result quarot_hadamard_build_i8(int64_t n, int8_t* out, const quarot_env* env);
-// The same as float / double, divided by sqrt(n) when normalized != 0 (then orthogonal).
+// The same as float / double, divided by sqrt(n) (1/sqrt(n) computed in double, then rounded once to
+// the element type) when normalized != 0 (then orthogonal). Built in place in out: no n*n temporary.
 QUAROT_API quarot_result quarot_hadamard_build_f32(int64_t n, int normalized, float* out, const quarot_env* env);
 QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, double* out, const quarot_env* env);
 
@@ -331,37 +345,62 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 // with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as [K][2^m], run the
 // Walsh-Hadamard butterflies along each 2^m row (stages h = 1, 2, 4, ... in that order), then mix the
 // K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k], k ascending). The SIMD kernels follow exactly this
-// operation order, so every ISA is bit-identical to _ref.
+// operation order, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input
+// gives NaN outputs; which NaN payload survives is not specified).
+//
+// Exact operation order (the specification every kernel follows):
+//   1. pre-signs   x[i] = x[i] * s[i]                 (forward with signs)
+//   2. butterflies for h = 1, 2, 4, ..., 2^m/2 along each 2^m row: (a, b) <- (a + b, a - b)
+//   3. mixing (K > 1): acc = c(0,i) * z[0][j]; acc = acc + c(k,i) * z[k][j] for k = 1 .. K-1, with
+//      c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose) as +-1.0; the first term is the signed
+//      copy of z[0][j] (never 0 + ...), so signed zeros come out the same on every ISA
+//   4. post-signs  x[i] = x[i] * s[i]                 (transpose with signs)
+//   5. scaling     x[i] = x[i] * (float)(1/sqrt(n))   (1/sqrt(n) computed in double; f64: in double)
 
 // Unnormalized Walsh-Hadamard transform of `rows` rows of length n (a power of two, n >= 1), rows
-// `stride` elements apart (stride >= n). x <- x * H_n (Sylvester; H_n is symmetric).
+// `stride` elements apart (stride >= n). x <- x * H_n (Sylvester; H_n is symmetric). n not a power of
+// two -> QUAROT_ERR_INVALID_ARGUMENT; an ISA not compiled in -> QUAROT_ERR_UNSUPPORTED. rows == 0 is
+// a no-op. The f64 version is scalar.
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa);
 QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride);
 
-// A transform of length n = K*2^m: owns H_K (built once, K*K bytes).
+// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and, for the SIMD kernels, the
+// mixing coefficients as floats in panels of 16 outputs: mix_f32[o][p][k][l] = c_o(k, 16p + l) for
+// o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16 with K16 = K rounded up to
+// a multiple of 64, zero where 16p + l >= K (2 * K16 * K floats; NULL when K == 1 or K > 2048).
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
+    float* mix_f32;                // [2][K16/16][K][16], NULL when K == 1 or K > 2048
     quarot_hadamard_info info;
-    quarot_env env;                // copy of the env used to allocate had_k
+    quarot_env env;                // copy of the env used to allocate had_k and mix_f32
 } quarot_hadamard_plan;
 
-// Per-call options; zero-init = normalized, no signs, forward, best ISA.
+// Per-call options; zero-init (or d == NULL) = normalized, no signs, forward, best ISA.
 typedef struct quarot_hadamard_apply_desc {
     const float* signs;            // [n] of +-1: random Hadamard Q = D*H/sqrt(n), D = diag(signs); NULL = none
-    const double* signs_f64;       // the same for the f64 entry point
+    const double* signs_f64;       // the same for the f64 entry point (which falls back to `signs`);
+                                   // the f32 entry point rejects signs_f64 without signs
     int unnormalized;              // 1: skip the 1/sqrt(n) scaling pass
     int transpose;                 // 1: x <- x * Q^T = (x * H^T) * D / sqrt(n) (the inverse of Q)
-    quarot_isa isa;
+    quarot_isa isa;                // f32 only; the f64 path is scalar
 } quarot_hadamard_apply_desc;
 
+// Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
+// available (quarot_hadamard_available) or its core K exceeds QUAROT_HADAMARD_PLAN_MAX_K (the mixing
+// costs K*n per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. mix_f32 is only built for
+// K <= 2048 (larger cores mix with the scalar kernel on every ISA). On failure *p is left zeroed
+// (plan_free on it is harmless).
+#define QUAROT_HADAMARD_PLAN_MAX_K 16384
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
-// Workspace bytes one apply call needs (0 for powers of two); independent of the row count.
+// Workspace bytes one apply call needs (0 for powers of two); independent of the row count, the same
+// for f32 and f64 (n doubles plus 64 bytes of alignment slack when K > 1).
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
-// x is [rows][stride]; the first n elements of each row are transformed. work may be NULL only when
-// the workspace size is 0. Never allocates.
+// x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
+// touched. work may be NULL only when the workspace size is 0 (else QUAROT_ERR_WORKSPACE, as for
+// work_size too small). Never allocates. rows == 0 is a no-op.
 QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    float* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size);
@@ -369,55 +408,103 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size);
 
+// >>transform_simd
+// (no declarations: the SSE2 / AVX2 / AVX-512 / NEON kernels are private and chosen by quarot_isa)
+
 // >>gemm
 // C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [m][k], op(B) is [k][n], C is [m][n];
-// lda/ldb/ldc are row strides in elements. trans_a != 0: A is stored [k][m] (op(A) = A^T); likewise B.
-// beta == 0 ignores C's old contents (NaN included). Cache-blocked with SIMD micro-kernels; under
-// QUAROT_USE_CBLAS these call cblas_*gemm. Packing buffers come from env (QUAROT_ERR_OUT_OF_MEMORY);
-// env's parallel hook splits the work over column/row panels. Results match a double-precision
-// reference within k * 2^-23 * max|a|*max|b| (float), k * 2^-52 * ... (double).
+// lda/ldb/ldc are row strides in elements. trans_a != 0: A is stored [k][m] (op(A) = A^T, lda >= m),
+// else A is [m][k] (lda >= k); likewise B ([n][k] with ldb >= k when transposed, else [k][n], ldb >= n);
+// ldc >= n. Every leading dimension must be >= 1, also for empty matrices.
+//   - m == 0 or n == 0: nothing to do. k == 0 or alpha == 0: C <- beta * C (A and B are not read).
+//   - beta == 0 ignores C's old contents (NaN and Inf included); elements of C's rows past column n
+//     (the ldc - n gap) are never touched.
+// The built-in version is cache-blocked (packed A and B panels) with SIMD micro-kernels. Accuracy: each
+// element is a plain sum of k products (FMA where the ISA has it), so it lies within
+// ~k * eps * sum_p |op(A)[i][p] * op(B)[p][j]| of the exact value (eps = 2^-24 float, 2^-53 double);
+// different ISAs round differently. With env's parallel hook (n_threads > 1) the work is split over
+// panels of C; the result is bit-identical to the serial run of the same ISA. Packing buffers (about
+// 1.2 MB float / 1.2 MB double per task) come from env: QUAROT_ERR_OUT_OF_MEMORY on failure.
+// Under QUAROT_USE_CBLAS, quarot_sgemm/quarot_dgemm check their arguments the same way and then call
+// cblas_sgemm/cblas_dgemm (CblasRowMajor; env's hooks are not used; sizes over INT_MAX use the
+// built-in code). Errors: QUAROT_ERR_INVALID_ARGUMENT (negative sizes, small leading dimensions, NULL
+// pointers that would be read), QUAROT_ERR_OVERFLOW (a matrix extent does not fit in memory sizes).
 QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                                       float beta, float* c, int64_t ldc, const quarot_env* env);
 QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                       double beta, double* c, int64_t ldc, const quarot_env* env);
-// The built-in kernels even under QUAROT_USE_CBLAS (for tests and benchmarks).
+// The built-in kernels even under QUAROT_USE_CBLAS (for tests and benchmarks). isa picks the
+// micro-kernel: QUAROT_ISA_DEFAULT the best compiled in, QUAROT_ISA_REF the scalar one, an ISA that
+// was not compiled in gives QUAROT_ERR_UNSUPPORTED. (quarot_sgemm/quarot_dgemm use DEFAULT.)
 QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                                              float beta, float* c, int64_t ldc, const quarot_env* env);
+                                              float beta, float* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa);
 QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
-                                              double beta, double* c, int64_t ldc, const quarot_env* env);
+                                              double beta, double* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa);
+
+// >>gemm_kernels
+// (no declarations: the micro-kernels are private to the implementation)
 
 // >>linalg
-// Householder QR of A [m][n] (m >= n), row-major with row stride lda: on return A holds R in its
-// upper triangle; q (if not NULL) receives the thin Q [m][n] (row stride ldq).
+// Householder QR of A [m][n] (m >= n >= 1), row-major with row stride lda >= n: A = Q*R with Q [m][n]
+// having orthonormal columns and R [n][n] upper triangular with a non-negative diagonal (each
+// reflector's sign is folded into Q, so for a full-rank A this is the unique such factorization). On
+// return A holds R in its first n rows (zeros below the diagonal, rows n..m-1 zero); q (if not NULL)
+// receives the thin Q [m][n] (row stride ldq >= n). Blocked by 32 reflectors (compact WY); the block
+// updates use a private DGEMM without FMA and with a fixed k-blocking, so every number is the same
+// IEEE operation chain on every platform, ISA and thread split: the result is bit-identical everywhere.
+// Cost about 4*m*n^2 flops with Q (n = 2048: ~1.3 s on one Zen 4 core); env's parallel hook splits
+// the block updates. Workspace (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
 QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
                                        double* q, int64_t ldq, const quarot_env* env);
-// Haar-distributed random orthogonal Q [n][n] from a seed: G Gaussian, G = QR, Q <- Q*diag(sign(diag R)).
+// Haar-distributed random orthogonal Q [n][n] from a seed: G[i][j] = quarot_rng_normal draws in
+// row-major order from quarot_rng_seed(seed), G = Q*R by quarot_qr_f64 (diag(R) >= 0, which is
+// Q <- Q*diag(sign(diag R)) of a plain Householder QR). The same seed gives the same bits everywhere.
+// Temporary memory: n*n + O(n) doubles from env.
 QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, double* q, int64_t ldq,
                                                       const quarot_env* env);
 
-// Orthogonal polar factor U of a square C (C = U*P, U orthogonal, P symmetric positive semidefinite),
-// by Newton-Schulz: X0 = C/s, X <- X*(3I - X^T X)/2 until the residual max|X^T X - I| <= tol.
-// s = ||C||_F by default (so every singular value starts in (0, 1]). Singular values that are 0
-// (rank-deficient C) cannot converge: the call then returns QUAROT_ERR_NOT_CONVERGED after max_iter
-// iterations with U holding the last iterate; regularize (C + eps*I) first when C may be singular.
+// Orthogonal polar factor U of a square C (C = U*P, U orthogonal, P symmetric positive semidefinite;
+// U = argmin over orthogonal R of ||C - R||_F, the orthogonal Procrustes solution), by Newton-Schulz:
+//     X0 = C/s;  repeat: G = X^T X;  residual = max|G - I|;  stop if <= tol;  X <- X*(3I - G)/2
+// Every singular value of X0 must lie in (0, sqrt(3)); it then converges (the small ones grow by 1.5
+// per step, then quadratically). By default s = ||C||_F, refined for free after the first G by
+// sqrt(min(||G||_F, ||G||_1)) (both bound the largest eigenvalue of G), which saves several steps.
+// G is computed with the built-in GEMM (only its upper triangle, mirrored); the f32 version adds the
+// diagonal of G (the column norms) in double, so its residual is measured to ~1e-7 and the default
+// tolerance 2e-6 is reached for well-conditioned C up to n = 4096 and beyond (the off-diagonal f32
+// rounding is ~sqrt(n)*2^-24/n per entry). Steps needed: about log1.5(s/sigma_min) + 5; e.g. ~20
+// for cond(C) = 100 at n = 4096. Each step costs ~3 n^3 flops (G symmetric: n^3; X*Y: 2 n^3).
+// Singular values that are 0 (rank-deficient C) cannot converge; in floating point they become
+// rounding noise of size ~eps that grows by 1.5 per step, so the default max_iter is sized to stop
+// before noise could pass for a singular value (measured: noise reaches 1 after ~50 steps in f32 and
+// ~97 in f64): rank-deficient C returns QUAROT_ERR_NOT_CONVERGED (U holds the last iterate). The
+// defaults thus handle s/sigma_min up to about 1e5 (f32) and 1e12 (f64), i.e. cond(C) up to ~1e4 /
+// ~1e11 at n = 4096; regularize (C + eps*I) first when C may be singular.
 typedef struct quarot_polar_desc {   // zero-init = defaults
-    int max_iter;                    // 0 = 100
+    int max_iter;                    // 0 = 75 (f64) or 36 (f32); see above
     double tol;                      // 0 = 1e-6 (f64) or 2e-6 (f32); max-abs entry of X^T X - I
-    double scale;                    // 0 = Frobenius norm of C; otherwise X0 = C / scale
+    double scale;                    // 0 = Frobenius norm of C, refined; otherwise X0 = C / scale exactly
 } quarot_polar_desc;
 
 typedef struct quarot_polar_info {
-    int iterations;                  // iterations used
-    double residual;                 // max|U^T U - I| at the end
-    double scale;                    // the s actually used
+    int iterations;                  // updates X <- X*(3I - G)/2 performed
+    double residual;                 // max|U^T U - I| of the returned U (as measured, see above)
+    double scale;                    // the s actually used: X0 = C / s
 } quarot_polar_info;
 
-// C and U are [n][n] with row strides ldc, ldu (U may alias C). NaN/Inf in C -> QUAROT_ERR_NONFINITE;
-// C == 0 -> QUAROT_ERR_INVALID_ARGUMENT. info may be NULL.
+// C and U are [n][n] with row strides ldc, ldu >= n (U may alias C: C is read completely first).
+// Workspace: 2 n^2 elements (+ GEMM packing) from env; env's parallel hook splits the GEMMs. Results
+// depend on the ISA (GEMM rounding) but not on the parallel hook. Errors: NaN/Inf in C ->
+// QUAROT_ERR_NONFINITE; C == 0 -> QUAROT_ERR_INVALID_ARGUMENT; n < 1, small strides, NULL pointers,
+// negative max_iter/tol/scale -> QUAROT_ERR_INVALID_ARGUMENT; not converged within max_iter (or
+// diverging because desc.scale was too small) -> QUAROT_ERR_NOT_CONVERGED, with U = last iterate and
+// info filled. info may be NULL.
 QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
                                                         double* u, int64_t ldu, const quarot_polar_desc* d,
                                                         quarot_polar_info* info, const quarot_env* env);
@@ -551,7 +638,68 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
                                          quarot_gptq_info* info, const quarot_env* env);
 
 // >>rotation
-// (declarations follow in the pipeline work)
+// An orthogonal matrix Q of size n, applied to row vectors: x <- x*Q. Q is block-diagonal with n/block
+// identical-shape blocks (block == n: one block):
+//   HADAMARD            Q_j = D_j * H_block / sqrt(block), D_j = diag(seeded random signs) unless no_signs
+//   RANDOM_ORTHOGONAL   Q_j = one seeded Haar-random orthogonal block (dense), the same for every j
+//   MATRIX              Q_j = a given orthogonal block (dense, copied; checked to orth_tol)
+//   IDENTITY            Q = I
+// When no Hadamard matrix of the block size exists, `fallback` decides: the largest available
+// Hadamard block dividing n (block-diagonal), a random orthogonal matrix, or an error. quarot_rotation
+// records what was built in `kind`, `block` and the readable `text`.
+typedef enum quarot_rotation_kind {
+    QUAROT_ROTATION_DEFAULT = 0,             // = HADAMARD
+    QUAROT_ROTATION_HADAMARD = 1,
+    QUAROT_ROTATION_RANDOM_ORTHOGONAL = 2,
+    QUAROT_ROTATION_MATRIX = 3,
+    QUAROT_ROTATION_IDENTITY = 4,
+    QUAROT_ROTATION_ADAPT = 5,               // (processor only) the matrix of an Adapt Rotation context
+    QUAROT_ROTATION_FORCE_I32 = 0x7fffffff
+} quarot_rotation_kind;
+
+typedef enum quarot_fallback {
+    QUAROT_FALLBACK_DEFAULT = 0,             // = BLOCK, and RANDOM_ORTHOGONAL when no block > 1 exists
+    QUAROT_FALLBACK_BLOCK = 1,               // block-diagonal Hadamard, largest available block dividing n
+    QUAROT_FALLBACK_RANDOM_ORTHOGONAL = 2,   // dense seeded random orthogonal of the whole size
+    QUAROT_FALLBACK_ERROR = 3,               // QUAROT_ERR_UNSUPPORTED_SIZE
+    QUAROT_FALLBACK_FORCE_I32 = 0x7fffffff
+} quarot_fallback;
+
+typedef struct quarot_rotation_desc {        // zero-init + n = random Hadamard of size n, seed 0
+    quarot_rotation_kind kind;
+    int64_t n;                               // size of the vectors it rotates
+    int64_t block_size;                      // <= 0: n (one block); else block-diagonal, must divide n
+    uint64_t seed;                           // signs / random matrix
+    int no_signs;                            // HADAMARD: plain normalized H (what online rotations use)
+    quarot_fallback fallback;
+    const double* matrix;                    // MATRIX: [block][block] row-major orthogonal, copied
+    double orth_tol;                         // MATRIX: max|M^T M - I| accepted; 0 = 1e-6
+} quarot_rotation_desc;
+
+typedef struct quarot_rotation {
+    quarot_rotation_kind kind;               // as built (a fallback may change it)
+    int64_t n, block;                        // n/block blocks
+    quarot_hadamard_plan plan;               // HADAMARD: the transform of size `block`
+    float* signs;                            // HADAMARD with signs: [n] +-1, NULL otherwise
+    double* signs64;                         // the same in double
+    double* dense;                           // RANDOM_ORTHOGONAL / MATRIX: [block][block]
+    float* dense32;                          // the same in float
+    quarot_env env;
+    char text[160];                          // e.g. "hadamard 172 (table) x 2^0, random signs"
+} quarot_rotation;
+
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env);
+QUAROT_API void          quarot_rotation_free(quarot_rotation* r);
+// Workspace bytes for one apply call on any number of rows (the dense path works in chunks of rows).
+QUAROT_API size_t        quarot_rotation_workspace_size(const quarot_rotation* r);
+// x[rows][stride], first n elements of each row: x <- x*Q (transpose = 0) or x*Q^T (transpose = 1).
+// work == NULL: temporary memory comes from the rotation's env (set-up paths); engines pass work.
+QUAROT_API quarot_result quarot_rotation_apply_f32(const quarot_rotation* r, float* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size);
+QUAROT_API quarot_result quarot_rotation_apply_f64(const quarot_rotation* r, double* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size);
+// The whole matrix Q [n][n] (row-major).
+QUAROT_API quarot_result quarot_rotation_to_dense_f64(const quarot_rotation* r, double* q);
 
 // >>model
 // What a model is to the library: its architecture config and callbacks that give access to its
@@ -604,11 +752,324 @@ typedef struct quarot_model_config {
     int qk_norm;                 // per-head RMSNorm of q and k before RoPE (Qwen3)
 } quarot_model_config;
 
+// Tensor access. Names are NUL-terminated, at most QUAROT_NAME_MAX-1 bytes.
+#define QUAROT_NAME_MAX 128
+
+// A model the processor can rotate: its config plus callbacks into the engine's own storage.
+// get_tensor returns a view (quarot_tensor) that the processor reads and writes in place, in the
+// tensor's own dtype (f32, f16, bf16 or f64). Global tensors (embeddings, final norm, lm_head) are
+// accessible at any time; a decoder layer's tensors between acquire_layer(i) and release_layer(i)
+// (both optional: NULL means everything is always in memory). The processor holds at most one
+// decoder layer at a time, and visits layers in order, twice: a validation pass that reads
+// (modified = 0 on release) and the rotation pass that writes (modified = 1).
+typedef struct quarot_model {
+    quarot_model_config config;   // the processor updates it: norm -> RMS after mean baking,
+                                  // tied_embeddings -> 0 when it unties the output projection
+    void* user_data;
+    // QUAROT_ERR_NOT_FOUND when there is no such tensor.
+    quarot_result (*get_tensor)(void* user_data, const char* name, quarot_tensor* out);
+    // Create a zero-filled contiguous tensor (untying embeddings, a bias a LayerNorm bias is fused
+    // into). May be NULL: then a rotation that needs it fails during validation, before any change.
+    quarot_result (*create_tensor)(void* user_data, const char* name, quarot_dtype dtype, int n_dims,
+                                   const int64_t* ne, quarot_tensor* out);
+    quarot_result (*acquire_layer)(void* user_data, int64_t layer);
+    quarot_result (*release_layer)(void* user_data, int64_t layer, int modified);
+    quarot_env env;               // allocator and parallel hook for the processor
+    char error[256];              // filled on failure: which tensor, which shape, why
+} quarot_model;
+
 // >>adapter
+// What a model family tells the processor, as plain data (a quarot_plan) built from the config:
+//   fusions    norm -> the linears reading its output (W <- W*diag(g), b <- b + W_old*beta)
+//   bakes      LayerNorm families only: embeddings and residual writers to centre (mean baking)
+//   rotations  R1 readers (input side), writers (output side) and embeddings; R2 v_proj (output side,
+//              per KV head) and o_proj (input side, per head)
+//   layers     per decoder layer: the o_proj/v_proj pair and the up_proj/down_proj pair, for online
+//              rotation; and the head geometry.
+// Built-in adapters fill it from name templates; a new family either fills quarot_adapter_names or
+// writes its own build function with the quarot_plan_add_* calls. The processor never looks at
+// names itself, so any family works without changing it.
+typedef enum quarot_side {
+    QUAROT_SIDE_DEFAULT = 0,        // invalid in commands
+    QUAROT_SIDE_INPUT = 1,          // a reader: W[out][in] <- W*Q (each row x <- x*Q)
+    QUAROT_SIDE_OUTPUT = 2,         // a writer: W <- Q^T*W and b <- b*Q; for an embedding E[vocab][hidden],
+                                    // whose output is its row: E <- E*Q. Same operation, either tensor.
+    QUAROT_SIDE_FORCE_I32 = 0x7fffffff
+} quarot_side;
+
+typedef enum quarot_rotation_id {
+    QUAROT_ROT_R1 = 0,              // residual stream, size hidden
+    QUAROT_ROT_R2 = 1,              // per attention head, size head_dim (v_proj / o_proj)
+    QUAROT_ROT_R4 = 2,              // down_proj input, size intermediate (online; offline half on down_proj)
+    QUAROT_ROT_HEADS = 3,           // o_proj input across heads, H_heads (x) I (online; offline half on o_proj)
+    QUAROT_ROT_COUNT_ = 4,
+    QUAROT_ROT_FORCE_I32 = 0x7fffffff
+} quarot_rotation_id;
+
+typedef struct quarot_plan_fusion {
+    int64_t layer;                          // -1 for a global norm
+    char norm_weight[QUAROT_NAME_MAX];
+    char norm_bias[QUAROT_NAME_MAX];        // "" for RMSNorm
+    int64_t first_linear, n_linears;        // into quarot_plan.linears
+} quarot_plan_fusion;
+
+typedef struct quarot_plan_linear {
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];             // the name its bias has or would have ("" = cannot have one)
+} quarot_plan_linear;
+
+typedef struct quarot_plan_bake {
+    int64_t layer;
+    int embedding;                          // 1: centre each row (E[vocab][hidden]); 0: a writer linear
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];
+} quarot_plan_bake;
+
+typedef struct quarot_plan_rotation {
+    int64_t layer;                          // -1: global (embeddings, lm_head)
+    quarot_rotation_id rotation;            // R1 or R2 (the processor adds R4 / HEADS itself)
+    quarot_side side;
+    int embedding;                          // the tensor is an embedding table [vocab][hidden]
+    int per_head;                           // the rotation applies to every head_dim slice of the axis
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];             // rotated with an OUTPUT-side weight when it exists
+} quarot_plan_rotation;
+
+typedef struct quarot_plan_layer {
+    char o_proj[QUAROT_NAME_MAX], v_proj[QUAROT_NAME_MAX];      // weight names
+    char up_proj[QUAROT_NAME_MAX], down_proj[QUAROT_NAME_MAX];
+} quarot_plan_layer;
+
+typedef struct quarot_plan {
+    quarot_plan_fusion* fusions;     int64_t n_fusions, cap_fusions;
+    quarot_plan_linear* linears;     int64_t n_linears, cap_linears;
+    quarot_plan_bake* bakes;         int64_t n_bakes, cap_bakes;
+    quarot_plan_rotation* rotations; int64_t n_rotations, cap_rotations;
+    quarot_plan_layer* layers;       int64_t n_layers;
+    char embed[QUAROT_NAME_MAX];     // token embedding weight
+    char lm_head[QUAROT_NAME_MAX];   // output projection weight (created when untying)
+    char final_norm_weight[QUAROT_NAME_MAX];
+    int64_t n_heads, n_kv_heads, head_dim;
+    quarot_env env;
+} quarot_plan;
+
+// Name templates of the built-in families; "{i}" stands for the layer index. NULL = absent.
+typedef struct quarot_adapter_names {
+    const char* embed;              // "model.embed_tokens.weight"
+    const char* pos_embed;          // learned positions (OPT) or NULL
+    const char* final_norm;         // prefix: "model.norm" (+ ".weight", ".bias")
+    const char* lm_head;            // "lm_head.weight"
+    const char* layer;              // "model.layers.{i}."  (prefix of every per-layer name below)
+    const char* attn_norm;          // "input_layernorm"
+    const char* mlp_norm;           // "post_attention_layernorm"
+    const char* q_proj, *k_proj, *v_proj, *o_proj;   // prefixes ("self_attn.q_proj"); + ".weight"/".bias"
+    const char* gate_proj;          // NULL for a plain MLP
+    const char* up_proj, *down_proj;
+} quarot_adapter_names;
+
+typedef struct quarot_adapter quarot_adapter;
+struct quarot_adapter {
+    const char* arch;                          // "llama", "mistral", "qwen2", "qwen3", "opt", ...
+    const quarot_adapter_names* names;         // used by quarot_adapter_build_from_names
+    // Fill plan (initialized and empty) for cfg. block_size is the R1 block size asked for (-1 full).
+    quarot_result (*build)(const quarot_adapter* self, const quarot_model_config* cfg, int64_t block_size,
+                           quarot_plan* plan);
+    void* user_data;
+};
+
+// Built-in adapters by architecture name (case-sensitive), NULL if unknown.
+QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch);
+// "llama, mistral, qwen2, qwen3, opt"
+QUAROT_API const char* quarot_adapter_list(void);
+// The generic build function of the built-ins, for adapters that only provide names.
+QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                         int64_t block_size, quarot_plan* plan);
+
+QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env);
+QUAROT_API void quarot_plan_free(quarot_plan* plan);
+// Builders for adapters (names are copied; QUAROT_ERR_INVALID_ARGUMENT when a name is too long).
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias);
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias);  // to the last fusion
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
+                                                  int embedding, int per_head, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers);
+// Expand a template: "{i}" -> layer index. QUAROT_ERR_INVALID_ARGUMENT when the result is too long.
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer);
+
 // >>command
+// A rotate command: one tensor, one side, one rotation, applied exactly once. The rotation is applied
+// along the chosen axis viewed as [outer][n][inner] (n = the rotation's size): outer > 1 slices the
+// axis (per head, per tensor-parallel block), inner > 1 transforms across slices (the heads axis,
+// H_heads (x) I). Commands are plain data; the processor generates, filters by layer and runs them.
+typedef struct quarot_command {
+    int64_t layer;                  // -1: global
+    quarot_rotation_id rotation;
+    quarot_side side;
+    int embedding;
+    int64_t outer, inner;           // axis length = outer * rotation size * inner
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];     // "" = none
+    int runs;                       // times executed (the processor checks it ends at exactly 1)
+} quarot_command;
+
+// Apply one command's arithmetic to a tensor (and its bias, may be NULL) in double precision, writing
+// back in the tensor's dtype. Validates shapes first (QUAROT_ERR_SHAPE_MISMATCH: nothing written).
+QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
+                                              quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env);
+
 // >>online
+// Online rotations the inference engine must run, as plain data (STYLE.md: no callbacks). At a site
+// the activation row of length `size` is viewed as [outer][n][inner] and every vector along the
+// n axis becomes v <- v * D * H_n / sqrt(n) (D = diag(signs) when present, H_n = H_K (x) H_{2^m}).
+//   DOWN_INPUT  input of down_proj [intermediate]: outer = tensor-parallel blocks, inner = 1
+//   O_INPUT     input of o_proj [n_heads*head_dim]: across heads, n = heads per block, inner = head_dim
+//   Q_ROPE      q after RoPE (and q_norm) [n_heads*head_dim]: per head, outer = n_heads, n = head_dim
+//   K_ROPE      k after RoPE [n_kv_heads*head_dim]: per KV head (before the KV cache)
+typedef enum quarot_online_site {
+    QUAROT_SITE_NONE = 0,
+    QUAROT_SITE_DOWN_INPUT = 1,
+    QUAROT_SITE_O_INPUT = 2,
+    QUAROT_SITE_Q_ROPE = 3,
+    QUAROT_SITE_K_ROPE = 4,
+    QUAROT_SITE_COUNT_ = 5,
+    QUAROT_SITE_FORCE_I32 = 0x7fffffff
+} quarot_online_site;
+
+typedef struct quarot_online_hook {
+    int64_t layer;
+    quarot_online_site site;
+    int64_t size, outer, n, inner;          // size = outer * n * inner
+    int64_t K;                              // n = K * 2^m (the construction, for engines)
+    int m;
+    float* signs;                           // [n] +-1 or NULL (owned by the list)
+    const quarot_hadamard_plan* plan;       // owned by the list
+} quarot_online_hook;
+
+typedef struct quarot_online_list {
+    quarot_online_hook* hooks;
+    int64_t count, cap;
+    quarot_hadamard_plan** plans;           // one per distinct n
+    int64_t n_plans;
+    quarot_env env;
+} quarot_online_list;
+
+QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_env* env);
+QUAROT_API void quarot_online_list_free(quarot_online_list* list);
+// Append a hook (builds / shares the Hadamard plan of size n; copies signs when not NULL).
+QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs);
+// The hook for (layer, site), or NULL.
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site);
+QUAROT_API const char* quarot_online_site_name(quarot_online_site site);   // "down_input", ...
+// Workspace bytes quarot_online_apply needs for this hook (any row count).
+QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook);
+// Run a hook on x[rows][stride] (first `size` elements of each row), in place, without allocating.
+QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
+                                             void* work, size_t work_size);
+
+// Text serialization, version 1 (documented in README "Online hook file"):
+//   quarot-online 1
+//   hooks <count>
+//   hook <layer> <site> size=<s> outer=<o> n=<n> inner=<i> K=<K> m=<m> signs=<hex or ->
+//   ...
+//   hadamard <K>            (one block per distinct K > 1: K rows of '+'/'-', so engines without
+//   <K rows>                 quarot.h can rebuild H_K)
+//   end
+// quarot_online_write writes into buf (cap bytes) and sets *needed to the full length + 1; call with
+// buf = NULL to size it. quarot_online_read parses text of `len` bytes into an empty list, validating
+// every field (QUAROT_ERR_PARSE with the line in err) and that embedded matrices equal quarot.h's.
+QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed);
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size);
+
 // >>processor
+typedef struct quarot_adapt_context quarot_adapt_context;   // see >>adapt
+
+// QuaRot's processor (ALGORITHMS.md section 6): validate everything, then pre_run (global tensors:
+// untie, final-norm fusion, embedding and lm_head rotation, online matrices), then each decoder layer
+// in order (its fusions, bakes, rotate commands, online halves and hooks), then post_run (leftovers
+// and the exactly-once check). Weights are rewritten in place in their own dtype.
+typedef enum quarot_layer_select {
+    QUAROT_LAYERS_DEFAULT = 0,      // = ALL
+    QUAROT_LAYERS_ALL = 1,
+    QUAROT_LAYERS_LIST = 2,         // the layers in the list only (msModelSlim's down_proj_online_layers)
+    QUAROT_LAYERS_NONE = 3,
+    QUAROT_LAYERS_FORCE_I32 = 0x7fffffff
+} quarot_layer_select;
+
+typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Hadamard, offline only
+    const quarot_adapter* adapter;             // NULL: quarot_adapter_find(model->config.arch)
+    quarot_rotation_kind rotation;             // R1: HADAMARD (default), RANDOM_ORTHOGONAL, MATRIX,
+                                               //     ADAPT (matrix from an Adapt Rotation context)
+    const double* matrix;                      // MATRIX: [b][b], b = block size or hidden
+    const quarot_adapt_context* context;       // ADAPT
+    uint64_t seed;
+    int64_t block_size;                        // <= 0 (or -1): full hidden; else block-diagonal R1
+    quarot_fallback fallback;                  // R1 when hidden has no Hadamard
+    int no_r2;                                 // 1: skip R2 (v_proj / o_proj per head)
+    quarot_rotation_kind r2_rotation;          // HADAMARD (default) or RANDOM_ORTHOGONAL
+    int online;                                // 1: o_proj heads rotation + down_proj R4, online hooks
+    int64_t max_tp_size;                       // online rotations never cross 1/max_tp_size of a dim; 0 = 1
+    quarot_layer_select down_proj_online;      // which layers get the online down_proj rotation
+    const int64_t* down_proj_online_layers;    // LIST
+    int64_t n_down_proj_online_layers;
+    int r3;                                    // 1: q/k online rotation after RoPE (for KV-cache quantization)
+    quarot_online_list* online_out;            // receives the hooks (required with online or r3)
+    // Optional observers. on_command may return 0 (run), 1 (skip) or 2 (run twice): a debugging and
+    // testing aid; anything but 0 makes the final exactly-once check fail.
+    int (*on_command)(void* user, const quarot_command* c);
+    void (*progress)(void* user, const char* stage, int64_t layer, int64_t n_layers);
+    void* user_data;
+} quarot_rotate_desc;
+
+// A tensor the processor will create (so that writers can plan an output file before the first
+// layer is processed): the untied output projection, biases that LayerNorm biases are fused into.
+typedef struct quarot_tensor_spec {
+    char name[QUAROT_NAME_MAX];
+    quarot_dtype dtype;
+    int n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];
+} quarot_tensor_spec;
+
+typedef struct quarot_processor {
+    quarot_model* model;
+    quarot_rotate_desc desc;
+    const quarot_adapter* adapter;
+    quarot_plan plan;
+    quarot_rotation rot[QUAROT_ROT_COUNT_];    // R1, R2, R4, HEADS (unused ones are IDENTITY)
+    int have_rot[QUAROT_ROT_COUNT_];
+    quarot_rotation r3;                        // head_dim, plain H (online q/k)
+    quarot_command* commands;
+    int64_t n_commands;
+    int untie;                                 // pre_run creates lm_head from the embedding
+    quarot_tensor_spec* creates;               // after init: every tensor create_tensor will be asked for
+    int64_t n_creates, cap_creates;
+    int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
+    int64_t next_layer;
+} quarot_processor;
+
+// The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
+// the commands and validates every tensor (reading each layer once); nothing is modified before
+// pre_run, and p->creates then lists the tensors later steps will create. Each call checks it
+// comes in order (QUAROT_ERR_STATE).
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc);
+QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
+QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
+QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p);
+QUAROT_API void          quarot_processor_free(quarot_processor* p);
+
+// Everything: init, pre_run, every layer, post_run. On failure model->error says why; a failure
+// during init (validation) leaves the model untouched.
+QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc);
+
 // >>adapt
+// Adapt Rotation (msModelSlim): stage 1 learns H*R from calibration activations, stage 2 uses it as R1.
+struct quarot_adapt_context {
+    int64_t hidden;                  // residual width the matrix is for
+    int64_t block;                   // matrix size: hidden, or the block of a block-diagonal rotation
+    double* matrix;                  // [block][block] = H * R_best (orthogonal); NULL before stage 1
+    quarot_env env;
+};
 
 #ifdef __cplusplus
 }
@@ -631,6 +1092,7 @@ typedef struct quarot_model_config {
 #include <string.h>
 #include <math.h>
 #include <stdio.h>     // snprintf only: the library never prints
+#include <stdarg.h>
 #include <stdlib.h>
 #include <limits.h>
 
@@ -1203,19 +1665,2359 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 }
 
 // >>hadamard
-// (implementation: hadamard work)
+// n = 2^e * o (o odd) is available iff e >= emin(o), where for an odd d, emin(d) is the least f with
+// 2^f*d reachable: a primitive order 2^f*d (Paley I: 2^f*d - 1 a prime power; Paley II: f = 2 and
+// 2d - 1 a prime power; an embedded table), or emin(d1) + emin(d2) over d = d1*d2 (Kronecker). Doubling
+// (x H_2) makes availability upward closed in e, so K = 2^emin(o) * o is the smallest core.
+// Paley: chi(z) = quadratic character of GF(q), q = p^k: +1 on the even powers of a primitive element.
+
+#define QUAROT__HAD_MAXDIV 768   // odd numbers below 2^32 have at most 640 divisors
+#define QUAROT__HAD_MAXP 10      // ... and at most 9 distinct prime factors
+#define QUAROT__HAD_INF 127      // emin of an odd part with no construction (within the exponent cap)
+
+static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex);   // in the tables section below
+
+// What quarot__had_analyze learns about n: the odd divisors d of o (indexed in mixed radix over o's
+// prime factorization, so d1 | d implies index(d1) <= index(d) digit by digit) and for each one
+// emin (capped: > e means unreachable inside n), how 2^emin*d is made, and the Kronecker split.
+typedef struct quarot__had_facts {
+    int e;                                   // n = 2^e * o
+    uint32_t o;
+    int np;                                  // o = prod p[i]^pe[i]
+    uint32_t p[QUAROT__HAD_MAXP];
+    int pe[QUAROT__HAD_MAXP];
+    int stride[QUAROT__HAD_MAXP];
+    int nd;                                  // number of odd divisors, o is index nd-1
+    uint32_t d[QUAROT__HAD_MAXDIV];
+    int8_t emin[QUAROT__HAD_MAXDIV];
+    int8_t how[QUAROT__HAD_MAXDIV];          // quarot_hadamard_construction of 2^emin*d
+    uint16_t split[QUAROT__HAD_MAXDIV];      // KRONECKER: index of one factor's odd part
+} quarot__had_facts;
+
+// b^x mod m for m < 2^32 (every product of two residues fits in 64 bits).
+static uint64_t quarot__powmod(uint64_t b, uint64_t x, uint64_t m) {
+    uint64_t r = 1;
+    b %= m;
+    while (x) {
+        if (x & 1) r = r * b % m;
+        b = b * b % m;
+        x >>= 1;
+    }
+    return r;
+}
+
+// Deterministic Miller-Rabin for n < 2^32: bases 2, 7, 61 suffice below 4,759,123,141.
+static int quarot__is_prime(uint64_t n) {
+    static const uint64_t bases[3] = {2, 7, 61};
+    uint64_t dd, x;
+    int s, i, r;
+    if (n < 2) return 0;
+    if (n < 4) return 1;
+    if (n % 2 == 0) return 0;
+    // n - 1 = dd * 2^s with dd odd; a base b witnesses compositeness unless b^dd = 1 or some
+    // b^(dd*2^r) = -1 (r < s)
+    dd = n - 1;
+    s = 0;
+    while ((dd & 1) == 0) { dd >>= 1; ++s; }
+    for (i = 0; i < 3; ++i) {
+        if (bases[i] % n == 0) continue;
+        x = quarot__powmod(bases[i], dd, n);
+        if (x == 1 || x == n - 1) continue;
+        for (r = 1; r < s; ++r) {
+            x = x * x % n;
+            if (x == n - 1) break;
+        }
+        if (r == s) return 0;
+    }
+    return 1;
+}
+
+// floor(q^(1/r)) for q < 2^32, r >= 2 (binary search; roots are below 2^16).
+static uint64_t quarot__iroot(uint64_t q, int r) {
+    uint64_t lo = 1, hi = 65536, mid, t;
+    int i;
+    while (lo < hi) {   // invariant: lo^r <= q, hi^r > q or hi = lo
+        mid = (lo + hi + 1) / 2;
+        t = 1;
+        for (i = 0; i < r && t <= q; ++i) t *= mid;
+        if (t <= q) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+// 1 if q = p^k (p prime, k >= 1), q < 2^32. A perfect power is one for a prime exponent r, and its
+// r-th root is then a prime power itself.
+static int quarot__prime_power(uint64_t q, uint64_t* p, int* k) {
+    static const int exps[11] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31};
+    uint64_t s, t;
+    int i, j, kk;
+    if (q < 2) return 0;
+    if (quarot__is_prime(q)) { *p = q; *k = 1; return 1; }
+    for (i = 0; i < 11; ++i) {
+        s = quarot__iroot(q, exps[i]);
+        if (s < 2) break;
+        for (t = 1, j = 0; j < exps[i]; ++j) t *= s;
+        if (t != q) continue;
+        if (!quarot__prime_power(s, p, &kk)) return 0;
+        *k = kk * exps[i];
+        return 1;
+    }
+    return 0;
+}
+
+// How order K (a multiple of 4, K <= 2^32) is made without a Kronecker product; NONE if it is not.
+static quarot_hadamard_construction quarot__had_primitive(int64_t K, int64_t* q) {
+    uint64_t p;
+    int k;
+    if (K < 4 || K % 4 != 0) return QUAROT_HADAMARD_NONE;
+    if (quarot__prime_power((uint64_t)(K - 1), &p, &k)) { *q = K - 1; return QUAROT_HADAMARD_PALEY1; }
+    if ((K / 2 - 1) % 4 == 1 && quarot__prime_power((uint64_t)(K / 2 - 1), &p, &k)) {
+        *q = K / 2 - 1;
+        return QUAROT_HADAMARD_PALEY2;
+    }
+    if (quarot__hadtable_get(K, NULL, NULL)) { *q = 0; return QUAROT_HADAMARD_TABLE; }
+    return QUAROT_HADAMARD_NONE;
+}
+
+// Fill f for 1 <= n <= 2^32; returns 1 when n is available (n = 1, 2 included).
+static int quarot__had_analyze(int64_t n, quarot__had_facts* f) {
+    uint64_t rem, pr;
+    int i, idx, dg[QUAROT__HAD_MAXP], sd[QUAROT__HAD_MAXP];
+    // n = 2^e * o
+    f->e = 0;
+    while ((n & 1) == 0) { n >>= 1; ++f->e; }
+    f->o = (uint32_t)n;
+    // o = prod p^pe by trial division (o < 2^32: primes below 2^16)
+    f->np = 0;
+    rem = f->o;
+    for (pr = 3; pr * pr <= rem; pr += 2) {
+        if (rem % pr) continue;
+        f->p[f->np] = (uint32_t)pr;
+        f->pe[f->np] = 0;
+        while (rem % pr == 0) { rem /= pr; ++f->pe[f->np]; }
+        ++f->np;
+    }
+    if (rem > 1) { f->p[f->np] = (uint32_t)rem; f->pe[f->np] = 1; ++f->np; }
+    f->nd = 1;
+    for (i = 0; i < f->np; ++i) { f->stride[i] = f->nd; f->nd *= f->pe[i] + 1; }
+    QUAROT_ASSERT(f->nd <= QUAROT__HAD_MAXDIV);
+    if (f->nd > QUAROT__HAD_MAXDIV) return 0;
+    // Walk the divisors in index order, idx = sum dg[i]*stride[i] with d = prod p[i]^dg[i]. Every
+    // proper divisor of d has a smaller index, so its emin is final when d is reached (a DP over the
+    // divisor lattice: at most 640 divisors, sum over d of tau(d) sub-splits).
+    for (i = 0; i < f->np; ++i) dg[i] = 0;
+    for (idx = 0; idx < f->nd; ++idx) {
+        uint32_t d = 1;
+        int j, best, bhow, bsplit = 0;
+        for (i = 0; i < f->np; ++i)
+            for (j = 0; j < dg[i]; ++j) d *= f->p[i];
+        f->d[idx] = d;
+        best = QUAROT__HAD_INF;
+        bhow = QUAROT_HADAMARD_NONE;
+        if (d == 1) {
+            best = 0;
+            bhow = QUAROT_HADAMARD_SYLVESTER;
+        } else {
+            int fexp;
+            int64_t q;
+            for (fexp = 2; fexp <= f->e; ++fexp) {   // primitive orders 2^fexp * d inside n
+                quarot_hadamard_construction c = quarot__had_primitive((int64_t)d << fexp, &q);
+                if (c != QUAROT_HADAMARD_NONE) { best = fexp; bhow = (int)c; break; }
+            }
+            // Kronecker: every proper split d = d1 * (d/d1), sub-digits sd <= dg
+            for (i = 0; i < f->np; ++i) sd[i] = 0;
+            for (;;) {
+                int s = 0, v;
+                for (i = 0; i < f->np && sd[i] == dg[i]; ++i) sd[i] = 0;   // next sd (mixed radix)
+                if (i == f->np) break;
+                ++sd[i];
+                for (i = 0; i < f->np; ++i) s += sd[i] * f->stride[i];
+                if (s == idx) continue;   // d1 = d is not a proper split
+                v = f->emin[s] + f->emin[idx - s];
+                if (v < best) { best = v; bhow = QUAROT_HADAMARD_KRONECKER; bsplit = s; }
+            }
+        }
+        f->emin[idx] = (int8_t)(best < QUAROT__HAD_INF ? best : QUAROT__HAD_INF);
+        f->how[idx] = (int8_t)bhow;
+        f->split[idx] = (uint16_t)bsplit;
+        for (i = 0; i < f->np && dg[i] == f->pe[i]; ++i) dg[i] = 0;      // next divisor
+        if (i < f->np) ++dg[i];
+    }
+    return f->emin[f->nd - 1] <= f->e;
+}
+
+// Fast paths first (powers of two, Paley and table orders need no factorization), then the DP.
+QUAROT_API int quarot_hadamard_available(int64_t n) {
+    quarot__had_facts f;
+    int64_t q;
+    if (n <= 0 || n > QUAROT_HADAMARD_MAX_ORDER) return 0;
+    if (n <= 2) return 1;
+    if (n % 4 != 0) return 0;
+    if ((n & (n - 1)) == 0 || quarot__had_primitive(n, &q) != QUAROT_HADAMARD_NONE) return 1;
+    return quarot__had_analyze(n, &f);
+}
+
+QUAROT_API quarot_result quarot_hadamard_info_get(int64_t n, quarot_hadamard_info* info) {
+    quarot__had_facts f;
+    char tail[16];
+    int top;
+    if (!info) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->n = n;
+    if (n <= 0 || n > QUAROT_HADAMARD_MAX_ORDER) {
+        snprintf(info->text, sizeof info->text, "%lld: outside 1..2^32", (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    if (n > 2 && n % 4 != 0) {
+        snprintf(info->text, sizeof info->text, "%lld: not 1, 2 or a multiple of 4", (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    if (!quarot__had_analyze(n, &f)) {
+        snprintf(info->text, sizeof info->text, "%lld = 2^%d*%lu: no construction known here",
+                 (long long)n, f.e, (unsigned long)f.o);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    // o itself is the last divisor; K = 2^emin(o) * o and the rest of n is Sylvester
+    top = f.nd - 1;
+    info->m = f.e - f.emin[top];
+    info->K = (int64_t)f.o << f.emin[top];
+    info->construction = (quarot_hadamard_construction)f.how[top];
+    if (info->K == 1) {
+        snprintf(info->text, sizeof info->text, "2^%d (sylvester)", info->m);
+        return QUAROT_OK;
+    }
+    tail[0] = '\0';
+    if (info->m > 0) snprintf(tail, sizeof tail, " x 2^%d", info->m);
+    switch (info->construction) {
+        case QUAROT_HADAMARD_PALEY1:
+        case QUAROT_HADAMARD_PALEY2:
+            info->q = info->construction == QUAROT_HADAMARD_PALEY1 ? info->K - 1 : info->K / 2 - 1;
+            snprintf(info->text, sizeof info->text, "%lld (paley%d q=%lld)%s", (long long)info->K,
+                     info->construction == QUAROT_HADAMARD_PALEY1 ? 1 : 2, (long long)info->q, tail);
+            break;
+        case QUAROT_HADAMARD_TABLE:
+            snprintf(info->text, sizeof info->text, "%lld (table)%s", (long long)info->K, tail);
+            break;
+        default: {   // KRONECKER
+            int s = f.split[top], t = top - f.split[top];
+            int64_t a = (int64_t)f.d[s] << f.emin[s], b = (int64_t)f.d[t] << f.emin[t];
+            QUAROT_ASSERT(info->construction == QUAROT_HADAMARD_KRONECKER && a * b == info->K);
+            info->a = a >= b ? a : b;
+            info->b = a >= b ? b : a;
+            snprintf(info->text, sizeof info->text, "%lld (kronecker %lld*%lld)%s", (long long)info->K,
+                     (long long)info->a, (long long)info->b, tail);
+            break;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API int64_t quarot_hadamard_largest_block(int64_t n, int64_t max_block) {
+    quarot__had_facts f;
+    int64_t best = 1, c;
+    int idx, j;
+    if (n <= 0 || max_block < 1 || n > QUAROT_HADAMARD_MAX_ORDER) return 0;
+    quarot__had_analyze(n, &f);
+    // every odd divisor d with emin(d) <= e gives the blocks d*2^j, emin(d) <= j <= e (and d = 1: any j)
+    for (idx = 0; idx < f.nd; ++idx) {
+        int lo = f.d[idx] == 1 ? 0 : f.emin[idx];
+        for (j = f.e; j >= lo; --j) {
+            c = (int64_t)f.d[idx] << j;
+            if (c <= max_block) { if (c > best) best = c; break; }
+        }
+    }
+    return best;
+}
+
+// --- builders: every one writes a contiguous [K][K] matrix at out ---
+
+// Element z of GF(p^k) is the integer with base-p digits z_0..z_{k-1} (polynomial sum z_i x^i).
+static uint64_t quarot__gf_sub(uint64_t x, uint64_t y, uint64_t p, int k) {
+    uint64_t r = 0, pw = 1;
+    int i;
+    if (k == 1) return (x + p - y) % p;
+    for (i = 0; i < k; ++i) {
+        r += ((x % p) + p - (y % p)) % p * pw;
+        x /= p;
+        y /= p;
+        pw *= p;
+    }
+    return r;
+}
+
+// chi[z] for every z in GF(q), q = p^k odd: try monic f(x) = x^k + sum c_i x^i (c_0 != 0) until x
+// has q-1 distinct powers modulo f (then GF(p)[x]/f is a field and x a primitive element), marking
+// x^i with (-1)^i: the squares are exactly the even powers. chi[0] = 0.
+static int quarot__gf_chi(uint64_t p, int k, uint64_t q, int8_t* chi) {
+    uint64_t pk1 = q / p, code, cd[64], cur, low, top, x, nxt, pw, i;
+    int t;
+    for (code = 1; code < q; ++code) {
+        if (code % p == 0) continue;                        // c_0 = 0: x divides f
+        for (x = code, t = 0; t < k; ++t) { cd[t] = x % p; x /= p; }
+        memset(chi, 0, (size_t)q);
+        cur = 1;
+        for (i = 0; i + 1 < q; ++i) {
+            if (cur == 0 || chi[cur] != 0) break;           // repeated power: x not primitive
+            chi[cur] = (int8_t)((i & 1) ? -1 : 1);
+            top = cur / pk1;                                // cur * x = shifted digits - top * f
+            low = cur % pk1;
+            x = low * p;
+            nxt = 0;
+            pw = 1;
+            for (t = 0; t < k; ++t) {
+                nxt += ((x % p) + p - top * cd[t] % p) % p * pw;
+                x /= p;
+                pw *= p;
+            }
+            cur = nxt;
+        }
+        if (i + 1 == q && cur == 1) return 1;
+    }
+    return 0;
+}
+
+// Paley I (K = q+1): H = I + [[0, 1^T], [-1, Q]], Q[x][y] = chi(x - y).
+// Paley II (K = 2(q+1)): C = [[0, 1^T], [1, Q]]; entry 0 -> [[1,-1],[-1,-1]], +-1 -> +-[[1,1],[1,-1]].
+static quarot_result quarot__had_paley(int kind, int64_t q64, int8_t* out, const quarot_env* env) {
+    uint64_t p, q = (uint64_t)q64, r, c;
+    int k;
+    int8_t* chi;
+    if (!quarot__prime_power(q, &p, &k) || (q & 1) == 0) return QUAROT_ERR_INTERNAL;
+    chi = (int8_t*)quarot_env_alloc(env, (size_t)q);
+    if (!chi) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__gf_chi(p, k, q, chi)) { quarot_env_free(env, chi); return QUAROT_ERR_INTERNAL; }
+    // Row / column 0 is the added point "infinity"; row r >= 1 stands for the field element r - 1.
+    if (kind == QUAROT_HADAMARD_PALEY1) {
+        uint64_t K = q + 1;
+        for (r = 0; r < K; ++r) {
+            int8_t* row = out + r * K;
+            for (c = 0; c < K; ++c) {
+                if (r == 0 || r == c) row[c] = 1;
+                else if (c == 0) row[c] = -1;
+                else row[c] = chi[quarot__gf_sub(r - 1, c - 1, p, k)];
+            }
+        }
+    } else {
+        // each entry v of the symmetric conference matrix C becomes a 2x2 block at rows 2r, 2r+1
+        uint64_t K = 2 * (q + 1);
+        for (r = 0; r <= q; ++r) {
+            int8_t* r0 = out + (2 * r) * K;
+            int8_t* r1 = r0 + K;
+            for (c = 0; c <= q; ++c) {
+                int v = (r == 0 && c == 0) ? 0 : (r == 0 || c == 0) ? 1 : chi[quarot__gf_sub(r - 1, c - 1, p, k)];
+                if (v == 0) {
+                    r0[2 * c] = 1; r0[2 * c + 1] = -1; r1[2 * c] = -1; r1[2 * c + 1] = -1;
+                } else {
+                    r0[2 * c] = (int8_t)v; r0[2 * c + 1] = (int8_t)v; r1[2 * c] = (int8_t)v; r1[2 * c + 1] = (int8_t)-v;
+                }
+            }
+        }
+    }
+    quarot_env_free(env, chi);
+    return QUAROT_OK;
+}
+
+// Embedded table: 4x4 blocks of size m, block (bi, bj) circulant (row r = first row shifted right by r)
+// or back-circulant (shifted left by r), first rows as packed bits (see >>hadtables).
+static quarot_result quarot__had_table(int64_t K, int8_t* out) {
+    uint32_t mask;
+    const char* hex;
+    int64_t m = K / 4, bi, bj, r, j, c, t;
+    if (!quarot__hadtable_get(K, &mask, &hex)) return QUAROT_ERR_INTERNAL;
+    for (bi = 0; bi < 4; ++bi)
+        for (bj = 0; bj < 4; ++bj) {
+            int64_t blk = 4 * bi + bj;
+            int back = (int)((mask >> blk) & 1u);
+            for (r = 0; r < m; ++r)
+                for (j = 0; j < m; ++j) {
+                    int h;
+                    // sign = bit t of the packed first rows: hex digit t/4, bit 3 - t%4 of it
+                    c = back ? (j + r) % m : (j - r + m) % m;
+                    t = blk * m + c;
+                    h = hex[t >> 2];
+                    h = h <= '9' ? h - '0' : h - 'a' + 10;
+                    out[(bi * m + r) * K + bj * m + j] = (int8_t)(((h >> (3 - (t & 3))) & 1) ? -1 : 1);
+                }
+        }
+    return QUAROT_OK;
+}
+
+// Row j of Sylvester H_B (B a power of two): row[l] = (-1)^popcount(j & l), by doubling.
+static void quarot__had_sylvester_row(int64_t j, int64_t B, int8_t* row) {
+    int64_t h, l;
+    row[0] = 1;
+    for (h = 1; h < B; h <<= 1)
+        for (l = h; l < 2 * h; ++l) row[l] = (int8_t)((j & h) ? -row[l - h] : row[l - h]);
+}
+
+// In place: buf holds S [s][s] contiguous; on return it holds S (x) P [s*B][s*B] (P [B][B], or Sylvester
+// H_B when P is NULL): T[i*B + j][k*B + l] = S[i][k] * P[j][l]. Block rows i go from last to first:
+// block i's output starts at byte i*s*B*B >= i*s, past the source rows 0..i-1 still to be read, and
+// source row i is copied aside first.
+static quarot_result quarot__had_expand(int8_t* buf, int64_t s, const int8_t* P, int64_t B, const quarot_env* env) {
+    int64_t n = s * B, i, j, k, l;
+    int8_t* srow = (int8_t*)quarot_env_alloc(env, (size_t)(s + B));
+    int8_t* prow;
+    if (!srow) return QUAROT_ERR_OUT_OF_MEMORY;
+    prow = srow + s;
+    for (i = s - 1; i >= 0; --i) {
+        memcpy(srow, buf + i * s, (size_t)s);
+        // output rows i*B .. i*B+B-1: row i*B+j is srow (x) P[j], i.e. B-long copies of +-P[j]
+        for (j = 0; j < B; ++j) {
+            int8_t* dst = buf + (i * B + j) * n;
+            const int8_t* pj = P ? P + j * B : prow;
+            if (!P) quarot__had_sylvester_row(j, B, prow);
+            for (k = 0; k < s; ++k) {
+                if (srow[k] > 0) memcpy(dst + k * B, pj, (size_t)B);
+                else for (l = 0; l < B; ++l) dst[k * B + l] = (int8_t)-pj[l];
+            }
+        }
+    }
+    quarot_env_free(env, srow);
+    return QUAROT_OK;
+}
+
+// H_n for an available n into contiguous out [n][n]: core H_K at the start, then (x) H_{2^m} in place.
+static quarot_result quarot__had_build(int64_t n, int8_t* out, const quarot_env* env) {
+    quarot_hadamard_info info;
+    quarot_result r = quarot_hadamard_info_get(n, &info);
+    int64_t j;
+    if (r != QUAROT_OK) return r;
+    if (info.K == 1) {   // pure Sylvester: each row straight from its index, no temporary
+        for (j = 0; j < n; ++j) quarot__had_sylvester_row(j, n, out + j * n);
+        return QUAROT_OK;
+    }
+    switch (info.construction) {
+        case QUAROT_HADAMARD_PALEY1:
+        case QUAROT_HADAMARD_PALEY2: r = quarot__had_paley((int)info.construction, info.q, out, env); break;
+        case QUAROT_HADAMARD_TABLE: r = quarot__had_table(info.K, out); break;
+        case QUAROT_HADAMARD_KRONECKER: {
+            // H_a in place at out, H_b (b <= sqrt(K)) in a temporary: O(K) bytes
+            int8_t* hb = (int8_t*)quarot_env_alloc(env, (size_t)(info.b * info.b));
+            if (!hb) return QUAROT_ERR_OUT_OF_MEMORY;
+            r = quarot__had_build(info.a, out, env);
+            if (r == QUAROT_OK) r = quarot__had_build(info.b, hb, env);
+            if (r == QUAROT_OK) r = quarot__had_expand(out, info.a, hb, info.b, env);
+            quarot_env_free(env, hb);
+            break;
+        }
+        default: r = QUAROT_ERR_INTERNAL; break;
+    }
+    if (r == QUAROT_OK && info.m > 0) r = quarot__had_expand(out, info.K, NULL, (int64_t)1 << info.m, env);
+    return r;
+}
+
+// Common checks of the build_* entry points: available, n*n*elem fits size_t, out not NULL.
+static quarot_result quarot__had_check(int64_t n, const void* out, size_t elem, size_t* count) {
+    size_t sn = (size_t)n, bytes;
+    if (!quarot_hadamard_available(n)) return QUAROT_ERR_UNSUPPORTED_SIZE;
+    // (int64_t)(size_t)n != n catches a 32-bit size_t; then n*n and n*n*elem must not wrap
+    if ((int64_t)sn != n || !quarot__mul_size(sn, sn, count) || !quarot__mul_size(*count, elem, &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    if (!out) return QUAROT_ERR_INVALID_ARGUMENT;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_build_i8(int64_t n, int8_t* out, const quarot_env* env) {
+    size_t count;
+    quarot_result r = quarot__had_check(n, out, 1, &count);
+    if (r != QUAROT_OK) return r;
+    return quarot__had_build(n, out, env);
+}
+
+// f32 / f64: the +-1 matrix is built in the last n*n bytes of out and widened front to back; element t
+// (bytes [t*w, t*w + w)) never reaches source bytes (w-1)*n*n + t' for t' >= t, so no n*n temporary.
+QUAROT_API quarot_result quarot_hadamard_build_f32(int64_t n, int normalized, float* out, const quarot_env* env) {
+    size_t count, t;
+    const int8_t* src;
+    float s;
+    quarot_result r = quarot__had_check(n, out, sizeof(float), &count);
+    if (r != QUAROT_OK) return r;
+    src = (const int8_t*)out + count * (sizeof(float) - 1);
+    r = quarot__had_build(n, (int8_t*)out + count * (sizeof(float) - 1), env);
+    if (r != QUAROT_OK) return r;
+    s = normalized ? (float)(1.0 / sqrt((double)n)) : 1.0f;
+    for (t = 0; t < count; ++t) out[t] = src[t] > 0 ? s : -s;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, double* out, const quarot_env* env) {
+    size_t count, t;
+    const int8_t* src;
+    double s;
+    quarot_result r = quarot__had_check(n, out, sizeof(double), &count);
+    if (r != QUAROT_OK) return r;
+    src = (const int8_t*)out + count * (sizeof(double) - 1);
+    r = quarot__had_build(n, (int8_t*)out + count * (sizeof(double) - 1), env);
+    if (r != QUAROT_OK) return r;
+    s = normalized ? 1.0 / sqrt((double)n) : 1.0;
+    for (t = 0; t < count; ++t) out[t] = src[t] > 0 ? s : -s;
+    return QUAROT_OK;
+}
 
 // >>hadtables
-// (implementation: hadamard work)
+// Hadamard matrices no construction here reaches, as 4x4 arrays of circulant / back-circulant
+// blocks of size m = N/4 (Williamson and Goethals-Seidel arrays):
+//     H[bi*m + r][bj*m + j] = s(bi, bj, (j - r) mod m)   block circulant,
+//                             s(bi, bj, (j + r) mod m)   block back-circulant (bit 4*bi+bj of mask),
+// s(bi, bj, c) = bit (4*bi + bj)*m + c of the hex string (4 bits a digit, MSB first), 1 = -1.
+// Generated by tools/gen_hadtables.py, which checks H*H^T = N*I and that this rebuild gives the
+// source file back. 22 orders, 4836 bytes of signs.
+typedef struct quarot__hadtable {
+    int32_t n;            // order, a multiple of 4
+    uint32_t back_mask;   // bit 4*bi+bj set: block (bi, bj) is back-circulant
+    const char* hex;      // 16 first rows, N hex digits
+} quarot__hadtable;
+
+static const quarot__hadtable quarot__hadtables[] = {
+    {92, 0x0000,
+     "117e88394a71260649dd2eee35ac622fd1311688a4c0c9b67e6c774bb845fa271ad63c45a236cfcd87294e08bf44"},
+    {116, 0x0000,
+     "368845b04b81d217340b3a39af59cf68fc5b9b4422db8ca14c6b9a059da32fd310e6bd670da2116ded1f8b7e328531d197e9"
+     "8825c0e906d108b6"},
+    {156, 0x0000,
+     "1afb3cdf581d9eb5e6e065d6f6ba6395f123ea7f130a50c8e35f679beb235076e0ac0cbaded74ce68a425166e57c48fa9c6b"
+     "ecf37d678985286478d41db82b1cd1484a2cc3b3d6bcdc0d7d9e6fac"},
+    {172, 0x0000,
+     "730a26450ce40f5926bc085350bd0aca1c2d9fe6d0edf8536ca1fae6144c8a19f1e9300c9788a6a17a1594eb2bd0bd4d670b"
+     "67f9b439cc28991433efc29b650fdc7a4c0325e3d657a17a9ac81eb24d78139851322867"},
+    {188, 0x7bde,
+     "5ede70ebc0dcec0f5dc61215b47ddcd22b7368fbbe5ba9189f8511cf6f4bdbce1d781bbb512c11074976a259ddf16c92e088"
+     "cb752225769f77c5b57b79c3af0375ede71143f2292e088348adc257698883a4d090c775e06eaf6f3875e06e"},
+    {236, 0x7bde,
+     "042cc2e85d3b0872e9d8425d0cd087086e5d145e65efb4589ef5743342168b13ded17997bc085985d0ba7610fde99e8a8437"
+     "2e97bd33d145d3b0873de468bae86684010b30babde468b410b30ba174ec21fbd33d16f791a2c974ec21517997bc10b30bae"
+     "8b13de0216617484372e9821661742e9d843"},
+    {260, 0x7bde,
+     "0ac66ca0051cb62ffd1b4e283eb2672bfe8da7143f593395e0b92c75efac99caf05c963af829b31a805633650028e5b17fa9"
+     "cc9afbd71a4e822b19b281eb8d274005c963af029b31a80ac66ca0851cb62f82b19b2801472d8bfd4e64d7c1472d8bffa369"
+     "c50829b31a87539935f851cb62fc56336507d71a4e80158cd9400a396c5f"},
+    {268, 0x7bde,
+     "2637871a520070dcc8be009565ca4754d99d870024d38f09cddd07fdaa57291d536ba0ffb54d1adc55924c6f0e34a400e1b9"
+     "b655c4a752adff05d2637871a6dff8f232989e3ff6cb1c3d8c84d51dac56a9007d1498de1c694801c3736cab894e9aa401f4"
+     "445f004ab51adc55936721e3964801c37349aa3b58b2adff05d931bc38d2900386e6"},
+    {292, 0x7bde,
+     "48a660f1f15f811071344b6a3102b694cc11d1c1103f520e1f335db2ed2573beada53304797692b9dfa92d667dc24533078f"
+     "8afc08838b106652dabee7525ba7229983c7da81fbbe3ab8fbbf02b7c78332891df335a4a82315b48b1229983c7c57e0441c"
+     "58833296d408c56d22d6896d4620a92d667dc37599f0e095f8110714ef99ad257ee7525ba4914cc1e3e2bf0220e2"},
+    {356, 0x7bde,
+     "746502b24d6009c68f8728d814b71ce401ac9cafd674629c3e2c8dff29b657eb3a29fad238b9006b272bf59d14fd691c637f"
+     "ca6c6a053173a32815926b004e347c39445cd7ea726b004e8e25afcbd1940ac935802765c1e35c758f074dc8035926a05317"
+     "746502b1b29ff62e3b4a069d1940ac93580271a3e1ca22e6bf53935802738ed281bb0296e3a37fca6c6a053170b9afd4db29"
+     "ff6268f8728fa328158d94ffb18e25afc8e8ca05649ac0138d1f0e51"},
+    {404, 0x7bde,
+     "657095203d20c37263c6468afe7382d95593b0c12ffed5bc567ea2c4c7836279f687f6ade2b2631f49aae4ec304bffb56f15"
+     "9318fa4d54d89e7da00254875332b84a901e9061b931e323457cd47b56ffe9061b93aac97c63395c25480f4830dc9f0e6e5d"
+     "400574ece1f2761825e025487536570952002df3c8d8aa6d0739995c25480f4830dc98f191a2be6a3dab7ff4830dc9aa9b41"
+     "ce7ce705b2a8d89e7da0025487531a8f6adfc2df3c8d83c6468aff2b84a90016f9e46caac97c630cae12a407a4186e4c78c8"
+     "d15f"},
+    {412, 0x7bde,
+     "1d9fa5aadd710f7144aa5a0646165e328526e054e652faef9f131bf24bc0353cff6c70b5d374771ddd7483fb36edcec863e5"
+     "a1ef4d0e6bd6c8fd58cd6828830763b3f4b55bae21ee28954b40c8fc2d3e309b9dbb66fe0975ddc70e89a2978e48061a9fe1"
+     "6d813939036d0ff2b0c024e3d28b22e21e960e7b231224c80fb45111c4767e96ab75c43dc512a968191a3e7dd7d299ca81d9"
+     "28531e9a01c44516f8099224626f3834bc3c5d975a1c6dfe795807a49fb1ae0c11416b31abf136bd670b2f8ecfd2d56eb887"
+     "b8a2552d0323"},
+    {428, 0x7bde,
+     "41611316e17cd1a8843caf8487b384336b0484562cfa225cdde5f6f090fa9e2f753a60bc4b9bbcbeb1ef3253ea1158b3e889"
+     "737797d63de64a7dbdd4e982eed1910d0482c2262dc2f9a35108795f090f60b0898b7741972bbd41ad984393e9eece91e832"
+     "e577a3caf8487b43dbc1587422b167d0ed1910d04fa7bb3a445f346a215f2933de3505844c5b85f346a210f2be121ec16113"
+     "16ee832e577b7ca4cf78c9c219b582bdd4e982eed1910d0505844c5b85f346a2170d41ede11f4f767488be68d44241ad9843"
+     "9a0b0898b70be68d4421e57c243d"},
+    {452, 0x7bde,
+     "4036d44e180298f0ecc524772bcadd274a3d44cdc3c65009e37524ff6a7a9dc494991e1cd7fcf1ba927fa8b62d70aeb370f1"
+     "940278dd493fd45b16b85766478735fec3915b601201b6a270c014c787662923b95e55fe495d8f2014c78766ba875a368b00"
+     "db5138600a63c3b36b6e2350d4561588edad9b878ca00c3915b6014036d44e1bfd670f1328af14b92e900db5138600a63c3b"
+     "31491dcaf2aff24aec7900a63c3b322bc52e4bbba4e947a8a6478735fec3915b6013fc92bb1e7fd670f132524772bcae01b6"
+     "a270dfeb387899ba875a3688806da89c300531e1d98a48ee5795"},
+    {476, 0x7bde,
+     "5a4e33022e167a234094182abccbf34f78261fa4a40b1179a22efcce36967e99eaa0c2b7e9dd0cbc5df99c6d2ac21f67816a"
+     "902c45e688bbf338da55843ecf02dadfa77432ee88198e4b4b49c66045c2cf446812830557997e52d8e67ee88b3d11a04ab4"
+     "0f37c21ada4e33022e167a234095e7d543340c60598557cf520588bcd0e88198e4b56938cc08bba61772fdaa5f8641ef2969"
+     "38cc08b859e88d025060aaf32fca5b1ccfdd1167a23409497e1907bcba7bc130fd2adfa77432ee88198e4b496c733f747a61"
+     "772fda860aaf32fced2719811774c2ee5fb5b40f37c21a2d271981170b3d11a04a0c155e65f9"},
+    {508, 0x7bde,
+     "68d5f663be69680e8fe96982399054e9ef2fc77aac0acba7677841277927a65bff57c64754ad2cafc64439be41bc39b6ce5f"
+     "876fb953e2cabced7621af84ca008681c42a9fa9a2c4c43df6c436c2cd2d1abecc77cd2d01d1fd2d3047320a9d02990fac23"
+     "75b9ea9a3e54efb70fd39b131e13ec131eece0565a56a8ece0a801002a0e6e2ad4b4d40e6ef1906f90f193eb37829ee45230"
+     "ab2e0d588247816325a357d98ef9a5a03a3fa5a608e64153a6997927b92087b9b974d40d57b8fd3de26340f1208d583a6a86"
+     "2513bca0f66bfb387b04fb3844c7ea696a55c4c7d5ff8b3436c236fbc23234595f9542381610b46afb31df34b40747f4b4c1"
+     "1cc82a74"},
+    {604, 0x7bde,
+     "4cb0750bdd8505348e698ed35f5e442f51f2cc81433d5d88f9d0adca494391b0f13dc20620537c059a6735d7449562cb79d9"
+     "8a1b5a6ce81ff52ce18bc3479bd5fd7e77006b7b2b077503e48bf5e61513b8317a91adb5e372787611efcefd69960ea17bb0"
+     "a0a691cd31da6bebc885ea3e59893e057706a6f6b00773f5fd5ecf161e8c39a5003f464d293d73230965cab6e8a298cd32fe"
+     "0920fe9966328a2edaa74d21899d792964c5f803b60fd447cac84a7fc460501509874f0b9e32d532c1d42f761414d239a63b"
+     "4d7d7910bd47cb32811810ef23c36270a494ed42e7c46eaf30a045a63ce87970c854050311ff2909a9f115f836fff02e6cb5"
+     "b0a3373da68d5245d759ccb3407dabf73f7886e1e4ec7adb5895e8c1dc8a867afda6583a85eec2829a4734c769afaf2217a8"
+     "f966"},
+    {652, 0x7bde,
+     "6dc7c0996794d5a01588cee57fa54d61966fc1c491034864e1ea2d4c4e24d33157b5e00d7d9674180b8d8b0d549e20b99943"
+     "de74ff4f1d64a0b1fe202925e4f8bdfc449a87bab9aad1ff2cdd6b98f64b46077e5bcd8f0ae959d8ed966754250ff94134c5"
+     "f3fadb8f8132cf29ab402b119dcaff4a9ac32cdf838903169378ceb5d9a7fc5aaceaef0ac911fde8f93d235fdc0397d6ca38"
+     "68068c21eb3317dc36aa7972711c9d3caad877d199af0862c02c38a6d7d38077f5be74b64398a5132c01d2a98a887a9b7701"
+     "0b83616db71f02659e53568056233b95fe95358659bf07124060b9a6fac01eb7aa332c91c8cad15e1c984b022b4360e84077"
+     "6caf08a8caa5c01a64528ce136973f2808ff1a0a4d71e5fe5cf785333a08f25561a3639fcfa32c829ff0a42ae669b71b9a97"
+     "50f1b3da7eeb6e3e04cb3ca6ad00ac46772bfd2a6b0cb37e0e24"},
+    {764, 0x7bde,
+     "01a4100dd2e2a0af8358b9c99a4a18ce19576bd3458497733b93bf8c95616d4f17b700ae74b04fdb3cc2182250382a21f869"
+     "30a677e158168b575619df9070b384baec59812682570a4ee50672ad90eecf785f2682f8e5f53bdf971027568c862362039b"
+     "54f495874247fa8c5a7d812619ef3eed7e3eaee0348201ba5c5415f06b173933494319c32aed7a68b092ee498b5720474fde"
+     "e57d38fa0b27d0f79bb84daa73053b92872df4dbf32e4516f1978fb0233ca8a974bf2bc08cd79b4f0381e5b3d66207a9fa5d"
+     "2a2a79881be3d31ed144e99fb65f6bb3a546fdc58108d416382fa6c17843223d92ac67d6236bc4069040374b8a82be0d62e7"
+     "2669286338655daf4d16125dc9150702910610cf36fc834b9d403b7a3cada1aa4c7f727721eb6235f31aa4de22610f41b2fa"
+     "0e34158840d1dfb152e6f482c903346eba439a1c13f730d5d5a2d0350fdcca192c3f3757c7eb77cf7986481be5a315fe242e"
+     "1a92f2ad9c046c4680d20806e9715057c1ac5ce4cd250c670cabb5e9a2c24bb9"},
+    {876, 0x7bde,
+     "05320a5850cd72857350f0b33f4cd0332f0f5315eb14cf5e5afb35e01518805e474b1c4b24986dc85d0c8a9baffc931c43e6"
+     "4ed071be92d2c58e01725e8a26beca204ed3091a080d85f59beb073c655af11936de28d1f85deae577a4b071ac2f623baaff"
+     "c0105d1d8e58999797eff573bfd0dc5a71da6db3c91bd179bab22801b671de0cd897c720b60a6414b0a19ae50ae6a1e1667e"
+     "99a0665e1ea62bd6299ebcb5f66bc0b0b3372c723a2fbfe005511dc85e538f96d08ac5422f03a75c249cc47ad531e706becd"
+     "7d0d8082c4865b90229beb228bd274038d1a5a4b4e9c7fa3685d76504d77ec4b3db97dfc9e8299053e30e6a943b9bfa7a664"
+     "69c6e2e8200ffd57711bd0d6383497ba9d5ee87e2c51edb014c829614335ca15cd43c2ccfd3340ccbc3d4c57ac533d796bec"
+     "d7da09c7d23660f71cdb00289abb3d17b1279b6cb71cb47617fb9d5ff9243ae5c0f442a3510b69f1ca7a13b88aa007fdf45c"
+     "4e34eccd0d02cee14ab3863e504ca0bc9fdf4ede691bf75905375d0b62ff1cb96952fb1c16e4cf8471927febb2a26174276c"
+     "3249a471a5c4f402315000299052c2866b942b9a878599fa668199787a98af58a67af2d7d9af"},
+    {956, 0x7bde,
+     "93d2304a7444034e1e909c7854bb7b3d9daa8034059669c6e23cd8c2d029e09aa2291f6e0455036c1e4ba152e01efcf52767"
+     "6c63a305e7390454947b654654edb767f314c826ee65f56ad4c4bab2038793bc2185f7c0a947241375e1e621112e17c86c90"
+     "8eb42f3a7b468a8a9263d8471ff0c97eadf986c0fb2aeeb7048fdd57e49f0da2f568ff081856c4c49ce2e7d0c637dd5b5c32"
+     "7a46094e888069c3d2138f0a976f67b3b5500680b2cd38dc479b185a0524f302540b678038ef21cdb57574e90d185e9477b6"
+     "4f60bc5bbbdcc3c289c12714a81f7d0c21ee4f0e026ae9195ab57d33bb2099467f376db953153626ae6ac49226033acdf644"
+     "6682a54aced1537f1e1b10f79e820fd5ae36fad867ed5fa4c3fe3886f192545458b7973d0b5c424d84fa1d222119e1ebb24f"
+     "48c129d1100d387a4271e152edecf676aa00d01659a71b88f3630b40a075b577d8c617ce8e724646d43021fe2d5e8b61f24f"
+     "d577e241daeea9be19143c33bddda3d06f26dee297a18b0972eaeadb384f71c01e6d02a40cf26fb63ad5f820bcf7846c3c7f"
+     "6545b9a952a0b31137d9ae60322491ab3ab27c52544139cf418b8c6dcdc95e7ef00e950ba4f06d815440edf1288ab20f49e9"
+     "18253a2201a70f484e3c2a5dbd9eced5401a02cb34e3711e6c616814"},
+    {1004, 0x7bde,
+     "2f7f12954791c6d70beb9a3a0cd10a9a6c9e4a6206078af405e72fcef45fb8048ad4d1cc1ab1b7269fcf720918a6fad4f5b0"
+     "1c1ac8a9a1aea77c3116bc21105274063e21e190976fddd953369014add331c1392594cb040bf09a027b572b64a238ec30c7"
+     "8363f28e2410c8add02a43d075c993a877fb32ab3c14a6981acdba959719f2a7246cb01846fb73ac82958527f1f29bab2f28"
+     "ac41e774a1ef765efe252a8f238dae17d7347419a21534d93c94c40c0f15e80bce5f9de8bf70253f34d6be195599008f51b3"
+     "628fa1ed5fa25767bedc7581c9f0e79e471dd6cea756f202c87e8106994d24e41c665da9404b6654dddfb7484c3c23e30172"
+     "50eb62fe7077879bda240889ab325bfad48b338fb1b69acd3efd03d97f612a352d606594a0f355337fb857264eb82f09502e"
+     "d44c2091c53f1b078c30dc711498bdfc4a551e471b5c2fae68e833442a69b2792988181e2bd0179cbf3bd17ee05def0a5dcf"
+     "046a29e9abb29f1fc94352826b9dbec4301a6c49ca9f31d352bb736bb8e279e70f9381ae3b7de6ea45fab785f146cd8af100"
+     "99aa987d6b2cfca6562a437f4de05fbe59acb6c6f8e66895afed266ac888122decf0f7073fa36bd1087ad1187dcaeb0b2a26"
+     "b0701b5e56beca31209de7f2c9db1ab0671656a2417bf894aa3c8e36b85f5cd1d0668854d364f25310303c57a02f397e77a2"
+     "fdc0"},
+};
+
+// 1 and the table's mask and hex string when order n is embedded, else 0.
+static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex) {
+    size_t i;
+    for (i = 0; i < sizeof quarot__hadtables / sizeof quarot__hadtables[0]; ++i) {
+        if ((int64_t)quarot__hadtables[i].n != n) continue;
+        if (back_mask) *back_mask = quarot__hadtables[i].back_mask;
+        if (hex) *hex = quarot__hadtables[i].hex;
+        return 1;
+    }
+    return 0;
+}
 
 // >>transform
-// (implementation: transform work)
+// H_n = H_K (x) H_{2^m}: for a row x viewed as z[K][M] (M = 2^m), x*H_n = mix_K(fwht_M(z)) where
+//   fwht_M:  for h = 1, 2, ..., M/2: for each pair (j, j+h) with bit h of j clear: (a, b) <- (a+b, a-b)
+//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], k ascending, c = H_K (forward) or H_K^T (transpose)
+// then post-signs and the 1/sqrt(n) scale as separate multiplies. The _ref functions below are the
+// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection.
+
+// Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
+// x *= pre (if not NULL), butterflies, x *= post (if not NULL), x *= *scale (if not NULL).
+typedef void (*quarot__wht_row_fn)(float* x, int L, const float* pre, const float* post, const float* scale);
+// A mixing kernel: y[K][M] = mix of z[K][M] with the coefficient panels of one orientation
+// (plan->mix_f32 + o * K16 * K), then post-signs and scale; z and y do not overlap.
+typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
+                               const float* post, const float* scale);
+static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
+static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
+
+// The specification: one row of n = 2^L floats.
+static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const float* post, const float* scale) {
+    const int64_t n = (int64_t)1 << L;
+    int64_t h, i, j;
+    if (pre) for (i = 0; i < n; ++i) x[i] = x[i] * pre[i];
+    for (h = 1; h < n; h <<= 1) {
+        for (i = 0; i < n; i += 2 * h) {
+            for (j = i; j < i + h; ++j) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+        }
+    }
+    if (post) for (i = 0; i < n; ++i) x[i] = x[i] * post[i];
+    if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
+}
+
+static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const float* pre_f32,
+                                    const double* post, const float* post_f32, const double* scale) {
+    const int64_t n = (int64_t)1 << L;
+    int64_t h, i, j;
+    if (pre) for (i = 0; i < n; ++i) x[i] = x[i] * pre[i];
+    if (pre_f32) for (i = 0; i < n; ++i) x[i] = x[i] * (double)pre_f32[i];
+    for (h = 1; h < n; h <<= 1) {
+        for (i = 0; i < n; i += 2 * h) {
+            for (j = i; j < i + h; ++j) {
+                const double a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+        }
+    }
+    if (post) for (i = 0; i < n; ++i) x[i] = x[i] * post[i];
+    if (post_f32) for (i = 0; i < n; ++i) x[i] = x[i] * (double)post_f32[i];
+    if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
+}
+
+// The mixing specification: y[i][j] = sum_k c(k,i) z[k][j] with c from the +-1 bytes of H_K.
+static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                const float* post, const float* scale) {
+    int64_t i, j, k;
+    for (i = 0; i < K; ++i) {
+        for (j = 0; j < M; ++j) {
+            float acc = (float)had[transpose ? i * K : i] * z[j];
+            for (k = 1; k < K; ++k)
+                acc = acc + (float)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
+            y[i * M + j] = acc;
+        }
+    }
+    if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
+    if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
+}
+
+static void quarot__mix_f64_ref(const double* z, double* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                const double* post, const float* post_f32, const double* scale) {
+    int64_t i, j, k;
+    for (i = 0; i < K; ++i) {
+        for (j = 0; j < M; ++j) {
+            double acc = (double)had[transpose ? i * K : i] * z[j];
+            for (k = 1; k < K; ++k)
+                acc = acc + (double)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
+            y[i * M + j] = acc;
+        }
+    }
+    if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
+    if (post_f32) for (i = 0; i < K * M; ++i) y[i] = y[i] * (double)post_f32[i];
+    if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
+}
+
+// log2(n) for a power of two n >= 1, else -1.
+static int quarot__log2_exact(int64_t n) {
+    int L = 0;
+    if (n <= 0 || (n & (n - 1)) != 0) return -1;
+    while (((int64_t)1 << L) < n) ++L;
+    return L;
+}
+
+// Shared checks of the batched entry points: x [rows][stride] with n used per row, elem bytes each.
+static quarot_result quarot__rows_check(const void* x, int64_t n, int64_t rows, int64_t stride, size_t elem) {
+    if (!x || n <= 0 || rows < 0 || stride < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows > 0 && (rows - 1) > (INT64_MAX / (int64_t)elem - n) / stride) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa) {
+    quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(float));
+    quarot__wht_row_fn fn;
+    int L = quarot__log2_exact(n);
+    int64_t i;
+    if (r != QUAROT_OK) return r;
+    if (L < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    fn = quarot__wht_row_select(isa);
+    for (i = 0; i < rows; ++i) fn(x + i * stride, L, NULL, NULL, NULL);
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride) {
+    quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(double));
+    int L = quarot__log2_exact(n);
+    int64_t i;
+    if (r != QUAROT_OK) return r;
+    if (L < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < rows; ++i) quarot__wht_row_f64_ref(x + i * stride, L, NULL, NULL, NULL, NULL, NULL);
+    return QUAROT_OK;
+}
+
+QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
+    if (!p) return;
+    quarot_env_free(&p->env, p->had_k);
+    quarot_env_free(&p->env, p->mix_f32);
+    memset(p, 0, sizeof *p);
+}
+
+QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
+    quarot_result r;
+    int64_t K, K16, i, k;
+    size_t kk, nmix;
+    if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(p, 0, sizeof *p);
+    if (env) p->env = *env;
+    if (n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_hadamard_info_get(n, &p->info);
+    if (r != QUAROT_OK) { memset(p, 0, sizeof *p); return r; }
+    K = p->info.K;
+    if (K < 1 || p->info.m < 0 || p->info.m > 62 || ((int64_t)1 << p->info.m) > n / K ||
+        K * ((int64_t)1 << p->info.m) != n) {
+        memset(p, 0, sizeof *p);
+        return QUAROT_ERR_INTERNAL;
+    }
+    if (K > QUAROT_HADAMARD_PLAN_MAX_K) { memset(p, 0, sizeof *p); return QUAROT_ERR_UNSUPPORTED_SIZE; }
+    p->n = n;
+    p->K = K;
+    p->m = p->info.m;
+    if (K == 1) return QUAROT_OK;
+    // H_K as bytes (the _ref and f64 kernels) and, for K <= 2048, as float panels (SIMD mixing).
+    K16 = (K + 63) / 64 * 64;
+    if (!quarot__mul_size((size_t)K, (size_t)K, &kk) || !quarot__mul_size((size_t)K16, (size_t)K, &nmix) ||
+        !quarot__mul_size(nmix, 2 * sizeof(float), &nmix)) {
+        quarot_hadamard_plan_free(p);
+        return QUAROT_ERR_OVERFLOW;
+    }
+    p->had_k = (int8_t*)quarot_env_alloc(&p->env, kk);
+    if (!p->had_k) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+    r = quarot_hadamard_build_i8(K, p->had_k, &p->env);
+    if (r != QUAROT_OK) { quarot_hadamard_plan_free(p); return r; }
+    if (K > 2048) return QUAROT_OK;
+    p->mix_f32 = (float*)quarot_env_alloc(&p->env, nmix);
+    if (!p->mix_f32) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(p->mix_f32, 0, nmix);
+    for (k = 0; k < K; ++k) {
+        for (i = 0; i < K; ++i) {
+            const int64_t at = (i / 16) * 16 * K + k * 16 + (i % 16);   // panel i/16, row k, lane i%16
+            p->mix_f32[at] = (float)p->had_k[k * K + i];                 // forward: c(k,i) = H[k][i]
+            p->mix_f32[K16 * K + at] = (float)p->had_k[i * K + k];       // transpose: c(k,i) = H[i][k]
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) {
+    if (!p || p->K <= 1 || p->n <= 0) return 0;
+    return (size_t)p->n * sizeof(double) + 64;
+}
+
+// Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
+static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const void* x, int64_t rows, int64_t stride,
+                                         size_t elem, void* work, size_t work_size, void** work_out) {
+    quarot_result r;
+    size_t need;
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__rows_check(x, p->n, rows, stride, elem);
+    if (r != QUAROT_OK) return r;
+    need = quarot_hadamard_workspace_size(p);
+    *work_out = NULL;
+    if (need > 0) {
+        if (!work || work_size < need) return QUAROT_ERR_WORKSPACE;
+        *work_out = (void*)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
+                                                   float* x, int64_t rows, int64_t stride,
+                                                   void* work, size_t work_size) {
+    quarot_hadamard_apply_desc dd;
+    quarot__wht_row_fn row_fn;
+    quarot__mix_fn mix_fn;
+    quarot_result r;
+    const float *pre, *post, *scale;
+    float s;
+    void* w;
+    int64_t i, k, M;
+    memset(&dd, 0, sizeof dd);
+    if (d) dd = *d;
+    r = quarot__apply_check(p, x, rows, stride, sizeof(float), work, work_size, &w);
+    if (r != QUAROT_OK) return r;
+    if (!dd.signs && dd.signs_f64) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(dd.isa, &dd.isa);
+    if (r != QUAROT_OK) return r;
+    row_fn = quarot__wht_row_select(dd.isa);
+    mix_fn = quarot__mix_select(dd.isa);
+    // Forward: x*D*H/sqrt(n) (signs before the butterflies); transpose: x*H^T*D/sqrt(n) (after).
+    pre = dd.transpose ? NULL : dd.signs;
+    post = dd.transpose ? dd.signs : NULL;
+    s = (float)(1.0 / sqrt((double)p->n));
+    scale = dd.unnormalized ? NULL : &s;
+    if (p->K == 1) {
+        for (i = 0; i < rows; ++i) row_fn(x + i * stride, p->m, pre, post, scale);
+        return QUAROT_OK;
+    }
+    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale.
+    M = (int64_t)1 << p->m;
+    for (i = 0; i < rows; ++i) {
+        float* xr = x + i * stride;
+        float* z = (float*)w;
+        memcpy(z, xr, (size_t)p->n * sizeof(float));
+        for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
+        if (mix_fn && p->mix_f32) {
+            const int64_t K16 = (p->K + 63) / 64 * 64;
+            mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
+        } else {
+            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, scale);
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
+                                                   double* x, int64_t rows, int64_t stride,
+                                                   void* work, size_t work_size) {
+    quarot_hadamard_apply_desc dd;
+    quarot_result r;
+    const double *pre = NULL, *post = NULL, *scale;
+    const float *pre32 = NULL, *post32 = NULL;
+    double s;
+    void* w;
+    int64_t i, k, M;
+    memset(&dd, 0, sizeof dd);
+    if (d) dd = *d;
+    r = quarot__apply_check(p, x, rows, stride, sizeof(double), work, work_size, &w);
+    if (r != QUAROT_OK) return r;
+    r = quarot__isa_resolve(dd.isa, &dd.isa);   // the path is scalar, but a bad isa is still an error
+    if (r != QUAROT_OK) return r;
+    // signs_f64 wins; otherwise the float signs are read exactly as doubles.
+    if (dd.transpose) { post = dd.signs_f64; post32 = dd.signs_f64 ? NULL : dd.signs; }
+    else { pre = dd.signs_f64; pre32 = dd.signs_f64 ? NULL : dd.signs; }
+    s = 1.0 / sqrt((double)p->n);
+    scale = dd.unnormalized ? NULL : &s;
+    if (p->K == 1) {
+        for (i = 0; i < rows; ++i) quarot__wht_row_f64_ref(x + i * stride, p->m, pre, pre32, post, post32, scale);
+        return QUAROT_OK;
+    }
+    M = (int64_t)1 << p->m;
+    for (i = 0; i < rows; ++i) {
+        double* xr = x + i * stride;
+        double* z = (double*)w;
+        memcpy(z, xr, (size_t)p->n * sizeof(double));
+        for (k = 0; k < p->K; ++k)
+            quarot__wht_row_f64_ref(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
+                                    NULL, NULL, NULL);
+        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, post32, scale);
+    }
+    return QUAROT_OK;
+}
+
+// >>transform_simd
+// One generic kernel text, instantiated per ISA through a handful of vector macros (QUAROT__V, VLD, VST,
+// VADD, VSUB, VMUL, VSET1, VINLANE, W = lanes). In-lane stages h = 1, 2, .., W/2 use one shuffle each:
+//     partner p = swap(v, h);  r = (v with the lanes whose bit h is set negated) + p
+// i.e. x[j] + x[j+h] in the low lane, (-x[j+h]) + x[j] == x[j] - x[j+h] in the high one (exact).
+// Stages h >= W pair whole vectors; each radix-2^r pass does r stages on 2^r vectors held in registers.
+
+// Butterfly and butterfly networks over named registers. A radix-2^r network on registers a0..a(2^r-1)
+// (register index = the next r bits of the element index) is the recursive split of the stages:
+// NET4 = two NET2 (stage 1) then the cross pairs (stage 2); the dataflow is exactly stage by stage.
+#define QUAROT__BF(a, b) { QUAROT__V t_ = (a); (a) = QUAROT__VADD(t_, (b)); (b) = QUAROT__VSUB(t_, (b)); }
+#define QUAROT__NET2(a0, a1) QUAROT__BF(a0, a1)
+#define QUAROT__NET4(a0, a1, a2, a3) QUAROT__NET2(a0, a1) QUAROT__NET2(a2, a3) QUAROT__BF(a0, a2) QUAROT__BF(a1, a3)
+#define QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7)                                   \
+    QUAROT__NET4(a0, a1, a2, a3) QUAROT__NET4(a4, a5, a6, a7)                          \
+    QUAROT__BF(a0, a4) QUAROT__BF(a1, a5) QUAROT__BF(a2, a6) QUAROT__BF(a3, a7)
+#define QUAROT__NET16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15) \
+    QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7) QUAROT__NET8(a8, a9, a10, a11, a12, a13, a14, a15) \
+    QUAROT__BF(a0, a8) QUAROT__BF(a1, a9) QUAROT__BF(a2, a10) QUAROT__BF(a3, a11)       \
+    QUAROT__BF(a4, a12) QUAROT__BF(a5, a13) QUAROT__BF(a6, a14) QUAROT__BF(a7, a15)
+#define QUAROT__V1 v0
+#define QUAROT__V2 v0, v1
+#define QUAROT__V4 v0, v1, v2, v3
+#define QUAROT__V8 v0, v1, v2, v3, v4, v5, v6, v7
+#define QUAROT__V16 v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15
+#define QUAROT__REP1(X) X(0)
+#define QUAROT__REP2(X) X(0) X(1)
+#define QUAROT__REP4(X) X(0) X(1) X(2) X(3)
+#define QUAROT__REP8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define QUAROT__REP16(X) QUAROT__REP8(X) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define QUAROT__EXPAND(m, args) m args
+// Per register t of a block/pass at p (stride h floats): load (times pre-signs q), in-lane, store (post, scale).
+#define QUAROT__LDQ(t) v##t = QUAROT__VLD(p + t * h); if (q) v##t = QUAROT__VMUL(v##t, QUAROT__VLD(q + t * h));
+#define QUAROT__INL(t) v##t = QUAROT__VINLANE(v##t);
+#define QUAROT__STQ(t) { QUAROT__V o_ = v##t;                                           \
+    if (q) o_ = QUAROT__VMUL(o_, QUAROT__VLD(q + t * h));                                \
+    if (scale) o_ = QUAROT__VMUL(o_, sv);                                                \
+    QUAROT__VST(p + t * h, o_); }
+// One block or pass of 2^r registers: load, [in-lane], network, store.
+#define QUAROT__RADIX(N, INLANE) { QUAROT__V QUAROT__V##N;                              \
+    q = pre; QUAROT__REP##N(QUAROT__LDQ) INLANE(QUAROT__REP##N(QUAROT__INL))              \
+    QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) q = post; QUAROT__REP##N(QUAROT__STQ) }
+#define QUAROT__WITH(x) x
+#define QUAROT__WITHOUT(x)
+#define QUAROT__NET1(a0)
+
+// The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
+// quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
+// driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
+#define QUAROT__WHT_DEFINE(isa)                                                                  \
+static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const float* post,     \
+                                       const float* scale) {                                     \
+    const int64_t h = QUAROT__W;                                                                 \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const float* q;                                                                              \
+    switch (lv) {                                                                                \
+        case 0: QUAROT__RADIX(1, QUAROT__WITH) break;                                            \
+        case 1: QUAROT__RADIX(2, QUAROT__WITH) break;                                            \
+        case 2: QUAROT__RADIX(4, QUAROT__WITH) break;                                            \
+        case 3: QUAROT__RADIX(8, QUAROT__WITH) break;                                            \
+        default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
+    }                                                                                            \
+}                                                                                                \
+static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, const float* post_row, \
+                                        const float* scale) {                                    \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const float* pre = NULL;                                                                     \
+    const float *post, *q;                                                                       \
+    int64_t base, c;                                                                             \
+    for (base = 0; base < len; base += h << r) {                                                 \
+        for (c = 0; c < h; c += QUAROT__W) {                                                     \
+            float* p = x + base + c;                                                             \
+            post = post_row ? post_row + base + c : NULL;                                        \
+            switch (r) {                                                                         \
+                case 1: QUAROT__RADIX(2, QUAROT__WITHOUT) break;                                 \
+                case 2: QUAROT__RADIX(4, QUAROT__WITHOUT) break;                                 \
+                case 3: QUAROT__RADIX(8, QUAROT__WITHOUT) break;                                 \
+                default: QUAROT__RADIX(16, QUAROT__WITHOUT) break;                               \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+}                                                                                                \
+/* Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in       \
+   registers with the in-lane stages, then passes over the chunk), bits lc .. L-1 in passes over   \
+   the whole row. Groups are as even as can be (a radix-2 pass is bound by its loads and stores), \
+   at most LOGR bits, and at most 3 bits in the whole-row passes, whose 2^r loads are 4 KiB or    \
+   more apart and share one L1 set (8 ways). lc minimizes the number of passes. */               \
+static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const float* post,     \
+                                       const float* scale) {                                     \
+    int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;                                      \
+    int64_t c0, b0;                                                                              \
+    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, L, pre, post, scale); return; }           \
+    if (L - QUAROT__LOGW <= QUAROT__LOGR) {                                                      \
+        quarot__wht_blk_f32_##isa(x, L - QUAROT__LOGW, pre, post, scale);                        \
+        return;                                                                                  \
+    }                                                                                            \
+    for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
+        const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
+        if (L - i != 1 && np < best) { best = np; lc = i; }                                      \
+    }                                                                                            \
+    C = lc - QUAROT__LOGW; T = L - lc;                                                           \
+    nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;                                                  \
+    for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);                            \
+    for (i = 0; i < (T + 2) / 3; ++i) g[ng++] = T / ((T + 2) / 3) + (i < T % ((T + 2) / 3) ? 1 : 0); \
+    for (c0 = 0; c0 < ((int64_t)1 << L); c0 += (int64_t)1 << lc) {                               \
+        const int last = T == 0;                                                                 \
+        for (b0 = 0; b0 < ((int64_t)1 << lc); b0 += (int64_t)1 << (QUAROT__LOGW + g[0]))         \
+            quarot__wht_blk_f32_##isa(x + c0 + b0, g[0], pre ? pre + c0 + b0 : NULL, NULL, NULL); \
+        for (i = 1, lo = QUAROT__LOGW + g[0]; i < nc; lo += g[i++])                              \
+            quarot__wht_pass_f32_##isa(x + c0, (int64_t)1 << lc, (int64_t)1 << lo, g[i],         \
+                                       last && i == nc - 1 ? post : NULL, last && i == nc - 1 ? scale : NULL); \
+    }                                                                                            \
+    for (i = nc, lo = lc; i < ng; lo += g[i++])                                                  \
+        quarot__wht_pass_f32_##isa(x, (int64_t)1 << L, (int64_t)1 << lo, g[i],                   \
+                                   i == ng - 1 ? post : NULL, i == ng - 1 ? scale : NULL);       \
+}
+
+// log2 of the chunk the row driver finishes in L1 before the passes over the whole row (16 KiB).
+#define QUAROT__WHT_LCHUNK 12
+
+// Mixing kernels of one ISA. M >= W: vectors along j, RI outputs i at a time (RI = 4 or 8 through
+// QUAROT__MIX_RI), two vectors of j (one when M == W); each k adds the broadcast coefficient times
+// z[k][j..]. M < W: vectors along i (16 coefficients of a panel are contiguous), one j at a time,
+// QUAROT__MIX_NB vectors (64 outputs, or 32 for 4 lanes) at a time, results scattered through a
+// small buffer. Every output is one chain acc = c0*z0, acc = acc + ck*zk in k order, like _ref.
+#define QUAROT__MA_INIT2(r) hv = QUAROT__VSET1(c[r]); a##r##_0 = QUAROT__VMUL(hv, z0); a##r##_1 = QUAROT__VMUL(hv, z1);
+#define QUAROT__MA_STEP2(r) hv = QUAROT__VSET1(c[r]);                                           \
+    a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(hv, z0)); a##r##_1 = QUAROT__VADD(a##r##_1, QUAROT__VMUL(hv, z1));
+#define QUAROT__MA_INIT1(r) a##r##_0 = QUAROT__VMUL(QUAROT__VSET1(c[r]), z0);
+#define QUAROT__MA_STEP1(r) a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(QUAROT__VSET1(c[r]), z0));
+#define QUAROT__MA_DECL2(r) QUAROT__V a##r##_0, a##r##_1;
+#define QUAROT__MA_DECL1(r) QUAROT__V a##r##_0;
+#define QUAROT__MA_OUT(o, acc) { QUAROT__V o_ = (acc);                                       \
+    if (post) o_ = QUAROT__VMUL(o_, QUAROT__VLD(post + ((o) - y)));                             \
+    if (scale) o_ = QUAROT__VMUL(o_, sv);                                                         \
+    QUAROT__VST(o, o_); }
+#define QUAROT__MA_STORE2(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                 \
+    QUAROT__MA_OUT(o, a##r##_0) QUAROT__MA_OUT(o + QUAROT__W, a##r##_1) }
+#define QUAROT__MA_STORE1(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0; QUAROT__MA_OUT(o, a##r##_0) }
+#define QUAROT__MB_DECL(t) QUAROT__V b##t; const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
+#define QUAROT__MB_INIT(t) b##t = QUAROT__VMUL(QUAROT__VLD(c##t), zb);
+#define QUAROT__MB_STEP(t) b##t = QUAROT__VADD(b##t, QUAROT__VMUL(QUAROT__VLD(c##t + k * 16), zb));
+#define QUAROT__MB_STORE(t) { int64_t l_; QUAROT__VST(buf, b##t);                               \
+    for (l_ = 0; l_ < QUAROT__W && i0 + t * QUAROT__W + l_ < K; ++l_) {                            \
+        const int64_t at = (i0 + t * QUAROT__W + l_) * M + j;                                     \
+        float o_ = buf[l_];                                                                       \
+        if (post) o_ = o_ * post[at];                                                             \
+        if (scale) o_ = o_ * *scale;                                                              \
+        y[at] = o_; } }
+
+#define QUAROT__MIX_DEFINE(isa)                                                                  \
+static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M, const float* coef, \
+                                   const float* post, const float* scale) {                      \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    int64_t i0, j0, j, k;                                                                        \
+    if (M >= 2 * QUAROT__W) {                                                                    \
+        for (j0 = 0; j0 < M; j0 += 2 * QUAROT__W) {                                              \
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                         \
+                const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                          \
+                const float* zk = z + j0;                                                        \
+                QUAROT__V z0 = QUAROT__VLD(zk), z1 = QUAROT__VLD(zk + QUAROT__W), hv;            \
+                QUAROT__MIX_REP(QUAROT__MA_DECL2)                                                \
+                QUAROT__MIX_REP(QUAROT__MA_INIT2)                                                \
+                for (k = 1; k < K; ++k) {                                                        \
+                    c += 16; zk += M;                                                            \
+                    z0 = QUAROT__VLD(zk); z1 = QUAROT__VLD(zk + QUAROT__W);                      \
+                    QUAROT__MIX_REP(QUAROT__MA_STEP2)                                            \
+                }                                                                                \
+                QUAROT__MIX_REP(QUAROT__MA_STORE2)                                               \
+            }                                                                                    \
+        }                                                                                        \
+    } else if (M == QUAROT__W) {                                                                 \
+        for (i0 = 0, j0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                     \
+            const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                              \
+            const float* zk = z;                                                                 \
+            QUAROT__V z0 = QUAROT__VLD(zk);                                                      \
+            QUAROT__MIX_REP(QUAROT__MA_DECL1)                                                    \
+            QUAROT__MIX_REP(QUAROT__MA_INIT1)                                                    \
+            for (k = 1; k < K; ++k) {                                                            \
+                c += 16; zk += M;                                                                \
+                z0 = QUAROT__VLD(zk);                                                            \
+                QUAROT__MIX_REP(QUAROT__MA_STEP1)                                                \
+            }                                                                                    \
+            QUAROT__MIX_REP(QUAROT__MA_STORE1)                                                   \
+        }                                                                                        \
+    } else {                                                                                     \
+        float buf[QUAROT__W];                                                                    \
+        for (j = 0; j < M; ++j) {                                                                \
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_NB * QUAROT__W) {                             \
+                const float* c = coef + (i0 >> 4) * 16 * K;                                      \
+                QUAROT__V zb = QUAROT__VSET1(z[j]);                                              \
+                QUAROT__MIX_BREP(QUAROT__MB_DECL)                                                \
+                QUAROT__MIX_BREP(QUAROT__MB_INIT)                                                \
+                for (k = 1; k < K; ++k) {                                                        \
+                    zb = QUAROT__VSET1(z[k * M + j]);                                            \
+                    QUAROT__MIX_BREP(QUAROT__MB_STEP)                                            \
+                }                                                                                \
+                QUAROT__MIX_BREP(QUAROT__MB_STORE)                                               \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+// ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
+#if defined(QUAROT__HAVE_SSE2)
+static inline __m128 quarot__inlane_sse2(__m128 v) {
+    const __m128 n1 = _mm_castsi128_ps(_mm_set_epi32(INT_MIN, 0, INT_MIN, 0));
+    const __m128 n2 = _mm_castsi128_ps(_mm_set_epi32(INT_MIN, INT_MIN, 0, 0));
+    v = _mm_add_ps(_mm_xor_ps(v, n1), _mm_shuffle_ps(v, v, 0xB1));   // h = 1: lanes [1,0,3,2]
+    v = _mm_add_ps(_mm_xor_ps(v, n2), _mm_shuffle_ps(v, v, 0x4E));   // h = 2: lanes [2,3,0,1]
+    return v;
+}
+#define QUAROT__V __m128
+#define QUAROT__W 4
+#define QUAROT__LOGW 2
+#define QUAROT__LOGR 3
+#define QUAROT__VLD(p) _mm_loadu_ps(p)
+#define QUAROT__VST(p, v) _mm_storeu_ps(p, v)
+#define QUAROT__VADD(a, b) _mm_add_ps(a, b)
+#define QUAROT__VSUB(a, b) _mm_sub_ps(a, b)
+#define QUAROT__VMUL(a, b) _mm_mul_ps(a, b)
+#define QUAROT__VSET1(s) _mm_set1_ps(s)
+#define QUAROT__VINLANE(v) quarot__inlane_sse2(v)
+#define QUAROT__MIX_RI 4
+#define QUAROT__MIX_REP QUAROT__REP4
+#define QUAROT__MIX_NB 8
+#define QUAROT__MIX_BREP QUAROT__REP8
+QUAROT__WHT_DEFINE(sse2)
+QUAROT__MIX_DEFINE(sse2)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+// ---- AVX2: 8 lanes, 8-register blocks (16 ymm registers) ----
+#if defined(QUAROT__HAVE_AVX2)
+static inline __m256 quarot__inlane_avx2(__m256 v) {
+    const __m256 n1 = _mm256_castsi256_ps(_mm256_set_epi32(INT_MIN, 0, INT_MIN, 0, INT_MIN, 0, INT_MIN, 0));
+    const __m256 n2 = _mm256_castsi256_ps(_mm256_set_epi32(INT_MIN, INT_MIN, 0, 0, INT_MIN, INT_MIN, 0, 0));
+    const __m256 n4 = _mm256_castsi256_ps(_mm256_set_epi32(INT_MIN, INT_MIN, INT_MIN, INT_MIN, 0, 0, 0, 0));
+    v = _mm256_add_ps(_mm256_xor_ps(v, n1), _mm256_permute_ps(v, 0xB1));            // h = 1
+    v = _mm256_add_ps(_mm256_xor_ps(v, n2), _mm256_permute_ps(v, 0x4E));            // h = 2
+    v = _mm256_add_ps(_mm256_xor_ps(v, n4), _mm256_permute2f128_ps(v, v, 0x01));    // h = 4
+    return v;
+}
+#define QUAROT__V __m256
+#define QUAROT__W 8
+#define QUAROT__LOGW 3
+#define QUAROT__LOGR 4
+#define QUAROT__VLD(p) _mm256_loadu_ps(p)
+#define QUAROT__VST(p, v) _mm256_storeu_ps(p, v)
+#define QUAROT__VADD(a, b) _mm256_add_ps(a, b)
+#define QUAROT__VSUB(a, b) _mm256_sub_ps(a, b)
+#define QUAROT__VMUL(a, b) _mm256_mul_ps(a, b)
+#define QUAROT__VSET1(s) _mm256_set1_ps(s)
+#define QUAROT__VINLANE(v) quarot__inlane_avx2(v)
+#define QUAROT__MIX_RI 4
+#define QUAROT__MIX_REP QUAROT__REP4
+#define QUAROT__MIX_NB 8
+#define QUAROT__MIX_BREP QUAROT__REP8
+QUAROT__WHT_DEFINE(avx2)
+QUAROT__MIX_DEFINE(avx2)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+// ---- AVX-512 (AVX512F only): 16 lanes, 16-register blocks (32 zmm registers) ----
+#if defined(QUAROT__HAVE_AVX512)
+static inline __m512 quarot__inlane_avx512(__m512 v) {
+    const int s = INT_MIN;
+    const __m512i n1 = _mm512_set_epi32(s, 0, s, 0, s, 0, s, 0, s, 0, s, 0, s, 0, s, 0);
+    const __m512i n2 = _mm512_set_epi32(s, s, 0, 0, s, s, 0, 0, s, s, 0, 0, s, s, 0, 0);
+    const __m512i n4 = _mm512_set_epi32(s, s, s, s, 0, 0, 0, 0, s, s, s, s, 0, 0, 0, 0);
+    const __m512i n8 = _mm512_set_epi32(s, s, s, s, s, s, s, s, 0, 0, 0, 0, 0, 0, 0, 0);
+    // The masked forms with an all-ones mask are the plain instructions; unlike _mm512_permute_ps
+    // they do not read _mm512_undefined_ps(), which g++ -O1 reports as maybe-uninitialized.
+    const __mmask16 all = (__mmask16)0xFFFF;
+#define QUAROT__NEG_(v, m) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), m))
+    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_mask_permute_ps(v, all, v, 0xB1));            // h = 1
+    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_mask_permute_ps(v, all, v, 0x4E));            // h = 2
+    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_mask_shuffle_f32x4(v, all, v, v, 0xB1));      // h = 4
+    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_mask_shuffle_f32x4(v, all, v, v, 0x4E));      // h = 8
+#undef QUAROT__NEG_
+    return v;
+}
+#define QUAROT__V __m512
+#define QUAROT__W 16
+#define QUAROT__LOGW 4
+#define QUAROT__LOGR 4
+#define QUAROT__VLD(p) _mm512_loadu_ps(p)
+#define QUAROT__VST(p, v) _mm512_storeu_ps(p, v)
+#define QUAROT__VADD(a, b) _mm512_add_ps(a, b)
+#define QUAROT__VSUB(a, b) _mm512_sub_ps(a, b)
+#define QUAROT__VMUL(a, b) _mm512_mul_ps(a, b)
+#define QUAROT__VSET1(s) _mm512_set1_ps(s)
+#define QUAROT__VINLANE(v) quarot__inlane_avx512(v)
+#define QUAROT__MIX_RI 8
+#define QUAROT__MIX_REP QUAROT__REP8
+#define QUAROT__MIX_NB 4
+#define QUAROT__MIX_BREP QUAROT__REP4
+QUAROT__WHT_DEFINE(avx512)
+QUAROT__MIX_DEFINE(avx512)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+// ---- NEON (aarch64): 4 lanes, 16-register blocks (32 q registers) ----
+#if defined(QUAROT__HAVE_NEON)
+static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
+    static const uint32_t n1[4] = {0u, 0x80000000u, 0u, 0x80000000u};
+    static const uint32_t n2[4] = {0u, 0u, 0x80000000u, 0x80000000u};
+    v = vaddq_f32(vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), vld1q_u32(n1))), vrev64q_f32(v));
+    v = vaddq_f32(vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), vld1q_u32(n2))), vextq_f32(v, v, 2));
+    return v;
+}
+#define QUAROT__V float32x4_t
+#define QUAROT__W 4
+#define QUAROT__LOGW 2
+#define QUAROT__LOGR 4
+#define QUAROT__VLD(p) vld1q_f32(p)
+#define QUAROT__VST(p, v) vst1q_f32(p, v)
+#define QUAROT__VADD(a, b) vaddq_f32(a, b)
+#define QUAROT__VSUB(a, b) vsubq_f32(a, b)
+#define QUAROT__VMUL(a, b) vmulq_f32(a, b)
+#define QUAROT__VSET1(s) vdupq_n_f32(s)
+#define QUAROT__VINLANE(v) quarot__inlane_neon(v)
+#define QUAROT__MIX_RI 8
+#define QUAROT__MIX_REP QUAROT__REP8
+#define QUAROT__MIX_NB 8
+#define QUAROT__MIX_BREP QUAROT__REP8
+QUAROT__WHT_DEFINE(neon)
+QUAROT__MIX_DEFINE(neon)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: return quarot__wht_row_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__wht_row_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__wht_row_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__wht_row_f32_neon;
+#endif
+        default: return quarot__wht_row_f32_ref;
+    }
+}
+
+static quarot__mix_fn quarot__mix_select(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: return quarot__mix_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__mix_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__mix_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__mix_f32_neon;
+#endif
+        default: return NULL;
+    }
+}
 
 // >>gemm
-// (implementation: gemm work)
+// C[m][n] = alpha * op(A)[m][k] * op(B)[k][n] + beta * C, as the BLIS loop nest (Goto, van de Geijn):
+//   for jc in steps of NC:  for pc in steps of KC:   pack op(B)[pc:+KC][jc:+NC] as NR-wide slivers
+//     for ic in steps of MC:  pack op(A)[ic:+MC][pc:+KC] as MR-tall slivers
+//       for ir (MR rows): for jr (NR columns): micro-kernel  C_tile = alpha * (A_sliver * B_sliver) + beta' * C_tile
+// beta' is beta for the first KC block and 1 afterwards. The A sliver (MR x KC) stays in L1 while the
+// kernel sweeps the B panel, which streams from L2/L3. Every element of C is the same chain of
+// operations whatever its tile or thread, so parallel runs equal serial runs bit for bit.
+
+// One micro-kernel computes a full MR x NR tile: acc[i][j] = sum_p a[p*MR + i] * b[p*NR + j] (p ascending),
+// then c[i*ldc + j] = alpha*acc (beta == 0: c is not read) or alpha*acc + beta*c (two products, one add).
+typedef void (*quarot__skernel_fn)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                                   float alpha, float beta);
+typedef void (*quarot__dkernel_fn)(int64_t kc, const double* a, const double* b, double* c, int64_t ldc,
+                                   double alpha, double beta);
+
+// Blocking of one ISA's kernel: mc % mr == 0, nc % nr == 0; mr * nr <= QUAROT__GEMM_TILE_MAX.
+typedef struct quarot__sgemm_cfg {
+    int mr, nr;
+    int64_t kc, mc, nc;
+    quarot__skernel_fn kernel;
+} quarot__sgemm_cfg;
+typedef struct quarot__dgemm_cfg {
+    int mr, nr;
+    int64_t kc, mc, nc;
+    quarot__dkernel_fn kernel;
+} quarot__dgemm_cfg;
+
+#define QUAROT__GEMM_TILE_MAX 512
+// Defined with the micro-kernels below: the blocking and kernel of an ISA (resolved, compiled in).
+static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* cfg);
+static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* cfg);
+
+// Argument checks shared by every entry point. A matrix [rows][cols] with row stride ld needs
+// ld >= max(1, cols) and (rows - 1) * ld + cols elements addressable without overflow.
+static quarot_result quarot__gemm_check_mat(const void* p, int64_t rows, int64_t cols, int64_t ld,
+                                            size_t elem, int used) {
+    int64_t lim = (int64_t)((SIZE_MAX / 2) / elem);     // also below PTRDIFF_MAX
+    if (ld < 1 || ld < cols) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || cols == 0) return QUAROT_OK;
+    if (used && !p) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (ld > lim || rows - 1 > (lim - cols) / ld) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__gemm_check(int ta, int tb, int64_t m, int64_t n, int64_t k, int ab_used,
+                                        const void* a, int64_t lda, const void* b, int64_t ldb,
+                                        const void* c, int64_t ldc, size_t elem) {
+    quarot_result r;
+    if (m < 0 || n < 0 || k < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    ab_used = ab_used && m > 0 && n > 0 && k > 0;
+    r = quarot__gemm_check_mat(a, ta ? k : m, ta ? m : k, lda, elem, ab_used);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(b, tb ? n : k, tb ? k : n, ldb, elem, ab_used);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(c, m, n, ldc, elem, 1);
+    return r;
+}
+
+// How a product is split into tasks: panels of pm x pn elements of C (multiples of the micro-tile, so
+// the tile grid is the serial one), tn panels per row of panels; each task gets `per_task` elements of
+// workspace: a_elems for its packed A block, the rest for its packed B panel.
+typedef struct quarot__gemm_plan {
+    int64_t pm, pn, tn, tasks;
+    int64_t a_elems, per_task;
+} quarot__gemm_plan;
+
+static int64_t quarot__gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t quarot__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int nr, int64_t kc,
+                                   int64_t mc, int64_t nc, const quarot_env* env, quarot__gemm_plan* pl) {
+    int64_t tiles_m = quarot__gemm_cdiv(m, mr), tiles_n = quarot__gemm_cdiv(n, nr), tm = 1, tn = 1;
+    int threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
+    // Small products run serially; otherwise ~4 tasks per thread, rows first (each task packs its own
+    // copy of the B panels, so splitting rows keeps that copy cheap relative to the work).
+    if (threads > 1 && (double)m * (double)n * (double)k >= 262144.0) {
+        int64_t target = quarot__gemm_min((int64_t)threads * 4, 256);
+        tm = quarot__gemm_min(tiles_m, target);
+        tn = quarot__gemm_min(tiles_n, quarot__gemm_cdiv(target, tm));
+    }
+    pl->pm = quarot__gemm_cdiv(tiles_m, tm) * mr;
+    pl->pn = quarot__gemm_cdiv(tiles_n, tn) * nr;
+    pl->tn = quarot__gemm_cdiv(n, pl->pn);
+    pl->tasks = quarot__gemm_cdiv(m, pl->pm) * pl->tn;
+    // Packed A: up to mc rows (rounded to mr) x kc; packed B: kc x up to nc columns (rounded to nr).
+    // Both rounded to 16 elements so every slice starts 64-byte aligned.
+    kc = quarot__gemm_min(kc, k);
+    pl->a_elems = (quarot__gemm_min(mc, quarot__gemm_cdiv(pl->pm, mr) * mr) * kc + 15) / 16 * 16;
+    pl->per_task = pl->a_elems + (quarot__gemm_min(nc, quarot__gemm_cdiv(pl->pn, nr) * nr) * kc + 15) / 16 * 16;
+}
+
+// Type-generic part, instantiated for float (S = s) and double (S = d). Packing layouts:
+//   packed A  ap[s][p][r] = op(A)[s*mr + r][p]   (rows past mc are 0)
+//   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
+#define QUAROT__GEMM_DEFINE(T, S)                                                                      \
+static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
+                                    T* QUAROT__RESTRICT ap) {                                           \
+    int64_t s, p;                                                                                      \
+    int r, rows;                                                                                       \
+    for (s = 0; s < mc; s += mr) {                                                                     \
+        rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
+        for (p = 0; p < kc; ++p) {                                                                     \
+            if (ta) { const T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }     \
+            else    { const T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; } \
+            for (; r < mr; ++r) ap[r] = (T)0;                                                          \
+            ap += mr;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+static void quarot__gemm_pack_b_##S(int tb, const T* b, int64_t ldb, int64_t kc, int64_t nc, int nr,   \
+                                    T* QUAROT__RESTRICT bp) {                                           \
+    int64_t t, p;                                                                                      \
+    int j, cols;                                                                                       \
+    for (t = 0; t < nc; t += nr) {                                                                     \
+        cols = (int)quarot__gemm_min(nr, nc - t);                                                         \
+        for (p = 0; p < kc; ++p) {                                                                     \
+            if (tb) { const T* src = b + t * ldb + p; for (j = 0; j < cols; ++j) bp[j] = src[j * ldb]; } \
+            else    { const T* src = b + p * ldb + t; for (j = 0; j < cols; ++j) bp[j] = src[j]; }     \
+            for (; j < nr; ++j) bp[j] = (T)0;                                                          \
+            bp += nr;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
+static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
+                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp) {                \
+    const int mr = cfg->mr, nr = cfg->nr;                                                              \
+    int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
+    T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
+    for (jc = 0; jc < n; jc += cfg->nc) {                                                              \
+        nc = quarot__gemm_min(cfg->nc, n - jc);                                                           \
+        for (pc = 0; pc < k; pc += cfg->kc) {                                                          \
+            kc = quarot__gemm_min(cfg->kc, k - pc);                                                       \
+            bb = pc == 0 ? beta : (T)1;                                                                \
+            quarot__gemm_pack_b_##S(tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, kc, nc, nr, bp); \
+            for (ic = 0; ic < m; ic += cfg->mc) {                                                      \
+                mc = quarot__gemm_min(cfg->mc, m - ic);                                                   \
+                quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
+                for (ir = 0; ir < mc; ir += mr) {                                                      \
+                    const T* as = ap + ir * kc;                                                        \
+                    T* crow = c + (ic + ir) * ldc + jc;                                                \
+                    int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
+                    for (jr = 0; jr < nc; jr += nr) {                                                  \
+                        int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
+                        if (rows == mr && cols == nr) {                                                \
+                            cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
+                            continue;                                                                  \
+                        }                                                                              \
+                        /* edge tile: tmp = acc exactly (alpha 1, beta 0), then the kernel's epilogue */ \
+                        cfg->kernel(kc, as, bp + jr * kc, tmp, nr, (T)1, (T)0);                        \
+                        for (i = 0; i < rows; ++i) {                                                   \
+                            T* cr = crow + i * ldc + jr;                                               \
+                            for (j = 0; j < cols; ++j) {                                               \
+                                T v = alpha * tmp[i * nr + j];                                         \
+                                cr[j] = bb == (T)0 ? v : v + bb * cr[j];                               \
+                            }                                                                          \
+                        }                                                                              \
+                    }                                                                                  \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+/* C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading). */                 \
+static void quarot__gemm_scale_##S(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {                 \
+    int64_t i, j;                                                                                      \
+    for (i = 0; i < m; ++i)                                                                            \
+        for (j = 0; j < n; ++j) c[i * ldc + j] = beta == (T)0 ? (T)0 : beta * c[i * ldc + j];          \
+}                                                                                                      \
+typedef struct quarot__gemm_job_##S {                                                                  \
+    const quarot__##S##gemm_cfg* cfg;                                                                  \
+    const quarot__gemm_plan* pl;                                                                       \
+    int ta, tb;                                                                                        \
+    int64_t m, n, k, lda, ldb, ldc;                                                                    \
+    T alpha, beta;                                                                                     \
+    const T* a;                                                                                        \
+    const T* b;                                                                                        \
+    T* c;                                                                                              \
+    T* work;                                                                                           \
+} quarot__gemm_job_##S;                                                                                \
+/* Task t: panel (t / tn, t % tn) of C, workspace slice t. */                                          \
+static void quarot__gemm_task_##S(void* arg, int64_t t) {                                              \
+    const quarot__gemm_job_##S* jb = (const quarot__gemm_job_##S*)arg;                                 \
+    const quarot__gemm_plan* pl = jb->pl;                                                              \
+    int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;                                    \
+    T* ap = jb->work + t * pl->per_task;                                                               \
+    quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0),                   \
+                         quarot__gemm_min(pl->pn, jb->n - j0), jb->k, jb->alpha,                          \
+                         jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                                \
+                         jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
+                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems);                    \
+}                                                                                                      \
+/* The whole built-in GEMM after argument checks, with a given blocking and kernel. */              \
+static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
+                                          int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
+                                          const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
+                                          const quarot_env* env) {                                      \
+    quarot__gemm_plan pl;                                                                              \
+    quarot__gemm_job_##S jb;                                                                           \
+    size_t bytes;                                                                                      \
+    void* mem;                                                                                         \
+    if (m == 0 || n == 0) return QUAROT_OK;                                                            \
+    if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
+    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, env, &pl);            \
+    if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
+        !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
+        return QUAROT_ERR_OVERFLOW;                                                                    \
+    mem = quarot_env_alloc(env, bytes + 64);                                                           \
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
+    jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                   \
+    jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
+    jb.a = a; jb.b = b; jb.c = c;                                                                      \
+    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
+    quarot_env_free(env, mem);                                                                         \
+    return QUAROT_OK;                                                                                  \
+}                                                                                                      \
+/* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
+static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
+                                      T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
+                                      T* c, int64_t ldc, const quarot_env* env) {                       \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot__##S##gemm_select(isa, &cfg);                                                               \
+    return quarot__gemm_cfg_##S(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);      \
+}
+
+QUAROT__GEMM_DEFINE(float, s)
+QUAROT__GEMM_DEFINE(double, d)
+
+QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                              float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                              float beta, float* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa) {
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    return quarot__gemm_s(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                              double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                                              double beta, double* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa) {
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    return quarot__gemm_d(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+#if defined(QUAROT_USE_CBLAS)
+// CBLAS takes int sizes: larger problems stay on the built-in code.
+static int quarot__cblas_fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+}
+#endif
+
+QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                      float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                      float beta, float* c, int64_t ldc, const quarot_env* env) {
+#if defined(QUAROT_USE_CBLAS)
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    if (r != QUAROT_OK) return r;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        return QUAROT_OK;
+    }
+#endif
+    return quarot_sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+}
+
+QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                      double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                                      double beta, double* c, int64_t ldc, const quarot_env* env) {
+#if defined(QUAROT_USE_CBLAS)
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    if (r != QUAROT_OK) return r;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
+        cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        return QUAROT_OK;
+    }
+#endif
+    return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+}
+
+// >>gemm_kernels
+// Micro-kernels: acc[MR][NR] = sum_p a[p*MR + i] * b[p*NR + j] over one packed A sliver and B sliver,
+// then c = alpha*acc (beta == 0, c not read) or c = alpha*acc + beta*c. Vector kernels broadcast one
+// element of A per row and multiply it into NR/W vectors of B (W = vector lanes); FMA where available.
+// Each ISA's blocking keeps the A sliver (MR x KC) in the 32 KB L1 and streams B from L2/L3.
+
+// Scalar reference kernels, 4 x 8 (float) and 4 x 4 (double).
+#define QUAROT__REF_KERNEL(NAME, T, MR, NR)                                                            \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+    T acc[MR][NR];                                                                                     \
+    int64_t p;                                                                                         \
+    int i, j;                                                                                          \
+    for (i = 0; i < MR; ++i)                                                                           \
+        for (j = 0; j < NR; ++j) acc[i][j] = (T)0;                                                     \
+    for (p = 0; p < kc; ++p, a += MR, b += NR)                                                         \
+        for (i = 0; i < MR; ++i)                                                                       \
+            for (j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];                                         \
+    for (i = 0; i < MR; ++i)                                                                           \
+        for (j = 0; j < NR; ++j) {                                                                     \
+            T v = alpha * acc[i][j];                                                                   \
+            c[i * ldc + j] = beta == (T)0 ? v : v + beta * c[i * ldc + j];                             \
+        }                                                                                              \
+}
+QUAROT__REF_KERNEL(quarot__sgemm_kernel_ref, float, 4, 8)
+QUAROT__REF_KERNEL(quarot__dgemm_kernel_ref, double, 4, 4)
+
+// x86 kernels: every row of the tile is two vectors (NR = 2 W). The QUAROT__KV / QUAROT__K* macros
+// name the current ISA's vector type and operations; the row macros below are shared.
+#define QUAROT__ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define QUAROT__ROWS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define QUAROT__KR_DECL(i) QUAROT__KV c##i##a = QUAROT__KZERO, c##i##b = QUAROT__KZERO;
+#define QUAROT__KR_FMA(i)                                                                              \
+    av = QUAROT__KSET1(a[i]); c##i##a = QUAROT__KFMA(av, b0, c##i##a); c##i##b = QUAROT__KFMA(av, b1, c##i##b);
+#define QUAROT__KR_ST0(i)                                                                              \
+    QUAROT__KSTORE(c + (i) * ldc, QUAROT__KMUL(va, c##i##a));                                          \
+    QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KMUL(va, c##i##b));
+#define QUAROT__KR_ST1(i)                                                                              \
+    QUAROT__KSTORE(c + (i) * ldc, QUAROT__KADD(QUAROT__KMUL(va, c##i##a),                              \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc))));        \
+    QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KADD(QUAROT__KMUL(va, c##i##b),                 \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc + QUAROT__KW))));
+#define QUAROT__KERNEL_2V(NAME, T, ROWS, MR)                                                           \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+    QUAROT__KV av, b0, b1, va, vb;                                                                     \
+    int64_t p;                                                                                         \
+    ROWS(QUAROT__KR_DECL)                                                                              \
+    for (p = 0; p < kc; ++p) {                                                                         \
+        b0 = QUAROT__KLOAD(b);                                                                         \
+        b1 = QUAROT__KLOAD(b + QUAROT__KW);                                                            \
+        ROWS(QUAROT__KR_FMA)                                                                           \
+        a += MR;                                                                                       \
+        b += 2 * QUAROT__KW;                                                                           \
+    }                                                                                                  \
+    va = QUAROT__KSET1(alpha);   /* set after the loop: all 32 registers are busy inside it */         \
+    vb = QUAROT__KSET1(beta);                                                                          \
+    if (beta == (T)0) { ROWS(QUAROT__KR_ST0) } else { ROWS(QUAROT__KR_ST1) }                           \
+}
+
+#if defined(QUAROT__HAVE_SSE2)
+// SSE2 (no FMA): 6 x 8 float, 6 x 4 double; 12 accumulators of the 16 xmm registers.
+#define QUAROT__KV __m128
+#define QUAROT__KW 4
+#define QUAROT__KZERO _mm_setzero_ps()
+#define QUAROT__KSET1(x) _mm_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm_add_ps(x, y)
+#define QUAROT__KFMA(x, y, z) _mm_add_ps(_mm_mul_ps(x, y), z)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_sse2, float, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KV __m128d
+#define QUAROT__KW 2
+#define QUAROT__KZERO _mm_setzero_pd()
+#define QUAROT__KSET1(x) _mm_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm_add_pd(x, y)
+#define QUAROT__KFMA(x, y, z) _mm_add_pd(_mm_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_sse2, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+// AVX2: 6 x 16 float, 6 x 8 double (12 ymm accumulators); FMA only when the compiler targets it.
+#if defined(__FMA__)
+#define QUAROT__KFMA(x, y, z) _mm256_fmadd_ps(x, y, z)
+#define QUAROT__KFMAD(x, y, z) _mm256_fmadd_pd(x, y, z)
+#else
+#define QUAROT__KFMA(x, y, z) _mm256_add_ps(_mm256_mul_ps(x, y), z)
+#define QUAROT__KFMAD(x, y, z) _mm256_add_pd(_mm256_mul_pd(x, y), z)
+#endif
+#define QUAROT__KV __m256
+#define QUAROT__KW 8
+#define QUAROT__KZERO _mm256_setzero_ps()
+#define QUAROT__KSET1(x) _mm256_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm256_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm256_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm256_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm256_add_ps(x, y)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx2, float, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) QUAROT__KFMAD(x, y, z)
+#define QUAROT__KV __m256d
+#define QUAROT__KW 4
+#define QUAROT__KZERO _mm256_setzero_pd()
+#define QUAROT__KSET1(x) _mm256_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm256_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm256_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm256_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm256_add_pd(x, y)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) _mm256_add_pd(_mm256_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2_exact, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#undef QUAROT__KFMAD
+#endif
+
+#if defined(QUAROT__HAVE_AVX512)
+// AVX-512: 14 x 32 float, 14 x 16 double: 28 zmm accumulators + 2 B vectors + 1 broadcast of the 32.
+#define QUAROT__KV __m512
+#define QUAROT__KW 16
+#define QUAROT__KZERO _mm512_setzero_ps()
+#define QUAROT__KSET1(x) _mm512_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm512_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm512_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm512_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm512_add_ps(x, y)
+#define QUAROT__KFMA(x, y, z) _mm512_fmadd_ps(x, y, z)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS14, 14)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KV __m512d
+#define QUAROT__KW 8
+#define QUAROT__KZERO _mm512_setzero_pd()
+#define QUAROT__KSET1(x) _mm512_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm512_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm512_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm512_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm512_add_pd(x, y)
+#define QUAROT__KFMA(x, y, z) _mm512_fmadd_pd(x, y, z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512, double, QUAROT__ROWS14, 14)
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) _mm512_add_pd(_mm512_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512_exact, double, QUAROT__ROWS14, 14)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+// NEON (aarch64, 32 q registers): 8 x 12 float and 6 x 8 double, 24 accumulators each; the A sliver
+// is loaded as vectors and each row takes its element by lane (vfmaq_laneq).
+#define QUAROT__NS_ROW(i, av, l)                                                                       \
+    c##i##a = vfmaq_laneq_f32(c##i##a, b0, av, l);                                                     \
+    c##i##b = vfmaq_laneq_f32(c##i##b, b1, av, l);                                                     \
+    c##i##c = vfmaq_laneq_f32(c##i##c, b2, av, l);
+#define QUAROT__NS_DECL(i) float32x4_t c##i##a = vdupq_n_f32(0.0f), c##i##b = c##i##a, c##i##c = c##i##a;
+#define QUAROT__NS_ST(i)                                                                               \
+    { float* cr = c + (i) * ldc;                                                                       \
+      float32x4_t x0 = vmulq_f32(va, c##i##a), x1 = vmulq_f32(va, c##i##b), x2 = vmulq_f32(va, c##i##c); \
+      if (!bz) { x0 = vaddq_f32(x0, vmulq_f32(vb, vld1q_f32(cr)));                                     \
+                 x1 = vaddq_f32(x1, vmulq_f32(vb, vld1q_f32(cr + 4)));                                 \
+                 x2 = vaddq_f32(x2, vmulq_f32(vb, vld1q_f32(cr + 8))); }                               \
+      vst1q_f32(cr, x0); vst1q_f32(cr + 4, x1); vst1q_f32(cr + 8, x2); }
+#define QUAROT__ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static void quarot__sgemm_kernel_neon(int64_t kc, const float* QUAROT__RESTRICT a, const float* QUAROT__RESTRICT b,
+                                      float* QUAROT__RESTRICT c, int64_t ldc, float alpha, float beta) {
+    float32x4_t a0, a1, b0, b1, b2, va = vdupq_n_f32(alpha), vb = vdupq_n_f32(beta);
+    int bz = beta == 0.0f;
+    int64_t p;
+    QUAROT__ROWS8(QUAROT__NS_DECL)
+    for (p = 0; p < kc; ++p) {
+        a0 = vld1q_f32(a); a1 = vld1q_f32(a + 4);
+        b0 = vld1q_f32(b); b1 = vld1q_f32(b + 4); b2 = vld1q_f32(b + 8);
+        QUAROT__NS_ROW(0, a0, 0) QUAROT__NS_ROW(1, a0, 1) QUAROT__NS_ROW(2, a0, 2) QUAROT__NS_ROW(3, a0, 3)
+        QUAROT__NS_ROW(4, a1, 0) QUAROT__NS_ROW(5, a1, 1) QUAROT__NS_ROW(6, a1, 2) QUAROT__NS_ROW(7, a1, 3)
+        a += 8;
+        b += 12;
+    }
+    QUAROT__ROWS8(QUAROT__NS_ST)
+}
+#define QUAROT__ND_ROW(i, av, l)                                                                       \
+    c##i##a = QUAROT__NDMA(c##i##a, b0, av, l);                                                        \
+    c##i##b = QUAROT__NDMA(c##i##b, b1, av, l);                                                        \
+    c##i##c = QUAROT__NDMA(c##i##c, b2, av, l);                                                        \
+    c##i##d = QUAROT__NDMA(c##i##d, b3, av, l);
+#define QUAROT__ND_DECL(i) float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
+#define QUAROT__ND_ST1(cr, x, o)                                                                       \
+    x = vmulq_f64(va, x); if (!bz) x = vaddq_f64(x, vmulq_f64(vb, vld1q_f64(cr + o))); vst1q_f64(cr + o, x);
+#define QUAROT__ND_ST(i)                                                                               \
+    { double* cr = c + (i) * ldc;                                                                      \
+      QUAROT__ND_ST1(cr, c##i##a, 0) QUAROT__ND_ST1(cr, c##i##b, 2)                                    \
+      QUAROT__ND_ST1(cr, c##i##c, 4) QUAROT__ND_ST1(cr, c##i##d, 6) }
+#define QUAROT__ND_KERNEL(NAME)                                                                        \
+static void NAME(int64_t kc, const double* QUAROT__RESTRICT a, const double* QUAROT__RESTRICT b,       \
+                 double* QUAROT__RESTRICT c, int64_t ldc, double alpha, double beta) {                 \
+    float64x2_t a0, a1, a2, b0, b1, b2, b3, va = vdupq_n_f64(alpha), vb = vdupq_n_f64(beta);           \
+    int bz = beta == 0.0;                                                                              \
+    int64_t p;                                                                                         \
+    QUAROT__ROWS6(QUAROT__ND_DECL)                                                                     \
+    for (p = 0; p < kc; ++p) {                                                                         \
+        a0 = vld1q_f64(a); a1 = vld1q_f64(a + 2); a2 = vld1q_f64(a + 4);                               \
+        b0 = vld1q_f64(b); b1 = vld1q_f64(b + 2); b2 = vld1q_f64(b + 4); b3 = vld1q_f64(b + 6);        \
+        QUAROT__ND_ROW(0, a0, 0) QUAROT__ND_ROW(1, a0, 1) QUAROT__ND_ROW(2, a1, 0)                     \
+        QUAROT__ND_ROW(3, a1, 1) QUAROT__ND_ROW(4, a2, 0) QUAROT__ND_ROW(5, a2, 1)                     \
+        a += 6;                                                                                        \
+        b += 8;                                                                                        \
+    }                                                                                                  \
+    QUAROT__ROWS6(QUAROT__ND_ST)                                                                       \
+}
+#define QUAROT__NDMA(acc, x, av, l) vfmaq_laneq_f64(acc, x, av, l)
+QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon)
+#undef QUAROT__NDMA
+#define QUAROT__NDMA(acc, x, av, l) vaddq_f64(acc, vmulq_laneq_f64(x, av, l))
+QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon_exact)
+#undef QUAROT__NDMA
+#endif
+
+// Blocking per ISA (measured on AMD Zen 4, 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half
+// of L1, the B panel KC x NC streams; a wide NC means fewer repacks of A). ISAs without a kernel of
+// their own (none today) would fall back to the scalar one.
+static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t* nc,
+                             int mr_, int nr_, int64_t kc_, int64_t nc_) {
+    *mr = mr_; *nr = nr_; *kc = kc_; *mc = (int64_t)mr_ * 8; *nc = nc_;
+}
+
+static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* g) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 32, 256, 4096);
+            g->kernel = quarot__sgemm_kernel_avx512; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 16, 512, 4096);
+            g->kernel = quarot__sgemm_kernel_avx2; return;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 512, 4096);
+            g->kernel = quarot__sgemm_kernel_sse2; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 8, 12, 256, 3072);
+            g->kernel = quarot__sgemm_kernel_neon; return;
+#endif
+        default:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 4, 8, 256, 2048);
+            g->kernel = quarot__sgemm_kernel_ref; return;
+    }
+}
+
+static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* g) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 16, 128, 4096);
+            g->kernel = quarot__dgemm_kernel_avx512; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 4096);
+            g->kernel = quarot__dgemm_kernel_avx2; return;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 4, 256, 4096);
+            g->kernel = quarot__dgemm_kernel_sse2; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 3072);
+            g->kernel = quarot__dgemm_kernel_neon; return;
+#endif
+        default:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 4, 4, 256, 2048);
+            g->kernel = quarot__dgemm_kernel_ref; return;
+    }
+}
+
+// Platform-independent DGEMM for linalg's QR: kernels without FMA and a fixed KC, so every element of
+// C is the same IEEE chain on every ISA (lane-wise SIMD = scalar):
+//     acc = (((0 + a_0*b_0) + a_1*b_1) + ...) over each block of 256 k-indices;  c = alpha*acc (+ beta*c)
+// The tiling (MR, NR, MC, NC) and the parallel split do not change that chain; only KC would.
+#define QUAROT__DGEMM_EXACT_KC 256
+static void quarot__dgemm_select_exact(quarot__dgemm_cfg* g) {
+    quarot_isa best = quarot_isa_best();
+    quarot__dgemm_select(best, g);
+    g->kc = QUAROT__DGEMM_EXACT_KC;
+    switch (best) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: g->kernel = quarot__dgemm_kernel_avx512_exact; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: g->kernel = quarot__dgemm_kernel_avx2_exact; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: g->kernel = quarot__dgemm_kernel_neon_exact; return;
+#endif
+        default: return;   // the SSE2 and scalar kernels have no FMA
+    }
+}
 
 // >>linalg
-// (implementation: linalg work)
+// Householder QR, row-major, blocked (LAPACK dgeqrf/dorgqr style) with fixed operation order:
+//   column j of a panel:  x = A[j:m][j], beta = -sign(x0)*||x||, v = x/(x0 - beta) (v0 = 1),
+//                         tau = (beta - x0)/beta, H_j = I - tau*v*v^T applied to the panel's columns;
+//   panel of NB reflectors: H_j0...H_j0+b-1 = I - V*T*V^T (T upper triangular, dlarft), and the
+//   trailing columns get A2 <- A2 - V*(T^T*(V^T*A2)) through the FMA-free fixed-KC DGEMM.
+// Q = H_0...H_{n-1}*[I;0] is built backwards by panels the same way; then the signs are moved so that
+// diag(R) >= 0. No step depends on the ISA or the thread split, so results are bit-identical everywhere.
+#define QUAROT__QR_NB 32
+
+// y[0:n] <- y + s*x, one product and one add per element (contraction is off in the implementation).
+static void quarot__axpy_f64(int64_t n, double s, const double* QUAROT__RESTRICT x, double* QUAROT__RESTRICT y) {
+    int64_t i;
+    for (i = 0; i < n; ++i) y[i] = y[i] + s * x[i];
+}
+
+// Unblocked factorization of the panel A[j0:m][j0:j0+b]: R on and above the diagonal, v_j below it
+// (v_j[0] = 1 implied), tau[j0:j0+b]. w is scratch of b doubles.
+static void quarot__qr_panel(int64_t m, int64_t j0, int64_t b, double* a, int64_t lda, double* tau, double* w) {
+    int64_t i, j, nt;
+    for (j = j0; j < j0 + b; ++j) {
+        double amax = 0.0, ss = 0.0, xnorm, x0 = a[j * lda + j], beta, den;
+        // ||x|| with scaling against overflow / underflow: amax * sqrt(sum (x_i / amax)^2)
+        for (i = j; i < m; ++i) { double t = fabs(a[i * lda + j]); if (t > amax) amax = t; }
+        if (amax == 0.0) { tau[j] = 0.0; continue; }            // zero column: H = I, R_jj = 0
+        for (i = j; i < m; ++i) { double t = a[i * lda + j] / amax; ss += t * t; }
+        xnorm = amax * sqrt(ss);
+        beta = x0 >= 0.0 ? -xnorm : xnorm;
+        tau[j] = (beta - x0) / beta;
+        den = x0 - beta;                                          // |den| = |x0| + ||x|| > 0
+        for (i = j + 1; i < m; ++i) a[i * lda + j] /= den;
+        a[j * lda + j] = beta;
+        // the panel's columns c = j+1..j0+b-1:  w = A[j][c] + sum_{i>j} v_i A[i][c];  A[i][c] -= tau v_i w
+        nt = j0 + b - j - 1;
+        if (nt == 0) continue;
+        memcpy(w, a + j * lda + j + 1, (size_t)nt * sizeof(double));
+        for (i = j + 1; i < m; ++i) quarot__axpy_f64(nt, a[i * lda + j], a + i * lda + j + 1, w);
+        quarot__axpy_f64(nt, -tau[j], w, a + j * lda + j + 1);
+        for (i = j + 1; i < m; ++i) quarot__axpy_f64(nt, -(tau[j] * a[i * lda + j]), w, a + i * lda + j + 1);
+    }
+}
+
+// The panel's V [m-j0][b] with explicit zeros above the unit diagonal, and T [b][b] (upper) with
+// H_j0...H_j0+b-1 = I - V*T*V^T:  T[r][r] = tau_r, T[0:r][r] = -tau_r * T[0:r][0:r] * (V[:,0:r]^T v_r).
+static void quarot__qr_vt(int64_t m, int64_t j0, int64_t b, const double* a, int64_t lda, const double* tau,
+                          double* v, double* t, double* z) {
+    int64_t i, r, q, qq, rows = m - j0;
+    for (i = 0; i < rows; ++i)
+        for (r = 0; r < b; ++r)
+            v[i * b + r] = i < r ? 0.0 : i == r ? 1.0 : a[(j0 + i) * lda + j0 + r];
+    for (r = 0; r < b; ++r) {
+        for (q = 0; q < b; ++q) t[q * b + r] = 0.0;
+        t[r * b + r] = tau[j0 + r];
+        if (r == 0) continue;
+        for (q = 0; q < r; ++q) z[q] = 0.0;
+        for (i = r; i < rows; ++i)                                // z = V[:,0:r]^T v_r, i ascending
+            for (q = 0; q < r; ++q) z[q] += v[i * b + q] * v[i * b + r];
+        for (q = 0; q < r; ++q) z[q] = -tau[j0 + r] * z[q];
+        for (q = 0; q < r; ++q) {                                 // T[q][r] = sum_{qq=q}^{r-1} T[q][qq] z[qq]
+            double s = 0.0;
+            for (qq = q; qq < r; ++qq) s += t[q * b + qq] * z[qq];
+            t[q * b + r] = s;
+        }
+    }
+}
+
+// M [rows][cols] (row stride ldm) <- (I - V*T'*V^T) * M with T' = T^T (trans_t) or T, through the exact
+// DGEMM: W^T = M^T V [cols][b];  W'^T[c][r] = sum_q T'[r][q] W^T[c][q] (q ascending);  M -= V W'.
+static quarot_result quarot__qr_apply_block(const quarot__dgemm_cfg* cfg, int trans_t, int64_t rows, int64_t cols,
+                                            int64_t b, const double* v, const double* t, double* m, int64_t ldm,
+                                            double* wt, double* z, const quarot_env* env) {
+    int64_t c, r, q;
+    quarot_result res = quarot__gemm_cfg_d(cfg, 1, 0, cols, b, rows, 1.0, m, ldm, v, b, 0.0, wt, b, env);
+    if (res != QUAROT_OK) return res;
+    for (c = 0; c < cols; ++c) {
+        double* w = wt + c * b;
+        for (r = 0; r < b; ++r) {
+            double s = 0.0;
+            if (trans_t) { for (q = 0; q <= r; ++q) s += t[q * b + r] * w[q]; }   // (T^T)[r][q] = T[q][r]
+            else         { for (q = r; q < b; ++q) s += t[r * b + q] * w[q]; }
+            z[r] = s;
+        }
+        memcpy(w, z, (size_t)b * sizeof(double));
+    }
+    return quarot__gemm_cfg_d(cfg, 0, 1, rows, cols, b, -1.0, v, b, wt, b, 1.0, m, ldm, env);
+}
+
+// QR after the argument checks; a is overwritten by R, q (may be NULL) gets Q.
+static quarot_result quarot__qr_run(int64_t m, int64_t n, double* a, int64_t lda, double* q, int64_t ldq,
+                                    const quarot_env* env) {
+    quarot__dgemm_cfg cfg;
+    quarot_result res = QUAROT_OK;
+    const int64_t nb = QUAROT__QR_NB;
+    double *work, *tau, *z, *t, *v, *wt;
+    int64_t i, j, j0, b;
+    size_t elems, bytes;
+    // tau [n], z [nb], T [nb][nb], V [m][nb], W^T [n][nb]
+    if (!quarot__mul_size((size_t)(m + n), (size_t)nb, &elems) || elems > SIZE_MAX / 16 ||
+        !quarot__mul_size(elems + (size_t)(n + nb + nb * nb), sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    work = (double*)quarot_env_alloc(env, bytes);
+    if (!work) return QUAROT_ERR_OUT_OF_MEMORY;
+    tau = work; z = tau + n; t = z + nb; v = t + nb * nb; wt = v + m * nb;
+    quarot__dgemm_select_exact(&cfg);
+    for (j0 = 0; j0 < n && res == QUAROT_OK; j0 += nb) {
+        b = quarot__gemm_min(nb, n - j0);
+        quarot__qr_panel(m, j0, b, a, lda, tau, z);
+        if (j0 + b == n) break;
+        quarot__qr_vt(m, j0, b, a, lda, tau, v, t, z);
+        res = quarot__qr_apply_block(&cfg, 1, m - j0, n - j0 - b, b, v, t, a + j0 * lda + j0 + b, lda, wt, z, env);
+    }
+    if (q && res == QUAROT_OK) {
+        for (i = 0; i < m; ++i) {
+            memset(q + i * ldq, 0, (size_t)n * sizeof(double));
+            if (i < n) q[i * ldq + i] = 1.0;
+        }
+        // backwards by panels: before panel j0 is applied, rows j0.. of Q are zero left of column j0
+        for (j0 = (n - 1) / nb * nb; j0 >= 0 && res == QUAROT_OK; j0 -= nb) {
+            b = quarot__gemm_min(nb, n - j0);
+            quarot__qr_vt(m, j0, b, a, lda, tau, v, t, z);
+            res = quarot__qr_apply_block(&cfg, 0, m - j0, n - j0, b, v, t, q + j0 * ldq + j0, ldq, wt, z, env);
+        }
+    }
+    quarot_env_free(env, work);
+    if (res != QUAROT_OK) return res;
+    // diag(R) >= 0: R <- S*R, Q <- Q*S with S = diag(sign(R_jj)); then clear below the diagonal.
+    for (j = 0; j < n; ++j) {
+        if (a[j * lda + j] < 0.0) {
+            for (i = j; i < n; ++i) a[j * lda + i] = -a[j * lda + i];
+            if (q) for (i = 0; i < m; ++i) q[i * ldq + j] = -q[i * ldq + j];
+        }
+        for (i = j + 1; i < m; ++i) a[i * lda + j] = 0.0;
+    }
+    return QUAROT_OK;
+}
+
+static int quarot__all_finite_f64(int64_t rows, int64_t cols, const double* x, int64_t ld) {
+    int64_t i, j;
+    for (i = 0; i < rows; ++i)
+        for (j = 0; j < cols; ++j) {
+            double t = x[i * ld + j];
+            if (t - t != 0.0) return 0;                           // NaN or Inf
+        }
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
+                                       double* q, int64_t ldq, const quarot_env* env) {
+    quarot_result r;
+    if (n < 1 || m < n || !a || lda < n || (q && ldq < n)) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(a, m, n, lda, sizeof(double), 1);
+    if (r == QUAROT_OK && q) r = quarot__gemm_check_mat(q, m, n, ldq, sizeof(double), 1);
+    if (r != QUAROT_OK) return r;
+    if (!quarot__all_finite_f64(m, n, a, lda)) return QUAROT_ERR_NONFINITE;
+    return quarot__qr_run(m, n, a, lda, q, ldq, env);
+}
+
+QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, double* q, int64_t ldq,
+                                                      const quarot_env* env) {
+    quarot_rng rng;
+    quarot_result r;
+    double* g;
+    size_t bytes;
+    int64_t i;
+    if (n < 1 || !q || ldq < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(q, n, n, ldq, sizeof(double), 1);
+    if (r != QUAROT_OK) return r;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &bytes) || !quarot__mul_size(bytes, sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    g = (double*)quarot_env_alloc(env, bytes);
+    if (!g) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_rng_seed(&rng, seed);
+    for (i = 0; i < n * n; ++i) g[i] = quarot_rng_normal(&rng);
+    r = quarot__qr_run(n, n, g, n, q, ldq, env);
+    quarot_env_free(env, g);
+    return r;
+}
+
+// Newton-Schulz polar factor: X0 = C/s, G = X^T X, X <- X*Y with Y = (3I - G)/2 until max|G - I| <= tol.
+// G is symmetric: row panels I of bs rows compute G[I][I:n] only (panel I is paired with panel
+// nb-1-I so every task has the same work), then the lower triangle is copied from the upper one. The
+// diagonal of G (column norms of X) is summed again in double: it sets the accuracy of the residual
+// and of Y's diagonal, which is what drives the f32 iteration to ~1e-7 instead of ~sqrt(n)*2^-24.
+
+// Scaled Frobenius norm of a [n][n] matrix in double (no overflow for large entries).
+#define QUAROT__POLAR_DEFINE(T, S)                                                                     \
+static double quarot__frob_##S(int64_t n, const T* x, int64_t ld) {                                    \
+    double amax = 0.0, ss = 0.0, t;                                                                    \
+    int64_t i, j;                                                                                      \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = fabs((double)x[i * ld + j]); if (t > amax) amax = t; }           \
+    if (amax == 0.0) return 0.0;                                                                       \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = (double)x[i * ld + j] / amax; ss += t * t; }                     \
+    return amax * sqrt(ss);                                                                            \
+}                                                                                                      \
+typedef struct quarot__gram_job_##S {                                                                  \
+    const quarot__##S##gemm_cfg* cfg;                                                                  \
+    int64_t n, ldx, bs, nb, n_tasks, per_task, a_elems;                                                \
+    const T* x;                                                                                        \
+    T* g;                                                                                              \
+    T* work;                                                                                           \
+} quarot__gram_job_##S;                                                                                \
+static void quarot__gram_panel_##S(const quarot__gram_job_##S* jb, int64_t p, T* ap) {                 \
+    int64_t i0 = p * jb->bs;                                                                           \
+    quarot__gemm_run_##S(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (T)1, \
+                         jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (T)0, jb->g + i0 * jb->n + i0, jb->n, \
+                         ap, ap + jb->a_elems);                                                        \
+}                                                                                                      \
+/* Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ... */                                      \
+static void quarot__gram_task_##S(void* arg, int64_t t) {                                              \
+    const quarot__gram_job_##S* jb = (const quarot__gram_job_##S*)arg;                                 \
+    T* ap = jb->work + t * jb->per_task;                                                               \
+    int64_t q;                                                                                         \
+    for (q = t; q < (jb->nb + 1) / 2; q += jb->n_tasks) {                                              \
+        quarot__gram_panel_##S(jb, q, ap);                                                             \
+        if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
+    }                                                                                                  \
+}                                                                                                      \
+/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
+static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
+                             const quarot_env* env) {                                                  \
+    int64_t i, j, n = jb->n;                                                                           \
+    jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
+    quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
+    for (i = 1; i < n; ++i)                                                                            \
+        for (j = 0; j < i; ++j) g[i * n + j] = g[j * n + i];                                           \
+}                                                                                                      \
+/* Panel size: a multiple of the micro-tile near 400; tasks: one, or ~2 per thread. Returns the        \
+   workspace elements needed (0 on overflow). */                                                       \
+static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S##gemm_cfg* cfg,       \
+                                     int64_t n, const quarot_env* env) {                               \
+    int64_t l = cfg->mr, threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;           \
+    size_t total;                                                                                      \
+    while (l % cfg->nr) l += cfg->mr;                                  /* lcm(mr, nr) */              \
+    jb->cfg = cfg;                                                                                     \
+    jb->n = n;                                                                                         \
+    jb->bs = quarot__gemm_cdiv(384, l) * l;                                                            \
+    jb->nb = quarot__gemm_cdiv(n, jb->bs);                                                             \
+    jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;                   \
+    jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;   \
+    jb->per_task = jb->a_elems + (quarot__gemm_min(cfg->kc, n) *                                       \
+                                  quarot__gemm_min(cfg->nc, quarot__gemm_cdiv(n, cfg->nr) * cfg->nr) + 15) / 16 * 16; \
+    if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
+    return total;                                                                                      \
+}                                                                                                      \
+static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u, int64_t ldu,          \
+                                       const quarot_polar_desc* d, quarot_polar_info* info,            \
+                                       const quarot_env* env, double tol_default, int iter_default) {  \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot__gram_job_##S jb;                                                                           \
+    quarot_result r;                                                                                   \
+    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, inv, t;                       \
+    int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;                  \
+    size_t nn, bytes, gram_elems;                                                                      \
+    T *mem, *xa, *g, *cur, *oth, *sw;                                                                  \
+    double* dg;                                                                                        \
+    int64_t i, j, ldcur, ldoth, ldsw;                                                                  \
+    if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }                       \
+    if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;                   \
+    if (d && (d->max_iter < 0 || !(d->tol >= 0.0) || !(d->scale >= 0.0) || d->scale - d->scale != 0.0)) \
+        return QUAROT_ERR_INVALID_ARGUMENT;                                                            \
+    r = quarot__gemm_check_mat(c, n, n, ldc, sizeof(T), 1);                                            \
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(u, n, n, ldu, sizeof(T), 1);                        \
+    if (r != QUAROT_OK) return r;                                                                      \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = (double)c[i * ldc + j]; if (t - t != 0.0) return QUAROT_ERR_NONFINITE; } \
+    s = d && d->scale > 0.0 ? d->scale : quarot__frob_##S(n, c, ldc);                                  \
+    if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;                  /* C == 0: no polar factor */   \
+    quarot__##S##gemm_select(quarot_isa_best(), &cfg);                                                 \
+    gram_elems = quarot__gram_setup_##S(&jb, &cfg, n, env);                                            \
+    /* one block: gram packing, X [n][n], G [n][n], diag [n] doubles, alignment slack */             \
+    if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 || \
+        !quarot__mul_size(2 * nn + gram_elems, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - (size_t)n * sizeof(double)) \
+        return QUAROT_ERR_OVERFLOW;                                                                    \
+    bytes += (size_t)n * sizeof(double) + 128;                                                         \
+    mem = (T*)quarot_env_alloc(env, bytes);                                                            \
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
+    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    xa = jb.work + gram_elems;                                                                         \
+    g = xa + nn;                                                                                       \
+    dg = (double*)(void*)(g + nn + (8 - (nn % 8)) % 8);                                                \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) xa[i * n + j] = (T)((double)c[i * ldc + j] / s);                       \
+    cur = xa; ldcur = n; oth = u; ldoth = ldu;                                                         \
+    for (it = 0;; ++it) {                                                                              \
+        quarot__gram_##S(&jb, cur, ldcur, g, env);                                                     \
+        for (j = 0; j < n; ++j) dg[j] = 0.0;                                                           \
+        for (i = 0; i < n; ++i)                                                                        \
+            for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }                \
+        if (it == 0 && !(d && d->scale > 0.0)) {                                                       \
+            /* lam = min(||G||_F, ||G||_1) >= largest eigenvalue of G = sigma_max(X0)^2 */            \
+            double fro = 0.0, one = 0.0, row;                                                          \
+            for (i = 0; i < n; ++i) {                                                                  \
+                row = fabs(dg[i]);                                                                     \
+                fro += dg[i] * dg[i];                                                                  \
+                for (j = 0; j < n; ++j)                                                                \
+                    if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }            \
+                if (row > one) one = row;                                                              \
+            }                                                                                          \
+            fro = sqrt(fro);                                                                           \
+            t = fro < one ? fro : one;                                                                 \
+            if (t > 0.0 && t < 1.0) {                                                                  \
+                inv = 1.0 / sqrt(t);                                                                   \
+                s *= sqrt(t);                                                                          \
+                for (i = 0; i < n; ++i)                                                                \
+                    for (j = 0; j < n; ++j) {                                                          \
+                        cur[i * n + j] = (T)((double)cur[i * n + j] * inv);                            \
+                        g[i * n + j] = (T)((double)g[i * n + j] / t);                                  \
+                    }                                                                                  \
+                for (j = 0; j < n; ++j) dg[j] /= t;                                                    \
+            }                                                                                          \
+        }                                                                                              \
+        res = 0.0;                                                                                     \
+        for (i = 0; i < n; ++i) {                                                                      \
+            t = fabs(dg[i] - 1.0);                                                                     \
+            if (!(t <= res)) res = t;                                  /* NaN propagates */            \
+            for (j = i + 1; j < n; ++j) { t = fabs((double)g[i * n + j]); if (!(t <= res)) res = t; }  \
+        }                                                                                              \
+        if (res <= tol) { status = 0; break; }                                                         \
+        if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
+        /* Y = (3I - G)/2 in place of G; the diagonal from the double column norms */                  \
+        for (i = 0; i < n; ++i) {                                                                      \
+            for (j = 0; j < n; ++j) g[i * n + j] = (T)-0.5 * g[i * n + j];                             \
+            g[i * n + i] = (T)(1.5 - 0.5 * dg[i]);                                                     \
+        }                                                                                              \
+        r = quarot__gemm_##S(quarot_isa_best(), 0, 0, n, n, n, (T)1, cur, ldcur, g, n, (T)0, oth, ldoth, env); \
+        if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }                                   \
+        sw = cur; cur = oth; oth = sw;                                                                 \
+        ldsw = ldcur; ldcur = ldoth; ldoth = ldsw;                                                     \
+    }                                                                                                  \
+    if (cur != u)                                                                                      \
+        for (i = 0; i < n; ++i) memcpy(u + i * ldu, cur + i * ldcur, (size_t)n * sizeof(T));           \
+    quarot_env_free(env, mem);                                                                         \
+    if (info) { info->iterations = it; info->residual = res; info->scale = s; }                        \
+    return status ? QUAROT_ERR_NOT_CONVERGED : QUAROT_OK;                                              \
+}
+
+QUAROT__POLAR_DEFINE(double, d)
+QUAROT__POLAR_DEFINE(float, s)
+
+QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
+                                                        double* u, int64_t ldu, const quarot_polar_desc* d,
+                                                        quarot_polar_info* info, const quarot_env* env) {
+    return quarot__polar_d(n, c, ldc, u, ldu, d, info, env, 1e-6, 75);
+}
+
+QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* c, int64_t ldc,
+                                                        float* u, int64_t ldu, const quarot_polar_desc* d,
+                                                        quarot_polar_info* info, const quarot_env* env) {
+    return quarot__polar_s(n, c, ldc, u, ldu, d, info, env, 2e-6, 36);
+}
 
 // >>quant
 // RTN, per group: s from the (clipped) range, k = rne(clamp(x/s, klo, khi)), x^ = f32(k)*s, where the
@@ -2300,12 +5102,1760 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 }
 
 // >>rotation
+// Q = diag(Q_b, ..., Q_b). Hadamard blocks go through the fast transform (signs per block: the
+// sign vector spans all n); dense blocks through GEMM in chunks of QUAROT__ROT_CHUNK rows, so the
+// workspace does not depend on the number of rows.
+#define QUAROT__ROT_CHUNK 64
+
+static quarot_env quarot__env_copy(const quarot_env* env) {
+    quarot_env e;
+    if (env) return *env;
+    memset(&e, 0, sizeof e);
+    return e;
+}
+
+// max |M^T M - I| of a [n][n] matrix, double accumulation.
+static double quarot__orth_error(const double* m, int64_t n) {
+    double worst = 0.0;
+    int64_t i, j, k;
+    for (i = 0; i < n; ++i)
+        for (j = i; j < n; ++j) {
+            double s = 0.0;
+            for (k = 0; k < n; ++k) s += m[k * n + i] * m[k * n + j];
+            s -= i == j ? 1.0 : 0.0;
+            if (fabs(s) > worst) worst = fabs(s);
+        }
+    return worst;
+}
+
+QUAROT_API void quarot_rotation_free(quarot_rotation* r) {
+    if (!r) return;
+    quarot_hadamard_plan_free(&r->plan);
+    quarot_env_free(&r->env, r->signs);
+    quarot_env_free(&r->env, r->signs64);
+    quarot_env_free(&r->env, r->dense);
+    quarot_env_free(&r->env, r->dense32);
+    r->signs = NULL;
+    r->signs64 = NULL;
+    r->dense = NULL;
+    r->dense32 = NULL;
+}
+
+// Dense block (random orthogonal or given) plus its float copy.
+static quarot_result quarot__rotation_set_dense(quarot_rotation* r, const double* m, uint64_t seed) {
+    size_t count, bytes;
+    int64_t i;
+    quarot_result res;
+    if (!quarot__mul_size((size_t)r->block, (size_t)r->block, &count) || !quarot__mul_size(count, sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    r->dense = (double*)quarot_env_alloc(&r->env, bytes);
+    r->dense32 = (float*)quarot_env_alloc(&r->env, count * sizeof(float));
+    if (!r->dense || !r->dense32) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (m) {
+        memcpy(r->dense, m, bytes);
+    } else {
+        res = quarot_random_orthogonal_f64(r->block, seed, r->dense, r->block, &r->env);
+        if (res != QUAROT_OK) return res;
+    }
+    for (i = 0; i < (int64_t)count; ++i) r->dense32[i] = (float)r->dense[i];
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env) {
+    quarot_rotation_kind kind;
+    int64_t n, block;
+    quarot_result res;
+    if (!r) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(r, 0, sizeof *r);
+    r->env = quarot__env_copy(env);
+    if (!d || d->n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    kind = d->kind == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : d->kind;
+    n = d->n;
+    block = d->block_size > 0 ? d->block_size : n;
+    if (block > n || n % block != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    r->n = n;
+    if (kind == QUAROT_ROTATION_IDENTITY) {
+        r->kind = kind;
+        r->block = n;
+        snprintf(r->text, sizeof r->text, "identity %lld", (long long)n);
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_HADAMARD && !quarot_hadamard_available(block)) {
+        int64_t b = quarot_hadamard_largest_block(n, block);
+        quarot_fallback fb = d->fallback;
+        if (fb == QUAROT_FALLBACK_ERROR) return QUAROT_ERR_UNSUPPORTED_SIZE;
+        if (fb == QUAROT_FALLBACK_DEFAULT) fb = b > 1 ? QUAROT_FALLBACK_BLOCK : QUAROT_FALLBACK_RANDOM_ORTHOGONAL;
+        if (fb == QUAROT_FALLBACK_BLOCK) {
+            if (b <= 1) return QUAROT_ERR_UNSUPPORTED_SIZE;
+            block = b;
+        } else if (fb == QUAROT_FALLBACK_RANDOM_ORTHOGONAL) {
+            kind = QUAROT_ROTATION_RANDOM_ORTHOGONAL;
+            block = d->block_size > 0 ? d->block_size : n;
+        } else {
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    r->kind = kind;
+    r->block = block;
+    if (kind == QUAROT_ROTATION_HADAMARD) {
+        res = quarot_hadamard_plan_init(&r->plan, block, &r->env);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        if (!d->no_signs) {
+            quarot_rng rng;
+            int64_t i;
+            r->signs = (float*)quarot_env_alloc(&r->env, (size_t)n * sizeof(float));
+            r->signs64 = (double*)quarot_env_alloc(&r->env, (size_t)n * sizeof(double));
+            if (!r->signs || !r->signs64) { quarot_rotation_free(r); return QUAROT_ERR_OUT_OF_MEMORY; }
+            quarot_rng_seed(&rng, d->seed);
+            quarot_rng_signs_f32(&rng, r->signs, n);
+            for (i = 0; i < n; ++i) r->signs64[i] = (double)r->signs[i];
+        }
+        if (block == n)
+            snprintf(r->text, sizeof r->text, "hadamard %s%s", r->plan.info.text, r->signs ? ", random signs" : "");
+        else
+            snprintf(r->text, sizeof r->text, "block-diagonal %lld x hadamard %s%s", (long long)(n / block),
+                     r->plan.info.text, r->signs ? ", random signs" : "");
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_RANDOM_ORTHOGONAL) {
+        res = quarot__rotation_set_dense(r, NULL, d->seed);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        snprintf(r->text, sizeof r->text, "random orthogonal %lld%s", (long long)block,
+                 block == n ? "" : " (block-diagonal)");
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_MATRIX) {
+        double tol = d->orth_tol > 0 ? d->orth_tol : 1e-6, err;
+        int64_t i;
+        if (!d->matrix) return QUAROT_ERR_INVALID_ARGUMENT;
+        for (i = 0; i < block * block; ++i)
+            if (!(d->matrix[i] == d->matrix[i]) || fabs(d->matrix[i]) > 1e300) return QUAROT_ERR_NONFINITE;
+        err = quarot__orth_error(d->matrix, block);
+        if (err > tol) return QUAROT_ERR_INVALID_ARGUMENT;   // not orthogonal
+        res = quarot__rotation_set_dense(r, d->matrix, 0);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        snprintf(r->text, sizeof r->text, "given orthogonal %lld%s (max|M^T M - I| = %.1e)", (long long)block,
+                 block == n ? "" : " (block-diagonal)", err);
+        return QUAROT_OK;
+    }
+    return QUAROT_ERR_INVALID_ARGUMENT;
+}
+
+QUAROT_API size_t quarot_rotation_workspace_size(const quarot_rotation* r) {
+    if (!r) return 0;
+    if (r->kind == QUAROT_ROTATION_HADAMARD) return quarot_hadamard_workspace_size(&r->plan);
+    if (r->kind == QUAROT_ROTATION_RANDOM_ORTHOGONAL || r->kind == QUAROT_ROTATION_MATRIX)
+        return (size_t)QUAROT__ROT_CHUNK * (size_t)r->block * sizeof(double);
+    return 0;
+}
+
+// One entry point for both precisions: is64 selects double.
+static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, int is64, int64_t rows, int64_t stride,
+                                            int transpose, void* work, size_t work_size) {
+    size_t need, es = is64 ? sizeof(double) : sizeof(float);
+    void* owned = NULL;
+    int64_t j, nb;
+    quarot_result res = QUAROT_OK;
+    if (!r || !x || rows < 0 || stride < r->n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || r->kind == QUAROT_ROTATION_IDENTITY) return QUAROT_OK;
+    need = quarot_rotation_workspace_size(r);
+    if (need && !work) {
+        owned = quarot_env_alloc(&r->env, need);
+        if (!owned) return QUAROT_ERR_OUT_OF_MEMORY;
+        work = owned;
+        work_size = need;
+    }
+    if (work_size < need) return QUAROT_ERR_WORKSPACE;
+    nb = r->n / r->block;
+    for (j = 0; j < nb && res == QUAROT_OK; ++j) {
+        if (r->kind == QUAROT_ROTATION_HADAMARD) {
+            quarot_hadamard_apply_desc hd;
+            memset(&hd, 0, sizeof hd);
+            hd.transpose = transpose;
+            if (r->signs) { hd.signs = r->signs + j * r->block; hd.signs_f64 = r->signs64 + j * r->block; }
+            if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * r->block, rows, stride, work, work_size);
+            else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * r->block, rows, stride, work, work_size);
+        } else {
+            // Y = X_j * B (or B^T), chunked; the product lands in work and is copied back.
+            int64_t r0, b = r->block;
+            for (r0 = 0; r0 < rows && res == QUAROT_OK; r0 += QUAROT__ROT_CHUNK) {
+                int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK, i;
+                if (is64) {
+                    double* xs = (double*)x + r0 * stride + j * b;
+                    res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                } else {
+                    float* xs = (float*)x + r0 * stride + j * b;
+                    res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                }
+            }
+        }
+    }
+    quarot_env_free(&r->env, owned);
+    return res;
+}
+
+QUAROT_API quarot_result quarot_rotation_apply_f32(const quarot_rotation* r, float* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size) {
+    return quarot__rotation_apply(r, x, 0, rows, stride, transpose, work, work_size);
+}
+
+QUAROT_API quarot_result quarot_rotation_apply_f64(const quarot_rotation* r, double* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size) {
+    return quarot__rotation_apply(r, x, 1, rows, stride, transpose, work, work_size);
+}
+
+QUAROT_API quarot_result quarot_rotation_to_dense_f64(const quarot_rotation* r, double* q) {
+    size_t count;
+    int64_t i;
+    if (!r || !q || r->n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__mul_size((size_t)r->n, (size_t)r->n, &count)) return QUAROT_ERR_OVERFLOW;
+    memset(q, 0, count * sizeof(double));
+    for (i = 0; i < r->n; ++i) q[i * r->n + i] = 1.0;     // rows of I times Q are the rows of Q
+    return quarot_rotation_apply_f64(r, q, r->n, r->n, 0, NULL, 0);
+}
+
 // >>model
+// (the model is the caller's struct of callbacks; see >>processor for how it is used)
+
 // >>adapter
+// The plan is a set of growable arrays of fixed-size records (names up to QUAROT_NAME_MAX).
+// Built-in families differ only in their name templates; quarot_adapter_build_from_names turns a
+// template table and a config into fusions, bakes, R1/R2 rotation entries and per-layer pairs.
+QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env) {
+    if (!plan) return;
+    memset(plan, 0, sizeof *plan);
+    plan->env = quarot__env_copy(env);
+}
+
+QUAROT_API void quarot_plan_free(quarot_plan* plan) {
+    if (!plan) return;
+    quarot_env_free(&plan->env, plan->fusions);
+    quarot_env_free(&plan->env, plan->linears);
+    quarot_env_free(&plan->env, plan->bakes);
+    quarot_env_free(&plan->env, plan->rotations);
+    quarot_env_free(&plan->env, plan->layers);
+    memset(plan, 0, sizeof *plan);
+}
+
+// Make room for one more element of size `es` in *items (count, cap); returns the new slot or NULL.
+static void* quarot__grow(const quarot_env* env, void** items, int64_t* count, int64_t* cap, size_t es) {
+    if (*count == *cap) {
+        int64_t ncap = *cap ? *cap * 2 : 16;
+        size_t bytes;
+        void* fresh;
+        if (!quarot__mul_size((size_t)ncap, es, &bytes)) return NULL;
+        fresh = quarot_env_alloc(env, bytes);
+        if (!fresh) return NULL;
+        if (*items) memcpy(fresh, *items, (size_t)*count * es);
+        quarot_env_free(env, *items);
+        *items = fresh;
+        *cap = ncap;
+    }
+    memset((char*)*items + (size_t)*count * es, 0, es);
+    return (char*)*items + (size_t)(*count)++ * es;
+}
+
+static int quarot__copy_name(char* dst, const char* src) {
+    size_t len = src ? strlen(src) : 0;
+    if (len >= QUAROT_NAME_MAX) return 0;
+    if (len) memcpy(dst, src, len);
+    dst[len] = '\0';
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias) {
+    quarot_plan_fusion* f;
+    if (!p || !norm_weight) return QUAROT_ERR_INVALID_ARGUMENT;
+    f = (quarot_plan_fusion*)quarot__grow(&p->env, (void**)&p->fusions, &p->n_fusions, &p->cap_fusions, sizeof *f);
+    if (!f) return QUAROT_ERR_OUT_OF_MEMORY;
+    f->layer = layer;
+    f->first_linear = p->n_linears;
+    if (!quarot__copy_name(f->norm_weight, norm_weight) || !quarot__copy_name(f->norm_bias, norm_bias)) {
+        p->n_fusions--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias) {
+    quarot_plan_linear* l;
+    if (!p || !weight || p->n_fusions == 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    l = (quarot_plan_linear*)quarot__grow(&p->env, (void**)&p->linears, &p->n_linears, &p->cap_linears, sizeof *l);
+    if (!l) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__copy_name(l->weight, weight) || !quarot__copy_name(l->bias, bias)) {
+        p->n_linears--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    p->fusions[p->n_fusions - 1].n_linears++;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias) {
+    quarot_plan_bake* b;
+    if (!p || !weight) return QUAROT_ERR_INVALID_ARGUMENT;
+    b = (quarot_plan_bake*)quarot__grow(&p->env, (void**)&p->bakes, &p->n_bakes, &p->cap_bakes, sizeof *b);
+    if (!b) return QUAROT_ERR_OUT_OF_MEMORY;
+    b->layer = layer;
+    b->embedding = embedding;
+    if (!quarot__copy_name(b->weight, weight) || !quarot__copy_name(b->bias, bias)) {
+        p->n_bakes--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
+                                                  int embedding, int per_head, const char* weight, const char* bias) {
+    quarot_plan_rotation* r;
+    if (!p || !weight || (side != QUAROT_SIDE_INPUT && side != QUAROT_SIDE_OUTPUT) ||
+        (rotation != QUAROT_ROT_R1 && rotation != QUAROT_ROT_R2))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = (quarot_plan_rotation*)quarot__grow(&p->env, (void**)&p->rotations, &p->n_rotations, &p->cap_rotations, sizeof *r);
+    if (!r) return QUAROT_ERR_OUT_OF_MEMORY;
+    r->layer = layer;
+    r->rotation = rotation;
+    r->side = side;
+    r->embedding = embedding;
+    r->per_head = per_head;
+    if (!quarot__copy_name(r->weight, weight) || !quarot__copy_name(r->bias, bias)) {
+        p->n_rotations--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers) {
+    size_t bytes;
+    if (!p || n_layers < 0 || p->layers) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (n_layers == 0) return QUAROT_OK;
+    if (!quarot__mul_size((size_t)n_layers, sizeof *p->layers, &bytes)) return QUAROT_ERR_OVERFLOW;
+    p->layers = (quarot_plan_layer*)quarot_env_alloc(&p->env, bytes);
+    if (!p->layers) return QUAROT_ERR_OUT_OF_MEMORY;
+    memset(p->layers, 0, bytes);
+    p->n_layers = n_layers;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer) {
+    size_t n = 0;
+    const char* parts[3];
+    int k;
+    if (!out) return QUAROT_ERR_INVALID_ARGUMENT;
+    parts[0] = prefix; parts[1] = tmpl; parts[2] = suffix;
+    for (k = 0; k < 3; ++k) {
+        const char* s = parts[k];
+        if (!s) continue;
+        while (*s) {
+            if (s[0] == '{' && s[1] == 'i' && s[2] == '}') {
+                char num[24];
+                int len = snprintf(num, sizeof num, "%lld", (long long)layer);
+                if (len < 0 || n + (size_t)len >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+                memcpy(out + n, num, (size_t)len);
+                n += (size_t)len;
+                s += 3;
+            } else {
+                if (n + 1 >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+                out[n++] = *s++;
+            }
+        }
+    }
+    out[n] = '\0';
+    return QUAROT_OK;
+}
+
+static const quarot_adapter_names quarot__names_llama = {
+    "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
+    "input_layernorm", "post_attention_layernorm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"
+};
+
+static const quarot_adapter_names quarot__names_opt = {
+    "model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight", "model.decoder.final_layer_norm",
+    "lm_head.weight", "model.decoder.layers.{i}.",
+    "self_attn_layer_norm", "final_layer_norm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+    NULL, "fc1", "fc2"
+};
+
+static const quarot_adapter quarot__adapters[] = {
+    {"llama", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"mistral", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"qwen2", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"qwen3", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"opt", &quarot__names_opt, quarot_adapter_build_from_names, NULL},
+};
+
+QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
+    size_t i;
+    if (!arch) return NULL;
+    for (i = 0; i < sizeof quarot__adapters / sizeof quarot__adapters[0]; ++i)
+        if (strcmp(quarot__adapters[i].arch, arch) == 0) return &quarot__adapters[i];
+    return NULL;
+}
+
+QUAROT_API const char* quarot_adapter_list(void) { return "llama, mistral, qwen2, qwen3, opt"; }
+
+// Builds the weight and bias names of one per-layer linear: "<layer prefix><tmpl>.weight" / ".bias".
+static quarot_result quarot__linear_names(const quarot_adapter_names* nm, const char* tmpl, int64_t layer,
+                                          char* weight, char* bias) {
+    quarot_result r = quarot_name_format(weight, nm->layer, tmpl, ".weight", layer);
+    if (r == QUAROT_OK) r = quarot_name_format(bias, nm->layer, tmpl, ".bias", layer);
+    return r;
+}
+
+QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                         int64_t block_size, quarot_plan* plan) {
+    const quarot_adapter_names* nm;
+    char w[QUAROT_NAME_MAX], b[QUAROT_NAME_MAX], nw[QUAROT_NAME_MAX], nbias[QUAROT_NAME_MAX];
+    int layer_norm;
+    int64_t i;
+    quarot_result r;
+    (void)block_size;   // the R1 matrix is built by the processor; names do not depend on it
+    if (!self || !self->names || !cfg || !plan) return QUAROT_ERR_INVALID_ARGUMENT;
+    nm = self->names;
+    if (!nm->embed || !nm->final_norm || !nm->lm_head || !nm->layer || !nm->attn_norm || !nm->mlp_norm ||
+        !nm->q_proj || !nm->k_proj || !nm->v_proj || !nm->o_proj || !nm->up_proj || !nm->down_proj)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    layer_norm = cfg->norm == QUAROT_NORM_LAYER;
+    if (!quarot__copy_name(plan->embed, nm->embed) || !quarot__copy_name(plan->lm_head, nm->lm_head))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_name_format(plan->final_norm_weight, nm->final_norm, ".weight", NULL, -1);
+    if (r != QUAROT_OK) return r;
+    plan->n_heads = cfg->n_heads;
+    plan->n_kv_heads = cfg->n_kv_heads;
+    plan->head_dim = cfg->head_dim;
+    if ((r = quarot_plan_set_layers(plan, cfg->n_layers)) != QUAROT_OK) return r;
+
+    // Global: final norm -> lm_head; embeddings centred (LayerNorm) and rotated; lm_head rotated.
+    if ((r = quarot_name_format(nbias, nm->final_norm, ".bias", NULL, -1)) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_fusion(plan, -1, plan->final_norm_weight, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+    if ((r = quarot_name_format(b, nm->lm_head, NULL, NULL, -1)) != QUAROT_OK) return r;
+    {   // lm_head.weight -> lm_head.bias
+        size_t len = strlen(b);
+        if (len > 7 && strcmp(b + len - 7, ".weight") == 0) strcpy(b + len - 7, ".bias");
+        else b[0] = '\0';
+    }
+    if ((r = quarot_plan_add_fused_linear(plan, nm->lm_head, b)) != QUAROT_OK) return r;
+    if (layer_norm) {
+        if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
+        if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
+    }
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK) return r;
+    if (nm->pos_embed &&
+        (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed, "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK) return r;
+
+    for (i = 0; i < cfg->n_layers; ++i) {
+        const char* readers_attn[3];
+        const char* readers_mlp[2];
+        int k, n_mlp = 0;
+        readers_attn[0] = nm->q_proj; readers_attn[1] = nm->k_proj; readers_attn[2] = nm->v_proj;
+        if (nm->gate_proj) readers_mlp[n_mlp++] = nm->gate_proj;
+        readers_mlp[n_mlp++] = nm->up_proj;
+        // fusions: attention norm -> q, k, v; MLP norm -> gate, up
+        if ((r = quarot_name_format(nw, nm->layer, nm->attn_norm, ".weight", i)) != QUAROT_OK) return r;
+        if ((r = quarot_name_format(nbias, nm->layer, nm->attn_norm, ".bias", i)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+        for (k = 0; k < 3; ++k) {
+            if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
+        }
+        if ((r = quarot_name_format(nw, nm->layer, nm->mlp_norm, ".weight", i)) != QUAROT_OK) return r;
+        if ((r = quarot_name_format(nbias, nm->layer, nm->mlp_norm, ".bias", i)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+        for (k = 0; k < n_mlp; ++k) {
+            if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
+        }
+        // R1: readers on the input side, writers (o_proj, down_proj) on the output side
+        for (k = 0; k < 3; ++k) {
+            if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+        }
+        if ((r = quarot__linear_names(nm, nm->o_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].o_proj, w);
+        for (k = 0; k < n_mlp; ++k) {
+            if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+        }
+        strcpy(plan->layers[i].up_proj, w);
+        if ((r = quarot__linear_names(nm, nm->down_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].down_proj, w);
+        // R2: v_proj output per KV head, o_proj input per head
+        if ((r = quarot__linear_names(nm, nm->v_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].v_proj, w);
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, plan->layers[i].o_proj, "")) != QUAROT_OK)
+            return r;
+    }
+    return QUAROT_OK;
+}
+
 // >>command
+// A command rotates one axis of a 2-D tensor in double precision: rows (axis 0: readers' input side,
+// embeddings) are read a chunk at a time; columns (axis 1: writers' output side, W <- Q^T W, done as
+// rows of W^T times Q) a block of columns at a time. Chunks are independent, so they can run on
+// the env's parallel hook; the result does not depend on how they are split.
+#define QUAROT__CMD_ROWS 64
+
+// Read / write cnt elements of one row (at byte address p) as double, rounding once on write.
+static void quarot__span_get_f64(quarot_dtype dt, const char* p, int64_t cnt, double* out) {
+    int64_t i;
+    switch (dt) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f; memcpy(&f, p + 4 * i, 4); out[i] = (double)f; } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__f16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__bf16_to_f32_1(h); } break;
+        default: memcpy(out, p, (size_t)cnt * 8); break;
+    }
+}
+
+static void quarot__span_set_f64(quarot_dtype dt, char* p, int64_t cnt, const double* in) {
+    int64_t i;
+    switch (dt) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f = (float)in[i]; memcpy(p + 4 * i, &f, 4); } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        default: memcpy(p, in, (size_t)cnt * 8); break;
+    }
+}
+
+// x <- x * (I_outer (x) Q (x) I_inner) for `rows` contiguous rows of length L = outer*n*inner.
+// tmp holds n*inner doubles when inner > 1.
+static quarot_result quarot__rotate_rows_f64(const quarot_rotation* rot, double* x, int64_t rows, int64_t L,
+                                             int64_t outer, int64_t inner, double* tmp, void* work, size_t ws) {
+    int64_t n = rot->n, r, o, k, c;
+    quarot_result res = QUAROT_OK;
+    if (inner == 1) return quarot_rotation_apply_f64(rot, x, rows * outer, n, 0, work, ws);
+    for (r = 0; r < rows && res == QUAROT_OK; ++r)
+        for (o = 0; o < outer && res == QUAROT_OK; ++o) {
+            double* base = x + r * L + o * n * inner;
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
+            res = quarot_rotation_apply_f64(rot, tmp, inner, n, 0, work, ws);
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
+        }
+    return res;
+}
+
+typedef struct quarot__cmd_job {
+    const quarot_command* c;
+    const quarot_rotation* rot;
+    quarot_tensor* t;
+    const quarot_env* env;
+    int axis;                 // 0: rotate rows, 1: rotate columns
+    int64_t L, chunk;         // axis length; rows (axis 0) or columns (axis 1) per task
+    quarot_result* results;   // one per task
+} quarot__cmd_job;
+
+static void quarot__cmd_task(void* arg, int64_t task) {
+    quarot__cmd_job* job = (quarot__cmd_job*)arg;
+    const quarot_tensor* t = job->t;
+    int64_t L = job->L, n_lines = job->axis == 0 ? quarot_tensor_nrows(t) : t->ne[0];
+    int64_t first = task * job->chunk, count = n_lines - first < job->chunk ? n_lines - first : job->chunk, i, c;
+    size_t ws = quarot_rotation_workspace_size(job->rot), es = quarot_dtype_size(t->dtype);
+    double* buf = (double*)quarot_env_alloc(job->env, (size_t)(count * L) * sizeof(double));
+    double* tmp = job->c->inner > 1 ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double)) : NULL;
+    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)count * sizeof(double)) : NULL;
+    void* work = ws ? quarot_env_alloc(job->env, ws) : NULL;
+    quarot_result res = QUAROT_OK;
+    if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
+        res = QUAROT_ERR_OUT_OF_MEMORY;
+    } else if (job->axis == 0) {
+        for (i = 0; i < count; ++i) quarot__span_get_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+        res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+        if (res == QUAROT_OK)
+            for (i = 0; i < count; ++i) quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+    } else {
+        // buf[c][r] = W[r][first + c]: the columns become rows of length L
+        for (i = 0; i < L; ++i) {
+            quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            for (c = 0; c < count; ++c) buf[c * L + i] = span[c];
+        }
+        res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+        if (res == QUAROT_OK)
+            for (i = 0; i < L; ++i) {
+                for (c = 0; c < count; ++c) span[c] = buf[c * L + i];
+                quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            }
+    }
+    quarot_env_free(job->env, buf);
+    quarot_env_free(job->env, tmp);
+    quarot_env_free(job->env, span);
+    quarot_env_free(job->env, work);
+    job->results[task] = res;
+}
+
+// Which axis a command rotates, and that axis's length; 0 when the tensor is not a 2-D weight.
+static int64_t quarot__command_axis(const quarot_command* c, const quarot_tensor* t, int* axis) {
+    if (t->ne[2] != 1 || t->ne[3] != 1) return 0;
+    *axis = (c->side == QUAROT_SIDE_INPUT || c->embedding) ? 0 : 1;
+    return *axis == 0 ? t->ne[0] : t->ne[1];
+}
+
+// Shape checks shared by validation and execution.
+static quarot_result quarot__command_check(const quarot_command* c, const quarot_rotation* rot,
+                                           const quarot_tensor* w, const quarot_tensor* b) {
+    int axis;
+    int64_t L;
+    if (!c || !rot || !w) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (c->side != QUAROT_SIDE_INPUT && c->side != QUAROT_SIDE_OUTPUT) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (c->outer < 1 || c->inner < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (quarot_tensor_validate(w) != QUAROT_OK) return quarot_tensor_validate(w);
+    L = quarot__command_axis(c, w, &axis);
+    if (L == 0 || L != c->outer * rot->n * c->inner) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (b) {
+        if (quarot_tensor_validate(b) != QUAROT_OK) return quarot_tensor_validate(b);
+        if (axis != 1 || quarot_tensor_nelements(b) != L || b->ne[0] != L) return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
+                                              quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env) {
+    quarot__cmd_job job;
+    int64_t n_lines, n_tasks, k;
+    quarot_result res = quarot__command_check(c, rot, weight, bias);
+    if (res != QUAROT_OK) return res;
+    memset(&job, 0, sizeof job);
+    job.c = c;
+    job.rot = rot;
+    job.t = weight;
+    job.env = env;
+    job.L = quarot__command_axis(c, weight, &job.axis);
+    n_lines = job.axis == 0 ? quarot_tensor_nrows(weight) : weight->ne[0];
+    job.chunk = QUAROT__CMD_ROWS;
+    n_tasks = (n_lines + job.chunk - 1) / job.chunk;
+    job.results = (quarot_result*)quarot_env_alloc(env, (size_t)n_tasks * sizeof(quarot_result));
+    if (!job.results) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_env_parallel_for(env, quarot__cmd_task, &job, n_tasks);
+    for (k = 0; k < n_tasks && res == QUAROT_OK; ++k) res = job.results[k];
+    quarot_env_free(env, job.results);
+    if (res == QUAROT_OK && bias) {   // b <- b * Q (a writer's bias is a row vector on the output axis)
+        double* bb = (double*)quarot_env_alloc(env, (size_t)job.L * sizeof(double));
+        double* tmp = c->inner > 1 ? (double*)quarot_env_alloc(env, (size_t)(rot->n * c->inner) * sizeof(double)) : NULL;
+        if (!bb || (c->inner > 1 && !tmp)) res = QUAROT_ERR_OUT_OF_MEMORY;
+        else {
+            quarot__span_get_f64(bias->dtype, (const char*)bias->data, job.L, bb);
+            res = quarot__rotate_rows_f64(rot, bb, 1, job.L, c->outer, c->inner, tmp, NULL, 0);
+            if (res == QUAROT_OK) quarot__span_set_f64(bias->dtype, (char*)bias->data, job.L, bb);
+        }
+        quarot_env_free(env, bb);
+        quarot_env_free(env, tmp);
+    }
+    return res;
+}
+
 // >>online
+// A hook views each activation row as [outer][n][inner] and applies v <- v*D*H_n/sqrt(n) along n.
+// inner == 1 is a batched transform over rows*outer sub-rows; inner > 1 (the heads axis) gathers
+// the n strided entries of each of the inner columns into the workspace first.
+QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_env* env) {
+    if (!list) return;
+    memset(list, 0, sizeof *list);
+    list->env = quarot__env_copy(env);
+}
+
+QUAROT_API void quarot_online_list_free(quarot_online_list* list) {
+    int64_t i;
+    if (!list) return;
+    for (i = 0; i < list->count; ++i) quarot_env_free(&list->env, list->hooks[i].signs);
+    for (i = 0; i < list->n_plans; ++i) {
+        quarot_hadamard_plan_free(list->plans[i]);
+        quarot_env_free(&list->env, list->plans[i]);
+    }
+    quarot_env_free(&list->env, list->plans);
+    quarot_env_free(&list->env, list->hooks);
+    memset(list, 0, sizeof *list);
+}
+
+static const char* const quarot__site_names[QUAROT_SITE_COUNT_] = {"none", "down_input", "o_input", "q_rope", "k_rope"};
+
+QUAROT_API const char* quarot_online_site_name(quarot_online_site site) {
+    if ((int)site < 0 || (int)site >= (int)QUAROT_SITE_COUNT_) return "unknown";
+    return quarot__site_names[site];
+}
+
+// The list's plan of order n, created on first use (plans are allocated one by one so hooks can
+// keep pointers to them while the plan array grows).
+static quarot_result quarot__online_plan(quarot_online_list* list, int64_t n, const quarot_hadamard_plan** out) {
+    quarot_hadamard_plan* p;
+    quarot_hadamard_plan** grown;
+    quarot_result res;
+    int64_t i;
+    for (i = 0; i < list->n_plans; ++i)
+        if (list->plans[i]->n == n) { *out = list->plans[i]; return QUAROT_OK; }
+    p = (quarot_hadamard_plan*)quarot_env_alloc(&list->env, sizeof *p);
+    grown = (quarot_hadamard_plan**)quarot_env_alloc(&list->env, (size_t)(list->n_plans + 1) * sizeof *grown);
+    if (!p || !grown) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return QUAROT_ERR_OUT_OF_MEMORY; }
+    res = quarot_hadamard_plan_init(p, n, &list->env);
+    if (res != QUAROT_OK) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return res; }
+    if (list->n_plans) memcpy(grown, list->plans, (size_t)list->n_plans * sizeof *grown);
+    grown[list->n_plans] = p;
+    quarot_env_free(&list->env, list->plans);
+    list->plans = grown;
+    list->n_plans++;
+    *out = p;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs) {
+    quarot_online_hook* h;
+    const quarot_hadamard_plan* plan;
+    quarot_result res;
+    int64_t i;
+    if (!list || layer < 0 || site <= QUAROT_SITE_NONE || site >= QUAROT_SITE_COUNT_) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (outer < 1 || n < 1 || inner < 1 || size < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (n > INT64_MAX / outer || n * outer > INT64_MAX / inner || outer * n * inner != size) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (signs)
+        for (i = 0; i < n; ++i)
+            if (signs[i] != 1.0f && signs[i] != -1.0f) return QUAROT_ERR_INVALID_ARGUMENT;
+    res = quarot__online_plan(list, n, &plan);
+    if (res != QUAROT_OK) return res;
+    h = (quarot_online_hook*)quarot__grow(&list->env, (void**)&list->hooks, &list->count, &list->cap, sizeof *h);
+    if (!h) return QUAROT_ERR_OUT_OF_MEMORY;
+    h->layer = layer;
+    h->site = site;
+    h->size = size;
+    h->outer = outer;
+    h->n = n;
+    h->inner = inner;
+    h->K = plan->K;
+    h->m = plan->m;
+    h->plan = plan;
+    if (signs) {
+        h->signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+        if (!h->signs) { list->count--; return QUAROT_ERR_OUT_OF_MEMORY; }
+        memcpy(h->signs, signs, (size_t)n * sizeof(float));
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site) {
+    int64_t i;
+    if (!list) return NULL;
+    for (i = 0; i < list->count; ++i)
+        if (list->hooks[i].layer == layer && list->hooks[i].site == site) return &list->hooks[i];
+    return NULL;
+}
+
+QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook) {
+    size_t ws;
+    if (!hook || !hook->plan) return 0;
+    ws = quarot_hadamard_workspace_size(hook->plan);
+    ws = (ws + 63) & ~(size_t)63;
+    if (hook->inner > 1) ws += (size_t)(hook->n * hook->inner) * sizeof(float);
+    return ws;
+}
+
+QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
+                                             void* work, size_t work_size) {
+    quarot_hadamard_apply_desc d;
+    size_t pws, need;
+    int64_t r, o, k, c, n, inner;
+    quarot_result res = QUAROT_OK;
+    if (!hook || !hook->plan || !x || rows < 0 || stride < hook->size) return QUAROT_ERR_INVALID_ARGUMENT;
+    need = quarot_online_workspace_size(hook);
+    if (work_size < need || (need && !work)) return QUAROT_ERR_WORKSPACE;
+    if (rows == 0) return QUAROT_OK;
+    memset(&d, 0, sizeof d);
+    d.signs = hook->signs;
+    pws = (quarot_hadamard_workspace_size(hook->plan) + 63) & ~(size_t)63;
+    n = hook->n;
+    inner = hook->inner;
+    if (inner == 1) {
+        if (stride == hook->size)   // contiguous rows: one batched call over rows*outer vectors
+            return quarot_hadamard_apply_f32(hook->plan, &d, x, rows * hook->outer, n, work, pws);
+        for (r = 0; r < rows && res == QUAROT_OK; ++r)
+            res = quarot_hadamard_apply_f32(hook->plan, &d, x + r * stride, hook->outer, n, work, pws);
+        return res;
+    }
+    {
+        float* tmp = (float*)((char*)work + pws);
+        for (r = 0; r < rows && res == QUAROT_OK; ++r)
+            for (o = 0; o < hook->outer && res == QUAROT_OK; ++o) {
+                float* base = x + r * stride + o * n * inner;
+                for (k = 0; k < n; ++k)
+                    for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
+                res = quarot_hadamard_apply_f32(hook->plan, &d, tmp, inner, n, work, pws);
+                for (k = 0; k < n; ++k)
+                    for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
+            }
+    }
+    return res;
+}
+
+// ---- text format, version 1 ----
+typedef struct quarot__textbuf {
+    char* buf;
+    size_t cap, len;
+} quarot__textbuf;
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void quarot__tb_printf(quarot__textbuf* tb, const char* fmt, ...) {
+    va_list ap;
+    int n;
+    char* dst = tb->buf && tb->len < tb->cap ? tb->buf + tb->len : NULL;
+    size_t room = dst ? tb->cap - tb->len : 0;
+    va_start(ap, fmt);
+    n = vsnprintf(dst, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) tb->len += (size_t)n;
+}
+
+QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed) {
+    quarot__textbuf tb;
+    int8_t* h = NULL;
+    int64_t i, j, k;
+    if (!list || !needed || (buf && cap == 0)) return QUAROT_ERR_INVALID_ARGUMENT;
+    tb.buf = buf; tb.cap = cap; tb.len = 0;
+    quarot__tb_printf(&tb, "quarot-online 1\nhooks %lld\n", (long long)list->count);
+    for (i = 0; i < list->count; ++i) {
+        const quarot_online_hook* hk = &list->hooks[i];
+        quarot__tb_printf(&tb, "hook %lld %s size=%lld outer=%lld n=%lld inner=%lld K=%lld m=%d signs=",
+                          (long long)hk->layer, quarot_online_site_name(hk->site), (long long)hk->size,
+                          (long long)hk->outer, (long long)hk->n, (long long)hk->inner, (long long)hk->K, hk->m);
+        if (!hk->signs) quarot__tb_printf(&tb, "-");
+        else
+            for (j = 0; j < (hk->n + 3) / 4; ++j) {   // hex digit j: bit b set = sign 4j+b is -1
+                int digit = 0, b;
+                for (b = 0; b < 4 && 4 * j + b < hk->n; ++b) digit |= (hk->signs[4 * j + b] < 0) << b;
+                quarot__tb_printf(&tb, "%x", digit);
+            }
+        quarot__tb_printf(&tb, "\n");
+    }
+    for (i = 0; i < list->n_plans; ++i) {   // the H_K of every plan with K > 1
+        const quarot_hadamard_plan* p = list->plans[i];
+        int dup = 0;
+        if (p->K <= 1) continue;
+        for (j = 0; j < i; ++j) dup |= list->plans[j]->K == p->K;
+        if (dup) continue;
+        quarot__tb_printf(&tb, "hadamard %lld\n", (long long)p->K);
+        for (j = 0; j < p->K; ++j) {
+            if (tb.buf && tb.len + (size_t)p->K + 1 < tb.cap) {
+                for (k = 0; k < p->K; ++k) tb.buf[tb.len + (size_t)k] = p->had_k[j * p->K + k] > 0 ? '+' : '-';
+                tb.buf[tb.len + (size_t)p->K] = '\n';
+                tb.buf[tb.len + (size_t)p->K + 1] = '\0';
+            }
+            tb.len += (size_t)p->K + 1;
+        }
+    }
+    quarot__tb_printf(&tb, "end\n");
+    (void)h;
+    *needed = tb.len + 1;
+    if (buf && tb.len + 1 > cap) return QUAROT_ERR_WORKSPACE;
+    return QUAROT_OK;
+}
+
+// A cursor over one line of the text being read.
+typedef struct quarot__lineread {
+    const char* p;
+    const char* end;
+} quarot__lineread;
+
+static int quarot__lr_word(quarot__lineread* lr, const char* word) {
+    size_t n = strlen(word);
+    if ((size_t)(lr->end - lr->p) < n || memcmp(lr->p, word, n) != 0) return 0;
+    lr->p += n;
+    return 1;
+}
+
+// Non-negative decimal integer below 2^53, no sign, no leading '+'.
+static int quarot__lr_int(quarot__lineread* lr, int64_t* out) {
+    int64_t v = 0;
+    int digits = 0;
+    while (lr->p < lr->end && *lr->p >= '0' && *lr->p <= '9') {
+        if (v > (((int64_t)1 << 53) - 10) / 10) return 0;
+        v = v * 10 + (*lr->p - '0');
+        lr->p++;
+        digits++;
+    }
+    *out = v;
+    return digits > 0 && digits < 17;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t line, const char* fmt, ...) {
+    va_list ap;
+    int n;
+    if (!err || err_size == 0) return QUAROT_ERR_PARSE;
+    n = snprintf(err, err_size, "line %lld: ", (long long)line);
+    if (n < 0 || (size_t)n >= err_size) return QUAROT_ERR_PARSE;
+    va_start(ap, fmt);
+    vsnprintf(err + n, err_size - (size_t)n, fmt, ap);
+    va_end(ap);
+    return QUAROT_ERR_PARSE;
+}
+
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size) {
+    const char* p = text;
+    const char* end = text + len;
+    int64_t line = 0, declared = -1, i;
+    int seen_end = 0;
+    float* signs = NULL;
+    int8_t* ref = NULL;
+    quarot_result res = QUAROT_OK;
+    if (err && err_size) err[0] = '\0';
+    if (!list || !text || list->count != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    while (p < end && res == QUAROT_OK) {
+        quarot__lineread lr;
+        const char* nl = (const char*)memchr(p, '\n', (size_t)(end - p));
+        lr.p = p;
+        lr.end = nl ? nl : end;
+        p = nl ? nl + 1 : end;
+        ++line;
+        if (seen_end) { res = quarot__parse_error(err, err_size, line, "text after 'end'"); break; }
+        if (line == 1) {
+            if (!quarot__lr_word(&lr, "quarot-online 1") || lr.p != lr.end)
+                res = quarot__parse_error(err, err_size, line, "expected 'quarot-online 1' (unknown format or version)");
+            continue;
+        }
+        if (line == 2) {
+            if (!quarot__lr_word(&lr, "hooks ") || !quarot__lr_int(&lr, &declared) || lr.p != lr.end || declared > (1 << 24))
+                res = quarot__parse_error(err, err_size, line, "expected 'hooks <count>'");
+            continue;
+        }
+        if (quarot__lr_word(&lr, "end")) {
+            if (lr.p != lr.end) res = quarot__parse_error(err, err_size, line, "junk after 'end'");
+            seen_end = 1;
+            continue;
+        }
+        if (quarot__lr_word(&lr, "hook ")) {
+            int64_t layer, size, outer, n, inner, K, m;
+            quarot_online_site site = QUAROT_SITE_NONE;
+            int s;
+            quarot_hadamard_info info;
+            if (list->count >= declared) { res = quarot__parse_error(err, err_size, line, "more hooks than declared"); break; }
+            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) { res = quarot__parse_error(err, err_size, line, "bad layer"); break; }
+            for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
+                quarot__lineread t = lr;
+                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) { site = (quarot_online_site)s; lr = t; break; }
+            }
+            if (site == QUAROT_SITE_NONE) { res = quarot__parse_error(err, err_size, line, "unknown site"); break; }
+            if (!quarot__lr_word(&lr, "size=") || !quarot__lr_int(&lr, &size) || !quarot__lr_word(&lr, " outer=") ||
+                !quarot__lr_int(&lr, &outer) || !quarot__lr_word(&lr, " n=") || !quarot__lr_int(&lr, &n) ||
+                !quarot__lr_word(&lr, " inner=") || !quarot__lr_int(&lr, &inner) || !quarot__lr_word(&lr, " K=") ||
+                !quarot__lr_int(&lr, &K) || !quarot__lr_word(&lr, " m=") || !quarot__lr_int(&lr, &m) ||
+                !quarot__lr_word(&lr, " signs=")) {
+                res = quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
+                break;
+            }
+            if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
+                inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size) {
+                res = quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
+                break;
+            }
+            if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m) {
+                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction", (long long)n,
+                                          (long long)K, (long long)m);
+                break;
+            }
+            if (lr.p < lr.end && *lr.p == '-' && lr.p + 1 == lr.end) {
+                res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
+            } else {
+                int64_t digits = (n + 3) / 4;
+                if (lr.end - lr.p != digits) { res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits); break; }
+                signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+                if (!signs) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+                for (i = 0; i < digits && res == QUAROT_OK; ++i) {
+                    char ch = lr.p[i];
+                    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
+                    if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
+                    for (b = 0; b < 4; ++b) {
+                        if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
+                        else if ((v >> b) & 1) res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
+                    }
+                }
+                if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
+                quarot_env_free(&list->env, signs);
+                signs = NULL;
+            }
+            if (res != QUAROT_OK && (!err || !err[0])) quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+            continue;
+        }
+        if (quarot__lr_word(&lr, "hadamard ")) {
+            int64_t K, r, c;
+            if (!quarot__lr_int(&lr, &K) || lr.p != lr.end || K < 2 || K > 4096 || !quarot_hadamard_available(K)) {
+                res = quarot__parse_error(err, err_size, line, "bad 'hadamard <K>' header");
+                break;
+            }
+            ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
+            if (!ref) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+            res = quarot_hadamard_build_i8(K, ref, &list->env);
+            for (r = 0; r < K && res == QUAROT_OK; ++r) {
+                const char* rl = p;
+                const char* rn = p < end ? (const char*)memchr(p, '\n', (size_t)(end - p)) : NULL;
+                ++line;
+                if (!rn || rn - rl != K) { res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K); break; }
+                for (c = 0; c < K; ++c)
+                    if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
+                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction", (long long)K);
+                        break;
+                    }
+                p = rn + 1;
+            }
+            quarot_env_free(&list->env, ref);
+            ref = NULL;
+            continue;
+        }
+        res = quarot__parse_error(err, err_size, line, "unknown line");
+    }
+    if (res == QUAROT_OK && line < 2) res = quarot__parse_error(err, err_size, line, "truncated header");
+    if (res == QUAROT_OK && !seen_end) res = quarot__parse_error(err, err_size, line, "missing 'end' (truncated file)");
+    if (res == QUAROT_OK && list->count != declared)
+        res = quarot__parse_error(err, err_size, line, "%lld hooks declared, %lld found", (long long)declared, (long long)list->count);
+    if (res != QUAROT_OK) {
+        quarot_env free_env = list->env;
+        quarot_online_list_free(list);
+        quarot_online_list_init(list, &free_env);
+    }
+    return res;
+}
+
 // >>processor
+// init: resolve the config, build the adapter's plan, the rotations (R1, R2, HEADS, R4, R3) and the
+// command list, then validate every named tensor (globals, then each layer between acquire and
+// release) before anything is written. The passes then run the plan's fusions, bakes and commands
+// filtered by layer (-1 = global, in pre_run), and register each layer's online hooks.
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void quarot__model_error(quarot_model* m, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->error, sizeof m->error, fmt, ap);
+    va_end(ap);
+}
+
+// Fill defaults (n_kv_heads, head_dim) and reject inconsistent geometry.
+static quarot_result quarot__resolve_config(quarot_model* m, quarot_model_config* cfg) {
+    *cfg = m->config;
+    if (cfg->hidden <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->intermediate <= 0 || cfg->vocab <= 0) {
+        quarot__model_error(m, "config: hidden, intermediate, n_layers, n_heads and vocab must be positive");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->n_kv_heads == 0) cfg->n_kv_heads = cfg->n_heads;
+    if (cfg->n_kv_heads < 0 || cfg->n_heads % cfg->n_kv_heads != 0) {
+        quarot__model_error(m, "config: n_kv_heads %lld does not divide n_heads %lld", (long long)cfg->n_kv_heads, (long long)cfg->n_heads);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->head_dim == 0) {
+        if (cfg->hidden % cfg->n_heads != 0) {
+            quarot__model_error(m, "config: head_dim not given and n_heads %lld does not divide hidden %lld",
+                                (long long)cfg->n_heads, (long long)cfg->hidden);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        cfg->head_dim = cfg->hidden / cfg->n_heads;
+    }
+    if (cfg->head_dim <= 0) {
+        quarot__model_error(m, "config: head_dim must be positive");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+// Look a tensor up and check it is a valid view of a supported floating-point type.
+static quarot_result quarot__get(quarot_processor* p, const char* name, quarot_tensor* t) {
+    quarot_result r;
+    memset(t, 0, sizeof *t);
+    if (!p->model->get_tensor) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = p->model->get_tensor(p->model->user_data, name, t);
+    if (r == QUAROT_ERR_NOT_FOUND) { quarot__model_error(p->model, "tensor '%s' not found", name); return r; }
+    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': %s", name, quarot_result_string(r)); return r; }
+    r = quarot_tensor_validate(t);
+    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': invalid view (%s)", name, quarot_result_string(r)); return r; }
+    return QUAROT_OK;
+}
+
+// 1 when the tensor exists (probe without recording an error).
+static int quarot__exists(quarot_processor* p, const char* name) {
+    quarot_tensor t;
+    if (!name || !name[0]) return 0;
+    return p->model->get_tensor(p->model->user_data, name, &t) == QUAROT_OK;
+}
+
+static quarot_result quarot__expect_1d(quarot_processor* p, const char* name, const quarot_tensor* t, int64_t len) {
+    if (t->ne[0] != len || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        quarot__model_error(p->model, "tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected a vector of %lld", name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)len);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__check_finite_named(quarot_processor* p, const char* name, const quarot_tensor* t) {
+    int64_t bad;
+    if (quarot_tensor_check_finite(t, &bad) != QUAROT_OK) {
+        quarot__model_error(p->model, "tensor '%s' has NaN or Inf at element %lld", name, (long long)bad);
+        return QUAROT_ERR_NONFINITE;
+    }
+    return QUAROT_OK;
+}
+
+static int quarot__rotation_of(const quarot_processor* p, quarot_rotation_id id) { return p->have_rot[id]; }
+
+// Record a tensor create_tensor will be asked for (once per name).
+static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims, int64_t ne0, int64_t ne1) {
+    quarot_tensor_spec* t;
+    int64_t i;
+    for (i = 0; i < p->n_creates; ++i)
+        if (strcmp(p->creates[i].name, name) == 0) return QUAROT_OK;
+    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates, sizeof *t);
+    if (!t) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__copy_name(t->name, name)) { p->n_creates--; return QUAROT_ERR_INVALID_ARGUMENT; }
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = t->ne[3] = 1;
+    return QUAROT_OK;
+}
+
+// Append one command.
+static quarot_result quarot__add_command(quarot_processor* p, int64_t cap, int64_t layer, quarot_rotation_id rot,
+                                         quarot_side side, int embedding, int64_t outer, int64_t inner,
+                                         const char* weight, const char* bias) {
+    quarot_command* c;
+    if (p->n_commands >= cap) return QUAROT_ERR_INTERNAL;
+    c = &p->commands[p->n_commands++];
+    memset(c, 0, sizeof *c);
+    c->layer = layer;
+    c->rotation = rot;
+    c->side = side;
+    c->embedding = embedding;
+    c->outer = outer;        // 0: derived from the tensor (one slice per head)
+    c->inner = inner;
+    strcpy(c->weight, weight);
+    strcpy(c->bias, bias ? bias : "");
+    return QUAROT_OK;
+}
+
+static int quarot__down_online(const quarot_processor* p, int64_t layer) {
+    int64_t i;
+    if (!p->desc.online) return 0;
+    switch (p->desc.down_proj_online) {
+        case QUAROT_LAYERS_DEFAULT:
+        case QUAROT_LAYERS_ALL: return 1;
+        case QUAROT_LAYERS_LIST:
+            for (i = 0; i < p->desc.n_down_proj_online_layers; ++i)
+                if (p->desc.down_proj_online_layers[i] == layer) return 1;
+            return 0;
+        default: return 0;
+    }
+}
+
+// A plain (sign-free) Hadamard rotation of size n for an online site, falling back to the largest
+// available block; *block receives the order used.
+static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotation* r, int64_t n, const char* what) {
+    quarot_rotation_desc d;
+    int64_t b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
+    quarot_result res;
+    if (b <= 1) {
+        quarot__model_error(p->model, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what, (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_HADAMARD;
+    d.n = b;
+    d.no_signs = 1;
+    d.fallback = QUAROT_FALLBACK_ERROR;
+    res = quarot_rotation_init(r, &d, &p->model->env);
+    if (res != QUAROT_OK) quarot__model_error(p->model, "online %s rotation of order %lld: %s", what, (long long)b, quarot_result_string(res));
+    return res;
+}
+
+static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_model_config* cfg) {
+    quarot_rotation_desc d;
+    quarot_result res;
+    int64_t tp = p->desc.max_tp_size > 0 ? p->desc.max_tp_size : 1;
+    quarot_rotation_kind kind = p->desc.rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.rotation;
+    int k;
+    for (k = 0; k < QUAROT_ROT_COUNT_; ++k) p->have_rot[k] = 0;
+    memset(&d, 0, sizeof d);
+    d.n = cfg->hidden;
+    d.block_size = p->desc.block_size > 0 ? p->desc.block_size : 0;
+    d.seed = p->desc.seed;
+    d.fallback = p->desc.fallback;
+    if (d.block_size && cfg->hidden % d.block_size != 0) {
+        quarot__model_error(p->model, "block_size %lld does not divide hidden %lld", (long long)d.block_size, (long long)cfg->hidden);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (kind == QUAROT_ROTATION_ADAPT) {
+        const quarot_adapt_context* ctx = p->desc.context;
+        if (!ctx || !ctx->matrix) {
+            quarot__model_error(p->model, "Adapt Rotation stage 2 needs the adapted matrix from stage 1: run stage 1 (calibration) first and pass its context");
+            return QUAROT_ERR_STATE;
+        }
+        if (ctx->hidden != cfg->hidden || cfg->hidden % ctx->block != 0) {
+            quarot__model_error(p->model, "Adapt Rotation context is for hidden size %lld (block %lld), the model has %lld",
+                                (long long)ctx->hidden, (long long)ctx->block, (long long)cfg->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        kind = QUAROT_ROTATION_MATRIX;
+        d.matrix = ctx->matrix;
+        d.block_size = ctx->block;
+        d.orth_tol = 1e-5;
+    } else if (kind == QUAROT_ROTATION_MATRIX) {
+        if (!p->desc.matrix) { quarot__model_error(p->model, "rotation MATRIX needs desc.matrix"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        d.matrix = p->desc.matrix;
+    }
+    d.kind = kind;
+    res = quarot_rotation_init(&p->rot[QUAROT_ROT_R1], &d, &p->model->env);
+    if (res != QUAROT_OK) {
+        quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden, quarot_result_string(res),
+                            res == QUAROT_ERR_INVALID_ARGUMENT && kind == QUAROT_ROTATION_MATRIX ? " (matrix not orthogonal?)" : "");
+        return res;
+    }
+    p->have_rot[QUAROT_ROT_R1] = 1;
+    if (!p->desc.no_r2) {
+        memset(&d, 0, sizeof d);
+        d.kind = p->desc.r2_rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.r2_rotation;
+        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL && d.kind != QUAROT_ROTATION_IDENTITY) {
+            quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL or IDENTITY");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        d.n = cfg->head_dim;
+        d.seed = p->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
+        res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
+        if (res != QUAROT_OK) { quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim, quarot_result_string(res)); return res; }
+        p->have_rot[QUAROT_ROT_R2] = 1;
+    }
+    if (p->desc.online || p->desc.r3) {
+        if (!p->desc.online_out) { quarot__model_error(p->model, "online rotation needs desc.online_out to receive the hooks"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (tp < 1 || (tp & (tp - 1)) != 0) { quarot__model_error(p->model, "max_tp_size must be a power of two"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    }
+    if (p->desc.online) {
+        if (cfg->n_heads % tp != 0 || cfg->intermediate % tp != 0) {
+            quarot__model_error(p->model, "max_tp_size %lld does not divide n_heads %lld and intermediate %lld", (long long)tp,
+                                (long long)cfg->n_heads, (long long)cfg->intermediate);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp, "o_proj heads")) != QUAROT_OK) return res;
+        p->have_rot[QUAROT_ROT_HEADS] = 1;
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp, "down_proj")) != QUAROT_OK) return res;
+        p->have_rot[QUAROT_ROT_R4] = 1;
+    }
+    if (p->desc.r3 && (res = quarot__online_rotation(p, &p->r3, cfg->head_dim, "q/k")) != QUAROT_OK) return res;
+    return QUAROT_OK;
+}
+
+// Commands from the plan's rotation entries plus the offline halves of the online rotations.
+static quarot_result quarot__build_commands(quarot_processor* p, const quarot_model_config* cfg) {
+    int64_t cap = p->plan.n_rotations + 2 * cfg->n_layers, i;
+    quarot_result res = QUAROT_OK;
+    p->commands = (quarot_command*)quarot_env_alloc(&p->model->env, (size_t)cap * sizeof(quarot_command));
+    if (!p->commands) return QUAROT_ERR_OUT_OF_MEMORY;
+    p->n_commands = 0;
+    for (i = 0; i < p->plan.n_rotations && res == QUAROT_OK; ++i) {
+        const quarot_plan_rotation* pr = &p->plan.rotations[i];
+        if (!quarot__rotation_of(p, pr->rotation)) continue;
+        if (cfg->tied_embeddings && !p->untie && strcmp(pr->weight, p->plan.lm_head) == 0) continue;   // shares the embedding
+        res = quarot__add_command(p, cap, pr->layer, pr->rotation, pr->side, pr->embedding, pr->per_head ? 0 : 1, 1,
+                                  pr->weight, pr->side == QUAROT_SIDE_OUTPUT && !pr->embedding ? pr->bias : "");
+    }
+    for (i = 0; i < cfg->n_layers && res == QUAROT_OK && p->desc.online; ++i) {
+        const quarot_plan_layer* pl = &p->plan.layers[i];
+        res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0, cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n,
+                                  cfg->head_dim, pl->o_proj, "");
+        if (res == QUAROT_OK && quarot__down_online(p, i))
+            res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0, cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1,
+                                      pl->down_proj, "");
+    }
+    return res;
+}
+
+// All-ones gain and zero bias: fusing this norm changes nothing.
+static int quarot__norm_is_identity(quarot_processor* p, const char* weight, const char* bias) {
+    quarot_tensor t;
+    double* row;
+    int64_t j;
+    int identity = 1;
+    if (quarot__get(p, weight, &t) != QUAROT_OK) return 0;
+    row = (double*)quarot_env_alloc(&p->model->env, (size_t)t.ne[0] * sizeof(double));
+    if (!row) return 0;
+    quarot_tensor_get_row_f64(&t, 0, row);
+    for (j = 0; j < t.ne[0]; ++j) identity &= row[j] == 1.0;
+    if (identity && bias && bias[0] && quarot__get(p, bias, &t) == QUAROT_OK) {
+        quarot_tensor_get_row_f64(&t, 0, row);
+        for (j = 0; j < t.ne[0]; ++j) identity &= row[j] == 0.0;
+    }
+    quarot_env_free(&p->model->env, row);
+    p->model->error[0] = '\0';
+    return identity;
+}
+
+// Validate what one layer (or the globals, layer -1) needs: names, shapes, dtypes, finiteness.
+static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_model_config* cfg, int64_t layer) {
+    quarot_tensor w, b;
+    int64_t i, k;
+    quarot_result res;
+    for (i = 0; i < p->plan.n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        int64_t L;
+        if (f->layer != layer) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if ((res = quarot__get(p, f->norm_weight, &w)) != QUAROT_OK) return res;
+        L = w.ne[0];
+        if ((res = quarot__expect_1d(p, f->norm_weight, &w, L)) != QUAROT_OK) return res;
+        if ((res = quarot__check_finite_named(p, f->norm_weight, &w)) != QUAROT_OK) return res;
+        if (f->norm_bias[0]) {
+            if ((res = quarot__get(p, f->norm_bias, &b)) != QUAROT_OK) return res;
+            if ((res = quarot__expect_1d(p, f->norm_bias, &b, L)) != QUAROT_OK) return res;
+            if ((res = quarot__check_finite_named(p, f->norm_bias, &b)) != QUAROT_OK) return res;
+        }
+        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+            const quarot_plan_linear* l = &p->plan.linears[k];
+            if (layer < 0 && p->untie && strcmp(l->weight, p->plan.lm_head) == 0) {   // created in pre_run
+                quarot_tensor e;
+                if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
+                if ((res = quarot__plan_create(p, l->weight, e.dtype, 2, e.ne[0], e.ne[1])) != QUAROT_OK) return res;
+                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1], 1)) != QUAROT_OK) return res;
+                continue;
+            }
+            if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
+            if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
+                quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight, (long long)w.ne[0],
+                                    f->norm_weight, (long long)L);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            if ((res = quarot__check_finite_named(p, l->weight, &w)) != QUAROT_OK) return res;
+            if (quarot__exists(p, l->bias)) {
+                if ((res = quarot__get(p, l->bias, &b)) != QUAROT_OK) return res;
+                if ((res = quarot__expect_1d(p, l->bias, &b, w.ne[1])) != QUAROT_OK) return res;
+                if ((res = quarot__check_finite_named(p, l->bias, &b)) != QUAROT_OK) return res;
+            } else if (f->norm_bias[0] && (!l->bias[0] || !p->model->create_tensor)) {
+                quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
+                                    l->bias[0] ? " and model.create_tensor to make it" : " name");
+                return QUAROT_ERR_INVALID_ARGUMENT;
+            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1], 1)) != QUAROT_OK) {
+                return res;
+            }
+        }
+    }
+    for (i = 0; i < p->plan.n_bakes; ++i) {
+        const quarot_plan_bake* bk = &p->plan.bakes[i];
+        if (bk->layer != layer) continue;
+        if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
+        if ((bk->embedding ? w.ne[0] : w.ne[1]) != cfg->hidden) {
+            quarot__model_error(p->model, "tensor '%s' does not write the residual stream of width %lld", bk->weight, (long long)cfg->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
+    for (i = 0; i < p->n_commands; ++i) {
+        quarot_command* c = &p->commands[i];
+        const quarot_rotation* rot = &p->rot[c->rotation];
+        int has_bias;
+        int axis;
+        int64_t L;
+        if (c->layer != layer) continue;
+        if (layer < 0 && p->untie && strcmp(c->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
+        if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+        if ((res = quarot__check_finite_named(p, c->weight, &w)) != QUAROT_OK) return res;
+        L = quarot__command_axis(c, &w, &axis);
+        if (c->outer == 0) {   // per head: one slice of the rotation's size per head
+            if (L == 0 || L % rot->n != 0) {
+                quarot__model_error(p->model, "tensor '%s': axis of %lld is not a multiple of head_dim %lld", c->weight, (long long)L, (long long)rot->n);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            c->outer = L / rot->n;
+        }
+        has_bias = c->bias[0] && quarot__exists(p, c->bias);
+        if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
+        if (has_bias && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
+        res = quarot__command_check(c, rot, &w, has_bias ? &b : NULL);
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices x %lld)%s",
+                                c->weight, (long long)w.ne[0], (long long)w.ne[1], c->side == QUAROT_SIDE_INPUT ? "an input-side" : "an output-side",
+                                (long long)rot->n, (long long)c->outer, (long long)c->inner, has_bias ? " or its bias does not match" : "");
+            return res;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API void quarot_processor_free(quarot_processor* p) {
+    int k;
+    if (!p || !p->model) return;
+    for (k = 0; k < QUAROT_ROT_COUNT_; ++k) quarot_rotation_free(&p->rot[k]);
+    quarot_rotation_free(&p->r3);
+    quarot_plan_free(&p->plan);
+    quarot_env_free(&p->model->env, p->commands);
+    quarot_env_free(&p->model->env, p->creates);
+    p->creates = NULL;
+    p->n_creates = p->cap_creates = 0;
+    p->commands = NULL;
+    p->n_commands = 0;
+    p->model = NULL;
+}
+
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc) {
+    quarot_model_config cfg;
+    quarot_result res;
+    int64_t i;
+    if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(p, 0, sizeof *p);
+    if (!model) return QUAROT_ERR_INVALID_ARGUMENT;
+    model->error[0] = '\0';
+    if (!model->get_tensor) { quarot__model_error(model, "model.get_tensor is NULL"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    p->model = model;
+    if (desc) p->desc = *desc;
+    if ((res = quarot__resolve_config(model, &cfg)) != QUAROT_OK) { p->model = NULL; return res; }
+    p->adapter = p->desc.adapter ? p->desc.adapter : quarot_adapter_find(cfg.arch);
+    if (!p->adapter || !p->adapter->build) {
+        quarot__model_error(model, "no adapter for architecture '%s' (built-in: %s)", cfg.arch, quarot_adapter_list());
+        p->model = NULL;
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    quarot_plan_init(&p->plan, &model->env);
+    res = p->adapter->build(p->adapter, &cfg, p->desc.block_size > 0 ? p->desc.block_size : -1, &p->plan);
+    if (res == QUAROT_OK && p->plan.n_layers != cfg.n_layers) res = QUAROT_ERR_INTERNAL;
+    if (res != QUAROT_OK) {
+        if (!model->error[0]) quarot__model_error(model, "adapter '%s' could not describe the model: %s", p->adapter->arch, quarot_result_string(res));
+        quarot_processor_free(p);
+        return res;
+    }
+    // Untie when the shared table cannot serve both ends after fusion / baking.
+    if (cfg.tied_embeddings) {
+        const char* fb = NULL;
+        for (i = 0; i < p->plan.n_fusions; ++i)
+            if (strcmp(p->plan.fusions[i].norm_weight, p->plan.final_norm_weight) == 0) fb = p->plan.fusions[i].norm_bias;
+        p->untie = cfg.norm == QUAROT_NORM_LAYER || p->plan.n_bakes > 0 || !quarot__norm_is_identity(p, p->plan.final_norm_weight, fb);
+        if (p->untie && !model->create_tensor) {
+            quarot__model_error(model, "tied embeddings must be untied (the final norm is not the identity) and model.create_tensor is NULL");
+            quarot_processor_free(p);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if ((res = quarot__build_rotations(p, &cfg)) != QUAROT_OK || (res = quarot__build_commands(p, &cfg)) != QUAROT_OK) {
+        if (!model->error[0]) quarot__model_error(model, "building rotations: %s", quarot_result_string(res));
+        quarot_processor_free(p);
+        return res;
+    }
+    // Validation pass: globals, then every layer once (read only).
+    {
+        quarot_tensor e;
+        if ((res = quarot__get(p, p->plan.embed, &e)) == QUAROT_OK && (e.ne[0] != cfg.hidden || e.ne[1] != cfg.vocab)) {
+            quarot__model_error(model, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed,
+                                (long long)e.ne[0], (long long)e.ne[1], (long long)cfg.hidden, (long long)cfg.vocab);
+            res = QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        if (res == QUAROT_OK && !cfg.tied_embeddings && !quarot__exists(p, p->plan.lm_head)) {
+            quarot__model_error(model, "tensor '%s' not found (config says the embeddings are not tied)", p->plan.lm_head);
+            res = QUAROT_ERR_NOT_FOUND;
+        }
+    }
+    if (res == QUAROT_OK) res = quarot__validate_layer(p, &cfg, -1);
+    for (i = 0; i < cfg.n_layers && res == QUAROT_OK; ++i) {
+        if (model->acquire_layer && (res = model->acquire_layer(model->user_data, i)) != QUAROT_OK) {
+            quarot__model_error(model, "acquire_layer(%lld) failed: %s", (long long)i, quarot_result_string(res));
+            break;
+        }
+        res = quarot__validate_layer(p, &cfg, i);
+        if (res != QUAROT_OK) {
+            char detail[sizeof model->error];
+            memcpy(detail, model->error, sizeof detail);
+            quarot__model_error(model, "layer %lld: %s", (long long)i, detail);
+        }
+        if (model->release_layer) {
+            quarot_result rr = model->release_layer(model->user_data, i, 0);
+            if (res == QUAROT_OK && rr != QUAROT_OK) {
+                quarot__model_error(model, "release_layer(%lld) failed: %s", (long long)i, quarot_result_string(rr));
+                res = rr;
+            }
+        }
+    }
+    if (res != QUAROT_OK) { quarot_processor_free(p); return res; }
+    p->stage = 1;
+    return QUAROT_OK;
+}
+
+// W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then g <- 1, beta <- 0.
+static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f) {
+    const quarot_env* env = &p->model->env;
+    quarot_tensor gt, bt, w, bias;
+    double *g = NULL, *beta = NULL, *row = NULL, *badd = NULL;
+    int64_t L, k, r, j;
+    quarot_result res;
+    if ((res = quarot__get(p, f->norm_weight, &gt)) != QUAROT_OK) return res;
+    L = gt.ne[0];
+    g = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+    if (!g) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_tensor_get_row_f64(&gt, 0, g);
+    if (f->norm_bias[0]) {
+        if ((res = quarot__get(p, f->norm_bias, &bt)) != QUAROT_OK) goto done;
+        beta = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+        if (!beta) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        quarot_tensor_get_row_f64(&bt, 0, beta);
+    }
+    row = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+    if (!row) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+        const quarot_plan_linear* l = &p->plan.linears[k];
+        int64_t out;
+        if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
+        out = quarot_tensor_nrows(&w);
+        if (beta) {
+            badd = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+            if (!badd) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        }
+        for (r = 0; r < out; ++r) {
+            double acc = 0.0;
+            quarot_tensor_get_row_f64(&w, r, row);
+            if (beta) for (j = 0; j < L; ++j) acc += row[j] * beta[j];
+            for (j = 0; j < L; ++j) row[j] *= g[j];
+            quarot_tensor_set_row_f64(&w, r, row);
+            if (badd) badd[r] = acc;
+        }
+        if (beta) {
+            double* bv = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+            if (!bv) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+            if (quarot__exists(p, l->bias)) {
+                res = quarot__get(p, l->bias, &bias);
+            } else {
+                int64_t ne1[1];
+                ne1[0] = out;
+                res = p->model->create_tensor(p->model->user_data, l->bias, w.dtype, 1, ne1, &bias);
+                if (res == QUAROT_OK) {   // created zero-filled; make sure of it
+                    for (r = 0; r < out; ++r) bv[r] = 0.0;
+                    quarot_tensor_set_row_f64(&bias, 0, bv);
+                } else {
+                    quarot__model_error(p->model, "create_tensor('%s') failed: %s", l->bias, quarot_result_string(res));
+                }
+            }
+            if (res == QUAROT_OK) {
+                quarot_tensor_get_row_f64(&bias, 0, bv);
+                for (r = 0; r < out; ++r) bv[r] += badd[r];
+                quarot_tensor_set_row_f64(&bias, 0, bv);
+            }
+            quarot_env_free(env, bv);
+            quarot_env_free(env, badd);
+            badd = NULL;
+            if (res != QUAROT_OK) goto done;
+        }
+    }
+    for (j = 0; j < L; ++j) g[j] = 1.0;
+    quarot_tensor_set_row_f64(&gt, 0, g);
+    if (beta) {
+        for (j = 0; j < L; ++j) beta[j] = 0.0;
+        quarot_tensor_set_row_f64(&bt, 0, beta);
+    }
+done:
+    quarot_env_free(env, g);
+    quarot_env_free(env, beta);
+    quarot_env_free(env, row);
+    quarot_env_free(env, badd);
+    return res;
+}
+
+// Mean baking: embedding rows centred; a writer's columns centred over its outputs, bias centred.
+static quarot_result quarot__run_bake(quarot_processor* p, const quarot_plan_bake* bk) {
+    const quarot_env* env = &p->model->env;
+    quarot_tensor w, b;
+    int64_t rows, cols, r, j;
+    double *row, *mean;
+    quarot_result res;
+    if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
+    rows = quarot_tensor_nrows(&w);
+    cols = w.ne[0];
+    row = (double*)quarot_env_alloc(env, (size_t)cols * sizeof(double));
+    mean = (double*)quarot_env_alloc(env, (size_t)(cols > rows ? cols : rows) * sizeof(double));
+    if (!row || !mean) { quarot_env_free(env, row); quarot_env_free(env, mean); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (bk->embedding) {
+        for (r = 0; r < rows; ++r) {
+            double m = 0.0;
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) m += row[j];
+            m /= (double)cols;
+            for (j = 0; j < cols; ++j) row[j] -= m;
+            quarot_tensor_set_row_f64(&w, r, row);
+        }
+    } else {
+        for (j = 0; j < cols; ++j) mean[j] = 0.0;
+        for (r = 0; r < rows; ++r) {
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) mean[j] += row[j];
+        }
+        for (j = 0; j < cols; ++j) mean[j] /= (double)rows;
+        for (r = 0; r < rows; ++r) {
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) row[j] -= mean[j];
+            quarot_tensor_set_row_f64(&w, r, row);
+        }
+        if (quarot__exists(p, bk->bias) && quarot__get(p, bk->bias, &b) == QUAROT_OK) {
+            double m = 0.0;
+            quarot_tensor_get_row_f64(&b, 0, mean);
+            for (r = 0; r < rows; ++r) m += mean[r];
+            m /= (double)rows;
+            for (r = 0; r < rows; ++r) mean[r] -= m;
+            quarot_tensor_set_row_f64(&b, 0, mean);
+        }
+    }
+    quarot_env_free(env, row);
+    quarot_env_free(env, mean);
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c) {
+    quarot_tensor w, b;
+    int has_bias, times = 1, act = 0, k;
+    quarot_result res;
+    if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
+    if (act == 1) return QUAROT_OK;
+    if (act == 2) times = 2;
+    if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+    has_bias = c->bias[0] && quarot__exists(p, c->bias);
+    if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
+    for (k = 0; k < times; ++k) {
+        res = quarot_command_apply(c, &p->rot[c->rotation], &w, has_bias ? &b : NULL, &p->model->env);
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
+            return res;
+        }
+        c->runs++;
+    }
+    return QUAROT_OK;
+}
+
+// Everything planned for one layer (or -1 = the globals).
+static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer) {
+    const quarot_model_config* cfg = &p->model->config;
+    int64_t i;
+    quarot_result res;
+    for (i = 0; i < p->plan.n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        if (f->layer != layer) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if ((res = quarot__run_fusion(p, f)) != QUAROT_OK) return res;
+    }
+    for (i = 0; i < p->plan.n_bakes; ++i)
+        if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) return res;
+    for (i = 0; i < p->n_commands; ++i)
+        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i])) != QUAROT_OK) return res;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p) {
+    quarot_model* m;
+    quarot_result res;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 1) return QUAROT_ERR_STATE;
+    m = p->model;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "pre_run", -1, m->config.n_layers);
+    if (p->untie) {   // lm_head <- a copy of the embedding, before anything changes it
+        quarot_tensor e, h;
+        int64_t ne[2], r;
+        double* row;
+        if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
+        ne[0] = e.ne[0];
+        ne[1] = e.ne[1];
+        res = m->create_tensor(m->user_data, p->plan.lm_head, e.dtype, 2, ne, &h);
+        if (res != QUAROT_OK) { quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res)); return res; }
+        row = (double*)quarot_env_alloc(&m->env, (size_t)ne[0] * sizeof(double));
+        if (!row) return QUAROT_ERR_OUT_OF_MEMORY;
+        for (r = 0; r < ne[1]; ++r) {
+            quarot_tensor_get_row_f64(&e, r, row);
+            quarot_tensor_set_row_f64(&h, r, row);
+        }
+        quarot_env_free(&m->env, row);
+        m->config.tied_embeddings = 0;
+    }
+    res = quarot__run_scope(p, -1);
+    if (res != QUAROT_OK) return res;
+    p->stage = 2;
+    p->next_layer = 0;
+    return QUAROT_OK;
+}
+
+// Register the online hooks of one layer (matching the offline halves its commands applied).
+static quarot_result quarot__register_hooks(quarot_processor* p, int64_t layer) {
+    const quarot_model_config* c = &p->model->config;
+    int64_t hd = c->head_dim ? c->head_dim : c->hidden / c->n_heads, kv = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
+    quarot_online_list* out = p->desc.online_out;
+    quarot_result res = QUAROT_OK;
+    if (p->desc.online) {
+        int64_t g = p->rot[QUAROT_ROT_HEADS].n, n4 = p->rot[QUAROT_ROT_R4].n;
+        res = quarot_online_list_add(out, layer, QUAROT_SITE_O_INPUT, c->n_heads * hd, c->n_heads / g, g, hd, NULL);
+        if (res == QUAROT_OK && quarot__down_online(p, layer))
+            res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4, 1, NULL);
+    }
+    if (res == QUAROT_OK && p->desc.r3) {
+        int64_t b = p->r3.n;
+        res = quarot_online_list_add(out, layer, QUAROT_SITE_Q_ROPE, c->n_heads * hd, c->n_heads * hd / b, b, 1, NULL);
+        if (res == QUAROT_OK) res = quarot_online_list_add(out, layer, QUAROT_SITE_K_ROPE, kv * hd, kv * hd / b, b, 1, NULL);
+    }
+    if (res != QUAROT_OK) quarot__model_error(p->model, "layer %lld: registering online hooks: %s", (long long)layer, quarot_result_string(res));
+    return res;
+}
+
+QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer) {
+    quarot_model* m;
+    quarot_result res, rr;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 2 || layer != p->next_layer || layer >= p->model->config.n_layers) return QUAROT_ERR_STATE;
+    m = p->model;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "layer", layer, m->config.n_layers);
+    if (m->acquire_layer && (res = m->acquire_layer(m->user_data, layer)) != QUAROT_OK) {
+        quarot__model_error(m, "acquire_layer(%lld) failed: %s", (long long)layer, quarot_result_string(res));
+        return res;
+    }
+    res = quarot__run_scope(p, layer);
+    if (res == QUAROT_OK) res = quarot__register_hooks(p, layer);
+    if (m->release_layer) {
+        rr = m->release_layer(m->user_data, layer, 1);
+        if (res == QUAROT_OK && rr != QUAROT_OK) {
+            quarot__model_error(m, "release_layer(%lld) failed: %s", (long long)layer, quarot_result_string(rr));
+            res = rr;
+        }
+    }
+    if (res == QUAROT_OK) p->next_layer++;
+    return res;
+}
+
+QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p) {
+    int64_t i;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 2 || p->next_layer != p->model->config.n_layers) return QUAROT_ERR_STATE;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "post_run", p->next_layer, p->model->config.n_layers);
+    for (i = 0; i < p->n_commands; ++i)
+        if (p->commands[i].runs != 1) {
+            quarot__model_error(p->model, "command on '%s' (%s side, rotation %d) ran %d times, expected exactly once",
+                                p->commands[i].weight, p->commands[i].side == QUAROT_SIDE_INPUT ? "input" : "output",
+                                (int)p->commands[i].rotation, p->commands[i].runs);
+            return QUAROT_ERR_INTERNAL;
+        }
+    if (p->plan.n_bakes > 0) p->model->config.norm = QUAROT_NORM_RMS;   // centred stream: LayerNorm == RMSNorm
+    p->stage = 3;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc) {
+    quarot_processor p;
+    quarot_result res;
+    int64_t i;
+    res = quarot_processor_init(&p, model, desc);
+    if (res != QUAROT_OK) return res;
+    res = quarot_processor_pre_run(&p);
+    for (i = 0; i < model->config.n_layers && res == QUAROT_OK; ++i) res = quarot_processor_run_layer(&p, i);
+    if (res == QUAROT_OK) res = quarot_processor_post_run(&p);
+    quarot_processor_free(&p);
+    return res;
+}
+
 // >>adapt
+// (implementation: Adapt Rotation work)
 
 #ifdef __cplusplus
 }
