@@ -28,7 +28,8 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
     >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
-    >>quant       fake quantization and integer quantization, error metrics
+    >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
+    >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
