@@ -26,8 +26,10 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
     >>transform_simd  SSE2 / AVX2 / AVX-512 / NEON kernels of the transforms, bit-identical to _ref
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
+    >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
-    >>quant       fake quantization and integer quantization, error metrics
+    >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
+    >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
@@ -429,53 +431,98 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 
 // >>gemm
 // C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [m][k], op(B) is [k][n], C is [m][n];
-// lda/ldb/ldc are row strides in elements. trans_a != 0: A is stored [k][m] (op(A) = A^T); likewise B.
-// beta == 0 ignores C's old contents (NaN included). Cache-blocked with SIMD micro-kernels; under
-// QUAROT_USE_CBLAS these call cblas_*gemm. Packing buffers come from env (QUAROT_ERR_OUT_OF_MEMORY);
-// env's parallel hook splits the work over column/row panels. Results match a double-precision
-// reference within k * 2^-23 * max|a|*max|b| (float), k * 2^-52 * ... (double).
+// lda/ldb/ldc are row strides in elements. trans_a != 0: A is stored [k][m] (op(A) = A^T, lda >= m),
+// else A is [m][k] (lda >= k); likewise B ([n][k] with ldb >= k when transposed, else [k][n], ldb >= n);
+// ldc >= n. Every leading dimension must be >= 1, also for empty matrices.
+//   - m == 0 or n == 0: nothing to do. k == 0 or alpha == 0: C <- beta * C (A and B are not read).
+//   - beta == 0 ignores C's old contents (NaN and Inf included); elements of C's rows past column n
+//     (the ldc - n gap) are never touched.
+// The built-in version is cache-blocked (packed A and B panels) with SIMD micro-kernels. Accuracy: each
+// element is a plain sum of k products (FMA where the ISA has it), so it lies within
+// ~k * eps * sum_p |op(A)[i][p] * op(B)[p][j]| of the exact value (eps = 2^-24 float, 2^-53 double);
+// different ISAs round differently. With env's parallel hook (n_threads > 1) the work is split over
+// panels of C; the result is bit-identical to the serial run of the same ISA. Packing buffers (about
+// 1.2 MB float / 1.2 MB double per task) come from env: QUAROT_ERR_OUT_OF_MEMORY on failure.
+// Under QUAROT_USE_CBLAS, quarot_sgemm/quarot_dgemm check their arguments the same way and then call
+// cblas_sgemm/cblas_dgemm (CblasRowMajor; env's hooks are not used; sizes over INT_MAX use the
+// built-in code). Errors: QUAROT_ERR_INVALID_ARGUMENT (negative sizes, small leading dimensions, NULL
+// pointers that would be read), QUAROT_ERR_OVERFLOW (a matrix extent does not fit in memory sizes).
 QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                                       float beta, float* c, int64_t ldc, const quarot_env* env);
 QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                       double beta, double* c, int64_t ldc, const quarot_env* env);
-// The built-in kernels even under QUAROT_USE_CBLAS (for tests and benchmarks).
+// The built-in kernels even under QUAROT_USE_CBLAS (for tests and benchmarks). isa picks the
+// micro-kernel: QUAROT_ISA_DEFAULT the best compiled in, QUAROT_ISA_REF the scalar one, an ISA that
+// was not compiled in gives QUAROT_ERR_UNSUPPORTED. (quarot_sgemm/quarot_dgemm use DEFAULT.)
 QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                                              float beta, float* c, int64_t ldc, const quarot_env* env);
+                                              float beta, float* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa);
 QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
-                                              double beta, double* c, int64_t ldc, const quarot_env* env);
+                                              double beta, double* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa);
+
+// >>gemm_kernels
+// (no declarations: the micro-kernels are private to the implementation)
 
 // >>linalg
-// Householder QR of A [m][n] (m >= n), row-major with row stride lda: on return A holds R in its
-// upper triangle; q (if not NULL) receives the thin Q [m][n] (row stride ldq).
+// Householder QR of A [m][n] (m >= n >= 1), row-major with row stride lda >= n: A = Q*R with Q [m][n]
+// having orthonormal columns and R [n][n] upper triangular with a non-negative diagonal (each
+// reflector's sign is folded into Q, so for a full-rank A this is the unique such factorization). On
+// return A holds R in its first n rows (zeros below the diagonal, rows n..m-1 zero); q (if not NULL)
+// receives the thin Q [m][n] (row stride ldq >= n). Blocked by 32 reflectors (compact WY); the block
+// updates use a private DGEMM without FMA and with a fixed k-blocking, so every number is the same
+// IEEE operation chain on every platform, ISA and thread split: the result is bit-identical everywhere.
+// Cost about 4*m*n^2 flops with Q (n = 2048: ~1.3 s on one Zen 4 core); env's parallel hook splits
+// the block updates. Workspace (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
 QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
                                        double* q, int64_t ldq, const quarot_env* env);
-// Haar-distributed random orthogonal Q [n][n] from a seed: G Gaussian, G = QR, Q <- Q*diag(sign(diag R)).
+// Haar-distributed random orthogonal Q [n][n] from a seed: G[i][j] = quarot_rng_normal draws in
+// row-major order from quarot_rng_seed(seed), G = Q*R by quarot_qr_f64 (diag(R) >= 0, which is
+// Q <- Q*diag(sign(diag R)) of a plain Householder QR). The same seed gives the same bits everywhere.
+// Temporary memory: n*n + O(n) doubles from env.
 QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, double* q, int64_t ldq,
                                                       const quarot_env* env);
 
-// Orthogonal polar factor U of a square C (C = U*P, U orthogonal, P symmetric positive semidefinite),
-// by Newton-Schulz: X0 = C/s, X <- X*(3I - X^T X)/2 until the residual max|X^T X - I| <= tol.
-// s = ||C||_F by default (so every singular value starts in (0, 1]). Singular values that are 0
-// (rank-deficient C) cannot converge: the call then returns QUAROT_ERR_NOT_CONVERGED after max_iter
-// iterations with U holding the last iterate; regularize (C + eps*I) first when C may be singular.
+// Orthogonal polar factor U of a square C (C = U*P, U orthogonal, P symmetric positive semidefinite;
+// U = argmin over orthogonal R of ||C - R||_F, the orthogonal Procrustes solution), by Newton-Schulz:
+//     X0 = C/s;  repeat: G = X^T X;  residual = max|G - I|;  stop if <= tol;  X <- X*(3I - G)/2
+// Every singular value of X0 must lie in (0, sqrt(3)); it then converges (the small ones grow by 1.5
+// per step, then quadratically). By default s = ||C||_F, refined for free after the first G by
+// sqrt(min(||G||_F, ||G||_1)) (both bound the largest eigenvalue of G), which saves several steps.
+// G is computed with the built-in GEMM (only its upper triangle, mirrored); the f32 version adds the
+// diagonal of G (the column norms) in double, so its residual is measured to ~1e-7 and the default
+// tolerance 2e-6 is reached for well-conditioned C up to n = 4096 and beyond (the off-diagonal f32
+// rounding is ~sqrt(n)*2^-24/n per entry). Steps needed: about log1.5(s/sigma_min) + 5; e.g. ~20
+// for cond(C) = 100 at n = 4096. Each step costs ~3 n^3 flops (G symmetric: n^3; X*Y: 2 n^3).
+// Singular values that are 0 (rank-deficient C) cannot converge; in floating point they become
+// rounding noise of size ~eps that grows by 1.5 per step, so the default max_iter is sized to stop
+// before noise could pass for a singular value (measured: noise reaches 1 after ~50 steps in f32 and
+// ~97 in f64): rank-deficient C returns QUAROT_ERR_NOT_CONVERGED (U holds the last iterate). The
+// defaults thus handle s/sigma_min up to about 1e5 (f32) and 1e12 (f64), i.e. cond(C) up to ~1e4 /
+// ~1e11 at n = 4096; regularize (C + eps*I) first when C may be singular.
 typedef struct quarot_polar_desc {   // zero-init = defaults
-    int max_iter;                    // 0 = 100
+    int max_iter;                    // 0 = 75 (f64) or 36 (f32); see above
     double tol;                      // 0 = 1e-6 (f64) or 2e-6 (f32); max-abs entry of X^T X - I
-    double scale;                    // 0 = Frobenius norm of C; otherwise X0 = C / scale
+    double scale;                    // 0 = Frobenius norm of C, refined; otherwise X0 = C / scale exactly
 } quarot_polar_desc;
 
 typedef struct quarot_polar_info {
-    int iterations;                  // iterations used
-    double residual;                 // max|U^T U - I| at the end
-    double scale;                    // the s actually used
+    int iterations;                  // updates X <- X*(3I - G)/2 performed
+    double residual;                 // max|U^T U - I| of the returned U (as measured, see above)
+    double scale;                    // the s actually used: X0 = C / s
 } quarot_polar_info;
 
-// C and U are [n][n] with row strides ldc, ldu (U may alias C). NaN/Inf in C -> QUAROT_ERR_NONFINITE;
-// C == 0 -> QUAROT_ERR_INVALID_ARGUMENT. info may be NULL.
+// C and U are [n][n] with row strides ldc, ldu >= n (U may alias C: C is read completely first).
+// Workspace: 2 n^2 elements (+ GEMM packing) from env; env's parallel hook splits the GEMMs. Results
+// depend on the ISA (GEMM rounding) but not on the parallel hook. Errors: NaN/Inf in C ->
+// QUAROT_ERR_NONFINITE; C == 0 -> QUAROT_ERR_INVALID_ARGUMENT; n < 1, small strides, NULL pointers,
+// negative max_iter/tol/scale -> QUAROT_ERR_INVALID_ARGUMENT; not converged within max_iter (or
+// diverging because desc.scale was too small) -> QUAROT_ERR_NOT_CONVERGED, with U = last iterate and
+// info filled. info may be NULL.
 QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
                                                         double* u, int64_t ldu, const quarot_polar_desc* d,
                                                         quarot_polar_info* info, const quarot_env* env);
@@ -486,37 +533,191 @@ QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* 
 // >>quant
 // Uniform quantizers (ALGORITHMS.md section 4). Rows are quantization units: per-token activations
 // [tokens][features] and per-output-channel weights W[out][in] are both "per row"; group_size splits
-// each row into groups along the row. Rounding is round-half-to-even.
-//   symmetric, b bits:  m = clip*max|x|, s = m/(2^(b-1)-1) (s = 1 when m == 0),
+// each row into groups of consecutive elements, each with its own scale (and zero point).
+//   symmetric, b bits:  m = c*max|x|, s = m/(2^(b-1)-1),
 //                       q = clamp(round(x/s), -2^(b-1), 2^(b-1)-1), x^ = q*s
-//   asymmetric:         lo = clip*min(x,0), hi = clip*max(x,0), s = (hi-lo)/(2^b-1) (1 when 0),
-//                       z = round(-lo/s), q = clamp(round(x/s)+z, 0, 2^b-1), x^ = (q-z)*s
+//   asymmetric:         lo = c*min(x,0), hi = c*max(x,0), s = (hi-lo)/(2^b-1),
+//                       z = clamp(round(-lo/s), 0, 2^b-1), q = clamp(round(x/s)+z, 0, 2^b-1), x^ = (q-z)*s
+// with c the clip ratio. Exactly, so that every platform gives the same bits:
+//   - Scales are computed in double from the float statistics and rounded once to float:
+//     s = f32((c*m) / (2^(b-1)-1)) and s = f32((c*hi - c*lo) / (2^b-1)), every step in double
+//     (c*m is exact). s = 1 when that float is 0 (all-zero group, or underflow), so zero groups stay
+//     exactly 0 (-0.0 becomes +0.0). For |x| near FLT_MAX, s is lowered to the largest float for which
+//     every code dequantizes to a finite value.
+//   - round() is round-half-to-even of the exact quotient x/s. It is taken from (double)x/(double)s,
+//     which for float x and s is never rounded across or onto a half-integer; the scalar kernel rounds
+//     with truncating conversions and comparisons, the SIMD kernels with an explicit ties-to-even
+//     instruction, so the result does not depend on the FP rounding mode.
+//   - x^ = f32(q - z) * s is one float multiplication, the same expression quarot_dequantize_f32 uses,
+//     so dequantize(quantize(x)) equals quarot_fake_quant_f32(x) bit for bit.
+//   - Asymmetric ranges always contain 0, so 0 is represented exactly.
+//   - clip_search: per group, candidates c_k = f64(c*(100-k)/100) for k = 0..50 (c down to c/2, steps
+//     of 1%); each is scored by sum((x^ - x)^2) in double (element order) and the first smallest
+//     wins, so the search never does worse than c itself (k = 0). Costs 51 quantizations per group.
+// Cost: two passes over each row (statistics, quantization); groups add one statistics pass.
 typedef struct quarot_quant_desc {   // zero-init = 4-bit symmetric per row, clip 1.0
     int bits;                        // 2..8; 0 = 4
     int asymmetric;                  // 0 symmetric, 1 asymmetric (zero point)
     int64_t group_size;              // 0 = whole row; otherwise must divide cols
     float clip_ratio;                // (0, 1]; 0 = 1.0
-    int clip_search;                 // 1: per group, try clip ratios 1.0, 0.99, ..., 0.5 and keep the
-                                     //    one with the smallest squared error (weights, RTN)
+    int clip_search;                 // 0 off, 1: per group, search c_k as above (weights, RTN)
+    quarot_isa isa;                  // kernels: DEFAULT = best; SSE2, AVX2 (also used for AVX512)
+                                     // and NEON exist besides REF; every one gives the same bits
 } quarot_quant_desc;
 
-// x[rows][stride], first cols of each row: x <- dequant(quant(x)) in place.
+// Errors shared by the quantizers: NULL data pointer, rows or cols < 0, stride < cols, bits outside
+// 2..8, group_size < 0 or not dividing cols, clip_ratio outside (0, 1], asymmetric or clip_search not
+// 0/1 -> QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED; rows*stride not
+// addressable -> QUAROT_ERR_OVERFLOW. d == NULL means all defaults. rows == 0 or cols == 0 is a
+// no-op. NaN or Inf in a row -> QUAROT_ERR_NONFINITE: each row is checked before anything of it is
+// written, so that row and the rows after it are left untouched (rows before it have been processed).
+
+// x[rows][stride], first cols of each row: x <- dequant(quant(x)) in place. Never allocates.
 QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t cols, int64_t stride,
                                                const quarot_quant_desc* d);
-// Integer form for engines: q[rows][cols] codes, scales/zeros [rows][cols/group] (zeros may be NULL
-// when symmetric). Asymmetric codes are stored zero-centred in int8 (q - 2^(b-1)), with the zero point
-// likewise shifted, so x^ = (q - zero) * scale in both cases.
+// Integer form for engines: q[rows][cols] codes, scales and zeros [rows][cols/group] (contiguous;
+// zeros may be NULL when symmetric, and receive 0 then). Asymmetric codes are stored zero-centred in
+// int8 (q - 2^(b-1)), with the zero point likewise shifted (z - 2^(b-1), an integer held in a float),
+// so x^ = (code - zero) * scale in both cases and every code lies in [-2^(b-1), 2^(b-1)-1].
 QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64_t cols, int64_t stride,
                                              const quarot_quant_desc* d, int8_t* q, float* scales, float* zeros);
+// x[r][j] = (f32(code) - zero) * scale (zero = 0 when zeros is NULL, allowed only when symmetric).
+// Codes are not range-checked. x has row stride `stride` (>= cols).
 QUAROT_API quarot_result quarot_dequantize_f32(const int8_t* q, const float* scales, const float* zeros,
                                                int64_t rows, int64_t cols, const quarot_quant_desc* d,
                                                float* x, int64_t stride);
-// Error metrics over n elements (double accumulation).
+// Error metrics over n elements (double accumulation in element order): mean of (a-b)^2 and
+// max |a-b|. n <= 0 gives 0; a NULL pointer (n > 0) gives NaN; NaN in the inputs propagates.
 QUAROT_API double quarot_mse_f32(const float* a, const float* b, int64_t n);
 QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_t n);
 
+// >>gptq
+// Calibration statistics for GPTQ: h[in][in] += 2 * x^T x over x[rows][stride] (first `in` of each
+// row), in double. Sums are formed in chunks of 8 rows (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row
+// order), then the rows % 8 left one at a time, so the bits depend on how rows are split between
+// calls (not on the SIMD kernel). Only the upper triangle is accumulated, then mirrored into the
+// lower one: h must be symmetric on entry (zeros, or earlier calls). GPTQ does not care about the
+// scale of H (the reference implementation keeps the mean 2/N X^T X; this keeps the sum).
+// Cost rows*in^2/2 multiply-adds, cache-tiled. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
+// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 > SIZE_MAX ->
+// QUAROT_ERR_OVERFLOW.
+QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
+                                                       int64_t rows, int64_t stride);
+
+// GPTQ (Frantar et al., 2022): quantize W[out][in] column by column, each time moving the rounding
+// error onto the columns not yet quantized so that ||X W^T - X W^^T||^2 stays small, given
+// H = 2 X^T X [in][in] from calibration inputs X (after any online rotation). Per column i, in
+// processing order, with U the upper Cholesky factor of H^-1 (H^-1 = U^T U, from the damped H):
+//     w^_i = RTN(w_i);  e = (w_i - w^_i) / U_ii;  w_j -= e * U_ij  for the later columns j
+// Steps, as the reference implementation: dead columns (H_ii == 0) get H_ii = 1 and W[:, i] = 0;
+// act_order sorts columns by descending H_ii (ties: lower index first); H += damp*I with
+// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization H = V V^T
+// (V upper) and triangular inverse U = V^-1, blocked by 64 with the O(in^3) parts split over env's
+// parallel hook. Rows are independent and are processed in tiles of 32 rows, also in parallel; W rows
+// are copied to double. Results do not depend on the thread count or the SIMD kernel (quant.isa picks
+// it; all give the same bits), and are bit-identical for every block_size (each w_j receives its
+// updates in processing order).
+// Scales: per row (group_size 0) from the whole original row, as RTN (clip_ratio / clip_search
+// included); with groups in natural order, from the group's current (error-updated) values rounded to
+// float, when its first column comes up; with act_order and groups ("static groups"), from the
+// original weights, so codes keep the natural [out][in/group] layout.
+typedef struct quarot_gptq_desc {    // zero-init = GPTQ's defaults, 4-bit symmetric per row
+    quarot_quant_desc quant;         // bits, asymmetric, group_size, clip_ratio, clip_search
+    double damp_ratio;               // 0 = 0.01; < 0: no damping
+    int64_t block_size;              // 0 = 128; lazy-update block (speed only), rounded up to a
+                                     // multiple of group_size
+    int act_order;                   // 0 natural column order, 1 descending diag(H)
+} quarot_gptq_desc;
+
+typedef struct quarot_gptq_info {
+    double loss;                     // GPTQ's error estimate sum (w - w^)^2 / (2 U_ii^2) over all rows
+                                     // and columns; equals ||X (W - W^)^T||^2 for the damped H
+    double damp;                     // the value added to diag(H)
+    int64_t dead_columns;            // columns with H_ii == 0
+    int64_t bad_column;              // QUAROT_ERR_NOT_CONVERGED: original index of the column whose
+                                     // Cholesky pivot failed; otherwise -1
+} quarot_gptq_info;
+
+// w[out][stride] (first `in` of each row) is overwritten by its fake-quantized values (always equal
+// to dequantizing the codes). h[h_n][h_n] is read-only (upper triangle i <= j read; it must be
+// symmetric). q [out][in], scales and zeros [out][in/group] are optional (NULL), laid out as in
+// quarot_quantize_f32 (zeros required with q when asymmetric). info may be NULL.
+// Errors: h_n != in -> QUAROT_ERR_SHAPE_MISMATCH; NaN/Inf in w or h -> QUAROT_ERR_NONFINITE; H not
+// numerically positive definite after damping (a Cholesky pivot <= in*DBL_EPSILON*H_jj) ->
+// QUAROT_ERR_NOT_CONVERGED; other bad arguments as for the quantizers, plus damp_ratio NaN,
+// block_size < 0, act_order not 0/1 -> QUAROT_ERR_INVALID_ARGUMENT. On any error w is untouched.
+// Memory (through env): in*(in + 130) + 4096 doubles and 25*in bytes, plus per parallel task
+// 32*(in + block + in/group) doubles and 32*in/group + in floats.
+// Cost: in^3/3 multiply-adds (factor: in^3/6 each for Cholesky and inverse) + out*in^2/2 (updates),
+// + 51 RTN per group with clip_search.
+QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
+                                         const double* h, int64_t h_n, const quarot_gptq_desc* d,
+                                         int8_t* q, float* scales, float* zeros,
+                                         quarot_gptq_info* info, const quarot_env* env);
+
 // >>rotation
-// (declarations follow in the pipeline work)
+// An orthogonal matrix Q of size n, applied to row vectors: x <- x*Q. Q is block-diagonal with n/block
+// identical-shape blocks (block == n: one block):
+//   HADAMARD            Q_j = D_j * H_block / sqrt(block), D_j = diag(seeded random signs) unless no_signs
+//   RANDOM_ORTHOGONAL   Q_j = one seeded Haar-random orthogonal block (dense), the same for every j
+//   MATRIX              Q_j = a given orthogonal block (dense, copied; checked to orth_tol)
+//   IDENTITY            Q = I
+// When no Hadamard matrix of the block size exists, `fallback` decides: the largest available
+// Hadamard block dividing n (block-diagonal), a random orthogonal matrix, or an error. quarot_rotation
+// records what was built in `kind`, `block` and the readable `text`.
+typedef enum quarot_rotation_kind {
+    QUAROT_ROTATION_DEFAULT = 0,             // = HADAMARD
+    QUAROT_ROTATION_HADAMARD = 1,
+    QUAROT_ROTATION_RANDOM_ORTHOGONAL = 2,
+    QUAROT_ROTATION_MATRIX = 3,
+    QUAROT_ROTATION_IDENTITY = 4,
+    QUAROT_ROTATION_ADAPT = 5,               // (processor only) the matrix of an Adapt Rotation context
+    QUAROT_ROTATION_FORCE_I32 = 0x7fffffff
+} quarot_rotation_kind;
+
+typedef enum quarot_fallback {
+    QUAROT_FALLBACK_DEFAULT = 0,             // = BLOCK, and RANDOM_ORTHOGONAL when no block > 1 exists
+    QUAROT_FALLBACK_BLOCK = 1,               // block-diagonal Hadamard, largest available block dividing n
+    QUAROT_FALLBACK_RANDOM_ORTHOGONAL = 2,   // dense seeded random orthogonal of the whole size
+    QUAROT_FALLBACK_ERROR = 3,               // QUAROT_ERR_UNSUPPORTED_SIZE
+    QUAROT_FALLBACK_FORCE_I32 = 0x7fffffff
+} quarot_fallback;
+
+typedef struct quarot_rotation_desc {        // zero-init + n = random Hadamard of size n, seed 0
+    quarot_rotation_kind kind;
+    int64_t n;                               // size of the vectors it rotates
+    int64_t block_size;                      // <= 0: n (one block); else block-diagonal, must divide n
+    uint64_t seed;                           // signs / random matrix
+    int no_signs;                            // HADAMARD: plain normalized H (what online rotations use)
+    quarot_fallback fallback;
+    const double* matrix;                    // MATRIX: [block][block] row-major orthogonal, copied
+    double orth_tol;                         // MATRIX: max|M^T M - I| accepted; 0 = 1e-6
+} quarot_rotation_desc;
+
+typedef struct quarot_rotation {
+    quarot_rotation_kind kind;               // as built (a fallback may change it)
+    int64_t n, block;                        // n/block blocks
+    quarot_hadamard_plan plan;               // HADAMARD: the transform of size `block`
+    float* signs;                            // HADAMARD with signs: [n] +-1, NULL otherwise
+    double* signs64;                         // the same in double
+    double* dense;                           // RANDOM_ORTHOGONAL / MATRIX: [block][block]
+    float* dense32;                          // the same in float
+    quarot_env env;
+    char text[160];                          // e.g. "hadamard 172 (table) x 2^0, random signs"
+} quarot_rotation;
+
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env);
+QUAROT_API void          quarot_rotation_free(quarot_rotation* r);
+// Workspace bytes for one apply call on any number of rows (the dense path works in chunks of rows).
+QUAROT_API size_t        quarot_rotation_workspace_size(const quarot_rotation* r);
+// x[rows][stride], first n elements of each row: x <- x*Q (transpose = 0) or x*Q^T (transpose = 1).
+// work == NULL: temporary memory comes from the rotation's env (set-up paths); engines pass work.
+QUAROT_API quarot_result quarot_rotation_apply_f32(const quarot_rotation* r, float* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size);
+QUAROT_API quarot_result quarot_rotation_apply_f64(const quarot_rotation* r, double* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size);
+// The whole matrix Q [n][n] (row-major).
+QUAROT_API quarot_result quarot_rotation_to_dense_f64(const quarot_rotation* r, double* q);
 
 // >>model
 // What a model is to the library: its architecture config and callbacks that give access to its
@@ -569,11 +770,324 @@ typedef struct quarot_model_config {
     int qk_norm;                 // per-head RMSNorm of q and k before RoPE (Qwen3)
 } quarot_model_config;
 
+// Tensor access. Names are NUL-terminated, at most QUAROT_NAME_MAX-1 bytes.
+#define QUAROT_NAME_MAX 128
+
+// A model the processor can rotate: its config plus callbacks into the engine's own storage.
+// get_tensor returns a view (quarot_tensor) that the processor reads and writes in place, in the
+// tensor's own dtype (f32, f16, bf16 or f64). Global tensors (embeddings, final norm, lm_head) are
+// accessible at any time; a decoder layer's tensors between acquire_layer(i) and release_layer(i)
+// (both optional: NULL means everything is always in memory). The processor holds at most one
+// decoder layer at a time, and visits layers in order, twice: a validation pass that reads
+// (modified = 0 on release) and the rotation pass that writes (modified = 1).
+typedef struct quarot_model {
+    quarot_model_config config;   // the processor updates it: norm -> RMS after mean baking,
+                                  // tied_embeddings -> 0 when it unties the output projection
+    void* user_data;
+    // QUAROT_ERR_NOT_FOUND when there is no such tensor.
+    quarot_result (*get_tensor)(void* user_data, const char* name, quarot_tensor* out);
+    // Create a zero-filled contiguous tensor (untying embeddings, a bias a LayerNorm bias is fused
+    // into). May be NULL: then a rotation that needs it fails during validation, before any change.
+    quarot_result (*create_tensor)(void* user_data, const char* name, quarot_dtype dtype, int n_dims,
+                                   const int64_t* ne, quarot_tensor* out);
+    quarot_result (*acquire_layer)(void* user_data, int64_t layer);
+    quarot_result (*release_layer)(void* user_data, int64_t layer, int modified);
+    quarot_env env;               // allocator and parallel hook for the processor
+    char error[256];              // filled on failure: which tensor, which shape, why
+} quarot_model;
+
 // >>adapter
+// What a model family tells the processor, as plain data (a quarot_plan) built from the config:
+//   fusions    norm -> the linears reading its output (W <- W*diag(g), b <- b + W_old*beta)
+//   bakes      LayerNorm families only: embeddings and residual writers to centre (mean baking)
+//   rotations  R1 readers (input side), writers (output side) and embeddings; R2 v_proj (output side,
+//              per KV head) and o_proj (input side, per head)
+//   layers     per decoder layer: the o_proj/v_proj pair and the up_proj/down_proj pair, for online
+//              rotation; and the head geometry.
+// Built-in adapters fill it from name templates; a new family either fills quarot_adapter_names or
+// writes its own build function with the quarot_plan_add_* calls. The processor never looks at
+// names itself, so any family works without changing it.
+typedef enum quarot_side {
+    QUAROT_SIDE_DEFAULT = 0,        // invalid in commands
+    QUAROT_SIDE_INPUT = 1,          // a reader: W[out][in] <- W*Q (each row x <- x*Q)
+    QUAROT_SIDE_OUTPUT = 2,         // a writer: W <- Q^T*W and b <- b*Q; for an embedding E[vocab][hidden],
+                                    // whose output is its row: E <- E*Q. Same operation, either tensor.
+    QUAROT_SIDE_FORCE_I32 = 0x7fffffff
+} quarot_side;
+
+typedef enum quarot_rotation_id {
+    QUAROT_ROT_R1 = 0,              // residual stream, size hidden
+    QUAROT_ROT_R2 = 1,              // per attention head, size head_dim (v_proj / o_proj)
+    QUAROT_ROT_R4 = 2,              // down_proj input, size intermediate (online; offline half on down_proj)
+    QUAROT_ROT_HEADS = 3,           // o_proj input across heads, H_heads (x) I (online; offline half on o_proj)
+    QUAROT_ROT_COUNT_ = 4,
+    QUAROT_ROT_FORCE_I32 = 0x7fffffff
+} quarot_rotation_id;
+
+typedef struct quarot_plan_fusion {
+    int64_t layer;                          // -1 for a global norm
+    char norm_weight[QUAROT_NAME_MAX];
+    char norm_bias[QUAROT_NAME_MAX];        // "" for RMSNorm
+    int64_t first_linear, n_linears;        // into quarot_plan.linears
+} quarot_plan_fusion;
+
+typedef struct quarot_plan_linear {
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];             // the name its bias has or would have ("" = cannot have one)
+} quarot_plan_linear;
+
+typedef struct quarot_plan_bake {
+    int64_t layer;
+    int embedding;                          // 1: centre each row (E[vocab][hidden]); 0: a writer linear
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];
+} quarot_plan_bake;
+
+typedef struct quarot_plan_rotation {
+    int64_t layer;                          // -1: global (embeddings, lm_head)
+    quarot_rotation_id rotation;            // R1 or R2 (the processor adds R4 / HEADS itself)
+    quarot_side side;
+    int embedding;                          // the tensor is an embedding table [vocab][hidden]
+    int per_head;                           // the rotation applies to every head_dim slice of the axis
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];             // rotated with an OUTPUT-side weight when it exists
+} quarot_plan_rotation;
+
+typedef struct quarot_plan_layer {
+    char o_proj[QUAROT_NAME_MAX], v_proj[QUAROT_NAME_MAX];      // weight names
+    char up_proj[QUAROT_NAME_MAX], down_proj[QUAROT_NAME_MAX];
+} quarot_plan_layer;
+
+typedef struct quarot_plan {
+    quarot_plan_fusion* fusions;     int64_t n_fusions, cap_fusions;
+    quarot_plan_linear* linears;     int64_t n_linears, cap_linears;
+    quarot_plan_bake* bakes;         int64_t n_bakes, cap_bakes;
+    quarot_plan_rotation* rotations; int64_t n_rotations, cap_rotations;
+    quarot_plan_layer* layers;       int64_t n_layers;
+    char embed[QUAROT_NAME_MAX];     // token embedding weight
+    char lm_head[QUAROT_NAME_MAX];   // output projection weight (created when untying)
+    char final_norm_weight[QUAROT_NAME_MAX];
+    int64_t n_heads, n_kv_heads, head_dim;
+    quarot_env env;
+} quarot_plan;
+
+// Name templates of the built-in families; "{i}" stands for the layer index. NULL = absent.
+typedef struct quarot_adapter_names {
+    const char* embed;              // "model.embed_tokens.weight"
+    const char* pos_embed;          // learned positions (OPT) or NULL
+    const char* final_norm;         // prefix: "model.norm" (+ ".weight", ".bias")
+    const char* lm_head;            // "lm_head.weight"
+    const char* layer;              // "model.layers.{i}."  (prefix of every per-layer name below)
+    const char* attn_norm;          // "input_layernorm"
+    const char* mlp_norm;           // "post_attention_layernorm"
+    const char* q_proj, *k_proj, *v_proj, *o_proj;   // prefixes ("self_attn.q_proj"); + ".weight"/".bias"
+    const char* gate_proj;          // NULL for a plain MLP
+    const char* up_proj, *down_proj;
+} quarot_adapter_names;
+
+typedef struct quarot_adapter quarot_adapter;
+struct quarot_adapter {
+    const char* arch;                          // "llama", "mistral", "qwen2", "qwen3", "opt", ...
+    const quarot_adapter_names* names;         // used by quarot_adapter_build_from_names
+    // Fill plan (initialized and empty) for cfg. block_size is the R1 block size asked for (-1 full).
+    quarot_result (*build)(const quarot_adapter* self, const quarot_model_config* cfg, int64_t block_size,
+                           quarot_plan* plan);
+    void* user_data;
+};
+
+// Built-in adapters by architecture name (case-sensitive), NULL if unknown.
+QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch);
+// "llama, mistral, qwen2, qwen3, opt"
+QUAROT_API const char* quarot_adapter_list(void);
+// The generic build function of the built-ins, for adapters that only provide names.
+QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                         int64_t block_size, quarot_plan* plan);
+
+QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env);
+QUAROT_API void quarot_plan_free(quarot_plan* plan);
+// Builders for adapters (names are copied; QUAROT_ERR_INVALID_ARGUMENT when a name is too long).
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias);
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias);  // to the last fusion
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
+                                                  int embedding, int per_head, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers);
+// Expand a template: "{i}" -> layer index. QUAROT_ERR_INVALID_ARGUMENT when the result is too long.
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer);
+
 // >>command
+// A rotate command: one tensor, one side, one rotation, applied exactly once. The rotation is applied
+// along the chosen axis viewed as [outer][n][inner] (n = the rotation's size): outer > 1 slices the
+// axis (per head, per tensor-parallel block), inner > 1 transforms across slices (the heads axis,
+// H_heads (x) I). Commands are plain data; the processor generates, filters by layer and runs them.
+typedef struct quarot_command {
+    int64_t layer;                  // -1: global
+    quarot_rotation_id rotation;
+    quarot_side side;
+    int embedding;
+    int64_t outer, inner;           // axis length = outer * rotation size * inner
+    char weight[QUAROT_NAME_MAX];
+    char bias[QUAROT_NAME_MAX];     // "" = none
+    int runs;                       // times executed (the processor checks it ends at exactly 1)
+} quarot_command;
+
+// Apply one command's arithmetic to a tensor (and its bias, may be NULL) in double precision, writing
+// back in the tensor's dtype. Validates shapes first (QUAROT_ERR_SHAPE_MISMATCH: nothing written).
+QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
+                                              quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env);
+
 // >>online
+// Online rotations the inference engine must run, as plain data (STYLE.md: no callbacks). At a site
+// the activation row of length `size` is viewed as [outer][n][inner] and every vector along the
+// n axis becomes v <- v * D * H_n / sqrt(n) (D = diag(signs) when present, H_n = H_K (x) H_{2^m}).
+//   DOWN_INPUT  input of down_proj [intermediate]: outer = tensor-parallel blocks, inner = 1
+//   O_INPUT     input of o_proj [n_heads*head_dim]: across heads, n = heads per block, inner = head_dim
+//   Q_ROPE      q after RoPE (and q_norm) [n_heads*head_dim]: per head, outer = n_heads, n = head_dim
+//   K_ROPE      k after RoPE [n_kv_heads*head_dim]: per KV head (before the KV cache)
+typedef enum quarot_online_site {
+    QUAROT_SITE_NONE = 0,
+    QUAROT_SITE_DOWN_INPUT = 1,
+    QUAROT_SITE_O_INPUT = 2,
+    QUAROT_SITE_Q_ROPE = 3,
+    QUAROT_SITE_K_ROPE = 4,
+    QUAROT_SITE_COUNT_ = 5,
+    QUAROT_SITE_FORCE_I32 = 0x7fffffff
+} quarot_online_site;
+
+typedef struct quarot_online_hook {
+    int64_t layer;
+    quarot_online_site site;
+    int64_t size, outer, n, inner;          // size = outer * n * inner
+    int64_t K;                              // n = K * 2^m (the construction, for engines)
+    int m;
+    float* signs;                           // [n] +-1 or NULL (owned by the list)
+    const quarot_hadamard_plan* plan;       // owned by the list
+} quarot_online_hook;
+
+typedef struct quarot_online_list {
+    quarot_online_hook* hooks;
+    int64_t count, cap;
+    quarot_hadamard_plan** plans;           // one per distinct n
+    int64_t n_plans;
+    quarot_env env;
+} quarot_online_list;
+
+QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_env* env);
+QUAROT_API void quarot_online_list_free(quarot_online_list* list);
+// Append a hook (builds / shares the Hadamard plan of size n; copies signs when not NULL).
+QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs);
+// The hook for (layer, site), or NULL.
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site);
+QUAROT_API const char* quarot_online_site_name(quarot_online_site site);   // "down_input", ...
+// Workspace bytes quarot_online_apply needs for this hook (any row count).
+QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook);
+// Run a hook on x[rows][stride] (first `size` elements of each row), in place, without allocating.
+QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
+                                             void* work, size_t work_size);
+
+// Text serialization, version 1 (documented in README "Online hook file"):
+//   quarot-online 1
+//   hooks <count>
+//   hook <layer> <site> size=<s> outer=<o> n=<n> inner=<i> K=<K> m=<m> signs=<hex or ->
+//   ...
+//   hadamard <K>            (one block per distinct K > 1: K rows of '+'/'-', so engines without
+//   <K rows>                 quarot.h can rebuild H_K)
+//   end
+// quarot_online_write writes into buf (cap bytes) and sets *needed to the full length + 1; call with
+// buf = NULL to size it. quarot_online_read parses text of `len` bytes into an empty list, validating
+// every field (QUAROT_ERR_PARSE with the line in err) and that embedded matrices equal quarot.h's.
+QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed);
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size);
+
 // >>processor
+typedef struct quarot_adapt_context quarot_adapt_context;   // see >>adapt
+
+// QuaRot's processor (ALGORITHMS.md section 6): validate everything, then pre_run (global tensors:
+// untie, final-norm fusion, embedding and lm_head rotation, online matrices), then each decoder layer
+// in order (its fusions, bakes, rotate commands, online halves and hooks), then post_run (leftovers
+// and the exactly-once check). Weights are rewritten in place in their own dtype.
+typedef enum quarot_layer_select {
+    QUAROT_LAYERS_DEFAULT = 0,      // = ALL
+    QUAROT_LAYERS_ALL = 1,
+    QUAROT_LAYERS_LIST = 2,         // the layers in the list only (msModelSlim's down_proj_online_layers)
+    QUAROT_LAYERS_NONE = 3,
+    QUAROT_LAYERS_FORCE_I32 = 0x7fffffff
+} quarot_layer_select;
+
+typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Hadamard, offline only
+    const quarot_adapter* adapter;             // NULL: quarot_adapter_find(model->config.arch)
+    quarot_rotation_kind rotation;             // R1: HADAMARD (default), RANDOM_ORTHOGONAL, MATRIX,
+                                               //     ADAPT (matrix from an Adapt Rotation context)
+    const double* matrix;                      // MATRIX: [b][b], b = block size or hidden
+    const quarot_adapt_context* context;       // ADAPT
+    uint64_t seed;
+    int64_t block_size;                        // <= 0 (or -1): full hidden; else block-diagonal R1
+    quarot_fallback fallback;                  // R1 when hidden has no Hadamard
+    int no_r2;                                 // 1: skip R2 (v_proj / o_proj per head)
+    quarot_rotation_kind r2_rotation;          // HADAMARD (default) or RANDOM_ORTHOGONAL
+    int online;                                // 1: o_proj heads rotation + down_proj R4, online hooks
+    int64_t max_tp_size;                       // online rotations never cross 1/max_tp_size of a dim; 0 = 1
+    quarot_layer_select down_proj_online;      // which layers get the online down_proj rotation
+    const int64_t* down_proj_online_layers;    // LIST
+    int64_t n_down_proj_online_layers;
+    int r3;                                    // 1: q/k online rotation after RoPE (for KV-cache quantization)
+    quarot_online_list* online_out;            // receives the hooks (required with online or r3)
+    // Optional observers. on_command may return 0 (run), 1 (skip) or 2 (run twice): a debugging and
+    // testing aid; anything but 0 makes the final exactly-once check fail.
+    int (*on_command)(void* user, const quarot_command* c);
+    void (*progress)(void* user, const char* stage, int64_t layer, int64_t n_layers);
+    void* user_data;
+} quarot_rotate_desc;
+
+// A tensor the processor will create (so that writers can plan an output file before the first
+// layer is processed): the untied output projection, biases that LayerNorm biases are fused into.
+typedef struct quarot_tensor_spec {
+    char name[QUAROT_NAME_MAX];
+    quarot_dtype dtype;
+    int n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];
+} quarot_tensor_spec;
+
+typedef struct quarot_processor {
+    quarot_model* model;
+    quarot_rotate_desc desc;
+    const quarot_adapter* adapter;
+    quarot_plan plan;
+    quarot_rotation rot[QUAROT_ROT_COUNT_];    // R1, R2, R4, HEADS (unused ones are IDENTITY)
+    int have_rot[QUAROT_ROT_COUNT_];
+    quarot_rotation r3;                        // head_dim, plain H (online q/k)
+    quarot_command* commands;
+    int64_t n_commands;
+    int untie;                                 // pre_run creates lm_head from the embedding
+    quarot_tensor_spec* creates;               // after init: every tensor create_tensor will be asked for
+    int64_t n_creates, cap_creates;
+    int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
+    int64_t next_layer;
+} quarot_processor;
+
+// The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
+// the commands and validates every tensor (reading each layer once); nothing is modified before
+// pre_run, and p->creates then lists the tensors later steps will create. Each call checks it
+// comes in order (QUAROT_ERR_STATE).
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc);
+QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
+QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
+QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p);
+QUAROT_API void          quarot_processor_free(quarot_processor* p);
+
+// Everything: init, pre_run, every layer, post_run. On failure model->error says why; a failure
+// during init (validation) leaves the model untouched.
+QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc);
+
 // >>adapt
+// Adapt Rotation (msModelSlim): stage 1 learns H*R from calibration activations, stage 2 uses it as R1.
+struct quarot_adapt_context {
+    int64_t hidden;                  // residual width the matrix is for
+    int64_t block;                   // matrix size: hidden, or the block of a block-diagonal rotation
+    double* matrix;                  // [block][block] = H * R_best (orthogonal); NULL before stage 1
+    quarot_env env;
+};
 
 #ifdef __cplusplus
 }
@@ -596,6 +1110,7 @@ typedef struct quarot_model_config {
 #include <string.h>
 #include <math.h>
 #include <stdio.h>     // snprintf only: the library never prints
+#include <stdarg.h>
 #include <stdlib.h>
 #include <limits.h>
 
@@ -2761,21 +3276,3838 @@ static quarot__mix_fn quarot__mix_select(quarot_isa isa) {
 }
 
 // >>gemm
-// (implementation: gemm work)
+// C[m][n] = alpha * op(A)[m][k] * op(B)[k][n] + beta * C, as the BLIS loop nest (Goto, van de Geijn):
+//   for jc in steps of NC:  for pc in steps of KC:   pack op(B)[pc:+KC][jc:+NC] as NR-wide slivers
+//     for ic in steps of MC:  pack op(A)[ic:+MC][pc:+KC] as MR-tall slivers
+//       for ir (MR rows): for jr (NR columns): micro-kernel  C_tile = alpha * (A_sliver * B_sliver) + beta' * C_tile
+// beta' is beta for the first KC block and 1 afterwards. The A sliver (MR x KC) stays in L1 while the
+// kernel sweeps the B panel, which streams from L2/L3. Every element of C is the same chain of
+// operations whatever its tile or thread, so parallel runs equal serial runs bit for bit.
+
+// One micro-kernel computes a full MR x NR tile: acc[i][j] = sum_p a[p*MR + i] * b[p*NR + j] (p ascending),
+// then c[i*ldc + j] = alpha*acc (beta == 0: c is not read) or alpha*acc + beta*c (two products, one add).
+typedef void (*quarot__skernel_fn)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                                   float alpha, float beta);
+typedef void (*quarot__dkernel_fn)(int64_t kc, const double* a, const double* b, double* c, int64_t ldc,
+                                   double alpha, double beta);
+
+// Blocking of one ISA's kernel: mc % mr == 0, nc % nr == 0; mr * nr <= QUAROT__GEMM_TILE_MAX.
+typedef struct quarot__sgemm_cfg {
+    int mr, nr;
+    int64_t kc, mc, nc;
+    quarot__skernel_fn kernel;
+} quarot__sgemm_cfg;
+typedef struct quarot__dgemm_cfg {
+    int mr, nr;
+    int64_t kc, mc, nc;
+    quarot__dkernel_fn kernel;
+} quarot__dgemm_cfg;
+
+#define QUAROT__GEMM_TILE_MAX 512
+// Defined with the micro-kernels below: the blocking and kernel of an ISA (resolved, compiled in).
+static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* cfg);
+static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* cfg);
+
+// Argument checks shared by every entry point. A matrix [rows][cols] with row stride ld needs
+// ld >= max(1, cols) and (rows - 1) * ld + cols elements addressable without overflow.
+static quarot_result quarot__gemm_check_mat(const void* p, int64_t rows, int64_t cols, int64_t ld,
+                                            size_t elem, int used) {
+    int64_t lim = (int64_t)((SIZE_MAX / 2) / elem);     // also below PTRDIFF_MAX
+    if (ld < 1 || ld < cols) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || cols == 0) return QUAROT_OK;
+    if (used && !p) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (ld > lim || rows - 1 > (lim - cols) / ld) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__gemm_check(int ta, int tb, int64_t m, int64_t n, int64_t k, int ab_used,
+                                        const void* a, int64_t lda, const void* b, int64_t ldb,
+                                        const void* c, int64_t ldc, size_t elem) {
+    quarot_result r;
+    if (m < 0 || n < 0 || k < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    ab_used = ab_used && m > 0 && n > 0 && k > 0;
+    r = quarot__gemm_check_mat(a, ta ? k : m, ta ? m : k, lda, elem, ab_used);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(b, tb ? n : k, tb ? k : n, ldb, elem, ab_used);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(c, m, n, ldc, elem, 1);
+    return r;
+}
+
+// How a product is split into tasks: panels of pm x pn elements of C (multiples of the micro-tile, so
+// the tile grid is the serial one), tn panels per row of panels; each task gets `per_task` elements of
+// workspace: a_elems for its packed A block, the rest for its packed B panel.
+typedef struct quarot__gemm_plan {
+    int64_t pm, pn, tn, tasks;
+    int64_t a_elems, per_task;
+} quarot__gemm_plan;
+
+static int64_t quarot__gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t quarot__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int nr, int64_t kc,
+                                   int64_t mc, int64_t nc, const quarot_env* env, quarot__gemm_plan* pl) {
+    int64_t tiles_m = quarot__gemm_cdiv(m, mr), tiles_n = quarot__gemm_cdiv(n, nr), tm = 1, tn = 1;
+    int threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
+    // Small products run serially; otherwise ~4 tasks per thread, rows first (each task packs its own
+    // copy of the B panels, so splitting rows keeps that copy cheap relative to the work).
+    if (threads > 1 && (double)m * (double)n * (double)k >= 262144.0) {
+        int64_t target = quarot__gemm_min((int64_t)threads * 4, 256);
+        tm = quarot__gemm_min(tiles_m, target);
+        tn = quarot__gemm_min(tiles_n, quarot__gemm_cdiv(target, tm));
+    }
+    pl->pm = quarot__gemm_cdiv(tiles_m, tm) * mr;
+    pl->pn = quarot__gemm_cdiv(tiles_n, tn) * nr;
+    pl->tn = quarot__gemm_cdiv(n, pl->pn);
+    pl->tasks = quarot__gemm_cdiv(m, pl->pm) * pl->tn;
+    // Packed A: up to mc rows (rounded to mr) x kc; packed B: kc x up to nc columns (rounded to nr).
+    // Both rounded to 16 elements so every slice starts 64-byte aligned.
+    kc = quarot__gemm_min(kc, k);
+    pl->a_elems = (quarot__gemm_min(mc, quarot__gemm_cdiv(pl->pm, mr) * mr) * kc + 15) / 16 * 16;
+    pl->per_task = pl->a_elems + (quarot__gemm_min(nc, quarot__gemm_cdiv(pl->pn, nr) * nr) * kc + 15) / 16 * 16;
+}
+
+// Type-generic part, instantiated for float (S = s) and double (S = d). Packing layouts:
+//   packed A  ap[s][p][r] = op(A)[s*mr + r][p]   (rows past mc are 0)
+//   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
+#define QUAROT__GEMM_DEFINE(T, S)                                                                      \
+static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
+                                    T* QUAROT__RESTRICT ap) {                                           \
+    int64_t s, p;                                                                                      \
+    int r, rows;                                                                                       \
+    for (s = 0; s < mc; s += mr) {                                                                     \
+        rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
+        for (p = 0; p < kc; ++p) {                                                                     \
+            if (ta) { const T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }     \
+            else    { const T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; } \
+            for (; r < mr; ++r) ap[r] = (T)0;                                                          \
+            ap += mr;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+static void quarot__gemm_pack_b_##S(int tb, const T* b, int64_t ldb, int64_t kc, int64_t nc, int nr,   \
+                                    T* QUAROT__RESTRICT bp) {                                           \
+    int64_t t, p;                                                                                      \
+    int j, cols;                                                                                       \
+    for (t = 0; t < nc; t += nr) {                                                                     \
+        cols = (int)quarot__gemm_min(nr, nc - t);                                                         \
+        for (p = 0; p < kc; ++p) {                                                                     \
+            if (tb) { const T* src = b + t * ldb + p; for (j = 0; j < cols; ++j) bp[j] = src[j * ldb]; } \
+            else    { const T* src = b + p * ldb + t; for (j = 0; j < cols; ++j) bp[j] = src[j]; }     \
+            for (; j < nr; ++j) bp[j] = (T)0;                                                          \
+            bp += nr;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
+static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
+                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp) {                \
+    const int mr = cfg->mr, nr = cfg->nr;                                                              \
+    int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
+    T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
+    for (jc = 0; jc < n; jc += cfg->nc) {                                                              \
+        nc = quarot__gemm_min(cfg->nc, n - jc);                                                           \
+        for (pc = 0; pc < k; pc += cfg->kc) {                                                          \
+            kc = quarot__gemm_min(cfg->kc, k - pc);                                                       \
+            bb = pc == 0 ? beta : (T)1;                                                                \
+            quarot__gemm_pack_b_##S(tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, kc, nc, nr, bp); \
+            for (ic = 0; ic < m; ic += cfg->mc) {                                                      \
+                mc = quarot__gemm_min(cfg->mc, m - ic);                                                   \
+                quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
+                for (ir = 0; ir < mc; ir += mr) {                                                      \
+                    const T* as = ap + ir * kc;                                                        \
+                    T* crow = c + (ic + ir) * ldc + jc;                                                \
+                    int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
+                    for (jr = 0; jr < nc; jr += nr) {                                                  \
+                        int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
+                        if (rows == mr && cols == nr) {                                                \
+                            cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
+                            continue;                                                                  \
+                        }                                                                              \
+                        /* edge tile: tmp = acc exactly (alpha 1, beta 0), then the kernel's epilogue */ \
+                        cfg->kernel(kc, as, bp + jr * kc, tmp, nr, (T)1, (T)0);                        \
+                        for (i = 0; i < rows; ++i) {                                                   \
+                            T* cr = crow + i * ldc + jr;                                               \
+                            for (j = 0; j < cols; ++j) {                                               \
+                                T v = alpha * tmp[i * nr + j];                                         \
+                                cr[j] = bb == (T)0 ? v : v + bb * cr[j];                               \
+                            }                                                                          \
+                        }                                                                              \
+                    }                                                                                  \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+/* C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading). */                 \
+static void quarot__gemm_scale_##S(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {                 \
+    int64_t i, j;                                                                                      \
+    for (i = 0; i < m; ++i)                                                                            \
+        for (j = 0; j < n; ++j) c[i * ldc + j] = beta == (T)0 ? (T)0 : beta * c[i * ldc + j];          \
+}                                                                                                      \
+typedef struct quarot__gemm_job_##S {                                                                  \
+    const quarot__##S##gemm_cfg* cfg;                                                                  \
+    const quarot__gemm_plan* pl;                                                                       \
+    int ta, tb;                                                                                        \
+    int64_t m, n, k, lda, ldb, ldc;                                                                    \
+    T alpha, beta;                                                                                     \
+    const T* a;                                                                                        \
+    const T* b;                                                                                        \
+    T* c;                                                                                              \
+    T* work;                                                                                           \
+} quarot__gemm_job_##S;                                                                                \
+/* Task t: panel (t / tn, t % tn) of C, workspace slice t. */                                          \
+static void quarot__gemm_task_##S(void* arg, int64_t t) {                                              \
+    const quarot__gemm_job_##S* jb = (const quarot__gemm_job_##S*)arg;                                 \
+    const quarot__gemm_plan* pl = jb->pl;                                                              \
+    int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;                                    \
+    T* ap = jb->work + t * pl->per_task;                                                               \
+    quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0),                   \
+                         quarot__gemm_min(pl->pn, jb->n - j0), jb->k, jb->alpha,                          \
+                         jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                                \
+                         jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
+                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems);                    \
+}                                                                                                      \
+/* The whole built-in GEMM after argument checks, with a given blocking and kernel. */              \
+static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
+                                          int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
+                                          const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
+                                          const quarot_env* env) {                                      \
+    quarot__gemm_plan pl;                                                                              \
+    quarot__gemm_job_##S jb;                                                                           \
+    size_t bytes;                                                                                      \
+    void* mem;                                                                                         \
+    if (m == 0 || n == 0) return QUAROT_OK;                                                            \
+    if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
+    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, env, &pl);            \
+    if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
+        !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
+        return QUAROT_ERR_OVERFLOW;                                                                    \
+    mem = quarot_env_alloc(env, bytes + 64);                                                           \
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
+    jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                   \
+    jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
+    jb.a = a; jb.b = b; jb.c = c;                                                                      \
+    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
+    quarot_env_free(env, mem);                                                                         \
+    return QUAROT_OK;                                                                                  \
+}                                                                                                      \
+/* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
+static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
+                                      T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
+                                      T* c, int64_t ldc, const quarot_env* env) {                       \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot__##S##gemm_select(isa, &cfg);                                                               \
+    return quarot__gemm_cfg_##S(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);      \
+}
+
+QUAROT__GEMM_DEFINE(float, s)
+QUAROT__GEMM_DEFINE(double, d)
+
+QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                              float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                              float beta, float* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa) {
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    return quarot__gemm_s(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                              double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                                              double beta, double* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa) {
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    return quarot__gemm_d(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+#if defined(QUAROT_USE_CBLAS)
+// CBLAS takes int sizes: larger problems stay on the built-in code.
+static int quarot__cblas_fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+}
+#endif
+
+QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                      float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                      float beta, float* c, int64_t ldc, const quarot_env* env) {
+#if defined(QUAROT_USE_CBLAS)
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    if (r != QUAROT_OK) return r;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        return QUAROT_OK;
+    }
+#endif
+    return quarot_sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+}
+
+QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                      double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                                      double beta, double* c, int64_t ldc, const quarot_env* env) {
+#if defined(QUAROT_USE_CBLAS)
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    if (r != QUAROT_OK) return r;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
+        cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        return QUAROT_OK;
+    }
+#endif
+    return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+}
+
+// >>gemm_kernels
+// Micro-kernels: acc[MR][NR] = sum_p a[p*MR + i] * b[p*NR + j] over one packed A sliver and B sliver,
+// then c = alpha*acc (beta == 0, c not read) or c = alpha*acc + beta*c. Vector kernels broadcast one
+// element of A per row and multiply it into NR/W vectors of B (W = vector lanes); FMA where available.
+// Each ISA's blocking keeps the A sliver (MR x KC) in the 32 KB L1 and streams B from L2/L3.
+
+// Scalar reference kernels, 4 x 8 (float) and 4 x 4 (double).
+#define QUAROT__REF_KERNEL(NAME, T, MR, NR)                                                            \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+    T acc[MR][NR];                                                                                     \
+    int64_t p;                                                                                         \
+    int i, j;                                                                                          \
+    for (i = 0; i < MR; ++i)                                                                           \
+        for (j = 0; j < NR; ++j) acc[i][j] = (T)0;                                                     \
+    for (p = 0; p < kc; ++p, a += MR, b += NR)                                                         \
+        for (i = 0; i < MR; ++i)                                                                       \
+            for (j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];                                         \
+    for (i = 0; i < MR; ++i)                                                                           \
+        for (j = 0; j < NR; ++j) {                                                                     \
+            T v = alpha * acc[i][j];                                                                   \
+            c[i * ldc + j] = beta == (T)0 ? v : v + beta * c[i * ldc + j];                             \
+        }                                                                                              \
+}
+QUAROT__REF_KERNEL(quarot__sgemm_kernel_ref, float, 4, 8)
+QUAROT__REF_KERNEL(quarot__dgemm_kernel_ref, double, 4, 4)
+
+// x86 kernels: every row of the tile is two vectors (NR = 2 W). The QUAROT__KV / QUAROT__K* macros
+// name the current ISA's vector type and operations; the row macros below are shared.
+#define QUAROT__ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define QUAROT__ROWS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define QUAROT__KR_DECL(i) QUAROT__KV c##i##a = QUAROT__KZERO, c##i##b = QUAROT__KZERO;
+#define QUAROT__KR_FMA(i)                                                                              \
+    av = QUAROT__KSET1(a[i]); c##i##a = QUAROT__KFMA(av, b0, c##i##a); c##i##b = QUAROT__KFMA(av, b1, c##i##b);
+#define QUAROT__KR_ST0(i)                                                                              \
+    QUAROT__KSTORE(c + (i) * ldc, QUAROT__KMUL(va, c##i##a));                                          \
+    QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KMUL(va, c##i##b));
+#define QUAROT__KR_ST1(i)                                                                              \
+    QUAROT__KSTORE(c + (i) * ldc, QUAROT__KADD(QUAROT__KMUL(va, c##i##a),                              \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc))));        \
+    QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KADD(QUAROT__KMUL(va, c##i##b),                 \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc + QUAROT__KW))));
+#define QUAROT__KERNEL_2V(NAME, T, ROWS, MR)                                                           \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+    QUAROT__KV av, b0, b1, va, vb;                                                                     \
+    int64_t p;                                                                                         \
+    ROWS(QUAROT__KR_DECL)                                                                              \
+    for (p = 0; p < kc; ++p) {                                                                         \
+        b0 = QUAROT__KLOAD(b);                                                                         \
+        b1 = QUAROT__KLOAD(b + QUAROT__KW);                                                            \
+        ROWS(QUAROT__KR_FMA)                                                                           \
+        a += MR;                                                                                       \
+        b += 2 * QUAROT__KW;                                                                           \
+    }                                                                                                  \
+    va = QUAROT__KSET1(alpha);   /* set after the loop: all 32 registers are busy inside it */         \
+    vb = QUAROT__KSET1(beta);                                                                          \
+    if (beta == (T)0) { ROWS(QUAROT__KR_ST0) } else { ROWS(QUAROT__KR_ST1) }                           \
+}
+
+#if defined(QUAROT__HAVE_SSE2)
+// SSE2 (no FMA): 6 x 8 float, 6 x 4 double; 12 accumulators of the 16 xmm registers.
+#define QUAROT__KV __m128
+#define QUAROT__KW 4
+#define QUAROT__KZERO _mm_setzero_ps()
+#define QUAROT__KSET1(x) _mm_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm_add_ps(x, y)
+#define QUAROT__KFMA(x, y, z) _mm_add_ps(_mm_mul_ps(x, y), z)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_sse2, float, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KV __m128d
+#define QUAROT__KW 2
+#define QUAROT__KZERO _mm_setzero_pd()
+#define QUAROT__KSET1(x) _mm_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm_add_pd(x, y)
+#define QUAROT__KFMA(x, y, z) _mm_add_pd(_mm_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_sse2, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+// AVX2: 6 x 16 float, 6 x 8 double (12 ymm accumulators); FMA only when the compiler targets it.
+#if defined(__FMA__)
+#define QUAROT__KFMA(x, y, z) _mm256_fmadd_ps(x, y, z)
+#define QUAROT__KFMAD(x, y, z) _mm256_fmadd_pd(x, y, z)
+#else
+#define QUAROT__KFMA(x, y, z) _mm256_add_ps(_mm256_mul_ps(x, y), z)
+#define QUAROT__KFMAD(x, y, z) _mm256_add_pd(_mm256_mul_pd(x, y), z)
+#endif
+#define QUAROT__KV __m256
+#define QUAROT__KW 8
+#define QUAROT__KZERO _mm256_setzero_ps()
+#define QUAROT__KSET1(x) _mm256_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm256_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm256_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm256_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm256_add_ps(x, y)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx2, float, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) QUAROT__KFMAD(x, y, z)
+#define QUAROT__KV __m256d
+#define QUAROT__KW 4
+#define QUAROT__KZERO _mm256_setzero_pd()
+#define QUAROT__KSET1(x) _mm256_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm256_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm256_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm256_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm256_add_pd(x, y)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) _mm256_add_pd(_mm256_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2_exact, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#undef QUAROT__KFMAD
+#endif
+
+#if defined(QUAROT__HAVE_AVX512)
+// AVX-512: 14 x 32 float, 14 x 16 double: 28 zmm accumulators + 2 B vectors + 1 broadcast of the 32.
+#define QUAROT__KV __m512
+#define QUAROT__KW 16
+#define QUAROT__KZERO _mm512_setzero_ps()
+#define QUAROT__KSET1(x) _mm512_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm512_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm512_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm512_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm512_add_ps(x, y)
+#define QUAROT__KFMA(x, y, z) _mm512_fmadd_ps(x, y, z)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS14, 14)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KV __m512d
+#define QUAROT__KW 8
+#define QUAROT__KZERO _mm512_setzero_pd()
+#define QUAROT__KSET1(x) _mm512_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm512_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm512_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm512_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm512_add_pd(x, y)
+#define QUAROT__KFMA(x, y, z) _mm512_fmadd_pd(x, y, z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512, double, QUAROT__ROWS14, 14)
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) _mm512_add_pd(_mm512_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512_exact, double, QUAROT__ROWS14, 14)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+// NEON (aarch64, 32 q registers): 8 x 12 float and 6 x 8 double, 24 accumulators each; the A sliver
+// is loaded as vectors and each row takes its element by lane (vfmaq_laneq).
+#define QUAROT__NS_ROW(i, av, l)                                                                       \
+    c##i##a = vfmaq_laneq_f32(c##i##a, b0, av, l);                                                     \
+    c##i##b = vfmaq_laneq_f32(c##i##b, b1, av, l);                                                     \
+    c##i##c = vfmaq_laneq_f32(c##i##c, b2, av, l);
+#define QUAROT__NS_DECL(i) float32x4_t c##i##a = vdupq_n_f32(0.0f), c##i##b = c##i##a, c##i##c = c##i##a;
+#define QUAROT__NS_ST(i)                                                                               \
+    { float* cr = c + (i) * ldc;                                                                       \
+      float32x4_t x0 = vmulq_f32(va, c##i##a), x1 = vmulq_f32(va, c##i##b), x2 = vmulq_f32(va, c##i##c); \
+      if (!bz) { x0 = vaddq_f32(x0, vmulq_f32(vb, vld1q_f32(cr)));                                     \
+                 x1 = vaddq_f32(x1, vmulq_f32(vb, vld1q_f32(cr + 4)));                                 \
+                 x2 = vaddq_f32(x2, vmulq_f32(vb, vld1q_f32(cr + 8))); }                               \
+      vst1q_f32(cr, x0); vst1q_f32(cr + 4, x1); vst1q_f32(cr + 8, x2); }
+#define QUAROT__ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static void quarot__sgemm_kernel_neon(int64_t kc, const float* QUAROT__RESTRICT a, const float* QUAROT__RESTRICT b,
+                                      float* QUAROT__RESTRICT c, int64_t ldc, float alpha, float beta) {
+    float32x4_t a0, a1, b0, b1, b2, va = vdupq_n_f32(alpha), vb = vdupq_n_f32(beta);
+    int bz = beta == 0.0f;
+    int64_t p;
+    QUAROT__ROWS8(QUAROT__NS_DECL)
+    for (p = 0; p < kc; ++p) {
+        a0 = vld1q_f32(a); a1 = vld1q_f32(a + 4);
+        b0 = vld1q_f32(b); b1 = vld1q_f32(b + 4); b2 = vld1q_f32(b + 8);
+        QUAROT__NS_ROW(0, a0, 0) QUAROT__NS_ROW(1, a0, 1) QUAROT__NS_ROW(2, a0, 2) QUAROT__NS_ROW(3, a0, 3)
+        QUAROT__NS_ROW(4, a1, 0) QUAROT__NS_ROW(5, a1, 1) QUAROT__NS_ROW(6, a1, 2) QUAROT__NS_ROW(7, a1, 3)
+        a += 8;
+        b += 12;
+    }
+    QUAROT__ROWS8(QUAROT__NS_ST)
+}
+#define QUAROT__ND_ROW(i, av, l)                                                                       \
+    c##i##a = QUAROT__NDMA(c##i##a, b0, av, l);                                                        \
+    c##i##b = QUAROT__NDMA(c##i##b, b1, av, l);                                                        \
+    c##i##c = QUAROT__NDMA(c##i##c, b2, av, l);                                                        \
+    c##i##d = QUAROT__NDMA(c##i##d, b3, av, l);
+#define QUAROT__ND_DECL(i) float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
+#define QUAROT__ND_ST1(cr, x, o)                                                                       \
+    x = vmulq_f64(va, x); if (!bz) x = vaddq_f64(x, vmulq_f64(vb, vld1q_f64(cr + o))); vst1q_f64(cr + o, x);
+#define QUAROT__ND_ST(i)                                                                               \
+    { double* cr = c + (i) * ldc;                                                                      \
+      QUAROT__ND_ST1(cr, c##i##a, 0) QUAROT__ND_ST1(cr, c##i##b, 2)                                    \
+      QUAROT__ND_ST1(cr, c##i##c, 4) QUAROT__ND_ST1(cr, c##i##d, 6) }
+#define QUAROT__ND_KERNEL(NAME)                                                                        \
+static void NAME(int64_t kc, const double* QUAROT__RESTRICT a, const double* QUAROT__RESTRICT b,       \
+                 double* QUAROT__RESTRICT c, int64_t ldc, double alpha, double beta) {                 \
+    float64x2_t a0, a1, a2, b0, b1, b2, b3, va = vdupq_n_f64(alpha), vb = vdupq_n_f64(beta);           \
+    int bz = beta == 0.0;                                                                              \
+    int64_t p;                                                                                         \
+    QUAROT__ROWS6(QUAROT__ND_DECL)                                                                     \
+    for (p = 0; p < kc; ++p) {                                                                         \
+        a0 = vld1q_f64(a); a1 = vld1q_f64(a + 2); a2 = vld1q_f64(a + 4);                               \
+        b0 = vld1q_f64(b); b1 = vld1q_f64(b + 2); b2 = vld1q_f64(b + 4); b3 = vld1q_f64(b + 6);        \
+        QUAROT__ND_ROW(0, a0, 0) QUAROT__ND_ROW(1, a0, 1) QUAROT__ND_ROW(2, a1, 0)                     \
+        QUAROT__ND_ROW(3, a1, 1) QUAROT__ND_ROW(4, a2, 0) QUAROT__ND_ROW(5, a2, 1)                     \
+        a += 6;                                                                                        \
+        b += 8;                                                                                        \
+    }                                                                                                  \
+    QUAROT__ROWS6(QUAROT__ND_ST)                                                                       \
+}
+#define QUAROT__NDMA(acc, x, av, l) vfmaq_laneq_f64(acc, x, av, l)
+QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon)
+#undef QUAROT__NDMA
+#define QUAROT__NDMA(acc, x, av, l) vaddq_f64(acc, vmulq_laneq_f64(x, av, l))
+QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon_exact)
+#undef QUAROT__NDMA
+#endif
+
+// Blocking per ISA (measured on AMD Zen 4, 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half
+// of L1, the B panel KC x NC streams; a wide NC means fewer repacks of A). ISAs without a kernel of
+// their own (none today) would fall back to the scalar one.
+static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t* nc,
+                             int mr_, int nr_, int64_t kc_, int64_t nc_) {
+    *mr = mr_; *nr = nr_; *kc = kc_; *mc = (int64_t)mr_ * 8; *nc = nc_;
+}
+
+static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* g) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 32, 256, 4096);
+            g->kernel = quarot__sgemm_kernel_avx512; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 16, 512, 4096);
+            g->kernel = quarot__sgemm_kernel_avx2; return;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 512, 4096);
+            g->kernel = quarot__sgemm_kernel_sse2; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 8, 12, 256, 3072);
+            g->kernel = quarot__sgemm_kernel_neon; return;
+#endif
+        default:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 4, 8, 256, 2048);
+            g->kernel = quarot__sgemm_kernel_ref; return;
+    }
+}
+
+static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* g) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 16, 128, 4096);
+            g->kernel = quarot__dgemm_kernel_avx512; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 4096);
+            g->kernel = quarot__dgemm_kernel_avx2; return;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 4, 256, 4096);
+            g->kernel = quarot__dgemm_kernel_sse2; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 3072);
+            g->kernel = quarot__dgemm_kernel_neon; return;
+#endif
+        default:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 4, 4, 256, 2048);
+            g->kernel = quarot__dgemm_kernel_ref; return;
+    }
+}
+
+// Platform-independent DGEMM for linalg's QR: kernels without FMA and a fixed KC, so every element of
+// C is the same IEEE chain on every ISA (lane-wise SIMD = scalar):
+//     acc = (((0 + a_0*b_0) + a_1*b_1) + ...) over each block of 256 k-indices;  c = alpha*acc (+ beta*c)
+// The tiling (MR, NR, MC, NC) and the parallel split do not change that chain; only KC would.
+#define QUAROT__DGEMM_EXACT_KC 256
+static void quarot__dgemm_select_exact(quarot__dgemm_cfg* g) {
+    quarot_isa best = quarot_isa_best();
+    quarot__dgemm_select(best, g);
+    g->kc = QUAROT__DGEMM_EXACT_KC;
+    switch (best) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: g->kernel = quarot__dgemm_kernel_avx512_exact; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: g->kernel = quarot__dgemm_kernel_avx2_exact; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: g->kernel = quarot__dgemm_kernel_neon_exact; return;
+#endif
+        default: return;   // the SSE2 and scalar kernels have no FMA
+    }
+}
 
 // >>linalg
-// (implementation: linalg work)
+// Householder QR, row-major, blocked (LAPACK dgeqrf/dorgqr style) with fixed operation order:
+//   column j of a panel:  x = A[j:m][j], beta = -sign(x0)*||x||, v = x/(x0 - beta) (v0 = 1),
+//                         tau = (beta - x0)/beta, H_j = I - tau*v*v^T applied to the panel's columns;
+//   panel of NB reflectors: H_j0...H_j0+b-1 = I - V*T*V^T (T upper triangular, dlarft), and the
+//   trailing columns get A2 <- A2 - V*(T^T*(V^T*A2)) through the FMA-free fixed-KC DGEMM.
+// Q = H_0...H_{n-1}*[I;0] is built backwards by panels the same way; then the signs are moved so that
+// diag(R) >= 0. No step depends on the ISA or the thread split, so results are bit-identical everywhere.
+#define QUAROT__QR_NB 32
+
+// y[0:n] <- y + s*x, one product and one add per element (contraction is off in the implementation).
+static void quarot__axpy_f64(int64_t n, double s, const double* QUAROT__RESTRICT x, double* QUAROT__RESTRICT y) {
+    int64_t i;
+    for (i = 0; i < n; ++i) y[i] = y[i] + s * x[i];
+}
+
+// Unblocked factorization of the panel A[j0:m][j0:j0+b]: R on and above the diagonal, v_j below it
+// (v_j[0] = 1 implied), tau[j0:j0+b]. w is scratch of b doubles.
+static void quarot__qr_panel(int64_t m, int64_t j0, int64_t b, double* a, int64_t lda, double* tau, double* w) {
+    int64_t i, j, nt;
+    for (j = j0; j < j0 + b; ++j) {
+        double amax = 0.0, ss = 0.0, xnorm, x0 = a[j * lda + j], beta, den;
+        // ||x|| with scaling against overflow / underflow: amax * sqrt(sum (x_i / amax)^2)
+        for (i = j; i < m; ++i) { double t = fabs(a[i * lda + j]); if (t > amax) amax = t; }
+        if (amax == 0.0) { tau[j] = 0.0; continue; }            // zero column: H = I, R_jj = 0
+        for (i = j; i < m; ++i) { double t = a[i * lda + j] / amax; ss += t * t; }
+        xnorm = amax * sqrt(ss);
+        beta = x0 >= 0.0 ? -xnorm : xnorm;
+        tau[j] = (beta - x0) / beta;
+        den = x0 - beta;                                          // |den| = |x0| + ||x|| > 0
+        for (i = j + 1; i < m; ++i) a[i * lda + j] /= den;
+        a[j * lda + j] = beta;
+        // the panel's columns c = j+1..j0+b-1:  w = A[j][c] + sum_{i>j} v_i A[i][c];  A[i][c] -= tau v_i w
+        nt = j0 + b - j - 1;
+        if (nt == 0) continue;
+        memcpy(w, a + j * lda + j + 1, (size_t)nt * sizeof(double));
+        for (i = j + 1; i < m; ++i) quarot__axpy_f64(nt, a[i * lda + j], a + i * lda + j + 1, w);
+        quarot__axpy_f64(nt, -tau[j], w, a + j * lda + j + 1);
+        for (i = j + 1; i < m; ++i) quarot__axpy_f64(nt, -(tau[j] * a[i * lda + j]), w, a + i * lda + j + 1);
+    }
+}
+
+// The panel's V [m-j0][b] with explicit zeros above the unit diagonal, and T [b][b] (upper) with
+// H_j0...H_j0+b-1 = I - V*T*V^T:  T[r][r] = tau_r, T[0:r][r] = -tau_r * T[0:r][0:r] * (V[:,0:r]^T v_r).
+static void quarot__qr_vt(int64_t m, int64_t j0, int64_t b, const double* a, int64_t lda, const double* tau,
+                          double* v, double* t, double* z) {
+    int64_t i, r, q, qq, rows = m - j0;
+    for (i = 0; i < rows; ++i)
+        for (r = 0; r < b; ++r)
+            v[i * b + r] = i < r ? 0.0 : i == r ? 1.0 : a[(j0 + i) * lda + j0 + r];
+    for (r = 0; r < b; ++r) {
+        for (q = 0; q < b; ++q) t[q * b + r] = 0.0;
+        t[r * b + r] = tau[j0 + r];
+        if (r == 0) continue;
+        for (q = 0; q < r; ++q) z[q] = 0.0;
+        for (i = r; i < rows; ++i)                                // z = V[:,0:r]^T v_r, i ascending
+            for (q = 0; q < r; ++q) z[q] += v[i * b + q] * v[i * b + r];
+        for (q = 0; q < r; ++q) z[q] = -tau[j0 + r] * z[q];
+        for (q = 0; q < r; ++q) {                                 // T[q][r] = sum_{qq=q}^{r-1} T[q][qq] z[qq]
+            double s = 0.0;
+            for (qq = q; qq < r; ++qq) s += t[q * b + qq] * z[qq];
+            t[q * b + r] = s;
+        }
+    }
+}
+
+// M [rows][cols] (row stride ldm) <- (I - V*T'*V^T) * M with T' = T^T (trans_t) or T, through the exact
+// DGEMM: W^T = M^T V [cols][b];  W'^T[c][r] = sum_q T'[r][q] W^T[c][q] (q ascending);  M -= V W'.
+static quarot_result quarot__qr_apply_block(const quarot__dgemm_cfg* cfg, int trans_t, int64_t rows, int64_t cols,
+                                            int64_t b, const double* v, const double* t, double* m, int64_t ldm,
+                                            double* wt, double* z, const quarot_env* env) {
+    int64_t c, r, q;
+    quarot_result res = quarot__gemm_cfg_d(cfg, 1, 0, cols, b, rows, 1.0, m, ldm, v, b, 0.0, wt, b, env);
+    if (res != QUAROT_OK) return res;
+    for (c = 0; c < cols; ++c) {
+        double* w = wt + c * b;
+        for (r = 0; r < b; ++r) {
+            double s = 0.0;
+            if (trans_t) { for (q = 0; q <= r; ++q) s += t[q * b + r] * w[q]; }   // (T^T)[r][q] = T[q][r]
+            else         { for (q = r; q < b; ++q) s += t[r * b + q] * w[q]; }
+            z[r] = s;
+        }
+        memcpy(w, z, (size_t)b * sizeof(double));
+    }
+    return quarot__gemm_cfg_d(cfg, 0, 1, rows, cols, b, -1.0, v, b, wt, b, 1.0, m, ldm, env);
+}
+
+// QR after the argument checks; a is overwritten by R, q (may be NULL) gets Q.
+static quarot_result quarot__qr_run(int64_t m, int64_t n, double* a, int64_t lda, double* q, int64_t ldq,
+                                    const quarot_env* env) {
+    quarot__dgemm_cfg cfg;
+    quarot_result res = QUAROT_OK;
+    const int64_t nb = QUAROT__QR_NB;
+    double *work, *tau, *z, *t, *v, *wt;
+    int64_t i, j, j0, b;
+    size_t elems, bytes;
+    // tau [n], z [nb], T [nb][nb], V [m][nb], W^T [n][nb]
+    if (!quarot__mul_size((size_t)(m + n), (size_t)nb, &elems) || elems > SIZE_MAX / 16 ||
+        !quarot__mul_size(elems + (size_t)(n + nb + nb * nb), sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    work = (double*)quarot_env_alloc(env, bytes);
+    if (!work) return QUAROT_ERR_OUT_OF_MEMORY;
+    tau = work; z = tau + n; t = z + nb; v = t + nb * nb; wt = v + m * nb;
+    quarot__dgemm_select_exact(&cfg);
+    for (j0 = 0; j0 < n && res == QUAROT_OK; j0 += nb) {
+        b = quarot__gemm_min(nb, n - j0);
+        quarot__qr_panel(m, j0, b, a, lda, tau, z);
+        if (j0 + b == n) break;
+        quarot__qr_vt(m, j0, b, a, lda, tau, v, t, z);
+        res = quarot__qr_apply_block(&cfg, 1, m - j0, n - j0 - b, b, v, t, a + j0 * lda + j0 + b, lda, wt, z, env);
+    }
+    if (q && res == QUAROT_OK) {
+        for (i = 0; i < m; ++i) {
+            memset(q + i * ldq, 0, (size_t)n * sizeof(double));
+            if (i < n) q[i * ldq + i] = 1.0;
+        }
+        // backwards by panels: before panel j0 is applied, rows j0.. of Q are zero left of column j0
+        for (j0 = (n - 1) / nb * nb; j0 >= 0 && res == QUAROT_OK; j0 -= nb) {
+            b = quarot__gemm_min(nb, n - j0);
+            quarot__qr_vt(m, j0, b, a, lda, tau, v, t, z);
+            res = quarot__qr_apply_block(&cfg, 0, m - j0, n - j0, b, v, t, q + j0 * ldq + j0, ldq, wt, z, env);
+        }
+    }
+    quarot_env_free(env, work);
+    if (res != QUAROT_OK) return res;
+    // diag(R) >= 0: R <- S*R, Q <- Q*S with S = diag(sign(R_jj)); then clear below the diagonal.
+    for (j = 0; j < n; ++j) {
+        if (a[j * lda + j] < 0.0) {
+            for (i = j; i < n; ++i) a[j * lda + i] = -a[j * lda + i];
+            if (q) for (i = 0; i < m; ++i) q[i * ldq + j] = -q[i * ldq + j];
+        }
+        for (i = j + 1; i < m; ++i) a[i * lda + j] = 0.0;
+    }
+    return QUAROT_OK;
+}
+
+static int quarot__all_finite_f64(int64_t rows, int64_t cols, const double* x, int64_t ld) {
+    int64_t i, j;
+    for (i = 0; i < rows; ++i)
+        for (j = 0; j < cols; ++j) {
+            double t = x[i * ld + j];
+            if (t - t != 0.0) return 0;                           // NaN or Inf
+        }
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
+                                       double* q, int64_t ldq, const quarot_env* env) {
+    quarot_result r;
+    if (n < 1 || m < n || !a || lda < n || (q && ldq < n)) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(a, m, n, lda, sizeof(double), 1);
+    if (r == QUAROT_OK && q) r = quarot__gemm_check_mat(q, m, n, ldq, sizeof(double), 1);
+    if (r != QUAROT_OK) return r;
+    if (!quarot__all_finite_f64(m, n, a, lda)) return QUAROT_ERR_NONFINITE;
+    return quarot__qr_run(m, n, a, lda, q, ldq, env);
+}
+
+QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, double* q, int64_t ldq,
+                                                      const quarot_env* env) {
+    quarot_rng rng;
+    quarot_result r;
+    double* g;
+    size_t bytes;
+    int64_t i;
+    if (n < 1 || !q || ldq < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(q, n, n, ldq, sizeof(double), 1);
+    if (r != QUAROT_OK) return r;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &bytes) || !quarot__mul_size(bytes, sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    g = (double*)quarot_env_alloc(env, bytes);
+    if (!g) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_rng_seed(&rng, seed);
+    for (i = 0; i < n * n; ++i) g[i] = quarot_rng_normal(&rng);
+    r = quarot__qr_run(n, n, g, n, q, ldq, env);
+    quarot_env_free(env, g);
+    return r;
+}
+
+// Newton-Schulz polar factor: X0 = C/s, G = X^T X, X <- X*Y with Y = (3I - G)/2 until max|G - I| <= tol.
+// G is symmetric: row panels I of bs rows compute G[I][I:n] only (panel I is paired with panel
+// nb-1-I so every task has the same work), then the lower triangle is copied from the upper one. The
+// diagonal of G (column norms of X) is summed again in double: it sets the accuracy of the residual
+// and of Y's diagonal, which is what drives the f32 iteration to ~1e-7 instead of ~sqrt(n)*2^-24.
+
+// Scaled Frobenius norm of a [n][n] matrix in double (no overflow for large entries).
+#define QUAROT__POLAR_DEFINE(T, S)                                                                     \
+static double quarot__frob_##S(int64_t n, const T* x, int64_t ld) {                                    \
+    double amax = 0.0, ss = 0.0, t;                                                                    \
+    int64_t i, j;                                                                                      \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = fabs((double)x[i * ld + j]); if (t > amax) amax = t; }           \
+    if (amax == 0.0) return 0.0;                                                                       \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = (double)x[i * ld + j] / amax; ss += t * t; }                     \
+    return amax * sqrt(ss);                                                                            \
+}                                                                                                      \
+typedef struct quarot__gram_job_##S {                                                                  \
+    const quarot__##S##gemm_cfg* cfg;                                                                  \
+    int64_t n, ldx, bs, nb, n_tasks, per_task, a_elems;                                                \
+    const T* x;                                                                                        \
+    T* g;                                                                                              \
+    T* work;                                                                                           \
+} quarot__gram_job_##S;                                                                                \
+static void quarot__gram_panel_##S(const quarot__gram_job_##S* jb, int64_t p, T* ap) {                 \
+    int64_t i0 = p * jb->bs;                                                                           \
+    quarot__gemm_run_##S(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (T)1, \
+                         jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (T)0, jb->g + i0 * jb->n + i0, jb->n, \
+                         ap, ap + jb->a_elems);                                                        \
+}                                                                                                      \
+/* Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ... */                                      \
+static void quarot__gram_task_##S(void* arg, int64_t t) {                                              \
+    const quarot__gram_job_##S* jb = (const quarot__gram_job_##S*)arg;                                 \
+    T* ap = jb->work + t * jb->per_task;                                                               \
+    int64_t q;                                                                                         \
+    for (q = t; q < (jb->nb + 1) / 2; q += jb->n_tasks) {                                              \
+        quarot__gram_panel_##S(jb, q, ap);                                                             \
+        if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
+    }                                                                                                  \
+}                                                                                                      \
+/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
+static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
+                             const quarot_env* env) {                                                  \
+    int64_t i, j, n = jb->n;                                                                           \
+    jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
+    quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
+    for (i = 1; i < n; ++i)                                                                            \
+        for (j = 0; j < i; ++j) g[i * n + j] = g[j * n + i];                                           \
+}                                                                                                      \
+/* Panel size: a multiple of the micro-tile near 400; tasks: one, or ~2 per thread. Returns the        \
+   workspace elements needed (0 on overflow). */                                                       \
+static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S##gemm_cfg* cfg,       \
+                                     int64_t n, const quarot_env* env) {                               \
+    int64_t l = cfg->mr, threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;           \
+    size_t total;                                                                                      \
+    while (l % cfg->nr) l += cfg->mr;                                  /* lcm(mr, nr) */              \
+    jb->cfg = cfg;                                                                                     \
+    jb->n = n;                                                                                         \
+    jb->bs = quarot__gemm_cdiv(384, l) * l;                                                            \
+    jb->nb = quarot__gemm_cdiv(n, jb->bs);                                                             \
+    jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;                   \
+    jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;   \
+    jb->per_task = jb->a_elems + (quarot__gemm_min(cfg->kc, n) *                                       \
+                                  quarot__gemm_min(cfg->nc, quarot__gemm_cdiv(n, cfg->nr) * cfg->nr) + 15) / 16 * 16; \
+    if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
+    return total;                                                                                      \
+}                                                                                                      \
+static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u, int64_t ldu,          \
+                                       const quarot_polar_desc* d, quarot_polar_info* info,            \
+                                       const quarot_env* env, double tol_default, int iter_default) {  \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot__gram_job_##S jb;                                                                           \
+    quarot_result r;                                                                                   \
+    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, inv, t;                       \
+    int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;                  \
+    size_t nn, bytes, gram_elems;                                                                      \
+    T *mem, *xa, *g, *cur, *oth, *sw;                                                                  \
+    double* dg;                                                                                        \
+    int64_t i, j, ldcur, ldoth, ldsw;                                                                  \
+    if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }                       \
+    if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;                   \
+    if (d && (d->max_iter < 0 || !(d->tol >= 0.0) || !(d->scale >= 0.0) || d->scale - d->scale != 0.0)) \
+        return QUAROT_ERR_INVALID_ARGUMENT;                                                            \
+    r = quarot__gemm_check_mat(c, n, n, ldc, sizeof(T), 1);                                            \
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(u, n, n, ldu, sizeof(T), 1);                        \
+    if (r != QUAROT_OK) return r;                                                                      \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = (double)c[i * ldc + j]; if (t - t != 0.0) return QUAROT_ERR_NONFINITE; } \
+    s = d && d->scale > 0.0 ? d->scale : quarot__frob_##S(n, c, ldc);                                  \
+    if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;                  /* C == 0: no polar factor */   \
+    quarot__##S##gemm_select(quarot_isa_best(), &cfg);                                                 \
+    gram_elems = quarot__gram_setup_##S(&jb, &cfg, n, env);                                            \
+    /* one block: gram packing, X [n][n], G [n][n], diag [n] doubles, alignment slack */             \
+    if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 || \
+        !quarot__mul_size(2 * nn + gram_elems, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - (size_t)n * sizeof(double)) \
+        return QUAROT_ERR_OVERFLOW;                                                                    \
+    bytes += (size_t)n * sizeof(double) + 128;                                                         \
+    mem = (T*)quarot_env_alloc(env, bytes);                                                            \
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
+    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    xa = jb.work + gram_elems;                                                                         \
+    g = xa + nn;                                                                                       \
+    dg = (double*)(void*)(g + nn + (8 - (nn % 8)) % 8);                                                \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) xa[i * n + j] = (T)((double)c[i * ldc + j] / s);                       \
+    cur = xa; ldcur = n; oth = u; ldoth = ldu;                                                         \
+    for (it = 0;; ++it) {                                                                              \
+        quarot__gram_##S(&jb, cur, ldcur, g, env);                                                     \
+        for (j = 0; j < n; ++j) dg[j] = 0.0;                                                           \
+        for (i = 0; i < n; ++i)                                                                        \
+            for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }                \
+        if (it == 0 && !(d && d->scale > 0.0)) {                                                       \
+            /* lam = min(||G||_F, ||G||_1) >= largest eigenvalue of G = sigma_max(X0)^2 */            \
+            double fro = 0.0, one = 0.0, row;                                                          \
+            for (i = 0; i < n; ++i) {                                                                  \
+                row = fabs(dg[i]);                                                                     \
+                fro += dg[i] * dg[i];                                                                  \
+                for (j = 0; j < n; ++j)                                                                \
+                    if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }            \
+                if (row > one) one = row;                                                              \
+            }                                                                                          \
+            fro = sqrt(fro);                                                                           \
+            t = fro < one ? fro : one;                                                                 \
+            if (t > 0.0 && t < 1.0) {                                                                  \
+                inv = 1.0 / sqrt(t);                                                                   \
+                s *= sqrt(t);                                                                          \
+                for (i = 0; i < n; ++i)                                                                \
+                    for (j = 0; j < n; ++j) {                                                          \
+                        cur[i * n + j] = (T)((double)cur[i * n + j] * inv);                            \
+                        g[i * n + j] = (T)((double)g[i * n + j] / t);                                  \
+                    }                                                                                  \
+                for (j = 0; j < n; ++j) dg[j] /= t;                                                    \
+            }                                                                                          \
+        }                                                                                              \
+        res = 0.0;                                                                                     \
+        for (i = 0; i < n; ++i) {                                                                      \
+            t = fabs(dg[i] - 1.0);                                                                     \
+            if (!(t <= res)) res = t;                                  /* NaN propagates */            \
+            for (j = i + 1; j < n; ++j) { t = fabs((double)g[i * n + j]); if (!(t <= res)) res = t; }  \
+        }                                                                                              \
+        if (res <= tol) { status = 0; break; }                                                         \
+        if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
+        /* Y = (3I - G)/2 in place of G; the diagonal from the double column norms */                  \
+        for (i = 0; i < n; ++i) {                                                                      \
+            for (j = 0; j < n; ++j) g[i * n + j] = (T)-0.5 * g[i * n + j];                             \
+            g[i * n + i] = (T)(1.5 - 0.5 * dg[i]);                                                     \
+        }                                                                                              \
+        r = quarot__gemm_##S(quarot_isa_best(), 0, 0, n, n, n, (T)1, cur, ldcur, g, n, (T)0, oth, ldoth, env); \
+        if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }                                   \
+        sw = cur; cur = oth; oth = sw;                                                                 \
+        ldsw = ldcur; ldcur = ldoth; ldoth = ldsw;                                                     \
+    }                                                                                                  \
+    if (cur != u)                                                                                      \
+        for (i = 0; i < n; ++i) memcpy(u + i * ldu, cur + i * ldcur, (size_t)n * sizeof(T));           \
+    quarot_env_free(env, mem);                                                                         \
+    if (info) { info->iterations = it; info->residual = res; info->scale = s; }                        \
+    return status ? QUAROT_ERR_NOT_CONVERGED : QUAROT_OK;                                              \
+}
+
+QUAROT__POLAR_DEFINE(double, d)
+QUAROT__POLAR_DEFINE(float, s)
+
+QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
+                                                        double* u, int64_t ldu, const quarot_polar_desc* d,
+                                                        quarot_polar_info* info, const quarot_env* env) {
+    return quarot__polar_d(n, c, ldc, u, ldu, d, info, env, 1e-6, 75);
+}
+
+QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* c, int64_t ldc,
+                                                        float* u, int64_t ldu, const quarot_polar_desc* d,
+                                                        quarot_polar_info* info, const quarot_env* env) {
+    return quarot__polar_s(n, c, ldc, u, ldu, d, info, env, 2e-6, 36);
+}
 
 // >>quant
-// (implementation: tensor/quant work)
+// RTN, per group: s from the (clipped) range, k = rne(clamp(x/s, klo, khi)), x^ = f32(k)*s, where the
+// zero point is folded into the range: symmetric klo = -2^(b-1), khi = 2^(b-1)-1; asymmetric
+// klo = -z, khi = 2^b-1-z, and the stored code is k (symmetric) or k + z - 2^(b-1) (asymmetric).
+// Statistics are integer maxima over the |x| bit patterns (for finite floats their order is the
+// float order), which also flags NaN/Inf in the same pass; SIMD versions of integer maxima are exact.
+// Kernels (_ref, _sse2, _avx2, _neon) exist for the statistics and the in-place fake quantization,
+// the two passes of the per-token hot path; GCC at -O2 does not vectorize the scalar loops.
+#define QUAROT__QFLT_MAX 3.40282346638528859812e+38   // FLT_MAX, without <float.h>
+
+typedef struct quarot__qspec {
+    int asym, search;
+    double clip;          // c in (0, 1]
+    double kmin, kmax;    // code range before the shift: symmetric [-2^(b-1), 2^(b-1)-1], asymmetric [0, 2^b-1]
+    double half;          // 2^(b-1): asymmetric codes are stored as q - half
+    int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
+} quarot__qspec;
+
+// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 (also serving AVX-512
+// builds) and NEON.
+#define QUAROT__QK_REF 0
+#define QUAROT__QK_AVX2 1
+#define QUAROT__QK_NEON 2
+#define QUAROT__QK_SSE2 3
+
+static int quarot__qkernel(quarot_isa isa) {   // isa already resolved
+#if defined(QUAROT__HAVE_AVX2)
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_AVX2;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (isa == QUAROT_ISA_SSE2 || isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_SSE2;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (isa == QUAROT_ISA_NEON) return QUAROT__QK_NEON;
+#endif
+    (void)isa;
+    return QUAROT__QK_REF;
+}
+
+// Validate a quant desc (NULL = defaults) for rows of length cols; *gs gets the group length.
+static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols, quarot__qspec* sp, int64_t* gs) {
+    quarot_quant_desc dd;
+    quarot_isa isa;
+    quarot_result res;
+    int b;
+    if (d) dd = *d; else memset(&dd, 0, sizeof dd);
+    if ((res = quarot__isa_resolve(dd.isa, &isa)) != QUAROT_OK) return res;   // out of range / not compiled in
+    sp->kern = quarot__qkernel(isa);
+    b = dd.bits == 0 ? 4 : dd.bits;
+    if (b < 2 || b > 8) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.asymmetric != 0 && dd.asymmetric != 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.clip_search != 0 && dd.clip_search != 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.clip_ratio == 0.0f) dd.clip_ratio = 1.0f;
+    if (!(dd.clip_ratio > 0.0f && dd.clip_ratio <= 1.0f)) return QUAROT_ERR_INVALID_ARGUMENT;   // NaN too
+    if (dd.group_size < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.group_size > 0 && cols > 0 && cols % dd.group_size != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    *gs = dd.group_size > 0 ? dd.group_size : cols;
+    sp->asym = dd.asymmetric;
+    sp->search = dd.clip_search;
+    sp->clip = (double)dd.clip_ratio;
+    sp->half = (double)(1 << (b - 1));
+    sp->kmin = dd.asymmetric ? 0.0 : -sp->half;
+    sp->kmax = dd.asymmetric ? (double)((1 << b) - 1) : sp->half - 1.0;
+    return QUAROT_OK;
+}
+
+// Shared checks of a strided [rows][stride] float array.
+static quarot_result quarot__qshape_check(int64_t rows, int64_t cols, int64_t stride) {
+    if (rows < 0 || cols < 0 || stride < cols) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows > 1 && stride > (INT64_MAX - cols) / (rows - 1)) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+// Round half to even of r after clamping it to [lo, hi] (integers, |.| <= 2^9). Clamping first is
+// the same as clamping after (rounding is monotone and fixes integers) and makes the truncating
+// conversion safe. floor = trunc - (r < trunc); compare r with floor + 0.5 exactly.
+static int32_t quarot__rne_clamp(double r, double lo, double hi) {
+    int32_t t, f;
+    double h;
+    r = r < lo ? lo : r;
+    r = r > hi ? hi : r;
+    t = (int32_t)r;
+    f = t - (int32_t)(r < (double)t);
+    h = (double)f + 0.5;
+    return f + (int32_t)((r > h) | ((r == h) & (f & 1)));
+}
+
+// pmax = max(x, 0), nmax = max(-x, 0) over n floats; returns 0 (maxima then meaningless) if any is
+// NaN/Inf. p, m: running maxima of the bit patterns (the SIMD kernels pass their partial results).
+static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_t m, float* pmax, float* nmax) {
+    int64_t j;
+    for (j = 0; j < n; ++j) {
+        uint32_t u, a, ap, an;
+        memcpy(&u, x + j, 4);
+        a = u & 0x7fffffffu;
+        ap = (u >> 31) ? 0u : a;
+        an = (u >> 31) ? a : 0u;
+        p = ap > p ? ap : p;
+        m = an > m ? an : m;
+    }
+    *pmax = quarot__bits_to_f32(p);
+    *nmax = quarot__bits_to_f32(m);
+    return p < 0x7f800000u && m < 0x7f800000u;
+}
+
+// Asymmetric zero point for scale s: z = clamp(rne(-lo/s), 0, 2^b-1).
+static double quarot__qzero(const quarot__qspec* sp, double lo, float s) {
+    return (double)quarot__rne_clamp(-lo / (double)s, 0.0, sp->kmax);
+}
+
+// Largest |k| a group can produce: 2^(b-1) symmetric, max(z, 2^b-1-z) asymmetric.
+static float quarot__qlevel(const quarot__qspec* sp, double z) {
+    if (!sp->asym) return (float)sp->half;
+    return (float)(z > sp->kmax - z ? z : sp->kmax - z);
+}
+
+// Scale (returned) and zero point *z of a group with statistics pmax, nmax under clip ratio c.
+static float quarot__qparams(const quarot__qspec* sp, double c, float pmax, float nmax, double* z) {
+    double lo = 0.0;
+    float s;
+    int guard;
+    if (!sp->asym) {
+        float m = pmax > nmax ? pmax : nmax;
+        s = (float)(c * (double)m / sp->kmax);
+    } else {
+        double hi = c * (double)pmax;
+        lo = -(c * (double)nmax);
+        s = (float)((hi - lo) / sp->kmax);
+    }
+    if (!(s > 0.0f)) s = 1.0f;
+    *z = sp->asym ? quarot__qzero(sp, lo, s) : 0.0;
+    // Only for |x| near FLT_MAX: lower s until every level k*s is finite.
+    if ((double)(quarot__qlevel(sp, *z) * s) > QUAROT__QFLT_MAX) {
+        s = (float)(QUAROT__QFLT_MAX / (double)quarot__qlevel(sp, *z));
+        for (guard = 0; guard < 64; ++guard) {
+            if (sp->asym) *z = quarot__qzero(sp, lo, s);
+            if ((double)(quarot__qlevel(sp, *z) * s) <= QUAROT__QFLT_MAX) break;
+            s = nextafterf(s, 0.0f);
+        }
+    }
+    return s;
+}
+
+// Range of k = q - z for a group.
+static void quarot__qrange(const quarot__qspec* sp, double z, double* klo, double* khi) {
+    *klo = sp->asym ? -z : sp->kmin;
+    *khi = sp->asym ? sp->kmax - z : sp->kmax;
+}
+
+// sum((x^ - x)^2) of a group for one candidate scale (clip search).
+static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi) {
+    double sd = (double)s, e = 0.0;
+    int64_t j;
+    for (j = 0; j < n; ++j) {
+        float y = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
+        double dif = (double)y - (double)x[j];
+        e += dif * dif;
+    }
+    return e;
+}
+
+// Scale and zero point of one group: clip ratio sp->clip, or the best of the clip-search grid.
+static float quarot__qfit(const quarot__qspec* sp, const float* x, int64_t n, float pmax, float nmax, double* z) {
+    double best_err = 0.0, klo, khi, zk, err;
+    float best_s, s;
+    int k;
+    best_s = quarot__qparams(sp, sp->clip, pmax, nmax, z);
+    if (!sp->search) return best_s;
+    quarot__qrange(sp, *z, &klo, &khi);
+    best_err = quarot__qerr(x, n, best_s, klo, khi);
+    for (k = 1; k <= 50; ++k) {
+        s = quarot__qparams(sp, sp->clip * (double)(100 - k) / 100.0, pmax, nmax, &zk);
+        quarot__qrange(sp, zk, &klo, &khi);
+        err = quarot__qerr(x, n, s, klo, khi);
+        if (err < best_err) { best_err = err; best_s = s; *z = zk; }
+    }
+    return best_s;
+}
+
+// The hot loop: x <- f32(k)*s in place (one pointer, so the compiler needs no alias checks).
+static void quarot__qapply_f32_ref(float* x, int64_t n, float s, double klo, double khi) {
+    double sd = (double)s;
+    int64_t j;
+    for (j = 0; j < n; ++j) x[j] = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
+}
+
+#if defined(QUAROT__HAVE_SSE2)
+// SSE2 has no rounding instruction with an explicit mode, so this follows the scalar steps: truncate
+// (cvttpd2dq), floor = trunc - (r < trunc), then up when r > floor + 0.5, or == and floor is odd.
+// The 64-bit compare masks are narrowed to 32-bit lanes to meet the int32 results.
+static __m128i quarot__qrne2_sse2(__m128d r) {
+    const __m128d half = _mm_set1_pd(0.5);
+    __m128i t = _mm_cvttpd_epi32(r), f, gt, eq, odd;
+    __m128d fd, h;
+    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))), _MM_SHUFFLE(3, 3, 2, 0)));
+    fd = _mm_cvtepi32_pd(f);
+    h = _mm_add_pd(fd, half);
+    gt = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpgt_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    eq = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpeq_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    odd = _mm_and_si128(f, _mm_set1_epi32(1));
+    return _mm_add_epi32(f, _mm_or_si128(_mm_and_si128(gt, _mm_set1_epi32(1)), _mm_and_si128(eq, odd)));
+}
+
+static void quarot__qapply_f32_sse2(float* x, int64_t n, float s, double klo, double khi) {
+    const __m128d sd = _mm_set1_pd((double)s), lo = _mm_set1_pd(klo), hi = _mm_set1_pd(khi);
+    const __m128 sv = _mm_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m128 v = _mm_loadu_ps(x + j);
+        __m128d a = _mm_div_pd(_mm_cvtps_pd(v), sd);
+        __m128d b = _mm_div_pd(_mm_cvtps_pd(_mm_movehl_ps(v, v)), sd);
+        a = _mm_min_pd(_mm_max_pd(a, lo), hi);
+        b = _mm_min_pd(_mm_max_pd(b, lo), hi);
+        v = _mm_cvtepi32_ps(_mm_unpacklo_epi64(quarot__qrne2_sse2(a), quarot__qrne2_sse2(b)));
+        _mm_storeu_ps(x + j, _mm_mul_ps(v, sv));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+// The maxima stay below 2^31, so SSE2's signed compare serves as the unsigned one.
+static int quarot__qstats_f32_sse2(const float* x, int64_t n, float* pmax, float* nmax) {
+    const __m128i absmask = _mm_set1_epi32(0x7fffffff);
+    __m128i p = _mm_setzero_si128(), m = _mm_setzero_si128();
+    uint32_t pv[4], mv[4], pr = 0, mr = 0;
+    int64_t j = 0;
+    int l;
+    for (; j + 4 <= n; j += 4) {
+        __m128i u = _mm_loadu_si128((const __m128i*)(const void*)(x + j));
+        __m128i a = _mm_and_si128(u, absmask), neg = _mm_srai_epi32(u, 31);
+        __m128i ap = _mm_andnot_si128(neg, a), an = _mm_and_si128(neg, a), gp, gm;
+        gp = _mm_cmpgt_epi32(ap, p);
+        gm = _mm_cmpgt_epi32(an, m);
+        p = _mm_or_si128(_mm_and_si128(gp, ap), _mm_andnot_si128(gp, p));
+        m = _mm_or_si128(_mm_and_si128(gm, an), _mm_andnot_si128(gm, m));
+    }
+    _mm_storeu_si128((__m128i*)(void*)pv, p);
+    _mm_storeu_si128((__m128i*)(void*)mv, m);
+    for (l = 0; l < 4; ++l) {
+        pr = pv[l] > pr ? pv[l] : pr;
+        mr = mv[l] > mr ? mv[l] : mr;
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, pr, mr, pmax, nmax);
+}
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+// AVX2: 8 floats per step as two halves of 4 doubles. _mm256_round_pd with an explicit
+// round-to-nearest-even mode equals the scalar rne; the integer-valued doubles go through int32 (exact)
+// to float, as in the scalar code (so -0 becomes +0 there too).
+static void quarot__qapply_f32_avx2(float* x, int64_t n, float s, double klo, double khi) {
+    const __m256d sd = _mm256_set1_pd((double)s), lo = _mm256_set1_pd(klo), hi = _mm256_set1_pd(khi);
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        __m256d a = _mm256_div_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), sd);
+        __m256d b = _mm256_div_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), sd);
+        __m128i ia, ib;
+        a = _mm256_min_pd(_mm256_max_pd(a, lo), hi);
+        b = _mm256_min_pd(_mm256_max_pd(b, lo), hi);
+        ia = _mm256_cvtpd_epi32(_mm256_round_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        ib = _mm256_cvtpd_epi32(_mm256_round_pd(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        v = _mm256_cvtepi32_ps(_mm256_insertf128_si256(_mm256_castsi128_si256(ia), ib, 1));
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(v, sv));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+// Per lane: |x| bits, split by the sign (srai gives all ones for negatives), unsigned maxima; the
+// lanes are reduced at the end and the tail goes through the scalar kernel with those maxima.
+static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float* nmax) {
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+    __m256i p = _mm256_setzero_si256(), m = _mm256_setzero_si256();
+    uint32_t pv[8], mv[8], pr = 0, mr = 0;
+    int64_t j = 0;
+    int l;
+    for (; j + 8 <= n; j += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i*)(const void*)(x + j));
+        __m256i a = _mm256_and_si256(u, absmask), neg = _mm256_srai_epi32(u, 31);
+        p = _mm256_max_epu32(p, _mm256_andnot_si256(neg, a));
+        m = _mm256_max_epu32(m, _mm256_and_si256(neg, a));
+    }
+    _mm256_storeu_si256((__m256i*)(void*)pv, p);
+    _mm256_storeu_si256((__m256i*)(void*)mv, m);
+    for (l = 0; l < 8; ++l) {
+        pr = pv[l] > pr ? pv[l] : pr;
+        mr = mv[l] > mr ? mv[l] : mr;
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, pr, mr, pmax, nmax);
+}
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+// NEON (AArch64): 4 floats per step as two halves of 2 doubles. FCVTNS (vcvtnq_s64_f64) converts
+// with round to nearest, ties to even, whatever the FPCR mode; the integers go to float through int32
+// as in the scalar code.
+static void quarot__qapply_f32_neon(float* x, int64_t n, float s, double klo, double khi) {
+    const float64x2_t sd = vdupq_n_f64((double)s), lo = vdupq_n_f64(klo), hi = vdupq_n_f64(khi);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t v = vld1q_f32(x + j);
+        float64x2_t a = vdivq_f64(vcvt_f64_f32(vget_low_f32(v)), sd);
+        float64x2_t b = vdivq_f64(vcvt_high_f64_f32(v), sd);
+        int32x4_t k;
+        a = vminq_f64(vmaxq_f64(a, lo), hi);
+        b = vminq_f64(vmaxq_f64(b, lo), hi);
+        k = vcombine_s32(vmovn_s64(vcvtnq_s64_f64(a)), vmovn_s64(vcvtnq_s64_f64(b)));
+        vst1q_f32(x + j, vmulq_n_f32(vcvtq_f32_s32(k), s));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+static int quarot__qstats_f32_neon(const float* x, int64_t n, float* pmax, float* nmax) {
+    const uint32x4_t absmask = vdupq_n_u32(0x7fffffffu);
+    uint32x4_t p = vdupq_n_u32(0), m = vdupq_n_u32(0);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        uint32x4_t u = vreinterpretq_u32_f32(vld1q_f32(x + j));
+        uint32x4_t a = vandq_u32(u, absmask);
+        uint32x4_t neg = vreinterpretq_u32_s32(vshrq_n_s32(vreinterpretq_s32_u32(u), 31));
+        p = vmaxq_u32(p, vbicq_u32(a, neg));
+        m = vmaxq_u32(m, vandq_u32(a, neg));
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, vmaxvq_u32(p), vmaxvq_u32(m), pmax, nmax);
+}
+#endif
+
+// Dispatch by kernel id.
+static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, float* nmax) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
+#endif
+    (void)kern;
+    return quarot__qstats_f32_ref(x, n, 0u, 0u, pmax, nmax);
+}
+
+static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
+#endif
+    (void)kern;
+    quarot__qapply_f32_ref(x, n, s, klo, khi);
+}
+
+// The best kernel compiled in (internal uses: finiteness scans of GPTQ inputs).
+static int quarot__qkernel_best(void) { return quarot__qkernel(quarot_isa_best()); }
+
+// Integer codes for quarot_quantize_f32 (scalar): the same k, plus the code offset.
+static void quarot__qapply_codes(const float* QUAROT__RESTRICT x, int8_t* QUAROT__RESTRICT q, int64_t n,
+                                 float s, double klo, double khi, int32_t off) {
+    double sd = (double)s;
+    int64_t j;
+    for (j = 0; j < n; ++j) q[j] = (int8_t)(quarot__rne_clamp((double)x[j] / sd, klo, khi) + off);
+}
+
+QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t cols, int64_t stride,
+                                               const quarot_quant_desc* d) {
+    quarot__qspec sp;
+    int64_t gs, r, g0;
+    quarot_result res;
+    if (!x) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
+    if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
+    if (cols == 0) return QUAROT_OK;
+    // Per row: one statistics pass over the whole row (it is the finiteness check, and with a single
+    // group already the group's statistics), then per group: statistics, scale, quantize in place.
+    for (r = 0; r < rows; ++r) {
+        float* row = x + r * stride;
+        float pmax, nmax, s;
+        double z, klo, khi;
+        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;   // before any write
+        for (g0 = 0; g0 < cols; g0 += gs) {
+            if (gs != cols) quarot__qstats(sp.kern, row + g0, gs, &pmax, &nmax);
+            s = quarot__qfit(&sp, row + g0, gs, pmax, nmax, &z);
+            quarot__qrange(&sp, z, &klo, &khi);
+            quarot__qapply(sp.kern, row + g0, gs, s, klo, khi);
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64_t cols, int64_t stride,
+                                             const quarot_quant_desc* d, int8_t* q, float* scales, float* zeros) {
+    quarot__qspec sp;
+    int64_t gs, groups, r, g;
+    quarot_result res;
+    if (!x || !q || !scales) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
+    if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
+    if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (cols == 0) return QUAROT_OK;
+    // The same steps as quarot_fake_quant_f32 (same statistics, scales and k), writing codes
+    // q[r][cols] and parameters [r][groups] instead of x^.
+    groups = cols / gs;
+    for (r = 0; r < rows; ++r) {
+        const float* row = x + r * stride;
+        float pmax, nmax, s;
+        double z, klo, khi;
+        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;
+        for (g = 0; g < groups; ++g) {
+            const float* v = row + g * gs;
+            if (gs != cols) quarot__qstats(sp.kern, v, gs, &pmax, &nmax);
+            s = quarot__qfit(&sp, v, gs, pmax, nmax, &z);
+            quarot__qrange(&sp, z, &klo, &khi);
+            quarot__qapply_codes(v, q + r * cols + g * gs, gs, s, klo, khi,
+                                 sp.asym ? (int32_t)(z - sp.half) : 0);
+            scales[r * groups + g] = s;
+            if (zeros) zeros[r * groups + g] = sp.asym ? (float)(z - sp.half) : 0.0f;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_dequantize_f32(const int8_t* q, const float* scales, const float* zeros,
+                                               int64_t rows, int64_t cols, const quarot_quant_desc* d,
+                                               float* x, int64_t stride) {
+    quarot__qspec sp;
+    int64_t gs, groups, r, g, j;
+    quarot_result res;
+    if (!q || !scales || !x) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
+    if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
+    if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (cols == 0) return QUAROT_OK;
+    // x^ = (f32(code) - zero) * scale: code - zero is the integer k exactly (both are small integers
+    // in float), so this is the product f32(k)*s of the fake quantizer, bit for bit.
+    groups = cols / gs;
+    for (r = 0; r < rows; ++r) {
+        for (g = 0; g < groups; ++g) {
+            const int8_t* c = q + r * cols + g * gs;
+            float* y = x + r * stride + g * gs;
+            float s = scales[r * groups + g], zf = zeros ? zeros[r * groups + g] : 0.0f;
+            for (j = 0; j < gs; ++j) y[j] = ((float)c[j] - zf) * s;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API double quarot_mse_f32(const float* a, const float* b, int64_t n) {
+    double e = 0.0;
+    int64_t i;
+    if (n <= 0) return 0.0;
+    if (!a || !b) return (double)NAN;
+    for (i = 0; i < n; ++i) {
+        double dif = (double)a[i] - (double)b[i];
+        e += dif * dif;
+    }
+    return e / (double)n;
+}
+
+QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_t n) {
+    double m = 0.0;
+    int64_t i;
+    if (n <= 0) return 0.0;
+    if (!a || !b) return (double)NAN;
+    for (i = 0; i < n; ++i) {
+        double dif = fabs((double)a[i] - (double)b[i]);
+        if (dif != dif) return dif;   // NaN
+        if (dif > m) m = dif;
+    }
+    return m;
+}
+
+// >>gptq
+// GPTQ: with H^-1 = U^T U (U upper triangular, processing order), quantize column i of every row,
+// e = (w_i - w^_i)/U_ii, and w_j -= e*U_ij for j > i; sum e^2/2 is the added loss. U comes from the
+// "UL" Cholesky H = V V^T (V upper) and U = V^-1, both in place. Rows are independent: tiles of rows
+// run as parallel tasks; within a tile, updates are applied lazily per block of columns.
+#define QUAROT__GPTQ_TILE 32
+
+// Element-wise double updates shared by the Hessian, the factorization and GPTQ, each with a scalar
+// _ref and SSE2 / AVX2 / NEON versions. Every output element gets the same multiplications and additions
+// in the same order in every version (no FMA contraction), so all give identical bits; the kernel
+// follows the quant desc's isa (tests compare them). Subtractions pass -c: y + (-c)*p == y - c*p.
+//   axpy:  y[j] += c*p[j]
+//   axpy4: y[j] = y[j] + c0*p0[j] + c1*p1[j] + c2*p2[j] + c3*p3[j]   (left to right)
+//   hess8: h[j] += a0*f64(x0[j]) + a1*f64(x1[j]) + ... + a7*f64(x7[j])  (the sum first, left to right)
+static void quarot__gptq_axpy_f64_ref(double* y, const double* p, double c, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] += c * p[j];
+}
+static void quarot__gptq_axpy4_f64_ref(double* y, const double* const* p, const double* c, int64_t n) {
+    const double *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    const double c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] = y[j] + c0 * p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
+}
+static void quarot__gptq_hess8_f64_ref(double* h, const float* const* x, const double* a, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j)
+        h[j] += a[0] * (double)x[0][j] + a[1] * (double)x[1][j] + a[2] * (double)x[2][j] + a[3] * (double)x[3][j] +
+                a[4] * (double)x[4][j] + a[5] * (double)x[5][j] + a[6] * (double)x[6][j] + a[7] * (double)x[7][j];
+}
+
+#if defined(QUAROT__HAVE_SSE2)
+static void quarot__gptq_axpy_f64_sse2(double* y, const double* p, double c, int64_t n) {
+    const __m128d cv = _mm_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_sse2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m128d c0 = _mm_set1_pd(c[0]), c1 = _mm_set1_pd(c[1]), c2 = _mm_set1_pd(c[2]), c3 = _mm_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        __m128d v = _mm_loadu_pd(y + j);
+        v = _mm_add_pd(v, _mm_mul_pd(c0, _mm_loadu_pd(p[0] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c1, _mm_loadu_pd(p[1] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c2, _mm_loadu_pd(p[2] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c3, _mm_loadu_pd(p[3] + j)));
+        _mm_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_sse2(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
+        for (r = 1; r < 8; ++r)
+            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
+        _mm_storeu_pd(h + j, _mm_add_pd(_mm_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+static void quarot__gptq_axpy_f64_avx2(double* y, const double* p, double c, int64_t n) {
+    const __m256d cv = _mm256_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        _mm256_storeu_pd(y + j, _mm256_add_pd(_mm256_loadu_pd(y + j), _mm256_mul_pd(cv, _mm256_loadu_pd(p + j))));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]), c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_loadu_pd(y + j);
+        v = _mm256_add_pd(v, _mm256_mul_pd(c0, _mm256_loadu_pd(p[0] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c1, _mm256_loadu_pd(p[1] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c2, _mm256_loadu_pd(p[2] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c3, _mm256_loadu_pd(p[3] + j)));
+        _mm256_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_avx2(double* h, const float* const* x, const double* a, int64_t n) {
+    __m256d av[8];
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (r = 0; r < 8; ++r) av[r] = _mm256_set1_pd(a[r]);
+    for (; j + 4 <= n; j += 4) {
+        __m256d s = _mm256_mul_pd(av[0], _mm256_cvtps_pd(_mm_loadu_ps(x[0] + j)));
+        for (r = 1; r < 8; ++r) s = _mm256_add_pd(s, _mm256_mul_pd(av[r], _mm256_cvtps_pd(_mm_loadu_ps(x[r] + j))));
+        _mm256_storeu_pd(h + j, _mm256_add_pd(_mm256_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+static void quarot__gptq_axpy_f64_neon(double* y, const double* p, double c, int64_t n) {
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) vst1q_f64(y + j, vaddq_f64(vld1q_f64(y + j), vmulq_n_f64(vld1q_f64(p + j), c)));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_neon(double* y, const double* const* p, const double* c, int64_t n) {
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t v = vld1q_f64(y + j);
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[0] + j), c[0]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[1] + j), c[1]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[2] + j), c[2]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[3] + j), c[3]));
+        vst1q_f64(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_neon(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t s = vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[0] + j)), a[0]);
+        for (r = 1; r < 8; ++r) s = vaddq_f64(s, vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[r] + j)), a[r]));
+        vst1q_f64(h + j, vaddq_f64(vld1q_f64(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+static void quarot__gptq_axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_axpy_f64_ref(y, p, c, n);
+}
+static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_axpy4_f64_ref(y, p, c, n);
+}
+static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_hess8_f64_ref(h, x, a, n);
+}
+
+QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
+                                                       int64_t rows, int64_t stride) {
+    int64_t r, r0, i, j, k, i0;
+    const int kern = quarot__qkernel_best();
+    const float *xr[8], *xi[8];
+    double a[8];
+    size_t nn;
+    quarot_result res;
+    float pm, nm;
+    if (!h || !x) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, in, stride)) != QUAROT_OK) return res;
+    if (in == 0 || rows == 0) return QUAROT_OK;
+    if (!quarot__mul_size((size_t)in, (size_t)in, &nn) || !quarot__mul_size(nn, sizeof(double), &nn))
+        return QUAROT_ERR_OVERFLOW;
+    for (r = 0; r < rows; ++r)
+        if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+    // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
+    // then the rows % 8 left, one by one. Per element of h that is the documented order.
+    for (r0 = 0; r0 + 8 <= rows; r0 += 256) {
+        const int64_t r1 = r0 + 256 < rows / 8 * 8 ? r0 + 256 : rows / 8 * 8;
+        for (i0 = 0; i0 < in; i0 += 16) {
+            const int64_t i1 = i0 + 16 < in ? i0 + 16 : in;
+            for (r = r0; r < r1; r += 8) {
+                for (k = 0; k < 8; ++k) xr[k] = x + (r + k) * stride;
+                for (i = i0; i < i1; ++i) {
+                    for (k = 0; k < 8; ++k) { a[k] = 2.0 * (double)xr[k][i]; xi[k] = xr[k] + i; }
+                    quarot__gptq_hess8_f64(kern, h + i * in + i, xi, a, in - i);
+                }
+            }
+        }
+    }
+    for (r = rows / 8 * 8; r < rows; ++r) {
+        const float* x1 = x + r * stride;
+        for (i = 0; i < in; ++i) {
+            double* hr = h + i * in;
+            const double a1 = 2.0 * (double)x1[i];
+            for (j = i; j < in; ++j) hr[j] += a1 * (double)x1[j];
+        }
+    }
+    for (i = 0; i < in; ++i)
+        for (j = i + 1; j < in; ++j) h[j * in + i] = h[i * in + j];
+    return QUAROT_OK;
+}
+
+// The factor GPTQ needs, in place on a [n][n] whose upper triangle (i <= j) holds a symmetric positive
+// definite A (the lower triangle is neither read nor written):
+//   1. "UL" Cholesky A = V V^T, V upper triangular, from the last column backwards (right-looking):
+//      V_jj = sqrt(A_jj), V_ij = A_ij / V_jj, then A_il -= V_ij V_lj for i <= l < j.
+//   2. U = V^-1 (upper), so that A^-1 = V^-T V^-1 = U^T U without forming A^-1.
+// Both run in blocks of NB columns (rows) from the bottom right, with the O(n^3) updates split into
+// column chunks of CW (L2-sized) that run as parallel tasks. Step 1 subtracts in the same order as the
+// unblocked loop (k descending per element), so its bits do not depend on NB or threads; step 2 sums
+// per element in a fixed order as well. Cost n^3/6 + n^3/6 multiply-adds.
+#define QUAROT__GPTQ_NB 64
+#define QUAROT__GPTQ_CW 512
+
+typedef struct quarot__gptq_chol_job {
+    double* a;             // [n][n]
+    int64_t n, b0, b1;     // current block [b0, b1)
+    double* pk;            // [NB][n]: Cholesky: pk[k][l] = V[l][b0+k]; inverse: copy of V[b0+k][l]
+    double* s;             // [NB][n]: inverse: S = V[block][rest] * U[rest][rest]
+    const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
+    int64_t n_tasks;
+    int kern;              // element-wise helper kernel
+} quarot__gptq_chol_job;
+
+// Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
+// same steps as the unblocked loop (divide by V_jj, subtract from the columns left of j); then pack.
+static void quarot__gptq_chol_panel_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    int64_t i, j;
+    for (i = t; i < b0; i += jb->n_tasks) {
+        double* r = jb->a + i * n + b0;
+        for (j = b - 1; j >= 0; --j) {
+            const double* dj = jb->d + j * QUAROT__GPTQ_NB;
+            double c;
+            r[j] /= jb->a[(b0 + j) * n + b0 + j];
+            c = r[j];
+            quarot__gptq_axpy_f64(jb->kern, r, dj, -c, j);
+        }
+        for (j = 0; j < b; ++j) jb->pk[j * n + i] = r[j];
+    }
+}
+
+// Cholesky, trailing update of A[0:b0][0:b0] (upper) by the block's columns, chunk t of the columns:
+// A_il -= V_i,k V_l,k for k descending, four k per pass (C's left-to-right evaluation keeps the order).
+static void quarot__gptq_chol_syrk_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    const int64_t la = t * QUAROT__GPTQ_CW, lb = la + QUAROT__GPTQ_CW < b0 ? la + QUAROT__GPTQ_CW : b0;
+    int64_t i, k, l;
+    for (i = 0; i < lb; ++i) {
+        double* ai = jb->a + i * n;
+        const double* ci = ai + b0;                    // V_i,b0+k
+        const int64_t l0 = i > la ? i : la;
+        if (l0 >= lb) continue;
+        for (k = b - 1; k >= 3; k -= 4) {
+            const double* p[4];
+            double c[4];
+            for (l = 0; l < 4; ++l) { p[l] = jb->pk + (k - l) * n + l0; c[l] = -ci[k - l]; }
+            quarot__gptq_axpy4_f64(jb->kern, ai + l0, p, c, lb - l0);
+        }
+        for (; k >= 0; --k) quarot__gptq_axpy_f64(jb->kern, ai + l0, jb->pk + k * n + l0, -ci[k], lb - l0);
+    }
+}
+
+// Inverse, rows of the block times the rest, chunk t of the columns j >= b1:
+//   S[k][j] = sum_{m=b1..j} V[b0+k][m] U[m][j]  (m ascending),  U[b0+i][j] = -sum_{k>=i} Ublk[i][k] S[k][j].
+static void quarot__gptq_inv_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b1 = jb->b1, b = b1 - b0;
+    const int64_t ja = b1 + t * QUAROT__GPTQ_CW, jz = ja + QUAROT__GPTQ_CW < n ? ja + QUAROT__GPTQ_CW : n;
+    int64_t i, j, k, m;
+    for (k = 0; k < b; ++k)
+        for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
+    for (m = b1; m < jz; ++m) {
+        const double* um = jb->a + m * n;
+        const int64_t j0 = m > ja ? m : ja;
+        for (k = 0; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, jb->s + k * n + j0, um + j0, jb->pk[k * n + m], jz - j0);
+    }
+    for (i = 0; i < b; ++i) {
+        double* ui = jb->a + (b0 + i) * n;
+        const double* di = jb->d + i * QUAROT__GPTQ_NB;
+        for (j = ja; j < jz; ++j) ui[j] = 0.0;
+        for (k = i; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, ui + ja, jb->s + k * n + ja, -di[k], jz - ja);
+    }
+}
+
+// Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
+// diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
+static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, int kern,
+                                   const quarot_env* env) {
+    const double tol = (double)n * 2.220446049250313e-16;
+    quarot__gptq_chol_job jb;
+    double* d = work + 2 * QUAROT__GPTQ_NB * n;
+    int64_t b0, b1, i, j, k, threads;
+    threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern;
+    for (b1 = n; b1 > 0; b1 = b0) {
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
+        for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
+            double p = a[j * n + j], v;
+            if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
+            v = sqrt(p);
+            a[j * n + j] = v;
+            for (i = b0; i < j; ++i) {
+                a[i * n + j] /= v;
+                d[(j - b0) * QUAROT__GPTQ_NB + (i - b0)] = a[i * n + j];
+            }
+            for (i = b0; i < j; ++i)
+                quarot__gptq_axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
+        }
+        if (b0 == 0) break;
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = threads < b0 ? threads : b0;
+        quarot_env_parallel_for(env, quarot__gptq_chol_panel_task, &jb, jb.n_tasks);
+        jb.n_tasks = (b0 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_chol_syrk_task, &jb, jb.n_tasks);
+    }
+    for (b1 = n; b1 > 0; b1 = b0) {                    // U = V^-1, blocks of rows from the bottom
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
+        for (i = b1 - 1; i >= b0; --i) {               // the diagonal block: U_ij = -sum V_ik U_kj / V_ii
+            double* ai = a + i * n;
+            double* tmp = work + QUAROT__GPTQ_NB * n;  // (s is free here)
+            const double vii = ai[i];
+            for (j = i + 1; j < b1; ++j) tmp[j] = 0.0;
+            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
+            for (j = i + 1; j < b1; ++j) ai[j] = -tmp[j] / vii;
+            ai[i] = 1.0 / vii;
+        }
+        if (b1 == n) continue;
+        for (i = b0; i < b1; ++i) {                    // keep V[block][rest]; U of the block as d
+            for (j = b1; j < n; ++j) work[(i - b0) * n + j] = a[i * n + j];
+            for (j = i; j < b1; ++j) d[(i - b0) * QUAROT__GPTQ_NB + (j - b0)] = a[i * n + j];
+        }
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = (n - b1 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_inv_task, &jb, jb.n_tasks);
+    }
+    return -1;
+}
+
+typedef struct quarot__gptq_job {
+    float* w;
+    int64_t out, in, stride;
+    const double* u;                 // [in][in] upper factor of H^-1, processing order
+    const int64_t* perm;             // processing position -> original column
+    const unsigned char* dead;       // [in], by original column
+    quarot__qspec sp;
+    int64_t gs, groups, block;
+    int dynamic;                     // 1: group parameters from current values at the group's start
+    int8_t* q;
+    float *scales, *zeros;
+    char* scratch;                   // n_tasks blocks of scratch_bytes
+    size_t scratch_bytes;
+    int64_t n_tasks, n_tiles;
+    double* tile_loss;               // [n_tiles]
+} quarot__gptq_job;
+
+// Scratch of one task, in doubles: wt [T][in], err [T][block], zero points [T][groups]; then floats:
+// scales [T][groups], one row or group [in].
+static size_t quarot__gptq_scratch_bytes(int64_t in, int64_t block, int64_t groups) {
+    size_t T = QUAROT__GPTQ_TILE;
+    return (T * (size_t)in + T * (size_t)block + T * (size_t)groups) * sizeof(double) +
+           (T * (size_t)groups + (size_t)in) * sizeof(float);
+}
+
+// Group statistics and parameters from doubles rounded to float (saturating, so always finite).
+static float quarot__gptq_fit(const quarot__qspec* sp, const double* v, int64_t n, float* fb, double* z) {
+    float pm, nm;
+    int64_t l;
+    for (l = 0; l < n; ++l) {
+        double t = v[l];
+        t = t > QUAROT__QFLT_MAX ? QUAROT__QFLT_MAX : (t < -QUAROT__QFLT_MAX ? -QUAROT__QFLT_MAX : t);
+        fb[l] = (float)t;
+    }
+    quarot__qstats(sp->kern, fb, n, &pm, &nm);
+    return quarot__qfit(sp, fb, n, pm, nm, z);
+}
+
+static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* scratch) {
+    const int64_t in = jb->in, B = jb->block, G = jb->groups, gs = jb->gs, T = QUAROT__GPTQ_TILE;
+    const int64_t r0 = tile * T, nr = jb->out - r0 < T ? jb->out - r0 : T;
+    const quarot__qspec* sp = &jb->sp;
+    double* wt = (double*)(void*)scratch;          // [nr][in], processing order
+    double* err = wt + T * in;                     // [nr][B]
+    double* pz = err + T * B;                      // [nr][G]
+    float* ps = (float*)(void*)(pz + T * G);       // [nr][G]
+    float* fb = ps + T * G;                        // [in]
+    double loss = 0.0;
+    int64_t t, i, j, k, g, b1, b2;
+    // Load the tile's rows in processing order (dead columns as 0) and, unless groups are dynamic,
+    // fit every group's parameters now from the original weights in natural order.
+    for (t = 0; t < nr; ++t) {
+        const float* row = jb->w + (r0 + t) * jb->stride;
+        for (i = 0; i < in; ++i) {
+            int64_t c = jb->perm[i];
+            wt[t * in + i] = jb->dead[c] ? 0.0 : (double)row[c];
+        }
+        if (!jb->dynamic) {                        // per row, or static groups: original weights
+            for (i = 0; i < in; ++i) fb[i] = jb->dead[i] ? 0.0f : row[i];
+            for (g = 0; g < G; ++g) {
+                float pm, nm;
+                quarot__qstats(sp->kern, fb + g * gs, gs, &pm, &nm);
+                ps[t * G + g] = quarot__qfit(sp, fb + g * gs, gs, pm, nm, &pz[t * G + g]);
+            }
+        }
+    }
+    // Column blocks [b1, b2): inside a block every quantized column updates the block's later columns
+    // at once; the columns after the block get the block's errors in one pass at its end.
+    for (b1 = 0; b1 < in; b1 = b2) {
+        b2 = b1 + B < in ? b1 + B : in;
+        for (i = b1; i < b2; ++i) {
+            const int64_t c = jb->perm[i];
+            const double* ui = jb->u + i * in;
+            const double uii = ui[i];
+            g = c / gs;
+            if (jb->dynamic && i % gs == 0)        // natural order: group g = columns i..i+gs-1
+                for (t = 0; t < nr; ++t) ps[t * G + g] = quarot__gptq_fit(sp, wt + t * in + i, gs, fb, &pz[t * G + g]);
+            for (t = 0; t < nr; ++t) {
+                double* wr = wt + t * in;
+                const float s = ps[t * G + g];
+                const double z = pz[t * G + g];
+                double klo, khi, e;
+                int32_t kq;
+                float fq;
+                // RTN of the current value (a double), then its error in units of U_ii.
+                quarot__qrange(sp, z, &klo, &khi);
+                kq = quarot__rne_clamp(wr[i] / (double)s, klo, khi);
+                fq = (float)kq * s;
+                e = (wr[i] - (double)fq) / uii;
+                loss += 0.5 * e * e;
+                jb->w[(r0 + t) * jb->stride + c] = fq;
+                if (jb->q) jb->q[(r0 + t) * in + c] = (int8_t)(kq + (sp->asym ? (int32_t)(z - sp->half) : 0));
+                err[t * B + (i - b1)] = e;
+                quarot__gptq_axpy_f64(sp->kern, wr + i + 1, ui + i + 1, -e, b2 - i - 1);
+            }
+        }
+        if (b2 == in) break;
+        // Lazy update of the later columns: w_j -= sum_k e_k U_kj, k ascending. Four k per pass;
+        // C evaluates w - a - b - c - d left to right, so the bits equal one k at a time.
+        for (t = 0; t < nr; ++t) {
+            double* wr = wt + t * in;
+            const double* et = err + t * B;
+            for (k = b1; k + 4 <= b2; k += 4) {
+                const double* p[4];
+                double c[4];
+                for (j = 0; j < 4; ++j) { p[j] = jb->u + (k + j) * in + b2; c[j] = -et[k + j - b1]; }
+                quarot__gptq_axpy4_f64(sp->kern, wr + b2, p, c, in - b2);
+            }
+            for (; k < b2; ++k) quarot__gptq_axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
+        }
+    }
+    // Parameters out in the integer layout of quarot_quantize_f32 (zero points shifted by 2^(b-1)).
+    for (t = 0; t < nr; ++t)
+        for (g = 0; g < G; ++g) {
+            if (jb->scales) jb->scales[(r0 + t) * G + g] = ps[t * G + g];
+            if (jb->zeros) jb->zeros[(r0 + t) * G + g] = sp->asym ? (float)(pz[t * G + g] - sp->half) : 0.0f;
+        }
+    jb->tile_loss[tile] = loss;
+}
+
+static void quarot__gptq_task(void* arg, int64_t task) {
+    const quarot__gptq_job* jb = (const quarot__gptq_job*)arg;
+    int64_t tile;
+    for (tile = task; tile < jb->n_tiles; tile += jb->n_tasks)
+        quarot__gptq_tile(jb, tile, jb->scratch + (size_t)task * jb->scratch_bytes);
+}
+
+typedef struct quarot__gptq_key { double d; int64_t i; } quarot__gptq_key;
+
+// act_order: descending diag(H), ties by ascending column (a total order, so qsort's result is unique).
+static int quarot__gptq_key_cmp(const void* pa, const void* pb) {
+    const quarot__gptq_key* a = (const quarot__gptq_key*)pa;
+    const quarot__gptq_key* b = (const quarot__gptq_key*)pb;
+    if (a->d != b->d) return a->d > b->d ? -1 : 1;
+    return a->i < b->i ? -1 : (a->i > b->i ? 1 : 0);
+}
+
+QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
+                                         const double* h, int64_t h_n, const quarot_gptq_desc* d,
+                                         int8_t* q, float* scales, float* zeros,
+                                         quarot_gptq_info* info, const quarot_env* env) {
+    quarot_gptq_desc dd;
+    quarot__gptq_job jb;
+    quarot_result res;
+    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *work;
+    int64_t i, j, bad, *perm, n_threads;
+    unsigned char* dead;
+    quarot__gptq_key* keys;
+    size_t nn, fixed_bytes, sb, all;
+    char* mem;
+    float pm, nm;
+    if (info) { info->loss = 0.0; info->damp = 0.0; info->dead_columns = 0; info->bad_column = -1; }
+    if (d) dd = *d; else memset(&dd, 0, sizeof dd);
+    if (!w || !h) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(out, in, stride)) != QUAROT_OK) return res;
+    if (h_n != in) return QUAROT_ERR_SHAPE_MISMATCH;
+    memset(&jb, 0, sizeof jb);
+    if ((res = quarot__qspec_init(&dd.quant, in, &jb.sp, &jb.gs)) != QUAROT_OK) return res;
+    if (dd.damp_ratio != dd.damp_ratio || dd.block_size < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.act_order != 0 && dd.act_order != 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (jb.sp.asym && q && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (out == 0 || in == 0) return QUAROT_OK;
+    // Options: damping ratio, lazy-update block (a multiple of the group so that a group's columns are
+    // all up to date when its first column comes up), dynamic groups only in natural order.
+    ratio = dd.damp_ratio == 0.0 ? 0.01 : (dd.damp_ratio < 0.0 ? 0.0 : dd.damp_ratio);
+    jb.groups = in / jb.gs;
+    jb.block = dd.block_size ? dd.block_size : 128;
+    if (jb.gs < in) jb.block = (jb.block + jb.gs - 1) / jb.gs * jb.gs;   // groups never straddle blocks
+    if (jb.block > in) jb.block = in;
+    jb.dynamic = jb.gs < in && !dd.act_order;
+    // Memory: a [in][in], dg, dproc [in], factor work [2*NB*in + NB*NB] doubles, perm [in], keys [in],
+    // dead [in]; then the scratch of each task.
+    if (!quarot__mul_size((size_t)in, (size_t)in + 2 + 2 * QUAROT__GPTQ_NB, &nn) ||
+        !quarot__mul_size(nn + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB, sizeof(double), &nn) ||
+        (uint64_t)out > (uint64_t)SIZE_MAX / (size_t)in)
+        return QUAROT_ERR_OVERFLOW;
+    // Every input is checked before anything is allocated or written (w stays untouched on errors).
+    for (i = 0; i < out; ++i)
+        if (!quarot__qstats(jb.sp.kern, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+    for (i = 0; i < in; ++i)
+        for (j = i; j < in; ++j)
+            if (h[i * in + j] - h[i * in + j] != 0.0) return QUAROT_ERR_NONFINITE;
+    // Row tiles are the parallel tasks; task t takes tiles t, t+T, ... with its own scratch block.
+    jb.n_tiles = (out + QUAROT__GPTQ_TILE - 1) / QUAROT__GPTQ_TILE;
+    n_threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
+    jb.n_tasks = n_threads < jb.n_tiles ? n_threads : jb.n_tiles;
+    jb.scratch_bytes = sb = (quarot__gptq_scratch_bytes(in, jb.block, jb.groups) + 63) / 64 * 64;
+    fixed_bytes = nn + (size_t)in * (sizeof(int64_t) + sizeof(quarot__gptq_key) + 1) + (size_t)jb.n_tiles * sizeof(double);
+    fixed_bytes = (fixed_bytes + 63) / 64 * 64;
+    if ((size_t)jb.n_tasks > (SIZE_MAX - fixed_bytes) / sb) return QUAROT_ERR_OVERFLOW;
+    all = fixed_bytes + (size_t)jb.n_tasks * sb;
+    mem = (char*)quarot_env_alloc(env, all);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    a = (double*)(void*)mem;
+    dg = a + (size_t)in * (size_t)in;
+    dproc = dg + in;
+    work = dproc + in;
+    jb.tile_loss = work + 2 * QUAROT__GPTQ_NB * in + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB;
+    perm = (int64_t*)(void*)(jb.tile_loss + jb.n_tiles);
+    keys = (quarot__gptq_key*)(void*)(perm + in);
+    dead = (unsigned char*)(keys + in);
+    jb.scratch = mem + fixed_bytes;
+    // Dead columns, mean diagonal, order.
+    for (i = 0; i < in; ++i) {
+        dead[i] = h[i * in + i] == 0.0;
+        dg[i] = dead[i] ? 1.0 : h[i * in + i];
+        mean += dg[i];
+        if (info && dead[i]) ++info->dead_columns;
+        keys[i].d = dg[i];
+        keys[i].i = i;
+    }
+    damp = ratio * (mean / (double)in);
+    if (dd.act_order) qsort(keys, (size_t)in, sizeof *keys, quarot__gptq_key_cmp);
+    for (i = 0; i < in; ++i) perm[i] = keys[i].i;
+    // Damped H in processing order, upper triangle, read from h's upper triangle.
+    for (i = 0; i < in; ++i) {
+        const int64_t pi = perm[i];
+        double* ai = a + i * in;
+        for (j = i + 1; j < in; ++j) {
+            const int64_t pj = perm[j];
+            ai[j] = pi <= pj ? h[pi * in + pj] : h[pj * in + pi];
+        }
+        ai[i] = dproc[i] = dg[pi] + damp;
+    }
+    if (info) info->damp = damp;
+    // U (upper, processing order) in place of the damped H; a failed pivot leaves w untouched.
+    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, env);
+    if (bad >= 0) {
+        if (info) info->bad_column = perm[bad];
+        quarot_env_free(env, mem);
+        return QUAROT_ERR_NOT_CONVERGED;
+    }
+    jb.w = w; jb.out = out; jb.in = in; jb.stride = stride;
+    jb.u = a; jb.perm = perm; jb.dead = dead;
+    jb.q = q; jb.scales = scales; jb.zeros = zeros;
+    quarot_env_parallel_for(env, quarot__gptq_task, &jb, jb.n_tasks);
+    // The loss in tile order, so the sum does not depend on how tasks were scheduled.
+    if (info)
+        for (i = 0; i < jb.n_tiles; ++i) info->loss += jb.tile_loss[i];
+    quarot_env_free(env, mem);
+    return QUAROT_OK;
+}
 
 // >>rotation
+// Q = diag(Q_b, ..., Q_b). Hadamard blocks go through the fast transform (signs per block: the
+// sign vector spans all n); dense blocks through GEMM in chunks of QUAROT__ROT_CHUNK rows, so the
+// workspace does not depend on the number of rows.
+#define QUAROT__ROT_CHUNK 64
+
+static quarot_env quarot__env_copy(const quarot_env* env) {
+    quarot_env e;
+    if (env) return *env;
+    memset(&e, 0, sizeof e);
+    return e;
+}
+
+// max |M^T M - I| of a [n][n] matrix, double accumulation.
+static double quarot__orth_error(const double* m, int64_t n) {
+    double worst = 0.0;
+    int64_t i, j, k;
+    for (i = 0; i < n; ++i)
+        for (j = i; j < n; ++j) {
+            double s = 0.0;
+            for (k = 0; k < n; ++k) s += m[k * n + i] * m[k * n + j];
+            s -= i == j ? 1.0 : 0.0;
+            if (fabs(s) > worst) worst = fabs(s);
+        }
+    return worst;
+}
+
+QUAROT_API void quarot_rotation_free(quarot_rotation* r) {
+    if (!r) return;
+    quarot_hadamard_plan_free(&r->plan);
+    quarot_env_free(&r->env, r->signs);
+    quarot_env_free(&r->env, r->signs64);
+    quarot_env_free(&r->env, r->dense);
+    quarot_env_free(&r->env, r->dense32);
+    r->signs = NULL;
+    r->signs64 = NULL;
+    r->dense = NULL;
+    r->dense32 = NULL;
+}
+
+// Dense block (random orthogonal or given) plus its float copy.
+static quarot_result quarot__rotation_set_dense(quarot_rotation* r, const double* m, uint64_t seed) {
+    size_t count, bytes;
+    int64_t i;
+    quarot_result res;
+    if (!quarot__mul_size((size_t)r->block, (size_t)r->block, &count) || !quarot__mul_size(count, sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    r->dense = (double*)quarot_env_alloc(&r->env, bytes);
+    r->dense32 = (float*)quarot_env_alloc(&r->env, count * sizeof(float));
+    if (!r->dense || !r->dense32) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (m) {
+        memcpy(r->dense, m, bytes);
+    } else {
+        res = quarot_random_orthogonal_f64(r->block, seed, r->dense, r->block, &r->env);
+        if (res != QUAROT_OK) return res;
+    }
+    for (i = 0; i < (int64_t)count; ++i) r->dense32[i] = (float)r->dense[i];
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env) {
+    quarot_rotation_kind kind;
+    int64_t n, block;
+    quarot_result res;
+    if (!r) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(r, 0, sizeof *r);
+    r->env = quarot__env_copy(env);
+    if (!d || d->n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    kind = d->kind == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : d->kind;
+    n = d->n;
+    block = d->block_size > 0 ? d->block_size : n;
+    if (block > n || n % block != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    r->n = n;
+    if (kind == QUAROT_ROTATION_IDENTITY) {
+        r->kind = kind;
+        r->block = n;
+        snprintf(r->text, sizeof r->text, "identity %lld", (long long)n);
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_HADAMARD && !quarot_hadamard_available(block)) {
+        int64_t b = quarot_hadamard_largest_block(n, block);
+        quarot_fallback fb = d->fallback;
+        if (fb == QUAROT_FALLBACK_ERROR) return QUAROT_ERR_UNSUPPORTED_SIZE;
+        if (fb == QUAROT_FALLBACK_DEFAULT) fb = b > 1 ? QUAROT_FALLBACK_BLOCK : QUAROT_FALLBACK_RANDOM_ORTHOGONAL;
+        if (fb == QUAROT_FALLBACK_BLOCK) {
+            if (b <= 1) return QUAROT_ERR_UNSUPPORTED_SIZE;
+            block = b;
+        } else if (fb == QUAROT_FALLBACK_RANDOM_ORTHOGONAL) {
+            kind = QUAROT_ROTATION_RANDOM_ORTHOGONAL;
+            block = d->block_size > 0 ? d->block_size : n;
+        } else {
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    r->kind = kind;
+    r->block = block;
+    if (kind == QUAROT_ROTATION_HADAMARD) {
+        res = quarot_hadamard_plan_init(&r->plan, block, &r->env);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        if (!d->no_signs) {
+            quarot_rng rng;
+            int64_t i;
+            r->signs = (float*)quarot_env_alloc(&r->env, (size_t)n * sizeof(float));
+            r->signs64 = (double*)quarot_env_alloc(&r->env, (size_t)n * sizeof(double));
+            if (!r->signs || !r->signs64) { quarot_rotation_free(r); return QUAROT_ERR_OUT_OF_MEMORY; }
+            quarot_rng_seed(&rng, d->seed);
+            quarot_rng_signs_f32(&rng, r->signs, n);
+            for (i = 0; i < n; ++i) r->signs64[i] = (double)r->signs[i];
+        }
+        if (block == n)
+            snprintf(r->text, sizeof r->text, "hadamard %s%s", r->plan.info.text, r->signs ? ", random signs" : "");
+        else
+            snprintf(r->text, sizeof r->text, "block-diagonal %lld x hadamard %s%s", (long long)(n / block),
+                     r->plan.info.text, r->signs ? ", random signs" : "");
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_RANDOM_ORTHOGONAL) {
+        res = quarot__rotation_set_dense(r, NULL, d->seed);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        snprintf(r->text, sizeof r->text, "random orthogonal %lld%s", (long long)block,
+                 block == n ? "" : " (block-diagonal)");
+        return QUAROT_OK;
+    }
+    if (kind == QUAROT_ROTATION_MATRIX) {
+        double tol = d->orth_tol > 0 ? d->orth_tol : 1e-6, err;
+        int64_t i;
+        if (!d->matrix) return QUAROT_ERR_INVALID_ARGUMENT;
+        for (i = 0; i < block * block; ++i)
+            if (!(d->matrix[i] == d->matrix[i]) || fabs(d->matrix[i]) > 1e300) return QUAROT_ERR_NONFINITE;
+        err = quarot__orth_error(d->matrix, block);
+        if (err > tol) return QUAROT_ERR_INVALID_ARGUMENT;   // not orthogonal
+        res = quarot__rotation_set_dense(r, d->matrix, 0);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+        snprintf(r->text, sizeof r->text, "given orthogonal %lld%s (max|M^T M - I| = %.1e)", (long long)block,
+                 block == n ? "" : " (block-diagonal)", err);
+        return QUAROT_OK;
+    }
+    return QUAROT_ERR_INVALID_ARGUMENT;
+}
+
+QUAROT_API size_t quarot_rotation_workspace_size(const quarot_rotation* r) {
+    if (!r) return 0;
+    if (r->kind == QUAROT_ROTATION_HADAMARD) return quarot_hadamard_workspace_size(&r->plan);
+    if (r->kind == QUAROT_ROTATION_RANDOM_ORTHOGONAL || r->kind == QUAROT_ROTATION_MATRIX)
+        return (size_t)QUAROT__ROT_CHUNK * (size_t)r->block * sizeof(double);
+    return 0;
+}
+
+// One entry point for both precisions: is64 selects double.
+static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, int is64, int64_t rows, int64_t stride,
+                                            int transpose, void* work, size_t work_size) {
+    size_t need, es = is64 ? sizeof(double) : sizeof(float);
+    void* owned = NULL;
+    int64_t j, nb;
+    quarot_result res = QUAROT_OK;
+    if (!r || !x || rows < 0 || stride < r->n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || r->kind == QUAROT_ROTATION_IDENTITY) return QUAROT_OK;
+    need = quarot_rotation_workspace_size(r);
+    if (need && !work) {
+        owned = quarot_env_alloc(&r->env, need);
+        if (!owned) return QUAROT_ERR_OUT_OF_MEMORY;
+        work = owned;
+        work_size = need;
+    }
+    if (work_size < need) return QUAROT_ERR_WORKSPACE;
+    nb = r->n / r->block;
+    for (j = 0; j < nb && res == QUAROT_OK; ++j) {
+        if (r->kind == QUAROT_ROTATION_HADAMARD) {
+            quarot_hadamard_apply_desc hd;
+            memset(&hd, 0, sizeof hd);
+            hd.transpose = transpose;
+            if (r->signs) { hd.signs = r->signs + j * r->block; hd.signs_f64 = r->signs64 + j * r->block; }
+            if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * r->block, rows, stride, work, work_size);
+            else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * r->block, rows, stride, work, work_size);
+        } else {
+            // Y = X_j * B (or B^T), chunked; the product lands in work and is copied back.
+            int64_t r0, b = r->block;
+            for (r0 = 0; r0 < rows && res == QUAROT_OK; r0 += QUAROT__ROT_CHUNK) {
+                int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK, i;
+                if (is64) {
+                    double* xs = (double*)x + r0 * stride + j * b;
+                    res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                } else {
+                    float* xs = (float*)x + r0 * stride + j * b;
+                    res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                }
+            }
+        }
+    }
+    quarot_env_free(&r->env, owned);
+    return res;
+}
+
+QUAROT_API quarot_result quarot_rotation_apply_f32(const quarot_rotation* r, float* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size) {
+    return quarot__rotation_apply(r, x, 0, rows, stride, transpose, work, work_size);
+}
+
+QUAROT_API quarot_result quarot_rotation_apply_f64(const quarot_rotation* r, double* x, int64_t rows, int64_t stride,
+                                                   int transpose, void* work, size_t work_size) {
+    return quarot__rotation_apply(r, x, 1, rows, stride, transpose, work, work_size);
+}
+
+QUAROT_API quarot_result quarot_rotation_to_dense_f64(const quarot_rotation* r, double* q) {
+    size_t count;
+    int64_t i;
+    if (!r || !q || r->n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__mul_size((size_t)r->n, (size_t)r->n, &count)) return QUAROT_ERR_OVERFLOW;
+    memset(q, 0, count * sizeof(double));
+    for (i = 0; i < r->n; ++i) q[i * r->n + i] = 1.0;     // rows of I times Q are the rows of Q
+    return quarot_rotation_apply_f64(r, q, r->n, r->n, 0, NULL, 0);
+}
+
 // >>model
+// (the model is the caller's struct of callbacks; see >>processor for how it is used)
+
 // >>adapter
+// The plan is a set of growable arrays of fixed-size records (names up to QUAROT_NAME_MAX).
+// Built-in families differ only in their name templates; quarot_adapter_build_from_names turns a
+// template table and a config into fusions, bakes, R1/R2 rotation entries and per-layer pairs.
+QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env) {
+    if (!plan) return;
+    memset(plan, 0, sizeof *plan);
+    plan->env = quarot__env_copy(env);
+}
+
+QUAROT_API void quarot_plan_free(quarot_plan* plan) {
+    if (!plan) return;
+    quarot_env_free(&plan->env, plan->fusions);
+    quarot_env_free(&plan->env, plan->linears);
+    quarot_env_free(&plan->env, plan->bakes);
+    quarot_env_free(&plan->env, plan->rotations);
+    quarot_env_free(&plan->env, plan->layers);
+    memset(plan, 0, sizeof *plan);
+}
+
+// Make room for one more element of size `es` in *items (count, cap); returns the new slot or NULL.
+static void* quarot__grow(const quarot_env* env, void** items, int64_t* count, int64_t* cap, size_t es) {
+    if (*count == *cap) {
+        int64_t ncap = *cap ? *cap * 2 : 16;
+        size_t bytes;
+        void* fresh;
+        if (!quarot__mul_size((size_t)ncap, es, &bytes)) return NULL;
+        fresh = quarot_env_alloc(env, bytes);
+        if (!fresh) return NULL;
+        if (*items) memcpy(fresh, *items, (size_t)*count * es);
+        quarot_env_free(env, *items);
+        *items = fresh;
+        *cap = ncap;
+    }
+    memset((char*)*items + (size_t)*count * es, 0, es);
+    return (char*)*items + (size_t)(*count)++ * es;
+}
+
+static int quarot__copy_name(char* dst, const char* src) {
+    size_t len = src ? strlen(src) : 0;
+    if (len >= QUAROT_NAME_MAX) return 0;
+    if (len) memcpy(dst, src, len);
+    dst[len] = '\0';
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias) {
+    quarot_plan_fusion* f;
+    if (!p || !norm_weight) return QUAROT_ERR_INVALID_ARGUMENT;
+    f = (quarot_plan_fusion*)quarot__grow(&p->env, (void**)&p->fusions, &p->n_fusions, &p->cap_fusions, sizeof *f);
+    if (!f) return QUAROT_ERR_OUT_OF_MEMORY;
+    f->layer = layer;
+    f->first_linear = p->n_linears;
+    if (!quarot__copy_name(f->norm_weight, norm_weight) || !quarot__copy_name(f->norm_bias, norm_bias)) {
+        p->n_fusions--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias) {
+    quarot_plan_linear* l;
+    if (!p || !weight || p->n_fusions == 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    l = (quarot_plan_linear*)quarot__grow(&p->env, (void**)&p->linears, &p->n_linears, &p->cap_linears, sizeof *l);
+    if (!l) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__copy_name(l->weight, weight) || !quarot__copy_name(l->bias, bias)) {
+        p->n_linears--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    p->fusions[p->n_fusions - 1].n_linears++;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias) {
+    quarot_plan_bake* b;
+    if (!p || !weight) return QUAROT_ERR_INVALID_ARGUMENT;
+    b = (quarot_plan_bake*)quarot__grow(&p->env, (void**)&p->bakes, &p->n_bakes, &p->cap_bakes, sizeof *b);
+    if (!b) return QUAROT_ERR_OUT_OF_MEMORY;
+    b->layer = layer;
+    b->embedding = embedding;
+    if (!quarot__copy_name(b->weight, weight) || !quarot__copy_name(b->bias, bias)) {
+        p->n_bakes--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
+                                                  int embedding, int per_head, const char* weight, const char* bias) {
+    quarot_plan_rotation* r;
+    if (!p || !weight || (side != QUAROT_SIDE_INPUT && side != QUAROT_SIDE_OUTPUT) ||
+        (rotation != QUAROT_ROT_R1 && rotation != QUAROT_ROT_R2))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = (quarot_plan_rotation*)quarot__grow(&p->env, (void**)&p->rotations, &p->n_rotations, &p->cap_rotations, sizeof *r);
+    if (!r) return QUAROT_ERR_OUT_OF_MEMORY;
+    r->layer = layer;
+    r->rotation = rotation;
+    r->side = side;
+    r->embedding = embedding;
+    r->per_head = per_head;
+    if (!quarot__copy_name(r->weight, weight) || !quarot__copy_name(r->bias, bias)) {
+        p->n_rotations--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers) {
+    size_t bytes;
+    if (!p || n_layers < 0 || p->layers) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (n_layers == 0) return QUAROT_OK;
+    if (!quarot__mul_size((size_t)n_layers, sizeof *p->layers, &bytes)) return QUAROT_ERR_OVERFLOW;
+    p->layers = (quarot_plan_layer*)quarot_env_alloc(&p->env, bytes);
+    if (!p->layers) return QUAROT_ERR_OUT_OF_MEMORY;
+    memset(p->layers, 0, bytes);
+    p->n_layers = n_layers;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer) {
+    size_t n = 0;
+    const char* parts[3];
+    int k;
+    if (!out) return QUAROT_ERR_INVALID_ARGUMENT;
+    parts[0] = prefix; parts[1] = tmpl; parts[2] = suffix;
+    for (k = 0; k < 3; ++k) {
+        const char* s = parts[k];
+        if (!s) continue;
+        while (*s) {
+            if (s[0] == '{' && s[1] == 'i' && s[2] == '}') {
+                char num[24];
+                int len = snprintf(num, sizeof num, "%lld", (long long)layer);
+                if (len < 0 || n + (size_t)len >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+                memcpy(out + n, num, (size_t)len);
+                n += (size_t)len;
+                s += 3;
+            } else {
+                if (n + 1 >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+                out[n++] = *s++;
+            }
+        }
+    }
+    out[n] = '\0';
+    return QUAROT_OK;
+}
+
+static const quarot_adapter_names quarot__names_llama = {
+    "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
+    "input_layernorm", "post_attention_layernorm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"
+};
+
+static const quarot_adapter_names quarot__names_opt = {
+    "model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight", "model.decoder.final_layer_norm",
+    "lm_head.weight", "model.decoder.layers.{i}.",
+    "self_attn_layer_norm", "final_layer_norm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+    NULL, "fc1", "fc2"
+};
+
+static const quarot_adapter quarot__adapters[] = {
+    {"llama", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"mistral", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"qwen2", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"qwen3", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
+    {"opt", &quarot__names_opt, quarot_adapter_build_from_names, NULL},
+};
+
+QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
+    size_t i;
+    if (!arch) return NULL;
+    for (i = 0; i < sizeof quarot__adapters / sizeof quarot__adapters[0]; ++i)
+        if (strcmp(quarot__adapters[i].arch, arch) == 0) return &quarot__adapters[i];
+    return NULL;
+}
+
+QUAROT_API const char* quarot_adapter_list(void) { return "llama, mistral, qwen2, qwen3, opt"; }
+
+// Builds the weight and bias names of one per-layer linear: "<layer prefix><tmpl>.weight" / ".bias".
+static quarot_result quarot__linear_names(const quarot_adapter_names* nm, const char* tmpl, int64_t layer,
+                                          char* weight, char* bias) {
+    quarot_result r = quarot_name_format(weight, nm->layer, tmpl, ".weight", layer);
+    if (r == QUAROT_OK) r = quarot_name_format(bias, nm->layer, tmpl, ".bias", layer);
+    return r;
+}
+
+QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                         int64_t block_size, quarot_plan* plan) {
+    const quarot_adapter_names* nm;
+    char w[QUAROT_NAME_MAX], b[QUAROT_NAME_MAX], nw[QUAROT_NAME_MAX], nbias[QUAROT_NAME_MAX];
+    int layer_norm;
+    int64_t i;
+    quarot_result r;
+    (void)block_size;   // the R1 matrix is built by the processor; names do not depend on it
+    if (!self || !self->names || !cfg || !plan) return QUAROT_ERR_INVALID_ARGUMENT;
+    nm = self->names;
+    if (!nm->embed || !nm->final_norm || !nm->lm_head || !nm->layer || !nm->attn_norm || !nm->mlp_norm ||
+        !nm->q_proj || !nm->k_proj || !nm->v_proj || !nm->o_proj || !nm->up_proj || !nm->down_proj)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    layer_norm = cfg->norm == QUAROT_NORM_LAYER;
+    if (!quarot__copy_name(plan->embed, nm->embed) || !quarot__copy_name(plan->lm_head, nm->lm_head))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_name_format(plan->final_norm_weight, nm->final_norm, ".weight", NULL, -1);
+    if (r != QUAROT_OK) return r;
+    plan->n_heads = cfg->n_heads;
+    plan->n_kv_heads = cfg->n_kv_heads;
+    plan->head_dim = cfg->head_dim;
+    if ((r = quarot_plan_set_layers(plan, cfg->n_layers)) != QUAROT_OK) return r;
+
+    // Global: final norm -> lm_head; embeddings centred (LayerNorm) and rotated; lm_head rotated.
+    if ((r = quarot_name_format(nbias, nm->final_norm, ".bias", NULL, -1)) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_fusion(plan, -1, plan->final_norm_weight, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+    if ((r = quarot_name_format(b, nm->lm_head, NULL, NULL, -1)) != QUAROT_OK) return r;
+    {   // lm_head.weight -> lm_head.bias
+        size_t len = strlen(b);
+        if (len > 7 && strcmp(b + len - 7, ".weight") == 0) strcpy(b + len - 7, ".bias");
+        else b[0] = '\0';
+    }
+    if ((r = quarot_plan_add_fused_linear(plan, nm->lm_head, b)) != QUAROT_OK) return r;
+    if (layer_norm) {
+        if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
+        if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
+    }
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK) return r;
+    if (nm->pos_embed &&
+        (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed, "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK) return r;
+
+    for (i = 0; i < cfg->n_layers; ++i) {
+        const char* readers_attn[3];
+        const char* readers_mlp[2];
+        int k, n_mlp = 0;
+        readers_attn[0] = nm->q_proj; readers_attn[1] = nm->k_proj; readers_attn[2] = nm->v_proj;
+        if (nm->gate_proj) readers_mlp[n_mlp++] = nm->gate_proj;
+        readers_mlp[n_mlp++] = nm->up_proj;
+        // fusions: attention norm -> q, k, v; MLP norm -> gate, up
+        if ((r = quarot_name_format(nw, nm->layer, nm->attn_norm, ".weight", i)) != QUAROT_OK) return r;
+        if ((r = quarot_name_format(nbias, nm->layer, nm->attn_norm, ".bias", i)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+        for (k = 0; k < 3; ++k) {
+            if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
+        }
+        if ((r = quarot_name_format(nw, nm->layer, nm->mlp_norm, ".weight", i)) != QUAROT_OK) return r;
+        if ((r = quarot_name_format(nbias, nm->layer, nm->mlp_norm, ".bias", i)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+        for (k = 0; k < n_mlp; ++k) {
+            if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
+        }
+        // R1: readers on the input side, writers (o_proj, down_proj) on the output side
+        for (k = 0; k < 3; ++k) {
+            if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+        }
+        if ((r = quarot__linear_names(nm, nm->o_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].o_proj, w);
+        for (k = 0; k < n_mlp; ++k) {
+            if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+        }
+        strcpy(plan->layers[i].up_proj, w);
+        if ((r = quarot__linear_names(nm, nm->down_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].down_proj, w);
+        // R2: v_proj output per KV head, o_proj input per head
+        if ((r = quarot__linear_names(nm, nm->v_proj, i, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK) return r;
+        strcpy(plan->layers[i].v_proj, w);
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, plan->layers[i].o_proj, "")) != QUAROT_OK)
+            return r;
+    }
+    return QUAROT_OK;
+}
+
 // >>command
+// A command rotates one axis of a 2-D tensor in double precision: rows (axis 0: readers' input side,
+// embeddings) are read a chunk at a time; columns (axis 1: writers' output side, W <- Q^T W, done as
+// rows of W^T times Q) a block of columns at a time. Chunks are independent, so they can run on
+// the env's parallel hook; the result does not depend on how they are split.
+#define QUAROT__CMD_ROWS 64
+
+// Read / write cnt elements of one row (at byte address p) as double, rounding once on write.
+static void quarot__span_get_f64(quarot_dtype dt, const char* p, int64_t cnt, double* out) {
+    int64_t i;
+    switch (dt) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f; memcpy(&f, p + 4 * i, 4); out[i] = (double)f; } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__f16_to_f32_1(h); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__bf16_to_f32_1(h); } break;
+        default: memcpy(out, p, (size_t)cnt * 8); break;
+    }
+}
+
+static void quarot__span_set_f64(quarot_dtype dt, char* p, int64_t cnt, const double* in) {
+    int64_t i;
+    switch (dt) {
+        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f = (float)in[i]; memcpy(p + 4 * i, &f, 4); } break;
+        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
+        default: memcpy(p, in, (size_t)cnt * 8); break;
+    }
+}
+
+// x <- x * (I_outer (x) Q (x) I_inner) for `rows` contiguous rows of length L = outer*n*inner.
+// tmp holds n*inner doubles when inner > 1.
+static quarot_result quarot__rotate_rows_f64(const quarot_rotation* rot, double* x, int64_t rows, int64_t L,
+                                             int64_t outer, int64_t inner, double* tmp, void* work, size_t ws) {
+    int64_t n = rot->n, r, o, k, c;
+    quarot_result res = QUAROT_OK;
+    if (inner == 1) return quarot_rotation_apply_f64(rot, x, rows * outer, n, 0, work, ws);
+    for (r = 0; r < rows && res == QUAROT_OK; ++r)
+        for (o = 0; o < outer && res == QUAROT_OK; ++o) {
+            double* base = x + r * L + o * n * inner;
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
+            res = quarot_rotation_apply_f64(rot, tmp, inner, n, 0, work, ws);
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
+        }
+    return res;
+}
+
+typedef struct quarot__cmd_job {
+    const quarot_command* c;
+    const quarot_rotation* rot;
+    quarot_tensor* t;
+    const quarot_env* env;
+    int axis;                 // 0: rotate rows, 1: rotate columns
+    int64_t L, chunk;         // axis length; rows (axis 0) or columns (axis 1) per task
+    quarot_result* results;   // one per task
+} quarot__cmd_job;
+
+static void quarot__cmd_task(void* arg, int64_t task) {
+    quarot__cmd_job* job = (quarot__cmd_job*)arg;
+    const quarot_tensor* t = job->t;
+    int64_t L = job->L, n_lines = job->axis == 0 ? quarot_tensor_nrows(t) : t->ne[0];
+    int64_t first = task * job->chunk, count = n_lines - first < job->chunk ? n_lines - first : job->chunk, i, c;
+    size_t ws = quarot_rotation_workspace_size(job->rot), es = quarot_dtype_size(t->dtype);
+    double* buf = (double*)quarot_env_alloc(job->env, (size_t)(count * L) * sizeof(double));
+    double* tmp = job->c->inner > 1 ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double)) : NULL;
+    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)count * sizeof(double)) : NULL;
+    void* work = ws ? quarot_env_alloc(job->env, ws) : NULL;
+    quarot_result res = QUAROT_OK;
+    if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
+        res = QUAROT_ERR_OUT_OF_MEMORY;
+    } else if (job->axis == 0) {
+        for (i = 0; i < count; ++i) quarot__span_get_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+        res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+        if (res == QUAROT_OK)
+            for (i = 0; i < count; ++i) quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+    } else {
+        // buf[c][r] = W[r][first + c]: the columns become rows of length L
+        for (i = 0; i < L; ++i) {
+            quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            for (c = 0; c < count; ++c) buf[c * L + i] = span[c];
+        }
+        res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+        if (res == QUAROT_OK)
+            for (i = 0; i < L; ++i) {
+                for (c = 0; c < count; ++c) span[c] = buf[c * L + i];
+                quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            }
+    }
+    quarot_env_free(job->env, buf);
+    quarot_env_free(job->env, tmp);
+    quarot_env_free(job->env, span);
+    quarot_env_free(job->env, work);
+    job->results[task] = res;
+}
+
+// Which axis a command rotates, and that axis's length; 0 when the tensor is not a 2-D weight.
+static int64_t quarot__command_axis(const quarot_command* c, const quarot_tensor* t, int* axis) {
+    if (t->ne[2] != 1 || t->ne[3] != 1) return 0;
+    *axis = (c->side == QUAROT_SIDE_INPUT || c->embedding) ? 0 : 1;
+    return *axis == 0 ? t->ne[0] : t->ne[1];
+}
+
+// Shape checks shared by validation and execution.
+static quarot_result quarot__command_check(const quarot_command* c, const quarot_rotation* rot,
+                                           const quarot_tensor* w, const quarot_tensor* b) {
+    int axis;
+    int64_t L;
+    if (!c || !rot || !w) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (c->side != QUAROT_SIDE_INPUT && c->side != QUAROT_SIDE_OUTPUT) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (c->outer < 1 || c->inner < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (quarot_tensor_validate(w) != QUAROT_OK) return quarot_tensor_validate(w);
+    L = quarot__command_axis(c, w, &axis);
+    if (L == 0 || L != c->outer * rot->n * c->inner) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (b) {
+        if (quarot_tensor_validate(b) != QUAROT_OK) return quarot_tensor_validate(b);
+        if (axis != 1 || quarot_tensor_nelements(b) != L || b->ne[0] != L) return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
+                                              quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env) {
+    quarot__cmd_job job;
+    int64_t n_lines, n_tasks, k;
+    quarot_result res = quarot__command_check(c, rot, weight, bias);
+    if (res != QUAROT_OK) return res;
+    memset(&job, 0, sizeof job);
+    job.c = c;
+    job.rot = rot;
+    job.t = weight;
+    job.env = env;
+    job.L = quarot__command_axis(c, weight, &job.axis);
+    n_lines = job.axis == 0 ? quarot_tensor_nrows(weight) : weight->ne[0];
+    job.chunk = QUAROT__CMD_ROWS;
+    n_tasks = (n_lines + job.chunk - 1) / job.chunk;
+    job.results = (quarot_result*)quarot_env_alloc(env, (size_t)n_tasks * sizeof(quarot_result));
+    if (!job.results) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_env_parallel_for(env, quarot__cmd_task, &job, n_tasks);
+    for (k = 0; k < n_tasks && res == QUAROT_OK; ++k) res = job.results[k];
+    quarot_env_free(env, job.results);
+    if (res == QUAROT_OK && bias) {   // b <- b * Q (a writer's bias is a row vector on the output axis)
+        double* bb = (double*)quarot_env_alloc(env, (size_t)job.L * sizeof(double));
+        double* tmp = c->inner > 1 ? (double*)quarot_env_alloc(env, (size_t)(rot->n * c->inner) * sizeof(double)) : NULL;
+        if (!bb || (c->inner > 1 && !tmp)) res = QUAROT_ERR_OUT_OF_MEMORY;
+        else {
+            quarot__span_get_f64(bias->dtype, (const char*)bias->data, job.L, bb);
+            res = quarot__rotate_rows_f64(rot, bb, 1, job.L, c->outer, c->inner, tmp, NULL, 0);
+            if (res == QUAROT_OK) quarot__span_set_f64(bias->dtype, (char*)bias->data, job.L, bb);
+        }
+        quarot_env_free(env, bb);
+        quarot_env_free(env, tmp);
+    }
+    return res;
+}
+
 // >>online
+// A hook views each activation row as [outer][n][inner] and applies v <- v*D*H_n/sqrt(n) along n.
+// inner == 1 is a batched transform over rows*outer sub-rows; inner > 1 (the heads axis) gathers
+// the n strided entries of each of the inner columns into the workspace first.
+QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_env* env) {
+    if (!list) return;
+    memset(list, 0, sizeof *list);
+    list->env = quarot__env_copy(env);
+}
+
+QUAROT_API void quarot_online_list_free(quarot_online_list* list) {
+    int64_t i;
+    if (!list) return;
+    for (i = 0; i < list->count; ++i) quarot_env_free(&list->env, list->hooks[i].signs);
+    for (i = 0; i < list->n_plans; ++i) {
+        quarot_hadamard_plan_free(list->plans[i]);
+        quarot_env_free(&list->env, list->plans[i]);
+    }
+    quarot_env_free(&list->env, list->plans);
+    quarot_env_free(&list->env, list->hooks);
+    memset(list, 0, sizeof *list);
+}
+
+static const char* const quarot__site_names[QUAROT_SITE_COUNT_] = {"none", "down_input", "o_input", "q_rope", "k_rope"};
+
+QUAROT_API const char* quarot_online_site_name(quarot_online_site site) {
+    if ((int)site < 0 || (int)site >= (int)QUAROT_SITE_COUNT_) return "unknown";
+    return quarot__site_names[site];
+}
+
+// The list's plan of order n, created on first use (plans are allocated one by one so hooks can
+// keep pointers to them while the plan array grows).
+static quarot_result quarot__online_plan(quarot_online_list* list, int64_t n, const quarot_hadamard_plan** out) {
+    quarot_hadamard_plan* p;
+    quarot_hadamard_plan** grown;
+    quarot_result res;
+    int64_t i;
+    for (i = 0; i < list->n_plans; ++i)
+        if (list->plans[i]->n == n) { *out = list->plans[i]; return QUAROT_OK; }
+    p = (quarot_hadamard_plan*)quarot_env_alloc(&list->env, sizeof *p);
+    grown = (quarot_hadamard_plan**)quarot_env_alloc(&list->env, (size_t)(list->n_plans + 1) * sizeof *grown);
+    if (!p || !grown) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return QUAROT_ERR_OUT_OF_MEMORY; }
+    res = quarot_hadamard_plan_init(p, n, &list->env);
+    if (res != QUAROT_OK) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return res; }
+    if (list->n_plans) memcpy(grown, list->plans, (size_t)list->n_plans * sizeof *grown);
+    grown[list->n_plans] = p;
+    quarot_env_free(&list->env, list->plans);
+    list->plans = grown;
+    list->n_plans++;
+    *out = p;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs) {
+    quarot_online_hook* h;
+    const quarot_hadamard_plan* plan;
+    quarot_result res;
+    int64_t i;
+    if (!list || layer < 0 || site <= QUAROT_SITE_NONE || site >= QUAROT_SITE_COUNT_) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (outer < 1 || n < 1 || inner < 1 || size < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (n > INT64_MAX / outer || n * outer > INT64_MAX / inner || outer * n * inner != size) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (signs)
+        for (i = 0; i < n; ++i)
+            if (signs[i] != 1.0f && signs[i] != -1.0f) return QUAROT_ERR_INVALID_ARGUMENT;
+    res = quarot__online_plan(list, n, &plan);
+    if (res != QUAROT_OK) return res;
+    h = (quarot_online_hook*)quarot__grow(&list->env, (void**)&list->hooks, &list->count, &list->cap, sizeof *h);
+    if (!h) return QUAROT_ERR_OUT_OF_MEMORY;
+    h->layer = layer;
+    h->site = site;
+    h->size = size;
+    h->outer = outer;
+    h->n = n;
+    h->inner = inner;
+    h->K = plan->K;
+    h->m = plan->m;
+    h->plan = plan;
+    if (signs) {
+        h->signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+        if (!h->signs) { list->count--; return QUAROT_ERR_OUT_OF_MEMORY; }
+        memcpy(h->signs, signs, (size_t)n * sizeof(float));
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site) {
+    int64_t i;
+    if (!list) return NULL;
+    for (i = 0; i < list->count; ++i)
+        if (list->hooks[i].layer == layer && list->hooks[i].site == site) return &list->hooks[i];
+    return NULL;
+}
+
+QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook) {
+    size_t ws;
+    if (!hook || !hook->plan) return 0;
+    ws = quarot_hadamard_workspace_size(hook->plan);
+    ws = (ws + 63) & ~(size_t)63;
+    if (hook->inner > 1) ws += (size_t)(hook->n * hook->inner) * sizeof(float);
+    return ws;
+}
+
+QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
+                                             void* work, size_t work_size) {
+    quarot_hadamard_apply_desc d;
+    size_t pws, need;
+    int64_t r, o, k, c, n, inner;
+    quarot_result res = QUAROT_OK;
+    if (!hook || !hook->plan || !x || rows < 0 || stride < hook->size) return QUAROT_ERR_INVALID_ARGUMENT;
+    need = quarot_online_workspace_size(hook);
+    if (work_size < need || (need && !work)) return QUAROT_ERR_WORKSPACE;
+    if (rows == 0) return QUAROT_OK;
+    memset(&d, 0, sizeof d);
+    d.signs = hook->signs;
+    pws = (quarot_hadamard_workspace_size(hook->plan) + 63) & ~(size_t)63;
+    n = hook->n;
+    inner = hook->inner;
+    if (inner == 1) {
+        if (stride == hook->size)   // contiguous rows: one batched call over rows*outer vectors
+            return quarot_hadamard_apply_f32(hook->plan, &d, x, rows * hook->outer, n, work, pws);
+        for (r = 0; r < rows && res == QUAROT_OK; ++r)
+            res = quarot_hadamard_apply_f32(hook->plan, &d, x + r * stride, hook->outer, n, work, pws);
+        return res;
+    }
+    {
+        float* tmp = (float*)((char*)work + pws);
+        for (r = 0; r < rows && res == QUAROT_OK; ++r)
+            for (o = 0; o < hook->outer && res == QUAROT_OK; ++o) {
+                float* base = x + r * stride + o * n * inner;
+                for (k = 0; k < n; ++k)
+                    for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
+                res = quarot_hadamard_apply_f32(hook->plan, &d, tmp, inner, n, work, pws);
+                for (k = 0; k < n; ++k)
+                    for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
+            }
+    }
+    return res;
+}
+
+// ---- text format, version 1 ----
+typedef struct quarot__textbuf {
+    char* buf;
+    size_t cap, len;
+} quarot__textbuf;
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void quarot__tb_printf(quarot__textbuf* tb, const char* fmt, ...) {
+    va_list ap;
+    int n;
+    char* dst = tb->buf && tb->len < tb->cap ? tb->buf + tb->len : NULL;
+    size_t room = dst ? tb->cap - tb->len : 0;
+    va_start(ap, fmt);
+    n = vsnprintf(dst, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) tb->len += (size_t)n;
+}
+
+QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed) {
+    quarot__textbuf tb;
+    int8_t* h = NULL;
+    int64_t i, j, k;
+    if (!list || !needed || (buf && cap == 0)) return QUAROT_ERR_INVALID_ARGUMENT;
+    tb.buf = buf; tb.cap = cap; tb.len = 0;
+    quarot__tb_printf(&tb, "quarot-online 1\nhooks %lld\n", (long long)list->count);
+    for (i = 0; i < list->count; ++i) {
+        const quarot_online_hook* hk = &list->hooks[i];
+        quarot__tb_printf(&tb, "hook %lld %s size=%lld outer=%lld n=%lld inner=%lld K=%lld m=%d signs=",
+                          (long long)hk->layer, quarot_online_site_name(hk->site), (long long)hk->size,
+                          (long long)hk->outer, (long long)hk->n, (long long)hk->inner, (long long)hk->K, hk->m);
+        if (!hk->signs) quarot__tb_printf(&tb, "-");
+        else
+            for (j = 0; j < (hk->n + 3) / 4; ++j) {   // hex digit j: bit b set = sign 4j+b is -1
+                int digit = 0, b;
+                for (b = 0; b < 4 && 4 * j + b < hk->n; ++b) digit |= (hk->signs[4 * j + b] < 0) << b;
+                quarot__tb_printf(&tb, "%x", digit);
+            }
+        quarot__tb_printf(&tb, "\n");
+    }
+    for (i = 0; i < list->n_plans; ++i) {   // the H_K of every plan with K > 1
+        const quarot_hadamard_plan* p = list->plans[i];
+        int dup = 0;
+        if (p->K <= 1) continue;
+        for (j = 0; j < i; ++j) dup |= list->plans[j]->K == p->K;
+        if (dup) continue;
+        quarot__tb_printf(&tb, "hadamard %lld\n", (long long)p->K);
+        for (j = 0; j < p->K; ++j) {
+            if (tb.buf && tb.len + (size_t)p->K + 1 < tb.cap) {
+                for (k = 0; k < p->K; ++k) tb.buf[tb.len + (size_t)k] = p->had_k[j * p->K + k] > 0 ? '+' : '-';
+                tb.buf[tb.len + (size_t)p->K] = '\n';
+                tb.buf[tb.len + (size_t)p->K + 1] = '\0';
+            }
+            tb.len += (size_t)p->K + 1;
+        }
+    }
+    quarot__tb_printf(&tb, "end\n");
+    (void)h;
+    *needed = tb.len + 1;
+    if (buf && tb.len + 1 > cap) return QUAROT_ERR_WORKSPACE;
+    return QUAROT_OK;
+}
+
+// A cursor over one line of the text being read.
+typedef struct quarot__lineread {
+    const char* p;
+    const char* end;
+} quarot__lineread;
+
+static int quarot__lr_word(quarot__lineread* lr, const char* word) {
+    size_t n = strlen(word);
+    if ((size_t)(lr->end - lr->p) < n || memcmp(lr->p, word, n) != 0) return 0;
+    lr->p += n;
+    return 1;
+}
+
+// Non-negative decimal integer below 2^53, no sign, no leading '+'.
+static int quarot__lr_int(quarot__lineread* lr, int64_t* out) {
+    int64_t v = 0;
+    int digits = 0;
+    while (lr->p < lr->end && *lr->p >= '0' && *lr->p <= '9') {
+        if (v > (((int64_t)1 << 53) - 10) / 10) return 0;
+        v = v * 10 + (*lr->p - '0');
+        lr->p++;
+        digits++;
+    }
+    *out = v;
+    return digits > 0 && digits < 17;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t line, const char* fmt, ...) {
+    va_list ap;
+    int n;
+    if (!err || err_size == 0) return QUAROT_ERR_PARSE;
+    n = snprintf(err, err_size, "line %lld: ", (long long)line);
+    if (n < 0 || (size_t)n >= err_size) return QUAROT_ERR_PARSE;
+    va_start(ap, fmt);
+    vsnprintf(err + n, err_size - (size_t)n, fmt, ap);
+    va_end(ap);
+    return QUAROT_ERR_PARSE;
+}
+
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size) {
+    const char* p = text;
+    const char* end = text + len;
+    int64_t line = 0, declared = -1, i;
+    int seen_end = 0;
+    float* signs = NULL;
+    int8_t* ref = NULL;
+    quarot_result res = QUAROT_OK;
+    if (err && err_size) err[0] = '\0';
+    if (!list || !text || list->count != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    while (p < end && res == QUAROT_OK) {
+        quarot__lineread lr;
+        const char* nl = (const char*)memchr(p, '\n', (size_t)(end - p));
+        lr.p = p;
+        lr.end = nl ? nl : end;
+        p = nl ? nl + 1 : end;
+        ++line;
+        if (seen_end) { res = quarot__parse_error(err, err_size, line, "text after 'end'"); break; }
+        if (line == 1) {
+            if (!quarot__lr_word(&lr, "quarot-online 1") || lr.p != lr.end)
+                res = quarot__parse_error(err, err_size, line, "expected 'quarot-online 1' (unknown format or version)");
+            continue;
+        }
+        if (line == 2) {
+            if (!quarot__lr_word(&lr, "hooks ") || !quarot__lr_int(&lr, &declared) || lr.p != lr.end || declared > (1 << 24))
+                res = quarot__parse_error(err, err_size, line, "expected 'hooks <count>'");
+            continue;
+        }
+        if (quarot__lr_word(&lr, "end")) {
+            if (lr.p != lr.end) res = quarot__parse_error(err, err_size, line, "junk after 'end'");
+            seen_end = 1;
+            continue;
+        }
+        if (quarot__lr_word(&lr, "hook ")) {
+            int64_t layer, size, outer, n, inner, K, m;
+            quarot_online_site site = QUAROT_SITE_NONE;
+            int s;
+            quarot_hadamard_info info;
+            if (list->count >= declared) { res = quarot__parse_error(err, err_size, line, "more hooks than declared"); break; }
+            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) { res = quarot__parse_error(err, err_size, line, "bad layer"); break; }
+            for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
+                quarot__lineread t = lr;
+                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) { site = (quarot_online_site)s; lr = t; break; }
+            }
+            if (site == QUAROT_SITE_NONE) { res = quarot__parse_error(err, err_size, line, "unknown site"); break; }
+            if (!quarot__lr_word(&lr, "size=") || !quarot__lr_int(&lr, &size) || !quarot__lr_word(&lr, " outer=") ||
+                !quarot__lr_int(&lr, &outer) || !quarot__lr_word(&lr, " n=") || !quarot__lr_int(&lr, &n) ||
+                !quarot__lr_word(&lr, " inner=") || !quarot__lr_int(&lr, &inner) || !quarot__lr_word(&lr, " K=") ||
+                !quarot__lr_int(&lr, &K) || !quarot__lr_word(&lr, " m=") || !quarot__lr_int(&lr, &m) ||
+                !quarot__lr_word(&lr, " signs=")) {
+                res = quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
+                break;
+            }
+            if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
+                inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size) {
+                res = quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
+                break;
+            }
+            if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m) {
+                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction", (long long)n,
+                                          (long long)K, (long long)m);
+                break;
+            }
+            if (lr.p < lr.end && *lr.p == '-' && lr.p + 1 == lr.end) {
+                res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
+            } else {
+                int64_t digits = (n + 3) / 4;
+                if (lr.end - lr.p != digits) { res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits); break; }
+                signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+                if (!signs) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+                for (i = 0; i < digits && res == QUAROT_OK; ++i) {
+                    char ch = lr.p[i];
+                    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
+                    if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
+                    for (b = 0; b < 4; ++b) {
+                        if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
+                        else if ((v >> b) & 1) res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
+                    }
+                }
+                if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
+                quarot_env_free(&list->env, signs);
+                signs = NULL;
+            }
+            if (res != QUAROT_OK && (!err || !err[0])) quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+            continue;
+        }
+        if (quarot__lr_word(&lr, "hadamard ")) {
+            int64_t K, r, c;
+            if (!quarot__lr_int(&lr, &K) || lr.p != lr.end || K < 2 || K > 4096 || !quarot_hadamard_available(K)) {
+                res = quarot__parse_error(err, err_size, line, "bad 'hadamard <K>' header");
+                break;
+            }
+            ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
+            if (!ref) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+            res = quarot_hadamard_build_i8(K, ref, &list->env);
+            for (r = 0; r < K && res == QUAROT_OK; ++r) {
+                const char* rl = p;
+                const char* rn = p < end ? (const char*)memchr(p, '\n', (size_t)(end - p)) : NULL;
+                ++line;
+                if (!rn || rn - rl != K) { res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K); break; }
+                for (c = 0; c < K; ++c)
+                    if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
+                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction", (long long)K);
+                        break;
+                    }
+                p = rn + 1;
+            }
+            quarot_env_free(&list->env, ref);
+            ref = NULL;
+            continue;
+        }
+        res = quarot__parse_error(err, err_size, line, "unknown line");
+    }
+    if (res == QUAROT_OK && line < 2) res = quarot__parse_error(err, err_size, line, "truncated header");
+    if (res == QUAROT_OK && !seen_end) res = quarot__parse_error(err, err_size, line, "missing 'end' (truncated file)");
+    if (res == QUAROT_OK && list->count != declared)
+        res = quarot__parse_error(err, err_size, line, "%lld hooks declared, %lld found", (long long)declared, (long long)list->count);
+    if (res != QUAROT_OK) {
+        quarot_env free_env = list->env;
+        quarot_online_list_free(list);
+        quarot_online_list_init(list, &free_env);
+    }
+    return res;
+}
+
 // >>processor
+// init: resolve the config, build the adapter's plan, the rotations (R1, R2, HEADS, R4, R3) and the
+// command list, then validate every named tensor (globals, then each layer between acquire and
+// release) before anything is written. The passes then run the plan's fusions, bakes and commands
+// filtered by layer (-1 = global, in pre_run), and register each layer's online hooks.
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void quarot__model_error(quarot_model* m, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->error, sizeof m->error, fmt, ap);
+    va_end(ap);
+}
+
+// Fill defaults (n_kv_heads, head_dim) and reject inconsistent geometry.
+static quarot_result quarot__resolve_config(quarot_model* m, quarot_model_config* cfg) {
+    *cfg = m->config;
+    if (cfg->hidden <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->intermediate <= 0 || cfg->vocab <= 0) {
+        quarot__model_error(m, "config: hidden, intermediate, n_layers, n_heads and vocab must be positive");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->n_kv_heads == 0) cfg->n_kv_heads = cfg->n_heads;
+    if (cfg->n_kv_heads < 0 || cfg->n_heads % cfg->n_kv_heads != 0) {
+        quarot__model_error(m, "config: n_kv_heads %lld does not divide n_heads %lld", (long long)cfg->n_kv_heads, (long long)cfg->n_heads);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->head_dim == 0) {
+        if (cfg->hidden % cfg->n_heads != 0) {
+            quarot__model_error(m, "config: head_dim not given and n_heads %lld does not divide hidden %lld",
+                                (long long)cfg->n_heads, (long long)cfg->hidden);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        cfg->head_dim = cfg->hidden / cfg->n_heads;
+    }
+    if (cfg->head_dim <= 0) {
+        quarot__model_error(m, "config: head_dim must be positive");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+// Look a tensor up and check it is a valid view of a supported floating-point type.
+static quarot_result quarot__get(quarot_processor* p, const char* name, quarot_tensor* t) {
+    quarot_result r;
+    memset(t, 0, sizeof *t);
+    if (!p->model->get_tensor) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = p->model->get_tensor(p->model->user_data, name, t);
+    if (r == QUAROT_ERR_NOT_FOUND) { quarot__model_error(p->model, "tensor '%s' not found", name); return r; }
+    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': %s", name, quarot_result_string(r)); return r; }
+    r = quarot_tensor_validate(t);
+    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': invalid view (%s)", name, quarot_result_string(r)); return r; }
+    return QUAROT_OK;
+}
+
+// 1 when the tensor exists (probe without recording an error).
+static int quarot__exists(quarot_processor* p, const char* name) {
+    quarot_tensor t;
+    if (!name || !name[0]) return 0;
+    return p->model->get_tensor(p->model->user_data, name, &t) == QUAROT_OK;
+}
+
+static quarot_result quarot__expect_1d(quarot_processor* p, const char* name, const quarot_tensor* t, int64_t len) {
+    if (t->ne[0] != len || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        quarot__model_error(p->model, "tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected a vector of %lld", name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)len);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__check_finite_named(quarot_processor* p, const char* name, const quarot_tensor* t) {
+    int64_t bad;
+    if (quarot_tensor_check_finite(t, &bad) != QUAROT_OK) {
+        quarot__model_error(p->model, "tensor '%s' has NaN or Inf at element %lld", name, (long long)bad);
+        return QUAROT_ERR_NONFINITE;
+    }
+    return QUAROT_OK;
+}
+
+static int quarot__rotation_of(const quarot_processor* p, quarot_rotation_id id) { return p->have_rot[id]; }
+
+// Record a tensor create_tensor will be asked for (once per name).
+static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims, int64_t ne0, int64_t ne1) {
+    quarot_tensor_spec* t;
+    int64_t i;
+    for (i = 0; i < p->n_creates; ++i)
+        if (strcmp(p->creates[i].name, name) == 0) return QUAROT_OK;
+    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates, sizeof *t);
+    if (!t) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__copy_name(t->name, name)) { p->n_creates--; return QUAROT_ERR_INVALID_ARGUMENT; }
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = t->ne[3] = 1;
+    return QUAROT_OK;
+}
+
+// Append one command.
+static quarot_result quarot__add_command(quarot_processor* p, int64_t cap, int64_t layer, quarot_rotation_id rot,
+                                         quarot_side side, int embedding, int64_t outer, int64_t inner,
+                                         const char* weight, const char* bias) {
+    quarot_command* c;
+    if (p->n_commands >= cap) return QUAROT_ERR_INTERNAL;
+    c = &p->commands[p->n_commands++];
+    memset(c, 0, sizeof *c);
+    c->layer = layer;
+    c->rotation = rot;
+    c->side = side;
+    c->embedding = embedding;
+    c->outer = outer;        // 0: derived from the tensor (one slice per head)
+    c->inner = inner;
+    strcpy(c->weight, weight);
+    strcpy(c->bias, bias ? bias : "");
+    return QUAROT_OK;
+}
+
+static int quarot__down_online(const quarot_processor* p, int64_t layer) {
+    int64_t i;
+    if (!p->desc.online) return 0;
+    switch (p->desc.down_proj_online) {
+        case QUAROT_LAYERS_DEFAULT:
+        case QUAROT_LAYERS_ALL: return 1;
+        case QUAROT_LAYERS_LIST:
+            for (i = 0; i < p->desc.n_down_proj_online_layers; ++i)
+                if (p->desc.down_proj_online_layers[i] == layer) return 1;
+            return 0;
+        default: return 0;
+    }
+}
+
+// A plain (sign-free) Hadamard rotation of size n for an online site, falling back to the largest
+// available block; *block receives the order used.
+static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotation* r, int64_t n, const char* what) {
+    quarot_rotation_desc d;
+    int64_t b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
+    quarot_result res;
+    if (b <= 1) {
+        quarot__model_error(p->model, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what, (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_HADAMARD;
+    d.n = b;
+    d.no_signs = 1;
+    d.fallback = QUAROT_FALLBACK_ERROR;
+    res = quarot_rotation_init(r, &d, &p->model->env);
+    if (res != QUAROT_OK) quarot__model_error(p->model, "online %s rotation of order %lld: %s", what, (long long)b, quarot_result_string(res));
+    return res;
+}
+
+static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_model_config* cfg) {
+    quarot_rotation_desc d;
+    quarot_result res;
+    int64_t tp = p->desc.max_tp_size > 0 ? p->desc.max_tp_size : 1;
+    quarot_rotation_kind kind = p->desc.rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.rotation;
+    int k;
+    for (k = 0; k < QUAROT_ROT_COUNT_; ++k) p->have_rot[k] = 0;
+    memset(&d, 0, sizeof d);
+    d.n = cfg->hidden;
+    d.block_size = p->desc.block_size > 0 ? p->desc.block_size : 0;
+    d.seed = p->desc.seed;
+    d.fallback = p->desc.fallback;
+    if (d.block_size && cfg->hidden % d.block_size != 0) {
+        quarot__model_error(p->model, "block_size %lld does not divide hidden %lld", (long long)d.block_size, (long long)cfg->hidden);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (kind == QUAROT_ROTATION_ADAPT) {
+        const quarot_adapt_context* ctx = p->desc.context;
+        if (!ctx || !ctx->matrix) {
+            quarot__model_error(p->model, "Adapt Rotation stage 2 needs the adapted matrix from stage 1: run stage 1 (calibration) first and pass its context");
+            return QUAROT_ERR_STATE;
+        }
+        if (ctx->hidden != cfg->hidden || cfg->hidden % ctx->block != 0) {
+            quarot__model_error(p->model, "Adapt Rotation context is for hidden size %lld (block %lld), the model has %lld",
+                                (long long)ctx->hidden, (long long)ctx->block, (long long)cfg->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        kind = QUAROT_ROTATION_MATRIX;
+        d.matrix = ctx->matrix;
+        d.block_size = ctx->block;
+        d.orth_tol = 1e-5;
+    } else if (kind == QUAROT_ROTATION_MATRIX) {
+        if (!p->desc.matrix) { quarot__model_error(p->model, "rotation MATRIX needs desc.matrix"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        d.matrix = p->desc.matrix;
+    }
+    d.kind = kind;
+    res = quarot_rotation_init(&p->rot[QUAROT_ROT_R1], &d, &p->model->env);
+    if (res != QUAROT_OK) {
+        quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden, quarot_result_string(res),
+                            res == QUAROT_ERR_INVALID_ARGUMENT && kind == QUAROT_ROTATION_MATRIX ? " (matrix not orthogonal?)" : "");
+        return res;
+    }
+    p->have_rot[QUAROT_ROT_R1] = 1;
+    if (!p->desc.no_r2) {
+        memset(&d, 0, sizeof d);
+        d.kind = p->desc.r2_rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.r2_rotation;
+        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL && d.kind != QUAROT_ROTATION_IDENTITY) {
+            quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL or IDENTITY");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        d.n = cfg->head_dim;
+        d.seed = p->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
+        res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
+        if (res != QUAROT_OK) { quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim, quarot_result_string(res)); return res; }
+        p->have_rot[QUAROT_ROT_R2] = 1;
+    }
+    if (p->desc.online || p->desc.r3) {
+        if (!p->desc.online_out) { quarot__model_error(p->model, "online rotation needs desc.online_out to receive the hooks"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (tp < 1 || (tp & (tp - 1)) != 0) { quarot__model_error(p->model, "max_tp_size must be a power of two"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    }
+    if (p->desc.online) {
+        if (cfg->n_heads % tp != 0 || cfg->intermediate % tp != 0) {
+            quarot__model_error(p->model, "max_tp_size %lld does not divide n_heads %lld and intermediate %lld", (long long)tp,
+                                (long long)cfg->n_heads, (long long)cfg->intermediate);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp, "o_proj heads")) != QUAROT_OK) return res;
+        p->have_rot[QUAROT_ROT_HEADS] = 1;
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp, "down_proj")) != QUAROT_OK) return res;
+        p->have_rot[QUAROT_ROT_R4] = 1;
+    }
+    if (p->desc.r3 && (res = quarot__online_rotation(p, &p->r3, cfg->head_dim, "q/k")) != QUAROT_OK) return res;
+    return QUAROT_OK;
+}
+
+// Commands from the plan's rotation entries plus the offline halves of the online rotations.
+static quarot_result quarot__build_commands(quarot_processor* p, const quarot_model_config* cfg) {
+    int64_t cap = p->plan.n_rotations + 2 * cfg->n_layers, i;
+    quarot_result res = QUAROT_OK;
+    p->commands = (quarot_command*)quarot_env_alloc(&p->model->env, (size_t)cap * sizeof(quarot_command));
+    if (!p->commands) return QUAROT_ERR_OUT_OF_MEMORY;
+    p->n_commands = 0;
+    for (i = 0; i < p->plan.n_rotations && res == QUAROT_OK; ++i) {
+        const quarot_plan_rotation* pr = &p->plan.rotations[i];
+        if (!quarot__rotation_of(p, pr->rotation)) continue;
+        if (cfg->tied_embeddings && !p->untie && strcmp(pr->weight, p->plan.lm_head) == 0) continue;   // shares the embedding
+        res = quarot__add_command(p, cap, pr->layer, pr->rotation, pr->side, pr->embedding, pr->per_head ? 0 : 1, 1,
+                                  pr->weight, pr->side == QUAROT_SIDE_OUTPUT && !pr->embedding ? pr->bias : "");
+    }
+    for (i = 0; i < cfg->n_layers && res == QUAROT_OK && p->desc.online; ++i) {
+        const quarot_plan_layer* pl = &p->plan.layers[i];
+        res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0, cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n,
+                                  cfg->head_dim, pl->o_proj, "");
+        if (res == QUAROT_OK && quarot__down_online(p, i))
+            res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0, cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1,
+                                      pl->down_proj, "");
+    }
+    return res;
+}
+
+// All-ones gain and zero bias: fusing this norm changes nothing.
+static int quarot__norm_is_identity(quarot_processor* p, const char* weight, const char* bias) {
+    quarot_tensor t;
+    double* row;
+    int64_t j;
+    int identity = 1;
+    if (quarot__get(p, weight, &t) != QUAROT_OK) return 0;
+    row = (double*)quarot_env_alloc(&p->model->env, (size_t)t.ne[0] * sizeof(double));
+    if (!row) return 0;
+    quarot_tensor_get_row_f64(&t, 0, row);
+    for (j = 0; j < t.ne[0]; ++j) identity &= row[j] == 1.0;
+    if (identity && bias && bias[0] && quarot__get(p, bias, &t) == QUAROT_OK) {
+        quarot_tensor_get_row_f64(&t, 0, row);
+        for (j = 0; j < t.ne[0]; ++j) identity &= row[j] == 0.0;
+    }
+    quarot_env_free(&p->model->env, row);
+    p->model->error[0] = '\0';
+    return identity;
+}
+
+// Validate what one layer (or the globals, layer -1) needs: names, shapes, dtypes, finiteness.
+static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_model_config* cfg, int64_t layer) {
+    quarot_tensor w, b;
+    int64_t i, k;
+    quarot_result res;
+    for (i = 0; i < p->plan.n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        int64_t L;
+        if (f->layer != layer) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if ((res = quarot__get(p, f->norm_weight, &w)) != QUAROT_OK) return res;
+        L = w.ne[0];
+        if ((res = quarot__expect_1d(p, f->norm_weight, &w, L)) != QUAROT_OK) return res;
+        if ((res = quarot__check_finite_named(p, f->norm_weight, &w)) != QUAROT_OK) return res;
+        if (f->norm_bias[0]) {
+            if ((res = quarot__get(p, f->norm_bias, &b)) != QUAROT_OK) return res;
+            if ((res = quarot__expect_1d(p, f->norm_bias, &b, L)) != QUAROT_OK) return res;
+            if ((res = quarot__check_finite_named(p, f->norm_bias, &b)) != QUAROT_OK) return res;
+        }
+        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+            const quarot_plan_linear* l = &p->plan.linears[k];
+            if (layer < 0 && p->untie && strcmp(l->weight, p->plan.lm_head) == 0) {   // created in pre_run
+                quarot_tensor e;
+                if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
+                if ((res = quarot__plan_create(p, l->weight, e.dtype, 2, e.ne[0], e.ne[1])) != QUAROT_OK) return res;
+                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1], 1)) != QUAROT_OK) return res;
+                continue;
+            }
+            if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
+            if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
+                quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight, (long long)w.ne[0],
+                                    f->norm_weight, (long long)L);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            if ((res = quarot__check_finite_named(p, l->weight, &w)) != QUAROT_OK) return res;
+            if (quarot__exists(p, l->bias)) {
+                if ((res = quarot__get(p, l->bias, &b)) != QUAROT_OK) return res;
+                if ((res = quarot__expect_1d(p, l->bias, &b, w.ne[1])) != QUAROT_OK) return res;
+                if ((res = quarot__check_finite_named(p, l->bias, &b)) != QUAROT_OK) return res;
+            } else if (f->norm_bias[0] && (!l->bias[0] || !p->model->create_tensor)) {
+                quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
+                                    l->bias[0] ? " and model.create_tensor to make it" : " name");
+                return QUAROT_ERR_INVALID_ARGUMENT;
+            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1], 1)) != QUAROT_OK) {
+                return res;
+            }
+        }
+    }
+    for (i = 0; i < p->plan.n_bakes; ++i) {
+        const quarot_plan_bake* bk = &p->plan.bakes[i];
+        if (bk->layer != layer) continue;
+        if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
+        if ((bk->embedding ? w.ne[0] : w.ne[1]) != cfg->hidden) {
+            quarot__model_error(p->model, "tensor '%s' does not write the residual stream of width %lld", bk->weight, (long long)cfg->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
+    for (i = 0; i < p->n_commands; ++i) {
+        quarot_command* c = &p->commands[i];
+        const quarot_rotation* rot = &p->rot[c->rotation];
+        int has_bias;
+        int axis;
+        int64_t L;
+        if (c->layer != layer) continue;
+        if (layer < 0 && p->untie && strcmp(c->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
+        if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+        if ((res = quarot__check_finite_named(p, c->weight, &w)) != QUAROT_OK) return res;
+        L = quarot__command_axis(c, &w, &axis);
+        if (c->outer == 0) {   // per head: one slice of the rotation's size per head
+            if (L == 0 || L % rot->n != 0) {
+                quarot__model_error(p->model, "tensor '%s': axis of %lld is not a multiple of head_dim %lld", c->weight, (long long)L, (long long)rot->n);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            c->outer = L / rot->n;
+        }
+        has_bias = c->bias[0] && quarot__exists(p, c->bias);
+        if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
+        if (has_bias && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
+        res = quarot__command_check(c, rot, &w, has_bias ? &b : NULL);
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices x %lld)%s",
+                                c->weight, (long long)w.ne[0], (long long)w.ne[1], c->side == QUAROT_SIDE_INPUT ? "an input-side" : "an output-side",
+                                (long long)rot->n, (long long)c->outer, (long long)c->inner, has_bias ? " or its bias does not match" : "");
+            return res;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API void quarot_processor_free(quarot_processor* p) {
+    int k;
+    if (!p || !p->model) return;
+    for (k = 0; k < QUAROT_ROT_COUNT_; ++k) quarot_rotation_free(&p->rot[k]);
+    quarot_rotation_free(&p->r3);
+    quarot_plan_free(&p->plan);
+    quarot_env_free(&p->model->env, p->commands);
+    quarot_env_free(&p->model->env, p->creates);
+    p->creates = NULL;
+    p->n_creates = p->cap_creates = 0;
+    p->commands = NULL;
+    p->n_commands = 0;
+    p->model = NULL;
+}
+
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc) {
+    quarot_model_config cfg;
+    quarot_result res;
+    int64_t i;
+    if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(p, 0, sizeof *p);
+    if (!model) return QUAROT_ERR_INVALID_ARGUMENT;
+    model->error[0] = '\0';
+    if (!model->get_tensor) { quarot__model_error(model, "model.get_tensor is NULL"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    p->model = model;
+    if (desc) p->desc = *desc;
+    if ((res = quarot__resolve_config(model, &cfg)) != QUAROT_OK) { p->model = NULL; return res; }
+    p->adapter = p->desc.adapter ? p->desc.adapter : quarot_adapter_find(cfg.arch);
+    if (!p->adapter || !p->adapter->build) {
+        quarot__model_error(model, "no adapter for architecture '%s' (built-in: %s)", cfg.arch, quarot_adapter_list());
+        p->model = NULL;
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    quarot_plan_init(&p->plan, &model->env);
+    res = p->adapter->build(p->adapter, &cfg, p->desc.block_size > 0 ? p->desc.block_size : -1, &p->plan);
+    if (res == QUAROT_OK && p->plan.n_layers != cfg.n_layers) res = QUAROT_ERR_INTERNAL;
+    if (res != QUAROT_OK) {
+        if (!model->error[0]) quarot__model_error(model, "adapter '%s' could not describe the model: %s", p->adapter->arch, quarot_result_string(res));
+        quarot_processor_free(p);
+        return res;
+    }
+    // Untie when the shared table cannot serve both ends after fusion / baking.
+    if (cfg.tied_embeddings) {
+        const char* fb = NULL;
+        for (i = 0; i < p->plan.n_fusions; ++i)
+            if (strcmp(p->plan.fusions[i].norm_weight, p->plan.final_norm_weight) == 0) fb = p->plan.fusions[i].norm_bias;
+        p->untie = cfg.norm == QUAROT_NORM_LAYER || p->plan.n_bakes > 0 || !quarot__norm_is_identity(p, p->plan.final_norm_weight, fb);
+        if (p->untie && !model->create_tensor) {
+            quarot__model_error(model, "tied embeddings must be untied (the final norm is not the identity) and model.create_tensor is NULL");
+            quarot_processor_free(p);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if ((res = quarot__build_rotations(p, &cfg)) != QUAROT_OK || (res = quarot__build_commands(p, &cfg)) != QUAROT_OK) {
+        if (!model->error[0]) quarot__model_error(model, "building rotations: %s", quarot_result_string(res));
+        quarot_processor_free(p);
+        return res;
+    }
+    // Validation pass: globals, then every layer once (read only).
+    {
+        quarot_tensor e;
+        if ((res = quarot__get(p, p->plan.embed, &e)) == QUAROT_OK && (e.ne[0] != cfg.hidden || e.ne[1] != cfg.vocab)) {
+            quarot__model_error(model, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed,
+                                (long long)e.ne[0], (long long)e.ne[1], (long long)cfg.hidden, (long long)cfg.vocab);
+            res = QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        if (res == QUAROT_OK && !cfg.tied_embeddings && !quarot__exists(p, p->plan.lm_head)) {
+            quarot__model_error(model, "tensor '%s' not found (config says the embeddings are not tied)", p->plan.lm_head);
+            res = QUAROT_ERR_NOT_FOUND;
+        }
+    }
+    if (res == QUAROT_OK) res = quarot__validate_layer(p, &cfg, -1);
+    for (i = 0; i < cfg.n_layers && res == QUAROT_OK; ++i) {
+        if (model->acquire_layer && (res = model->acquire_layer(model->user_data, i)) != QUAROT_OK) {
+            quarot__model_error(model, "acquire_layer(%lld) failed: %s", (long long)i, quarot_result_string(res));
+            break;
+        }
+        res = quarot__validate_layer(p, &cfg, i);
+        if (res != QUAROT_OK) {
+            char detail[sizeof model->error];
+            memcpy(detail, model->error, sizeof detail);
+            quarot__model_error(model, "layer %lld: %s", (long long)i, detail);
+        }
+        if (model->release_layer) {
+            quarot_result rr = model->release_layer(model->user_data, i, 0);
+            if (res == QUAROT_OK && rr != QUAROT_OK) {
+                quarot__model_error(model, "release_layer(%lld) failed: %s", (long long)i, quarot_result_string(rr));
+                res = rr;
+            }
+        }
+    }
+    if (res != QUAROT_OK) { quarot_processor_free(p); return res; }
+    p->stage = 1;
+    return QUAROT_OK;
+}
+
+// W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then g <- 1, beta <- 0.
+static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f) {
+    const quarot_env* env = &p->model->env;
+    quarot_tensor gt, bt, w, bias;
+    double *g = NULL, *beta = NULL, *row = NULL, *badd = NULL;
+    int64_t L, k, r, j;
+    quarot_result res;
+    if ((res = quarot__get(p, f->norm_weight, &gt)) != QUAROT_OK) return res;
+    L = gt.ne[0];
+    g = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+    if (!g) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_tensor_get_row_f64(&gt, 0, g);
+    if (f->norm_bias[0]) {
+        if ((res = quarot__get(p, f->norm_bias, &bt)) != QUAROT_OK) goto done;
+        beta = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+        if (!beta) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        quarot_tensor_get_row_f64(&bt, 0, beta);
+    }
+    row = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+    if (!row) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+        const quarot_plan_linear* l = &p->plan.linears[k];
+        int64_t out;
+        if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
+        out = quarot_tensor_nrows(&w);
+        if (beta) {
+            badd = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+            if (!badd) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        }
+        for (r = 0; r < out; ++r) {
+            double acc = 0.0;
+            quarot_tensor_get_row_f64(&w, r, row);
+            if (beta) for (j = 0; j < L; ++j) acc += row[j] * beta[j];
+            for (j = 0; j < L; ++j) row[j] *= g[j];
+            quarot_tensor_set_row_f64(&w, r, row);
+            if (badd) badd[r] = acc;
+        }
+        if (beta) {
+            double* bv = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+            if (!bv) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+            if (quarot__exists(p, l->bias)) {
+                res = quarot__get(p, l->bias, &bias);
+            } else {
+                int64_t ne1[1];
+                ne1[0] = out;
+                res = p->model->create_tensor(p->model->user_data, l->bias, w.dtype, 1, ne1, &bias);
+                if (res == QUAROT_OK) {   // created zero-filled; make sure of it
+                    for (r = 0; r < out; ++r) bv[r] = 0.0;
+                    quarot_tensor_set_row_f64(&bias, 0, bv);
+                } else {
+                    quarot__model_error(p->model, "create_tensor('%s') failed: %s", l->bias, quarot_result_string(res));
+                }
+            }
+            if (res == QUAROT_OK) {
+                quarot_tensor_get_row_f64(&bias, 0, bv);
+                for (r = 0; r < out; ++r) bv[r] += badd[r];
+                quarot_tensor_set_row_f64(&bias, 0, bv);
+            }
+            quarot_env_free(env, bv);
+            quarot_env_free(env, badd);
+            badd = NULL;
+            if (res != QUAROT_OK) goto done;
+        }
+    }
+    for (j = 0; j < L; ++j) g[j] = 1.0;
+    quarot_tensor_set_row_f64(&gt, 0, g);
+    if (beta) {
+        for (j = 0; j < L; ++j) beta[j] = 0.0;
+        quarot_tensor_set_row_f64(&bt, 0, beta);
+    }
+done:
+    quarot_env_free(env, g);
+    quarot_env_free(env, beta);
+    quarot_env_free(env, row);
+    quarot_env_free(env, badd);
+    return res;
+}
+
+// Mean baking: embedding rows centred; a writer's columns centred over its outputs, bias centred.
+static quarot_result quarot__run_bake(quarot_processor* p, const quarot_plan_bake* bk) {
+    const quarot_env* env = &p->model->env;
+    quarot_tensor w, b;
+    int64_t rows, cols, r, j;
+    double *row, *mean;
+    quarot_result res;
+    if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
+    rows = quarot_tensor_nrows(&w);
+    cols = w.ne[0];
+    row = (double*)quarot_env_alloc(env, (size_t)cols * sizeof(double));
+    mean = (double*)quarot_env_alloc(env, (size_t)(cols > rows ? cols : rows) * sizeof(double));
+    if (!row || !mean) { quarot_env_free(env, row); quarot_env_free(env, mean); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (bk->embedding) {
+        for (r = 0; r < rows; ++r) {
+            double m = 0.0;
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) m += row[j];
+            m /= (double)cols;
+            for (j = 0; j < cols; ++j) row[j] -= m;
+            quarot_tensor_set_row_f64(&w, r, row);
+        }
+    } else {
+        for (j = 0; j < cols; ++j) mean[j] = 0.0;
+        for (r = 0; r < rows; ++r) {
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) mean[j] += row[j];
+        }
+        for (j = 0; j < cols; ++j) mean[j] /= (double)rows;
+        for (r = 0; r < rows; ++r) {
+            quarot_tensor_get_row_f64(&w, r, row);
+            for (j = 0; j < cols; ++j) row[j] -= mean[j];
+            quarot_tensor_set_row_f64(&w, r, row);
+        }
+        if (quarot__exists(p, bk->bias) && quarot__get(p, bk->bias, &b) == QUAROT_OK) {
+            double m = 0.0;
+            quarot_tensor_get_row_f64(&b, 0, mean);
+            for (r = 0; r < rows; ++r) m += mean[r];
+            m /= (double)rows;
+            for (r = 0; r < rows; ++r) mean[r] -= m;
+            quarot_tensor_set_row_f64(&b, 0, mean);
+        }
+    }
+    quarot_env_free(env, row);
+    quarot_env_free(env, mean);
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c) {
+    quarot_tensor w, b;
+    int has_bias, times = 1, act = 0, k;
+    quarot_result res;
+    if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
+    if (act == 1) return QUAROT_OK;
+    if (act == 2) times = 2;
+    if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+    has_bias = c->bias[0] && quarot__exists(p, c->bias);
+    if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
+    for (k = 0; k < times; ++k) {
+        res = quarot_command_apply(c, &p->rot[c->rotation], &w, has_bias ? &b : NULL, &p->model->env);
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
+            return res;
+        }
+        c->runs++;
+    }
+    return QUAROT_OK;
+}
+
+// Everything planned for one layer (or -1 = the globals).
+static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer) {
+    const quarot_model_config* cfg = &p->model->config;
+    int64_t i;
+    quarot_result res;
+    for (i = 0; i < p->plan.n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        if (f->layer != layer) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if ((res = quarot__run_fusion(p, f)) != QUAROT_OK) return res;
+    }
+    for (i = 0; i < p->plan.n_bakes; ++i)
+        if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) return res;
+    for (i = 0; i < p->n_commands; ++i)
+        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i])) != QUAROT_OK) return res;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p) {
+    quarot_model* m;
+    quarot_result res;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 1) return QUAROT_ERR_STATE;
+    m = p->model;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "pre_run", -1, m->config.n_layers);
+    if (p->untie) {   // lm_head <- a copy of the embedding, before anything changes it
+        quarot_tensor e, h;
+        int64_t ne[2], r;
+        double* row;
+        if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
+        ne[0] = e.ne[0];
+        ne[1] = e.ne[1];
+        res = m->create_tensor(m->user_data, p->plan.lm_head, e.dtype, 2, ne, &h);
+        if (res != QUAROT_OK) { quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res)); return res; }
+        row = (double*)quarot_env_alloc(&m->env, (size_t)ne[0] * sizeof(double));
+        if (!row) return QUAROT_ERR_OUT_OF_MEMORY;
+        for (r = 0; r < ne[1]; ++r) {
+            quarot_tensor_get_row_f64(&e, r, row);
+            quarot_tensor_set_row_f64(&h, r, row);
+        }
+        quarot_env_free(&m->env, row);
+        m->config.tied_embeddings = 0;
+    }
+    res = quarot__run_scope(p, -1);
+    if (res != QUAROT_OK) return res;
+    p->stage = 2;
+    p->next_layer = 0;
+    return QUAROT_OK;
+}
+
+// Register the online hooks of one layer (matching the offline halves its commands applied).
+static quarot_result quarot__register_hooks(quarot_processor* p, int64_t layer) {
+    const quarot_model_config* c = &p->model->config;
+    int64_t hd = c->head_dim ? c->head_dim : c->hidden / c->n_heads, kv = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
+    quarot_online_list* out = p->desc.online_out;
+    quarot_result res = QUAROT_OK;
+    if (p->desc.online) {
+        int64_t g = p->rot[QUAROT_ROT_HEADS].n, n4 = p->rot[QUAROT_ROT_R4].n;
+        res = quarot_online_list_add(out, layer, QUAROT_SITE_O_INPUT, c->n_heads * hd, c->n_heads / g, g, hd, NULL);
+        if (res == QUAROT_OK && quarot__down_online(p, layer))
+            res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4, 1, NULL);
+    }
+    if (res == QUAROT_OK && p->desc.r3) {
+        int64_t b = p->r3.n;
+        res = quarot_online_list_add(out, layer, QUAROT_SITE_Q_ROPE, c->n_heads * hd, c->n_heads * hd / b, b, 1, NULL);
+        if (res == QUAROT_OK) res = quarot_online_list_add(out, layer, QUAROT_SITE_K_ROPE, kv * hd, kv * hd / b, b, 1, NULL);
+    }
+    if (res != QUAROT_OK) quarot__model_error(p->model, "layer %lld: registering online hooks: %s", (long long)layer, quarot_result_string(res));
+    return res;
+}
+
+QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer) {
+    quarot_model* m;
+    quarot_result res, rr;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 2 || layer != p->next_layer || layer >= p->model->config.n_layers) return QUAROT_ERR_STATE;
+    m = p->model;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "layer", layer, m->config.n_layers);
+    if (m->acquire_layer && (res = m->acquire_layer(m->user_data, layer)) != QUAROT_OK) {
+        quarot__model_error(m, "acquire_layer(%lld) failed: %s", (long long)layer, quarot_result_string(res));
+        return res;
+    }
+    res = quarot__run_scope(p, layer);
+    if (res == QUAROT_OK) res = quarot__register_hooks(p, layer);
+    if (m->release_layer) {
+        rr = m->release_layer(m->user_data, layer, 1);
+        if (res == QUAROT_OK && rr != QUAROT_OK) {
+            quarot__model_error(m, "release_layer(%lld) failed: %s", (long long)layer, quarot_result_string(rr));
+            res = rr;
+        }
+    }
+    if (res == QUAROT_OK) p->next_layer++;
+    return res;
+}
+
+QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p) {
+    int64_t i;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 2 || p->next_layer != p->model->config.n_layers) return QUAROT_ERR_STATE;
+    if (p->desc.progress) p->desc.progress(p->desc.user_data, "post_run", p->next_layer, p->model->config.n_layers);
+    for (i = 0; i < p->n_commands; ++i)
+        if (p->commands[i].runs != 1) {
+            quarot__model_error(p->model, "command on '%s' (%s side, rotation %d) ran %d times, expected exactly once",
+                                p->commands[i].weight, p->commands[i].side == QUAROT_SIDE_INPUT ? "input" : "output",
+                                (int)p->commands[i].rotation, p->commands[i].runs);
+            return QUAROT_ERR_INTERNAL;
+        }
+    if (p->plan.n_bakes > 0) p->model->config.norm = QUAROT_NORM_RMS;   // centred stream: LayerNorm == RMSNorm
+    p->stage = 3;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc) {
+    quarot_processor p;
+    quarot_result res;
+    int64_t i;
+    res = quarot_processor_init(&p, model, desc);
+    if (res != QUAROT_OK) return res;
+    res = quarot_processor_pre_run(&p);
+    for (i = 0; i < model->config.n_layers && res == QUAROT_OK; ++i) res = quarot_processor_run_layer(&p, i);
+    if (res == QUAROT_OK) res = quarot_processor_post_run(&p);
+    quarot_processor_free(&p);
+    return res;
+}
+
 // >>adapt
+// (implementation: Adapt Rotation work)
 
 #ifdef __cplusplus
 }
