@@ -147,10 +147,10 @@ quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store*
         return r;
     }
     /* what was built, before the processor goes */
-    qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and every linear that reads or writes the residual stream\n",
+    qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
             p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed);
     if (p.have_rot[QUAROT_ROT_R2])
-        qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj (output) and o_proj (input)\n", p.rot[QUAROT_ROT_R2].text);
+        qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", p.rot[QUAROT_ROT_R2].text);
     if (p.have_rot[QUAROT_ROT_R4]) snprintf(r4, sizeof r4, "%s", p.rot[QUAROT_ROT_R4].text);
     if (p.have_rot[QUAROT_ROT_HEADS]) snprintf(heads, sizeof heads, "%s", p.rot[QUAROT_ROT_HEADS].text);
     if (r3) snprintf(r3t, sizeof r3t, "%s", p.r3.text);
@@ -177,9 +177,9 @@ quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store*
             default: break;
         }
     }
-    if (n_down) qx__cat(recipe, recipe_cap, "R4  online %s before down_proj in %lld layers (offline half folded into down_proj)\n", r4, (long long)n_down);
-    if (n_heads) qx__cat(recipe, recipe_cap, "Rh  online %s across the heads before o_proj in %lld layers (offline half folded into o_proj)\n", heads, (long long)n_heads);
-    if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE in %lld layers (for the KV cache)\n", r3t, (long long)n_q);
+    if (n_down) qx__cat(recipe, recipe_cap, "R4  online %s before down_proj, %lld layers (offline half in down_proj)\n", r4, (long long)n_down);
+    if (n_heads) qx__cat(recipe, recipe_cap, "Rh  online %s across heads before o_proj, %lld layers (offline half in o_proj)\n", heads, (long long)n_heads);
+    if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE, %lld layers (for the KV cache)\n", r3t, (long long)n_q);
     return QUAROT_OK;
 }
 
