@@ -237,6 +237,16 @@ int qx_cmd_eval(int argc, char** argv) {
                          (long long)seq_len, (long long)model.config.max_seq);
         goto done;
     }
+    if (group) {
+        /* every quantized linear's input width must split into whole groups: say so before any work */
+        const quarot_model_config* c = &model.config;
+        int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+        if (c->hidden % group || c->intermediate % group || (c->n_heads * hd) % group) {
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--group-size %lld does not divide the layer widths (hidden %lld, intermediate %lld, heads x head_dim %lld)",
+                             (long long)group, (long long)c->hidden, (long long)c->intermediate, (long long)(c->n_heads * hd));
+            goto done;
+        }
+    }
     if (tok_opt) {
         snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
     } else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
