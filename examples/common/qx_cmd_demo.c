@@ -24,7 +24,7 @@
 
 static void demo_usage(FILE* f) {
     fprintf(f,
-        "usage: quarot demo [--synthetic-only] [--quiet]\n"
+        "usage: quarot demo [--synthetic-only] [--windows N] [--quiet]\n"
         "\n"
         "The whole QuaRot story on an embedded default: a small synthetic LLaMA (generated in-process from\n"
         "a fixed seed, with outlier channels as real LLMs have) is rotated, checked for equivalence, and\n"
@@ -35,6 +35,7 @@ static void demo_usage(FILE* f) {
         "\n"
         "options:\n"
         "  --synthetic-only   skip stories260K even when it is there\n"
+        "  --windows N        perplexity windows per model (default 8; fewer is faster)\n"
         "  --quiet            no progress on stderr\n"
         "  --help             this text\n"
         "\n"
@@ -458,13 +459,19 @@ int qx_cmd_demo(int argc, char** argv) {
     demo_model dm;
     char shared[4096];
     /* Sizes: wide enough that the outliers stand out and 4-bit hurts, small enough for ~1 s. */
-    const int64_t n_win = 8, seq = 128;
+    int64_t n_win = 8;
+    const int64_t seq = 128;
 
     qx_cli_init(&cli, "demo", 0);
     for (i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { demo_usage(stdout); return QX_EXIT_OK; }
         else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) quiet = 1;
         else if (strcmp(argv[i], "--synthetic-only") == 0) synthetic_only = 1;
+        else if (strncmp(argv[i], "--windows", 9) == 0 && (argv[i][9] == '\0' || argv[i][9] == '=')) {
+            const char* v = NULL;
+            int got = qx_cli_opt(&cli, argc, argv, &i, "--windows", &v);
+            if (got < 0 || !qx_cli_int(&cli, "--windows", v, 1, 64, &n_win)) return QX_EXIT_USAGE;
+        }
         else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown argument '%s' (see quarot demo --help)", argv[i]);
     }
     cli.quiet = quiet;
@@ -539,8 +546,8 @@ int qx_cmd_demo(int argc, char** argv) {
         if (r != QUAROT_OK) { qx_store_free(&st); return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); }
         r = qx_ek_read_file(xpath, &text, &text_len, &e);
         if (r == QUAROT_OK) {
-            /* the first 8 stream windows of 256 need ~2040 tokens: encode a prefix of the text */
-            size_t take = text_len < 40000 ? text_len : 40000;
+            /* n_win stream windows of 256 need n_win*255 tokens (~4 bytes each): encode a prefix of the text */
+            size_t want = (size_t)n_win * 255 * 16 + 4096, take = text_len < want ? text_len : want;
             capn = qx_tokenizer_max_tokens(take);
             stream = (int32_t*)malloc((size_t)capn * sizeof *stream);
             r = stream ? qx_tokenizer_encode(&tok, text, take, 0, 0, stream, capn, &n_stream, &e) : QUAROT_ERR_OUT_OF_MEMORY;
@@ -550,7 +557,7 @@ int qx_cmd_demo(int argc, char** argv) {
             qx_ppl_opts po;
             memset(&po, 0, sizeof po);
             po.seq_len = 256;
-            po.max_windows = 8;
+            po.max_windows = n_win;
             r = qx_windows_stream(&win, stream, n_stream, &po, &e);
         }
         if (r != QUAROT_OK) {

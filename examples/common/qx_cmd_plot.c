@@ -200,10 +200,10 @@ static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double
         }
     }
     /* bars: one path of rectangles (thin lines when there are many channels) */
-    fprintf(f, "<path fill=\"%s\" stroke=\"none\" d=\"", colour);
+    fprintf(f, "<path fill=\"%s\" stroke=\"none\"%s d=\"", colour, bw < 2 ? " shape-rendering=\"crispEdges\"" : "");
     for (j = 0; j < n; ++j) {
         double top = y_of(ax, v[j], py, ph), bx = px + bw * (double)j, bwid = bw > 3 ? bw * 0.8 : bw;
-        if (bwid < 0.6) bwid = 0.6;
+        if (bwid < 1.0) bwid = 1.0;   /* a channel is never thinner than a pixel */
         if (bw > 3) bx += bw * 0.1;
         fprintf(f, "M%.2f %.2fh%.2fV%.2fh%.2fz", bx, py + ph, bwid, top, -bwid);
     }
