@@ -2711,7 +2711,14 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 // Butterfly and butterfly networks over named registers. A radix-2^r network on registers a0..a(2^r-1)
 // (register index = the next r bits of the element index) is the recursive split of the stages:
 // NET4 = two NET2 (stage 1) then the cross pairs (stage 2); the dataflow is exactly stage by stage.
-#define QUAROT__BF(a, b) { QUAROT__V t_ = (a); (a) = QUAROT__VADD(t_, (b)); (b) = QUAROT__VSUB(t_, (b)); }
+// QUAROT__VSUB2 is the butterfly's subtraction; an ISA may define it as a fused multiply-add by -1:
+// fnmadd(b, 1, a) = round(a - b*1) = round(a - b), one rounding of the same exact value, so it is
+// bit-identical to the subtraction (signed zeros included) while using the FMA pipes, which on Zen 4
+// run beside the FADD pipes. This is not FMA contraction: nothing is rounded in between.
+#ifndef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
+#endif
+#define QUAROT__BF(a, b) { QUAROT__V t_ = (a); (a) = QUAROT__VADD(t_, (b)); (b) = QUAROT__VSUB2(t_, (b)); }
 #define QUAROT__NET2(a0, a1) QUAROT__BF(a0, a1)
 #define QUAROT__NET4(a0, a1, a2, a3) QUAROT__NET2(a0, a1) QUAROT__NET2(a2, a3) QUAROT__BF(a0, a2) QUAROT__BF(a1, a3)
 #define QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7)                                   \
@@ -3121,12 +3128,16 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
     // The masked forms with an all-ones mask are the plain instructions; unlike _mm512_permute_ps
     // they do not read _mm512_undefined_ps(), which g++ -O1 reports as maybe-uninitialized.
     const __mmask16 all = (__mmask16)0xFFFF;
-#define QUAROT__NEG_(v, m) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), m))
-    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_mask_permute_ps(v, all, v, 0xB1));            // h = 1
-    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_mask_permute_ps(v, all, v, 0x4E));            // h = 2
-    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_mask_shuffle_f32x4(v, all, v, v, 0xB1));      // h = 4
-    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_mask_shuffle_f32x4(v, all, v, v, 0x4E));      // h = 8
-#undef QUAROT__NEG_
+    // Each in-lane stage is v*s + p with s = +-1 per lane (the sign mask or'ed into 1.0): the product
+    // is exact, so the FMA rounds p +- v once, exactly as the add of the negated lane did.
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_or_si512(n1, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    const __m512 s2 = _mm512_castsi512_ps(_mm512_or_si512(n2, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    const __m512 s4 = _mm512_castsi512_ps(_mm512_or_si512(n4, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    const __m512 s8 = _mm512_castsi512_ps(_mm512_or_si512(n8, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    v = _mm512_fmadd_ps(v, s1, _mm512_mask_permute_ps(v, all, v, 0xB1));    // h = 1
+    v = _mm512_fmadd_ps(v, s2, _mm512_mask_permute_ps(v, all, v, 0x4E));    // h = 2
+    v = _mm512_fmadd_ps(v, s4, _mm512_mask_shuffle_f32x4(v, all, v, v, 0xB1));  // h = 4
+    v = _mm512_fmadd_ps(v, s8, _mm512_mask_shuffle_f32x4(v, all, v, v, 0x4E));  // h = 8
     return v;
 }
 #define QUAROT__V __m512
@@ -3145,7 +3156,11 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 4
 #define QUAROT__MIX_BREP QUAROT__REP4
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) _mm512_fnmadd_ps(b, _mm512_set1_ps(1.0f), a)   // = a - b exactly (see QUAROT__BF)
 QUAROT__WHT_DEFINE(avx512)
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
 QUAROT__MIX_DEFINE(avx512)
 #define QUAROT__MIXB_RI 4
 #define QUAROT__MIXB_REP QUAROT__REP4
