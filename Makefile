@@ -61,6 +61,10 @@ $(BUILD)/tests/%: tests/%.c tests/qt.h $(LIBQX) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $< $(LIBQX) -o $@ $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/quickstart: examples/quickstart.c quarot.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN) -Wno-declaration-after-statement $< -o $@ $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/%: examples/%.c $(LIBQX) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $< $(LIBQX) -o $@ $(LDFLAGS) $(LDLIBS)

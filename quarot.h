@@ -1,16 +1,16 @@
 /* quarot.h v0.1.0 - rotate LLM weights so they quantize to 4 bits (QuaRot / SpinQuant / Adapt Rotation) in C99 - MIT licence at the end of this file
 
-QUICK START
+QUICK START (examples/quickstart.c is this, as a whole program)
     #define QUAROT_IMPLEMENTATION          // in exactly one .c file
     #include "quarot.h"
 
-    float x[4096] = {...};                 // one activation row
-    quarot_rotation q; quarot_rotation_desc d = {0};
-    d.n = 4096; d.seed = 42;               // random Hadamard D*H/sqrt(n), the QuaRot default
+    quarot_rotation q;
+    quarot_rotation_desc d = {0};
+    d.n = 4096;                                            // random Hadamard D*H/sqrt(n), seed 0
     quarot_rotation_init(&q, &d, NULL);
-    quarot_rotation_apply_f32(&q, x, 1, 4096, 0, NULL);    // x <- x*Q
-    quarot_rotation_apply_f32(&q, w, out, in, 0, NULL);    // reader W[out][in] <- W*Q
-    quarot_rotation_free(&q);
+    quarot_rotation_apply_f32(&q, x, 1, 4096, 0, NULL, 0);    // activation row:     x <- x*Q
+    quarot_rotation_apply_f32(&q, w, out, 4096, 0, NULL, 0);  // weights W[out][in]: W <- W*Q
+    quarot_rotation_free(&q);                              // now (x*Q)(W*Q)^T == x*W^T
     // a whole model: fill a quarot_model (config + tensor callbacks), then
     //   quarot_rotate_desc rd = {0}; quarot_rotate_model(&model, &rd);
 
