@@ -582,6 +582,18 @@ static void test_stream_writer(void) {
         QT_ERR(qx_gguf_writer_begin(&w, p, plan, 3, junk, sizeof junk, &wo, &e), QUAROT_ERR_PARSE);
         QT_EQ_INT(fu_count_entries(dir), 1);
     }
+    {   /* an empty file and a missing one */
+        qx_store s;
+        qx_store_init(&s);
+        snprintf(p, sizeof p, "%s/empty.gguf", dir);
+        QT_CHECK(fu_write_file(p, "", 0));
+        QT_ERR(qx_gguf_load(p, &s, NULL, &e), QUAROT_ERR_PARSE);
+        QT_CHECK(strstr(e.msg, "empty.gguf: 0 bytes is too short") != NULL);
+        snprintf(p, sizeof p, "%s/missing.gguf", dir);
+        QT_ERR(qx_gguf_load(p, &s, NULL, &e), QUAROT_ERR_IO);
+        QT_CHECK(strstr(e.msg, "missing.gguf: cannot open") != NULL);
+        QT_EQ_INT(s.count, 0);
+    }
     qx_sb_free(&kv);
     fu_rm_rf(dir);
 }

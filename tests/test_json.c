@@ -237,7 +237,7 @@ static void test_mutations(void) {
         for (m = 0; m < muts; ++m) {
             k = (size_t)(qt_uniform() * (double)len);
             switch ((int)(qt_uniform() * 3)) {
-                case 0: buf[k] = (char)(qt_uniform() * 256); break;
+                case 0: buf[k] = (char)(unsigned char)(int)(qt_uniform() * 256); break;
                 case 1: len = k; break;                                        /* truncate */
                 default: buf[k] = "{}[],:\"\\0e-"[(int)(qt_uniform() * 11)]; break;
             }

@@ -710,6 +710,13 @@ static void test_stream_writer(void) {
     QT_ERR(qx_st_writer_begin(&w, out, plan, 4, &wo, &e), QUAROT_ERR_IO);
     QT_CHECK(strstr(e.msg, "exists already") != NULL);
     QT_EQ_INT(fu_count_entries(dir), 1);
+    {   /* an empty file */
+        qx_store_init(&r);
+        snprintf(out, sizeof out, "%s/empty.safetensors", dir);
+        QT_CHECK(fu_write_file(out, "", 0));
+        QT_ERR(qx_st_load(out, &r, NULL, &e), QUAROT_ERR_PARSE);
+        QT_CHECK(strstr(e.msg, "empty.safetensors: 0 bytes is too short") != NULL);
+    }
     (void)msg;
     fu_rm_rf(dir);
 }
@@ -762,7 +769,40 @@ static void test_rope_layout(void) {
     fu_rm_rf(dir);
 }
 
+/* Store helpers used by the readers and writers: blobs, natural order, RoPE row permutation. */
+static void test_store_helpers(void) {
+    static const char* const sorted[] = {"a", "a.1", "a.2", "a.10", "a.10.b", "a.011", "b", "layers.9.x", "layers.10.x", "z"};
+    qx_store s, c;
+    size_t n, k, j;
+    int64_t r, hd = 8;
+    const char* v;
+    qx_store_init(&s);
+    QT_OK(qx_store_set_blob(&s, "k", "abc", 3));
+    QT_OK(qx_store_set_blob(&s, "k", "hello", 5));                /* replaced */
+    QT_OK(qx_store_set_blob(&s, "e", NULL, 0));
+    v = (const char*)qx_store_get_blob(&s, "k", &n);
+    QT_CHECK(v && n == 5 && strcmp(v, "hello") == 0);
+    QT_CHECK(qx_store_get_blob(&s, "e", &n) && n == 0 && qx_store_get_blob(&s, "x", &n) == NULL && n == 0);
+    QT_OK(qx_store_clone(&s, &c));
+    v = (const char*)qx_store_get_blob(&c, "k", &n);
+    QT_CHECK(v && n == 5 && v != qx_store_get_blob(&s, "k", NULL));
+    qx_store_free(&c);
+    qx_store_free(&s);
+    for (k = 0; k < sizeof sorted / sizeof sorted[0]; ++k)
+        for (j = 0; j < sizeof sorted / sizeof sorted[0]; ++j) {
+            int cmp = qx_name_cmp(sorted[k], sorted[j]);
+            QT_CHECKF((k < j && cmp < 0) || (k == j && cmp == 0) || (k > j && cmp > 0), "%s vs %s: %d", sorted[k], sorted[j], cmp);
+        }
+    /* the two permutations are inverses, and match their definitions */
+    for (r = 0; r < 3 * hd; ++r) {
+        int64_t h = r / hd, i = (r % hd) / 2, jj = r % 2;
+        QT_EQ_INT(qx_rope_src_row(qx_rope_src_row(r, hd, 1), hd, 0), r);
+        QT_EQ_INT(qx_rope_src_row(r, hd, 1), h * hd + jj * hd / 2 + i);
+    }
+}
+
 int main(void) {
+    QT_RUN(test_store_helpers);
     QT_RUN(test_read_handmade);
     QT_RUN(test_lies);
     QT_RUN(test_config);

@@ -1,4 +1,5 @@
-/* qx_file.c - see qx_file.h. */
+/* qx_file.c - see qx_file.h. Plain POSIX: open/fstat/mmap for reading, mkstemp + pwrite + fsync +
+   rename for writing, so an output either appears whole under its name or not at all. */
 #include "qx_file.h"
 
 #include <errno.h>
@@ -54,6 +55,7 @@ void qx_unmap_and_free(void* map) {
     free(map);
 }
 
+/* Whole file into memory with a size cap (config.json, index files: small by nature). */
 quarot_result qx_read_file(const char* path, size_t max_bytes, char** out, size_t* len, qx_err* e) {
     struct stat st;
     char* buf;
@@ -126,6 +128,7 @@ int qx_is_plain_filename(const char* name) {
 
 /* ---- output through a temporary ---- */
 
+/* The temporary lives beside the output so the final rename stays within one file system. */
 quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     const char* slash;
     size_t dir_len, base_len;
@@ -165,6 +168,7 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     return QUAROT_OK;
 }
 
+/* Positional writes in chunks of at most 1 GiB, retried on EINTR and short writes. */
 quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off, qx_err* e) {
     const char* p = (const char*)data;
     if (!o || o->fd < 0 || (n && !data)) return QUAROT_ERR_STATE;
@@ -265,6 +269,7 @@ done:
     return res;
 }
 
+/* ftruncate to the planned size (padding after the last tensor reads as zeros), fsync, close. */
 quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e) {
     if (!o || o->fd < 0) return QUAROT_ERR_STATE;
     if (final_size > (uint64_t)INT64_MAX || ftruncate(o->fd, (off_t)final_size) != 0) {

@@ -23,6 +23,7 @@ typedef struct qx__gr {
     qx_err* e;
 } qx__gr;
 
+/* Bytes left after the cursor; the readers below assume the caller checked qx__rest first. */
 static uint64_t qx__rest(const qx__gr* r) { return (uint64_t)(r->end - r->p); }
 
 static uint32_t qx__rd32(qx__gr* r) {
@@ -36,12 +37,14 @@ static uint64_t qx__rd64(qx__gr* r) {
     return lo | (uint64_t)qx__rd32(r) << 32;
 }
 
+/* The message for a read that would pass the end of the image. */
 static quarot_result qx__gtrunc(qx__gr* r, const char* what, uint64_t n) {
     qx_err_set(r->e, "%s: %s (%llu bytes) passes the end of the file at offset %llu", r->name, what,
                (unsigned long long)n, (unsigned long long)(r->p - r->start));
     return QUAROT_ERR_PARSE;
 }
 
+/* Bytes of a scalar value type; 0 for STRING, ARRAY and unknown types. */
 static unsigned qx__gguf_scalar_size(uint32_t t) {
     switch (t) {
         case QX_GGUF_U8: case QX_GGUF_I8: case QX_GGUF_BOOL: return 1;
@@ -103,6 +106,7 @@ static quarot_result qx__gskip(qx__gr* r, uint32_t t, int depth, const char* ctx
     return QUAROT_ERR_PARSE;
 }
 
+/* Pairs ordered by key bytes (for duplicate detection). */
 static int qx__kv_cmp(const void* a, const void* b) {
     const qx_gguf_kv* x = *(const qx_gguf_kv* const*)a;
     const qx_gguf_kv* y = *(const qx_gguf_kv* const*)b;
@@ -201,6 +205,7 @@ static unsigned qx__ggml_size(uint32_t t) {
     }
 }
 
+/* ggml's numbering; removed types keep their old names so messages stay specific. */
 const char* qx_ggml_type_name(uint32_t type, char buf[16]) {
     static const char* const names[] = {
         "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
@@ -212,6 +217,7 @@ const char* qx_ggml_type_name(uint32_t type, char buf[16]) {
     return buf;
 }
 
+/* Tensor infos by name (duplicates) and by offset (overlaps). */
 static int qx__tinfo_name_cmp(const void* a, const void* b) {
     const qx_gguf_tinfo* x = *(const qx_gguf_tinfo* const*)a;
     const qx_gguf_tinfo* y = *(const qx_gguf_tinfo* const*)b;
@@ -245,13 +251,14 @@ quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gg
     if (!f || (!buf && len)) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(f, 0, sizeof *f);
     if (!name) name = "gguf";
+    if (len < 24) { qx_err_set(e, "%s: %zu bytes is too short for a GGUF header (24)", name, len); return QUAROT_ERR_PARSE; }
     r.start = r.p = (const unsigned char*)buf;
     r.end = r.p + len;
     r.name = name;
     r.e = e;
-    if (len < 24) { qx_err_set(e, "%s: %zu bytes is too short for a GGUF header (24)", name, len); return QUAROT_ERR_PARSE; }
     if (memcmp(r.p, "GGUF", 4) != 0) { qx_err_set(e, "%s: no GGUF magic", name); return QUAROT_ERR_PARSE; }
     r.p += 4;
+    /* header: magic, version (a byte-swapped one means a big-endian file), counts */
     f->version = qx__rd32(&r);
     if (f->version != 2 && f->version != 3) {
         if (f->version == 0x02000000u || f->version == 0x03000000u)
@@ -262,6 +269,7 @@ quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gg
     }
     f->n_tensors = qx__rd64(&r);
     f->n_kv = qx__rd64(&r);
+    /* the pairs; their bytes stay addressable as one section for verbatim copies */
     f->kv_begin = r.p;
     if ((res = qx__gparse_kvs(&r, f->n_kv, &f->kv)) != QUAROT_OK) return res;
     f->kv_bytes = (uint64_t)(r.p - f->kv_begin);
@@ -394,6 +402,7 @@ const qx_gguf_kv* qx_gguf_find(const qx_gguf_file* f, const char* key) {
     return NULL;
 }
 
+/* n little-endian bytes as an integer (values may sit at any alignment in the image). */
 static uint64_t qx__le(const unsigned char* p, unsigned n) {
     uint64_t v = 0;
     while (n--) v = (v << 8) | p[n];
@@ -464,7 +473,8 @@ static const char* const qx__gguf_layer[][2] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
-/* dir 0: GGUF -> HF, 1: HF -> GGUF. */
+/* dir 0: GGUF -> HF, 1: HF -> GGUF. Global names first, then "blk.N." / "model.layers.N." with a
+   per-layer suffix from the table; anything else is copied unchanged. */
 static int qx__gguf_map(const char* in, char* out, size_t n, int dir) {
     static const char* const prefix[2] = {"blk.", "model.layers."};
     const char* pre = prefix[dir];
@@ -527,6 +537,7 @@ static quarot_result qx__gfloat(const qx_gguf_file* f, const char* fname, const 
     return QUAROT_OK;
 }
 
+/* The tensor info named `name`, or NULL. */
 static const qx_gguf_tinfo* qx__gtensor(const qx_gguf_file* f, const char* name) {
     uint64_t k, n = strlen(name);
     for (k = 0; k < f->n_tensors; ++k)
@@ -576,9 +587,10 @@ static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, q
         return QUAROT_ERR_UNSUPPORTED;
     }
     if (c->head_dim % 2) { qx_err_set(e, "%s: odd head size %lld", fname, (long long)c->head_dim); return QUAROT_ERR_PARSE; }
-    /* vocabulary: llama.vocab_size, else the token list, else the embedding's rows */
+    /* vocabulary: llama.vocab_size, else the token list, else the rows of the embedding or output */
     kv = qx_gguf_find(f, "tokenizer.ggml.tokens");
     emb = qx__gtensor(f, "token_embd.weight");
+    if (!emb) emb = qx__gtensor(f, "output.weight");
     x = kv && kv->type == QX_GGUF_ARRAY ? (int64_t)kv->arr_count : emb ? emb->ne[1] : 0;
     if (qx__gint(f, fname, "llama.vocab_size", x, 1, DMAX, &c->vocab, e) != QUAROT_OK) return QUAROT_ERR_PARSE;
     c->norm = QUAROT_NORM_RMS;
@@ -591,6 +603,7 @@ static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, q
     return QUAROT_OK;
 }
 
+/* Config, tensors (under Hugging Face names) and the pairs blob into s, then the tensor check. */
 static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname, qx_store* s, int allow_view, qx_err* e) {
     quarot_result r;
     uint64_t k;
@@ -657,6 +670,7 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
     return qx_hf_check_tensors(s, fname, e);
 }
 
+/* From memory: parse, then copy everything into s. */
 quarot_result qx_gguf_read_mem(const void* buf, size_t len, const char* name, qx_store* s, qx_err* e) {
     qx_gguf_file f;
     quarot_result r;
@@ -669,6 +683,7 @@ quarot_result qx_gguf_read_mem(const void* buf, size_t len, const char* name, qx
     return r;
 }
 
+/* From a file: map it, hand the mapping to a scratch store (views point into it), swap on success. */
 quarot_result qx_gguf_load(const char* path, qx_store* s, const qx_gguf_read_opts* opts, qx_err* e) {
     qx_store tmp;
     qx_map* m;
@@ -711,6 +726,7 @@ static void qx__b64(qx_sb* b, uint64_t v) {
     for (k = 0; k < 8; ++k) c[k] = (char)(v >> (8 * k));
     qx_sb_put(b, c, 8);
 }
+/* A GGUF string: u64 length, then the bytes (no NUL). */
 static void qx__bstr(qx_sb* b, const char* s, uint64_t n) {
     qx__b64(b, n);
     qx_sb_put(b, s, (size_t)n);
@@ -823,6 +839,7 @@ struct qx_gguf_writer {
     uint64_t file_size;
 };
 
+/* Removes the temporary and frees everything (also the common end of finish). */
 void qx_gguf_writer_abort(qx_gguf_writer* w) {
     int64_t i;
     if (!w) return;
@@ -832,6 +849,7 @@ void qx_gguf_writer_abort(qx_gguf_writer* w) {
     free(w);
 }
 
+/* Planned tensors: by HF name for lookups, by GGUF name for the file's order. */
 static int qx__gw_hf_cmp(const void* a, const void* b) {
     return qx_name_cmp(((const qx__gw_t*)a)->hf, ((const qx__gw_t*)b)->hf);
 }
@@ -860,7 +878,8 @@ quarot_result qx_gguf_writer_begin(qx_gguf_writer** wp, const char* path, const 
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
     w->out.fd = -1;
-    /* key/value pairs and the alignment they declare */
+    /* key/value pairs with the changes, re-parsed: a change may not create a duplicate key, and the
+       resulting general.alignment must be a u32 power of two */
     r = qx__gkv_build(kv, kv_len, opts ? opts->set : NULL, opts ? opts->n_set : 0, &kvb, &n_kv, e);
     if (r != QUAROT_OK) goto fail;
     {
@@ -887,7 +906,7 @@ quarot_result qx_gguf_writer_begin(qx_gguf_writer** wp, const char* path, const 
         if (al) align = (uint64_t)a;
         free(kvs);
     }
-    /* the plan */
+    /* the plan: checked like the safetensors writer's, names mapped to GGUF */
     for (i = 0; i < n; ++i) {
         const qx_tensor_plan* p = &plan[i];
         qx__gw_t* t = &w->t[i];
@@ -974,6 +993,7 @@ fail:
 
 quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
                                           int64_t head_dim, int to_interleaved, qx_err* e) {
+    /* find the planned tensor by HF name (binary search in natural order), check, write in place */
     int64_t lo = 0, hi;
     qx__gw_t* p = NULL;
     quarot_result r;
@@ -1002,6 +1022,7 @@ quarot_result qx_gguf_writer_put(qx_gguf_writer* w, const char* name, const quar
     return qx_gguf_writer_put_permuted(w, name, t, 0, 0, e);
 }
 
+/* All tensors present -> sync (file size includes the last tensor's padding) -> rename. */
 quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e) {
     int64_t i;
     quarot_result r = QUAROT_OK;
@@ -1103,6 +1124,7 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
     free(plan);
     qx_sb_free(&gen);
     if (r != QUAROT_OK) return r;
+    /* tensors in store order; q/k weights and biases of an HF-layout store become interleaved */
     for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
         const char* name = s->items[i].name;
         int qk = perm && strncmp(name, "model.layers.", 13) == 0 &&

@@ -36,6 +36,7 @@ typedef struct qx__jp {
     char* bytes;                  /* pass 2: string pool */
     size_t bi;
     const qx_json** scratch;      /* pass 2: max_members pointers for duplicate detection */
+    size_t max_arena;             /* pass 1 stops early once the tree could not fit */
 } qx__jp;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -65,10 +66,12 @@ static const char* qx__jchar(char c, char buf[8]) {
     return buf;
 }
 
+/* RFC 8259 whitespace: space, tab, LF, CR. */
 static void qx__jws(qx__jp* jp) {
     while (jp->p < jp->end && (*jp->p == ' ' || *jp->p == '\t' || *jp->p == '\n' || *jp->p == '\r')) ++jp->p;
 }
 
+/* Four hex digits at p (bounded by end) -> *out; 0 when they are not there. */
 static int qx__hex4(const char* p, const char* end, unsigned* out) {
     unsigned v = 0;
     int k;
@@ -205,6 +208,8 @@ static int qx__jstrtod(const char* s, size_t n, double* out) {
     return 1;
 }
 
+/* A number token: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, kept as text; integral tokens are
+   accumulated exactly when they fit int64, others go through strtod (overflow to Inf refused). */
 static quarot_result qx__jnumber(qx__jp* jp, qx_json* v) {
     const char* s = jp->p;
     const char* e = jp->end;
@@ -266,6 +271,7 @@ static quarot_result qx__jnumber(qx__jp* jp, qx_json* v) {
 
 static quarot_result qx__jvalue(qx__jp* jp, qx_json* v);
 
+/* Object members ordered by key bytes (for duplicate detection). */
 static int qx__jkey_cmp(const void* a, const void* b) {
     const qx_json* x = *(const qx_json* const*)a;
     const qx_json* y = *(const qx_json* const*)b;
@@ -277,6 +283,8 @@ static int qx__jkey_cmp(const void* a, const void* b) {
 
 /* Reserves the counts[] entry of a container in pass 1. */
 static quarot_result qx__jpush_count(qx__jp* jp, size_t* slot) {
+    /* every container is also a node: past max_arena / sizeof(node) the tree cannot fit anyway */
+    if (jp->n_counts >= jp->max_arena / sizeof(qx_json)) return qx__jfail(jp, jp->p, "document too large (too many arrays and objects)");
     if (jp->n_counts == jp->cap_counts) {
         size_t cap = jp->cap_counts ? jp->cap_counts * 2 : 64;
         size_t* c = (size_t*)realloc(jp->counts, cap * sizeof *c);
@@ -370,6 +378,7 @@ static quarot_result qx__jcontainer(qx__jp* jp, qx_json* v, int is_obj) {
     return QUAROT_OK;
 }
 
+/* Any value at jp->p, dispatched on its first byte. */
 static quarot_result qx__jvalue(qx__jp* jp, qx_json* v) {
     char cb[8];
     qx__jws(jp);
@@ -453,6 +462,7 @@ quarot_result qx_json_parse(const char* text, size_t len, const char* name, cons
         return QUAROT_ERR_PARSE;
     }
     jp.n_nodes = 1;   /* the root */
+    jp.max_arena = max_arena;
     r = qx__jdocument(&jp, &root);
     if (r != QUAROT_OK) { free(jp.counts); return r; }
     /* arena: nodes first (aligned as qx_json), string bytes after */
@@ -559,6 +569,7 @@ void qx_sb_free(qx_sb* b) {
     memset(b, 0, sizeof *b);
 }
 
+/* Room for n more bytes plus the NUL; on failure the buffer is marked failed (and stays so). */
 static int qx__sb_reserve(qx_sb* b, size_t n) {
     size_t need, cap;
     char* p;
@@ -639,6 +650,7 @@ void qx_sb_float(qx_sb* b, float x) {
     qx_sb_puts(b, buf);
 }
 
+/* Newline and indentation for pretty output (nothing when compact). */
 static void qx__sb_indent(qx_sb* b, int indent, int level) {
     int k;
     if (indent <= 0) return;
@@ -646,6 +658,7 @@ static void qx__sb_indent(qx_sb* b, int indent, int level) {
     for (k = 0; k < indent * level; ++k) qx_sb_put(b, " ", 1);
 }
 
+/* Recursive writer; depth is that of a parsed document, so bounded by its max_depth. */
 static void qx__jwrite(qx_sb* b, const qx_json* v, int indent, int level) {
     size_t k;
     switch (v->type) {

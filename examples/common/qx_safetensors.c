@@ -345,11 +345,7 @@ quarot_result qx_st_read_mem(const void* buf, size_t len, const char* name, qx_s
     return r;
 }
 
-/* Maps one file, validates it, adds its tensors (views keep the mapping alive via the store).
-   With `seen` (index checking), each tensor must be listed in the sorted weight_map for this file. */
-static quarot_result qx__st_load_file(const char* path, const char* label, qx_store* s, const qx_st_read_opts* o,
-                                      const qx_json* const* wm, size_t wm_n, unsigned char* seen, qx_err* e);
-
+/* weight_map members ordered by tensor name (keys hold no NUL: checked when the index is read). */
 static int qx__wm_cmp(const void* a, const void* b) {
     const qx_json* x = *(const qx_json* const*)a;
     const qx_json* y = *(const qx_json* const*)b;
@@ -357,6 +353,9 @@ static int qx__wm_cmp(const void* a, const void* b) {
     return c;
 }
 
+/* Maps one file, validates it, adds its tensors (views keep the mapping alive via the store).
+   With wm (the sorted weight_map, index loading), each tensor must be listed there for this file
+   (`label`), and seen[] marks the entries found. */
 static quarot_result qx__st_load_file(const char* path, const char* label, qx_store* s, const qx_st_read_opts* o,
                                       const qx_json* const* wm, size_t wm_n, unsigned char* seen, qx_err* e) {
     qx_map* m = (qx_map*)calloc(1, sizeof *m);
@@ -523,8 +522,10 @@ quarot_result qx_st_load(const char* path, qx_store* s, const qx_st_read_opts* o
         qx_err_set(e, "%s: the store to load into is not empty", path);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
+    /* everything goes into a scratch store that replaces *s only on success */
     qx_store_init(&tmp);
     if (qx_is_dir(path)) {
+        /* a Hugging Face directory: model.safetensors first (as transformers), else the index */
         char* index = qx_path_join(path, "model.safetensors.index.json");
         char* single = qx_path_join(path, "model.safetensors");
         cfg = qx_path_join(path, "config.json");
@@ -542,6 +543,7 @@ quarot_result qx_st_load(const char* path, qx_store* s, const qx_st_read_opts* o
         free(index);
         free(single);
     } else {
+        /* one file, with the config.json of its directory when there is one */
         const char* slash = strrchr(path, '/');
         r = qx__st_load_file(path, path, &tmp, opts, NULL, 0, NULL, e);
         if (slash) {
@@ -679,6 +681,7 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
     }
     strcpy(m.arch, archs[k].arch);
     is_opt = strcmp(m.arch, "opt") == 0;
+    /* sizes every family has (OPT calls the MLP width ffn_dim) */
     if ((r = qx__cfg_int(&c, "hidden_size", 0, 1, QX__DIM_MAX, &m.hidden)) != QUAROT_OK) goto done;
     if ((r = qx__cfg_int(&c, is_opt ? "ffn_dim" : "intermediate_size", 0, 1, QX__DIM_MAX, &m.intermediate)) != QUAROT_OK) goto done;
     if ((r = qx__cfg_int(&c, "num_hidden_layers", 0, 1, 1 << 16, &m.n_layers)) != QUAROT_OK) goto done;
@@ -687,6 +690,7 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
     if ((r = qx__cfg_int(&c, "max_position_embeddings", is_opt ? 2048 : 0, 0, (int64_t)1 << 40, &m.max_seq)) != QUAROT_OK) goto done;
     r = QUAROT_ERR_PARSE;
     if (is_opt) {
+        /* OPT: only the pre-norm variant without embedding projections fits the library's model */
         int before, affine;
         if (qx__cfg_int(&c, "word_embed_proj_dim", m.hidden, 1, QX__DIM_MAX, &x) != QUAROT_OK) goto done;
         if (x != m.hidden) {
@@ -719,6 +723,7 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
         m.mlp = QUAROT_MLP_PLAIN;
         m.norm_eps = 1e-5f;                  /* nn.LayerNorm's default; OPT has no key for it */
     } else {
+        /* the Llama family: GQA heads, optional explicit head_dim, RMSNorm eps, RoPE base, biases */
         const qx_json* theta = qx_json_get(doc.root, "rope_theta");
         const qx_json* rp = qx_json_get(doc.root, "rope_parameters");   /* newer transformers */
         if (!theta && rp) theta = qx_json_get(rp, "rope_theta");
@@ -796,6 +801,7 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
         qx_err_set(e, "%s: config sizes must be positive", fname);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
+    /* projections: q_proj [n_heads*hd][hidden], k/v_proj [n_kv*hd][hidden], o_proj [hidden][n_heads*hd] */
     hd = c->head_dim ? c->head_dim : c->hidden / c->n_heads;
     q_out = c->n_heads * hd;
     kv_out = (c->n_kv_heads ? c->n_kv_heads : c->n_heads) * hd;
@@ -916,6 +922,7 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
         return out->failed ? QUAROT_ERR_OUT_OF_MEMORY : QUAROT_OK;
     }
     {
+        /* generated: first refuse configs the Hugging Face class could not express */
         int llama = strcmp(c->arch, "llama") == 0, qwen2 = strcmp(c->arch, "qwen2") == 0;
         int qwen3 = strcmp(c->arch, "qwen3") == 0, opt = strcmp(c->arch, "opt") == 0;
         int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
@@ -938,6 +945,7 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
             qx_err_set(e, "config.json: architecture \"%.32s\" %s", c->arch, why);
             return QUAROT_ERR_UNSUPPORTED;
         }
+        /* then the keys qx_hf_config_parse reads, so the config survives the round trip */
         qx_sb_puts(out, "{");
         qx__kv(out, &first, "architectures");
         qx_sb_puts(out, opt ? "[\"OPTForCausalLM\"]" : qwen2 ? "[\"Qwen2ForCausalLM\"]" : qwen3 ? "[\"Qwen3ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
@@ -1026,7 +1034,7 @@ void qx_st_writer_abort(qx_st_writer* w) {
     int64_t i;
     int k;
     if (!w) return;
-    for (k = 0; k < w->n_files; ++k) qx_out_abort(&w->files[k]);
+    for (k = 0; w->files && k < w->n_files; ++k) qx_out_abort(&w->files[k]);
     for (k = 0; k < w->n_extra; ++k) { qx_out_abort(&w->extra[k]); free(w->extra_text[k]); }
     for (i = 0; i < w->n; ++i) free(w->t[i].name);
     free(w->t);
@@ -1080,7 +1088,7 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         qx_err_set(e, "%s: out of memory", out);
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
-    /* the plan: names, dtypes, shapes, byte sizes */
+    /* the plan: names, dtypes, shapes, byte sizes (all checked: a plan may come from anywhere) */
     for (i = 0; i < n; ++i) {
         const qx_tensor_plan* p = &plan[i];
         qx__st_went* t = &w->t[i];
@@ -1111,6 +1119,7 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         }
     }
     w->n = n;
+    /* natural name order: deterministic, shards hold whole consecutive layers, lookups bisect */
     qsort(w->t, (size_t)n, sizeof *w->t, qx__went_name_cmp);
     for (i = 1; i < n; ++i)
         if (strcmp(w->t[i - 1].name, w->t[i].name) == 0) {
@@ -1118,7 +1127,7 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
             r = QUAROT_ERR_INVALID_ARGUMENT;
             goto fail;
         }
-    /* shards: natural order, greedy up to shard_bytes */
+    /* shards: natural order, greedy: a tensor starts a new shard when it would overflow this one */
     w->n_files = 1;
     if (!single && shard_bytes > 0) {
         uint64_t cur = 0;
@@ -1248,6 +1257,7 @@ fail:
     return r;
 }
 
+/* The planned tensor `name` (binary search in natural order), or NULL. */
 static qx__st_went* qx__st_find(qx_st_writer* w, const char* name) {
     int64_t lo = 0, hi = w->n - 1;
     while (lo <= hi) {                       /* entries are sorted by qx_name_cmp */
@@ -1289,12 +1299,13 @@ quarot_result qx_st_writer_finish(qx_st_writer* w, qx_err* e) {
     int k;
     quarot_result r = QUAROT_OK;
     if (!w) return QUAROT_ERR_INVALID_ARGUMENT;
-    for (i = 0; i < w->n; ++i)
+    for (i = 0; i < w->n; ++i)               /* a file with a hole would be a silently wrong model */
         if (!w->t[i].written) {
             qx_err_set(e, "%s: tensor \"%s\" was planned but never written", w->files[w->t[i].file].path, w->t[i].name);
             r = QUAROT_ERR_STATE;
             goto done;
         }
+    /* the small texts (index, config) are written only now, then everything is synced */
     for (k = 0; k < w->n_extra && r == QUAROT_OK; ++k) {
         r = qx_out_pwrite(&w->extra[k], w->extra_text[k], w->extra_len[k], 0, e);
         if (r == QUAROT_OK) r = qx_out_sync(&w->extra[k], w->extra_len[k], e);
@@ -1334,6 +1345,7 @@ quarot_result qx_st_save(const qx_store* s, const char* out, const qx_st_save_op
             return QUAROT_ERR_UNSUPPORTED;
         }
     }
+    /* the plan from the store: rank = dimensions up to the last one > 1 (a [hidden] gain stays 1-D) */
     plan = (qx_tensor_plan*)calloc((size_t)(s->count ? s->count : 1), sizeof *plan);
     if (!plan) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
     for (i = 0; i < s->count; ++i) {
@@ -1359,6 +1371,7 @@ quarot_result qx_st_save(const qx_store* s, const char* out, const qx_st_save_op
     free(plan);
     qx_sb_free(&cfg);
     if (r != QUAROT_OK) return r;
+    /* tensors in store order (the writer places them); q/k rows back to half-split when needed */
     for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
         const char* name = s->items[i].name;
         size_t nl = strlen(name);
