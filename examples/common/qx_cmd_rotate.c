@@ -10,6 +10,7 @@
 #include "qx_rotate_file.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -195,6 +196,24 @@ static int64_t count_shards(const char* dir) {
     return n;
 }
 
+/* Peak resident set of this process in MiB: VmHWM of /proc/self/status (the high-water mark of
+   this program's own address space), else getrusage (which on Linux also counts what the process
+   was before exec, e.g. a big parent that fork+exec'ed us). */
+static double peak_rss_mib(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    char line[256];
+    struct rusage ru;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) {
+            fclose(f);
+            return atof(line + 6) / 1024.0;   /* kB */
+        }
+    if (f) fclose(f);
+    memset(&ru, 0, sizeof ru);
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
 static const char* dir_model_files[] = {"config.json", "model.safetensors", "model.safetensors.index.json", "quarot_online.txt"};
 
 int qx_cmd_rotate(int argc, char** argv) {
@@ -220,6 +239,9 @@ int qx_cmd_rotate(int argc, char** argv) {
 
     quarot_online_list_init(&list, NULL);
     qx_store_init(&s);
+    /* A file-size limit makes writes fail with EFBIG instead of killing the process, so the
+       temporaries are removed and the error is reported like any other write error. */
+    signal(SIGXFSZ, SIG_IGN);
     for (i = 1; i < argc; ++i)
         if (strcmp(argv[i], "--quiet") == 0) quiet = 1;
     qx_cli_init(&cli, "rotate", quiet);
@@ -396,7 +418,6 @@ int qx_cmd_rotate(int argc, char** argv) {
         if (st.output_error) qx_cli_fail(&cli, rc, "%s", e.msg);
         else qx_cli_fail(&cli, rc, "%s: %s", in, e.msg);
     } else {
-        struct rusage ru;
         int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
         double mib = 1.0 / (1024.0 * 1024.0);
         for (h = 0; h < list.count; ++h) {
@@ -405,8 +426,6 @@ int qx_cmd_rotate(int argc, char** argv) {
             n_q += list.hooks[h].site == QUAROT_SITE_Q_ROPE;
             n_k += list.hooks[h].site == QUAROT_SITE_K_ROPE;
         }
-        memset(&ru, 0, sizeof ru);
-        getrusage(RUSAGE_SELF, &ru);
         printf("rotated %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, src_format, s.config.arch,
                (long long)s.config.n_layers, (long long)s.config.hidden, out);
         printf("  R1: %s\n  R2: %s\n", st.r1, no_r2 ? "off (--no-r2)" : st.r2);
@@ -420,7 +439,7 @@ int qx_cmd_rotate(int argc, char** argv) {
         printf("  wrote %lld tensors%s%s%s\n", (long long)st.tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
                dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", config_path ? " (+ config.json beside it)" : "");
         printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
-               (double)ru.ru_maxrss / 1024.0, (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
+               peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
                (long long)st.max_live_layers);
         if (hooks) qx_cli_info(&cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
     }

@@ -98,16 +98,22 @@ static qx_entry* qx__entry(qx_store* s, const char* name) {
     return NULL;
 }
 
-/* Hands a read-only view's pages back to the kernel: they are clean private file pages, so this
-   only shrinks the resident set (a later read would fault them in from the file again). */
-static void qx__drop_pages(const qx__rf* b, const quarot_tensor* t) {
-    long ps = sysconf(_SC_PAGESIZE);
-    uintptr_t a, z;
-    size_t n = quarot_tensor_nbytes(t);
-    if (!b->drop || ps <= 0 || n == 0) return;
-    a = (uintptr_t)t->data & ~((uintptr_t)ps - 1);
-    z = ((uintptr_t)t->data + n + (uintptr_t)ps - 1) & ~((uintptr_t)ps - 1);
-    (void)madvise((void*)a, (size_t)(z - a), MADV_DONTNEED);
+/* Hands the input's mapped pages back to the kernel. The views are clean private file pages, so
+   this only shrinks the resident set (a later read faults them in from the file again). Whole
+   mappings are dropped, not just a tensor's range: a read fault maps the whole large folio around
+   the page (up to 2 MiB on current kernels), which would leave neighbouring tensors' pages behind.
+   The mappings are the store's backings (llama2.c) and the qx_map cleanups (safetensors, GGUF);
+   drop_pages says the caller's views are such mappings. */
+static void qx__drop_pages(const qx__rf* b) {
+    int64_t i;
+    if (!b->drop) return;
+    for (i = 0; i < b->s->n_backings; ++i)
+        if (b->s->backings[i].ptr && b->s->backings[i].size) (void)madvise(b->s->backings[i].ptr, b->s->backings[i].size, MADV_DONTNEED);
+    for (i = 0; i < b->s->n_cleanups; ++i)
+        if (b->s->cleanups[i].fn == qx_unmap_and_free) {
+            const qx_map* m = (const qx_map*)b->s->cleanups[i].arg;
+            if (m && m->addr && m->len) (void)madvise(m->addr, m->len, MADV_DONTNEED);
+        }
 }
 
 /* Replace a view by a writable contiguous copy (f16/bf16 widened to f32 so the processor's several
@@ -140,7 +146,7 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     }
     en->t = nt;
     en->owned = mem;
-    qx__drop_pages(b, &src);
+    qx__drop_pages(b);
     b->cur_bytes += bytes;
     if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
     return QUAROT_OK;
@@ -156,6 +162,9 @@ static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
         b->st->out_of_layer++;
         return QUAROT_ERR_STATE;
     }
+    /* validation reads the views tensor by tensor: let the previous tensors' pages go first, so
+       the mapped input stays near one tensor (rounded to the page cache's folios) */
+    if (b->phase == 0 && !en->owned) qx__drop_pages(b);
     *out = en->t;
     return QUAROT_OK;
 }
@@ -197,19 +206,15 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
     while (i < b->s->count) {
         qx_entry* en = &b->s->items[i];
         if (qx__layer_of(en->name) != layer) { ++i; continue; }
-        if (b->phase == 0) {   /* validation read it: let the pages go */
-            if (!en->owned) qx__drop_pages(b, &en->t);
-            ++i;
-            continue;
-        }
+        if (b->phase == 0) { ++i; continue; }   /* validation only read it */
         if (b->werr == QUAROT_OK) {
             b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
             if (b->werr == QUAROT_OK) b->st->tensors_written++;
         }
         if (en->owned) b->cur_bytes -= quarot_tensor_nbytes(&en->t);
-        else qx__drop_pages(b, &en->t);
         (void)qx_store_remove(b->s, en->name);   /* frees the copy; the next entry moves to i */
     }
+    qx__drop_pages(b);   /* what the validation pass read, or the copies were made from */
     b->held = -1;
     b->live--;
     b->st->releases++;
