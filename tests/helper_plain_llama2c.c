@@ -72,11 +72,11 @@ int main(int argc, char** argv) {
     long size, need;
     cfg_t c;
     weights_t w;
-    float *p, *x, *xb, *xb2, *hb, *hb2, *q, *att, *logits, *kc, *vc;
+    float *base, *p, *x, *xb, *xb2, *hb, *hb2, *q, *att, *logits, *kc, *vc;
     int hdr, steps, head, kv_dim, L, token = 1, pos, l, i, h, t;
     if (argc != 3) { fprintf(stderr, "usage: helper_plain_llama2c MODEL.bin STEPS\n"); return 1; }
     steps = atoi(argv[2]);
-    if (!(file = slurp(argv[1], &size)) || size < 28) { fprintf(stderr, "%s: cannot read\n", argv[1]); return 1; }
+    if (!(file = slurp(argv[1], &size)) || size < 28) { fprintf(stderr, "%s: cannot read\n", argv[1]); free(file); return 1; }
     if (rd_i32(file) == 0x616b3432) {   /* "ak42" version 1 */
         if (rd_i32(file + 4) != 1 || size < 256) { fprintf(stderr, "%s: unsupported version\n", argv[1]); return 1; }
         hdr = 256;
@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
     if (need != size) { fprintf(stderr, "%s: size %ld, header implies %ld\n", argv[1], size, need); return 1; }
 
     /* The segments, in each format's order (copied out of the byte buffer so floats are aligned). */
-    p = (float*)malloc((size_t)(size - hdr));
+    base = p = (float*)malloc((size_t)(size - hdr));
+    if (!p) { fprintf(stderr, "out of memory\n"); return 1; }
     memcpy(p, file + hdr, (size_t)(size - hdr));
     free(file);
     if (hdr == 28) {
@@ -201,5 +202,6 @@ int main(int argc, char** argv) {
         printf("%s%d", pos ? " " : "", token);
     }
     printf("\n");
+    free(base); free(x); free(xb); free(xb2); free(hb); free(hb2); free(q); free(att); free(logits); free(kc); free(vc);
     return 0;
 }

@@ -358,7 +358,8 @@ static void test_stories_plain_runner(void) {
         free(f0);
         free(f1);
     }
-    printf("    plain run.c-style runner, 200 greedy tokens from BOS: rotated == original (and == qx_forward)\n");
+    if (diff < 0 && na == 200 && nb == 200)
+        printf("    plain run.c-style runner, 200 greedy tokens from BOS: rotated == original (and == qx_forward)\n");
     remove(rot);
 }
 
