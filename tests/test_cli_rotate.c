@@ -13,9 +13,9 @@
      llama2.c v0/v1, safetensors directories with shards and single files, GGUF; F32/F16/BF16;
      tied and untied embeddings; with and without online hooks. The rotated file is read back and
      its logits compared with the original file's over 24 tokens. Tolerance relative to the largest
-     |logit|: 2e-5 for f32 storage (float rounding of a few GEMMs), 2e-2 for f16 and 8e-2 for
-     bf16 (the rotated weights are rounded again to 11 / 8 significant bits; a wrong rotation or a
-     missing hook gives differences of the order of the logits themselves).
+     |logit|: 2e-5 for f32 storage (float rounding of a few GEMMs), 5e-3 for f16 and 3e-2 for
+     bf16 (the rotated weights are rounded again to 11 / 8 significant bits: measured 7e-4 and
+     2e-3..5e-3; a wrong rotation or a missing hook gives differences of the order of the logits).
    - Layer-wise memory: the CLI reports the most layers held at once (the binding refuses tensors of
      a layer that is not acquired) and its writable copies; copies must stay within the globals plus
      one layer, and the peak resident set (getrusage) within a bound stated in the test, far below
@@ -444,12 +444,13 @@ static void test_roundtrip_formats(void) {
         {"llama2.c v0, untied", F_L2C_V0, "llama", -1, QUAROT_DTYPE_F32, "", QUAROT_DTYPE_F32, 2e-5},
         {"llama2.c v1, tied, --online", F_L2C_V1, "llama", 1, QUAROT_DTYPE_F32, "--online", QUAROT_DTYPE_F32, 2e-5},
         {"safetensors shards f32, untied", F_ST_DIR, "llama", -1, QUAROT_DTYPE_F32, "", QUAROT_DTYPE_F32, 2e-5},
-        {"safetensors shards bf16, tied, --online --r3", F_ST_DIR, "llama", 1, QUAROT_DTYPE_BF16, "--online --r3", QUAROT_DTYPE_BF16, 8e-2},
-        {"safetensors file f16 qwen2 (tied), --online", F_ST_FILE, "qwen2", 0, QUAROT_DTYPE_F16, "--online", QUAROT_DTYPE_F16, 2e-2},
-        {"safetensors dir qwen3 f32 -> --dtype f16", F_ST_DIR, "qwen3", 0, QUAROT_DTYPE_F32, "--dtype f16 --rotation random", QUAROT_DTYPE_F16, 2e-2},
+        {"safetensors shards bf16, tied, --online --r3", F_ST_DIR, "llama", 1, QUAROT_DTYPE_BF16, "--online --r3", QUAROT_DTYPE_BF16, 3e-2},
+        {"safetensors file f16 qwen2 (tied), --online", F_ST_FILE, "qwen2", 0, QUAROT_DTYPE_F16, "--online", QUAROT_DTYPE_F16, 5e-3},
+        {"safetensors dir qwen3 f32 -> --dtype f16", F_ST_DIR, "qwen3", 0, QUAROT_DTYPE_F32, "--dtype f16 --rotation random", QUAROT_DTYPE_F16, 5e-3},
         {"gguf f32, tied", F_GGUF, "llama", 1, QUAROT_DTYPE_F32, "", QUAROT_DTYPE_F32, 2e-5},
+        {"gguf f32 -> --dtype bf16 (vectors stay f32)", F_GGUF, "llama", -1, QUAROT_DTYPE_F32, "--dtype bf16", QUAROT_DTYPE_BF16, 3e-2},
         {"gguf f16, untied, --online, tp 2, layers 2-2,0", F_GGUF, "llama", -1, QUAROT_DTYPE_F16,
-         "--online --max-tp-size 2 --down-proj-online-layers 2-2,0", QUAROT_DTYPE_F16, 2e-2},
+         "--online --max-tp-size 2 --down-proj-online-layers 2-2,0", QUAROT_DTYPE_F16, 5e-3},
     };
     int k;
     for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); ++k) {
@@ -491,6 +492,10 @@ static void test_roundtrip_formats(void) {
         {
             const quarot_tensor* q = qx_store_find(&b, "model.layers.0.self_attn.q_proj.weight");
             QT_CHECKF(q && q->dtype == c->out_dtype, "%s: output dtype %s", c->label, q ? quarot_dtype_name(q->dtype) : "?");
+        }
+        if (c->fmt == F_GGUF && strstr(c->opts, "--dtype")) {
+            const quarot_tensor* nw = qx_store_find(&b, "model.layers.1.input_layernorm.weight");
+            QT_CHECKF(nw && nw->dtype == QUAROT_DTYPE_F32, "%s: norm not kept in f32", c->label);
         }
         /* the final norm was fused: tied inputs come back untied (lm_head / output.weight / wcls) */
         QT_CHECKF(qx_store_find(&b, "lm_head.weight") != NULL && !b.config.tied_embeddings, "%s: lm_head missing in the output", c->label);
@@ -832,12 +837,18 @@ static void test_bad_output_and_usage(void) {
     QT_CHECK(b0 && b1 && n0 == n1 && memcmp(b0, b1, n0) != 0);
     free(b0);
     free(b1);
-    /* the hook file counts as output too */
+    /* the hook file counts as output too: a stale one is removed by a --force run without hooks,
+       and an orphan one blocks a run without --force */
+    snprintf(blocker, sizeof blocker, "%s.quarot-online", out);
+    QT_CHECK(exists(blocker));
+    QT_EQ_INT(CLI("rotate %s %s --force", in, out), 0);
+    QT_CHECKF(!exists(blocker), "stale hook file left beside a model that needs none");
     remove(out);
+    write_bytes(blocker, "x", 1);
     QT_EQ_INT(CLI("rotate %s %s --online", in, out), QX_EXIT_OUTPUT);
     QT_CHECKF(strstr(g_err, "quarot-online") != NULL, "%s", g_err);
+    QT_EQ_INT(CLI("rotate %s %s", in, out), QX_EXIT_OUTPUT);
     QT_CHECK(!exists(out));
-    snprintf(blocker, sizeof blocker, "%s.quarot-online", out);
     remove(blocker);
     /* the input itself as output, even with --force */
     b1 = read_all(in, &n1);

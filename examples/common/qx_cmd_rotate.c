@@ -339,11 +339,9 @@ int qx_cmd_rotate(int argc, char** argv) {
             free(f);
             if (ex) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: holds a model already (%s); use --force to replace it", out, dir_model_files[k]); goto done; }
         }
-        if (hooks) hooks_path = qx_path_join(out, "quarot_online.txt");
     } else {
         if (qx_is_dir(out)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
         if (!force && qx_path_exists(out)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
-        if (hooks) hooks_path = concat(out, ".quarot-online");
         if (strncmp(src_format, "safetensors", 11) == 0) {   /* one file: its config.json beside it */
             char* od = dir_of(out);
             char* id = qx_is_dir(in) ? NULL : dir_of(in);
@@ -363,8 +361,11 @@ int qx_cmd_rotate(int argc, char** argv) {
             }
         }
     }
-    if (hooks && !hooks_path) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-    if (hooks && !force && qx_path_exists(hooks_path)) {
+    /* Without online rotation a hook file left from an earlier run would be wrong for the new model:
+       it counts as an output (refused without --force, removed after success with it). */
+    hooks_path = dir_out ? qx_path_join(out, "quarot_online.txt") : concat(out, ".quarot-online");
+    if (!hooks_path) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+    if (!force && qx_path_exists(hooks_path)) {
         rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", hooks_path);
         goto done;
     }
@@ -391,7 +392,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     ro.out_path = out;
     ro.force = force;
     ro.dtype = dtype;
-    ro.hooks_path = hooks_path;
+    ro.hooks_path = hooks ? hooks_path : NULL;
     ro.config_path = config_path;
     ro.drop_pages = 1;
     if (dir_out && strcmp(src_format, "safetensors-dir") == 0) {
@@ -442,6 +443,8 @@ int qx_cmd_rotate(int argc, char** argv) {
                peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
                (long long)st.max_live_layers);
         if (hooks) qx_cli_info(&cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
+        else if (qx_path_exists(hooks_path) && remove(hooks_path) == 0)
+            qx_cli_info(&cli, "removed %s (an earlier run's hook list; this model needs none)", hooks_path);
     }
 done:
     quarot_online_list_free(&list);

@@ -235,6 +235,8 @@ static int qx__n_dims(const int64_t* ne) {
 static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, qx_tensor_plan** out,
                               int64_t* n_out) {
     int64_t i, n = 0;
+    /* GGUF keeps vectors (norms, biases) in f32 under a dtype change, as llama.cpp's converter does */
+    int vec_f32 = strcmp(s->source_format, "gguf") == 0 && dt != QUAROT_DTYPE_DEFAULT;
     qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(s->count + p->n_creates + 1), sizeof *pl);
     if (!pl) return QUAROT_ERR_OUT_OF_MEMORY;
     for (i = 0; i < s->count; ++i, ++n) {
@@ -252,6 +254,8 @@ static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quar
         pl[n].n_dims = qx__n_dims(pl[n].ne);
         ++n;
     }
+    for (i = 0; i < n && vec_f32; ++i)
+        if (pl[i].n_dims == 1) pl[i].dtype = QUAROT_DTYPE_F32;
     *out = pl;
     *n_out = n;
     return QUAROT_OK;

@@ -40,7 +40,8 @@ extern "C" {
 typedef struct qx_rotate_file_opts {
     const char* out_path;
     int force;                   /* replace existing outputs */
-    quarot_dtype dtype;          /* DEFAULT: every tensor keeps its dtype; else F32 / F16 / BF16 */
+    quarot_dtype dtype;          /* DEFAULT: every tensor keeps its dtype; else F32 / F16 / BF16 (GGUF:
+                                    vectors stay f32, as llama.cpp's converter writes them) */
     uint64_t shard_bytes;        /* safetensors directory output: > 0 splits into shards (see qx_st_write_opts) */
     const char* config_path;     /* safetensors single-file output: also write this config.json (NULL: none) */
     const char* hooks_path;      /* write desc->online_out here in quarot.h's text format (NULL: none) */
