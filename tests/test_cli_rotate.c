@@ -908,6 +908,32 @@ static void test_bad_output_and_usage(void) {
         QT_CHECKF(strstr(g_err, "not available yet") != NULL, "%s", g_err);
         QT_EQ_INT(CLI("rotate %s", in), QX_EXIT_USAGE);
     }
+    /* safetensors: a single-file output beside the input's own config.json (which would then lie
+       about the rotated model) is refused; a LayerNorm model (OPT) cannot be written rotated */
+    {
+        char sdir[768], sin[800], sout[800];
+        int k;
+        for (k = 0; k < 2; ++k) {
+            memset(&d, 0, sizeof d);
+            d.arch = k ? "opt" : "llama";
+            d.n_layers = 2;
+            QT_OK(qx_synth_model(&s, &d, &e));
+            snprintf(sdir, sizeof sdir, "%s/st%d", dir, k);
+            make_dir(sdir);
+            snprintf(sin, sizeof sin, "%s/model.safetensors", sdir);
+            QT_CHECK(save_model(&s, F_ST_FILE, sin, QUAROT_DTYPE_DEFAULT, 0));
+            qx_store_free(&s);
+            snprintf(sout, sizeof sout, "%s/rot.safetensors", sdir);
+            QT_EQ_INT(CLI("rotate %s %s", sin, sout), k ? QX_EXIT_PROCESS : QX_EXIT_OUTPUT);
+            QT_EQ_INT(count_lines(g_err), 1);
+            QT_CHECKF(strstr(g_err, k ? "LayerNorm" : "config.json") != NULL, "%s", g_err);
+            QT_EQ_INT(dir_entries(sdir), 2);
+            remove(sin);
+            snprintf(sin, sizeof sin, "%s/config.json", sdir);
+            remove(sin);
+            rmdir(sdir);
+        }
+    }
     /* a processing error: a block size that does not divide hidden */
     QT_EQ_INT(CLI("rotate %s %s --block-size 48", in, out), QX_EXIT_PROCESS);
     QT_EQ_INT(count_lines(g_err), 1);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 static void rotate_usage(FILE* f) {
@@ -166,34 +167,32 @@ static char* concat(const char* a, const char* b) {
     return p;
 }
 
-/* Count the distinct shard files an index lists (0 when IN is not a sharded directory). */
-static int64_t count_shards(const char* dir) {
+/* The largest shard file an index lists (0 when IN is not a sharded directory): the output is
+   split with the same maximum shard size, as Hugging Face's max_shard_size would. */
+static uint64_t largest_shard(const char* dir) {
     char* idx = qx_path_join(dir, "model.safetensors.index.json");
     char* text = NULL;
-    size_t len = 0;
+    size_t len = 0, i;
     qx_json_doc doc;
-    int64_t n = 0;
+    uint64_t best = 0;
     qx_err e;
     if (!idx) return 0;
     if (qx_path_exists(idx) && qx_read_file(idx, (size_t)64 << 20, &text, &len, &e) == QUAROT_OK &&
         qx_json_parse(text, len, idx, NULL, &doc, &e) == QUAROT_OK) {
         const qx_json* wm = qx_json_get(doc.root, "weight_map");
-        size_t i, j;
         if (wm && wm->type == QX_JSON_OBJECT)
             for (i = 0; i < wm->count; ++i) {
-                const char* a = qx_json_as_string(&wm->items[i], NULL);
-                int seen = 0;
-                for (j = 0; j < i && a && !seen; ++j) {
-                    const char* b = qx_json_as_string(&wm->items[j], NULL);
-                    seen = b && strcmp(a, b) == 0;
-                }
-                if (a && !seen) ++n;
+                const char* name = qx_json_as_string(&wm->items[i], NULL);
+                char* p = name && qx_is_plain_filename(name) ? qx_path_join(dir, name) : NULL;
+                struct stat st;
+                if (p && stat(p, &st) == 0 && (uint64_t)st.st_size > best) best = (uint64_t)st.st_size;
+                free(p);
             }
         qx_json_doc_free(&doc);
     }
     free(text);
     free(idx);
-    return n;
+    return best;
 }
 
 /* Peak resident set of this process in MiB: VmHWM of /proc/self/status (the high-water mark of
@@ -395,17 +394,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     ro.hooks_path = hooks ? hooks_path : NULL;
     ro.config_path = config_path;
     ro.drop_pages = 1;
-    if (dir_out && strcmp(src_format, "safetensors-dir") == 0) {
-        int64_t n_shards = count_shards(in);
-        if (n_shards > 1) {   /* about as many shards as IN had */
-            uint64_t total = 0;
-            int64_t t;
-            for (t = 0; t < s.count; ++t)
-                total += (uint64_t)quarot_tensor_nelements(&s.items[t].t) *
-                         quarot_dtype_size(dtype != QUAROT_DTYPE_DEFAULT ? dtype : s.items[t].t.dtype);
-            ro.shard_bytes = (total + (uint64_t)n_shards - 1) / (uint64_t)n_shards;
-        }
-    }
+    if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
     memset(&rp, 0, sizeof rp);
     rp.cli = &cli;
     ro.progress = on_progress;
