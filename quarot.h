@@ -28,7 +28,8 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
     >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
-    >>quant       fake quantization and integer quantization, error metrics
+    >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
+    >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
@@ -543,9 +544,8 @@ typedef struct quarot_quant_desc {   // zero-init = 4-bit symmetric per row, cli
     int64_t group_size;              // 0 = whole row; otherwise must divide cols
     float clip_ratio;                // (0, 1]; 0 = 1.0
     int clip_search;                 // 0 off, 1: per group, search c_k as above (weights, RTN)
-    quarot_isa isa;                  // kernels: DEFAULT = best; AVX2 (also used for AVX512) and NEON
-                                     // exist, other compiled-in ISAs use the scalar REF; every one
-                                     // gives the same bits
+    quarot_isa isa;                  // kernels: DEFAULT = best; SSE2, AVX2 (also used for AVX512)
+                                     // and NEON exist besides REF; every one gives the same bits
 } quarot_quant_desc;
 
 // Errors shared by the quantizers: NULL data pointer, rows or cols < 0, stride < cols, bits outside
@@ -577,10 +577,13 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // >>gptq
 // Calibration statistics for GPTQ: h[in][in] += 2 * x^T x over x[rows][stride] (first `in` of each
 // row), in double. Sums are formed in chunks of 8 rows (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row
-// order), so the bits depend on how rows are split between calls. Only the upper triangle is
-// accumulated, then mirrored into the lower one: h must be symmetric on entry (zeros, or earlier
-// calls). Cost rows*in^2/2 multiply-adds. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
-// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT.
+// order), then the rows % 8 left one at a time, so the bits depend on how rows are split between
+// calls (not on the SIMD kernel). Only the upper triangle is accumulated, then mirrored into the
+// lower one: h must be symmetric on entry (zeros, or earlier calls). GPTQ does not care about the
+// scale of H (the reference implementation keeps the mean 2/N X^T X; this keeps the sum).
+// Cost rows*in^2/2 multiply-adds, cache-tiled. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
+// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 > SIZE_MAX ->
+// QUAROT_ERR_OVERFLOW.
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride);
 
@@ -591,10 +594,12 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
 //     w^_i = RTN(w_i);  e = (w_i - w^_i) / U_ii;  w_j -= e * U_ij  for the later columns j
 // Steps, as the reference implementation: dead columns (H_ii == 0) get H_ii = 1 and W[:, i] = 0;
 // act_order sorts columns by descending H_ii (ties: lower index first); H += damp*I with
-// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization and
-// triangular inverse. Rows are independent and are processed in tiles of 32 rows, in parallel through
-// env's parallel hook; W rows are copied to double, so results do not depend on thread count and are
-// bit-identical for every block_size (each w_j receives its updates in processing order).
+// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization H = V V^T
+// (V upper) and triangular inverse U = V^-1, blocked by 64 with the O(in^3) parts split over env's
+// parallel hook. Rows are independent and are processed in tiles of 32 rows, also in parallel; W rows
+// are copied to double. Results do not depend on the thread count or the SIMD kernel (quant.isa picks
+// it; all give the same bits), and are bit-identical for every block_size (each w_j receives its
+// updates in processing order).
 // Scales: per row (group_size 0) from the whole original row, as RTN (clip_ratio / clip_search
 // included); with groups in natural order, from the group's current (error-updated) values rounded to
 // float, when its first column comes up; with act_order and groups ("static groups"), from the
@@ -624,8 +629,10 @@ typedef struct quarot_gptq_info {
 // numerically positive definite after damping (a Cholesky pivot <= in*DBL_EPSILON*H_jj) ->
 // QUAROT_ERR_NOT_CONVERGED; other bad arguments as for the quantizers, plus damp_ratio NaN,
 // block_size < 0, act_order not 0/1 -> QUAROT_ERR_INVALID_ARGUMENT. On any error w is untouched.
-// Memory (through env): in*in doubles (the factor) + 32*in doubles and in floats per parallel task.
-// Cost: in^3/3 (factor) + out*in^2/2 multiply-adds (updates), + 51 RTN per group with clip_search.
+// Memory (through env): in*(in + 130) + 4096 doubles and 25*in bytes, plus per parallel task
+// 32*(in + block + in/group) doubles and 32*in/group + in floats.
+// Cost: in^3/3 multiply-adds (factor: in^3/6 each for Cholesky and inverse) + out*in^2/2 (updates),
+// + 51 RTN per group with clip_search.
 QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
                                          const double* h, int64_t h_n, const quarot_gptq_desc* d,
                                          int8_t* q, float* scales, float* zeros,
@@ -4018,7 +4025,9 @@ QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* 
 // zero point is folded into the range: symmetric klo = -2^(b-1), khi = 2^(b-1)-1; asymmetric
 // klo = -z, khi = 2^b-1-z, and the stored code is k (symmetric) or k + z - 2^(b-1) (asymmetric).
 // Statistics are integer maxima over the |x| bit patterns (for finite floats their order is the
-// float order), which also flags NaN/Inf in the same pass and vectorizes without -ffast-math.
+// float order), which also flags NaN/Inf in the same pass; SIMD versions of integer maxima are exact.
+// Kernels (_ref, _sse2, _avx2, _neon) exist for the statistics and the in-place fake quantization,
+// the two passes of the per-token hot path; GCC at -O2 does not vectorize the scalar loops.
 #define QUAROT__QFLT_MAX 3.40282346638528859812e+38   // FLT_MAX, without <float.h>
 
 typedef struct quarot__qspec {
@@ -4029,14 +4038,19 @@ typedef struct quarot__qspec {
     int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
 } quarot__qspec;
 
-// Quant kernels: the scalar reference, AVX2 (also serving AVX-512 builds) and NEON.
+// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 (also serving AVX-512
+// builds) and NEON.
 #define QUAROT__QK_REF 0
 #define QUAROT__QK_AVX2 1
 #define QUAROT__QK_NEON 2
+#define QUAROT__QK_SSE2 3
 
 static int quarot__qkernel(quarot_isa isa) {   // isa already resolved
 #if defined(QUAROT__HAVE_AVX2)
     if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_AVX2;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (isa == QUAROT_ISA_SSE2 || isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_SSE2;
 #endif
 #if defined(QUAROT__HAVE_NEON)
     if (isa == QUAROT_ISA_NEON) return QUAROT__QK_NEON;
@@ -4093,8 +4107,6 @@ static int32_t quarot__rne_clamp(double r, double lo, double hi) {
     return f + (int32_t)((r > h) | ((r == h) & (f & 1)));
 }
 
-static float quarot__f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
 // pmax = max(x, 0), nmax = max(-x, 0) over n floats; returns 0 (maxima then meaningless) if any is
 // NaN/Inf. p, m: running maxima of the bit patterns (the SIMD kernels pass their partial results).
 static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_t m, float* pmax, float* nmax) {
@@ -4108,8 +4120,8 @@ static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_
         p = ap > p ? ap : p;
         m = an > m ? an : m;
     }
-    *pmax = quarot__f32_from_bits(p);
-    *nmax = quarot__f32_from_bits(m);
+    *pmax = quarot__bits_to_f32(p);
+    *nmax = quarot__bits_to_f32(m);
     return p < 0x7f800000u && m < 0x7f800000u;
 }
 
@@ -4194,6 +4206,65 @@ static void quarot__qapply_f32_ref(float* x, int64_t n, float s, double klo, dou
     for (j = 0; j < n; ++j) x[j] = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
 }
 
+#if defined(QUAROT__HAVE_SSE2)
+// SSE2 has no rounding instruction with an explicit mode, so this follows the scalar steps: truncate
+// (cvttpd2dq), floor = trunc - (r < trunc), then up when r > floor + 0.5, or == and floor is odd.
+// The 64-bit compare masks are narrowed to 32-bit lanes to meet the int32 results.
+static __m128i quarot__qrne2_sse2(__m128d r) {
+    const __m128d half = _mm_set1_pd(0.5);
+    __m128i t = _mm_cvttpd_epi32(r), f, gt, eq, odd;
+    __m128d fd, h;
+    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))), _MM_SHUFFLE(3, 3, 2, 0)));
+    fd = _mm_cvtepi32_pd(f);
+    h = _mm_add_pd(fd, half);
+    gt = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpgt_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    eq = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpeq_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    odd = _mm_and_si128(f, _mm_set1_epi32(1));
+    return _mm_add_epi32(f, _mm_or_si128(_mm_and_si128(gt, _mm_set1_epi32(1)), _mm_and_si128(eq, odd)));
+}
+
+static void quarot__qapply_f32_sse2(float* x, int64_t n, float s, double klo, double khi) {
+    const __m128d sd = _mm_set1_pd((double)s), lo = _mm_set1_pd(klo), hi = _mm_set1_pd(khi);
+    const __m128 sv = _mm_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m128 v = _mm_loadu_ps(x + j);
+        __m128d a = _mm_div_pd(_mm_cvtps_pd(v), sd);
+        __m128d b = _mm_div_pd(_mm_cvtps_pd(_mm_movehl_ps(v, v)), sd);
+        a = _mm_min_pd(_mm_max_pd(a, lo), hi);
+        b = _mm_min_pd(_mm_max_pd(b, lo), hi);
+        v = _mm_cvtepi32_ps(_mm_unpacklo_epi64(quarot__qrne2_sse2(a), quarot__qrne2_sse2(b)));
+        _mm_storeu_ps(x + j, _mm_mul_ps(v, sv));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+// The maxima stay below 2^31, so SSE2's signed compare serves as the unsigned one.
+static int quarot__qstats_f32_sse2(const float* x, int64_t n, float* pmax, float* nmax) {
+    const __m128i absmask = _mm_set1_epi32(0x7fffffff);
+    __m128i p = _mm_setzero_si128(), m = _mm_setzero_si128();
+    uint32_t pv[4], mv[4], pr = 0, mr = 0;
+    int64_t j = 0;
+    int l;
+    for (; j + 4 <= n; j += 4) {
+        __m128i u = _mm_loadu_si128((const __m128i*)(const void*)(x + j));
+        __m128i a = _mm_and_si128(u, absmask), neg = _mm_srai_epi32(u, 31);
+        __m128i ap = _mm_andnot_si128(neg, a), an = _mm_and_si128(neg, a), gp, gm;
+        gp = _mm_cmpgt_epi32(ap, p);
+        gm = _mm_cmpgt_epi32(an, m);
+        p = _mm_or_si128(_mm_and_si128(gp, ap), _mm_andnot_si128(gp, p));
+        m = _mm_or_si128(_mm_and_si128(gm, an), _mm_andnot_si128(gm, m));
+    }
+    _mm_storeu_si128((__m128i*)(void*)pv, p);
+    _mm_storeu_si128((__m128i*)(void*)mv, m);
+    for (l = 0; l < 4; ++l) {
+        pr = pv[l] > pr ? pv[l] : pr;
+        mr = mv[l] > mr ? mv[l] : mr;
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, pr, mr, pmax, nmax);
+}
+#endif
+
 #if defined(QUAROT__HAVE_AVX2)
 // AVX2: 8 floats per step as two halves of 4 doubles. _mm256_round_pd with an explicit
 // round-to-nearest-even mode equals the scalar rne; the integer-valued doubles go through int32 (exact)
@@ -4217,6 +4288,8 @@ static void quarot__qapply_f32_avx2(float* x, int64_t n, float s, double klo, do
     quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
 }
 
+// Per lane: |x| bits, split by the sign (srai gives all ones for negatives), unsigned maxima; the
+// lanes are reduced at the end and the tail goes through the scalar kernel with those maxima.
 static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float* nmax) {
     const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
     __m256i p = _mm256_setzero_si256(), m = _mm256_setzero_si256();
@@ -4240,7 +4313,9 @@ static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float
 #endif
 
 #if defined(QUAROT__HAVE_NEON)
-// NEON (AArch64): FCVTNS (vcvtnq_s64_f64) rounds to nearest, ties to even, whatever the FPCR mode.
+// NEON (AArch64): 4 floats per step as two halves of 2 doubles. FCVTNS (vcvtnq_s64_f64) converts
+// with round to nearest, ties to even, whatever the FPCR mode; the integers go to float through int32
+// as in the scalar code.
 static void quarot__qapply_f32_neon(float* x, int64_t n, float s, double klo, double khi) {
     const float64x2_t sd = vdupq_n_f64((double)s), lo = vdupq_n_f64(klo), hi = vdupq_n_f64(khi);
     int64_t j = 0;
@@ -4277,6 +4352,9 @@ static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, floa
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
 #endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
+#endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
 #endif
@@ -4288,6 +4366,9 @@ static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, d
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
 #endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
+#endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
 #endif
@@ -4298,6 +4379,7 @@ static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, d
 // The best kernel compiled in (internal uses: finiteness scans of GPTQ inputs).
 static int quarot__qkernel_best(void) { return quarot__qkernel(quarot_isa_best()); }
 
+// Integer codes for quarot_quantize_f32 (scalar): the same k, plus the code offset.
 static void quarot__qapply_codes(const float* QUAROT__RESTRICT x, int8_t* QUAROT__RESTRICT q, int64_t n,
                                  float s, double klo, double khi, int32_t off) {
     double sd = (double)s;
@@ -4314,6 +4396,8 @@ QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t c
     if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (cols == 0) return QUAROT_OK;
+    // Per row: one statistics pass over the whole row (it is the finiteness check, and with a single
+    // group already the group's statistics), then per group: statistics, scale, quantize in place.
     for (r = 0; r < rows; ++r) {
         float* row = x + r * stride;
         float pmax, nmax, s;
@@ -4339,6 +4423,8 @@ QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (cols == 0) return QUAROT_OK;
+    // The same steps as quarot_fake_quant_f32 (same statistics, scales and k), writing codes
+    // q[r][cols] and parameters [r][groups] instead of x^.
     groups = cols / gs;
     for (r = 0; r < rows; ++r) {
         const float* row = x + r * stride;
@@ -4370,6 +4456,8 @@ QUAROT_API quarot_result quarot_dequantize_f32(const int8_t* q, const float* sca
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (cols == 0) return QUAROT_OK;
+    // x^ = (f32(code) - zero) * scale: code - zero is the integer k exactly (both are small integers
+    // in float), so this is the product f32(k)*s of the fake quantizer, bit for bit.
     groups = cols / gs;
     for (r = 0; r < rows; ++r) {
         for (g = 0; g < groups; ++g) {
@@ -4414,9 +4502,186 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // run as parallel tasks; within a tile, updates are applied lazily per block of columns.
 #define QUAROT__GPTQ_TILE 32
 
+// Element-wise double updates shared by the Hessian, the factorization and GPTQ, each with a scalar
+// _ref and SSE2 / AVX2 / NEON versions. Every output element gets the same multiplications and additions
+// in the same order in every version (no FMA contraction), so all give identical bits; the kernel
+// follows the quant desc's isa (tests compare them). Subtractions pass -c: y + (-c)*p == y - c*p.
+//   axpy:  y[j] += c*p[j]
+//   axpy4: y[j] = y[j] + c0*p0[j] + c1*p1[j] + c2*p2[j] + c3*p3[j]   (left to right)
+//   hess8: h[j] += a0*f64(x0[j]) + a1*f64(x1[j]) + ... + a7*f64(x7[j])  (the sum first, left to right)
+static void quarot__gptq_axpy_f64_ref(double* y, const double* p, double c, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] += c * p[j];
+}
+static void quarot__gptq_axpy4_f64_ref(double* y, const double* const* p, const double* c, int64_t n) {
+    const double *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    const double c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] = y[j] + c0 * p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
+}
+static void quarot__gptq_hess8_f64_ref(double* h, const float* const* x, const double* a, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j)
+        h[j] += a[0] * (double)x[0][j] + a[1] * (double)x[1][j] + a[2] * (double)x[2][j] + a[3] * (double)x[3][j] +
+                a[4] * (double)x[4][j] + a[5] * (double)x[5][j] + a[6] * (double)x[6][j] + a[7] * (double)x[7][j];
+}
+
+#if defined(QUAROT__HAVE_SSE2)
+static void quarot__gptq_axpy_f64_sse2(double* y, const double* p, double c, int64_t n) {
+    const __m128d cv = _mm_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_sse2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m128d c0 = _mm_set1_pd(c[0]), c1 = _mm_set1_pd(c[1]), c2 = _mm_set1_pd(c[2]), c3 = _mm_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        __m128d v = _mm_loadu_pd(y + j);
+        v = _mm_add_pd(v, _mm_mul_pd(c0, _mm_loadu_pd(p[0] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c1, _mm_loadu_pd(p[1] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c2, _mm_loadu_pd(p[2] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c3, _mm_loadu_pd(p[3] + j)));
+        _mm_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_sse2(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
+        for (r = 1; r < 8; ++r)
+            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
+        _mm_storeu_pd(h + j, _mm_add_pd(_mm_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+static void quarot__gptq_axpy_f64_avx2(double* y, const double* p, double c, int64_t n) {
+    const __m256d cv = _mm256_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        _mm256_storeu_pd(y + j, _mm256_add_pd(_mm256_loadu_pd(y + j), _mm256_mul_pd(cv, _mm256_loadu_pd(p + j))));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]), c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_loadu_pd(y + j);
+        v = _mm256_add_pd(v, _mm256_mul_pd(c0, _mm256_loadu_pd(p[0] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c1, _mm256_loadu_pd(p[1] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c2, _mm256_loadu_pd(p[2] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c3, _mm256_loadu_pd(p[3] + j)));
+        _mm256_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_avx2(double* h, const float* const* x, const double* a, int64_t n) {
+    __m256d av[8];
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (r = 0; r < 8; ++r) av[r] = _mm256_set1_pd(a[r]);
+    for (; j + 4 <= n; j += 4) {
+        __m256d s = _mm256_mul_pd(av[0], _mm256_cvtps_pd(_mm_loadu_ps(x[0] + j)));
+        for (r = 1; r < 8; ++r) s = _mm256_add_pd(s, _mm256_mul_pd(av[r], _mm256_cvtps_pd(_mm_loadu_ps(x[r] + j))));
+        _mm256_storeu_pd(h + j, _mm256_add_pd(_mm256_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+static void quarot__gptq_axpy_f64_neon(double* y, const double* p, double c, int64_t n) {
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) vst1q_f64(y + j, vaddq_f64(vld1q_f64(y + j), vmulq_n_f64(vld1q_f64(p + j), c)));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_neon(double* y, const double* const* p, const double* c, int64_t n) {
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t v = vld1q_f64(y + j);
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[0] + j), c[0]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[1] + j), c[1]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[2] + j), c[2]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[3] + j), c[3]));
+        vst1q_f64(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_neon(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t s = vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[0] + j)), a[0]);
+        for (r = 1; r < 8; ++r) s = vaddq_f64(s, vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[r] + j)), a[r]));
+        vst1q_f64(h + j, vaddq_f64(vld1q_f64(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+static void quarot__gptq_axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_axpy_f64_ref(y, p, c, n);
+}
+static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_axpy4_f64_ref(y, p, c, n);
+}
+static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_hess8_f64_ref(h, x, a, n);
+}
+
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride) {
-    int64_t r, i, j, k;
+    int64_t r, r0, i, j, k, i0;
+    const int kern = quarot__qkernel_best();
+    const float *xr[8], *xi[8];
+    double a[8];
     size_t nn;
     quarot_result res;
     float pm, nm;
@@ -4426,27 +4691,28 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     if (!quarot__mul_size((size_t)in, (size_t)in, &nn) || !quarot__mul_size(nn, sizeof(double), &nn))
         return QUAROT_ERR_OVERFLOW;
     for (r = 0; r < rows; ++r)
-        if (!quarot__qstats(quarot__qkernel_best(), x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
-    for (r = 0; r + 8 <= rows; r += 8) {            // chunks of 8 rows: h is read and written once
-        const float* x0 = x + r * stride;
-        const float *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
-        const float *x4 = x3 + stride, *x5 = x4 + stride, *x6 = x5 + stride, *x7 = x6 + stride;
-        for (i = 0; i < in; ++i) {
-            double* hr = h + i * in;
-            double a0 = 2.0 * (double)x0[i], a1 = 2.0 * (double)x1[i], a2 = 2.0 * (double)x2[i];
-            double a3 = 2.0 * (double)x3[i], a4 = 2.0 * (double)x4[i], a5 = 2.0 * (double)x5[i];
-            double a6 = 2.0 * (double)x6[i], a7 = 2.0 * (double)x7[i];
-            for (j = i; j < in; ++j)
-                hr[j] += a0 * (double)x0[j] + a1 * (double)x1[j] + a2 * (double)x2[j] + a3 * (double)x3[j] +
-                         a4 * (double)x4[j] + a5 * (double)x5[j] + a6 * (double)x6[j] + a7 * (double)x7[j];
+        if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+    // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
+    // then the rows % 8 left, one by one. Per element of h that is the documented order.
+    for (r0 = 0; r0 + 8 <= rows; r0 += 256) {
+        const int64_t r1 = r0 + 256 < rows / 8 * 8 ? r0 + 256 : rows / 8 * 8;
+        for (i0 = 0; i0 < in; i0 += 16) {
+            const int64_t i1 = i0 + 16 < in ? i0 + 16 : in;
+            for (r = r0; r < r1; r += 8) {
+                for (k = 0; k < 8; ++k) xr[k] = x + (r + k) * stride;
+                for (i = i0; i < i1; ++i) {
+                    for (k = 0; k < 8; ++k) { a[k] = 2.0 * (double)xr[k][i]; xi[k] = xr[k] + i; }
+                    quarot__gptq_hess8_f64(kern, h + i * in + i, xi, a, in - i);
+                }
+            }
         }
     }
-    for (k = r; k < rows; ++k) {                    // the last rows % 8 one by one
-        const float* xr = x + k * stride;
+    for (r = rows / 8 * 8; r < rows; ++r) {
+        const float* x1 = x + r * stride;
         for (i = 0; i < in; ++i) {
             double* hr = h + i * in;
-            double a = 2.0 * (double)xr[i];
-            for (j = i; j < in; ++j) hr[j] += a * (double)xr[j];
+            const double a1 = 2.0 * (double)x1[i];
+            for (j = i; j < in; ++j) hr[j] += a1 * (double)x1[j];
         }
     }
     for (i = 0; i < in; ++i)
@@ -4454,40 +4720,141 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     return QUAROT_OK;
 }
 
-// In place on a [n][n] whose upper triangle (i <= j) holds a symmetric matrix A (the lower triangle
-// is neither read nor written): A = V V^T with V upper triangular, factored from the last column
-// backwards (right-looking), then U = V^-1 row by row from the bottom (V U = I gives
-// U_ij = -sum_{k=i+1..j} V_ik U_kj / V_ii), so that A^-1 = U^T U. diag[n] = A's diagonal (for the
-// pivot test), tmp[n] scratch. Returns -1, or the first column whose pivot is not > n*eps*A_jj.
-static int64_t quarot__chol_ul_inv(double* a, int64_t n, const double* diag, double* tmp) {
-    const double tol = (double)n * 2.220446049250313e-16;
-    int64_t i, j, k, l;
-    for (j = n - 1; j >= 0; --j) {
-        double p = a[j * n + j], v;
-        if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
-        v = sqrt(p);
-        a[j * n + j] = v;
-        for (i = 0; i < j; ++i) {
-            a[i * n + j] /= v;                         // V_ij
-            tmp[i] = a[i * n + j];
+// The factor GPTQ needs, in place on a [n][n] whose upper triangle (i <= j) holds a symmetric positive
+// definite A (the lower triangle is neither read nor written):
+//   1. "UL" Cholesky A = V V^T, V upper triangular, from the last column backwards (right-looking):
+//      V_jj = sqrt(A_jj), V_ij = A_ij / V_jj, then A_il -= V_ij V_lj for i <= l < j.
+//   2. U = V^-1 (upper), so that A^-1 = V^-T V^-1 = U^T U without forming A^-1.
+// Both run in blocks of NB columns (rows) from the bottom right, with the O(n^3) updates split into
+// column chunks of CW (L2-sized) that run as parallel tasks. Step 1 subtracts in the same order as the
+// unblocked loop (k descending per element), so its bits do not depend on NB or threads; step 2 sums
+// per element in a fixed order as well. Cost n^3/6 + n^3/6 multiply-adds.
+#define QUAROT__GPTQ_NB 64
+#define QUAROT__GPTQ_CW 512
+
+typedef struct quarot__gptq_chol_job {
+    double* a;             // [n][n]
+    int64_t n, b0, b1;     // current block [b0, b1)
+    double* pk;            // [NB][n]: Cholesky: pk[k][l] = V[l][b0+k]; inverse: copy of V[b0+k][l]
+    double* s;             // [NB][n]: inverse: S = V[block][rest] * U[rest][rest]
+    const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
+    int64_t n_tasks;
+    int kern;              // element-wise helper kernel
+} quarot__gptq_chol_job;
+
+// Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
+// same steps as the unblocked loop (divide by V_jj, subtract from the columns left of j); then pack.
+static void quarot__gptq_chol_panel_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    int64_t i, j;
+    for (i = t; i < b0; i += jb->n_tasks) {
+        double* r = jb->a + i * n + b0;
+        for (j = b - 1; j >= 0; --j) {
+            const double* dj = jb->d + j * QUAROT__GPTQ_NB;
+            double c;
+            r[j] /= jb->a[(b0 + j) * n + b0 + j];
+            c = r[j];
+            quarot__gptq_axpy_f64(jb->kern, r, dj, -c, j);
         }
-        for (i = 0; i < j; ++i) {                      // A[0:j][0:j] -= v v^T (upper part)
-            double* ai = a + i * n;
-            double c = tmp[i];
-            for (l = i; l < j; ++l) ai[l] -= c * tmp[l];
-        }
+        for (j = 0; j < b; ++j) jb->pk[j * n + i] = r[j];
     }
-    for (i = n - 1; i >= 0; --i) {
-        double* ai = a + i * n;
-        double vii = ai[i];
-        for (j = i + 1; j < n; ++j) tmp[j] = 0.0;
-        for (k = i + 1; k < n; ++k) {                  // rows k > i already hold U
-            const double* uk = a + k * n;
-            double c = ai[k];
-            for (j = k; j < n; ++j) tmp[j] += c * uk[j];
+}
+
+// Cholesky, trailing update of A[0:b0][0:b0] (upper) by the block's columns, chunk t of the columns:
+// A_il -= V_i,k V_l,k for k descending, four k per pass (C's left-to-right evaluation keeps the order).
+static void quarot__gptq_chol_syrk_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    const int64_t la = t * QUAROT__GPTQ_CW, lb = la + QUAROT__GPTQ_CW < b0 ? la + QUAROT__GPTQ_CW : b0;
+    int64_t i, k, l;
+    for (i = 0; i < lb; ++i) {
+        double* ai = jb->a + i * n;
+        const double* ci = ai + b0;                    // V_i,b0+k
+        const int64_t l0 = i > la ? i : la;
+        if (l0 >= lb) continue;
+        for (k = b - 1; k >= 3; k -= 4) {
+            const double* p[4];
+            double c[4];
+            for (l = 0; l < 4; ++l) { p[l] = jb->pk + (k - l) * n + l0; c[l] = -ci[k - l]; }
+            quarot__gptq_axpy4_f64(jb->kern, ai + l0, p, c, lb - l0);
         }
-        for (j = i + 1; j < n; ++j) ai[j] = -tmp[j] / vii;
-        ai[i] = 1.0 / vii;
+        for (; k >= 0; --k) quarot__gptq_axpy_f64(jb->kern, ai + l0, jb->pk + k * n + l0, -ci[k], lb - l0);
+    }
+}
+
+// Inverse, rows of the block times the rest, chunk t of the columns j >= b1:
+//   S[k][j] = sum_{m=b1..j} V[b0+k][m] U[m][j]  (m ascending),  U[b0+i][j] = -sum_{k>=i} Ublk[i][k] S[k][j].
+static void quarot__gptq_inv_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b1 = jb->b1, b = b1 - b0;
+    const int64_t ja = b1 + t * QUAROT__GPTQ_CW, jz = ja + QUAROT__GPTQ_CW < n ? ja + QUAROT__GPTQ_CW : n;
+    int64_t i, j, k, m;
+    for (k = 0; k < b; ++k)
+        for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
+    for (m = b1; m < jz; ++m) {
+        const double* um = jb->a + m * n;
+        const int64_t j0 = m > ja ? m : ja;
+        for (k = 0; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, jb->s + k * n + j0, um + j0, jb->pk[k * n + m], jz - j0);
+    }
+    for (i = 0; i < b; ++i) {
+        double* ui = jb->a + (b0 + i) * n;
+        const double* di = jb->d + i * QUAROT__GPTQ_NB;
+        for (j = ja; j < jz; ++j) ui[j] = 0.0;
+        for (k = i; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, ui + ja, jb->s + k * n + ja, -di[k], jz - ja);
+    }
+}
+
+// Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
+// diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
+static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, int kern,
+                                   const quarot_env* env) {
+    const double tol = (double)n * 2.220446049250313e-16;
+    quarot__gptq_chol_job jb;
+    double* d = work + 2 * QUAROT__GPTQ_NB * n;
+    int64_t b0, b1, i, j, k, threads;
+    threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern;
+    for (b1 = n; b1 > 0; b1 = b0) {
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
+        for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
+            double p = a[j * n + j], v;
+            if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
+            v = sqrt(p);
+            a[j * n + j] = v;
+            for (i = b0; i < j; ++i) {
+                a[i * n + j] /= v;
+                d[(j - b0) * QUAROT__GPTQ_NB + (i - b0)] = a[i * n + j];
+            }
+            for (i = b0; i < j; ++i)
+                quarot__gptq_axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
+        }
+        if (b0 == 0) break;
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = threads < b0 ? threads : b0;
+        quarot_env_parallel_for(env, quarot__gptq_chol_panel_task, &jb, jb.n_tasks);
+        jb.n_tasks = (b0 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_chol_syrk_task, &jb, jb.n_tasks);
+    }
+    for (b1 = n; b1 > 0; b1 = b0) {                    // U = V^-1, blocks of rows from the bottom
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
+        for (i = b1 - 1; i >= b0; --i) {               // the diagonal block: U_ij = -sum V_ik U_kj / V_ii
+            double* ai = a + i * n;
+            double* tmp = work + QUAROT__GPTQ_NB * n;  // (s is free here)
+            const double vii = ai[i];
+            for (j = i + 1; j < b1; ++j) tmp[j] = 0.0;
+            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
+            for (j = i + 1; j < b1; ++j) ai[j] = -tmp[j] / vii;
+            ai[i] = 1.0 / vii;
+        }
+        if (b1 == n) continue;
+        for (i = b0; i < b1; ++i) {                    // keep V[block][rest]; U of the block as d
+            for (j = b1; j < n; ++j) work[(i - b0) * n + j] = a[i * n + j];
+            for (j = i; j < b1; ++j) d[(i - b0) * QUAROT__GPTQ_NB + (j - b0)] = a[i * n + j];
+        }
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = (n - b1 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_inv_task, &jb, jb.n_tasks);
     }
     return -1;
 }
@@ -4541,6 +4908,8 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
     float* fb = ps + T * G;                        // [in]
     double loss = 0.0;
     int64_t t, i, j, k, g, b1, b2;
+    // Load the tile's rows in processing order (dead columns as 0) and, unless groups are dynamic,
+    // fit every group's parameters now from the original weights in natural order.
     for (t = 0; t < nr; ++t) {
         const float* row = jb->w + (r0 + t) * jb->stride;
         for (i = 0; i < in; ++i) {
@@ -4556,6 +4925,8 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             }
         }
     }
+    // Column blocks [b1, b2): inside a block every quantized column updates the block's later columns
+    // at once; the columns after the block get the block's errors in one pass at its end.
     for (b1 = 0; b1 < in; b1 = b2) {
         b2 = b1 + B < in ? b1 + B : in;
         for (i = b1; i < b2; ++i) {
@@ -4572,6 +4943,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 double klo, khi, e;
                 int32_t kq;
                 float fq;
+                // RTN of the current value (a double), then its error in units of U_ii.
                 quarot__qrange(sp, z, &klo, &khi);
                 kq = quarot__rne_clamp(wr[i] / (double)s, klo, khi);
                 fq = (float)kq * s;
@@ -4580,7 +4952,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 jb->w[(r0 + t) * jb->stride + c] = fq;
                 if (jb->q) jb->q[(r0 + t) * in + c] = (int8_t)(kq + (sp->asym ? (int32_t)(z - sp->half) : 0));
                 err[t * B + (i - b1)] = e;
-                for (j = i + 1; j < b2; ++j) wr[j] -= e * ui[j];
+                quarot__gptq_axpy_f64(sp->kern, wr + i + 1, ui + i + 1, -e, b2 - i - 1);
             }
         }
         if (b2 == in) break;
@@ -4590,17 +4962,15 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             double* wr = wt + t * in;
             const double* et = err + t * B;
             for (k = b1; k + 4 <= b2; k += 4) {
-                const double *u0 = jb->u + k * in, *u1 = u0 + in, *u2 = u1 + in, *u3 = u2 + in;
-                const double e0 = et[k - b1], e1 = et[k - b1 + 1], e2 = et[k - b1 + 2], e3 = et[k - b1 + 3];
-                for (j = b2; j < in; ++j) wr[j] = wr[j] - e0 * u0[j] - e1 * u1[j] - e2 * u2[j] - e3 * u3[j];
+                const double* p[4];
+                double c[4];
+                for (j = 0; j < 4; ++j) { p[j] = jb->u + (k + j) * in + b2; c[j] = -et[k + j - b1]; }
+                quarot__gptq_axpy4_f64(sp->kern, wr + b2, p, c, in - b2);
             }
-            for (; k < b2; ++k) {
-                const double* uk = jb->u + k * in;
-                const double ek = et[k - b1];
-                for (j = b2; j < in; ++j) wr[j] -= ek * uk[j];
-            }
+            for (; k < b2; ++k) quarot__gptq_axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
         }
     }
+    // Parameters out in the integer layout of quarot_quantize_f32 (zero points shifted by 2^(b-1)).
     for (t = 0; t < nr; ++t)
         for (g = 0; g < G; ++g) {
             if (jb->scales) jb->scales[(r0 + t) * G + g] = ps[t * G + g];
@@ -4633,7 +5003,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     quarot_gptq_desc dd;
     quarot__gptq_job jb;
     quarot_result res;
-    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *tmp;
+    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *work;
     int64_t i, j, bad, *perm, n_threads;
     unsigned char* dead;
     quarot__gptq_key* keys;
@@ -4651,21 +5021,27 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     if (dd.act_order != 0 && dd.act_order != 1) return QUAROT_ERR_INVALID_ARGUMENT;
     if (jb.sp.asym && q && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (out == 0 || in == 0) return QUAROT_OK;
+    // Options: damping ratio, lazy-update block (a multiple of the group so that a group's columns are
+    // all up to date when its first column comes up), dynamic groups only in natural order.
     ratio = dd.damp_ratio == 0.0 ? 0.01 : (dd.damp_ratio < 0.0 ? 0.0 : dd.damp_ratio);
     jb.groups = in / jb.gs;
     jb.block = dd.block_size ? dd.block_size : 128;
     if (jb.gs < in) jb.block = (jb.block + jb.gs - 1) / jb.gs * jb.gs;   // groups never straddle blocks
     if (jb.block > in) jb.block = in;
     jb.dynamic = jb.gs < in && !dd.act_order;
-    // Memory: a [in][in], dg, dproc, tmp [in] doubles, perm [in], keys [in], dead [in]; per task scratch.
-    if (!quarot__mul_size((size_t)in, (size_t)in + 3, &nn) || !quarot__mul_size(nn, sizeof(double), &nn) ||
+    // Memory: a [in][in], dg, dproc [in], factor work [2*NB*in + NB*NB] doubles, perm [in], keys [in],
+    // dead [in]; then the scratch of each task.
+    if (!quarot__mul_size((size_t)in, (size_t)in + 2 + 2 * QUAROT__GPTQ_NB, &nn) ||
+        !quarot__mul_size(nn + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB, sizeof(double), &nn) ||
         (uint64_t)out > (uint64_t)SIZE_MAX / (size_t)in)
         return QUAROT_ERR_OVERFLOW;
+    // Every input is checked before anything is allocated or written (w stays untouched on errors).
     for (i = 0; i < out; ++i)
         if (!quarot__qstats(jb.sp.kern, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     for (i = 0; i < in; ++i)
         for (j = i; j < in; ++j)
             if (h[i * in + j] - h[i * in + j] != 0.0) return QUAROT_ERR_NONFINITE;
+    // Row tiles are the parallel tasks; task t takes tiles t, t+T, ... with its own scratch block.
     jb.n_tiles = (out + QUAROT__GPTQ_TILE - 1) / QUAROT__GPTQ_TILE;
     n_threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
     jb.n_tasks = n_threads < jb.n_tiles ? n_threads : jb.n_tiles;
@@ -4679,8 +5055,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     a = (double*)(void*)mem;
     dg = a + (size_t)in * (size_t)in;
     dproc = dg + in;
-    tmp = dproc + in;
-    jb.tile_loss = tmp + in;
+    work = dproc + in;
+    jb.tile_loss = work + 2 * QUAROT__GPTQ_NB * in + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB;
     perm = (int64_t*)(void*)(jb.tile_loss + jb.n_tiles);
     keys = (quarot__gptq_key*)(void*)(perm + in);
     dead = (unsigned char*)(keys + in);
@@ -4708,7 +5084,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         ai[i] = dproc[i] = dg[pi] + damp;
     }
     if (info) info->damp = damp;
-    bad = quarot__chol_ul_inv(a, in, dproc, tmp);
+    // U (upper, processing order) in place of the damped H; a failed pivot leaves w untouched.
+    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
         quarot_env_free(env, mem);
@@ -4718,6 +5095,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     jb.u = a; jb.perm = perm; jb.dead = dead;
     jb.q = q; jb.scales = scales; jb.zeros = zeros;
     quarot_env_parallel_for(env, quarot__gptq_task, &jb, jb.n_tasks);
+    // The loss in tile order, so the sum does not depend on how tasks were scheduled.
     if (info)
         for (i = 0; i < jb.n_tiles; ++i) info->loss += jb.tile_loss[i];
     quarot_env_free(env, mem);

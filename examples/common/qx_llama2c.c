@@ -333,8 +333,6 @@ quarot_result qx_l2c_read_memory(const void* data, size_t size, const char* name
     return r;
 }
 
-static void qx__munmap(void* p, size_t n) { munmap(p, n); }
-
 quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, qx_store* out, qx_err* err) {
     struct stat st;
     void* map;
@@ -368,8 +366,10 @@ quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, q
         r = qx__load((const unsigned char*)map, size, path, 1, out, err);
         munmap(map, size);
     } else {
-        r = qx_store_add_backing(out, qx__munmap, map, size);   /* released by qx_store_free */
-        if (r != QUAROT_OK) qx_err_set(err, "%s: out of memory", path);
+        qx_map* m = (qx_map*)malloc(sizeof *m);   /* unmapped by qx_store_free, after the views */
+        if (m) { m->addr = map; m->len = size; }
+        r = m ? qx_store_on_free(out, qx_unmap_and_free, m) : QUAROT_ERR_OUT_OF_MEMORY;
+        if (r != QUAROT_OK) { free(m); munmap(map, size); qx_err_set(err, "%s: out of memory", path); }
         else r = qx__load((const unsigned char*)map, size, path, 0, out, err);
     }
     if (r != QUAROT_OK) qx_store_free(out);

@@ -102,13 +102,11 @@ static qx_entry* qx__entry(qx_store* s, const char* name) {
    this only shrinks the resident set (a later read faults them in from the file again). Whole
    mappings are dropped, not just a tensor's range: a read fault maps the whole large folio around
    the page (up to 2 MiB on current kernels), which would leave neighbouring tensors' pages behind.
-   The mappings are the store's backings (llama2.c) and the qx_map cleanups (safetensors, GGUF);
-   drop_pages says the caller's views are such mappings. */
+   The mappings are the store's qx_map cleanups (every reader's file mapping); drop_pages says the
+   caller's views are such mappings. */
 static void qx__drop_pages(const qx__rf* b) {
     int64_t i;
     if (!b->drop) return;
-    for (i = 0; i < b->s->n_backings; ++i)
-        if (b->s->backings[i].ptr && b->s->backings[i].size) (void)madvise(b->s->backings[i].ptr, b->s->backings[i].size, MADV_DONTNEED);
     for (i = 0; i < b->s->n_cleanups; ++i)
         if (b->s->cleanups[i].fn == qx_unmap_and_free) {
             const qx_map* m = (const qx_map*)b->s->cleanups[i].arg;

@@ -45,8 +45,8 @@ typedef struct qx_rotate_file_opts {
     uint64_t shard_bytes;        /* safetensors directory output: > 0 splits into shards (see qx_st_write_opts) */
     const char* config_path;     /* safetensors single-file output: also write this config.json (NULL: none) */
     const char* hooks_path;      /* write desc->online_out here in quarot.h's text format (NULL: none) */
-    int drop_pages;              /* 1: the store's views are file mappings (its backings and qx_map cleanups, as
-                                    qx_cli_load_model makes them): madvise(DONTNEED) them after each layer */
+    int drop_pages;              /* 1: the store's views are file mappings (qx_map cleanups, as the readers
+                                    make them): madvise(DONTNEED) them tensor by tensor and after each layer */
     /* progress: stage "validate" or "rotate", layers done of total (also called with done = total) */
     void (*progress)(void* user, const char* stage, int64_t done, int64_t total);
     void* user;

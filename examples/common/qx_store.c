@@ -28,32 +28,15 @@ void qx_store_free(qx_store* s) {
         free(s->items[i].owned);
     }
     free(s->items);
-    for (i = s->n_backings - 1; i >= 0; --i)   /* after the views into them are gone */
-        s->backings[i].release(s->backings[i].ptr, s->backings[i].size);
-    free(s->backings);
     for (i = 0; i < s->n_blobs; ++i) {
         free(s->blobs[i].key);
         free(s->blobs[i].data);
     }
     free(s->blobs);
-    for (i = s->n_cleanups - 1; i >= 0; --i) s->cleanups[i].fn(s->cleanups[i].arg);
+    for (i = s->n_cleanups - 1; i >= 0; --i) s->cleanups[i].fn(s->cleanups[i].arg);   /* after the views are gone */
     free(s->cleanups);
     memset(s, 0, sizeof *s);
 }
-
-quarot_result qx_store_add_backing(qx_store* s, void (*release)(void* ptr, size_t size), void* ptr, size_t size) {
-    qx_backing* b;
-    if (!s || !release) return QUAROT_ERR_INVALID_ARGUMENT;
-    b = (qx_backing*)realloc(s->backings, (size_t)(s->n_backings + 1) * sizeof *b);
-    if (!b) { release(ptr, size); return QUAROT_ERR_OUT_OF_MEMORY; }
-    s->backings = b;
-    b[s->n_backings].release = release;
-    b[s->n_backings].ptr = ptr;
-    b[s->n_backings].size = size;
-    s->n_backings++;
-    return QUAROT_OK;
-}
-
 
 quarot_result qx_store_set_blob(qx_store* s, const char* key, const void* data, size_t len) {
     int64_t i;
