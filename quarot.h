@@ -343,18 +343,26 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 // >>transform
 // Fast Hadamard transforms on rows of floats, in place. A row x (length n) is a row vector:
 //     x <- x * H_n / sqrt(n)    (normalized, the default)
-// with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as [K][2^m], run the
+// with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as z[K][2^m], run the
 // Walsh-Hadamard butterflies along each 2^m row (stages h = 1, 2, 4, ... in that order), then mix the
-// K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k], k ascending). The SIMD kernels follow exactly this
-// operation order, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input
-// gives NaN outputs; which NaN payload survives is not specified).
+// K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k]). The SIMD kernels follow exactly the operation
+// order below, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input gives
+// NaN outputs; which NaN payload survives is not specified).
 //
 // Exact operation order (the specification every kernel follows):
 //   1. pre-signs   x[i] = x[i] * s[i]                 (forward with signs)
 //   2. butterflies for h = 1, 2, 4, ..., 2^m/2 along each 2^m row: (a, b) <- (a + b, a - b)
-//   3. mixing (K > 1): acc = c(0,i) * z[0][j]; acc = acc + c(k,i) * z[k][j] for k = 1 .. K-1, with
-//      c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose) as +-1.0; the first term is the signed
-//      copy of z[0][j] (never 0 + ...), so signed zeros come out the same on every ISA
+//   3. mixing (K > 1) with c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose), in blocks of
+//      b = plan->mix_block consecutive k (the last block may be shorter). For block k0 .. k0+L-1 and
+//      output (i, j), with g = c(k0,i):
+//          u = z[k0][j];  u = (c(k,i) == g) ? u + z[k][j] : u - z[k][j]   for k = k0+1 .. k0+L-1
+//          P = (g > 0) ? u : -u                        (exact sign flip)
+//      y[i][j] = P of the first block, then y = y + P block after block. With b = 1 this is the
+//      plain sum acc = c(0,i)*z[0][j], acc = acc + c(k,i)*z[k][j] in k order. The first term is a
+//      signed copy (never 0 + ...), so signed zeros come out the same on every ISA. b > 1 lets the
+//      SIMD kernels share u between all outputs with the same sign pattern on a block (a table of
+//      the 2^(L-1) patterns, the "four Russians" method): about K/b + 2^(b+1)/b adds per output
+//      instead of K.
 //   4. post-signs  x[i] = x[i] * s[i]                 (transpose with signs)
 //   5. scaling     x[i] = x[i] * (float)(1/sqrt(n))   (1/sqrt(n) computed in double; f64: in double)
 
@@ -365,17 +373,25 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa);
 QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride);
 
-// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and, for the SIMD kernels, the
-// mixing coefficients as floats in panels of 16 outputs: mix_f32[o][p][k][l] = c_o(k, 16p + l) for
-// o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16 with K16 = K rounded up to
-// a multiple of 64, zero where 16p + l >= K (2 * K16 * K floats; NULL when K == 1 or K > 2048).
+// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and what the mixing kernels
+// read. mix_block = b is 1 when 2^m < 16 (the SIMD kernels then vectorize across outputs i and read
+// mix_f32) and otherwise the b in 2..8 that minimizes the adds, ceil(K/b) * (2^(b+1) + K).
+//   mix_f32 (b == 1, 1 < K <= 2048): +-1.0f in panels of 16 outputs, mix_f32[o][p][k][l] =
+//     c_o(k, 16p + l) for o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16
+//     with K16 = K rounded up to a multiple of 64, zero where 16p + l >= K: 2 * K16 * K floats.
+//   mix_sel (b > 1): mix_sel[o][i][blk] for i < K8 (K rounded up to a multiple of 8; rows beyond K
+//     name entry blk * 2^b) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^b sums that output i adds for
+//     the block, blk * 2^b + p + (g == -1 ? 2^(b-1) : 0), with p the sign pattern of c_o(k, i) over
+//     the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g).
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
+    int mix_block;                 // b, see above (1 when K == 1)
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
-    float* mix_f32;                // [2][K16/16][K][16], NULL when K == 1 or K > 2048
+    float* mix_f32;                // [2][K16/16][K][16] or NULL
+    uint32_t* mix_sel;             // [2][K8][ceil(K/b)] or NULL
     quarot_hadamard_info info;
-    quarot_env env;                // copy of the env used to allocate had_k and mix_f32
+    quarot_env env;                // copy of the env used to allocate the arrays
 } quarot_hadamard_plan;
 
 // Per-call options; zero-init (or d == NULL) = normalized, no signs, forward, best ISA.
@@ -390,14 +406,15 @@ typedef struct quarot_hadamard_apply_desc {
 
 // Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
 // available (quarot_hadamard_available) or its core K exceeds QUAROT_HADAMARD_PLAN_MAX_K (the mixing
-// costs K*n per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. mix_f32 is only built for
-// K <= 2048 (larger cores mix with the scalar kernel on every ISA). On failure *p is left zeroed
-// (plan_free on it is harmless).
+// costs about K*n/b per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. Without mix_f32 (b == 1
+// and K > 2048) every ISA mixes with the scalar kernel. On failure *p is left zeroed (plan_free on
+// it is harmless).
 #define QUAROT_HADAMARD_PLAN_MAX_K 16384
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
-// Workspace bytes one apply call needs (0 for powers of two); independent of the row count, the same
-// for f32 and f64 (n doubles plus 64 bytes of alignment slack when K > 1).
+// Workspace bytes one apply call needs (0 for powers of two); independent of the row count and of
+// the ISA, the same for f32 and f64: n doubles, plus the pattern tables of the b > 1 mixing
+// (at most 2^b * 64 floats per block, at most 128 KiB in all), plus alignment slack.
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
 // x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
 // touched. work may be NULL only when the workspace size is 0 (else QUAROT_ERR_WORKSPACE, as for
@@ -2318,9 +2335,11 @@ static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex
 // >>transform
 // H_n = H_K (x) H_{2^m}: for a row x viewed as z[K][M] (M = 2^m), x*H_n = mix_K(fwht_M(z)) where
 //   fwht_M:  for h = 1, 2, ..., M/2: for each pair (j, j+h) with bit h of j clear: (a, b) <- (a+b, a-b)
-//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], k ascending, c = H_K (forward) or H_K^T (transpose)
+//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], c = H_K (forward) or H_K^T (transpose), summed in
+//            blocks of b consecutive k (declaration notes, step 3)
 // then post-signs and the 1/sqrt(n) scale as separate multiplies. The _ref functions below are the
-// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection.
+// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection. Cost per row:
+// n*m adds for the butterflies, about K*n/b for the mixing.
 
 // Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
 // x *= pre (if not NULL), butterflies, x *= post (if not NULL), x *= *scale (if not NULL).
@@ -2329,10 +2348,17 @@ typedef void (*quarot__wht_row_fn)(float* x, int L, const float* pre, const floa
 // (plan->mix_f32 + o * K16 * K), then post-signs and scale; z and y do not overlap.
 typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
                                const float* post, const float* scale);
+// A blocked mixing kernel (mix_block b > 1, 2^m >= 16): sel = plan->mix_sel for one orientation
+// ([K8][nb]), tab the pattern tables in the workspace.
+typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint32_t* sel,
+                                int64_t nb, float* tab, const float* post, const float* scale);
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
+static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
 
-// The specification: one row of n = 2^L floats.
+// The specification: one row of n = 2^L floats, the textbook in-place butterfly in stage order.
+// Every SIMD kernel computes exactly these a + b and a - b, only in another (dependency-respecting)
+// order, so the results are the same bits.
 static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const float* post, const float* scale) {
     const int64_t n = (int64_t)1 << L;
     int64_t h, i, j;
@@ -2350,6 +2376,7 @@ static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const flo
     if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
 }
 
+// The same in double; signs may come as doubles or as floats (read exactly).
 static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const float* pre_f32,
                                     const double* post, const float* post_f32, const double* scale) {
     const int64_t n = (int64_t)1 << L;
@@ -2370,40 +2397,59 @@ static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const f
     if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
 }
 
-// The mixing specification: y[i][j] = sum_k c(k,i) z[k][j] with c from the +-1 bytes of H_K.
-static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
-                                const float* post, const float* scale) {
-    int64_t i, j, k;
-    for (i = 0; i < K; ++i) {
-        for (j = 0; j < M; ++j) {
-            float acc = (float)had[transpose ? i * K : i] * z[j];
-            for (k = 1; k < K; ++k)
-                acc = acc + (float)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
-            y[i * M + j] = acc;
-        }
+// The mixing specification (declaration notes, step 3): blocks of b consecutive k, each a chain
+// u = z[k0] +- z[k0+1] +- ... with signs relative to the block's first coefficient g, P = g*u (sign
+// flip), y = P_0 + P_1 + ... in block order. c(k,i) comes from the +-1 bytes of H_K.
+#define QUAROT__MIX_REF_BODY(T)                                                                  \
+    int64_t i, j, k, k0;                                                                         \
+    for (i = 0; i < K; ++i) {                                                                    \
+        const int8_t* c = transpose ? had + i * K : had + i;   /* c(k,i) = c[k * ck] */         \
+        const int64_t ck = transpose ? 1 : K;                                                    \
+        for (j = 0; j < M; ++j) {                                                                \
+            T acc = 0;                                                                           \
+            for (k0 = 0; k0 < K; k0 += b) {                                                      \
+                const int8_t g = c[k0 * ck];                                                     \
+                T u = z[k0 * M + j];                                                             \
+                for (k = k0 + 1; k < K && k < k0 + b; ++k)                                       \
+                    u = c[k * ck] == g ? u + z[k * M + j] : u - z[k * M + j];                    \
+                if (g < 0) u = -u;                                                               \
+                acc = k0 == 0 ? u : acc + u;                                                     \
+            }                                                                                    \
+            y[i * M + j] = acc;                                                                  \
+        }                                                                                        \
     }
+
+// z, y: [K][M]; had: H_K [K][K]; then post-signs and scale, each a separate pass like the FWHT's.
+static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                int b, const float* post, const float* scale) {
+    QUAROT__MIX_REF_BODY(float)
     if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
     if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
 }
 
 static void quarot__mix_f64_ref(const double* z, double* y, int64_t K, int64_t M, const int8_t* had, int transpose,
-                                const double* post, const float* post_f32, const double* scale) {
-    int64_t i, j, k;
-    for (i = 0; i < K; ++i) {
-        for (j = 0; j < M; ++j) {
-            double acc = (double)had[transpose ? i * K : i] * z[j];
-            for (k = 1; k < K; ++k)
-                acc = acc + (double)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
-            y[i * M + j] = acc;
-        }
-    }
+                                int b, const double* post, const float* post_f32, const double* scale) {
+    QUAROT__MIX_REF_BODY(double)
     if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
     if (post_f32) for (i = 0; i < K * M; ++i) y[i] = y[i] * (double)post_f32[i];
     if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
 }
 
+// The mixing block b for core K and 2^m = M (declaration notes): 1 below 16 columns, else the b in
+// 2..8 with the fewest adds plus table stores per column, ceil(K/b) * (2^(b+1) + K).
+static int quarot__mix_block(int64_t K, int64_t M) {
+    int b, best = 1;
+    int64_t cost, best_cost = K * (K + 4);
+    if (K <= 1 || M < 16) return 1;
+    for (b = 2; b <= 8; ++b) {
+        cost = (K + b - 1) / b * (((int64_t)2 << b) + K);
+        if (cost < best_cost) { best_cost = cost; best = b; }
+    }
+    return best;
+}
+
 // log2(n) for a power of two n >= 1, else -1.
-static int quarot__log2_exact(int64_t n) {
+static int quarot__log2_exact(int64_t n) {   // used to validate quarot_fwht_* sizes
     int L = 0;
     if (n <= 0 || (n & (n - 1)) != 0) return -1;
     while (((int64_t)1 << L) < n) ++L;
@@ -2417,6 +2463,7 @@ static quarot_result quarot__rows_check(const void* x, int64_t n, int64_t rows, 
     return QUAROT_OK;
 }
 
+// The public FWHT: validate, pick the ISA's row kernel once, run it on every row (unnormalized).
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa) {
     quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(float));
     quarot__wht_row_fn fn;
@@ -2445,17 +2492,22 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     if (!p) return;
     quarot_env_free(&p->env, p->had_k);
     quarot_env_free(&p->env, p->mix_f32);
+    quarot_env_free(&p->env, p->mix_sel);
     memset(p, 0, sizeof *p);
 }
 
+// Plan: the core K and m from the hadamard module, H_K as bytes, and the mixing data for the SIMD
+// kernels (mix_sel patterns when b > 1, float panels when b == 1). Everything else is per call.
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
     quarot_result r;
-    int64_t K, K16, i, k;
-    size_t kk, nmix;
+    int64_t K, K16, K8, nb, i, k, blk, t;
+    size_t kk, bytes;
+    int o, b;
     if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(p, 0, sizeof *p);
     if (env) p->env = *env;
     if (n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    // n = K * 2^m as the hadamard module decomposes it (and builds H_n, which the tests compare with).
     r = quarot_hadamard_info_get(n, &p->info);
     if (r != QUAROT_OK) { memset(p, 0, sizeof *p); return r; }
     K = p->info.K;
@@ -2468,22 +2520,43 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     p->n = n;
     p->K = K;
     p->m = p->info.m;
+    p->mix_block = b = quarot__mix_block(K, (int64_t)1 << p->m);
     if (K == 1) return QUAROT_OK;
-    // H_K as bytes (the _ref and f64 kernels) and, for K <= 2048, as float panels (SIMD mixing).
-    K16 = (K + 63) / 64 * 64;
-    if (!quarot__mul_size((size_t)K, (size_t)K, &kk) || !quarot__mul_size((size_t)K16, (size_t)K, &nmix) ||
-        !quarot__mul_size(nmix, 2 * sizeof(float), &nmix)) {
-        quarot_hadamard_plan_free(p);
-        return QUAROT_ERR_OVERFLOW;
-    }
+    // H_K as bytes (the _ref and f64 kernels), then what the SIMD mixing kernels read.
+    if (!quarot__mul_size((size_t)K, (size_t)K, &kk)) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OVERFLOW; }
     p->had_k = (int8_t*)quarot_env_alloc(&p->env, kk);
     if (!p->had_k) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
     r = quarot_hadamard_build_i8(K, p->had_k, &p->env);
     if (r != QUAROT_OK) { quarot_hadamard_plan_free(p); return r; }
+    if (b > 1) {
+        // mix_sel[o][i][blk] = blk*2^b + pattern (bit t-1: c_o(k0+t, i) != g) + 2^(b-1) if g == -1.
+        nb = (K + b - 1) / b;
+        K8 = (K + 7) / 8 * 8;
+        bytes = (size_t)(2 * nb * K8) * sizeof(uint32_t);
+        p->mix_sel = (uint32_t*)quarot_env_alloc(&p->env, bytes);
+        if (!p->mix_sel) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memset(p->mix_sel, 0, bytes);
+        for (o = 0; o < 2; ++o) {
+            for (i = 0; i < K8; ++i) {   // rows K .. K8-1 (never stored) name entry 0 of each block
+                for (blk = 0; blk < nb; ++blk) {
+                    const int64_t k0 = blk * b;
+                    const int8_t g = i >= K ? 1 : o ? p->had_k[i * K + k0] : p->had_k[k0 * K + i];
+                    uint32_t sel = ((uint32_t)blk << b) | (g < 0 ? 1u << (b - 1) : 0u);
+                    for (t = 1; i < K && t < b && k0 + t < K; ++t)
+                        if ((o ? p->had_k[i * K + k0 + t] : p->had_k[(k0 + t) * K + i]) != g) sel |= 1u << (t - 1);
+                    p->mix_sel[(o * K8 + i) * nb + blk] = sel;
+                }
+            }
+        }
+        return QUAROT_OK;
+    }
     if (K > 2048) return QUAROT_OK;
-    p->mix_f32 = (float*)quarot_env_alloc(&p->env, nmix);
+    // b == 1: +-1.0f panels of 16 outputs (vectors across i).
+    K16 = (K + 63) / 64 * 64;
+    bytes = (size_t)(2 * K16 * K) * sizeof(float);
+    p->mix_f32 = (float*)quarot_env_alloc(&p->env, bytes);
     if (!p->mix_f32) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
-    memset(p->mix_f32, 0, nmix);
+    memset(p->mix_f32, 0, bytes);
     for (k = 0; k < K; ++k) {
         for (i = 0; i < K; ++i) {
             const int64_t at = (i / 16) * 16 * K + k * 16 + (i % 16);   // panel i/16, row k, lane i%16
@@ -2494,17 +2567,33 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     return QUAROT_OK;
 }
 
+// Bytes of the b > 1 pattern tables: the kernels build 2^b entries (sums and their negations) of at
+// most 64 floats per block, for a group of blocks of about QUAROT__MIXB_CACHE bytes at a time.
+#define QUAROT__MIXB_CACHE 131072
+static size_t quarot__mix_table_bytes(const quarot_hadamard_plan* p) {
+    size_t per_block, all, group;
+    if (p->mix_block <= 1) return 0;
+    per_block = (size_t)64 * sizeof(float) << p->mix_block;
+    all = (size_t)((p->K + p->mix_block - 1) / p->mix_block) * per_block;
+    group = per_block > QUAROT__MIXB_CACHE ? per_block : QUAROT__MIXB_CACHE;
+    return all < group ? all : group;
+}
+
 QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) {
+    size_t tab;
     if (!p || p->K <= 1 || p->n <= 0) return 0;
-    return (size_t)p->n * sizeof(double) + 64;
+    tab = quarot__mix_table_bytes(p);
+    return (size_t)p->n * sizeof(double) + 64 + (tab ? tab + 64 : 0);
 }
 
 // Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
+// A plan that plan_init did not fill (zeroed, or freed) is an invalid argument.
 static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const void* x, int64_t rows, int64_t stride,
                                          size_t elem, void* work, size_t work_size, void** work_out) {
     quarot_result r;
     size_t need;
-    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k))
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 || p->mix_block > 8 ||
+        (p->mix_block > 1 && !p->mix_sel))
         return QUAROT_ERR_INVALID_ARGUMENT;
     r = quarot__rows_check(x, p->n, rows, stride, elem);
     if (r != QUAROT_OK) return r;
@@ -2523,6 +2612,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     quarot_hadamard_apply_desc dd;
     quarot__wht_row_fn row_fn;
     quarot__mix_fn mix_fn;
+    quarot__mixb_fn mixb_fn;
     quarot_result r;
     const float *pre, *post, *scale;
     float s;
@@ -2537,7 +2627,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     if (r != QUAROT_OK) return r;
     row_fn = quarot__wht_row_select(dd.isa);
     mix_fn = quarot__mix_select(dd.isa);
+    mixb_fn = quarot__mixb_select(dd.isa);
     // Forward: x*D*H/sqrt(n) (signs before the butterflies); transpose: x*H^T*D/sqrt(n) (after).
+    // H_{2^m} is symmetric, so the transpose only changes the mixing coefficients c(k,i).
     pre = dd.transpose ? NULL : dd.signs;
     post = dd.transpose ? dd.signs : NULL;
     s = (float)(1.0 / sqrt((double)p->n));
@@ -2546,23 +2638,30 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         for (i = 0; i < rows; ++i) row_fn(x + i * stride, p->m, pre, post, scale);
         return QUAROT_OK;
     }
-    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale.
+    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale. Workspace
+    // layout: z at w (n floats, room for n doubles), the blocked mixing tables after it.
     M = (int64_t)1 << p->m;
     for (i = 0; i < rows; ++i) {
         float* xr = x + i * stride;
         float* z = (float*)w;
         memcpy(z, xr, (size_t)p->n * sizeof(float));
         for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
-        if (mix_fn && p->mix_f32) {
+        // Mixing kernel by plan layout: blocked tables (b > 1), float panels, or the scalar spec.
+        if (mixb_fn && p->mix_block > 1) {
+            const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
+            float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
+            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, post, scale);
+        } else if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
         } else {
-            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, scale);
+            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, scale);
         }
     }
     return QUAROT_OK;
 }
 
+// The f64 path: the same specification in double, scalar only (weights are rotated once, offline).
 QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size) {
@@ -2579,7 +2678,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     if (r != QUAROT_OK) return r;
     r = quarot__isa_resolve(dd.isa, &dd.isa);   // the path is scalar, but a bad isa is still an error
     if (r != QUAROT_OK) return r;
-    // signs_f64 wins; otherwise the float signs are read exactly as doubles.
+    // signs_f64 wins; otherwise the float signs are read exactly as doubles. The mixing uses the
+    // same block size b as the f32 path, so f32 and f64 differ only by rounding.
     if (dd.transpose) { post = dd.signs_f64; post32 = dd.signs_f64 ? NULL : dd.signs; }
     else { pre = dd.signs_f64; pre32 = dd.signs_f64 ? NULL : dd.signs; }
     s = 1.0 / sqrt((double)p->n);
@@ -2596,7 +2696,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
         for (k = 0; k < p->K; ++k)
             quarot__wht_row_f64_ref(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
                                     NULL, NULL, NULL);
-        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, post32, scale);
+        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, post32, scale);
     }
     return QUAROT_OK;
 }
@@ -2621,6 +2721,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7) QUAROT__NET8(a8, a9, a10, a11, a12, a13, a14, a15) \
     QUAROT__BF(a0, a8) QUAROT__BF(a1, a9) QUAROT__BF(a2, a10) QUAROT__BF(a3, a11)       \
     QUAROT__BF(a4, a12) QUAROT__BF(a5, a13) QUAROT__BF(a6, a14) QUAROT__BF(a7, a15)
+// Register name lists and repeaters: a block or pass of N vectors lives in v0 .. v(N-1), and
+// QUAROT__REPN(X) applies a per-register step X(t) to each of them, so every access has a constant
+// register name and the compiler keeps them all in registers.
 #define QUAROT__V1 v0
 #define QUAROT__V2 v0, v1
 #define QUAROT__V4 v0, v1, v2, v3
@@ -2643,14 +2746,15 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 #define QUAROT__RADIX(N, INLANE) { QUAROT__V QUAROT__V##N;                              \
     q = pre; QUAROT__REP##N(QUAROT__LDQ) INLANE(QUAROT__REP##N(QUAROT__INL))              \
     QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) q = post; QUAROT__REP##N(QUAROT__STQ) }
-#define QUAROT__WITH(x) x
-#define QUAROT__WITHOUT(x)
-#define QUAROT__NET1(a0)
+#define QUAROT__WITH(x) x      // blocks run the in-lane stages (they hold the lowest bits) ...
+#define QUAROT__WITHOUT(x)     // ... passes over larger strides do not
+#define QUAROT__NET1(a0)       // one register: no vector stage
 
 // The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
 // quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
 // driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
 #define QUAROT__WHT_DEFINE(isa)                                                                  \
+/* [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers */ \
 static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const float* post,     \
                                        const float* scale) {                                     \
     const int64_t h = QUAROT__W;                                                                 \
@@ -2664,6 +2768,9 @@ static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const 
         default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
     }                                                                                            \
 }                                                                                                \
+/* For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold      \
+   bits b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row   \
+   and scale (last pass only) are indexed like x. */                                             \
 static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, const float* post_row, \
                                         const float* scale) {                                    \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
@@ -2697,10 +2804,12 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
         quarot__wht_blk_f32_##isa(x, L - QUAROT__LOGW, pre, post, scale);                        \
         return;                                                                                  \
     }                                                                                            \
+    /* choose lc: fewest passes, never a 1-bit pass over the whole row */                     \
     for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
         const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
         if (L - i != 1 && np < best) { best = np; lc = i; }                                      \
     }                                                                                            \
+    /* g[0] bits in the register block, g[1 .. nc-1] in chunk passes, the rest over the row */  \
     C = lc - QUAROT__LOGW; T = L - lc;                                                           \
     nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;                                                  \
     for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);                            \
@@ -2726,6 +2835,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 // z[k][j..]. M < W: vectors along i (16 coefficients of a panel are contiguous), one j at a time,
 // QUAROT__MIX_NB vectors (64 outputs, or 32 for 4 lanes) at a time, results scattered through a
 // small buffer. Every output is one chain acc = c0*z0, acc = acc + ck*zk in k order, like _ref.
+// Case M >= W, one output row r of the RI in flight: a##r##_v accumulates y[i0+r][j0 + v*W ..].
 #define QUAROT__MA_INIT2(r) hv = QUAROT__VSET1(c[r]); a##r##_0 = QUAROT__VMUL(hv, z0); a##r##_1 = QUAROT__VMUL(hv, z1);
 #define QUAROT__MA_STEP2(r) hv = QUAROT__VSET1(c[r]);                                           \
     a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(hv, z0)); a##r##_1 = QUAROT__VADD(a##r##_1, QUAROT__VMUL(hv, z1));
@@ -2733,6 +2843,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 #define QUAROT__MA_STEP1(r) a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(QUAROT__VSET1(c[r]), z0));
 #define QUAROT__MA_DECL2(r) QUAROT__V a##r##_0, a##r##_1;
 #define QUAROT__MA_DECL1(r) QUAROT__V a##r##_0;
+// Final store of one vector at o (inside y): post-signs, then scale, as separate multiplies.
 #define QUAROT__MA_OUT(o, acc) { QUAROT__V o_ = (acc);                                       \
     if (post) o_ = QUAROT__VMUL(o_, QUAROT__VLD(post + ((o) - y)));                             \
     if (scale) o_ = QUAROT__VMUL(o_, sv);                                                         \
@@ -2740,6 +2851,8 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 #define QUAROT__MA_STORE2(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                 \
     QUAROT__MA_OUT(o, a##r##_0) QUAROT__MA_OUT(o + QUAROT__W, a##r##_1) }
 #define QUAROT__MA_STORE1(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0; QUAROT__MA_OUT(o, a##r##_0) }
+// Case M < W: b##t accumulates outputs i0 + t*W .. +W-1 at column j; c##t points at their
+// coefficients in the panel layout ([panel][k][16], 16 consecutive outputs per k).
 #define QUAROT__MB_DECL(t) QUAROT__V b##t; const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
 #define QUAROT__MB_INIT(t) b##t = QUAROT__VMUL(QUAROT__VLD(c##t), zb);
 #define QUAROT__MB_STEP(t) b##t = QUAROT__VADD(b##t, QUAROT__VMUL(QUAROT__VLD(c##t + k * 16), zb));
@@ -2752,6 +2865,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
         y[at] = o_; } }
 
 #define QUAROT__MIX_DEFINE(isa)                                                                  \
+/* z, y: [K][M]; coef: the panels of one orientation. Three loops by M: 2W and more, W, below W. */ \
 static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M, const float* coef, \
                                    const float* post, const float* scale) {                      \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
@@ -2804,6 +2918,96 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     }                                                                                            \
 }
 
+// Blocked mixing (mix_block b > 1, M >= 16 >= W), per chunk of NV = min(4, M/W) column vectors and
+// per group of blocks whose tables fit in QUAROT__MIXB_CACHE bytes (an L2 share): first the tables, T[e] = z[k0] +-
+// z[k0+1] +- ... (bit t-1 of e set: minus z[k0+t]) built level by level, so that every entry is the
+// chain of the specification, and T[e + 2^(b-1)] = -T[e]; an entry holds the chunk's NV*W columns.
+// Then QUAROT__MIXB_RI outputs at a time add the group's entries named by mix_sel to their running
+// sums (NV vectors each), which wait in y between groups: the same order as one long chain.
+#define QUAROT__NV1(X, r) X(r, 0)
+#define QUAROT__NV2(X, r) X(r, 0) X(r, 1)
+#define QUAROT__NV4(X, r) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
+#define QUAROT__MRV_DECL(r, v) QUAROT__V a##r##_##v;
+#define QUAROT__MRV_LDT(r, v) a##r##_##v = QUAROT__VLD(t_ + v * QUAROT__W);
+#define QUAROT__MRV_LDY(r, v) a##r##_##v = QUAROT__VLD(y_ + v * QUAROT__W);
+#define QUAROT__MRV_ADD(r, v) a##r##_##v = QUAROT__VADD(a##r##_##v, QUAROT__VLD(t_ + v * QUAROT__W));
+#define QUAROT__MRV_OUT(r, v) QUAROT__MA_OUT(o + v * QUAROT__W, a##r##_##v)
+#define QUAROT__MRV_ST(r, v) QUAROT__VST(o + v * QUAROT__W, a##r##_##v);
+#define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r) const uint32_t* s##r = sel + (i0 + r) * nb;
+#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; NV(QUAROT__MRV_LDT, r) } \
+    else { const float* y_ = y + (i0 + r) * M + j0; NV(QUAROT__MRV_LDY, r) }
+#define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew; NV(QUAROT__MRV_ADD, r) }
+#define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
+    if (g1 == nb) { NV(QUAROT__MRV_OUT, r) } else { NV(QUAROT__MRV_ST, r) } }
+#define QUAROT__MR_DECL1(r) QUAROT__MR_DECL(QUAROT__NV1, r)
+#define QUAROT__MR_DECL2(r) QUAROT__MR_DECL(QUAROT__NV2, r)
+#define QUAROT__MR_DECL4(r) QUAROT__MR_DECL(QUAROT__NV4, r)
+#define QUAROT__MR_INIT1(r) QUAROT__MR_INIT(QUAROT__NV1, r)
+#define QUAROT__MR_INIT2(r) QUAROT__MR_INIT(QUAROT__NV2, r)
+#define QUAROT__MR_INIT4(r) QUAROT__MR_INIT(QUAROT__NV4, r)
+#define QUAROT__MR_STEP1(r) QUAROT__MR_STEP(QUAROT__NV1, r)
+#define QUAROT__MR_STEP2(r) QUAROT__MR_STEP(QUAROT__NV2, r)
+#define QUAROT__MR_STEP4(r) QUAROT__MR_STEP(QUAROT__NV4, r)
+#define QUAROT__MR_STORE1(r) QUAROT__MR_STORE(QUAROT__NV1, r)
+#define QUAROT__MR_STORE2(r) QUAROT__MR_STORE(QUAROT__NV2, r)
+#define QUAROT__MR_STORE4(r) QUAROT__MR_STORE(QUAROT__NV4, r)
+// The output loop over i for NV vectors per output (N = 1, 2, 4).
+#define QUAROT__MR_OUTPUTS(N)                                                                    \
+    for (i0 = 0; i0 < K; i0 += QUAROT__MIXB_RI) {                                                \
+        QUAROT__MIXB_REP(QUAROT__MR_DECL##N)                                                     \
+        QUAROT__MIXB_REP(QUAROT__MR_INIT##N)                                                     \
+        for (blk = g0 == 0 ? 1 : g0; blk < g1; ++blk) {                                          \
+            QUAROT__MIXB_REP(QUAROT__MR_STEP##N)                                                 \
+        }                                                                                        \
+        QUAROT__MIXB_REP(QUAROT__MR_STORE##N)                                                    \
+    }
+
+#define QUAROT__MIXB_DEFINE(isa)                                                                 \
+/* z, y: [K][M]; sel: [K8][nb] entries of one orientation; tab: workspace for one group's tables */ \
+static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
+                                    const uint32_t* sel, int64_t nb, float* tab,                 \
+                                    const float* post, const float* scale) {                     \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
+    const int64_t half = (int64_t)1 << (b - 1);                                                  \
+    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> b;                   \
+    const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
+    int64_t j0, i0, blk, e, hh, k, g0, g1, c;                                                    \
+    for (j0 = 0; j0 < M; j0 += ew) {                                                             \
+        for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
+            const uint32_t base = (uint32_t)(g0 << b);                                           \
+            g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
+            /* tables of blocks g0 .. g1-1: T = tab + (blk - g0) * 2^b entries of ew floats */ \
+            for (blk = g0; blk < g1; ++blk) {                                                    \
+                float* T = tab + ((blk - g0) << b) * ew;                                         \
+                const int64_t k0 = blk * b;                                                      \
+                for (c = 0; c < ew; c += QUAROT__W)                                              \
+                    QUAROT__VST(T + c, QUAROT__VLD(z + k0 * M + j0 + c));                        \
+                for (k = k0 + 1, hh = 1; k < K && k < k0 + b; ++k, hh *= 2) {                    \
+                    for (c = 0; c < ew; c += QUAROT__W) {                                        \
+                        const QUAROT__V zk = QUAROT__VLD(z + k * M + j0 + c);                    \
+                        for (e = 0; e < hh; ++e) {                                               \
+                            const QUAROT__V u = QUAROT__VLD(T + e * ew + c);                     \
+                            QUAROT__VST(T + (e + hh) * ew + c, QUAROT__VSUB(u, zk));             \
+                            QUAROT__VST(T + e * ew + c, QUAROT__VADD(u, zk));                    \
+                        }                                                                        \
+                    }                                                                            \
+                }                                                                                \
+                for (e = 0; e < half * ew; e += QUAROT__W)                                       \
+                    QUAROT__VST(T + half * ew + e, QUAROT__VNEG(QUAROT__VLD(T + e)));            \
+            }                                                                                    \
+            /* outputs: running sums over the group's blocks, NV vectors per output */           \
+            if (nv == 4) { QUAROT__MR_OUTPUTS(4) }                                               \
+            else if (nv == 2) { QUAROT__MR_OUTPUTS(2) }                                          \
+            else { QUAROT__MR_OUTPUTS(1) }                                                       \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+// ---- Instantiations. Each ISA defines the vector macros, its in-lane stages (one shuffle, one
+// xor and one add per stage, see the section notes), the block size LOGR (register budget) and
+// the mixing blocking (RI outputs x vectors in flight), expands the three templates, undefines. ----
+
 // ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
 #if defined(QUAROT__HAVE_SSE2)
 static inline __m128 quarot__inlane_sse2(__m128 v) {
@@ -2824,12 +3028,18 @@ static inline __m128 quarot__inlane_sse2(__m128 v) {
 #define QUAROT__VMUL(a, b) _mm_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_sse2(v)
+#define QUAROT__VNEG(v) _mm_xor_ps(v, _mm_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(sse2)
 QUAROT__MIX_DEFINE(sse2)
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+QUAROT__MIXB_DEFINE(sse2)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2841,6 +3051,7 @@ QUAROT__MIX_DEFINE(sse2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -2869,12 +3080,18 @@ static inline __m256 quarot__inlane_avx2(__m256 v) {
 #define QUAROT__VMUL(a, b) _mm256_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm256_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx2(v)
+#define QUAROT__VNEG(v) _mm256_xor_ps(v, _mm256_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(avx2)
 QUAROT__MIX_DEFINE(avx2)
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+QUAROT__MIXB_DEFINE(avx2)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2886,6 +3103,7 @@ QUAROT__MIX_DEFINE(avx2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -2922,12 +3140,18 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
 #define QUAROT__VMUL(a, b) _mm512_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm512_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx512(v)
+#define QUAROT__VNEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT_MIN)))
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 4
 #define QUAROT__MIX_BREP QUAROT__REP4
 QUAROT__WHT_DEFINE(avx512)
 QUAROT__MIX_DEFINE(avx512)
+#define QUAROT__MIXB_RI 4
+#define QUAROT__MIXB_REP QUAROT__REP4
+QUAROT__MIXB_DEFINE(avx512)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2939,6 +3163,7 @@ QUAROT__MIX_DEFINE(avx512)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -2965,12 +3190,18 @@ static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
 #define QUAROT__VMUL(a, b) vmulq_f32(a, b)
 #define QUAROT__VSET1(s) vdupq_n_f32(s)
 #define QUAROT__VINLANE(v) quarot__inlane_neon(v)
+#define QUAROT__VNEG(v) vnegq_f32(v)
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(neon)
 QUAROT__MIX_DEFINE(neon)
+#define QUAROT__MIXB_RI 4
+#define QUAROT__MIXB_REP QUAROT__REP4
+QUAROT__MIXB_DEFINE(neon)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2982,12 +3213,14 @@ QUAROT__MIX_DEFINE(neon)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
 #undef QUAROT__MIX_BREP
 #endif
 
+// Per-call selection (isa already resolved by quarot__isa_resolve): the kernels compiled in for it.
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
     switch (isa) {
 #if defined(QUAROT__HAVE_SSE2)
@@ -3003,6 +3236,24 @@ static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
         case QUAROT_ISA_NEON: return quarot__wht_row_f32_neon;
 #endif
         default: return quarot__wht_row_f32_ref;
+    }
+}
+
+static quarot__mixb_fn quarot__mixb_select(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: return quarot__mixb_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__mixb_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__mixb_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__mixb_f32_neon;
+#endif
+        default: return NULL;
     }
 }
 
