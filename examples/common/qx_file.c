@@ -165,6 +165,11 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
         o->path = o->tmp = NULL;
         return QUAROT_ERR_IO;
     }
+    {   /* mkstemp makes 0600; the published file gets what open(0666) would give (umask applied) */
+        mode_t mask = umask(0);
+        umask(mask);
+        (void)fchmod(o->fd, (mode_t)(0666 & ~mask));
+    }
     return QUAROT_OK;
 }
 
