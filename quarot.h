@@ -1790,7 +1790,7 @@ static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u,
     jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
     xa = jb.work + gram_elems;                                                                         \
     g = xa + nn;                                                                                       \
-    dg = (double*)(void*)(g + nn + (8 - (nn % 8)) % 8);                                                \
+    dg = (double*)(void*)(xa + (2 * nn + 7) / 8 * 8);                 /* 8-element (>= 32 B) aligned */ \
     for (i = 0; i < n; ++i)                                                                            \
         for (j = 0; j < n; ++j) xa[i * n + j] = (T)((double)c[i * ldc + j] / s);                       \
     cur = xa; ldcur = n; oth = u; ldoth = ldu;                                                         \
