@@ -1731,13 +1731,15 @@ static void quarot__gram_task_##S(void* arg, int64_t t) {                       
 /* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
 static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
                              const quarot_env* env) {                                                  \
-    int64_t i, j, n = jb->n;                                                                           \
+    int64_t i, j, i0, j0, n = jb->n;                                                                   \
     jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
     quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
-    for (i = 1; i < n; ++i)                                                                            \
-        for (j = 0; j < i; ++j) g[i * n + j] = g[j * n + i];                                           \
+    for (i0 = 0; i0 < n; i0 += 32)                   /* lower <- upper, in 32 x 32 tiles for the cache */ \
+        for (j0 = 0; j0 <= i0; j0 += 32)                                                               \
+            for (i = i0; i < quarot__gemm_min(i0 + 32, n); ++i)                                        \
+                for (j = j0; j < quarot__gemm_min(j0 + 32, i); ++j) g[i * n + j] = g[j * n + i];       \
 }                                                                                                      \
-/* Panel size: a multiple of the micro-tile near 400; tasks: one, or ~2 per thread. Returns the        \
+/* Panel size: a multiple of the micro-tile near 200; tasks: one, or ~2 per thread. Returns the        \
    workspace elements needed (0 on overflow). */                                                       \
 static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S##gemm_cfg* cfg,       \
                                      int64_t n, const quarot_env* env) {                               \
@@ -1746,7 +1748,7 @@ static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S
     while (l % cfg->nr) l += cfg->mr;                                  /* lcm(mr, nr) */              \
     jb->cfg = cfg;                                                                                     \
     jb->n = n;                                                                                         \
-    jb->bs = quarot__gemm_cdiv(384, l) * l;                                                            \
+    jb->bs = quarot__gemm_cdiv(192, l) * l;     /* waste (diagonal blocks) ~ bs/n, packing ~ 1/bs */   \
     jb->nb = quarot__gemm_cdiv(n, jb->bs);                                                             \
     jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;                   \
     jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;   \

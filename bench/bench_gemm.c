@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <math.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -147,6 +148,71 @@ static int openblas_only(int n_sizes) {
     return 0;
 }
 
+/* ---- polar factor: C = 3I + G/sqrt(n) (singular values ~[1, 5]) and C = A^T A / (2n) + 1e-3 noise
+   with A [2n][n] Gaussian (nearly symmetric positive, the Adapt Rotation case, cond ~ 35) ---- */
+static void make_polar_c(int kind, int64_t n, double* c) {
+    int64_t i, rows = 2 * n;
+    if (kind == 0) {
+        for (i = 0; i < n * n; ++i) c[i] = 1.7320508 * urand() / sqrt((double)n);   /* unit variance */
+        for (i = 0; i < n; ++i) c[i * n + i] += 3.0;
+        return;
+    }
+    {
+        float* a = (float*)malloc((size_t)(rows * n) * sizeof(float));
+        float* g = (float*)malloc((size_t)(n * n) * sizeof(float));
+        for (i = 0; i < rows * n; ++i) a[i] = (float)(1.7320508 * urand());
+        quarot_sgemm(1, 0, n, n, rows, 1.0f / (float)rows, a, n, a, n, 0.0f, g, n, NULL);
+        for (i = 0; i < n * n; ++i) c[i] = (double)g[i] + 1e-3 * urand();
+        free(a); free(g);
+    }
+}
+
+static void bench_polar(int quick) {
+    const int64_t sizes[3] = { 1024, 2048, 4096 };
+    const char* kinds[2] = { "3I + G/sqrt(n)", "A^T A + noise" };
+    int full = getenv("BENCH_FULL") && atoi(getenv("BENCH_FULL")) > 0;
+    int ns = quick ? 1 : 3, kind, si, prec, iters_seen[2][2] = { { 0, 0 }, { 0, 0 } };
+    printf("\nNewton-Schulz polar factor, one thread (default tolerances: f32 2e-6, f64 1e-6)\n");
+    printf("%-16s %6s %5s %6s %10s %10s %12s\n", "C", "n", "prec", "iters", "time s", "s/iter", "GFLOP/s eff");
+    for (kind = 0; kind < 2; ++kind)
+        for (si = 0; si < ns; ++si) {
+            int64_t n = sizes[si], i;
+            double* c = (double*)malloc((size_t)(n * n) * sizeof(double));
+            double* u = (double*)malloc((size_t)(n * n) * sizeof(double));
+            float* cf = (float*)malloc((size_t)(n * n) * sizeof(float));
+            float* uf = (float*)malloc((size_t)(n * n) * sizeof(float));
+            make_polar_c(kind, n, c);
+            for (i = 0; i < n * n; ++i) cf[i] = (float)c[i];
+            for (prec = 0; prec < 2; ++prec) {
+                quarot_polar_desc d;
+                quarot_polar_info info;
+                int estimate = n > 2048 && !full;
+                double t0, t, per;
+                quarot_result r;
+                memset(&d, 0, sizeof d);
+                if (estimate) d.max_iter = 2;            /* time two steps, scale by the steps n = 2048 took */
+                t0 = now_s();
+                r = prec == 0 ? quarot_polar_newton_schulz_f32(n, cf, n, uf, n, &d, &info, NULL)
+                              : quarot_polar_newton_schulz_f64(n, c, n, u, n, &d, &info, NULL);
+                t = now_s() - t0;
+                per = t / (info.iterations > 0 ? info.iterations : 1);
+                if (estimate) {
+                    int k = iters_seen[kind][prec];
+                    printf("%-16s %6lld %5s %5d* %9.1f* %10.2f %12.1f\n", kinds[kind], (long long)n, prec ? "f64" : "f32",
+                           k, per * k, per, 3.0 * (double)n * (double)n * (double)n / per * 1e-9);
+                } else {
+                    iters_seen[kind][prec] = info.iterations;
+                    printf("%-16s %6lld %5s %6d %10.2f %10.2f %12.1f%s\n", kinds[kind], (long long)n, prec ? "f64" : "f32",
+                           info.iterations, t, per, 3.0 * (double)n * (double)n * (double)n / per * 1e-9,
+                           r == QUAROT_OK ? "" : "  (not converged)");
+                }
+            }
+            free(c); free(u); free(cf); free(uf);
+        }
+    if (!quick && !full) printf("* n = 4096: two steps timed, times the steps n = 2048 needed (BENCH_FULL=1 runs them out)\n");
+    printf("(GFLOP/s eff: 3 n^3 flops per step, X^T X counted as n^3 since only its upper half is computed)\n");
+}
+
 int main(int argc, char** argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int n_sizes = quick ? 2 : N_SIZES, i;
@@ -238,5 +304,6 @@ int main(int argc, char** argv) {
         }
         free(da); free(db); free(dc);
     }
+    bench_polar(quick);
     return 0;
 }
