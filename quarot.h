@@ -1697,13 +1697,13 @@ QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, 
     return r;
 }
 
-// Newton-Schulz polar factor: X0 = C/s, G = X^T X, X <- X*Y with Y = (3I - G)/2 until max|G - I| <= tol.
+// Newton-Schulz polar factor: X0 = C/s, then per step G = X^T X, residual max|G - I|, X <- X*Y with
+// Y = 2I - G while sigma_min(X) < 1/2 (fast start, tracked by power iteration on G), else (3I - G)/2.
 // G is symmetric: row panels I of bs rows compute G[I][I:n] only (panel I is paired with panel
 // nb-1-I so every task has the same work), then the lower triangle is copied from the upper one. The
 // diagonal of G (column norms of X) is summed again in double: it sets the accuracy of the residual
 // and of Y's diagonal, which is what drives the f32 iteration to ~1e-7 instead of ~sqrt(n)*2^-24.
-
-// Scaled Frobenius norm of a [n][n] matrix in double (no overflow for large entries).
+// Instantiated for double (S = d) and float (S = s); first: the scaled Frobenius norm in double.
 #define QUAROT__POLAR_DEFINE(T, S)                                                                     \
 static double quarot__frob_##S(int64_t n, const T* x, int64_t ld) {                                    \
     double amax = 0.0, ss = 0.0, t;                                                                    \
