@@ -444,8 +444,9 @@ QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, 
 //     it), each step has grown sigma_min(X0) by >= 1.75 (fast) or 1.375; once that bounds
 //     sigma_min(X0) below tau = 2^10 eps (f32, ~6e-5) or 2^20 eps (f64, ~1e-10), C counts as singular:
 //     QUAROT_ERR_NOT_CONVERGED early (f32 ~17 steps, f64 ~40), U = last iterate. Regularize
-//     (C + eps*I) first when C may be singular; default-scaled C with cond(C) up to ~1e4 (f32) /
-//     ~1e9 (f64) is handled.
+//     (C + eps*I) first when C may be singular (e.g. C = A^T B from fewer rows than n). Default-scaled
+//     C with cond(C) up to a few thousand (f32) / ~1e9 (f64) is handled; the polar factor of a worse
+//     conditioned f32 C is not accurate anyway (error ~ cond * 2^-24).
 // G is computed with the built-in GEMM (only its upper triangle, mirrored); the diagonal of G (column
 // norms) is summed again in double, which keeps the f32 residual accurate to ~1e-7: the default 2e-6
 // is reached for well-conditioned C up to n = 4096 and beyond (the off-diagonal f32 rounding is only
@@ -459,11 +460,12 @@ typedef struct quarot_polar_desc {   // zero-init = defaults
     int max_iter;                    // 0 = 75 (f64) or 36 (f32) (singular C stops earlier, see above)
     double tol;                      // 0 = 1e-6 (f64) or 2e-6 (f32); max-abs entry of X^T X - I
     double scale;                    // 0 = Frobenius norm of C, refined; otherwise X0 = C / scale exactly
+                                     //   (fast start then only if sigma_max(X0) <= 1.08 is certain)
     int plain;                       // 1: only X <- X*(3I - G)/2 steps (no fast start, see above)
 } quarot_polar_desc;
 
 typedef struct quarot_polar_info {
-    int iterations;                  // updates X <- X*(3I - G)/2 performed
+    int iterations;                  // updates X <- X*Y performed
     double residual;                 // max|U^T U - I| of the returned U (as measured, see above)
     double scale;                    // the s actually used: X0 = C / s
 } quarot_polar_info;
