@@ -56,7 +56,9 @@ SIMD AND DETERMINISM
     ISA (adds and subtracts only, FMA contraction switched off inside the implementation). Reductions
     (GEMM, polar factor, QR) state a tolerance instead. Random numbers come from xoshiro256** seeded by
     splitmix64, and normal deviates use a libm-free logarithm, so a seed gives the same rotation on
-    every platform and compiler.
+    every platform and compiler. These guarantees hold for standard IEEE compilation; clang's
+    -ffp-contract=fast (which by definition ignores the FP_CONTRACT pragma) and -ffast-math void
+    them (the latter is refused with #error unless QUAROT_ALLOW_FAST_MATH is defined).
 
 MEMORY
     Hot paths (transforms, quarot_online_apply) never allocate: the caller passes workspace sized by a
@@ -1165,6 +1167,10 @@ struct quarot_adapt_context {
 #endif
 #if defined(QUAROT_USE_CBLAS)
   #include <cblas.h>
+#endif
+
+#if defined(__FAST_MATH__) && !defined(QUAROT_ALLOW_FAST_MATH)
+#error "quarot.h: -ffast-math breaks the bit-exact kernels and the platform-independent RNG; compile the implementation without it (or define QUAROT_ALLOW_FAST_MATH to accept that)"
 #endif
 
 // No FMA contraction anywhere in the implementation: kernels must be bit-identical to _ref.
