@@ -100,7 +100,9 @@ QT_UNUSED static const char* qt_shared_path(const char* rel) {
     FILE* f;
     if (!root || !root[0]) root = "../shared";
     if (strlen(root) + strlen(rel) + 2 > sizeof buf) return NULL;
-    sprintf(buf, "%s/%s", root, rel);
+    memcpy(buf, root, strlen(root));   /* not sprintf: gcc 12 -O2 flags "%s/%s" as overflowing */
+    buf[strlen(root)] = '/';
+    memcpy(buf + strlen(root) + 1, rel, strlen(rel) + 1);
     f = fopen(buf, "rb");
     if (!f) return NULL;
     fclose(f);

@@ -25,7 +25,23 @@ void qx_store_free(qx_store* s) {
         free(s->items[i].owned);
     }
     free(s->items);
+    for (i = s->n_backings - 1; i >= 0; --i)   /* after the views into them are gone */
+        s->backings[i].release(s->backings[i].ptr, s->backings[i].size);
+    free(s->backings);
     memset(s, 0, sizeof *s);
+}
+
+quarot_result qx_store_add_backing(qx_store* s, void (*release)(void* ptr, size_t size), void* ptr, size_t size) {
+    qx_backing* b;
+    if (!s || !release) return QUAROT_ERR_INVALID_ARGUMENT;
+    b = (qx_backing*)realloc(s->backings, (size_t)(s->n_backings + 1) * sizeof *b);
+    if (!b) { release(ptr, size); return QUAROT_ERR_OUT_OF_MEMORY; }
+    s->backings = b;
+    b[s->n_backings].release = release;
+    b[s->n_backings].ptr = ptr;
+    b[s->n_backings].size = size;
+    s->n_backings++;
+    return QUAROT_OK;
 }
 
 quarot_tensor* qx_store_find(const qx_store* s, const char* name) {
@@ -125,6 +141,7 @@ quarot_result qx_store_clone(const qx_store* src, qx_store* dst) {
     int64_t i;
     qx_store_init(dst);
     dst->config = src->config;
+    memcpy(dst->source_format, src->source_format, sizeof dst->source_format);
     for (i = 0; i < src->count; ++i) {
         const qx_entry* e = &src->items[i];
         quarot_tensor* t;

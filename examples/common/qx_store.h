@@ -33,10 +33,21 @@ typedef struct qx_entry {
     void* owned;          /* heap block the store frees, or NULL for a view */
 } qx_entry;
 
+/* Memory that views point into and the store must release (a file mapping): release(ptr, size) is
+   called by qx_store_free after the tensors are gone, the last added first. */
+typedef struct qx_backing {
+    void (*release)(void* ptr, size_t size);
+    void* ptr;
+    size_t size;
+} qx_backing;
+
 typedef struct qx_store {
     quarot_model_config config;
     qx_entry* items;
     int64_t count, cap;
+    qx_backing* backings;  /* released by qx_store_free; never copied by qx_store_clone */
+    int64_t n_backings;
+    char source_format[32];/* set by readers ("llama2c-v0", "llama2c-v1", ...); "" when built by hand */
 } qx_store;
 
 void qx_store_init(qx_store* s);
@@ -50,6 +61,9 @@ quarot_result qx_store_add(qx_store* s, const char* name, quarot_dtype dt, int n
                            const void* data, quarot_tensor** out);
 /* Add a view of memory the store does not own (e.g. a read-only file mapping). */
 quarot_result qx_store_add_view(qx_store* s, const char* name, const quarot_tensor* view);
+/* Hand the store a block its views point into; release(ptr, size) runs in qx_store_free. On failure
+   (out of memory) the block is released at once and the error returned. */
+quarot_result qx_store_add_backing(qx_store* s, void (*release)(void* ptr, size_t size), void* ptr, size_t size);
 /* Replace a view's data by an owned copy (so it may be written). No-op for owned tensors. */
 quarot_result qx_store_make_owned(qx_store* s, const char* name);
 /* The tensor named `name`, or NULL. */
