@@ -24,6 +24,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>hadamard    Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
     >>hadtables   (implementation only) bit-packed tables for orders no construction reaches
     >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
+    >>transform_simd  SSE2 / AVX2 / AVX-512 / NEON kernels of the transforms, bit-identical to _ref
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
     >>quant       fake quantization and integer quantization, error metrics
@@ -343,43 +344,71 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 // with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as [K][2^m], run the
 // Walsh-Hadamard butterflies along each 2^m row (stages h = 1, 2, 4, ... in that order), then mix the
 // K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k], k ascending). The SIMD kernels follow exactly this
-// operation order, so every ISA is bit-identical to _ref.
+// operation order, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input
+// gives NaN outputs; which NaN payload survives is not specified).
+//
+// Exact operation order (the specification every kernel follows):
+//   1. pre-signs   x[i] = x[i] * s[i]                 (forward with signs)
+//   2. butterflies for h = 1, 2, 4, ..., 2^m/2 along each 2^m row: (a, b) <- (a + b, a - b)
+//   3. mixing (K > 1): acc = c(0,i) * z[0][j]; acc = acc + c(k,i) * z[k][j] for k = 1 .. K-1, with
+//      c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose) as +-1.0; the first term is the signed
+//      copy of z[0][j] (never 0 + ...), so signed zeros come out the same on every ISA
+//   4. post-signs  x[i] = x[i] * s[i]                 (transpose with signs)
+//   5. scaling     x[i] = x[i] * (float)(1/sqrt(n))   (1/sqrt(n) computed in double; f64: in double)
 
 // Unnormalized Walsh-Hadamard transform of `rows` rows of length n (a power of two, n >= 1), rows
-// `stride` elements apart (stride >= n). x <- x * H_n (Sylvester; H_n is symmetric).
+// `stride` elements apart (stride >= n). x <- x * H_n (Sylvester; H_n is symmetric). n not a power of
+// two -> QUAROT_ERR_INVALID_ARGUMENT; an ISA not compiled in -> QUAROT_ERR_UNSUPPORTED. rows == 0 is
+// a no-op. The f64 version is scalar.
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa);
 QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride);
 
-// A transform of length n = K*2^m: owns H_K (built once, K*K bytes).
+// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and, for the SIMD kernels, the
+// mixing coefficients as floats in panels of 16 outputs: mix_f32[o][p][k][l] = c_o(k, 16p + l) for
+// o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16 with K16 = K rounded up to
+// a multiple of 64, zero where 16p + l >= K (2 * K16 * K floats; NULL when K == 1 or K > 2048).
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
+    float* mix_f32;                // [2][K16/16][K][16], NULL when K == 1 or K > 2048
     quarot_hadamard_info info;
-    quarot_env env;                // copy of the env used to allocate had_k
+    quarot_env env;                // copy of the env used to allocate had_k and mix_f32
 } quarot_hadamard_plan;
 
-// Per-call options; zero-init = normalized, no signs, forward, best ISA.
+// Per-call options; zero-init (or d == NULL) = normalized, no signs, forward, best ISA.
 typedef struct quarot_hadamard_apply_desc {
     const float* signs;            // [n] of +-1: random Hadamard Q = D*H/sqrt(n), D = diag(signs); NULL = none
-    const double* signs_f64;       // the same for the f64 entry point
+    const double* signs_f64;       // the same for the f64 entry point (which falls back to `signs`);
+                                   // the f32 entry point rejects signs_f64 without signs
     int unnormalized;              // 1: skip the 1/sqrt(n) scaling pass
     int transpose;                 // 1: x <- x * Q^T = (x * H^T) * D / sqrt(n) (the inverse of Q)
-    quarot_isa isa;
+    quarot_isa isa;                // f32 only; the f64 path is scalar
 } quarot_hadamard_apply_desc;
 
+// Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
+// available (quarot_hadamard_available) or its core K exceeds QUAROT_HADAMARD_PLAN_MAX_K (the mixing
+// costs K*n per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. mix_f32 is only built for
+// K <= 2048 (larger cores mix with the scalar kernel on every ISA). On failure *p is left zeroed
+// (plan_free on it is harmless).
+#define QUAROT_HADAMARD_PLAN_MAX_K 16384
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
-// Workspace bytes one apply call needs (0 for powers of two); independent of the row count.
+// Workspace bytes one apply call needs (0 for powers of two); independent of the row count, the same
+// for f32 and f64 (n doubles plus 64 bytes of alignment slack when K > 1).
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
-// x is [rows][stride]; the first n elements of each row are transformed. work may be NULL only when
-// the workspace size is 0. Never allocates.
+// x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
+// touched. work may be NULL only when the workspace size is 0 (else QUAROT_ERR_WORKSPACE, as for
+// work_size too small). Never allocates. rows == 0 is a no-op.
 QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    float* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size);
 QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size);
+
+// >>transform_simd
+// (no declarations: the SSE2 / AVX2 / AVX-512 / NEON kernels are private and chosen by quarot_isa)
 
 // >>gemm
 // C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [m][k], op(B) is [k][n], C is [m][n];
@@ -2135,7 +2164,710 @@ static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex
 }
 
 // >>transform
-// (implementation: transform work)
+// H_n = H_K (x) H_{2^m}: for a row x viewed as z[K][M] (M = 2^m), x*H_n = mix_K(fwht_M(z)) where
+//   fwht_M:  for h = 1, 2, ..., M/2: for each pair (j, j+h) with bit h of j clear: (a, b) <- (a+b, a-b)
+//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], k ascending, c = H_K (forward) or H_K^T (transpose)
+// then post-signs and the 1/sqrt(n) scale as separate multiplies. The _ref functions below are the
+// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection.
+
+// Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
+// x *= pre (if not NULL), butterflies, x *= post (if not NULL), x *= *scale (if not NULL).
+typedef void (*quarot__wht_row_fn)(float* x, int L, const float* pre, const float* post, const float* scale);
+// A mixing kernel: y[K][M] = mix of z[K][M] with the coefficient panels of one orientation
+// (plan->mix_f32 + o * K16 * K), then post-signs and scale; z and y do not overlap.
+typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
+                               const float* post, const float* scale);
+static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
+static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
+
+// The specification: one row of n = 2^L floats.
+static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const float* post, const float* scale) {
+    const int64_t n = (int64_t)1 << L;
+    int64_t h, i, j;
+    if (pre) for (i = 0; i < n; ++i) x[i] = x[i] * pre[i];
+    for (h = 1; h < n; h <<= 1) {
+        for (i = 0; i < n; i += 2 * h) {
+            for (j = i; j < i + h; ++j) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+        }
+    }
+    if (post) for (i = 0; i < n; ++i) x[i] = x[i] * post[i];
+    if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
+}
+
+static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const float* pre_f32,
+                                    const double* post, const float* post_f32, const double* scale) {
+    const int64_t n = (int64_t)1 << L;
+    int64_t h, i, j;
+    if (pre) for (i = 0; i < n; ++i) x[i] = x[i] * pre[i];
+    if (pre_f32) for (i = 0; i < n; ++i) x[i] = x[i] * (double)pre_f32[i];
+    for (h = 1; h < n; h <<= 1) {
+        for (i = 0; i < n; i += 2 * h) {
+            for (j = i; j < i + h; ++j) {
+                const double a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+        }
+    }
+    if (post) for (i = 0; i < n; ++i) x[i] = x[i] * post[i];
+    if (post_f32) for (i = 0; i < n; ++i) x[i] = x[i] * (double)post_f32[i];
+    if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
+}
+
+// The mixing specification: y[i][j] = sum_k c(k,i) z[k][j] with c from the +-1 bytes of H_K.
+static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                const float* post, const float* scale) {
+    int64_t i, j, k;
+    for (i = 0; i < K; ++i) {
+        for (j = 0; j < M; ++j) {
+            float acc = (float)had[transpose ? i * K : i] * z[j];
+            for (k = 1; k < K; ++k)
+                acc = acc + (float)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
+            y[i * M + j] = acc;
+        }
+    }
+    if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
+    if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
+}
+
+static void quarot__mix_f64_ref(const double* z, double* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                const double* post, const float* post_f32, const double* scale) {
+    int64_t i, j, k;
+    for (i = 0; i < K; ++i) {
+        for (j = 0; j < M; ++j) {
+            double acc = (double)had[transpose ? i * K : i] * z[j];
+            for (k = 1; k < K; ++k)
+                acc = acc + (double)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
+            y[i * M + j] = acc;
+        }
+    }
+    if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
+    if (post_f32) for (i = 0; i < K * M; ++i) y[i] = y[i] * (double)post_f32[i];
+    if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
+}
+
+// log2(n) for a power of two n >= 1, else -1.
+static int quarot__log2_exact(int64_t n) {
+    int L = 0;
+    if (n <= 0 || (n & (n - 1)) != 0) return -1;
+    while (((int64_t)1 << L) < n) ++L;
+    return L;
+}
+
+// Shared checks of the batched entry points: x [rows][stride] with n used per row, elem bytes each.
+static quarot_result quarot__rows_check(const void* x, int64_t n, int64_t rows, int64_t stride, size_t elem) {
+    if (!x || n <= 0 || rows < 0 || stride < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows > 0 && (rows - 1) > (INT64_MAX / (int64_t)elem - n) / stride) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa) {
+    quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(float));
+    quarot__wht_row_fn fn;
+    int L = quarot__log2_exact(n);
+    int64_t i;
+    if (r != QUAROT_OK) return r;
+    if (L < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    fn = quarot__wht_row_select(isa);
+    for (i = 0; i < rows; ++i) fn(x + i * stride, L, NULL, NULL, NULL);
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride) {
+    quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(double));
+    int L = quarot__log2_exact(n);
+    int64_t i;
+    if (r != QUAROT_OK) return r;
+    if (L < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < rows; ++i) quarot__wht_row_f64_ref(x + i * stride, L, NULL, NULL, NULL, NULL, NULL);
+    return QUAROT_OK;
+}
+
+QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
+    if (!p) return;
+    quarot_env_free(&p->env, p->had_k);
+    quarot_env_free(&p->env, p->mix_f32);
+    memset(p, 0, sizeof *p);
+}
+
+QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
+    quarot_result r;
+    int64_t K, K16, i, k;
+    size_t kk, nmix;
+    if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(p, 0, sizeof *p);
+    if (env) p->env = *env;
+    if (n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_hadamard_info_get(n, &p->info);
+    if (r != QUAROT_OK) { memset(p, 0, sizeof *p); return r; }
+    K = p->info.K;
+    if (K < 1 || p->info.m < 0 || p->info.m > 62 || ((int64_t)1 << p->info.m) > n / K ||
+        K * ((int64_t)1 << p->info.m) != n) {
+        memset(p, 0, sizeof *p);
+        return QUAROT_ERR_INTERNAL;
+    }
+    if (K > QUAROT_HADAMARD_PLAN_MAX_K) { memset(p, 0, sizeof *p); return QUAROT_ERR_UNSUPPORTED_SIZE; }
+    p->n = n;
+    p->K = K;
+    p->m = p->info.m;
+    if (K == 1) return QUAROT_OK;
+    // H_K as bytes (the _ref and f64 kernels) and, for K <= 2048, as float panels (SIMD mixing).
+    K16 = (K + 63) / 64 * 64;
+    if (!quarot__mul_size((size_t)K, (size_t)K, &kk) || !quarot__mul_size((size_t)K16, (size_t)K, &nmix) ||
+        !quarot__mul_size(nmix, 2 * sizeof(float), &nmix)) {
+        quarot_hadamard_plan_free(p);
+        return QUAROT_ERR_OVERFLOW;
+    }
+    p->had_k = (int8_t*)quarot_env_alloc(&p->env, kk);
+    if (!p->had_k) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+    r = quarot_hadamard_build_i8(K, p->had_k, &p->env);
+    if (r != QUAROT_OK) { quarot_hadamard_plan_free(p); return r; }
+    if (K > 2048) return QUAROT_OK;
+    p->mix_f32 = (float*)quarot_env_alloc(&p->env, nmix);
+    if (!p->mix_f32) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(p->mix_f32, 0, nmix);
+    for (k = 0; k < K; ++k) {
+        for (i = 0; i < K; ++i) {
+            const int64_t at = (i / 16) * 16 * K + k * 16 + (i % 16);   // panel i/16, row k, lane i%16
+            p->mix_f32[at] = (float)p->had_k[k * K + i];                 // forward: c(k,i) = H[k][i]
+            p->mix_f32[K16 * K + at] = (float)p->had_k[i * K + k];       // transpose: c(k,i) = H[i][k]
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) {
+    if (!p || p->K <= 1 || p->n <= 0) return 0;
+    return (size_t)p->n * sizeof(double) + 64;
+}
+
+// Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
+static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const void* x, int64_t rows, int64_t stride,
+                                         size_t elem, void* work, size_t work_size, void** work_out) {
+    quarot_result r;
+    size_t need;
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__rows_check(x, p->n, rows, stride, elem);
+    if (r != QUAROT_OK) return r;
+    need = quarot_hadamard_workspace_size(p);
+    *work_out = NULL;
+    if (need > 0) {
+        if (!work || work_size < need) return QUAROT_ERR_WORKSPACE;
+        *work_out = (void*)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
+                                                   float* x, int64_t rows, int64_t stride,
+                                                   void* work, size_t work_size) {
+    quarot_hadamard_apply_desc dd;
+    quarot__wht_row_fn row_fn;
+    quarot__mix_fn mix_fn;
+    quarot_result r;
+    const float *pre, *post, *scale;
+    float s;
+    void* w;
+    int64_t i, k, M;
+    memset(&dd, 0, sizeof dd);
+    if (d) dd = *d;
+    r = quarot__apply_check(p, x, rows, stride, sizeof(float), work, work_size, &w);
+    if (r != QUAROT_OK) return r;
+    if (!dd.signs && dd.signs_f64) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(dd.isa, &dd.isa);
+    if (r != QUAROT_OK) return r;
+    row_fn = quarot__wht_row_select(dd.isa);
+    mix_fn = quarot__mix_select(dd.isa);
+    // Forward: x*D*H/sqrt(n) (signs before the butterflies); transpose: x*H^T*D/sqrt(n) (after).
+    pre = dd.transpose ? NULL : dd.signs;
+    post = dd.transpose ? dd.signs : NULL;
+    s = (float)(1.0 / sqrt((double)p->n));
+    scale = dd.unnormalized ? NULL : &s;
+    if (p->K == 1) {
+        for (i = 0; i < rows; ++i) row_fn(x + i * stride, p->m, pre, post, scale);
+        return QUAROT_OK;
+    }
+    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale.
+    M = (int64_t)1 << p->m;
+    for (i = 0; i < rows; ++i) {
+        float* xr = x + i * stride;
+        float* z = (float*)w;
+        memcpy(z, xr, (size_t)p->n * sizeof(float));
+        for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
+        if (mix_fn && p->mix_f32) {
+            const int64_t K16 = (p->K + 63) / 64 * 64;
+            mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
+        } else {
+            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, scale);
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
+                                                   double* x, int64_t rows, int64_t stride,
+                                                   void* work, size_t work_size) {
+    quarot_hadamard_apply_desc dd;
+    quarot_result r;
+    const double *pre = NULL, *post = NULL, *scale;
+    const float *pre32 = NULL, *post32 = NULL;
+    double s;
+    void* w;
+    int64_t i, k, M;
+    memset(&dd, 0, sizeof dd);
+    if (d) dd = *d;
+    r = quarot__apply_check(p, x, rows, stride, sizeof(double), work, work_size, &w);
+    if (r != QUAROT_OK) return r;
+    r = quarot__isa_resolve(dd.isa, &dd.isa);   // the path is scalar, but a bad isa is still an error
+    if (r != QUAROT_OK) return r;
+    // signs_f64 wins; otherwise the float signs are read exactly as doubles.
+    if (dd.transpose) { post = dd.signs_f64; post32 = dd.signs_f64 ? NULL : dd.signs; }
+    else { pre = dd.signs_f64; pre32 = dd.signs_f64 ? NULL : dd.signs; }
+    s = 1.0 / sqrt((double)p->n);
+    scale = dd.unnormalized ? NULL : &s;
+    if (p->K == 1) {
+        for (i = 0; i < rows; ++i) quarot__wht_row_f64_ref(x + i * stride, p->m, pre, pre32, post, post32, scale);
+        return QUAROT_OK;
+    }
+    M = (int64_t)1 << p->m;
+    for (i = 0; i < rows; ++i) {
+        double* xr = x + i * stride;
+        double* z = (double*)w;
+        memcpy(z, xr, (size_t)p->n * sizeof(double));
+        for (k = 0; k < p->K; ++k)
+            quarot__wht_row_f64_ref(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
+                                    NULL, NULL, NULL);
+        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, post32, scale);
+    }
+    return QUAROT_OK;
+}
+
+// >>transform_simd
+// One generic kernel text, instantiated per ISA through a handful of vector macros (QUAROT__V, VLD, VST,
+// VADD, VSUB, VMUL, VSET1, VINLANE, W = lanes). In-lane stages h = 1, 2, .., W/2 use one shuffle each:
+//     partner p = swap(v, h);  r = (v with the lanes whose bit h is set negated) + p
+// i.e. x[j] + x[j+h] in the low lane, (-x[j+h]) + x[j] == x[j] - x[j+h] in the high one (exact).
+// Stages h >= W pair whole vectors; each radix-2^r pass does r stages on 2^r vectors held in registers.
+
+// Butterfly and butterfly networks over named registers. A radix-2^r network on registers a0..a(2^r-1)
+// (register index = the next r bits of the element index) is the recursive split of the stages:
+// NET4 = two NET2 (stage 1) then the cross pairs (stage 2); the dataflow is exactly stage by stage.
+#define QUAROT__BF(a, b) { QUAROT__V t_ = (a); (a) = QUAROT__VADD(t_, (b)); (b) = QUAROT__VSUB(t_, (b)); }
+#define QUAROT__NET2(a0, a1) QUAROT__BF(a0, a1)
+#define QUAROT__NET4(a0, a1, a2, a3) QUAROT__NET2(a0, a1) QUAROT__NET2(a2, a3) QUAROT__BF(a0, a2) QUAROT__BF(a1, a3)
+#define QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7)                                   \
+    QUAROT__NET4(a0, a1, a2, a3) QUAROT__NET4(a4, a5, a6, a7)                          \
+    QUAROT__BF(a0, a4) QUAROT__BF(a1, a5) QUAROT__BF(a2, a6) QUAROT__BF(a3, a7)
+#define QUAROT__NET16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15) \
+    QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7) QUAROT__NET8(a8, a9, a10, a11, a12, a13, a14, a15) \
+    QUAROT__BF(a0, a8) QUAROT__BF(a1, a9) QUAROT__BF(a2, a10) QUAROT__BF(a3, a11)       \
+    QUAROT__BF(a4, a12) QUAROT__BF(a5, a13) QUAROT__BF(a6, a14) QUAROT__BF(a7, a15)
+#define QUAROT__V1 v0
+#define QUAROT__V2 v0, v1
+#define QUAROT__V4 v0, v1, v2, v3
+#define QUAROT__V8 v0, v1, v2, v3, v4, v5, v6, v7
+#define QUAROT__V16 v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15
+#define QUAROT__REP1(X) X(0)
+#define QUAROT__REP2(X) X(0) X(1)
+#define QUAROT__REP4(X) X(0) X(1) X(2) X(3)
+#define QUAROT__REP8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define QUAROT__REP16(X) QUAROT__REP8(X) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define QUAROT__EXPAND(m, args) m args
+// Per register t of a block/pass at p (stride h floats): load (times pre-signs q), in-lane, store (post, scale).
+#define QUAROT__LDQ(t) v##t = QUAROT__VLD(p + t * h); if (q) v##t = QUAROT__VMUL(v##t, QUAROT__VLD(q + t * h));
+#define QUAROT__INL(t) v##t = QUAROT__VINLANE(v##t);
+#define QUAROT__STQ(t) { QUAROT__V o_ = v##t;                                           \
+    if (q) o_ = QUAROT__VMUL(o_, QUAROT__VLD(q + t * h));                                \
+    if (scale) o_ = QUAROT__VMUL(o_, sv);                                                \
+    QUAROT__VST(p + t * h, o_); }
+// One block or pass of 2^r registers: load, [in-lane], network, store.
+#define QUAROT__RADIX(N, INLANE) { QUAROT__V QUAROT__V##N;                              \
+    q = pre; QUAROT__REP##N(QUAROT__LDQ) INLANE(QUAROT__REP##N(QUAROT__INL))              \
+    QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) q = post; QUAROT__REP##N(QUAROT__STQ) }
+#define QUAROT__WITH(x) x
+#define QUAROT__WITHOUT(x)
+#define QUAROT__NET1(a0)
+
+// The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
+// quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
+// driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
+#define QUAROT__WHT_DEFINE(isa)                                                                  \
+static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const float* post,     \
+                                       const float* scale) {                                     \
+    const int64_t h = QUAROT__W;                                                                 \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const float* q;                                                                              \
+    switch (lv) {                                                                                \
+        case 0: QUAROT__RADIX(1, QUAROT__WITH) break;                                            \
+        case 1: QUAROT__RADIX(2, QUAROT__WITH) break;                                            \
+        case 2: QUAROT__RADIX(4, QUAROT__WITH) break;                                            \
+        case 3: QUAROT__RADIX(8, QUAROT__WITH) break;                                            \
+        default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
+    }                                                                                            \
+}                                                                                                \
+static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, const float* post_row, \
+                                        const float* scale) {                                    \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const float* pre = NULL;                                                                     \
+    const float *post, *q;                                                                       \
+    int64_t base, c;                                                                             \
+    for (base = 0; base < len; base += h << r) {                                                 \
+        for (c = 0; c < h; c += QUAROT__W) {                                                     \
+            float* p = x + base + c;                                                             \
+            post = post_row ? post_row + base + c : NULL;                                        \
+            switch (r) {                                                                         \
+                case 1: QUAROT__RADIX(2, QUAROT__WITHOUT) break;                                 \
+                case 2: QUAROT__RADIX(4, QUAROT__WITHOUT) break;                                 \
+                case 3: QUAROT__RADIX(8, QUAROT__WITHOUT) break;                                 \
+                default: QUAROT__RADIX(16, QUAROT__WITHOUT) break;                               \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+}                                                                                                \
+/* Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in       \
+   registers with the in-lane stages, then passes over the chunk), bits lc .. L-1 in passes over   \
+   the whole row. Groups are as even as can be (a radix-2 pass is bound by its loads and stores), \
+   at most LOGR bits, and at most 3 bits in the whole-row passes, whose 2^r loads are 4 KiB or    \
+   more apart and share one L1 set (8 ways). lc minimizes the number of passes. */               \
+static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const float* post,     \
+                                       const float* scale) {                                     \
+    int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;                                      \
+    int64_t c0, b0;                                                                              \
+    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, L, pre, post, scale); return; }           \
+    if (L - QUAROT__LOGW <= QUAROT__LOGR) {                                                      \
+        quarot__wht_blk_f32_##isa(x, L - QUAROT__LOGW, pre, post, scale);                        \
+        return;                                                                                  \
+    }                                                                                            \
+    for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
+        const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
+        if (L - i != 1 && np < best) { best = np; lc = i; }                                      \
+    }                                                                                            \
+    C = lc - QUAROT__LOGW; T = L - lc;                                                           \
+    nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;                                                  \
+    for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);                            \
+    for (i = 0; i < (T + 2) / 3; ++i) g[ng++] = T / ((T + 2) / 3) + (i < T % ((T + 2) / 3) ? 1 : 0); \
+    for (c0 = 0; c0 < ((int64_t)1 << L); c0 += (int64_t)1 << lc) {                               \
+        const int last = T == 0;                                                                 \
+        for (b0 = 0; b0 < ((int64_t)1 << lc); b0 += (int64_t)1 << (QUAROT__LOGW + g[0]))         \
+            quarot__wht_blk_f32_##isa(x + c0 + b0, g[0], pre ? pre + c0 + b0 : NULL, NULL, NULL); \
+        for (i = 1, lo = QUAROT__LOGW + g[0]; i < nc; lo += g[i++])                              \
+            quarot__wht_pass_f32_##isa(x + c0, (int64_t)1 << lc, (int64_t)1 << lo, g[i],         \
+                                       last && i == nc - 1 ? post : NULL, last && i == nc - 1 ? scale : NULL); \
+    }                                                                                            \
+    for (i = nc, lo = lc; i < ng; lo += g[i++])                                                  \
+        quarot__wht_pass_f32_##isa(x, (int64_t)1 << L, (int64_t)1 << lo, g[i],                   \
+                                   i == ng - 1 ? post : NULL, i == ng - 1 ? scale : NULL);       \
+}
+
+// log2 of the chunk the row driver finishes in L1 before the passes over the whole row (16 KiB).
+#define QUAROT__WHT_LCHUNK 12
+
+// Mixing kernels of one ISA. M >= W: vectors along j, RI outputs i at a time (RI = 4 or 8 through
+// QUAROT__MIX_RI), two vectors of j (one when M == W); each k adds the broadcast coefficient times
+// z[k][j..]. M < W: vectors along i (16 coefficients of a panel are contiguous), one j at a time,
+// QUAROT__MIX_NB vectors (64 outputs, or 32 for 4 lanes) at a time, results scattered through a
+// small buffer. Every output is one chain acc = c0*z0, acc = acc + ck*zk in k order, like _ref.
+#define QUAROT__MA_INIT2(r) hv = QUAROT__VSET1(c[r]); a##r##_0 = QUAROT__VMUL(hv, z0); a##r##_1 = QUAROT__VMUL(hv, z1);
+#define QUAROT__MA_STEP2(r) hv = QUAROT__VSET1(c[r]);                                           \
+    a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(hv, z0)); a##r##_1 = QUAROT__VADD(a##r##_1, QUAROT__VMUL(hv, z1));
+#define QUAROT__MA_INIT1(r) a##r##_0 = QUAROT__VMUL(QUAROT__VSET1(c[r]), z0);
+#define QUAROT__MA_STEP1(r) a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(QUAROT__VSET1(c[r]), z0));
+#define QUAROT__MA_DECL2(r) QUAROT__V a##r##_0, a##r##_1;
+#define QUAROT__MA_DECL1(r) QUAROT__V a##r##_0;
+#define QUAROT__MA_OUT(o, acc) { QUAROT__V o_ = (acc);                                       \
+    if (post) o_ = QUAROT__VMUL(o_, QUAROT__VLD(post + ((o) - y)));                             \
+    if (scale) o_ = QUAROT__VMUL(o_, sv);                                                         \
+    QUAROT__VST(o, o_); }
+#define QUAROT__MA_STORE2(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                 \
+    QUAROT__MA_OUT(o, a##r##_0) QUAROT__MA_OUT(o + QUAROT__W, a##r##_1) }
+#define QUAROT__MA_STORE1(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0; QUAROT__MA_OUT(o, a##r##_0) }
+#define QUAROT__MB_DECL(t) QUAROT__V b##t; const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
+#define QUAROT__MB_INIT(t) b##t = QUAROT__VMUL(QUAROT__VLD(c##t), zb);
+#define QUAROT__MB_STEP(t) b##t = QUAROT__VADD(b##t, QUAROT__VMUL(QUAROT__VLD(c##t + k * 16), zb));
+#define QUAROT__MB_STORE(t) { int64_t l_; QUAROT__VST(buf, b##t);                               \
+    for (l_ = 0; l_ < QUAROT__W && i0 + t * QUAROT__W + l_ < K; ++l_) {                            \
+        const int64_t at = (i0 + t * QUAROT__W + l_) * M + j;                                     \
+        float o_ = buf[l_];                                                                       \
+        if (post) o_ = o_ * post[at];                                                             \
+        if (scale) o_ = o_ * *scale;                                                              \
+        y[at] = o_; } }
+
+#define QUAROT__MIX_DEFINE(isa)                                                                  \
+static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M, const float* coef, \
+                                   const float* post, const float* scale) {                      \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    int64_t i0, j0, j, k;                                                                        \
+    if (M >= 2 * QUAROT__W) {                                                                    \
+        for (j0 = 0; j0 < M; j0 += 2 * QUAROT__W) {                                              \
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                         \
+                const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                          \
+                const float* zk = z + j0;                                                        \
+                QUAROT__V z0 = QUAROT__VLD(zk), z1 = QUAROT__VLD(zk + QUAROT__W), hv;            \
+                QUAROT__MIX_REP(QUAROT__MA_DECL2)                                                \
+                QUAROT__MIX_REP(QUAROT__MA_INIT2)                                                \
+                for (k = 1; k < K; ++k) {                                                        \
+                    c += 16; zk += M;                                                            \
+                    z0 = QUAROT__VLD(zk); z1 = QUAROT__VLD(zk + QUAROT__W);                      \
+                    QUAROT__MIX_REP(QUAROT__MA_STEP2)                                            \
+                }                                                                                \
+                QUAROT__MIX_REP(QUAROT__MA_STORE2)                                               \
+            }                                                                                    \
+        }                                                                                        \
+    } else if (M == QUAROT__W) {                                                                 \
+        for (i0 = 0, j0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                     \
+            const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                              \
+            const float* zk = z;                                                                 \
+            QUAROT__V z0 = QUAROT__VLD(zk);                                                      \
+            QUAROT__MIX_REP(QUAROT__MA_DECL1)                                                    \
+            QUAROT__MIX_REP(QUAROT__MA_INIT1)                                                    \
+            for (k = 1; k < K; ++k) {                                                            \
+                c += 16; zk += M;                                                                \
+                z0 = QUAROT__VLD(zk);                                                            \
+                QUAROT__MIX_REP(QUAROT__MA_STEP1)                                                \
+            }                                                                                    \
+            QUAROT__MIX_REP(QUAROT__MA_STORE1)                                                   \
+        }                                                                                        \
+    } else {                                                                                     \
+        float buf[QUAROT__W];                                                                    \
+        for (j = 0; j < M; ++j) {                                                                \
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_NB * QUAROT__W) {                             \
+                const float* c = coef + (i0 >> 4) * 16 * K;                                      \
+                QUAROT__V zb = QUAROT__VSET1(z[j]);                                              \
+                QUAROT__MIX_BREP(QUAROT__MB_DECL)                                                \
+                QUAROT__MIX_BREP(QUAROT__MB_INIT)                                                \
+                for (k = 1; k < K; ++k) {                                                        \
+                    zb = QUAROT__VSET1(z[k * M + j]);                                            \
+                    QUAROT__MIX_BREP(QUAROT__MB_STEP)                                            \
+                }                                                                                \
+                QUAROT__MIX_BREP(QUAROT__MB_STORE)                                               \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+// ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
+#if defined(QUAROT__HAVE_SSE2)
+static inline __m128 quarot__inlane_sse2(__m128 v) {
+    const __m128 n1 = _mm_castsi128_ps(_mm_set_epi32(INT_MIN, 0, INT_MIN, 0));
+    const __m128 n2 = _mm_castsi128_ps(_mm_set_epi32(INT_MIN, INT_MIN, 0, 0));
+    v = _mm_add_ps(_mm_xor_ps(v, n1), _mm_shuffle_ps(v, v, 0xB1));   // h = 1: lanes [1,0,3,2]
+    v = _mm_add_ps(_mm_xor_ps(v, n2), _mm_shuffle_ps(v, v, 0x4E));   // h = 2: lanes [2,3,0,1]
+    return v;
+}
+#define QUAROT__V __m128
+#define QUAROT__W 4
+#define QUAROT__LOGW 2
+#define QUAROT__LOGR 3
+#define QUAROT__VLD(p) _mm_loadu_ps(p)
+#define QUAROT__VST(p, v) _mm_storeu_ps(p, v)
+#define QUAROT__VADD(a, b) _mm_add_ps(a, b)
+#define QUAROT__VSUB(a, b) _mm_sub_ps(a, b)
+#define QUAROT__VMUL(a, b) _mm_mul_ps(a, b)
+#define QUAROT__VSET1(s) _mm_set1_ps(s)
+#define QUAROT__VINLANE(v) quarot__inlane_sse2(v)
+#define QUAROT__MIX_RI 4
+#define QUAROT__MIX_REP QUAROT__REP4
+#define QUAROT__MIX_NB 8
+#define QUAROT__MIX_BREP QUAROT__REP8
+QUAROT__WHT_DEFINE(sse2)
+QUAROT__MIX_DEFINE(sse2)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+// ---- AVX2: 8 lanes, 8-register blocks (16 ymm registers) ----
+#if defined(QUAROT__HAVE_AVX2)
+static inline __m256 quarot__inlane_avx2(__m256 v) {
+    const __m256 n1 = _mm256_castsi256_ps(_mm256_set_epi32(INT_MIN, 0, INT_MIN, 0, INT_MIN, 0, INT_MIN, 0));
+    const __m256 n2 = _mm256_castsi256_ps(_mm256_set_epi32(INT_MIN, INT_MIN, 0, 0, INT_MIN, INT_MIN, 0, 0));
+    const __m256 n4 = _mm256_castsi256_ps(_mm256_set_epi32(INT_MIN, INT_MIN, INT_MIN, INT_MIN, 0, 0, 0, 0));
+    v = _mm256_add_ps(_mm256_xor_ps(v, n1), _mm256_permute_ps(v, 0xB1));            // h = 1
+    v = _mm256_add_ps(_mm256_xor_ps(v, n2), _mm256_permute_ps(v, 0x4E));            // h = 2
+    v = _mm256_add_ps(_mm256_xor_ps(v, n4), _mm256_permute2f128_ps(v, v, 0x01));    // h = 4
+    return v;
+}
+#define QUAROT__V __m256
+#define QUAROT__W 8
+#define QUAROT__LOGW 3
+#define QUAROT__LOGR 4
+#define QUAROT__VLD(p) _mm256_loadu_ps(p)
+#define QUAROT__VST(p, v) _mm256_storeu_ps(p, v)
+#define QUAROT__VADD(a, b) _mm256_add_ps(a, b)
+#define QUAROT__VSUB(a, b) _mm256_sub_ps(a, b)
+#define QUAROT__VMUL(a, b) _mm256_mul_ps(a, b)
+#define QUAROT__VSET1(s) _mm256_set1_ps(s)
+#define QUAROT__VINLANE(v) quarot__inlane_avx2(v)
+#define QUAROT__MIX_RI 4
+#define QUAROT__MIX_REP QUAROT__REP4
+#define QUAROT__MIX_NB 8
+#define QUAROT__MIX_BREP QUAROT__REP8
+QUAROT__WHT_DEFINE(avx2)
+QUAROT__MIX_DEFINE(avx2)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+// ---- AVX-512 (AVX512F only): 16 lanes, 16-register blocks (32 zmm registers) ----
+#if defined(QUAROT__HAVE_AVX512)
+static inline __m512 quarot__inlane_avx512(__m512 v) {
+    const int s = INT_MIN;
+    const __m512i n1 = _mm512_set_epi32(s, 0, s, 0, s, 0, s, 0, s, 0, s, 0, s, 0, s, 0);
+    const __m512i n2 = _mm512_set_epi32(s, s, 0, 0, s, s, 0, 0, s, s, 0, 0, s, s, 0, 0);
+    const __m512i n4 = _mm512_set_epi32(s, s, s, s, 0, 0, 0, 0, s, s, s, s, 0, 0, 0, 0);
+    const __m512i n8 = _mm512_set_epi32(s, s, s, s, s, s, s, s, 0, 0, 0, 0, 0, 0, 0, 0);
+#define QUAROT__NEG_(v, m) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), m))
+    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_permute_ps(v, 0xB1));            // h = 1
+    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_permute_ps(v, 0x4E));            // h = 2
+    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_shuffle_f32x4(v, v, 0xB1));      // h = 4
+    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_shuffle_f32x4(v, v, 0x4E));      // h = 8
+#undef QUAROT__NEG_
+    return v;
+}
+#define QUAROT__V __m512
+#define QUAROT__W 16
+#define QUAROT__LOGW 4
+#define QUAROT__LOGR 4
+#define QUAROT__VLD(p) _mm512_loadu_ps(p)
+#define QUAROT__VST(p, v) _mm512_storeu_ps(p, v)
+#define QUAROT__VADD(a, b) _mm512_add_ps(a, b)
+#define QUAROT__VSUB(a, b) _mm512_sub_ps(a, b)
+#define QUAROT__VMUL(a, b) _mm512_mul_ps(a, b)
+#define QUAROT__VSET1(s) _mm512_set1_ps(s)
+#define QUAROT__VINLANE(v) quarot__inlane_avx512(v)
+#define QUAROT__MIX_RI 8
+#define QUAROT__MIX_REP QUAROT__REP8
+#define QUAROT__MIX_NB 4
+#define QUAROT__MIX_BREP QUAROT__REP4
+QUAROT__WHT_DEFINE(avx512)
+QUAROT__MIX_DEFINE(avx512)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+// ---- NEON (aarch64): 4 lanes, 16-register blocks (32 q registers) ----
+#if defined(QUAROT__HAVE_NEON)
+static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
+    static const uint32_t n1[4] = {0u, 0x80000000u, 0u, 0x80000000u};
+    static const uint32_t n2[4] = {0u, 0u, 0x80000000u, 0x80000000u};
+    v = vaddq_f32(vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), vld1q_u32(n1))), vrev64q_f32(v));
+    v = vaddq_f32(vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), vld1q_u32(n2))), vextq_f32(v, v, 2));
+    return v;
+}
+#define QUAROT__V float32x4_t
+#define QUAROT__W 4
+#define QUAROT__LOGW 2
+#define QUAROT__LOGR 4
+#define QUAROT__VLD(p) vld1q_f32(p)
+#define QUAROT__VST(p, v) vst1q_f32(p, v)
+#define QUAROT__VADD(a, b) vaddq_f32(a, b)
+#define QUAROT__VSUB(a, b) vsubq_f32(a, b)
+#define QUAROT__VMUL(a, b) vmulq_f32(a, b)
+#define QUAROT__VSET1(s) vdupq_n_f32(s)
+#define QUAROT__VINLANE(v) quarot__inlane_neon(v)
+#define QUAROT__MIX_RI 8
+#define QUAROT__MIX_REP QUAROT__REP8
+#define QUAROT__MIX_NB 8
+#define QUAROT__MIX_BREP QUAROT__REP8
+QUAROT__WHT_DEFINE(neon)
+QUAROT__MIX_DEFINE(neon)
+#undef QUAROT__V
+#undef QUAROT__W
+#undef QUAROT__LOGW
+#undef QUAROT__LOGR
+#undef QUAROT__VLD
+#undef QUAROT__VST
+#undef QUAROT__VADD
+#undef QUAROT__VSUB
+#undef QUAROT__VMUL
+#undef QUAROT__VSET1
+#undef QUAROT__VINLANE
+#undef QUAROT__MIX_RI
+#undef QUAROT__MIX_REP
+#undef QUAROT__MIX_NB
+#undef QUAROT__MIX_BREP
+#endif
+
+static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: return quarot__wht_row_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__wht_row_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__wht_row_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__wht_row_f32_neon;
+#endif
+        default: return quarot__wht_row_f32_ref;
+    }
+}
+
+static quarot__mix_fn quarot__mix_select(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: return quarot__mix_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__mix_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__mix_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__mix_f32_neon;
+#endif
+        default: return NULL;
+    }
+}
 
 // >>gemm
 // (implementation: gemm work)
