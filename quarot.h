@@ -26,6 +26,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
     >>transform_simd  SSE2 / AVX2 / AVX-512 / NEON kernels of the transforms, bit-identical to _ref
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
+    >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
     >>quant       fake quantization and integer quantization, error metrics
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
@@ -412,24 +413,42 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 
 // >>gemm
 // C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [m][k], op(B) is [k][n], C is [m][n];
-// lda/ldb/ldc are row strides in elements. trans_a != 0: A is stored [k][m] (op(A) = A^T); likewise B.
-// beta == 0 ignores C's old contents (NaN included). Cache-blocked with SIMD micro-kernels; under
-// QUAROT_USE_CBLAS these call cblas_*gemm. Packing buffers come from env (QUAROT_ERR_OUT_OF_MEMORY);
-// env's parallel hook splits the work over column/row panels. Results match a double-precision
-// reference within k * 2^-23 * max|a|*max|b| (float), k * 2^-52 * ... (double).
+// lda/ldb/ldc are row strides in elements. trans_a != 0: A is stored [k][m] (op(A) = A^T, lda >= m),
+// else A is [m][k] (lda >= k); likewise B ([n][k] with ldb >= k when transposed, else [k][n], ldb >= n);
+// ldc >= n. Every leading dimension must be >= 1, also for empty matrices.
+//   - m == 0 or n == 0: nothing to do. k == 0 or alpha == 0: C <- beta * C (A and B are not read).
+//   - beta == 0 ignores C's old contents (NaN and Inf included); elements of C's rows past column n
+//     (the ldc - n gap) are never touched.
+// The built-in version is cache-blocked (packed A and B panels) with SIMD micro-kernels. Accuracy: each
+// element is a plain sum of k products (FMA where the ISA has it), so it lies within
+// ~k * eps * sum_p |op(A)[i][p] * op(B)[p][j]| of the exact value (eps = 2^-24 float, 2^-53 double);
+// different ISAs round differently. With env's parallel hook (n_threads > 1) the work is split over
+// panels of C; the result is bit-identical to the serial run of the same ISA. Packing buffers (about
+// 1.2 MB float / 1.2 MB double per task) come from env: QUAROT_ERR_OUT_OF_MEMORY on failure.
+// Under QUAROT_USE_CBLAS, quarot_sgemm/quarot_dgemm check their arguments the same way and then call
+// cblas_sgemm/cblas_dgemm (CblasRowMajor; env's hooks are not used; sizes over INT_MAX use the
+// built-in code). Errors: QUAROT_ERR_INVALID_ARGUMENT (negative sizes, small leading dimensions, NULL
+// pointers that would be read), QUAROT_ERR_OVERFLOW (a matrix extent does not fit in memory sizes).
 QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                                       float beta, float* c, int64_t ldc, const quarot_env* env);
 QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                       double beta, double* c, int64_t ldc, const quarot_env* env);
-// The built-in kernels even under QUAROT_USE_CBLAS (for tests and benchmarks).
+// The built-in kernels even under QUAROT_USE_CBLAS (for tests and benchmarks). isa picks the
+// micro-kernel: QUAROT_ISA_DEFAULT the best compiled in, QUAROT_ISA_REF the scalar one, an ISA that
+// was not compiled in gives QUAROT_ERR_UNSUPPORTED. (quarot_sgemm/quarot_dgemm use DEFAULT.)
 QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                                              float beta, float* c, int64_t ldc, const quarot_env* env);
+                                              float beta, float* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa);
 QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
-                                              double beta, double* c, int64_t ldc, const quarot_env* env);
+                                              double beta, double* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa);
+
+// >>gemm_kernels
+// (no declarations: the micro-kernels are private to the implementation)
 
 // >>linalg
 // Householder QR of A [m][n] (m >= n), row-major with row stride lda: on return A holds R in its
@@ -469,34 +488,121 @@ QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* 
 // >>quant
 // Uniform quantizers (ALGORITHMS.md section 4). Rows are quantization units: per-token activations
 // [tokens][features] and per-output-channel weights W[out][in] are both "per row"; group_size splits
-// each row into groups along the row. Rounding is round-half-to-even.
-//   symmetric, b bits:  m = clip*max|x|, s = m/(2^(b-1)-1) (s = 1 when m == 0),
+// each row into groups of consecutive elements, each with its own scale (and zero point).
+//   symmetric, b bits:  m = c*max|x|, s = m/(2^(b-1)-1),
 //                       q = clamp(round(x/s), -2^(b-1), 2^(b-1)-1), x^ = q*s
-//   asymmetric:         lo = clip*min(x,0), hi = clip*max(x,0), s = (hi-lo)/(2^b-1) (1 when 0),
-//                       z = round(-lo/s), q = clamp(round(x/s)+z, 0, 2^b-1), x^ = (q-z)*s
+//   asymmetric:         lo = c*min(x,0), hi = c*max(x,0), s = (hi-lo)/(2^b-1),
+//                       z = clamp(round(-lo/s), 0, 2^b-1), q = clamp(round(x/s)+z, 0, 2^b-1), x^ = (q-z)*s
+// with c the clip ratio. Exactly, so that every platform gives the same bits:
+//   - Scales are computed in double from the float statistics and rounded once to float:
+//     s = f32((c*m) / (2^(b-1)-1)) and s = f32((c*hi - c*lo) / (2^b-1)), every step in double
+//     (c*m is exact). s = 1 when that float is 0 (all-zero group, or underflow), so zero groups stay
+//     exactly 0 (-0.0 becomes +0.0). For |x| near FLT_MAX, s is lowered to the largest float for which
+//     every code dequantizes to a finite value.
+//   - round() is round-half-to-even of the exact quotient x/s. It is taken from (double)x/(double)s,
+//     which for float x and s is never rounded across or onto a half-integer; the scalar kernel rounds
+//     with truncating conversions and comparisons, the SIMD kernels with an explicit ties-to-even
+//     instruction, so the result does not depend on the FP rounding mode.
+//   - x^ = f32(q - z) * s is one float multiplication, the same expression quarot_dequantize_f32 uses,
+//     so dequantize(quantize(x)) equals quarot_fake_quant_f32(x) bit for bit.
+//   - Asymmetric ranges always contain 0, so 0 is represented exactly.
+//   - clip_search: per group, candidates c_k = f64(c*(100-k)/100) for k = 0..50 (c down to c/2, steps
+//     of 1%); each is scored by sum((x^ - x)^2) in double (element order) and the first smallest
+//     wins, so the search never does worse than c itself (k = 0). Costs 51 quantizations per group.
+// Cost: two passes over each row (statistics, quantization); groups add one statistics pass.
 typedef struct quarot_quant_desc {   // zero-init = 4-bit symmetric per row, clip 1.0
     int bits;                        // 2..8; 0 = 4
     int asymmetric;                  // 0 symmetric, 1 asymmetric (zero point)
     int64_t group_size;              // 0 = whole row; otherwise must divide cols
     float clip_ratio;                // (0, 1]; 0 = 1.0
-    int clip_search;                 // 1: per group, try clip ratios 1.0, 0.99, ..., 0.5 and keep the
-                                     //    one with the smallest squared error (weights, RTN)
+    int clip_search;                 // 0 off, 1: per group, search c_k as above (weights, RTN)
+    quarot_isa isa;                  // kernels: DEFAULT = best; AVX2 (also used for AVX512) and NEON
+                                     // exist, other compiled-in ISAs use the scalar REF; every one
+                                     // gives the same bits
 } quarot_quant_desc;
 
-// x[rows][stride], first cols of each row: x <- dequant(quant(x)) in place.
+// Errors shared by the quantizers: NULL data pointer, rows or cols < 0, stride < cols, bits outside
+// 2..8, group_size < 0 or not dividing cols, clip_ratio outside (0, 1], asymmetric or clip_search not
+// 0/1 -> QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED; rows*stride not
+// addressable -> QUAROT_ERR_OVERFLOW. d == NULL means all defaults. rows == 0 or cols == 0 is a
+// no-op. NaN or Inf in a row -> QUAROT_ERR_NONFINITE: each row is checked before anything of it is
+// written, so that row and the rows after it are left untouched (rows before it have been processed).
+
+// x[rows][stride], first cols of each row: x <- dequant(quant(x)) in place. Never allocates.
 QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t cols, int64_t stride,
                                                const quarot_quant_desc* d);
-// Integer form for engines: q[rows][cols] codes, scales/zeros [rows][cols/group] (zeros may be NULL
-// when symmetric). Asymmetric codes are stored zero-centred in int8 (q - 2^(b-1)), with the zero point
-// likewise shifted, so x^ = (q - zero) * scale in both cases.
+// Integer form for engines: q[rows][cols] codes, scales and zeros [rows][cols/group] (contiguous;
+// zeros may be NULL when symmetric, and receive 0 then). Asymmetric codes are stored zero-centred in
+// int8 (q - 2^(b-1)), with the zero point likewise shifted (z - 2^(b-1), an integer held in a float),
+// so x^ = (code - zero) * scale in both cases and every code lies in [-2^(b-1), 2^(b-1)-1].
 QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64_t cols, int64_t stride,
                                              const quarot_quant_desc* d, int8_t* q, float* scales, float* zeros);
+// x[r][j] = (f32(code) - zero) * scale (zero = 0 when zeros is NULL, allowed only when symmetric).
+// Codes are not range-checked. x has row stride `stride` (>= cols).
 QUAROT_API quarot_result quarot_dequantize_f32(const int8_t* q, const float* scales, const float* zeros,
                                                int64_t rows, int64_t cols, const quarot_quant_desc* d,
                                                float* x, int64_t stride);
-// Error metrics over n elements (double accumulation).
+// Error metrics over n elements (double accumulation in element order): mean of (a-b)^2 and
+// max |a-b|. n <= 0 gives 0; a NULL pointer (n > 0) gives NaN; NaN in the inputs propagates.
 QUAROT_API double quarot_mse_f32(const float* a, const float* b, int64_t n);
 QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_t n);
+
+// >>gptq
+// Calibration statistics for GPTQ: h[in][in] += 2 * x^T x over x[rows][stride] (first `in` of each
+// row), in double. Sums are formed in chunks of 8 rows (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row
+// order), so the bits depend on how rows are split between calls. Only the upper triangle is
+// accumulated, then mirrored into the lower one: h must be symmetric on entry (zeros, or earlier
+// calls). Cost rows*in^2/2 multiply-adds. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
+// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT.
+QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
+                                                       int64_t rows, int64_t stride);
+
+// GPTQ (Frantar et al., 2022): quantize W[out][in] column by column, each time moving the rounding
+// error onto the columns not yet quantized so that ||X W^T - X W^^T||^2 stays small, given
+// H = 2 X^T X [in][in] from calibration inputs X (after any online rotation). Per column i, in
+// processing order, with U the upper Cholesky factor of H^-1 (H^-1 = U^T U, from the damped H):
+//     w^_i = RTN(w_i);  e = (w_i - w^_i) / U_ii;  w_j -= e * U_ij  for the later columns j
+// Steps, as the reference implementation: dead columns (H_ii == 0) get H_ii = 1 and W[:, i] = 0;
+// act_order sorts columns by descending H_ii (ties: lower index first); H += damp*I with
+// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization and
+// triangular inverse. Rows are independent and are processed in tiles of 32 rows, in parallel through
+// env's parallel hook; W rows are copied to double, so results do not depend on thread count and are
+// bit-identical for every block_size (each w_j receives its updates in processing order).
+// Scales: per row (group_size 0) from the whole original row, as RTN (clip_ratio / clip_search
+// included); with groups in natural order, from the group's current (error-updated) values rounded to
+// float, when its first column comes up; with act_order and groups ("static groups"), from the
+// original weights, so codes keep the natural [out][in/group] layout.
+typedef struct quarot_gptq_desc {    // zero-init = GPTQ's defaults, 4-bit symmetric per row
+    quarot_quant_desc quant;         // bits, asymmetric, group_size, clip_ratio, clip_search
+    double damp_ratio;               // 0 = 0.01; < 0: no damping
+    int64_t block_size;              // 0 = 128; lazy-update block (speed only), rounded up to a
+                                     // multiple of group_size
+    int act_order;                   // 0 natural column order, 1 descending diag(H)
+} quarot_gptq_desc;
+
+typedef struct quarot_gptq_info {
+    double loss;                     // GPTQ's error estimate sum (w - w^)^2 / (2 U_ii^2) over all rows
+                                     // and columns; equals ||X (W - W^)^T||^2 for the damped H
+    double damp;                     // the value added to diag(H)
+    int64_t dead_columns;            // columns with H_ii == 0
+    int64_t bad_column;              // QUAROT_ERR_NOT_CONVERGED: original index of the column whose
+                                     // Cholesky pivot failed; otherwise -1
+} quarot_gptq_info;
+
+// w[out][stride] (first `in` of each row) is overwritten by its fake-quantized values (always equal
+// to dequantizing the codes). h[h_n][h_n] is read-only (upper triangle i <= j read; it must be
+// symmetric). q [out][in], scales and zeros [out][in/group] are optional (NULL), laid out as in
+// quarot_quantize_f32 (zeros required with q when asymmetric). info may be NULL.
+// Errors: h_n != in -> QUAROT_ERR_SHAPE_MISMATCH; NaN/Inf in w or h -> QUAROT_ERR_NONFINITE; H not
+// numerically positive definite after damping (a Cholesky pivot <= in*DBL_EPSILON*H_jj) ->
+// QUAROT_ERR_NOT_CONVERGED; other bad arguments as for the quantizers, plus damp_ratio NaN,
+// block_size < 0, act_order not 0/1 -> QUAROT_ERR_INVALID_ARGUMENT. On any error w is untouched.
+// Memory (through env): in*in doubles (the factor) + 32*in doubles and in floats per parallel task.
+// Cost: in^3/3 (factor) + out*in^2/2 multiply-adds (updates), + 51 RTN per group with clip_search.
+QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
+                                         const double* h, int64_t h_n, const quarot_gptq_desc* d,
+                                         int8_t* q, float* scales, float* zeros,
+                                         quarot_gptq_info* info, const quarot_env* env);
 
 // >>rotation
 // An orthogonal matrix Q of size n, applied to row vectors: x <- x*Q. Q is block-diagonal with n/block
@@ -2870,13 +2976,1316 @@ static quarot__mix_fn quarot__mix_select(quarot_isa isa) {
 }
 
 // >>gemm
-// (implementation: gemm work)
+// C[m][n] = alpha * op(A)[m][k] * op(B)[k][n] + beta * C, as the BLIS loop nest (Goto, van de Geijn):
+//   for jc in steps of NC:  for pc in steps of KC:   pack op(B)[pc:+KC][jc:+NC] as NR-wide slivers
+//     for ic in steps of MC:  pack op(A)[ic:+MC][pc:+KC] as MR-tall slivers
+//       for ir (MR rows): for jr (NR columns): micro-kernel  C_tile = alpha * (A_sliver * B_sliver) + beta' * C_tile
+// beta' is beta for the first KC block and 1 afterwards. The A sliver (MR x KC) stays in L1 while the
+// kernel sweeps the B panel, which streams from L2/L3. Every element of C is the same chain of
+// operations whatever its tile or thread, so parallel runs equal serial runs bit for bit.
+
+// One micro-kernel computes a full MR x NR tile: acc[i][j] = sum_p a[p*MR + i] * b[p*NR + j] (p ascending),
+// then c[i*ldc + j] = alpha*acc (beta == 0: c is not read) or alpha*acc + beta*c (two products, one add).
+typedef void (*quarot__skernel_fn)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                                   float alpha, float beta);
+typedef void (*quarot__dkernel_fn)(int64_t kc, const double* a, const double* b, double* c, int64_t ldc,
+                                   double alpha, double beta);
+
+// Blocking of one ISA's kernel: mc % mr == 0, nc % nr == 0; mr * nr <= QUAROT__GEMM_TILE_MAX.
+typedef struct quarot__sgemm_cfg {
+    int mr, nr;
+    int64_t kc, mc, nc;
+    quarot__skernel_fn kernel;
+} quarot__sgemm_cfg;
+typedef struct quarot__dgemm_cfg {
+    int mr, nr;
+    int64_t kc, mc, nc;
+    quarot__dkernel_fn kernel;
+} quarot__dgemm_cfg;
+
+#define QUAROT__GEMM_TILE_MAX 512
+// Defined with the micro-kernels below: the blocking and kernel of an ISA (resolved, compiled in).
+static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* cfg);
+static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* cfg);
+
+// Argument checks shared by every entry point. A matrix [rows][cols] with row stride ld needs
+// ld >= max(1, cols) and (rows - 1) * ld + cols elements addressable without overflow.
+static quarot_result quarot__gemm_check_mat(const void* p, int64_t rows, int64_t cols, int64_t ld,
+                                            size_t elem, int used) {
+    int64_t lim = (int64_t)((SIZE_MAX / 2) / elem);     // also below PTRDIFF_MAX
+    if (ld < 1 || ld < cols) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || cols == 0) return QUAROT_OK;
+    if (used && !p) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (ld > lim || rows - 1 > (lim - cols) / ld) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__gemm_check(int ta, int tb, int64_t m, int64_t n, int64_t k, int ab_used,
+                                        const void* a, int64_t lda, const void* b, int64_t ldb,
+                                        const void* c, int64_t ldc, size_t elem) {
+    quarot_result r;
+    if (m < 0 || n < 0 || k < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    ab_used = ab_used && m > 0 && n > 0 && k > 0;
+    r = quarot__gemm_check_mat(a, ta ? k : m, ta ? m : k, lda, elem, ab_used);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(b, tb ? n : k, tb ? k : n, ldb, elem, ab_used);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(c, m, n, ldc, elem, 1);
+    return r;
+}
+
+// How a product is split into tasks: panels of pm x pn elements of C (multiples of the micro-tile, so
+// the tile grid is the serial one), tn panels per row of panels; each task gets `per_task` elements of
+// workspace: a_elems for its packed A block, the rest for its packed B panel.
+typedef struct quarot__gemm_plan {
+    int64_t pm, pn, tn, tasks;
+    int64_t a_elems, per_task;
+} quarot__gemm_plan;
+
+static int64_t quarot__gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t quarot__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int nr, int64_t kc,
+                                   int64_t mc, int64_t nc, const quarot_env* env, quarot__gemm_plan* pl) {
+    int64_t tiles_m = quarot__gemm_cdiv(m, mr), tiles_n = quarot__gemm_cdiv(n, nr), tm = 1, tn = 1;
+    int threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
+    // Small products run serially; otherwise ~4 tasks per thread, rows first (each task packs its own
+    // copy of the B panels, so splitting rows keeps that copy cheap relative to the work).
+    if (threads > 1 && (double)m * (double)n * (double)k >= 262144.0) {
+        int64_t target = quarot__gemm_min((int64_t)threads * 4, 256);
+        tm = quarot__gemm_min(tiles_m, target);
+        tn = quarot__gemm_min(tiles_n, quarot__gemm_cdiv(target, tm));
+    }
+    pl->pm = quarot__gemm_cdiv(tiles_m, tm) * mr;
+    pl->pn = quarot__gemm_cdiv(tiles_n, tn) * nr;
+    pl->tn = quarot__gemm_cdiv(n, pl->pn);
+    pl->tasks = quarot__gemm_cdiv(m, pl->pm) * pl->tn;
+    // Packed A: up to mc rows (rounded to mr) x kc; packed B: kc x up to nc columns (rounded to nr).
+    // Both rounded to 16 elements so every slice starts 64-byte aligned.
+    kc = quarot__gemm_min(kc, k);
+    pl->a_elems = (quarot__gemm_min(mc, quarot__gemm_cdiv(pl->pm, mr) * mr) * kc + 15) / 16 * 16;
+    pl->per_task = pl->a_elems + (quarot__gemm_min(nc, quarot__gemm_cdiv(pl->pn, nr) * nr) * kc + 15) / 16 * 16;
+}
+
+// Type-generic part, instantiated for float (S = s) and double (S = d). Packing layouts:
+//   packed A  ap[s][p][r] = op(A)[s*mr + r][p]   (rows past mc are 0)
+//   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
+#define QUAROT__GEMM_DEFINE(T, S)                                                                      \
+static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
+                                    T* QUAROT__RESTRICT ap) {                                           \
+    int64_t s, p;                                                                                      \
+    int r, rows;                                                                                       \
+    for (s = 0; s < mc; s += mr) {                                                                     \
+        rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
+        for (p = 0; p < kc; ++p) {                                                                     \
+            if (ta) { const T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }     \
+            else    { const T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; } \
+            for (; r < mr; ++r) ap[r] = (T)0;                                                          \
+            ap += mr;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+static void quarot__gemm_pack_b_##S(int tb, const T* b, int64_t ldb, int64_t kc, int64_t nc, int nr,   \
+                                    T* QUAROT__RESTRICT bp) {                                           \
+    int64_t t, p;                                                                                      \
+    int j, cols;                                                                                       \
+    for (t = 0; t < nc; t += nr) {                                                                     \
+        cols = (int)quarot__gemm_min(nr, nc - t);                                                         \
+        for (p = 0; p < kc; ++p) {                                                                     \
+            if (tb) { const T* src = b + t * ldb + p; for (j = 0; j < cols; ++j) bp[j] = src[j * ldb]; } \
+            else    { const T* src = b + p * ldb + t; for (j = 0; j < cols; ++j) bp[j] = src[j]; }     \
+            for (; j < nr; ++j) bp[j] = (T)0;                                                          \
+            bp += nr;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
+static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
+                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp) {                \
+    const int mr = cfg->mr, nr = cfg->nr;                                                              \
+    int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
+    T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
+    for (jc = 0; jc < n; jc += cfg->nc) {                                                              \
+        nc = quarot__gemm_min(cfg->nc, n - jc);                                                           \
+        for (pc = 0; pc < k; pc += cfg->kc) {                                                          \
+            kc = quarot__gemm_min(cfg->kc, k - pc);                                                       \
+            bb = pc == 0 ? beta : (T)1;                                                                \
+            quarot__gemm_pack_b_##S(tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, kc, nc, nr, bp); \
+            for (ic = 0; ic < m; ic += cfg->mc) {                                                      \
+                mc = quarot__gemm_min(cfg->mc, m - ic);                                                   \
+                quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
+                for (ir = 0; ir < mc; ir += mr) {                                                      \
+                    const T* as = ap + ir * kc;                                                        \
+                    T* crow = c + (ic + ir) * ldc + jc;                                                \
+                    int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
+                    for (jr = 0; jr < nc; jr += nr) {                                                  \
+                        int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
+                        if (rows == mr && cols == nr) {                                                \
+                            cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
+                            continue;                                                                  \
+                        }                                                                              \
+                        /* edge tile: tmp = acc exactly (alpha 1, beta 0), then the kernel's epilogue */ \
+                        cfg->kernel(kc, as, bp + jr * kc, tmp, nr, (T)1, (T)0);                        \
+                        for (i = 0; i < rows; ++i) {                                                   \
+                            T* cr = crow + i * ldc + jr;                                               \
+                            for (j = 0; j < cols; ++j) {                                               \
+                                T v = alpha * tmp[i * nr + j];                                         \
+                                cr[j] = bb == (T)0 ? v : v + bb * cr[j];                               \
+                            }                                                                          \
+                        }                                                                              \
+                    }                                                                                  \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }                                                                                                  \
+}                                                                                                      \
+/* C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading). */                 \
+static void quarot__gemm_scale_##S(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {                 \
+    int64_t i, j;                                                                                      \
+    for (i = 0; i < m; ++i)                                                                            \
+        for (j = 0; j < n; ++j) c[i * ldc + j] = beta == (T)0 ? (T)0 : beta * c[i * ldc + j];          \
+}                                                                                                      \
+typedef struct quarot__gemm_job_##S {                                                                  \
+    const quarot__##S##gemm_cfg* cfg;                                                                  \
+    const quarot__gemm_plan* pl;                                                                       \
+    int ta, tb;                                                                                        \
+    int64_t m, n, k, lda, ldb, ldc;                                                                    \
+    T alpha, beta;                                                                                     \
+    const T* a;                                                                                        \
+    const T* b;                                                                                        \
+    T* c;                                                                                              \
+    T* work;                                                                                           \
+} quarot__gemm_job_##S;                                                                                \
+/* Task t: panel (t / tn, t % tn) of C, workspace slice t. */                                          \
+static void quarot__gemm_task_##S(void* arg, int64_t t) {                                              \
+    const quarot__gemm_job_##S* jb = (const quarot__gemm_job_##S*)arg;                                 \
+    const quarot__gemm_plan* pl = jb->pl;                                                              \
+    int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;                                    \
+    T* ap = jb->work + t * pl->per_task;                                                               \
+    quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0),                   \
+                         quarot__gemm_min(pl->pn, jb->n - j0), jb->k, jb->alpha,                          \
+                         jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                                \
+                         jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
+                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems);                    \
+}                                                                                                      \
+/* The whole built-in GEMM after argument checks; used by the public entry points and linalg.  */    \
+static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
+                                      T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
+                                      T* c, int64_t ldc, const quarot_env* env) {                       \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot__gemm_plan pl;                                                                              \
+    quarot__gemm_job_##S jb;                                                                           \
+    size_t bytes;                                                                                      \
+    void* mem;                                                                                         \
+    if (m == 0 || n == 0) return QUAROT_OK;                                                            \
+    if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
+    quarot__##S##gemm_select(isa, &cfg);                                                               \
+    quarot__gemm_plan_make(m, n, k, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.nc, env, &pl);                 \
+    if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
+        !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
+        return QUAROT_ERR_OVERFLOW;                                                                    \
+    mem = quarot_env_alloc(env, bytes + 64);                                                           \
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
+    jb.cfg = &cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                  \
+    jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
+    jb.a = a; jb.b = b; jb.c = c;                                                                      \
+    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
+    quarot_env_free(env, mem);                                                                         \
+    return QUAROT_OK;                                                                                  \
+}
+
+QUAROT__GEMM_DEFINE(float, s)
+QUAROT__GEMM_DEFINE(double, d)
+
+QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                              float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                              float beta, float* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa) {
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    return quarot__gemm_s(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                              double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                                              double beta, double* c, int64_t ldc, const quarot_env* env,
+                                              quarot_isa isa) {
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    return quarot__gemm_d(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+#if defined(QUAROT_USE_CBLAS)
+// CBLAS takes int sizes: larger problems stay on the built-in code.
+static int quarot__cblas_fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+}
+#endif
+
+QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                      float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                      float beta, float* c, int64_t ldc, const quarot_env* env) {
+#if defined(QUAROT_USE_CBLAS)
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    if (r != QUAROT_OK) return r;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        return QUAROT_OK;
+    }
+#endif
+    return quarot_sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+}
+
+QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                      double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                                      double beta, double* c, int64_t ldc, const quarot_env* env) {
+#if defined(QUAROT_USE_CBLAS)
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    if (r != QUAROT_OK) return r;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
+        cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        return QUAROT_OK;
+    }
+#endif
+    return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+}
+
+// >>gemm_kernels
+// Micro-kernels: acc[MR][NR] = sum_p a[p*MR + i] * b[p*NR + j] over one packed A sliver and B sliver,
+// then c = alpha*acc (beta == 0, c not read) or c = alpha*acc + beta*c. Vector kernels broadcast one
+// element of A per row and multiply it into NR/W vectors of B (W = vector lanes); FMA where available.
+// Each ISA's blocking keeps the A sliver (MR x KC) in the 32 KB L1 and streams B from L2/L3.
+
+// Scalar reference kernels, 4 x 8 (float) and 4 x 4 (double).
+#define QUAROT__REF_KERNEL(NAME, T, MR, NR)                                                            \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+    T acc[MR][NR];                                                                                     \
+    int64_t p;                                                                                         \
+    int i, j;                                                                                          \
+    for (i = 0; i < MR; ++i)                                                                           \
+        for (j = 0; j < NR; ++j) acc[i][j] = (T)0;                                                     \
+    for (p = 0; p < kc; ++p, a += MR, b += NR)                                                         \
+        for (i = 0; i < MR; ++i)                                                                       \
+            for (j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];                                         \
+    for (i = 0; i < MR; ++i)                                                                           \
+        for (j = 0; j < NR; ++j) {                                                                     \
+            T v = alpha * acc[i][j];                                                                   \
+            c[i * ldc + j] = beta == (T)0 ? v : v + beta * c[i * ldc + j];                             \
+        }                                                                                              \
+}
+QUAROT__REF_KERNEL(quarot__sgemm_kernel_ref, float, 4, 8)
+QUAROT__REF_KERNEL(quarot__dgemm_kernel_ref, double, 4, 4)
+
+// x86 kernels: every row of the tile is two vectors (NR = 2 W). The QUAROT__KV / QUAROT__K* macros
+// name the current ISA's vector type and operations; the row macros below are shared.
+#define QUAROT__ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define QUAROT__ROWS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define QUAROT__KR_DECL(i) QUAROT__KV c##i##a = QUAROT__KZERO, c##i##b = QUAROT__KZERO;
+#define QUAROT__KR_FMA(i)                                                                              \
+    av = QUAROT__KSET1(a[i]); c##i##a = QUAROT__KFMA(av, b0, c##i##a); c##i##b = QUAROT__KFMA(av, b1, c##i##b);
+#define QUAROT__KR_ST0(i)                                                                              \
+    QUAROT__KSTORE(c + (i) * ldc, QUAROT__KMUL(va, c##i##a));                                          \
+    QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KMUL(va, c##i##b));
+#define QUAROT__KR_ST1(i)                                                                              \
+    QUAROT__KSTORE(c + (i) * ldc, QUAROT__KADD(QUAROT__KMUL(va, c##i##a),                              \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc))));        \
+    QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KADD(QUAROT__KMUL(va, c##i##b),                 \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc + QUAROT__KW))));
+#define QUAROT__KERNEL_2V(NAME, T, ROWS, MR)                                                           \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+    QUAROT__KV av, b0, b1, va = QUAROT__KSET1(alpha), vb = QUAROT__KSET1(beta);                        \
+    int64_t p;                                                                                         \
+    ROWS(QUAROT__KR_DECL)                                                                              \
+    for (p = 0; p < kc; ++p) {                                                                         \
+        b0 = QUAROT__KLOAD(b);                                                                         \
+        b1 = QUAROT__KLOAD(b + QUAROT__KW);                                                            \
+        ROWS(QUAROT__KR_FMA)                                                                           \
+        a += MR;                                                                                       \
+        b += 2 * QUAROT__KW;                                                                           \
+    }                                                                                                  \
+    if (beta == (T)0) { ROWS(QUAROT__KR_ST0) } else { ROWS(QUAROT__KR_ST1) }                           \
+}
+
+#if defined(QUAROT__HAVE_SSE2)
+// SSE2 (no FMA): 6 x 8 float, 6 x 4 double; 12 accumulators of the 16 xmm registers.
+#define QUAROT__KV __m128
+#define QUAROT__KW 4
+#define QUAROT__KZERO _mm_setzero_ps()
+#define QUAROT__KSET1(x) _mm_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm_add_ps(x, y)
+#define QUAROT__KFMA(x, y, z) _mm_add_ps(_mm_mul_ps(x, y), z)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_sse2, float, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KV __m128d
+#define QUAROT__KW 2
+#define QUAROT__KZERO _mm_setzero_pd()
+#define QUAROT__KSET1(x) _mm_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm_add_pd(x, y)
+#define QUAROT__KFMA(x, y, z) _mm_add_pd(_mm_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_sse2, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+// AVX2: 6 x 16 float, 6 x 8 double (12 ymm accumulators); FMA only when the compiler targets it.
+#if defined(__FMA__)
+#define QUAROT__KFMA(x, y, z) _mm256_fmadd_ps(x, y, z)
+#define QUAROT__KFMAD(x, y, z) _mm256_fmadd_pd(x, y, z)
+#else
+#define QUAROT__KFMA(x, y, z) _mm256_add_ps(_mm256_mul_ps(x, y), z)
+#define QUAROT__KFMAD(x, y, z) _mm256_add_pd(_mm256_mul_pd(x, y), z)
+#endif
+#define QUAROT__KV __m256
+#define QUAROT__KW 8
+#define QUAROT__KZERO _mm256_setzero_ps()
+#define QUAROT__KSET1(x) _mm256_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm256_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm256_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm256_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm256_add_ps(x, y)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx2, float, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) QUAROT__KFMAD(x, y, z)
+#define QUAROT__KV __m256d
+#define QUAROT__KW 4
+#define QUAROT__KZERO _mm256_setzero_pd()
+#define QUAROT__KSET1(x) _mm256_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm256_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm256_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm256_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm256_add_pd(x, y)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#undef QUAROT__KFMAD
+#endif
+
+#if defined(QUAROT__HAVE_AVX512)
+// AVX-512: 14 x 32 float, 14 x 16 double: 28 zmm accumulators + 2 B vectors + 1 broadcast of the 32.
+#define QUAROT__KV __m512
+#define QUAROT__KW 16
+#define QUAROT__KZERO _mm512_setzero_ps()
+#define QUAROT__KSET1(x) _mm512_set1_ps(x)
+#define QUAROT__KLOAD(p) _mm512_loadu_ps(p)
+#define QUAROT__KSTORE(p, v) _mm512_storeu_ps(p, v)
+#define QUAROT__KMUL(x, y) _mm512_mul_ps(x, y)
+#define QUAROT__KADD(x, y) _mm512_add_ps(x, y)
+#define QUAROT__KFMA(x, y, z) _mm512_fmadd_ps(x, y, z)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS14, 14)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#define QUAROT__KV __m512d
+#define QUAROT__KW 8
+#define QUAROT__KZERO _mm512_setzero_pd()
+#define QUAROT__KSET1(x) _mm512_set1_pd(x)
+#define QUAROT__KLOAD(p) _mm512_loadu_pd(p)
+#define QUAROT__KSTORE(p, v) _mm512_storeu_pd(p, v)
+#define QUAROT__KMUL(x, y) _mm512_mul_pd(x, y)
+#define QUAROT__KADD(x, y) _mm512_add_pd(x, y)
+#define QUAROT__KFMA(x, y, z) _mm512_fmadd_pd(x, y, z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512, double, QUAROT__ROWS14, 14)
+#undef QUAROT__KV
+#undef QUAROT__KW
+#undef QUAROT__KZERO
+#undef QUAROT__KSET1
+#undef QUAROT__KLOAD
+#undef QUAROT__KSTORE
+#undef QUAROT__KMUL
+#undef QUAROT__KADD
+#undef QUAROT__KFMA
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+// NEON (aarch64, 32 q registers): 8 x 12 float and 6 x 8 double, 24 accumulators each; the A sliver
+// is loaded as vectors and each row takes its element by lane (vfmaq_laneq).
+#define QUAROT__NS_ROW(i, av, l)                                                                       \
+    c##i##a = vfmaq_laneq_f32(c##i##a, b0, av, l);                                                     \
+    c##i##b = vfmaq_laneq_f32(c##i##b, b1, av, l);                                                     \
+    c##i##c = vfmaq_laneq_f32(c##i##c, b2, av, l);
+#define QUAROT__NS_DECL(i) float32x4_t c##i##a = vdupq_n_f32(0.0f), c##i##b = c##i##a, c##i##c = c##i##a;
+#define QUAROT__NS_ST(i)                                                                               \
+    { float* cr = c + (i) * ldc;                                                                       \
+      float32x4_t x0 = vmulq_f32(va, c##i##a), x1 = vmulq_f32(va, c##i##b), x2 = vmulq_f32(va, c##i##c); \
+      if (!bz) { x0 = vaddq_f32(x0, vmulq_f32(vb, vld1q_f32(cr)));                                     \
+                 x1 = vaddq_f32(x1, vmulq_f32(vb, vld1q_f32(cr + 4)));                                 \
+                 x2 = vaddq_f32(x2, vmulq_f32(vb, vld1q_f32(cr + 8))); }                               \
+      vst1q_f32(cr, x0); vst1q_f32(cr + 4, x1); vst1q_f32(cr + 8, x2); }
+#define QUAROT__ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static void quarot__sgemm_kernel_neon(int64_t kc, const float* QUAROT__RESTRICT a, const float* QUAROT__RESTRICT b,
+                                      float* QUAROT__RESTRICT c, int64_t ldc, float alpha, float beta) {
+    float32x4_t a0, a1, b0, b1, b2, va = vdupq_n_f32(alpha), vb = vdupq_n_f32(beta);
+    int bz = beta == 0.0f;
+    int64_t p;
+    QUAROT__ROWS8(QUAROT__NS_DECL)
+    for (p = 0; p < kc; ++p) {
+        a0 = vld1q_f32(a); a1 = vld1q_f32(a + 4);
+        b0 = vld1q_f32(b); b1 = vld1q_f32(b + 4); b2 = vld1q_f32(b + 8);
+        QUAROT__NS_ROW(0, a0, 0) QUAROT__NS_ROW(1, a0, 1) QUAROT__NS_ROW(2, a0, 2) QUAROT__NS_ROW(3, a0, 3)
+        QUAROT__NS_ROW(4, a1, 0) QUAROT__NS_ROW(5, a1, 1) QUAROT__NS_ROW(6, a1, 2) QUAROT__NS_ROW(7, a1, 3)
+        a += 8;
+        b += 12;
+    }
+    QUAROT__ROWS8(QUAROT__NS_ST)
+}
+#define QUAROT__ND_ROW(i, av, l)                                                                       \
+    c##i##a = vfmaq_laneq_f64(c##i##a, b0, av, l);                                                     \
+    c##i##b = vfmaq_laneq_f64(c##i##b, b1, av, l);                                                     \
+    c##i##c = vfmaq_laneq_f64(c##i##c, b2, av, l);                                                     \
+    c##i##d = vfmaq_laneq_f64(c##i##d, b3, av, l);
+#define QUAROT__ND_DECL(i) float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
+#define QUAROT__ND_ST1(cr, x, o)                                                                       \
+    x = vmulq_f64(va, x); if (!bz) x = vaddq_f64(x, vmulq_f64(vb, vld1q_f64(cr + o))); vst1q_f64(cr + o, x);
+#define QUAROT__ND_ST(i)                                                                               \
+    { double* cr = c + (i) * ldc;                                                                      \
+      QUAROT__ND_ST1(cr, c##i##a, 0) QUAROT__ND_ST1(cr, c##i##b, 2)                                    \
+      QUAROT__ND_ST1(cr, c##i##c, 4) QUAROT__ND_ST1(cr, c##i##d, 6) }
+static void quarot__dgemm_kernel_neon(int64_t kc, const double* QUAROT__RESTRICT a, const double* QUAROT__RESTRICT b,
+                                      double* QUAROT__RESTRICT c, int64_t ldc, double alpha, double beta) {
+    float64x2_t a0, a1, a2, b0, b1, b2, b3, va = vdupq_n_f64(alpha), vb = vdupq_n_f64(beta);
+    int bz = beta == 0.0;
+    int64_t p;
+    QUAROT__ROWS6(QUAROT__ND_DECL)
+    for (p = 0; p < kc; ++p) {
+        a0 = vld1q_f64(a); a1 = vld1q_f64(a + 2); a2 = vld1q_f64(a + 4);
+        b0 = vld1q_f64(b); b1 = vld1q_f64(b + 2); b2 = vld1q_f64(b + 4); b3 = vld1q_f64(b + 6);
+        QUAROT__ND_ROW(0, a0, 0) QUAROT__ND_ROW(1, a0, 1) QUAROT__ND_ROW(2, a1, 0)
+        QUAROT__ND_ROW(3, a1, 1) QUAROT__ND_ROW(4, a2, 0) QUAROT__ND_ROW(5, a2, 1)
+        a += 6;
+        b += 8;
+    }
+    QUAROT__ROWS6(QUAROT__ND_ST)
+}
+#endif
+
+// Blocking per ISA (measured on AMD Zen 4, 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half
+// of L1, the B panel KC x NC streams; a wide NC means fewer repacks of A). ISAs without a kernel of
+// their own (none today) would fall back to the scalar one.
+static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t* nc,
+                             int mr_, int nr_, int64_t kc_, int64_t nc_) {
+    *mr = mr_; *nr = nr_; *kc = kc_; *mc = (int64_t)mr_ * 8; *nc = nc_;
+}
+
+static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* g) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 32, 256, 4096);
+            g->kernel = quarot__sgemm_kernel_avx512; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 16, 512, 4096);
+            g->kernel = quarot__sgemm_kernel_avx2; return;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 512, 4096);
+            g->kernel = quarot__sgemm_kernel_sse2; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 8, 12, 256, 3072);
+            g->kernel = quarot__sgemm_kernel_neon; return;
+#endif
+        default:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 4, 8, 256, 2048);
+            g->kernel = quarot__sgemm_kernel_ref; return;
+    }
+}
+
+static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* g) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 16, 128, 4096);
+            g->kernel = quarot__dgemm_kernel_avx512; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 4096);
+            g->kernel = quarot__dgemm_kernel_avx2; return;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 4, 256, 4096);
+            g->kernel = quarot__dgemm_kernel_sse2; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 3072);
+            g->kernel = quarot__dgemm_kernel_neon; return;
+#endif
+        default:
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 4, 4, 256, 2048);
+            g->kernel = quarot__dgemm_kernel_ref; return;
+    }
+}
 
 // >>linalg
 // (implementation: linalg work)
 
 // >>quant
-// (implementation: tensor/quant work)
+// RTN, per group: s from the (clipped) range, k = rne(clamp(x/s, klo, khi)), x^ = f32(k)*s, where the
+// zero point is folded into the range: symmetric klo = -2^(b-1), khi = 2^(b-1)-1; asymmetric
+// klo = -z, khi = 2^b-1-z, and the stored code is k (symmetric) or k + z - 2^(b-1) (asymmetric).
+// Statistics are integer maxima over the |x| bit patterns (for finite floats their order is the
+// float order), which also flags NaN/Inf in the same pass and vectorizes without -ffast-math.
+#define QUAROT__QFLT_MAX 3.40282346638528859812e+38   // FLT_MAX, without <float.h>
+
+typedef struct quarot__qspec {
+    int asym, search;
+    double clip;          // c in (0, 1]
+    double kmin, kmax;    // code range before the shift: symmetric [-2^(b-1), 2^(b-1)-1], asymmetric [0, 2^b-1]
+    double half;          // 2^(b-1): asymmetric codes are stored as q - half
+    int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
+} quarot__qspec;
+
+// Quant kernels: the scalar reference, AVX2 (also serving AVX-512 builds) and NEON.
+#define QUAROT__QK_REF 0
+#define QUAROT__QK_AVX2 1
+#define QUAROT__QK_NEON 2
+
+static int quarot__qkernel(quarot_isa isa) {   // isa already resolved
+#if defined(QUAROT__HAVE_AVX2)
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_AVX2;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (isa == QUAROT_ISA_NEON) return QUAROT__QK_NEON;
+#endif
+    (void)isa;
+    return QUAROT__QK_REF;
+}
+
+// Validate a quant desc (NULL = defaults) for rows of length cols; *gs gets the group length.
+static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols, quarot__qspec* sp, int64_t* gs) {
+    quarot_quant_desc dd;
+    quarot_isa isa;
+    quarot_result res;
+    int b;
+    if (d) dd = *d; else memset(&dd, 0, sizeof dd);
+    if ((res = quarot__isa_resolve(dd.isa, &isa)) != QUAROT_OK) return res;   // out of range / not compiled in
+    sp->kern = quarot__qkernel(isa);
+    b = dd.bits == 0 ? 4 : dd.bits;
+    if (b < 2 || b > 8) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.asymmetric != 0 && dd.asymmetric != 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.clip_search != 0 && dd.clip_search != 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.clip_ratio == 0.0f) dd.clip_ratio = 1.0f;
+    if (!(dd.clip_ratio > 0.0f && dd.clip_ratio <= 1.0f)) return QUAROT_ERR_INVALID_ARGUMENT;   // NaN too
+    if (dd.group_size < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.group_size > 0 && cols > 0 && cols % dd.group_size != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    *gs = dd.group_size > 0 ? dd.group_size : cols;
+    sp->asym = dd.asymmetric;
+    sp->search = dd.clip_search;
+    sp->clip = (double)dd.clip_ratio;
+    sp->half = (double)(1 << (b - 1));
+    sp->kmin = dd.asymmetric ? 0.0 : -sp->half;
+    sp->kmax = dd.asymmetric ? (double)((1 << b) - 1) : sp->half - 1.0;
+    return QUAROT_OK;
+}
+
+// Shared checks of a strided [rows][stride] float array.
+static quarot_result quarot__qshape_check(int64_t rows, int64_t cols, int64_t stride) {
+    if (rows < 0 || cols < 0 || stride < cols) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows > 1 && stride > (INT64_MAX - cols) / (rows - 1)) return QUAROT_ERR_OVERFLOW;
+    return QUAROT_OK;
+}
+
+// Round half to even of r after clamping it to [lo, hi] (integers, |.| <= 2^9). Clamping first is
+// the same as clamping after (rounding is monotone and fixes integers) and makes the truncating
+// conversion safe. floor = trunc - (r < trunc); compare r with floor + 0.5 exactly.
+static int32_t quarot__rne_clamp(double r, double lo, double hi) {
+    int32_t t, f;
+    double h;
+    r = r < lo ? lo : r;
+    r = r > hi ? hi : r;
+    t = (int32_t)r;
+    f = t - (int32_t)(r < (double)t);
+    h = (double)f + 0.5;
+    return f + (int32_t)((r > h) | ((r == h) & (f & 1)));
+}
+
+static float quarot__f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+// pmax = max(x, 0), nmax = max(-x, 0) over n floats; returns 0 (maxima then meaningless) if any is
+// NaN/Inf. p, m: running maxima of the bit patterns (the SIMD kernels pass their partial results).
+static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_t m, float* pmax, float* nmax) {
+    int64_t j;
+    for (j = 0; j < n; ++j) {
+        uint32_t u, a, ap, an;
+        memcpy(&u, x + j, 4);
+        a = u & 0x7fffffffu;
+        ap = (u >> 31) ? 0u : a;
+        an = (u >> 31) ? a : 0u;
+        p = ap > p ? ap : p;
+        m = an > m ? an : m;
+    }
+    *pmax = quarot__f32_from_bits(p);
+    *nmax = quarot__f32_from_bits(m);
+    return p < 0x7f800000u && m < 0x7f800000u;
+}
+
+// Asymmetric zero point for scale s: z = clamp(rne(-lo/s), 0, 2^b-1).
+static double quarot__qzero(const quarot__qspec* sp, double lo, float s) {
+    return (double)quarot__rne_clamp(-lo / (double)s, 0.0, sp->kmax);
+}
+
+// Largest |k| a group can produce: 2^(b-1) symmetric, max(z, 2^b-1-z) asymmetric.
+static float quarot__qlevel(const quarot__qspec* sp, double z) {
+    if (!sp->asym) return (float)sp->half;
+    return (float)(z > sp->kmax - z ? z : sp->kmax - z);
+}
+
+// Scale (returned) and zero point *z of a group with statistics pmax, nmax under clip ratio c.
+static float quarot__qparams(const quarot__qspec* sp, double c, float pmax, float nmax, double* z) {
+    double lo = 0.0;
+    float s;
+    int guard;
+    if (!sp->asym) {
+        float m = pmax > nmax ? pmax : nmax;
+        s = (float)(c * (double)m / sp->kmax);
+    } else {
+        double hi = c * (double)pmax;
+        lo = -(c * (double)nmax);
+        s = (float)((hi - lo) / sp->kmax);
+    }
+    if (!(s > 0.0f)) s = 1.0f;
+    *z = sp->asym ? quarot__qzero(sp, lo, s) : 0.0;
+    // Only for |x| near FLT_MAX: lower s until every level k*s is finite.
+    if ((double)(quarot__qlevel(sp, *z) * s) > QUAROT__QFLT_MAX) {
+        s = (float)(QUAROT__QFLT_MAX / (double)quarot__qlevel(sp, *z));
+        for (guard = 0; guard < 64; ++guard) {
+            if (sp->asym) *z = quarot__qzero(sp, lo, s);
+            if ((double)(quarot__qlevel(sp, *z) * s) <= QUAROT__QFLT_MAX) break;
+            s = nextafterf(s, 0.0f);
+        }
+    }
+    return s;
+}
+
+// Range of k = q - z for a group.
+static void quarot__qrange(const quarot__qspec* sp, double z, double* klo, double* khi) {
+    *klo = sp->asym ? -z : sp->kmin;
+    *khi = sp->asym ? sp->kmax - z : sp->kmax;
+}
+
+// sum((x^ - x)^2) of a group for one candidate scale (clip search).
+static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi) {
+    double sd = (double)s, e = 0.0;
+    int64_t j;
+    for (j = 0; j < n; ++j) {
+        float y = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
+        double dif = (double)y - (double)x[j];
+        e += dif * dif;
+    }
+    return e;
+}
+
+// Scale and zero point of one group: clip ratio sp->clip, or the best of the clip-search grid.
+static float quarot__qfit(const quarot__qspec* sp, const float* x, int64_t n, float pmax, float nmax, double* z) {
+    double best_err = 0.0, klo, khi, zk, err;
+    float best_s, s;
+    int k;
+    best_s = quarot__qparams(sp, sp->clip, pmax, nmax, z);
+    if (!sp->search) return best_s;
+    quarot__qrange(sp, *z, &klo, &khi);
+    best_err = quarot__qerr(x, n, best_s, klo, khi);
+    for (k = 1; k <= 50; ++k) {
+        s = quarot__qparams(sp, sp->clip * (double)(100 - k) / 100.0, pmax, nmax, &zk);
+        quarot__qrange(sp, zk, &klo, &khi);
+        err = quarot__qerr(x, n, s, klo, khi);
+        if (err < best_err) { best_err = err; best_s = s; *z = zk; }
+    }
+    return best_s;
+}
+
+// The hot loop: x <- f32(k)*s in place (one pointer, so the compiler needs no alias checks).
+static void quarot__qapply_f32_ref(float* x, int64_t n, float s, double klo, double khi) {
+    double sd = (double)s;
+    int64_t j;
+    for (j = 0; j < n; ++j) x[j] = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
+}
+
+#if defined(QUAROT__HAVE_AVX2)
+// AVX2: 8 floats per step as two halves of 4 doubles. _mm256_round_pd with an explicit
+// round-to-nearest-even mode equals the scalar rne; the integer-valued doubles go through int32 (exact)
+// to float, as in the scalar code (so -0 becomes +0 there too).
+static void quarot__qapply_f32_avx2(float* x, int64_t n, float s, double klo, double khi) {
+    const __m256d sd = _mm256_set1_pd((double)s), lo = _mm256_set1_pd(klo), hi = _mm256_set1_pd(khi);
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        __m256d a = _mm256_div_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), sd);
+        __m256d b = _mm256_div_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), sd);
+        __m128i ia, ib;
+        a = _mm256_min_pd(_mm256_max_pd(a, lo), hi);
+        b = _mm256_min_pd(_mm256_max_pd(b, lo), hi);
+        ia = _mm256_cvtpd_epi32(_mm256_round_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        ib = _mm256_cvtpd_epi32(_mm256_round_pd(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        v = _mm256_cvtepi32_ps(_mm256_insertf128_si256(_mm256_castsi128_si256(ia), ib, 1));
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(v, sv));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float* nmax) {
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+    __m256i p = _mm256_setzero_si256(), m = _mm256_setzero_si256();
+    uint32_t pv[8], mv[8], pr = 0, mr = 0;
+    int64_t j = 0;
+    int l;
+    for (; j + 8 <= n; j += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i*)(const void*)(x + j));
+        __m256i a = _mm256_and_si256(u, absmask), neg = _mm256_srai_epi32(u, 31);
+        p = _mm256_max_epu32(p, _mm256_andnot_si256(neg, a));
+        m = _mm256_max_epu32(m, _mm256_and_si256(neg, a));
+    }
+    _mm256_storeu_si256((__m256i*)(void*)pv, p);
+    _mm256_storeu_si256((__m256i*)(void*)mv, m);
+    for (l = 0; l < 8; ++l) {
+        pr = pv[l] > pr ? pv[l] : pr;
+        mr = mv[l] > mr ? mv[l] : mr;
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, pr, mr, pmax, nmax);
+}
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+// NEON (AArch64): FCVTNS (vcvtnq_s64_f64) rounds to nearest, ties to even, whatever the FPCR mode.
+static void quarot__qapply_f32_neon(float* x, int64_t n, float s, double klo, double khi) {
+    const float64x2_t sd = vdupq_n_f64((double)s), lo = vdupq_n_f64(klo), hi = vdupq_n_f64(khi);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t v = vld1q_f32(x + j);
+        float64x2_t a = vdivq_f64(vcvt_f64_f32(vget_low_f32(v)), sd);
+        float64x2_t b = vdivq_f64(vcvt_high_f64_f32(v), sd);
+        int32x4_t k;
+        a = vminq_f64(vmaxq_f64(a, lo), hi);
+        b = vminq_f64(vmaxq_f64(b, lo), hi);
+        k = vcombine_s32(vmovn_s64(vcvtnq_s64_f64(a)), vmovn_s64(vcvtnq_s64_f64(b)));
+        vst1q_f32(x + j, vmulq_n_f32(vcvtq_f32_s32(k), s));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+static int quarot__qstats_f32_neon(const float* x, int64_t n, float* pmax, float* nmax) {
+    const uint32x4_t absmask = vdupq_n_u32(0x7fffffffu);
+    uint32x4_t p = vdupq_n_u32(0), m = vdupq_n_u32(0);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        uint32x4_t u = vreinterpretq_u32_f32(vld1q_f32(x + j));
+        uint32x4_t a = vandq_u32(u, absmask);
+        uint32x4_t neg = vreinterpretq_u32_s32(vshrq_n_s32(vreinterpretq_s32_u32(u), 31));
+        p = vmaxq_u32(p, vbicq_u32(a, neg));
+        m = vmaxq_u32(m, vandq_u32(a, neg));
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, vmaxvq_u32(p), vmaxvq_u32(m), pmax, nmax);
+}
+#endif
+
+// Dispatch by kernel id.
+static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, float* nmax) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
+#endif
+    (void)kern;
+    return quarot__qstats_f32_ref(x, n, 0u, 0u, pmax, nmax);
+}
+
+static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
+#endif
+    (void)kern;
+    quarot__qapply_f32_ref(x, n, s, klo, khi);
+}
+
+// The best kernel compiled in (internal uses: finiteness scans of GPTQ inputs).
+static int quarot__qkernel_best(void) { return quarot__qkernel(quarot_isa_best()); }
+
+static void quarot__qapply_codes(const float* QUAROT__RESTRICT x, int8_t* QUAROT__RESTRICT q, int64_t n,
+                                 float s, double klo, double khi, int32_t off) {
+    double sd = (double)s;
+    int64_t j;
+    for (j = 0; j < n; ++j) q[j] = (int8_t)(quarot__rne_clamp((double)x[j] / sd, klo, khi) + off);
+}
+
+QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t cols, int64_t stride,
+                                               const quarot_quant_desc* d) {
+    quarot__qspec sp;
+    int64_t gs, r, g0;
+    quarot_result res;
+    if (!x) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
+    if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
+    if (cols == 0) return QUAROT_OK;
+    for (r = 0; r < rows; ++r) {
+        float* row = x + r * stride;
+        float pmax, nmax, s;
+        double z, klo, khi;
+        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;   // before any write
+        for (g0 = 0; g0 < cols; g0 += gs) {
+            if (gs != cols) quarot__qstats(sp.kern, row + g0, gs, &pmax, &nmax);
+            s = quarot__qfit(&sp, row + g0, gs, pmax, nmax, &z);
+            quarot__qrange(&sp, z, &klo, &khi);
+            quarot__qapply(sp.kern, row + g0, gs, s, klo, khi);
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64_t cols, int64_t stride,
+                                             const quarot_quant_desc* d, int8_t* q, float* scales, float* zeros) {
+    quarot__qspec sp;
+    int64_t gs, groups, r, g;
+    quarot_result res;
+    if (!x || !q || !scales) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
+    if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
+    if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (cols == 0) return QUAROT_OK;
+    groups = cols / gs;
+    for (r = 0; r < rows; ++r) {
+        const float* row = x + r * stride;
+        float pmax, nmax, s;
+        double z, klo, khi;
+        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;
+        for (g = 0; g < groups; ++g) {
+            const float* v = row + g * gs;
+            if (gs != cols) quarot__qstats(sp.kern, v, gs, &pmax, &nmax);
+            s = quarot__qfit(&sp, v, gs, pmax, nmax, &z);
+            quarot__qrange(&sp, z, &klo, &khi);
+            quarot__qapply_codes(v, q + r * cols + g * gs, gs, s, klo, khi,
+                                 sp.asym ? (int32_t)(z - sp.half) : 0);
+            scales[r * groups + g] = s;
+            if (zeros) zeros[r * groups + g] = sp.asym ? (float)(z - sp.half) : 0.0f;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_dequantize_f32(const int8_t* q, const float* scales, const float* zeros,
+                                               int64_t rows, int64_t cols, const quarot_quant_desc* d,
+                                               float* x, int64_t stride) {
+    quarot__qspec sp;
+    int64_t gs, groups, r, g, j;
+    quarot_result res;
+    if (!q || !scales || !x) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
+    if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
+    if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (cols == 0) return QUAROT_OK;
+    groups = cols / gs;
+    for (r = 0; r < rows; ++r) {
+        for (g = 0; g < groups; ++g) {
+            const int8_t* c = q + r * cols + g * gs;
+            float* y = x + r * stride + g * gs;
+            float s = scales[r * groups + g], zf = zeros ? zeros[r * groups + g] : 0.0f;
+            for (j = 0; j < gs; ++j) y[j] = ((float)c[j] - zf) * s;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API double quarot_mse_f32(const float* a, const float* b, int64_t n) {
+    double e = 0.0;
+    int64_t i;
+    if (n <= 0) return 0.0;
+    if (!a || !b) return (double)NAN;
+    for (i = 0; i < n; ++i) {
+        double dif = (double)a[i] - (double)b[i];
+        e += dif * dif;
+    }
+    return e / (double)n;
+}
+
+QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_t n) {
+    double m = 0.0;
+    int64_t i;
+    if (n <= 0) return 0.0;
+    if (!a || !b) return (double)NAN;
+    for (i = 0; i < n; ++i) {
+        double dif = fabs((double)a[i] - (double)b[i]);
+        if (dif != dif) return dif;   // NaN
+        if (dif > m) m = dif;
+    }
+    return m;
+}
+
+// >>gptq
+// GPTQ: with H^-1 = U^T U (U upper triangular, processing order), quantize column i of every row,
+// e = (w_i - w^_i)/U_ii, and w_j -= e*U_ij for j > i; sum e^2/2 is the added loss. U comes from the
+// "UL" Cholesky H = V V^T (V upper) and U = V^-1, both in place. Rows are independent: tiles of rows
+// run as parallel tasks; within a tile, updates are applied lazily per block of columns.
+#define QUAROT__GPTQ_TILE 32
+
+QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
+                                                       int64_t rows, int64_t stride) {
+    int64_t r, i, j, k;
+    size_t nn;
+    quarot_result res;
+    float pm, nm;
+    if (!h || !x) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(rows, in, stride)) != QUAROT_OK) return res;
+    if (in == 0 || rows == 0) return QUAROT_OK;
+    if (!quarot__mul_size((size_t)in, (size_t)in, &nn) || !quarot__mul_size(nn, sizeof(double), &nn))
+        return QUAROT_ERR_OVERFLOW;
+    for (r = 0; r < rows; ++r)
+        if (!quarot__qstats(quarot__qkernel_best(), x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+    for (r = 0; r + 8 <= rows; r += 8) {            // chunks of 8 rows: h is read and written once
+        const float* x0 = x + r * stride;
+        const float *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
+        const float *x4 = x3 + stride, *x5 = x4 + stride, *x6 = x5 + stride, *x7 = x6 + stride;
+        for (i = 0; i < in; ++i) {
+            double* hr = h + i * in;
+            double a0 = 2.0 * (double)x0[i], a1 = 2.0 * (double)x1[i], a2 = 2.0 * (double)x2[i];
+            double a3 = 2.0 * (double)x3[i], a4 = 2.0 * (double)x4[i], a5 = 2.0 * (double)x5[i];
+            double a6 = 2.0 * (double)x6[i], a7 = 2.0 * (double)x7[i];
+            for (j = i; j < in; ++j)
+                hr[j] += a0 * (double)x0[j] + a1 * (double)x1[j] + a2 * (double)x2[j] + a3 * (double)x3[j] +
+                         a4 * (double)x4[j] + a5 * (double)x5[j] + a6 * (double)x6[j] + a7 * (double)x7[j];
+        }
+    }
+    for (k = r; k < rows; ++k) {                    // the last rows % 8 one by one
+        const float* xr = x + k * stride;
+        for (i = 0; i < in; ++i) {
+            double* hr = h + i * in;
+            double a = 2.0 * (double)xr[i];
+            for (j = i; j < in; ++j) hr[j] += a * (double)xr[j];
+        }
+    }
+    for (i = 0; i < in; ++i)
+        for (j = i + 1; j < in; ++j) h[j * in + i] = h[i * in + j];
+    return QUAROT_OK;
+}
+
+// In place on a [n][n] whose upper triangle (i <= j) holds a symmetric matrix A (the lower triangle
+// is neither read nor written): A = V V^T with V upper triangular, factored from the last column
+// backwards (right-looking), then U = V^-1 row by row from the bottom (V U = I gives
+// U_ij = -sum_{k=i+1..j} V_ik U_kj / V_ii), so that A^-1 = U^T U. diag[n] = A's diagonal (for the
+// pivot test), tmp[n] scratch. Returns -1, or the first column whose pivot is not > n*eps*A_jj.
+static int64_t quarot__chol_ul_inv(double* a, int64_t n, const double* diag, double* tmp) {
+    const double tol = (double)n * 2.220446049250313e-16;
+    int64_t i, j, k, l;
+    for (j = n - 1; j >= 0; --j) {
+        double p = a[j * n + j], v;
+        if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
+        v = sqrt(p);
+        a[j * n + j] = v;
+        for (i = 0; i < j; ++i) {
+            a[i * n + j] /= v;                         // V_ij
+            tmp[i] = a[i * n + j];
+        }
+        for (i = 0; i < j; ++i) {                      // A[0:j][0:j] -= v v^T (upper part)
+            double* ai = a + i * n;
+            double c = tmp[i];
+            for (l = i; l < j; ++l) ai[l] -= c * tmp[l];
+        }
+    }
+    for (i = n - 1; i >= 0; --i) {
+        double* ai = a + i * n;
+        double vii = ai[i];
+        for (j = i + 1; j < n; ++j) tmp[j] = 0.0;
+        for (k = i + 1; k < n; ++k) {                  // rows k > i already hold U
+            const double* uk = a + k * n;
+            double c = ai[k];
+            for (j = k; j < n; ++j) tmp[j] += c * uk[j];
+        }
+        for (j = i + 1; j < n; ++j) ai[j] = -tmp[j] / vii;
+        ai[i] = 1.0 / vii;
+    }
+    return -1;
+}
+
+typedef struct quarot__gptq_job {
+    float* w;
+    int64_t out, in, stride;
+    const double* u;                 // [in][in] upper factor of H^-1, processing order
+    const int64_t* perm;             // processing position -> original column
+    const unsigned char* dead;       // [in], by original column
+    quarot__qspec sp;
+    int64_t gs, groups, block;
+    int dynamic;                     // 1: group parameters from current values at the group's start
+    int8_t* q;
+    float *scales, *zeros;
+    char* scratch;                   // n_tasks blocks of scratch_bytes
+    size_t scratch_bytes;
+    int64_t n_tasks, n_tiles;
+    double* tile_loss;               // [n_tiles]
+} quarot__gptq_job;
+
+// Scratch of one task, in doubles: wt [T][in], err [T][block], zero points [T][groups]; then floats:
+// scales [T][groups], one row or group [in].
+static size_t quarot__gptq_scratch_bytes(int64_t in, int64_t block, int64_t groups) {
+    size_t T = QUAROT__GPTQ_TILE;
+    return (T * (size_t)in + T * (size_t)block + T * (size_t)groups) * sizeof(double) +
+           (T * (size_t)groups + (size_t)in) * sizeof(float);
+}
+
+// Group statistics and parameters from doubles rounded to float (saturating, so always finite).
+static float quarot__gptq_fit(const quarot__qspec* sp, const double* v, int64_t n, float* fb, double* z) {
+    float pm, nm;
+    int64_t l;
+    for (l = 0; l < n; ++l) {
+        double t = v[l];
+        t = t > QUAROT__QFLT_MAX ? QUAROT__QFLT_MAX : (t < -QUAROT__QFLT_MAX ? -QUAROT__QFLT_MAX : t);
+        fb[l] = (float)t;
+    }
+    quarot__qstats(sp->kern, fb, n, &pm, &nm);
+    return quarot__qfit(sp, fb, n, pm, nm, z);
+}
+
+static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* scratch) {
+    const int64_t in = jb->in, B = jb->block, G = jb->groups, gs = jb->gs, T = QUAROT__GPTQ_TILE;
+    const int64_t r0 = tile * T, nr = jb->out - r0 < T ? jb->out - r0 : T;
+    const quarot__qspec* sp = &jb->sp;
+    double* wt = (double*)(void*)scratch;          // [nr][in], processing order
+    double* err = wt + T * in;                     // [nr][B]
+    double* pz = err + T * B;                      // [nr][G]
+    float* ps = (float*)(void*)(pz + T * G);       // [nr][G]
+    float* fb = ps + T * G;                        // [in]
+    double loss = 0.0;
+    int64_t t, i, j, k, g, b1, b2;
+    for (t = 0; t < nr; ++t) {
+        const float* row = jb->w + (r0 + t) * jb->stride;
+        for (i = 0; i < in; ++i) {
+            int64_t c = jb->perm[i];
+            wt[t * in + i] = jb->dead[c] ? 0.0 : (double)row[c];
+        }
+        if (!jb->dynamic) {                        // per row, or static groups: original weights
+            for (i = 0; i < in; ++i) fb[i] = jb->dead[i] ? 0.0f : row[i];
+            for (g = 0; g < G; ++g) {
+                float pm, nm;
+                quarot__qstats(sp->kern, fb + g * gs, gs, &pm, &nm);
+                ps[t * G + g] = quarot__qfit(sp, fb + g * gs, gs, pm, nm, &pz[t * G + g]);
+            }
+        }
+    }
+    for (b1 = 0; b1 < in; b1 = b2) {
+        b2 = b1 + B < in ? b1 + B : in;
+        for (i = b1; i < b2; ++i) {
+            const int64_t c = jb->perm[i];
+            const double* ui = jb->u + i * in;
+            const double uii = ui[i];
+            g = c / gs;
+            if (jb->dynamic && i % gs == 0)        // natural order: group g = columns i..i+gs-1
+                for (t = 0; t < nr; ++t) ps[t * G + g] = quarot__gptq_fit(sp, wt + t * in + i, gs, fb, &pz[t * G + g]);
+            for (t = 0; t < nr; ++t) {
+                double* wr = wt + t * in;
+                const float s = ps[t * G + g];
+                const double z = pz[t * G + g];
+                double klo, khi, e;
+                int32_t kq;
+                float fq;
+                quarot__qrange(sp, z, &klo, &khi);
+                kq = quarot__rne_clamp(wr[i] / (double)s, klo, khi);
+                fq = (float)kq * s;
+                e = (wr[i] - (double)fq) / uii;
+                loss += 0.5 * e * e;
+                jb->w[(r0 + t) * jb->stride + c] = fq;
+                if (jb->q) jb->q[(r0 + t) * in + c] = (int8_t)(kq + (sp->asym ? (int32_t)(z - sp->half) : 0));
+                err[t * B + (i - b1)] = e;
+                for (j = i + 1; j < b2; ++j) wr[j] -= e * ui[j];
+            }
+        }
+        if (b2 == in) break;
+        // Lazy update of the later columns: w_j -= sum_k e_k U_kj, k ascending. Four k per pass;
+        // C evaluates w - a - b - c - d left to right, so the bits equal one k at a time.
+        for (t = 0; t < nr; ++t) {
+            double* wr = wt + t * in;
+            const double* et = err + t * B;
+            for (k = b1; k + 4 <= b2; k += 4) {
+                const double *u0 = jb->u + k * in, *u1 = u0 + in, *u2 = u1 + in, *u3 = u2 + in;
+                const double e0 = et[k - b1], e1 = et[k - b1 + 1], e2 = et[k - b1 + 2], e3 = et[k - b1 + 3];
+                for (j = b2; j < in; ++j) wr[j] = wr[j] - e0 * u0[j] - e1 * u1[j] - e2 * u2[j] - e3 * u3[j];
+            }
+            for (; k < b2; ++k) {
+                const double* uk = jb->u + k * in;
+                const double ek = et[k - b1];
+                for (j = b2; j < in; ++j) wr[j] -= ek * uk[j];
+            }
+        }
+    }
+    for (t = 0; t < nr; ++t)
+        for (g = 0; g < G; ++g) {
+            if (jb->scales) jb->scales[(r0 + t) * G + g] = ps[t * G + g];
+            if (jb->zeros) jb->zeros[(r0 + t) * G + g] = sp->asym ? (float)(pz[t * G + g] - sp->half) : 0.0f;
+        }
+    jb->tile_loss[tile] = loss;
+}
+
+static void quarot__gptq_task(void* arg, int64_t task) {
+    const quarot__gptq_job* jb = (const quarot__gptq_job*)arg;
+    int64_t tile;
+    for (tile = task; tile < jb->n_tiles; tile += jb->n_tasks)
+        quarot__gptq_tile(jb, tile, jb->scratch + (size_t)task * jb->scratch_bytes);
+}
+
+typedef struct quarot__gptq_key { double d; int64_t i; } quarot__gptq_key;
+
+// act_order: descending diag(H), ties by ascending column (a total order, so qsort's result is unique).
+static int quarot__gptq_key_cmp(const void* pa, const void* pb) {
+    const quarot__gptq_key* a = (const quarot__gptq_key*)pa;
+    const quarot__gptq_key* b = (const quarot__gptq_key*)pb;
+    if (a->d != b->d) return a->d > b->d ? -1 : 1;
+    return a->i < b->i ? -1 : (a->i > b->i ? 1 : 0);
+}
+
+QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
+                                         const double* h, int64_t h_n, const quarot_gptq_desc* d,
+                                         int8_t* q, float* scales, float* zeros,
+                                         quarot_gptq_info* info, const quarot_env* env) {
+    quarot_gptq_desc dd;
+    quarot__gptq_job jb;
+    quarot_result res;
+    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *tmp;
+    int64_t i, j, bad, *perm, n_threads;
+    unsigned char* dead;
+    quarot__gptq_key* keys;
+    size_t nn, fixed_bytes, sb, all;
+    char* mem;
+    float pm, nm;
+    if (info) { info->loss = 0.0; info->damp = 0.0; info->dead_columns = 0; info->bad_column = -1; }
+    if (d) dd = *d; else memset(&dd, 0, sizeof dd);
+    if (!w || !h) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qshape_check(out, in, stride)) != QUAROT_OK) return res;
+    if (h_n != in) return QUAROT_ERR_SHAPE_MISMATCH;
+    memset(&jb, 0, sizeof jb);
+    if ((res = quarot__qspec_init(&dd.quant, in, &jb.sp, &jb.gs)) != QUAROT_OK) return res;
+    if (dd.damp_ratio != dd.damp_ratio || dd.block_size < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.act_order != 0 && dd.act_order != 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (jb.sp.asym && q && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (out == 0 || in == 0) return QUAROT_OK;
+    ratio = dd.damp_ratio == 0.0 ? 0.01 : (dd.damp_ratio < 0.0 ? 0.0 : dd.damp_ratio);
+    jb.groups = in / jb.gs;
+    jb.block = dd.block_size ? dd.block_size : 128;
+    if (jb.gs < in) jb.block = (jb.block + jb.gs - 1) / jb.gs * jb.gs;   // groups never straddle blocks
+    if (jb.block > in) jb.block = in;
+    jb.dynamic = jb.gs < in && !dd.act_order;
+    // Memory: a [in][in], dg, dproc, tmp [in] doubles, perm [in], keys [in], dead [in]; per task scratch.
+    if (!quarot__mul_size((size_t)in, (size_t)in + 3, &nn) || !quarot__mul_size(nn, sizeof(double), &nn) ||
+        (uint64_t)out > (uint64_t)SIZE_MAX / (size_t)in)
+        return QUAROT_ERR_OVERFLOW;
+    for (i = 0; i < out; ++i)
+        if (!quarot__qstats(jb.sp.kern, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+    for (i = 0; i < in; ++i)
+        for (j = i; j < in; ++j)
+            if (h[i * in + j] - h[i * in + j] != 0.0) return QUAROT_ERR_NONFINITE;
+    jb.n_tiles = (out + QUAROT__GPTQ_TILE - 1) / QUAROT__GPTQ_TILE;
+    n_threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
+    jb.n_tasks = n_threads < jb.n_tiles ? n_threads : jb.n_tiles;
+    jb.scratch_bytes = sb = (quarot__gptq_scratch_bytes(in, jb.block, jb.groups) + 63) / 64 * 64;
+    fixed_bytes = nn + (size_t)in * (sizeof(int64_t) + sizeof(quarot__gptq_key) + 1) + (size_t)jb.n_tiles * sizeof(double);
+    fixed_bytes = (fixed_bytes + 63) / 64 * 64;
+    if ((size_t)jb.n_tasks > (SIZE_MAX - fixed_bytes) / sb) return QUAROT_ERR_OVERFLOW;
+    all = fixed_bytes + (size_t)jb.n_tasks * sb;
+    mem = (char*)quarot_env_alloc(env, all);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    a = (double*)(void*)mem;
+    dg = a + (size_t)in * (size_t)in;
+    dproc = dg + in;
+    tmp = dproc + in;
+    jb.tile_loss = tmp + in;
+    perm = (int64_t*)(void*)(jb.tile_loss + jb.n_tiles);
+    keys = (quarot__gptq_key*)(void*)(perm + in);
+    dead = (unsigned char*)(keys + in);
+    jb.scratch = mem + fixed_bytes;
+    // Dead columns, mean diagonal, order.
+    for (i = 0; i < in; ++i) {
+        dead[i] = h[i * in + i] == 0.0;
+        dg[i] = dead[i] ? 1.0 : h[i * in + i];
+        mean += dg[i];
+        if (info && dead[i]) ++info->dead_columns;
+        keys[i].d = dg[i];
+        keys[i].i = i;
+    }
+    damp = ratio * (mean / (double)in);
+    if (dd.act_order) qsort(keys, (size_t)in, sizeof *keys, quarot__gptq_key_cmp);
+    for (i = 0; i < in; ++i) perm[i] = keys[i].i;
+    // Damped H in processing order, upper triangle, read from h's upper triangle.
+    for (i = 0; i < in; ++i) {
+        const int64_t pi = perm[i];
+        double* ai = a + i * in;
+        for (j = i + 1; j < in; ++j) {
+            const int64_t pj = perm[j];
+            ai[j] = pi <= pj ? h[pi * in + pj] : h[pj * in + pi];
+        }
+        ai[i] = dproc[i] = dg[pi] + damp;
+    }
+    if (info) info->damp = damp;
+    bad = quarot__chol_ul_inv(a, in, dproc, tmp);
+    if (bad >= 0) {
+        if (info) info->bad_column = perm[bad];
+        quarot_env_free(env, mem);
+        return QUAROT_ERR_NOT_CONVERGED;
+    }
+    jb.w = w; jb.out = out; jb.in = in; jb.stride = stride;
+    jb.u = a; jb.perm = perm; jb.dead = dead;
+    jb.q = q; jb.scales = scales; jb.zeros = zeros;
+    quarot_env_parallel_for(env, quarot__gptq_task, &jb, jb.n_tasks);
+    if (info)
+        for (i = 0; i < jb.n_tiles; ++i) info->loss += jb.tile_loss[i];
+    quarot_env_free(env, mem);
+    return QUAROT_OK;
+}
 
 // >>rotation
 // Q = diag(Q_b, ..., Q_b). Hadamard blocks go through the fast transform (signs per block: the

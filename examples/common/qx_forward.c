@@ -1,0 +1,669 @@
+/* qx_forward.c - see qx_forward.h. A plain FP32 reference: every linear is one GEMM over the T rows
+   of a block, attention is two GEMMs per head (scores = q k^T, out = P v) over the KV cache, and
+   the norms accumulate in double. Window and incremental decoding share this one code path, so
+   they differ only by the summation order inside the GEMMs. */
+#include "qx_forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char* qx_site_name(qx_site s) {
+    switch (s) {
+        case QX_SITE_DOWN_INPUT: return "down_input";
+        case QX_SITE_O_INPUT: return "o_input";
+        case QX_SITE_Q_ROPE: return "q_rope";
+        case QX_SITE_K_ROPE: return "k_rope";
+        default: return "unknown";
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+   GEMM and fake quantization: one function each (the fake quantizer is a private stand-in for
+   quarot_fake_quant_f32 until that lands, with the same documented semantics). */
+
+/* C[m][n] = alpha * A[m][k] * op(B), op(B) = B^T (B stored [n][k]) when trans_b, else B stored
+   [k][n]; row-major with row strides lda, ldb, ldc. quarot_sgemm, with the env of the options. */
+static quarot_result qx__gemm(const qx_forward* f, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+    return quarot_sgemm(0, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, f->opts.env);
+}
+
+/* Fake-quantize one group of n values in place (quarot.h >>quant semantics, round half to even). */
+static double qx__fq_group(float* x, int64_t n, int bits, int asym, float clip, int write) {
+    int64_t i;
+    double err = 0.0;
+    if (!asym) {
+        float mx = 0.0f, s, qmax = (float)((1 << (bits - 1)) - 1), qmin = -(float)(1 << (bits - 1));
+        for (i = 0; i < n; ++i) if (fabsf(x[i]) > mx) mx = fabsf(x[i]);
+        s = clip * mx / qmax;
+        if (s == 0.0f) s = 1.0f;
+        for (i = 0; i < n; ++i) {
+            float q = rintf(x[i] / s), y;
+            if (q < qmin) q = qmin;
+            if (q > qmax) q = qmax;
+            y = q * s;
+            err += ((double)y - x[i]) * ((double)y - x[i]);
+            if (write) x[i] = y;
+        }
+    } else {
+        float lo = 0.0f, hi = 0.0f, s, z, qmax = (float)((1 << bits) - 1);
+        for (i = 0; i < n; ++i) {
+            if (x[i] < lo) lo = x[i];
+            if (x[i] > hi) hi = x[i];
+        }
+        lo *= clip;
+        hi *= clip;
+        s = (hi - lo) / qmax;
+        if (s == 0.0f) s = 1.0f;
+        z = rintf(-lo / s);
+        for (i = 0; i < n; ++i) {
+            float q = rintf(x[i] / s) + z, y;
+            if (q < 0.0f) q = 0.0f;
+            if (q > qmax) q = qmax;
+            y = (q - z) * s;
+            err += ((double)y - x[i]) * ((double)y - x[i]);
+            if (write) x[i] = y;
+        }
+    }
+    return err;
+}
+
+/* x[rows][stride], first cols per row, groups of `group` (0 = whole row). */
+static void qx__fake_quant(float* x, int64_t rows, int64_t cols, int64_t stride, int bits, int asym,
+                           int64_t group, float clip, int clip_search) {
+    int64_t r, g0, gs = group > 0 ? group : cols;
+    if (clip <= 0.0f) clip = 1.0f;
+    for (r = 0; r < rows; ++r) {
+        for (g0 = 0; g0 < cols; g0 += gs) {
+            float* xg = x + r * stride + g0;
+            if (clip_search) {
+                /* clip ratios 1.00, 0.99, ..., 0.50: keep the smallest squared error */
+                float best_c = 1.0f;
+                double best = -1.0;
+                int i;
+                for (i = 0; i <= 50; ++i) {
+                    float c = 1.0f - 0.01f * (float)i;
+                    double err = qx__fq_group(xg, gs, bits, asym, c, 0);
+                    if (best < 0.0 || err < best) { best = err; best_c = c; }
+                }
+                qx__fq_group(xg, gs, bits, asym, best_c, 1);
+            } else {
+                qx__fq_group(xg, gs, bits, asym, clip, 1);
+            }
+        }
+    }
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* Weights */
+
+static void* qx__alloc(qx_forward* f, size_t bytes) {
+    void* p;
+    if (f->n_blocks == f->cap_blocks) {
+        int64_t cap = f->cap_blocks ? f->cap_blocks * 2 : 64;
+        void** nb = (void**)realloc(f->blocks, (size_t)cap * sizeof *nb);
+        if (!nb) return NULL;
+        f->blocks = nb;
+        f->cap_blocks = cap;
+    }
+    p = malloc(bytes ? bytes : 1);
+    if (p) f->blocks[f->n_blocks++] = p;
+    return p;
+}
+
+/* Copy tensor `name` ([rows][cols]; rows == 1 for a vector) to f32. Missing: error when required,
+   else *out = NULL and OK. */
+static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name, int64_t rows, int64_t cols,
+                              int required, float** out, qx_err* e) {
+    const quarot_tensor* t = qx_store_find(s, name);
+    float* w;
+    int64_t r;
+    *out = NULL;
+    if (!t) {
+        if (!required) return QUAROT_OK;
+        qx_err_set(e, "%s: missing", name);
+        return QUAROT_ERR_NOT_FOUND;
+    }
+    if (t->ne[0] != cols || quarot_tensor_nrows(t) != rows || (rows > 1 && t->ne[1] != rows)) {
+        qx_err_set(e, "%s: shape [%lld][%lld], expected [%lld][%lld]", name, (long long)quarot_tensor_nrows(t),
+                   (long long)t->ne[0], (long long)rows, (long long)cols);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    if (t->dtype != QUAROT_DTYPE_F32 && t->dtype != QUAROT_DTYPE_F16 && t->dtype != QUAROT_DTYPE_BF16 &&
+        t->dtype != QUAROT_DTYPE_F64 && t->dtype != QUAROT_DTYPE_DEFAULT) {
+        qx_err_set(e, "%s: unsupported dtype", name);
+        return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    w = (float*)qx__alloc(f, (size_t)rows * (size_t)cols * sizeof(float));
+    if (!w) {
+        qx_err_set(e, "%s: out of memory", name);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    for (r = 0; r < rows; ++r) {
+        quarot_result res = quarot_tensor_get_row_f32(t, r, w + r * cols);
+        if (res != QUAROT_OK) {
+            qx_err_set(e, "%s: %s", name, quarot_result_string(res));
+            return res;
+        }
+    }
+    *out = w;
+    return QUAROT_OK;
+}
+
+static int qx__bits_ok(int b) { return b == 0 || (b >= 2 && b <= 8); }
+
+/* Resolve config defaults and check the geometry. */
+static quarot_result qx__config(qx_forward* f, const quarot_model_config* c, qx_err* e) {
+    quarot_model_config* g = &f->cfg;
+    *g = *c;
+    if (g->n_kv_heads == 0) g->n_kv_heads = g->n_heads;
+    if (g->head_dim == 0 && g->n_heads > 0) g->head_dim = g->hidden / g->n_heads;
+    if (g->norm_eps == 0.0f) g->norm_eps = 1e-5f;
+    if (g->rope_theta == 0.0f) g->rope_theta = 10000.0f;
+    if (g->norm == QUAROT_NORM_DEFAULT) g->norm = QUAROT_NORM_RMS;
+    if (g->mlp == QUAROT_MLP_DEFAULT) g->mlp = QUAROT_MLP_GATED;
+    if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
+    f->is_opt = strcmp(g->arch, "opt") == 0;
+    if (g->hidden <= 0 || g->intermediate <= 0 || g->n_layers <= 0 || g->n_heads <= 0 || g->n_kv_heads <= 0 ||
+        g->head_dim <= 0 || g->vocab <= 0 || g->n_heads % g->n_kv_heads != 0 ||
+        (!f->is_opt && g->head_dim % 2 != 0) || g->hidden > (1 << 20) || g->intermediate > (1 << 22) ||
+        g->head_dim > (1 << 16) || g->n_heads > (1 << 12) || g->vocab > (1 << 24) || g->n_layers > (1 << 12)) {
+        qx_err_set(e, "config: bad geometry (hidden %lld, intermediate %lld, layers %lld, heads %lld/%lld, head_dim %lld, vocab %lld)",
+                   (long long)g->hidden, (long long)g->intermediate, (long long)g->n_layers, (long long)g->n_heads,
+                   (long long)g->n_kv_heads, (long long)g->head_dim, (long long)g->vocab);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (g->norm != QUAROT_NORM_RMS && g->norm != QUAROT_NORM_LAYER) {
+        qx_err_set(e, "config: unknown norm kind %d", (int)g->norm);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (g->mlp != QUAROT_MLP_GATED && g->mlp != QUAROT_MLP_PLAIN) {
+        qx_err_set(e, "config: unknown MLP kind %d", (int)g->mlp);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (g->act != QUAROT_ACT_SILU && g->act != QUAROT_ACT_RELU && g->act != QUAROT_ACT_GELU) {
+        qx_err_set(e, "config: unknown activation %d", (int)g->act);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (f->is_opt && g->mlp == QUAROT_MLP_GATED) {
+        qx_err_set(e, "config: OPT names have no gated MLP (set mlp = QUAROT_MLP_PLAIN)");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (!(g->norm_eps > 0.0f) || !(g->rope_theta > 0.0f)) {
+        qx_err_set(e, "config: norm_eps and rope_theta must be positive");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    f->q_dim = g->n_heads * g->head_dim;
+    f->kv_dim = g->n_kv_heads * g->head_dim;
+    return QUAROT_OK;
+}
+
+static quarot_result qx__check_quant(const qx_forward* f, const qx_fake_quant_opts* q, qx_err* e) {
+    const quarot_model_config* g = &f->cfg;
+    if (!qx__bits_ok(q->w_bits) || !qx__bits_ok(q->a_bits) || !qx__bits_ok(q->k_bits) || !qx__bits_ok(q->v_bits)) {
+        qx_err_set(e, "fake quant: bits must be 0 (off) or 2..8");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (q->w_clip < 0.0f || q->w_clip > 1.0f || q->a_clip < 0.0f || q->a_clip > 1.0f || q->kv_clip < 0.0f ||
+        q->kv_clip > 1.0f || q->w_clip != q->w_clip || q->a_clip != q->a_clip || q->kv_clip != q->kv_clip) {
+        qx_err_set(e, "fake quant: clip ratios must lie in (0, 1] (0 = 1.0)");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (q->w_bits && q->w_group != 0 &&
+        (q->w_group < 0 || g->hidden % q->w_group || g->intermediate % q->w_group || f->q_dim % q->w_group)) {
+        qx_err_set(e, "fake quant: weight group %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
+                   (long long)q->w_group, (long long)g->hidden, (long long)g->intermediate, (long long)f->q_dim);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+static void qx__name(const qx_forward* f, int64_t layer, const char* suffix, char* buf, size_t n) {
+    snprintf(buf, n, "%s%lld.%s", f->is_opt ? "model.decoder.layers." : "model.layers.", (long long)layer, suffix);
+}
+
+/* Load one linear: weight [rows][cols] and its bias [rows] (required when req_bias). */
+static quarot_result qx__load_linear(qx_forward* f, const qx_store* s, int64_t layer, const char* base,
+                                     int64_t rows, int64_t cols, int req_bias, float** w, float** b, qx_err* e) {
+    char name[256], wname[300];
+    quarot_result r;
+    qx__name(f, layer, base, name, sizeof name);
+    snprintf(wname, sizeof wname, "%s.weight", name);
+    r = qx__load(f, s, wname, rows, cols, 1, w, e);
+    if (r != QUAROT_OK) return r;
+    snprintf(wname, sizeof wname, "%s.bias", name);
+    r = qx__load(f, s, wname, 1, rows, req_bias, b, e);
+    if (r != QUAROT_OK) return r;
+    if (f->opts.quant.w_bits) {
+        const qx_fake_quant_opts* q = &f->opts.quant;
+        qx__fake_quant(*w, rows, cols, cols, q->w_bits, q->w_asym, q->w_group, q->w_clip, q->w_clip_search);
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result qx__load_norm(qx_forward* f, const qx_store* s, int64_t layer, const char* base,
+                                   float** w, float** b, qx_err* e) {
+    char name[300];
+    quarot_result r;
+    if (layer >= 0) qx__name(f, layer, base, name, sizeof name);
+    else snprintf(name, sizeof name, "%s", base);
+    strcat(name, ".weight");
+    r = qx__load(f, s, name, 1, f->cfg.hidden, 1, w, e);
+    if (r != QUAROT_OK) return r;
+    name[strlen(name) - 7] = '\0';
+    strcat(name, ".bias");
+    return qx__load(f, s, name, 1, f->cfg.hidden, 0, b, e);
+}
+
+quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward_opts* o, qx_err* e) {
+    const quarot_model_config* g;
+    quarot_result r;
+    int64_t l;
+    if (!f) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(f, 0, sizeof *f);
+    if (!s) {
+        qx_err_set(e, "qx_forward_init: no store");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (o) f->opts = *o;
+    r = qx__config(f, &s->config, e);
+    if (r == QUAROT_OK) r = qx__check_quant(f, &f->opts.quant, e);
+    if (r != QUAROT_OK) return r;
+    g = &f->cfg;
+    f->layers = (qx_forward_layer*)qx__alloc(f, (size_t)g->n_layers * sizeof *f->layers);
+    if (!f->layers) {
+        qx_err_set(e, "out of memory");
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    memset(f->layers, 0, (size_t)g->n_layers * sizeof *f->layers);
+
+    /* embeddings, final norm, lm_head */
+    if (f->is_opt) {
+        const quarot_tensor* pe = qx_store_find(s, "model.decoder.embed_positions.weight");
+        r = qx__load(f, s, "model.decoder.embed_tokens.weight", g->vocab, g->hidden, 1, &f->embed, e);
+        if (r != QUAROT_OK) goto fail;
+        if (!pe) {
+            qx_err_set(e, "model.decoder.embed_positions.weight: missing");
+            r = QUAROT_ERR_NOT_FOUND;
+            goto fail;
+        }
+        f->n_pos = quarot_tensor_nrows(pe);
+        if (f->n_pos < 3) {
+            qx_err_set(e, "model.decoder.embed_positions.weight: %lld rows, need at least 3 (offset 2)", (long long)f->n_pos);
+            r = QUAROT_ERR_SHAPE_MISMATCH;
+            goto fail;
+        }
+        r = qx__load(f, s, "model.decoder.embed_positions.weight", f->n_pos, g->hidden, 1, &f->pos_embed, e);
+        if (r == QUAROT_OK) r = qx__load_norm(f, s, -1, "model.decoder.final_layer_norm", &f->final_w, &f->final_b, e);
+    } else {
+        r = qx__load(f, s, "model.embed_tokens.weight", g->vocab, g->hidden, 1, &f->embed, e);
+        if (r == QUAROT_OK) r = qx__load_norm(f, s, -1, "model.norm", &f->final_w, &f->final_b, e);
+    }
+    if (r != QUAROT_OK) goto fail;
+    r = qx__load(f, s, "lm_head.weight", g->vocab, g->hidden, 0, &f->lm_head, e);
+    if (r != QUAROT_OK) goto fail;
+    if (!f->lm_head) {
+        if (!g->tied_embeddings) {
+            qx_err_set(e, "lm_head.weight: missing (config says the embeddings are not tied)");
+            r = QUAROT_ERR_NOT_FOUND;
+            goto fail;
+        }
+        f->lm_head = f->embed;
+    }
+
+    for (l = 0; l < g->n_layers; ++l) {
+        qx_forward_layer* L = &f->layers[l];
+        const char *n1 = f->is_opt ? "self_attn_layer_norm" : "input_layernorm";
+        const char *n2 = f->is_opt ? "final_layer_norm" : "post_attention_layernorm";
+        const char *o_name = f->is_opt ? "self_attn.out_proj" : "self_attn.o_proj";
+        const char *up = f->is_opt ? "fc1" : "mlp.up_proj", *down = f->is_opt ? "fc2" : "mlp.down_proj";
+        r = qx__load_norm(f, s, l, n1, &L->norm1_w, &L->norm1_b, e);
+        if (r == QUAROT_OK) r = qx__load_norm(f, s, l, n2, &L->norm2_w, &L->norm2_b, e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.q_proj", f->q_dim, g->hidden, g->attn_qkv_bias, &L->wq, &L->bq, e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.k_proj", f->kv_dim, g->hidden, g->attn_qkv_bias, &L->wk, &L->bk, e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.v_proj", f->kv_dim, g->hidden, g->attn_qkv_bias, &L->wv, &L->bv, e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, o_name, g->hidden, f->q_dim, g->attn_out_bias, &L->wo, &L->bo, e);
+        if (r == QUAROT_OK && g->mlp == QUAROT_MLP_GATED)
+            r = qx__load_linear(f, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->w_gate, &L->b_gate, e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, up, g->intermediate, g->hidden, g->mlp_bias, &L->w_up, &L->b_up, e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, down, g->hidden, g->intermediate, g->mlp_bias, &L->w_down, &L->b_down, e);
+        if (r == QUAROT_OK && g->qk_norm) {
+            char name[256];
+            qx__name(f, l, "self_attn.q_norm.weight", name, sizeof name);
+            r = qx__load(f, s, name, 1, g->head_dim, 1, &L->q_norm, e);
+            qx__name(f, l, "self_attn.k_norm.weight", name, sizeof name);
+            if (r == QUAROT_OK) r = qx__load(f, s, name, 1, g->head_dim, 1, &L->k_norm, e);
+        }
+        if (r != QUAROT_OK) goto fail;
+    }
+    return QUAROT_OK;
+fail:
+    qx_forward_free(f);
+    return r;
+}
+
+void qx_forward_free(qx_forward* f) {
+    int64_t i;
+    if (!f) return;
+    for (i = 0; i < f->n_blocks; ++i) free(f->blocks[i]);
+    free(f->blocks);
+    free(f->k_cache);
+    free(f->v_cache);
+    free(f->scratch);
+    memset(f, 0, sizeof *f);
+}
+
+void qx_forward_reset(qx_forward* f) {
+    if (f) f->pos = 0;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* Building blocks */
+
+/* y[r] = norm(x[r]) * w (+ b), rows of n. RMS: x / sqrt(mean(x^2) + eps); LayerNorm:
+   (x - mean) / sqrt(var + eps) (biased variance). Sums in double. */
+static void qx__norm(const float* x, float* y, int64_t rows, int64_t n, const float* w, const float* b,
+                     quarot_norm_kind kind, float eps) {
+    int64_t r, i;
+    for (r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        double mean = 0.0, ss = 0.0;
+        float inv;
+        if (kind == QUAROT_NORM_LAYER) {
+            for (i = 0; i < n; ++i) mean += xr[i];
+            mean /= (double)n;
+        }
+        for (i = 0; i < n; ++i) ss += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        for (i = 0; i < n; ++i) {
+            float v = (float)((double)xr[i] - mean) * inv * w[i];
+            yr[i] = b ? v + b[i] : v;
+        }
+    }
+}
+
+static float qx__act(float x, quarot_act_kind k) {
+    if (k == QUAROT_ACT_RELU) return x > 0.0f ? x : 0.0f;
+    if (k == QUAROT_ACT_GELU) {
+        double d = x;
+        return (float)(0.5 * d * (1.0 + tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+    }
+    return x / (1.0f + expf(-x));
+}
+
+/* y[T][out] = x[T][in] * W^T + b */
+static quarot_result qx__linear(const qx_forward* f, const float* x, int64_t T, int64_t in, const float* w,
+                                const float* b, int64_t out, float* y) {
+    int64_t t, j;
+    quarot_result r = qx__gemm(f, 1, T, out, in, 1.0f, x, in, w, in, y, out);
+    if (r != QUAROT_OK || !b) return r;
+    for (t = 0; t < T; ++t)
+        for (j = 0; j < out; ++j) y[t * out + j] += b[j];
+    return QUAROT_OK;
+}
+
+/* Input of decoder linears: capture (per linear name), then per-token activation fake quant. */
+static void qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64_t T, int64_t n,
+                             const char* const* names, int n_names) {
+    const qx_fake_quant_opts* q = &f->opts.quant;
+    int i;
+    if (f->opts.capture) {
+        for (i = 0; i < n_names; ++i) {
+            char name[256];
+            qx__name(f, layer, names[i], name, sizeof name);
+            f->opts.capture(f->opts.capture_user, layer, name, x, T, n);
+        }
+    }
+    if (q->a_bits) qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, 0, q->a_clip, 0);
+}
+
+/* Rotary embedding on rows x[rows][head_dim] (rows = T * heads, token t = row / heads; cs holds
+   cos/sin of token t's position): angle = position * theta^(-2i/head_dim), pair (2i, 2i+1) or (i, i + head_dim/2). */
+static void qx__rope(const qx_forward* f, float* x, int64_t T, int64_t heads, const float* cs) {
+    int64_t hd = f->cfg.head_dim, half = hd / 2, t, h, i;
+    for (t = 0; t < T; ++t) {
+        const float* c = cs + t * hd;   /* cos[half] then sin[half] for this position */
+        const float* sn = c + half;
+        for (h = 0; h < heads; ++h) {
+            float* v = x + (t * heads + h) * hd;
+            for (i = 0; i < half; ++i) {
+                int64_t i0 = f->cfg.rope_interleaved ? 2 * i : i, i1 = f->cfg.rope_interleaved ? 2 * i + 1 : i + half;
+                float a = v[i0], b = v[i1];
+                v[i0] = a * c[i] - b * sn[i];
+                v[i1] = a * sn[i] + b * c[i];
+            }
+        }
+    }
+}
+
+/* Grow the KV cache to hold `need` positions (contents of the first pos rows kept). */
+static quarot_result qx__cache_reserve(qx_forward* f, int64_t need) {
+    int64_t cap, l, L = f->cfg.n_layers, d = f->kv_dim;
+    float *nk, *nv;
+    if (need <= f->cache_cap) return QUAROT_OK;
+    cap = f->cache_cap * 2;
+    if (cap < need) cap = need;
+    if (cap < 64) cap = 64;
+    nk = (float*)malloc((size_t)(L * cap * d) * sizeof(float));
+    nv = (float*)malloc((size_t)(L * cap * d) * sizeof(float));
+    if (!nk || !nv) {
+        free(nk);
+        free(nv);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    for (l = 0; l < L && f->pos > 0; ++l) {
+        memcpy(nk + l * cap * d, f->k_cache + l * f->cache_cap * d, (size_t)(f->pos * d) * sizeof(float));
+        memcpy(nv + l * cap * d, f->v_cache + l * f->cache_cap * d, (size_t)(f->pos * d) * sizeof(float));
+    }
+    free(f->k_cache);
+    free(f->v_cache);
+    f->k_cache = nk;
+    f->v_cache = nv;
+    f->cache_cap = cap;
+    return QUAROT_OK;
+}
+
+/* Scratch for T rows: x, a [T][hidden]; q, att [T][q_dim]; k, v [T][kv_dim]; tmp [T][hidden];
+   g, u [T][inter]; scores [T][n_keys]; rope table [T][head_dim]. */
+typedef struct qx__bufs {
+    float *x, *a, *q, *k, *v, *att, *tmp, *g, *u, *scores, *rope;
+} qx__bufs;
+
+static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__bufs* b) {
+    const quarot_model_config* g = &f->cfg;
+    size_t sizes[11], total = 0, off = 0;
+    float** ptrs[11];
+    int i;
+    sizes[0] = (size_t)(T * g->hidden);       ptrs[0] = &b->x;
+    sizes[1] = (size_t)(T * g->hidden);       ptrs[1] = &b->a;
+    sizes[2] = (size_t)(T * f->q_dim);        ptrs[2] = &b->q;
+    sizes[3] = (size_t)(T * f->kv_dim);       ptrs[3] = &b->k;
+    sizes[4] = (size_t)(T * f->kv_dim);       ptrs[4] = &b->v;
+    sizes[5] = (size_t)(T * f->q_dim);        ptrs[5] = &b->att;
+    sizes[6] = (size_t)(T * g->hidden);       ptrs[6] = &b->tmp;
+    sizes[7] = (size_t)(T * g->intermediate); ptrs[7] = &b->g;
+    sizes[8] = (size_t)(T * g->intermediate); ptrs[8] = &b->u;
+    sizes[9] = (size_t)(T * n_keys);          ptrs[9] = &b->scores;
+    sizes[10] = (size_t)(T * g->head_dim);    ptrs[10] = &b->rope;
+    for (i = 0; i < 11; ++i) total += (sizes[i] + 15) & ~(size_t)15;
+    if (total > f->scratch_floats) {
+        float* p = (float*)malloc(total * sizeof(float));
+        if (!p) return QUAROT_ERR_OUT_OF_MEMORY;
+        free(f->scratch);
+        f->scratch = p;
+        f->scratch_floats = total;
+    }
+    for (i = 0; i < 11; ++i) {
+        *ptrs[i] = f->scratch + off;
+        off += (sizes[i] + 15) & ~(size_t)15;
+    }
+    return QUAROT_OK;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* One decoder layer over T rows at positions pos0.. (K/V appended to the cache at pos0). */
+static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0, qx__bufs* b) {
+    const quarot_model_config* g = &f->cfg;
+    const qx_forward_layer* L = &f->layers[l];
+    const qx_fake_quant_opts* q = &f->opts.quant;
+    int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads, group = nh / nkv;
+    int64_t n_keys = pos0 + T, t, h, j, i;
+    float* kc = f->k_cache + l * f->cache_cap * f->kv_dim;
+    float* vc = f->v_cache + l * f->cache_cap * f->kv_dim;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    quarot_result r;
+    static const char* const qkv_names[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"};
+    const char* o_name = f->is_opt ? "self_attn.out_proj.weight" : "self_attn.o_proj.weight";
+    const char* gu_names[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
+    const char* down_name = f->is_opt ? "fc2.weight" : "mlp.down_proj.weight";
+
+    /* ---- attention ---- */
+    qx__norm(b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
+    qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
+    r = qx__linear(f, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
+    if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k);
+    if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v);
+    if (r != QUAROT_OK) return r;
+    if (L->q_norm) qx__norm(b->q, b->q, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    if (L->k_norm) qx__norm(b->k, b->k, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    if (!f->is_opt) {
+        qx__rope(f, b->q, T, nh, b->rope);
+        qx__rope(f, b->k, T, nkv, b->rope);
+    }
+    if (f->opts.online) {
+        f->opts.online(f->opts.online_user, l, QX_SITE_Q_ROPE, b->q, T * nh, hd);
+        f->opts.online(f->opts.online_user, l, QX_SITE_K_ROPE, b->k, T * nkv, hd);
+    }
+    /* KV cache quantization: per token per head (groups of head_dim), asymmetric by default */
+    if (q->k_bits) qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (q->v_bits) qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    memcpy(kc + pos0 * f->kv_dim, b->k, (size_t)(T * f->kv_dim) * sizeof(float));
+    memcpy(vc + pos0 * f->kv_dim, b->v, (size_t)(T * f->kv_dim) * sizeof(float));
+
+    /* per query head: scores[T][n_keys] = q_h k_g^T / sqrt(hd), causal softmax, att_h = P v_g */
+    for (h = 0; h < nh; ++h) {
+        int64_t kvh = h / group;
+        r = qx__gemm(f, 1, T, n_keys, hd, scale, b->q + h * hd, f->q_dim, kc + kvh * hd, f->kv_dim, b->scores, n_keys);
+        if (r != QUAROT_OK) return r;
+        for (t = 0; t < T; ++t) {
+            float* s = b->scores + t * n_keys;
+            int64_t last = pos0 + t;   /* keys 0..last are visible */
+            float mx = s[0];
+            double sum = 0.0;
+            float inv;
+            for (j = 1; j <= last; ++j) if (s[j] > mx) mx = s[j];
+            for (j = 0; j <= last; ++j) {
+                s[j] = expf(s[j] - mx);
+                sum += s[j];
+            }
+            inv = (float)(1.0 / sum);
+            for (j = 0; j <= last; ++j) s[j] *= inv;
+            for (j = last + 1; j < n_keys; ++j) s[j] = 0.0f;
+        }
+        r = qx__gemm(f, 0, T, hd, n_keys, 1.0f, b->scores, n_keys, vc + kvh * hd, f->kv_dim, b->att + h * hd, f->q_dim);
+        if (r != QUAROT_OK) return r;
+    }
+    if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_O_INPUT, b->att, T, f->q_dim);
+    qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
+    r = qx__linear(f, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
+
+    /* ---- MLP ---- */
+    qx__norm(b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
+    if (g->mlp == QUAROT_MLP_GATED) {
+        qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
+        r = qx__linear(f, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
+        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        if (r != QUAROT_OK) return r;
+        for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->g[i], g->act) * b->u[i];
+    } else {
+        const char* up_name = f->is_opt ? "fc1.weight" : "mlp.up_proj.weight";
+        qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
+        r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        if (r != QUAROT_OK) return r;
+        for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->u[i], g->act);
+    }
+    if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_DOWN_INPUT, b->u, T, g->intermediate);
+    qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
+    r = qx__linear(f, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
+    return QUAROT_OK;
+}
+
+quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T, float* logits, qx_err* e) {
+    const quarot_model_config* g;
+    qx__bufs b;
+    quarot_result r;
+    int64_t t, i, l, pos0;
+    if (!f || !f->layers || !tokens || T <= 0 || T > (1 << 24)) {
+        qx_err_set(e, "qx_forward_tokens: bad arguments");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    g = &f->cfg;
+    pos0 = f->pos;
+    for (t = 0; t < T; ++t) {
+        if (tokens[t] < 0 || tokens[t] >= g->vocab) {
+            qx_err_set(e, "token %lld: id %ld outside the vocabulary [0, %lld)", (long long)t, (long)tokens[t], (long long)g->vocab);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if (f->is_opt && pos0 + T + 2 > f->n_pos) {
+        qx_err_set(e, "position %lld beyond the %lld learned positions", (long long)(pos0 + T - 1), (long long)(f->n_pos - 2));
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    r = qx__cache_reserve(f, pos0 + T);
+    if (r == QUAROT_OK) r = qx__scratch(f, T, pos0 + T, &b);
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "qx_forward_tokens: out of memory (%lld tokens at position %lld)", (long long)T, (long long)pos0);
+        return r;
+    }
+    /* embeddings (+ learned positions, OPT offset 2) */
+    for (t = 0; t < T; ++t) {
+        const float* er = f->embed + (int64_t)tokens[t] * g->hidden;
+        float* xr = b.x + t * g->hidden;
+        memcpy(xr, er, (size_t)g->hidden * sizeof(float));
+        if (f->pos_embed) {
+            const float* pr = f->pos_embed + (pos0 + t + 2) * g->hidden;
+            for (i = 0; i < g->hidden; ++i) xr[i] += pr[i];
+        }
+    }
+    /* RoPE table for these positions: [T][cos half | sin half], angles in double */
+    if (!f->is_opt) {
+        int64_t half = g->head_dim / 2;
+        for (t = 0; t < T; ++t) {
+            for (i = 0; i < half; ++i) {
+                double freq = pow((double)g->rope_theta, -(double)(2 * i) / (double)g->head_dim);
+                double ang = (double)(pos0 + t) * freq;
+                b.rope[t * g->head_dim + i] = (float)cos(ang);
+                b.rope[t * g->head_dim + half + i] = (float)sin(ang);
+            }
+        }
+    }
+    for (l = 0; l < g->n_layers; ++l) {
+        r = qx__layer(f, l, T, pos0, &b);
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "layer %lld: %s", (long long)l, quarot_result_string(r));
+            return r;
+        }
+    }
+    f->pos = pos0 + T;
+    if (!logits) return QUAROT_OK;
+    qx__norm(b.x, b.a, T, g->hidden, f->final_w, f->final_b, g->norm, g->norm_eps);
+    r = qx__gemm(f, 1, T, g->vocab, g->hidden, 1.0f, b.a, g->hidden, f->lm_head, g->hidden, logits, g->vocab);
+    if (r != QUAROT_OK) qx_err_set(e, "lm_head: %s", quarot_result_string(r));
+    return r;
+}
+
+quarot_result qx_forward_window(qx_forward* f, const int32_t* tokens, int64_t T, float* logits, qx_err* e) {
+    qx_forward_reset(f);
+    return qx_forward_tokens(f, tokens, T, logits, e);
+}
+
+quarot_result qx_forward_step(qx_forward* f, int32_t token, float* logits, qx_err* e) {
+    return qx_forward_tokens(f, &token, 1, logits, e);
+}

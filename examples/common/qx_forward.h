@@ -1,0 +1,169 @@
+/* qx_forward.h - the reference FP32 forward pass of the examples and tests.
+
+   It runs a decoder-only transformer straight from a qx_store (Hugging Face tensor names, config in
+   store->config), in plain FP32, so that a rotated model can be checked against the original and so
+   that perplexity can be measured under fake quantization. It is a reference, not an engine: simple
+   loops, one GEMM per linear layer, a KV cache for generation.
+
+   Families (config.arch, then the flags of quarot_model_config):
+     "llama"  (also Mistral and anything else not named below): RMSNorm, RoPE, grouped-query
+              attention, gated SiLU MLP. Names:
+                model.embed_tokens.weight                          [vocab][hidden]
+                model.layers.{i}.input_layernorm.weight            [hidden]
+                model.layers.{i}.self_attn.{q,k,v,o}_proj.weight   q [n_heads*head_dim][hidden],
+                                                                   k/v [n_kv_heads*head_dim][hidden],
+                                                                   o [hidden][n_heads*head_dim]
+                model.layers.{i}.self_attn.{q,k,v,o}_proj.bias     (see "biases" below)
+                model.layers.{i}.post_attention_layernorm.weight   [hidden]
+                model.layers.{i}.mlp.{gate,up}_proj.weight         [intermediate][hidden]
+                model.layers.{i}.mlp.down_proj.weight              [hidden][intermediate]
+                model.norm.weight                                  [hidden]
+                lm_head.weight                                     [vocab][hidden]
+     "qwen2"  the same with q/k/v biases (config.attn_qkv_bias).
+     "qwen3"  the same plus a per-head RMSNorm of q and k before RoPE (config.qk_norm):
+                model.layers.{i}.self_attn.{q,k}_norm.weight       [head_dim]
+     "opt"    pre-LayerNorm OPT: LayerNorm with bias, learned positional embeddings (position p reads
+              row p + 2, OPT's offset), plain MLP fc1 -> ReLU -> fc2, biases on every linear:
+                model.decoder.embed_tokens.weight                  [vocab][hidden]
+                model.decoder.embed_positions.weight               [max_pos + 2][hidden]
+                model.decoder.layers.{i}.self_attn_layer_norm.{weight,bias}
+                model.decoder.layers.{i}.self_attn.{q,k,v,out}_proj.{weight,bias}
+                model.decoder.layers.{i}.final_layer_norm.{weight,bias}
+                model.decoder.layers.{i}.fc1.{weight,bias}, fc2.{weight,bias}
+                model.decoder.final_layer_norm.{weight,bias}
+              (lm_head.weight when present, else the token embedding).
+   What the config decides, for every family: norm kind (RMS or LayerNorm, eps = norm_eps), MLP kind
+   (gated or plain) and activation, RoPE layout (rope_interleaved: pairs (2i, 2i+1) as llama2.c, else
+   HF halves (i, i + head_dim/2)) and theta, head geometry. So a rotated OPT whose pipeline switched
+   config.norm to RMS runs as such.
+   Biases: a bias the config requires (attn_qkv_bias, attn_out_bias, mlp_bias) must be present; any
+   other bias or norm bias is used when present (norm fusion may create them). lm_head.weight is used
+   when present, else the token embedding (an error when config.tied_embeddings is 0).
+   Weights may be f32, f16 or bf16 (any strided view): qx_forward_init copies them to f32 once.
+
+   Order of operations in decoder layer i (x = residual stream [T][hidden], T tokens at once):
+       a  = norm1(x)                      capture q,k,v inputs; fake-quant a (A bits)
+       q  = a*Wq^T + bq,  k = a*Wk^T + bk,  v = a*Wv^T + bv
+       q, k <- per-head RMSNorm (qk_norm); q, k <- RoPE(position)
+       online(Q_ROPE, q), online(K_ROPE, k); fake-quant k, v (KV bits); k, v -> KV cache
+       o  = causal softmax(q k^T / sqrt(head_dim)) v      (query head h reads KV head h / (n_heads/n_kv_heads))
+       online(O_INPUT, o); capture o_proj input; fake-quant o;  x += o*Wo^T + bo
+       a  = norm2(x)                      capture gate,up (fc1) inputs; fake-quant a
+       h  = act(a*Wg^T + bg) * (a*Wu^T + bu)        (plain MLP: h = act(a*W1^T + b1))
+       online(DOWN_INPUT, h); capture down (fc2) input; fake-quant h;  x += h*Wd^T + bd
+   then logits = norm_final(x) * W_lm^T. The embeddings, the final norm and lm_head stay FP (as in
+   QuaRot: only the linears inside decoder layers are quantized).
+
+   Fake quantization (qx_fake_quant_opts): weights of the decoder linears are quantized once at init
+   (per output channel, or per group of w_group along the input); activations per token at every
+   decoder-linear input; K and V per token per head as they enter the cache (after RoPE and the
+   K online rotation). The quantizer is quarot.h's (quarot_fake_quant_f32 semantics).
+
+   Errors: functions return quarot_result; where a qx_err is given, a one-line message names the
+   tensor or the argument at fault. */
+#ifndef QX_FORWARD_H
+#define QX_FORWARD_H
+
+#include "qx_store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where the online-rotation callback is called, in place on the activations: */
+typedef enum qx_site {
+    QX_SITE_DOWN_INPUT = 0,   /* down_proj / fc2 input, [T][intermediate] */
+    QX_SITE_O_INPUT = 1,      /* o_proj / out_proj input, all heads concatenated, [T][n_heads*head_dim] */
+    QX_SITE_Q_ROPE = 2,       /* q after qk-norm and RoPE, [T*n_heads][head_dim] */
+    QX_SITE_K_ROPE = 3,       /* k after qk-norm and RoPE, [T*n_kv_heads][head_dim], before the KV cache */
+    QX_SITE_COUNT = 4
+} qx_site;
+
+/* Short name of a site ("down_input", "o_input", "q_rope", "k_rope"). */
+const char* qx_site_name(qx_site s);
+
+/* Fake quantization (quantize then dequantize, in FP32). Zero-init = everything FP.
+   Rounding, scales and clipping follow quarot.h's >>quant (ALGORITHMS.md section 4). */
+typedef struct qx_fake_quant_opts {
+    int w_bits;              /* decoder-linear weights: 0 = FP, else 2..8 (per output channel) */
+    int w_asym;              /* 1: asymmetric with a zero point */
+    int64_t w_group;         /* 0 = whole input row per output channel; else group size along the input */
+    float w_clip;            /* clip ratio in (0, 1]; 0 = 1.0 */
+    int w_clip_search;       /* 1: per group, search the clip ratio 1.0 .. 0.5 minimizing the squared error */
+    int a_bits;              /* decoder-linear inputs, per token: 0 = FP, else 2..8 */
+    int a_asym;              /* 1: asymmetric per token (default symmetric) */
+    float a_clip;            /* 0 = 1.0 (QuaRot commonly uses 0.9) */
+    int k_bits, v_bits;      /* KV cache, per token per head: 0 = FP, else 2..8 */
+    int kv_sym;              /* 1: symmetric KV (default asymmetric, as QuaRot) */
+    float kv_clip;           /* 0 = 1.0 */
+} qx_fake_quant_opts;
+
+/* Online rotation hook: rotate x[rows][n] in place (see qx_site for the shapes). */
+typedef void (*qx_online_fn)(void* user, int64_t layer, qx_site site, float* x, int64_t rows, int64_t n);
+/* Activation capture: x[rows][n] is the input of the linear whose weight is named linear_name
+   ("model.layers.3.mlp.up_proj.weight"), after any online rotation and before activation
+   quantization. Called once per linear of every decoder layer (q, k and v each get the same x). */
+typedef void (*qx_capture_fn)(void* user, int64_t layer, const char* linear_name, const float* x,
+                              int64_t rows, int64_t n);
+
+typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
+    qx_fake_quant_opts quant;
+    qx_online_fn online;             /* NULL = no online rotation */
+    void* online_user;
+    qx_capture_fn capture;           /* NULL = no capture */
+    void* capture_user;
+    const quarot_env* env;           /* allocator and parallel hook for the GEMMs; NULL = default */
+} qx_forward_opts;
+
+typedef struct qx_forward_layer {    /* f32 copies, [out][in] row-major; NULL when absent */
+    float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
+    float *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
+    float *q_norm, *k_norm;
+    float *w_gate, *w_up, *w_down, *b_gate, *b_up, *b_down;   /* plain MLP: up = fc1, down = fc2 */
+} qx_forward_layer;
+
+typedef struct qx_forward {
+    quarot_model_config cfg;         /* with defaults resolved (n_kv_heads, head_dim, eps, theta) */
+    qx_forward_opts opts;
+    int is_opt;                      /* OPT names and learned positions */
+    int64_t q_dim, kv_dim;           /* n_heads*head_dim, n_kv_heads*head_dim */
+    float* embed;                    /* [vocab][hidden] */
+    float* pos_embed;                /* OPT: [n_pos][hidden] (row p + 2 for position p), else NULL */
+    int64_t n_pos;
+    float *final_w, *final_b;
+    float* lm_head;                  /* [vocab][hidden]; may alias embed */
+    qx_forward_layer* layers;        /* [n_layers] */
+    void** blocks;                   /* every allocation, freed together */
+    int64_t n_blocks, cap_blocks;
+    /* KV cache: [n_layers][cache_cap][kv_dim] each; pos = tokens already in it */
+    float *k_cache, *v_cache;
+    int64_t cache_cap, pos;
+    /* scratch for up to scratch_rows tokens */
+    float* scratch;
+    int64_t scratch_rows;
+    size_t scratch_floats;
+} qx_forward;
+
+/* Copies (and converts) the weights from s, quantizes them if asked, checks every shape. s may be
+   freed afterwards. o may be NULL (FP32, no hooks). */
+quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward_opts* o, qx_err* e);
+void qx_forward_free(qx_forward* f);
+
+/* Empties the KV cache (the next token is at position 0). */
+void qx_forward_reset(qx_forward* f);
+
+/* Runs T tokens at positions pos .. pos+T-1 (pos = tokens already in the KV cache), appending their
+   K/V to the cache; the whole block goes through every layer at once (one GEMM per linear, causal
+   attention over the cache). logits: [T][vocab] or NULL (prefill only). The cache grows as needed. */
+quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T, float* logits, qx_err* e);
+
+/* A whole window from position 0: qx_forward_reset, then qx_forward_tokens. */
+quarot_result qx_forward_window(qx_forward* f, const int32_t* tokens, int64_t T, float* logits, qx_err* e);
+
+/* One token of incremental decoding: qx_forward_tokens with T = 1. logits: [vocab]. */
+quarot_result qx_forward_step(qx_forward* f, int32_t token, float* logits, qx_err* e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,291 @@
+/* qx_synth.c - see qx_synth.h. Every number comes from one quarot_rng stream in a fixed order, so a
+   seed names a model. */
+#include "qx_synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct qx__family {
+    const char* arch;
+    int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
+    int tied;
+} qx__family;
+
+/* Family defaults: sizes chosen to cover GQA, head_dim * n_heads != hidden (qwen3), and
+   intermediate sizes 320 = 20*16, 172 = 172*1, 192 = 12*16, 96 = 12*8. */
+static const qx__family qx__families[] = {
+    {"llama", 128, 320, 3, 8, 2, 16, -1},
+    {"qwen2", 64, 172, 2, 4, 2, 16, 1},
+    {"qwen3", 128, 192, 2, 4, 2, 64, -1},
+    {"opt", 64, 96, 2, 4, 4, 16, 1},
+};
+#define QX__N_FAMILIES ((int)(sizeof qx__families / sizeof qx__families[0]))
+
+const char* qx_synth_family(int i) { return i >= 0 && i < QX__N_FAMILIES ? qx__families[i].arch : NULL; }
+
+quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e) {
+    const qx__family* fam = NULL;
+    int i;
+    if (!d) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!d->arch) d->arch = "llama";
+    for (i = 0; i < QX__N_FAMILIES; ++i)
+        if (strcmp(d->arch, qx__families[i].arch) == 0) fam = &qx__families[i];
+    if (!fam) {
+        qx_err_set(e, "qx_synth: unknown family \"%s\" (llama, qwen2, qwen3, opt)", d->arch);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (!d->hidden) d->hidden = fam->hidden;
+    if (!d->intermediate) d->intermediate = fam->intermediate;
+    if (!d->n_layers) d->n_layers = fam->n_layers;
+    if (!d->n_heads) d->n_heads = fam->n_heads;
+    if (!d->n_kv_heads) d->n_kv_heads = fam->n_kv_heads > d->n_heads ? d->n_heads : fam->n_kv_heads;
+    if (!d->head_dim) d->head_dim = fam->head_dim;
+    if (!d->vocab) d->vocab = 256;
+    if (!d->max_seq) d->max_seq = 128;
+    if (!d->tied) d->tied = fam->tied;
+    if (!d->n_outliers) d->n_outliers = 2;
+    if (d->outlier_scale == 0.0f) d->outlier_scale = 16.0f;
+    if (d->dtype == QUAROT_DTYPE_DEFAULT) d->dtype = QUAROT_DTYPE_F32;
+    if (d->hidden <= 0 || d->intermediate <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
+        d->head_dim <= 0 || d->head_dim % 2 || d->n_heads % d->n_kv_heads || d->vocab <= 0 || d->max_seq <= 0 ||
+        d->hidden > 65536 || d->intermediate > 262144 || d->vocab > 1000000 || d->n_layers > 1024 ||
+        d->n_heads * d->head_dim > 65536 || d->max_seq > 1000000 || d->n_outliers > d->hidden / 2 ||
+        d->n_outliers > d->intermediate / 2 || !(d->outlier_scale >= 1.0f) ||
+        (d->dtype != QUAROT_DTYPE_F32 && d->dtype != QUAROT_DTYPE_F16 && d->dtype != QUAROT_DTYPE_BF16)) {
+        qx_err_set(e, "qx_synth: bad sizes for %s", d->arch);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+/* Generator state: the rng, the store being filled, the outlier channel masks. */
+typedef struct qx__gen {
+    quarot_rng rng;
+    qx_store* s;
+    const qx_synth_desc* d;
+    unsigned char* out_h;   /* [hidden] 1 = outlier residual channel */
+    unsigned char* out_i;   /* [intermediate] 1 = outlier intermediate channel */
+    qx_err* e;
+} qx__gen;
+
+static float qx__normal(qx__gen* g) { return (float)quarot_rng_normal(&g->rng); }
+static float qx__unif(qx__gen* g, float lo, float hi) { return lo + (hi - lo) * (float)quarot_rng_uniform(&g->rng); }
+
+/* Add a zeroed f32 tensor [rows][cols] (rows == 0: a vector [cols]); *out points at its data. */
+static quarot_result qx__add(qx__gen* g, const char* name, int64_t rows, int64_t cols, float** out) {
+    int64_t ne[2];
+    quarot_tensor* t;
+    quarot_result r;
+    ne[0] = cols;
+    ne[1] = rows;
+    r = qx_store_add(g->s, name, QUAROT_DTYPE_F32, rows ? 2 : 1, ne, NULL, &t);
+    if (r != QUAROT_OK) {
+        qx_err_set(g->e, "qx_synth: %s: %s", name, quarot_result_string(r));
+        return r;
+    }
+    *out = (float*)t->data;
+    return QUAROT_OK;
+}
+
+/* Linear W[rows][cols] ~ N(0, (std/sqrt(cols))^2), columns in col_mask scaled by col_scale, rows in
+   row_mask scaled by row_scale; optional bias [rows] ~ N(0, bias_std^2). */
+static quarot_result qx__linear(qx__gen* g, const char* base, int64_t rows, int64_t cols, float std,
+                                const unsigned char* col_mask, float col_scale, const unsigned char* row_mask,
+                                float row_scale, float bias_std) {
+    char name[256];
+    float* w;
+    int64_t i, j;
+    quarot_result r;
+    float sd = std / sqrtf((float)cols);
+    snprintf(name, sizeof name, "%s.weight", base);
+    r = qx__add(g, name, rows, cols, &w);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < rows; ++i)
+        for (j = 0; j < cols; ++j) {
+            float v = sd * qx__normal(g);
+            if (col_mask && col_mask[j]) v *= col_scale;
+            if (row_mask && row_mask[i]) v *= row_scale;
+            w[i * cols + j] = v;
+        }
+    if (bias_std > 0.0f) {
+        snprintf(name, sizeof name, "%s.bias", base);
+        r = qx__add(g, name, 0, rows, &w);
+        if (r != QUAROT_OK) return r;
+        for (i = 0; i < rows; ++i) w[i] = bias_std * qx__normal(g);
+    }
+    return QUAROT_OK;
+}
+
+/* Norm gain [n] ~ scale * U(0.5, 1.5) (entries in mask multiplied by mask_scale), bias ~ N(0, 0.1^2)
+   when asked. */
+static quarot_result qx__norm(qx__gen* g, const char* base, int64_t n, float scale, const unsigned char* mask,
+                              float mask_scale, int bias) {
+    char name[256];
+    float* w;
+    int64_t i;
+    quarot_result r;
+    snprintf(name, sizeof name, "%s.weight", base);
+    r = qx__add(g, name, 0, n, &w);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < n; ++i) {
+        w[i] = scale * qx__unif(g, 0.5f, 1.5f);
+        if (mask && mask[i]) w[i] *= mask_scale;
+    }
+    if (!bias) return QUAROT_OK;
+    snprintf(name, sizeof name, "%s.bias", base);
+    r = qx__add(g, name, 0, n, &w);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < n; ++i) w[i] = 0.1f * qx__normal(g);
+    return QUAROT_OK;
+}
+
+/* Mark k distinct random channels of n. */
+static void qx__pick(qx__gen* g, unsigned char* mask, int64_t n, int64_t k) {
+    int64_t c = 0;
+    memset(mask, 0, (size_t)n);
+    while (c < k) {
+        int64_t i = (int64_t)(quarot_rng_u64(&g->rng) % (uint64_t)n);
+        if (!mask[i]) { mask[i] = 1; ++c; }
+    }
+}
+
+static quarot_result qx__build(qx__gen* g) {
+    const qx_synth_desc* d = g->d;
+    quarot_model_config* c = &g->s->config;
+    int opt = strcmp(d->arch, "opt") == 0;
+    int gated = !opt;
+    int64_t h = d->hidden, I = d->intermediate, qd = d->n_heads * d->head_dim, kvd = d->n_kv_heads * d->head_dim;
+    int64_t l, v;
+    float S = d->outlier_scale;
+    /* gate and up rows of outlier intermediate channels are scaled by 4: the product grows ~16x
+       (gated) or 4x (plain); down_proj's matching columns shrink by the same factor */
+    float up_boost = 4.0f, down_shrink = gated ? 1.0f / 16.0f : 1.0f / 4.0f;
+    float qkv_bias = strcmp(d->arch, "qwen2") == 0 ? 0.3f : (opt ? 0.1f : 0.0f);
+    float mlp_bias = opt ? 0.1f : 0.0f;
+    const char* pre = opt ? "model.decoder.layers." : "model.layers.";
+    char name[160], base[160];
+    float* w;
+    quarot_result r;
+
+    /* config */
+    memset(c, 0, sizeof *c);
+    snprintf(c->arch, sizeof c->arch, "%s", d->arch);
+    c->hidden = h;
+    c->intermediate = I;
+    c->n_layers = d->n_layers;
+    c->n_heads = d->n_heads;
+    c->n_kv_heads = d->n_kv_heads;
+    c->head_dim = d->head_dim;
+    c->vocab = d->vocab;
+    c->max_seq = d->max_seq;
+    c->norm = opt ? QUAROT_NORM_LAYER : QUAROT_NORM_RMS;
+    c->mlp = opt ? QUAROT_MLP_PLAIN : QUAROT_MLP_GATED;
+    c->act = opt ? QUAROT_ACT_RELU : QUAROT_ACT_SILU;
+    c->norm_eps = strncmp(d->arch, "qwen", 4) == 0 ? 1e-6f : 1e-5f;
+    c->rope_theta = strncmp(d->arch, "qwen", 4) == 0 ? 1000000.0f : 10000.0f;
+    c->rope_interleaved = d->rope_interleaved;
+    c->tied_embeddings = d->tied > 0;
+    c->attn_qkv_bias = qkv_bias > 0.0f;
+    c->attn_out_bias = opt;
+    c->mlp_bias = opt;
+    c->qk_norm = strcmp(d->arch, "qwen3") == 0;
+
+    if (d->n_outliers > 0) {
+        qx__pick(g, g->out_h, h, d->n_outliers);
+        qx__pick(g, g->out_i, I, d->n_outliers);
+    }
+
+    /* token embedding N(0, 1) */
+    r = qx__add(g, opt ? "model.decoder.embed_tokens.weight" : "model.embed_tokens.weight", d->vocab, h, &w);
+    if (r != QUAROT_OK) return r;
+    for (v = 0; v < d->vocab * h; ++v) w[v] = qx__normal(g);
+    if (opt) {   /* learned positions, rows p + 2; N(0, 0.5^2) */
+        r = qx__add(g, "model.decoder.embed_positions.weight", d->max_seq + 2, h, &w);
+        if (r != QUAROT_OK) return r;
+        for (v = 0; v < (d->max_seq + 2) * h; ++v) w[v] = 0.5f * qx__normal(g);
+    }
+
+    for (l = 0; l < d->n_layers; ++l) {
+        /* Hidden outliers live in the norm gains: channel c of a norm output is S times larger, and
+           the weight columns reading channel c are S times smaller, so the function is that of an
+           outlier-free model while every q/k/v and gate/up input carries the outliers. Norm fusion
+           (W <- W diag(g)) then removes them exactly, and a rotation sees an ordinary model. */
+        snprintf(name, sizeof name, "%s%lld.%s", pre, (long long)l, opt ? "self_attn_layer_norm" : "input_layernorm");
+        if ((r = qx__norm(g, name, h, 1.0f, g->out_h, S, opt)) != QUAROT_OK) return r;
+        snprintf(base, sizeof base, "%s%lld.self_attn.q_proj", pre, (long long)l);
+        if ((r = qx__linear(g, base, qd, h, 1.0f, g->out_h, 1.0f / S, NULL, 1.0f, qkv_bias)) != QUAROT_OK) return r;
+        snprintf(base, sizeof base, "%s%lld.self_attn.k_proj", pre, (long long)l);
+        if ((r = qx__linear(g, base, kvd, h, 1.0f, g->out_h, 1.0f / S, NULL, 1.0f, qkv_bias)) != QUAROT_OK) return r;
+        snprintf(base, sizeof base, "%s%lld.self_attn.v_proj", pre, (long long)l);
+        if ((r = qx__linear(g, base, kvd, h, 1.0f, g->out_h, 1.0f / S, NULL, 1.0f, qkv_bias)) != QUAROT_OK) return r;
+        if (c->qk_norm) {
+            snprintf(name, sizeof name, "%s%lld.self_attn.q_norm", pre, (long long)l);
+            if ((r = qx__norm(g, name, d->head_dim, 1.0f, NULL, 1.0f, 0)) != QUAROT_OK) return r;
+            snprintf(name, sizeof name, "%s%lld.self_attn.k_norm", pre, (long long)l);
+            if ((r = qx__norm(g, name, d->head_dim, 1.0f, NULL, 1.0f, 0)) != QUAROT_OK) return r;
+        }
+        /* writers into the residual stream: std 1/sqrt(in) like the readers */
+        snprintf(base, sizeof base, "%s%lld.self_attn.%s", pre, (long long)l, opt ? "out_proj" : "o_proj");
+        if ((r = qx__linear(g, base, h, qd, 1.0f, NULL, 1.0f, NULL, 1.0f, opt ? 0.1f : 0.0f)) != QUAROT_OK) return r;
+        snprintf(name, sizeof name, "%s%lld.%s", pre, (long long)l, opt ? "final_layer_norm" : "post_attention_layernorm");
+        if ((r = qx__norm(g, name, h, 1.0f, g->out_h, S, opt)) != QUAROT_OK) return r;
+        if (gated) {
+            snprintf(base, sizeof base, "%s%lld.mlp.gate_proj", pre, (long long)l);
+            if ((r = qx__linear(g, base, I, h, 1.0f, g->out_h, 1.0f / S, g->out_i, up_boost, mlp_bias)) != QUAROT_OK) return r;
+        }
+        snprintf(base, sizeof base, "%s%lld.%s", pre, (long long)l, opt ? "fc1" : "mlp.up_proj");
+        if ((r = qx__linear(g, base, I, h, 1.0f, g->out_h, 1.0f / S, g->out_i, up_boost, mlp_bias)) != QUAROT_OK) return r;
+        snprintf(base, sizeof base, "%s%lld.%s", pre, (long long)l, opt ? "fc2" : "mlp.down_proj");
+        if ((r = qx__linear(g, base, h, I, 1.0f, g->out_i, down_shrink, NULL, 1.0f, mlp_bias)) != QUAROT_OK) return r;
+    }
+    /* final norm: ordinary gains (lm_head stays FP); with tied embeddings (entries N(0, 1)) the gains
+       are 2/sqrt(hidden) smaller so that logits stay ~N(0, 4) */
+    if ((r = qx__norm(g, opt ? "model.decoder.final_layer_norm" : "model.norm", h,
+                      c->tied_embeddings ? 2.0f / sqrtf((float)h) : 1.0f, NULL, 1.0f, opt)) != QUAROT_OK)
+        return r;
+    if (!c->tied_embeddings) {
+        float* lm;
+        r = qx__add(g, "lm_head.weight", d->vocab, h, &lm);
+        if (r != QUAROT_OK) return r;
+        for (v = 0; v < d->vocab * h; ++v) lm[v] = qx__normal(g) * (2.0f / sqrtf((float)h));
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_synth_model(qx_store* s, const qx_synth_desc* desc, qx_err* e) {
+    qx_synth_desc d;
+    qx__gen g;
+    quarot_result r;
+    const char* a;
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a of the family name, mixed into the seed */
+    if (!s) return QUAROT_ERR_INVALID_ARGUMENT;
+    qx_store_init(s);
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    r = qx_synth_resolve(&d, e);
+    if (r != QUAROT_OK) return r;
+    for (a = d.arch; *a; ++a) h = (h ^ (unsigned char)*a) * 1099511628211ULL;
+    memset(&g, 0, sizeof g);
+    quarot_rng_seed(&g.rng, d.seed ^ h);
+    g.s = s;
+    g.d = &d;
+    g.e = e;
+    g.out_h = (unsigned char*)calloc((size_t)d.hidden, 1);
+    g.out_i = (unsigned char*)calloc((size_t)d.intermediate, 1);
+    if (!g.out_h || !g.out_i) {
+        r = QUAROT_ERR_OUT_OF_MEMORY;
+        qx_err_set(e, "qx_synth: out of memory");
+    } else {
+        r = qx__build(&g);
+    }
+    free(g.out_h);
+    free(g.out_i);
+    if (r == QUAROT_OK && d.dtype != QUAROT_DTYPE_F32) {
+        r = qx_store_convert(s, d.dtype);
+        if (r != QUAROT_OK) qx_err_set(e, "qx_synth: conversion to %s: %s", quarot_dtype_name(d.dtype), quarot_result_string(r));
+    }
+    if (r != QUAROT_OK) qx_store_free(s);
+    return r;
+}

@@ -1,0 +1,57 @@
+/* qx_synth.h - deterministic random models of every family, for tests of the rotation pipeline.
+
+   qx_synth_model fills a qx_store with a small random decoder of the requested family, using only
+   the Hugging Face names qx_forward.h lists, from a seed (quarot_rng: the same model on every
+   platform). The models are built so that rotation and quantization have something to show:
+     - grouped-query attention (n_kv_heads < n_heads) where the family has it;
+     - q/k/v biases (qwen2), per-head q_norm/k_norm (qwen3), LayerNorm with biases, learned positions
+       and biases everywhere (opt);
+     - tied (qwen2, opt) and untied (llama, qwen3) embeddings;
+     - non-unit random norm gains (in [0.5, 1.5]), so that norm fusion matters;
+     - LLM-like activation outliers: n_outliers hidden channels whose gains in every decoder norm
+       (input_layernorm / post_attention_layernorm, OPT's two LayerNorms) are outlier_scale times
+       larger, with the weight columns that read those channels (q/k/v, gate/up, fc1) as many times
+       smaller: every q/k/v and gate/up input then carries outliers (max/median channel magnitude
+       ~15-20 at the default scale 16) while the function is that of an ordinary model, so norm
+       fusion plus a rotation removes them exactly; and n_outliers intermediate channels whose
+       gate/up rows are 4x larger (down_proj columns 16x smaller, 4x for OPT's plain MLP), so the
+       down_proj input carries outliers too. Per-token 4-bit activations then lose the ordinary
+       channels, and rotations help, as in real LLMs;
+     - intermediate sizes that are not powers of two but have Hadamard matrices (320 = 20*16,
+       172 = the stories260K size, 192 = 12*16, 96 = 12*8).
+   Weights: embeddings N(0, 1) (OPT positions N(0, 0.25)), linears N(0, 1/in), biases N(0, 0.3^2)
+   (qwen2 q/k/v) or N(0, 0.1^2) (OPT), norm gains U(0.5, 1.5). Logits have a standard deviation of
+   about 2 and depend on the context through attention (tests/test_synth.c prints both). */
+#ifndef QX_SYNTH_H
+#define QX_SYNTH_H
+
+#include "qx_store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qx_synth_desc {       /* zero-init = family defaults (table in qx_synth.c) */
+    const char* arch;                /* "llama" (NULL), "qwen2", "qwen3", "opt" */
+    uint64_t seed;
+    int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_seq;
+    int tied;                        /* 0 = family default, 1 = tied embeddings, -1 = untied */
+    int rope_interleaved;            /* 0 = HF halves, 1 = pairs (2i, 2i+1) */
+    int64_t n_outliers;              /* outlier channels (hidden and intermediate): 0 = 2, -1 = none */
+    float outlier_scale;             /* 0 = 16 */
+    quarot_dtype dtype;              /* stored dtype: 0 = f32, or f16 / bf16 */
+} qx_synth_desc;
+
+/* The family names, for loops in tests: i = 0, 1, ... until NULL. */
+const char* qx_synth_family(int i);
+
+/* Fill d's zero fields with the defaults of its family (d->arch NULL = "llama"). */
+quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e);
+
+/* Build the model into s (initialized here; free with qx_store_free). d may be NULL (llama, seed 0). */
+quarot_result qx_synth_model(qx_store* s, const qx_synth_desc* d, qx_err* e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
