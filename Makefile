@@ -69,7 +69,7 @@ $(BUILD)/bench/%: bench/%.c $(LIBQX) $(COMMON_HDRS) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $(BENCH_BLAS_CFLAGS) $< $(LIBQX) -o $@ $(LDFLAGS) $(BENCH_BLAS_LIBS) $(LDLIBS)
 
-test: $(TESTS)
+test: $(TESTS) $(EXAMPLES)
 	@QT_RUNNER="$(QT_RUNNER)" QT_QUICK="$(QT_QUICK)" tests/run.sh $(TESTS)
 
 demo: $(BUILD)/quarot

@@ -452,33 +452,60 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
 // (no declarations: the micro-kernels are private to the implementation)
 
 // >>linalg
-// Householder QR of A [m][n] (m >= n), row-major with row stride lda: on return A holds R in its
-// upper triangle; q (if not NULL) receives the thin Q [m][n] (row stride ldq).
+// Householder QR of A [m][n] (m >= n >= 1), row-major with row stride lda >= n: A = Q*R with Q [m][n]
+// having orthonormal columns and R [n][n] upper triangular with a non-negative diagonal (each
+// reflector's sign is folded into Q, so for a full-rank A this is the unique such factorization). On
+// return A holds R in its first n rows (zeros below the diagonal, rows n..m-1 zero); q (if not NULL)
+// receives the thin Q [m][n] (row stride ldq >= n). Blocked by 32 reflectors (compact WY); the block
+// updates use a private DGEMM without FMA and with a fixed k-blocking, so every number is the same
+// IEEE operation chain on every platform, ISA and thread split: the result is bit-identical everywhere.
+// Cost about 4*m*n^2 flops with Q (n = 2048: ~1.3 s on one Zen 4 core); env's parallel hook splits
+// the block updates. Workspace (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
 QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
                                        double* q, int64_t ldq, const quarot_env* env);
-// Haar-distributed random orthogonal Q [n][n] from a seed: G Gaussian, G = QR, Q <- Q*diag(sign(diag R)).
+// Haar-distributed random orthogonal Q [n][n] from a seed: G[i][j] = quarot_rng_normal draws in
+// row-major order from quarot_rng_seed(seed), G = Q*R by quarot_qr_f64 (diag(R) >= 0, which is
+// Q <- Q*diag(sign(diag R)) of a plain Householder QR). The same seed gives the same bits everywhere.
+// Temporary memory: n*n + O(n) doubles from env.
 QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, double* q, int64_t ldq,
                                                       const quarot_env* env);
 
-// Orthogonal polar factor U of a square C (C = U*P, U orthogonal, P symmetric positive semidefinite),
-// by Newton-Schulz: X0 = C/s, X <- X*(3I - X^T X)/2 until the residual max|X^T X - I| <= tol.
-// s = ||C||_F by default (so every singular value starts in (0, 1]). Singular values that are 0
-// (rank-deficient C) cannot converge: the call then returns QUAROT_ERR_NOT_CONVERGED after max_iter
-// iterations with U holding the last iterate; regularize (C + eps*I) first when C may be singular.
+// Orthogonal polar factor U of a square C (C = U*P, U orthogonal, P symmetric positive semidefinite;
+// U = argmin over orthogonal R of ||C - R||_F, the orthogonal Procrustes solution), by Newton-Schulz:
+//     X0 = C/s;  repeat: G = X^T X;  residual = max|G - I|;  stop if <= tol;  X <- X*(3I - G)/2
+// Every singular value of X0 must lie in (0, sqrt(3)); it then converges (the small ones grow by 1.5
+// per step, then quadratically). By default s = ||C||_F, refined for free after the first G by
+// sqrt(min(||G||_F, ||G||_1)) (both bound the largest eigenvalue of G), which saves several steps.
+// G is computed with the built-in GEMM (only its upper triangle, mirrored); the f32 version adds the
+// diagonal of G (the column norms) in double, so its residual is measured to ~1e-7 and the default
+// tolerance 2e-6 is reached for well-conditioned C up to n = 4096 and beyond (the off-diagonal f32
+// rounding is ~sqrt(n)*2^-24/n per entry). Steps needed: about log1.5(s/sigma_min) + 5; e.g. ~20
+// for cond(C) = 100 at n = 4096. Each step costs ~3 n^3 flops (G symmetric: n^3; X*Y: 2 n^3).
+// Singular values that are 0 (rank-deficient C) cannot converge; in floating point they become
+// rounding noise of size ~eps that grows by 1.5 per step, so the default max_iter is sized to stop
+// before noise could pass for a singular value (measured: noise reaches 1 after ~50 steps in f32 and
+// ~97 in f64): rank-deficient C returns QUAROT_ERR_NOT_CONVERGED (U holds the last iterate). The
+// defaults thus handle s/sigma_min up to about 1e5 (f32) and 1e12 (f64), i.e. cond(C) up to ~1e4 /
+// ~1e11 at n = 4096; regularize (C + eps*I) first when C may be singular.
 typedef struct quarot_polar_desc {   // zero-init = defaults
-    int max_iter;                    // 0 = 100
+    int max_iter;                    // 0 = 75 (f64) or 36 (f32); see above
     double tol;                      // 0 = 1e-6 (f64) or 2e-6 (f32); max-abs entry of X^T X - I
-    double scale;                    // 0 = Frobenius norm of C; otherwise X0 = C / scale
+    double scale;                    // 0 = Frobenius norm of C, refined; otherwise X0 = C / scale exactly
 } quarot_polar_desc;
 
 typedef struct quarot_polar_info {
-    int iterations;                  // iterations used
-    double residual;                 // max|U^T U - I| at the end
-    double scale;                    // the s actually used
+    int iterations;                  // updates X <- X*(3I - G)/2 performed
+    double residual;                 // max|U^T U - I| of the returned U (as measured, see above)
+    double scale;                    // the s actually used: X0 = C / s
 } quarot_polar_info;
 
-// C and U are [n][n] with row strides ldc, ldu (U may alias C). NaN/Inf in C -> QUAROT_ERR_NONFINITE;
-// C == 0 -> QUAROT_ERR_INVALID_ARGUMENT. info may be NULL.
+// C and U are [n][n] with row strides ldc, ldu >= n (U may alias C: C is read completely first).
+// Workspace: 2 n^2 elements (+ GEMM packing) from env; env's parallel hook splits the GEMMs. Results
+// depend on the ISA (GEMM rounding) but not on the parallel hook. Errors: NaN/Inf in C ->
+// QUAROT_ERR_NONFINITE; C == 0 -> QUAROT_ERR_INVALID_ARGUMENT; n < 1, small strides, NULL pointers,
+// negative max_iter/tol/scale -> QUAROT_ERR_INVALID_ARGUMENT; not converged within max_iter (or
+// diverging because desc.scale was too small) -> QUAROT_ERR_NOT_CONVERGED, with U = last iterate and
+// info filled. info may be NULL.
 QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
                                                         double* u, int64_t ldu, const quarot_polar_desc* d,
                                                         quarot_polar_info* info, const quarot_env* env);
@@ -998,6 +1025,15 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     void* user_data;
 } quarot_rotate_desc;
 
+// A tensor the processor will create (so that writers can plan an output file before the first
+// layer is processed): the untied output projection, biases that LayerNorm biases are fused into.
+typedef struct quarot_tensor_spec {
+    char name[QUAROT_NAME_MAX];
+    quarot_dtype dtype;
+    int n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];
+} quarot_tensor_spec;
+
 typedef struct quarot_processor {
     quarot_model* model;
     quarot_rotate_desc desc;
@@ -1009,13 +1045,16 @@ typedef struct quarot_processor {
     quarot_command* commands;
     int64_t n_commands;
     int untie;                                 // pre_run creates lm_head from the embedding
+    quarot_tensor_spec* creates;               // after init: every tensor create_tensor will be asked for
+    int64_t n_creates, cap_creates;
     int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
     int64_t next_layer;
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
 // the commands and validates every tensor (reading each layer once); nothing is modified before
-// pre_run. Each call checks it comes in order (QUAROT_ERR_STATE).
+// pre_run, and p->creates then lists the tensors later steps will create. Each call checks it
+// comes in order (QUAROT_ERR_STATE).
 QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc);
 QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
 QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
@@ -3008,11 +3047,14 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
     const __m512i n2 = _mm512_set_epi32(s, s, 0, 0, s, s, 0, 0, s, s, 0, 0, s, s, 0, 0);
     const __m512i n4 = _mm512_set_epi32(s, s, s, s, 0, 0, 0, 0, s, s, s, s, 0, 0, 0, 0);
     const __m512i n8 = _mm512_set_epi32(s, s, s, s, s, s, s, s, 0, 0, 0, 0, 0, 0, 0, 0);
+    // The masked forms with an all-ones mask are the plain instructions; unlike _mm512_permute_ps
+    // they do not read _mm512_undefined_ps(), which g++ -O1 reports as maybe-uninitialized.
+    const __mmask16 all = (__mmask16)0xFFFF;
 #define QUAROT__NEG_(v, m) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), m))
-    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_permute_ps(v, 0xB1));            // h = 1
-    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_permute_ps(v, 0x4E));            // h = 2
-    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_shuffle_f32x4(v, v, 0xB1));      // h = 4
-    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_shuffle_f32x4(v, v, 0x4E));      // h = 8
+    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_mask_permute_ps(v, all, v, 0xB1));            // h = 1
+    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_mask_permute_ps(v, all, v, 0x4E));            // h = 2
+    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_mask_shuffle_f32x4(v, all, v, v, 0xB1));      // h = 4
+    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_mask_shuffle_f32x4(v, all, v, v, 0x4E));      // h = 8
 #undef QUAROT__NEG_
     return v;
 }
@@ -3321,31 +3363,38 @@ static void quarot__gemm_task_##S(void* arg, int64_t t) {                       
                          jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
                          jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems);                    \
 }                                                                                                      \
-/* The whole built-in GEMM after argument checks; used by the public entry points and linalg.  */    \
-static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
-                                      T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
-                                      T* c, int64_t ldc, const quarot_env* env) {                       \
-    quarot__##S##gemm_cfg cfg;                                                                         \
+/* The whole built-in GEMM after argument checks, with a given blocking and kernel. */              \
+static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
+                                          int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
+                                          const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
+                                          const quarot_env* env) {                                      \
     quarot__gemm_plan pl;                                                                              \
     quarot__gemm_job_##S jb;                                                                           \
     size_t bytes;                                                                                      \
     void* mem;                                                                                         \
     if (m == 0 || n == 0) return QUAROT_OK;                                                            \
     if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
-    quarot__##S##gemm_select(isa, &cfg);                                                               \
-    quarot__gemm_plan_make(m, n, k, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.nc, env, &pl);                 \
+    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, env, &pl);            \
     if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
         !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
         return QUAROT_ERR_OVERFLOW;                                                                    \
     mem = quarot_env_alloc(env, bytes + 64);                                                           \
     if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
-    jb.cfg = &cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                  \
+    jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                   \
     jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
     jb.a = a; jb.b = b; jb.c = c;                                                                      \
     jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
     quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
     quarot_env_free(env, mem);                                                                         \
     return QUAROT_OK;                                                                                  \
+}                                                                                                      \
+/* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
+static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
+                                      T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
+                                      T* c, int64_t ldc, const quarot_env* env) {                       \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot__##S##gemm_select(isa, &cfg);                                                               \
+    return quarot__gemm_cfg_##S(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);      \
 }
 
 QUAROT__GEMM_DEFINE(float, s)
@@ -3455,7 +3504,7 @@ QUAROT__REF_KERNEL(quarot__dgemm_kernel_ref, double, 4, 4)
 #define QUAROT__KERNEL_2V(NAME, T, ROWS, MR)                                                           \
 static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
                  T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
-    QUAROT__KV av, b0, b1, va = QUAROT__KSET1(alpha), vb = QUAROT__KSET1(beta);                        \
+    QUAROT__KV av, b0, b1, va, vb;                                                                     \
     int64_t p;                                                                                         \
     ROWS(QUAROT__KR_DECL)                                                                              \
     for (p = 0; p < kc; ++p) {                                                                         \
@@ -3465,6 +3514,8 @@ static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTR
         a += MR;                                                                                       \
         b += 2 * QUAROT__KW;                                                                           \
     }                                                                                                  \
+    va = QUAROT__KSET1(alpha);   /* set after the loop: all 32 registers are busy inside it */         \
+    vb = QUAROT__KSET1(beta);                                                                          \
     if (beta == (T)0) { ROWS(QUAROT__KR_ST0) } else { ROWS(QUAROT__KR_ST1) }                           \
 }
 
@@ -3547,6 +3598,9 @@ QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx2, float, QUAROT__ROWS6, 6)
 #define QUAROT__KMUL(x, y) _mm256_mul_pd(x, y)
 #define QUAROT__KADD(x, y) _mm256_add_pd(x, y)
 QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2, double, QUAROT__ROWS6, 6)
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) _mm256_add_pd(_mm256_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2_exact, double, QUAROT__ROWS6, 6)
 #undef QUAROT__KV
 #undef QUAROT__KW
 #undef QUAROT__KZERO
@@ -3590,6 +3644,9 @@ QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS14, 14)
 #define QUAROT__KADD(x, y) _mm512_add_pd(x, y)
 #define QUAROT__KFMA(x, y, z) _mm512_fmadd_pd(x, y, z)
 QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512, double, QUAROT__ROWS14, 14)
+#undef QUAROT__KFMA
+#define QUAROT__KFMA(x, y, z) _mm512_add_pd(_mm512_mul_pd(x, y), z)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512_exact, double, QUAROT__ROWS14, 14)
 #undef QUAROT__KV
 #undef QUAROT__KW
 #undef QUAROT__KZERO
@@ -3634,10 +3691,10 @@ static void quarot__sgemm_kernel_neon(int64_t kc, const float* QUAROT__RESTRICT 
     QUAROT__ROWS8(QUAROT__NS_ST)
 }
 #define QUAROT__ND_ROW(i, av, l)                                                                       \
-    c##i##a = vfmaq_laneq_f64(c##i##a, b0, av, l);                                                     \
-    c##i##b = vfmaq_laneq_f64(c##i##b, b1, av, l);                                                     \
-    c##i##c = vfmaq_laneq_f64(c##i##c, b2, av, l);                                                     \
-    c##i##d = vfmaq_laneq_f64(c##i##d, b3, av, l);
+    c##i##a = QUAROT__NDMA(c##i##a, b0, av, l);                                                        \
+    c##i##b = QUAROT__NDMA(c##i##b, b1, av, l);                                                        \
+    c##i##c = QUAROT__NDMA(c##i##c, b2, av, l);                                                        \
+    c##i##d = QUAROT__NDMA(c##i##d, b3, av, l);
 #define QUAROT__ND_DECL(i) float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
 #define QUAROT__ND_ST1(cr, x, o)                                                                       \
     x = vmulq_f64(va, x); if (!bz) x = vaddq_f64(x, vmulq_f64(vb, vld1q_f64(cr + o))); vst1q_f64(cr + o, x);
@@ -3645,22 +3702,29 @@ static void quarot__sgemm_kernel_neon(int64_t kc, const float* QUAROT__RESTRICT 
     { double* cr = c + (i) * ldc;                                                                      \
       QUAROT__ND_ST1(cr, c##i##a, 0) QUAROT__ND_ST1(cr, c##i##b, 2)                                    \
       QUAROT__ND_ST1(cr, c##i##c, 4) QUAROT__ND_ST1(cr, c##i##d, 6) }
-static void quarot__dgemm_kernel_neon(int64_t kc, const double* QUAROT__RESTRICT a, const double* QUAROT__RESTRICT b,
-                                      double* QUAROT__RESTRICT c, int64_t ldc, double alpha, double beta) {
-    float64x2_t a0, a1, a2, b0, b1, b2, b3, va = vdupq_n_f64(alpha), vb = vdupq_n_f64(beta);
-    int bz = beta == 0.0;
-    int64_t p;
-    QUAROT__ROWS6(QUAROT__ND_DECL)
-    for (p = 0; p < kc; ++p) {
-        a0 = vld1q_f64(a); a1 = vld1q_f64(a + 2); a2 = vld1q_f64(a + 4);
-        b0 = vld1q_f64(b); b1 = vld1q_f64(b + 2); b2 = vld1q_f64(b + 4); b3 = vld1q_f64(b + 6);
-        QUAROT__ND_ROW(0, a0, 0) QUAROT__ND_ROW(1, a0, 1) QUAROT__ND_ROW(2, a1, 0)
-        QUAROT__ND_ROW(3, a1, 1) QUAROT__ND_ROW(4, a2, 0) QUAROT__ND_ROW(5, a2, 1)
-        a += 6;
-        b += 8;
-    }
-    QUAROT__ROWS6(QUAROT__ND_ST)
+#define QUAROT__ND_KERNEL(NAME)                                                                        \
+static void NAME(int64_t kc, const double* QUAROT__RESTRICT a, const double* QUAROT__RESTRICT b,       \
+                 double* QUAROT__RESTRICT c, int64_t ldc, double alpha, double beta) {                 \
+    float64x2_t a0, a1, a2, b0, b1, b2, b3, va = vdupq_n_f64(alpha), vb = vdupq_n_f64(beta);           \
+    int bz = beta == 0.0;                                                                              \
+    int64_t p;                                                                                         \
+    QUAROT__ROWS6(QUAROT__ND_DECL)                                                                     \
+    for (p = 0; p < kc; ++p) {                                                                         \
+        a0 = vld1q_f64(a); a1 = vld1q_f64(a + 2); a2 = vld1q_f64(a + 4);                               \
+        b0 = vld1q_f64(b); b1 = vld1q_f64(b + 2); b2 = vld1q_f64(b + 4); b3 = vld1q_f64(b + 6);        \
+        QUAROT__ND_ROW(0, a0, 0) QUAROT__ND_ROW(1, a0, 1) QUAROT__ND_ROW(2, a1, 0)                     \
+        QUAROT__ND_ROW(3, a1, 1) QUAROT__ND_ROW(4, a2, 0) QUAROT__ND_ROW(5, a2, 1)                     \
+        a += 6;                                                                                        \
+        b += 8;                                                                                        \
+    }                                                                                                  \
+    QUAROT__ROWS6(QUAROT__ND_ST)                                                                       \
 }
+#define QUAROT__NDMA(acc, x, av, l) vfmaq_laneq_f64(acc, x, av, l)
+QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon)
+#undef QUAROT__NDMA
+#define QUAROT__NDMA(acc, x, av, l) vaddq_f64(acc, vmulq_laneq_f64(x, av, l))
+QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon_exact)
+#undef QUAROT__NDMA
 #endif
 
 // Blocking per ISA (measured on AMD Zen 4, 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half
@@ -3727,8 +3791,381 @@ static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* g) {
     }
 }
 
+// Platform-independent DGEMM for linalg's QR: kernels without FMA and a fixed KC, so every element of
+// C is the same IEEE chain on every ISA (lane-wise SIMD = scalar):
+//     acc = (((0 + a_0*b_0) + a_1*b_1) + ...) over each block of 256 k-indices;  c = alpha*acc (+ beta*c)
+// The tiling (MR, NR, MC, NC) and the parallel split do not change that chain; only KC would.
+#define QUAROT__DGEMM_EXACT_KC 256
+static void quarot__dgemm_select_exact(quarot__dgemm_cfg* g) {
+    quarot_isa best = quarot_isa_best();
+    quarot__dgemm_select(best, g);
+    g->kc = QUAROT__DGEMM_EXACT_KC;
+    switch (best) {
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: g->kernel = quarot__dgemm_kernel_avx512_exact; return;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: g->kernel = quarot__dgemm_kernel_avx2_exact; return;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: g->kernel = quarot__dgemm_kernel_neon_exact; return;
+#endif
+        default: return;   // the SSE2 and scalar kernels have no FMA
+    }
+}
+
 // >>linalg
-// (implementation: linalg work)
+// Householder QR, row-major, blocked (LAPACK dgeqrf/dorgqr style) with fixed operation order:
+//   column j of a panel:  x = A[j:m][j], beta = -sign(x0)*||x||, v = x/(x0 - beta) (v0 = 1),
+//                         tau = (beta - x0)/beta, H_j = I - tau*v*v^T applied to the panel's columns;
+//   panel of NB reflectors: H_j0...H_j0+b-1 = I - V*T*V^T (T upper triangular, dlarft), and the
+//   trailing columns get A2 <- A2 - V*(T^T*(V^T*A2)) through the FMA-free fixed-KC DGEMM.
+// Q = H_0...H_{n-1}*[I;0] is built backwards by panels the same way; then the signs are moved so that
+// diag(R) >= 0. No step depends on the ISA or the thread split, so results are bit-identical everywhere.
+#define QUAROT__QR_NB 32
+
+// y[0:n] <- y + s*x, one product and one add per element (contraction is off in the implementation).
+static void quarot__axpy_f64(int64_t n, double s, const double* QUAROT__RESTRICT x, double* QUAROT__RESTRICT y) {
+    int64_t i;
+    for (i = 0; i < n; ++i) y[i] = y[i] + s * x[i];
+}
+
+// Unblocked factorization of the panel A[j0:m][j0:j0+b]: R on and above the diagonal, v_j below it
+// (v_j[0] = 1 implied), tau[j0:j0+b]. w is scratch of b doubles.
+static void quarot__qr_panel(int64_t m, int64_t j0, int64_t b, double* a, int64_t lda, double* tau, double* w) {
+    int64_t i, j, nt;
+    for (j = j0; j < j0 + b; ++j) {
+        double amax = 0.0, ss = 0.0, xnorm, x0 = a[j * lda + j], beta, den;
+        // ||x|| with scaling against overflow / underflow: amax * sqrt(sum (x_i / amax)^2)
+        for (i = j; i < m; ++i) { double t = fabs(a[i * lda + j]); if (t > amax) amax = t; }
+        if (amax == 0.0) { tau[j] = 0.0; continue; }            // zero column: H = I, R_jj = 0
+        for (i = j; i < m; ++i) { double t = a[i * lda + j] / amax; ss += t * t; }
+        xnorm = amax * sqrt(ss);
+        beta = x0 >= 0.0 ? -xnorm : xnorm;
+        tau[j] = (beta - x0) / beta;
+        den = x0 - beta;                                          // |den| = |x0| + ||x|| > 0
+        for (i = j + 1; i < m; ++i) a[i * lda + j] /= den;
+        a[j * lda + j] = beta;
+        // the panel's columns c = j+1..j0+b-1:  w = A[j][c] + sum_{i>j} v_i A[i][c];  A[i][c] -= tau v_i w
+        nt = j0 + b - j - 1;
+        if (nt == 0) continue;
+        memcpy(w, a + j * lda + j + 1, (size_t)nt * sizeof(double));
+        for (i = j + 1; i < m; ++i) quarot__axpy_f64(nt, a[i * lda + j], a + i * lda + j + 1, w);
+        quarot__axpy_f64(nt, -tau[j], w, a + j * lda + j + 1);
+        for (i = j + 1; i < m; ++i) quarot__axpy_f64(nt, -(tau[j] * a[i * lda + j]), w, a + i * lda + j + 1);
+    }
+}
+
+// The panel's V [m-j0][b] with explicit zeros above the unit diagonal, and T [b][b] (upper) with
+// H_j0...H_j0+b-1 = I - V*T*V^T:  T[r][r] = tau_r, T[0:r][r] = -tau_r * T[0:r][0:r] * (V[:,0:r]^T v_r).
+static void quarot__qr_vt(int64_t m, int64_t j0, int64_t b, const double* a, int64_t lda, const double* tau,
+                          double* v, double* t, double* z) {
+    int64_t i, r, q, qq, rows = m - j0;
+    for (i = 0; i < rows; ++i)
+        for (r = 0; r < b; ++r)
+            v[i * b + r] = i < r ? 0.0 : i == r ? 1.0 : a[(j0 + i) * lda + j0 + r];
+    for (r = 0; r < b; ++r) {
+        for (q = 0; q < b; ++q) t[q * b + r] = 0.0;
+        t[r * b + r] = tau[j0 + r];
+        if (r == 0) continue;
+        for (q = 0; q < r; ++q) z[q] = 0.0;
+        for (i = r; i < rows; ++i)                                // z = V[:,0:r]^T v_r, i ascending
+            for (q = 0; q < r; ++q) z[q] += v[i * b + q] * v[i * b + r];
+        for (q = 0; q < r; ++q) z[q] = -tau[j0 + r] * z[q];
+        for (q = 0; q < r; ++q) {                                 // T[q][r] = sum_{qq=q}^{r-1} T[q][qq] z[qq]
+            double s = 0.0;
+            for (qq = q; qq < r; ++qq) s += t[q * b + qq] * z[qq];
+            t[q * b + r] = s;
+        }
+    }
+}
+
+// M [rows][cols] (row stride ldm) <- (I - V*T'*V^T) * M with T' = T^T (trans_t) or T, through the exact
+// DGEMM: W^T = M^T V [cols][b];  W'^T[c][r] = sum_q T'[r][q] W^T[c][q] (q ascending);  M -= V W'.
+static quarot_result quarot__qr_apply_block(const quarot__dgemm_cfg* cfg, int trans_t, int64_t rows, int64_t cols,
+                                            int64_t b, const double* v, const double* t, double* m, int64_t ldm,
+                                            double* wt, double* z, const quarot_env* env) {
+    int64_t c, r, q;
+    quarot_result res = quarot__gemm_cfg_d(cfg, 1, 0, cols, b, rows, 1.0, m, ldm, v, b, 0.0, wt, b, env);
+    if (res != QUAROT_OK) return res;
+    for (c = 0; c < cols; ++c) {
+        double* w = wt + c * b;
+        for (r = 0; r < b; ++r) {
+            double s = 0.0;
+            if (trans_t) { for (q = 0; q <= r; ++q) s += t[q * b + r] * w[q]; }   // (T^T)[r][q] = T[q][r]
+            else         { for (q = r; q < b; ++q) s += t[r * b + q] * w[q]; }
+            z[r] = s;
+        }
+        memcpy(w, z, (size_t)b * sizeof(double));
+    }
+    return quarot__gemm_cfg_d(cfg, 0, 1, rows, cols, b, -1.0, v, b, wt, b, 1.0, m, ldm, env);
+}
+
+// QR after the argument checks; a is overwritten by R, q (may be NULL) gets Q.
+static quarot_result quarot__qr_run(int64_t m, int64_t n, double* a, int64_t lda, double* q, int64_t ldq,
+                                    const quarot_env* env) {
+    quarot__dgemm_cfg cfg;
+    quarot_result res = QUAROT_OK;
+    const int64_t nb = QUAROT__QR_NB;
+    double *work, *tau, *z, *t, *v, *wt;
+    int64_t i, j, j0, b;
+    size_t elems, bytes;
+    // tau [n], z [nb], T [nb][nb], V [m][nb], W^T [n][nb]
+    if (!quarot__mul_size((size_t)(m + n), (size_t)nb, &elems) || elems > SIZE_MAX / 16 ||
+        !quarot__mul_size(elems + (size_t)(n + nb + nb * nb), sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    work = (double*)quarot_env_alloc(env, bytes);
+    if (!work) return QUAROT_ERR_OUT_OF_MEMORY;
+    tau = work; z = tau + n; t = z + nb; v = t + nb * nb; wt = v + m * nb;
+    quarot__dgemm_select_exact(&cfg);
+    for (j0 = 0; j0 < n && res == QUAROT_OK; j0 += nb) {
+        b = quarot__gemm_min(nb, n - j0);
+        quarot__qr_panel(m, j0, b, a, lda, tau, z);
+        if (j0 + b == n) break;
+        quarot__qr_vt(m, j0, b, a, lda, tau, v, t, z);
+        res = quarot__qr_apply_block(&cfg, 1, m - j0, n - j0 - b, b, v, t, a + j0 * lda + j0 + b, lda, wt, z, env);
+    }
+    if (q && res == QUAROT_OK) {
+        for (i = 0; i < m; ++i) {
+            memset(q + i * ldq, 0, (size_t)n * sizeof(double));
+            if (i < n) q[i * ldq + i] = 1.0;
+        }
+        // backwards by panels: before panel j0 is applied, rows j0.. of Q are zero left of column j0
+        for (j0 = (n - 1) / nb * nb; j0 >= 0 && res == QUAROT_OK; j0 -= nb) {
+            b = quarot__gemm_min(nb, n - j0);
+            quarot__qr_vt(m, j0, b, a, lda, tau, v, t, z);
+            res = quarot__qr_apply_block(&cfg, 0, m - j0, n - j0, b, v, t, q + j0 * ldq + j0, ldq, wt, z, env);
+        }
+    }
+    quarot_env_free(env, work);
+    if (res != QUAROT_OK) return res;
+    // diag(R) >= 0: R <- S*R, Q <- Q*S with S = diag(sign(R_jj)); then clear below the diagonal.
+    for (j = 0; j < n; ++j) {
+        if (a[j * lda + j] < 0.0) {
+            for (i = j; i < n; ++i) a[j * lda + i] = -a[j * lda + i];
+            if (q) for (i = 0; i < m; ++i) q[i * ldq + j] = -q[i * ldq + j];
+        }
+        for (i = j + 1; i < m; ++i) a[i * lda + j] = 0.0;
+    }
+    return QUAROT_OK;
+}
+
+static int quarot__all_finite_f64(int64_t rows, int64_t cols, const double* x, int64_t ld) {
+    int64_t i, j;
+    for (i = 0; i < rows; ++i)
+        for (j = 0; j < cols; ++j) {
+            double t = x[i * ld + j];
+            if (t - t != 0.0) return 0;                           // NaN or Inf
+        }
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
+                                       double* q, int64_t ldq, const quarot_env* env) {
+    quarot_result r;
+    if (n < 1 || m < n || !a || lda < n || (q && ldq < n)) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(a, m, n, lda, sizeof(double), 1);
+    if (r == QUAROT_OK && q) r = quarot__gemm_check_mat(q, m, n, ldq, sizeof(double), 1);
+    if (r != QUAROT_OK) return r;
+    if (!quarot__all_finite_f64(m, n, a, lda)) return QUAROT_ERR_NONFINITE;
+    return quarot__qr_run(m, n, a, lda, q, ldq, env);
+}
+
+QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, double* q, int64_t ldq,
+                                                      const quarot_env* env) {
+    quarot_rng rng;
+    quarot_result r;
+    double* g;
+    size_t bytes;
+    int64_t i;
+    if (n < 1 || !q || ldq < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(q, n, n, ldq, sizeof(double), 1);
+    if (r != QUAROT_OK) return r;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &bytes) || !quarot__mul_size(bytes, sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    g = (double*)quarot_env_alloc(env, bytes);
+    if (!g) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_rng_seed(&rng, seed);
+    for (i = 0; i < n * n; ++i) g[i] = quarot_rng_normal(&rng);
+    r = quarot__qr_run(n, n, g, n, q, ldq, env);
+    quarot_env_free(env, g);
+    return r;
+}
+
+// Newton-Schulz polar factor: X0 = C/s, G = X^T X, X <- X*Y with Y = (3I - G)/2 until max|G - I| <= tol.
+// G is symmetric: row panels I of bs rows compute G[I][I:n] only (panel I is paired with panel
+// nb-1-I so every task has the same work), then the lower triangle is copied from the upper one. The
+// diagonal of G (column norms of X) is summed again in double: it sets the accuracy of the residual
+// and of Y's diagonal, which is what drives the f32 iteration to ~1e-7 instead of ~sqrt(n)*2^-24.
+
+// Scaled Frobenius norm of a [n][n] matrix in double (no overflow for large entries).
+#define QUAROT__POLAR_DEFINE(T, S)                                                                     \
+static double quarot__frob_##S(int64_t n, const T* x, int64_t ld) {                                    \
+    double amax = 0.0, ss = 0.0, t;                                                                    \
+    int64_t i, j;                                                                                      \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = fabs((double)x[i * ld + j]); if (t > amax) amax = t; }           \
+    if (amax == 0.0) return 0.0;                                                                       \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = (double)x[i * ld + j] / amax; ss += t * t; }                     \
+    return amax * sqrt(ss);                                                                            \
+}                                                                                                      \
+typedef struct quarot__gram_job_##S {                                                                  \
+    const quarot__##S##gemm_cfg* cfg;                                                                  \
+    int64_t n, ldx, bs, nb, n_tasks, per_task, a_elems;                                                \
+    const T* x;                                                                                        \
+    T* g;                                                                                              \
+    T* work;                                                                                           \
+} quarot__gram_job_##S;                                                                                \
+static void quarot__gram_panel_##S(const quarot__gram_job_##S* jb, int64_t p, T* ap) {                 \
+    int64_t i0 = p * jb->bs;                                                                           \
+    quarot__gemm_run_##S(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (T)1, \
+                         jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (T)0, jb->g + i0 * jb->n + i0, jb->n, \
+                         ap, ap + jb->a_elems);                                                        \
+}                                                                                                      \
+/* Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ... */                                      \
+static void quarot__gram_task_##S(void* arg, int64_t t) {                                              \
+    const quarot__gram_job_##S* jb = (const quarot__gram_job_##S*)arg;                                 \
+    T* ap = jb->work + t * jb->per_task;                                                               \
+    int64_t q;                                                                                         \
+    for (q = t; q < (jb->nb + 1) / 2; q += jb->n_tasks) {                                              \
+        quarot__gram_panel_##S(jb, q, ap);                                                             \
+        if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
+    }                                                                                                  \
+}                                                                                                      \
+/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
+static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
+                             const quarot_env* env) {                                                  \
+    int64_t i, j, n = jb->n;                                                                           \
+    jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
+    quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
+    for (i = 1; i < n; ++i)                                                                            \
+        for (j = 0; j < i; ++j) g[i * n + j] = g[j * n + i];                                           \
+}                                                                                                      \
+/* Panel size: a multiple of the micro-tile near 400; tasks: one, or ~2 per thread. Returns the        \
+   workspace elements needed (0 on overflow). */                                                       \
+static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S##gemm_cfg* cfg,       \
+                                     int64_t n, const quarot_env* env) {                               \
+    int64_t l = cfg->mr, threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;           \
+    size_t total;                                                                                      \
+    while (l % cfg->nr) l += cfg->mr;                                  /* lcm(mr, nr) */              \
+    jb->cfg = cfg;                                                                                     \
+    jb->n = n;                                                                                         \
+    jb->bs = quarot__gemm_cdiv(384, l) * l;                                                            \
+    jb->nb = quarot__gemm_cdiv(n, jb->bs);                                                             \
+    jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;                   \
+    jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;   \
+    jb->per_task = jb->a_elems + (quarot__gemm_min(cfg->kc, n) *                                       \
+                                  quarot__gemm_min(cfg->nc, quarot__gemm_cdiv(n, cfg->nr) * cfg->nr) + 15) / 16 * 16; \
+    if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
+    return total;                                                                                      \
+}                                                                                                      \
+static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u, int64_t ldu,          \
+                                       const quarot_polar_desc* d, quarot_polar_info* info,            \
+                                       const quarot_env* env, double tol_default, int iter_default) {  \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot__gram_job_##S jb;                                                                           \
+    quarot_result r;                                                                                   \
+    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, inv, t;                       \
+    int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;                  \
+    size_t nn, bytes, gram_elems;                                                                      \
+    T *mem, *xa, *g, *cur, *oth, *sw;                                                                  \
+    double* dg;                                                                                        \
+    int64_t i, j, ldcur, ldoth, ldsw;                                                                  \
+    if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }                       \
+    if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;                   \
+    if (d && (d->max_iter < 0 || !(d->tol >= 0.0) || !(d->scale >= 0.0) || d->scale - d->scale != 0.0)) \
+        return QUAROT_ERR_INVALID_ARGUMENT;                                                            \
+    r = quarot__gemm_check_mat(c, n, n, ldc, sizeof(T), 1);                                            \
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(u, n, n, ldu, sizeof(T), 1);                        \
+    if (r != QUAROT_OK) return r;                                                                      \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) { t = (double)c[i * ldc + j]; if (t - t != 0.0) return QUAROT_ERR_NONFINITE; } \
+    s = d && d->scale > 0.0 ? d->scale : quarot__frob_##S(n, c, ldc);                                  \
+    if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;                  /* C == 0: no polar factor */   \
+    quarot__##S##gemm_select(quarot_isa_best(), &cfg);                                                 \
+    gram_elems = quarot__gram_setup_##S(&jb, &cfg, n, env);                                            \
+    /* one block: gram packing, X [n][n], G [n][n], diag [n] doubles, alignment slack */             \
+    if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 || \
+        !quarot__mul_size(2 * nn + gram_elems, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - (size_t)n * sizeof(double)) \
+        return QUAROT_ERR_OVERFLOW;                                                                    \
+    bytes += (size_t)n * sizeof(double) + 128;                                                         \
+    mem = (T*)quarot_env_alloc(env, bytes);                                                            \
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
+    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    xa = jb.work + gram_elems;                                                                         \
+    g = xa + nn;                                                                                       \
+    dg = (double*)(void*)(g + nn + (8 - (nn % 8)) % 8);                                                \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) xa[i * n + j] = (T)((double)c[i * ldc + j] / s);                       \
+    cur = xa; ldcur = n; oth = u; ldoth = ldu;                                                         \
+    for (it = 0;; ++it) {                                                                              \
+        quarot__gram_##S(&jb, cur, ldcur, g, env);                                                     \
+        for (j = 0; j < n; ++j) dg[j] = 0.0;                                                           \
+        for (i = 0; i < n; ++i)                                                                        \
+            for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }                \
+        if (it == 0 && !(d && d->scale > 0.0)) {                                                       \
+            /* lam = min(||G||_F, ||G||_1) >= largest eigenvalue of G = sigma_max(X0)^2 */            \
+            double fro = 0.0, one = 0.0, row;                                                          \
+            for (i = 0; i < n; ++i) {                                                                  \
+                row = fabs(dg[i]);                                                                     \
+                fro += dg[i] * dg[i];                                                                  \
+                for (j = 0; j < n; ++j)                                                                \
+                    if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }            \
+                if (row > one) one = row;                                                              \
+            }                                                                                          \
+            fro = sqrt(fro);                                                                           \
+            t = fro < one ? fro : one;                                                                 \
+            if (t > 0.0 && t < 1.0) {                                                                  \
+                inv = 1.0 / sqrt(t);                                                                   \
+                s *= sqrt(t);                                                                          \
+                for (i = 0; i < n; ++i)                                                                \
+                    for (j = 0; j < n; ++j) {                                                          \
+                        cur[i * n + j] = (T)((double)cur[i * n + j] * inv);                            \
+                        g[i * n + j] = (T)((double)g[i * n + j] / t);                                  \
+                    }                                                                                  \
+                for (j = 0; j < n; ++j) dg[j] /= t;                                                    \
+            }                                                                                          \
+        }                                                                                              \
+        res = 0.0;                                                                                     \
+        for (i = 0; i < n; ++i) {                                                                      \
+            t = fabs(dg[i] - 1.0);                                                                     \
+            if (!(t <= res)) res = t;                                  /* NaN propagates */            \
+            for (j = i + 1; j < n; ++j) { t = fabs((double)g[i * n + j]); if (!(t <= res)) res = t; }  \
+        }                                                                                              \
+        if (res <= tol) { status = 0; break; }                                                         \
+        if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
+        /* Y = (3I - G)/2 in place of G; the diagonal from the double column norms */                  \
+        for (i = 0; i < n; ++i) {                                                                      \
+            for (j = 0; j < n; ++j) g[i * n + j] = (T)-0.5 * g[i * n + j];                             \
+            g[i * n + i] = (T)(1.5 - 0.5 * dg[i]);                                                     \
+        }                                                                                              \
+        r = quarot__gemm_##S(quarot_isa_best(), 0, 0, n, n, n, (T)1, cur, ldcur, g, n, (T)0, oth, ldoth, env); \
+        if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }                                   \
+        sw = cur; cur = oth; oth = sw;                                                                 \
+        ldsw = ldcur; ldcur = ldoth; ldoth = ldsw;                                                     \
+    }                                                                                                  \
+    if (cur != u)                                                                                      \
+        for (i = 0; i < n; ++i) memcpy(u + i * ldu, cur + i * ldcur, (size_t)n * sizeof(T));           \
+    quarot_env_free(env, mem);                                                                         \
+    if (info) { info->iterations = it; info->residual = res; info->scale = s; }                        \
+    return status ? QUAROT_ERR_NOT_CONVERGED : QUAROT_OK;                                              \
+}
+
+QUAROT__POLAR_DEFINE(double, d)
+QUAROT__POLAR_DEFINE(float, s)
+
+QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
+                                                        double* u, int64_t ldu, const quarot_polar_desc* d,
+                                                        quarot_polar_info* info, const quarot_env* env) {
+    return quarot__polar_d(n, c, ldc, u, ldu, d, info, env, 1e-6, 75);
+}
+
+QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* c, int64_t ldc,
+                                                        float* u, int64_t ldu, const quarot_polar_desc* d,
+                                                        quarot_polar_info* info, const quarot_env* env) {
+    return quarot__polar_s(n, c, ldc, u, ldu, d, info, env, 2e-6, 36);
+}
 
 // >>quant
 // RTN, per group: s from the (clipped) range, k = rne(clamp(x/s, klo, khi)), x^ = f32(k)*s, where the
@@ -5672,6 +6109,23 @@ static quarot_result quarot__check_finite_named(quarot_processor* p, const char*
 
 static int quarot__rotation_of(const quarot_processor* p, quarot_rotation_id id) { return p->have_rot[id]; }
 
+// Record a tensor create_tensor will be asked for (once per name).
+static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims, int64_t ne0, int64_t ne1) {
+    quarot_tensor_spec* t;
+    int64_t i;
+    for (i = 0; i < p->n_creates; ++i)
+        if (strcmp(p->creates[i].name, name) == 0) return QUAROT_OK;
+    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates, sizeof *t);
+    if (!t) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!quarot__copy_name(t->name, name)) { p->n_creates--; return QUAROT_ERR_INVALID_ARGUMENT; }
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = t->ne[3] = 1;
+    return QUAROT_OK;
+}
+
 // Append one command.
 static quarot_result quarot__add_command(quarot_processor* p, int64_t cap, int64_t layer, quarot_rotation_id rot,
                                          quarot_side side, int embedding, int64_t outer, int64_t inner,
@@ -5879,7 +6333,13 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         }
         for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
             const quarot_plan_linear* l = &p->plan.linears[k];
-            if (layer < 0 && p->untie && strcmp(l->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
+            if (layer < 0 && p->untie && strcmp(l->weight, p->plan.lm_head) == 0) {   // created in pre_run
+                quarot_tensor e;
+                if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
+                if ((res = quarot__plan_create(p, l->weight, e.dtype, 2, e.ne[0], e.ne[1])) != QUAROT_OK) return res;
+                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1], 1)) != QUAROT_OK) return res;
+                continue;
+            }
             if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
             if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
                 quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight, (long long)w.ne[0],
@@ -5895,6 +6355,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                 quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
                                     l->bias[0] ? " and model.create_tensor to make it" : " name");
                 return QUAROT_ERR_INVALID_ARGUMENT;
+            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1], 1)) != QUAROT_OK) {
+                return res;
             }
         }
     }
@@ -5946,6 +6408,9 @@ QUAROT_API void quarot_processor_free(quarot_processor* p) {
     quarot_rotation_free(&p->r3);
     quarot_plan_free(&p->plan);
     quarot_env_free(&p->model->env, p->commands);
+    quarot_env_free(&p->model->env, p->creates);
+    p->creates = NULL;
+    p->n_creates = p->cap_creates = 0;
     p->commands = NULL;
     p->n_commands = 0;
     p->model = NULL;

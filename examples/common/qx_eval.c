@@ -16,6 +16,7 @@ double qx_eval_nll(const float* logits, int64_t vocab, int32_t target) {
 
 int32_t qx_eval_argmax(const float* logits, int64_t vocab) {
     int64_t j, best = 0;
+    /* strictly greater wins, so the lowest index keeps a tie; a NaN at `best` yields to any number */
     for (j = 1; j < vocab; ++j)
         if (logits[j] > logits[best] || (logits[best] != logits[best] && logits[j] == logits[j])) best = j;
     return (int32_t)best;
@@ -37,12 +38,13 @@ quarot_result qx_eval_perplexity(qx_forward* f, const int32_t* tokens, int64_t n
     if (o) opts = *o;
     else memset(&opts, 0, sizeof opts);
     seq = opts.seq_len ? opts.seq_len : 256;
-    if (opts.bos == 0) opts.bos = 1;
+    if (opts.bos == 0) opts.bos = 1;   /* llama2.c's BOS; -1 = none */
     if (seq < 2 || seq > (1 << 20) || opts.max_windows < 0 || opts.bos < -1) {
         qx_err_set(e, "qx_eval_perplexity: seq_len %lld, max_windows %lld, bos %ld", (long long)seq,
                    (long long)opts.max_windows, (long)opts.bos);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
+    /* chunk = text tokens per window; only full chunks count */
     chunk = opts.bos >= 0 ? seq - 1 : seq;
     n_win = n_tokens / chunk;
     if (opts.max_windows > 0 && n_win > opts.max_windows) n_win = opts.max_windows;
@@ -59,6 +61,8 @@ quarot_result qx_eval_perplexity(qx_forward* f, const int32_t* tokens, int64_t n
         qx_err_set(e, "qx_eval_perplexity: out of memory");
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
+    /* window w = [BOS] + tokens[w*chunk .. (w+1)*chunk), run from position 0; logits row t scores
+       window token t+1, so every window adds seq-1 NLLs (summed in double) */
     for (w = 0; w < n_win && r == QUAROT_OK; ++w) {
         const int32_t* c = tokens + w * chunk;
         if (opts.bos >= 0) {
@@ -96,6 +100,7 @@ quarot_result qx_eval_generate(qx_forward* f, int32_t bos, int64_t n, int32_t* o
         qx_err_set(e, "qx_eval_generate: out of memory");
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
+    /* feed the previous token at the next position through the KV cache, pick the argmax */
     qx_forward_reset(f);
     for (i = 0; i < n; ++i) {
         r = qx_forward_step(f, tok, logits, e);

@@ -20,8 +20,7 @@ const char* qx_site_name(qx_site s) {
 }
 
 /* ---------------------------------------------------------------------------------------------
-   GEMM and fake quantization: one function each (the fake quantizer is a private stand-in for
-   quarot_fake_quant_f32 until that lands, with the same documented semantics). */
+   GEMM and fake quantization: quarot.h's, one call site each. */
 
 /* C[m][n] = alpha * A[m][k] * op(B), op(B) = B^T (B stored [n][k]) when trans_b, else B stored
    [k][n]; row-major with row strides lda, ldb, ldc. quarot_sgemm, with the env of the options. */
@@ -30,75 +29,24 @@ static quarot_result qx__gemm(const qx_forward* f, int trans_b, int64_t m, int64
     return quarot_sgemm(0, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, f->opts.env);
 }
 
-/* Fake-quantize one group of n values in place (quarot.h >>quant semantics, round half to even). */
-static double qx__fq_group(float* x, int64_t n, int bits, int asym, float clip, int write) {
-    int64_t i;
-    double err = 0.0;
-    if (!asym) {
-        float mx = 0.0f, s, qmax = (float)((1 << (bits - 1)) - 1), qmin = -(float)(1 << (bits - 1));
-        for (i = 0; i < n; ++i) if (fabsf(x[i]) > mx) mx = fabsf(x[i]);
-        s = clip * mx / qmax;
-        if (s == 0.0f) s = 1.0f;
-        for (i = 0; i < n; ++i) {
-            float q = rintf(x[i] / s), y;
-            if (q < qmin) q = qmin;
-            if (q > qmax) q = qmax;
-            y = q * s;
-            err += ((double)y - x[i]) * ((double)y - x[i]);
-            if (write) x[i] = y;
-        }
-    } else {
-        float lo = 0.0f, hi = 0.0f, s, z, qmax = (float)((1 << bits) - 1);
-        for (i = 0; i < n; ++i) {
-            if (x[i] < lo) lo = x[i];
-            if (x[i] > hi) hi = x[i];
-        }
-        lo *= clip;
-        hi *= clip;
-        s = (hi - lo) / qmax;
-        if (s == 0.0f) s = 1.0f;
-        z = rintf(-lo / s);
-        for (i = 0; i < n; ++i) {
-            float q = rintf(x[i] / s) + z, y;
-            if (q < 0.0f) q = 0.0f;
-            if (q > qmax) q = qmax;
-            y = (q - z) * s;
-            err += ((double)y - x[i]) * ((double)y - x[i]);
-            if (write) x[i] = y;
-        }
-    }
-    return err;
-}
-
-/* x[rows][stride], first cols per row, groups of `group` (0 = whole row). */
-static void qx__fake_quant(float* x, int64_t rows, int64_t cols, int64_t stride, int bits, int asym,
-                           int64_t group, float clip, int clip_search) {
-    int64_t r, g0, gs = group > 0 ? group : cols;
-    if (clip <= 0.0f) clip = 1.0f;
-    for (r = 0; r < rows; ++r) {
-        for (g0 = 0; g0 < cols; g0 += gs) {
-            float* xg = x + r * stride + g0;
-            if (clip_search) {
-                /* clip ratios 1.00, 0.99, ..., 0.50: keep the smallest squared error */
-                float best_c = 1.0f;
-                double best = -1.0;
-                int i;
-                for (i = 0; i <= 50; ++i) {
-                    float c = 1.0f - 0.01f * (float)i;
-                    double err = qx__fq_group(xg, gs, bits, asym, c, 0);
-                    if (best < 0.0 || err < best) { best = err; best_c = c; }
-                }
-                qx__fq_group(xg, gs, bits, asym, best_c, 1);
-            } else {
-                qx__fq_group(xg, gs, bits, asym, clip, 1);
-            }
-        }
-    }
+/* x[rows][stride], first cols per row, groups of `group` (0 = whole row): quarot_fake_quant_f32. */
+static quarot_result qx__fake_quant(float* x, int64_t rows, int64_t cols, int64_t stride, int bits, int asym,
+                                   int64_t group, float clip, int clip_search) {
+    quarot_quant_desc d;
+    memset(&d, 0, sizeof d);
+    d.bits = bits;
+    d.asymmetric = asym ? 1 : 0;
+    d.group_size = group;
+    d.clip_ratio = clip > 0.0f ? clip : 1.0f;
+    d.clip_search = clip_search ? 1 : 0;
+    return quarot_fake_quant_f32(x, rows, cols, stride, &d);
 }
 
 /* --------------------------------------------------------------------------------------------- */
 /* Weights */
 
+/* Every weight copy is one malloc block, remembered in f->blocks so that qx_forward_free releases
+   them all (also after a failed init). The KV cache and scratch are separate: they are resized. */
 static void* qx__alloc(qx_forward* f, size_t bytes) {
     void* p;
     if (f->n_blocks == f->cap_blocks) {
@@ -121,6 +69,8 @@ static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name
     float* w;
     int64_t r;
     *out = NULL;
+    /* a [rows][cols] matrix must be stored as such (ne = {cols, rows}); a vector as {cols} or any
+       shape with one row */
     if (!t) {
         if (!required) return QUAROT_OK;
         qx_err_set(e, "%s: missing", name);
@@ -141,6 +91,7 @@ static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name
         qx_err_set(e, "%s: out of memory", name);
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
+    /* row by row: the store may hold strided views, and f16/bf16/f64 convert with RNE */
     for (r = 0; r < rows; ++r) {
         quarot_result res = quarot_tensor_get_row_f32(t, r, w + r * cols);
         if (res != QUAROT_OK) {
@@ -166,6 +117,8 @@ static quarot_result qx__config(qx_forward* f, const quarot_model_config* c, qx_
     if (g->mlp == QUAROT_MLP_DEFAULT) g->mlp = QUAROT_MLP_GATED;
     if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
     f->is_opt = strcmp(g->arch, "opt") == 0;
+    /* sizes: positive, heads divisible into KV groups, an even head_dim for RoPE pairs, and caps that
+       keep every product below in int64 / size_t far from overflow */
     if (g->hidden <= 0 || g->intermediate <= 0 || g->n_layers <= 0 || g->n_heads <= 0 || g->n_kv_heads <= 0 ||
         g->head_dim <= 0 || g->vocab <= 0 || g->n_heads % g->n_kv_heads != 0 ||
         (!f->is_opt && g->head_dim % 2 != 0) || g->hidden > (1 << 20) || g->intermediate > (1 << 22) ||
@@ -211,6 +164,8 @@ static quarot_result qx__check_quant(const qx_forward* f, const qx_fake_quant_op
         qx_err_set(e, "fake quant: clip ratios must lie in (0, 1] (0 = 1.0)");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
+    /* one group size for every linear: it must divide each input width (hidden for q/k/v/gate/up,
+       n_heads*head_dim for o_proj, intermediate for down_proj) */
     if (q->w_bits && q->w_group != 0 &&
         (q->w_group < 0 || g->hidden % q->w_group || g->intermediate % q->w_group || f->q_dim % q->w_group)) {
         qx_err_set(e, "fake quant: weight group %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
@@ -220,6 +175,7 @@ static quarot_result qx__check_quant(const qx_forward* f, const qx_fake_quant_op
     return QUAROT_OK;
 }
 
+/* "model.layers.{layer}.{suffix}" (OPT: "model.decoder.layers.{layer}.{suffix}") */
 static void qx__name(const qx_forward* f, int64_t layer, const char* suffix, char* buf, size_t n) {
     snprintf(buf, n, "%s%lld.%s", f->is_opt ? "model.decoder.layers." : "model.layers.", (long long)layer, suffix);
 }
@@ -236,13 +192,20 @@ static quarot_result qx__load_linear(qx_forward* f, const qx_store* s, int64_t l
     snprintf(wname, sizeof wname, "%s.bias", name);
     r = qx__load(f, s, wname, 1, rows, req_bias, b, e);
     if (r != QUAROT_OK) return r;
+    /* weight fake quantization happens once, here: rows of W[out][in] are output channels */
     if (f->opts.quant.w_bits) {
         const qx_fake_quant_opts* q = &f->opts.quant;
-        qx__fake_quant(*w, rows, cols, cols, q->w_bits, q->w_asym, q->w_group, q->w_clip, q->w_clip_search);
+        r = qx__fake_quant(*w, rows, cols, cols, q->w_bits, q->w_asym, q->w_group, q->w_clip, q->w_clip_search);
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "%s.weight: fake quantization: %s", name, quarot_result_string(r));
+            return r;
+        }
     }
     return QUAROT_OK;
 }
 
+/* A norm's gain "<base>.weight" [hidden] (required) and bias "<base>.bias" (optional); layer < 0:
+   base is the full name (the final norm). */
 static quarot_result qx__load_norm(qx_forward* f, const qx_store* s, int64_t layer, const char* base,
                                    float** w, float** b, qx_err* e) {
     char name[300];
@@ -312,7 +275,10 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
         }
         f->lm_head = f->embed;
     }
+    r = qx__load(f, s, "lm_head.bias", 1, g->vocab, 0, &f->lm_head_b, e);
+    if (r != QUAROT_OK) goto fail;
 
+    /* decoder layers: the same slots for both naming schemes (OPT's fc1/fc2 fill up/down) */
     for (l = 0; l < g->n_layers; ++l) {
         qx_forward_layer* L = &f->layers[l];
         const char *n1 = f->is_opt ? "self_attn_layer_norm" : "input_layernorm";
@@ -372,6 +338,7 @@ static void qx__norm(const float* x, float* y, int64_t rows, int64_t n, const fl
         float* yr = y + r * n;
         double mean = 0.0, ss = 0.0;
         float inv;
+        /* ss = sum (x - mean)^2 with mean = 0 for RMSNorm; y = (x - mean) * (1/sqrt(ss/n + eps)) * w */
         if (kind == QUAROT_NORM_LAYER) {
             for (i = 0; i < n; ++i) mean += xr[i];
             mean /= (double)n;
@@ -385,6 +352,7 @@ static void qx__norm(const float* x, float* y, int64_t rows, int64_t n, const fl
     }
 }
 
+/* ReLU, GELU (tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) or SiLU x*sigmoid(x) */
 static float qx__act(float x, quarot_act_kind k) {
     if (k == QUAROT_ACT_RELU) return x > 0.0f ? x : 0.0f;
     if (k == QUAROT_ACT_GELU) {
@@ -405,8 +373,9 @@ static quarot_result qx__linear(const qx_forward* f, const float* x, int64_t T, 
     return QUAROT_OK;
 }
 
-/* Input of decoder linears: capture (per linear name), then per-token activation fake quant. */
-static void qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64_t T, int64_t n,
+/* Input of decoder linears: capture (per linear name), then per-token activation fake quant
+   (QUAROT_ERR_NONFINITE when the activations hold NaN/Inf). */
+static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64_t T, int64_t n,
                              const char* const* names, int n_names) {
     const qx_fake_quant_opts* q = &f->opts.quant;
     int i;
@@ -417,13 +386,15 @@ static void qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64
             f->opts.capture(f->opts.capture_user, layer, name, x, T, n);
         }
     }
-    if (q->a_bits) qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, 0, q->a_clip, 0);
+    return q->a_bits ? qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, 0, q->a_clip, 0) : QUAROT_OK;
 }
 
 /* Rotary embedding on rows x[rows][head_dim] (rows = T * heads, token t = row / heads; cs holds
    cos/sin of token t's position): angle = position * theta^(-2i/head_dim), pair (2i, 2i+1) or (i, i + head_dim/2). */
 static void qx__rope(const qx_forward* f, float* x, int64_t T, int64_t heads, const float* cs) {
     int64_t hd = f->cfg.head_dim, half = hd / 2, t, h, i;
+    /* (a, b) <- (a cos - b sin, a sin + b cos): a rotation of each pair, so norms are preserved and
+       q_t . k_s depends on t - s only */
     for (t = 0; t < T; ++t) {
         const float* c = cs + t * hd;   /* cos[half] then sin[half] for this position */
         const float* sn = c + half;
@@ -444,6 +415,8 @@ static quarot_result qx__cache_reserve(qx_forward* f, int64_t need) {
     int64_t cap, l, L = f->cfg.n_layers, d = f->kv_dim;
     float *nk, *nv;
     if (need <= f->cache_cap) return QUAROT_OK;
+    /* geometric growth (at least 64 positions); the layout [layer][position][kv_dim] changes with the
+       capacity, so existing rows are copied layer by layer */
     cap = f->cache_cap * 2;
     if (cap < need) cap = need;
     if (cap < 64) cap = 64;
@@ -488,6 +461,7 @@ static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__b
     sizes[8] = (size_t)(T * g->intermediate); ptrs[8] = &b->u;
     sizes[9] = (size_t)(T * n_keys);          ptrs[9] = &b->scores;
     sizes[10] = (size_t)(T * g->head_dim);    ptrs[10] = &b->rope;
+    /* one block, each buffer rounded up to 16 floats (64 bytes) so that every one starts aligned */
     for (i = 0; i < 11; ++i) total += (sizes[i] + 15) & ~(size_t)15;
     if (total > f->scratch_floats) {
         float* p = (float*)malloc(total * sizeof(float));
@@ -520,10 +494,10 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     const char* gu_names[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
     const char* down_name = f->is_opt ? "fc2.weight" : "mlp.down_proj.weight";
 
-    /* ---- attention ---- */
+    /* ---- attention: a = norm1(x); q, k, v = a W^T + b; q/k per-head norm and RoPE ---- */
     qx__norm(b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
-    qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
-    r = qx__linear(f, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
+    r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
+    if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
     if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k);
     if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v);
     if (r != QUAROT_OK) return r;
@@ -533,13 +507,16 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
         qx__rope(f, b->q, T, nh, b->rope);
         qx__rope(f, b->k, T, nkv, b->rope);
     }
+    /* online rotation of q and k (QuaRot's R3: the same H on both cancels in q.k) */
     if (f->opts.online) {
         f->opts.online(f->opts.online_user, l, QX_SITE_Q_ROPE, b->q, T * nh, hd);
         f->opts.online(f->opts.online_user, l, QX_SITE_K_ROPE, b->k, T * nkv, hd);
     }
     /* KV cache quantization: per token per head (groups of head_dim), asymmetric by default */
-    if (q->k_bits) qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !q->kv_sym, hd, q->kv_clip, 0);
-    if (q->v_bits) qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (q->k_bits) r = qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (r == QUAROT_OK && q->v_bits) r = qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (r != QUAROT_OK) return r;
+    /* append this block's (quantized) K and V to the cache: rows pos0 .. pos0+T-1 */
     memcpy(kc + pos0 * f->kv_dim, b->k, (size_t)(T * f->kv_dim) * sizeof(float));
     memcpy(vc + pos0 * f->kv_dim, b->v, (size_t)(T * f->kv_dim) * sizeof(float));
 
@@ -554,6 +531,8 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
             float mx = s[0];
             double sum = 0.0;
             float inv;
+            /* softmax over keys 0..last (max-shifted, sum in double); masked keys get weight 0 so
+               that the P v GEMM may run over all n_keys rows */
             for (j = 1; j <= last; ++j) if (s[j] > mx) mx = s[j];
             for (j = 0; j <= last; ++j) {
                 s[j] = expf(s[j] - mx);
@@ -566,30 +545,32 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
         r = qx__gemm(f, 0, T, hd, n_keys, 1.0f, b->scores, n_keys, vc + kvh * hd, f->kv_dim, b->att + h * hd, f->q_dim);
         if (r != QUAROT_OK) return r;
     }
+    /* o_proj input: online rotation, capture, quantization, then x += att Wo^T + bo */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_O_INPUT, b->att, T, f->q_dim);
-    qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
-    r = qx__linear(f, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
+    r = qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
+    if (r == QUAROT_OK) r = qx__linear(f, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
     for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
 
-    /* ---- MLP ---- */
+    /* ---- MLP: a = norm2(x); h = act(a Wg^T) * (a Wu^T) (plain: act(a W1^T)); x += h Wd^T ---- */
     qx__norm(b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
     if (g->mlp == QUAROT_MLP_GATED) {
-        qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
-        r = qx__linear(f, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
+        r = qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
+        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
         if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
         for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->g[i], g->act) * b->u[i];
     } else {
         const char* up_name = f->is_opt ? "fc1.weight" : "mlp.up_proj.weight";
-        qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
-        r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        r = qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
+        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
         for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->u[i], g->act);
     }
+    /* down_proj input: online rotation (QuaRot's R4), capture, quantization */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_DOWN_INPUT, b->u, T, g->intermediate);
-    qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
-    r = qx__linear(f, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
+    r = qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
+    if (r == QUAROT_OK) r = qx__linear(f, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
     for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
     return QUAROT_OK;
@@ -605,7 +586,7 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     g = &f->cfg;
-    pos0 = f->pos;
+    pos0 = f->pos;   /* this block occupies positions pos0 .. pos0+T-1 */
     for (t = 0; t < T; ++t) {
         if (tokens[t] < 0 || tokens[t] >= g->vocab) {
             qx_err_set(e, "token %lld: id %ld outside the vocabulary [0, %lld)", (long long)t, (long)tokens[t], (long long)g->vocab);
@@ -652,10 +633,16 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
         }
     }
     f->pos = pos0 + T;
+    /* final norm and lm_head (FP, never quantized): logits [T][vocab] = norm(x) W_lm^T */
     if (!logits) return QUAROT_OK;
     qx__norm(b.x, b.a, T, g->hidden, f->final_w, f->final_b, g->norm, g->norm_eps);
     r = qx__gemm(f, 1, T, g->vocab, g->hidden, 1.0f, b.a, g->hidden, f->lm_head, g->hidden, logits, g->vocab);
-    if (r != QUAROT_OK) qx_err_set(e, "lm_head: %s", quarot_result_string(r));
+    if (r != QUAROT_OK) { qx_err_set(e, "lm_head: %s", quarot_result_string(r)); return r; }
+    if (f->lm_head_b) {
+        int64_t ti, v;
+        for (ti = 0; ti < T; ++ti)
+            for (v = 0; v < g->vocab; ++v) logits[ti * g->vocab + v] += f->lm_head_b[v];
+    }
     return r;
 }
 

@@ -37,7 +37,7 @@
    HF halves (i, i + head_dim/2)) and theta, head geometry. So a rotated OPT whose pipeline switched
    config.norm to RMS runs as such.
    Biases: a bias the config requires (attn_qkv_bias, attn_out_bias, mlp_bias) must be present; any
-   other bias or norm bias is used when present (norm fusion may create them). lm_head.weight is used
+   other bias or norm bias is used when present (norm fusion may create them, lm_head.bias included). lm_head.weight is used
    when present, else the token embedding (an error when config.tied_embeddings is 0).
    Weights may be f32, f16 or bf16 (any strided view): qx_forward_init copies them to f32 once.
 
@@ -132,6 +132,7 @@ typedef struct qx_forward {
     int64_t n_pos;
     float *final_w, *final_b;
     float* lm_head;                  /* [vocab][hidden]; may alias embed */
+    float* lm_head_b;                /* [vocab] or NULL: a fused LayerNorm bias (rotated OPT) */
     qx_forward_layer* layers;        /* [n_layers] */
     void** blocks;                   /* every allocation, freed together */
     int64_t n_blocks, cap_blocks;

@@ -25,6 +25,8 @@ static const qx__family qx__families[] = {
 
 const char* qx_synth_family(int i) { return i >= 0 && i < QX__N_FAMILIES ? qx__families[i].arch : NULL; }
 
+/* Zero fields take the family's value; then every size is checked (the caps keep the store small
+   enough that no size computation below can overflow). */
 quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e) {
     const qx__family* fam = NULL;
     int i;
@@ -142,6 +144,7 @@ static quarot_result qx__norm(qx__gen* g, const char* base, int64_t n, float sca
 }
 
 /* Mark k distinct random channels of n. */
+/* (rejection sampling: k <= n/2, so it ends quickly) */
 static void qx__pick(qx__gen* g, unsigned char* mask, int64_t n, int64_t k) {
     int64_t c = 0;
     memset(mask, 0, (size_t)n);
@@ -169,7 +172,8 @@ static quarot_result qx__build(qx__gen* g) {
     float* w;
     quarot_result r;
 
-    /* config */
+    /* config: what each family's loader would report (OPT: LayerNorm, ReLU plain MLP, biases
+       everywhere; Qwen: eps 1e-6 and theta 1e6; qwen2 q/k/v biases; qwen3 q/k norms) */
     memset(c, 0, sizeof *c);
     snprintf(c->arch, sizeof c->arch, "%s", d->arch);
     c->hidden = h;
@@ -192,6 +196,7 @@ static quarot_result qx__build(qx__gen* g) {
     c->mlp_bias = opt;
     c->qk_norm = strcmp(d->arch, "qwen3") == 0;
 
+    /* outlier channels are drawn first, so a seed fixes them independently of the sizes after */
     if (d->n_outliers > 0) {
         qx__pick(g, g->out_h, h, d->n_outliers);
         qx__pick(g, g->out_i, I, d->n_outliers);
@@ -245,6 +250,7 @@ static quarot_result qx__build(qx__gen* g) {
     if ((r = qx__norm(g, opt ? "model.decoder.final_layer_norm" : "model.norm", h,
                       c->tied_embeddings ? 2.0f / sqrtf((float)h) : 1.0f, NULL, 1.0f, opt)) != QUAROT_OK)
         return r;
+    /* untied lm_head: N(0, 4/hidden), so logits ~N(0, 4) from a final norm output of O(1) entries */
     if (!c->tied_embeddings) {
         float* lm;
         r = qx__add(g, "lm_head.weight", d->vocab, h, &lm);
@@ -266,6 +272,7 @@ quarot_result qx_synth_model(qx_store* s, const qx_synth_desc* desc, qx_err* e) 
     else memset(&d, 0, sizeof d);
     r = qx_synth_resolve(&d, e);
     if (r != QUAROT_OK) return r;
+    /* the family name is mixed into the seed so that seed 0 of two families are unrelated models */
     for (a = d.arch; *a; ++a) h = (h ^ (unsigned char)*a) * 1099511628211ULL;
     memset(&g, 0, sizeof g);
     quarot_rng_seed(&g.rng, d.seed ^ h);
@@ -282,6 +289,7 @@ quarot_result qx_synth_model(qx_store* s, const qx_synth_desc* desc, qx_err* e) 
     }
     free(g.out_h);
     free(g.out_i);
+    /* generated in f32, then rounded (RNE) to the requested storage type */
     if (r == QUAROT_OK && d.dtype != QUAROT_DTYPE_F32) {
         r = qx_store_convert(s, d.dtype);
         if (r != QUAROT_OK) qx_err_set(e, "qx_synth: conversion to %s: %s", quarot_dtype_name(d.dtype), quarot_result_string(r));

@@ -1,0 +1,134 @@
+/* qx_cli.c - see qx_cli.h. */
+#include "qx_cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void qx_cli_init(qx_cli* cli, const char* cmd, int quiet) {
+    memset(cli, 0, sizeof *cli);
+    cli->cmd = cmd;
+    cli->quiet = quiet;
+    cli->tty = isatty(2);
+    cli->t0 = cli->last = qx_cli_now();
+}
+
+double qx_cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void qx__cli_close_progress(qx_cli* cli) {
+    if (cli->progress_open) {
+        fputc('\n', stderr);
+        cli->progress_open = 0;
+    }
+}
+
+int qx_cli_fail(qx_cli* cli, int code, const char* fmt, ...) {
+    va_list ap;
+    qx__cli_close_progress(cli);
+    fprintf(stderr, "quarot %s: ", cli->cmd ? cli->cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+int qx_cli_exit_for(quarot_result r) {
+    switch (r) {
+        case QUAROT_OK: return QX_EXIT_OK;
+        case QUAROT_ERR_PARSE:
+        case QUAROT_ERR_IO:
+        case QUAROT_ERR_NOT_FOUND:
+        case QUAROT_ERR_UNSUPPORTED_DTYPE:
+        case QUAROT_ERR_NONFINITE:
+        case QUAROT_ERR_OVERFLOW: return QX_EXIT_INPUT;
+        case QUAROT_ERR_OUT_OF_MEMORY:
+        case QUAROT_ERR_INTERNAL: return QX_EXIT_INTERNAL;
+        default: return QX_EXIT_PROCESS;
+    }
+}
+
+void qx_cli_phase(qx_cli* cli) {
+    qx__cli_close_progress(cli);
+    cli->t0 = cli->last = qx_cli_now();
+}
+
+void qx_cli_progress(qx_cli* cli, int64_t done, int64_t total, const char* what) {
+    double now = qx_cli_now(), el = now - cli->t0;
+    if (cli->quiet || el < 1.0 || now - cli->last < 0.2) return;
+    cli->last = now;
+    if (cli->tty) {
+        fprintf(stderr, "\r%s %lld/%lld (%.1f/s, %.0f s)   ", what, (long long)done, (long long)total, (double)done / el, el);
+        cli->progress_open = 1;
+    } else {
+        fprintf(stderr, "%s %lld/%lld (%.1f/s, %.0f s)\n", what, (long long)done, (long long)total, (double)done / el, el);
+    }
+    fflush(stderr);
+}
+
+void qx_cli_progress_end(qx_cli* cli, const char* what) {
+    double el = qx_cli_now() - cli->t0;
+    if (cli->quiet) return;
+    if (cli->progress_open || el >= 1.0) {
+        qx__cli_close_progress(cli);
+        fprintf(stderr, "%s done in %.1f s\n", what, el);
+    }
+}
+
+void qx_cli_info(qx_cli* cli, const char* fmt, ...) {
+    va_list ap;
+    if (cli->quiet) return;
+    qx__cli_close_progress(cli);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, const char** value) {
+    const char* a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') { *value = a + n + 1; return 1; }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) {
+        qx_cli_fail(cli, QX_EXIT_USAGE, "option %s needs a value (see quarot %s --help)", name, cli->cmd);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out) {
+    char* end;
+    long long v;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi) {
+        qx_cli_fail(cli, QX_EXIT_USAGE, "%s: '%s' is not an integer in [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
+        return 0;
+    }
+    *out = (int64_t)v;
+    return 1;
+}
+
+int qx_cli_float(qx_cli* cli, const char* opt, const char* s, double lo, double hi, double* out) {
+    char* end;
+    double v;
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !(v >= lo && v <= hi)) {
+        qx_cli_fail(cli, QX_EXIT_USAGE, "%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}

@@ -1,0 +1,90 @@
+/* qx_cli.h - conventions shared by the subcommands of the `quarot` tool (examples/quarot.c).
+
+   Exit codes (documented in `quarot --help` and README):
+     0  success
+     1  usage: unknown subcommand or option, missing or malformed argument
+     2  input: a file is missing, unreadable, truncated, malformed or of an unsupported kind
+     3  output: the output exists (and --force was not given) or cannot be written
+     4  processing: the model cannot be rotated / evaluated as asked (e.g. a size with no Hadamard
+        matrix and no fallback, an inconsistent config, a calibration that found no activations)
+     5  internal error or out of memory
+   Errors: exactly one line on stderr, "quarot <cmd>: <file or object>: <reason>".
+   Progress: on stderr, only for steps that take more than about a second, rewritten in place on a
+   terminal and one line per update otherwise; --quiet silences it (errors are still printed). */
+#ifndef QX_CLI_H
+#define QX_CLI_H
+
+#include "qx_store.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { QX_EXIT_OK = 0, QX_EXIT_USAGE = 1, QX_EXIT_INPUT = 2, QX_EXIT_OUTPUT = 3, QX_EXIT_PROCESS = 4, QX_EXIT_INTERNAL = 5 };
+
+typedef struct qx_cli {
+    const char* cmd;        /* subcommand name, for messages */
+    int quiet;
+    int tty;                /* stderr is a terminal */
+    double t0;              /* start of the current progress phase (seconds) */
+    double last;            /* last progress print */
+    int progress_open;      /* a progress line is being rewritten (needs a newline before others) */
+} qx_cli;
+
+void qx_cli_init(qx_cli* cli, const char* cmd, int quiet);
+/* Wall-clock seconds (monotonic). */
+double qx_cli_now(void);
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+/* Print the one error line and return `code` (so: `return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: ...", path);`). */
+int qx_cli_fail(qx_cli* cli, int code, const char* fmt, ...);
+/* Map a library / example result code to an exit code (input errors vs. processing vs. memory). */
+int qx_cli_exit_for(quarot_result r);
+/* Start a progress phase; then qx_cli_progress(cli, done, total, "layer") prints "<what> i/n
+   (x.x/s)" when at least a second has passed since the phase started and ~0.2 s since the last
+   print; qx_cli_progress_end prints the closing line (elapsed time) if anything was shown. */
+void qx_cli_phase(qx_cli* cli);
+void qx_cli_progress(qx_cli* cli, int64_t done, int64_t total, const char* what);
+void qx_cli_progress_end(qx_cli* cli, const char* what);
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+/* An informational line on stderr (suppressed by --quiet). */
+void qx_cli_info(qx_cli* cli, const char* fmt, ...);
+
+/* Option parsing: argv[*i] is an option; if it is `name` (--name VALUE or --name=VALUE), store the
+   value's pointer in *value, advance *i past it and return 1; return 0 when it is another option;
+   -1 (after printing the usage error) when the value is missing. */
+int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, const char** value);
+/* Parse numbers with range checks; print a usage error and return 0 on failure. */
+int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out);
+int qx_cli_float(qx_cli* cli, const char* opt, const char* s, double lo, double hi, double* out);
+
+/* Load a model of any supported format into out (initialized here): a llama2.c checkpoint (.bin:
+   legacy v0 or version-1 float32 export), a Hugging Face directory (config.json + safetensors,
+   sharded or not) or a .safetensors file with config.json beside it, or a GGUF file (llama, F32/F16).
+   The format is detected from the path and the first bytes. copy = 1 gives owned, writable tensors;
+   0 gives read-only views of file mappings where the format allows (call qx_store_make_owned before
+   writing). out->source_format names what was read. */
+typedef struct qx_load_opts {
+    int copy;
+    int writable;           /* views mapped copy-on-write (edits never reach the file) */
+} qx_load_opts;
+quarot_result qx_cli_load_model(const char* path, const qx_load_opts* opts, qx_store* out, qx_err* err);
+
+/* The subcommands (each in examples/common/qx_cmd_<name>.c). argv[0] is the subcommand name. */
+int qx_cmd_rotate(int argc, char** argv);
+int qx_cmd_eval(int argc, char** argv);
+int qx_cmd_inspect(int argc, char** argv);
+int qx_cmd_plot(int argc, char** argv);
+int qx_cmd_demo(int argc, char** argv);
+int qx_cmd_calibrate(int argc, char** argv);
+int qx_cmd_run(int argc, char** argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

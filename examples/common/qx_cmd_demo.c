@@ -1,0 +1,10 @@
+/* qx_cmd_demo.c - `quarot demo` (being written). */
+#include "qx_cli.h"
+
+int qx_cmd_demo(int argc, char** argv) {
+    qx_cli cli;
+    (void)argc;
+    (void)argv;
+    qx_cli_init(&cli, "demo", 0);
+    return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "not available in this build yet");
+}

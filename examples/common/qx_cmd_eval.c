@@ -1,0 +1,10 @@
+/* qx_cmd_eval.c - `quarot eval` (being written). */
+#include "qx_cli.h"
+
+int qx_cmd_eval(int argc, char** argv) {
+    qx_cli cli;
+    (void)argc;
+    (void)argv;
+    qx_cli_init(&cli, "eval", 0);
+    return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "not available in this build yet");
+}
