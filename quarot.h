@@ -1105,7 +1105,7 @@ typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
     int64_t max_samples;             // rows kept per matched linear, evenly spaced over its stream; 0 = 2048
     uint64_t seed;                   // signs of the starting random Hadamard (= QuaRot's desc.seed)
     int patience;                    // stop after this many steps without improvement; 0 = 5
-    double reg;                      // lambda / sigma_max(C) of the polar step; 0 = 1e-3 (must be < 1)
+    double reg;                      // lambda / sigma_max(C) of the polar step; 0 = 1e-5 (must be < 1)
     quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
                                      //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
                                      //   sigma_max is estimated by power iteration)
@@ -7465,7 +7465,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps, patience, polar.max_iter must be >= 0, reg and polar.tol in [0, 1)");
     if (dd.steps == 0) dd.steps = 20;
     if (dd.patience == 0) dd.patience = 5;
-    reg = dd.reg > 0.0 ? dd.reg : 1e-3;
+    reg = dd.reg > 0.0 ? dd.reg : 1e-5;
     tol = dd.polar.tol > 0.0 ? dd.polar.tol : 1e-5;
     max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
     hidden = cap->hidden;
