@@ -7263,13 +7263,13 @@ static quarot_result quarot__adapt_gram(int64_t n, const float* x, float* g, con
 // rowsum != NULL: adds |G_ij| to rows i and j instead (the inf-norm), writing nothing.
 static double quarot__adapt_sym_pass(int64_t n, float* g, float* t, double c0, double c1, double* rowsum) {
     const int64_t TB = 64;
-    int64_t I, J, i, j;
+    int64_t bi, bj, i, j;
     double r = 0.0;
-    for (I = 0; I < n; I += TB)
-        for (J = I; J < n; J += TB) {
-            int64_t ie = I + TB < n ? I + TB : n, je = J + TB < n ? J + TB : n;
-            for (i = I; i < ie; ++i)
-                for (j = (I == J ? i : J); j < je; ++j) {
+    for (bi = 0; bi < n; bi += TB)
+        for (bj = bi; bj < n; bj += TB) {
+            int64_t ie = bi + TB < n ? bi + TB : n, je = bj + TB < n ? bj + TB : n;
+            for (i = bi; i < ie; ++i)
+                for (j = (bi == bj ? i : bj); j < je; ++j) {
                     double v = (double)g[i * n + j], e = fabs(v - (i == j ? 1.0 : 0.0));
                     if (!(e <= r)) r = e;                          // NaN propagates
                     if (rowsum) { rowsum[i] += fabs(v); if (j != i) rowsum[j] += fabs(v); continue; }
