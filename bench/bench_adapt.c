@@ -4,7 +4,7 @@
    outliers (16 correlated factors plus noise, 4 channels 20..50x larger), captures them as one
    up_proj, and runs stage 1 with the product's defaults (int4, 20 steps, patience 5, full-size R)
    with 1 and with 2 threads (a small pthread parallel hook written here; the library never creates
-   threads). It prints the wall time, the time per step, the Newton-Schulz iterations per step, the
+   threads). It prints the wall time, the CPU time of all threads, the time per step, the Newton-Schulz iterations per step, the
    flops the run did (from the iteration counts) and the loss trajectory.
 
    Beside it, at the first size only, one regularized polar factor of the first step's C is timed with
@@ -25,6 +25,14 @@
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* CPU seconds of the whole process (all threads): on a shared machine, cpu/wall shows how much of
+   the machine the run actually had. */
+static double cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -148,8 +156,8 @@ int main(int argc, char** argv) {
     }
     if (n_sizes == 0) { sizes[0] = 1024; sizes[1] = 2048; sizes[2] = 4096; n_sizes = 3; }
     printf("bench_adapt: stage 1, %lld rows, %d steps, int4, SIMD %s\n", (long long)rows, steps, quarot_simd_name());
-    printf("  %6s %7s %9s %9s %7s %9s %8s  %s\n", "hidden", "threads", "total s", "s/step", "NS it", "GFLOP", "GFLOP/s",
-           "loss: start -> best (step)");
+    printf("  %6s %7s %9s %9s %9s %7s %9s %8s  %s\n", "hidden", "threads", "wall s", "cpu s", "s/step", "NS it", "GFLOP",
+           "GFLOP/s", "loss: start -> best (step)");
     for (k = 0; k < n_sizes; ++k) {
         int64_t h = sizes[k];
         float* x = make_acts(rows, h, 1234);
@@ -160,7 +168,7 @@ int main(int argc, char** argv) {
             quarot_adapt_capture cap;
             quarot_adapt_context ctx;
             run_log log;
-            double t0, t1, flops = 0, b = (double)h, m = (double)rows, its = 0;
+            double t0, t1, c0, c1, flops = 0, b = (double)h, m = (double)rows, its = 0;
             quarot_result r;
             memset(&env, 0, sizeof env);
             env.parallel.run = pool_run;
@@ -176,8 +184,10 @@ int main(int argc, char** argv) {
             quarot_adapt_capture_init(&cap, h, &d, &env);
             quarot_adapt_capture_add(&cap, "model.layers.0.mlp.up_proj.weight", x, rows, h);
             t0 = now_s();
+            c0 = cpu_s();
             r = quarot_adapt_stage1(&cap, &d, &ctx, &env);
             t1 = now_s();
+            c1 = cpu_s();
             if (r != QUAROT_OK) { printf("  stage 1 failed: %s: %s\n", quarot_result_string(r), ctx.error); return 1; }
             for (i = 0; i < ctx.steps_run; ++i) {
                 /* per step: C = A^T B and A = XH*R (2*M*b^2 each), R*R_step (2*b^3), per NS
@@ -185,7 +195,7 @@ int main(int argc, char** argv) {
                 flops += 4.0 * m * b * b + 2.0 * b * b * b + (double)ctx.polar_iterations[i] * 1.53 * 2.0 * b * b * b;
                 its += ctx.polar_iterations[i];
             }
-            printf("  %6lld %7d %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)\n", (long long)h, threads, t1 - t0,
+            printf("  %6lld %7d %9.2f %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)\n", (long long)h, threads, t1 - t0, c1 - c0,
                    ctx.steps_run ? (log.t_step[ctx.steps_run - 1] - log.t_start) / ctx.steps_run : 0.0,
                    ctx.steps_run ? its / ctx.steps_run : 0.0, flops * 1e-9, flops * 1e-9 / (t1 - t0), ctx.start_loss,
                    ctx.best_loss, ctx.best_step, ctx.steps_run, 100.0 * (1.0 - ctx.best_loss / ctx.start_loss));
