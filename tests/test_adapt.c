@@ -777,6 +777,39 @@ static void test_stage2_learned_and_serialized(void) {
         quarot_online_list_free(&l3);
         qx_store_free(&s3);
     }
+    /* a block-diagonal adaptation (block 32) with tensor-parallel online rotations and down_proj
+       online in layer 0 only: still the same function */
+    {
+        qx_store s4;
+        quarot_online_list l4;
+        quarot_adapt_context cb;
+        static const int64_t only0[1] = {0};
+        quarot_adapt_context_init(&cb, NULL);
+        d.block_size = 32;
+        QT_OK(calibrate(&s, &d, &cb, &cap));
+        quarot_adapt_capture_free(&cap);
+        QT_EQ_INT(cb.block, 32);
+        QT_CHECK(cb.best_loss < cb.start_loss);
+        memset(&rd, 0, sizeof rd);
+        rd.rotation = QUAROT_ROTATION_ADAPT;
+        rd.context = &cb;
+        rd.seed = 77;
+        rd.online = 1;
+        rd.max_tp_size = 2;
+        rd.down_proj_online = QUAROT_LAYERS_LIST;
+        rd.down_proj_online_layers = only0;
+        rd.n_down_proj_online_layers = 1;
+        QT_OK(rotate_clone(&s, &s4, &rd, &l4, err, sizeof err));
+        got = run_logits(&s4, &l4);
+        diff = got && ref ? rel_diff(ref, got, N_TOK * s.config.vocab) : 1e9;
+        QT_CHECKF(diff < 1e-4, "block-32 adaptation, tp 2: logits differ by %.3g of their scale", diff);
+        printf("    stage 2 (block 32, max_tp_size 2, down_proj online in layer 0): %.2e; loss %.4e -> %.4e\n", diff,
+               cb.start_loss, cb.best_loss);
+        free(got);
+        quarot_online_list_free(&l4);
+        qx_store_free(&s4);
+        quarot_adapt_context_free(&cb);
+    }
     free(buf);
     free(ref);
     quarot_online_list_free(&l1); quarot_online_list_free(&l2); quarot_online_list_free(&lq);
