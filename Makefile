@@ -30,6 +30,7 @@ LIBQX       = $(BUILD)/libqx.a
 
 TEST_SRCS   = $(wildcard tests/test_*.c)
 TESTS       = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_HELPERS= $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/helper_*.c))
 EXAMPLE_SRCS= $(wildcard examples/*.c)
 EXAMPLES    = $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/%)
 BENCH_SRCS  = $(wildcard bench/bench_*.c)
@@ -43,7 +44,7 @@ BENCH_BLAS_LIBS   = -lopenblas
 endif
 
 .PHONY: all test demo bench matrix test-san test-neon fuzz clean
-all: $(LIBQX) $(EXAMPLES) $(TESTS) $(BENCHES)
+all: $(LIBQX) $(EXAMPLES) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 
 $(BUILD)/common/quarot_impl.o: examples/common/quarot_impl.c quarot.h
 	@mkdir -p $(dir $@)
@@ -61,6 +62,10 @@ $(BUILD)/tests/%: tests/%.c tests/qt.h $(LIBQX) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $< $(LIBQX) -o $@ $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/quickstart: examples/quickstart.c quarot.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN) -Wno-declaration-after-statement $< -o $@ $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/%: examples/%.c $(LIBQX) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $< $(LIBQX) -o $@ $(LDFLAGS) $(LDLIBS)
@@ -69,7 +74,7 @@ $(BUILD)/bench/%: bench/%.c $(LIBQX) $(COMMON_HDRS) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $(BENCH_BLAS_CFLAGS) $< $(LIBQX) -o $@ $(LDFLAGS) $(BENCH_BLAS_LIBS) $(LDLIBS)
 
-test: $(TESTS) $(EXAMPLES)
+test: $(TESTS) $(EXAMPLES) $(TEST_HELPERS)
 	@QT_RUNNER="$(QT_RUNNER)" QT_QUICK="$(QT_QUICK)" tests/run.sh $(TESTS)
 
 demo: $(BUILD)/quarot

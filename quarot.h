@@ -1,16 +1,16 @@
 /* quarot.h v0.1.0 - rotate LLM weights so they quantize to 4 bits (QuaRot / SpinQuant / Adapt Rotation) in C99 - MIT licence at the end of this file
 
-QUICK START
+QUICK START (examples/quickstart.c is this, as a whole program)
     #define QUAROT_IMPLEMENTATION          // in exactly one .c file
     #include "quarot.h"
 
-    float x[4096] = {...};                 // one activation row
-    quarot_rotation q; quarot_rotation_desc d = {0};
-    d.n = 4096; d.seed = 42;               // random Hadamard D*H/sqrt(n), the QuaRot default
+    quarot_rotation q;
+    quarot_rotation_desc d = {0};
+    d.n = 4096;                                            // random Hadamard D*H/sqrt(n), seed 0
     quarot_rotation_init(&q, &d, NULL);
-    quarot_rotation_apply_f32(&q, x, 1, 4096, 0, NULL);    // x <- x*Q
-    quarot_rotation_apply_f32(&q, w, out, in, 0, NULL);    // reader W[out][in] <- W*Q
-    quarot_rotation_free(&q);
+    quarot_rotation_apply_f32(&q, x, 1, 4096, 0, NULL, 0);    // activation row:     x <- x*Q
+    quarot_rotation_apply_f32(&q, w, out, 4096, 0, NULL, 0);  // weights W[out][in]: W <- W*Q
+    quarot_rotation_free(&q);                              // now (x*Q)(W*Q)^T == x*W^T
     // a whole model: fill a quarot_model (config + tensor callbacks), then
     //   quarot_rotate_desc rd = {0}; quarot_rotate_model(&model, &rd);
 
@@ -28,7 +28,8 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
     >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
-    >>quant       fake quantization and integer quantization, error metrics
+    >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
+    >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
@@ -343,18 +344,26 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 // >>transform
 // Fast Hadamard transforms on rows of floats, in place. A row x (length n) is a row vector:
 //     x <- x * H_n / sqrt(n)    (normalized, the default)
-// with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as [K][2^m], run the
+// with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as z[K][2^m], run the
 // Walsh-Hadamard butterflies along each 2^m row (stages h = 1, 2, 4, ... in that order), then mix the
-// K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k], k ascending). The SIMD kernels follow exactly this
-// operation order, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input
-// gives NaN outputs; which NaN payload survives is not specified).
+// K rows with H_K^T (y[i] = sum_k H_K[k][i] * z[k]). The SIMD kernels follow exactly the operation
+// order below, so every ISA is bit-identical to _ref for every input without NaNs (a NaN input gives
+// NaN outputs; which NaN payload survives is not specified).
 //
 // Exact operation order (the specification every kernel follows):
 //   1. pre-signs   x[i] = x[i] * s[i]                 (forward with signs)
 //   2. butterflies for h = 1, 2, 4, ..., 2^m/2 along each 2^m row: (a, b) <- (a + b, a - b)
-//   3. mixing (K > 1): acc = c(0,i) * z[0][j]; acc = acc + c(k,i) * z[k][j] for k = 1 .. K-1, with
-//      c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose) as +-1.0; the first term is the signed
-//      copy of z[0][j] (never 0 + ...), so signed zeros come out the same on every ISA
+//   3. mixing (K > 1) with c(k,i) = H_K[k][i] (forward) or H_K[i][k] (transpose), in blocks of
+//      b = plan->mix_block consecutive k (the last block may be shorter). For block k0 .. k0+L-1 and
+//      output (i, j), with g = c(k0,i):
+//          u = z[k0][j];  u = (c(k,i) == g) ? u + z[k][j] : u - z[k][j]   for k = k0+1 .. k0+L-1
+//          P = (g > 0) ? u : -u                        (exact sign flip)
+//      y[i][j] = P of the first block, then y = y + P block after block. With b = 1 this is the
+//      plain sum acc = c(0,i)*z[0][j], acc = acc + c(k,i)*z[k][j] in k order. The first term is a
+//      signed copy (never 0 + ...), so signed zeros come out the same on every ISA. b > 1 lets the
+//      SIMD kernels share u between all outputs with the same sign pattern on a block (a table of
+//      the 2^(L-1) patterns, the "four Russians" method): about K/b + 2^(b+1)/b adds per output
+//      instead of K.
 //   4. post-signs  x[i] = x[i] * s[i]                 (transpose with signs)
 //   5. scaling     x[i] = x[i] * (float)(1/sqrt(n))   (1/sqrt(n) computed in double; f64: in double)
 
@@ -365,17 +374,25 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa);
 QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride);
 
-// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and, for the SIMD kernels, the
-// mixing coefficients as floats in panels of 16 outputs: mix_f32[o][p][k][l] = c_o(k, 16p + l) for
-// o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16 with K16 = K rounded up to
-// a multiple of 64, zero where 16p + l >= K (2 * K16 * K floats; NULL when K == 1 or K > 2048).
+// A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and what the mixing kernels
+// read. mix_block = b is 1 when 2^m < 16 (the SIMD kernels then vectorize across outputs i and read
+// mix_f32) and otherwise the b in 2..8 that minimizes the adds, ceil(K/b) * (2^(b+1) + K).
+//   mix_f32 (b == 1, 1 < K <= 2048): +-1.0f in panels of 16 outputs, mix_f32[o][p][k][l] =
+//     c_o(k, 16p + l) for o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16
+//     with K16 = K rounded up to a multiple of 64, zero where 16p + l >= K: 2 * K16 * K floats.
+//   mix_sel (b > 1): mix_sel[o][i][blk] for i < K8 (K rounded up to a multiple of 8; rows beyond K
+//     name entry blk * 2^b) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^b sums that output i adds for
+//     the block, blk * 2^b + p + (g == -1 ? 2^(b-1) : 0), with p the sign pattern of c_o(k, i) over
+//     the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g).
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
+    int mix_block;                 // b, see above (1 when K == 1)
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
-    float* mix_f32;                // [2][K16/16][K][16], NULL when K == 1 or K > 2048
+    float* mix_f32;                // [2][K16/16][K][16] or NULL
+    uint32_t* mix_sel;             // [2][K8][ceil(K/b)] or NULL
     quarot_hadamard_info info;
-    quarot_env env;                // copy of the env used to allocate had_k and mix_f32
+    quarot_env env;                // copy of the env used to allocate the arrays
 } quarot_hadamard_plan;
 
 // Per-call options; zero-init (or d == NULL) = normalized, no signs, forward, best ISA.
@@ -390,14 +407,15 @@ typedef struct quarot_hadamard_apply_desc {
 
 // Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
 // available (quarot_hadamard_available) or its core K exceeds QUAROT_HADAMARD_PLAN_MAX_K (the mixing
-// costs K*n per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. mix_f32 is only built for
-// K <= 2048 (larger cores mix with the scalar kernel on every ISA). On failure *p is left zeroed
-// (plan_free on it is harmless).
+// costs about K*n/b per row), QUAROT_ERR_OUT_OF_MEMORY, QUAROT_ERR_OVERFLOW. Without mix_f32 (b == 1
+// and K > 2048) every ISA mixes with the scalar kernel. On failure *p is left zeroed (plan_free on
+// it is harmless).
 #define QUAROT_HADAMARD_PLAN_MAX_K 16384
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
-// Workspace bytes one apply call needs (0 for powers of two); independent of the row count, the same
-// for f32 and f64 (n doubles plus 64 bytes of alignment slack when K > 1).
+// Workspace bytes one apply call needs (0 for powers of two); independent of the row count and of
+// the ISA, the same for f32 and f64: n doubles, plus the pattern tables of the b > 1 mixing
+// (at most 2^b * 64 floats per block, at most 128 KiB in all), plus alignment slack.
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
 // x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
 // touched. work may be NULL only when the workspace size is 0 (else QUAROT_ERR_WORKSPACE, as for
@@ -544,9 +562,8 @@ typedef struct quarot_quant_desc {   // zero-init = 4-bit symmetric per row, cli
     int64_t group_size;              // 0 = whole row; otherwise must divide cols
     float clip_ratio;                // (0, 1]; 0 = 1.0
     int clip_search;                 // 0 off, 1: per group, search c_k as above (weights, RTN)
-    quarot_isa isa;                  // kernels: DEFAULT = best; AVX2 (also used for AVX512) and NEON
-                                     // exist, other compiled-in ISAs use the scalar REF; every one
-                                     // gives the same bits
+    quarot_isa isa;                  // kernels: DEFAULT = best; SSE2, AVX2 (also used for AVX512)
+                                     // and NEON exist besides REF; every one gives the same bits
 } quarot_quant_desc;
 
 // Errors shared by the quantizers: NULL data pointer, rows or cols < 0, stride < cols, bits outside
@@ -578,10 +595,13 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // >>gptq
 // Calibration statistics for GPTQ: h[in][in] += 2 * x^T x over x[rows][stride] (first `in` of each
 // row), in double. Sums are formed in chunks of 8 rows (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row
-// order), so the bits depend on how rows are split between calls. Only the upper triangle is
-// accumulated, then mirrored into the lower one: h must be symmetric on entry (zeros, or earlier
-// calls). Cost rows*in^2/2 multiply-adds. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
-// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT.
+// order), then the rows % 8 left one at a time, so the bits depend on how rows are split between
+// calls (not on the SIMD kernel). Only the upper triangle is accumulated, then mirrored into the
+// lower one: h must be symmetric on entry (zeros, or earlier calls). GPTQ does not care about the
+// scale of H (the reference implementation keeps the mean 2/N X^T X; this keeps the sum).
+// Cost rows*in^2/2 multiply-adds, cache-tiled. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
+// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 > SIZE_MAX ->
+// QUAROT_ERR_OVERFLOW.
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride);
 
@@ -592,10 +612,12 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
 //     w^_i = RTN(w_i);  e = (w_i - w^_i) / U_ii;  w_j -= e * U_ij  for the later columns j
 // Steps, as the reference implementation: dead columns (H_ii == 0) get H_ii = 1 and W[:, i] = 0;
 // act_order sorts columns by descending H_ii (ties: lower index first); H += damp*I with
-// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization and
-// triangular inverse. Rows are independent and are processed in tiles of 32 rows, in parallel through
-// env's parallel hook; W rows are copied to double, so results do not depend on thread count and are
-// bit-identical for every block_size (each w_j receives its updates in processing order).
+// damp = damp_ratio * mean(diag H); U in double by an in-place Cholesky factorization H = V V^T
+// (V upper) and triangular inverse U = V^-1, blocked by 64 with the O(in^3) parts split over env's
+// parallel hook. Rows are independent and are processed in tiles of 32 rows, also in parallel; W rows
+// are copied to double. Results do not depend on the thread count or the SIMD kernel (quant.isa picks
+// it; all give the same bits), and are bit-identical for every block_size (each w_j receives its
+// updates in processing order).
 // Scales: per row (group_size 0) from the whole original row, as RTN (clip_ratio / clip_search
 // included); with groups in natural order, from the group's current (error-updated) values rounded to
 // float, when its first column comes up; with act_order and groups ("static groups"), from the
@@ -625,8 +647,10 @@ typedef struct quarot_gptq_info {
 // numerically positive definite after damping (a Cholesky pivot <= in*DBL_EPSILON*H_jj) ->
 // QUAROT_ERR_NOT_CONVERGED; other bad arguments as for the quantizers, plus damp_ratio NaN,
 // block_size < 0, act_order not 0/1 -> QUAROT_ERR_INVALID_ARGUMENT. On any error w is untouched.
-// Memory (through env): in*in doubles (the factor) + 32*in doubles and in floats per parallel task.
-// Cost: in^3/3 (factor) + out*in^2/2 multiply-adds (updates), + 51 RTN per group with clip_search.
+// Memory (through env): in*(in + 130) + 4096 doubles and 25*in bytes, plus per parallel task
+// 32*(in + block + in/group) doubles and 32*in/group + in floats.
+// Cost: in^3/3 multiply-adds (factor: in^3/6 each for Cholesky and inverse) + out*in^2/2 (updates),
+// + 51 RTN per group with clip_search.
 QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
                                          const double* h, int64_t h_n, const quarot_gptq_desc* d,
                                          int8_t* q, float* scales, float* zeros,
@@ -2472,9 +2496,11 @@ static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex
 // >>transform
 // H_n = H_K (x) H_{2^m}: for a row x viewed as z[K][M] (M = 2^m), x*H_n = mix_K(fwht_M(z)) where
 //   fwht_M:  for h = 1, 2, ..., M/2: for each pair (j, j+h) with bit h of j clear: (a, b) <- (a+b, a-b)
-//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], k ascending, c = H_K (forward) or H_K^T (transpose)
+//   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], c = H_K (forward) or H_K^T (transpose), summed in
+//            blocks of b consecutive k (declaration notes, step 3)
 // then post-signs and the 1/sqrt(n) scale as separate multiplies. The _ref functions below are the
-// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection.
+// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection. Cost per row:
+// n*m adds for the butterflies, about K*n/b for the mixing.
 
 // Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
 // x *= pre (if not NULL), butterflies, x *= post (if not NULL), x *= *scale (if not NULL).
@@ -2483,10 +2509,17 @@ typedef void (*quarot__wht_row_fn)(float* x, int L, const float* pre, const floa
 // (plan->mix_f32 + o * K16 * K), then post-signs and scale; z and y do not overlap.
 typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
                                const float* post, const float* scale);
+// A blocked mixing kernel (mix_block b > 1, 2^m >= 16): sel = plan->mix_sel for one orientation
+// ([K8][nb]), tab the pattern tables in the workspace.
+typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint32_t* sel,
+                                int64_t nb, float* tab, const float* post, const float* scale);
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
+static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
 
-// The specification: one row of n = 2^L floats.
+// The specification: one row of n = 2^L floats, the textbook in-place butterfly in stage order.
+// Every SIMD kernel computes exactly these a + b and a - b, only in another (dependency-respecting)
+// order, so the results are the same bits.
 static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const float* post, const float* scale) {
     const int64_t n = (int64_t)1 << L;
     int64_t h, i, j;
@@ -2504,6 +2537,7 @@ static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const flo
     if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
 }
 
+// The same in double; signs may come as doubles or as floats (read exactly).
 static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const float* pre_f32,
                                     const double* post, const float* post_f32, const double* scale) {
     const int64_t n = (int64_t)1 << L;
@@ -2524,40 +2558,59 @@ static void quarot__wht_row_f64_ref(double* x, int L, const double* pre, const f
     if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
 }
 
-// The mixing specification: y[i][j] = sum_k c(k,i) z[k][j] with c from the +-1 bytes of H_K.
-static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
-                                const float* post, const float* scale) {
-    int64_t i, j, k;
-    for (i = 0; i < K; ++i) {
-        for (j = 0; j < M; ++j) {
-            float acc = (float)had[transpose ? i * K : i] * z[j];
-            for (k = 1; k < K; ++k)
-                acc = acc + (float)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
-            y[i * M + j] = acc;
-        }
+// The mixing specification (declaration notes, step 3): blocks of b consecutive k, each a chain
+// u = z[k0] +- z[k0+1] +- ... with signs relative to the block's first coefficient g, P = g*u (sign
+// flip), y = P_0 + P_1 + ... in block order. c(k,i) comes from the +-1 bytes of H_K.
+#define QUAROT__MIX_REF_BODY(T)                                                                  \
+    int64_t i, j, k, k0;                                                                         \
+    for (i = 0; i < K; ++i) {                                                                    \
+        const int8_t* c = transpose ? had + i * K : had + i;   /* c(k,i) = c[k * ck] */         \
+        const int64_t ck = transpose ? 1 : K;                                                    \
+        for (j = 0; j < M; ++j) {                                                                \
+            T acc = 0;                                                                           \
+            for (k0 = 0; k0 < K; k0 += b) {                                                      \
+                const int8_t g = c[k0 * ck];                                                     \
+                T u = z[k0 * M + j];                                                             \
+                for (k = k0 + 1; k < K && k < k0 + b; ++k)                                       \
+                    u = c[k * ck] == g ? u + z[k * M + j] : u - z[k * M + j];                    \
+                if (g < 0) u = -u;                                                               \
+                acc = k0 == 0 ? u : acc + u;                                                     \
+            }                                                                                    \
+            y[i * M + j] = acc;                                                                  \
+        }                                                                                        \
     }
+
+// z, y: [K][M]; had: H_K [K][K]; then post-signs and scale, each a separate pass like the FWHT's.
+static void quarot__mix_f32_ref(const float* z, float* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                int b, const float* post, const float* scale) {
+    QUAROT__MIX_REF_BODY(float)
     if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
     if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
 }
 
 static void quarot__mix_f64_ref(const double* z, double* y, int64_t K, int64_t M, const int8_t* had, int transpose,
-                                const double* post, const float* post_f32, const double* scale) {
-    int64_t i, j, k;
-    for (i = 0; i < K; ++i) {
-        for (j = 0; j < M; ++j) {
-            double acc = (double)had[transpose ? i * K : i] * z[j];
-            for (k = 1; k < K; ++k)
-                acc = acc + (double)had[transpose ? i * K + k : k * K + i] * z[k * M + j];
-            y[i * M + j] = acc;
-        }
-    }
+                                int b, const double* post, const float* post_f32, const double* scale) {
+    QUAROT__MIX_REF_BODY(double)
     if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
     if (post_f32) for (i = 0; i < K * M; ++i) y[i] = y[i] * (double)post_f32[i];
     if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
 }
 
+// The mixing block b for core K and 2^m = M (declaration notes): 1 below 16 columns, else the b in
+// 2..8 with the fewest adds plus table stores per column, ceil(K/b) * (2^(b+1) + K).
+static int quarot__mix_block(int64_t K, int64_t M) {
+    int b, best = 1;
+    int64_t cost, best_cost = K * (K + 4);
+    if (K <= 1 || M < 16) return 1;
+    for (b = 2; b <= 8; ++b) {
+        cost = (K + b - 1) / b * (((int64_t)2 << b) + K);
+        if (cost < best_cost) { best_cost = cost; best = b; }
+    }
+    return best;
+}
+
 // log2(n) for a power of two n >= 1, else -1.
-static int quarot__log2_exact(int64_t n) {
+static int quarot__log2_exact(int64_t n) {   // used to validate quarot_fwht_* sizes
     int L = 0;
     if (n <= 0 || (n & (n - 1)) != 0) return -1;
     while (((int64_t)1 << L) < n) ++L;
@@ -2571,6 +2624,7 @@ static quarot_result quarot__rows_check(const void* x, int64_t n, int64_t rows, 
     return QUAROT_OK;
 }
 
+// The public FWHT: validate, pick the ISA's row kernel once, run it on every row (unnormalized).
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa) {
     quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(float));
     quarot__wht_row_fn fn;
@@ -2599,17 +2653,22 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     if (!p) return;
     quarot_env_free(&p->env, p->had_k);
     quarot_env_free(&p->env, p->mix_f32);
+    quarot_env_free(&p->env, p->mix_sel);
     memset(p, 0, sizeof *p);
 }
 
+// Plan: the core K and m from the hadamard module, H_K as bytes, and the mixing data for the SIMD
+// kernels (mix_sel patterns when b > 1, float panels when b == 1). Everything else is per call.
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
     quarot_result r;
-    int64_t K, K16, i, k;
-    size_t kk, nmix;
+    int64_t K, K16, K8, nb, i, k, blk, t;
+    size_t kk, bytes;
+    int o, b;
     if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(p, 0, sizeof *p);
     if (env) p->env = *env;
     if (n <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    // n = K * 2^m as the hadamard module decomposes it (and builds H_n, which the tests compare with).
     r = quarot_hadamard_info_get(n, &p->info);
     if (r != QUAROT_OK) { memset(p, 0, sizeof *p); return r; }
     K = p->info.K;
@@ -2622,22 +2681,43 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     p->n = n;
     p->K = K;
     p->m = p->info.m;
+    p->mix_block = b = quarot__mix_block(K, (int64_t)1 << p->m);
     if (K == 1) return QUAROT_OK;
-    // H_K as bytes (the _ref and f64 kernels) and, for K <= 2048, as float panels (SIMD mixing).
-    K16 = (K + 63) / 64 * 64;
-    if (!quarot__mul_size((size_t)K, (size_t)K, &kk) || !quarot__mul_size((size_t)K16, (size_t)K, &nmix) ||
-        !quarot__mul_size(nmix, 2 * sizeof(float), &nmix)) {
-        quarot_hadamard_plan_free(p);
-        return QUAROT_ERR_OVERFLOW;
-    }
+    // H_K as bytes (the _ref and f64 kernels), then what the SIMD mixing kernels read.
+    if (!quarot__mul_size((size_t)K, (size_t)K, &kk)) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OVERFLOW; }
     p->had_k = (int8_t*)quarot_env_alloc(&p->env, kk);
     if (!p->had_k) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
     r = quarot_hadamard_build_i8(K, p->had_k, &p->env);
     if (r != QUAROT_OK) { quarot_hadamard_plan_free(p); return r; }
+    if (b > 1) {
+        // mix_sel[o][i][blk] = blk*2^b + pattern (bit t-1: c_o(k0+t, i) != g) + 2^(b-1) if g == -1.
+        nb = (K + b - 1) / b;
+        K8 = (K + 7) / 8 * 8;
+        bytes = (size_t)(2 * nb * K8) * sizeof(uint32_t);
+        p->mix_sel = (uint32_t*)quarot_env_alloc(&p->env, bytes);
+        if (!p->mix_sel) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memset(p->mix_sel, 0, bytes);
+        for (o = 0; o < 2; ++o) {
+            for (i = 0; i < K8; ++i) {   // rows K .. K8-1 (never stored) name entry 0 of each block
+                for (blk = 0; blk < nb; ++blk) {
+                    const int64_t k0 = blk * b;
+                    const int8_t g = i >= K ? 1 : o ? p->had_k[i * K + k0] : p->had_k[k0 * K + i];
+                    uint32_t sel = ((uint32_t)blk << b) | (g < 0 ? 1u << (b - 1) : 0u);
+                    for (t = 1; i < K && t < b && k0 + t < K; ++t)
+                        if ((o ? p->had_k[i * K + k0 + t] : p->had_k[(k0 + t) * K + i]) != g) sel |= 1u << (t - 1);
+                    p->mix_sel[(o * K8 + i) * nb + blk] = sel;
+                }
+            }
+        }
+        return QUAROT_OK;
+    }
     if (K > 2048) return QUAROT_OK;
-    p->mix_f32 = (float*)quarot_env_alloc(&p->env, nmix);
+    // b == 1: +-1.0f panels of 16 outputs (vectors across i).
+    K16 = (K + 63) / 64 * 64;
+    bytes = (size_t)(2 * K16 * K) * sizeof(float);
+    p->mix_f32 = (float*)quarot_env_alloc(&p->env, bytes);
     if (!p->mix_f32) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
-    memset(p->mix_f32, 0, nmix);
+    memset(p->mix_f32, 0, bytes);
     for (k = 0; k < K; ++k) {
         for (i = 0; i < K; ++i) {
             const int64_t at = (i / 16) * 16 * K + k * 16 + (i % 16);   // panel i/16, row k, lane i%16
@@ -2648,17 +2728,33 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     return QUAROT_OK;
 }
 
+// Bytes of the b > 1 pattern tables: the kernels build 2^b entries (sums and their negations) of at
+// most 64 floats per block, for a group of blocks of about QUAROT__MIXB_CACHE bytes at a time.
+#define QUAROT__MIXB_CACHE 131072
+static size_t quarot__mix_table_bytes(const quarot_hadamard_plan* p) {
+    size_t per_block, all, group;
+    if (p->mix_block <= 1) return 0;
+    per_block = (size_t)64 * sizeof(float) << p->mix_block;
+    all = (size_t)((p->K + p->mix_block - 1) / p->mix_block) * per_block;
+    group = per_block > QUAROT__MIXB_CACHE ? per_block : QUAROT__MIXB_CACHE;
+    return all < group ? all : group;
+}
+
 QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) {
+    size_t tab;
     if (!p || p->K <= 1 || p->n <= 0) return 0;
-    return (size_t)p->n * sizeof(double) + 64;
+    tab = quarot__mix_table_bytes(p);
+    return (size_t)p->n * sizeof(double) + 64 + (tab ? tab + 64 : 0);
 }
 
 // Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
+// A plan that plan_init did not fill (zeroed, or freed) is an invalid argument.
 static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const void* x, int64_t rows, int64_t stride,
                                          size_t elem, void* work, size_t work_size, void** work_out) {
     quarot_result r;
     size_t need;
-    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k))
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 || p->mix_block > 8 ||
+        (p->mix_block > 1 && !p->mix_sel))
         return QUAROT_ERR_INVALID_ARGUMENT;
     r = quarot__rows_check(x, p->n, rows, stride, elem);
     if (r != QUAROT_OK) return r;
@@ -2677,6 +2773,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     quarot_hadamard_apply_desc dd;
     quarot__wht_row_fn row_fn;
     quarot__mix_fn mix_fn;
+    quarot__mixb_fn mixb_fn;
     quarot_result r;
     const float *pre, *post, *scale;
     float s;
@@ -2691,7 +2788,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     if (r != QUAROT_OK) return r;
     row_fn = quarot__wht_row_select(dd.isa);
     mix_fn = quarot__mix_select(dd.isa);
+    mixb_fn = quarot__mixb_select(dd.isa);
     // Forward: x*D*H/sqrt(n) (signs before the butterflies); transpose: x*H^T*D/sqrt(n) (after).
+    // H_{2^m} is symmetric, so the transpose only changes the mixing coefficients c(k,i).
     pre = dd.transpose ? NULL : dd.signs;
     post = dd.transpose ? dd.signs : NULL;
     s = (float)(1.0 / sqrt((double)p->n));
@@ -2700,23 +2799,30 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         for (i = 0; i < rows; ++i) row_fn(x + i * stride, p->m, pre, post, scale);
         return QUAROT_OK;
     }
-    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale.
+    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale. Workspace
+    // layout: z at w (n floats, room for n doubles), the blocked mixing tables after it.
     M = (int64_t)1 << p->m;
     for (i = 0; i < rows; ++i) {
         float* xr = x + i * stride;
         float* z = (float*)w;
         memcpy(z, xr, (size_t)p->n * sizeof(float));
         for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
-        if (mix_fn && p->mix_f32) {
+        // Mixing kernel by plan layout: blocked tables (b > 1), float panels, or the scalar spec.
+        if (mixb_fn && p->mix_block > 1) {
+            const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
+            float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
+            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, post, scale);
+        } else if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
         } else {
-            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, scale);
+            quarot__mix_f32_ref(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, scale);
         }
     }
     return QUAROT_OK;
 }
 
+// The f64 path: the same specification in double, scalar only (weights are rotated once, offline).
 QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size) {
@@ -2733,7 +2839,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     if (r != QUAROT_OK) return r;
     r = quarot__isa_resolve(dd.isa, &dd.isa);   // the path is scalar, but a bad isa is still an error
     if (r != QUAROT_OK) return r;
-    // signs_f64 wins; otherwise the float signs are read exactly as doubles.
+    // signs_f64 wins; otherwise the float signs are read exactly as doubles. The mixing uses the
+    // same block size b as the f32 path, so f32 and f64 differ only by rounding.
     if (dd.transpose) { post = dd.signs_f64; post32 = dd.signs_f64 ? NULL : dd.signs; }
     else { pre = dd.signs_f64; pre32 = dd.signs_f64 ? NULL : dd.signs; }
     s = 1.0 / sqrt((double)p->n);
@@ -2750,7 +2857,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
         for (k = 0; k < p->K; ++k)
             quarot__wht_row_f64_ref(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
                                     NULL, NULL, NULL);
-        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, post, post32, scale);
+        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, post32, scale);
     }
     return QUAROT_OK;
 }
@@ -2765,7 +2872,14 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 // Butterfly and butterfly networks over named registers. A radix-2^r network on registers a0..a(2^r-1)
 // (register index = the next r bits of the element index) is the recursive split of the stages:
 // NET4 = two NET2 (stage 1) then the cross pairs (stage 2); the dataflow is exactly stage by stage.
-#define QUAROT__BF(a, b) { QUAROT__V t_ = (a); (a) = QUAROT__VADD(t_, (b)); (b) = QUAROT__VSUB(t_, (b)); }
+// QUAROT__VSUB2 is the butterfly's subtraction; an ISA may define it as a fused multiply-add by -1:
+// fnmadd(b, 1, a) = round(a - b*1) = round(a - b), one rounding of the same exact value, so it is
+// bit-identical to the subtraction (signed zeros included) while using the FMA pipes, which on Zen 4
+// run beside the FADD pipes. This is not FMA contraction: nothing is rounded in between.
+#ifndef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
+#endif
+#define QUAROT__BF(a, b) { QUAROT__V t_ = (a); (a) = QUAROT__VADD(t_, (b)); (b) = QUAROT__VSUB2(t_, (b)); }
 #define QUAROT__NET2(a0, a1) QUAROT__BF(a0, a1)
 #define QUAROT__NET4(a0, a1, a2, a3) QUAROT__NET2(a0, a1) QUAROT__NET2(a2, a3) QUAROT__BF(a0, a2) QUAROT__BF(a1, a3)
 #define QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7)                                   \
@@ -2775,6 +2889,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     QUAROT__NET8(a0, a1, a2, a3, a4, a5, a6, a7) QUAROT__NET8(a8, a9, a10, a11, a12, a13, a14, a15) \
     QUAROT__BF(a0, a8) QUAROT__BF(a1, a9) QUAROT__BF(a2, a10) QUAROT__BF(a3, a11)       \
     QUAROT__BF(a4, a12) QUAROT__BF(a5, a13) QUAROT__BF(a6, a14) QUAROT__BF(a7, a15)
+// Register name lists and repeaters: a block or pass of N vectors lives in v0 .. v(N-1), and
+// QUAROT__REPN(X) applies a per-register step X(t) to each of them, so every access has a constant
+// register name and the compiler keeps them all in registers.
 #define QUAROT__V1 v0
 #define QUAROT__V2 v0, v1
 #define QUAROT__V4 v0, v1, v2, v3
@@ -2797,14 +2914,15 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 #define QUAROT__RADIX(N, INLANE) { QUAROT__V QUAROT__V##N;                              \
     q = pre; QUAROT__REP##N(QUAROT__LDQ) INLANE(QUAROT__REP##N(QUAROT__INL))              \
     QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) q = post; QUAROT__REP##N(QUAROT__STQ) }
-#define QUAROT__WITH(x) x
-#define QUAROT__WITHOUT(x)
-#define QUAROT__NET1(a0)
+#define QUAROT__WITH(x) x      // blocks run the in-lane stages (they hold the lowest bits) ...
+#define QUAROT__WITHOUT(x)     // ... passes over larger strides do not
+#define QUAROT__NET1(a0)       // one register: no vector stage
 
 // The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
 // quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
 // driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
 #define QUAROT__WHT_DEFINE(isa)                                                                  \
+/* [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers */ \
 static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const float* post,     \
                                        const float* scale) {                                     \
     const int64_t h = QUAROT__W;                                                                 \
@@ -2818,6 +2936,9 @@ static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const 
         default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
     }                                                                                            \
 }                                                                                                \
+/* For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold      \
+   bits b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row   \
+   and scale (last pass only) are indexed like x. */                                             \
 static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, const float* post_row, \
                                         const float* scale) {                                    \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
@@ -2851,10 +2972,12 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
         quarot__wht_blk_f32_##isa(x, L - QUAROT__LOGW, pre, post, scale);                        \
         return;                                                                                  \
     }                                                                                            \
+    /* choose lc: fewest passes, never a 1-bit pass over the whole row */                     \
     for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
         const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
         if (L - i != 1 && np < best) { best = np; lc = i; }                                      \
     }                                                                                            \
+    /* g[0] bits in the register block, g[1 .. nc-1] in chunk passes, the rest over the row */  \
     C = lc - QUAROT__LOGW; T = L - lc;                                                           \
     nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;                                                  \
     for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);                            \
@@ -2880,6 +3003,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 // z[k][j..]. M < W: vectors along i (16 coefficients of a panel are contiguous), one j at a time,
 // QUAROT__MIX_NB vectors (64 outputs, or 32 for 4 lanes) at a time, results scattered through a
 // small buffer. Every output is one chain acc = c0*z0, acc = acc + ck*zk in k order, like _ref.
+// Case M >= W, one output row r of the RI in flight: a##r##_v accumulates y[i0+r][j0 + v*W ..].
 #define QUAROT__MA_INIT2(r) hv = QUAROT__VSET1(c[r]); a##r##_0 = QUAROT__VMUL(hv, z0); a##r##_1 = QUAROT__VMUL(hv, z1);
 #define QUAROT__MA_STEP2(r) hv = QUAROT__VSET1(c[r]);                                           \
     a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(hv, z0)); a##r##_1 = QUAROT__VADD(a##r##_1, QUAROT__VMUL(hv, z1));
@@ -2887,6 +3011,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 #define QUAROT__MA_STEP1(r) a##r##_0 = QUAROT__VADD(a##r##_0, QUAROT__VMUL(QUAROT__VSET1(c[r]), z0));
 #define QUAROT__MA_DECL2(r) QUAROT__V a##r##_0, a##r##_1;
 #define QUAROT__MA_DECL1(r) QUAROT__V a##r##_0;
+// Final store of one vector at o (inside y): post-signs, then scale, as separate multiplies.
 #define QUAROT__MA_OUT(o, acc) { QUAROT__V o_ = (acc);                                       \
     if (post) o_ = QUAROT__VMUL(o_, QUAROT__VLD(post + ((o) - y)));                             \
     if (scale) o_ = QUAROT__VMUL(o_, sv);                                                         \
@@ -2894,6 +3019,8 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
 #define QUAROT__MA_STORE2(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                 \
     QUAROT__MA_OUT(o, a##r##_0) QUAROT__MA_OUT(o + QUAROT__W, a##r##_1) }
 #define QUAROT__MA_STORE1(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0; QUAROT__MA_OUT(o, a##r##_0) }
+// Case M < W: b##t accumulates outputs i0 + t*W .. +W-1 at column j; c##t points at their
+// coefficients in the panel layout ([panel][k][16], 16 consecutive outputs per k).
 #define QUAROT__MB_DECL(t) QUAROT__V b##t; const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
 #define QUAROT__MB_INIT(t) b##t = QUAROT__VMUL(QUAROT__VLD(c##t), zb);
 #define QUAROT__MB_STEP(t) b##t = QUAROT__VADD(b##t, QUAROT__VMUL(QUAROT__VLD(c##t + k * 16), zb));
@@ -2906,6 +3033,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
         y[at] = o_; } }
 
 #define QUAROT__MIX_DEFINE(isa)                                                                  \
+/* z, y: [K][M]; coef: the panels of one orientation. Three loops by M: 2W and more, W, below W. */ \
 static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M, const float* coef, \
                                    const float* post, const float* scale) {                      \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
@@ -2958,6 +3086,96 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     }                                                                                            \
 }
 
+// Blocked mixing (mix_block b > 1, M >= 16 >= W), per chunk of NV = min(4, M/W) column vectors and
+// per group of blocks whose tables fit in QUAROT__MIXB_CACHE bytes (an L2 share): first the tables, T[e] = z[k0] +-
+// z[k0+1] +- ... (bit t-1 of e set: minus z[k0+t]) built level by level, so that every entry is the
+// chain of the specification, and T[e + 2^(b-1)] = -T[e]; an entry holds the chunk's NV*W columns.
+// Then QUAROT__MIXB_RI outputs at a time add the group's entries named by mix_sel to their running
+// sums (NV vectors each), which wait in y between groups: the same order as one long chain.
+#define QUAROT__NV1(X, r) X(r, 0)
+#define QUAROT__NV2(X, r) X(r, 0) X(r, 1)
+#define QUAROT__NV4(X, r) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
+#define QUAROT__MRV_DECL(r, v) QUAROT__V a##r##_##v;
+#define QUAROT__MRV_LDT(r, v) a##r##_##v = QUAROT__VLD(t_ + v * QUAROT__W);
+#define QUAROT__MRV_LDY(r, v) a##r##_##v = QUAROT__VLD(y_ + v * QUAROT__W);
+#define QUAROT__MRV_ADD(r, v) a##r##_##v = QUAROT__VADD(a##r##_##v, QUAROT__VLD(t_ + v * QUAROT__W));
+#define QUAROT__MRV_OUT(r, v) QUAROT__MA_OUT(o + v * QUAROT__W, a##r##_##v)
+#define QUAROT__MRV_ST(r, v) QUAROT__VST(o + v * QUAROT__W, a##r##_##v);
+#define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r) const uint32_t* s##r = sel + (i0 + r) * nb;
+#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; NV(QUAROT__MRV_LDT, r) } \
+    else { const float* y_ = y + (i0 + r) * M + j0; NV(QUAROT__MRV_LDY, r) }
+#define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew; NV(QUAROT__MRV_ADD, r) }
+#define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
+    if (g1 == nb) { NV(QUAROT__MRV_OUT, r) } else { NV(QUAROT__MRV_ST, r) } }
+#define QUAROT__MR_DECL1(r) QUAROT__MR_DECL(QUAROT__NV1, r)
+#define QUAROT__MR_DECL2(r) QUAROT__MR_DECL(QUAROT__NV2, r)
+#define QUAROT__MR_DECL4(r) QUAROT__MR_DECL(QUAROT__NV4, r)
+#define QUAROT__MR_INIT1(r) QUAROT__MR_INIT(QUAROT__NV1, r)
+#define QUAROT__MR_INIT2(r) QUAROT__MR_INIT(QUAROT__NV2, r)
+#define QUAROT__MR_INIT4(r) QUAROT__MR_INIT(QUAROT__NV4, r)
+#define QUAROT__MR_STEP1(r) QUAROT__MR_STEP(QUAROT__NV1, r)
+#define QUAROT__MR_STEP2(r) QUAROT__MR_STEP(QUAROT__NV2, r)
+#define QUAROT__MR_STEP4(r) QUAROT__MR_STEP(QUAROT__NV4, r)
+#define QUAROT__MR_STORE1(r) QUAROT__MR_STORE(QUAROT__NV1, r)
+#define QUAROT__MR_STORE2(r) QUAROT__MR_STORE(QUAROT__NV2, r)
+#define QUAROT__MR_STORE4(r) QUAROT__MR_STORE(QUAROT__NV4, r)
+// The output loop over i for NV vectors per output (N = 1, 2, 4).
+#define QUAROT__MR_OUTPUTS(N)                                                                    \
+    for (i0 = 0; i0 < K; i0 += QUAROT__MIXB_RI) {                                                \
+        QUAROT__MIXB_REP(QUAROT__MR_DECL##N)                                                     \
+        QUAROT__MIXB_REP(QUAROT__MR_INIT##N)                                                     \
+        for (blk = g0 == 0 ? 1 : g0; blk < g1; ++blk) {                                          \
+            QUAROT__MIXB_REP(QUAROT__MR_STEP##N)                                                 \
+        }                                                                                        \
+        QUAROT__MIXB_REP(QUAROT__MR_STORE##N)                                                    \
+    }
+
+#define QUAROT__MIXB_DEFINE(isa)                                                                 \
+/* z, y: [K][M]; sel: [K8][nb] entries of one orientation; tab: workspace for one group's tables */ \
+static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
+                                    const uint32_t* sel, int64_t nb, float* tab,                 \
+                                    const float* post, const float* scale) {                     \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
+    const int64_t half = (int64_t)1 << (b - 1);                                                  \
+    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> b;                   \
+    const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
+    int64_t j0, i0, blk, e, hh, k, g0, g1, c;                                                    \
+    for (j0 = 0; j0 < M; j0 += ew) {                                                             \
+        for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
+            const uint32_t base = (uint32_t)(g0 << b);                                           \
+            g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
+            /* tables of blocks g0 .. g1-1: T = tab + (blk - g0) * 2^b entries of ew floats */ \
+            for (blk = g0; blk < g1; ++blk) {                                                    \
+                float* T = tab + ((blk - g0) << b) * ew;                                         \
+                const int64_t k0 = blk * b;                                                      \
+                for (c = 0; c < ew; c += QUAROT__W)                                              \
+                    QUAROT__VST(T + c, QUAROT__VLD(z + k0 * M + j0 + c));                        \
+                for (k = k0 + 1, hh = 1; k < K && k < k0 + b; ++k, hh *= 2) {                    \
+                    for (c = 0; c < ew; c += QUAROT__W) {                                        \
+                        const QUAROT__V zk = QUAROT__VLD(z + k * M + j0 + c);                    \
+                        for (e = 0; e < hh; ++e) {                                               \
+                            const QUAROT__V u = QUAROT__VLD(T + e * ew + c);                     \
+                            QUAROT__VST(T + (e + hh) * ew + c, QUAROT__VSUB(u, zk));             \
+                            QUAROT__VST(T + e * ew + c, QUAROT__VADD(u, zk));                    \
+                        }                                                                        \
+                    }                                                                            \
+                }                                                                                \
+                for (e = 0; e < half * ew; e += QUAROT__W)                                       \
+                    QUAROT__VST(T + half * ew + e, QUAROT__VNEG(QUAROT__VLD(T + e)));            \
+            }                                                                                    \
+            /* outputs: running sums over the group's blocks, NV vectors per output */           \
+            if (nv == 4) { QUAROT__MR_OUTPUTS(4) }                                               \
+            else if (nv == 2) { QUAROT__MR_OUTPUTS(2) }                                          \
+            else { QUAROT__MR_OUTPUTS(1) }                                                       \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+// ---- Instantiations. Each ISA defines the vector macros, its in-lane stages (one shuffle, one
+// xor and one add per stage, see the section notes), the block size LOGR (register budget) and
+// the mixing blocking (RI outputs x vectors in flight), expands the three templates, undefines. ----
+
 // ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
 #if defined(QUAROT__HAVE_SSE2)
 static inline __m128 quarot__inlane_sse2(__m128 v) {
@@ -2978,12 +3196,18 @@ static inline __m128 quarot__inlane_sse2(__m128 v) {
 #define QUAROT__VMUL(a, b) _mm_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_sse2(v)
+#define QUAROT__VNEG(v) _mm_xor_ps(v, _mm_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(sse2)
 QUAROT__MIX_DEFINE(sse2)
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+QUAROT__MIXB_DEFINE(sse2)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -2995,6 +3219,7 @@ QUAROT__MIX_DEFINE(sse2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -3023,12 +3248,18 @@ static inline __m256 quarot__inlane_avx2(__m256 v) {
 #define QUAROT__VMUL(a, b) _mm256_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm256_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx2(v)
+#define QUAROT__VNEG(v) _mm256_xor_ps(v, _mm256_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(avx2)
 QUAROT__MIX_DEFINE(avx2)
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+QUAROT__MIXB_DEFINE(avx2)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -3040,6 +3271,7 @@ QUAROT__MIX_DEFINE(avx2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -3057,12 +3289,16 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
     // The masked forms with an all-ones mask are the plain instructions; unlike _mm512_permute_ps
     // they do not read _mm512_undefined_ps(), which g++ -O1 reports as maybe-uninitialized.
     const __mmask16 all = (__mmask16)0xFFFF;
-#define QUAROT__NEG_(v, m) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), m))
-    v = _mm512_add_ps(QUAROT__NEG_(v, n1), _mm512_mask_permute_ps(v, all, v, 0xB1));            // h = 1
-    v = _mm512_add_ps(QUAROT__NEG_(v, n2), _mm512_mask_permute_ps(v, all, v, 0x4E));            // h = 2
-    v = _mm512_add_ps(QUAROT__NEG_(v, n4), _mm512_mask_shuffle_f32x4(v, all, v, v, 0xB1));      // h = 4
-    v = _mm512_add_ps(QUAROT__NEG_(v, n8), _mm512_mask_shuffle_f32x4(v, all, v, v, 0x4E));      // h = 8
-#undef QUAROT__NEG_
+    // Each in-lane stage is v*s + p with s = +-1 per lane (the sign mask or'ed into 1.0): the product
+    // is exact, so the FMA rounds p +- v once, exactly as the add of the negated lane did.
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_or_si512(n1, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    const __m512 s2 = _mm512_castsi512_ps(_mm512_or_si512(n2, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    const __m512 s4 = _mm512_castsi512_ps(_mm512_or_si512(n4, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    const __m512 s8 = _mm512_castsi512_ps(_mm512_or_si512(n8, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    v = _mm512_fmadd_ps(v, s1, _mm512_mask_permute_ps(v, all, v, 0xB1));    // h = 1
+    v = _mm512_fmadd_ps(v, s2, _mm512_mask_permute_ps(v, all, v, 0x4E));    // h = 2
+    v = _mm512_fmadd_ps(v, s4, _mm512_mask_shuffle_f32x4(v, all, v, v, 0xB1));  // h = 4
+    v = _mm512_fmadd_ps(v, s8, _mm512_mask_shuffle_f32x4(v, all, v, v, 0x4E));  // h = 8
     return v;
 }
 #define QUAROT__V __m512
@@ -3076,12 +3312,22 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
 #define QUAROT__VMUL(a, b) _mm512_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm512_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx512(v)
+#define QUAROT__VNEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT_MIN)))
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 4
 #define QUAROT__MIX_BREP QUAROT__REP4
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) _mm512_fnmadd_ps(b, _mm512_set1_ps(1.0f), a)   // = a - b exactly (see QUAROT__BF)
 QUAROT__WHT_DEFINE(avx512)
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
 QUAROT__MIX_DEFINE(avx512)
+#define QUAROT__MIXB_RI 4
+#define QUAROT__MIXB_REP QUAROT__REP4
+QUAROT__MIXB_DEFINE(avx512)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -3093,6 +3339,7 @@ QUAROT__MIX_DEFINE(avx512)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -3119,12 +3366,18 @@ static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
 #define QUAROT__VMUL(a, b) vmulq_f32(a, b)
 #define QUAROT__VSET1(s) vdupq_n_f32(s)
 #define QUAROT__VINLANE(v) quarot__inlane_neon(v)
+#define QUAROT__VNEG(v) vnegq_f32(v)
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(neon)
 QUAROT__MIX_DEFINE(neon)
+#define QUAROT__MIXB_RI 4
+#define QUAROT__MIXB_REP QUAROT__REP4
+QUAROT__MIXB_DEFINE(neon)
+#undef QUAROT__MIXB_RI
+#undef QUAROT__MIXB_REP
 #undef QUAROT__V
 #undef QUAROT__W
 #undef QUAROT__LOGW
@@ -3136,12 +3389,14 @@ QUAROT__MIX_DEFINE(neon)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
+#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
 #undef QUAROT__MIX_BREP
 #endif
 
+// Per-call selection (isa already resolved by quarot__isa_resolve): the kernels compiled in for it.
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
     switch (isa) {
 #if defined(QUAROT__HAVE_SSE2)
@@ -3157,6 +3412,24 @@ static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
         case QUAROT_ISA_NEON: return quarot__wht_row_f32_neon;
 #endif
         default: return quarot__wht_row_f32_ref;
+    }
+}
+
+static quarot__mixb_fn quarot__mixb_select(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: return quarot__mixb_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__mixb_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__mixb_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__mixb_f32_neon;
+#endif
+        default: return NULL;
     }
 }
 
@@ -4179,7 +4452,9 @@ QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* 
 // zero point is folded into the range: symmetric klo = -2^(b-1), khi = 2^(b-1)-1; asymmetric
 // klo = -z, khi = 2^b-1-z, and the stored code is k (symmetric) or k + z - 2^(b-1) (asymmetric).
 // Statistics are integer maxima over the |x| bit patterns (for finite floats their order is the
-// float order), which also flags NaN/Inf in the same pass and vectorizes without -ffast-math.
+// float order), which also flags NaN/Inf in the same pass; SIMD versions of integer maxima are exact.
+// Kernels (_ref, _sse2, _avx2, _neon) exist for the statistics and the in-place fake quantization,
+// the two passes of the per-token hot path; GCC at -O2 does not vectorize the scalar loops.
 #define QUAROT__QFLT_MAX 3.40282346638528859812e+38   // FLT_MAX, without <float.h>
 
 typedef struct quarot__qspec {
@@ -4190,14 +4465,19 @@ typedef struct quarot__qspec {
     int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
 } quarot__qspec;
 
-// Quant kernels: the scalar reference, AVX2 (also serving AVX-512 builds) and NEON.
+// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 (also serving AVX-512
+// builds) and NEON.
 #define QUAROT__QK_REF 0
 #define QUAROT__QK_AVX2 1
 #define QUAROT__QK_NEON 2
+#define QUAROT__QK_SSE2 3
 
 static int quarot__qkernel(quarot_isa isa) {   // isa already resolved
 #if defined(QUAROT__HAVE_AVX2)
     if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_AVX2;
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (isa == QUAROT_ISA_SSE2 || isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_SSE2;
 #endif
 #if defined(QUAROT__HAVE_NEON)
     if (isa == QUAROT_ISA_NEON) return QUAROT__QK_NEON;
@@ -4254,8 +4534,6 @@ static int32_t quarot__rne_clamp(double r, double lo, double hi) {
     return f + (int32_t)((r > h) | ((r == h) & (f & 1)));
 }
 
-static float quarot__f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
 // pmax = max(x, 0), nmax = max(-x, 0) over n floats; returns 0 (maxima then meaningless) if any is
 // NaN/Inf. p, m: running maxima of the bit patterns (the SIMD kernels pass their partial results).
 static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_t m, float* pmax, float* nmax) {
@@ -4269,8 +4547,8 @@ static int quarot__qstats_f32_ref(const float* x, int64_t n, uint32_t p, uint32_
         p = ap > p ? ap : p;
         m = an > m ? an : m;
     }
-    *pmax = quarot__f32_from_bits(p);
-    *nmax = quarot__f32_from_bits(m);
+    *pmax = quarot__bits_to_f32(p);
+    *nmax = quarot__bits_to_f32(m);
     return p < 0x7f800000u && m < 0x7f800000u;
 }
 
@@ -4355,6 +4633,65 @@ static void quarot__qapply_f32_ref(float* x, int64_t n, float s, double klo, dou
     for (j = 0; j < n; ++j) x[j] = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
 }
 
+#if defined(QUAROT__HAVE_SSE2)
+// SSE2 has no rounding instruction with an explicit mode, so this follows the scalar steps: truncate
+// (cvttpd2dq), floor = trunc - (r < trunc), then up when r > floor + 0.5, or == and floor is odd.
+// The 64-bit compare masks are narrowed to 32-bit lanes to meet the int32 results.
+static __m128i quarot__qrne2_sse2(__m128d r) {
+    const __m128d half = _mm_set1_pd(0.5);
+    __m128i t = _mm_cvttpd_epi32(r), f, gt, eq, odd;
+    __m128d fd, h;
+    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))), _MM_SHUFFLE(3, 3, 2, 0)));
+    fd = _mm_cvtepi32_pd(f);
+    h = _mm_add_pd(fd, half);
+    gt = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpgt_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    eq = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpeq_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
+    odd = _mm_and_si128(f, _mm_set1_epi32(1));
+    return _mm_add_epi32(f, _mm_or_si128(_mm_and_si128(gt, _mm_set1_epi32(1)), _mm_and_si128(eq, odd)));
+}
+
+static void quarot__qapply_f32_sse2(float* x, int64_t n, float s, double klo, double khi) {
+    const __m128d sd = _mm_set1_pd((double)s), lo = _mm_set1_pd(klo), hi = _mm_set1_pd(khi);
+    const __m128 sv = _mm_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m128 v = _mm_loadu_ps(x + j);
+        __m128d a = _mm_div_pd(_mm_cvtps_pd(v), sd);
+        __m128d b = _mm_div_pd(_mm_cvtps_pd(_mm_movehl_ps(v, v)), sd);
+        a = _mm_min_pd(_mm_max_pd(a, lo), hi);
+        b = _mm_min_pd(_mm_max_pd(b, lo), hi);
+        v = _mm_cvtepi32_ps(_mm_unpacklo_epi64(quarot__qrne2_sse2(a), quarot__qrne2_sse2(b)));
+        _mm_storeu_ps(x + j, _mm_mul_ps(v, sv));
+    }
+    quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
+}
+
+// The maxima stay below 2^31, so SSE2's signed compare serves as the unsigned one.
+static int quarot__qstats_f32_sse2(const float* x, int64_t n, float* pmax, float* nmax) {
+    const __m128i absmask = _mm_set1_epi32(0x7fffffff);
+    __m128i p = _mm_setzero_si128(), m = _mm_setzero_si128();
+    uint32_t pv[4], mv[4], pr = 0, mr = 0;
+    int64_t j = 0;
+    int l;
+    for (; j + 4 <= n; j += 4) {
+        __m128i u = _mm_loadu_si128((const __m128i*)(const void*)(x + j));
+        __m128i a = _mm_and_si128(u, absmask), neg = _mm_srai_epi32(u, 31);
+        __m128i ap = _mm_andnot_si128(neg, a), an = _mm_and_si128(neg, a), gp, gm;
+        gp = _mm_cmpgt_epi32(ap, p);
+        gm = _mm_cmpgt_epi32(an, m);
+        p = _mm_or_si128(_mm_and_si128(gp, ap), _mm_andnot_si128(gp, p));
+        m = _mm_or_si128(_mm_and_si128(gm, an), _mm_andnot_si128(gm, m));
+    }
+    _mm_storeu_si128((__m128i*)(void*)pv, p);
+    _mm_storeu_si128((__m128i*)(void*)mv, m);
+    for (l = 0; l < 4; ++l) {
+        pr = pv[l] > pr ? pv[l] : pr;
+        mr = mv[l] > mr ? mv[l] : mr;
+    }
+    return quarot__qstats_f32_ref(x + j, n - j, pr, mr, pmax, nmax);
+}
+#endif
+
 #if defined(QUAROT__HAVE_AVX2)
 // AVX2: 8 floats per step as two halves of 4 doubles. _mm256_round_pd with an explicit
 // round-to-nearest-even mode equals the scalar rne; the integer-valued doubles go through int32 (exact)
@@ -4378,6 +4715,8 @@ static void quarot__qapply_f32_avx2(float* x, int64_t n, float s, double klo, do
     quarot__qapply_f32_ref(x + j, n - j, s, klo, khi);
 }
 
+// Per lane: |x| bits, split by the sign (srai gives all ones for negatives), unsigned maxima; the
+// lanes are reduced at the end and the tail goes through the scalar kernel with those maxima.
 static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float* nmax) {
     const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
     __m256i p = _mm256_setzero_si256(), m = _mm256_setzero_si256();
@@ -4401,7 +4740,9 @@ static int quarot__qstats_f32_avx2(const float* x, int64_t n, float* pmax, float
 #endif
 
 #if defined(QUAROT__HAVE_NEON)
-// NEON (AArch64): FCVTNS (vcvtnq_s64_f64) rounds to nearest, ties to even, whatever the FPCR mode.
+// NEON (AArch64): 4 floats per step as two halves of 2 doubles. FCVTNS (vcvtnq_s64_f64) converts
+// with round to nearest, ties to even, whatever the FPCR mode; the integers go to float through int32
+// as in the scalar code.
 static void quarot__qapply_f32_neon(float* x, int64_t n, float s, double klo, double khi) {
     const float64x2_t sd = vdupq_n_f64((double)s), lo = vdupq_n_f64(klo), hi = vdupq_n_f64(khi);
     int64_t j = 0;
@@ -4438,6 +4779,9 @@ static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, floa
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
 #endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
+#endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
 #endif
@@ -4449,6 +4793,9 @@ static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, d
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
 #endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
+#endif
 #if defined(QUAROT__HAVE_NEON)
     if (kern == QUAROT__QK_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
 #endif
@@ -4459,6 +4806,7 @@ static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, d
 // The best kernel compiled in (internal uses: finiteness scans of GPTQ inputs).
 static int quarot__qkernel_best(void) { return quarot__qkernel(quarot_isa_best()); }
 
+// Integer codes for quarot_quantize_f32 (scalar): the same k, plus the code offset.
 static void quarot__qapply_codes(const float* QUAROT__RESTRICT x, int8_t* QUAROT__RESTRICT q, int64_t n,
                                  float s, double klo, double khi, int32_t off) {
     double sd = (double)s;
@@ -4475,6 +4823,8 @@ QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t c
     if ((res = quarot__qshape_check(rows, cols, stride)) != QUAROT_OK) return res;
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (cols == 0) return QUAROT_OK;
+    // Per row: one statistics pass over the whole row (it is the finiteness check, and with a single
+    // group already the group's statistics), then per group: statistics, scale, quantize in place.
     for (r = 0; r < rows; ++r) {
         float* row = x + r * stride;
         float pmax, nmax, s;
@@ -4500,6 +4850,8 @@ QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (cols == 0) return QUAROT_OK;
+    // The same steps as quarot_fake_quant_f32 (same statistics, scales and k), writing codes
+    // q[r][cols] and parameters [r][groups] instead of x^.
     groups = cols / gs;
     for (r = 0; r < rows; ++r) {
         const float* row = x + r * stride;
@@ -4531,6 +4883,8 @@ QUAROT_API quarot_result quarot_dequantize_f32(const int8_t* q, const float* sca
     if ((res = quarot__qspec_init(d, cols, &sp, &gs)) != QUAROT_OK) return res;
     if (sp.asym && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (cols == 0) return QUAROT_OK;
+    // x^ = (f32(code) - zero) * scale: code - zero is the integer k exactly (both are small integers
+    // in float), so this is the product f32(k)*s of the fake quantizer, bit for bit.
     groups = cols / gs;
     for (r = 0; r < rows; ++r) {
         for (g = 0; g < groups; ++g) {
@@ -4575,9 +4929,186 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // run as parallel tasks; within a tile, updates are applied lazily per block of columns.
 #define QUAROT__GPTQ_TILE 32
 
+// Element-wise double updates shared by the Hessian, the factorization and GPTQ, each with a scalar
+// _ref and SSE2 / AVX2 / NEON versions. Every output element gets the same multiplications and additions
+// in the same order in every version (no FMA contraction), so all give identical bits; the kernel
+// follows the quant desc's isa (tests compare them). Subtractions pass -c: y + (-c)*p == y - c*p.
+//   axpy:  y[j] += c*p[j]
+//   axpy4: y[j] = y[j] + c0*p0[j] + c1*p1[j] + c2*p2[j] + c3*p3[j]   (left to right)
+//   hess8: h[j] += a0*f64(x0[j]) + a1*f64(x1[j]) + ... + a7*f64(x7[j])  (the sum first, left to right)
+static void quarot__gptq_axpy_f64_ref(double* y, const double* p, double c, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] += c * p[j];
+}
+static void quarot__gptq_axpy4_f64_ref(double* y, const double* const* p, const double* c, int64_t n) {
+    const double *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    const double c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+    int64_t j;
+    for (j = 0; j < n; ++j) y[j] = y[j] + c0 * p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
+}
+static void quarot__gptq_hess8_f64_ref(double* h, const float* const* x, const double* a, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; ++j)
+        h[j] += a[0] * (double)x[0][j] + a[1] * (double)x[1][j] + a[2] * (double)x[2][j] + a[3] * (double)x[3][j] +
+                a[4] * (double)x[4][j] + a[5] * (double)x[5][j] + a[6] * (double)x[6][j] + a[7] * (double)x[7][j];
+}
+
+#if defined(QUAROT__HAVE_SSE2)
+static void quarot__gptq_axpy_f64_sse2(double* y, const double* p, double c, int64_t n) {
+    const __m128d cv = _mm_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_sse2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m128d c0 = _mm_set1_pd(c[0]), c1 = _mm_set1_pd(c[1]), c2 = _mm_set1_pd(c[2]), c3 = _mm_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        __m128d v = _mm_loadu_pd(y + j);
+        v = _mm_add_pd(v, _mm_mul_pd(c0, _mm_loadu_pd(p[0] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c1, _mm_loadu_pd(p[1] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c2, _mm_loadu_pd(p[2] + j)));
+        v = _mm_add_pd(v, _mm_mul_pd(c3, _mm_loadu_pd(p[3] + j)));
+        _mm_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_sse2(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
+        for (r = 1; r < 8; ++r)
+            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
+        _mm_storeu_pd(h + j, _mm_add_pd(_mm_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+static void quarot__gptq_axpy_f64_avx2(double* y, const double* p, double c, int64_t n) {
+    const __m256d cv = _mm256_set1_pd(c);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        _mm256_storeu_pd(y + j, _mm256_add_pd(_mm256_loadu_pd(y + j), _mm256_mul_pd(cv, _mm256_loadu_pd(p + j))));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
+    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]), c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_loadu_pd(y + j);
+        v = _mm256_add_pd(v, _mm256_mul_pd(c0, _mm256_loadu_pd(p[0] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c1, _mm256_loadu_pd(p[1] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c2, _mm256_loadu_pd(p[2] + j)));
+        v = _mm256_add_pd(v, _mm256_mul_pd(c3, _mm256_loadu_pd(p[3] + j)));
+        _mm256_storeu_pd(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_avx2(double* h, const float* const* x, const double* a, int64_t n) {
+    __m256d av[8];
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (r = 0; r < 8; ++r) av[r] = _mm256_set1_pd(a[r]);
+    for (; j + 4 <= n; j += 4) {
+        __m256d s = _mm256_mul_pd(av[0], _mm256_cvtps_pd(_mm_loadu_ps(x[0] + j)));
+        for (r = 1; r < 8; ++r) s = _mm256_add_pd(s, _mm256_mul_pd(av[r], _mm256_cvtps_pd(_mm_loadu_ps(x[r] + j))));
+        _mm256_storeu_pd(h + j, _mm256_add_pd(_mm256_loadu_pd(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+static void quarot__gptq_axpy_f64_neon(double* y, const double* p, double c, int64_t n) {
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) vst1q_f64(y + j, vaddq_f64(vld1q_f64(y + j), vmulq_n_f64(vld1q_f64(p + j), c)));
+    quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
+}
+static void quarot__gptq_axpy4_f64_neon(double* y, const double* const* p, const double* c, int64_t n) {
+    const double* q[4];
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t v = vld1q_f64(y + j);
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[0] + j), c[0]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[1] + j), c[1]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[2] + j), c[2]));
+        v = vaddq_f64(v, vmulq_n_f64(vld1q_f64(p[3] + j), c[3]));
+        vst1q_f64(y + j, v);
+    }
+    q[0] = p[0] + j; q[1] = p[1] + j; q[2] = p[2] + j; q[3] = p[3] + j;
+    quarot__gptq_axpy4_f64_ref(y + j, q, c, n - j);
+}
+static void quarot__gptq_hess8_f64_neon(double* h, const float* const* x, const double* a, int64_t n) {
+    const float* q[8];
+    int64_t j = 0;
+    int r;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t s = vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[0] + j)), a[0]);
+        for (r = 1; r < 8; ++r) s = vaddq_f64(s, vmulq_n_f64(vcvt_f64_f32(vld1_f32(x[r] + j)), a[r]));
+        vst1q_f64(h + j, vaddq_f64(vld1q_f64(h + j), s));
+    }
+    for (r = 0; r < 8; ++r) q[r] = x[r] + j;
+    quarot__gptq_hess8_f64_ref(h + j, q, a, n - j);
+}
+#endif
+
+static void quarot__gptq_axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_axpy_f64_ref(y, p, c, n);
+}
+static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_axpy4_f64_ref(y, p, c, n);
+}
+static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_SSE2)
+    if (kern == QUAROT__QK_SSE2) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
+#endif
+#if defined(QUAROT__HAVE_NEON)
+    if (kern == QUAROT__QK_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
+#endif
+    (void)kern;
+    quarot__gptq_hess8_f64_ref(h, x, a, n);
+}
+
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride) {
-    int64_t r, i, j, k;
+    int64_t r, r0, i, j, k, i0;
+    const int kern = quarot__qkernel_best();
+    const float *xr[8], *xi[8];
+    double a[8];
     size_t nn;
     quarot_result res;
     float pm, nm;
@@ -4587,27 +5118,28 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     if (!quarot__mul_size((size_t)in, (size_t)in, &nn) || !quarot__mul_size(nn, sizeof(double), &nn))
         return QUAROT_ERR_OVERFLOW;
     for (r = 0; r < rows; ++r)
-        if (!quarot__qstats(quarot__qkernel_best(), x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
-    for (r = 0; r + 8 <= rows; r += 8) {            // chunks of 8 rows: h is read and written once
-        const float* x0 = x + r * stride;
-        const float *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
-        const float *x4 = x3 + stride, *x5 = x4 + stride, *x6 = x5 + stride, *x7 = x6 + stride;
-        for (i = 0; i < in; ++i) {
-            double* hr = h + i * in;
-            double a0 = 2.0 * (double)x0[i], a1 = 2.0 * (double)x1[i], a2 = 2.0 * (double)x2[i];
-            double a3 = 2.0 * (double)x3[i], a4 = 2.0 * (double)x4[i], a5 = 2.0 * (double)x5[i];
-            double a6 = 2.0 * (double)x6[i], a7 = 2.0 * (double)x7[i];
-            for (j = i; j < in; ++j)
-                hr[j] += a0 * (double)x0[j] + a1 * (double)x1[j] + a2 * (double)x2[j] + a3 * (double)x3[j] +
-                         a4 * (double)x4[j] + a5 * (double)x5[j] + a6 * (double)x6[j] + a7 * (double)x7[j];
+        if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+    // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
+    // then the rows % 8 left, one by one. Per element of h that is the documented order.
+    for (r0 = 0; r0 + 8 <= rows; r0 += 256) {
+        const int64_t r1 = r0 + 256 < rows / 8 * 8 ? r0 + 256 : rows / 8 * 8;
+        for (i0 = 0; i0 < in; i0 += 16) {
+            const int64_t i1 = i0 + 16 < in ? i0 + 16 : in;
+            for (r = r0; r < r1; r += 8) {
+                for (k = 0; k < 8; ++k) xr[k] = x + (r + k) * stride;
+                for (i = i0; i < i1; ++i) {
+                    for (k = 0; k < 8; ++k) { a[k] = 2.0 * (double)xr[k][i]; xi[k] = xr[k] + i; }
+                    quarot__gptq_hess8_f64(kern, h + i * in + i, xi, a, in - i);
+                }
+            }
         }
     }
-    for (k = r; k < rows; ++k) {                    // the last rows % 8 one by one
-        const float* xr = x + k * stride;
+    for (r = rows / 8 * 8; r < rows; ++r) {
+        const float* x1 = x + r * stride;
         for (i = 0; i < in; ++i) {
             double* hr = h + i * in;
-            double a = 2.0 * (double)xr[i];
-            for (j = i; j < in; ++j) hr[j] += a * (double)xr[j];
+            const double a1 = 2.0 * (double)x1[i];
+            for (j = i; j < in; ++j) hr[j] += a1 * (double)x1[j];
         }
     }
     for (i = 0; i < in; ++i)
@@ -4615,40 +5147,141 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     return QUAROT_OK;
 }
 
-// In place on a [n][n] whose upper triangle (i <= j) holds a symmetric matrix A (the lower triangle
-// is neither read nor written): A = V V^T with V upper triangular, factored from the last column
-// backwards (right-looking), then U = V^-1 row by row from the bottom (V U = I gives
-// U_ij = -sum_{k=i+1..j} V_ik U_kj / V_ii), so that A^-1 = U^T U. diag[n] = A's diagonal (for the
-// pivot test), tmp[n] scratch. Returns -1, or the first column whose pivot is not > n*eps*A_jj.
-static int64_t quarot__chol_ul_inv(double* a, int64_t n, const double* diag, double* tmp) {
-    const double tol = (double)n * 2.220446049250313e-16;
-    int64_t i, j, k, l;
-    for (j = n - 1; j >= 0; --j) {
-        double p = a[j * n + j], v;
-        if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
-        v = sqrt(p);
-        a[j * n + j] = v;
-        for (i = 0; i < j; ++i) {
-            a[i * n + j] /= v;                         // V_ij
-            tmp[i] = a[i * n + j];
+// The factor GPTQ needs, in place on a [n][n] whose upper triangle (i <= j) holds a symmetric positive
+// definite A (the lower triangle is neither read nor written):
+//   1. "UL" Cholesky A = V V^T, V upper triangular, from the last column backwards (right-looking):
+//      V_jj = sqrt(A_jj), V_ij = A_ij / V_jj, then A_il -= V_ij V_lj for i <= l < j.
+//   2. U = V^-1 (upper), so that A^-1 = V^-T V^-1 = U^T U without forming A^-1.
+// Both run in blocks of NB columns (rows) from the bottom right, with the O(n^3) updates split into
+// column chunks of CW (L2-sized) that run as parallel tasks. Step 1 subtracts in the same order as the
+// unblocked loop (k descending per element), so its bits do not depend on NB or threads; step 2 sums
+// per element in a fixed order as well. Cost n^3/6 + n^3/6 multiply-adds.
+#define QUAROT__GPTQ_NB 64
+#define QUAROT__GPTQ_CW 512
+
+typedef struct quarot__gptq_chol_job {
+    double* a;             // [n][n]
+    int64_t n, b0, b1;     // current block [b0, b1)
+    double* pk;            // [NB][n]: Cholesky: pk[k][l] = V[l][b0+k]; inverse: copy of V[b0+k][l]
+    double* s;             // [NB][n]: inverse: S = V[block][rest] * U[rest][rest]
+    const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
+    int64_t n_tasks;
+    int kern;              // element-wise helper kernel
+} quarot__gptq_chol_job;
+
+// Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
+// same steps as the unblocked loop (divide by V_jj, subtract from the columns left of j); then pack.
+static void quarot__gptq_chol_panel_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    int64_t i, j;
+    for (i = t; i < b0; i += jb->n_tasks) {
+        double* r = jb->a + i * n + b0;
+        for (j = b - 1; j >= 0; --j) {
+            const double* dj = jb->d + j * QUAROT__GPTQ_NB;
+            double c;
+            r[j] /= jb->a[(b0 + j) * n + b0 + j];
+            c = r[j];
+            quarot__gptq_axpy_f64(jb->kern, r, dj, -c, j);
         }
-        for (i = 0; i < j; ++i) {                      // A[0:j][0:j] -= v v^T (upper part)
-            double* ai = a + i * n;
-            double c = tmp[i];
-            for (l = i; l < j; ++l) ai[l] -= c * tmp[l];
-        }
+        for (j = 0; j < b; ++j) jb->pk[j * n + i] = r[j];
     }
-    for (i = n - 1; i >= 0; --i) {
-        double* ai = a + i * n;
-        double vii = ai[i];
-        for (j = i + 1; j < n; ++j) tmp[j] = 0.0;
-        for (k = i + 1; k < n; ++k) {                  // rows k > i already hold U
-            const double* uk = a + k * n;
-            double c = ai[k];
-            for (j = k; j < n; ++j) tmp[j] += c * uk[j];
+}
+
+// Cholesky, trailing update of A[0:b0][0:b0] (upper) by the block's columns, chunk t of the columns:
+// A_il -= V_i,k V_l,k for k descending, four k per pass (C's left-to-right evaluation keeps the order).
+static void quarot__gptq_chol_syrk_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
+    const int64_t la = t * QUAROT__GPTQ_CW, lb = la + QUAROT__GPTQ_CW < b0 ? la + QUAROT__GPTQ_CW : b0;
+    int64_t i, k, l;
+    for (i = 0; i < lb; ++i) {
+        double* ai = jb->a + i * n;
+        const double* ci = ai + b0;                    // V_i,b0+k
+        const int64_t l0 = i > la ? i : la;
+        if (l0 >= lb) continue;
+        for (k = b - 1; k >= 3; k -= 4) {
+            const double* p[4];
+            double c[4];
+            for (l = 0; l < 4; ++l) { p[l] = jb->pk + (k - l) * n + l0; c[l] = -ci[k - l]; }
+            quarot__gptq_axpy4_f64(jb->kern, ai + l0, p, c, lb - l0);
         }
-        for (j = i + 1; j < n; ++j) ai[j] = -tmp[j] / vii;
-        ai[i] = 1.0 / vii;
+        for (; k >= 0; --k) quarot__gptq_axpy_f64(jb->kern, ai + l0, jb->pk + k * n + l0, -ci[k], lb - l0);
+    }
+}
+
+// Inverse, rows of the block times the rest, chunk t of the columns j >= b1:
+//   S[k][j] = sum_{m=b1..j} V[b0+k][m] U[m][j]  (m ascending),  U[b0+i][j] = -sum_{k>=i} Ublk[i][k] S[k][j].
+static void quarot__gptq_inv_task(void* arg, int64_t t) {
+    const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
+    const int64_t n = jb->n, b0 = jb->b0, b1 = jb->b1, b = b1 - b0;
+    const int64_t ja = b1 + t * QUAROT__GPTQ_CW, jz = ja + QUAROT__GPTQ_CW < n ? ja + QUAROT__GPTQ_CW : n;
+    int64_t i, j, k, m;
+    for (k = 0; k < b; ++k)
+        for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
+    for (m = b1; m < jz; ++m) {
+        const double* um = jb->a + m * n;
+        const int64_t j0 = m > ja ? m : ja;
+        for (k = 0; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, jb->s + k * n + j0, um + j0, jb->pk[k * n + m], jz - j0);
+    }
+    for (i = 0; i < b; ++i) {
+        double* ui = jb->a + (b0 + i) * n;
+        const double* di = jb->d + i * QUAROT__GPTQ_NB;
+        for (j = ja; j < jz; ++j) ui[j] = 0.0;
+        for (k = i; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, ui + ja, jb->s + k * n + ja, -di[k], jz - ja);
+    }
+}
+
+// Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
+// diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
+static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, int kern,
+                                   const quarot_env* env) {
+    const double tol = (double)n * 2.220446049250313e-16;
+    quarot__gptq_chol_job jb;
+    double* d = work + 2 * QUAROT__GPTQ_NB * n;
+    int64_t b0, b1, i, j, k, threads;
+    threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern;
+    for (b1 = n; b1 > 0; b1 = b0) {
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
+        for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
+            double p = a[j * n + j], v;
+            if (!(p > 0.0 && p > tol * diag[j] && p < 1.79769313486231570815e+308)) return j;
+            v = sqrt(p);
+            a[j * n + j] = v;
+            for (i = b0; i < j; ++i) {
+                a[i * n + j] /= v;
+                d[(j - b0) * QUAROT__GPTQ_NB + (i - b0)] = a[i * n + j];
+            }
+            for (i = b0; i < j; ++i)
+                quarot__gptq_axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
+        }
+        if (b0 == 0) break;
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = threads < b0 ? threads : b0;
+        quarot_env_parallel_for(env, quarot__gptq_chol_panel_task, &jb, jb.n_tasks);
+        jb.n_tasks = (b0 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_chol_syrk_task, &jb, jb.n_tasks);
+    }
+    for (b1 = n; b1 > 0; b1 = b0) {                    // U = V^-1, blocks of rows from the bottom
+        b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
+        for (i = b1 - 1; i >= b0; --i) {               // the diagonal block: U_ij = -sum V_ik U_kj / V_ii
+            double* ai = a + i * n;
+            double* tmp = work + QUAROT__GPTQ_NB * n;  // (s is free here)
+            const double vii = ai[i];
+            for (j = i + 1; j < b1; ++j) tmp[j] = 0.0;
+            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
+            for (j = i + 1; j < b1; ++j) ai[j] = -tmp[j] / vii;
+            ai[i] = 1.0 / vii;
+        }
+        if (b1 == n) continue;
+        for (i = b0; i < b1; ++i) {                    // keep V[block][rest]; U of the block as d
+            for (j = b1; j < n; ++j) work[(i - b0) * n + j] = a[i * n + j];
+            for (j = i; j < b1; ++j) d[(i - b0) * QUAROT__GPTQ_NB + (j - b0)] = a[i * n + j];
+        }
+        jb.b0 = b0; jb.b1 = b1;
+        jb.n_tasks = (n - b1 + QUAROT__GPTQ_CW - 1) / QUAROT__GPTQ_CW;
+        quarot_env_parallel_for(env, quarot__gptq_inv_task, &jb, jb.n_tasks);
     }
     return -1;
 }
@@ -4702,6 +5335,8 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
     float* fb = ps + T * G;                        // [in]
     double loss = 0.0;
     int64_t t, i, j, k, g, b1, b2;
+    // Load the tile's rows in processing order (dead columns as 0) and, unless groups are dynamic,
+    // fit every group's parameters now from the original weights in natural order.
     for (t = 0; t < nr; ++t) {
         const float* row = jb->w + (r0 + t) * jb->stride;
         for (i = 0; i < in; ++i) {
@@ -4717,6 +5352,8 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             }
         }
     }
+    // Column blocks [b1, b2): inside a block every quantized column updates the block's later columns
+    // at once; the columns after the block get the block's errors in one pass at its end.
     for (b1 = 0; b1 < in; b1 = b2) {
         b2 = b1 + B < in ? b1 + B : in;
         for (i = b1; i < b2; ++i) {
@@ -4733,6 +5370,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 double klo, khi, e;
                 int32_t kq;
                 float fq;
+                // RTN of the current value (a double), then its error in units of U_ii.
                 quarot__qrange(sp, z, &klo, &khi);
                 kq = quarot__rne_clamp(wr[i] / (double)s, klo, khi);
                 fq = (float)kq * s;
@@ -4741,7 +5379,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 jb->w[(r0 + t) * jb->stride + c] = fq;
                 if (jb->q) jb->q[(r0 + t) * in + c] = (int8_t)(kq + (sp->asym ? (int32_t)(z - sp->half) : 0));
                 err[t * B + (i - b1)] = e;
-                for (j = i + 1; j < b2; ++j) wr[j] -= e * ui[j];
+                quarot__gptq_axpy_f64(sp->kern, wr + i + 1, ui + i + 1, -e, b2 - i - 1);
             }
         }
         if (b2 == in) break;
@@ -4751,17 +5389,15 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             double* wr = wt + t * in;
             const double* et = err + t * B;
             for (k = b1; k + 4 <= b2; k += 4) {
-                const double *u0 = jb->u + k * in, *u1 = u0 + in, *u2 = u1 + in, *u3 = u2 + in;
-                const double e0 = et[k - b1], e1 = et[k - b1 + 1], e2 = et[k - b1 + 2], e3 = et[k - b1 + 3];
-                for (j = b2; j < in; ++j) wr[j] = wr[j] - e0 * u0[j] - e1 * u1[j] - e2 * u2[j] - e3 * u3[j];
+                const double* p[4];
+                double c[4];
+                for (j = 0; j < 4; ++j) { p[j] = jb->u + (k + j) * in + b2; c[j] = -et[k + j - b1]; }
+                quarot__gptq_axpy4_f64(sp->kern, wr + b2, p, c, in - b2);
             }
-            for (; k < b2; ++k) {
-                const double* uk = jb->u + k * in;
-                const double ek = et[k - b1];
-                for (j = b2; j < in; ++j) wr[j] -= ek * uk[j];
-            }
+            for (; k < b2; ++k) quarot__gptq_axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
         }
     }
+    // Parameters out in the integer layout of quarot_quantize_f32 (zero points shifted by 2^(b-1)).
     for (t = 0; t < nr; ++t)
         for (g = 0; g < G; ++g) {
             if (jb->scales) jb->scales[(r0 + t) * G + g] = ps[t * G + g];
@@ -4794,7 +5430,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     quarot_gptq_desc dd;
     quarot__gptq_job jb;
     quarot_result res;
-    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *tmp;
+    double ratio, mean = 0.0, damp, *a, *dg, *dproc, *work;
     int64_t i, j, bad, *perm, n_threads;
     unsigned char* dead;
     quarot__gptq_key* keys;
@@ -4812,21 +5448,27 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     if (dd.act_order != 0 && dd.act_order != 1) return QUAROT_ERR_INVALID_ARGUMENT;
     if (jb.sp.asym && q && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
     if (out == 0 || in == 0) return QUAROT_OK;
+    // Options: damping ratio, lazy-update block (a multiple of the group so that a group's columns are
+    // all up to date when its first column comes up), dynamic groups only in natural order.
     ratio = dd.damp_ratio == 0.0 ? 0.01 : (dd.damp_ratio < 0.0 ? 0.0 : dd.damp_ratio);
     jb.groups = in / jb.gs;
     jb.block = dd.block_size ? dd.block_size : 128;
     if (jb.gs < in) jb.block = (jb.block + jb.gs - 1) / jb.gs * jb.gs;   // groups never straddle blocks
     if (jb.block > in) jb.block = in;
     jb.dynamic = jb.gs < in && !dd.act_order;
-    // Memory: a [in][in], dg, dproc, tmp [in] doubles, perm [in], keys [in], dead [in]; per task scratch.
-    if (!quarot__mul_size((size_t)in, (size_t)in + 3, &nn) || !quarot__mul_size(nn, sizeof(double), &nn) ||
+    // Memory: a [in][in], dg, dproc [in], factor work [2*NB*in + NB*NB] doubles, perm [in], keys [in],
+    // dead [in]; then the scratch of each task.
+    if (!quarot__mul_size((size_t)in, (size_t)in + 2 + 2 * QUAROT__GPTQ_NB, &nn) ||
+        !quarot__mul_size(nn + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB, sizeof(double), &nn) ||
         (uint64_t)out > (uint64_t)SIZE_MAX / (size_t)in)
         return QUAROT_ERR_OVERFLOW;
+    // Every input is checked before anything is allocated or written (w stays untouched on errors).
     for (i = 0; i < out; ++i)
         if (!quarot__qstats(jb.sp.kern, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     for (i = 0; i < in; ++i)
         for (j = i; j < in; ++j)
             if (h[i * in + j] - h[i * in + j] != 0.0) return QUAROT_ERR_NONFINITE;
+    // Row tiles are the parallel tasks; task t takes tiles t, t+T, ... with its own scratch block.
     jb.n_tiles = (out + QUAROT__GPTQ_TILE - 1) / QUAROT__GPTQ_TILE;
     n_threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
     jb.n_tasks = n_threads < jb.n_tiles ? n_threads : jb.n_tiles;
@@ -4840,8 +5482,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     a = (double*)(void*)mem;
     dg = a + (size_t)in * (size_t)in;
     dproc = dg + in;
-    tmp = dproc + in;
-    jb.tile_loss = tmp + in;
+    work = dproc + in;
+    jb.tile_loss = work + 2 * QUAROT__GPTQ_NB * in + QUAROT__GPTQ_NB * QUAROT__GPTQ_NB;
     perm = (int64_t*)(void*)(jb.tile_loss + jb.n_tiles);
     keys = (quarot__gptq_key*)(void*)(perm + in);
     dead = (unsigned char*)(keys + in);
@@ -4869,7 +5511,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         ai[i] = dproc[i] = dg[pi] + damp;
     }
     if (info) info->damp = damp;
-    bad = quarot__chol_ul_inv(a, in, dproc, tmp);
+    // U (upper, processing order) in place of the damped H; a failed pivot leaves w untouched.
+    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
         quarot_env_free(env, mem);
@@ -4879,6 +5522,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     jb.u = a; jb.perm = perm; jb.dead = dead;
     jb.q = q; jb.scales = scales; jb.zeros = zeros;
     quarot_env_parallel_for(env, quarot__gptq_task, &jb, jb.n_tasks);
+    // The loss in tile order, so the sum does not depend on how tasks were scheduled.
     if (info)
         for (i = 0; i < jb.n_tiles; ++i) info->loss += jb.tile_loss[i];
     quarot_env_free(env, mem);

@@ -7,6 +7,7 @@
    every allocation is freed. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(IMPL_TEST_ALLOCATOR)
 static long impl_test_live;
@@ -29,6 +30,70 @@ static int impl_test_fail(const char* what) {
     return 1;
 }
 
+/* A little of every module, so that each build of the matrix links and runs all of them (and, with
+   IMPL_TEST_ALLOCATOR, frees everything it allocates). */
+static int impl_test_modules(void) {
+    int bad = 0, i, j;
+    int8_t h[12 * 12];
+    float x[2 * 24], y[16 * 16], a[4 * 4], u[4 * 4];
+    quarot_rotation rot;
+    quarot_rotation_desc rd;
+    quarot_quant_desc qd;
+    quarot_online_list list;
+    quarot_plan plan;
+    quarot_model_config cfg;
+    char text[4096];
+    size_t need;
+    /* Hadamard 12 (Paley I): H H^T = 12 I */
+    if (quarot_hadamard_build_i8(12, h, NULL) != QUAROT_OK) bad |= impl_test_fail("hadamard build");
+    for (i = 0; i < 12; ++i)
+        for (j = 0; j < 12; ++j) {
+            int k, s = 0;
+            for (k = 0; k < 12; ++k) s += h[i * 12 + k] * h[j * 12 + k];
+            if (s != (i == j ? 12 : 0)) { bad |= impl_test_fail("hadamard orthogonality"); i = j = 12; }
+        }
+    /* a rotation of 24 = 12 x 2^1 applied and undone */
+    memset(&rd, 0, sizeof rd);
+    rd.n = 24;
+    rd.seed = 3;
+    for (i = 0; i < 48; ++i) x[i] = (float)(i % 7) - 3.0f;
+    if (quarot_rotation_init(&rot, &rd, NULL) != QUAROT_OK ||
+        quarot_rotation_apply_f32(&rot, x, 2, 24, 0, NULL, 0) != QUAROT_OK ||
+        quarot_rotation_apply_f32(&rot, x, 2, 24, 1, NULL, 0) != QUAROT_OK)
+        bad |= impl_test_fail("rotation");
+    for (i = 0; i < 48; ++i)
+        if (x[i] - ((float)(i % 7) - 3.0f) > 1e-5f || x[i] - ((float)(i % 7) - 3.0f) < -1e-5f) { bad |= impl_test_fail("rotation inverse"); break; }
+    quarot_rotation_free(&rot);
+    /* GEMM and the polar factor of a diagonal matrix (U = I) */
+    for (i = 0; i < 16; ++i) a[i] = (i % 5 == 0) ? (float)(1 + i) : 0.0f;
+    if (quarot_sgemm(0, 1, 4, 4, 4, 1.0f, a, 4, a, 4, 0.0f, y, 4, NULL) != QUAROT_OK || y[0] != 1.0f) bad |= impl_test_fail("sgemm");
+    if (quarot_polar_newton_schulz_f32(4, a, 4, u, 4, NULL, NULL, NULL) != QUAROT_OK || u[0] < 0.999f || u[1] != 0.0f)
+        bad |= impl_test_fail("polar");
+    /* quantizers */
+    memset(&qd, 0, sizeof qd);
+    for (i = 0; i < 16; ++i) y[i] = (float)i;
+    if (quarot_fake_quant_f32(y, 1, 16, 16, &qd) != QUAROT_OK || y[0] != 0.0f) bad |= impl_test_fail("fake quant");
+    /* online hooks: add, text round trip */
+    quarot_online_list_init(&list, NULL);
+    if (quarot_online_list_add(&list, 0, QUAROT_SITE_DOWN_INPUT, 24, 1, 24, 1, NULL) != QUAROT_OK ||
+        quarot_online_write(&list, text, sizeof text, &need) != QUAROT_OK)
+        bad |= impl_test_fail("online write");
+    quarot_online_list_free(&list);
+    quarot_online_list_init(&list, NULL);
+    if (quarot_online_read(&list, text, strlen(text), NULL, 0) != QUAROT_OK || list.count != 1) bad |= impl_test_fail("online read");
+    quarot_online_list_free(&list);
+    /* an adapter plan for a small LLaMA */
+    memset(&cfg, 0, sizeof cfg);
+    strcpy(cfg.arch, "llama");
+    cfg.hidden = 64; cfg.intermediate = 172; cfg.n_layers = 2; cfg.n_heads = 4; cfg.n_kv_heads = 2; cfg.head_dim = 16; cfg.vocab = 32;
+    quarot_plan_init(&plan, NULL);
+    if (!quarot_adapter_find("llama") || quarot_adapter_find("llama")->build(quarot_adapter_find("llama"), &cfg, -1, &plan) != QUAROT_OK ||
+        plan.n_rotations != 2 + 2 * 9)   /* embed, lm_head; per layer 7 R1 + 2 R2 */
+        bad |= impl_test_fail("adapter plan");
+    quarot_plan_free(&plan);
+    return bad;
+}
+
 int main(void) {
     quarot_rng rng;
     int bad = 0;
@@ -36,6 +101,7 @@ int main(void) {
     quarot_rng_seed(&rng, 1);
     if (quarot_rng_u64(&rng) == 0) bad |= impl_test_fail("rng");
     if (!quarot_isa_compiled(quarot_isa_best())) bad |= impl_test_fail("isa");
+    bad |= impl_test_modules();
 #if defined(IMPL_TEST_ALLOCATOR)
     if (impl_test_live != 0) bad |= impl_test_fail("allocations not freed");
 #endif

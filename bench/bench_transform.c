@@ -63,14 +63,14 @@ static void run_method(const bench_case* c, int method) {
         if (method == 100) {
             const int64_t K = c->plan->K, M = c->n / K;
             for (k = 0; k < K; ++k) textbook_fwht(x + k * M, M);
-            if (K > 1) {
+            if (K > 1) {   /* y[i][:] = sum_k H[k][i] * z[k][:], rows streamed in order */
                 const int8_t* h = c->plan->had_k;
                 memcpy(c->tmp, x, sizeof(float) * (size_t)c->n);
+                memset(x, 0, sizeof(float) * (size_t)c->n);
                 for (i = 0; i < K; ++i)
-                    for (j = 0; j < M; ++j) {
-                        float acc = 0.0f;
-                        for (k = 0; k < K; ++k) acc += (float)h[k * K + i] * c->tmp[k * M + j];
-                        x[i * M + j] = acc;
+                    for (k = 0; k < K; ++k) {
+                        const float hk = (float)h[k * K + i];
+                        for (j = 0; j < M; ++j) x[i * M + j] += hk * c->tmp[k * M + j];
                     }
             }
             for (i = 0; i < c->n; ++i) x[i] *= s;

@@ -402,6 +402,25 @@ static void test_simd_matches_ref(void) {
                 ++tested;
             }
     }
+    /* exact ties through every kernel: s = 1 (symmetric: max 7; asymmetric: range [-5, 10]) */
+    for (k = 0; k < 5; ++k) {
+        float t[2][40], want[2][40];
+        if (!quarot_isa_compiled(isas[k])) continue;
+        for (asym = 0; asym < 2; ++asym) {
+            quarot_quant_desc d = mkdesc(4, asym, 0, 1.0f, 0);
+            d.isa = isas[k];
+            for (i = 0; i < 40; ++i) {   /* every k and k + 1/2 of the range */
+                double v = asym ? -5.0 + 0.5 * (double)(i % 31) : -7.0 + 0.5 * (double)(i % 28);
+                t[asym][i] = (float)v;
+                want[asym][i] = (float)(nearbyint(v) + 0.0);   /* ties to even; +0.0 turns -0 into +0 */
+            }
+            t[asym][3] = want[asym][3] = asym ? 10.0f : 7.0f;   /* sets the range */
+            QT_OK(quarot_fake_quant_f32(t[asym], 1, 40, 40, &d));
+            for (i = 0; i < 40; ++i)
+                QT_CHECKF(f2u(t[asym][i]) == f2u(want[asym][i]), "%s asym %d elem %d: %g != %g", quarot_isa_name(isas[k]), asym, i,
+                          (double)t[asym][i], (double)want[asym][i]);
+        }
+    }
     printf("    isa paths compared with ref: %d (compiled: %s)\n", tested, quarot_simd_name());
     {
         quarot_quant_desc d = mkdesc(4, 0, 0, 1.0f, 0);
@@ -694,7 +713,7 @@ static void test_gptq_beats_rtn(void) {
 
 static void test_gptq_matches_reference(void) {
     gptq_case g;
-    const int out = 16, in = 48, n = 192;
+    const int out = 16, in = 136, n = 544;   /* 136 = 2*64 + 8: three blocks of the factorization */
     float* wq = (float*)malloc(sizeof(float) * (size_t)(out * in));
     float* wref = (float*)malloc(sizeof(float) * (size_t)(out * in));
     int8_t* q = (int8_t*)malloc((size_t)(out * in));
@@ -704,7 +723,7 @@ static void test_gptq_matches_reference(void) {
     for (asym = 0; asym < 2; ++asym)
         for (gi = 0; gi < 2; ++gi)
             for (act = 0; act < 2; ++act) {
-                quarot_gptq_desc d = mkgptq(3, asym, gi ? 12 : 0, act);
+                quarot_gptq_desc d = mkgptq(3, asym, gi ? 8 : 0, act);
                 ref_cfg c;
                 float* sc = (float*)malloc(sizeof(float) * (size_t)(out * in));
                 float* zr = (float*)malloc(sizeof(float) * (size_t)(out * in));
@@ -712,11 +731,11 @@ static void test_gptq_matches_reference(void) {
                 int same = 0;
                 double eg, er;
                 d.quant.clip_search = gi;   /* exercise the search in the grouped cases */
-                d.block_size = 20;          /* lazy updates across blocks (24 with groups of 12) */
+                d.block_size = 20;          /* lazy updates across blocks (24 with groups of 8) */
                 c.bits = 3; c.asym = asym; c.search = gi; c.clip = 1.0;
                 memcpy(wq, g.w, sizeof(float) * (size_t)(out * in));
                 QT_OK(quarot_gptq_f32(wq, out, in, in, g.h, in, &d, q, sc, zr, NULL, NULL));
-                ref_gptq(g.w, out, in, g.h, 0.01, &c, gi ? 12 : 0, act, wref, qref);
+                ref_gptq(g.w, out, in, g.h, 0.01, &c, gi ? 8 : 0, act, wref, qref);
                 for (i = 0; i < out * in; ++i) same += q[i] == qref[i];
                 eg = out_err(g.x, n, in, g.w, wq, out);
                 er = out_err(g.x, n, in, g.w, wref, out);
@@ -758,13 +777,13 @@ static void test_gptq_identity_is_rtn(void) {
 
 static void test_gptq_loss_and_invariance(void) {
     gptq_case g;
-    const int out = 40, in = 40, n = 400;   /* out > 32: two row tiles */
+    const int out = 40, in = 150, n = 600;   /* out > 32: two row tiles; in: three factorization blocks */
     float *w1 = (float*)malloc(sizeof(float) * (size_t)(out * in)), *w2 = (float*)malloc(sizeof(float) * (size_t)(out * in));
     quarot_gptq_desc d = mkgptq(4, 0, 0, 0);
     quarot_gptq_info info;
     double e;
     int bs, gi;
-    static const int64_t bsv[] = {1, 7, 128};
+    static const int64_t bsv[] = {1, 7, 200};
     gptq_case_init(&g, out, in, n, 5);
     /* without damping, GPTQ's accumulated loss is exactly ||X (W - W^)^T||^2 (up to rounding) */
     d.damp_ratio = -1.0;
@@ -775,9 +794,9 @@ static void test_gptq_loss_and_invariance(void) {
     QT_CHECK(info.damp == 0.0);
     /* the block size only changes speed: bit-identical outputs, with groups as well */
     for (gi = 0; gi < 2; ++gi) {
-        d = mkgptq(4, gi, gi ? 8 : 0, 0);
+        d = mkgptq(4, gi, gi ? 10 : 0, 0);
         memcpy(w1, g.w, sizeof(float) * (size_t)(out * in));
-        d.block_size = 128;
+        d.block_size = 128;   /* one lazy update at column 128 */
         QT_OK(quarot_gptq_f32(w1, out, in, in, g.h, in, &d, NULL, NULL, NULL, NULL, NULL));
         for (bs = 0; bs < 2; ++bs) {
             memcpy(w2, g.w, sizeof(float) * (size_t)(out * in));
@@ -835,6 +854,55 @@ static void test_gptq_env_and_strides(void) {
     gptq_case_free(&g);
     free(w1);
     free(w2);
+}
+
+/* The SIMD helpers of the factorization and the updates give the bits of the scalar ones, and a
+   parallel hook (factorization chunks and row tiles) gives the bits of a serial run. */
+static void test_gptq_isa_and_threads(void) {
+    gptq_case g;
+    const int out = 40, in = qt_quick() ? 136 : 600, n = in + in / 2;   /* 600: two column chunks */
+    float *wr = (float*)malloc(sizeof(float) * (size_t)(out * in)), *wd = (float*)malloc(sizeof(float) * (size_t)(out * in));
+    static const quarot_isa isas[] = {QUAROT_ISA_DEFAULT, QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON};
+    quarot_gptq_desc d = mkgptq(4, 1, 8, 1);
+    quarot_gptq_info ir, id;
+    int k;
+    quarot_env env;
+    double* hr = (double*)calloc((size_t)(in * in), sizeof(double));
+    gptq_case_init(&g, out, in, n, 41);
+    memset(&env, 0, sizeof env);
+    env.parallel.run = par_run;
+    env.parallel.n_threads = 3;
+    d.quant.isa = QUAROT_ISA_REF;
+    memcpy(wr, g.w, sizeof(float) * (size_t)(out * in));
+    QT_OK(quarot_gptq_f32(wr, out, in, in, g.h, in, &d, NULL, NULL, NULL, &ir, NULL));
+    for (k = 0; k < 5; ++k) {
+        if (!quarot_isa_compiled(isas[k])) continue;
+        d.quant.isa = isas[k];
+        memcpy(wd, g.w, sizeof(float) * (size_t)(out * in));
+        par_tasks = 0;
+        QT_OK(quarot_gptq_f32(wd, out, in, in, g.h, in, &d, NULL, NULL, NULL, &id, &env));
+        QT_CHECK(par_tasks > 2);
+        QT_CHECKF(bitdiff(wr, wd, out * in) == 0, "%s: %lld differ", quarot_isa_name(isas[k]), (long long)bitdiff(wr, wd, out * in));
+        /* the loss sums every rounding error e of every column: equal bits say every update was equal */
+        QT_CHECKF(memcmp(&ir.loss, &id.loss, sizeof(double)) == 0, "%s: loss %.17g vs %.17g", quarot_isa_name(isas[k]), ir.loss, id.loss);
+    }
+    /* the Hessian of the same rows in chunks of 8 from one call, and row by row in many calls */
+    {
+        int r, i;
+        double md = 0.0, mh = 0.0;
+        for (r = 0; r < 24; ++r) QT_OK(quarot_hessian_accumulate_f64(hr, in, g.x + r * in, 1, in));
+        memset(g.h, 0, sizeof(double) * (size_t)(in * in));
+        QT_OK(quarot_hessian_accumulate_f64(g.h, in, g.x, 24, in));
+        for (i = 0; i < in * in; ++i) {
+            if (fabs(hr[i] - g.h[i]) > md) md = fabs(hr[i] - g.h[i]);
+            if (fabs(g.h[i]) > mh) mh = fabs(g.h[i]);
+        }
+        QT_CHECKF(md <= 1e-13 * mh, "max diff %g, max |h| %g", md, mh);   /* sums of 24 terms, regrouped */
+    }
+    free(hr);
+    gptq_case_free(&g);
+    free(wr);
+    free(wd);
 }
 
 static void test_gptq_dead_columns(void) {
@@ -935,6 +1003,7 @@ int main(void) {
     QT_RUN(test_gptq_identity_is_rtn);
     QT_RUN(test_gptq_loss_and_invariance);
     QT_RUN(test_gptq_env_and_strides);
+    QT_RUN(test_gptq_isa_and_threads);
     QT_RUN(test_gptq_dead_columns);
     QT_RUN(test_gptq_errors);
     return qt_finish("test_quant");

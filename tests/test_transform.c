@@ -490,9 +490,15 @@ static void test_plan_info(void) {
     QT_OK(quarot_hadamard_plan_init(&p, 11008, &env));   /* Llama-2-7B intermediate: 172 * 2^6 */
     QT_EQ_INT(p.K, 172);
     QT_EQ_INT(p.m, 6);
-    QT_CHECK(p.had_k != NULL && p.mix_f32 != NULL);
+    QT_CHECK(p.mix_block >= 2 && p.mix_block <= 8);    /* 64 columns: blocked mixing */
+    QT_CHECK(p.had_k != NULL && p.mix_sel != NULL && p.mix_f32 == NULL);
     QT_CHECK(quarot_hadamard_workspace_size(&p) >= 11008 * sizeof(double));
     QT_CHECK(test_allocs > 0);
+    quarot_hadamard_plan_free(&p);
+    QT_EQ_INT(test_allocs, 0);
+    QT_OK(quarot_hadamard_plan_init(&p, 172 * 8, &env));   /* 8 columns: plain k order, float panels */
+    QT_EQ_INT(p.mix_block, 1);
+    QT_CHECK(p.mix_f32 != NULL && p.mix_sel == NULL);
     quarot_hadamard_plan_free(&p);
     QT_EQ_INT(test_allocs, 0);
     quarot_hadamard_plan_free(&p);   /* twice: harmless */

@@ -68,7 +68,11 @@ int qx_cli_float(qx_cli* cli, const char* opt, const char* s, double lo, double 
    sharded or not) or a .safetensors file with config.json beside it, or a GGUF file (llama, F32/F16).
    The format is detected from the path and the first bytes. copy = 1 gives owned, writable tensors;
    0 gives read-only views of file mappings where the format allows (call qx_store_make_owned before
-   writing). out->source_format names what was read. */
+   writing). out->source_format names what was read: "llama2c-v0", "llama2c-v1", "safetensors" (a
+   file), "safetensors-dir" or "gguf". Errors (one line in err, "file: reason"): missing or
+   unreadable path, unknown format, truncated or malformed files, unsupported dtypes, architectures
+   or quantized GGUF tensors; a .safetensors file without config.json beside it is refused (its
+   architecture is unknown). Detection rules: examples/common/qx_cli_load.c. */
 typedef struct qx_load_opts {
     int copy;
     int writable;           /* views mapped copy-on-write (edits never reach the file) */

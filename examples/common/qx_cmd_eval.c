@@ -1,10 +1,393 @@
-/* qx_cmd_eval.c - `quarot eval` (being written). */
+/* qx_cmd_eval.c - `quarot eval`: perplexity in FP32 and under fake quantization, without rotation
+   and with QuaRot, as one table.
+
+   The model is loaded once (qx_cli_load_model), rotated once (qx_ek_quarot: R1 + R2 folded, online
+   Hadamard before down_proj and across the heads before o_proj, R3 on q/k when the KV cache is
+   quantized), the text is cut into windows once (qx_eval.h's stream or docs windowing), and then
+   every (setting, variant) cell builds its quantized forward pass once and scores every window.
+   Variants are the table's columns: adding Adapt Rotation is one more entry in `variants`. */
 #include "qx_cli.h"
+#include "qx_evalkit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void eval_usage(FILE* f) {
+    fprintf(f,
+        "usage: quarot eval MODEL --text FILE [options]\n"
+        "\n"
+        "Perplexity of MODEL on the text FILE in FP32 and fake-quantized, without rotation and with QuaRot\n"
+        "(random Hadamard R1 and R2 folded into the weights, norms fused, online Hadamard rotations before\n"
+        "every down_proj and across the heads before every o_proj, run inside the forward pass; with\n"
+        "--kv-bits also the q/k rotation after RoPE), printed as one table on stdout: one row per setting,\n"
+        "one column per model variant, each column after the first with its change against no rotation.\n"
+        "\n"
+        "options:\n"
+        "  --text FILE           evaluation text (required)\n"
+        "  --tokenizer FILE      llama2.c tokenizer (tokenizer.bin format); default: tok<vocab>.bin,\n"
+        "                        tok512.bin or tokenizer.bin in the model's directory\n"
+        "  --w-bits N[,N..]      weight bits (2..8, 16 = FP): RTN symmetric per output channel\n"
+        "  --a-bits N[,N..]      activation bits (2..8, 16 = FP): per token symmetric, at every decoder-\n"
+        "                        linear input\n"
+        "  --kv-bits N[,N..]     KV-cache bits (2..8, 16 = FP): per token per head asymmetric\n"
+        "                        Without any of the three: rows FP32, W4A4 and W8A4. With any: FP32 plus\n"
+        "                        every combination of the lists (a part not given stays FP).\n"
+        "  --group-size N        weights per group of N input channels instead of per output channel\n"
+        "  --clip R              activation clip ratio in (0, 1] (default 1.0; QuaRot often uses 0.9)\n"
+        "  --windows N           score only the first N windows (default 0 = all)\n"
+        "  --seq-len N           window length in tokens, BOS included (default 256, at most the model's\n"
+        "                        context)\n"
+        "  --windowing stream|docs  how the text becomes windows (default stream):\n"
+        "      stream  the whole text is encoded once (run.c's encoder, no BOS) and cut into consecutive\n"
+        "              chunks of seq_len-1 tokens (a trailing partial chunk is dropped); each window is\n"
+        "              [BOS] + chunk, run from position 0, and every one of its seq_len-1 chunk tokens is\n"
+        "              scored (the first one predicted from BOS alone).\n"
+        "      docs    the text is split into documents at blank lines (lines empty or holding only\n"
+        "              spaces, tabs, CR); each document is encoded on its own and cut into chunks of\n"
+        "              seq_len-1 tokens, the last partial one included; each chunk becomes a window\n"
+        "              [BOS] + chunk from position 0 (a long document continues in further windows with a\n"
+        "              fresh BOS), every chunk token is scored; windows follow file order.\n"
+        "              Both: perplexity = exp(mean negative log-likelihood over every scored token),\n"
+        "              log-softmax in double precision.\n"
+        "  --seed N              seed of the random Hadamard signs (default 0)\n"
+        "  --quiet               no progress on stderr\n"
+        "  --help                this text\n"
+        "\n"
+        "Weights, activations and the KV cache of the decoder layers are quantized; the embeddings, the\n"
+        "final norm and lm_head stay FP32, as in QuaRot. Progress goes to stderr; the table to stdout.\n"
+        "Exit codes: 0 ok, 1 usage, 2 input (model, tokenizer or text missing or malformed), 4 cannot\n"
+        "evaluate as asked (e.g. a group size that does not divide the layer widths, text shorter than\n"
+        "one window), 5 internal or out of memory.\n");
+}
+
+/* "4,8" -> bits[], each 2..8 or 16; returns the count, 0 on a bad list (usage error printed). */
+static int parse_bits(qx_cli* cli, const char* opt, const char* s, int* bits, int cap) {
+    int n = 0;
+    const char* p = s;
+    for (;;) {
+        char tmp[32];
+        const char* comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int64_t v;
+        if (len == 0 || len >= sizeof tmp || n >= cap) {
+            qx_cli_fail(cli, QX_EXIT_USAGE, "%s: '%s' is not a list of bit widths (2..8 or 16, comma-separated)", opt, s);
+            return 0;
+        }
+        memcpy(tmp, p, len);
+        tmp[len] = '\0';
+        if (!qx_cli_int(cli, opt, tmp, 2, 16, &v)) return 0;
+        if (v > 8 && v != 16) {
+            qx_cli_fail(cli, QX_EXIT_USAGE, "%s: %lld bits: the quantizer takes 2..8 bits (16 = not quantized)", opt, (long long)v);
+            return 0;
+        }
+        bits[n++] = (int)v;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return n;
+}
+
+/* One column of the table: a model (and its online hooks). */
+typedef struct eval_variant {
+    const char* name;
+    const qx_store* store;
+    const quarot_online_list* hooks;   /* NULL: none */
+} eval_variant;
+
+typedef struct eval_progress {
+    qx_cli* cli;
+    int64_t before, total;
+    char label[96];
+} eval_progress;
+
+static void on_window(void* user, int64_t done, int64_t total) {
+    eval_progress* p = (eval_progress*)user;
+    (void)total;
+    qx_cli_progress(p->cli, p->before + done, p->total, p->label);
+}
+
+static void on_layer(void* user, int64_t layer, int64_t n_layers) {
+    qx_cli_progress((qx_cli*)user, layer, n_layers, "QuaRot: layer");
+}
+
+static int has_setting(const qx_ek_setting* s, int n, const qx_ek_setting* x) {
+    int i;
+    for (i = 0; i < n; ++i)
+        if (strcmp(s[i].label, x->label) == 0) return 1;
+    return 0;
+}
 
 int qx_cmd_eval(int argc, char** argv) {
     qx_cli cli;
-    (void)argc;
-    (void)argv;
+    const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL;
+    int w_list[8] = {16}, a_list[8] = {16}, kv_list[8] = {16}, n_w = 0, n_a = 0, n_kv = 0;
+    int64_t group = 0, windows = 0, seq_len = 256, seed = 0;
+    double clip = 1.0;
+    int windowing = QX_WINDOWING_STREAM, quiet = 0, i, j, k, rc = QX_EXIT_OK, any_kv = 0;
+    qx_ek_setting settings[QX_EK_MAX_ROWS];
+    int n_settings = 0;
+    qx_store model, rot;
+    quarot_online_list hooks;
+    qx_tokenizer tok;
+    char tok_path[4096], looked[4096 * 3 + 64], recipe[2048];
+    char* text = NULL;
+    size_t text_len = 0;
+    int32_t* stream = NULL;
+    int64_t n_stream = 0;
+    qx_windows win;
+    qx_ppl_opts po;
+    qx_ek_table table;
+    eval_variant variants[QX_EK_MAX_COLS];
+    int n_variants = 0;
+    eval_progress prog;
+    qx_load_opts lo;
+    qx_err e;
+    quarot_result r;
+    int have_model = 0, have_rot = 0, have_tok = 0, have_win = 0;
+
     qx_cli_init(&cli, "eval", 0);
-    return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "not available in this build yet");
+    for (i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        int got;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { eval_usage(stdout); return QX_EXIT_OK; }
+        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) { quiet = 1; continue; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one MODEL; see quarot eval --help)", a);
+            model_path = a;
+            continue;
+        }
+#define EVAL_OPT(name) ((got = qx_cli_opt(&cli, argc, argv, &i, name, &v)) < 0 ? -1 : got)
+        if ((got = EVAL_OPT("--text")) != 0) { if (got < 0) return QX_EXIT_USAGE; text_path = v; }
+        else if ((got = EVAL_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if ((got = EVAL_OPT("--w-bits")) != 0) { if (got < 0 || !(n_w = parse_bits(&cli, "--w-bits", v, w_list, 8))) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--a-bits")) != 0) { if (got < 0 || !(n_a = parse_bits(&cli, "--a-bits", v, a_list, 8))) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--kv-bits")) != 0) { if (got < 0 || !(n_kv = parse_bits(&cli, "--kv-bits", v, kv_list, 8))) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--group-size", v, 1, 1 << 24, &group)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--clip")) != 0) {
+            if (got < 0 || !qx_cli_float(&cli, "--clip", v, 0.0, 1.0, &clip)) return QX_EXIT_USAGE;
+            if (!(clip > 0.0)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--clip: '%s' is not a number in (0, 1]", v);
+        }
+        else if ((got = EVAL_OPT("--windows")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--seq-len")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--seed")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--windowing")) != 0) {
+            if (got < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "stream") == 0) windowing = QX_WINDOWING_STREAM;
+            else if (strcmp(v, "docs") == 0) windowing = QX_WINDOWING_DOCS;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--windowing: '%s' is neither stream nor docs", v);
+        }
+        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot eval --help)", a);
+#undef EVAL_OPT
+    }
+    cli.quiet = quiet;
+    if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot eval MODEL --text FILE; see --help)");
+    if (!text_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE given (see quarot eval --help)");
+
+    /* The rows: FP32 first, then the default pair or every combination asked for (duplicates and
+       settings that quantize nothing fold into the rows already there). */
+    settings[0].w_bits = settings[0].a_bits = settings[0].kv_bits = 16;
+    qx_ek_setting_label(&settings[0]);
+    n_settings = 1;
+    if (!n_w && !n_a && !n_kv) {
+        static const int def[2][2] = {{4, 4}, {8, 4}};
+        for (k = 0; k < 2; ++k) {
+            settings[n_settings].w_bits = def[k][0];
+            settings[n_settings].a_bits = def[k][1];
+            settings[n_settings].kv_bits = 16;
+            qx_ek_setting_label(&settings[n_settings]);
+            n_settings++;
+        }
+    } else {
+        if (!n_w) n_w = 1;
+        if (!n_a) n_a = 1;
+        if (!n_kv) n_kv = 1;
+        for (i = 0; i < n_w; ++i)
+            for (j = 0; j < n_a; ++j)
+                for (k = 0; k < n_kv; ++k) {
+                    qx_ek_setting s;
+                    s.w_bits = w_list[i];
+                    s.a_bits = a_list[j];
+                    s.kv_bits = kv_list[k];
+                    qx_ek_setting_label(&s);
+                    if (has_setting(settings, n_settings, &s)) continue;
+                    if (n_settings >= QX_EK_MAX_ROWS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "too many settings (at most %d rows)", QX_EK_MAX_ROWS);
+                    settings[n_settings++] = s;
+                }
+    }
+    for (i = 0; i < n_settings; ++i)
+        if (settings[i].kv_bits < 16) any_kv = 1;
+
+    /* Inputs: model, tokenizer, text (each failure is one line naming the file). */
+    memset(&lo, 0, sizeof lo);
+    {
+        FILE* tf = fopen(text_path, "rb");
+        if (!tf) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", text_path, strerror(errno));
+        fclose(tf);
+    }
+    r = qx_cli_load_model(model_path, &lo, &model, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
+    have_model = 1;
+    memset(&win, 0, sizeof win);
+    quarot_online_list_init(&hooks, NULL);
+    memset(&tok, 0, sizeof tok);
+    if (model.config.max_seq > 0 && seq_len > model.config.max_seq) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)",
+                         (long long)seq_len, (long long)model.config.max_seq);
+        goto done;
+    }
+    if (group) {
+        /* every quantized linear's input width must split into whole groups: say so before any work */
+        const quarot_model_config* c = &model.config;
+        int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+        if (c->hidden % group || c->intermediate % group || (c->n_heads * hd) % group) {
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--group-size %lld does not divide the layer widths (hidden %lld, intermediate %lld, heads x head_dim %lld)",
+                             (long long)group, (long long)c->hidden, (long long)c->intermediate, (long long)(c->n_heads * hd));
+            goto done;
+        }
+    }
+    if (tok_opt) {
+        snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
+    } else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
+        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE (llama2.c tokenizer.bin format)",
+                         model_path, looked);
+        goto done;
+    }
+    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
+    if (r != QUAROT_OK) {
+        rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
+        goto done;
+    }
+    have_tok = 1;
+    r = qx_ek_read_file(text_path, &text, &text_len, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+
+    /* Windows, once for every cell. */
+    memset(&po, 0, sizeof po);
+    po.seq_len = seq_len;
+    po.max_windows = windows;
+    qx_cli_phase(&cli);
+    if (windowing == QX_WINDOWING_STREAM) {
+        int64_t cap = qx_tokenizer_max_tokens(text_len);
+        stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
+        if (!stream) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "%s: out of memory", text_path); goto done; }
+        r = qx_tokenizer_encode(&tok, text, text_len, 0, 0, stream, cap, &n_stream, &e);
+        if (r == QUAROT_OK) r = qx_windows_stream(&win, stream, n_stream, &po, &e);
+    } else {
+        r = qx_windows_docs(&win, &tok, text, text_len, &po, &e);
+    }
+    if (r != QUAROT_OK) {
+        if (r == QUAROT_ERR_INVALID_ARGUMENT)
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: too short for one window of %lld tokens (%s)", text_path, (long long)seq_len, e.msg);
+        else
+            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", text_path, e.msg);
+        goto done;
+    }
+    have_win = 1;
+    qx_cli_progress_end(&cli, "tokenizing");
+
+    /* QuaRot, once. */
+    qx_cli_phase(&cli);
+    r = qx_ek_quarot(&model, (uint64_t)seed, any_kv, &rot, &hooks, recipe, sizeof recipe, on_layer, &cli, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
+    have_rot = 1;
+    qx_cli_progress_end(&cli, "QuaRot");
+
+    /* The columns. Adapt Rotation: one more variant here (its store and hooks), nothing else. */
+    variants[n_variants].name = "no rotation";
+    variants[n_variants].store = &model;
+    variants[n_variants++].hooks = NULL;
+    variants[n_variants].name = "QuaRot";
+    variants[n_variants].store = &rot;
+    variants[n_variants++].hooks = &hooks;
+
+    qx_ek_table_init(&table, "perplexity");
+    for (j = 0; j < n_variants; ++j) qx_ek_table_add_col(&table, variants[j].name);
+    for (i = 0; i < n_settings; ++i) qx_ek_table_add_row(&table, settings[i].label);
+
+    /* Every cell: build the (quantized) forward once, score every window. */
+    qx_cli_phase(&cli);
+    prog.cli = &cli;
+    prog.total = (int64_t)n_settings * n_variants * win.n;
+    prog.before = 0;
+    for (i = 0; i < n_settings && rc == QX_EXIT_OK; ++i) {
+        qx_fake_quant_opts q;
+        qx_ek_setting_quant(&settings[i], group, clip, &q);
+        for (j = 0; j < n_variants && rc == QX_EXIT_OK; ++j) {
+            qx_ek_forward ef;
+            qx_ppl_result res;
+            double t0 = qx_cli_now();
+            r = qx_ek_forward_init(&ef, variants[j].store, variants[j].hooks, &q, NULL, NULL, &e);
+            if (r != QUAROT_OK) {
+                rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s",
+                                 settings[i].label, variants[j].name, e.msg);
+                break;
+            }
+            snprintf(prog.label, sizeof prog.label, "%s, %s: window", settings[i].label, variants[j].name);
+            r = qx_eval_windows(&ef.f, &win, on_window, &prog, &res, &e);
+            if (r == QUAROT_OK && qx_ek_forward_status(&ef) != QUAROT_OK) {
+                r = qx_ek_forward_status(&ef);
+                snprintf(e.msg, sizeof e.msg, "online rotation: %s", quarot_result_string(r));
+            }
+            qx_ek_forward_free(&ef);
+            if (r != QUAROT_OK) {
+                rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s",
+                                 settings[i].label, variants[j].name, e.msg);
+                break;
+            }
+            table.v[i][j] = res.ppl;
+            prog.before += win.n;
+            if (qx_cli_now() - cli.t0 >= 1.0)
+                qx_cli_info(&cli, "%s, %s: perplexity %.4f (%.1f s)", settings[i].label, variants[j].name, res.ppl, qx_cli_now() - t0);
+        }
+    }
+    if (rc != QX_EXIT_OK) goto done;
+    qx_cli_progress_end(&cli, "evaluation");
+
+    /* The report. */
+    {
+        const quarot_model_config* c = &model.config;
+        printf("model      %s: %s, %s, hidden %lld, intermediate %lld, %lld layers, %lld heads (%lld KV), vocab %lld\n",
+               model_path, model.source_format[0] ? model.source_format : "?", c->arch, (long long)c->hidden,
+               (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
+               (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)c->vocab);
+        printf("tokenizer  %s\n", tok_path);
+        printf("text       %s: %lu bytes\n", text_path, (unsigned long)text_len);
+        if (windowing == QX_WINDOWING_STREAM)
+            printf("windows    %lld x seq_len %lld, stream windowing (text encoded once: %lld tokens; [BOS] + %lld consecutive tokens per window)\n",
+                   (long long)win.n, (long long)seq_len, (long long)n_stream, (long long)(seq_len - 1));
+        else
+            printf("windows    %lld, seq_len %lld, docs windowing (%lld of %lld documents split at blank lines, each from [BOS]; longer ones continue in further windows)\n",
+                   (long long)win.n, (long long)seq_len, (long long)win.n_docs, (long long)win.n_docs_total);
+        printf("scored     %lld tokens\n", (long long)win.n_predicted);
+        printf("quant      weights RTN symmetric per %s; activations per token symmetric, clip %.2f; KV cache %s\n",
+               group ? "group" : "output channel", clip, any_kv ? "per token per head asymmetric" : "FP32");
+        if (group) printf("           weight groups of %lld input channels\n", (long long)group);
+        {
+            /* the recipe, each line indented under "QuaRot" */
+            char* line = recipe;
+            int first = 1;
+            while (*line) {
+                char* nl = strchr(line, '\n');
+                size_t n = nl ? (size_t)(nl - line) : strlen(line);
+                printf("%-10s %.*s\n", first ? "QuaRot" : "", (int)n, line);
+                first = 0;
+                line += n + (nl ? 1 : 0);
+            }
+        }
+        printf("\n");
+        qx_ek_table_print(stdout, &table);
+        fflush(stdout);
+    }
+
+done:
+    if (have_win) qx_windows_free(&win);
+    free(stream);
+    free(text);
+    if (have_tok) qx_tokenizer_free(&tok);
+    if (have_rot) qx_store_free(&rot);
+    quarot_online_list_free(&hooks);
+    if (have_model) qx_store_free(&model);
+    return rc;
 }

@@ -1,10 +1,470 @@
-/* qx_cmd_inspect.c - `quarot inspect` (being written). */
+/* qx_cmd_inspect.c - `quarot inspect MODEL`: what a model is and what rotating it will do.
+
+   Four sections on stdout:
+     config       every quarot_model_config field, defaults resolved (n_kv_heads, head_dim, eps, theta)
+     tensors      name, dtype, shape, bytes; models with more than a few layers are summarized by
+                  layer pattern ("model.layers.{0..31}.mlp.up_proj.weight  x32")
+     hadamard     the construction each rotated dimension gets (hidden: R1, head_dim: R2 / R3,
+                  intermediate: the online down_proj R4, n_heads: the online o_proj rotation), as
+                  examples/hadamard_sizes.c prints it, with the block-diagonal fallback when none exists
+     outliers     the forward pass (qx_forward) on a short text or random token ids, before and after
+                  rotation (an in-memory copy rotated with default QuaRot + online hooks): per decoder
+                  layer, at the q/k/v input and the down_proj input, max |x| over channels, the ratio of
+                  the largest per-channel max |x| to the median one, and the kurtosis of all values
+                  (E[(x-mean)^4] / var^2; 3 for a Gaussian, large with outlier channels).
+   The statistics need the weights in f32 twice (original and rotated): --no-stats skips them. */
 #include "qx_cli.h"
+#include "qx_forward.h"
+#include "qx_model.h"
+#include "qx_online.h"
+#include "qx_tokenizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void inspect_usage(FILE* f) {
+    fprintf(f,
+        "usage: quarot inspect MODEL [options]\n"
+        "\n"
+        "Print MODEL's configuration (every field, defaults resolved), its tensors (name, dtype, shape,\n"
+        "bytes; summarized by layer pattern for models with many layers), the Hadamard construction each\n"
+        "rotated dimension gets (hidden: R1; head_dim: R2 and the q/k rotation R3; intermediate: the online\n"
+        "down_proj rotation; n_heads: the online o_proj rotation), and activation outlier statistics:\n"
+        "the forward pass runs on a short text (or random token ids) through the original model and\n"
+        "through a copy rotated in memory with QuaRot (R1 + R2 folded, online Hadamard hooks), and for\n"
+        "every decoder layer reports, at the q/k/v input and the down_proj input,\n"
+        "  max        the largest |x| over all tokens and channels\n"
+        "  max/med    largest per-channel max |x| divided by the median per-channel max |x|\n"
+        "  kurt       kurtosis of all values, E[(x-mean)^4]/var^2 (3 for a Gaussian)\n"
+        "MODEL: a llama2.c .bin, a Hugging Face safetensors directory or file, or a GGUF file.\n"
+        "\n"
+        "options:\n"
+        "  --text FILE        text for the statistics (llama2.c tokenizer); default: random token ids\n"
+        "  --tokenizer FILE   llama2.c tokenizer; default: tok<vocab>.bin, tok512.bin or tokenizer.bin\n"
+        "                     beside MODEL\n"
+        "  --tokens N         tokens to run (default 128, at most the model's context); with no --text,\n"
+        "                     N random ids from a fixed seed\n"
+        "  --seed N           seed of the random ids and of the rotation (default 0)\n"
+        "  --no-stats         skip the statistics (no forward pass; they hold the weights in f32 twice,\n"
+        "                     original and rotated, which a large model may not fit)\n"
+        "  --all-tensors      list every tensor instead of layer patterns\n"
+        "  --quiet            no progress on stderr\n"
+        "  --help             this text\n"
+        "\n"
+        "Exit codes: 0 ok, 1 usage, 2 input (MODEL, text or tokenizer missing or malformed), 4 the\n"
+        "statistics cannot be computed (e.g. the model cannot be rotated), 5 internal or out of memory.\n");
+}
+
+/* ---- config and tensors ----------------------------------------------------------------------- */
+
+static const char* norm_name(quarot_norm_kind k) { return k == QUAROT_NORM_LAYER ? "layernorm" : "rmsnorm"; }
+static const char* act_name(quarot_act_kind k) { return k == QUAROT_ACT_RELU ? "relu" : k == QUAROT_ACT_GELU ? "gelu (tanh)" : "silu"; }
+
+static void print_config(const qx_store* s, const char* path) {
+    const quarot_model_config* c = &s->config;
+    int64_t kv = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
+    int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+    printf("model: %s\n  format          %s\n", path, s->source_format[0] ? s->source_format : "?");
+    printf("  arch            %s\n", c->arch);
+    printf("  hidden          %lld\n  intermediate    %lld\n  n_layers        %lld\n", (long long)c->hidden,
+           (long long)c->intermediate, (long long)c->n_layers);
+    printf("  n_heads         %lld\n  n_kv_heads      %lld%s\n  head_dim        %lld%s\n", (long long)c->n_heads, (long long)kv,
+           c->n_kv_heads ? "" : " (= n_heads)", (long long)hd, c->head_dim ? "" : " (= hidden / n_heads)");
+    printf("  vocab           %lld\n  max_seq         %lld\n", (long long)c->vocab, (long long)c->max_seq);
+    printf("  norm            %s, eps %g%s\n", norm_name(c->norm), c->norm_eps > 0 ? (double)c->norm_eps : 1e-5,
+           c->norm_eps > 0 ? "" : " (default)");
+    printf("  mlp             %s, %s\n", c->mlp == QUAROT_MLP_PLAIN ? "plain" : "gated", act_name(c->act));
+    printf("  rope            theta %g%s, %s pairs\n", c->rope_theta > 0 ? (double)c->rope_theta : 10000.0,
+           c->rope_theta > 0 ? "" : " (default)", c->rope_interleaved ? "interleaved (2i, 2i+1)" : "half-split (i, i+head_dim/2)");
+    printf("  tied_embeddings %s\n  biases          q/k/v %s, o %s, mlp %s\n  qk_norm         %s\n", c->tied_embeddings ? "yes" : "no",
+           c->attn_qkv_bias ? "yes" : "no", c->attn_out_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no", c->qk_norm ? "yes" : "no");
+}
+
+static int64_t layer_of(const char* name, size_t* pos, size_t* len) {
+    const char* p = name;
+    while ((p = strstr(p, "layers.")) != NULL) {
+        const char* q = p + 7;
+        int64_t v = 0;
+        int digits = 0;
+        if (p == name || p[-1] == '.') {
+            while (*q >= '0' && *q <= '9' && digits < 12) { v = v * 10 + (*q - '0'); ++q; ++digits; }
+            if (digits > 0 && *q == '.') { *pos = (size_t)(p + 7 - name); *len = (size_t)digits; return v; }
+        }
+        p += 7;
+    }
+    return -1;
+}
+
+static void shape_text(const quarot_tensor* t, char* buf, size_t n) {
+    int d, nd = 1;
+    size_t o = 0;
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
+        if (t->ne[d] > 1) nd = d + 1;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (d = nd - 1; d >= 0 && o < n; --d) o += (size_t)snprintf(buf + o, n - o, "%lld%s", (long long)t->ne[d], d ? ", " : "]");
+}
+
+static void human(double bytes, char* buf, size_t n) {
+    if (bytes >= 1024.0 * 1024.0 * 1024.0) snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    else if (bytes >= 1024.0 * 1024.0) snprintf(buf, n, "%.2f MiB", bytes / (1024.0 * 1024.0));
+    else if (bytes >= 1024.0) snprintf(buf, n, "%.1f KiB", bytes / 1024.0);
+    else snprintf(buf, n, "%.0f B", bytes);
+}
+
+static void print_tensors(const qx_store* s, int all) {
+    int64_t i, j, counts[5] = {0, 0, 0, 0, 0};
+    double total = 0;
+    char hb[32], sh[96];
+    int summarize = !all && s->config.n_layers > 2;
+    for (i = 0; i < s->count; ++i) {
+        total += (double)quarot_tensor_nelements(&s->items[i].t) * (double)quarot_dtype_size(s->items[i].t.dtype);
+        if ((int)s->items[i].t.dtype >= 0 && (int)s->items[i].t.dtype < 5) counts[s->items[i].t.dtype]++;
+    }
+    human(total, hb, sizeof hb);
+    printf("\ntensors: %lld, %s (", (long long)s->count, hb);
+    for (j = 1, i = 0; j < 5; ++j)
+        if (counts[j]) printf("%s%s: %lld", i++ ? ", " : "", quarot_dtype_name((quarot_dtype)j), (long long)counts[j]);
+    printf(")%s\n", summarize ? "; per-layer tensors summarized as model.layers.{first..last}" : "");
+    printf("  %-52s %-5s %-18s %s\n", "name", "dtype", "shape", "bytes");
+    for (i = 0; i < s->count; ++i) {
+        const qx_entry* e = &s->items[i];
+        size_t pos = 0, len = 0;
+        int64_t L = layer_of(e->name, &pos, &len), lo = L, hi = L, n_same = 1;
+        double bytes = (double)quarot_tensor_nelements(&e->t) * (double)quarot_dtype_size(e->t.dtype);
+        char name[200];
+        if (summarize && L >= 0) {
+            /* print a pattern once, at its first member: the other layers with the same suffix */
+            int first = 1;
+            for (j = 0; j < s->count; ++j) {
+                size_t p2, l2;
+                const qx_entry* f = &s->items[j];
+                int64_t L2 = layer_of(f->name, &p2, &l2);
+                if (j == i || L2 < 0 || p2 != pos || strncmp(f->name, e->name, pos) != 0 ||
+                    strcmp(f->name + p2 + l2, e->name + pos + len) != 0) continue;
+                if (j < i) first = 0;
+                if (f->t.dtype == e->t.dtype && memcmp(f->t.ne, e->t.ne, sizeof e->t.ne) == 0) {
+                    n_same++;
+                    if (L2 < lo) lo = L2;
+                    if (L2 > hi) hi = L2;
+                }
+            }
+            if (!first) continue;
+            if (n_same > 1) {
+                snprintf(name, sizeof name, "%.*s{%lld..%lld}%s", (int)pos, e->name, (long long)lo, (long long)hi, e->name + pos + len);
+                shape_text(&e->t, sh, sizeof sh);
+                human(bytes, hb, sizeof hb);
+                printf("  %-52s %-5s %-18s %s each, x%lld\n", name, quarot_dtype_name(e->t.dtype), sh, hb, (long long)n_same);
+                continue;
+            }
+        }
+        shape_text(&e->t, sh, sizeof sh);
+        human(bytes, hb, sizeof hb);
+        printf("  %-52s %-5s %-18s %s\n", e->name, quarot_dtype_name(e->t.dtype), sh, hb);
+    }
+}
+
+/* ---- Hadamard constructions ------------------------------------------------------------------- */
+
+static const char* construction_name(quarot_hadamard_construction c) {
+    switch (c) {
+        case QUAROT_HADAMARD_SYLVESTER: return "Sylvester";
+        case QUAROT_HADAMARD_PALEY1: return "Paley I";
+        case QUAROT_HADAMARD_PALEY2: return "Paley II";
+        case QUAROT_HADAMARD_TABLE: return "embedded table";
+        case QUAROT_HADAMARD_KRONECKER: return "Kronecker product";
+        default: return "none";
+    }
+}
+
+static void describe_dim(const char* label, const char* use, int64_t n) {
+    quarot_hadamard_info info;
+    printf("  %-13s %7lld  ", label, (long long)n);
+    if (quarot_hadamard_info_get(n, &info) == QUAROT_OK) {
+        if (info.K == 1) printf("H_%lld = H_2^%d (Sylvester)", (long long)n, info.m);
+        else if (info.m == 0) printf("H_%lld by %s", (long long)n, construction_name(info.construction));
+        else printf("H_%lld = H_%lld (x) H_2^%d, H_%lld by %s", (long long)n, (long long)info.K, info.m, (long long)info.K,
+                    construction_name(info.construction));
+        if (info.construction == QUAROT_HADAMARD_PALEY1 || info.construction == QUAROT_HADAMARD_PALEY2) printf(" over GF(%lld)", (long long)info.q);
+        if (info.construction == QUAROT_HADAMARD_KRONECKER) printf(" H_%lld (x) H_%lld", (long long)info.a, (long long)info.b);
+        printf("; %.4g adds/row", (double)n * info.m + (info.K > 1 ? (double)info.K * (double)n : 0.0));
+    } else {
+        int64_t b = quarot_hadamard_largest_block(n, n);
+        printf("no Hadamard of order %lld", (long long)n);
+        if (b > 1) printf("; block-diagonal fallback: %lld blocks of %lld", (long long)(n / b), (long long)b);
+        else printf("; fallback: random orthogonal (offline rotations only)");
+    }
+    printf("  -- %s\n", use);
+}
+
+/* ---- activation statistics -------------------------------------------------------------------- */
+
+typedef struct site_stats {
+    int64_t n;                /* channels */
+    float* chmax;             /* [n] per-channel max |x| */
+    double sum, sum2, sum3, sum4, count, absmax;
+} site_stats;
+
+typedef struct capture_ctx {
+    site_stats* st;           /* [n_layers][2]: q/k/v input, down_proj input */
+    int64_t n_layers;
+    int failed;
+} capture_ctx;
+
+static void on_capture(void* user, int64_t layer, const char* linear, const float* x, int64_t rows, int64_t n) {
+    capture_ctx* c = (capture_ctx*)user;
+    site_stats* s;
+    int64_t r, j;
+    int site;
+    if (layer < 0 || layer >= c->n_layers) return;
+    if (strstr(linear, "q_proj.weight")) site = 0;   /* q, k and v see the same input: count it once */
+    else if (strstr(linear, "down_proj.weight") || strstr(linear, ".fc2.weight")) site = 1;
+    else return;
+    s = &c->st[layer * 2 + site];
+    if (!s->chmax) {
+        s->chmax = (float*)calloc((size_t)n, sizeof(float));
+        if (!s->chmax) { c->failed = 1; return; }
+        s->n = n;
+    }
+    if (s->n != n) { c->failed = 1; return; }
+    for (r = 0; r < rows; ++r)
+        for (j = 0; j < n; ++j) {
+            double v = x[r * n + j], a = fabs(v);
+            if ((float)a > s->chmax[j]) s->chmax[j] = (float)a;
+            if (a > s->absmax) s->absmax = a;
+            s->sum += v;
+            s->sum2 += v * v;
+            s->sum3 += v * v * v;
+            s->sum4 += v * v * v * v;
+        }
+    s->count += (double)(rows * n);
+}
+
+static int cmp_float(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* max over channels / median over channels of per-channel max |x|, and the kurtosis of all values. */
+static void summarize(const site_stats* s, double* ratio, double* kurt) {
+    float* tmp;
+    double med, m, var, m4;
+    *ratio = *kurt = NAN;
+    if (!s->chmax || s->count < 2) return;
+    tmp = (float*)malloc((size_t)s->n * sizeof(float));
+    if (!tmp) return;
+    memcpy(tmp, s->chmax, (size_t)s->n * sizeof(float));
+    qsort(tmp, (size_t)s->n, sizeof(float), cmp_float);
+    med = s->n % 2 ? tmp[s->n / 2] : 0.5 * ((double)tmp[s->n / 2 - 1] + (double)tmp[s->n / 2]);
+    *ratio = med > 0 ? (double)tmp[s->n - 1] / med : INFINITY;
+    free(tmp);
+    /* central moments from raw sums: E[(x-m)^4] = E[x^4] - 4m E[x^3] + 6m^2 E[x^2] - 3m^4 */
+    m = s->sum / s->count;
+    var = s->sum2 / s->count - m * m;
+    m4 = s->sum4 / s->count - 4 * m * s->sum3 / s->count + 6 * m * m * s->sum2 / s->count - 3 * m * m * m * m;
+    *kurt = var > 0 ? m4 / (var * var) : NAN;
+}
+
+static void free_stats(site_stats* st, int64_t n) {
+    int64_t i;
+    if (!st) return;
+    for (i = 0; i < n; ++i) free(st[i].chmax);
+    free(st);
+}
+
+/* One forward pass of tokens through s (with hooks when given), capturing the two sites. */
+static quarot_result collect(const qx_store* s, const quarot_online_list* hooks, const int32_t* tokens, int64_t T,
+                             site_stats** out, qx_err* e) {
+    qx_forward f;
+    qx_forward_opts o;
+    qx_online_ctx oc;
+    capture_ctx cc;
+    quarot_result r;
+    memset(&o, 0, sizeof o);
+    memset(&cc, 0, sizeof cc);
+    cc.n_layers = s->config.n_layers;
+    cc.st = (site_stats*)calloc((size_t)(2 * cc.n_layers), sizeof(site_stats));
+    if (!cc.st) return QUAROT_ERR_OUT_OF_MEMORY;
+    qx_online_ctx_init(&oc, hooks);
+    if (hooks) { o.online = qx_online_hooks; o.online_user = &oc; }
+    o.capture = on_capture;
+    o.capture_user = &cc;
+    r = qx_forward_init(&f, s, &o, e);
+    if (r == QUAROT_OK) {
+        r = qx_forward_window(&f, tokens, T, NULL, e);
+        qx_forward_free(&f);
+    }
+    if (r == QUAROT_OK && oc.status != QUAROT_OK) { r = oc.status; qx_err_set(e, "online hooks: %s", quarot_result_string(r)); }
+    if (r == QUAROT_OK && cc.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "statistics: out of memory"); }
+    qx_online_ctx_free(&oc);
+    if (r != QUAROT_OK) { free_stats(cc.st, 2 * cc.n_layers); return r; }
+    *out = cc.st;
+    return QUAROT_OK;
+}
+
+/* Default tokenizer beside a model: tok<vocab>.bin, tok512.bin, tokenizer.bin. */
+static int find_tokenizer(const char* model, int64_t vocab, char* out, size_t n) {
+    const char* slash = strrchr(model, '/');
+    size_t dl = slash ? (size_t)(slash - model) + 1 : 0;
+    char names[3][40];
+    int k;
+    snprintf(names[0], sizeof names[0], "tok%lld.bin", (long long)vocab);
+    snprintf(names[1], sizeof names[1], "tok512.bin");
+    snprintf(names[2], sizeof names[2], "tokenizer.bin");
+    for (k = 0; k < 3; ++k) {
+        FILE* f;
+        if (dl + strlen(names[k]) + 1 > n) return 0;
+        memcpy(out, model, dl);
+        strcpy(out + dl, names[k]);
+        if ((f = fopen(out, "rb")) != NULL) { fclose(f); return 1; }
+    }
+    return 0;
+}
 
 int qx_cmd_inspect(int argc, char** argv) {
     qx_cli cli;
-    (void)argc;
-    (void)argv;
-    qx_cli_init(&cli, "inspect", 0);
-    return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "not available in this build yet");
+    const char *path = NULL, *text = NULL, *tok_path = NULL, *v;
+    int64_t n_tokens = 128, seed = 0;
+    int quiet = 0, no_stats = 0, all = 0, i, k, rc = QX_EXIT_OK;
+    qx_store s, rot;
+    qx_load_opts lo;
+    qx_err e;
+    quarot_result r;
+    int32_t* tokens = NULL;
+    int64_t T = 0, L;
+    site_stats *before = NULL, *after = NULL;
+    quarot_online_list hooks;
+    char tok_buf[4096];
+
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--quiet") == 0) quiet = 1;
+    qx_cli_init(&cli, "inspect", quiet);
+    for (i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { inspect_usage(stdout); return QX_EXIT_OK; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (usage: quarot inspect MODEL [options])", a);
+            path = a;
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) continue;
+        if (strcmp(a, "--no-stats") == 0) { no_stats = 1; continue; }
+        if (strcmp(a, "--all-tensors") == 0) { all = 1; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--text", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; text = v; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokenizer", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; tok_path = v; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokens", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--tokens", v, 2, 1 << 20, &n_tokens)) return QX_EXIT_USAGE;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
+            continue;
+        }
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot inspect --help)", a);
+    }
+    if (!path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs MODEL (usage: quarot inspect MODEL [options])");
+
+    memset(&lo, 0, sizeof lo);
+    r = qx_cli_load_model(path, &lo, &s, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    qx_store_init(&rot);
+    quarot_online_list_init(&hooks, NULL);
+    L = s.config.n_layers;
+
+    /* Tokens first, so that a bad --text fails before anything is printed. */
+    if (!no_stats) {
+        if (s.config.max_seq > 0 && n_tokens > s.config.max_seq) n_tokens = s.config.max_seq;
+        if (text) {
+            qx_tokenizer tk;
+            int32_t* all_tokens = NULL;
+            int64_t n_all = 0;
+            if (!tok_path) {
+                if (!find_tokenizer(path, s.config.vocab, tok_buf, sizeof tok_buf)) {
+                    rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: no tok%lld.bin, tok512.bin or tokenizer.bin beside the model; pass "
+                                                           "--tokenizer FILE (or drop --text for random token ids)",
+                                     path, (long long)s.config.vocab);
+                    goto done;
+                }
+                tok_path = tok_buf;
+            }
+            if ((r = qx_tokenizer_load(&tk, tok_path, (int32_t)s.config.vocab, &e)) != QUAROT_OK) {
+                rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg);
+                goto done;
+            }
+            r = qx_tokenize_file(&tk, text, 1, 0, &all_tokens, &n_all, &e);
+            qx_tokenizer_free(&tk);
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+            if (n_all < 2) { free(all_tokens); rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: too short (fewer than 2 tokens)", text); goto done; }
+            T = n_all < n_tokens ? n_all : n_tokens;
+            tokens = all_tokens;
+        } else {
+            quarot_rng rng;
+            tokens = (int32_t*)malloc((size_t)n_tokens * sizeof(int32_t));
+            if (!tokens) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+            quarot_rng_seed(&rng, (uint64_t)seed);
+            tokens[0] = 1;   /* BOS in llama2.c / LLaMA vocabularies */
+            for (i = 1; i < n_tokens; ++i) tokens[i] = (int32_t)(quarot_rng_u64(&rng) % (uint64_t)s.config.vocab);
+            if (s.config.vocab < 2) tokens[0] = 0;
+            T = n_tokens;
+        }
+    }
+
+    print_config(&s, path);
+    print_tensors(&s, all);
+    {
+        int64_t hd = s.config.head_dim ? s.config.head_dim : s.config.hidden / s.config.n_heads;
+        printf("\nhadamard constructions (H_n = H_K (x) H_2^m; transform cost n*m + K*n adds per row):\n");
+        describe_dim("hidden", "R1, residual stream (offline)", s.config.hidden);
+        describe_dim("head_dim", "R2 v/o per head (offline), R3 q/k after RoPE (online)", hd);
+        describe_dim("intermediate", "R4 down_proj input (online)", s.config.intermediate);
+        describe_dim("n_heads", "o_proj input across heads (online)", s.config.n_heads);
+    }
+    if (no_stats) goto done;
+
+    /* The rotated copy: default QuaRot with online hooks, in memory. */
+    {
+        quarot_model m;
+        qx_binding b;
+        quarot_rotate_desc d;
+        qx_cli_phase(&cli);
+        if ((r = qx_store_clone(&s, &rot)) != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+        memset(&d, 0, sizeof d);
+        d.seed = (uint64_t)seed;
+        d.online = 1;
+        d.online_out = &hooks;
+        qx_model_bind(&m, &b, &rot);
+        r = quarot_rotate_model(&m, &d);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: cannot rotate: %s", path, m.error); goto done; }
+        qx_model_sync(&m, &rot);
+    }
+    if ((r = collect(&s, NULL, tokens, T, &before, &e)) != QUAROT_OK ||
+        (r = collect(&rot, &hooks, tokens, T, &after, &e)) != QUAROT_OK) {
+        rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", path, e.msg);
+        goto done;
+    }
+    qx_cli_progress_end(&cli, "statistics");
+    printf("\nactivation outliers: %lld tokens (%s); per site: max |x|, max/median of per-channel max |x|, kurtosis\n",
+           (long long)T, text ? text : "random ids");
+    printf("  original, and after QuaRot (R1 + R2 folded, online down_proj and o_proj Hadamard)\n");
+    printf("  %-5s %-11s %10s %9s %9s   %10s %9s %9s\n", "layer", "site", "max", "max/med", "kurt", "rot max", "max/med", "kurt");
+    for (i = 0; i < L; ++i) {
+        int site;
+        for (site = 0; site < 2; ++site) {
+            const site_stats* b0 = &before[i * 2 + site];
+            const site_stats* a0 = &after[i * 2 + site];
+            double rb, kb, ra, ka;
+            summarize(b0, &rb, &kb);
+            summarize(a0, &ra, &ka);
+            printf("  %-5d %-11s %10.4g %9.2f %9.2f   %10.4g %9.2f %9.2f\n", i, site ? "down input" : "q/k/v input", b0->absmax, rb, kb,
+                   a0->absmax, ra, ka);
+        }
+    }
+done:
+    free_stats(before, 2 * L);
+    free_stats(after, 2 * L);
+    free(tokens);
+    quarot_online_list_free(&hooks);
+    qx_store_free(&rot);
+    qx_store_free(&s);
+    return rc;
 }

@@ -1,10 +1,451 @@
-/* qx_cmd_plot.c - `quarot plot` (being written). */
+/* qx_cmd_plot.c - `quarot plot`: the QuaRot picture. Per-channel max |activation| at one linear
+   input of one layer, before rotation and after QuaRot (with its online hooks), as two SVG panels
+   on the same y scale.
+
+   The activations come from the forward pass's capture hook: the input of q_proj (= k/v input,
+   after input_layernorm) or of down_proj (after the online Hadamard in the rotated model), before
+   any quantization, over the first --tokens tokens of the text ([BOS] + text tokens, one window).
+   For each channel j: m_j = max over tokens |x[t][j]|; the panels show m_j as bars, the median of
+   the m_j as a dashed line, and the ratio max_j m_j / median_j m_j that per-token quantization
+   suffers from (a 4-bit scale is set by the largest channel). */
 #include "qx_cli.h"
+#include "qx_evalkit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void plot_usage(FILE* f) {
+    fprintf(f,
+        "usage: quarot plot MODEL --text FILE -o OUT.svg [options]\n"
+        "\n"
+        "Draws the QuaRot picture: the largest |activation| of every channel at one layer input, before\n"
+        "rotation and after QuaRot (R1/R2 folded, online Hadamard rotations run in the forward pass), as\n"
+        "two panels on the same y scale, with the max/median channel ratio of each. The activations are\n"
+        "captured in FP32 over the first --tokens tokens of the text (one window from BOS).\n"
+        "\n"
+        "options:\n"
+        "  --text FILE         text whose first tokens drive the model (required)\n"
+        "  -o, --output FILE   the SVG to write (required); written to a temporary and renamed\n"
+        "  --layer N           decoder layer (default 1; 0 when the model has one layer)\n"
+        "  --site q|down       q: the q/k/v input (after the input norm; default); down: the down_proj\n"
+        "                      input (after the online Hadamard in the rotated model)\n"
+        "  --tokens N          tokens to run (default 256, at most the model's context)\n"
+        "  --tokenizer FILE    llama2.c tokenizer; default: tok<vocab>.bin, tok512.bin or tokenizer.bin\n"
+        "                      in the model's directory\n"
+        "  --log               logarithmic y axis (default linear)\n"
+        "  --seed N            seed of the random Hadamard signs (default 0)\n"
+        "  --force             replace an existing output file\n"
+        "  --quiet             no progress on stderr\n"
+        "  --help              this text\n"
+        "\n"
+        "stdout gets one line per panel (max, median, ratio, the largest channel) and the output path.\n"
+        "Exit codes: 0 ok, 1 usage, 2 input, 3 output (exists without --force, cannot write), 4 cannot\n"
+        "run as asked (layer out of range, text too short), 5 internal.\n");
+}
+
+/* Per-channel max |x| of one linear input, accumulated over every capture call. */
+typedef struct plot_capture {
+    int64_t layer;
+    const char* suffix;     /* "q_proj.weight" or "down_proj.weight" / "fc2.weight" */
+    const char* suffix2;
+    float* cmax;            /* [n] */
+    int64_t n;
+    int64_t rows;
+    int bad;                /* the width changed between calls */
+} plot_capture;
+
+static int ends_with(const char* s, const char* suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return suf[0] && a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static void on_capture(void* user, int64_t layer, const char* name, const float* x, int64_t rows, int64_t n) {
+    plot_capture* c = (plot_capture*)user;
+    int64_t t, j;
+    if (layer != c->layer || !(ends_with(name, c->suffix) || (c->suffix2 && ends_with(name, c->suffix2)))) return;
+    if (!c->cmax) {
+        c->cmax = (float*)calloc((size_t)n, sizeof *c->cmax);
+        if (!c->cmax) { c->bad = 1; return; }
+        c->n = n;
+    }
+    if (n != c->n) { c->bad = 1; return; }
+    for (t = 0; t < rows; ++t)
+        for (j = 0; j < n; ++j) {
+            float a = fabsf(x[t * n + j]);
+            if (a > c->cmax[j]) c->cmax[j] = a;
+        }
+    c->rows += rows;
+}
+
+static int cmp_float(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct panel_stats {
+    double max, median, ratio;
+    int64_t argmax;
+} panel_stats;
+
+static int stats_of(const float* v, int64_t n, panel_stats* s) {
+    float* tmp = (float*)malloc((size_t)n * sizeof *tmp);
+    int64_t j;
+    if (!tmp) return 0;
+    memcpy(tmp, v, (size_t)n * sizeof *tmp);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_float);
+    s->median = n % 2 ? tmp[n / 2] : 0.5 * ((double)tmp[n / 2 - 1] + (double)tmp[n / 2]);
+    s->max = tmp[n - 1];
+    s->argmax = 0;
+    for (j = 1; j < n; ++j)
+        if (v[j] > v[s->argmax]) s->argmax = j;
+    s->ratio = s->median > 0 ? s->max / s->median : INFINITY;
+    free(tmp);
+    return 1;
+}
+
+/* ---- SVG ------------------------------------------------------------------------------------ */
+
+/* A "nice" tick step (1, 2 or 5 x 10^k) giving about `want` intervals over [0, span]. */
+static double nice_step(double span, int want) {
+    double raw = span / want, p = pow(10.0, floor(log10(raw))), f = raw / p;
+    return (f <= 1.0 ? 1.0 : f <= 2.0 ? 2.0 : f <= 5.0 ? 5.0 : 10.0) * p;
+}
+
+/* XML-escape s into out. */
+static void xml_escape(char* out, size_t cap, const char* s) {
+    size_t n = 0;
+    for (; *s && n + 7 < cap; ++s) {
+        const char* rep = NULL;
+        switch (*s) {
+            case '&': rep = "&amp;"; break;
+            case '<': rep = "&lt;"; break;
+            case '>': rep = "&gt;"; break;
+            case '"': rep = "&quot;"; break;
+            default: break;
+        }
+        if (rep) { memcpy(out + n, rep, strlen(rep)); n += strlen(rep); }
+        else if ((unsigned char)*s >= 0x20 || *s == '\t') out[n++] = *s;
+    }
+    out[n] = '\0';
+}
+
+/* Format a tick label: no trailing zeros ("0.5", "12", "1e-3"). */
+static void tick_label(char* buf, size_t cap, double v) {
+    if (v != 0 && (fabs(v) < 1e-3 || fabs(v) >= 1e5)) snprintf(buf, cap, "%.0e", v);
+    else snprintf(buf, cap, "%.4g", v);
+}
+
+typedef struct plot_axes {
+    int log;
+    double ymin, ymax;       /* data range shown: linear [0, ymax]; log [ymin, ymax] (decades) */
+} plot_axes;
+
+static double y_of(const plot_axes* a, double v, double top, double h) {
+    double f;
+    if (a->log) {
+        double lv = v > a->ymin ? log10(v) : log10(a->ymin);
+        f = (lv - log10(a->ymin)) / (log10(a->ymax) - log10(a->ymin));
+    } else {
+        f = v / a->ymax;
+    }
+    if (f < 0) f = 0;
+    if (f > 1) f = 1;
+    return top + h * (1.0 - f);
+}
+
+/* One panel at (x0, y0) of size w x h (plot area inside the margins). */
+static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double w, double h, const float* v, int64_t n,
+                      const panel_stats* st, const char* title, const char* colour, const char* channel_name) {
+    double ml = 62, mr = 16, mt = 50, mb = 46;   /* margins inside the panel box */
+    double px = x0 + ml, py = y0 + mt, pw = w - ml - mr, ph = h - mt - mb, bw = pw / (double)n, ymed;
+    double xstep;
+    int64_t j;
+    char lab[64];
+    /* frame and title */
+    fprintf(f, "<g>\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fbfbfd\" stroke=\"#d0d4dc\"/>\n", px, py, pw, ph);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">%s</text>\n", px, y0 + 20, title);
+    /* y grid and ticks */
+    if (ax->log) {
+        double d;
+        for (d = floor(log10(ax->ymin) + 1e-9); d <= log10(ax->ymax) + 1e-9; d += 1.0) {
+            double yy = y_of(ax, pow(10.0, d), py, ph);
+            tick_label(lab, sizeof lab, pow(10.0, d));
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e6ec\"/>\n", px, yy, px + pw, yy);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">%s</text>\n", px - 6, yy + 4, lab);
+            /* 2x and 5x inside the decade: fainter lines, labelled when there are few decades */
+            if (d + 1.0 <= log10(ax->ymax) + 1e-9) {
+                static const double mult[2] = {2.0, 5.0};
+                int m;
+                for (m = 0; m < 2; ++m) {
+                    double vv = mult[m] * pow(10.0, d), ym = y_of(ax, vv, py, ph);
+                    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eef0f4\"/>\n", px, ym, px + pw, ym);
+                    if (log10(ax->ymax) - log10(ax->ymin) <= 3.0 + 1e-9) {
+                        tick_label(lab, sizeof lab, vv);
+                        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#888\" text-anchor=\"end\">%s</text>\n", px - 6, ym + 4, lab);
+                    }
+                }
+            }
+        }
+    } else {
+        double step = nice_step(ax->ymax, 5), t;
+        for (t = 0; t <= ax->ymax * (1 + 1e-9); t += step) {
+            double yy = y_of(ax, t, py, ph);
+            tick_label(lab, sizeof lab, t);
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e6ec\"/>\n", px, yy, px + pw, yy);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">%s</text>\n", px - 6, yy + 4, lab);
+        }
+    }
+    /* bars: one path of rectangles (thin lines when there are many channels) */
+    fprintf(f, "<path fill=\"%s\" stroke=\"none\"%s d=\"", colour, bw < 2 ? " shape-rendering=\"crispEdges\"" : "");
+    for (j = 0; j < n; ++j) {
+        double top = y_of(ax, v[j], py, ph), bx = px + bw * (double)j, bwid = bw > 3 ? bw * 0.8 : bw;
+        if (bwid < 1.0) bwid = 1.0;   /* a channel is never thinner than a pixel */
+        if (bw > 3) bx += bw * 0.1;
+        fprintf(f, "M%.2f %.2fh%.2fV%.2fh%.2fz", bx, py + ph, bwid, top, -bwid);
+    }
+    fprintf(f, "\"/>\n");
+    /* median line and its label */
+    ymed = y_of(ax, st->median, py, ph);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-width=\"1.2\" stroke-dasharray=\"5 4\"/>\n",
+            px, ymed, px + pw, ymed);
+    /* x ticks: channel indices */
+    xstep = nice_step((double)n, 8);
+    if (xstep < 1) xstep = 1;
+    {
+        double c;
+        for (c = 0; c < (double)n; c += xstep) {
+            double xx = px + bw * (c + 0.5);
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n", xx, py + ph, xx, py + ph + 4);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#555\" text-anchor=\"middle\">%.0f</text>\n", xx, py + ph + 17, c);
+        }
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#333\" text-anchor=\"middle\">%s channel</text>\n", px + pw / 2, py + ph + 36,
+            channel_name);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#333\" text-anchor=\"middle\" transform=\"rotate(-90 %.1f %.1f)\">max |activation| over tokens%s</text>\n",
+            x0 + 16, py + ph / 2, x0 + 16, py + ph / 2, ax->log ? " (log scale)" : "");
+    /* the statistics, in the panel header (never over the bars): the ratio at the right of the
+       title, the numbers behind it on the line below. Symmetric 4-bit: levels -7..7 of step max/7,
+       so a channel of magnitude m spans 7*m/max of them. */
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"15\" font-weight=\"bold\" fill=\"%s\" text-anchor=\"end\">max/median = %.2f</text>\n",
+            px + pw, y0 + 20, colour, st->ratio);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11.5\" fill=\"#555\" text-anchor=\"end\">max %.3g (channel %lld), median %.3g; 4-bit: the median channel spans %.1f of 7 levels</text>\n",
+            px + pw, y0 + 38, st->max, (long long)st->argmax, st->median, st->max > 0 ? 7.0 * st->median / st->max : 0.0);
+    fprintf(f, "</g>\n");
+}
 
 int qx_cmd_plot(int argc, char** argv) {
     qx_cli cli;
-    (void)argc;
-    (void)argv;
+    const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v = NULL, *site = "q";
+    int64_t layer = -1, n_tok_want = 256, seed = 0;
+    int quiet = 0, log_scale = 0, force = 0, i, rc = QX_EXIT_OK;
+    qx_store model, rot;
+    quarot_online_list hooks;
+    qx_tokenizer tok;
+    char tok_path[4096], looked[4096 * 3 + 64], recipe[2048], tmp_path[4200];
+    char* text = NULL;
+    size_t text_len = 0;
+    int32_t* toks = NULL;
+    int64_t n_toks = 0, T;
+    plot_capture cap[2];
+    panel_stats st[2];
+    qx_load_opts lo;
+    qx_err e;
+    quarot_result r;
+    int have_model = 0, have_rot = 0, have_tok = 0, tmp_fd = -1;
+    struct stat sb;
+
     qx_cli_init(&cli, "plot", 0);
-    return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "not available in this build yet");
+    memset(cap, 0, sizeof cap);
+    for (i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        int got;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { plot_usage(stdout); return QX_EXIT_OK; }
+        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) { quiet = 1; continue; }
+        if (strcmp(a, "--log") == 0) { log_scale = 1; continue; }
+        if (strcmp(a, "--force") == 0 || strcmp(a, "-f") == 0) { force = 1; continue; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one MODEL; see quarot plot --help)", a);
+            model_path = a;
+            continue;
+        }
+#define PLOT_OPT(name) ((got = qx_cli_opt(&cli, argc, argv, &i, name, &v)) < 0 ? -1 : got)
+        if ((got = PLOT_OPT("--text")) != 0) { if (got < 0) return QX_EXIT_USAGE; text_path = v; }
+        else if ((got = PLOT_OPT("-o")) != 0 || (got = PLOT_OPT("--output")) != 0) { if (got < 0) return QX_EXIT_USAGE; out_path = v; }
+        else if ((got = PLOT_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if ((got = PLOT_OPT("--layer")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--layer", v, 0, 1 << 20, &layer)) return QX_EXIT_USAGE; }
+        else if ((got = PLOT_OPT("--tokens")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--tokens", v, 2, 1 << 20, &n_tok_want)) return QX_EXIT_USAGE; }
+        else if ((got = PLOT_OPT("--seed")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
+        else if ((got = PLOT_OPT("--site")) != 0) {
+            if (got < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "q") != 0 && strcmp(v, "down") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--site: '%s' is neither q nor down", v);
+            site = v;
+        }
+        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot plot --help)", a);
+#undef PLOT_OPT
+    }
+    cli.quiet = quiet;
+    if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot plot MODEL --text FILE -o OUT.svg; see --help)");
+    if (!text_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE given (see quarot plot --help)");
+    if (!out_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o OUT.svg given (see quarot plot --help)");
+    if (stat(out_path, &sb) == 0 && !force)
+        return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists (pass --force to replace it)", out_path);
+    {
+        FILE* tf = fopen(text_path, "rb");
+        if (!tf) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", text_path, strerror(errno));
+        fclose(tf);
+    }
+
+    memset(&lo, 0, sizeof lo);
+    r = qx_cli_load_model(model_path, &lo, &model, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
+    have_model = 1;
+    quarot_online_list_init(&hooks, NULL);
+    memset(&tok, 0, sizeof tok);
+    if (layer < 0) layer = model.config.n_layers > 1 ? 1 : 0;
+    if (layer >= model.config.n_layers) {
+        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--layer %lld: the model has %lld layers (0..%lld)", (long long)layer,
+                         (long long)model.config.n_layers, (long long)model.config.n_layers - 1);
+        goto done;
+    }
+    if (model.config.max_seq > 0 && n_tok_want > model.config.max_seq) n_tok_want = model.config.max_seq;
+    if (tok_opt) {
+        snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
+    } else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
+        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE (llama2.c tokenizer.bin format)",
+                         model_path, looked);
+        goto done;
+    }
+    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    have_tok = 1;
+    r = qx_ek_read_file(text_path, &text, &text_len, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    /* [BOS] + the text's first tokens; only as much text as needed is encoded (a generous prefix) */
+    {
+        size_t take = text_len, want_bytes = (size_t)n_tok_want * 64 + 64;
+        int64_t capn;
+        if (take > want_bytes) take = want_bytes;
+        capn = qx_tokenizer_max_tokens(take);
+        toks = (int32_t*)malloc((size_t)capn * sizeof *toks);
+        if (!toks) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+        r = qx_tokenizer_encode(&tok, text, take, 1, 0, toks, capn, &n_toks, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", text_path, e.msg); goto done; }
+    }
+    if (n_toks < 2) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no text to run", text_path); goto done; }
+    T = n_toks < n_tok_want ? n_toks : n_tok_want;
+
+    r = qx_ek_quarot(&model, (uint64_t)seed, 0, &rot, &hooks, recipe, sizeof recipe, NULL, NULL, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
+    have_rot = 1;
+
+    /* capture the chosen input in both models (FP32; the rotated one with its online hooks) */
+    for (i = 0; i < 2; ++i) {
+        qx_ek_forward ef;
+        cap[i].layer = layer;
+        cap[i].suffix = strcmp(site, "q") == 0 ? "q_proj.weight" : "down_proj.weight";
+        cap[i].suffix2 = strcmp(site, "q") == 0 ? NULL : "fc2.weight";
+        r = qx_ek_forward_init(&ef, i ? &rot : &model, i ? &hooks : NULL, NULL, on_capture, &cap[i], &e);
+        if (r == QUAROT_OK) {
+            r = qx_forward_window(&ef.f, toks, T, NULL, &e);
+            if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
+            qx_ek_forward_free(&ef);
+        }
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", model_path, e.msg); goto done; }
+        if (cap[i].bad || !cap[i].cmax) {
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no %s input captured in layer %lld", model_path, site, (long long)layer);
+            goto done;
+        }
+        if (!stats_of(cap[i].cmax, cap[i].n, &st[i])) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+    }
+
+    /* the SVG, into a temporary beside the output, then renamed */
+    {
+        const char* slash = strrchr(model_path, '/');
+        const char* mname = slash && slash[1] ? slash + 1 : model_path;
+        char esc_model[512], title[1024], sub[1024];
+        const char* site_text = strcmp(site, "q") == 0 ? "q/k/v input (after input_layernorm)" : "down_proj input";
+        plot_axes ax;
+        double W = 1240, H = 580, top = 92, pw = (W - 40) / 2, ph = H - top - 40, gmax = st[0].max > st[1].max ? st[0].max : st[1].max;
+        FILE* f;
+        size_t k;
+        float gmin = INFINITY;
+        snprintf(tmp_path, sizeof tmp_path, "%s.tmpXXXXXX", out_path);
+        tmp_fd = mkstemp(tmp_path);
+        if (tmp_fd < 0) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot create a temporary beside it: %s", out_path, strerror(errno)); goto done; }
+        {
+            mode_t um = umask(0);   /* mkstemp makes 0600; give the file the usual 0666 & ~umask */
+            umask(um);
+            if (fchmod(tmp_fd, (mode_t)(0666 & ~um)) != 0) { /* harmless: the SVG stays private */ }
+        }
+        f = fdopen(tmp_fd, "w");
+        if (!f) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: %s", tmp_path, strerror(errno)); goto done; }
+        tmp_fd = -1;   /* owned by f now */
+        xml_escape(esc_model, sizeof esc_model, mname);
+        /* same y scale for both panels */
+        memset(&ax, 0, sizeof ax);
+        ax.log = log_scale;
+        if (log_scale) {
+            for (i = 0; i < 2; ++i)
+                for (k = 0; k < (size_t)cap[i].n; ++k)
+                    if (cap[i].cmax[k] > 0 && cap[i].cmax[k] < gmin) gmin = cap[i].cmax[k];
+            if (!(gmin < INFINITY)) gmin = 1e-3f;
+            ax.ymin = pow(10.0, floor(log10((double)gmin)));
+            ax.ymax = pow(10.0, ceil(log10(gmax > 0 ? gmax : 1.0)));
+            if (ax.ymax <= ax.ymin) ax.ymax = ax.ymin * 10;
+        } else {
+            double step = nice_step(gmax > 0 ? gmax : 1.0, 5);
+            ax.ymax = ceil((gmax > 0 ? gmax : 1.0) / step - 1e-9) * step;
+        }
+        snprintf(title, sizeof title, "%s: layer %lld %s, per-channel max |activation| over %lld tokens", esc_model, (long long)layer,
+                 site_text, (long long)T);
+        snprintf(sub, sizeof sub, "before rotation vs. after QuaRot (random Hadamard R1%s, seed %lld; online Hadamard before down_proj). Same y scale in both panels.",
+                 model.config.n_heads > 0 ? " + R2" : "", (long long)seed);
+        fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+                W, H, W, H);
+        fprintf(f, "<title>%s</title>\n", title);
+        fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, H);
+        fprintf(f, "<text x=\"20\" y=\"30\" font-size=\"18\" font-weight=\"bold\" fill=\"#111\">%s</text>\n", title);
+        fprintf(f, "<text x=\"20\" y=\"52\" font-size=\"12.5\" fill=\"#555\">%s</text>\n", sub);
+        /* legend */
+        fprintf(f, "<g font-size=\"12\" fill=\"#333\">\n");
+        fprintf(f, "<rect x=\"20\" y=\"64\" width=\"14\" height=\"12\" fill=\"#d1495b\"/><text x=\"40\" y=\"75\">channel max, no rotation</text>\n");
+        fprintf(f, "<rect x=\"210\" y=\"64\" width=\"14\" height=\"12\" fill=\"#2e86ab\"/><text x=\"230\" y=\"75\">channel max, QuaRot</text>\n");
+        fprintf(f, "<line x1=\"380\" y1=\"70\" x2=\"408\" y2=\"70\" stroke=\"#333\" stroke-width=\"1.2\" stroke-dasharray=\"5 4\"/><text x=\"414\" y=\"75\">median over channels</text>\n");
+        fprintf(f, "</g>\n");
+        svg_panel(f, &ax, 20, top, pw, ph, cap[0].cmax, cap[0].n, &st[0], "Before rotation", "#d1495b", strcmp(site, "q") == 0 ? "hidden" : "intermediate");
+        svg_panel(f, &ax, 20 + pw, top, pw, ph, cap[1].cmax, cap[1].n, &st[1], "After QuaRot rotation", "#2e86ab",
+                  strcmp(site, "q") == 0 ? "rotated hidden" : "rotated intermediate");
+        fprintf(f, "</svg>\n");
+        if (ferror(f) | fclose(f)) {
+            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: write failed: %s", tmp_path, strerror(errno));
+            unlink(tmp_path);
+            goto done;
+        }
+        if (rename(tmp_path, out_path) != 0) {
+            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot rename the temporary into place: %s", out_path, strerror(errno));
+            unlink(tmp_path);
+            goto done;
+        }
+    }
+    printf("layer %lld %s input, %lld channels, %lld tokens\n", (long long)layer, site, (long long)cap[0].n, (long long)T);
+    printf("before rotation: max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[0].max, (long long)st[0].argmax, st[0].median, st[0].ratio);
+    printf("after QuaRot:    max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[1].max, (long long)st[1].argmax, st[1].median, st[1].ratio);
+    printf("wrote %s\n", out_path);
+
+done:
+    if (tmp_fd >= 0) { close(tmp_fd); unlink(tmp_path); }
+    free(cap[0].cmax);
+    free(cap[1].cmax);
+    free(toks);
+    free(text);
+    if (have_tok) qx_tokenizer_free(&tok);
+    if (have_rot) qx_store_free(&rot);
+    quarot_online_list_free(&hooks);
+    if (have_model) qx_store_free(&model);
+    return rc;
 }

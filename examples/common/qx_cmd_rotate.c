@@ -1,10 +1,446 @@
-/* qx_cmd_rotate.c - `quarot rotate` (being written). */
+/* qx_cmd_rotate.c - `quarot rotate IN OUT`: rotate a checkpoint into a new one of the same format.
+
+   The input is mapped and validated (qx_cli_load_model), the options become a quarot_rotate_desc,
+   and qx_rotate_file runs the processor layer by layer, writing the output through temporaries
+   (see qx_rotate_file.h for the memory model). This file holds the option parsing, the output
+   path rules (where the hook file and config.json go, what counts as overwriting) and the summary. */
 #include "qx_cli.h"
+#include "qx_file.h"
+#include "qx_json.h"
+#include "qx_rotate_file.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static void rotate_usage(FILE* f) {
+    fprintf(f,
+        "usage: quarot rotate IN OUT [options]\n"
+        "\n"
+        "Rotate the checkpoint IN with QuaRot and write it to OUT in the same format: RMSNorm gains fused\n"
+        "into the linears that read them, a random Hadamard rotation R1 of the residual stream folded\n"
+        "into every weight (embeddings, q/k/v/o, gate/up/down, lm_head) and a per-head Hadamard R2 folded\n"
+        "into v_proj/o_proj. Without --online / --r3 the result is an ordinary checkpoint that any engine\n"
+        "for that format runs unchanged, computing the same function (tied embeddings become a separate\n"
+        "lm_head when the final norm is fused: llama2.c gets a separate classifier, config.json gets\n"
+        "tie_word_embeddings=false, GGUF gets output.weight).\n"
+        "\n"
+        "formats (detected from IN; OUT is the same format):\n"
+        "  llama2.c .bin        legacy v0 (run.c) and version-1 float32 exports\n"
+        "  safetensors          a Hugging Face directory (config.json + model.safetensors, or shards with\n"
+        "                       model.safetensors.index.json) or a .safetensors file with config.json beside\n"
+        "                       it; F32/F16/BF16; LLaMA, Mistral, Qwen2, Qwen3. OUT ending in .safetensors is\n"
+        "                       one file (config.json written beside it; not into IN's own directory),\n"
+        "                       anything else a directory (shards when IN was sharded, index, config.json)\n"
+        "  GGUF                 llama architecture, F32/F16/BF16 tensors (quantized GGUF is refused)\n"
+        "\n"
+        "options:\n"
+        "  --rotation KIND      R1 (and R2): hadamard (default; random signs), random (seeded Haar-random\n"
+        "                       orthogonal), adapt (Adapt Rotation, with --context FILE: not available yet)\n"
+        "  --seed N             seed of the random signs / matrices (default 0)\n"
+        "  --block-size N       R1 as block-diagonal Hadamard blocks of N (must divide hidden); -1 = full\n"
+        "                       hidden (default)\n"
+        "  --no-r2              do not fold R2 into v_proj/o_proj\n"
+        "  --online             QuaRot's online rotations: the offline halves of a Hadamard before every\n"
+        "                       down_proj (R4) and across the heads before every o_proj are folded into the\n"
+        "                       weights; the engine must apply the other halves (see below)\n"
+        "  --r3                 online q/k Hadamard after RoPE (for KV-cache quantization; weights unchanged)\n"
+        "  --max-tp-size N      online rotations stay inside 1/N of a dimension (tensor parallelism; power\n"
+        "                       of two, default 1)\n"
+        "  --down-proj-online-layers LIST   with --online: only these layers get the down_proj rotation,\n"
+        "                       e.g. \"0,3,5-7\" (default: every layer)\n"
+        "  --dtype f32|f16|bf16 output tensor dtype (default: as in IN; llama2.c is always f32)\n"
+        "  --force              replace existing outputs\n"
+        "  --quiet              no progress on stderr\n"
+        "  --help               this text\n");
+    fputs(
+        "\n"
+        "online hook file (with --online or --r3): written beside the output, OUT.quarot-online for a file,\n"
+        "OUT/quarot_online.txt for a directory, in quarot.h's text format (quarot_online_read parses it;\n"
+        "README \"Online hook file\"). Each line `hook LAYER SITE size= outer= n= inner= K= m= signs=` asks\n"
+        "the engine to transform, in that layer, the activation row at SITE -- down_input: the input of\n"
+        "down_proj; o_input: the input of o_proj; q_rope / k_rope: q and k after RoPE -- viewed as\n"
+        "[outer][n][inner], every vector along n becoming v * D * H_n / sqrt(n), H_n = H_K (x) H_{2^m} (H_K\n"
+        "given in the file; D = diag(signs), or none for signs=-). Without these transforms the rotated\n"
+        "model computes something else.\n"
+        "\n"
+        "memory: IN is memory-mapped and processed one decoder layer at a time (writable copies of one\n"
+        "layer, in f32 for f16/bf16 inputs, written and freed as soon as the layer is done); the peak is\n"
+        "about one decoder layer plus the embeddings and lm_head. Every tensor is validated (shapes,\n"
+        "NaN/Inf) before anything is written; OUT appears only when complete (written to a temporary and\n"
+        "renamed); IN is never modified; an existing OUT is only replaced with --force.\n"
+        "\n"
+        "Prints a summary on stdout (the rotations built, the hook count, the files written).\n"
+        "Exit codes: 0 ok, 1 usage, 2 input (missing, malformed or unsupported IN), 3 output (exists\n"
+        "without --force, cannot be written), 4 cannot rotate as asked, 5 internal or out of memory.\n", f);
+}
+
+/* "0,3,5-7" -> sorted distinct layer indices in [0, n_layers); 0 on error (usage error printed). */
+static int parse_layers(qx_cli* cli, const char* s, int64_t n_layers, int64_t** out, int64_t* n_out) {
+    unsigned char* mark;
+    const char* p = s;
+    int64_t i, n = 0;
+    if (!s[0]) return qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers: empty list"), 0;
+    mark = (unsigned char*)calloc((size_t)n_layers, 1);
+    if (!mark) return qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"), 0;
+    for (;;) {
+        char* end;
+        long long a, b;
+        errno = 0;
+        a = strtoll(p, &end, 10);
+        b = a;
+        if (end == p || errno || *p == '-' || *p == '+' || *p == ' ') goto bad;
+        if (*end == '-') {
+            const char* q = end + 1;
+            if (*q < '0' || *q > '9') goto bad;
+            b = strtoll(q, &end, 10);
+            if (errno || b < a) goto bad;
+        }
+        if (a < 0 || b >= n_layers) {
+            qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers: layer %lld out of range (the model has %lld layers, 0..%lld)",
+                        (long long)(a < 0 ? a : b), (long long)n_layers, (long long)(n_layers - 1));
+            free(mark);
+            return 0;
+        }
+        for (i = a; i <= b; ++i) mark[i] = 1;
+        if (*end == '\0') break;
+        if (*end != ',') goto bad;
+        p = end + 1;
+    }
+    *out = (int64_t*)malloc((size_t)n_layers * sizeof(int64_t));
+    if (!*out) { free(mark); return qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"), 0; }
+    for (i = 0; i < n_layers; ++i)
+        if (mark[i]) (*out)[n++] = i;
+    *n_out = n;
+    free(mark);
+    return 1;
+bad:
+    free(mark);
+    qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers: '%s' is not a list like 0,3,5-7", s);
+    return 0;
+}
+
+typedef struct rotate_progress {
+    qx_cli* cli;
+    const char* stage;
+} rotate_progress;
+
+static void on_progress(void* user, const char* stage, int64_t done, int64_t total) {
+    rotate_progress* rp = (rotate_progress*)user;
+    char what[64];
+    if (!rp->stage || strcmp(rp->stage, stage) != 0) {
+        if (rp->stage) {
+            snprintf(what, sizeof what, "%s", strcmp(rp->stage, "validate") == 0 ? "validation" : "rotation");
+            qx_cli_progress_end(rp->cli, what);
+        }
+        rp->stage = stage;
+        qx_cli_phase(rp->cli);
+    }
+    snprintf(what, sizeof what, "%s layer", strcmp(stage, "validate") == 0 ? "validating" : "rotating");
+    qx_cli_progress(rp->cli, done, total, what);
+}
+
+static int same_file(const char* a, const char* b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Directory part of a path ("." when none); heap string. */
+static char* dir_of(const char* path) {
+    const char* slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 1;
+    char* d = (char*)malloc(n + 2);
+    if (!d) return NULL;
+    if (!slash) strcpy(d, ".");
+    else if (slash == path) strcpy(d, "/");
+    else { memcpy(d, path, n); d[n] = '\0'; }
+    return d;
+}
+
+static char* concat(const char* a, const char* b) {
+    char* p = (char*)malloc(strlen(a) + strlen(b) + 1);
+    if (p) { strcpy(p, a); strcat(p, b); }
+    return p;
+}
+
+/* The largest shard file an index lists (0 when IN is not a sharded directory): the output is
+   split with the same maximum shard size, as Hugging Face's max_shard_size would. */
+static uint64_t largest_shard(const char* dir) {
+    char* idx = qx_path_join(dir, "model.safetensors.index.json");
+    char* text = NULL;
+    size_t len = 0, i;
+    qx_json_doc doc;
+    uint64_t best = 0;
+    qx_err e;
+    if (!idx) return 0;
+    if (qx_path_exists(idx) && qx_read_file(idx, (size_t)64 << 20, &text, &len, &e) == QUAROT_OK &&
+        qx_json_parse(text, len, idx, NULL, &doc, &e) == QUAROT_OK) {
+        const qx_json* wm = qx_json_get(doc.root, "weight_map");
+        if (wm && wm->type == QX_JSON_OBJECT)
+            for (i = 0; i < wm->count; ++i) {
+                const char* name = qx_json_as_string(&wm->items[i], NULL);
+                char* p = name && qx_is_plain_filename(name) ? qx_path_join(dir, name) : NULL;
+                struct stat st;
+                if (p && stat(p, &st) == 0 && (uint64_t)st.st_size > best) best = (uint64_t)st.st_size;
+                free(p);
+            }
+        qx_json_doc_free(&doc);
+    }
+    free(text);
+    free(idx);
+    return best;
+}
+
+/* Peak resident set of this process in MiB: VmHWM of /proc/self/status (the high-water mark of
+   this program's own address space), else getrusage (which on Linux also counts what the process
+   was before exec, e.g. a big parent that fork+exec'ed us). */
+static double peak_rss_mib(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    char line[256];
+    struct rusage ru;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) {
+            fclose(f);
+            return atof(line + 6) / 1024.0;   /* kB */
+        }
+    if (f) fclose(f);
+    memset(&ru, 0, sizeof ru);
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static const char* dir_model_files[] = {"config.json", "model.safetensors", "model.safetensors.index.json", "quarot_online.txt"};
 
 int qx_cmd_rotate(int argc, char** argv) {
     qx_cli cli;
-    (void)argc;
-    (void)argv;
-    qx_cli_init(&cli, "rotate", 0);
-    return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "not available in this build yet");
+    const char *in = NULL, *out = NULL, *v, *layers_arg = NULL, *context = NULL;
+    const char* rotation = "hadamard";
+    int64_t seed = 0, block = -1, tp = 1;
+    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, i, k, rc, dir_out = 0, hooks = 0;
+    quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
+    quarot_rotate_desc desc;
+    quarot_online_list list;
+    qx_rotate_file_opts ro;
+    qx_rotate_file_stats st;
+    qx_load_opts lo;
+    qx_store s;
+    qx_err e;
+    quarot_result r;
+    int64_t* layer_list = NULL;
+    int64_t n_layer_list = 0;
+    char *hooks_path = NULL, *config_path = NULL;
+    char src_format[32];
+    rotate_progress rp;
+
+    quarot_online_list_init(&list, NULL);
+    qx_store_init(&s);
+    /* A file-size limit makes writes fail with EFBIG instead of killing the process, so the
+       temporaries are removed and the error is reported like any other write error. */
+    signal(SIGXFSZ, SIG_IGN);
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--quiet") == 0) quiet = 1;
+    qx_cli_init(&cli, "rotate", quiet);
+    for (i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { rotate_usage(stdout); return QX_EXIT_OK; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (!in) in = a;
+            else if (!out) out = a;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (usage: quarot rotate IN OUT [options])", a);
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) continue;
+        if (strcmp(a, "--online") == 0) { online = 1; continue; }
+        if (strcmp(a, "--r3") == 0) { r3 = 1; continue; }
+        if (strcmp(a, "--no-r2") == 0) { no_r2 = 1; continue; }
+        if (strcmp(a, "--force") == 0) { force = 1; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0)
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random or adapt", v);
+            rotation = v;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--context", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            context = v;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--block-size", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--block-size", v, -1, INT64_MAX, &block)) return QX_EXIT_USAGE;
+            if (block == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size: 0 is not a block size (-1 = full hidden)");
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--max-tp-size", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--max-tp-size", v, 1, (int64_t)1 << 30, &tp)) return QX_EXIT_USAGE;
+            if (tp & (tp - 1)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--max-tp-size: %lld is not a power of two", (long long)tp);
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--down-proj-online-layers", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            layers_arg = v;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--dtype", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "f32") == 0) dtype = QUAROT_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0) dtype = QUAROT_DTYPE_F16;
+            else if (strcmp(v, "bf16") == 0) dtype = QUAROT_DTYPE_BF16;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: '%s' is not f32, f16 or bf16", v);
+            continue;
+        }
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot rotate --help)", a);
+    }
+    if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
+    if (strcmp(rotation, "adapt") == 0 || context)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt / --context: Adapt Rotation is not available yet in this build "
+                                                 "(use --rotation hadamard or random)");
+    if (layers_arg && !online) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
+    if (same_file(in, out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
+
+    /* Load (views of read-only mappings) and check the format's output rules before any work. */
+    memset(&lo, 0, sizeof lo);
+    r = qx_cli_load_model(in, &lo, &s, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    snprintf(src_format, sizeof src_format, "%s", s.source_format);
+    rc = QX_EXIT_OK;
+    hooks = online || r3;
+    if (s.config.norm == QUAROT_NORM_LAYER) {
+        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model needs RMSNorm, which its format "
+                                                 "cannot express (rotate it in memory: quarot eval)", in, s.config.arch);
+        goto done;
+    }
+    if (strncmp(src_format, "llama2c", 7) == 0 && dtype != QUAROT_DTYPE_DEFAULT && dtype != QUAROT_DTYPE_F32) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: llama2.c checkpoints are float32 only");
+        goto done;
+    }
+    if (strncmp(src_format, "safetensors", 11) == 0) {
+        size_t ol = strlen(out);
+        dir_out = !(ol > 12 && strcmp(out + ol - 12, ".safetensors") == 0);
+    }
+    if (dir_out) {
+        if (qx_path_exists(out) && !qx_is_dir(out)) {
+            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists and is not a directory (a safetensors output not ending in "
+                                                    ".safetensors is a directory)", out);
+            goto done;
+        }
+        for (k = 0; k < 4 && !force && qx_is_dir(out); ++k) {
+            char* f = qx_path_join(out, dir_model_files[k]);
+            int ex = f && qx_path_exists(f);
+            free(f);
+            if (ex) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: holds a model already (%s); use --force to replace it", out, dir_model_files[k]); goto done; }
+        }
+    } else {
+        if (qx_is_dir(out)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
+        if (!force && qx_path_exists(out)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
+        if (strncmp(src_format, "safetensors", 11) == 0) {   /* one file: its config.json beside it */
+            char* od = dir_of(out);
+            char* id = qx_is_dir(in) ? NULL : dir_of(in);
+            config_path = od ? qx_path_join(od, "config.json") : NULL;
+            if (od && (qx_is_dir(in) ? same_file(od, in) : (id && same_file(od, id)))) {
+                rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the "
+                                                        "rotated model; write to a directory (OUT without .safetensors) or elsewhere", out);
+                free(od); free(id);
+                goto done;
+            }
+            free(od);
+            free(id);
+            if (!config_path) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+            if (!force && qx_path_exists(config_path)) {
+                rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", config_path);
+                goto done;
+            }
+        }
+    }
+    /* Without online rotation a hook file left from an earlier run would be wrong for the new model:
+       it counts as an output (refused without --force, removed after success with it). */
+    hooks_path = dir_out ? qx_path_join(out, "quarot_online.txt") : concat(out, ".quarot-online");
+    if (!hooks_path) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+    if (!force && qx_path_exists(hooks_path)) {
+        rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", hooks_path);
+        goto done;
+    }
+    if (layers_arg && !parse_layers(&cli, layers_arg, s.config.n_layers, &layer_list, &n_layer_list)) { rc = QX_EXIT_USAGE; goto done; }
+
+    /* The rotation. */
+    memset(&desc, 0, sizeof desc);
+    desc.rotation = strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+    desc.r2_rotation = desc.rotation;
+    desc.seed = (uint64_t)seed;
+    desc.block_size = block;
+    desc.no_r2 = no_r2;
+    desc.online = online;
+    desc.r3 = r3;
+    desc.max_tp_size = tp;
+    if (layer_list) {
+        desc.down_proj_online = QUAROT_LAYERS_LIST;
+        desc.down_proj_online_layers = layer_list;
+        desc.n_down_proj_online_layers = n_layer_list;
+    }
+    if (hooks) desc.online_out = &list;
+
+    memset(&ro, 0, sizeof ro);
+    ro.out_path = out;
+    ro.force = force;
+    ro.dtype = dtype;
+    ro.hooks_path = hooks ? hooks_path : NULL;
+    ro.config_path = config_path;
+    ro.drop_pages = 1;
+    if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
+    memset(&rp, 0, sizeof rp);
+    rp.cli = &cli;
+    ro.progress = on_progress;
+    ro.user = &rp;
+    qx_cli_phase(&cli);
+    r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+    if (rp.stage) qx_cli_progress_end(&cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
+    if (r != QUAROT_OK) {
+        rc = st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+        if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
+        if (st.output_error) qx_cli_fail(&cli, rc, "%s", e.msg);
+        else qx_cli_fail(&cli, rc, "%s: %s", in, e.msg);
+    } else {
+        int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
+        double mib = 1.0 / (1024.0 * 1024.0);
+        for (h = 0; h < list.count; ++h) {
+            n_down += list.hooks[h].site == QUAROT_SITE_DOWN_INPUT;
+            n_o += list.hooks[h].site == QUAROT_SITE_O_INPUT;
+            n_q += list.hooks[h].site == QUAROT_SITE_Q_ROPE;
+            n_k += list.hooks[h].site == QUAROT_SITE_K_ROPE;
+        }
+        printf("rotated %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, src_format, s.config.arch,
+               (long long)s.config.n_layers, (long long)s.config.hidden, out);
+        printf("  R1: %s\n  R2: %s\n", st.r1, no_r2 ? "off (--no-r2)" : st.r2);
+        printf("  norms fused; %lld rotate commands; %s\n", (long long)st.n_commands,
+               st.untied ? "lm_head untied from the embeddings (written as a separate tensor)" : "embeddings as in the input");
+        if (hooks)
+            printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld) -> %s\n", (long long)list.count,
+                   (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k, hooks_path);
+        else
+            printf("  online hooks: none (the output runs unchanged in an ordinary engine)\n");
+        printf("  wrote %lld tensors%s%s%s\n", (long long)st.tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
+               dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", config_path ? " (+ config.json beside it)" : "");
+        printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
+               peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
+               (long long)st.max_live_layers);
+        if (hooks) qx_cli_info(&cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
+        else if (qx_path_exists(hooks_path) && remove(hooks_path) == 0)
+            qx_cli_info(&cli, "removed %s (an earlier run's hook list; this model needs none)", hooks_path);
+    }
+done:
+    quarot_online_list_free(&list);
+    free(layer_list);
+    free(hooks_path);
+    free(config_path);
+    qx_store_free(&s);
+    return rc;
 }

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L   /* pread, lstat, link, fsync */
 #endif
 #include "qx_llama2c.h"
+#include "qx_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -332,8 +333,6 @@ quarot_result qx_l2c_read_memory(const void* data, size_t size, const char* name
     return r;
 }
 
-static void qx__munmap(void* p, size_t n) { munmap(p, n); }
-
 quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, qx_store* out, qx_err* err) {
     struct stat st;
     void* map;
@@ -367,8 +366,10 @@ quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, q
         r = qx__load((const unsigned char*)map, size, path, 1, out, err);
         munmap(map, size);
     } else {
-        r = qx_store_add_backing(out, qx__munmap, map, size);   /* released by qx_store_free */
-        if (r != QUAROT_OK) qx_err_set(err, "%s: out of memory", path);
+        qx_map* m = (qx_map*)malloc(sizeof *m);   /* unmapped by qx_store_free, after the views */
+        if (m) { m->addr = map; m->len = size; }
+        r = m ? qx_store_on_free(out, qx_unmap_and_free, m) : QUAROT_ERR_OUT_OF_MEMORY;
+        if (r != QUAROT_OK) { free(m); munmap(map, size); qx_err_set(err, "%s: out of memory", path); }
         else r = qx__load((const unsigned char*)map, size, path, 0, out, err);
     }
     if (r != QUAROT_OK) qx_store_free(out);
@@ -426,12 +427,10 @@ static int qx__sink_write(qx_sink* k, const void* p, size_t n) {
 }
 
 /* Checks a store against the llama2.c model class and prepares the header. */
-static quarot_result qx__writer_header(const qx_store* s, qx_l2c_format fmt, unsigned char* hdr, qx_l2c_header* h,
-                                       const char* name, qx_err* err) {
-    const quarot_model_config* c = &s->config;
+static quarot_result qx__writer_header(const quarot_model_config* c, int shared, qx_l2c_format fmt, unsigned char* hdr,
+                                       qx_l2c_header* h, const char* name, qx_err* err) {
     int64_t kvh = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
     int64_t vals[7];
-    int shared = qx_store_find(s, "lm_head.weight") == NULL;
     int i;
     vals[0] = c->hidden; vals[1] = c->intermediate; vals[2] = c->n_layers; vals[3] = c->n_heads;
     vals[4] = kvh; vals[5] = c->vocab; vals[6] = c->max_seq;
@@ -480,6 +479,19 @@ static quarot_result qx__writer_header(const qx_store* s, qx_l2c_format fmt, uns
     return qx_l2c_parse_header(hdr, fmt == QX_L2C_V1 ? QX_L2C_V1_HEADER : QX_L2C_V0_HEADER, name, h, err);
 }
 
+/* Row `pos` of a freq_cis table, as model.py's precompute_freqs_cis in its float32 steps:
+   f = 1 / theta^(2c/head_dim), angle = pos * f, then cos/sin. (Within an ulp of PyTorch's tables;
+   95% of stories260K's values come out bit-identical.) */
+static void qx__freq_row(const qx_l2c_seg* sg, int64_t pos, float* row) {
+    int64_t c, hd = sg->ne0 * 2;
+    int real = strcmp(sg->name, "llama2c.freq_cis_real") == 0;
+    for (c = 0; c < sg->ne0; ++c) {
+        float fr = 1.0f / powf(10000.0f, (float)(2 * c) / (float)hd);
+        float a = (float)pos * fr;
+        row[c] = (float)(real ? cos((double)a) : sin((double)a));
+    }
+}
+
 /* Writes the header and every segment to k; validates everything first (before any byte). */
 static quarot_result qx__write_all(const qx_store* s, const qx_l2c_write_opts* o, qx_sink* k, int (*before_first)(void*),
                                    void* before_arg, const char* name, qx_err* err) {
@@ -493,7 +505,7 @@ static quarot_result qx__write_all(const qx_store* s, const qx_l2c_write_opts* o
     if (fmt == QX_L2C_DEFAULT) fmt = strcmp(s->source_format, "llama2c-v1") == 0 ? QX_L2C_V1 : QX_L2C_V0;
     if (fmt != QX_L2C_V0 && fmt != QX_L2C_V1) { qx_err_set(err, "%s: unknown output format %d", name, (int)fmt); return QUAROT_ERR_INVALID_ARGUMENT; }
     if (!qx__host_le()) { qx_err_set(err, "%s: writing needs a little-endian host", name); return QUAROT_ERR_UNSUPPORTED; }
-    r = qx__writer_header(s, fmt, hdr, &h, name, err);
+    r = qx__writer_header(&s->config, qx_store_find(s, "lm_head.weight") == NULL, fmt, hdr, &h, name, err);
     if (r != QUAROT_OK) return r;
     r = qx__plan_build(&h, &pl);
     if (r != QUAROT_OK) { qx_err_set(err, "%s: out of memory", name); return r; }
@@ -543,20 +555,8 @@ static quarot_result qx__write_all(const qx_store* s, const qx_l2c_write_opts* o
         const quarot_tensor* t = qx_store_find(s, sg->name);
         int64_t rr;
         for (rr = 0; rr < sg->ne1 && r == QUAROT_OK; ++rr) {
-            if (t) {
-                r = quarot_tensor_get_row_f32(t, rr, row);
-            } else {
-                /* RoPE tables as model.py's precompute_freqs_cis, in its float32 steps:
-                   f = 1 / theta^(2c/head_dim), angle = pos * f, then cos/sin. (Within an ulp of
-                   PyTorch's tables; 95% of stories260K's values come out bit-identical.) */
-                int64_t c, hd = sg->ne0 * 2;
-                int real = strcmp(sg->name, "llama2c.freq_cis_real") == 0;
-                for (c = 0; c < sg->ne0; ++c) {
-                    float fr = 1.0f / powf(10000.0f, (float)(2 * c) / (float)hd);
-                    float a = (float)rr * fr;
-                    row[c] = (float)(real ? cos((double)a) : sin((double)a));
-                }
-            }
+            if (t) r = quarot_tensor_get_row_f32(t, rr, row);
+            else qx__freq_row(sg, rr, row);
             if (r != QUAROT_OK) {
                 qx_err_set(err, "%s: cannot read tensor %s: %s", name, sg->name, quarot_result_string(r));
             } else if (!qx__sink_write(k, row, (size_t)sg->ne0 * sizeof(float))) {
@@ -675,5 +675,105 @@ quarot_result qx_l2c_write_file(const qx_store* s, const char* path, const qx_l2
         if (r != QUAROT_OK) unlink(f.tmp);
         free(f.tmp);
     }
+    return r;
+}
+
+/* ---- streaming writer ------------------------------------------------------------------------- */
+
+/* The segment plan comes from the config alone, so the file can be laid out before any tensor
+   exists; tensors then go to their offsets (positional writes, any order) through a temporary. */
+struct qx_l2c_writer {
+    qx_l2c_header h;
+    qx_l2c_plan pl;
+    unsigned char* written;    /* [pl.n] */
+    qx_out out;
+    int allow_extra;
+};
+
+void qx_l2c_writer_abort(qx_l2c_writer* w) {
+    if (!w) return;
+    qx_out_abort(&w->out);
+    free(w->pl.seg);
+    free(w->written);
+    free(w);
+}
+
+quarot_result qx_l2c_writer_begin(qx_l2c_writer** wp, const char* path, const quarot_model_config* cfg,
+                                  int shared_classifier, const qx_l2c_write_opts* opts, qx_err* err) {
+    unsigned char hdr[QX_L2C_V1_HEADER];
+    qx_l2c_writer* w;
+    qx_l2c_format fmt = opts && opts->format != QX_L2C_DEFAULT ? opts->format : QX_L2C_V0;
+    quarot_result r;
+    if (!wp || !path || !path[0] || !cfg) { qx_err_set(err, "%s: invalid argument", path ? path : "(null)"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    *wp = NULL;
+    if (fmt != QX_L2C_V0 && fmt != QX_L2C_V1) { qx_err_set(err, "%s: unknown output format %d", path, (int)fmt); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (!qx__host_le()) { qx_err_set(err, "%s: writing needs a little-endian host", path); return QUAROT_ERR_UNSUPPORTED; }
+    w = (qx_l2c_writer*)calloc(1, sizeof *w);
+    if (!w) { qx_err_set(err, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    w->out.fd = -1;
+    w->allow_extra = opts ? opts->allow_extra : 0;
+    r = qx__writer_header(cfg, shared_classifier != 0, fmt, hdr, &w->h, path, err);
+    if (r == QUAROT_OK && (r = qx__plan_build(&w->h, &w->pl)) != QUAROT_OK) qx_err_set(err, "%s: out of memory", path);
+    if (r == QUAROT_OK && !(w->written = (unsigned char*)calloc((size_t)w->pl.n, 1))) {
+        qx_err_set(err, "%s: out of memory", path);
+        r = QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    if (r == QUAROT_OK) r = qx_out_begin(&w->out, path, opts ? opts->force : 0, err);
+    if (r == QUAROT_OK) r = qx_out_pwrite(&w->out, hdr, (size_t)w->h.header_bytes, 0, err);
+    if (r != QUAROT_OK) { qx_l2c_writer_abort(w); return r; }
+    *wp = w;
+    return QUAROT_OK;
+}
+
+quarot_result qx_l2c_writer_put(qx_l2c_writer* w, const char* name, const quarot_tensor* t, qx_err* err) {
+    int64_t i;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < w->pl.n; ++i)
+        if (strcmp(w->pl.seg[i].name, name) == 0) break;
+    if (i == w->pl.n) {
+        if (w->allow_extra) return QUAROT_OK;
+        qx_err_set(err, "%s: tensor %s has no place in the llama2.c format", w->out.path, name);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    {
+        const qx_l2c_seg* sg = &w->pl.seg[i];
+        if (w->written[i]) { qx_err_set(err, "%s: tensor %s written twice", w->out.path, name); return QUAROT_ERR_STATE; }
+        if (quarot_tensor_validate(t) != QUAROT_OK || t->ne[0] != sg->ne0 || t->ne[1] != sg->ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
+            qx_err_set(err, "%s: tensor %s is [%lld][%lld], expected [%lld][%lld]", w->out.path, name, (long long)t->ne[1],
+                       (long long)t->ne[0], (long long)sg->ne1, (long long)sg->ne0);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        w->written[i] = 1;
+        return qx_out_tensor(&w->out, w->h.header_bytes + 4 * sg->off, QUAROT_DTYPE_F32, t, 0, 0, name, err);
+    }
+}
+
+quarot_result qx_l2c_writer_finish(qx_l2c_writer* w, qx_err* err) {
+    quarot_result r = QUAROT_OK;
+    float* row = NULL;
+    int64_t i, rr;
+    if (!w) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < w->pl.n && r == QUAROT_OK; ++i) {
+        const qx_l2c_seg* sg = &w->pl.seg[i];
+        if (w->written[i]) continue;
+        if (strncmp(sg->name, "llama2c.", 8) != 0) {
+            qx_err_set(err, "%s: tensor %s was never written", w->out.path, sg->name);
+            r = QUAROT_ERR_STATE;
+            break;
+        }
+        /* a v0 file needs the RoPE tables; computed as model.py does when not given */
+        free(row);
+        row = (float*)malloc((size_t)sg->ne0 * sizeof(float));
+        if (!row) { qx_err_set(err, "%s: out of memory", w->out.path); r = QUAROT_ERR_OUT_OF_MEMORY; break; }
+        for (rr = 0; rr < sg->ne1 && r == QUAROT_OK; ++rr) {
+            qx__freq_row(sg, rr, row);
+            r = qx_out_pwrite(&w->out, row, (size_t)sg->ne0 * sizeof(float),
+                              w->h.header_bytes + 4 * (sg->off + (uint64_t)rr * (uint64_t)sg->ne0), err);
+        }
+    }
+    free(row);
+    if (r == QUAROT_OK) r = qx_out_sync(&w->out, w->h.expected_size, err);
+    if (r == QUAROT_OK) r = qx_out_publish(&w->out, err);
+    qx_l2c_writer_abort(w);   /* frees; removes the temporary unless published */
     return r;
 }

@@ -110,6 +110,21 @@ quarot_result qx_l2c_write_file(const qx_store* s, const char* path, const qx_l2
 quarot_result qx_l2c_write_memory(const qx_store* s, const qx_l2c_write_opts* opts, void** data, size_t* size,
                                   qx_err* err);
 
+/* Streaming writer (what `quarot rotate` uses to write layer by layer). The layout follows from the
+   config alone (shapes as qx_l2c_write_file checks them; shared_classifier = 1: no lm_head.weight
+   segment), so begin creates the temporary beside `path` and writes the header before any tensor
+   exists; put writes one tensor (store name, f32/f16/bf16/f64, any strides, converted to float32)
+   at its offset, in any order, each once; finish checks every tensor was written (v0 freq_cis
+   tables not given are computed as qx_l2c_write_file does), syncs and renames into place, and
+   frees w in every case; abort removes the temporary and frees w (NULL is fine).
+   opts: format (DEFAULT = V0), force, allow_extra (put ignores names without a place). */
+typedef struct qx_l2c_writer qx_l2c_writer;
+quarot_result qx_l2c_writer_begin(qx_l2c_writer** w, const char* path, const quarot_model_config* cfg,
+                                  int shared_classifier, const qx_l2c_write_opts* opts, qx_err* err);
+quarot_result qx_l2c_writer_put(qx_l2c_writer* w, const char* name, const quarot_tensor* t, qx_err* err);
+quarot_result qx_l2c_writer_finish(qx_l2c_writer* w, qx_err* err);
+void qx_l2c_writer_abort(qx_l2c_writer* w);
+
 #ifdef __cplusplus
 }
 #endif

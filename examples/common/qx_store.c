@@ -9,10 +9,13 @@
 
 void qx_err_set(qx_err* e, const char* fmt, ...) {
     va_list ap;
+    char* c;
     if (!e) return;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    for (c = e->msg; *c; ++c)           /* one line, whatever names from a file contain */
+        if ((unsigned char)*c < 0x20) *c = '?';
 }
 
 void qx_store_init(qx_store* s) { memset(s, 0, sizeof *s); }
@@ -25,23 +28,102 @@ void qx_store_free(qx_store* s) {
         free(s->items[i].owned);
     }
     free(s->items);
-    for (i = s->n_backings - 1; i >= 0; --i)   /* after the views into them are gone */
-        s->backings[i].release(s->backings[i].ptr, s->backings[i].size);
-    free(s->backings);
+    for (i = 0; i < s->n_blobs; ++i) {
+        free(s->blobs[i].key);
+        free(s->blobs[i].data);
+    }
+    free(s->blobs);
+    for (i = s->n_cleanups - 1; i >= 0; --i) s->cleanups[i].fn(s->cleanups[i].arg);   /* after the views are gone */
+    free(s->cleanups);
     memset(s, 0, sizeof *s);
 }
 
-quarot_result qx_store_add_backing(qx_store* s, void (*release)(void* ptr, size_t size), void* ptr, size_t size) {
-    qx_backing* b;
-    if (!s || !release) return QUAROT_ERR_INVALID_ARGUMENT;
-    b = (qx_backing*)realloc(s->backings, (size_t)(s->n_backings + 1) * sizeof *b);
-    if (!b) { release(ptr, size); return QUAROT_ERR_OUT_OF_MEMORY; }
-    s->backings = b;
-    b[s->n_backings].release = release;
-    b[s->n_backings].ptr = ptr;
-    b[s->n_backings].size = size;
-    s->n_backings++;
+quarot_result qx_store_set_blob(qx_store* s, const char* key, const void* data, size_t len) {
+    int64_t i;
+    char* copy;
+    if (!s || !key || (len && !data) || len == SIZE_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+    copy = (char*)malloc(len + 1);
+    if (!copy) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (len) memcpy(copy, data, len);
+    copy[len] = '\0';
+    for (i = 0; i < s->n_blobs; ++i) {
+        if (strcmp(s->blobs[i].key, key) != 0) continue;
+        free(s->blobs[i].data);
+        s->blobs[i].data = copy;
+        s->blobs[i].len = len;
+        return QUAROT_OK;
+    }
+    {
+        qx_blob* b = (qx_blob*)realloc(s->blobs, (size_t)(s->n_blobs + 1) * sizeof *b);
+        size_t klen = strlen(key);
+        char* k = (char*)malloc(klen + 1);
+        if (!b || !k) { if (b) s->blobs = b; free(k); free(copy); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memcpy(k, key, klen + 1);
+        s->blobs = b;
+        b[s->n_blobs].key = k;
+        b[s->n_blobs].data = copy;
+        b[s->n_blobs].len = len;
+        s->n_blobs++;
+    }
     return QUAROT_OK;
+}
+
+const void* qx_store_get_blob(const qx_store* s, const char* key, size_t* len) {
+    int64_t i;
+    if (len) *len = 0;
+    if (!s || !key) return NULL;
+    for (i = 0; i < s->n_blobs; ++i) {
+        if (strcmp(s->blobs[i].key, key) != 0) continue;
+        if (len) *len = s->blobs[i].len;
+        return s->blobs[i].data;
+    }
+    return NULL;
+}
+
+quarot_result qx_store_on_free(qx_store* s, void (*fn)(void* arg), void* arg) {
+    qx_cleanup* c;
+    if (!s || !fn) return QUAROT_ERR_INVALID_ARGUMENT;
+    c = (qx_cleanup*)realloc(s->cleanups, (size_t)(s->n_cleanups + 1) * sizeof *c);
+    if (!c) return QUAROT_ERR_OUT_OF_MEMORY;
+    s->cleanups = c;
+    c[s->n_cleanups].fn = fn;
+    c[s->n_cleanups].arg = arg;
+    s->n_cleanups++;
+    return QUAROT_OK;
+}
+
+int64_t qx_rope_src_row(int64_t r, int64_t head_dim, int to_interleaved) {
+    int64_t h = r / head_dim, k = r % head_dim, half = head_dim / 2;
+    if (to_interleaved) return h * head_dim + (k % 2) * half + k / 2;
+    return h * head_dim + 2 * (k % half) + k / half;
+}
+
+static int qx__isdigit(char c) { return c >= '0' && c <= '9'; }
+
+int qx_name_cmp(const char* a, const char* b) {
+    const char* p = a;
+    const char* q = b;
+    while (*p && *q) {
+        if (qx__isdigit(*p) && qx__isdigit(*q)) {
+            const char *p0, *q0;
+            size_t lp, lq;
+            int c;
+            while (*p == '0') ++p;            /* compare digit runs by value: length, then digits */
+            while (*q == '0') ++q;
+            p0 = p; q0 = q;
+            while (qx__isdigit(*p)) ++p;
+            while (qx__isdigit(*q)) ++q;
+            lp = (size_t)(p - p0); lq = (size_t)(q - q0);
+            if (lp != lq) return lp < lq ? -1 : 1;
+            c = memcmp(p0, q0, lp);
+            if (c) return c < 0 ? -1 : 1;
+        } else {
+            if (*p != *q) return (unsigned char)*p < (unsigned char)*q ? -1 : 1;
+            ++p; ++q;
+        }
+    }
+    if (*p || *q) return *p ? 1 : -1;
+    return strcmp(a, b);   /* equal up to leading zeros: fall back to byte order */
 }
 
 quarot_tensor* qx_store_find(const qx_store* s, const char* name) {
@@ -142,6 +224,10 @@ quarot_result qx_store_clone(const qx_store* src, qx_store* dst) {
     qx_store_init(dst);
     dst->config = src->config;
     memcpy(dst->source_format, src->source_format, sizeof dst->source_format);
+    for (i = 0; i < src->n_blobs; ++i) {
+        quarot_result res = qx_store_set_blob(dst, src->blobs[i].key, src->blobs[i].data, src->blobs[i].len);
+        if (res != QUAROT_OK) { qx_store_free(dst); return res; }
+    }
     for (i = 0; i < src->count; ++i) {
         const qx_entry* e = &src->items[i];
         quarot_tensor* t;

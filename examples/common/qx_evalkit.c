@@ -1,0 +1,300 @@
+/* qx_evalkit.c - see qx_evalkit.h. */
+#include "qx_evalkit.h"
+#include "qx_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err* e) {
+    FILE* f;
+    char* buf = NULL;
+    size_t cap = 0, n = 0;
+    struct stat st;
+    *data = NULL;
+    *len = 0;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        qx_err_set(e, "%s: is a directory, not a text file", path);
+        return QUAROT_ERR_IO;
+    }
+    f = fopen(path, "rb");
+    if (!f) {
+        qx_err_set(e, "%s: cannot open: %s", path, strerror(errno));
+        return QUAROT_ERR_IO;
+    }
+    /* grow by doubling: works for pipes too */
+    for (;;) {
+        size_t got;
+        if (n + 1 >= cap) {
+            size_t nc = cap ? 2 * cap : 65536;
+            char* p = (char*)realloc(buf, nc);
+            if (!p) {
+                free(buf);
+                fclose(f);
+                qx_err_set(e, "%s: out of memory", path);
+                return QUAROT_ERR_OUT_OF_MEMORY;
+            }
+            buf = p;
+            cap = nc;
+        }
+        got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        fclose(f);
+        qx_err_set(e, "%s: read error", path);
+        return QUAROT_ERR_IO;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return QUAROT_OK;
+}
+
+static int qx__is_file(const char* p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap) {
+    char dir[4096], names[3][32];
+    struct stat st;
+    size_t k, used = 0;
+    int i, n_names = 0;
+    /* the directory: the model itself when it is one, else the part before the last '/' */
+    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(dir, sizeof dir, "%s", model_path);
+    } else {
+        const char* slash = strrchr(model_path, '/');
+        if (slash) {
+            k = (size_t)(slash - model_path);
+            if (k >= sizeof dir) k = sizeof dir - 1;
+            memcpy(dir, model_path, k);
+            dir[k] = '\0';
+            if (k == 0) snprintf(dir, sizeof dir, "/");
+        } else {
+            snprintf(dir, sizeof dir, ".");
+        }
+    }
+    if (vocab > 0 && vocab != 512) snprintf(names[n_names++], sizeof names[0], "tok%lld.bin", (long long)vocab);
+    snprintf(names[n_names++], sizeof names[0], "tok512.bin");
+    snprintf(names[n_names++], sizeof names[0], "tokenizer.bin");
+    if (looked && looked_cap) looked[0] = '\0';
+    for (i = 0; i < n_names; ++i) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (looked && used + 1 < looked_cap) {
+            int w = snprintf(looked + used, looked_cap - used, "%s%s", i ? ", " : "", path);
+            if (w > 0) used += (size_t)w < looked_cap - used ? (size_t)w : looked_cap - used - 1;
+        }
+        if (qx__is_file(path)) {
+            snprintf(out, cap, "%s", path);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- QuaRot on a copy --------------------------------------------------------------------- */
+
+/* Append printf-style text to buf (cap bytes, NUL-terminated, truncating). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void qx__cat(char* buf, size_t cap, const char* fmt, ...) {
+    size_t n;
+    va_list ap;
+    if (!buf || !cap) return;
+    n = strlen(buf);
+    if (n + 1 >= cap) return;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store* dst, quarot_online_list* hooks,
+                           char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user, qx_err* e) {
+    quarot_rotate_desc d;
+    quarot_processor p;
+    quarot_model m;
+    qx_binding b;
+    quarot_result r;
+    int64_t i, n_down = 0, n_heads = 0, n_q = 0, n_k = 0;
+    char r4[160] = "", heads[160] = "", r3t[160] = "";
+    if (recipe && recipe_cap) recipe[0] = '\0';
+    quarot_online_list_init(hooks, NULL);
+    r = qx_store_clone(src, dst);
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "copying the model: %s", quarot_result_string(r));
+        return r;
+    }
+    memset(&d, 0, sizeof d);
+    d.seed = seed;
+    d.online = 1;
+    d.r3 = r3;
+    d.online_out = hooks;
+    qx_model_bind(&m, &b, dst);
+    r = quarot_processor_init(&p, &m, &d);
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "QuaRot: %s (%s)", m.error[0] ? m.error : "cannot build the rotation", quarot_result_string(r));
+        qx_store_free(dst);
+        return r;
+    }
+    /* what was built, before the processor goes */
+    qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
+            p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed);
+    if (p.have_rot[QUAROT_ROT_R2])
+        qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", p.rot[QUAROT_ROT_R2].text);
+    if (p.have_rot[QUAROT_ROT_R4]) snprintf(r4, sizeof r4, "%s", p.rot[QUAROT_ROT_R4].text);
+    if (p.have_rot[QUAROT_ROT_HEADS]) snprintf(heads, sizeof heads, "%s", p.rot[QUAROT_ROT_HEADS].text);
+    if (r3) snprintf(r3t, sizeof r3t, "%s", p.r3.text);
+    r = quarot_processor_pre_run(&p);
+    for (i = 0; i < m.config.n_layers && r == QUAROT_OK; ++i) {
+        r = quarot_processor_run_layer(&p, i);
+        if (progress) progress(user, i + 1, m.config.n_layers);
+    }
+    if (r == QUAROT_OK) r = quarot_processor_post_run(&p);
+    quarot_processor_free(&p);
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "QuaRot: %s (%s)", m.error[0] ? m.error : "rotation failed", quarot_result_string(r));
+        qx_store_free(dst);
+        quarot_online_list_free(hooks);
+        return r;
+    }
+    qx_model_sync(&m, dst);
+    for (i = 0; i < hooks->count; ++i) {
+        switch (hooks->hooks[i].site) {
+            case QUAROT_SITE_DOWN_INPUT: n_down++; break;
+            case QUAROT_SITE_O_INPUT: n_heads++; break;
+            case QUAROT_SITE_Q_ROPE: n_q++; break;
+            case QUAROT_SITE_K_ROPE: n_k++; break;
+            default: break;
+        }
+    }
+    if (n_down) qx__cat(recipe, recipe_cap, "R4  online %s before down_proj, %lld layers (offline half in down_proj)\n", r4, (long long)n_down);
+    if (n_heads) qx__cat(recipe, recipe_cap, "Rh  online %s across heads before o_proj, %lld layers (offline half in o_proj)\n", heads, (long long)n_heads);
+    if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE, %lld layers (for the KV cache)\n", r3t, (long long)n_q);
+    return QUAROT_OK;
+}
+
+/* ---- forward with hooks ------------------------------------------------------------------- */
+
+quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
+                                 const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user, qx_err* e) {
+    qx_forward_opts o;
+    quarot_result r;
+    memset(ef, 0, sizeof *ef);
+    memset(&o, 0, sizeof o);
+    if (q) o.quant = *q;
+    qx_online_ctx_init(&ef->ctx, hooks);
+    if (hooks && hooks->count > 0) {
+        o.online = qx_online_hooks;
+        o.online_user = &ef->ctx;
+        ef->has_hooks = 1;
+    }
+    o.capture = capture;
+    o.capture_user = capture_user;
+    r = qx_forward_init(&ef->f, s, &o, e);
+    if (r != QUAROT_OK) qx_online_ctx_free(&ef->ctx);
+    return r;
+}
+
+quarot_result qx_ek_forward_status(const qx_ek_forward* ef) { return ef->ctx.status; }
+
+void qx_ek_forward_free(qx_ek_forward* ef) {
+    qx_forward_free(&ef->f);
+    qx_online_ctx_free(&ef->ctx);
+}
+
+/* ---- settings ------------------------------------------------------------------------------ */
+
+static int qx__quantized(int bits) { return bits > 0 && bits < 16; }
+
+void qx_ek_setting_label(qx_ek_setting* s) {
+    int w = qx__quantized(s->w_bits), a = qx__quantized(s->a_bits), kv = qx__quantized(s->kv_bits);
+    s->label[0] = '\0';
+    if (!w && !a && !kv) {
+        snprintf(s->label, sizeof s->label, "FP32");
+        return;
+    }
+    snprintf(s->label, sizeof s->label, "W%dA%d", w ? s->w_bits : 16, a ? s->a_bits : 16);
+    if (kv) qx__cat(s->label, sizeof s->label, "KV%d", s->kv_bits);
+}
+
+void qx_ek_setting_quant(const qx_ek_setting* s, int64_t w_group, double a_clip, qx_fake_quant_opts* q) {
+    memset(q, 0, sizeof *q);
+    if (qx__quantized(s->w_bits)) {
+        q->w_bits = s->w_bits;     /* RTN symmetric, per output channel or per group */
+        q->w_group = w_group;
+    }
+    if (qx__quantized(s->a_bits)) {
+        q->a_bits = s->a_bits;     /* per token symmetric */
+        q->a_clip = a_clip > 0 ? (float)a_clip : 0.0f;
+    }
+    if (qx__quantized(s->kv_bits)) q->k_bits = q->v_bits = s->kv_bits;   /* per token per head asymmetric */
+}
+
+/* ---- table --------------------------------------------------------------------------------- */
+
+void qx_ek_table_init(qx_ek_table* t, const char* corner) {
+    int i, j;
+    memset(t, 0, sizeof *t);
+    t->corner = corner;
+    for (i = 0; i < QX_EK_MAX_ROWS; ++i)
+        for (j = 0; j < QX_EK_MAX_COLS; ++j) t->v[i][j] = NAN;
+}
+
+int qx_ek_table_add_col(qx_ek_table* t, const char* name) {
+    if (t->n_cols >= QX_EK_MAX_COLS) return -1;
+    snprintf(t->col[t->n_cols], sizeof t->col[0], "%s", name);
+    return t->n_cols++;
+}
+
+int qx_ek_table_add_row(qx_ek_table* t, const char* name) {
+    if (t->n_rows >= QX_EK_MAX_ROWS) return -1;
+    snprintf(t->row[t->n_rows], sizeof t->row[0], "%s", name);
+    return t->n_rows++;
+}
+
+/* Column j > 0 cells: "6.4408 (-20.1%)"; width is the widest cell or header. */
+static void qx__cell(char* buf, size_t cap, const qx_ek_table* t, int i, int j) {
+    double v = t->v[i][j], b = t->v[i][0];
+    if (isnan(v)) snprintf(buf, cap, "-");
+    else if (j > 0 && !isnan(b) && b > 0) {
+        double pct = 100.0 * (v - b) / b;
+        if (fabs(pct) < 0.05) pct = 0.0;   /* no "-0.0%" */
+        snprintf(buf, cap, "%.4f (%+.1f%%)", v, pct);
+    }
+    else snprintf(buf, cap, "%.4f", v);
+}
+
+void qx_ek_table_print(FILE* f, const qx_ek_table* t) {
+    int i, j, w0 = (int)strlen(t->corner ? t->corner : ""), w[QX_EK_MAX_COLS];
+    char cell[64];
+    for (i = 0; i < t->n_rows; ++i)
+        if ((int)strlen(t->row[i]) > w0) w0 = (int)strlen(t->row[i]);
+    for (j = 0; j < t->n_cols; ++j) {
+        w[j] = (int)strlen(t->col[j]);
+        for (i = 0; i < t->n_rows; ++i) {
+            qx__cell(cell, sizeof cell, t, i, j);
+            if ((int)strlen(cell) > w[j]) w[j] = (int)strlen(cell);
+        }
+    }
+    fprintf(f, "%-*s", w0, t->corner ? t->corner : "");
+    for (j = 0; j < t->n_cols; ++j) fprintf(f, "   %*s", w[j], t->col[j]);
+    fputc('\n', f);
+    for (i = 0; i < t->n_rows; ++i) {
+        fprintf(f, "%-*s", w0, t->row[i]);
+        for (j = 0; j < t->n_cols; ++j) {
+            qx__cell(cell, sizeof cell, t, i, j);
+            fprintf(f, "   %*s", w[j], cell);
+        }
+        fputc('\n', f);
+    }
+}

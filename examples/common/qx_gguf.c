@@ -1,0 +1,1136 @@
+/* qx_gguf.c - see qx_gguf.h.
+
+   Parsing walks the image with a cursor that checks, before every read, that the bytes are there
+   ("need"), and bounds every count by what could fit in the rest of the file (a string takes at
+   least 8 bytes, an array 12, a pair 13, a tensor info 32), so allocations never exceed what the
+   file size implies. Values are validated by skipping over them; the pairs keep pointers into the
+   image. */
+#include "qx_gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QX_GGUF_MAX_DEPTH 8          /* nested arrays */
+#define QX_GGUF_MAX_NAME 256         /* tensor name bytes (llama.cpp: 64) */
+#define QX_GGUF_MAX_KEY 65535
+
+typedef struct qx__gr {
+    const unsigned char* start;
+    const unsigned char* p;
+    const unsigned char* end;
+    const char* name;
+    qx_err* e;
+} qx__gr;
+
+/* Bytes left after the cursor; the readers below assume the caller checked qx__rest first. */
+static uint64_t qx__rest(const qx__gr* r) { return (uint64_t)(r->end - r->p); }
+
+static uint32_t qx__rd32(qx__gr* r) {
+    uint32_t v = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
+    r->p += 4;
+    return v;
+}
+
+static uint64_t qx__rd64(qx__gr* r) {
+    uint64_t lo = qx__rd32(r);
+    return lo | (uint64_t)qx__rd32(r) << 32;
+}
+
+/* The message for a read that would pass the end of the image. */
+static quarot_result qx__gtrunc(qx__gr* r, const char* what, uint64_t n) {
+    qx_err_set(r->e, "%s: %s (%llu bytes) passes the end of the file at offset %llu", r->name, what,
+               (unsigned long long)n, (unsigned long long)(r->p - r->start));
+    return QUAROT_ERR_PARSE;
+}
+
+/* Bytes of a scalar value type; 0 for STRING, ARRAY and unknown types. */
+static unsigned qx__gguf_scalar_size(uint32_t t) {
+    switch (t) {
+        case QX_GGUF_U8: case QX_GGUF_I8: case QX_GGUF_BOOL: return 1;
+        case QX_GGUF_U16: case QX_GGUF_I16: return 2;
+        case QX_GGUF_U32: case QX_GGUF_I32: case QX_GGUF_F32: return 4;
+        case QX_GGUF_U64: case QX_GGUF_I64: case QX_GGUF_F64: return 8;
+        default: return 0;
+    }
+}
+
+/* Validates and skips one value of type t; ctx (the key) names it in messages. */
+static quarot_result qx__gskip(qx__gr* r, uint32_t t, int depth, const char* ctx, int ctx_len) {
+    unsigned sz = qx__gguf_scalar_size(t);
+    if (sz) {
+        if (qx__rest(r) < sz) return qx__gtrunc(r, "a value", sz);
+        r->p += sz;
+        return QUAROT_OK;
+    }
+    if (t == QX_GGUF_STRING) {
+        uint64_t n;
+        if (qx__rest(r) < 8) return qx__gtrunc(r, "a string length", 8);
+        n = qx__rd64(r);
+        if (qx__rest(r) < n) {
+            qx_err_set(r->e, "%s: key \"%.*s\": string length %llu passes the end of the file (offset %llu)", r->name,
+                       ctx_len, ctx, (unsigned long long)n, (unsigned long long)(r->p - r->start));
+            return QUAROT_ERR_PARSE;
+        }
+        r->p += n;
+        return QUAROT_OK;
+    }
+    if (t == QX_GGUF_ARRAY) {
+        uint32_t et;
+        uint64_t cnt, k, min;
+        quarot_result res;
+        if (depth >= QX_GGUF_MAX_DEPTH) {
+            qx_err_set(r->e, "%s: key \"%.*s\": arrays nested deeper than %d", r->name, ctx_len, ctx, QX_GGUF_MAX_DEPTH);
+            return QUAROT_ERR_PARSE;
+        }
+        if (qx__rest(r) < 12) return qx__gtrunc(r, "an array header", 12);
+        et = qx__rd32(r);
+        cnt = qx__rd64(r);
+        sz = qx__gguf_scalar_size(et);
+        min = sz ? sz : et == QX_GGUF_STRING ? 8 : et == QX_GGUF_ARRAY ? 12 : 0;
+        if (!min) {
+            qx_err_set(r->e, "%s: key \"%.*s\": unknown array element type %u", r->name, ctx_len, ctx, et);
+            return QUAROT_ERR_PARSE;
+        }
+        if (cnt > qx__rest(r) / min) {
+            qx_err_set(r->e, "%s: key \"%.*s\": array of %llu elements cannot fit in the %llu bytes left", r->name, ctx_len,
+                       ctx, (unsigned long long)cnt, (unsigned long long)qx__rest(r));
+            return QUAROT_ERR_PARSE;
+        }
+        if (sz) { r->p += cnt * sz; return QUAROT_OK; }
+        for (k = 0; k < cnt; ++k)
+            if ((res = qx__gskip(r, et, depth + 1, ctx, ctx_len)) != QUAROT_OK) return res;
+        return QUAROT_OK;
+    }
+    qx_err_set(r->e, "%s: key \"%.*s\": unknown value type %u", r->name, ctx_len, ctx, t);
+    return QUAROT_ERR_PARSE;
+}
+
+/* Pairs ordered by key bytes (for duplicate detection). */
+static int qx__kv_cmp(const void* a, const void* b) {
+    const qx_gguf_kv* x = *(const qx_gguf_kv* const*)a;
+    const qx_gguf_kv* y = *(const qx_gguf_kv* const*)b;
+    uint64_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = memcmp(x->key, y->key, (size_t)n);
+    if (c) return c;
+    return x->key_len < y->key_len ? -1 : x->key_len > y->key_len ? 1 : 0;
+}
+
+/* n_kv pairs at r->p; fills kv[] (allocated here) and rejects duplicate keys. */
+static quarot_result qx__gparse_kvs(qx__gr* r, uint64_t n_kv, qx_gguf_kv** out) {
+    qx_gguf_kv* kv;
+    const qx_gguf_kv** order;
+    uint64_t k;
+    quarot_result res = QUAROT_OK;
+    *out = NULL;
+    if (n_kv > qx__rest(r) / 13) {        /* key length 8 + key >= 1... + type 4: at least 13 bytes each */
+        qx_err_set(r->e, "%s: %llu key/value pairs cannot fit in the %llu bytes left", r->name, (unsigned long long)n_kv,
+                   (unsigned long long)qx__rest(r));
+        return QUAROT_ERR_PARSE;
+    }
+    kv = (qx_gguf_kv*)calloc((size_t)(n_kv ? n_kv : 1), sizeof *kv);
+    order = (const qx_gguf_kv**)malloc((size_t)(n_kv ? n_kv : 1) * sizeof *order);
+    if (!kv || !order) { free(kv); free(order); qx_err_set(r->e, "%s: out of memory", r->name); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (k = 0; k < n_kv; ++k) {
+        qx_gguf_kv* p = &kv[k];
+        uint64_t kl;
+        int cl;
+        p->raw = r->p;
+        if (qx__rest(r) < 8) { res = qx__gtrunc(r, "a key length", 8); break; }
+        kl = qx__rd64(r);
+        if (kl == 0 || kl > QX_GGUF_MAX_KEY || kl > qx__rest(r)) {
+            qx_err_set(r->e, "%s: key %llu: length %llu is empty, too long or passes the end of the file", r->name,
+                       (unsigned long long)k, (unsigned long long)kl);
+            res = QUAROT_ERR_PARSE;
+            break;
+        }
+        p->key = (const char*)r->p;
+        p->key_len = kl;
+        r->p += kl;
+        cl = (int)(kl > 100 ? 100 : kl);
+        if (memchr(p->key, '\0', (size_t)kl)) {
+            qx_err_set(r->e, "%s: key \"%.*s\" contains a NUL byte", r->name, cl, p->key);
+            res = QUAROT_ERR_PARSE;
+            break;
+        }
+        if (qx__rest(r) < 4) { res = qx__gtrunc(r, "a value type", 4); break; }
+        p->type = qx__rd32(r);
+        p->val = r->p;
+        if (p->type == QX_GGUF_STRING && qx__rest(r) >= 8) {
+            const unsigned char* save = r->p;
+            p->val_len = qx__rd64(r);
+            p->val = r->p;
+            r->p = save;
+        } else if (p->type == QX_GGUF_ARRAY && qx__rest(r) >= 12) {
+            const unsigned char* save = r->p;
+            p->arr_type = qx__rd32(r);
+            p->arr_count = qx__rd64(r);
+            p->val = r->p;
+            r->p = save;
+        } else {
+            p->val_len = qx__gguf_scalar_size(p->type);
+        }
+        if ((res = qx__gskip(r, p->type, 0, p->key, cl)) != QUAROT_OK) break;
+        if (p->type == QX_GGUF_ARRAY) p->val_len = (uint64_t)(r->p - p->val);
+        p->raw_len = (uint64_t)(r->p - p->raw);
+        order[k] = p;
+    }
+    if (res == QUAROT_OK && n_kv > 1) {
+        qsort(order, (size_t)n_kv, sizeof *order, qx__kv_cmp);
+        for (k = 1; k < n_kv; ++k)
+            if (qx__kv_cmp(&order[k - 1], &order[k]) == 0) {
+                qx_err_set(r->e, "%s: key \"%.*s\" appears twice", r->name, (int)(order[k]->key_len > 100 ? 100 : order[k]->key_len),
+                           order[k]->key);
+                res = QUAROT_ERR_PARSE;
+                break;
+            }
+    }
+    free(order);
+    if (res != QUAROT_OK) { free(kv); return res; }
+    *out = kv;
+    return QUAROT_OK;
+}
+
+/* Element size of the ggml types whose data this code can bound (0: unknown here). */
+static unsigned qx__ggml_size(uint32_t t) {
+    switch (t) {
+        case QX_GGML_F32: return 4;
+        case QX_GGML_F16: case QX_GGML_BF16: return 2;
+        case QX_GGML_F64: return 8;
+        case 24: return 1;            /* I8 */
+        case 25: return 2;            /* I16 */
+        case 26: return 4;            /* I32 */
+        case 27: return 8;            /* I64 */
+        default: return 0;
+    }
+}
+
+/* ggml's numbering; removed types keep their old names so messages stay specific. */
+const char* qx_ggml_type_name(uint32_t type, char buf[16]) {
+    static const char* const names[] = {
+        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+        "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16",
+        "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4",
+        "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
+    if (type < sizeof names / sizeof names[0]) return names[type];
+    snprintf(buf, 16, "type %u", type);
+    return buf;
+}
+
+/* Tensor infos by name (duplicates) and by offset (overlaps). */
+static int qx__tinfo_name_cmp(const void* a, const void* b) {
+    const qx_gguf_tinfo* x = *(const qx_gguf_tinfo* const*)a;
+    const qx_gguf_tinfo* y = *(const qx_gguf_tinfo* const*)b;
+    uint64_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, (size_t)n);
+    if (c) return c;
+    return x->name_len < y->name_len ? -1 : x->name_len > y->name_len ? 1 : 0;
+}
+
+static int qx__tinfo_off_cmp(const void* a, const void* b) {
+    const qx_gguf_tinfo* x = *(const qx_gguf_tinfo* const*)a;
+    const qx_gguf_tinfo* y = *(const qx_gguf_tinfo* const*)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : 0;
+}
+
+#define QX__TN(t) (int)((t)->name_len), (t)->name
+
+void qx_gguf_file_free(qx_gguf_file* f) {
+    if (!f) return;
+    free(f->kv);
+    free(f->t);
+    memset(f, 0, sizeof *f);
+}
+
+quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gguf_file* f, qx_err* e) {
+    qx__gr r;
+    qx_gguf_tinfo** order = NULL;
+    const qx_gguf_kv* al;
+    uint64_t k, pos, pad;
+    quarot_result res;
+    if (!f || (!buf && len)) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(f, 0, sizeof *f);
+    if (!name) name = "gguf";
+    if (len < 24) { qx_err_set(e, "%s: %zu bytes is too short for a GGUF header (24)", name, len); return QUAROT_ERR_PARSE; }
+    r.start = r.p = (const unsigned char*)buf;
+    r.end = r.p + len;
+    r.name = name;
+    r.e = e;
+    if (memcmp(r.p, "GGUF", 4) != 0) { qx_err_set(e, "%s: no GGUF magic", name); return QUAROT_ERR_PARSE; }
+    r.p += 4;
+    /* header: magic, version (a byte-swapped one means a big-endian file), counts */
+    f->version = qx__rd32(&r);
+    if (f->version != 2 && f->version != 3) {
+        if (f->version == 0x02000000u || f->version == 0x03000000u)
+            qx_err_set(e, "%s: big-endian GGUF is not supported", name);
+        else
+            qx_err_set(e, "%s: GGUF version %u is not supported (2 and 3 are)", name, f->version);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    f->n_tensors = qx__rd64(&r);
+    f->n_kv = qx__rd64(&r);
+    /* the pairs; their bytes stay addressable as one section for verbatim copies */
+    f->kv_begin = r.p;
+    if ((res = qx__gparse_kvs(&r, f->n_kv, &f->kv)) != QUAROT_OK) return res;
+    f->kv_bytes = (uint64_t)(r.p - f->kv_begin);
+    /* alignment */
+    f->alignment = 32;
+    if ((al = qx_gguf_find(f, "general.alignment")) != NULL) {
+        int64_t a;
+        if (al->type != QX_GGUF_U32 || qx_gguf_kv_int(al, &a) != QUAROT_OK || a < 1 || a > (1 << 30) || (a & (a - 1))) {
+            qx_err_set(e, "%s: general.alignment must be a u32 power of two", name);
+            res = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+        f->alignment = (uint32_t)a;
+    }
+    /* tensor infos: name (8 + n), n_dims (4), ne (8 each), type (4), offset (8): at least 32 bytes */
+    if (f->n_tensors > qx__rest(&r) / 32) {
+        qx_err_set(e, "%s: %llu tensors cannot fit in the %llu bytes left", name, (unsigned long long)f->n_tensors,
+                   (unsigned long long)qx__rest(&r));
+        res = QUAROT_ERR_PARSE;
+        goto fail;
+    }
+    f->t = (qx_gguf_tinfo*)calloc((size_t)(f->n_tensors ? f->n_tensors : 1), sizeof *f->t);
+    order = (qx_gguf_tinfo**)malloc((size_t)(f->n_tensors ? f->n_tensors : 1) * sizeof *order);
+    if (!f->t || !order) { qx_err_set(e, "%s: out of memory", name); res = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+    for (k = 0; k < f->n_tensors; ++k) {
+        qx_gguf_tinfo* t = &f->t[k];
+        uint64_t nl, prod = 1;
+        uint32_t d;
+        if (qx__rest(&r) < 8) { res = qx__gtrunc(&r, "a tensor name length", 8); goto fail; }
+        nl = qx__rd64(&r);
+        if (nl == 0 || nl >= QX_GGUF_MAX_NAME || nl > qx__rest(&r)) {
+            qx_err_set(e, "%s: tensor %llu: name length %llu is empty, too long (>= %d) or passes the end of the file", name,
+                       (unsigned long long)k, (unsigned long long)nl, QX_GGUF_MAX_NAME);
+            res = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+        t->name = (const char*)r.p;
+        t->name_len = nl;
+        r.p += nl;
+        if (memchr(t->name, '\0', (size_t)nl)) { qx_err_set(e, "%s: tensor %llu: name contains a NUL byte", name, (unsigned long long)k); res = QUAROT_ERR_PARSE; goto fail; }
+        if (qx__rest(&r) < 4) { res = qx__gtrunc(&r, "n_dims", 4); goto fail; }
+        t->n_dims = qx__rd32(&r);
+        if (t->n_dims < 1 || t->n_dims > QUAROT_MAX_DIMS) {
+            qx_err_set(e, "%s: tensor \"%.*s\": %u dimensions (1 to %d allowed)", name, QX__TN(t), t->n_dims, QUAROT_MAX_DIMS);
+            res = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+        if (qx__rest(&r) < 8ull * t->n_dims + 12) { res = qx__gtrunc(&r, "a tensor info", 8ull * t->n_dims + 12); goto fail; }
+        for (d = 0; d < QUAROT_MAX_DIMS; ++d) t->ne[d] = 1;
+        for (d = 0; d < t->n_dims; ++d) {
+            uint64_t v = qx__rd64(&r);
+            if (v > (uint64_t)INT64_MAX || (v && prod > (uint64_t)INT64_MAX / v)) {
+                qx_err_set(e, "%s: tensor \"%.*s\": ne[%u] = %llu overflows the element count", name, QX__TN(t), d, (unsigned long long)v);
+                res = QUAROT_ERR_OVERFLOW;
+                goto fail;
+            }
+            t->ne[d] = (int64_t)v;
+            prod *= v;
+        }
+        t->type = qx__rd32(&r);
+        t->offset = qx__rd64(&r);
+        if (qx__ggml_size(t->type)) {
+            if (prod > UINT64_MAX / qx__ggml_size(t->type)) {
+                qx_err_set(e, "%s: tensor \"%.*s\": byte size overflows", name, QX__TN(t));
+                res = QUAROT_ERR_OVERFLOW;
+                goto fail;
+            }
+            t->nbytes = prod * qx__ggml_size(t->type);
+        }
+        order[k] = t;
+    }
+    if (f->n_tensors > 1) {
+        qsort(order, (size_t)f->n_tensors, sizeof *order, qx__tinfo_name_cmp);
+        for (k = 1; k < f->n_tensors; ++k)
+            if (qx__tinfo_name_cmp(&order[k - 1], &order[k]) == 0) {
+                qx_err_set(e, "%s: tensor \"%.*s\" appears twice", name, QX__TN(order[k]));
+                res = QUAROT_ERR_PARSE;
+                goto fail;
+            }
+    }
+    /* the data section starts at the next multiple of the alignment */
+    pos = (uint64_t)(r.p - r.start);
+    pad = (f->alignment - pos % f->alignment) % f->alignment;
+    f->data_offset = pos + pad;
+    if (f->data_offset > (uint64_t)len) {
+        if (f->n_tensors) {
+            qx_err_set(e, "%s: the data section would start at %llu, past the end of the %zu-byte file", name,
+                       (unsigned long long)f->data_offset, len);
+            res = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+        f->data_offset = (uint64_t)len;
+    }
+    f->data = r.start + f->data_offset;
+    f->data_len = (uint64_t)len - f->data_offset;
+    for (k = 0; k < f->n_tensors; ++k) {
+        const qx_gguf_tinfo* t = &f->t[k];
+        if (t->offset % f->alignment != 0 || t->offset > f->data_len || t->nbytes > f->data_len - t->offset) {
+            qx_err_set(e, "%s: tensor \"%.*s\": offset %llu + %llu bytes is unaligned (%u) or passes the end of the %llu-byte data section",
+                       name, QX__TN(t), (unsigned long long)t->offset, (unsigned long long)t->nbytes, f->alignment,
+                       (unsigned long long)f->data_len);
+            res = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+    }
+    /* no overlaps among tensors of known size */
+    qsort(order, (size_t)f->n_tensors, sizeof *order, qx__tinfo_off_cmp);
+    for (k = 1; k < f->n_tensors; ++k) {       /* sorted: an overlap shows with the next tensor */
+        const qx_gguf_tinfo* prev = order[k - 1];
+        if (prev->nbytes && order[k]->offset < prev->offset + prev->nbytes) {
+            qx_err_set(e, "%s: tensors \"%.*s\" and \"%.*s\" overlap", name, QX__TN(prev), QX__TN(order[k]));
+            res = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+    }
+    free(order);
+    return QUAROT_OK;
+fail:
+    free(order);
+    qx_gguf_file_free(f);
+    return res;
+}
+
+const qx_gguf_kv* qx_gguf_find(const qx_gguf_file* f, const char* key) {
+    uint64_t k, n;
+    if (!f || !key) return NULL;
+    n = strlen(key);
+    for (k = 0; k < f->n_kv; ++k)
+        if (f->kv[k].key_len == n && memcmp(f->kv[k].key, key, (size_t)n) == 0) return &f->kv[k];
+    return NULL;
+}
+
+/* n little-endian bytes as an integer (values may sit at any alignment in the image). */
+static uint64_t qx__le(const unsigned char* p, unsigned n) {
+    uint64_t v = 0;
+    while (n--) v = (v << 8) | p[n];
+    return v;
+}
+
+quarot_result qx_gguf_kv_int(const qx_gguf_kv* kv, int64_t* out) {
+    uint64_t u;
+    if (!kv || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    switch (kv->type) {
+        case QX_GGUF_U8: case QX_GGUF_U16: case QX_GGUF_U32: case QX_GGUF_U64:
+            u = qx__le(kv->val, qx__gguf_scalar_size(kv->type));
+            if (u > (uint64_t)INT64_MAX) return QUAROT_ERR_OVERFLOW;
+            *out = (int64_t)u;
+            return QUAROT_OK;
+        case QX_GGUF_I8: *out = (int8_t)kv->val[0]; return QUAROT_OK;
+        case QX_GGUF_I16: *out = (int16_t)(uint16_t)qx__le(kv->val, 2); return QUAROT_OK;
+        case QX_GGUF_I32: *out = (int32_t)(uint32_t)qx__le(kv->val, 4); return QUAROT_OK;
+        case QX_GGUF_I64: *out = (int64_t)qx__le(kv->val, 8); return QUAROT_OK;
+        default: return QUAROT_ERR_PARSE;
+    }
+}
+
+quarot_result qx_gguf_kv_float(const qx_gguf_kv* kv, double* out) {
+    if (!kv || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (kv->type == QX_GGUF_F32) {
+        uint32_t u = (uint32_t)qx__le(kv->val, 4);
+        float x;
+        memcpy(&x, &u, 4);
+        *out = (double)x;
+        return QUAROT_OK;
+    }
+    if (kv->type == QX_GGUF_F64) {
+        uint64_t u = qx__le(kv->val, 8);
+        memcpy(out, &u, 8);
+        return QUAROT_OK;
+    }
+    return QUAROT_ERR_PARSE;
+}
+
+const char* qx_gguf_kv_string(const qx_gguf_kv* kv, uint64_t* len) {
+    if (!kv || kv->type != QX_GGUF_STRING) return NULL;
+    if (len) *len = kv->val_len;
+    return (const char*)kv->val;
+}
+
+/* ---- names ---- */
+
+/* The one mapping table. Layer names are "blk.N.<gguf>" <-> "model.layers.N.<hf>". */
+static const char* const qx__gguf_global[][2] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+static const char* const qx__gguf_layer[][2] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+
+/* dir 0: GGUF -> HF, 1: HF -> GGUF. Global names first, then "blk.N." / "model.layers.N." with a
+   per-layer suffix from the table; anything else is copied unchanged. */
+static int qx__gguf_map(const char* in, char* out, size_t n, int dir) {
+    static const char* const prefix[2] = {"blk.", "model.layers."};
+    const char* pre = prefix[dir];
+    size_t k, pl = strlen(pre);
+    if (!in || !out || n == 0) return -1;
+    for (k = 0; k < sizeof qx__gguf_global / sizeof qx__gguf_global[0]; ++k)
+        if (strcmp(in, qx__gguf_global[k][dir]) == 0) {
+            if (strlen(qx__gguf_global[k][!dir]) >= n) return -1;
+            strcpy(out, qx__gguf_global[k][!dir]);
+            return 1;
+        }
+    if (strncmp(in, pre, pl) == 0) {
+        const char* d = in + pl;
+        const char* q = d;
+        while (*q >= '0' && *q <= '9' && q - d < 9) ++q;
+        /* a plain layer number (no sign, no leading zero) followed by a known suffix */
+        if (q > d && *q == '.' && !(d[0] == '0' && q - d > 1))
+            for (k = 0; k < sizeof qx__gguf_layer / sizeof qx__gguf_layer[0]; ++k)
+                if (strcmp(q + 1, qx__gguf_layer[k][dir]) == 0) {
+                    int w = snprintf(out, n, "%s%.*s.%s", prefix[!dir], (int)(q - d), d, qx__gguf_layer[k][!dir]);
+                    return w < 0 || (size_t)w >= n ? -1 : 1;
+                }
+    }
+    if (strlen(in) >= n) return -1;
+    strcpy(out, in);
+    return 0;
+}
+
+int qx_gguf_name_to_hf(const char* gguf, char* out, size_t n) { return qx__gguf_map(gguf, out, n, 0); }
+int qx_gguf_name_from_hf(const char* hf, char* out, size_t n) { return qx__gguf_map(hf, out, n, 1); }
+
+/* ---- GGUF -> store ---- */
+
+/* Integer key `key` within [lo, hi]; absent -> def (def < lo: required). */
+static quarot_result qx__gint(const qx_gguf_file* f, const char* fname, const char* key, int64_t def, int64_t lo,
+                              int64_t hi, int64_t* out, qx_err* e) {
+    const qx_gguf_kv* kv = qx_gguf_find(f, key);
+    if (!kv) {
+        if (def < lo) { qx_err_set(e, "%s: required key %s is missing", fname, key); return QUAROT_ERR_PARSE; }
+        if (def > hi) { qx_err_set(e, "%s: %s (derived: %lld) exceeds %lld", fname, key, (long long)def, (long long)hi); return QUAROT_ERR_PARSE; }
+        *out = def;
+        return QUAROT_OK;
+    }
+    if (qx_gguf_kv_int(kv, out) != QUAROT_OK || *out < lo || *out > hi) {
+        qx_err_set(e, "%s: %s must be an integer in [%lld, %lld]", fname, key, (long long)lo, (long long)hi);
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result qx__gfloat(const qx_gguf_file* f, const char* fname, const char* key, double def, double hi,
+                                float* out, qx_err* e) {
+    const qx_gguf_kv* kv = qx_gguf_find(f, key);
+    double d = def;
+    if (kv && (qx_gguf_kv_float(kv, &d) != QUAROT_OK || !(d > 0.0 && d <= hi))) {
+        qx_err_set(e, "%s: %s must be a float in (0, %g]", fname, key, hi);
+        return QUAROT_ERR_PARSE;
+    }
+    *out = (float)d;
+    return QUAROT_OK;
+}
+
+/* The tensor info named `name`, or NULL. */
+static const qx_gguf_tinfo* qx__gtensor(const qx_gguf_file* f, const char* name) {
+    uint64_t k, n = strlen(name);
+    for (k = 0; k < f->n_tensors; ++k)
+        if (f->t[k].name_len == n && memcmp(f->t[k].name, name, (size_t)n) == 0) return &f->t[k];
+    return NULL;
+}
+
+/* llama.* keys -> config (see the header). */
+static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, quarot_model_config* c, qx_err* e) {
+    const qx_gguf_kv* kv = qx_gguf_find(f, "general.architecture");
+    const qx_gguf_tinfo* emb;
+    uint64_t al = 0;
+    const char* arch = qx_gguf_kv_string(kv, &al);
+    int64_t x;
+    const int64_t DMAX = (int64_t)1 << 24;
+    memset(c, 0, sizeof *c);
+    if (!arch) { qx_err_set(e, "%s: no general.architecture string", fname); return QUAROT_ERR_PARSE; }
+    if (al != 5 || memcmp(arch, "llama", 5) != 0) {
+        qx_err_set(e, "%s: architecture \"%.*s\" is not supported (llama only)", fname, (int)(al > 40 ? 40 : al), arch);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    strcpy(c->arch, "llama");
+    if (qx__gint(f, fname, "llama.expert_count", 0, 0, 0, &x, e) != QUAROT_OK) {
+        qx_err_set(e, "%s: llama.expert_count is set: mixture-of-experts models are not supported", fname);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (qx__gint(f, fname, "llama.embedding_length", 0, 1, DMAX, &c->hidden, e) != QUAROT_OK ||
+        qx__gint(f, fname, "llama.feed_forward_length", 0, 1, DMAX, &c->intermediate, e) != QUAROT_OK ||
+        qx__gint(f, fname, "llama.block_count", 0, 1, 1 << 16, &c->n_layers, e) != QUAROT_OK ||
+        qx__gint(f, fname, "llama.attention.head_count", 0, 1, 1 << 16, &c->n_heads, e) != QUAROT_OK ||
+        qx__gint(f, fname, "llama.attention.head_count_kv", c->n_heads, 1, c->n_heads, &c->n_kv_heads, e) != QUAROT_OK ||
+        qx__gint(f, fname, "llama.context_length", 0, 0, (int64_t)1 << 40, &c->max_seq, e) != QUAROT_OK ||
+        qx__gfloat(f, fname, "llama.attention.layer_norm_rms_epsilon", 1e-5, 1.0, &c->norm_eps, e) != QUAROT_OK ||
+        qx__gfloat(f, fname, "llama.rope.freq_base", 10000.0, 1e12, &c->rope_theta, e) != QUAROT_OK)
+        return QUAROT_ERR_PARSE;
+    if (c->n_heads % c->n_kv_heads != 0) {
+        qx_err_set(e, "%s: head_count %lld is not a multiple of head_count_kv %lld", fname, (long long)c->n_heads, (long long)c->n_kv_heads);
+        return QUAROT_ERR_PARSE;
+    }
+    if (qx__gint(f, fname, "llama.attention.key_length", c->hidden % c->n_heads == 0 ? c->hidden / c->n_heads : 0, 1, DMAX,
+                 &c->head_dim, e) != QUAROT_OK)
+        return QUAROT_ERR_PARSE;
+    if (qx__gint(f, fname, "llama.attention.value_length", c->head_dim, c->head_dim, c->head_dim, &x, e) != QUAROT_OK ||
+        qx__gint(f, fname, "llama.rope.dimension_count", c->head_dim, c->head_dim, c->head_dim, &x, e) != QUAROT_OK) {
+        qx_err_set(e, "%s: value_length and rope.dimension_count must equal the head size %lld (partial RoPE is not supported)",
+                   fname, (long long)c->head_dim);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (c->head_dim % 2) { qx_err_set(e, "%s: odd head size %lld", fname, (long long)c->head_dim); return QUAROT_ERR_PARSE; }
+    /* vocabulary: llama.vocab_size, else the token list, else the rows of the embedding or output */
+    kv = qx_gguf_find(f, "tokenizer.ggml.tokens");
+    emb = qx__gtensor(f, "token_embd.weight");
+    if (!emb) emb = qx__gtensor(f, "output.weight");
+    x = kv && kv->type == QX_GGUF_ARRAY ? (int64_t)kv->arr_count : emb ? emb->ne[1] : 0;
+    if (qx__gint(f, fname, "llama.vocab_size", x, 1, DMAX, &c->vocab, e) != QUAROT_OK) return QUAROT_ERR_PARSE;
+    c->norm = QUAROT_NORM_RMS;
+    c->mlp = QUAROT_MLP_GATED;
+    c->act = QUAROT_ACT_SILU;
+    c->rope_interleaved = 1;
+    c->tied_embeddings = qx__gtensor(f, "output.weight") == NULL;
+    c->attn_qkv_bias = qx__gtensor(f, "blk.0.attn_q.bias") != NULL;
+    c->attn_out_bias = qx__gtensor(f, "blk.0.attn_output.bias") != NULL;
+    return QUAROT_OK;
+}
+
+/* Config, tensors (under Hugging Face names) and the pairs blob into s, then the tensor check. */
+static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname, qx_store* s, int allow_view, qx_err* e) {
+    quarot_result r;
+    uint64_t k;
+    unsigned char n8[8];
+    char* blob;
+    r = qx__gguf_config(f, fname, &s->config, e);
+    if (r != QUAROT_OK) return r;
+    for (k = 0; k < f->n_tensors; ++k) {       /* every tensor must be loadable before any is added */
+        const qx_gguf_tinfo* t = &f->t[k];
+        char tb[16];
+        quarot_dtype dt = t->type == QX_GGML_F32 ? QUAROT_DTYPE_F32 : t->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 :
+                          t->type == QX_GGML_BF16 ? QUAROT_DTYPE_BF16 : t->type == QX_GGML_F64 ? QUAROT_DTYPE_F64 : QUAROT_DTYPE_DEFAULT;
+        if (dt == QUAROT_DTYPE_DEFAULT) {
+            if (t->type >= 24 && t->type <= 27)
+                qx_err_set(e, "%s: tensor \"%.*s\" has integer type %s; only F32, F16, BF16 and F64 tensors load", fname,
+                           QX__TN(t), qx_ggml_type_name(t->type, tb));
+            else
+                qx_err_set(e, "%s: tensor \"%.*s\" has type %s: quantized GGUF tensors are not supported; convert from an "
+                           "F16/F32 GGUF or safetensors", fname, QX__TN(t), qx_ggml_type_name(t->type, tb));
+            return QUAROT_ERR_UNSUPPORTED_DTYPE;
+        }
+        if (t->nbytes == 0) {
+            qx_err_set(e, "%s: tensor \"%.*s\" is empty (a 0 in ne[])", fname, QX__TN(t));
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+    }
+    for (k = 0; k < f->n_tensors; ++k) {
+        const qx_gguf_tinfo* t = &f->t[k];
+        char gname[QX_GGUF_MAX_NAME], hname[QX_GGUF_MAX_NAME + 32];
+        const unsigned char* p = f->data + t->offset;
+        quarot_dtype dt = t->type == QX_GGML_F32 ? QUAROT_DTYPE_F32 : t->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 :
+                          t->type == QX_GGML_BF16 ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F64;
+        memcpy(gname, t->name, (size_t)t->name_len);
+        gname[t->name_len] = '\0';
+        if (qx_gguf_name_to_hf(gname, hname, sizeof hname) < 0) {
+            qx_err_set(e, "%s: tensor \"%s\": name too long", fname, gname);
+            return QUAROT_ERR_PARSE;
+        }
+        if (qx_store_find(s, hname)) {
+            qx_err_set(e, "%s: tensor \"%s\" maps to \"%s\", which exists already", fname, gname, hname);
+            return QUAROT_ERR_PARSE;
+        }
+        if (allow_view && (uintptr_t)p % quarot_dtype_size(dt) == 0) {
+            quarot_tensor v;
+            r = quarot_tensor_init(&v, (void*)(uintptr_t)p, dt, (int)t->n_dims, t->ne);
+            if (r == QUAROT_OK) r = qx_store_add_view(s, hname, &v);
+        } else {
+            r = qx_store_add(s, hname, dt, (int)t->n_dims, t->ne, p, NULL);
+        }
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "%s: tensor \"%s\": cannot add to the store (%s)", fname, gname, quarot_result_string(r));
+            return r;
+        }
+    }
+    /* the key/value pairs verbatim: u64 count + the bytes */
+    blob = (char*)malloc((size_t)f->kv_bytes + 8);
+    if (!blob) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (k = 0; k < 8; ++k) n8[k] = (unsigned char)(f->n_kv >> (8 * k));
+    memcpy(blob, n8, 8);
+    if (f->kv_bytes) memcpy(blob + 8, f->kv_begin, (size_t)f->kv_bytes);
+    r = qx_store_set_blob(s, "gguf.kv", blob, (size_t)f->kv_bytes + 8);
+    free(blob);
+    if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", fname); return r; }
+    return qx_hf_check_tensors(s, fname, e);
+}
+
+/* From memory: parse, then copy everything into s. */
+quarot_result qx_gguf_read_mem(const void* buf, size_t len, const char* name, qx_store* s, qx_err* e) {
+    qx_gguf_file f;
+    quarot_result r;
+    if (!s) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!name) name = "gguf";
+    r = qx_gguf_parse(buf, len, name, &f, e);
+    if (r != QUAROT_OK) return r;
+    r = qx__gguf_to_store(&f, name, s, 0, e);
+    qx_gguf_file_free(&f);
+    return r;
+}
+
+/* From a file: map it, hand the mapping to a scratch store (views point into it), swap on success. */
+quarot_result qx_gguf_load(const char* path, qx_store* s, const qx_gguf_read_opts* opts, qx_err* e) {
+    qx_store tmp;
+    qx_map* m;
+    qx_gguf_file f;
+    quarot_result r;
+    if (!path || !s) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (s->count || s->n_blobs || s->n_cleanups) {
+        qx_err_set(e, "%s: the store to load into is not empty", path);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    m = (qx_map*)calloc(1, sizeof *m);
+    if (!m) { qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    r = qx_map_file(path, m, e);
+    if (r != QUAROT_OK) { free(m); return r; }
+    qx_store_init(&tmp);
+    r = qx_store_on_free(&tmp, qx_unmap_and_free, m);        /* views keep the mapping alive */
+    if (r != QUAROT_OK) { qx_unmap_and_free(m); qx_err_set(e, "%s: out of memory", path); return r; }
+    r = qx_gguf_parse(m->addr, m->len, path, &f, e);
+    if (r == QUAROT_OK) {
+        r = qx__gguf_to_store(&f, path, &tmp, !(opts && opts->copy), e);
+        qx_gguf_file_free(&f);
+    }
+    if (r != QUAROT_OK) { qx_store_free(&tmp); return r; }
+    *s = tmp;
+    return QUAROT_OK;
+}
+
+/* ---- writer ---- */
+
+/* Little-endian appends into a qx_sb used as a byte buffer. */
+static void qx__b32(qx_sb* b, uint32_t v) {
+    char c[4];
+    int k;
+    for (k = 0; k < 4; ++k) c[k] = (char)(v >> (8 * k));
+    qx_sb_put(b, c, 4);
+}
+static void qx__b64(qx_sb* b, uint64_t v) {
+    char c[8];
+    int k;
+    for (k = 0; k < 8; ++k) c[k] = (char)(v >> (8 * k));
+    qx_sb_put(b, c, 8);
+}
+/* A GGUF string: u64 length, then the bytes (no NUL). */
+static void qx__bstr(qx_sb* b, const char* s, uint64_t n) {
+    qx__b64(b, n);
+    qx_sb_put(b, s, (size_t)n);
+}
+
+/* Encodes one change (key, type, value); QUAROT_ERR_INVALID_ARGUMENT when the value does not fit. */
+static quarot_result qx__gset_encode(qx_sb* b, const qx_gguf_set* s, qx_err* e) {
+    unsigned sz = qx__gguf_scalar_size((uint32_t)s->type);
+    uint64_t bits = 0;
+    qx__bstr(b, s->key, strlen(s->key));
+    qx__b32(b, (uint32_t)s->type);
+    switch (s->type) {
+        case QX_GGUF_U8: case QX_GGUF_U16: case QX_GGUF_U32: case QX_GGUF_BOOL:
+            if (sz < 8 && s->u >> (8 * sz)) goto range;
+            if (s->type == QX_GGUF_BOOL && s->u > 1) goto range;
+            bits = s->u;
+            break;
+        case QX_GGUF_U64: bits = s->u; break;
+        case QX_GGUF_I8: case QX_GGUF_I16: case QX_GGUF_I32: {
+            int64_t lim = (int64_t)1 << (8 * sz - 1);
+            if (s->i < -lim || s->i >= lim) goto range;
+            bits = (uint64_t)s->i;
+            break;
+        }
+        case QX_GGUF_I64: bits = (uint64_t)s->i; break;
+        case QX_GGUF_F32: { float x = (float)s->f; uint32_t u; memcpy(&u, &x, 4); bits = u; break; }
+        case QX_GGUF_F64: memcpy(&bits, &s->f, 8); break;
+        case QX_GGUF_STRING:
+            if (!s->str) goto range;
+            qx__bstr(b, s->str, strlen(s->str));
+            return QUAROT_OK;
+        default:
+            qx_err_set(e, "gguf: key %s: type %d cannot be set (scalars and strings only)", s->key, s->type);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    {
+        char c[8];
+        unsigned k;
+        for (k = 0; k < sz; ++k) c[k] = (char)(bits >> (8 * k));
+        qx_sb_put(b, c, sz);
+    }
+    return QUAROT_OK;
+range:
+    qx_err_set(e, "gguf: key %s: value out of range for type %d", s->key, s->type);
+    return QUAROT_ERR_INVALID_ARGUMENT;
+}
+
+/* The pairs of a "gguf.kv" blob with the changes applied, into out (count first); *n_out pairs. */
+static quarot_result qx__gkv_build(const void* kv, size_t kv_len, const qx_gguf_set* set, int n_set, qx_sb* out,
+                                   uint64_t* n_out, qx_err* e) {
+    qx__gr r;
+    qx_gguf_kv* kvs = NULL;
+    uint64_t n = 0, k, count = 0;
+    int j;
+    quarot_result res;
+    qx__b64(out, 0);                              /* count, patched at the end */
+    if (kv && kv_len) {
+        if (kv_len < 8) { qx_err_set(e, "gguf.kv: blob of %zu bytes", kv_len); return QUAROT_ERR_PARSE; }
+        r.start = (const unsigned char*)kv;
+        r.p = r.start;
+        r.end = r.start + kv_len;
+        r.name = "gguf.kv";
+        r.e = e;
+        n = qx__rd64(&r);
+        if ((res = qx__gparse_kvs(&r, n, &kvs)) != QUAROT_OK) return res;
+        if (r.p != r.end) { free(kvs); qx_err_set(e, "gguf.kv: %llu trailing bytes", (unsigned long long)(r.end - r.p)); return QUAROT_ERR_PARSE; }
+    }
+    for (j = 0; j < n_set; ++j)
+        if (!set[j].key || !set[j].key[0]) { free(kvs); qx_err_set(e, "gguf: a change without a key"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    for (k = 0; k < n; ++k) {                     /* existing pairs in order: verbatim, replaced, or removed */
+        int last = -1;
+        for (j = 0; j < n_set; ++j)
+            if (strlen(set[j].key) == kvs[k].key_len && memcmp(set[j].key, kvs[k].key, (size_t)kvs[k].key_len) == 0) last = j;
+        if (last < 0) { qx_sb_put(out, (const char*)kvs[k].raw, (size_t)kvs[k].raw_len); ++count; continue; }
+        if (set[last].type < 0) continue;
+        if ((res = qx__gset_encode(out, &set[last], e)) != QUAROT_OK) { free(kvs); return res; }
+        ++count;
+    }
+    for (j = 0; j < n_set; ++j) {                 /* new keys: the last change of each, if not a removal */
+        int later = 0, jj;
+        for (jj = j + 1; jj < n_set; ++jj) if (strcmp(set[jj].key, set[j].key) == 0) later = 1;
+        for (k = 0; k < n && !later; ++k)
+            if (strlen(set[j].key) == kvs[k].key_len && memcmp(set[j].key, kvs[k].key, (size_t)kvs[k].key_len) == 0) later = 1;
+        if (later || set[j].type < 0) continue;
+        if ((res = qx__gset_encode(out, &set[j], e)) != QUAROT_OK) { free(kvs); return res; }
+        ++count;
+    }
+    free(kvs);
+    if (out->failed) { qx_err_set(e, "gguf: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (k = 0; k < 8; ++k) out->p[k] = (char)(count >> (8 * k));
+    *n_out = count;
+    return QUAROT_OK;
+}
+
+typedef struct qx__gw_t {
+    char* hf;
+    char* gguf;
+    quarot_dtype dt;
+    uint32_t ggml;
+    int n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];
+    uint64_t nbytes, off;     /* off: absolute in the file */
+    int written;
+} qx__gw_t;
+
+struct qx_gguf_writer {
+    qx_out out;
+    qx__gw_t* t;              /* sorted by qx_name_cmp of the HF name */
+    int64_t n;
+    uint64_t file_size;
+};
+
+/* Removes the temporary and frees everything (also the common end of finish). */
+void qx_gguf_writer_abort(qx_gguf_writer* w) {
+    int64_t i;
+    if (!w) return;
+    qx_out_abort(&w->out);
+    for (i = 0; i < w->n; ++i) { free(w->t[i].hf); free(w->t[i].gguf); }
+    free(w->t);
+    free(w);
+}
+
+/* Planned tensors: by HF name for lookups, by GGUF name for the file's order. */
+static int qx__gw_hf_cmp(const void* a, const void* b) {
+    return qx_name_cmp(((const qx__gw_t*)a)->hf, ((const qx__gw_t*)b)->hf);
+}
+static int qx__gw_gguf_cmp(const void* a, const void* b) {
+    return qx_name_cmp((*(const qx__gw_t* const*)a)->gguf, (*(const qx__gw_t* const*)b)->gguf);
+}
+
+quarot_result qx_gguf_writer_begin(qx_gguf_writer** wp, const char* path, const qx_tensor_plan* plan, int64_t n,
+                                   const void* kv, size_t kv_len, const qx_gguf_write_opts* opts, qx_err* e) {
+    qx_gguf_writer* w;
+    qx_sb kvb, hdr;
+    qx__gw_t** order = NULL;
+    uint64_t n_kv = 0, align = 32, pos;
+    int64_t i;
+    quarot_result r;
+    if (!wp || !path || n < 0 || (n && !plan)) return QUAROT_ERR_INVALID_ARGUMENT;
+    *wp = NULL;
+    memset(&kvb, 0, sizeof kvb);
+    memset(&hdr, 0, sizeof hdr);
+    w = (qx_gguf_writer*)calloc(1, sizeof *w);
+    if (!w || !(w->t = (qx__gw_t*)calloc((size_t)(n ? n : 1), sizeof *w->t)) ||
+        !(order = (qx__gw_t**)malloc((size_t)(n ? n : 1) * sizeof *order))) {
+        if (w) free(w->t);
+        free(w);
+        qx_err_set(e, "%s: out of memory", path);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    w->out.fd = -1;
+    /* key/value pairs with the changes, re-parsed: a change may not create a duplicate key, and the
+       resulting general.alignment must be a u32 power of two */
+    r = qx__gkv_build(kv, kv_len, opts ? opts->set : NULL, opts ? opts->n_set : 0, &kvb, &n_kv, e);
+    if (r != QUAROT_OK) goto fail;
+    {
+        qx__gr rr;
+        qx_gguf_kv* kvs = NULL;
+        qx_gguf_file tmpf;
+        const qx_gguf_kv* al;
+        int64_t a;
+        rr.start = rr.p = (const unsigned char*)kvb.p + 8;
+        rr.end = (const unsigned char*)kvb.p + kvb.len;
+        rr.name = path;
+        rr.e = e;
+        if ((r = qx__gparse_kvs(&rr, n_kv, &kvs)) != QUAROT_OK) goto fail;   /* e.g. a change made a key twice */
+        memset(&tmpf, 0, sizeof tmpf);
+        tmpf.kv = kvs;
+        tmpf.n_kv = n_kv;
+        al = qx_gguf_find(&tmpf, "general.alignment");
+        if (al && (al->type != QX_GGUF_U32 || qx_gguf_kv_int(al, &a) != QUAROT_OK || a < 1 || a > (1 << 30) || (a & (a - 1)))) {
+            free(kvs);
+            qx_err_set(e, "%s: general.alignment must be a u32 power of two", path);
+            r = QUAROT_ERR_INVALID_ARGUMENT;
+            goto fail;
+        }
+        if (al) align = (uint64_t)a;
+        free(kvs);
+    }
+    /* the plan: checked like the safetensors writer's, names mapped to GGUF */
+    for (i = 0; i < n; ++i) {
+        const qx_tensor_plan* p = &plan[i];
+        qx__gw_t* t = &w->t[i];
+        char g[QX_GGUF_MAX_NAME + 64];
+        size_t es;
+        int d;
+        w->n = i + 1;
+        if (!p->name || !p->name[0] || p->n_dims < 1 || p->n_dims > QUAROT_MAX_DIMS) {
+            qx_err_set(e, "%s: plan entry %lld needs a name and 1..4 dimensions", path, (long long)i);
+            r = QUAROT_ERR_INVALID_ARGUMENT;
+            goto fail;
+        }
+        t->dt = p->dtype == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : p->dtype;
+        t->ggml = t->dt == QUAROT_DTYPE_F32 ? QX_GGML_F32 : t->dt == QUAROT_DTYPE_F16 ? QX_GGML_F16 :
+                  t->dt == QUAROT_DTYPE_BF16 ? QX_GGML_BF16 : QX_GGML_F64;
+        es = quarot_dtype_size(t->dt);
+        if (!es) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", path, p->name); r = QUAROT_ERR_UNSUPPORTED_DTYPE; goto fail; }
+        if (qx_gguf_name_from_hf(p->name, g, sizeof g) < 0 || strlen(g) >= QX_GGUF_MAX_NAME) {
+            qx_err_set(e, "%s: tensor \"%.100s\": name too long for GGUF", path, p->name);
+            r = QUAROT_ERR_INVALID_ARGUMENT;
+            goto fail;
+        }
+        t->hf = (char*)malloc(strlen(p->name) + 1);
+        t->gguf = (char*)malloc(strlen(g) + 1);
+        if (!t->hf || !t->gguf) { qx_err_set(e, "%s: out of memory", path); r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+        strcpy(t->hf, p->name);
+        strcpy(t->gguf, g);
+        t->n_dims = p->n_dims;
+        t->nbytes = es;
+        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
+            t->ne[d] = d < p->n_dims ? p->ne[d] : 1;
+            if (t->ne[d] < 1 || t->nbytes > ((uint64_t)1 << 62) / (uint64_t)t->ne[d]) {
+                qx_err_set(e, "%s: tensor \"%s\": bad or overflowing shape", path, p->name);
+                r = QUAROT_ERR_INVALID_ARGUMENT;
+                goto fail;
+            }
+            t->nbytes *= (uint64_t)t->ne[d];
+        }
+    }
+    qsort(w->t, (size_t)n, sizeof *w->t, qx__gw_hf_cmp);
+    for (i = 0; i < n; ++i) order[i] = &w->t[i];
+    qsort(order, (size_t)n, sizeof *order, qx__gw_gguf_cmp);
+    for (i = 1; i < n; ++i)
+        if (strcmp(order[i - 1]->gguf, order[i]->gguf) == 0) {
+            qx_err_set(e, "%s: two tensors map to GGUF name \"%s\"", path, order[i]->gguf);
+            r = QUAROT_ERR_INVALID_ARGUMENT;
+            goto fail;
+        }
+    /* header, pairs, tensor infos (natural order of GGUF names), padding */
+    qx_sb_put(&hdr, "GGUF", 4);
+    qx__b32(&hdr, 3);
+    qx__b64(&hdr, (uint64_t)n);
+    qx__b64(&hdr, n_kv);
+    qx_sb_put(&hdr, kvb.p + 8, kvb.len - 8);
+    for (i = 0, pos = 0; i < n; ++i) {
+        qx__gw_t* t = order[i];
+        int d;
+        qx__bstr(&hdr, t->gguf, strlen(t->gguf));
+        qx__b32(&hdr, (uint32_t)t->n_dims);
+        for (d = 0; d < t->n_dims; ++d) qx__b64(&hdr, (uint64_t)t->ne[d]);
+        qx__b32(&hdr, t->ggml);
+        qx__b64(&hdr, pos);
+        t->off = pos;
+        pos += t->nbytes + (align - t->nbytes % align) % align;
+    }
+    while (!hdr.failed && hdr.len % align) qx_sb_put(&hdr, "", 1);
+    if (hdr.failed) { qx_err_set(e, "%s: out of memory", path); r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+    for (i = 0; i < n; ++i) w->t[i].off += hdr.len;
+    w->file_size = hdr.len + pos;
+    if ((r = qx_out_begin(&w->out, path, opts && opts->force, e)) != QUAROT_OK) goto fail;
+    if ((r = qx_out_pwrite(&w->out, hdr.p, hdr.len, 0, e)) != QUAROT_OK) goto fail;
+    qx_sb_free(&kvb);
+    qx_sb_free(&hdr);
+    free(order);
+    *wp = w;
+    return QUAROT_OK;
+fail:
+    qx_sb_free(&kvb);
+    qx_sb_free(&hdr);
+    free(order);
+    qx_gguf_writer_abort(w);
+    return r;
+}
+
+quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
+                                          int64_t head_dim, int to_interleaved, qx_err* e) {
+    /* find the planned tensor by HF name (binary search in natural order), check, write in place */
+    int64_t lo = 0, hi;
+    qx__gw_t* p = NULL;
+    quarot_result r;
+    int d;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    hi = w->n - 1;
+    while (lo <= hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = qx_name_cmp(name, w->t[mid].hf);
+        if (c == 0) { p = &w->t[mid]; break; }
+        if (c < 0) hi = mid - 1; else lo = mid + 1;
+    }
+    if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->out.path, name); return QUAROT_ERR_NOT_FOUND; }
+    if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->out.path, name); return QUAROT_ERR_STATE; }
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
+        if (t->ne[d] != p->ne[d]) {
+            qx_err_set(e, "%s: tensor \"%s\": shape differs from the plan's", w->out.path, name);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    r = qx_out_tensor(&w->out, p->off, p->dt, t, head_dim, to_interleaved, name, e);
+    if (r == QUAROT_OK) p->written = 1;
+    return r;
+}
+
+quarot_result qx_gguf_writer_put(qx_gguf_writer* w, const char* name, const quarot_tensor* t, qx_err* e) {
+    return qx_gguf_writer_put_permuted(w, name, t, 0, 0, e);
+}
+
+/* All tensors present -> sync (file size includes the last tensor's padding) -> rename. */
+quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e) {
+    int64_t i;
+    quarot_result r = QUAROT_OK;
+    if (!w) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < w->n && r == QUAROT_OK; ++i)
+        if (!w->t[i].written) {
+            qx_err_set(e, "%s: tensor \"%s\" was planned but never written", w->out.path, w->t[i].hf);
+            r = QUAROT_ERR_STATE;
+        }
+    if (r == QUAROT_OK) r = qx_out_sync(&w->out, w->file_size, e);
+    if (r == QUAROT_OK) r = qx_out_publish(&w->out, e);
+    qx_gguf_writer_abort(w);
+    return r;
+}
+
+/* Blob-format pairs from a "llama" config. */
+quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
+    const quarot_model_config* c;
+    qx_gguf_set set[16];
+    int n = 0, k;
+    int64_t hd, i;
+    uint64_t cnt;
+    quarot_dtype dt;
+    if (!s || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    c = &s->config;
+    if (strcmp(c->arch, "llama") != 0 || c->norm == QUAROT_NORM_LAYER || c->mlp == QUAROT_MLP_PLAIN || c->qk_norm ||
+        c->mlp_bias || (c->act != QUAROT_ACT_DEFAULT && c->act != QUAROT_ACT_SILU)) {
+        qx_err_set(e, "gguf: only the llama architecture (RMSNorm, SiLU-gated MLP) can be written, not \"%.32s\"", c->arch);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+    memset(set, 0, sizeof set);
+#define QX__SET_U(k_, v_) do { set[n].key = k_; set[n].type = QX_GGUF_U32; set[n].u = (uint64_t)(v_); ++n; } while (0)
+#define QX__SET_F(k_, v_) do { set[n].key = k_; set[n].type = QX_GGUF_F32; set[n].f = (double)(v_); ++n; } while (0)
+    set[n].key = "general.architecture"; set[n].type = QX_GGUF_STRING; set[n].str = "llama"; ++n;
+    if (c->max_seq > 0) QX__SET_U("llama.context_length", c->max_seq);
+    QX__SET_U("llama.embedding_length", c->hidden);
+    QX__SET_U("llama.block_count", c->n_layers);
+    QX__SET_U("llama.feed_forward_length", c->intermediate);
+    QX__SET_U("llama.rope.dimension_count", hd);
+    QX__SET_U("llama.attention.head_count", c->n_heads);
+    QX__SET_U("llama.attention.head_count_kv", c->n_kv_heads ? c->n_kv_heads : c->n_heads);
+    if (c->n_heads && hd * c->n_heads != c->hidden) {
+        QX__SET_U("llama.attention.key_length", hd);
+        QX__SET_U("llama.attention.value_length", hd);
+    }
+    QX__SET_F("llama.attention.layer_norm_rms_epsilon", c->norm_eps > 0 ? c->norm_eps : 1e-5f);
+    QX__SET_F("llama.rope.freq_base", c->rope_theta > 0 ? c->rope_theta : 10000.0f);
+    QX__SET_U("llama.vocab_size", c->vocab);
+    /* general.file_type: 0 all F32, 1 mostly F16, 32 mostly BF16 (llama.cpp's numbering) */
+    dt = QUAROT_DTYPE_F32;
+    for (i = 0; i < s->count; ++i) if (s->items[i].t.ne[1] > 1 && s->items[i].t.dtype != QUAROT_DTYPE_F32) { dt = s->items[i].t.dtype; break; }
+    QX__SET_U("general.file_type", dt == QUAROT_DTYPE_F16 ? 1 : dt == QUAROT_DTYPE_BF16 ? 32 : 0);
+#undef QX__SET_U
+#undef QX__SET_F
+    for (k = 0; k < n; ++k)
+        if (set[k].type == QX_GGUF_U32 && set[k].u > 0xffffffffu) set[k].type = QX_GGUF_U64;
+    return qx__gkv_build(NULL, 0, set, n, out, &cnt, e);
+}
+
+quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_save_opts* o, qx_err* e) {
+    qx_tensor_plan* plan;
+    qx_gguf_write_opts wo;
+    qx_gguf_writer* w = NULL;
+    qx_sb gen;
+    const void* kv;
+    size_t kv_len = 0;
+    int64_t i, hd;
+    int perm;
+    quarot_result r;
+    if (!s || !path) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(&gen, 0, sizeof gen);
+    /* the store must be a complete llama model; generated pairs are used when it has none */
+    r = qx_gguf_kv_from_config(s, &gen, e);
+    if (r == QUAROT_OK) r = qx_hf_check_tensors(s, path, e);
+    if (r != QUAROT_OK) { qx_sb_free(&gen); return r; }
+    kv = qx_store_get_blob(s, "gguf.kv", &kv_len);
+    if (!kv) { kv = gen.p; kv_len = gen.len; }
+    hd = s->config.head_dim ? s->config.head_dim : s->config.hidden / s->config.n_heads;
+    perm = !s->config.rope_interleaved;        /* Hugging Face layout -> llama.cpp's interleaved rows */
+    plan = (qx_tensor_plan*)calloc((size_t)(s->count ? s->count : 1), sizeof *plan);
+    if (!plan) { qx_sb_free(&gen); qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < s->count; ++i) {
+        const quarot_tensor* t = &s->items[i].t;
+        int d;
+        plan[i].name = s->items[i].name;
+        plan[i].dtype = o && o->dtype != QUAROT_DTYPE_DEFAULT ? o->dtype : t->dtype;
+        plan[i].n_dims = 1;
+        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
+            plan[i].ne[d] = t->ne[d];
+            if (t->ne[d] > 1) plan[i].n_dims = d + 1;
+        }
+    }
+    memset(&wo, 0, sizeof wo);
+    wo.force = o ? o->force : 0;
+    wo.set = o ? o->set : NULL;
+    wo.n_set = o ? o->n_set : 0;
+    r = qx_gguf_writer_begin(&w, path, plan, s->count, kv, kv_len, &wo, e);
+    free(plan);
+    qx_sb_free(&gen);
+    if (r != QUAROT_OK) return r;
+    /* tensors in store order; q/k weights and biases of an HF-layout store become interleaved */
+    for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
+        const char* name = s->items[i].name;
+        int qk = perm && strncmp(name, "model.layers.", 13) == 0 &&
+                 (strstr(name, ".self_attn.q_proj.") || strstr(name, ".self_attn.k_proj."));
+        r = qx_gguf_writer_put_permuted(w, name, &s->items[i].t, qk ? hd : 0, 1, e);
+    }
+    if (r != QUAROT_OK) { qx_gguf_writer_abort(w); return r; }
+    return qx_gguf_writer_finish(w, e);
+}

@@ -1,0 +1,161 @@
+/* qx_gguf.h - GGUF (llama.cpp / ggml) files <-> qx_store.
+
+   Layout (v2 and v3, little-endian): "GGUF", u32 version, u64 tensor count, u64 key/value count;
+   key/value pairs (key: u64 length + bytes; u32 value type; value: scalar, string = u64 length +
+   bytes, or array = u32 element type + u64 count + elements, arrays may nest); tensor infos (name,
+   u32 n_dims <= 4, n_dims x u64 ne[] innermost first, u32 ggml type, u64 offset); zero padding to
+   general.alignment (default 32, a power of two); the data section, each tensor at an offset that
+   is a multiple of the alignment. ggml's ne[] order is quarot_tensor's, so W[out][in] has
+   ne = {in, out}.
+
+   Reading (hostile input): every count, length and offset is bounded by the bytes that remain
+   before it is used (no allocation larger than the file implies), nesting depth is bounded, keys
+   and tensor names must be unique, tensor names shorter than 256 bytes without NUL, ne[] products
+   must not overflow, tensors of known element size must lie inside the data section without
+   overlapping. Loading into a store needs general.architecture "llama" and maps the llama.* keys
+   to quarot_model_config (arch "llama", rope_interleaved = 1 because llama.cpp's converter
+   permutes q/k rows into the interleaved RoPE layout, tied when there is no output.weight). F32,
+   F16, BF16 and F64 tensors load (views of the mapping when aligned, else copies); quantized
+   types (Q4_0, Q8_0, K-quants, IQ*, ...) and integer types are refused with the tensor's name and
+   type. Names map to Hugging Face's through one table (qx_gguf_name_to_hf / _from_hf); names
+   outside it pass through unchanged. All key/value pairs are kept verbatim as blob "gguf.kv"
+   (u64 count + the pairs as in the file).
+
+   Writing: the same plan / put (any order) / finish / abort scheme as qx_safetensors.h, one file
+   through a temporary, never overwriting without force. Key/value pairs come from a blob in the
+   "gguf.kv" format (kept verbatim and in order) with the caller's changes applied (replaced in
+   place, removed, or appended); tensors keep the alignment of general.alignment. qx_gguf_save
+   converts a store in Hugging Face's half-split RoPE layout (rope_interleaved = 0) to the
+   interleaved one by permuting q_proj/k_proj rows. */
+#ifndef QX_GGUF_H
+#define QX_GGUF_H
+
+#include "qx_safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GGUF metadata value types (the numbers are the file format's). */
+typedef enum qx_gguf_type {
+    QX_GGUF_U8 = 0, QX_GGUF_I8 = 1, QX_GGUF_U16 = 2, QX_GGUF_I16 = 3, QX_GGUF_U32 = 4, QX_GGUF_I32 = 5,
+    QX_GGUF_F32 = 6, QX_GGUF_BOOL = 7, QX_GGUF_STRING = 8, QX_GGUF_ARRAY = 9, QX_GGUF_U64 = 10,
+    QX_GGUF_I64 = 11, QX_GGUF_F64 = 12
+} qx_gguf_type;
+
+/* ggml tensor types this code reads and writes (others are only named in messages). */
+#define QX_GGML_F32 0
+#define QX_GGML_F16 1
+#define QX_GGML_F64 28
+#define QX_GGML_BF16 30
+
+/* One key/value pair; pointers into the parsed image (strings are NOT NUL-terminated). */
+typedef struct qx_gguf_kv {
+    const char* key;
+    uint64_t key_len;
+    uint32_t type;              /* qx_gguf_type */
+    const unsigned char* val;   /* scalar bytes; STRING: the characters; ARRAY: the first element */
+    uint64_t val_len;           /* STRING: its length; scalars: their size; ARRAY: bytes of the elements */
+    uint32_t arr_type;          /* ARRAY only */
+    uint64_t arr_count;         /* ARRAY only */
+    const unsigned char* raw;   /* the whole encoded pair, key included */
+    uint64_t raw_len;
+} qx_gguf_kv;
+
+typedef struct qx_gguf_tinfo {
+    const char* name;           /* into the image, name_len bytes */
+    uint64_t name_len;
+    uint32_t n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];   /* unused dimensions 1 */
+    uint32_t type;              /* ggml type */
+    uint64_t offset;            /* from the start of the data section */
+    uint64_t nbytes;            /* 0 when the type's size is not known here */
+} qx_gguf_tinfo;
+
+typedef struct qx_gguf_file {
+    uint32_t version;
+    uint32_t alignment;
+    uint64_t n_kv, n_tensors;
+    qx_gguf_kv* kv;
+    qx_gguf_tinfo* t;
+    const unsigned char* kv_begin;   /* the key/value section as in the file */
+    uint64_t kv_bytes;
+    uint64_t data_offset;            /* of the data section in the image */
+    const unsigned char* data;
+    uint64_t data_len;
+} qx_gguf_file;
+
+/* Parses and validates an image (kept by the caller while f is used). */
+quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gguf_file* f, qx_err* e);
+void qx_gguf_file_free(qx_gguf_file* f);
+/* Lookups by key; typed reads accept any integer type (range-checked) or F32/F64. */
+const qx_gguf_kv* qx_gguf_find(const qx_gguf_file* f, const char* key);
+quarot_result qx_gguf_kv_int(const qx_gguf_kv* kv, int64_t* out);
+quarot_result qx_gguf_kv_float(const qx_gguf_kv* kv, double* out);
+/* The string and its length (not NUL-terminated), or NULL when kv is not a string. */
+const char* qx_gguf_kv_string(const qx_gguf_kv* kv, uint64_t* len);
+/* "Q4_K", "F16", ... or "type 123". */
+const char* qx_ggml_type_name(uint32_t type, char buf[16]);
+
+typedef struct qx_gguf_read_opts {
+    int copy;                   /* copy tensor data instead of viewing the mapping */
+} qx_gguf_read_opts;
+
+/* Loads a GGUF file into an EMPTY store; on failure the store is left empty. */
+quarot_result qx_gguf_load(const char* path, qx_store* s, const qx_gguf_read_opts* opts, qx_err* e);
+/* The same from memory (data copied), e.g. for fuzzing. */
+quarot_result qx_gguf_read_mem(const void* buf, size_t len, const char* name, qx_store* s, qx_err* e);
+
+/* Name mapping (one table, both directions): writes the other side's name into out (size n) and
+   returns 1, or copies the name unchanged and returns 0 when it is not in the table; -1 when out
+   is too small. "blk.N.attn_q.weight" <-> "model.layers.N.self_attn.q_proj.weight", ... */
+int qx_gguf_name_to_hf(const char* gguf, char* out, size_t n);
+int qx_gguf_name_from_hf(const char* hf, char* out, size_t n);
+
+/* A change to the key/value pairs: set key to a scalar or string, or remove it. */
+typedef struct qx_gguf_set {
+    const char* key;
+    int type;                   /* qx_gguf_type (not ARRAY), or -1 to remove the key */
+    uint64_t u;                 /* U8..U64, BOOL */
+    int64_t i;                  /* I8..I64 */
+    double f;                   /* F32, F64 */
+    const char* str;            /* STRING */
+} qx_gguf_set;
+
+typedef struct qx_gguf_write_opts {
+    int force;
+    const qx_gguf_set* set;     /* changes, applied in order */
+    int n_set;
+} qx_gguf_write_opts;
+
+typedef struct qx_gguf_writer qx_gguf_writer;
+
+/* kv / kv_len: pairs in the "gguf.kv" blob format (NULL: none). Plan names are the store's
+   (Hugging Face) names; the file gets their GGUF names. Tensor dtypes F32, F16, BF16, F64. */
+quarot_result qx_gguf_writer_begin(qx_gguf_writer** w, const char* path, const qx_tensor_plan* plan, int64_t n,
+                                   const void* kv, size_t kv_len, const qx_gguf_write_opts* opts, qx_err* e);
+quarot_result qx_gguf_writer_put(qx_gguf_writer* w, const char* name, const quarot_tensor* t, qx_err* e);
+quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
+                                          int64_t head_dim, int to_interleaved, qx_err* e);
+/* Checks every tensor was written, syncs, renames; frees w in every case. */
+quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e);
+void qx_gguf_writer_abort(qx_gguf_writer* w);
+
+typedef struct qx_gguf_save_opts {
+    int force;
+    quarot_dtype dtype;         /* DEFAULT: keep each tensor's */
+    const qx_gguf_set* set;
+    int n_set;
+} qx_gguf_save_opts;
+
+/* Writes a "llama" store: its "gguf.kv" blob (or pairs generated from its config when it came from
+   elsewhere) with opts' changes, tensors under GGUF names, q/k rows made interleaved if needed. */
+quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_save_opts* opts, qx_err* e);
+
+/* The llama.* key/value pairs (in the blob format) that describe s->config (arch "llama"). */
+quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

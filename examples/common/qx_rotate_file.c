@@ -1,0 +1,473 @@
+/* qx_rotate_file.c - see qx_rotate_file.h.
+
+   Memory model: the binding below is the quarot_model the processor sees. A tensor of decoder
+   layer i ("...layers.<i>....") is handed out only while layer i is acquired (anything else is
+   refused and counted, which is how the tests prove the processing is layer-wise); global tensors
+   at any time. Copies are made on acquire (rotation pass) and freed on release after they were
+   written, so the live set is {globals} + {one layer}. */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE   /* madvise */
+#endif
+#include "qx_rotate_file.h"
+#include "qx_file.h"
+#include "qx_gguf.h"
+#include "qx_llama2c.h"
+#include "qx_safetensors.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- the output writer: one of the three formats behind put / finish / abort ---------------- */
+
+typedef enum qx__out_kind { QX__OUT_L2C, QX__OUT_ST, QX__OUT_GGUF } qx__out_kind;
+
+typedef struct qx__sink {
+    qx__out_kind kind;
+    qx_l2c_writer* l2c;
+    qx_st_writer* st;
+    qx_gguf_writer* gg;
+} qx__sink;
+
+static quarot_result qx__sink_put(qx__sink* k, const char* name, const quarot_tensor* t, qx_err* e) {
+    switch (k->kind) {
+        case QX__OUT_L2C: return qx_l2c_writer_put(k->l2c, name, t, e);
+        case QX__OUT_ST: return qx_st_writer_put(k->st, name, t, e);
+        default: return qx_gguf_writer_put(k->gg, name, t, e);
+    }
+}
+
+/* Publishes the output; the writer is freed in every case. */
+static quarot_result qx__sink_finish(qx__sink* k, qx_err* e) {
+    quarot_result r;
+    switch (k->kind) {
+        case QX__OUT_L2C: r = qx_l2c_writer_finish(k->l2c, e); break;
+        case QX__OUT_ST: r = qx_st_writer_finish(k->st, e); break;
+        default: r = qx_gguf_writer_finish(k->gg, e); break;
+    }
+    k->l2c = NULL; k->st = NULL; k->gg = NULL;
+    return r;
+}
+
+static void qx__sink_abort(qx__sink* k) {
+    qx_l2c_writer_abort(k->l2c);
+    qx_st_writer_abort(k->st);
+    qx_gguf_writer_abort(k->gg);
+    k->l2c = NULL; k->st = NULL; k->gg = NULL;
+}
+
+/* ---- the binding ------------------------------------------------------------------------------ */
+
+typedef struct qx__rf {
+    qx_store* s;
+    int phase;                   /* 0: validation (read-only views), 1: rotation (copies, written on release) */
+    int64_t held;                /* the acquired layer, -1 none */
+    int64_t live, n_layers;
+    int drop;                    /* views are file mappings: madvise their pages away */
+    size_t cur_bytes;
+    qx__sink* sink;
+    quarot_result werr;          /* first failure inside release (its message in werr_msg) */
+    qx_err werr_msg;
+    qx_rotate_file_stats* st;
+    const qx_rotate_file_opts* o;
+} qx__rf;
+
+/* The decoder layer a tensor name belongs to ("model.layers.12.mlp..." -> 12), -1 for globals. */
+static int64_t qx__layer_of(const char* name) {
+    const char* p = name;
+    while ((p = strstr(p, "layers.")) != NULL) {
+        const char* q = p + 7;
+        int64_t v = 0;
+        int digits = 0;
+        if (p == name || p[-1] == '.') {
+            while (*q >= '0' && *q <= '9' && digits < 12) { v = v * 10 + (*q - '0'); ++q; ++digits; }
+            if (digits > 0 && *q == '.') return v;
+        }
+        p += 7;
+    }
+    return -1;
+}
+
+static qx_entry* qx__entry(qx_store* s, const char* name) {
+    int64_t i;
+    for (i = 0; i < s->count; ++i)
+        if (strcmp(s->items[i].name, name) == 0) return &s->items[i];
+    return NULL;
+}
+
+/* Hands the input's mapped pages back to the kernel. The views are clean private file pages, so
+   this only shrinks the resident set (a later read faults them in from the file again). Whole
+   mappings are dropped, not just a tensor's range: a read fault maps the whole large folio around
+   the page (up to 2 MiB on current kernels), which would leave neighbouring tensors' pages behind.
+   The mappings are the store's qx_map cleanups (every reader's file mapping); drop_pages says the
+   caller's views are such mappings. */
+static void qx__drop_pages(const qx__rf* b) {
+    int64_t i;
+    if (!b->drop) return;
+    for (i = 0; i < b->s->n_cleanups; ++i)
+        if (b->s->cleanups[i].fn == qx_unmap_and_free) {
+            const qx_map* m = (const qx_map*)b->s->cleanups[i].arg;
+            if (m && m->addr && m->len) (void)madvise(m->addr, m->len, MADV_DONTNEED);
+        }
+}
+
+/* Replace a view by a writable contiguous copy (f16/bf16 widened to f32 so the processor's several
+   passes over a tensor round only once, when it is written). */
+static quarot_result qx__own(qx__rf* b, qx_entry* en) {
+    quarot_tensor src = en->t, nt;
+    quarot_dtype wdt = (src.dtype == QUAROT_DTYPE_F16 || src.dtype == QUAROT_DTYPE_BF16) ? QUAROT_DTYPE_F32 : src.dtype;
+    size_t bytes, es;
+    int64_t r, rows;
+    char* mem;
+    quarot_result res;
+    if (en->owned) return QUAROT_OK;
+    res = quarot_tensor_init(&nt, NULL, wdt, QUAROT_MAX_DIMS, src.ne);
+    if (res != QUAROT_OK) return res;
+    bytes = quarot_tensor_nbytes(&nt);
+    es = quarot_dtype_size(wdt);
+    mem = (char*)malloc(bytes ? bytes : 1);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    nt.data = mem;
+    rows = quarot_tensor_nrows(&src);
+    for (r = 0; r < rows; ++r) {
+        char* dst = mem + (size_t)r * (size_t)src.ne[0] * es;
+        if (wdt == src.dtype) {
+            int64_t i1 = r % src.ne[1], i2 = (r / src.ne[1]) % src.ne[2], i3 = r / (src.ne[1] * src.ne[2]);
+            memcpy(dst, (const char*)src.data + (size_t)i1 * src.nb[1] + (size_t)i2 * src.nb[2] + (size_t)i3 * src.nb[3],
+                   (size_t)src.ne[0] * es);
+        } else {
+            (void)quarot_tensor_get_row_f32(&src, r, (float*)dst);
+        }
+    }
+    en->t = nt;
+    en->owned = mem;
+    qx__drop_pages(b);
+    b->cur_bytes += bytes;
+    if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
+    return QUAROT_OK;
+}
+
+static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
+    qx__rf* b = (qx__rf*)user;
+    qx_entry* en = qx__entry(b->s, name);
+    int64_t L;
+    if (!en) return QUAROT_ERR_NOT_FOUND;
+    L = qx__layer_of(name);
+    if (L >= 0 && L != b->held) {   /* a layer that is not in memory */
+        b->st->out_of_layer++;
+        return QUAROT_ERR_STATE;
+    }
+    /* validation reads the views tensor by tensor: let the previous tensors' pages go first, so
+       the mapped input stays near one tensor (rounded to the page cache's folios) */
+    if (b->phase == 0 && !en->owned) qx__drop_pages(b);
+    *out = en->t;
+    return QUAROT_OK;
+}
+
+static quarot_result qx__create(void* user, const char* name, quarot_dtype dt, int n_dims, const int64_t* ne, quarot_tensor* out) {
+    qx__rf* b = (qx__rf*)user;
+    quarot_tensor* t;
+    quarot_result r = qx_store_add(b->s, name, dt, n_dims, ne, NULL, &t);
+    if (r != QUAROT_OK) return r;
+    b->cur_bytes += quarot_tensor_nbytes(t);
+    if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
+    if (qx__layer_of(name) < 0) b->st->global_copy_bytes += quarot_tensor_nbytes(t);
+    *out = *t;
+    return QUAROT_OK;
+}
+
+static quarot_result qx__acquire(void* user, int64_t layer) {
+    qx__rf* b = (qx__rf*)user;
+    int64_t i;
+    if (b->held >= 0) return QUAROT_ERR_STATE;   /* one layer at a time */
+    b->held = layer;
+    b->st->acquires++;
+    if (++b->live > b->st->max_live_layers) b->st->max_live_layers = b->live;
+    if (b->o->progress) b->o->progress(b->o->user, b->phase ? "rotate" : "validate", layer, b->n_layers);
+    if (b->phase == 1)
+        for (i = 0; i < b->s->count; ++i)
+            if (qx__layer_of(b->s->items[i].name) == layer) {
+                quarot_result r = qx__own(b, &b->s->items[i]);
+                if (r != QUAROT_OK) return r;
+            }
+    return QUAROT_OK;
+}
+
+static quarot_result qx__release(void* user, int64_t layer, int modified) {
+    qx__rf* b = (qx__rf*)user;
+    int64_t i = 0;
+    (void)modified;
+    if (b->held != layer) return QUAROT_ERR_STATE;
+    while (i < b->s->count) {
+        qx_entry* en = &b->s->items[i];
+        if (qx__layer_of(en->name) != layer) { ++i; continue; }
+        if (b->phase == 0) { ++i; continue; }   /* validation only read it */
+        if (b->werr == QUAROT_OK) {
+            b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
+            if (b->werr == QUAROT_OK) b->st->tensors_written++;
+        }
+        if (en->owned) b->cur_bytes -= quarot_tensor_nbytes(&en->t);
+        (void)qx_store_remove(b->s, en->name);   /* frees the copy; the next entry moves to i */
+    }
+    qx__drop_pages(b);   /* what the validation pass read, or the copies were made from */
+    b->held = -1;
+    b->live--;
+    b->st->releases++;
+    if (b->o->progress && b->phase == 1) b->o->progress(b->o->user, "rotate", layer + 1, b->n_layers);
+    return b->werr;
+}
+
+/* ---- planning --------------------------------------------------------------------------------- */
+
+static int qx__n_dims(const int64_t* ne) {
+    int d, n = 1;
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
+        if (ne[d] > 1) n = d + 1;
+    return n;
+}
+
+/* The output's tensors: the store's (views, before any copy) and the processor's creations. */
+static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, qx_tensor_plan** out,
+                              int64_t* n_out) {
+    int64_t i, n = 0;
+    /* GGUF keeps vectors (norms, biases) in f32 under a dtype change, as llama.cpp's converter does */
+    int vec_f32 = strcmp(s->source_format, "gguf") == 0 && dt != QUAROT_DTYPE_DEFAULT;
+    qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(s->count + p->n_creates + 1), sizeof *pl);
+    if (!pl) return QUAROT_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < s->count; ++i, ++n) {
+        pl[n].name = s->items[i].name;
+        pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : s->items[i].t.dtype;
+        memcpy(pl[n].ne, s->items[i].t.ne, sizeof pl[n].ne);
+        pl[n].n_dims = qx__n_dims(pl[n].ne);
+    }
+    for (i = 0; i < p->n_creates; ++i) {
+        const quarot_tensor_spec* c = &p->creates[i];
+        if (qx_store_find(s, c->name)) continue;
+        pl[n].name = c->name;
+        pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : c->dtype;
+        memcpy(pl[n].ne, c->ne, sizeof pl[n].ne);
+        pl[n].n_dims = qx__n_dims(pl[n].ne);
+        ++n;
+    }
+    for (i = 0; i < n && vec_f32; ++i)
+        if (pl[i].n_dims == 1) pl[i].dtype = QUAROT_DTYPE_F32;
+    *out = pl;
+    *n_out = n;
+    return QUAROT_OK;
+}
+
+static int qx__planned(const qx_tensor_plan* pl, int64_t n, const char* name) {
+    int64_t i;
+    for (i = 0; i < n; ++i)
+        if (strcmp(pl[i].name, name) == 0) return 1;
+    return 0;
+}
+
+/* Opens the writer for the store's format (after pre_run: the config says whether lm_head exists). */
+static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_tensor_plan* pl, int64_t n,
+                                    const qx_rotate_file_opts* o, qx_err* e) {
+    const char* fmt = s->source_format;
+    memset(k, 0, sizeof *k);
+    if (strncmp(fmt, "llama2c", 7) == 0) {
+        qx_l2c_write_opts wo;
+        memset(&wo, 0, sizeof wo);
+        wo.format = strcmp(fmt, "llama2c-v1") == 0 ? QX_L2C_V1 : QX_L2C_V0;
+        wo.force = o->force;
+        k->kind = QX__OUT_L2C;
+        return qx_l2c_writer_begin(&k->l2c, o->out_path, &s->config, !qx__planned(pl, n, "lm_head.weight"), &wo, e);
+    }
+    if (strncmp(fmt, "safetensors", 11) == 0) {
+        qx_st_write_opts wo;
+        size_t ol = strlen(o->out_path);
+        int single = ol > 12 && strcmp(o->out_path + ol - 12, ".safetensors") == 0;
+        qx_sb cfg;
+        quarot_result r = QUAROT_OK;
+        memset(&wo, 0, sizeof wo);
+        memset(&cfg, 0, sizeof cfg);
+        wo.force = o->force;
+        wo.shard_bytes = single ? 0 : o->shard_bytes;
+        wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
+        if (!single) {
+            r = qx_hf_config_write(s, &cfg, e);   /* tie_word_embeddings patched to the output */
+            wo.config_json = cfg.p;
+        }
+        k->kind = QX__OUT_ST;
+        if (r == QUAROT_OK) r = qx_st_writer_begin(&k->st, o->out_path, pl, n, &wo, e);
+        qx_sb_free(&cfg);
+        return r;
+    }
+    if (strcmp(fmt, "gguf") == 0) {
+        qx_gguf_write_opts wo;
+        qx_gguf_set set[1];
+        size_t kv_len = 0;
+        const void* kv = qx_store_get_blob(s, "gguf.kv", &kv_len);
+        memset(&wo, 0, sizeof wo);
+        memset(set, 0, sizeof set);
+        wo.force = o->force;
+        if (o->dtype != QUAROT_DTYPE_DEFAULT) {   /* llama.cpp's LLAMA_FTYPE: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32 */
+            set[0].key = "general.file_type";
+            set[0].type = QX_GGUF_U32;
+            set[0].u = o->dtype == QUAROT_DTYPE_F16 ? 1u : o->dtype == QUAROT_DTYPE_BF16 ? 32u : 0u;
+            wo.set = set;
+            wo.n_set = 1;
+        }
+        k->kind = QX__OUT_GGUF;
+        return qx_gguf_writer_begin(&k->gg, o->out_path, pl, n, kv, kv_len, &wo, e);
+    }
+    qx_err_set(e, "%s: no writer for the input's format \"%s\"", o->out_path, fmt);
+    return QUAROT_ERR_UNSUPPORTED;
+}
+
+/* A small text file through a temporary (synced, not yet published). */
+static quarot_result qx__text_begin(qx_out* out, const char* path, const char* text, size_t len, int force, qx_err* e) {
+    quarot_result r = qx_out_begin(out, path, force, e);
+    if (r == QUAROT_OK) r = qx_out_pwrite(out, text, len, 0, e);
+    if (r == QUAROT_OK) r = qx_out_sync(out, len, e);
+    if (r != QUAROT_OK) qx_out_abort(out);
+    return r;
+}
+
+/* ---- the whole run ---------------------------------------------------------------------------- */
+
+quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
+                             qx_rotate_file_stats* st, qx_err* e) {
+    quarot_model m;
+    quarot_processor p;
+    qx__rf b;
+    qx__sink sink;
+    qx_out hooks_out, cfg_out;
+    qx_tensor_plan* plan = NULL;
+    int64_t n_plan = 0, i;
+    int have_p = 0, have_hooks = 0, have_cfg = 0;
+    char* hooks_text = NULL;
+    qx_sb cfg_text;
+    quarot_result r;
+    qx_rotate_file_stats local;
+    if (!st) st = &local;
+    memset(st, 0, sizeof *st);
+    memset(&sink, 0, sizeof sink);
+    memset(&cfg_text, 0, sizeof cfg_text);
+    memset(&hooks_out, 0, sizeof hooks_out);
+    memset(&cfg_out, 0, sizeof cfg_out);
+    hooks_out.fd = cfg_out.fd = -1;
+    if (!s || !desc || !o || !o->out_path) { qx_err_set(e, "qx_rotate_file: invalid argument"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (o->dtype != QUAROT_DTYPE_DEFAULT && o->dtype != QUAROT_DTYPE_F32 && o->dtype != QUAROT_DTYPE_F16 &&
+        o->dtype != QUAROT_DTYPE_BF16) {
+        qx_err_set(e, "%s: output dtype must be f32, f16 or bf16", o->out_path);
+        return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+
+    memset(&m, 0, sizeof m);
+    memset(&b, 0, sizeof b);
+    b.s = s;
+    b.held = -1;
+    b.n_layers = s->config.n_layers;
+    b.drop = o->drop_pages;
+    b.st = st;
+    b.o = o;
+    b.sink = &sink;
+    m.config = s->config;
+    m.user_data = &b;
+    m.get_tensor = qx__get;
+    m.create_tensor = qx__create;
+    m.acquire_layer = qx__acquire;
+    m.release_layer = qx__release;
+
+    /* 1. validation: every tensor read once, layer by layer; nothing written */
+    r = quarot_processor_init(&p, &m, desc);
+    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); return r; }
+    have_p = 1;
+    if (o->progress) o->progress(o->user, "validate", b.n_layers, b.n_layers);
+    snprintf(st->r1, sizeof st->r1, "%s", p.rot[QUAROT_ROT_R1].text);
+    snprintf(st->r2, sizeof st->r2, "%s", p.have_rot[QUAROT_ROT_R2] ? p.rot[QUAROT_ROT_R2].text : "none");
+    st->n_commands = p.n_commands;
+    st->untied = p.untie;
+
+    /* 2. the output plan, from the views (input dtypes) and the processor's creations */
+    r = qx__plan(s, &p, o->dtype, &plan, &n_plan);
+    if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", o->out_path); goto fail; }
+
+    /* 3. globals: writable copies, then pre_run rotates them (and creates lm_head when untying) */
+    b.phase = 1;
+    for (i = 0; i < s->count && r == QUAROT_OK; ++i)
+        if (qx__layer_of(s->items[i].name) < 0) {
+            r = qx__own(&b, &s->items[i]);
+            if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
+        }
+    if (r != QUAROT_OK) { qx_err_set(e, "global tensors: %s", quarot_result_string(r)); goto fail; }
+    r = quarot_processor_pre_run(&p);
+    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
+    s->config = m.config;
+
+    /* 4. the output file(s), laid out before the first layer */
+    r = qx__sink_begin(&sink, s, plan, n_plan, o, e);
+    if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+
+    /* 5. layer by layer: copies on acquire, written and freed on release */
+    for (i = 0; i < s->config.n_layers && r == QUAROT_OK; ++i) {
+        r = quarot_processor_run_layer(&p, i);
+        if (r != QUAROT_OK) {
+            if (b.werr != QUAROT_OK) { *e = b.werr_msg; st->output_error = 1; r = b.werr; }
+            else qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r));
+        }
+    }
+    if (r != QUAROT_OK) goto fail;
+    r = quarot_processor_post_run(&p);
+    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
+    s->config = m.config;
+
+    /* 6. the globals (all that is left in the store) */
+    for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
+        r = qx__sink_put(&sink, s->items[i].name, &s->items[i].t, e);
+        if (r == QUAROT_OK) st->tensors_written++;
+        else st->output_error = 1;
+    }
+    if (r != QUAROT_OK) goto fail;
+
+    /* 7. side files to temporaries, then everything is published */
+    if (o->hooks_path && desc->online_out) {
+        size_t need = 0;
+        r = quarot_online_write(desc->online_out, NULL, 0, &need);
+        if (r == QUAROT_OK && !(hooks_text = (char*)malloc(need))) r = QUAROT_ERR_OUT_OF_MEMORY;
+        if (r == QUAROT_OK) r = quarot_online_write(desc->online_out, hooks_text, need, &need);
+        if (r != QUAROT_OK) { qx_err_set(e, "%s: cannot serialize the online hooks: %s", o->hooks_path, quarot_result_string(r)); goto fail; }
+        r = qx__text_begin(&hooks_out, o->hooks_path, hooks_text, strlen(hooks_text), o->force, e);
+        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+        have_hooks = 1;
+    }
+    if (o->config_path) {
+        r = qx_hf_config_write(s, &cfg_text, e);
+        if (r == QUAROT_OK) r = qx__text_begin(&cfg_out, o->config_path, cfg_text.p, cfg_text.len, o->force, e);
+        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+        have_cfg = 1;
+    }
+    r = qx__sink_finish(&sink, e);
+    if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+    if (have_hooks && (r = qx_out_publish(&hooks_out, e)) != QUAROT_OK) { st->output_error = 1; (void)remove(o->out_path); goto fail; }
+    if (have_cfg && (r = qx_out_publish(&cfg_out, e)) != QUAROT_OK) {
+        st->output_error = 1;
+        (void)remove(o->out_path);
+        if (o->hooks_path) (void)remove(o->hooks_path);
+        goto fail;
+    }
+    qx_out_abort(&hooks_out);   /* frees the paths (published: nothing to remove) */
+    qx_out_abort(&cfg_out);
+    quarot_processor_free(&p);
+    qx_sb_free(&cfg_text);
+    free(hooks_text);
+    free(plan);
+    return QUAROT_OK;
+
+fail:
+    qx_out_abort(&hooks_out);
+    qx_out_abort(&cfg_out);
+    qx__sink_abort(&sink);
+    if (have_p) quarot_processor_free(&p);
+    qx_sb_free(&cfg_text);
+    free(hooks_text);
+    free(plan);
+    return r;
+}

@@ -1,0 +1,79 @@
+/* qx_rotate_file.h - rotate a loaded checkpoint into a new file of the same format, one decoder
+   layer in memory at a time (what `quarot rotate` runs).
+
+   The store comes from qx_cli_load_model with views of read-only file mappings. The processor's
+   steps run one by one (quarot_processor_init / pre_run / run_layer / post_run) on a binding that
+   keeps memory near one decoder layer plus the global tensors:
+     validation  (init) every tensor is read once from the mapping, layer by layer; a layer's pages
+                 are handed back to the kernel (madvise DONTNEED: clean private file pages, re-read
+                 from the file if ever touched again) when the processor releases it. A validation
+                 error returns before any output exists.
+     plan        the output's tensors: the input's names and shapes plus what the processor will
+                 create (p->creates: an untied lm_head, fused biases), in the output dtype.
+     globals     embeddings, final norm, lm_head become writable copies, pre_run rotates them.
+     writer      the output is laid out (llama2.c segments, safetensors header/shards, GGUF tensor
+                 infos) and opened as a temporary beside the final path.
+     layers      acquire(i) turns layer i's tensors into writable copies (f16/bf16 widened to f32,
+                 so each value is rounded once, when written), run_layer rotates them, release(i)
+                 writes them at their planned offsets and frees them.
+     finish      post_run, the globals are written, the online hook file (if asked) and the model
+                 are synced and renamed into place; any failure removes every temporary.
+   Peak memory: the global tensors' copies (in f32 for f16/bf16 inputs) plus one decoder layer's
+   copies plus small buffers (a 4 MiB write chunk); the mapped input pages are dropped as they are
+   consumed.
+
+   Output formats follow s->source_format: "llama2c-v0"/"llama2c-v1" -> the same llama2.c layout
+   (float32; a separate classifier when lm_head exists), "safetensors" -> one .safetensors file or,
+   for an out path not ending in .safetensors, a directory (shards when shard_bytes > 0, index,
+   config.json with tie_word_embeddings patched), "safetensors-dir" -> likewise, "gguf" -> GGUF with
+   the input's key/value pairs (general.file_type updated when the dtype changes; output.weight when
+   untied). */
+#ifndef QX_ROTATE_FILE_H
+#define QX_ROTATE_FILE_H
+
+#include "qx_store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qx_rotate_file_opts {
+    const char* out_path;
+    int force;                   /* replace existing outputs */
+    quarot_dtype dtype;          /* DEFAULT: every tensor keeps its dtype; else F32 / F16 / BF16 (GGUF:
+                                    vectors stay f32, as llama.cpp's converter writes them) */
+    uint64_t shard_bytes;        /* safetensors directory output: > 0 splits into shards (see qx_st_write_opts) */
+    const char* config_path;     /* safetensors single-file output: also write this config.json (NULL: none) */
+    const char* hooks_path;      /* write desc->online_out here in quarot.h's text format (NULL: none) */
+    int drop_pages;              /* 1: the store's views are file mappings (qx_map cleanups, as the readers
+                                    make them): madvise(DONTNEED) them tensor by tensor and after each layer */
+    /* progress: stage "validate" or "rotate", layers done of total (also called with done = total) */
+    void (*progress)(void* user, const char* stage, int64_t done, int64_t total);
+    void* user;
+} qx_rotate_file_opts;
+
+typedef struct qx_rotate_file_stats {
+    int64_t max_live_layers;     /* most decoder layers held at once (1 when layer-wise) */
+    int64_t acquires, releases;  /* over both passes */
+    int64_t out_of_layer;        /* tensor requests for a layer not held (refused; 0 expected) */
+    size_t peak_copy_bytes;      /* largest total of writable copies held at once */
+    size_t global_copy_bytes;    /* of which the global tensors */
+    int64_t tensors_written;
+    int untied;                  /* the processor created lm_head from the embedding */
+    int output_error;            /* the failure was writing the output (exit code "output") */
+    char r1[160], r2[160];       /* the rotations built (quarot_rotation.text) */
+    int64_t n_commands;
+} qx_rotate_file_stats;
+
+/* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds
+   only what was not yet written afterwards: do not use its tensors after the call) with desc
+   (desc->online_out receives the hooks when online / r3). On failure nothing is left at
+   o->out_path, o->hooks_path or o->config_path, and e says why ("file: reason" or the processor's
+   message). */
+quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
+                             qx_rotate_file_stats* st, qx_err* e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

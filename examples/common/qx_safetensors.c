@@ -1,0 +1,1384 @@
+/* qx_safetensors.c - see qx_safetensors.h.
+
+   Reading one image: header length -> strict JSON -> one record per tensor, each checked alone
+   (dtype, shape product * element bits == 8 * (end - begin), end <= data size), then all together
+   (sorted by offset they must tile [0, data size) exactly). Only then does anything enter the
+   store. Then config.json <-> quarot_model_config with the tensor checks, and the writer. */
+#include "qx_safetensors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- dtypes ---- */
+
+typedef struct qx__st_dtype {
+    const char* name;
+    unsigned bits;            /* per element */
+    quarot_dtype dt;          /* DEFAULT: known to safetensors, not loadable here */
+} qx__st_dtype;
+
+static const qx__st_dtype qx__st_dtypes[] = {
+    {"F32", 32, QUAROT_DTYPE_F32},  {"F16", 16, QUAROT_DTYPE_F16},  {"BF16", 16, QUAROT_DTYPE_BF16},
+    {"F64", 64, QUAROT_DTYPE_F64},  {"BOOL", 8, QUAROT_DTYPE_DEFAULT}, {"U8", 8, QUAROT_DTYPE_DEFAULT},
+    {"I8", 8, QUAROT_DTYPE_DEFAULT}, {"F8_E5M2", 8, QUAROT_DTYPE_DEFAULT}, {"F8_E4M3", 8, QUAROT_DTYPE_DEFAULT},
+    {"F8_E8M0", 8, QUAROT_DTYPE_DEFAULT}, {"I16", 16, QUAROT_DTYPE_DEFAULT}, {"U16", 16, QUAROT_DTYPE_DEFAULT},
+    {"I32", 32, QUAROT_DTYPE_DEFAULT}, {"U32", 32, QUAROT_DTYPE_DEFAULT}, {"I64", 64, QUAROT_DTYPE_DEFAULT},
+    {"U64", 64, QUAROT_DTYPE_DEFAULT}, {"C64", 64, QUAROT_DTYPE_DEFAULT}, {"F4", 4, QUAROT_DTYPE_DEFAULT},
+    {"F6_E2M3", 6, QUAROT_DTYPE_DEFAULT}, {"F6_E3M2", 6, QUAROT_DTYPE_DEFAULT},
+};
+
+static const qx__st_dtype* qx__st_dtype_find(const char* s, size_t len) {
+    size_t k;
+    for (k = 0; k < sizeof qx__st_dtypes / sizeof qx__st_dtypes[0]; ++k)
+        if (strlen(qx__st_dtypes[k].name) == len && memcmp(qx__st_dtypes[k].name, s, len) == 0)
+            return &qx__st_dtypes[k];
+    return NULL;
+}
+
+/* Derived buffers some checkpoints carry; never weights, skipped whatever their dtype. */
+static int qx__st_skip_listed(const char* name, size_t len) {
+    static const char* const suffix[] = {".rotary_emb.inv_freq"};
+    size_t k;
+    for (k = 0; k < sizeof suffix / sizeof suffix[0]; ++k) {
+        size_t n = strlen(suffix[k]);
+        if (len >= n && memcmp(name + len - n, suffix[k], n) == 0) return 1;
+    }
+    return 0;
+}
+
+static uint64_t qx__le64(const unsigned char* p) {
+    uint64_t v = 0;
+    int k;
+    for (k = 7; k >= 0; --k) v = (v << 8) | p[k];
+    return v;
+}
+
+/* ---- one image ---- */
+
+typedef struct qx__st_tensor {
+    const char* name;         /* in the JSON arena, NUL-terminated */
+    size_t name_len;
+    const char* dtype;
+    quarot_dtype dt;          /* DEFAULT when not loadable */
+    int n_dims;               /* as written (0 for a scalar) */
+    int64_t ne[QUAROT_MAX_DIMS];
+    int empty;                /* a 0 in the shape */
+    uint64_t begin, end;
+    int skip;
+} qx__st_tensor;
+
+typedef struct qx__st_image {
+    qx_json_doc doc;
+    const qx_json* meta;      /* __metadata__ or NULL */
+    qx__st_tensor* t;
+    size_t n;
+    const unsigned char* data;
+    uint64_t data_len;
+} qx__st_image;
+
+static void qx__st_image_free(qx__st_image* im) {
+    qx_json_doc_free(&im->doc);
+    free(im->t);
+    memset(im, 0, sizeof *im);
+}
+
+#define QX__NAME(t) (int)((t)->name_len > 200 ? 200 : (t)->name_len), (t)->name
+
+static int qx__st_cmp_offsets(const void* a, const void* b) {
+    const qx__st_tensor* x = *(const qx__st_tensor* const*)a;
+    const qx__st_tensor* y = *(const qx__st_tensor* const*)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* One tensor record {"dtype", "shape", "data_offsets"}; checks what can be checked alone. */
+static quarot_result qx__st_record(const qx_json* v, const char* fname, uint64_t data_len, qx__st_tensor* t,
+                                   qx_err* e) {
+    const qx_json* dt = qx_json_get(v, "dtype");
+    const qx_json* shape = qx_json_get(v, "shape");
+    const qx_json* offs = qx_json_get(v, "data_offsets");
+    const qx__st_dtype* d;
+    uint64_t prod = 1, bits, b, en;
+    int64_t x;
+    size_t k;
+    t->name = v->key;
+    t->name_len = v->key_len;
+    if (memchr(t->name, '\0', t->name_len)) {
+        qx_err_set(e, "%s: a tensor name contains a NUL character", fname);
+        return QUAROT_ERR_PARSE;
+    }
+    if (v->type != QX_JSON_OBJECT || !dt || dt->type != QX_JSON_STRING || !shape || shape->type != QX_JSON_ARRAY ||
+        !offs || offs->type != QX_JSON_ARRAY) {
+        qx_err_set(e, "%s: tensor \"%.*s\": needs \"dtype\" (string), \"shape\" and \"data_offsets\" (arrays)", fname, QX__NAME(t));
+        return QUAROT_ERR_PARSE;
+    }
+    d = qx__st_dtype_find(dt->str, dt->len);
+    if (!d) {
+        qx_err_set(e, "%s: tensor \"%.*s\": unknown dtype \"%.*s\"", fname, QX__NAME(t), (int)(dt->len > 20 ? 20 : dt->len), dt->str);
+        return QUAROT_ERR_PARSE;
+    }
+    t->dtype = d->name;
+    t->dt = d->dt;
+    if (shape->count > 64) {
+        qx_err_set(e, "%s: tensor \"%.*s\": %zu dimensions", fname, QX__NAME(t), shape->count);
+        return QUAROT_ERR_PARSE;
+    }
+    t->n_dims = (int)shape->count;
+    for (k = 0; k < QUAROT_MAX_DIMS; ++k) t->ne[k] = 1;
+    for (k = 0; k < shape->count; ++k) {
+        if (qx_json_as_int64(&shape->items[k], &x) != QUAROT_OK || x < 0) {
+            qx_err_set(e, "%s: tensor \"%.*s\": shape[%zu] is not a non-negative integer", fname, QX__NAME(t), k);
+            return QUAROT_ERR_PARSE;
+        }
+        if (x == 0) t->empty = 1;
+        else if (!t->empty && prod > UINT64_MAX / (uint64_t)x) {
+            qx_err_set(e, "%s: tensor \"%.*s\": shape product overflows", fname, QX__NAME(t));
+            return QUAROT_ERR_OVERFLOW;
+        } else prod *= (uint64_t)x;
+        if (shape->count <= QUAROT_MAX_DIMS) t->ne[shape->count - 1 - k] = x;   /* outermost first -> ne[] */
+    }
+    if (t->empty) prod = 0;
+    if (prod > UINT64_MAX / d->bits) {
+        qx_err_set(e, "%s: tensor \"%.*s\": byte size overflows", fname, QX__NAME(t));
+        return QUAROT_ERR_OVERFLOW;
+    }
+    bits = prod * d->bits;
+    {
+        int64_t xb = -1, xe = -1;
+        if (offs->count != 2 || qx_json_as_int64(&offs->items[0], &xb) != QUAROT_OK ||
+            qx_json_as_int64(&offs->items[1], &xe) != QUAROT_OK || xb < 0 || xe < 0) {
+            qx_err_set(e, "%s: tensor \"%.*s\": data_offsets must be two non-negative integers", fname, QX__NAME(t));
+            return QUAROT_ERR_PARSE;
+        }
+        b = (uint64_t)xb;
+        en = (uint64_t)xe;
+    }
+    t->begin = b;
+    t->end = en;
+    if (en < b) {
+        qx_err_set(e, "%s: tensor \"%.*s\": data_offsets [%llu, %llu] end before they begin", fname, QX__NAME(t),
+                   (unsigned long long)b, (unsigned long long)en);
+        return QUAROT_ERR_PARSE;
+    }
+    if (en > data_len) {
+        qx_err_set(e, "%s: tensor \"%.*s\": data_offsets [%llu, %llu] pass the end of the %llu-byte data section",
+                   fname, QX__NAME(t), (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
+        return QUAROT_ERR_PARSE;
+    }
+    if (bits % 8 != 0) {
+        qx_err_set(e, "%s: tensor \"%.*s\": %s shape of %llu bits is not a whole number of bytes", fname,
+                   QX__NAME(t), d->name, (unsigned long long)bits);
+        return QUAROT_ERR_PARSE;
+    }
+    if (bits / 8 != en - b) {
+        qx_err_set(e, "%s: tensor \"%.*s\": %s shape needs %llu bytes but data_offsets [%llu, %llu] hold %llu",
+                   fname, QX__NAME(t), d->name, (unsigned long long)(bits / 8), (unsigned long long)b,
+                   (unsigned long long)en, (unsigned long long)(en - b));
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
+/* Parses and validates a whole image; nothing enters a store here. */
+static quarot_result qx__st_parse(const unsigned char* buf, size_t len, const char* fname,
+                                  const qx_st_read_opts* o, qx__st_image* im, qx_err* e) {
+    uint64_t hlen, pos;
+    const qx_json* root;
+    qx_json_opts jo;
+    qx__st_tensor** order = NULL;
+    quarot_result r;
+    size_t k, n;
+    memset(im, 0, sizeof *im);
+    if (len < 8) {
+        qx_err_set(e, "%s: %zu bytes is too short for a safetensors file (8-byte header length)", fname, len);
+        return QUAROT_ERR_PARSE;
+    }
+    hlen = qx__le64(buf);
+    if (hlen > QX_ST_MAX_HEADER) {
+        qx_err_set(e, "%s: header length %llu exceeds the %llu-byte limit", fname, (unsigned long long)hlen,
+                   (unsigned long long)QX_ST_MAX_HEADER);
+        return QUAROT_ERR_PARSE;
+    }
+    if (hlen > (uint64_t)(len - 8)) {
+        qx_err_set(e, "%s: header length %llu passes the end of the %zu-byte file", fname, (unsigned long long)hlen, len);
+        return QUAROT_ERR_PARSE;
+    }
+    if (hlen < 2 || buf[8] != '{') {
+        qx_err_set(e, "%s: the header must be a JSON object starting with '{'", fname);
+        return QUAROT_ERR_PARSE;
+    }
+    memset(&jo, 0, sizeof jo);
+    jo.max_depth = 8;
+    jo.max_size = (size_t)hlen;
+    r = qx_json_parse((const char*)buf + 8, (size_t)hlen, fname, &jo, &im->doc, e);
+    if (r != QUAROT_OK) return r;
+    root = im->doc.root;
+    im->data = buf + 8 + hlen;
+    im->data_len = (uint64_t)len - 8 - hlen;
+    if (root->type != QX_JSON_OBJECT) {
+        qx_err_set(e, "%s: the header is not a JSON object", fname);
+        qx__st_image_free(im);
+        return QUAROT_ERR_PARSE;
+    }
+    im->t = (qx__st_tensor*)calloc(root->count ? root->count : 1, sizeof *im->t);
+    order = (qx__st_tensor**)malloc((root->count ? root->count : 1) * sizeof *order);
+    if (!im->t || !order) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", fname); goto fail; }
+    for (k = 0, n = 0; k < root->count; ++k) {
+        const qx_json* v = &root->items[k];
+        if (v->key_len == 12 && memcmp(v->key, "__metadata__", 12) == 0) {
+            size_t j;
+            if (v->type != QX_JSON_OBJECT) { qx_err_set(e, "%s: __metadata__ is not an object", fname); r = QUAROT_ERR_PARSE; goto fail; }
+            for (j = 0; j < v->count; ++j)
+                if (v->items[j].type != QX_JSON_STRING) {
+                    qx_err_set(e, "%s: __metadata__ value \"%.*s\" is not a string", fname,
+                               (int)(v->items[j].key_len > 100 ? 100 : v->items[j].key_len), v->items[j].key);
+                    r = QUAROT_ERR_PARSE;
+                    goto fail;
+                }
+            im->meta = v;
+            continue;
+        }
+        r = qx__st_record(v, fname, im->data_len, &im->t[n], e);
+        if (r != QUAROT_OK) goto fail;
+        order[n] = &im->t[n];
+        ++n;
+    }
+    im->n = n;
+    /* the tensors must tile the data section: sorted by offset, each begins where the last ended */
+    qsort(order, n, sizeof *order, qx__st_cmp_offsets);
+    for (k = 0, pos = 0; k < n; ++k) {
+        const qx__st_tensor* t = order[k];
+        if (t->begin != pos) {
+            if (t->begin < pos)
+                qx_err_set(e, "%s: tensor \"%.*s\": data_offsets [%llu, %llu] overlap the previous tensor (ends at %llu)",
+                           fname, QX__NAME(t), (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)pos);
+            else
+                qx_err_set(e, "%s: tensor \"%.*s\": data_offsets [%llu, %llu] leave a hole after byte %llu",
+                           fname, QX__NAME(t), (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)pos);
+            r = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+        pos = t->end;
+    }
+    if (pos != im->data_len) {
+        qx_err_set(e, "%s: tensors cover %llu bytes but the data section holds %llu", fname,
+                   (unsigned long long)pos, (unsigned long long)im->data_len);
+        r = QUAROT_ERR_PARSE;
+        goto fail;
+    }
+    /* what can be loaded; the rest is skipped or refused */
+    for (k = 0; k < n; ++k) {
+        qx__st_tensor* t = &im->t[k];
+        int why = t->dt == QUAROT_DTYPE_DEFAULT ? 1 : t->empty ? 2 : t->n_dims > QUAROT_MAX_DIMS ? 3 : 0;
+        if (!why) continue;
+        if (qx__st_skip_listed(t->name, t->name_len) || (o && o->skip_unsupported)) { t->skip = 1; continue; }
+        if (why == 1)
+            qx_err_set(e, "%s: tensor \"%.*s\" has dtype %s; only F32, F16, BF16 and F64 are supported", fname,
+                       QX__NAME(t), t->dtype);
+        else if (why == 2)
+            qx_err_set(e, "%s: tensor \"%.*s\" has a 0 in its shape; empty tensors are not supported", fname, QX__NAME(t));
+        else
+            qx_err_set(e, "%s: tensor \"%.*s\" has %d dimensions; at most %d are supported", fname, QX__NAME(t),
+                       t->n_dims, QUAROT_MAX_DIMS);
+        r = t->dt == QUAROT_DTYPE_DEFAULT ? QUAROT_ERR_UNSUPPORTED_DTYPE : QUAROT_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    free(order);
+    return QUAROT_OK;
+fail:
+    free(order);
+    qx__st_image_free(im);
+    return r;
+}
+
+/* Adds an image's loadable tensors to s: views when allowed and aligned, copies otherwise. */
+static quarot_result qx__st_add(qx_store* s, const qx__st_image* im, const char* fname, int allow_view, qx_err* e) {
+    size_t k;
+    quarot_result r;
+    if (im->meta && !qx_store_get_blob(s, "safetensors.metadata", NULL)) {
+        qx_sb b;
+        memset(&b, 0, sizeof b);
+        qx_json_write(&b, im->meta, 0);
+        r = b.failed ? QUAROT_ERR_OUT_OF_MEMORY : qx_store_set_blob(s, "safetensors.metadata", b.p, b.len);
+        qx_sb_free(&b);
+        if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", fname); return r; }
+    }
+    for (k = 0; k < im->n; ++k) {
+        const qx__st_tensor* t = &im->t[k];
+        const unsigned char* p = im->data + t->begin;
+        int n_dims = t->n_dims < 1 ? 1 : t->n_dims;
+        if (t->skip) continue;
+        if (qx_store_find(s, t->name)) {
+            qx_err_set(e, "%s: tensor \"%.*s\" appears twice (in another file)", fname, QX__NAME(t));
+            return QUAROT_ERR_PARSE;
+        }
+        if (allow_view && ((uintptr_t)p % quarot_dtype_size(t->dt)) == 0) {
+            quarot_tensor v;
+            r = quarot_tensor_init(&v, (void*)(uintptr_t)p, t->dt, n_dims, t->ne);
+            if (r == QUAROT_OK) r = qx_store_add_view(s, t->name, &v);
+        } else {
+            r = qx_store_add(s, t->name, t->dt, n_dims, t->ne, p, NULL);
+        }
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "%s: tensor \"%.*s\": cannot add to the store (%s)", fname, QX__NAME(t), quarot_result_string(r));
+            return r;
+        }
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_st_read_mem(const void* buf, size_t len, const char* name, qx_store* s,
+                             const qx_st_read_opts* opts, qx_err* e) {
+    qx__st_image im;
+    quarot_result r;
+    if (!s || (!buf && len)) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!name) name = "safetensors";
+    r = qx__st_parse((const unsigned char*)buf, len, name, opts, &im, e);
+    if (r != QUAROT_OK) return r;
+    r = qx__st_add(s, &im, name, 0, e);
+    qx__st_image_free(&im);
+    return r;
+}
+
+/* weight_map members ordered by tensor name (keys hold no NUL: checked when the index is read). */
+static int qx__wm_cmp(const void* a, const void* b) {
+    const qx_json* x = *(const qx_json* const*)a;
+    const qx_json* y = *(const qx_json* const*)b;
+    int c = strcmp(x->key, y->key);
+    return c;
+}
+
+/* Maps one file, validates it, adds its tensors (views keep the mapping alive via the store).
+   With wm (the sorted weight_map, index loading), each tensor must be listed there for this file
+   (`label`), and seen[] marks the entries found. */
+static quarot_result qx__st_load_file(const char* path, const char* label, qx_store* s, const qx_st_read_opts* o,
+                                      const qx_json* const* wm, size_t wm_n, unsigned char* seen, qx_err* e) {
+    qx_map* m = (qx_map*)calloc(1, sizeof *m);
+    qx__st_image im;
+    quarot_result r;
+    size_t k;
+    if (!m) return QUAROT_ERR_OUT_OF_MEMORY;
+    r = qx_map_file(path, m, e);
+    if (r != QUAROT_OK) { free(m); return r; }
+    r = qx__st_parse((const unsigned char*)m->addr, m->len, path, o, &im, e);
+    if (r != QUAROT_OK) { qx_unmap_and_free(m); return r; }
+    /* the store owns the mapping from now on: views into it stay valid until qx_store_free */
+    r = qx_store_on_free(s, qx_unmap_and_free, m);
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "%s: out of memory", path);
+        qx__st_image_free(&im);
+        qx_unmap_and_free(m);
+        return r;
+    }
+    for (k = 0; wm && k < im.n; ++k) {      /* the index must list every tensor of this shard for it */
+        const qx__st_tensor* t = &im.t[k];
+        qx_json key;
+        const qx_json* kp = &key;
+        const qx_json* const* hit;
+        memset(&key, 0, sizeof key);
+        key.key = t->name;
+        hit = (const qx_json* const*)bsearch(&kp, wm, wm_n, sizeof *wm, qx__wm_cmp);
+        if (!hit || strcmp((*hit)->str, label) != 0) {
+            if (hit) qx_err_set(e, "%s: tensor \"%.*s\" is in this shard but the index lists it in %s", path, QX__NAME(t), (*hit)->str);
+            else qx_err_set(e, "%s: tensor \"%.*s\" is not listed in model.safetensors.index.json", path, QX__NAME(t));
+            qx__st_image_free(&im);
+            return QUAROT_ERR_PARSE;
+        }
+        seen[hit - wm] = 1;
+    }
+    r = qx__st_add(s, &im, path, !(o && o->copy), e);
+    qx__st_image_free(&im);
+    return r;
+}
+
+static int qx__str_cmp(const void* a, const void* b) {
+    return strcmp(*(const char* const*)a, *(const char* const*)b);
+}
+
+/* Shards listed by model.safetensors.index.json, each loaded once; every index entry must be found. */
+static quarot_result qx__st_load_index(const char* dir, const char* index_path, qx_store* s, const qx_st_read_opts* o,
+                                       qx_err* e) {
+    char* text = NULL;
+    size_t len = 0, k, n;
+    qx_json_doc doc;
+    const qx_json* wmap;
+    const qx_json** wm = NULL;
+    const char** shards = NULL;
+    unsigned char* seen = NULL;
+    quarot_result r;
+    memset(&doc, 0, sizeof doc);
+    r = qx_read_file(index_path, (size_t)64 << 20, &text, &len, e);
+    if (r != QUAROT_OK) return r;
+    r = qx_json_parse(text, len, index_path, NULL, &doc, e);
+    if (r != QUAROT_OK) goto done;
+    wmap = qx_json_get(doc.root, "weight_map");
+    if (!wmap || wmap->type != QX_JSON_OBJECT) {
+        qx_err_set(e, "%s: no \"weight_map\" object", index_path);
+        r = QUAROT_ERR_PARSE;
+        goto done;
+    }
+    n = wmap->count;
+    wm = (const qx_json**)malloc((n ? n : 1) * sizeof *wm);
+    seen = (unsigned char*)calloc(n ? n : 1, 1);
+    if (!wm || !seen) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", index_path); goto done; }
+    for (k = 0; k < n; ++k) {
+        const qx_json* v = &wmap->items[k];
+        if (v->type != QX_JSON_STRING || memchr(v->str, '\0', v->len) || !qx_is_plain_filename(v->str) ||
+            memchr(v->key, '\0', v->key_len)) {
+            qx_err_set(e, "%s: weight_map entry \"%.*s\" does not name a plain file in the directory", index_path,
+                       (int)(v->key_len > 200 ? 200 : v->key_len), v->key);
+            r = QUAROT_ERR_PARSE;
+            goto done;
+        }
+        wm[k] = v;
+    }
+    qsort(wm, n, sizeof *wm, qx__wm_cmp);
+    /* the distinct shard names: sorted copies of the value pointers, each loaded once */
+    shards = (const char**)malloc((n ? n : 1) * sizeof *shards);
+    if (!shards) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", index_path); goto done; }
+    for (k = 0; k < n; ++k) shards[k] = wmap->items[k].str;
+    qsort(shards, n, sizeof *shards, qx__str_cmp);
+    for (k = 0; k < n; ++k) {
+        char* path;
+        if (k && strcmp(shards[k - 1], shards[k]) == 0) continue;
+        path = qx_path_join(dir, shards[k]);
+        if (!path) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", index_path); goto done; }
+        r = qx__st_load_file(path, shards[k], s, o, wm, n, seen, e);
+        free(path);
+        if (r != QUAROT_OK) goto done;
+    }
+    for (k = 0; k < n; ++k)
+        if (!seen[k]) {
+            qx_err_set(e, "%s: tensor \"%.*s\" is listed for %s but that shard does not hold it", index_path,
+                       (int)(wm[k]->key_len > 200 ? 200 : wm[k]->key_len), wm[k]->key, wm[k]->str);
+            r = QUAROT_ERR_PARSE;
+            goto done;
+        }
+done:
+    free(shards);
+    free(seen);
+    free(wm);
+    qx_json_doc_free(&doc);
+    free(text);
+    return r;
+}
+
+/* Gives names saved without the base-model prefix their "model." (see the header). */
+static quarot_result qx__hf_normalize_names(qx_store* s, const char* fname, qx_err* e) {
+    static const char* const llama_roots[] = {"layers.", "embed_tokens.", "norm."};
+    static const char* const opt_roots[] = {"decoder."};
+    const char* const* roots = strcmp(s->config.arch, "opt") == 0 ? opt_roots : llama_roots;
+    int n_roots = strcmp(s->config.arch, "opt") == 0 ? 1 : 3;
+    int64_t i;
+    for (i = 0; i < s->count; ++i) {
+        char* name = s->items[i].name;
+        char* nn;
+        int k;
+        for (k = 0; k < n_roots; ++k)
+            if (strncmp(name, roots[k], strlen(roots[k])) == 0) break;
+        if (k == n_roots) continue;
+        nn = (char*)malloc(strlen(name) + 7);
+        if (!nn) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
+        strcpy(nn, "model.");
+        strcat(nn, name);
+        if (qx_store_find(s, nn)) {
+            qx_err_set(e, "%s: tensors \"%s\" and \"%s\" both present", fname, name, nn);
+            free(nn);
+            return QUAROT_ERR_PARSE;
+        }
+        free(name);
+        s->items[i].name = nn;
+    }
+    return QUAROT_OK;
+}
+
+/* config.json text -> s->config and blob; names normalized, tied lm_head dropped, tensors checked. */
+static quarot_result qx__st_apply_config(qx_store* s, const char* cfg_path, qx_err* e) {
+    char* text = NULL;
+    size_t len = 0;
+    quarot_result r = qx_read_file(cfg_path, (size_t)16 << 20, &text, &len, e);
+    if (r != QUAROT_OK) return r;
+    r = qx_hf_config_parse(text, len, cfg_path, &s->config, e);
+    if (r == QUAROT_OK) r = qx_store_set_blob(s, "hf.config.json", text, len);
+    free(text);
+    if (r != QUAROT_OK) return r;
+    r = qx__hf_normalize_names(s, cfg_path, e);
+    if (r != QUAROT_OK) return r;
+    if (s->config.tied_embeddings) (void)qx_store_remove(s, "lm_head.weight");
+    return qx_hf_check_tensors(s, cfg_path, e);
+}
+
+quarot_result qx_st_load(const char* path, qx_store* s, const qx_st_read_opts* opts, qx_err* e) {
+    qx_store tmp;
+    quarot_result r;
+    char* cfg = NULL;
+    if (!path || !s) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (s->count || s->n_blobs || s->n_cleanups) {
+        qx_err_set(e, "%s: the store to load into is not empty", path);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    /* everything goes into a scratch store that replaces *s only on success */
+    qx_store_init(&tmp);
+    if (qx_is_dir(path)) {
+        /* a Hugging Face directory: model.safetensors first (as transformers), else the index */
+        char* index = qx_path_join(path, "model.safetensors.index.json");
+        char* single = qx_path_join(path, "model.safetensors");
+        cfg = qx_path_join(path, "config.json");
+        if (!index || !single || !cfg) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", path); }
+        else if (qx_path_exists(single)) r = qx__st_load_file(single, "model.safetensors", &tmp, opts, NULL, 0, NULL, e);
+        else if (qx_path_exists(index)) r = qx__st_load_index(path, index, &tmp, opts, e);
+        else {
+            qx_err_set(e, "%s: neither model.safetensors nor model.safetensors.index.json in this directory", path);
+            r = QUAROT_ERR_IO;
+        }
+        if (r == QUAROT_OK && !(opts && opts->no_config) && !qx_path_exists(cfg)) {
+            qx_err_set(e, "%s: no config.json in this directory", path);
+            r = QUAROT_ERR_IO;
+        }
+        free(index);
+        free(single);
+    } else {
+        /* one file, with the config.json of its directory when there is one */
+        const char* slash = strrchr(path, '/');
+        r = qx__st_load_file(path, path, &tmp, opts, NULL, 0, NULL, e);
+        if (slash) {
+            size_t dl = (size_t)(slash - path);
+            cfg = (char*)malloc(dl + 13);
+            if (cfg) { memcpy(cfg, path, dl); strcpy(cfg + dl, "/config.json"); }
+        } else {
+            cfg = (char*)malloc(12);
+            if (cfg) strcpy(cfg, "config.json");
+        }
+        if (!cfg && r == QUAROT_OK) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", path); }
+        if (cfg && !qx_path_exists(cfg)) { free(cfg); cfg = NULL; }   /* optional beside a file */
+    }
+    if (r == QUAROT_OK && cfg && !(opts && opts->no_config)) r = qx__st_apply_config(&tmp, cfg, e);
+    free(cfg);
+    if (r != QUAROT_OK) {
+        qx_store_free(&tmp);
+        return r;
+    }
+    *s = tmp;
+    return QUAROT_OK;
+}
+
+/* ---- config.json <-> quarot_model_config ---- */
+
+#define QX__DIM_MAX ((int64_t)1 << 24)   /* sanity bound on every size in a config */
+
+typedef struct qx__cfg {
+    const qx_json* root;
+    const char* fname;
+    qx_err* e;
+} qx__cfg;
+
+/* Optional integer key (absent or null -> def) within [lo, hi]. */
+static quarot_result qx__cfg_int(const qx__cfg* c, const char* key, int64_t def, int64_t lo, int64_t hi, int64_t* out) {
+    const qx_json* v = qx_json_get(c->root, key);
+    if (!v || v->type == QX_JSON_NULL) {
+        if (def < lo) {
+            qx_err_set(c->e, "%s: required key \"%s\" is missing", c->fname, key);
+            return QUAROT_ERR_PARSE;
+        }
+        *out = def;
+        return QUAROT_OK;
+    }
+    if (qx_json_as_int64(v, out) != QUAROT_OK || *out < lo || *out > hi) {
+        qx_err_set(c->e, "%s: \"%s\" must be an integer in [%lld, %lld]", c->fname, key, (long long)lo, (long long)hi);
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result qx__cfg_num(const qx__cfg* c, const qx_json* v, const char* key, double def, double lo, double hi,
+                                 float* out) {
+    double d = def;
+    if (v && v->type != QX_JSON_NULL && (qx_json_as_double(v, &d) != QUAROT_OK || !(d > lo && d <= hi))) {
+        qx_err_set(c->e, "%s: \"%s\" must be a number in (%g, %g]", c->fname, key, lo, hi);
+        return QUAROT_ERR_PARSE;
+    }
+    *out = (float)d;
+    return QUAROT_OK;
+}
+
+static quarot_result qx__cfg_bool(const qx__cfg* c, const char* key, int def, int* out) {
+    const qx_json* v = qx_json_get(c->root, key);
+    if (!v || v->type == QX_JSON_NULL) { *out = def; return QUAROT_OK; }
+    if (qx_json_as_bool(v, out) != QUAROT_OK) {
+        qx_err_set(c->e, "%s: \"%s\" must be true or false", c->fname, key);
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result qx__cfg_act(const qx__cfg* c, const char* key, const char* def, quarot_act_kind* out) {
+    const qx_json* v = qx_json_get(c->root, key);
+    const char* s = def;
+    if (v && v->type != QX_JSON_NULL && !(s = qx_json_as_string(v, NULL))) {
+        qx_err_set(c->e, "%s: \"%s\" must be a string", c->fname, key);
+        return QUAROT_ERR_PARSE;
+    }
+    if (strcmp(s, "silu") == 0 || strcmp(s, "swish") == 0) *out = QUAROT_ACT_SILU;
+    else if (strcmp(s, "relu") == 0) *out = QUAROT_ACT_RELU;
+    /* "gelu" (erf) is taken as the tanh approximation the library implements */
+    else if (strcmp(s, "gelu_pytorch_tanh") == 0 || strcmp(s, "gelu_new") == 0 || strcmp(s, "gelu_fast") == 0 ||
+             strcmp(s, "gelu") == 0) *out = QUAROT_ACT_GELU;
+    else {
+        qx_err_set(c->e, "%s: %s \"%.40s\" is not supported (silu, relu, gelu)", c->fname, key, s);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name, quarot_model_config* out,
+                                 qx_err* e) {
+    static const struct { const char* cls; const char* type; const char* arch; } archs[] = {
+        {"LlamaForCausalLM", "llama", "llama"}, {"MistralForCausalLM", "mistral", "llama"},
+        {"Qwen2ForCausalLM", "qwen2", "qwen2"}, {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+        {"OPTForCausalLM", "opt", "opt"},
+    };
+    qx_json_doc doc;
+    qx__cfg c;
+    quarot_model_config m;
+    const qx_json* a;
+    const char* cls = NULL;
+    int64_t x;
+    size_t k;
+    int is_opt, b;
+    quarot_result r;
+    if (!out || (!text && len)) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!name) name = "config.json";
+    r = qx_json_parse(text, len, name, NULL, &doc, e);
+    if (r != QUAROT_OK) return r;
+    memset(&m, 0, sizeof m);
+    c.root = doc.root;
+    c.fname = name;
+    c.e = e;
+    r = QUAROT_ERR_PARSE;
+    if (doc.root->type != QX_JSON_OBJECT) { qx_err_set(e, "%s: not a JSON object", name); goto done; }
+    /* the model class: architectures[0], else model_type */
+    a = qx_json_get(doc.root, "architectures");
+    if (a && a->type == QX_JSON_ARRAY && a->count > 0) {
+        if (!(cls = qx_json_as_string(&a->items[0], NULL))) { qx_err_set(e, "%s: architectures[0] is not a string", name); goto done; }
+        for (k = 0; k < sizeof archs / sizeof archs[0]; ++k) if (strcmp(cls, archs[k].cls) == 0) break;
+    } else {
+        if (!(cls = qx_json_as_string(qx_json_get(doc.root, "model_type"), NULL))) {
+            qx_err_set(e, "%s: neither \"architectures\" nor \"model_type\" names the model", name);
+            goto done;
+        }
+        for (k = 0; k < sizeof archs / sizeof archs[0]; ++k) if (strcmp(cls, archs[k].type) == 0) break;
+    }
+    if (k == sizeof archs / sizeof archs[0]) {
+        qx_err_set(e, "%s: architecture \"%.60s\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
+                   "Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM)", name, cls);
+        r = QUAROT_ERR_UNSUPPORTED;
+        goto done;
+    }
+    strcpy(m.arch, archs[k].arch);
+    is_opt = strcmp(m.arch, "opt") == 0;
+    /* sizes every family has (OPT calls the MLP width ffn_dim) */
+    if ((r = qx__cfg_int(&c, "hidden_size", 0, 1, QX__DIM_MAX, &m.hidden)) != QUAROT_OK) goto done;
+    if ((r = qx__cfg_int(&c, is_opt ? "ffn_dim" : "intermediate_size", 0, 1, QX__DIM_MAX, &m.intermediate)) != QUAROT_OK) goto done;
+    if ((r = qx__cfg_int(&c, "num_hidden_layers", 0, 1, 1 << 16, &m.n_layers)) != QUAROT_OK) goto done;
+    if ((r = qx__cfg_int(&c, "num_attention_heads", 0, 1, 1 << 16, &m.n_heads)) != QUAROT_OK) goto done;
+    if ((r = qx__cfg_int(&c, "vocab_size", 0, 1, QX__DIM_MAX, &m.vocab)) != QUAROT_OK) goto done;
+    if ((r = qx__cfg_int(&c, "max_position_embeddings", is_opt ? 2048 : 0, 0, (int64_t)1 << 40, &m.max_seq)) != QUAROT_OK) goto done;
+    r = QUAROT_ERR_PARSE;
+    if (is_opt) {
+        /* OPT: only the pre-norm variant without embedding projections fits the library's model */
+        int before, affine;
+        if (qx__cfg_int(&c, "word_embed_proj_dim", m.hidden, 1, QX__DIM_MAX, &x) != QUAROT_OK) goto done;
+        if (x != m.hidden) {
+            qx_err_set(e, "%s: OPT with word_embed_proj_dim %lld != hidden_size %lld (projected embeddings) is not supported",
+                       name, (long long)x, (long long)m.hidden);
+            r = QUAROT_ERR_UNSUPPORTED;
+            goto done;
+        }
+        if (qx__cfg_bool(&c, "do_layer_norm_before", 1, &before) != QUAROT_OK) goto done;
+        if (qx__cfg_bool(&c, "layer_norm_elementwise_affine", 1, &affine) != QUAROT_OK) goto done;
+        if (!before || !affine) {
+            qx_err_set(e, "%s: OPT with %s is not supported (pre-norm with affine LayerNorm only)", name,
+                       !before ? "do_layer_norm_before false (post-norm)" : "layer_norm_elementwise_affine false");
+            r = QUAROT_ERR_UNSUPPORTED;
+            goto done;
+        }
+        if (qx__cfg_bool(&c, "enable_bias", 1, &b) != QUAROT_OK) goto done;
+        m.attn_qkv_bias = m.attn_out_bias = m.mlp_bias = b;
+        if (qx__cfg_bool(&c, "tie_word_embeddings", 1, &m.tied_embeddings) != QUAROT_OK) goto done;
+        if ((r = qx__cfg_act(&c, "activation_function", "relu", &m.act)) != QUAROT_OK) goto done;
+        r = QUAROT_ERR_PARSE;
+        m.n_kv_heads = m.n_heads;
+        if (m.hidden % m.n_heads != 0) {
+            qx_err_set(e, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", name,
+                       (long long)m.hidden, (long long)m.n_heads);
+            goto done;
+        }
+        m.head_dim = m.hidden / m.n_heads;
+        m.norm = QUAROT_NORM_LAYER;
+        m.mlp = QUAROT_MLP_PLAIN;
+        m.norm_eps = 1e-5f;                  /* nn.LayerNorm's default; OPT has no key for it */
+    } else {
+        /* the Llama family: GQA heads, optional explicit head_dim, RMSNorm eps, RoPE base, biases */
+        const qx_json* theta = qx_json_get(doc.root, "rope_theta");
+        const qx_json* rp = qx_json_get(doc.root, "rope_parameters");   /* newer transformers */
+        if (!theta && rp) theta = qx_json_get(rp, "rope_theta");
+        if (qx__cfg_int(&c, "num_key_value_heads", m.n_heads, 1, m.n_heads, &m.n_kv_heads) != QUAROT_OK) goto done;
+        if (m.n_heads % m.n_kv_heads != 0) {
+            qx_err_set(e, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", name,
+                       (long long)m.n_heads, (long long)m.n_kv_heads);
+            goto done;
+        }
+        if (!qx_json_get(doc.root, "head_dim") || qx_json_get(doc.root, "head_dim")->type == QX_JSON_NULL) {
+            if (m.hidden % m.n_heads != 0) {
+                qx_err_set(e, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld (and no head_dim)", name,
+                           (long long)m.hidden, (long long)m.n_heads);
+                goto done;
+            }
+            m.head_dim = m.hidden / m.n_heads;
+        } else if (qx__cfg_int(&c, "head_dim", 0, 1, QX__DIM_MAX, &m.head_dim) != QUAROT_OK) {
+            goto done;
+        }
+        if (m.head_dim % 2 != 0) { qx_err_set(e, "%s: head_dim %lld is odd (RoPE needs pairs)", name, (long long)m.head_dim); goto done; }
+        if (qx__cfg_num(&c, qx_json_get(doc.root, "rms_norm_eps"), "rms_norm_eps", 1e-6, 0.0, 1.0, &m.norm_eps) != QUAROT_OK) goto done;
+        if (qx__cfg_num(&c, theta, "rope_theta", 10000.0, 0.0, 1e12, &m.rope_theta) != QUAROT_OK) goto done;
+        if (qx__cfg_bool(&c, "tie_word_embeddings", 0, &m.tied_embeddings) != QUAROT_OK) goto done;
+        if ((r = qx__cfg_act(&c, "hidden_act", "silu", &m.act)) != QUAROT_OK) goto done;
+        r = QUAROT_ERR_PARSE;
+        if (qx__cfg_bool(&c, "attention_bias", 0, &b) != QUAROT_OK) goto done;
+        if (strcmp(m.arch, "qwen2") == 0) {
+            m.attn_qkv_bias = 1;             /* Qwen2 hard-codes q/k/v biases and no o_proj bias */
+        } else {
+            m.attn_qkv_bias = m.attn_out_bias = b;
+            if (qx__cfg_bool(&c, "mlp_bias", 0, &m.mlp_bias) != QUAROT_OK) goto done;
+        }
+        m.qk_norm = strcmp(m.arch, "qwen3") == 0;
+        m.norm = QUAROT_NORM_RMS;
+        m.mlp = QUAROT_MLP_GATED;
+    }
+    m.rope_interleaved = 0;                  /* Hugging Face's half-split layout */
+    *out = m;
+    r = QUAROT_OK;
+done:
+    qx_json_doc_free(&doc);
+    return r;
+}
+
+/* The tensor `name` must exist with ne = {n0, n1} (n1 = 1 for vectors). */
+static quarot_result qx__expect(const qx_store* s, const char* fname, const char* name, int64_t n0, int64_t n1,
+                                qx_err* e) {
+    const quarot_tensor* t = qx_store_find(s, name);
+    if (!t) { qx_err_set(e, "%s: tensor \"%s\" is missing (the config implies it)", fname, name); return QUAROT_ERR_NOT_FOUND; }
+    if (t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        qx_err_set(e, "%s: tensor \"%s\" has shape [%lld, %lld, %lld, %lld] (outermost first), the config implies [%lld, %lld]",
+                   fname, name, (long long)t->ne[3], (long long)t->ne[2], (long long)t->ne[1], (long long)t->ne[0],
+                   (long long)n1, (long long)n0);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* e) {
+    const quarot_model_config* c;
+    int opt;
+    const char* pre;
+    char nm[160];
+    int64_t i, hd, q_out, kv_out;
+    quarot_result r;
+    if (!s) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!fname) fname = "model";
+    c = &s->config;
+    opt = strcmp(c->arch, "opt") == 0;
+    if (!opt && strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2") && strcmp(c->arch, "qwen3")) {
+        qx_err_set(e, "%s: no tensor layout known for architecture \"%.32s\"", fname, c->arch);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (c->hidden < 1 || c->n_heads < 1 || c->n_layers < 1 || c->vocab < 1 || c->intermediate < 1) {
+        qx_err_set(e, "%s: config sizes must be positive", fname);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    /* projections: q_proj [n_heads*hd][hidden], k/v_proj [n_kv*hd][hidden], o_proj [hidden][n_heads*hd] */
+    hd = c->head_dim ? c->head_dim : c->hidden / c->n_heads;
+    q_out = c->n_heads * hd;
+    kv_out = (c->n_kv_heads ? c->n_kv_heads : c->n_heads) * hd;
+    pre = opt ? "model.decoder." : "model.";
+#define QX__X(n0, n1, ...) do { snprintf(nm, sizeof nm, __VA_ARGS__); \
+        if ((r = qx__expect(s, fname, nm, n0, n1, e)) != QUAROT_OK) return r; } while (0)
+    QX__X(c->hidden, c->vocab, "%sembed_tokens.weight", pre);
+    if (c->tied_embeddings) {
+        if (qx_store_find(s, "lm_head.weight")) {
+            qx_err_set(e, "%s: lm_head.weight is present but the config ties the embeddings", fname);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    } else {
+        QX__X(c->hidden, c->vocab, "lm_head.weight");
+    }
+    if (opt) {
+        QX__X(c->hidden, 1, "model.decoder.final_layer_norm.weight");
+        QX__X(c->hidden, 1, "model.decoder.final_layer_norm.bias");
+        /* learned positions: max_position_embeddings + 2 rows (OPT's offset) */
+        QX__X(c->hidden, c->max_seq + 2, "model.decoder.embed_positions.weight");
+    } else {
+        QX__X(c->hidden, 1, "model.norm.weight");
+    }
+    for (i = 0; i < c->n_layers; ++i) {
+        static const char* const qkv[3] = {"q", "k", "v"};
+        int k;
+        for (k = 0; k < 3; ++k) {
+            int64_t n_out = k == 0 ? q_out : kv_out;
+            QX__X(c->hidden, n_out, "%slayers.%lld.self_attn.%s_proj.weight", pre, (long long)i, qkv[k]);
+            if (c->attn_qkv_bias) QX__X(n_out, 1, "%slayers.%lld.self_attn.%s_proj.bias", pre, (long long)i, qkv[k]);
+        }
+        QX__X(q_out, c->hidden, "%slayers.%lld.self_attn.%s.weight", pre, (long long)i, opt ? "out_proj" : "o_proj");
+        if (c->attn_out_bias) QX__X(c->hidden, 1, "%slayers.%lld.self_attn.%s.bias", pre, (long long)i, opt ? "out_proj" : "o_proj");
+        if (opt) {
+            QX__X(c->hidden, 1, "model.decoder.layers.%lld.self_attn_layer_norm.weight", (long long)i);
+            QX__X(c->hidden, 1, "model.decoder.layers.%lld.self_attn_layer_norm.bias", (long long)i);
+            QX__X(c->hidden, 1, "model.decoder.layers.%lld.final_layer_norm.weight", (long long)i);
+            QX__X(c->hidden, 1, "model.decoder.layers.%lld.final_layer_norm.bias", (long long)i);
+            QX__X(c->hidden, c->intermediate, "model.decoder.layers.%lld.fc1.weight", (long long)i);
+            QX__X(c->intermediate, c->hidden, "model.decoder.layers.%lld.fc2.weight", (long long)i);
+            if (c->mlp_bias) {
+                QX__X(c->intermediate, 1, "model.decoder.layers.%lld.fc1.bias", (long long)i);
+                QX__X(c->hidden, 1, "model.decoder.layers.%lld.fc2.bias", (long long)i);
+            }
+            continue;
+        }
+        QX__X(c->hidden, 1, "model.layers.%lld.input_layernorm.weight", (long long)i);
+        QX__X(c->hidden, 1, "model.layers.%lld.post_attention_layernorm.weight", (long long)i);
+        if (c->qk_norm) {
+            QX__X(hd, 1, "model.layers.%lld.self_attn.q_norm.weight", (long long)i);
+            QX__X(hd, 1, "model.layers.%lld.self_attn.k_norm.weight", (long long)i);
+        }
+        QX__X(c->hidden, c->intermediate, "model.layers.%lld.mlp.gate_proj.weight", (long long)i);
+        QX__X(c->hidden, c->intermediate, "model.layers.%lld.mlp.up_proj.weight", (long long)i);
+        QX__X(c->intermediate, c->hidden, "model.layers.%lld.mlp.down_proj.weight", (long long)i);
+        if (c->mlp_bias) {
+            QX__X(c->intermediate, 1, "model.layers.%lld.mlp.gate_proj.bias", (long long)i);
+            QX__X(c->intermediate, 1, "model.layers.%lld.mlp.up_proj.bias", (long long)i);
+            QX__X(c->hidden, 1, "model.layers.%lld.mlp.down_proj.bias", (long long)i);
+        }
+    }
+#undef QX__X
+    /* no layer beyond the config's count */
+    snprintf(nm, sizeof nm, "%slayers.", pre);
+    for (i = 0; i < s->count; ++i) {
+        const char* name = s->items[i].name;
+        size_t pl = strlen(nm);
+        long long layer = 0;
+        const char* d;
+        if (strncmp(name, nm, pl) != 0) continue;
+        for (d = name + pl; *d >= '0' && *d <= '9' && layer <= c->n_layers; ++d) layer = layer * 10 + (*d - '0');
+        if (d == name + pl || layer >= c->n_layers) {
+            qx_err_set(e, "%s: tensor \"%.120s\" lies outside the config's %lld layers", fname, name, (long long)c->n_layers);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
+    return QUAROT_OK;
+}
+
+/* JSON member helpers for the generated config */
+static void qx__kv(qx_sb* b, int* first, const char* key) {
+    qx_sb_puts(b, *first ? "\n  " : ",\n  ");
+    *first = 0;
+    qx_sb_json_string(b, key, strlen(key));
+    qx_sb_puts(b, ": ");
+}
+
+static const char* qx__torch_dtype(const qx_store* s) {
+    int64_t i;
+    quarot_dtype dt = s->count ? s->items[0].t.dtype : QUAROT_DTYPE_F32;
+    for (i = 1; i < s->count; ++i)
+        if (s->items[i].t.dtype != dt) return "float32";
+    return dt == QUAROT_DTYPE_F16 ? "float16" : dt == QUAROT_DTYPE_BF16 ? "bfloat16" : dt == QUAROT_DTYPE_F64 ? "float64" : "float32";
+}
+
+quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
+    const quarot_model_config* c;
+    size_t blen = 0;
+    const char* blob;
+    int has_head, first = 1;
+    if (!s || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    c = &s->config;
+    has_head = qx_store_find(s, "lm_head.weight") != NULL;
+    blob = (const char*)qx_store_get_blob(s, "hf.config.json", &blen);
+    if (blob) {
+        /* the original, with tie_word_embeddings patched only where its effective value is wrong */
+        qx_json_doc doc;
+        int tied_read = strcmp(c->arch, "opt") == 0, v;
+        const char* key = "tie_word_embeddings";
+        const char* val = has_head ? "false" : "true";
+        quarot_result r = qx_json_parse(blob, blen, "hf.config.json", NULL, &doc, e);
+        if (r != QUAROT_OK) return r;
+        if (doc.root->type != QX_JSON_OBJECT) { qx_json_doc_free(&doc); qx_err_set(e, "hf.config.json: not an object"); return QUAROT_ERR_PARSE; }
+        if (qx_json_as_bool(qx_json_get(doc.root, key), &v) == QUAROT_OK) tied_read = v;
+        qx_json_write_patched(out, doc.root, 2, &key, &val, tied_read == !has_head ? 0 : 1);
+        qx_sb_puts(out, "\n");
+        qx_json_doc_free(&doc);
+        return out->failed ? QUAROT_ERR_OUT_OF_MEMORY : QUAROT_OK;
+    }
+    {
+        /* generated: first refuse configs the Hugging Face class could not express */
+        int llama = strcmp(c->arch, "llama") == 0, qwen2 = strcmp(c->arch, "qwen2") == 0;
+        int qwen3 = strcmp(c->arch, "qwen3") == 0, opt = strcmp(c->arch, "opt") == 0;
+        int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+        const char* act = c->act == QUAROT_ACT_RELU ? "relu" : c->act == QUAROT_ACT_GELU ? "gelu_pytorch_tanh" : "silu";
+        const char* why = NULL;
+        if (!llama && !qwen2 && !qwen3 && !opt) why = "has no Hugging Face class here";
+        else if (opt && (c->norm != QUAROT_NORM_LAYER || c->mlp != QUAROT_MLP_PLAIN || c->qk_norm ||
+                         c->attn_qkv_bias != c->attn_out_bias || c->attn_qkv_bias != c->mlp_bias ||
+                         (c->n_kv_heads && c->n_kv_heads != c->n_heads) || hd * c->n_heads != c->hidden))
+            why = "does not fit OPTConfig";
+        else if (!opt && (c->norm == QUAROT_NORM_LAYER || c->mlp == QUAROT_MLP_PLAIN))
+            why = "has LayerNorm or a plain MLP";
+        else if (llama && (c->attn_qkv_bias != c->attn_out_bias || c->qk_norm))
+            why = "has q/k/v biases without an o_proj bias, or q/k norms (not expressible in LlamaConfig)";
+        else if (qwen2 && (!c->attn_qkv_bias || c->attn_out_bias || c->mlp_bias || c->qk_norm))
+            why = "does not fit Qwen2Config (q/k/v biases only)";
+        else if (qwen3 && (!c->qk_norm || c->mlp_bias || c->attn_qkv_bias != c->attn_out_bias))
+            why = "does not fit Qwen3Config";
+        if (why) {
+            qx_err_set(e, "config.json: architecture \"%.32s\" %s", c->arch, why);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+        /* then the keys qx_hf_config_parse reads, so the config survives the round trip */
+        qx_sb_puts(out, "{");
+        qx__kv(out, &first, "architectures");
+        qx_sb_puts(out, opt ? "[\"OPTForCausalLM\"]" : qwen2 ? "[\"Qwen2ForCausalLM\"]" : qwen3 ? "[\"Qwen3ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
+        qx__kv(out, &first, "model_type");
+        qx_sb_printf(out, "\"%s\"", c->arch);
+        qx__kv(out, &first, "hidden_size"); qx_sb_printf(out, "%lld", (long long)c->hidden);
+        qx__kv(out, &first, opt ? "ffn_dim" : "intermediate_size"); qx_sb_printf(out, "%lld", (long long)c->intermediate);
+        qx__kv(out, &first, "num_hidden_layers"); qx_sb_printf(out, "%lld", (long long)c->n_layers);
+        qx__kv(out, &first, "num_attention_heads"); qx_sb_printf(out, "%lld", (long long)c->n_heads);
+        if (!opt) {
+            qx__kv(out, &first, "num_key_value_heads");
+            qx_sb_printf(out, "%lld", (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads));
+            qx__kv(out, &first, "head_dim"); qx_sb_printf(out, "%lld", (long long)hd);
+        }
+        qx__kv(out, &first, "vocab_size"); qx_sb_printf(out, "%lld", (long long)c->vocab);
+        if (c->max_seq > 0) { qx__kv(out, &first, "max_position_embeddings"); qx_sb_printf(out, "%lld", (long long)c->max_seq); }
+        if (opt) {
+            qx__kv(out, &first, "word_embed_proj_dim"); qx_sb_printf(out, "%lld", (long long)c->hidden);
+            qx__kv(out, &first, "do_layer_norm_before"); qx_sb_puts(out, "true");
+            qx__kv(out, &first, "enable_bias"); qx_sb_puts(out, c->attn_qkv_bias ? "true" : "false");
+            qx__kv(out, &first, "activation_function"); qx_sb_printf(out, "\"%s\"", act);
+        } else {
+            qx__kv(out, &first, "rms_norm_eps"); qx_sb_float(out, c->norm_eps > 0 ? c->norm_eps : 1e-5f);
+            qx__kv(out, &first, "rope_theta"); qx_sb_float(out, c->rope_theta > 0 ? c->rope_theta : 10000.0f);
+            qx__kv(out, &first, "hidden_act"); qx_sb_printf(out, "\"%s\"", act);
+            if (!qwen2) { qx__kv(out, &first, "attention_bias"); qx_sb_puts(out, c->attn_qkv_bias ? "true" : "false"); }
+            if (llama) { qx__kv(out, &first, "mlp_bias"); qx_sb_puts(out, c->mlp_bias ? "true" : "false"); }
+        }
+        qx__kv(out, &first, "tie_word_embeddings"); qx_sb_puts(out, has_head ? "false" : "true");
+        qx__kv(out, &first, "torch_dtype"); qx_sb_printf(out, "\"%s\"", qx__torch_dtype(s));
+        qx_sb_puts(out, "\n}\n");
+    }
+    return out->failed ? QUAROT_ERR_OUT_OF_MEMORY : QUAROT_OK;
+}
+
+/* ---- writer ---- */
+
+typedef struct qx__st_went {
+    char* name;
+    quarot_dtype dt;
+    int n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];
+    uint64_t nbytes;
+    int file;                 /* index into files[] */
+    uint64_t off;             /* absolute offset in that file */
+    int written;
+} qx__st_went;
+
+struct qx_st_writer {
+    qx__st_went* t;           /* sorted by qx_name_cmp */
+    int64_t n;
+    qx_out* files;
+    uint64_t* file_size;
+    int n_files;
+    qx_out extra[2];          /* index and config, when written */
+    char* extra_text[2];
+    size_t extra_len[2];
+    int n_extra;
+    char* stale;              /* the other layout's entry file, removed on finish (force) */
+    char* made_dir;           /* directory begin created; removed again on abort (when empty) */
+};
+
+static const char* qx__st_dtype_name(quarot_dtype dt) {
+    switch (dt) {
+        case QUAROT_DTYPE_F16: return "F16";
+        case QUAROT_DTYPE_BF16: return "BF16";
+        case QUAROT_DTYPE_F64: return "F64";
+        default: return "F32";
+    }
+}
+
+static int qx__went_name_cmp(const void* a, const void* b) {
+    return qx_name_cmp(((const qx__st_went*)a)->name, ((const qx__st_went*)b)->name);
+}
+
+/* In-file order: larger elements first (keeps every tensor aligned), then natural name order. */
+static int qx__went_file_cmp(const void* a, const void* b) {
+    const qx__st_went* x = *(const qx__st_went* const*)a;
+    const qx__st_went* y = *(const qx__st_went* const*)b;
+    size_t ex = quarot_dtype_size(x->dt), ey = quarot_dtype_size(y->dt);
+    if (ex != ey) return ex > ey ? -1 : 1;
+    return qx_name_cmp(x->name, y->name);
+}
+
+void qx_st_writer_abort(qx_st_writer* w) {
+    int64_t i;
+    int k;
+    if (!w) return;
+    for (k = 0; w->files && k < w->n_files; ++k) qx_out_abort(&w->files[k]);
+    for (k = 0; k < w->n_extra; ++k) { qx_out_abort(&w->extra[k]); free(w->extra_text[k]); }
+    for (i = 0; i < w->n; ++i) free(w->t[i].name);
+    free(w->t);
+    free(w->files);
+    free(w->file_size);
+    free(w->stale);
+    if (w->made_dir) (void)rmdir(w->made_dir);
+    free(w->made_dir);
+    free(w);
+}
+
+/* The compact __metadata__ object: the caller's (checked: an object of strings) or {"format":"pt"}. */
+static quarot_result qx__st_meta(const char* json, qx_sb* out, qx_err* e) {
+    qx_json_doc doc;
+    size_t k;
+    quarot_result r;
+    if (!json) { qx_sb_puts(out, "{\"format\":\"pt\"}"); return QUAROT_OK; }
+    r = qx_json_parse(json, strlen(json), "__metadata__", NULL, &doc, e);
+    if (r != QUAROT_OK) return r;
+    for (k = 0; doc.root->type == QX_JSON_OBJECT && k < doc.root->count; ++k)
+        if (doc.root->items[k].type != QX_JSON_STRING) break;
+    if (doc.root->type != QX_JSON_OBJECT || k < doc.root->count) {
+        qx_json_doc_free(&doc);
+        qx_err_set(e, "__metadata__: must be a JSON object of strings");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    qx_json_write(out, doc.root, 0);
+    qx_json_doc_free(&doc);
+    return QUAROT_OK;
+}
+
+quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_tensor_plan* plan, int64_t n,
+                                 const qx_st_write_opts* opts, qx_err* e) {
+    qx_st_writer* w;
+    qx_sb meta, hdr;
+    qx__st_went** order = NULL;
+    size_t olen;
+    int64_t i;
+    int single, force = opts && opts->force, k;
+    uint64_t shard_bytes = opts ? opts->shard_bytes : 0;
+    quarot_result r = QUAROT_OK;
+    if (!wp || !out || !out[0] || n < 0 || (n && !plan)) return QUAROT_ERR_INVALID_ARGUMENT;
+    *wp = NULL;
+    olen = strlen(out);
+    single = olen > 12 && strcmp(out + olen - 12, ".safetensors") == 0;
+    w = (qx_st_writer*)calloc(1, sizeof *w);
+    memset(&meta, 0, sizeof meta);
+    memset(&hdr, 0, sizeof hdr);
+    if (!w || !(w->t = (qx__st_went*)calloc((size_t)(n ? n : 1), sizeof *w->t))) {
+        free(w);
+        qx_err_set(e, "%s: out of memory", out);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    /* the plan: names, dtypes, shapes, byte sizes (all checked: a plan may come from anywhere) */
+    for (i = 0; i < n; ++i) {
+        const qx_tensor_plan* p = &plan[i];
+        qx__st_went* t = &w->t[i];
+        size_t es;
+        int d;
+        if (!p->name || !p->name[0] || strcmp(p->name, "__metadata__") == 0 || p->n_dims < 1 || p->n_dims > QUAROT_MAX_DIMS) {
+            qx_err_set(e, "%s: plan entry %lld: needs a name (not __metadata__) and 1..4 dimensions", out, (long long)i);
+            r = QUAROT_ERR_INVALID_ARGUMENT;
+            goto fail;
+        }
+        t->dt = p->dtype == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : p->dtype;
+        es = quarot_dtype_size(t->dt);
+        if (es == 0) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", out, p->name); r = QUAROT_ERR_UNSUPPORTED_DTYPE; goto fail; }
+        t->name = (char*)malloc(strlen(p->name) + 1);
+        if (!t->name) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+        strcpy(t->name, p->name);
+        t->n_dims = p->n_dims;
+        t->nbytes = es;
+        w->n = i + 1;
+        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
+            t->ne[d] = d < p->n_dims ? p->ne[d] : 1;
+            if (t->ne[d] < 1 || t->nbytes > UINT64_MAX / (uint64_t)t->ne[d] || t->nbytes * (uint64_t)t->ne[d] > (uint64_t)INT64_MAX / 2) {
+                qx_err_set(e, "%s: tensor \"%s\": bad or overflowing shape", out, p->name);
+                r = QUAROT_ERR_INVALID_ARGUMENT;
+                goto fail;
+            }
+            t->nbytes *= (uint64_t)t->ne[d];
+        }
+    }
+    w->n = n;
+    /* natural name order: deterministic, shards hold whole consecutive layers, lookups bisect */
+    qsort(w->t, (size_t)n, sizeof *w->t, qx__went_name_cmp);
+    for (i = 1; i < n; ++i)
+        if (strcmp(w->t[i - 1].name, w->t[i].name) == 0) {
+            qx_err_set(e, "%s: tensor \"%s\" is planned twice", out, w->t[i].name);
+            r = QUAROT_ERR_INVALID_ARGUMENT;
+            goto fail;
+        }
+    /* shards: natural order, greedy: a tensor starts a new shard when it would overflow this one */
+    w->n_files = 1;
+    if (!single && shard_bytes > 0) {
+        uint64_t cur = 0;
+        for (i = 0; i < n; ++i) {
+            if (cur > 0 && w->t[i].nbytes > shard_bytes - (cur < shard_bytes ? cur : shard_bytes)) { ++w->n_files; cur = 0; }
+            w->t[i].file = w->n_files - 1;
+            cur += w->t[i].nbytes;
+        }
+        if (w->n_files > 99999) { qx_err_set(e, "%s: more than 99999 shards", out); r = QUAROT_ERR_INVALID_ARGUMENT; goto fail; }
+    }
+    if ((r = qx__st_meta(opts ? opts->metadata_json : NULL, &meta, e)) != QUAROT_OK) goto fail;
+    w->files = (qx_out*)calloc((size_t)w->n_files, sizeof *w->files);
+    w->file_size = (uint64_t*)calloc((size_t)w->n_files, sizeof *w->file_size);
+    order = (qx__st_went**)malloc((size_t)(n ? n : 1) * sizeof *order);
+    if (!w->files || !w->file_size || !order || meta.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+    for (k = 0; k < w->n_files; ++k) w->files[k].fd = -1;
+    if (!single && !qx_is_dir(out)) {
+        if (mkdir(out, 0777) != 0) {
+            qx_err_set(e, "%s: cannot create the directory: %s", out, strerror(errno));
+            r = QUAROT_ERR_IO;
+            goto fail;
+        }
+        w->made_dir = (char*)malloc(olen + 1);
+        if (w->made_dir) strcpy(w->made_dir, out);
+    }
+    /* each file: header with this file's tensors, padded with spaces to 8 bytes, then the data */
+    for (k = 0; k < w->n_files; ++k) {
+        int64_t m = 0, j;
+        uint64_t pos = 0, hlen;
+        unsigned char len8[8];
+        char fname[64];
+        char* path;
+        for (i = 0; i < n; ++i) if (w->t[i].file == k) order[m++] = &w->t[i];
+        qsort(order, (size_t)m, sizeof *order, qx__went_file_cmp);
+        hdr.len = 0;
+        qx_sb_puts(&hdr, "{\"__metadata__\":");
+        qx_sb_put(&hdr, meta.p, meta.len);
+        for (j = 0; j < m; ++j) {
+            qx__st_went* t = order[j];
+            int d;
+            qx_sb_puts(&hdr, ",");
+            qx_sb_json_string(&hdr, t->name, strlen(t->name));
+            qx_sb_printf(&hdr, ":{\"dtype\":\"%s\",\"shape\":[", qx__st_dtype_name(t->dt));
+            for (d = t->n_dims - 1; d >= 0; --d) qx_sb_printf(&hdr, "%lld%s", (long long)t->ne[d], d ? "," : "");
+            qx_sb_printf(&hdr, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)pos, (unsigned long long)(pos + t->nbytes));
+            t->off = pos;                      /* relative for now */
+            pos += t->nbytes;
+        }
+        qx_sb_puts(&hdr, "}");
+        while (!hdr.failed && hdr.len % 8) qx_sb_put(&hdr, " ", 1);
+        if (hdr.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+        {   /* never write a header the reader would refuse (e.g. a name that is not UTF-8) */
+            qx_json_doc chk;
+            qx_json_opts jo;
+            memset(&jo, 0, sizeof jo);
+            jo.max_depth = 8;
+            jo.max_size = (size_t)QX_ST_MAX_HEADER;
+            if ((r = qx_json_parse(hdr.p, hdr.len, out, &jo, &chk, e)) != QUAROT_OK) goto fail;
+            qx_json_doc_free(&chk);
+        }
+        hlen = hdr.len;
+        if (hlen > QX_ST_MAX_HEADER) { qx_err_set(e, "%s: header of %llu bytes is too large", out, (unsigned long long)hlen); r = QUAROT_ERR_OVERFLOW; goto fail; }
+        for (j = 0; j < m; ++j) order[j]->off += 8 + hlen;
+        w->file_size[k] = 8 + hlen + pos;
+        if (w->n_files == 1) snprintf(fname, sizeof fname, "model.safetensors");
+        else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, w->n_files);
+        path = single ? NULL : qx_path_join(out, fname);
+        if (!single && !path) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+        r = qx_out_begin(&w->files[k], single ? out : path, force, e);
+        free(path);
+        if (r != QUAROT_OK) goto fail;
+        for (j = 0; j < 8; ++j) len8[j] = (unsigned char)(hlen >> (8 * j));
+        if ((r = qx_out_pwrite(&w->files[k], len8, 8, 0, e)) != QUAROT_OK) goto fail;
+        if ((r = qx_out_pwrite(&w->files[k], hdr.p, hdr.len, 8, e)) != QUAROT_OK) goto fail;
+    }
+    /* index (shards) and config (directory output) */
+    if (!single && w->n_files > 1) {
+        qx_sb ix;
+        uint64_t total = 0;
+        memset(&ix, 0, sizeof ix);
+        for (i = 0; i < n; ++i) total += w->t[i].nbytes;
+        qx_sb_printf(&ix, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {", (unsigned long long)total);
+        for (i = 0; i < n; ++i) {
+            qx_sb_puts(&ix, i ? ",\n    " : "\n    ");
+            qx_sb_json_string(&ix, w->t[i].name, strlen(w->t[i].name));
+            qx_sb_printf(&ix, ": \"model-%05d-of-%05d.safetensors\"", w->t[i].file + 1, w->n_files);
+        }
+        qx_sb_puts(&ix, "\n  }\n}\n");
+        w->extra_text[w->n_extra] = ix.p;
+        w->extra_len[w->n_extra] = ix.len;
+        w->extra[w->n_extra].fd = -1;
+        if (ix.failed) { w->n_extra++; r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+        {
+            char* p = qx_path_join(out, "model.safetensors.index.json");
+            w->n_extra++;
+            if (!p) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+            r = qx_out_begin(&w->extra[w->n_extra - 1], p, force, e);
+            free(p);
+            if (r != QUAROT_OK) goto fail;
+        }
+    }
+    if (!single && opts && opts->config_json) {
+        char* p = qx_path_join(out, "config.json");
+        size_t cl = strlen(opts->config_json);
+        w->extra[w->n_extra].fd = -1;
+        w->extra_text[w->n_extra] = (char*)malloc(cl + 1);
+        w->n_extra++;
+        if (!p || !w->extra_text[w->n_extra - 1]) { free(p); r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+        memcpy(w->extra_text[w->n_extra - 1], opts->config_json, cl + 1);
+        w->extra_len[w->n_extra - 1] = cl;
+        r = qx_out_begin(&w->extra[w->n_extra - 1], p, force, e);
+        free(p);
+        if (r != QUAROT_OK) goto fail;
+    }
+    if (!single && force)
+        w->stale = qx_path_join(out, w->n_files > 1 ? "model.safetensors" : "model.safetensors.index.json");
+    qx_sb_free(&meta);
+    qx_sb_free(&hdr);
+    free(order);
+    *wp = w;
+    return QUAROT_OK;
+fail:
+    qx_sb_free(&meta);
+    qx_sb_free(&hdr);
+    free(order);
+    qx_st_writer_abort(w);
+    return r;
+}
+
+/* The planned tensor `name` (binary search in natural order), or NULL. */
+static qx__st_went* qx__st_find(qx_st_writer* w, const char* name) {
+    int64_t lo = 0, hi = w->n - 1;
+    while (lo <= hi) {                       /* entries are sorted by qx_name_cmp */
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = qx_name_cmp(name, w->t[mid].name);
+        if (c == 0) return &w->t[mid];
+        if (c < 0) hi = mid - 1; else lo = mid + 1;
+    }
+    return NULL;
+}
+
+quarot_result qx_st_writer_put_permuted(qx_st_writer* w, const char* name, const quarot_tensor* t,
+                                        int64_t head_dim, int to_interleaved, qx_err* e) {
+    qx__st_went* p;
+    quarot_result r;
+    int d;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = qx__st_find(w, name);
+    if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->files[0].path, name); return QUAROT_ERR_NOT_FOUND; }
+    if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->files[p->file].path, name); return QUAROT_ERR_STATE; }
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
+        if (t->ne[d] != p->ne[d]) {
+            qx_err_set(e, "%s: tensor \"%s\": shape [%lld, %lld, %lld, %lld] differs from the plan's [%lld, %lld, %lld, %lld] (ne order)",
+                       w->files[p->file].path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)t->ne[3], (long long)p->ne[0], (long long)p->ne[1], (long long)p->ne[2], (long long)p->ne[3]);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    r = qx_out_tensor(&w->files[p->file], p->off, p->dt, t, head_dim, to_interleaved, name, e);
+    if (r == QUAROT_OK) p->written = 1;
+    return r;
+}
+
+quarot_result qx_st_writer_put(qx_st_writer* w, const char* name, const quarot_tensor* t, qx_err* e) {
+    return qx_st_writer_put_permuted(w, name, t, 0, 0, e);
+}
+
+quarot_result qx_st_writer_finish(qx_st_writer* w, qx_err* e) {
+    int64_t i;
+    int k;
+    quarot_result r = QUAROT_OK;
+    if (!w) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < w->n; ++i)               /* a file with a hole would be a silently wrong model */
+        if (!w->t[i].written) {
+            qx_err_set(e, "%s: tensor \"%s\" was planned but never written", w->files[w->t[i].file].path, w->t[i].name);
+            r = QUAROT_ERR_STATE;
+            goto done;
+        }
+    /* the small texts (index, config) are written only now, then everything is synced */
+    for (k = 0; k < w->n_extra && r == QUAROT_OK; ++k) {
+        r = qx_out_pwrite(&w->extra[k], w->extra_text[k], w->extra_len[k], 0, e);
+        if (r == QUAROT_OK) r = qx_out_sync(&w->extra[k], w->extra_len[k], e);
+    }
+    for (k = 0; k < w->n_files && r == QUAROT_OK; ++k) r = qx_out_sync(&w->files[k], w->file_size[k], e);
+    /* everything is on disk: the shards first, then config and index (readers look for those) */
+    for (k = 0; k < w->n_files && r == QUAROT_OK; ++k) r = qx_out_publish(&w->files[k], e);
+    for (k = w->n_extra - 1; k >= 0 && r == QUAROT_OK; --k) r = qx_out_publish(&w->extra[k], e);
+    if (r == QUAROT_OK && w->stale) (void)remove(w->stale);
+    if (r == QUAROT_OK) { free(w->made_dir); w->made_dir = NULL; }   /* keep the new directory */
+done:
+    qx_st_writer_abort(w);
+    return r;
+}
+
+quarot_result qx_st_save(const qx_store* s, const char* out, const qx_st_save_opts* o, qx_err* e) {
+    qx_tensor_plan* plan;
+    qx_st_write_opts wo;
+    qx_st_writer* w = NULL;
+    qx_sb cfg;
+    size_t olen;
+    int64_t i, hd = 0;
+    int single, perm;
+    quarot_result r;
+    if (!s || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    olen = strlen(out);
+    single = olen > 12 && strcmp(out + olen - 12, ".safetensors") == 0;
+    memset(&cfg, 0, sizeof cfg);
+    memset(&wo, 0, sizeof wo);
+    /* interleaved RoPE rows go back to the half-split layout (see the header) */
+    perm = s->config.rope_interleaved && strcmp(s->config.arch, "opt") != 0;
+    if (perm) {
+        hd = s->config.head_dim ? s->config.head_dim : (s->config.n_heads ? s->config.hidden / s->config.n_heads : 0);
+        if (hd < 2 || hd % 2 || s->config.qk_norm) {
+            qx_err_set(e, "%s: cannot convert this interleaved-RoPE model (head_dim %lld%s) to the Hugging Face layout", out,
+                       (long long)hd, s->config.qk_norm ? ", q/k norms" : "");
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+    }
+    /* the plan from the store: rank = dimensions up to the last one > 1 (a [hidden] gain stays 1-D) */
+    plan = (qx_tensor_plan*)calloc((size_t)(s->count ? s->count : 1), sizeof *plan);
+    if (!plan) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < s->count; ++i) {
+        const quarot_tensor* t = &s->items[i].t;
+        int d;
+        plan[i].name = s->items[i].name;
+        plan[i].dtype = o && o->dtype != QUAROT_DTYPE_DEFAULT ? o->dtype : t->dtype;
+        plan[i].n_dims = 1;
+        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
+            plan[i].ne[d] = t->ne[d];
+            if (t->ne[d] > 1) plan[i].n_dims = d + 1;
+        }
+    }
+    wo.force = o ? o->force : 0;
+    wo.shard_bytes = o ? o->shard_bytes : 0;
+    wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
+    if (!single && s->config.arch[0]) {
+        r = qx_hf_config_write(s, &cfg, e);
+        if (r != QUAROT_OK) { free(plan); qx_sb_free(&cfg); return r; }
+        wo.config_json = cfg.p;
+    }
+    r = qx_st_writer_begin(&w, out, plan, s->count, &wo, e);
+    free(plan);
+    qx_sb_free(&cfg);
+    if (r != QUAROT_OK) return r;
+    /* tensors in store order (the writer places them); q/k rows back to half-split when needed */
+    for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
+        const char* name = s->items[i].name;
+        size_t nl = strlen(name);
+        int qk = perm && strncmp(name, "model.layers.", 13) == 0 && nl > 22 &&
+                 (strstr(name, ".self_attn.q_proj.") || strstr(name, ".self_attn.k_proj."));
+        r = qx_st_writer_put_permuted(w, name, &s->items[i].t, qk ? hd : 0, 0, e);
+    }
+    if (r != QUAROT_OK) { qx_st_writer_abort(w); return r; }
+    return qx_st_writer_finish(w, e);
+}
