@@ -1107,7 +1107,9 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
 // polar() is a scaled Newton-Schulz iteration in float (Chen & Chow's scaling, see >>adapt_solve),
-// about log(1/reg)/log(2.6) + 4 iterations (16 at the default reg), each 1.5 b^3-GEMMs.
+// after deflating the largest singular values of C where a clear gap exists (outlier channels create
+// one; this leaves the polar factor unchanged): about log(sigma'_max/lambda)/log(2.6) + 4 iterations
+// (11-12 instead of 16 on the synthetic data of the bench), each costing 1.5 b^3-GEMMs.
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1135,6 +1137,9 @@ typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
     uint64_t seed;                   // signs of the starting random Hadamard (= QuaRot's desc.seed)
     int patience;                    // stop after this many steps without improvement; 0 = 5
     double reg;                      // lambda / sigma_max(C) of the polar step; 0 = 1e-5 (must be < 1)
+    int no_deflation;                // 1: Newton-Schulz on C + lambda*I itself; 0: first deflate the largest
+                                     //   singular values where a reliable gap exists (same polar factor
+                                     //   to ~1e-8, fewer iterations; see >>adapt_solve)
     quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
                                      //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
                                      //   sigma_max is estimated by power iteration)
@@ -1221,8 +1226,9 @@ QUAROT_API void          quarot_adapt_context_free(quarot_adapt_context* ctx);
 // listing the linear names that exist; bad quant_dtype / steps / block_size / reg ->
 // QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the rows -> QUAROT_ERR_NONFINITE; no Hadamard order > 1
 // divides the block -> QUAROT_ERR_UNSUPPORTED_SIZE.
-// Work memory: M*b floats x 3 (X*H, A, B) and about 7 b*b floats. Time: per step about 4*M*b^2 +
-// (2 + ~1.6 * Newton-Schulz iterations) * 2*b^3 flops.
+// Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation). Time: per
+// step about 4*M*b^2 + (2 + 1.53 * Newton-Schulz iterations) * 2*b^3 flops, all in SGEMM through
+// env's parallel hook (e.g. 30 s per step at b = 4096, M = 2048 on one Zen 4 core).
 QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
                                              quarot_adapt_context* ctx, const quarot_env* env);
 // Fill ctx with a given R (e.g. the identity, or R from another tool): checks hidden % block == 0, R
@@ -7905,12 +7911,14 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 }
 
 // >>adapt_solve
-// polar(C + lambda*I) by Newton-Schulz in float with Chen & Chow's scaling: while the singular values
-// of X lie in [l, 1], X <- X * (a/2) * (3I - a^2 X^T X), a = sqrt(3 / (1 + l + l^2)), maps them into
-// [p(a*l), 1] (p(y) = (3y - y^3)/2): small ones grow by up to 2.6x per step instead of 1.5x. sigma_max
-// is estimated by power iteration and bounded for certain by the inf-norm of the first X^T X; each
-// step divides by 1 + 1e-3 for safety (a value just above 1 times a ~ sqrt(3) would change sign).
-// Near convergence (l >= 0.7) the plain iteration finishes. X^T X costs half a GEMM (upper panels).
+// polar(C + lambda*I) by Newton-Schulz in float with Chen & Chow's scaling, after the deflation
+// below when it applies. While the singular values of X lie in [l, 1],
+//     X <- X * (a/2) * (3I - a^2 X^T X),  a = sqrt(3 / (1 + l + l^2))
+// maps them into [p(a*l), 1] (p(y) = (3y - y^3)/2): small ones grow by up to 2.6x per step instead
+// of 1.5x. sigma_max is estimated (subspace or power iteration) and bounded for certain by the
+// inf-norm of the first X^T X; each step divides by 1 + 1e-3 for safety (a value just above 1 times
+// a ~ sqrt(3) would change sign). Near convergence (l >= 0.7) the plain iteration finishes. X^T X
+// costs half a GEMM (upper panels); T = c1*X^T X + c0*I is built in the same pass as the residual.
 
 #define QUAROT__ADAPT_MARGIN 1e-3            // headroom above the tracked sigma_max of X
 #define QUAROT__ADAPT_POWER_ITERS 10         // power iterations for sigma_max(C)
@@ -7989,33 +7997,236 @@ static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, doub
     return est;
 }
 
+// ---- spectral deflation of C before Newton-Schulz ----
+// polar(C*M) = polar(C) for every symmetric positive definite M that commutes with C^T C. With the
+// top-k right singular vectors V_k of C (C^T C V_k = V_k S_k^2) and M = I + V_k (s/S_k - I) V_k^T,
+//     C' = C*M = C + (C V_k) (s/S_k - I) V_k^T
+// has the same singular vectors with sigma_1..sigma_k replaced by s = sigma_{k+1}: the condition
+// number, hence the Newton-Schulz iteration count (log(sigma_max/lambda)/log(2.6)), drops by
+// log(sigma_1/sigma_{k+1}). Outlier channels put a few singular values far above the rest, which
+// is exactly what this removes. V_k comes from subspace iteration in double (p vectors, Rayleigh-Ritz);
+// an inexact V_k (angle delta to the invariant subspace) moves the polar factor by about
+// 2*delta*sigma_1/s, so k is accepted only where the residuals bound that by 1e-8.
+
+#define QUAROT__ADAPT_DEFL_P 32              // subspace size
+#define QUAROT__ADAPT_DEFL_ITERS 8           // subspace iterations on C + lambda*I
+
+// Cyclic Jacobi: S [p][p] symmetric -> eigenvalues th[] descending, eigenvectors as the columns of
+// Y [p][p] (same order). S is destroyed.
+static void quarot__adapt_jacobi(int p, double* s, double* y, double* th) {
+    int i, j, k, sweep;
+    for (i = 0; i < p * p; ++i) y[i] = (i / p == i % p) ? 1.0 : 0.0;
+    for (sweep = 0; sweep < 50; ++sweep) {
+        double off = 0.0, diag = 0.0;
+        for (i = 0; i < p; ++i) {
+            diag += s[i * p + i] * s[i * p + i];
+            for (j = i + 1; j < p; ++j) off += s[i * p + j] * s[i * p + j];
+        }
+        if (!(off > 1e-32 * diag)) break;
+        for (i = 0; i < p; ++i)
+            for (j = i + 1; j < p; ++j) {
+                double a = s[i * p + i], b = s[j * p + j], c = s[i * p + j], tau, t, cs, sn;
+                if (c == 0.0) continue;
+                tau = (b - a) / (2.0 * c);     // rotation zeroing s[i][j]
+                t = (tau >= 0.0 ? 1.0 : -1.0) / (fabs(tau) + sqrt(1.0 + tau * tau));
+                cs = 1.0 / sqrt(1.0 + t * t);
+                sn = t * cs;
+                for (k = 0; k < p; ++k) {      // S <- S*J (columns i, j), then J^T*S (rows i, j)
+                    double ki = s[k * p + i], kj = s[k * p + j];
+                    s[k * p + i] = cs * ki - sn * kj;
+                    s[k * p + j] = sn * ki + cs * kj;
+                }
+                for (k = 0; k < p; ++k) {
+                    double ik = s[i * p + k], jk = s[j * p + k];
+                    s[i * p + k] = cs * ik - sn * jk;
+                    s[j * p + k] = sn * ik + cs * jk;
+                }
+                for (k = 0; k < p; ++k) {
+                    double ki = y[k * p + i], kj = y[k * p + j];
+                    y[k * p + i] = cs * ki - sn * kj;
+                    y[k * p + j] = sn * ki + cs * kj;
+                }
+            }
+    }
+    for (i = 0; i < p; ++i) th[i] = s[i * p + i];
+    for (i = 0; i < p; ++i) {                  // selection sort, descending, columns of Y along
+        int best = i;
+        for (j = i + 1; j < p; ++j) if (th[j] > th[best]) best = j;
+        if (best != i) {
+            double tmp = th[i];
+            th[i] = th[best];
+            th[best] = tmp;
+            for (k = 0; k < p; ++k) { tmp = y[k * p + i]; y[k * p + i] = y[k * p + best]; y[k * p + best] = tmp; }
+        }
+    }
+}
+
+// Orthonormal columns of V [n][p] (row stride p): modified Gram-Schmidt, twice. A column that
+// vanishes is replaced by a unit vector (it then carries no information, which is harmless here).
+static void quarot__adapt_orth(int64_t n, int p, double* v) {
+    int pass, j, k;
+    int64_t i;
+    for (pass = 0; pass < 2; ++pass)
+        for (j = 0; j < p; ++j) {
+            double nrm = 0.0;
+            for (k = 0; k < j; ++k) {
+                double d = 0.0;
+                for (i = 0; i < n; ++i) d += v[i * p + k] * v[i * p + j];
+                for (i = 0; i < n; ++i) v[i * p + j] -= d * v[i * p + k];
+            }
+            for (i = 0; i < n; ++i) nrm += v[i * p + j] * v[i * p + j];
+            if (!(nrm > 1e-300)) {
+                for (i = 0; i < n; ++i) v[i * p + j] = (i == (int64_t)j % n) ? 1.0 : 0.0;
+                continue;
+            }
+            nrm = 1.0 / sqrt(nrm);
+            for (i = 0; i < n; ++i) v[i * p + j] *= nrm;
+        }
+}
+
+// `iters` steps of V <- orth(Cd^T (Cd V)), then Rayleigh-Ritz: V, W = Cd V rotated to the Ritz
+// vectors, th[] = Ritz values of Cd^T Cd (descending). w: [n][p].
+static quarot_result quarot__adapt_subspace(int64_t n, int p, const double* cd, double* v, double* w, int iters,
+                                            double* th, double* sy, const quarot_env* env) {
+    double* s = sy;
+    double* y = sy + p * p;
+    int it, i, j;
+    int64_t r;
+    quarot_result res = QUAROT_OK;
+    for (it = 0; it < iters && res == QUAROT_OK; ++it) {
+        quarot__adapt_orth(n, p, v);
+        res = quarot_dgemm(0, 0, n, p, n, 1.0, cd, n, v, p, 0.0, w, p, env);
+        if (res == QUAROT_OK) res = quarot_dgemm(1, 0, n, p, n, 1.0, cd, n, w, p, 0.0, v, p, env);
+    }
+    if (res != QUAROT_OK) return res;
+    quarot__adapt_orth(n, p, v);
+    res = quarot_dgemm(0, 0, n, p, n, 1.0, cd, n, v, p, 0.0, w, p, env);
+    if (res != QUAROT_OK) return res;
+    for (i = 0; i < p; ++i)                    // S = W^T W = V^T Cd^T Cd V
+        for (j = 0; j < p; ++j) {
+            double d = 0.0;
+            for (r = 0; r < n; ++r) d += w[r * p + i] * w[r * p + j];
+            s[i * p + j] = d;
+        }
+    quarot__adapt_jacobi(p, s, y, th);
+    for (r = 0; r < n; ++r) {                  // V <- V Y, W <- W Y (row by row, p-long temporaries)
+        double tv[QUAROT__ADAPT_DEFL_P], tw[QUAROT__ADAPT_DEFL_P];
+        for (j = 0; j < p; ++j) {
+            double a = 0.0, b = 0.0;
+            for (i = 0; i < p; ++i) { a += v[r * p + i] * y[i * p + j]; b += w[r * p + i] * y[i * p + j]; }
+            tv[j] = a;
+            tw[j] = b;
+        }
+        for (j = 0; j < p; ++j) { v[r * p + j] = tv[j]; w[r * p + j] = tw[j]; }
+    }
+    return QUAROT_OK;
+}
+
+// C (float [n][n]) -> C + lambda*I, deflated when a reliable gap exists (rounded once to float).
+// cd: [n][n] doubles, v, w, z: [n][p] doubles. Out: sigma_1 of C, lambda, the top singular value
+// of the result (an estimate from below; the caller bounds it from above) and k (0 = not deflated).
+static quarot_result quarot__adapt_deflate(int64_t n, float* c, double* cd, double* v, double* w, double* z, double reg,
+                                           double* sig_out, double* lam_out, double* top_out, int* k_out,
+                                           const quarot_env* env) {
+    int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, i, k = 0;
+    double th[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
+    int64_t r, nn = n * n;
+    quarot_rng rng;
+    quarot_result res;
+    *k_out = 0;
+    for (r = 0; r < nn; ++r) cd[r] = (double)c[r];
+    quarot_rng_seed(&rng, 0x5eed5eedULL);
+    for (r = 0; r < n * p; ++r) v[r] = quarot_rng_uniform(&rng) - 0.5;
+    res = quarot__adapt_subspace(n, p, cd, v, w, 3, th, sy, env);        // sigma_1 of C, for lambda
+    if (res != QUAROT_OK) return res;
+    sig = sqrt(th[0] > 0.0 ? th[0] : 0.0);
+    *sig_out = sig;
+    if (!(sig > 0.0) || !(sig <= 1e150)) return QUAROT_OK;               // zero or non-finite: caller decides
+    lam = reg * sig;
+    *lam_out = lam;
+    for (r = 0; r < n; ++r) cd[r * n + r] += lam;
+    res = quarot__adapt_subspace(n, p, cd, v, w, QUAROT__ADAPT_DEFL_ITERS, th, sy, env);
+    if (res != QUAROT_OK) return res;
+    res = quarot_dgemm(1, 0, n, p, n, 1.0, cd, n, w, p, 0.0, z, p, env); // Z = Cd^T Cd V (Ritz residuals)
+    if (res != QUAROT_OK) return res;
+    // The largest k <= p-2 with a gap sigma_k >= 2 sigma_{k+1} whose Ritz vectors are accurate enough:
+    // delta_i ~ ||Cd^T Cd v_i - th_i v_i|| / (th_k - th_{k+1}),  2 * max delta * sigma_1 / sigma_{k+1} <= 1e-8.
+    for (k = p - 2; k >= 1; --k) {
+        double gap = th[k - 1] - th[k], dmax = 0.0;
+        if (!(th[k] > 0.0) || th[k - 1] < 4.0 * th[k]) continue;
+        for (i = 0; i < k; ++i) {
+            double e = 0.0;
+            for (r = 0; r < n; ++r) {
+                double d = z[r * p + i] - th[i] * v[r * p + i];
+                e += d * d;
+            }
+            e = sqrt(e) / gap;
+            if (!(e <= dmax)) dmax = e;
+        }
+        if (2.0 * dmax * sqrt(th[0] / th[k]) <= 1e-8) break;
+    }
+    if (k >= 1) {
+        double s = sqrt(th[k]);
+        for (i = 0; i < k; ++i) {              // W_k <- W_k * diag(s/sigma_i - 1)  (W_k = Cd V_k)
+            double f = s / sqrt(th[i]) - 1.0;
+            for (r = 0; r < n; ++r) w[r * p + i] *= f;
+        }
+        res = quarot_dgemm(0, 1, n, n, k, 1.0, w, p, v, p, 1.0, cd, n, env);   // Cd += W_k V_k^T
+        if (res != QUAROT_OK) return res;
+        *top_out = s;
+        *k_out = k;
+    } else {
+        *top_out = sqrt(th[0]);
+    }
+    for (r = 0; r < nn; ++r) c[r] = (float)cd[r];
+    return QUAROT_OK;
+}
+
 typedef struct quarot__adapt_polar_out {
     int iterations;
     double residual;                     // max|U^T U - I| of the result (float)
+    int deflated;                        // k singular values deflated (0: none)
 } quarot__adapt_polar_out;
 
+// Doubles of deflation workspace for size n: Cd [n][n] and V, W, Z [n][p].
+static size_t quarot__adapt_defl_doubles(int64_t n) {
+    int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
+    return (size_t)(n * n + 3 * n * p);
+}
+
 // U = polar(C + lambda*I), lambda = reg*sigma_max(C). C [n][n] is overwritten; x, y, g: [n][n] floats
-// of work; v: [2n] doubles. The result is in *u_out (x or y). QUAROT_ERR_NOT_CONVERGED when max_iter
-// iterations reach neither tol nor the float floor (below 1e-4).
-static quarot_result quarot__adapt_polar(int64_t n, float* c, float* x, float* y, float* g, double* v,
+// of work; v: [2n] doubles; defl: quarot__adapt_defl_doubles(n) doubles, or NULL (no deflation).
+// The result is in *u_out (x or y). QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither
+// tol nor the float floor (below 1e-4).
+static quarot_result quarot__adapt_polar(int64_t n, float* c, float* x, float* y, float* g, double* v, double* defl,
                                          double reg, double tol, int max_iter, float** u_out,
                                          quarot__adapt_polar_out* out, const quarot_env* env) {
-    double sig, lam, s, l, prev = 0.0;
+    double sig = 0.0, lam = 0.0, top = 0.0, s, l, prev = 0.0;
     int64_t i, nn = n * n;
     int k;
     quarot_result res;
     out->iterations = 0;
     out->residual = 0.0;
+    out->deflated = 0;
     *u_out = x;
-    sig = quarot__adapt_sigma_max(n, c, v, v + n);
+    if (defl && n >= 8) {                          // C <- (C + lambda I) * M, see above
+        int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
+        res = quarot__adapt_deflate(n, c, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, &sig, &lam, &top,
+                                    &out->deflated, env);
+        if (res != QUAROT_OK) return res;
+    } else {
+        sig = quarot__adapt_sigma_max(n, c, v, v + n);
+        lam = reg * sig;
+        top = sig + lam;                           // sigma_max(C + lam I) <= sigma_max(C) + lam
+        if (sig > 0.0 && sig <= 1e150)
+            for (i = 0; i < n; ++i) c[i * n + i] = (float)((double)c[i * n + i] + lam);
+    }
     if (!(sig > 0.0) || !(sig <= 1e150)) {         // C == 0 (all activations zero): nothing to learn
         memset(x, 0, (size_t)nn * sizeof(float));
         for (i = 0; i < n; ++i) x[i * n + i] = 1.0f;
         return sig == 0.0 ? QUAROT_OK : QUAROT_ERR_NONFINITE;
     }
-    lam = reg * sig;
-    s = (sig + lam) * 1.02;                        // sigma_max(C + lam I) <= sigma_max(C) + lam
-    for (i = 0; i < n; ++i) c[i * n + i] = (float)((double)c[i * n + i] + lam);
+    s = top * 1.02;                                // estimates are from below; the inf-norm check corrects
     for (i = 0; i < nn; ++i) x[i] = (float)((double)c[i] / s);
     l = lam / s;                                   // lower end guess (exact for symmetric C >= 0)
     for (k = 0;; ++k) {
@@ -8118,7 +8329,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     int64_t hidden, b, hb, N = 0, M, mb, i, li;
     size_t mbytes, bbytes;
     float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL, *G = NULL;
-    double *vw = NULL, *out = NULL, *e = NULL, *tt = NULL;
+    double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL;
     int bits = 4, since = 0, step, max_iter;
     double tol, reg;
     quarot_result res = QUAROT_OK;
@@ -8186,10 +8397,12 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     Y = (float*)quarot_env_alloc(env, bbytes);
     G = (float*)quarot_env_alloc(env, bbytes);
     vw = (double*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(double));
+    if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
     quarot_adapt_context_init(&t, &ctx->env);
     t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
     t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !t.losses || !t.polar_iterations))
+    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || (!dd.no_deflation && !defl) ||
+                             !t.losses || !t.polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
     if (res == QUAROT_OK) {
         float* dst = xh;
@@ -8226,7 +8439,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         double loss;
         memset(&po, 0, sizeof po);
         res = quarot_sgemm(1, 0, b, b, M, 1.0f, A, b, B, b, 0.0f, C, b, env);                  // C = A^T B
-        if (res == QUAROT_OK) res = quarot__adapt_polar(b, C, X, Y, G, vw, reg, tol, max_iter, &U, &po, env);
+        if (res == QUAROT_OK) res = quarot__adapt_polar(b, C, X, Y, G, vw, defl, reg, tol, max_iter, &U, &po, env);
         if (res == QUAROT_ERR_NOT_CONVERGED)
             quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: Newton-Schulz did not converge at step %d (%d iterations, "
                               "max|X^T X - I| = %.3g); raise reg (now %g) or polar.max_iter", step, po.iterations, po.residual, reg);
@@ -8257,6 +8470,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_env_free(env, xh); quarot_env_free(env, A); quarot_env_free(env, B);
     quarot_env_free(env, R); quarot_env_free(env, Rn); quarot_env_free(env, C);
     quarot_env_free(env, X); quarot_env_free(env, Y); quarot_env_free(env, G); quarot_env_free(env, vw);
+    quarot_env_free(env, defl);
     if (res == QUAROT_OK) {
         out = (double*)quarot_env_alloc(&t.env, 2 * bbytes);
         e = (double*)quarot_env_alloc(env, 2 * bbytes);

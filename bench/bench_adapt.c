@@ -7,9 +7,10 @@
    threads). It prints the wall time, the CPU time of all threads, the time per step, the Newton-Schulz iterations per step, the
    flops the run did (from the iteration counts) and the loss trajectory.
 
-   Beside it, at the first size only, one regularized polar factor of the first step's C is timed with
-   the library's plain Newton-Schulz (quarot_polar_newton_schulz_f32: Frobenius scale, no acceleration)
-   for the ratio of iterations and time.
+   Beside it, at the first size only: stage 1 without the spectral deflation (desc.no_deflation), and
+   one regularized polar factor of the first step's C with the library's plain Newton-Schulz
+   (quarot_polar_newton_schulz_f32: Frobenius scale, no acceleration), for the ratios of iterations
+   and time.
 
    usage: bench_adapt [hidden ...] [-t THREADS] [-n ROWS] [-s STEPS]
    (-t runs only that thread count; the machine should be quiet: the times are wall-clock). */
@@ -161,8 +162,8 @@ int main(int argc, char** argv) {
     for (k = 0; k < n_sizes; ++k) {
         int64_t h = sizes[k];
         float* x = make_acts(rows, h, 1234);
-        for (ti = 0; ti < n_thread_list; ++ti) {
-            int threads = thread_list[ti];
+        for (ti = 0; ti < n_thread_list + (k == 0); ++ti) {
+            int threads = thread_list[ti < n_thread_list ? ti : n_thread_list - 1], plain = ti == n_thread_list;
             quarot_env env;
             quarot_adapt_desc d;
             quarot_adapt_capture cap;
@@ -178,6 +179,7 @@ int main(int argc, char** argv) {
             memset(&log, 0, sizeof log);
             d.steps = steps;
             d.seed = 1;
+            d.no_deflation = plain;
             d.progress = on_progress;
             d.user_data = &log;
             quarot_adapt_context_init(&ctx, &env);
@@ -195,17 +197,18 @@ int main(int argc, char** argv) {
                 flops += 4.0 * m * b * b + 2.0 * b * b * b + (double)ctx.polar_iterations[i] * 1.53 * 2.0 * b * b * b;
                 its += ctx.polar_iterations[i];
             }
-            printf("  %6lld %7d %9.2f %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)\n", (long long)h, threads, t1 - t0, c1 - c0,
+            printf("  %6lld %7d %9.2f %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)%s\n", (long long)h, threads, t1 - t0, c1 - c0,
                    ctx.steps_run ? (log.t_step[ctx.steps_run - 1] - log.t_start) / ctx.steps_run : 0.0,
                    ctx.steps_run ? its / ctx.steps_run : 0.0, flops * 1e-9, flops * 1e-9 / (t1 - t0), ctx.start_loss,
-                   ctx.best_loss, ctx.best_step, ctx.steps_run, 100.0 * (1.0 - ctx.best_loss / ctx.start_loss));
+                   ctx.best_loss, ctx.best_step, ctx.steps_run, 100.0 * (1.0 - ctx.best_loss / ctx.start_loss),
+                   plain ? "  [no deflation]" : "");
             if (ti == n_thread_list - 1) {
                 printf("         losses:");
                 for (i = 0; i < ctx.steps_run; ++i) printf(" %.4e", ctx.losses[i]);
                 printf("\n");
             }
             fflush(stdout);
-            if (k == 0 && ti == n_thread_list - 1) compare_plain_ns(x, rows, h, &env);
+            if (plain) compare_plain_ns(x, rows, h, &env);
             quarot_adapt_capture_free(&cap);
             quarot_adapt_context_free(&ctx);
         }
