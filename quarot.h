@@ -57,7 +57,9 @@ SIMD AND DETERMINISM
     ISA (adds and subtracts only, FMA contraction switched off inside the implementation). Reductions
     (GEMM, polar factor, QR) state a tolerance instead. Random numbers come from xoshiro256** seeded by
     splitmix64, and normal deviates use a libm-free logarithm, so a seed gives the same rotation on
-    every platform and compiler.
+    every platform and compiler. These guarantees hold for standard IEEE compilation; clang's
+    -ffp-contract=fast (which by definition ignores the FP_CONTRACT pragma) and -ffast-math void
+    them (the latter is refused with #error unless QUAROT_ALLOW_FAST_MATH is defined).
 
 MEMORY
     Hot paths (transforms, quarot_online_apply) never allocate: the caller passes workspace sized by a
@@ -442,8 +444,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 // element is a plain sum of k products (FMA where the ISA has it), so it lies within
 // ~k * eps * sum_p |op(A)[i][p] * op(B)[p][j]| of the exact value (eps = 2^-24 float, 2^-53 double);
 // different ISAs round differently. With env's parallel hook (n_threads > 1) the work is split over
-// panels of C; the result is bit-identical to the serial run of the same ISA. Packing buffers (about
-// 1.2 MB float / 1.2 MB double per task) come from env: QUAROT_ERR_OUT_OF_MEMORY on failure.
+// panels of C; the result is bit-identical to the serial run of the same ISA. Packing buffers (up to
+// ~6 MB float / ~8 MB double per task, less for small products) come from env:
+// QUAROT_ERR_OUT_OF_MEMORY on failure.
 // Under QUAROT_USE_CBLAS, quarot_sgemm/quarot_dgemm check their arguments the same way and then call
 // cblas_sgemm/cblas_dgemm (CblasRowMajor; env's hooks are not used; sizes over INT_MAX use the
 // built-in code). Errors: QUAROT_ERR_INVALID_ARGUMENT (negative sizes, small leading dimensions, NULL
@@ -491,28 +494,40 @@ QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, 
 // Orthogonal polar factor U of a square C (C = U*P, U orthogonal, P symmetric positive semidefinite;
 // U = argmin over orthogonal R of ||C - R||_F, the orthogonal Procrustes solution), by Newton-Schulz:
 //     X0 = C/s;  repeat: G = X^T X;  residual = max|G - I|;  stop if <= tol;  X <- X*(3I - G)/2
-// Every singular value of X0 must lie in (0, sqrt(3)); it then converges (the small ones grow by 1.5
-// per step, then quadratically). By default s = ||C||_F, refined for free after the first G by
-// sqrt(min(||G||_F, ||G||_1)) (both bound the largest eigenvalue of G), which saves several steps.
-// G is computed with the built-in GEMM (only its upper triangle, mirrored); the f32 version adds the
-// diagonal of G (the column norms) in double, so its residual is measured to ~1e-7 and the default
-// tolerance 2e-6 is reached for well-conditioned C up to n = 4096 and beyond (the off-diagonal f32
-// rounding is ~sqrt(n)*2^-24/n per entry). Steps needed: about log1.5(s/sigma_min) + 5; e.g. ~20
-// for cond(C) = 100 at n = 4096. Each step costs ~3 n^3 flops (G symmetric: n^3; X*Y: 2 n^3).
-// Singular values that are 0 (rank-deficient C) cannot converge; in floating point they become
-// rounding noise of size ~eps that grows by 1.5 per step, so the default max_iter is sized to stop
-// before noise could pass for a singular value (measured: noise reaches 1 after ~50 steps in f32 and
-// ~97 in f64): rank-deficient C returns QUAROT_ERR_NOT_CONVERGED (U holds the last iterate). The
-// defaults thus handle s/sigma_min up to about 1e5 (f32) and 1e12 (f64), i.e. cond(C) up to ~1e4 /
-// ~1e11 at n = 4096; regularize (C + eps*I) first when C may be singular.
+// Each singular value x of X0 in (0, sqrt(3)) follows x <- x(3 - x^2)/2 to 1 (x1.5 per step while
+// small, then quadratically). Refinements, all on by default:
+//   - scale: s = ||C||_F, then after the first G, s *= sqrt(min(||G||_F, ||G||_1)) (both bound the
+//     largest eigenvalue of G), so sigma_max(X0) <= 1 still holds with a tighter s; free.
+//   - fast start: while the smallest singular value is below 1/2, steps X <- X*(2I - G) double the
+//     small ones instead (x <- 2x - x^3 keeps [0, 1.09] inside itself); a few power-iteration steps on
+//     G per step (O(n^2)) tell when to switch. About a third fewer steps; desc.plain = 1 turns it off.
+//   - singular C: a singular value 0 never converges, and rounding noise in its direction would grow
+//     into a spurious one. While sigma_min(X) < 1/2 is certain (power iteration can only overestimate
+//     it), each step has grown sigma_min(X0) by >= 1.75 (fast) or 1.375; once that bounds
+//     sigma_min(X0) below tau = 2^10 eps (f32, ~6e-5) or 2^20 eps (f64, ~1e-10), C counts as singular:
+//     QUAROT_ERR_NOT_CONVERGED early (f32 ~17 steps, f64 ~40), U = last iterate. Regularize
+//     (C + eps*I) first when C may be singular (e.g. C = A^T B from fewer rows than n). Default-scaled
+//     C with cond(C) up to a few thousand (f32) / ~1e9 (f64) is handled; the polar factor of a worse
+//     conditioned f32 C is not accurate anyway (error ~ cond * 2^-24).
+// G is computed with the built-in GEMM (only its upper triangle, mirrored); the diagonal of G (column
+// norms) is summed again in double, which keeps the f32 residual accurate to ~1e-7: the default 2e-6
+// is reached for well-conditioned C up to n = 4096 and beyond (the off-diagonal f32 rounding is only
+// ~sqrt(n)*2^-24/n per entry). The residual is an entry-wise maximum: an isolated slow singular value
+// with a spread-out singular vector shows up n/10 or so times smaller in it than in the spectral norm
+// (measured: max-entry 9e-8 when ||U^T U - I||_2 was 1.1e-6, n = 256). Convergence is quadratic at the
+// end, so a 100x smaller tol costs at most one more step. Steps needed: ~log2(s/sigma_min) + 5; e.g.
+// 10 for C = A^T A + noise (cond ~35), 12 for a Gaussian C (n = 256). Each step costs ~3 n^3 flops
+// (G: n^3 as it is symmetric, X*Y: 2 n^3).
 typedef struct quarot_polar_desc {   // zero-init = defaults
-    int max_iter;                    // 0 = 75 (f64) or 36 (f32); see above
+    int max_iter;                    // 0 = 75 (f64) or 36 (f32) (singular C stops earlier, see above)
     double tol;                      // 0 = 1e-6 (f64) or 2e-6 (f32); max-abs entry of X^T X - I
     double scale;                    // 0 = Frobenius norm of C, refined; otherwise X0 = C / scale exactly
+                                     //   (fast start then only if sigma_max(X0) <= 1.08 is certain)
+    int plain;                       // 1: only X <- X*(3I - G)/2 steps (no fast start, see above)
 } quarot_polar_desc;
 
 typedef struct quarot_polar_info {
-    int iterations;                  // updates X <- X*(3I - G)/2 performed
+    int iterations;                  // updates X <- X*Y performed
     double residual;                 // max|U^T U - I| of the returned U (as measured, see above)
     double scale;                    // the s actually used: X0 = C / s
 } quarot_polar_info;
@@ -1319,6 +1334,10 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 #endif
 #if defined(QUAROT_USE_CBLAS)
   #include <cblas.h>
+#endif
+
+#if defined(__FAST_MATH__) && !defined(QUAROT_ALLOW_FAST_MATH)
+#error "quarot.h: -ffast-math breaks the bit-exact kernels and the platform-independent RNG; compile the implementation without it (or define QUAROT_ALLOW_FAST_MATH to accept that)"
 #endif
 
 // No FMA contraction anywhere in the implementation: kernels must be bit-identical to _ref.
@@ -3775,7 +3794,7 @@ QUAROT__REF_KERNEL(quarot__dgemm_kernel_ref, double, 4, 4)
 // x86 kernels: every row of the tile is two vectors (NR = 2 W). The QUAROT__KV / QUAROT__K* macros
 // name the current ISA's vector type and operations; the row macros below are shared.
 #define QUAROT__ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
-#define QUAROT__ROWS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define QUAROT__ROWS12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define QUAROT__KR_DECL(i) QUAROT__KV c##i##a = QUAROT__KZERO, c##i##b = QUAROT__KZERO;
 #define QUAROT__KR_FMA(i)                                                                              \
     av = QUAROT__KSET1(a[i]); c##i##a = QUAROT__KFMA(av, b0, c##i##a); c##i##b = QUAROT__KFMA(av, b1, c##i##b);
@@ -3900,7 +3919,8 @@ QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2_exact, double, QUAROT__ROWS6, 6)
 #endif
 
 #if defined(QUAROT__HAVE_AVX512)
-// AVX-512: 14 x 32 float, 14 x 16 double: 28 zmm accumulators + 2 B vectors + 1 broadcast of the 32.
+// AVX-512: 12 x 32 float, 12 x 16 double: 24 zmm accumulators + 2 B vectors + 1 broadcast of the 32
+// (measured on Zen 4 a few % faster than 14 rows, whose 28 accumulators leave no slack).
 #define QUAROT__KV __m512
 #define QUAROT__KW 16
 #define QUAROT__KZERO _mm512_setzero_ps()
@@ -3910,7 +3930,7 @@ QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2_exact, double, QUAROT__ROWS6, 6)
 #define QUAROT__KMUL(x, y) _mm512_mul_ps(x, y)
 #define QUAROT__KADD(x, y) _mm512_add_ps(x, y)
 #define QUAROT__KFMA(x, y, z) _mm512_fmadd_ps(x, y, z)
-QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS14, 14)
+QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS12, 12)
 #undef QUAROT__KV
 #undef QUAROT__KW
 #undef QUAROT__KZERO
@@ -3929,10 +3949,10 @@ QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS14, 14)
 #define QUAROT__KMUL(x, y) _mm512_mul_pd(x, y)
 #define QUAROT__KADD(x, y) _mm512_add_pd(x, y)
 #define QUAROT__KFMA(x, y, z) _mm512_fmadd_pd(x, y, z)
-QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512, double, QUAROT__ROWS14, 14)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512, double, QUAROT__ROWS12, 12)
 #undef QUAROT__KFMA
 #define QUAROT__KFMA(x, y, z) _mm512_add_pd(_mm512_mul_pd(x, y), z)
-QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512_exact, double, QUAROT__ROWS14, 14)
+QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512_exact, double, QUAROT__ROWS12, 12)
 #undef QUAROT__KV
 #undef QUAROT__KW
 #undef QUAROT__KZERO
@@ -4025,7 +4045,7 @@ static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* g) {
     switch (isa) {
 #if defined(QUAROT__HAVE_AVX512)
         case QUAROT_ISA_AVX512:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 32, 256, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 12, 32, 384, 4096);
             g->kernel = quarot__sgemm_kernel_avx512; return;
 #endif
 #if defined(QUAROT__HAVE_AVX2)
@@ -4053,7 +4073,7 @@ static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* g) {
     switch (isa) {
 #if defined(QUAROT__HAVE_AVX512)
         case QUAROT_ISA_AVX512:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 14, 16, 128, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 12, 16, 256, 4096);
             g->kernel = quarot__dgemm_kernel_avx512; return;
 #endif
 #if defined(QUAROT__HAVE_AVX2)
@@ -4278,13 +4298,13 @@ QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, 
     return r;
 }
 
-// Newton-Schulz polar factor: X0 = C/s, G = X^T X, X <- X*Y with Y = (3I - G)/2 until max|G - I| <= tol.
+// Newton-Schulz polar factor: X0 = C/s, then per step G = X^T X, residual max|G - I|, X <- X*Y with
+// Y = 2I - G while sigma_min(X) < 1/2 (fast start, tracked by power iteration on G), else (3I - G)/2.
 // G is symmetric: row panels I of bs rows compute G[I][I:n] only (panel I is paired with panel
 // nb-1-I so every task has the same work), then the lower triangle is copied from the upper one. The
 // diagonal of G (column norms of X) is summed again in double: it sets the accuracy of the residual
 // and of Y's diagonal, which is what drives the f32 iteration to ~1e-7 instead of ~sqrt(n)*2^-24.
-
-// Scaled Frobenius norm of a [n][n] matrix in double (no overflow for large entries).
+// Instantiated for double (S = d) and float (S = s); first: the scaled Frobenius norm in double.
 #define QUAROT__POLAR_DEFINE(T, S)                                                                     \
 static double quarot__frob_##S(int64_t n, const T* x, int64_t ld) {                                    \
     double amax = 0.0, ss = 0.0, t;                                                                    \
@@ -4322,13 +4342,15 @@ static void quarot__gram_task_##S(void* arg, int64_t t) {                       
 /* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
 static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
                              const quarot_env* env) {                                                  \
-    int64_t i, j, n = jb->n;                                                                           \
+    int64_t i, j, i0, j0, n = jb->n;                                                                   \
     jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
     quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
-    for (i = 1; i < n; ++i)                                                                            \
-        for (j = 0; j < i; ++j) g[i * n + j] = g[j * n + i];                                           \
+    for (i0 = 0; i0 < n; i0 += 32)                   /* lower <- upper, in 32 x 32 tiles for the cache */ \
+        for (j0 = 0; j0 <= i0; j0 += 32)                                                               \
+            for (i = i0; i < quarot__gemm_min(i0 + 32, n); ++i)                                        \
+                for (j = j0; j < quarot__gemm_min(j0 + 32, i); ++j) g[i * n + j] = g[j * n + i];       \
 }                                                                                                      \
-/* Panel size: a multiple of the micro-tile near 400; tasks: one, or ~2 per thread. Returns the        \
+/* Panel size: a multiple of the micro-tile near 200; tasks: one, or ~2 per thread. Returns the        \
    workspace elements needed (0 on overflow). */                                                       \
 static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S##gemm_cfg* cfg,       \
                                      int64_t n, const quarot_env* env) {                               \
@@ -4337,7 +4359,7 @@ static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S
     while (l % cfg->nr) l += cfg->mr;                                  /* lcm(mr, nr) */              \
     jb->cfg = cfg;                                                                                     \
     jb->n = n;                                                                                         \
-    jb->bs = quarot__gemm_cdiv(384, l) * l;                                                            \
+    jb->bs = quarot__gemm_cdiv(192, l) * l;     /* waste (diagonal blocks) ~ bs/n, packing ~ 1/bs */   \
     jb->nb = quarot__gemm_cdiv(n, jb->bs);                                                             \
     jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;                   \
     jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;   \
@@ -4346,17 +4368,69 @@ static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S
     if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
     return total;                                                                                      \
 }                                                                                                      \
+/* G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2,  \
+   when lam < 1; returns the bound on lambda_max(G) after that (1 if it rescaled, else lam). */        \
+static double quarot__polar_rescale_##S(int64_t n, T* x, T* g, double* dg, double* s) {               \
+    double fro = 0.0, one = 0.0, row, t, inv;                                                          \
+    int64_t i, j;                                                                                      \
+    for (i = 0; i < n; ++i) {                                                                          \
+        row = fabs(dg[i]);                                                                             \
+        fro += dg[i] * dg[i];                                                                          \
+        for (j = 0; j < n; ++j)                                                                        \
+            if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }                    \
+        if (row > one) one = row;                                                                      \
+    }                                                                                                  \
+    fro = sqrt(fro);                                                                                   \
+    t = fro < one ? fro : one;                                                                         \
+    if (!(t > 0.0 && t < 1.0) || !s) return t;                                                         \
+    inv = 1.0 / sqrt(t);                                                                               \
+    *s *= sqrt(t);                                                                                     \
+    for (i = 0; i < n; ++i)                                                                            \
+        for (j = 0; j < n; ++j) {                                                                      \
+            x[i * n + j] = (T)((double)x[i * n + j] * inv);                                            \
+            g[i * n + j] = (T)((double)g[i * n + j] / t);                                              \
+        }                                                                                              \
+    for (j = 0; j < n; ++j) dg[j] /= t;                                                                \
+    return 1.0;                                                                                        \
+}                                                                                                      \
+/* `steps` power steps on M = cm*I - G (cm >= lambda_max(G): M is positive semidefinite), v updated   \
+   in place; returns cm - (Rayleigh quotient of M), an estimate of lambda_min(G) that can only be too  \
+   high: too early a switch costs steps, never correctness. G v = sum_j v_j G[j][:] (G symmetric). */  \
+static double quarot__polar_lmin_##S(int64_t n, const T* g, double cm, double* v, double* w, int steps) { \
+    double rq = 0.0, vv, nw;                                                                           \
+    int64_t i, j;                                                                                      \
+    int k;                                                                                             \
+    for (k = 0; k < steps; ++k) {                                                                      \
+        for (i = 0; i < n; ++i) w[i] = cm * v[i];                                                      \
+        for (j = 0; j < n; ++j) {                                                                      \
+            const T* gr = g + j * n;                                                                   \
+            double vj = v[j];                                                                          \
+            for (i = 0; i < n; ++i) w[i] -= vj * (double)gr[i];                                        \
+        }                                                                                              \
+        vv = 0.0; rq = 0.0; nw = 0.0;                                                                  \
+        for (i = 0; i < n; ++i) { vv += v[i] * v[i]; rq += v[i] * w[i]; nw += w[i] * w[i]; }           \
+        rq /= vv;                                                                                      \
+        if (!(nw > 0.0)) break;                                                                        \
+        nw = 1.0 / sqrt(nw);                                                                           \
+        for (i = 0; i < n; ++i) v[i] = w[i] * nw;                                                      \
+    }                                                                                                  \
+    return cm - rq;                                                                                    \
+}                                                                                                      \
 static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u, int64_t ldu,          \
                                        const quarot_polar_desc* d, quarot_polar_info* info,            \
-                                       const quarot_env* env, double tol_default, int iter_default) {  \
+                                       const quarot_env* env, double tol_default, int iter_default,    \
+                                       double tau) {                                                   \
     quarot__##S##gemm_cfg cfg;                                                                         \
     quarot__gram_job_##S jb;                                                                           \
     quarot_result r;                                                                                   \
-    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, inv, t;                       \
+    quarot_rng rng;                                                                                    \
+    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, t, bound = 1.0, growth = 1.0; \
     int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;                  \
+    int fast = !(d && d->plain);             /* 1 while X <- X(2I - G) steps are in use */             \
+    int searching = 1;                       /* 1 until sigma_min(X) >= 1/2 is seen */                 \
     size_t nn, bytes, gram_elems;                                                                      \
     T *mem, *xa, *g, *cur, *oth, *sw;                                                                  \
-    double* dg;                                                                                        \
+    double *dg, *pv, *pw;                                                                              \
     int64_t i, j, ldcur, ldoth, ldsw;                                                                  \
     if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }                       \
     if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;                   \
@@ -4371,17 +4445,21 @@ static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u,
     if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;                  /* C == 0: no polar factor */   \
     quarot__##S##gemm_select(quarot_isa_best(), &cfg);                                                 \
     gram_elems = quarot__gram_setup_##S(&jb, &cfg, n, env);                                            \
-    /* one block: gram packing, X [n][n], G [n][n], diag [n] doubles, alignment slack */             \
+    /* one block: gram packing, X [n][n], G [n][n], then 3 vectors [n] of doubles, alignment slack */ \
     if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 || \
-        !quarot__mul_size(2 * nn + gram_elems, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - (size_t)n * sizeof(double)) \
+        !quarot__mul_size(2 * nn + gram_elems, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - 3 * (size_t)n * sizeof(double)) \
         return QUAROT_ERR_OVERFLOW;                                                                    \
-    bytes += (size_t)n * sizeof(double) + 128;                                                         \
+    bytes += 3 * (size_t)n * sizeof(double) + 128;                                                     \
     mem = (T*)quarot_env_alloc(env, bytes);                                                            \
     if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
     jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
     xa = jb.work + gram_elems;                                                                         \
     g = xa + nn;                                                                                       \
-    dg = (double*)(void*)(g + nn + (8 - (nn % 8)) % 8);                                                \
+    dg = (double*)(void*)(xa + (2 * nn + 7) / 8 * 8);                 /* 8-element (>= 32 B) aligned */ \
+    pv = dg + n;                                                                                       \
+    pw = pv + n;                                                                                       \
+    quarot_rng_seed(&rng, 0x706f6c6172ULL);                            /* power-iteration start */     \
+    for (i = 0; i < n; ++i) pv[i] = quarot_rng_normal(&rng);                                           \
     for (i = 0; i < n; ++i)                                                                            \
         for (j = 0; j < n; ++j) xa[i * n + j] = (T)((double)c[i * ldc + j] / s);                       \
     cur = xa; ldcur = n; oth = u; ldoth = ldu;                                                         \
@@ -4390,28 +4468,10 @@ static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u,
         for (j = 0; j < n; ++j) dg[j] = 0.0;                                                           \
         for (i = 0; i < n; ++i)                                                                        \
             for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }                \
-        if (it == 0 && !(d && d->scale > 0.0)) {                                                       \
-            /* lam = min(||G||_F, ||G||_1) >= largest eigenvalue of G = sigma_max(X0)^2 */            \
-            double fro = 0.0, one = 0.0, row;                                                          \
-            for (i = 0; i < n; ++i) {                                                                  \
-                row = fabs(dg[i]);                                                                     \
-                fro += dg[i] * dg[i];                                                                  \
-                for (j = 0; j < n; ++j)                                                                \
-                    if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }            \
-                if (row > one) one = row;                                                              \
-            }                                                                                          \
-            fro = sqrt(fro);                                                                           \
-            t = fro < one ? fro : one;                                                                 \
-            if (t > 0.0 && t < 1.0) {                                                                  \
-                inv = 1.0 / sqrt(t);                                                                   \
-                s *= sqrt(t);                                                                          \
-                for (i = 0; i < n; ++i)                                                                \
-                    for (j = 0; j < n; ++j) {                                                          \
-                        cur[i * n + j] = (T)((double)cur[i * n + j] * inv);                            \
-                        g[i * n + j] = (T)((double)g[i * n + j] / t);                                  \
-                    }                                                                                  \
-                for (j = 0; j < n; ++j) dg[j] /= t;                                                    \
-            }                                                                                          \
+        /* first step: refine the default scale; X(2I - G) steps only where sigma_max <= 1.09 is sure */ \
+        if (it == 0) {                                                                                 \
+            bound = quarot__polar_rescale_##S(n, cur, g, dg, d && d->scale > 0.0 ? NULL : &s);         \
+            if (bound > 1.18) fast = 0;                                                                \
         }                                                                                              \
         res = 0.0;                                                                                     \
         for (i = 0; i < n; ++i) {                                                                      \
@@ -4421,10 +4481,21 @@ static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u,
         }                                                                                              \
         if (res <= tol) { status = 0; break; }                                                         \
         if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
-        /* Y = (3I - G)/2 in place of G; the diagonal from the double column norms */                  \
+        /* Until sigma_min(X) >= 1/2: each step multiplied the singular values below 1/2 by at least   \
+           1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its     \
+           rounding noise would otherwise grow into a singular value). Then the fast steps end. */     \
+        if (searching) {                                                                               \
+            t = quarot__polar_lmin_##S(n, g, it == 0 && bound > 1.0 ? 1.01 * bound + 0.19 : 1.19, pv, pw, \
+                                       it == 0 ? 12 : 4);                                              \
+            if (t >= 0.25) searching = fast = 0;                                                       \
+            else if (0.5 / growth < tau) break;                                                        \
+            else growth *= fast ? 1.75 : 1.375;                                                        \
+        }                                                                                              \
+        /* Y = 2I - G (fast) or (3I - G)/2 in place of G; the diagonal from the double column norms */ \
         for (i = 0; i < n; ++i) {                                                                      \
-            for (j = 0; j < n; ++j) g[i * n + j] = (T)-0.5 * g[i * n + j];                             \
-            g[i * n + i] = (T)(1.5 - 0.5 * dg[i]);                                                     \
+            if (fast) for (j = 0; j < n; ++j) g[i * n + j] = -g[i * n + j];                            \
+            else      for (j = 0; j < n; ++j) g[i * n + j] = (T)-0.5 * g[i * n + j];                   \
+            g[i * n + i] = (T)(fast ? 2.0 - dg[i] : 1.5 - 0.5 * dg[i]);                                \
         }                                                                                              \
         r = quarot__gemm_##S(quarot_isa_best(), 0, 0, n, n, n, (T)1, cur, ldcur, g, n, (T)0, oth, ldoth, env); \
         if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }                                   \
@@ -4444,13 +4515,13 @@ QUAROT__POLAR_DEFINE(float, s)
 QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
                                                         double* u, int64_t ldu, const quarot_polar_desc* d,
                                                         quarot_polar_info* info, const quarot_env* env) {
-    return quarot__polar_d(n, c, ldc, u, ldu, d, info, env, 1e-6, 75);
+    return quarot__polar_d(n, c, ldc, u, ldu, d, info, env, 1e-6, 75, 1.16415321826934814e-10);   // 2^20 eps
 }
 
 QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* c, int64_t ldc,
                                                         float* u, int64_t ldu, const quarot_polar_desc* d,
                                                         quarot_polar_info* info, const quarot_env* env) {
-    return quarot__polar_s(n, c, ldc, u, ldu, d, info, env, 2e-6, 36);
+    return quarot__polar_s(n, c, ldc, u, ldu, d, info, env, 2e-6, 36, 6.103515625e-05);            // 2^10 eps
 }
 
 // >>quant

@@ -124,16 +124,18 @@ static int check_dgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, double a
     return bad;
 }
 
-/* Shapes: tiny, odd, around the micro-tile sizes of every kernel (4, 6, 8, 12, 14 rows; 4, 8, 12, 16,
-   32 columns), around the k blocks (128, 256, 512) and the A block (mr * 8 rows), a wide-n case past
-   the column block of the reference kernel (2048), tall/skinny ones, and k = 0. */
+/* Shapes: tiny, odd, around the micro-tile sizes of every kernel (4, 6, 8, 12 rows; 4, 8, 12, 16, 32
+   columns), around the k blocks (256, 384, 512) and the A blocks (mr * 8 rows: 32, 48, 64, 96),
+   past the column blocks (2048 ref, 3072 NEON, 4096 x86), tall/skinny ones, and k = 0. */
 static const gemm_case shapes_full[] = {
     {1, 1, 1}, {7, 13, 5}, {2, 3, 1}, {5, 1, 9}, {1, 17, 3},
     {13, 31, 7}, {14, 32, 16}, {15, 33, 17}, {29, 65, 3}, {28, 64, 2}, {6, 16, 4}, {12, 24, 11},
     {8, 12, 6}, {9, 13, 10}, {4, 8, 3}, {3, 7, 2}, {17, 9, 127}, {5, 7, 128}, {6, 9, 129},
     {3, 5, 255}, {15, 17, 256}, {7, 33, 257}, {4, 6, 511}, {5, 3, 512}, {9, 11, 513},
-    {111, 5, 9}, {112, 3, 4}, {113, 34, 6}, {49, 48, 50}, {47, 97, 31}, {300, 257, 129},
-    {1000, 3, 17}, {2, 500, 300}, {3, 2049, 2}, {1, 4100, 1}, {9, 9, 0}, {64, 64, 64}
+    {5, 3, 383}, {4, 5, 384}, {3, 2, 385}, {95, 5, 9}, {96, 3, 4}, {97, 34, 6}, {111, 5, 9},
+    {49, 48, 50}, {47, 97, 31}, {300, 257, 129},
+    {32, 5, 3}, {33, 7, 2}, {63, 4, 5}, {65, 3, 4}, {1000, 3, 17}, {2, 500, 300}, {3, 2049, 2},
+    {2, 3073, 3}, {1, 4100, 1}, {9, 9, 0}, {64, 64, 64}
 };
 static const gemm_case shapes_quick[] = {
     {1, 1, 1}, {7, 13, 5}, {15, 33, 17}, {6, 16, 4}, {9, 13, 10}, {5, 7, 128}, {7, 33, 257},
