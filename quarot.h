@@ -37,6 +37,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>online      online-rotation hook IR, quarot_online_apply, versioned text serialization
     >>processor   pre_run / per decoder layer / post_run; quarot_rotate_model
     >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
+    >>adapt_solve (implementation only) regularized, scaled Newton-Schulz polar factor; the stage-1 loop
 
 CONFIGURATION MACROS (define before including the implementation)
     QUAROT_IMPLEMENTATION       compile the implementation in this translation unit
@@ -677,6 +678,13 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 //   RANDOM_ORTHOGONAL   Q_j = one seeded Haar-random orthogonal block (dense), the same for every j
 //   MATRIX              Q_j = a given orthogonal block (dense, copied; checked to orth_tol)
 //   IDENTITY            Q = I
+//   ADAPT               Q_j = Had_j * R: the Adapt Rotation (>>adapt). Had_j is the HADAMARD rotation of
+//                       the block with the same seed (signs spanning all n), built from Hadamard blocks of
+//                       order hb = block when one exists, else the largest available order dividing block
+//                       (fallback ERROR: QUAROT_ERR_UNSUPPORTED_SIZE instead); R = matrix [block][block]
+//                       (orthogonal to orth_tol, copied) is applied after it: x_j <- (x_j*Had_j)*R.
+//                       R exactly I skips the dense product, so ADAPT with R = I equals HADAMARD of block
+//                       hb bit for bit. plan.n is hb; no_signs is honoured.
 // When no Hadamard matrix of the block size exists, `fallback` decides: the largest available
 // Hadamard block dividing n (block-diagonal), a random orthogonal matrix, or an error. quarot_rotation
 // records what was built in `kind`, `block` and the readable `text`.
@@ -686,7 +694,8 @@ typedef enum quarot_rotation_kind {
     QUAROT_ROTATION_RANDOM_ORTHOGONAL = 2,
     QUAROT_ROTATION_MATRIX = 3,
     QUAROT_ROTATION_IDENTITY = 4,
-    QUAROT_ROTATION_ADAPT = 5,               // (processor only) the matrix of an Adapt Rotation context
+    QUAROT_ROTATION_ADAPT = 5,               // random Hadamard times a dense block R (Adapt Rotation; the
+                                             // processor builds it from desc.context)
     QUAROT_ROTATION_FORCE_I32 = 0x7fffffff
 } quarot_rotation_kind;
 
@@ -705,17 +714,17 @@ typedef struct quarot_rotation_desc {        // zero-init + n = random Hadamard 
     uint64_t seed;                           // signs / random matrix
     int no_signs;                            // HADAMARD: plain normalized H (what online rotations use)
     quarot_fallback fallback;
-    const double* matrix;                    // MATRIX: [block][block] row-major orthogonal, copied
-    double orth_tol;                         // MATRIX: max|M^T M - I| accepted; 0 = 1e-6
+    const double* matrix;                    // MATRIX / ADAPT: [block][block] row-major orthogonal, copied
+    double orth_tol;                         // MATRIX / ADAPT: max|M^T M - I| accepted; 0 = 1e-6
 } quarot_rotation_desc;
 
 typedef struct quarot_rotation {
     quarot_rotation_kind kind;               // as built (a fallback may change it)
     int64_t n, block;                        // n/block blocks
-    quarot_hadamard_plan plan;               // HADAMARD: the transform of size `block`
+    quarot_hadamard_plan plan;               // HADAMARD: the transform of size `block` (ADAPT: of size hb)
     float* signs;                            // HADAMARD with signs: [n] +-1, NULL otherwise
     double* signs64;                         // the same in double
-    double* dense;                           // RANDOM_ORTHOGONAL / MATRIX: [block][block]
+    double* dense;                           // RANDOM_ORTHOGONAL / MATRIX / ADAPT (NULL when R = I): [block][block]
     float* dense32;                          // the same in float
     quarot_env env;
     char text[160];                          // e.g. "hadamard 172 (table) x 2^0, random signs"
@@ -1096,13 +1105,171 @@ QUAROT_API void          quarot_processor_free(quarot_processor* p);
 QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc);
 
 // >>adapt
-// Adapt Rotation (msModelSlim): stage 1 learns H*R from calibration activations, stage 2 uses it as R1.
+// Adapt Rotation (msModelSlim; ALGORITHMS.md section 5): stage 1 learns an orthogonal R [b][b] that
+// makes Hadamard-rotated calibration activations quantize better; stage 2 runs the normal processor
+// with R1 = H*R (quarot_rotate_desc.rotation = QUAROT_ROTATION_ADAPT, .context = the stage-1 context).
+//
+// Stage 1 (quarot_adapt_stage1). X [N][hidden] are the captured inputs of the linears whose names match
+// layer_type (taken after norm fusion), N = the rows of all matched linears stacked. With a block size
+// b < hidden every row is cut into hidden/b rows of b: X is then [M][b], M = N*hidden/b, and ONE R is
+// learned for all blocks. H is the Hadamard half of QUAROT_ROTATION_ADAPT (block-diagonal random
+// Hadamard, blocks of order hb = b when available, signs from `seed` over the whole hidden).
+//     XH = X*H;  R = I;  loss_0 = L(XH);  best = (I, loss_0)
+//     for t = 1..steps:
+//         A = XH*R [M][b];  B = Q(A) (per row, symmetric, 4 or 8 bits, clip 1.0);  C = A^T*B [b][b]
+//         R_t = polar(C + lambda*I)            (orthogonal Procrustes: argmin_R ||A*R - B||_F)
+//         R <- R*R_t;  loss_t = L(XH*R)        (= L(A*R_t), the loss of the new R)
+//         keep R if loss_t < best loss; stop after `patience` steps without improvement
+//     L(A) = ||A - Q(A)||_F / (M*b)
+// polar() is a scaled Newton-Schulz iteration in float (Chen & Chow's scaling, see >>adapt_solve),
+// after deflating the largest singular values of C where a clear gap exists (outlier channels create
+// one; this leaves the polar factor unchanged): about log(sigma'_max/lambda)/log(2.6) + 4 iterations
+// (11-12 instead of 16 on the synthetic data of the bench), each costing 1.5 b^3-GEMMs.
+// lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
+// hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
+// condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
+// also freezes real directions (C's singular values span sigma_outlier^2/sigma_typical^2, often
+// 1e3..1e6; on the synthetic data of the tests reg = 1e-3 lost a third of the loss reduction), a
+// smaller one costs iterations and only fits rounding noise. The best R is re-orthogonalized in
+// double at the end (max|R^T R - I| <= 1e-9).
+//
+// Stage 2 needs only the context: hidden, block, the Hadamard order hb, the seed and R_best. It
+// rebuilds H with the same seed, so a context whose R is the identity gives exactly the plain QuaRot
+// model of that seed (desc.rotation = HADAMARD, desc.seed = stage 1's seed, same block_size) bit for
+// bit: stage 1's seed must equal QuaRot's seed for that comparison.
+
+// Per-step report for a CLI: step 0 is the start (R = I, polar_iterations 0), then steps 1..steps_run.
+typedef void (*quarot_adapt_progress_fn)(void* user, int step, double loss, double best_loss, int polar_iterations);
+
+typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
+    int steps;                       // optimizer steps; 0 = 20 (< 0 or > 2^20: QUAROT_ERR_INVALID_ARGUMENT)
+    const char* quant_dtype;         // "int4" (NULL) or "int8"; anything else: QUAROT_ERR_INVALID_ARGUMENT
+    const char* const* layer_type;   // patterns [n_layer_type]; NULL = {"up_proj"}. A pattern matches a
+    int64_t n_layer_type;            //   linear whose weight name contains it as a substring
+                                     //   ("up_proj" matches "model.layers.3.mlp.up_proj.weight")
+    int64_t block_size;              // size b of R; <= 0 (or -1) = hidden; else must divide hidden
+    int64_t max_samples;             // rows kept per matched linear, evenly spaced over its stream; 0 = 2048
+    uint64_t seed;                   // signs of the starting random Hadamard (= QuaRot's desc.seed)
+    int patience;                    // stop after this many steps without improvement; 0 = 5
+    double reg;                      // lambda / sigma_max(C) of the polar step; 0 = 1e-5 (must be < 1)
+    int no_deflation;                // 1: Newton-Schulz on C + lambda*I itself; 0: first deflate the largest
+                                     //   singular values where a reliable gap exists (same polar factor
+                                     //   to ~1e-8, fewer iterations; see >>adapt_solve)
+    quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
+                                     //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
+                                     //   sigma_max is estimated by power iteration)
+    quarot_adapt_progress_fn progress;   // optional
+    void* user_data;                 // passed to progress
+} quarot_adapt_desc;
+
+// Activation capture for stage 1. Feed it every linear input of a calibration forward pass (after norm
+// fusion); it keeps those of matching linears. Per linear, rows are sampled EVENLY over the whole
+// stream without knowing its length: row i (counted over all add calls for that linear) is kept when
+// i is a multiple of `step` (1 at first); when the buffer holds max_samples rows and another would be
+// kept, every other kept row is dropped and `step` doubles. The kept rows are always rows 0, step,
+// 2*step, ... < seen, and there are at most max_samples of them (at least max_samples/2 once any were
+// dropped). Memory: up to max_samples*hidden floats per matched linear.
+typedef struct quarot_adapt_linear {
+    char name[QUAROT_NAME_MAX];      // weight name
+    float* rows;                     // [cap][hidden]; rows[i] = input row i*step of this linear
+    int64_t count, cap;              // rows kept / allocated
+    int64_t seen;                    // rows fed
+    int64_t step;                    // sampling stride (a power of two)
+} quarot_adapt_linear;
+
+typedef struct quarot_adapt_capture {
+    int64_t hidden, max_samples;
+    char** patterns;                 // copies of the desc's patterns [n_patterns]
+    int64_t n_patterns;
+    quarot_adapt_linear* linears;    // matched linears, in order of first appearance
+    int64_t n_linears, cap_linears;
+    char (*names)[QUAROT_NAME_MAX];  // every distinct linear name fed (matched or not), in order
+    int64_t n_names, cap_names;
+    quarot_result status;            // first error of an add call (sticky; stage 1 returns it)
+    quarot_env env;
+    char error[256];                 // what that error was
+} quarot_adapt_capture;
+
+// hidden > 0; desc may be NULL (defaults); uses desc->layer_type and desc->max_samples only.
+QUAROT_API quarot_result quarot_adapt_capture_init(quarot_adapt_capture* cap, int64_t hidden,
+                                                   const quarot_adapt_desc* desc, const quarot_env* env);
+QUAROT_API void          quarot_adapt_capture_free(quarot_adapt_capture* cap);
+// 1 when linear_name matches a pattern (the caller may skip add otherwise), else 0.
+QUAROT_API int           quarot_adapt_capture_matches(const quarot_adapt_capture* cap, const char* linear_name);
+// Offer x[rows][stride] (first hidden elements of each row), the input of linear `linear_name`. The
+// name is recorded; rows of non-matching linears are ignored. Matched linears must read the residual
+// stream (q/k/v, gate/up, ...): their input rows are hidden wide (nothing else can be checked here,
+// so a pattern such as "proj" that also matches down_proj is the caller's error). NaN/Inf in a matched linear's rows ->
+// QUAROT_ERR_NONFINITE (also recorded in status, so stage 1 fails too); stride < hidden, rows < 0 or
+// a name of QUAROT_NAME_MAX bytes or more -> QUAROT_ERR_INVALID_ARGUMENT.
+QUAROT_API quarot_result quarot_adapt_capture_add(quarot_adapt_capture* cap, const char* linear_name,
+                                                  const float* x, int64_t rows, int64_t stride);
+// The names seen, digits runs folded to "{i}" and duplicates dropped, comma-separated, e.g.
+// "model.layers.{i}.self_attn.q_proj.weight, model.layers.{i}.mlp.up_proj.weight" (truncated with
+// "..." to fit). Returns buf.
+QUAROT_API const char*   quarot_adapt_capture_list(const quarot_adapt_capture* cap, char* buf, size_t size);
+
+// The stage-1 result: what stage 2 needs to rebuild H*R_best exactly, plus the loss history.
 struct quarot_adapt_context {
     int64_t hidden;                  // residual width the matrix is for
-    int64_t block;                   // matrix size: hidden, or the block of a block-diagonal rotation
-    double* matrix;                  // [block][block] = H * R_best (orthogonal); NULL before stage 1
+    int64_t block;                   // b, size of R: hidden, or the block of a block-diagonal rotation
+    double* matrix;                  // R_best [block][block], orthogonal; NULL before stage 1. R1 is
+                                     //   H*R_best with H rebuilt from seed and hadamard_block
     quarot_env env;
+    int64_t hadamard_block;          // hb: order of the Hadamard blocks of H (divides block)
+    uint64_t seed;                   // signs of H (random Hadamard, signs over all hidden)
+    int bits;                        // 4 or 8 (quant_dtype)
+    int steps;                       // steps asked for
+    int steps_run;                   // steps done (< steps after an early stop)
+    int best_step;                   // step whose R is kept (0 = the starting R = I)
+    int patience;
+    int64_t rows;                    // M, rows of b the optimizer saw
+    double reg;                      // lambda / sigma_max used
+    double start_loss, best_loss;    // L at R = I, and L at R_best
+    double* losses;                  // [steps_run] loss_t of each step (NULL when steps_run == 0)
+    int* polar_iterations;           // [steps_run] Newton-Schulz iterations of each step
+    char error[512];                 // detail of the last failure of stage 1 / read
 };
+
+// init: empty context (matrix NULL). free: releases the arrays, keeps env.
+QUAROT_API void          quarot_adapt_context_init(quarot_adapt_context* ctx, const quarot_env* env);
+QUAROT_API void          quarot_adapt_context_free(quarot_adapt_context* ctx);
+// Run stage 1 on the captured rows (desc: steps, quant_dtype, block_size, seed, patience, reg, polar,
+// progress; desc may be NULL). ctx must be initialized; its previous contents are replaced on success
+// and kept on failure. env: temporary memory and the parallel hook for the GEMMs.
+// Errors (message in ctx->error): no rows captured -> QUAROT_ERR_NOT_FOUND naming the pattern(s) and
+// listing the linear names that exist; bad quant_dtype / steps / block_size / reg ->
+// QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the rows -> QUAROT_ERR_NONFINITE; no Hadamard order > 1
+// divides the block -> QUAROT_ERR_UNSUPPORTED_SIZE.
+// Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation). Time: per
+// step about 4*M*b^2 + (2 + 1.53 * Newton-Schulz iterations) * 2*b^3 flops, all in SGEMM through
+// env's parallel hook (e.g. 30 s per step at b = 4096, M = 2048 on one Zen 4 core).
+QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
+                                             quarot_adapt_context* ctx, const quarot_env* env);
+// Fill ctx with a given R (e.g. the identity, or R from another tool): checks hidden % block == 0, R
+// finite and orthogonal to 1e-5, a Hadamard order dividing block; clears the loss history.
+QUAROT_API quarot_result quarot_adapt_context_set(quarot_adapt_context* ctx, int64_t hidden, int64_t block,
+                                                  uint64_t seed, const double* r);
+// The R1 rotation of stage 2 (QUAROT_ROTATION_ADAPT, n = hidden): x <- x*H*R_best per block.
+// QUAROT_ERR_STATE when ctx has no matrix.
+QUAROT_API quarot_result quarot_adapt_context_rotation(const quarot_adapt_context* ctx, quarot_rotation* rot,
+                                                       const quarot_env* env);
+
+// Binary serialization, version 1, little-endian, every double as its IEEE-754 bits (exact):
+//   "QRADAPT\0" u32 version=1  u32 flags=1 (bit 0: H has random signs)
+//   i64 hidden  i64 block  i64 hadamard_block  u64 seed  i32 bits  i32 steps  i32 steps_run
+//   i32 best_step  i32 patience  i32 0  i64 rows  f64 reg  f64 start_loss  f64 best_loss
+//   f64 losses[steps_run]  i32 polar_iterations[steps_run]  f64 R[block*block]  u64 FNV-1a-64 of all before
+// write: into buf (cap bytes), *needed = the size (buf = NULL to size it; QUAROT_ERR_WORKSPACE when cap
+// is too small). read: validates everything as hostile input (magic, version, flags, sizes against
+// len exactly, checksum, consistency of the loss history, NaN/Inf, R orthogonal to 1e-5, hadamard_block
+// as stage 2 will rebuild it) -> QUAROT_ERR_PARSE (or NONFINITE / INVALID_ARGUMENT for R) with the
+// reason in ctx->error; ctx is replaced only on success.
+QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap, size_t* needed);
+QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, const void* buf, size_t len);
+
+// >>adapt_solve
+// (no declarations: the regularized Newton-Schulz solver and the stage-1 loop are private)
 
 #ifdef __cplusplus
 }
@@ -5499,6 +5666,120 @@ static quarot_result quarot__rotation_set_dense(quarot_rotation* r, const double
     return QUAROT_OK;
 }
 
+// ADAPT (Adapt Rotation): Q_j = Had_j * R. The Hadamard half is exactly the HADAMARD rotation with
+// blocks of order hb (same seed, same sign vector over all n), so R == I reproduces it bit for bit.
+// hb: `block` when a Hadamard matrix of that order exists, else the largest available order dividing
+// it; 0 when there is none (or fallback is ERROR and block itself is not available).
+static int64_t quarot__adapt_hadamard_order(int64_t block, quarot_fallback fb) {
+    int64_t b;
+    if (quarot_hadamard_available(block)) return block;
+    if (fb == QUAROT_FALLBACK_ERROR) return 0;
+    b = quarot_hadamard_largest_block(block, block);
+    return b > 1 ? b : 0;
+}
+
+// max|M^T M - I| of M [n][n] with one DGEMM (the triple loop above is fine for small blocks only);
+// -1 when the temporary n*n doubles cannot be allocated, NaN when M holds NaN/Inf.
+static double quarot__orth_error_gemm(const double* m, int64_t n, const quarot_env* env) {
+    size_t count;
+    double* g;
+    double worst = 0.0;
+    int64_t i, j;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &count) || !quarot__mul_size(count, sizeof(double), &count)) return -1.0;
+    g = (double*)quarot_env_alloc(env, count);
+    if (!g) return -1.0;
+    if (quarot_dgemm(1, 0, n, n, n, 1.0, m, n, m, n, 0.0, g, n, env) != QUAROT_OK) { quarot_env_free(env, g); return -1.0; }
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) {
+            double e = g[i * n + j] - (i == j ? 1.0 : 0.0);
+            if (!(fabs(e) <= worst)) worst = fabs(e);   // NaN propagates
+        }
+    quarot_env_free(env, g);
+    return worst;
+}
+
+static quarot_result quarot__rotation_init_adapt(quarot_rotation* r, const quarot_rotation_desc* d, int64_t block) {
+    double tol = d->orth_tol > 0 ? d->orth_tol : 1e-6, err = 0.0;
+    size_t count;
+    int64_t hb, i, n = r->n;
+    int identity = 1;
+    quarot_result res;
+    if (!d->matrix) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__mul_size((size_t)block, (size_t)block, &count) || !quarot__mul_size(count, sizeof(double), &count))
+        return QUAROT_ERR_OVERFLOW;
+    for (i = 0; i < block * block; ++i) {
+        double v = d->matrix[i];
+        if (!(v == v) || fabs(v) > 1e300) return QUAROT_ERR_NONFINITE;
+        if (v != ((i / block == i % block) ? 1.0 : 0.0)) identity = 0;
+    }
+    hb = quarot__adapt_hadamard_order(block, d->fallback);
+    if (hb == 0) return QUAROT_ERR_UNSUPPORTED_SIZE;
+    if (!identity) {
+        err = quarot__orth_error_gemm(d->matrix, block, &r->env);
+        if (err < 0) return QUAROT_ERR_OUT_OF_MEMORY;
+        if (!(err <= tol)) return QUAROT_ERR_INVALID_ARGUMENT;   // not orthogonal
+    }
+    r->kind = QUAROT_ROTATION_ADAPT;
+    r->block = block;
+    res = quarot_hadamard_plan_init(&r->plan, hb, &r->env);
+    if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+    if (!d->no_signs) {                  // the same draws as HADAMARD: one sign per element of n
+        quarot_rng rng;
+        r->signs = (float*)quarot_env_alloc(&r->env, (size_t)n * sizeof(float));
+        r->signs64 = (double*)quarot_env_alloc(&r->env, (size_t)n * sizeof(double));
+        if (!r->signs || !r->signs64) { quarot_rotation_free(r); return QUAROT_ERR_OUT_OF_MEMORY; }
+        quarot_rng_seed(&rng, d->seed);
+        quarot_rng_signs_f32(&rng, r->signs, n);
+        for (i = 0; i < n; ++i) r->signs64[i] = (double)r->signs[i];
+    }
+    if (!identity) {
+        res = quarot__rotation_set_dense(r, d->matrix, 0);
+        if (res != QUAROT_OK) { quarot_rotation_free(r); return res; }
+    }
+    snprintf(r->text, sizeof r->text, "adapt: %shadamard %s%s, then %s", hb == n ? "" : "block-diagonal ",
+             r->plan.info.text, r->signs ? ", random signs" : "", identity ? "R = identity" : "learned R");
+    return QUAROT_OK;
+}
+
+// ADAPT: x <- (x*Had)*R, or x*R^T*Had^T when transposed. R is applied per block through SGEMM/DGEMM
+// in chunks of rows (as the dense kinds); the Hadamard pass through the fast transform.
+static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void* x, int is64, int64_t rows, int64_t stride,
+                                                  int transpose, void* work, size_t work_size) {
+    int64_t hb = r->plan.n, b = r->block, j, pass;
+    size_t es = is64 ? sizeof(double) : sizeof(float);
+    quarot_result res = QUAROT_OK;
+    for (pass = 0; pass < 2 && res == QUAROT_OK; ++pass) {
+        int dense_pass = transpose ? pass == 0 : pass == 1;
+        if (!dense_pass) {
+            for (j = 0; j < r->n / hb && res == QUAROT_OK; ++j) {
+                quarot_hadamard_apply_desc hd;
+                memset(&hd, 0, sizeof hd);
+                hd.transpose = transpose;
+                if (r->signs) { hd.signs = r->signs + j * hb; hd.signs_f64 = r->signs64 + j * hb; }
+                if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * hb, rows, stride, work, work_size);
+                else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * hb, rows, stride, work, work_size);
+            }
+        } else if (r->dense) {
+            for (j = 0; j < r->n / b && res == QUAROT_OK; ++j) {
+                int64_t r0, i;
+                for (r0 = 0; r0 < rows && res == QUAROT_OK; r0 += QUAROT__ROT_CHUNK) {
+                    int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK;
+                    if (is64) {
+                        double* xs = (double*)x + r0 * stride + j * b;
+                        res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
+                        for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                    } else {
+                        float* xs = (float*)x + r0 * stride + j * b;
+                        res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
+                        for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                    }
+                }
+            }
+        }
+    }
+    return res;
+}
+
 QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env) {
     quarot_rotation_kind kind;
     int64_t n, block;
@@ -5512,6 +5793,7 @@ QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_r
     block = d->block_size > 0 ? d->block_size : n;
     if (block > n || n % block != 0) return QUAROT_ERR_INVALID_ARGUMENT;
     r->n = n;
+    if (kind == QUAROT_ROTATION_ADAPT) return quarot__rotation_init_adapt(r, d, block);
     if (kind == QUAROT_ROTATION_IDENTITY) {
         r->kind = kind;
         r->block = n;
@@ -5582,6 +5864,11 @@ QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_r
 QUAROT_API size_t quarot_rotation_workspace_size(const quarot_rotation* r) {
     if (!r) return 0;
     if (r->kind == QUAROT_ROTATION_HADAMARD) return quarot_hadamard_workspace_size(&r->plan);
+    if (r->kind == QUAROT_ROTATION_ADAPT) {
+        size_t hw = quarot_hadamard_workspace_size(&r->plan);
+        size_t dw = r->dense ? (size_t)QUAROT__ROT_CHUNK * (size_t)r->block * sizeof(double) : 0;
+        return hw > dw ? hw : dw;
+    }
     if (r->kind == QUAROT_ROTATION_RANDOM_ORTHOGONAL || r->kind == QUAROT_ROTATION_MATRIX)
         return (size_t)QUAROT__ROT_CHUNK * (size_t)r->block * sizeof(double);
     return 0;
@@ -5604,6 +5891,11 @@ static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, i
         work_size = need;
     }
     if (work_size < need) return QUAROT_ERR_WORKSPACE;
+    if (r->kind == QUAROT_ROTATION_ADAPT) {
+        res = quarot__rotation_apply_adapt(r, x, is64, rows, stride, transpose, work, work_size);
+        quarot_env_free(&r->env, owned);
+        return res;
+    }
     nb = r->n / r->block;
     for (j = 0; j < nb && res == QUAROT_OK; ++j) {
         if (r->kind == QUAROT_ROTATION_HADAMARD) {
@@ -6642,10 +6934,16 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
                                 (long long)ctx->hidden, (long long)ctx->block, (long long)cfg->hidden);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
-        kind = QUAROT_ROTATION_MATRIX;
-        d.matrix = ctx->matrix;
+        if (p->desc.block_size > 0 && p->desc.block_size != ctx->block) {
+            quarot__model_error(p->model, "block_size %lld differs from the Adapt Rotation context's block %lld",
+                                (long long)p->desc.block_size, (long long)ctx->block);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        d.matrix = ctx->matrix;                 // R_best; H is rebuilt from the context's seed
         d.block_size = ctx->block;
+        d.seed = ctx->seed;
         d.orth_tol = 1e-5;
+        d.fallback = QUAROT_FALLBACK_BLOCK;
     } else if (kind == QUAROT_ROTATION_MATRIX) {
         if (!p->desc.matrix) { quarot__model_error(p->model, "rotation MATRIX needs desc.matrix"); return QUAROT_ERR_INVALID_ARGUMENT; }
         d.matrix = p->desc.matrix;
@@ -6654,8 +6952,15 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     res = quarot_rotation_init(&p->rot[QUAROT_ROT_R1], &d, &p->model->env);
     if (res != QUAROT_OK) {
         quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden, quarot_result_string(res),
-                            res == QUAROT_ERR_INVALID_ARGUMENT && kind == QUAROT_ROTATION_MATRIX ? " (matrix not orthogonal?)" : "");
+                            res == QUAROT_ERR_INVALID_ARGUMENT && (kind == QUAROT_ROTATION_MATRIX || kind == QUAROT_ROTATION_ADAPT)
+                                ? " (matrix not orthogonal?)" : "");
         return res;
+    }
+    if (kind == QUAROT_ROTATION_ADAPT && p->rot[QUAROT_ROT_R1].plan.n != p->desc.context->hadamard_block) {
+        quarot__model_error(p->model, "Adapt Rotation context: Hadamard block %lld, but stage 2 builds %lld",
+                            (long long)p->desc.context->hadamard_block, (long long)p->rot[QUAROT_ROT_R1].plan.n);
+        quarot_rotation_free(&p->rot[QUAROT_ROT_R1]);
+        return QUAROT_ERR_INVALID_ARGUMENT;
     }
     p->have_rot[QUAROT_ROT_R1] = 1;
     if (!p->desc.no_r2) {
@@ -7193,7 +7498,1086 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 }
 
 // >>adapt
-// (implementation: Adapt Rotation work)
+// Capture: per matched linear a growing buffer of kept rows. Keeping stream row i iff i % step == 0,
+// and halving the kept set (step *= 2) whenever it is full, keeps rows 0, step, 2*step, ... of the
+// whole stream. Context: arrays owned through ctx->env; serialization is a fixed little-endian layout
+// closed by an FNV-1a-64 checksum, read back with every field checked before anything is allocated.
+
+#define QUAROT__ADAPT_SAMPLES 2048           // default max_samples
+#define QUAROT__ADAPT_HEADER 104             // bytes of the fixed part of the serialized context
+#define QUAROT__ADAPT_ORTH_TOL 1e-5          // R accepted by set / read / stage 2
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void quarot__adapt_msg(char* buf, size_t size, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+}
+
+// Length of s if it is shorter than max, else max (no read past max bytes).
+static size_t quarot__adapt_strnlen(const char* s, size_t max) {
+    const char* z = (const char*)memchr(s, 0, max);
+    return z ? (size_t)(z - s) : max;
+}
+
+// Releases every buffer; the struct can be initialized again (env is kept).
+QUAROT_API void quarot_adapt_capture_free(quarot_adapt_capture* cap) {
+    int64_t i;
+    if (!cap) return;
+    for (i = 0; i < cap->n_linears; ++i) quarot_env_free(&cap->env, cap->linears[i].rows);
+    for (i = 0; i < cap->n_patterns; ++i) quarot_env_free(&cap->env, cap->patterns ? cap->patterns[i] : NULL);
+    quarot_env_free(&cap->env, cap->linears);
+    quarot_env_free(&cap->env, cap->patterns);
+    quarot_env_free(&cap->env, cap->names);
+    cap->linears = NULL;
+    cap->patterns = NULL;
+    cap->names = NULL;
+    cap->n_linears = cap->cap_linears = cap->n_patterns = cap->n_names = cap->cap_names = 0;
+}
+
+QUAROT_API quarot_result quarot_adapt_capture_init(quarot_adapt_capture* cap, int64_t hidden,
+                                                   const quarot_adapt_desc* desc, const quarot_env* env) {
+    static const char* const default_pattern[1] = {"up_proj"};
+    const char* const* pats = default_pattern;
+    int64_t n_pats = 1, max, i;
+    size_t bytes;
+    if (!cap) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(cap, 0, sizeof *cap);
+    cap->env = quarot__env_copy(env);
+    if (hidden <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    // one linear's full buffer (max_samples rows of hidden floats) must be addressable
+    max = desc && desc->max_samples ? desc->max_samples : QUAROT__ADAPT_SAMPLES;
+    if (max < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__mul_size((size_t)max, (size_t)hidden, &bytes) || !quarot__mul_size(bytes, sizeof(float), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    if (desc && desc->layer_type) {
+        pats = desc->layer_type;
+        n_pats = desc->n_layer_type;
+        if (n_pats <= 0 || n_pats > 4096) return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    // an empty pattern would match every linear (also those whose input is not hidden wide)
+    for (i = 0; i < n_pats; ++i)
+        if (!pats[i] || !pats[i][0] || quarot__adapt_strnlen(pats[i], QUAROT_NAME_MAX) >= QUAROT_NAME_MAX)
+            return QUAROT_ERR_INVALID_ARGUMENT;
+    // own copies: the desc's strings need not outlive this call
+    cap->patterns = (char**)quarot_env_alloc(&cap->env, (size_t)n_pats * sizeof(char*));
+    if (!cap->patterns) return QUAROT_ERR_OUT_OF_MEMORY;
+    memset(cap->patterns, 0, (size_t)n_pats * sizeof(char*));
+    cap->n_patterns = n_pats;
+    for (i = 0; i < n_pats; ++i) {
+        size_t len = strlen(pats[i]);
+        cap->patterns[i] = (char*)quarot_env_alloc(&cap->env, len + 1);
+        if (!cap->patterns[i]) { quarot_adapt_capture_free(cap); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memcpy(cap->patterns[i], pats[i], len + 1);
+    }
+    cap->hidden = hidden;
+    cap->max_samples = max;
+    cap->status = QUAROT_OK;
+    return QUAROT_OK;
+}
+
+QUAROT_API int quarot_adapt_capture_matches(const quarot_adapt_capture* cap, const char* linear_name) {
+    int64_t i;
+    if (!cap || !linear_name) return 0;
+    for (i = 0; i < cap->n_patterns; ++i)
+        if (strstr(linear_name, cap->patterns[i])) return 1;
+    return 0;
+}
+
+// Grow an array of `elem`-byte records to hold one more (doubling); 0 on allocation failure.
+static int quarot__adapt_grow(const quarot_env* env, void** arr, int64_t n, int64_t* cap, size_t elem) {
+    int64_t nc;
+    void* p;
+    if (n < *cap) return 1;
+    nc = *cap ? 2 * *cap : 16;
+    p = quarot_env_alloc(env, (size_t)nc * elem);
+    if (!p) return 0;
+    if (n) memcpy(p, *arr, (size_t)n * elem);
+    quarot_env_free(env, *arr);
+    *arr = p;
+    *cap = nc;
+    return 1;
+}
+
+// Record the first failure of an add call (capture hooks of a forward pass often return void, so
+// stage 1 re-reports it) and return it.
+static quarot_result quarot__adapt_capture_fail(quarot_adapt_capture* cap, quarot_result r) {
+    if (cap->status == QUAROT_OK) cap->status = r;
+    return r;
+}
+
+QUAROT_API quarot_result quarot_adapt_capture_add(quarot_adapt_capture* cap, const char* linear_name,
+                                                  const float* x, int64_t rows, int64_t stride) {
+    quarot_adapt_linear* L = NULL;
+    int64_t i, j, h;
+    size_t len;
+    if (!cap || !linear_name || !cap->patterns) return QUAROT_ERR_INVALID_ARGUMENT;
+    h = cap->hidden;
+    len = quarot__adapt_strnlen(linear_name, QUAROT_NAME_MAX);
+    if (len >= QUAROT_NAME_MAX || rows < 0 || (rows > 0 && !x) || stride < h) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < cap->n_names && strcmp(cap->names[i], linear_name) != 0; ++i) {}
+    if (i == cap->n_names) {                       // a new name: remember it for error messages
+        void* arr = cap->names;
+        if (!quarot__adapt_grow(&cap->env, &arr, cap->n_names, &cap->cap_names, QUAROT_NAME_MAX))
+            return quarot__adapt_capture_fail(cap, QUAROT_ERR_OUT_OF_MEMORY);
+        cap->names = (char(*)[QUAROT_NAME_MAX])arr;
+        memcpy(cap->names[cap->n_names++], linear_name, len + 1);
+    }
+    if (!quarot_adapt_capture_matches(cap, linear_name)) return QUAROT_OK;
+    for (i = 0; i < rows; ++i)                     // all or nothing: scan before keeping any row
+        for (j = 0; j < h; ++j)
+            if (!(fabsf(x[i * stride + j]) <= 3.40282346638528859812e+38f)) {
+                quarot__adapt_msg(cap->error, sizeof cap->error, "linear '%s': NaN or Inf in input row %lld, column %lld",
+                                  linear_name, (long long)i, (long long)j);
+                return quarot__adapt_capture_fail(cap, QUAROT_ERR_NONFINITE);
+            }
+    for (i = 0; i < cap->n_linears && strcmp(cap->linears[i].name, linear_name) != 0; ++i) {}
+    if (i == cap->n_linears) {
+        void* arr = cap->linears;
+        if (!quarot__adapt_grow(&cap->env, &arr, cap->n_linears, &cap->cap_linears, sizeof(quarot_adapt_linear)))
+            return quarot__adapt_capture_fail(cap, QUAROT_ERR_OUT_OF_MEMORY);
+        cap->linears = (quarot_adapt_linear*)arr;
+        L = &cap->linears[cap->n_linears++];
+        memset(L, 0, sizeof *L);
+        memcpy(L->name, linear_name, len + 1);
+        L->step = 1;
+    }
+    L = &cap->linears[i];
+    // Invariant: the kept rows are stream rows 0, step, 2*step, ... < seen, in order. A row whose
+    // index is a multiple of step is kept; when the buffer is full the odd positions go (their
+    // indices are odd multiples of step) and step doubles, so the invariant holds with 2*step.
+    for (i = 0; i < rows; ++i) {
+        int64_t idx = L->seen++;
+        if (idx % L->step != 0) continue;
+        if (L->count == cap->max_samples) {        // full: keep every other row, double the stride
+            for (j = 1; 2 * j < L->count; ++j) memcpy(L->rows + j * h, L->rows + 2 * j * h, (size_t)h * sizeof(float));
+            L->count = (L->count + 1) / 2;
+            L->step *= 2;
+            if (idx % L->step != 0) continue;
+        }
+        if (L->count == cap->max_samples) continue;   // max_samples == 0 never happens; 1 keeps row 0 only
+        if (L->count == L->cap) {                  // grow geometrically up to max_samples rows
+            int64_t nc = L->cap ? 2 * L->cap : 64;
+            float* p;
+            if (nc > cap->max_samples) nc = cap->max_samples;
+            p = (float*)quarot_env_alloc(&cap->env, (size_t)nc * (size_t)h * sizeof(float));
+            if (!p) return quarot__adapt_capture_fail(cap, QUAROT_ERR_OUT_OF_MEMORY);
+            if (L->count) memcpy(p, L->rows, (size_t)L->count * (size_t)h * sizeof(float));
+            quarot_env_free(&cap->env, L->rows);
+            L->rows = p;
+            L->cap = nc;
+        }
+        memcpy(L->rows + L->count * h, x + i * stride, (size_t)h * sizeof(float));
+        L->count++;
+    }
+    return QUAROT_OK;
+}
+
+// name with every run of digits replaced by "{i}" (out holds 3*QUAROT_NAME_MAX bytes).
+static void quarot__adapt_fold(const char* name, char* out) {
+    size_t o = 0;
+    while (*name) {
+        if (*name >= '0' && *name <= '9') {
+            while (*name >= '0' && *name <= '9') ++name;
+            memcpy(out + o, "{i}", 3);
+            o += 3;
+        } else {
+            out[o++] = *name++;
+        }
+    }
+    out[o] = 0;
+}
+
+// Folded names in order of first appearance; O(names^2) comparisons, fine for error messages.
+QUAROT_API const char* quarot_adapt_capture_list(const quarot_adapt_capture* cap, char* buf, size_t size) {
+    char f[3 * QUAROT_NAME_MAX], g[3 * QUAROT_NAME_MAX];
+    size_t used = 0;
+    int64_t i, k;
+    if (!buf || size == 0) return buf;
+    buf[0] = 0;
+    if (!cap) return buf;
+    for (i = 0; i < cap->n_names; ++i) {
+        size_t len;
+        quarot__adapt_fold(cap->names[i], f);
+        for (k = 0; k < i; ++k) {                  // already listed under the same folded name?
+            quarot__adapt_fold(cap->names[k], g);
+            if (strcmp(f, g) == 0) break;
+        }
+        if (k < i) continue;
+        len = strlen(f) + (used ? 2 : 0);
+        if (used + len + 4 >= size) {              // room for ", ..." is kept
+            if (used + 5 < size) { memcpy(buf + used, used ? ", ..." : "...", used ? 6 : 4); }
+            return buf;
+        }
+        if (used) { memcpy(buf + used, ", ", 2); used += 2; }
+        memcpy(buf + used, f, strlen(f) + 1);
+        used += strlen(f);
+    }
+    return buf;
+}
+
+QUAROT_API void quarot_adapt_context_init(quarot_adapt_context* ctx, const quarot_env* env) {
+    if (!ctx) return;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->env = quarot__env_copy(env);
+}
+
+// Frees the arrays and zeroes the fields, keeping env (so a context can be reused or re-read).
+QUAROT_API void quarot_adapt_context_free(quarot_adapt_context* ctx) {
+    quarot_env env;
+    if (!ctx) return;
+    env = ctx->env;
+    quarot_env_free(&env, ctx->matrix);
+    quarot_env_free(&env, ctx->losses);
+    quarot_env_free(&env, ctx->polar_iterations);
+    memset(ctx, 0, sizeof *ctx);
+    ctx->env = env;
+}
+
+// Every value finite (|v| <= DBL_MAX)?
+static int quarot__adapt_finite(const double* v, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i)
+        if (!(fabs(v[i]) <= 1.7976931348623157e308)) return 0;
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_adapt_context_set(quarot_adapt_context* ctx, int64_t hidden, int64_t block,
+                                                  uint64_t seed, const double* r) {
+    size_t bytes;
+    int64_t hb;
+    double err;
+    double* m;
+    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
+    ctx->error[0] = 0;
+    if (block <= 0) block = hidden;
+    if (!r || hidden <= 0 || block > hidden || hidden % block != 0) {
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: need a matrix and a block dividing hidden");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (!quarot__mul_size((size_t)block, (size_t)block, &bytes) || !quarot__mul_size(bytes, sizeof(double), &bytes))
+        return QUAROT_ERR_OVERFLOW;
+    // the same rule QUAROT_ROTATION_ADAPT applies, so stage 2 rebuilds this exact H
+    hb = quarot__adapt_hadamard_order(block, QUAROT_FALLBACK_DEFAULT);
+    if (hb == 0) {
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: no Hadamard order > 1 divides block %lld", (long long)block);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    if (!quarot__adapt_finite(r, block * block)) {
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R has NaN or Inf");
+        return QUAROT_ERR_NONFINITE;
+    }
+    err = quarot__orth_error_gemm(r, block, &ctx->env);
+    if (err < 0) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!(err <= QUAROT__ADAPT_ORTH_TOL)) {
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g)", err);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    m = (double*)quarot_env_alloc(&ctx->env, bytes);   // everything checked: now replace the contents
+    if (!m) return QUAROT_ERR_OUT_OF_MEMORY;
+    memcpy(m, r, bytes);
+    quarot_adapt_context_free(ctx);
+    ctx->hidden = hidden;
+    ctx->block = block;
+    ctx->hadamard_block = hb;
+    ctx->seed = seed;
+    ctx->matrix = m;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_adapt_context_rotation(const quarot_adapt_context* ctx, quarot_rotation* rot,
+                                                       const quarot_env* env) {
+    quarot_rotation_desc d;
+    quarot_result res;
+    if (!rot) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(rot, 0, sizeof *rot);
+    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!ctx->matrix) return QUAROT_ERR_STATE;
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_ADAPT;
+    d.n = ctx->hidden;
+    d.block_size = ctx->block;
+    d.seed = ctx->seed;
+    d.matrix = ctx->matrix;
+    d.orth_tol = QUAROT__ADAPT_ORTH_TOL;
+    res = quarot_rotation_init(rot, &d, env);
+    if (res == QUAROT_OK && rot->plan.n != ctx->hadamard_block) {   // a hand-made context disagrees
+        quarot_rotation_free(rot);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return res;
+}
+
+// ---- serialization: little-endian fields, doubles as their IEEE-754 bit patterns ----
+// Byte offsets of the fixed header (104 bytes): magic 0, version 8, flags 12, hidden 16, block 24,
+// hadamard_block 32, seed 40, bits 48, steps 52, steps_run 56, best_step 60, patience 64, zero 68,
+// rows 72, reg 80, start_loss 88, best_loss 96; then losses, iteration counts, R, checksum.
+static void quarot__adapt_put(unsigned char* p, uint64_t v, int bytes) {
+    int i;
+    for (i = 0; i < bytes; ++i) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t quarot__adapt_get(const unsigned char* p, int bytes) {
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < bytes; ++i) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t quarot__adapt_dbits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+static double quarot__adapt_bitsd(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+
+static uint64_t quarot__adapt_fnv1a(const unsigned char* p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t i;
+    for (i = 0; i < n; ++i) { h ^= p[i]; h *= 0x100000001b3ULL; }
+    return h;
+}
+
+// Serialized size for steps_run steps and a block of b; 0 on overflow.
+static size_t quarot__adapt_size(int64_t steps_run, int64_t b) {
+    size_t rb, total;
+    if (steps_run < 0 || b <= 0) return 0;
+    if (!quarot__mul_size((size_t)b, (size_t)b, &rb) || !quarot__mul_size(rb, 8, &rb)) return 0;
+    total = QUAROT__ADAPT_HEADER + (size_t)steps_run * 12 + 8;
+    if (rb > SIZE_MAX - total) return 0;
+    return total + rb;
+}
+
+QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap, size_t* needed) {
+    unsigned char* p = (unsigned char*)buf;
+    size_t size, o;
+    int64_t i, bb;
+    if (needed) *needed = 0;
+    if (!ctx || !needed) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!ctx->matrix) return QUAROT_ERR_STATE;
+    if (ctx->steps_run < 0 || (ctx->steps_run > 0 && (!ctx->losses || !ctx->polar_iterations))) return QUAROT_ERR_INVALID_ARGUMENT;
+    size = quarot__adapt_size(ctx->steps_run, ctx->block);
+    if (size == 0) return QUAROT_ERR_OVERFLOW;
+    *needed = size;
+    if (!buf) return QUAROT_OK;
+    if (cap < size) return QUAROT_ERR_WORKSPACE;
+    memcpy(p, "QRADAPT\0", 8);
+    quarot__adapt_put(p + 8, 1, 4);                                  // version
+    quarot__adapt_put(p + 12, 1, 4);                                 // flags: random signs
+    quarot__adapt_put(p + 16, (uint64_t)ctx->hidden, 8);
+    quarot__adapt_put(p + 24, (uint64_t)ctx->block, 8);
+    quarot__adapt_put(p + 32, (uint64_t)ctx->hadamard_block, 8);
+    quarot__adapt_put(p + 40, ctx->seed, 8);
+    quarot__adapt_put(p + 48, (uint64_t)(uint32_t)ctx->bits, 4);
+    quarot__adapt_put(p + 52, (uint64_t)(uint32_t)ctx->steps, 4);
+    quarot__adapt_put(p + 56, (uint64_t)(uint32_t)ctx->steps_run, 4);
+    quarot__adapt_put(p + 60, (uint64_t)(uint32_t)ctx->best_step, 4);
+    quarot__adapt_put(p + 64, (uint64_t)(uint32_t)ctx->patience, 4);
+    quarot__adapt_put(p + 68, 0, 4);
+    quarot__adapt_put(p + 72, (uint64_t)ctx->rows, 8);
+    quarot__adapt_put(p + 80, quarot__adapt_dbits(ctx->reg), 8);
+    quarot__adapt_put(p + 88, quarot__adapt_dbits(ctx->start_loss), 8);
+    quarot__adapt_put(p + 96, quarot__adapt_dbits(ctx->best_loss), 8);
+    o = QUAROT__ADAPT_HEADER;
+    for (i = 0; i < ctx->steps_run; ++i, o += 8) quarot__adapt_put(p + o, quarot__adapt_dbits(ctx->losses[i]), 8);
+    for (i = 0; i < ctx->steps_run; ++i, o += 4) quarot__adapt_put(p + o, (uint64_t)(uint32_t)ctx->polar_iterations[i], 4);
+    bb = ctx->block * ctx->block;
+    for (i = 0; i < bb; ++i, o += 8) quarot__adapt_put(p + o, quarot__adapt_dbits(ctx->matrix[i]), 8);
+    quarot__adapt_put(p + o, quarot__adapt_fnv1a(p, o), 8);
+    return QUAROT_OK;
+}
+
+static int32_t quarot__adapt_i32(const unsigned char* p) { return (int32_t)(uint32_t)quarot__adapt_get(p, 4); }
+
+// Checks run cheapest first and before any allocation: the header fields, then that len is exactly
+// the size they imply (so a short or padded buffer never reads out of bounds and a hostile header
+// cannot ask for a large allocation), the checksum, the loss history, and last R (finite, then
+// orthogonal with one DGEMM). Only then is ctx replaced.
+QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, const void* buf, size_t len) {
+    const unsigned char* p = (const unsigned char*)buf;
+    quarot_adapt_context t;
+    size_t size, o;
+    int64_t i, hb, bb, hidden, block;
+    int32_t steps, steps_run, best_step;
+    double err, expect_best;
+    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
+    ctx->error[0] = 0;
+#define QUAROT__ADAPT_BAD(...) do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return QUAROT_ERR_PARSE; } while (0)
+    if (!p) QUAROT__ADAPT_BAD("adapt context: no data");
+    if (len < QUAROT__ADAPT_HEADER + 8) QUAROT__ADAPT_BAD("adapt context: truncated (%lu bytes, the header alone is %d)", (unsigned long)len, QUAROT__ADAPT_HEADER + 8);
+    if (memcmp(p, "QRADAPT\0", 8) != 0) QUAROT__ADAPT_BAD("adapt context: bad magic (not a quarot.h Adapt Rotation context)");
+    if (quarot__adapt_get(p + 8, 4) != 1) QUAROT__ADAPT_BAD("adapt context: unsupported version %lu (this reader knows 1)", (unsigned long)quarot__adapt_get(p + 8, 4));
+    if (quarot__adapt_get(p + 12, 4) != 1) QUAROT__ADAPT_BAD("adapt context: unknown flags 0x%lx", (unsigned long)quarot__adapt_get(p + 12, 4));
+    hidden = (int64_t)quarot__adapt_get(p + 16, 8);
+    block = (int64_t)quarot__adapt_get(p + 24, 8);
+    hb = (int64_t)quarot__adapt_get(p + 32, 8);
+    if (hidden <= 0 || hidden > ((int64_t)1 << 32) || block <= 0 || block > 65536 || block > hidden || hidden % block != 0)
+        QUAROT__ADAPT_BAD("adapt context: bad sizes (hidden %lld, block %lld)", (long long)hidden, (long long)block);
+    steps = quarot__adapt_i32(p + 52);
+    steps_run = quarot__adapt_i32(p + 56);
+    best_step = quarot__adapt_i32(p + 60);
+    if (steps < 0 || steps > (1 << 20) || steps_run < 0 || steps_run > steps || best_step < 0 || best_step > steps_run)
+        QUAROT__ADAPT_BAD("adapt context: bad step counts (steps %d, run %d, best %d)", (int)steps, (int)steps_run, (int)best_step);
+    size = quarot__adapt_size(steps_run, block);
+    if (size == 0 || size != len) QUAROT__ADAPT_BAD("adapt context: %lu bytes, the header says %lu", (unsigned long)len, (unsigned long)size);
+    if (quarot__adapt_get(p + len - 8, 8) != quarot__adapt_fnv1a(p, len - 8)) QUAROT__ADAPT_BAD("adapt context: checksum mismatch (corrupted)");
+    if (hb != quarot__adapt_hadamard_order(block, QUAROT_FALLBACK_DEFAULT))
+        QUAROT__ADAPT_BAD("adapt context: hadamard_block %lld is not the order stage 2 builds for block %lld", (long long)hb, (long long)block);
+    memset(&t, 0, sizeof t);                       // the new contents, moved into ctx at the end
+    t.env = ctx->env;
+    t.hidden = hidden;
+    t.block = block;
+    t.hadamard_block = hb;
+    t.seed = quarot__adapt_get(p + 40, 8);
+    t.bits = quarot__adapt_i32(p + 48);
+    t.steps = steps;
+    t.steps_run = steps_run;
+    t.best_step = best_step;
+    t.patience = quarot__adapt_i32(p + 64);
+    t.rows = (int64_t)quarot__adapt_get(p + 72, 8);
+    t.reg = quarot__adapt_bitsd(quarot__adapt_get(p + 80, 8));
+    t.start_loss = quarot__adapt_bitsd(quarot__adapt_get(p + 88, 8));
+    t.best_loss = quarot__adapt_bitsd(quarot__adapt_get(p + 96, 8));
+    if ((t.bits != 0 && t.bits != 4 && t.bits != 8) || t.patience < 0 || quarot__adapt_get(p + 68, 4) != 0 || t.rows < 0)
+        QUAROT__ADAPT_BAD("adapt context: bad settings (bits %d, patience %d, rows %lld)", t.bits, t.patience, (long long)t.rows);
+    if (!(t.reg >= 0.0 && t.reg < 1.0) || !(t.start_loss >= 0.0 && t.start_loss <= 1e300) || !(t.best_loss >= 0.0 && t.best_loss <= t.start_loss))
+        QUAROT__ADAPT_BAD("adapt context: bad loss summary (reg %g, start %g, best %g)", t.reg, t.start_loss, t.best_loss);
+    // the loss history must be the one stage 1 writes: finite, best_loss its minimum and the loss of best_step
+    o = QUAROT__ADAPT_HEADER;
+    expect_best = t.start_loss;
+    for (i = 0; i < steps_run; ++i) {
+        double l = quarot__adapt_bitsd(quarot__adapt_get(p + o + 8 * (size_t)i, 8));
+        if (!(l >= 0.0 && l <= 1e300) || l < t.best_loss) QUAROT__ADAPT_BAD("adapt context: bad loss at step %lld", (long long)(i + 1));
+        if (i + 1 == best_step) expect_best = l;
+        if (quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i) < 0) QUAROT__ADAPT_BAD("adapt context: bad iteration count");
+    }
+    if (expect_best != t.best_loss) QUAROT__ADAPT_BAD("adapt context: best_loss is not the loss of best_step %d", (int)best_step);
+    bb = block * block;
+    t.matrix = (double*)quarot_env_alloc(&t.env, (size_t)bb * sizeof(double));
+    if (steps_run > 0) {
+        t.losses = (double*)quarot_env_alloc(&t.env, (size_t)steps_run * sizeof(double));
+        t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)steps_run * sizeof(int));
+    }
+    if (!t.matrix || (steps_run > 0 && (!t.losses || !t.polar_iterations))) { quarot_adapt_context_free(&t); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < steps_run; ++i) {
+        t.losses[i] = quarot__adapt_bitsd(quarot__adapt_get(p + o + 8 * (size_t)i, 8));
+        t.polar_iterations[i] = quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i);
+    }
+    o += 12 * (size_t)steps_run;
+    for (i = 0; i < bb; ++i) t.matrix[i] = quarot__adapt_bitsd(quarot__adapt_get(p + o + 8 * (size_t)i, 8));
+#undef QUAROT__ADAPT_BAD
+    if (!quarot__adapt_finite(t.matrix, bb)) {
+        quarot_adapt_context_free(&t);
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R has NaN or Inf");
+        return QUAROT_ERR_NONFINITE;
+    }
+    err = quarot__orth_error_gemm(t.matrix, block, &t.env);
+    if (!(err >= 0.0 && err <= QUAROT__ADAPT_ORTH_TOL)) {
+        quarot_adapt_context_free(&t);
+        if (err < 0) return QUAROT_ERR_OUT_OF_MEMORY;
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g > %g)", err, QUAROT__ADAPT_ORTH_TOL);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    quarot_adapt_context_free(ctx);
+    memcpy(t.error, ctx->error, sizeof t.error);
+    *ctx = t;
+    return QUAROT_OK;
+}
+
+// >>adapt_solve
+// polar(C + lambda*I) by Newton-Schulz in float with Chen & Chow's scaling, after the deflation
+// below when it applies. While the singular values of X lie in [l, 1],
+//     X <- X * (a/2) * (3I - a^2 X^T X),  a = sqrt(3 / (1 + l + l^2))
+// maps them into [p(a*l), 1] (p(y) = (3y - y^3)/2): small ones grow by up to 2.6x per step instead
+// of 1.5x. sigma_max is estimated (subspace or power iteration) and bounded for certain by the
+// inf-norm of the first X^T X; each step divides by 1 + 1e-3 for safety (a value just above 1 times
+// a ~ sqrt(3) would change sign). Near convergence (l >= 0.7) the plain iteration finishes. X^T X
+// costs half a GEMM (upper panels); T = c1*X^T X + c0*I is built in the same pass as the residual.
+
+#define QUAROT__ADAPT_MARGIN 1e-3            // headroom above the tracked sigma_max of X
+#define QUAROT__ADAPT_POWER_ITERS 10         // power iterations for sigma_max(C)
+#define QUAROT__ADAPT_PANEL 256              // column panel of the symmetric X^T X
+
+// G [n][n] = X^T X for X [n][n], upper triangle only (tiles on and above the diagonal): panels of
+// columns [j0, j1) compute G[0:j1][j0:j1], about half the flops of one GEMM for large n.
+static quarot_result quarot__adapt_gram(int64_t n, const float* x, float* g, const quarot_env* env) {
+    int64_t j0;
+    quarot_result res = QUAROT_OK;
+    if (n < 4 * QUAROT__ADAPT_PANEL) return quarot_sgemm(1, 0, n, n, n, 1.0f, x, n, x, n, 0.0f, g, n, env);
+    for (j0 = 0; j0 < n && res == QUAROT_OK; j0 += QUAROT__ADAPT_PANEL) {
+        int64_t j1 = j0 + QUAROT__ADAPT_PANEL < n ? j0 + QUAROT__ADAPT_PANEL : n;
+        res = quarot_sgemm(1, 0, j1, j1 - j0, n, 1.0f, x, n, x + j0, n, 0.0f, g + j0, n, env);
+    }
+    return res;
+}
+
+// One pass over the upper triangle of G (64 x 64 tiles, so the mirrored writes stay in cache):
+// returns max|G - I| and, when t != NULL, writes the full symmetric T = c1*G + c0*I into t (t may be g).
+// rowsum != NULL: adds |G_ij| to rows i and j instead (the inf-norm), writing nothing.
+static double quarot__adapt_sym_pass(int64_t n, float* g, float* t, double c0, double c1, double* rowsum) {
+    const int64_t TB = 64;
+    int64_t bi, bj, i, j;
+    double r = 0.0;
+    for (bi = 0; bi < n; bi += TB)
+        for (bj = bi; bj < n; bj += TB) {
+            int64_t ie = bi + TB < n ? bi + TB : n, je = bj + TB < n ? bj + TB : n;
+            for (i = bi; i < ie; ++i)
+                for (j = (bi == bj ? i : bj); j < je; ++j) {
+                    double v = (double)g[i * n + j], e = fabs(v - (i == j ? 1.0 : 0.0));
+                    if (!(e <= r)) r = e;                          // NaN propagates
+                    if (rowsum) { rowsum[i] += fabs(v); if (j != i) rowsum[j] += fabs(v); continue; }
+                    if (t) {
+                        float tv = (float)(c1 * v + (i == j ? c0 : 0.0));
+                        t[i * n + j] = tv;
+                        t[j * n + i] = tv;
+                    }
+                }
+        }
+    return r;
+}
+
+// sigma_max(C) estimate: power iteration on C^T C from a fixed pseudo-random start (a lower bound
+// close enough to set lambda; the caller bounds sigma_max from above separately). v, w: [n] doubles.
+static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, double* w) {
+    quarot_rng rng;
+    double nv, est = 0.0;
+    int64_t i, j;
+    int it;
+    quarot_rng_seed(&rng, 0x5eed5eedULL);
+    for (i = 0; i < n; ++i) v[i] = quarot_rng_uniform(&rng) - 0.5;
+    for (it = 0; it < QUAROT__ADAPT_POWER_ITERS; ++it) {
+        nv = 0.0;
+        for (i = 0; i < n; ++i) nv += v[i] * v[i];
+        if (!(nv > 0.0) || !(nv <= 1e300)) return nv > 0.0 ? nv : 0.0;   // 0 (C v = 0) or overflow (NaN/Inf)
+        nv = 1.0 / sqrt(nv);
+        for (i = 0; i < n; ++i) v[i] *= nv;
+        for (i = 0; i < n; ++i) {                  // w = C v
+            const float* row = c + i * n;
+            double s0 = 0.0, s1 = 0.0;
+            for (j = 0; j + 1 < n; j += 2) { s0 += (double)row[j] * v[j]; s1 += (double)row[j + 1] * v[j + 1]; }
+            if (j < n) s0 += (double)row[j] * v[j];
+            w[i] = s0 + s1;
+        }
+        for (j = 0; j < n; ++j) v[j] = 0.0;       // v = C^T w (row axpys)
+        for (i = 0; i < n; ++i) {
+            const float* row = c + i * n;
+            double wi = w[i];
+            for (j = 0; j < n; ++j) v[j] += (double)row[j] * wi;
+        }
+        nv = 0.0;
+        for (i = 0; i < n; ++i) nv += v[i] * v[i];
+        est = sqrt(sqrt(nv));                      // ||C^T C v|| -> sigma_max^2 for unit v
+    }
+    return est;
+}
+
+// ---- spectral deflation of C before Newton-Schulz ----
+// polar(C*M) = polar(C) for every symmetric positive definite M that commutes with C^T C. With the
+// top-k right singular vectors V_k of C (C^T C V_k = V_k S_k^2) and M = I + V_k (s/S_k - I) V_k^T,
+//     C' = C*M = C + (C V_k) (s/S_k - I) V_k^T
+// has the same singular vectors with sigma_1..sigma_k replaced by s = sigma_{k+1}: the condition
+// number, hence the Newton-Schulz iteration count (log(sigma_max/lambda)/log(2.6)), drops by
+// log(sigma_1/sigma_{k+1}). Outlier channels put a few singular values far above the rest, which
+// is exactly what this removes. V_k comes from subspace iteration in double (p vectors, Rayleigh-Ritz);
+// an inexact V_k (angle delta to the invariant subspace) moves the polar factor by about
+// 2*delta*sigma_1/s, so k is accepted only where the residuals bound that by 1e-8.
+
+#define QUAROT__ADAPT_DEFL_P 32              // subspace size
+#define QUAROT__ADAPT_DEFL_ITERS 8           // subspace iterations on C + lambda*I
+
+// Cyclic Jacobi: S [p][p] symmetric -> eigenvalues th[] descending, eigenvectors as the columns of
+// Y [p][p] (same order). S is destroyed.
+static void quarot__adapt_jacobi(int p, double* s, double* y, double* th) {
+    int i, j, k, sweep;
+    for (i = 0; i < p * p; ++i) y[i] = (i / p == i % p) ? 1.0 : 0.0;
+    for (sweep = 0; sweep < 50; ++sweep) {
+        double off = 0.0, diag = 0.0;
+        for (i = 0; i < p; ++i) {
+            diag += s[i * p + i] * s[i * p + i];
+            for (j = i + 1; j < p; ++j) off += s[i * p + j] * s[i * p + j];
+        }
+        if (!(off > 1e-32 * diag)) break;
+        for (i = 0; i < p; ++i)
+            for (j = i + 1; j < p; ++j) {
+                double a = s[i * p + i], b = s[j * p + j], c = s[i * p + j], tau, t, cs, sn;
+                if (c == 0.0) continue;
+                tau = (b - a) / (2.0 * c);     // rotation zeroing s[i][j]
+                t = (tau >= 0.0 ? 1.0 : -1.0) / (fabs(tau) + sqrt(1.0 + tau * tau));
+                cs = 1.0 / sqrt(1.0 + t * t);
+                sn = t * cs;
+                for (k = 0; k < p; ++k) {      // S <- S*J (columns i, j), then J^T*S (rows i, j)
+                    double ki = s[k * p + i], kj = s[k * p + j];
+                    s[k * p + i] = cs * ki - sn * kj;
+                    s[k * p + j] = sn * ki + cs * kj;
+                }
+                for (k = 0; k < p; ++k) {
+                    double ik = s[i * p + k], jk = s[j * p + k];
+                    s[i * p + k] = cs * ik - sn * jk;
+                    s[j * p + k] = sn * ik + cs * jk;
+                }
+                for (k = 0; k < p; ++k) {
+                    double ki = y[k * p + i], kj = y[k * p + j];
+                    y[k * p + i] = cs * ki - sn * kj;
+                    y[k * p + j] = sn * ki + cs * kj;
+                }
+            }
+    }
+    for (i = 0; i < p; ++i) th[i] = s[i * p + i];
+    for (i = 0; i < p; ++i) {                  // selection sort, descending, columns of Y along
+        int best = i;
+        for (j = i + 1; j < p; ++j) if (th[j] > th[best]) best = j;
+        if (best != i) {
+            double tmp = th[i];
+            th[i] = th[best];
+            th[best] = tmp;
+            for (k = 0; k < p; ++k) { tmp = y[k * p + i]; y[k * p + i] = y[k * p + best]; y[k * p + best] = tmp; }
+        }
+    }
+}
+
+// Orthonormal columns of V [n][p] (row stride p): modified Gram-Schmidt, twice. A column that
+// vanishes is replaced by a unit vector (it then carries no information, which is harmless here).
+static void quarot__adapt_orth(int64_t n, int p, double* v) {
+    int pass, j, k;
+    int64_t i;
+    for (pass = 0; pass < 2; ++pass)
+        for (j = 0; j < p; ++j) {
+            double nrm = 0.0;
+            for (k = 0; k < j; ++k) {
+                double d = 0.0;
+                for (i = 0; i < n; ++i) d += v[i * p + k] * v[i * p + j];
+                for (i = 0; i < n; ++i) v[i * p + j] -= d * v[i * p + k];
+            }
+            for (i = 0; i < n; ++i) nrm += v[i * p + j] * v[i * p + j];
+            if (!(nrm > 1e-300)) {
+                for (i = 0; i < n; ++i) v[i * p + j] = (i == (int64_t)j % n) ? 1.0 : 0.0;
+                continue;
+            }
+            nrm = 1.0 / sqrt(nrm);
+            for (i = 0; i < n; ++i) v[i * p + j] *= nrm;
+        }
+}
+
+// `iters` steps of V <- orth(Cd^T (Cd V)), then Rayleigh-Ritz: V, W = Cd V rotated to the Ritz
+// vectors, th[] = Ritz values of Cd^T Cd (descending). w: [n][p].
+static quarot_result quarot__adapt_subspace(int64_t n, int p, const double* cd, double* v, double* w, int iters,
+                                            double* th, double* sy, const quarot_env* env) {
+    double* s = sy;
+    double* y = sy + p * p;
+    int it, i, j;
+    int64_t r;
+    quarot_result res = QUAROT_OK;
+    for (it = 0; it < iters && res == QUAROT_OK; ++it) {
+        quarot__adapt_orth(n, p, v);
+        res = quarot_dgemm(0, 0, n, p, n, 1.0, cd, n, v, p, 0.0, w, p, env);
+        if (res == QUAROT_OK) res = quarot_dgemm(1, 0, n, p, n, 1.0, cd, n, w, p, 0.0, v, p, env);
+    }
+    if (res != QUAROT_OK) return res;
+    quarot__adapt_orth(n, p, v);
+    res = quarot_dgemm(0, 0, n, p, n, 1.0, cd, n, v, p, 0.0, w, p, env);
+    if (res != QUAROT_OK) return res;
+    for (i = 0; i < p; ++i)                    // S = W^T W = V^T Cd^T Cd V
+        for (j = 0; j < p; ++j) {
+            double d = 0.0;
+            for (r = 0; r < n; ++r) d += w[r * p + i] * w[r * p + j];
+            s[i * p + j] = d;
+        }
+    quarot__adapt_jacobi(p, s, y, th);
+    for (r = 0; r < n; ++r) {                  // V <- V Y, W <- W Y (row by row, p-long temporaries)
+        double tv[QUAROT__ADAPT_DEFL_P], tw[QUAROT__ADAPT_DEFL_P];
+        for (j = 0; j < p; ++j) {
+            double a = 0.0, b = 0.0;
+            for (i = 0; i < p; ++i) { a += v[r * p + i] * y[i * p + j]; b += w[r * p + i] * y[i * p + j]; }
+            tv[j] = a;
+            tw[j] = b;
+        }
+        for (j = 0; j < p; ++j) { v[r * p + j] = tv[j]; w[r * p + j] = tw[j]; }
+    }
+    return QUAROT_OK;
+}
+
+// C (float [n][n]) -> C + lambda*I, deflated when a reliable gap exists (rounded once to float).
+// cd: [n][n] doubles, v, w, z: [n][p] doubles. Out: sigma_1 of C, lambda, the top singular value
+// of the result (an estimate from below; the caller bounds it from above) and k (0 = not deflated).
+static quarot_result quarot__adapt_deflate(int64_t n, float* c, double* cd, double* v, double* w, double* z, double reg,
+                                           double* sig_out, double* lam_out, double* top_out, int* k_out,
+                                           const quarot_env* env) {
+    int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, i, k = 0;
+    double th[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
+    int64_t r, nn = n * n;
+    quarot_rng rng;
+    quarot_result res;
+    *k_out = 0;
+    for (r = 0; r < nn; ++r) cd[r] = (double)c[r];
+    quarot_rng_seed(&rng, 0x5eed5eedULL);
+    for (r = 0; r < n * p; ++r) v[r] = quarot_rng_uniform(&rng) - 0.5;
+    res = quarot__adapt_subspace(n, p, cd, v, w, 3, th, sy, env);        // sigma_1 of C, for lambda
+    if (res != QUAROT_OK) return res;
+    sig = sqrt(th[0] > 0.0 ? th[0] : 0.0);
+    *sig_out = sig;
+    if (!(sig > 0.0) || !(sig <= 1e150)) return QUAROT_OK;               // zero or non-finite: caller decides
+    lam = reg * sig;
+    *lam_out = lam;
+    for (r = 0; r < n; ++r) cd[r * n + r] += lam;
+    res = quarot__adapt_subspace(n, p, cd, v, w, QUAROT__ADAPT_DEFL_ITERS, th, sy, env);
+    if (res != QUAROT_OK) return res;
+    res = quarot_dgemm(1, 0, n, p, n, 1.0, cd, n, w, p, 0.0, z, p, env); // Z = Cd^T Cd V (Ritz residuals)
+    if (res != QUAROT_OK) return res;
+    // The largest k <= p-2 with a gap sigma_k >= 2 sigma_{k+1} whose Ritz vectors are accurate enough:
+    // delta_i ~ ||Cd^T Cd v_i - th_i v_i|| / (th_k - th_{k+1}),  2 * max delta * sigma_1 / sigma_{k+1} <= 1e-8.
+    for (k = p - 2; k >= 1; --k) {
+        double gap = th[k - 1] - th[k], dmax = 0.0;
+        if (!(th[k] > 0.0) || th[k - 1] < 4.0 * th[k]) continue;
+        for (i = 0; i < k; ++i) {
+            double e = 0.0;
+            for (r = 0; r < n; ++r) {
+                double d = z[r * p + i] - th[i] * v[r * p + i];
+                e += d * d;
+            }
+            e = sqrt(e) / gap;
+            if (!(e <= dmax)) dmax = e;
+        }
+        if (2.0 * dmax * sqrt(th[0] / th[k]) <= 1e-8) break;
+    }
+    if (k >= 1) {
+        double s = sqrt(th[k]);
+        for (i = 0; i < k; ++i) {              // W_k <- W_k * diag(s/sigma_i - 1)  (W_k = Cd V_k)
+            double f = s / sqrt(th[i]) - 1.0;
+            for (r = 0; r < n; ++r) w[r * p + i] *= f;
+        }
+        res = quarot_dgemm(0, 1, n, n, k, 1.0, w, p, v, p, 1.0, cd, n, env);   // Cd += W_k V_k^T
+        if (res != QUAROT_OK) return res;
+        *top_out = s;
+        *k_out = k;
+    } else {
+        *top_out = sqrt(th[0]);
+    }
+    for (r = 0; r < nn; ++r) c[r] = (float)cd[r];
+    return QUAROT_OK;
+}
+
+typedef struct quarot__adapt_polar_out {
+    int iterations;
+    double residual;                     // max|U^T U - I| of the result (float)
+    int deflated;                        // k singular values deflated (0: none)
+} quarot__adapt_polar_out;
+
+// Doubles of deflation workspace for size n: Cd [n][n] and V, W, Z [n][p].
+static size_t quarot__adapt_defl_doubles(int64_t n) {
+    int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
+    return (size_t)(n * n + 3 * n * p);
+}
+
+// U = polar(C + lambda*I), lambda = reg*sigma_max(C). C [n][n] is overwritten; x, y, g: [n][n] floats
+// of work; v: [2n] doubles; defl: quarot__adapt_defl_doubles(n) doubles, or NULL (no deflation).
+// The result is in *u_out (x or y). QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither
+// tol nor the float floor (below 1e-4).
+static quarot_result quarot__adapt_polar(int64_t n, float* c, float* x, float* y, float* g, double* v, double* defl,
+                                         double reg, double tol, int max_iter, float** u_out,
+                                         quarot__adapt_polar_out* out, const quarot_env* env) {
+    double sig = 0.0, lam = 0.0, top = 0.0, s, l, prev = 0.0;
+    int64_t i, nn = n * n;
+    int k;
+    quarot_result res;
+    out->iterations = 0;
+    out->residual = 0.0;
+    out->deflated = 0;
+    *u_out = x;
+    if (defl && n >= 8) {                          // C <- (C + lambda I) * M, see above
+        int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
+        res = quarot__adapt_deflate(n, c, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, &sig, &lam, &top,
+                                    &out->deflated, env);
+        if (res != QUAROT_OK) return res;
+    } else {
+        sig = quarot__adapt_sigma_max(n, c, v, v + n);
+        lam = reg * sig;
+        top = sig + lam;                           // sigma_max(C + lam I) <= sigma_max(C) + lam
+        if (sig > 0.0 && sig <= 1e150)
+            for (i = 0; i < n; ++i) c[i * n + i] = (float)((double)c[i * n + i] + lam);
+    }
+    if (!(sig > 0.0) || !(sig <= 1e150)) {         // C == 0 (all activations zero): nothing to learn
+        memset(x, 0, (size_t)nn * sizeof(float));
+        for (i = 0; i < n; ++i) x[i * n + i] = 1.0f;
+        return sig == 0.0 ? QUAROT_OK : QUAROT_ERR_NONFINITE;
+    }
+    s = top * 1.02;                                // estimates are from below; the inf-norm check corrects
+    for (i = 0; i < nn; ++i) x[i] = (float)((double)c[i] / s);
+    l = lam / s;                                   // lower end guess (exact for symmetric C >= 0)
+    for (k = 0;; ++k) {
+        double r, a, c0, c1;
+        float* t;
+        res = quarot__adapt_gram(n, x, g, env);
+        if (res != QUAROT_OK) return res;
+        if (k == 0) {                              // certain bound: sigma_max(X)^2 <= ||X^T X||_inf
+            double ub = 0.0;
+            for (i = 0; i < n; ++i) v[i] = 0.0;
+            quarot__adapt_sym_pass(n, g, NULL, 0.0, 0.0, v);
+            for (i = 0; i < n; ++i) if (!(v[i] <= ub)) ub = v[i];
+            if (!(ub <= 1e30)) return QUAROT_ERR_NONFINITE;
+            if (ub > 1.0) {                        // the estimate was low: rescale X and G
+                double f = 1.0 / sqrt(ub);
+                for (i = 0; i < nn; ++i) { x[i] = (float)((double)x[i] * f); g[i] = (float)((double)g[i] * f * f); }
+                l *= f;
+            }
+        }
+        if (l < 0.7) {                             // scaled step for singular values in [l, 1 + margin]
+            double lm = l / (1.0 + QUAROT__ADAPT_MARGIN), sc;
+            if (lm < 1e-12) lm = 1e-12;
+            a = sqrt(3.0 / (1.0 + lm + lm * lm));
+            sc = a / (1.0 + QUAROT__ADAPT_MARGIN);     // X is divided by 1 + margin, then scaled by a
+            c0 = 1.5 * sc;
+            c1 = -0.5 * sc * sc * sc;
+            l = 0.5 * a * lm * (3.0 - a * a * lm * lm);
+        } else {                                   // plain Newton-Schulz
+            c0 = 1.5;
+            c1 = -0.5;
+            l = 0.5 * l * (3.0 - l * l);
+        }
+        r = quarot__adapt_sym_pass(n, g, g, c0, c1, NULL);   // residual of X, and T = c1*G + c0*I
+        out->iterations = k;
+        out->residual = r;
+        if (!(r <= 1e30)) return QUAROT_ERR_NONFINITE;
+        if (r <= tol) return QUAROT_OK;
+        if (k > 0 && r < 1e-4 && r > 0.5 * prev) return QUAROT_OK;   // float floor reached
+        if (k >= max_iter) return QUAROT_ERR_NOT_CONVERGED;
+        prev = r;
+        res = quarot_sgemm(0, 0, n, n, n, 1.0f, x, n, g, n, 0.0f, y, n, env);    // X <- X*T
+        if (res != QUAROT_OK) return res;
+        t = x; x = y; y = t;
+        *u_out = x;
+    }
+}
+
+// L(A) = ||A - B||_F / count, double accumulation.
+static double quarot__adapt_loss(const float* a, const float* b, int64_t count) {
+    double s = 0.0;
+    int64_t i;
+    for (i = 0; i < count; ++i) {
+        double d = (double)a[i] - (double)b[i];
+        s += d * d;
+    }
+    return sqrt(s) / (double)count;
+}
+
+// R [n][n] (float) -> out (double), then Newton-Schulz in double until max|R^T R - I| <= 1e-9.
+// e, t: [n][n] doubles of work.
+static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t, const quarot_env* env) {
+    int64_t i, nn = n * n;
+    int it;
+    quarot_result res;
+    for (i = 0; i < nn; ++i) out[i] = (double)r[i];
+    for (it = 0; it < 4; ++it) {
+        double worst = 0.0;
+        res = quarot_dgemm(1, 0, n, n, n, 1.0, out, n, out, n, 0.0, e, n, env);     // E = R^T R - I
+        if (res != QUAROT_OK) return res;
+        for (i = 0; i < n; ++i) e[i * n + i] -= 1.0;
+        for (i = 0; i < nn; ++i)
+            if (!(fabs(e[i]) <= worst)) worst = fabs(e[i]);
+        if (worst <= 1e-9) return QUAROT_OK;
+        if (!(worst <= 0.1)) return QUAROT_ERR_NOT_CONVERGED;
+        memcpy(t, out, (size_t)nn * sizeof(double));                                   // R <- R - R*E/2
+        res = quarot_dgemm(0, 0, n, n, n, -0.5, t, n, e, n, 1.0, out, n, env);
+        if (res != QUAROT_OK) return res;
+    }
+    return QUAROT_ERR_NOT_CONVERGED;
+}
+
+// " 'a', 'b'" list of the capture's patterns into buf.
+static void quarot__adapt_patterns(const quarot_adapt_capture* cap, char* buf, size_t size) {
+    size_t used = 0;
+    int64_t i;
+    buf[0] = 0;
+    for (i = 0; i < cap->n_patterns; ++i) {
+        int w = snprintf(buf + used, size - used, "%s'%s'", i ? ", " : "", cap->patterns[i]);
+        if (w < 0 || (size_t)w >= size - used) return;
+        used += (size_t)w;
+    }
+}
+
+QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
+                                             quarot_adapt_context* ctx, const quarot_env* env) {
+    quarot_adapt_desc dd;
+    quarot_rotation had;
+    quarot_quant_desc qd;
+    quarot_adapt_context t;
+    int64_t hidden, b, hb, N = 0, M, mb, i, li;
+    size_t mbytes, bbytes;
+    float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL, *G = NULL;
+    double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL;
+    int bits = 4, since = 0, step, max_iter;
+    double tol, reg;
+    quarot_result res = QUAROT_OK;
+    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
+    ctx->error[0] = 0;
+#define QUAROT__ADAPT_FAIL(code, ...) do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return code; } while (0)
+    if (!cap || !cap->patterns) QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: no (initialized) capture");
+    if (desc) dd = *desc; else memset(&dd, 0, sizeof dd);
+    if (dd.quant_dtype && strcmp(dd.quant_dtype, "int4") != 0) {
+        if (strcmp(dd.quant_dtype, "int8") != 0)
+            QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: quant_dtype '%.32s' is not supported (use \"int4\" or \"int8\")", dd.quant_dtype);
+        bits = 8;
+    }
+    if (dd.steps < 0 || dd.steps > (1 << 20) || dd.patience < 0 || dd.polar.max_iter < 0 || !(dd.reg >= 0.0 && dd.reg < 1.0) ||
+        !(dd.polar.tol >= 0.0 && dd.polar.tol < 1.0))
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter must be >= 0, reg and polar.tol in [0, 1)");
+    if (dd.steps == 0) dd.steps = 20;
+    if (dd.patience == 0) dd.patience = 5;
+    reg = dd.reg > 0.0 ? dd.reg : 1e-5;
+    tol = dd.polar.tol > 0.0 ? dd.polar.tol : 1e-5;
+    max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
+    hidden = cap->hidden;
+    b = dd.block_size > 0 ? dd.block_size : hidden;
+    if (b > hidden || hidden % b != 0)
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld", (long long)b, (long long)hidden);
+    if (cap->status != QUAROT_OK) QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s", cap->error[0] ? cap->error : quarot_result_string(cap->status));
+    for (li = 0; li < cap->n_linears; ++li) N += cap->linears[li].count;
+    if (N == 0) {
+        char pats[160], names[300];
+        quarot__adapt_patterns(cap, pats, sizeof pats);
+        quarot_adapt_capture_list(cap, names, sizeof names);
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_NOT_FOUND, "adapt stage 1: layer_type %s matched no linear layer, so no activations were captured; linear layers seen: %s",
+                           pats, cap->n_names ? names : "(none: no input was fed to the capture)");
+    }
+    hb = quarot__adapt_hadamard_order(b, QUAROT_FALLBACK_DEFAULT);
+    if (hb == 0) QUAROT__ADAPT_FAIL(QUAROT_ERR_UNSUPPORTED_SIZE, "adapt stage 1: no Hadamard matrix of order > 1 divides block %lld", (long long)b);
+    M = N * (hidden / b);                          // N <= n_linears*max_samples, checked at init
+    if (!quarot__mul_size((size_t)M, (size_t)b, &mbytes) || !quarot__mul_size(mbytes, sizeof(double), &mbytes) ||
+        !quarot__mul_size((size_t)b, (size_t)b, &bbytes) || !quarot__mul_size(bbytes, sizeof(double), &bbytes))
+        return QUAROT_ERR_OVERFLOW;
+    mbytes /= 2;                                   // floats (the double-size check leaves headroom)
+    bbytes /= 2;
+    mb = M * b;
+#undef QUAROT__ADAPT_FAIL
+    // X*H: the stacked rows, then the Hadamard half of QUAROT_ROTATION_ADAPT (same seed, same blocks)
+    memset(&had, 0, sizeof had);
+    {
+        quarot_rotation_desc hd;
+        memset(&hd, 0, sizeof hd);
+        hd.kind = QUAROT_ROTATION_HADAMARD;
+        hd.n = hidden;
+        hd.block_size = hb;
+        hd.seed = dd.seed;
+        hd.fallback = QUAROT_FALLBACK_ERROR;
+        res = quarot_rotation_init(&had, &hd, env);
+    }
+    xh = (float*)quarot_env_alloc(env, mbytes);
+    A = (float*)quarot_env_alloc(env, mbytes);
+    B = (float*)quarot_env_alloc(env, mbytes);
+    R = (float*)quarot_env_alloc(env, bbytes);
+    Rn = (float*)quarot_env_alloc(env, bbytes);
+    Rb = (float*)quarot_env_alloc(env, bbytes);
+    C = (float*)quarot_env_alloc(env, bbytes);
+    X = (float*)quarot_env_alloc(env, bbytes);
+    Y = (float*)quarot_env_alloc(env, bbytes);
+    G = (float*)quarot_env_alloc(env, bbytes);
+    vw = (double*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(double));
+    if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
+    quarot_adapt_context_init(&t, &ctx->env);
+    t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
+    t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
+    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || (!dd.no_deflation && !defl) ||
+                             !t.losses || !t.polar_iterations))
+        res = QUAROT_ERR_OUT_OF_MEMORY;
+    if (res == QUAROT_OK) {
+        float* dst = xh;
+        for (li = 0; li < cap->n_linears; ++li) {
+            memcpy(dst, cap->linears[li].rows, (size_t)(cap->linears[li].count * hidden) * sizeof(float));
+            dst += cap->linears[li].count * hidden;
+        }
+        res = quarot_rotation_apply_f32(&had, xh, N, hidden, 0, NULL, 0);
+        for (i = 0; i < mb && res == QUAROT_OK; ++i)
+            if (!(fabsf(xh[i]) <= 3.40282346638528859812e+38f)) res = QUAROT_ERR_NONFINITE;
+        if (res == QUAROT_ERR_NONFINITE) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations overflow float after the Hadamard rotation");
+    }
+    memset(&qd, 0, sizeof qd);
+    qd.bits = bits;
+    qd.clip_ratio = 1.0f;
+    if (res == QUAROT_OK) {                        // R = I: A = X*H, loss_0
+        memcpy(A, xh, mbytes);
+        memcpy(B, xh, mbytes);
+        res = quarot_fake_quant_f32(B, M, b, b, &qd);
+        memset(R, 0, bbytes);
+        for (i = 0; i < b; ++i) R[i * b + i] = 1.0f;
+        memcpy(Rb, R, bbytes);
+        t.start_loss = t.best_loss = quarot__adapt_loss(A, B, mb);
+        if (!(t.start_loss <= 1e300)) {            // squares overflowed: values near FLT_MAX
+            res = QUAROT_ERR_NONFINITE;
+            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations too large (the loss overflows)");
+        } else if (dd.progress) {
+            dd.progress(dd.user_data, 0, t.start_loss, t.best_loss, 0);
+        }
+    }
+    for (step = 1; step <= dd.steps && res == QUAROT_OK; ++step) {
+        quarot__adapt_polar_out po;
+        float *U, *sw;
+        double loss;
+        memset(&po, 0, sizeof po);
+        res = quarot_sgemm(1, 0, b, b, M, 1.0f, A, b, B, b, 0.0f, C, b, env);                  // C = A^T B
+        if (res == QUAROT_OK) res = quarot__adapt_polar(b, C, X, Y, G, vw, defl, reg, tol, max_iter, &U, &po, env);
+        if (res == QUAROT_ERR_NOT_CONVERGED)
+            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: Newton-Schulz did not converge at step %d (%d iterations, "
+                              "max|X^T X - I| = %.3g); raise reg (now %g) or polar.max_iter", step, po.iterations, po.residual, reg);
+        if (res != QUAROT_OK) break;
+        res = quarot_sgemm(0, 0, b, b, b, 1.0f, R, b, U, b, 0.0f, Rn, b, env);                 // R <- R * R_step
+        sw = R; R = Rn; Rn = sw;
+        if (res == QUAROT_OK) res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);   // A = X*H*R
+        if (res != QUAROT_OK) break;
+        memcpy(B, A, mbytes);
+        res = quarot_fake_quant_f32(B, M, b, b, &qd);
+        loss = quarot__adapt_loss(A, B, mb);
+        t.losses[step - 1] = loss;
+        t.polar_iterations[step - 1] = po.iterations;
+        t.steps_run = step;
+        if (loss < t.best_loss) {
+            t.best_loss = loss;
+            t.best_step = step;
+            memcpy(Rb, R, bbytes);
+            since = 0;
+        } else {
+            ++since;
+        }
+        if (dd.progress) dd.progress(dd.user_data, step, loss, t.best_loss, po.iterations);
+        if (since >= dd.patience) break;
+    }
+    // free the float work, then make R_best orthogonal in double
+    quarot_rotation_free(&had);
+    quarot_env_free(env, xh); quarot_env_free(env, A); quarot_env_free(env, B);
+    quarot_env_free(env, R); quarot_env_free(env, Rn); quarot_env_free(env, C);
+    quarot_env_free(env, X); quarot_env_free(env, Y); quarot_env_free(env, G); quarot_env_free(env, vw);
+    quarot_env_free(env, defl);
+    if (res == QUAROT_OK) {
+        out = (double*)quarot_env_alloc(&t.env, 2 * bbytes);
+        e = (double*)quarot_env_alloc(env, 2 * bbytes);
+        tt = (double*)quarot_env_alloc(env, 2 * bbytes);
+        if (!out || !e || !tt) res = QUAROT_ERR_OUT_OF_MEMORY;
+        else res = quarot__adapt_finish(b, Rb, out, e, tt, env);
+        if (res == QUAROT_ERR_NOT_CONVERGED) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: R_best could not be made orthogonal");
+    }
+    quarot_env_free(env, Rb);
+    quarot_env_free(env, e);
+    quarot_env_free(env, tt);
+    if (res != QUAROT_OK) {
+        quarot_env_free(&t.env, out);
+        quarot_adapt_context_free(&t);
+        if (!ctx->error[0]) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: %s", quarot_result_string(res));
+        return res;
+    }
+    t.matrix = out;
+    t.hidden = hidden;
+    t.block = b;
+    t.hadamard_block = hb;
+    t.seed = dd.seed;
+    t.bits = bits;
+    t.steps = dd.steps;
+    t.patience = dd.patience;
+    t.rows = M;
+    t.reg = reg;
+    if (t.steps_run == 0) {                        // keep the arrays NULL when empty
+        quarot_env_free(&t.env, t.losses); t.losses = NULL;
+        quarot_env_free(&t.env, t.polar_iterations); t.polar_iterations = NULL;
+    }
+    quarot_adapt_context_free(ctx);
+    *ctx = t;
+    return QUAROT_OK;
+}
+
 
 #ifdef __cplusplus
 }
