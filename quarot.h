@@ -35,7 +35,8 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
     >>command     rotate commands: plain data generated from the adapter, executed exactly once
     >>online      online-rotation hook IR, quarot_online_apply, versioned text serialization
-    >>processor   pre_run / per decoder layer / post_run; quarot_rotate_model
+    >>processor   plan, rotations and commands built and validated before any write; quarot_rotate_model
+    >>processor_run  (implementation only) fusion, mean baking, commands, layers, exactly-once check
     >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
     >>adapt_solve (implementation only) regularized, scaled Newton-Schulz polar factor; the stage-1 loop
 
@@ -1103,6 +1104,9 @@ QUAROT_API void          quarot_processor_free(quarot_processor* p);
 // Everything: init, pre_run, every layer, post_run. On failure model->error says why; a failure
 // during init (validation) leaves the model untouched.
 QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_rotate_desc* desc);
+
+// >>processor_run
+// (no declarations: the execution half of the processor, see >>processor)
 
 // >>adapt
 // Adapt Rotation (msModelSlim; ALGORITHMS.md section 5): stage 1 learns an orthogonal R [b][b] that
@@ -7224,6 +7228,11 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     p->stage = 1;
     return QUAROT_OK;
 }
+
+// >>processor_run
+// Executing the plan: fusions (W <- W diag(g), b <- b + W beta), mean baking, rotate commands (in
+// double, written back once in the tensor's dtype), each layer between acquire and release, hook
+// registration, and the exactly-once check of post_run.
 
 // W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then g <- 1, beta <- 0.
 static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f) {
