@@ -79,7 +79,7 @@ static quarot_result qx__load_jsonl(const char* path, const char* data, size_t l
         }
         s = qx__record_text(doc.root);
         if (!s) {
-            qx_err_set(e, "%s: line %lld: a %s without a string field (expected \"text\" or {\"text\": \"...\"})", path,
+            qx_err_set(e, "%s: line %lld: a JSON %s without a string field (expected \"text\" or {\"text\": \"...\"})", path,
                        (long long)line, qx_json_type_name(doc.root->type));
             qx_json_doc_free(&doc);
             r = QUAROT_ERR_PARSE;

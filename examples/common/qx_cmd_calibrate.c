@@ -184,6 +184,10 @@ int qx_cmd_calibrate(int argc, char** argv) {
     if (!text_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE given (the calibration text; see quarot calibrate --help)");
     if (!out_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o CONTEXT given (the file stage 2 reads; see quarot calibrate --help)");
     if (layer_arg && !parse_layer_types(&cli, layer_arg, &layer_copy, &layer_list, &n_layer)) { rc = QX_EXIT_USAGE; goto done; }
+    if (!qx_path_exists(text_path) || qx_is_dir(text_path)) {   /* before the model: the cheap mistake first */
+        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: %s (the calibration text)", text_path, qx_is_dir(text_path) ? "is a directory" : "no such file");
+        goto done;
+    }
     if (qx_is_dir(out_path)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name for the context)", out_path); goto done; }
     if (!force && qx_path_exists(out_path)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out_path); goto done; }
 

@@ -50,8 +50,8 @@ static void rotate_usage(FILE* f) {
         "                       `quarot calibrate` (stage 1); needs --context; R2 stays Hadamard)\n"
         "  --context FILE       with --rotation adapt: the stage-1 context written by quarot calibrate. H is\n"
         "                       rebuilt from the context's seed and block, so --seed may be left out (a\n"
-        "                       --seed different from the context's is refused) and --block-size, if\n"
-        "                       given, must equal the context's block\n"
+        "                       --seed different from the context's is refused) and --block-size is the\n"
+        "                       context's (-1 = the context's block; another value must equal it)\n"
         "  --seed N             seed of the random signs / matrices (default 0)\n"
         "  --block-size N       R1 as block-diagonal Hadamard blocks of N (must divide hidden); -1 = full\n"
         "                       hidden (default)\n"
@@ -519,7 +519,7 @@ int qx_cmd_rotate(int argc, char** argv) {
                                                   "leave --seed out)", (long long)seed, (unsigned long long)ctx.seed);
             goto done;
         }
-        if (block_given && (block > 0 ? block : ctx.hidden) != ctx.block) {
+        if (block_given && block > 0 && block != ctx.block) {   /* -1: the context's block */
             rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size %lld differs from the context's block %lld (set at stage 1 by quarot calibrate "
                                                   "--block-size; leave --block-size out)", (long long)block, (long long)ctx.block);
             goto done;
