@@ -33,6 +33,7 @@
 #include "qx_llama2c.h"
 #include "qx_model.h"
 #include "qx_synth.h"
+#include "qx_yaml.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -222,7 +223,10 @@ static int write_texts(const char* txt, const char* jsonl, int n_par) {
         fputs(p + 1 < n_par ? "\n\n" : "\n", f);
         fputs("\"}\n", g);
     }
-    return (fclose(f) == 0) & (fclose(g) == 0);
+    {
+        int okf = fclose(f) == 0, okg = fclose(g) == 0;
+        return okf && okg;
+    }
 }
 
 static int setup(void) {
@@ -273,7 +277,7 @@ static void test_help(void) {
 /* Stage 1 on the synthetic model: the loss goes down, the context is deterministic (also with
    threads), written only when complete, and not overwritten without --force. */
 static void test_calibrate(void) {
-    double a, b;
+    double a = 0, b = 0;
     const char* ctx = tmp_path("ctx.bin");
     const char* ctx2 = tmp_path("ctx2.bin");
     if (!SYN_OK) { QT_CHECK(0); return; }
@@ -696,10 +700,79 @@ static void test_run_yaml_errors(void) {
     QT_CHECK(!qx_path_exists(out));
 }
 
+/* The YAML subset itself, in this process: what the documentation's files use parses to the
+   values YAML gives them; typing follows the style (a quoted number is a string). */
+static void test_yaml_subset(void) {
+    static const char text[] =
+        "\xEF\xBB\xBF---  # a BOM, a document start and a comment\n"
+        "a: \"esc \\u00e9 \\x41\\t\\\"\"\n"
+        "b: 'it''s'   # comment\n"
+        "c: ~\n"
+        "d:\n"
+        "- - x\n"
+        "  - \"20\"\n"
+        "- k: v # not part of v\n"
+        "  l: [1, {m: n, o: [True, false]}, ]\n"
+        "e: &x\n"
+        "  deep: -12\n"
+        "f: *x\n"
+        "g: x#y\n"
+        "\"h i\": 0\n"
+        "j:\r\n"
+        "  - ~\r\n";
+    qx_yaml_doc doc;
+    qx_err e;
+    const qx_yaml_node *d, *l, *v;
+    int64_t i = 0;
+    int bo = -1;
+    QT_OK(qx_yaml_parse(text, sizeof text - 1, "t.yaml", &doc, &e));
+    if (!doc.root) return;
+    QT_EQ_INT(doc.root->kind, QX_YAML_MAP);
+    QT_EQ_INT(doc.root->count, 9);
+    v = qx_yaml_get(doc.root, "a", NULL);
+    QT_CHECK(v && v->style == QX_YAML_DOUBLE && strcmp(v->str, "esc \xC3\xA9 A\t\"") == 0);
+    v = qx_yaml_get(doc.root, "b", NULL);
+    QT_CHECK(v && v->style == QX_YAML_SINGLE && strcmp(v->str, "it's") == 0);
+    QT_CHECK(qx_yaml_get(doc.root, "c", NULL) && qx_yaml_get(doc.root, "c", NULL)->kind == QX_YAML_NULL);
+    d = qx_yaml_get(doc.root, "d", NULL);
+    QT_CHECK(d && d->kind == QX_YAML_SEQ && d->count == 2 && d->line == 6);
+    if (d && d->count == 2) {
+        QT_CHECK(d->items[0]->kind == QX_YAML_SEQ && d->items[0]->count == 2);
+        QT_CHECK(!qx_yaml_as_int(d->items[0]->items[1], &i) && strcmp(qx_yaml_as_str(d->items[0]->items[1]), "20") == 0);
+        QT_CHECK(d->items[1]->kind == QX_YAML_MAP && strcmp(qx_yaml_as_str(qx_yaml_get(d->items[1], "k", NULL)), "v") == 0);
+        l = qx_yaml_get(d->items[1], "l", NULL);
+        QT_CHECK(l && l->flow && l->count == 2 && qx_yaml_as_int(l->items[0], &i) && i == 1);
+        if (l && l->count == 2) {
+            const qx_yaml_node* o = qx_yaml_get(l->items[1], "o", NULL);
+            QT_CHECK(o && o->count == 2 && qx_yaml_as_bool(o->items[0], &bo) && bo == 1 && qx_yaml_as_bool(o->items[1], &bo) && bo == 0);
+        }
+    }
+    QT_CHECK(qx_yaml_get(doc.root, "e", NULL) == qx_yaml_get(doc.root, "f", NULL));   /* the alias shares the node */
+    QT_CHECK(qx_yaml_as_int(qx_yaml_get(qx_yaml_get(doc.root, "f", NULL), "deep", NULL), &i) && i == -12);
+    QT_CHECK(strcmp(qx_yaml_as_str(qx_yaml_get(doc.root, "g", NULL)), "x#y") == 0);
+    QT_CHECK(qx_yaml_get(doc.root, "h i", NULL) != NULL);
+    v = qx_yaml_get(doc.root, "j", NULL);
+    QT_CHECK(v && v->kind == QX_YAML_SEQ && v->count == 1 && v->items[0]->kind == QX_YAML_NULL);
+    qx_yaml_doc_free(&doc);
+    /* numbers YAML 1.1 would read otherwise are not integers here */
+    QT_CHECK(qx_yaml_parse("a: 012\nb: 0x1F\nc: 1e3\nd: +5\n", 28, "n.yaml", &doc, &e) == QUAROT_OK);
+    if (doc.root) {
+        QT_CHECK(!qx_yaml_as_int(qx_yaml_get(doc.root, "a", NULL), &i) && !qx_yaml_as_int(qx_yaml_get(doc.root, "b", NULL), &i));
+        QT_CHECK(!qx_yaml_as_int(qx_yaml_get(doc.root, "c", NULL), &i) && qx_yaml_as_int(qx_yaml_get(doc.root, "d", NULL), &i) && i == 5);
+        qx_yaml_doc_free(&doc);
+    }
+    /* refused: invalid UTF-8, a NUL byte, an anchor defined twice */
+    QT_ERR(qx_yaml_parse("a: \xC3\x28\n", 6, "u.yaml", &doc, &e), QUAROT_ERR_PARSE);
+    QT_CHECKF(strstr(e.msg, "u.yaml: line 1, column 4") != NULL, "%s", e.msg);
+    QT_ERR(qx_yaml_parse("a: b\0", 5, "z.yaml", &doc, &e), QUAROT_ERR_PARSE);
+    QT_ERR(qx_yaml_parse("a: &x 1\nb: &x 2\n", 16, "r.yaml", &doc, &e), QUAROT_ERR_PARSE);
+    QT_CHECKF(strstr(e.msg, "line 2") && strstr(e.msg, "&x"), "%s", e.msg);
+}
+
 /* stories260K: one eval run reports the stage-1 loss and the perplexity table with Adapt. */
 static void test_stories(void) {
     char model[1024], calib[1024], text[1024];
-    double a, b, n4, q4, d4, n8, q8, d8;
+    double a = 0, b = 0, n4 = 0, q4 = 0, d4 = 0, n8 = 0, q8 = 0, d8 = 0;
     /* all 394 calibration windows (100864 tokens) normally; fewer under QT_QUICK and sanitizers */
     int rc, windows = qt_quick() ? 8 : 30, calib_windows = qt_quick() ? 40 : CLI_SANITIZED ? 100 : 0;
     const char* p;
@@ -751,6 +824,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_errors);
     QT_RUN(test_run_doc_example);
     QT_RUN(test_run_yaml_errors);
+    QT_RUN(test_yaml_subset);
     QT_RUN(test_stories);
     snprintf(rm, sizeof rm, "rm -rf '%s'", g_tmp);
     if (system(rm) != 0) printf("    (could not remove %s)\n", g_tmp);

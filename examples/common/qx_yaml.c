@@ -418,7 +418,11 @@ static qx_yaml_node* qx__yflow(qx__yp* P) {
             pr.line = k->line;
             pr.col = k->col;
             dup = qx__yfind((const qx_yaml_pair*)tmp, n, k->str, k->len);
-            if (dup) { free(tmp); return (qx_yaml_node*)qx__yfail(P, at, "duplicate key '%s' (first in column %d)", k->str, dup->col); }
+            if (dup) {
+                int first = dup->col;    /* dup points into tmp */
+                free(tmp);
+                return (qx_yaml_node*)qx__yfail(P, at, "duplicate key '%s' (first in column %d)", k->str, first);
+            }
             if (qx__yat(P, P->pos) == ',' || qx__yat(P, P->pos) == '}') {
                 pr.value = qx__ynode(P, QX_YAML_NULL, P->pos);
                 if (pr.value) pr.value->str = "";
@@ -564,7 +568,11 @@ static qx_yaml_node* qx__yblock_map(qx__yp* P, size_t n) {
         pr.line = (int)P->ln + 1;
         pr.col = (int)kpos + 1;
         dup = qx__yfind(tmp, cnt, k->str, k->len);
-        if (dup) { free(tmp); return (qx_yaml_node*)qx__yfail(P, kpos, "duplicate key '%s' (first on line %d)", k->str, dup->line); }
+        if (dup) {
+            int first = dup->line;       /* dup points into tmp */
+            free(tmp);
+            return (qx_yaml_node*)qx__yfail(P, kpos, "duplicate key '%s' (first on line %d)", k->str, first);
+        }
         qx__yskip_ws(P);
         if (qx__yat(P, P->pos) != ':') { free(tmp); return (qx_yaml_node*)qx__yfail(P, P->pos, "expected ':' after the key '%s'", k->str); }
         P->pos++;
