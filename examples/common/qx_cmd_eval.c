@@ -128,6 +128,14 @@ static void on_layer(void* user, int64_t layer, int64_t n_layers) {
     qx_cli_progress((qx_cli*)user, layer, n_layers, "QuaRot: layer");
 }
 
+static void on_layer_adapt(void* user, int64_t layer, int64_t n_layers) {
+    qx_cli_progress((qx_cli*)user, layer, n_layers, "Adapt Rotation stage 2: layer");
+}
+
+static void on_calib_window(void* user, int64_t done, int64_t total) {
+    qx_cli_progress((qx_cli*)user, done, total, "Adapt Rotation stage 1: calibration window");
+}
+
 /* A recipe (lines of text), the first line under `label`, the others indented. */
 static void print_recipe(const char* label, const char* recipe) {
     const char* line = recipe;
@@ -383,6 +391,8 @@ int qx_cmd_eval(int argc, char** argv) {
             goto done;
         }
         memset(&co, 0, sizeof co);
+        co.on_window = on_calib_window;
+        co.user = &cli;
         co.adapt.quant_dtype = calib_dtype;
         co.adapt.seed = (uint64_t)seed;
         co.adapt.layer_type = def_layer;
@@ -423,7 +433,7 @@ int qx_cmd_eval(int argc, char** argv) {
     }
     if (actx.matrix) {
         qx_cli_phase(&cli);
-        r = qx_ek_rotate(&model, (uint64_t)seed, &actx, any_kv, &adapt, &adapt_hooks, adapt_recipe, sizeof adapt_recipe, on_layer, &cli, &e);
+        r = qx_ek_rotate(&model, (uint64_t)seed, &actx, any_kv, &adapt, &adapt_hooks, adapt_recipe, sizeof adapt_recipe, on_layer_adapt, &cli, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
         have_adapt = 1;
         qx_cli_progress_end(&cli, "Adapt Rotation stage 2");
