@@ -5,7 +5,10 @@
    Hadamard before down_proj and across the heads before o_proj, R3 on q/k when the KV cache is
    quantized), the text is cut into windows once (qx_eval.h's stream or docs windowing), and then
    every (setting, variant) cell builds its quantized forward pass once and scores every window.
-   Variants are the table's columns: adding Adapt Rotation is one more entry in `variants`. */
+   Variants are the table's columns: "no rotation", "QuaRot" and, with --context (a stage-1 file) or
+   --calib-text (stage 1 run here, qx_calib.h), "Adapt": Adapt Rotation stage 2 (qx_ek_rotate), the
+   same recipe as the QuaRot column with R1 = H*R learned from activations. */
+#include "qx_calib.h"
 #include "qx_cli.h"
 #include "qx_evalkit.h"
 
@@ -53,8 +56,21 @@ static void eval_usage(FILE* f) {
         "              log-softmax in double precision.\n"
         "  --seed N              seed of the random Hadamard signs (default 0)\n"
         "  --quiet               no progress on stderr\n"
-        "  --help                this text\n"
+        "  --help                this text\n");
+    fputs(
         "\n"
+        "Adapt Rotation column (\"Adapt\"): Adapt Rotation stage 2 with the same R2 and online hooks as the\n"
+        "QuaRot column, its R1 being H*R with R learned by stage 1 (quarot calibrate --help):\n"
+        "  --context FILE        a stage-1 context written by quarot calibrate (its seed and block are used)\n"
+        "  --calib-text FILE     or: run stage 1 here on this text (.txt or .jsonl, as quarot calibrate) with\n"
+        "                        calibrate's defaults (20 steps, up_proj, block -1, 2048 samples), --seed,\n"
+        "                        --seq-len and --windowing of this command, and the tokenizer above\n"
+        "  --calib-windows N     stage 1 on the first N calibration windows only (default 0 = all)\n"
+        "  --calib-quant-dtype T int4 (default) or int8 (match the activation bits of the rows you look at)\n"
+        "  --calib-layer-type L  comma-separated layer_type patterns (default up_proj)\n"
+        "  With --calib-text the stage-1 loss (start with the random Hadamard, end with H*R) is printed too.\n"
+        "\n", f);
+    fprintf(f,
         "Weights, activations and the KV cache of the decoder layers are quantized; the embeddings, the\n"
         "final norm and lm_head stay FP32, as in QuaRot. Progress goes to stderr; the table to stdout.\n"
         "Exit codes: 0 ok, 1 usage, 2 input (model, tokenizer or text missing or malformed), 4 cannot\n"
@@ -112,6 +128,27 @@ static void on_layer(void* user, int64_t layer, int64_t n_layers) {
     qx_cli_progress((qx_cli*)user, layer, n_layers, "QuaRot: layer");
 }
 
+static void on_layer_adapt(void* user, int64_t layer, int64_t n_layers) {
+    qx_cli_progress((qx_cli*)user, layer, n_layers, "Adapt Rotation stage 2: layer");
+}
+
+static void on_calib_window(void* user, int64_t done, int64_t total) {
+    qx_cli_progress((qx_cli*)user, done, total, "Adapt Rotation stage 1: calibration window");
+}
+
+/* A recipe (lines of text), the first line under `label`, the others indented. */
+static void print_recipe(const char* label, const char* recipe) {
+    const char* line = recipe;
+    int first = 1;
+    while (*line) {
+        const char* nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        printf("%-10s %.*s\n", first ? label : "", (int)n, line);
+        first = 0;
+        line += n + (nl ? 1 : 0);
+    }
+}
+
 static int has_setting(const qx_ek_setting* s, int n, const qx_ek_setting* x) {
     int i;
     for (i = 0; i < n; ++i)
@@ -122,6 +159,14 @@ static int has_setting(const qx_ek_setting* s, int n, const qx_ek_setting* x) {
 int qx_cmd_eval(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL;
+    const char *context_path = NULL, *calib_path = NULL, *calib_dtype = "int4", *calib_layers = NULL;
+    int64_t calib_windows = 0;
+    qx_store adapt;
+    quarot_online_list adapt_hooks;
+    quarot_adapt_context actx;
+    qx_calib_stats cst;
+    char adapt_recipe[2048];
+    int have_adapt = 0, have_actx = 0;
     int w_list[8] = {16}, a_list[8] = {16}, kv_list[8] = {16}, n_w = 0, n_a = 0, n_kv = 0;
     int64_t group = 0, windows = 0, seq_len = 256, seed = 0;
     double clip = 1.0;
@@ -172,6 +217,11 @@ int qx_cmd_eval(int argc, char** argv) {
         else if ((got = EVAL_OPT("--windows")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--seq-len")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--seed")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--context")) != 0) { if (got < 0) return QX_EXIT_USAGE; context_path = v; }
+        else if ((got = EVAL_OPT("--calib-text")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_path = v; }
+        else if ((got = EVAL_OPT("--calib-windows")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--calib-windows", v, 0, INT64_C(1) << 40, &calib_windows)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--calib-quant-dtype")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_dtype = v; }
+        else if ((got = EVAL_OPT("--calib-layer-type")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_layers = v; }
         else if ((got = EVAL_OPT("--windowing")) != 0) {
             if (got < 0) return QX_EXIT_USAGE;
             if (strcmp(v, "stream") == 0) windowing = QX_WINDOWING_STREAM;
@@ -184,6 +234,24 @@ int qx_cmd_eval(int argc, char** argv) {
     cli.quiet = quiet;
     if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot eval MODEL --text FILE; see --help)");
     if (!text_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE given (see quarot eval --help)");
+    if (context_path && calib_path)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context and --calib-text both give the Adapt column its R: choose one");
+    if (!calib_path && (calib_windows || calib_layers || strcmp(calib_dtype, "int4") != 0))
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-windows / --calib-quant-dtype / --calib-layer-type need --calib-text");
+    if (calib_layers) {
+        const char* c = calib_layers;
+        size_t run = 0;
+        for (;; ++c) {
+            if (*c == ',' || *c == '\0') {
+                if (run == 0 || run >= 128)
+                    return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-layer-type: '%s' is not a list of non-empty patterns (at most 127 bytes each)", calib_layers);
+                run = 0;
+                if (!*c) break;
+            } else {
+                ++run;
+            }
+        }
+    }
 
     /* The rows: FP32 first, then the default pair or every combination asked for (duplicates and
        settings that quantize nothing fold into the rows already there). */
@@ -231,6 +299,14 @@ int qx_cmd_eval(int argc, char** argv) {
     have_model = 1;
     memset(&win, 0, sizeof win);
     quarot_online_list_init(&hooks, NULL);
+    quarot_online_list_init(&adapt_hooks, NULL);
+    quarot_adapt_context_init(&actx, NULL);
+    have_actx = 1;
+    memset(&cst, 0, sizeof cst);
+    if (context_path) {   /* a stage-1 context: read (and validated) before any work */
+        r = qx_calib_context_load(context_path, &actx, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
+    }
     memset(&tok, 0, sizeof tok);
     if (model.config.max_seq > 0 && seq_len > model.config.max_seq) {
         rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)",
@@ -294,6 +370,75 @@ int qx_cmd_eval(int argc, char** argv) {
     have_rot = 1;
     qx_cli_progress_end(&cli, "QuaRot");
 
+    /* Adapt Rotation: stage 1 here (--calib-text) or from a file (--context), then stage 2 once. */
+    if (calib_path) {
+        qx_calib_text ct;
+        qx_windows cw;
+        qx_calib_opts co;
+        char* pats = NULL;
+        const char* plist[64];
+        static const char* const def_layer[1] = {"up_proj"};
+        int64_t n_pats = 0;
+        r = qx_calib_text_load(calib_path, &ct, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT, "%s", e.msg);
+            goto done;
+        }
+        r = qx_calib_windows(&ct, &tok, windowing, seq_len, calib_windows, &cw, &e);
+        qx_calib_text_free(&ct);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: calibration windows: %s", calib_path, e.msg);
+            goto done;
+        }
+        memset(&co, 0, sizeof co);
+        co.on_window = on_calib_window;
+        co.user = &cli;
+        co.adapt.quant_dtype = calib_dtype;
+        co.adapt.seed = (uint64_t)seed;
+        co.adapt.layer_type = def_layer;
+        co.adapt.n_layer_type = 1;
+        if (calib_layers) {
+            char* p;
+            pats = (char*)malloc(strlen(calib_layers) + 1);
+            if (!pats) { qx_windows_free(&cw); rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+            strcpy(pats, calib_layers);
+            for (p = pats; p && n_pats < 64;) {
+                char* comma = strchr(p, ',');
+                if (comma) *comma = '\0';
+                plist[n_pats++] = p;
+                p = comma ? comma + 1 : NULL;
+            }
+            co.adapt.layer_type = plist;
+            co.adapt.n_layer_type = n_pats;
+        }
+        r = qx_calib_check(&co.adapt, model.config.hidden, &e);
+        if (r != QUAROT_OK) {
+            free(pats);
+            qx_windows_free(&cw);
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg);
+            goto done;
+        }
+        qx_cli_phase(&cli);
+        r = qx_calib_stage1(&model, &cw, &co, &actx, &cst, &e);
+        free(pats);
+        qx_windows_free(&cw);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS,
+                             "%s: Adapt Rotation stage 1 on %s: %s", model_path, calib_path, e.msg);
+            goto done;
+        }
+        qx_cli_progress_end(&cli, "Adapt Rotation stage 1");
+        qx_cli_info(&cli, "Adapt Rotation stage 1: loss %.6e (random Hadamard) -> %.6e (%+.2f%%), %lld rows", actx.start_loss,
+                    actx.best_loss, 100.0 * qx_calib_reduction(&actx), (long long)actx.rows);
+    }
+    if (actx.matrix) {
+        qx_cli_phase(&cli);
+        r = qx_ek_rotate(&model, (uint64_t)seed, &actx, any_kv, &adapt, &adapt_hooks, adapt_recipe, sizeof adapt_recipe, on_layer_adapt, &cli, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
+        have_adapt = 1;
+        qx_cli_progress_end(&cli, "Adapt Rotation stage 2");
+    }
+
     /* The columns. Adapt Rotation: one more variant here (its store and hooks), nothing else. */
     variants[n_variants].name = "no rotation";
     variants[n_variants].store = &model;
@@ -301,6 +446,11 @@ int qx_cmd_eval(int argc, char** argv) {
     variants[n_variants].name = "QuaRot";
     variants[n_variants].store = &rot;
     variants[n_variants++].hooks = &hooks;
+    if (have_adapt) {
+        variants[n_variants].name = "Adapt";
+        variants[n_variants].store = &adapt;
+        variants[n_variants++].hooks = &adapt_hooks;
+    }
 
     qx_ek_table_init(&table, "perplexity");
     for (j = 0; j < n_variants; ++j) qx_ek_table_add_col(&table, variants[j].name);
@@ -364,17 +514,18 @@ int qx_cmd_eval(int argc, char** argv) {
         printf("quant      weights RTN symmetric per %s; activations per token symmetric, clip %.2f; KV cache %s\n",
                group ? "group" : "output channel", clip, any_kv ? "per token per head asymmetric" : "FP32");
         if (group) printf("           weight groups of %lld input channels\n", (long long)group);
-        {
-            /* the recipe, each line indented under "QuaRot" */
-            char* line = recipe;
-            int first = 1;
-            while (*line) {
-                char* nl = strchr(line, '\n');
-                size_t n = nl ? (size_t)(nl - line) : strlen(line);
-                printf("%-10s %.*s\n", first ? "QuaRot" : "", (int)n, line);
-                first = 0;
-                line += n + (nl ? 1 : 0);
-            }
+        print_recipe("QuaRot", recipe);
+        if (have_adapt) {
+            if (calib_path)
+                printf("%-10s stage 1 on %s: %lld windows, %lld tokens; %lld linears (%s), %lld rows of %lld\n", "Adapt", calib_path,
+                       (long long)cst.windows, (long long)cst.tokens, (long long)cst.linears, cst.matched, (long long)cst.rows,
+                       (long long)model.config.hidden);
+            else
+                printf("%-10s stage 1 context %s: %lld rows of %lld, %d steps run\n", "Adapt", context_path, (long long)actx.rows,
+                       (long long)actx.block, actx.steps_run);
+            printf("%-10s stage 1 loss (%s per token): random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", "", qx_calib_dtype(&actx),
+                   actx.start_loss, actx.best_loss, 100.0 * qx_calib_reduction(&actx));
+            print_recipe("", adapt_recipe);
         }
         printf("\n");
         qx_ek_table_print(stdout, &table);
@@ -388,6 +539,11 @@ done:
     if (have_tok) qx_tokenizer_free(&tok);
     if (have_rot) qx_store_free(&rot);
     quarot_online_list_free(&hooks);
+    if (have_adapt) qx_store_free(&adapt);
+    if (have_actx) {
+        quarot_online_list_free(&adapt_hooks);
+        quarot_adapt_context_free(&actx);
+    }
     if (have_model) qx_store_free(&model);
     return rc;
 }

@@ -3,11 +3,16 @@
    The input is mapped and validated (qx_cli_load_model), the options become a quarot_rotate_desc,
    and qx_rotate_file runs the processor layer by layer, writing the output through temporaries
    (see qx_rotate_file.h for the memory model). This file holds the option parsing, the output
-   path rules (where the hook file and config.json go, what counts as overwriting) and the summary. */
+   path rules (where the hook file and config.json go, what counts as overwriting) and the summary;
+   everything after the option parsing is qx_rotate_job_run (qx_rotate_job.h), which `quarot run`
+   shares. With --rotation adapt, R1 is Adapt Rotation stage 2: H*R from a stage-1 context file
+   (quarot calibrate), H rebuilt from the context's seed and block. */
+#include "qx_calib.h"
 #include "qx_cli.h"
 #include "qx_file.h"
 #include "qx_json.h"
 #include "qx_rotate_file.h"
+#include "qx_rotate_job.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -41,7 +46,12 @@ static void rotate_usage(FILE* f) {
         "\n"
         "options:\n"
         "  --rotation KIND      R1 (and R2): hadamard (default; random signs), random (seeded Haar-random\n"
-        "                       orthogonal), adapt (Adapt Rotation, with --context FILE: not available yet)\n"
+        "                       orthogonal), adapt (Adapt Rotation stage 2: R1 = H*R with R learned by\n"
+        "                       `quarot calibrate` (stage 1); needs --context; R2 stays Hadamard)\n"
+        "  --context FILE       with --rotation adapt: the stage-1 context written by quarot calibrate. H is\n"
+        "                       rebuilt from the context's seed and block, so --seed may be left out (a\n"
+        "                       --seed different from the context's is refused) and --block-size is the\n"
+        "                       context's (-1 = the context's block; another value must equal it)\n"
         "  --seed N             seed of the random signs / matrices (default 0)\n"
         "  --block-size N       R1 as block-diagonal Hadamard blocks of N (must divide hidden); -1 = full\n"
         "                       hidden (default)\n"
@@ -80,14 +90,18 @@ static void rotate_usage(FILE* f) {
         "without --force, cannot be written), 4 cannot rotate as asked, 5 internal or out of memory.\n", f);
 }
 
-/* "0,3,5-7" -> sorted distinct layer indices in [0, n_layers); 0 on error (usage error printed). */
-static int parse_layers(qx_cli* cli, const char* s, int64_t n_layers, int64_t** out, int64_t* n_out) {
-    unsigned char* mark;
+static int cmp_i64(const void* a, const void* b) {
+    int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+    return x < y ? -1 : x > y;
+}
+
+/* "0,3,5-7" -> sorted distinct layer indices >= 0 (the upper bound is checked against the model in
+   qx_rotate_job_run); 0 on error (usage error printed). */
+static int parse_layers(qx_cli* cli, const char* s, int64_t** out, int64_t* n_out) {
     const char* p = s;
-    int64_t i, n = 0;
+    int64_t i, n = 0, cap = 0, k;
+    int64_t* list = NULL;
     if (!s[0]) return qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers: empty list"), 0;
-    mark = (unsigned char*)calloc((size_t)n_layers, 1);
-    if (!mark) return qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"), 0;
     for (;;) {
         char* end;
         long long a, b;
@@ -101,26 +115,33 @@ static int parse_layers(qx_cli* cli, const char* s, int64_t n_layers, int64_t** 
             b = strtoll(q, &end, 10);
             if (errno || b < a) goto bad;
         }
-        if (a < 0 || b >= n_layers) {
-            qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers: layer %lld out of range (the model has %lld layers, 0..%lld)",
-                        (long long)(a < 0 ? a : b), (long long)n_layers, (long long)(n_layers - 1));
-            free(mark);
+        if (b - a > (int64_t)1 << 20) {
+            qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers: range %lld-%lld is too long", (long long)a, (long long)b);
+            free(list);
             return 0;
         }
-        for (i = a; i <= b; ++i) mark[i] = 1;
+        for (i = a; i <= b; ++i) {
+            if (n == cap) {
+                int64_t nc = cap ? 2 * cap : 16;
+                int64_t* q = (int64_t*)realloc(list, (size_t)nc * sizeof *q);
+                if (!q) { free(list); return qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"), 0; }
+                list = q;
+                cap = nc;
+            }
+            list[n++] = i;
+        }
         if (*end == '\0') break;
         if (*end != ',') goto bad;
         p = end + 1;
     }
-    *out = (int64_t*)malloc((size_t)n_layers * sizeof(int64_t));
-    if (!*out) { free(mark); return qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"), 0; }
-    for (i = 0; i < n_layers; ++i)
-        if (mark[i]) (*out)[n++] = i;
-    *n_out = n;
-    free(mark);
+    qsort(list, (size_t)n, sizeof *list, cmp_i64);
+    for (i = k = 0; i < n; ++i)
+        if (k == 0 || list[i] != list[k - 1]) list[k++] = list[i];
+    *out = list;
+    *n_out = k;
     return 1;
 bad:
-    free(mark);
+    free(list);
     qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers: '%s' is not a list like 0,3,5-7", s);
     return 0;
 }
@@ -216,13 +237,10 @@ static double peak_rss_mib(void) {
 
 static const char* dir_model_files[] = {"config.json", "model.safetensors", "model.safetensors.index.json", "quarot_online.txt"};
 
-int qx_cmd_rotate(int argc, char** argv) {
-    qx_cli cli;
-    const char *in = NULL, *out = NULL, *v, *layers_arg = NULL, *context = NULL;
-    const char* rotation = "hadamard";
-    int64_t seed = 0, block = -1, tp = 1;
-    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, i, k, rc, dir_out = 0, hooks = 0;
-    quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
+int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
+    const char *in = job->in, *out = job->out;
+    int k, rc, dir_out = 0, hooks = 0, force = job->force, adapt = job->rotation == QUAROT_ROTATION_ADAPT;
+    quarot_dtype dtype = job->dtype;
     quarot_rotate_desc desc;
     quarot_online_list list;
     qx_rotate_file_opts ro;
@@ -231,14 +249,188 @@ int qx_cmd_rotate(int argc, char** argv) {
     qx_store s;
     qx_err e;
     quarot_result r;
-    int64_t* layer_list = NULL;
-    int64_t n_layer_list = 0;
     char *hooks_path = NULL, *config_path = NULL;
     char src_format[32];
     rotate_progress rp;
 
+    if (same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
+    if (adapt && (!job->context || !job->context->matrix))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
     quarot_online_list_init(&list, NULL);
     qx_store_init(&s);
+
+    /* Load (views of read-only mappings) and check the format's output rules before any work. */
+    memset(&lo, 0, sizeof lo);
+    r = qx_cli_load_model(in, &lo, &s, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    snprintf(src_format, sizeof src_format, "%s", s.source_format);
+    rc = QX_EXIT_OK;
+    hooks = job->online || job->r3;
+    if (s.config.norm == QUAROT_NORM_LAYER) {
+        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model needs RMSNorm, which its format "
+                                                 "cannot express (rotate it in memory: quarot eval)", in, s.config.arch);
+        goto done;
+    }
+    if (strncmp(src_format, "llama2c", 7) == 0 && dtype != QUAROT_DTYPE_DEFAULT && dtype != QUAROT_DTYPE_F32) {
+        rc = qx_cli_fail(cli, QX_EXIT_USAGE, "--dtype: llama2.c checkpoints are float32 only");
+        goto done;
+    }
+    if (job->down_proj_online == QUAROT_LAYERS_LIST && job->n_layers > 0 && job->layers[job->n_layers - 1] >= s.config.n_layers) {
+        rc = qx_cli_fail(cli, QX_EXIT_USAGE, "%s: layer %lld out of range (the model has %lld layers, 0..%lld)",
+                         job->layers_what ? job->layers_what : "--down-proj-online-layers", (long long)job->layers[job->n_layers - 1],
+                         (long long)s.config.n_layers, (long long)(s.config.n_layers - 1));
+        goto done;
+    }
+    if (adapt && job->context->hidden != s.config.hidden) {
+        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context (%s) is for hidden size %lld, the model has %lld",
+                         in, job->context_name ? job->context_name : "stage 1", (long long)job->context->hidden, (long long)s.config.hidden);
+        goto done;
+    }
+    if (strncmp(src_format, "safetensors", 11) == 0) {
+        size_t ol = strlen(out);
+        dir_out = !(ol > 12 && strcmp(out + ol - 12, ".safetensors") == 0);
+    }
+    if (dir_out) {
+        if (qx_path_exists(out) && !qx_is_dir(out)) {
+            rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists and is not a directory (a safetensors output not ending in "
+                                                    ".safetensors is a directory)", out);
+            goto done;
+        }
+        for (k = 0; k < 4 && !force && qx_is_dir(out); ++k) {
+            char* f = qx_path_join(out, dir_model_files[k]);
+            int ex = f && qx_path_exists(f);
+            free(f);
+            if (ex) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: holds a model already (%s); use --force to replace it", out, dir_model_files[k]); goto done; }
+        }
+    } else {
+        if (qx_is_dir(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
+        if (!force && qx_path_exists(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
+        if (strncmp(src_format, "safetensors", 11) == 0) {   /* one file: its config.json beside it */
+            char* od = dir_of(out);
+            char* id = qx_is_dir(in) ? NULL : dir_of(in);
+            config_path = od ? qx_path_join(od, "config.json") : NULL;
+            if (od && (qx_is_dir(in) ? same_file(od, in) : (id && same_file(od, id)))) {
+                rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the "
+                                                        "rotated model; write to a directory (OUT without .safetensors) or elsewhere", out);
+                free(od); free(id);
+                goto done;
+            }
+            free(od);
+            free(id);
+            if (!config_path) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+            if (!force && qx_path_exists(config_path)) {
+                rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", config_path);
+                goto done;
+            }
+        }
+    }
+    /* Without online rotation a hook file left from an earlier run would be wrong for the new model:
+       it counts as an output (refused without --force, removed after success with it). */
+    hooks_path = dir_out ? qx_path_join(out, "quarot_online.txt") : concat(out, ".quarot-online");
+    if (!hooks_path) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+    if (!force && qx_path_exists(hooks_path)) {
+        rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", hooks_path);
+        goto done;
+    }
+
+    /* The rotation. Adapt Rotation stage 2: R1 = H*R_best with H rebuilt from the context's seed
+       and block (the processor takes both from desc.context); R2 Hadamard with the same seed, so a
+       context holding R = I gives exactly `--rotation hadamard --seed <its seed>`. */
+    memset(&desc, 0, sizeof desc);
+    desc.rotation = job->rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : job->rotation;
+    desc.r2_rotation = adapt ? QUAROT_ROTATION_HADAMARD : desc.rotation;
+    desc.seed = adapt ? job->context->seed : job->seed;
+    desc.context = adapt ? job->context : NULL;
+    desc.block_size = job->block_size;
+    desc.no_r2 = job->no_r2;
+    desc.online = job->online;
+    desc.r3 = job->r3;
+    desc.max_tp_size = job->max_tp_size;
+    if (job->down_proj_online == QUAROT_LAYERS_LIST) {
+        desc.down_proj_online = QUAROT_LAYERS_LIST;
+        desc.down_proj_online_layers = job->layers;
+        desc.n_down_proj_online_layers = job->n_layers;
+    } else if (job->down_proj_online == QUAROT_LAYERS_NONE) {
+        desc.down_proj_online = QUAROT_LAYERS_NONE;
+    }
+    if (hooks) desc.online_out = &list;
+
+    memset(&ro, 0, sizeof ro);
+    ro.out_path = out;
+    ro.force = force;
+    ro.dtype = dtype;
+    ro.hooks_path = hooks ? hooks_path : NULL;
+    ro.config_path = config_path;
+    ro.drop_pages = 1;
+    if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
+    memset(&rp, 0, sizeof rp);
+    rp.cli = cli;
+    ro.progress = on_progress;
+    ro.user = &rp;
+    qx_cli_phase(cli);
+    r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+    if (rp.stage) qx_cli_progress_end(cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
+    if (r != QUAROT_OK) {
+        rc = st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+        if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
+        if (st.output_error) qx_cli_fail(cli, rc, "%s", e.msg);
+        else qx_cli_fail(cli, rc, "%s: %s", in, e.msg);
+    } else {
+        int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
+        double mib = 1.0 / (1024.0 * 1024.0);
+        for (h = 0; h < list.count; ++h) {
+            n_down += list.hooks[h].site == QUAROT_SITE_DOWN_INPUT;
+            n_o += list.hooks[h].site == QUAROT_SITE_O_INPUT;
+            n_q += list.hooks[h].site == QUAROT_SITE_Q_ROPE;
+            n_k += list.hooks[h].site == QUAROT_SITE_K_ROPE;
+        }
+        printf("rotated %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, src_format, s.config.arch,
+               (long long)s.config.n_layers, (long long)s.config.hidden, out);
+        printf("  R1: %s\n  R2: %s\n", st.r1, job->no_r2 ? "off (--no-r2)" : st.r2);
+        if (adapt)
+            printf("  Adapt Rotation stage 2: R learned by stage 1 (%s): %s, seed %llu, block %lld, loss %.6e -> %.6e (%+.2f%%)\n",
+                   job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context),
+                   (unsigned long long)job->context->seed, (long long)job->context->block, job->context->start_loss,
+                   job->context->best_loss, 100.0 * qx_calib_reduction(job->context));
+        printf("  norms fused; %lld rotate commands; %s\n", (long long)st.n_commands,
+               st.untied ? "lm_head untied from the embeddings (written as a separate tensor)" : "embeddings as in the input");
+        if (hooks)
+            printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld) -> %s\n", (long long)list.count,
+                   (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k, hooks_path);
+        else
+            printf("  online hooks: none (the output runs unchanged in an ordinary engine)\n");
+        printf("  wrote %lld tensors%s%s%s\n", (long long)st.tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
+               dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", config_path ? " (+ config.json beside it)" : "");
+        printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
+               peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
+               (long long)st.max_live_layers);
+        fflush(stdout);
+        if (hooks) qx_cli_info(cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
+        else if (qx_path_exists(hooks_path) && remove(hooks_path) == 0)
+            qx_cli_info(cli, "removed %s (an earlier run's hook list; this model needs none)", hooks_path);
+    }
+done:
+    quarot_online_list_free(&list);
+    free(hooks_path);
+    free(config_path);
+    qx_store_free(&s);
+    return rc;
+}
+
+int qx_cmd_rotate(int argc, char** argv) {
+    qx_cli cli;
+    const char *in = NULL, *out = NULL, *v, *layers_arg = NULL, *context = NULL;
+    const char* rotation = "hadamard";
+    int64_t seed = 0, block = -1, tp = 1;
+    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
+    quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
+    int64_t* layer_list = NULL;
+    int64_t n_layer_list = 0;
+    quarot_adapt_context ctx;
+    qx_rotate_job job;
+    qx_err e;
+    quarot_result r;
+
     /* A file-size limit makes writes fail with EFBIG instead of killing the process, so the
        temporaries are removed and the error is reported like any other write error. */
     signal(SIGXFSZ, SIG_IGN);
@@ -264,6 +456,7 @@ int qx_cmd_rotate(int argc, char** argv) {
             if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0)
                 return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random or adapt", v);
             rotation = v;
+            rotation_given = 1;
             continue;
         }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--context", &v)) != 0) {
@@ -273,11 +466,13 @@ int qx_cmd_rotate(int argc, char** argv) {
         }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
             if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
+            seed_given = 1;
             continue;
         }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--block-size", &v)) != 0) {
             if (k < 0 || !qx_cli_int(&cli, "--block-size", v, -1, INT64_MAX, &block)) return QX_EXIT_USAGE;
             if (block == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size: 0 is not a block size (-1 = full hidden)");
+            block_given = 1;
             continue;
         }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--max-tp-size", &v)) != 0) {
@@ -301,146 +496,60 @@ int qx_cmd_rotate(int argc, char** argv) {
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot rotate --help)", a);
     }
     if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
-    if (strcmp(rotation, "adapt") == 0 || context)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt / --context: Adapt Rotation is not available yet in this build "
-                                                 "(use --rotation hadamard or random)");
+    if (context && !rotation_given) rotation = "adapt";   /* --context alone means Adapt Rotation stage 2 */
+    if (context && strcmp(rotation, "adapt") != 0)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt (it holds Adapt Rotation's learned R), not --rotation %s", rotation);
+    if (strcmp(rotation, "adapt") == 0 && !context)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE, the Adapt Rotation context of stage 1: run `quarot calibrate` "
+                                                 "(stage 1) first");
     if (layers_arg && !online) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
-    if (same_file(in, out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
+    if (layers_arg && !parse_layers(&cli, layers_arg, &layer_list, &n_layer_list)) return QX_EXIT_USAGE;
 
-    /* Load (views of read-only mappings) and check the format's output rules before any work. */
-    memset(&lo, 0, sizeof lo);
-    r = qx_cli_load_model(in, &lo, &s, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-    snprintf(src_format, sizeof src_format, "%s", s.source_format);
-    rc = QX_EXIT_OK;
-    hooks = online || r3;
-    if (s.config.norm == QUAROT_NORM_LAYER) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model needs RMSNorm, which its format "
-                                                 "cannot express (rotate it in memory: quarot eval)", in, s.config.arch);
-        goto done;
-    }
-    if (strncmp(src_format, "llama2c", 7) == 0 && dtype != QUAROT_DTYPE_DEFAULT && dtype != QUAROT_DTYPE_F32) {
-        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: llama2.c checkpoints are float32 only");
-        goto done;
-    }
-    if (strncmp(src_format, "safetensors", 11) == 0) {
-        size_t ol = strlen(out);
-        dir_out = !(ol > 12 && strcmp(out + ol - 12, ".safetensors") == 0);
-    }
-    if (dir_out) {
-        if (qx_path_exists(out) && !qx_is_dir(out)) {
-            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists and is not a directory (a safetensors output not ending in "
-                                                    ".safetensors is a directory)", out);
+    memset(&job, 0, sizeof job);
+    quarot_adapt_context_init(&ctx, NULL);
+    if (context) {
+        /* stage 2: the context is read (and fully validated) before the model */
+        r = qx_calib_context_load(context, &ctx, &e);
+        if (r != QUAROT_OK) {
+            free(layer_list);
+            return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+        }
+        if (seed_given && (uint64_t)seed != ctx.seed) {
+            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu (stage 2 rebuilds H from stage 1's seed; "
+                                                  "leave --seed out)", (long long)seed, (unsigned long long)ctx.seed);
             goto done;
         }
-        for (k = 0; k < 4 && !force && qx_is_dir(out); ++k) {
-            char* f = qx_path_join(out, dir_model_files[k]);
-            int ex = f && qx_path_exists(f);
-            free(f);
-            if (ex) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: holds a model already (%s); use --force to replace it", out, dir_model_files[k]); goto done; }
+        if (block_given && block > 0 && block != ctx.block) {   /* -1: the context's block */
+            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size %lld differs from the context's block %lld (set at stage 1 by quarot calibrate "
+                                                  "--block-size; leave --block-size out)", (long long)block, (long long)ctx.block);
+            goto done;
         }
+        job.rotation = QUAROT_ROTATION_ADAPT;
+        job.context = &ctx;
+        job.context_name = context;
+        block = ctx.block;
     } else {
-        if (qx_is_dir(out)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
-        if (!force && qx_path_exists(out)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
-        if (strncmp(src_format, "safetensors", 11) == 0) {   /* one file: its config.json beside it */
-            char* od = dir_of(out);
-            char* id = qx_is_dir(in) ? NULL : dir_of(in);
-            config_path = od ? qx_path_join(od, "config.json") : NULL;
-            if (od && (qx_is_dir(in) ? same_file(od, in) : (id && same_file(od, id)))) {
-                rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the "
-                                                        "rotated model; write to a directory (OUT without .safetensors) or elsewhere", out);
-                free(od); free(id);
-                goto done;
-            }
-            free(od);
-            free(id);
-            if (!config_path) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-            if (!force && qx_path_exists(config_path)) {
-                rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", config_path);
-                goto done;
-            }
-        }
+        job.rotation = strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
     }
-    /* Without online rotation a hook file left from an earlier run would be wrong for the new model:
-       it counts as an output (refused without --force, removed after success with it). */
-    hooks_path = dir_out ? qx_path_join(out, "quarot_online.txt") : concat(out, ".quarot-online");
-    if (!hooks_path) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-    if (!force && qx_path_exists(hooks_path)) {
-        rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", hooks_path);
-        goto done;
-    }
-    if (layers_arg && !parse_layers(&cli, layers_arg, s.config.n_layers, &layer_list, &n_layer_list)) { rc = QX_EXIT_USAGE; goto done; }
-
-    /* The rotation. */
-    memset(&desc, 0, sizeof desc);
-    desc.rotation = strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
-    desc.r2_rotation = desc.rotation;
-    desc.seed = (uint64_t)seed;
-    desc.block_size = block;
-    desc.no_r2 = no_r2;
-    desc.online = online;
-    desc.r3 = r3;
-    desc.max_tp_size = tp;
+    job.in = in;
+    job.out = out;
+    job.seed = (uint64_t)seed;
+    job.block_size = block;
+    job.no_r2 = no_r2;
+    job.online = online;
+    job.r3 = r3;
+    job.max_tp_size = tp;
     if (layer_list) {
-        desc.down_proj_online = QUAROT_LAYERS_LIST;
-        desc.down_proj_online_layers = layer_list;
-        desc.n_down_proj_online_layers = n_layer_list;
+        job.down_proj_online = QUAROT_LAYERS_LIST;
+        job.layers = layer_list;
+        job.n_layers = n_layer_list;
+        job.layers_what = "--down-proj-online-layers";
     }
-    if (hooks) desc.online_out = &list;
-
-    memset(&ro, 0, sizeof ro);
-    ro.out_path = out;
-    ro.force = force;
-    ro.dtype = dtype;
-    ro.hooks_path = hooks ? hooks_path : NULL;
-    ro.config_path = config_path;
-    ro.drop_pages = 1;
-    if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
-    memset(&rp, 0, sizeof rp);
-    rp.cli = &cli;
-    ro.progress = on_progress;
-    ro.user = &rp;
-    qx_cli_phase(&cli);
-    r = qx_rotate_file(&s, &desc, &ro, &st, &e);
-    if (rp.stage) qx_cli_progress_end(&cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
-    if (r != QUAROT_OK) {
-        rc = st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
-        if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
-        if (st.output_error) qx_cli_fail(&cli, rc, "%s", e.msg);
-        else qx_cli_fail(&cli, rc, "%s: %s", in, e.msg);
-    } else {
-        int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
-        double mib = 1.0 / (1024.0 * 1024.0);
-        for (h = 0; h < list.count; ++h) {
-            n_down += list.hooks[h].site == QUAROT_SITE_DOWN_INPUT;
-            n_o += list.hooks[h].site == QUAROT_SITE_O_INPUT;
-            n_q += list.hooks[h].site == QUAROT_SITE_Q_ROPE;
-            n_k += list.hooks[h].site == QUAROT_SITE_K_ROPE;
-        }
-        printf("rotated %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, src_format, s.config.arch,
-               (long long)s.config.n_layers, (long long)s.config.hidden, out);
-        printf("  R1: %s\n  R2: %s\n", st.r1, no_r2 ? "off (--no-r2)" : st.r2);
-        printf("  norms fused; %lld rotate commands; %s\n", (long long)st.n_commands,
-               st.untied ? "lm_head untied from the embeddings (written as a separate tensor)" : "embeddings as in the input");
-        if (hooks)
-            printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld) -> %s\n", (long long)list.count,
-                   (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k, hooks_path);
-        else
-            printf("  online hooks: none (the output runs unchanged in an ordinary engine)\n");
-        printf("  wrote %lld tensors%s%s%s\n", (long long)st.tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
-               dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", config_path ? " (+ config.json beside it)" : "");
-        printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
-               peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
-               (long long)st.max_live_layers);
-        if (hooks) qx_cli_info(&cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
-        else if (qx_path_exists(hooks_path) && remove(hooks_path) == 0)
-            qx_cli_info(&cli, "removed %s (an earlier run's hook list; this model needs none)", hooks_path);
-    }
+    job.dtype = dtype;
+    job.force = force;
+    rc = qx_rotate_job_run(&cli, &job);
 done:
-    quarot_online_list_free(&list);
+    quarot_adapt_context_free(&ctx);
     free(layer_list);
-    free(hooks_path);
-    free(config_path);
-    qx_store_free(&s);
     return rc;
 }

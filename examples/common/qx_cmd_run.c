@@ -1,10 +1,336 @@
-/* qx_cmd_run.c - `quarot run` (being written). */
+/* qx_cmd_run.c - `quarot run CONFIG.yaml --model IN --save OUT`: an msModelSlim-style YAML
+   configuration of the rotation processors, run as msModelSlim's multi-stage service would:
+   spec.prior's adapt_rotation stage 1 on its dataset first (Adapt Rotation stage 1, in memory),
+   then spec.process's rotation processor (quarot, or adapt_rotation stage 2 using stage 1's
+   context), writing the rotated model like `quarot rotate` (same formats, hook file when online).
+   The configuration is read by qx_runcfg (a strict YAML subset, qx_yaml.h); see its header for the
+   keys and their defaults. */
+#include "qx_calib.h"
 #include "qx_cli.h"
+#include "qx_evalkit.h"
+#include "qx_file.h"
+#include "qx_rotate_job.h"
+#include "qx_runcfg.h"
+#include "qx_threads.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void run_usage(FILE* f) {
+    fprintf(f,
+        "usage: quarot run CONFIG.yaml --model IN --save OUT [options]\n"
+        "\n"
+        "Run the rotation processors of an msModelSlim configuration (apiversion modelslim_v1 or\n"
+        "modelslim_v1_multi_stage) on the checkpoint IN and write the rotated checkpoint to OUT in IN's\n"
+        "format, as `quarot rotate` does (online hook file beside it when online: True):\n"
+        "  spec.prior:   - process: [adapt_rotation, stage: 1, steps, quant_dtype, layer_type, block_size,\n"
+        "                            max_samples]\n"
+        "                  dataset: FILE   (.txt raw text or .jsonl: each line a string or an object whose\n"
+        "                                  \"text\" member - else its first string member - is one sample;\n"
+        "                                  relative to CONFIG's folder; default spec.dataset)\n"
+        "  spec.process: - quarot                      (online, block_size, max_tp_size,\n"
+        "                                               down_proj_online_layers, export_extra_info)\n"
+        "                - adapt_rotation, stage: 2    (online, block_size, max_tp_size,\n"
+        "                                               down_proj_online_layers): R1 = H*R of stage 1\n"
+        "Defaults are msModelSlim's: steps 20, quant_dtype int4, layer_type [up_proj], block_size -1,\n"
+        "max_samples 2048, online False, max_tp_size 4, down_proj_online_layers [] (with online: True only\n"
+        "the listed layers get the online down_proj rotation; [] = none, the heads rotation before o_proj\n"
+        "is always added), export_extra_info True (no effect: quarot writes no extra files). For stage 2,\n"
+        "block_size -1 means stage 1's block; another value must equal it. Stage 1 runs as\n"
+        "`quarot calibrate` (per-step loss on stderr), in memory; the result equals calibrate + rotate\n"
+        "with the same settings.\n"
+        "\n"
+        "The YAML is read strictly (block mappings and sequences, [flow] lists, quoted and plain scalars,\n"
+        "comments, True/False, anchors & aliases; no tags, block scalars, merge keys or multi-line\n"
+        "values): an unknown key, a value of the wrong type or a malformed line is an error naming the key\n"
+        "and the line. Other processors (autoround_quant, linear_quant, ...) and spec.save entries are\n"
+        "refused, since quarot does not quantize or save in msModelSlim's formats, unless\n"
+        "--skip-unsupported skips them with a warning. metadata, spec.runner and top-level templates with\n"
+        "an anchor (`default_w4a4_dynamic: &default_w4a4_dynamic ...`) are accepted and not used.\n"
+        "\n"
+        "options:\n"
+        "  --model IN            the checkpoint to rotate (required; any format quarot rotate reads)\n"
+        "  --save OUT            the rotated checkpoint (required; same rules as quarot rotate's OUT)\n"
+        "  --skip-unsupported    skip processors other than quarot / adapt_rotation and spec.save, warning\n"
+        "  --context FILE        a stage-1 context from quarot calibrate, for a configuration whose\n"
+        "                        adapt_rotation stage 2 has no stage 1 in spec.prior\n"
+        "  --seed N              seed of the random Hadamard (stage 1's H and quarot's R1; default 0)\n"
+        "  --tokenizer FILE      llama2.c tokenizer for the dataset (default: beside IN, as quarot eval)\n"
+        "  --seq-len N           stage-1 window length in tokens, BOS included (default 256)\n"
+        "  --windows N           stage 1 on the first N windows only (default 0 = all)\n"
+        "  --windowing stream|docs  how a .txt dataset becomes windows (default stream)\n"
+        "  --threads N           threads for stage 1 (default 1)\n"
+        "  --force               replace existing outputs\n"
+        "  --quiet               no progress on stderr (warnings and errors are still printed)\n"
+        "  --help                this text\n"
+        "\n"
+        "Exit codes: 0 ok, 1 usage, 2 input (model, dataset or tokenizer missing or malformed; the YAML\n"
+        "malformed or asking for something quarot does not run), 3 output (exists without --force,\n"
+        "cannot be written), 4 processing (e.g. layer_type matching no linear), 5 internal.\n");
+}
+
+static void on_warn(void* user, const char* msg) {
+    (void)user;
+    fprintf(stderr, "quarot run: warning: %s\n", msg);
+}
+
+typedef struct run_progress {
+    qx_cli* cli;
+    int steps;
+} run_progress;
+
+static void on_window(void* user, int64_t done, int64_t total) {
+    qx_cli_progress(((run_progress*)user)->cli, done, total, "stage 1: calibration window");
+}
+
+static void on_optimize(void* user) {
+    run_progress* p = (run_progress*)user;
+    qx_cli_progress_end(p->cli, "stage 1: calibration forward pass");
+    qx_cli_phase(p->cli);
+}
+
+static void on_step(void* user, int step, double loss, double best, int iters) {
+    run_progress* p = (run_progress*)user;
+    if (step == 0) qx_cli_info(p->cli, "stage 1: step %2d/%d  loss %.6e  (random Hadamard, R = I)", step, p->steps, loss);
+    else qx_cli_info(p->cli, "stage 1: step %2d/%d  loss %.6e  best %.6e  (%d Newton-Schulz iterations)", step, p->steps, loss, best, iters);
+}
+
+/* Stage 1 from the configuration; fills ctx. Returns an exit code. */
+static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, const char* model_path, const char* tok_opt,
+                      int64_t seed, int64_t seq_len, int64_t windows, int windowing, int64_t threads, quarot_adapt_context* ctx) {
+    const qx_runcfg_stage1* s1 = &cfg->stage1;
+    const char* pats[64];
+    int64_t i, n_pats = s1->n_layer_type;
+    static const char* const def_layer[1] = {"up_proj"};
+    qx_store model;
+    qx_tokenizer tok;
+    qx_calib_text text;
+    qx_windows win;
+    qx_calib_opts co;
+    qx_calib_stats st;
+    qx_load_opts lo;
+    quarot_env env;
+    qx_pool* pool = NULL;
+    qx_err e;
+    quarot_result r;
+    char tok_path[4096], looked[4096 * 3 + 64];
+    run_progress rp;
+    int rc = QX_EXIT_OK, have_tok = 0, have_text = 0, have_win = 0;
+
+    memset(&co, 0, sizeof co);
+    if (n_pats > 64) return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: line %d: layer_type: more than 64 patterns", cfg_path, s1->line);
+    for (i = 0; i < n_pats; ++i) pats[i] = s1->layer_type[i];
+    co.adapt.steps = s1->steps;
+    co.adapt.quant_dtype = s1->quant_dtype;
+    co.adapt.layer_type = n_pats ? pats : def_layer;
+    co.adapt.n_layer_type = n_pats ? n_pats : 1;
+    co.adapt.block_size = s1->block_size;
+    co.adapt.max_samples = s1->max_samples;
+    co.adapt.seed = (uint64_t)seed;
+
+    memset(&lo, 0, sizeof lo);
+    r = qx_cli_load_model(model_path, &lo, &model, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    r = qx_calib_check(&co.adapt, model.config.hidden, &e);
+    if (r != QUAROT_OK) {
+        rc = qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: line %d: adapt_rotation stage 1: %s",
+                         cfg_path, s1->line, e.msg);
+        goto done;
+    }
+    if (model.config.max_seq > 0 && seq_len > model.config.max_seq) {
+        rc = qx_cli_fail(cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)seq_len,
+                         (long long)model.config.max_seq);
+        goto done;
+    }
+    if (tok_opt) snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
+    else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
+        rc = qx_cli_fail(cli, QX_EXIT_INPUT, "%s: no tokenizer found for stage 1's dataset (looked for %s); pass --tokenizer FILE", model_path, looked);
+        goto done;
+    }
+    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    have_tok = 1;
+    r = qx_calib_text_load(s1->dataset, &text, &e);
+    if (r != QUAROT_OK) {
+        rc = qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
+                         "%s (dataset of stage 1, %s line %d)", e.msg, cfg_path, s1->dataset_line);
+        goto done;
+    }
+    have_text = 1;
+    r = qx_calib_windows(&text, &tok, windowing, seq_len, windows, &win, &e);
+    if (r != QUAROT_OK) {
+        rc = qx_cli_fail(cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", s1->dataset, e.msg);
+        goto done;
+    }
+    have_win = 1;
+    if (threads > 1) pool = qx_pool_create((int)threads);
+    qx_pool_env(pool, &env);
+    co.env = &env;
+    rp.cli = cli;
+    rp.steps = s1->steps;
+    co.on_window = on_window;
+    co.on_optimize = on_optimize;
+    co.user = &rp;
+    co.adapt.progress = on_step;
+    co.adapt.user_data = &rp;
+    qx_cli_phase(cli);
+    r = qx_calib_stage1(&model, &win, &co, ctx, &st, &e);
+    if (r != QUAROT_OK) {
+        int code = r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL
+                 : r == QUAROT_ERR_NONFINITE || r == QUAROT_ERR_PARSE ? QX_EXIT_INPUT : QX_EXIT_PROCESS;
+        rc = qx_cli_fail(cli, code, "%s: adapt_rotation stage 1 (%s line %d): %s", model_path, cfg_path, s1->line, e.msg);
+        goto done;
+    }
+    qx_cli_progress_end(cli, "stage 1: optimizer");
+    printf("stage 1   adapt_rotation (%s line %d) on %s: %lld windows, %lld tokens; %lld linears (%s), %lld rows of %lld\n", cfg_path,
+           s1->line, s1->dataset, (long long)st.windows, (long long)st.tokens, (long long)st.linears, st.matched, (long long)st.rows,
+           (long long)model.config.hidden);
+    printf("          %s, block %lld, seed %llu, %d of %d steps, best step %d; loss random Hadamard %.6e -> adapted %.6e (%+.2f%%); "
+           "%.2f s + %.2f s\n", qx_calib_dtype(ctx), (long long)ctx->block, (unsigned long long)ctx->seed, ctx->steps_run, ctx->steps,
+           ctx->best_step, ctx->start_loss, ctx->best_loss, 100.0 * qx_calib_reduction(ctx), st.forward_s, st.optimize_s);
+    fflush(stdout);
+done:
+    qx_pool_destroy(pool);
+    if (have_win) qx_windows_free(&win);
+    if (have_text) qx_calib_text_free(&text);
+    if (have_tok) qx_tokenizer_free(&tok);
+    qx_store_free(&model);
+    return rc;
+}
 
 int qx_cmd_run(int argc, char** argv) {
     qx_cli cli;
-    (void)argc;
-    (void)argv;
-    qx_cli_init(&cli, "run", 0);
-    return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "not available in this build yet");
+    const char *cfg_path = NULL, *model_path = NULL, *save_path = NULL, *context_path = NULL, *tok_opt = NULL, *v;
+    int64_t seed = 0, seq_len = 256, windows = 0, threads = 1;
+    int windowing = QX_WINDOWING_STREAM, force = 0, quiet = 0, skip = 0, i, k, rc = QX_EXIT_OK, have_ctx = 0;
+    char* text = NULL;
+    size_t len = 0;
+    qx_runcfg cfg;
+    quarot_adapt_context ctx;
+    qx_rotate_job job;
+    char layers_what[600];
+    qx_err e;
+    quarot_result r;
+
+    signal(SIGXFSZ, SIG_IGN);
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) quiet = 1;
+    qx_cli_init(&cli, "run", quiet);
+    for (i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { run_usage(stdout); return QX_EXIT_OK; }
+        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) continue;
+        if (strcmp(a, "--force") == 0) { force = 1; continue; }
+        if (strcmp(a, "--skip-unsupported") == 0) { skip = 1; continue; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (cfg_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one CONFIG.yaml; see quarot run --help)", a);
+            cfg_path = a;
+            continue;
+        }
+#define RUN_OPT(name) ((k = qx_cli_opt(&cli, argc, argv, &i, name, &v)) != 0)
+        if (RUN_OPT("--model")) { if (k < 0) return QX_EXIT_USAGE; model_path = v; }
+        else if (RUN_OPT("--save")) { if (k < 0) return QX_EXIT_USAGE; save_path = v; }
+        else if (RUN_OPT("--context")) { if (k < 0) return QX_EXIT_USAGE; context_path = v; }
+        else if (RUN_OPT("--tokenizer")) { if (k < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if (RUN_OPT("--seed")) { if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
+        else if (RUN_OPT("--seq-len")) { if (k < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
+        else if (RUN_OPT("--windows")) { if (k < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
+        else if (RUN_OPT("--threads")) { if (k < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
+        else if (RUN_OPT("--windowing")) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "stream") == 0) windowing = QX_WINDOWING_STREAM;
+            else if (strcmp(v, "docs") == 0) windowing = QX_WINDOWING_DOCS;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--windowing: '%s' is neither stream nor docs", v);
+        }
+        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot run --help)", a);
+#undef RUN_OPT
+    }
+    if (!cfg_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no CONFIG.yaml given (usage: quarot run CONFIG.yaml --model IN --save OUT)");
+    if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --model IN given (the checkpoint to rotate; see quarot run --help)");
+    if (!save_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --save OUT given (where the rotated checkpoint goes; see quarot run --help)");
+
+    /* the configuration, checked completely before any work */
+    r = qx_read_file(cfg_path, (size_t)1 << 20, &text, &len, &e);
+    if (r != QUAROT_OK) {
+        if (!qx_path_exists(cfg_path)) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no such file", cfg_path);
+        return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    }
+    r = qx_runcfg_parse(text, len, cfg_path, skip, on_warn, NULL, &cfg, &e);
+    free(text);
+    if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    quarot_adapt_context_init(&ctx, NULL);
+    if (context_path && !cfg.stage2.adapt) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--context: %s rotates with quarot (line %d), which uses no Adapt Rotation context", cfg_path, cfg.stage2.line);
+        goto done;
+    }
+    if (context_path && cfg.stage1.present) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--context: %s runs adapt_rotation stage 1 itself (line %d); remove it from spec.prior to use a context file",
+                         cfg_path, cfg.stage1.line);
+        goto done;
+    }
+    if (cfg.stage2.adapt && !cfg.stage1.present && !context_path) {
+        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: line %d: adapt_rotation stage 2 needs the adapted matrix of stage 1, and there is no context: "
+                                              "put adapt_rotation stage 1 in spec.prior (with a dataset), or pass --context FILE from "
+                                              "`quarot calibrate` (stage 1 must run first)", cfg_path, cfg.stage2.line);
+        goto done;
+    }
+    if (qx_is_dir(save_path) ? 0 : (!force && qx_path_exists(save_path))) {
+        rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", save_path);
+        goto done;
+    }
+    printf("config    %s (%s): %s%s%s", cfg_path, cfg.apiversion, cfg.stage1.present ? "adapt_rotation stage 1, then " : "",
+           cfg.stage2.adapt ? "adapt_rotation stage 2" : "quarot", cfg.stage2.online ? " (online)" : "");
+    if (cfg.n_skipped) printf("; %d unsupported entr%s skipped", cfg.n_skipped, cfg.n_skipped == 1 ? "y" : "ies");
+    printf("\n");
+    fflush(stdout);
+
+    /* stage 1 (in memory) or the context file */
+    if (cfg.stage1.present) {
+        rc = run_stage1(&cli, cfg_path, &cfg, model_path, tok_opt, seed, seq_len, windows, windowing, threads, &ctx);
+        if (rc != QX_EXIT_OK) goto done;
+        have_ctx = 1;
+    } else if (context_path) {
+        r = qx_calib_context_load(context_path, &ctx, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
+        have_ctx = 1;
+    }
+
+    /* stage 2 / quarot: the writer paths of quarot rotate */
+    memset(&job, 0, sizeof job);
+    job.in = model_path;
+    job.out = save_path;
+    job.seed = (uint64_t)seed;
+    job.block_size = cfg.stage2.block_size;
+    if (cfg.stage2.adapt) {
+        if (cfg.stage2.block_size > 0 && cfg.stage2.block_size != ctx.block) {
+            rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: line %d: adapt_rotation stage 2: block_size %lld differs from stage 1's block %lld "
+                                                  "(use -1 or %lld)", cfg_path, cfg.stage2.line, (long long)cfg.stage2.block_size,
+                             (long long)ctx.block, (long long)ctx.block);
+            goto done;
+        }
+        job.rotation = QUAROT_ROTATION_ADAPT;
+        job.context = &ctx;
+        job.context_name = cfg.stage1.present ? "stage 1, in memory" : context_path;
+        job.block_size = ctx.block;
+    } else {
+        job.rotation = QUAROT_ROTATION_HADAMARD;
+    }
+    job.online = cfg.stage2.online;
+    job.max_tp_size = cfg.stage2.max_tp_size;
+    if (cfg.stage2.online) {
+        /* msModelSlim: the down_proj online rotation only in the listed layers ([] = none) */
+        job.down_proj_online = cfg.stage2.n_layers ? QUAROT_LAYERS_LIST : QUAROT_LAYERS_NONE;
+        job.layers = cfg.stage2.layers;
+        job.n_layers = cfg.stage2.n_layers;
+        snprintf(layers_what, sizeof layers_what, "%s: line %d: down_proj_online_layers", cfg_path, cfg.stage2.layers_line);
+        job.layers_what = layers_what;
+    }
+    job.force = force;
+    rc = qx_rotate_job_run(&cli, &job);
+done:
+    (void)have_ctx;
+    quarot_adapt_context_free(&ctx);
+    qx_runcfg_free(&cfg);
+    return rc;
 }

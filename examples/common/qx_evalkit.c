@@ -120,6 +120,13 @@ static void qx__cat(char* buf, size_t cap, const char* fmt, ...) {
 
 quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store* dst, quarot_online_list* hooks,
                            char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user, qx_err* e) {
+    return qx_ek_rotate(src, seed, NULL, r3, dst, hooks, recipe, recipe_cap, progress, user, e);
+}
+
+quarot_result qx_ek_rotate(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3, qx_store* dst,
+                           quarot_online_list* hooks, char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user,
+                           qx_err* e) {
+    const char* who = context ? "Adapt Rotation" : "QuaRot";
     quarot_rotate_desc d;
     quarot_processor p;
     quarot_model m;
@@ -136,19 +143,29 @@ quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store*
     }
     memset(&d, 0, sizeof d);
     d.seed = seed;
+    if (context) {                 /* stage 2: R1 = H*R_best, H (and R2) from the context's seed */
+        d.rotation = QUAROT_ROTATION_ADAPT;
+        d.context = context;
+        d.seed = seed = context->seed;
+    }
     d.online = 1;
     d.r3 = r3;
     d.online_out = hooks;
     qx_model_bind(&m, &b, dst);
     r = quarot_processor_init(&p, &m, &d);
     if (r != QUAROT_OK) {
-        qx_err_set(e, "QuaRot: %s (%s)", m.error[0] ? m.error : "cannot build the rotation", quarot_result_string(r));
+        qx_err_set(e, "%s: %s (%s)", who, m.error[0] ? m.error : "cannot build the rotation", quarot_result_string(r));
         qx_store_free(dst);
         return r;
     }
     /* what was built, before the processor goes */
-    qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
-            p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed);
+    if (context)
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
+                p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
+                context->start_loss, context->best_loss);
+    else
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
+                p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed);
     if (p.have_rot[QUAROT_ROT_R2])
         qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", p.rot[QUAROT_ROT_R2].text);
     if (p.have_rot[QUAROT_ROT_R4]) snprintf(r4, sizeof r4, "%s", p.rot[QUAROT_ROT_R4].text);
@@ -162,7 +179,7 @@ quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store*
     if (r == QUAROT_OK) r = quarot_processor_post_run(&p);
     quarot_processor_free(&p);
     if (r != QUAROT_OK) {
-        qx_err_set(e, "QuaRot: %s (%s)", m.error[0] ? m.error : "rotation failed", quarot_result_string(r));
+        qx_err_set(e, "%s: %s (%s)", who, m.error[0] ? m.error : "rotation failed", quarot_result_string(r));
         qx_store_free(dst);
         quarot_online_list_free(hooks);
         return r;

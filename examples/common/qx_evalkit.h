@@ -1,6 +1,6 @@
 /* qx_evalkit.h - the pieces `quarot eval`, `quarot plot` and `quarot demo` share.
 
-   - qx_ek_quarot: QuaRot's recipe on a copy of a model (R1 random Hadamard and R2 per head folded
+   - qx_ek_quarot / qx_ek_rotate: QuaRot's (or Adapt Rotation stage 2's) recipe on a copy of a model (R1 random Hadamard and R2 per head folded
      into the weights, norms fused, online Hadamard hooks before every down_proj and across the heads
      before every o_proj; optionally R3 on q/k after RoPE for KV-cache quantization), with a readable
      account of what was built.
@@ -37,6 +37,13 @@ int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_
 typedef void (*qx_ek_layer_fn)(void* user, int64_t layer, int64_t n_layers);
 quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store* dst, quarot_online_list* hooks,
                            char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user, qx_err* e);
+/* The same recipe with R1 from an Adapt Rotation context (stage 2: H*R_best, H rebuilt from the
+   context's seed and block; R2 with the context's seed; the same online hooks), so an Adapt column
+   differs from the QuaRot column only in R1. context NULL = qx_ek_quarot with `seed` (with a
+   context, `seed` is ignored). */
+quarot_result qx_ek_rotate(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3, qx_store* dst,
+                           quarot_online_list* hooks, char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user,
+                           qx_err* e);
 
 /* A forward pass with its online-hook context (the forward points into it: do not move it). */
 typedef struct qx_ek_forward {

@@ -1,0 +1,40 @@
+/* qx_rotate_job.h - `quarot rotate`'s work after option parsing, shared with `quarot run`.
+
+   A job names the input and output paths and the rotation; qx_rotate_job_run loads IN (mapped
+   views), applies the output-path rules of `quarot rotate --help` (what OUT is for each format, the
+   hook file beside it, config.json for a single safetensors file, no overwrite without force, IN is
+   never OUT), rotates layer by layer through qx_rotate_file, prints the summary on stdout and returns
+   the exit code (one error line on stderr through cli on failure). Implemented in qx_cmd_rotate.c. */
+#ifndef QX_ROTATE_JOB_H
+#define QX_ROTATE_JOB_H
+
+#include "qx_cli.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qx_rotate_job {
+    const char* in;
+    const char* out;
+    quarot_rotation_kind rotation;           /* HADAMARD, RANDOM_ORTHOGONAL (also for R2) or ADAPT */
+    const quarot_adapt_context* context;     /* ADAPT: stage 1's result (its seed and block are used) */
+    const char* context_name;                /* for the summary: the context's file, or "stage 1 (in memory)" */
+    uint64_t seed;                           /* HADAMARD / RANDOM_ORTHOGONAL */
+    int64_t block_size;                      /* -1 / 0: full hidden (ADAPT: the context's block) */
+    int no_r2, online, r3;
+    int64_t max_tp_size;                     /* 0 = 1 */
+    quarot_layer_select down_proj_online;    /* DEFAULT/ALL, LIST or NONE (with online) */
+    const int64_t* layers;                   /* LIST: sorted, distinct, >= 0 (checked against the model here) */
+    int64_t n_layers;
+    const char* layers_what;                 /* how the list was given, for messages ("--down-proj-online-layers") */
+    quarot_dtype dtype;                      /* DEFAULT = as in IN */
+    int force;
+} qx_rotate_job;
+
+int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
