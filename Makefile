@@ -58,7 +58,7 @@ $(LIBQX): $(COMMON_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/tests/%: tests/%.c tests/qt.h $(LIBQX) $(COMMON_HDRS)
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(LIBQX) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $< $(LIBQX) -o $@ $(LDFLAGS) $(LDLIBS)
 

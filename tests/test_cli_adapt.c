@@ -28,6 +28,7 @@
    byte-level tokenizer, so everything but the stories260K test runs without ../shared. */
 #include "quarot.h"
 #include "qt.h"
+#include "cli_util.h"
 #include "qx_cli.h"
 #include "qx_file.h"
 #include "qx_llama2c.h"
@@ -52,77 +53,10 @@
 #define CLI_SANITIZED 0
 #endif
 
-static char g_bin[4096], g_tmp[256];
-static char g_out[1 << 16], g_err[1 << 16];
 static char MODEL[512], TOK[512], TEXT[512], JSONL[512];
 static int SYN_OK;
 
 /* ---- running the CLI -------------------------------------------------------------------------- */
-
-static void read_text(const char* path, char* buf, size_t cap) {
-    FILE* f = fopen(path, "rb");
-    size_t n = 0;
-    buf[0] = '\0';
-    if (!f) return;
-    n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 1, 2)))
-#endif
-static int CLI(const char* fmt, ...) {
-    char args[8192], cmd[16384], po[512], pe[512];
-    const char* runner = getenv("QT_RUNNER");
-    va_list ap;
-    int st;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(po, sizeof po, "%s/stdout.txt", g_tmp);
-    snprintf(pe, sizeof pe, "%s/stderr.txt", g_tmp);
-    snprintf(cmd, sizeof cmd, "%s '%s' %s >'%s' 2>'%s'", runner ? runner : "", g_bin, args, po, pe);
-    st = system(cmd);
-    read_text(po, g_out, sizeof g_out);
-    read_text(pe, g_err, sizeof g_err);
-    remove(po);
-    remove(pe);
-    if (st == -1 || !WIFEXITED(st)) return -1;
-    return WEXITSTATUS(st);
-}
-
-static int count_lines(const char* s) {
-    int n = 0;
-    for (; *s; ++s) n += *s == '\n';
-    return n;
-}
-
-static const char* tmp_path(const char* name) {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, name);
-    return buf[k];
-}
-
-static int write_bytes(const char* path, const void* data, size_t n) {
-    FILE* f = fopen(path, "wb");
-    int ok;
-    if (!f) return 0;
-    ok = fwrite(data, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
-static int write_str(const char* path, const char* s) { return write_bytes(path, s, strlen(s)); }
-
-static unsigned char* read_all(const char* path, size_t* n) {
-    char* buf = NULL;
-    qx_err e;
-    *n = 0;
-    if (qx_read_file(path, (size_t)1 << 30, &buf, n, &e) != QUAROT_OK) return NULL;
-    return (unsigned char*)buf;
-}
 
 /* 1 when both files exist and hold the same bytes. */
 static int same_file(const char* a, const char* b) {
@@ -165,35 +99,6 @@ static int table_row3(const char* out, const char* label, double* a, double* b, 
 }
 
 /* ---- the synthetic model, tokenizer and texts ---------------------------------------------- */
-
-static const char* const MERGES[] = {"th", "he", "the", "in", "er", "an", " t", " a", " the", "ed", "nd", "ing"};
-#define N_MERGES ((int)(sizeof MERGES / sizeof MERGES[0]))
-#define SYN_VOCAB (259 + 95 + N_MERGES)
-
-/* Byte-level llama2.c tokenizer: <unk>, <s>, </s>, 256 byte pieces, printable ASCII, a few merges. */
-static int write_tokenizer(const char* path) {
-    FILE* f = fopen(path, "wb");
-    uint32_t maxlen = 8, l;
-    float score;
-    int i;
-    char piece[16];
-    if (!f) return 0;
-    fwrite(&maxlen, 4, 1, f);
-    for (i = 0; i < SYN_VOCAB; ++i) {
-        if (i == 0) snprintf(piece, sizeof piece, "<unk>");
-        else if (i == 1) snprintf(piece, sizeof piece, "\n<s>\n");
-        else if (i == 2) snprintf(piece, sizeof piece, "\n</s>\n");
-        else if (i < 259) snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
-        else if (i < 259 + 95) { piece[0] = (char)(32 + i - 259); piece[1] = '\0'; }
-        else snprintf(piece, sizeof piece, "%s", MERGES[i - 259 - 95]);
-        score = i < 259 + 95 ? 0.0f : (float)(i - 259 - 95 + 1);
-        l = (uint32_t)strlen(piece);
-        fwrite(&score, 4, 1, f);
-        fwrite(&l, 4, 1, f);
-        fwrite(piece, 1, l, f);
-    }
-    return fclose(f) == 0;
-}
 
 /* n_par paragraphs of words, as raw text (blank lines between) and as JSONL records (one object per
    paragraph, the text in msModelSlim's "inputs_pretokenized" field after a numeric "id"). */

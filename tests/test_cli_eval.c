@@ -18,6 +18,7 @@
    also only applies to optimized builds without sanitizers or an emulator). */
 #include "quarot.h"
 #include "qt.h"
+#include "cli_util.h"
 #include "qx_llama2c.h"
 #include "qx_synth.h"
 #include "qx_tokenizer.h"
@@ -98,12 +99,6 @@ static void run_cli(cli_run* r, const char* args) {
 static void run_free(cli_run* r) {
     free(r->out);
     free(r->err);
-}
-
-static int count_lines(const char* s) {
-    int n = 0;
-    for (; *s; ++s) n += *s == '\n';
-    return n;
 }
 
 /* The two numbers of a table row "LABEL  a  b (+x%)" in out; 1 when found. */
@@ -316,36 +311,6 @@ static double ref_ppl(const ref_model* m, const qx_tokenizer* tk, const char* te
 }
 
 /* ---- the synthetic model, tokenizer and texts ---------------------------------------------- */
-
-/* Byte-level llama2.c tokenizer: <unk>, <s>, </s>, the 256 <0xXX> byte pieces, the 95 printable
-   ASCII characters, and a few merges (so BPE has work). */
-static const char* const MERGES[] = {"th", "he", "the", "in", "er", "an", " t", " a", " the", "ed", "nd", "ing"};
-#define N_MERGES ((int)(sizeof MERGES / sizeof MERGES[0]))
-#define SYN_VOCAB (259 + 95 + N_MERGES)
-
-static int write_tokenizer(const char* path) {
-    FILE* f = fopen(path, "wb");
-    uint32_t maxlen = 8, l;
-    float score;
-    int i;
-    char piece[16];
-    if (!f) return 0;
-    fwrite(&maxlen, 4, 1, f);
-    for (i = 0; i < SYN_VOCAB; ++i) {
-        if (i == 0) snprintf(piece, sizeof piece, "<unk>");
-        else if (i == 1) snprintf(piece, sizeof piece, "\n<s>\n");
-        else if (i == 2) snprintf(piece, sizeof piece, "\n</s>\n");
-        else if (i < 259) snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
-        else if (i < 259 + 95) { piece[0] = (char)(32 + i - 259); piece[1] = '\0'; }
-        else snprintf(piece, sizeof piece, "%s", MERGES[i - 259 - 95]);
-        score = i < 259 + 95 ? 0.0f : (float)(i - 259 - 95 + 1);
-        l = (uint32_t)strlen(piece);
-        fwrite(&score, 4, 1, f);
-        fwrite(&l, 4, 1, f);
-        fwrite(piece, 1, l, f);
-    }
-    return fclose(f) == 0;
-}
 
 /* Paragraphs of words separated by blank lines; the first one long (several windows of 64). */
 static int write_text(const char* path, int n_par) {

@@ -24,6 +24,7 @@
    - Bad input: one stderr line, the documented exit code, no output and no temporary left. */
 #include "quarot.h"
 #include "qt.h"
+#include "cli_util.h"
 #include "qx_cli.h"
 #include "qx_eval.h"
 #include "qx_file.h"
@@ -51,50 +52,9 @@
 #define UNDER_ASAN 0
 #endif
 
-static char g_bin[4096], g_plain[4096], g_tmp[256];
-static char g_out[1 << 16], g_err[1 << 16];
+static char g_plain[4096];
 
 /* ---- running the CLI -------------------------------------------------------------------------- */
-
-static void read_text(const char* path, char* buf, size_t cap) {
-    FILE* f = fopen(path, "rb");
-    size_t n = 0;
-    buf[0] = '\0';
-    if (!f) return;
-    n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
-/* Runs `prog args` (through $QT_RUNNER), stdout/stderr into g_out/g_err; returns the exit status
-   (-1 when it did not exit normally). `pre` is a shell prefix such as "ulimit -f 64;" or "". */
-static int run_prog(const char* pre, const char* prog, const char* fmt, ...) {
-    char args[8192], cmd[16384], po[512], pe[512];
-    const char* runner = getenv("QT_RUNNER");
-    va_list ap;
-    int st;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(po, sizeof po, "%s/stdout.txt", g_tmp);
-    snprintf(pe, sizeof pe, "%s/stderr.txt", g_tmp);
-    snprintf(cmd, sizeof cmd, "%s %s %s %s >%s 2>%s", pre, runner ? runner : "", prog, args, po, pe);
-    st = system(cmd);
-    read_text(po, g_out, sizeof g_out);
-    read_text(pe, g_err, sizeof g_err);
-    remove(po);
-    remove(pe);
-    if (st == -1 || !WIFEXITED(st)) return -1;
-    return WEXITSTATUS(st);
-}
-
-#define CLI(...) run_prog("", g_bin, __VA_ARGS__)
-
-static int count_lines(const char* s) {
-    int n = 0;
-    for (; *s; ++s) n += *s == '\n';
-    return n;
-}
 
 static int exists(const char* p) { return qx_path_exists(p); }
 
@@ -110,30 +70,7 @@ static int dir_entries(const char* dir) {
     return n;
 }
 
-static const char* tmp_path(const char* name) {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, name);
-    return buf[k];
-}
-
 static void make_dir(const char* p) { mkdir(p, 0777); }
-
-static int write_bytes(const char* path, const void* data, size_t n) {
-    FILE* f = fopen(path, "wb");
-    int ok;
-    if (!f) return 0;
-    ok = fwrite(data, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
-static unsigned char* read_all(const char* path, size_t* n) {
-    char* buf = NULL;
-    qx_err e;
-    if (qx_read_file(path, (size_t)1 << 30, &buf, n, &e) != QUAROT_OK) return NULL;
-    return (unsigned char*)buf;
-}
 
 /* ---- models ----------------------------------------------------------------------------------- */
 

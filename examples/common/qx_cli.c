@@ -1,5 +1,6 @@
 /* qx_cli.c - see qx_cli.h. */
 #include "qx_cli.h"
+#include "qx_eval.h"
 
 #include <errno.h>
 #include <math.h>
@@ -117,6 +118,16 @@ int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t 
         return 0;
     }
     *out = (int64_t)v;
+    return 1;
+}
+
+int qx_cli_windowing(qx_cli* cli, const char* s, int* out) {
+    if (strcmp(s, "stream") == 0) *out = QX_WINDOWING_STREAM;
+    else if (strcmp(s, "docs") == 0) *out = QX_WINDOWING_DOCS;
+    else {
+        qx_cli_fail(cli, QX_EXIT_USAGE, "--windowing: '%s' is neither stream nor docs", s);
+        return 0;
+    }
     return 1;
 }
 

@@ -222,12 +222,7 @@ int qx_cmd_eval(int argc, char** argv) {
         else if ((got = EVAL_OPT("--calib-windows")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--calib-windows", v, 0, INT64_C(1) << 40, &calib_windows)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--calib-quant-dtype")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_dtype = v; }
         else if ((got = EVAL_OPT("--calib-layer-type")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_layers = v; }
-        else if ((got = EVAL_OPT("--windowing")) != 0) {
-            if (got < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "stream") == 0) windowing = QX_WINDOWING_STREAM;
-            else if (strcmp(v, "docs") == 0) windowing = QX_WINDOWING_DOCS;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--windowing: '%s' is neither stream nor docs", v);
-        }
+        else if ((got = EVAL_OPT("--windowing")) != 0) { if (got < 0 || !qx_cli_windowing(&cli, v, &windowing)) return QX_EXIT_USAGE; }
         else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot eval --help)", a);
 #undef EVAL_OPT
     }

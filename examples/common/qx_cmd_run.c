@@ -237,12 +237,7 @@ int qx_cmd_run(int argc, char** argv) {
         else if (RUN_OPT("--seq-len")) { if (k < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
         else if (RUN_OPT("--windows")) { if (k < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
         else if (RUN_OPT("--threads")) { if (k < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
-        else if (RUN_OPT("--windowing")) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "stream") == 0) windowing = QX_WINDOWING_STREAM;
-            else if (strcmp(v, "docs") == 0) windowing = QX_WINDOWING_DOCS;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--windowing: '%s' is neither stream nor docs", v);
-        }
+        else if (RUN_OPT("--windowing")) { if (k < 0 || !qx_cli_windowing(&cli, v, &windowing)) return QX_EXIT_USAGE; }
         else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot run --help)", a);
 #undef RUN_OPT
     }

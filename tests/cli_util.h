@@ -1,0 +1,123 @@
+/* cli_util.h - helpers shared by the CLI tests (test_cli_rotate.c, test_cli_adapt.c,
+   test_cli_eval.c): running a program through $QT_RUNNER with its stdout and stderr captured,
+   scratch paths and files, and the byte-level llama2.c tokenizer of the synthetic models.
+   Include after qt.h; the including test sets g_bin (the quarot binary) and g_tmp (its scratch
+   directory). */
+#ifndef CLI_UTIL_H
+#define CLI_UTIL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "qx_file.h"
+
+QT_UNUSED static char g_bin[4096], g_tmp[256];
+QT_UNUSED static char g_out[1 << 16], g_err[1 << 16];   /* the last run's stdout and stderr */
+
+QT_UNUSED static void cu_read_text(const char* path, char* buf, size_t cap) {
+    FILE* f = fopen(path, "rb");
+    size_t n = 0;
+    buf[0] = '\0';
+    if (!f) return;
+    n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Runs `prog args` (through $QT_RUNNER, e.g. qemu), stdout / stderr into g_out / g_err; returns the
+   exit status (-1 when it did not exit normally). `pre` is a shell prefix such as "ulimit -f 64;"
+   or "". prog and the capture files are quoted; args go to the shell as they are. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+QT_UNUSED static int run_prog(const char* pre, const char* prog, const char* fmt, ...) {
+    char args[8192], cmd[16384], po[512], pe[512];
+    const char* runner = getenv("QT_RUNNER");
+    va_list ap;
+    int st;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(po, sizeof po, "%s/stdout.txt", g_tmp);
+    snprintf(pe, sizeof pe, "%s/stderr.txt", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s %s '%s' %s >'%s' 2>'%s'", pre, runner ? runner : "", prog, args, po, pe);
+    st = system(cmd);
+    cu_read_text(po, g_out, sizeof g_out);
+    cu_read_text(pe, g_err, sizeof g_err);
+    remove(po);
+    remove(pe);
+    if (st == -1 || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+#define CLI(...) run_prog("", g_bin, __VA_ARGS__)
+
+QT_UNUSED static int count_lines(const char* s) {
+    int n = 0;
+    for (; *s; ++s) n += *s == '\n';
+    return n;
+}
+
+/* g_tmp/name, in one of 8 rotating buffers (so a few can be used in one call). */
+QT_UNUSED static const char* tmp_path(const char* name) {
+    static char buf[8][1024];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, name);
+    return buf[k];
+}
+
+QT_UNUSED static int write_bytes(const char* path, const void* data, size_t n) {
+    FILE* f = fopen(path, "wb");
+    int ok;
+    if (!f) return 0;
+    ok = fwrite(data, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+QT_UNUSED static int write_str(const char* path, const char* s) { return write_bytes(path, s, strlen(s)); }
+
+/* The whole file (malloc'ed; NULL when it cannot be read). */
+QT_UNUSED static unsigned char* read_all(const char* path, size_t* n) {
+    char* buf = NULL;
+    qx_err e;
+    *n = 0;
+    if (qx_read_file(path, (size_t)1 << 30, &buf, n, &e) != QUAROT_OK) return NULL;
+    return (unsigned char*)buf;
+}
+
+/* Byte-level llama2.c tokenizer: <unk>, <s>, </s>, the 256 <0xXX> byte pieces, the 95 printable
+   ASCII characters, and a few merges (so BPE has work). SYN_VOCAB pieces. */
+QT_UNUSED static const char* const CU_MERGES[] = {"th", "he", "the", "in", "er", "an", " t", " a", " the", "ed", "nd", "ing"};
+#define CU_N_MERGES ((int)(sizeof CU_MERGES / sizeof CU_MERGES[0]))
+#define SYN_VOCAB (259 + 95 + CU_N_MERGES)
+
+QT_UNUSED static int write_tokenizer(const char* path) {
+    FILE* f = fopen(path, "wb");
+    uint32_t maxlen = 8, l;
+    float score;
+    int i;
+    char piece[16];
+    if (!f) return 0;
+    fwrite(&maxlen, 4, 1, f);
+    for (i = 0; i < SYN_VOCAB; ++i) {
+        if (i == 0) snprintf(piece, sizeof piece, "<unk>");
+        else if (i == 1) snprintf(piece, sizeof piece, "\n<s>\n");
+        else if (i == 2) snprintf(piece, sizeof piece, "\n</s>\n");
+        else if (i < 259) snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
+        else if (i < 259 + 95) { piece[0] = (char)(32 + i - 259); piece[1] = '\0'; }
+        else snprintf(piece, sizeof piece, "%s", CU_MERGES[i - 259 - 95]);
+        score = i < 259 + 95 ? 0.0f : (float)(i - 259 - 95 + 1);
+        l = (uint32_t)strlen(piece);
+        fwrite(&score, 4, 1, f);
+        fwrite(&l, 4, 1, f);
+        fwrite(piece, 1, l, f);
+    }
+    return fclose(f) == 0;
+}
+
+#endif
