@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "qx_file.h"
+#include "qx_synth.h"
 
 QT_UNUSED static char g_bin[4096], g_tmp[256];
 QT_UNUSED static char g_out[1 << 16], g_err[1 << 16];   /* the last run's stdout and stderr */
@@ -118,6 +119,23 @@ QT_UNUSED static int write_tokenizer(const char* path) {
         fwrite(piece, 1, l, f);
     }
     return fclose(f) == 0;
+}
+
+/* The small synthetic LLaMA of the CLI tests (seed 3): hidden 64, intermediate 172 (the embedded
+   order-172 table online), 2 layers, 4 heads / 2 KV heads of 16, vocab SYN_VOCAB, context 128. */
+QT_UNUSED static void cu_synth_desc(qx_synth_desc* d) {
+    memset(d, 0, sizeof *d);
+    d->arch = "llama";
+    d->seed = 3;
+    d->vocab = SYN_VOCAB;
+    d->rope_interleaved = 1;
+    d->hidden = 64;
+    d->intermediate = 172;
+    d->n_layers = 2;
+    d->n_heads = 4;
+    d->n_kv_heads = 2;
+    d->head_dim = 16;
+    d->max_seq = 128;
 }
 
 #endif

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,17 @@ QT_UNUSED static void qt__run(const char* name, void (*fn)(void)) {
 QT_UNUSED static int qt_finish(const char* program) {
     fprintf(stdout, "%s: %d passed, %d failed, %d skipped\n", program, qt__passed, qt__failed, qt__skipped);
     return qt__failed ? 1 : 0;
+}
+
+/* max |x - ref| / max |ref| over n floats, in double (max |x - ref| when ref is all zero). */
+QT_UNUSED static double qt_rel_diff(const float* x, const float* ref, int64_t n) {
+    double mx = 0.0, md = 0.0;
+    int64_t i;
+    for (i = 0; i < n; ++i) {
+        if (fabs((double)ref[i]) > mx) mx = fabs((double)ref[i]);
+        if (fabs((double)x[i] - (double)ref[i]) > md) md = fabs((double)x[i] - (double)ref[i]);
+    }
+    return mx > 0.0 ? md / mx : md;
 }
 
 QT_UNUSED static int qt_quick(void) {

@@ -606,16 +606,6 @@ static float* run_logits(const qx_store* s, const quarot_online_list* list) {
     return logits;
 }
 
-static double rel_diff(const float* a, const float* b, int64_t n) {
-    double d = 0, m = 0;
-    int64_t i;
-    for (i = 0; i < n; ++i) {
-        if (fabs((double)a[i] - (double)b[i]) > d) d = fabs((double)a[i] - (double)b[i]);
-        if (fabs((double)a[i]) > m) m = fabs((double)a[i]);
-    }
-    return m > 0 ? d / m : d;
-}
-
 static int stores_equal(const qx_store* a, const qx_store* b) {
     int64_t i;
     if (a->count != b->count) return 0;
@@ -777,7 +767,7 @@ static void test_stage2_learned_and_serialized(void) {
     rd.online = 1;
     QT_OK(rotate_clone(&s, &s1, &rd, &l1, err, sizeof err));
     got = run_logits(&s1, &l1);
-    diff = got && ref ? rel_diff(ref, got, N_TOK * s.config.vocab) : 1e9;
+    diff = got && ref ? qt_rel_diff(got, ref, N_TOK * s.config.vocab) : 1e9;
     QT_CHECKF(diff < 1e-4, "learned adapt rotation: logits differ by %.3g of their scale", diff);
     printf("    stage 2 (online): max|dlogit|/max|logit| = %.2e\n", diff);
     free(got);
@@ -840,7 +830,7 @@ static void test_stage2_learned_and_serialized(void) {
         rd.n_down_proj_online_layers = 1;
         QT_OK(rotate_clone(&s, &s4, &rd, &l4, err, sizeof err));
         got = run_logits(&s4, &l4);
-        diff = got && ref ? rel_diff(ref, got, N_TOK * s.config.vocab) : 1e9;
+        diff = got && ref ? qt_rel_diff(got, ref, N_TOK * s.config.vocab) : 1e9;
         QT_CHECKF(diff < 1e-4, "block-32 adaptation, tp 2: logits differ by %.3g of their scale", diff);
         printf("    stage 2 (block 32, max_tp_size 2, down_proj online in layer 0): %.2e; loss %.4e -> %.4e\n", diff,
                cb.start_loss, cb.best_loss);

@@ -140,18 +140,7 @@ static int setup(void) {
     qx_err e;
     qx_l2c_write_opts wo;
     char dir[600];
-    memset(&d, 0, sizeof d);
-    d.arch = "llama";
-    d.seed = 3;
-    d.vocab = SYN_VOCAB;
-    d.rope_interleaved = 1;
-    d.hidden = 64;
-    d.intermediate = 172;
-    d.n_layers = 2;
-    d.n_heads = 4;
-    d.n_kv_heads = 2;
-    d.head_dim = 16;
-    d.max_seq = 128;
+    cu_synth_desc(&d);
     if (qx_synth_model(&s, &d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
     snprintf(dir, sizeof dir, "%s/syn", g_tmp);
     mkdir(dir, 0755);

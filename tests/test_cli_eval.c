@@ -339,18 +339,7 @@ static int setup_synthetic(void) {
     char dir[4200], tokp[4300];
     qx_l2c_write_opts wo;
     int ok = 1;
-    memset(&d, 0, sizeof d);
-    d.arch = "llama";
-    d.seed = 3;
-    d.vocab = SYN_VOCAB;
-    d.rope_interleaved = 1;
-    d.hidden = 64;
-    d.intermediate = 172;
-    d.n_layers = 2;
-    d.n_heads = 4;
-    d.n_kv_heads = 2;
-    d.head_dim = 16;
-    d.max_seq = 128;
+    cu_synth_desc(&d);
     if (qx_synth_model(&s, &d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
     memset(&wo, 0, sizeof wo);
     wo.format = QX_L2C_V0;

@@ -34,17 +34,6 @@ static void make_tokens(int32_t* t, int64_t n, int64_t vocab, unsigned long long
     for (i = 0; i < n; ++i) t[i] = (int32_t)(qt_uniform() * (double)vocab);
 }
 
-/* max |a - b| / max |b| */
-static double rel_diff(const float* a, const float* b, int64_t n) {
-    double mx = 0.0, md = 0.0;
-    int64_t i;
-    for (i = 0; i < n; ++i) {
-        if (fabs((double)b[i]) > mx) mx = fabs((double)b[i]);
-        if (fabs((double)a[i] - b[i]) > md) md = fabs((double)a[i] - b[i]);
-    }
-    return mx > 0.0 ? md / mx : md;
-}
-
 static float* run_window(const qx_store* s, const qx_forward_opts* o, const int32_t* toks, int64_t T) {
     qx_forward f;
     qx_err e;
@@ -309,13 +298,13 @@ static void test_window_vs_incremental(void) {
         qx_forward_reset(&f);
         for (t = 0; t < T; ++t) QT_OK(qx_forward_step(&f, toks[t], inc + t * V, &e));
         QT_EQ_INT(f.pos, T);
-        printf("    %-6s window vs KV-cache steps: rel %.3g\n", arch, rel_diff(inc, win, T * V));
-        QT_CHECK(rel_diff(inc, win, T * V) <= 1e-5);
+        printf("    %-6s window vs KV-cache steps: rel %.3g\n", arch, qt_rel_diff(inc, win, T * V));
+        QT_CHECK(qt_rel_diff(inc, win, T * V) <= 1e-5);
         /* a prefill of 5 then steps, and the same under 8-bit fake quantization incl. the KV cache */
         qx_forward_reset(&f);
         QT_OK(qx_forward_tokens(&f, toks, 5, inc, &e));
         for (t = 5; t < T; ++t) QT_OK(qx_forward_step(&f, toks[t], inc + t * V, &e));
-        QT_CHECK(rel_diff(inc, win, T * V) <= 1e-5);
+        QT_CHECK(qt_rel_diff(inc, win, T * V) <= 1e-5);
         qx_forward_free(&f);
         {
             qx_forward_opts o;
@@ -326,8 +315,8 @@ static void test_window_vs_incremental(void) {
             qx_forward_reset(&f);
             for (t = 0; t < T; ++t) QT_OK(qx_forward_step(&f, toks[t], inc + t * V, &e));
             /* quantization rounds, so a reassociation can flip a rounding: compare loosely */
-            printf("    %-6s W4A4KV4 window vs steps: rel %.3g\n", arch, rel_diff(inc, win, T * V));
-            QT_CHECK(rel_diff(inc, win, T * V) <= 2e-2);
+            printf("    %-6s W4A4KV4 window vs steps: rel %.3g\n", arch, qt_rel_diff(inc, win, T * V));
+            QT_CHECK(qt_rel_diff(inc, win, T * V) <= 2e-2);
             qx_forward_free(&f);
         }
         free(win);
@@ -460,8 +449,8 @@ static void test_gqa_sharing(void) {
     b = run_window(&s2, NULL, toks, T);
     QT_CHECK(a && b);
     if (a && b) {
-        printf("    GQA 4q/2kv vs duplicated 4kv: rel %.3g\n", rel_diff(a, b, T * 256));
-        QT_CHECK(rel_diff(a, b, T * 256) <= 1e-6);
+        printf("    GQA 4q/2kv vs duplicated 4kv: rel %.3g\n", qt_rel_diff(a, b, T * 256));
+        QT_CHECK(qt_rel_diff(a, b, T * 256) <= 1e-6);
     }
     free(a);
     free(b);
@@ -482,13 +471,13 @@ static void test_opt_position_offset(void) {
     /* (perturbations alternate in sign: a constant shift would vanish in the LayerNorms) */
     for (t = 0; t < 2 * h; ++t) pe[t] += (t % 2) ? 3.0f : -3.0f;   /* rows 0 and 1: never read */
     x = run_window(&s, NULL, toks, T);
-    QT_CHECK(base && x && rel_diff(x, base, T * V) == 0.0);
+    QT_CHECK(base && x && qt_rel_diff(x, base, T * V) == 0.0);
     free(x);
     for (t = 3 * h; t < 4 * h; ++t) pe[t] += (t % 2) ? 1.0f : -1.0f;   /* row 3: position 1 */
     x = run_window(&s, NULL, toks, T);
     if (base && x) {
-        QT_CHECK(rel_diff(x, base, V) == 0.0);                     /* position 0 untouched */
-        QT_CHECK(rel_diff(x + V, base + V, V) > 1e-3);             /* position 1 moved */
+        QT_CHECK(qt_rel_diff(x, base, V) == 0.0);                     /* position 0 untouched */
+        QT_CHECK(qt_rel_diff(x + V, base + V, V) > 1e-3);             /* position 1 moved */
     }
     free(base);
     free(x);
@@ -519,7 +508,7 @@ static void test_qk_norm(void) {
             for (i = 0; i < quarot_tensor_nelements(t); ++i) ((float*)t->data)[i] *= 0.5f;
         }
         x = run_window(&s, NULL, toks, T);
-        rd = base && x ? rel_diff(x, base, T * V) : 1.0;
+        rd = base && x ? qt_rel_diff(x, base, T * V) : 1.0;
         printf("    %s: q_proj*3, k_proj/2 changes logits by rel %.3g\n", archs[a], rd);
         if (a == 0) QT_CHECK(rd < 1e-4);
         else QT_CHECK(rd > 1e-2);
@@ -714,14 +703,14 @@ static void test_online_rotation_equivalence(void) {
         rot = run_window(&s, &o, toks, T);
         QT_CHECK(base && rot);
         if (base && rot) {
-            printf("    %-6s online rotations (down, o, q/k) + rotated weights: rel %.3g\n", arch, rel_diff(rot, base, T * V));
-            QT_CHECK(rel_diff(rot, base, T * V) <= 1e-4);
+            printf("    %-6s online rotations (down, o, q/k) + rotated weights: rel %.3g\n", arch, qt_rel_diff(rot, base, T * V));
+            QT_CHECK(qt_rel_diff(rot, base, T * V) <= 1e-4);
         }
         /* only the K hook: no longer equivalent (guards against a hook that is never applied) */
         rh.q[QX_SITE_Q_ROPE] = NULL;
         free(rot);
         rot = run_window(&s, &o, toks, T);
-        if (base && rot) QT_CHECK(rel_diff(rot, base, T * V) > 1e-3);
+        if (base && rot) QT_CHECK(qt_rel_diff(rot, base, T * V) > 1e-3);
         free(base);
         free(rot);
         free(qi_m);

@@ -2,14 +2,14 @@
    kernel, odd and tall/skinny sizes, k = 0), all four transpose combinations, alpha/beta cases, leading
    dimensions larger than the rows, sub-matrix views whose surroundings must stay untouched, NaN in C
    with beta = 0, every compiled-in ISA plus the dispatching entry points, the parallel path (reverse
-   order hook and two pthreads) bit for bit against the serial one, and argument errors.
+   order hook and a 2-thread qx_pool) bit for bit against the serial one, and argument errors.
 
    Tolerance for an element: 2 * (k + 2) * eps * (|alpha| * sum_p |a_ip * b_pj| + |beta * c_ij|) + tiny,
    eps = 2^-24 (float) or 2^-53 (double): a plain k-term sum commits at most k roundings of relative
    size eps on partial sums bounded by that absolute sum (the factor 2 covers the epilogue). */
 #include "quarot.h"
 #include "qt.h"
-#include <pthread.h>
+#include "qx_threads.h"
 
 static const quarot_isa all_isas[] = { QUAROT_ISA_REF, QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON };
 #define N_ISAS ((int)(sizeof all_isas / sizeof all_isas[0]))
@@ -206,7 +206,7 @@ static void test_beta_zero_ignores_nan(void) {
     check_dgemm(0, 0, 40, 41, 42, 1.0, 0.0, 1, 1, QUAROT_ISA_DEFAULT, NULL);
 }
 
-/* ---- parallel hooks: reverse order (serial) and two pthreads pulling tasks from a shared counter ---- */
+/* ---- parallel hooks: reverse order (serial) and a 2-thread qx_pool (tasks from a shared counter) ---- */
 static int64_t hook_calls;
 static void run_reverse(void* user, quarot_task_fn fn, void* arg, int64_t n) {
     int64_t i;
@@ -214,39 +214,25 @@ static void run_reverse(void* user, quarot_task_fn fn, void* arg, int64_t n) {
     ++hook_calls;
     for (i = n - 1; i >= 0; --i) fn(arg, i);
 }
-
-typedef struct pool_job { quarot_task_fn fn; void* arg; int64_t n, next; pthread_mutex_t mu; } pool_job;
-static void* pool_worker(void* p) {
-    pool_job* j = (pool_job*)p;
-    for (;;) {
-        int64_t i;
-        pthread_mutex_lock(&j->mu);
-        i = j->next++;
-        pthread_mutex_unlock(&j->mu);
-        if (i >= j->n) return NULL;
-        j->fn(j->arg, i);
-    }
-}
-static void run_pthreads(void* user, quarot_task_fn fn, void* arg, int64_t n) {
-    pool_job j;
-    pthread_t th;
+static quarot_env pool_env;
+static void run_pool(void* user, quarot_task_fn fn, void* arg, int64_t n) {
     (void)user;
     ++hook_calls;
-    j.fn = fn; j.arg = arg; j.n = n; j.next = 0;
-    pthread_mutex_init(&j.mu, NULL);
-    pthread_create(&th, NULL, pool_worker, &j);
-    pool_worker(&j);
-    pthread_join(th, NULL);
-    pthread_mutex_destroy(&j.mu);
+    pool_env.parallel.run(pool_env.parallel.user_data, fn, arg, n);
 }
+
 
 static void test_parallel_bit_identical(void) {
     const int64_t shapes[][3] = { {300, 257, 129}, {97, 1100, 70}, {513, 40, 300}, {64, 64, 64} };
     int s, t, ii, h;
     quarot_env env;
+    qx_pool* pool = qx_pool_create(2);
+    qx_pool_env(pool, &pool_env);
+    QT_CHECKF(pool_env.parallel.run != NULL, "no 2-thread pool");
+    if (!pool_env.parallel.run) { qx_pool_destroy(pool); return; }
     for (h = 0; h < 2; ++h) {
         memset(&env, 0, sizeof env);
-        env.parallel.run = h == 0 ? run_reverse : run_pthreads;
+        env.parallel.run = h == 0 ? run_reverse : run_pool;
         env.parallel.n_threads = h == 0 ? 3 : 2;
         for (ii = 0; ii < N_ISAS; ++ii) {
             if (!quarot_isa_compiled(all_isas[ii])) continue;
@@ -280,6 +266,7 @@ static void test_parallel_bit_identical(void) {
                 }
         }
     }
+    qx_pool_destroy(pool);
 }
 
 /* ---- allocator hooks: balanced allocations, and a failing allocator gives OUT_OF_MEMORY ---- */

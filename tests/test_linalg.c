@@ -7,7 +7,7 @@
    its orthogonality measured here in long double. */
 #include "quarot.h"
 #include "qt.h"
-#include <pthread.h>
+#include "qx_threads.h"
 
 /* ---------------------------------------------------------------- helpers */
 static double* dalloc(int64_t n) { return (double*)malloc((size_t)n * sizeof(double)); }
@@ -499,37 +499,17 @@ static void run_reverse(void* user, quarot_task_fn fn, void* arg, int64_t n) {
     (void)user;
     for (i = n - 1; i >= 0; --i) fn(arg, i);
 }
-typedef struct pool_job { quarot_task_fn fn; void* arg; int64_t n, next; pthread_mutex_t mu; } pool_job;
-static void* pool_worker(void* p) {
-    pool_job* j = (pool_job*)p;
-    for (;;) {
-        int64_t i;
-        pthread_mutex_lock(&j->mu);
-        i = j->next++;
-        pthread_mutex_unlock(&j->mu);
-        if (i >= j->n) return NULL;
-        j->fn(j->arg, i);
-    }
-}
-static void run_pthreads(void* user, quarot_task_fn fn, void* arg, int64_t n) {
-    pool_job j;
-    pthread_t th;
-    (void)user;
-    j.fn = fn; j.arg = arg; j.n = n; j.next = 0;
-    pthread_mutex_init(&j.mu, NULL);
-    pthread_create(&th, NULL, pool_worker, &j);
-    pool_worker(&j);
-    pthread_join(th, NULL);
-    pthread_mutex_destroy(&j.mu);
-}
 
 static void test_parallel_same_bits(void) {
     int64_t n = qt_quick() ? 70 : 500, i;
     double *c = dalloc(n * n), *u1 = dalloc(n * n), *u2 = dalloc(n * n), *q1 = dalloc(n * n), *q2 = dalloc(n * n);
     float *cf = (float*)malloc((size_t)(n * n) * sizeof(float)), *f1 = (float*)malloc((size_t)(n * n) * sizeof(float)),
           *f2 = (float*)malloc((size_t)(n * n) * sizeof(float));
-    quarot_env env;
+    quarot_env env, pool_env;
+    qx_pool* pool = qx_pool_create(2);
     int h;
+    qx_pool_env(pool, &pool_env);
+    QT_CHECKF(pool_env.parallel.run != NULL, "no 2-thread pool");
     qt_seed(34);
     make_c(2, n, c);
     for (i = 0; i < n * n; ++i) cf[i] = (float)c[i];
@@ -538,8 +518,9 @@ static void test_parallel_same_bits(void) {
     QT_OK(quarot_random_orthogonal_f64(n, 77, q1, n, NULL));
     for (h = 0; h < 2; ++h) {
         memset(&env, 0, sizeof env);
-        env.parallel.run = h ? run_pthreads : run_reverse;
-        env.parallel.n_threads = h ? 2 : 4;
+        if (h) env = pool_env;   /* 2 threads pulling tasks from a shared counter */
+        else { env.parallel.run = run_reverse; env.parallel.n_threads = 4; }
+        if (!env.parallel.run) continue;
         QT_OK(quarot_polar_newton_schulz_f64(n, c, n, u2, n, NULL, NULL, &env));
         QT_OK(quarot_polar_newton_schulz_f32(n, cf, n, f2, n, NULL, NULL, &env));
         QT_OK(quarot_random_orthogonal_f64(n, 77, q2, n, &env));
@@ -548,6 +529,7 @@ static void test_parallel_same_bits(void) {
         QT_CHECK(memcmp(q1, q2, (size_t)(n * n) * sizeof(double)) == 0);
     }
     free(c); free(u1); free(u2); free(q1); free(q2); free(cf); free(f1); free(f2);
+    qx_pool_destroy(pool);
 }
 
 /* A failing allocator: OUT_OF_MEMORY, nothing leaked. */

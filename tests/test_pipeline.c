@@ -36,17 +36,6 @@ static float* run_logits(const qx_store* s, const quarot_online_list* list) {
     return logits;
 }
 
-/* max |a - b| / max |a| */
-static double rel_diff(const float* a, const float* b, int64_t n) {
-    double d = 0, m = 0;
-    int64_t i;
-    for (i = 0; i < n; ++i) {
-        if (fabs((double)a[i] - (double)b[i]) > d) d = fabs((double)a[i] - (double)b[i]);
-        if (fabs((double)a[i]) > m) m = fabs((double)a[i]);
-    }
-    return m > 0 ? d / m : d;
-}
-
 static int make_model(qx_store* s, const char* arch, uint64_t seed) {
     qx_synth_desc d;
     qx_err e;
@@ -76,7 +65,7 @@ static double rotated_diff(const qx_store* orig, const float* ref, quarot_rotate
     } else {
         qx_model_sync(&m, &s);
         got = run_logits(&s, &list);
-        if (got) diff = rel_diff(ref, got, N_TOK * s.config.vocab);
+        if (got) diff = qt_rel_diff(got, ref, N_TOK * s.config.vocab);
         free(got);
     }
     if (out_binding) *out_binding = b;
@@ -194,9 +183,9 @@ static void test_every_command_matters(void) {
                       "command %lld %s: rotate returned %d (%s)", (long long)k, action == 1 ? "skipped" : "doubled", (int)r, m.error);
             qx_model_sync(&m, &c);
             got = run_logits(&c, &list);
-            QT_CHECKF(got && rel_diff(ref, got, N_TOK * s.config.vocab) > 1e-3,
+            QT_CHECKF(got && qt_rel_diff(got, ref, N_TOK * s.config.vocab) > 1e-3,
                       "command %lld %s: logits still match (%.3g)", (long long)k, action == 1 ? "skipped" : "doubled",
-                      got ? rel_diff(ref, got, N_TOK * s.config.vocab) : -1.0);
+                      got ? qt_rel_diff(got, ref, N_TOK * s.config.vocab) : -1.0);
             free(got);
             quarot_online_list_free(&list);
             qx_store_free(&c);
