@@ -19,13 +19,16 @@ FUZZ_SECONDS ?= 60
 WARN_STRICT = -Wall -Wextra -pedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
               -Wconversion -Wdouble-promotion -Wundef
 WARN        = -Wall -Wextra -pedantic -Werror -Wshadow
-CFLAGS_BASE = -std=c99 $(OPT) -g $(ARCH) $(SAN) -I. -Iexamples/common -D_POSIX_C_SOURCE=200809L
+# The tool's parts live in one folder each under examples/ (formats/, tokenizer/, model/, eval/, cli/,
+# support/, ...): every .c there goes into libqx.a and every folder is on the include path.
+LIB_DIRS    = $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*.c examples/*/*.h))))
+CFLAGS_BASE = -std=c99 $(OPT) -g $(ARCH) $(SAN) -I. $(addprefix -I,$(LIB_DIRS)) -D_POSIX_C_SOURCE=200809L
 LDLIBS      = -lm
 LDFLAGS     ?=
 
-COMMON_SRCS = $(filter-out examples/common/quarot_impl.c,$(wildcard examples/common/*.c))
-COMMON_OBJS = $(COMMON_SRCS:examples/common/%.c=$(BUILD)/common/%.o) $(BUILD)/common/quarot_impl.o
-COMMON_HDRS = $(wildcard examples/common/*.h) quarot.h
+COMMON_SRCS = $(filter-out examples/support/quarot_impl.c,$(wildcard examples/*/*.c))
+COMMON_OBJS = $(COMMON_SRCS:examples/%.c=$(BUILD)/lib/%.o) $(BUILD)/lib/support/quarot_impl.o
+COMMON_HDRS = $(wildcard examples/*/*.h) quarot.h
 LIBQX       = $(BUILD)/libqx.a
 
 TEST_SRCS   = $(wildcard tests/test_*.c)
@@ -46,11 +49,11 @@ endif
 .PHONY: all test demo bench matrix test-san test-neon fuzz clean
 all: $(LIBQX) $(EXAMPLES) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 
-$(BUILD)/common/quarot_impl.o: examples/common/quarot_impl.c quarot.h
+$(BUILD)/lib/support/quarot_impl.o: examples/support/quarot_impl.c quarot.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN_STRICT) -c $< -o $@
 
-$(BUILD)/common/%.o: examples/common/%.c $(COMMON_HDRS)
+$(BUILD)/lib/%.o: examples/%.c $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) -c $< -o $@
 

@@ -5,7 +5,7 @@
    folded into the weights, optional online Hadamard hooks written beside the output), and evaluates
    perplexity in FP32 and under fake quantization with and without rotation. `quarot demo` tells the
    whole story on a small synthetic model generated in-process (and on stories260K when ../shared is
-   present). Each subcommand lives in examples/common/qx_cmd_<name>.c; this file only dispatches.
+   present). Each subcommand lives in examples/cli/qx_cmd_<name>.c; this file only dispatches.
 
        quarot rotate IN OUT [options]        rotate a checkpoint (same format out)
        quarot eval MODEL --text FILE         perplexity table: FP32 / quantized, without and with rotation

@@ -1,7 +1,7 @@
 /* Writes the seed corpus of fuzz_adapt_context into the directory given as argv[1]: contexts from
    quarot_adapt_context_set (identity, a rotation, block-diagonal) and from a real stage 1 on small
    synthetic activations (with a loss history). Build and run:
-     cc -std=c99 -I. fuzz/make_adapt_context_seeds.c examples/common/quarot_impl.c -lm -o /tmp/seeds &&
+     cc -std=c99 -I. fuzz/make_adapt_context_seeds.c examples/support/quarot_impl.c -lm -o /tmp/seeds &&
      /tmp/seeds fuzz/seeds/adapt_context */
 #include <math.h>
 #include <stdio.h>

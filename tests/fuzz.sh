@@ -10,7 +10,7 @@ for src in fuzz/fuzz_*.c; do
     [ -e "$src" ] || continue
     name=$(basename "$src" .c)
     if ! clang -std=c99 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-         -D_POSIX_C_SOURCE=200809L -I. -Iexamples/common "$src" examples/common/*.c -o "build-fuzz/$name" -lm \
+         -D_POSIX_C_SOURCE=200809L -I. $(for d in examples/*/; do printf -- "-I%s " "${d%/}"; done) "$src" examples/*/*.c -o "build-fuzz/$name" -lm \
          > "build-fuzz/$name.log" 2>&1; then
         echo "  FAIL $name (build)"; sed 's/^/    /' "build-fuzz/$name.log" | head -n 20; failed=$((failed + 1)); continue
     fi

@@ -1,4 +1,4 @@
-/* The reference forward pass (examples/common/qx_forward.c) against independent truth:
+/* The reference forward pass (examples/model/qx_forward.c) against independent truth:
    - a separate, deliberately naive double-precision forward written here (per token, per head, trig
      computed on the spot, no GEMM, no KV cache) for every family: logits within 2e-5 of the logit
      scale (the forward runs in float);

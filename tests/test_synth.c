@@ -1,4 +1,4 @@
-/* Synthetic models (examples/common/qx_synth.c): every family generates with the Hugging Face names
+/* Synthetic models (examples/model/qx_synth.c): every family generates with the Hugging Face names
    and config flags it should have, is deterministic for a seed, runs in the reference forward with
    finite, O(1) logits that depend on the context, carries activation outliers (max/median channel
    magnitude at layer inputs, printed), and 4-bit activations hurt it clearly more than 8-bit ones,

@@ -75,14 +75,14 @@ int qx_cli_windowing(qx_cli* cli, const char* s, int* out);
    file), "safetensors-dir" or "gguf". Errors (one line in err, "file: reason"): missing or
    unreadable path, unknown format, truncated or malformed files, unsupported dtypes, architectures
    or quantized GGUF tensors; a .safetensors file without config.json beside it is refused (its
-   architecture is unknown). Detection rules: examples/common/qx_cli_load.c. */
+   architecture is unknown). Detection rules: examples/cli/qx_cli_load.c. */
 typedef struct qx_load_opts {
     int copy;
     int writable;           /* views mapped copy-on-write (edits never reach the file) */
 } qx_load_opts;
 quarot_result qx_cli_load_model(const char* path, const qx_load_opts* opts, qx_store* out, qx_err* err);
 
-/* The subcommands (each in examples/common/qx_cmd_<name>.c). argv[0] is the subcommand name. */
+/* The subcommands (each in examples/cli/qx_cmd_<name>.c). argv[0] is the subcommand name. */
 int qx_cmd_rotate(int argc, char** argv);
 int qx_cmd_eval(int argc, char** argv);
 int qx_cmd_inspect(int argc, char** argv);
