@@ -16,6 +16,7 @@
 #include "qx_json.h"
 #include "qx_rotate_file.h"
 #include "qx_rotate_job.h"
+#include "qx_rotcheck.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -27,7 +28,7 @@
 #include <unistd.h>
 
 static void rotate_usage(FILE* f) {
-    fprintf(f,
+    fputs(
         "usage: quarot rotate IN OUT [options]\n"
         "\n"
         "Rotate the checkpoint IN with QuaRot and write it to OUT (same format, or converted): RMSNorm gains fused\n"
@@ -52,7 +53,8 @@ static void rotate_usage(FILE* f) {
         "                       one file (config.json written beside it; not into IN's own directory),\n"
         "                       anything else a directory (shards when IN was sharded, index, config.json)\n"
         "  GGUF                 llama (and Mistral), qwen2, qwen3; F32/F16/BF16 tensors (quantized GGUF is refused)\n"
-        "\n"
+        "\n", f);
+    fputs(
         "options:\n"
         "  --rotation KIND      R1 (and R2): hadamard (default; random signs), random (seeded Haar-random\n"
         "                       orthogonal), adapt (Adapt Rotation stage 2: R1 = H*R with R learned by\n"
@@ -76,9 +78,12 @@ static void rotate_usage(FILE* f) {
         "  --format FMT         OUT's format: llama2c, safetensors (a directory unless OUT ends in .safetensors)\n"
         "                       or gguf (default: from OUT's name, else IN's format)\n"
         "  --dtype f32|f16|bf16 output tensor dtype (default: as in IN; llama2.c is always f32)\n"
+        "  --strict             a fallback is an error instead of a warning: a block-diagonal R1, R2 or online\n"
+        "                       rotation with blocks smaller than 64 (or than --block-size), or a dense random\n"
+        "                       R1 where no Hadamard block exists (e.g. hidden 90 would get 45 blocks of 2x2)\n"
         "  --force              replace existing outputs\n"
         "  --quiet              no progress on stderr\n"
-        "  --help               this text\n");
+        "  --help               this text\n", f);
     fputs(
         "\n"
         "online hook file (with --online or --r3): written beside the output, OUT.quarot-online for a file,\n"
@@ -317,7 +322,8 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     const char* family;
     const char* tok_note = NULL;
     char out_format[32], tok_path[4096], tok_note_buf[4200], *hf_src = NULL;
-    int n_hf_files = 0;
+    int n_hf_files = 0, n_dims = 0, n_warn = 0;
+    qx_rotcheck_dim dims[8];
     if (job->format && ext_fmt && strcmp(job->format, ext_fmt) != 0)
         return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: the name ends in .%s but --format is %s (name OUT after its format: .bin llama2c, "
                                                ".gguf, .safetensors or a directory)", out, strcmp(ext_fmt, "llama2c") == 0 ? "bin" : ext_fmt,
@@ -402,6 +408,28 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context (%s) is for hidden size %lld, the model has %lld",
                          in, job->context_name ? job->context_name : "stage 1", (long long)job->context->hidden, (long long)s.config.hidden);
         goto done;
+    }
+    {   /* no silent fallbacks: what each rotated dimension gets, before any work */
+        qx_rotcheck_opts co;
+        memset(&co, 0, sizeof co);
+        co.rotation = job->rotation;
+        co.block_size = adapt ? job->context->block : job->block_size;
+        co.no_r2 = job->no_r2;
+        co.online = job->online;
+        co.r3 = job->r3;
+        co.max_tp_size = job->max_tp_size;
+        n_dims = qx_rotcheck(&s.config, &co, dims, 8);
+        for (k = 0; k < n_dims; ++k) {
+            if (!dims[k].warn) continue;
+            ++n_warn;
+            if (job->strict) {
+                rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: --strict: %s (%lld): %s", in, dims[k].what, (long long)dims[k].dim, dims[k].text);
+                goto done;
+            }
+            if (cli->progress_open) { fputc('\n', stderr); cli->progress_open = 0; }
+            fprintf(stderr, "quarot rotate: warning: %s (%lld): %s (--strict makes this an error)\n", dims[k].what, (long long)dims[k].dim,
+                    dims[k].text);
+        }
     }
     if (strcmp(family, "safetensors") == 0) dir_out = !(ext_fmt && strcmp(ext_fmt, "safetensors") == 0);
     if (dir_out) {
@@ -520,6 +548,9 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         if (tok_note) printf("  tokenizer: %s\n", tok_note);
         if (n_hf_files > 0) printf("  copied %d Hugging Face file%s (tokenizer, generation config) into %s\n", n_hf_files, n_hf_files > 1 ? "s" : "", out);
         printf("  R1: %s\n  R2: %s\n", st.r1, job->no_r2 ? "off (--no-r2)" : st.r2);
+        for (k = 0; k < n_dims; ++k)
+            if (dims[k].fallback)
+                printf("  %s %s (%lld): %s\n", dims[k].warn ? "WARNING" : "note", dims[k].what, (long long)dims[k].dim, dims[k].text);
         if (adapt)
             printf("  Adapt Rotation stage 2: R learned by stage 1 (%s): %s, seed %llu, block %lld, loss %.6e -> %.6e (%+.2f%%)\n",
                    job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context),
@@ -556,7 +587,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     const char *in = NULL, *out = NULL, *v, *layers_arg = NULL, *context = NULL, *format = NULL;
     const char* rotation = "hadamard";
     int64_t seed = 0, block = -1, tp = 1;
-    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
+    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, strict = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
     quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
     int64_t* layer_list = NULL;
     int64_t n_layer_list = 0;
@@ -585,6 +616,7 @@ int qx_cmd_rotate(int argc, char** argv) {
         if (strcmp(a, "--r3") == 0) { r3 = 1; continue; }
         if (strcmp(a, "--no-r2") == 0) { no_r2 = 1; continue; }
         if (strcmp(a, "--force") == 0) { force = 1; continue; }
+        if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
             if (k < 0) return QX_EXIT_USAGE;
             if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0)
@@ -689,6 +721,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     job.dtype = dtype;
     job.force = force;
     job.format = format;
+    job.strict = strict;
     rc = qx_rotate_job_run(&cli, &job);
 done:
     quarot_adapt_context_free(&ctx);

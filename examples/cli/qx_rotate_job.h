@@ -30,6 +30,7 @@ typedef struct qx_rotate_job {
     const char* layers_what;                 /* how the list was given, for messages ("--down-proj-online-layers") */
     quarot_dtype dtype;                      /* DEFAULT = as in IN */
     int force;
+    int strict;                              /* a warned fallback (qx_rotcheck.h) is an error */
     const char* format;                      /* "llama2c", "safetensors", "gguf" or NULL: OUT's extension
                                                 (.bin, .safetensors, .gguf), else IN's format; an extension
                                                 naming another format than this is refused */
