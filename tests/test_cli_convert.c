@@ -135,9 +135,12 @@ static void test_bin_gguf_safetensors(void) {
     qx_store s;
     qx_err e;
     qx_l2c_write_opts wo;
-    const char *bin = tmp_path("m.bin"), *gg = tmp_path("m.gguf");
-    const char *hf = tmp_path("m_hf"), *back = tmp_path("back.bin");
-    char cfg[1100];
+    char bin[600], gg[600], hf[600], back[600], bf[600], cfg[1100];
+    snprintf(bin, sizeof bin, "%s", tmp_path("m.bin"));   /* (tmp_path's buffers are reused) */
+    snprintf(gg, sizeof gg, "%s", tmp_path("m.gguf"));
+    snprintf(hf, sizeof hf, "%s", tmp_path("m_hf"));
+    snprintf(back, sizeof back, "%s", tmp_path("back.bin"));
+    snprintf(bf, sizeof bf, "%s", tmp_path("bf"));
     cu_synth_desc(&d);
     QT_OK(qx_synth_model(&s, &d, &e));
     memset(&wo, 0, sizeof wo);
@@ -215,13 +218,13 @@ static void test_bin_gguf_safetensors(void) {
         QT_EQ_INT(CLI("rotate %s %s --quiet", hf, back), 0);
         CHECK_DIFF(file_diff(bin, back, NULL), 6e-5, "... -> safetensors -> llama2.c");
         /* bf16 safetensors straight from llama2.c, with online hooks */
-        QT_EQ_INT(CLI("rotate %s %s --format safetensors --dtype bf16 --online --quiet", bin, tmp_path("bf")), 0);
-        snprintf(cfg, sizeof cfg, "%s/config.json", tmp_path("bf"));
+        QT_EQ_INT(CLI("rotate %s %s --format safetensors --dtype bf16 --online --quiet", bin, bf), 0);
+        snprintf(cfg, sizeof cfg, "%s/config.json", bf);
         QT_CHECK(file_has(cfg, "\"torch_dtype\": \"bfloat16\""));
         {
             char hp[1100];
-            snprintf(hp, sizeof hp, "%s/quarot_online.txt", tmp_path("bf"));
-            CHECK_DIFF(file_diff(bin, tmp_path("bf"), hp), 3e-2, "llama2.c -> safetensors bf16 --online");
+            snprintf(hp, sizeof hp, "%s/quarot_online.txt", bf);
+            CHECK_DIFF(file_diff(bin, bf, hp), 3e-2, "llama2.c -> safetensors bf16 --online");
         }
     }
 }
@@ -310,7 +313,8 @@ static void test_mismatch(void) {
     qx_store s;
     qx_err e;
     qx_l2c_write_opts wo;
-    const char* bin = tmp_path("mm.bin");
+    char bin[600];
+    snprintf(bin, sizeof bin, "%s", tmp_path("mm.bin"));   /* (tmp_path's buffers are reused) */
     cu_synth_desc(&d);
     QT_OK(qx_synth_model(&s, &d, &e));
     memset(&wo, 0, sizeof wo);

@@ -98,8 +98,10 @@ static double logit_diff(const char* a, const char* b, const char* hooks_path) {
 }
 
 static void test_warn_and_strict(void) {
-    const char *m = tmp_path("m90"), *o = tmp_path("m90_rot"), *s = tmp_path("m90_strict");
-    char hooks[1100];
+    char m[600], o[600], s[600], hooks[1100];
+    snprintf(m, sizeof m, "%s", tmp_path("m90"));   /* (tmp_path's buffers are reused) */
+    snprintf(o, sizeof o, "%s", tmp_path("m90_rot"));
+    snprintf(s, sizeof s, "%s", tmp_path("m90_strict"));
     double d;
     if (!save_synth(m, 90, 172, 6)) { QT_CHECK(0); return; }
     QT_EQ_INT(CLI("rotate %s %s --online --quiet", m, o), 0);
@@ -118,7 +120,8 @@ static void test_warn_and_strict(void) {
     QT_CHECK(!qx_path_exists(s));
     /* R1 fine, only the online heads rotation is small: --strict still refuses it with --online */
     {
-        const char* m2 = tmp_path("m64h6");
+        char m2[600];
+        snprintf(m2, sizeof m2, "%s", tmp_path("m64h6"));
         if (!save_synth(m2, 64, 172, 6)) { QT_CHECK(0); return; }
         QT_EQ_INT(CLI("rotate %s %s --strict --quiet", m2, tmp_path("m64h6_a")), 0);   /* no online: nothing small */
         QT_CHECK(strstr(g_err, "warning") == NULL);
@@ -127,7 +130,8 @@ static void test_warn_and_strict(void) {
     }
     /* a block size asked for that has no Hadamard matrix: smaller blocks, a warning */
     {
-        const char* m3 = tmp_path("m144");
+        char m3[600];
+        snprintf(m3, sizeof m3, "%s", tmp_path("m144"));
         if (!save_synth(m3, 144, 172, 4)) { QT_CHECK(0); return; }
         QT_EQ_INT(CLI("rotate %s %s --block-size 18 --quiet", m3, tmp_path("m144_r")), 0);
         QT_CHECK(strstr(g_err, "R1 hidden (144): no Hadamard of order 18: block-diagonal, 9 blocks of Hadamard 16 (smaller than the block asked for)") != NULL);
@@ -138,7 +142,8 @@ static void test_warn_and_strict(void) {
 }
 
 static void test_inspect(void) {
-    const char* m = tmp_path("m171");
+    char m[600];
+    snprintf(m, sizeof m, "%s", tmp_path("m171"));
     if (!save_synth(m, 64, 171, 4)) { QT_CHECK(0); return; }
     QT_EQ_INT(CLI("rotate %s %s --quiet", m, tmp_path("m171_r")), 0);
     QT_EQ_INT(CLI("rotate %s %s --online --quiet", m, tmp_path("m171_o")), QX_EXIT_PROCESS);
