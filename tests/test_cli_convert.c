@@ -328,6 +328,24 @@ static void test_mismatch(void) {
     QT_EQ_INT(CLI("rotate %s %s --format llama2c --quiet", bin, tmp_path("o.safetensors")), QX_EXIT_USAGE);
     QT_EQ_INT(CLI("rotate %s %s --format onnx --quiet", bin, tmp_path("o2")), QX_EXIT_USAGE);
     QT_CHECK(strstr(g_err, "'onnx' is not llama2c, safetensors or gguf") != NULL);
+    /* an architecture the target format cannot hold: refused by name before any work */
+    {
+        qx_synth_desc od;
+        qx_store os;
+        qx_st_save_opts so;
+        char odir[600];
+        memset(&od, 0, sizeof od);
+        od.arch = "opt";
+        od.n_layers = 1;
+        snprintf(odir, sizeof odir, "%s", tmp_path("opt_dir"));
+        QT_OK(qx_synth_model(&os, &od, &e));
+        memset(&so, 0, sizeof so);
+        QT_OK(qx_st_save(&os, odir, &so, &e));
+        qx_store_free(&os);
+        QT_EQ_INT(CLI("rotate %s %s --quiet", odir, tmp_path("opt.gguf")), QX_EXIT_PROCESS);
+        QT_CHECK(count_lines(g_err) == 1 && strstr(g_err, "architecture opt cannot be written as GGUF here (llama, qwen2, qwen3)") != NULL);
+        QT_CHECK(!qx_path_exists(tmp_path("opt.gguf")));
+    }
     /* --format with a name that says nothing: that format */
     QT_EQ_INT(CLI("rotate %s %s --format gguf --quiet", bin, tmp_path("plain")), 0);
     {
