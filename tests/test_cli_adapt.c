@@ -514,7 +514,8 @@ static void test_run_doc_example(void) {
              "    - {type: adapt_rotation, stage: 2, online: True, max_tp_size: 2, down_proj_online_layers: [1]}\n", JSONL);
     QT_CHECK(write_str(yaml, yaml2));
     QT_EQ_INT(CLI("run '%s' --model '%s' --save '%s' --seq-len 64 --quiet --force", yaml, MODEL, o_run), 0);
-    QT_EQ_INT(count_lines(g_err), 0);
+    /* 172 / tp 2 = 86 has no Hadamard matrix: the down_proj hooks are 43 blocks of 2, which rotate warns about */
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "warning: online down_proj (172): no Hadamard of order 86"), "%s", g_err);
     QT_EQ_INT(CLI("rotate '%s' '%s' --context '%s' --online --max-tp-size 2 --down-proj-online-layers 1 --quiet --force", MODEL, o_ref, ctx), 0);
     snprintf(h1, sizeof h1, "%s.quarot-online", o_run);
     snprintf(h2, sizeof h2, "%s.quarot-online", o_ref);

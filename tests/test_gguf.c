@@ -274,7 +274,7 @@ static void test_lies(void) {
     free(c.p);
     c = hand_gguf(32, 25, "llama"); EXPECT(c, QUAROT_ERR_UNSUPPORTED_DTYPE, "\"blk.0.attn_q.weight\" has integer type I16");
     free(c.p);
-    c = hand_gguf(32, 0, "qwen2"); EXPECT(c, QUAROT_ERR_UNSUPPORTED, "architecture \"qwen2\" is not supported"); free(c.p);
+    c = hand_gguf(32, 0, "phi3"); EXPECT(c, QUAROT_ERR_UNSUPPORTED, "architecture \"phi3\" is not supported (llama, qwen2, qwen3"); free(c.p);
     c = hand_gguf(32, 0, "llama");
     at = find(&c, "llama.embedding_length");
     c.p[at] = 'X';
@@ -491,12 +491,79 @@ static void test_roundtrip_models(void) {
         quarot_dtype f32[1] = {QUAROT_DTYPE_F32};
         char p3[220];
         qx_store_init(&s);
-        fu_make_model(&s, "qwen3", 0, f32, 1);
+        fu_make_model(&s, "opt", 0, f32, 1);
         snprintf(p3, sizeof p3, "%s/q.gguf", dir);
         QT_ERR(qx_gguf_save(&s, p3, NULL, &e), QUAROT_ERR_UNSUPPORTED);
-        QT_CHECK(strstr(e.msg, "qwen3") != NULL && !fu_exists(p3, NULL));
+        QT_CHECK(strstr(e.msg, "\"opt\"") != NULL && !fu_exists(p3, NULL));
         qx_store_free(&s);
     }
+    fu_rm_rf(dir);
+}
+
+/* qwen2 / qwen3 GGUF (llama.cpp's names and keys; NEOX RoPE, so q/k rows keep Hugging Face's
+   half-split order): the file holds qwen2.* / qwen3.* keys and blk.N.attn_q.bias /
+   blk.N.attn_q_norm.weight, and reads back to the same tensors (bit for bit) and config. */
+static int has_tensor(const qx_gguf_file* f, const char* name) {
+    uint64_t k;
+    for (k = 0; k < f->n_tensors; ++k)
+        if (f->t[k].name_len == strlen(name) && memcmp(f->t[k].name, name, strlen(name)) == 0) return 1;
+    return 0;
+}
+
+static void test_qwen_models(void) {
+    const char* dir = fu_tmpdir();
+    const char* archs[2] = {"qwen2", "qwen3"};
+    quarot_dtype mix[3] = {QUAROT_DTYPE_F32, QUAROT_DTYPE_BF16, QUAROT_DTYPE_F16};
+    int a, tied;
+    if (!dir) return;
+    for (a = 0; a < 2; ++a)
+        for (tied = 0; tied <= 1; ++tied) {
+            qx_store s, g, h;
+            qx_err e;
+            qx_gguf_file f;
+            char p[200], st[200], msg[256], key[64];
+            size_t n = 0;
+            char* img;
+            int64_t x = 0;
+            int interleaved = -1;
+            qx_store_init(&s);
+            qx_store_init(&g);
+            qx_store_init(&h);
+            fu_make_model(&s, archs[a], tied, mix, 3);
+            snprintf(p, sizeof p, "%s/%s_%d.gguf", dir, archs[a], tied);
+            snprintf(st, sizeof st, "%s/%s_%d_hf", dir, archs[a], tied);
+            QT_CHECK(qx_gguf_arch_supported(archs[a], &interleaved) && interleaved == 0);
+            QT_OK(qx_gguf_save(&s, p, NULL, &e));
+            img = fu_read_file(p, &n);
+            QT_CHECK(img != NULL);
+            if (img && qx_gguf_parse(img, n, p, &f, &e) == QUAROT_OK) {
+                uint64_t al = 0;
+                const char* arch = qx_gguf_kv_string(qx_gguf_find(&f, "general.architecture"), &al);
+                QT_CHECK(arch && al == 5 && memcmp(arch, archs[a], 5) == 0);
+                snprintf(key, sizeof key, "%s.embedding_length", archs[a]);
+                QT_CHECK(qx_gguf_kv_int(qx_gguf_find(&f, key), &x) == QUAROT_OK && x == s.config.hidden);
+                snprintf(key, sizeof key, "%s.rope.freq_base", archs[a]);
+                QT_CHECK(qx_gguf_find(&f, key) != NULL && qx_gguf_find(&f, "llama.embedding_length") == NULL);
+                QT_CHECKF(has_tensor(&f, "blk.1.attn_v.bias") == (a == 0) && has_tensor(&f, "blk.1.attn_q_norm.weight") == (a == 1) &&
+                          has_tensor(&f, "blk.0.attn_k_norm.weight") == (a == 1) && has_tensor(&f, "output.weight") == !tied,
+                          "%s tied=%d: tensor names", archs[a], tied);
+                qx_gguf_file_free(&f);
+            } else {
+                QT_CHECKF(0, "%s: %s", p, e.msg);
+            }
+            free(img);
+            QT_OK(qx_gguf_load(p, &g, NULL, &e));
+            QT_CHECK(strcmp(g.config.arch, archs[a]) == 0 && g.config.rope_interleaved == 0 && g.config.tied_embeddings == tied);
+            QT_CHECKF(fu_same_tensors(&s, &g, msg, sizeof msg), "%s tied=%d: %s", archs[a], tied, msg);
+            QT_CHECKF(fu_same_config(&s.config, &g.config, msg, sizeof msg), "%s tied=%d: %s", archs[a], tied, msg);
+            /* and on to Hugging Face: still the same */
+            QT_OK(qx_st_save(&g, st, NULL, &e));
+            QT_OK(qx_st_load(st, &h, NULL, &e));
+            QT_CHECKF(fu_same_tensors(&s, &h, msg, sizeof msg), "%s tied=%d -> hf: %s", archs[a], tied, msg);
+            qx_store_free(&h);
+            qx_store_free(&g);
+            qx_store_free(&s);
+        }
     fu_rm_rf(dir);
 }
 
@@ -604,6 +671,7 @@ int main(void) {
     QT_RUN(test_names);
     QT_RUN(test_roundtrip_kv);
     QT_RUN(test_roundtrip_models);
+    QT_RUN(test_qwen_models);
     QT_RUN(test_stream_writer);
     return qt_finish("test_gguf");
 }

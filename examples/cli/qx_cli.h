@@ -68,7 +68,8 @@ int qx_cli_windowing(qx_cli* cli, const char* s, int* out);
 
 /* Load a model of any supported format into out (initialized here): a llama2.c checkpoint (.bin:
    legacy v0 or version-1 float32 export), a Hugging Face directory (config.json + safetensors,
-   sharded or not) or a .safetensors file with config.json beside it, or a GGUF file (llama, F32/F16).
+   sharded or not) or a .safetensors file with config.json beside it, or a GGUF file (llama, qwen2,
+   qwen3; F32/F16/BF16).
    The format is detected from the path and the first bytes. copy = 1 gives owned, writable tensors;
    0 gives read-only views of file mappings where the format allows (call qx_store_make_owned before
    writing). out->source_format names what was read: "llama2c-v0", "llama2c-v1", "safetensors" (a

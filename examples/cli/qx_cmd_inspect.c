@@ -7,6 +7,8 @@
      hadamard     the construction each rotated dimension gets (hidden: R1, head_dim: R2 / R3,
                   intermediate: the online down_proj R4, n_heads: the online o_proj rotation), as
                   examples/hadamard_sizes.c prints it, with the block-diagonal fallback when none exists
+     rotate       what `quarot rotate` builds per rotated dimension (qx_rotcheck.h): the Hadamard order,
+                  a block-diagonal or random fallback (WARNING where rotate warns), or that it fails
      outliers     the forward pass (qx_forward) on a short text or random token ids, before and after
                   rotation (an in-memory copy rotated with default QuaRot + online hooks): per decoder
                   layer, at the q/k/v input and the down_proj input, max |x| over channels, the ratio of
@@ -17,6 +19,7 @@
 #include "qx_forward.h"
 #include "qx_model.h"
 #include "qx_online.h"
+#include "qx_rotcheck.h"
 #include "qx_tokenizer.h"
 
 #include <math.h>
@@ -30,7 +33,8 @@ static void inspect_usage(FILE* f) {
         "Print MODEL's configuration (every field, defaults resolved), its tensors (name, dtype, shape,\n"
         "bytes; summarized by layer pattern for models with many layers), the Hadamard construction each\n"
         "rotated dimension gets (hidden: R1; head_dim: R2 and the q/k rotation R3; intermediate: the online\n"
-        "down_proj rotation; n_heads: the online o_proj rotation), and activation outlier statistics:\n"
+        "down_proj rotation; n_heads: the online o_proj rotation), what `quarot rotate` builds for each\n"
+        "(block-diagonal fallbacks with blocks < 64 marked WARNING, as rotate warns), and activation outlier statistics:\n"
         "the forward pass runs on a short text (or random token ids) through the original model and\n"
         "through a copy rotated in memory with QuaRot (R1 + R2 folded, online Hadamard hooks), and for\n"
         "every decoder layer reports, at the q/k/v input and the down_proj input,\n"
@@ -52,8 +56,9 @@ static void inspect_usage(FILE* f) {
         "  --quiet            no progress on stderr\n"
         "  --help             this text\n"
         "\n"
-        "Exit codes: 0 ok, 1 usage, 2 input (MODEL, text or tokenizer missing or malformed), 4 the\n"
-        "statistics cannot be computed (e.g. the model cannot be rotated), 5 internal or out of memory.\n");
+        "Exit codes: 0 ok (the model can be rotated; where only the online rotations cannot be built the\n"
+        "statistics use R1 + R2), 1 usage, 2 input (MODEL, text or tokenizer missing or malformed), 4 the\n"
+        "statistics cannot be computed (the model cannot be rotated), 5 internal or out of memory.\n");
 }
 
 /* ---- config and tensors ----------------------------------------------------------------------- */
@@ -325,7 +330,7 @@ int qx_cmd_inspect(int argc, char** argv) {
     qx_cli cli;
     const char *path = NULL, *text = NULL, *tok_path = NULL, *v;
     int64_t n_tokens = 128, seed = 0;
-    int quiet = 0, no_stats = 0, all = 0, i, k, rc = QX_EXIT_OK;
+    int quiet = 0, no_stats = 0, all = 0, i, k, rc = QX_EXIT_OK, offline_ok = 1, online_ok = 1;
     qx_store s, rot;
     qx_load_opts lo;
     qx_err e;
@@ -419,6 +424,22 @@ int qx_cmd_inspect(int argc, char** argv) {
         describe_dim("intermediate", "R4 down_proj input (online)", s.config.intermediate);
         describe_dim("n_heads", "o_proj input across heads (online)", s.config.n_heads);
     }
+    {   /* what `quarot rotate` builds per dimension (qx_rotcheck.h): warnings are what rotate warns about */
+        qx_rotcheck_opts co;
+        qx_rotcheck_dim dims[8];
+        int nd, j;
+        memset(&co, 0, sizeof co);
+        co.online = 1;
+        co.r3 = 1;
+        nd = qx_rotcheck(&s.config, &co, dims, 8);
+        printf("\nquarot rotate would build (seed-independent; --online / --r3 rows only with those options):\n");
+        for (j = 0; j < nd; ++j) {
+            printf("  %-20s %7lld  %s%s\n", dims[j].what, (long long)dims[j].dim, dims[j].warn ? "WARNING: " : "", dims[j].text);
+            if (j >= 2 && dims[j].fails) online_ok = 0;
+            if (j < 2 && dims[j].fails) offline_ok = 0;
+        }
+        printf("  => quarot rotate: %s; with --online --r3: %s\n", offline_ok ? "ok" : "fails", online_ok ? "ok" : "fails");
+    }
     if (no_stats) goto done;
 
     /* The rotated copy: default QuaRot with online hooks, in memory. */
@@ -430,7 +451,7 @@ int qx_cmd_inspect(int argc, char** argv) {
         if ((r = qx_store_clone(&s, &rot)) != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
         memset(&d, 0, sizeof d);
         d.seed = (uint64_t)seed;
-        d.online = 1;
+        d.online = online_ok;   /* where the online rotations cannot be built, R1 + R2 only (as rotate would) */
         d.online_out = &hooks;
         qx_model_bind(&m, &b, &rot);
         r = quarot_rotate_model(&m, &d);
@@ -445,7 +466,7 @@ int qx_cmd_inspect(int argc, char** argv) {
     qx_cli_progress_end(&cli, "statistics");
     printf("\nactivation outliers: %lld tokens (%s); per site: max |x|, max/median of per-channel max |x|, kurtosis\n",
            (long long)T, text ? text : "random ids");
-    printf("  original, and after QuaRot (R1 + R2 folded, online down_proj and o_proj Hadamard)\n");
+    printf("  original, and after QuaRot (R1 + R2 folded%s)\n", online_ok ? ", online down_proj and o_proj Hadamard" : "; no online rotation: see above");
     printf("  %-5s %-11s %10s %9s %9s   %10s %9s %9s\n", "layer", "site", "max", "max/med", "kurt", "rot max", "max/med", "kurt");
     for (i = 0; i < L; ++i) {
         int site;

@@ -9,10 +9,14 @@
    (quarot calibrate), H rebuilt from the context's seed and block. */
 #include "qx_calib.h"
 #include "qx_cli.h"
+#include "qx_convert.h"
+#include "qx_evalkit.h"
 #include "qx_file.h"
+#include "qx_gguf.h"
 #include "qx_json.h"
 #include "qx_rotate_file.h"
 #include "qx_rotate_job.h"
+#include "qx_rotcheck.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -24,10 +28,10 @@
 #include <unistd.h>
 
 static void rotate_usage(FILE* f) {
-    fprintf(f,
+    fputs(
         "usage: quarot rotate IN OUT [options]\n"
         "\n"
-        "Rotate the checkpoint IN with QuaRot and write it to OUT in the same format: RMSNorm gains fused\n"
+        "Rotate the checkpoint IN with QuaRot and write it to OUT (same format, or converted): RMSNorm gains fused\n"
         "into the linears that read them, a random Hadamard rotation R1 of the residual stream folded\n"
         "into every weight (embeddings, q/k/v/o, gate/up/down, lm_head) and a per-head Hadamard R2 folded\n"
         "into v_proj/o_proj. Without --online / --r3 the result is an ordinary checkpoint that any engine\n"
@@ -35,15 +39,22 @@ static void rotate_usage(FILE* f) {
         "lm_head when the final norm is fused: llama2.c gets a separate classifier, config.json gets\n"
         "tie_word_embeddings=false, GGUF gets output.weight).\n"
         "\n"
-        "formats (detected from IN; OUT is the same format):\n"
+        "formats (IN's detected from its bytes; OUT's from --format, else its name: .bin llama2.c, .gguf,\n"
+        ".safetensors; else IN's format). An OUT name naming another format than --format is an error.\n"
+        "Conversions: llama2.c -> GGUF / safetensors, safetensors <-> GGUF (llama, qwen2, qwen3), llama\n"
+        "models without biases -> llama2.c; q/k rows are reordered between RoPE layouts, a llama2.c model's\n"
+        "tok*.bin becomes GGUF tokenizer.ggml.* arrays, a safetensors OUT directory gets IN's tokenizer.json,\n"
+        "tokenizer_config.json, generation_config.json, special_tokens_map.json (and tokenizer.model) and a\n"
+        "config.json whose torch_dtype is what was written. Not converted: tokenizer.json <-> GGUF tokenizer.\n"
         "  llama2.c .bin        legacy v0 (run.c) and version-1 float32 exports\n"
         "  safetensors          a Hugging Face directory (config.json + model.safetensors, or shards with\n"
         "                       model.safetensors.index.json) or a .safetensors file with config.json beside\n"
         "                       it; F32/F16/BF16; LLaMA, Mistral, Qwen2, Qwen3. OUT ending in .safetensors is\n"
         "                       one file (config.json written beside it; not into IN's own directory),\n"
         "                       anything else a directory (shards when IN was sharded, index, config.json)\n"
-        "  GGUF                 llama architecture, F32/F16/BF16 tensors (quantized GGUF is refused)\n"
-        "\n"
+        "  GGUF                 llama (and Mistral), qwen2, qwen3; F32/F16/BF16 tensors (quantized GGUF is refused)\n"
+        "\n", f);
+    fputs(
         "options:\n"
         "  --rotation KIND      R1 (and R2): hadamard (default; random signs), random (seeded Haar-random\n"
         "                       orthogonal), adapt (Adapt Rotation stage 2: R1 = H*R with R learned by\n"
@@ -64,10 +75,15 @@ static void rotate_usage(FILE* f) {
         "                       of two, default 1)\n"
         "  --down-proj-online-layers LIST   with --online: only these layers get the down_proj rotation,\n"
         "                       e.g. \"0,3,5-7\" (default: every layer)\n"
+        "  --format FMT         OUT's format: llama2c, safetensors (a directory unless OUT ends in .safetensors)\n"
+        "                       or gguf (default: from OUT's name, else IN's format)\n"
         "  --dtype f32|f16|bf16 output tensor dtype (default: as in IN; llama2.c is always f32)\n"
+        "  --strict             a fallback is an error instead of a warning: a block-diagonal R1, R2 or online\n"
+        "                       rotation with blocks smaller than 64 (or than --block-size), or a dense random\n"
+        "                       R1 where no Hadamard block exists (e.g. hidden 90 would get 45 blocks of 2x2)\n"
         "  --force              replace existing outputs\n"
         "  --quiet              no progress on stderr\n"
-        "  --help               this text\n");
+        "  --help               this text\n", f);
     fputs(
         "\n"
         "online hook file (with --online or --r3): written beside the output, OUT.quarot-online for a file,\n"
@@ -237,6 +253,55 @@ static double peak_rss_mib(void) {
 
 static const char* dir_model_files[] = {"config.json", "model.safetensors", "model.safetensors.index.json", "quarot_online.txt"};
 
+/* The format family of a source_format: "llama2c", "safetensors" or "gguf". */
+static const char* format_family(const char* src_format) {
+    return strncmp(src_format, "llama2c", 7) == 0 ? "llama2c" : strncmp(src_format, "safetensors", 11) == 0 ? "safetensors" : "gguf";
+}
+
+/* Copies the Hugging Face side files (QX_CONVERT_HF_FILES) that exist in src_dir into out_dir, each
+   through a temporary; check = 1 only checks that none would overwrite a file without force. The
+   number copied (or that would be), -1 on failure (e says why). */
+static int copy_hf_files(const char* src_dir, const char* out_dir, int force, int check, qx_err* e) {
+    int k, n = 0;
+    for (k = 0; QX_CONVERT_HF_FILES[k]; ++k) {
+        char* from = qx_path_join(src_dir, QX_CONVERT_HF_FILES[k]);
+        char* to = qx_path_join(out_dir, QX_CONVERT_HF_FILES[k]);
+        char* data = NULL;
+        size_t len = 0;
+        qx_out o;
+        quarot_result r = QUAROT_OK;
+        if (!from || !to) { free(from); free(to); qx_err_set(e, "out of memory"); return -1; }
+        if (!qx_path_exists(from)) { free(from); free(to); continue; }
+        ++n;
+        if (check) {
+            if (!force && qx_path_exists(to)) { qx_err_set(e, "%s: exists already; use --force to replace it", to); r = QUAROT_ERR_IO; }
+        } else {
+            memset(&o, 0, sizeof o);
+            o.fd = -1;
+            r = qx_read_file(from, (size_t)1 << 30, &data, &len, e);
+            if (r == QUAROT_OK) r = qx_out_begin(&o, to, force, e);
+            if (r == QUAROT_OK) r = qx_out_pwrite(&o, data, len, 0, e);
+            if (r == QUAROT_OK) r = qx_out_sync(&o, len, e);
+            if (r == QUAROT_OK) r = qx_out_publish(&o, e);
+            qx_out_abort(&o);
+            free(data);
+        }
+        free(from);
+        free(to);
+        if (r != QUAROT_OK) return -1;
+    }
+    return n;
+}
+
+/* Whether a llama2.c checkpoint can hold the model (run.c's architecture), with the reason if not. */
+static const char* l2c_unfit(const quarot_model_config* c) {
+    int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+    if (strcmp(c->arch, "llama") != 0) return "llama2.c holds llama models only";
+    if (c->attn_qkv_bias || c->attn_out_bias || c->mlp_bias || c->qk_norm) return "llama2.c has no biases or q/k norms";
+    if (hd * c->n_heads != c->hidden) return "llama2.c needs head_dim * n_heads == hidden";
+    return NULL;
+}
+
 int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     const char *in = job->in, *out = job->out;
     int k, rc, dir_out = 0, hooks = 0, force = job->force, adapt = job->rotation == QUAROT_ROTATION_ADAPT;
@@ -253,6 +318,16 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     char src_format[32];
     rotate_progress rp;
 
+    const char* ext_fmt = qx_convert_format_of_path(out);
+    const char* family;
+    const char* tok_note = NULL;
+    char out_format[32], tok_path[4096], tok_note_buf[4200], *hf_src = NULL;
+    int n_hf_files = 0, n_dims = 0, n_warn = 0;
+    qx_rotcheck_dim dims[8];
+    if (job->format && ext_fmt && strcmp(job->format, ext_fmt) != 0)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: the name ends in .%s but --format is %s (name OUT after its format: .bin llama2c, "
+                                               ".gguf, .safetensors or a directory)", out, strcmp(ext_fmt, "llama2c") == 0 ? "bin" : ext_fmt,
+                           job->format);
     if (same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
     if (adapt && (!job->context || !job->context->matrix))
         return qx_cli_fail(cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
@@ -266,12 +341,60 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     snprintf(src_format, sizeof src_format, "%s", s.source_format);
     rc = QX_EXIT_OK;
     hooks = job->online || job->r3;
+    /* OUT's format: --format, else its extension, else IN's (qx_convert.h) */
+    family = job->format ? job->format : ext_fmt ? ext_fmt : format_family(src_format);
+    if (strcmp(family, "llama2c") == 0)
+        snprintf(out_format, sizeof out_format, "%s", strcmp(src_format, "llama2c-v1") == 0 ? "llama2c-v1" : "llama2c-v0");
+    else
+        snprintf(out_format, sizeof out_format, "%s", family);
+    if (strcmp(family, "llama2c") == 0 && l2c_unfit(&s.config)) {
+        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as llama2.c: %s", out, s.config.arch, l2c_unfit(&s.config));
+        goto done;
+    }
+    if (strcmp(family, "gguf") == 0 && !qx_gguf_arch_supported(s.config.arch, NULL)) {
+        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as GGUF here (llama, qwen2, qwen3)", out, s.config.arch);
+        goto done;
+    }
+    if (strcmp(family, format_family(src_format)) != 0) {
+        int64_t i = 0;
+        /* llama2.c's RoPE tables are not model weights elsewhere */
+        if (strcmp(family, "llama2c") != 0)
+            while (i < s.count) {
+                if (strncmp(s.items[i].name, "llama2c.", 8) == 0) (void)qx_store_remove(&s, s.items[i].name);
+                else ++i;
+            }
+        if (strcmp(family, "gguf") == 0) {   /* metadata from the config, and llama2.c's vocabulary if found */
+            qx_sb kv;
+            int have_tok = strcmp(format_family(src_format), "llama2c") == 0 &&
+                           qx_ek_find_tokenizer(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
+            memset(&kv, 0, sizeof kv);
+            r = qx_convert_gguf_kv(&s, have_tok ? tok_path : NULL, &kv, &e);
+            if (r == QUAROT_OK) r = qx_store_set_blob(&s, "gguf.kv", kv.p, kv.len);
+            qx_sb_free(&kv);
+            if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+            if (have_tok) {
+                snprintf(tok_note_buf, sizeof tok_note_buf, "%s -> tokenizer.ggml.* (SentencePiece \"llama\", %lld tokens)", tok_path,
+                         (long long)s.config.vocab);
+                tok_note = tok_note_buf;
+            } else {
+                tok_note = strcmp(format_family(src_format), "llama2c") == 0
+                               ? "none found beside IN (tok<vocab>.bin, tok512.bin, tokenizer.bin): no tokenizer.ggml.* keys"
+                               : "not converted (tokenizer.json -> tokenizer.ggml.* is not supported): no tokenizer.ggml.* keys";
+            }
+        } else if (strcmp(family, "llama2c") == 0) {
+            tok_note = "not written (llama2.c keeps its vocabulary in a separate tok*.bin)";
+        } else if (strcmp(format_family(src_format), "gguf") == 0) {
+            tok_note = "not converted (the GGUF's tokenizer.ggml.* -> tokenizer.json is not supported)";
+        } else {
+            tok_note = "not converted (llama2.c tokenizer.bin -> tokenizer.json is not supported)";
+        }
+    }
     if (s.config.norm == QUAROT_NORM_LAYER) {
         rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model needs RMSNorm, which its format "
                                                  "cannot express (rotate it in memory: quarot eval)", in, s.config.arch);
         goto done;
     }
-    if (strncmp(src_format, "llama2c", 7) == 0 && dtype != QUAROT_DTYPE_DEFAULT && dtype != QUAROT_DTYPE_F32) {
+    if (strcmp(family, "llama2c") == 0 && dtype != QUAROT_DTYPE_DEFAULT && dtype != QUAROT_DTYPE_F32) {
         rc = qx_cli_fail(cli, QX_EXIT_USAGE, "--dtype: llama2.c checkpoints are float32 only");
         goto done;
     }
@@ -286,10 +409,29 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
                          in, job->context_name ? job->context_name : "stage 1", (long long)job->context->hidden, (long long)s.config.hidden);
         goto done;
     }
-    if (strncmp(src_format, "safetensors", 11) == 0) {
-        size_t ol = strlen(out);
-        dir_out = !(ol > 12 && strcmp(out + ol - 12, ".safetensors") == 0);
+    {   /* no silent fallbacks: what each rotated dimension gets, before any work */
+        qx_rotcheck_opts co;
+        memset(&co, 0, sizeof co);
+        co.rotation = job->rotation;
+        co.block_size = adapt ? job->context->block : job->block_size;
+        co.no_r2 = job->no_r2;
+        co.online = job->online;
+        co.r3 = job->r3;
+        co.max_tp_size = job->max_tp_size;
+        n_dims = qx_rotcheck(&s.config, &co, dims, 8);
+        for (k = 0; k < n_dims; ++k) {
+            if (!dims[k].warn) continue;
+            ++n_warn;
+            if (job->strict) {
+                rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: --strict: %s (%lld): %s", in, dims[k].what, (long long)dims[k].dim, dims[k].text);
+                goto done;
+            }
+            if (cli->progress_open) { fputc('\n', stderr); cli->progress_open = 0; }
+            fprintf(stderr, "quarot rotate: warning: %s (%lld): %s (--strict makes this an error)\n", dims[k].what, (long long)dims[k].dim,
+                    dims[k].text);
+        }
     }
+    if (strcmp(family, "safetensors") == 0) dir_out = !(ext_fmt && strcmp(ext_fmt, "safetensors") == 0);
     if (dir_out) {
         if (qx_path_exists(out) && !qx_is_dir(out)) {
             rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists and is not a directory (a safetensors output not ending in "
@@ -305,11 +447,11 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     } else {
         if (qx_is_dir(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
         if (!force && qx_path_exists(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
-        if (strncmp(src_format, "safetensors", 11) == 0) {   /* one file: its config.json beside it */
+        if (strcmp(family, "safetensors") == 0) {   /* one file: its config.json beside it */
             char* od = dir_of(out);
             char* id = qx_is_dir(in) ? NULL : dir_of(in);
             config_path = od ? qx_path_join(od, "config.json") : NULL;
-            if (od && (qx_is_dir(in) ? same_file(od, in) : (id && same_file(od, id)))) {
+            if (od && strncmp(src_format, "safetensors", 11) == 0 && (qx_is_dir(in) ? same_file(od, in) : (id && same_file(od, id)))) {
                 rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the "
                                                         "rotated model; write to a directory (OUT without .safetensors) or elsewhere", out);
                 free(od); free(id);
@@ -322,6 +464,15 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
                 rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", config_path);
                 goto done;
             }
+        }
+    }
+    /* A Hugging Face output directory gets the input's tokenizer and generation files */
+    if (dir_out && strncmp(src_format, "safetensors", 11) == 0) {
+        hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
+        if (!hf_src) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+        if (qx_is_dir(out) && (n_hf_files = copy_hf_files(hf_src, out, force, 1, &e)) < 0) {
+            rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg);
+            goto done;
         }
     }
     /* Without online rotation a hook file left from an earlier run would be wrong for the new model:
@@ -357,6 +508,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
 
     memset(&ro, 0, sizeof ro);
     ro.out_path = out;
+    ro.out_format = out_format;
     ro.force = force;
     ro.dtype = dtype;
     ro.hooks_path = hooks ? hooks_path : NULL;
@@ -370,6 +522,10 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     qx_cli_phase(cli);
     r = qx_rotate_file(&s, &desc, &ro, &st, &e);
     if (rp.stage) qx_cli_progress_end(cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
+    if (r == QUAROT_OK && hf_src && (n_hf_files = copy_hf_files(hf_src, out, force, 0, &e)) < 0) {
+        rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s (the model itself was written)", e.msg);
+        goto done;
+    }
     if (r != QUAROT_OK) {
         rc = st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
         if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
@@ -386,7 +542,15 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         }
         printf("rotated %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, src_format, s.config.arch,
                (long long)s.config.n_layers, (long long)s.config.hidden, out);
+        if (strcmp(out_format, src_format) != 0 && !(strcmp(out_format, "safetensors") == 0 && strcmp(src_format, "safetensors-dir") == 0))
+            printf("  format: %s -> %s%s\n", src_format, out_format,
+                   qx_convert_interleaved(out_format, s.config.arch) != (s.config.rope_interleaved != 0) ? " (q/k rows reordered for its RoPE layout)" : "");
+        if (tok_note) printf("  tokenizer: %s\n", tok_note);
+        if (n_hf_files > 0) printf("  copied %d Hugging Face file%s (tokenizer, generation config) into %s\n", n_hf_files, n_hf_files > 1 ? "s" : "", out);
         printf("  R1: %s\n  R2: %s\n", st.r1, job->no_r2 ? "off (--no-r2)" : st.r2);
+        for (k = 0; k < n_dims; ++k)
+            if (dims[k].fallback)
+                printf("  %s %s (%lld): %s\n", dims[k].warn ? "WARNING" : "note", dims[k].what, (long long)dims[k].dim, dims[k].text);
         if (adapt)
             printf("  Adapt Rotation stage 2: R learned by stage 1 (%s): %s, seed %llu, block %lld, loss %.6e -> %.6e (%+.2f%%)\n",
                    job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context),
@@ -411,6 +575,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     }
 done:
     quarot_online_list_free(&list);
+    free(hf_src);
     free(hooks_path);
     free(config_path);
     qx_store_free(&s);
@@ -419,10 +584,10 @@ done:
 
 int qx_cmd_rotate(int argc, char** argv) {
     qx_cli cli;
-    const char *in = NULL, *out = NULL, *v, *layers_arg = NULL, *context = NULL;
+    const char *in = NULL, *out = NULL, *v, *layers_arg = NULL, *context = NULL, *format = NULL;
     const char* rotation = "hadamard";
     int64_t seed = 0, block = -1, tp = 1;
-    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
+    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, strict = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
     quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
     int64_t* layer_list = NULL;
     int64_t n_layer_list = 0;
@@ -451,6 +616,7 @@ int qx_cmd_rotate(int argc, char** argv) {
         if (strcmp(a, "--r3") == 0) { r3 = 1; continue; }
         if (strcmp(a, "--no-r2") == 0) { no_r2 = 1; continue; }
         if (strcmp(a, "--force") == 0) { force = 1; continue; }
+        if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
             if (k < 0) return QX_EXIT_USAGE;
             if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0)
@@ -483,6 +649,13 @@ int qx_cmd_rotate(int argc, char** argv) {
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--down-proj-online-layers", &v)) != 0) {
             if (k < 0) return QX_EXIT_USAGE;
             layers_arg = v;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--format", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "llama2c") != 0 && strcmp(v, "safetensors") != 0 && strcmp(v, "gguf") != 0)
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--format: '%s' is not llama2c, safetensors or gguf", v);
+            format = v;
             continue;
         }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--dtype", &v)) != 0) {
@@ -547,6 +720,8 @@ int qx_cmd_rotate(int argc, char** argv) {
     }
     job.dtype = dtype;
     job.force = force;
+    job.format = format;
+    job.strict = strict;
     rc = qx_rotate_job_run(&cli, &job);
 done:
     quarot_adapt_context_free(&ctx);

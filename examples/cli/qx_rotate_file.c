@@ -9,6 +9,7 @@
 #define _DEFAULT_SOURCE   /* madvise */
 #endif
 #include "qx_rotate_file.h"
+#include "qx_convert.h"
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_llama2c.h"
@@ -30,9 +31,59 @@ typedef struct qx__sink {
     qx_l2c_writer* l2c;
     qx_st_writer* st;
     qx_gguf_writer* gg;
+    int64_t perm_hd;             /* > 0: q/k rows change RoPE layout (heads of perm_hd rows) on the way out */
+    int to_interleaved;
 } qx__sink;
 
+/* q/k projections (weights, biases) and qwen3's per-head q/k norms carry the RoPE row order. */
+static int qx__rope_rows(const char* name) {
+    return strstr(name, ".self_attn.q_proj.") || strstr(name, ".self_attn.k_proj.") || strstr(name, ".self_attn.q_norm.") ||
+           strstr(name, ".self_attn.k_norm.");
+}
+
+/* A contiguous copy of t with rows (a 1-D tensor: elements) permuted between RoPE layouts. */
+static quarot_result qx__permuted(const quarot_tensor* t, int64_t hd, int to_il, quarot_tensor* out, void** mem) {
+    int one = t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1;
+    int64_t rows = one ? t->ne[0] : quarot_tensor_nrows(t), r;
+    size_t es = quarot_dtype_size(t->dtype), rb = one ? es : (size_t)t->ne[0] * es;
+    char* m;
+    quarot_result res;
+    if (rows % hd != 0) return QUAROT_ERR_SHAPE_MISMATCH;
+    res = quarot_tensor_init(out, NULL, t->dtype, QUAROT_MAX_DIMS, t->ne);
+    if (res != QUAROT_OK) return res;
+    m = (char*)malloc(rows ? (size_t)rows * rb : 1);
+    if (!m) return QUAROT_ERR_OUT_OF_MEMORY;
+    for (r = 0; r < rows; ++r) {
+        int64_t src = qx_rope_src_row(r, hd, to_il);
+        const char* from = one ? (const char*)t->data + (size_t)src * (size_t)t->nb[0]
+                               : (const char*)t->data + (size_t)(src % t->ne[1]) * t->nb[1] + (size_t)((src / t->ne[1]) % t->ne[2]) * t->nb[2] +
+                                     (size_t)(src / (t->ne[1] * t->ne[2])) * t->nb[3];
+        memcpy(m + (size_t)r * rb, from, rb);
+    }
+    out->data = m;
+    *mem = m;
+    return QUAROT_OK;
+}
+
+static quarot_result qx__sink_put_raw(qx__sink* k, const char* name, const quarot_tensor* t, qx_err* e);
+
 static quarot_result qx__sink_put(qx__sink* k, const char* name, const quarot_tensor* t, qx_err* e) {
+    if (k->perm_hd > 0 && strncmp(name, "model.layers.", 13) == 0 && qx__rope_rows(name)) {
+        quarot_tensor pt;
+        void* mem = NULL;
+        quarot_result r = qx__permuted(t, k->perm_hd, k->to_interleaved, &pt, &mem);
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "%s: cannot change the RoPE row order: %s", name, quarot_result_string(r));
+            return r;
+        }
+        r = qx__sink_put_raw(k, name, &pt, e);
+        free(mem);
+        return r;
+    }
+    return qx__sink_put_raw(k, name, t, e);
+}
+
+static quarot_result qx__sink_put_raw(qx__sink* k, const char* name, const quarot_tensor* t, qx_err* e) {
     switch (k->kind) {
         case QX__OUT_L2C: return qx_l2c_writer_put(k->l2c, name, t, e);
         case QX__OUT_ST: return qx_st_writer_put(k->st, name, t, e);
@@ -230,11 +281,12 @@ static int qx__n_dims(const int64_t* ne) {
 }
 
 /* The output's tensors: the store's (views, before any copy) and the processor's creations. */
-static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, qx_tensor_plan** out,
-                              int64_t* n_out) {
+static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, const char* fmt,
+                              qx_tensor_plan** out, int64_t* n_out) {
     int64_t i, n = 0;
-    /* GGUF keeps vectors (norms, biases) in f32 under a dtype change, as llama.cpp's converter does */
-    int vec_f32 = strcmp(s->source_format, "gguf") == 0 && dt != QUAROT_DTYPE_DEFAULT;
+    /* GGUF keeps vectors (norms, biases) in f32 under a dtype change or a conversion, as llama.cpp's
+       converter does */
+    int vec_f32 = strcmp(fmt, "gguf") == 0 && (dt != QUAROT_DTYPE_DEFAULT || strcmp(s->source_format, "gguf") != 0);
     qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(s->count + p->n_creates + 1), sizeof *pl);
     if (!pl) return QUAROT_ERR_OUT_OF_MEMORY;
     for (i = 0; i < s->count; ++i, ++n) {
@@ -266,18 +318,41 @@ static int qx__planned(const qx_tensor_plan* pl, int64_t n, const char* name) {
     return 0;
 }
 
-/* Opens the writer for the store's format (after pre_run: the config says whether lm_head exists). */
+/* The output format (o->out_format, else the input's). */
+static const char* qx__out_format(const qx_store* s, const qx_rotate_file_opts* o) {
+    return o->out_format && o->out_format[0] ? o->out_format : s->source_format;
+}
+
+/* torch_dtype for config.json: the dtype the embedding (else the first matrix) is written in. */
+static const char* qx__plan_torch_dtype(const qx_tensor_plan* pl, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i)
+        if (strcmp(pl[i].name, "model.embed_tokens.weight") == 0) return qx_convert_torch_dtype(pl[i].dtype);
+    for (i = 0; i < n; ++i)
+        if (pl[i].n_dims >= 2) return qx_convert_torch_dtype(pl[i].dtype);
+    return NULL;
+}
+
+/* Opens the writer for the output format (after pre_run: the config says whether lm_head exists). */
 static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_tensor_plan* pl, int64_t n,
                                     const qx_rotate_file_opts* o, qx_err* e) {
-    const char* fmt = s->source_format;
+    const char* fmt = qx__out_format(s, o);
+    int il;
     memset(k, 0, sizeof *k);
+    il = qx_convert_interleaved(fmt, s->config.arch);
+    if (il != (s->config.rope_interleaved != 0)) {
+        k->perm_hd = s->config.head_dim ? s->config.head_dim : s->config.hidden / (s->config.n_heads ? s->config.n_heads : 1);
+        k->to_interleaved = il;
+    }
     if (strncmp(fmt, "llama2c", 7) == 0) {
         qx_l2c_write_opts wo;
+        quarot_model_config oc = s->config;
         memset(&wo, 0, sizeof wo);
         wo.format = strcmp(fmt, "llama2c-v1") == 0 ? QX_L2C_V1 : QX_L2C_V0;
         wo.force = o->force;
         k->kind = QX__OUT_L2C;
-        return qx_l2c_writer_begin(&k->l2c, o->out_path, &s->config, !qx__planned(pl, n, "lm_head.weight"), &wo, e);
+        oc.rope_interleaved = il;   /* the rows are permuted on the way out when the input's layout differs */
+        return qx_l2c_writer_begin(&k->l2c, o->out_path, &oc, !qx__planned(pl, n, "lm_head.weight"), &wo, e);
     }
     if (strncmp(fmt, "safetensors", 11) == 0) {
         qx_st_write_opts wo;
@@ -291,7 +366,7 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         wo.shard_bytes = single ? 0 : o->shard_bytes;
         wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
         if (!single) {
-            r = qx_hf_config_write(s, &cfg, e);   /* tie_word_embeddings patched to the output */
+            r = qx_convert_hf_config(s, qx__plan_torch_dtype(pl, n), &cfg, e);   /* tie_word_embeddings, torch_dtype */
             wo.config_json = cfg.p;
         }
         k->kind = QX__OUT_ST;
@@ -387,7 +462,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     st->untied = p.untie;
 
     /* 2. the output plan, from the views (input dtypes) and the processor's creations */
-    r = qx__plan(s, &p, o->dtype, &plan, &n_plan);
+    r = qx__plan(s, &p, o->dtype, qx__out_format(s, o), &plan, &n_plan);
     if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", o->out_path); goto fail; }
 
     /* 3. globals: writable copies, then pre_run rotates them (and creates lm_head when untying) */
@@ -439,7 +514,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         have_hooks = 1;
     }
     if (o->config_path) {
-        r = qx_hf_config_write(s, &cfg_text, e);
+        r = qx_convert_hf_config(s, qx__plan_torch_dtype(plan, n_plan), &cfg_text, e);
         if (r == QUAROT_OK) r = qx__text_begin(&cfg_out, o->config_path, cfg_text.p, cfg_text.len, o->force, e);
         if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
         have_cfg = 1;

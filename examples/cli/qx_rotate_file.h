@@ -22,12 +22,16 @@
    copies plus small buffers (a 4 MiB write chunk); the mapped input pages are dropped as they are
    consumed.
 
-   Output formats follow s->source_format: "llama2c-v0"/"llama2c-v1" -> the same llama2.c layout
+   The output format is o->out_format, or s->source_format when that is NULL (conversions: see
+   qx_convert.h; q/k rows are permuted when the two formats store different RoPE layouts, and tensors
+   named "llama2c.*" must be removed by the caller when the output is not llama2.c):
+   "llama2c-v0"/"llama2c-v1" -> the llama2.c layout
    (float32; a separate classifier when lm_head exists), "safetensors" -> one .safetensors file or,
    for an out path not ending in .safetensors, a directory (shards when shard_bytes > 0, index,
-   config.json with tie_word_embeddings patched), "safetensors-dir" -> likewise, "gguf" -> GGUF with
-   the input's key/value pairs (general.file_type updated when the dtype changes; output.weight when
-   untied). */
+   config.json with tie_word_embeddings patched and torch_dtype set to the matrices' dtype),
+   "safetensors-dir" -> likewise, "gguf" -> GGUF with the store's "gguf.kv" pairs (a GGUF input's, or
+   qx_convert_gguf_kv's set by the caller; general.file_type updated when the dtype changes;
+   output.weight when untied). */
 #ifndef QX_ROTATE_FILE_H
 #define QX_ROTATE_FILE_H
 
@@ -39,6 +43,8 @@ extern "C" {
 
 typedef struct qx_rotate_file_opts {
     const char* out_path;
+    const char* out_format;      /* NULL: s->source_format; else "llama2c-v0", "llama2c-v1", "safetensors"
+                                    (one file when out_path ends in .safetensors, else a directory), "gguf" */
     int force;                   /* replace existing outputs */
     quarot_dtype dtype;          /* DEFAULT: every tensor keeps its dtype; else F32 / F16 / BF16 (GGUF:
                                     vectors stay f32, as llama.cpp's converter writes them) */

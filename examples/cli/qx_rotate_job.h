@@ -1,7 +1,7 @@
 /* qx_rotate_job.h - `quarot rotate`'s work after option parsing, shared with `quarot run`.
 
-   A job names the input and output paths and the rotation; qx_rotate_job_run loads IN (mapped
-   views), applies the output-path rules of `quarot rotate --help` (what OUT is for each format, the
+   A job names the input and output paths, the output format and the rotation; qx_rotate_job_run
+   loads IN (mapped views), picks OUT's format (qx_convert.h), applies the output-path rules of `quarot rotate --help` (what OUT is for each format, the
    hook file beside it, config.json for a single safetensors file, no overwrite without force, IN is
    never OUT), rotates layer by layer through qx_rotate_file, prints the summary on stdout and returns
    the exit code (one error line on stderr through cli on failure). Implemented in qx_cmd_rotate.c. */
@@ -30,6 +30,10 @@ typedef struct qx_rotate_job {
     const char* layers_what;                 /* how the list was given, for messages ("--down-proj-online-layers") */
     quarot_dtype dtype;                      /* DEFAULT = as in IN */
     int force;
+    int strict;                              /* a warned fallback (qx_rotcheck.h) is an error */
+    const char* format;                      /* "llama2c", "safetensors", "gguf" or NULL: OUT's extension
+                                                (.bin, .safetensors, .gguf), else IN's format; an extension
+                                                naming another format than this is refused */
 } qx_rotate_job;
 
 int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job);

@@ -467,6 +467,8 @@ static const char* const qx__gguf_layer[][2] = {
     {"attn_k.bias", "self_attn.k_proj.bias"},
     {"attn_v.bias", "self_attn.v_proj.bias"},
     {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},   /* qwen3 */
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
@@ -545,61 +547,99 @@ static const qx_gguf_tinfo* qx__gtensor(const qx_gguf_file* f, const char* name)
     return NULL;
 }
 
-/* llama.* keys -> config (see the header). */
+/* The architectures read and written here: llama.cpp's names, and whether its converter stores q/k
+   rows in the interleaved RoPE layout (llama: LLAMA_ROPE_TYPE_NORM, rows permuted) or keeps Hugging
+   Face's half-split one (qwen2, qwen3: LLAMA_ROPE_TYPE_NEOX, rows as in the checkpoint). */
+static const struct { const char* arch; int interleaved; } qx__gguf_archs[] = {
+    {"llama", 1}, {"qwen2", 0}, {"qwen3", 0},
+};
+#define QX__N_GGUF_ARCHS ((int)(sizeof qx__gguf_archs / sizeof qx__gguf_archs[0]))
+
+int qx_gguf_arch_supported(const char* arch, int* interleaved) {
+    int k;
+    for (k = 0; arch && k < QX__N_GGUF_ARCHS; ++k)
+        if (strcmp(arch, qx__gguf_archs[k].arch) == 0) {
+            if (interleaved) *interleaved = qx__gguf_archs[k].interleaved;
+            return 1;
+        }
+    return 0;
+}
+
+/* "<arch>.<rest>" into buf (arch names are short: the keys always fit). */
+static const char* qx__akey(char* buf, size_t n, const char* arch, const char* rest) {
+    snprintf(buf, n, "%s.%s", arch, rest);
+    return buf;
+}
+
+/* <arch>.* keys -> config (see the header). */
 static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, quarot_model_config* c, qx_err* e) {
     const qx_gguf_kv* kv = qx_gguf_find(f, "general.architecture");
     const qx_gguf_tinfo* emb;
     uint64_t al = 0;
     const char* arch = qx_gguf_kv_string(kv, &al);
     int64_t x;
+    int k, interleaved = 1;
+    char a[16], kb[96];
     const int64_t DMAX = (int64_t)1 << 24;
     memset(c, 0, sizeof *c);
     if (!arch) { qx_err_set(e, "%s: no general.architecture string", fname); return QUAROT_ERR_PARSE; }
-    if (al != 5 || memcmp(arch, "llama", 5) != 0) {
-        qx_err_set(e, "%s: architecture \"%.*s\" is not supported (llama only)", fname, (int)(al > 40 ? 40 : al), arch);
+    for (k = 0; k < QX__N_GGUF_ARCHS; ++k)
+        if (al == strlen(qx__gguf_archs[k].arch) && memcmp(arch, qx__gguf_archs[k].arch, (size_t)al) == 0) break;
+    if (k == QX__N_GGUF_ARCHS) {
+        qx_err_set(e, "%s: architecture \"%.*s\" is not supported (llama, qwen2, qwen3; Mistral GGUF files are \"llama\")", fname,
+                   (int)(al > 40 ? 40 : al), arch);
         return QUAROT_ERR_UNSUPPORTED;
     }
-    strcpy(c->arch, "llama");
-    if (qx__gint(f, fname, "llama.expert_count", 0, 0, 0, &x, e) != QUAROT_OK) {
-        qx_err_set(e, "%s: llama.expert_count is set: mixture-of-experts models are not supported", fname);
+    snprintf(a, sizeof a, "%s", qx__gguf_archs[k].arch);
+    interleaved = qx__gguf_archs[k].interleaved;
+    strcpy(c->arch, a);
+#define QX__K(rest) qx__akey(kb, sizeof kb, a, rest)
+    if (qx__gint(f, fname, QX__K("expert_count"), 0, 0, 0, &x, e) != QUAROT_OK) {
+        qx_err_set(e, "%s: %s.expert_count is set: mixture-of-experts models are not supported", fname, a);
         return QUAROT_ERR_UNSUPPORTED;
     }
-    if (qx__gint(f, fname, "llama.embedding_length", 0, 1, DMAX, &c->hidden, e) != QUAROT_OK ||
-        qx__gint(f, fname, "llama.feed_forward_length", 0, 1, DMAX, &c->intermediate, e) != QUAROT_OK ||
-        qx__gint(f, fname, "llama.block_count", 0, 1, 1 << 16, &c->n_layers, e) != QUAROT_OK ||
-        qx__gint(f, fname, "llama.attention.head_count", 0, 1, 1 << 16, &c->n_heads, e) != QUAROT_OK ||
-        qx__gint(f, fname, "llama.attention.head_count_kv", c->n_heads, 1, c->n_heads, &c->n_kv_heads, e) != QUAROT_OK ||
-        qx__gint(f, fname, "llama.context_length", 0, 0, (int64_t)1 << 40, &c->max_seq, e) != QUAROT_OK ||
-        qx__gfloat(f, fname, "llama.attention.layer_norm_rms_epsilon", 1e-5, 1.0, &c->norm_eps, e) != QUAROT_OK ||
-        qx__gfloat(f, fname, "llama.rope.freq_base", 10000.0, 1e12, &c->rope_theta, e) != QUAROT_OK)
+    if (qx__gint(f, fname, QX__K("embedding_length"), 0, 1, DMAX, &c->hidden, e) != QUAROT_OK ||
+        qx__gint(f, fname, QX__K("feed_forward_length"), 0, 1, DMAX, &c->intermediate, e) != QUAROT_OK ||
+        qx__gint(f, fname, QX__K("block_count"), 0, 1, 1 << 16, &c->n_layers, e) != QUAROT_OK ||
+        qx__gint(f, fname, QX__K("attention.head_count"), 0, 1, 1 << 16, &c->n_heads, e) != QUAROT_OK ||
+        qx__gint(f, fname, QX__K("attention.head_count_kv"), c->n_heads, 1, c->n_heads, &c->n_kv_heads, e) != QUAROT_OK ||
+        qx__gint(f, fname, QX__K("context_length"), 0, 0, (int64_t)1 << 40, &c->max_seq, e) != QUAROT_OK ||
+        qx__gfloat(f, fname, QX__K("attention.layer_norm_rms_epsilon"), 1e-5, 1.0, &c->norm_eps, e) != QUAROT_OK ||
+        qx__gfloat(f, fname, QX__K("rope.freq_base"), 10000.0, 1e12, &c->rope_theta, e) != QUAROT_OK)
         return QUAROT_ERR_PARSE;
     if (c->n_heads % c->n_kv_heads != 0) {
         qx_err_set(e, "%s: head_count %lld is not a multiple of head_count_kv %lld", fname, (long long)c->n_heads, (long long)c->n_kv_heads);
         return QUAROT_ERR_PARSE;
     }
-    if (qx__gint(f, fname, "llama.attention.key_length", c->hidden % c->n_heads == 0 ? c->hidden / c->n_heads : 0, 1, DMAX,
+    if (qx__gint(f, fname, QX__K("attention.key_length"), c->hidden % c->n_heads == 0 ? c->hidden / c->n_heads : 0, 1, DMAX,
                  &c->head_dim, e) != QUAROT_OK)
         return QUAROT_ERR_PARSE;
-    if (qx__gint(f, fname, "llama.attention.value_length", c->head_dim, c->head_dim, c->head_dim, &x, e) != QUAROT_OK ||
-        qx__gint(f, fname, "llama.rope.dimension_count", c->head_dim, c->head_dim, c->head_dim, &x, e) != QUAROT_OK) {
+    if (qx__gint(f, fname, QX__K("attention.value_length"), c->head_dim, c->head_dim, c->head_dim, &x, e) != QUAROT_OK ||
+        qx__gint(f, fname, QX__K("rope.dimension_count"), c->head_dim, c->head_dim, c->head_dim, &x, e) != QUAROT_OK) {
         qx_err_set(e, "%s: value_length and rope.dimension_count must equal the head size %lld (partial RoPE is not supported)",
                    fname, (long long)c->head_dim);
         return QUAROT_ERR_UNSUPPORTED;
     }
     if (c->head_dim % 2) { qx_err_set(e, "%s: odd head size %lld", fname, (long long)c->head_dim); return QUAROT_ERR_PARSE; }
-    /* vocabulary: llama.vocab_size, else the token list, else the rows of the embedding or output */
+    /* vocabulary: <arch>.vocab_size, else the token list, else the rows of the embedding or output */
     kv = qx_gguf_find(f, "tokenizer.ggml.tokens");
     emb = qx__gtensor(f, "token_embd.weight");
     if (!emb) emb = qx__gtensor(f, "output.weight");
     x = kv && kv->type == QX_GGUF_ARRAY ? (int64_t)kv->arr_count : emb ? emb->ne[1] : 0;
-    if (qx__gint(f, fname, "llama.vocab_size", x, 1, DMAX, &c->vocab, e) != QUAROT_OK) return QUAROT_ERR_PARSE;
+    if (qx__gint(f, fname, QX__K("vocab_size"), x, 1, DMAX, &c->vocab, e) != QUAROT_OK) return QUAROT_ERR_PARSE;
+#undef QX__K
     c->norm = QUAROT_NORM_RMS;
     c->mlp = QUAROT_MLP_GATED;
     c->act = QUAROT_ACT_SILU;
-    c->rope_interleaved = 1;
+    c->rope_interleaved = interleaved;
     c->tied_embeddings = qx__gtensor(f, "output.weight") == NULL;
     c->attn_qkv_bias = qx__gtensor(f, "blk.0.attn_q.bias") != NULL;
     c->attn_out_bias = qx__gtensor(f, "blk.0.attn_output.bias") != NULL;
+    c->qk_norm = qx__gtensor(f, "blk.0.attn_q_norm.weight") != NULL;
+    if (strcmp(a, "llama") == 0 && c->qk_norm) {
+        qx_err_set(e, "%s: a llama model with attn_q_norm tensors (q/k norms are qwen3's)", fname);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     return QUAROT_OK;
 }
 
@@ -1038,46 +1078,59 @@ quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e) {
     return r;
 }
 
-/* Blob-format pairs from a "llama" config. */
+/* Blob-format pairs from a llama / qwen2 / qwen3 config (llama.cpp's <arch>.* keys). */
 quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     const quarot_model_config* c;
     qx_gguf_set set[16];
-    int n = 0, k;
+    char keys[16][96];
+    int n = 0, k, llama, qwen2, qwen3;
     int64_t hd, i;
     uint64_t cnt;
     quarot_dtype dt;
+    const char* why = NULL;
     if (!s || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     c = &s->config;
-    if (strcmp(c->arch, "llama") != 0 || c->norm == QUAROT_NORM_LAYER || c->mlp == QUAROT_MLP_PLAIN || c->qk_norm ||
-        c->mlp_bias || (c->act != QUAROT_ACT_DEFAULT && c->act != QUAROT_ACT_SILU)) {
-        qx_err_set(e, "gguf: only the llama architecture (RMSNorm, SiLU-gated MLP) can be written, not \"%.32s\"", c->arch);
+    llama = strcmp(c->arch, "llama") == 0;
+    qwen2 = strcmp(c->arch, "qwen2") == 0;
+    qwen3 = strcmp(c->arch, "qwen3") == 0;
+    if (!llama && !qwen2 && !qwen3) why = "has no GGUF architecture here (llama, qwen2, qwen3)";
+    else if (c->norm == QUAROT_NORM_LAYER || c->mlp == QUAROT_MLP_PLAIN || c->mlp_bias ||
+             (c->act != QUAROT_ACT_DEFAULT && c->act != QUAROT_ACT_SILU))
+        why = "is not RMSNorm with a SiLU-gated MLP without biases";
+    else if (llama && c->qk_norm) why = "has q/k norms (qwen3's)";
+    else if (qwen2 && (c->qk_norm || c->attn_out_bias)) why = "does not fit llama.cpp's qwen2 (q/k/v biases only)";
+    else if (qwen3 && (c->attn_qkv_bias || c->attn_out_bias)) why = "does not fit llama.cpp's qwen3 (q/k norms, no biases)";
+    if (why) {
+        qx_err_set(e, "gguf: architecture \"%.32s\" %s", c->arch, why);
         return QUAROT_ERR_UNSUPPORTED;
     }
     hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
     memset(set, 0, sizeof set);
-#define QX__SET_U(k_, v_) do { set[n].key = k_; set[n].type = QX_GGUF_U32; set[n].u = (uint64_t)(v_); ++n; } while (0)
-#define QX__SET_F(k_, v_) do { set[n].key = k_; set[n].type = QX_GGUF_F32; set[n].f = (double)(v_); ++n; } while (0)
-    set[n].key = "general.architecture"; set[n].type = QX_GGUF_STRING; set[n].str = "llama"; ++n;
-    if (c->max_seq > 0) QX__SET_U("llama.context_length", c->max_seq);
-    QX__SET_U("llama.embedding_length", c->hidden);
-    QX__SET_U("llama.block_count", c->n_layers);
-    QX__SET_U("llama.feed_forward_length", c->intermediate);
-    QX__SET_U("llama.rope.dimension_count", hd);
-    QX__SET_U("llama.attention.head_count", c->n_heads);
-    QX__SET_U("llama.attention.head_count_kv", c->n_kv_heads ? c->n_kv_heads : c->n_heads);
+#define QX__KEY(k_) (snprintf(keys[n], sizeof keys[n], "%s.%s", c->arch, k_), keys[n])
+#define QX__SET_U(k_, v_) do { set[n].key = QX__KEY(k_); set[n].type = QX_GGUF_U32; set[n].u = (uint64_t)(v_); ++n; } while (0)
+#define QX__SET_F(k_, v_) do { set[n].key = QX__KEY(k_); set[n].type = QX_GGUF_F32; set[n].f = (double)(v_); ++n; } while (0)
+    set[n].key = "general.architecture"; set[n].type = QX_GGUF_STRING; set[n].str = c->arch; ++n;
+    if (c->max_seq > 0) QX__SET_U("context_length", c->max_seq);
+    QX__SET_U("embedding_length", c->hidden);
+    QX__SET_U("block_count", c->n_layers);
+    QX__SET_U("feed_forward_length", c->intermediate);
+    QX__SET_U("rope.dimension_count", hd);
+    QX__SET_U("attention.head_count", c->n_heads);
+    QX__SET_U("attention.head_count_kv", c->n_kv_heads ? c->n_kv_heads : c->n_heads);
     if (c->n_heads && hd * c->n_heads != c->hidden) {
-        QX__SET_U("llama.attention.key_length", hd);
-        QX__SET_U("llama.attention.value_length", hd);
+        QX__SET_U("attention.key_length", hd);
+        QX__SET_U("attention.value_length", hd);
     }
-    QX__SET_F("llama.attention.layer_norm_rms_epsilon", c->norm_eps > 0 ? c->norm_eps : 1e-5f);
-    QX__SET_F("llama.rope.freq_base", c->rope_theta > 0 ? c->rope_theta : 10000.0f);
-    QX__SET_U("llama.vocab_size", c->vocab);
+    QX__SET_F("attention.layer_norm_rms_epsilon", c->norm_eps > 0 ? c->norm_eps : 1e-5f);
+    QX__SET_F("rope.freq_base", c->rope_theta > 0 ? c->rope_theta : 10000.0f);
+    QX__SET_U("vocab_size", c->vocab);
     /* general.file_type: 0 all F32, 1 mostly F16, 32 mostly BF16 (llama.cpp's numbering) */
     dt = QUAROT_DTYPE_F32;
     for (i = 0; i < s->count; ++i) if (s->items[i].t.ne[1] > 1 && s->items[i].t.dtype != QUAROT_DTYPE_F32) { dt = s->items[i].t.dtype; break; }
-    QX__SET_U("general.file_type", dt == QUAROT_DTYPE_F16 ? 1 : dt == QUAROT_DTYPE_BF16 ? 32 : 0);
+    set[n].key = "general.file_type"; set[n].type = QX_GGUF_U32; set[n].u = dt == QUAROT_DTYPE_F16 ? 1 : dt == QUAROT_DTYPE_BF16 ? 32 : 0; ++n;
 #undef QX__SET_U
 #undef QX__SET_F
+#undef QX__KEY
     for (k = 0; k < n; ++k)
         if (set[k].type == QX_GGUF_U32 && set[k].u > 0xffffffffu) set[k].type = QX_GGUF_U64;
     return qx__gkv_build(NULL, 0, set, n, out, &cnt, e);
@@ -1095,14 +1148,19 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
     quarot_result r;
     if (!s || !path) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(&gen, 0, sizeof gen);
-    /* the store must be a complete llama model; generated pairs are used when it has none */
+    /* the store must be a complete model of a GGUF architecture; generated pairs are used when it has none */
     r = qx_gguf_kv_from_config(s, &gen, e);
     if (r == QUAROT_OK) r = qx_hf_check_tensors(s, path, e);
     if (r != QUAROT_OK) { qx_sb_free(&gen); return r; }
     kv = qx_store_get_blob(s, "gguf.kv", &kv_len);
     if (!kv) { kv = gen.p; kv_len = gen.len; }
     hd = s->config.head_dim ? s->config.head_dim : s->config.hidden / s->config.n_heads;
-    perm = !s->config.rope_interleaved;        /* Hugging Face layout -> llama.cpp's interleaved rows */
+    /* llama: Hugging Face layout -> llama.cpp's interleaved rows; qwen2/qwen3 stay half-split */
+    {
+        int want = 1;
+        (void)qx_gguf_arch_supported(s->config.arch, &want);
+        perm = s->config.rope_interleaved != want ? (want ? 1 : -1) : 0;
+    }
     plan = (qx_tensor_plan*)calloc((size_t)(s->count ? s->count : 1), sizeof *plan);
     if (!plan) { qx_sb_free(&gen); qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
     for (i = 0; i < s->count; ++i) {
@@ -1124,12 +1182,13 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
     free(plan);
     qx_sb_free(&gen);
     if (r != QUAROT_OK) return r;
-    /* tensors in store order; q/k weights and biases of an HF-layout store become interleaved */
+    /* tensors in store order; q/k weights and biases change RoPE layout when the file's differs */
     for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
         const char* name = s->items[i].name;
         int qk = perm && strncmp(name, "model.layers.", 13) == 0 &&
-                 (strstr(name, ".self_attn.q_proj.") || strstr(name, ".self_attn.k_proj."));
-        r = qx_gguf_writer_put_permuted(w, name, &s->items[i].t, qk ? hd : 0, 1, e);
+                 (strstr(name, ".self_attn.q_proj.") || strstr(name, ".self_attn.k_proj.") ||
+                  strstr(name, ".self_attn.q_norm.") || strstr(name, ".self_attn.k_norm."));
+        r = qx_gguf_writer_put_permuted(w, name, &s->items[i].t, qk ? hd : 0, perm > 0, e);
     }
     if (r != QUAROT_OK) { qx_gguf_writer_abort(w); return r; }
     return qx_gguf_writer_finish(w, e);

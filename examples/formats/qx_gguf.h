@@ -12,9 +12,15 @@
    before it is used (no allocation larger than the file implies), nesting depth is bounded, keys
    and tensor names must be unique, tensor names shorter than 256 bytes without NUL, ne[] products
    must not overflow, tensors of known element size must lie inside the data section without
-   overlapping. Loading into a store needs general.architecture "llama" and maps the llama.* keys
-   to quarot_model_config (arch "llama", rope_interleaved = 1 because llama.cpp's converter
-   permutes q/k rows into the interleaved RoPE layout, tied when there is no output.weight). F32,
+   overlapping. Loading into a store needs general.architecture "llama" (Mistral's GGUF files are
+   "llama" too), "qwen2" (q/k/v biases: blk.N.attn_q.bias, ...) or "qwen3" (per-head q/k norms:
+   blk.N.attn_q_norm.weight, blk.N.attn_k_norm.weight); any other is refused by name. The <arch>.*
+   keys (embedding_length, feed_forward_length, block_count, attention.head_count[_kv],
+   attention.key_length, attention.layer_norm_rms_epsilon, rope.freq_base, context_length,
+   vocab_size) map to quarot_model_config with arch = the GGUF name; rope_interleaved = 1 for llama
+   (llama.cpp's converter permutes its q/k rows into the interleaved RoPE layout, ROPE_TYPE_NORM)
+   and 0 for qwen2/qwen3 (NEOX RoPE: the rows stay in Hugging Face's half-split order); tied when
+   there is no output.weight. F32,
    F16, BF16 and F64 tensors load (views of the mapping when aligned, else copies); quantized
    types (Q4_0, Q8_0, K-quants, IQ*, ...) and integer types are refused with the tensor's name and
    type. Names map to Hugging Face's through one table (qx_gguf_name_to_hf / _from_hf); names
@@ -26,7 +32,8 @@
    "gguf.kv" format (kept verbatim and in order) with the caller's changes applied (replaced in
    place, removed, or appended); tensors keep the alignment of general.alignment. qx_gguf_save
    converts a store in Hugging Face's half-split RoPE layout (rope_interleaved = 0) to the
-   interleaved one by permuting q_proj/k_proj rows. */
+   interleaved one for llama (permuting q_proj/k_proj rows), and an interleaved qwen store back to
+   half-split. */
 #ifndef QX_GGUF_H
 #define QX_GGUF_H
 
@@ -112,6 +119,10 @@ quarot_result qx_gguf_read_mem(const void* buf, size_t len, const char* name, qx
 int qx_gguf_name_to_hf(const char* gguf, char* out, size_t n);
 int qx_gguf_name_from_hf(const char* hf, char* out, size_t n);
 
+/* 1 if arch ("llama", "qwen2", "qwen3") is read and written here, and then *interleaved (may be NULL)
+   = the RoPE layout of its q/k rows in GGUF files (1 llama, 0 qwen2/qwen3); else 0. */
+int qx_gguf_arch_supported(const char* arch, int* interleaved);
+
 /* A change to the key/value pairs: set key to a scalar or string, or remove it. */
 typedef struct qx_gguf_set {
     const char* key;
@@ -148,11 +159,12 @@ typedef struct qx_gguf_save_opts {
     int n_set;
 } qx_gguf_save_opts;
 
-/* Writes a "llama" store: its "gguf.kv" blob (or pairs generated from its config when it came from
+/* Writes a llama / qwen2 / qwen3 store: its "gguf.kv" blob (or pairs generated from its config when it came from
    elsewhere) with opts' changes, tensors under GGUF names, q/k rows made interleaved if needed. */
 quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_save_opts* opts, qx_err* e);
 
-/* The llama.* key/value pairs (in the blob format) that describe s->config (arch "llama"). */
+/* The <arch>.* key/value pairs (in the blob format) that describe s->config (llama, qwen2, qwen3),
+   general.architecture and general.file_type. */
 quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e);
 
 #ifdef __cplusplus
