@@ -33,12 +33,6 @@ quarot_result qx_tokenizer_from_vocab(qx_tokenizer* t, qx_vocab* v, qx_err* e) {
     return QUAROT_OK;
 }
 
-int32_t qx_tokenizer_window_bos(const qx_tokenizer* t) {
-    if (!t) return -1;
-    if (!t->vocab) return QX_TOK_BOS;
-    return t->add_bos && t->bos_id >= 0 ? t->bos_id : -1;
-}
-
 static int qx__is_gguf(const char* path) {
     unsigned char m[4];
     FILE* f = fopen(path, "rb");

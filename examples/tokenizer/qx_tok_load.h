@@ -45,9 +45,6 @@ quarot_result qx_tokenizer_from_vocab(qx_tokenizer* t, qx_vocab* v, qx_err* e);
 quarot_result qx_tokenizer_for_model(qx_tokenizer* t, const char* model_path, const char* tok_opt, int64_t model_vocab,
                                      char* used, size_t used_cap, qx_err* e);
 
-/* The BOS a perplexity window starts with: the tokenizer's BOS when it adds one, else -1. */
-int32_t qx_tokenizer_window_bos(const qx_tokenizer* t);
-
 /* Reads --tokens FILE into a malloc'ed array. vocab > 0: every id must be below it. */
 quarot_result qx_tokens_read(const char* path, int64_t vocab, int32_t** ids, int64_t* n, qx_err* e);
 

@@ -253,6 +253,12 @@ static qx__cand qx__bpe_pop(qx__bpe* b) {
     return top;
 }
 
+int32_t qx_tokenizer_window_bos(const qx_tokenizer* t) {
+    if (!t) return -1;
+    if (!t->vocab) return QX_TOK_BOS;
+    return t->add_bos && t->bos_id >= 0 ? t->bos_id : -1;
+}
+
 int64_t qx_tokenizer_max_tokens(size_t len) { return 3 * (int64_t)len + 5; }
 
 /* A vocabulary tokenizer's encode, into the caller's array. */

@@ -69,6 +69,10 @@ void qx_tokenizer_free(qx_tokenizer* t);
 /* Id of the piece equal to the len bytes at s (lowest such id), or -1. */
 int32_t qx_tokenizer_lookup(const qx_tokenizer* t, const char* s, size_t len);
 
+/* The BOS a perplexity / calibration window starts with: the tokenizer's BOS when the model adds
+   one (add_bos_token; tokenizer.bin: 1), else -1 (no BOS, e.g. Qwen2, GPT-2). */
+int32_t qx_tokenizer_window_bos(const qx_tokenizer* t);
+
 /* Most tokens encode can produce for len bytes of text, any kind: 3 * len + 5 (tokenizer.bin needs
    len + 3: BOS, dummy prefix, EOS; SentencePiece turns " " into 3 bytes that may fall back to byte
    tokens). */
