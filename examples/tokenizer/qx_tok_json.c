@@ -168,8 +168,12 @@ quarot_result qx_vocab_from_hf_json(qx_vocab* v, const char* json, size_t len, c
             FAIL(QUAROT_ERR_PARSE, "%s: added_tokens[%zu] lacks an \"id\" in [0, %d) or a \"content\" string", name, i, QX_VOCAB_MAX_TOKENS);
         if (id + 1 > n_tokens) n_tokens = id + 1;
     }
+    if (n_tokens > (int64_t)(vocab->count + (added ? added->count : 0)) + 65536)
+        FAIL(QUAROT_ERR_PARSE, "%s: model.vocab / added_tokens: ids up to %lld for %zu tokens (more than 65536 ids unused)", name,
+             (long long)n_tokens - 1, vocab->count + (added ? added->count : 0));
     if ((r = qx_vocab_begin(v, kind, n_tokens, name, e)) != QUAROT_OK) goto done;
     v->pre = pre;
+    memcpy(v->pre.name, "tokenizer.json", 15);
     v->add_space_prefix = kind == QX_VOCAB_SPM ? prefix : 0;
     v->byte_fallback = byte_fallback;
     v->use_merges = 1;

@@ -23,13 +23,7 @@ quarot_result qx_tokenizer_from_vocab(qx_tokenizer* t, qx_vocab* v, qx_err* e) {
     t->eos_id = p->eos;
     t->add_bos = p->add_bos && p->bos >= 0;
     if (p->kind == QX_VOCAB_SPM) snprintf(t->kind, sizeof t->kind, "SentencePiece BPE%s", p->use_merges ? " (merges)" : "");
-    else {
-        int k;
-        size_t o = (size_t)snprintf(t->kind, sizeof t->kind, "byte-level BPE (");
-        for (k = 0; k < p->pre.n && o < sizeof t->kind; ++k)
-            o += (size_t)snprintf(t->kind + o, sizeof t->kind - o, "%s%d", k ? "," : "re ", p->pre.re[k]);
-        if (o < sizeof t->kind) snprintf(t->kind + o, sizeof t->kind - o, ")");
-    }
+    else snprintf(t->kind, sizeof t->kind, "byte-level BPE (pre %s)", p->pre.name[0] ? p->pre.name : "default");
     return QUAROT_OK;
 }
 

@@ -230,6 +230,7 @@ int qx_pre_from_name(const char* name, size_t len, qx_pre* p) {
         if (strlen(t->name) != len || (len && memcmp(t->name, name, len) != 0)) continue;
         p->n = t->n;
         p->ignore_merges = t->ignore_merges;
+        memcpy(p->name, t->name, strlen(t->name) + 1);
         for (k = 0; k < t->n && k < 4; ++k) p->re[k] = t->re[k];
         if (strcmp(t->name, "deepseek-coder") == 0) p->re[4] = QX_RE_NUM1;
         if (strcmp(t->name, "deepseek-llm") == 0) { p->re[4] = QX_RE_CJK; p->re[5] = QX_RE_NUMS; }

@@ -51,6 +51,7 @@ typedef struct qx_pre {
     int n;                      /* regexes, applied in order */
     int re[QX_PRE_MAX];         /* QX_RE_* */
     int ignore_merges;          /* llama3: a word that is a token is emitted whole */
+    char name[32];              /* the `pre` name, or "tokenizer.json" */
 } qx_pre;
 
 /* Fills *p for a llama.cpp `pre` name; 0 when the name is not supported. */

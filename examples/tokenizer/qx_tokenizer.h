@@ -51,7 +51,7 @@ typedef struct qx_tokenizer {
     struct qx_vocab* vocab;      /* GGUF / tokenizer.json vocabulary; NULL for tokenizer.bin */
     int32_t bos_id, eos_id;      /* -1 = none (tokenizer.bin: 1 and 2) */
     int add_bos;                 /* the model adds BOS to a prompt (add_bos_token; tokenizer.bin: 1) */
-    char kind[48];               /* "llama2.c", "SPM (llama)", "BPE (pre qwen2)", ... */
+    char kind[64];               /* "llama2.c", "SentencePiece BPE", "byte-level BPE (pre qwen2)", ... */
 } qx_tokenizer;
 
 #define QX_TOK_BOS 1
