@@ -485,6 +485,8 @@ static void test_bad_json(void) {
     EXPECT_MSG(e, "pre_tokenizer.pattern.Regex '[a-z]+' is not a supported");
     QT_ERR(json_load("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}", &e), QUAROT_ERR_UNSUPPORTED);
     EXPECT_MSG(e, "pre-tokenizer type 'Whitespace' is not supported");
+    QT_ERR(json_load("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"split\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}", &e), QUAROT_ERR_UNSUPPORTED);
+    EXPECT_MSG(e, "Metaspace with \"split\": true is not supported");
     QT_ERR(json_load("[1, 2]", &e), QUAROT_ERR_PARSE);
     QT_ERR(json_load("{\"model\": ", &e), QUAROT_ERR_PARSE);
     EXPECT_MSG(e, "bad/tokenizer.json");

@@ -56,7 +56,12 @@ static quarot_result qx__pre_one(const qx_json* p, qx_pre* pre, int* bytelevel, 
     } else if (qx__streq(type, "Metaspace")) {
         const qx_json* ps = qx_json_get(p, "prepend_scheme");
         const qx_json* ap = qx_json_get(p, "add_prefix_space");
+        const qx_json* sp = qx_json_get(p, "split");
         int add = 1;
+        if (sp && sp->type == QX_JSON_BOOL && sp->boolean) {
+            qx_err_set(e, "%s: %s: Metaspace with \"split\": true is not supported (SentencePiece merges across words)", name, field);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
         *metaspace = 1;
         if (ps) *prefix = !qx__streq(ps, "never");
         else if (ap && qx_json_as_bool(ap, &add) == QUAROT_OK) *prefix = add;

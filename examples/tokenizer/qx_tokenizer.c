@@ -259,7 +259,7 @@ int32_t qx_tokenizer_window_bos(const qx_tokenizer* t) {
     return t->add_bos && t->bos_id >= 0 ? t->bos_id : -1;
 }
 
-int64_t qx_tokenizer_max_tokens(size_t len) { return 3 * (int64_t)len + 5; }
+int64_t qx_tokenizer_max_tokens(size_t len) { return 4 * (int64_t)len + 5; }
 
 /* A vocabulary tokenizer's encode, into the caller's array. */
 static quarot_result qx__encode_vocab(const qx_tokenizer* t, const char* text, size_t len, int bos, int eos,

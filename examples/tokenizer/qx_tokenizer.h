@@ -73,9 +73,10 @@ int32_t qx_tokenizer_lookup(const qx_tokenizer* t, const char* s, size_t len);
    one (add_bos_token; tokenizer.bin: 1), else -1 (no BOS, e.g. Qwen2, GPT-2). */
 int32_t qx_tokenizer_window_bos(const qx_tokenizer* t);
 
-/* Most tokens encode can produce for len bytes of text, any kind: 3 * len + 5 (tokenizer.bin needs
+/* Most tokens encode can produce for len bytes of text, any kind: 4 * len + 5 (tokenizer.bin needs
    len + 3: BOS, dummy prefix, EOS; SentencePiece turns " " into 3 bytes that may fall back to byte
-   tokens). */
+   tokens and prefixes every fragment after a special token with one more "▁": at most 3 per raw byte,
+   3 + 1 per special token, BOS and EOS). */
 int64_t qx_tokenizer_max_tokens(size_t len);
 
 /* Encode len bytes of text into tokens[0..*n_tokens). cap is the room in tokens; when it is too small
