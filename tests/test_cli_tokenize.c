@@ -11,13 +11,15 @@
 #include "cli_util.h"
 #include "qx_json.h"
 #include "qx_safetensors.h"
+#include "qx_gguf.h"
 
 #include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static char g_dir[512];   /* the synthetic Hugging Face model */
-static int g_have_dir;
+static char g_gguf[512];  /* the same model as GGUF, its tokenizer in tokenizer.ggml.* */
+static int g_have_dir, g_have_gguf;
 
 /* GPT-2's byte alphabet: the codepoint byte b stands for */
 static unsigned byte_cp(int b) {
@@ -65,6 +67,38 @@ static int write_tokenizer_json(const char* path) {
     return ok;
 }
 
+/* GGUF key/value pairs in the "gguf.kv" blob layout */
+static void kv_str(qx_sb* b, const char* s) { uint64_t n = strlen(s); qx_sb_put(b, (const char*)&n, 8); qx_sb_put(b, s, (size_t)n); }
+static void kv_u32(qx_sb* b, uint32_t v) { qx_sb_put(b, (const char*)&v, 4); }
+static void kv_u64(qx_sb* b, uint64_t v) { qx_sb_put(b, (const char*)&v, 8); }
+
+/* the tokenizer.json vocabulary above as tokenizer.ggml.* pairs appended to blob (count bumped) */
+static void add_gguf_tokenizer(qx_sb* b) {
+    static const char* const merges[] = {"t h", "th e", "\xC4\xA0 t", "\xC4\xA0 a", "i n", "e r"};
+    static const char* const results[] = {"th", "the", "\xC4\xA0t", "\xC4\xA0" "a", "in", "er"};
+    uint64_t count;
+    int i;
+    kv_str(b, "tokenizer.ggml.model"); kv_u32(b, QX_GGUF_STRING); kv_str(b, "gpt2");
+    kv_str(b, "tokenizer.ggml.pre"); kv_u32(b, QX_GGUF_STRING); kv_str(b, "gpt-2");
+    kv_str(b, "tokenizer.ggml.tokens"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_STRING); kv_u64(b, 263);
+    for (i = 0; i < 256; ++i) {
+        unsigned cp = byte_cp(i);
+        char u[3] = {0, 0, 0};
+        if (cp < 0x80) u[0] = (char)cp;
+        else { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); }
+        kv_str(b, u);
+    }
+    for (i = 0; i < 6; ++i) kv_str(b, results[i]);
+    kv_str(b, "<|endoftext|>");
+    kv_str(b, "tokenizer.ggml.token_type"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_I32); kv_u64(b, 263);
+    for (i = 0; i < 263; ++i) kv_u32(b, i == 262 ? 3u : 1u);
+    kv_str(b, "tokenizer.ggml.merges"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_STRING); kv_u64(b, 6);
+    for (i = 0; i < 6; ++i) kv_str(b, merges[i]);
+    memcpy(&count, b->p, 8);
+    count += 5;
+    memcpy(b->p, &count, 8);
+}
+
 static int setup(void) {
     qx_synth_desc d;
     qx_store s;
@@ -78,6 +112,21 @@ static int setup(void) {
     memset(&so, 0, sizeof so);
     ok = qx_st_save(&s, g_dir, &so, &e) == QUAROT_OK;
     if (!ok) printf("    save: %s\n", e.msg);
+    {
+        qx_sb kv;
+        qx_gguf_save_opts go;
+        memset(&kv, 0, sizeof kv);
+        memset(&go, 0, sizeof go);
+        snprintf(g_gguf, sizeof g_gguf, "%s/model.gguf", g_tmp);
+        g_have_gguf = qx_gguf_kv_from_config(&s, &kv, &e) == QUAROT_OK;
+        if (g_have_gguf) {
+            add_gguf_tokenizer(&kv);
+            g_have_gguf = !kv.failed && qx_store_set_blob(&s, "gguf.kv", kv.p, kv.len) == QUAROT_OK &&
+                          qx_gguf_save(&s, g_gguf, &go, &e) == QUAROT_OK;
+        }
+        if (!g_have_gguf) printf("    gguf: %s\n", e.msg);
+        qx_sb_free(&kv);
+    }
     qx_store_free(&s);
     snprintf(p, sizeof p, "%s/tokenizer.json", g_dir);
     ok = ok && write_tokenizer_json(p);
@@ -157,6 +206,23 @@ static void test_hf_dir(void) {
     }
 }
 
+/* a GGUF model carries its tokenizer: tokenize and eval use it without --tokenizer */
+static void test_gguf_model(void) {
+    char ids[600], a[1 << 14];
+    if (!g_have_gguf) { QT_CHECK(0); return; }
+    QT_EQ_INT(CLI("tokenize '%s' --prompt 'the thin<|endoftext|>' --ids-only", g_gguf), 0);
+    QT_CHECKF(strcmp(g_out, "[257, 32, 256, 260, 262]\n") == 0, "got '%s' (%s)", g_out, g_err);
+    QT_CHECK(strstr(g_err, "model.gguf: byte-level BPE (pre gpt-2), 263 tokens"));
+    snprintf(ids, sizeof ids, "%s", tmp_path("gids.json"));
+    QT_EQ_INT(CLI("tokenize '%s' --text '%s' --no-bos --ids-only -q", g_gguf, tmp_path("text.txt")), 0);
+    QT_CHECK(g_out[0] == '[' && write_str(ids, g_out));
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 32 --windows 3 -q", g_gguf, tmp_path("text.txt")), 0);
+    QT_CHECKF(strstr(g_out, "tokenizer  ") && strstr(g_out, "/model.gguf\n"), "%s%s", g_out, g_err);
+    snprintf(a, sizeof a, "%s", strstr(g_out, "perplexity") ? strstr(g_out, "perplexity") : "none");
+    QT_EQ_INT(CLI("eval '%s' --tokens '%s' --seq-len 32 --windows 3 -q", g_gguf, ids), 0);
+    QT_CHECKF(strstr(g_out, "perplexity") && strcmp(strstr(g_out, "perplexity"), a) == 0, "tables differ:\n%s\n---\n%s", a, g_out);
+}
+
 static void test_tokens_stories(void) {
     char model[4096], text[4096], ids[600], a[1 << 14];
     if (!qt_shared_path("models/stories260K/stories260K.bin")) { QT_SKIP("../shared/models/stories260K absent"); return; }
@@ -232,6 +298,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_help);
     QT_RUN(test_tokenize_shared);
     QT_RUN(test_hf_dir);
+    QT_RUN(test_gguf_model);
     QT_RUN(test_tokens_stories);
     QT_RUN(test_bad_input);
     snprintf(rm, sizeof rm, "rm -rf '%s'", g_tmp);
