@@ -10,6 +10,7 @@
 #include "qx_evalkit.h"
 #include "qx_file.h"
 #include "qx_threads.h"
+#include "qx_tok_load.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +48,10 @@ static void calibrate_usage(FILE* f) {
         "  --seq-len N           calibration window length in tokens, BOS included (default 256)\n"
         "  --windows N           use only the first N windows (default 0 = all)\n"
         "  --windowing stream|docs  how raw text becomes windows, as in quarot eval (default stream)\n"
-        "  --tokenizer FILE      llama2.c tokenizer (default: tok<vocab>.bin, tok512.bin or tokenizer.bin\n"
-        "                        beside MODEL)\n"
+        "  --tokenizer FILE      GGUF, tokenizer.json or llama2.c tokenizer.bin (default: the model's own, as\n"
+        "                        quarot eval: GGUF metadata, tokenizer.json, tok*.bin beside MODEL)\n"
+        "  --tokens FILE         token ids instead of --text (whitespace separated or a JSON array); stream\n"
+        "                        windows, with the tokenizer's BOS when one is found\n"
         "  --threads N           threads for the forward pass and the optimizer (default 1)\n"
         "  --force               replace an existing CONTEXT\n"
         "  --quiet               no progress and no per-step loss on stderr\n"
@@ -118,7 +121,9 @@ static void on_step(void* user, int step, double loss, double best, int iters) {
 
 int qx_cmd_calibrate(int argc, char** argv) {
     qx_cli cli;
-    const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v, *layer_arg = NULL;
+    const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v, *layer_arg = NULL, *tokens_path = NULL;
+    int32_t* ids = NULL;
+    int64_t n_ids = 0;
     const char* dtype = "int4";
     int64_t steps = 20, block = -1, max_samples = 2048, seed = 0, seq_len = 256, windows = 0, threads = 1;
     int windowing = QX_WINDOWING_STREAM, quiet = 0, force = 0, i, k, rc = QX_EXIT_OK;
@@ -138,7 +143,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
     qx_load_opts lo;
     qx_err e;
     quarot_result r;
-    char tok_path[4096], looked[4096 * 3 + 64];
+    char tok_path[4096];
     calib_progress cp;
     int have_model = 0, have_tok = 0, have_text = 0, have_win = 0;
 
@@ -157,6 +162,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
         }
 #define CAL_OPT(name) ((k = qx_cli_opt(&cli, argc, argv, &i, name, &v)) != 0)
         if (CAL_OPT("--text")) { if (k < 0) return QX_EXIT_USAGE; text_path = v; }
+        else if (CAL_OPT("--tokens")) { if (k < 0) return QX_EXIT_USAGE; tokens_path = v; }
         else if (CAL_OPT("-o") || CAL_OPT("--output")) { if (k < 0) return QX_EXIT_USAGE; out_path = v; }
         else if (CAL_OPT("--tokenizer")) { if (k < 0) return QX_EXIT_USAGE; tok_opt = v; }
         else if (CAL_OPT("--steps")) { if (k < 0 || !qx_cli_int(&cli, "--steps", v, 1, 1000, &steps)) return QX_EXIT_USAGE; }
@@ -177,7 +183,11 @@ int qx_cmd_calibrate(int argc, char** argv) {
 #undef CAL_OPT
     }
     if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot calibrate MODEL --text FILE -o CONTEXT)");
-    if (!text_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE given (the calibration text; see quarot calibrate --help)");
+    if (!text_path && !tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (the calibration text; see quarot calibrate --help)");
+    if (text_path && tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the calibration tokens: choose one");
+    if (tokens_path && windowing == QX_WINDOWING_DOCS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
+    if (tokens_path) text_path = tokens_path;
+    memset(&text, 0, sizeof text);
     if (!out_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o CONTEXT given (the file stage 2 reads; see quarot calibrate --help)");
     if (layer_arg && !parse_layer_types(&cli, layer_arg, &layer_copy, &layer_list, &n_layer)) { rc = QX_EXIT_USAGE; goto done; }
     if (!qx_path_exists(text_path) || qx_is_dir(text_path)) {   /* before the model: the cheap mistake first */
@@ -209,15 +219,26 @@ int qx_cmd_calibrate(int argc, char** argv) {
                          (long long)model.config.max_seq);
         goto done;
     }
-    if (tok_opt) snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
-    else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
-        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE (llama2.c tokenizer.bin format)",
-                         model_path, looked);
-        goto done;
+    r = qx_tokenizer_for_model(&tok, model_path, tok_opt, model.config.vocab, tok_path, sizeof tok_path, &e);
+    if (r != QUAROT_OK && (!tokens_path || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    have_tok = r == QUAROT_OK;
+    if (!have_tok) snprintf(tok_path, sizeof tok_path, "none (--tokens; windows without BOS)");
+    if (tokens_path) {
+        qx_ppl_opts po;
+        r = qx_tokens_read(tokens_path, model.config.vocab, &ids, &n_ids, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+        memset(&po, 0, sizeof po);
+        po.seq_len = seq_len;
+        po.max_windows = windows;
+        po.bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
+        r = qx_windows_stream(&win, ids, n_ids, &po, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", tokens_path, e.msg);
+            goto done;
+        }
+        have_win = 1;
+        goto windows_ready;
     }
-    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_tok = 1;
     r = qx_calib_text_load(text_path, &text, &e);
     if (r != QUAROT_OK) {
         rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
@@ -236,6 +257,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
     }
     have_win = 1;
     qx_cli_progress_end(&cli, "tokenizing");
+windows_ready:
 
     /* stage 1 */
     if (threads > 1) pool = qx_pool_create((int)threads);
@@ -292,6 +314,7 @@ done:
     if (have_text) qx_calib_text_free(&text);
     if (have_tok) qx_tokenizer_free(&tok);
     if (have_model) qx_store_free(&model);
+    free(ids);
     free(layer_copy);
     free(layer_list);
     return rc;

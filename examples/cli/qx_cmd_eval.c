@@ -11,6 +11,7 @@
 #include "qx_calib.h"
 #include "qx_cli.h"
 #include "qx_evalkit.h"
+#include "qx_tok_load.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,9 +29,13 @@ static void eval_usage(FILE* f) {
         "one column per model variant, each column after the first with its change against no rotation.\n"
         "\n"
         "options:\n"
-        "  --text FILE           evaluation text (required)\n"
-        "  --tokenizer FILE      llama2.c tokenizer (tokenizer.bin format); default: tok<vocab>.bin,\n"
-        "                        tok512.bin or tokenizer.bin in the model's directory\n"
+        "  --text FILE           evaluation text (required unless --tokens)\n"
+        "  --tokenizer FILE      GGUF, tokenizer.json or llama2.c tokenizer.bin; default: the model's own\n"
+        "                        (GGUF metadata, tokenizer.json beside it, tok<vocab>.bin / tok512.bin /\n"
+        "                        tokenizer.bin beside a llama2.c model); see quarot tokenize --help\n"
+        "  --tokens FILE         token ids instead of --text (whitespace separated or a JSON array, e.g.\n"
+        "                        quarot tokenize MODEL --text T --no-bos --ids-only); stream windowing;\n"
+        "                        windows start with the tokenizer's BOS when one is found\n"
         "  --w-bits N[,N..]      weight bits (2..8, 16 = FP): RTN symmetric per output channel\n"
         "  --a-bits N[,N..]      activation bits (2..8, 16 = FP): per token symmetric, at every decoder-\n"
         "                        linear input\n"
@@ -158,7 +163,7 @@ static int has_setting(const qx_ek_setting* s, int n, const qx_ek_setting* x) {
 
 int qx_cmd_eval(int argc, char** argv) {
     qx_cli cli;
-    const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL;
+    const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL, *tokens_path = NULL;
     const char *context_path = NULL, *calib_path = NULL, *calib_dtype = "int4", *calib_layers = NULL;
     int64_t calib_windows = 0;
     qx_store adapt;
@@ -176,7 +181,7 @@ int qx_cmd_eval(int argc, char** argv) {
     qx_store model, rot;
     quarot_online_list hooks;
     qx_tokenizer tok;
-    char tok_path[4096], looked[4096 * 3 + 64], recipe[2048];
+    char tok_path[4096], recipe[2048];
     char* text = NULL;
     size_t text_len = 0;
     int32_t* stream = NULL;
@@ -205,6 +210,7 @@ int qx_cmd_eval(int argc, char** argv) {
         }
 #define EVAL_OPT(name) ((got = qx_cli_opt(&cli, argc, argv, &i, name, &v)) < 0 ? -1 : got)
         if ((got = EVAL_OPT("--text")) != 0) { if (got < 0) return QX_EXIT_USAGE; text_path = v; }
+        else if ((got = EVAL_OPT("--tokens")) != 0) { if (got < 0) return QX_EXIT_USAGE; tokens_path = v; }
         else if ((got = EVAL_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
         else if ((got = EVAL_OPT("--w-bits")) != 0) { if (got < 0 || !(n_w = parse_bits(&cli, "--w-bits", v, w_list, 8))) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--a-bits")) != 0) { if (got < 0 || !(n_a = parse_bits(&cli, "--a-bits", v, a_list, 8))) return QX_EXIT_USAGE; }
@@ -228,7 +234,10 @@ int qx_cmd_eval(int argc, char** argv) {
     }
     cli.quiet = quiet;
     if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot eval MODEL --text FILE; see --help)");
-    if (!text_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE given (see quarot eval --help)");
+    if (!text_path && !tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot eval --help)");
+    if (text_path && tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the evaluation tokens: choose one");
+    if (tokens_path && windowing == QX_WINDOWING_DOCS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
+    if (tokens_path) text_path = tokens_path;
     if (context_path && calib_path)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context and --calib-text both give the Adapt column its R: choose one");
     if (!calib_path && (calib_windows || calib_layers || strcmp(calib_dtype, "int4") != 0))
@@ -318,28 +327,24 @@ int qx_cmd_eval(int argc, char** argv) {
             goto done;
         }
     }
-    if (tok_opt) {
-        snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
-    } else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
-        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE (llama2.c tokenizer.bin format)",
-                         model_path, looked);
-        goto done;
-    }
-    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
-    if (r != QUAROT_OK) {
-        rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
-        goto done;
-    }
-    have_tok = 1;
-    r = qx_ek_read_file(text_path, &text, &text_len, &e);
+    r = qx_tokenizer_for_model(&tok, model_path, tok_opt, model.config.vocab, tok_path, sizeof tok_path, &e);
+    if (r != QUAROT_OK && (!tokens_path || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    have_tok = r == QUAROT_OK;
+    if (!have_tok) snprintf(tok_path, sizeof tok_path, "none (--tokens; windows without BOS)");
+    if (!have_tok && calib_path) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "--calib-text needs a tokenizer: %s", e.msg); goto done; }
+    if (tokens_path) r = qx_tokens_read(tokens_path, model.config.vocab, &stream, &n_stream, &e);
+    else r = qx_ek_read_file(text_path, &text, &text_len, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
 
     /* Windows, once for every cell. */
     memset(&po, 0, sizeof po);
     po.seq_len = seq_len;
     po.max_windows = windows;
+    po.bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
     qx_cli_phase(&cli);
-    if (windowing == QX_WINDOWING_STREAM) {
+    if (tokens_path) {
+        r = qx_windows_stream(&win, stream, n_stream, &po, &e);
+    } else if (windowing == QX_WINDOWING_STREAM) {
         int64_t cap = qx_tokenizer_max_tokens(text_len);
         stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
         if (!stream) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "%s: out of memory", text_path); goto done; }
@@ -498,7 +503,8 @@ int qx_cmd_eval(int argc, char** argv) {
                (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
                (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)c->vocab);
         printf("tokenizer  %s\n", tok_path);
-        printf("text       %s: %lu bytes\n", text_path, (unsigned long)text_len);
+        if (tokens_path) printf("tokens     %s: %lld ids\n", tokens_path, (long long)n_stream);
+        else printf("text       %s: %lu bytes\n", text_path, (unsigned long)text_len);
         if (windowing == QX_WINDOWING_STREAM)
             printf("windows    %lld x seq_len %lld, stream windowing (text encoded once: %lld tokens; [BOS] + %lld consecutive tokens per window)\n",
                    (long long)win.n, (long long)seq_len, (long long)n_stream, (long long)(seq_len - 1));

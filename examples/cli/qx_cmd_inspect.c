@@ -20,6 +20,7 @@
 #include "qx_model.h"
 #include "qx_online.h"
 #include "qx_rotcheck.h"
+#include "qx_tok_load.h"
 #include "qx_tokenizer.h"
 
 #include <math.h>
@@ -44,9 +45,9 @@ static void inspect_usage(FILE* f) {
         "MODEL: a llama2.c .bin, a Hugging Face safetensors directory or file, or a GGUF file.\n"
         "\n"
         "options:\n"
-        "  --text FILE        text for the statistics (llama2.c tokenizer); default: random token ids\n"
-        "  --tokenizer FILE   llama2.c tokenizer; default: tok<vocab>.bin, tok512.bin or tokenizer.bin\n"
-        "                     beside MODEL\n"
+        "  --text FILE        text for the statistics (the model's tokenizer); default: random token ids\n"
+        "  --tokenizer FILE   GGUF, tokenizer.json or llama2.c tokenizer.bin; default: the model's own\n"
+        "                     (GGUF metadata, tokenizer.json or tok*.bin beside MODEL)\n"
         "  --tokens N         tokens to run (default 128, at most the model's context); with no --text,\n"
         "                     N random ids from a fixed seed\n"
         "  --seed N           seed of the random ids and of the rotation (default 0)\n"
@@ -307,25 +308,6 @@ static quarot_result collect(const qx_store* s, const quarot_online_list* hooks,
     return QUAROT_OK;
 }
 
-/* Default tokenizer beside a model: tok<vocab>.bin, tok512.bin, tokenizer.bin. */
-static int find_tokenizer(const char* model, int64_t vocab, char* out, size_t n) {
-    const char* slash = strrchr(model, '/');
-    size_t dl = slash ? (size_t)(slash - model) + 1 : 0;
-    char names[3][40];
-    int k;
-    snprintf(names[0], sizeof names[0], "tok%lld.bin", (long long)vocab);
-    snprintf(names[1], sizeof names[1], "tok512.bin");
-    snprintf(names[2], sizeof names[2], "tokenizer.bin");
-    for (k = 0; k < 3; ++k) {
-        FILE* f;
-        if (dl + strlen(names[k]) + 1 > n) return 0;
-        memcpy(out, model, dl);
-        strcpy(out + dl, names[k]);
-        if ((f = fopen(out, "rb")) != NULL) { fclose(f); return 1; }
-    }
-    return 0;
-}
-
 int qx_cmd_inspect(int argc, char** argv) {
     qx_cli cli;
     const char *path = NULL, *text = NULL, *tok_path = NULL, *v;
@@ -383,20 +365,13 @@ int qx_cmd_inspect(int argc, char** argv) {
             qx_tokenizer tk;
             int32_t* all_tokens = NULL;
             int64_t n_all = 0;
-            if (!tok_path) {
-                if (!find_tokenizer(path, s.config.vocab, tok_buf, sizeof tok_buf)) {
-                    rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: no tok%lld.bin, tok512.bin or tokenizer.bin beside the model; pass "
-                                                           "--tokenizer FILE (or drop --text for random token ids)",
-                                     path, (long long)s.config.vocab);
-                    goto done;
-                }
-                tok_path = tok_buf;
-            }
-            if ((r = qx_tokenizer_load(&tk, tok_path, (int32_t)s.config.vocab, &e)) != QUAROT_OK) {
-                rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg);
+            /* the model's own tokenizer (GGUF metadata, tokenizer.json, tok*.bin) or --tokenizer */
+            if ((r = qx_tokenizer_for_model(&tk, path, tok_path, s.config.vocab, tok_buf, sizeof tok_buf, &e)) != QUAROT_OK) {
+                rc = qx_cli_fail(&cli, r == QUAROT_ERR_NOT_FOUND ? QX_EXIT_USAGE : QX_EXIT_INPUT, "%s%s", e.msg,
+                                 r == QUAROT_ERR_NOT_FOUND ? " (or drop --text for random token ids)" : "");
                 goto done;
             }
-            r = qx_tokenize_file(&tk, text, 1, 0, &all_tokens, &n_all, &e);
+            r = qx_tokenize_file(&tk, text, tk.add_bos, 0, &all_tokens, &n_all, &e);
             qx_tokenizer_free(&tk);
             if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
             if (n_all < 2) { free(all_tokens); rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: too short (fewer than 2 tokens)", text); goto done; }

@@ -10,6 +10,7 @@
    suffers from (a 4-bit scale is set by the largest channel). */
 #include "qx_cli.h"
 #include "qx_evalkit.h"
+#include "qx_tok_load.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,14 +29,16 @@ static void plot_usage(FILE* f) {
         "captured in FP32 over the first --tokens tokens of the text (one window from BOS).\n"
         "\n"
         "options:\n"
-        "  --text FILE         text whose first tokens drive the model (required)\n"
+        "  --text FILE         text whose first tokens drive the model (required unless --tokens FILE)\n"
         "  -o, --output FILE   the SVG to write (required); written to a temporary and renamed\n"
         "  --layer N           decoder layer (default 1; 0 when the model has one layer)\n"
         "  --site q|down       q: the q/k/v input (after the input norm; default); down: the down_proj\n"
         "                      input (after the online Hadamard in the rotated model)\n"
         "  --tokens N          tokens to run (default 256, at most the model's context)\n"
-        "  --tokenizer FILE    llama2.c tokenizer; default: tok<vocab>.bin, tok512.bin or tokenizer.bin\n"
-        "                      in the model's directory\n"
+        "  --tokens FILE       (not a number) token ids instead of --text: whitespace separated or a JSON\n"
+        "                      array, after the tokenizer's BOS when one is found\n"
+        "  --tokenizer FILE    GGUF, tokenizer.json or llama2.c tokenizer.bin; default: the model's own\n"
+        "                      (GGUF metadata, tokenizer.json or tok*.bin beside it; quarot tokenize --help)\n"
         "  --log               logarithmic y axis (default linear)\n"
         "  --seed N            seed of the random Hadamard signs (default 0)\n"
         "  --force             replace an existing output file\n"
@@ -239,13 +242,13 @@ static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double
 
 int qx_cmd_plot(int argc, char** argv) {
     qx_cli cli;
-    const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v = NULL, *site = "q";
+    const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v = NULL, *site = "q", *tokens_path = NULL;
     int64_t layer = -1, n_tok_want = 256, seed = 0;
     int quiet = 0, log_scale = 0, force = 0, i, rc = QX_EXIT_OK;
     qx_store model, rot;
     quarot_online_list hooks;
     qx_tokenizer tok;
-    char tok_path[4096], looked[4096 * 3 + 64], recipe[2048], tmp_path[4200];
+    char tok_path[4096], recipe[2048], tmp_path[4200];
     char* text = NULL;
     size_t text_len = 0;
     int32_t* toks = NULL;
@@ -277,7 +280,15 @@ int qx_cmd_plot(int argc, char** argv) {
         else if ((got = PLOT_OPT("-o")) != 0 || (got = PLOT_OPT("--output")) != 0) { if (got < 0) return QX_EXIT_USAGE; out_path = v; }
         else if ((got = PLOT_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
         else if ((got = PLOT_OPT("--layer")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--layer", v, 0, 1 << 20, &layer)) return QX_EXIT_USAGE; }
-        else if ((got = PLOT_OPT("--tokens")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--tokens", v, 2, 1 << 20, &n_tok_want)) return QX_EXIT_USAGE; }
+        else if ((got = PLOT_OPT("--tokens")) != 0) {
+            /* a number: how many tokens to run (as before); anything else: a file of token ids */
+            if (got < 0) return QX_EXIT_USAGE;
+            if (v[0] >= '0' && v[0] <= '9' && strspn(v, "0123456789") == strlen(v)) {
+                if (!qx_cli_int(&cli, "--tokens", v, 2, 1 << 20, &n_tok_want)) return QX_EXIT_USAGE;
+            } else {
+                tokens_path = v;
+            }
+        }
         else if ((got = PLOT_OPT("--seed")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
         else if ((got = PLOT_OPT("--site")) != 0) {
             if (got < 0) return QX_EXIT_USAGE;
@@ -289,7 +300,9 @@ int qx_cmd_plot(int argc, char** argv) {
     }
     cli.quiet = quiet;
     if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot plot MODEL --text FILE -o OUT.svg; see --help)");
-    if (!text_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE given (see quarot plot --help)");
+    if (!text_path && !tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot plot --help)");
+    if (text_path && tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the tokens: choose one");
+    if (tokens_path) text_path = tokens_path;
     if (!out_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o OUT.svg given (see quarot plot --help)");
     if (stat(out_path, &sb) == 0 && !force)
         return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists (pass --force to replace it)", out_path);
@@ -312,28 +325,36 @@ int qx_cmd_plot(int argc, char** argv) {
         goto done;
     }
     if (model.config.max_seq > 0 && n_tok_want > model.config.max_seq) n_tok_want = model.config.max_seq;
-    if (tok_opt) {
-        snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
-    } else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
-        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE (llama2.c tokenizer.bin format)",
-                         model_path, looked);
-        goto done;
-    }
-    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_tok = 1;
-    r = qx_ek_read_file(text_path, &text, &text_len, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    /* [BOS] + the text's first tokens; only as much text as needed is encoded (a generous prefix) */
-    {
-        size_t take = text_len, want_bytes = (size_t)n_tok_want * 64 + 64;
-        int64_t capn;
-        if (take > want_bytes) take = want_bytes;
-        capn = qx_tokenizer_max_tokens(take);
-        toks = (int32_t*)malloc((size_t)capn * sizeof *toks);
-        if (!toks) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        r = qx_tokenizer_encode(&tok, text, take, 1, 0, toks, capn, &n_toks, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", text_path, e.msg); goto done; }
+    r = qx_tokenizer_for_model(&tok, model_path, tok_opt, model.config.vocab, tok_path, sizeof tok_path, &e);
+    if (r != QUAROT_OK && (!tokens_path || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    have_tok = r == QUAROT_OK;
+    if (tokens_path) {
+        /* [BOS when the tokenizer adds one] + the ids of the file */
+        int32_t* ids = NULL;
+        int64_t n_ids = 0, bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
+        r = qx_tokens_read(tokens_path, model.config.vocab, &ids, &n_ids, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+        toks = (int32_t*)malloc((size_t)(n_ids + 1) * sizeof *toks);
+        if (!toks) { free(ids); rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+        n_toks = 0;
+        if (bos >= 0) toks[n_toks++] = (int32_t)bos;
+        memcpy(toks + n_toks, ids, (size_t)n_ids * sizeof *ids);
+        n_toks += n_ids;
+        free(ids);
+    } else {
+        r = qx_ek_read_file(text_path, &text, &text_len, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+        /* [BOS] + the text's first tokens; only as much text as needed is encoded (a generous prefix) */
+        {
+            size_t take = text_len, want_bytes = (size_t)n_tok_want * 64 + 64;
+            int64_t capn;
+            if (take > want_bytes) take = want_bytes;
+            capn = qx_tokenizer_max_tokens(take);
+            toks = (int32_t*)malloc((size_t)capn * sizeof *toks);
+            if (!toks) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+            r = qx_tokenizer_encode(&tok, text, take, tok.add_bos, 0, toks, capn, &n_toks, &e);
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", text_path, e.msg); goto done; }
+        }
     }
     if (n_toks < 2) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no text to run", text_path); goto done; }
     T = n_toks < n_tok_want ? n_toks : n_tok_want;

@@ -12,6 +12,7 @@
 #include "qx_rotate_job.h"
 #include "qx_runcfg.h"
 #include "qx_threads.h"
+#include "qx_tok_load.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -56,7 +57,10 @@ static void run_usage(FILE* f) {
         "  --context FILE        a stage-1 context from quarot calibrate, for a configuration whose\n"
         "                        adapt_rotation stage 2 has no stage 1 in spec.prior\n"
         "  --seed N              seed of the random Hadamard (stage 1's H and quarot's R1; default 0)\n"
-        "  --tokenizer FILE      llama2.c tokenizer for the dataset (default: beside IN, as quarot eval)\n"
+        "  --tokenizer FILE      tokenizer for the dataset: GGUF, tokenizer.json or llama2.c tokenizer.bin\n"
+        "                        (default: the model's own, as quarot eval)\n"
+        "  --tokens FILE         token ids for stage 1 instead of its dataset (whitespace separated or a\n"
+        "                        JSON array; stream windows, with the tokenizer's BOS when one is found)\n"
         "  --seq-len N           stage-1 window length in tokens, BOS included (default 256)\n"
         "  --windows N           stage 1 on the first N windows only (default 0 = all)\n"
         "  --windowing stream|docs  how a .txt dataset becomes windows (default stream)\n"
@@ -98,7 +102,7 @@ static void on_step(void* user, int step, double loss, double best, int iters) {
 
 /* Stage 1 from the configuration; fills ctx. Returns an exit code. */
 static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, const char* model_path, const char* tok_opt,
-                      int64_t seed, int64_t seq_len, int64_t windows, int windowing, int64_t threads, quarot_adapt_context* ctx) {
+                      const char* tokens_path, int64_t seed, int64_t seq_len, int64_t windows, int windowing, int64_t threads, quarot_adapt_context* ctx) {
     const qx_runcfg_stage1* s1 = &cfg->stage1;
     const char* pats[64];
     int64_t i, n_pats = s1->n_layer_type;
@@ -114,7 +118,9 @@ static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, c
     qx_pool* pool = NULL;
     qx_err e;
     quarot_result r;
-    char tok_path[4096], looked[4096 * 3 + 64];
+    char tok_path[4096];
+    int32_t* ids = NULL;
+    int64_t n_ids = 0;
     run_progress rp;
     int rc = QX_EXIT_OK, have_tok = 0, have_text = 0, have_win = 0;
 
@@ -143,14 +149,25 @@ static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, c
                          (long long)model.config.max_seq);
         goto done;
     }
-    if (tok_opt) snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
-    else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
-        rc = qx_cli_fail(cli, QX_EXIT_INPUT, "%s: no tokenizer found for stage 1's dataset (looked for %s); pass --tokenizer FILE", model_path, looked);
-        goto done;
+    r = qx_tokenizer_for_model(&tok, model_path, tok_opt, model.config.vocab, tok_path, sizeof tok_path, &e);
+    if (r != QUAROT_OK && (!tokens_path || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s (stage 1's dataset)", e.msg); goto done; }
+    have_tok = r == QUAROT_OK;
+    if (tokens_path) {
+        qx_ppl_opts po;
+        r = qx_tokens_read(tokens_path, model.config.vocab, &ids, &n_ids, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+        memset(&po, 0, sizeof po);
+        po.seq_len = seq_len;
+        po.max_windows = windows;
+        po.bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
+        r = qx_windows_stream(&win, ids, n_ids, &po, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", tokens_path, e.msg);
+            goto done;
+        }
+        have_win = 1;
+        goto windows_ready;
     }
-    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_tok = 1;
     r = qx_calib_text_load(s1->dataset, &text, &e);
     if (r != QUAROT_OK) {
         rc = qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
@@ -164,6 +181,7 @@ static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, c
         goto done;
     }
     have_win = 1;
+windows_ready:
     if (threads > 1) pool = qx_pool_create((int)threads);
     qx_pool_env(pool, &env);
     co.env = &env;
@@ -184,7 +202,7 @@ static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, c
     }
     qx_cli_progress_end(cli, "stage 1: optimizer");
     printf("stage 1   adapt_rotation (%s line %d) on %s: %lld windows, %lld tokens; %lld linears (%s), %lld rows of %lld\n", cfg_path,
-           s1->line, s1->dataset, (long long)st.windows, (long long)st.tokens, (long long)st.linears, st.matched, (long long)st.rows,
+           s1->line, tokens_path ? tokens_path : s1->dataset, (long long)st.windows, (long long)st.tokens, (long long)st.linears, st.matched, (long long)st.rows,
            (long long)model.config.hidden);
     printf("          %s, block %lld, seed %llu, %d of %d steps, best step %d; loss random Hadamard %.6e -> adapted %.6e (%+.2f%%); "
            "%.2f s + %.2f s\n", qx_calib_dtype(ctx), (long long)ctx->block, (unsigned long long)ctx->seed, ctx->steps_run, ctx->steps,
@@ -195,13 +213,14 @@ done:
     if (have_win) qx_windows_free(&win);
     if (have_text) qx_calib_text_free(&text);
     if (have_tok) qx_tokenizer_free(&tok);
+    free(ids);
     qx_store_free(&model);
     return rc;
 }
 
 int qx_cmd_run(int argc, char** argv) {
     qx_cli cli;
-    const char *cfg_path = NULL, *model_path = NULL, *save_path = NULL, *context_path = NULL, *tok_opt = NULL, *v;
+    const char *cfg_path = NULL, *model_path = NULL, *save_path = NULL, *context_path = NULL, *tok_opt = NULL, *v, *tokens_path = NULL;
     int64_t seed = 0, seq_len = 256, windows = 0, threads = 1;
     int windowing = QX_WINDOWING_STREAM, force = 0, quiet = 0, skip = 0, i, k, rc = QX_EXIT_OK, have_ctx = 0;
     char* text = NULL;
@@ -233,6 +252,7 @@ int qx_cmd_run(int argc, char** argv) {
         else if (RUN_OPT("--save")) { if (k < 0) return QX_EXIT_USAGE; save_path = v; }
         else if (RUN_OPT("--context")) { if (k < 0) return QX_EXIT_USAGE; context_path = v; }
         else if (RUN_OPT("--tokenizer")) { if (k < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if (RUN_OPT("--tokens")) { if (k < 0) return QX_EXIT_USAGE; tokens_path = v; }
         else if (RUN_OPT("--seed")) { if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
         else if (RUN_OPT("--seq-len")) { if (k < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
         else if (RUN_OPT("--windows")) { if (k < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
@@ -282,7 +302,7 @@ int qx_cmd_run(int argc, char** argv) {
 
     /* stage 1 (in memory) or the context file */
     if (cfg.stage1.present) {
-        rc = run_stage1(&cli, cfg_path, &cfg, model_path, tok_opt, seed, seq_len, windows, windowing, threads, &ctx);
+        rc = run_stage1(&cli, cfg_path, &cfg, model_path, tok_opt, tokens_path, seed, seq_len, windows, windowing, threads, &ctx);
         if (rc != QX_EXIT_OK) goto done;
         have_ctx = 1;
     } else if (context_path) {

@@ -142,8 +142,8 @@ quarot_result qx_calib_text_load(const char* path, qx_calib_text* t, qx_err* e) 
 
 /* ---- windows ------------------------------------------------------------------------------ */
 
-/* Append [BOS] + c[0..n) as one window (capacities doubled as needed). */
-static quarot_result qx__push(qx_windows* w, int64_t* cap_tok, int64_t* cap_win, const int32_t* c, int64_t n) {
+/* Append [bos] + c[0..n) as one window (bos < 0: none; capacities doubled as needed). */
+static quarot_result qx__push(qx_windows* w, int64_t* cap_tok, int64_t* cap_win, int32_t bos, const int32_t* c, int64_t n) {
     int64_t at;
     if (w->n + 2 > *cap_win) {
         int64_t nc = *cap_win ? 2 * *cap_win : 64;
@@ -163,10 +163,10 @@ static quarot_result qx__push(qx_windows* w, int64_t* cap_tok, int64_t* cap_win,
         w->tokens = p;
         *cap_tok = nc;
     }
-    w->tokens[at++] = QX_TOK_BOS;
+    if (bos >= 0) w->tokens[at++] = bos;
     memcpy(w->tokens + at, c, (size_t)n * sizeof *c);
     w->offset[++w->n] = at + n;
-    w->n_predicted += n;
+    w->n_predicted += bos >= 0 ? n : n - 1;
     if (n + 1 > w->max_len) w->max_len = n + 1;
     return QUAROT_OK;
 }
@@ -183,6 +183,7 @@ quarot_result qx_calib_windows(const qx_calib_text* t, const qx_tokenizer* tok, 
     memset(&po, 0, sizeof po);
     po.seq_len = seq_len;
     po.max_windows = max_windows;
+    po.bos = qx_tokenizer_window_bos(tok);   /* the model's BOS, or none (-1) */
     if (!t->jsonl) {
         if (windowing == QX_WINDOWING_DOCS) return qx_windows_docs(w, tok, t->text, t->len, &po, e);
         {
@@ -196,7 +197,7 @@ quarot_result qx_calib_windows(const qx_calib_text* t, const qx_tokenizer* tok, 
         }
     } else {
         /* record by record: [BOS] + chunks of seq_len - 1 tokens, the last partial one included */
-        int64_t i, cap_tok = 0, cap_win = 0, chunk = seq_len - 1, total = 0, cap_s = 0;
+        int64_t i, cap_tok = 0, cap_win = 0, chunk = po.bos >= 0 ? seq_len - 1 : seq_len, total = 0, cap_s = 0;
         int32_t* s = NULL;
         for (i = 0; i < t->n_records && r == QUAROT_OK; ++i) {
             const char* p = t->text + t->rec_off[i];
@@ -213,7 +214,8 @@ quarot_result qx_calib_windows(const qx_calib_text* t, const qx_tokenizer* tok, 
             total += n;
             for (k = 0; k < n && r == QUAROT_OK; k += chunk) {
                 if (max_windows > 0 && w->n >= max_windows) break;
-                r = qx__push(w, &cap_tok, &cap_win, s + k, n - k < chunk ? n - k : chunk);
+                if (po.bos < 0 && n - k < 2) break;   /* a window of one token scores nothing */
+                r = qx__push(w, &cap_tok, &cap_win, po.bos, s + k, n - k < chunk ? n - k : chunk);
                 if (r != QUAROT_OK) qx_err_set(e, "calibration text: out of memory");
             }
             if (max_windows > 0 && w->n >= max_windows) break;
@@ -406,7 +408,7 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
        window adds seq_len - 1 rows, an odd period, so the kept rows walk through all positions. */
     for (i = 0; i < w->n && r == QUAROT_OK; ++i) {
         int64_t len = w->offset[i + 1] - w->offset[i];
-        hook.skip_bos = i > 0 && w->tokens[w->offset[i]] == QX_TOK_BOS;
+        hook.skip_bos = i > 0 && w->tokens[w->offset[i]] == w->tokens[0];   /* position 0 sees only its own token */
         r = qx_forward_window(&f, w->tokens + w->offset[i], len, NULL, e);
         if (r == QUAROT_OK && hook.status != QUAROT_OK) { r = hook.status; qx_err_set(e, "%s", hook.msg); }
         if (r == QUAROT_OK && cap.status != QUAROT_OK) {

@@ -9,6 +9,7 @@
    id: only then does (score, position) describe a pair that exists now, and every current pair has
    such an entry, so the heap top is exactly run.c's choice. */
 #include "qx_tokenizer.h"
+#include "qx_vocab.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -44,6 +45,7 @@ int32_t qx_tokenizer_lookup(const qx_tokenizer* t, const char* s, size_t len) {
 
 void qx_tokenizer_free(qx_tokenizer* t) {
     if (!t) return;
+    if (t->vocab) { qx_vocab_free(t->vocab); free(t->vocab); }
     free(t->scores);
     free(t->pieces);
     free(t->lens);
@@ -139,6 +141,10 @@ quarot_result qx_tokenizer_load_memory(qx_tokenizer* t, const void* data, size_t
         }
     }
     for (i = 0; i < 256; ++i) { t->byte_pieces[2 * i] = (unsigned char)i; t->byte_pieces[2 * i + 1] = 0; }
+    t->bos_id = QX_TOK_BOS;
+    t->eos_id = QX_TOK_EOS;
+    t->add_bos = 1;
+    snprintf(t->kind, sizeof t->kind, "llama2.c");
     return QUAROT_OK;
 }
 
@@ -247,7 +253,31 @@ static qx__cand qx__bpe_pop(qx__bpe* b) {
     return top;
 }
 
-int64_t qx_tokenizer_max_tokens(size_t len) { return (int64_t)len + 3; }
+int32_t qx_tokenizer_window_bos(const qx_tokenizer* t) {
+    if (!t) return -1;
+    if (!t->vocab) return QX_TOK_BOS;
+    return t->add_bos && t->bos_id >= 0 ? t->bos_id : -1;
+}
+
+int64_t qx_tokenizer_max_tokens(size_t len) { return 4 * (int64_t)len + 5; }
+
+/* A vocabulary tokenizer's encode, into the caller's array. */
+static quarot_result qx__encode_vocab(const qx_tokenizer* t, const char* text, size_t len, int bos, int eos,
+                                      int32_t* tokens, int64_t cap, int64_t* n_tokens, qx_err* err) {
+    int32_t* ids = NULL;
+    int64_t n = 0;
+    quarot_result r = qx_vocab_encode(t->vocab, text, len, bos, eos, 0, &ids, &n, err);
+    if (r != QUAROT_OK) return r;
+    *n_tokens = n;
+    if (n > cap) {
+        free(ids);
+        qx_err_set(err, "encode: %lld tokens do not fit in %lld", (long long)n, (long long)cap);
+        return QUAROT_ERR_WORKSPACE;
+    }
+    if (n) memcpy(tokens, ids, (size_t)n * sizeof *ids);
+    free(ids);
+    return QUAROT_OK;
+}
 
 quarot_result qx_tokenizer_encode(const qx_tokenizer* t, const char* text, size_t len, int bos, int eos,
                                   int32_t* tokens, int64_t cap, int64_t* n_tokens, qx_err* err) {
@@ -256,6 +286,8 @@ quarot_result qx_tokenizer_encode(const qx_tokenizer* t, const char* text, size_
     size_t i;
     quarot_result r = QUAROT_OK;
     if (n_tokens) *n_tokens = 0;
+    if (t && t->vocab && n_tokens && (tokens || cap == 0) && cap >= 0 && (text || !len))
+        return qx__encode_vocab(t, text, len, bos, eos, tokens, cap, n_tokens, err);
     if (!t || !t->pieces || (!text && len) || !n_tokens || (!tokens && cap > 0) || cap < 0) {
         qx_err_set(err, "encode: invalid argument");
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -351,6 +383,15 @@ const char* qx_tokenizer_decode(const qx_tokenizer* t, int32_t prev, int32_t tok
     const char* piece;
     size_t n;
     if (len) *len = 0;
+    if (t && t->vocab) {
+        const qx_vocab* v = t->vocab;
+        if (token < 0 || token >= v->n) return NULL;
+        piece = v->dec[token];
+        n = (size_t)v->dec_len[token];
+        if (v->kind == QX_VOCAB_SPM && prev >= 0 && prev == v->bos && n > 0 && piece[0] == ' ') { ++piece; --n; }
+        if (len) *len = n;
+        return piece;
+    }
     if (!t || !t->pieces || token < 0 || token >= t->vocab_size) return NULL;
     piece = t->pieces[token];
     n = (size_t)t->lens[token];

@@ -1,4 +1,10 @@
-/* qx_tokenizer.h - llama2.c's tokenizer.bin: load, encode (exactly as run.c), decode.
+/* qx_tokenizer.h - THE tokenizer API of the tool, for every kind: llama2.c's tokenizer.bin (this
+   file's loader, below), and real models' vocabularies (SentencePiece BPE, byte-level BPE) from GGUF
+   metadata or tokenizer.json (qx_tok_load.h loads them into a qx_tokenizer; qx_vocab.h has the
+   algorithms). encode / decode / max_tokens below work on all of them; for a vocabulary tokenizer
+   `vocab` is set and bos / eos mean the model's BOS / EOS ids (bos_id, eos_id).
+
+   llama2.c's tokenizer.bin: load, encode (exactly as run.c), decode.
 
    File format (little-endian): uint32 max_token_length, then for each token id 0..vocab-1:
    float32 score, uint32 len, len bytes of the piece (sentencepiece's U+2581 already turned into ' ').
@@ -41,6 +47,11 @@ typedef struct qx_tokenizer {
     uint64_t hash_mask;
     char* blob;                  /* the pieces' bytes */
     unsigned char byte_pieces[512];  /* "\xNN\0" for decode's raw bytes */
+    /* every kind: */
+    struct qx_vocab* vocab;      /* GGUF / tokenizer.json vocabulary; NULL for tokenizer.bin */
+    int32_t bos_id, eos_id;      /* -1 = none (tokenizer.bin: 1 and 2) */
+    int add_bos;                 /* the model adds BOS to a prompt (add_bos_token; tokenizer.bin: 1) */
+    char kind[64];               /* "llama2.c", "SentencePiece BPE", "byte-level BPE (pre qwen2)", ... */
 } qx_tokenizer;
 
 #define QX_TOK_BOS 1
@@ -58,12 +69,21 @@ void qx_tokenizer_free(qx_tokenizer* t);
 /* Id of the piece equal to the len bytes at s (lowest such id), or -1. */
 int32_t qx_tokenizer_lookup(const qx_tokenizer* t, const char* s, size_t len);
 
-/* Most tokens encode can produce for len bytes of text: len + 3 (BOS, dummy prefix, EOS). */
+/* The BOS a perplexity / calibration window starts with: the tokenizer's BOS when the model adds
+   one (add_bos_token; tokenizer.bin: 1), else -1 (no BOS, e.g. Qwen2, GPT-2). */
+int32_t qx_tokenizer_window_bos(const qx_tokenizer* t);
+
+/* Most tokens encode can produce for len bytes of text, any kind: 4 * len + 5 (tokenizer.bin needs
+   len + 3: BOS, dummy prefix, EOS; SentencePiece turns " " into 3 bytes that may fall back to byte
+   tokens and prefixes every fragment after a special token with one more "▁": at most 3 per raw byte,
+   3 + 1 per special token, BOS and EOS). */
 int64_t qx_tokenizer_max_tokens(size_t len);
 
 /* Encode len bytes of text into tokens[0..*n_tokens). cap is the room in tokens; when it is too small
    the result is QUAROT_ERR_WORKSPACE and *n_tokens holds the count needed (cap >=
-   qx_tokenizer_max_tokens(len) always suffices). bos / eos: nonzero adds token 1 / 2. Allocates its
+   qx_tokenizer_max_tokens(len) always suffices). bos / eos: nonzero adds token 1 / 2 (vocabulary
+   tokenizers: bos_id / eos_id, when they have one; their text must be valid UTF-8, and added tokens
+   of type USER_DEFINED in the text become their ids). Allocates its
    own work memory (at most about 90 bytes per input byte); the tokenizer is not modified, so
    threads may share it. */
 quarot_result qx_tokenizer_encode(const qx_tokenizer* t, const char* text, size_t len, int bos, int eos,
@@ -72,7 +92,8 @@ quarot_result qx_tokenizer_encode(const qx_tokenizer* t, const char* text, size_
 /* The text of token `token` after token `prev` (run.c's decode): after BOS a leading space is
    dropped; a piece "<0xXX>" (two hex digits) stands for the raw byte XX. Returns a pointer into the
    tokenizer (valid while it lives) and its byte count in *len (may be NULL); NULL when token is out
-   of range. The bytes may be any value: see qx_tokenizer_safe_piece for printing. */
+   of range. Vocabulary tokenizers: the token's text (qx_vocab.h); a leading space is dropped after
+   BOS for SentencePiece vocabularies. The bytes may be any value: see qx_tokenizer_safe_piece for printing. */
 const char* qx_tokenizer_decode(const qx_tokenizer* t, int32_t prev, int32_t token, size_t* len);
 /* run.c's safe_printf filter: 0 for a one-byte piece that is neither printable nor whitespace. */
 int qx_tokenizer_safe_piece(const char* piece, size_t len);
