@@ -102,6 +102,8 @@ static void eval_usage(FILE* f) {
         "                        orthogonal [--rotate_mode random], or Adapt Rotation only (= --columns adapt)\n"
         "  --columns LIST        columns to compute, comma-separated from none, quarot, adapt (default: none\n"
         "                        and quarot, plus adapt with --context / --calib-text)\n"
+        "  --rows LIST           rows to compute instead of the combinations of --w/--a/--kv-bits, e.g.\n"
+        "                        W4A4,W4A16,W8A8 or W4A4KV4 (16 = FP); FP32 first unless --no-fp32\n"
         "  --no-fp32             skip the FP32 row (for sweeps that know it)\n"
         "  After the perplexity table, one table per quantized weight setting and column sums up the\n"
         "  quantization error of each linear type over the layers (layer-output error relative to\n"
@@ -297,7 +299,7 @@ int qx_cmd_eval(int argc, char** argv) {
     eval_progress prog;
     qx_load_opts lo;
     /* QuaRot's levers */
-    const char *w_quant = "rtn", *rotation_opt = "hadamard", *columns_opt = NULL;
+    const char *w_quant = "rtn", *rotation_opt = "hadamard", *columns_opt = NULL, *rows_opt = NULL;
     int w_clip = 0, w_asym = 0, a_asym = 0, act_order = 0, int8_down = 0, no_online = 0, no_fp32 = 0;
     int k_sym = 0, v_sym = 0, gptq = 0, want_col[3] = {1, 1, 1}, columns_given = 0;
     int64_t a_group = 0, k_group = 0, v_group = 0, nsamples = 0, threads = 1, kb_opt = 0, vb_opt = 0;
@@ -366,6 +368,7 @@ int qx_cmd_eval(int argc, char** argv) {
             rotation_opt = v;
         }
         else if ((got = EVAL_OPT("--columns")) != 0) { if (got < 0) return QX_EXIT_USAGE; columns_opt = v; }
+        else if ((got = EVAL_OPT("--rows")) != 0) { if (got < 0) return QX_EXIT_USAGE; rows_opt = v; }
         else if ((got = EVAL_OPT("--a-group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--a-group-size", v, 1, 1 << 24, &a_group)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--k-group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--k-group-size", v, 1, 1 << 24, &k_group)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--v-group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--v-group-size", v, 1, 1 << 24, &v_group)) return QX_EXIT_USAGE; }
@@ -432,7 +435,28 @@ int qx_cmd_eval(int argc, char** argv) {
     settings[0].w_bits = settings[0].a_bits = settings[0].kv_bits = 16;
     qx_ek_setting_label(&settings[0]);
     n_settings = 1;
-    if (!n_w && !n_a && !n_kv && !kb_opt && !vb_opt) {
+    if (rows_opt) {
+        const char* p = rows_opt;
+        if (n_w || n_a || n_kv) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rows replaces --w-bits / --a-bits / --kv-bits: give one or the other");
+        while (*p) {
+            qx_ek_setting s;
+            int wb = 0, ab = 0, kvb = 16, used = 0, used2 = 0;
+            size_t n = strcspn(p, ",");
+            if (sscanf(p, "W%dA%d%n", &wb, &ab, &used) != 2 || (used < (int)n && sscanf(p + used, "KV%d%n", &kvb, &used2) != 1) ||
+                used + used2 != (int)n || wb < 2 || ab < 2 || kvb < 2 || (wb > 8 && wb != 16) || (ab > 8 && ab != 16) || (kvb > 8 && kvb != 16))
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rows: '%.*s' is not a setting like W4A4, W4A16 or W4A4KV4 (bits 2..8 or 16)", (int)n, p);
+            s.w_bits = wb;
+            s.a_bits = ab;
+            s.kv_bits = kvb;
+            qx_ek_setting_label(&s);
+            if (!has_setting(settings, n_settings, &s)) {
+                if (n_settings >= QX_EK_MAX_ROWS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "too many settings (at most %d rows)", QX_EK_MAX_ROWS);
+                settings[n_settings++] = s;
+            }
+            p += n;
+            if (*p == ',') ++p;
+        }
+    } else if (!n_w && !n_a && !n_kv && !kb_opt && !vb_opt) {
         static const int def[2][2] = {{4, 4}, {8, 4}};
         for (k = 0; k < 2; ++k) {
             settings[n_settings].w_bits = def[k][0];
