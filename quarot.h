@@ -1352,6 +1352,8 @@ typedef struct quarot_quantize_desc {    // zero-init = RTN, 4-bit symmetric per
                                      // 0 = 2, < 0 = none; then QUAROT_ERR_NOT_CONVERGED naming the linear
     int int8_down_proj;              // down_proj weights at 8 bits (--int8_down_proj; set act too)
     int one_pass;                    // 1: one calibration pass per layer for all its linears
+    int migrate;                     // 1: per-channel scale migration at the two norms of each layer,
+                                     // for weight-only targets (see below); needs calibration rows
     int64_t nsamples;                // calibration windows the driver runs: 0 = 128 (--nsamples)
     int64_t seq_len;                 // tokens per calibration window: 0 = the driver's default
     quarot_act_quant_desc act;       // recorded and validated (not applied by the stage)
@@ -1384,6 +1386,7 @@ struct quarot_qlinear_report {
     int retries;                     // Cholesky retries with more damping
     int64_t dead_columns;            // input columns no calibration row reached (H_ii == 0)
     int64_t rows;                    // calibration rows in the Hessian
+    double migrate_alpha;            // desc.migrate: the alpha chosen for this linear's norm (0 = none)
 };
 
 #define QUAROT_QUANTIZE_MAX_LINEARS 8    // linears of one layer the stage handles
@@ -1404,6 +1407,7 @@ typedef struct quarot_quantizer {
     double* h[4];                    // Hessians of the steps being collected
     int64_t rows[4];
     int64_t linears_done, layers_done;
+    double mig_alpha;                // desc.migrate: alpha of the step being quantized
     char error[256];                 // the last failure, naming the linear
 } quarot_quantizer;
 
@@ -1437,6 +1441,20 @@ QUAROT_API quarot_result quarot_quantizer_add(quarot_quantizer* qz, const char* 
 QUAROT_API quarot_result quarot_quantizer_step(quarot_quantizer* qz);
 // Finish the layer (every step must have run): releases it to the model (modified = 1).
 QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz);
+
+// Scale migration (desc.migrate, weight-only: it makes activations less uniform, so not for A4):
+// before the readers of a norm (q/k/v; gate/up) are quantized, the norm gain g takes a per-channel
+// s > 0 and every reader W <- W diag(1/s), which the FP32 model computes identically (up to
+// rounding). s_j = rms(x_j)^alpha (x = the norm's output rows, rms from diag(H)), divided by the
+// geometric mean of s; alpha is searched over 0, 0.1, .., 1 to minimize the summed layer-output
+// error of RTN on the readers, tr(D diag(s) H diag(s) D^T) with D = W diag(1/s) - RTN(W diag(1/s));
+// alpha = 0 is no migration, so the calibration error never grows. The readers are then quantized
+// by the method with H <- diag(s) H diag(s). The norm gain is found by the adapter plan's name
+// (get_tensor must serve it). The chosen alpha is in the reports (migrate_alpha) of those linears.
+// QUAROT_API below: the same search for one group of readers outside a model.
+QUAROT_API quarot_result quarot_scale_migration_search(const double* h, int64_t n, float* const* w, const int64_t* outs,
+                                                       int n_w, const quarot_quant_desc* q, float* s, double* alpha,
+                                                       double* err_before, double* err_after, const quarot_env* env);
 
 // One linear, outside any model: quantize w[out][stride] (first `in` of each row) in place by d's
 // method (GPTQ needs h = the [in][in] Hessian of quarot_hessian_accumulate_f64 over `rows` rows; RTN
@@ -8832,7 +8850,7 @@ static quarot_result quarot__qz_check_desc(const quarot_quantize_desc* d, char* 
         quarot__qz_msg(err, cap, "weight bits %d outside 2..8", b);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    if (!(d->percdamp >= 0.0 && d->percdamp < 1e6) || d->block_size < 0 || (d->act_order & ~1) || (d->one_pass & ~1) ||
+    if (!(d->percdamp >= 0.0 && d->percdamp < 1e6) || d->block_size < 0 || (d->act_order & ~1) || (d->one_pass & ~1) || (d->migrate & ~1) ||
         (d->int8_down_proj & ~1) || d->nsamples < 0 || d->seq_len < 0) {
         quarot__qz_msg(err, cap, "bad GPTQ options (percdamp %g, block %lld, act_order %d)", d->percdamp,
                        (long long)d->block_size, d->act_order);
@@ -9147,7 +9165,11 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
 QUAROT_API int quarot_quantizer_pending(const quarot_quantizer* qz) { return qz && qz->layer >= 0 && qz->step < 4; }
 
 QUAROT_API int quarot_quantizer_wants_data(const quarot_quantizer* qz) {
-    return quarot_quantizer_pending(qz) && quarot__qz_gptq(qz);
+    int lo, hi;
+    if (!quarot_quantizer_pending(qz)) return 0;
+    if (quarot__qz_gptq(qz)) return 1;
+    quarot__qz_range(qz, &lo, &hi);
+    return qz->desc.migrate && (lo == 0 || lo == 2 || (lo < 2 && hi > 2));
 }
 
 QUAROT_API int quarot_quantizer_wants(const quarot_quantizer* qz, const char* weight_name) {
@@ -9157,6 +9179,7 @@ QUAROT_API int quarot_quantizer_wants(const quarot_quantizer* qz, const char* we
     i = quarot__qz_find(qz, weight_name);
     if (i < 0 || !qz->lin_first[i]) return 0;
     quarot__qz_range(qz, &lo, &hi);
+    if (!quarot__qz_gptq(qz) && qz->lin_step[i] != 0 && qz->lin_step[i] != 2) return 0;   // RTN: the norms' inputs only
     return qz->lin_step[i] >= lo && qz->lin_step[i] < hi;
 }
 
@@ -9238,8 +9261,7 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
     q = (int8_t*)((char*)zr + sb);
     for (r = 0; r < out && res == QUAROT_OK; ++r) res = quarot_tensor_get_row_f32(&t, r, w + r * in);
     if (res == QUAROT_OK)
-        res = quarot_quantize_linear(w, out, in, in, quarot__qz_gptq(qz) ? qz->h[st] : NULL, qz->rows[st], &d, q, sc, zr, &rep,
-                                     msg, sizeof msg, env);
+        res = quarot_quantize_linear(w, out, in, in, qz->h[st], qz->rows[st], &d, q, sc, zr, &rep, msg, sizeof msg, env);
     if (res != QUAROT_OK) {
         quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name, msg[0] ? msg : quarot_result_string(res));
         quarot_env_free(env, w);
@@ -9250,6 +9272,7 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
         rep.name = name;
         rep.layer = qz->layer;
         rep.step = st;
+        rep.migrate_alpha = (st == 0 || st == 2) ? qz->mig_alpha : 0.0;
         res = qz->desc.on_linear(qz->desc.user_data, &rep);
         if (res != QUAROT_OK) quarot__qz_msg(qz->error, sizeof qz->error, "%s: stopped by the report callback: %s", name, quarot_result_string(res));
     } else if (res != QUAROT_OK) {
@@ -9260,15 +9283,154 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
     return res;
 }
 
+// ---- scale migration ----
+
+// Summed RTN output error tr(D diag(s) H diag(s) D^T) over the readers for scales s (in = n).
+static quarot_result quarot__qz_mig_err(const double* h, int64_t n, float* const* w, const int64_t* outs, int n_w,
+                                        const quarot_quant_desc* q, const float* s, double* hs, float* a, float* b,
+                                        double* total, const quarot_env* env) {
+    int64_t i, j, r;
+    int k;
+    quarot_result res = QUAROT_OK;
+    *total = 0.0;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) hs[i * n + j] = h[i * n + j] * (double)s[i] * (double)s[j];
+    for (k = 0; k < n_w && res == QUAROT_OK; ++k) {
+        double e1, e2, ref;
+        for (r = 0; r < outs[k]; ++r)
+            for (j = 0; j < n; ++j) a[r * n + j] = w[k][r * n + j] / s[j];
+        memcpy(b, a, (size_t)(outs[k] * n) * sizeof(float));
+        res = quarot_fake_quant_f32(b, outs[k], n, n, q);
+        if (res == QUAROT_OK) res = quarot__qz_quadform(a, b, NULL, outs[k], n, hs, &e1, &e2, &ref, env);
+        *total += e1;
+    }
+    return res;
+}
+
+QUAROT_API quarot_result quarot_scale_migration_search(const double* h, int64_t n, float* const* w, const int64_t* outs,
+                                                       int n_w, const quarot_quant_desc* q, float* s, double* alpha,
+                                                       double* err_before, double* err_after, const quarot_env* env) {
+    double *hs, best = 0.0, lg, a;
+    float *bufa, *bufb, *cand;
+    int64_t j, maxout = 0;
+    int k, step;
+    quarot_result res = QUAROT_OK;
+    if (!h || !w || !outs || !s || n <= 0 || n_w <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (k = 0; k < n_w; ++k) {
+        if (!w[k] || outs[k] <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+        if (outs[k] > maxout) maxout = outs[k];
+    }
+    hs = (double*)quarot_env_alloc(env, (size_t)(n * n) * sizeof(double));
+    bufa = (float*)quarot_env_alloc(env, (size_t)(2 * maxout * n + n) * sizeof(float));
+    if (!hs || !bufa) { quarot_env_free(env, hs); quarot_env_free(env, bufa); return QUAROT_ERR_OUT_OF_MEMORY; }
+    bufb = bufa + maxout * n;
+    cand = bufb + maxout * n;
+    if (alpha) *alpha = 0.0;
+    for (step = 0; step <= 10 && res == QUAROT_OK; ++step) {
+        double e;
+        a = 0.1 * step;
+        // s_j = rms(x_j)^alpha / geometric mean; channels no row reached keep 1
+        lg = 0.0;
+        for (j = 0; j < n; ++j) {
+            double v = h[j * n + j];
+            cand[j] = v > 0.0 ? (float)pow(v, 0.5 * a) : 1.0f;
+            lg += log((double)cand[j]);
+        }
+        lg = exp(lg / (double)n);
+        for (j = 0; j < n; ++j) cand[j] = (float)((double)cand[j] / lg);
+        res = quarot__qz_mig_err(h, n, w, outs, n_w, q, cand, hs, bufa, bufb, &e, env);
+        if (res != QUAROT_OK) break;
+        if (step == 0) { if (err_before) *err_before = e; }
+        if (step == 0 || e < best) {
+            best = e;
+            memcpy(s, cand, (size_t)n * sizeof(float));
+            if (alpha) *alpha = a;
+        }
+    }
+    if (err_after) *err_after = best;
+    quarot_env_free(env, hs);
+    quarot_env_free(env, bufa);
+    return res;
+}
+
+// desc.migrate at a norm step: search s on the step's Hessian, rescale the norm gain and the readers
+// in the model, and the Hessian to the new input x*diag(s).
+static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
+    quarot_model* m = qz->model;
+    const quarot_env* env = &m->env;
+    const int64_t n = qz->step_in[st];
+    float* w[QUAROT_QUANTIZE_MAX_LINEARS];
+    int64_t outs[QUAROT_QUANTIZE_MAX_LINEARS], r, j, fi, seen = 0;
+    quarot_tensor t[QUAROT_QUANTIZE_MAX_LINEARS], g;
+    const char* norm = NULL;
+    float* s = NULL;
+    float* gv = NULL;
+    int nw = 0, k;
+    int64_t i;
+    quarot_result res = QUAROT_OK;
+    double* h = qz->h[st];
+    quarot_quant_desc qd = qz->desc.weight;
+    if (!h || qz->rows[st] <= 0) return QUAROT_OK;   // the GPTQ path reports the dead input
+    // the norm: the (st == 0 ? first : second) fusion of this layer in the plan
+    for (fi = 0; fi < qz->plan.n_fusions; ++fi)
+        if (qz->plan.fusions[fi].layer == qz->layer && seen++ == (st == 0 ? 0 : 1)) { norm = qz->plan.fusions[fi].norm_weight; break; }
+    if (!norm) return QUAROT_OK;
+    if (qz->plan.fusions[fi].norm_bias[0]) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs an RMSNorm (this norm has a bias)", norm);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    res = m->get_tensor(m->user_data, norm, &g);
+    if (res != QUAROT_OK || g.ne[0] != n) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs the norm gain [%lld]", norm, (long long)n);
+        return res != QUAROT_OK ? res : QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    memset(w, 0, sizeof w);
+    for (i = 0; i < qz->n_linears && res == QUAROT_OK; ++i) {
+        if (qz->lin_step[i] != st) continue;
+        res = m->get_tensor(m->user_data, qz->names[i], &t[nw]);
+        if (res != QUAROT_OK) break;
+        outs[nw] = quarot_tensor_nrows(&t[nw]);
+        w[nw] = (float*)quarot_env_alloc(env, (size_t)(outs[nw] * n) * sizeof(float));
+        if (!w[nw]) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+        for (r = 0; r < outs[nw] && res == QUAROT_OK; ++r) res = quarot_tensor_get_row_f32(&t[nw], r, w[nw] + r * n);
+        nw++;
+    }
+    s = (float*)quarot_env_alloc(env, (size_t)(2 * n) * sizeof(float));
+    if (res == QUAROT_OK && !s) res = QUAROT_ERR_OUT_OF_MEMORY;
+    if (res == QUAROT_OK) {
+        gv = s + n;
+        res = quarot_scale_migration_search(h, n, w, outs, nw, &qd, s, &qz->mig_alpha, NULL, NULL, env);
+    }
+    if (res == QUAROT_OK && qz->mig_alpha > 0.0) {
+        res = quarot_tensor_get_row_f32(&g, 0, gv);
+        for (j = 0; j < n; ++j) gv[j] *= s[j];
+        if (res == QUAROT_OK) res = quarot_tensor_set_row_f32(&g, 0, gv);
+        for (k = 0; k < nw && res == QUAROT_OK; ++k) {
+            for (r = 0; r < outs[k]; ++r)
+                for (j = 0; j < n; ++j) w[k][r * n + j] /= s[j];
+            for (r = 0; r < outs[k] && res == QUAROT_OK; ++r) res = quarot_tensor_set_row_f32(&t[k], r, w[k] + r * n);
+        }
+        for (i = 0; i < n; ++i)
+            for (j = 0; j < n; ++j) h[i * n + j] *= (double)s[i] * (double)s[j];
+    }
+    if (res != QUAROT_OK && !qz->error[0]) quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration: %s", norm, quarot_result_string(res));
+    for (k = 0; k < nw; ++k) quarot_env_free(env, w[k]);
+    quarot_env_free(env, s);
+    return res;
+}
+
 QUAROT_API quarot_result quarot_quantizer_step(quarot_quantizer* qz) {
     int lo, hi, st;
     int64_t i;
     quarot_result res = QUAROT_OK;
     if (!quarot_quantizer_pending(qz)) return QUAROT_ERR_STATE;
     quarot__qz_range(qz, &lo, &hi);
-    for (st = lo; st < hi && res == QUAROT_OK; ++st)
+    for (st = lo; st < hi && res == QUAROT_OK; ++st) {
+        qz->mig_alpha = 0.0;
+        if (qz->desc.migrate && (st == 0 || st == 2)) res = quarot__qz_migrate(qz, st);
         for (i = 0; i < qz->n_linears && res == QUAROT_OK; ++i)
             if (qz->lin_step[i] == st) res = quarot__qz_linear(qz, i);
+    }
     for (st = lo; st < hi; ++st) {
         if (qz->h[st]) quarot_env_free(&qz->model->env, qz->h[st]);
         qz->h[st] = NULL;

@@ -327,6 +327,75 @@ static void test_sequential_mode(void) {
     qx_store_free(&q);
 }
 
+/* Scale migration: on the real Hessian of layer 0's q/k/v input, the chosen alpha never raises the
+   RTN layer-output error, s is normalized (geometric mean 1), alpha 0 would be s = 1; through the
+   stage (RTN + migrate) the norm gains change where alpha > 0, and the product of the migrated FP32
+   pieces (x diag(s)) (W diag(1/s))^T equals x W^T to float rounding. */
+static void test_scale_migration(void) {
+    static double h[64 * 64];
+    static float wq[64 * 64], wk[32 * 64], wv[32 * 64];
+    float s[64];
+    float* ws[3];
+    int64_t outs[3] = {64, 32, 32}, r, j;
+    const char* nm[3] = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                         "model.layers.0.self_attn.v_proj.weight"};
+    float* bufs[3];
+    quarot_quant_desc q;
+    double alpha = -1.0, before = 0.0, after = 0.0, lg = 0.0;
+    int k;
+    if (setup() <= 0) { QT_SKIP("../shared/models/stories260K or the calibration text not found"); return; }
+    bufs[0] = wq; bufs[1] = wk; bufs[2] = wv;
+    QT_CHECK(hessian_of(&S.rot, nm[0], h, 64) > 0);
+    for (k = 0; k < 3; ++k) {
+        const quarot_tensor* t = qx_store_find(&S.rot, nm[k]);
+        QT_CHECK(t != NULL);
+        if (!t) return;
+        for (r = 0; r < outs[k]; ++r) QT_OK(quarot_tensor_get_row_f32(t, r, bufs[k] + r * 64));
+        ws[k] = bufs[k];
+    }
+    memset(&q, 0, sizeof q);
+    q.bits = 4;
+    QT_OK(quarot_scale_migration_search(h, 64, ws, outs, 3, &q, s, &alpha, &before, &after, NULL));
+    QT_CHECKF(after <= before && alpha >= 0.0 && alpha <= 1.0, "alpha %.2f: %.6g -> %.6g", alpha, before, after);
+    for (j = 0; j < 64; ++j) { QT_CHECK(s[j] > 0.0f); lg += log((double)s[j]); }
+    QT_NEAR(lg / 64.0, 0.0, 1e-5);
+    printf("    layer 0 q/k/v: alpha %.1f, RTN output error %.4e -> %.4e\n", alpha, before, after);
+    {   /* (x s)(W / s)^T == x W^T in FP32 up to rounding */
+        float x[64], xs[64];
+        double y0 = 0.0, y1 = 0.0, mag = 0.0;
+        for (j = 0; j < 64; ++j) { x[j] = (float)(qt_uniform() - 0.5); xs[j] = x[j] * s[j]; }
+        for (j = 0; j < 64; ++j) {
+            y0 += (double)x[j] * (double)wq[j];
+            y1 += (double)xs[j] * (double)(wq[j] / s[j]);
+            mag += fabs((double)x[j] * (double)wq[j]);
+        }
+        QT_NEAR(y0, y1, 1e-6 * mag);
+    }
+    {   /* through the stage: RTN with migration changes the norm gains (rotated model: gains 1) */
+        qx_store m;
+        qx_wq_opts o;
+        qx_err e;
+        const quarot_tensor* g;
+        float gv[64];
+        int changed = 0;
+        memset(&o, 0, sizeof o);
+        o.desc.migrate = 1;
+        o.desc.nsamples = S.calib.n;
+        o.hooks = &S.hooks;
+        o.calib = &S.calib;
+        QT_OK(qx_store_clone(&S.rot, &m));
+        QT_OK(qx_wq_quantize(&m, &o, NULL, &e));
+        g = qx_store_find(&m, "model.layers.0.input_layernorm.weight");
+        QT_CHECK(g != NULL);
+        if (g) {
+            QT_OK(quarot_tensor_get_row_f32(g, 0, gv));
+            for (j = 0; j < 64; ++j) changed += gv[j] != 1.0f;
+        }
+        QT_CHECK(alpha == 0.0 || changed > 0);
+        qx_store_free(&m);
+    }
+}
+
 static void test_stage_bad_inputs(void) {
     quarot_model m;
     qx_binding b;
@@ -387,6 +456,7 @@ int main(void) {
     QT_RUN(test_linear_damping_retry);
     QT_RUN(test_gptq_beats_rtn_on_stories);
     QT_RUN(test_sequential_mode);
+    QT_RUN(test_scale_migration);
     QT_RUN(test_stage_bad_inputs);
     if (S.ok > 0) {
         qx_store_free(&S.orig);

@@ -105,6 +105,8 @@ static void eval_usage(FILE* f) {
         "  --rows LIST           rows to compute instead of the combinations of --w/--a/--kv-bits, e.g.\n"
         "                        W4A4,W4A16,W8A8 or W4A4KV4 (16 = FP); FP32 first unless --no-fp32\n"
         "  --no-fp32             skip the FP32 row (for sweeps that know it)\n"
+        "  --migrate             weight-only rows (A16): per-channel scale migration at each norm before\n"
+        "                        the weights are quantized (needs --calib-text; see README)\n"
         "  After the perplexity table, one table per quantized weight setting and column sums up the\n"
         "  quantization error of each linear type over the layers (layer-output error relative to\n"
         "  ||x W^T||^2 on the calibration rows when there are any, and weight MSE).\n"
@@ -198,7 +200,7 @@ static int has_setting(const qx_ek_setting* s, int n, const qx_ek_setting* x) {
 /* Quantized weights, once per (column, weight bits): the store and what the stage reported. */
 #define EVAL_MAX_LIN 4096
 typedef struct eval_qstore {
-    int variant, w_bits;
+    int variant, w_bits, migrate;
     qx_store s;
     qx_wq_stats st;
     /* per linear type (q, k, v, o, gate, up, down): sums over layers */
@@ -300,7 +302,7 @@ int qx_cmd_eval(int argc, char** argv) {
     qx_load_opts lo;
     /* QuaRot's levers */
     const char *w_quant = "rtn", *rotation_opt = "hadamard", *columns_opt = NULL, *rows_opt = NULL;
-    int w_clip = 0, w_asym = 0, a_asym = 0, act_order = 0, int8_down = 0, no_online = 0, no_fp32 = 0;
+    int migrate = 0, w_clip = 0, w_asym = 0, a_asym = 0, act_order = 0, int8_down = 0, no_online = 0, no_fp32 = 0;
     int k_sym = 0, v_sym = 0, gptq = 0, want_col[3] = {1, 1, 1}, columns_given = 0;
     int64_t a_group = 0, k_group = 0, v_group = 0, nsamples = 0, threads = 1, kb_opt = 0, vb_opt = 0;
     double k_clip = 0.0, v_clip = 0.0, percdamp = 0.01;
@@ -352,6 +354,7 @@ int qx_cmd_eval(int argc, char** argv) {
         else if (strcmp(a, "--int8-down-proj") == 0) int8_down = 1;
         else if (strcmp(a, "--no-online") == 0) no_online = 1;
         else if (strcmp(a, "--no-fp32") == 0) no_fp32 = 1;
+        else if (strcmp(a, "--migrate") == 0) migrate = 1;
         else if (strcmp(a, "--k-asym") == 0) k_sym = 0;
         else if (strcmp(a, "--v-asym") == 0) v_sym = 0;
         else if (strcmp(a, "--k-sym") == 0) k_sym = 1;
@@ -391,9 +394,11 @@ int qx_cmd_eval(int argc, char** argv) {
     if ((kb_opt > 8 && kb_opt != 16) || (vb_opt > 8 && vb_opt != 16))
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--k-bits / --v-bits: the quantizer takes 2..8 bits (16 = not quantized)");
     gptq = strcmp(w_quant, "gptq") == 0;
+    if (migrate && !calib_path)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--migrate needs --calib-text FILE (the scales are chosen on calibration rows)");
     if (gptq && !calib_path)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
-    if (!gptq && (nsamples || act_order || percdamp != 0.01))
+    if (!gptq && (act_order || percdamp != 0.01 || (nsamples && !migrate)))
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--nsamples / --act-order / --percdamp are GPTQ options: add --w-quant gptq");
     if (columns_opt || strcmp(rotation_opt, "adapt") == 0) {
         const char* p = columns_opt ? columns_opt : "none,adapt";
@@ -587,7 +592,7 @@ int qx_cmd_eval(int argc, char** argv) {
     }
 
     /* GPTQ's calibration windows (the same tokenizer, --seq-len and --windowing). */
-    if (gptq) {
+    if (gptq || migrate) {
         qx_calib_text ct;
         r = qx_calib_text_load(calib_path, &ct, &e);
         if (r != QUAROT_OK) {
@@ -738,8 +743,9 @@ int qx_cmd_eval(int argc, char** argv) {
             if (settings[i].w_bits < 16) {   /* the quantized weights of (column, bits): made once */
                 eval_qstore* x = NULL;
                 int m;
+                int mig = migrate && settings[i].a_bits >= 16;   /* weight-only rows only */
                 for (m = 0; m < n_qs; ++m)
-                    if (qs[m].variant == j && qs[m].w_bits == settings[i].w_bits) x = &qs[m];
+                    if (qs[m].variant == j && qs[m].w_bits == settings[i].w_bits && qs[m].migrate == mig) x = &qs[m];
                 if (!x) {
                     qx_wq_opts wo;
                     eval_qctx qc;
@@ -747,6 +753,7 @@ int qx_cmd_eval(int argc, char** argv) {
                     memset(x, 0, sizeof *x);
                     x->variant = j;
                     x->w_bits = settings[i].w_bits;
+                    x->migrate = mig;
                     r = qx_store_clone(src, &x->s);
                     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "copying the model: out of memory"); break; }
                     n_qs++;
@@ -760,6 +767,7 @@ int qx_cmd_eval(int argc, char** argv) {
                     wo.desc.act_order = act_order;
                     wo.desc.int8_down_proj = int8_down;
                     wo.desc.nsamples = nsamples;
+                    wo.desc.migrate = mig;
                     wo.desc.seq_len = seq_len;
                     wo.desc.on_linear = on_linear;
                     wo.desc.user_data = &qc;
@@ -861,7 +869,8 @@ int qx_cmd_eval(int argc, char** argv) {
         for (i = 0; i < n_qs; ++i) {
             const eval_qstore* x = &qs[i];
             int t;
-            printf("\nweights W%d, %s (%s): mean over layers\n", x->w_bits, variants[x->variant].name, gptq ? "GPTQ" : "RTN");
+            printf("\nweights W%d, %s (%s%s): mean over layers\n", x->w_bits, variants[x->variant].name, gptq ? "GPTQ" : "RTN",
+                   x->migrate ? ", scale migration" : "");
             if (x->calibrated)
                 printf("  %-10s %14s %14s %12s\n", "linear", "out err/ref", "RTN err/ref", "weight MSE");
             else

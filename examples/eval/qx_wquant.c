@@ -28,6 +28,8 @@ static quarot_result qx__fw_get(void* user, const char* name, quarot_tensor* out
     L = &f->layers[l];
     sfx = p;
     ne[0] = f->cfg.hidden;
+    if (strcmp(sfx, "input_layernorm.weight") == 0) return quarot_tensor_init(out, L->norm1_w, QUAROT_DTYPE_F32, 1, ne);
+    if (strcmp(sfx, "post_attention_layernorm.weight") == 0) return quarot_tensor_init(out, L->norm2_w, QUAROT_DTYPE_F32, 1, ne);
     if (strcmp(sfx, "self_attn.q_proj.weight") == 0) { w = L->wq; ne[1] = f->q_dim; }
     else if (strcmp(sfx, "self_attn.k_proj.weight") == 0) { w = L->wk; ne[1] = f->kv_dim; }
     else if (strcmp(sfx, "self_attn.v_proj.weight") == 0) { w = L->wv; ne[1] = f->kv_dim; }
@@ -83,7 +85,7 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
         qx_err_set(e, "qx_wq_quantize: bad arguments");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    gptq = o->desc.method == QUAROT_WQUANT_GPTQ;
+    gptq = o->desc.method == QUAROT_WQUANT_GPTQ || o->desc.migrate;   /* calibration rows needed */
     memset(&cap, 0, sizeof cap);
     cap.qz = &qz;
     r = qx_ek_forward_init(&ef, s, o->hooks, NULL, gptq ? qx__wq_capture : NULL, &cap, e);
@@ -159,17 +161,22 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
             r = qx_forward_layer_run(&ef.f, l, x + a * hidden, o->calib->offset[w + 1] - a, e);
         }
         if (r != QUAROT_OK) goto done;
-        /* write the layer back into the store */
-        for (i = 0; i < qz.n_linears && r == QUAROT_OK; ++i) {
-            quarot_tensor src, *dst = qx_store_find(s, qz.names[i]);
-            if (!dst || qx__fw_get(&bind, qz.names[i], &src) != QUAROT_OK || quarot_tensor_nrows(dst) != src.ne[1]) {
-                qx_err_set(e, "%s: cannot write the quantized weight back", qz.names[i]);
+        /* write the layer back into the store (with scale migration, the norm gains too) */
+        for (i = 0; i < qz.n_linears + (o->desc.migrate ? 2 : 0) && r == QUAROT_OK; ++i) {
+            char nn[QUAROT_NAME_MAX];
+            quarot_tensor src, *dst;
+            if (i < qz.n_linears) snprintf(nn, sizeof nn, "%s", qz.names[i]);
+            else snprintf(nn, sizeof nn, "model.layers.%lld.%s", (long long)l,
+                          i == qz.n_linears ? "input_layernorm.weight" : "post_attention_layernorm.weight");
+            dst = qx_store_find(s, nn);
+            if (!dst || qx__fw_get(&bind, nn, &src) != QUAROT_OK || quarot_tensor_nrows(dst) != quarot_tensor_nrows(&src)) {
+                qx_err_set(e, "%s: cannot write the quantized weight back", nn);
                 r = QUAROT_ERR_INTERNAL;
                 break;
             }
-            for (k = 0; k < src.ne[1] && r == QUAROT_OK; ++k)
+            for (k = 0; k < quarot_tensor_nrows(&src) && r == QUAROT_OK; ++k)
                 r = quarot_tensor_set_row_f32(dst, k, (const float*)src.data + k * src.ne[0]);
-            if (r != QUAROT_OK) qx_err_set(e, "%s: %s", qz.names[i], quarot_result_string(r));
+            if (r != QUAROT_OK) qx_err_set(e, "%s: %s", nn, quarot_result_string(r));
         }
         if (r != QUAROT_OK) goto done;
         if (o->on_layer) o->on_layer(o->user, l + 1, L);
