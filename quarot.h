@@ -9302,7 +9302,7 @@ static quarot_result quarot__qz_mig_err(const double* h, int64_t n, float* const
         memcpy(b, a, (size_t)(outs[k] * n) * sizeof(float));
         res = quarot_fake_quant_f32(b, outs[k], n, n, q);
         if (res == QUAROT_OK) res = quarot__qz_quadform(a, b, NULL, outs[k], n, hs, &e1, &e2, &ref, env);
-        *total += e1;
+        if (res == QUAROT_OK) *total += e1;
     }
     return res;
 }

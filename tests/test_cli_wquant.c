@@ -38,15 +38,15 @@ static void test_bad_input(void) {
     QT_EQ_INT(rc, 1);
     rc = CLI("eval '%s' --text '%s' --nsamples 4", M, TXT);     /* a GPTQ option without GPTQ */
     QT_EQ_INT(rc, 1);
-    rc = CLI("eval '%s' --text '%s' --group-size 32 --windows 1", M, TXT);   /* 32 does not divide 172 */
+    rc = CLI("eval '%s' --text '%s' --group-size 32 --windows 1 --quiet", M, TXT);   /* 32 does not divide 172 */
     QT_EQ_INT(rc, 4);
     QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "group"), "%s", g_err);
     QT_CHECK(write_str(shortf, "Once upon a time there was a cat.\n"));
-    rc = CLI("eval '%s' --text '%s' --windows 1 --w-quant gptq --calib-text '%s' --seq-len 64", M, TXT, shortf);
+    rc = CLI("eval '%s' --text '%s' --windows 1 --w-quant gptq --calib-text '%s' --seq-len 64 --quiet", M, TXT, shortf);
     QT_EQ_INT(rc, 4);
-    QT_CHECKF(count_lines(g_err) == 1 && (strstr(g_err, "too short") || strstr(g_err, "calibration")), "%s", g_err);
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "too short"), "%s", g_err);
     QT_CHECK(g_out[0] == '\0');
-    rc = CLI("eval '%s' --text '%s' --windows 1 --w-quant gptq --calib-text '%s' --seq-len 64 --nsamples 100000", M, TXT, CAL);
+    rc = CLI("eval '%s' --text '%s' --windows 1 --w-quant gptq --calib-text '%s' --seq-len 64 --nsamples 100000 --quiet", M, TXT, CAL);
     QT_EQ_INT(rc, 4);
     QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "too short"), "%s", g_err);
     remove(shortf);

@@ -601,8 +601,12 @@ int qx_cmd_eval(int argc, char** argv) {
         }
         r = qx_calib_windows(&ct, &tok, windowing, seq_len, 0, &gcw, &e);
         qx_calib_text_free(&ct);
+        if (r == QUAROT_ERR_INVALID_ARGUMENT) {
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (%s)", calib_path, (long long)seq_len, e.msg);
+            goto done;
+        }
         if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: calibration windows: %s", calib_path, e.msg);
+            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: calibration windows: %s", calib_path, e.msg);
             goto done;
         }
         have_gcw = 1;
