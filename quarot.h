@@ -39,6 +39,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>processor_run  (implementation only) fusion, mean baking, commands, layers, exactly-once check
     >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
     >>adapt_solve (implementation only) regularized, scaled Newton-Schulz polar factor; the stage-1 loop
+    >>quantize    model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
 
 CONFIGURATION MACROS (define before including the implementation)
     QUAROT_IMPLEMENTATION       compile the implementation in this translation unit
@@ -571,20 +572,25 @@ QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* 
 //   - clip_search: per group, candidates c_k = f64(c*(100-k)/100) for k = 0..50 (c down to c/2, steps
 //     of 1%); each is scored by sum((x^ - x)^2) in double (element order) and the first smallest
 //     wins, so the search never does worse than c itself (k = 0). Costs 51 quantizations per group.
+//   - clip_search = QUAROT_CLIP_SEARCH_LP (QuaRot's --w_clip): candidates c_k = f64(c*(100-k)/100) for
+//     k = 0..79 (c down to 0.21c), scored by sum |x^ - x|^2.4 in double (element order); the first
+//     smallest wins, so again never worse than c itself under that objective. 80 quantizations.
 // Cost: two passes over each row (statistics, quantization); groups add one statistics pass.
+#define QUAROT_CLIP_SEARCH_MSE 1     // clip_search: 51 ratios, squared error
+#define QUAROT_CLIP_SEARCH_LP 2      // clip_search: 80 ratios, sum |error|^2.4 (QuaRot's --w_clip)
 typedef struct quarot_quant_desc {   // zero-init = 4-bit symmetric per row, clip 1.0
     int bits;                        // 2..8; 0 = 4
     int asymmetric;                  // 0 symmetric, 1 asymmetric (zero point)
     int64_t group_size;              // 0 = whole row; otherwise must divide cols
     float clip_ratio;                // (0, 1]; 0 = 1.0
-    int clip_search;                 // 0 off, 1: per group, search c_k as above (weights, RTN)
+    int clip_search;                 // 0 off; QUAROT_CLIP_SEARCH_MSE (1) or _LP (2), per group as above
     quarot_isa isa;                  // kernels: DEFAULT = best; SSE2, AVX2 (also used for AVX512)
                                      // and NEON exist besides REF; every one gives the same bits
 } quarot_quant_desc;
 
 // Errors shared by the quantizers: NULL data pointer, rows or cols < 0, stride < cols, bits outside
-// 2..8, group_size < 0 or not dividing cols, clip_ratio outside (0, 1], asymmetric or clip_search not
-// 0/1 -> QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED; rows*stride not
+// 2..8, group_size < 0 or not dividing cols, clip_ratio outside (0, 1], asymmetric not 0/1,
+// clip_search not 0/1/2 -> QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED; rows*stride not
 // addressable -> QUAROT_ERR_OVERFLOW. d == NULL means all defaults. rows == 0 or cols == 0 is a
 // no-op. NaN or Inf in a row -> QUAROT_ERR_NONFINITE: each row is checked before anything of it is
 // written, so that row and the rows after it are left untouched (rows before it have been processed).
@@ -1274,6 +1280,191 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 
 // >>adapt_solve
 // (no declarations: the regularized Newton-Schulz solver and the stage-1 loop are private)
+
+// >>quantize
+// Model-level weight quantization, layer by layer, in QuaRot's order (fake_quant/main.py with
+// gptq_utils.gptq_fwrd / rtn_fwrd). The library does not run the model: the caller (an engine, the
+// quarot tool) runs its own forward pass and feeds each linear's input rows; the stage keeps the
+// Hessians, quantizes the weights in place through the quarot_model callbacks and reports each linear.
+// Memory stays near one layer: the Hessians of the inputs being collected plus one linear's copy.
+//
+//   quarot_quantizer qz;  quarot_quantize_desc d = {0};     // RTN 4-bit symmetric per channel
+//   d.method = QUAROT_WQUANT_GPTQ;                          // GPTQ: calibration rows needed
+//   quarot_quantizer_init(&qz, &model, &d);                 // checks bits, groups against every linear
+//   for each layer l:                                       // in order: sequential mode (below)
+//       quarot_quantizer_begin_layer(&qz, l);
+//       while (quarot_quantizer_pending(&qz)) {
+//           if (quarot_quantizer_wants_data(&qz))           // GPTQ: run layer l over the calibration
+//               for each calibration window:                //   inputs with its online hooks applied;
+//                   ... quarot_quantizer_add(&qz, name, x, rows, stride) for each linear input
+//           quarot_quantizer_step(&qz);                     // quantizes the linears of this step
+//       }
+//       run layer l (now quantized) over the calibration inputs: they become layer l+1's inputs
+//       quarot_quantizer_end_layer(&qz);
+//   quarot_quantizer_free(&qz);
+//
+// Steps inside a layer follow QuaRot's sequential groups: {q, k, v} (the attention norm's readers),
+// {o_proj}, {gate, up} (the MLP norm's readers), {down_proj}; each step's Hessian is taken with the
+// earlier steps already quantized, and layer l+1 is calibrated on the outputs of the quantized
+// layers 0..l (QuaRot's sequential mode). one_pass = 1 collects all four inputs in one pass instead
+// (one forward per layer, GPTQ's non-"true-sequential" mode). Rows are the linear's actual input:
+// after the online Hadamard where one precedes it (o_proj, down_proj), before any activation
+// quantization (QuaRot calibrates with FP activations). Names are the adapter plan's weight names
+// ("model.layers.3.mlp.down_proj.weight"), so a capture hook that sees every linear can offer every
+// input: rows given under a linear whose input is not being collected are ignored, and an input
+// shared by several linears (q, k, v) is accumulated once, under the first of them.
+typedef enum quarot_wquant_method {
+    QUAROT_WQUANT_DEFAULT = 0,       // = RTN
+    QUAROT_WQUANT_RTN = 1,           // round to nearest (optionally with the clip search)
+    QUAROT_WQUANT_GPTQ = 2,          // GPTQ on the calibration Hessian
+    QUAROT_WQUANT_FORCE_I32 = 0x7fffffff
+} quarot_wquant_method;
+
+// Activation and KV-cache settings (QuaRot's --a_* / --k_* / --v_* flags) as plain data, so that a
+// forward pass and an engine (or a file's metadata) agree on them. The stage validates them against
+// the model (quarot_act_quant_check) and records them; applying them is the forward pass's job, with
+// quarot_fake_quant_f32 (activations per token: rows = tokens; K/V per token per head: group =
+// head_dim unless a group size is given).
+typedef struct quarot_act_quant_desc {   // zero-init = everything FP
+    int a_bits;                      // decoder-linear inputs: 0 or 16 = FP, else 2..8 (--a_bits)
+    int a_asym;                      // 1: asymmetric per token (--a_asym)
+    int64_t a_group_size;            // 0 = whole row (--a_groupsize); must divide every linear input
+    float a_clip;                    // (0, 1]; 0 = 1.0 (--a_clip_ratio)
+    int k_bits, v_bits;              // KV cache: 0 or 16 = FP, else 2..8 (--k_bits, --v_bits)
+    int64_t k_group_size, v_group_size;   // 0 = head_dim (--k_groupsize, --v_groupsize)
+    int k_asym, v_asym;              // (--k_asym, --v_asym)
+    float k_clip, v_clip;            // 0 = 1.0 (--k_clip_ratio, --v_clip_ratio)
+    int int8_down_proj;              // down_proj input at 8 bits (and its weight, see below)
+} quarot_act_quant_desc;
+
+typedef struct quarot_qlinear_report quarot_qlinear_report;   // see below
+
+typedef struct quarot_quantize_desc {    // zero-init = RTN, 4-bit symmetric per output channel
+    quarot_wquant_method method;
+    quarot_quant_desc weight;        // bits (0 = 4; --w_bits), asymmetric (--w_asym), group_size
+                                     // (--w_groupsize), clip_ratio, clip_search (QUAROT_CLIP_SEARCH_LP
+                                     // = QuaRot's --w_clip, also inside GPTQ; see >>quant)
+    double percdamp;                 // GPTQ damping, fraction of mean diag(H): 0 = 0.01 (--percdamp)
+    int64_t block_size;              // GPTQ lazy-update block: 0 = 128
+    int act_order;                   // GPTQ: 1 = columns by descending diag(H) (--act_order); with
+                                     // groups, "static groups" (scales from the original weights)
+    int damp_retries;                // Cholesky failure: retry with percdamp x10 this many times;
+                                     // 0 = 2, < 0 = none; then QUAROT_ERR_NOT_CONVERGED naming the linear
+    int int8_down_proj;              // down_proj weights at 8 bits (--int8_down_proj; set act too)
+    int one_pass;                    // 1: one calibration pass per layer for all its linears
+    int migrate;                     // 1: per-channel scale migration at the two norms of each layer,
+                                     // for weight-only targets (see below); needs calibration rows
+    int64_t nsamples;                // calibration windows the driver runs: 0 = 128 (--nsamples)
+    int64_t seq_len;                 // tokens per calibration window: 0 = the driver's default
+    quarot_act_quant_desc act;       // recorded and validated (not applied by the stage)
+    // Called after each linear is quantized (may be NULL); a non-OK return stops the stage with it.
+    quarot_result (*on_linear)(void* user, const quarot_qlinear_report* report);
+    void* user_data;
+} quarot_quantize_desc;
+
+// What the stage reports per linear. Errors are per calibration row: err = sum over the rows fed of
+// ||x (W - W^)^T||^2 / rows, computed exactly from the undamped Hessian as tr(D H D^T) / (2 rows)
+// with D = W - W^ (the layer-output error GPTQ minimizes); NaN when no rows were fed.
+struct quarot_qlinear_report {
+    const char* name;                // weight name
+    int64_t layer, step;             // step: 0 q/k/v, 1 o_proj, 2 gate/up, 3 down_proj
+    int64_t out, in, group_size;     // W[out][in]; group_size = in when per channel
+    int bits, asymmetric;
+    quarot_wquant_method method;
+    // Valid during the callback only: codes [out][in], scales and zeros [out][in/group] in
+    // quarot_quantize_f32's layout (zeros NULL when symmetric); W^ = (code - zero) * scale, which is
+    // also what was written back into the model's tensor (rounded to its dtype when not f32).
+    const int8_t* q;
+    const float* scales;
+    const float* zeros;
+    double err;                      // output error of the chosen method (see above)
+    double err_rtn;                  // the same for RTN with the same quantizer (GPTQ only; else = err)
+    double ref;                      // sum ||x W^T||^2 / rows: err / ref is the relative error
+    double w_mse;                    // mean (w - w^)^2 over the weights
+    double gptq_loss;                // GPTQ's own estimate (quarot_gptq_info.loss); 0 for RTN
+    double damp;                     // damping added to diag(H) (the last try)
+    int retries;                     // Cholesky retries with more damping
+    int64_t dead_columns;            // input columns no calibration row reached (H_ii == 0)
+    int64_t rows;                    // calibration rows in the Hessian
+    double migrate_alpha;            // desc.migrate: the alpha chosen for this linear's norm (0 = none)
+};
+
+#define QUAROT_QUANTIZE_MAX_LINEARS 8    // linears of one layer the stage handles
+
+typedef struct quarot_quantizer {
+    quarot_model* model;
+    quarot_quantize_desc desc;
+    quarot_plan plan;                // the adapter's plan (names of each layer's linears)
+    quarot_model_config config;      // resolved (n_kv_heads, head_dim)
+    // The current layer (private below this line; read-only for callers).
+    int64_t layer;                   // -1 outside begin/end_layer
+    int step;                        // next step 0..3; 4 = layer done
+    int64_t n_linears;
+    char names[QUAROT_QUANTIZE_MAX_LINEARS][QUAROT_NAME_MAX];
+    int lin_step[QUAROT_QUANTIZE_MAX_LINEARS];   // step of each linear
+    int lin_first[QUAROT_QUANTIZE_MAX_LINEARS];  // 1: the first linear of its step (rows counted)
+    int64_t step_in[4];              // input width of each step (0: no linear)
+    double* h[4];                    // Hessians of the steps being collected
+    int64_t rows[4];
+    int64_t linears_done, layers_done;
+    double mig_alpha;                // desc.migrate: alpha of the step being quantized
+    char error[256];                 // the last failure, naming the linear
+} quarot_quantizer;
+
+// Check act against the model config (bits 0/16/2..8, clips in (0, 1], group sizes dividing the
+// widths they split: hidden, intermediate, n_heads*head_dim for a_group_size; head_dim for K/V).
+// err (may be NULL) gets one line naming the option.
+QUAROT_API quarot_result quarot_act_quant_check(const quarot_act_quant_desc* act, const quarot_model_config* cfg,
+                                                char* err, size_t err_cap);
+// Builds the plan from model->config (adapter by arch) and checks every option against every
+// linear's shape without touching weights: bits outside 2..8, a group size that divides no row of a
+// linear (named in qz->error), bad damping, act -> QUAROT_ERR_INVALID_ARGUMENT. d may be NULL (RTN).
+QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model, const quarot_quantize_desc* d);
+QUAROT_API void          quarot_quantizer_free(quarot_quantizer* qz);
+// Start layer l (layers in any order, but sequential mode needs 0, 1, ...): acquires it from the model.
+QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int64_t layer);
+// 1 while the layer has linears left to quantize.
+QUAROT_API int           quarot_quantizer_pending(const quarot_quantizer* qz);
+// 1 when the next step needs calibration rows (GPTQ); RTN never does.
+QUAROT_API int           quarot_quantizer_wants_data(const quarot_quantizer* qz);
+// 1 when rows given under this linear's name are accumulated now (the caller may skip the others).
+QUAROT_API int           quarot_quantizer_wants(const quarot_quantizer* qz, const char* weight_name);
+// Feed x[rows][stride] (first `in` values of each row: the linear's input width) as input rows of
+// the named linear: H += 2 x^T x when wanted, else ignored. NaN/Inf -> QUAROT_ERR_NONFINITE (named
+// in qz->error, H untouched).
+QUAROT_API quarot_result quarot_quantizer_add(quarot_quantizer* qz, const char* weight_name, const float* x,
+                                              int64_t rows, int64_t stride);
+// Quantize the linears of the current step (of all steps with one_pass) in place and report them;
+// frees that step's Hessians. GPTQ errors, each naming the linear in qz->error: no rows fed or an
+// all-zero Hessian (a dead input) -> QUAROT_ERR_INVALID_ARGUMENT; NaN in H -> QUAROT_ERR_NONFINITE;
+// Cholesky failure after the damping retries -> QUAROT_ERR_NOT_CONVERGED.
+QUAROT_API quarot_result quarot_quantizer_step(quarot_quantizer* qz);
+// Finish the layer (every step must have run): releases it to the model (modified = 1).
+QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz);
+
+// Scale migration (desc.migrate, weight-only: it makes activations less uniform, so not for A4):
+// before the readers of a norm (q/k/v; gate/up) are quantized, the norm gain g takes a per-channel
+// s > 0 and every reader W <- W diag(1/s), which the FP32 model computes identically (up to
+// rounding). s_j = rms(x_j)^alpha (x = the norm's output rows, rms from diag(H)), divided by the
+// geometric mean of s; alpha is searched over 0, 0.1, .., 1 to minimize the summed layer-output
+// error of RTN on the readers, tr(D diag(s) H diag(s) D^T) with D = W diag(1/s) - RTN(W diag(1/s));
+// alpha = 0 is no migration, so the calibration error never grows. The readers are then quantized
+// by the method with H <- diag(s) H diag(s). The norm gain is found by the adapter plan's name
+// (get_tensor must serve it). The chosen alpha is in the reports (migrate_alpha) of those linears.
+// QUAROT_API below: the same search for one group of readers outside a model.
+QUAROT_API quarot_result quarot_scale_migration_search(const double* h, int64_t n, float* const* w, const int64_t* outs,
+                                                       int n_w, const quarot_quant_desc* q, float* s, double* alpha,
+                                                       double* err_before, double* err_after, const quarot_env* env);
+
+// One linear, outside any model: quantize w[out][stride] (first `in` of each row) in place by d's
+// method (GPTQ needs h = the [in][in] Hessian of quarot_hessian_accumulate_f64 over `rows` rows; RTN
+// uses h, when given, for the report only). q/scales/zeros optional as in quarot_gptq_f32. rep (may
+// be NULL) gets the report fields (name NULL). err (may be NULL) gets a one-line reason.
+QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t in, int64_t stride, const double* h,
+                                                int64_t rows, const quarot_quantize_desc* d, int8_t* q, float* scales,
+                                                float* zeros, quarot_qlinear_report* rep, char* err, size_t err_cap,
+                                                const quarot_env* env);
+
 
 #ifdef __cplusplus
 }
@@ -4579,7 +4770,7 @@ static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols
     b = dd.bits == 0 ? 4 : dd.bits;
     if (b < 2 || b > 8) return QUAROT_ERR_INVALID_ARGUMENT;
     if (dd.asymmetric != 0 && dd.asymmetric != 1) return QUAROT_ERR_INVALID_ARGUMENT;
-    if (dd.clip_search != 0 && dd.clip_search != 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (dd.clip_search < 0 || dd.clip_search > 2) return QUAROT_ERR_INVALID_ARGUMENT;
     if (dd.clip_ratio == 0.0f) dd.clip_ratio = 1.0f;
     if (!(dd.clip_ratio > 0.0f && dd.clip_ratio <= 1.0f)) return QUAROT_ERR_INVALID_ARGUMENT;   // NaN too
     if (dd.group_size < 0) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -4677,14 +4868,16 @@ static void quarot__qrange(const quarot__qspec* sp, double z, double* klo, doubl
     *khi = sp->asym ? sp->kmax - z : sp->kmax;
 }
 
-// sum((x^ - x)^2) of a group for one candidate scale (clip search).
-static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi) {
+// The clip-search objective of a group for one candidate scale: sum((x^ - x)^2) (search 1), or
+// sum |x^ - x|^2.4 (search 2, QuaRot's norm; pow of exact doubles, so the same on every platform
+// with a correctly rounded or faithful libm up to its last bit).
+static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search) {
     double sd = (double)s, e = 0.0;
     int64_t j;
     for (j = 0; j < n; ++j) {
         float y = (float)quarot__rne_clamp((double)x[j] / sd, klo, khi) * s;
         double dif = (double)y - (double)x[j];
-        e += dif * dif;
+        e += search == 2 ? (dif != 0.0 ? pow(fabs(dif), 2.4) : 0.0) : dif * dif;
     }
     return e;
 }
@@ -4697,11 +4890,11 @@ static float quarot__qfit(const quarot__qspec* sp, const float* x, int64_t n, fl
     best_s = quarot__qparams(sp, sp->clip, pmax, nmax, z);
     if (!sp->search) return best_s;
     quarot__qrange(sp, *z, &klo, &khi);
-    best_err = quarot__qerr(x, n, best_s, klo, khi);
-    for (k = 1; k <= 50; ++k) {
+    best_err = quarot__qerr(x, n, best_s, klo, khi, sp->search);
+    for (k = 1; k <= (sp->search == 2 ? 79 : 50); ++k) {
         s = quarot__qparams(sp, sp->clip * (double)(100 - k) / 100.0, pmax, nmax, &zk);
         quarot__qrange(sp, zk, &klo, &khi);
-        err = quarot__qerr(x, n, s, klo, khi);
+        err = quarot__qerr(x, n, s, klo, khi, sp->search);
         if (err < best_err) { best_err = err; best_s = s; *z = zk; }
     }
     return best_s;
@@ -8587,6 +8780,678 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     return QUAROT_OK;
 }
 
+
+// >>quantize
+// Per linear: D = W - W^ and the output error tr(D H D^T) / (2 rows) = mean ||x D^T||^2 over the
+// calibration rows, from tiles of rows E = D_tile * H (DGEMM). GPTQ retries the Cholesky factor with
+// ten times the damping; RTN is quarot_quantize_f32 + quarot_dequantize_f32 (bit-identical to the
+// fake quantizer). The layer's steps come from the adapter plan: its two in-layer fusions (attention
+// norm readers, MLP norm readers) and the o_proj / down_proj names of quarot_plan_layer.
+
+#define QUAROT__QZ_TILE 64
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void quarot__qz_msg(char* buf, size_t cap, const char* fmt, ...) {
+    va_list ap;
+    if (!buf || !cap) return;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+static int quarot__qz_bits_ok(int b) { return b == 0 || b == 16 || (b >= 2 && b <= 8); }
+
+QUAROT_API quarot_result quarot_act_quant_check(const quarot_act_quant_desc* a, const quarot_model_config* cfg,
+                                                char* err, size_t err_cap) {
+    int64_t hd, qd;
+    if (err && err_cap) err[0] = '\0';
+    if (!a || !cfg) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__qz_bits_ok(a->a_bits) || !quarot__qz_bits_ok(a->k_bits) || !quarot__qz_bits_ok(a->v_bits)) {
+        quarot__qz_msg(err, err_cap, "activation / KV bits must be 2..8 (0 or 16 = not quantized): a %d, k %d, v %d",
+                       a->a_bits, a->k_bits, a->v_bits);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (!(a->a_clip >= 0.0f && a->a_clip <= 1.0f) || !(a->k_clip >= 0.0f && a->k_clip <= 1.0f) ||
+        !(a->v_clip >= 0.0f && a->v_clip <= 1.0f)) {
+        quarot__qz_msg(err, err_cap, "clip ratios must lie in (0, 1] (0 = 1.0)");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if ((a->a_asym | a->k_asym | a->v_asym | a->int8_down_proj) & ~1) {
+        quarot__qz_msg(err, err_cap, "a_asym, k_asym, v_asym and int8_down_proj are 0 or 1");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    hd = cfg->head_dim ? cfg->head_dim : (cfg->n_heads > 0 ? cfg->hidden / cfg->n_heads : 0);
+    qd = cfg->n_heads * hd;
+    if (a->a_group_size < 0 || (a->a_group_size > 0 && (cfg->hidden % a->a_group_size || cfg->intermediate % a->a_group_size ||
+                                                         qd % a->a_group_size))) {
+        quarot__qz_msg(err, err_cap, "a_group_size %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
+                       (long long)a->a_group_size, (long long)cfg->hidden, (long long)cfg->intermediate, (long long)qd);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (a->k_group_size < 0 || a->v_group_size < 0 || (a->k_group_size > 0 && hd % a->k_group_size) ||
+        (a->v_group_size > 0 && hd % a->v_group_size)) {
+        quarot__qz_msg(err, err_cap, "k/v group sizes %lld / %lld must divide head_dim %lld", (long long)a->k_group_size,
+                       (long long)a->v_group_size, (long long)hd);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+// Options shared by quarot_quantize_linear and the stage.
+static quarot_result quarot__qz_check_desc(const quarot_quantize_desc* d, char* err, size_t cap) {
+    int b = d->weight.bits == 0 ? 4 : d->weight.bits;
+    if (d->method != QUAROT_WQUANT_DEFAULT && d->method != QUAROT_WQUANT_RTN && d->method != QUAROT_WQUANT_GPTQ) {
+        quarot__qz_msg(err, cap, "unknown weight quantization method %d", (int)d->method);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (b < 2 || b > 8) {
+        quarot__qz_msg(err, cap, "weight bits %d outside 2..8", b);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (!(d->percdamp >= 0.0 && d->percdamp < 1e6) || d->block_size < 0 || (d->act_order & ~1) || (d->one_pass & ~1) || (d->migrate & ~1) ||
+        (d->int8_down_proj & ~1) || d->nsamples < 0 || d->seq_len < 0) {
+        quarot__qz_msg(err, cap, "bad GPTQ options (percdamp %g, block %lld, act_order %d)", d->percdamp,
+                       (long long)d->block_size, d->act_order);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+// Sums over rows of D = a - b (float, [out][in]) and of a itself: tr(D H D^T), tr(D2 H D2^T) for a
+// second estimate b2 (may be NULL), tr(A H A^T); H symmetric [in][in]. Tiles of rows through DGEMM.
+static quarot_result quarot__qz_quadform(const float* a, const float* b, const float* b2, int64_t out, int64_t in,
+                                         const double* h, double* e1, double* e2, double* ref, const quarot_env* env) {
+    const int64_t T = QUAROT__QZ_TILE;
+    int64_t r0, t, j, k, nr, blocks = b2 ? 3 : 2;
+    double *d, *p;
+    quarot_result res = QUAROT_OK;
+    *e1 = *e2 = *ref = 0.0;
+    d = (double*)quarot_env_alloc(env, (size_t)(2 * blocks * T) * (size_t)in * sizeof(double));
+    if (!d) return QUAROT_ERR_OUT_OF_MEMORY;
+    p = d + blocks * T * in;
+    for (r0 = 0; r0 < out && res == QUAROT_OK; r0 += T) {
+        nr = out - r0 < T ? out - r0 : T;
+        for (t = 0; t < nr; ++t) {
+            const float* ar = a + (r0 + t) * in;
+            for (j = 0; j < in; ++j) {
+                d[t * in + j] = (double)ar[j] - (double)b[(r0 + t) * in + j];
+                d[(nr + t) * in + j] = (double)ar[j];
+                if (b2) d[(2 * nr + t) * in + j] = (double)ar[j] - (double)b2[(r0 + t) * in + j];
+            }
+        }
+        res = quarot_dgemm(0, 0, blocks * nr, in, in, 1.0, d, in, h, in, 0.0, p, in, env);
+        for (k = 0; k < blocks && res == QUAROT_OK; ++k) {
+            double s = 0.0;
+            for (t = k * nr; t < (k + 1) * nr; ++t)
+                for (j = 0; j < in; ++j) s += d[t * in + j] * p[t * in + j];
+            if (k == 0) *e1 += s;
+            else if (k == 1) *ref += s;
+            else *e2 += s;
+        }
+    }
+    quarot_env_free(env, d);
+    return res;
+}
+
+QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t in, int64_t stride, const double* h,
+                                                int64_t rows, const quarot_quantize_desc* d, int8_t* q, float* scales,
+                                                float* zeros, quarot_qlinear_report* rep, char* err, size_t err_cap,
+                                                const quarot_env* env) {
+    quarot_quantize_desc dd;
+    quarot_result res;
+    quarot__qspec sp;
+    int64_t gs, i, j, nonzero = 0;
+    float *orig = NULL, *rtn = NULL;
+    int gptq, tries, t;
+    size_t wbytes;
+    if (err && err_cap) err[0] = '\0';
+    if (d) dd = *d; else memset(&dd, 0, sizeof dd);
+    if (rep) {
+        memset(rep, 0, sizeof *rep);
+        rep->err = rep->err_rtn = rep->ref = (double)NAN;
+    }
+    if (!w) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((res = quarot__qz_check_desc(&dd, err, err_cap)) != QUAROT_OK) return res;
+    if ((res = quarot__qshape_check(out, in, stride)) != QUAROT_OK) return res;
+    if ((res = quarot__qspec_init(&dd.weight, in, &sp, &gs)) != QUAROT_OK) {
+        if (dd.weight.group_size > 0 && in % dd.weight.group_size)
+            quarot__qz_msg(err, err_cap, "group size %lld does not divide the %lld input columns", (long long)dd.weight.group_size, (long long)in);
+        else
+            quarot__qz_msg(err, err_cap, "bad weight quantizer options");
+        return res;
+    }
+    if (sp.asym && q && !zeros) return QUAROT_ERR_INVALID_ARGUMENT;
+    gptq = dd.method == QUAROT_WQUANT_GPTQ;
+    if (rep) {
+        rep->out = out; rep->in = in; rep->group_size = gs;
+        rep->bits = dd.weight.bits ? dd.weight.bits : 4;
+        rep->asymmetric = sp.asym;
+        rep->method = gptq ? QUAROT_WQUANT_GPTQ : QUAROT_WQUANT_RTN;
+        rep->rows = rows;
+        rep->q = q; rep->scales = scales; rep->zeros = sp.asym ? zeros : NULL;
+    }
+    if (out == 0 || in == 0) return QUAROT_OK;
+    // Hessian checks: finite (upper triangle), not all zero on the diagonal.
+    if (h) {
+        for (i = 0; i < in; ++i) {
+            for (j = i; j < in; ++j)
+                if (h[i * in + j] - h[i * in + j] != 0.0) {
+                    quarot__qz_msg(err, err_cap, "NaN or Inf in the Hessian (row %lld, column %lld)", (long long)i, (long long)j);
+                    return QUAROT_ERR_NONFINITE;
+                }
+            nonzero += h[i * in + i] != 0.0;
+        }
+    }
+    if (gptq && (!h || rows <= 0 || nonzero == 0)) {
+        quarot__qz_msg(err, err_cap, "GPTQ: %s (a dead input: no calibration row reached this linear)",
+                       !h || rows <= 0 ? "no calibration rows" : "the Hessian is all zero");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if ((uint64_t)out > (uint64_t)(SIZE_MAX / 8) / (uint64_t)in) return QUAROT_ERR_OVERFLOW;
+    wbytes = (size_t)out * (size_t)in * sizeof(float);
+    // Copies for the report: the original weights and, with GPTQ, RTN's result.
+    if (rep) {
+        orig = (float*)quarot_env_alloc(env, wbytes * (gptq ? 2 : 1));
+        if (!orig) return QUAROT_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < out; ++i) memcpy(orig + i * in, w + i * stride, (size_t)in * sizeof(float));
+        if (gptq) {
+            rtn = orig + out * in;
+            memcpy(rtn, orig, wbytes);
+            res = quarot_fake_quant_f32(rtn, out, in, in, &dd.weight);
+            if (res != QUAROT_OK) { quarot_env_free(env, orig); return res; }
+        }
+    }
+    if (gptq) {
+        quarot_gptq_desc gd;
+        quarot_gptq_info gi;
+        memset(&gd, 0, sizeof gd);
+        gd.quant = dd.weight;
+        gd.block_size = dd.block_size;
+        gd.act_order = dd.act_order;
+        gd.damp_ratio = dd.percdamp > 0.0 ? dd.percdamp : 0.01;
+        tries = dd.damp_retries == 0 ? 2 : (dd.damp_retries < 0 ? 0 : dd.damp_retries);
+        for (t = 0;; ++t) {
+            res = quarot_gptq_f32(w, out, in, stride, h, in, &gd, q, scales, zeros, &gi, env);
+            if (res != QUAROT_ERR_NOT_CONVERGED || t >= tries) break;
+            gd.damp_ratio *= 10.0;
+        }
+        if (res == QUAROT_ERR_NOT_CONVERGED) {
+            quarot__qz_msg(err, err_cap, "GPTQ: Cholesky factorization failed at column %lld even with damping %g of the mean diagonal (%d retries)",
+                           (long long)gi.bad_column, gd.damp_ratio, tries);
+        } else if (res == QUAROT_ERR_NONFINITE) {
+            quarot__qz_msg(err, err_cap, "GPTQ: NaN or Inf in the weights");
+        } else if (res != QUAROT_OK) {
+            quarot__qz_msg(err, err_cap, "GPTQ: %s", quarot_result_string(res));
+        }
+        if (res != QUAROT_OK) { quarot_env_free(env, orig); return res; }
+        if (rep) { rep->gptq_loss = gi.loss; rep->damp = gi.damp; rep->retries = t; rep->dead_columns = gi.dead_columns; }
+    } else {
+        // RTN: codes when asked, then the fake-quantized values (the same bits as dequantizing them).
+        if (q) res = quarot_quantize_f32(w, out, in, stride, &dd.weight, q, scales, zeros);
+        if (res == QUAROT_OK) res = quarot_fake_quant_f32(w, out, in, stride, &dd.weight);
+        if (res != QUAROT_OK) {
+            quarot__qz_msg(err, err_cap, "RTN: %s", res == QUAROT_ERR_NONFINITE ? "NaN or Inf in the weights" : quarot_result_string(res));
+            quarot_env_free(env, orig);
+            return res;
+        }
+        if (rep && h)
+            for (i = 0; i < in; ++i) rep->dead_columns += h[i * in + i] == 0.0;
+    }
+    if (orig) {
+        float* wq = (float*)quarot_env_alloc(env, wbytes);
+        double e1, e2, ref, se = 0.0;
+        if (!wq) { quarot_env_free(env, orig); return QUAROT_ERR_OUT_OF_MEMORY; }
+        for (i = 0; i < out; ++i) memcpy(wq + i * in, w + i * stride, (size_t)in * sizeof(float));
+        for (i = 0; i < out * in; ++i) {
+            double dif = (double)orig[i] - (double)wq[i];
+            se += dif * dif;
+        }
+        rep->w_mse = se / (double)(out * in);
+        if (h && rows > 0) {
+            res = quarot__qz_quadform(orig, wq, rtn, out, in, h, &e1, &e2, &ref, env);
+            if (res == QUAROT_OK) {
+                rep->err = e1 / (2.0 * (double)rows);
+                rep->err_rtn = gptq ? e2 / (2.0 * (double)rows) : rep->err;
+                rep->ref = ref / (2.0 * (double)rows);
+            }
+        }
+        quarot_env_free(env, wq);
+        quarot_env_free(env, orig);
+        if (res != QUAROT_OK) return res;
+    }
+    return QUAROT_OK;
+}
+
+// ---- the layer-wise stage ----
+
+QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model, const quarot_quantize_desc* d) {
+    const quarot_adapter* ad;
+    quarot_model_config* c;
+    quarot_result res;
+    int64_t hd, widths[3];
+    const char* wnames[3] = {"q/k/v/gate/up", "o_proj", "down_proj"};
+    int k;
+    if (!qz) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(qz, 0, sizeof *qz);
+    qz->layer = -1;
+    if (!model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (d) qz->desc = *d;
+    qz->model = model;
+    if ((res = quarot__qz_check_desc(&qz->desc, qz->error, sizeof qz->error)) != QUAROT_OK) return res;
+    c = &qz->config;
+    if ((res = quarot__resolve_config(model, c)) != QUAROT_OK) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s", model->error[0] ? model->error : "bad model config");
+        return res;
+    }
+    res = quarot_act_quant_check(&qz->desc.act, c, qz->error, sizeof qz->error);
+    if (res != QUAROT_OK) return res;
+    // Group size against every linear's input width, naming the first linear it does not divide.
+    hd = c->head_dim;
+    widths[0] = c->hidden; widths[1] = c->n_heads * hd; widths[2] = c->intermediate;
+    ad = quarot_adapter_find(c->arch);
+    if (!ad || !ad->build) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "no adapter for architecture '%s' (built-in: %s)", c->arch, quarot_adapter_list());
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    quarot_plan_init(&qz->plan, &model->env);
+    res = ad->build(ad, c, -1, &qz->plan);
+    if (res == QUAROT_OK && qz->plan.n_layers != c->n_layers) res = QUAROT_ERR_INTERNAL;
+    if (res != QUAROT_OK) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "adapter '%s' could not describe the model: %s", ad->arch, quarot_result_string(res));
+        quarot_plan_free(&qz->plan);
+        return res;
+    }
+    if (qz->desc.weight.group_size < 0) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "weight group size %lld < 0", (long long)qz->desc.weight.group_size);
+        quarot_plan_free(&qz->plan);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    for (k = 0; k < 3 && qz->desc.weight.group_size > 0; ++k) {
+        int64_t g = qz->desc.weight.group_size;
+        if (k == 2 && qz->desc.int8_down_proj) continue;   // 8-bit down_proj is per channel
+        if (widths[k] % g) {
+            char name[QUAROT_NAME_MAX];
+            if (k == 0 && qz->plan.n_fusions > 1 && qz->plan.fusions[1].n_linears > 0)
+                snprintf(name, sizeof name, "%s", qz->plan.linears[qz->plan.fusions[1].first_linear].weight);
+            else if (k == 1) snprintf(name, sizeof name, "%s", qz->plan.layers[0].o_proj);
+            else if (k == 2) snprintf(name, sizeof name, "%s", qz->plan.layers[0].down_proj);
+            else snprintf(name, sizeof name, "%s", wnames[k]);
+            quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns (nor those of every layer's %s)",
+                           name, (long long)g, (long long)widths[k], wnames[k]);
+            quarot_plan_free(&qz->plan);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API void quarot_quantizer_free(quarot_quantizer* qz) {
+    int k;
+    if (!qz) return;
+    for (k = 0; k < 4; ++k)
+        if (qz->h[k]) quarot_env_free(qz->model ? &qz->model->env : NULL, qz->h[k]);
+    quarot_plan_free(&qz->plan);
+    memset(qz, 0, sizeof *qz);
+    qz->layer = -1;
+}
+
+static int quarot__qz_gptq(const quarot_quantizer* qz) { return qz->desc.method == QUAROT_WQUANT_GPTQ; }
+
+// Steps collected by the next quarot_quantizer_step: [lo, hi).
+static void quarot__qz_range(const quarot_quantizer* qz, int* lo, int* hi) {
+    *lo = qz->step;
+    *hi = qz->desc.one_pass ? 4 : qz->step + 1;
+}
+
+// Index of a linear of the current layer by name, or -1.
+static int64_t quarot__qz_find(const quarot_quantizer* qz, const char* name) {
+    int64_t i;
+    if (!name) return -1;
+    for (i = 0; i < qz->n_linears; ++i)
+        if (strcmp(qz->names[i], name) == 0) return i;
+    return -1;
+}
+
+QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int64_t layer) {
+    int64_t i, k, nf = 0;
+    quarot_result res;
+    const quarot_plan* p;
+    if (!qz || !qz->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (qz->layer >= 0) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld is still open (call quarot_quantizer_end_layer)", (long long)qz->layer);
+        return QUAROT_ERR_STATE;
+    }
+    if (layer < 0 || layer >= qz->config.n_layers) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = &qz->plan;
+    qz->n_linears = 0;
+    for (k = 0; k < 4; ++k) { qz->step_in[k] = 0; qz->rows[k] = 0; }
+    // Steps 0 and 2: the readers of the layer's first and second norm; 1 o_proj; 3 down_proj.
+    for (i = 0; i < p->n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->fusions[i];
+        if (f->layer != layer) continue;
+        for (k = 0; k < f->n_linears && nf < 2; ++k) {
+            if (qz->n_linears >= QUAROT_QUANTIZE_MAX_LINEARS) return QUAROT_ERR_INTERNAL;
+            snprintf(qz->names[qz->n_linears], QUAROT_NAME_MAX, "%s", p->linears[f->first_linear + k].weight);
+            qz->lin_step[qz->n_linears] = nf == 0 ? 0 : 2;
+            qz->lin_first[qz->n_linears] = k == 0;
+            qz->n_linears++;
+        }
+        nf++;
+    }
+    if (p->layers[layer].o_proj[0] && qz->n_linears < QUAROT_QUANTIZE_MAX_LINEARS) {
+        snprintf(qz->names[qz->n_linears], QUAROT_NAME_MAX, "%s", p->layers[layer].o_proj);
+        qz->lin_step[qz->n_linears] = 1;
+        qz->lin_first[qz->n_linears++] = 1;
+    }
+    if (p->layers[layer].down_proj[0] && qz->n_linears < QUAROT_QUANTIZE_MAX_LINEARS) {
+        snprintf(qz->names[qz->n_linears], QUAROT_NAME_MAX, "%s", p->layers[layer].down_proj);
+        qz->lin_step[qz->n_linears] = 3;
+        qz->lin_first[qz->n_linears++] = 1;
+    }
+    qz->step_in[0] = qz->step_in[2] = qz->config.hidden;
+    qz->step_in[1] = qz->config.n_heads * qz->config.head_dim;
+    qz->step_in[3] = qz->config.intermediate;
+    if (qz->model->acquire_layer && (res = qz->model->acquire_layer(qz->model->user_data, layer)) != QUAROT_OK) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: cannot acquire it: %s", (long long)layer, quarot_result_string(res));
+        return res;
+    }
+    qz->layer = layer;
+    qz->step = 0;
+    return QUAROT_OK;
+}
+
+QUAROT_API int quarot_quantizer_pending(const quarot_quantizer* qz) { return qz && qz->layer >= 0 && qz->step < 4; }
+
+QUAROT_API int quarot_quantizer_wants_data(const quarot_quantizer* qz) {
+    int lo, hi;
+    if (!quarot_quantizer_pending(qz)) return 0;
+    if (quarot__qz_gptq(qz)) return 1;
+    quarot__qz_range(qz, &lo, &hi);
+    return qz->desc.migrate && (lo == 0 || lo == 2 || (lo < 2 && hi > 2));
+}
+
+QUAROT_API int quarot_quantizer_wants(const quarot_quantizer* qz, const char* weight_name) {
+    int64_t i;
+    int lo, hi;
+    if (!quarot_quantizer_wants_data(qz)) return 0;
+    i = quarot__qz_find(qz, weight_name);
+    if (i < 0 || !qz->lin_first[i]) return 0;
+    quarot__qz_range(qz, &lo, &hi);
+    if (!quarot__qz_gptq(qz) && qz->lin_step[i] != 0 && qz->lin_step[i] != 2) return 0;   // RTN: the norms' inputs only
+    return qz->lin_step[i] >= lo && qz->lin_step[i] < hi;
+}
+
+QUAROT_API quarot_result quarot_quantizer_add(quarot_quantizer* qz, const char* weight_name, const float* x,
+                                              int64_t rows, int64_t stride) {
+    int64_t i, n;
+    int st;
+    quarot_result res;
+    size_t bytes;
+    if (!qz || !x || rows < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot_quantizer_wants(qz, weight_name) || rows == 0) return QUAROT_OK;
+    i = quarot__qz_find(qz, weight_name);
+    st = qz->lin_step[i];
+    n = qz->step_in[st];
+    if (stride < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!qz->h[st]) {
+        if (!quarot__mul_size((size_t)n, (size_t)n, &bytes) || !quarot__mul_size(bytes, sizeof(double), &bytes))
+            return QUAROT_ERR_OVERFLOW;
+        qz->h[st] = (double*)quarot_env_alloc(&qz->model->env, bytes);
+        if (!qz->h[st]) {
+            quarot__qz_msg(qz->error, sizeof qz->error, "%s: out of memory for its [%lld][%lld] Hessian", weight_name, (long long)n, (long long)n);
+            return QUAROT_ERR_OUT_OF_MEMORY;
+        }
+        memset(qz->h[st], 0, bytes);
+    }
+    res = quarot_hessian_accumulate_f64(qz->h[st], n, x, rows, stride);
+    if (res == QUAROT_ERR_NONFINITE)
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: NaN or Inf in its calibration input rows", weight_name);
+    else if (res != QUAROT_OK)
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: Hessian: %s", weight_name, quarot_result_string(res));
+    else
+        qz->rows[st] += rows;
+    return res;
+}
+
+// Quantize one linear of the open layer from the model's tensor, write it back, report.
+static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
+    quarot_model* m = qz->model;
+    const quarot_env* env = &m->env;
+    const char* name = qz->names[i];
+    int st = qz->lin_step[i];
+    quarot_tensor t;
+    quarot_quantize_desc d = qz->desc;
+    quarot_qlinear_report rep;
+    quarot_result res;
+    int64_t out, in, r, groups, gs;
+    float *w = NULL, *sc, *zr;
+    int8_t* q;
+    size_t wb, qb, sb;
+    char msg[200];
+    res = m->get_tensor(m->user_data, name, &t);
+    if (res != QUAROT_OK) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name, res == QUAROT_ERR_NOT_FOUND ? "not in the model" : quarot_result_string(res));
+        return res;
+    }
+    in = t.ne[0];
+    out = quarot_tensor_nrows(&t);
+    if (in != qz->step_in[st] || out <= 0) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %lld input columns, expected %lld", name, (long long)in, (long long)qz->step_in[st]);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    if (st == 3 && d.int8_down_proj) { d.weight.bits = 8; d.weight.group_size = 0; }
+    gs = d.weight.group_size > 0 ? d.weight.group_size : in;
+    if (in % gs) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns", name, (long long)gs, (long long)in);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    groups = in / gs;
+    wb = (size_t)out * (size_t)in * sizeof(float);
+    qb = (size_t)out * (size_t)in;
+    sb = (size_t)out * (size_t)groups * sizeof(float);
+    w = (float*)quarot_env_alloc(env, wb + 2 * sb + qb);
+    if (!w) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: out of memory", name);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    sc = (float*)(void*)((char*)w + wb);
+    zr = (float*)(void*)((char*)sc + sb);
+    q = (int8_t*)((char*)zr + sb);
+    for (r = 0; r < out && res == QUAROT_OK; ++r) res = quarot_tensor_get_row_f32(&t, r, w + r * in);
+    if (res == QUAROT_OK)
+        res = quarot_quantize_linear(w, out, in, in, qz->h[st], qz->rows[st], &d, q, sc, zr, &rep, msg, sizeof msg, env);
+    if (res != QUAROT_OK) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name, msg[0] ? msg : quarot_result_string(res));
+        quarot_env_free(env, w);
+        return res;
+    }
+    for (r = 0; r < out && res == QUAROT_OK; ++r) res = quarot_tensor_set_row_f32(&t, r, w + r * in);
+    if (res == QUAROT_OK && qz->desc.on_linear) {
+        rep.name = name;
+        rep.layer = qz->layer;
+        rep.step = st;
+        rep.migrate_alpha = (st == 0 || st == 2) ? qz->mig_alpha : 0.0;
+        res = qz->desc.on_linear(qz->desc.user_data, &rep);
+        if (res != QUAROT_OK) quarot__qz_msg(qz->error, sizeof qz->error, "%s: stopped by the report callback: %s", name, quarot_result_string(res));
+    } else if (res != QUAROT_OK) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: writing back: %s", name, quarot_result_string(res));
+    }
+    quarot_env_free(env, w);
+    if (res == QUAROT_OK) qz->linears_done++;
+    return res;
+}
+
+// ---- scale migration ----
+
+// Summed RTN output error tr(D diag(s) H diag(s) D^T) over the readers for scales s (in = n).
+static quarot_result quarot__qz_mig_err(const double* h, int64_t n, float* const* w, const int64_t* outs, int n_w,
+                                        const quarot_quant_desc* q, const float* s, double* hs, float* a, float* b,
+                                        double* total, const quarot_env* env) {
+    int64_t i, j, r;
+    int k;
+    quarot_result res = QUAROT_OK;
+    *total = 0.0;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) hs[i * n + j] = h[i * n + j] * (double)s[i] * (double)s[j];
+    for (k = 0; k < n_w && res == QUAROT_OK; ++k) {
+        double e1, e2, ref;
+        for (r = 0; r < outs[k]; ++r)
+            for (j = 0; j < n; ++j) a[r * n + j] = w[k][r * n + j] / s[j];
+        memcpy(b, a, (size_t)(outs[k] * n) * sizeof(float));
+        res = quarot_fake_quant_f32(b, outs[k], n, n, q);
+        if (res == QUAROT_OK) res = quarot__qz_quadform(a, b, NULL, outs[k], n, hs, &e1, &e2, &ref, env);
+        if (res == QUAROT_OK) *total += e1;
+    }
+    return res;
+}
+
+QUAROT_API quarot_result quarot_scale_migration_search(const double* h, int64_t n, float* const* w, const int64_t* outs,
+                                                       int n_w, const quarot_quant_desc* q, float* s, double* alpha,
+                                                       double* err_before, double* err_after, const quarot_env* env) {
+    double *hs, best = 0.0, lg, a;
+    float *bufa, *bufb, *cand;
+    int64_t j, maxout = 0;
+    int k, step;
+    quarot_result res = QUAROT_OK;
+    if (!h || !w || !outs || !s || n <= 0 || n_w <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (k = 0; k < n_w; ++k) {
+        if (!w[k] || outs[k] <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+        if (outs[k] > maxout) maxout = outs[k];
+    }
+    hs = (double*)quarot_env_alloc(env, (size_t)(n * n) * sizeof(double));
+    bufa = (float*)quarot_env_alloc(env, (size_t)(2 * maxout * n + n) * sizeof(float));
+    if (!hs || !bufa) { quarot_env_free(env, hs); quarot_env_free(env, bufa); return QUAROT_ERR_OUT_OF_MEMORY; }
+    bufb = bufa + maxout * n;
+    cand = bufb + maxout * n;
+    if (alpha) *alpha = 0.0;
+    for (step = 0; step <= 10 && res == QUAROT_OK; ++step) {
+        double e;
+        a = 0.1 * step;
+        // s_j = rms(x_j)^alpha / geometric mean; channels no row reached keep 1
+        lg = 0.0;
+        for (j = 0; j < n; ++j) {
+            double v = h[j * n + j];
+            cand[j] = v > 0.0 ? (float)pow(v, 0.5 * a) : 1.0f;
+            lg += log((double)cand[j]);
+        }
+        lg = exp(lg / (double)n);
+        for (j = 0; j < n; ++j) cand[j] = (float)((double)cand[j] / lg);
+        res = quarot__qz_mig_err(h, n, w, outs, n_w, q, cand, hs, bufa, bufb, &e, env);
+        if (res != QUAROT_OK) break;
+        if (step == 0) { if (err_before) *err_before = e; }
+        if (step == 0 || e < best) {
+            best = e;
+            memcpy(s, cand, (size_t)n * sizeof(float));
+            if (alpha) *alpha = a;
+        }
+    }
+    if (err_after) *err_after = best;
+    quarot_env_free(env, hs);
+    quarot_env_free(env, bufa);
+    return res;
+}
+
+// desc.migrate at a norm step: search s on the step's Hessian, rescale the norm gain and the readers
+// in the model, and the Hessian to the new input x*diag(s).
+static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
+    quarot_model* m = qz->model;
+    const quarot_env* env = &m->env;
+    const int64_t n = qz->step_in[st];
+    float* w[QUAROT_QUANTIZE_MAX_LINEARS];
+    int64_t outs[QUAROT_QUANTIZE_MAX_LINEARS], r, j, fi, seen = 0;
+    quarot_tensor t[QUAROT_QUANTIZE_MAX_LINEARS], g;
+    const char* norm = NULL;
+    float* s = NULL;
+    float* gv = NULL;
+    int nw = 0, k;
+    int64_t i;
+    quarot_result res = QUAROT_OK;
+    double* h = qz->h[st];
+    quarot_quant_desc qd = qz->desc.weight;
+    if (!h || qz->rows[st] <= 0) return QUAROT_OK;   // the GPTQ path reports the dead input
+    // the norm: the (st == 0 ? first : second) fusion of this layer in the plan
+    for (fi = 0; fi < qz->plan.n_fusions; ++fi)
+        if (qz->plan.fusions[fi].layer == qz->layer && seen++ == (st == 0 ? 0 : 1)) { norm = qz->plan.fusions[fi].norm_weight; break; }
+    if (!norm) return QUAROT_OK;
+    if (qz->plan.fusions[fi].norm_bias[0]) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs an RMSNorm (this norm has a bias)", norm);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    res = m->get_tensor(m->user_data, norm, &g);
+    if (res != QUAROT_OK || g.ne[0] != n) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs the norm gain [%lld]", norm, (long long)n);
+        return res != QUAROT_OK ? res : QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    memset(w, 0, sizeof w);
+    for (i = 0; i < qz->n_linears && res == QUAROT_OK; ++i) {
+        if (qz->lin_step[i] != st) continue;
+        res = m->get_tensor(m->user_data, qz->names[i], &t[nw]);
+        if (res != QUAROT_OK) break;
+        outs[nw] = quarot_tensor_nrows(&t[nw]);
+        w[nw] = (float*)quarot_env_alloc(env, (size_t)(outs[nw] * n) * sizeof(float));
+        if (!w[nw]) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
+        for (r = 0; r < outs[nw] && res == QUAROT_OK; ++r) res = quarot_tensor_get_row_f32(&t[nw], r, w[nw] + r * n);
+        nw++;
+    }
+    s = (float*)quarot_env_alloc(env, (size_t)(2 * n) * sizeof(float));
+    if (res == QUAROT_OK && !s) res = QUAROT_ERR_OUT_OF_MEMORY;
+    if (res == QUAROT_OK) {
+        gv = s + n;
+        res = quarot_scale_migration_search(h, n, w, outs, nw, &qd, s, &qz->mig_alpha, NULL, NULL, env);
+    }
+    if (res == QUAROT_OK && qz->mig_alpha > 0.0) {
+        res = quarot_tensor_get_row_f32(&g, 0, gv);
+        for (j = 0; j < n; ++j) gv[j] *= s[j];
+        if (res == QUAROT_OK) res = quarot_tensor_set_row_f32(&g, 0, gv);
+        for (k = 0; k < nw && res == QUAROT_OK; ++k) {
+            for (r = 0; r < outs[k]; ++r)
+                for (j = 0; j < n; ++j) w[k][r * n + j] /= s[j];
+            for (r = 0; r < outs[k] && res == QUAROT_OK; ++r) res = quarot_tensor_set_row_f32(&t[k], r, w[k] + r * n);
+        }
+        for (i = 0; i < n; ++i)
+            for (j = 0; j < n; ++j) h[i * n + j] *= (double)s[i] * (double)s[j];
+    }
+    if (res != QUAROT_OK && !qz->error[0]) quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration: %s", norm, quarot_result_string(res));
+    for (k = 0; k < nw; ++k) quarot_env_free(env, w[k]);
+    quarot_env_free(env, s);
+    return res;
+}
+
+QUAROT_API quarot_result quarot_quantizer_step(quarot_quantizer* qz) {
+    int lo, hi, st;
+    int64_t i;
+    quarot_result res = QUAROT_OK;
+    if (!quarot_quantizer_pending(qz)) return QUAROT_ERR_STATE;
+    quarot__qz_range(qz, &lo, &hi);
+    for (st = lo; st < hi && res == QUAROT_OK; ++st) {
+        qz->mig_alpha = 0.0;
+        if (qz->desc.migrate && (st == 0 || st == 2)) res = quarot__qz_migrate(qz, st);
+        for (i = 0; i < qz->n_linears && res == QUAROT_OK; ++i)
+            if (qz->lin_step[i] == st) res = quarot__qz_linear(qz, i);
+    }
+    for (st = lo; st < hi; ++st) {
+        if (qz->h[st]) quarot_env_free(&qz->model->env, qz->h[st]);
+        qz->h[st] = NULL;
+        qz->rows[st] = 0;
+    }
+    if (res == QUAROT_OK) qz->step = hi;
+    return res;
+}
+
+QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz) {
+    quarot_result res = QUAROT_OK;
+    if (!qz || !qz->model || qz->layer < 0) return QUAROT_ERR_STATE;
+    if (qz->step < 4) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: %d of 4 steps quantized", (long long)qz->layer, qz->step);
+        return QUAROT_ERR_STATE;
+    }
+    if (qz->model->release_layer) res = qz->model->release_layer(qz->model->user_data, qz->layer, 1);
+    qz->layer = -1;
+    qz->layers_done++;
+    return res;
+}
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,8 @@
 #include "qx_cli.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
+#include "qx_threads.h"
+#include "qx_wquant.h"
 
 #include <errno.h>
 #include <math.h>
@@ -36,14 +38,17 @@ static void eval_usage(FILE* f) {
         "  --tokens FILE         token ids instead of --text (whitespace separated or a JSON array, e.g.\n"
         "                        quarot tokenize MODEL --text T --no-bos --ids-only); stream windowing;\n"
         "                        windows start with the tokenizer's BOS when one is found\n"
-        "  --w-bits N[,N..]      weight bits (2..8, 16 = FP): RTN symmetric per output channel\n"
+        "  --w-bits N[,N..]      weight bits (2..8, 16 = FP; QuaRot --w_bits): per output channel, RTN\n"
+        "                        unless --w-quant gptq\n"
         "  --a-bits N[,N..]      activation bits (2..8, 16 = FP): per token symmetric, at every decoder-\n"
         "                        linear input\n"
-        "  --kv-bits N[,N..]     KV-cache bits (2..8, 16 = FP): per token per head asymmetric\n"
+        "  --kv-bits N[,N..]     KV-cache bits (2..8, 16 = FP): per token per head asymmetric; sets K and V\n"
         "                        Without any of the three: rows FP32, W4A4 and W8A4. With any: FP32 plus\n"
         "                        every combination of the lists (a part not given stays FP).\n"
         "  --group-size N        weights per group of N input channels instead of per output channel\n"
-        "  --clip R              activation clip ratio in (0, 1] (default 1.0; QuaRot often uses 0.9)\n"
+        "                        (QuaRot --w_groupsize)\n"
+        "  --clip R              ACTIVATION clip ratio in (0, 1] (default 1.0; QuaRot --a_clip_ratio, which\n"
+        "                        is often 0.9); --w-clip is the weight clip search\n"
         "  --windows N           score only the first N windows (default 0 = all)\n"
         "  --seq-len N           window length in tokens, BOS included (default 256, at most the model's\n"
         "                        context)\n"
@@ -59,7 +64,8 @@ static void eval_usage(FILE* f) {
         "              fresh BOS), every chunk token is scored; windows follow file order.\n"
         "              Both: perplexity = exp(mean negative log-likelihood over every scored token),\n"
         "              log-softmax in double precision.\n"
-        "  --seed N              seed of the random Hadamard signs (default 0)\n"
+        "  --seed N              seed of the random Hadamard signs (default 0; QuaRot --seed)\n"
+        "  --threads N           threads for the forward pass and GPTQ (default 1)\n"
         "  --quiet               no progress on stderr\n"
         "  --help                this text\n");
     fputs(
@@ -74,6 +80,41 @@ static void eval_usage(FILE* f) {
         "  --calib-quant-dtype T int4 (default) or int8 (match the activation bits of the rows you look at)\n"
         "  --calib-layer-type L  comma-separated layer_type patterns (default up_proj)\n"
         "  With --calib-text the stage-1 loss (start with the random Hadamard, end with H*R) is printed too.\n"
+        "\n", f);
+    fputs(
+        "QuaRot's levers (fake_quant/main.py flag in brackets):\n"
+        "  --w-quant rtn|gptq    weight quantizer (default rtn [--w_rtn]; gptq = GPTQ per linear on Hessians\n"
+        "                        of --calib-text, layer by layer with the online hooks applied, each layer\n"
+        "                        calibrated on the quantized layers before it (QuaRot's sequential mode)\n"
+        "  --w-clip              weight clip search: per channel (or group) the ratio 1.00..0.21 minimizing\n"
+        "                        sum |Q(w)-w|^2.4 [--w_clip]; also inside GPTQ\n"
+        "  --w-asym              asymmetric weights [--w_asym]\n"
+        "  --a-asym              asymmetric per-token activations [--a_asym]\n"
+        "  --a-group-size N      activation groups of N channels [--a_groupsize] (default whole row)\n"
+        "  --k-bits N, --v-bits N  K / V cache bits (2..8, 16 = FP) [--k_bits, --v_bits]; override --kv-bits\n"
+        "  --k-group-size N, --v-group-size N  K / V groups (default head_dim) [--k_groupsize, --v_groupsize]\n"
+        "  --k-asym, --v-asym    asymmetric K / V (the default here) [--k_asym, --v_asym];\n"
+        "  --k-sym, --v-sym      symmetric K / V (QuaRot's default without --k_asym / --v_asym)\n"
+        "  --k-clip R, --v-clip R  K / V clip ratios (default 1.0) [--k_clip_ratio, --v_clip_ratio]\n"
+        "  --int8-down-proj      down_proj input and weights at 8 bits [--int8_down_proj]\n"
+        "  --nsamples N          GPTQ calibration windows (default 128) [--nsamples]; of --seq-len tokens,\n"
+        "                        cut from --calib-text by --windowing\n"
+        "  --percdamp R          GPTQ damping, fraction of mean diag(H) (default 0.01) [--percdamp]\n"
+        "  --act-order           GPTQ columns by descending Hessian diagonal [--act_order]\n"
+        "  --calib-text FILE     calibration text: GPTQ's Hessians [--cal_dataset], and Adapt stage 1\n"
+        "  --no-online           QuaRot column without online Hadamards (R1 + R2 folded only)\n"
+        "  --rotation hadamard|random|adapt  R1 of the rotated column: random Hadamard (default), random\n"
+        "                        orthogonal [--rotate_mode random], or Adapt Rotation only (= --columns adapt)\n"
+        "  --columns LIST        columns to compute, comma-separated from none, quarot, adapt (default: none\n"
+        "                        and quarot, plus adapt with --context / --calib-text)\n"
+        "  --rows LIST           rows to compute instead of the combinations of --w/--a/--kv-bits, e.g.\n"
+        "                        W4A4,W4A16,W8A8 or W4A4KV4 (16 = FP); FP32 first unless --no-fp32\n"
+        "  --no-fp32             skip the FP32 row (for sweeps that know it)\n"
+        "  --migrate             weight-only rows (A16): per-channel scale migration at each norm before\n"
+        "                        the weights are quantized (needs --calib-text; see README)\n"
+        "  After the perplexity table, one table per quantized weight setting and column sums up the\n"
+        "  quantization error of each linear type over the layers (layer-output error relative to\n"
+        "  ||x W^T||^2 on the calibration rows when there are any, and weight MSE).\n"
         "\n", f);
     fprintf(f,
         "Weights, activations and the KV cache of the decoder layers are quantized; the embeddings, the\n"
@@ -161,6 +202,77 @@ static int has_setting(const qx_ek_setting* s, int n, const qx_ek_setting* x) {
     return 0;
 }
 
+/* Quantized weights, once per (column, weight bits): the store and what the stage reported. */
+#define EVAL_MAX_LIN 4096
+typedef struct eval_qstore {
+    int variant, w_bits, migrate;
+    qx_store s;
+    qx_wq_stats st;
+    /* per linear type (q, k, v, o, gate, up, down): sums over layers */
+    double err[8], err_rtn[8], ref[8], mse[8];
+    int64_t n[8];
+    int calibrated;
+} eval_qstore;
+
+typedef struct eval_qctx {
+    qx_cli* cli;
+    eval_qstore* q;
+    const char* column;
+    int quiet;
+} eval_qctx;
+
+static const char* const lin_types[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+static int lin_type(const char* name) {
+    int k;
+    if (strstr(name, "out_proj")) return 3;
+    if (strstr(name, "fc1")) return 5;
+    if (strstr(name, "fc2")) return 6;
+    for (k = 0; k < 7; ++k)
+        if (strstr(name, lin_types[k])) return k;
+    return 7;
+}
+
+static quarot_result on_linear(void* user, const quarot_qlinear_report* r) {
+    eval_qctx* x = (eval_qctx*)user;
+    int k = lin_type(r->name);
+    const char* short_name = strstr(r->name, "layers.") ? strstr(r->name, "layers.") + 7 : r->name;
+    x->q->n[k]++;
+    x->q->mse[k] += r->w_mse;
+    if (r->rows > 0 && r->ref > 0) {
+        x->q->err[k] += r->err / r->ref;
+        x->q->err_rtn[k] += r->err_rtn / r->ref;
+        x->q->calibrated = 1;
+    }
+    if (!x->quiet) {
+        if (r->method == QUAROT_WQUANT_GPTQ)
+            qx_cli_info(x->cli, "%s W%d: %s: GPTQ loss %.4e, output error %.4e of %.4e (RTN %.4e)%s", x->column, r->bits, short_name,
+                        r->gptq_loss, r->err, r->ref, r->err_rtn, r->retries ? " (more damping)" : "");
+        else
+            qx_cli_info(x->cli, "%s W%d: %s: RTN weight MSE %.4e", x->column, r->bits, short_name, r->w_mse);
+    }
+    return QUAROT_OK;
+}
+
+static void on_wq_layer(void* user, int64_t done, int64_t n) {
+    eval_qctx* x = (eval_qctx*)user;
+    if (!x->quiet) qx_cli_info(x->cli, "%s W%d: layer %lld/%lld quantized", x->column, x->q->w_bits, (long long)done, (long long)n);
+}
+
+/* "W4A4", "W4A4KV4", "W4A4K4V8" */
+static void eval_label(qx_ek_setting* s, int kb, int vb) {
+    char tail[24] = "";
+    qx_ek_setting tmp = *s;
+    tmp.kv_bits = 16;
+    qx_ek_setting_label(&tmp);
+    if (kb < 16 || vb < 16) {
+        if (kb == vb) snprintf(tail, sizeof tail, "KV%d", kb);
+        else snprintf(tail, sizeof tail, "K%dV%d", kb, vb);
+        if (strcmp(tmp.label, "FP32") == 0) snprintf(tmp.label, sizeof tmp.label, "W16A16");
+    }
+    snprintf(s->label, sizeof s->label, "%s%s", tmp.label, tail);
+}
+
 int qx_cmd_eval(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL, *tokens_path = NULL;
@@ -193,6 +305,18 @@ int qx_cmd_eval(int argc, char** argv) {
     int n_variants = 0;
     eval_progress prog;
     qx_load_opts lo;
+    /* QuaRot's levers */
+    const char *w_quant = "rtn", *rotation_opt = "hadamard", *columns_opt = NULL, *rows_opt = NULL;
+    int migrate = 0, w_clip = 0, w_asym = 0, a_asym = 0, act_order = 0, int8_down = 0, no_online = 0, no_fp32 = 0;
+    int k_sym = 0, v_sym = 0, gptq = 0, want_col[3] = {1, 1, 1}, columns_given = 0;
+    int64_t a_group = 0, k_group = 0, v_group = 0, nsamples = 0, threads = 1, kb_opt = 0, vb_opt = 0;
+    double k_clip = 0.0, v_clip = 0.0, percdamp = 0.01;
+    int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS], n_qs = 0;
+    eval_qstore* qs = NULL;
+    qx_windows gcw;
+    int have_gcw = 0;
+    qx_pool* pool = NULL;
+    quarot_env env;
     qx_err e;
     quarot_result r;
     int have_model = 0, have_rot = 0, have_tok = 0, have_win = 0;
@@ -229,6 +353,44 @@ int qx_cmd_eval(int argc, char** argv) {
         else if ((got = EVAL_OPT("--calib-quant-dtype")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_dtype = v; }
         else if ((got = EVAL_OPT("--calib-layer-type")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_layers = v; }
         else if ((got = EVAL_OPT("--windowing")) != 0) { if (got < 0 || !qx_cli_windowing(&cli, v, &windowing)) return QX_EXIT_USAGE; }
+        else if (strcmp(a, "--w-clip") == 0) w_clip = 1;
+        else if (strcmp(a, "--w-asym") == 0) w_asym = 1;
+        else if (strcmp(a, "--a-asym") == 0) a_asym = 1;
+        else if (strcmp(a, "--act-order") == 0) act_order = 1;
+        else if (strcmp(a, "--int8-down-proj") == 0) int8_down = 1;
+        else if (strcmp(a, "--no-online") == 0) no_online = 1;
+        else if (strcmp(a, "--no-fp32") == 0) no_fp32 = 1;
+        else if (strcmp(a, "--migrate") == 0) migrate = 1;
+        else if (strcmp(a, "--k-asym") == 0) k_sym = 0;
+        else if (strcmp(a, "--v-asym") == 0) v_sym = 0;
+        else if (strcmp(a, "--k-sym") == 0) k_sym = 1;
+        else if (strcmp(a, "--v-sym") == 0) v_sym = 1;
+        else if ((got = EVAL_OPT("--w-quant")) != 0) {
+            if (got < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "rtn") != 0 && strcmp(v, "gptq") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant: '%s' is not rtn or gptq", v);
+            w_quant = v;
+        }
+        else if ((got = EVAL_OPT("--rotation")) != 0) {
+            if (got < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0)
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random or adapt", v);
+            rotation_opt = v;
+        }
+        else if ((got = EVAL_OPT("--columns")) != 0) { if (got < 0) return QX_EXIT_USAGE; columns_opt = v; }
+        else if ((got = EVAL_OPT("--rows")) != 0) { if (got < 0) return QX_EXIT_USAGE; rows_opt = v; }
+        else if ((got = EVAL_OPT("--a-group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--a-group-size", v, 1, 1 << 24, &a_group)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--k-group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--k-group-size", v, 1, 1 << 24, &k_group)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--v-group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--v-group-size", v, 1, 1 << 24, &v_group)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--k-bits")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--k-bits", v, 2, 16, &kb_opt)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--v-bits")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--v-bits", v, 2, 16, &vb_opt)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--k-clip")) != 0) { if (got < 0 || !qx_cli_float(&cli, "--k-clip", v, 1e-6, 1.0, &k_clip)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--v-clip")) != 0) { if (got < 0 || !qx_cli_float(&cli, "--v-clip", v, 1e-6, 1.0, &v_clip)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--nsamples")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--nsamples", v, 1, 1 << 24, &nsamples)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--percdamp")) != 0) {
+            if (got < 0 || !qx_cli_float(&cli, "--percdamp", v, 0.0, 1e6, &percdamp)) return QX_EXIT_USAGE;
+            if (!(percdamp > 0.0)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--percdamp: '%s' must be positive", v);
+        }
+        else if ((got = EVAL_OPT("--threads")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
         else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot eval --help)", a);
 #undef EVAL_OPT
     }
@@ -238,7 +400,32 @@ int qx_cmd_eval(int argc, char** argv) {
     if (text_path && tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the evaluation tokens: choose one");
     if (tokens_path && windowing == QX_WINDOWING_DOCS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
     if (tokens_path) text_path = tokens_path;
-    if (context_path && calib_path)
+    if ((kb_opt > 8 && kb_opt != 16) || (vb_opt > 8 && vb_opt != 16))
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--k-bits / --v-bits: the quantizer takes 2..8 bits (16 = not quantized)");
+    gptq = strcmp(w_quant, "gptq") == 0;
+    if (migrate && !calib_path)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--migrate needs --calib-text FILE (the scales are chosen on calibration rows)");
+    if (gptq && !calib_path)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
+    if (!gptq && (act_order || percdamp != 0.01 || (nsamples && !migrate)))
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--nsamples / --act-order / --percdamp are GPTQ options: add --w-quant gptq");
+    if (columns_opt || strcmp(rotation_opt, "adapt") == 0) {
+        const char* p = columns_opt ? columns_opt : "none,adapt";
+        want_col[0] = want_col[1] = want_col[2] = 0;
+        columns_given = 1;
+        while (*p) {
+            size_t n = strcspn(p, ",");
+            if (n == 4 && strncmp(p, "none", 4) == 0) want_col[0] = 1;
+            else if (n == 6 && strncmp(p, "quarot", 6) == 0) want_col[1] = 1;
+            else if (n == 5 && strncmp(p, "adapt", 5) == 0) want_col[2] = 1;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--columns: '%s' is not a list of none, quarot, adapt", columns_opt);
+            p += n;
+            if (*p == ',') ++p;
+        }
+        if (want_col[2] && !context_path && !calib_path)
+            return qx_cli_fail(&cli, QX_EXIT_USAGE, "the Adapt column needs --context FILE or --calib-text FILE");
+    }
+    if (context_path && calib_path && !gptq)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context and --calib-text both give the Adapt column its R: choose one");
     if (!calib_path && (calib_windows || calib_layers || strcmp(calib_dtype, "int4") != 0))
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-windows / --calib-quant-dtype / --calib-layer-type need --calib-text");
@@ -262,7 +449,28 @@ int qx_cmd_eval(int argc, char** argv) {
     settings[0].w_bits = settings[0].a_bits = settings[0].kv_bits = 16;
     qx_ek_setting_label(&settings[0]);
     n_settings = 1;
-    if (!n_w && !n_a && !n_kv) {
+    if (rows_opt) {
+        const char* p = rows_opt;
+        if (n_w || n_a || n_kv) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rows replaces --w-bits / --a-bits / --kv-bits: give one or the other");
+        while (*p) {
+            qx_ek_setting s;
+            int wb = 0, ab = 0, kvb = 16, used = 0, used2 = 0;
+            size_t n = strcspn(p, ",");
+            if (sscanf(p, "W%dA%d%n", &wb, &ab, &used) != 2 || (used < (int)n && sscanf(p + used, "KV%d%n", &kvb, &used2) != 1) ||
+                used + used2 != (int)n || wb < 2 || ab < 2 || kvb < 2 || (wb > 8 && wb != 16) || (ab > 8 && ab != 16) || (kvb > 8 && kvb != 16))
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rows: '%.*s' is not a setting like W4A4, W4A16 or W4A4KV4 (bits 2..8 or 16)", (int)n, p);
+            s.w_bits = wb;
+            s.a_bits = ab;
+            s.kv_bits = kvb;
+            qx_ek_setting_label(&s);
+            if (!has_setting(settings, n_settings, &s)) {
+                if (n_settings >= QX_EK_MAX_ROWS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "too many settings (at most %d rows)", QX_EK_MAX_ROWS);
+                settings[n_settings++] = s;
+            }
+            p += n;
+            if (*p == ',') ++p;
+        }
+    } else if (!n_w && !n_a && !n_kv && !kb_opt && !vb_opt) {
         static const int def[2][2] = {{4, 4}, {8, 4}};
         for (k = 0; k < 2; ++k) {
             settings[n_settings].w_bits = def[k][0];
@@ -288,8 +496,22 @@ int qx_cmd_eval(int argc, char** argv) {
                     settings[n_settings++] = s;
                 }
     }
-    for (i = 0; i < n_settings; ++i)
-        if (settings[i].kv_bits < 16) any_kv = 1;
+    for (i = 0; i < n_settings; ++i) {
+        int q_any = settings[i].w_bits < 16 || settings[i].a_bits < 16 || settings[i].kv_bits < 16 || i > 0;
+        k_of[i] = q_any && kb_opt ? (int)kb_opt : settings[i].kv_bits;
+        v_of[i] = q_any && vb_opt ? (int)vb_opt : settings[i].kv_bits;
+        if (i > 0 && (kb_opt || vb_opt)) eval_label(&settings[i], k_of[i], v_of[i]);
+        if (k_of[i] < 16 || v_of[i] < 16) any_kv = 1;
+    }
+    if (no_fp32) {   /* drop the FP32 row (row 0) */
+        memmove(settings, settings + 1, (size_t)(n_settings - 1) * sizeof settings[0]);
+        memmove(k_of, k_of + 1, (size_t)(n_settings - 1) * sizeof k_of[0]);
+        memmove(v_of, v_of + 1, (size_t)(n_settings - 1) * sizeof v_of[0]);
+        n_settings--;
+        if (n_settings == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--no-fp32 leaves no row: give --w-bits / --a-bits / --kv-bits");
+    }
+    pool = threads > 1 ? qx_pool_create((int)threads) : NULL;
+    qx_pool_env(pool, &env);
 
     /* Inputs: model, tokenizer, text (each failure is one line naming the file). */
     memset(&lo, 0, sizeof lo);
@@ -364,14 +586,45 @@ int qx_cmd_eval(int argc, char** argv) {
     qx_cli_progress_end(&cli, "tokenizing");
 
     /* QuaRot, once. */
-    qx_cli_phase(&cli);
-    r = qx_ek_quarot(&model, (uint64_t)seed, any_kv, &rot, &hooks, recipe, sizeof recipe, on_layer, &cli, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
-    have_rot = 1;
-    qx_cli_progress_end(&cli, "QuaRot");
+    if (want_col[1]) {
+        qx_cli_phase(&cli);
+        r = qx_ek_rotate_ex(&model, (uint64_t)seed, NULL, any_kv, !no_online,
+                            strcmp(rotation_opt, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD, &rot, &hooks,
+                            recipe, sizeof recipe, on_layer, &cli, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
+        have_rot = 1;
+        qx_cli_progress_end(&cli, "QuaRot");
+    }
+
+    /* GPTQ's calibration windows (the same tokenizer, --seq-len and --windowing). */
+    if (gptq || migrate) {
+        qx_calib_text ct;
+        r = qx_calib_text_load(calib_path, &ct, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT, "%s", e.msg);
+            goto done;
+        }
+        r = qx_calib_windows(&ct, &tok, windowing, seq_len, 0, &gcw, &e);
+        qx_calib_text_free(&ct);
+        if (r == QUAROT_ERR_INVALID_ARGUMENT) {
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (%s)", calib_path, (long long)seq_len, e.msg);
+            goto done;
+        }
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: calibration windows: %s", calib_path, e.msg);
+            goto done;
+        }
+        have_gcw = 1;
+        if (!nsamples) nsamples = 128;
+        if (gcw.n < nsamples) {
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld",
+                             calib_path, (long long)gcw.n, (long long)seq_len, (long long)nsamples);
+            goto done;
+        }
+    }
 
     /* Adapt Rotation: stage 1 here (--calib-text) or from a file (--context), then stage 2 once. */
-    if (calib_path) {
+    if (calib_path && !context_path && want_col[2]) {
         qx_calib_text ct;
         qx_windows cw;
         qx_calib_opts co;
@@ -431,27 +684,36 @@ int qx_cmd_eval(int argc, char** argv) {
         qx_cli_info(&cli, "Adapt Rotation stage 1: loss %.6e (random Hadamard) -> %.6e (%+.2f%%), %lld rows", actx.start_loss,
                     actx.best_loss, 100.0 * qx_calib_reduction(&actx), (long long)actx.rows);
     }
-    if (actx.matrix) {
+    if (actx.matrix && want_col[2]) {
         qx_cli_phase(&cli);
-        r = qx_ek_rotate(&model, (uint64_t)seed, &actx, any_kv, &adapt, &adapt_hooks, adapt_recipe, sizeof adapt_recipe, on_layer_adapt, &cli, &e);
+        r = qx_ek_rotate_ex(&model, (uint64_t)seed, &actx, any_kv, !no_online, QUAROT_ROTATION_HADAMARD, &adapt, &adapt_hooks, adapt_recipe,
+                            sizeof adapt_recipe, on_layer_adapt, &cli, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
         have_adapt = 1;
         qx_cli_progress_end(&cli, "Adapt Rotation stage 2");
     }
 
     /* The columns. Adapt Rotation: one more variant here (its store and hooks), nothing else. */
-    variants[n_variants].name = "no rotation";
-    variants[n_variants].store = &model;
-    variants[n_variants++].hooks = NULL;
-    variants[n_variants].name = "QuaRot";
-    variants[n_variants].store = &rot;
-    variants[n_variants++].hooks = &hooks;
+    if (want_col[0]) {
+        variants[n_variants].name = "no rotation";
+        variants[n_variants].store = &model;
+        variants[n_variants++].hooks = NULL;
+    }
+    if (have_rot) {
+        variants[n_variants].name = "QuaRot";
+        variants[n_variants].store = &rot;
+        variants[n_variants++].hooks = &hooks;
+    }
     if (have_adapt) {
         variants[n_variants].name = "Adapt";
         variants[n_variants].store = &adapt;
         variants[n_variants++].hooks = &adapt_hooks;
     }
 
+    if (n_variants == 0) { rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--columns: no column to compute"); goto done; }
+    (void)columns_given;
+    qs = (eval_qstore*)calloc((size_t)(n_variants * n_settings), sizeof *qs);
+    if (!qs) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
     qx_ek_table_init(&table, "perplexity");
     for (j = 0; j < n_variants; ++j) qx_ek_table_add_col(&table, variants[j].name);
     for (i = 0; i < n_settings; ++i) qx_ek_table_add_row(&table, settings[i].label);
@@ -463,12 +725,83 @@ int qx_cmd_eval(int argc, char** argv) {
     prog.before = 0;
     for (i = 0; i < n_settings && rc == QX_EXIT_OK; ++i) {
         qx_fake_quant_opts q;
-        qx_ek_setting_quant(&settings[i], group, clip, &q);
+        qx_ek_setting kv = settings[i];
+        kv.kv_bits = 16;
+        qx_ek_setting_quant(&kv, group, clip, &q);
+        /* weights come quantized in the store (below): the forward quantizes activations and KV only */
+        q.w_bits = 0;
+        q.w_group = 0;
+        if (q.a_bits) {
+            q.a_asym = a_asym;
+            q.a_group = a_group;
+            if (int8_down) q.a_down_bits = 8;
+        }
+        q.k_bits = k_of[i] < 16 ? k_of[i] : 0;
+        q.v_bits = v_of[i] < 16 ? v_of[i] : 0;
+        q.k_group = k_group;
+        q.v_group = v_group;
+        q.k_sym = k_sym;
+        q.v_sym = v_sym;
+        q.k_clip = (float)k_clip;
+        q.v_clip = (float)v_clip;
         for (j = 0; j < n_variants && rc == QX_EXIT_OK; ++j) {
             qx_ek_forward ef;
             qx_ppl_result res;
             double t0 = qx_cli_now();
-            r = qx_ek_forward_init(&ef, variants[j].store, variants[j].hooks, &q, NULL, NULL, &e);
+            const qx_store* src = variants[j].store;
+            if (settings[i].w_bits < 16) {   /* the quantized weights of (column, bits): made once */
+                eval_qstore* x = NULL;
+                int m;
+                int mig = migrate && settings[i].a_bits >= 16;   /* weight-only rows only */
+                for (m = 0; m < n_qs; ++m)
+                    if (qs[m].variant == j && qs[m].w_bits == settings[i].w_bits && qs[m].migrate == mig) x = &qs[m];
+                if (!x) {
+                    qx_wq_opts wo;
+                    eval_qctx qc;
+                    x = &qs[n_qs];
+                    memset(x, 0, sizeof *x);
+                    x->variant = j;
+                    x->w_bits = settings[i].w_bits;
+                    x->migrate = mig;
+                    r = qx_store_clone(src, &x->s);
+                    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "copying the model: out of memory"); break; }
+                    n_qs++;
+                    memset(&wo, 0, sizeof wo);
+                    wo.desc.method = gptq ? QUAROT_WQUANT_GPTQ : QUAROT_WQUANT_RTN;
+                    wo.desc.weight.bits = settings[i].w_bits;
+                    wo.desc.weight.asymmetric = w_asym;
+                    wo.desc.weight.group_size = group;
+                    wo.desc.weight.clip_search = w_clip ? QUAROT_CLIP_SEARCH_LP : 0;
+                    wo.desc.percdamp = percdamp;
+                    wo.desc.act_order = act_order;
+                    wo.desc.int8_down_proj = int8_down;
+                    wo.desc.nsamples = nsamples;
+                    wo.desc.migrate = mig;
+                    wo.desc.seq_len = seq_len;
+                    wo.desc.on_linear = on_linear;
+                    wo.desc.user_data = &qc;
+                    wo.hooks = variants[j].hooks;
+                    wo.calib = have_gcw ? &gcw : NULL;
+                    wo.env = &env;
+                    wo.on_layer = on_wq_layer;
+                    wo.user = &qc;
+                    qc.cli = &cli;
+                    qc.q = x;
+                    qc.column = variants[j].name;
+                    qc.quiet = quiet;
+                    r = qx_wq_quantize(&x->s, &wo, &x->st, &e);
+                    if (r != QUAROT_OK) {
+                        rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: weight quantization: %s",
+                                         settings[i].label, variants[j].name, e.msg);
+                        break;
+                    }
+                    qx_cli_info(&cli, "%s W%d: %lld linears quantized by %s in %.1f s", variants[j].name, x->w_bits, (long long)x->st.linears,
+                                gptq ? "GPTQ" : "RTN", x->st.seconds);
+                }
+                src = &x->s;
+            }
+            r = qx_ek_forward_init(&ef, src, variants[j].hooks, &q, NULL, NULL, &e);
+            if (r == QUAROT_OK) ef.f.opts.env = &env;
             if (r != QUAROT_OK) {
                 rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s",
                                  settings[i].label, variants[j].name, e.msg);
@@ -512,9 +845,21 @@ int qx_cmd_eval(int argc, char** argv) {
             printf("windows    %lld, seq_len %lld, docs windowing (%lld of %lld documents split at blank lines, each from [BOS]; longer ones continue in further windows)\n",
                    (long long)win.n, (long long)seq_len, (long long)win.n_docs, (long long)win.n_docs_total);
         printf("scored     %lld tokens\n", (long long)win.n_predicted);
-        printf("quant      weights RTN symmetric per %s; activations per token symmetric, clip %.2f; KV cache %s\n",
-               group ? "group" : "output channel", clip, any_kv ? "per token per head asymmetric" : "FP32");
+        printf("quant      weights %s%s %s per %s; activations per token %s, clip %.2f%s; KV cache %s\n",
+               gptq ? "GPTQ" : "RTN", w_clip ? " with clip search (|err|^2.4)" : "", w_asym ? "asymmetric" : "symmetric",
+               group ? "group" : "output channel", a_asym ? "asymmetric" : "symmetric", clip,
+               int8_down ? "; down_proj input and weights 8-bit" : "",
+               any_kv ? (k_sym && v_sym ? "per token per head symmetric" : (k_sym || v_sym) ? "per token per head, K/V sym/asym as asked" : "per token per head asymmetric") : "FP32");
         if (group) printf("           weight groups of %lld input channels\n", (long long)group);
+        if (a_group) printf("           activation groups of %lld channels\n", (long long)a_group);
+        if (any_kv && (k_group || v_group || k_clip > 0 || v_clip > 0))
+            printf("           K groups %lld, V groups %lld (0 = head_dim); K clip %.2f, V clip %.2f\n", (long long)k_group, (long long)v_group,
+                   k_clip > 0 ? k_clip : 1.0, v_clip > 0 ? v_clip : 1.0);
+        if (gptq)
+            printf("GPTQ       %s: %lld windows of %lld tokens (%s windowing), percdamp %g, block 128%s, sequential (QuaRot's steps q/k/v, o, gate/up, down)\n",
+                   calib_path, (long long)nsamples, (long long)seq_len, windowing == QX_WINDOWING_STREAM ? "stream" : "docs", percdamp,
+                   act_order ? ", act-order" : "");
+        if (want_col[1] && no_online) printf("%-10s no online hooks (--no-online): R1 + R2 folded only\n", "QuaRot");
         print_recipe("QuaRot", recipe);
         if (have_adapt) {
             if (calib_path)
@@ -530,10 +875,33 @@ int qx_cmd_eval(int argc, char** argv) {
         }
         printf("\n");
         qx_ek_table_print(stdout, &table);
+        /* quantization error per linear type, averaged over the layers */
+        for (i = 0; i < n_qs; ++i) {
+            const eval_qstore* x = &qs[i];
+            int t;
+            printf("\nweights W%d, %s (%s%s): mean over layers\n", x->w_bits, variants[x->variant].name, gptq ? "GPTQ" : "RTN",
+                   x->migrate ? ", scale migration" : "");
+            if (x->calibrated)
+                printf("  %-10s %14s %14s %12s\n", "linear", "out err/ref", "RTN err/ref", "weight MSE");
+            else
+                printf("  %-10s %12s\n", "linear", "weight MSE");
+            for (t = 0; t < 8; ++t) {
+                double n = (double)x->n[t];
+                if (!x->n[t]) continue;
+                if (x->calibrated)
+                    printf("  %-10s %14.4e %14.4e %12.4e\n", t < 7 ? lin_types[t] : "other", x->err[t] / n, x->err_rtn[t] / n, x->mse[t] / n);
+                else
+                    printf("  %-10s %12.4e\n", t < 7 ? lin_types[t] : "other", x->mse[t] / n);
+            }
+        }
         fflush(stdout);
     }
 
 done:
+    for (i = 0; i < n_qs; ++i) qx_store_free(&qs[i].s);
+    free(qs);
+    if (have_gcw) qx_windows_free(&gcw);
+    qx_pool_destroy(pool);
     if (have_win) qx_windows_free(&win);
     free(stream);
     free(text);

@@ -126,6 +126,12 @@ quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store*
 quarot_result qx_ek_rotate(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3, qx_store* dst,
                            quarot_online_list* hooks, char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user,
                            qx_err* e) {
+    return qx_ek_rotate_ex(src, seed, context, r3, 1, QUAROT_ROTATION_HADAMARD, dst, hooks, recipe, recipe_cap, progress, user, e);
+}
+
+quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3, int online,
+                              quarot_rotation_kind r1, qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
+                              qx_ek_layer_fn progress, void* user, qx_err* e) {
     const char* who = context ? "Adapt Rotation" : "QuaRot";
     quarot_rotate_desc d;
     quarot_processor p;
@@ -148,7 +154,8 @@ quarot_result qx_ek_rotate(const qx_store* src, uint64_t seed, const quarot_adap
         d.context = context;
         d.seed = seed = context->seed;
     }
-    d.online = 1;
+    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d.rotation = r1;
+    d.online = online;
     d.r3 = r3;
     d.online_out = hooks;
     qx_model_bind(&m, &b, dst);

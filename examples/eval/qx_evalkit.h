@@ -45,6 +45,13 @@ quarot_result qx_ek_rotate(const qx_store* src, uint64_t seed, const quarot_adap
                            quarot_online_list* hooks, char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user,
                            qx_err* e);
 
+/* qx_ek_rotate with the choices of `quarot eval --rotation / --no-online`: online = 0 folds R1 + R2
+   only (no hooks but R3 when r3); r1 = QUAROT_ROTATION_HADAMARD or RANDOM_ORTHOGONAL (ignored with
+   a context). */
+quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3, int online,
+                              quarot_rotation_kind r1, qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
+                              qx_ek_layer_fn progress, void* user, qx_err* e);
+
 /* A forward pass with its online-hook context (the forward points into it: do not move it). */
 typedef struct qx_ek_forward {
     qx_forward f;

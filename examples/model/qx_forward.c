@@ -38,7 +38,7 @@ static quarot_result qx__fake_quant(float* x, int64_t rows, int64_t cols, int64_
     d.asymmetric = asym ? 1 : 0;
     d.group_size = group;
     d.clip_ratio = clip > 0.0f ? clip : 1.0f;
-    d.clip_search = clip_search ? 1 : 0;
+    d.clip_search = clip_search;   /* 0, QUAROT_CLIP_SEARCH_MSE or _LP */
     return quarot_fake_quant_f32(x, rows, cols, stride, &d);
 }
 
@@ -166,6 +166,13 @@ static quarot_result qx__check_quant(const qx_forward* f, const qx_fake_quant_op
     }
     /* one group size for every linear: it must divide each input width (hidden for q/k/v/gate/up,
        n_heads*head_dim for o_proj, intermediate for down_proj) */
+    if (!qx__bits_ok(q->a_down_bits) || q->a_group < 0 || (q->a_group && (g->hidden % q->a_group || g->intermediate % q->a_group ||
+        f->q_dim % q->a_group)) || q->k_group < 0 || q->v_group < 0 || (q->k_group && g->head_dim % q->k_group) ||
+        (q->v_group && g->head_dim % q->v_group) || !(q->k_clip >= 0.0f && q->k_clip <= 1.0f) || !(q->v_clip >= 0.0f && q->v_clip <= 1.0f)) {
+        qx_err_set(e, "fake quant: activation group %lld must divide hidden, intermediate and n_heads*head_dim; K/V groups (%lld, %lld) head_dim %lld; clips in (0, 1]",
+                   (long long)q->a_group, (long long)q->k_group, (long long)q->v_group, (long long)g->head_dim);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
     if (q->w_bits && q->w_group != 0 &&
         (q->w_group < 0 || g->hidden % q->w_group || g->intermediate % q->w_group || f->q_dim % q->w_group)) {
         qx_err_set(e, "fake quant: weight group %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
@@ -386,7 +393,9 @@ static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float*
             f->opts.capture(f->opts.capture_user, layer, name, x, T, n);
         }
     }
-    return q->a_bits ? qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, 0, q->a_clip, 0) : QUAROT_OK;
+    if (q->a_bits && q->a_down_bits && n_names == 1 && (strstr(names[0], "down_proj") || strcmp(names[0], "fc2.weight") == 0))
+        return qx__fake_quant(x, T, n, n, q->a_down_bits, q->a_asym, q->a_group, q->a_clip, 0);
+    return q->a_bits ? qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, q->a_group, q->a_clip, 0) : QUAROT_OK;
 }
 
 /* Rotary embedding on rows x[rows][head_dim] (rows = T * heads, token t = row / heads; cs holds
@@ -513,8 +522,12 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
         f->opts.online(f->opts.online_user, l, QX_SITE_K_ROPE, b->k, T * nkv, hd);
     }
     /* KV cache quantization: per token per head (groups of head_dim), asymmetric by default */
-    if (q->k_bits) r = qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !q->kv_sym, hd, q->kv_clip, 0);
-    if (r == QUAROT_OK && q->v_bits) r = qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !q->kv_sym, hd, q->kv_clip, 0);
+    if (q->k_bits)
+        r = qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !(q->kv_sym || q->k_sym), q->k_group ? q->k_group : hd,
+                           q->k_clip > 0.0f ? q->k_clip : q->kv_clip, 0);
+    if (r == QUAROT_OK && q->v_bits)
+        r = qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !(q->kv_sym || q->v_sym), q->v_group ? q->v_group : hd,
+                           q->v_clip > 0.0f ? q->v_clip : q->kv_clip, 0);
     if (r != QUAROT_OK) return r;
     /* append this block's (quantized) K and V to the cache: rows pos0 .. pos0+T-1 */
     memcpy(kc + pos0 * f->kv_dim, b->k, (size_t)(T * f->kv_dim) * sizeof(float));
@@ -653,4 +666,71 @@ quarot_result qx_forward_window(qx_forward* f, const int32_t* tokens, int64_t T,
 
 quarot_result qx_forward_step(qx_forward* f, int32_t token, float* logits, qx_err* e) {
     return qx_forward_tokens(f, &token, 1, logits, e);
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* Layer-wise entry points (calibration). The RoPE table is filled as in qx_forward_tokens. */
+
+quarot_result qx_forward_embed(qx_forward* f, const int32_t* tokens, int64_t T, float* x, qx_err* e) {
+    const quarot_model_config* g;
+    int64_t t, i;
+    if (!f || !f->layers || !tokens || !x || T <= 0) {
+        qx_err_set(e, "qx_forward_embed: bad arguments");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    g = &f->cfg;
+    if (f->is_opt && T + 2 > f->n_pos) {
+        qx_err_set(e, "position %lld beyond the %lld learned positions", (long long)(T - 1), (long long)(f->n_pos - 2));
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    for (t = 0; t < T; ++t) {
+        float* xr = x + t * g->hidden;
+        if (tokens[t] < 0 || tokens[t] >= g->vocab) {
+            qx_err_set(e, "token %lld: id %ld outside the vocabulary [0, %lld)", (long long)t, (long)tokens[t], (long long)g->vocab);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        memcpy(xr, f->embed + (int64_t)tokens[t] * g->hidden, (size_t)g->hidden * sizeof(float));
+        if (f->pos_embed)
+            for (i = 0; i < g->hidden; ++i) xr[i] += f->pos_embed[(t + 2) * g->hidden + i];
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_forward_layer_run(qx_forward* f, int64_t layer, float* x, int64_t T, qx_err* e) {
+    const quarot_model_config* g;
+    qx__bufs b;
+    quarot_result r;
+    int64_t t, i, saved;
+    if (!f || !f->layers || !x || T <= 0 || T > (1 << 24) || layer < 0 || layer >= f->cfg.n_layers) {
+        qx_err_set(e, "qx_forward_layer_run: bad arguments");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    g = &f->cfg;
+    saved = f->pos;
+    r = qx__cache_reserve(f, T);
+    if (r == QUAROT_OK) r = qx__scratch(f, T, T, &b);
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "qx_forward_layer_run: out of memory (%lld tokens)", (long long)T);
+        return r;
+    }
+    if (!f->is_opt) {
+        int64_t half = g->head_dim / 2;
+        for (t = 0; t < T; ++t) {
+            for (i = 0; i < half; ++i) {
+                double freq = pow((double)g->rope_theta, -(double)(2 * i) / (double)g->head_dim);
+                double ang = (double)t * freq;
+                b.rope[t * g->head_dim + i] = (float)cos(ang);
+                b.rope[t * g->head_dim + half + i] = (float)sin(ang);
+            }
+        }
+    }
+    memcpy(b.x, x, (size_t)(T * g->hidden) * sizeof(float));
+    r = qx__layer(f, layer, T, 0, &b);
+    f->pos = saved;
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "layer %lld: %s", (long long)layer, quarot_result_string(r));
+        return r;
+    }
+    memcpy(x, b.x, (size_t)(T * g->hidden) * sizeof(float));
+    return QUAROT_OK;
 }

@@ -96,6 +96,12 @@ typedef struct qx_fake_quant_opts {
     int k_bits, v_bits;      /* KV cache, per token per head: 0 = FP, else 2..8 */
     int kv_sym;              /* 1: symmetric KV (default asymmetric, as QuaRot) */
     float kv_clip;           /* 0 = 1.0 */
+    /* QuaRot's finer levers (zero = the behaviour above) */
+    int64_t a_group;         /* activation groups of a_group along each token's row (0 = whole row) */
+    int a_down_bits;         /* down_proj input bits instead of a_bits (8: QuaRot's --int8_down_proj) */
+    int64_t k_group, v_group;/* K / V groups along the row (0 = head_dim: per token per head) */
+    int k_sym, v_sym;        /* 1: K / V symmetric (also when kv_sym is set) */
+    float k_clip, v_clip;    /* 0 = kv_clip */
 } qx_fake_quant_opts;
 
 /* Online rotation hook: rotate x[rows][n] in place (see qx_site for the shapes). */
@@ -163,6 +169,13 @@ quarot_result qx_forward_window(qx_forward* f, const int32_t* tokens, int64_t T,
 
 /* One token of incremental decoding: qx_forward_tokens with T = 1. logits: [vocab]. */
 quarot_result qx_forward_step(qx_forward* f, int32_t token, float* logits, qx_err* e);
+
+/* Layer-wise use (calibration, sequential quantization): the embeddings of tokens[T] (plus learned
+   positions from 0) into x[T][hidden]; then decoder layer `layer` alone on x in place, as a window
+   from position 0 (that layer's KV cache rows 0..T-1 are overwritten; f->pos is left alone), with
+   the options' online hooks, capture and fake quantization. */
+quarot_result qx_forward_embed(qx_forward* f, const int32_t* tokens, int64_t T, float* x, qx_err* e);
+quarot_result qx_forward_layer_run(qx_forward* f, int64_t layer, float* x, int64_t T, qx_err* e);
 
 #ifdef __cplusplus
 }

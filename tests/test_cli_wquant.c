@@ -1,0 +1,122 @@
+/* `quarot eval` with QuaRot's quantization levers (--w-quant gptq, --w-clip, ...), run as a user
+   runs it (the quarot binary beside this test's directory, through $QT_RUNNER): bad input gives
+   one error line and the documented exit code; a small GPTQ run on stories260K (../shared; skipped
+   when absent) prints the perplexity table and the per-linear error summary, where GPTQ's output
+   error is below RTN's for every linear type, and W4A16 with GPTQ is below W4A16 with RTN. */
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+static char M[4096], TXT[4096], CAL[4096];
+
+static int stories(void) {
+    const char* p = qt_shared_path("models/stories260K/stories260K.bin");
+    if (!p) return 0;
+    snprintf(M, sizeof M, "%s", p);
+    if (!(p = qt_shared_path("data/tinystories_eval.txt"))) return 0;
+    snprintf(TXT, sizeof TXT, "%s", p);
+    if (!(p = qt_shared_path("data/tinystories_calib.txt"))) return 0;
+    snprintf(CAL, sizeof CAL, "%s", p);
+    return 1;
+}
+
+static void test_bad_input(void) {
+    int rc;
+    const char* shortf = tmp_path("short.txt");
+    if (!stories()) { QT_SKIP("../shared/models/stories260K not found"); return; }
+    rc = CLI("eval '%s' --text '%s' --w-quant gptq", M, TXT);
+    QT_EQ_INT(rc, 1);
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "--calib-text"), "%s", g_err);
+    QT_CHECK(g_out[0] == '\0');
+    rc = CLI("eval '%s' --text '%s' --w-quant gptq --calib-text '%s' --w-bits 9", M, TXT, CAL);
+    QT_EQ_INT(rc, 1);
+    QT_CHECKF(count_lines(g_err) == 1, "%s", g_err);
+    rc = CLI("eval '%s' --text '%s' --w-quant bogus", M, TXT);
+    QT_EQ_INT(rc, 1);
+    rc = CLI("eval '%s' --text '%s' --nsamples 4", M, TXT);     /* a GPTQ option without GPTQ */
+    QT_EQ_INT(rc, 1);
+    rc = CLI("eval '%s' --text '%s' --group-size 32 --windows 1 --quiet", M, TXT);   /* 32 does not divide 172 */
+    QT_EQ_INT(rc, 4);
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "group"), "%s", g_err);
+    QT_CHECK(write_str(shortf, "Once upon a time there was a cat.\n"));
+    rc = CLI("eval '%s' --text '%s' --windows 1 --w-quant gptq --calib-text '%s' --seq-len 64 --quiet", M, TXT, shortf);
+    QT_EQ_INT(rc, 4);
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "too short"), "%s", g_err);
+    QT_CHECK(g_out[0] == '\0');
+    rc = CLI("eval '%s' --text '%s' --windows 1 --w-quant gptq --calib-text '%s' --seq-len 64 --nsamples 100000 --quiet", M, TXT, CAL);
+    QT_EQ_INT(rc, 4);
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "too short"), "%s", g_err);
+    remove(shortf);
+}
+
+/* the value in row `row`, column `col` (0-based) of the perplexity table */
+static double cell(const char* out, const char* row, int col) {
+    const char* p = strstr(out, "\nperplexity");
+    char key[40];
+    int k;
+    double v = NAN;
+    if (!p) return NAN;
+    snprintf(key, sizeof key, "\n%s ", row);
+    p = strstr(p, key);
+    if (!p) return NAN;
+    p += strlen(key);
+    for (k = 0; k <= col; ++k) {
+        char* end;
+        while (*p == ' ') ++p;
+        v = strtod(p, &end);
+        if (end == p) return NAN;
+        p = end;
+        while (*p == ' ') ++p;
+        if (*p == '(') { while (*p && *p != ')') ++p; if (*p) ++p; }
+    }
+    return v;
+}
+
+static void test_gptq_run(void) {
+    int rc;
+    double rtn, gp;
+    const char* s;
+    if (!stories()) { QT_SKIP("../shared/models/stories260K not found"); return; }
+    rc = CLI("eval '%s' --text '%s' --windows 2 --seq-len 64 --columns quarot --no-fp32 --w-bits 4 --a-bits 16 --quiet", M, TXT);
+    QT_EQ_INT(rc, 0);
+    rtn = cell(g_out, "W4A16", 0);
+    rc = CLI("eval '%s' --text '%s' --windows 2 --seq-len 64 --columns quarot --no-fp32 --w-bits 4 --a-bits 16 --w-quant gptq "
+             "--calib-text '%s' --nsamples 16 --w-clip --w-asym --act-order --threads 2", M, TXT, CAL);
+    QT_EQ_INT(rc, 0);
+    gp = cell(g_out, "W4A16", 0);
+    QT_CHECKF(gp < rtn, "W4A16 GPTQ %.4f, RTN %.4f\n%s", gp, rtn, g_out);
+    QT_CHECKF(strstr(g_out, "GPTQ") && strstr(g_out, "out err/ref"), "%s", g_out);
+    QT_CHECKF(strstr(g_err, "GPTQ loss") != NULL, "%s", g_err);   /* per-linear progress */
+    /* every linear type: GPTQ's column below RTN's */
+    s = strstr(g_out, "out err/ref");
+    while (s && (s = strstr(s, "_proj")) != NULL) {
+        double a, b;
+        s += 5;
+        if (sscanf(s, "%lf %lf", &a, &b) == 2) QT_CHECKF(a < b, "GPTQ %.4g >= RTN %.4g", a, b);
+    }
+}
+
+int main(int argc, char** argv) {
+    const char* slash;
+    (void)argc;
+    slash = strrchr(argv[0], '/');
+    if (slash) snprintf(g_bin, sizeof g_bin, "%.*s/../quarot", (int)(slash - argv[0]), argv[0]);
+    else snprintf(g_bin, sizeof g_bin, "../quarot");
+    if (access(g_bin, X_OK) != 0) {
+        printf("  FAIL: %s not found (build it with make)\n", g_bin);
+        printf("test_cli_wquant: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_wquant_XXXXXX");
+    if (!mkdtemp(g_tmp)) {
+        printf("  FAIL: mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    QT_RUN(test_bad_input);
+    QT_RUN(test_gptq_run);
+    rmdir(g_tmp);
+    return qt_finish("test_cli_wquant");
+}
