@@ -23,19 +23,21 @@
 
 /* ---- the output writer: one of the three formats behind put / finish / abort ---------------- */
 
-typedef enum qx__out_kind { QX__OUT_L2C, QX__OUT_ST, QX__OUT_GGUF } qx__out_kind;
+typedef enum qx__out_kind { QX__OUT_L2C, QX__OUT_ST, QX__OUT_GGUF, QX__OUT_CALLER } qx__out_kind;
 
 typedef struct qx__sink {
     qx__out_kind kind;
     qx_l2c_writer* l2c;
     qx_st_writer* st;
     qx_gguf_writer* gg;
+    const qx_rotate_sink* caller;   /* QX__OUT_CALLER, begun */
 } qx__sink;
 
 static quarot_result qx__sink_put(qx__sink* k, const char* name, const quarot_tensor* t, qx_err* e) {
     switch (k->kind) {
         case QX__OUT_L2C: return qx_l2c_writer_put(k->l2c, name, t, e);
         case QX__OUT_ST: return qx_st_writer_put(k->st, name, t, e);
+        case QX__OUT_CALLER: return k->caller->put(k->caller->user, name, t, e);
         default: return qx_gguf_writer_put(k->gg, name, t, e);
     }
 }
@@ -46,9 +48,10 @@ static quarot_result qx__sink_finish(qx__sink* k, qx_err* e) {
     switch (k->kind) {
         case QX__OUT_L2C: r = qx_l2c_writer_finish(k->l2c, e); break;
         case QX__OUT_ST: r = qx_st_writer_finish(k->st, e); break;
+        case QX__OUT_CALLER: r = k->caller->finish(k->caller->user, e); break;
         default: r = qx_gguf_writer_finish(k->gg, e); break;
     }
-    k->l2c = NULL; k->st = NULL; k->gg = NULL;
+    k->l2c = NULL; k->st = NULL; k->gg = NULL; k->caller = NULL;
     return r;
 }
 
@@ -56,7 +59,8 @@ static void qx__sink_abort(qx__sink* k) {
     qx_l2c_writer_abort(k->l2c);
     qx_st_writer_abort(k->st);
     qx_gguf_writer_abort(k->gg);
-    k->l2c = NULL; k->st = NULL; k->gg = NULL;
+    if (k->caller) k->caller->abort(k->caller->user);
+    k->l2c = NULL; k->st = NULL; k->gg = NULL; k->caller = NULL;
 }
 
 /* ---- the binding ------------------------------------------------------------------------------ */
@@ -271,6 +275,12 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
                                     const qx_rotate_file_opts* o, qx_err* e) {
     const char* fmt = s->source_format;
     memset(k, 0, sizeof *k);
+    if (o->sink) {
+        quarot_result r = o->sink->begin(o->sink->user, s, pl, n, e);
+        k->kind = QX__OUT_CALLER;
+        if (r == QUAROT_OK) k->caller = o->sink;
+        return r;
+    }
     if (strncmp(fmt, "llama2c", 7) == 0) {
         qx_l2c_write_opts wo;
         memset(&wo, 0, sizeof wo);

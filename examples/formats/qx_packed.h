@@ -118,6 +118,8 @@ quarot_result qx_packed_writer_put(qx_packed_writer* w, const char* name, const 
    scales and (asymmetric) zeros [out][G] (zeros zero-centred as quarot.h gives them: stored z =
    zero + 2^(b-1)); value (q - zero) * scale. Scales are stored in the planned scale dtype (F16:
    rounded to nearest even; an overflow or a negative / non-finite scale is refused). */
+/* Replaces "quarot.online" (the hook list is complete only after the last layer). */
+quarot_result qx_packed_writer_set_online(qx_packed_writer* w, const char* online);
 quarot_result qx_packed_writer_put_linear(qx_packed_writer* w, const char* name, const int8_t* q, const float* scales,
                                           const float* zeros, qx_err* e);
 /* Every tensor written -> sync, rename; frees w in every case. */
@@ -157,8 +159,9 @@ typedef struct qx_packed_file {
 /* Parses and validates an image (kept by the caller while f is used). */
 quarot_result qx_packed_parse(const void* buf, size_t len, const char* name, qx_packed_file* f, qx_err* e);
 void qx_packed_file_free(qx_packed_file* f);
-/* 1 when the image starts like a safetensors file whose __metadata__ says "format": "quarot-packed"
-   (a cheap check for format detection; parse validates). */
+/* 1 when buf (the first len bytes of a file, possibly only its start) holds a safetensors header
+   whose visible part contains "quarot-packed" as a JSON string (the writer puts "format" first):
+   a cheap check for format detection; parse validates. */
 int qx_packed_sniff(const void* buf, size_t len);
 /* Row r of a linear, dequantized as the format says, into out[in]. */
 void qx_packed_dequant_row(const qx_packed_file* f, const qx_packed_linear* l, int64_t r, float* out);
