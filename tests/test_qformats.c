@@ -1,4 +1,5 @@
-/* test_qformats.c - quantized weight formats: ggml's Q4_0 / Q8_0 blocks in GGUF (qx_gguf.h).
+/* test_qformats.c - quantized weight formats: ggml's Q4_0 / Q8_0 blocks in GGUF (qx_gguf.h) and the
+   quarot-packed W4A4 safetensors file (qx_packed.h: exact round trip, nibble order, hostile files).
 
    The reference decoder below is written from the published block layout alone (ggml's
    block_q4_0 / block_q8_0: an f16 scale d, then 16 bytes of nibbles or 32 int8; Q4_0 element i in
@@ -7,6 +8,7 @@
 #include "qt.h"
 #include "fmt_util.h"
 #include "qx_gguf.h"
+#include "qx_packed.h"
 
 /* binary16 -> float from the bits: sign, 5-bit exponent (bias 15), 10-bit fraction. */
 static float ref_half(uint16_t h) {
@@ -284,9 +286,375 @@ static void test_gguf_roundtrip(void) {
     fu_rm_rf(dir);
 }
 
+
+/* ---- quarot-packed ---- */
+
+static qx_packed_settings pk_settings(int bits, int64_t group, int asym, quarot_dtype sd) {
+    qx_packed_settings st;
+    memset(&st, 0, sizeof st);
+    st.w_bits = bits; st.w_group_size = group; st.w_asym = asym; st.scale_dtype = sd;
+    strcpy(st.w_quantizer, "rtn");
+    st.a_bits = 4; st.a_clip = 0.9; st.k_bits = 4; st.v_bits = 16; st.k_asym = 1; st.k_clip = 1.0; st.v_clip = 0.95;
+    st.k_group_size = 8; st.rope_interleaved = 1;
+    return st;
+}
+
+/* Writes two linears ([6][in]) and two plain tensors with codes from quarot_quantize_f32, reads the
+   file back: codes, scales (f16-rounded when F16), zeros, plain tensors and settings are what went
+   in, and every dequantized row equals quarot_dequantize_f32 of them bit for bit. */
+static void pk_roundtrip(int bits, int64_t group, int asym, quarot_dtype sd, int64_t in, int big_online) {
+    enum { OUT = 6 };
+    const char* dir = fu_tmpdir();
+    char path[256];
+    qx_packed_entry plan[4];
+    qx_packed_settings st = pk_settings(bits, group, asym, sd);
+    qx_packed_write_opts wo;
+    qx_packed_writer* w = NULL;
+    qx_packed_file f;
+    qx_store s;
+    qx_err e;
+    int64_t groups = in / (group ? group : in), i, r, k;
+    float* x = (float*)malloc((size_t)(OUT * in) * 4);
+    int8_t* q = (int8_t*)malloc((size_t)(OUT * in));
+    float sc[2][OUT * 64], zr[2][OUT * 64];
+    int8_t* qb = (int8_t*)malloc((size_t)(OUT * in));
+    float* row = (float*)malloc((size_t)in * 4);
+    float* want = (float*)malloc((size_t)(OUT * in) * 4);
+    int8_t* codes[2];
+    char* online = NULL;
+    size_t len = 0;
+    char* img;
+    quarot_quant_desc qd;
+    memset(plan, 0, sizeof plan);
+    plan[0].name = "a.weight"; plan[0].packed = 1; plan[0].n_dims = 2; plan[0].ne[0] = in; plan[0].ne[1] = OUT;
+    plan[1].name = "b.q_proj.weight"; plan[1].packed = 1; plan[1].n_dims = 2; plan[1].ne[0] = in; plan[1].ne[1] = OUT;
+    plan[2].name = "norm.weight"; plan[2].dtype = QUAROT_DTYPE_F32; plan[2].n_dims = 1; plan[2].ne[0] = 5;
+    plan[3].name = "emb.weight"; plan[3].dtype = QUAROT_DTYPE_F16; plan[3].n_dims = 2; plan[3].ne[0] = 3; plan[3].ne[1] = 2;
+    memset(&wo, 0, sizeof wo);
+    wo.config_json = "{\"x\": 1}";
+    wo.online = "quarot-online 1\nhooks 0\n";
+    wo.rotation = "R1 test";
+    wo.online_reserve = big_online || bits == 4 ? 0 : 1;   /* 1: the header outgrows its room, the data move */
+    snprintf(path, sizeof path, "%s/p.safetensors", dir);
+    QT_OK(qx_packed_writer_begin(&w, path, plan, 4, &st, &wo, &e));
+    memset(&qd, 0, sizeof qd);
+    qd.bits = bits; qd.asymmetric = asym; qd.group_size = group;
+    codes[0] = q; codes[1] = qb;
+    for (k = 0; k < 2; ++k) {
+        for (i = 0; i < OUT * in; ++i) x[i] = (float)qt_normal();
+        QT_OK(quarot_quantize_f32(x, OUT, in, in, &qd, codes[k], sc[k], asym ? zr[k] : NULL));
+        QT_OK(qx_packed_writer_put_linear(w, plan[k].name, codes[k], sc[k], asym ? zr[k] : NULL, &e));
+    }
+    {
+        float nv[5] = {1, 2, 3, 4, 5}, ev[6] = {0.5f, -1, 2, 3, 1e-3f, 7};
+        int64_t ne1[1] = {5}, ne2[2] = {3, 2};
+        quarot_tensor t1, t2;
+        quarot_tensor_init(&t1, nv, QUAROT_DTYPE_F32, 1, ne1);
+        quarot_tensor_init(&t2, ev, QUAROT_DTYPE_F32, 2, ne2);
+        QT_OK(qx_packed_writer_put(w, "norm.weight", &t1, &e));
+        QT_OK(qx_packed_writer_put(w, "emb.weight", &t2, &e));
+    }
+    if (big_online) {                           /* more than the header space reserved at begin: data moved */
+        size_t n = 200000;
+        online = (char*)malloc(n + 1);
+        for (i = 0; i < (int64_t)n; ++i) online[i] = (char)('a' + i % 26);
+        online[n] = '\0';
+        QT_OK(qx_packed_writer_set_online(w, online));
+    }
+    QT_OK(qx_packed_writer_finish(w, &e));
+    img = fu_read_file(path, &len);
+    QT_CHECK(img != NULL);
+    if (img && qx_packed_parse(img, len, "p", &f, &e) == QUAROT_OK) {
+        QT_EQ_INT(f.n_lin, 2);
+        QT_EQ_INT(f.n_plain, 2);
+        QT_EQ_INT(f.settings.w_bits, bits);
+        QT_EQ_INT(f.settings.w_group_size, group);
+        QT_EQ_INT(f.settings.w_asym, asym);
+        QT_CHECK(f.settings.scale_dtype == sd && f.settings.a_bits == 4 && f.settings.a_clip == 0.9 && f.settings.k_group_size == 8);
+        QT_CHECK(f.settings.v_bits == 16 && f.settings.v_clip == 0.95 && f.settings.k_asym == 1 && f.settings.rope_interleaved == 1);
+        QT_CHECK(strcmp(f.config_json, "{\"x\": 1}") == 0 && strcmp(f.rotation, "R1 test") == 0);
+        QT_CHECK(strcmp(f.online, big_online ? online : "quarot-online 1\nhooks 0\n") == 0);
+        for (k = 0; k < f.n_lin; ++k) {
+            const qx_packed_linear* L = &f.lin[k];
+            int j = strcmp(L->name, "a.weight") == 0 ? 0 : 1;
+            int8_t* got = (int8_t*)malloc((size_t)(OUT * in));
+            float gs[OUT * 64], gz[OUT * 64];
+            QT_CHECK(strcmp(L->name, plan[j].name) == 0 && L->out == OUT && L->in == in && L->groups == groups);
+            qx_packed_codes(&f, L, got, gs, gz);
+            QT_CHECK(memcmp(got, codes[j], (size_t)(OUT * in)) == 0);
+            for (i = 0; i < OUT * groups; ++i) {
+                float want_s = sc[j][i];
+                if (sd == QUAROT_DTYPE_F16) { uint16_t h; quarot_f32_to_f16(&want_s, &h, 1); quarot_f16_to_f32(&h, &want_s, 1); }
+                QT_CHECK(memcmp(&gs[i], &want_s, 4) == 0);
+                sc[j][i] = want_s;
+                if (asym) QT_CHECK(gz[i] == zr[j][i]);
+            }
+            QT_OK(quarot_dequantize_f32(codes[j], sc[j], asym ? zr[j] : NULL, OUT, in, &qd, want, in));
+            for (r = 0; r < OUT; ++r) {
+                qx_packed_dequant_row(&f, L, r, row);
+                QT_CHECKF(same_bits(row, want + r * in, in), "%s row %lld", L->name, (long long)r);
+            }
+            free(got);
+        }
+        for (k = 0; k < f.n_plain; ++k) {
+            const qx_packed_plain* P = &f.plain[k];
+            if (strcmp(P->name, "norm.weight") == 0) {
+                QT_CHECK(P->dtype == QUAROT_DTYPE_F32 && P->n_dims == 1 && P->ne[0] == 5);
+                QT_CHECK(memcmp(P->data + 8, "\0\0\x40\x40", 4) == 0);   /* 3.0f */
+            } else {
+                QT_CHECK(P->dtype == QUAROT_DTYPE_F16 && P->ne[0] == 3 && P->ne[1] == 2 && P->data[0] == 0 && P->data[1] == 0x38);   /* 0.5 */
+            }
+        }
+        qx_packed_file_free(&f);
+    } else {
+        QT_CHECKF(0, "%s", e.msg);
+    }
+    /* as a store: parse again through qx_packed_read_mem needs a model config, which "{x: 1}" is not */
+    qx_store_init(&s);
+    QT_CHECK(img && qx_packed_read_mem(img, len, "p", &s, &e) != QUAROT_OK);
+    qx_store_free(&s);
+    if (img && !big_online && bits == 4 && !asym) fu_seed("packed/valid.safetensors", img, len);
+    free(img); free(x); free(q); free(qb); free(row); free(want); free(online);
+    fu_rm_rf(dir);
+}
+
+static void test_packed_roundtrip(void) {
+    pk_roundtrip(4, 0, 0, QUAROT_DTYPE_F16, 64, 0);
+    pk_roundtrip(4, 16, 1, QUAROT_DTYPE_F32, 64, 0);
+    pk_roundtrip(3, 8, 0, QUAROT_DTYPE_F16, 32, 1);
+    pk_roundtrip(8, 0, 1, QUAROT_DTYPE_F16, 20, 0);
+    pk_roundtrip(2, 4, 1, QUAROT_DTYPE_F16, 12, 0);
+    pk_roundtrip(6, 0, 0, QUAROT_DTYPE_F32, 7, 0);
+}
+
+/* The nibble order, from bytes: codes -8, 7, 0, 1 -> stored 0, 15, 8, 9 -> bytes 0xF0, 0x98. */
+static void test_packed_nibbles(void) {
+    const char* dir = fu_tmpdir();
+    char path[256];
+    qx_packed_entry pe;
+    qx_packed_settings st = pk_settings(4, 0, 0, QUAROT_DTYPE_F16);
+    qx_packed_writer* w = NULL;
+    qx_packed_file f;
+    qx_err e;
+    int8_t q[4] = {-8, 7, 0, 1};
+    float s = 0.25f, row[4];
+    char* img;
+    size_t len = 0;
+    memset(&pe, 0, sizeof pe);
+    pe.name = "l.weight"; pe.packed = 1; pe.n_dims = 2; pe.ne[0] = 4; pe.ne[1] = 1;
+    snprintf(path, sizeof path, "%s/n.safetensors", dir);
+    QT_OK(qx_packed_writer_begin(&w, path, &pe, 1, &st, NULL, &e));
+    QT_OK(qx_packed_writer_put_linear(w, "l.weight", q, &s, NULL, &e));
+    QT_OK(qx_packed_writer_finish(w, &e));
+    img = fu_read_file(path, &len);
+    if (img && qx_packed_parse(img, len, "n", &f, &e) == QUAROT_OK) {
+        QT_EQ_INT(f.lin[0].qweight[0], 0xF0);
+        QT_EQ_INT(f.lin[0].qweight[1], 0x98);
+        QT_EQ_INT(f.lin[0].scales[0] | f.lin[0].scales[1] << 8, 0x3400);   /* 0.25 in f16 */
+        qx_packed_dequant_row(&f, &f.lin[0], 0, row);
+        QT_CHECK(row[0] == -2.0f && row[1] == 1.75f && row[2] == 0.0f && row[3] == 0.25f);
+        qx_packed_file_free(&f);
+    } else {
+        QT_CHECKF(0, "%s", e.msg);
+    }
+    free(img);
+    fu_rm_rf(dir);
+}
+
+/* A hand-made packed file: one linear [2][4] (4-bit symmetric, per channel unless the metadata
+   says otherwise) with the given header pieces. */
+static fu_buf pk_hand(const char* meta_extra, const char* tensors, const unsigned char* data, size_t n) {
+    fu_buf b;
+    char hdr[4096];
+    size_t hl;
+    memset(&b, 0, sizeof b);
+    snprintf(hdr, sizeof hdr,
+             "{\"__metadata__\":{\"format\":\"quarot-packed\",%s\"quarot.weight.bits\":\"4\",\"quarot.weight.asymmetric\":\"0\","
+             "\"quarot.weight.scale_dtype\":\"F16\",\"quarot.weight.packing\":\"low_first\",\"quarot.act.bits\":\"4\","
+             "\"quarot.act.group_size\":\"0\",\"quarot.act.asymmetric\":\"0\",\"quarot.act.clip_ratio\":\"1\",\"quarot.k.bits\":\"16\","
+             "\"quarot.k.group_size\":\"0\",\"quarot.k.asymmetric\":\"1\",\"quarot.k.clip_ratio\":\"1\",\"quarot.v.bits\":\"16\","
+             "\"quarot.v.group_size\":\"0\",\"quarot.v.asymmetric\":\"1\",\"quarot.v.clip_ratio\":\"1\",\"quarot.rope_interleaved\":\"0\","
+             "\"quarot.config\":\"{}\",\"quarot.online\":\"\"},%s}",
+             meta_extra, tensors);
+    hl = strlen(hdr);
+    fu_u64(&b, hl);
+    fu_put(&b, hdr, hl);
+    fu_put(&b, data, n);
+    return b;
+}
+
+static void pk_expect(fu_buf b, quarot_result code, const char* what, const char* seed) {
+    qx_packed_file f;
+    qx_err e;
+    quarot_result r;
+    e.msg[0] = '\0';
+    r = qx_packed_parse(b.p, b.len, "bad.safetensors", &f, &e);
+    if (getenv("QX_SHOW")) printf("    %s\n", e.msg);
+    QT_CHECKF(r == code, "%s: result %d, expected %d: %s", what, (int)r, (int)code, e.msg);
+    QT_CHECKF(strstr(e.msg, what) != NULL, "message '%s' lacks '%s'", e.msg, what);
+    if (r == QUAROT_OK) qx_packed_file_free(&f);
+    if (seed) fu_seed(seed, b.p, b.len);
+    free(b.p);
+}
+
+static void test_packed_hostile(void) {
+    /* data: qweight 2x2 bytes, then scales 2x1 f16 */
+    unsigned char d[8] = {0x98, 0x98, 0x98, 0x98, 0x00, 0x3c, 0x00, 0x3c};
+    const char* V = "\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"0\",";
+    const char* T = "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                    "\"l.scales\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[4,8]}";
+    unsigned char dn[8];
+    fu_buf ok = pk_hand(V, T, d, 8);
+    qx_packed_file f;
+    qx_err e;
+    QT_OK(qx_packed_parse(ok.p, ok.len, "ok", &f, &e));
+    QT_CHECK(f.n_lin == 1 && f.lin[0].in == 4 && f.lin[0].out == 2);
+    qx_packed_file_free(&f);
+    fu_seed("packed/hand.safetensors", ok.p, ok.len);
+    free(ok.p);
+    /* metadata that disagrees with the tensors: group size 2 needs scales [2][2] */
+    pk_expect(pk_hand("\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"2\",", T, d, 8), QUAROT_ERR_PARSE,
+              "disagree with the metadata", "packed/group_mismatch.safetensors");
+    /* group size 3 does not divide 4 */
+    pk_expect(pk_hand("\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"3\",", T, d, 8), QUAROT_ERR_PARSE,
+              "disagree with the metadata", NULL);
+    /* missing scales */
+    pk_expect(pk_hand(V, "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[0,4]}", d, 4), QUAROT_ERR_PARSE,
+              "no .scales beside it", "packed/no_scales.safetensors");
+    /* scales without their qweight */
+    pk_expect(pk_hand(V, "\"l.scales\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[0,4]}", d, 4), QUAROT_ERR_PARSE,
+              "without its .qweight", NULL);
+    /* NaN and negative scales */
+    memcpy(dn, d, 8); dn[5] = 0x7e;
+    pk_expect(pk_hand(V, T, dn, 8), QUAROT_ERR_NONFINITE, "scales must be finite and >= 0", "packed/nan_scale.safetensors");
+    memcpy(dn, d, 8); dn[7] = 0xbc;
+    pk_expect(pk_hand(V, T, dn, 8), QUAROT_ERR_NONFINITE, "scales must be finite and >= 0", NULL);
+    memcpy(dn, d, 8); dn[5] = 0x7c;
+    pk_expect(pk_hand(V, T, dn, 8), QUAROT_ERR_NONFINITE, "scales must be finite", NULL);
+    /* zeros in a symmetric file */
+    pk_expect(pk_hand(V, "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                         "\"l.scales\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[4,8]},"
+                         "\"l.zeros\":{\"dtype\":\"U8\",\"shape\":[2,1],\"data_offsets\":[8,10]}", d, 8), QUAROT_ERR_PARSE,
+              "data offsets do not match", NULL);
+    {
+        unsigned char dz[10];
+        memcpy(dz, d, 8); dz[8] = 1; dz[9] = 2;
+        pk_expect(pk_hand(V, "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                             "\"l.scales\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[4,8]},"
+                             "\"l.zeros\":{\"dtype\":\"U8\",\"shape\":[2,1],\"data_offsets\":[8,10]}", dz, 10), QUAROT_ERR_PARSE,
+                  ".zeros in a symmetric file", NULL);
+    }
+    /* version, format, bits, holes, dtype */
+    pk_expect(pk_hand("\"quarot.version\":\"2\",\"quarot.weight.group_size\":\"0\",", T, d, 8), QUAROT_ERR_UNSUPPORTED,
+              "version 2 is not supported", NULL);
+    pk_expect(pk_hand("\"quarot.weight.group_size\":\"0\",", T, d, 8), QUAROT_ERR_PARSE, "quarot.version is missing", NULL);
+    pk_expect(pk_hand("\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"-1\",", T, d, 8), QUAROT_ERR_PARSE,
+              "quarot.weight.group_size is missing or outside", NULL);
+    pk_expect(pk_hand(V, T, d, 7), QUAROT_ERR_PARSE, "data offsets do not match", NULL);
+    pk_expect(pk_hand(V, "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[4,8]},"
+                         "\"l.scales\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[4,8]}", d, 8), QUAROT_ERR_PARSE,
+              "tensors must tile the data section", NULL);
+    pk_expect(pk_hand(V, "\"l.qweight\":{\"dtype\":\"I8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                         "\"l.scales\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[4,8]}", d, 8), QUAROT_ERR_UNSUPPORTED_DTYPE,
+              "dtype I8", NULL);
+    {
+        fu_buf b;
+        memset(&b, 0, sizeof b);
+        fu_u64(&b, 1000);
+        fu_str(&b, "{}");
+        pk_expect(b, QUAROT_ERR_PARSE, "passes the end of the file", NULL);
+    }
+}
+
+/* A whole small model (fu_make_model's llama) with its linears packed, loaded into a store through
+   qx_packed_read_mem: the config comes back, plain tensors are as written, linears equal the
+   dequantized codes, the hook text is blob "quarot.online". */
+static void test_packed_store(void) {
+    qx_store s, back;
+    quarot_dtype f32 = QUAROT_DTYPE_F32;
+    qx_packed_entry plan[64];
+    qx_packed_settings st = pk_settings(4, 0, 0, QUAROT_DTYPE_F32);
+    qx_packed_write_opts wo;
+    qx_packed_writer* w = NULL;
+    qx_sb cfg;
+    qx_err e;
+    const char* dir = fu_tmpdir();
+    char path[256];
+    int64_t i, r;
+    char* img;
+    size_t len = 0;
+    qx_store_init(&s);
+    fu_make_model(&s, "llama", 1, &f32, 1);
+    s.config.rope_interleaved = 1;
+    memset(&cfg, 0, sizeof cfg);
+    QT_OK(qx_hf_config_write(&s, &cfg, &e));
+    memset(plan, 0, sizeof plan);
+    for (i = 0; i < s.count && i < 64; ++i) {
+        const quarot_tensor* t = &s.items[i].t;
+        plan[i].name = s.items[i].name;
+        plan[i].packed = strstr(plan[i].name, "_proj.weight") != NULL;
+        plan[i].dtype = QUAROT_DTYPE_F32;
+        plan[i].n_dims = t->ne[1] > 1 ? 2 : 1;
+        plan[i].ne[0] = t->ne[0]; plan[i].ne[1] = t->ne[1];
+    }
+    memset(&wo, 0, sizeof wo);
+    wo.config_json = cfg.p;
+    wo.online = "quarot-online 1\nhooks 0\n";
+    wo.online_reserve = 1;
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    QT_OK(qx_packed_writer_begin(&w, path, plan, s.count, &st, &wo, &e));
+    for (i = 0; i < s.count; ++i) {
+        const quarot_tensor* t = &s.items[i].t;
+        if (plan[i].packed) {
+            int64_t rows = t->ne[1], cols = t->ne[0];
+            int8_t* q = (int8_t*)malloc((size_t)(rows * cols));
+            float* sc = (float*)malloc((size_t)rows * 4);
+            QT_OK(quarot_quantize_f32((const float*)t->data, rows, cols, cols, NULL, q, sc, NULL));
+            QT_OK(qx_packed_writer_put_linear(w, plan[i].name, q, sc, NULL, &e));
+            /* the expected weights, in place (the store's copy is not used again) */
+            QT_OK(quarot_dequantize_f32(q, sc, NULL, rows, cols, NULL, (float*)t->data, cols));
+            free(q); free(sc);
+        } else {
+            QT_OK(qx_packed_writer_put(w, plan[i].name, t, &e));
+        }
+    }
+    QT_OK(qx_packed_writer_finish(w, &e));
+    img = fu_read_file(path, &len);
+    qx_store_init(&back);
+    if (img && qx_packed_read_mem(img, len, "m.safetensors", &back, &e) == QUAROT_OK) {
+        char msg[256];
+        size_t bl = 0;
+        QT_CHECKF(fu_same_tensors(&s, &back, msg, sizeof msg), "%s", msg);
+        QT_CHECK(back.config.hidden == s.config.hidden && back.config.n_layers == s.config.n_layers && back.config.rope_interleaved == 1);
+        QT_CHECK(qx_store_get_blob(&back, "quarot.online", &bl) && bl == strlen("quarot-online 1\nhooks 0\n"));
+        (void)r;
+        if (getenv("QX_SEEDS_DIR") && getenv("QX_SEEDS_DIR")[0]) {   /* bigger than fu_seed's 4 KiB: written here */
+            char sp[1024];
+            snprintf(sp, sizeof sp, "%s/packed/model.safetensors", getenv("QX_SEEDS_DIR"));
+            fu_write_file(sp, img, len);
+        }
+    } else {
+        QT_CHECKF(0, "%s", e.msg);
+    }
+    qx_store_free(&back);
+    /* the loader finds the format by its metadata */
+    qx_store_init(&back);
+    QT_OK(qx_packed_load(path, &back, &e));
+    QT_CHECK(strcmp(back.source_format, "quarot-packed") == 0);
+    qx_store_free(&back);
+    qx_sb_free(&cfg);
+    qx_store_free(&s);
+    free(img);
+    fu_rm_rf(dir);
+}
+
 int main(void) {
     QT_RUN(test_blocks);
     QT_RUN(test_scale_rounding);
     QT_RUN(test_gguf_roundtrip);
+    QT_RUN(test_packed_roundtrip);
+    QT_RUN(test_packed_nibbles);
+    QT_RUN(test_packed_hostile);
+    QT_RUN(test_packed_store);
     return qt_finish("test_qformats");
 }

@@ -177,6 +177,18 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
     return QUAROT_OK;
 }
 
+/* Bytes the online hook text will about take (so the packed header rarely has to move the data):
+   a line per hook, and a table of K*(K+1) characters for each odd Hadamard order K (the odd part of
+   the intermediate size, the head count and the head size). */
+static uint64_t qz_odd_table(int64_t n) {
+    while (n > 1 && n % 2 == 0) n /= 2;
+    return n > 1 ? (uint64_t)n * (uint64_t)(n + 1) + 32 : 0;
+}
+static uint64_t qz_online_estimate(const quarot_model_config* c) {
+    int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 1);
+    return 1024 + (uint64_t)c->n_layers * 4 * 96 + qz_odd_table(c->intermediate) + qz_odd_table(c->n_heads) + qz_odd_table(hd);
+}
+
 static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_plan* plan, int64_t n, qx_err* e) {
     qz_sink* k = (qz_sink*)user;
     const qz_opts* o = k->o;
@@ -245,6 +257,7 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         else snprintf(rot, sizeof rot, "none");
         memset(&wo, 0, sizeof wo);
         wo.force = k->force;
+        wo.online_reserve = qz_online_estimate(c);
         wo.config_json = cfg.p;
         wo.rotation = rot;
         if (r == QUAROT_OK) r = qx_packed_writer_begin(&k->pw, k->path, pe, j, &st, &wo, e);

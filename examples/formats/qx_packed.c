@@ -19,7 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define QX__PK_RESERVE (64 * 1024)        /* header space beyond its size at begin */
 #define QX__PK_CHUNK ((size_t)4 << 20)
 
 /* ---- shared helpers ---- */
@@ -295,7 +294,7 @@ quarot_result qx_packed_writer_begin(qx_packed_writer** wp, const char* path, co
     /* the header's size now, plus room for the online hook list that is only complete at finish */
     qx__pk_header(w, &hdr);
     if (hdr.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; goto oom; }
-    w->reserve = ((uint64_t)hdr.len + QX__PK_RESERVE + 7) / 8 * 8;
+    w->reserve = ((uint64_t)hdr.len + (o && o->online_reserve ? o->online_reserve : 4096) + 7) / 8 * 8;
     r = qx_out_begin(&w->out, path, o && o->force, e);
     if (r != QUAROT_OK) goto fail;
     qx_sb_free(&hdr);

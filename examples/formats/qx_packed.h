@@ -104,6 +104,8 @@ typedef struct qx_packed_write_opts {
     const char* config_json;     /* "quarot.config" (NULL: "") */
     const char* online;          /* "quarot.online" (NULL: "") */
     const char* rotation;        /* "quarot.rotation" (NULL: "") */
+    uint64_t online_reserve;     /* header bytes kept free at begin for a longer "quarot.online" set later
+                                    (0 = 4096); a longer text moves the data once at finish */
 } qx_packed_write_opts;
 
 typedef struct qx_packed_writer qx_packed_writer;
