@@ -93,6 +93,34 @@ static void test_gguf_matches_fake_quant(void) {
     check_close(a, b, "Q4_0 without rotation");
 }
 
+/* A Hugging Face directory (half-split RoPE rows): the GGUF gets q/k rows in llama.cpp's interleaved
+   layout, quantized after the permutation (per row, so the same values), and evaluates like the
+   fake-quantized directory. */
+static void test_gguf_from_hf(void) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    qx_st_save_opts so;
+    const char* dir = tmp_path("hf");
+    const char* q = tmp_path("hf.gguf");
+    char opts[2200];
+    double a, b;
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    cu_synth_desc(&d);
+    d.intermediate = 192;
+    d.rope_interleaved = 0;
+    QT_OK(qx_synth_model(&s, &d, &e));
+    memset(&so, 0, sizeof so);
+    QT_OK(qx_st_save(&s, dir, &so, &e));
+    qx_store_free(&s);
+    QT_EQ_INT(CLI("quantize '%s' '%s' --rotation none --dtype f32 --quiet", dir, q), 0);
+    snprintf(opts, sizeof opts, "--tokenizer '%s/tokenizer.bin' --w-bits 16", g_tmp);
+    a = eval_row(q, opts, "FP32");
+    snprintf(opts, sizeof opts, "--tokenizer '%s/tokenizer.bin' --w-bits 4 --a-bits 16 --group-size 32", g_tmp);
+    b = eval_row(dir, opts, "W4A16");
+    check_close(a, b, "Q4_0 from a Hugging Face directory");
+}
+
 static void test_packed_matches_fake_quant(void) {
     const char* p = tmp_path("p.safetensors");
     const char* rot = tmp_path("rot2.bin");
@@ -204,6 +232,7 @@ int main(int argc, char** argv) {
     }
     g_ok = setup();
     QT_RUN(test_gguf_matches_fake_quant);
+    QT_RUN(test_gguf_from_hf);
     QT_RUN(test_packed_matches_fake_quant);
     QT_RUN(test_dry_run);
     QT_RUN(test_bad_input);
