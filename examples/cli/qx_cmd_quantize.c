@@ -717,7 +717,10 @@ int qx_cmd_quantize(int argc, char** argv) {
                out, o.format == QZ_GGUF ? (o.bits == 4 ? "GGUF Q4_0" : "GGUF Q8_0") : "quarot-packed", rotation);
         for (i = 0; i < (int)sink.n; ++i) {
             const qz_item* it = &sink.it[i];
-            printf("  %-52s %-14lldx%-6lld -> %s%s%s%s\n", it->name, (long long)it->ne[1], (long long)it->ne[0], qz_type_name(&o, it, tb, sizeof tb),
+            char shape[48];
+            if (it->n_dims >= 2) snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
+            else snprintf(shape, sizeof shape, "%lld", (long long)it->ne[0]);
+            printf("  %-52s %-11s -> %s%s%s%s\n", it->name, shape, qz_type_name(&o, it, tb, sizeof tb),
                    it->why[0] ? " (" : "", it->why, it->why[0] ? ")" : "");
         }
         goto done;
