@@ -9,6 +9,7 @@
    (hidden 64, intermediate 192, 2 layers) keeps every row a multiple of 32. */
 #include "qt.h"
 #include "cli_util.h"
+#include "qx_gguf.h"
 #include "qx_llama2c.h"
 #include "qx_packed.h"
 
@@ -19,6 +20,14 @@ static char g_model[1024], g_text[1024];
 static int g_ok;
 
 static int exists(const char* p) { return access(p, F_OK) == 0; }
+
+/* 1 when the n bytes of `needle` occur in hay[0..len) (memmem is not POSIX). */
+static int has_bytes(const unsigned char* hay, size_t len, const char* needle, size_t n) {
+    size_t i;
+    for (i = 0; i + n <= len; ++i)
+        if (memcmp(hay + i, needle, n) == 0) return 1;
+    return 0;
+}
 
 static int setup(void) {
     qx_synth_desc d;
@@ -221,6 +230,60 @@ static void test_bad_input(void) {
     QT_CHECK(!exists(q));
 }
 
+/* stories260K -> GGUF: the llama2.c tokenizer beside it is embedded as llama.cpp's sentencepiece
+   vocabulary, with the same keys and value types as llama.cpp's own llama-spm vocabulary file
+   (../shared/tokenizers), ' ' turned back into U+2581, <unk>/<s>/</s> and byte tokens typed. */
+static void test_gguf_tokenizer(void) {
+    const char* m = qt_shared_path("models/stories260K/stories260K.bin");
+    const char* q = tmp_path("tok.gguf");
+    char model[1024], ref[1024];
+    size_t n1 = 0, n2 = 0;
+    unsigned char *a, *b;
+    qx_gguf_file fa, fb;
+    qx_err e;
+    uint64_t k;
+    if (!m) { QT_SKIP("../shared not present"); return; }
+    snprintf(model, sizeof model, "%s", m);   /* qt_shared_path's buffer is reused by the next call */
+    m = qt_shared_path("tokenizers/ggml-vocab-llama-spm.gguf");
+    if (!m) { QT_SKIP("../shared/tokenizers not present"); return; }
+    snprintf(ref, sizeof ref, "%s", m);
+    QT_EQ_INT(CLI("quantize '%s' '%s' --quiet", model, q), 0);
+    QT_CHECKF(strstr(g_out, "tok512.bin (512 tokens)") != NULL, "%s", g_out);
+    a = read_all(q, &n1);
+    b = read_all(ref, &n2);
+    if (a && b && qx_gguf_parse(a, n1, "q", &fa, &e) == QUAROT_OK) {
+        if (qx_gguf_parse(b, n2, "ref", &fb, &e) == QUAROT_OK) {
+            int n_tok = 0;
+            for (k = 0; k < fb.n_kv; ++k) {
+                char key[128];
+                const qx_gguf_kv* x;
+                if (fb.kv[k].key_len >= sizeof key || strncmp(fb.kv[k].key, "tokenizer.", 10) != 0) continue;
+                memcpy(key, fb.kv[k].key, (size_t)fb.kv[k].key_len);
+                key[fb.kv[k].key_len] = '\0';
+                x = qx_gguf_find(&fa, key);
+                QT_CHECKF(x && x->type == fb.kv[k].type && (x->type != QX_GGUF_ARRAY || x->arr_type == fb.kv[k].arr_type), "%s", key);
+                ++n_tok;
+            }
+            QT_CHECK(n_tok >= 8);
+            {
+                const qx_gguf_kv* t = qx_gguf_find(&fa, "tokenizer.ggml.tokens");
+                const qx_gguf_kv* ty = qx_gguf_find(&fa, "tokenizer.ggml.token_type");
+                QT_CHECK(t && t->arr_count == 512 && ty && ty->arr_count == 512);
+                /* the first pieces: <unk>, <s>, </s>; types 2, 3, 3, then byte tokens (6) */
+                QT_CHECK(t && memcmp(t->val, "\5\0\0\0\0\0\0\0<unk>\3\0\0\0\0\0\0\0<s>\4\0\0\0\0\0\0\0</s>", 8 + 5 + 8 + 3 + 8 + 4) == 0);
+                QT_CHECK(ty && ty->val[0] == 2 && ty->val[4] == 3 && ty->val[8] == 3 && ty->val[12] == 6);
+                QT_CHECK(has_bytes(t->val, (size_t)t->val_len, "\xe2\x96\x81the", 6));
+            }
+            qx_gguf_file_free(&fb);
+        }
+        qx_gguf_file_free(&fa);
+    } else {
+        QT_CHECKF(0, "%s", e.msg);
+    }
+    free(a);
+    free(b);
+}
+
 int main(int argc, char** argv) {
     const char* slash = strrchr(argv[0], '/');
     size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
@@ -236,6 +299,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_gguf_matches_fake_quant);
     QT_RUN(test_gguf_from_hf);
     QT_RUN(test_packed_matches_fake_quant);
+    QT_RUN(test_gguf_tokenizer);
     QT_RUN(test_dry_run);
     QT_RUN(test_bad_input);
     {

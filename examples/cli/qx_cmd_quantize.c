@@ -13,10 +13,12 @@
    by default; its integer codes map exactly onto the output (GGUF: groups of 32 = ggml's blocks). */
 #include "qx_calib.h"
 #include "qx_cli.h"
+#include "qx_evalkit.h"
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_packed.h"
 #include "qx_rotate_file.h"
+#include "qx_tokenizer.h"
 
 #include <math.h>
 #include <signal.h>
@@ -137,6 +139,7 @@ typedef struct qz_sink {
     int permute;                   /* GGUF from a half-split RoPE store: q/k rows made interleaved */
     const quarot_online_list* hooks;
     const qx_rotate_file_stats* rot;
+    const qx_tokenizer* tok;       /* GGUF from a non-GGUF input: embedded as tokenizer.ggml.* (may be NULL) */
     int64_t written;
 } qz_sink;
 
@@ -177,6 +180,67 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
     return QUAROT_OK;
 }
 
+/* ---- llama.cpp's tokenizer keys from a llama2.c tokenizer.bin ---- */
+
+static void qz_le(qx_sb* b, uint64_t v, int n) {
+    char c[8];
+    int k;
+    for (k = 0; k < n; ++k) c[k] = (char)(v >> (8 * k));
+    qx_sb_put(b, c, (size_t)n);
+}
+static void qz_gstr(qx_sb* b, const char* s, size_t n) { qz_le(b, n, 8); qx_sb_put(b, s, n); }
+static void qz_gkey(qx_sb* b, const char* key, uint32_t type) { qz_gstr(b, key, strlen(key)); qz_le(b, type, 4); }
+
+/* Appends to kv (a "gguf.kv" blob: u64 count + pairs) the tokenizer.ggml.* pairs of llama.cpp's
+   sentencepiece ("llama") vocabulary: the pieces with llama2.c's ' ' turned back into U+2581, ids 0,
+   1, 2 as <unk>, <s>, </s> (llama2.c's export spells the last two "\n<s>\n" / "\n</s>\n"), token
+   types 2 unknown, 3 control, 6 byte (<0xXX>), 1 normal, and the scores. */
+static void qz_tokenizer_kv(qx_sb* kv, const qx_tokenizer* t) {
+    uint64_t count = 0;
+    int k;
+    int32_t i;
+    for (k = 0; k < 8; ++k) count |= (uint64_t)(unsigned char)kv->p[k] << (8 * k);
+    qz_gkey(kv, "tokenizer.ggml.model", QX_GGUF_STRING); qz_gstr(kv, "llama", 5);
+    qz_gkey(kv, "tokenizer.ggml.pre", QX_GGUF_STRING); qz_gstr(kv, "default", 7);
+    qz_gkey(kv, "tokenizer.ggml.tokens", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_STRING, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    for (i = 0; i < t->vocab_size; ++i) {
+        const char* p = t->pieces[i];
+        qx_sb piece;
+        int32_t j;
+        memset(&piece, 0, sizeof piece);
+        if (i == 0) qx_sb_puts(&piece, "<unk>");
+        else if (i == 1) qx_sb_puts(&piece, "<s>");
+        else if (i == 2) qx_sb_puts(&piece, "</s>");
+        else
+            for (j = 0; j < t->lens[i]; ++j) {
+                if (p[j] == ' ') qx_sb_put(&piece, "\xe2\x96\x81", 3);
+                else qx_sb_put(&piece, p + j, 1);
+            }
+        qz_gstr(kv, piece.p ? piece.p : "", piece.len);
+        qx_sb_free(&piece);
+    }
+    qz_gkey(kv, "tokenizer.ggml.scores", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_F32, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    for (i = 0; i < t->vocab_size; ++i) {
+        uint32_t u;
+        memcpy(&u, &t->scores[i], 4);
+        qz_le(kv, u, 4);
+    }
+    qz_gkey(kv, "tokenizer.ggml.token_type", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_I32, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    for (i = 0; i < t->vocab_size; ++i) {
+        const char* p = t->pieces[i];
+        int byte = t->lens[i] == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>';
+        qz_le(kv, i == 0 ? 2u : i <= 2 ? 3u : byte ? 6u : 1u, 4);
+    }
+    qz_gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qz_le(kv, 1, 4);
+    qz_gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qz_le(kv, 2, 4);
+    qz_gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qz_le(kv, 0, 4);
+    qz_gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qz_le(kv, 1, 1);
+    qz_gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qz_le(kv, 0, 1);
+    count += 10;
+    if (!kv->failed)
+        for (k = 0; k < 8; ++k) kv->p[k] = (char)(count >> (8 * k));
+}
+
 /* Bytes the online hook text will about take (so the packed header rarely has to move the data):
    a line per hook, and a table of K*(K+1) characters for each odd Hadamard order K (the odd part of
    the intermediate size, the head count and the head size). */
@@ -208,6 +272,8 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         memset(&gen, 0, sizeof gen);
         k->permute = !c->rope_interleaved;
         r = gp && bt ? qx_gguf_kv_from_config(s, &gen, e) : QUAROT_ERR_OUT_OF_MEMORY;
+        if (!kv && r == QUAROT_OK && k->tok) qz_tokenizer_kv(&gen, k->tok);
+        if (!kv && gen.failed) r = QUAROT_ERR_OUT_OF_MEMORY;
         if (!kv) { kv = gen.p; kv_len = gen.len; }
         for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {
             if (k->it[i].kind == QZ_SKIP) continue;
@@ -395,7 +461,8 @@ static void quantize_usage(FILE* f) {
         "  OUT.gguf          llama.cpp GGUF with ggml's own Q4_0 (--bits 4, default) or Q8_0 (--bits 8)\n"
         "                    blocks of 32 (f16 scale, codes); rows whose length is not a multiple of 32 stay\n"
         "                    F16, as llama.cpp does. No online rotation: R1 + R2 folded and the norms fused,\n"
-        "                    so stock llama.cpp runs the file (a GGUF input keeps its tokenizer keys).\n"
+        "                    so stock llama.cpp runs the file (a GGUF input keeps its tokenizer keys; from\n"
+        "                    llama2.c the tokenizer.bin beside IN is embedded).\n"
         "  OUT.safetensors   the quarot-packed W4A4 format for engines (README \"Packed W4A4 format\"):\n"
         "                    int codes two per byte (low nibble first), f16/f32 scales (and zeros), the\n"
         "                    activation / KV settings and the online hook list in __metadata__.\n"
@@ -411,6 +478,8 @@ static void quantize_usage(FILE* f) {
         "  --scale-dtype f16|f32 packed: dtype of the scales (default f16)\n"
         "  --dtype f16|f32       matrices left unquantized (default f16)\n"
         "  --quantize-embeddings also the embeddings and lm_head (llama.cpp quantizes them too)\n"
+        "  --tokenizer FILE      GGUF from llama2.c / safetensors: the llama2.c tokenizer.bin to embed as\n"
+        "                        tokenizer.ggml.* (default: tok<vocab>.bin / tokenizer.bin beside IN)\n"
         "  recorded in the packed file for the engine (QuaRot's flag in brackets):\n"
         "  --a-bits N            activation bits, 16 = none (default 4) [--a_bits]\n"
         "  --a-group-size N      [--a_groupsize]   --a-asym [--a_asym]   --a-clip R [--a_clip_ratio] (default 1)\n"
@@ -484,7 +553,10 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
 
 int qx_cmd_quantize(int argc, char** argv) {
     qx_cli cli;
-    const char *in = NULL, *out = NULL, *v, *context = NULL, *format = NULL, *rotation = "hadamard";
+    const char *in = NULL, *out = NULL, *v, *context = NULL, *format = NULL, *rotation = "hadamard", *tok_path = NULL;
+    char tok_found[4096], tok_looked[1024];
+    qx_tokenizer tok;
+    int have_tok = 0;
     int64_t seed = 0, block = -1, tp = 1, x;
     double dv;
     int no_r2 = 0, force = 0, quiet = 0, dry = 0, no_online = 0, i, k, rc = QX_EXIT_OK, group_given = 0, seed_given = 0;
@@ -608,6 +680,7 @@ int qx_cmd_quantize(int argc, char** argv) {
             continue;
         }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--context", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; context = v; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokenizer", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; tok_path = v; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
             if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
             seed_given = 1;
@@ -653,6 +726,7 @@ int qx_cmd_quantize(int argc, char** argv) {
     if (!dry && !force && qx_path_exists(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out);
     if (!dry && qx_is_dir(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out);
 
+    memset(&tok, 0, sizeof tok);
     quarot_online_list_init(&list, NULL);
     quarot_adapt_context_init(&ctx, NULL);
     qx_store_init(&s);
@@ -680,6 +754,20 @@ int qx_cmd_quantize(int argc, char** argv) {
         goto done;
     }
     if (o.format == QZ_PACKED && !kv_given[0] && !kv_given[1]) o.act.k_bits = o.act.v_bits = 16;
+    /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
+       the llama2.c tokenizer found beside the model (a GGUF input keeps its own keys) */
+    if (o.format == QZ_GGUF && !qx_store_get_blob(&s, "gguf.kv", NULL)) {
+        if (!tok_path && qx_ek_find_tokenizer(in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
+            tok_path = tok_found;
+        if (tok_path) {
+            r = qx_tokenizer_load(&tok, tok_path, (int32_t)s.config.vocab, &e);
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg); goto done; }
+            have_tok = 1;
+        }
+    } else if (tok_path) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps its own)");
+        goto done;
+    }
 
     sink.o = &o;
     sink.cli = &cli;
@@ -687,6 +775,7 @@ int qx_cmd_quantize(int argc, char** argv) {
     sink.force = force;
     sink.hooks = &list;
     sink.rot = &st;
+    sink.tok = have_tok ? &tok : NULL;
 
     {
         /* the input's tensors (and the lm_head that untying creates), decided as the run will: a
@@ -795,9 +884,12 @@ run:
     } else {
         printf("  no rotation (--rotation none)\n");
     }
-    if (o.format == QZ_GGUF)
+    if (o.format == QZ_GGUF) {
         printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o.bits == 4 ? "Q4_0" : "Q8_0",
                o.bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);
+        if (have_tok) printf("  tokenizer: %s (%d tokens) as tokenizer.ggml.* (sentencepiece \"llama\")\n", tok_path, tok.vocab_size);
+        else if (!qx_store_get_blob(&s, "gguf.kv", NULL)) printf("  tokenizer: none found beside the input (--tokenizer FILE): llama.cpp needs one\n");
+    }
     else
         printf("  format: quarot-packed v%d, %d-bit %s weights, %s, %s scales; activations %d-bit, K %d-bit, V %d-bit\n", QX_PACKED_VERSION,
                o.bits, o.asym ? "asymmetric" : "symmetric", o.group ? "per group" : "per output channel",
@@ -806,6 +898,7 @@ run:
     qz_summary(&o, &sink);
     fflush(stdout);
 done:
+    qx_tokenizer_free(&tok);
     qz_items_free(&sink);
     quarot_online_list_free(&list);
     quarot_adapt_context_free(&ctx);
