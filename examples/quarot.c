@@ -8,6 +8,7 @@
    present). Each subcommand lives in examples/cli/qx_cmd_<name>.c; this file only dispatches.
 
        quarot rotate IN OUT [options]        rotate a checkpoint (same format out)
+       quarot quantize IN OUT [options]      rotate + quantize: GGUF Q4_0/Q8_0, or packed W4A4 safetensors
        quarot eval MODEL --text FILE         perplexity table: FP32 / quantized, without and with rotation
        quarot inspect MODEL                  config, tensors, Hadamard constructions, outlier statistics
        quarot plot MODEL --text FILE -o SVG  per-channel max |activation| before / after rotation
@@ -30,6 +31,7 @@ typedef struct qx_subcommand {
 
 static const qx_subcommand commands[] = {
     {"rotate", qx_cmd_rotate, "rotate a checkpoint (llama2.c .bin, safetensors, GGUF) into the same format"},
+    {"quantize", qx_cmd_quantize, "rotate + quantize: GGUF Q4_0/Q8_0 for llama.cpp, or packed W4A4 safetensors"},
     {"eval", qx_cmd_eval, "perplexity in FP32 and fake-quantized, without and with rotation"},
     {"inspect", qx_cmd_inspect, "config, tensors, Hadamard construction per dimension, outlier statistics"},
     {"plot", qx_cmd_plot, "SVG of per-channel max |activation| before and after rotation"},

@@ -698,7 +698,7 @@ static void test_bad_input(void) {
         expect_failure(label, dir, path, NULL, QX_EXIT_INPUT);
     }
     {
-        /* the first tensor's ggml type -> Q4_0 (2): found through the tensor-info layout */
+        /* the first tensor's ggml type -> Q4_K (12, a quantized type not read): found through the tensor-info layout */
         qx_gguf_file f;
         unsigned char* m = (unsigned char*)malloc(gg_n);
         memcpy(m, gg, gg_n);
@@ -707,9 +707,9 @@ static void test_bad_input(void) {
             const unsigned char* tp = (const unsigned char*)f.t[0].name + f.t[0].name_len + 4 + 8 * f.t[0].n_dims;
             size_t off = (size_t)(tp - m);
             qx_gguf_file_free(&f);
-            m[off] = 2; m[off + 1] = 0; m[off + 2] = 0; m[off + 3] = 0;
+            m[off] = 12; m[off + 1] = 0; m[off + 2] = 0; m[off + 3] = 0;
             write_bytes(path, m, gg_n);
-            expect_failure("GGUF with a quantized (Q4_0) tensor", dir, path, NULL, QX_EXIT_INPUT);
+            expect_failure("GGUF with a quantized (Q4_K) tensor", dir, path, NULL, QX_EXIT_INPUT);
             QT_CHECKF(strstr(g_err, "quantized GGUF tensors are not supported") != NULL, "%s", g_err);
         } else {
             QT_CHECK(0);

@@ -5,17 +5,19 @@
      "GGUF" magic                        -> GGUF
      u32 0x616b3432 ("ak42")             -> llama2.c version-1 export (version 2 is refused there)
      name ending in .safetensors, or a
-     u64 header length followed by '{'   -> safetensors file (config.json beside it, if any)
+     u64 header length followed by '{'   -> safetensors file (config.json beside it, if any); one whose
+                                            header starts with quarot-packed metadata -> qx_packed_load
      a legacy header that passes the llama2.c checks (positive sizes that divide, no overflow) and
      implies exactly the file's size, or any file named *.bin
                                          -> llama2.c legacy (v0) checkpoint
    Anything else is refused with one line naming the file and what was expected. The readers
    themselves validate everything (sizes, offsets, JSON, dtypes, architectures) and word their own
-   errors; quantized GGUF tensors are refused there ("quantized GGUF tensors are not supported"). */
+   errors; quantized GGUF tensors other than Q4_0 / Q8_0 are refused there. */
 #include "qx_cli.h"
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_llama2c.h"
+#include "qx_packed.h"
 #include "qx_safetensors.h"
 
 #include <errno.h>
@@ -81,6 +83,7 @@ quarot_result qx_cli_load_model(const char* path, const qx_load_opts* opts, qx_s
     if (qx__ends_with(path, ".safetensors") || (n >= 9 && head[8] == '{' && qx__le64(head) >= 2 &&
                                                  qx__le64(head) <= (uint64_t)st.st_size - 8)) {
         qx_st_read_opts so;
+        if (qx_packed_sniff(head, n)) return qx_packed_load(path, out, err);   /* quarot quantize's packed W4A4 file */
         memset(&so, 0, sizeof so);
         so.copy = copy;
         r = qx_st_load(path, out, &so, err);

@@ -24,7 +24,7 @@
 
 /* ---- the output writer: one of the three formats behind put / finish / abort ---------------- */
 
-typedef enum qx__out_kind { QX__OUT_L2C, QX__OUT_ST, QX__OUT_GGUF } qx__out_kind;
+typedef enum qx__out_kind { QX__OUT_L2C, QX__OUT_ST, QX__OUT_GGUF, QX__OUT_CALLER } qx__out_kind;
 
 typedef struct qx__sink {
     qx__out_kind kind;
@@ -33,6 +33,7 @@ typedef struct qx__sink {
     qx_gguf_writer* gg;
     int64_t perm_hd;             /* > 0: q/k rows change RoPE layout (heads of perm_hd rows) on the way out */
     int to_interleaved;
+    const qx_rotate_sink* caller;   /* QX__OUT_CALLER, begun */
 } qx__sink;
 
 /* q/k projections (weights, biases) and qwen3's per-head q/k norms carry the RoPE row order. */
@@ -87,6 +88,7 @@ static quarot_result qx__sink_put_raw(qx__sink* k, const char* name, const quaro
     switch (k->kind) {
         case QX__OUT_L2C: return qx_l2c_writer_put(k->l2c, name, t, e);
         case QX__OUT_ST: return qx_st_writer_put(k->st, name, t, e);
+        case QX__OUT_CALLER: return k->caller->put(k->caller->user, name, t, e);
         default: return qx_gguf_writer_put(k->gg, name, t, e);
     }
 }
@@ -97,9 +99,10 @@ static quarot_result qx__sink_finish(qx__sink* k, qx_err* e) {
     switch (k->kind) {
         case QX__OUT_L2C: r = qx_l2c_writer_finish(k->l2c, e); break;
         case QX__OUT_ST: r = qx_st_writer_finish(k->st, e); break;
+        case QX__OUT_CALLER: r = k->caller->finish(k->caller->user, e); break;
         default: r = qx_gguf_writer_finish(k->gg, e); break;
     }
-    k->l2c = NULL; k->st = NULL; k->gg = NULL;
+    k->l2c = NULL; k->st = NULL; k->gg = NULL; k->caller = NULL;
     return r;
 }
 
@@ -107,7 +110,8 @@ static void qx__sink_abort(qx__sink* k) {
     qx_l2c_writer_abort(k->l2c);
     qx_st_writer_abort(k->st);
     qx_gguf_writer_abort(k->gg);
-    k->l2c = NULL; k->st = NULL; k->gg = NULL;
+    if (k->caller) k->caller->abort(k->caller->user);
+    k->l2c = NULL; k->st = NULL; k->gg = NULL; k->caller = NULL;
 }
 
 /* ---- the binding ------------------------------------------------------------------------------ */
@@ -339,6 +343,12 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
     const char* fmt = qx__out_format(s, o);
     int il;
     memset(k, 0, sizeof *k);
+    if (o->sink) {
+        quarot_result r = o->sink->begin(o->sink->user, s, pl, n, e);
+        k->kind = QX__OUT_CALLER;
+        if (r == QUAROT_OK) k->caller = o->sink;
+        return r;
+    }
     il = qx_convert_interleaved(fmt, s->config.arch);
     if (il != (s->config.rope_interleaved != 0)) {
         k->perm_hd = s->config.head_dim ? s->config.head_dim : s->config.hidden / (s->config.n_heads ? s->config.n_heads : 1);

@@ -35,11 +35,23 @@
 #ifndef QX_ROTATE_FILE_H
 #define QX_ROTATE_FILE_H
 
-#include "qx_store.h"
+#include "qx_safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A caller's own output in place of the format's writer (quarot quantize): begin gets the output
+   plan (the input's tensors and the processor's creations, in the plan's dtype, f32 copies being
+   what put receives for layer tensors) once the global tensors are rotated; put takes every tensor
+   once (a layer's on its release, the globals at the end); finish publishes; abort removes. */
+typedef struct qx_rotate_sink {
+    quarot_result (*begin)(void* user, const qx_store* s, const qx_tensor_plan* plan, int64_t n, qx_err* e);
+    quarot_result (*put)(void* user, const char* name, const quarot_tensor* t, qx_err* e);
+    quarot_result (*finish)(void* user, qx_err* e);
+    void (*abort)(void* user);
+    void* user;
+} qx_rotate_sink;
 
 typedef struct qx_rotate_file_opts {
     const char* out_path;
@@ -56,6 +68,7 @@ typedef struct qx_rotate_file_opts {
     /* progress: stage "validate" or "rotate", layers done of total (also called with done = total) */
     void (*progress)(void* user, const char* stage, int64_t done, int64_t total);
     void* user;
+    const qx_rotate_sink* sink;  /* NULL: the store's own format (above); else this output */
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {

@@ -217,6 +217,83 @@ const char* qx_ggml_type_name(uint32_t type, char buf[16]) {
     return buf;
 }
 
+/* ---- Q4_0 / Q8_0 blocks (layout in the header) ---- */
+
+uint64_t qx_ggml_row_bytes(uint32_t type, int64_t n) {
+    if (n < 0) return 0;
+    switch (type) {
+        case QX_GGML_Q4_0: return n % QX_GGML_QK ? 0 : (uint64_t)(n / QX_GGML_QK) * QX_GGML_Q4_0_BLOCK;
+        case QX_GGML_Q8_0: return n % QX_GGML_QK ? 0 : (uint64_t)(n / QX_GGML_QK) * QX_GGML_Q8_0_BLOCK;
+        case QX_GGML_F32: case QX_GGML_F16: case QX_GGML_BF16: case QX_GGML_F64: return (uint64_t)n * qx__ggml_size(type);
+        default: return 0;
+    }
+}
+
+quarot_result qx_ggml_encode_row(uint32_t type, const int8_t* q, const float* scales, int64_t n, void* out,
+                                 const char* what, qx_err* e) {
+    unsigned char* o = (unsigned char*)out;
+    int64_t b, i, nb = n / QX_GGML_QK;
+    int lo = type == QX_GGML_Q4_0 ? -8 : -128, hi = type == QX_GGML_Q4_0 ? 7 : 127;
+    if (!what) what = "tensor";
+    if ((type != QX_GGML_Q4_0 && type != QX_GGML_Q8_0) || n < 0 || n % QX_GGML_QK || (n && (!q || !scales || !out))) {
+        qx_err_set(e, "%s: cannot encode a row of %lld elements as ggml type %u", what, (long long)n, type);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    for (b = 0; b < nb; ++b) {
+        const int8_t* c = q + b * QX_GGML_QK;
+        uint16_t h;
+        float back;
+        quarot_f32_to_f16(&scales[b], &h, 1);
+        quarot_f16_to_f32(&h, &back, 1);
+        if ((h & 0x7c00u) == 0x7c00u) {          /* Inf or NaN after rounding to f16 */
+            qx_err_set(e, "%s: block %lld: scale %g is not finite in f16 (|scale| must stay below 65520)", what, (long long)b,
+                       (double)scales[b]);
+            return QUAROT_ERR_NONFINITE;
+        }
+        for (i = 0; i < QX_GGML_QK; ++i)
+            if (c[i] < lo || c[i] > hi) {
+                qx_err_set(e, "%s: element %lld: code %d outside [%d, %d] of this block type", what, (long long)(b * QX_GGML_QK + i),
+                           c[i], lo, hi);
+                return QUAROT_ERR_INVALID_ARGUMENT;
+            }
+        o[0] = (unsigned char)(h & 0xffu);       /* little-endian f16 */
+        o[1] = (unsigned char)(h >> 8);
+        if (type == QX_GGML_Q4_0) {
+            for (i = 0; i < QX_GGML_QK / 2; ++i)   /* element i low nibble, element i+16 high nibble, offset by 8 */
+                o[2 + i] = (unsigned char)((unsigned)(c[i] + 8) | (unsigned)(c[i + QX_GGML_QK / 2] + 8) << 4);
+            o += QX_GGML_Q4_0_BLOCK;
+        } else {
+            for (i = 0; i < QX_GGML_QK; ++i) o[2 + i] = (unsigned char)(uint8_t)c[i];
+            o += QX_GGML_Q8_0_BLOCK;
+        }
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_ggml_decode_row(uint32_t type, const void* blocks, int64_t n, float* out) {
+    const unsigned char* p = (const unsigned char*)blocks;
+    int64_t b, i, nb = n / QX_GGML_QK;
+    if (type != QX_GGML_Q4_0 && type != QX_GGML_Q8_0) return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    if (n < 0 || n % QX_GGML_QK || (n && (!blocks || !out))) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (b = 0; b < nb; ++b) {
+        uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+        float d;
+        float* y = out + b * QX_GGML_QK;
+        quarot_f16_to_f32(&h, &d, 1);
+        if (type == QX_GGML_Q4_0) {
+            for (i = 0; i < QX_GGML_QK / 2; ++i) {
+                y[i] = (float)((int)(p[2 + i] & 0x0f) - 8) * d;
+                y[i + QX_GGML_QK / 2] = (float)((int)(p[2 + i] >> 4) - 8) * d;
+            }
+            p += QX_GGML_Q4_0_BLOCK;
+        } else {
+            for (i = 0; i < QX_GGML_QK; ++i) y[i] = (float)(int8_t)p[2 + i] * d;
+            p += QX_GGML_Q8_0_BLOCK;
+        }
+    }
+    return QUAROT_OK;
+}
+
 /* Tensor infos by name (duplicates) and by offset (overlaps). */
 static int qx__tinfo_name_cmp(const void* a, const void* b) {
     const qx_gguf_tinfo* x = *(const qx_gguf_tinfo* const*)a;
@@ -331,7 +408,17 @@ quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gg
         }
         t->type = qx__rd32(&r);
         t->offset = qx__rd64(&r);
-        if (qx__ggml_size(t->type)) {
+        if (t->type == QX_GGML_Q4_0 || t->type == QX_GGML_Q8_0) {
+            char tb[16];
+            if (t->ne[0] % QX_GGML_QK != 0) {
+                qx_err_set(e, "%s: tensor \"%.*s\": type %s needs rows of a multiple of %d elements, not %lld", name, QX__TN(t),
+                           qx_ggml_type_name(t->type, tb), QX_GGML_QK, (long long)t->ne[0]);
+                res = QUAROT_ERR_PARSE;
+                goto fail;
+            }
+            /* prod < 2^63, so prod / 32 * 34 < 2^64 */
+            t->nbytes = prod / QX_GGML_QK * (t->type == QX_GGML_Q4_0 ? QX_GGML_Q4_0_BLOCK : QX_GGML_Q8_0_BLOCK);
+        } else if (qx__ggml_size(t->type)) {
             if (prod > UINT64_MAX / qx__ggml_size(t->type)) {
                 qx_err_set(e, "%s: tensor \"%.*s\": byte size overflows", name, QX__TN(t));
                 res = QUAROT_ERR_OVERFLOW;
@@ -656,12 +743,13 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
         char tb[16];
         quarot_dtype dt = t->type == QX_GGML_F32 ? QUAROT_DTYPE_F32 : t->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 :
                           t->type == QX_GGML_BF16 ? QUAROT_DTYPE_BF16 : t->type == QX_GGML_F64 ? QUAROT_DTYPE_F64 : QUAROT_DTYPE_DEFAULT;
+        if (t->type == QX_GGML_Q4_0 || t->type == QX_GGML_Q8_0) dt = QUAROT_DTYPE_F32;   /* dequantized on load */
         if (dt == QUAROT_DTYPE_DEFAULT) {
             if (t->type >= 24 && t->type <= 27)
                 qx_err_set(e, "%s: tensor \"%.*s\" has integer type %s; only F32, F16, BF16 and F64 tensors load", fname,
                            QX__TN(t), qx_ggml_type_name(t->type, tb));
             else
-                qx_err_set(e, "%s: tensor \"%.*s\" has type %s: quantized GGUF tensors are not supported; convert from an "
+                qx_err_set(e, "%s: tensor \"%.*s\" has type %s: quantized GGUF tensors are not supported (of the quantized types, Q4_0 and Q8_0 load); convert from an "
                            "F16/F32 GGUF or safetensors", fname, QX__TN(t), qx_ggml_type_name(t->type, tb));
             return QUAROT_ERR_UNSUPPORTED_DTYPE;
         }
@@ -674,8 +762,8 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
         const qx_gguf_tinfo* t = &f->t[k];
         char gname[QX_GGUF_MAX_NAME], hname[QX_GGUF_MAX_NAME + 32];
         const unsigned char* p = f->data + t->offset;
-        quarot_dtype dt = t->type == QX_GGML_F32 ? QUAROT_DTYPE_F32 : t->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 :
-                          t->type == QX_GGML_BF16 ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F64;
+        quarot_dtype dt = t->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 : t->type == QX_GGML_BF16 ? QUAROT_DTYPE_BF16 :
+                          t->type == QX_GGML_F64 ? QUAROT_DTYPE_F64 : QUAROT_DTYPE_F32;
         memcpy(gname, t->name, (size_t)t->name_len);
         gname[t->name_len] = '\0';
         if (qx_gguf_name_to_hf(gname, hname, sizeof hname) < 0) {
@@ -686,7 +774,15 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
             qx_err_set(e, "%s: tensor \"%s\" maps to \"%s\", which exists already", fname, gname, hname);
             return QUAROT_ERR_PARSE;
         }
-        if (allow_view && (uintptr_t)p % quarot_dtype_size(dt) == 0) {
+        if (t->type == QX_GGML_Q4_0 || t->type == QX_GGML_Q8_0) {
+            /* an F32 copy, each row decoded from its blocks */
+            quarot_tensor* dst = NULL;
+            uint64_t rb = qx_ggml_row_bytes(t->type, t->ne[0]);
+            int64_t row, rows = t->ne[1] * t->ne[2] * t->ne[3];
+            r = qx_store_add(s, hname, QUAROT_DTYPE_F32, (int)t->n_dims, t->ne, NULL, &dst);
+            for (row = 0; row < rows && r == QUAROT_OK; ++row)
+                r = qx_ggml_decode_row(t->type, p + (size_t)row * rb, t->ne[0], (float*)dst->data + row * t->ne[0]);
+        } else if (allow_view && (uintptr_t)p % quarot_dtype_size(dt) == 0) {
             quarot_tensor v;
             r = quarot_tensor_init(&v, (void*)(uintptr_t)p, dt, (int)t->n_dims, t->ne);
             if (r == QUAROT_OK) r = qx_store_add_view(s, hname, &v);
@@ -870,6 +966,7 @@ typedef struct qx__gw_t {
     int64_t ne[QUAROT_MAX_DIMS];
     uint64_t nbytes, off;     /* off: absolute in the file */
     int written;
+    int raw;                  /* a block type: bytes through qx_gguf_writer_put_raw */
 } qx__gw_t;
 
 struct qx_gguf_writer {
@@ -963,6 +1060,17 @@ quarot_result qx_gguf_writer_begin(qx_gguf_writer** wp, const char* path, const 
         t->ggml = t->dt == QUAROT_DTYPE_F32 ? QX_GGML_F32 : t->dt == QUAROT_DTYPE_F16 ? QX_GGML_F16 :
                   t->dt == QUAROT_DTYPE_BF16 ? QX_GGML_BF16 : QX_GGML_F64;
         es = quarot_dtype_size(t->dt);
+        if (opts && opts->block_types && opts->block_types[i]) {
+            uint32_t bt = opts->block_types[i];
+            if ((bt != QX_GGML_Q4_0 && bt != QX_GGML_Q8_0) || p->n_dims < 1 || p->ne[0] < 1 || p->ne[0] % QX_GGML_QK) {
+                qx_err_set(e, "%s: tensor \"%s\": block type %u needs Q4_0/Q8_0 and rows of a multiple of %d elements", path,
+                           p->name, bt, QX_GGML_QK);
+                r = QUAROT_ERR_INVALID_ARGUMENT;
+                goto fail;
+            }
+            t->ggml = bt;
+            t->raw = 1;
+        }
         if (!es) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", path, p->name); r = QUAROT_ERR_UNSUPPORTED_DTYPE; goto fail; }
         if (qx_gguf_name_from_hf(p->name, g, sizeof g) < 0 || strlen(g) >= QX_GGUF_MAX_NAME) {
             qx_err_set(e, "%s: tensor \"%.100s\": name too long for GGUF", path, p->name);
@@ -985,6 +1093,7 @@ quarot_result qx_gguf_writer_begin(qx_gguf_writer** wp, const char* path, const 
             }
             t->nbytes *= (uint64_t)t->ne[d];
         }
+        if (t->raw) t->nbytes = t->nbytes / es / QX_GGML_QK * (t->ggml == QX_GGML_Q4_0 ? QX_GGML_Q4_0_BLOCK : QX_GGML_Q8_0_BLOCK);
     }
     qsort(w->t, (size_t)n, sizeof *w->t, qx__gw_hf_cmp);
     for (i = 0; i < n; ++i) order[i] = &w->t[i];
@@ -1031,15 +1140,10 @@ fail:
     return r;
 }
 
-quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
-                                          int64_t head_dim, int to_interleaved, qx_err* e) {
-    /* find the planned tensor by HF name (binary search in natural order), check, write in place */
-    int64_t lo = 0, hi;
+/* The planned tensor by HF name (binary search in natural order), not yet written. */
+static quarot_result qx__gw_find(qx_gguf_writer* w, const char* name, qx__gw_t** out, qx_err* e) {
+    int64_t lo = 0, hi = w->n - 1;
     qx__gw_t* p = NULL;
-    quarot_result r;
-    int d;
-    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
-    hi = w->n - 1;
     while (lo <= hi) {
         int64_t mid = lo + (hi - lo) / 2;
         int c = qx_name_cmp(name, w->t[mid].hf);
@@ -1048,6 +1152,34 @@ quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, c
     }
     if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->out.path, name); return QUAROT_ERR_NOT_FOUND; }
     if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->out.path, name); return QUAROT_ERR_STATE; }
+    *out = p;
+    return QUAROT_OK;
+}
+
+quarot_result qx_gguf_writer_put_raw(qx_gguf_writer* w, const char* name, const void* data, uint64_t n, qx_err* e) {
+    qx__gw_t* p = NULL;
+    quarot_result r;
+    if (!w || !name || (!data && n)) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = qx__gw_find(w, name, &p, e)) != QUAROT_OK) return r;
+    if (!p->raw || n != p->nbytes) {
+        qx_err_set(e, "%s: tensor \"%s\": %llu encoded bytes for a tensor planned as %s of %llu bytes", w->out.path, name,
+                   (unsigned long long)n, p->raw ? "blocks" : "plain values", (unsigned long long)p->nbytes);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    r = qx_out_pwrite(&w->out, data, (size_t)n, p->off, e);
+    if (r == QUAROT_OK) p->written = 1;
+    return r;
+}
+
+quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
+                                          int64_t head_dim, int to_interleaved, qx_err* e) {
+    /* find the planned tensor, check, write in place */
+    qx__gw_t* p = NULL;
+    quarot_result r;
+    int d;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = qx__gw_find(w, name, &p, e)) != QUAROT_OK) return r;
+    if (p->raw) { qx_err_set(e, "%s: tensor \"%s\" is planned as blocks (qx_gguf_writer_put_raw)", w->out.path, name); return QUAROT_ERR_STATE; }
     for (d = 0; d < QUAROT_MAX_DIMS; ++d)
         if (t->ne[d] != p->ne[d]) {
             qx_err_set(e, "%s: tensor \"%s\": shape differs from the plan's", w->out.path, name);

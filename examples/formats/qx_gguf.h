@@ -21,9 +21,10 @@
    (llama.cpp's converter permutes its q/k rows into the interleaved RoPE layout, ROPE_TYPE_NORM)
    and 0 for qwen2/qwen3 (NEOX RoPE: the rows stay in Hugging Face's half-split order); tied when
    there is no output.weight. F32,
-   F16, BF16 and F64 tensors load (views of the mapping when aligned, else copies); quantized
-   types (Q4_0, Q8_0, K-quants, IQ*, ...) and integer types are refused with the tensor's name and
-   type. Names map to Hugging Face's through one table (qx_gguf_name_to_hf / _from_hf); names
+   F16, BF16 and F64 tensors load (views of the mapping when aligned, else copies); Q4_0 and Q8_0
+   tensors load dequantized into F32 copies (row by row, exactly ggml's formula, see below); other
+   quantized types (Q4_1, K-quants, IQ*, ...) and integer types are refused with the tensor's name
+   and type. Names map to Hugging Face's through one table (qx_gguf_name_to_hf / _from_hf); names
    outside it pass through unchanged. All key/value pairs are kept verbatim as blob "gguf.kv"
    (u64 count + the pairs as in the file).
 
@@ -33,7 +34,18 @@
    place, removed, or appended); tensors keep the alignment of general.alignment. qx_gguf_save
    converts a store in Hugging Face's half-split RoPE layout (rope_interleaved = 0) to the
    interleaved one for llama (permuting q_proj/k_proj rows), and an interleaved qwen store back to
-   half-split. */
+   half-split.
+
+   Quantized tensors use ggml's two simplest block types (type ids and layouts as in ggml's ggml-common.h / ggml-quants.c,
+   GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q8_0 = 8). A row of ne[0] elements (a multiple of 32) is cut into
+   consecutive blocks of 32; every block starts with its scale d as an IEEE binary16 (2 bytes,
+   little-endian), followed by the codes:
+     Q4_0 (18 bytes): 16 bytes b[0..15]; element i (0..15) is the low nibble of b[i], element i+16
+                      the high nibble of b[i]; value = (nibble - 8) * d, nibble - 8 in [-8, 7].
+     Q8_0 (34 bytes): 32 signed bytes c[0..31]; value = c[i] * d.
+   The product is taken in float (d converted from f16 exactly), as ggml's dequantize_row_* do. A
+   tensor of such a type occupies ne[0]/32 blocks per row, rows contiguous. llama.cpp's file type
+   key general.file_type says "mostly Q4_0" with 2 and "mostly Q8_0" with 7. */
 #ifndef QX_GGUF_H
 #define QX_GGUF_H
 
@@ -55,6 +67,28 @@ typedef enum qx_gguf_type {
 #define QX_GGML_F16 1
 #define QX_GGML_F64 28
 #define QX_GGML_BF16 30
+#define QX_GGML_Q4_0 2
+#define QX_GGML_Q8_0 8
+#define QX_GGML_QK 32               /* elements per Q4_0 / Q8_0 block */
+#define QX_GGML_Q4_0_BLOCK 18       /* bytes per block: f16 d + 16 bytes of nibbles */
+#define QX_GGML_Q8_0_BLOCK 34       /* f16 d + 32 int8 */
+#define QX_LLAMA_FTYPE_Q4_0 2       /* general.file_type values (llama.cpp's LLAMA_FTYPE_MOSTLY_*) */
+#define QX_LLAMA_FTYPE_Q8_0 7
+
+/* Bytes of one row of n elements of ggml type `type` (F32, F16, BF16, F64, Q4_0, Q8_0); 0 when the
+   type is not one of these or n is not a multiple of the block (32) for Q4_0 / Q8_0. */
+uint64_t qx_ggml_row_bytes(uint32_t type, int64_t n);
+/* Encodes one row of n elements (a multiple of 32) as Q4_0 or Q8_0 blocks into out
+   (qx_ggml_row_bytes(type, n) bytes) from integer codes q[n] and one scale per block
+   scales[n/32] (the value of element i is q[i] * scales[i/32]). Each scale is rounded to f16
+   (nearest even); codes must lie in [-8, 7] (Q4_0) or [-128, 127] (Q8_0). Errors (nothing
+   guaranteed written): a code out of range, a scale that is not finite or overflows f16 ->
+   QUAROT_ERR_INVALID_ARGUMENT / QUAROT_ERR_NONFINITE; `what` names the tensor in e. */
+quarot_result qx_ggml_encode_row(uint32_t type, const int8_t* q, const float* scales, int64_t n, void* out,
+                                 const char* what, qx_err* e);
+/* Decodes one row of n elements (a multiple of 32) of Q4_0 / Q8_0 blocks into out[n] with ggml's
+   formula (see above). Other types: returns QUAROT_ERR_UNSUPPORTED_DTYPE. */
+quarot_result qx_ggml_decode_row(uint32_t type, const void* blocks, int64_t n, float* out);
 
 /* One key/value pair; pointers into the parsed image (strings are NOT NUL-terminated). */
 typedef struct qx_gguf_kv {
@@ -137,6 +171,9 @@ typedef struct qx_gguf_write_opts {
     int force;
     const qx_gguf_set* set;     /* changes, applied in order */
     int n_set;
+    const uint32_t* block_types;/* NULL, or one per plan entry: 0 = the plan's dtype, QX_GGML_Q4_0 /
+                                   QX_GGML_Q8_0 = stored as those blocks (ne[0] a multiple of 32), its
+                                   bytes given through qx_gguf_writer_put_raw */
 } qx_gguf_write_opts;
 
 typedef struct qx_gguf_writer qx_gguf_writer;
@@ -148,6 +185,9 @@ quarot_result qx_gguf_writer_begin(qx_gguf_writer** w, const char* path, const q
 quarot_result qx_gguf_writer_put(qx_gguf_writer* w, const char* name, const quarot_tensor* t, qx_err* e);
 quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
                                           int64_t head_dim, int to_interleaved, qx_err* e);
+/* The encoded bytes of a tensor planned with a block type (qx_ggml_encode_row, rows in order);
+   n must equal its planned size. Only for block-typed tensors. */
+quarot_result qx_gguf_writer_put_raw(qx_gguf_writer* w, const char* name, const void* data, uint64_t n, qx_err* e);
 /* Checks every tensor was written, syncs, renames; frees w in every case. */
 quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e);
 void qx_gguf_writer_abort(qx_gguf_writer* w);

@@ -1,0 +1,907 @@
+/* qx_cmd_quantize.c - `quarot quantize IN OUT`: rotation and weight quantization in one run, writing
+   real integer weights.
+
+   Two outputs:
+     GGUF (OUT *.gguf)             llama.cpp's own Q4_0 / Q8_0 blocks (qx_gguf.h): R1 + R2 folded and the
+                                   norms fused, no online rotation, so stock llama.cpp runs the file.
+     packed (OUT *.safetensors)    the quarot-packed W4A4 format (qx_packed.h): integer codes, scales
+                                   (and zeros), the activation / KV settings and the online hook list
+                                   in the file's metadata, for W4A4 engines.
+   The rotation is `quarot rotate`'s, run layer by layer through qx_rotate_file with this file's
+   output (a qx_rotate_sink) in place of the format's writer: every tensor reaches put() once, in
+   f32, right after its layer was rotated. The weight quantizer is one call (qz_weight_codes), RTN
+   by default; its integer codes map exactly onto the output (GGUF: groups of 32 = ggml's blocks). */
+#include "qx_calib.h"
+#include "qx_cli.h"
+#include "qx_evalkit.h"
+#include "qx_file.h"
+#include "qx_gguf.h"
+#include "qx_packed.h"
+#include "qx_rotate_file.h"
+#include "qx_tokenizer.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { QZ_GGUF = 1, QZ_PACKED = 2 };
+
+typedef struct qz_opts {
+    int format;
+    int bits;                      /* weights: GGUF 4 (Q4_0) or 8 (Q8_0); packed 2..8 */
+    int64_t group;                 /* GGUF: 32; packed: 0 = per output channel */
+    int asym, clip_search;
+    quarot_dtype scale_dtype;      /* packed */
+    quarot_dtype plain_dtype;      /* matrices left unquantized */
+    int quant_embeddings;
+    qx_packed_settings act;        /* packed: activation / KV fields */
+    int rotate;                    /* 0: --rotation none */
+} qz_opts;
+
+/* ---- what each tensor becomes ---- */
+
+enum { QZ_VECTOR = 0, QZ_PLAIN = 1, QZ_QUANT = 2, QZ_SKIP = 3 };
+
+typedef struct qz_item {
+    char* name;
+    int kind;
+    quarot_dtype dt;               /* VECTOR / PLAIN */
+    int n_dims;
+    int64_t ne[QUAROT_MAX_DIMS];
+    char why[96];                  /* a fallback's reason */
+    int done;
+    double rel_err, max_err;       /* QUANT: sum (w - w^)^2 / sum w^2, max |w - w^| */
+} qz_item;
+
+static int qz_is_linear(const char* name) {
+    static const char* const suf[] = {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
+                                      ".self_attn.o_proj.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
+                                      ".mlp.down_proj.weight"};
+    size_t k, n = strlen(name);
+    if (strncmp(name, "model.layers.", 13) != 0) return 0;
+    for (k = 0; k < sizeof suf / sizeof suf[0]; ++k)
+        if (n > strlen(suf[k]) && strcmp(name + n - strlen(suf[k]), suf[k]) == 0) return 1;
+    return 0;
+}
+
+/* Fills it's kind / dtype / why for tensor `name` of shape ne; returns 0, or -1 with the reason in
+   e (a packed group size or odd row that cannot work). */
+static int qz_decide(const qz_opts* o, qz_item* it, qx_err* e) {
+    int64_t in = it->ne[0];
+    int mat = it->n_dims >= 2 && it->ne[1] > 1;
+    int emb = strcmp(it->name, "model.embed_tokens.weight") == 0 || strcmp(it->name, "lm_head.weight") == 0;
+    it->why[0] = '\0';
+    if (strncmp(it->name, "llama2c.", 8) == 0) {   /* llama2.c's RoPE tables: derived, not model weights */
+        it->kind = QZ_SKIP;
+        snprintf(it->why, sizeof it->why, "llama2.c RoPE table, not written");
+        return 0;
+    }
+    if (!mat) { it->kind = QZ_VECTOR; it->dt = QUAROT_DTYPE_F32; return 0; }
+    it->kind = QZ_PLAIN;
+    it->dt = o->plain_dtype;
+    if (!(qz_is_linear(it->name) || (o->quant_embeddings && emb)) || it->n_dims != 2) return 0;
+    if (o->format == QZ_GGUF) {
+        if (in % QX_GGML_QK != 0) {
+            snprintf(it->why, sizeof it->why, "rows of %lld are not a multiple of 32", (long long)in);
+            it->dt = QUAROT_DTYPE_F16;
+            return 0;
+        }
+    } else {
+        int64_t g = o->group ? o->group : in;
+        if (in % g != 0) {
+            qx_err_set(e, "%s: --group-size %lld does not divide its rows of %lld", it->name, (long long)g, (long long)in);
+            return -1;
+        }
+        if (o->bits <= 4 && in % 2 != 0) {
+            qx_err_set(e, "%s: rows of %lld (odd) cannot hold two 4-bit codes per byte", it->name, (long long)in);
+            return -1;
+        }
+    }
+    it->kind = QZ_QUANT;
+    return 0;
+}
+
+static const char* qz_type_name(const qz_opts* o, const qz_item* it, char* buf, size_t n) {
+    if (it->kind == QZ_SKIP) return "-";
+    if (it->kind != QZ_QUANT) return quarot_dtype_name(it->dt);
+    if (o->format == QZ_GGUF) return o->bits == 4 ? "Q4_0" : "Q8_0";
+    snprintf(buf, n, "int%d%s", o->bits, o->asym ? "a" : "");
+    return buf;
+}
+
+/* The weight quantizer: integer codes q[rows][cols] and scales / zeros [rows][cols/group] in
+   quarot_quantize_f32's layout. Switching to GPTQ is replacing this call. */
+static quarot_result qz_weight_codes(const qz_opts* o, const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales,
+                                     float* zeros) {
+    quarot_quant_desc d;
+    memset(&d, 0, sizeof d);
+    d.bits = o->bits;
+    d.asymmetric = o->asym;
+    d.group_size = o->format == QZ_GGUF ? QX_GGML_QK : o->group;
+    d.clip_search = o->clip_search;
+    return quarot_quantize_f32(w, rows, cols, cols, &d, q, scales, zeros);
+}
+
+/* ---- the output (a qx_rotate_sink) ---- */
+
+typedef struct qz_sink {
+    const qz_opts* o;
+    qx_cli* cli;
+    const char* path;
+    int force;
+    qz_item* it;
+    int64_t n;
+    qx_gguf_writer* gw;
+    qx_packed_writer* pw;
+    int64_t head_dim;
+    int permute;                   /* GGUF from a half-split RoPE store: q/k rows made interleaved */
+    const quarot_online_list* hooks;
+    const qx_rotate_file_stats* rot;
+    const qx_tokenizer* tok;       /* GGUF from a non-GGUF input: embedded as tokenizer.ggml.* (may be NULL) */
+    int64_t written;
+} qz_sink;
+
+static qz_item* qz_find(qz_sink* k, const char* name) {
+    int64_t i;
+    for (i = 0; i < k->n; ++i)
+        if (strcmp(k->it[i].name, name) == 0) return &k->it[i];
+    return NULL;
+}
+
+static void qz_items_free(qz_sink* k) {
+    int64_t i;
+    for (i = 0; i < k->n; ++i) free(k->it[i].name);
+    free(k->it);
+    k->it = NULL;
+    k->n = 0;
+}
+
+static int qz_is_qk(const char* name) {
+    return strncmp(name, "model.layers.", 13) == 0 && (strstr(name, ".self_attn.q_proj.") || strstr(name, ".self_attn.k_proj."));
+}
+
+/* Items from a plan (names and shapes), each decided. */
+static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n, qx_err* e) {
+    int64_t i;
+    k->it = (qz_item*)calloc((size_t)(n + 1), sizeof *k->it);
+    if (!k->it) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < n; ++i) {
+        qz_item* it = &k->it[i];
+        size_t len = strlen(plan[i].name);
+        if (!(it->name = (char*)malloc(len + 1))) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memcpy(it->name, plan[i].name, len + 1);
+        k->n = i + 1;
+        it->n_dims = plan[i].n_dims;
+        memcpy(it->ne, plan[i].ne, sizeof it->ne);
+        if (qz_decide(k->o, it, e) != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+/* ---- llama.cpp's tokenizer keys from a llama2.c tokenizer.bin ---- */
+
+static void qz_le(qx_sb* b, uint64_t v, int n) {
+    char c[8];
+    int k;
+    for (k = 0; k < n; ++k) c[k] = (char)(v >> (8 * k));
+    qx_sb_put(b, c, (size_t)n);
+}
+static void qz_gstr(qx_sb* b, const char* s, size_t n) { qz_le(b, n, 8); qx_sb_put(b, s, n); }
+static void qz_gkey(qx_sb* b, const char* key, uint32_t type) { qz_gstr(b, key, strlen(key)); qz_le(b, type, 4); }
+
+/* Appends to kv (a "gguf.kv" blob: u64 count + pairs) the tokenizer.ggml.* pairs of llama.cpp's
+   sentencepiece ("llama") vocabulary: the pieces with llama2.c's ' ' turned back into U+2581, ids 0,
+   1, 2 as <unk>, <s>, </s> (llama2.c's export spells the last two "\n<s>\n" / "\n</s>\n"), token
+   types 2 unknown, 3 control, 6 byte (<0xXX>), 1 normal, and the scores. */
+static void qz_tokenizer_kv(qx_sb* kv, const qx_tokenizer* t) {
+    uint64_t count = 0;
+    int k;
+    int32_t i;
+    for (k = 0; k < 8; ++k) count |= (uint64_t)(unsigned char)kv->p[k] << (8 * k);
+    qz_gkey(kv, "tokenizer.ggml.model", QX_GGUF_STRING); qz_gstr(kv, "llama", 5);
+    qz_gkey(kv, "tokenizer.ggml.pre", QX_GGUF_STRING); qz_gstr(kv, "default", 7);
+    qz_gkey(kv, "tokenizer.ggml.tokens", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_STRING, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    for (i = 0; i < t->vocab_size; ++i) {
+        const char* p = t->pieces[i];
+        qx_sb piece;
+        int32_t j;
+        memset(&piece, 0, sizeof piece);
+        if (i == 0) qx_sb_puts(&piece, "<unk>");
+        else if (i == 1) qx_sb_puts(&piece, "<s>");
+        else if (i == 2) qx_sb_puts(&piece, "</s>");
+        else
+            for (j = 0; j < t->lens[i]; ++j) {
+                if (p[j] == ' ') qx_sb_put(&piece, "\xe2\x96\x81", 3);
+                else qx_sb_put(&piece, p + j, 1);
+            }
+        qz_gstr(kv, piece.p ? piece.p : "", piece.len);
+        qx_sb_free(&piece);
+    }
+    qz_gkey(kv, "tokenizer.ggml.scores", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_F32, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    for (i = 0; i < t->vocab_size; ++i) {
+        uint32_t u;
+        memcpy(&u, &t->scores[i], 4);
+        qz_le(kv, u, 4);
+    }
+    qz_gkey(kv, "tokenizer.ggml.token_type", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_I32, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    for (i = 0; i < t->vocab_size; ++i) {
+        const char* p = t->pieces[i];
+        int byte = t->lens[i] == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>';
+        qz_le(kv, i == 0 ? 2u : i <= 2 ? 3u : byte ? 6u : 1u, 4);
+    }
+    qz_gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qz_le(kv, 1, 4);
+    qz_gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qz_le(kv, 2, 4);
+    qz_gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qz_le(kv, 0, 4);
+    qz_gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qz_le(kv, 1, 1);
+    qz_gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qz_le(kv, 0, 1);
+    count += 10;
+    if (!kv->failed)
+        for (k = 0; k < 8; ++k) kv->p[k] = (char)(count >> (8 * k));
+}
+
+/* Bytes the online hook text will about take (so the packed header rarely has to move the data):
+   a line per hook, and a table of K*(K+1) characters for each odd Hadamard order K (the odd part of
+   the intermediate size, the head count and the head size). */
+static uint64_t qz_odd_table(int64_t n) {
+    while (n > 1 && n % 2 == 0) n /= 2;
+    return n > 1 ? (uint64_t)n * (uint64_t)(n + 1) + 32 : 0;
+}
+static uint64_t qz_online_estimate(const quarot_model_config* c) {
+    int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 1);
+    return 1024 + (uint64_t)c->n_layers * 4 * 96 + qz_odd_table(c->intermediate) + qz_odd_table(c->n_heads) + qz_odd_table(hd);
+}
+
+static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_plan* plan, int64_t n, qx_err* e) {
+    qz_sink* k = (qz_sink*)user;
+    const qz_opts* o = k->o;
+    quarot_result r;
+    int64_t i, j = 0;
+    const quarot_model_config* c = &s->config;
+    k->head_dim = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+    if ((r = qz_items(k, plan, n, e)) != QUAROT_OK) { qz_items_free(k); return r; }
+    if (o->format == QZ_GGUF) {
+        qx_tensor_plan* gp = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *gp);
+        uint32_t* bt = (uint32_t*)calloc((size_t)(n + 1), sizeof *bt);
+        qx_gguf_write_opts wo;
+        qx_gguf_set set;
+        qx_sb gen;
+        size_t kv_len = 0;
+        const void* kv = qx_store_get_blob(s, "gguf.kv", &kv_len);
+        memset(&gen, 0, sizeof gen);
+        k->permute = !c->rope_interleaved;
+        r = gp && bt ? qx_gguf_kv_from_config(s, &gen, e) : QUAROT_ERR_OUT_OF_MEMORY;
+        if (!kv && r == QUAROT_OK && k->tok) qz_tokenizer_kv(&gen, k->tok);
+        if (!kv && gen.failed) r = QUAROT_ERR_OUT_OF_MEMORY;
+        if (!kv) { kv = gen.p; kv_len = gen.len; }
+        for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {
+            if (k->it[i].kind == QZ_SKIP) continue;
+            gp[j] = plan[i];
+            gp[j].dtype = k->it[i].kind == QZ_QUANT ? QUAROT_DTYPE_F32 : k->it[i].dt;
+            bt[j] = k->it[i].kind == QZ_QUANT ? (o->bits == 4 ? QX_GGML_Q4_0 : QX_GGML_Q8_0) : 0;
+            ++j;
+        }
+        memset(&wo, 0, sizeof wo);
+        memset(&set, 0, sizeof set);
+        set.key = "general.file_type";
+        set.type = QX_GGUF_U32;
+        set.u = o->bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0;
+        wo.force = k->force;
+        wo.set = &set;
+        wo.n_set = 1;
+        wo.block_types = bt;
+        if (r == QUAROT_OK) r = qx_gguf_writer_begin(&k->gw, k->path, gp, j, kv, kv_len, &wo, e);
+        else if (r == QUAROT_ERR_OUT_OF_MEMORY) qx_err_set(e, "out of memory");
+        free(gp);
+        free(bt);
+        qx_sb_free(&gen);
+    } else {
+        qx_packed_entry* pe = (qx_packed_entry*)calloc((size_t)(n + 1), sizeof *pe);
+        qx_packed_settings st = o->act;
+        qx_packed_write_opts wo;
+        qx_sb cfg;
+        char rot[400];
+        memset(&cfg, 0, sizeof cfg);
+        r = pe ? qx_hf_config_write(s, &cfg, e) : QUAROT_ERR_OUT_OF_MEMORY;
+        for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {
+            if (k->it[i].kind == QZ_SKIP) continue;
+            pe[j].name = k->it[i].name;
+            pe[j].packed = k->it[i].kind == QZ_QUANT;
+            pe[j].dtype = k->it[i].dt;
+            pe[j].n_dims = k->it[i].n_dims;
+            memcpy(pe[j].ne, k->it[i].ne, sizeof pe[j].ne);
+            ++j;
+        }
+        st.w_bits = o->bits;
+        st.w_group_size = o->group;
+        st.w_asym = o->asym;
+        st.scale_dtype = o->scale_dtype;
+        snprintf(st.w_quantizer, sizeof st.w_quantizer, "%s", o->clip_search ? "rtn-clip" : "rtn");
+        st.rope_interleaved = c->rope_interleaved;
+        if (k->rot && o->rotate) snprintf(rot, sizeof rot, "R1 %s; R2 %s; norms fused", k->rot->r1, k->rot->r2);
+        else snprintf(rot, sizeof rot, "none");
+        memset(&wo, 0, sizeof wo);
+        wo.force = k->force;
+        wo.online_reserve = qz_online_estimate(c);
+        wo.config_json = cfg.p;
+        wo.rotation = rot;
+        if (r == QUAROT_OK) r = qx_packed_writer_begin(&k->pw, k->path, pe, j, &st, &wo, e);
+        else if (r == QUAROT_ERR_OUT_OF_MEMORY) qx_err_set(e, "out of memory");
+        free(pe);
+        qx_sb_free(&cfg);
+    }
+    if (r != QUAROT_OK) qz_items_free(k);
+    return r;
+}
+
+/* Quantizes one linear (rows of f32, already in the output's row order) and writes it. */
+static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const float* w, int64_t rows, int64_t cols, qx_err* e) {
+    const qz_opts* o = k->o;
+    int64_t groups = cols / (o->format == QZ_GGUF ? QX_GGML_QK : (o->group ? o->group : cols)), r, j;
+    int8_t* q = (int8_t*)malloc((size_t)(rows * cols));
+    float* sc = (float*)malloc((size_t)(rows * groups) * sizeof *sc);
+    float* zr = o->asym ? (float*)malloc((size_t)(rows * groups) * sizeof *zr) : NULL;
+    float* back = (float*)malloc((size_t)cols * sizeof *back);
+    unsigned char* enc = NULL;
+    uint64_t rb = 0;
+    double num = 0.0, den = 0.0, mx = 0.0;
+    quarot_result res;
+    if (!q || !sc || !back || (o->asym && !zr)) { res = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "out of memory"); goto done; }
+    res = qz_weight_codes(o, w, rows, cols, q, sc, zr);
+    if (res != QUAROT_OK) { qx_err_set(e, "%s: cannot quantize: %s", it->name, quarot_result_string(res)); goto done; }
+    if (o->format == QZ_GGUF) {
+        uint32_t bt = o->bits == 4 ? QX_GGML_Q4_0 : QX_GGML_Q8_0;
+        rb = qx_ggml_row_bytes(bt, cols);
+        enc = (unsigned char*)malloc((size_t)(rb * (uint64_t)rows));
+        if (!enc) { res = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "out of memory"); goto done; }
+        for (r = 0; r < rows && res == QUAROT_OK; ++r) {
+            res = qx_ggml_encode_row(bt, q + r * cols, sc + r * groups, cols, enc + (size_t)r * rb, it->name, e);
+            if (res == QUAROT_OK) res = qx_ggml_decode_row(bt, enc + (size_t)r * rb, cols, back);
+            for (j = 0; j < cols && res == QUAROT_OK; ++j) {
+                double d = (double)back[j] - (double)w[r * cols + j];
+                num += d * d;
+                den += (double)w[r * cols + j] * (double)w[r * cols + j];
+                if (fabs(d) > mx) mx = fabs(d);
+            }
+        }
+        if (res == QUAROT_OK) res = qx_gguf_writer_put_raw(k->gw, it->name, enc, rb * (uint64_t)rows, e);
+    } else {
+        int half = 1 << (o->bits - 1);
+        for (r = 0; r < rows; ++r)
+            for (j = 0; j < cols; ++j) {
+                int64_t gi = r * groups + j / (cols / groups);
+                float s = sc[gi], z = zr ? zr[gi] : 0.0f, x;
+                double d;
+                if (o->scale_dtype == QUAROT_DTYPE_F16) {   /* the value the file will give */
+                    uint16_t h;
+                    quarot_f32_to_f16(&s, &h, 1);
+                    quarot_f16_to_f32(&h, &s, 1);
+                }
+                x = ((float)(q[r * cols + j] + half) - (z + (float)half)) * s;
+                d = (double)x - (double)w[r * cols + j];
+                num += d * d;
+                den += (double)w[r * cols + j] * (double)w[r * cols + j];
+                if (fabs(d) > mx) mx = fabs(d);
+            }
+        res = qx_packed_writer_put_linear(k->pw, it->name, q, sc, zr, e);
+    }
+    it->rel_err = den > 0.0 ? num / den : 0.0;
+    it->max_err = mx;
+done:
+    free(q); free(sc); free(zr); free(back); free(enc);
+    return res;
+}
+
+static quarot_result qz_put(void* user, const char* name, const quarot_tensor* t, qx_err* e) {
+    qz_sink* k = (qz_sink*)user;
+    qz_item* it = qz_find(k, name);
+    int perm;
+    quarot_result r;
+    if (!it) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", k->path, name); return QUAROT_ERR_NOT_FOUND; }
+    perm = k->o->format == QZ_GGUF && k->permute && qz_is_qk(name);
+    if (it->kind == QZ_SKIP) {
+        r = QUAROT_OK;
+    } else if (it->kind == QZ_QUANT) {
+        int64_t rows = t->ne[1], cols = t->ne[0], i;
+        float* w = (float*)malloc((size_t)(rows * cols) * sizeof *w);
+        if (!w) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+        r = QUAROT_OK;
+        for (i = 0; i < rows && r == QUAROT_OK; ++i)   /* output row i takes source row src(i) */
+            r = quarot_tensor_get_row_f32(t, perm ? qx_rope_src_row(i, k->head_dim, 1) : i, w + i * cols);
+        if (r == QUAROT_OK) r = qz_put_quant(k, it, w, rows, cols, e);
+        else qx_err_set(e, "%s: cannot read: %s", name, quarot_result_string(r));
+        free(w);
+    } else if (k->o->format == QZ_GGUF) {
+        r = qx_gguf_writer_put_permuted(k->gw, name, t, perm ? k->head_dim : 0, 1, e);
+    } else {
+        r = qx_packed_writer_put(k->pw, name, t, e);
+    }
+    if (r == QUAROT_OK) { it->done = 1; k->written++; }
+    return r;
+}
+
+static quarot_result qz_finish(void* user, qx_err* e) {
+    qz_sink* k = (qz_sink*)user;
+    quarot_result r;
+    if (k->gw) { r = qx_gguf_writer_finish(k->gw, e); k->gw = NULL; return r; }
+    r = QUAROT_OK;
+    if (k->hooks && k->hooks->count) {
+        size_t need = 0;
+        char* text = NULL;
+        r = quarot_online_write(k->hooks, NULL, 0, &need);
+        if (r == QUAROT_OK && !(text = (char*)malloc(need))) r = QUAROT_ERR_OUT_OF_MEMORY;
+        if (r == QUAROT_OK) r = quarot_online_write(k->hooks, text, need, &need);
+        if (r == QUAROT_OK) r = qx_packed_writer_set_online(k->pw, text);
+        if (r != QUAROT_OK) qx_err_set(e, "%s: cannot record the online hooks: %s", k->path, quarot_result_string(r));
+        free(text);
+    }
+    if (r != QUAROT_OK) { qx_packed_writer_abort(k->pw); k->pw = NULL; return r; }
+    r = qx_packed_writer_finish(k->pw, e);
+    k->pw = NULL;
+    return r;
+}
+
+static void qz_abort(void* user) {
+    qz_sink* k = (qz_sink*)user;
+    qx_gguf_writer_abort(k->gw);
+    qx_packed_writer_abort(k->pw);
+    k->gw = NULL;
+    k->pw = NULL;
+}
+
+/* ---- the command ---- */
+
+static void quantize_usage(FILE* f) {
+    fprintf(f,
+        "usage: quarot quantize IN OUT [options]\n"
+        "\n"
+        "Rotate the checkpoint IN as `quarot rotate` does and quantize its decoder linears (q/k/v/o,\n"
+        "gate/up/down) to integers, writing OUT in one of two forms:\n"
+        "  OUT.gguf          llama.cpp GGUF with ggml's own Q4_0 (--bits 4, default) or Q8_0 (--bits 8)\n"
+        "                    blocks of 32 (f16 scale, codes); rows whose length is not a multiple of 32 stay\n"
+        "                    F16, as llama.cpp does. No online rotation: R1 + R2 folded and the norms fused,\n"
+        "                    so stock llama.cpp runs the file (a GGUF input keeps its tokenizer keys; from\n"
+        "                    llama2.c the tokenizer.bin beside IN is embedded).\n"
+        "  OUT.safetensors   the quarot-packed W4A4 format for engines (README \"Packed W4A4 format\"):\n"
+        "                    int codes two per byte (low nibble first), f16/f32 scales (and zeros), the\n"
+        "                    activation / KV settings and the online hook list in __metadata__.\n"
+        "Everything else (embeddings, norms, lm_head) is kept: matrices in --dtype, vectors in f32.\n"
+        "\n"
+        "options:\n"
+        "  --format gguf|packed  output form (default: from OUT's extension)\n"
+        "  --bits N              weight bits: GGUF 4 (Q4_0) or 8 (Q8_0); packed 2..8 (default 4)\n"
+        "  --group-size N        GGUF: 32 only (ggml's block); packed: 0 = per output channel (default) or\n"
+        "                        N dividing every quantized row\n"
+        "  --asym                packed: asymmetric weights (zero points); GGUF's blocks are symmetric\n"
+        "  --w-clip              RTN with the weight clip search (QuaRot's --w_clip)\n"
+        "  --scale-dtype f16|f32 packed: dtype of the scales (default f16)\n"
+        "  --dtype f16|f32       matrices left unquantized (default f16)\n"
+        "  --quantize-embeddings also the embeddings and lm_head (llama.cpp quantizes them too)\n"
+        "  --tokenizer FILE      GGUF from llama2.c / safetensors: the llama2.c tokenizer.bin to embed as\n"
+        "                        tokenizer.ggml.* (default: tok<vocab>.bin / tokenizer.bin beside IN)\n"
+        "  recorded in the packed file for the engine (QuaRot's flag in brackets):\n"
+        "  --a-bits N            activation bits, 16 = none (default 4) [--a_bits]\n"
+        "  --a-group-size N      [--a_groupsize]   --a-asym [--a_asym]   --a-clip R [--a_clip_ratio] (default 1)\n"
+        "  --kv-bits N           --k-bits / --v-bits N (default 16 = none) [--k_bits --v_bits]\n"
+        "  --k-group-size N / --v-group-size N, --k-asym / --v-asym (default on), --k-clip / --v-clip R\n"
+        "  rotation (as quarot rotate):\n"
+        "  --rotation KIND       hadamard (default), random, adapt (with --context FILE), none (quantize the\n"
+        "                        model as it is: the baseline)\n"
+        "  --seed N, --block-size N, --no-r2, --max-tp-size N, --context FILE\n"
+        "  --no-online           packed: no online rotations (default: QuaRot's down_proj / o_proj hooks, and\n"
+        "                        q/k after RoPE when --k-bits/--v-bits < 16)\n"
+        "  --dry-run             print what each tensor would become; write nothing\n"
+        "  --force               replace an existing OUT\n"
+        "  --quiet               no progress on stderr\n"
+        "\n"
+        "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|.\n"
+        "The weights are chosen by round-to-nearest per group (GPTQ: not yet wired here). OUT appears only when\n"
+        "complete. Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4 cannot quantize as asked, 5 internal.\n");
+}
+
+typedef struct qz_progress {
+    qx_cli* cli;
+    const char* stage;
+} qz_progress;
+
+static void qz_on_progress(void* user, const char* stage, int64_t done, int64_t total) {
+    qz_progress* p = (qz_progress*)user;
+    if (!p->stage || strcmp(p->stage, stage) != 0) {
+        if (p->stage) qx_cli_progress_end(p->cli, "validation");
+        p->stage = stage;
+        qx_cli_phase(p->cli);
+    }
+    qx_cli_progress(p->cli, done, total, strcmp(stage, "validate") == 0 ? "validating layer" : "rotating + quantizing layer");
+}
+
+static int qz_ends(const char* s, const char* suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static int qz_same_file(const char* a, const char* b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The per-tensor table and totals (stdout). */
+static void qz_summary(const qz_opts* o, const qz_sink* k) {
+    int64_t i, nq = 0, nf = 0;
+    double sum = 0.0, worst = 0.0;
+    char tb[16];
+    printf("  %-52s %-6s %-11s %-10s %s\n", "tensor", "type", "shape", "rel.err", "max|err|");
+    for (i = 0; i < k->n; ++i) {
+        const qz_item* it = &k->it[i];
+        char shape[32];
+        if (it->kind == QZ_VECTOR || it->kind == QZ_SKIP) continue;
+        snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
+        if (it->kind == QZ_QUANT) {
+            printf("  %-52s %-6s %-11s %-10.3e %.3e\n", it->name, qz_type_name(o, it, tb, sizeof tb), shape, it->rel_err, it->max_err);
+            ++nq;
+            sum += it->rel_err;
+            if (it->rel_err > worst) worst = it->rel_err;
+        } else {
+            printf("  %-52s %-6s %-11s %s\n", it->name, qz_type_name(o, it, tb, sizeof tb), shape, it->why[0] ? it->why : "kept");
+            nf += it->why[0] != 0;
+        }
+    }
+    printf("  %lld tensors quantized (mean rel.err %.3e, worst %.3e)", (long long)nq, nq ? sum / (double)nq : 0.0, worst);
+    if (nf) printf("; %lld linears kept in F16 because their rows are not a multiple of 32 (llama.cpp's fallback)", (long long)nf);
+    printf("\n");
+}
+
+int qx_cmd_quantize(int argc, char** argv) {
+    qx_cli cli;
+    const char *in = NULL, *out = NULL, *v, *context = NULL, *format = NULL, *rotation = "hadamard", *tok_path = NULL;
+    char tok_found[4096], tok_looked[1024];
+    qx_tokenizer tok;
+    int have_tok = 0;
+    int64_t seed = 0, block = -1, tp = 1, x;
+    double dv;
+    int no_r2 = 0, force = 0, quiet = 0, dry = 0, no_online = 0, i, k, rc = QX_EXIT_OK, group_given = 0, seed_given = 0;
+    int kv_given[2] = {0, 0};
+    qz_opts o;
+    qz_sink sink;
+    qx_rotate_sink rs;
+    qx_rotate_file_opts ro;
+    qx_rotate_file_stats st;
+    quarot_rotate_desc desc;
+    quarot_online_list list;
+    quarot_adapt_context ctx;
+    qx_load_opts lo;
+    qz_progress pr;
+    qx_store s;
+    qx_err e;
+    quarot_result r;
+
+    signal(SIGXFSZ, SIG_IGN);
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--quiet") == 0) quiet = 1;
+    qx_cli_init(&cli, "quantize", quiet);
+    memset(&o, 0, sizeof o);
+    o.bits = 4;
+    o.scale_dtype = QUAROT_DTYPE_F16;
+    o.plain_dtype = QUAROT_DTYPE_F16;
+    o.rotate = 1;
+    o.act.a_bits = 4;
+    o.act.a_clip = 1.0;
+    o.act.k_bits = o.act.v_bits = 16;
+    o.act.k_asym = o.act.v_asym = 1;
+    o.act.k_clip = o.act.v_clip = 1.0;
+    for (i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { quantize_usage(stdout); return QX_EXIT_OK; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (!in) in = a;
+            else if (!out) out = a;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (usage: quarot quantize IN OUT [options])", a);
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) continue;
+        if (strcmp(a, "--force") == 0) { force = 1; continue; }
+        if (strcmp(a, "--dry-run") == 0) { dry = 1; continue; }
+        if (strcmp(a, "--no-r2") == 0) { no_r2 = 1; continue; }
+        if (strcmp(a, "--no-online") == 0) { no_online = 1; continue; }
+        if (strcmp(a, "--asym") == 0) { o.asym = 1; continue; }
+        if (strcmp(a, "--w-clip") == 0) { o.clip_search = 1; continue; }
+        if (strcmp(a, "--quantize-embeddings") == 0) { o.quant_embeddings = 1; continue; }
+        if (strcmp(a, "--a-asym") == 0) { o.act.a_asym = 1; continue; }
+        if (strcmp(a, "--k-asym") == 0) { o.act.k_asym = 1; continue; }
+        if (strcmp(a, "--v-asym") == 0) { o.act.v_asym = 1; continue; }
+        if (strcmp(a, "--k-sym") == 0) { o.act.k_asym = 0; continue; }
+        if (strcmp(a, "--v-sym") == 0) { o.act.v_asym = 0; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--format", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "gguf") != 0 && strcmp(v, "packed") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--format: '%s' is not gguf or packed", v);
+            format = v;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--bits", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--bits", v, INT64_MIN, INT64_MAX, &x)) return QX_EXIT_USAGE;
+            if (x < 2 || x > 8) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--bits: %lld is outside 2..8", (long long)x);
+            o.bits = (int)x;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--group-size", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--group-size", v, 0, (int64_t)1 << 40, &o.group)) return QX_EXIT_USAGE;
+            group_given = 1;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--scale-dtype", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "f16") == 0) o.scale_dtype = QUAROT_DTYPE_F16;
+            else if (strcmp(v, "f32") == 0) o.scale_dtype = QUAROT_DTYPE_F32;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--scale-dtype: '%s' is not f16 or f32", v);
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--dtype", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "f16") == 0) o.plain_dtype = QUAROT_DTYPE_F16;
+            else if (strcmp(v, "f32") == 0) o.plain_dtype = QUAROT_DTYPE_F32;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: '%s' is not f16 or f32", v);
+            continue;
+        }
+        {
+            /* activation / KV settings recorded in the packed file */
+            static const char* const bit_opt[4] = {"--a-bits", "--k-bits", "--v-bits", "--kv-bits"};
+            static const char* const grp_opt[3] = {"--a-group-size", "--k-group-size", "--v-group-size"};
+            static const char* const clip_opt[3] = {"--a-clip", "--k-clip", "--v-clip"};
+            int j, hit = 0;
+            for (j = 0; j < 4 && !hit; ++j)
+                if ((k = qx_cli_opt(&cli, argc, argv, &i, bit_opt[j], &v)) != 0) {
+                    if (k < 0 || !qx_cli_int(&cli, bit_opt[j], v, INT64_MIN, INT64_MAX, &x)) return QX_EXIT_USAGE;
+                    if ((x < 2 || x > 8) && x != 16)
+                        return qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: %lld is outside 2..8 (16 = not quantized)", bit_opt[j], (long long)x);
+                    if (j == 0) o.act.a_bits = (int)x;
+                    if (j == 1 || j == 3) { o.act.k_bits = (int)x; kv_given[0] = 1; }
+                    if (j == 2 || j == 3) { o.act.v_bits = (int)x; kv_given[1] = 1; }
+                    hit = 1;
+                }
+            for (j = 0; j < 3 && !hit; ++j)
+                if ((k = qx_cli_opt(&cli, argc, argv, &i, grp_opt[j], &v)) != 0) {
+                    if (k < 0 || !qx_cli_int(&cli, grp_opt[j], v, 0, (int64_t)1 << 40, &x)) return QX_EXIT_USAGE;
+                    if (j == 0) o.act.a_group_size = x; else if (j == 1) o.act.k_group_size = x; else o.act.v_group_size = x;
+                    hit = 1;
+                }
+            for (j = 0; j < 3 && !hit; ++j)
+                if ((k = qx_cli_opt(&cli, argc, argv, &i, clip_opt[j], &v)) != 0) {
+                    if (k < 0 || !qx_cli_float(&cli, clip_opt[j], v, 1e-6, 1.0, &dv)) return QX_EXIT_USAGE;
+                    if (j == 0) o.act.a_clip = dv; else if (j == 1) o.act.k_clip = dv; else o.act.v_clip = dv;
+                    hit = 1;
+                }
+            if (hit) continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0 && strcmp(v, "none") != 0)
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random, adapt or none", v);
+            rotation = v;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--context", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; context = v; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokenizer", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; tok_path = v; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
+            seed_given = 1;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--block-size", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--block-size", v, -1, INT64_MAX, &block)) return QX_EXIT_USAGE;
+            if (block == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size: 0 is not a block size (-1 = full hidden)");
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--max-tp-size", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--max-tp-size", v, 1, (int64_t)1 << 30, &tp)) return QX_EXIT_USAGE;
+            if (tp & (tp - 1)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--max-tp-size: %lld is not a power of two", (long long)tp);
+            continue;
+        }
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot quantize --help)", a);
+    }
+    if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot quantize IN OUT [options])");
+    if (!format) {
+        if (qz_ends(out, ".gguf")) format = "gguf";
+        else if (qz_ends(out, ".safetensors")) format = "packed";
+        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: cannot tell the output form from the name: end it in .gguf or .safetensors, or "
+                                                      "give --format gguf|packed", out);
+    }
+    o.format = strcmp(format, "gguf") == 0 ? QZ_GGUF : QZ_PACKED;
+    if (context && strcmp(rotation, "hadamard") == 0) rotation = "adapt";
+    if (strcmp(rotation, "adapt") == 0 && !context)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE (run `quarot calibrate` first)");
+    if (context && strcmp(rotation, "adapt") != 0)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt, not --rotation %s", rotation);
+    o.rotate = strcmp(rotation, "none") != 0;
+    if (o.format == QZ_GGUF) {
+        if (o.bits != 4 && o.bits != 8)
+            return qx_cli_fail(&cli, QX_EXIT_USAGE, "--bits %d: GGUF output has Q4_0 (--bits 4) and Q8_0 (--bits 8) only", o.bits);
+        if (group_given && o.group != QX_GGML_QK)
+            return qx_cli_fail(&cli, QX_EXIT_USAGE, "--group-size %lld: %s blocks hold groups of 32 (ggml's layout); leave --group-size out "
+                                                    "or give 32", (long long)o.group, o.bits == 4 ? "Q4_0" : "Q8_0");
+        if (o.asym) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--asym: Q4_0 / Q8_0 blocks are symmetric (use the packed output for zero points)");
+        o.group = QX_GGML_QK;
+        no_online = 1;               /* stock llama.cpp applies no online rotation */
+    }
+    if (qz_same_file(in, out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", out);
+    if (!dry && !force && qx_path_exists(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out);
+    if (!dry && qx_is_dir(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out);
+
+    memset(&tok, 0, sizeof tok);
+    quarot_online_list_init(&list, NULL);
+    quarot_adapt_context_init(&ctx, NULL);
+    qx_store_init(&s);
+    memset(&sink, 0, sizeof sink);
+    memset(&st, 0, sizeof st);
+    if (context) {
+        r = qx_calib_context_load(context, &ctx, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
+        if (seed_given && (uint64_t)seed != ctx.seed) {
+            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu", (long long)seed, (unsigned long long)ctx.seed);
+            goto done;
+        }
+        block = ctx.block;
+    }
+    memset(&lo, 0, sizeof lo);
+    r = qx_cli_load_model(in, &lo, &s, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
+    if (s.config.norm == QUAROT_NORM_LAYER && o.rotate) {
+        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model cannot be written (RMSNorm needed)", in, s.config.arch);
+        goto done;
+    }
+    if (context && ctx.hidden != s.config.hidden) {
+        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context is for hidden size %lld, the model has %lld", in,
+                         (long long)ctx.hidden, (long long)s.config.hidden);
+        goto done;
+    }
+    if (o.format == QZ_PACKED && !kv_given[0] && !kv_given[1]) o.act.k_bits = o.act.v_bits = 16;
+    /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
+       the llama2.c tokenizer found beside the model (a GGUF input keeps its own keys) */
+    if (o.format == QZ_GGUF && !qx_store_get_blob(&s, "gguf.kv", NULL)) {
+        if (!tok_path && qx_ek_find_tokenizer(in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
+            tok_path = tok_found;
+        if (tok_path) {
+            r = qx_tokenizer_load(&tok, tok_path, (int32_t)s.config.vocab, &e);
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg); goto done; }
+            have_tok = 1;
+        }
+    } else if (tok_path) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps its own)");
+        goto done;
+    }
+
+    sink.o = &o;
+    sink.cli = &cli;
+    sink.path = out;
+    sink.force = force;
+    sink.hooks = &list;
+    sink.rot = &st;
+    sink.tok = have_tok ? &tok : NULL;
+
+    {
+        /* the input's tensors (and the lm_head that untying creates), decided as the run will: a
+           group size that does not fit is refused before any work; --dry-run prints the list */
+        int64_t n = s.count + 1, j = 0;
+        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)n, sizeof *pl);
+        char tb[16];
+        if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+        for (i = 0; i < (int)s.count; ++i, ++j) {
+            int d;
+            pl[j].name = s.items[i].name;
+            memcpy(pl[j].ne, s.items[i].t.ne, sizeof pl[j].ne);
+            pl[j].n_dims = 1;
+            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
+        }
+        if (o.rotate && s.config.tied_embeddings && qx_store_find(&s, "model.embed_tokens.weight")) {
+            const quarot_tensor* em = qx_store_find(&s, "model.embed_tokens.weight");
+            pl[j].name = "lm_head.weight";
+            memcpy(pl[j].ne, em->ne, sizeof pl[j].ne);
+            pl[j].n_dims = 2;
+            ++j;
+        }
+        r = qz_items(&sink, pl, j, &e);
+        free(pl);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s", e.msg); goto done; }
+        if (!dry) goto run;
+        printf("dry run: %s (%s, %lld layers) -> %s (%s), rotation %s; nothing written\n", in, s.source_format, (long long)s.config.n_layers,
+               out, o.format == QZ_GGUF ? (o.bits == 4 ? "GGUF Q4_0" : "GGUF Q8_0") : "quarot-packed", rotation);
+        for (i = 0; i < (int)sink.n; ++i) {
+            const qz_item* it = &sink.it[i];
+            char shape[48];
+            if (it->n_dims >= 2) snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
+            else snprintf(shape, sizeof shape, "%lld", (long long)it->ne[0]);
+            printf("  %-52s %-11s -> %s%s%s%s\n", it->name, shape, qz_type_name(&o, it, tb, sizeof tb),
+                   it->why[0] ? " (" : "", it->why, it->why[0] ? ")" : "");
+        }
+        goto done;
+    }
+run:
+    qz_items_free(&sink);
+    memset(&rs, 0, sizeof rs);
+    rs.begin = qz_begin;
+    rs.put = qz_put;
+    rs.finish = qz_finish;
+    rs.abort = qz_abort;
+    rs.user = &sink;
+    memset(&pr, 0, sizeof pr);
+    pr.cli = &cli;
+    qx_cli_phase(&cli);
+    if (o.rotate) {
+        memset(&desc, 0, sizeof desc);
+        desc.rotation = context ? QUAROT_ROTATION_ADAPT : strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+        desc.r2_rotation = context ? QUAROT_ROTATION_HADAMARD : desc.rotation;
+        desc.seed = context ? ctx.seed : (uint64_t)seed;
+        desc.context = context ? &ctx : NULL;
+        desc.block_size = block;
+        desc.no_r2 = no_r2;
+        desc.online = !no_online;
+        desc.r3 = !no_online && (o.act.k_bits < 16 || o.act.v_bits < 16);
+        desc.max_tp_size = tp;
+        if (desc.online || desc.r3) desc.online_out = &list;
+        memset(&ro, 0, sizeof ro);
+        ro.out_path = out;
+        ro.force = force;
+        ro.dtype = QUAROT_DTYPE_F32;
+        ro.drop_pages = 1;
+        ro.progress = qz_on_progress;
+        ro.user = &pr;
+        ro.sink = &rs;
+        r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+        if (pr.stage) qx_cli_progress_end(&cli, "rotation + quantization");
+    } else {
+        /* the model as it is: every tensor straight to the output */
+        int64_t n = s.count, j;
+        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+        if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+        for (j = 0; j < n; ++j) {
+            int d;
+            pl[j].name = s.items[j].name;
+            pl[j].dtype = QUAROT_DTYPE_F32;
+            memcpy(pl[j].ne, s.items[j].t.ne, sizeof pl[j].ne);
+            pl[j].n_dims = 1;
+            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
+        }
+        r = qz_begin(&sink, &s, pl, n, &e);
+        free(pl);
+        for (j = 0; j < n && r == QUAROT_OK; ++j) {
+            r = qz_put(&sink, s.items[j].name, &s.items[j].t, &e);
+            qx_cli_progress(&cli, j + 1, n, "quantizing tensor");
+        }
+        if (r == QUAROT_OK) r = qz_finish(&sink, &e);
+        else qz_abort(&sink);
+        qx_cli_progress_end(&cli, "quantization");
+    }
+    if (r != QUAROT_OK) {
+        rc = st.output_error || r == QUAROT_ERR_IO ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+        if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
+        qx_cli_fail(&cli, rc, "%s", e.msg);
+        goto done;
+    }
+    printf("quantized %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, s.source_format, s.config.arch, (long long)s.config.n_layers,
+           (long long)s.config.hidden, out);
+    if (o.rotate) {
+        printf("  R1: %s\n  R2: %s\n  norms fused\n", st.r1, no_r2 ? "off (--no-r2)" : st.r2);
+        printf("  online hooks: %lld%s\n", (long long)list.count, list.count ? " (recorded in the file's metadata: quarot.online)" : " (none needed)");
+    } else {
+        printf("  no rotation (--rotation none)\n");
+    }
+    if (o.format == QZ_GGUF) {
+        printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o.bits == 4 ? "Q4_0" : "Q8_0",
+               o.bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);
+        if (have_tok) printf("  tokenizer: %s (%d tokens) as tokenizer.ggml.* (sentencepiece \"llama\")\n", tok_path, tok.vocab_size);
+        else if (!qx_store_get_blob(&s, "gguf.kv", NULL)) printf("  tokenizer: none found beside the input (--tokenizer FILE): llama.cpp needs one\n");
+    }
+    else
+        printf("  format: quarot-packed v%d, %d-bit %s weights, %s, %s scales; activations %d-bit, K %d-bit, V %d-bit\n", QX_PACKED_VERSION,
+               o.bits, o.asym ? "asymmetric" : "symmetric", o.group ? "per group" : "per output channel",
+               o.scale_dtype == QUAROT_DTYPE_F16 ? "f16" : "f32", o.act.a_bits, o.act.k_bits, o.act.v_bits);
+    printf("  weights: RTN%s (round to nearest per %s)\n", o.clip_search ? " with clip search" : "", o.format == QZ_GGUF || o.group ? "group" : "output channel");
+    qz_summary(&o, &sink);
+    fflush(stdout);
+done:
+    qx_tokenizer_free(&tok);
+    qz_items_free(&sink);
+    quarot_online_list_free(&list);
+    quarot_adapt_context_free(&ctx);
+    qx_store_free(&s);
+    return rc;
+}

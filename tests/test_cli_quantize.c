@@ -1,0 +1,311 @@
+/* test_cli_quantize.c - `quarot quantize`: the written files against `quarot eval`'s fake
+   quantization, --dry-run, and bad input (one error line, no output).
+
+   The check of a written file: `quarot eval` of the quantize output (its FP32 row: the file's
+   integer weights dequantized) equals `quarot eval`'s fake-quant number for the same settings on the
+   same rotated model (`quarot rotate`, then the no-rotation column of the W4A16 row, RTN per group of
+   32 or per channel) within 0.1%. The two differ only in the scale's storage (f16 in the file, f32
+   in the fake quantizer) and in the F16 storage of the unquantized matrices. A synthetic LLaMA
+   (hidden 64, intermediate 192, 2 layers) keeps every row a multiple of 32. */
+#include "qt.h"
+#include "cli_util.h"
+#include "qx_gguf.h"
+#include "qx_llama2c.h"
+#include "qx_packed.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_model[1024], g_text[1024];
+static int g_ok;
+
+static int exists(const char* p) { return access(p, F_OK) == 0; }
+
+/* 1 when the n bytes of `needle` occur in hay[0..len) (memmem is not POSIX). */
+static int has_bytes(const unsigned char* hay, size_t len, const char* needle, size_t n) {
+    size_t i;
+    for (i = 0; i + n <= len; ++i)
+        if (memcmp(hay + i, needle, n) == 0) return 1;
+    return 0;
+}
+
+static int setup(void) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    qx_l2c_write_opts wo;
+    char tok[1100];
+    FILE* f;
+    int i;
+    cu_synth_desc(&d);
+    d.intermediate = 192;
+    if (qx_synth_model(&s, &d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
+    memset(&wo, 0, sizeof wo);
+    wo.format = QX_L2C_V0;
+    snprintf(g_model, sizeof g_model, "%s/model.bin", g_tmp);
+    snprintf(tok, sizeof tok, "%s/tokenizer.bin", g_tmp);
+    snprintf(g_text, sizeof g_text, "%s/text.txt", g_tmp);
+    if (qx_l2c_write_file(&s, g_model, &wo, &e) != QUAROT_OK) { printf("    write: %s\n", e.msg); qx_store_free(&s); return 0; }
+    qx_store_free(&s);
+    if (!write_tokenizer(tok)) return 0;
+    f = fopen(g_text, "wb");
+    if (!f) return 0;
+    for (i = 0; i < (qt_quick() ? 20 : 60); ++i) fputs("the cat sat on the mat and then it ran into the garden where a bird sang. ", f);
+    return fclose(f) == 0;
+}
+
+/* The first number of the table row `row` ("FP32", "W4A16") in g_out; -1 when absent. */
+static double row_value(const char* row) {
+    const char* p = g_out;
+    size_t n = strlen(row);
+    while ((p = strstr(p, row)) != NULL) {
+        if ((p == g_out || p[-1] == '\n') && p[n] == ' ') return atof(p + n);
+        p += n;
+    }
+    return -1.0;
+}
+
+static double eval_row(const char* model, const char* opts, const char* row) {
+    int rc = CLI("eval '%s' --text '%s' --seq-len 64 --quiet %s", model, g_text, opts);
+    QT_CHECKF(rc == 0, "eval %s: rc %d: %s", model, rc, g_err);
+    return row_value(row);
+}
+
+static void check_close(double file, double fake, const char* what) {
+    if (getenv("QX_SHOW")) printf("    %s: file %.4f, fake-quant %.4f\n", what, file, fake);
+    QT_CHECKF(file > 0 && fake > 0 && fabs(file - fake) <= 1e-3 * fake, "%s: file %.4f vs fake-quant %.4f (> 0.1%%)", what, file, fake);
+}
+
+static void test_gguf_matches_fake_quant(void) {
+    const char* q = tmp_path("q.gguf");
+    const char* q8 = tmp_path("q8.gguf");
+    const char* base = tmp_path("base.gguf");
+    const char* rot = tmp_path("rot.bin");
+    double a, b;
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    /* rotated, Q4_0 vs quarot rotate + eval W4 (groups of 32) on the rotated model */
+    QT_EQ_INT(CLI("quantize '%s' '%s' --quiet", g_model, q), 0);
+    QT_CHECKF(strstr(g_out, "Q4_0") && strstr(g_out, "14 tensors quantized"), "%s", g_out);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --quiet", g_model, rot), 0);
+    a = eval_row(q, "--w-bits 16", "FP32");
+    b = eval_row(rot, "--w-bits 4 --a-bits 16 --group-size 32", "W4A16");
+    check_close(a, b, "Q4_0 rotated");
+    /* 8 bits */
+    QT_EQ_INT(CLI("quantize '%s' '%s' --bits 8 --quiet", g_model, q8), 0);
+    a = eval_row(q8, "--w-bits 16", "FP32");
+    b = eval_row(rot, "--w-bits 8 --a-bits 16 --group-size 32", "W8A16");
+    check_close(a, b, "Q8_0 rotated");
+    /* no rotation: the baseline */
+    QT_EQ_INT(CLI("quantize '%s' '%s' --rotation none --quiet", g_model, base), 0);
+    a = eval_row(base, "--w-bits 16", "FP32");
+    b = eval_row(g_model, "--w-bits 4 --a-bits 16 --group-size 32", "W4A16");
+    check_close(a, b, "Q4_0 without rotation");
+}
+
+/* A Hugging Face directory (half-split RoPE rows): the GGUF gets q/k rows in llama.cpp's interleaved
+   layout, quantized after the permutation (per row, so the same values), and evaluates like the
+   fake-quantized directory. */
+static void test_gguf_from_hf(void) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    qx_st_save_opts so;
+    const char* dir = tmp_path("hf");
+    const char* q = tmp_path("hf.gguf");
+    char opts[2200];
+    double a, b;
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    cu_synth_desc(&d);
+    d.intermediate = 192;
+    d.rope_interleaved = 0;
+    QT_OK(qx_synth_model(&s, &d, &e));
+    memset(&so, 0, sizeof so);
+    QT_OK(qx_st_save(&s, dir, &so, &e));
+    qx_store_free(&s);
+    QT_EQ_INT(CLI("quantize '%s' '%s' --rotation none --dtype f32 --quiet", dir, q), 0);
+    snprintf(opts, sizeof opts, "--tokenizer '%s/tokenizer.bin' --w-bits 16", g_tmp);
+    a = eval_row(q, opts, "FP32");
+    snprintf(opts, sizeof opts, "--tokenizer '%s/tokenizer.bin' --w-bits 4 --a-bits 16 --group-size 32", g_tmp);
+    b = eval_row(dir, opts, "W4A16");
+    check_close(a, b, "Q4_0 from a Hugging Face directory");
+}
+
+static void test_packed_matches_fake_quant(void) {
+    const char* p = tmp_path("p.safetensors");
+    const char* rot = tmp_path("rot2.bin");
+    double a, b;
+    qx_store s;
+    qx_err e;
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    QT_EQ_INT(CLI("quantize '%s' '%s' --no-online --quiet", g_model, p), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --quiet", g_model, rot), 0);
+    a = eval_row(p, "--w-bits 16", "FP32");
+    b = eval_row(rot, "--w-bits 4 --a-bits 16", "W4A16");
+    check_close(a, b, "packed per channel");
+    /* stories260K (a real model; rows of 172 are fine per channel) */
+    {
+        const char* sm = qt_shared_path("models/stories260K/stories260K.bin");
+        char m[1024], tok[1100], txt[1100], opts[2400];
+        const char* sp = tmp_path("s.safetensors");
+        const char* sr = tmp_path("s_rot.bin");
+        if (sm && !qt_quick()) {
+            snprintf(m, sizeof m, "%s", sm);
+            snprintf(tok, sizeof tok, "%s", qt_shared_path("models/stories260K/tok512.bin"));
+            snprintf(txt, sizeof txt, "%s", qt_shared_path("data/tinystories_eval.txt") ? qt_shared_path("data/tinystories_eval.txt") : "");
+            QT_EQ_INT(CLI("quantize '%s' '%s' --no-online --quiet", m, sp), 0);
+            QT_EQ_INT(CLI("rotate '%s' '%s' --quiet", m, sr), 0);
+            snprintf(opts, sizeof opts, "--tokenizer '%s' --windows 6 --w-bits 16", tok);
+            QT_EQ_INT(CLI("eval '%s' --text '%s' --quiet %s", sp, txt, opts), 0);
+            a = row_value("FP32");
+            snprintf(opts, sizeof opts, "--tokenizer '%s' --windows 6 --w-bits 4 --a-bits 16", tok);
+            QT_EQ_INT(CLI("eval '%s' --text '%s' --quiet %s", sr, txt, opts), 0);
+            b = row_value("W4A16");
+            check_close(a, b, "stories260K packed per channel");
+        }
+    }
+    /* with online hooks: they are in the file's metadata */
+    QT_EQ_INT(CLI("quantize '%s' '%s' --force --kv-bits 4 --a-clip 0.9 --quiet", g_model, p), 0);
+    qx_store_init(&s);
+    QT_OK(qx_packed_load(p, &s, &e));
+    {
+        size_t n = 0;
+        const char* h = (const char*)qx_store_get_blob(&s, "quarot.online", &n);
+        QT_CHECKF(h && strstr(h, "down_input") && strstr(h, "q_rope") && strstr(h, "k_rope"), "%s", h ? h : "(none)");
+    }
+    qx_store_free(&s);
+}
+
+static void test_dry_run(void) {
+    const char* q = tmp_path("dry.gguf");
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    QT_EQ_INT(CLI("quantize '%s' '%s' --dry-run", g_model, q), 0);
+    QT_CHECK(!exists(q));
+    QT_CHECKF(strstr(g_out, "model.layers.1.mlp.down_proj.weight") && strstr(g_out, "-> Q4_0") && strstr(g_out, "lm_head.weight"), "%s", g_out);
+    /* stories260K: down_proj rows of 172 stay F16 and the dry run says why */
+    {
+        const char* m = qt_shared_path("models/stories260K/stories260K.bin");
+        if (m) {
+            QT_EQ_INT(CLI("quantize '%s' '%s' --dry-run", m, q), 0);
+            QT_CHECKF(strstr(g_out, "rows of 172 are not a multiple of 32"), "%s", g_out);
+        }
+    }
+}
+
+/* One error line, the right exit code, nothing written. */
+static void expect_fail(int want_rc, const char* out, const char* want_msg, const char* fmt, const char* extra) {
+    int rc = CLI("quantize '%s' '%s' %s", g_model, out, extra);
+    (void)fmt;
+    QT_CHECKF(rc == want_rc, "%s: rc %d (want %d): %s", extra, rc, want_rc, g_err);
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, want_msg), "%s: stderr '%s' lacks '%s'", extra, g_err, want_msg);
+    QT_CHECKF(!exists(out), "%s: %s was written", extra, out);
+}
+
+static void test_bad_input(void) {
+    const char* q = tmp_path("bad.gguf");
+    const char* p = tmp_path("bad.safetensors");
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    QT_EQ_INT(CLI("quantize --help"), 0);
+    QT_CHECK(strstr(g_out, "usage: quarot quantize IN OUT") != NULL && g_err[0] == '\0');
+    expect_fail(1, q, "--bits: 9 is outside 2..8", "", "--bits 9");
+    expect_fail(1, p, "--bits: 1 is outside 2..8", "", "--bits 1");
+    expect_fail(1, q, "--group-size 64: Q4_0 blocks hold groups of 32", "", "--group-size 64");
+    expect_fail(1, q, "GGUF output has Q4_0 (--bits 4) and Q8_0 (--bits 8) only", "", "--bits 3");
+    expect_fail(1, q, "Q4_0 / Q8_0 blocks are symmetric", "", "--asym");
+    expect_fail(4, p, "model.layers.0.self_attn.q_proj.weight: --group-size 48 does not divide its rows of 64", "", "--group-size 48");
+    expect_fail(1, tmp_path("x.bin"), "cannot tell the output form", "", "");
+    expect_fail(1, p, "--a-bits: 1 is outside 2..8", "", "--a-bits 1");
+    /* an existing output is kept without --force */
+    QT_CHECK(write_str(q, "keep"));
+    QT_EQ_INT(CLI("quantize '%s' '%s' --quiet", g_model, q), 3);
+    QT_CHECKF(strstr(g_err, "exists already"), "%s", g_err);
+    {
+        size_t n = 0;
+        unsigned char* b = read_all(q, &n);
+        QT_CHECK(b && n == 4 && memcmp(b, "keep", 4) == 0);
+        free(b);
+    }
+    remove(q);
+    /* a missing input */
+    QT_EQ_INT(CLI("quantize '%s/none.bin' '%s' --quiet", g_tmp, q), 2);
+    QT_CHECK(!exists(q));
+}
+
+/* stories260K -> GGUF: the llama2.c tokenizer beside it is embedded as llama.cpp's sentencepiece
+   vocabulary, with the same keys and value types as llama.cpp's own llama-spm vocabulary file
+   (../shared/tokenizers), ' ' turned back into U+2581, <unk>/<s>/</s> and byte tokens typed. */
+static void test_gguf_tokenizer(void) {
+    const char* m = qt_shared_path("models/stories260K/stories260K.bin");
+    const char* q = tmp_path("tok.gguf");
+    char model[1024], ref[1024];
+    size_t n1 = 0, n2 = 0;
+    unsigned char *a, *b;
+    qx_gguf_file fa, fb;
+    qx_err e;
+    uint64_t k;
+    if (!m) { QT_SKIP("../shared not present"); return; }
+    snprintf(model, sizeof model, "%s", m);   /* qt_shared_path's buffer is reused by the next call */
+    m = qt_shared_path("tokenizers/ggml-vocab-llama-spm.gguf");
+    if (!m) { QT_SKIP("../shared/tokenizers not present"); return; }
+    snprintf(ref, sizeof ref, "%s", m);
+    QT_EQ_INT(CLI("quantize '%s' '%s' --quiet", model, q), 0);
+    QT_CHECKF(strstr(g_out, "tok512.bin (512 tokens)") != NULL, "%s", g_out);
+    a = read_all(q, &n1);
+    b = read_all(ref, &n2);
+    if (a && b && qx_gguf_parse(a, n1, "q", &fa, &e) == QUAROT_OK) {
+        if (qx_gguf_parse(b, n2, "ref", &fb, &e) == QUAROT_OK) {
+            int n_tok = 0;
+            for (k = 0; k < fb.n_kv; ++k) {
+                char key[128];
+                const qx_gguf_kv* x;
+                if (fb.kv[k].key_len >= sizeof key || strncmp(fb.kv[k].key, "tokenizer.", 10) != 0) continue;
+                memcpy(key, fb.kv[k].key, (size_t)fb.kv[k].key_len);
+                key[fb.kv[k].key_len] = '\0';
+                x = qx_gguf_find(&fa, key);
+                QT_CHECKF(x && x->type == fb.kv[k].type && (x->type != QX_GGUF_ARRAY || x->arr_type == fb.kv[k].arr_type), "%s", key);
+                ++n_tok;
+            }
+            QT_CHECK(n_tok >= 8);
+            {
+                const qx_gguf_kv* t = qx_gguf_find(&fa, "tokenizer.ggml.tokens");
+                const qx_gguf_kv* ty = qx_gguf_find(&fa, "tokenizer.ggml.token_type");
+                QT_CHECK(t && t->arr_count == 512 && ty && ty->arr_count == 512);
+                /* the first pieces: <unk>, <s>, </s>; types 2, 3, 3, then byte tokens (6) */
+                QT_CHECK(t && memcmp(t->val, "\5\0\0\0\0\0\0\0<unk>\3\0\0\0\0\0\0\0<s>\4\0\0\0\0\0\0\0</s>", 8 + 5 + 8 + 3 + 8 + 4) == 0);
+                QT_CHECK(ty && ty->val[0] == 2 && ty->val[4] == 3 && ty->val[8] == 3 && ty->val[12] == 6);
+                QT_CHECK(has_bytes(t->val, (size_t)t->val_len, "\xe2\x96\x81the", 6));
+            }
+            qx_gguf_file_free(&fb);
+        }
+        qx_gguf_file_free(&fa);
+    } else {
+        QT_CHECKF(0, "%s", e.msg);
+    }
+    free(a);
+    free(b);
+}
+
+int main(int argc, char** argv) {
+    const char* slash = strrchr(argv[0], '/');
+    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
+    (void)argc;
+    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_quantize_XXXXXX");
+    if (!mkdtemp(g_tmp) || !exists(g_bin)) {
+        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
+        printf("test_cli_quantize: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    g_ok = setup();
+    QT_RUN(test_gguf_matches_fake_quant);
+    QT_RUN(test_gguf_from_hf);
+    QT_RUN(test_packed_matches_fake_quant);
+    QT_RUN(test_gguf_tokenizer);
+    QT_RUN(test_dry_run);
+    QT_RUN(test_bad_input);
+    {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
+    }
+    return qt_finish("test_cli_quantize");
+}
