@@ -109,6 +109,15 @@ static void check_ppl(const qx_store* s, const quarot_online_list* hooks, const 
     QT_OK(qx_engine_init(&en, s, &o, &e));
     QT_OK(qx_engine_eval(&en, win, &r1, &e));
     qx_engine_free(&en);
+    /* the same engine with FP32 GEMMs on fake-quantized values reproduces the reference to rounding */
+    {
+        qx_ppl_result r2;
+        o.fp_linears = 1;
+        QT_OK(qx_engine_init(&en, s, &o, &e));
+        QT_OK(qx_engine_eval(&en, win, &r2, &e));
+        qx_engine_free(&en);
+        QT_CHECKF(fabs(r2.ppl - r0.ppl) <= 1e-6 * r0.ppl, "fp_linears: %.8f vs reference %.8f", r2.ppl, r0.ppl);
+    }
     *ppl_ref = r0.ppl;
     *ppl_eng = r1.ppl;
     QT_CHECKF(fabs(r1.ppl - r0.ppl) <= 1e-3 * r0.ppl, "W%dA%dKV%d: engine perplexity %.6f vs reference %.6f (%.4f%%)", w, a, kv,

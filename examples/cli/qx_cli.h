@@ -90,6 +90,7 @@ int qx_cmd_plot(int argc, char** argv);
 int qx_cmd_demo(int argc, char** argv);
 int qx_cmd_calibrate(int argc, char** argv);
 int qx_cmd_run(int argc, char** argv);
+int qx_cmd_generate(int argc, char** argv);
 
 #ifdef __cplusplus
 }

@@ -101,7 +101,7 @@ static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, con
     d.bits = o->w_bits;
     d.group_size = o->w_group;
     snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, base);
-    if (!eng_bits_on(o->a_bits)) {
+    if (!eng_bits_on(o->a_bits) || o->fp_linears) {
         /* no integer kernel without activation codes: FP32 GEMM on the fake-quantized weights */
         r = quarot_fake_quant_f32(L->w, out, in, in, &d);
         if (r != QUAROT_OK) { qx_err_set(e, "%s: quantization: %s", name, quarot_result_string(r)); return r; }
@@ -661,4 +661,33 @@ quarot_result qx_engine_eval(qx_engine* en, const qx_windows* w, qx_ppl_result* 
     res->nll = nll / (double)res->n_predicted;
     res->ppl = exp(res->nll);
     return QUAROT_OK;
+}
+
+quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* hooks, const qx_fake_quant_opts* q,
+                                   const qx_windows* w, const quarot_env* env, qx_ppl_result* res, qx_err* e) {
+    qx_engine en;
+    qx_engine_opts o;
+    quarot_result r;
+    if (!s || !q || !w || !res) { qx_err_set(e, "engine eval: bad arguments"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (q->w_asym || q->a_asym || (q->w_clip != 0.0f && q->w_clip != 1.0f) || q->w_clip_search || q->k_bits != q->v_bits ||
+        (q->kv_clip != 0.0f && q->kv_clip != 1.0f)) {
+        qx_err_set(e, "engine: asymmetric weights/activations, weight clipping and different K/V bits are not supported");
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    memset(&o, 0, sizeof o);
+    o.w_bits = q->w_bits;
+    o.w_group = q->w_group;
+    o.a_bits = q->a_bits;
+    o.a_clip = q->a_clip;
+    o.kv_bits = q->k_bits;
+    o.kv_sym = q->kv_sym;
+    o.context = w->max_len;
+    o.max_tokens = w->max_len;
+    o.hooks = hooks && hooks->count ? hooks : NULL;
+    o.env = env;
+    r = qx_engine_init(&en, s, &o, e);
+    if (r != QUAROT_OK) return r;
+    r = qx_engine_eval(&en, w, res, e);
+    qx_engine_free(&en);
+    return r;
 }

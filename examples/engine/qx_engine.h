@@ -37,7 +37,7 @@
 #ifndef QX_ENGINE_H
 #define QX_ENGINE_H
 
-#include "qx_store.h"
+#include "qx_forward.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +56,9 @@ typedef struct qx_engine_opts {      /* zero-init = FP32, context = config max_s
     quarot_isa isa;                  /* integer kernels; DEFAULT = best compiled in */
     const quarot_env* env;           /* parallel hook (copied); NULL = serial */
     int profile;                     /* 1: time the online hooks and activation quantization */
+    int fp_linears;                  /* 1: no integer kernels: FP32 GEMMs on fake-quantized weights and
+                                        activations, the reference's arithmetic (a diagnostic: what is
+                                        left between the two is integer vs float summation order) */
 } qx_engine_opts;
 
 typedef struct qx_eng_linear {
@@ -124,6 +127,13 @@ int32_t qx_engine_sample(const float* logits, int64_t vocab, float temp, float t
 struct qx_windows;
 struct qx_ppl_result;
 quarot_result qx_engine_eval(qx_engine* en, const struct qx_windows* w, struct qx_ppl_result* res, qx_err* e);
+
+/* `quarot eval --engine int`: the perplexity of one (model, hooks, setting) cell computed by the
+   engine, with the fake-quantization options of the reference mapped onto it (weights RTN symmetric,
+   activations per token symmetric, KV asymmetric; other quantizer options are refused). The engine is
+   sized for the longest window; env may be NULL. */
+quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* hooks, const qx_fake_quant_opts* q,
+                                   const struct qx_windows* w, const quarot_env* env, struct qx_ppl_result* res, qx_err* e);
 
 #ifdef __cplusplus
 }
