@@ -5735,25 +5735,39 @@ QUAROT__PRIVATE uint32_t quarot__qg_hsum_avx512(__m512i v) {
     for (i = 0; i < 16; ++i) s += (uint32_t)l[i];
     return s;
 }
+// Four named accumulators (an array of vectors may live on the stack: a store-forwarding chain per
+// instruction); `NT > k` is a constant, so unused ones vanish.
 #define QUAROT__QG512_BODY(NT)                                                                    \
     {                                                                                              \
-        __m512i a[NT];                                                                             \
-        int t;                                                                                     \
-        for (t = 0; t < NT; ++t) a[t] = _mm512_setzero_si512();                                    \
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;                             \
+        const int8_t *x0 = x[0], *x1 = x[NT > 1 ? 1 : 0], *x2 = x[NT > 2 ? 2 : 0], *x3 = x[NT > 3 ? 3 : 0]; \
         if (bits == 4) {                                                                           \
             for (b = 0; b < nblk; ++b) {                                                           \
                 __m512i v = _mm512_loadu_si512((const void*)(w + b * 64));                         \
                 __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m); \
-                for (t = 0; t < NT; ++t) {                                                         \
-                    a[t] = QUAROT__DP512(a[t], lo, _mm512_loadu_si512((const void*)(x[t] + b * 128)));      \
-                    a[t] = QUAROT__DP512(a[t], hi, _mm512_loadu_si512((const void*)(x[t] + b * 128 + 64))); \
-                }                                                                                  \
+                int64_t o = b * 128;                                                               \
+                a0 = QUAROT__DP512(a0, lo, _mm512_loadu_si512((const void*)(x0 + o)));              \
+                a0 = QUAROT__DP512(a0, hi, _mm512_loadu_si512((const void*)(x0 + o + 64)));         \
+                if (NT > 1) { a1 = QUAROT__DP512(a1, lo, _mm512_loadu_si512((const void*)(x1 + o)));      \
+                              a1 = QUAROT__DP512(a1, hi, _mm512_loadu_si512((const void*)(x1 + o + 64))); } \
+                if (NT > 2) { a2 = QUAROT__DP512(a2, lo, _mm512_loadu_si512((const void*)(x2 + o)));      \
+                              a2 = QUAROT__DP512(a2, hi, _mm512_loadu_si512((const void*)(x2 + o + 64))); } \
+                if (NT > 3) { a3 = QUAROT__DP512(a3, lo, _mm512_loadu_si512((const void*)(x3 + o)));      \
+                              a3 = QUAROT__DP512(a3, hi, _mm512_loadu_si512((const void*)(x3 + o + 64))); } \
             }                                                                                      \
         } else {                                                                                   \
-            for (b = 0; b < nblk; ++b)                                                             \
-                for (t = 0; t < NT; ++t) a[t] = quarot__qg_dp8_avx512(a[t], w + b * 64, x[t] + b * 64); \
+            for (b = 0; b < nblk; ++b) {                                                           \
+                int64_t o = b * 64;                                                                \
+                a0 = quarot__qg_dp8_avx512(a0, w + o, x0 + o);                                     \
+                if (NT > 1) a1 = quarot__qg_dp8_avx512(a1, w + o, x1 + o);                         \
+                if (NT > 2) a2 = quarot__qg_dp8_avx512(a2, w + o, x2 + o);                         \
+                if (NT > 3) a3 = quarot__qg_dp8_avx512(a3, w + o, x3 + o);                         \
+            }                                                                                      \
         }                                                                                          \
-        for (t = 0; t < NT; ++t) acc[t] += quarot__qg_hsum_avx512(a[t]);                           \
+        acc[0] += quarot__qg_hsum_avx512(a0);                                                      \
+        if (NT > 1) acc[1] += quarot__qg_hsum_avx512(a1);                                          \
+        if (NT > 2) acc[2] += quarot__qg_hsum_avx512(a2);                                          \
+        if (NT > 3) acc[3] += quarot__qg_hsum_avx512(a3);                                          \
     }
 QUAROT__PRIVATE void quarot__qg_full_avx512(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
                                             uint32_t* acc) {
