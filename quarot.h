@@ -5951,7 +5951,7 @@ QUAROT_API quarot_result quarot_qmat_pack(int bits, const int8_t* q, int64_t row
             int high;
             uint8_t* og = o + g * ((G + 1) / 2);
             quarot__qg_pos4(G, k - g * G, &byte, &high);
-            og[byte] = high ? (uint8_t)((og[byte] & 0x0f) | ((qr[k] + 8) << 4)) : (uint8_t)((og[byte] & 0xf0) | (qr[k] + 8));
+            og[byte] = (uint8_t)(high ? ((og[byte] & 0x0f) | ((qr[k] + 8) << 4)) : ((og[byte] & 0xf0) | (qr[k] + 8)));
         }
     }
     return QUAROT_OK;
