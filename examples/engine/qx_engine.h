@@ -55,7 +55,8 @@ typedef struct qx_engine_opts {      /* zero-init = FP32, context = config max_s
     const quarot_online_list* hooks; /* online rotations (NULL = none); must outlive the engine */
     quarot_isa isa;                  /* integer kernels; DEFAULT = best compiled in */
     const quarot_env* env;           /* parallel hook (copied); NULL = serial */
-    int profile;                     /* 1: time the online hooks and activation quantization */
+    int profile;                     /* time the online hooks and activation quantization: 1 wall clock,
+                                        2 the calling thread's CPU time (for one-thread runs) */
     int fp_linears;                  /* 1: no integer kernels: FP32 GEMMs on fake-quantized weights and
                                         activations, the reference's arithmetic (a diagnostic: what is
                                         left between the two is integer vs float summation order) */
