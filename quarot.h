@@ -30,6 +30,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
     >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
     >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
+    >>qgemm       integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
@@ -677,6 +678,61 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
                                          const double* h, int64_t h_n, const quarot_gptq_desc* d,
                                          int8_t* q, float* scales, float* zeros,
                                          quarot_gptq_info* info, const quarot_env* env);
+
+// >>qgemm
+// Integer matrix products for W4A4 / W4A8 / W8A8 inference: y[t][o] = sum_k W[o][k] x[t][k] with
+// weights and per-token activations held as quantization codes (symmetric, quarot_quantize_f32's
+// codes), accumulated exactly in int32 per weight group, then scaled in float:
+//     acc[t][o][g] = sum_{k in group g} wq[o][k] * xq[t][k]                        (int32, exact)
+//     y[t][o]      = (sum_g f32(acc[t][o][g]) * w_scale[o][g], in g order) * x_scale[t]
+// Every ISA computes the same integers and applies the scales with the same float operations in
+// the same order (no FMA contraction), so SIMD results are bit-identical to _ref.
+// Weight storage (quarot_qmat_pack writes it; engines may write it themselves):
+//   - 8 bits: one byte per code, offset binary u = q + 128, row-major [rows][cols].
+//   - 4 bits: two codes per byte, offset binary u = q + 8 (q in [-8, 7], u in [0, 15], as ggml's
+//     Q4_0). Each group of G codes is packed on its own into ceil(G/2) bytes, in blocks of 128
+//     codes (64 bytes): in a block of L codes (L = 128, or G mod 128 for the group's last block)
+//     with h = ceil(L/2), byte j (0 <= j < h) holds code j in its LOW nibble and code j + h in its
+//     HIGH nibble (a missing code j + h = L, odd L, is stored as u = 8, i.e. 0). So a SIMD register
+//     of packed bytes splits into two runs of consecutive codes, matching contiguous activations.
+//   Row o starts at byte o * quarot_qmat_row_bytes(bits, cols, group); groups follow each other.
+// Activations: int8 codes xq[t][cols] (row stride ldx >= cols) in [-128, 127] (4-bit activations
+// are codes in [-8, 7] held in int8: the byte dot product costs the same), a scale per token, and
+// the sum of each token's codes per weight group, xsum[t][cols/group] (quarot_qact_sums): the u8 x s8
+// dot-product instructions (VNNI vpdpbusd, pmaddubsw) compute sum u*x, and
+// acc = sum u*x - offset * xsum, which is exact. Results are specified for xsum equal to those sums.
+// Limits keeping every int32 partial sum in range: group <= 2^20 (4 bits), <= 2^16 (8 bits).
+// Kernels: REF (also what SSE2 runs), AVX2 (pmaddubsw; AVX-VNNI vpdpbusd when __AVXVNNI__),
+// AVX512 (needs AVX512BW; vpdpbusd when __AVX512VNNI__), NEON (sdot when __ARM_FEATURE_DOTPROD).
+typedef struct quarot_qmat {          // quantized weights W[rows][cols] (rows = outputs)
+    int bits;                         // 4 or 8
+    int64_t rows, cols;
+    int64_t group;                    // codes per scale along a row; 0 = cols; must divide cols
+    const uint8_t* data;              // rows * quarot_qmat_row_bytes(bits, cols, group) bytes
+    const float* scales;              // [rows][cols/group]
+} quarot_qmat;
+
+// Bytes of one packed row (0 on bad arguments): 8 bits: cols; 4 bits: (cols/group) * ceil(group/2).
+QUAROT_API size_t quarot_qmat_row_bytes(int bits, int64_t cols, int64_t group);
+// Pack codes q[rows][cols] (each in [-2^(bits-1), 2^(bits-1)-1], else QUAROT_ERR_INVALID_ARGUMENT
+// with nothing written) into out (rows * row_bytes).
+QUAROT_API quarot_result quarot_qmat_pack(int bits, const int8_t* q, int64_t rows, int64_t cols, int64_t group,
+                                          uint8_t* out);
+// The inverse: codes q[rows][cols] from packed data.
+QUAROT_API quarot_result quarot_qmat_unpack(int bits, const uint8_t* data, int64_t rows, int64_t cols, int64_t group,
+                                            int8_t* q);
+// xsum[t][g] = sum of xq[t][g*group .. (g+1)*group - 1] (group 0 = cols), for rows tokens.
+QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_t cols, int64_t ldx, int64_t group,
+                                          int32_t* xsum);
+// y[t][o] (row stride ldy >= w->rows) for t < rows tokens, as above. rows == 1 is the decode
+// matrix-vector product; larger rows run in tiles of 4 tokens that share each unpacked weight block
+// (prefill). Output rows are split into tasks of 16 over env's parallel hook; each y element is
+// computed by one task in the same order, so results do not depend on the thread count. Errors:
+// NULL pointers, bits not 4/8, shapes, group not dividing cols or over the limit, ldx/ldy too small ->
+// QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED. Never allocates.
+QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
+                                      const int32_t* xsum, int64_t rows, float* y, int64_t ldy, quarot_isa isa,
+                                      const quarot_env* env);
 
 // >>rotation
 // An orthogonal matrix Q of size n, applied to row vectors: x <- x*Q. Q is block-diagonal with n/block
@@ -5800,6 +5856,404 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     if (info)
         for (i = 0; i < jb.n_tiles; ++i) info->loss += jb.tile_loss[i];
     quarot_env_free(env, mem);
+    return QUAROT_OK;
+}
+
+// >>qgemm
+// Per (token t, output o, group g): acc = sum_k u[o][k] x[t][k] - offset * xsum[t][g], with u the
+// offset-binary weight codes (q + 8 or q + 128), so acc = sum q x exactly. The ISA kernels form
+// sum u*x over whole blocks (128 codes at 4 bits, 64 at 8) with wrapping int32 lanes; the group's
+// tail, the offset and the float scales are shared scalar code, identical for every ISA.
+#define QUAROT__QG_TILE 4      // tokens sharing one pass over a weight row
+#define QUAROT__QG_ROWS 16     // output rows per parallel task
+
+// Raw sum u*x over one 4-bit block of L <= 128 codes (layout in the declaration), modulo 2^32.
+QUAROT__PRIVATE uint32_t quarot__qg_block4_ref(const uint8_t* w, const int8_t* x, int64_t L) {
+    int64_t h = (L + 1) / 2, j;
+    uint32_t s = 0;
+    for (j = 0; j < h; ++j) {
+        s += (uint32_t)((int32_t)(w[j] & 15) * (int32_t)x[j]);
+        if (j + h < L) s += (uint32_t)((int32_t)(w[j] >> 4) * (int32_t)x[j + h]);
+    }
+    return s;
+}
+
+QUAROT__PRIVATE uint32_t quarot__qg_bytes8_ref(const uint8_t* w, const int8_t* x, int64_t n) {
+    int64_t j;
+    uint32_t s = 0;
+    for (j = 0; j < n; ++j) s += (uint32_t)((int32_t)w[j] * (int32_t)x[j]);
+    return s;
+}
+
+// acc[t] += sum u*x over nblk whole blocks, for nt tokens whose group starts are x[t].
+typedef void (*quarot__qg_fn)(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk, uint32_t* acc);
+
+QUAROT__PRIVATE void quarot__qg_full_ref(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
+                                         uint32_t* acc) {
+    int64_t b;
+    int t;
+    for (t = 0; t < nt; ++t)
+        for (b = 0; b < nblk; ++b)
+            acc[t] += bits == 4 ? quarot__qg_block4_ref(w + b * 64, x[t] + b * 128, 128)
+                                : quarot__qg_bytes8_ref(w + b * 64, x[t] + b * 64, 64);
+}
+
+#if defined(QUAROT__HAVE_AVX512) && defined(__AVX512BW__)
+#define QUAROT__QG_AVX512 1
+#if defined(__AVX512VNNI__)
+  #define QUAROT__DP512(a, u, s) _mm512_dpbusd_epi32((a), (u), (s))
+#else
+  #define QUAROT__DP512(a, u, s) _mm512_add_epi32((a), _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1)))
+#endif
+// 8-bit weights without VNNI: pmaddubsw would saturate (255*127*2 > 32767), so widen to 16 bits.
+QUAROT__PRIVATE __m512i quarot__qg_dp8_avx512(__m512i a, const uint8_t* w, const int8_t* x) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpbusd_epi32(a, _mm512_loadu_si512((const void*)w), _mm512_loadu_si512((const void*)x));
+#else
+    int i;
+    for (i = 0; i < 2; ++i) {
+        __m512i u = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(const void*)(w + 32 * i)));
+        __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(const void*)(x + 32 * i)));
+        a = _mm512_add_epi32(a, _mm512_madd_epi16(u, v));
+    }
+    return a;
+#endif
+}
+// Lane sum (not _mm512_reduce_add_epi32: g++ 12 warns inside it under -Werror).
+QUAROT__PRIVATE uint32_t quarot__qg_hsum_avx512(__m512i v) {
+    int32_t l[16];
+    uint32_t s = 0;
+    int i;
+    _mm512_storeu_si512((void*)l, v);
+    for (i = 0; i < 16; ++i) s += (uint32_t)l[i];
+    return s;
+}
+// Four named accumulators (an array of vectors may live on the stack: a store-forwarding chain per
+// instruction); `NT > k` is a constant, so unused ones vanish.
+#define QUAROT__QG512_BODY(NT)                                                                    \
+    {                                                                                              \
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;                             \
+        const int8_t *x0 = x[0], *x1 = x[NT > 1 ? 1 : 0], *x2 = x[NT > 2 ? 2 : 0], *x3 = x[NT > 3 ? 3 : 0]; \
+        if (bits == 4) {                                                                           \
+            for (b = 0; b < nblk; ++b) {                                                           \
+                __m512i v = _mm512_loadu_si512((const void*)(w + b * 64));                         \
+                __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m); \
+                int64_t o = b * 128;                                                               \
+                a0 = QUAROT__DP512(a0, lo, _mm512_loadu_si512((const void*)(x0 + o)));              \
+                a0 = QUAROT__DP512(a0, hi, _mm512_loadu_si512((const void*)(x0 + o + 64)));         \
+                if (NT > 1) { a1 = QUAROT__DP512(a1, lo, _mm512_loadu_si512((const void*)(x1 + o)));      \
+                              a1 = QUAROT__DP512(a1, hi, _mm512_loadu_si512((const void*)(x1 + o + 64))); } \
+                if (NT > 2) { a2 = QUAROT__DP512(a2, lo, _mm512_loadu_si512((const void*)(x2 + o)));      \
+                              a2 = QUAROT__DP512(a2, hi, _mm512_loadu_si512((const void*)(x2 + o + 64))); } \
+                if (NT > 3) { a3 = QUAROT__DP512(a3, lo, _mm512_loadu_si512((const void*)(x3 + o)));      \
+                              a3 = QUAROT__DP512(a3, hi, _mm512_loadu_si512((const void*)(x3 + o + 64))); } \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (b = 0; b < nblk; ++b) {                                                           \
+                int64_t o = b * 64;                                                                \
+                a0 = quarot__qg_dp8_avx512(a0, w + o, x0 + o);                                     \
+                if (NT > 1) a1 = quarot__qg_dp8_avx512(a1, w + o, x1 + o);                         \
+                if (NT > 2) a2 = quarot__qg_dp8_avx512(a2, w + o, x2 + o);                         \
+                if (NT > 3) a3 = quarot__qg_dp8_avx512(a3, w + o, x3 + o);                         \
+            }                                                                                      \
+        }                                                                                          \
+        acc[0] += quarot__qg_hsum_avx512(a0);                                                      \
+        if (NT > 1) acc[1] += quarot__qg_hsum_avx512(a1);                                          \
+        if (NT > 2) acc[2] += quarot__qg_hsum_avx512(a2);                                          \
+        if (NT > 3) acc[3] += quarot__qg_hsum_avx512(a3);                                          \
+    }
+QUAROT__PRIVATE void quarot__qg_full_avx512(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
+                                            uint32_t* acc) {
+    const __m512i m = _mm512_set1_epi8(15);
+    int64_t b;
+    switch (nt) {
+        case 1: QUAROT__QG512_BODY(1) break;
+        case 2: QUAROT__QG512_BODY(2) break;
+        case 3: QUAROT__QG512_BODY(3) break;
+        default: QUAROT__QG512_BODY(4) break;
+    }
+}
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+#if defined(__AVXVNNI__)
+  #define QUAROT__DP256(a, u, s) _mm256_dpbusd_avx_epi32((a), (u), (s))
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  #define QUAROT__DP256(a, u, s) _mm256_dpbusd_epi32((a), (u), (s))
+#else
+  #define QUAROT__DP256(a, u, s) _mm256_add_epi32((a), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#endif
+QUAROT__PRIVATE __m256i quarot__qg_dp8_avx2(__m256i a, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+    return QUAROT__DP256(a, u, s);
+#else
+    __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u)), u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
+    __m256i s0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(s)), s1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(s, 1));
+    a = _mm256_add_epi32(a, _mm256_madd_epi16(u0, s0));
+    return _mm256_add_epi32(a, _mm256_madd_epi16(u1, s1));
+#endif
+}
+QUAROT__PRIVATE uint32_t quarot__qg_hsum_avx2(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return (uint32_t)_mm_cvtsi128_si32(s);
+}
+#define QUAROT__QG256_BODY(NT)                                                                    \
+    {                                                                                              \
+        __m256i a[NT];                                                                             \
+        int t;                                                                                     \
+        for (t = 0; t < NT; ++t) a[t] = _mm256_setzero_si256();                                    \
+        if (bits == 4) {                                                                           \
+            for (b = 0; b < nblk; ++b) {                                                           \
+                __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));        \
+                __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));   \
+                __m256i l0 = _mm256_and_si256(v0, m), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m); \
+                __m256i l1 = _mm256_and_si256(v1, m), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m); \
+                for (t = 0; t < NT; ++t) {                                                         \
+                    const int8_t* xb = x[t] + b * 128;                                             \
+                    a[t] = QUAROT__DP256(a[t], l0, _mm256_loadu_si256((const __m256i*)(const void*)xb));        \
+                    a[t] = QUAROT__DP256(a[t], l1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32))); \
+                    a[t] = QUAROT__DP256(a[t], h0, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 64))); \
+                    a[t] = QUAROT__DP256(a[t], h1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 96))); \
+                }                                                                                  \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (b = 0; b < nblk; ++b) {                                                           \
+                __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));        \
+                __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));   \
+                for (t = 0; t < NT; ++t) {                                                         \
+                    const int8_t* xb = x[t] + b * 64;                                              \
+                    a[t] = quarot__qg_dp8_avx2(a[t], v0, _mm256_loadu_si256((const __m256i*)(const void*)xb));        \
+                    a[t] = quarot__qg_dp8_avx2(a[t], v1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32))); \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (t = 0; t < NT; ++t) acc[t] += quarot__qg_hsum_avx2(a[t]);                             \
+    }
+QUAROT__PRIVATE void quarot__qg_full_avx2(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
+                                          uint32_t* acc) {
+    const __m256i m = _mm256_set1_epi8(15);
+    int64_t b;
+    switch (nt) {
+        case 1: QUAROT__QG256_BODY(1) break;
+        case 2: QUAROT__QG256_BODY(2) break;
+        case 3: QUAROT__QG256_BODY(3) break;
+        default: QUAROT__QG256_BODY(4) break;
+    }
+}
+#endif
+
+#if defined(QUAROT__HAVE_NEON)
+// u in [0, 15] fits a signed byte, so sdot (or widening multiplies) gives sum u*x directly; 8-bit
+// u in [0, 255] does not, and is widened to 16 bits.
+QUAROT__PRIVATE int32x4_t quarot__qg_dp4_neon(int32x4_t a, uint8x16_t u, int8x16_t s) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(a, vreinterpretq_s8_u8(u), s);
+#else
+    int8x16_t us = vreinterpretq_s8_u8(u);
+    a = vpadalq_s16(a, vmull_s8(vget_low_s8(us), vget_low_s8(s)));
+    return vpadalq_s16(a, vmull_high_s8(us, s));
+#endif
+}
+QUAROT__PRIVATE int32x4_t quarot__qg_dp8_neon(int32x4_t a, uint8x16_t u, int8x16_t s) {
+    int16x8_t u0 = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(u))), u1 = vreinterpretq_s16_u16(vmovl_high_u8(u));
+    int16x8_t s0 = vmovl_s8(vget_low_s8(s)), s1 = vmovl_high_s8(s);
+    a = vmlal_s16(a, vget_low_s16(u0), vget_low_s16(s0));
+    a = vmlal_high_s16(a, u0, s0);
+    a = vmlal_s16(a, vget_low_s16(u1), vget_low_s16(s1));
+    return vmlal_high_s16(a, u1, s1);
+}
+QUAROT__PRIVATE void quarot__qg_full_neon(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
+                                          uint32_t* acc) {
+    const uint8x16_t m = vdupq_n_u8(15);
+    int64_t b;
+    int t, i;
+    for (t = 0; t < nt; ++t) {
+        int32x4_t a = vdupq_n_s32(0);
+        for (b = 0; b < nblk; ++b) {
+            if (bits == 4) {
+                for (i = 0; i < 4; ++i) {
+                    uint8x16_t v = vld1q_u8(w + b * 64 + i * 16);
+                    a = quarot__qg_dp4_neon(a, vandq_u8(v, m), vld1q_s8(x[t] + b * 128 + i * 16));
+                    a = quarot__qg_dp4_neon(a, vshrq_n_u8(v, 4), vld1q_s8(x[t] + b * 128 + 64 + i * 16));
+                }
+            } else {
+                for (i = 0; i < 4; ++i)
+                    a = quarot__qg_dp8_neon(a, vld1q_u8(w + b * 64 + i * 16), vld1q_s8(x[t] + b * 64 + i * 16));
+            }
+        }
+        acc[t] += (uint32_t)vaddvq_s32(a);
+    }
+}
+#endif
+
+QUAROT__PRIVATE quarot__qg_fn quarot__qg_kernel(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__QG_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__qg_full_avx512;
+#elif defined(QUAROT__HAVE_AVX512) && defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX512: return quarot__qg_full_avx2;   // AVX512F without BW: byte ops need BW
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__qg_full_avx2;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__qg_full_neon;
+#endif
+        default: return quarot__qg_full_ref;
+    }
+}
+
+QUAROT_API size_t quarot_qmat_row_bytes(int bits, int64_t cols, int64_t group) {
+    if (cols <= 0 || group < 0) return 0;
+    if (group == 0) group = cols;
+    if (cols % group != 0) return 0;
+    if (bits == 8) return (size_t)cols;
+    if (bits == 4) return (size_t)(cols / group) * (size_t)((group + 1) / 2);
+    return 0;
+}
+
+// Byte and nibble of code k (0 <= k < G) within a packed 4-bit group.
+QUAROT__PRIVATE void quarot__qg_pos4(int64_t G, int64_t k, int64_t* byte, int* high) {
+    int64_t blk = k / 128, off = k - blk * 128, L = G - blk * 128, h;
+    if (L > 128) L = 128;
+    h = (L + 1) / 2;
+    *byte = blk * 64 + (off < h ? off : off - h);
+    *high = off >= h;
+}
+
+QUAROT_API quarot_result quarot_qmat_pack(int bits, const int8_t* q, int64_t rows, int64_t cols, int64_t group,
+                                          uint8_t* out) {
+    size_t rb = quarot_qmat_row_bytes(bits, cols, group);
+    int64_t r, k, lo = bits == 4 ? -8 : -128, hi = bits == 4 ? 7 : 127, G;
+    if (!q || !out || rows < 0 || rb == 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (k = 0; k < rows * cols; ++k)
+        if (q[k] < lo || q[k] > hi) return QUAROT_ERR_INVALID_ARGUMENT;
+    G = group ? group : cols;
+    for (r = 0; r < rows; ++r) {
+        uint8_t* o = out + (size_t)r * rb;
+        const int8_t* qr = q + r * cols;
+        if (bits == 8) {
+            for (k = 0; k < cols; ++k) o[k] = (uint8_t)(qr[k] + 128);
+            continue;
+        }
+        memset(o, 0x88, rb);   // u = 8 (code 0) in both nibbles: odd blocks' missing code
+        for (k = 0; k < cols; ++k) {
+            int64_t g = k / G, byte;
+            int high;
+            uint8_t* og = o + g * ((G + 1) / 2);
+            quarot__qg_pos4(G, k - g * G, &byte, &high);
+            og[byte] = (uint8_t)(high ? ((og[byte] & 0x0f) | ((qr[k] + 8) << 4)) : ((og[byte] & 0xf0) | (qr[k] + 8)));
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_qmat_unpack(int bits, const uint8_t* data, int64_t rows, int64_t cols, int64_t group,
+                                            int8_t* q) {
+    size_t rb = quarot_qmat_row_bytes(bits, cols, group);
+    int64_t r, k, G;
+    if (!q || !data || rows < 0 || rb == 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    G = group ? group : cols;
+    for (r = 0; r < rows; ++r) {
+        const uint8_t* o = data + (size_t)r * rb;
+        for (k = 0; k < cols; ++k) {
+            int64_t g = k / G, byte;
+            int high;
+            if (bits == 8) { q[r * cols + k] = (int8_t)((int)o[k] - 128); continue; }
+            quarot__qg_pos4(G, k - g * G, &byte, &high);
+            byte += g * ((G + 1) / 2);
+            q[r * cols + k] = (int8_t)((high ? o[byte] >> 4 : o[byte] & 15) - 8);
+        }
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_t cols, int64_t ldx, int64_t group,
+                                          int32_t* xsum) {
+    int64_t t, g, k, G, ng;
+    if (!xq || !xsum || rows < 0 || cols <= 0 || ldx < cols || group < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    G = group ? group : cols;
+    if (cols % G != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    ng = cols / G;
+    for (t = 0; t < rows; ++t)
+        for (g = 0; g < ng; ++g) {
+            int32_t s = 0;
+            const int8_t* x = xq + t * ldx + g * G;
+            for (k = 0; k < G; ++k) s += x[k];
+            xsum[t * ng + g] = s;
+        }
+    return QUAROT_OK;
+}
+
+typedef struct quarot__qg_job {
+    const quarot_qmat* w;
+    const int8_t* xq;
+    const float* xs;
+    const int32_t* xsum;
+    int64_t ldx, rows, ldy;
+    float* y;
+    quarot__qg_fn fn;
+} quarot__qg_job;
+
+// Output rows [o0, o1) of every token, tiles of QUAROT__QG_TILE tokens.
+QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
+    const quarot__qg_job* jb = (const quarot__qg_job*)arg;
+    const quarot_qmat* w = jb->w;
+    int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, o, t0, g;
+    int64_t o0 = task * QUAROT__QG_ROWS, o1 = o0 + QUAROT__QG_ROWS;
+    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols, w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
+    int64_t blk = w->bits == 4 ? 128 : 64, nblk = G / blk, tail = G - nblk * blk;
+    uint32_t off = w->bits == 4 ? 8u : 128u;
+    if (o1 > w->rows) o1 = w->rows;
+    for (t0 = 0; t0 < jb->rows; t0 += QUAROT__QG_TILE) {
+        int nt = (int)(jb->rows - t0 < QUAROT__QG_TILE ? jb->rows - t0 : QUAROT__QG_TILE), t;
+        for (o = o0; o < o1; ++o) {
+            const uint8_t* wr = w->data + (size_t)o * rb;
+            float f[QUAROT__QG_TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (g = 0; g < ng; ++g) {
+                const uint8_t* wg = wr + (size_t)g * gb;
+                const int8_t* xg[QUAROT__QG_TILE];
+                uint32_t acc[QUAROT__QG_TILE] = {0u, 0u, 0u, 0u};
+                float ws = w->scales[o * ng + g];
+                for (t = 0; t < nt; ++t) xg[t] = jb->xq + (t0 + t) * jb->ldx + g * G;
+                if (nblk) jb->fn(w->bits, wg, xg, nt, nblk, acc);
+                for (t = 0; t < nt; ++t) {
+                    uint32_t u;
+                    int32_t a;
+                    if (tail) acc[t] += w->bits == 4 ? quarot__qg_block4_ref(wg + nblk * 64, xg[t] + nblk * 128, tail)
+                                                     : quarot__qg_bytes8_ref(wg + nblk * 64, xg[t] + nblk * 64, tail);
+                    // two's complement wrap back to int32 (exact: the true value is in range)
+                    u = acc[t] - off * (uint32_t)jb->xsum[(t0 + t) * ng + g];
+                    a = u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(0xffffffffu - u) - 1;
+                    f[t] += (float)a * ws;
+                }
+            }
+            for (t = 0; t < nt; ++t) jb->y[(t0 + t) * jb->ldy + o] = f[t] * jb->xs[t0 + t];
+        }
+    }
+}
+
+QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
+                                      const int32_t* xsum, int64_t rows, float* y, int64_t ldy, quarot_isa isa,
+                                      const quarot_env* env) {
+    quarot__qg_job jb;
+    quarot_isa use;
+    quarot_result r;
+    int64_t G;
+    if (!w || !w->data || !w->scales || !xq || !x_scales || !xsum || !y || rows < 0 || w->rows < 0 ||
+        quarot_qmat_row_bytes(w->bits, w->cols, w->group) == 0 || ldx < w->cols || ldy < w->rows)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    G = w->group ? w->group : w->cols;
+    if (G > (w->bits == 4 ? (INT64_C(1) << 20) : (INT64_C(1) << 16))) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(isa, &use);
+    if (r != QUAROT_OK) return r;
+    if (rows == 0 || w->rows == 0) return QUAROT_OK;
+    jb.w = w; jb.xq = xq; jb.xs = x_scales; jb.xsum = xsum;
+    jb.ldx = ldx; jb.rows = rows; jb.ldy = ldy; jb.y = y;
+    jb.fn = quarot__qg_kernel(use);
+    quarot_env_parallel_for(env, quarot__qg_task, &jb, (w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS);
     return QUAROT_OK;
 }
 

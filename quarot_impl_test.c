@@ -73,6 +73,19 @@ static int impl_test_modules(void) {
     memset(&qd, 0, sizeof qd);
     for (i = 0; i < 16; ++i) y[i] = (float)i;
     if (quarot_fake_quant_f32(y, 1, 16, 16, &qd) != QUAROT_OK || y[0] != 0.0f) bad |= impl_test_fail("fake quant");
+    /* integer GEMM: a 4-bit row of 3 times a code row of 2 -> 6 * 0.5 * 0.25 */
+    {
+        int8_t wq[16], xq[16];
+        uint8_t wp[8];
+        float ws = 0.5f, xs = 0.25f, yq = 0.0f;
+        int32_t xsum = 0;
+        quarot_qmat qm;
+        for (i = 0; i < 16; ++i) { wq[i] = 3; xq[i] = 2; }
+        qm.bits = 4; qm.rows = 1; qm.cols = 16; qm.group = 0; qm.data = wp; qm.scales = &ws;
+        if (quarot_qmat_pack(4, wq, 1, 16, 0, wp) != QUAROT_OK || quarot_qact_sums(xq, 1, 16, 16, 0, &xsum) != QUAROT_OK ||
+            quarot_qgemm(&qm, xq, 16, &xs, &xsum, 1, &yq, 1, QUAROT_ISA_DEFAULT, NULL) != QUAROT_OK || yq != 12.0f)
+            bad |= impl_test_fail("qgemm");
+    }
     /* online hooks: add, text round trip */
     quarot_online_list_init(&list, NULL);
     if (quarot_online_list_add(&list, 0, QUAROT_SITE_DOWN_INPUT, 24, 1, 24, 1, NULL) != QUAROT_OK ||

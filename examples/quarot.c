@@ -15,6 +15,7 @@
        quarot calibrate MODEL --text FILE -o CONTEXT   Adapt Rotation stage 1
        quarot run CONFIG.yaml                msModelSlim-style YAML (quarot / adapt_rotation processors)
        quarot tokenize MODEL --prompt TEXT   token ids and pieces of a model's tokenizer
+       quarot generate MODEL [--prompt TEXT] text from the W4A4 inference engine (examples/engine/)
        quarot demo                           the whole story on an embedded default
 
    Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4 processing, 5 internal (see qx_cli.h). */
@@ -38,6 +39,7 @@ static const qx_subcommand commands[] = {
     {"calibrate", qx_cmd_calibrate, "Adapt Rotation stage 1: learn the rotation from calibration text"},
     {"run", qx_cmd_run, "run an msModelSlim-style YAML configuration"},
     {"tokenize", qx_cmd_tokenize, "a model's tokenizer on a text: token ids and pieces (like llama-tokenize)"},
+    {"generate", qx_cmd_generate, "generate text with the W4A4 inference engine (integer kernels, online hooks)"},
     {"demo", qx_cmd_demo, "the whole story on an embedded default model (what `make demo` runs)"},
 };
 

@@ -93,6 +93,7 @@ int qx_cmd_calibrate(int argc, char** argv);
 int qx_cmd_run(int argc, char** argv);
 int qx_cmd_tokenize(int argc, char** argv);
 int qx_cmd_quantize(int argc, char** argv);
+int qx_cmd_generate(int argc, char** argv);
 
 #ifdef __cplusplus
 }

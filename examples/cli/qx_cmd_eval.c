@@ -10,6 +10,7 @@
    same recipe as the QuaRot column with R1 = H*R learned from activations. */
 #include "qx_calib.h"
 #include "qx_cli.h"
+#include "qx_engine.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
 #include "qx_threads.h"
@@ -66,6 +67,9 @@ static void eval_usage(FILE* f) {
         "              log-softmax in double precision.\n"
         "  --seed N              seed of the random Hadamard signs (default 0; QuaRot --seed)\n"
         "  --threads N           threads for the forward pass and GPTQ (default 1)\n"
+        "  --engine ref|int      who computes the perplexity: ref (default) the fake-quantized reference\n"
+        "                        forward pass; int the inference engine (examples/engine/: integer kernels,\n"
+        "                        online hooks, quantized KV cache), which must agree within ~0.1%%\n"
         "  --quiet               no progress on stderr\n"
         "  --help                this text\n");
     fputs(
@@ -287,7 +291,7 @@ int qx_cmd_eval(int argc, char** argv) {
     int w_list[8] = {16}, a_list[8] = {16}, kv_list[8] = {16}, n_w = 0, n_a = 0, n_kv = 0;
     int64_t group = 0, windows = 0, seq_len = 256, seed = 0;
     double clip = 1.0;
-    int windowing = QX_WINDOWING_STREAM, quiet = 0, i, j, k, rc = QX_EXIT_OK, any_kv = 0;
+    int windowing = QX_WINDOWING_STREAM, quiet = 0, i, j, k, rc = QX_EXIT_OK, any_kv = 0, use_engine = 0;
     qx_ek_setting settings[QX_EK_MAX_ROWS];
     int n_settings = 0;
     qx_store model, rot;
@@ -352,6 +356,11 @@ int qx_cmd_eval(int argc, char** argv) {
         else if ((got = EVAL_OPT("--calib-windows")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--calib-windows", v, 0, INT64_C(1) << 40, &calib_windows)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--calib-quant-dtype")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_dtype = v; }
         else if ((got = EVAL_OPT("--calib-layer-type")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_layers = v; }
+        else if ((got = EVAL_OPT("--engine")) != 0) {
+            if (got < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "int") == 0) use_engine = 1;
+            else if (strcmp(v, "ref") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--engine: '%s' is not ref or int", v);
+        }
         else if ((got = EVAL_OPT("--windowing")) != 0) { if (got < 0 || !qx_cli_windowing(&cli, v, &windowing)) return QX_EXIT_USAGE; }
         else if (strcmp(a, "--w-clip") == 0) w_clip = 1;
         else if (strcmp(a, "--w-asym") == 0) w_asym = 1;
@@ -799,6 +808,17 @@ int qx_cmd_eval(int argc, char** argv) {
                                 gptq ? "GPTQ" : "RTN", x->st.seconds);
                 }
                 src = &x->s;
+            }
+            if (use_engine) {   /* the inference engine scores the cell itself */
+                r = qx_engine_eval_quant(src, variants[j].hooks, &q, &win, NULL, &res, &e);
+                if (r != QUAROT_OK) {
+                    rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: engine: %s",
+                                     settings[i].label, variants[j].name, e.msg);
+                    break;
+                }
+                table.v[i][j] = res.ppl;
+                prog.before += win.n;
+                continue;
             }
             r = qx_ek_forward_init(&ef, src, variants[j].hooks, &q, NULL, NULL, &e);
             if (r == QUAROT_OK) ef.f.opts.env = &env;

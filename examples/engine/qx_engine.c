@@ -1,0 +1,754 @@
+/* qx_engine.c - see qx_engine.h. One decoder layer is the reference forward pass's sequence
+   (model/qx_forward.c) with the decoder linears on integer kernels and the KV cache in codes. */
+#include "qx_engine.h"
+#include "qx_eval.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3 };
+
+/* profile 1: wall clock; 2: this thread's CPU time (single-thread runs on a shared machine) */
+static double eng_now_clock(int profile) {
+    struct timespec ts;
+    clock_gettime(profile == 2 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Every allocation of the engine, freed together (also after a failed init). */
+static void* eng_alloc(qx_engine* en, size_t bytes) {
+    void* p;
+    if (en->n_blocks == en->cap_blocks) {
+        int64_t cap = en->cap_blocks ? en->cap_blocks * 2 : 64;
+        void** nb = (void**)realloc(en->blocks, (size_t)cap * sizeof *nb);
+        if (!nb) return NULL;
+        en->blocks = nb;
+        en->cap_blocks = cap;
+    }
+    p = malloc(bytes ? bytes : 1);
+    if (p) en->blocks[en->n_blocks++] = p;
+    return p;
+}
+
+/* Drop one block early (the FP32 copy of a weight once it is packed). */
+static void eng_release(qx_engine* en, void* p) {
+    int64_t i;
+    for (i = en->n_blocks - 1; i >= 0; --i)
+        if (en->blocks[i] == p) {
+            free(p);
+            en->blocks[i] = en->blocks[--en->n_blocks];
+            return;
+        }
+}
+
+/* Tensor `name` [rows][cols] (rows 1: a vector) as FP32; missing and not required: *out = NULL. */
+static quarot_result eng_load(qx_engine* en, const qx_store* s, const char* name, int64_t rows, int64_t cols,
+                              int required, float** out, qx_err* e) {
+    const quarot_tensor* t = qx_store_find(s, name);
+    int64_t r;
+    *out = NULL;
+    if (!t) {
+        if (!required) return QUAROT_OK;
+        qx_err_set(e, "%s: missing", name);
+        return QUAROT_ERR_NOT_FOUND;
+    }
+    if (t->ne[0] != cols || quarot_tensor_nrows(t) != rows || (rows > 1 && t->ne[1] != rows)) {
+        qx_err_set(e, "%s: shape [%lld][%lld], expected [%lld][%lld]", name, (long long)quarot_tensor_nrows(t),
+                   (long long)t->ne[0], (long long)rows, (long long)cols);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    *out = (float*)eng_alloc(en, (size_t)rows * (size_t)cols * sizeof(float));
+    if (!*out) {
+        qx_err_set(e, "%s: out of memory", name);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    for (r = 0; r < rows; ++r) {
+        quarot_result res = quarot_tensor_get_row_f32(t, r, *out + r * cols);
+        if (res != QUAROT_OK) {
+            qx_err_set(e, "%s: %s", name, quarot_result_string(res));
+            return res;
+        }
+    }
+    return QUAROT_OK;
+}
+
+static int eng_bits_on(int b) { return b != 0 && b != 16; }
+
+/* Load and quantize one linear "model.layers.{l}.{base}.weight" [out][in] (+ bias). */
+static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, const char* base, int64_t out, int64_t in,
+                                int req_bias, qx_eng_linear* L, qx_err* e) {
+    char name[300];
+    quarot_result r;
+    const qx_engine_opts* o = &en->opts;
+    quarot_quant_desc d;
+    memset(L, 0, sizeof *L);
+    L->out = out;
+    L->in = in;
+    snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, base);
+    r = eng_load(en, s, name, out, in, 1, &L->w, e);
+    if (r != QUAROT_OK) return r;
+    snprintf(name, sizeof name, "model.layers.%lld.%s.bias", (long long)l, base);
+    r = eng_load(en, s, name, 1, out, req_bias, &L->bias, e);
+    if (r != QUAROT_OK) return r;
+    if (L->bias) en->weight_bytes += (size_t)out * sizeof(float);
+    if (!eng_bits_on(o->w_bits)) {
+        en->weight_bytes += (size_t)(out * in) * sizeof(float);
+        return QUAROT_OK;
+    }
+    memset(&d, 0, sizeof d);
+    d.bits = o->w_bits;
+    d.group_size = o->w_group;
+    snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, base);
+    if (!eng_bits_on(o->a_bits) || o->fp_linears) {
+        /* no integer kernel without activation codes: FP32 GEMM on the fake-quantized weights */
+        r = quarot_fake_quant_f32(L->w, out, in, in, &d);
+        if (r != QUAROT_OK) { qx_err_set(e, "%s: quantization: %s", name, quarot_result_string(r)); return r; }
+        en->weight_bytes += (size_t)(out * in) * sizeof(float);
+        return QUAROT_OK;
+    } else {
+        int64_t ng = in / (o->w_group ? o->w_group : in);
+        int cbits = o->w_bits <= 4 ? 4 : 8;
+        size_t rb = quarot_qmat_row_bytes(cbits, in, o->w_group);
+        int8_t* codes = (int8_t*)malloc((size_t)(out * in));
+        uint8_t* data = (uint8_t*)eng_alloc(en, rb * (size_t)out);
+        float* sc = (float*)eng_alloc(en, (size_t)(out * ng) * sizeof(float));
+        if (!codes || !data || !sc) {
+            free(codes);
+            qx_err_set(e, "%s: out of memory", name);
+            return QUAROT_ERR_OUT_OF_MEMORY;
+        }
+        r = quarot_quantize_f32(L->w, out, in, in, &d, codes, sc, NULL);
+        if (r == QUAROT_OK) r = quarot_qmat_pack(cbits, codes, out, in, o->w_group, data);
+        free(codes);
+        if (r != QUAROT_OK) { qx_err_set(e, "%s: quantization: %s", name, quarot_result_string(r)); return r; }
+        eng_release(en, L->w);
+        L->w = NULL;
+        L->int_kernel = 1;
+        L->qm.bits = cbits;
+        L->qm.rows = out;
+        L->qm.cols = in;
+        L->qm.group = o->w_group;
+        L->qm.data = data;
+        L->qm.scales = sc;
+        en->weight_bytes += rb * (size_t)out + (size_t)(out * ng) * sizeof(float);
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result eng_check(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e) {
+    quarot_model_config* g = &en->cfg;
+    *g = s->config;
+    if (g->n_kv_heads == 0) g->n_kv_heads = g->n_heads;
+    if (g->head_dim == 0 && g->n_heads > 0) g->head_dim = g->hidden / g->n_heads;
+    if (g->norm_eps == 0.0f) g->norm_eps = 1e-5f;
+    if (g->rope_theta == 0.0f) g->rope_theta = 10000.0f;
+    if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
+    if (strcmp(g->arch, "opt") == 0 || (g->norm != QUAROT_NORM_DEFAULT && g->norm != QUAROT_NORM_RMS) ||
+        (g->mlp != QUAROT_MLP_DEFAULT && g->mlp != QUAROT_MLP_GATED) || g->act != QUAROT_ACT_SILU) {
+        qx_err_set(e, "engine: LLaMA family only (RMSNorm, gated SiLU MLP); this model is '%s'", g->arch);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (g->hidden <= 0 || g->intermediate <= 0 || g->n_layers <= 0 || g->n_heads <= 0 || g->n_kv_heads <= 0 ||
+        g->head_dim <= 0 || g->head_dim % 2 || g->vocab <= 0 || g->n_heads % g->n_kv_heads || g->hidden > (1 << 20) ||
+        g->intermediate > (1 << 22) || g->vocab > (1 << 24) || g->n_layers > (1 << 12) || g->n_heads > (1 << 12)) {
+        qx_err_set(e, "config: bad geometry (hidden %lld, intermediate %lld, layers %lld, heads %lld/%lld, head_dim %lld)",
+                   (long long)g->hidden, (long long)g->intermediate, (long long)g->n_layers, (long long)g->n_heads,
+                   (long long)g->n_kv_heads, (long long)g->head_dim);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    en->q_dim = g->n_heads * g->head_dim;
+    en->kv_dim = g->n_kv_heads * g->head_dim;
+#define ENG_BITS_OK(b) ((b) == 0 || (b) == 16 || ((b) >= 2 && (b) <= 8))
+    if (!ENG_BITS_OK(o->w_bits) || !ENG_BITS_OK(o->a_bits) || !ENG_BITS_OK(o->kv_bits)) {
+        qx_err_set(e, "engine: bits must be 2..8 (16 or 0 = not quantized): w %d, a %d, kv %d", o->w_bits, o->a_bits, o->kv_bits);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+#undef ENG_BITS_OK
+    if (!(o->a_clip >= 0.0f && o->a_clip <= 1.0f) || o->context < 0 || o->max_tokens < 0 || o->w_group < 0) {
+        qx_err_set(e, "engine: bad options (a_clip in [0, 1], context, max_tokens, w_group >= 0)");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (eng_bits_on(o->w_bits) && o->w_group &&
+        (g->hidden % o->w_group || g->intermediate % o->w_group || en->q_dim % o->w_group ||
+         o->w_group > (o->w_bits <= 4 ? (1 << 20) : (1 << 16)))) {
+        qx_err_set(e, "engine: weight group %lld must divide hidden %lld, intermediate %lld and heads x head_dim %lld",
+                   (long long)o->w_group, (long long)g->hidden, (long long)g->intermediate, (long long)en->q_dim);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (eng_bits_on(o->w_bits) && eng_bits_on(o->a_bits) && !o->w_group && g->intermediate > (o->w_bits <= 4 ? (1 << 20) : (1 << 16))) {
+        qx_err_set(e, "engine: intermediate %lld too wide for int32 accumulation per channel; use a weight group", (long long)g->intermediate);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+/* Find and check this layer's hooks: each must cut its site's row into whole rows. */
+static quarot_result eng_hooks(qx_engine* en, qx_err* e) {
+    const quarot_online_list* h = en->opts.hooks;
+    static const quarot_online_site sites[4] = {QUAROT_SITE_Q_ROPE, QUAROT_SITE_K_ROPE, QUAROT_SITE_O_INPUT, QUAROT_SITE_DOWN_INPUT};
+    int64_t l, i, width[4];
+    size_t need = 0;
+    int k;
+    if (!h) return QUAROT_OK;
+    width[0] = en->q_dim; width[1] = en->kv_dim; width[2] = en->q_dim; width[3] = en->cfg.intermediate;
+    for (i = 0; i < h->count; ++i) {
+        const quarot_online_hook* k0 = &h->hooks[i];
+        if (k0->layer < 0 || k0->layer >= en->cfg.n_layers || k0->site <= QUAROT_SITE_NONE || k0->site >= QUAROT_SITE_COUNT_) {
+            qx_err_set(e, "online hooks: hook %lld (layer %lld, %s) does not fit this model (%lld layers)", (long long)i,
+                       (long long)k0->layer, quarot_online_site_name(k0->site), (long long)en->cfg.n_layers);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
+    for (l = 0; l < en->cfg.n_layers; ++l)
+        for (k = 0; k < 4; ++k) {
+            const quarot_online_hook* x = quarot_online_find(h, l, sites[k]);
+            en->layers[l].hook[k] = x;
+            if (!x) continue;
+            if (x->size <= 0 || width[k] % x->size != 0) {
+                qx_err_set(e, "online hooks: layer %lld %s has size %lld, which does not divide the row (%lld) of this model",
+                           (long long)l, quarot_online_site_name(sites[k]), (long long)x->size, (long long)width[k]);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            if (quarot_online_workspace_size(x) > need) need = quarot_online_workspace_size(x);
+        }
+    if (need) {
+        en->hook_work = eng_alloc(en, need);
+        if (!en->hook_work) { qx_err_set(e, "online hooks: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+        en->hook_work_size = need;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
+    const quarot_model_config* g = &en->cfg;
+    int64_t T = en->max_tokens, C = en->context, L = g->n_layers, nkv = g->n_kv_heads;
+    int64_t wide = g->intermediate > en->q_dim ? g->intermediate : en->q_dim;
+    int kvq = eng_bits_on(en->opts.kv_bits);
+#define ENG_BUF(p, type, n) do { (p) = (type*)eng_alloc(en, (size_t)(n) * sizeof(type)); if (!(p)) goto oom; } while (0)
+    ENG_BUF(en->x, float, T * g->hidden);
+    ENG_BUF(en->a, float, T * g->hidden);
+    ENG_BUF(en->qb, float, T * en->q_dim);
+    ENG_BUF(en->kb, float, T * en->kv_dim);
+    ENG_BUF(en->vb, float, T * en->kv_dim);
+    ENG_BUF(en->att, float, T * en->q_dim);
+    ENG_BUF(en->tmp, float, T * g->hidden);
+    ENG_BUF(en->g, float, T * g->intermediate);
+    ENG_BUF(en->u, float, T * g->intermediate);
+    ENG_BUF(en->scores, float, T * C);
+    ENG_BUF(en->rope, float, T * g->head_dim);
+    ENG_BUF(en->act_q, int8_t, T * (wide > g->hidden ? wide : g->hidden));
+    ENG_BUF(en->act_s, float, T);
+    ENG_BUF(en->act_sum, int32_t, T * (wide > g->hidden ? wide : g->hidden));
+    if (kvq) {
+        int64_t rb = en->opts.kv_bits <= 4 ? en->kv_dim / 2 : en->kv_dim;
+        en->kv_row_bytes = rb;
+        ENG_BUF(en->k_q, uint8_t, L * C * rb);
+        ENG_BUF(en->v_q, uint8_t, L * C * rb);
+        ENG_BUF(en->k_s, float, L * C * nkv);
+        ENG_BUF(en->k_z, float, L * C * nkv);
+        ENG_BUF(en->v_s, float, L * C * nkv);
+        ENG_BUF(en->v_z, float, L * C * nkv);
+        ENG_BUF(en->kdeq, float, C * en->kv_dim);
+        ENG_BUF(en->vdeq, float, C * en->kv_dim);
+        ENG_BUF(en->kv_codes, int8_t, T * en->kv_dim);
+        ENG_BUF(en->kv_sc, float, T * nkv);
+        ENG_BUF(en->kv_zp, float, T * nkv);
+        en->kv_bytes = (size_t)(2 * L * C) * ((size_t)rb + 2 * (size_t)nkv * sizeof(float));
+    } else {
+        ENG_BUF(en->k_f, float, L * C * en->kv_dim);
+        ENG_BUF(en->v_f, float, L * C * en->kv_dim);
+        en->kv_bytes = (size_t)(2 * L * C * en->kv_dim) * sizeof(float);
+    }
+#undef ENG_BUF
+    return QUAROT_OK;
+oom:
+    qx_err_set(e, "engine: out of memory for buffers (%lld tokens, context %lld)", (long long)T, (long long)C);
+    return QUAROT_ERR_OUT_OF_MEMORY;
+}
+
+quarot_result qx_engine_init(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e) {
+    qx_engine_opts def;
+    quarot_model_config* g;
+    quarot_result r;
+    int64_t l;
+    if (!en) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(en, 0, sizeof *en);
+    if (!s) { qx_err_set(e, "engine: no model"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (!o) { memset(&def, 0, sizeof def); o = &def; }
+    en->opts = *o;
+    if (o->env) en->env = *o->env;
+    r = eng_check(en, s, o, e);
+    if (r != QUAROT_OK) return r;
+    g = &en->cfg;
+    en->context = o->context ? o->context : (g->max_seq > 0 ? g->max_seq : 2048);
+    en->max_tokens = o->max_tokens ? o->max_tokens : 512;
+    if (en->max_tokens > en->context) en->max_tokens = en->context;
+    if (en->context > (1 << 24)) { qx_err_set(e, "engine: context %lld too long", (long long)en->context); return QUAROT_ERR_INVALID_ARGUMENT; }
+    en->layers = (qx_eng_layer*)eng_alloc(en, (size_t)g->n_layers * sizeof *en->layers);
+    if (!en->layers) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(en->layers, 0, (size_t)g->n_layers * sizeof *en->layers);
+    r = eng_load(en, s, "model.embed_tokens.weight", g->vocab, g->hidden, 1, &en->embed, e);
+    if (r == QUAROT_OK) r = eng_load(en, s, "model.norm.weight", 1, g->hidden, 1, &en->final_norm, e);
+    if (r == QUAROT_OK) r = eng_load(en, s, "lm_head.weight", g->vocab, g->hidden, 0, &en->lm_head, e);
+    if (r != QUAROT_OK) goto fail;
+    if (!en->lm_head) {
+        if (!g->tied_embeddings) { qx_err_set(e, "lm_head.weight: missing (embeddings not tied)"); r = QUAROT_ERR_NOT_FOUND; goto fail; }
+        en->lm_head = en->embed;
+    }
+    if (qx_store_find(s, "lm_head.bias") || qx_store_find(s, "model.norm.bias")) {
+        qx_err_set(e, "engine: norm or lm_head biases (a fused LayerNorm model) are not supported");
+        r = QUAROT_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    for (l = 0; l < g->n_layers && r == QUAROT_OK; ++l) {
+        qx_eng_layer* L = &en->layers[l];
+        char name[256];
+        snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
+        r = eng_load(en, s, name, 1, g->hidden, 1, &L->norm1, e);
+        snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
+        if (r == QUAROT_OK) r = eng_load(en, s, name, 1, g->hidden, 1, &L->norm2, e);
+        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.q_proj", en->q_dim, g->hidden, g->attn_qkv_bias, &L->q, e);
+        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.k_proj", en->kv_dim, g->hidden, g->attn_qkv_bias, &L->k, e);
+        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.v_proj", en->kv_dim, g->hidden, g->attn_qkv_bias, &L->v, e);
+        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.o_proj", g->hidden, en->q_dim, g->attn_out_bias, &L->o, e);
+        if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->gate, e);
+        if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.up_proj", g->intermediate, g->hidden, g->mlp_bias, &L->up, e);
+        if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.down_proj", g->hidden, g->intermediate, g->mlp_bias, &L->down, e);
+        if (r == QUAROT_OK && g->qk_norm) {
+            snprintf(name, sizeof name, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
+            r = eng_load(en, s, name, 1, g->head_dim, 1, &L->q_norm, e);
+            snprintf(name, sizeof name, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
+            if (r == QUAROT_OK) r = eng_load(en, s, name, 1, g->head_dim, 1, &L->k_norm, e);
+        }
+    }
+    if (r == QUAROT_OK) r = eng_hooks(en, e);
+    if (r == QUAROT_OK) r = eng_buffers(en, e);
+    if (r == QUAROT_OK) return QUAROT_OK;
+fail:
+    qx_engine_free(en);
+    return r;
+}
+
+void qx_engine_free(qx_engine* en) {
+    int64_t i;
+    if (!en) return;
+    for (i = 0; i < en->n_blocks; ++i) free(en->blocks[i]);
+    free(en->blocks);
+    memset(en, 0, sizeof *en);
+}
+
+void qx_engine_reset(qx_engine* en) {
+    if (en) en->pos = 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Building blocks, as the reference forward pass computes them. */
+
+/* RMSNorm of rows x[rows][n] into y: x * (1/sqrt(mean(x^2) + eps)) * w, the sum in double. */
+static void eng_rmsnorm(const float* x, float* y, int64_t rows, int64_t n, const float* w, float eps) {
+    int64_t r, i;
+    for (r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        double ss = 0.0;
+        float inv;
+        for (i = 0; i < n; ++i) ss += (double)xr[i] * (double)xr[i];
+        inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        for (i = 0; i < n; ++i) yr[i] = (float)(double)xr[i] * inv * w[i];
+    }
+}
+
+static void eng_rope(const qx_engine* en, float* x, int64_t T, int64_t heads) {
+    int64_t hd = en->cfg.head_dim, half = hd / 2, t, h, i;
+    for (t = 0; t < T; ++t) {
+        const float* c = en->rope + t * hd;
+        const float* sn = c + half;
+        for (h = 0; h < heads; ++h) {
+            float* v = x + (t * heads + h) * hd;
+            for (i = 0; i < half; ++i) {
+                int64_t i0 = en->cfg.rope_interleaved ? 2 * i : i, i1 = en->cfg.rope_interleaved ? 2 * i + 1 : i + half;
+                float a = v[i0], b = v[i1];
+                v[i0] = a * c[i] - b * sn[i];
+                v[i1] = a * sn[i] + b * c[i];
+            }
+        }
+    }
+}
+
+static quarot_result eng_hook(qx_engine* en, const quarot_online_hook* h, float* x, int64_t T, int64_t width) {
+    double t0;
+    quarot_result r;
+    if (!h) return QUAROT_OK;
+    t0 = en->opts.profile ? eng_now_clock(en->opts.profile) : 0.0;
+    r = quarot_online_apply(h, x, T * width / h->size, h->size, en->hook_work, en->hook_work_size);
+    if (en->opts.profile) en->t_hooks += eng_now_clock(en->opts.profile) - t0;
+    return r;
+}
+
+/* Decoder-linear input x[T][n]: per-token codes (integer path) or fake quantization in place (FP
+   path with activation bits), as the reference's qx__linear_input. */
+static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, const qx_eng_linear* L) {
+    quarot_quant_desc d;
+    quarot_result r;
+    double t0;
+    if (!eng_bits_on(en->opts.a_bits)) return QUAROT_OK;
+    t0 = en->opts.profile ? eng_now_clock(en->opts.profile) : 0.0;
+    memset(&d, 0, sizeof d);
+    d.bits = en->opts.a_bits;
+    d.clip_ratio = en->opts.a_clip > 0.0f ? en->opts.a_clip : 1.0f;
+    if (L->int_kernel) {
+        r = quarot_quantize_f32(x, T, n, n, &d, en->act_q, en->act_s, NULL);
+        if (r == QUAROT_OK) r = quarot_qact_sums(en->act_q, T, n, n, L->qm.group, en->act_sum);
+    } else {
+        r = quarot_fake_quant_f32(x, T, n, n, &d);
+    }
+    if (en->opts.profile) en->t_actq += eng_now_clock(en->opts.profile) - t0;
+    return r;
+}
+
+/* FP32 decode: y[T][out] = x W^T for a few rows, one dot product per output (quarot_sgemm packs its
+   operands, which costs more than the product itself at T = 1). Output rows are split into tasks of
+   64 over the parallel hook; each dot product has one fixed order, so any thread count gives the same
+   bits. */
+typedef struct eng_gemv_job { const float *x, *w; float* y; int64_t T, in, out; } eng_gemv_job;
+
+static float eng_dot(const float* a, const float* b, int64_t n) {
+    int64_t k = 0;
+    float s = 0.0f;
+#if defined(__AVX512F__)
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; k + 64 <= n; k += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 32), _mm512_loadu_ps(b + k + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 48), _mm512_loadu_ps(b + k + 48), a3);
+    }
+    s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m128 h;
+    for (; k + 32 <= n; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 16), _mm256_loadu_ps(b + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 24), _mm256_loadu_ps(b + k + 24), a3);
+    }
+    a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    s = _mm_cvtss_f32(h);
+#else
+    {
+        float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int j;
+        for (; k + 8 <= n; k += 8)
+            for (j = 0; j < 8; ++j) p[j] += a[k + j] * b[k + j];
+        s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    }
+#endif
+    for (; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+
+static void eng_gemv_task(void* arg, int64_t task) {
+    const eng_gemv_job* j = (const eng_gemv_job*)arg;
+    int64_t o0 = task * 64, o1 = o0 + 64 > j->out ? j->out : o0 + 64, o, t;
+    for (o = o0; o < o1; ++o)
+        for (t = 0; t < j->T; ++t) j->y[t * j->out + o] = eng_dot(j->x + t * j->in, j->w + o * j->in, j->in);
+}
+
+/* y[T][out] = x W^T + b, with the codes eng_act left (integer path) or x itself. */
+static quarot_result eng_matmul(qx_engine* en, const qx_eng_linear* L, const float* x, int64_t T, float* y) {
+    quarot_result r;
+    int64_t t, j;
+    if (L->int_kernel)
+        r = quarot_qgemm(&L->qm, en->act_q, L->in, en->act_s, en->act_sum, T, y, L->out, en->opts.isa, &en->env);
+    else if (T <= 2) {
+        eng_gemv_job gj;
+        gj.x = x; gj.w = L->w; gj.y = y; gj.T = T; gj.in = L->in; gj.out = L->out;
+        quarot_env_parallel_for(&en->env, eng_gemv_task, &gj, (L->out + 63) / 64);
+        r = QUAROT_OK;
+    } else
+        r = quarot_sgemm(0, 1, T, L->out, L->in, 1.0f, x, L->in, L->w, L->in, 0.0f, y, L->out, &en->env);
+    if (r != QUAROT_OK || !L->bias) return r;
+    for (t = 0; t < T; ++t)
+        for (j = 0; j < L->out; ++j) y[t * L->out + j] += L->bias[j];
+    return QUAROT_OK;
+}
+
+/* KV rows of this block into the cache at positions pos0.. (codes, scales, zeros when quantized). */
+static quarot_result eng_kv_store(qx_engine* en, int64_t l, int64_t pos0, int64_t T, const float* src, uint8_t* q,
+                                  float* sc, float* zp, float* fcache) {
+    int64_t C = en->context, kvd = en->kv_dim, nkv = en->cfg.n_kv_heads, t, j;
+    quarot_quant_desc d;
+    quarot_result r;
+    if (!eng_bits_on(en->opts.kv_bits)) {
+        memcpy(fcache + (l * C + pos0) * kvd, src, (size_t)(T * kvd) * sizeof(float));
+        return QUAROT_OK;
+    }
+    memset(&d, 0, sizeof d);
+    d.bits = en->opts.kv_bits;
+    d.asymmetric = en->opts.kv_sym ? 0 : 1;
+    d.group_size = en->cfg.head_dim;
+    r = quarot_quantize_f32(src, T, kvd, kvd, &d, en->kv_codes, en->kv_sc, en->opts.kv_sym ? NULL : en->kv_zp);
+    if (r != QUAROT_OK) return r;
+    for (t = 0; t < T; ++t) {
+        const int8_t* c = en->kv_codes + t * kvd;
+        uint8_t* dst = q + (l * C + pos0 + t) * en->kv_row_bytes;
+        if (en->opts.kv_bits <= 4)
+            for (j = 0; j < kvd / 2; ++j) dst[j] = (uint8_t)((c[2 * j] + 8) | ((c[2 * j + 1] + 8) << 4));
+        else
+            for (j = 0; j < kvd; ++j) dst[j] = (uint8_t)(c[j] + 128);
+        memcpy(sc + (l * C + pos0 + t) * nkv, en->kv_sc + t * nkv, (size_t)nkv * sizeof(float));
+        if (en->opts.kv_sym) memset(zp + (l * C + pos0 + t) * nkv, 0, (size_t)nkv * sizeof(float));
+        else memcpy(zp + (l * C + pos0 + t) * nkv, en->kv_zp + t * nkv, (size_t)nkv * sizeof(float));
+    }
+    return QUAROT_OK;
+}
+
+/* Cache rows 0..n-1 of layer l as floats: (code - zero) * scale, quarot_dequantize_f32's expression. */
+static void eng_kv_load(const qx_engine* en, int64_t l, int64_t n, const uint8_t* q, const float* sc, const float* zp,
+                        float* out) {
+    int64_t C = en->context, kvd = en->kv_dim, hd = en->cfg.head_dim, nkv = en->cfg.n_kv_heads, p, j;
+    for (p = 0; p < n; ++p) {
+        const uint8_t* src = q + (l * C + p) * en->kv_row_bytes;
+        const float* s = sc + (l * C + p) * nkv;
+        const float* z = zp + (l * C + p) * nkv;
+        float* o = out + p * kvd;
+        for (j = 0; j < kvd; ++j) {
+            int code = en->opts.kv_bits <= 4 ? ((j & 1) ? (src[j / 2] >> 4) : (src[j / 2] & 15)) - 8 : (int)src[j] - 128;
+            o[j] = ((float)code - z[j / hd]) * s[j / hd];
+        }
+    }
+}
+
+static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0) {
+    const quarot_model_config* g = &en->cfg;
+    const qx_eng_layer* L = &en->layers[l];
+    int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads, grp = nh / nkv, n_keys = pos0 + T;
+    int64_t C = en->context, h, t, j, i;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    const float *kc, *vc;
+    quarot_result r;
+
+    eng_rmsnorm(en->x, en->a, T, g->hidden, L->norm1, g->norm_eps);
+    r = eng_act(en, en->a, T, g->hidden, &L->q);
+    if (r == QUAROT_OK) r = eng_matmul(en, &L->q, en->a, T, en->qb);
+    if (r == QUAROT_OK) r = eng_matmul(en, &L->k, en->a, T, en->kb);
+    if (r == QUAROT_OK) r = eng_matmul(en, &L->v, en->a, T, en->vb);
+    if (r != QUAROT_OK) return r;
+    if (L->q_norm) eng_rmsnorm(en->qb, en->qb, T * nh, hd, L->q_norm, g->norm_eps);
+    if (L->k_norm) eng_rmsnorm(en->kb, en->kb, T * nkv, hd, L->k_norm, g->norm_eps);
+    eng_rope(en, en->qb, T, nh);
+    eng_rope(en, en->kb, T, nkv);
+    r = eng_hook(en, L->hook[ENG_Q_ROPE], en->qb, T, en->q_dim);
+    if (r == QUAROT_OK) r = eng_hook(en, L->hook[ENG_K_ROPE], en->kb, T, en->kv_dim);
+    if (r == QUAROT_OK) r = eng_kv_store(en, l, pos0, T, en->kb, en->k_q, en->k_s, en->k_z, en->k_f);
+    if (r == QUAROT_OK) r = eng_kv_store(en, l, pos0, T, en->vb, en->v_q, en->v_s, en->v_z, en->v_f);
+    if (r != QUAROT_OK) return r;
+    if (eng_bits_on(en->opts.kv_bits)) {
+        eng_kv_load(en, l, n_keys, en->k_q, en->k_s, en->k_z, en->kdeq);
+        eng_kv_load(en, l, n_keys, en->v_q, en->v_s, en->v_z, en->vdeq);
+        kc = en->kdeq;
+        vc = en->vdeq;
+    } else {
+        kc = en->k_f + l * C * en->kv_dim;
+        vc = en->v_f + l * C * en->kv_dim;
+    }
+    /* per query head: causal softmax(q k^T / sqrt(hd)) v over the cache (GQA: KV head h / grp) */
+    for (h = 0; h < nh; ++h) {
+        int64_t kvh = h / grp;
+        r = quarot_sgemm(0, 1, T, n_keys, hd, scale, en->qb + h * hd, en->q_dim, kc + kvh * hd, en->kv_dim, 0.0f,
+                         en->scores, n_keys, &en->env);
+        if (r != QUAROT_OK) return r;
+        for (t = 0; t < T; ++t) {
+            float* s = en->scores + t * n_keys;
+            int64_t last = pos0 + t;
+            float mx = s[0], inv;
+            double sum = 0.0;
+            for (j = 1; j <= last; ++j) if (s[j] > mx) mx = s[j];
+            for (j = 0; j <= last; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
+            inv = (float)(1.0 / sum);
+            for (j = 0; j <= last; ++j) s[j] *= inv;
+            for (j = last + 1; j < n_keys; ++j) s[j] = 0.0f;
+        }
+        r = quarot_sgemm(0, 0, T, hd, n_keys, 1.0f, en->scores, n_keys, vc + kvh * hd, en->kv_dim, 0.0f, en->att + h * hd,
+                         en->q_dim, &en->env);
+        if (r != QUAROT_OK) return r;
+    }
+    r = eng_hook(en, L->hook[ENG_O_INPUT], en->att, T, en->q_dim);
+    if (r == QUAROT_OK) r = eng_act(en, en->att, T, en->q_dim, &L->o);
+    if (r == QUAROT_OK) r = eng_matmul(en, &L->o, en->att, T, en->tmp);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < T * g->hidden; ++i) en->x[i] += en->tmp[i];
+
+    eng_rmsnorm(en->x, en->a, T, g->hidden, L->norm2, g->norm_eps);
+    r = eng_act(en, en->a, T, g->hidden, &L->gate);
+    if (r == QUAROT_OK) r = eng_matmul(en, &L->gate, en->a, T, en->g);
+    if (r == QUAROT_OK) r = eng_matmul(en, &L->up, en->a, T, en->u);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < T * g->intermediate; ++i) en->u[i] = en->g[i] / (1.0f + expf(-en->g[i])) * en->u[i];
+    r = eng_hook(en, L->hook[ENG_DOWN_INPUT], en->u, T, g->intermediate);
+    if (r == QUAROT_OK) r = eng_act(en, en->u, T, g->intermediate, &L->down);
+    if (r == QUAROT_OK) r = eng_matmul(en, &L->down, en->u, T, en->tmp);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < T * g->hidden; ++i) en->x[i] += en->tmp[i];
+    return QUAROT_OK;
+}
+
+quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T, float* logits, int all_logits, qx_err* e) {
+    const quarot_model_config* g;
+    int64_t t, i, l, pos0, half, rows;
+    quarot_result r;
+    if (!en || !en->layers || !tokens || T <= 0) {
+        qx_err_set(e, "engine: bad arguments");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    g = &en->cfg;
+    pos0 = en->pos;
+    if (T > en->max_tokens) {
+        qx_err_set(e, "engine: %lld tokens in one call, more than the %lld it was sized for", (long long)T, (long long)en->max_tokens);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (pos0 + T > en->context) {
+        qx_err_set(e, "engine: %lld tokens at position %lld do not fit the context of %lld tokens", (long long)T,
+                   (long long)pos0, (long long)en->context);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    for (t = 0; t < T; ++t)
+        if (tokens[t] < 0 || tokens[t] >= g->vocab) {
+            qx_err_set(e, "engine: token %lld: id %ld outside the vocabulary [0, %lld)", (long long)t, (long)tokens[t], (long long)g->vocab);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    for (t = 0; t < T; ++t) memcpy(en->x + t * g->hidden, en->embed + (int64_t)tokens[t] * g->hidden, (size_t)g->hidden * sizeof(float));
+    half = g->head_dim / 2;
+    for (t = 0; t < T; ++t)
+        for (i = 0; i < half; ++i) {
+            double freq = pow((double)g->rope_theta, -(double)(2 * i) / (double)g->head_dim);
+            double ang = (double)(pos0 + t) * freq;
+            en->rope[t * g->head_dim + i] = (float)cos(ang);
+            en->rope[t * g->head_dim + half + i] = (float)sin(ang);
+        }
+    for (l = 0; l < g->n_layers; ++l) {
+        r = eng_layer(en, l, T, pos0);
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "engine: layer %lld: %s", (long long)l, quarot_result_string(r));
+            return r;
+        }
+    }
+    en->pos = pos0 + T;
+    if (!logits) return QUAROT_OK;
+    rows = all_logits ? T : 1;
+    eng_rmsnorm(en->x + (T - rows) * g->hidden, en->a, rows, g->hidden, en->final_norm, g->norm_eps);
+    r = quarot_sgemm(0, 1, rows, g->vocab, g->hidden, 1.0f, en->a, g->hidden, en->lm_head, g->hidden, 0.0f, logits, g->vocab, &en->env);
+    if (r != QUAROT_OK) qx_err_set(e, "engine: lm_head: %s", quarot_result_string(r));
+    return r;
+}
+
+typedef struct eng_cand { float p; int32_t i; } eng_cand;
+
+static int eng_cand_cmp(const void* a, const void* b) {
+    const eng_cand* x = (const eng_cand*)a;
+    const eng_cand* y = (const eng_cand*)b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+int32_t qx_engine_sample(const float* logits, int64_t vocab, float temp, float top_p, quarot_rng* rng, float* work) {
+    eng_cand* c = (eng_cand*)(void*)work;
+    double sum = 0.0, cut, acc, r;
+    float mx;
+    int64_t i, n;
+    if (!(temp > 0.0f)) return qx_eval_argmax(logits, vocab);
+    mx = logits[0];
+    for (i = 1; i < vocab; ++i) if (logits[i] > mx) mx = logits[i];
+    for (i = 0; i < vocab; ++i) {
+        c[i].p = expf((logits[i] - mx) / temp);
+        c[i].i = (int32_t)i;
+        sum += c[i].p;
+    }
+    n = vocab;
+    cut = sum;
+    if (top_p > 0.0f && top_p < 1.0f) {
+        qsort(c, (size_t)vocab, sizeof *c, eng_cand_cmp);
+        acc = 0.0;
+        for (n = 0; n < vocab;) {
+            acc += c[n++].p;
+            if (acc >= (double)top_p * sum) break;
+        }
+        cut = acc;
+    }
+    r = quarot_rng_uniform(rng) * cut;
+    acc = 0.0;
+    for (i = 0; i < n; ++i) {
+        acc += c[i].p;
+        if (r < acc) return c[i].i;
+    }
+    return c[n - 1].i;
+}
+
+quarot_result qx_engine_eval(qx_engine* en, const qx_windows* w, qx_ppl_result* res, qx_err* e) {
+    int64_t i, t, vocab;
+    float* logits;
+    double nll = 0.0;
+    quarot_result r = QUAROT_OK;
+    if (!en || !w || !res || w->n <= 0 || w->n_predicted <= 0) {
+        qx_err_set(e, "engine eval: bad arguments");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    memset(res, 0, sizeof *res);
+    vocab = en->cfg.vocab;
+    logits = (float*)malloc((size_t)(w->max_len * vocab) * sizeof *logits);
+    if (!logits) { qx_err_set(e, "engine eval: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < w->n && r == QUAROT_OK; ++i) {
+        const int32_t* win = w->tokens + w->offset[i];
+        int64_t len = w->offset[i + 1] - w->offset[i];
+        qx_engine_reset(en);
+        r = qx_engine_forward(en, win, len, logits, 1, e);
+        for (t = 0; r == QUAROT_OK && t + 1 < len; ++t) nll += qx_eval_nll(logits + t * vocab, vocab, win[t + 1]);
+    }
+    free(logits);
+    qx_engine_reset(en);
+    if (r != QUAROT_OK) return r;
+    res->n_windows = w->n;
+    res->n_predicted = w->n_predicted;
+    res->nll = nll / (double)res->n_predicted;
+    res->ppl = exp(res->nll);
+    return QUAROT_OK;
+}
+
+quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* hooks, const qx_fake_quant_opts* q,
+                                   const qx_windows* w, const quarot_env* env, qx_ppl_result* res, qx_err* e) {
+    qx_engine en;
+    qx_engine_opts o;
+    quarot_result r;
+    if (!s || !q || !w || !res) { qx_err_set(e, "engine eval: bad arguments"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (q->w_asym || q->a_asym || (q->w_clip != 0.0f && q->w_clip != 1.0f) || q->w_clip_search || q->k_bits != q->v_bits ||
+        (q->kv_clip != 0.0f && q->kv_clip != 1.0f)) {
+        qx_err_set(e, "engine: asymmetric weights/activations, weight clipping and different K/V bits are not supported");
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    memset(&o, 0, sizeof o);
+    o.w_bits = q->w_bits;
+    o.w_group = q->w_group;
+    o.a_bits = q->a_bits;
+    o.a_clip = q->a_clip;
+    o.kv_bits = q->k_bits;
+    o.kv_sym = q->kv_sym;
+    o.context = w->max_len;
+    o.max_tokens = w->max_len;
+    o.hooks = hooks && hooks->count ? hooks : NULL;
+    o.env = env;
+    r = qx_engine_init(&en, s, &o, e);
+    if (r != QUAROT_OK) return r;
+    r = qx_engine_eval(&en, w, res, e);
+    qx_engine_free(&en);
+    return r;
+}

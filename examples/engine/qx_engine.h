@@ -1,0 +1,142 @@
+/* qx_engine.h - a reference W4A4 inference engine on the CPU, built on quarot.h.
+
+   What an edge runtime vendoring quarot.h would write: a LLaMA-family decoder (GQA, RoPE, SwiGLU,
+   RMSNorm; Qwen2 q/k/v biases, Qwen3 q/k norms) whose decoder linears run through quarot.h's integer
+   kernels (>>qgemm: packed int4 or int8 weights x int8-coded per-token activations, int32
+   accumulation), whose online rotations run through quarot_online_apply on preallocated workspace,
+   and whose KV cache is stored quantized. Prefill runs a block of tokens through every layer at once
+   (the matrix-matrix kernels); decode runs one token (matrix-vector), with a KV cache.
+
+   Quantization sites and rounding are those of the reference forward pass under fake quantization
+   (model/qx_forward.h, what `quarot eval` scores), with quarot.h's quantizers:
+     weights     per output channel (or per group of w_group inputs), RTN symmetric, quantized once
+                 at load by quarot_quantize_f32; 2..4 bits are held in the packed int4 container,
+                 5..8 bits in the int8 one.
+     activations per token, symmetric, clip a_clip, at every decoder-linear input: after norm1 (q/k/v
+                 share the codes), after the O_INPUT hook, after norm2 (gate/up share), after the
+                 DOWN_INPUT hook; quarot_quantize_f32 gives the codes, quarot_qact_sums their sums.
+     KV cache    after RoPE and the Q_ROPE/K_ROPE hooks, per token per KV head, asymmetric (kv_sym: 0)
+                 as `quarot eval`: codes (4 bits: two per byte; 5..8 bits: one byte), a scale and a
+                 zero point per head; attention reads (code - zero) * scale, the very values the fake
+                 quantizer produces.
+   So the engine differs from the reference only in float summation order: the integer dot product is
+   exact, then scaled once (sum q_w q_x) * s_w * s_x, where the reference sums (q_w s_w)(q_x s_x).
+   With no bits set the engine is an FP32 engine (quarot_sgemm), the baseline of the benchmarks. With
+   weight bits but no activation bits (or the reverse) the linears run in FP32 on fake-quantized
+   values (no integer kernel applies).
+
+   Threads: every GEMM and integer GEMM goes through the env's parallel hook (support/qx_threads.h);
+   each output element is computed by one task in a fixed order, so results are identical for any
+   thread count. Nothing is allocated per token: buffers are sized for max_tokens rows and the
+   context at init.
+
+   Model struct: qx_engine holds the quantized model in plain arrays (qx_eng_linear: a quarot_qmat
+   with its owned data and scales, or FP32 weights); qx_engine_init fills it from a float qx_store
+   (llama2.c, safetensors, GGUF via the CLI loader). A loader of a packed W4A4 file would fill the same
+   struct (quarot_qmat layout: quarot.h >>qgemm) and call qx_engine_finish. */
+#ifndef QX_ENGINE_H
+#define QX_ENGINE_H
+
+#include "qx_forward.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qx_engine_opts {      /* zero-init = FP32, context = config max_seq (or 2048) */
+    int w_bits;                      /* 0 or 16 = FP32 weights; 2..8 */
+    int64_t w_group;                 /* 0 = per output channel */
+    int a_bits;                      /* 0 or 16 = FP activations; 2..8 */
+    float a_clip;                    /* 0 = 1.0 */
+    int kv_bits;                     /* 0 or 16 = FP32 KV cache; 2..8 */
+    int kv_sym;                      /* 1: symmetric KV (default asymmetric, as `quarot eval`) */
+    int64_t context;                 /* KV cache positions; 0 = config max_seq, else 2048 */
+    int64_t max_tokens;              /* rows one forward call may take (prefill block); 0 = 512 */
+    const quarot_online_list* hooks; /* online rotations (NULL = none); must outlive the engine */
+    quarot_isa isa;                  /* integer kernels; DEFAULT = best compiled in */
+    const quarot_env* env;           /* parallel hook (copied); NULL = serial */
+    int profile;                     /* time the online hooks and activation quantization: 1 wall clock,
+                                        2 the calling thread's CPU time (for one-thread runs) */
+    int fp_linears;                  /* 1: no integer kernels: FP32 GEMMs on fake-quantized weights and
+                                        activations, the reference's arithmetic (a diagnostic: what is
+                                        left between the two is integer vs float summation order) */
+} qx_engine_opts;
+
+typedef struct qx_eng_linear {
+    int64_t out, in;
+    int int_kernel;                  /* 1: quarot_qgemm on qm; 0: quarot_sgemm on w */
+    quarot_qmat qm;                  /* packed weights (owned data and scales) */
+    float* w;                        /* [out][in] FP32 (or fake-quantized) weights */
+    float* bias;                     /* [out] or NULL */
+} qx_eng_linear;
+
+typedef struct qx_eng_layer {
+    float *norm1, *norm2, *q_norm, *k_norm;                  /* RMSNorm gains; q/k norms may be NULL */
+    qx_eng_linear q, k, v, o, gate, up, down;
+    const quarot_online_hook* hook[4];                       /* Q_ROPE, K_ROPE, O_INPUT, DOWN_INPUT */
+} qx_eng_layer;
+
+typedef struct qx_engine {
+    quarot_model_config cfg;         /* defaults resolved */
+    qx_engine_opts opts;
+    quarot_env env;
+    int64_t q_dim, kv_dim, context, max_tokens;
+    float *embed, *final_norm, *lm_head;   /* lm_head may alias embed */
+    qx_eng_layer* layers;
+    /* KV cache: [layer][position][kv_dim] floats, or codes ([kv_dim] bytes, or kv_dim/2 at <= 4 bits)
+       with scales and zeros [layer][position][n_kv_heads] */
+    float *k_f, *v_f;
+    uint8_t *k_q, *v_q;
+    float *k_s, *k_z, *v_s, *v_z;
+    int64_t kv_row_bytes, pos;
+    /* scratch for max_tokens rows */
+    float *x, *a, *qb, *kb, *vb, *att, *tmp, *g, *u, *scores, *rope, *kdeq, *vdeq, *act_s;
+    int8_t* act_q;
+    int32_t* act_sum;
+    void* hook_work;
+    size_t hook_work_size;
+    int8_t* kv_codes;                /* [max_tokens][kv_dim] staging for KV quantization */
+    float *kv_sc, *kv_zp;
+    /* statistics */
+    size_t weight_bytes;             /* decoder linears as stored (packed codes + scales, or FP32) */
+    size_t kv_bytes;                 /* the KV cache as allocated */
+    double t_hooks, t_actq;          /* seconds in online hooks / activation quantization (profile) */
+    void** blocks;
+    int64_t n_blocks, cap_blocks;
+} qx_engine;
+
+/* Build the engine from a float model (llama / qwen2 / qwen3 names as model/qx_forward.h): copies the
+   embeddings, norms and lm_head as FP32, quantizes the decoder linears as asked. Errors: one line in e
+   (bad options: QUAROT_ERR_INVALID_ARGUMENT; missing tensor or shape: as qx_forward; hook list for
+   another model: QUAROT_ERR_SHAPE_MISMATCH). */
+quarot_result qx_engine_init(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e);
+void qx_engine_free(qx_engine* en);
+void qx_engine_reset(qx_engine* en);
+
+/* Run tokens[T] at positions pos .. pos+T-1 (T <= max_tokens, pos + T <= context, else
+   QUAROT_ERR_INVALID_ARGUMENT with the reason). logits: [T][vocab] when all_logits, else [vocab] for
+   the last token; NULL for none. */
+quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T, float* logits, int all_logits,
+                                qx_err* e);
+
+/* Sampling: temperature 0 = greedy (argmax, lowest index on ties); else softmax(logits / temp) cut to
+   the smallest set of top tokens whose mass reaches top_p (0 or >= 1: all), drawn with quarot_rng. */
+int32_t qx_engine_sample(const float* logits, int64_t vocab, float temp, float top_p, quarot_rng* rng, float* work);
+
+/* Perplexity over windows, as qx_eval_windows (each window from position 0, one prefill, every
+   logit row scored, NLL in double). Windows longer than max_tokens are refused. */
+struct qx_windows;
+struct qx_ppl_result;
+quarot_result qx_engine_eval(qx_engine* en, const struct qx_windows* w, struct qx_ppl_result* res, qx_err* e);
+
+/* `quarot eval --engine int`: the perplexity of one (model, hooks, setting) cell computed by the
+   engine, with the fake-quantization options of the reference mapped onto it (weights RTN symmetric,
+   activations per token symmetric, KV asymmetric; other quantizer options are refused). The engine is
+   sized for the longest window; env may be NULL. */
+quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* hooks, const qx_fake_quant_opts* q,
+                                   const struct qx_windows* w, const quarot_env* env, struct qx_ppl_result* res, qx_err* e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
