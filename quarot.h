@@ -1014,6 +1014,8 @@ QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, flo
 // Text serialization, version 1 (documented in README "Online hook file"):
 //   quarot-online 1
 //   hooks <count>
+//   weights <digest>        (optional, anywhere before 'end': names the weights the hooks belong to;
+//                            quarot_online_read skips it, the tool compares it with the model's)
 //   hook <layer> <site> size=<s> outer=<o> n=<n> inner=<i> K=<K> m=<m> signs=<hex or ->
 //   ...
 //   hadamard <K>            (one block per distinct K > 1: K rows of '+'/'-', so engines without
@@ -6664,6 +6666,10 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
         if (quarot__lr_word(&lr, "end")) {
             if (lr.p != lr.end) res = quarot__parse_error(err, err_size, line, "junk after 'end'");
             seen_end = 1;
+            continue;
+        }
+        if (quarot__lr_word(&lr, "weights ")) {   // a digest the tool checks; nothing to build
+            if (lr.p == lr.end || lr.end - lr.p > 128) res = quarot__parse_error(err, err_size, line, "bad 'weights <digest>' line");
             continue;
         }
         if (quarot__lr_word(&lr, "hook ")) {

@@ -1,0 +1,348 @@
+/* Reliability of the tool's outputs (issue 13): what a kill, a concurrent writer, a special file or
+   a long name does to `quarot rotate`'s outputs, through the built binary (system(), prefixed by
+   $QT_RUNNER under qemu) and through qx_file directly.
+
+   Truths used:
+   - Atomic publish: QX_FAULT_PUBLISH=k ends the run with _exit(86) just before its k-th publish
+     step, as a kill at that moment would. For every k up to the run's last step, the output must be
+     exactly the previous one (every file byte-equal) or exactly the new one; for a single-file
+     model with a hook file, any other pair must be refused by the weights digest in the hook file.
+   - The hook file names the digest of its weights (qx_digest_files over the model's files).
+   - --force replaces only regular files (a FIFO stays a FIFO); without --force a file that appears
+     at OUT during the run is never replaced; 250-255-byte output names work; temporaries a killed
+     run left (unlocked) are removed by the next run, a live run's (locked) are not. */
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "qx_cli.h"
+#include "qx_file.h"
+#include "qx_llama2c.h"
+#include "qx_safetensors.h"
+#include "qx_synth.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------------------------- */
+
+static int sh(const char* fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* The synthetic model of the CLI tests, saved as a safetensors directory with shards of at most
+   shard_bytes (0: one file), or as a llama2.c file. */
+static int make_input(const char* path, int st_dir, uint64_t shard_bytes) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    quarot_result r;
+    cu_synth_desc(&d);
+    qx_store_init(&s);
+    r = qx_synth_model(&s, &d, &e);
+    if (r == QUAROT_OK && st_dir) {
+        qx_st_save_opts o;
+        memset(&o, 0, sizeof o);
+        o.shard_bytes = shard_bytes;
+        r = qx_st_save(&s, path, &o, &e);
+    } else if (r == QUAROT_OK) {
+        qx_l2c_write_opts o;
+        memset(&o, 0, sizeof o);
+        r = qx_l2c_write_file(&s, path, &o, &e);
+    }
+    if (r != QUAROT_OK) printf("    make_input %s: %s\n", path, e.msg);
+    qx_store_free(&s);
+    return r == QUAROT_OK;
+}
+
+/* A directory's visible files as one text: "name size fnv\n" per file in name order (hidden entries
+   are not part of an output). A file path gives its own line. */
+static uint64_t fnv(const unsigned char* p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    size_t i;
+    for (i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int cmp_names(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+static void snapshot(const char* path, char* out, size_t cap) {
+    DIR* d = opendir(path);
+    struct dirent* de;
+    char* names[256];
+    int n = 0, i;
+    size_t len = 0;
+    out[0] = '\0';
+    if (!d) {
+        size_t sz = 0;
+        unsigned char* b = read_all(path, &sz);
+        if (b) snprintf(out, cap, "%zu %016llx\n", sz, (unsigned long long)fnv(b, sz));
+        else snprintf(out, cap, "absent\n");
+        free(b);
+        return;
+    }
+    while ((de = readdir(d)) != NULL && n < 256)
+        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_names);
+    for (i = 0; i < n; ++i) {
+        char* p = qx_path_join(path, names[i]);
+        size_t sz = 0;
+        unsigned char* b = read_all(p, &sz);
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s %zu %016llx\n", names[i], sz,
+                                (unsigned long long)(b ? fnv(b, sz) : 0));
+        free(b);
+        free(p);
+        free(names[i]);
+    }
+}
+
+/* The "weights <digest>" line of a hook file ("" when none). */
+static void hook_digest(const char* hooks, char* out, size_t cap) {
+    size_t n = 0;
+    char* t = (char*)read_all(hooks, &n);
+    const char* w = t ? strstr(t, "\nweights ") : NULL;
+    out[0] = '\0';
+    if (w) {
+        const char* nl = strchr(w + 9, '\n');
+        snprintf(out, cap, "%.*s", nl ? (int)(nl - (w + 9)) : 0, w + 9);
+    }
+    free(t);
+}
+
+static void model_digest(const char* model, char* out) {
+    char** files = NULL;
+    int n = 0;
+    qx_err e;
+    strcpy(out, "?");
+    if (qx_weight_files(model, &files, &n, &e) == QUAROT_OK) (void)qx_digest_files((const char* const*)files, n, out, &e);
+    qx_free_paths(files, n);
+}
+
+/* Entries beside `path` (in its directory) whose name starts with "." + base + ".tmp-". */
+static int temporaries_beside(const char* dir, const char* base) {
+    DIR* d = opendir(dir);
+    struct dirent* de;
+    char pre[512];
+    int n = 0;
+    snprintf(pre, sizeof pre, ".%.200s.tmp-", base);
+    if (!d) return -1;
+    while ((de = readdir(d)) != NULL) n += strncmp(de->d_name, pre, strlen(pre)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* ---- 1. atomic publish -------------------------------------------------------------------------- */
+
+/* A sharded safetensors output over a previous one with another shard count, killed before each
+   publish step in turn: the output is always the old one or the new one, never a mix. */
+static void test_sharded_kill_between_renames(void) {
+    char in_a[1024], in_b[1024], out[1024], old_copy[1024], ref[1024];
+    static char s_old[8192], s_new[8192], s_now[8192];
+    int k, rc = -1, interrupted = 0, new_seen = 0;
+    snprintf(in_a, sizeof in_a, "%s", tmp_path("sk_in6"));
+    snprintf(in_b, sizeof in_b, "%s", tmp_path("sk_in2"));
+    snprintf(out, sizeof out, "%s", tmp_path("sk_out"));
+    snprintf(old_copy, sizeof old_copy, "%s", tmp_path("sk_old"));
+    snprintf(ref, sizeof ref, "%s", tmp_path("sk_ref"));
+    QT_CHECK(make_input(in_a, 1, 24000));   /* many shards */
+    QT_CHECK(make_input(in_b, 1, 90000));   /* fewer */
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 --online", in_a, old_copy), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2", in_b, ref), 0);
+    snapshot(old_copy, s_old, sizeof s_old);
+    snapshot(ref, s_new, sizeof s_new);
+    QT_CHECK(strstr(s_old, "model-00003-of-") != NULL);
+    QT_CHECK(strstr(s_old, "quarot_online.txt") != NULL);
+    QT_CHECK(strcmp(s_old, s_new) != 0);
+    for (k = 1; k < 60; ++k) {
+        sh("rm -rf '%s' && cp -a '%s' '%s' && echo user > '%s/README.md'", out, old_copy, out, out);
+        {
+            char pre[64];
+            snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
+            rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 --force", in_b, out);
+        }
+        snapshot(out, s_now, sizeof s_now);
+        {   /* the user's own file survives in either state */
+            char* rm = qx_path_join(out, "README.md");
+            QT_CHECKF(qx_path_exists(rm), "k=%d: README.md lost", k);
+            free(rm);
+            sh("rm -f '%s/README.md'", out);
+            snapshot(out, s_now, sizeof s_now);
+        }
+        if (rc == 86) {
+            ++interrupted;
+            QT_CHECKF(strcmp(s_now, s_old) == 0 || strcmp(s_now, s_new) == 0, "killed before publish step %d: a mix of old and new:\n%s", k, s_now);
+            new_seen |= strcmp(s_now, s_new) == 0;
+        } else {
+            QT_EQ_INT(rc, 0);
+            QT_CHECKF(strcmp(s_now, s_new) == 0, "completed run: not the new output:\n%s", s_now);
+            break;
+        }
+    }
+    QT_CHECKF(interrupted >= 1, "the fault hook never interrupted the run (%d)", interrupted);
+    QT_CHECK(rc == 0);
+    /* a later run removes what the killed runs left beside the output */
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2 --force", in_b, out), 0);
+    QT_EQ_INT(temporaries_beside(g_tmp, "sk_out"), 0);
+    (void)new_seen;
+}
+
+/* A llama2.c model with --online over a previous one: killed before each publish step, the pair
+   (model, hook file) is the old pair, the new pair, or one whose digest does not match. */
+static void test_single_file_hooks_kill(void) {
+    char in[1024], out[1024], hooks[1200], old_m[1024], old_h[1200];
+    static char m_old[512], h_old[512], m_now[512], h_now[512];
+    char d_model[QX_DIGEST_LEN], d_hooks[64];
+    int k, rc = -1, interrupted = 0;
+    snprintf(in, sizeof in, "%s", tmp_path("sf_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("sf_out.bin"));
+    snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
+    snprintf(old_m, sizeof old_m, "%s", tmp_path("sf_old.bin"));
+    snprintf(old_h, sizeof old_h, "%s.quarot-online", old_m);
+    QT_CHECK(make_input(in, 0, 0));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 --online", in, old_m), 0);
+    hook_digest(old_h, d_hooks, sizeof d_hooks);
+    model_digest(old_m, d_model);
+    QT_CHECKF(d_hooks[0] && strcmp(d_hooks, d_model) == 0, "hook file digest '%s' vs model '%s'", d_hooks, d_model);
+    snapshot(old_m, m_old, sizeof m_old);
+    snapshot(old_h, h_old, sizeof h_old);
+    for (k = 1; k < 40; ++k) {
+        char pre[64];
+        sh("cp '%s' '%s' && cp '%s' '%s'", old_m, out, old_h, hooks);
+        snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
+        rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 --online --force", in, out);
+        snapshot(out, m_now, sizeof m_now);
+        snapshot(hooks, h_now, sizeof h_now);
+        hook_digest(hooks, d_hooks, sizeof d_hooks);
+        model_digest(out, d_model);
+        if (rc == 86) {
+            ++interrupted;
+            if (!(strcmp(m_now, m_old) == 0 && strcmp(h_now, h_old) == 0))
+                QT_CHECKF(strcmp(m_now, m_old) != 0 ? strcmp(d_hooks, d_model) == 0 : strcmp(d_hooks, d_model) != 0,
+                          "killed before step %d: model %s hooks %s digest %s vs %s", k, m_now, h_now, d_hooks, d_model);
+        } else {
+            QT_EQ_INT(rc, 0);
+            QT_CHECK(strcmp(m_now, m_old) != 0);
+            QT_CHECKF(strcmp(d_hooks, d_model) == 0, "completed: digest %s vs %s", d_hooks, d_model);
+            break;
+        }
+    }
+    QT_CHECKF(interrupted >= 1, "the fault hook never interrupted the run");
+    QT_EQ_INT(rc, 0);
+}
+
+/* ---- 5, 6, 7: special files, a file appearing during the run, long names ------------------------- */
+
+static void test_force_refuses_special_files(void) {
+    char in[1024], fifo[1024], lnk[1024], target[1024];
+    struct stat st;
+    snprintf(in, sizeof in, "%s", tmp_path("sp_in.bin"));
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("sp_fifo"));
+    snprintf(lnk, sizeof lnk, "%s", tmp_path("sp_link.bin"));
+    snprintf(target, sizeof target, "%s", tmp_path("sp_target.bin"));
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(mkfifo(fifo, 0666) == 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, fifo), 3);
+    QT_CHECKF(strstr(g_err, "FIFO") != NULL, "stderr: %s", g_err);
+    QT_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    QT_CHECK(write_str(target, "keep"));
+    QT_CHECK(symlink(target, lnk) == 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, lnk), 3);
+    QT_CHECK(lstat(lnk, &st) == 0 && S_ISLNK(st.st_mode));
+    QT_EQ_INT(temporaries_beside(g_tmp, "sp_fifo"), 0);
+    QT_EQ_INT(temporaries_beside(g_tmp, "sp_link.bin"), 0);
+}
+
+/* A file created at the output path after the temporary was made is not replaced without force. */
+static void test_no_replace_without_force(void) {
+    const char* path = tmp_path("nr_out.bin");
+    qx_out o;
+    qx_err e;
+    size_t n = 0;
+    char* back;
+    QT_OK(qx_out_begin(&o, path, 0, &e));
+    QT_OK(qx_out_pwrite(&o, "new", 3, 0, &e));
+    QT_OK(qx_out_sync(&o, 3, &e));
+    QT_CHECK(write_str(path, "someone else's"));   /* appears between the check and the publish */
+    QT_CHECK(qx_out_publish(&o, &e) != QUAROT_OK);
+    qx_out_abort(&o);
+    back = (char*)read_all(path, &n);
+    QT_CHECK(back && strcmp(back, "someone else's") == 0);
+    free(back);
+    QT_EQ_INT(temporaries_beside(g_tmp, "nr_out.bin"), 0);
+}
+
+static void test_long_output_names(void) {
+    char in[1024], name[300], out[1400];
+    int len;
+    snprintf(in, sizeof in, "%s", tmp_path("ln_in.bin"));
+    QT_CHECK(make_input(in, 0, 0));
+    for (len = 243; len <= 255; len += 4) {   /* 243: the last that fitted before; 255: NAME_MAX */
+        int L = len > 255 ? 255 : len;
+        memset(name, 'n', (size_t)L);
+        memcpy(name + L - 4, ".bin", 5);
+        snprintf(out, sizeof out, "%s/%s", g_tmp, name);
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, out), 0);
+        QT_CHECKF(qx_path_exists(out), "%d-byte name: %s", L, g_err);
+        remove(out);
+    }
+    memset(name, 'n', 240);   /* with --online: the hook file adds 14 bytes (254) */
+    memcpy(name + 236, ".bin", 5);
+    snprintf(out, sizeof out, "%s/%s", g_tmp, name);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online", in, out), 0);
+    QT_CHECKF(qx_path_exists(out), "%s", g_err);
+}
+
+/* ---- 8: stale temporaries ------------------------------------------------------------------------ */
+
+static void test_stale_temporaries_removed(void) {
+    char in[1024], out[1024], stale[1100], live[1100], stale_dir[1100];
+    int fd;
+    snprintf(in, sizeof in, "%s", tmp_path("st_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("st_out.bin"));
+    snprintf(stale, sizeof stale, "%s/.st_out.bin.tmp-AbC123", g_tmp);
+    snprintf(stale_dir, sizeof stale_dir, "%s/.st_out.bin.tmp-DeF456", g_tmp);
+    snprintf(live, sizeof live, "%s/.st_out.bin.tmp-LiVe99", g_tmp);
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(write_str(stale, "left by a killed run"));
+    QT_CHECK(mkdir(stale_dir, 0777) == 0);
+    QT_CHECK(write_str(tmp_path(".st_out.bin.tmp-DeF456/st_out.bin"), "partial"));
+    QT_CHECK(write_str(live, "a run in progress"));
+    fd = open(live, O_RDONLY);
+    QT_CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s'", in, out), 0);
+    QT_CHECK(!qx_path_exists(stale));
+    QT_CHECK(!qx_path_exists(stale_dir));
+    QT_CHECK(qx_path_exists(live));
+    if (fd >= 0) close(fd);
+    remove(live);
+}
+
+int main(int argc, char** argv) {
+    const char* slash = strrchr(argv[0], '/');
+    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
+    (void)argc;
+    if (getenv("QX_TEST_BIN")) snprintf(g_bin, sizeof g_bin, "%s", getenv("QX_TEST_BIN"));   /* e.g. an older build */
+    else snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_rel_XXXXXX");
+    if (!mkdtemp(g_tmp) || !qx_path_exists(g_bin)) {
+        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
+        printf("test_reliability: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    QT_RUN(test_sharded_kill_between_renames);
+    QT_RUN(test_single_file_hooks_kill);
+    QT_RUN(test_force_refuses_special_files);
+    QT_RUN(test_no_replace_without_force);
+    QT_RUN(test_long_output_names);
+    QT_RUN(test_stale_temporaries_removed);
+    sh("rm -rf '%s'", g_tmp);
+    return qt_finish("test_reliability");
+}
