@@ -16,6 +16,7 @@
 #include "cli_util.h"
 #include "qx_cli.h"
 #include "qx_file.h"
+#include "qx_gguf.h"
 #include "qx_llama2c.h"
 #include "qx_safetensors.h"
 #include "qx_synth.h"
@@ -300,6 +301,66 @@ static void test_long_output_names(void) {
     QT_CHECKF(qx_path_exists(out), "%s", g_err);
 }
 
+/* ---- 2: half-precision overflow ------------------------------------------------------------------ */
+
+/* Sets every element of tensor `name` (f32 or f16 view in s) to v. */
+static int fill(qx_store* s, const char* name, double v) {
+    quarot_tensor* t;
+    int64_t r, rows, i;
+    double* row;
+    if (qx_store_make_owned(s, name) != QUAROT_OK || !(t = qx_store_find(s, name))) return 0;
+    rows = quarot_tensor_nrows(t);
+    row = (double*)malloc((size_t)t->ne[0] * sizeof *row);
+    for (i = 0; i < t->ne[0]; ++i) row[i] = v;
+    for (r = 0; r < rows; ++r) quarot_tensor_set_row_f64(t, r, row);
+    free(row);
+    return 1;
+}
+
+static void test_f16_overflow_refused(void) {
+    char in[1024], out[1024], gin[1024], gout[1024];
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    quarot_tensor* t;
+    snprintf(in, sizeof in, "%s", tmp_path("ov_in"));
+    snprintf(out, sizeof out, "%s", tmp_path("ov_out"));
+    snprintf(gin, sizeof gin, "%s", tmp_path("ov_in.gguf"));
+    snprintf(gout, sizeof gout, "%s", tmp_path("ov_out.gguf"));
+    /* an f32 weight of 1e6, written as f16 */
+    cu_synth_desc(&d);
+    qx_store_init(&s);
+    QT_OK(qx_synth_model(&s, &d, &e));
+    t = qx_store_find(&s, "model.layers.1.mlp.up_proj.weight");
+    QT_CHECK(t != NULL && t->dtype == QUAROT_DTYPE_F32);
+    if (t) ((float*)t->data)[5] = 1e6f;
+    {
+        qx_st_save_opts o;
+        memset(&o, 0, sizeof o);
+        QT_OK(qx_st_save(&s, in, &o, &e));
+    }
+    QT_CHECK(CLI("rotate '%s' '%s' --dtype f16", in, out) != 0);
+    QT_CHECKF(strstr(g_err, "model.layers.1.mlp.up_proj.weight") && strstr(g_err, "f16 range"), "stderr: %s", g_err);
+    QT_CHECK(!qx_path_exists(out));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --dtype bf16", in, out), 0);   /* bf16 holds it */
+    qx_store_free(&s);
+    /* a GGUF in f16: attn_norm 65504 fused into q_proj of ones gives values far beyond f16 */
+    qx_store_init(&s);
+    QT_OK(qx_synth_model(&s, &d, &e));
+    QT_CHECK(fill(&s, "model.layers.0.input_layernorm.weight", 65504.0));
+    QT_CHECK(fill(&s, "model.layers.0.self_attn.q_proj.weight", 1.0));
+    {
+        qx_gguf_save_opts o;
+        memset(&o, 0, sizeof o);
+        o.dtype = QUAROT_DTYPE_F16;
+        QT_OK(qx_gguf_save(&s, gin, &o, &e));
+    }
+    QT_CHECK(CLI("rotate '%s' '%s'", gin, gout) != 0);
+    QT_CHECKF(strstr(g_err, "q_proj") && strstr(g_err, "f16 range"), "stderr: %s", g_err);
+    QT_CHECK(!qx_path_exists(gout));
+    qx_store_free(&s);
+}
+
 /* ---- 8: stale temporaries ------------------------------------------------------------------------ */
 
 static void test_stale_temporaries_removed(void) {
@@ -339,6 +400,7 @@ int main(int argc, char** argv) {
     }
     QT_RUN(test_sharded_kill_between_renames);
     QT_RUN(test_single_file_hooks_kill);
+    QT_RUN(test_f16_overflow_refused);
     QT_RUN(test_force_refuses_special_files);
     QT_RUN(test_no_replace_without_force);
     QT_RUN(test_long_output_names);

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,10 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
                             int64_t head_dim, int to_interleaved, const char* what, qx_err* e) {
     size_t es = quarot_dtype_size(dt), row_bytes, cap, used = 0;
     int64_t rows, r, ne0;
-    int same, elem_perm;
+    int same, elem_perm, bad = 0;
+    /* |x| from which round-to-nearest-even gives Inf: halfway above the largest finite value */
+    double limit = dt == QUAROT_DTYPE_F16 ? 65520.0 : dt == QUAROT_DTYPE_BF16 ? 3.3961775292304e38 : 0.0, worst = 0.0;
+    int64_t worst_row = -1;
     char* chunk = NULL;
     double* drow = NULL;
     double* dperm = NULL;
@@ -258,6 +262,13 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         } else {
             quarot_tensor_init(&rv, dst, dt, 1, &ne0);
             quarot_tensor_get_row_f64(t, src, drow);
+            if (limit > 0) {   /* never a non-finite output: find what does not fit */
+                int64_t k;
+                for (k = 0; k < ne0; ++k) {
+                    double a = fabs(drow[k]);
+                    if (!(a < limit)) { bad = 1; if (!(a <= worst)) { worst = a; worst_row = r; } }
+                }
+            }
             if (elem_perm) {
                 int64_t k;
                 for (k = 0; k < ne0; ++k) dperm[k] = drow[qx_rope_src_row(k, head_dim, to_interleaved)];
@@ -277,6 +288,12 @@ done:
     free(chunk);
     free(drow);
     free(dperm);
+    if (res == QUAROT_OK && bad) {
+        qx_err_set(e, "%s: tensor \"%s\": value %.7g (row %lld) is beyond the %s range (largest finite %s); write f32%s "
+                      "(--dtype) or scale the model", o->path, what, worst, (long long)worst_row, quarot_dtype_name(dt),
+                   dt == QUAROT_DTYPE_F16 ? "65504" : "3.39e38", dt == QUAROT_DTYPE_F16 ? " or bf16" : "");
+        return QUAROT_ERR_OVERFLOW;
+    }
     return res;
 }
 
