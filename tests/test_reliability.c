@@ -15,6 +15,9 @@
 #include "qt.h"
 #include "cli_util.h"
 #include "qx_cli.h"
+#include "qx_eval.h"
+#include "qx_evalkit.h"
+#include "qx_online.h"
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_llama2c.h"
@@ -22,6 +25,7 @@
 #include "qx_synth.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -361,6 +365,116 @@ static void test_f16_overflow_refused(void) {
     qx_store_free(&s);
 }
 
+/* ---- 11.4: hooks travel with the model ----------------------------------------------------------- */
+
+/* FP32 perplexity of s over the deterministic token stream (hooks: s's own, attached or not; extra
+   may be NULL). */
+static double ppl_of(const qx_store* s, const quarot_online_list* extra) {
+    qx_ek_forward ef;
+    qx_ppl_opts po;
+    qx_ppl_result res;
+    qx_err e;
+    int32_t toks[400];
+    int64_t i, n = qt_quick() ? 130 : 400;
+    double out = -1;
+    for (i = 0; i < n; ++i) toks[i] = (int32_t)(3 + (i * 7919 + i * i * 31) % (s->config.vocab - 3));
+    memset(&po, 0, sizeof po);
+    po.seq_len = 64;
+    if (qx_ek_forward_init(&ef, s, extra, NULL, NULL, NULL, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); return -1; }
+    if (qx_eval_perplexity(&ef.f, toks, n, &po, &res, &e) == QUAROT_OK && qx_ek_forward_status(&ef) == QUAROT_OK) out = res.ppl;
+    else printf("    perplexity: %s\n", e.msg);
+    qx_ek_forward_free(&ef);
+    return out;
+}
+
+/* The FP32 row's first number in eval's table. */
+static double fp32_cell(const char* out) {
+    const char* p = strstr(out, "\nFP32");
+    return p ? atof(p + 5) : -1;
+}
+
+static void test_eval_applies_the_models_hooks(void) {
+    char in[1024], out[1024], other[1024], text[1024], hooks[1200];
+    qx_store a, b, c;
+    qx_load_opts lo;
+    qx_err e;
+    qx_hooks_status st = QX_HOOKS_NONE;
+    quarot_online_list again;
+    double p_orig, p_rot, p_nohooks, p_again, cell_a, cell_b;
+    FILE* f;
+    int i;
+    snprintf(in, sizeof in, "%s", tmp_path("hk_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("hk_out.bin"));
+    snprintf(other, sizeof other, "%s", tmp_path("hk_other.bin"));
+    snprintf(text, sizeof text, "%s", tmp_path("hk_text.txt"));
+    snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(write_tokenizer(tmp_path("tokenizer.bin")));
+    f = fopen(text, "w");
+    for (i = 0; f && i < 300; ++i) fprintf(f, "the %d cat sat on the mat and then %s ran. ", i, i % 3 ? "it" : "the dog");
+    if (f) fclose(f);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online --seed 5", in, out), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online --seed 6", in, other), 0);
+
+    /* in process, at full precision: the rotated model with its hooks computes the original's perplexity */
+    memset(&lo, 0, sizeof lo);
+    qx_store_init(&a); qx_store_init(&b); qx_store_init(&c);
+    QT_OK(qx_cli_load_model(in, &lo, &a, &e));
+    QT_OK(qx_cli_load_model(out, &lo, &b, &e));
+    p_nohooks = ppl_of(&b, NULL);
+    QT_OK(qx_model_hooks_attach(&b, out, NULL, &st, NULL, 0, &e));
+    QT_EQ_INT((int)st, (int)QX_HOOKS_ATTACHED);
+    p_orig = ppl_of(&a, NULL);
+    p_rot = ppl_of(&b, NULL);
+    QT_CHECKF(p_orig > 1 && fabs(p_rot - p_orig) <= 1e-6 * p_orig, "ppl original %.9g, rotated with its hooks %.9g (rel %.2e)",
+              p_orig, p_rot, fabs(p_rot - p_orig) / p_orig);
+    QT_CHECKF(fabs(p_nohooks - p_orig) > 1e-3 * p_orig, "without hooks %.9g vs %.9g: the hooks would not matter", p_nohooks, p_orig);
+    /* rotated again in memory (eval's QuaRot column): the model's hooks run first, then the new ones */
+    QT_OK(qx_ek_quarot(&b, 9, 0, &c, &again, NULL, 0, NULL, NULL, &e));
+    p_again = ppl_of(&c, &again);
+    QT_CHECKF(fabs(p_again - p_orig) <= 1e-5 * p_orig, "rotated twice: %.9g vs %.9g", p_again, p_orig);
+    quarot_online_list_free(&again);
+    /* a stale hook file (another rotation's) is refused */
+    QT_CHECK(qx_model_hooks_attach(&c, out, tmp_path("hk_other.bin.quarot-online"), &st, NULL, 0, &e) == QUAROT_ERR_INVALID_ARGUMENT);
+    qx_store_free(&a); qx_store_free(&b); qx_store_free(&c);
+
+    /* through the tool: no flag needed */
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64", in, text), 0);
+    cell_a = fp32_cell(g_out);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64", out, text), 0);
+    cell_b = fp32_cell(g_out);
+    QT_CHECKF(cell_a > 1 && fabs(cell_a - cell_b) <= 1e-4 * cell_a, "eval FP32: original %.4f, rotated %.4f\n%s", cell_a, cell_b, g_err);
+    QT_CHECKF(strstr(g_err, "online hooks:") != NULL, "stderr: %s", g_err);
+    /* --hooks FILE, and the stale file refused by every command */
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64 --hooks '%s'", out, text, hooks), 0);
+    sh("cp '%s.quarot-online' '%s'", other, hooks);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64", out, text), 2);
+    QT_CHECKF(strstr(g_err, "belongs to other weights") != NULL, "stderr: %s", g_err);
+    QT_EQ_INT(CLI("inspect '%s'", out), 2);
+    QT_EQ_INT(CLI("plot '%s' --text '%s' -o '%s' --force", out, text, tmp_path("hk.svg")), 2);
+    QT_EQ_INT(CLI("calibrate '%s' --text '%s' -o '%s'", out, text, tmp_path("hk.ctx")), 2);
+}
+
+/* A GGUF / safetensors output written with --online is marked in its metadata: run without its hook
+   file it gets a loud warning. */
+static void test_missing_hooks_warned(void) {
+    char in[1024], out[1024], text[1024];
+    FILE* f;
+    int i;
+    snprintf(in, sizeof in, "%s", tmp_path("mw_in"));
+    snprintf(out, sizeof out, "%s", tmp_path("mw_out"));
+    snprintf(text, sizeof text, "%s", tmp_path("mw_text.txt"));
+    QT_CHECK(make_input(in, 1, 0));
+    QT_CHECK(write_tokenizer(tmp_path("mw_in/tokenizer.bin")));
+    f = fopen(text, "w");
+    for (i = 0; f && i < 200; ++i) fprintf(f, "a %d b c the end. ", i);
+    if (f) fclose(f);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online", in, out), 0);
+    sh("cp '%s/tokenizer.bin' '%s/' && rm '%s/quarot_online.txt'", in, out, out);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64 --quiet", out, text), 0);
+    QT_CHECKF(strstr(g_err, "WARNING") && strstr(g_err, "needs its online hook file"), "stderr: %s", g_err);
+}
+
 /* ---- 8: stale temporaries ------------------------------------------------------------------------ */
 
 static void test_stale_temporaries_removed(void) {
@@ -401,6 +515,8 @@ int main(int argc, char** argv) {
     QT_RUN(test_sharded_kill_between_renames);
     QT_RUN(test_single_file_hooks_kill);
     QT_RUN(test_f16_overflow_refused);
+    QT_RUN(test_eval_applies_the_models_hooks);
+    QT_RUN(test_missing_hooks_warned);
     QT_RUN(test_force_refuses_special_files);
     QT_RUN(test_no_replace_without_force);
     QT_RUN(test_long_output_names);

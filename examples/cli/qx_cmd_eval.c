@@ -10,6 +10,7 @@
    same recipe as the QuaRot column with R1 = H*R learned from activations. */
 #include "qx_calib.h"
 #include "qx_cli.h"
+#include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 
 #include <errno.h>
@@ -31,6 +32,7 @@ static void eval_usage(FILE* f) {
         "  --text FILE           evaluation text (required)\n"
         "  --tokenizer FILE      llama2.c tokenizer (tokenizer.bin format); default: tok<vocab>.bin,\n"
         "                        tok512.bin or tokenizer.bin in the model's directory\n"
+        QX_CLI_HOOKS_HELP
         "  --w-bits N[,N..]      weight bits (2..8, 16 = FP): RTN symmetric per output channel\n"
         "  --a-bits N[,N..]      activation bits (2..8, 16 = FP): per token symmetric, at every decoder-\n"
         "                        linear input\n"
@@ -159,6 +161,7 @@ static int has_setting(const qx_ek_setting* s, int n, const qx_ek_setting* x) {
 int qx_cmd_eval(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL;
+    const char* hooks_opt = NULL;   /* --hooks FILE */
     const char *context_path = NULL, *calib_path = NULL, *calib_dtype = "int4", *calib_layers = NULL;
     int64_t calib_windows = 0;
     qx_store adapt;
@@ -206,6 +209,7 @@ int qx_cmd_eval(int argc, char** argv) {
 #define EVAL_OPT(name) ((got = qx_cli_opt(&cli, argc, argv, &i, name, &v)) < 0 ? -1 : got)
         if ((got = EVAL_OPT("--text")) != 0) { if (got < 0) return QX_EXIT_USAGE; text_path = v; }
         else if ((got = EVAL_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if ((got = EVAL_OPT("--hooks")) != 0) { if (got < 0) return QX_EXIT_USAGE; hooks_opt = v; }
         else if ((got = EVAL_OPT("--w-bits")) != 0) { if (got < 0 || !(n_w = parse_bits(&cli, "--w-bits", v, w_list, 8))) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--a-bits")) != 0) { if (got < 0 || !(n_a = parse_bits(&cli, "--a-bits", v, a_list, 8))) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--kv-bits")) != 0) { if (got < 0 || !(n_kv = parse_bits(&cli, "--kv-bits", v, kv_list, 8))) return QX_EXIT_USAGE; }
@@ -298,6 +302,7 @@ int qx_cmd_eval(int argc, char** argv) {
     quarot_adapt_context_init(&actx, NULL);
     have_actx = 1;
     memset(&cst, 0, sizeof cst);
+    if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
     if (context_path) {   /* a stage-1 context: read (and validated) before any work */
         r = qx_calib_context_load(context_path, &actx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }

@@ -9,6 +9,7 @@
    (quarot calibrate), H rebuilt from the context's seed and block. */
 #include "qx_calib.h"
 #include "qx_cli.h"
+#include "qx_online.h"
 #include "qx_file.h"
 #include "qx_json.h"
 #include "qx_rotate_file.h"
@@ -77,13 +78,22 @@ static void rotate_usage(FILE* f) {
         "down_proj; o_input: the input of o_proj; q_rope / k_rope: q and k after RoPE -- viewed as\n"
         "[outer][n][inner], every vector along n becoming v * D * H_n / sqrt(n), H_n = H_K (x) H_{2^m} (H_K\n"
         "given in the file; D = diag(signs), or none for signs=-). Without these transforms the rotated\n"
-        "model computes something else.\n"
+        "model computes something else. Its `weights qxh64:...` line is the digest of the model's weight\n"
+        "files: quarot eval / plot / inspect / calibrate find the hook file beside MODEL (or --hooks FILE),\n"
+        "refuse one whose digest does not match and apply it; GGUF and safetensors outputs also carry the\n"
+        "metadata key quarot.online_hooks, so running them without their hook file gets a loud warning.\n"
         "\n"
         "memory: IN is memory-mapped and processed one decoder layer at a time (writable copies of one\n"
         "layer, in f32 for f16/bf16 inputs, written and freed as soon as the layer is done); the peak is\n"
         "about one decoder layer plus the embeddings and lm_head. Every tensor is validated (shapes,\n"
-        "NaN/Inf) before anything is written; OUT appears only when complete (written to a temporary and\n"
-        "renamed); IN is never modified; an existing OUT is only replaced with --force.\n"
+        "NaN/Inf) before anything is written; IN is never modified. Every output file is built in a hidden\n"
+        "directory beside OUT (.OUT.tmp-XXXXXX; one a killed run left is removed by the next run) and\n"
+        "published all at once: a directory OUT appears (or replaces the old one, whose other files are\n"
+        "kept) with one rename; for a file OUT the hook file goes first and the model last, so a kill in\n"
+        "between leaves the old model beside a hook file whose digest it refuses. An existing OUT is only\n"
+        "replaced with --force, and only if it is a regular file (a directory for directory outputs);\n"
+        "without --force a file that appears at OUT meanwhile is not replaced either. Values beyond the\n"
+        "range of --dtype f16/bf16 are an error naming the tensor, never Inf in the output.\n"
         "\n"
         "Prints a summary on stdout (the rotations built, the hook count, the files written).\n"
         "Exit codes: 0 ok, 1 usage, 2 input (missing, malformed or unsupported IN), 3 output (exists\n"
@@ -265,6 +275,19 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     snprintf(src_format, sizeof src_format, "%s", s.source_format);
     rc = QX_EXIT_OK;
+    {   /* an input that runs with online hooks cannot be rotated again into one file: the output would
+           need its hooks and the new ones at the same sites */
+        qx_hooks_status hs = QX_HOOKS_NONE;
+        char used[1024];
+        r = qx_model_hooks_attach(&s, in, NULL, &hs, used, sizeof used, &e);
+        if (r != QUAROT_OK || hs != QX_HOOKS_NONE) {
+            rc = r != QUAROT_OK ? qx_cli_fail(cli, QX_EXIT_INPUT, "%s", e.msg)
+                                : qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: runs with online hooks (%s); rotating it again would need "
+                                              "those and the new ones at the same sites: rotate the original model", in,
+                                              hs == QX_HOOKS_MISSING ? "its metadata says so" : used);
+            goto done;
+        }
+    }
     hooks = job->online || job->r3;
     if (s.config.norm == QUAROT_NORM_LAYER) {
         rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model needs RMSNorm, which its format "

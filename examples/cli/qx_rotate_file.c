@@ -283,13 +283,23 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         qx_st_write_opts wo;
         size_t ol = strlen(o->out_path);
         int single = ol > 12 && strcmp(o->out_path + ol - 12, ".safetensors") == 0;
-        qx_sb cfg;
+        qx_sb cfg, meta;
         quarot_result r = QUAROT_OK;
         memset(&wo, 0, sizeof wo);
         memset(&cfg, 0, sizeof cfg);
+        memset(&meta, 0, sizeof meta);
         wo.force = o->force;
         wo.shard_bytes = single ? 0 : o->shard_bytes;
         wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
+        if (o->hooks_path) {   /* marks the model as needing its hook file (qx_model_needs_hooks) */
+            const char* m = wo.metadata_json;
+            const char* body = m ? strchr(m, '{') : NULL;
+            const char* rest = body ? body + 1 : "}";
+            while (*rest == ' ' || *rest == '\n' || *rest == '\t' || *rest == '\r') ++rest;
+            qx_sb_printf(&meta, "{\"quarot.online_hooks\":\"%s\"%s%s", single ? "beside the file (.quarot-online)" : "quarot_online.txt",
+                         *rest == '}' ? "" : ",", rest);
+            wo.metadata_json = meta.p;
+        }
         if (!single) {
             r = qx_hf_config_write(s, &cfg, e);   /* tie_word_embeddings patched to the output */
             wo.config_json = cfg.p;
@@ -297,22 +307,27 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         k->kind = QX__OUT_ST;
         if (r == QUAROT_OK) r = qx_st_writer_begin(&k->st, o->out_path, pl, n, &wo, e);
         qx_sb_free(&cfg);
+        qx_sb_free(&meta);
         return r;
     }
     if (strcmp(fmt, "gguf") == 0) {
         qx_gguf_write_opts wo;
-        qx_gguf_set set[1];
+        qx_gguf_set set[2];
         size_t kv_len = 0;
         const void* kv = qx_store_get_blob(s, "gguf.kv", &kv_len);
         memset(&wo, 0, sizeof wo);
         memset(set, 0, sizeof set);
         wo.force = o->force;
+        wo.set = set;
         if (o->dtype != QUAROT_DTYPE_DEFAULT) {   /* llama.cpp's LLAMA_FTYPE: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32 */
-            set[0].key = "general.file_type";
-            set[0].type = QX_GGUF_U32;
-            set[0].u = o->dtype == QUAROT_DTYPE_F16 ? 1u : o->dtype == QUAROT_DTYPE_BF16 ? 32u : 0u;
-            wo.set = set;
-            wo.n_set = 1;
+            set[wo.n_set].key = "general.file_type";
+            set[wo.n_set].type = QX_GGUF_U32;
+            set[wo.n_set++].u = o->dtype == QUAROT_DTYPE_F16 ? 1u : o->dtype == QUAROT_DTYPE_BF16 ? 32u : 0u;
+        }
+        if (o->hooks_path) {   /* marks the model as needing its hook file (qx_model_needs_hooks) */
+            set[wo.n_set].key = "quarot.online_hooks";
+            set[wo.n_set].type = QX_GGUF_STRING;
+            set[wo.n_set++].str = "beside the file (.quarot-online)";
         }
         k->kind = QX__OUT_GGUF;
         return qx_gguf_writer_begin(&k->gg, o->out_path, pl, n, kv, kv_len, &wo, e);

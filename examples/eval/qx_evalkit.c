@@ -210,7 +210,11 @@ quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const qua
     memset(&o, 0, sizeof o);
     if (q) o.quant = *q;
     qx_online_ctx_init(&ef->ctx, hooks);
-    if (hooks && hooks->count > 0) {
+    /* the model's own hooks (attached by qx_model_hooks_attach), run before `hooks` */
+    r = qx_model_hooks_get(s, &ef->base, e);
+    if (r != QUAROT_OK) { quarot_online_list_free(&ef->base); return r; }
+    if (ef->base.count > 0) ef->ctx.base = &ef->base;
+    if ((hooks && hooks->count > 0) || ef->base.count > 0) {
         o.online = qx_online_hooks;
         o.online_user = &ef->ctx;
         ef->has_hooks = 1;
@@ -218,7 +222,7 @@ quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const qua
     o.capture = capture;
     o.capture_user = capture_user;
     r = qx_forward_init(&ef->f, s, &o, e);
-    if (r != QUAROT_OK) qx_online_ctx_free(&ef->ctx);
+    if (r != QUAROT_OK) { qx_online_ctx_free(&ef->ctx); quarot_online_list_free(&ef->base); }
     return r;
 }
 
@@ -227,6 +231,7 @@ quarot_result qx_ek_forward_status(const qx_ek_forward* ef) { return ef->ctx.sta
 void qx_ek_forward_free(qx_ek_forward* ef) {
     qx_forward_free(&ef->f);
     qx_online_ctx_free(&ef->ctx);
+    quarot_online_list_free(&ef->base);
 }
 
 /* ---- settings ------------------------------------------------------------------------------ */

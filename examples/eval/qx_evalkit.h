@@ -50,9 +50,11 @@ typedef struct qx_ek_forward {
     qx_forward f;
     qx_online_ctx ctx;
     int has_hooks;
+    quarot_online_list base;     /* the store's own hooks (qx_model_hooks_get), run before `hooks` */
 } qx_ek_forward;
 
-/* hooks may be NULL (no online rotation); q may be NULL (FP32); capture may be NULL. */
+/* hooks may be NULL (no online rotation); q may be NULL (FP32); capture may be NULL. A store with
+   hooks attached (qx_model_hooks_attach; copies made by qx_ek_quarot keep them) runs them first. */
 quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
                                  const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user, qx_err* e);
 /* QUAROT_OK, or the first error an online hook met. */
