@@ -475,6 +475,31 @@ static void test_missing_hooks_warned(void) {
     QT_CHECKF(strstr(g_err, "WARNING") && strstr(g_err, "needs its online hook file"), "stderr: %s", g_err);
 }
 
+/* ---- 4: readers: directories, devices, endless streams ------------------------------------------ */
+
+static void test_readers_refuse_dirs_and_endless_streams(void) {
+    char in[1024], text[1024], dir[1024];
+    FILE* f;
+    int i;
+    snprintf(in, sizeof in, "%s", tmp_path("rd_in.bin"));
+    snprintf(text, sizeof text, "%s", tmp_path("rd_text.txt"));
+    snprintf(dir, sizeof dir, "%s", tmp_path("rd_dir"));
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(write_tokenizer(tmp_path("tokenizer.bin")));
+    QT_CHECK(mkdir(dir, 0777) == 0);
+    f = fopen(text, "w");
+    for (i = 0; f && i < 100; ++i) fprintf(f, "some text %d. ", i);
+    if (f) fclose(f);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --tokenizer '%s' --seq-len 32", in, text, dir), 2);
+    QT_CHECKF(strstr(g_err, "regular file") != NULL, "stderr: %s", g_err);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --tokenizer /dev/null --seq-len 32", in, text), 2);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 32", in, dir), 2);
+    if (!qt_quick()) {   /* 256 MiB of zeros: a few seconds natively, too slow under qemu */
+        QT_CHECK(CLI("eval '%s' --text /dev/zero --seq-len 32", in) != 0);
+        QT_CHECKF(strstr(g_err, "limit of 256 MiB") != NULL, "stderr: %s", g_err);
+    }
+}
+
 /* ---- 8: stale temporaries ------------------------------------------------------------------------ */
 
 static void test_stale_temporaries_removed(void) {
@@ -517,6 +542,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_f16_overflow_refused);
     QT_RUN(test_eval_applies_the_models_hooks);
     QT_RUN(test_missing_hooks_warned);
+    QT_RUN(test_readers_refuse_dirs_and_endless_streams);
     QT_RUN(test_force_refuses_special_files);
     QT_RUN(test_no_replace_without_force);
     QT_RUN(test_long_output_names);

@@ -28,8 +28,15 @@ quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err
     /* grow by doubling: works for pipes too */
     for (;;) {
         size_t got;
+        if (n >= QX_EK_MAX_TEXT) {   /* a stream with no end (/dev/zero, a FIFO fed forever) stops here */
+            free(buf);
+            fclose(f);
+            qx_err_set(e, "%s: longer than the limit of %llu MiB for a text", path, (unsigned long long)(QX_EK_MAX_TEXT >> 20));
+            return QUAROT_ERR_OVERFLOW;
+        }
         if (n + 1 >= cap) {
             size_t nc = cap ? 2 * cap : 65536;
+            if (nc > QX_EK_MAX_TEXT + 1) nc = QX_EK_MAX_TEXT + 1;
             char* p = (char*)realloc(buf, nc);
             if (!p) {
                 free(buf);

@@ -22,7 +22,9 @@
 extern "C" {
 #endif
 
-/* Read a whole file into a malloc'ed buffer (NUL-terminated; *len excludes the NUL). */
+/* Read a whole file into a malloc'ed buffer (NUL-terminated; *len excludes the NUL). Pipes and
+   other streams are read to their end, up to QX_EK_MAX_TEXT bytes (more is an error). */
+#define QX_EK_MAX_TEXT ((size_t)256 << 20)
 quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err* e);
 
 /* The llama2.c tokenizer that goes with a model: tok<vocab>.bin, tok512.bin or tokenizer.bin in the
