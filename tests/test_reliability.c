@@ -500,6 +500,21 @@ static void test_readers_refuse_dirs_and_endless_streams(void) {
     }
 }
 
+/* ---- 8: an input truncated while mapped -------------------------------------------------------- */
+
+static void test_truncated_input_while_mapped(void) {
+    char in[1024], out[1024];
+    snprintf(in, sizeof in, "%s", tmp_path("tr_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("tr_out.bin"));
+    QT_CHECK(make_input(in, 0, 0));
+    /* QX_FAULT_TRUNCATE_INPUT: rotate truncates its (mapped) input to 4 KiB after the first rotated layer,
+       when the staged output files exist */
+    QT_EQ_INT(run_prog("QX_FAULT_TRUNCATE_INPUT=1", g_bin, "rotate '%s' '%s' --online", in, out), 2);
+    QT_CHECKF(strstr(g_err, "changed (truncated?) while it was being read") != NULL, "stderr: %s", g_err);
+    QT_CHECK(!qx_path_exists(out));
+    QT_EQ_INT(temporaries_beside(g_tmp, "tr_out.bin"), 0);
+}
+
 /* ---- 8: stale temporaries ------------------------------------------------------------------------ */
 
 static void test_stale_temporaries_removed(void) {
@@ -547,6 +562,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_no_replace_without_force);
     QT_RUN(test_long_output_names);
     QT_RUN(test_stale_temporaries_removed);
+    QT_RUN(test_truncated_input_while_mapped);
     sh("rm -rf '%s'", g_tmp);
     return qt_finish("test_reliability");
 }

@@ -159,6 +159,7 @@ bad:
 typedef struct rotate_progress {
     qx_cli* cli;
     const char* stage;
+    const char* in;              /* the input (QX_FAULT_TRUNCATE_INPUT) */
 } rotate_progress;
 
 static void on_progress(void* user, const char* stage, int64_t done, int64_t total) {
@@ -174,6 +175,9 @@ static void on_progress(void* user, const char* stage, int64_t done, int64_t tot
     }
     snprintf(what, sizeof what, "%s layer", strcmp(stage, "validate") == 0 ? "validating" : "rotating");
     qx_cli_progress(rp->cli, done, total, what);
+    /* fault injection (tests): truncate the mapped input once the output files exist */
+    if (rp->in && strcmp(stage, "rotate") == 0 && done == 1 && getenv("QX_FAULT_TRUNCATE_INPUT") && !qx_is_dir(rp->in))
+        (void)!truncate(rp->in, 4096);
 }
 
 static int same_file(const char* a, const char* b) {
@@ -275,6 +279,11 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     snprintf(src_format, sizeof src_format, "%s", s.source_format);
     rc = QX_EXIT_OK;
+    {   /* SIGBUS (the mapped input truncated meanwhile) becomes an error line, the temporaries removed */
+        static char bus_what[1100];
+        snprintf(bus_what, sizeof bus_what, "quarot rotate: %.1000s", in);
+        qx_sigbus_cleanup(bus_what);
+    }
     {   /* an input that runs with online hooks cannot be rotated again into one file: the output would
            need its hooks and the new ones at the same sites */
         qx_hooks_status hs = QX_HOOKS_NONE;
@@ -388,6 +397,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
     memset(&rp, 0, sizeof rp);
     rp.cli = cli;
+    rp.in = in;
     ro.progress = on_progress;
     ro.user = &rp;
     qx_cli_phase(cli);

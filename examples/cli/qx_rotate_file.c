@@ -366,6 +366,9 @@ typedef struct qx__stage {
 } qx__stage;
 
 static void qx__stage_free(qx__stage* g) {
+    qx_live_remove(g->model);
+    qx_live_remove(g->hooks);
+    qx_live_remove(g->config);
     qx_dir_out_abort(&g->dir);   /* removes what is left (nothing after a publish) */
     free(g->model);
     free(g->hooks);
@@ -396,6 +399,9 @@ static quarot_result qx__stage_begin(qx__stage* g, const qx_store* s, const qx_r
     }
     g->config = qx_path_join(g->dir.tmp, "config.json");
     if (!g->model || !g->config || (o->hooks_path && !g->hooks)) { qx_err_set(e, "%s: out of memory", o->out_path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (!g->is_dir) qx_live_add(g->model, 0);   /* for the SIGBUS cleanup (qx_sigbus_cleanup) */
+    qx_live_add(g->hooks, 0);
+    qx_live_add(g->config, 0);
     return QUAROT_OK;
 }
 

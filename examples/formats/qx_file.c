@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,7 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
        temporary unlocked knows its run is gone */
     o->lock_fd = open(o->tmp, O_RDONLY | O_CLOEXEC);
     if (o->lock_fd >= 0) (void)flock(o->lock_fd, LOCK_EX);
+    qx_live_add(o->tmp, 0);
     {   /* mkstemp makes 0600; the published file gets what open(0666) would give (umask applied) */
         mode_t mask = umask(0);
         umask(mask);
@@ -380,6 +382,7 @@ quarot_result qx_out_publish(qx_out* o, qx_err* e) {
     quarot_result r;
     if (!o || !o->tmp || o->fd >= 0) return QUAROT_ERR_STATE;
     if ((r = qx_publish_file(o->tmp, o->path, o->force, e)) != QUAROT_OK) return r;
+    qx_live_remove(o->tmp);
     free(o->tmp);
     o->tmp = NULL;
     if (o->lock_fd >= 0) close(o->lock_fd);
@@ -394,6 +397,7 @@ void qx_out_abort(qx_out* o) {
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
     if (o->tmp) unlink(o->tmp);
+    qx_live_remove(o->tmp);
     if (o->lock_fd >= 0 && o->tmp) close(o->lock_fd);
     else if (o->lock_fd >= 0 && o->lock_fd != o->fd) close(o->lock_fd);
     o->lock_fd = -1;
@@ -404,6 +408,51 @@ void qx_out_abort(qx_out* o) {
 }
 
 /* ---- temporaries, stale ones, fault injection ---- */
+
+/* Live temporaries, for the SIGBUS handler (async-signal-safe: it only reads these pointers). */
+#define QX__LIVE_MAX 256
+static const char* volatile qx__live_files[QX__LIVE_MAX];
+static const char* volatile qx__live_dirs[8];
+static const char* volatile qx__bus_what;
+
+static void qx__live_set(const char* volatile* v, int n, const char* old, const char* now) {
+    int k;
+    for (k = 0; k < n; ++k)
+        if (v[k] == old) { v[k] = now; return; }
+}
+
+void qx_live_add(const char* path, int is_dir) {
+    if (path) qx__live_set(is_dir ? qx__live_dirs : qx__live_files, is_dir ? 8 : QX__LIVE_MAX, NULL, path);
+}
+
+void qx_live_remove(const char* path) {
+    if (!path) return;
+    qx__live_set(qx__live_files, QX__LIVE_MAX, path, NULL);
+    qx__live_set(qx__live_dirs, 8, path, NULL);
+}
+
+static void qx__on_sigbus(int sig) {
+    static const char msg[] = ": the input changed (truncated?) while it was being read; nothing was written\n";
+    int k;
+    const char* w = qx__bus_what;
+    (void)sig;
+    for (k = 0; k < QX__LIVE_MAX; ++k)
+        if (qx__live_files[k]) (void)unlink(qx__live_files[k]);
+    for (k = 0; k < 8; ++k)
+        if (qx__live_dirs[k]) (void)rmdir(qx__live_dirs[k]);
+    if (w) { size_t n = 0; while (w[n]) ++n; (void)!write(2, w, n); }
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(2);
+}
+
+void qx_sigbus_cleanup(const char* what) {
+    struct sigaction sa;
+    qx__bus_what = what;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = qx__on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGBUS, &sa, NULL);
+}
 
 #define QX__NAME_MAX 255
 
@@ -519,6 +568,7 @@ quarot_result qx_dir_out_begin(qx_dir_out* d, const char* path, int force, qx_er
     (void)chmod(d->tmp, (mode_t)(0777 & ~mask));
     d->lock_fd = open(d->tmp, O_RDONLY | O_CLOEXEC);
     if (d->lock_fd >= 0) (void)flock(d->lock_fd, LOCK_EX);
+    qx_live_add(d->tmp, 1);
     return QUAROT_OK;
 }
 
@@ -614,6 +664,7 @@ quarot_result qx_dir_out_publish(qx_dir_out* d, const char* const* ours, qx_err*
         free(old);
     }
 published:
+    qx_live_remove(d->tmp);
     free(d->tmp);
     d->tmp = NULL;
     if (d->lock_fd >= 0) close(d->lock_fd);
@@ -625,6 +676,7 @@ published:
 void qx_dir_out_abort(qx_dir_out* d) {
     if (!d) return;
     if (d->tmp) qx__remove_tree(d->tmp);
+    qx_live_remove(d->tmp);
     if (d->lock_fd >= 0) close(d->lock_fd);
     d->lock_fd = -1;
     free(d->tmp);

@@ -97,6 +97,14 @@ void qx_fault_point(const char* what);
 quarot_result qx_publish_file(const char* tmp, const char* path, int force, qx_err* e);
 /* fsync of the directory holding path (best effort, after renames). */
 void qx_sync_parent(const char* path);
+/* Live temporaries (qx_out / qx_dir_out register theirs; other staged files may be added) and a
+   SIGBUS handler that removes them: a mapped input truncated while it is read raises SIGBUS; the
+   handler unlinks the registered files, removes the registered (then empty) directories, prints
+   "<what>: the input changed (truncated?) while it was being read; nothing was written" and exits
+   with status 2. `what` must stay valid. */
+void qx_live_add(const char* path, int is_dir);
+void qx_live_remove(const char* path);
+void qx_sigbus_cleanup(const char* what);
 /* Checks that an existing `path` may be replaced by an output: a regular file (want_dir 0) or a
    directory (want_dir 1); absent is fine. Devices, FIFOs, sockets and links are refused. */
 quarot_result qx_check_replaceable(const char* path, int want_dir, qx_err* e);
