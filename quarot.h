@@ -7022,8 +7022,11 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     }
     if (p->desc.online) {
         if (cfg->n_heads % tp != 0 || cfg->intermediate % tp != 0) {
-            quarot__model_error(p->model, "max_tp_size %lld does not divide n_heads %lld and intermediate %lld", (long long)tp,
-                                (long long)cfg->n_heads, (long long)cfg->intermediate);
+            int both = cfg->n_heads % tp != 0 && cfg->intermediate % tp != 0;   // name only what fails
+            quarot__model_error(p->model, "max_tp_size %lld does not divide %s %lld%s%.0lld", (long long)tp,
+                                cfg->n_heads % tp != 0 ? "n_heads" : "intermediate",
+                                (long long)(cfg->n_heads % tp != 0 ? cfg->n_heads : cfg->intermediate),
+                                both ? " nor intermediate " : "", (long long)(both ? cfg->intermediate : 0));
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
         if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp, "o_proj heads")) != QUAROT_OK) return res;

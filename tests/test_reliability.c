@@ -11,6 +11,9 @@
    - --force replaces only regular files (a FIFO stays a FIFO); without --force a file that appears
      at OUT during the run is never replaced; 250-255-byte output names work; temporaries a killed
      run left (unlocked) are removed by the next run, a live run's (locked) are not. */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE   /* realpath, mkfifo, symlink, flock */
+#endif
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
@@ -515,6 +518,88 @@ static void test_truncated_input_while_mapped(void) {
     QT_EQ_INT(temporaries_beside(g_tmp, "tr_out.bin"), 0);
 }
 
+/* ---- 8: the minor list ---------------------------------------------------------------------------- */
+
+static unsigned char* find_bytes(unsigned char* hay, size_t n, const char* needle) {
+    size_t m = strlen(needle), i;
+    for (i = 0; i + m <= n; ++i)
+        if (memcmp(hay + i, needle, m) == 0) return hay + i;
+    return NULL;
+}
+
+static void test_minor_items(void) {
+    char in[1024], gg[1024], bad[1024];
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    unsigned char* b;
+    unsigned char* p;
+    size_t n = 0;
+    snprintf(in, sizeof in, "%s", tmp_path("-mi_in.bin"));
+    snprintf(gg, sizeof gg, "%s", tmp_path("mi.gguf"));
+    snprintf(bad, sizeof bad, "%s", tmp_path("mi_bad.gguf"));
+    QT_CHECK(make_input(in, 0, 0));
+    /* "--" ends the options: names starting with '-' are operands after it */
+    QT_EQ_INT(CLI("rotate -- '%s' '%s'", in, tmp_path("-mi_out.bin")), 0);
+    QT_CHECKF(qx_path_exists(tmp_path("-mi_out.bin")), "stderr: %s", g_err);
+    {
+        char pre[1200];
+        snprintf(pre, sizeof pre, "cd '%s' &&", g_tmp);
+        QT_EQ_INT(run_prog(pre, g_bin, "rotate --force -- -mi_in.bin -mi_out2.bin"), 0);
+        QT_CHECKF(qx_path_exists(tmp_path("-mi_out2.bin")), "stderr: %s", g_err);
+    }
+    /* --clip's range in its message */
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --clip 1.5", in, in), 1);
+    QT_CHECKF(strstr(g_err, "(0, 1]") != NULL, "stderr: %s", g_err);
+    /* GGUF: trailing bytes, a key that is not UTF-8, a tensor type that is no GGML type */
+    cu_synth_desc(&d);
+    qx_store_init(&s);
+    QT_OK(qx_synth_model(&s, &d, &e));
+    {
+        qx_gguf_save_opts o;
+        memset(&o, 0, sizeof o);
+        QT_OK(qx_gguf_save(&s, gg, &o, &e));
+    }
+    qx_store_free(&s);
+    b = read_all(gg, &n);
+    QT_CHECK(b != NULL);
+    if (!b) return;
+    {
+        unsigned char* t = (unsigned char*)malloc(n + 100);
+        memcpy(t, b, n);
+        memset(t + n, 0x5a, 100);
+        QT_CHECK(write_bytes(bad, t, n + 100));
+        free(t);
+    }
+    QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
+    QT_CHECKF(strstr(g_err, "trailing bytes") != NULL, "stderr: %s", g_err);
+    p = find_bytes(b, n, "general.architecture");
+    QT_CHECK(p != NULL);
+    if (p) {
+        unsigned char keep = p[3];
+        p[3] = 0xff;
+        QT_CHECK(write_bytes(bad, b, n));
+        p[3] = keep;
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
+        QT_CHECKF(strstr(g_err, "not valid UTF-8") != NULL, "stderr: %s", g_err);
+    }
+    p = find_bytes(b, n, "token_embd.weight");
+    QT_CHECK(p != NULL);
+    if (p) {   /* name, n_dims (4), ne (2 x 8), type (4) */
+        unsigned char* ty = p + strlen("token_embd.weight") + 4 + 16;
+        ty[0] = 0xe7; ty[1] = 0x03; ty[2] = 0; ty[3] = 0;   /* 999 */
+        QT_CHECK(write_bytes(bad, b, n));
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
+        QT_CHECKF(strstr(g_err, "unknown GGML type 999") != NULL && !strstr(g_err, "type type"), "stderr: %s", g_err);
+    }
+    free(b);
+    /* max_tp_size names only the size it does not divide (stories260K: n_heads 8, intermediate 172) */
+    if (qt_shared_path("models/stories260K/stories260K.bin")) {
+        QT_EQ_INT(CLI("rotate '%s' '%s' --online --max-tp-size 8", qt_shared_path("models/stories260K/stories260K.bin"), tmp_path("mi_tp.bin")), 4);
+        QT_CHECKF(strstr(g_err, "does not divide intermediate 172") && !strstr(g_err, "n_heads"), "stderr: %s", g_err);
+    }
+}
+
 /* ---- 8: stale temporaries ------------------------------------------------------------------------ */
 
 static void test_stale_temporaries_removed(void) {
@@ -546,6 +631,10 @@ int main(int argc, char** argv) {
     (void)argc;
     if (getenv("QX_TEST_BIN")) snprintf(g_bin, sizeof g_bin, "%s", getenv("QX_TEST_BIN"));   /* e.g. an older build */
     else snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    {   /* absolute: some runs change directory */
+        char* abs = realpath(g_bin, NULL);
+        if (abs) { snprintf(g_bin, sizeof g_bin, "%s", abs); free(abs); }
+    }
     snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_rel_XXXXXX");
     if (!mkdtemp(g_tmp) || !qx_path_exists(g_bin)) {
         printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
@@ -563,6 +652,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_long_output_names);
     QT_RUN(test_stale_temporaries_removed);
     QT_RUN(test_truncated_input_while_mapped);
+    QT_RUN(test_minor_items);
     sh("rm -rf '%s'", g_tmp);
     return qt_finish("test_reliability");
 }

@@ -215,8 +215,11 @@ int qx_cmd_eval(int argc, char** argv) {
         else if ((got = EVAL_OPT("--kv-bits")) != 0) { if (got < 0 || !(n_kv = parse_bits(&cli, "--kv-bits", v, kv_list, 8))) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--group-size", v, 1, 1 << 24, &group)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--clip")) != 0) {
-            if (got < 0 || !qx_cli_float(&cli, "--clip", v, 0.0, 1.0, &clip)) return QX_EXIT_USAGE;
-            if (!(clip > 0.0)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--clip: '%s' is not a number in (0, 1]", v);
+            char* endp = NULL;   /* (0, 1]: qx_cli_float's message would say [0, 1] */
+            if (got < 0) return QX_EXIT_USAGE;
+            clip = strtod(v, &endp);
+            if (endp == v || *endp != '\0' || !(clip > 0.0 && clip <= 1.0))
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--clip: '%s' is not a number in (0, 1]", v);
         }
         else if ((got = EVAL_OPT("--windows")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--seq-len")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
