@@ -183,7 +183,8 @@ typedef struct quarot_env {
 // on failure or when size is 0. Exposed so that adapters and examples share the caller's hooks.
 QUAROT_API void* quarot_env_alloc(const quarot_env* env, size_t size);
 QUAROT_API void  quarot_env_free(const quarot_env* env, void* ptr);
-// Run fn(arg, i) for i in [0, n) through env's parallel hook, or serially when there is none.
+// Run fn(arg, i) for i in [0, n) through env's parallel hook, or serially when there is none
+// (fn NULL: nothing runs).
 QUAROT_API void  quarot_env_parallel_for(const quarot_env* env, quarot_task_fn fn, void* arg, int64_t n);
 
 // >>rng
@@ -203,6 +204,7 @@ QUAROT_API double   quarot_rng_uniform(quarot_rng* rng);
 // Standard normal deviate.
 QUAROT_API double   quarot_rng_normal(quarot_rng* rng);
 // n random signs (+1.0f / -1.0f), one u64 draw each, sign = top bit (1 -> -1).
+// NULL rng / out: nothing happens (u64 and the deviates return 0); a zero-init rng is seed 0.
 QUAROT_API void     quarot_rng_signs_f32(quarot_rng* rng, float* out, int64_t n);
 
 // >>tensor
@@ -254,7 +256,7 @@ QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, 
 QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad);
 
 // Row conversions, round to nearest even; NaN stays NaN (quiet), overflow becomes Inf,
-// f16 subnormals are produced and read exactly.
+// f16 subnormals are produced and read exactly. NULL in / out: nothing is converted.
 QUAROT_API void quarot_f32_to_f16(const float* in, uint16_t* out, int64_t n);
 QUAROT_API void quarot_f16_to_f32(const uint16_t* in, float* out, int64_t n);
 QUAROT_API void quarot_f32_to_bf16(const float* in, uint16_t* out, int64_t n);
@@ -799,6 +801,7 @@ QUAROT_API void          quarot_rotation_free(quarot_rotation* r);
 QUAROT_API size_t        quarot_rotation_workspace_size(const quarot_rotation* r);
 // x[rows][stride], first n elements of each row: x <- x*Q (transpose = 0) or x*Q^T (transpose = 1).
 // work == NULL: temporary memory comes from the rotation's env (set-up paths); engines pass work.
+// A zeroed rotation, or one whose init failed, gives QUAROT_ERR_STATE.
 QUAROT_API quarot_result quarot_rotation_apply_f32(const quarot_rotation* r, float* x, int64_t rows, int64_t stride,
                                                    int transpose, void* work, size_t work_size);
 QUAROT_API quarot_result quarot_rotation_apply_f64(const quarot_rotation* r, double* x, int64_t rows, int64_t stride,
@@ -1076,6 +1079,8 @@ QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, flo
 // Text serialization, version 1 (documented in README "Online hook file"):
 //   quarot-online 1
 //   hooks <count>
+//   weights <digest>        (optional, anywhere before 'end': names the weights the hooks belong to;
+//                            quarot_online_read skips it, the tool compares it with the model's)
 //   hook <layer> <site> size=<s> outer=<o> n=<n> inner=<i> K=<K> m=<m> signs=<hex or ->
 //   ...
 //   hadamard <K>            (one block per distinct K > 1: K rows of '+'/'-', so engines without
@@ -1658,7 +1663,7 @@ QUAROT_API void quarot_env_free(const quarot_env* env, void* ptr) {
 
 QUAROT_API void quarot_env_parallel_for(const quarot_env* env, quarot_task_fn fn, void* arg, int64_t n) {
     int64_t i;
-    if (n <= 0) return;
+    if (n <= 0 || !fn) return;
     if (env && env->parallel.run && env->parallel.n_threads > 1 && n > 1) {
         env->parallel.run(env->parallel.user_data, fn, arg, n);
         return;
@@ -1688,7 +1693,10 @@ QUAROT_API void quarot_rng_seed(quarot_rng* rng, uint64_t seed) {
 }
 
 QUAROT_API uint64_t quarot_rng_u64(quarot_rng* rng) {
-    uint64_t* s = rng->s;
+    uint64_t* s;
+    if (!rng) return 0;
+    s = rng->s;
+    if ((s[0] | s[1] | s[2] | s[3]) == 0) quarot_rng_seed(rng, 0);   // zero-init = seed 0 (xoshiro's all-zero state is a fixed point)
     uint64_t result = quarot__rotl64(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
     s[2] ^= s[0];
@@ -1724,6 +1732,7 @@ static double quarot__log(double x) {
 
 QUAROT_API double quarot_rng_normal(quarot_rng* rng) {
     double u, v, s, f;
+    if (!rng) return 0.0;
     if (rng->has_spare) {
         rng->has_spare = 0;
         return rng->spare;
@@ -1741,6 +1750,7 @@ QUAROT_API double quarot_rng_normal(quarot_rng* rng) {
 
 QUAROT_API void quarot_rng_signs_f32(quarot_rng* rng, float* out, int64_t n) {
     int64_t i;
+    if (!rng || !out) return;
     for (i = 0; i < n; ++i) out[i] = (quarot_rng_u64(rng) >> 63) ? -1.0f : 1.0f;
 }
 
@@ -1949,18 +1959,22 @@ QUAROT_API uint16_t quarot_f64_to_bf16_1(double x) { return quarot__f64_to_small
 
 QUAROT_API void quarot_f32_to_f16(const float* in, uint16_t* out, int64_t n) {
     int64_t i;
+    if (!in || !out) return;
     for (i = 0; i < n; ++i) out[i] = quarot__f32_to_f16_1(in[i]);
 }
 QUAROT_API void quarot_f16_to_f32(const uint16_t* in, float* out, int64_t n) {
     int64_t i;
+    if (!in || !out) return;
     for (i = 0; i < n; ++i) out[i] = quarot__f16_to_f32_1(in[i]);
 }
 QUAROT_API void quarot_f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
     int64_t i;
+    if (!in || !out) return;
     for (i = 0; i < n; ++i) out[i] = quarot__f32_to_bf16_1(in[i]);
 }
 QUAROT_API void quarot_bf16_to_f32(const uint16_t* in, float* out, int64_t n) {
     int64_t i;
+    if (!in || !out) return;
     for (i = 0; i < n; ++i) out[i] = quarot__bf16_to_f32_1(in[i]);
 }
 
@@ -2896,6 +2910,7 @@ static int quarot__log2_exact(int64_t n) {   // used to validate quarot_fwht_* s
 // Shared checks of the batched entry points: x [rows][stride] with n used per row, elem bytes each.
 static quarot_result quarot__rows_check(const void* x, int64_t n, int64_t rows, int64_t stride, size_t elem) {
     if (!x || n <= 0 || rows < 0 || stride < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (stride > INT64_MAX / (int64_t)elem) return QUAROT_ERR_OVERFLOW;   // also n (<= stride), whatever rows is
     if (rows > 0 && (rows - 1) > (INT64_MAX / (int64_t)elem - n) / stride) return QUAROT_ERR_OVERFLOW;
     return QUAROT_OK;
 }
@@ -6525,6 +6540,20 @@ QUAROT_API size_t quarot_rotation_workspace_size(const quarot_rotation* r) {
     return 0;
 }
 
+// A rotation as quarot_rotation_init leaves it: a zeroed struct, one whose init failed (freed to
+// zeros) or one filled in by hand without its parts is QUAROT_ERR_STATE, never a division by zero.
+static int quarot__rotation_ready(const quarot_rotation* r, int is64) {
+    if (r->n <= 0 || r->block <= 0 || r->block > r->n || r->n % r->block != 0) return 0;
+    switch (r->kind) {
+        case QUAROT_ROTATION_IDENTITY: return 1;
+        case QUAROT_ROTATION_HADAMARD: return r->plan.n == r->block;
+        case QUAROT_ROTATION_RANDOM_ORTHOGONAL:
+        case QUAROT_ROTATION_MATRIX: return is64 ? r->dense != NULL : r->dense32 != NULL;
+        case QUAROT_ROTATION_ADAPT: return r->plan.n > 0 && r->n % r->plan.n == 0 && (!r->dense || r->dense32);
+        default: return 0;
+    }
+}
+
 // One entry point for both precisions: is64 selects double.
 static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, int is64, int64_t rows, int64_t stride,
                                             int transpose, void* work, size_t work_size) {
@@ -6532,7 +6561,9 @@ static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, i
     void* owned = NULL;
     int64_t j, nb;
     quarot_result res = QUAROT_OK;
-    if (!r || !x || rows < 0 || stride < r->n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!r || !x || rows < 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__rotation_ready(r, is64)) return QUAROT_ERR_STATE;
+    if (stride < r->n) return QUAROT_ERR_INVALID_ARGUMENT;
     if (rows == 0 || r->kind == QUAROT_ROTATION_IDENTITY) return QUAROT_OK;
     need = quarot_rotation_workspace_size(r);
     if (need && !work) {
@@ -7281,8 +7312,7 @@ static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t lin
 }
 
 QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size) {
-    const char* p = text;
-    const char* end = text + len;
+    const char *p, *end;
     int64_t line = 0, declared = -1, i;
     int seen_end = 0;
     float* signs = NULL;
@@ -7290,6 +7320,8 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
     quarot_result res = QUAROT_OK;
     if (err && err_size) err[0] = '\0';
     if (!list || !text || list->count != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = text;                                  // only now: NULL + len is undefined
+    end = text + len;
     while (p < end && res == QUAROT_OK) {
         quarot__lineread lr;
         const char* nl = (const char*)memchr(p, '\n', (size_t)(end - p));
@@ -7311,6 +7343,10 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
         if (quarot__lr_word(&lr, "end")) {
             if (lr.p != lr.end) res = quarot__parse_error(err, err_size, line, "junk after 'end'");
             seen_end = 1;
+            continue;
+        }
+        if (quarot__lr_word(&lr, "weights ")) {   // a digest the tool checks; nothing to build
+            if (lr.p == lr.end || lr.end - lr.p > 128) res = quarot__parse_error(err, err_size, line, "bad 'weights <digest>' line");
             continue;
         }
         if (quarot__lr_word(&lr, "hook ")) {
@@ -7633,8 +7669,11 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     }
     if (p->desc.online) {
         if (cfg->n_heads % tp != 0 || cfg->intermediate % tp != 0) {
-            quarot__model_error(p->model, "max_tp_size %lld does not divide n_heads %lld and intermediate %lld", (long long)tp,
-                                (long long)cfg->n_heads, (long long)cfg->intermediate);
+            int both = cfg->n_heads % tp != 0 && cfg->intermediate % tp != 0;   // name only what fails
+            quarot__model_error(p->model, "max_tp_size %lld does not divide %s %lld%s%.0lld", (long long)tp,
+                                cfg->n_heads % tp != 0 ? "n_heads" : "intermediate",
+                                (long long)(cfg->n_heads % tp != 0 ? cfg->n_heads : cfg->intermediate),
+                                both ? " nor intermediate " : "", (long long)(both ? cfg->intermediate : 0));
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
         if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp, "o_proj heads")) != QUAROT_OK) return res;
@@ -8274,6 +8313,9 @@ QUAROT_API quarot_result quarot_adapt_capture_add(quarot_adapt_capture* cap, con
     h = cap->hidden;
     len = quarot__adapt_strnlen(linear_name, QUAROT_NAME_MAX);
     if (len >= QUAROT_NAME_MAX || rows < 0 || (rows > 0 && !x) || stride < h) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (stride > INT64_MAX / (int64_t)sizeof(float) ||
+        (rows > 0 && (rows - 1) > (INT64_MAX / (int64_t)sizeof(float) - h) / stride))
+        return QUAROT_ERR_OVERFLOW;                // as the other batched calls: x[rows][stride] addressable
     for (i = 0; i < cap->n_names && strcmp(cap->names[i], linear_name) != 0; ++i) {}
     if (i == cap->n_names) {                       // a new name: remember it for error messages
         void* arr = cap->names;

@@ -57,6 +57,7 @@ static void usage(FILE* f) {
 int main(int argc, char** argv) {
     size_t i;
     if (argc < 2) { usage(stderr); return QX_EXIT_USAGE; }
+    argc = qx_cli_end_of_options(argc, argv);   /* "--": what follows are operands */
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) { usage(stdout); return 0; }
     if (strcmp(argv[1], "--version") == 0) { printf("quarot %s (%s)\n", quarot_version_string(), quarot_simd_name()); return 0; }
     for (i = 0; i < sizeof commands / sizeof commands[0]; ++i)

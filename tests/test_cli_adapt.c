@@ -275,6 +275,11 @@ static void test_context_across_processes(void) {
         quarot_online_write(&list, NULL, 0, &need);
         text = (char*)malloc(need + 1);
         QT_CHECK(text && quarot_online_write(&list, text, need + 1, &need) == QUAROT_OK);
+        if (file) {   /* less the "weights <digest>" line binding it to the model's files (line 3) */
+            char* w = strstr((char*)file, "\nweights ");
+            char* nl = w ? strchr(w + 1, '\n') : NULL;
+            if (nl) { memmove(w, nl, n - (size_t)(nl - (char*)file) + 1); n -= (size_t)(nl - w); }
+        }
         QT_CHECK(file && text && n == strlen(text) && memcmp(file, text, n) == 0);
         free(text);
         free(file);

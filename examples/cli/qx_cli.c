@@ -94,6 +94,23 @@ void qx_cli_info(qx_cli* cli, const char* fmt, ...) {
     fputc('\n', stderr);
 }
 
+int qx_cli_end_of_options(int argc, char** argv) {
+    int i, k;
+    for (i = 2; i < argc && strcmp(argv[i], "--") != 0; ++i) {}
+    if (i >= argc) return argc;
+    for (k = i; k + 1 < argc; ++k) argv[k] = argv[k + 1];
+    argv[--argc] = NULL;
+    for (k = i; k < argc; ++k)
+        if (argv[k][0] == '-' && argv[k][1] != '\0') {
+            char* p = (char*)malloc(strlen(argv[k]) + 3);   /* lives as long as argv */
+            if (!p) continue;
+            p[0] = '.'; p[1] = '/';
+            strcpy(p + 2, argv[k]);
+            argv[k] = p;
+        }
+    return argc;
+}
+
 int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, const char** value) {
     const char* a = argv[*i];
     size_t n = strlen(name);

@@ -55,6 +55,11 @@ __attribute__((format(printf, 2, 3)))
 /* An informational line on stderr (suppressed by --quiet). */
 void qx_cli_info(qx_cli* cli, const char* fmt, ...);
 
+/* "--" ends the options (POSIX): removes the first "--" after the command from argv and turns every
+   later argument that starts with '-' (but "-") into "./" + it, the same relative path that no
+   option parser takes for an option. Returns the new argc. */
+int qx_cli_end_of_options(int argc, char** argv);
+
 /* Option parsing: argv[*i] is an option; if it is `name` (--name VALUE or --name=VALUE), store the
    value's pointer in *value, advance *i past it and return 1; return 0 when it is another option;
    -1 (after printing the usage error) when the value is missing. */

@@ -7,6 +7,7 @@
    temporary renamed into place. `quarot rotate --rotation adapt --context CONTEXT` is stage 2. */
 #include "qx_calib.h"
 #include "qx_cli.h"
+#include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 #include "qx_file.h"
 #include "qx_threads.h"
@@ -52,6 +53,7 @@ static void calibrate_usage(FILE* f) {
         "                        quarot eval: GGUF metadata, tokenizer.json, tok*.bin beside MODEL)\n"
         "  --tokens FILE         token ids instead of --text (whitespace separated or a JSON array); stream\n"
         "                        windows, with the tokenizer's BOS when one is found\n"
+        QX_CLI_HOOKS_HELP
         "  --threads N           threads for the forward pass and the optimizer (default 1)\n"
         "  --force               replace an existing CONTEXT\n"
         "  --quiet               no progress and no per-step loss on stderr\n"
@@ -124,6 +126,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
     const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v, *layer_arg = NULL, *tokens_path = NULL;
     int32_t* ids = NULL;
     int64_t n_ids = 0;
+    const char* hooks_opt = NULL;   /* --hooks FILE */
     const char* dtype = "int4";
     int64_t steps = 20, block = -1, max_samples = 2048, seed = 0, seq_len = 256, windows = 0, threads = 1;
     int windowing = QX_WINDOWING_STREAM, quiet = 0, force = 0, i, k, rc = QX_EXIT_OK;
@@ -165,6 +168,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
         else if (CAL_OPT("--tokens")) { if (k < 0) return QX_EXIT_USAGE; tokens_path = v; }
         else if (CAL_OPT("-o") || CAL_OPT("--output")) { if (k < 0) return QX_EXIT_USAGE; out_path = v; }
         else if (CAL_OPT("--tokenizer")) { if (k < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if (CAL_OPT("--hooks")) { if (k < 0) return QX_EXIT_USAGE; hooks_opt = v; }
         else if (CAL_OPT("--steps")) { if (k < 0 || !qx_cli_int(&cli, "--steps", v, 1, 1000, &steps)) return QX_EXIT_USAGE; }
         else if (CAL_OPT("--quant-dtype")) { if (k < 0) return QX_EXIT_USAGE; dtype = v; }
         else if (CAL_OPT("--layer-type")) { if (k < 0) return QX_EXIT_USAGE; layer_arg = v; }
@@ -211,6 +215,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
     r = qx_cli_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
     have_model = 1;
+    if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
     /* the optimizer's own checks (quant_dtype, block_size against hidden) before any work */
     r = qx_calib_check(&co.adapt, model.config.hidden, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg); goto done; }

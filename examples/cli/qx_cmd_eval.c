@@ -11,6 +11,7 @@
 #include "qx_calib.h"
 #include "qx_cli.h"
 #include "qx_engine.h"
+#include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
 #include "qx_threads.h"
@@ -39,6 +40,7 @@ static void eval_usage(FILE* f) {
         "  --tokens FILE         token ids instead of --text (whitespace separated or a JSON array, e.g.\n"
         "                        quarot tokenize MODEL --text T --no-bos --ids-only); stream windowing;\n"
         "                        windows start with the tokenizer's BOS when one is found\n"
+        QX_CLI_HOOKS_HELP
         "  --w-bits N[,N..]      weight bits (2..8, 16 = FP; QuaRot --w_bits): per output channel, RTN\n"
         "                        unless --w-quant gptq\n"
         "  --a-bits N[,N..]      activation bits (2..8, 16 = FP): per token symmetric, at every decoder-\n"
@@ -280,6 +282,7 @@ static void eval_label(qx_ek_setting* s, int kb, int vb) {
 int qx_cmd_eval(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL, *tokens_path = NULL;
+    const char* hooks_opt = NULL;   /* --hooks FILE */
     const char *context_path = NULL, *calib_path = NULL, *calib_dtype = "int4", *calib_layers = NULL;
     int64_t calib_windows = 0;
     qx_store adapt;
@@ -340,13 +343,17 @@ int qx_cmd_eval(int argc, char** argv) {
         if ((got = EVAL_OPT("--text")) != 0) { if (got < 0) return QX_EXIT_USAGE; text_path = v; }
         else if ((got = EVAL_OPT("--tokens")) != 0) { if (got < 0) return QX_EXIT_USAGE; tokens_path = v; }
         else if ((got = EVAL_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if ((got = EVAL_OPT("--hooks")) != 0) { if (got < 0) return QX_EXIT_USAGE; hooks_opt = v; }
         else if ((got = EVAL_OPT("--w-bits")) != 0) { if (got < 0 || !(n_w = parse_bits(&cli, "--w-bits", v, w_list, 8))) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--a-bits")) != 0) { if (got < 0 || !(n_a = parse_bits(&cli, "--a-bits", v, a_list, 8))) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--kv-bits")) != 0) { if (got < 0 || !(n_kv = parse_bits(&cli, "--kv-bits", v, kv_list, 8))) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--group-size", v, 1, 1 << 24, &group)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--clip")) != 0) {
-            if (got < 0 || !qx_cli_float(&cli, "--clip", v, 0.0, 1.0, &clip)) return QX_EXIT_USAGE;
-            if (!(clip > 0.0)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--clip: '%s' is not a number in (0, 1]", v);
+            char* endp = NULL;   /* (0, 1]: qx_cli_float's message would say [0, 1] */
+            if (got < 0) return QX_EXIT_USAGE;
+            clip = strtod(v, &endp);
+            if (endp == v || *endp != '\0' || !(clip > 0.0 && clip <= 1.0))
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--clip: '%s' is not a number in (0, 1]", v);
         }
         else if ((got = EVAL_OPT("--windows")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
         else if ((got = EVAL_OPT("--seq-len")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
@@ -538,6 +545,7 @@ int qx_cmd_eval(int argc, char** argv) {
     quarot_adapt_context_init(&actx, NULL);
     have_actx = 1;
     memset(&cst, 0, sizeof cst);
+    if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
     if (context_path) {   /* a stage-1 context: read (and validated) before any work */
         r = qx_calib_context_load(context_path, &actx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }

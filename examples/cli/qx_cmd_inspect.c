@@ -16,6 +16,7 @@
                   (E[(x-mean)^4] / var^2; 3 for a Gaussian, large with outlier channels).
    The statistics need the weights in f32 twice (original and rotated): --no-stats skips them. */
 #include "qx_cli.h"
+#include "qx_cli_hooks.h"
 #include "qx_forward.h"
 #include "qx_model.h"
 #include "qx_online.h"
@@ -48,6 +49,7 @@ static void inspect_usage(FILE* f) {
         "  --text FILE        text for the statistics (the model's tokenizer); default: random token ids\n"
         "  --tokenizer FILE   GGUF, tokenizer.json or llama2.c tokenizer.bin; default: the model's own\n"
         "                     (GGUF metadata, tokenizer.json or tok*.bin beside MODEL)\n"
+        QX_CLI_HOOKS_HELP
         "  --tokens N         tokens to run (default 128, at most the model's context); with no --text,\n"
         "                     N random ids from a fixed seed\n"
         "  --seed N           seed of the random ids and of the rotation (default 0)\n"
@@ -284,6 +286,7 @@ static quarot_result collect(const qx_store* s, const quarot_online_list* hooks,
     qx_forward f;
     qx_forward_opts o;
     qx_online_ctx oc;
+    quarot_online_list mh;
     capture_ctx cc;
     quarot_result r;
     memset(&o, 0, sizeof o);
@@ -292,7 +295,10 @@ static quarot_result collect(const qx_store* s, const quarot_online_list* hooks,
     cc.st = (site_stats*)calloc((size_t)(2 * cc.n_layers), sizeof(site_stats));
     if (!cc.st) return QUAROT_ERR_OUT_OF_MEMORY;
     qx_online_ctx_init(&oc, hooks);
-    if (hooks) { o.online = qx_online_hooks; o.online_user = &oc; }
+    r = qx_model_hooks_get(s, &mh, e);   /* the model's own hooks (qx_model_hooks_attach), run first */
+    if (r != QUAROT_OK) { free_stats(cc.st, 2 * cc.n_layers); return r; }
+    if (mh.count > 0) oc.base = &mh;
+    if (hooks || mh.count > 0) { o.online = qx_online_hooks; o.online_user = &oc; }
     o.capture = on_capture;
     o.capture_user = &cc;
     r = qx_forward_init(&f, s, &o, e);
@@ -303,6 +309,7 @@ static quarot_result collect(const qx_store* s, const quarot_online_list* hooks,
     if (r == QUAROT_OK && oc.status != QUAROT_OK) { r = oc.status; qx_err_set(e, "online hooks: %s", quarot_result_string(r)); }
     if (r == QUAROT_OK && cc.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "statistics: out of memory"); }
     qx_online_ctx_free(&oc);
+    quarot_online_list_free(&mh);
     if (r != QUAROT_OK) { free_stats(cc.st, 2 * cc.n_layers); return r; }
     *out = cc.st;
     return QUAROT_OK;
@@ -311,6 +318,7 @@ static quarot_result collect(const qx_store* s, const quarot_online_list* hooks,
 int qx_cmd_inspect(int argc, char** argv) {
     qx_cli cli;
     const char *path = NULL, *text = NULL, *tok_path = NULL, *v;
+    const char* hooks_opt = NULL;   /* --hooks FILE */
     int64_t n_tokens = 128, seed = 0;
     int quiet = 0, no_stats = 0, all = 0, i, k, rc = QX_EXIT_OK, offline_ok = 1, online_ok = 1;
     qx_store s, rot;
@@ -339,6 +347,7 @@ int qx_cmd_inspect(int argc, char** argv) {
         if (strcmp(a, "--all-tensors") == 0) { all = 1; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--text", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; text = v; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokenizer", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; tok_path = v; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--hooks", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; hooks_opt = v; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokens", &v)) != 0) {
             if (k < 0 || !qx_cli_int(&cli, "--tokens", v, 2, 1 << 20, &n_tokens)) return QX_EXIT_USAGE;
             continue;
@@ -357,6 +366,7 @@ int qx_cmd_inspect(int argc, char** argv) {
     qx_store_init(&rot);
     quarot_online_list_init(&hooks, NULL);
     L = s.config.n_layers;
+    if ((rc = qx_cli_model_hooks(&cli, &s, path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
 
     /* Tokens first, so that a bad --text fails before anything is printed. */
     if (!no_stats) {

@@ -9,6 +9,7 @@
    the m_j as a dashed line, and the ratio max_j m_j / median_j m_j that per-token quantization
    suffers from (a 4-bit scale is set by the largest channel). */
 #include "qx_cli.h"
+#include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
 
@@ -39,6 +40,7 @@ static void plot_usage(FILE* f) {
         "                      array, after the tokenizer's BOS when one is found\n"
         "  --tokenizer FILE    GGUF, tokenizer.json or llama2.c tokenizer.bin; default: the model's own\n"
         "                      (GGUF metadata, tokenizer.json or tok*.bin beside it; quarot tokenize --help)\n"
+        QX_CLI_HOOKS_HELP
         "  --log               logarithmic y axis (default linear)\n"
         "  --seed N            seed of the random Hadamard signs (default 0)\n"
         "  --force             replace an existing output file\n"
@@ -243,6 +245,7 @@ static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double
 int qx_cmd_plot(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v = NULL, *site = "q", *tokens_path = NULL;
+    const char* hooks_opt = NULL;   /* --hooks FILE */
     int64_t layer = -1, n_tok_want = 256, seed = 0;
     int quiet = 0, log_scale = 0, force = 0, i, rc = QX_EXIT_OK;
     qx_store model, rot;
@@ -279,6 +282,7 @@ int qx_cmd_plot(int argc, char** argv) {
         if ((got = PLOT_OPT("--text")) != 0) { if (got < 0) return QX_EXIT_USAGE; text_path = v; }
         else if ((got = PLOT_OPT("-o")) != 0 || (got = PLOT_OPT("--output")) != 0) { if (got < 0) return QX_EXIT_USAGE; out_path = v; }
         else if ((got = PLOT_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
+        else if ((got = PLOT_OPT("--hooks")) != 0) { if (got < 0) return QX_EXIT_USAGE; hooks_opt = v; }
         else if ((got = PLOT_OPT("--layer")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--layer", v, 0, 1 << 20, &layer)) return QX_EXIT_USAGE; }
         else if ((got = PLOT_OPT("--tokens")) != 0) {
             /* a number: how many tokens to run (as before); anything else: a file of token ids */
@@ -318,6 +322,7 @@ int qx_cmd_plot(int argc, char** argv) {
     have_model = 1;
     quarot_online_list_init(&hooks, NULL);
     memset(&tok, 0, sizeof tok);
+    if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
     if (layer < 0) layer = model.config.n_layers > 1 ? 1 : 0;
     if (layer >= model.config.n_layers) {
         rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--layer %lld: the model has %lld layers (0..%lld)", (long long)layer,

@@ -11,6 +11,7 @@
 #include "qx_cli.h"
 #include "qx_convert.h"
 #include "qx_evalkit.h"
+#include "qx_online.h"
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_json.h"
@@ -93,13 +94,22 @@ static void rotate_usage(FILE* f) {
         "down_proj; o_input: the input of o_proj; q_rope / k_rope: q and k after RoPE -- viewed as\n"
         "[outer][n][inner], every vector along n becoming v * D * H_n / sqrt(n), H_n = H_K (x) H_{2^m} (H_K\n"
         "given in the file; D = diag(signs), or none for signs=-). Without these transforms the rotated\n"
-        "model computes something else.\n"
+        "model computes something else. Its `weights qxh64:...` line is the digest of the model's weight\n"
+        "files: quarot eval / plot / inspect / calibrate find the hook file beside MODEL (or --hooks FILE),\n"
+        "refuse one whose digest does not match and apply it; GGUF and safetensors outputs also carry the\n"
+        "metadata key quarot.online_hooks, so running them without their hook file gets a loud warning.\n"
         "\n"
         "memory: IN is memory-mapped and processed one decoder layer at a time (writable copies of one\n"
         "layer, in f32 for f16/bf16 inputs, written and freed as soon as the layer is done); the peak is\n"
         "about one decoder layer plus the embeddings and lm_head. Every tensor is validated (shapes,\n"
-        "NaN/Inf) before anything is written; OUT appears only when complete (written to a temporary and\n"
-        "renamed); IN is never modified; an existing OUT is only replaced with --force.\n"
+        "NaN/Inf) before anything is written; IN is never modified. Every output file is built in a hidden\n"
+        "directory beside OUT (.OUT.tmp-XXXXXX; one a killed run left is removed by the next run) and\n"
+        "published all at once: a directory OUT appears (or replaces the old one, whose other files are\n"
+        "kept) with one rename; for a file OUT the hook file goes first and the model last, so a kill in\n"
+        "between leaves the old model beside a hook file whose digest it refuses. An existing OUT is only\n"
+        "replaced with --force, and only if it is a regular file (a directory for directory outputs);\n"
+        "without --force a file that appears at OUT meanwhile is not replaced either. Values beyond the\n"
+        "range of --dtype f16/bf16 are an error naming the tensor, never Inf in the output.\n"
         "\n"
         "Prints a summary on stdout (the rotations built, the hook count, the files written).\n"
         "Exit codes: 0 ok, 1 usage, 2 input (missing, malformed or unsupported IN), 3 output (exists\n"
@@ -165,6 +175,7 @@ bad:
 typedef struct rotate_progress {
     qx_cli* cli;
     const char* stage;
+    const char* in;              /* the input (QX_FAULT_TRUNCATE_INPUT) */
 } rotate_progress;
 
 static void on_progress(void* user, const char* stage, int64_t done, int64_t total) {
@@ -180,6 +191,9 @@ static void on_progress(void* user, const char* stage, int64_t done, int64_t tot
     }
     snprintf(what, sizeof what, "%s layer", strcmp(stage, "validate") == 0 ? "validating" : "rotating");
     qx_cli_progress(rp->cli, done, total, what);
+    /* fault injection (tests): truncate the mapped input once the output files exist */
+    if (rp->in && strcmp(stage, "rotate") == 0 && done == 1 && getenv("QX_FAULT_TRUNCATE_INPUT") && !qx_is_dir(rp->in))
+        (void)!truncate(rp->in, 4096);
 }
 
 static int same_file(const char* a, const char* b) {
@@ -258,39 +272,23 @@ static const char* format_family(const char* src_format) {
     return strncmp(src_format, "llama2c", 7) == 0 ? "llama2c" : strncmp(src_format, "safetensors", 11) == 0 ? "safetensors" : "gguf";
 }
 
-/* Copies the Hugging Face side files (QX_CONVERT_HF_FILES) that exist in src_dir into out_dir, each
-   through a temporary; check = 1 only checks that none would overwrite a file without force. The
-   number copied (or that would be), -1 on failure (e says why). */
-static int copy_hf_files(const char* src_dir, const char* out_dir, int force, int check, qx_err* e) {
-    int k, n = 0;
-    for (k = 0; QX_CONVERT_HF_FILES[k]; ++k) {
+/* Checks the Hugging Face side files (QX_CONVERT_HF_FILES) that exist in src_dir against out_dir:
+   none may overwrite a file without force (qx_rotate_file copies them into the staged output
+   directory). The number found, -1 when one would overwrite (e says why). */
+static int check_hf_files(const char* src_dir, const char* out_dir, int force, qx_err* e) {
+    int k, n = 0, bad = 0;
+    for (k = 0; QX_CONVERT_HF_FILES[k] && !bad; ++k) {
         char* from = qx_path_join(src_dir, QX_CONVERT_HF_FILES[k]);
         char* to = qx_path_join(out_dir, QX_CONVERT_HF_FILES[k]);
-        char* data = NULL;
-        size_t len = 0;
-        qx_out o;
-        quarot_result r = QUAROT_OK;
-        if (!from || !to) { free(from); free(to); qx_err_set(e, "out of memory"); return -1; }
-        if (!qx_path_exists(from)) { free(from); free(to); continue; }
-        ++n;
-        if (check) {
-            if (!force && qx_path_exists(to)) { qx_err_set(e, "%s: exists already; use --force to replace it", to); r = QUAROT_ERR_IO; }
-        } else {
-            memset(&o, 0, sizeof o);
-            o.fd = -1;
-            r = qx_read_file(from, (size_t)1 << 30, &data, &len, e);
-            if (r == QUAROT_OK) r = qx_out_begin(&o, to, force, e);
-            if (r == QUAROT_OK) r = qx_out_pwrite(&o, data, len, 0, e);
-            if (r == QUAROT_OK) r = qx_out_sync(&o, len, e);
-            if (r == QUAROT_OK) r = qx_out_publish(&o, e);
-            qx_out_abort(&o);
-            free(data);
+        if (!from || !to) { qx_err_set(e, "out of memory"); bad = 1; }
+        else if (qx_path_exists(from)) {
+            ++n;
+            if (!force && qx_path_exists(to)) { qx_err_set(e, "%s: exists already; use --force to replace it", to); bad = 1; }
         }
         free(from);
         free(to);
-        if (r != QUAROT_OK) return -1;
     }
-    return n;
+    return bad ? -1 : n;
 }
 
 /* Whether a llama2.c checkpoint can hold the model (run.c's architecture), with the reason if not. */
@@ -340,6 +338,24 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     snprintf(src_format, sizeof src_format, "%s", s.source_format);
     rc = QX_EXIT_OK;
+    {   /* SIGBUS (the mapped input truncated meanwhile) becomes an error line, the temporaries removed */
+        static char bus_what[1100];
+        snprintf(bus_what, sizeof bus_what, "quarot rotate: %.1000s", in);
+        qx_sigbus_cleanup(bus_what);
+    }
+    {   /* an input that runs with online hooks cannot be rotated again into one file: the output would
+           need its hooks and the new ones at the same sites */
+        qx_hooks_status hs = QX_HOOKS_NONE;
+        char used[1024];
+        r = qx_model_hooks_attach(&s, in, NULL, &hs, used, sizeof used, &e);
+        if (r != QUAROT_OK || hs != QX_HOOKS_NONE) {
+            rc = r != QUAROT_OK ? qx_cli_fail(cli, QX_EXIT_INPUT, "%s", e.msg)
+                                : qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: runs with online hooks (%s); rotating it again would need "
+                                              "those and the new ones at the same sites: rotate the original model", in,
+                                              hs == QX_HOOKS_MISSING ? "its metadata says so" : used);
+            goto done;
+        }
+    }
     hooks = job->online || job->r3;
     /* OUT's format: --format, else its extension, else IN's (qx_convert.h) */
     family = job->format ? job->format : ext_fmt ? ext_fmt : format_family(src_format);
@@ -470,7 +486,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (dir_out && strncmp(src_format, "safetensors", 11) == 0) {
         hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
         if (!hf_src) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        if (qx_is_dir(out) && (n_hf_files = copy_hf_files(hf_src, out, force, 1, &e)) < 0) {
+        if (qx_is_dir(out) && (n_hf_files = check_hf_files(hf_src, out, force, &e)) < 0) {
             rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg);
             goto done;
         }
@@ -513,19 +529,18 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     ro.dtype = dtype;
     ro.hooks_path = hooks ? hooks_path : NULL;
     ro.config_path = config_path;
+    ro.side_dir = hf_src;   /* copied into the output directory and published with it */
     ro.drop_pages = 1;
     if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
     memset(&rp, 0, sizeof rp);
     rp.cli = cli;
+    rp.in = in;
     ro.progress = on_progress;
     ro.user = &rp;
     qx_cli_phase(cli);
     r = qx_rotate_file(&s, &desc, &ro, &st, &e);
     if (rp.stage) qx_cli_progress_end(cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
-    if (r == QUAROT_OK && hf_src && (n_hf_files = copy_hf_files(hf_src, out, force, 0, &e)) < 0) {
-        rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s (the model itself was written)", e.msg);
-        goto done;
-    }
+    n_hf_files = st.side_files;
     if (r != QUAROT_OK) {
         rc = st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
         if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;

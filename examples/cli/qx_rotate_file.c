@@ -368,13 +368,23 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         qx_st_write_opts wo;
         size_t ol = strlen(o->out_path);
         int single = ol > 12 && strcmp(o->out_path + ol - 12, ".safetensors") == 0;
-        qx_sb cfg;
+        qx_sb cfg, meta;
         quarot_result r = QUAROT_OK;
         memset(&wo, 0, sizeof wo);
         memset(&cfg, 0, sizeof cfg);
+        memset(&meta, 0, sizeof meta);
         wo.force = o->force;
         wo.shard_bytes = single ? 0 : o->shard_bytes;
         wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
+        if (o->hooks_path) {   /* marks the model as needing its hook file (qx_model_needs_hooks) */
+            const char* m = wo.metadata_json;
+            const char* body = m ? strchr(m, '{') : NULL;
+            const char* rest = body ? body + 1 : "}";
+            while (*rest == ' ' || *rest == '\n' || *rest == '\t' || *rest == '\r') ++rest;
+            qx_sb_printf(&meta, "{\"quarot.online_hooks\":\"%s\"%s%s", single ? "beside the file (.quarot-online)" : "quarot_online.txt",
+                         *rest == '}' ? "" : ",", rest);
+            wo.metadata_json = meta.p;
+        }
         if (!single) {
             r = qx_convert_hf_config(s, qx__plan_torch_dtype(pl, n), &cfg, e);   /* tie_word_embeddings, torch_dtype */
             wo.config_json = cfg.p;
@@ -382,22 +392,27 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         k->kind = QX__OUT_ST;
         if (r == QUAROT_OK) r = qx_st_writer_begin(&k->st, o->out_path, pl, n, &wo, e);
         qx_sb_free(&cfg);
+        qx_sb_free(&meta);
         return r;
     }
     if (strcmp(fmt, "gguf") == 0) {
         qx_gguf_write_opts wo;
-        qx_gguf_set set[1];
+        qx_gguf_set set[2];
         size_t kv_len = 0;
         const void* kv = qx_store_get_blob(s, "gguf.kv", &kv_len);
         memset(&wo, 0, sizeof wo);
         memset(set, 0, sizeof set);
         wo.force = o->force;
+        wo.set = set;
         if (o->dtype != QUAROT_DTYPE_DEFAULT) {   /* llama.cpp's LLAMA_FTYPE: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32 */
-            set[0].key = "general.file_type";
-            set[0].type = QX_GGUF_U32;
-            set[0].u = o->dtype == QUAROT_DTYPE_F16 ? 1u : o->dtype == QUAROT_DTYPE_BF16 ? 32u : 0u;
-            wo.set = set;
-            wo.n_set = 1;
+            set[wo.n_set].key = "general.file_type";
+            set[wo.n_set].type = QX_GGUF_U32;
+            set[wo.n_set++].u = o->dtype == QUAROT_DTYPE_F16 ? 1u : o->dtype == QUAROT_DTYPE_BF16 ? 32u : 0u;
+        }
+        if (o->hooks_path) {   /* marks the model as needing its hook file (qx_model_needs_hooks) */
+            set[wo.n_set].key = "quarot.online_hooks";
+            set[wo.n_set].type = QX_GGUF_STRING;
+            set[wo.n_set++].str = "beside the file (.quarot-online)";
         }
         k->kind = QX__OUT_GGUF;
         return qx_gguf_writer_begin(&k->gg, o->out_path, pl, n, kv, kv_len, &wo, e);
@@ -415,6 +430,142 @@ static quarot_result qx__text_begin(qx_out* out, const char* path, const char* t
     return r;
 }
 
+/* ---- publishing: a staging directory beside the output ---------------------------------------
+
+   Every file of the output is written and synced inside a private hidden directory beside OUT
+   (".OUT.tmp-XXXXXX", locked while the run lives; a later run removes one a killed run left).
+   A directory output (safetensors shards, index, config, hook file) is that directory: it appears
+   at OUT with one rename (an existing OUT is exchanged atomically, its other files carried over).
+   A single-file output with side files (the hook file OUT.quarot-online, config.json) cannot be
+   one rename, so the hook file names the digest of the weights it belongs to and the side files
+   are published first, the model last: a kill in between leaves the previous model with a hook
+   file whose digest it does not match (readers refuse it), never new weights beside old hooks
+   that are taken for theirs. */
+
+typedef struct qx__stage {
+    qx_dir_out dir;
+    int is_dir;                  /* the output is a directory (the staging directory itself) */
+    char* model;                 /* the writer's path inside the staging directory */
+    char* hooks;                 /* the hook file's and config.json's staging paths */
+    char* config;
+} qx__stage;
+
+static void qx__stage_free(qx__stage* g) {
+    qx_live_remove(g->model);
+    qx_live_remove(g->hooks);
+    qx_live_remove(g->config);
+    qx_dir_out_abort(&g->dir);   /* removes what is left (nothing after a publish) */
+    free(g->model);
+    free(g->hooks);
+    free(g->config);
+    g->model = g->hooks = g->config = NULL;
+}
+
+static const char* qx__base(const char* path) {
+    const char* sl = strrchr(path, '/');
+    return sl ? sl + 1 : path;
+}
+
+/* is_dir must agree with qx__sink_begin's choice of layout (a safetensors output not ending in
+   .safetensors is a directory). */
+static quarot_result qx__stage_begin(qx__stage* g, const qx_store* s, const qx_rotate_file_opts* o, qx_err* e) {
+    size_t ol = strlen(o->out_path);
+    quarot_result r = qx_dir_out_begin(&g->dir, o->out_path, o->force, e);
+    if (r != QUAROT_OK) return r;
+    g->is_dir = strncmp(qx__out_format(s, o), "safetensors", 11) == 0 &&
+                !(ol > 12 && strcmp(o->out_path + ol - 12, ".safetensors") == 0);
+    if (g->is_dir) {
+        g->model = (char*)malloc(strlen(g->dir.tmp) + 1);
+        if (g->model) strcpy(g->model, g->dir.tmp);
+        g->hooks = qx_path_join(g->dir.tmp, "quarot_online.txt");
+    } else {
+        g->model = qx_path_join(g->dir.tmp, qx__base(o->out_path));
+        g->hooks = o->hooks_path ? qx_path_join(g->dir.tmp, qx__base(o->hooks_path)) : NULL;
+    }
+    g->config = qx_path_join(g->dir.tmp, "config.json");
+    if (!g->model || !g->config || (o->hooks_path && !g->hooks)) { qx_err_set(e, "%s: out of memory", o->out_path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (!g->is_dir) qx_live_add(g->model, 0);   /* for the SIGBUS cleanup (qx_sigbus_cleanup) */
+    qx_live_add(g->hooks, 0);
+    qx_live_add(g->config, 0);
+    return QUAROT_OK;
+}
+
+/* The hook file's text: quarot_online_write's with a "weights <digest>" line (the digest of the
+   staged weight files) after the header. */
+static quarot_result qx__hooks_text(const quarot_online_list* list, const qx__stage* g, char** out, qx_err* e) {
+    char** files = NULL;
+    int n_files = 0;
+    char digest[QX_DIGEST_LEN];
+    size_t need = 0, dl;
+    char *txt = NULL, *res, *cut;
+    quarot_result r = qx_weight_files(g->model, &files, &n_files, e);
+    if (r == QUAROT_OK) r = qx_digest_files((const char* const*)files, n_files, digest, e);
+    qx_free_paths(files, n_files);
+    if (r != QUAROT_OK) return r;
+    r = quarot_online_write(list, NULL, 0, &need);
+    if (r == QUAROT_OK && !(txt = (char*)malloc(need))) r = QUAROT_ERR_OUT_OF_MEMORY;
+    if (r == QUAROT_OK) r = quarot_online_write(list, txt, need, &need);
+    cut = txt && r == QUAROT_OK ? strchr(txt, '\n') : NULL;
+    if (cut) cut = strchr(cut + 1, '\n');
+    dl = strlen(digest);
+    if (!cut || !(res = (char*)malloc(need + dl + 16))) {
+        free(txt);
+        qx_err_set(e, "cannot serialize the online hooks: %s", quarot_result_string(r != QUAROT_OK ? r : QUAROT_ERR_OUT_OF_MEMORY));
+        return r != QUAROT_OK ? r : QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(res, txt, (size_t)(cut + 1 - txt));
+    sprintf(res + (cut + 1 - txt), "weights %s\n%s", digest, cut + 1);
+    free(txt);
+    *out = res;
+    return QUAROT_OK;
+}
+
+/* Copies the Hugging Face side files found in src_dir into the staging directory dst. */
+static quarot_result qx__side_files(const char* src_dir, const char* dst, int* n, qx_err* e) {
+    int k;
+    quarot_result r = QUAROT_OK;
+    for (k = 0; QX_CONVERT_HF_FILES[k] && r == QUAROT_OK; ++k) {
+        char* from = qx_path_join(src_dir, QX_CONVERT_HF_FILES[k]);
+        char* to = qx_path_join(dst, QX_CONVERT_HF_FILES[k]);
+        char* data = NULL;
+        size_t len = 0;
+        qx_out out;
+        memset(&out, 0, sizeof out);
+        out.fd = -1;
+        if (!from || !to) { qx_err_set(e, "out of memory"); r = QUAROT_ERR_OUT_OF_MEMORY; }
+        else if (qx_path_exists(from)) {
+            r = qx_read_file(from, (size_t)1 << 30, &data, &len, e);
+            if (r == QUAROT_OK) r = qx__text_begin(&out, to, data, len, 0, e);
+            if (r == QUAROT_OK) r = qx_out_publish(&out, e);
+            qx_out_abort(&out);
+            if (r == QUAROT_OK) ++*n;
+        }
+        free(data);
+        free(from);
+        free(to);
+    }
+    return r;
+}
+
+/* Moves the staged output into place (see above); on failure the files this call published are
+   removed again. */
+static quarot_result qx__stage_publish(qx__stage* g, const qx_rotate_file_opts* o, int have_hooks, int have_cfg, qx_err* e) {
+    quarot_result r = QUAROT_OK;
+    int hooks_done = 0, cfg_done = 0;
+    if (g->is_dir) return qx_dir_out_publish(&g->dir, NULL, e);
+    if (have_hooks && (r = qx_publish_file(g->hooks, o->hooks_path, o->force, e)) == QUAROT_OK) hooks_done = 1;
+    if (r == QUAROT_OK && have_cfg && (r = qx_publish_file(g->config, o->config_path, o->force, e)) == QUAROT_OK) cfg_done = 1;
+    if (r == QUAROT_OK) r = qx_publish_file(g->model, o->out_path, o->force, e);
+    if (r != QUAROT_OK) {
+        if (hooks_done) (void)remove(o->hooks_path);
+        if (cfg_done) (void)remove(o->config_path);
+        return r;
+    }
+    qx_sync_parent(o->out_path);
+    if (o->hooks_path) qx_sync_parent(o->hooks_path);
+    return QUAROT_OK;
+}
+
 /* ---- the whole run ---------------------------------------------------------------------------- */
 
 quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
@@ -429,10 +580,13 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     int have_p = 0, have_hooks = 0, have_cfg = 0;
     char* hooks_text = NULL;
     qx_sb cfg_text;
+    qx__stage stg;
     quarot_result r;
     qx_rotate_file_stats local;
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
+    memset(&stg, 0, sizeof stg);
+    stg.dir.lock_fd = -1;
     memset(&sink, 0, sizeof sink);
     memset(&cfg_text, 0, sizeof cfg_text);
     memset(&hooks_out, 0, sizeof hooks_out);
@@ -487,8 +641,22 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
     s->config = m.config;
 
-    /* 4. the output file(s), laid out before the first layer */
-    r = qx__sink_begin(&sink, s, plan, n_plan, o, e);
+    /* 4. the output file(s), laid out before the first layer, in a private staging directory
+       beside the output (published all-or-nothing in step 7) */
+    if (o->sink && (o->hooks_path || o->config_path)) {
+        qx_err_set(e, "%s: a caller's output writes its own hook file and config", o->out_path);
+        r = QUAROT_ERR_INVALID_ARGUMENT;
+        goto fail;
+    }
+    if (o->sink) {   /* a caller's output publishes itself (its own temporary and rename) */
+        r = qx__sink_begin(&sink, s, plan, n_plan, o, e);
+        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+    } else if ((r = qx__stage_begin(&stg, s, o, e)) == QUAROT_OK) {
+        qx_rotate_file_opts so = *o;
+        so.out_path = stg.model;
+        so.force = 0;
+        r = qx__sink_begin(&sink, s, plan, n_plan, &so, e);
+    }
     if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
 
     /* 5. layer by layer: copies on acquire, written and freed on release */
@@ -512,32 +680,32 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     }
     if (r != QUAROT_OK) goto fail;
 
-    /* 7. side files to temporaries, then everything is published */
+    /* 7. the model, hook file and config.json complete in the staging directory, then published */
+    r = qx__sink_finish(&sink, e);
+    if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
     if (o->hooks_path && desc->online_out) {
-        size_t need = 0;
-        r = quarot_online_write(desc->online_out, NULL, 0, &need);
-        if (r == QUAROT_OK && !(hooks_text = (char*)malloc(need))) r = QUAROT_ERR_OUT_OF_MEMORY;
-        if (r == QUAROT_OK) r = quarot_online_write(desc->online_out, hooks_text, need, &need);
-        if (r != QUAROT_OK) { qx_err_set(e, "%s: cannot serialize the online hooks: %s", o->hooks_path, quarot_result_string(r)); goto fail; }
-        r = qx__text_begin(&hooks_out, o->hooks_path, hooks_text, strlen(hooks_text), o->force, e);
+        r = qx__hooks_text(desc->online_out, &stg, &hooks_text, e);
+        if (r == QUAROT_OK) r = qx__text_begin(&hooks_out, stg.hooks, hooks_text, strlen(hooks_text), 0, e);
+        if (r == QUAROT_OK) r = qx_out_publish(&hooks_out, e);
         if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
         have_hooks = 1;
     }
     if (o->config_path) {
         r = qx_convert_hf_config(s, qx__plan_torch_dtype(plan, n_plan), &cfg_text, e);
-        if (r == QUAROT_OK) r = qx__text_begin(&cfg_out, o->config_path, cfg_text.p, cfg_text.len, o->force, e);
+        if (r == QUAROT_OK) r = qx__text_begin(&cfg_out, stg.config, cfg_text.p, cfg_text.len, 0, e);
+        if (r == QUAROT_OK) r = qx_out_publish(&cfg_out, e);
         if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
         have_cfg = 1;
     }
-    r = qx__sink_finish(&sink, e);
-    if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
-    if (have_hooks && (r = qx_out_publish(&hooks_out, e)) != QUAROT_OK) { st->output_error = 1; (void)remove(o->out_path); goto fail; }
-    if (have_cfg && (r = qx_out_publish(&cfg_out, e)) != QUAROT_OK) {
-        st->output_error = 1;
-        (void)remove(o->out_path);
-        if (o->hooks_path) (void)remove(o->hooks_path);
-        goto fail;
+    if (!o->sink && o->side_dir && stg.is_dir) {
+        r = qx__side_files(o->side_dir, stg.dir.tmp, &st->side_files, e);
+        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
     }
+    if (!o->sink) {
+        r = qx__stage_publish(&stg, o, have_hooks, have_cfg, e);
+        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+    }
+    qx__stage_free(&stg);
     qx_out_abort(&hooks_out);   /* frees the paths (published: nothing to remove) */
     qx_out_abort(&cfg_out);
     quarot_processor_free(&p);
@@ -550,6 +718,7 @@ fail:
     qx_out_abort(&hooks_out);
     qx_out_abort(&cfg_out);
     qx__sink_abort(&sink);
+    qx__stage_free(&stg);
     if (have_p) quarot_processor_free(&p);
     qx_sb_free(&cfg_text);
     free(hooks_text);

@@ -63,6 +63,8 @@ typedef struct qx_rotate_file_opts {
     uint64_t shard_bytes;        /* safetensors directory output: > 0 splits into shards (see qx_st_write_opts) */
     const char* config_path;     /* safetensors single-file output: also write this config.json (NULL: none) */
     const char* hooks_path;      /* write desc->online_out here in quarot.h's text format (NULL: none) */
+    const char* side_dir;        /* directory output: copy the Hugging Face side files (QX_CONVERT_HF_FILES)
+                                    found in this directory into it, published with the weights */
     int drop_pages;              /* 1: the store's views are file mappings (qx_map cleanups, as the readers
                                     make them): madvise(DONTNEED) them tensor by tensor and after each layer */
     /* progress: stage "validate" or "rotate", layers done of total (also called with done = total) */
@@ -82,6 +84,7 @@ typedef struct qx_rotate_file_stats {
     int output_error;            /* the failure was writing the output (exit code "output") */
     char r1[160], r2[160];       /* the rotations built (quarot_rotation.text) */
     int64_t n_commands;
+    int side_files;              /* Hugging Face side files copied (opts.side_dir) */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds

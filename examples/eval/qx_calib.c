@@ -3,6 +3,7 @@
 #include "qx_file.h"
 #include "qx_json.h"
 #include "qx_model.h"
+#include "qx_online.h"
 
 #include <errno.h>
 #include <math.h>
@@ -344,6 +345,10 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
     int64_t i;
     double t0;
     int have_cap = 0, have_fwd = 0;
+    quarot_online_list mhooks;             /* the model's own online hooks (qx_model_hooks_attach) */
+    qx_online_ctx moc;
+    quarot_online_list_init(&mhooks, NULL);
+    qx_online_ctx_init(&moc, NULL);
     memset(st, 0, sizeof *st);
     if (!model || !w || !o || !ctx || w->n <= 0) {
         qx_err_set(e, "adapt stage 1: bad arguments");
@@ -395,6 +400,9 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
     fo.capture = qx__calib_capture;
     fo.capture_user = &hook;
     fo.env = o->env;
+    r = qx_model_hooks_get(model, &mhooks, e);
+    if (r != QUAROT_OK) goto done;
+    if (mhooks.count > 0) { moc.base = &mhooks; fo.online = qx_online_hooks; fo.online_user = &moc; }
     r = qx_forward_init(&f, &fused, &fo, e);
     if (r != QUAROT_OK) goto done;
     have_fwd = 1;
@@ -411,6 +419,7 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
         hook.skip_bos = i > 0 && w->tokens[w->offset[i]] == w->tokens[0];   /* position 0 sees only its own token */
         r = qx_forward_window(&f, w->tokens + w->offset[i], len, NULL, e);
         if (r == QUAROT_OK && hook.status != QUAROT_OK) { r = hook.status; qx_err_set(e, "%s", hook.msg); }
+        if (r == QUAROT_OK && moc.status != QUAROT_OK) { r = moc.status; qx_err_set(e, "the model's online hooks: %s", quarot_result_string(r)); }
         if (r == QUAROT_OK && cap.status != QUAROT_OK) {
             r = cap.status;
             qx_err_set(e, "adapt stage 1: capture: %s", cap.error[0] ? cap.error : quarot_result_string(r));
@@ -441,6 +450,8 @@ done:
     if (have_cap) quarot_adapt_capture_free(&cap);
     qx_store_free(&fused);
     quarot_plan_free(&plan);
+    qx_online_ctx_free(&moc);
+    quarot_online_list_free(&mhooks);
     return r;
 }
 

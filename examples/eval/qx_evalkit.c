@@ -28,8 +28,15 @@ quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err
     /* grow by doubling: works for pipes too */
     for (;;) {
         size_t got;
+        if (n >= QX_EK_MAX_TEXT) {   /* a stream with no end (/dev/zero, a FIFO fed forever) stops here */
+            free(buf);
+            fclose(f);
+            qx_err_set(e, "%s: longer than the limit of %llu MiB for a text", path, (unsigned long long)(QX_EK_MAX_TEXT >> 20));
+            return QUAROT_ERR_OVERFLOW;
+        }
         if (n + 1 >= cap) {
             size_t nc = cap ? 2 * cap : 65536;
+            if (nc > QX_EK_MAX_TEXT + 1) nc = QX_EK_MAX_TEXT + 1;
             char* p = (char*)realloc(buf, nc);
             if (!p) {
                 free(buf);
@@ -217,7 +224,11 @@ quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const qua
     memset(&o, 0, sizeof o);
     if (q) o.quant = *q;
     qx_online_ctx_init(&ef->ctx, hooks);
-    if (hooks && hooks->count > 0) {
+    /* the model's own hooks (attached by qx_model_hooks_attach), run before `hooks` */
+    r = qx_model_hooks_get(s, &ef->base, e);
+    if (r != QUAROT_OK) { quarot_online_list_free(&ef->base); return r; }
+    if (ef->base.count > 0) ef->ctx.base = &ef->base;
+    if ((hooks && hooks->count > 0) || ef->base.count > 0) {
         o.online = qx_online_hooks;
         o.online_user = &ef->ctx;
         ef->has_hooks = 1;
@@ -225,7 +236,7 @@ quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const qua
     o.capture = capture;
     o.capture_user = capture_user;
     r = qx_forward_init(&ef->f, s, &o, e);
-    if (r != QUAROT_OK) qx_online_ctx_free(&ef->ctx);
+    if (r != QUAROT_OK) { qx_online_ctx_free(&ef->ctx); quarot_online_list_free(&ef->base); }
     return r;
 }
 
@@ -234,6 +245,7 @@ quarot_result qx_ek_forward_status(const qx_ek_forward* ef) { return ef->ctx.sta
 void qx_ek_forward_free(qx_ek_forward* ef) {
     qx_forward_free(&ef->f);
     qx_online_ctx_free(&ef->ctx);
+    quarot_online_list_free(&ef->base);
 }
 
 /* ---- settings ------------------------------------------------------------------------------ */

@@ -22,7 +22,9 @@
 extern "C" {
 #endif
 
-/* Read a whole file into a malloc'ed buffer (NUL-terminated; *len excludes the NUL). */
+/* Read a whole file into a malloc'ed buffer (NUL-terminated; *len excludes the NUL). Pipes and
+   other streams are read to their end, up to QX_EK_MAX_TEXT bytes (more is an error). */
+#define QX_EK_MAX_TEXT ((size_t)256 << 20)
 quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err* e);
 
 /* The llama2.c tokenizer that goes with a model: tok<vocab>.bin, tok512.bin or tokenizer.bin in the
@@ -57,9 +59,11 @@ typedef struct qx_ek_forward {
     qx_forward f;
     qx_online_ctx ctx;
     int has_hooks;
+    quarot_online_list base;     /* the store's own hooks (qx_model_hooks_get), run before `hooks` */
 } qx_ek_forward;
 
-/* hooks may be NULL (no online rotation); q may be NULL (FP32); capture may be NULL. */
+/* hooks may be NULL (no online rotation); q may be NULL (FP32); capture may be NULL. A store with
+   hooks attached (qx_model_hooks_attach; copies made by qx_ek_quarot keep them) runs them first. */
 quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
                                  const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user, qx_err* e);
 /* QUAROT_OK, or the first error an online hook met. */

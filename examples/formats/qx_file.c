@@ -1,14 +1,22 @@
 /* qx_file.c - see qx_file.h. Plain POSIX: open/fstat/mmap for reading, mkstemp + pwrite + fsync +
    rename for writing, so an output either appears whole under its name or not at all. */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE   /* flock, mkdtemp, syscall */
+#endif
 #include "qx_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -130,22 +138,23 @@ int qx_is_plain_filename(const char* name) {
 
 /* The temporary lives beside the output so the final rename stays within one file system. */
 quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
-    const char* slash;
-    size_t dir_len, base_len;
+    quarot_result r;
     if (!o || !path || !path[0]) return QUAROT_ERR_INVALID_ARGUMENT;
     o->path = NULL;
     o->tmp = NULL;
     o->fd = -1;
+    o->lock_fd = -1;
+    o->force = force;
+    o->stale_removed = 0;
     if (qx_is_dir(path)) { qx_err_set(e, "%s: is a directory", path); return QUAROT_ERR_IO; }
     if (!force && qx_path_exists(path)) {
         qx_err_set(e, "%s: exists already (not overwritten without force)", path);
         return QUAROT_ERR_IO;
     }
-    slash = strrchr(path, '/');
-    dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-    base_len = strlen(path) - dir_len;
+    if (force && (r = qx_check_replaceable(path, 0, e)) != QUAROT_OK) return r;
+    o->stale_removed = qx_remove_stale(path);
     o->path = (char*)malloc(strlen(path) + 1);
-    o->tmp = (char*)malloc(dir_len + base_len + 16);
+    o->tmp = qx_tmp_name(path, "tmp");
     if (!o->path || !o->tmp) {
         free(o->path); free(o->tmp);
         o->path = o->tmp = NULL;
@@ -153,11 +162,6 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
     strcpy(o->path, path);
-    /* ".<base>.tmp-XXXXXX" in the same directory, so rename() is atomic (same file system). */
-    memcpy(o->tmp, path, dir_len);
-    o->tmp[dir_len] = '.';
-    memcpy(o->tmp + dir_len + 1, path + dir_len, base_len);
-    strcpy(o->tmp + dir_len + 1 + base_len, ".tmp-XXXXXX");
     o->fd = mkstemp(o->tmp);
     if (o->fd < 0) {
         qx_err_set(e, "%s: cannot create a temporary file: %s", path, strerror(errno));
@@ -165,6 +169,11 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
         o->path = o->tmp = NULL;
         return QUAROT_ERR_IO;
     }
+    /* a second descriptor holds the lock past qx_out_sync's close: a later run that finds the
+       temporary unlocked knows its run is gone */
+    o->lock_fd = open(o->tmp, O_RDONLY | O_CLOEXEC);
+    if (o->lock_fd >= 0) (void)flock(o->lock_fd, LOCK_EX);
+    qx_live_add(o->tmp, 0);
     {   /* mkstemp makes 0600; the published file gets what open(0666) would give (umask applied) */
         mode_t mask = umask(0);
         umask(mask);
@@ -204,7 +213,10 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
                             int64_t head_dim, int to_interleaved, const char* what, qx_err* e) {
     size_t es = quarot_dtype_size(dt), row_bytes, cap, used = 0;
     int64_t rows, r, ne0;
-    int same, elem_perm;
+    int same, elem_perm, bad = 0;
+    /* |x| from which round-to-nearest-even gives Inf: halfway above the largest finite value */
+    double limit = dt == QUAROT_DTYPE_F16 ? 65520.0 : dt == QUAROT_DTYPE_BF16 ? 3.3961775292304e38 : 0.0, worst = 0.0;
+    int64_t worst_row = -1;
     char* chunk = NULL;
     double* drow = NULL;
     double* dperm = NULL;
@@ -252,6 +264,13 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         } else {
             quarot_tensor_init(&rv, dst, dt, 1, &ne0);
             quarot_tensor_get_row_f64(t, src, drow);
+            if (limit > 0) {   /* never a non-finite output: find what does not fit */
+                int64_t k;
+                for (k = 0; k < ne0; ++k) {
+                    double a = fabs(drow[k]);
+                    if (!(a < limit)) { bad = 1; if (!(a <= worst)) { worst = a; worst_row = r; } }
+                }
+            }
             if (elem_perm) {
                 int64_t k;
                 for (k = 0; k < ne0; ++k) dperm[k] = drow[qx_rope_src_row(k, head_dim, to_interleaved)];
@@ -271,6 +290,12 @@ done:
     free(chunk);
     free(drow);
     free(dperm);
+    if (res == QUAROT_OK && bad) {
+        qx_err_set(e, "%s: tensor \"%s\": value %.7g (row %lld) is beyond the %s range (largest finite %s); write f32%s "
+                      "(--dtype) or scale the model", o->path, what, worst, (long long)worst_row, quarot_dtype_name(dt),
+                   dt == QUAROT_DTYPE_F16 ? "65504" : "3.39e38", dt == QUAROT_DTYPE_F16 ? " or bf16" : "");
+        return QUAROT_ERR_OVERFLOW;
+    }
     return res;
 }
 
@@ -291,27 +316,79 @@ quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e) {
     return QUAROT_OK;
 }
 
-quarot_result qx_out_publish(qx_out* o, qx_err* e) {
-    char* dir;
+/* fsync of the directory holding path (best effort: makes a rename durable). */
+void qx_sync_parent(const char* path) {
+    char* dir = (char*)malloc(strlen(path) + 2);
     char* slash;
     int dfd;
-    if (!o || !o->tmp || o->fd >= 0) return QUAROT_ERR_STATE;
-    if (rename(o->tmp, o->path) != 0) {
-        qx_err_set(e, "%s: cannot rename the temporary into place: %s", o->path, strerror(errno));
-        return QUAROT_ERR_IO;
-    }
-    free(o->tmp);
-    o->tmp = NULL;
-    /* Make the rename itself durable. Failure here leaves a complete file; it is not reported. */
-    dir = (char*)malloc(strlen(o->path) + 2);
-    if (!dir) return QUAROT_OK;
-    strcpy(dir, o->path);
+    if (!dir) return;
+    strcpy(dir, path);
     slash = strrchr(dir, '/');
     if (slash) slash[slash == dir ? 1 : 0] = '\0';
     else strcpy(dir, ".");
     dfd = open(dir, O_RDONLY | O_CLOEXEC);
     if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
     free(dir);
+}
+
+/* tmp -> path without ever replacing something at path: renameat2(RENAME_NOREPLACE) where the
+   kernel has it, else link() + unlink() (files), else a re-check and rename(). */
+static quarot_result qx__publish_noreplace(const char* tmp, const char* path, int is_dir, qx_err* e) {
+    struct stat st;
+    qx_fault_point("publish");
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, AT_FDCWD, tmp, AT_FDCWD, path, 1u /* RENAME_NOREPLACE */) == 0) return QUAROT_OK;
+    if (errno == EEXIST || errno == ENOTEMPTY) {
+        qx_err_set(e, "%s: appeared while the output was written; not replaced without force", path);
+        return QUAROT_ERR_IO;
+    }
+    if (errno != ENOSYS && errno != EINVAL && errno != ENOTSUP && errno != EPERM) {
+        qx_err_set(e, "%s: cannot rename the temporary into place: %s", path, strerror(errno));
+        return QUAROT_ERR_IO;
+    }
+#endif
+    if (!is_dir) {
+        if (link(tmp, path) == 0) { (void)unlink(tmp); return QUAROT_OK; }
+        if (errno == EEXIST) {
+            qx_err_set(e, "%s: appeared while the output was written; not replaced without force", path);
+            return QUAROT_ERR_IO;
+        }
+    }
+    if (lstat(path, &st) == 0) {   /* no atomic primitive here: check, then rename */
+        qx_err_set(e, "%s: appeared while the output was written; not replaced without force", path);
+        return QUAROT_ERR_IO;
+    }
+    if (rename(tmp, path) != 0) {
+        qx_err_set(e, "%s: cannot rename the temporary into place: %s", path, strerror(errno));
+        return QUAROT_ERR_IO;
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_publish_file(const char* tmp, const char* path, int force, qx_err* e) {
+    quarot_result r;
+    if (!tmp || !path) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!force) return qx__publish_noreplace(tmp, path, 0, e);
+    if ((r = qx_check_replaceable(path, 0, e)) != QUAROT_OK) return r;
+    qx_fault_point("publish");
+    if (rename(tmp, path) != 0) {
+        qx_err_set(e, "%s: cannot rename the temporary into place: %s", path, strerror(errno));
+        return QUAROT_ERR_IO;
+    }
+    return QUAROT_OK;
+}
+
+quarot_result qx_out_publish(qx_out* o, qx_err* e) {
+    quarot_result r;
+    if (!o || !o->tmp || o->fd >= 0) return QUAROT_ERR_STATE;
+    if ((r = qx_publish_file(o->tmp, o->path, o->force, e)) != QUAROT_OK) return r;
+    qx_live_remove(o->tmp);
+    free(o->tmp);
+    o->tmp = NULL;
+    if (o->lock_fd >= 0) close(o->lock_fd);
+    o->lock_fd = -1;
+    /* Make the rename itself durable. Failure here leaves a complete file; it is not reported. */
+    qx_sync_parent(o->path);
     return QUAROT_OK;
 }
 
@@ -320,8 +397,435 @@ void qx_out_abort(qx_out* o) {
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
     if (o->tmp) unlink(o->tmp);
+    qx_live_remove(o->tmp);
+    if (o->lock_fd >= 0 && o->tmp) close(o->lock_fd);
+    else if (o->lock_fd >= 0 && o->lock_fd != o->fd) close(o->lock_fd);
+    o->lock_fd = -1;
     free(o->tmp);
     free(o->path);
     o->tmp = NULL;
     o->path = NULL;
+}
+
+/* ---- temporaries, stale ones, fault injection ---- */
+
+/* Live temporaries, for the SIGBUS handler (async-signal-safe: it only reads these pointers). */
+#define QX__LIVE_MAX 256
+static const char* volatile qx__live_files[QX__LIVE_MAX];
+static const char* volatile qx__live_dirs[8];
+static const char* volatile qx__bus_what;
+
+static void qx__live_set(const char* volatile* v, int n, const char* old, const char* now) {
+    int k;
+    for (k = 0; k < n; ++k)
+        if (v[k] == old) { v[k] = now; return; }
+}
+
+void qx_live_add(const char* path, int is_dir) {
+    if (path) qx__live_set(is_dir ? qx__live_dirs : qx__live_files, is_dir ? 8 : QX__LIVE_MAX, NULL, path);
+}
+
+void qx_live_remove(const char* path) {
+    if (!path) return;
+    qx__live_set(qx__live_files, QX__LIVE_MAX, path, NULL);
+    qx__live_set(qx__live_dirs, 8, path, NULL);
+}
+
+static void qx__on_sigbus(int sig) {
+    static const char msg[] = ": the input changed (truncated?) while it was being read; nothing was written\n";
+    int k;
+    const char* w = qx__bus_what;
+    (void)sig;
+    for (k = 0; k < QX__LIVE_MAX; ++k)
+        if (qx__live_files[k]) (void)unlink(qx__live_files[k]);
+    for (k = 0; k < 8; ++k)
+        if (qx__live_dirs[k]) (void)rmdir(qx__live_dirs[k]);
+    if (w) { size_t n = 0; while (w[n]) ++n; (void)!write(2, w, n); }
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(2);
+}
+
+void qx_sigbus_cleanup(const char* what) {
+    struct sigaction sa;
+    qx__bus_what = what;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = qx__on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGBUS, &sa, NULL);
+}
+
+#define QX__NAME_MAX 255
+
+char* qx_tmp_name(const char* path, const char* kind) {
+    const char* slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0, base_len = strlen(path) - dir_len;
+    size_t kl = strlen(kind), extra = 1 + 1 + kl + 7;   /* "." base "." kind "-XXXXXX" */
+    char* t;
+    if (base_len + extra > QX__NAME_MAX) base_len = QX__NAME_MAX - extra;   /* long names: cut the base */
+    t = (char*)malloc(dir_len + base_len + extra + 1);
+    if (!t) return NULL;
+    memcpy(t, path, dir_len);
+    t[dir_len] = '.';
+    memcpy(t + dir_len + 1, path + dir_len, base_len);
+    sprintf(t + dir_len + 1 + base_len, ".%s-XXXXXX", kind);
+    return t;
+}
+
+/* Removes a file, or a directory of files (our temporaries hold nothing deeper). */
+static void qx__remove_tree(const char* path) {
+    struct stat st;
+    DIR* d;
+    struct dirent* de;
+    if (lstat(path, &st) != 0) return;
+    if (!S_ISDIR(st.st_mode)) { (void)unlink(path); return; }
+    d = opendir(path);
+    while (d && (de = readdir(d)) != NULL) {
+        char* p;
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        p = qx_path_join(path, de->d_name);
+        if (p) (void)unlink(p);
+        free(p);
+    }
+    if (d) closedir(d);
+    (void)rmdir(path);
+}
+
+int qx_remove_stale(const char* path) {
+    char* pat = qx_tmp_name(path, "tmp");
+    char* slash;
+    const char* prefix;
+    size_t plen;
+    DIR* d;
+    struct dirent* de;
+    int n = 0;
+    if (!pat) return 0;
+    slash = strrchr(pat, '/');
+    prefix = slash ? slash + 1 : pat;
+    plen = strlen(prefix) - 6;                 /* without "XXXXXX" */
+    if (slash) *slash = '\0';
+    d = opendir(slash ? (pat[0] ? pat : "/") : ".");
+    while (d && (de = readdir(d)) != NULL) {
+        char* full;
+        int fd;
+        if (strlen(de->d_name) != plen + 6 || strncmp(de->d_name, prefix, plen) != 0) continue;
+        full = slash ? qx_path_join(pat[0] ? pat : "", de->d_name) : qx_path_join(".", de->d_name);
+        if (!full) continue;
+        fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {   /* no run holds it: left by a killed one */
+            qx__remove_tree(full);
+            ++n;
+        }
+        if (fd >= 0) close(fd);
+        free(full);
+    }
+    if (d) closedir(d);
+    free(pat);
+    return n;
+}
+
+void qx_fault_point(const char* what) {
+    static long count;
+    const char* env = getenv("QX_FAULT_PUBLISH");
+    (void)what;
+    if (!env || !env[0]) return;
+    if (++count == strtol(env, NULL, 10)) _exit(86);
+}
+
+quarot_result qx_check_replaceable(const char* path, int want_dir, qx_err* e) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return QUAROT_OK;
+    if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) return QUAROT_OK;
+    qx_err_set(e, "%s: exists and is %s; only %s is replaced", path,
+               S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" :
+               S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" :
+               S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file",
+               want_dir ? "a directory" : "a regular file");
+    return QUAROT_ERR_IO;
+}
+
+/* ---- directory outputs ---- */
+
+quarot_result qx_dir_out_begin(qx_dir_out* d, const char* path, int force, qx_err* e) {
+    mode_t mask;
+    if (!d || !path || !path[0]) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(d, 0, sizeof *d);
+    d->lock_fd = -1;
+    d->force = force;
+    d->stale_removed = qx_remove_stale(path);
+    d->path = (char*)malloc(strlen(path) + 1);
+    d->tmp = qx_tmp_name(path, "tmp");
+    if (!d->path || !d->tmp) { qx_dir_out_abort(d); qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    strcpy(d->path, path);
+    if (!mkdtemp(d->tmp)) {
+        qx_err_set(e, "%s: cannot create a temporary directory beside it: %s", path, strerror(errno));
+        free(d->tmp);
+        d->tmp = NULL;
+        qx_dir_out_abort(d);
+        return QUAROT_ERR_IO;
+    }
+    mask = umask(0);
+    umask(mask);
+    (void)chmod(d->tmp, (mode_t)(0777 & ~mask));
+    d->lock_fd = open(d->tmp, O_RDONLY | O_CLOEXEC);
+    if (d->lock_fd >= 0) (void)flock(d->lock_fd, LOCK_EX);
+    qx_live_add(d->tmp, 1);
+    return QUAROT_OK;
+}
+
+/* A file name the model output supersedes in an existing directory. */
+static int qx__model_file(const char* n) {
+    size_t i;
+    if (strcmp(n, "model.safetensors") == 0 || strcmp(n, "model.safetensors.index.json") == 0 ||
+        strcmp(n, "quarot_online.txt") == 0)
+        return 1;
+    if (strlen(n) != 32 || strncmp(n, "model-", 6) != 0 || strncmp(n + 11, "-of-", 4) != 0 || strcmp(n + 20, ".safetensors") != 0)
+        return 0;
+    for (i = 0; i < 5; ++i)
+        if (n[6 + i] < '0' || n[6 + i] > '9' || n[15 + i] < '0' || n[15 + i] > '9') return 0;
+    return 1;
+}
+
+/* Carries the files of the existing output that the new one does not supersede into d->tmp. */
+static quarot_result qx__carry_over(qx_dir_out* d, const char* const* ours, qx_err* e) {
+    DIR* dir = opendir(d->path);
+    struct dirent* de;
+    quarot_result r = QUAROT_OK;
+    if (!dir) { qx_err_set(e, "%s: cannot read the directory: %s", d->path, strerror(errno)); return QUAROT_ERR_IO; }
+    while (r == QUAROT_OK && (de = readdir(dir)) != NULL) {
+        char *src, *dst;
+        struct stat st;
+        int k, skip = 0;
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        for (k = 0; ours && ours[k]; ++k) skip |= strcmp(ours[k], de->d_name) == 0;
+        if (skip || qx__model_file(de->d_name)) {
+            if (!d->force) {
+                qx_err_set(e, "%s: holds a model file (%s) now; not replaced without force", d->path, de->d_name);
+                r = QUAROT_ERR_IO;
+            }
+            continue;
+        }
+        src = qx_path_join(d->path, de->d_name);
+        dst = qx_path_join(d->tmp, de->d_name);
+        if (!src || !dst) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", d->path); }
+        else if (lstat(dst, &st) == 0) { /* the new output has its own */ }
+        else if (lstat(src, &st) != 0) { /* gone meanwhile */ }
+        else if (S_ISDIR(st.st_mode)) {
+            qx_err_set(e, "%s: holds a subdirectory \"%s\"; a directory output is replaced as a whole, so move it "
+                          "away first (or choose another output directory)", d->path, de->d_name);
+            r = QUAROT_ERR_IO;
+        } else if (link(src, dst) != 0) {
+            qx_err_set(e, "%s: cannot keep \"%s\" in the new output (hard link): %s", d->path, de->d_name, strerror(errno));
+            r = QUAROT_ERR_IO;
+        }
+        free(src);
+        free(dst);
+    }
+    closedir(dir);
+    return r;
+}
+
+quarot_result qx_dir_out_publish(qx_dir_out* d, const char* const* ours, qx_err* e) {
+    struct stat st;
+    quarot_result r;
+    if (!d || !d->tmp) return QUAROT_ERR_STATE;
+    if (lstat(d->path, &st) != 0) {
+        r = qx__publish_noreplace(d->tmp, d->path, 1, e);
+        if (r == QUAROT_OK) goto published;
+        if (lstat(d->path, &st) != 0 || !S_ISDIR(st.st_mode)) return r;
+        /* a directory appeared meanwhile: handled as an existing one */
+    }
+    if ((r = qx_check_replaceable(d->path, 1, e)) != QUAROT_OK) return r;
+    /* an existing directory: its other files come along, then one exchange */
+    if ((r = qx__carry_over(d, ours, e)) != QUAROT_OK) return r;
+    qx_fault_point("exchange");
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, AT_FDCWD, d->tmp, AT_FDCWD, d->path, 2u /* RENAME_EXCHANGE */) == 0) {
+        qx__remove_tree(d->tmp);   /* the previous output, now under the temporary name */
+        goto published;
+    }
+#endif
+    {   /* no exchange: old aside, new in, old removed (a kill in between leaves the old beside) */
+        char* old = qx_tmp_name(d->path, "old");
+        if (!old || !mkdtemp(old)) { free(old); qx_err_set(e, "%s: cannot make room for the exchange: %s", d->path, strerror(errno)); return QUAROT_ERR_IO; }
+        if (rename(d->path, old) != 0) {
+            qx_err_set(e, "%s: cannot move the previous output aside: %s", d->path, strerror(errno));
+            (void)rmdir(old);
+            free(old);
+            return QUAROT_ERR_IO;
+        }
+        qx_fault_point("publish");
+        if (rename(d->tmp, d->path) != 0) {
+            qx_err_set(e, "%s: cannot rename the new output into place: %s", d->path, strerror(errno));
+            (void)rename(old, d->path);
+            free(old);
+            return QUAROT_ERR_IO;
+        }
+        qx__remove_tree(old);
+        free(old);
+    }
+published:
+    qx_live_remove(d->tmp);
+    free(d->tmp);
+    d->tmp = NULL;
+    if (d->lock_fd >= 0) close(d->lock_fd);
+    d->lock_fd = -1;
+    qx_sync_parent(d->path);
+    return QUAROT_OK;
+}
+
+void qx_dir_out_abort(qx_dir_out* d) {
+    if (!d) return;
+    if (d->tmp) qx__remove_tree(d->tmp);
+    qx_live_remove(d->tmp);
+    if (d->lock_fd >= 0) close(d->lock_fd);
+    d->lock_fd = -1;
+    free(d->tmp);
+    free(d->path);
+    d->tmp = d->path = NULL;
+}
+
+/* ---- weight digest ---- */
+
+typedef struct qx__dg {
+    uint64_t h[4];
+    unsigned char buf[32];
+    size_t used;
+    uint64_t total;
+} qx__dg;
+
+static uint64_t qx__rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static uint64_t qx__le64(const unsigned char* p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 |
+           (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static void qx__dg_block(qx__dg* g, const unsigned char* p) {
+    int i;
+    for (i = 0; i < 4; ++i)
+        g->h[i] = qx__rotl(g->h[i] ^ (qx__le64(p + 8 * i) * 0x9E3779B97F4A7C15ull), 29) * 0xBF58476D1CE4E5B9ull;
+}
+
+static void qx__dg_put(qx__dg* g, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    g->total += n;
+    if (g->used) {
+        size_t take = 32 - g->used < n ? 32 - g->used : n;
+        memcpy(g->buf + g->used, p, take);
+        g->used += take; p += take; n -= take;
+        if (g->used < 32) return;
+        qx__dg_block(g, g->buf);
+        g->used = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) qx__dg_block(g, p);
+    memcpy(g->buf, p, n);
+    g->used = n;
+}
+
+static uint64_t qx__dg_end(qx__dg* g) {
+    uint64_t x;
+    int i;
+    memset(g->buf + g->used, 0, 32 - g->used);
+    qx__dg_block(g, g->buf);
+    x = g->total;
+    for (i = 0; i < 4; ++i) {
+        x ^= g->h[i] + 0x94D049BB133111EBull + (x << 6) + (x >> 2);
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+        x ^= x >> 31;
+    }
+    return x;
+}
+
+quarot_result qx_digest_files(const char* const* paths, int n, char out[QX_DIGEST_LEN], qx_err* e) {
+    qx__dg g;
+    int k;
+    unsigned char* buf;
+    const size_t cap = (size_t)1 << 20;
+    if (!paths || n < 1 || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(&g, 0, sizeof g);
+    g.h[0] = 0x243F6A8885A308D3ull; g.h[1] = 0x13198A2E03707344ull; g.h[2] = 0xA4093822299F31D0ull; g.h[3] = 0x082EFA98EC4E6C89ull;
+    buf = (unsigned char*)malloc(cap);
+    if (!buf) { qx_err_set(e, "digest: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (k = 0; k < n; ++k) {
+        const char* base = strrchr(paths[k], '/');
+        struct stat st;
+        unsigned char sz[8];
+        uint64_t left;
+        int i, fd = open(paths[k], O_RDONLY | O_CLOEXEC);
+        (void)base;   /* names are not hashed: a renamed model keeps its digest */
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            qx_err_set(e, "%s: cannot read for the weight digest: %s", paths[k], fd < 0 ? strerror(errno) : "not a regular file");
+            if (fd >= 0) close(fd);
+            free(buf);
+            return QUAROT_ERR_IO;
+        }
+        for (i = 0; i < 8; ++i) sz[i] = (unsigned char)((uint64_t)st.st_size >> (8 * i));
+        qx__dg_put(&g, sz, 8);
+        left = (uint64_t)st.st_size;
+        while (left > 0) {
+            ssize_t got = read(fd, buf, left < cap ? (size_t)left : cap);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                qx_err_set(e, "%s: read failed for the weight digest", paths[k]);
+                close(fd);
+                free(buf);
+                return QUAROT_ERR_IO;
+            }
+            qx__dg_put(&g, buf, (size_t)got);
+            left -= (uint64_t)got;
+        }
+        close(fd);
+    }
+    free(buf);
+    snprintf(out, QX_DIGEST_LEN, "qxh64:%016llx", (unsigned long long)qx__dg_end(&g));
+    return QUAROT_OK;
+}
+
+static int qx__cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+void qx_free_paths(char** paths, int n) {
+    int k;
+    for (k = 0; paths && k < n; ++k) free(paths[k]);
+    free(paths);
+}
+
+quarot_result qx_weight_files(const char* model_path, char*** paths, int* n, qx_err* e) {
+    DIR* d;
+    struct dirent* de;
+    char** v = NULL;
+    int cnt = 0, cap = 0;
+    if (!model_path || !paths || !n) return QUAROT_ERR_INVALID_ARGUMENT;
+    *paths = NULL;
+    *n = 0;
+    if (!qx_is_dir(model_path)) {
+        v = (char**)malloc(sizeof *v);
+        if (!v || !(v[0] = (char*)malloc(strlen(model_path) + 1))) { free(v); qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+        strcpy(v[0], model_path);
+        *paths = v;
+        *n = 1;
+        return QUAROT_OK;
+    }
+    d = opendir(model_path);
+    if (!d) { qx_err_set(e, "%s: cannot read the directory: %s", model_path, strerror(errno)); return QUAROT_ERR_IO; }
+    while ((de = readdir(d)) != NULL) {
+        char* p;
+        if (!qx__model_file(de->d_name) || strcmp(de->d_name, "model.safetensors.index.json") == 0 ||
+            strcmp(de->d_name, "quarot_online.txt") == 0)
+            continue;
+        if (cnt == cap) {
+            char** nv = (char**)realloc(v, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *v);
+            if (!nv) break;
+            v = nv;
+        }
+        p = qx_path_join(model_path, de->d_name);
+        if (!p) break;
+        v[cnt++] = p;
+    }
+    closedir(d);
+    if (cnt == 0) { free(v); qx_err_set(e, "%s: no model.safetensors or model-*-of-*.safetensors files", model_path); return QUAROT_ERR_NOT_FOUND; }
+    qsort(v, (size_t)cnt, sizeof *v, qx__cmp_str);
+    *paths = v;
+    *n = cnt;
+    return QUAROT_OK;
 }

@@ -4,10 +4,24 @@
    touching the file) or read into a heap buffer with a size cap.
 
    Writing without partial outputs: qx_out_begin creates a hidden temporary file beside the final
-   path (".name.tmp-XXXXXX"); data go in with positional writes (any order); qx_out_sync flushes it
-   to disk and qx_out_publish renames it into place; qx_out_abort removes it. An existing output is
-   refused unless `force` is set. Writers with several output files sync all of them first, then
-   publish them one after the other.
+   path (".name.tmp-XXXXXX", the name cut to fit the file system's 255 bytes; it holds an flock
+   while its run lives); data go in with positional writes (any order); qx_out_sync flushes it to
+   disk and qx_out_publish renames it into place; qx_out_abort removes it. An existing output is
+   refused unless `force` is set (and then only a regular file is replaced: never a device, FIFO,
+   socket, symbolic link or directory); without force the publish itself refuses to replace a file
+   that appeared meanwhile (renameat2 RENAME_NOREPLACE, else link(), else a re-check and rename).
+   Temporaries a killed run left beside the output (same name pattern, no lock held) are removed
+   by the next qx_out_begin / qx_dir_out_begin for that output.
+
+   Outputs of several files are published all-or-nothing: a directory output is built in a hidden
+   temporary directory beside it (qx_dir_out_*) and published with one rename (an existing one is
+   exchanged atomically, its foreign files carried over); a single file with a side file (the
+   online hook file) binds the side file to the weights with qx_digest_files and publishes the
+   side file first, the model last (see qx_rotate_file.c).
+
+   Fault injection for tests: with QX_FAULT_PUBLISH=k in the environment the k-th publish step of
+   the process (each rename, link or unlink that changes what a reader sees; numbered from 1) ends
+   the process with _exit(86) just before it acts, leaving the disk as a kill at that moment would.
 
    Every function that can fail returns quarot_result and writes a one-line message to the qx_err
    naming the file and the reason. */
@@ -49,6 +63,9 @@ typedef struct qx_out {
     char* path;        /* final path */
     char* tmp;         /* temporary path, NULL once published or removed */
     int fd;            /* -1 when closed */
+    int force;         /* replace an existing regular file on publish */
+    int lock_fd;       /* holds the temporary's flock until publish / abort (-1: none) */
+    int stale_removed; /* temporaries of killed runs removed by qx_out_begin */
 } qx_out;
 
 quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e);
@@ -66,6 +83,60 @@ quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e);
 quarot_result qx_out_publish(qx_out* o, qx_err* e);
 /* Closes and removes the temporary (if any) and frees the paths; safe after publish and twice. */
 void qx_out_abort(qx_out* o);
+
+/* The temporary's name for `path` (".base.tmp-XXXXXX" beside it, base cut to fit NAME_MAX), in a
+   new heap string; with `kind` "old" the name of a replaced directory kept until the exchange ends. */
+char* qx_tmp_name(const char* path, const char* kind);
+/* Removes the temporaries beside `path` that a killed run left (matching qx_tmp_name, no flock
+   held); returns how many. */
+int qx_remove_stale(const char* path);
+/* The publish-step fault point (see above): returns normally unless QX_FAULT_PUBLISH says this step. */
+void qx_fault_point(const char* what);
+/* Renames a synced temporary file onto path: with force replacing a regular file (nothing else),
+   without it never replacing anything (as qx_out_publish). The directory is not synced. */
+quarot_result qx_publish_file(const char* tmp, const char* path, int force, qx_err* e);
+/* fsync of the directory holding path (best effort, after renames). */
+void qx_sync_parent(const char* path);
+/* Live temporaries (qx_out / qx_dir_out register theirs; other staged files may be added) and a
+   SIGBUS handler that removes them: a mapped input truncated while it is read raises SIGBUS; the
+   handler unlinks the registered files, removes the registered (then empty) directories, prints
+   "<what>: the input changed (truncated?) while it was being read; nothing was written" and exits
+   with status 2. `what` must stay valid. */
+void qx_live_add(const char* path, int is_dir);
+void qx_live_remove(const char* path);
+void qx_sigbus_cleanup(const char* what);
+/* Checks that an existing `path` may be replaced by an output: a regular file (want_dir 0) or a
+   directory (want_dir 1); absent is fine. Devices, FIFOs, sockets and links are refused. */
+quarot_result qx_check_replaceable(const char* path, int want_dir, qx_err* e);
+
+/* A directory output built in a hidden temporary directory beside `path`. Files go into d->tmp
+   (through qx_out with force, or any writer); qx_dir_out_publish makes it appear at `path` in one
+   step (an existing `path` must be a directory). Also usable as a private staging directory for
+   single-file outputs: files are renamed out of d->tmp, then qx_dir_out_abort removes it. `ours` (NULL-terminated, may be NULL) names files of an existing `path` that the new output
+   supersedes besides the model files (model.safetensors, model-*-of-*.safetensors,
+   model.safetensors.index.json, quarot_online.txt): every other file of an existing `path` is
+   carried over (hard link); a subdirectory there is refused. */
+typedef struct qx_dir_out {
+    char* path;
+    char* tmp;
+    int lock_fd;
+    int force;
+    int stale_removed;
+} qx_dir_out;
+quarot_result qx_dir_out_begin(qx_dir_out* d, const char* path, int force, qx_err* e);
+quarot_result qx_dir_out_publish(qx_dir_out* d, const char* const* ours, qx_err* e);
+void qx_dir_out_abort(qx_dir_out* d);
+
+/* Digest binding a side file to its weights: "qxh64:<16 hex>" over each file's size and bytes, in
+   the order given (names are not hashed, so a renamed model keeps its digest) (64-bit, non-cryptographic: it detects a hook
+   file beside other weights, not an attack). out needs 24 bytes. */
+#define QX_DIGEST_LEN 24
+quarot_result qx_digest_files(const char* const* paths, int n, char out[QX_DIGEST_LEN], qx_err* e);
+/* The weight files of a model path for qx_digest_files: the file itself, or for a directory its
+   model.safetensors / model-*-of-*.safetensors in name order. *paths (malloc'ed array of malloc'ed
+   strings, free with qx_free_paths) and *n; 0 files is an error. */
+quarot_result qx_weight_files(const char* model_path, char*** paths, int* n, qx_err* e);
+void qx_free_paths(char** paths, int n);
 
 #ifdef __cplusplus
 }

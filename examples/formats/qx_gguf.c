@@ -117,6 +117,27 @@ static int qx__kv_cmp(const void* a, const void* b) {
 }
 
 /* n_kv pairs at r->p; fills kv[] (allocated here) and rejects duplicate keys. */
+/* 1 when p[0..n) is well-formed UTF-8 (shortest forms, no surrogates, at most U+10FFFF, no NUL). */
+static int qx__gguf_utf8(const unsigned char* p, uint64_t n) {
+    uint64_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        uint64_t k, len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        unsigned long v;
+        if (c == 0 || len == 0 || len > n - i) return 0;
+        v = len == 1 ? c : len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
+        for (k = 1; k < len; ++k) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            v = (v << 6) | (p[i + k] & 0x3Fu);
+        }
+        if ((len == 2 && v < 0x80) || (len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10FFFF ||
+            (v >= 0xD800 && v <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
 static quarot_result qx__gparse_kvs(qx__gr* r, uint64_t n_kv, qx_gguf_kv** out) {
     qx_gguf_kv* kv;
     const qx_gguf_kv** order;
@@ -146,6 +167,11 @@ static quarot_result qx__gparse_kvs(qx__gr* r, uint64_t n_kv, qx_gguf_kv** out) 
         }
         p->key = (const char*)r->p;
         p->key_len = kl;
+        if (!qx__gguf_utf8(r->p, kl)) {   /* as the other readers: names are UTF-8 text */
+            qx_err_set(r->e, "%s: key %llu is not valid UTF-8", r->name, (unsigned long long)k);
+            res = QUAROT_ERR_PARSE;
+            break;
+        }
         r->p += kl;
         cl = (int)(kl > 100 ? 100 : kl);
         if (memchr(p->key, '\0', (size_t)kl)) {
@@ -462,6 +488,21 @@ quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gg
             goto fail;
         }
     }
+    {   /* nothing after the last tensor but its padding to the alignment (the other readers refuse
+           trailing bytes too: they are a truncated-or-concatenated file, not a model) */
+        uint64_t end = 0, aligned;
+        int unknown = 0;   /* a tensor of a type whose size is unknown here: its load says so */
+        for (k = 0; k < f->n_tensors; ++k) {
+            unknown |= f->t[k].nbytes == 0;
+            if (f->t[k].offset + f->t[k].nbytes > end) end = f->t[k].offset + f->t[k].nbytes;
+        }
+        aligned = end + (f->alignment - end % f->alignment) % f->alignment;
+        if (!unknown && f->data_len > aligned) {
+            qx_err_set(e, "%s: %llu trailing bytes after the last tensor's data", name, (unsigned long long)(f->data_len - aligned));
+            res = QUAROT_ERR_PARSE;
+            goto fail;
+        }
+    }
     /* no overlaps among tensors of known size */
     qsort(order, (size_t)f->n_tensors, sizeof *order, qx__tinfo_off_cmp);
     for (k = 1; k < f->n_tensors; ++k) {       /* sorted: an overlap shows with the next tensor */
@@ -748,6 +789,8 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
             if (t->type >= 24 && t->type <= 27)
                 qx_err_set(e, "%s: tensor \"%.*s\" has integer type %s; only F32, F16, BF16 and F64 tensors load", fname,
                            QX__TN(t), qx_ggml_type_name(t->type, tb));
+            else if (strncmp(qx_ggml_type_name(t->type, tb), "type ", 5) == 0)   /* not a GGML type at all */
+                qx_err_set(e, "%s: tensor \"%.*s\" has unknown GGML type %u", fname, QX__TN(t), (unsigned)t->type);
             else
                 qx_err_set(e, "%s: tensor \"%.*s\" has type %s: quantized GGUF tensors are not supported (of the quantized types, Q4_0 and Q8_0 load); convert from an "
                            "F16/F32 GGUF or safetensors", fname, QX__TN(t), qx_ggml_type_name(t->type, tb));

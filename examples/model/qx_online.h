@@ -16,6 +16,8 @@ extern "C" {
 
 typedef struct qx_online_ctx {
     const quarot_online_list* list;
+    const quarot_online_list* base;  /* the model's own hooks (qx_model_hooks_*), run before list's at each
+                                        site; NULL: none (set it after qx_online_ctx_init) */
     void* work;                 /* grown on demand */
     size_t work_size;
     quarot_result status;       /* QUAROT_OK, or the first error */
@@ -25,6 +27,38 @@ typedef struct qx_online_ctx {
 void qx_online_ctx_init(qx_online_ctx* c, const quarot_online_list* list);
 void qx_online_ctx_free(qx_online_ctx* c);
 void qx_online_hooks(void* user, int64_t layer, qx_site site, float* x, int64_t rows, int64_t n);
+
+/* ---- hooks that travel with a model ----------------------------------------------------------
+
+   `quarot rotate --online` writes the hook list beside the model (MODEL.quarot-online for a file,
+   MODEL/quarot_online.txt for a directory) with a "weights <digest>" line naming the digest of the
+   model's weight files (qx_digest_files), and marks GGUF / safetensors outputs with the metadata
+   key "quarot.online_hooks" (so a model that needs hooks is recognised without its file). The
+   commands that run a model attach the hooks to its store (blob QX_HOOKS_BLOB: the hook file's
+   text); qx_ek_forward and the forward passes built on a store run them first at every site, so a
+   copy rotated again (the eval columns) runs the model's hooks, then its own. */
+#define QX_HOOKS_BLOB "quarot.online_hooks"
+#define QX_HOOKS_KEY "quarot.online_hooks"
+
+typedef enum qx_hooks_status {
+    QX_HOOKS_NONE = 0,          /* no hook file, and the model is not marked as needing one */
+    QX_HOOKS_ATTACHED = 1,      /* found, digest matches, attached */
+    QX_HOOKS_UNBOUND = 2,       /* found and attached, but it names no weights digest (an older file) */
+    QX_HOOKS_MISSING = 3        /* the model's metadata says it needs hooks, none found */
+} qx_hooks_status;
+
+/* The hook file beside model_path (malloc'ed; NULL when out of memory). */
+char* qx_hooks_path_for(const char* model_path);
+/* 1 when the store's metadata (GGUF key / safetensors __metadata__) marks it as needing hooks. */
+int qx_model_needs_hooks(const qx_store* s);
+/* Finds the hook file (hooks_path, or the one beside model_path), checks its "weights" digest
+   against model_path's weight files (a mismatch is QUAROT_ERR_INVALID_ARGUMENT: a stale hook file
+   is refused, never applied), parses it and attaches its text to s. used (may be NULL) receives the
+   file used. hooks_path given but absent is QUAROT_ERR_IO. */
+quarot_result qx_model_hooks_attach(qx_store* s, const char* model_path, const char* hooks_path, qx_hooks_status* status,
+                                    char* used, size_t used_cap, qx_err* e);
+/* The store's attached hooks parsed into list (initialized here; empty when none). */
+quarot_result qx_model_hooks_get(const qx_store* s, quarot_online_list* list, qx_err* e);
 
 #ifdef __cplusplus
 }

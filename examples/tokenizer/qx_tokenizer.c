@@ -10,6 +10,7 @@
    such an entry, so the heap top is exactly run.c's choice. */
 #include "qx_tokenizer.h"
 #include "qx_vocab.h"
+#include "qx_file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -148,30 +149,14 @@ quarot_result qx_tokenizer_load_memory(qx_tokenizer* t, const void* data, size_t
     return QUAROT_OK;
 }
 
-/* Whole file into a malloc'ed buffer. */
+/* Whole file into a malloc'ed buffer: a regular file (a directory or a device is refused, not
+   sized with fseek/ftell) of at most QX_TOKENIZER_MAX_BYTES. */
+#define QX_TOKENIZER_MAX_BYTES ((size_t)256 << 20)
 static quarot_result qx__read_all(const char* path, unsigned char** data, size_t* size, qx_err* err) {
-    FILE* f;
-    long n;
-    *data = NULL; *size = 0;
-    f = fopen(path, "rb");
-    if (!f) { qx_err_set(err, "%s: cannot open: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        qx_err_set(err, "%s: cannot determine its size", path);
-        fclose(f);
-        return QUAROT_ERR_IO;
-    }
-    *data = (unsigned char*)malloc((size_t)n + 1);
-    if (!*data) { fclose(f); qx_err_set(err, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
-    if (fread(*data, 1, (size_t)n, f) != (size_t)n) {
-        qx_err_set(err, "%s: read failed", path);
-        fclose(f);
-        free(*data);
-        *data = NULL;
-        return QUAROT_ERR_IO;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return QUAROT_OK;
+    char* buf = NULL;
+    quarot_result r = qx_read_file(path, QX_TOKENIZER_MAX_BYTES, &buf, size, err);
+    *data = (unsigned char*)buf;
+    return r;
 }
 
 quarot_result qx_tokenizer_load(qx_tokenizer* t, const char* path, int32_t vocab_size, qx_err* err) {

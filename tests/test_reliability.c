@@ -1,0 +1,659 @@
+/* Reliability of the tool's outputs (issue 13): what a kill, a concurrent writer, a special file or
+   a long name does to `quarot rotate`'s outputs, through the built binary (system(), prefixed by
+   $QT_RUNNER under qemu) and through qx_file directly.
+
+   Truths used:
+   - Atomic publish: QX_FAULT_PUBLISH=k ends the run with _exit(86) just before its k-th publish
+     step, as a kill at that moment would. For every k up to the run's last step, the output must be
+     exactly the previous one (every file byte-equal) or exactly the new one; for a single-file
+     model with a hook file, any other pair must be refused by the weights digest in the hook file.
+   - The hook file names the digest of its weights (qx_digest_files over the model's files).
+   - --force replaces only regular files (a FIFO stays a FIFO); without --force a file that appears
+     at OUT during the run is never replaced; 250-255-byte output names work; temporaries a killed
+     run left (unlocked) are removed by the next run, a live run's (locked) are not. */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE   /* realpath, mkfifo, symlink, flock */
+#endif
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "qx_cli.h"
+#include "qx_eval.h"
+#include "qx_evalkit.h"
+#include "qx_online.h"
+#include "qx_file.h"
+#include "qx_gguf.h"
+#include "qx_llama2c.h"
+#include "qx_safetensors.h"
+#include "qx_synth.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------------------------- */
+
+static int sh(const char* fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* The synthetic model of the CLI tests, saved as a safetensors directory with shards of at most
+   shard_bytes (0: one file), or as a llama2.c file. */
+static int make_input(const char* path, int st_dir, uint64_t shard_bytes) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    quarot_result r;
+    cu_synth_desc(&d);
+    qx_store_init(&s);
+    r = qx_synth_model(&s, &d, &e);
+    if (r == QUAROT_OK && st_dir) {
+        qx_st_save_opts o;
+        memset(&o, 0, sizeof o);
+        o.shard_bytes = shard_bytes;
+        r = qx_st_save(&s, path, &o, &e);
+    } else if (r == QUAROT_OK) {
+        qx_l2c_write_opts o;
+        memset(&o, 0, sizeof o);
+        r = qx_l2c_write_file(&s, path, &o, &e);
+    }
+    if (r != QUAROT_OK) printf("    make_input %s: %s\n", path, e.msg);
+    qx_store_free(&s);
+    return r == QUAROT_OK;
+}
+
+/* A directory's visible files as one text: "name size fnv\n" per file in name order (hidden entries
+   are not part of an output). A file path gives its own line. */
+static uint64_t fnv(const unsigned char* p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    size_t i;
+    for (i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int cmp_names(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+static void snapshot(const char* path, char* out, size_t cap) {
+    DIR* d = opendir(path);
+    struct dirent* de;
+    char* names[256];
+    int n = 0, i;
+    size_t len = 0;
+    out[0] = '\0';
+    if (!d) {
+        size_t sz = 0;
+        unsigned char* b = read_all(path, &sz);
+        if (b) snprintf(out, cap, "%zu %016llx\n", sz, (unsigned long long)fnv(b, sz));
+        else snprintf(out, cap, "absent\n");
+        free(b);
+        return;
+    }
+    while ((de = readdir(d)) != NULL && n < 256)
+        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_names);
+    for (i = 0; i < n; ++i) {
+        char* p = qx_path_join(path, names[i]);
+        size_t sz = 0;
+        unsigned char* b = read_all(p, &sz);
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s %zu %016llx\n", names[i], sz,
+                                (unsigned long long)(b ? fnv(b, sz) : 0));
+        free(b);
+        free(p);
+        free(names[i]);
+    }
+}
+
+/* The "weights <digest>" line of a hook file ("" when none). */
+static void hook_digest(const char* hooks, char* out, size_t cap) {
+    size_t n = 0;
+    char* t = (char*)read_all(hooks, &n);
+    const char* w = t ? strstr(t, "\nweights ") : NULL;
+    out[0] = '\0';
+    if (w) {
+        const char* nl = strchr(w + 9, '\n');
+        snprintf(out, cap, "%.*s", nl ? (int)(nl - (w + 9)) : 0, w + 9);
+    }
+    free(t);
+}
+
+static void model_digest(const char* model, char* out) {
+    char** files = NULL;
+    int n = 0;
+    qx_err e;
+    strcpy(out, "?");
+    if (qx_weight_files(model, &files, &n, &e) == QUAROT_OK) (void)qx_digest_files((const char* const*)files, n, out, &e);
+    qx_free_paths(files, n);
+}
+
+/* Entries beside `path` (in its directory) whose name starts with "." + base + ".tmp-". */
+static int temporaries_beside(const char* dir, const char* base) {
+    DIR* d = opendir(dir);
+    struct dirent* de;
+    char pre[512];
+    int n = 0;
+    snprintf(pre, sizeof pre, ".%.200s.tmp-", base);
+    if (!d) return -1;
+    while ((de = readdir(d)) != NULL) n += strncmp(de->d_name, pre, strlen(pre)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* ---- 1. atomic publish -------------------------------------------------------------------------- */
+
+/* A sharded safetensors output over a previous one with another shard count, killed before each
+   publish step in turn: the output is always the old one or the new one, never a mix. */
+static void test_sharded_kill_between_renames(void) {
+    char in_a[1024], in_b[1024], out[1024], old_copy[1024], ref[1024];
+    static char s_old[8192], s_new[8192], s_now[8192];
+    int k, rc = -1, interrupted = 0, new_seen = 0;
+    snprintf(in_a, sizeof in_a, "%s", tmp_path("sk_in6"));
+    snprintf(in_b, sizeof in_b, "%s", tmp_path("sk_in2"));
+    snprintf(out, sizeof out, "%s", tmp_path("sk_out"));
+    snprintf(old_copy, sizeof old_copy, "%s", tmp_path("sk_old"));
+    snprintf(ref, sizeof ref, "%s", tmp_path("sk_ref"));
+    QT_CHECK(make_input(in_a, 1, 24000));   /* many shards */
+    QT_CHECK(make_input(in_b, 1, 90000));   /* fewer */
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 --online", in_a, old_copy), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2", in_b, ref), 0);
+    snapshot(old_copy, s_old, sizeof s_old);
+    snapshot(ref, s_new, sizeof s_new);
+    QT_CHECK(strstr(s_old, "model-00003-of-") != NULL);
+    QT_CHECK(strstr(s_old, "quarot_online.txt") != NULL);
+    QT_CHECK(strcmp(s_old, s_new) != 0);
+    for (k = 1; k < 60; ++k) {
+        sh("rm -rf '%s' && cp -a '%s' '%s' && echo user > '%s/README.md'", out, old_copy, out, out);
+        {
+            char pre[64];
+            snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
+            rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 --force", in_b, out);
+        }
+        snapshot(out, s_now, sizeof s_now);
+        {   /* the user's own file survives in either state */
+            char* rm = qx_path_join(out, "README.md");
+            QT_CHECKF(qx_path_exists(rm), "k=%d: README.md lost", k);
+            free(rm);
+            sh("rm -f '%s/README.md'", out);
+            snapshot(out, s_now, sizeof s_now);
+        }
+        if (rc == 86) {
+            ++interrupted;
+            QT_CHECKF(strcmp(s_now, s_old) == 0 || strcmp(s_now, s_new) == 0, "killed before publish step %d: a mix of old and new:\n%s", k, s_now);
+            new_seen |= strcmp(s_now, s_new) == 0;
+        } else {
+            QT_EQ_INT(rc, 0);
+            QT_CHECKF(strcmp(s_now, s_new) == 0, "completed run: not the new output:\n%s", s_now);
+            break;
+        }
+    }
+    QT_CHECKF(interrupted >= 1, "the fault hook never interrupted the run (%d)", interrupted);
+    QT_CHECK(rc == 0);
+    /* a later run removes what the killed runs left beside the output */
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2 --force", in_b, out), 0);
+    QT_EQ_INT(temporaries_beside(g_tmp, "sk_out"), 0);
+    (void)new_seen;
+}
+
+/* A llama2.c model with --online over a previous one: killed before each publish step, the pair
+   (model, hook file) is the old pair, the new pair, or one whose digest does not match. */
+static void test_single_file_hooks_kill(void) {
+    char in[1024], out[1024], hooks[1200], old_m[1024], old_h[1200];
+    static char m_old[512], h_old[512], m_now[512], h_now[512];
+    char d_model[QX_DIGEST_LEN], d_hooks[64];
+    int k, rc = -1, interrupted = 0;
+    snprintf(in, sizeof in, "%s", tmp_path("sf_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("sf_out.bin"));
+    snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
+    snprintf(old_m, sizeof old_m, "%s", tmp_path("sf_old.bin"));
+    snprintf(old_h, sizeof old_h, "%s.quarot-online", old_m);
+    QT_CHECK(make_input(in, 0, 0));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 --online", in, old_m), 0);
+    hook_digest(old_h, d_hooks, sizeof d_hooks);
+    model_digest(old_m, d_model);
+    QT_CHECKF(d_hooks[0] && strcmp(d_hooks, d_model) == 0, "hook file digest '%s' vs model '%s'", d_hooks, d_model);
+    snapshot(old_m, m_old, sizeof m_old);
+    snapshot(old_h, h_old, sizeof h_old);
+    for (k = 1; k < 40; ++k) {
+        char pre[64];
+        sh("cp '%s' '%s' && cp '%s' '%s'", old_m, out, old_h, hooks);
+        snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
+        rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 --online --force", in, out);
+        snapshot(out, m_now, sizeof m_now);
+        snapshot(hooks, h_now, sizeof h_now);
+        hook_digest(hooks, d_hooks, sizeof d_hooks);
+        model_digest(out, d_model);
+        if (rc == 86) {
+            ++interrupted;
+            if (!(strcmp(m_now, m_old) == 0 && strcmp(h_now, h_old) == 0))
+                QT_CHECKF(strcmp(m_now, m_old) != 0 ? strcmp(d_hooks, d_model) == 0 : strcmp(d_hooks, d_model) != 0,
+                          "killed before step %d: model %s hooks %s digest %s vs %s", k, m_now, h_now, d_hooks, d_model);
+        } else {
+            QT_EQ_INT(rc, 0);
+            QT_CHECK(strcmp(m_now, m_old) != 0);
+            QT_CHECKF(strcmp(d_hooks, d_model) == 0, "completed: digest %s vs %s", d_hooks, d_model);
+            break;
+        }
+    }
+    QT_CHECKF(interrupted >= 1, "the fault hook never interrupted the run");
+    QT_EQ_INT(rc, 0);
+}
+
+/* ---- 5, 6, 7: special files, a file appearing during the run, long names ------------------------- */
+
+static void test_force_refuses_special_files(void) {
+    char in[1024], fifo[1024], lnk[1024], target[1024];
+    struct stat st;
+    snprintf(in, sizeof in, "%s", tmp_path("sp_in.bin"));
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("sp_fifo"));
+    snprintf(lnk, sizeof lnk, "%s", tmp_path("sp_link.bin"));
+    snprintf(target, sizeof target, "%s", tmp_path("sp_target.bin"));
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(mkfifo(fifo, 0666) == 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, fifo), 3);
+    QT_CHECKF(strstr(g_err, "FIFO") != NULL, "stderr: %s", g_err);
+    QT_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    QT_CHECK(write_str(target, "keep"));
+    QT_CHECK(symlink(target, lnk) == 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, lnk), 3);
+    QT_CHECK(lstat(lnk, &st) == 0 && S_ISLNK(st.st_mode));
+    QT_EQ_INT(temporaries_beside(g_tmp, "sp_fifo"), 0);
+    QT_EQ_INT(temporaries_beside(g_tmp, "sp_link.bin"), 0);
+}
+
+/* A file created at the output path after the temporary was made is not replaced without force. */
+static void test_no_replace_without_force(void) {
+    const char* path = tmp_path("nr_out.bin");
+    qx_out o;
+    qx_err e;
+    size_t n = 0;
+    char* back;
+    QT_OK(qx_out_begin(&o, path, 0, &e));
+    QT_OK(qx_out_pwrite(&o, "new", 3, 0, &e));
+    QT_OK(qx_out_sync(&o, 3, &e));
+    QT_CHECK(write_str(path, "someone else's"));   /* appears between the check and the publish */
+    QT_CHECK(qx_out_publish(&o, &e) != QUAROT_OK);
+    qx_out_abort(&o);
+    back = (char*)read_all(path, &n);
+    QT_CHECK(back && strcmp(back, "someone else's") == 0);
+    free(back);
+    QT_EQ_INT(temporaries_beside(g_tmp, "nr_out.bin"), 0);
+}
+
+static void test_long_output_names(void) {
+    char in[1024], name[300], out[1400];
+    int len;
+    snprintf(in, sizeof in, "%s", tmp_path("ln_in.bin"));
+    QT_CHECK(make_input(in, 0, 0));
+    for (len = 243; len <= 255; len += 4) {   /* 243: the last that fitted before; 255: NAME_MAX */
+        int L = len > 255 ? 255 : len;
+        memset(name, 'n', (size_t)L);
+        memcpy(name + L - 4, ".bin", 5);
+        snprintf(out, sizeof out, "%s/%s", g_tmp, name);
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, out), 0);
+        QT_CHECKF(qx_path_exists(out), "%d-byte name: %s", L, g_err);
+        remove(out);
+    }
+    memset(name, 'n', 240);   /* with --online: the hook file adds 14 bytes (254) */
+    memcpy(name + 236, ".bin", 5);
+    snprintf(out, sizeof out, "%s/%s", g_tmp, name);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online", in, out), 0);
+    QT_CHECKF(qx_path_exists(out), "%s", g_err);
+}
+
+/* ---- 2: half-precision overflow ------------------------------------------------------------------ */
+
+/* Sets every element of tensor `name` (f32 or f16 view in s) to v. */
+static int fill(qx_store* s, const char* name, double v) {
+    quarot_tensor* t;
+    int64_t r, rows, i;
+    double* row;
+    if (qx_store_make_owned(s, name) != QUAROT_OK || !(t = qx_store_find(s, name))) return 0;
+    rows = quarot_tensor_nrows(t);
+    row = (double*)malloc((size_t)t->ne[0] * sizeof *row);
+    for (i = 0; i < t->ne[0]; ++i) row[i] = v;
+    for (r = 0; r < rows; ++r) quarot_tensor_set_row_f64(t, r, row);
+    free(row);
+    return 1;
+}
+
+static void test_f16_overflow_refused(void) {
+    char in[1024], out[1024], gin[1024], gout[1024];
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    quarot_tensor* t;
+    snprintf(in, sizeof in, "%s", tmp_path("ov_in"));
+    snprintf(out, sizeof out, "%s", tmp_path("ov_out"));
+    snprintf(gin, sizeof gin, "%s", tmp_path("ov_in.gguf"));
+    snprintf(gout, sizeof gout, "%s", tmp_path("ov_out.gguf"));
+    /* an f32 weight of 1e6, written as f16 */
+    cu_synth_desc(&d);
+    qx_store_init(&s);
+    QT_OK(qx_synth_model(&s, &d, &e));
+    t = qx_store_find(&s, "model.layers.1.mlp.up_proj.weight");
+    QT_CHECK(t != NULL && t->dtype == QUAROT_DTYPE_F32);
+    if (t) ((float*)t->data)[5] = 1e6f;
+    {
+        qx_st_save_opts o;
+        memset(&o, 0, sizeof o);
+        QT_OK(qx_st_save(&s, in, &o, &e));
+    }
+    QT_CHECK(CLI("rotate '%s' '%s' --dtype f16", in, out) != 0);
+    QT_CHECKF(strstr(g_err, "model.layers.1.mlp.up_proj.weight") && strstr(g_err, "f16 range"), "stderr: %s", g_err);
+    QT_CHECK(!qx_path_exists(out));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --dtype bf16", in, out), 0);   /* bf16 holds it */
+    qx_store_free(&s);
+    /* a GGUF in f16: attn_norm 65504 fused into q_proj of ones gives values far beyond f16 */
+    qx_store_init(&s);
+    QT_OK(qx_synth_model(&s, &d, &e));
+    QT_CHECK(fill(&s, "model.layers.0.input_layernorm.weight", 65504.0));
+    QT_CHECK(fill(&s, "model.layers.0.self_attn.q_proj.weight", 1.0));
+    {
+        qx_gguf_save_opts o;
+        memset(&o, 0, sizeof o);
+        o.dtype = QUAROT_DTYPE_F16;
+        QT_OK(qx_gguf_save(&s, gin, &o, &e));
+    }
+    QT_CHECK(CLI("rotate '%s' '%s'", gin, gout) != 0);
+    QT_CHECKF(strstr(g_err, "q_proj") && strstr(g_err, "f16 range"), "stderr: %s", g_err);
+    QT_CHECK(!qx_path_exists(gout));
+    qx_store_free(&s);
+}
+
+/* ---- 11.4: hooks travel with the model ----------------------------------------------------------- */
+
+/* FP32 perplexity of s over the deterministic token stream (hooks: s's own, attached or not; extra
+   may be NULL). */
+static double ppl_of(const qx_store* s, const quarot_online_list* extra) {
+    qx_ek_forward ef;
+    qx_ppl_opts po;
+    qx_ppl_result res;
+    qx_err e;
+    int32_t toks[400];
+    int64_t i, n = qt_quick() ? 130 : 400;
+    double out = -1;
+    for (i = 0; i < n; ++i) toks[i] = (int32_t)(3 + (i * 7919 + i * i * 31) % (s->config.vocab - 3));
+    memset(&po, 0, sizeof po);
+    po.seq_len = 64;
+    if (qx_ek_forward_init(&ef, s, extra, NULL, NULL, NULL, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); return -1; }
+    if (qx_eval_perplexity(&ef.f, toks, n, &po, &res, &e) == QUAROT_OK && qx_ek_forward_status(&ef) == QUAROT_OK) out = res.ppl;
+    else printf("    perplexity: %s\n", e.msg);
+    qx_ek_forward_free(&ef);
+    return out;
+}
+
+/* The FP32 row's first number in eval's table. */
+static double fp32_cell(const char* out) {
+    const char* p = strstr(out, "\nFP32");
+    return p ? atof(p + 5) : -1;
+}
+
+static void test_eval_applies_the_models_hooks(void) {
+    char in[1024], out[1024], other[1024], text[1024], hooks[1200];
+    qx_store a, b, c;
+    qx_load_opts lo;
+    qx_err e;
+    qx_hooks_status st = QX_HOOKS_NONE;
+    quarot_online_list again;
+    double p_orig, p_rot, p_nohooks, p_again, cell_a, cell_b;
+    FILE* f;
+    int i;
+    snprintf(in, sizeof in, "%s", tmp_path("hk_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("hk_out.bin"));
+    snprintf(other, sizeof other, "%s", tmp_path("hk_other.bin"));
+    snprintf(text, sizeof text, "%s", tmp_path("hk_text.txt"));
+    snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(write_tokenizer(tmp_path("tokenizer.bin")));
+    f = fopen(text, "w");
+    for (i = 0; f && i < 300; ++i) fprintf(f, "the %d cat sat on the mat and then %s ran. ", i, i % 3 ? "it" : "the dog");
+    if (f) fclose(f);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online --seed 5", in, out), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online --seed 6", in, other), 0);
+
+    /* in process, at full precision: the rotated model with its hooks computes the original's perplexity */
+    memset(&lo, 0, sizeof lo);
+    qx_store_init(&a); qx_store_init(&b); qx_store_init(&c);
+    QT_OK(qx_cli_load_model(in, &lo, &a, &e));
+    QT_OK(qx_cli_load_model(out, &lo, &b, &e));
+    p_nohooks = ppl_of(&b, NULL);
+    QT_OK(qx_model_hooks_attach(&b, out, NULL, &st, NULL, 0, &e));
+    QT_EQ_INT((int)st, (int)QX_HOOKS_ATTACHED);
+    p_orig = ppl_of(&a, NULL);
+    p_rot = ppl_of(&b, NULL);
+    QT_CHECKF(p_orig > 1 && fabs(p_rot - p_orig) <= 1e-6 * p_orig, "ppl original %.9g, rotated with its hooks %.9g (rel %.2e)",
+              p_orig, p_rot, fabs(p_rot - p_orig) / p_orig);
+    QT_CHECKF(fabs(p_nohooks - p_orig) > 1e-3 * p_orig, "without hooks %.9g vs %.9g: the hooks would not matter", p_nohooks, p_orig);
+    /* rotated again in memory (eval's QuaRot column): the model's hooks run first, then the new ones */
+    QT_OK(qx_ek_quarot(&b, 9, 0, &c, &again, NULL, 0, NULL, NULL, &e));
+    p_again = ppl_of(&c, &again);
+    QT_CHECKF(fabs(p_again - p_orig) <= 1e-5 * p_orig, "rotated twice: %.9g vs %.9g", p_again, p_orig);
+    quarot_online_list_free(&again);
+    /* a stale hook file (another rotation's) is refused */
+    QT_CHECK(qx_model_hooks_attach(&c, out, tmp_path("hk_other.bin.quarot-online"), &st, NULL, 0, &e) == QUAROT_ERR_INVALID_ARGUMENT);
+    qx_store_free(&a); qx_store_free(&b); qx_store_free(&c);
+
+    /* through the tool: no flag needed */
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64", in, text), 0);
+    cell_a = fp32_cell(g_out);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64", out, text), 0);
+    cell_b = fp32_cell(g_out);
+    QT_CHECKF(cell_a > 1 && fabs(cell_a - cell_b) <= 1e-4 * cell_a, "eval FP32: original %.4f, rotated %.4f\n%s", cell_a, cell_b, g_err);
+    QT_CHECKF(strstr(g_err, "online hooks:") != NULL, "stderr: %s", g_err);
+    /* --hooks FILE, and the stale file refused by every command */
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64 --hooks '%s'", out, text, hooks), 0);
+    sh("cp '%s.quarot-online' '%s'", other, hooks);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64", out, text), 2);
+    QT_CHECKF(strstr(g_err, "belongs to other weights") != NULL, "stderr: %s", g_err);
+    QT_EQ_INT(CLI("inspect '%s'", out), 2);
+    QT_EQ_INT(CLI("plot '%s' --text '%s' -o '%s' --force", out, text, tmp_path("hk.svg")), 2);
+    QT_EQ_INT(CLI("calibrate '%s' --text '%s' -o '%s'", out, text, tmp_path("hk.ctx")), 2);
+}
+
+/* A GGUF / safetensors output written with --online is marked in its metadata: run without its hook
+   file it gets a loud warning. */
+static void test_missing_hooks_warned(void) {
+    char in[1024], out[1024], text[1024];
+    FILE* f;
+    int i;
+    snprintf(in, sizeof in, "%s", tmp_path("mw_in"));
+    snprintf(out, sizeof out, "%s", tmp_path("mw_out"));
+    snprintf(text, sizeof text, "%s", tmp_path("mw_text.txt"));
+    QT_CHECK(make_input(in, 1, 0));
+    QT_CHECK(write_tokenizer(tmp_path("mw_in/tokenizer.bin")));
+    f = fopen(text, "w");
+    for (i = 0; f && i < 200; ++i) fprintf(f, "a %d b c the end. ", i);
+    if (f) fclose(f);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online", in, out), 0);
+    sh("cp '%s/tokenizer.bin' '%s/' && rm '%s/quarot_online.txt'", in, out, out);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64 --quiet", out, text), 0);
+    QT_CHECKF(strstr(g_err, "WARNING") && strstr(g_err, "needs its online hook file"), "stderr: %s", g_err);
+}
+
+/* ---- 4: readers: directories, devices, endless streams ------------------------------------------ */
+
+static void test_readers_refuse_dirs_and_endless_streams(void) {
+    char in[1024], text[1024], dir[1024];
+    FILE* f;
+    int i;
+    snprintf(in, sizeof in, "%s", tmp_path("rd_in.bin"));
+    snprintf(text, sizeof text, "%s", tmp_path("rd_text.txt"));
+    snprintf(dir, sizeof dir, "%s", tmp_path("rd_dir"));
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(write_tokenizer(tmp_path("tokenizer.bin")));
+    QT_CHECK(mkdir(dir, 0777) == 0);
+    f = fopen(text, "w");
+    for (i = 0; f && i < 100; ++i) fprintf(f, "some text %d. ", i);
+    if (f) fclose(f);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --tokenizer '%s' --seq-len 32", in, text, dir), 2);
+    /* a directory as --tokenizer is read as a Hugging Face directory: it must hold tokenizer.json */
+    QT_CHECKF(strstr(g_err, "without tokenizer.json") != NULL, "stderr: %s", g_err);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --tokenizer /dev/null --seq-len 32", in, text), 2);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 32", in, dir), 2);
+    if (!qt_quick()) {   /* 256 MiB of zeros: a few seconds natively, too slow under qemu */
+        QT_CHECK(CLI("eval '%s' --text /dev/zero --seq-len 32", in) != 0);
+        QT_CHECKF(strstr(g_err, "limit of 256 MiB") != NULL, "stderr: %s", g_err);
+    }
+}
+
+/* ---- 8: an input truncated while mapped -------------------------------------------------------- */
+
+static void test_truncated_input_while_mapped(void) {
+    char in[1024], out[1024];
+    snprintf(in, sizeof in, "%s", tmp_path("tr_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("tr_out.bin"));
+    QT_CHECK(make_input(in, 0, 0));
+    /* QX_FAULT_TRUNCATE_INPUT: rotate truncates its (mapped) input to 4 KiB after the first rotated layer,
+       when the staged output files exist */
+    QT_EQ_INT(run_prog("QX_FAULT_TRUNCATE_INPUT=1", g_bin, "rotate '%s' '%s' --online", in, out), 2);
+    QT_CHECKF(strstr(g_err, "changed (truncated?) while it was being read") != NULL, "stderr: %s", g_err);
+    QT_CHECK(!qx_path_exists(out));
+    QT_EQ_INT(temporaries_beside(g_tmp, "tr_out.bin"), 0);
+}
+
+/* ---- 8: the minor list ---------------------------------------------------------------------------- */
+
+static unsigned char* find_bytes(unsigned char* hay, size_t n, const char* needle) {
+    size_t m = strlen(needle), i;
+    for (i = 0; i + m <= n; ++i)
+        if (memcmp(hay + i, needle, m) == 0) return hay + i;
+    return NULL;
+}
+
+static void test_minor_items(void) {
+    char in[1024], gg[1024], bad[1024];
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    unsigned char* b;
+    unsigned char* p;
+    size_t n = 0;
+    snprintf(in, sizeof in, "%s", tmp_path("-mi_in.bin"));
+    snprintf(gg, sizeof gg, "%s", tmp_path("mi.gguf"));
+    snprintf(bad, sizeof bad, "%s", tmp_path("mi_bad.gguf"));
+    QT_CHECK(make_input(in, 0, 0));
+    /* "--" ends the options: names starting with '-' are operands after it */
+    QT_EQ_INT(CLI("rotate -- '%s' '%s'", in, tmp_path("-mi_out.bin")), 0);
+    QT_CHECKF(qx_path_exists(tmp_path("-mi_out.bin")), "stderr: %s", g_err);
+    {
+        char pre[1200];
+        snprintf(pre, sizeof pre, "cd '%s' &&", g_tmp);
+        QT_EQ_INT(run_prog(pre, g_bin, "rotate --force -- -mi_in.bin -mi_out2.bin"), 0);
+        QT_CHECKF(qx_path_exists(tmp_path("-mi_out2.bin")), "stderr: %s", g_err);
+    }
+    /* --clip's range in its message */
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --clip 1.5", in, in), 1);
+    QT_CHECKF(strstr(g_err, "(0, 1]") != NULL, "stderr: %s", g_err);
+    /* GGUF: trailing bytes, a key that is not UTF-8, a tensor type that is no GGML type */
+    cu_synth_desc(&d);
+    qx_store_init(&s);
+    QT_OK(qx_synth_model(&s, &d, &e));
+    {
+        qx_gguf_save_opts o;
+        memset(&o, 0, sizeof o);
+        QT_OK(qx_gguf_save(&s, gg, &o, &e));
+    }
+    qx_store_free(&s);
+    b = read_all(gg, &n);
+    QT_CHECK(b != NULL);
+    if (!b) return;
+    {
+        unsigned char* t = (unsigned char*)malloc(n + 100);
+        memcpy(t, b, n);
+        memset(t + n, 0x5a, 100);
+        QT_CHECK(write_bytes(bad, t, n + 100));
+        free(t);
+    }
+    QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
+    QT_CHECKF(strstr(g_err, "trailing bytes") != NULL, "stderr: %s", g_err);
+    p = find_bytes(b, n, "general.architecture");
+    QT_CHECK(p != NULL);
+    if (p) {
+        unsigned char keep = p[3];
+        p[3] = 0xff;
+        QT_CHECK(write_bytes(bad, b, n));
+        p[3] = keep;
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
+        QT_CHECKF(strstr(g_err, "not valid UTF-8") != NULL, "stderr: %s", g_err);
+    }
+    p = find_bytes(b, n, "token_embd.weight");
+    QT_CHECK(p != NULL);
+    if (p) {   /* name, n_dims (4), ne (2 x 8), type (4) */
+        unsigned char* ty = p + strlen("token_embd.weight") + 4 + 16;
+        ty[0] = 0xe7; ty[1] = 0x03; ty[2] = 0; ty[3] = 0;   /* 999 */
+        QT_CHECK(write_bytes(bad, b, n));
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
+        QT_CHECKF(strstr(g_err, "unknown GGML type 999") != NULL && !strstr(g_err, "type type"), "stderr: %s", g_err);
+    }
+    free(b);
+    /* max_tp_size names only the size it does not divide (stories260K: n_heads 8, intermediate 172) */
+    if (qt_shared_path("models/stories260K/stories260K.bin")) {
+        QT_EQ_INT(CLI("rotate '%s' '%s' --online --max-tp-size 8", qt_shared_path("models/stories260K/stories260K.bin"), tmp_path("mi_tp.bin")), 4);
+        QT_CHECKF(strstr(g_err, "does not divide intermediate 172") && !strstr(g_err, "n_heads"), "stderr: %s", g_err);
+    }
+}
+
+/* ---- 8: stale temporaries ------------------------------------------------------------------------ */
+
+static void test_stale_temporaries_removed(void) {
+    char in[1024], out[1024], stale[1100], live[1100], stale_dir[1100];
+    int fd;
+    snprintf(in, sizeof in, "%s", tmp_path("st_in.bin"));
+    snprintf(out, sizeof out, "%s", tmp_path("st_out.bin"));
+    snprintf(stale, sizeof stale, "%s/.st_out.bin.tmp-AbC123", g_tmp);
+    snprintf(stale_dir, sizeof stale_dir, "%s/.st_out.bin.tmp-DeF456", g_tmp);
+    snprintf(live, sizeof live, "%s/.st_out.bin.tmp-LiVe99", g_tmp);
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(write_str(stale, "left by a killed run"));
+    QT_CHECK(mkdir(stale_dir, 0777) == 0);
+    QT_CHECK(write_str(tmp_path(".st_out.bin.tmp-DeF456/st_out.bin"), "partial"));
+    QT_CHECK(write_str(live, "a run in progress"));
+    fd = open(live, O_RDONLY);
+    QT_CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s'", in, out), 0);
+    QT_CHECK(!qx_path_exists(stale));
+    QT_CHECK(!qx_path_exists(stale_dir));
+    QT_CHECK(qx_path_exists(live));
+    if (fd >= 0) close(fd);
+    remove(live);
+}
+
+int main(int argc, char** argv) {
+    const char* slash = strrchr(argv[0], '/');
+    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
+    (void)argc;
+    if (getenv("QX_TEST_BIN")) snprintf(g_bin, sizeof g_bin, "%s", getenv("QX_TEST_BIN"));   /* e.g. an older build */
+    else snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    {   /* absolute: some runs change directory */
+        char* abs = realpath(g_bin, NULL);
+        if (abs) { snprintf(g_bin, sizeof g_bin, "%s", abs); free(abs); }
+    }
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_rel_XXXXXX");
+    if (!mkdtemp(g_tmp) || !qx_path_exists(g_bin)) {
+        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
+        printf("test_reliability: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    QT_RUN(test_sharded_kill_between_renames);
+    QT_RUN(test_single_file_hooks_kill);
+    QT_RUN(test_f16_overflow_refused);
+    QT_RUN(test_eval_applies_the_models_hooks);
+    QT_RUN(test_missing_hooks_warned);
+    QT_RUN(test_readers_refuse_dirs_and_endless_streams);
+    QT_RUN(test_force_refuses_special_files);
+    QT_RUN(test_no_replace_without_force);
+    QT_RUN(test_long_output_names);
+    QT_RUN(test_stale_temporaries_removed);
+    QT_RUN(test_truncated_input_while_mapped);
+    QT_RUN(test_minor_items);
+    sh("rm -rf '%s'", g_tmp);
+    return qt_finish("test_reliability");
+}
