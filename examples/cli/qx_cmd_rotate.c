@@ -65,6 +65,8 @@ static void rotate_usage(FILE* f) {
         "  --down-proj-online-layers LIST   with --online: only these layers get the down_proj rotation,\n"
         "                       e.g. \"0,3,5-7\" (default: every layer)\n"
         "  --dtype f32|f16|bf16 output tensor dtype (default: as in IN; llama2.c is always f32)\n"
+        "  --threads N          threads for the rotation (default: every online CPU); the output is byte-\n"
+        "                       identical for any N\n"
         "  --force              replace existing outputs\n"
         "  --quiet              no progress on stderr\n"
         "  --help               this text\n");
@@ -362,6 +364,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     ro.hooks_path = hooks ? hooks_path : NULL;
     ro.config_path = config_path;
     ro.drop_pages = 1;
+    ro.threads = job->threads;
     if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
     memset(&rp, 0, sizeof rp);
     rp.cli = cli;
@@ -424,6 +427,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     int64_t seed = 0, block = -1, tp = 1;
     int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
     quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
+    int64_t threads = 0;
     int64_t* layer_list = NULL;
     int64_t n_layer_list = 0;
     quarot_adapt_context ctx;
@@ -493,6 +497,10 @@ int qx_cmd_rotate(int argc, char** argv) {
             else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: '%s' is not f32, f16 or bf16", v);
             continue;
         }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--threads", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE;
+            continue;
+        }
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot rotate --help)", a);
     }
     if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
@@ -547,6 +555,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     }
     job.dtype = dtype;
     job.force = force;
+    job.threads = (int)threads;
     rc = qx_rotate_job_run(&cli, &job);
 done:
     quarot_adapt_context_free(&ctx);

@@ -29,6 +29,7 @@ typedef struct qx_rotate_job {
     int64_t n_layers;
     const char* layers_what;                 /* how the list was given, for messages ("--down-proj-online-layers") */
     quarot_dtype dtype;                      /* DEFAULT = as in IN */
+    int threads;                             /* 0 = every online CPU (qx_rotate_file_opts.threads) */
     int force;
 } qx_rotate_job;
 
