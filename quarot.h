@@ -6755,12 +6755,17 @@ static quarot_result quarot__command_check(const quarot_command* c, const quarot
 QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
                                               quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env) {
     quarot__cmd_job job;
+    quarot_rotation serial;
     int64_t n_lines, n_tasks, k;
     quarot_result res = quarot__command_check(c, rot, weight, bias);
     if (res != QUAROT_OK) return res;
+    // The tasks run on env's parallel hook, so the rotation they apply must not use it again (a
+    // GEMM inside a task would re-enter the pool): a shallow copy without the hook (same results).
+    serial = *rot;
+    memset(&serial.env.parallel, 0, sizeof serial.env.parallel);
     memset(&job, 0, sizeof job);
     job.c = c;
-    job.rot = rot;
+    job.rot = &serial;
     job.t = weight;
     job.env = env;
     job.L = quarot__command_axis(c, weight, &job.axis);

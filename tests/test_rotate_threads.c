@@ -1,5 +1,5 @@
 /* `quarot rotate --threads N`: the output files are byte-identical for N = 1, 2 and 3, for f16 and
-   bf16 checkpoints, with and without --online (the processor splits each rotate command's rows or
+   bf16 checkpoints, with and without --online, and with --rotation random (the processor splits each rotate command's rows or
    columns into tasks on the pool; every task's arithmetic is independent of the split). The model
    is a small random llama whose tensors span several tasks (more than 64 rows / columns), with
    a non-power-of-two intermediate size (320 = 20 * 16) so the Kronecker transform runs too. */
@@ -46,17 +46,18 @@ static void test_threads_identical(void) {
         so.force = 1;
         QT_OK(qx_st_save(&s, in, &so, &e));
         qx_store_free(&s);
-        for (online = 0; online < 2; ++online) {
+        for (online = 0; online < 3; ++online) {   /* offline, --online, --rotation random (GEMM inside the tasks) */
             char out[3][600], f0[700], f1[700];
             for (t = 0; t < 3; ++t) {
                 snprintf(out[t], sizeof out[t], "%s/out_%s_%d_t%d", g_tmp, quarot_dtype_name(dts[d]), online, t + 1);
-                QT_EQ_INT(CLI("rotate %s %s --threads %d --quiet%s", in, out[t], t + 1, online ? " --online" : ""), 0);
+                QT_EQ_INT(CLI("rotate %s %s --threads %d --quiet%s", in, out[t], t + 1,
+                              online == 1 ? " --online" : online == 2 ? " --rotation random" : ""), 0);
             }
             for (t = 1; t < 3; ++t) {
                 snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
                 snprintf(f1, sizeof f1, "%s/model.safetensors", out[t]);
-                QT_CHECKF(same_file(f0, f1), "%s %s: --threads 1 and %d differ", quarot_dtype_name(dts[d]), online ? "online" : "offline", t + 1);
-                if (online) {
+                QT_CHECKF(same_file(f0, f1), "%s %s: --threads 1 and %d differ", quarot_dtype_name(dts[d]), online == 1 ? "online" : online ? "random" : "offline", t + 1);
+                if (online == 1) {
                     snprintf(f0, sizeof f0, "%s/quarot_online.txt", out[0]);
                     snprintf(f1, sizeof f1, "%s/quarot_online.txt", out[t]);
                     QT_CHECK(same_file(f0, f1));
