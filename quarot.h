@@ -21,6 +21,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>rng         seeded random numbers identical on every platform (xoshiro256**)
     >>tensor      ggml-style tensor view (ne[] counts, nb[] byte strides), f16/bf16 conversion
     >>simd        which instruction sets were compiled in; per-call ISA selection
+    >>convert     f32 / f64 <-> f16 / bf16 row conversions, SIMD bit-identical to _ref
     >>hadamard    Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
     >>hadtables   (implementation only) bit-packed tables for orders no construction reaches
     >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
@@ -286,6 +287,22 @@ QUAROT_API quarot_isa quarot_isa_best(void);
 QUAROT_API const char* quarot_isa_name(quarot_isa isa);
 // Everything compiled in, best first, e.g. "avx512 avx2 sse2 ref" or "ref".
 QUAROT_API const char* quarot_simd_name(void);
+
+// >>convert
+// Conversion of n elements between F32, F64, F16 and BF16 (any pair; same dtype = copy) with a chosen
+// ISA: DEFAULT = best compiled in, REF = the scalar specification (the quarot_f32_to_f16 family and the
+// tensor row functions above are this with DEFAULT). Every ISA gives the same bits as REF for every
+// input: round to nearest even, f16 subnormals produced and read exactly, overflow to Inf, NaN stays
+// NaN (f32 -> f16/bf16 keeps the top payload bits and sets the quiet bit; f64 -> f16/bf16 gives the
+// quiet NaN with an empty payload, sign kept), f16/bf16 -> f32/f64 exact. f64 -> f16/bf16 rounds once:
+// the double is first rounded to odd in f32 (truncate, then set the last bit when inexact), which
+// with 24 >= 11 + 2 bits makes the following round-to-nearest-even equal to the direct rounding.
+// x86: F16C / AVX-512F vcvtph2ps / vcvtps2ph for f16 (the SSE2/AVX2 f16 paths need F16C, else they
+// run the scalar code), integer SIMD for bf16; NEON: fcvtl / fcvtn / fcvtxn. in and out may be
+// unaligned and must not overlap. Bad dtype -> QUAROT_ERR_UNSUPPORTED_DTYPE; n < 0 or a NULL pointer
+// with n > 0 -> QUAROT_ERR_INVALID_ARGUMENT; an ISA not compiled in -> QUAROT_ERR_UNSUPPORTED.
+QUAROT_API quarot_result quarot_convert(void* out, quarot_dtype out_dt, const void* in, quarot_dtype in_dt,
+                                        int64_t n, quarot_isa isa);
 
 // >>hadamard
 // Hadamard matrices H (entries +-1, H*H^T = n*I) of order n. Orders available: 1, 2 and multiples of 4
@@ -1904,7 +1921,7 @@ static uint16_t quarot__f32_to_f16_1(float f) {
 static float quarot__f16_to_f32_1(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));   // NaN: quiet, as F16C / NEON
     if (e == 0) {
         if (m == 0) return quarot__bits_to_f32(sign);
         e = 113;                                                       // normalize the subnormal
@@ -1924,136 +1941,95 @@ static uint16_t quarot__f32_to_bf16_1(float f) {
 
 static float quarot__bf16_to_f32_1(uint16_t h) { return quarot__bits_to_f32((uint32_t)h << 16); }
 
-// Round a double once to a binary format with exp_bits exponent and man_bits fraction bits.
-static uint16_t quarot__f64_to_small(double x, int exp_bits, int man_bits) {
-    uint64_t b;
-    uint32_t sign, exp_all = (1u << exp_bits) - 1u;
-    int bias = (1 << (exp_bits - 1)) - 1, e, ulp_exp;
-    double a, m, fl, diff;
-    uint64_t F;
-    memcpy(&b, &x, 8);
-    sign = (uint32_t)(b >> 63) << (exp_bits + man_bits);
-    a = fabs(x);
-    if (a != a) return (uint16_t)(sign | (exp_all << man_bits) | (1u << (man_bits - 1)));
-    if (a > 1.7976931348623157e308) return (uint16_t)(sign | (exp_all << man_bits));
-    if (a == 0.0 || ((b >> 52) & 0x7ffu) == 0) return (uint16_t)sign;   // zero or double subnormal
-    e = (int)((b >> 52) & 0x7ffu) - 1023;
-    ulp_exp = (e >= 1 - bias ? e : 1 - bias) - man_bits;
-    if (e > bias + 1) return (uint16_t)(sign | (exp_all << man_bits));   // far beyond the max finite
-    m = ldexp(a, -ulp_exp);                                              // exact: a power-of-two scaling
-    fl = floor(m);
-    diff = m - fl;
-    F = (uint64_t)fl;
-    if (diff > 0.5 || (diff == 0.5 && (F & 1u))) ++F;
-    if (F >= (2ull << man_bits)) { F >>= 1; ++ulp_exp; }                // mantissa carried into a new binade
-    if (F >= (1ull << man_bits)) {
-        int biased = ulp_exp + man_bits + bias;
-        if (biased >= (int)exp_all) return (uint16_t)(sign | (exp_all << man_bits));
-        return (uint16_t)(sign | ((uint32_t)biased << man_bits) | (uint32_t)(F - (1ull << man_bits)));
-    }
-    return (uint16_t)(sign | (uint32_t)F);                               // subnormal (or 0)
-}
+// In >>convert: f64 -> f32 rounded to odd (so that rounding that on to f16/bf16 rounds x once), and
+// the row conversion every function below goes through (SIMD, bit-identical to the scalar code here).
+static float quarot__f64_to_f32_odd(double x);
+static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n, quarot_isa isa);
 
-QUAROT_API uint16_t quarot_f64_to_f16_1(double x) { return quarot__f64_to_small(x, 5, 10); }
-QUAROT_API uint16_t quarot_f64_to_bf16_1(double x) { return quarot__f64_to_small(x, 8, 7); }
+QUAROT_API uint16_t quarot_f64_to_f16_1(double x) { return quarot__f32_to_f16_1(quarot__f64_to_f32_odd(x)); }
+QUAROT_API uint16_t quarot_f64_to_bf16_1(double x) { return quarot__f32_to_bf16_1(quarot__f64_to_f32_odd(x)); }
 
 QUAROT_API void quarot_f32_to_f16(const float* in, uint16_t* out, int64_t n) {
-    int64_t i;
-    if (!in || !out) return;
-    for (i = 0; i < n; ++i) out[i] = quarot__f32_to_f16_1(in[i]);
+    if (in && out) quarot__convert_run(out, QUAROT_DTYPE_F16, in, QUAROT_DTYPE_F32, n, quarot_isa_best());
 }
 QUAROT_API void quarot_f16_to_f32(const uint16_t* in, float* out, int64_t n) {
-    int64_t i;
-    if (!in || !out) return;
-    for (i = 0; i < n; ++i) out[i] = quarot__f16_to_f32_1(in[i]);
+    if (in && out) quarot__convert_run(out, QUAROT_DTYPE_F32, in, QUAROT_DTYPE_F16, n, quarot_isa_best());
 }
 QUAROT_API void quarot_f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
-    int64_t i;
-    if (!in || !out) return;
-    for (i = 0; i < n; ++i) out[i] = quarot__f32_to_bf16_1(in[i]);
+    if (in && out) quarot__convert_run(out, QUAROT_DTYPE_BF16, in, QUAROT_DTYPE_F32, n, quarot_isa_best());
 }
 QUAROT_API void quarot_bf16_to_f32(const uint16_t* in, float* out, int64_t n) {
-    int64_t i;
-    if (!in || !out) return;
-    for (i = 0; i < n; ++i) out[i] = quarot__bf16_to_f32_1(in[i]);
+    if (in && out) quarot__convert_run(out, QUAROT_DTYPE_F32, in, QUAROT_DTYPE_BF16, n, quarot_isa_best());
 }
 
+// Row access converts with the best ISA in one call (no per-element calls).
 QUAROT_API quarot_result quarot_tensor_get_row_f32(const quarot_tensor* t, int64_t r, float* out) {
     const char* p = quarot__tensor_row(t, r);
-    int64_t i, n;
     if (!p || !out) return QUAROT_ERR_INVALID_ARGUMENT;
-    n = t->ne[0];
-    switch (t->dtype) {
-        case QUAROT_DTYPE_F32: memcpy(out, p, (size_t)n * 4); break;
-        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__f16_to_f32_1(h); } break;
-        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__bf16_to_f32_1(h); } break;
-        case QUAROT_DTYPE_F64: for (i = 0; i < n; ++i) { double d; memcpy(&d, p + 8 * i, 8); out[i] = (float)d; } break;
-        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
-    }
+    quarot__convert_run(out, QUAROT_DTYPE_F32, p, t->dtype, t->ne[0], quarot_isa_best());
     return QUAROT_OK;
 }
 
 QUAROT_API quarot_result quarot_tensor_set_row_f32(quarot_tensor* t, int64_t r, const float* in) {
     char* p = quarot__tensor_row(t, r);
-    int64_t i, n;
     if (!p || !in) return QUAROT_ERR_INVALID_ARGUMENT;
-    n = t->ne[0];
-    switch (t->dtype) {
-        case QUAROT_DTYPE_F32: memcpy(p, in, (size_t)n * 4); break;
-        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
-        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
-        case QUAROT_DTYPE_F64: for (i = 0; i < n; ++i) { double d = (double)in[i]; memcpy(p + 8 * i, &d, 8); } break;
-        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
-    }
+    quarot__convert_run(p, t->dtype, in, QUAROT_DTYPE_F32, t->ne[0], quarot_isa_best());
     return QUAROT_OK;
 }
 
 QUAROT_API quarot_result quarot_tensor_get_row_f64(const quarot_tensor* t, int64_t r, double* out) {
     const char* p = quarot__tensor_row(t, r);
-    int64_t i, n;
     if (!p || !out) return QUAROT_ERR_INVALID_ARGUMENT;
-    n = t->ne[0];
-    switch (t->dtype) {
-        case QUAROT_DTYPE_F32: for (i = 0; i < n; ++i) { float f; memcpy(&f, p + 4 * i, 4); out[i] = (double)f; } break;
-        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__f16_to_f32_1(h); } break;
-        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__bf16_to_f32_1(h); } break;
-        case QUAROT_DTYPE_F64: memcpy(out, p, (size_t)n * 8); break;
-        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
-    }
+    quarot__convert_run(out, QUAROT_DTYPE_F64, p, t->dtype, t->ne[0], quarot_isa_best());
     return QUAROT_OK;
 }
 
 QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, const double* in) {
     char* p = quarot__tensor_row(t, r);
-    int64_t i, n;
     if (!p || !in) return QUAROT_ERR_INVALID_ARGUMENT;
-    n = t->ne[0];
-    switch (t->dtype) {
-        case QUAROT_DTYPE_F32: for (i = 0; i < n; ++i) { float f = (float)in[i]; memcpy(p + 4 * i, &f, 4); } break;
-        case QUAROT_DTYPE_F16: for (i = 0; i < n; ++i) { uint16_t h = quarot_f64_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
-        case QUAROT_DTYPE_BF16: for (i = 0; i < n; ++i) { uint16_t h = quarot_f64_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
-        case QUAROT_DTYPE_F64: memcpy(p, in, (size_t)n * 8); break;
-        default: return QUAROT_ERR_UNSUPPORTED_DTYPE;
-    }
+    quarot__convert_run(p, t->dtype, in, QUAROT_DTYPE_F64, t->ne[0], quarot_isa_best());
     return QUAROT_OK;
 }
 
+// Rows are scanned in blocks of 256 elements copied to the stack (no alignment assumed) with a
+// branch-free OR of the "exponent all ones" test, which compilers vectorize; only a block that has
+// a bad element is searched again for its index.
 QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad) {
-    int64_t r, i, rows, n;
+    int64_t r, i, i0, c, rows, n;
+    size_t es;
+    uint64_t blk[256];
     quarot_result res = quarot_tensor_validate(t);
     if (first_bad) *first_bad = -1;
     if (res != QUAROT_OK) return res;
     rows = quarot_tensor_nrows(t);
     n = t->ne[0];
+    es = quarot_dtype_size(t->dtype);
     for (r = 0; r < rows; ++r) {
         const char* p = quarot__tensor_row(t, r);
-        for (i = 0; i < n; ++i) {
-            int bad;
-            if (t->dtype == QUAROT_DTYPE_F32) { uint32_t u; memcpy(&u, p + 4 * i, 4); bad = (u & 0x7f800000u) == 0x7f800000u; }
-            else if (t->dtype == QUAROT_DTYPE_F64) { uint64_t u; memcpy(&u, p + 8 * i, 8); bad = (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull; }
-            else { uint16_t h; memcpy(&h, p + 2 * i, 2);
-                   bad = t->dtype == QUAROT_DTYPE_F16 ? (h & 0x7c00u) == 0x7c00u : (h & 0x7f80u) == 0x7f80u; }
-            if (bad) { if (first_bad) *first_bad = r * n + i; return QUAROT_ERR_NONFINITE; }
+        for (i0 = 0; i0 < n; i0 += c) {
+            unsigned bad = 0;
+            c = n - i0 < 256 ? n - i0 : 256;
+            memcpy(blk, p + (size_t)i0 * es, (size_t)c * es);
+            if (t->dtype == QUAROT_DTYPE_F64) {
+                const uint64_t* u = blk;
+                for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
+            } else if (es == 4) {
+                const uint32_t* u = (const uint32_t*)(void*)blk;
+                for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
+            } else {
+                const uint16_t* u = (const uint16_t*)(void*)blk;
+                const unsigned em = t->dtype == QUAROT_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+                for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & em) == em);
+            }
+            if (!bad) continue;
+            for (i = 0; i < c; ++i) {
+                int is_bad;
+                if (es == 8) is_bad = (blk[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+                else if (es == 4) is_bad = (((const uint32_t*)(void*)blk)[i] & 0x7f800000u) == 0x7f800000u;
+                else { const unsigned em = t->dtype == QUAROT_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+                       is_bad = (((const uint16_t*)(void*)blk)[i] & em) == em; }
+                if (is_bad) { if (first_bad) *first_bad = r * n + i0 + i; return QUAROT_ERR_NONFINITE; }
+            }
         }
     }
     return QUAROT_OK;
@@ -2130,6 +2106,438 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
     if ((int)isa < 0 || (int)isa >= (int)QUAROT_ISA_COUNT_) return QUAROT_ERR_INVALID_ARGUMENT;
     if (!quarot_isa_compiled(isa)) return QUAROT_ERR_UNSUPPORTED;
     *out = isa;
+    return QUAROT_OK;
+}
+
+// >>convert
+// One kernel per (conversion, ISA); the SIMD ones run whole vectors and hand the tail to _ref.
+// f64 -> f16/bf16: round to odd into f32 (quarot__f64_to_f32_odd), then the f32 conversion; NaNs
+// become sign | quiet NaN with an empty payload first, which both f32 conversions keep as it is.
+#if defined(QUAROT__HAVE_SSE2) && defined(__F16C__)
+  #define QUAROT__HAVE_F16C 1
+#endif
+
+static void quarot__cvt_h2f_ref(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    int64_t i;
+    for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__f16_to_f32_1(h); }
+}
+static void quarot__cvt_f2h_ref(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    int64_t i;
+    for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); }
+}
+static void quarot__cvt_b2f_ref(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    int64_t i;
+    for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__bf16_to_f32_1(h); }
+}
+static void quarot__cvt_f2b_ref(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    int64_t i;
+    for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); }
+}
+// f64 -> f32 rounded to odd: toward zero, then the last bit set when inexact. |x| > FLT_MAX gives
+// +-FLT_MAX (odd), Inf stays Inf, NaN becomes sign | 0x7fc00000.
+static float quarot__f64_to_f32_odd(double x) {
+    uint64_t b;
+    uint32_t sign, u;
+    float f;
+    double back;
+    memcpy(&b, &x, 8);
+    sign = (uint32_t)(b >> 63) << 31;
+    if (x != x) return quarot__bits_to_f32(sign | 0x7fc00000u);
+    if (x > 3.4028234663852886e38 || x < -3.4028234663852886e38)
+        return quarot__bits_to_f32(sign | ((b & 0x7fffffffffffffffull) == 0x7ff0000000000000ull ? 0x7f800000u : 0x7f7fffffu));
+    f = (float)x;
+    back = (double)f;
+    if (back == x) return f;
+    u = quarot__f32_to_bits(f);
+    if (fabs(back) > fabs(x)) u -= 1u;   // rounded away from zero: step back toward it (|f| > 0 here)
+    return quarot__bits_to_f32(u | 1u);
+}
+static void quarot__cvt_d2o_ref(const double* in, float* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = quarot__f64_to_f32_odd(in[i]);
+}
+static void quarot__cvt_d2f_ref(const double* in, float* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = (float)in[i];
+}
+static void quarot__cvt_f2d_ref(const float* in, double* out, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = (double)in[i];
+}
+
+// The kernels of one ISA. d2o: f64 -> f32 rounded to odd (above); d2f / f2d: plain casts (RNE).
+typedef struct quarot__cvt_fns {
+    void (*h2f)(const void*, float*, int64_t);
+    void (*f2h)(const float*, void*, int64_t);
+    void (*b2f)(const void*, float*, int64_t);
+    void (*f2b)(const float*, void*, int64_t);
+    void (*d2o)(const double*, float*, int64_t);
+    void (*d2f)(const double*, float*, int64_t);
+    void (*f2d)(const float*, double*, int64_t);
+} quarot__cvt_fns;
+
+// ---- SSE2 (bf16, f32<->f64; f16 with F16C) ----
+#if defined(QUAROT__HAVE_SSE2)
+#if defined(QUAROT__HAVE_F16C)
+static void quarot__cvt_h2f_sse2(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(const void*)(p + 2 * i))));
+    quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
+}
+static void quarot__cvt_f2h_sse2(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) _mm_storel_epi64((__m128i*)(void*)(p + 2 * i), _mm_cvtps_ph(_mm_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
+}
+#else
+#define quarot__cvt_h2f_sse2 quarot__cvt_h2f_ref
+#define quarot__cvt_f2h_sse2 quarot__cvt_f2h_ref
+#endif
+static void quarot__cvt_b2f_sse2(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    const __m128i z = _mm_setzero_si128();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i*)(const void*)(p + 2 * i));
+        _mm_storeu_ps(out + i, _mm_castsi128_ps(_mm_unpacklo_epi16(z, h)));
+        _mm_storeu_ps(out + i + 4, _mm_castsi128_ps(_mm_unpackhi_epi16(z, h)));
+    }
+    quarot__cvt_b2f_ref(p + 2 * i, out + i, n - i);
+}
+// x + 0x7fff + ((x >> 16) & 1), NaN -> (x >> 16) | 0x40; the high halves, sign-extended so that the
+// signed pack keeps them.
+static inline __m128i quarot__f2b4_sse2(__m128 v) {
+    const __m128i x = _mm_castps_si128(v);
+    const __m128i one = _mm_set1_epi32(1), bias = _mm_set1_epi32(0x7fff), absm = _mm_set1_epi32(0x7fffffff);
+    const __m128i inf = _mm_set1_epi32(0x7f800000), qb = _mm_set1_epi32(0x00400000);
+    const __m128i r = _mm_add_epi32(_mm_add_epi32(x, bias), _mm_and_si128(_mm_srli_epi32(x, 16), one));
+    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, absm), inf);
+    const __m128i y = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(x, qb)), _mm_andnot_si128(nan, r));
+    return _mm_srai_epi32(y, 16);
+}
+static void quarot__cvt_f2b_sse2(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i),
+                         _mm_packs_epi32(quarot__f2b4_sse2(_mm_loadu_ps(in + i)), quarot__f2b4_sse2(_mm_loadu_ps(in + i + 4))));
+    quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
+}
+static void quarot__cvt_d2f_sse2(const double* in, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        _mm_storeu_ps(out + i, _mm_movelh_ps(_mm_cvtpd_ps(_mm_loadu_pd(in + i)), _mm_cvtpd_ps(_mm_loadu_pd(in + i + 2))));
+    quarot__cvt_d2f_ref(in + i, out + i, n - i);
+}
+static void quarot__cvt_f2d_sse2(const float* in, double* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128 v = _mm_loadu_ps(in + i);
+        _mm_storeu_pd(out + i, _mm_cvtps_pd(v));
+        _mm_storeu_pd(out + i + 2, _mm_cvtps_pd(_mm_movehl_ps(v, v)));
+    }
+    quarot__cvt_f2d_ref(in + i, out + i, n - i);
+}
+#endif
+
+// ---- AVX2 (bf16, f32<->f64, round-to-odd; f16 with F16C) ----
+#if defined(QUAROT__HAVE_AVX2)
+#if defined(QUAROT__HAVE_F16C)
+static void quarot__cvt_h2f_avx2(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + 2 * i))));
+    quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
+}
+static void quarot__cvt_f2h_avx2(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i*)(void*)(p + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
+}
+#else
+#define quarot__cvt_h2f_avx2 quarot__cvt_h2f_ref
+#define quarot__cvt_f2h_avx2 quarot__cvt_f2h_ref
+#endif
+static void quarot__cvt_b2f_avx2(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(const void*)(p + 2 * i))), 16)));
+    quarot__cvt_b2f_ref(p + 2 * i, out + i, n - i);
+}
+static void quarot__cvt_f2b_avx2(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000), qb = _mm256_set1_epi32(0x00400000);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(in + i));
+        const __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absm), inf);
+        const __m256i y = _mm256_srli_epi32(_mm256_blendv_epi8(r, _mm256_or_si256(x, qb), nan), 16);
+        const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(y, y), 0x08);   // lanes 0, 2
+        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i), _mm256_castsi256_si128(pk));
+    }
+    quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
+}
+static void quarot__cvt_d2f_avx2(const double* in, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_loadu_pd(in + i)));
+    quarot__cvt_d2f_ref(in + i, out + i, n - i);
+}
+static void quarot__cvt_f2d_avx2(const float* in, double* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(out + i, _mm256_cvtps_pd(_mm_loadu_ps(in + i)));
+    quarot__cvt_f2d_ref(in + i, out + i, n - i);
+}
+// Round to odd from the nearest-even conversion: one step toward zero where it rounded away, the
+// last bit set where inexact; |x| > FLT_MAX first rounds to Inf, which the step turns into FLT_MAX.
+static void quarot__cvt_d2o_avx2(const double* in, float* out, int64_t n) {
+    const __m256d absm = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+    const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0);
+    const __m128i one = _mm_set1_epi32(1), qnan = _mm_set1_epi32(0x7fc00000), sgn = _mm_set1_epi32(INT_MIN);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m256d x = _mm256_loadu_pd(in + i);
+        const __m128 f = _mm256_cvtpd_ps(x);
+        const __m256d back = _mm256_cvtps_pd(f);
+        const __m256d away = _mm256_cmp_pd(_mm256_and_pd(back, absm), _mm256_and_pd(x, absm), _CMP_GT_OQ);
+        const __m256d inex = _mm256_cmp_pd(back, x, _CMP_NEQ_OQ);
+        const __m256d nanm = _mm256_cmp_pd(x, x, _CMP_UNORD_Q);
+        const __m128i a32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), pick));
+        const __m128i i32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inex), pick));
+        const __m128i n32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(nanm), pick));
+        __m128i u = _mm_add_epi32(_mm_castps_si128(f), a32);          // a32 is -1 where rounded away
+        u = _mm_or_si128(u, _mm_and_si128(i32, one));
+        u = _mm_blendv_epi8(u, _mm_or_si128(_mm_and_si128(_mm_castps_si128(f), sgn), qnan), n32);
+        _mm_storeu_ps(out + i, _mm_castsi128_ps(u));
+    }
+    quarot__cvt_d2o_ref(in + i, out + i, n - i);
+}
+#endif
+
+// ---- AVX-512F ----
+// The zero-masked forms with an all-ones mask are the plain instructions; the unmasked intrinsics read
+// _mm512_undefined_*(), which g++ -O1 reports as maybe-uninitialized.
+#if defined(QUAROT__HAVE_AVX512)
+static void quarot__cvt_h2f_avx512(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps((__mmask16)0xFFFF, _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))));
+    quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
+}
+static void quarot__cvt_f2h_avx512(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i), _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
+}
+static void quarot__cvt_b2f_avx512(const void* in, float* out, int64_t n) {
+    const char* p = (const char*)in;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32((__mmask16)0xFFFF, 
+            _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF, _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))), 16)));
+    quarot__cvt_b2f_ref(p + 2 * i, out + i, n - i);
+}
+static void quarot__cvt_f2b_avx512(const float* in, void* out, int64_t n) {
+    char* p = (char*)out;
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), absm = _mm512_set1_epi32(0x7fffffff);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000), qb = _mm512_set1_epi32(0x00400000);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + i));
+        const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(_mm512_maskz_srli_epi32((__mmask16)0xFFFF, x, 16), one));
+        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, absm), inf);
+        const __m512i y = _mm512_maskz_srli_epi32((__mmask16)0xFFFF, _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(x, qb)), 16);
+        _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i), _mm512_maskz_cvtepi32_epi16((__mmask16)0xFFFF, y));
+    }
+    quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
+}
+static void quarot__cvt_d2f_avx512(const double* in, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm512_maskz_cvtpd_ps((__mmask8)0xFF, _mm512_loadu_pd(in + i)));
+    quarot__cvt_d2f_ref(in + i, out + i, n - i);
+}
+static void quarot__cvt_f2d_avx512(const float* in, double* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm512_storeu_pd(out + i, _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(in + i)));
+    quarot__cvt_f2d_ref(in + i, out + i, n - i);
+}
+// Round to odd with the embedded round-toward-zero conversion (|x| > FLT_MAX -> FLT_MAX).
+static void quarot__cvt_d2o_avx512(const double* in, float* out, int64_t n) {
+    const __m512i one = _mm512_set1_epi32(1), qnan = _mm512_set1_epi32(0x7fc00000), sgn = _mm512_set1_epi32(INT_MIN);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512d x0 = _mm512_loadu_pd(in + i), x1 = _mm512_loadu_pd(in + i + 8);
+        const __m256 f0 = _mm512_maskz_cvt_roundpd_ps((__mmask8)0xFF, x0, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __m256 f1 = _mm512_maskz_cvt_roundpd_ps((__mmask8)0xFF, x1, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __mmask16 inex = (__mmask16)(_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f0), x0, _CMP_NEQ_OQ) |
+                                           (_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f1), x1, _CMP_NEQ_OQ) << 8));
+        const __mmask16 nan = (__mmask16)(_mm512_cmp_pd_mask(x0, x0, _CMP_UNORD_Q) |
+                                          (_mm512_cmp_pd_mask(x1, x1, _CMP_UNORD_Q) << 8));
+        __m512i u = _mm512_castpd_si512(_mm512_maskz_insertf64x4((__mmask8)0xFF, _mm512_castpd256_pd512(_mm256_castps_pd(f0)), _mm256_castps_pd(f1), 1));
+        u = _mm512_mask_or_epi32(u, inex, u, one);
+        u = _mm512_mask_or_epi32(u, nan, _mm512_and_si512(u, sgn), qnan);
+        _mm512_storeu_si512((void*)(out + i), u);
+    }
+    quarot__cvt_d2o_ref(in + i, out + i, n - i);
+}
+#endif
+
+// ---- NEON (aarch64) ----
+#if defined(QUAROT__HAVE_NEON)
+static void quarot__cvt_h2f_neon(const void* in, float* out, int64_t n) {
+    const uint8_t* p = (const uint8_t*)in;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p + 2 * i))));
+    quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
+}
+static void quarot__cvt_f2h_neon(const float* in, void* out, int64_t n) {
+    uint8_t* p = (uint8_t*)out;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u8(p + 2 * i, vreinterpret_u8_f16(vcvt_f16_f32(vld1q_f32(in + i))));
+    quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
+}
+static void quarot__cvt_b2f_neon(const void* in, float* out, int64_t n) {
+    const uint8_t* p = (const uint8_t*)in;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(out + i, vreinterpretq_f32_u32(vshll_n_u16(vreinterpret_u16_u8(vld1_u8(p + 2 * i)), 16)));
+    quarot__cvt_b2f_ref(p + 2 * i, out + i, n - i);
+}
+static void quarot__cvt_f2b_neon(const float* in, void* out, int64_t n) {
+    uint8_t* p = (uint8_t*)out;
+    const uint32x4_t one = vdupq_n_u32(1), bias = vdupq_n_u32(0x7fff), absm = vdupq_n_u32(0x7fffffff);
+    const uint32x4_t inf = vdupq_n_u32(0x7f800000), qb = vdupq_n_u32(0x00400000);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const uint32x4_t x = vreinterpretq_u32_f32(vld1q_f32(in + i));
+        const uint32x4_t r = vaddq_u32(vaddq_u32(x, bias), vandq_u32(vshrq_n_u32(x, 16), one));
+        const uint32x4_t nan = vcgtq_u32(vandq_u32(x, absm), inf);
+        vst1_u8(p + 2 * i, vreinterpret_u8_u16(vshrn_n_u32(vbslq_u32(nan, vorrq_u32(x, qb), r), 16)));
+    }
+    quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
+}
+static void quarot__cvt_d2f_neon(const double* in, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) vst1_f32(out + i, vcvt_f32_f64(vld1q_f64(in + i)));
+    quarot__cvt_d2f_ref(in + i, out + i, n - i);
+}
+static void quarot__cvt_f2d_neon(const float* in, double* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) vst1q_f64(out + i, vcvt_f64_f32(vld1_f32(in + i)));
+    quarot__cvt_f2d_ref(in + i, out + i, n - i);
+}
+// fcvtxn rounds to odd (and |x| > FLT_MAX to FLT_MAX); NaNs get the empty payload like _ref.
+static void quarot__cvt_d2o_neon(const double* in, float* out, int64_t n) {
+    const uint32x2_t qnan = vdup_n_u32(0x7fc00000), sgn = vdup_n_u32(0x80000000u);
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        const float64x2_t x = vld1q_f64(in + i);
+        const uint32x2_t u = vreinterpret_u32_f32(vcvtx_f32_f64(x));
+        const uint32x2_t nan = vmvn_u32(vmovn_u64(vceqq_f64(x, x)));
+        vst1_f32(out + i, vreinterpret_f32_u32(vbsl_u32(nan, vorr_u32(vand_u32(u, sgn), qnan), u)));
+    }
+    quarot__cvt_d2o_ref(in + i, out + i, n - i);
+}
+#endif
+
+static quarot__cvt_fns quarot__cvt_select(quarot_isa isa) {
+    quarot__cvt_fns f;
+    f.h2f = quarot__cvt_h2f_ref; f.f2h = quarot__cvt_f2h_ref; f.b2f = quarot__cvt_b2f_ref; f.f2b = quarot__cvt_f2b_ref;
+    f.d2o = quarot__cvt_d2o_ref; f.d2f = quarot__cvt_d2f_ref; f.f2d = quarot__cvt_f2d_ref;
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2:
+            f.h2f = quarot__cvt_h2f_sse2; f.f2h = quarot__cvt_f2h_sse2; f.b2f = quarot__cvt_b2f_sse2;
+            f.f2b = quarot__cvt_f2b_sse2; f.d2f = quarot__cvt_d2f_sse2; f.f2d = quarot__cvt_f2d_sse2;
+            break;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2:
+            f.h2f = quarot__cvt_h2f_avx2; f.f2h = quarot__cvt_f2h_avx2; f.b2f = quarot__cvt_b2f_avx2;
+            f.f2b = quarot__cvt_f2b_avx2; f.d2o = quarot__cvt_d2o_avx2; f.d2f = quarot__cvt_d2f_avx2;
+            f.f2d = quarot__cvt_f2d_avx2;
+            break;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512:
+            f.h2f = quarot__cvt_h2f_avx512; f.f2h = quarot__cvt_f2h_avx512; f.b2f = quarot__cvt_b2f_avx512;
+            f.f2b = quarot__cvt_f2b_avx512; f.d2o = quarot__cvt_d2o_avx512; f.d2f = quarot__cvt_d2f_avx512;
+            f.f2d = quarot__cvt_f2d_avx512;
+            break;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON:
+            f.h2f = quarot__cvt_h2f_neon; f.f2h = quarot__cvt_f2h_neon; f.b2f = quarot__cvt_b2f_neon;
+            f.f2b = quarot__cvt_f2b_neon; f.d2o = quarot__cvt_d2o_neon; f.d2f = quarot__cvt_d2f_neon;
+            f.f2d = quarot__cvt_f2d_neon;
+            break;
+#endif
+        default: break;
+    }
+    return f;
+}
+
+// The conversion behind quarot_convert and the tensor row functions: dtypes valid (DEFAULT = F32),
+// isa resolved. Pairs without a direct kernel go through f32 in chunks on the stack.
+#define QUAROT__CVT_CHUNK 512
+static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n, quarot_isa isa) {
+    const quarot__cvt_fns f = quarot__cvt_select(isa);
+    float buf[QUAROT__CVT_CHUNK];
+    int64_t i, c;
+    if (odt == QUAROT_DTYPE_DEFAULT) odt = QUAROT_DTYPE_F32;
+    if (idt == QUAROT_DTYPE_DEFAULT) idt = QUAROT_DTYPE_F32;
+    if (n <= 0) return;
+    if (odt == idt) { memcpy(out, in, (size_t)n * quarot_dtype_size(idt)); return; }
+    if (odt == QUAROT_DTYPE_F32) {
+        switch (idt) {
+            case QUAROT_DTYPE_F16: f.h2f(in, (float*)out, n); return;
+            case QUAROT_DTYPE_BF16: f.b2f(in, (float*)out, n); return;
+            default: f.d2f((const double*)in, (float*)out, n); return;
+        }
+    }
+    if (idt == QUAROT_DTYPE_F32) {
+        switch (odt) {
+            case QUAROT_DTYPE_F16: f.f2h((const float*)in, out, n); return;
+            case QUAROT_DTYPE_BF16: f.f2b((const float*)in, out, n); return;
+            default: f.f2d((const float*)in, (double*)out, n); return;
+        }
+    }
+    // Through f32: f64 -> f16/bf16 (rounded to odd first), f16/bf16 -> f64, f16 <-> bf16.
+    for (i = 0; i < n; i += c) {
+        c = n - i < QUAROT__CVT_CHUNK ? n - i : QUAROT__CVT_CHUNK;
+        switch (idt) {
+            case QUAROT_DTYPE_F64: f.d2o((const double*)in + i, buf, c); break;
+            case QUAROT_DTYPE_F16: f.h2f((const char*)in + 2 * i, buf, c); break;
+            default: f.b2f((const char*)in + 2 * i, buf, c); break;
+        }
+        switch (odt) {
+            case QUAROT_DTYPE_F64: f.f2d(buf, (double*)out + i, c); break;
+            case QUAROT_DTYPE_F16: f.f2h(buf, (char*)out + 2 * i, c); break;
+            default: f.f2b(buf, (char*)out + 2 * i, c); break;
+        }
+    }
+}
+
+QUAROT_API quarot_result quarot_convert(void* out, quarot_dtype out_dt, const void* in, quarot_dtype in_dt,
+                                        int64_t n, quarot_isa isa) {
+    quarot_result r;
+    if (!quarot__dtype_valid(out_dt) || !quarot__dtype_valid(in_dt)) return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    if (n < 0 || (n > 0 && (!out || !in))) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    quarot__convert_run(out, out_dt, in, in_dt, n, isa);
     return QUAROT_OK;
 }
 
@@ -6919,23 +7327,11 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
 
 // Read / write cnt elements of one row (at byte address p) as double, rounding once on write.
 static void quarot__span_get_f64(quarot_dtype dt, const char* p, int64_t cnt, double* out) {
-    int64_t i;
-    switch (dt) {
-        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f; memcpy(&f, p + 4 * i, 4); out[i] = (double)f; } break;
-        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__f16_to_f32_1(h); } break;
-        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = (double)quarot__bf16_to_f32_1(h); } break;
-        default: memcpy(out, p, (size_t)cnt * 8); break;
-    }
+    quarot__convert_run(out, QUAROT_DTYPE_F64, p, dt, cnt, quarot_isa_best());
 }
 
 static void quarot__span_set_f64(quarot_dtype dt, char* p, int64_t cnt, const double* in) {
-    int64_t i;
-    switch (dt) {
-        case QUAROT_DTYPE_F32: for (i = 0; i < cnt; ++i) { float f = (float)in[i]; memcpy(p + 4 * i, &f, 4); } break;
-        case QUAROT_DTYPE_F16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
-        case QUAROT_DTYPE_BF16: for (i = 0; i < cnt; ++i) { uint16_t h = quarot_f64_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); } break;
-        default: memcpy(p, in, (size_t)cnt * 8); break;
-    }
+    quarot__convert_run(p, dt, in, QUAROT_DTYPE_F64, cnt, quarot_isa_best());
 }
 
 // x <- x * (I_outer (x) Q (x) I_inner) for `rows` contiguous rows of length L = outer*n*inner.
@@ -7033,12 +7429,17 @@ static quarot_result quarot__command_check(const quarot_command* c, const quarot
 QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const quarot_rotation* rot,
                                               quarot_tensor* weight, quarot_tensor* bias, const quarot_env* env) {
     quarot__cmd_job job;
+    quarot_rotation serial;
     int64_t n_lines, n_tasks, k;
     quarot_result res = quarot__command_check(c, rot, weight, bias);
     if (res != QUAROT_OK) return res;
+    // The tasks run on env's parallel hook, so the rotation they apply must not use it again (a
+    // GEMM inside a task would re-enter the pool): a shallow copy without the hook (same results).
+    serial = *rot;
+    memset(&serial.env.parallel, 0, sizeof serial.env.parallel);
     memset(&job, 0, sizeof job);
     job.c = c;
-    job.rot = rot;
+    job.rot = &serial;
     job.t = weight;
     job.env = env;
     job.L = quarot__command_axis(c, weight, &job.axis);

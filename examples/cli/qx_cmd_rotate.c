@@ -82,6 +82,8 @@ static void rotate_usage(FILE* f) {
         "  --strict             a fallback is an error instead of a warning: a block-diagonal R1, R2 or online\n"
         "                       rotation with blocks smaller than 64 (or than --block-size), or a dense random\n"
         "                       R1 where no Hadamard block exists (e.g. hidden 90 would get 45 blocks of 2x2)\n"
+        "  --threads N          threads for the rotation (default: every online CPU); the output is byte-\n"
+        "                       identical for any N\n"
         "  --force              replace existing outputs\n"
         "  --quiet              no progress on stderr\n"
         "  --help               this text\n", f);
@@ -531,6 +533,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     ro.config_path = config_path;
     ro.side_dir = hf_src;   /* copied into the output directory and published with it */
     ro.drop_pages = 1;
+    ro.threads = job->threads;
     if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
     memset(&rp, 0, sizeof rp);
     rp.cli = cli;
@@ -604,6 +607,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     int64_t seed = 0, block = -1, tp = 1;
     int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, strict = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
     quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
+    int64_t threads = 0;
     int64_t* layer_list = NULL;
     int64_t n_layer_list = 0;
     quarot_adapt_context ctx;
@@ -681,6 +685,10 @@ int qx_cmd_rotate(int argc, char** argv) {
             else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: '%s' is not f32, f16 or bf16", v);
             continue;
         }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--threads", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE;
+            continue;
+        }
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot rotate --help)", a);
     }
     if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
@@ -737,6 +745,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     job.force = force;
     job.format = format;
     job.strict = strict;
+    job.threads = (int)threads;
     rc = qx_rotate_job_run(&cli, &job);
 done:
     quarot_adapt_context_free(&ctx);

@@ -14,12 +14,14 @@
 #include "qx_gguf.h"
 #include "qx_llama2c.h"
 #include "qx_safetensors.h"
+#include "qx_threads.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the output writer: one of the three formats behind put / finish / abort ---------------- */
@@ -128,7 +130,42 @@ typedef struct qx__rf {
     qx_err werr_msg;
     qx_rotate_file_stats* st;
     const qx_rotate_file_opts* o;
+    /* phase clock: t_mark starts the running phase, fuse until a scope's first command, then rotate */
+    double t_mark;
+    int in_rotate;
+    const quarot_rotate_desc* user_desc;   /* the caller's observers, forwarded */
 } qx__rf;
+
+static double qx__now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Ends the running fuse / rotate phase at now and starts the next one (fuse). */
+static void qx__phase_end(qx__rf* b, double now) {
+    if (b->in_rotate) b->st->rotate_s += now - b->t_mark;
+    else b->st->fuse_s += now - b->t_mark;
+    b->t_mark = now;
+    b->in_rotate = 0;
+}
+
+/* The processor's observers: the first command of a scope ends its fusion phase. */
+static int qx__on_command(void* user, const quarot_command* c) {
+    qx__rf* b = (qx__rf*)user;
+    if (b->phase == 1 && !b->in_rotate) {
+        double now = qx__now();
+        b->st->fuse_s += now - b->t_mark;
+        b->t_mark = now;
+        b->in_rotate = 1;
+    }
+    return b->user_desc->on_command ? b->user_desc->on_command(b->user_desc->user_data, c) : 0;
+}
+
+static void qx__on_progress(void* user, const char* stage, int64_t layer, int64_t n_layers) {
+    qx__rf* b = (qx__rf*)user;
+    if (b->user_desc->progress) b->user_desc->progress(b->user_desc->user_data, stage, layer, n_layers);
+}
 
 /* The decoder layer a tensor name belongs to ("model.layers.12.mlp..." -> 12), -1 for globals. */
 static int64_t qx__layer_of(const char* name) {
@@ -242,12 +279,17 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
     b->st->acquires++;
     if (++b->live > b->st->max_live_layers) b->st->max_live_layers = b->live;
     if (b->o->progress) b->o->progress(b->o->user, b->phase ? "rotate" : "validate", layer, b->n_layers);
-    if (b->phase == 1)
+    if (b->phase == 1) {
+        double t0 = qx__now();
         for (i = 0; i < b->s->count; ++i)
             if (qx__layer_of(b->s->items[i].name) == layer) {
                 quarot_result r = qx__own(b, &b->s->items[i]);
                 if (r != QUAROT_OK) return r;
             }
+        b->t_mark = qx__now();
+        b->in_rotate = 0;
+        b->st->read_s += b->t_mark - t0;
+    }
     return QUAROT_OK;
 }
 
@@ -255,7 +297,10 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
     qx__rf* b = (qx__rf*)user;
     int64_t i = 0;
     (void)modified;
+    double t0;
     if (b->held != layer) return QUAROT_ERR_STATE;
+    t0 = qx__now();
+    if (b->phase == 1) qx__phase_end(b, t0);
     while (i < b->s->count) {
         qx_entry* en = &b->s->items[i];
         if (qx__layer_of(en->name) != layer) { ++i; continue; }
@@ -268,6 +313,7 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
         (void)qx_store_remove(b->s, en->name);   /* frees the copy; the next entry moves to i */
     }
     qx__drop_pages(b);   /* what the validation pass read, or the copies were made from */
+    if (b->phase == 1) { b->t_mark = qx__now(); b->st->write_s += b->t_mark - t0; }
     b->held = -1;
     b->live--;
     b->st->releases++;
@@ -572,6 +618,9 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
                              qx_rotate_file_stats* st, qx_err* e) {
     quarot_model m;
     quarot_processor p;
+    quarot_rotate_desc d2;
+    qx_pool* pool = NULL;
+    double t_start = qx__now(), t0;
     qx__rf b;
     qx__sink sink;
     qx_out hooks_out, cfg_out;
@@ -614,10 +663,22 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     m.create_tensor = qx__create;
     m.acquire_layer = qx__acquire;
     m.release_layer = qx__release;
+    /* threads: the processor splits each command's rows over the pool (same bytes for any count) */
+    st->threads = o->threads > 0 ? o->threads : qx_cpu_count();
+    if (st->threads > 1) pool = qx_pool_create(st->threads);
+    if (!pool) st->threads = 1;
+    qx_pool_env(pool, &m.env);
+    /* the caller's observers behind the phase clock's */
+    d2 = *desc;
+    b.user_desc = desc;
+    d2.user_data = &b;
+    d2.on_command = qx__on_command;
+    d2.progress = qx__on_progress;
 
     /* 1. validation: every tensor read once, layer by layer; nothing written */
-    r = quarot_processor_init(&p, &m, desc);
-    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); return r; }
+    r = quarot_processor_init(&p, &m, &d2);
+    st->validate_s = qx__now() - t_start;
+    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); qx_pool_destroy(pool); return r; }
     have_p = 1;
     if (o->progress) o->progress(o->user, "validate", b.n_layers, b.n_layers);
     snprintf(st->r1, sizeof st->r1, "%s", p.rot[QUAROT_ROT_R1].text);
@@ -631,13 +692,18 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
 
     /* 3. globals: writable copies, then pre_run rotates them (and creates lm_head when untying) */
     b.phase = 1;
+    t0 = qx__now();
     for (i = 0; i < s->count && r == QUAROT_OK; ++i)
         if (qx__layer_of(s->items[i].name) < 0) {
             r = qx__own(&b, &s->items[i]);
             if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
         }
     if (r != QUAROT_OK) { qx_err_set(e, "global tensors: %s", quarot_result_string(r)); goto fail; }
+    b.t_mark = qx__now();
+    b.in_rotate = 0;
+    st->read_s += b.t_mark - t0;
     r = quarot_processor_pre_run(&p);
+    qx__phase_end(&b, qx__now());
     if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
     s->config = m.config;
 
@@ -668,9 +734,13 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         }
     }
     if (r != QUAROT_OK) goto fail;
+    b.t_mark = qx__now();
+    b.in_rotate = 0;
     r = quarot_processor_post_run(&p);
+    qx__phase_end(&b, qx__now());
     if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
     s->config = m.config;
+    t0 = qx__now();
 
     /* 6. the globals (all that is left in the store) */
     for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
@@ -708,6 +778,9 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     qx__stage_free(&stg);
     qx_out_abort(&hooks_out);   /* frees the paths (published: nothing to remove) */
     qx_out_abort(&cfg_out);
+    st->write_s += qx__now() - t0;
+    st->total_s = qx__now() - t_start;
+    qx_pool_destroy(pool);
     quarot_processor_free(&p);
     qx_sb_free(&cfg_text);
     free(hooks_text);
@@ -719,6 +792,7 @@ fail:
     qx_out_abort(&cfg_out);
     qx__sink_abort(&sink);
     qx__stage_free(&stg);
+    qx_pool_destroy(pool);
     if (have_p) quarot_processor_free(&p);
     qx_sb_free(&cfg_text);
     free(hooks_text);

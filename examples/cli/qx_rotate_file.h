@@ -67,6 +67,8 @@ typedef struct qx_rotate_file_opts {
                                     found in this directory into it, published with the weights */
     int drop_pages;              /* 1: the store's views are file mappings (qx_map cleanups, as the readers
                                     make them): madvise(DONTNEED) them tensor by tensor and after each layer */
+    int threads;                 /* worker threads for the rotation (quarot_env parallel hook over each command's
+                                    rows): 0 = every online CPU, 1 = serial; the output bytes do not depend on it */
     /* progress: stage "validate" or "rotate", layers done of total (also called with done = total) */
     void (*progress)(void* user, const char* stage, int64_t done, int64_t total);
     void* user;
@@ -83,6 +85,12 @@ typedef struct qx_rotate_file_stats {
     int untied;                  /* the processor created lm_head from the embedding */
     int output_error;            /* the failure was writing the output (exit code "output") */
     char r1[160], r2[160];       /* the rotations built (quarot_rotation.text) */
+    int threads;                 /* threads used */
+    /* wall seconds per phase: validate (processor_init: reads and checks every tensor), read
+       (copies of the input views, f16/bf16 widened to f32), fuse (norm fusion and everything before a
+       layer's first rotate command), rotate (the commands), write (output conversion and writes),
+       total (the whole call) */
+    double validate_s, read_s, fuse_s, rotate_s, write_s, total_s;
     int64_t n_commands;
     int side_files;              /* Hugging Face side files copied (opts.side_dir) */
 } qx_rotate_file_stats;

@@ -29,6 +29,7 @@ typedef struct qx_rotate_job {
     int64_t n_layers;
     const char* layers_what;                 /* how the list was given, for messages ("--down-proj-online-layers") */
     quarot_dtype dtype;                      /* DEFAULT = as in IN */
+    int threads;                             /* 0 = every online CPU (qx_rotate_file_opts.threads) */
     int force;
     int strict;                              /* a warned fallback (qx_rotcheck.h) is an error */
     const char* format;                      /* "llama2c", "safetensors", "gguf" or NULL: OUT's extension

@@ -1,0 +1,175 @@
+/* bench_rotate - `quarot rotate` throughput on a 7B-shaped checkpoint generated in-process.
+
+   The model has Llama-2-7B's layer shapes (hidden 4096, intermediate 11008, 32 heads of 128, vocab
+   32000, untied lm_head) and BENCH_ROTATE_LAYERS decoder layers (default 2), random weights from
+   qx_synth, saved as a Hugging Face safetensors directory in a temporary folder (BENCH_TMPDIR, else
+   $TMPDIR, else /tmp) once per dtype. Each case then loads it the way the tool does (read-only
+   file mappings) and runs qx_rotate_file (R1 + R2 Hadamard, and with --online the o_proj heads / down_proj
+   online rotations) into another directory of that folder, for f16 and bf16, with and without
+   --online, on 1 and on all threads (BENCH_ROTATE_THREADS overrides the list's last entry).
+   Filters (for profiling): BENCH_ROTATE_DTYPE=f16 or bf16, BENCH_ROTATE_ONLINE=0 or 1, BENCH_ROTATE_SKIP1=1
+   (no 1-thread runs).
+
+   Reported per case: GB/s = input weight bytes / wall time of the whole qx_rotate_file call (which
+   includes the validation pass over every tensor, and the output's fsync), the share of the time per
+   phase (validate, read = copies widened to f32, fuse = norm fusion, rotate = the rotate commands,
+   write = conversion to the output dtype and the writes), and the peak of the writable copies next
+   to its bound, one decoder layer in f32 plus the global tensors (embeddings, lm_head, norms) in
+   f32. The temporary folder is removed at the end. */
+#include "quarot.h"
+#include "qx_cli.h"
+#include "qx_rotate_file.h"
+#include "qx_safetensors.h"
+#include "qx_synth.h"
+#include "qx_threads.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* rm -r of a directory holding plain files and one level of directories. */
+static void remove_tree(const char* path) {
+    DIR* d = opendir(path);
+    struct dirent* de;
+    char buf[4096];
+    if (!d) { (void)remove(path); return; }
+    while ((de = readdir(d)) != NULL) {
+        struct stat stt;
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        snprintf(buf, sizeof buf, "%s/%s", path, de->d_name);
+        if (stat(buf, &stt) == 0 && S_ISDIR(stt.st_mode)) remove_tree(buf);
+        else (void)remove(buf);
+    }
+    closedir(d);
+    (void)rmdir(path);
+}
+
+static int env_int(const char* name, int dflt) {
+    const char* v = getenv(name);
+    return v && v[0] ? atoi(v) : dflt;
+}
+
+/* Bytes of the store's tensors (the input's weights) and of the f32 bound on the copies. */
+static void store_bytes(const qx_store* s, int64_t n_layers, double* weights, double* bound) {
+    int64_t i;
+    double layer = 0.0, glob = 0.0;
+    *weights = 0.0;
+    for (i = 0; i < s->count; ++i) {
+        const quarot_tensor* t = &s->items[i].t;
+        double f32 = 4.0 * (double)quarot_tensor_nelements(t);
+        *weights += (double)quarot_tensor_nbytes(t);
+        if (strstr(s->items[i].name, "layers.0.")) layer += f32;
+        else if (!strstr(s->items[i].name, "layers.")) glob += f32;
+    }
+    (void)n_layers;
+    *bound = layer + glob;
+}
+
+int main(void) {
+    const int n_layers = env_int("BENCH_ROTATE_LAYERS", 2);
+    const int all = env_int("BENCH_ROTATE_THREADS", qx_cpu_count());
+    const char* tmp_root = getenv("BENCH_TMPDIR");
+    char dir[4096], in_path[4200], out_path[4200];
+    const char* only_dtype = getenv("BENCH_ROTATE_DTYPE");      /* "f16" / "bf16": that one only */
+    const int only_online = env_int("BENCH_ROTATE_ONLINE", -1);  /* 0 / 1: without / with --online only */
+    char f16_path[4200];
+    int thread_list[2];
+    int d, online, ti, n_threads = 0, have_f16 = 0;
+    struct rusage ru;
+    if (!tmp_root || !tmp_root[0]) tmp_root = getenv("TMPDIR");
+    if (!tmp_root || !tmp_root[0]) tmp_root = "/tmp";
+    snprintf(dir, sizeof dir, "%s/bench_rotate_XXXXXX", tmp_root);
+    if (!mkdtemp(dir)) { fprintf(stderr, "bench_rotate: cannot create a folder under %s\n", tmp_root); return 1; }
+    if (env_int("BENCH_ROTATE_SKIP1", 0) == 0 || all <= 1) thread_list[n_threads++] = 1;
+    if (all > 1) thread_list[n_threads++] = all;
+    printf("bench_rotate: 7B-shaped (hidden 4096, intermediate 11008, 32 heads, vocab 32000), %d layers, in %s\n",
+           n_layers, dir);
+    printf("SIMD: %s; GB/s = input weight bytes / wall seconds of the whole rotation (validation, copies, fusion,\n"
+           "rotation, conversion, writes, fsync); phases as %% of that time; peak = largest set of writable copies\n",
+           quarot_simd_name());
+    printf("%-5s %-7s %3s %7s %7s %6s %9s %6s %6s %6s %6s %6s %10s %10s\n", "dtype", "online", "thr", "GB", "sec", "GB/s",
+           "validate", "read", "fuse", "rotate", "write", "other", "peak MiB", "bound MiB");
+    for (d = 0; d < 2; ++d) {
+        const quarot_dtype dt = d ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
+        qx_synth_desc sd;
+        qx_store s;
+        qx_err e;
+        qx_st_save_opts so;
+        double t0 = now_s();
+        if (only_dtype && strcmp(only_dtype, quarot_dtype_name(dt)) != 0) continue;
+        /* the random model is drawn once, in f16; the bf16 input is the same weights converted */
+        memset(&sd, 0, sizeof sd);
+        sd.hidden = 4096; sd.intermediate = 11008; sd.n_heads = 32; sd.n_kv_heads = 32; sd.head_dim = 128;
+        sd.vocab = 32000; sd.n_layers = n_layers; sd.max_seq = 4096; sd.tied = -1; sd.dtype = QUAROT_DTYPE_F16; sd.seed = 7;
+        if (have_f16) {
+            qx_load_opts lo;
+            memset(&lo, 0, sizeof lo);
+            lo.copy = 1;
+            if (qx_cli_load_model(f16_path, &lo, &s, &e) != QUAROT_OK || qx_store_convert(&s, dt) != QUAROT_OK) {
+                fprintf(stderr, "convert: %s\n", e.msg); remove_tree(dir); return 1;
+            }
+        } else if (qx_synth_model(&s, &sd, &e) != QUAROT_OK || (dt != QUAROT_DTYPE_F16 && qx_store_convert(&s, dt) != QUAROT_OK)) {
+            fprintf(stderr, "synth: %s\n", e.msg); remove_tree(dir); return 1;
+        }
+        snprintf(in_path, sizeof in_path, "%s/in_%s", dir, quarot_dtype_name(dt));
+        memset(&so, 0, sizeof so);
+        so.force = 1;
+        if (qx_st_save(&s, in_path, &so, &e) != QUAROT_OK) { fprintf(stderr, "save: %s\n", e.msg); qx_store_free(&s); remove_tree(dir); return 1; }
+        qx_store_free(&s);
+        if (dt == QUAROT_DTYPE_F16) { snprintf(f16_path, sizeof f16_path, "%s", in_path); have_f16 = 1; }
+        fprintf(stderr, "  (generated and saved the %s model in %.1f s)\n", quarot_dtype_name(dt), now_s() - t0);
+        for (online = 0; online < 2; ++online) {
+            if (only_online >= 0 && online != only_online) continue;
+            for (ti = 0; ti < n_threads; ++ti) {
+                quarot_rotate_desc desc;
+                quarot_online_list list;
+                qx_rotate_file_opts ro;
+                qx_rotate_file_stats st;
+                qx_load_opts lo;
+                double wbytes, bound, other;
+                quarot_result r;
+                memset(&lo, 0, sizeof lo);
+                if (qx_cli_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); remove_tree(dir); return 1; }
+                store_bytes(&s, n_layers, &wbytes, &bound);
+                quarot_online_list_init(&list, NULL);
+                memset(&desc, 0, sizeof desc);
+                desc.rotation = QUAROT_ROTATION_HADAMARD;
+                desc.online = online;
+                if (online) desc.online_out = &list;
+                snprintf(out_path, sizeof out_path, "%s/out", dir);
+                memset(&ro, 0, sizeof ro);
+                ro.out_path = out_path;
+                ro.force = 1;
+                ro.drop_pages = 1;
+                ro.threads = thread_list[ti];
+                r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+                qx_store_free(&s);
+                quarot_online_list_free(&list);
+                remove_tree(out_path);
+                if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); remove_tree(dir); return 1; }
+                other = st.total_s - st.validate_s - st.read_s - st.fuse_s - st.rotate_s - st.write_s;
+                printf("%-5s %-7s %3d %7.2f %7.2f %6.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f\n",
+                       quarot_dtype_name(dt), online ? "online" : "-", st.threads, wbytes / 1e9, st.total_s,
+                       wbytes / 1e9 / st.total_s, 100 * st.validate_s / st.total_s, 100 * st.read_s / st.total_s,
+                       100 * st.fuse_s / st.total_s, 100 * st.rotate_s / st.total_s, 100 * st.write_s / st.total_s,
+                       100 * other / st.total_s, (double)st.peak_copy_bytes / 1048576.0, bound / 1048576.0);
+                fflush(stdout);
+            }
+        }
+    }
+    getrusage(RUSAGE_SELF, &ru);
+    printf("max resident set of the whole bench (generation included): %.0f MiB\n", (double)ru.ru_maxrss / 1024.0);
+    remove_tree(dir);
+    return 0;
+}

@@ -1,0 +1,93 @@
+/* `quarot rotate --threads N`: the output files are byte-identical for N = 1, 2 and 3, for f16 and
+   bf16 checkpoints, with and without --online, and with --rotation random (the processor splits each rotate command's rows or
+   columns into tasks on the pool; every task's arithmetic is independent of the split). The model
+   is a small random llama whose tensors span several tasks (more than 64 rows / columns), with
+   a non-power-of-two intermediate size (320 = 20 * 16) so the Kronecker transform runs too. */
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "qx_safetensors.h"
+
+static int same_file(const char* a, const char* b) {
+    size_t na = 0, nb = 0;
+    unsigned char* pa = read_all(a, &na);
+    unsigned char* pb = read_all(b, &nb);
+    int same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+static void test_threads_identical(void) {
+    static const quarot_dtype dts[] = {QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16};
+    int d, online, t;
+    for (d = 0; d < 2; ++d) {
+        qx_synth_desc sd;
+        qx_store s;
+        qx_err e;
+        qx_st_save_opts so;
+        char in[512];
+        memset(&sd, 0, sizeof sd);
+        sd.arch = "llama";
+        sd.seed = 5;
+        sd.hidden = 128;
+        sd.intermediate = 320;
+        sd.n_layers = 2;
+        sd.n_heads = 4;
+        sd.n_kv_heads = 4;
+        sd.head_dim = 32;
+        sd.vocab = 200;
+        sd.max_seq = 64;
+        sd.tied = -1;
+        sd.dtype = dts[d];
+        QT_OK(qx_synth_model(&s, &sd, &e));
+        snprintf(in, sizeof in, "%s/in_%s", g_tmp, quarot_dtype_name(dts[d]));
+        memset(&so, 0, sizeof so);
+        so.force = 1;
+        QT_OK(qx_st_save(&s, in, &so, &e));
+        qx_store_free(&s);
+        for (online = 0; online < 3; ++online) {   /* offline, --online, --rotation random (GEMM inside the tasks) */
+            char out[3][600], f0[700], f1[700];
+            for (t = 0; t < 3; ++t) {
+                snprintf(out[t], sizeof out[t], "%s/out_%s_%d_t%d", g_tmp, quarot_dtype_name(dts[d]), online, t + 1);
+                QT_EQ_INT(CLI("rotate %s %s --threads %d --quiet%s", in, out[t], t + 1,
+                              online == 1 ? " --online" : online == 2 ? " --rotation random" : ""), 0);
+            }
+            for (t = 1; t < 3; ++t) {
+                snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+                snprintf(f1, sizeof f1, "%s/model.safetensors", out[t]);
+                QT_CHECKF(same_file(f0, f1), "%s %s: --threads 1 and %d differ", quarot_dtype_name(dts[d]), online == 1 ? "online" : online ? "random" : "offline", t + 1);
+                if (online == 1) {
+                    snprintf(f0, sizeof f0, "%s/quarot_online.txt", out[0]);
+                    snprintf(f1, sizeof f1, "%s/quarot_online.txt", out[t]);
+                    QT_CHECK(same_file(f0, f1));
+                }
+            }
+            /* the rotation did something: the output differs from the input */
+            snprintf(f0, sizeof f0, "%s/model.safetensors", in);
+            snprintf(f1, sizeof f1, "%s/model.safetensors", out[0]);
+            QT_CHECK(!same_file(f0, f1));
+        }
+    }
+    QT_EQ_INT(CLI("rotate a b --threads 0"), 1);   /* usage error */
+}
+
+int main(int argc, char** argv) {
+    const char* slash = strrchr(argv[0], '/');
+    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
+    (void)argc;
+    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_rotate_threads_XXXXXX");
+    if (!mkdtemp(g_tmp) || !qx_path_exists(g_bin)) {
+        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
+        printf("test_rotate_threads: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    QT_RUN(test_threads_identical);
+    {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
+    }
+    return qt_finish("test_rotate_threads");
+}
