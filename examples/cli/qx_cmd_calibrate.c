@@ -49,7 +49,8 @@ static void calibrate_usage(FILE* f) {
         "  --windowing stream|docs  how raw text becomes windows, as in quarot eval (default stream)\n"
         "  --tokenizer FILE      llama2.c tokenizer (default: tok<vocab>.bin, tok512.bin or tokenizer.bin\n"
         "                        beside MODEL)\n"
-        "  --threads N           threads for the forward pass and the optimizer (default 1)\n"
+        "  --threads N           threads for the forward pass and the optimizer (default: every core);\n"
+        "                        the results are the same for any N\n"
         "  --force               replace an existing CONTEXT\n"
         "  --quiet               no progress and no per-step loss on stderr\n"
         "  --help                this text\n"
@@ -120,7 +121,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v, *layer_arg = NULL;
     const char* dtype = "int4";
-    int64_t steps = 20, block = -1, max_samples = 2048, seed = 0, seq_len = 256, windows = 0, threads = 1;
+    int64_t steps = 20, block = -1, max_samples = 2048, seed = 0, seq_len = 256, windows = 0, threads = 0;
     int windowing = QX_WINDOWING_STREAM, quiet = 0, force = 0, i, k, rc = QX_EXIT_OK;
     char* layer_copy = NULL;
     const char** layer_list = NULL;
@@ -238,6 +239,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
     qx_cli_progress_end(&cli, "tokenizing");
 
     /* stage 1 */
+    if (threads == 0) threads = qx_cpu_count();
     if (threads > 1) pool = qx_pool_create((int)threads);
     qx_pool_env(pool, &env);
     co.env = &env;

@@ -11,6 +11,7 @@
 #include "qx_calib.h"
 #include "qx_cli.h"
 #include "qx_evalkit.h"
+#include "qx_threads.h"
 
 #include <errno.h>
 #include <math.h>
@@ -55,6 +56,8 @@ static void eval_usage(FILE* f) {
         "              Both: perplexity = exp(mean negative log-likelihood over every scored token),\n"
         "              log-softmax in double precision.\n"
         "  --seed N              seed of the random Hadamard signs (default 0)\n"
+        "  --threads N           threads for the forward pass and stage 1 (default: every core); the\n"
+        "                        results are the same for any N\n"
         "  --quiet               no progress on stderr\n"
         "  --help                this text\n");
     fputs(
@@ -168,7 +171,9 @@ int qx_cmd_eval(int argc, char** argv) {
     char adapt_recipe[2048];
     int have_adapt = 0, have_actx = 0;
     int w_list[8] = {16}, a_list[8] = {16}, kv_list[8] = {16}, n_w = 0, n_a = 0, n_kv = 0;
-    int64_t group = 0, windows = 0, seq_len = 256, seed = 0;
+    int64_t group = 0, windows = 0, seq_len = 256, seed = 0, threads = 0;
+    qx_pool* pool = NULL;
+    quarot_env penv;
     double clip = 1.0;
     int windowing = QX_WINDOWING_STREAM, quiet = 0, i, j, k, rc = QX_EXIT_OK, any_kv = 0;
     qx_ek_setting settings[QX_EK_MAX_ROWS];
@@ -223,6 +228,7 @@ int qx_cmd_eval(int argc, char** argv) {
         else if ((got = EVAL_OPT("--calib-quant-dtype")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_dtype = v; }
         else if ((got = EVAL_OPT("--calib-layer-type")) != 0) { if (got < 0) return QX_EXIT_USAGE; calib_layers = v; }
         else if ((got = EVAL_OPT("--windowing")) != 0) { if (got < 0 || !qx_cli_windowing(&cli, v, &windowing)) return QX_EXIT_USAGE; }
+        else if ((got = EVAL_OPT("--threads")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
         else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot eval --help)", a);
 #undef EVAL_OPT
     }
@@ -291,6 +297,9 @@ int qx_cmd_eval(int argc, char** argv) {
     }
     r = qx_cli_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (threads == 0) threads = qx_cpu_count();
+    if (threads > 1) pool = qx_pool_create((int)threads);
+    qx_pool_env(pool, &penv);
     have_model = 1;
     memset(&win, 0, sizeof win);
     quarot_online_list_init(&hooks, NULL);
@@ -386,6 +395,7 @@ int qx_cmd_eval(int argc, char** argv) {
             goto done;
         }
         memset(&co, 0, sizeof co);
+        co.env = &penv;
         co.on_window = on_calib_window;
         co.user = &cli;
         co.adapt.quant_dtype = calib_dtype;
@@ -463,7 +473,7 @@ int qx_cmd_eval(int argc, char** argv) {
             qx_ek_forward ef;
             qx_ppl_result res;
             double t0 = qx_cli_now();
-            r = qx_ek_forward_init(&ef, variants[j].store, variants[j].hooks, &q, NULL, NULL, &e);
+            r = qx_ek_forward_init_env(&ef, variants[j].store, variants[j].hooks, &q, NULL, NULL, &penv, &e);
             if (r != QUAROT_OK) {
                 rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s",
                                  settings[i].label, variants[j].name, e.msg);
@@ -528,6 +538,7 @@ int qx_cmd_eval(int argc, char** argv) {
     }
 
 done:
+    qx_pool_destroy(pool);
     if (have_win) qx_windows_free(&win);
     free(stream);
     free(text);
