@@ -59,6 +59,9 @@
    decoder-linear input; K and V per token per head as they enter the cache (after RoPE and the
    K online rotation). The quantizer is quarot.h's (quarot_fake_quant_f32 semantics).
 
+   Threads: opts.env's parallel hook (see qx_forward_opts.env); quarot_parallel.run is never called
+   from inside one of its own tasks.
+
    Errors: functions return quarot_result; where a qx_err is given, a one-line message names the
    tensor or the argument at fault. */
 #ifndef QX_FORWARD_H
@@ -112,7 +115,12 @@ typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
     void* online_user;
     qx_capture_fn capture;           /* NULL = no capture */
     void* capture_user;
-    const quarot_env* env;           /* allocator and parallel hook for the GEMMs; NULL = default */
+    const quarot_env* env;           /* allocator and parallel hook; NULL = default (serial). The hook
+                                        splits the GEMMs, the row-wise steps (norms, fake quantization,
+                                        RoPE, activations, residual adds; in row chunks) and attention
+                                        (groups of heads): logits are bit-identical for any thread
+                                        count. Hooks (online, capture) are called from the caller's
+                                        thread. */
 } qx_forward_opts;
 
 typedef struct qx_forward_layer {    /* f32 copies, [out][in] row-major; NULL when absent */
