@@ -123,11 +123,9 @@ static void* qx__alloc(qx_forward* f, size_t bytes) {
 
 /* Copy tensor `name` ([rows][cols]; rows == 1 for a vector) to f32. Missing: error when required,
    else *out = NULL and OK. */
-static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name, int64_t rows, int64_t cols,
-                              int required, float** out, qx_err* e) {
+static quarot_result qx__check(const qx_store* s, const char* name, int64_t rows, int64_t cols, int required,
+                               const quarot_tensor** out, qx_err* e) {
     const quarot_tensor* t = qx_store_find(s, name);
-    float* w;
-    int64_t r;
     *out = NULL;
     /* a [rows][cols] matrix must be stored as such (ne = {cols, rows}); a vector as {cols} or any
        shape with one row */
@@ -145,6 +143,29 @@ static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name
         t->dtype != QUAROT_DTYPE_F64 && t->dtype != QUAROT_DTYPE_DEFAULT) {
         qx_err_set(e, "%s: unsupported dtype", name);
         return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    *out = t;
+    return QUAROT_OK;
+}
+
+/* t stored as f32 with contiguous rows: usable in place as a [rows][cols] matrix */
+static int qx__f32_in_place(const quarot_tensor* t, int64_t rows, int64_t cols) {
+    return t->dtype == QUAROT_DTYPE_F32 && t->nb[0] == sizeof(float) &&
+           (rows == 1 || t->nb[1] == (size_t)cols * sizeof(float)) && (rows == 1 || t->ne[2] * t->ne[3] == 1);
+}
+
+static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name, int64_t rows, int64_t cols,
+                              int required, float** out, qx_err* e) {
+    const quarot_tensor* t;
+    float* w;
+    int64_t r;
+    quarot_result cr = qx__check(s, name, rows, cols, required, &t, e);
+    *out = NULL;
+    if (cr != QUAROT_OK || !t) return cr;
+    /* layer-wise: the globals are read in place when they are f32 already (never written) */
+    if (f->opts.stream_weights && qx__f32_in_place(t, rows, cols)) {
+        *out = (float*)t->data;
+        return QUAROT_OK;
     }
     w = (float*)qx__alloc(f, (size_t)rows * (size_t)cols * sizeof(float));
     if (!w) {
@@ -280,6 +301,135 @@ static quarot_result qx__load_norm(qx_forward* f, const qx_store* s, int64_t lay
     return qx__load(f, s, name, 1, f->cfg.hidden, 0, b, e);
 }
 
+/* ---- layer-wise weights (opts.stream_weights) ---- */
+
+/* One weight or vector of a decoder layer: its name, shape, whether it must exist, whether it is a
+   linear's weight (fake-quantized), and the qx_forward_layer slot it fills. The order is the copy
+   path's load order, so that both report the same first error. */
+typedef struct qx__spec {
+    char name[300];
+    int64_t rows, cols;
+    int required, linear;
+    float** slot;
+} qx__spec;
+
+static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, qx__spec* sp) {
+    const quarot_model_config* g = &f->cfg;
+    const char *n1 = f->is_opt ? "self_attn_layer_norm" : "input_layernorm";
+    const char *n2 = f->is_opt ? "final_layer_norm" : "post_attention_layernorm";
+    const char *o_name = f->is_opt ? "self_attn.out_proj" : "self_attn.o_proj";
+    const char *up = f->is_opt ? "fc1" : "mlp.up_proj", *down = f->is_opt ? "fc2" : "mlp.down_proj";
+    int n = 0;
+    char base[256];
+#define QX__SPEC(BASE, SUFFIX, ROWS, COLS, REQ, LIN, SLOT)                                         \
+    do {                                                                                            \
+        qx__name(f, l, BASE, base, sizeof base);                                                    \
+        snprintf(sp[n].name, sizeof sp[n].name, "%s%s", base, SUFFIX);                              \
+        sp[n].rows = ROWS; sp[n].cols = COLS; sp[n].required = REQ; sp[n].linear = LIN;             \
+        sp[n].slot = SLOT; ++n;                                                                     \
+    } while (0)
+    QX__SPEC(n1, ".weight", 1, g->hidden, 1, 0, &L->norm1_w);
+    QX__SPEC(n1, ".bias", 1, g->hidden, 0, 0, &L->norm1_b);
+    QX__SPEC(n2, ".weight", 1, g->hidden, 1, 0, &L->norm2_w);
+    QX__SPEC(n2, ".bias", 1, g->hidden, 0, 0, &L->norm2_b);
+    QX__SPEC("self_attn.q_proj", ".weight", f->q_dim, g->hidden, 1, 1, &L->wq);
+    QX__SPEC("self_attn.q_proj", ".bias", 1, f->q_dim, g->attn_qkv_bias, 0, &L->bq);
+    QX__SPEC("self_attn.k_proj", ".weight", f->kv_dim, g->hidden, 1, 1, &L->wk);
+    QX__SPEC("self_attn.k_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, 0, &L->bk);
+    QX__SPEC("self_attn.v_proj", ".weight", f->kv_dim, g->hidden, 1, 1, &L->wv);
+    QX__SPEC("self_attn.v_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, 0, &L->bv);
+    QX__SPEC(o_name, ".weight", g->hidden, f->q_dim, 1, 1, &L->wo);
+    QX__SPEC(o_name, ".bias", 1, g->hidden, g->attn_out_bias, 0, &L->bo);
+    if (g->mlp == QUAROT_MLP_GATED) {
+        QX__SPEC("mlp.gate_proj", ".weight", g->intermediate, g->hidden, 1, 1, &L->w_gate);
+        QX__SPEC("mlp.gate_proj", ".bias", 1, g->intermediate, g->mlp_bias, 0, &L->b_gate);
+    }
+    QX__SPEC(up, ".weight", g->intermediate, g->hidden, 1, 1, &L->w_up);
+    QX__SPEC(up, ".bias", 1, g->intermediate, g->mlp_bias, 0, &L->b_up);
+    QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, 1, &L->w_down);
+    QX__SPEC(down, ".bias", 1, g->hidden, g->mlp_bias, 0, &L->b_down);
+    if (g->qk_norm) {
+        QX__SPEC("self_attn.q_norm", ".weight", 1, g->head_dim, 1, 0, &L->q_norm);
+        QX__SPEC("self_attn.k_norm", ".weight", 1, g->head_dim, 1, 0, &L->k_norm);
+    }
+#undef QX__SPEC
+    return n;
+}
+
+/* init, layer-wise: check every layer's tensors now (the copy path's errors, at the same point),
+   remember them, and size the layer buffer for the largest layer's conversions. */
+static quarot_result qx__stream_init(qx_forward* f, const qx_store* s, qx_err* e) {
+    int64_t l, n_layers = f->cfg.n_layers;
+    qx__spec sp[QX_FWD_SLOTS];
+    qx_forward_layer dummy;
+    f->wt = (const quarot_tensor**)qx__alloc(f, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
+    if (!f->wt) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset((void*)f->wt, 0, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
+    for (l = 0; l < n_layers; ++l) {
+        int i, n = qx__layer_specs(f, l, &dummy, sp);
+        size_t floats = 0;
+        for (i = 0; i < n; ++i) {
+            quarot_result r = qx__check(s, sp[i].name, sp[i].rows, sp[i].cols, sp[i].required, &f->wt[l * QX_FWD_SLOTS + i], e);
+            if (r != QUAROT_OK) return r;
+            if (f->wt[l * QX_FWD_SLOTS + i]) floats += (size_t)sp[i].rows * (size_t)sp[i].cols;
+        }
+        if (floats > f->layer_floats) f->layer_floats = floats;
+    }
+    f->layer_buf = (float*)qx__alloc(f, f->layer_floats * sizeof(float));
+    if (!f->layer_buf) { qx_err_set(e, "out of memory (one layer in f32: %lu floats)", (unsigned long)f->layer_floats); return QUAROT_ERR_OUT_OF_MEMORY; }
+    return QUAROT_OK;
+}
+
+typedef struct qx__conv_ctx {
+    const quarot_tensor* t;
+    float* w;
+    int64_t cols;
+    quarot_result st;
+} qx__conv_ctx;
+
+static quarot_result qx__conv_rows(void* c, int64_t r0, int64_t r1) {
+    qx__conv_ctx* k = (qx__conv_ctx*)c;
+    int64_t r;
+    for (r = r0; r < r1; ++r) {
+        quarot_result res = quarot_tensor_get_row_f32(k->t, r, k->w + r * k->cols);
+        if (res != QUAROT_OK) return res;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result qx__fake_quant_w_par(const qx_forward* f, float* w, int64_t rows, int64_t cols);
+
+/* Layer l's weights into f->layers[0]: views of f32 tensors that need no quantization, else
+   conversions (row by row, as qx__load) into f->layer_buf, quantized as qx__load_linear does. */
+static quarot_result qx__stream_layer(qx_forward* f, int64_t l) {
+    qx__spec sp[QX_FWD_SLOTS];
+    qx_forward_layer* L = &f->layers[0];
+    int i, n;
+    size_t off = 0;
+    memset(L, 0, sizeof *L);
+    n = qx__layer_specs(f, l, L, sp);
+    for (i = 0; i < n; ++i) {
+        const quarot_tensor* t = f->wt[l * QX_FWD_SLOTS + i];
+        int quant = sp[i].linear && f->opts.quant.w_bits;
+        qx__conv_ctx k;
+        quarot_result r;
+        if (!t) continue;
+        if (!quant && qx__f32_in_place(t, sp[i].rows, sp[i].cols)) {
+            *sp[i].slot = (float*)t->data;
+            continue;
+        }
+        k.t = t;
+        k.w = f->layer_buf + off;
+        k.cols = sp[i].cols;
+        off += (size_t)sp[i].rows * (size_t)sp[i].cols;
+        r = qx__par_rows(f, sp[i].rows, sp[i].cols, qx__conv_rows, &k);
+        if (r == QUAROT_OK && quant) r = qx__fake_quant_w_par(f, k.w, sp[i].rows, sp[i].cols);
+        if (r != QUAROT_OK) return r;
+        *sp[i].slot = k.w;
+    }
+    return QUAROT_OK;
+}
+
 quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward_opts* o, qx_err* e) {
     const quarot_model_config* g;
     quarot_result r;
@@ -295,12 +445,15 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
     if (r == QUAROT_OK) r = qx__check_quant(f, &f->opts.quant, e);
     if (r != QUAROT_OK) return r;
     g = &f->cfg;
-    f->layers = (qx_forward_layer*)qx__alloc(f, (size_t)g->n_layers * sizeof *f->layers);
-    if (!f->layers) {
-        qx_err_set(e, "out of memory");
-        return QUAROT_ERR_OUT_OF_MEMORY;
+    {
+        int64_t n_slots = f->opts.stream_weights ? 1 : g->n_layers;
+        f->layers = (qx_forward_layer*)qx__alloc(f, (size_t)n_slots * sizeof *f->layers);
+        if (!f->layers) {
+            qx_err_set(e, "out of memory");
+            return QUAROT_ERR_OUT_OF_MEMORY;
+        }
+        memset(f->layers, 0, (size_t)n_slots * sizeof *f->layers);
     }
-    memset(f->layers, 0, (size_t)g->n_layers * sizeof *f->layers);
 
     /* embeddings, final norm, lm_head */
     if (f->is_opt) {
@@ -338,6 +491,11 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
     r = qx__load(f, s, "lm_head.bias", 1, g->vocab, 0, &f->lm_head_b, e);
     if (r != QUAROT_OK) goto fail;
 
+    if (f->opts.stream_weights) {
+        r = qx__stream_init(f, s, e);
+        if (r != QUAROT_OK) goto fail;
+        return QUAROT_OK;
+    }
     /* decoder layers: the same slots for both naming schemes (OPT's fc1/fc2 fill up/down) */
     for (l = 0; l < g->n_layers; ++l) {
         qx_forward_layer* L = &f->layers[l];
@@ -497,6 +655,16 @@ static quarot_result qx__fake_quant_par(const qx_forward* f, float* x, int64_t r
     qx__fq_ctx k;
     k.x = x; k.cols = cols; k.stride = stride; k.group = group; k.bits = bits; k.asym = asym; k.clip = clip;
     k.clip_search = 0;
+    return qx__par_rows(f, rows, cols, qx__fq_rows, &k);
+}
+
+/* weight fake quantization (per output row, or groups along it) over row chunks: each row is
+   quantized alone, so the split does not change a bit */
+static quarot_result qx__fake_quant_w_par(const qx_forward* f, float* w, int64_t rows, int64_t cols) {
+    const qx_fake_quant_opts* q = &f->opts.quant;
+    qx__fq_ctx k;
+    k.x = w; k.cols = cols; k.stride = cols; k.group = q->w_group; k.bits = q->w_bits; k.asym = q->w_asym;
+    k.clip = q->w_clip; k.clip_search = q->w_clip_search;
     return qx__par_rows(f, rows, cols, qx__fq_rows, &k);
 }
 
@@ -698,7 +866,7 @@ static void qx__attn_task(void* arg, int64_t task) {
 /* One decoder layer over T rows at positions pos0.. (K/V appended to the cache at pos0). */
 static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0, qx__bufs* b) {
     const quarot_model_config* g = &f->cfg;
-    const qx_forward_layer* L = &f->layers[l];
+    const qx_forward_layer* L = &f->layers[f->opts.stream_weights ? 0 : l];
     const qx_fake_quant_opts* q = &f->opts.quant;
     int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads;
     int64_t n_keys = pos0 + T, task, tasks;
@@ -706,12 +874,13 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     float* kc = f->k_cache + l * f->cache_cap * f->kv_dim;
     float* vc = f->v_cache + l * f->cache_cap * f->kv_dim;
     float scale = (float)(1.0 / sqrt((double)hd));
-    quarot_result r;
+    quarot_result r = f->opts.stream_weights ? qx__stream_layer(f, l) : QUAROT_OK;
     static const char* const qkv_names[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"};
     const char* o_name = f->is_opt ? "self_attn.out_proj.weight" : "self_attn.o_proj.weight";
     const char* gu_names[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
     const char* down_name = f->is_opt ? "fc2.weight" : "mlp.down_proj.weight";
 
+    if (r != QUAROT_OK) return r;
     /* ---- attention: a = norm1(x); q, k, v = a W^T + b; q/k per-head norm and RoPE ---- */
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
     r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
@@ -836,6 +1005,7 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
             qx_err_set(e, "layer %lld: %s", (long long)l, quarot_result_string(r));
             return r;
         }
+        if (f->opts.stream_weights && f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, l);
     }
     f->pos = pos0 + T;
     /* final norm and lm_head (FP, never quantized): logits [T][vocab] = norm(x) W_lm^T */
@@ -848,6 +1018,7 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
         for (ti = 0; ti < T; ++ti)
             for (v = 0; v < g->vocab; ++v) logits[ti * g->vocab + v] += f->lm_head_b[v];
     }
+    if (f->opts.stream_weights && f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, -1);
     return r;
 }
 
