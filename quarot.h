@@ -1207,12 +1207,16 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //         A = XH*R [M][b];  B = Q(A) (per row, symmetric, 4 or 8 bits, clip 1.0);  C = A^T*B [b][b]
 //         R_t = polar(C + lambda*I)            (orthogonal Procrustes: argmin_R ||A*R - B||_F)
 //         R <- R*R_t;  loss_t = L(XH*R)        (= L(A*R_t), the loss of the new R)
+//           (computed as R <- polar(XH^T*B + lambda*R), the same matrix since A^T B + lambda I =
+//           R^T (XH^T B + lambda R): no b^3 product R*R_t, and R does not drift from orthogonal)
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
-// polar() is a scaled Newton-Schulz iteration in float (Chen & Chow's scaling, see >>adapt_solve),
-// after deflating the largest singular values of C where a clear gap exists (outlier channels create
-// one; this leaves the polar factor unchanged): about log(sigma'_max/lambda)/log(2.6) + 4 iterations
-// (11-12 instead of 16 on the synthetic data of the bench), each costing 1.5 b^3-GEMMs.
+// polar() is a quintic Newton-Schulz iteration in float whose coefficients are re-optimized every
+// step for the current singular-value interval (see >>adapt_solve), after deflating the largest
+// singular values of C where a clear gap exists (outlier channels create one; this leaves the polar
+// factor unchanged): about log(sigma'_max/lambda)/log(4.2) + 3 iterations (7-8 instead of 11-12 with
+// the scaled cubic, 10-11 without deflation, on the synthetic data of the bench), each costing two
+// b^3-GEMMs (X^T X and G^2 are symmetric: half a GEMM each).
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1330,8 +1334,9 @@ QUAROT_API void          quarot_adapt_context_free(quarot_adapt_context* ctx);
 // QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the rows -> QUAROT_ERR_NONFINITE; no Hadamard order > 1
 // divides the block -> QUAROT_ERR_UNSUPPORTED_SIZE.
 // Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation). Time: per
-// step about 4*M*b^2 + (2 + 1.53 * Newton-Schulz iterations) * 2*b^3 flops, all in SGEMM through
-// env's parallel hook (e.g. 30 s per step at b = 4096, M = 2048 on one Zen 4 core).
+// step about 4*M*b^2 + (0.53 + 2.06 * Newton-Schulz iterations) * 2*b^3 flops, all in SGEMM through
+// env's parallel hook; the O(b^2) passes between them also go through the hook. Results do not
+// depend on the number of threads (the GEMMs and the passes split the work, never a sum).
 QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
                                              quarot_adapt_context* ctx, const quarot_env* env);
 // Fill ctx with a given R (e.g. the identity, or R from another tool): checks hidden % block == 0, R
@@ -9081,14 +9086,21 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 }
 
 // >>adapt_solve
-// polar(C + lambda*I) by Newton-Schulz in float with Chen & Chow's scaling, after the deflation
-// below when it applies. While the singular values of X lie in [l, 1],
-//     X <- X * (a/2) * (3I - a^2 X^T X),  a = sqrt(3 / (1 + l + l^2))
-// maps them into [p(a*l), 1] (p(y) = (3y - y^3)/2): small ones grow by up to 2.6x per step instead
-// of 1.5x. sigma_max is estimated (subspace or power iteration) and bounded for certain by the
-// inf-norm of the first X^T X; each step divides by 1 + 1e-3 for safety (a value just above 1 times
-// a ~ sqrt(3) would change sign). Near convergence (l >= 0.7) the plain iteration finishes. X^T X
-// costs half a GEMM (upper panels); T = c1*X^T X + c0*I is built in the same pass as the residual.
+// polar(C + lambda*Q) (Q = I, or the current R: see >>adapt) by Newton-Schulz in float, after the
+// deflation below when it applies. While the singular values of X lie in [l, 1], one step
+//     X <- X * (a I + b G + c G^2),  G = X^T X
+// with the minimax odd quintic p(x) = a x + b x^3 + c x^5 for [l, 1] (Remez, below) maps them into
+// [p(l), 1 + E], divided by 1 + E: small ones grow by up to 4.26x per step for 2 GEMM-equivalents
+// (the scaled cubic of Chen & Chow, used before: 2.6x for 1.5), and near 1 the error is cubed instead
+// of squared: at b = 2048, M = 2048 (bench_adapt) 7.3 iterations per step instead of 11.7 (perf, one
+// thread: ~60% of the time in the SGEMM kernel, 7% in the deflation's DGEMM, 7% in the symmetric
+// passes, 10% packing and copies). (A warm start from the previous step's factor does not help here: every polynomial
+// iteration acts on the singular values only, which an orthogonal factor leaves unchanged.)
+// sigma_max is estimated (subspace or power iteration) and bounded for certain by the inf-norm of
+// the first X^T X; each step divides by 1 + 1e-3 for safety (a value above 1 would be amplified by
+// the steep quintic). Near convergence (l >= 0.99) the fixed quintic (15x - 10x^3 + 3x^5)/8
+// finishes. X^T X and G^2 = G^T G cost half a GEMM each (upper panels); the symmetric passes that
+// mirror them and build T run over tile rows through the parallel hook.
 
 #define QUAROT__ADAPT_MARGIN 1e-3            // headroom above the tracked sigma_max of X
 #define QUAROT__ADAPT_POWER_ITERS 10         // power iterations for sigma_max(C)
@@ -9295,8 +9307,8 @@ static quarot_result quarot__adapt_subspace(int64_t n, int p, const double* cd, 
 // C (float [n][n]) -> C + lambda*I, deflated when a reliable gap exists (rounded once to float).
 // cd: [n][n] doubles, v, w, z: [n][p] doubles. Out: sigma_1 of C, lambda, the top singular value
 // of the result (an estimate from below; the caller bounds it from above) and k (0 = not deflated).
-static quarot_result quarot__adapt_deflate(int64_t n, float* c, double* cd, double* v, double* w, double* z, double reg,
-                                           double* sig_out, double* lam_out, double* top_out, int* k_out,
+static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdir, double* cd, double* v, double* w, double* z,
+                                           double reg, double* sig_out, double* lam_out, double* top_out, int* k_out,
                                            const quarot_env* env) {
     int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, i, k = 0;
     double th[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
@@ -9314,7 +9326,8 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, double* cd, doub
     if (!(sig > 0.0) || !(sig <= 1e150)) return QUAROT_OK;               // zero or non-finite: caller decides
     lam = reg * sig;
     *lam_out = lam;
-    for (r = 0; r < n; ++r) cd[r * n + r] += lam;
+    if (rdir) for (r = 0; r < nn; ++r) cd[r] += lam * (double)rdir[r];
+    else for (r = 0; r < n; ++r) cd[r * n + r] += lam;
     res = quarot__adapt_subspace(n, p, cd, v, w, QUAROT__ADAPT_DEFL_ITERS, th, sy, env);
     if (res != QUAROT_OK) return res;
     res = quarot_dgemm(1, 0, n, p, n, 1.0, cd, n, w, p, 0.0, z, p, env); // Z = Cd^T Cd V (Ritz residuals)
@@ -9364,12 +9377,124 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
     return (size_t)(n * n + 3 * n * p);
 }
 
-// U = polar(C + lambda*I), lambda = reg*sigma_max(C). C [n][n] is overwritten; x, y, g: [n][n] floats
-// of work; v: [2n] doubles; defl: quarot__adapt_defl_doubles(n) doubles, or NULL (no deflation).
-// The result is in *u_out (x or y). QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither
-// tol nor the float floor (below 1e-4).
-static quarot_result quarot__adapt_polar(int64_t n, float* c, float* x, float* y, float* g, double* v, double* defl,
-                                         double reg, double tol, int max_iter, float** u_out,
+// ---- the quintic step ----
+// One Newton-Schulz step of degree 5, X <- X*(a I + b G + c G^2), G = X^T X, maps each singular value
+// x to p(x) = a x + b x^3 + c x^5. For singular values in [l, 1] the coefficients are those of the best
+// uniform approximation of 1 on [l, 1] by such an odd quintic (Remez exchange on four alternation
+// points: p = 1 -/+ E at l, x1, x2, 1 with x1, x2 the extrema of p), the image [p(l), 1 + E] is then
+// divided by 1 + E. For small l the slope a tends to 8.51: p(l)/(1 + E) ~ 4.26 l per step for two
+// symmetric half-GEMMs and one GEMM (2 GEMM-equivalents), against 2.6 l for the scaled cubic's
+// 1.5 GEMM-equivalents; near 1 the error goes down with the cube instead of the square. Computed
+// in double per step (about 1 microsecond). Returns 0 when the exchange fails (never seen; the
+// caller then takes the scaled cubic).
+static int quarot__adapt_solve4(double m[4][5]) {
+    int i, j, k;
+    for (i = 0; i < 4; ++i) {
+        int piv = i;
+        for (j = i + 1; j < 4; ++j) if (fabs(m[j][i]) > fabs(m[piv][i])) piv = j;
+        if (!(fabs(m[piv][i]) > 0.0)) return 0;
+        for (k = 0; k < 5; ++k) { double t = m[i][k]; m[i][k] = m[piv][k]; m[piv][k] = t; }
+        for (j = 0; j < 4; ++j)
+            if (j != i) {
+                double f = m[j][i] / m[i][i];
+                for (k = i; k < 5; ++k) m[j][k] -= f * m[i][k];
+            }
+    }
+    for (i = 0; i < 4; ++i) m[i][4] /= m[i][i];
+    return 1;
+}
+
+static int quarot__adapt_quintic(double l, double* ca, double* cb, double* cc, double* err) {
+    double x[4];
+    int it, i;
+    if (!(l > 0.0) || !(l < 1.0)) return 0;
+    x[0] = l;
+    x[1] = l + (1.0 - l) * 0.1464;                 // start: Chebyshev-like points of [l, 1]
+    x[2] = l + (1.0 - l) * 0.8536;
+    x[3] = 1.0;
+    for (it = 0; it < 100; ++it) {
+        double m[4][5], sg[4] = {1.0, -1.0, 1.0, -1.0}, a, b, c, disc, y1, y2, n1, n2;
+        for (i = 0; i < 4; ++i) {                  // a x + b x^3 + c x^5 + s_i E = 1
+            double x2 = x[i] * x[i];
+            m[i][0] = x[i];
+            m[i][1] = x[i] * x2;
+            m[i][2] = x[i] * x2 * x2;
+            m[i][3] = sg[i];
+            m[i][4] = 1.0;
+        }
+        if (!quarot__adapt_solve4(m)) return 0;
+        a = m[0][4]; b = m[1][4]; c = m[2][4];
+        *ca = a; *cb = b; *cc = c; *err = m[3][4];
+        disc = 9.0 * b * b - 20.0 * a * c;         // extrema: a + 3b y + 5c y^2 = 0, y = x^2
+        if (!(disc >= 0.0) || !(c > 0.0)) return 0;
+        y1 = (-3.0 * b - sqrt(disc)) / (10.0 * c);
+        y2 = (-3.0 * b + sqrt(disc)) / (10.0 * c);
+        if (!(y1 > l * l) || !(y2 < 1.0) || !(y1 < y2)) return 0;
+        n1 = sqrt(y1);
+        n2 = sqrt(y2);
+        if (fabs(n1 - x[1]) <= 1e-15 && fabs(n2 - x[2]) <= 1e-15) return *err > 0.0 && *err < 1.0;
+        x[1] = n1;
+        x[2] = n2;
+    }
+    return *err > 0.0 && *err < 1.0;
+}
+
+// One tile row [bi, bi + 64) of a pass over the upper triangle of G (and of G2 when not NULL), 64 x 64
+// tiles: writes the full symmetric c0*I + c1*G + c2*G2 into g (G2 ignored when NULL) and returns
+// max|G - I| over the row. Reads only upper entries and writes row bi's upper tiles and their mirror
+// images (lower entries, read by nobody), so tile rows can run in parallel on the same g.
+#define QUAROT__ADAPT_TB 64
+static double quarot__adapt_sym_row(int64_t n, int64_t bi, float* g, const float* g2, double c0, double c1, double c2) {
+    int64_t bj, i, j, ie = bi + QUAROT__ADAPT_TB < n ? bi + QUAROT__ADAPT_TB : n;
+    double r = 0.0;
+    for (bj = bi; bj < n; bj += QUAROT__ADAPT_TB) {
+        int64_t je = bj + QUAROT__ADAPT_TB < n ? bj + QUAROT__ADAPT_TB : n;
+        for (i = bi; i < ie; ++i)
+            for (j = (bi == bj ? i : bj); j < je; ++j) {
+                double gv = (double)g[i * n + j], e = fabs(gv - (i == j ? 1.0 : 0.0)), v = c1 * gv + (i == j ? c0 : 0.0);
+                float tv;
+                if (!(e <= r)) r = e;                              // NaN propagates
+                if (g2) v += c2 * (double)g2[i * n + j];
+                tv = (float)v;
+                g[i * n + j] = tv;
+                g[j * n + i] = tv;
+            }
+    }
+    return r;
+}
+
+typedef struct quarot__adapt_sym_job {
+    int64_t n;
+    float* g;
+    const float* g2;
+    double c0, c1, c2;
+    double* res;                         // [tile rows] max|G - I| per tile row
+} quarot__adapt_sym_job;
+
+static void quarot__adapt_sym_task(void* arg, int64_t t) {
+    quarot__adapt_sym_job* jb = (quarot__adapt_sym_job*)arg;
+    jb->res[t] = quarot__adapt_sym_row(jb->n, t * QUAROT__ADAPT_TB, jb->g, jb->g2, jb->c0, jb->c1, jb->c2);
+}
+
+// g <- c0*I + c1*G + c2*G2 (full, symmetric) from the upper triangles, tile rows through env's parallel
+// hook; returns max|G - I| (the maximum is the same whatever the split). res: [n/64 + 1] doubles.
+static double quarot__adapt_sym_combine(int64_t n, float* g, const float* g2, double c0, double c1, double c2,
+                                        double* res, const quarot_env* env) {
+    quarot__adapt_sym_job jb;
+    int64_t t, nt = (n + QUAROT__ADAPT_TB - 1) / QUAROT__ADAPT_TB;
+    double r = 0.0;
+    jb.n = n; jb.g = g; jb.g2 = g2; jb.c0 = c0; jb.c1 = c1; jb.c2 = c2; jb.res = res;
+    quarot_env_parallel_for(env, quarot__adapt_sym_task, &jb, nt);
+    for (t = 0; t < nt; ++t) if (!(res[t] <= r)) r = res[t];
+    return r;
+}
+
+// U = polar(C + lambda*Q), lambda = reg*sigma_max(C), Q = rdir (an orthogonal [n][n]) or I (rdir
+// NULL). C [n][n] is overwritten; x, y, g, h: [n][n] floats of work; v: [2n] doubles; defl:
+// quarot__adapt_defl_doubles(n) doubles, or NULL (no deflation). The result is in *u_out (x or y).
+// QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither tol nor the float floor (below 1e-4).
+static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir, float* x, float* y, float* g, float* h,
+                                         double* v, double* defl, double reg, double tol, int max_iter, float** u_out,
                                          quarot__adapt_polar_out* out, const quarot_env* env) {
     double sig = 0.0, lam = 0.0, top = 0.0, s, l, prev = 0.0;
     int64_t i, nn = n * n;
@@ -9379,28 +9504,33 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, float* x, float* y
     out->residual = 0.0;
     out->deflated = 0;
     *u_out = x;
-    if (defl && n >= 8) {                          // C <- (C + lambda I) * M, see above
+    if (defl && n >= 8) {                          // C <- (C + lambda Q) * M, see above
         int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
-        res = quarot__adapt_deflate(n, c, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, &sig, &lam, &top,
-                                    &out->deflated, env);
+        res = quarot__adapt_deflate(n, c, rdir, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, &sig, &lam,
+                                    &top, &out->deflated, env);
         if (res != QUAROT_OK) return res;
     } else {
         sig = quarot__adapt_sigma_max(n, c, v, v + n);
         lam = reg * sig;
-        top = sig + lam;                           // sigma_max(C + lam I) <= sigma_max(C) + lam
-        if (sig > 0.0 && sig <= 1e150)
-            for (i = 0; i < n; ++i) c[i * n + i] = (float)((double)c[i * n + i] + lam);
+        top = sig + lam;                           // sigma_max(C + lam Q) <= sigma_max(C) + lam
+        if (sig > 0.0 && sig <= 1e150) {
+            if (rdir) for (i = 0; i < nn; ++i) c[i] = (float)((double)c[i] + lam * (double)rdir[i]);
+            else for (i = 0; i < n; ++i) c[i * n + i] = (float)((double)c[i * n + i] + lam);
+        }
     }
     if (!(sig > 0.0) || !(sig <= 1e150)) {         // C == 0 (all activations zero): nothing to learn
-        memset(x, 0, (size_t)nn * sizeof(float));
-        for (i = 0; i < n; ++i) x[i * n + i] = 1.0f;
+        if (rdir) memcpy(x, rdir, (size_t)nn * sizeof(float));
+        else {
+            memset(x, 0, (size_t)nn * sizeof(float));
+            for (i = 0; i < n; ++i) x[i * n + i] = 1.0f;
+        }
         return sig == 0.0 ? QUAROT_OK : QUAROT_ERR_NONFINITE;
     }
     s = top * 1.02;                                // estimates are from below; the inf-norm check corrects
     for (i = 0; i < nn; ++i) x[i] = (float)((double)c[i] / s);
     l = lam / s;                                   // lower end guess (exact for symmetric C >= 0)
     for (k = 0;; ++k) {
-        double r, a, c0, c1;
+        double r, a, b, cq, e, rho;
         float* t;
         res = quarot__adapt_gram(n, x, g, env);
         if (res != QUAROT_OK) return res;
@@ -9416,20 +9546,7 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, float* x, float* y
                 l *= f;
             }
         }
-        if (l < 0.7) {                             // scaled step for singular values in [l, 1 + margin]
-            double lm = l / (1.0 + QUAROT__ADAPT_MARGIN), sc;
-            if (lm < 1e-12) lm = 1e-12;
-            a = sqrt(3.0 / (1.0 + lm + lm * lm));
-            sc = a / (1.0 + QUAROT__ADAPT_MARGIN);     // X is divided by 1 + margin, then scaled by a
-            c0 = 1.5 * sc;
-            c1 = -0.5 * sc * sc * sc;
-            l = 0.5 * a * lm * (3.0 - a * a * lm * lm);
-        } else {                                   // plain Newton-Schulz
-            c0 = 1.5;
-            c1 = -0.5;
-            l = 0.5 * l * (3.0 - l * l);
-        }
-        r = quarot__adapt_sym_pass(n, g, g, c0, c1, NULL);   // residual of X, and T = c1*G + c0*I
+        r = quarot__adapt_sym_combine(n, g, NULL, 0.0, 1.0, 0.0, v, env);   // residual of X; G made full
         out->iterations = k;
         out->residual = r;
         if (!(r <= 1e30)) return QUAROT_ERR_NONFINITE;
@@ -9437,6 +9554,33 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, float* x, float* y
         if (k > 0 && r < 1e-4 && r > 0.5 * prev) return QUAROT_OK;   // float floor reached
         if (k >= max_iter) return QUAROT_ERR_NOT_CONVERGED;
         prev = r;
+        // singular values of X in [l, 1 + margin]: the best quintic for [l/rho, 1] on X/rho
+        rho = 1.0 + QUAROT__ADAPT_MARGIN;
+        if (l / rho < 1e-9) l = 1e-9 * rho;
+        if (l / rho < 0.99 && quarot__adapt_quintic(l / rho, &a, &b, &cq, &e)) {
+            double lm = l / rho, f = 1.0 / (1.0 + e), y2 = lm * lm;
+            l = f * lm * (a + y2 * (b + y2 * cq));
+            a *= f / rho;
+            b *= f / (rho * rho * rho);
+            cq *= f / (rho * rho * rho * rho * rho);
+        } else if (l / rho < 0.99) {               // fallback: the scaled cubic (Chen & Chow)
+            double lm = l / rho, al = sqrt(3.0 / (1.0 + lm + lm * lm)), sc = al / rho;
+            a = 1.5 * sc;
+            b = -0.5 * sc * sc * sc;
+            cq = 0.0;
+            l = 0.5 * al * lm * (3.0 - al * al * lm * lm);
+        } else {                                   // plain quintic Newton-Schulz (fixed point 1, flat there)
+            double y2 = l * l;
+            a = 15.0 / 8.0;
+            b = -10.0 / 8.0;
+            cq = 3.0 / 8.0;
+            l = l * (a + y2 * (b + y2 * cq));
+        }
+        if (cq != 0.0) {
+            res = quarot__adapt_gram(n, g, h, env);                    // G^2 = G^T G (upper)
+            if (res != QUAROT_OK) return res;
+        }
+        quarot__adapt_sym_combine(n, g, cq != 0.0 ? h : NULL, a, b, cq, v, env);   // T = a I + b G + c G^2
         res = quarot_sgemm(0, 0, n, n, n, 1.0f, x, n, g, n, 0.0f, y, n, env);    // X <- X*T
         if (res != QUAROT_OK) return res;
         t = x; x = y; y = t;
@@ -9605,18 +9749,19 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     }
     for (step = 1; step <= dd.steps && res == QUAROT_OK; ++step) {
         quarot__adapt_polar_out po;
-        float *U, *sw;
+        float* U;
         double loss;
         memset(&po, 0, sizeof po);
-        res = quarot_sgemm(1, 0, b, b, M, 1.0f, A, b, B, b, 0.0f, C, b, env);                  // C = A^T B
-        if (res == QUAROT_OK) res = quarot__adapt_polar(b, C, X, Y, G, vw, defl, reg, tol, max_iter, &U, &po, env);
+        // R <- R*polar(A^T B + lambda I) computed as polar((XH)^T B + lambda R): the same matrix in exact
+        // arithmetic (A = XH*R, R orthogonal), without the b^3 product R*R_step, and R stays orthogonal
+        res = quarot_sgemm(1, 0, b, b, M, 1.0f, xh, b, B, b, 0.0f, C, b, env);                 // (XH)^T B
+        if (res == QUAROT_OK) res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, reg, tol, max_iter, &U, &po, env);
         if (res == QUAROT_ERR_NOT_CONVERGED)
             quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: Newton-Schulz did not converge at step %d (%d iterations, "
                               "max|X^T X - I| = %.3g); raise reg (now %g) or polar.max_iter", step, po.iterations, po.residual, reg);
         if (res != QUAROT_OK) break;
-        res = quarot_sgemm(0, 0, b, b, b, 1.0f, R, b, U, b, 0.0f, Rn, b, env);                 // R <- R * R_step
-        sw = R; R = Rn; Rn = sw;
-        if (res == QUAROT_OK) res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);   // A = X*H*R
+        memcpy(R, U, bbytes);
+        res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);                 // A = X*H*R
         if (res != QUAROT_OK) break;
         memcpy(B, A, mbytes);
         res = quarot_fake_quant_f32(B, M, b, b, &qd);

@@ -192,9 +192,10 @@ int main(int argc, char** argv) {
             c1 = cpu_s();
             if (r != QUAROT_OK) { printf("  stage 1 failed: %s: %s\n", quarot_result_string(r), ctx.error); return 1; }
             for (i = 0; i < ctx.steps_run; ++i) {
-                /* per step: C = A^T B and A = XH*R (2*M*b^2 each), R*R_step (2*b^3), per NS
-                   iteration the upper half of X^T X and X*T (about (0.53 + 1) * 2*b^3) */
-                flops += 4.0 * m * b * b + 2.0 * b * b * b + (double)ctx.polar_iterations[i] * 1.53 * 2.0 * b * b * b;
+                /* per step: XH^T B and A = XH*R (2*M*b^2 each), per (quintic) Newton-Schulz
+                   iteration the upper halves of X^T X and G^2 and X*T (about (0.53 + 0.53 + 1) *
+                   2*b^3), plus the last X^T X that shows convergence */
+                flops += 4.0 * m * b * b + 0.53 * 2.0 * b * b * b + (double)ctx.polar_iterations[i] * 2.06 * 2.0 * b * b * b;
                 its += ctx.polar_iterations[i];
             }
             printf("  %6lld %7d %9.2f %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)%s\n", (long long)h, threads, t1 - t0, c1 - c0,

@@ -17,6 +17,7 @@
 #include "qx_model.h"
 #include "qx_online.h"
 #include "qx_synth.h"
+#include "qx_threads.h"
 
 /* ---------- helpers ---------- */
 
@@ -376,6 +377,46 @@ static void test_step_is_procrustes(void) {
     }
     free(hd); free(a); free(bq); free(c); free(p); free(u2);
     quarot_adapt_context_free(&ctx);
+    free(x);
+}
+
+/* Stage 1 gives the same bits with 1, 2 and 3 threads (the GEMMs split over panels of the output, the
+   symmetric passes over tile rows, and no sum is split), with and without deflation. */
+static void test_stage1_threads(void) {
+    int64_t h = 256, n = 384, i;
+    float* x = make_acts(n, h, 23);
+    int nd, t;
+    for (nd = 0; nd < 2; ++nd) {
+        quarot_adapt_context ref;
+        quarot_adapt_desc d;
+        memset(&d, 0, sizeof d);
+        d.steps = 3;
+        d.seed = 5;
+        d.no_deflation = nd;
+        quarot_adapt_context_init(&ref, NULL);
+        QT_OK(run_stage1(x, n, h, &d, &ref));
+        for (t = 2; t <= 3 && ref.matrix; ++t) {
+            qx_pool* pool = qx_pool_create(t);
+            quarot_env env;
+            quarot_adapt_capture cap;
+            quarot_adapt_context c;
+            int same;
+            qx_pool_env(pool, &env);
+            quarot_adapt_context_init(&c, &env);
+            QT_OK(quarot_adapt_capture_init(&cap, h, &d, &env));
+            QT_OK(quarot_adapt_capture_add(&cap, "model.layers.0.mlp.up_proj.weight", x, n, h));
+            QT_OK(quarot_adapt_stage1(&cap, &d, &c, &env));
+            same = c.matrix && c.steps_run == ref.steps_run && c.best_step == ref.best_step &&
+                   memcmp(c.matrix, ref.matrix, (size_t)(h * h) * sizeof(double)) == 0;
+            for (i = 0; same && i < c.steps_run; ++i)
+                same = c.losses[i] == ref.losses[i] && c.polar_iterations[i] == ref.polar_iterations[i];
+            QT_CHECKF(same, "%d threads (deflation %s): stage 1 differs from one thread", t, nd ? "off" : "on");
+            quarot_adapt_capture_free(&cap);
+            quarot_adapt_context_free(&c);
+            qx_pool_destroy(pool);
+        }
+        quarot_adapt_context_free(&ref);
+    }
     free(x);
 }
 
@@ -1047,6 +1088,7 @@ int main(void) {
     QT_RUN(test_stage1_block);
     QT_RUN(test_step_is_procrustes);
     QT_RUN(test_deflation_same_result);
+    QT_RUN(test_stage1_threads);
     QT_RUN(test_serialization_rejects);
     QT_RUN(test_faq_errors);
     QT_RUN(test_stage2_identity_bitexact);

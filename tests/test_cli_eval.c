@@ -496,6 +496,24 @@ static void test_eval_options(void) {
     run_free(&r);
 }
 
+/* --threads: the same table (every digit) for 1 and 3 threads, quantized and FP32. */
+static void test_eval_threads_same(void) {
+    char args[16384];
+    cli_run r1, r3;
+    if (!SYN_OK) { QT_CHECK(SYN_OK); return; }
+    snprintf(args, sizeof args, "eval '%s' --text '%s' --seq-len 64 --windows 3 --w-bits 4,16 --a-bits 4 --kv-bits 4 --quiet --threads 1",
+             SYN_MODEL, SYN_TEXT);
+    run_cli(&r1, args);
+    QT_CHECKF(r1.rc == 0, "exit %d: %s", r1.rc, r1.err);
+    args[strlen(args) - 1] = '3';
+    run_cli(&r3, args);
+    QT_CHECKF(r3.rc == 0, "exit %d: %s", r3.rc, r3.err);
+    QT_CHECK(strstr(r1.out, "W4A4KV4") != NULL);
+    QT_CHECKF(strcmp(r1.out, r3.out) == 0, "--threads 1 and 3 differ:\n%s\n---\n%s", r1.out, r3.out);
+    run_free(&r1);
+    run_free(&r3);
+}
+
 /* One error line on stderr, nothing on stdout, the documented exit code. */
 static void expect_error(const char* args, int code, const char* needle) {
     cli_run r;
@@ -767,6 +785,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_stories_fp_matches_reference);
     QT_RUN(test_stories_quarot_lowers_quantized_ppl);
     QT_RUN(test_eval_options);
+    QT_RUN(test_eval_threads_same);
     QT_RUN(test_eval_bad_input);
     QT_RUN(test_plot);
     QT_RUN(test_demo);

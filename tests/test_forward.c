@@ -18,6 +18,7 @@
 #include "qx_store.h"
 #include "qx_forward.h"
 #include "qx_synth.h"
+#include "qx_threads.h"
 #include "qx_eval.h"
 #include "qx_llama2c.h"
 #include "qx_tokenizer.h"
@@ -322,6 +323,178 @@ static void test_window_vs_incremental(void) {
         free(win);
         free(inc);
         qx_store_free(&s);
+    }
+}
+
+/* The forward pass with 2 and 3 threads (GEMMs, row chunks, groups of heads) gives the same bits as
+   with one, for every family, in FP32 and under W4A4KV4 fake quantization, as a window and as a
+   prefill plus steps. Sizes large enough that every row-parallel step splits (rows * cols >= 32768). */
+static void test_threads_bitexact(void) {
+    int fi;
+    for (fi = 0; qx_synth_family(fi); ++fi) {
+        const char* arch = qx_synth_family(fi);
+        qx_synth_desc d;
+        qx_store s;
+        qx_err e;
+        int32_t toks[160];
+        int64_t T = 160, V, t;
+        int qz, th;
+        memset(&d, 0, sizeof d);
+        d.arch = arch;
+        d.seed = 8;
+        d.hidden = 256;
+        d.intermediate = 320;
+        d.n_layers = 2;
+        d.n_heads = 8;
+        d.n_kv_heads = strcmp(arch, "opt") == 0 ? 8 : 4;
+        d.head_dim = 32;
+        d.vocab = 300;
+        d.max_seq = 256;
+        QT_OK(qx_synth_model(&s, &d, &e));
+        V = V_of(&s);
+        make_tokens(toks, T, V, 9);
+        for (qz = 0; qz < 2; ++qz) {
+            float *ref = (float*)malloc((size_t)(T * V) * sizeof(float)), *got = (float*)malloc((size_t)(T * V) * sizeof(float));
+            qx_forward_opts o;
+            qx_forward f;
+            memset(&o, 0, sizeof o);
+            if (qz) { o.quant.w_bits = 4; o.quant.a_bits = 4; o.quant.k_bits = 4; o.quant.v_bits = 4; }
+            QT_OK(qx_forward_init(&f, &s, &o, &e));
+            QT_OK(qx_forward_window(&f, toks, T, ref, &e));
+            qx_forward_free(&f);
+            for (th = 2; th <= 3; ++th) {
+                qx_pool* pool = qx_pool_create(th);
+                quarot_env env;
+                qx_pool_env(pool, &env);
+                o.env = &env;
+                QT_OK(qx_forward_init(&f, &s, &o, &e));
+                memset(got, 0, (size_t)(T * V) * sizeof(float));
+                QT_OK(qx_forward_window(&f, toks, T, got, &e));
+                QT_CHECKF(memcmp(ref, got, (size_t)(T * V) * sizeof(float)) == 0, "%s %s: %d threads differ from 1 (window)",
+                          arch, qz ? "W4A4KV4" : "fp32", th);
+                qx_forward_reset(&f);                  /* prefill 100, then 60 steps: same cache contents */
+                QT_OK(qx_forward_tokens(&f, toks, 100, got, &e));
+                for (t = 100; t < T; ++t) QT_OK(qx_forward_step(&f, toks[t], got + t * V, &e));
+                QT_CHECK(f.pos == T);
+                qx_forward_free(&f);
+                qx_pool_destroy(pool);
+                o.env = NULL;
+            }
+            free(ref);
+            free(got);
+        }
+        qx_store_free(&s);
+    }
+}
+
+/* Layer-wise weights (opts.stream_weights): for every family, f32 / f16 / bf16 storage, FP32 and
+   W4A4KV4 (per channel, and groups of 32 with the clip search), 1 and 2 threads, the logits are the
+   same bits as the copy-at-init path, as a window and as prefill plus steps; layer_done sees every
+   layer and then -1 once per call; f32 tensors are read in place (no layer buffer for them in FP);
+   a missing tensor is the same error at init in both modes. */
+typedef struct done_log { int64_t calls, finals, last; int order_ok; } done_log;
+
+static void on_layer_done(void* user, int64_t layer) {
+    done_log* d = (done_log*)user;
+    if (layer >= 0 && layer != d->last + 1) d->order_ok = 0;
+    d->last = layer;
+    d->calls++;
+    if (layer < 0) d->finals++;
+}
+
+static void test_stream_weights_bitexact(void) {
+    int fi;
+    for (fi = 0; qx_synth_family(fi); ++fi) {
+        const char* arch = qx_synth_family(fi);
+        qx_synth_desc d;
+        qx_err e;
+        int32_t toks[48];
+        int64_t T = 48, V, t;
+        int dk, qz, th;
+        quarot_dtype dts[3] = {QUAROT_DTYPE_F32, QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16};
+        memset(&d, 0, sizeof d);
+        d.arch = arch;
+        d.seed = 12;
+        d.hidden = 128;
+        d.intermediate = 192;
+        d.n_layers = 3;
+        d.n_heads = 4;
+        d.n_kv_heads = strcmp(arch, "opt") == 0 ? 4 : 2;
+        d.head_dim = 32;
+        d.vocab = 200;
+        d.max_seq = 128;
+        for (dk = 0; dk < 3; ++dk) {
+            qx_store s;
+            QT_OK(qx_synth_model(&s, &d, &e));
+            if (dts[dk] != QUAROT_DTYPE_F32) QT_OK(qx_store_convert(&s, dts[dk]));
+            V = V_of(&s);
+            make_tokens(toks, T, V, 5);
+            for (qz = 0; qz < 3; ++qz) {
+                float *ref = (float*)malloc((size_t)(T * V) * sizeof(float)), *got = (float*)malloc((size_t)(T * V) * sizeof(float));
+                qx_forward_opts o;
+                qx_forward f;
+                memset(&o, 0, sizeof o);
+                if (qz) { o.quant.w_bits = 4; o.quant.a_bits = 4; o.quant.k_bits = 4; o.quant.v_bits = 4; }
+                if (qz == 2) { o.quant.w_group = 32; o.quant.w_clip_search = 1; }
+                QT_OK(qx_forward_init(&f, &s, &o, &e));
+                QT_OK(qx_forward_window(&f, toks, T, ref, &e));
+                qx_forward_free(&f);
+                for (th = 1; th <= 2; ++th) {
+                    qx_pool* pool = th > 1 ? qx_pool_create(th) : NULL;
+                    quarot_env env;
+                    done_log dl;
+                    qx_pool_env(pool, &env);
+                    o.env = th > 1 ? &env : NULL;
+                    o.stream_weights = 1;
+                    o.layer_done = on_layer_done;
+                    o.layer_done_user = &dl;
+                    memset(&dl, 0, sizeof dl);
+                    dl.last = -1;
+                    dl.order_ok = 1;
+                    QT_OK(qx_forward_init(&f, &s, &o, &e));
+                    if (dk == 0 && qz == 0) QT_CHECKF(f.layer_floats > 0 && f.n_blocks <= 4, "%s: %lld blocks", arch, (long long)f.n_blocks);
+                    memset(got, 0, (size_t)(T * V) * sizeof(float));
+                    QT_OK(qx_forward_window(&f, toks, T, got, &e));
+                    QT_CHECKF(memcmp(ref, got, (size_t)(T * V) * sizeof(float)) == 0, "%s dtype %d quant %d, %d threads: layer-wise differs (window)",
+                              arch, dk, qz, th);
+                    QT_CHECK(dl.calls == d.n_layers + 1 && dl.finals == 1 && dl.order_ok);
+                    qx_forward_reset(&f);
+                    QT_OK(qx_forward_tokens(&f, toks, 30, got, &e));
+                    for (t = 30; t < T; ++t) QT_OK(qx_forward_step(&f, toks[t], got + t * V, &e));
+                    QT_CHECK(dl.finals == 1 + 1 + (T - 30));
+                    qx_forward_free(&f);
+                    qx_pool_destroy(pool);
+                }
+                {   /* prefill + steps in the copy path, for the second comparison */
+                    memset(&o, 0, sizeof o);
+                    if (qz) { o.quant.w_bits = 4; o.quant.a_bits = 4; o.quant.k_bits = 4; o.quant.v_bits = 4; }
+                    if (qz == 2) { o.quant.w_group = 32; o.quant.w_clip_search = 1; }
+                    QT_OK(qx_forward_init(&f, &s, &o, &e));
+                    QT_OK(qx_forward_tokens(&f, toks, 30, ref, &e));
+                    for (t = 30; t < T; ++t) QT_OK(qx_forward_step(&f, toks[t], ref + t * V, &e));
+                    qx_forward_free(&f);
+                    QT_CHECKF(memcmp(ref, got, (size_t)(T * V) * sizeof(float)) == 0, "%s dtype %d quant %d: layer-wise differs (steps)", arch, dk, qz);
+                }
+                free(ref);
+                free(got);
+            }
+            if (dk == 0) {   /* the same first error at init in both modes */
+                qx_forward_opts o;
+                qx_forward f;
+                qx_err e2;
+                char name[128];
+                quarot_result r1, r2;
+                snprintf(name, sizeof name, "%s2.%s", strcmp(arch, "opt") == 0 ? "model.decoder.layers." : "model.layers.",
+                         strcmp(arch, "opt") == 0 ? "fc2.weight" : "mlp.down_proj.weight");
+                QT_CHECK(qx_store_remove(&s, name) == 1);
+                memset(&o, 0, sizeof o);
+                r1 = qx_forward_init(&f, &s, &o, &e);
+                o.stream_weights = 1;
+                r2 = qx_forward_init(&f, &s, &o, &e2);
+                QT_CHECK(r1 == QUAROT_ERR_NOT_FOUND && r2 == r1 && strcmp(e.msg, e2.msg) == 0);
+            }
+            qx_store_free(&s);
+        }
     }
 }
 
@@ -1009,6 +1182,8 @@ static void test_stories_perplexity(void) {
 int main(void) {
     QT_RUN(test_against_reference);
     QT_RUN(test_window_vs_incremental);
+    QT_RUN(test_threads_bitexact);
+    QT_RUN(test_stream_weights_bitexact);
     QT_RUN(test_rope_properties);
     QT_RUN(test_gqa_sharing);
     QT_RUN(test_opt_position_offset);

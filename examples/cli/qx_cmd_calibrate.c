@@ -54,7 +54,8 @@ static void calibrate_usage(FILE* f) {
         "  --tokens FILE         token ids instead of --text (whitespace separated or a JSON array); stream\n"
         "                        windows, with the tokenizer's BOS when one is found\n"
         QX_CLI_HOOKS_HELP
-        "  --threads N           threads for the forward pass and the optimizer (default 1)\n"
+        "  --threads N           threads for the forward pass and the optimizer (default: every core);\n"
+        "                        the results are the same for any N\n"
         "  --force               replace an existing CONTEXT\n"
         "  --quiet               no progress and no per-step loss on stderr\n"
         "  --help                this text\n"
@@ -128,7 +129,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
     int64_t n_ids = 0;
     const char* hooks_opt = NULL;   /* --hooks FILE */
     const char* dtype = "int4";
-    int64_t steps = 20, block = -1, max_samples = 2048, seed = 0, seq_len = 256, windows = 0, threads = 1;
+    int64_t steps = 20, block = -1, max_samples = 2048, seed = 0, seq_len = 256, windows = 0, threads = 0;
     int windowing = QX_WINDOWING_STREAM, quiet = 0, force = 0, i, k, rc = QX_EXIT_OK;
     char* layer_copy = NULL;
     const char** layer_list = NULL;
@@ -265,6 +266,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
 windows_ready:
 
     /* stage 1 */
+    if (threads == 0) threads = qx_cpu_count();
     if (threads > 1) pool = qx_pool_create((int)threads);
     qx_pool_env(pool, &env);
     co.env = &env;

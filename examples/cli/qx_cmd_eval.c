@@ -67,13 +67,16 @@ static void eval_usage(FILE* f) {
         "              fresh BOS), every chunk token is scored; windows follow file order.\n"
         "              Both: perplexity = exp(mean negative log-likelihood over every scored token),\n"
         "              log-softmax in double precision.\n"
+        );
+    fputs(
         "  --seed N              seed of the random Hadamard signs (default 0; QuaRot --seed)\n"
-        "  --threads N           threads for the forward pass and GPTQ (default 1)\n"
+        "  --threads N           threads for the forward pass, GPTQ and stage 1 (default: every core);\n"
+        "                        the results are the same for any N\n"
         "  --engine ref|int      who computes the perplexity: ref (default) the fake-quantized reference\n"
         "                        forward pass; int the inference engine (examples/engine/: integer kernels,\n"
-        "                        online hooks, quantized KV cache), which must agree within ~0.1%%\n"
+        "                        online hooks, quantized KV cache), which must agree within ~0.1%\n"
         "  --quiet               no progress on stderr\n"
-        "  --help                this text\n");
+        "  --help                this text\n", f);
     fputs(
         "\n"
         "Adapt Rotation column (\"Adapt\"): Adapt Rotation stage 2 with the same R2 and online hooks as the\n"
@@ -316,7 +319,7 @@ int qx_cmd_eval(int argc, char** argv) {
     const char *w_quant = "rtn", *rotation_opt = "hadamard", *columns_opt = NULL, *rows_opt = NULL;
     int migrate = 0, w_clip = 0, w_asym = 0, a_asym = 0, act_order = 0, int8_down = 0, no_online = 0, no_fp32 = 0;
     int k_sym = 0, v_sym = 0, gptq = 0, want_col[3] = {1, 1, 1}, columns_given = 0;
-    int64_t a_group = 0, k_group = 0, v_group = 0, nsamples = 0, threads = 1, kb_opt = 0, vb_opt = 0;
+    int64_t a_group = 0, k_group = 0, v_group = 0, nsamples = 0, threads = 0, kb_opt = 0, vb_opt = 0;
     double k_clip = 0.0, v_clip = 0.0, percdamp = 0.01;
     int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS], n_qs = 0;
     eval_qstore* qs = NULL;
@@ -526,8 +529,6 @@ int qx_cmd_eval(int argc, char** argv) {
         n_settings--;
         if (n_settings == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--no-fp32 leaves no row: give --w-bits / --a-bits / --kv-bits");
     }
-    pool = threads > 1 ? qx_pool_create((int)threads) : NULL;
-    qx_pool_env(pool, &env);
 
     /* Inputs: model, tokenizer, text (each failure is one line naming the file). */
     memset(&lo, 0, sizeof lo);
@@ -538,6 +539,9 @@ int qx_cmd_eval(int argc, char** argv) {
     }
     r = qx_cli_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (threads == 0) threads = qx_cpu_count();
+    if (threads > 1) pool = qx_pool_create((int)threads);
+    qx_pool_env(pool, &env);
     have_model = 1;
     memset(&win, 0, sizeof win);
     quarot_online_list_init(&hooks, NULL);
@@ -661,6 +665,7 @@ int qx_cmd_eval(int argc, char** argv) {
             goto done;
         }
         memset(&co, 0, sizeof co);
+        co.env = &env;
         co.on_window = on_calib_window;
         co.user = &cli;
         co.adapt.quant_dtype = calib_dtype;
@@ -828,8 +833,7 @@ int qx_cmd_eval(int argc, char** argv) {
                 prog.before += win.n;
                 continue;
             }
-            r = qx_ek_forward_init(&ef, src, variants[j].hooks, &q, NULL, NULL, &e);
-            if (r == QUAROT_OK) ef.f.opts.env = &env;
+            r = qx_ek_forward_init_env(&ef, src, variants[j].hooks, &q, NULL, NULL, &env, &e);
             if (r != QUAROT_OK) {
                 rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s",
                                  settings[i].label, variants[j].name, e.msg);

@@ -12,6 +12,7 @@
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
+#include "qx_threads.h"
 
 #include <errno.h>
 #include <math.h>
@@ -43,6 +44,7 @@ static void plot_usage(FILE* f) {
         QX_CLI_HOOKS_HELP
         "  --log               logarithmic y axis (default linear)\n"
         "  --seed N            seed of the random Hadamard signs (default 0)\n"
+        "  --threads N         threads for the forward pass (default: every core; same results for any N)\n"
         "  --force             replace an existing output file\n"
         "  --quiet             no progress on stderr\n"
         "  --help              this text\n"
@@ -246,7 +248,9 @@ int qx_cmd_plot(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v = NULL, *site = "q", *tokens_path = NULL;
     const char* hooks_opt = NULL;   /* --hooks FILE */
-    int64_t layer = -1, n_tok_want = 256, seed = 0;
+    int64_t layer = -1, n_tok_want = 256, seed = 0, threads = 0;
+    qx_pool* pool = NULL;
+    quarot_env penv;
     int quiet = 0, log_scale = 0, force = 0, i, rc = QX_EXIT_OK;
     qx_store model, rot;
     quarot_online_list hooks;
@@ -294,6 +298,7 @@ int qx_cmd_plot(int argc, char** argv) {
             }
         }
         else if ((got = PLOT_OPT("--seed")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
+        else if ((got = PLOT_OPT("--threads")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
         else if ((got = PLOT_OPT("--site")) != 0) {
             if (got < 0) return QX_EXIT_USAGE;
             if (strcmp(v, "q") != 0 && strcmp(v, "down") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--site: '%s' is neither q nor down", v);
@@ -319,6 +324,9 @@ int qx_cmd_plot(int argc, char** argv) {
     memset(&lo, 0, sizeof lo);
     r = qx_cli_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (threads == 0) threads = qx_cpu_count();
+    if (threads > 1) pool = qx_pool_create((int)threads);
+    qx_pool_env(pool, &penv);
     have_model = 1;
     quarot_online_list_init(&hooks, NULL);
     memset(&tok, 0, sizeof tok);
@@ -374,7 +382,7 @@ int qx_cmd_plot(int argc, char** argv) {
         cap[i].layer = layer;
         cap[i].suffix = strcmp(site, "q") == 0 ? "q_proj.weight" : "down_proj.weight";
         cap[i].suffix2 = strcmp(site, "q") == 0 ? NULL : "fc2.weight";
-        r = qx_ek_forward_init(&ef, i ? &rot : &model, i ? &hooks : NULL, NULL, on_capture, &cap[i], &e);
+        r = qx_ek_forward_init_env(&ef, i ? &rot : &model, i ? &hooks : NULL, NULL, on_capture, &cap[i], &penv, &e);
         if (r == QUAROT_OK) {
             r = qx_forward_window(&ef.f, toks, T, NULL, &e);
             if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
@@ -464,6 +472,7 @@ int qx_cmd_plot(int argc, char** argv) {
     printf("wrote %s\n", out_path);
 
 done:
+    qx_pool_destroy(pool);
     if (tmp_fd >= 0) { close(tmp_fd); unlink(tmp_path); }
     free(cap[0].cmax);
     free(cap[1].cmax);

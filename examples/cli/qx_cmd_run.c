@@ -64,7 +64,7 @@ static void run_usage(FILE* f) {
         "  --seq-len N           stage-1 window length in tokens, BOS included (default 256)\n"
         "  --windows N           stage 1 on the first N windows only (default 0 = all)\n"
         "  --windowing stream|docs  how a .txt dataset becomes windows (default stream)\n"
-        "  --threads N           threads for stage 1 (default 1)\n"
+        "  --threads N           threads for stage 1 (default: every core); the results are the same for any N\n"
         "  --force               replace existing outputs\n"
         "  --quiet               no progress on stderr (warnings and errors are still printed)\n"
         "  --help                this text\n"
@@ -182,6 +182,7 @@ static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, c
     }
     have_win = 1;
 windows_ready:
+    if (threads == 0) threads = qx_cpu_count();
     if (threads > 1) pool = qx_pool_create((int)threads);
     qx_pool_env(pool, &env);
     co.env = &env;
@@ -221,7 +222,7 @@ done:
 int qx_cmd_run(int argc, char** argv) {
     qx_cli cli;
     const char *cfg_path = NULL, *model_path = NULL, *save_path = NULL, *context_path = NULL, *tok_opt = NULL, *v, *tokens_path = NULL;
-    int64_t seed = 0, seq_len = 256, windows = 0, threads = 1;
+    int64_t seed = 0, seq_len = 256, windows = 0, threads = 0;
     int windowing = QX_WINDOWING_STREAM, force = 0, quiet = 0, skip = 0, i, k, rc = QX_EXIT_OK, have_ctx = 0;
     char* text = NULL;
     size_t len = 0;

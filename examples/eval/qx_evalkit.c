@@ -218,6 +218,12 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
 
 quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
                                  const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user, qx_err* e) {
+    return qx_ek_forward_init_env(ef, s, hooks, q, capture, capture_user, NULL, e);
+}
+
+quarot_result qx_ek_forward_init_env(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
+                                     const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user,
+                                     const quarot_env* env, qx_err* e) {
     qx_forward_opts o;
     quarot_result r;
     memset(ef, 0, sizeof *ef);
@@ -235,6 +241,7 @@ quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const qua
     }
     o.capture = capture;
     o.capture_user = capture_user;
+    o.env = env;
     r = qx_forward_init(&ef->f, s, &o, e);
     if (r != QUAROT_OK) { qx_online_ctx_free(&ef->ctx); quarot_online_list_free(&ef->base); }
     return r;

@@ -66,6 +66,12 @@ typedef struct qx_ek_forward {
    hooks attached (qx_model_hooks_attach; copies made by qx_ek_quarot keep them) runs them first. */
 quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
                                  const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user, qx_err* e);
+/* The same with env's allocator and parallel hook for the forward pass (qx_forward_opts.env; NULL =
+   serial): GEMMs, row-wise steps and attention heads are split, with the same results for any
+   number of threads. env must outlive ef. */
+quarot_result qx_ek_forward_init_env(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
+                                     const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user,
+                                     const quarot_env* env, qx_err* e);
 /* QUAROT_OK, or the first error an online hook met. */
 quarot_result qx_ek_forward_status(const qx_ek_forward* ef);
 void qx_ek_forward_free(qx_ek_forward* ef);

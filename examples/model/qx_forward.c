@@ -42,6 +42,66 @@ static quarot_result qx__fake_quant(float* x, int64_t rows, int64_t cols, int64_
     return quarot_fake_quant_f32(x, rows, cols, stride, &d);
 }
 
+/* ---------------------------------------------------------------------------------------------
+   Threads: opts.env's parallel hook splits the GEMMs (quarot.h), and here the row-wise steps (norms,
+   activation fake quantization, RoPE, activations, residual adds) over chunks of rows and attention
+   over groups of heads. Every row / head is computed by the same code whatever the split, and no sum
+   crosses a chunk, so the results are bit-identical for any number of threads. Work inside a task
+   runs serially (quarot_parallel.run need not be reentrant). */
+
+static int qx__threads(const qx_forward* f) {
+    const quarot_env* env = f->opts.env;
+    return env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
+}
+
+/* env for work inside a task: the caller's allocator, no parallel hook */
+static quarot_env qx__serial_env(const qx_forward* f) {
+    quarot_env e;
+    memset(&e, 0, sizeof e);
+    if (f->opts.env) e.allocator = f->opts.env->allocator;
+    return e;
+}
+
+#define QX__MAX_TASKS 1024
+typedef quarot_result (*qx__rows_fn)(void* ctx, int64_t r0, int64_t r1);
+typedef struct qx__rows_job {
+    qx__rows_fn fn;
+    void* ctx;
+    int64_t rows, per;
+    quarot_result st[QX__MAX_TASKS];
+} qx__rows_job;
+
+static void qx__rows_task(void* arg, int64_t t) {
+    qx__rows_job* j = (qx__rows_job*)arg;
+    int64_t r0 = t * j->per, r1 = r0 + j->per < j->rows ? r0 + j->per : j->rows;
+    j->st[t] = j->fn(j->ctx, r0, r1);
+}
+
+/* fn(ctx, r0, r1) over [0, rows) in chunks (serially when small: row_cost = elements per row);
+   returns the first failing chunk's result in row order. */
+static quarot_result qx__par_rows(const qx_forward* f, int64_t rows, int64_t row_cost, qx__rows_fn fn, void* ctx) {
+    int th = qx__threads(f);
+    int64_t tasks, t;
+    qx__rows_job* j;
+    quarot_result r = QUAROT_OK;
+    if (rows <= 0) return QUAROT_OK;
+    if (th <= 1 || rows == 1 || (double)rows * (double)row_cost < 32768.0) return fn(ctx, 0, rows);
+    j = (qx__rows_job*)malloc(sizeof *j);
+    if (!j) return fn(ctx, 0, rows);
+    tasks = 4 * (int64_t)th;
+    if (tasks > QX__MAX_TASKS) tasks = QX__MAX_TASKS;
+    if (tasks > rows) tasks = rows;
+    j->fn = fn;
+    j->ctx = ctx;
+    j->rows = rows;
+    j->per = (rows + tasks - 1) / tasks;
+    tasks = (rows + j->per - 1) / j->per;
+    quarot_env_parallel_for(f->opts.env, qx__rows_task, j, tasks);
+    for (t = 0; t < tasks && r == QUAROT_OK; ++t) r = j->st[t];
+    free(j);
+    return r;
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* Weights */
 
@@ -63,11 +123,9 @@ static void* qx__alloc(qx_forward* f, size_t bytes) {
 
 /* Copy tensor `name` ([rows][cols]; rows == 1 for a vector) to f32. Missing: error when required,
    else *out = NULL and OK. */
-static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name, int64_t rows, int64_t cols,
-                              int required, float** out, qx_err* e) {
+static quarot_result qx__check(const qx_store* s, const char* name, int64_t rows, int64_t cols, int required,
+                               const quarot_tensor** out, qx_err* e) {
     const quarot_tensor* t = qx_store_find(s, name);
-    float* w;
-    int64_t r;
     *out = NULL;
     /* a [rows][cols] matrix must be stored as such (ne = {cols, rows}); a vector as {cols} or any
        shape with one row */
@@ -85,6 +143,29 @@ static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name
         t->dtype != QUAROT_DTYPE_F64 && t->dtype != QUAROT_DTYPE_DEFAULT) {
         qx_err_set(e, "%s: unsupported dtype", name);
         return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    *out = t;
+    return QUAROT_OK;
+}
+
+/* t stored as f32 with contiguous rows: usable in place as a [rows][cols] matrix */
+static int qx__f32_in_place(const quarot_tensor* t, int64_t rows, int64_t cols) {
+    return t->dtype == QUAROT_DTYPE_F32 && t->nb[0] == sizeof(float) &&
+           (rows == 1 || t->nb[1] == (size_t)cols * sizeof(float)) && (rows == 1 || t->ne[2] * t->ne[3] == 1);
+}
+
+static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name, int64_t rows, int64_t cols,
+                              int required, float** out, qx_err* e) {
+    const quarot_tensor* t;
+    float* w;
+    int64_t r;
+    quarot_result cr = qx__check(s, name, rows, cols, required, &t, e);
+    *out = NULL;
+    if (cr != QUAROT_OK || !t) return cr;
+    /* layer-wise: the globals are read in place when they are f32 already (never written) */
+    if (f->opts.stream_weights && qx__f32_in_place(t, rows, cols)) {
+        *out = (float*)t->data;
+        return QUAROT_OK;
     }
     w = (float*)qx__alloc(f, (size_t)rows * (size_t)cols * sizeof(float));
     if (!w) {
@@ -227,6 +308,135 @@ static quarot_result qx__load_norm(qx_forward* f, const qx_store* s, int64_t lay
     return qx__load(f, s, name, 1, f->cfg.hidden, 0, b, e);
 }
 
+/* ---- layer-wise weights (opts.stream_weights) ---- */
+
+/* One weight or vector of a decoder layer: its name, shape, whether it must exist, whether it is a
+   linear's weight (fake-quantized), and the qx_forward_layer slot it fills. The order is the copy
+   path's load order, so that both report the same first error. */
+typedef struct qx__spec {
+    char name[300];
+    int64_t rows, cols;
+    int required, linear;
+    float** slot;
+} qx__spec;
+
+static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, qx__spec* sp) {
+    const quarot_model_config* g = &f->cfg;
+    const char *n1 = f->is_opt ? "self_attn_layer_norm" : "input_layernorm";
+    const char *n2 = f->is_opt ? "final_layer_norm" : "post_attention_layernorm";
+    const char *o_name = f->is_opt ? "self_attn.out_proj" : "self_attn.o_proj";
+    const char *up = f->is_opt ? "fc1" : "mlp.up_proj", *down = f->is_opt ? "fc2" : "mlp.down_proj";
+    int n = 0;
+    char base[256];
+#define QX__SPEC(BASE, SUFFIX, ROWS, COLS, REQ, LIN, SLOT)                                         \
+    do {                                                                                            \
+        qx__name(f, l, BASE, base, sizeof base);                                                    \
+        snprintf(sp[n].name, sizeof sp[n].name, "%s%s", base, SUFFIX);                              \
+        sp[n].rows = ROWS; sp[n].cols = COLS; sp[n].required = REQ; sp[n].linear = LIN;             \
+        sp[n].slot = SLOT; ++n;                                                                     \
+    } while (0)
+    QX__SPEC(n1, ".weight", 1, g->hidden, 1, 0, &L->norm1_w);
+    QX__SPEC(n1, ".bias", 1, g->hidden, 0, 0, &L->norm1_b);
+    QX__SPEC(n2, ".weight", 1, g->hidden, 1, 0, &L->norm2_w);
+    QX__SPEC(n2, ".bias", 1, g->hidden, 0, 0, &L->norm2_b);
+    QX__SPEC("self_attn.q_proj", ".weight", f->q_dim, g->hidden, 1, 1, &L->wq);
+    QX__SPEC("self_attn.q_proj", ".bias", 1, f->q_dim, g->attn_qkv_bias, 0, &L->bq);
+    QX__SPEC("self_attn.k_proj", ".weight", f->kv_dim, g->hidden, 1, 1, &L->wk);
+    QX__SPEC("self_attn.k_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, 0, &L->bk);
+    QX__SPEC("self_attn.v_proj", ".weight", f->kv_dim, g->hidden, 1, 1, &L->wv);
+    QX__SPEC("self_attn.v_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, 0, &L->bv);
+    QX__SPEC(o_name, ".weight", g->hidden, f->q_dim, 1, 1, &L->wo);
+    QX__SPEC(o_name, ".bias", 1, g->hidden, g->attn_out_bias, 0, &L->bo);
+    if (g->mlp == QUAROT_MLP_GATED) {
+        QX__SPEC("mlp.gate_proj", ".weight", g->intermediate, g->hidden, 1, 1, &L->w_gate);
+        QX__SPEC("mlp.gate_proj", ".bias", 1, g->intermediate, g->mlp_bias, 0, &L->b_gate);
+    }
+    QX__SPEC(up, ".weight", g->intermediate, g->hidden, 1, 1, &L->w_up);
+    QX__SPEC(up, ".bias", 1, g->intermediate, g->mlp_bias, 0, &L->b_up);
+    QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, 1, &L->w_down);
+    QX__SPEC(down, ".bias", 1, g->hidden, g->mlp_bias, 0, &L->b_down);
+    if (g->qk_norm) {
+        QX__SPEC("self_attn.q_norm", ".weight", 1, g->head_dim, 1, 0, &L->q_norm);
+        QX__SPEC("self_attn.k_norm", ".weight", 1, g->head_dim, 1, 0, &L->k_norm);
+    }
+#undef QX__SPEC
+    return n;
+}
+
+/* init, layer-wise: check every layer's tensors now (the copy path's errors, at the same point),
+   remember them, and size the layer buffer for the largest layer's conversions. */
+static quarot_result qx__stream_init(qx_forward* f, const qx_store* s, qx_err* e) {
+    int64_t l, n_layers = f->cfg.n_layers;
+    qx__spec sp[QX_FWD_SLOTS];
+    qx_forward_layer dummy;
+    f->wt = (const quarot_tensor**)qx__alloc(f, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
+    if (!f->wt) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset((void*)f->wt, 0, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
+    for (l = 0; l < n_layers; ++l) {
+        int i, n = qx__layer_specs(f, l, &dummy, sp);
+        size_t floats = 0;
+        for (i = 0; i < n; ++i) {
+            quarot_result r = qx__check(s, sp[i].name, sp[i].rows, sp[i].cols, sp[i].required, &f->wt[l * QX_FWD_SLOTS + i], e);
+            if (r != QUAROT_OK) return r;
+            if (f->wt[l * QX_FWD_SLOTS + i]) floats += (size_t)sp[i].rows * (size_t)sp[i].cols;
+        }
+        if (floats > f->layer_floats) f->layer_floats = floats;
+    }
+    f->layer_buf = (float*)qx__alloc(f, f->layer_floats * sizeof(float));
+    if (!f->layer_buf) { qx_err_set(e, "out of memory (one layer in f32: %lu floats)", (unsigned long)f->layer_floats); return QUAROT_ERR_OUT_OF_MEMORY; }
+    return QUAROT_OK;
+}
+
+typedef struct qx__conv_ctx {
+    const quarot_tensor* t;
+    float* w;
+    int64_t cols;
+    quarot_result st;
+} qx__conv_ctx;
+
+static quarot_result qx__conv_rows(void* c, int64_t r0, int64_t r1) {
+    qx__conv_ctx* k = (qx__conv_ctx*)c;
+    int64_t r;
+    for (r = r0; r < r1; ++r) {
+        quarot_result res = quarot_tensor_get_row_f32(k->t, r, k->w + r * k->cols);
+        if (res != QUAROT_OK) return res;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result qx__fake_quant_w_par(const qx_forward* f, float* w, int64_t rows, int64_t cols);
+
+/* Layer l's weights into f->layers[0]: views of f32 tensors that need no quantization, else
+   conversions (row by row, as qx__load) into f->layer_buf, quantized as qx__load_linear does. */
+static quarot_result qx__stream_layer(qx_forward* f, int64_t l) {
+    qx__spec sp[QX_FWD_SLOTS];
+    qx_forward_layer* L = &f->layers[0];
+    int i, n;
+    size_t off = 0;
+    memset(L, 0, sizeof *L);
+    n = qx__layer_specs(f, l, L, sp);
+    for (i = 0; i < n; ++i) {
+        const quarot_tensor* t = f->wt[l * QX_FWD_SLOTS + i];
+        int quant = sp[i].linear && f->opts.quant.w_bits;
+        qx__conv_ctx k;
+        quarot_result r;
+        if (!t) continue;
+        if (!quant && qx__f32_in_place(t, sp[i].rows, sp[i].cols)) {
+            *sp[i].slot = (float*)t->data;
+            continue;
+        }
+        k.t = t;
+        k.w = f->layer_buf + off;
+        k.cols = sp[i].cols;
+        off += (size_t)sp[i].rows * (size_t)sp[i].cols;
+        r = qx__par_rows(f, sp[i].rows, sp[i].cols, qx__conv_rows, &k);
+        if (r == QUAROT_OK && quant) r = qx__fake_quant_w_par(f, k.w, sp[i].rows, sp[i].cols);
+        if (r != QUAROT_OK) return r;
+        *sp[i].slot = k.w;
+    }
+    return QUAROT_OK;
+}
+
 quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward_opts* o, qx_err* e) {
     const quarot_model_config* g;
     quarot_result r;
@@ -242,12 +452,15 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
     if (r == QUAROT_OK) r = qx__check_quant(f, &f->opts.quant, e);
     if (r != QUAROT_OK) return r;
     g = &f->cfg;
-    f->layers = (qx_forward_layer*)qx__alloc(f, (size_t)g->n_layers * sizeof *f->layers);
-    if (!f->layers) {
-        qx_err_set(e, "out of memory");
-        return QUAROT_ERR_OUT_OF_MEMORY;
+    {
+        int64_t n_slots = f->opts.stream_weights ? 1 : g->n_layers;
+        f->layers = (qx_forward_layer*)qx__alloc(f, (size_t)n_slots * sizeof *f->layers);
+        if (!f->layers) {
+            qx_err_set(e, "out of memory");
+            return QUAROT_ERR_OUT_OF_MEMORY;
+        }
+        memset(f->layers, 0, (size_t)n_slots * sizeof *f->layers);
     }
-    memset(f->layers, 0, (size_t)g->n_layers * sizeof *f->layers);
 
     /* embeddings, final norm, lm_head */
     if (f->is_opt) {
@@ -285,6 +498,11 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
     r = qx__load(f, s, "lm_head.bias", 1, g->vocab, 0, &f->lm_head_b, e);
     if (r != QUAROT_OK) goto fail;
 
+    if (f->opts.stream_weights) {
+        r = qx__stream_init(f, s, e);
+        if (r != QUAROT_OK) goto fail;
+        return QUAROT_OK;
+    }
     /* decoder layers: the same slots for both naming schemes (OPT's fc1/fc2 fill up/down) */
     for (l = 0; l < g->n_layers; ++l) {
         qx_forward_layer* L = &f->layers[l];
@@ -359,6 +577,29 @@ static void qx__norm(const float* x, float* y, int64_t rows, int64_t n, const fl
     }
 }
 
+typedef struct qx__norm_ctx {
+    const float* x;
+    float* y;
+    int64_t n;
+    const float *w, *b;
+    quarot_norm_kind kind;
+    float eps;
+} qx__norm_ctx;
+
+static quarot_result qx__norm_rows(void* c, int64_t r0, int64_t r1) {
+    qx__norm_ctx* k = (qx__norm_ctx*)c;
+    qx__norm(k->x + r0 * k->n, k->y + r0 * k->n, r1 - r0, k->n, k->w, k->b, k->kind, k->eps);
+    return QUAROT_OK;
+}
+
+/* qx__norm over row chunks through the parallel hook */
+static void qx__norm_par(const qx_forward* f, const float* x, float* y, int64_t rows, int64_t n, const float* w,
+                         const float* b, quarot_norm_kind kind, float eps) {
+    qx__norm_ctx k;
+    k.x = x; k.y = y; k.n = n; k.w = w; k.b = b; k.kind = kind; k.eps = eps;
+    (void)qx__par_rows(f, rows, n, qx__norm_rows, &k);
+}
+
 /* ReLU, GELU (tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) or SiLU x*sigmoid(x) */
 static float qx__act(float x, quarot_act_kind k) {
     if (k == QUAROT_ACT_RELU) return x > 0.0f ? x : 0.0f;
@@ -369,14 +610,84 @@ static float qx__act(float x, quarot_act_kind k) {
     return x / (1.0f + expf(-x));
 }
 
+/* Row-wise steps as qx__par_rows functions. */
+typedef struct qx__ew_ctx {
+    float* y;                /* [rows][n] */
+    const float* a;          /* bias [n] (add_bias), addend [rows][n] (add_rows), up [rows][n] (act) */
+    int64_t n;
+    quarot_act_kind act;
+    int gated;
+} qx__ew_ctx;
+
+static quarot_result qx__add_bias_rows(void* c, int64_t r0, int64_t r1) {
+    qx__ew_ctx* k = (qx__ew_ctx*)c;
+    int64_t t, j;
+    for (t = r0; t < r1; ++t)
+        for (j = 0; j < k->n; ++j) k->y[t * k->n + j] += k->a[j];
+    return QUAROT_OK;
+}
+
+static quarot_result qx__add_rows(void* c, int64_t r0, int64_t r1) {
+    qx__ew_ctx* k = (qx__ew_ctx*)c;
+    int64_t i;
+    for (i = r0 * k->n; i < r1 * k->n; ++i) k->y[i] += k->a[i];
+    return QUAROT_OK;
+}
+
+/* y = act(y) (plain) or y = act(gate) * y with gate = a (gated MLP) */
+static quarot_result qx__act_rows(void* c, int64_t r0, int64_t r1) {
+    qx__ew_ctx* k = (qx__ew_ctx*)c;
+    int64_t i;
+    if (k->gated) for (i = r0 * k->n; i < r1 * k->n; ++i) k->y[i] = qx__act(k->a[i], k->act) * k->y[i];
+    else for (i = r0 * k->n; i < r1 * k->n; ++i) k->y[i] = qx__act(k->y[i], k->act);
+    return QUAROT_OK;
+}
+
+typedef struct qx__fq_ctx {
+    float* x;
+    int64_t cols, stride, group;
+    int bits, asym, clip_search;
+    float clip;
+} qx__fq_ctx;
+
+static quarot_result qx__fq_rows(void* c, int64_t r0, int64_t r1) {
+    qx__fq_ctx* k = (qx__fq_ctx*)c;
+    return qx__fake_quant(k->x + r0 * k->stride, r1 - r0, k->cols, k->stride, k->bits, k->asym, k->group, k->clip,
+                          k->clip_search);
+}
+
+/* qx__fake_quant (quarot_fake_quant_f32: its best SIMD kernel, per row) over row chunks */
+static quarot_result qx__fake_quant_par(const qx_forward* f, float* x, int64_t rows, int64_t cols, int64_t stride,
+                                        int bits, int asym, int64_t group, float clip) {
+    qx__fq_ctx k;
+    k.x = x; k.cols = cols; k.stride = stride; k.group = group; k.bits = bits; k.asym = asym; k.clip = clip;
+    k.clip_search = 0;
+    return qx__par_rows(f, rows, cols, qx__fq_rows, &k);
+}
+
+/* weight fake quantization (per output row, or groups along it) over row chunks: each row is
+   quantized alone, so the split does not change a bit */
+static quarot_result qx__fake_quant_w_par(const qx_forward* f, float* w, int64_t rows, int64_t cols) {
+    const qx_fake_quant_opts* q = &f->opts.quant;
+    qx__fq_ctx k;
+    k.x = w; k.cols = cols; k.stride = cols; k.group = q->w_group; k.bits = q->w_bits; k.asym = q->w_asym;
+    k.clip = q->w_clip; k.clip_search = q->w_clip_search;
+    return qx__par_rows(f, rows, cols, qx__fq_rows, &k);
+}
+
+static void qx__ew(const qx_forward* f, qx__rows_fn fn, float* y, const float* a, int64_t rows, int64_t n,
+                   quarot_act_kind act, int gated) {
+    qx__ew_ctx k;
+    k.y = y; k.a = a; k.n = n; k.act = act; k.gated = gated;
+    (void)qx__par_rows(f, rows, n, fn, &k);
+}
+
 /* y[T][out] = x[T][in] * W^T + b */
 static quarot_result qx__linear(const qx_forward* f, const float* x, int64_t T, int64_t in, const float* w,
                                 const float* b, int64_t out, float* y) {
-    int64_t t, j;
     quarot_result r = qx__gemm(f, 1, T, out, in, 1.0f, x, in, w, in, y, out);
     if (r != QUAROT_OK || !b) return r;
-    for (t = 0; t < T; ++t)
-        for (j = 0; j < out; ++j) y[t * out + j] += b[j];
+    qx__ew(f, qx__add_bias_rows, y, b, T, out, QUAROT_ACT_SILU, 0);
     return QUAROT_OK;
 }
 
@@ -394,8 +705,8 @@ static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float*
         }
     }
     if (q->a_bits && q->a_down_bits && n_names == 1 && (strstr(names[0], "down_proj") || strcmp(names[0], "fc2.weight") == 0))
-        return qx__fake_quant(x, T, n, n, q->a_down_bits, q->a_asym, q->a_group, q->a_clip, 0);
-    return q->a_bits ? qx__fake_quant(x, T, n, n, q->a_bits, q->a_asym, q->a_group, q->a_clip, 0) : QUAROT_OK;
+        return qx__fake_quant_par(f, x, T, n, n, q->a_down_bits, q->a_asym, q->a_group, q->a_clip);
+    return q->a_bits ? qx__fake_quant_par(f, x, T, n, n, q->a_bits, q->a_asym, q->a_group, q->a_clip) : QUAROT_OK;
 }
 
 /* Rotary embedding on rows x[rows][head_dim] (rows = T * heads, token t = row / heads; cs holds
@@ -417,6 +728,26 @@ static void qx__rope(const qx_forward* f, float* x, int64_t T, int64_t heads, co
             }
         }
     }
+}
+
+typedef struct qx__rope_ctx {
+    const qx_forward* f;
+    float* x;
+    int64_t heads;
+    const float* cs;
+} qx__rope_ctx;
+
+static quarot_result qx__rope_rows(void* c, int64_t t0, int64_t t1) {
+    qx__rope_ctx* k = (qx__rope_ctx*)c;
+    int64_t hd = k->f->cfg.head_dim;
+    qx__rope(k->f, k->x + t0 * k->heads * hd, t1 - t0, k->heads, k->cs + t0 * hd);
+    return QUAROT_OK;
+}
+
+static void qx__rope_par(const qx_forward* f, float* x, int64_t T, int64_t heads, const float* cs) {
+    qx__rope_ctx k;
+    k.f = f; k.x = x; k.heads = heads; k.cs = cs;
+    (void)qx__par_rows(f, T, heads * f->cfg.head_dim, qx__rope_rows, &k);
 }
 
 /* Grow the KV cache to hold `need` positions (contents of the first pos rows kept). */
@@ -449,10 +780,16 @@ static quarot_result qx__cache_reserve(qx_forward* f, int64_t need) {
 }
 
 /* Scratch for T rows: x, a [T][hidden]; q, att [T][q_dim]; k, v [T][kv_dim]; tmp [T][hidden];
-   g, u [T][inter]; scores [T][n_keys]; rope table [T][head_dim]. */
+   g, u [T][inter]; scores [attention tasks][T][n_keys]; rope table [T][head_dim]. */
 typedef struct qx__bufs {
     float *x, *a, *q, *k, *v, *att, *tmp, *g, *u, *scores, *rope;
 } qx__bufs;
+
+/* Attention runs over groups of heads, one task per group (1 without threads). */
+static int64_t qx__attn_tasks(const qx_forward* f) {
+    int64_t th = qx__threads(f), nh = f->cfg.n_heads;
+    return th < nh ? th : nh;
+}
 
 static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__bufs* b) {
     const quarot_model_config* g = &f->cfg;
@@ -468,7 +805,7 @@ static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__b
     sizes[6] = (size_t)(T * g->hidden);       ptrs[6] = &b->tmp;
     sizes[7] = (size_t)(T * g->intermediate); ptrs[7] = &b->g;
     sizes[8] = (size_t)(T * g->intermediate); ptrs[8] = &b->u;
-    sizes[9] = (size_t)(T * n_keys);          ptrs[9] = &b->scores;
+    sizes[9] = (size_t)(qx__attn_tasks(f) * T * n_keys); ptrs[9] = &b->scores;
     sizes[10] = (size_t)(T * g->head_dim);    ptrs[10] = &b->rope;
     /* one block, each buffer rounded up to 16 floats (64 bytes) so that every one starts aligned */
     for (i = 0; i < 11; ++i) total += (sizes[i] + 15) & ~(size_t)15;
@@ -486,35 +823,85 @@ static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__b
     return QUAROT_OK;
 }
 
+/* Attention of heads [h0, h1) of one task: scores[T][n_keys] = q_h k_g^T / sqrt(hd), causal softmax,
+   att_h = P v_g, with the task's own scores buffer and serial GEMMs. */
+typedef struct qx__attn_job {
+    const qx_forward* f;
+    qx__bufs* b;
+    const float *kc, *vc;
+    int64_t T, pos0, n_keys, per;
+    float scale;
+    quarot_result st[QX__MAX_TASKS];
+} qx__attn_job;
+
+static void qx__attn_task(void* arg, int64_t task) {
+    qx__attn_job* j = (qx__attn_job*)arg;
+    const qx_forward* f = j->f;
+    const quarot_model_config* g = &f->cfg;
+    int64_t hd = g->head_dim, nh = g->n_heads, group = nh / g->n_kv_heads, n_keys = j->n_keys, T = j->T;
+    int64_t h0 = task * j->per, h1 = h0 + j->per < nh ? h0 + j->per : nh, h, t, k;
+    float* scores = j->b->scores + task * T * n_keys;
+    quarot_env env = qx__serial_env(f);
+    quarot_result r = QUAROT_OK;
+    for (h = h0; h < h1 && r == QUAROT_OK; ++h) {
+        int64_t kvh = h / group;
+        r = quarot_sgemm(0, 1, T, n_keys, hd, j->scale, j->b->q + h * hd, f->q_dim, j->kc + kvh * hd, f->kv_dim, 0.0f,
+                         scores, n_keys, &env);
+        if (r != QUAROT_OK) break;
+        for (t = 0; t < T; ++t) {
+            float* s = scores + t * n_keys;
+            int64_t last = j->pos0 + t;   /* keys 0..last are visible */
+            float mx = s[0];
+            double sum = 0.0;
+            float inv;
+            /* softmax over keys 0..last (max-shifted, sum in double); masked keys get weight 0 so
+               that the P v GEMM may run over all n_keys rows */
+            for (k = 1; k <= last; ++k) if (s[k] > mx) mx = s[k];
+            for (k = 0; k <= last; ++k) {
+                s[k] = expf(s[k] - mx);
+                sum += s[k];
+            }
+            inv = (float)(1.0 / sum);
+            for (k = 0; k <= last; ++k) s[k] *= inv;
+            for (k = last + 1; k < n_keys; ++k) s[k] = 0.0f;
+        }
+        r = quarot_sgemm(0, 0, T, hd, n_keys, 1.0f, scores, n_keys, j->vc + kvh * hd, f->kv_dim, 0.0f,
+                         j->b->att + h * hd, f->q_dim, &env);
+    }
+    j->st[task] = r;
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* One decoder layer over T rows at positions pos0.. (K/V appended to the cache at pos0). */
 static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0, qx__bufs* b) {
     const quarot_model_config* g = &f->cfg;
-    const qx_forward_layer* L = &f->layers[l];
+    const qx_forward_layer* L = &f->layers[f->opts.stream_weights ? 0 : l];
     const qx_fake_quant_opts* q = &f->opts.quant;
-    int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads, group = nh / nkv;
-    int64_t n_keys = pos0 + T, t, h, j, i;
+    int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads;
+    int64_t n_keys = pos0 + T, task, tasks;
+    qx__attn_job* aj;
     float* kc = f->k_cache + l * f->cache_cap * f->kv_dim;
     float* vc = f->v_cache + l * f->cache_cap * f->kv_dim;
     float scale = (float)(1.0 / sqrt((double)hd));
-    quarot_result r;
+    quarot_result r = f->opts.stream_weights ? qx__stream_layer(f, l) : QUAROT_OK;
     static const char* const qkv_names[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"};
     const char* o_name = f->is_opt ? "self_attn.out_proj.weight" : "self_attn.o_proj.weight";
     const char* gu_names[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
     const char* down_name = f->is_opt ? "fc2.weight" : "mlp.down_proj.weight";
 
+    if (r != QUAROT_OK) return r;
     /* ---- attention: a = norm1(x); q, k, v = a W^T + b; q/k per-head norm and RoPE ---- */
-    qx__norm(b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
+    qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
     r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
     if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
     if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k);
     if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v);
     if (r != QUAROT_OK) return r;
-    if (L->q_norm) qx__norm(b->q, b->q, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
-    if (L->k_norm) qx__norm(b->k, b->k, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    if (L->q_norm) qx__norm_par(f, b->q, b->q, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    if (L->k_norm) qx__norm_par(f, b->k, b->k, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
     if (!f->is_opt) {
-        qx__rope(f, b->q, T, nh, b->rope);
-        qx__rope(f, b->k, T, nkv, b->rope);
+        qx__rope_par(f, b->q, T, nh, b->rope);
+        qx__rope_par(f, b->k, T, nkv, b->rope);
     }
     /* online rotation of q and k (QuaRot's R3: the same H on both cancels in q.k) */
     if (f->opts.online) {
@@ -523,69 +910,56 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     }
     /* KV cache quantization: per token per head (groups of head_dim), asymmetric by default */
     if (q->k_bits)
-        r = qx__fake_quant(b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !(q->kv_sym || q->k_sym), q->k_group ? q->k_group : hd,
-                           q->k_clip > 0.0f ? q->k_clip : q->kv_clip, 0);
+        r = qx__fake_quant_par(f, b->k, T, f->kv_dim, f->kv_dim, q->k_bits, !(q->kv_sym || q->k_sym), q->k_group ? q->k_group : hd,
+                               q->k_clip > 0.0f ? q->k_clip : q->kv_clip);
     if (r == QUAROT_OK && q->v_bits)
-        r = qx__fake_quant(b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !(q->kv_sym || q->v_sym), q->v_group ? q->v_group : hd,
-                           q->v_clip > 0.0f ? q->v_clip : q->kv_clip, 0);
+        r = qx__fake_quant_par(f, b->v, T, f->kv_dim, f->kv_dim, q->v_bits, !(q->kv_sym || q->v_sym), q->v_group ? q->v_group : hd,
+                               q->v_clip > 0.0f ? q->v_clip : q->kv_clip);
     if (r != QUAROT_OK) return r;
     /* append this block's (quantized) K and V to the cache: rows pos0 .. pos0+T-1 */
     memcpy(kc + pos0 * f->kv_dim, b->k, (size_t)(T * f->kv_dim) * sizeof(float));
     memcpy(vc + pos0 * f->kv_dim, b->v, (size_t)(T * f->kv_dim) * sizeof(float));
 
-    /* per query head: scores[T][n_keys] = q_h k_g^T / sqrt(hd), causal softmax, att_h = P v_g */
-    for (h = 0; h < nh; ++h) {
-        int64_t kvh = h / group;
-        r = qx__gemm(f, 1, T, n_keys, hd, scale, b->q + h * hd, f->q_dim, kc + kvh * hd, f->kv_dim, b->scores, n_keys);
-        if (r != QUAROT_OK) return r;
-        for (t = 0; t < T; ++t) {
-            float* s = b->scores + t * n_keys;
-            int64_t last = pos0 + t;   /* keys 0..last are visible */
-            float mx = s[0];
-            double sum = 0.0;
-            float inv;
-            /* softmax over keys 0..last (max-shifted, sum in double); masked keys get weight 0 so
-               that the P v GEMM may run over all n_keys rows */
-            for (j = 1; j <= last; ++j) if (s[j] > mx) mx = s[j];
-            for (j = 0; j <= last; ++j) {
-                s[j] = expf(s[j] - mx);
-                sum += s[j];
-            }
-            inv = (float)(1.0 / sum);
-            for (j = 0; j <= last; ++j) s[j] *= inv;
-            for (j = last + 1; j < n_keys; ++j) s[j] = 0.0f;
-        }
-        r = qx__gemm(f, 0, T, hd, n_keys, 1.0f, b->scores, n_keys, vc + kvh * hd, f->kv_dim, b->att + h * hd, f->q_dim);
-        if (r != QUAROT_OK) return r;
-    }
+    /* per query head: scores[T][n_keys] = q_h k_g^T / sqrt(hd), causal softmax, att_h = P v_g
+       (groups of heads in parallel, see qx__attn_task) */
+    tasks = qx__attn_tasks(f);
+    aj = (qx__attn_job*)malloc(sizeof *aj);
+    if (!aj) return QUAROT_ERR_OUT_OF_MEMORY;
+    aj->f = f; aj->b = b; aj->kc = kc; aj->vc = vc; aj->T = T; aj->pos0 = pos0; aj->n_keys = n_keys; aj->scale = scale;
+    aj->per = (nh + tasks - 1) / tasks;
+    tasks = (nh + aj->per - 1) / aj->per;
+    quarot_env_parallel_for(tasks > 1 ? f->opts.env : NULL, qx__attn_task, aj, tasks);
+    for (task = 0; task < tasks && r == QUAROT_OK; ++task) r = aj->st[task];
+    free(aj);
+    if (r != QUAROT_OK) return r;
     /* o_proj input: online rotation, capture, quantization, then x += att Wo^T + bo */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_O_INPUT, b->att, T, f->q_dim);
     r = qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
     if (r == QUAROT_OK) r = qx__linear(f, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
-    for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
+    qx__ew(f, qx__add_rows, b->x, b->tmp, T, g->hidden, g->act, 0);
 
     /* ---- MLP: a = norm2(x); h = act(a Wg^T) * (a Wu^T) (plain: act(a W1^T)); x += h Wd^T ---- */
-    qx__norm(b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
+    qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
     if (g->mlp == QUAROT_MLP_GATED) {
         r = qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
         if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
         if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
-        for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->g[i], g->act) * b->u[i];
+        qx__ew(f, qx__act_rows, b->u, b->g, T, g->intermediate, g->act, 1);
     } else {
         const char* up_name = f->is_opt ? "fc1.weight" : "mlp.up_proj.weight";
         r = qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
         if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
-        for (i = 0; i < T * g->intermediate; ++i) b->u[i] = qx__act(b->u[i], g->act);
+        qx__ew(f, qx__act_rows, b->u, NULL, T, g->intermediate, g->act, 0);
     }
     /* down_proj input: online rotation (QuaRot's R4), capture, quantization */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_DOWN_INPUT, b->u, T, g->intermediate);
     r = qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
     if (r == QUAROT_OK) r = qx__linear(f, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
-    for (i = 0; i < T * g->hidden; ++i) b->x[i] += b->tmp[i];
+    qx__ew(f, qx__add_rows, b->x, b->tmp, T, g->hidden, g->act, 0);
     return QUAROT_OK;
 }
 
@@ -644,11 +1018,12 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
             qx_err_set(e, "layer %lld: %s", (long long)l, quarot_result_string(r));
             return r;
         }
+        if (f->opts.stream_weights && f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, l);
     }
     f->pos = pos0 + T;
     /* final norm and lm_head (FP, never quantized): logits [T][vocab] = norm(x) W_lm^T */
     if (!logits) return QUAROT_OK;
-    qx__norm(b.x, b.a, T, g->hidden, f->final_w, f->final_b, g->norm, g->norm_eps);
+    qx__norm_par(f, b.x, b.a, T, g->hidden, f->final_w, f->final_b, g->norm, g->norm_eps);
     r = qx__gemm(f, 1, T, g->vocab, g->hidden, 1.0f, b.a, g->hidden, f->lm_head, g->hidden, logits, g->vocab);
     if (r != QUAROT_OK) { qx_err_set(e, "lm_head: %s", quarot_result_string(r)); return r; }
     if (f->lm_head_b) {
@@ -656,6 +1031,7 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
         for (ti = 0; ti < T; ++ti)
             for (v = 0; v < g->vocab; ++v) logits[ti * g->vocab + v] += f->lm_head_b[v];
     }
+    if (f->opts.stream_weights && f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, -1);
     return r;
 }
 

@@ -39,7 +39,9 @@
    Biases: a bias the config requires (attn_qkv_bias, attn_out_bias, mlp_bias) must be present; any
    other bias or norm bias is used when present (norm fusion may create them, lm_head.bias included). lm_head.weight is used
    when present, else the token embedding (an error when config.tied_embeddings is 0).
-   Weights may be f32, f16 or bf16 (any strided view): qx_forward_init copies them to f32 once.
+   Weights may be f32, f16 or bf16 (any strided view): qx_forward_init copies them to f32 once, or,
+   with opts.stream_weights, one decoder layer at a time when it runs (layer-wise, for models that
+   do not fit in memory in f32).
 
    Order of operations in decoder layer i (x = residual stream [T][hidden], T tokens at once):
        a  = norm1(x)                      capture q,k,v inputs; fake-quant a (A bits)
@@ -58,6 +60,9 @@
    (per output channel, or per group of w_group along the input); activations per token at every
    decoder-linear input; K and V per token per head as they enter the cache (after RoPE and the
    K online rotation). The quantizer is quarot.h's (quarot_fake_quant_f32 semantics).
+
+   Threads: opts.env's parallel hook (see qx_forward_opts.env); quarot_parallel.run is never called
+   from inside one of its own tasks.
 
    Errors: functions return quarot_result; where a qx_err is given, a one-line message names the
    tensor or the argument at fault. */
@@ -118,7 +123,26 @@ typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
     void* online_user;
     qx_capture_fn capture;           /* NULL = no capture */
     void* capture_user;
-    const quarot_env* env;           /* allocator and parallel hook for the GEMMs; NULL = default */
+    const quarot_env* env;           /* allocator and parallel hook; NULL = default (serial). The hook
+                                        splits the GEMMs, the row-wise steps (norms, fake quantization,
+                                        RoPE, activations, residual adds; in row chunks) and attention
+                                        (groups of heads): logits are bit-identical for any thread
+                                        count. Hooks (online, capture) are called from the caller's
+                                        thread. */
+    int stream_weights;              /* 1: layer-wise. qx_forward_init only checks the decoder layers'
+                                        tensors; every qx_forward_tokens call converts layer i's weights
+                                        (f16/bf16/f64 -> f32 per row, then the weight fake quantization)
+                                        into one reused layer buffer just before running layer i, and f32
+                                        contiguous tensors that need no quantization are read in place.
+                                        Memory: one decoder layer in f32 plus the globals (an f32
+                                        contiguous embedding / lm_head is read in place too) instead of
+                                        the whole model in f32. The logits are bit-identical to the
+                                        default (copy everything at init). The store must then outlive
+                                        f and stay unchanged. 0: copies at init (s may be freed). */
+    void (*layer_done)(void* user, int64_t layer);   /* stream_weights: called after layer i ran, and
+                                        with -1 after the lm_head (e.g. to hand mapped pages back to the
+                                        kernel, qx_lw_drop_pages); NULL = none */
+    void* layer_done_user;
 } qx_forward_opts;
 
 typedef struct qx_forward_layer {    /* f32 copies, [out][in] row-major; NULL when absent */
@@ -127,6 +151,8 @@ typedef struct qx_forward_layer {    /* f32 copies, [out][in] row-major; NULL wh
     float *q_norm, *k_norm;
     float *w_gate, *w_up, *w_down, *b_gate, *b_up, *b_down;   /* plain MLP: up = fc1, down = fc2 */
 } qx_forward_layer;
+
+#define QX_FWD_SLOTS 20            /* float pointers in qx_forward_layer */
 
 typedef struct qx_forward {
     quarot_model_config cfg;         /* with defaults resolved (n_kv_heads, head_dim, eps, theta) */
@@ -139,7 +165,10 @@ typedef struct qx_forward {
     float *final_w, *final_b;
     float* lm_head;                  /* [vocab][hidden]; may alias embed */
     float* lm_head_b;                /* [vocab] or NULL: a fused LayerNorm bias (rotated OPT) */
-    qx_forward_layer* layers;        /* [n_layers] */
+    qx_forward_layer* layers;        /* [n_layers]; stream_weights: [1], the layer being run */
+    const quarot_tensor** wt;        /* stream_weights: [n_layers][QX_FWD_SLOTS] the store's tensors (or NULL) */
+    float* layer_buf;                /* stream_weights: f32 conversions of one layer */
+    size_t layer_floats;
     void** blocks;                   /* every allocation, freed together */
     int64_t n_blocks, cap_blocks;
     /* KV cache: [n_layers][cache_cap][kv_dim] each; pos = tokens already in it */
