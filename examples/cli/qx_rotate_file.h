@@ -50,6 +50,8 @@ typedef struct qx_rotate_file_opts {
     /* progress: stage "validate" or "rotate", layers done of total (also called with done = total) */
     void (*progress)(void* user, const char* stage, int64_t done, int64_t total);
     void* user;
+    const qx_store* drop_from;   /* drop_pages: the store whose file mappings to drop (NULL = s; a store
+                                    of views of another store's mappings passes that store) */
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {
@@ -63,6 +65,7 @@ typedef struct qx_rotate_file_stats {
     int output_error;            /* the failure was writing the output (exit code "output") */
     char r1[160], r2[160];       /* the rotations built (quarot_rotation.text) */
     int64_t n_commands;
+    char r4[160], heads[160], r3[160];   /* online rotations built ("" when none) */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds
