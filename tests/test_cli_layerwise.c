@@ -21,11 +21,14 @@
 #include "qx_cli.h"
 #include "qx_eval.h"
 #include "qx_evalkit.h"
+#include "qx_gguf.h"
 #include "qx_llama2c.h"
+#include "qx_safetensors.h"
 #include "qx_synth.h"
 #include "qx_tokenizer.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -213,6 +216,105 @@ static void test_calibrate_layerwise(void) {
     remove(ctx);
 }
 
+/* f16 GGUF and f16 safetensors directories (2 layers, small): eval runs layer-wise (the QuaRot copy
+   goes through a temporary file of the same format) and its table matches the in-memory path
+   (the model loaded as owned copies): the "no rotation" column digit for digit (the same f32
+   values), the QuaRot column within 1e-4 relative (the rotated f16 weights may round differently
+   on the two paths: the in-memory one rotates the f16 tensors in place, the layer-wise one widens
+   to f32 and rounds once when writing, as `quarot rotate`; measured 1e-8). */
+static void test_formats_f16(void) {
+    int k;
+    for (k = 0; k < 2; ++k) {
+        qx_synth_desc d;
+        qx_store s, mem, rot;
+        qx_err e;
+        qx_load_opts lo;
+        quarot_online_list hooks;
+        qx_tokenizer tok;
+        qx_windows win;
+        qx_ppl_opts po;
+        char path[700], pre[700], tokp[700];
+        char* text = NULL;
+        size_t len = 0;
+        int32_t* stream;
+        int64_t n = 0, cap;
+        double ppl[2] = {0, 0}, a = -1, b = -1;
+        const char* row;
+        int j;
+        cu_synth_desc(&d);
+        d.n_layers = 2;
+        d.rope_interleaved = k == 0 ? 1 : 0;
+        QT_OK(qx_synth_model(&s, &d, &e));
+        if (k == 0) {
+            qx_gguf_save_opts go;
+            memset(&go, 0, sizeof go);
+            go.dtype = QUAROT_DTYPE_F16;
+            snprintf(path, sizeof path, "%s/f16.gguf", g_tmp);
+            QT_OK(qx_gguf_save(&s, path, &go, &e));
+        } else {
+            qx_st_save_opts so;
+            memset(&so, 0, sizeof so);
+            so.dtype = QUAROT_DTYPE_F16;
+            snprintf(path, sizeof path, "%s/f16_st", g_tmp);
+            QT_OK(qx_st_save(&s, path, &so, &e));
+        }
+        qx_store_free(&s);
+        snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
+        snprintf(pre, sizeof pre, "TMPDIR='%s'", g_tmpdir);
+        QT_EQ_INT(run_prog(pre, g_bin, "eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --windows 2 --w-bits 4 --a-bits 4 --threads 1 --quiet",
+                           path, tokp, g_text), 0);
+        QT_CHECKF(dir_empty(g_tmpdir), "eval left files in %s", g_tmpdir);
+        row = strstr(g_out, "\nW4A4 ");
+        QT_CHECKF(row && sscanf(row + 6, "%lf %lf", &a, &b) == 2, "%s: no W4A4 row: %s", path, g_out);
+        /* the in-memory path */
+        memset(&lo, 0, sizeof lo);
+        lo.copy = 1;
+        QT_OK(qx_cli_load_model(path, &lo, &mem, &e));
+        QT_OK(qx_tokenizer_load(&tok, tokp, (int32_t)mem.config.vocab, &e));
+        QT_OK(qx_ek_read_file(g_text, &text, &len, &e));
+        cap = qx_tokenizer_max_tokens(len);
+        stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
+        QT_CHECK(stream != NULL);
+        QT_OK(qx_tokenizer_encode(&tok, text, len, 0, 0, stream, cap, &n, &e));
+        memset(&po, 0, sizeof po);
+        po.seq_len = 64;
+        po.max_windows = 2;
+        QT_OK(qx_windows_stream(&win, stream, n, &po, &e));
+        QT_OK(qx_ek_quarot(&mem, 0, 0, &rot, &hooks, NULL, 0, NULL, NULL, &e));
+        for (j = 0; j < 2; ++j) {
+            qx_ek_setting st;
+            qx_fake_quant_opts q;
+            qx_ek_forward ef;
+            qx_ppl_result res;
+            memset(&st, 0, sizeof st);
+            st.w_bits = 4;
+            st.a_bits = 4;
+            st.kv_bits = 16;
+            qx_ek_setting_quant(&st, 0, 0.0, &q);
+            QT_OK(qx_ek_forward_init(&ef, j ? &rot : &mem, j ? &hooks : NULL, &q, NULL, NULL, &e));
+            QT_OK(qx_eval_windows(&ef.f, &win, NULL, NULL, &res, &e));
+            qx_ek_forward_free(&ef);
+            ppl[j] = res.ppl;
+        }
+        {
+            char got[32], want[32];
+            snprintf(got, sizeof got, "%.4f", a);
+            snprintf(want, sizeof want, "%.4f", ppl[0]);
+            QT_CHECKF(strcmp(got, want) == 0, "%s: no rotation %s, in memory %s", path, got, want);
+            QT_CHECKF(fabs(b - ppl[1]) <= 1e-4 * ppl[1], "%s: QuaRot %.4f, in memory %.4f", path, b, ppl[1]);
+            printf("    %s (f16): W4A4 no rotation %s (in memory %s), QuaRot %.4f (in memory %.4f, %+.2e relative)\n",
+                   k == 0 ? "gguf" : "safetensors dir", got, want, b, ppl[1], (b - ppl[1]) / ppl[1]);
+        }
+        quarot_online_list_free(&hooks);
+        qx_store_free(&rot);
+        qx_windows_free(&win);
+        free(stream);
+        free(text);
+        qx_tokenizer_free(&tok);
+        qx_store_free(&mem);
+    }
+}
+
 int main(int argc, char** argv) {
     const char* slash = strrchr(argv[0], '/');
     size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
@@ -227,6 +329,7 @@ int main(int argc, char** argv) {
     }
     QT_RUN(test_eval_layerwise);
     QT_RUN(test_calibrate_layerwise);
+    QT_RUN(test_formats_f16);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (!getenv("QT_KEEP") && system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
     return qt_finish("test_cli_layerwise");

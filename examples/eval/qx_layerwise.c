@@ -36,7 +36,12 @@ void qx_lw_layer_done(void* store, int64_t layer) {
 }
 
 void qx_lw_forward_opts(qx_forward_opts* o, const qx_store* s) {
+    int64_t i;
+    size_t mapped = 0;
     o->stream_weights = 1;
+    for (i = 0; i < s->n_cleanups; ++i)
+        if (s->cleanups[i].fn == qx_unmap_and_free && s->cleanups[i].arg) mapped += ((const qx_map*)s->cleanups[i].arg)->len;
+    if (mapped < QX_LW_DROP_MIN_BYTES) return;   /* small: re-faulting every window would cost more than it saves */
     o->layer_done = qx_lw_layer_done;
     o->layer_done_user = (void*)(size_t)s;   /* read-only use: madvise on its mappings */
 }

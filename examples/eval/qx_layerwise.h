@@ -33,7 +33,10 @@ int qx_lw_mapped(const qx_store* s);
    DONTNEED on each of its mappings. A no-op for stores that own their tensors. */
 void qx_lw_layer_done(void* store, int64_t layer);
 
-/* Sets o->stream_weights, o->layer_done and its user for forward passes over s. */
+/* Sets o->stream_weights, and o->layer_done = qx_lw_layer_done with s when s's mappings total at
+   least QX_LW_DROP_MIN_BYTES (smaller models stay resident: handing their pages back after every
+   linear would only add page faults, e.g. per generated token). */
+#define QX_LW_DROP_MIN_BYTES ((size_t)32 << 20)
 void qx_lw_forward_opts(qx_forward_opts* o, const qx_store* s);
 
 /* Rotates src (views, left unchanged and usable) with desc into dst (initialized here: views of a
