@@ -9,6 +9,7 @@
 #include "qx_cli.h"
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
+#include "qx_layerwise.h"
 #include "qx_file.h"
 #include "qx_threads.h"
 #include "qx_tok_load.h"
@@ -36,6 +37,8 @@ static void calibrate_usage(FILE* f) {
         "                        line (a string, or an object: its \"text\" member, else its first string\n"
         "                        member), each record its own sample\n"
         "  -o, --output CONTEXT  the context file to write (required)\n"
+        );
+    fputs(
         "  --steps N             optimizer steps, 1..1000 (default 20)\n"
         "  --quant-dtype T       int4 (default) or int8: the activation quantizer the rotation is tuned for\n"
         "                        (match the downstream activation bits: int4 for W4A4, int8 for W8A8)\n"
@@ -62,12 +65,16 @@ static void calibrate_usage(FILE* f) {
         "\n"
         "stderr: progress and one line per optimizer step (loss, best loss, Newton-Schulz iterations).\n"
         "stdout: what was captured, the loss of the starting random Hadamard beside the final one, the time.\n"
-        "Memory: the model in f32 once (the forward pass) plus max_samples x hidden floats per matched\n"
-        "linear and the optimizer's 3 x rows x block + ~9 x block^2 floats.\n"
+        "Memory (layer-wise): MODEL stays memory-mapped in its stored dtype; the norm fusion is written layer\n"
+        "by layer to a temporary file in $TMPDIR (default /tmp; the model's size on disk, removed once\n"
+        "mapped) and the forward pass converts one decoder layer to f32 when it runs. Peak: the embeddings,\n"
+        "final norm and lm_head (f32) + one decoder layer in f32 + one window's activations, plus\n"
+        "max_samples x hidden floats per matched linear and the optimizer's 3 x rows x block + ~9 x block^2\n"
+        "floats; stdout reports the peak resident set.\n"
         "Exit codes: 0 ok, 1 usage (incl. --quant-dtype other than int4/int8), 2 input (model, tokenizer or\n"
         "text missing or malformed), 3 output (CONTEXT exists without --force, cannot be written),\n"
         "4 processing (--layer-type matches no linear: the message lists the linear names; or matches a\n"
-        "linear that does not read the residual stream; text shorter than one window), 5 internal.\n");
+        "linear that does not read the residual stream; text shorter than one window), 5 internal.\n", f);
 }
 
 /* "a,b,c" -> patterns (pointers into a copy); 0 on a bad list (usage error printed). */
@@ -307,6 +314,7 @@ windows_ready:
         printf("  loss       random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", ctx.start_loss, ctx.best_loss, 100.0 * qx_calib_reduction(&ctx));
         printf("  time       forward %.2f s, optimizer %.2f s (%d thread%s)\n", st.forward_s, st.optimize_s, qx_pool_threads(pool),
                qx_pool_threads(pool) > 1 ? "s" : "");
+        printf("  memory     peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)\n", qx_lw_peak_rss_mib());
         fflush(stdout);
     }
     r = qx_calib_context_save(&ctx, out_path, force, &e);

@@ -14,6 +14,7 @@
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
+#include "qx_layerwise.h"
 #include "qx_threads.h"
 #include "qx_wquant.h"
 
@@ -128,6 +129,12 @@ static void eval_usage(FILE* f) {
     fprintf(f,
         "Weights, activations and the KV cache of the decoder layers are quantized; the embeddings, the\n"
         "final norm and lm_head stay FP32, as in QuaRot. Progress goes to stderr; the table to stdout.\n"
+        "Memory (layer-wise): MODEL stays memory-mapped in its stored dtype and runs one decoder layer at\n"
+        "a time (that layer converted to f32 when it runs, its mapped pages handed back after it); the\n"
+        "QuaRot and Adapt variants are rotated layer by layer into temporary files in $TMPDIR (default\n"
+        "/tmp; one model's size on disk each, removed once mapped) and run the same way. Peak memory is\n"
+        "about the embeddings, final norm and lm_head (f32) + one decoder layer in f32 + the KV cache and\n"
+        "activations of one window, never the whole model in f32; stderr reports the peak resident set.\n"
         "Exit codes: 0 ok, 1 usage, 2 input (model, tokenizer or text missing or malformed), 4 cannot\n"
         "evaluate as asked (e.g. a group size that does not divide the layer widths, text shorter than\n"
         "one window), 5 internal or out of memory.\n");
@@ -928,6 +935,7 @@ int qx_cmd_eval(int argc, char** argv) {
         }
         fflush(stdout);
     }
+    qx_cli_info(&cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());
 
 done:
     for (i = 0; i < n_qs; ++i) qx_store_free(&qs[i].s);

@@ -12,6 +12,7 @@
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
+#include "qx_layerwise.h"
 #include "qx_threads.h"
 
 #include <errno.h>
@@ -50,6 +51,9 @@ static void plot_usage(FILE* f) {
         "  --help              this text\n"
         "\n"
         "stdout gets one line per panel (max, median, ratio, the largest channel) and the output path.\n"
+        "Memory (layer-wise, as quarot eval): MODEL stays mapped in its stored dtype, QuaRot's rotation goes\n"
+        "layer by layer through a temporary file in $TMPDIR, and the forward pass holds one decoder layer\n"
+        "in f32 at a time (plus the embeddings and lm_head); stderr reports the peak resident set.\n"
         "Exit codes: 0 ok, 1 usage, 2 input, 3 output (exists without --force, cannot write), 4 cannot\n"
         "run as asked (layer out of range, text too short), 5 internal.\n");
 }
@@ -470,6 +474,8 @@ int qx_cmd_plot(int argc, char** argv) {
     printf("before rotation: max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[0].max, (long long)st[0].argmax, st[0].median, st[0].ratio);
     printf("after QuaRot:    max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[1].max, (long long)st[1].argmax, st[1].median, st[1].ratio);
     printf("wrote %s\n", out_path);
+    fflush(stdout);
+    qx_cli_info(&cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());
 
 done:
     qx_pool_destroy(pool);

@@ -50,6 +50,8 @@ static void run_usage(FILE* f) {
         "--skip-unsupported skips them with a warning. metadata, spec.runner and top-level templates with\n"
         "an anchor (`default_w4a4_dynamic: &default_w4a4_dynamic ...`) are accepted and not used.\n"
         "\n"
+        );
+    fputs(
         "options:\n"
         "  --model IN            the checkpoint to rotate (required; any format quarot rotate reads)\n"
         "  --save OUT            the rotated checkpoint (required; same rules as quarot rotate's OUT)\n"
@@ -69,9 +71,12 @@ static void run_usage(FILE* f) {
         "  --quiet               no progress on stderr (warnings and errors are still printed)\n"
         "  --help                this text\n"
         "\n"
+        "Memory (layer-wise): stage 1 as quarot calibrate, stage 2 and spec.save as quarot rotate: the model\n"
+        "stays mapped in its stored dtype and one decoder layer is held in f32 at a time (plus the\n"
+        "embeddings and lm_head); the summary reports the peak resident set.\n"
         "Exit codes: 0 ok, 1 usage, 2 input (model, dataset or tokenizer missing or malformed; the YAML\n"
         "malformed or asking for something quarot does not run), 3 output (exists without --force,\n"
-        "cannot be written), 4 processing (e.g. layer_type matching no linear), 5 internal.\n");
+        "cannot be written), 4 processing (e.g. layer_type matching no linear), 5 internal.\n", f);
 }
 
 static void on_warn(void* user, const char* msg) {

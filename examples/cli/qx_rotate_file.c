@@ -198,10 +198,11 @@ static qx_entry* qx__entry(qx_store* s, const char* name) {
    caller's views are such mappings. */
 static void qx__drop_pages(const qx__rf* b) {
     int64_t i;
+    const qx_store* ms = b->o->drop_from ? b->o->drop_from : b->s;
     if (!b->drop) return;
-    for (i = 0; i < b->s->n_cleanups; ++i)
-        if (b->s->cleanups[i].fn == qx_unmap_and_free) {
-            const qx_map* m = (const qx_map*)b->s->cleanups[i].arg;
+    for (i = 0; i < ms->n_cleanups; ++i)
+        if (ms->cleanups[i].fn == qx_unmap_and_free) {
+            const qx_map* m = (const qx_map*)ms->cleanups[i].arg;
             if (m && m->addr && m->len) (void)madvise(m->addr, m->len, MADV_DONTNEED);
         }
 }
@@ -684,6 +685,9 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     snprintf(st->r1, sizeof st->r1, "%s", p.rot[QUAROT_ROT_R1].text);
     snprintf(st->r2, sizeof st->r2, "%s", p.have_rot[QUAROT_ROT_R2] ? p.rot[QUAROT_ROT_R2].text : "none");
     st->n_commands = p.n_commands;
+    if (p.have_rot[QUAROT_ROT_R4]) snprintf(st->r4, sizeof st->r4, "%s", p.rot[QUAROT_ROT_R4].text);
+    if (p.have_rot[QUAROT_ROT_HEADS]) snprintf(st->heads, sizeof st->heads, "%s", p.rot[QUAROT_ROT_HEADS].text);
+    if (desc->r3) snprintf(st->r3, sizeof st->r3, "%s", p.r3.text);
     st->untied = p.untie;
 
     /* 2. the output plan, from the views (input dtypes) and the processor's creations */

@@ -73,6 +73,8 @@ typedef struct qx_rotate_file_opts {
     void (*progress)(void* user, const char* stage, int64_t done, int64_t total);
     void* user;
     const qx_rotate_sink* sink;  /* NULL: the store's own format (above); else this output */
+    const qx_store* drop_from;   /* drop_pages: the store whose file mappings to drop (NULL = s; a store
+                                    of views of another store's mappings passes that store) */
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {
@@ -93,6 +95,7 @@ typedef struct qx_rotate_file_stats {
     double validate_s, read_s, fuse_s, rotate_s, write_s, total_s;
     int64_t n_commands;
     int side_files;              /* Hugging Face side files copied (opts.side_dir) */
+    char r4[160], heads[160], r3[160];   /* online rotations built ("" when none) */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds

@@ -2,6 +2,7 @@
 #include "qx_calib.h"
 #include "qx_file.h"
 #include "qx_json.h"
+#include "qx_layerwise.h"
 #include "qx_model.h"
 #include "qx_online.h"
 
@@ -344,7 +345,7 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
     quarot_result r;
     int64_t i;
     double t0;
-    int have_cap = 0, have_fwd = 0;
+    int have_cap = 0, have_fwd = 0, layerwise;
     quarot_online_list mhooks;             /* the model's own online hooks (qx_model_hooks_attach) */
     qx_online_ctx moc;
     quarot_online_list_init(&mhooks, NULL);
@@ -369,25 +370,38 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
         return r;
     }
 
-    /* 1. norm fusion on a copy (R1 = identity, no R2: the weights are otherwise unchanged) */
+    /* 1. norm fusion on a copy (R1 = identity, no R2: the weights are otherwise unchanged); a mapped
+       model: layer-wise into a mapped temporary file (qx_layerwise.h), never whole in memory */
     t0 = qx__calib_now();
-    r = qx_store_clone(model, &fused);
-    if (r != QUAROT_OK) {
-        quarot_plan_free(&plan);
-        qx_err_set(e, "adapt stage 1: copying the model: %s", quarot_result_string(r));
-        return r;
-    }
     memset(&fd, 0, sizeof fd);
     fd.rotation = QUAROT_ROTATION_IDENTITY;
     fd.no_r2 = 1;
-    qx_model_bind(&m, &b, &fused);
-    if (o->env) m.env = *o->env;
-    r = quarot_rotate_model(&m, &fd);
-    if (r != QUAROT_OK) {
-        qx_err_set(e, "adapt stage 1: norm fusion: %s (%s)", m.error[0] ? m.error : "failed", quarot_result_string(r));
-        goto done;
+    layerwise = qx_lw_mapped(model);
+    if (layerwise) {
+        qx_err why;
+        why.msg[0] = '\0';
+        r = qx_lw_rotate(model, &fd, &fused, NULL, NULL, NULL, &why);
+        if (r != QUAROT_OK) {
+            quarot_plan_free(&plan);
+            qx_err_set(e, "adapt stage 1: norm fusion: %s (%s)", why.msg[0] ? why.msg : "failed", quarot_result_string(r));
+            return r;
+        }
+    } else {
+        r = qx_store_clone(model, &fused);
+        if (r != QUAROT_OK) {
+            quarot_plan_free(&plan);
+            qx_err_set(e, "adapt stage 1: copying the model: %s", quarot_result_string(r));
+            return r;
+        }
+        qx_model_bind(&m, &b, &fused);
+        if (o->env) m.env = *o->env;
+        r = quarot_rotate_model(&m, &fd);
+        if (r != QUAROT_OK) {
+            qx_err_set(e, "adapt stage 1: norm fusion: %s (%s)", m.error[0] ? m.error : "failed", quarot_result_string(r));
+            goto done;
+        }
+        qx_model_sync(&m, &fused);
     }
-    qx_model_sync(&m, &fused);
 
     /* 2. the calibration windows through the forward pass, every linear input offered to the capture */
     r = quarot_adapt_capture_init(&cap, model->config.hidden, &o->adapt, o->env);
@@ -403,11 +417,14 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
     r = qx_model_hooks_get(model, &mhooks, e);
     if (r != QUAROT_OK) goto done;
     if (mhooks.count > 0) { moc.base = &mhooks; fo.online = qx_online_hooks; fo.online_user = &moc; }
+    if (layerwise) qx_lw_forward_opts(&fo, &fused);   /* one layer in f32 at a time; fused stays mapped */
     r = qx_forward_init(&f, &fused, &fo, e);
     if (r != QUAROT_OK) goto done;
     have_fwd = 1;
-    qx_store_free(&fused);                 /* the forward pass holds its own f32 copies */
-    qx_store_init(&fused);
+    if (!layerwise) {
+        qx_store_free(&fused);             /* the forward pass holds its own f32 copies */
+        qx_store_init(&fused);
+    }
     /* Every window starts with BOS at position 0, whose activations are the same vector in every
        window: it is captured from the first window only. Otherwise stream windows (period seq_len,
        a power of two by default) would put 1 in every (seq_len / step) kept rows on that one vector

@@ -1,6 +1,8 @@
 /* qx_evalkit.c - see qx_evalkit.h. */
 #include "qx_evalkit.h"
 #include "qx_model.h"
+#include "qx_file.h"
+#include "qx_layerwise.h"
 
 #include <errno.h>
 #include <math.h>
@@ -125,6 +127,75 @@ static void qx__cat(char* buf, size_t cap, const char* fmt, ...) {
     va_end(ap);
 }
 
+/* The hooks' sites, counted for the recipe lines. */
+static void qx__recipe_hooks(const quarot_online_list* hooks, const char* r4, const char* heads, const char* r3t, int r3,
+                             char* recipe, size_t recipe_cap) {
+    int64_t i, n_down = 0, n_heads = 0, n_q = 0, n_k = 0;
+    for (i = 0; i < hooks->count; ++i) {
+        switch (hooks->hooks[i].site) {
+            case QUAROT_SITE_DOWN_INPUT: n_down++; break;
+            case QUAROT_SITE_O_INPUT: n_heads++; break;
+            case QUAROT_SITE_Q_ROPE: n_q++; break;
+            case QUAROT_SITE_K_ROPE: n_k++; break;
+            default: break;
+        }
+    }
+    (void)r3;
+    if (n_down) qx__cat(recipe, recipe_cap, "R4  online %s before down_proj, %lld layers (offline half in down_proj)\n", r4, (long long)n_down);
+    if (n_heads) qx__cat(recipe, recipe_cap, "Rh  online %s across heads before o_proj, %lld layers (offline half in o_proj)\n", heads, (long long)n_heads);
+    if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE, %lld layers (for the KV cache)\n", r3t, (long long)n_q);
+}
+
+typedef struct qx__lw_user {
+    qx_ek_layer_fn fn;
+    void* user;
+} qx__lw_user;
+
+static void qx__lw_prog(void* user, int64_t done, int64_t total) {
+    qx__lw_user* u = (qx__lw_user*)user;
+    if (u->fn) u->fn(u->user, done, total);
+}
+
+static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3,
+                                          qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
+                                          qx_ek_layer_fn progress, void* user, qx_err* e) {
+    const char* who = context ? "Adapt Rotation" : "QuaRot";
+    quarot_rotate_desc d;
+    qx_rotate_file_stats st;
+    qx__lw_user u;
+    qx_err why;
+    quarot_result r;
+    memset(&d, 0, sizeof d);
+    d.seed = seed;
+    if (context) {
+        d.rotation = QUAROT_ROTATION_ADAPT;
+        d.context = context;
+        d.seed = seed = context->seed;
+    }
+    d.online = 1;
+    d.r3 = r3;
+    d.online_out = hooks;
+    u.fn = progress;
+    u.user = user;
+    why.msg[0] = '\0';
+    r = qx_lw_rotate(src, &d, dst, qx__lw_prog, &u, &st, &why);
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "%s: %s (%s)", who, why.msg[0] ? why.msg : "rotation failed", quarot_result_string(r));
+        quarot_online_list_free(hooks);
+        return r;
+    }
+    if (context)
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
+                st.r1, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
+                context->start_loss, context->best_loss);
+    else
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
+                st.r1, (unsigned long long)seed);
+    if (strcmp(st.r2, "none") != 0) qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", st.r2);
+    qx__recipe_hooks(hooks, st.r4, st.heads, st.r3, r3, recipe, recipe_cap);
+    return QUAROT_OK;
+}
+
 quarot_result qx_ek_quarot(const qx_store* src, uint64_t seed, int r3, qx_store* dst, quarot_online_list* hooks,
                            char* recipe, size_t recipe_cap, qx_ek_layer_fn progress, void* user, qx_err* e) {
     return qx_ek_rotate(src, seed, NULL, r3, dst, hooks, recipe, recipe_cap, progress, user, e);
@@ -149,6 +220,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
     char r4[160] = "", heads[160] = "", r3t[160] = "";
     if (recipe && recipe_cap) recipe[0] = '\0';
     quarot_online_list_init(hooks, NULL);
+    if (qx_lw_mapped(src)) return qx__rotate_layerwise(src, seed, context, r3, dst, hooks, recipe, recipe_cap, progress, user, e);
     r = qx_store_clone(src, dst);
     if (r != QUAROT_OK) {
         qx_err_set(e, "copying the model: %s", quarot_result_string(r));
@@ -242,6 +314,7 @@ quarot_result qx_ek_forward_init_env(qx_ek_forward* ef, const qx_store* s, const
     o.capture = capture;
     o.capture_user = capture_user;
     o.env = env;
+    if (qx_lw_mapped(s)) qx_lw_forward_opts(&o, s);   /* layer-wise: the store stays mapped, one layer in f32 */
     r = qx_forward_init(&ef->f, s, &o, e);
     if (r != QUAROT_OK) { qx_online_ctx_free(&ef->ctx); quarot_online_list_free(&ef->base); }
     return r;

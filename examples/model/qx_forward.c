@@ -433,6 +433,9 @@ static quarot_result qx__stream_layer(qx_forward* f, int64_t l) {
         if (r == QUAROT_OK && quant) r = qx__fake_quant_w_par(f, k.w, sp[i].rows, sp[i].cols);
         if (r != QUAROT_OK) return r;
         *sp[i].slot = k.w;
+        /* the source pages of this tensor are no longer needed: with a mapped store, at most one
+           tensor's pages sit beside the layer buffer */
+        if (f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, l);
     }
     return QUAROT_OK;
 }
@@ -682,10 +685,12 @@ static void qx__ew(const qx_forward* f, qx__rows_fn fn, float* y, const float* a
     (void)qx__par_rows(f, rows, n, fn, &k);
 }
 
-/* y[T][out] = x[T][in] * W^T + b */
-static quarot_result qx__linear(const qx_forward* f, const float* x, int64_t T, int64_t in, const float* w,
-                                const float* b, int64_t out, float* y) {
+/* y[T][out] = x[T][in] * W^T + b. Layer-wise, the weights read are released after each linear
+   (layer_done), so that an f32 tensor read in place from a mapping leaves its pages for one GEMM only. */
+static quarot_result qx__linear_l(const qx_forward* f, int64_t layer, const float* x, int64_t T, int64_t in, const float* w,
+                                  const float* b, int64_t out, float* y) {
     quarot_result r = qx__gemm(f, 1, T, out, in, 1.0f, x, in, w, in, y, out);
+    if (f->opts.stream_weights && f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, layer);
     if (r != QUAROT_OK || !b) return r;
     qx__ew(f, qx__add_bias_rows, y, b, T, out, QUAROT_ACT_SILU, 0);
     return QUAROT_OK;
@@ -893,9 +898,9 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     /* ---- attention: a = norm1(x); q, k, v = a W^T + b; q/k per-head norm and RoPE ---- */
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
     r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
-    if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
-    if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k);
-    if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v);
     if (r != QUAROT_OK) return r;
     if (L->q_norm) qx__norm_par(f, b->q, b->q, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
     if (L->k_norm) qx__norm_par(f, b->k, b->k, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
@@ -935,7 +940,7 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     /* o_proj input: online rotation, capture, quantization, then x += att Wo^T + bo */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_O_INPUT, b->att, T, f->q_dim);
     r = qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
-    if (r == QUAROT_OK) r = qx__linear(f, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
     qx__ew(f, qx__add_rows, b->x, b->tmp, T, g->hidden, g->act, 0);
 
@@ -943,21 +948,21 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
     if (g->mlp == QUAROT_MLP_GATED) {
         r = qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
-        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
-        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
         qx__ew(f, qx__act_rows, b->u, b->g, T, g->intermediate, g->act, 1);
     } else {
         const char* up_name = f->is_opt ? "fc1.weight" : "mlp.up_proj.weight";
         r = qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
-        if (r == QUAROT_OK) r = qx__linear(f, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
         if (r != QUAROT_OK) return r;
         qx__ew(f, qx__act_rows, b->u, NULL, T, g->intermediate, g->act, 0);
     }
     /* down_proj input: online rotation (QuaRot's R4), capture, quantization */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_DOWN_INPUT, b->u, T, g->intermediate);
     r = qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
-    if (r == QUAROT_OK) r = qx__linear(f, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
     if (r != QUAROT_OK) return r;
     qx__ew(f, qx__add_rows, b->x, b->tmp, T, g->hidden, g->act, 0);
     return QUAROT_OK;

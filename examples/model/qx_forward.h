@@ -139,9 +139,11 @@ typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
                                         the whole model in f32. The logits are bit-identical to the
                                         default (copy everything at init). The store must then outlive
                                         f and stay unchanged. 0: copies at init (s may be freed). */
-    void (*layer_done)(void* user, int64_t layer);   /* stream_weights: called after layer i ran, and
-                                        with -1 after the lm_head (e.g. to hand mapped pages back to the
-                                        kernel, qx_lw_drop_pages); NULL = none */
+    void (*layer_done)(void* user, int64_t layer);   /* stream_weights: called with i after each of
+                                        layer i's tensors was converted into the layer buffer, after each
+                                        of its linears and after layer i ran, and with -1 after the lm_head: the weights read so
+                                        far are no longer needed (e.g. hand a file mapping's pages back
+                                        to the kernel, qx_lw_layer_done); NULL = none */
     void* layer_done_user;
 } qx_forward_opts;
 
