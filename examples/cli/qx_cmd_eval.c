@@ -757,9 +757,18 @@ int qx_cmd_eval(int argc, char** argv) {
         qx_ek_setting kv = settings[i];
         kv.kv_bits = 16;
         qx_ek_setting_quant(&kv, group, clip, &q);
-        /* weights come quantized in the store (below): the forward quantizes activations and KV only */
-        q.w_bits = 0;
-        q.w_group = 0;
+        /* GPTQ, scale migration and the clip search quantize the weights in a copy of the store (below);
+           plain RTN is done by the forward pass as it loads each layer (the same quantizer, and a
+           layer-wise run keeps one layer in memory) */
+        int mig_i = migrate && settings[i].a_bits >= 16;
+        int stage_w = settings[i].w_bits < 16 && (gptq || w_clip || mig_i);
+        if (stage_w) {
+            q.w_bits = 0;
+            q.w_group = 0;
+        } else if (q.w_bits) {
+            q.w_asym = w_asym;
+            q.w_group = group;
+        }
         if (q.a_bits) {
             q.a_asym = a_asym;
             q.a_group = a_group;
@@ -778,7 +787,7 @@ int qx_cmd_eval(int argc, char** argv) {
             qx_ppl_result res;
             double t0 = qx_cli_now();
             const qx_store* src = variants[j].store;
-            if (settings[i].w_bits < 16) {   /* the quantized weights of (column, bits): made once */
+            if (stage_w) {   /* the quantized weights of (column, bits): made once */
                 eval_qstore* x = NULL;
                 int m;
                 int mig = migrate && settings[i].a_bits >= 16;   /* weight-only rows only */
