@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of fuzz/fuzz_llama2c.c into fuzz/seeds/llama2c (each file under 4 KB):
 tiny v0 / v1 checkpoints (shared and separate classifier), a version-2 header,
-and a split tokenizer input (2-byte length, tokenizer.bin image, text)."""
+a split tokenizer input (2-byte length, tokenizer.bin image, text), and structured recipes
+('S', 8 bytes choosing a consistent header, then bytes that fill the weights cyclically)."""
 import os
 import struct
 
@@ -49,6 +50,13 @@ seeds = {
 }
 tok = tokenizer()
 seeds["tokenizer_text.bin"] = struct.pack("<H", len(tok)) + tok + "ab a\u00e9\u00e9 ba\xff".encode("utf-8", "surrogateescape") + b"\xff\x80"
+# 'S', dim, heads, hidden, layers, GQA, vocab, flags (bit 0: own classifier, bit 1: v1, bit 2: other format,
+# bit 3: f16/bf16), context (bit 7: bf16)
+weights = struct.pack("<8f", 1.0, -0.5, 0.25, 2.0, -3.0, 0.125, 1e-3, -7.0)
+seeds["structured_v0_shared"] = b"S\x01\x01\x05\x01\x00\x10\x0c\x05" + weights
+seeds["structured_v0_separate_gqa"] = b"S\x03\x02\x07\x02\x01\x21\x05\x0b" + weights
+seeds["structured_v1_shared"] = b"S\x02\x01\x09\x02\x00\x07\x0a\x83" + weights
+seeds["structured_v1_separate"] = b"S\x00\x02\x04\x00\x01\x05\x0f\x02" + weights + b"\x00\x00\xc0\x7f\x00\x00\x80\x7f"
 for name, data in seeds.items():
     assert len(data) < 4096, name
     with open(os.path.join(here, name), "wb") as f:

@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
@@ -266,6 +267,19 @@ static void test_force_refuses_special_files(void) {
     QT_CHECK(lstat(lnk, &st) == 0 && S_ISLNK(st.st_mode));
     QT_EQ_INT(temporaries_beside(g_tmp, "sp_fifo"), 0);
     QT_EQ_INT(temporaries_beside(g_tmp, "sp_link.bin"), 0);
+    /* a directory output (safetensors) onto the FIFO */
+    QT_CHECK(make_input(tmp_path("sp_dir_in"), 1, 0));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --force", tmp_path("sp_dir_in"), fifo), 3);
+    QT_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    /* the reproducer, a character device (a copy of /dev/null); needs root, else skipped */
+    if (mknod(tmp_path("sp_null"), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, tmp_path("sp_null")), 3);
+        QT_CHECKF(strstr(g_err, "device") != NULL, "stderr: %s", g_err);
+        QT_CHECK(lstat(tmp_path("sp_null"), &st) == 0 && S_ISCHR(st.st_mode));
+        QT_EQ_INT(CLI("rotate '%s' '%s' --force", tmp_path("sp_dir_in"), tmp_path("sp_null")), 3);
+        QT_CHECK(lstat(tmp_path("sp_null"), &st) == 0 && S_ISCHR(st.st_mode));
+        remove(tmp_path("sp_null"));
+    }
 }
 
 /* A file created at the output path after the temporary was made is not replaced without force. */
