@@ -286,7 +286,12 @@ static void eval_label(qx_ek_setting* s, int kb, int vb) {
         else snprintf(tail, sizeof tail, "K%dV%d", kb, vb);
         if (strcmp(tmp.label, "FP32") == 0) snprintf(tmp.label, sizeof tmp.label, "W16A16");
     }
-    snprintf(s->label, sizeof s->label, "%s%s", tmp.label, tail);
+    {   /* at most "W16A16" + "K16V16": far below the label's size; cut, never overflow */
+        char full[sizeof tmp.label + sizeof tail] = "";
+        snprintf(full, sizeof full, "%s%s", tmp.label, tail);
+        memcpy(s->label, full, sizeof s->label - 1);
+        s->label[sizeof s->label - 1] = '\0';
+    }
 }
 
 int qx_cmd_eval(int argc, char** argv) {
