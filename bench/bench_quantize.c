@@ -11,7 +11,8 @@
    accumulation time is extrapolated (it is linear in the rows). GPTQ itself does not depend on the
    row count (H is damped to be positive definite).
 
-   Printed per linear: GPTQ seconds (quarot_gptq_f32: Cholesky + inverse + column updates) and RTN
+   Printed per linear: GPTQ seconds (quarot_gptq_f32: Cholesky + inverse + column updates), wall
+   clock and process CPU time (on a shared machine the CPU time is the one to read), and RTN
    seconds (quarot_fake_quant_f32; with -c also with QuaRot's clip search, 80 candidate scales scored
    by sum |err|^2.4, a pow() per element and candidate: slow), then the layer totals.
 
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
     int clip = 0;
     const char* names[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
     int64_t outs[7], ins[7], i, k, maxw;
-    double *h1, *h2, th1, th2, gsum = 0, rsum = 0, csum = 0, c0;
+    double *h1, *h2, th1, th2, gsum = 0, rsum = 0, csum = 0, rcsum = 0, c0;
     float *w, *w0;
     qx_pool* pool;
     quarot_env env;
@@ -106,13 +107,14 @@ int main(int argc, char** argv) {
            "  QuaRot's 128 x 2048 = 262144 rows would take about %.0f s + %.0f s, linear in rows; 4 accumulations per layer: %.0f s)\n",
            (long long)rows, (long long)hidden, th1, (long long)inter, th2, 1e3 * th1 / (double)rows, 1e3 * th2 / (double)rows,
            th1 / (double)rows * 262144.0, th2 / (double)rows * 262144.0, (3.0 * th1 + th2) / (double)rows * 262144.0);
-    printf("%-10s %12s %10s %10s %14s\n", "linear", "[out][in]", "GPTQ s", "RTN s", "RTN+clip s");
+    printf("%-10s %12s %10s %10s %10s %10s %14s\n", "linear", "[out][in]", "GPTQ s", "GPTQ cpu", "RTN s", "RTN cpu",
+           "RTN+clip s");
     for (k = 0; k < 7; ++k) {
         int64_t n = outs[k] * ins[k], j;
         quarot_gptq_desc gd;
         quarot_quant_desc qd;
         quarot_gptq_info gi;
-        double t0, tg, tr, tc;
+        double t0, tg, tr, tc, cg, cr, c1;
         char shape[32];
         for (j = 0; j < n; ++j) w0[j] = gauss() * 0.02f;
         memcpy(w, w0, (size_t)n * sizeof(float));
@@ -124,12 +126,16 @@ int main(int argc, char** argv) {
             return 1;
         }
         tg = now_s() - t0;
-        csum += cpu_s() - c0;
+        cg = cpu_s() - c0;
+        csum += cg;
         memcpy(w, w0, (size_t)n * sizeof(float));
         memset(&qd, 0, sizeof qd);
+        c1 = cpu_s();
         t0 = now_s();
         quarot_fake_quant_f32(w, outs[k], ins[k], ins[k], &qd);
         tr = now_s() - t0;
+        cr = cpu_s() - c1;
+        rcsum += cr;
         tc = NAN;
         if (clip) {
             memcpy(w, w0, (size_t)n * sizeof(float));
@@ -139,12 +145,13 @@ int main(int argc, char** argv) {
             tc = now_s() - t0;
         }
         snprintf(shape, sizeof shape, "%lldx%lld", (long long)outs[k], (long long)ins[k]);
-        printf("%-10s %12s %10.2f %10.3f %14.2f\n", names[k], shape, tg, tr, tc);
+        printf("%-10s %12s %10.2f %10.2f %10.3f %10.3f %14.2f\n", names[k], shape, tg, cg, tr, cr, tc);
         fflush(stdout);
         gsum += tg;
         rsum += tr;
     }
-    printf("layer: GPTQ %.1f s (CPU %.1f s), RTN %.2f s; GPTQ / RTN = %.0fx\n", gsum, csum, rsum, gsum / (rsum > 0 ? rsum : 1e-9));
+    printf("layer: GPTQ %.1f s (CPU %.1f s), RTN %.2f s (CPU %.2f s); GPTQ / RTN = %.0fx (CPU %.0fx)\n", gsum, csum, rsum,
+           rcsum, gsum / (rsum > 0 ? rsum : 1e-9), csum / (rcsum > 0 ? rcsum : 1e-9));
     free(h1);
     free(h2);
     free(w);

@@ -41,6 +41,12 @@ static void test_bad_input(void) {
     rc = CLI("eval '%s' --text '%s' --group-size 32 --windows 1 --quiet", M, TXT);   /* 32 does not divide 172 */
     QT_EQ_INT(rc, 4);
     QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "group"), "%s", g_err);
+    /* ... unless down_proj is per channel (--int8-down-proj): then only hidden and heads x head_dim
+       (64) must split, as in a Q4_0 file whose down_proj rows of 172 stay unquantized */
+    rc = CLI("eval '%s' --text '%s' --group-size 32 --int8-down-proj --rows W4A16 --columns quarot --no-fp32 "
+             "--windows 1 --seq-len 64 --quiet", M, TXT);
+    QT_EQ_INT(rc, 0);
+    QT_CHECKF(strstr(g_out, "W4A16") != NULL, "%s%s", g_out, g_err);
     QT_CHECK(write_str(shortf, "Once upon a time there was a cat.\n"));
     rc = CLI("eval '%s' --text '%s' --windows 1 --w-quant gptq --calib-text '%s' --seq-len 64 --quiet", M, TXT, shortf);
     QT_EQ_INT(rc, 4);

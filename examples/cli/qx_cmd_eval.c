@@ -573,10 +573,11 @@ int qx_cmd_eval(int argc, char** argv) {
         goto done;
     }
     if (group) {
-        /* every quantized linear's input width must split into whole groups: say so before any work */
+        /* every quantized linear's input width must split into whole groups: say so before any work
+           (with --int8-down-proj, down_proj is per channel: its width, intermediate, need not) */
         const quarot_model_config* c = &model.config;
         int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
-        if (c->hidden % group || c->intermediate % group || (c->n_heads * hd) % group) {
+        if (c->hidden % group || (!int8_down && c->intermediate % group) || (c->n_heads * hd) % group) {
             rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--group-size %lld does not divide the layer widths (hidden %lld, intermediate %lld, heads x head_dim %lld)",
                              (long long)group, (long long)c->hidden, (long long)c->intermediate, (long long)(c->n_heads * hd));
             goto done;
