@@ -394,7 +394,7 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 // Unnormalized Walsh-Hadamard transform of `rows` rows of length n (a power of two, n >= 1), rows
 // `stride` elements apart (stride >= n). x <- x * H_n (Sylvester; H_n is symmetric). n not a power of
 // two -> QUAROT_ERR_INVALID_ARGUMENT; an ISA not compiled in -> QUAROT_ERR_UNSUPPORTED. rows == 0 is
-// a no-op. The f64 version is scalar.
+// a no-op. The f64 version runs SIMD kernels bit-identical to its scalar specification.
 QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int64_t stride, quarot_isa isa);
 QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int64_t stride);
 
@@ -426,7 +426,7 @@ typedef struct quarot_hadamard_apply_desc {
                                    // the f32 entry point rejects signs_f64 without signs
     int unnormalized;              // 1: skip the 1/sqrt(n) scaling pass
     int transpose;                 // 1: x <- x * Q^T = (x * H^T) * D / sqrt(n) (the inverse of Q)
-    quarot_isa isa;                // f32 only; the f64 path is scalar
+    quarot_isa isa;                // f32: that ISA; f64: REF = the scalar spec, any other the f64 SIMD kernels (same bits)
 } quarot_hadamard_apply_desc;
 
 // Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
@@ -3219,6 +3219,11 @@ typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, 
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
+// The f64 row and mixing kernels (the _ref functions below for QUAROT_ISA_REF or without SIMD).
+static void quarot__f64_select(quarot_isa isa,
+                               void (**row)(double*, int, const double*, const float*, const double*, const float*, const double*),
+                               void (**mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int,
+                                            const double*, const float*, const double*));
 
 // The specification: one row of n = 2^L floats, the textbook in-place butterfly in stage order.
 // Every SIMD kernel computes exactly these a + b and a - b, only in another (dependency-respecting)
@@ -3347,9 +3352,12 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
     quarot_result r = quarot__rows_check(x, n, rows, stride, sizeof(double));
     int L = quarot__log2_exact(n);
     int64_t i;
+    void (*row)(double*, int, const double*, const float*, const double*, const float*, const double*);
+    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*, const double*);
     if (r != QUAROT_OK) return r;
     if (L < 0) return QUAROT_ERR_INVALID_ARGUMENT;
-    for (i = 0; i < rows; ++i) quarot__wht_row_f64_ref(x + i * stride, L, NULL, NULL, NULL, NULL, NULL);
+    quarot__f64_select(QUAROT_ISA_DEFAULT, &row, &mix);
+    for (i = 0; i < rows; ++i) row(x + i * stride, L, NULL, NULL, NULL, NULL, NULL);
     return QUAROT_OK;
 }
 
@@ -3526,7 +3534,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     return QUAROT_OK;
 }
 
-// The f64 path: the same specification in double, scalar only (weights are rotated once, offline).
+// The f64 path: the same specification in double; dd.isa REF runs the scalar _ref kernels, any other
+// (compiled) ISA the f64 SIMD kernels of >>transform_simd, which give the same bits.
 QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size) {
@@ -3537,12 +3546,15 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     double s;
     void* w;
     int64_t i, k, M;
+    void (*row)(double*, int, const double*, const float*, const double*, const float*, const double*);
+    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*, const double*);
     memset(&dd, 0, sizeof dd);
     if (d) dd = *d;
     r = quarot__apply_check(p, x, rows, stride, sizeof(double), work, work_size, &w);
     if (r != QUAROT_OK) return r;
-    r = quarot__isa_resolve(dd.isa, &dd.isa);   // the path is scalar, but a bad isa is still an error
+    r = quarot__isa_resolve(dd.isa, &dd.isa);
     if (r != QUAROT_OK) return r;
+    quarot__f64_select(dd.isa, &row, &mix);
     // signs_f64 wins; otherwise the float signs are read exactly as doubles. The mixing uses the
     // same block size b as the f32 path, so f32 and f64 differ only by rounding.
     if (dd.transpose) { post = dd.signs_f64; post32 = dd.signs_f64 ? NULL : dd.signs; }
@@ -3550,7 +3562,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     s = 1.0 / sqrt((double)p->n);
     scale = dd.unnormalized ? NULL : &s;
     if (p->K == 1) {
-        for (i = 0; i < rows; ++i) quarot__wht_row_f64_ref(x + i * stride, p->m, pre, pre32, post, post32, scale);
+        for (i = 0; i < rows; ++i) row(x + i * stride, p->m, pre, pre32, post, post32, scale);
         return QUAROT_OK;
     }
     M = (int64_t)1 << p->m;
@@ -3559,9 +3571,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
         double* z = (double*)w;
         memcpy(z, xr, (size_t)p->n * sizeof(double));
         for (k = 0; k < p->K; ++k)
-            quarot__wht_row_f64_ref(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
+            row(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
                                     NULL, NULL, NULL);
-        quarot__mix_f64_ref(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, post32, scale);
+        mix(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, post32, scale);
     }
     return QUAROT_OK;
 }
@@ -4153,6 +4165,144 @@ static quarot__mix_fn quarot__mix_select(quarot_isa isa) {
 #endif
         default: return NULL;
     }
+}
+
+// ---- f64 kernels (the weight-rotation path): the same butterflies and mixing chains as
+// quarot__wht_row_f64_ref / quarot__mix_f64_ref, vectorized over independent elements only, so
+// every element sees the same operations in the same order (bit-identical). One vector width per
+// build: 4 doubles (AVX2; also under AVX-512, whose split 512-bit units gain nothing here), 2 (SSE2,
+// NEON). Stages h = 1, 2 run as a scalar radix-4 step, stages h >= 4 as radix-4 / radix-2 passes
+// over whole vectors; the mixing keeps 4 vectors of outputs j in registers per (i, k) step.
+#if defined(QUAROT__HAVE_AVX2)
+  #define QUAROT__HAVE_VD 1
+  #define QUAROT__VD __m256d
+  #define QUAROT__VD_W 4
+  #define QUAROT__VD_LD(p) _mm256_loadu_pd(p)
+  #define QUAROT__VD_ST(p, v) _mm256_storeu_pd((p), (v))
+  #define QUAROT__VD_ADD(a, b) _mm256_add_pd((a), (b))
+  #define QUAROT__VD_SUB(a, b) _mm256_sub_pd((a), (b))
+  #define QUAROT__VD_NEG(a) _mm256_xor_pd((a), _mm256_set1_pd(-0.0))
+#elif defined(QUAROT__HAVE_SSE2)
+  #define QUAROT__HAVE_VD 1
+  #define QUAROT__VD __m128d
+  #define QUAROT__VD_W 2
+  #define QUAROT__VD_LD(p) _mm_loadu_pd(p)
+  #define QUAROT__VD_ST(p, v) _mm_storeu_pd((p), (v))
+  #define QUAROT__VD_ADD(a, b) _mm_add_pd((a), (b))
+  #define QUAROT__VD_SUB(a, b) _mm_sub_pd((a), (b))
+  #define QUAROT__VD_NEG(a) _mm_xor_pd((a), _mm_set1_pd(-0.0))
+#elif defined(QUAROT__HAVE_NEON)
+  #define QUAROT__HAVE_VD 1
+  #define QUAROT__VD float64x2_t
+  #define QUAROT__VD_W 2
+  #define QUAROT__VD_LD(p) vld1q_f64(p)
+  #define QUAROT__VD_ST(p, v) vst1q_f64((p), (v))
+  #define QUAROT__VD_ADD(a, b) vaddq_f64((a), (b))
+  #define QUAROT__VD_SUB(a, b) vsubq_f64((a), (b))
+  #define QUAROT__VD_NEG(a) vnegq_f64(a)
+#endif
+
+#if defined(QUAROT__HAVE_VD)
+static void quarot__wht_row_f64_simd(double* x, int L, const double* pre, const float* pre_f32,
+                                     const double* post, const float* post_f32, const double* scale) {
+    const int64_t n = (int64_t)1 << L, W = QUAROT__VD_W;
+    int64_t h, i, j, base;
+    if (n < 4 * W) { quarot__wht_row_f64_ref(x, L, pre, pre_f32, post, post_f32, scale); return; }
+    if (pre) for (i = 0; i < n; ++i) x[i] = x[i] * pre[i];
+    if (pre_f32) for (i = 0; i < n; ++i) x[i] = x[i] * (double)pre_f32[i];
+    for (i = 0; i < n; i += 4) {   // h = 1 then h = 2 on each group of 4
+        const double a0 = x[i], a1 = x[i + 1], a2 = x[i + 2], a3 = x[i + 3];
+        const double b0 = a0 + a1, b1 = a0 - a1, b2 = a2 + a3, b3 = a2 - a3;
+        x[i] = b0 + b2; x[i + 2] = b0 - b2; x[i + 1] = b1 + b3; x[i + 3] = b1 - b3;
+    }
+    for (h = 4; h < n; ) {   // h >= 4 >= W: every butterfly pairs whole vectors
+        if (4 * h <= n) {   // stages h and 2h on 4 vectors
+            for (base = 0; base < n; base += 4 * h)
+                for (j = base; j < base + h; j += W) {
+                    QUAROT__VD v0 = QUAROT__VD_LD(x + j), v1 = QUAROT__VD_LD(x + j + h);
+                    QUAROT__VD v2 = QUAROT__VD_LD(x + j + 2 * h), v3 = QUAROT__VD_LD(x + j + 3 * h);
+                    QUAROT__VD t0 = QUAROT__VD_ADD(v0, v1), t1 = QUAROT__VD_SUB(v0, v1);
+                    QUAROT__VD t2 = QUAROT__VD_ADD(v2, v3), t3 = QUAROT__VD_SUB(v2, v3);
+                    QUAROT__VD_ST(x + j, QUAROT__VD_ADD(t0, t2));
+                    QUAROT__VD_ST(x + j + 2 * h, QUAROT__VD_SUB(t0, t2));
+                    QUAROT__VD_ST(x + j + h, QUAROT__VD_ADD(t1, t3));
+                    QUAROT__VD_ST(x + j + 3 * h, QUAROT__VD_SUB(t1, t3));
+                }
+            h <<= 2;
+        } else {   // the last stage alone
+            for (base = 0; base < n; base += 2 * h)
+                for (j = base; j < base + h; j += W) {
+                    QUAROT__VD a = QUAROT__VD_LD(x + j), b = QUAROT__VD_LD(x + j + h);
+                    QUAROT__VD_ST(x + j, QUAROT__VD_ADD(a, b));
+                    QUAROT__VD_ST(x + j + h, QUAROT__VD_SUB(a, b));
+                }
+            h <<= 1;
+        }
+    }
+    if (post) for (i = 0; i < n; ++i) x[i] = x[i] * post[i];
+    if (post_f32) for (i = 0; i < n; ++i) x[i] = x[i] * (double)post_f32[i];
+    if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
+}
+
+// One step of a mixing chain on R vectors of outputs: u = u +- z[k][j..] by the coefficient sign.
+#define QUAROT__MIXD_STEP(t) u##t = same ? QUAROT__VD_ADD(u##t, QUAROT__VD_LD(zk + t * QUAROT__VD_W)) \
+                                         : QUAROT__VD_SUB(u##t, QUAROT__VD_LD(zk + t * QUAROT__VD_W));
+#define QUAROT__MIXD_INIT(t) u##t = QUAROT__VD_LD(zk + t * QUAROT__VD_W);
+#define QUAROT__MIXD_NEG(t) u##t = QUAROT__VD_NEG(u##t);
+#define QUAROT__MIXD_ACC(t) a##t = k0 == 0 ? u##t : QUAROT__VD_ADD(a##t, u##t);
+#define QUAROT__MIXD_STORE(t) QUAROT__VD_ST(y + i * M + j + t * QUAROT__VD_W, a##t);
+#define QUAROT__MIXD_BODY(REP)                                                                 \
+    for (k0 = 0; k0 < K; k0 += b) {                                                          \
+        const int8_t g = c[k0 * ck];                                                         \
+        const double* zk = z + k0 * M + j;                                                   \
+        REP(QUAROT__MIXD_INIT)                                                               \
+        for (k = k0 + 1; k < K && k < k0 + b; ++k) {                                         \
+            const int same = c[k * ck] == g;                                                 \
+            zk = z + k * M + j;                                                              \
+            REP(QUAROT__MIXD_STEP)                                                           \
+        }                                                                                    \
+        if (g < 0) { REP(QUAROT__MIXD_NEG) }                                                 \
+        REP(QUAROT__MIXD_ACC)                                                                \
+    }                                                                                        \
+    REP(QUAROT__MIXD_STORE)
+
+static void quarot__mix_f64_simd(const double* z, double* y, int64_t K, int64_t M, const int8_t* had, int transpose,
+                                 int b, const double* post, const float* post_f32, const double* scale) {
+    const int64_t W = QUAROT__VD_W;
+    int64_t i, j, k, k0;
+    if (M % W != 0) { quarot__mix_f64_ref(z, y, K, M, had, transpose, b, post, post_f32, scale); return; }
+    for (i = 0; i < K; ++i) {
+        const int8_t* c = transpose ? had + i * K : had + i;   // c(k,i) = c[k * ck]
+        const int64_t ck = transpose ? 1 : K;
+        for (j = 0; j + 4 * W <= M; j += 4 * W) {
+            QUAROT__VD u0, u1, u2, u3, a0, a1, a2, a3;
+            a0 = a1 = a2 = a3 = QUAROT__VD_LD(z);   // set by the first block (k0 == 0)
+            QUAROT__MIXD_BODY(QUAROT__REP4)
+        }
+        for (; j < M; j += W) {
+            QUAROT__VD u0, a0;
+            a0 = QUAROT__VD_LD(z);
+            QUAROT__MIXD_BODY(QUAROT__REP1)
+        }
+    }
+    if (post) for (i = 0; i < K * M; ++i) y[i] = y[i] * post[i];
+    if (post_f32) for (i = 0; i < K * M; ++i) y[i] = y[i] * (double)post_f32[i];
+    if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
+}
+#endif
+
+// The f64 kernels for an ISA: QUAROT_ISA_REF (and builds without SIMD) get the specification.
+static void quarot__f64_select(quarot_isa isa,
+                               void (**row)(double*, int, const double*, const float*, const double*, const float*, const double*),
+                               void (**mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int,
+                                            const double*, const float*, const double*)) {
+    *row = quarot__wht_row_f64_ref;
+    *mix = quarot__mix_f64_ref;
+#if defined(QUAROT__HAVE_VD)
+    if (isa != QUAROT_ISA_REF) { *row = quarot__wht_row_f64_simd; *mix = quarot__mix_f64_simd; }
+#else
+    (void)isa;
+#endif
 }
 
 // >>gemm

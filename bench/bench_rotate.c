@@ -8,14 +8,20 @@
    online rotations) into another directory of that folder, for f16 and bf16, with and without
    --online, on 1 and on all threads (BENCH_ROTATE_THREADS overrides the list's last entry).
    Filters (for profiling): BENCH_ROTATE_DTYPE=f16 or bf16, BENCH_ROTATE_ONLINE=0 or 1, BENCH_ROTATE_SKIP1=1
-   (no 1-thread runs).
+   (no 1-thread runs), BENCH_ROTATE_KEEP=DIR (generate the inputs into DIR once, reuse them in later
+   runs and leave them there).
 
    Reported per case: GB/s = input weight bytes / wall time of the whole qx_rotate_file call (which
    includes the validation pass over every tensor, and the output's fsync), the share of the time per
    phase (validate, read = copies widened to f32, fuse = norm fusion, rotate = the rotate commands,
    write = conversion to the output dtype and the writes), and the peak of the writable copies next
    to its bound, one decoder layer in f32 plus the global tensors (embeddings, lm_head, norms) in
-   f32. The temporary folder is removed at the end. */
+   f32. The temporary folder is removed at the end.
+   On a shared machine wall time swings with the other load: "cpu s" is the process's user + system
+   CPU time over the same call (all threads), and "GB/cpu-s" the input bytes per CPU second, which the
+   neighbours disturb much less. The first line measures what fresh memory costs here (first touch
+   of a new 256 MiB block, page faults and the kernel's clearing included), the cost the rotation pays
+   for every copy buffer it cannot reuse (the globals and the first layer). */
 #include "quarot.h"
 #include "qx_cli.h"
 #include "qx_rotate_file.h"
@@ -55,6 +61,31 @@ static void remove_tree(const char* path) {
     (void)rmdir(path);
 }
 
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* GB/s of writing a block of fresh memory (first touch), and of writing it again (reused). */
+static void fresh_memory_rate(double* fresh, double* reused) {
+    const size_t n = (size_t)256 << 20;
+    void* (*volatile fill)(void*, int, size_t) = memset;   /* not elided with the malloc */
+    char* p = (char*)malloc(n);
+    double t0;
+    *fresh = *reused = 0.0;
+    if (!p) return;
+    t0 = now_s();
+    fill(p, 1, n);
+    *fresh = (double)n / 1e9 / (now_s() - t0);
+    t0 = now_s();
+    fill(p, 2, n);
+    *reused = (double)n / 1e9 / (now_s() - t0);
+    if (p[n / 2] != 2) *reused = 0.0;
+    free(p);
+}
+
 static int env_int(const char* name, int dflt) {
     const char* v = getenv(name);
     return v && v[0] ? atoi(v) : dflt;
@@ -88,9 +119,16 @@ int main(void) {
     int d, online, ti, n_threads = 0, have_f16 = 0;
     struct rusage ru;
     if (!tmp_root || !tmp_root[0]) tmp_root = getenv("TMPDIR");
+    const char* keep = getenv("BENCH_ROTATE_KEEP");
     if (!tmp_root || !tmp_root[0]) tmp_root = "/tmp";
-    snprintf(dir, sizeof dir, "%s/bench_rotate_XXXXXX", tmp_root);
-    if (!mkdtemp(dir)) { fprintf(stderr, "bench_rotate: cannot create a folder under %s\n", tmp_root); return 1; }
+    if (keep && keep[0]) {
+        snprintf(dir, sizeof dir, "%s", keep);
+        (void)mkdir(dir, 0700);
+    } else {
+        keep = NULL;
+        snprintf(dir, sizeof dir, "%s/bench_rotate_XXXXXX", tmp_root);
+        if (!mkdtemp(dir)) { fprintf(stderr, "bench_rotate: cannot create a folder under %s\n", tmp_root); return 1; }
+    }
     if (env_int("BENCH_ROTATE_SKIP1", 0) == 0 || all <= 1) thread_list[n_threads++] = 1;
     if (all > 1) thread_list[n_threads++] = all;
     printf("bench_rotate: 7B-shaped (hidden 4096, intermediate 11008, 32 heads, vocab 32000), %d layers, in %s\n",
@@ -98,8 +136,13 @@ int main(void) {
     printf("SIMD: %s; GB/s = input weight bytes / wall seconds of the whole rotation (validation, copies, fusion,\n"
            "rotation, conversion, writes, fsync); phases as %% of that time; peak = largest set of writable copies\n",
            quarot_simd_name());
-    printf("%-5s %-7s %3s %7s %7s %6s %9s %6s %6s %6s %6s %6s %10s %10s\n", "dtype", "online", "thr", "GB", "sec", "GB/s",
-           "validate", "read", "fuse", "rotate", "write", "other", "peak MiB", "bound MiB");
+    {
+        double fresh, reused;
+        fresh_memory_rate(&fresh, &reused);
+        printf("memory: first touch of fresh pages %.2f GB/s, rewriting them %.2f GB/s\n", fresh, reused);
+    }
+    printf("%-5s %-7s %3s %7s %7s %6s %7s %8s %9s %6s %6s %6s %6s %6s %10s %10s\n", "dtype", "online", "thr", "GB", "sec", "GB/s",
+           "cpu s", "GB/cpu-s", "validate", "read", "fuse", "rotate", "write", "other", "peak MiB", "bound MiB");
     for (d = 0; d < 2; ++d) {
         const quarot_dtype dt = d ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
         qx_synth_desc sd;
@@ -107,7 +150,13 @@ int main(void) {
         qx_err e;
         qx_st_save_opts so;
         double t0 = now_s();
+        struct stat kst;
         if (only_dtype && strcmp(only_dtype, quarot_dtype_name(dt)) != 0) continue;
+        snprintf(in_path, sizeof in_path, "%s/in_%s", dir, quarot_dtype_name(dt));
+        if (keep && stat(in_path, &kst) == 0) {   /* generated by an earlier run */
+            if (dt == QUAROT_DTYPE_F16) { snprintf(f16_path, sizeof f16_path, "%s", in_path); have_f16 = 1; }
+            goto run;
+        }
         /* the random model is drawn once, in f16; the bf16 input is the same weights converted */
         memset(&sd, 0, sizeof sd);
         sd.hidden = 4096; sd.intermediate = 11008; sd.n_heads = 32; sd.n_kv_heads = 32; sd.head_dim = 128;
@@ -117,18 +166,19 @@ int main(void) {
             memset(&lo, 0, sizeof lo);
             lo.copy = 1;
             if (qx_cli_load_model(f16_path, &lo, &s, &e) != QUAROT_OK || qx_store_convert(&s, dt) != QUAROT_OK) {
-                fprintf(stderr, "convert: %s\n", e.msg); remove_tree(dir); return 1;
+                fprintf(stderr, "convert: %s\n", e.msg); if (!keep) remove_tree(dir); return 1;
             }
         } else if (qx_synth_model(&s, &sd, &e) != QUAROT_OK || (dt != QUAROT_DTYPE_F16 && qx_store_convert(&s, dt) != QUAROT_OK)) {
-            fprintf(stderr, "synth: %s\n", e.msg); remove_tree(dir); return 1;
+            fprintf(stderr, "synth: %s\n", e.msg); if (!keep) remove_tree(dir); return 1;
         }
         snprintf(in_path, sizeof in_path, "%s/in_%s", dir, quarot_dtype_name(dt));
         memset(&so, 0, sizeof so);
         so.force = 1;
-        if (qx_st_save(&s, in_path, &so, &e) != QUAROT_OK) { fprintf(stderr, "save: %s\n", e.msg); qx_store_free(&s); remove_tree(dir); return 1; }
+        if (qx_st_save(&s, in_path, &so, &e) != QUAROT_OK) { fprintf(stderr, "save: %s\n", e.msg); qx_store_free(&s); if (!keep) remove_tree(dir); return 1; }
         qx_store_free(&s);
         if (dt == QUAROT_DTYPE_F16) { snprintf(f16_path, sizeof f16_path, "%s", in_path); have_f16 = 1; }
         fprintf(stderr, "  (generated and saved the %s model in %.1f s)\n", quarot_dtype_name(dt), now_s() - t0);
+    run:
         for (online = 0; online < 2; ++online) {
             if (only_online >= 0 && online != only_online) continue;
             for (ti = 0; ti < n_threads; ++ti) {
@@ -137,10 +187,10 @@ int main(void) {
                 qx_rotate_file_opts ro;
                 qx_rotate_file_stats st;
                 qx_load_opts lo;
-                double wbytes, bound, other;
+                double wbytes, bound, other, c0;
                 quarot_result r;
                 memset(&lo, 0, sizeof lo);
-                if (qx_cli_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); remove_tree(dir); return 1; }
+                if (qx_cli_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
                 store_bytes(&s, n_layers, &wbytes, &bound);
                 quarot_online_list_init(&list, NULL);
                 memset(&desc, 0, sizeof desc);
@@ -153,15 +203,17 @@ int main(void) {
                 ro.force = 1;
                 ro.drop_pages = 1;
                 ro.threads = thread_list[ti];
+                c0 = cpu_s();
                 r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+                c0 = cpu_s() - c0;
                 qx_store_free(&s);
                 quarot_online_list_free(&list);
                 remove_tree(out_path);
-                if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); remove_tree(dir); return 1; }
+                if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
                 other = st.total_s - st.validate_s - st.read_s - st.fuse_s - st.rotate_s - st.write_s;
-                printf("%-5s %-7s %3d %7.2f %7.2f %6.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f\n",
+                printf("%-5s %-7s %3d %7.2f %7.2f %6.2f %7.2f %8.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f\n",
                        quarot_dtype_name(dt), online ? "online" : "-", st.threads, wbytes / 1e9, st.total_s,
-                       wbytes / 1e9 / st.total_s, 100 * st.validate_s / st.total_s, 100 * st.read_s / st.total_s,
+                       wbytes / 1e9 / st.total_s, c0, wbytes / 1e9 / c0, 100 * st.validate_s / st.total_s, 100 * st.read_s / st.total_s,
                        100 * st.fuse_s / st.total_s, 100 * st.rotate_s / st.total_s, 100 * st.write_s / st.total_s,
                        100 * other / st.total_s, (double)st.peak_copy_bytes / 1048576.0, bound / 1048576.0);
                 fflush(stdout);
@@ -170,6 +222,6 @@ int main(void) {
     }
     getrusage(RUSAGE_SELF, &ru);
     printf("max resident set of the whole bench (generation included): %.0f MiB\n", (double)ru.ru_maxrss / 1024.0);
-    remove_tree(dir);
+    if (!keep) remove_tree(dir);
     return 0;
 }

@@ -389,6 +389,76 @@ static void test_apply_simd_exact(void) {
     }
 }
 
+/* The f64 path (weight rotation): every compiled ISA (the f64 SIMD kernels) equals QUAROT_ISA_REF
+   (the scalar specification) bit for bit, for powers of two and K*2^m, f64 and f32 signs, transpose
+   and unnormalized; quarot_fwht_f64 (SIMD) equals the unnormalized REF apply of a 2^m plan. */
+static void test_apply_f64_simd_exact(void) {
+    const int64_t full[] = {2, 4, 8, 16, 32, 64, 1024, 4096, 8192, 16384, 12, 20, 28, 172, 12 * 2, 12 * 4, 20 * 8,
+                            28 * 16, 36 * 32, 172 * 64, 28 * 512, 108 * 128, 44 * 256, 148 * 128};
+    const int64_t quick[] = {4, 16, 32, 4096, 12, 172, 12 * 4, 28 * 16, 172 * 64};
+    const int64_t* sizes = qt_quick() ? quick : full;
+    const int count = qt_quick() ? (int)(sizeof quick / sizeof quick[0]) : (int)(sizeof full / sizeof full[0]);
+    int k, s, variant, kind;
+    qt_seed(17);
+    for (kind = 0; kind < 2; ++kind)
+    for (s = 0; s < count; ++s) {
+        const int64_t n = sizes[s], rows = n > 8192 ? 1 : 3, stride = n + 3, off = 1;
+        const size_t total = (size_t)(off + rows * stride);
+        quarot_hadamard_plan p;
+        double *x, *a, *b, *sd;
+        float *xf, *sg;
+        size_t ws, i;
+        void* work;
+        if (quarot_hadamard_plan_init(&p, n, NULL) != QUAROT_OK) { QT_CHECKF(0, "plan for n = %lld", (long long)n); continue; }
+        ws = quarot_hadamard_workspace_size(&p);
+        work = ws ? malloc(ws) : NULL;
+        x = (double*)malloc(sizeof(double) * total);
+        a = (double*)malloc(sizeof(double) * total);
+        b = (double*)malloc(sizeof(double) * total);
+        sd = (double*)malloc(sizeof(double) * (size_t)n);
+        xf = (float*)malloc(sizeof(float) * total);
+        sg = (float*)malloc(sizeof(float) * (size_t)n);
+        if (kind == 0) fill_uniform(xf, (int64_t)total);
+        else fill_zeros(xf, (int64_t)total);
+        for (i = 0; i < total; ++i) x[i] = (double)xf[i] * (1.0 + 0x1p-30 * (double)(i % 7));   /* not f32-exact */
+        fill_signs(sg, n);
+        for (i = 0; i < (size_t)n; ++i) sd[i] = (double)sg[(size_t)n - 1 - i];
+        for (variant = 0; variant < 12; ++variant) {
+            quarot_hadamard_apply_desc d;
+            memset(&d, 0, sizeof d);
+            d.signs = (variant % 3) == 1 ? sg : NULL;
+            d.signs_f64 = (variant % 3) == 2 ? sd : NULL;
+            if (d.signs_f64) d.signs = sg;
+            d.transpose = (variant / 3) & 1;
+            d.unnormalized = (variant / 6) & 1;
+            d.isa = QUAROT_ISA_REF;
+            memcpy(a, x, sizeof(double) * total);
+            QT_OK(quarot_hadamard_apply_f64(&p, &d, a + off, rows, stride, work, ws));
+            for (k = -1; k < N_ISAS; ++k) {
+                d.isa = k < 0 ? QUAROT_ISA_DEFAULT : all_isas[k];
+                if (k >= 0 && !quarot_isa_compiled(d.isa)) continue;
+                memcpy(b, x, sizeof(double) * total);
+                QT_OK(quarot_hadamard_apply_f64(&p, &d, b + off, rows, stride, work, ws));
+                QT_CHECKF(memcmp(a, b, sizeof(double) * total) == 0, "f64 %s apply n = %lld (%s) variant %d data %d differs from ref",
+                          quarot_isa_name(d.isa), (long long)n, p.info.text, variant, kind);
+            }
+        }
+        if (p.K == 1) {
+            quarot_hadamard_apply_desc d;
+            memset(&d, 0, sizeof d);
+            d.unnormalized = 1;
+            d.isa = QUAROT_ISA_REF;
+            memcpy(a, x, sizeof(double) * total);
+            memcpy(b, x, sizeof(double) * total);
+            QT_OK(quarot_hadamard_apply_f64(&p, &d, a + off, rows, stride, work, ws));
+            QT_OK(quarot_fwht_f64(b + off, n, rows, stride));
+            QT_CHECKF(memcmp(a, b, sizeof(double) * total) == 0, "quarot_fwht_f64 n = %lld data %d differs from ref", (long long)n, kind);
+        }
+        free(x); free(a); free(b); free(sd); free(xf); free(sg); free(work);
+        quarot_hadamard_plan_free(&p);
+    }
+}
+
 /* The documented first term of the mixing sum: acc = c(0,i) * z[0][j], not 0 + c(0,i) * z[0][j].
    Sub-row k of x all -0 (when c(k,i) = +1) or all +0 (when c(k,i) = -1) makes z[k][0] that zero and
    every term c(k,i) * z[k][0] equal to -0, so y[i][0] must be -0 (times the positive scale) on every
@@ -579,6 +649,7 @@ int main(void) {
     QT_RUN(test_f64_dense);
     QT_RUN(test_fwht_simd_exact);
     QT_RUN(test_apply_simd_exact);
+    QT_RUN(test_apply_f64_simd_exact);
     QT_RUN(test_mix_signed_zero);
     QT_RUN(test_stride_untouched);
     QT_RUN(test_plan_info);

@@ -4,7 +4,10 @@
    layer i ("...layers.<i>....") is handed out only while layer i is acquired (anything else is
    refused and counted, which is how the tests prove the processing is layer-wise); global tensors
    at any time. Copies are made on acquire (rotation pass) and freed on release after they were
-   written, so the live set is {globals} + {one layer}. */
+   written, so the live set is {globals} + {one layer}. A layer's copy buffers are kept on release
+   and handed to the next layer's copies of the same size (every decoder layer has the same shapes):
+   fresh pages cost a page fault and a kernel clear each (on some virtual machines 5-10 s per GB),
+   reused ones nothing; buffers the next layer does not take are freed once its copies are made. */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE   /* madvise */
 #endif
@@ -134,7 +137,54 @@ typedef struct qx__rf {
     double t_mark;
     int in_rotate;
     const quarot_rotate_desc* user_desc;   /* the caller's observers, forwarded */
+    /* released copy buffers kept for the next layer (counted in cur_bytes until reused or freed) */
+    void** spare;
+    size_t* spare_bytes;
+    int64_t n_spare, cap_spare;
 } qx__rf;
+
+/* A buffer of exactly `bytes` from the spares, else malloc (then counted in cur_bytes). */
+static void* qx__take(qx__rf* b, size_t bytes) {
+    int64_t i;
+    void* p;
+    for (i = 0; i < b->n_spare; ++i)
+        if (b->spare_bytes[i] == bytes) {
+            p = b->spare[i];
+            b->spare[i] = b->spare[b->n_spare - 1];
+            b->spare_bytes[i] = b->spare_bytes[b->n_spare - 1];
+            b->n_spare--;
+            return p;
+        }
+    p = malloc(bytes ? bytes : 1);
+    if (p) b->cur_bytes += bytes;
+    return p;
+}
+
+/* Keeps a released copy for the next layer (frees it when the list cannot grow). */
+static void qx__give(qx__rf* b, void* p, size_t bytes) {
+    if (b->n_spare == b->cap_spare) {
+        int64_t cap = b->cap_spare ? 2 * b->cap_spare : 16;
+        void** ns = (void**)realloc(b->spare, (size_t)cap * sizeof *ns);
+        size_t* nb;
+        if (ns) b->spare = ns;
+        nb = ns ? (size_t*)realloc(b->spare_bytes, (size_t)cap * sizeof *nb) : NULL;
+        if (nb) b->spare_bytes = nb;
+        if (!ns || !nb) { free(p); b->cur_bytes -= bytes; return; }
+        b->cap_spare = cap;
+    }
+    b->spare[b->n_spare] = p;
+    b->spare_bytes[b->n_spare] = bytes;
+    b->n_spare++;
+}
+
+/* Frees the spares no copy took. */
+static void qx__spares_free(qx__rf* b) {
+    while (b->n_spare > 0) {
+        b->n_spare--;
+        free(b->spare[b->n_spare]);
+        b->cur_bytes -= b->spare_bytes[b->n_spare];
+    }
+}
 
 static double qx__now(void) {
     struct timespec t;
@@ -221,7 +271,7 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     if (res != QUAROT_OK) return res;
     bytes = quarot_tensor_nbytes(&nt);
     es = quarot_dtype_size(wdt);
-    mem = (char*)malloc(bytes ? bytes : 1);
+    mem = (char*)qx__take(b, bytes);
     if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
     nt.data = mem;
     rows = quarot_tensor_nrows(&src);
@@ -238,7 +288,6 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     en->t = nt;
     en->owned = mem;
     qx__drop_pages(b);
-    b->cur_bytes += bytes;
     if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
     return QUAROT_OK;
 }
@@ -287,6 +336,7 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
                 quarot_result r = qx__own(b, &b->s->items[i]);
                 if (r != QUAROT_OK) return r;
             }
+        qx__spares_free(b);
         b->t_mark = qx__now();
         b->in_rotate = 0;
         b->st->read_s += b->t_mark - t0;
@@ -310,8 +360,11 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
             b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
             if (b->werr == QUAROT_OK) b->st->tensors_written++;
         }
-        if (en->owned) b->cur_bytes -= quarot_tensor_nbytes(&en->t);
-        (void)qx_store_remove(b->s, en->name);   /* frees the copy; the next entry moves to i */
+        if (en->owned) {   /* the copy goes to the spares, the store forgets it */
+            qx__give(b, en->owned, quarot_tensor_nbytes(&en->t));
+            en->owned = NULL;
+        }
+        (void)qx_store_remove(b->s, en->name);   /* the next entry moves to i */
     }
     qx__drop_pages(b);   /* what the validation pass read, or the copies were made from */
     if (b->phase == 1) { b->t_mark = qx__now(); b->st->write_s += b->t_mark - t0; }
@@ -737,6 +790,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
             else qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r));
         }
     }
+    qx__spares_free(&b);
     if (r != QUAROT_OK) goto fail;
     b.t_mark = qx__now();
     b.in_rotate = 0;
@@ -786,6 +840,8 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     st->total_s = qx__now() - t_start;
     qx_pool_destroy(pool);
     quarot_processor_free(&p);
+    free(b.spare);
+    free(b.spare_bytes);
     qx_sb_free(&cfg_text);
     free(hooks_text);
     free(plan);
@@ -796,6 +852,9 @@ fail:
     qx_out_abort(&cfg_out);
     qx__sink_abort(&sink);
     qx__stage_free(&stg);
+    qx__spares_free(&b);
+    free(b.spare);
+    free(b.spare_bytes);
     qx_pool_destroy(pool);
     if (have_p) quarot_processor_free(&p);
     qx_sb_free(&cfg_text);

@@ -184,6 +184,16 @@ static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, co
         quarot_online_list_free(hooks);
         return r;
     }
+    {   /* the model's own hooks (qx_model_hooks_attach) stay with the copy: they run before the new ones */
+        size_t hn = 0;
+        const void* hb = qx_store_get_blob(src, QX_HOOKS_BLOB, &hn);
+        if (hb && (r = qx_store_set_blob(dst, QX_HOOKS_BLOB, hb, hn)) != QUAROT_OK) {
+            qx_err_set(e, "%s: out of memory", who);
+            qx_store_free(dst);
+            quarot_online_list_free(hooks);
+            return r;
+        }
+    }
     if (context)
         qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
                 st.r1, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,

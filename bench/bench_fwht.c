@@ -1,0 +1,297 @@
+/* bench_fwht - the fast Walsh-Hadamard transform against the machine's add-pipe peak.
+
+   1. Peak: a register-only loop of independent vector adds (12 accumulators, no loads or stores) at
+      the widest compiled vector width (AVX-512 16 floats, AVX2 8, SSE2 / NEON 4), in float adds per
+      nanosecond. An FWHT of n = 2^m floats is n*m adds and subtracts, so its fraction of the peak is
+      n*m / time / peak: 100% would keep the add pipes busy on every cycle.
+   2. quarot_fwht_f32 (unnormalized, no scaling pass) for n = 256 .. 32768, rows batched to about
+      256 KiB (in L2), every compiled ISA, beside the textbook triple-loop butterfly (compiled here
+      with the same flags, so the compiler may vectorize it), as fractions of the peak.
+   3. The K*2^m sizes of LLMs (4864 = 76*2^6, 11008 = 172*2^6, 14336 = 28*2^9, 18944 = 148*2^7)
+      through quarot_hadamard_apply_f32 (normalized), as the ratio of their time per row to the
+      normalized 2^m transform of the next power of two.
+   4. Rows in DRAM: 256 MiB of n = 4096 rows transformed in place (normalized) against a streaming
+      copy of the same bytes (read + write, memcpy) in the same run: the memory floor.
+   Times are thread CPU time, the minimum over repetitions (the machine may be shared: the minimum
+   is the run least disturbed by other processes). */
+#include "quarot.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__SSE2__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
+
+/* Thread CPU time: a run that the scheduler preempts does not count the time it waited (the
+   machine may be shared); the minimum over repetitions also drops runs slowed down otherwise. */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- 1. the add-pipe peak --------------------------------------------------------------------- */
+
+#define PEAK_ITERS 200000L
+#if defined(__AVX512F__)
+#define VW 16
+typedef __m512 vf;
+#define VSET(x) _mm512_set1_ps(x)
+#define VADD(a, b) _mm512_add_ps(a, b)
+static float vsum(vf v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__)
+#define VW 8
+typedef __m256 vf;
+#define VSET(x) _mm256_set1_ps(x)
+#define VADD(a, b) _mm256_add_ps(a, b)
+static float vsum(vf v) { float t[8]; _mm256_storeu_ps(t, v); return t[0] + t[7]; }
+#elif defined(__SSE2__)
+#define VW 4
+typedef __m128 vf;
+#define VSET(x) _mm_set1_ps(x)
+#define VADD(a, b) _mm_add_ps(a, b)
+static float vsum(vf v) { float t[4]; _mm_storeu_ps(t, v); return t[0] + t[3]; }
+#elif defined(__ARM_NEON)
+#define VW 4
+typedef float32x4_t vf;
+#define VSET(x) vdupq_n_f32(x)
+#define VADD(a, b) vaddq_f32(a, b)
+static float vsum(vf v) { return vgetq_lane_f32(v, 0) + vgetq_lane_f32(v, 3); }
+#endif
+
+/* The compiler must not merge or fold the chains: each accumulator passes through an empty asm
+   statement that it cannot see into (no instruction is emitted). */
+#if defined(VW) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__ARM_NEON)
+#define OPAQUE(v) __asm__("" : "+w"(v))
+#else
+#define OPAQUE(v) __asm__("" : "+v"(v))
+#endif
+#else
+#define OPAQUE(v) (void)0
+#endif
+
+/* float adds per ns; 12 independent chains cover latency 4 x 3 pipes or latency 3 x 4 */
+static double add_peak(void) {
+#if defined(VW)
+    double best = 0.0;
+    int rep;
+    for (rep = 0; rep < 200; ++rep) {
+        vf a0 = VSET(0.f), a1 = VSET(1.f), a2 = VSET(2.f), a3 = VSET(3.f), a4 = VSET(4.f), a5 = VSET(5.f);
+        vf a6 = VSET(6.f), a7 = VSET(7.f), a8 = VSET(8.f), a9 = VSET(9.f), a10 = VSET(10.f), a11 = VSET(11.f);
+        const vf d = VSET(1e-7f);
+        long i;
+        double t0 = now_s(), dt, rate;
+        volatile float sink;
+        for (i = 0; i < PEAK_ITERS; ++i) {
+            a0 = VADD(a0, d); a1 = VADD(a1, d); a2 = VADD(a2, d); a3 = VADD(a3, d);
+            a4 = VADD(a4, d); a5 = VADD(a5, d); a6 = VADD(a6, d); a7 = VADD(a7, d);
+            a8 = VADD(a8, d); a9 = VADD(a9, d); a10 = VADD(a10, d); a11 = VADD(a11, d);
+            OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5);
+            OPAQUE(a6); OPAQUE(a7); OPAQUE(a8); OPAQUE(a9); OPAQUE(a10); OPAQUE(a11);
+        }
+        dt = now_s() - t0;
+        sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7)))) +
+               vsum(VADD(VADD(a8, a9), VADD(a10, a11)));
+        (void)sink;
+        rate = 12.0 * VW * (double)PEAK_ITERS / dt / 1e9;
+        if (rate > best) best = rate;
+    }
+    return best;
+#else
+    return 0.0;
+#endif
+}
+
+/* ---- 2. the transform ------------------------------------------------------------------------- */
+
+static void textbook_fwht(float* x, int64_t n) {
+    int64_t h, i, j;
+    for (h = 1; h < n; h *= 2)
+        for (i = 0; i < n; i += 2 * h)
+            for (j = i; j < i + h; ++j) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+}
+
+/* Minimum seconds of fn over repetitions lasting about `budget` seconds (at least 5). The data is
+   transformed over and over (values grow by sqrt(n) per call: refilled before they could overflow). */
+typedef struct job {
+    int kind;            /* 0 quarot_fwht_f32(isa), 1 textbook, 2 hadamard_apply_f32 (normalized), 3 memcpy */
+    quarot_isa isa;
+    const quarot_hadamard_plan* plan;
+    float* x;
+    float* y;            /* copy destination */
+    float* fill;         /* original values */
+    int64_t n, rows;
+    void* work;
+    size_t ws;
+} job;
+
+static void run_job(const job* j) {
+    int64_t r;
+    if (j->kind == 0) {
+        if (quarot_fwht_f32(j->x, j->n, j->rows, j->n, j->isa) != QUAROT_OK) { fprintf(stderr, "fwht failed\n"); exit(1); }
+    } else if (j->kind == 1) {
+        for (r = 0; r < j->rows; ++r) textbook_fwht(j->x + r * j->n, j->n);
+    } else if (j->kind == 2) {
+        quarot_hadamard_apply_desc d;
+        memset(&d, 0, sizeof d);
+        d.isa = j->isa;
+        if (quarot_hadamard_apply_f32(j->plan, &d, j->x, j->rows, j->n, j->work, j->ws) != QUAROT_OK) {
+            fprintf(stderr, "apply failed\n");
+            exit(1);
+        }
+    } else {
+        memcpy(j->y, j->x, sizeof(float) * (size_t)(j->n * j->rows));
+    }
+}
+
+static double time_job(const job* j, double budget) {
+    double best = 1e30, spent = 0.0;
+    int rep = 0, since_fill = 0;
+    const int refill_every = j->kind <= 1 ? (j->n >= 4096 ? 3 : 6) : 1000000;   /* unnormalized growth */
+    const size_t bytes = sizeof(float) * (size_t)(j->n * j->rows);
+    run_job(j);
+    memcpy(j->x, j->fill, bytes);
+    while (rep < 5 || (spent < budget && rep < 2000)) {
+        double t0, dt;
+        if (++since_fill >= refill_every) { memcpy(j->x, j->fill, bytes); since_fill = 0; }
+        t0 = now_s();
+        run_job(j);
+        dt = now_s() - t0;
+        spent += dt;
+        if (dt < best) best = dt;
+        ++rep;
+    }
+    return best;
+}
+
+static void fill_rand(float* x, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+}
+
+/* ns per row of the normalized apply at n, with the best ISA */
+static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size_t label_size) {
+    quarot_hadamard_plan plan;
+    job j;
+    double t;
+    memset(&j, 0, sizeof j);
+    if (quarot_hadamard_plan_init(&plan, n, NULL) != QUAROT_OK) return -1.0;
+    snprintf(label, label_size, "%lld x 2^%d", (long long)plan.K, plan.m);
+    j.kind = 2;
+    j.isa = QUAROT_ISA_DEFAULT;
+    j.plan = &plan;
+    j.n = n;
+    j.rows = rows;
+    j.x = (float*)malloc(sizeof(float) * (size_t)(n * rows));
+    j.fill = (float*)malloc(sizeof(float) * (size_t)(n * rows));
+    j.ws = quarot_hadamard_workspace_size(&plan);
+    j.work = j.ws ? malloc(j.ws) : NULL;
+    if (!j.x || !j.fill || (j.ws && !j.work)) { fprintf(stderr, "out of memory\n"); exit(1); }
+    fill_rand(j.fill, n * rows);
+    memcpy(j.x, j.fill, sizeof(float) * (size_t)(n * rows));
+    t = time_job(&j, budget) / (double)rows * 1e9;
+    free(j.x); free(j.fill); free(j.work);
+    quarot_hadamard_plan_free(&plan);
+    return t;
+}
+
+int main(void) {
+    static const quarot_isa isas[] = {QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON};
+    static const int64_t ksizes[][2] = {{4864, 8192}, {11008, 16384}, {14336, 16384}, {18944, 32768}};
+    const double t_start = now_s();
+    const double peak = add_peak();
+    int k, m;
+    srand(1);
+    printf("quarot.h %s, compiled ISAs: %s (default %s)\n", quarot_version_string(), quarot_simd_name(),
+           quarot_isa_name(quarot_isa_best()));
+#if defined(VW)
+    printf("add-pipe peak (register-only loop, %d-float vectors, 12 chains): %.1f float adds/ns\n\n", VW, peak);
+#else
+    printf("add-pipe peak: no vector ISA compiled; fractions are not shown\n\n");
+#endif
+    printf("quarot_fwht_f32 (unnormalized), rows batched to 256 KiB: %% of the add peak (n*log2(n) adds / time)\n");
+    printf("%6s", "n");
+    for (k = 0; k < 4; ++k) if (quarot_isa_compiled(isas[k])) printf(" %8s", quarot_isa_name(isas[k]));
+    printf(" %9s %9s %12s\n", "textbook", "ns/row", "best/textbk");
+    for (m = 8; m <= 15; ++m) {
+        const int64_t n = (int64_t)1 << m, rows = n >= 65536 ? 1 : 65536 / n;
+        job j;
+        double t_best = 0.0, t_text;
+        memset(&j, 0, sizeof j);
+        j.n = n;
+        j.rows = rows;
+        j.x = (float*)malloc(sizeof(float) * (size_t)(n * rows));
+        j.fill = (float*)malloc(sizeof(float) * (size_t)(n * rows));
+        if (!j.x || !j.fill) { fprintf(stderr, "out of memory\n"); return 1; }
+        fill_rand(j.fill, n * rows);
+        printf("%6lld", (long long)n);
+        for (k = 0; k < 4; ++k) {
+            double t;
+            if (!quarot_isa_compiled(isas[k])) continue;
+            j.kind = 0;
+            j.isa = isas[k];
+            t = time_job(&j, 0.15);
+            if (isas[k] == quarot_isa_best()) t_best = t;
+            printf(" %7.0f%%", 100.0 * (double)(n * m * rows) / (t * 1e9) / peak);
+            fflush(stdout);
+        }
+        j.kind = 1;
+        t_text = time_job(&j, 0.15);
+        printf(" %8.0f%% %9.1f %12.2f\n", 100.0 * (double)(n * m * rows) / (t_text * 1e9) / peak,
+               t_best / (double)rows * 1e9, t_text / t_best);
+        free(j.x); free(j.fill);
+    }
+
+    printf("\nK*2^m sizes, normalized quarot_hadamard_apply_f32 (%s), ns per row, vs the next power of two\n",
+           quarot_isa_name(quarot_isa_best()));
+    printf("%6s %-14s %10s %6s %10s %7s\n", "n", "H_K x 2^m", "ns/row", "2^k", "ns/row", "ratio");
+    for (k = 0; k < (int)(sizeof ksizes / sizeof ksizes[0]); ++k) {
+        char la[32], lb[32];
+        const int64_t rows = 16;
+        const double ta = apply_ns(ksizes[k][0], rows, 0.2, la, sizeof la);
+        const double tb = apply_ns(ksizes[k][1], rows, 0.2, lb, sizeof lb);
+        printf("%6lld %-14s %10.0f %6lld %10.0f %7.2f\n", (long long)ksizes[k][0], la, ta, (long long)ksizes[k][1], tb, ta / tb);
+    }
+
+    {   /* 4. DRAM */
+        const int64_t n = 4096, rows = ((int64_t)256 << 20) / (n * 4);
+        quarot_hadamard_plan plan;
+        job j, c;
+        double t_apply, t_copy;
+        memset(&j, 0, sizeof j);
+        if (quarot_hadamard_plan_init(&plan, n, NULL) != QUAROT_OK) return 1;
+        j.kind = 2;
+        j.isa = QUAROT_ISA_DEFAULT;
+        j.plan = &plan;
+        j.n = n;
+        j.rows = rows;
+        j.x = (float*)malloc(sizeof(float) * (size_t)(n * rows));
+        j.fill = (float*)malloc(sizeof(float) * (size_t)(n * rows));
+        if (!j.x || !j.fill) { fprintf(stderr, "out of memory\n"); return 1; }
+        fill_rand(j.fill, n * rows);
+        memcpy(j.x, j.fill, sizeof(float) * (size_t)(n * rows));
+        c = j;
+        c.kind = 3;
+        c.y = j.fill;   /* the copy overwrites the fill values: timed after the transform */
+        t_apply = time_job(&j, 1.0);
+        t_copy = time_job(&c, 1.0);
+        printf("\nrows in DRAM: 256 MiB of n = 4096 rows, normalized apply in place %.2f GB/s (read + write), "
+               "streaming copy %.2f GB/s; apply / copy time %.2f\n",
+               2.0 * 256.0 * 1048576.0 / t_apply / 1e9, 2.0 * 256.0 * 1048576.0 / t_copy / 1e9, t_apply / t_copy);
+        free(j.x); free(j.fill);
+        quarot_hadamard_plan_free(&plan);
+    }
+    printf("(%.1f s)\n", now_s() - t_start);
+    return 0;
+}
