@@ -367,6 +367,38 @@ static void test_bad_input(void) {
     free(img);
 }
 
+/* With QX_SEEDS_DIR set: a tiny packed model with online hooks (q/k too) and a quantized KV cache,
+   the fuzz seed that walks the engine's loader (fuzz/fuzz_packed.c) to the end. */
+static void write_seed(void) {
+    const char* dir = getenv("QX_SEEDS_DIR");
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    qx_l2c_write_opts wo;
+    char m[1100], out[1100];
+    if (!dir || !dir[0]) return;
+    memset(&d, 0, sizeof d);
+    d.arch = "llama";
+    d.seed = 5;
+    d.vocab = 16;
+    d.rope_interleaved = 1;
+    d.hidden = 16;
+    d.intermediate = 32;
+    d.n_layers = 1;
+    d.n_heads = 2;
+    d.n_kv_heads = 1;
+    d.head_dim = 8;
+    d.max_seq = 16;
+    if (qx_synth_model(&s, &d, &e) != QUAROT_OK) return;
+    memset(&wo, 0, sizeof wo);
+    wo.format = QX_L2C_V0;
+    snprintf(m, sizeof m, "%s/tiny.bin", g_tmp);
+    snprintf(out, sizeof out, "%s/packed/engine_hooks.safetensors", dir);
+    if (qx_l2c_write_file(&s, m, &wo, &e) == QUAROT_OK)
+        QT_EQ_INT(CLI("quantize '%s' '%s' --kv-bits 4 --dtype f16 --force --quiet", m, out), 0);
+    qx_store_free(&s);
+}
+
 int main(int argc, char** argv) {
     const char* slash = strrchr(argv[0], '/');
     size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
@@ -379,6 +411,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     g_ok = setup();
+    write_seed();
     QT_RUN(test_codes_as_stored);
     QT_RUN(test_eval_and_generate);
     QT_RUN(test_stories);
