@@ -1,14 +1,17 @@
 /* libFuzzer harness of the quarot-packed reader (qx_packed_parse and qx_packed_read_mem, from
-   memory).
+   memory) and of the inference engine's loader of the same bytes (qx_engine_init_packed: settings
+   onto the engine, codes repacked, hook list parsed and checked against the model).
 
    Whatever the bytes: no crash, no out-of-bounds access, no leak; for a parsed file every linear is
    dequantized row by row and read back as codes, and every plain tensor's last byte is read; for a
-   file that loads into a store, every row is read back. Seeds: fuzz/seeds/packed/ (written by
+   file that loads into a store, every row is read back; for a file the engine takes, one token is
+   run through it (context 4). Seeds: fuzz/seeds/packed/ (written by
    tests/test_qformats.c with QX_SEEDS_DIR set, see fuzz_json.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "qx_engine.h"
 #include "qx_packed.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -57,5 +60,23 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     qx_store_free(&s);
+    {
+        qx_engine en;
+        qx_engine_opts o;
+        memset(&o, 0, sizeof o);
+        o.context = 4;
+        o.max_tokens = 2;
+        if (qx_engine_init_packed(&en, data, size, "fuzz.safetensors", &o, &e) == QUAROT_OK) {
+            int32_t tok[2] = {0, 0};
+            float* logits = (float*)malloc((size_t)en.cfg.vocab * sizeof *logits);
+            if (logits) {
+                tok[1] = (int32_t)(en.cfg.vocab - 1);
+                (void)qx_engine_forward(&en, tok, 2, logits, 0, &e);
+                (void)qx_engine_forward(&en, tok, 1, logits, 0, &e);
+            }
+            free(logits);
+            qx_engine_free(&en);
+        }
+    }
     return 0;
 }

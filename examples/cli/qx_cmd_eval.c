@@ -11,6 +11,8 @@
 #include "qx_calib.h"
 #include "qx_cli.h"
 #include "qx_engine.h"
+#include "qx_file.h"
+#include "qx_packed.h"
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
 #include "qx_tok_load.h"
@@ -294,6 +296,55 @@ static void eval_label(qx_ek_setting* s, int kb, int vb) {
     }
 }
 
+/* MODEL is a quarot-packed file: read its settings (the file parsed again: the store holds only the
+   dequantized weights) and its hook list (blob "quarot.online"); bits flags must be the file's or 16
+   (the FP32 row: the file's weights dequantized, nothing else quantized), the rotation flags have
+   nothing to do (it is rotated already). */
+static int eval_packed_setup(qx_cli* cli, const char* path, const qx_store* model, const char* hooks_opt, const int* cols,
+                             const char* rows_opt, const int* w_list, int n_w, const int* a_list, int n_a, const int* kv_list, int n_kv,
+                             int64_t group, double clip, qx_packed_settings* st, quarot_online_list* hooks) {
+    qx_map m;
+    qx_packed_file f;
+    qx_err e;
+    quarot_result r;
+    const char* text;
+    size_t n = 0;
+    char msg[256];
+    int i;
+    if (hooks_opt) return qx_cli_fail(cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", path);
+    if (cols && (cols[1] || cols[2]))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--columns: %s is a packed file, rotated already (its one column is the file)", path);
+    if (rows_opt) return qx_cli_fail(cli, QX_EXIT_USAGE, "--rows: %s is a packed file: its one row is the file's setting", path);
+    r = qx_map_file(path, &m, &e);
+    if (r == QUAROT_OK) {
+        r = qx_packed_parse(m.addr, m.len, path, &f, &e);
+        if (r == QUAROT_OK) { *st = f.settings; qx_packed_file_free(&f); }
+        qx_unmap(&m);
+    }
+    if (r != QUAROT_OK) return qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg);
+    for (i = 0; i < n_w; ++i)
+        if (w_list[i] != st->w_bits && w_list[i] != 16)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-bits %d contradicts %s's quarot.weight.bits %d", w_list[i], path, st->w_bits);
+    for (i = 0; i < n_a; ++i)
+        if (a_list[i] != st->a_bits && a_list[i] != 16)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--a-bits %d contradicts %s's quarot.act.bits %d", a_list[i], path, st->a_bits);
+    for (i = 0; i < n_kv; ++i)
+        if ((kv_list[i] != st->k_bits || kv_list[i] != st->v_bits) && kv_list[i] != 16)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--kv-bits %d contradicts %s's quarot.k.bits %d / quarot.v.bits %d", kv_list[i], path,
+                               st->k_bits, st->v_bits);
+    if (group && group != st->w_group_size)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--group-size %lld contradicts %s's quarot.weight.group_size %lld", (long long)group, path,
+                           (long long)st->w_group_size);
+    if (clip > 0.0 && fabs(clip - st->a_clip) > 1e-6)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--clip %g contradicts %s's quarot.act.clip_ratio %g", clip, path, st->a_clip);
+    text = (const char*)qx_store_get_blob(model, "quarot.online", &n);
+    msg[0] = '\0';
+    r = text && n ? quarot_online_read(hooks, text, n, msg, sizeof msg) : QUAROT_OK;   /* "": no hooks */
+    if (r != QUAROT_OK) return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: metadata quarot.online: %s", path, msg[0] ? msg : quarot_result_string(r));
+    if (hooks->count) qx_cli_info(cli, "online hooks: %lld from %s's metadata, applied in every forward pass", (long long)hooks->count, path);
+    return QX_EXIT_OK;
+}
+
 int qx_cmd_eval(int argc, char** argv) {
     qx_cli cli;
     const char *model_path = NULL, *text_path = NULL, *tok_opt = NULL, *v = NULL, *tokens_path = NULL;
@@ -331,6 +382,8 @@ int qx_cmd_eval(int argc, char** argv) {
     const char *w_quant = "rtn", *rotation_opt = "hadamard", *columns_opt = NULL, *rows_opt = NULL;
     int migrate = 0, w_clip = 0, w_asym = 0, a_asym = 0, act_order = 0, int8_down = 0, no_online = 0, no_fp32 = 0;
     int k_sym = 0, v_sym = 0, gptq = 0, want_col[3] = {1, 1, 1}, columns_given = 0;
+    int packed = 0, clip_given = 0, packed_row = -1;   /* MODEL is a quarot-packed file: its settings and hooks decide */
+    qx_packed_settings pst;
     int64_t a_group = 0, k_group = 0, v_group = 0, nsamples = 0, threads = 0, kb_opt = 0, vb_opt = 0;
     double k_clip = 0.0, v_clip = 0.0, percdamp = 0.01;
     int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS], n_qs = 0;
@@ -367,6 +420,7 @@ int qx_cmd_eval(int argc, char** argv) {
             char* endp = NULL;   /* (0, 1]: qx_cli_float's message would say [0, 1] */
             if (got < 0) return QX_EXIT_USAGE;
             clip = strtod(v, &endp);
+            clip_given = 1;
             if (endp == v || *endp != '\0' || !(clip > 0.0 && clip <= 1.0))
                 return qx_cli_fail(&cli, QX_EXIT_USAGE, "--clip: '%s' is not a number in (0, 1]", v);
         }
@@ -561,7 +615,46 @@ int qx_cmd_eval(int argc, char** argv) {
     quarot_adapt_context_init(&actx, NULL);
     have_actx = 1;
     memset(&cst, 0, sizeof cst);
-    if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
+    if (strcmp(model.source_format, "quarot-packed") == 0) {
+        if ((rc = eval_packed_setup(&cli, model_path, &model, hooks_opt, columns_given ? want_col : NULL, rows_opt, w_list, n_w, a_list,
+                                    n_a, kv_list, n_kv, group, clip_given ? clip : 0.0, &pst, &hooks)) != QX_EXIT_OK)
+            goto done;
+        /* rows: FP32 (the file's weights dequantized, nothing else quantized; --no-fp32 drops it) and the
+           file's own setting; one column, the file as it is (rotated already) */
+        packed = 1;
+        want_col[0] = 1;
+        want_col[1] = want_col[2] = 0;
+        n_settings = 0;
+        if (!no_fp32) {
+            settings[0].w_bits = settings[0].a_bits = settings[0].kv_bits = 16;
+            qx_ek_setting_label(&settings[0]);
+            k_of[0] = v_of[0] = 16;
+            n_settings = 1;
+        }
+        packed_row = n_settings;
+        settings[packed_row].w_bits = pst.w_bits;
+        settings[packed_row].a_bits = pst.a_bits;
+        settings[packed_row].kv_bits = pst.k_bits == pst.v_bits ? pst.k_bits : 16;
+        qx_ek_setting_label(&settings[packed_row]);
+        k_of[packed_row] = pst.k_bits;
+        v_of[packed_row] = pst.v_bits;
+        if (pst.k_bits != pst.v_bits) eval_label(&settings[packed_row], k_of[packed_row], v_of[packed_row]);
+        n_settings++;
+        any_kv = pst.k_bits < 16 || pst.v_bits < 16;
+        group = pst.w_group_size;
+        clip = pst.a_clip;
+        w_asym = pst.w_asym;
+        a_asym = pst.a_asym;
+        a_group = pst.a_group_size;
+        k_group = pst.k_group_size;
+        v_group = pst.v_group_size;
+        k_sym = !pst.k_asym;
+        v_sym = !pst.v_asym;
+        k_clip = pst.k_clip;
+        v_clip = pst.v_clip;
+        w_quant = "rtn";
+        gptq = 0;
+    } else if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
     if (context_path) {   /* a stage-1 context: read (and validated) before any work */
         r = qx_calib_context_load(context_path, &actx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
@@ -730,9 +823,9 @@ int qx_cmd_eval(int argc, char** argv) {
 
     /* The columns. Adapt Rotation: one more variant here (its store and hooks), nothing else. */
     if (want_col[0]) {
-        variants[n_variants].name = "no rotation";
+        variants[n_variants].name = packed ? "packed" : "no rotation";
         variants[n_variants].store = &model;
-        variants[n_variants++].hooks = NULL;
+        variants[n_variants++].hooks = packed && hooks.count ? &hooks : NULL;
     }
     if (have_rot) {
         variants[n_variants].name = "QuaRot";
@@ -763,12 +856,13 @@ int qx_cmd_eval(int argc, char** argv) {
         qx_ek_setting kv = settings[i];
         kv.kv_bits = 16;
         qx_ek_setting_quant(&kv, group, clip, &q);
-        /* GPTQ, scale migration and the clip search quantize the weights in a copy of the store (below);
+        /* GPTQ, scale migration, the clip search and int8 down_proj weights are made by the quantization
+           stage in a copy of the store (below);
            plain RTN is done by the forward pass as it loads each layer (the same quantizer, and a
            layer-wise run keeps one layer in memory) */
         int mig_i = migrate && settings[i].a_bits >= 16;
-        int stage_w = settings[i].w_bits < 16 && (gptq || w_clip || mig_i);
-        if (stage_w) {
+        int stage_w = settings[i].w_bits < 16 && !packed && (gptq || w_clip || mig_i || int8_down);
+        if (stage_w || packed) {   /* a packed file's weights are its codes already: not quantized again */
             q.w_bits = 0;
             q.w_group = 0;
         } else if (q.w_bits) {
@@ -845,7 +939,16 @@ int qx_cmd_eval(int argc, char** argv) {
                 src = &x->s;
             }
             if (use_engine) {   /* the inference engine scores the cell itself */
-                r = qx_engine_eval_quant(src, variants[j].hooks, &q, &win, NULL, &res, &e);
+                /* RTN weights: the engine quantizes the store's weights at load (the same RTN as the
+                   reference) and runs its integer kernels on them; the stage's weights (GPTQ, clip search,
+                   migration, int8 down_proj) would not round-trip, so those run FP32 linears on them */
+                qx_fake_quant_opts qe = q;
+                if (settings[i].w_bits < 16 && !stage_w) {
+                    qe.w_bits = settings[i].w_bits;
+                    qe.w_group = group;
+                }
+                r = packed && i == packed_row ? qx_engine_eval_packed(model_path, &win, NULL, &res, &e)   /* the file's codes, settings, hooks */
+                           : qx_engine_eval_quant(src, variants[j].hooks, &qe, &win, NULL, &res, &e);
                 if (r != QUAROT_OK) {
                     rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: engine: %s",
                                      settings[i].label, variants[j].name, e.msg);
@@ -913,6 +1016,10 @@ int qx_cmd_eval(int argc, char** argv) {
             printf("GPTQ       %s: %lld windows of %lld tokens (%s windowing), percdamp %g, block 128%s, sequential (QuaRot's steps q/k/v, o, gate/up, down)\n",
                    calib_path, (long long)nsamples, (long long)seq_len, windowing == QX_WINDOWING_STREAM ? "stream" : "docs", percdamp,
                    act_order ? ", act-order" : "");
+        if (packed)
+            printf("packed     the file's own setting: %d-bit weights (%s, %s), scored as stored; %lld online hooks from its metadata\n",
+                   pst.w_bits, pst.w_quantizer[0] ? pst.w_quantizer : "?", pst.w_group_size ? "groups" : "per output channel",
+                   (long long)hooks.count);
         if (want_col[1] && no_online) printf("%-10s no online hooks (--no-online): R1 + R2 folded only\n", "QuaRot");
         print_recipe("QuaRot", recipe);
         if (have_adapt) {

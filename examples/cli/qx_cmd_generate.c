@@ -22,6 +22,9 @@ static void generate_usage(FILE* f) {
         "Generates text with the reference inference engine (examples/engine/): the prompt (after BOS) is\n"
         "run as one prefill block, then one token at a time through the KV cache, printed as it comes.\n"
         "Generation stops after N tokens (default 256), at the end of the context, or at a BOS/EOS token.\n"
+        "MODEL may be the packed W4A4 file of `quarot quantize OUT.safetensors`: its integer codes and scales\n"
+        "run as stored, with the activation / KV settings and the online hooks of its metadata (no\n"
+        "quantization flags needed; one that contradicts the file is an error, as are --quarot and --hooks).\n"
         "\n"
         "options:\n"
         "  --prompt TEXT     the prompt (default: none, start from BOS)\n"
@@ -84,7 +87,9 @@ int qx_cmd_generate(int argc, char** argv) {
     int64_t n_gen = 256, seed = 0, threads = 0, group = 0, context = 0;
     double temp = 0.0, top_p = 0.9, clip = 1.0;
     int w_bits = 16, a_bits = 16, kv_bits = 16, quarot = 0, quiet = 0, i, rc = QX_EXIT_OK;
-    int have_model = 0, have_rot = 0, have_tok = 0, have_eng = 0;
+    int have_model = 0, have_rot = 0, have_tok = 0, have_eng = 0, packed = 0;
+    int w_given = 0, a_given = 0, kv_given = 0, clip_given = 0;
+    int64_t vocab = 0;
     qx_store model, rot;
     quarot_online_list hooks;
     qx_tokenizer tok;
@@ -121,13 +126,14 @@ int qx_cmd_generate(int argc, char** argv) {
         else if ((got = GEN_OPT("--top-p")) != 0) { if (got < 0 || !qx_cli_float(&cli, "--top-p", v, 0.0, 1.0, &top_p)) return QX_EXIT_USAGE; }
         else if ((got = GEN_OPT("--seed")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
         else if ((got = GEN_OPT("--threads")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
-        else if ((got = GEN_OPT("--w-bits")) != 0) { if (got < 0 || !parse_bits1(&cli, "--w-bits", v, &w_bits)) return QX_EXIT_USAGE; }
-        else if ((got = GEN_OPT("--a-bits")) != 0) { if (got < 0 || !parse_bits1(&cli, "--a-bits", v, &a_bits)) return QX_EXIT_USAGE; }
-        else if ((got = GEN_OPT("--kv-bits")) != 0) { if (got < 0 || !parse_bits1(&cli, "--kv-bits", v, &kv_bits)) return QX_EXIT_USAGE; }
+        else if ((got = GEN_OPT("--w-bits")) != 0) { if (got < 0 || !parse_bits1(&cli, "--w-bits", v, &w_bits)) return QX_EXIT_USAGE; w_given = 1; }
+        else if ((got = GEN_OPT("--a-bits")) != 0) { if (got < 0 || !parse_bits1(&cli, "--a-bits", v, &a_bits)) return QX_EXIT_USAGE; a_given = 1; }
+        else if ((got = GEN_OPT("--kv-bits")) != 0) { if (got < 0 || !parse_bits1(&cli, "--kv-bits", v, &kv_bits)) return QX_EXIT_USAGE; kv_given = 1; }
         else if ((got = GEN_OPT("--group-size")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--group-size", v, 1, 1 << 20, &group)) return QX_EXIT_USAGE; }
         else if ((got = GEN_OPT("--clip")) != 0) {
             if (got < 0 || !qx_cli_float(&cli, "--clip", v, 0.0, 1.0, &clip)) return QX_EXIT_USAGE;
             if (!(clip > 0.0)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--clip: '%s' is not a number in (0, 1]", v);
+            clip_given = 1;
         }
         else if ((got = GEN_OPT("--hooks")) != 0) { if (got < 0) return QX_EXIT_USAGE; hooks_opt = v; }
         else if ((got = GEN_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
@@ -141,18 +147,50 @@ int qx_cmd_generate(int argc, char** argv) {
 
     memset(&lo, 0, sizeof lo);
     quarot_online_list_init(&hooks, NULL);
-    r = qx_cli_load_model(model_path, &lo, &model, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_model = 1;
+    packed = qx_engine_is_packed_file(model_path);
+    if (packed) {
+        /* the packed W4A4 file: the engine reads its codes, settings and hooks itself */
+        if (quarot) { rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--quarot: %s is a packed file, rotated already", model_path); goto done; }
+        if (hooks_opt) { rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", model_path); goto done; }
+        pool = qx_pool_create(threads ? (int)threads : qx_cpu_count());
+        qx_pool_env(pool, &env);
+        memset(&eo, 0, sizeof eo);
+        eo.w_bits = w_given ? w_bits : 0;
+        eo.a_bits = a_given ? a_bits : 0;
+        eo.kv_bits = kv_given ? kv_bits : 0;
+        eo.w_group = group;
+        eo.a_clip = clip_given ? (float)clip : 0.0f;
+        eo.context = context;
+        eo.env = &env;
+        r = qx_engine_load_packed(&en, model_path, &eo, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_INPUT : QX_EXIT_PROCESS,
+                             "%s", e.msg);
+            goto done;
+        }
+        have_eng = 1;
+        vocab = en.cfg.vocab;
+        context = en.context;
+        w_bits = en.opts.w_bits; a_bits = en.opts.a_bits; kv_bits = en.opts.kv_bits;
+        if (en.file_hooks && en.file_hooks->count)
+            qx_cli_info(&cli, "online hooks: %lld from the file's metadata", (long long)en.file_hooks->count);
+    } else {
+        r = qx_cli_load_model(model_path, &lo, &model, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+        have_model = 1;
+        vocab = model.config.vocab;
+    }
     if (tok_opt) snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
-    else if (!qx_ek_find_tokenizer(model_path, model.config.vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
+    else if (!qx_ek_find_tokenizer(model_path, vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
         rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE", model_path, looked);
         goto done;
     }
-    r = qx_tokenizer_load(&tok, tok_path, (int32_t)model.config.vocab, &e);
+    r = qx_tokenizer_load(&tok, tok_path, (int32_t)vocab, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
     have_tok = 1;
-    if (quarot) {
+    if (packed) {
+        /* hooks: the file's */
+    } else if (quarot) {
         r = qx_ek_quarot(&model, 0, kv_bits < 16, &rot, &hooks, NULL, 0, NULL, NULL, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: QuaRot: %s", model_path, e.msg); goto done; }
         have_rot = 1;
@@ -180,32 +218,34 @@ int qx_cmd_generate(int argc, char** argv) {
         r = qx_tokenizer_encode(&tok, prompt, len, 1, 0, ptoks, cap, &n_prompt, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "--prompt: %s", e.msg); goto done; }
     }
-    if (!context) context = model.config.max_seq > 0 ? model.config.max_seq : 2048;
+    if (!context) context = model.config.max_seq > 0 ? model.config.max_seq : 2048;   /* (packed: the engine's) */
     if (n_prompt > context) {
         rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--prompt: %lld tokens (BOS included), longer than the context of %lld tokens",
                          (long long)n_prompt, (long long)context);
         goto done;
     }
 
-    pool = qx_pool_create(threads ? (int)threads : qx_cpu_count());
-    qx_pool_env(pool, &env);
-    memset(&eo, 0, sizeof eo);
-    eo.w_bits = w_bits; eo.a_bits = a_bits; eo.kv_bits = kv_bits;
-    eo.w_group = group;
-    eo.a_clip = (float)clip;
-    eo.context = context;
-    eo.max_tokens = n_prompt > 512 ? 512 : n_prompt;
-    eo.hooks = hooks.count ? &hooks : NULL;
-    eo.env = &env;
-    r = qx_engine_init(&en, have_rot ? &rot : &model, &eo, &e);
-    if (r != QUAROT_OK) {
-        rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_INPUT : QX_EXIT_PROCESS,
-                         "%s: %s", model_path, e.msg);
-        goto done;
+    if (!packed) {
+        pool = qx_pool_create(threads ? (int)threads : qx_cpu_count());
+        qx_pool_env(pool, &env);
+        memset(&eo, 0, sizeof eo);
+        eo.w_bits = w_bits; eo.a_bits = a_bits; eo.kv_bits = kv_bits;
+        eo.w_group = group;
+        eo.a_clip = (float)clip;
+        eo.context = context;
+        eo.max_tokens = n_prompt > 512 ? 512 : n_prompt;
+        eo.hooks = hooks.count ? &hooks : NULL;
+        eo.env = &env;
+        r = qx_engine_init(&en, have_rot ? &rot : &model, &eo, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_INPUT : QX_EXIT_PROCESS,
+                             "%s: %s", model_path, e.msg);
+            goto done;
+        }
+        have_eng = 1;
     }
-    have_eng = 1;
-    logits = (float*)malloc((size_t)model.config.vocab * sizeof(float));
-    work = (float*)malloc((size_t)model.config.vocab * 2 * sizeof(float));
+    logits = (float*)malloc((size_t)vocab * sizeof(float));
+    work = (float*)malloc((size_t)vocab * 2 * sizeof(float));
     if (!logits || !work) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
     quarot_rng_seed(&rng, (uint64_t)seed);
 
@@ -227,7 +267,7 @@ int qx_cmd_generate(int argc, char** argv) {
     for (done = 0; done < n_gen && en.pos < en.context; ++done) {
         size_t pl;
         const char* p;
-        next = qx_engine_sample(logits, model.config.vocab, (float)temp, (float)top_p, &rng, work);
+        next = qx_engine_sample(logits, vocab, (float)temp, (float)top_p, &rng, work);
         if (next == 1 || next == 2) break;   /* BOS / EOS delimit sequences */
         p = qx_tokenizer_decode(&tok, prev, next, &pl);
         if (p && qx_tokenizer_safe_piece(p, pl)) fwrite(p, 1, pl, stdout);
@@ -244,7 +284,8 @@ int qx_cmd_generate(int argc, char** argv) {
     qx_cli_info(&cli, "%lld prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.1f tok/s); %d threads; weights %.2f MiB (decoder linears), KV cache %.2f MiB; W%d A%d KV%d%s",
                 (long long)n_prompt, t_prefill, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, (long long)done, t_decode,
                 t_decode > 0 ? (double)done / t_decode : 0.0, qx_pool_threads(pool), (double)en.weight_bytes / 1048576.0,
-                (double)en.kv_bytes / 1048576.0, w_bits, a_bits, kv_bits, hooks.count ? ", online hooks" : "");
+                (double)en.kv_bytes / 1048576.0, w_bits, a_bits, kv_bits,
+                hooks.count || (en.file_hooks && en.file_hooks->count) ? ", online hooks" : "");
 
 done:
     free(logits);

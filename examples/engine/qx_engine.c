@@ -2,6 +2,10 @@
    (model/qx_forward.c) with the decoder linears on integer kernels and the KV cache in codes. */
 #include "qx_engine.h"
 #include "qx_eval.h"
+#include "qx_file.h"
+#include "qx_online.h"
+#include "qx_packed.h"
+#include "qx_safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -80,6 +84,72 @@ static quarot_result eng_load(qx_engine* en, const qx_store* s, const char* name
 
 static int eng_bits_on(int b) { return b != 0 && b != 16; }
 
+/* A decoder linear from the packed file: its codes and scales as stored (repacked into quarot_qmat's
+   nibble order), or dequantized (the format's value) when no integer kernel applies. Returns 1 with
+   *r set when the file holds it packed, 0 when it is not a packed linear of the file. */
+static int eng_linear_packed(qx_engine* en, const char* name, int64_t out, int64_t in, qx_eng_linear* L, quarot_result* r,
+                             qx_err* e) {
+    const qx_packed_file* f = en->pk;
+    const qx_packed_linear* P = NULL;
+    const qx_engine_opts* o = &en->opts;
+    int64_t i, grp, ng, lim;
+    int cbits;
+    *r = QUAROT_OK;
+    for (i = 0; i < f->n_lin; ++i)
+        if (strcmp(f->lin[i].name, name) == 0) { P = &f->lin[i]; break; }
+    if (!P) return 0;
+    en->pk_used++;
+    if (P->out != out || P->in != in) {
+        qx_err_set(e, "%s: packed shape [%lld][%lld], the model's config says [%lld][%lld]", name, (long long)P->out,
+                   (long long)P->in, (long long)out, (long long)in);
+        *r = QUAROT_ERR_SHAPE_MISMATCH;
+        return 1;
+    }
+    grp = P->group == P->in ? 0 : P->group;
+    ng = P->groups;
+    cbits = f->settings.w_bits <= 4 ? 4 : 8;
+    lim = cbits == 4 ? ((int64_t)1 << 20) : ((int64_t)1 << 16);
+    if (eng_bits_on(o->a_bits) && !o->fp_linears) {
+        size_t rb = quarot_qmat_row_bytes(cbits, in, grp);
+        int8_t* codes;
+        uint8_t* data;
+        float* sc;
+        if (P->group > lim) {
+            qx_err_set(e, "%s: weight groups of %lld inputs are too wide for int32 accumulation (at most %lld at %d bits)", name,
+                       (long long)P->group, (long long)lim, f->settings.w_bits);
+            *r = QUAROT_ERR_UNSUPPORTED;
+            return 1;
+        }
+        codes = (int8_t*)malloc((size_t)(out * in));
+        data = (uint8_t*)eng_alloc(en, rb * (size_t)out);
+        sc = (float*)eng_alloc(en, (size_t)(out * ng) * sizeof(float));
+        if (!codes || !data || !sc || !rb) {
+            free(codes);
+            qx_err_set(e, "%s: out of memory", name);
+            *r = QUAROT_ERR_OUT_OF_MEMORY;
+            return 1;
+        }
+        qx_packed_codes(f, P, codes, sc, NULL);
+        *r = quarot_qmat_pack(cbits, codes, out, in, grp, data);
+        free(codes);
+        if (*r != QUAROT_OK) { qx_err_set(e, "%s: codes: %s", name, quarot_result_string(*r)); return 1; }
+        L->int_kernel = 1;
+        L->qm.bits = cbits;
+        L->qm.rows = out;
+        L->qm.cols = in;
+        L->qm.group = grp;
+        L->qm.data = data;
+        L->qm.scales = sc;
+        en->weight_bytes += rb * (size_t)out + (size_t)(out * ng) * sizeof(float);
+    } else {
+        L->w = (float*)eng_alloc(en, (size_t)(out * in) * sizeof(float));
+        if (!L->w) { qx_err_set(e, "%s: out of memory", name); *r = QUAROT_ERR_OUT_OF_MEMORY; return 1; }
+        for (i = 0; i < out; ++i) qx_packed_dequant_row(f, P, i, L->w + i * in);
+        en->weight_bytes += (size_t)(out * in) * sizeof(float);
+    }
+    return 1;
+}
+
 /* Load and quantize one linear "model.layers.{l}.{base}.weight" [out][in] (+ bias). */
 static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, const char* base, int64_t out, int64_t in,
                                 int req_bias, qx_eng_linear* L, qx_err* e) {
@@ -90,14 +160,15 @@ static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, con
     memset(L, 0, sizeof *L);
     L->out = out;
     L->in = in;
-    snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, base);
-    r = eng_load(en, s, name, out, in, 1, &L->w, e);
-    if (r != QUAROT_OK) return r;
     snprintf(name, sizeof name, "model.layers.%lld.%s.bias", (long long)l, base);
     r = eng_load(en, s, name, 1, out, req_bias, &L->bias, e);
     if (r != QUAROT_OK) return r;
     if (L->bias) en->weight_bytes += (size_t)out * sizeof(float);
-    if (!eng_bits_on(o->w_bits)) {
+    snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, base);
+    if (en->pk && eng_linear_packed(en, name, out, in, L, &r, e)) return r;
+    r = eng_load(en, s, name, out, in, 1, &L->w, e);
+    if (r != QUAROT_OK) return r;
+    if (!eng_bits_on(o->w_bits) || en->pk) {   /* a linear the packed file left in float runs in FP32 */
         en->weight_bytes += (size_t)(out * in) * sizeof(float);
         return QUAROT_OK;
     }
@@ -272,13 +343,20 @@ oom:
     return QUAROT_ERR_OUT_OF_MEMORY;
 }
 
+static quarot_result eng_init(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e);
+
 quarot_result qx_engine_init(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e) {
+    if (!en) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(en, 0, sizeof *en);
+    return eng_init(en, s, o, e);
+}
+
+/* Builds the engine into en (zeroed, or holding only pk / file_hooks). */
+static quarot_result eng_init(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e) {
     qx_engine_opts def;
     quarot_model_config* g;
     quarot_result r;
     int64_t l;
-    if (!en) return QUAROT_ERR_INVALID_ARGUMENT;
-    memset(en, 0, sizeof *en);
     if (!s) { qx_err_set(e, "engine: no model"); return QUAROT_ERR_INVALID_ARGUMENT; }
     if (!o) { memset(&def, 0, sizeof def); o = &def; }
     en->opts = *o;
@@ -340,6 +418,10 @@ void qx_engine_free(qx_engine* en) {
     if (!en) return;
     for (i = 0; i < en->n_blocks; ++i) free(en->blocks[i]);
     free(en->blocks);
+    if (en->file_hooks) {
+        quarot_online_list_free(en->file_hooks);
+        free(en->file_hooks);
+    }
     memset(en, 0, sizeof *en);
 }
 
@@ -728,6 +810,7 @@ quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* 
                                    const qx_windows* w, const quarot_env* env, qx_ppl_result* res, qx_err* e) {
     qx_engine en;
     qx_engine_opts o;
+    quarot_online_list own;
     quarot_result r;
     if (!s || !q || !w || !res) { qx_err_set(e, "engine eval: bad arguments"); return QUAROT_ERR_INVALID_ARGUMENT; }
     if (q->w_asym || q->a_asym || (q->w_clip != 0.0f && q->w_clip != 1.0f) || q->w_clip_search || q->k_bits != q->v_bits ||
@@ -746,7 +829,203 @@ quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* 
     o.max_tokens = w->max_len;
     o.hooks = hooks && hooks->count ? hooks : NULL;
     o.env = env;
+    /* the model's own hooks (a model written by `quarot rotate --online`, attached to its store) */
+    r = qx_model_hooks_get(s, &own, e);
+    if (r != QUAROT_OK) { quarot_online_list_free(&own); return r; }
+    if (own.count && o.hooks) {
+        quarot_online_list_free(&own);
+        qx_err_set(e, "engine: a model with its own online hooks rotated again (two hook lists at one site) is not supported");
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (own.count) o.hooks = &own;
     r = qx_engine_init(&en, s, &o, e);
+    if (r == QUAROT_OK) {
+        r = qx_engine_eval(&en, w, res, e);
+        qx_engine_free(&en);
+    }
+    quarot_online_list_free(&own);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   The packed W4A4 file (formats/qx_packed.h). */
+
+/* 1 when name is "model.layers.{l}.<decoder linear>.weight" with l < n_layers. */
+static int eng_is_decoder_linear(const char* name, int64_t n_layers) {
+    static const char* const base[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    char want[300];
+    long long l;
+    int k, used = 0;
+    if (sscanf(name, "model.layers.%lld.%n", &l, &used) != 1 || used == 0 || l < 0 || l >= n_layers) return 0;
+    for (k = 0; k < 7; ++k) {
+        snprintf(want, sizeof want, "model.layers.%lld.%s.weight", l, base[k]);
+        if (strcmp(want, name) == 0) return 1;
+    }
+    return 0;
+}
+
+static int eng_bits_same(int a, int b) { return (eng_bits_on(a) ? a : 16) == (eng_bits_on(b) ? b : 16); }
+
+/* The file's settings onto the engine's options; the caller's non-zero fields must agree. */
+static quarot_result eng_packed_opts(const qx_packed_settings* st, int64_t head_dim, const qx_engine_opts* in, qx_engine_opts* o,
+                                     const char* name, qx_err* e) {
+    int kvq = eng_bits_on(st->k_bits);
+    *o = *in;
+    if (st->w_asym) {
+        qx_err_set(e, "%s: asymmetric weights (quarot.weight.asymmetric 1): the engine's integer kernels take symmetric codes", name);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (eng_bits_on(st->a_bits) && (st->a_asym || st->a_group_size)) {
+        qx_err_set(e, "%s: activations %s%s: the engine quantizes activations per token, symmetric", name,
+                   st->a_asym ? "asymmetric" : "", st->a_group_size ? (st->a_asym ? " in groups" : "in groups") : "");
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (!eng_bits_same(st->k_bits, st->v_bits) ||
+        (kvq && (st->k_asym != st->v_asym || (st->k_group_size && st->k_group_size != head_dim) ||
+                 (st->v_group_size && st->v_group_size != head_dim) || st->k_clip != 1.0 || st->v_clip != 1.0))) {
+        qx_err_set(e, "%s: KV cache K %d bits / V %d bits (groups %lld / %lld, clip %g / %g): the engine stores K and V with the "
+                      "same bits and symmetry, per head, unclipped", name, st->k_bits, st->v_bits, (long long)st->k_group_size,
+                   (long long)st->v_group_size, st->k_clip, st->v_clip);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (in->hooks) {
+        qx_err_set(e, "%s: the packed file carries its online hooks (quarot.online): give none", name);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+#define ENG_PK_AGREE(cond, what, mine, theirs)                                                                    \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            qx_err_set(e, "%s: %s %s contradicts the file's %s", name, what, mine, theirs);                      \
+            return QUAROT_ERR_INVALID_ARGUMENT;                                                                   \
+        }                                                                                                         \
+    } while (0)
+    {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "%d", in->w_bits);
+        snprintf(b, sizeof b, "quarot.weight.bits %d", st->w_bits);
+        ENG_PK_AGREE(!in->w_bits || eng_bits_same(in->w_bits, st->w_bits), "weight bits", a, b);
+        snprintf(a, sizeof a, "%lld", (long long)in->w_group);
+        snprintf(b, sizeof b, "quarot.weight.group_size %lld", (long long)st->w_group_size);
+        ENG_PK_AGREE(!in->w_group || in->w_group == st->w_group_size, "weight group", a, b);
+        snprintf(a, sizeof a, "%d", in->a_bits);
+        snprintf(b, sizeof b, "quarot.act.bits %d", st->a_bits);
+        ENG_PK_AGREE(!in->a_bits || eng_bits_same(in->a_bits, st->a_bits), "activation bits", a, b);
+        snprintf(a, sizeof a, "%g", (double)in->a_clip);
+        snprintf(b, sizeof b, "quarot.act.clip_ratio %g", st->a_clip);
+        ENG_PK_AGREE(in->a_clip == 0.0f || fabs((double)in->a_clip - st->a_clip) <= 1e-6, "activation clip", a, b);
+        snprintf(a, sizeof a, "%d", in->kv_bits);
+        snprintf(b, sizeof b, "quarot.k.bits %d", st->k_bits);
+        ENG_PK_AGREE(!in->kv_bits || eng_bits_same(in->kv_bits, st->k_bits), "KV bits", a, b);
+        ENG_PK_AGREE(!in->kv_sym || !kvq || !st->k_asym, "KV", "symmetric", "quarot.k.asymmetric 1");
+    }
+#undef ENG_PK_AGREE
+    o->w_bits = st->w_bits;
+    o->w_group = st->w_group_size;
+    o->a_bits = st->a_bits;
+    o->a_clip = (float)st->a_clip;
+    o->kv_bits = st->k_bits;
+    o->kv_sym = kvq ? !st->k_asym : 0;
+    return QUAROT_OK;
+}
+
+quarot_result qx_engine_init_packed(qx_engine* en, const void* buf, size_t len, const char* name, const qx_engine_opts* o,
+                                    qx_err* e) {
+    qx_packed_file f;
+    qx_store s;
+    qx_engine_opts def, eo;
+    quarot_result r;
+    int64_t i, row, hd, n_dec = 0;
+    char msg[256];
+    if (!en) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(en, 0, sizeof *en);
+    if (!name) name = "packed";
+    if (!o) { memset(&def, 0, sizeof def); o = &def; }
+    r = qx_packed_parse(buf, len, name, &f, e);
+    if (r != QUAROT_OK) return r;
+    qx_store_init(&s);
+    r = qx_hf_config_parse(f.config_json, strlen(f.config_json), name, &s.config, e);
+    if (r == QUAROT_OK) s.config.rope_interleaved = f.settings.rope_interleaved;
+    for (i = 0; i < f.n_plain && r == QUAROT_OK; ++i) {
+        const qx_packed_plain* P = &f.plain[i];
+        r = qx_store_add(&s, P->name, P->dtype, P->n_dims, P->ne, P->data, NULL);
+        if (r != QUAROT_OK) qx_err_set(e, "%s: tensor \"%s\": %s", name, P->name, quarot_result_string(r));
+    }
+    /* packed tensors that are not decoder linears (a quantized embedding or lm_head): their exact values */
+    for (i = 0; i < f.n_lin && r == QUAROT_OK; ++i) {
+        const qx_packed_linear* L = &f.lin[i];
+        int64_t ne[2];
+        quarot_tensor* t = NULL;
+        if (strncmp(L->name, "model.layers.", 13) == 0) { ++n_dec; continue; }
+        ne[0] = L->in;
+        ne[1] = L->out;
+        r = qx_store_add(&s, L->name, QUAROT_DTYPE_F32, 2, ne, NULL, &t);
+        if (r != QUAROT_OK) { qx_err_set(e, "%s: tensor \"%s\": %s", name, L->name, quarot_result_string(r)); break; }
+        for (row = 0; row < L->out; ++row) qx_packed_dequant_row(&f, L, row, (float*)t->data + row * L->in);
+    }
+    if (r == QUAROT_OK) {
+        en->file_hooks = (quarot_online_list*)malloc(sizeof *en->file_hooks);
+        if (!en->file_hooks) { qx_err_set(e, "%s: out of memory", name); r = QUAROT_ERR_OUT_OF_MEMORY; }
+    }
+    if (r == QUAROT_OK) {
+        quarot_online_list_init(en->file_hooks, NULL);
+        msg[0] = '\0';
+        if (f.online[0]) r = quarot_online_read(en->file_hooks, f.online, strlen(f.online), msg, sizeof msg);   /* "": none */
+        if (r != QUAROT_OK) qx_err_set(e, "%s: metadata quarot.online: %s", name, msg[0] ? msg : quarot_result_string(r));
+    }
+    hd = s.config.head_dim ? s.config.head_dim : (s.config.n_heads > 0 ? s.config.hidden / s.config.n_heads : 0);
+    if (r == QUAROT_OK) r = eng_packed_opts(&f.settings, hd, o, &eo, name, e);
+    if (r == QUAROT_OK) {
+        eo.hooks = en->file_hooks->count ? en->file_hooks : NULL;
+        en->pk = &f;
+        r = eng_init(en, &s, &eo, e);   /* frees en on failure */
+        en->pk = NULL;
+    }
+    if (r == QUAROT_OK && en->pk_used != n_dec) {
+        for (i = 0; i < f.n_lin; ++i)
+            if (strncmp(f.lin[i].name, "model.layers.", 13) == 0 && !eng_is_decoder_linear(f.lin[i].name, en->cfg.n_layers)) break;
+        qx_err_set(e, "%s: packed tensor \"%s\" is not a decoder linear of this model (%lld layers)", name,
+                   i < f.n_lin ? f.lin[i].name : "?", (long long)en->cfg.n_layers);
+        r = QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    if (r != QUAROT_OK) qx_engine_free(en);
+    qx_store_free(&s);
+    qx_packed_file_free(&f);
+    return r;
+}
+
+int qx_engine_is_packed_file(const char* path) {
+    unsigned char head[256];
+    size_t n;
+    FILE* fp = path ? fopen(path, "rb") : NULL;
+    if (!fp) return 0;
+    n = fread(head, 1, sizeof head, fp);
+    fclose(fp);
+    return qx_packed_sniff(head, n);
+}
+
+quarot_result qx_engine_load_packed(qx_engine* en, const char* path, const qx_engine_opts* o, qx_err* e) {
+    qx_map m;
+    quarot_result r;
+    if (!en || !path) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(en, 0, sizeof *en);
+    r = qx_map_file(path, &m, e);
+    if (r != QUAROT_OK) return r;
+    r = qx_engine_init_packed(en, m.addr, m.len, path, o, e);
+    qx_unmap(&m);
+    return r;
+}
+
+quarot_result qx_engine_eval_packed(const char* path, const qx_windows* w, const quarot_env* env, qx_ppl_result* res, qx_err* e) {
+    qx_engine en;
+    qx_engine_opts o;
+    quarot_result r;
+    if (!path || !w || !res) { qx_err_set(e, "engine eval: bad arguments"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    memset(&o, 0, sizeof o);
+    o.context = w->max_len;
+    o.max_tokens = w->max_len;
+    o.env = env;
+    r = qx_engine_load_packed(&en, path, &o, e);
     if (r != QUAROT_OK) return r;
     r = qx_engine_eval(&en, w, res, e);
     qx_engine_free(&en);

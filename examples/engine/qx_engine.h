@@ -32,8 +32,9 @@
 
    Model struct: qx_engine holds the quantized model in plain arrays (qx_eng_linear: a quarot_qmat
    with its owned data and scales, or FP32 weights); qx_engine_init fills it from a float qx_store
-   (llama2.c, safetensors, GGUF via the CLI loader). A loader of a packed W4A4 file would fill the same
-   struct (quarot_qmat layout: quarot.h >>qgemm) and call qx_engine_finish. */
+   (llama2.c, safetensors, GGUF via the CLI loader) and quantizes at load; qx_engine_init_packed fills
+   it from the packed W4A4 file of `quarot quantize` (codes and scales as stored, the settings and the
+   online hooks from the file's metadata). */
 #ifndef QX_ENGINE_H
 #define QX_ENGINE_H
 
@@ -103,6 +104,10 @@ typedef struct qx_engine {
     double t_hooks, t_actq;          /* seconds in online hooks / activation quantization (profile) */
     void** blocks;
     int64_t n_blocks, cap_blocks;
+    /* packed models (qx_engine_init_packed) */
+    const struct qx_packed_file* pk; /* the parsed file, during init only */
+    quarot_online_list* file_hooks;  /* the file's hook list (owned), or NULL */
+    int64_t pk_used;                 /* packed decoder linears taken from the file */
 } qx_engine;
 
 /* Build the engine from a float model (llama / qwen2 / qwen3 names as model/qx_forward.h): copies the
@@ -112,6 +117,28 @@ typedef struct qx_engine {
 quarot_result qx_engine_init(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e);
 void qx_engine_free(qx_engine* en);
 void qx_engine_reset(qx_engine* en);
+
+/* The packed W4A4 file `quarot quantize OUT.safetensors` writes (formats/qx_packed.h), from its
+   image buf[len] (the caller keeps it only for the call: everything is copied). The decoder linears'
+   codes and scales are taken as they are (the file's nibble order repacked into quarot_qmat's, F16
+   scales converted exactly; no dequantize / requantize); 2..4-bit codes run the int4 kernels, 5..8
+   the int8 ones. Embeddings, norms, biases, lm_head and linears the file left in float are read as
+   FP32 (an embedding or lm_head stored packed is dequantized, the format's exact value). The
+   quantization settings and the online hook list come from the file's metadata: in o, w_bits,
+   w_group, a_bits, a_clip, kv_bits and kv_sym are 0 to take the file's, or must equal them (else
+   QUAROT_ERR_INVALID_ARGUMENT naming the contradiction); o->hooks must be NULL (the file carries
+   them). o's context, max_tokens, isa, env, profile and fp_linears apply as for qx_engine_init.
+   Files the engine cannot run exactly (asymmetric weights or activations, activation groups, K and
+   V with different bits / symmetry / groups other than the head, KV clipping): QUAROT_ERR_UNSUPPORTED.
+   A file whose metadata and tensors disagree, a hook list for another model, a tensor of this model
+   missing or a packed linear the model does not have: one line in e, nothing allocated. The qx_engine
+   must not be copied by value (it points at its own hook list). */
+quarot_result qx_engine_init_packed(qx_engine* en, const void* buf, size_t len, const char* name, const qx_engine_opts* o,
+                                    qx_err* e);
+/* 1 when the file at path starts like a packed file (qx_packed_sniff on its first bytes). */
+int qx_engine_is_packed_file(const char* path);
+/* The same from a file (mapped for the call). */
+quarot_result qx_engine_load_packed(qx_engine* en, const char* path, const qx_engine_opts* o, qx_err* e);
 
 /* Run tokens[T] at positions pos .. pos+T-1 (T <= max_tokens, pos + T <= context, else
    QUAROT_ERR_INVALID_ARGUMENT with the reason). logits: [T][vocab] when all_logits, else [vocab] for
@@ -135,6 +162,11 @@ quarot_result qx_engine_eval(qx_engine* en, const struct qx_windows* w, struct q
    sized for the longest window; env may be NULL. */
 quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* hooks, const qx_fake_quant_opts* q,
                                    const struct qx_windows* w, const quarot_env* env, struct qx_ppl_result* res, qx_err* e);
+
+/* `quarot eval PACKED --engine int`: the perplexity of the packed file's own setting, computed by
+   the engine from its codes; the engine is sized for the longest window; env may be NULL. */
+quarot_result qx_engine_eval_packed(const char* path, const struct qx_windows* w, const quarot_env* env,
+                                    struct qx_ppl_result* res, qx_err* e);
 
 #ifdef __cplusplus
 }
