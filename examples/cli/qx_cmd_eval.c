@@ -13,6 +13,7 @@
 #include "qx_engine.h"
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
+#include "qx_online.h"
 #include "qx_rotcheck.h"
 #include "qx_tok_load.h"
 #include "qx_threads.h"
@@ -889,6 +890,17 @@ int qx_cmd_eval(int argc, char** argv) {
                (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
                (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)c->vocab);
         printf("tokenizer  %s\n", tok_path);
+        {   /* the model's own online hooks (rotate --online), found beside it or given by --hooks */
+            quarot_online_list ml;
+            if (qx_model_hooks_get(&model, &ml, &e) == QUAROT_OK) {
+                char* hp = hooks_opt ? NULL : qx_hooks_path_for(model_path);
+                if (ml.count > 0)
+                    printf("hooks      %s: %lld online hooks of the model, applied in every forward pass of every column\n",
+                           hooks_opt ? hooks_opt : hp ? hp : "?", (long long)ml.count);
+                free(hp);
+                quarot_online_list_free(&ml);
+            }
+        }
         if (tokens_path) printf("tokens     %s: %lld ids\n", tokens_path, (long long)n_stream);
         else printf("text       %s: %lu bytes\n", text_path, (unsigned long)text_len);
         if (windowing == QX_WINDOWING_STREAM)
@@ -930,6 +942,12 @@ int qx_cmd_eval(int argc, char** argv) {
         }
         printf("\n");
         qx_ek_table_print(stdout, &table);
+        if (!no_fp32) {   /* FP32 to 9 digits: a rotated model's must equal the original's (function preserved) */
+            printf("FP32 to 9 digits:");
+            for (j = 0; j < table.n_cols; ++j)
+                if (table.v[0][j] == table.v[0][j]) printf("  %s %.9g", table.col[j], table.v[0][j]);
+            printf("\n");
+        }
         /* quantization error per linear type, averaged over the layers */
         for (i = 0; i < n_qs; ++i) {
             const eval_qstore* x = &qs[i];

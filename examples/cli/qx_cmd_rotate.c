@@ -61,7 +61,8 @@ static void rotate_usage(FILE* f) {
         "options:\n"
         "  --rotation KIND      R1 (and R2): hadamard (default; random signs), random (seeded Haar-random\n"
         "                       orthogonal), adapt (Adapt Rotation stage 2: R1 = H*R with R learned by\n"
-        "                       `quarot calibrate` (stage 1); needs --context; R2 stays Hadamard)\n"
+        "                       `quarot calibrate` (stage 1); needs --context; R2 stays Hadamard), none (no\n"
+        "                       R1 / R2: only the norms are fused, e.g. to convert IN to OUT's format)\n"
         "  --context FILE       with --rotation adapt: the stage-1 context written by quarot calibrate. H is\n"
         "                       rebuilt from the context's seed and block, so --seed may be left out (a\n"
         "                       --seed different from the context's is refused) and --block-size is the\n"
@@ -691,8 +692,8 @@ int qx_cmd_rotate(int argc, char** argv) {
         if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
             if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0)
-                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random or adapt", v);
+            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0 && strcmp(v, "none") != 0)
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random, adapt or none", v);
             rotation = v;
             rotation_given = 1;
             continue;
@@ -777,6 +778,9 @@ int qx_cmd_rotate(int argc, char** argv) {
         job.context = &ctx;
         job.context_name = context;
         block = ctx.block;
+    } else if (strcmp(rotation, "none") == 0) {   /* a conversion: norms fused, no R1 / R2 */
+        job.rotation = QUAROT_ROTATION_IDENTITY;
+        no_r2 = 1;
     } else {
         job.rotation = strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
     }

@@ -76,8 +76,16 @@ int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotc
     if (!o) { memset(&z, 0, sizeof z); o = &z; }
     hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
     tp = o->max_tp_size > 0 ? o->max_tp_size : 1;
-    qx__offline(&d[n++], "R1 hidden", c->hidden, o->block_size > 0 ? o->block_size : c->hidden, o->block_size > 0 ? o->block_size : 0,
-                o->rotation == QUAROT_ROTATION_RANDOM_ORTHOGONAL);
+    if (o->rotation == QUAROT_ROTATION_IDENTITY) {   /* --rotation none: nothing to build */
+        memset(&d[n], 0, sizeof d[n]);
+        snprintf(d[n].what, sizeof d[n].what, "R1 hidden");
+        d[n].dim = d[n].n = d[n].block = c->hidden;
+        snprintf(d[n].text, sizeof d[n].text, "none (identity: norms fused only)");
+        ++n;
+    } else {
+        qx__offline(&d[n++], "R1 hidden", c->hidden, o->block_size > 0 ? o->block_size : c->hidden,
+                    o->block_size > 0 ? o->block_size : 0, o->rotation == QUAROT_ROTATION_RANDOM_ORTHOGONAL);
+    }
     if (o->rotation == QUAROT_ROTATION_ADAPT) {   /* H of the context's block, then the learned dense R */
         size_t l = strlen(d[0].text);
         snprintf(d[0].text + l, sizeof d[0].text - l, ", times the learned R (Adapt Rotation)");
