@@ -10,7 +10,10 @@
    - A model whose dimensions all have Hadamard matrices gets no warning, and --strict passes.
    - inspect prints, per dimension, what rotate builds, and exits 0 wherever `rotate` succeeds:
      intermediate 171 (odd) has no Hadamard block at all, so `rotate --online` fails (exit 4) while
-     plain `rotate` succeeds; inspect (with its statistics) then exits 0 and says online fails. */
+     plain `rotate` succeeds; inspect (with its statistics) then exits 0 and says online fails.
+   - eval (QuaRot and Adapt columns), plot and calibrate rotate in memory with the same rules: the
+     same warnings on stderr (named by column) and in their summaries, and their --strict refuses
+     hidden 90 before any work (exit 4, one stderr line, no output file). */
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
@@ -156,6 +159,58 @@ static void test_inspect(void) {
     QT_CHECK(strstr(g_out, "R2 head_dim               16  Hadamard 16") != NULL);
 }
 
+/* eval (QuaRot / Adapt columns), plot and calibrate rotate in memory: the same warnings as rotate on
+   stderr and in their summaries, and --strict refuses before any work (exit 4, one line, no output) */
+static void test_in_memory(void) {
+    char m[600], toks[600], ctx[600], svg[600], m2[600];
+    char ids[4096];
+    size_t n = 0;
+    int i;
+    snprintf(m, sizeof m, "%s", tmp_path("m90"));   /* from test_warn_and_strict */
+    snprintf(toks, sizeof toks, "%s", tmp_path("ids.txt"));
+    snprintf(ctx, sizeof ctx, "%s", tmp_path("m90.ctx"));
+    snprintf(svg, sizeof svg, "%s", tmp_path("m90.svg"));
+    snprintf(m2, sizeof m2, "%s", tmp_path("m64h6"));
+    if (!qx_path_exists(m) && !save_synth(m, 90, 172, 6)) { QT_CHECK(0); return; }
+    for (i = 0; i < 200; ++i) n += (size_t)snprintf(ids + n, sizeof ids - n, "%d ", (i * 7 + 3) % 50);
+    QT_CHECK(write_str(toks, ids));
+    /* eval: the QuaRot column */
+    QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 32 --quiet", m, toks), 0);
+    QT_CHECKF(strstr(g_err, "quarot eval: warning: QuaRot: R1 hidden (90): no Hadamard of order 90: block-diagonal, 45 blocks of Hadamard 2") != NULL, "%s", g_err);
+    QT_CHECK(strstr(g_err, "quarot eval: warning: QuaRot: online o_proj heads (6)") != NULL);
+    QT_CHECK(strstr(g_out, "QuaRot     WARNING R1 hidden (90)") != NULL && strstr(g_out, "QuaRot     WARNING online o_proj heads (6)") != NULL);
+    QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 32 --strict --quiet", m, toks), QX_EXIT_PROCESS);
+    QT_EQ_INT(count_lines(g_err), 1);
+    QT_CHECK(strstr(g_err, "--strict: QuaRot: R1 hidden (90)") != NULL && g_out[0] == '\0');
+    /* calibrate: H of the full hidden size */
+    QT_EQ_INT(CLI("calibrate %s --tokens %s --seq-len 32 --steps 2 -o %s --quiet", m, toks, ctx), 0);
+    QT_CHECKF(strstr(g_err, "quarot calibrate: warning: R1 hidden (90): no Hadamard of order 90") != NULL, "%s", g_err);
+    QT_CHECK(strstr(g_out, "  WARNING R1 hidden (90)") != NULL);
+    QT_EQ_INT(CLI("calibrate %s --tokens %s --seq-len 32 --steps 2 -o %s.strict --strict --quiet", m, toks, ctx), QX_EXIT_PROCESS);
+    QT_EQ_INT(count_lines(g_err), 1);
+    QT_CHECK(strstr(g_err, "--strict: R1 hidden (90)") != NULL);
+    QT_CHECK(!qx_path_exists(tmp_path("m90.ctx.strict")));
+    /* eval with the Adapt column from that context */
+    if (qx_path_exists(ctx)) {
+        QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 32 --context %s --quiet", m, toks, ctx), 0);
+        QT_CHECK(strstr(g_err, "quarot eval: warning: Adapt: R1 hidden (90)") != NULL);
+        QT_CHECK(strstr(g_out, "Adapt      WARNING R1 hidden (90)") != NULL);
+    }
+    /* plot */
+    QT_EQ_INT(CLI("plot %s --tokens %s -o %s --quiet", m, toks, svg), 0);
+    QT_CHECKF(strstr(g_err, "quarot plot: warning: R1 hidden (90)") != NULL, "%s", g_err);
+    QT_CHECK(strstr(g_out, "QuaRot: WARNING R1 hidden (90)") != NULL);
+    QT_EQ_INT(CLI("plot %s --tokens %s -o %s.strict.svg --strict --quiet", m, toks, svg), QX_EXIT_PROCESS);
+    QT_CHECK(count_lines(g_err) == 1 && strstr(g_err, "--strict: R1 hidden (90)") != NULL);
+    QT_CHECK(!qx_path_exists(tmp_path("m90.svg.strict.svg")));
+    /* hidden 64, 6 heads: only the online heads rotation is small; without it nothing to say */
+    if (!qx_path_exists(m2) && !save_synth(m2, 64, 172, 6)) { QT_CHECK(0); return; }
+    QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 32 --no-online --strict --quiet", m2, toks), 0);
+    QT_CHECK(strstr(g_err, "warning") == NULL && strstr(g_out, "WARNING") == NULL);
+    QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 32 --strict --quiet", m2, toks), QX_EXIT_PROCESS);
+    QT_CHECK(strstr(g_err, "online o_proj heads (6)") != NULL);
+}
+
 int main(int argc, char** argv) {
     const char* slash = strrchr(argv[0], '/');
     size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
@@ -169,6 +224,7 @@ int main(int argc, char** argv) {
     }
     QT_RUN(test_warn_and_strict);
     QT_RUN(test_inspect);
+    QT_RUN(test_in_memory);
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

@@ -11,6 +11,7 @@
 #include "qx_evalkit.h"
 #include "qx_layerwise.h"
 #include "qx_file.h"
+#include "qx_rotcheck.h"
 #include "qx_threads.h"
 #include "qx_tok_load.h"
 
@@ -58,7 +59,10 @@ static void calibrate_usage(FILE* f) {
         "                        windows, with the tokenizer's BOS when one is found\n"
         QX_CLI_HOOKS_HELP
         "  --threads N           threads for the forward pass and the optimizer (default: every core);\n"
-        "                        the results are the same for any N\n"
+        "                        the results are the same for any N\n", f);
+    fputs("  --strict              a fallback of H is an error instead of a warning (as quarot rotate: no Hadamard\n"
+          "                        of the block size, so blocks smaller than 64, e.g. hidden 90 -> 45 blocks of 2x2)\n", f);
+    fputs(
         "  --force               replace an existing CONTEXT\n"
         "  --quiet               no progress and no per-step loss on stderr\n"
         "  --help                this text\n"
@@ -137,7 +141,8 @@ int qx_cmd_calibrate(int argc, char** argv) {
     const char* hooks_opt = NULL;   /* --hooks FILE */
     const char* dtype = "int4";
     int64_t steps = 20, block = -1, max_samples = 2048, seed = 0, seq_len = 256, windows = 0, threads = 0;
-    int windowing = QX_WINDOWING_STREAM, quiet = 0, force = 0, i, k, rc = QX_EXIT_OK;
+    int windowing = QX_WINDOWING_STREAM, quiet = 0, force = 0, i, k, rc = QX_EXIT_OK, strict = 0, n_dims = 0;
+    qx_rotcheck_dim dims[8];   /* what H (stage 1's starting rotation) is built from (no silent fallbacks) */
     char* layer_copy = NULL;
     const char** layer_list = NULL;
     int64_t n_layer = 0;
@@ -166,6 +171,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { calibrate_usage(stdout); return QX_EXIT_OK; }
         if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) continue;
         if (strcmp(a, "--force") == 0) { force = 1; continue; }
+        if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
         if (a[0] != '-' || a[1] == '\0') {
             if (model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one MODEL; see quarot calibrate --help)", a);
             model_path = a;
@@ -227,6 +233,14 @@ int qx_cmd_calibrate(int argc, char** argv) {
     /* the optimizer's own checks (quant_dtype, block_size against hidden) before any work */
     r = qx_calib_check(&co.adapt, model.config.hidden, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg); goto done; }
+    {   /* H of the block (R1 of stage 2): rotate's rule, warned or refused before any work */
+        qx_rotcheck_opts rco;
+        memset(&rco, 0, sizeof rco);
+        rco.rotation = QUAROT_ROTATION_ADAPT;
+        rco.block_size = block > 0 ? block : 0;
+        rco.no_r2 = 1;
+        if ((rc = qx_rotcheck_cli(&cli, model_path, NULL, &model.config, &rco, strict, dims, 8, &n_dims)) != QX_EXIT_OK) goto done;
+    }
     if (model.config.max_seq > 0 && seq_len > model.config.max_seq) {
         rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)seq_len,
                          (long long)model.config.max_seq);
@@ -311,6 +325,7 @@ windows_ready:
         printf("  optimizer  %s per-token symmetric, block %lld (Hadamard blocks of %lld, seed %llu), %d steps run of %d, best step %d\n",
                qx_calib_dtype(&ctx), (long long)ctx.block, (long long)ctx.hadamard_block, (unsigned long long)ctx.seed, ctx.steps_run,
                ctx.steps, ctx.best_step);
+        qx_rotcheck_summary("  ", dims, n_dims);
         printf("  loss       random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", ctx.start_loss, ctx.best_loss, 100.0 * qx_calib_reduction(&ctx));
         printf("  time       forward %.2f s, optimizer %.2f s (%d thread%s)\n", st.forward_s, st.optimize_s, qx_pool_threads(pool),
                qx_pool_threads(pool) > 1 ? "s" : "");

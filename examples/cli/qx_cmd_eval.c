@@ -15,6 +15,8 @@
 #include "qx_packed.h"
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
+#include "qx_online.h"
+#include "qx_rotcheck.h"
 #include "qx_tok_load.h"
 #include "qx_layerwise.h"
 #include "qx_threads.h"
@@ -115,6 +117,9 @@ static void eval_usage(FILE* f) {
         "  --act-order           GPTQ columns by descending Hessian diagonal [--act_order]\n"
         "  --calib-text FILE     calibration text: GPTQ's Hessians [--cal_dataset], and Adapt stage 1\n"
         "  --no-online           QuaRot column without online Hadamards (R1 + R2 folded only)\n"
+        "  --strict              a rotation fallback is an error instead of a warning (as quarot rotate: a\n"
+        "                        block-diagonal R1, R2 or online rotation with blocks smaller than 64, or a\n"
+        "                        dense random R1 where no Hadamard block exists, e.g. hidden 90)\n"
         "  --rotation hadamard|random|adapt  R1 of the rotated column: random Hadamard (default), random\n"
         "                        orthogonal [--rotate_mode random], or Adapt Rotation only (= --columns adapt)\n"
         "  --columns LIST        columns to compute, comma-separated from none, quarot, adapt (default: none\n"
@@ -381,9 +386,10 @@ int qx_cmd_eval(int argc, char** argv) {
     /* QuaRot's levers */
     const char *w_quant = "rtn", *rotation_opt = "hadamard", *columns_opt = NULL, *rows_opt = NULL;
     int migrate = 0, w_clip = 0, w_asym = 0, a_asym = 0, act_order = 0, int8_down = 0, no_online = 0, no_fp32 = 0;
-    int k_sym = 0, v_sym = 0, gptq = 0, want_col[3] = {1, 1, 1}, columns_given = 0;
+    int k_sym = 0, v_sym = 0, gptq = 0, want_col[3] = {1, 1, 1}, columns_given = 0, strict = 0, n_rq = 0, n_ra = 0;
     int packed = 0, clip_given = 0, packed_row = -1;   /* MODEL is a quarot-packed file: its settings and hooks decide */
     qx_packed_settings pst;
+    qx_rotcheck_dim rq[8], ra[8];   /* what the QuaRot / Adapt columns' rotations build (no silent fallbacks) */
     int64_t a_group = 0, k_group = 0, v_group = 0, nsamples = 0, threads = 0, kb_opt = 0, vb_opt = 0;
     double k_clip = 0.0, v_clip = 0.0, percdamp = 0.01;
     int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS], n_qs = 0;
@@ -444,6 +450,7 @@ int qx_cmd_eval(int argc, char** argv) {
         else if (strcmp(a, "--act-order") == 0) act_order = 1;
         else if (strcmp(a, "--int8-down-proj") == 0) int8_down = 1;
         else if (strcmp(a, "--no-online") == 0) no_online = 1;
+        else if (strcmp(a, "--strict") == 0) strict = 1;
         else if (strcmp(a, "--no-fp32") == 0) no_fp32 = 1;
         else if (strcmp(a, "--migrate") == 0) migrate = 1;
         else if (strcmp(a, "--k-asym") == 0) k_sym = 0;
@@ -658,6 +665,21 @@ int qx_cmd_eval(int argc, char** argv) {
     if (context_path) {   /* a stage-1 context: read (and validated) before any work */
         r = qx_calib_context_load(context_path, &actx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
+    }
+    {   /* no silent fallbacks: what the rotated columns build, warned (or refused with --strict) before any work */
+        qx_rotcheck_opts rco;
+        memset(&rco, 0, sizeof rco);
+        rco.online = !no_online;
+        rco.r3 = any_kv;
+        if (want_col[1]) {
+            rco.rotation = strcmp(rotation_opt, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+            if ((rc = qx_rotcheck_cli(&cli, model_path, "QuaRot", &model.config, &rco, strict, rq, 8, &n_rq)) != QX_EXIT_OK) goto done;
+        }
+        if (want_col[2] && (context_path || calib_path)) {
+            rco.rotation = QUAROT_ROTATION_ADAPT;
+            rco.block_size = context_path ? actx.block : 0;   /* stage 1 here: the full hidden size */
+            if ((rc = qx_rotcheck_cli(&cli, model_path, "Adapt", &model.config, &rco, strict, ra, 8, &n_ra)) != QX_EXIT_OK) goto done;
+        }
     }
     memset(&tok, 0, sizeof tok);
     if (model.config.max_seq > 0 && seq_len > model.config.max_seq) {
@@ -993,6 +1015,17 @@ int qx_cmd_eval(int argc, char** argv) {
                (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
                (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)c->vocab);
         printf("tokenizer  %s\n", tok_path);
+        {   /* the model's own online hooks (rotate --online), found beside it or given by --hooks */
+            quarot_online_list ml;
+            if (qx_model_hooks_get(&model, &ml, &e) == QUAROT_OK) {
+                char* hp = hooks_opt ? NULL : qx_hooks_path_for(model_path);
+                if (ml.count > 0)
+                    printf("hooks      %s: %lld online hooks of the model, applied in every forward pass of every column\n",
+                           hooks_opt ? hooks_opt : hp ? hp : "?", (long long)ml.count);
+                free(hp);
+                quarot_online_list_free(&ml);
+            }
+        }
         if (tokens_path) printf("tokens     %s: %lld ids\n", tokens_path, (long long)n_stream);
         else printf("text       %s: %lu bytes\n", text_path, (unsigned long)text_len);
         if (windowing == QX_WINDOWING_STREAM)
@@ -1022,6 +1055,7 @@ int qx_cmd_eval(int argc, char** argv) {
                    (long long)hooks.count);
         if (want_col[1] && no_online) printf("%-10s no online hooks (--no-online): R1 + R2 folded only\n", "QuaRot");
         print_recipe("QuaRot", recipe);
+        if (want_col[1]) qx_rotcheck_summary("QuaRot     ", rq, n_rq);
         if (have_adapt) {
             if (calib_path)
                 printf("%-10s stage 1 on %s: %lld windows, %lld tokens; %lld linears (%s), %lld rows of %lld\n", "Adapt", calib_path,
@@ -1033,9 +1067,16 @@ int qx_cmd_eval(int argc, char** argv) {
             printf("%-10s stage 1 loss (%s per token): random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", "", qx_calib_dtype(&actx),
                    actx.start_loss, actx.best_loss, 100.0 * qx_calib_reduction(&actx));
             print_recipe("", adapt_recipe);
+            qx_rotcheck_summary("Adapt      ", ra, n_ra);
         }
         printf("\n");
         qx_ek_table_print(stdout, &table);
+        if (!no_fp32) {   /* FP32 to 9 digits: a rotated model's must equal the original's (function preserved) */
+            printf("FP32 to 9 digits:");
+            for (j = 0; j < table.n_cols; ++j)
+                if (table.v[0][j] == table.v[0][j]) printf("  %s %.9g", table.col[j], table.v[0][j]);
+            printf("\n");
+        }
         /* quantization error per linear type, averaged over the layers */
         for (i = 0; i < n_qs; ++i) {
             const eval_qstore* x = &qs[i];

@@ -11,6 +11,7 @@
 #include "qx_cli.h"
 #include "qx_cli_hooks.h"
 #include "qx_evalkit.h"
+#include "qx_rotcheck.h"
 #include "qx_tok_load.h"
 #include "qx_layerwise.h"
 #include "qx_threads.h"
@@ -45,6 +46,8 @@ static void plot_usage(FILE* f) {
         QX_CLI_HOOKS_HELP
         "  --log               logarithmic y axis (default linear)\n"
         "  --seed N            seed of the random Hadamard signs (default 0)\n"
+        "  --strict            a rotation fallback is an error instead of a warning (as quarot rotate: blocks\n"
+        "                      smaller than 64, e.g. hidden 90 would get 45 blocks of 2x2)\n"
         "  --threads N         threads for the forward pass (default: every core; same results for any N)\n"
         "  --force             replace an existing output file\n"
         "  --quiet             no progress on stderr\n"
@@ -255,7 +258,8 @@ int qx_cmd_plot(int argc, char** argv) {
     int64_t layer = -1, n_tok_want = 256, seed = 0, threads = 0;
     qx_pool* pool = NULL;
     quarot_env penv;
-    int quiet = 0, log_scale = 0, force = 0, i, rc = QX_EXIT_OK;
+    int quiet = 0, log_scale = 0, force = 0, i, rc = QX_EXIT_OK, strict = 0, n_dims = 0;
+    qx_rotcheck_dim dims[8];   /* what QuaRot builds here (no silent fallbacks) */
     qx_store model, rot;
     quarot_online_list hooks;
     qx_tokenizer tok;
@@ -280,6 +284,7 @@ int qx_cmd_plot(int argc, char** argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { plot_usage(stdout); return QX_EXIT_OK; }
         if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) { quiet = 1; continue; }
         if (strcmp(a, "--log") == 0) { log_scale = 1; continue; }
+        if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
         if (strcmp(a, "--force") == 0 || strcmp(a, "-f") == 0) { force = 1; continue; }
         if (a[0] != '-' || a[1] == '\0') {
             if (model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one MODEL; see quarot plot --help)", a);
@@ -335,6 +340,12 @@ int qx_cmd_plot(int argc, char** argv) {
     quarot_online_list_init(&hooks, NULL);
     memset(&tok, 0, sizeof tok);
     if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
+    {   /* QuaRot as qx_ek_quarot builds it: R1 + R2 Hadamard, online hooks */
+        qx_rotcheck_opts rco;
+        memset(&rco, 0, sizeof rco);
+        rco.online = 1;
+        if ((rc = qx_rotcheck_cli(&cli, model_path, NULL, &model.config, &rco, strict, dims, 8, &n_dims)) != QX_EXIT_OK) goto done;
+    }
     if (layer < 0) layer = model.config.n_layers > 1 ? 1 : 0;
     if (layer >= model.config.n_layers) {
         rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--layer %lld: the model has %lld layers (0..%lld)", (long long)layer,
@@ -473,6 +484,7 @@ int qx_cmd_plot(int argc, char** argv) {
     printf("layer %lld %s input, %lld channels, %lld tokens\n", (long long)layer, site, (long long)cap[0].n, (long long)T);
     printf("before rotation: max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[0].max, (long long)st[0].argmax, st[0].median, st[0].ratio);
     printf("after QuaRot:    max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[1].max, (long long)st[1].argmax, st[1].median, st[1].ratio);
+    qx_rotcheck_summary("QuaRot: ", dims, n_dims);
     printf("wrote %s\n", out_path);
     fflush(stdout);
     qx_cli_info(&cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());

@@ -46,7 +46,9 @@ static void rotate_usage(FILE* f) {
         "models without biases -> llama2.c; q/k rows are reordered between RoPE layouts, a llama2.c model's\n"
         "tok*.bin becomes GGUF tokenizer.ggml.* arrays, a safetensors OUT directory gets IN's tokenizer.json,\n"
         "tokenizer_config.json, generation_config.json, special_tokens_map.json (and tokenizer.model) and a\n"
-        "config.json whose torch_dtype is what was written. Not converted: tokenizer.json <-> GGUF tokenizer.\n"
+        "config.json whose torch_dtype is what was written; a Hugging Face tokenizer.json becomes GGUF\n"
+        "tokenizer.ggml.* arrays and a GGUF's tokenizer a safetensors directory's tokenizer.json (SentencePiece\n"
+        "BPE and byte-level BPE; a tokenizer that cannot be converted is a warning, the model is still written).\n"
         "  llama2.c .bin        legacy v0 (run.c) and version-1 float32 exports\n"
         "  safetensors          a Hugging Face directory (config.json + model.safetensors, or shards with\n"
         "                       model.safetensors.index.json) or a .safetensors file with config.json beside\n"
@@ -59,7 +61,8 @@ static void rotate_usage(FILE* f) {
         "options:\n"
         "  --rotation KIND      R1 (and R2): hadamard (default; random signs), random (seeded Haar-random\n"
         "                       orthogonal), adapt (Adapt Rotation stage 2: R1 = H*R with R learned by\n"
-        "                       `quarot calibrate` (stage 1); needs --context; R2 stays Hadamard)\n"
+        "                       `quarot calibrate` (stage 1); needs --context; R2 stays Hadamard), none (no\n"
+        "                       R1 / R2: only the norms are fused, e.g. to convert IN to OUT's format)\n"
         "  --context FILE       with --rotation adapt: the stage-1 context written by quarot calibrate. H is\n"
         "                       rebuilt from the context's seed and block, so --seed may be left out (a\n"
         "                       --seed different from the context's is refused) and --block-size is the\n"
@@ -322,7 +325,8 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     const char* family;
     const char* tok_note = NULL;
     char out_format[32], tok_path[4096], tok_note_buf[4200], *hf_src = NULL;
-    int n_hf_files = 0, n_dims = 0, n_warn = 0;
+    int n_hf_files = 0, n_dims = 0, n_warn = 0, tok_warn = 0, tok_to_hf = 0;
+    char* tok_dir = NULL;   /* GGUF -> safetensors directory: the converted tokenizer files, staged here */
     qx_rotcheck_dim dims[8];
     if (job->format && ext_fmt && strcmp(job->format, ext_fmt) != 0)
         return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: the name ends in .%s but --format is %s (name OUT after its format: .bin llama2c, "
@@ -385,24 +389,33 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
             qx_sb kv;
             int have_tok = strcmp(format_family(src_format), "llama2c") == 0 &&
                            qx_ek_find_tokenizer(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
+            int tc = QX_TOKCONV_NONE;
             memset(&kv, 0, sizeof kv);
             r = qx_convert_gguf_kv(&s, have_tok ? tok_path : NULL, &kv, &e);
+            if (r == QUAROT_OK && strncmp(src_format, "safetensors", 11) == 0) {   /* tokenizer.json -> tokenizer.ggml.* */
+                char* sd = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
+                tc = sd ? qx_convert_tok_to_gguf(sd, s.config.vocab, &kv, tok_note_buf, sizeof tok_note_buf, &e) : QX_TOKCONV_ERROR;
+                if (!sd) qx_err_set(&e, "out of memory");
+                if (tc == QX_TOKCONV_ERROR) r = QUAROT_ERR_OUT_OF_MEMORY;
+                tok_warn = tc == QX_TOKCONV_UNFIT;
+                free(sd);
+            }
             if (r == QUAROT_OK) r = qx_store_set_blob(&s, "gguf.kv", kv.p, kv.len);
             qx_sb_free(&kv);
             if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-            if (have_tok) {
+            if (strncmp(src_format, "safetensors", 11) == 0) {
+                tok_note = tok_note_buf;
+            } else if (have_tok) {
                 snprintf(tok_note_buf, sizeof tok_note_buf, "%s -> tokenizer.ggml.* (SentencePiece \"llama\", %lld tokens)", tok_path,
                          (long long)s.config.vocab);
                 tok_note = tok_note_buf;
             } else {
-                tok_note = strcmp(format_family(src_format), "llama2c") == 0
-                               ? "none found beside IN (tok<vocab>.bin, tok512.bin, tokenizer.bin): no tokenizer.ggml.* keys"
-                               : "not converted (tokenizer.json -> tokenizer.ggml.* is not supported): no tokenizer.ggml.* keys";
+                tok_note = "none found beside IN (tok<vocab>.bin, tok512.bin, tokenizer.bin): no tokenizer.ggml.* keys";
             }
         } else if (strcmp(family, "llama2c") == 0) {
             tok_note = "not written (llama2.c keeps its vocabulary in a separate tok*.bin)";
         } else if (strcmp(format_family(src_format), "gguf") == 0) {
-            tok_note = "not converted (the GGUF's tokenizer.ggml.* -> tokenizer.json is not supported)";
+            tok_to_hf = 1;   /* below, once OUT is known to be a directory */
         } else {
             tok_note = "not converted (llama2.c tokenizer.bin -> tokenizer.json is not supported)";
         }
@@ -484,6 +497,38 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
             }
         }
     }
+    /* A GGUF's tokenizer becomes tokenizer.json + tokenizer_config.json of a safetensors directory:
+       written into a scratch directory beside OUT, copied and published with the weights (side_dir) */
+    if (tok_to_hf && !dir_out) {
+        tok_note = "not written (a single .safetensors file has no tokenizer; write to a directory to get tokenizer.json)";
+    } else if (tok_to_hf) {
+        char* od = dir_of(out);
+        char* tmpl = od ? qx_path_join(od, ".quarot-tok-XXXXXX") : NULL;
+        int tc;
+        free(od);
+        if (!tmpl || !mkdtemp(tmpl)) {
+            rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: cannot create a scratch directory for the tokenizer files", tmpl ? tmpl : out);
+            free(tmpl);
+            goto done;
+        }
+        tok_dir = tmpl;
+        tc = qx_convert_tok_to_hf(in, s.config.vocab, tok_dir, tok_note_buf, sizeof tok_note_buf, &e);
+        if (tc == QX_TOKCONV_ERROR) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg); goto done; }
+        tok_warn = tc == QX_TOKCONV_UNFIT;
+        tok_note = tok_note_buf;
+        if (tc == QX_TOKCONV_DONE) {
+            hf_src = qx_path_join(tok_dir, ".");
+            if (!hf_src) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+            if (qx_is_dir(out) && (n_hf_files = check_hf_files(hf_src, out, force, &e)) < 0) {
+                rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg);
+                goto done;
+            }
+        }
+    }
+    if (tok_warn) {   /* never silent: stderr now, the summary below */
+        if (cli->progress_open) { fputc('\n', stderr); cli->progress_open = 0; }
+        fprintf(stderr, "quarot rotate: warning: tokenizer %s\n", tok_note);
+    }
     /* A Hugging Face output directory gets the input's tokenizer and generation files */
     if (dir_out && strncmp(src_format, "safetensors", 11) == 0) {
         hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
@@ -563,7 +608,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         if (strcmp(out_format, src_format) != 0 && !(strcmp(out_format, "safetensors") == 0 && strcmp(src_format, "safetensors-dir") == 0))
             printf("  format: %s -> %s%s\n", src_format, out_format,
                    qx_convert_interleaved(out_format, s.config.arch) != (s.config.rope_interleaved != 0) ? " (q/k rows reordered for its RoPE layout)" : "");
-        if (tok_note) printf("  tokenizer: %s\n", tok_note);
+        if (tok_note) printf("  %s: %s\n", tok_warn ? "WARNING tokenizer" : "tokenizer", tok_note);
         if (n_hf_files > 0) printf("  copied %d Hugging Face file%s (tokenizer, generation config) into %s\n", n_hf_files, n_hf_files > 1 ? "s" : "", out);
         printf("  R1: %s\n  R2: %s\n", st.r1, job->no_r2 ? "off (--no-r2)" : st.r2);
         for (k = 0; k < n_dims; ++k)
@@ -592,6 +637,15 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
             qx_cli_info(cli, "removed %s (an earlier run's hook list; this model needs none)", hooks_path);
     }
 done:
+    if (tok_dir) {   /* the scratch copies of the converted tokenizer files */
+        for (k = 0; k < 2; ++k) {
+            char* f = qx_path_join(tok_dir, k == 0 ? "tokenizer.json" : "tokenizer_config.json");
+            if (f) (void)remove(f);
+            free(f);
+        }
+        (void)rmdir(tok_dir);
+        free(tok_dir);
+    }
     quarot_online_list_free(&list);
     free(hf_src);
     free(hooks_path);
@@ -638,8 +692,8 @@ int qx_cmd_rotate(int argc, char** argv) {
         if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
         if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
             if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0)
-                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random or adapt", v);
+            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0 && strcmp(v, "none") != 0)
+                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random, adapt or none", v);
             rotation = v;
             rotation_given = 1;
             continue;
@@ -724,6 +778,9 @@ int qx_cmd_rotate(int argc, char** argv) {
         job.context = &ctx;
         job.context_name = context;
         block = ctx.block;
+    } else if (strcmp(rotation, "none") == 0) {   /* a conversion: norms fused, no R1 / R2 */
+        job.rotation = QUAROT_ROTATION_IDENTITY;
+        no_r2 = 1;
     } else {
         job.rotation = strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
     }

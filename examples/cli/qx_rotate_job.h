@@ -17,7 +17,8 @@ extern "C" {
 typedef struct qx_rotate_job {
     const char* in;
     const char* out;
-    quarot_rotation_kind rotation;           /* HADAMARD, RANDOM_ORTHOGONAL (also for R2) or ADAPT */
+    quarot_rotation_kind rotation;           /* HADAMARD, RANDOM_ORTHOGONAL (also for R2), ADAPT, or IDENTITY
+                                                (no R1; with no_r2: a conversion that only fuses norms) */
     const quarot_adapt_context* context;     /* ADAPT: stage 1's result (its seed and block are used) */
     const char* context_name;                /* for the summary: the context's file, or "stage 1 (in memory)" */
     uint64_t seed;                           /* HADAMARD / RANDOM_ORTHOGONAL */

@@ -1,5 +1,6 @@
 /* qx_rotcheck.c - see qx_rotcheck.h. */
 #include "qx_rotcheck.h"
+#include "qx_cli.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -75,8 +76,16 @@ int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotc
     if (!o) { memset(&z, 0, sizeof z); o = &z; }
     hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
     tp = o->max_tp_size > 0 ? o->max_tp_size : 1;
-    qx__offline(&d[n++], "R1 hidden", c->hidden, o->block_size > 0 ? o->block_size : c->hidden, o->block_size > 0 ? o->block_size : 0,
-                o->rotation == QUAROT_ROTATION_RANDOM_ORTHOGONAL);
+    if (o->rotation == QUAROT_ROTATION_IDENTITY) {   /* --rotation none: nothing to build */
+        memset(&d[n], 0, sizeof d[n]);
+        snprintf(d[n].what, sizeof d[n].what, "R1 hidden");
+        d[n].dim = d[n].n = d[n].block = c->hidden;
+        snprintf(d[n].text, sizeof d[n].text, "none (identity: norms fused only)");
+        ++n;
+    } else {
+        qx__offline(&d[n++], "R1 hidden", c->hidden, o->block_size > 0 ? o->block_size : c->hidden,
+                    o->block_size > 0 ? o->block_size : 0, o->rotation == QUAROT_ROTATION_RANDOM_ORTHOGONAL);
+    }
     if (o->rotation == QUAROT_ROTATION_ADAPT) {   /* H of the context's block, then the learned dense R */
         size_t l = strlen(d[0].text);
         snprintf(d[0].text + l, sizeof d[0].text - l, ", times the learned R (Adapt Rotation)");
@@ -98,4 +107,30 @@ int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotc
     if (o->r3) qx__online(&d[n++], "online q/k (R3)", hd, hd);
     for (k = 0; k < n && k < cap; ++k) out[k] = d[k];
     return n < cap ? n : cap;
+}
+
+int qx_rotcheck_cli(struct qx_cli* cli, const char* model, const char* label, const quarot_model_config* c,
+                    const qx_rotcheck_opts* o, int strict, qx_rotcheck_dim* out, int cap, int* n_out) {
+    int n = qx_rotcheck(c, o, out, cap), k;
+    *n_out = n;
+    for (k = 0; k < n; ++k) {
+        if (!out[k].warn) continue;
+        if (strict)
+            return qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: --strict: %s%s%s (%lld): %s", model, label ? label : "", label ? ": " : "",
+                               out[k].what, (long long)out[k].dim, out[k].text);
+        if (cli->progress_open) { fputc('\n', stderr); cli->progress_open = 0; }
+        fprintf(stderr, "quarot %s: warning: %s%s%s (%lld): %s (--strict makes this an error)\n", cli->cmd, label ? label : "",
+                label ? ": " : "", out[k].what, (long long)out[k].dim, out[k].text);
+    }
+    return QX_EXIT_OK;
+}
+
+int qx_rotcheck_summary(const char* prefix, const qx_rotcheck_dim* d, int n) {
+    int k, w = 0;
+    for (k = 0; k < n; ++k)
+        if (d[k].warn) {
+            printf("%sWARNING %s (%lld): %s\n", prefix, d[k].what, (long long)d[k].dim, d[k].text);
+            ++w;
+        }
+    return w;
 }

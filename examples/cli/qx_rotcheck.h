@@ -25,7 +25,8 @@ extern "C" {
 #endif
 
 typedef struct qx_rotcheck_opts {   /* zero = rotate's defaults */
-    quarot_rotation_kind rotation;  /* R1: DEFAULT/HADAMARD, RANDOM_ORTHOGONAL, ADAPT (its block given as block_size) */
+    quarot_rotation_kind rotation;  /* R1: DEFAULT/HADAMARD, RANDOM_ORTHOGONAL, ADAPT (its block given as block_size),
+                                       IDENTITY (rotate --rotation none: nothing built) */
     int64_t block_size;             /* <= 0: full hidden */
     int no_r2, online, r3;
     int64_t max_tp_size;            /* 0 = 1 */
@@ -46,6 +47,18 @@ typedef struct qx_rotcheck_dim {
 
 /* Fills out[0..return) (at most cap; 5 is always enough). */
 int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotcheck_dim* out, int cap);
+
+/* The same rule for the commands that rotate in memory (eval's QuaRot / Adapt columns, plot,
+   calibrate): runs qx_rotcheck into out (*n_out entries) and prints each warning on stderr as rotate
+   does ("quarot CMD: warning: [LABEL: ]WHAT (DIM): TEXT (--strict makes this an error)"). With
+   strict the first warning is an error line instead (qx_cli_fail) and the result QX_EXIT_PROCESS;
+   else QX_EXIT_OK. label (may be NULL) names the column / rotation. */
+struct qx_cli;
+int qx_rotcheck_cli(struct qx_cli* cli, const char* model, const char* label, const quarot_model_config* c,
+                    const qx_rotcheck_opts* o, int strict, qx_rotcheck_dim* out, int cap, int* n_out);
+/* The summary lines of those warnings on stdout, one per warned dimension:
+   "PREFIXWARNING WHAT (DIM): TEXT"; returns their count. */
+int qx_rotcheck_summary(const char* prefix, const qx_rotcheck_dim* d, int n);
 
 #ifdef __cplusplus
 }

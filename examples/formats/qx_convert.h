@@ -21,8 +21,15 @@
      - Hugging Face side files (QX_CONVERT_HF_FILES: tokenizer.json, tokenizer_config.json,
        generation_config.json, special_tokens_map.json, tokenizer.model) are copied from the input's
        directory into an output directory.
-   Not converted: a GGUF or Hugging Face tokenizer into another format (tokenizer.ggml.* <->
-   tokenizer.json), and llama2.c's tokenizer into tokenizer.json. */
+     - Tokenizers of real models (qx_convert_tok_to_gguf / qx_convert_tok_to_hf, serialized by the
+       tokenizer module, qx_tok_write.h): a Hugging Face directory's tokenizer.json (+
+       tokenizer_config.json) becomes tokenizer.ggml.* pairs in a GGUF output (padded with
+       "[PAD<id>]" unused tokens up to the model's vocabulary, as llama.cpp's converter does), and a
+       GGUF's tokenizer.ggml.* becomes tokenizer.json + tokenizer_config.json in a safetensors output
+       directory. Kinds: SentencePiece BPE ("llama") and byte-level BPE ("gpt2" with merges and a
+       `pre` llama.cpp names). A tokenizer that cannot be converted is reported by the caller as a
+       warning (the model itself is still written).
+   Not converted: llama2.c's tokenizer into tokenizer.json. */
 #ifndef QX_CONVERT_H
 #define QX_CONVERT_H
 
@@ -47,6 +54,20 @@ quarot_result qx_convert_gguf_kv(const qx_store* s, const char* tokenizer_path, 
 /* config.json text for s (qx_hf_config_write) with "torch_dtype" set to torch_dtype ("float32",
    "float16", "bfloat16"; NULL: as qx_hf_config_write has it). */
 quarot_result qx_convert_hf_config(const qx_store* s, const char* torch_dtype, qx_sb* out, qx_err* e);
+
+/* Outcomes of the tokenizer conversions: note (cap bytes) gets one line for the summary. */
+enum { QX_TOKCONV_ERROR = -2, QX_TOKCONV_UNFIT = -1, QX_TOKCONV_NONE = 0, QX_TOKCONV_DONE = 1 };
+
+/* src_dir's tokenizer.json (+ tokenizer_config.json) appended to the "gguf.kv" blob kv as
+   tokenizer.ggml.* pairs, padded to model_vocab tokens. DONE, NONE (no tokenizer.json), UNFIT (a
+   kind or a file GGUF cannot hold / this reader refuses: note says why; kv unchanged) or ERROR (out
+   of memory; e set). */
+int qx_convert_tok_to_gguf(const char* src_dir, int64_t model_vocab, qx_sb* kv, char* note, size_t cap, qx_err* e);
+
+/* The GGUF file's tokenizer.ggml.* written as tokenizer.json and tokenizer_config.json into the
+   existing directory dst_dir (the caller publishes them). DONE, NONE (no tokenizer.ggml.tokens),
+   UNFIT (note says why) or ERROR (cannot write / out of memory; e set). */
+int qx_convert_tok_to_hf(const char* gguf_path, int64_t model_vocab, const char* dst_dir, char* note, size_t cap, qx_err* e);
 
 /* "float32" / "float16" / "bfloat16" / "float64" for a dtype. */
 const char* qx_convert_torch_dtype(quarot_dtype dt);

@@ -1,0 +1,341 @@
+/* Tokenizers carried through format conversions (qx_tok_write.h, qx_convert.h): a GGUF
+   tokenizer.ggml.* vocabulary written as tokenizer.json, a tokenizer.json vocabulary written as
+   tokenizer.ggml.* pairs, and `quarot rotate` doing both on whole models
+   (safetensors directory with tokenizer.json -> GGUF -> safetensors directory).
+   Truth: llama.cpp's test vectors in ../shared/tokenizers (five vocab-only GGUF files with test
+   strings and expected ids): after every conversion EVERY string must encode to exactly the
+   expected ids (no tolerance). A tokenizer that cannot be converted (a pre-tokenizer regex list no
+   llama.cpp `pre` name has) is a warning on stderr and in the summary, and the model is still
+   written. Skips cleanly without ../shared. */
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "qx_gguf.h"
+#include "qx_safetensors.h"
+#include "qx_tok_load.h"
+#include "qx_tok_write.h"
+#include <sys/stat.h>
+
+static const char* const k_sets[] = {"llama-spm", "phi-3", "gpt-2", "deepseek-coder", "mpt"};
+#define N_SETS 5
+
+typedef struct tset {
+    char* inp; size_t inp_len;
+    char* out; size_t out_len;
+    int n;
+    const char* s[256]; size_t slen[256];
+    int32_t* ids[256]; int64_t nids[256];
+} tset;
+
+/* NAME.gguf.inp strings (separated by "\n__ggml_vocab_test__\n") and NAME.gguf.out ids */
+static int load_set(const char* name, tset* t, char* gguf_path, size_t cap) {
+    char p[4200];
+    const char* sep = "\n__ggml_vocab_test__\n";
+    size_t sl = strlen(sep), pos = 0, o = 0;
+    const char* sp;
+    memset(t, 0, sizeof *t);
+    snprintf(p, sizeof p, "tokenizers/ggml-vocab-%s.gguf", name);
+    if (!qt_shared_path(p)) return 0;
+    snprintf(gguf_path, cap, "%s", qt_shared_path(p));
+    snprintf(p, sizeof p, "%s.inp", gguf_path);
+    t->inp = (char*)read_all(p, &t->inp_len);
+    snprintf(p, sizeof p, "%s.out", gguf_path);
+    t->out = (char*)read_all(p, &t->out_len);
+    if (!t->inp || !t->out) return 0;
+    while ((sp = strstr(t->inp + pos, sep)) != NULL && t->n < 256) {
+        t->s[t->n] = t->inp + pos;
+        t->slen[t->n] = (size_t)(sp - (t->inp + pos));
+        pos = (size_t)(sp - t->inp) + sl;
+        t->n++;
+    }
+    for (int i = 0; i < t->n; ++i) {
+        size_t e = o;
+        int64_t k = 0;
+        while (e < t->out_len && t->out[e] != '\n') ++e;
+        t->ids[i] = (int32_t*)malloc((e - o + 1) * sizeof(int32_t));
+        while (o < e) {
+            char* end;
+            long v = strtol(t->out + o, &end, 10);
+            if (end == t->out + o) { ++o; continue; }
+            t->ids[i][k++] = (int32_t)v;
+            o = (size_t)(end - t->out);
+        }
+        t->nids[i] = k;
+        o = e + 1;
+    }
+    return t->n > 0;
+}
+
+static void free_set(tset* t) {
+    for (int i = 0; i < t->n; ++i) free(t->ids[i]);
+    free(t->inp);
+    free(t->out);
+}
+
+/* mismatching strings of the set under tk (no BOS / EOS) */
+static int check_set(const qx_tokenizer* tk, const tset* t, const char* label) {
+    int bad = 0;
+    for (int i = 0; i < t->n; ++i) {
+        int64_t cap = qx_tokenizer_max_tokens(t->slen[i]), n = -1;
+        int32_t* got = (int32_t*)malloc((size_t)cap * sizeof *got);
+        qx_err e;
+        e.msg[0] = 0;
+        if (!(qx_tokenizer_encode(tk, t->s[i], t->slen[i], 0, 0, got, cap, &n, &e) == QUAROT_OK && n == t->nids[i] &&
+              (n == 0 || memcmp(got, t->ids[i], (size_t)n * sizeof *got) == 0))) {
+            if (++bad <= 3) {
+                printf("    %s string %d (%zu bytes) %s: got", label, i, t->slen[i], e.msg);
+                for (int64_t k = 0; k < n && k < 24; ++k) printf(" %d", got[k]);
+                printf("\n      expected");
+                for (int64_t k = 0; k < t->nids[i] && k < 24; ++k) printf(" %d", t->ids[i][k]);
+                printf("\n");
+            }
+        }
+        free(got);
+    }
+    return bad;
+}
+
+/* a vocabulary as a tokenizer, checked against the set (v is taken over) */
+static void check_vocab(qx_vocab* v, const tset* t, const char* label) {
+    qx_tokenizer tk;
+    qx_err e;
+    if (qx_tokenizer_from_vocab(&tk, v, &e) != QUAROT_OK) { QT_CHECKF(0, "%s: %s", label, e.msg); return; }
+    {
+        int bad = check_set(&tk, t, label);
+        QT_CHECKF(bad == 0, "%s: %d of %d strings differ", label, bad, t->n);
+    }
+    qx_tokenizer_free(&tk);
+}
+
+/* a GGUF image holding only the pairs of a "gguf.kv" blob: magic, version 3, 0 tensors, the blob
+   (whose leading count is the header's n_kv) */
+static quarot_result vocab_from_kv(qx_vocab* v, const qx_sb* kv, qx_sb* img, qx_err* e) {
+    static const char head[16] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    qx_gguf_file f;
+    quarot_result r;
+    img->len = 0;
+    qx_sb_put(img, head, 16);
+    qx_sb_put(img, kv->p, kv->len);
+    r = qx_gguf_parse(img->p, img->len, "kv.gguf", &f, e);
+    if (r != QUAROT_OK) return r;
+    r = qx_vocab_from_gguf(v, &f, "kv.gguf", e);
+    qx_gguf_file_free(&f);
+    return r;
+}
+
+static quarot_result load_gguf_vocab(const char* path, qx_vocab* v, qx_err* e) {
+    qx_map m;
+    qx_gguf_file f;
+    quarot_result r = qx_map_file(path, &m, e);
+    if (r != QUAROT_OK) return r;
+    r = qx_gguf_parse(m.addr, m.len, path, &f, e);
+    if (r == QUAROT_OK) {
+        r = qx_vocab_from_gguf(v, &f, path, e);
+        qx_gguf_file_free(&f);
+    }
+    qx_unmap(&m);
+    return r;
+}
+
+/* ---- the writers: GGUF -> tokenizer.json -> tokenizer.ggml.*, and GGUF -> tokenizer.ggml.* ------ */
+
+static void test_writers(void) {
+    int have = 0;
+    for (int s = 0; s < N_SETS; ++s) {
+        tset t;
+        char path[4096], label[96];
+        qx_vocab v0, vj, vg;
+        qx_sb json, cfg, kv, img;
+        qx_err e;
+        quarot_result r;
+        if (qt_quick() && s != 0) continue;   /* QT_QUICK: SentencePiece here; test_cli_round_trip does both kinds */
+        if (!load_set(k_sets[s], &t, path, sizeof path)) { free_set(&t); continue; }
+        have = 1;
+        memset(&json, 0, sizeof json); memset(&cfg, 0, sizeof cfg); memset(&kv, 0, sizeof kv); memset(&img, 0, sizeof img);
+        QT_OK(load_gguf_vocab(path, &v0, &e));
+        QT_CHECK(qx_vocab_gguf_unfit(&v0) == NULL);
+        /* GGUF -> tokenizer.json (+ config) -> read back */
+        QT_OK(qx_vocab_write_hf_json(&v0, &json, &cfg, path, &e));
+        r = qx_vocab_from_hf_json(&vj, json.p, json.len, cfg.p, cfg.len, "tokenizer.json", &e);
+        QT_CHECKF(r == QUAROT_OK, "%s: %s", k_sets[s], e.msg);
+        if (r == QUAROT_OK) {
+            QT_EQ_INT(vj.kind, v0.kind);
+            QT_EQ_INT(vj.bos, v0.bos);
+            QT_EQ_INT(vj.eos, v0.eos);
+            QT_EQ_INT(vj.add_bos, v0.add_bos);
+            /* tokenizer.json -> tokenizer.ggml.* -> read back (SentencePiece: merges + derived scores) */
+            qx_sb_put(&kv, "\0\0\0\0\0\0\0\0", 8);
+            QT_CHECKF(qx_vocab_gguf_unfit(&vj) == NULL, "%s: %s", k_sets[s], qx_vocab_gguf_unfit(&vj));
+            r = qx_vocab_write_gguf_kv(&vj, &kv, "tokenizer.json", &e);
+            QT_CHECKF(r == QUAROT_OK, "%s: %s", k_sets[s], e.msg);
+            if (r == QUAROT_OK && vocab_from_kv(&vg, &kv, &img, &e) == QUAROT_OK) {
+                QT_EQ_INT(vg.n, vj.n);
+                QT_EQ_INT(vg.bos, vj.bos);
+                snprintf(label, sizeof label, "%s (GGUF -> tokenizer.json -> GGUF)", k_sets[s]);
+                check_vocab(&vg, &t, label);
+            } else if (r == QUAROT_OK) {
+                QT_CHECKF(0, "%s: %s", k_sets[s], e.msg);
+            }
+            snprintf(label, sizeof label, "%s (GGUF -> tokenizer.json)", k_sets[s]);
+            check_vocab(&vj, &t, label);
+        }
+        /* GGUF -> tokenizer.ggml.* (the writer alone) */
+        kv.len = 0;
+        qx_sb_put(&kv, "\0\0\0\0\0\0\0\0", 8);
+        QT_OK(qx_vocab_write_gguf_kv(&v0, &kv, path, &e));
+        if (vocab_from_kv(&vg, &kv, &img, &e) == QUAROT_OK) {
+            snprintf(label, sizeof label, "%s (GGUF -> GGUF pairs)", k_sets[s]);
+            check_vocab(&vg, &t, label);
+        } else {
+            QT_CHECKF(0, "%s: %s", k_sets[s], e.msg);
+        }
+        qx_vocab_free(&v0);
+        qx_sb_free(&json); qx_sb_free(&cfg); qx_sb_free(&kv); qx_sb_free(&img);
+        free_set(&t);
+    }
+    if (!have) QT_SKIP("../shared/tokenizers absent");
+}
+
+/* ---- quarot rotate: safetensors dir (tokenizer.json) -> GGUF -> safetensors dir ------------------ */
+
+/* a small synthetic llama saved as a Hugging Face directory, vocabulary `vocab` */
+static int make_model_dir(const char* dir, int64_t vocab, qx_err* e) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_st_save_opts so;
+    quarot_result r;
+    memset(&d, 0, sizeof d);
+    d.arch = "llama";
+    d.seed = 11;
+    d.vocab = vocab;
+    d.hidden = 32;
+    d.intermediate = 96;
+    d.n_layers = 1;
+    d.n_heads = 2;
+    d.n_kv_heads = 1;
+    d.head_dim = 16;
+    d.max_seq = 64;
+    if (qx_synth_model(&s, &d, e) != QUAROT_OK) return 0;
+    memset(&so, 0, sizeof so);
+    r = qx_st_save(&s, dir, &so, e);
+    qx_store_free(&s);
+    return r == QUAROT_OK;
+}
+
+static int write_sb(const char* dir, const char* name, const qx_sb* b) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return write_bytes(p, b->p, b->len);
+}
+
+static void test_cli_round_trip(void) {
+    static const int sets[2] = {0, 2};   /* llama-spm (SentencePiece), gpt-2 (byte-level BPE) */
+    int have = 0;
+    for (int k = 0; k < 2; ++k) {
+        tset t;
+        char path[4096], dir[600], gg[600], hf[600], label[96];
+        qx_vocab v0;
+        qx_sb json, cfg;
+        qx_tokenizer tk;
+        qx_err e;
+        int64_t pad = k == 0 ? 7 : 0;   /* the model's vocabulary larger than the tokenizer's: [PAD<id>] */
+        if (!load_set(k_sets[sets[k]], &t, path, sizeof path)) { free_set(&t); continue; }
+        have = 1;
+        snprintf(dir, sizeof dir, "%s/%s_dir", g_tmp, k_sets[sets[k]]);
+        snprintf(gg, sizeof gg, "%s/%s.gguf", g_tmp, k_sets[sets[k]]);
+        snprintf(hf, sizeof hf, "%s/%s_hf", g_tmp, k_sets[sets[k]]);
+        memset(&json, 0, sizeof json);
+        memset(&cfg, 0, sizeof cfg);
+        QT_OK(load_gguf_vocab(path, &v0, &e));
+        QT_CHECKF(make_model_dir(dir, v0.n + pad, &e), "%s", e.msg);
+        QT_OK(qx_vocab_write_hf_json(&v0, &json, &cfg, path, &e));
+        QT_CHECK(write_sb(dir, "tokenizer.json", &json) && write_sb(dir, "tokenizer_config.json", &cfg));
+        /* the original: the directory's tokenizer.json */
+        QT_OK(qx_tokenizer_load_any(&tk, dir, 0, &e));
+        snprintf(label, sizeof label, "%s tokenizer.json", k_sets[sets[k]]);
+        QT_EQ_INT(check_set(&tk, &t, label), 0);
+        qx_tokenizer_free(&tk);
+        /* -> GGUF: tokenizer.ggml.* in the model file */
+        QT_EQ_INT(CLI("rotate %s %s --quiet", dir, gg), 0);
+        QT_CHECKF(strstr(g_out, "tokenizer.json -> tokenizer.ggml.*") != NULL, "%s", g_out);
+        QT_CHECK(strstr(g_err, "warning") == NULL);
+        memset(&tk, 0, sizeof tk);
+        if (qx_tokenizer_load_any(&tk, gg, 0, &e) == QUAROT_OK) {
+            QT_EQ_INT(tk.vocab_size, (int)(v0.n + pad));
+            snprintf(label, sizeof label, "%s -> GGUF", k_sets[sets[k]]);
+            QT_EQ_INT(check_set(&tk, &t, label), 0);
+        } else {
+            QT_CHECKF(0, "%s", e.msg);
+        }
+        qx_tokenizer_free(&tk);
+        /* -> safetensors directory: tokenizer.json + tokenizer_config.json beside the weights */
+        QT_EQ_INT(CLI("rotate %s %s --format safetensors --quiet", gg, hf), 0);
+        QT_CHECKF(strstr(g_out, "-> tokenizer.json + tokenizer_config.json") != NULL, "%s", g_out);
+        QT_CHECK(strstr(g_out, "copied 2 Hugging Face files") != NULL);
+        memset(&tk, 0, sizeof tk);
+        if (qx_tokenizer_load_any(&tk, hf, 0, &e) == QUAROT_OK) {
+            snprintf(label, sizeof label, "%s -> GGUF -> tokenizer.json", k_sets[sets[k]]);
+            QT_EQ_INT(check_set(&tk, &t, label), 0);
+            QT_EQ_INT(tk.bos_id, v0.bos);
+            QT_EQ_INT(tk.add_bos, v0.add_bos && v0.bos >= 0);
+        } else {
+            QT_CHECKF(0, "%s", e.msg);
+        }
+        qx_tokenizer_free(&tk);
+        {   /* no scratch directory left beside OUT */
+            char cmd[1400];
+            snprintf(cmd, sizeof cmd, "ls -a %s | grep -q quarot-tok", g_tmp);
+            QT_CHECK(system(cmd) != 0);
+        }
+        if (k == 1) {   /* a byte-level BPE whose regex list no llama.cpp `pre` has: warned, not converted */
+            char gb[600];
+            qx_gguf_file f;
+            size_t n = 0;
+            unsigned char* img;
+            v0.pre.n = 1;
+            v0.pre.re[0] = QX_RE_DIGITS3;
+            QT_CHECK(qx_vocab_gguf_unfit(&v0) != NULL);
+            json.len = 0;
+            QT_OK(qx_vocab_write_hf_json(&v0, &json, NULL, path, &e));
+            QT_CHECK(write_sb(dir, "tokenizer.json", &json));
+            snprintf(gb, sizeof gb, "%s/unfit.gguf", g_tmp);
+            QT_EQ_INT(CLI("rotate %s %s --quiet", dir, gb), 0);
+            QT_CHECKF(strstr(g_err, "warning: tokenizer not converted") != NULL && strstr(g_err, "pre") != NULL, "%s", g_err);
+            QT_CHECKF(strstr(g_out, "WARNING tokenizer: not converted") != NULL, "%s", g_out);
+            img = read_all(gb, &n);
+            if (img && qx_gguf_parse(img, n, gb, &f, &e) == QUAROT_OK) {
+                QT_CHECK(!qx_gguf_has_tokenizer(&f));
+                qx_gguf_file_free(&f);
+            } else {
+                QT_CHECKF(0, "%s: not a GGUF file", gb);
+            }
+            free(img);
+        }
+        qx_vocab_free(&v0);
+        qx_sb_free(&json);
+        qx_sb_free(&cfg);
+        free_set(&t);
+    }
+    if (!have) QT_SKIP("../shared/tokenizers absent");
+}
+
+int main(int argc, char** argv) {
+    const char* slash = strrchr(argv[0], '/');
+    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
+    (void)argc;
+    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_tok_convert_XXXXXX");
+    if (!mkdtemp(g_tmp) || !qx_path_exists(g_bin)) {
+        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
+        printf("test_tok_convert: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    QT_RUN(test_writers);
+    QT_RUN(test_cli_round_trip);
+    {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
+    }
+    return qt_finish("test_tok_convert");
+}
