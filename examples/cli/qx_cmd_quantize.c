@@ -677,7 +677,7 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
 /* ---- the command ---- */
 
 static void quantize_usage(FILE* f) {
-    fprintf(f,
+    fputs(
         "usage: quarot quantize IN OUT [options]\n"
         "\n"
         "Rotate the checkpoint IN as `quarot rotate` does and quantize its decoder linears (q/k/v/o,\n"
@@ -697,8 +697,26 @@ static void quantize_usage(FILE* f) {
         "  --bits N              weight bits: GGUF 4 (Q4_0) or 8 (Q8_0); packed 2..8 (default 4)\n"
         "  --group-size N        GGUF: 32 only (ggml's block); packed: 0 = per output channel (default) or\n"
         "                        N dividing every quantized row\n"
-        "  --asym                packed: asymmetric weights (zero points); GGUF's blocks are symmetric\n"
-        "  --w-clip              RTN with the weight clip search (QuaRot's --w_clip)\n"
+        "  --asym, --w-asym      packed: asymmetric weights (zero points); GGUF's blocks are symmetric\n"
+        "  --w-clip              weight clip search: per group (or channel) the ratio 1.00..0.21 minimizing\n"
+        "                        sum |Q(w)-w|^2.4 (QuaRot's --w_clip); also inside GPTQ\n"
+        "  --w-quant rtn|gptq    weight quantizer (default rtn). gptq: GPTQ per linear on Hessians of\n"
+        "                        --calib-text, run through the rotated model with its online hooks, layer by\n"
+        "                        layer, each layer calibrated on the quantized layers before it (QuaRot's\n"
+        "                        sequential mode; quarot eval --w-quant gptq computes the same weights). GGUF:\n"
+        "                        groups of 32, so the codes are ggml's blocks; rows not whole blocks stay F16.\n"
+        "                        Holds the rotated model in memory in f32. A linear no calibration row reaches\n"
+        "                        (all-zero Hessian) is quantized by RTN instead, and the summary says so.\n"
+        "  --calib-text FILE     GPTQ calibration text (.txt or .jsonl) [--cal_dataset], the model's tokenizer\n"
+        "                        (or --tokenizer), stream windowing\n"
+        "  --nsamples N          calibration windows (default 128) [--nsamples]\n"
+        "  --seq-len N           tokens per window (default 2048 or the model's context if shorter) [--seqlen]\n"
+        "  --percdamp R          damping, fraction of the mean Hessian diagonal (default 0.01) [--percdamp];\n"
+        "                        a failed Cholesky factorization retries with 10x and 100x that\n"
+        "  --act-order           columns by descending Hessian diagonal [--act_order]; with groups, static\n"
+        "                        groups (scales from the original weights, codes in the natural layout)\n"
+        , f);
+    fputs(
         "  --scale-dtype f16|f32 packed: dtype of the scales (default f16)\n"
         "  --dtype f16|f32       matrices left unquantized (default f16)\n"
         "  --quantize-embeddings also the embeddings and lm_head (llama.cpp quantizes them too)\n"
@@ -719,9 +737,10 @@ static void quantize_usage(FILE* f) {
         "  --force               replace an existing OUT\n"
         "  --quiet               no progress on stderr\n"
         "\n"
-        "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|.\n"
-        "The weights are chosen by round-to-nearest per group (GPTQ: not yet wired here). OUT appears only when\n"
-        "complete. Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4 cannot quantize as asked, 5 internal.\n");
+        "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|\n"
+        "(GPTQ: also the calibration output error against RTN's); progress per layer and per linear (GPTQ's\n"
+        "loss) on stderr. OUT appears only when complete. Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4\n"
+        "cannot quantize as asked (e.g. calibration text too short for --nsamples), 5 internal.\n", f);
 }
 
 typedef struct qz_progress {
