@@ -12,7 +12,7 @@
    f32, right after its layer was rotated. The weight quantizer is one call (qz_weight_codes), RTN
    by default; its integer codes map exactly onto the output (GGUF: groups of 32 = ggml's blocks).
 
-   --w-quant gptq (qz_run_staged) takes another road, because calibration needs the whole rotated
+   --w-quant gptq (qz_stage_write) takes another road, because calibration needs the whole rotated
    model: the rotation's tensors are collected into an f32 store (the same qx_rotate_file run, into
    qz_collect), quarot.h's >>quantize stage runs over it through qx_wquant (the driver of `quarot eval
    --w-quant`: layer by layer with the online hooks, each layer calibrated on the quantized layers
@@ -47,7 +47,7 @@ typedef struct qz_opts {
     int quant_embeddings;
     qx_packed_settings act;        /* packed: activation / KV fields */
     int rotate;                    /* 0: --rotation none */
-    int gptq;                      /* --w-quant gptq: through the >>quantize stage (qz_run_staged) */
+    int gptq;                      /* --w-quant gptq: through the >>quantize stage (qz_stage_write) */
 } qz_opts;
 
 /* ---- what each tensor becomes ---- */
