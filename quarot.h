@@ -1443,6 +1443,13 @@ typedef struct quarot_quantize_desc {    // zero-init = RTN, 4-bit symmetric per
     // Called after each linear is quantized (may be NULL); a non-OK return stops the stage with it.
     quarot_result (*on_linear)(void* user, const quarot_qlinear_report* report);
     void* user_data;
+    int keep_indivisible;            // 1: a linear whose input width weight.group_size does not divide
+                                     // is left as it is (not quantized, not reported, its step not
+                                     // calibrated when it is alone there) instead of an error: what
+                                     // llama.cpp does for Q4_0 / Q8_0 rows that are not whole blocks
+    int dead_fallback;               // GPTQ: 1 = a linear with no calibration rows or an all-zero
+                                     // Hessian (a dead input) is quantized by RTN instead, reported
+                                     // with fallback = 1; 0 = QUAROT_ERR_INVALID_ARGUMENT naming it
 } quarot_quantize_desc;
 
 // What the stage reports per linear. Errors are per calibration row: err = sum over the rows fed of
@@ -1470,6 +1477,8 @@ struct quarot_qlinear_report {
     int64_t dead_columns;            // input columns no calibration row reached (H_ii == 0)
     int64_t rows;                    // calibration rows in the Hessian
     double migrate_alpha;            // desc.migrate: the alpha chosen for this linear's norm (0 = none)
+    int fallback;                    // 1: GPTQ was asked but the input is dead (desc.dead_fallback):
+                                     // quantized by RTN (method = QUAROT_WQUANT_RTN)
 };
 
 #define QUAROT_QUANTIZE_MAX_LINEARS 8    // linears of one layer the stage handles
@@ -10137,9 +10146,14 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
         }
     }
     if (gptq && (!h || rows <= 0 || nonzero == 0)) {
-        quarot__qz_msg(err, err_cap, "GPTQ: %s (a dead input: no calibration row reached this linear)",
-                       !h || rows <= 0 ? "no calibration rows" : "the Hessian is all zero");
-        return QUAROT_ERR_INVALID_ARGUMENT;
+        if (dd.dead_fallback) {   // nothing for GPTQ to weigh the error by: RTN, reported
+            gptq = 0;
+            if (rep) { rep->method = QUAROT_WQUANT_RTN; rep->fallback = 1; }
+        } else {
+            quarot__qz_msg(err, err_cap, "GPTQ: %s (a dead input: no calibration row reached this linear)",
+                           !h || rows <= 0 ? "no calibration rows" : "the Hessian is all zero");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
     }
     if ((uint64_t)out > (uint64_t)(SIZE_MAX / 8) / (uint64_t)in) return QUAROT_ERR_OVERFLOW;
     wbytes = (size_t)out * (size_t)in * sizeof(float);
@@ -10255,12 +10269,13 @@ QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_mode
         quarot_plan_free(&qz->plan);
         return res;
     }
-    if (qz->desc.weight.group_size < 0) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "weight group size %lld < 0", (long long)qz->desc.weight.group_size);
+    if (qz->desc.weight.group_size < 0 || (qz->desc.keep_indivisible & ~1) || (qz->desc.dead_fallback & ~1)) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "weight group size %lld < 0, or keep_indivisible / dead_fallback not 0/1",
+                       (long long)qz->desc.weight.group_size);
         quarot_plan_free(&qz->plan);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    for (k = 0; k < 3 && qz->desc.weight.group_size > 0; ++k) {
+    for (k = 0; k < 3 && qz->desc.weight.group_size > 0 && !qz->desc.keep_indivisible; ++k) {
         int64_t g = qz->desc.weight.group_size;
         if (k == 2 && qz->desc.int8_down_proj) continue;   // 8-bit down_proj is per channel
         if (widths[k] % g) {
@@ -10356,11 +10371,28 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
 
 QUAROT_API int quarot_quantizer_pending(const quarot_quantizer* qz) { return qz && qz->layer >= 0 && qz->step < 4; }
 
+// desc.keep_indivisible: 1 when linear i is left as it is (its input width is not whole groups).
+static int quarot__qz_kept(const quarot_quantizer* qz, int64_t i) {
+    int st = qz->lin_step[i];
+    int64_t g = qz->desc.weight.group_size;
+    if (!qz->desc.keep_indivisible || g <= 0 || (st == 3 && qz->desc.int8_down_proj)) return 0;
+    return qz->step_in[st] % g != 0;
+}
+
+// 1 when every linear of steps [lo, hi) is kept (nothing there needs calibration rows).
+static int quarot__qz_all_kept(const quarot_quantizer* qz, int lo, int hi) {
+    int64_t i;
+    for (i = 0; i < qz->n_linears; ++i)
+        if (qz->lin_step[i] >= lo && qz->lin_step[i] < hi && !quarot__qz_kept(qz, i)) return 0;
+    return 1;
+}
+
 QUAROT_API int quarot_quantizer_wants_data(const quarot_quantizer* qz) {
     int lo, hi;
     if (!quarot_quantizer_pending(qz)) return 0;
-    if (quarot__qz_gptq(qz)) return 1;
     quarot__qz_range(qz, &lo, &hi);
+    if (quarot__qz_all_kept(qz, lo, hi)) return 0;
+    if (quarot__qz_gptq(qz)) return 1;
     return qz->desc.migrate && (lo == 0 || lo == 2 || (lo < 2 && hi > 2));
 }
 
@@ -10621,7 +10653,7 @@ QUAROT_API quarot_result quarot_quantizer_step(quarot_quantizer* qz) {
         qz->mig_alpha = 0.0;
         if (qz->desc.migrate && (st == 0 || st == 2)) res = quarot__qz_migrate(qz, st);
         for (i = 0; i < qz->n_linears && res == QUAROT_OK; ++i)
-            if (qz->lin_step[i] == st) res = quarot__qz_linear(qz, i);
+            if (qz->lin_step[i] == st && !quarot__qz_kept(qz, i)) res = quarot__qz_linear(qz, i);
     }
     for (st = lo; st < hi; ++st) {
         if (qz->h[st]) quarot_env_free(&qz->model->env, qz->h[st]);

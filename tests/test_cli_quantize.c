@@ -230,6 +230,121 @@ static void test_bad_input(void) {
     QT_CHECK(!exists(q));
 }
 
+/* ---- --w-quant gptq ---- */
+
+/* A variant of the synthetic model written as llama2.c beside the test's tokenizer: layer 0's
+   gate_proj and up_proj set to `v` everywhere (0: down_proj's input is dead; 1e30: it overflows). */
+static int write_variant(const char* path, float v) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    qx_l2c_write_opts wo;
+    static const char* const names[2] = {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight"};
+    int k, ok;
+    cu_synth_desc(&d);
+    d.intermediate = 192;
+    if (qx_synth_model(&s, &d, &e) != QUAROT_OK) return 0;
+    for (k = 0; k < 2; ++k) {
+        quarot_tensor* t = qx_store_find(&s, names[k]);
+        int64_t i, n = t ? t->ne[0] * t->ne[1] : 0;
+        if (!t || t->dtype != QUAROT_DTYPE_F32) { qx_store_free(&s); return 0; }
+        for (i = 0; i < n; ++i) ((float*)t->data)[i] = v;
+    }
+    memset(&wo, 0, sizeof wo);
+    wo.format = QX_L2C_V0;
+    ok = qx_l2c_write_file(&s, path, &wo, &e) == QUAROT_OK;
+    qx_store_free(&s);
+    return ok;
+}
+
+/* GPTQ through quantize equals eval --w-quant gptq (the same stage, the same calibration windows)
+   within 0.1%: on the synthetic model always, on stories260K (rows of 172: down_proj stays F16 in
+   the GGUF, --group-fallback in eval) when ../shared is there. */
+static void test_gptq_matches_fake_quant(void) {
+    const char* q = tmp_path("g.gguf");
+    const char* p = tmp_path("g.safetensors");
+    char opts[2400];
+    double a, b;
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    QT_EQ_INT(CLI("quantize '%s' '%s' --w-quant gptq --calib-text '%s' --nsamples 4 --seq-len 64 --dtype f32", g_model, q, g_text), 0);
+    QT_CHECKF(strstr(g_out, "weights: GPTQ per group") && strstr(g_out, "14 tensors quantized") && strstr(g_out, "GPTQ "), "%s", g_out);
+    QT_CHECKF(strstr(g_err, "layer 2/2 quantized") && strstr(g_err, "GPTQ loss"), "%s", g_err);   /* progress per layer and linear */
+    a = eval_row(q, "--w-bits 16", "FP32");
+    snprintf(opts, sizeof opts, "--w-bits 4 --a-bits 16 --group-size 32 --w-quant gptq --calib-text '%s' --nsamples 4 --columns quarot --no-online", g_text);
+    b = eval_row(g_model, opts, "W4A16");
+    check_close(a, b, "GPTQ Q4_0 rotated");
+    /* packed: per channel, asymmetric, clip search, act-order */
+    QT_EQ_INT(CLI("quantize '%s' '%s' --w-quant gptq --calib-text '%s' --nsamples 4 --seq-len 64 --w-asym --w-clip --act-order --no-online "
+                  "--quiet", g_model, p, g_text), 0);
+    a = eval_row(p, "--w-bits 16", "FP32");
+    snprintf(opts, sizeof opts, "--w-bits 4 --a-bits 16 --w-asym --w-clip --act-order --w-quant gptq --calib-text '%s' --nsamples 4 "
+                                "--columns quarot --no-online", g_text);
+    b = eval_row(g_model, opts, "W4A16");
+    check_close(a, b, "GPTQ packed asymmetric per channel");
+    {
+        const char* sm = qt_shared_path("models/stories260K/stories260K.bin");
+        char m[1024], tok[1100], txt[1100], cal[1100];
+        const char* sq = tmp_path("sg.gguf");
+        const char* sp = tmp_path("sg.safetensors");
+        if (!sm || qt_quick()) return;
+        snprintf(m, sizeof m, "%s", sm);   /* qt_shared_path's buffer is reused by the next call */
+        if (!qt_shared_path("data/tinystories_calib.txt")) return;
+        snprintf(tok, sizeof tok, "%s", qt_shared_path("models/stories260K/tok512.bin"));
+        snprintf(txt, sizeof txt, "%s", qt_shared_path("data/tinystories_eval.txt"));
+        snprintf(cal, sizeof cal, "%s", qt_shared_path("data/tinystories_calib.txt"));
+        QT_EQ_INT(CLI("quantize '%s' '%s' --w-quant gptq --calib-text '%s' --nsamples 8 --seq-len 128 --dtype f32 --quiet", m, sq, cal), 0);
+        QT_CHECKF(strstr(g_out, "5 linears kept in F16"), "%s", g_out);
+        QT_EQ_INT(CLI("eval '%s' --text '%s' --tokenizer '%s' --seq-len 128 --windows 6 --w-bits 16 --columns none --quiet", sq, txt, tok), 0);
+        a = row_value("FP32");
+        QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 128 --windows 6 --w-bits 4 --a-bits 16 --group-size 32 --group-fallback --w-quant gptq "
+                      "--calib-text '%s' --nsamples 8 --columns quarot --no-online --quiet", m, txt, cal), 0);
+        b = row_value("W4A16");
+        check_close(a, b, "stories260K GPTQ Q4_0");
+        QT_EQ_INT(CLI("quantize '%s' '%s' --w-quant gptq --calib-text '%s' --nsamples 8 --seq-len 128 --act-order --no-online --quiet", m, sp, cal), 0);
+        QT_EQ_INT(CLI("eval '%s' --text '%s' --tokenizer '%s' --seq-len 128 --windows 6 --w-bits 16 --columns none --quiet", sp, txt, tok), 0);
+        a = row_value("FP32");
+        QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 128 --windows 6 --w-bits 4 --a-bits 16 --act-order --w-quant gptq --calib-text '%s' "
+                      "--nsamples 8 --columns quarot --no-online --quiet", m, txt, cal), 0);
+        b = row_value("W4A16");
+        check_close(a, b, "stories260K GPTQ packed per channel");
+    }
+}
+
+static void test_gptq_bad_input(void) {
+    const char* q = tmp_path("gbad.gguf");
+    const char* p = tmp_path("gbad.safetensors");
+    const char* dead = tmp_path("dead.bin");
+    const char* huge = tmp_path("huge.bin");
+    char extra[2400];
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    expect_fail(1, q, "--w-quant gptq needs --calib-text", "", "--w-quant gptq");
+    snprintf(extra, sizeof extra, "--calib-text '%s'", g_text);
+    expect_fail(1, q, "are GPTQ options: add --w-quant gptq", "", extra);
+    expect_fail(1, q, "--w-quant: 'awq' is not rtn or gptq", "", "--w-quant awq");
+    snprintf(extra, sizeof extra, "--w-quant gptq --calib-text '%s' --nsamples 1000 --seq-len 64", g_text);
+    expect_fail(4, q, "calibration text too short: ", "", extra);
+    snprintf(extra, sizeof extra, "--w-quant gptq --calib-text '%s' --bits 9", g_text);
+    expect_fail(1, p, "--bits: 9 is outside 2..8", "", extra);
+    snprintf(extra, sizeof extra, "--w-quant gptq --calib-text '%s' --group-size 16", g_text);
+    expect_fail(1, q, "--group-size 16: Q4_0 blocks hold groups of 32", "", extra);
+    snprintf(extra, sizeof extra, "--w-quant gptq --calib-text '%s' --group-size 48", g_text);
+    expect_fail(4, p, "model.layers.0.self_attn.q_proj.weight: --group-size 48 does not divide its rows of 64", "", extra);
+    /* a dead linear: layer 0's gate/up all zero, so nothing reaches down_proj: RTN, said on stderr and in the table */
+    QT_CHECK(write_variant(dead, 0.0f));
+    QT_CHECK(exists(tmp_path("tokenizer.bin")));
+    QT_EQ_INT(CLI("quantize '%s' '%s' --w-quant gptq --calib-text '%s' --nsamples 4 --seq-len 64 --no-online", dead, p, g_text), 0);
+    QT_CHECKF(strstr(g_err, "model.layers.0.mlp.down_proj.weight: dead input") && strstr(g_out, "RTN*: 1 linears with a dead input"), "%s\n%s",
+              g_err, g_out);
+    QT_CHECK(exists(p));
+    remove(p);
+    /* activations that overflow into down_proj: NaN/Inf in its Hessian's rows, one line naming it, exit code 2
+       (the model's input makes them), nothing written */
+    QT_CHECK(write_variant(huge, 1e30f));
+    QT_EQ_INT(CLI("quantize '%s' '%s' --w-quant gptq --calib-text '%s' --nsamples 4 --seq-len 64 --quiet", huge, q, g_text), 2);
+    QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "model.layers.0.mlp.down_proj.weight") && strstr(g_err, "NaN or Inf"), "%s", g_err);
+    QT_CHECK(!exists(q));
+}
+
 /* stories260K -> GGUF: the llama2.c tokenizer beside it is embedded as llama.cpp's sentencepiece
    vocabulary, with the same keys and value types as llama.cpp's own llama-spm vocabulary file
    (../shared/tokenizers), ' ' turned back into U+2581, <unk>/<s>/</s> and byte tokens typed. */
@@ -302,6 +417,8 @@ int main(int argc, char** argv) {
     QT_RUN(test_gguf_tokenizer);
     QT_RUN(test_dry_run);
     QT_RUN(test_bad_input);
+    QT_RUN(test_gptq_matches_fake_quant);
+    QT_RUN(test_gptq_bad_input);
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

@@ -117,6 +117,18 @@ static void test_linear_bad_inputs(void) {
     QT_OK(quarot_quantize_linear(w, OUT, IN, IN, h, 32, &d, NULL, NULL, NULL, &rep, err, sizeof err, NULL));
     QT_CHECK(rep.err < rep.err_rtn && rep.err > 0.0 && rep.ref > rep.err);
     QT_EQ_INT(rep.retries, 0);
+    /* dead_fallback: an all-zero Hessian gives RTN's weights (bit for bit), reported as a fallback */
+    {
+        float wr[OUT * IN], wf[OUT * IN];
+        for (i = 0; i < OUT * IN; ++i) w[i] = wr[i] = wf[i] = (float)(qt_uniform() - 0.5);
+        QT_OK(quarot_fake_quant_f32(wr, OUT, IN, IN, &d.weight));
+        memset(h, 0, sizeof h);
+        d.dead_fallback = 1;
+        QT_OK(quarot_quantize_linear(wf, OUT, IN, IN, h, 100, &d, NULL, NULL, NULL, &rep, err, sizeof err, NULL));
+        QT_CHECK(rep.fallback == 1 && rep.method == QUAROT_WQUANT_RTN && memcmp(wf, wr, sizeof wr) == 0);
+        QT_OK(quarot_quantize_linear(w, OUT, IN, IN, NULL, 0, &d, NULL, NULL, NULL, &rep, err, sizeof err, NULL));   /* no rows */
+        QT_CHECK(rep.fallback == 1 && memcmp(w, wr, sizeof wr) == 0);
+    }
 }
 
 static void test_linear_damping_retry(void) {
@@ -416,6 +428,32 @@ static void test_stage_bad_inputs(void) {
     d.weight.group_size = 43;                /* divides 172, not 64 */
     QT_ERR(quarot_quantizer_init(&qz, &m, &d), QUAROT_ERR_INVALID_ARGUMENT);
     QT_CHECKF(strstr(qz.error, "q_proj.weight") != NULL, "%s", qz.error);
+    /* keep_indivisible: down_proj (172 columns) is left as it is, the others quantized by groups of 32,
+       and its step wants no calibration rows */
+    {
+        quarot_tensor dn;
+        float before[256], after[256];   /* a row of 172 */
+        d.weight.group_size = 32;
+        d.keep_indivisible = 1;
+        d.method = QUAROT_WQUANT_GPTQ;       /* no rows fed: RTN by dead_fallback, but steps 0-2 ask for rows */
+        d.dead_fallback = 1;
+        QT_OK(quarot_quantizer_init(&qz, &m, &d));
+        QT_OK(m.get_tensor(m.user_data, "model.layers.0.mlp.down_proj.weight", &dn));
+        QT_OK(quarot_tensor_get_row_f32(&dn, 0, before));
+        QT_OK(quarot_quantizer_begin_layer(&qz, 0));
+        while (quarot_quantizer_pending(&qz)) {
+            QT_CHECK(quarot_quantizer_wants_data(&qz) == (qz.step < 3));
+            QT_OK(quarot_quantizer_step(&qz));
+        }
+        QT_OK(quarot_quantizer_end_layer(&qz));
+        QT_EQ_INT(qz.linears_done, 6);
+        QT_OK(m.get_tensor(m.user_data, "model.layers.0.mlp.down_proj.weight", &dn));
+        QT_OK(quarot_tensor_get_row_f32(&dn, 0, after));
+        QT_CHECK(dn.ne[0] == 172 && memcmp(before, after, 172 * sizeof(float)) == 0);
+        quarot_quantizer_free(&qz);
+        d.keep_indivisible = d.dead_fallback = 0;
+        d.method = QUAROT_WQUANT_RTN;
+    }
     d.weight.group_size = 0;
     d.weight.bits = 9;
     QT_ERR(quarot_quantizer_init(&qz, &m, &d), QUAROT_ERR_INVALID_ARGUMENT);

@@ -55,6 +55,9 @@ static void eval_usage(FILE* f) {
         "                        every combination of the lists (a part not given stays FP).\n"
         "  --group-size N        weights per group of N input channels instead of per output channel\n"
         "                        (QuaRot --w_groupsize)\n"
+        "  --group-fallback      with --group-size: linears whose input width is not whole groups stay FP32\n"
+        "                        instead of an error (as a GGUF Q4_0 / Q8_0 file of quarot quantize keeps\n"
+        "                        them F16, llama.cpp's fallback)\n"
         "  --clip R              ACTIVATION clip ratio in (0, 1] (default 1.0; QuaRot --a_clip_ratio, which\n"
         "                        is often 0.9); --w-clip is the weight clip search\n"
         "  --windows N           score only the first N windows (default 0 = all)\n"
@@ -272,7 +275,8 @@ static quarot_result on_linear(void* user, const quarot_qlinear_report* r) {
             qx_cli_info(x->cli, "%s W%d: %s: GPTQ loss %.4e, output error %.4e of %.4e (RTN %.4e)%s", x->column, r->bits, short_name,
                         r->gptq_loss, r->err, r->ref, r->err_rtn, r->retries ? " (more damping)" : "");
         else
-            qx_cli_info(x->cli, "%s W%d: %s: RTN weight MSE %.4e", x->column, r->bits, short_name, r->w_mse);
+            qx_cli_info(x->cli, "%s W%d: %s: RTN weight MSE %.4e%s", x->column, r->bits, short_name, r->w_mse,
+                        r->fallback ? " (dead input, all-zero Hessian: RTN instead of GPTQ)" : "");
     }
     return QUAROT_OK;
 }
@@ -364,6 +368,7 @@ int qx_cmd_eval(int argc, char** argv) {
     int have_adapt = 0, have_actx = 0;
     int w_list[8] = {16}, a_list[8] = {16}, kv_list[8] = {16}, n_w = 0, n_a = 0, n_kv = 0;
     int64_t group = 0, windows = 0, seq_len = 256, seed = 0;
+    int group_fallback = 0;
     double clip = 1.0;
     int windowing = QX_WINDOWING_STREAM, quiet = 0, i, j, k, rc = QX_EXIT_OK, any_kv = 0, use_engine = 0;
     qx_ek_setting settings[QX_EK_MAX_ROWS];
@@ -448,6 +453,7 @@ int qx_cmd_eval(int argc, char** argv) {
         else if (strcmp(a, "--w-asym") == 0) w_asym = 1;
         else if (strcmp(a, "--a-asym") == 0) a_asym = 1;
         else if (strcmp(a, "--act-order") == 0) act_order = 1;
+        else if (strcmp(a, "--group-fallback") == 0) group_fallback = 1;
         else if (strcmp(a, "--int8-down-proj") == 0) int8_down = 1;
         else if (strcmp(a, "--no-online") == 0) no_online = 1;
         else if (strcmp(a, "--strict") == 0) strict = 1;
@@ -687,7 +693,7 @@ int qx_cmd_eval(int argc, char** argv) {
                          (long long)seq_len, (long long)model.config.max_seq);
         goto done;
     }
-    if (group) {
+    if (group && !group_fallback) {
         /* every quantized linear's input width must split into whole groups: say so before any work
            (with --int8-down-proj, down_proj is per channel: its width, intermediate, need not) */
         const quarot_model_config* c = &model.config;
@@ -878,12 +884,12 @@ int qx_cmd_eval(int argc, char** argv) {
         qx_ek_setting kv = settings[i];
         kv.kv_bits = 16;
         qx_ek_setting_quant(&kv, group, clip, &q);
-        /* GPTQ, scale migration, the clip search and int8 down_proj weights are made by the quantization
+        /* GPTQ, scale migration, the clip search, int8 down_proj and --group-fallback weights are made by the quantization
            stage in a copy of the store (below);
            plain RTN is done by the forward pass as it loads each layer (the same quantizer, and a
            layer-wise run keeps one layer in memory) */
         int mig_i = migrate && settings[i].a_bits >= 16;
-        int stage_w = settings[i].w_bits < 16 && !packed && (gptq || w_clip || mig_i || int8_down);
+        int stage_w = settings[i].w_bits < 16 && !packed && (gptq || w_clip || mig_i || int8_down || group_fallback);
         if (stage_w || packed) {   /* a packed file's weights are its codes already: not quantized again */
             q.w_bits = 0;
             q.w_group = 0;
@@ -938,6 +944,8 @@ int qx_cmd_eval(int argc, char** argv) {
                     wo.desc.nsamples = nsamples;
                     wo.desc.migrate = mig;
                     wo.desc.seq_len = seq_len;
+                    wo.desc.keep_indivisible = group_fallback;
+                    wo.desc.dead_fallback = 1;
                     wo.desc.on_linear = on_linear;
                     wo.desc.user_data = &qc;
                     wo.hooks = variants[j].hooks;

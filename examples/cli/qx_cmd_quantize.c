@@ -10,7 +10,14 @@
    The rotation is `quarot rotate`'s, run layer by layer through qx_rotate_file with this file's
    output (a qx_rotate_sink) in place of the format's writer: every tensor reaches put() once, in
    f32, right after its layer was rotated. The weight quantizer is one call (qz_weight_codes), RTN
-   by default; its integer codes map exactly onto the output (GGUF: groups of 32 = ggml's blocks). */
+   by default; its integer codes map exactly onto the output (GGUF: groups of 32 = ggml's blocks).
+
+   --w-quant gptq (qz_stage_write) takes another road, because calibration needs the whole rotated
+   model: the rotation's tensors are collected into an f32 store (the same qx_rotate_file run, into
+   qz_collect), quarot.h's >>quantize stage runs over it through qx_wquant (the driver of `quarot eval
+   --w-quant`: layer by layer with the online hooks, each layer calibrated on the quantized layers
+   before it), its report hands over each linear's integer codes and scales, and the store is then
+   written tensor by tensor through the same output code, the linears taking the stage's codes. */
 #include "qx_calib.h"
 #include "qx_cli.h"
 #include "qx_evalkit.h"
@@ -18,7 +25,9 @@
 #include "qx_gguf.h"
 #include "qx_packed.h"
 #include "qx_rotate_file.h"
+#include "qx_tok_load.h"
 #include "qx_tokenizer.h"
+#include "qx_wquant.h"
 
 #include <math.h>
 #include <signal.h>
@@ -38,6 +47,7 @@ typedef struct qz_opts {
     int quant_embeddings;
     qx_packed_settings act;        /* packed: activation / KV fields */
     int rotate;                    /* 0: --rotation none */
+    int gptq;                      /* --w-quant gptq: through the >>quantize stage (qz_stage_write) */
 } qz_opts;
 
 /* ---- what each tensor becomes ---- */
@@ -53,7 +63,21 @@ typedef struct qz_item {
     char why[96];                  /* a fallback's reason */
     int done;
     double rel_err, max_err;       /* QUANT: sum (w - w^)^2 / sum w^2, max |w - w^| */
+    int staged;                    /* the codes came from the >>quantize stage (its report below) */
+    int method, fallback;          /* QUAROT_WQUANT_GPTQ / _RTN; 1 = GPTQ asked, dead input, RTN */
+    double out_err, rtn_err;       /* calibration output error / ||x W^T||^2, and RTN's (NaN: none) */
+    double gptq_loss;
 } qz_item;
+
+/* What the stage chose for one linear: codes [rows][cols], scales / zeros [rows][groups] in
+   quarot_quantize_f32's layout, the weights before quantization (for the summary) and its report. */
+typedef struct qz_codes {
+    char* name;
+    int64_t rows, cols, groups;
+    int8_t* q;
+    float *sc, *zr, *orig;
+    quarot_qlinear_report rep;     /* pointers cleared */
+} qz_codes;
 
 static int qz_is_linear(const char* name) {
     static const char* const suf[] = {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
@@ -120,7 +144,7 @@ static quarot_result qz_weight_codes(const qz_opts* o, const float* w, int64_t r
     d.bits = o->bits;
     d.asymmetric = o->asym;
     d.group_size = o->format == QZ_GGUF ? QX_GGML_QK : o->group;
-    d.clip_search = o->clip_search;
+    d.clip_search = o->clip_search ? QUAROT_CLIP_SEARCH_LP : 0;
     return quarot_quantize_f32(w, rows, cols, cols, &d, q, scales, zeros);
 }
 
@@ -141,7 +165,31 @@ typedef struct qz_sink {
     const qx_rotate_file_stats* rot;
     const qx_tokenizer* tok;       /* GGUF from a non-GGUF input: embedded as tokenizer.ggml.* (may be NULL) */
     int64_t written;
+    qz_codes* codes;               /* --w-quant gptq: the stage's codes per linear */
+    int64_t n_codes, cap_codes;
+    const qx_store* staged;        /* the store the stage quantizes (originals are read from it) */
 } qz_sink;
+
+static const qz_codes* qz_find_codes(const qz_sink* k, const char* name) {
+    int64_t i;
+    for (i = 0; i < k->n_codes; ++i)
+        if (strcmp(k->codes[i].name, name) == 0) return &k->codes[i];
+    return NULL;
+}
+
+static void qz_codes_free(qz_sink* k) {
+    int64_t i;
+    for (i = 0; i < k->n_codes; ++i) {
+        free(k->codes[i].name);
+        free(k->codes[i].q);
+        free(k->codes[i].sc);
+        free(k->codes[i].zr);
+        free(k->codes[i].orig);
+    }
+    free(k->codes);
+    k->codes = NULL;
+    k->n_codes = k->cap_codes = 0;
+}
 
 static qz_item* qz_find(qz_sink* k, const char* name) {
     int64_t i;
@@ -317,7 +365,7 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         st.w_group_size = o->group;
         st.w_asym = o->asym;
         st.scale_dtype = o->scale_dtype;
-        snprintf(st.w_quantizer, sizeof st.w_quantizer, "%s", o->clip_search ? "rtn-clip" : "rtn");
+        snprintf(st.w_quantizer, sizeof st.w_quantizer, "%s%s", o->gptq ? "gptq" : "rtn", o->clip_search ? "-clip" : "");
         st.rope_interleaved = c->rope_interleaved;
         if (k->rot && o->rotate) snprintf(rot, sizeof rot, "R1 %s; R2 %s; norms fused", k->rot->r1, k->rot->r2);
         else snprintf(rot, sizeof rot, "none");
@@ -335,8 +383,11 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
     return r;
 }
 
-/* Quantizes one linear (rows of f32, already in the output's row order) and writes it. */
-static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const float* w, int64_t rows, int64_t cols, qx_err* e) {
+/* Quantizes one linear (rows of f32, already in the output's row order) and writes it; with c (the
+   stage's codes) its codes and scales are taken instead, row r from c's row src(r) (the q/k
+   permutation of a GGUF output, identity otherwise), and w holds the weights before quantization. */
+static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const float* w, int64_t rows, int64_t cols, const qz_codes* c, int perm,
+                                  qx_err* e) {
     const qz_opts* o = k->o;
     int64_t groups = cols / (o->format == QZ_GGUF ? QX_GGML_QK : (o->group ? o->group : cols)), r, j;
     int8_t* q = (int8_t*)malloc((size_t)(rows * cols));
@@ -348,7 +399,29 @@ static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const float* w, int64
     double num = 0.0, den = 0.0, mx = 0.0;
     quarot_result res;
     if (!q || !sc || !back || (o->asym && !zr)) { res = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "out of memory"); goto done; }
-    res = qz_weight_codes(o, w, rows, cols, q, sc, zr);
+    if (c) {
+        if (c->rows != rows || c->cols != cols || c->groups != groups || (o->asym && !c->zr)) {
+            res = QUAROT_ERR_INTERNAL;
+            qx_err_set(e, "%s: the stage's codes do not fit the output (%lldx%lld, %lld groups)", it->name, (long long)c->rows,
+                       (long long)c->cols, (long long)c->groups);
+            goto done;
+        }
+        for (r = 0; r < rows; ++r) {
+            int64_t sr = perm ? qx_rope_src_row(r, k->head_dim, 1) : r;
+            memcpy(q + r * cols, c->q + sr * cols, (size_t)cols);
+            memcpy(sc + r * groups, c->sc + sr * groups, (size_t)groups * sizeof *sc);
+            if (zr) memcpy(zr + r * groups, c->zr + sr * groups, (size_t)groups * sizeof *zr);
+        }
+        it->staged = 1;
+        it->method = (int)c->rep.method;
+        it->fallback = c->rep.fallback;
+        it->out_err = c->rep.rows > 0 && c->rep.ref > 0 ? c->rep.err / c->rep.ref : (double)NAN;
+        it->rtn_err = c->rep.rows > 0 && c->rep.ref > 0 ? c->rep.err_rtn / c->rep.ref : (double)NAN;
+        it->gptq_loss = c->rep.gptq_loss;
+        res = QUAROT_OK;
+    } else {
+        res = qz_weight_codes(o, w, rows, cols, q, sc, zr);
+    }
     if (res != QUAROT_OK) { qx_err_set(e, "%s: cannot quantize: %s", it->name, quarot_result_string(res)); goto done; }
     if (o->format == QZ_GGUF) {
         uint32_t bt = o->bits == 4 ? QX_GGML_Q4_0 : QX_GGML_Q8_0;
@@ -404,13 +477,21 @@ static quarot_result qz_put(void* user, const char* name, const quarot_tensor* t
         r = QUAROT_OK;
     } else if (it->kind == QZ_QUANT) {
         int64_t rows = t->ne[1], cols = t->ne[0], i;
+        const qz_codes* c = k->o->gptq ? qz_find_codes(k, name) : NULL;
         float* w = (float*)malloc((size_t)(rows * cols) * sizeof *w);
         if (!w) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
         r = QUAROT_OK;
-        for (i = 0; i < rows && r == QUAROT_OK; ++i)   /* output row i takes source row src(i) */
-            r = quarot_tensor_get_row_f32(t, perm ? qx_rope_src_row(i, k->head_dim, 1) : i, w + i * cols);
-        if (r == QUAROT_OK) r = qz_put_quant(k, it, w, rows, cols, e);
-        else qx_err_set(e, "%s: cannot read: %s", name, quarot_result_string(r));
+        if (k->o->gptq && qz_is_linear(name) && !c) {   /* every decoder linear went through the stage */
+            qx_err_set(e, "%s: the quantization stage gave no codes for it", name);
+            r = QUAROT_ERR_INTERNAL;
+        }
+        for (i = 0; i < rows && r == QUAROT_OK; ++i) {   /* output row i takes source row src(i) */
+            int64_t sr = perm ? qx_rope_src_row(i, k->head_dim, 1) : i;
+            if (c) memcpy(w + i * cols, c->orig + sr * cols, (size_t)cols * sizeof *w);
+            else r = quarot_tensor_get_row_f32(t, sr, w + i * cols);
+        }
+        if (r == QUAROT_OK) r = qz_put_quant(k, it, w, rows, cols, c, perm, e);
+        else if (r != QUAROT_ERR_INTERNAL) qx_err_set(e, "%s: cannot read: %s", name, quarot_result_string(r));
         free(w);
     } else if (k->o->format == QZ_GGUF) {
         r = qx_gguf_writer_put_permuted(k->gw, name, t, perm ? k->head_dim : 0, 1, e);
@@ -450,10 +531,153 @@ static void qz_abort(void* user) {
     k->pw = NULL;
 }
 
+/* ---- --w-quant gptq: the rotated model in memory, the >>quantize stage, then the output ---- */
+
+/* A qx_rotate_sink that keeps every rotated tensor in dst as f32 (with the output config and the
+   input's blobs), for the stage to calibrate on. */
+typedef struct qz_collect {
+    qx_store* dst;
+    const qx_store* src;
+} qz_collect;
+
+static quarot_result qz_collect_begin(void* user, const qx_store* s, const qx_tensor_plan* plan, int64_t n, qx_err* e) {
+    qz_collect* c = (qz_collect*)user;
+    int64_t i;
+    quarot_result r = QUAROT_OK;
+    (void)plan;
+    (void)n;
+    c->src = s;
+    c->dst->config = s->config;
+    snprintf(c->dst->source_format, sizeof c->dst->source_format, "%s", s->source_format);
+    for (i = 0; i < s->n_blobs && r == QUAROT_OK; ++i) r = qx_store_set_blob(c->dst, s->blobs[i].key, s->blobs[i].data, s->blobs[i].len);
+    if (r != QUAROT_OK) qx_err_set(e, "keeping the rotated model: out of memory");
+    return r;
+}
+
+static quarot_result qz_collect_put(void* user, const char* name, const quarot_tensor* t, qx_err* e) {
+    qz_collect* c = (qz_collect*)user;
+    quarot_tensor* d = NULL;
+    int64_t ne[QUAROT_MAX_DIMS], i, rows = quarot_tensor_nrows(t);
+    int nd = 1, k;
+    quarot_result r;
+    for (k = 0; k < QUAROT_MAX_DIMS; ++k) {
+        ne[k] = t->ne[k];
+        if (t->ne[k] > 1) nd = k + 1;
+    }
+    r = qx_store_add(c->dst, name, QUAROT_DTYPE_F32, nd, ne, NULL, &d);
+    for (i = 0; i < rows && r == QUAROT_OK; ++i) r = quarot_tensor_get_row_f32(t, i, (float*)d->data + i * t->ne[0]);
+    if (r != QUAROT_OK) qx_err_set(e, "%s: cannot keep the rotated tensor: %s", name, quarot_result_string(r));
+    return r;
+}
+
+static quarot_result qz_collect_finish(void* user, qx_err* e) {
+    qz_collect* c = (qz_collect*)user;
+    (void)e;
+    c->dst->config = c->src->config;   /* after post_run */
+    return QUAROT_OK;
+}
+
+static void qz_collect_abort(void* user) { (void)user; }
+
+static const char* qz_short(const char* name) {
+    const char* p = strstr(name, "layers.");
+    return p ? p + 7 : name;
+}
+
+/* The stage's report: keep the codes, the scales and the weights before quantization (the staged
+   store is written back after the layer, so it still holds them), and say how it went. */
+static quarot_result qz_on_linear(void* user, const quarot_qlinear_report* r) {
+    qz_sink* k = (qz_sink*)user;
+    const quarot_tensor* t = k->staged ? qx_store_find(k->staged, r->name) : NULL;
+    int64_t groups = r->group_size > 0 ? r->in / r->group_size : 1, i;
+    size_t len = strlen(r->name);
+    quarot_result res = QUAROT_OK;
+    qz_codes* c;
+    if (!t || !r->q || !r->scales || t->ne[0] != r->in || quarot_tensor_nrows(t) != r->out) return QUAROT_ERR_INTERNAL;
+    if (k->n_codes == k->cap_codes) {
+        int64_t cap = k->cap_codes ? 2 * k->cap_codes : 64;
+        qz_codes* nc = (qz_codes*)realloc(k->codes, (size_t)cap * sizeof *nc);
+        if (!nc) return QUAROT_ERR_OUT_OF_MEMORY;
+        k->codes = nc;
+        k->cap_codes = cap;
+    }
+    c = &k->codes[k->n_codes];
+    memset(c, 0, sizeof *c);
+    c->rows = r->out;
+    c->cols = r->in;
+    c->groups = groups;
+    c->name = (char*)malloc(len + 1);
+    c->q = (int8_t*)malloc((size_t)(r->out * r->in));
+    c->sc = (float*)malloc((size_t)(r->out * groups) * sizeof(float));
+    c->zr = r->zeros ? (float*)malloc((size_t)(r->out * groups) * sizeof(float)) : NULL;
+    c->orig = (float*)malloc((size_t)(r->out * r->in) * sizeof(float));
+    k->n_codes++;   /* owned by the list from here (freed with it) */
+    if (!c->name || !c->q || !c->sc || !c->orig || (r->zeros && !c->zr)) return QUAROT_ERR_OUT_OF_MEMORY;
+    memcpy(c->name, r->name, len + 1);
+    memcpy(c->q, r->q, (size_t)(r->out * r->in));
+    memcpy(c->sc, r->scales, (size_t)(r->out * groups) * sizeof(float));
+    if (c->zr) memcpy(c->zr, r->zeros, (size_t)(r->out * groups) * sizeof(float));
+    for (i = 0; i < r->out && res == QUAROT_OK; ++i) res = quarot_tensor_get_row_f32(t, i, c->orig + i * r->in);
+    c->rep = *r;
+    c->rep.name = c->name;
+    c->rep.q = NULL;
+    c->rep.scales = c->rep.zeros = NULL;
+    if (r->fallback)
+        qx_cli_info(k->cli, "%s: dead input (no calibration row reaches it: all-zero Hessian): RTN instead of GPTQ", r->name);
+    else if (r->method == QUAROT_WQUANT_GPTQ)
+        qx_cli_info(k->cli, "%-24s GPTQ loss %.4e, output error %.4e of %.4e (RTN %.4e)%s", qz_short(r->name), r->gptq_loss, r->err, r->ref,
+                    r->err_rtn, r->retries ? " (more damping)" : "");
+    else
+        qx_cli_info(k->cli, "%-24s RTN, weight MSE %.4e", qz_short(r->name), r->w_mse);
+    return res;
+}
+
+static void qz_on_layer(void* user, int64_t done, int64_t n) {
+    qz_sink* k = (qz_sink*)user;
+    qx_cli_info(k->cli, "layer %lld/%lld quantized", (long long)done, (long long)n);
+}
+
+/* The stage over q (f32, owned; quantized in place), then q written through the output sink. */
+static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quantize_desc* base, const quarot_online_list* hooks,
+                                    const qx_windows* calib, qx_wq_stats* wst, qx_err* e) {
+    qx_wq_opts wo;
+    quarot_result r;
+    int64_t n = q->count, j;
+    qx_tensor_plan* pl;
+    memset(&wo, 0, sizeof wo);
+    wo.desc = *base;
+    wo.desc.on_linear = qz_on_linear;
+    wo.desc.user_data = k;
+    wo.hooks = hooks && hooks->count ? hooks : NULL;
+    wo.calib = calib;
+    wo.on_layer = qz_on_layer;
+    wo.user = k;
+    k->staged = q;
+    r = qx_wq_quantize(q, &wo, wst, e);
+    k->staged = NULL;
+    if (r != QUAROT_OK) return r;
+    pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+    if (!pl) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (j = 0; j < n; ++j) {
+        int d;
+        pl[j].name = q->items[j].name;
+        pl[j].dtype = QUAROT_DTYPE_F32;
+        memcpy(pl[j].ne, q->items[j].t.ne, sizeof pl[j].ne);
+        pl[j].n_dims = 1;
+        for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
+    }
+    r = qz_begin(k, q, pl, n, e);
+    free(pl);
+    for (j = 0; j < n && r == QUAROT_OK; ++j) r = qz_put(k, q->items[j].name, &q->items[j].t, e);
+    if (r == QUAROT_OK) r = qz_finish(k, e);
+    else qz_abort(k);
+    return r;
+}
+
 /* ---- the command ---- */
 
 static void quantize_usage(FILE* f) {
-    fprintf(f,
+    fputs(
         "usage: quarot quantize IN OUT [options]\n"
         "\n"
         "Rotate the checkpoint IN as `quarot rotate` does and quantize its decoder linears (q/k/v/o,\n"
@@ -473,8 +697,26 @@ static void quantize_usage(FILE* f) {
         "  --bits N              weight bits: GGUF 4 (Q4_0) or 8 (Q8_0); packed 2..8 (default 4)\n"
         "  --group-size N        GGUF: 32 only (ggml's block); packed: 0 = per output channel (default) or\n"
         "                        N dividing every quantized row\n"
-        "  --asym                packed: asymmetric weights (zero points); GGUF's blocks are symmetric\n"
-        "  --w-clip              RTN with the weight clip search (QuaRot's --w_clip)\n"
+        "  --asym, --w-asym      packed: asymmetric weights (zero points); GGUF's blocks are symmetric\n"
+        "  --w-clip              weight clip search: per group (or channel) the ratio 1.00..0.21 minimizing\n"
+        "                        sum |Q(w)-w|^2.4 (QuaRot's --w_clip); also inside GPTQ\n"
+        "  --w-quant rtn|gptq    weight quantizer (default rtn). gptq: GPTQ per linear on Hessians of\n"
+        "                        --calib-text, run through the rotated model with its online hooks, layer by\n"
+        "                        layer, each layer calibrated on the quantized layers before it (QuaRot's\n"
+        "                        sequential mode; quarot eval --w-quant gptq computes the same weights). GGUF:\n"
+        "                        groups of 32, so the codes are ggml's blocks; rows not whole blocks stay F16.\n"
+        "                        Holds the rotated model in memory in f32. A linear no calibration row reaches\n"
+        "                        (all-zero Hessian) is quantized by RTN instead, and the summary says so.\n"
+        "  --calib-text FILE     GPTQ calibration text (.txt or .jsonl) [--cal_dataset], the model's tokenizer\n"
+        "                        (or --tokenizer), stream windowing\n"
+        "  --nsamples N          calibration windows (default 128) [--nsamples]\n"
+        "  --seq-len N           tokens per window (default 2048 or the model's context if shorter) [--seqlen]\n"
+        "  --percdamp R          damping, fraction of the mean Hessian diagonal (default 0.01) [--percdamp];\n"
+        "                        a failed Cholesky factorization retries with 10x and 100x that\n"
+        "  --act-order           columns by descending Hessian diagonal [--act_order]; with groups, static\n"
+        "                        groups (scales from the original weights, codes in the natural layout)\n"
+        , f);
+    fputs(
         "  --scale-dtype f16|f32 packed: dtype of the scales (default f16)\n"
         "  --dtype f16|f32       matrices left unquantized (default f16)\n"
         "  --quantize-embeddings also the embeddings and lm_head (llama.cpp quantizes them too)\n"
@@ -495,9 +737,10 @@ static void quantize_usage(FILE* f) {
         "  --force               replace an existing OUT\n"
         "  --quiet               no progress on stderr\n"
         "\n"
-        "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|.\n"
-        "The weights are chosen by round-to-nearest per group (GPTQ: not yet wired here). OUT appears only when\n"
-        "complete. Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4 cannot quantize as asked, 5 internal.\n");
+        "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|\n"
+        "(GPTQ: also the calibration output error against RTN's); progress per layer and per linear (GPTQ's\n"
+        "loss) on stderr. OUT appears only when complete. Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4\n"
+        "cannot quantize as asked (e.g. calibration text too short for --nsamples), 5 internal.\n", f);
 }
 
 typedef struct qz_progress {
@@ -527,16 +770,26 @@ static int qz_same_file(const char* a, const char* b) {
 
 /* The per-tensor table and totals (stdout). */
 static void qz_summary(const qz_opts* o, const qz_sink* k) {
-    int64_t i, nq = 0, nf = 0;
+    int64_t i, nq = 0, nf = 0, ndead = 0;
     double sum = 0.0, worst = 0.0;
     char tb[16];
-    printf("  %-52s %-6s %-11s %-10s %s\n", "tensor", "type", "shape", "rel.err", "max|err|");
+    if (o->gptq)
+        printf("  %-52s %-6s %-11s %-10s %-10s %-9s %-10s %s\n", "tensor", "type", "shape", "rel.err", "max|err|", "method", "out.err", "RTN out.err");
+    else
+        printf("  %-52s %-6s %-11s %-10s %s\n", "tensor", "type", "shape", "rel.err", "max|err|");
     for (i = 0; i < k->n; ++i) {
         const qz_item* it = &k->it[i];
         char shape[32];
         if (it->kind == QZ_VECTOR || it->kind == QZ_SKIP) continue;
         snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
-        if (it->kind == QZ_QUANT) {
+        if (it->kind == QZ_QUANT && it->staged) {
+            printf("  %-52s %-6s %-11s %-10.3e %-10.3e %-9s %-10.3e %.3e\n", it->name, qz_type_name(o, it, tb, sizeof tb), shape, it->rel_err,
+                   it->max_err, it->fallback ? "RTN*" : it->method == QUAROT_WQUANT_GPTQ ? "GPTQ" : "RTN", it->out_err, it->rtn_err);
+            ++nq;
+            ndead += it->fallback;
+            sum += it->rel_err;
+            if (it->rel_err > worst) worst = it->rel_err;
+        } else if (it->kind == QZ_QUANT) {
             printf("  %-52s %-6s %-11s %-10.3e %.3e\n", it->name, qz_type_name(o, it, tb, sizeof tb), shape, it->rel_err, it->max_err);
             ++nq;
             sum += it->rel_err;
@@ -549,6 +802,12 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
     printf("  %lld tensors quantized (mean rel.err %.3e, worst %.3e)", (long long)nq, nq ? sum / (double)nq : 0.0, worst);
     if (nf) printf("; %lld linears kept in F16 because their rows are not a multiple of 32 (llama.cpp's fallback)", (long long)nf);
     printf("\n");
+    if (o->gptq)
+        printf("  rel.err = sum (w - w^)^2 / sum w^2; out.err = sum ||x (W - W^)^T||^2 / sum ||x W^T||^2 over the calibration rows\n"
+               "  (RTN out.err: the same for round-to-nearest with the same quantizer)\n");
+    if (ndead)
+        printf("  RTN*: %lld linears with a dead input (no calibration row reaches them: all-zero Hessian) were quantized by RTN "
+               "instead of GPTQ\n", (long long)ndead);
 }
 
 int qx_cmd_quantize(int argc, char** argv) {
@@ -561,9 +820,19 @@ int qx_cmd_quantize(int argc, char** argv) {
     double dv;
     int no_r2 = 0, force = 0, quiet = 0, dry = 0, no_online = 0, i, k, rc = QX_EXIT_OK, group_given = 0, seed_given = 0;
     int kv_given[2] = {0, 0};
+    /* --w-quant gptq */
+    const char* calib_path = NULL;
+    int64_t nsamples = 0, seq_len = 0;
+    double percdamp = 0.0;
+    int act_order = 0, gptq_opt_given = 0, have_ctok = 0, have_cw = 0, have_q = 0;
+    qx_tokenizer ctok;
+    qx_windows cw;
+    qx_store qs;
     qz_opts o;
     qz_sink sink;
-    qx_rotate_sink rs;
+    qx_rotate_sink rs, cs;
+    quarot_quantize_desc qd;
+    qx_wq_stats wst;
     qx_rotate_file_opts ro;
     qx_rotate_file_stats st;
     quarot_rotate_desc desc;
@@ -603,7 +872,30 @@ int qx_cmd_quantize(int argc, char** argv) {
         if (strcmp(a, "--dry-run") == 0) { dry = 1; continue; }
         if (strcmp(a, "--no-r2") == 0) { no_r2 = 1; continue; }
         if (strcmp(a, "--no-online") == 0) { no_online = 1; continue; }
-        if (strcmp(a, "--asym") == 0) { o.asym = 1; continue; }
+        if (strcmp(a, "--asym") == 0 || strcmp(a, "--w-asym") == 0) { o.asym = 1; continue; }
+        if (strcmp(a, "--act-order") == 0) { act_order = 1; gptq_opt_given = 1; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--w-quant", &v)) != 0) {
+            if (k < 0) return QX_EXIT_USAGE;
+            if (strcmp(v, "rtn") != 0 && strcmp(v, "gptq") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant: '%s' is not rtn or gptq", v);
+            o.gptq = strcmp(v, "gptq") == 0;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--calib-text", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; calib_path = v; continue; }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--nsamples", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--nsamples", v, 1, INT64_C(1) << 30, &nsamples)) return QX_EXIT_USAGE;
+            gptq_opt_given = 1;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seq-len", &v)) != 0) {
+            if (k < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, INT64_C(1) << 24, &seq_len)) return QX_EXIT_USAGE;
+            gptq_opt_given = 1;
+            continue;
+        }
+        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--percdamp", &v)) != 0) {
+            if (k < 0 || !qx_cli_float(&cli, "--percdamp", v, 0.0, 1e6, &percdamp)) return QX_EXIT_USAGE;
+            gptq_opt_given = 1;
+            continue;
+        }
         if (strcmp(a, "--w-clip") == 0) { o.clip_search = 1; continue; }
         if (strcmp(a, "--quantize-embeddings") == 0) { o.quant_embeddings = 1; continue; }
         if (strcmp(a, "--a-asym") == 0) { o.act.a_asym = 1; continue; }
@@ -712,6 +1004,10 @@ int qx_cmd_quantize(int argc, char** argv) {
     if (context && strcmp(rotation, "adapt") != 0)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt, not --rotation %s", rotation);
     o.rotate = strcmp(rotation, "none") != 0;
+    if (o.gptq && !calib_path)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
+    if (!o.gptq && (gptq_opt_given || calib_path))
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-text / --nsamples / --seq-len / --percdamp / --act-order are GPTQ options: add --w-quant gptq");
     if (o.format == QZ_GGUF) {
         if (o.bits != 4 && o.bits != 8)
             return qx_cli_fail(&cli, QX_EXIT_USAGE, "--bits %d: GGUF output has Q4_0 (--bits 4) and Q8_0 (--bits 8) only", o.bits);
@@ -727,6 +1023,9 @@ int qx_cmd_quantize(int argc, char** argv) {
     if (!dry && qx_is_dir(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out);
 
     memset(&tok, 0, sizeof tok);
+    memset(&ctok, 0, sizeof ctok);
+    memset(&cw, 0, sizeof cw);
+    qx_store_init(&qs);
     quarot_online_list_init(&list, NULL);
     quarot_adapt_context_init(&ctx, NULL);
     qx_store_init(&s);
@@ -764,8 +1063,9 @@ int qx_cmd_quantize(int argc, char** argv) {
             if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg); goto done; }
             have_tok = 1;
         }
-    } else if (tok_path) {
-        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps its own)");
+    } else if (tok_path && !o.gptq) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps its own), "
+                                              "or for --calib-text");
         goto done;
     }
 
@@ -801,6 +1101,42 @@ int qx_cmd_quantize(int argc, char** argv) {
         r = qz_items(&sink, pl, j, &e);
         free(pl);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s", e.msg); goto done; }
+        if (!dry && o.gptq) {
+            /* GPTQ's calibration windows before any work: the model's tokenizer, stream windowing */
+            qx_calib_text ct;
+            char used[4096];
+            int64_t ctx_len = s.config.max_seq > 0 ? s.config.max_seq : 2048;
+            if (!seq_len) seq_len = ctx_len < 2048 ? ctx_len : 2048;
+            if (!nsamples) nsamples = 128;
+            if (s.config.max_seq > 0 && seq_len > s.config.max_seq) {
+                rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)seq_len,
+                                 (long long)s.config.max_seq);
+                goto done;
+            }
+            r = qx_tokenizer_for_model(&ctok, in, tok_path, s.config.vocab, used, sizeof used, &e);
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "--calib-text needs a tokenizer: %s", e.msg); goto done; }
+            have_ctok = 1;
+            r = qx_calib_text_load(calib_path, &ct, &e);
+            if (r != QUAROT_OK) {
+                rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
+                                 "%s", e.msg);
+                goto done;
+            }
+            r = qx_calib_windows(&ct, &ctok, QX_WINDOWING_STREAM, seq_len, 0, &cw, &e);
+            qx_calib_text_free(&ct);
+            if (r == QUAROT_ERR_INVALID_ARGUMENT) {
+                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (--nsamples %lld)", calib_path,
+                                 (long long)seq_len, (long long)nsamples);
+                goto done;
+            }
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: calibration windows: %s", calib_path, e.msg); goto done; }
+            have_cw = 1;
+            if (cw.n < nsamples) {
+                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld", calib_path,
+                                 (long long)cw.n, (long long)seq_len, (long long)nsamples);
+                goto done;
+            }
+        }
         if (!dry) goto run;
         printf("dry run: %s (%s, %lld layers) -> %s (%s), rotation %s; nothing written\n", in, s.source_format, (long long)s.config.n_layers,
                out, o.format == QZ_GGUF ? (o.bits == 4 ? "GGUF Q4_0" : "GGUF Q8_0") : "quarot-packed", rotation);
@@ -816,6 +1152,19 @@ int qx_cmd_quantize(int argc, char** argv) {
     }
 run:
     qz_items_free(&sink);
+    memset(&wst, 0, sizeof wst);
+    memset(&qd, 0, sizeof qd);   /* --w-quant gptq: the stage's options */
+    qd.method = QUAROT_WQUANT_GPTQ;
+    qd.weight.bits = o.bits;
+    qd.weight.asymmetric = o.asym;
+    qd.weight.group_size = o.format == QZ_GGUF ? QX_GGML_QK : o.group;
+    qd.weight.clip_search = o.clip_search ? QUAROT_CLIP_SEARCH_LP : 0;
+    qd.percdamp = percdamp;
+    qd.act_order = act_order;
+    qd.nsamples = nsamples;
+    qd.seq_len = seq_len;
+    qd.keep_indivisible = o.format == QZ_GGUF;   /* rows not whole blocks of 32 stay F16 */
+    qd.dead_fallback = 1;
     memset(&rs, 0, sizeof rs);
     rs.begin = qz_begin;
     rs.put = qz_put;
@@ -845,8 +1194,36 @@ run:
         ro.progress = qz_on_progress;
         ro.user = &pr;
         ro.sink = &rs;
-        r = qx_rotate_file(&s, &desc, &ro, &st, &e);
-        if (pr.stage) qx_cli_progress_end(&cli, "rotation + quantization");
+        if (o.gptq) {   /* the rotated model into qs, then the stage */
+            qz_collect col;
+            memset(&col, 0, sizeof col);
+            col.dst = &qs;
+            memset(&cs, 0, sizeof cs);
+            cs.begin = qz_collect_begin;
+            cs.put = qz_collect_put;
+            cs.finish = qz_collect_finish;
+            cs.abort = qz_collect_abort;
+            cs.user = &col;
+            ro.sink = &cs;
+            have_q = 1;
+            r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+            if (pr.stage) qx_cli_progress_end(&cli, "rotation");
+            if (r == QUAROT_OK) {
+                qx_cli_phase(&cli);
+                r = qz_stage_write(&sink, &qs, &qd, &list, &cw, &wst, &e);
+            }
+        } else {
+            r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+            if (pr.stage) qx_cli_progress_end(&cli, "rotation + quantization");
+        }
+    } else if (o.gptq) {   /* the model as it is, in f32, through the stage */
+        r = qx_store_clone(&s, &qs);
+        if (r == QUAROT_OK) {
+            have_q = 1;
+            r = qx_store_convert(&qs, QUAROT_DTYPE_F32);
+        }
+        if (r != QUAROT_OK) qx_err_set(&e, "copying the model: %s", quarot_result_string(r));
+        else r = qz_stage_write(&sink, &qs, &qd, NULL, &cw, &wst, &e);
     } else {
         /* the model as it is: every tensor straight to the output */
         int64_t n = s.count, j;
@@ -894,11 +1271,23 @@ run:
         printf("  format: quarot-packed v%d, %d-bit %s weights, %s, %s scales; activations %d-bit, K %d-bit, V %d-bit\n", QX_PACKED_VERSION,
                o.bits, o.asym ? "asymmetric" : "symmetric", o.group ? "per group" : "per output channel",
                o.scale_dtype == QUAROT_DTYPE_F16 ? "f16" : "f32", o.act.a_bits, o.act.k_bits, o.act.v_bits);
-    printf("  weights: RTN%s (round to nearest per %s)\n", o.clip_search ? " with clip search" : "", o.format == QZ_GGUF || o.group ? "group" : "output channel");
+    if (o.gptq)
+        printf("  weights: GPTQ%s per %s on %s: %lld windows of %lld tokens (stream windowing, %lld tokens), percdamp %g%s, "
+               "layer by layer%s, each calibrated on the quantized layers before it (%.1f s)\n",
+               o.clip_search ? " with clip search (|err|^2.4)" : "", o.format == QZ_GGUF || o.group ? "group" : "output channel", calib_path,
+               (long long)wst.windows, (long long)seq_len, (long long)wst.tokens, percdamp > 0 ? percdamp : 0.01,
+               act_order ? ", act-order (static groups)" : "", list.count ? " with the online hooks" : "", wst.seconds);
+    else
+        printf("  weights: RTN%s (round to nearest per %s)\n", o.clip_search ? " with clip search (|err|^2.4)" : "",
+               o.format == QZ_GGUF || o.group ? "group" : "output channel");
     qz_summary(&o, &sink);
     fflush(stdout);
 done:
     qx_tokenizer_free(&tok);
+    if (have_ctok) qx_tokenizer_free(&ctok);
+    if (have_cw) qx_windows_free(&cw);
+    if (have_q) qx_store_free(&qs);
+    qz_codes_free(&sink);
     qz_items_free(&sink);
     quarot_online_list_free(&list);
     quarot_adapt_context_free(&ctx);

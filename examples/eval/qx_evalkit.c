@@ -157,7 +157,7 @@ static void qx__lw_prog(void* user, int64_t done, int64_t total) {
 }
 
 static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3,
-                                          qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
+                                          int online, quarot_rotation_kind r1, qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
                                           qx_ek_layer_fn progress, void* user, qx_err* e) {
     const char* who = context ? "Adapt Rotation" : "QuaRot";
     quarot_rotate_desc d;
@@ -172,7 +172,8 @@ static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, co
         d.context = context;
         d.seed = seed = context->seed;
     }
-    d.online = 1;
+    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d.rotation = r1;
+    d.online = online;
     d.r3 = r3;
     d.online_out = hooks;
     u.fn = progress;
@@ -230,7 +231,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
     char r4[160] = "", heads[160] = "", r3t[160] = "";
     if (recipe && recipe_cap) recipe[0] = '\0';
     quarot_online_list_init(hooks, NULL);
-    if (qx_lw_mapped(src)) return qx__rotate_layerwise(src, seed, context, r3, dst, hooks, recipe, recipe_cap, progress, user, e);
+    if (qx_lw_mapped(src)) return qx__rotate_layerwise(src, seed, context, r3, online, r1, dst, hooks, recipe, recipe_cap, progress, user, e);
     r = qx_store_clone(src, dst);
     if (r != QUAROT_OK) {
         qx_err_set(e, "copying the model: %s", quarot_result_string(r));
