@@ -2125,6 +2125,8 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 
 // >>convert
 // One kernel per (conversion, ISA); the SIMD ones run whole vectors and hand the tail to _ref.
+// quarot_convert takes untyped buffers that may be unaligned (rows of a file mapping), so every
+// scalar access goes through memcpy and every vector access is an unaligned load / store.
 // f64 -> f16/bf16: round to odd into f32 (quarot__f64_to_f32_odd), then the f32 conversion; NaNs
 // become sign | quiet NaN with an empty payload first, which both f32 conversions keep as it is.
 #if defined(QUAROT__HAVE_SSE2) && defined(__F16C__)
@@ -2134,22 +2136,22 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 static void quarot__cvt_h2f_ref(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__f16_to_f32_1(h); }
+    for (i = 0; i < n; ++i) { uint16_t h; float f; memcpy(&h, p + 2 * i, 2); f = quarot__f16_to_f32_1(h); memcpy((char*)out + 4 * i, &f, 4); }
 }
 static void quarot__cvt_f2h_ref(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_f16_1(in[i]); memcpy(p + 2 * i, &h, 2); }
+    for (i = 0; i < n; ++i) { float f; uint16_t h; memcpy(&f, (const char*)in + 4 * i, 4); h = quarot__f32_to_f16_1(f); memcpy(p + 2 * i, &h, 2); }
 }
 static void quarot__cvt_b2f_ref(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = quarot__bf16_to_f32_1(h); }
+    for (i = 0; i < n; ++i) { uint16_t h; float f; memcpy(&h, p + 2 * i, 2); f = quarot__bf16_to_f32_1(h); memcpy((char*)out + 4 * i, &f, 4); }
 }
 static void quarot__cvt_f2b_ref(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h = quarot__f32_to_bf16_1(in[i]); memcpy(p + 2 * i, &h, 2); }
+    for (i = 0; i < n; ++i) { float f; uint16_t h; memcpy(&f, (const char*)in + 4 * i, 4); h = quarot__f32_to_bf16_1(f); memcpy(p + 2 * i, &h, 2); }
 }
 // f64 -> f32 rounded to odd: toward zero, then the last bit set when inexact. |x| > FLT_MAX gives
 // +-FLT_MAX (odd), Inf stays Inf, NaN becomes sign | 0x7fc00000.
@@ -2172,15 +2174,15 @@ static float quarot__f64_to_f32_odd(double x) {
 }
 static void quarot__cvt_d2o_ref(const double* in, float* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) out[i] = quarot__f64_to_f32_odd(in[i]);
+    for (i = 0; i < n; ++i) { double d; float f; memcpy(&d, (const char*)in + 8 * i, 8); f = quarot__f64_to_f32_odd(d); memcpy((char*)out + 4 * i, &f, 4); }
 }
 static void quarot__cvt_d2f_ref(const double* in, float* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) out[i] = (float)in[i];
+    for (i = 0; i < n; ++i) { double d; float f; memcpy(&d, (const char*)in + 8 * i, 8); f = (float)d; memcpy((char*)out + 4 * i, &f, 4); }
 }
 static void quarot__cvt_f2d_ref(const float* in, double* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) out[i] = (double)in[i];
+    for (i = 0; i < n; ++i) { float f; double d; memcpy(&f, (const char*)in + 4 * i, 4); d = (double)f; memcpy((char*)out + 8 * i, &d, 8); }
 }
 
 // The kernels of one ISA. d2o: f64 -> f32 rounded to odd (above); d2f / f2d: plain casts (RNE).

@@ -16,7 +16,7 @@ static int rnd_int(int lo, int hi) { return lo + (int)(qt_uniform() * (double)(h
 /* The expected packed byte of a 4-bit group written out from the declaration's rule. */
 static void test_pack_layout(void) {
     int8_t q[5] = {-8, -1, 0, 7, 3}, back[5];
-    uint8_t p[3];
+    uint8_t p[5];   /* 4 bits: 3 bytes; 8 bits: 5 */
     int8_t big[2 * 300];
     uint8_t pb[2 * 300];
     int i;
