@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
 # Runs the given test programs (with an optional runner prefix in $QT_RUNNER, e.g. qemu-aarch64),
-# shows their output, and ends with the sum of their "N passed, M failed, K skipped" lines.
-# A program that crashes or prints no summary counts as one failure.
+# QT_JOBS at a time (default: the number of CPUs), shows their output in the order given, and ends
+# with the sum of their "N passed, M failed, K skipped" lines. A program that crashes or prints no
+# summary counts as one failure. The programs share nothing (each makes its own temporary
+# directory), so running them side by side changes no result, only the wall time.
 set -u
 passed=0; failed=0; skipped=0
+jobs=${QT_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/qt_run_XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+i=0
+for t in "$@"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n 2>/dev/null || break; done
+    ( ${QT_RUNNER:-} "$t" > "$tmp/$i.out" 2>&1; echo $? > "$tmp/$i.rc" ) &
+    i=$((i + 1))
+done
+wait
+i=0
 for t in "$@"; do
     name=$(basename "$t")
-    out=$(${QT_RUNNER:-} "$t" 2>&1); rc=$?
+    out=$(cat "$tmp/$i.out" 2>/dev/null); rc=$(cat "$tmp/$i.rc" 2>/dev/null || echo 99)
+    i=$((i + 1))
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E "^$name: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
     if [ -z "$line" ]; then
