@@ -423,8 +423,10 @@ static void test_stream_weights_bitexact(void) {
         d.head_dim = 32;
         d.vocab = 200;
         d.max_seq = 128;
+        if (qt_quick() && fi % 2 != 0) continue;   /* under qemu: every other family, f16 storage only */
         for (dk = 0; dk < 3; ++dk) {
             qx_store s;
+            if (qt_quick() && dk != 1) continue;
             QT_OK(qx_synth_model(&s, &d, &e));
             if (dts[dk] != QUAROT_DTYPE_F32) QT_OK(qx_store_convert(&s, dts[dk]));
             V = V_of(&s);
