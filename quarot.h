@@ -3644,6 +3644,21 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 #define QUAROT__WITH(x) x      // blocks run the in-lane stages (they hold the lowest bits) ...
 #define QUAROT__WITHOUT(x)     // ... passes over larger strides do not
 #define QUAROT__NET1(a0)       // one register: no vector stage
+// The two-block row (2 * 2^LOGR registers' worth, one bit more than a register block): block A
+// (first half) goes through memory, block B stays in registers and meets A's vectors one by one in
+// the last stage h = n/2, so each element is loaded and stored once more only in A (a separate
+// radix-2 pass would reload and store the whole row).
+#define QUAROT__ST(t) QUAROT__VST(p + t * h, v##t);
+#define QUAROT__FIN(t) { QUAROT__V a_ = QUAROT__VLD(x + t * h); QUAROT__BF(a_, v##t)           \
+    if (post) { a_ = QUAROT__VMUL(a_, QUAROT__VLD(post + t * h));                              \
+                v##t = QUAROT__VMUL(v##t, QUAROT__VLD(post + half + t * h)); }                  \
+    if (scale) { a_ = QUAROT__VMUL(a_, sv); v##t = QUAROT__VMUL(v##t, sv); }                   \
+    QUAROT__VST(x + t * h, a_); QUAROT__VST(x + half + t * h, v##t); }
+#define QUAROT__TWOBLK(N) { QUAROT__V QUAROT__V##N;                                            \
+    p = x; q = pre; QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL)                     \
+    QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) QUAROT__REP##N(QUAROT__ST)                    \
+    p = x + half; q = pre ? pre + half : NULL; QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL) \
+    QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) QUAROT__REP##N(QUAROT__FIN) }
 
 // The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
 // quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
@@ -3662,6 +3677,15 @@ static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const 
         case 3: QUAROT__RADIX(8, QUAROT__WITH) break;                                            \
         default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
     }                                                                                            \
+}                                                                                                \
+/* 2 * W * 2^LOGR floats at x: two register blocks, then the last stage fused into block B */      \
+static void quarot__wht_two_f32_##isa(float* x, const float* pre, const float* post,          \
+                                       const float* scale) {                                     \
+    const int64_t h = QUAROT__W, half = (int64_t)QUAROT__W << QUAROT__LOGR;                      \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const float* q;                                                                              \
+    float* p;                                                                                    \
+    if (QUAROT__LOGR == 3) QUAROT__TWOBLK(8) else QUAROT__TWOBLK(16)                             \
 }                                                                                                \
 /* For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold      \
    bits b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row   \
@@ -3699,6 +3723,7 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
         quarot__wht_blk_f32_##isa(x, L - QUAROT__LOGW, pre, post, scale);                        \
         return;                                                                                  \
     }                                                                                            \
+    if (L - QUAROT__LOGW == QUAROT__LOGR + 1) { quarot__wht_two_f32_##isa(x, pre, post, scale); return; } \
     /* choose lc: fewest passes, never a 1-bit pass over the whole row */                     \
     for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
         const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
