@@ -241,7 +241,7 @@ static void expect_engine_fail(const unsigned char* buf, size_t len, quarot_resu
     r = qx_engine_init_packed(&en, buf, len, "bad.safetensors", NULL, &e);
     QT_CHECKF(r == want, "%s: %s (want %s): %s", what, quarot_result_string(r), quarot_result_string(want), e.msg);
     QT_CHECKF(strstr(e.msg, msg) != NULL && !strchr(e.msg, '\n'), "%s: '%s' lacks '%s'", what, e.msg, msg);
-    QT_CHECK(en.n_blocks == 0 && en.layers == NULL && en.file_hooks == NULL);
+    QT_CHECK(en.arena.n_blocks == 0 && en.layers == NULL && en.file_hooks == NULL);
     if (r == QUAROT_OK) qx_engine_free(&en);
 }
 

@@ -454,7 +454,7 @@ static void test_stream_weights_bitexact(void) {
                     dl.last = -1;
                     dl.order_ok = 1;
                     QT_OK(qx_forward_init(&f, &s, &o, &e));
-                    if (dk == 0 && qz == 0) QT_CHECKF(f.layer_floats > 0 && f.n_blocks <= 4, "%s: %lld blocks", arch, (long long)f.n_blocks);
+                    if (dk == 0 && qz == 0) QT_CHECKF(f.layer_floats > 0 && f.arena.n_blocks <= 4, "%s: %lld blocks", arch, (long long)f.arena.n_blocks);
                     memset(got, 0, (size_t)(T * V) * sizeof(float));
                     QT_OK(qx_forward_window(&f, toks, T, got, &e));
                     QT_CHECKF(memcmp(ref, got, (size_t)(T * V) * sizeof(float)) == 0, "%s dtype %d quant %d, %d threads: layer-wise differs (window)",
