@@ -18,6 +18,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
+#include "fmt_util.h"
 #include "qx_cli.h"
 #include "qx_eval.h"
 #include "qx_evalkit.h"
@@ -33,41 +34,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
 static char g_model[512], g_text[512], g_tmpdir[512];
 static qx_synth_desc g_d;
 static double g_layer_mib, g_embed_mib, g_model_mib;
 
-static double field_after(const char* text, const char* key) {
-    const char* p = strstr(text, key);
-    return p ? atof(p + strlen(key)) : -1.0;
-}
-
-static int dir_empty(const char* path) {
-    DIR* d = opendir(path);
-    struct dirent* e;
-    int n = 0;
-    if (!d) return 0;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) ++n;
-    closedir(d);
-    return n == 0;
-}
-
 static int setup(void) {
-    qx_store s;
-    qx_err e;
-    qx_l2c_write_opts wo;
     char dir[600], tokp[700];
     FILE* f;
     int i, quick = qt_quick();
@@ -85,16 +56,11 @@ static int setup(void) {
     g_d.head_dim = g_d.hidden / 8;
     g_d.max_seq = 256;
     g_d.tied = 1;
-    if (qx_synth_model(&s, &g_d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
     snprintf(dir, sizeof dir, "%s/m", g_tmp);
     mkdir(dir, 0755);
     snprintf(g_model, sizeof g_model, "%s/m/model.bin", g_tmp);
     snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
-    memset(&wo, 0, sizeof wo);
-    wo.format = QX_L2C_V0;
-    if (qx_l2c_write_file(&s, g_model, &wo, &e) != QUAROT_OK) { printf("    write: %s\n", e.msg); qx_store_free(&s); return 0; }
-    qx_store_free(&s);
-    if (!write_tokenizer(tokp)) return 0;
+    if (!cu_write_synth_l2c(&g_d, g_model) || !write_tokenizer(tokp)) return 0;
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_tmp);
     f = fopen(g_text, "wb");
     if (!f) return 0;
@@ -187,7 +153,7 @@ static void test_eval_layerwise(void) {
                        g_model, g_text), 0);
     QT_CHECKF(strstr(g_out, "QuaRot") != NULL, "no table: %s", g_out);
     check_peak("eval", field_after(g_err, "peak resident "));
-    QT_CHECKF(dir_empty(g_tmpdir), "eval left files in %s", g_tmpdir);
+    QT_CHECKF(fu_count_entries(g_tmpdir) == 0, "eval left files in %s", g_tmpdir);
     in_memory_table(ppl);
     for (i = 0; i < 2; ++i) {   /* "FP32   x   y (..%)" and "W4A4   x   y (..%)": the same digits */
         const char* row = strstr(g_out, i ? "\nW4A4 " : "\nFP32 ");
@@ -212,7 +178,7 @@ static void test_calibrate_layerwise(void) {
     QT_EQ_INT(run_prog(pre, g_bin, "calibrate '%s' --text '%s' -o '%s' --seq-len 64 --windows 3 --steps 2 --max-samples 64 --block-size 64 --threads 1 --quiet",
                        g_model, g_text, ctx), 0);
     check_peak("calibrate", field_after(g_out, "peak resident "));
-    QT_CHECKF(dir_empty(g_tmpdir), "calibrate left files in %s", g_tmpdir);
+    QT_CHECKF(fu_count_entries(g_tmpdir) == 0, "calibrate left files in %s", g_tmpdir);
     remove(ctx);
 }
 
@@ -263,7 +229,7 @@ static void test_formats_f16(void) {
         snprintf(pre, sizeof pre, "TMPDIR='%s'", g_tmpdir);
         QT_EQ_INT(run_prog(pre, g_bin, "eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --windows 2 --w-bits 4 --a-bits 4 --threads 1 --quiet",
                            path, tokp, g_text), 0);
-        QT_CHECKF(dir_empty(g_tmpdir), "eval left files in %s", g_tmpdir);
+        QT_CHECKF(fu_count_entries(g_tmpdir) == 0, "eval left files in %s", g_tmpdir);
         row = strstr(g_out, "\nW4A4 ");
         QT_CHECKF(row && sscanf(row + 6, "%lf %lf", &a, &b) == 2, "%s: no W4A4 row: %s", path, g_out);
         /* the in-memory path */
