@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "qx_file.h"
 #include "qx_llama2c.h"
@@ -193,6 +194,31 @@ QT_UNUSED static double row_value(const char* row) {
         p += n;
     }
     return -1.0;
+}
+
+/* The start of a CLI test's main: g_bin = the quarot binary one level above the test program
+   (build/tests/test_x -> build/quarot), g_tmp = a new scratch directory /tmp/qx_NAME_XXXXXX. When
+   either cannot be had: 0, after a line saying why and the summary line of a failed run of NAME. */
+QT_UNUSED static int cu_start(const char* argv0, const char* name) {
+    const char* slash = strrchr(argv0, '/');
+    size_t dl = slash ? (size_t)(slash - argv0) : 0;
+    int ok;
+    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv0, dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_%s_XXXXXX", name);
+    ok = access(g_bin, X_OK) == 0 && mkdtemp(g_tmp) != NULL;
+    if (!ok) {
+        printf("  cannot set up (%s, %s; build the binary with make)\n", g_tmp, g_bin);
+        printf("%s: 0 passed, 1 failed, 0 skipped\n", name);
+    }
+    return ok;
+}
+
+/* The end of a CLI test's main: removes g_tmp and what it holds (kept when QT_KEEP is set). */
+QT_UNUSED static void cu_finish(void) {
+    char cmd[512];
+    if (getenv("QT_KEEP")) return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
 }
 
 #endif

@@ -282,13 +282,9 @@ static void test_formats_f16(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash = strrchr(argv[0], '/');
-    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
-    char cmd[700];
     (void)argc;
-    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_layerwise_XXXXXX");
-    if (!mkdtemp(g_tmp) || !setup()) {
+    if (!cu_start(argv[0], "test_cli_layerwise")) return 1;
+    if (!setup()) {
         printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
         printf("test_cli_layerwise: 0 passed, 1 failed, 0 skipped\n");
         return 1;
@@ -296,7 +292,6 @@ int main(int argc, char** argv) {
     QT_RUN(test_eval_layerwise);
     QT_RUN(test_calibrate_layerwise);
     QT_RUN(test_formats_f16);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    if (!getenv("QT_KEEP") && system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
+    cu_finish();
     return qt_finish("test_cli_layerwise");
 }

@@ -130,24 +130,11 @@ static void test_gptq_run(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash;
     (void)argc;
-    slash = strrchr(argv[0], '/');
-    if (slash) snprintf(g_bin, sizeof g_bin, "%.*s/../quarot", (int)(slash - argv[0]), argv[0]);
-    else snprintf(g_bin, sizeof g_bin, "../quarot");
-    if (access(g_bin, X_OK) != 0) {
-        printf("  FAIL: %s not found (build it with make)\n", g_bin);
-        printf("test_cli_wquant: 0 passed, 1 failed, 0 skipped\n");
-        return 1;
-    }
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_wquant_XXXXXX");
-    if (!mkdtemp(g_tmp)) {
-        printf("  FAIL: mkdtemp: %s\n", strerror(errno));
-        return 1;
-    }
+    if (!cu_start(argv[0], "test_cli_wquant")) return 1;
     QT_RUN(test_cell_routing);
     QT_RUN(test_bad_input);
     QT_RUN(test_gptq_run);
-    rmdir(g_tmp);
+    cu_finish();
     return qt_finish("test_cli_wquant");
 }
