@@ -31,6 +31,18 @@
 #ifndef UNDER_ASAN
 #define UNDER_ASAN 0
 #endif
+/* CLI_SANITIZED: 1 under AddressSanitizer, and under UBSan where the compiler can tell (clang):
+   the heaviest runs shrink there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CLI_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define CLI_SANITIZED 1
+#endif
+#endif
+#ifndef CLI_SANITIZED
+#define CLI_SANITIZED 0
+#endif
 
 QT_UNUSED static char g_bin[4096], g_tmp[256];
 QT_UNUSED static char g_out[1 << 16], g_err[1 << 16];   /* the last run's stdout and stderr */

@@ -42,17 +42,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CLI_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-#define CLI_SANITIZED 1
-#endif
-#endif
-#ifndef CLI_SANITIZED
-#define CLI_SANITIZED 0
-#endif
-
 static char MODEL[512], TOK[512], TEXT[512], JSONL[512];
 static int SYN_OK;
 
