@@ -85,28 +85,18 @@ static void check_peak(const char* what, double peak) {
     }
 }
 
-/* The perplexity of one table cell, as printed ("%.4f"), from the in-memory path of this process. */
-static void in_memory_table(double ppl[2][2]) {
-    qx_store mapped, mem, rot;
+/* Two windows of 64 tokens of g_text under the tokenizer at tokp, windowed as the tool does (one
+   stream, BOS first): the in-memory runs score the same tokens as `quarot eval`. */
+static void text_windows(const char* tokp, int64_t vocab, qx_windows* win) {
     qx_tokenizer tok;
-    qx_windows win;
     qx_ppl_opts po;
-    quarot_online_list hooks;
-    qx_load_opts lo;
     qx_err e;
     char* text = NULL;
     size_t len = 0;
     int32_t* stream;
     int64_t n = 0, cap;
-    int i, j;
-    char tokp[700];
-    memset(&lo, 0, sizeof lo);
-    ppl[0][0] = ppl[0][1] = ppl[1][0] = ppl[1][1] = -1.0;
-    QT_OK(qx_cli_load_model(g_model, &lo, &mapped, &e));
-    QT_OK(qx_store_clone(&mapped, &mem));   /* owned copies: the in-memory path (no mapping) */
-    qx_store_free(&mapped);
-    snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
-    QT_OK(qx_tokenizer_load(&tok, tokp, (int32_t)mem.config.vocab, &e));
+    memset(win, 0, sizeof *win);
+    QT_OK(qx_tokenizer_load(&tok, tokp, (int32_t)vocab, &e));
     QT_OK(qx_ek_read_file(g_text, &text, &len, &e));
     cap = qx_tokenizer_max_tokens(len);
     stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
@@ -115,7 +105,28 @@ static void in_memory_table(double ppl[2][2]) {
     memset(&po, 0, sizeof po);
     po.seq_len = 64;
     po.max_windows = 2;
-    QT_OK(qx_windows_stream(&win, stream, n, &po, &e));
+    QT_OK(qx_windows_stream(win, stream, n, &po, &e));
+    free(stream);
+    free(text);
+    qx_tokenizer_free(&tok);
+}
+
+/* The perplexity of one table cell, as printed ("%.4f"), from the in-memory path of this process. */
+static void in_memory_table(double ppl[2][2]) {
+    qx_store mapped, mem, rot;
+    qx_windows win;
+    quarot_online_list hooks;
+    qx_load_opts lo;
+    qx_err e;
+    int i, j;
+    char tokp[700];
+    memset(&lo, 0, sizeof lo);
+    ppl[0][0] = ppl[0][1] = ppl[1][0] = ppl[1][1] = -1.0;
+    QT_OK(qx_cli_load_model(g_model, &lo, &mapped, &e));
+    QT_OK(qx_store_clone(&mapped, &mem));   /* owned copies: the in-memory path (no mapping) */
+    qx_store_free(&mapped);
+    snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
+    text_windows(tokp, mem.config.vocab, &win);
     QT_OK(qx_ek_quarot(&mem, 0, 0, &rot, &hooks, NULL, 0, NULL, NULL, &e));
     for (i = 0; i < 2; ++i) {          /* rows FP32, W4A4 */
         qx_ek_setting st;
@@ -138,9 +149,6 @@ static void in_memory_table(double ppl[2][2]) {
     quarot_online_list_free(&hooks);
     qx_store_free(&rot);
     qx_windows_free(&win);
-    free(stream);
-    free(text);
-    qx_tokenizer_free(&tok);
     qx_store_free(&mem);
 }
 
@@ -196,14 +204,8 @@ static void test_formats_f16(void) {
         qx_err e;
         qx_load_opts lo;
         quarot_online_list hooks;
-        qx_tokenizer tok;
         qx_windows win;
-        qx_ppl_opts po;
         char path[700], pre[700], tokp[700];
-        char* text = NULL;
-        size_t len = 0;
-        int32_t* stream;
-        int64_t n = 0, cap;
         double ppl[2] = {0, 0}, a = -1, b = -1;
         const char* row;
         int j;
@@ -236,16 +238,7 @@ static void test_formats_f16(void) {
         memset(&lo, 0, sizeof lo);
         lo.copy = 1;
         QT_OK(qx_cli_load_model(path, &lo, &mem, &e));
-        QT_OK(qx_tokenizer_load(&tok, tokp, (int32_t)mem.config.vocab, &e));
-        QT_OK(qx_ek_read_file(g_text, &text, &len, &e));
-        cap = qx_tokenizer_max_tokens(len);
-        stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
-        QT_CHECK(stream != NULL);
-        QT_OK(qx_tokenizer_encode(&tok, text, len, 0, 0, stream, cap, &n, &e));
-        memset(&po, 0, sizeof po);
-        po.seq_len = 64;
-        po.max_windows = 2;
-        QT_OK(qx_windows_stream(&win, stream, n, &po, &e));
+        text_windows(tokp, mem.config.vocab, &win);
         QT_OK(qx_ek_quarot(&mem, 0, 0, &rot, &hooks, NULL, 0, NULL, NULL, &e));
         for (j = 0; j < 2; ++j) {
             qx_ek_setting st;
@@ -274,9 +267,6 @@ static void test_formats_f16(void) {
         quarot_online_list_free(&hooks);
         qx_store_free(&rot);
         qx_windows_free(&win);
-        free(stream);
-        free(text);
-        qx_tokenizer_free(&tok);
         qx_store_free(&mem);
     }
 }
