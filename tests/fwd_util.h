@@ -1,5 +1,6 @@
 /* fwd_util.h - helpers shared by the tests of the reference forward pass on synthetic models
-   (test_forward.c, test_synth.c): the logits of one window, a random orthogonal matrix and the
+   (test_forward.c, test_synth.c, test_pipeline.c, test_adapt.c): the logits of one window (with or
+   without a model's online hooks), a random orthogonal matrix and the
    product of rows with it (online rotations applied by hand), and the relative rms error between
    two logit arrays. Include after qt.h. */
 #ifndef FWD_UTIL_H
@@ -9,8 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "qx_forward.h"
+#include "qx_online.h"
 
 /* Logits [T][vocab] of tokens toks[T] through s with options o (NULL: defaults), malloc'ed; NULL
    (and why on stdout) when the forward pass fails. */
@@ -32,6 +35,34 @@ QT_UNUSED static float* run_window(const qx_store* s, const qx_forward_opts* o, 
         return NULL;
     }
     return lg;
+}
+
+/* The same with the online hooks of list applied (qx_online; list NULL: none); NULL also when a hook
+   failed. */
+QT_UNUSED static float* run_window_hooks(const qx_store* s, const quarot_online_list* list, const int32_t* toks, int64_t T) {
+    qx_forward f;
+    qx_forward_opts o;
+    qx_online_ctx ctx;
+    qx_err e;
+    float* logits = (float*)malloc((size_t)(T * s->config.vocab) * sizeof(float));
+    memset(&o, 0, sizeof o);
+    qx_online_ctx_init(&ctx, list);
+    if (list) { o.online = qx_online_hooks; o.online_user = &ctx; }
+    if (qx_forward_init(&f, s, &o, &e) != QUAROT_OK) {
+        printf("    forward init: %s\n", e.msg);
+        free(logits);
+        qx_online_ctx_free(&ctx);
+        return NULL;
+    }
+    if (qx_forward_window(&f, toks, T, logits, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); free(logits); logits = NULL; }
+    if (logits && list && ctx.status != QUAROT_OK) {
+        printf("    online hooks: %s\n", quarot_result_string(ctx.status));
+        free(logits);
+        logits = NULL;
+    }
+    qx_forward_free(&f);
+    qx_online_ctx_free(&ctx);
+    return logits;
 }
 
 /* Random orthogonal Q [n][n] (malloc'ed): Gaussian rows from qt_seed(seed), modified Gram-Schmidt
