@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "qx_gguf.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -37,17 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         qx_gguf_file_free(&f);
     }
     qx_store_init(&s);
-    if (qx_gguf_read_mem(data, size, "fuzz.gguf", &s, &e) == QUAROT_OK) {
-        int64_t i, r;
-        for (i = 0; i < s.count; ++i) {
-            const quarot_tensor* t = &s.items[i].t;
-            float* row = (float*)malloc((size_t)t->ne[0] * sizeof *row);
-            if (!row) break;
-            for (r = 0; r < quarot_tensor_nrows(t); ++r)
-                if (quarot_tensor_get_row_f32(t, r, row) != QUAROT_OK) __builtin_trap();
-            free(row);
-        }
-    }
+    if (qx_gguf_read_mem(data, size, "fuzz.gguf", &s, &e) == QUAROT_OK) fz_read_rows(&s);
     qx_store_free(&s);
     return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "qx_engine.h"
 #include "qx_packed.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -48,17 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         qx_packed_file_free(&f);
     }
     qx_store_init(&s);
-    if (qx_packed_read_mem(data, size, "fuzz.safetensors", &s, &e) == QUAROT_OK) {
-        int64_t i, r;
-        for (i = 0; i < s.count; ++i) {
-            const quarot_tensor* t = &s.items[i].t;
-            float* row = (float*)malloc((size_t)t->ne[0] * sizeof *row);
-            if (!row) break;
-            for (r = 0; r < quarot_tensor_nrows(t); ++r)
-                if (quarot_tensor_get_row_f32(t, r, row) != QUAROT_OK) __builtin_trap();
-            free(row);
-        }
-    }
+    if (qx_packed_read_mem(data, size, "fuzz.safetensors", &s, &e) == QUAROT_OK) fz_read_rows(&s);
     qx_store_free(&s);
     {
         qx_engine en;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "qx_safetensors.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -19,17 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.skip_unsupported = size & 1;
     qx_store_init(&s);
     if (qx_st_read_mem(data, size, "fuzz.safetensors", &s, &o, &e) == QUAROT_OK) {
-        int64_t i, r;
         size_t ml;
         const char* meta = (const char*)qx_store_get_blob(&s, "safetensors.metadata", &ml);
-        for (i = 0; i < s.count; ++i) {
-            const quarot_tensor* t = &s.items[i].t;
-            float* row = (float*)malloc((size_t)t->ne[0] * sizeof *row);
-            if (!row) break;
-            for (r = 0; r < quarot_tensor_nrows(t); ++r)
-                if (quarot_tensor_get_row_f32(t, r, row) != QUAROT_OK) __builtin_trap();
-            free(row);
-        }
+        fz_read_rows(&s);
         if (meta) {
             qx_json_doc d;
             if (qx_json_parse(meta, ml, "meta", NULL, &d, &e) != QUAROT_OK) __builtin_trap();

@@ -1,6 +1,7 @@
-/* cli_util.h - helpers shared by the CLI tests (test_cli_rotate.c, test_cli_adapt.c,
-   test_cli_eval.c): running a program through $QT_RUNNER with its stdout and stderr captured,
-   scratch paths and files, and the byte-level llama2.c tokenizer of the synthetic models.
+/* cli_util.h - helpers shared by the CLI tests (test_cli_*.c, test_engine_packed.c): running a
+   program through $QT_RUNNER with its stdout and stderr captured, scratch paths and files, the
+   byte-level llama2.c tokenizer and the model / text files of the synthetic models, reading numbers
+   out of the tool's reports.
    Include after qt.h; the including test sets g_bin (the quarot binary) and g_tmp (its scratch
    directory). */
 #ifndef CLI_UTIL_H
@@ -12,12 +13,46 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "qx_file.h"
+#include "qx_llama2c.h"
 #include "qx_synth.h"
+
+/* UNDER_ASAN: 1 in an AddressSanitizer build (peak-memory checks loosen or skip there: its shadow
+   memory and quarantine inflate the peaks). */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+/* CLI_SANITIZED: 1 under AddressSanitizer, and under UBSan where the compiler can tell (clang):
+   the heaviest runs shrink there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CLI_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define CLI_SANITIZED 1
+#endif
+#endif
+#ifndef CLI_SANITIZED
+#define CLI_SANITIZED 0
+#endif
 
 QT_UNUSED static char g_bin[4096], g_tmp[256];
 QT_UNUSED static char g_out[1 << 16], g_err[1 << 16];   /* the last run's stdout and stderr */
+
+/* The number written after `key` in text (e.g. a "peak RSS " field of the tool's report); -1 when
+   key is not there. */
+QT_UNUSED static double field_after(const char* text, const char* key) {
+    const char* p = strstr(text, key);
+    return p ? atof(p + strlen(key)) : -1.0;
+}
 
 QT_UNUSED static void cu_read_text(const char* path, char* buf, size_t cap) {
     FILE* f = fopen(path, "rb");
@@ -136,6 +171,66 @@ QT_UNUSED static void cu_synth_desc(qx_synth_desc* d) {
     d->n_kv_heads = 2;
     d->head_dim = 16;
     d->max_seq = 128;
+}
+
+/* Writes the synthetic model of d as a llama2.c (v0) file at path; 0 (and why on stdout) when it
+   cannot. */
+QT_UNUSED static int cu_write_synth_l2c(const qx_synth_desc* d, const char* path) {
+    qx_store s;
+    qx_err e;
+    qx_l2c_write_opts wo;
+    if (qx_synth_model(&s, d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
+    memset(&wo, 0, sizeof wo);
+    wo.format = QX_L2C_V0;
+    if (qx_l2c_write_file(&s, path, &wo, &e) != QUAROT_OK) { printf("    write: %s\n", e.msg); qx_store_free(&s); return 0; }
+    qx_store_free(&s);
+    return 1;
+}
+
+/* A text file of `reps` copies of one plain sentence (every byte in the synthetic tokenizer). */
+QT_UNUSED static int cu_write_sentences(const char* path, int reps) {
+    FILE* f = fopen(path, "wb");
+    int i;
+    if (!f) return 0;
+    for (i = 0; i < reps; ++i) fputs("the cat sat on the mat and then it ran into the garden where a bird sang. ", f);
+    return fclose(f) == 0;
+}
+
+/* The first number of the table row `row` ("FP32", "W4A16") in g_out (a row starts a line and the
+   name is followed by a space); -1 when absent. */
+QT_UNUSED static double row_value(const char* row) {
+    const char* p = g_out;
+    size_t n = strlen(row);
+    while ((p = strstr(p, row)) != NULL) {
+        if ((p == g_out || p[-1] == '\n') && p[n] == ' ') return atof(p + n);
+        p += n;
+    }
+    return -1.0;
+}
+
+/* The start of a CLI test's main: g_bin = the quarot binary one level above the test program
+   (build/tests/test_x -> build/quarot), g_tmp = a new scratch directory /tmp/qx_NAME_XXXXXX. When
+   either cannot be had: 0, after a line saying why and the summary line of a failed run of NAME. */
+QT_UNUSED static int cu_start(const char* argv0, const char* name) {
+    const char* slash = strrchr(argv0, '/');
+    size_t dl = slash ? (size_t)(slash - argv0) : 0;
+    int ok;
+    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv0, dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_%s_XXXXXX", name);
+    ok = access(g_bin, X_OK) == 0 && mkdtemp(g_tmp) != NULL;
+    if (!ok) {
+        printf("  cannot set up (%s, %s; build the binary with make)\n", g_tmp, g_bin);
+        printf("%s: 0 passed, 1 failed, 0 skipped\n", name);
+    }
+    return ok;
+}
+
+/* The end of a CLI test's main: removes g_tmp and what it holds (kept when QT_KEEP is set). */
+QT_UNUSED static void cu_finish(void) {
+    char cmd[512];
+    if (getenv("QT_KEEP")) return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
 }
 
 #endif

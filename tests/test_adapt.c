@@ -13,6 +13,7 @@
    - kept rows of the capture are identified by the row index written into the data. */
 #include "quarot.h"
 #include "qt.h"
+#include "fwd_util.h"
 #include "qx_forward.h"
 #include "qx_model.h"
 #include "qx_online.h"
@@ -630,22 +631,8 @@ static void test_rotation_kind(void) {
 #define N_TOK 12
 static const int32_t tokens[N_TOK] = {1, 17, 5, 42, 9, 100, 3, 77, 28, 64, 11, 5};
 
-static float* run_logits(const qx_store* s, const quarot_online_list* list) {
-    qx_forward f;
-    qx_forward_opts o;
-    qx_online_ctx ctx;
-    qx_err e;
-    float* logits = (float*)malloc((size_t)(N_TOK * s->config.vocab) * sizeof(float));
-    memset(&o, 0, sizeof o);
-    qx_online_ctx_init(&ctx, list);
-    if (list) { o.online = qx_online_hooks; o.online_user = &ctx; }
-    if (qx_forward_init(&f, s, &o, &e) != QUAROT_OK) { printf("    forward init: %s\n", e.msg); free(logits); qx_online_ctx_free(&ctx); return NULL; }
-    if (qx_forward_window(&f, tokens, N_TOK, logits, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); free(logits); logits = NULL; }
-    if (list && ctx.status != QUAROT_OK) { free(logits); logits = NULL; }
-    qx_forward_free(&f);
-    qx_online_ctx_free(&ctx);
-    return logits;
-}
+/* Logits of model s on `tokens`, with hooks when list != NULL. Returns a malloc'd [N_TOK][vocab]. */
+static float* run_logits(const qx_store* s, const quarot_online_list* list) { return run_window_hooks(s, list, tokens, N_TOK); }
 
 static int stores_equal(const qx_store* a, const qx_store* b) {
     int64_t i;

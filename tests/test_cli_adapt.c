@@ -42,17 +42,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CLI_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-#define CLI_SANITIZED 1
-#endif
-#endif
-#ifndef CLI_SANITIZED
-#define CLI_SANITIZED 0
-#endif
-
 static char MODEL[512], TOK[512], TEXT[512], JSONL[512];
 static int SYN_OK;
 
@@ -706,20 +695,8 @@ static void test_stories(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash = strrchr(argv[0], '/');
-    char rm[600];
     (void)argc;
-    if (slash) snprintf(g_bin, sizeof g_bin, "%.*s/../quarot", (int)(slash - argv[0]), argv[0]);
-    else snprintf(g_bin, sizeof g_bin, "../quarot");
-    if (access(g_bin, X_OK) != 0) {
-        printf("  FAIL: %s not found (build it with make)\n", g_bin);
-        return 1;
-    }
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_adapt_XXXXXX");
-    if (!mkdtemp(g_tmp)) {
-        printf("  FAIL: cannot create a temporary directory\n");
-        return 1;
-    }
+    if (!cu_start(argv[0], "test_cli_adapt")) return 1;
     SYN_OK = setup();
     QT_RUN(test_help);
     QT_RUN(test_calibrate);
@@ -730,7 +707,6 @@ int main(int argc, char** argv) {
     QT_RUN(test_run_yaml_errors);
     QT_RUN(test_yaml_subset);
     QT_RUN(test_stories);
-    snprintf(rm, sizeof rm, "rm -rf '%s'", g_tmp);
-    if (system(rm) != 0) printf("    (could not remove %s)\n", g_tmp);
+    cu_finish();
     return qt_finish("test_cli_adapt");
 }

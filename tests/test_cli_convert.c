@@ -18,6 +18,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
+#include "model_util.h"
 #include "qx_cli.h"
 #include "qx_forward.h"
 #include "qx_gguf.h"
@@ -28,76 +29,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int load(const char* path, qx_store* s) {
-    qx_load_opts lo;
-    qx_err e;
-    memset(&lo, 0, sizeof lo);
-    lo.copy = 1;
-    if (qx_cli_load_model(path, &lo, s, &e) != QUAROT_OK) { printf("    load %s: %s\n", path, e.msg); return 0; }
-    return 1;
-}
-
-static int load_hooks(const char* path, quarot_online_list* l) {
-    size_t n = 0;
-    char* text = (char*)read_all(path, &n);
-    char err[256];
-    quarot_result r;
-    quarot_online_list_init(l, NULL);
-    if (!text) { printf("    cannot read %s\n", path); return 0; }
-    r = quarot_online_read(l, text, n, err, sizeof err);
-    free(text);
-    if (r != QUAROT_OK) { printf("    %s: %s\n", path, err); return 0; }
-    return 1;
-}
-
-static int logits_of(const qx_store* s, const quarot_online_list* hooks, const int32_t* tokens, int64_t T, float* out) {
-    qx_forward f;
-    qx_forward_opts o;
-    qx_online_ctx c;
-    qx_err e;
-    int ok;
-    memset(&o, 0, sizeof o);
-    qx_online_ctx_init(&c, hooks);
-    if (hooks) { o.online = qx_online_hooks; o.online_user = &c; }
-    if (qx_forward_init(&f, s, &o, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); qx_online_ctx_free(&c); return 0; }
-    ok = qx_forward_window(&f, tokens, T, out, &e) == QUAROT_OK && c.status == QUAROT_OK;
-    if (!ok) printf("    forward window: %s\n", e.msg);
-    if (hooks && c.calls == 0) { printf("    hooks were never applied\n"); ok = 0; }
-    qx_forward_free(&f);
-    qx_online_ctx_free(&c);
-    return ok;
-}
-
-/* max |logits(a) - logits(b)| / max |logits(a)| over 24 tokens (b with hooks hb, may be NULL) */
-static double rel_diff(const qx_store* a, const qx_store* b, const quarot_online_list* hb) {
-    int32_t tokens[24];
-    int64_t T = 24, V = a->config.vocab, i;
-    float *la = (float*)malloc((size_t)(T * V) * sizeof(float)), *lb = (float*)malloc((size_t)(T * V) * sizeof(float));
-    double diff = 0, amax = 0, out = 1e30;
-    for (i = 0; i < T; ++i) tokens[i] = (int32_t)((i * 37 + 1) % V);
-    if (la && lb && b->config.vocab == V && logits_of(a, NULL, tokens, T, la) && logits_of(b, hb, tokens, T, lb)) {
-        for (i = 0; i < T * V; ++i) {
-            double d = fabs((double)la[i] - (double)lb[i]);
-            if (d > diff) diff = d;
-            if (fabs((double)la[i]) > amax) amax = fabs((double)la[i]);
-        }
-        out = diff / (amax > 0 ? amax : 1);
-    }
-    free(la);
-    free(lb);
-    return out;
-}
-
 /* The logits of the file at `a` vs the file at `b` (hooks file hp or NULL). */
 static double file_diff(const char* a, const char* b, const char* hp) {
     qx_store sa, sb;
     quarot_online_list l;
     double r = 1e30;
     int have_l = 0;
-    if (!load(a, &sa)) return r;
-    if (!load(b, &sb)) { qx_store_free(&sa); return r; }
+    if (!load_model(a, &sa)) return r;
+    if (!load_model(b, &sb)) { qx_store_free(&sa); return r; }
     if (hp) have_l = load_hooks(hp, &l);
-    if (!hp || have_l) r = rel_diff(&sa, &sb, have_l ? &l : NULL);
+    if (!hp || have_l) r = logit_rel_diff(&sa, &sb, have_l ? &l : NULL, 24);
     if (have_l) quarot_online_list_free(&l);
     qx_store_free(&sa);
     qx_store_free(&sb);
@@ -368,23 +309,11 @@ static void test_mismatch(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash = strrchr(argv[0], '/');
-    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
     (void)argc;
-    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_convert_XXXXXX");
-    if (!mkdtemp(g_tmp) || !qx_path_exists(g_bin)) {
-        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
-        printf("test_cli_convert: 0 passed, 1 failed, 0 skipped\n");
-        return 1;
-    }
+    if (!cu_start(argv[0], "test_cli_convert")) return 1;
     QT_RUN(test_bin_gguf_safetensors);
     QT_RUN(test_qwen);
     QT_RUN(test_mismatch);
-    {
-        char cmd[512];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
-    }
+    cu_finish();
     return qt_finish("test_cli_convert");
 }

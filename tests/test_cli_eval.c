@@ -29,17 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CLI_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-#define CLI_SANITIZED 1
-#endif
-#endif
-#ifndef CLI_SANITIZED
-#define CLI_SANITIZED 0
-#endif
-
 static char BIN[4096];      /* the quarot binary */
 static char TMP[4096];      /* scratch directory, removed at the end */
 static char SYN_MODEL[4200], SYN_TEXT[4200], SYN_NOTOK[4200], SHORT_TEXT[4200];

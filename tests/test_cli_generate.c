@@ -116,20 +116,9 @@ static void test_bad_input(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash;
-    char rm[512];
     static char model[4096], text[4096];
     (void)argc;
-    slash = strrchr(argv[0], '/');
-    if (slash) snprintf(g_bin, sizeof g_bin, "%.*s/../quarot", (int)(slash - argv[0]), argv[0]);
-    else snprintf(g_bin, sizeof g_bin, "../quarot");
-    if (access(g_bin, X_OK) != 0) {
-        printf("  FAIL: %s not found (build it with make)\n", g_bin);
-        printf("test_cli_generate: 0 passed, 1 failed, 0 skipped\n");
-        return 1;
-    }
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_gen_XXXXXX");
-    if (!mkdtemp(g_tmp)) { printf("  FAIL: mkdtemp: %s\n", strerror(errno)); return 1; }
+    if (!cu_start(argv[0], "test_cli_generate")) return 1;
     if (qt_shared_path("models/stories260K/stories260K.bin") && qt_shared_path("models/stories260K/tok512.bin")) {
         strcpy(model, qt_shared_path("models/stories260K/stories260K.bin"));
         MODEL = model;
@@ -141,7 +130,6 @@ int main(int argc, char** argv) {
     QT_RUN(test_generate);
     QT_RUN(test_eval_engine);
     QT_RUN(test_bad_input);
-    snprintf(rm, sizeof rm, "rm -rf '%s'", g_tmp);
-    if (system(rm) != 0) printf("    (could not remove %s)\n", g_tmp);
+    cu_finish();
     return qt_finish("test_cli_generate");
 }

@@ -18,6 +18,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
+#include "fmt_util.h"
 #include "qx_cli.h"
 #include "qx_eval.h"
 #include "qx_evalkit.h"
@@ -33,41 +34,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
 static char g_model[512], g_text[512], g_tmpdir[512];
 static qx_synth_desc g_d;
 static double g_layer_mib, g_embed_mib, g_model_mib;
 
-static double field_after(const char* text, const char* key) {
-    const char* p = strstr(text, key);
-    return p ? atof(p + strlen(key)) : -1.0;
-}
-
-static int dir_empty(const char* path) {
-    DIR* d = opendir(path);
-    struct dirent* e;
-    int n = 0;
-    if (!d) return 0;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) ++n;
-    closedir(d);
-    return n == 0;
-}
-
 static int setup(void) {
-    qx_store s;
-    qx_err e;
-    qx_l2c_write_opts wo;
     char dir[600], tokp[700];
     FILE* f;
     int i, quick = qt_quick();
@@ -85,16 +56,11 @@ static int setup(void) {
     g_d.head_dim = g_d.hidden / 8;
     g_d.max_seq = 256;
     g_d.tied = 1;
-    if (qx_synth_model(&s, &g_d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
     snprintf(dir, sizeof dir, "%s/m", g_tmp);
     mkdir(dir, 0755);
     snprintf(g_model, sizeof g_model, "%s/m/model.bin", g_tmp);
     snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
-    memset(&wo, 0, sizeof wo);
-    wo.format = QX_L2C_V0;
-    if (qx_l2c_write_file(&s, g_model, &wo, &e) != QUAROT_OK) { printf("    write: %s\n", e.msg); qx_store_free(&s); return 0; }
-    qx_store_free(&s);
-    if (!write_tokenizer(tokp)) return 0;
+    if (!cu_write_synth_l2c(&g_d, g_model) || !write_tokenizer(tokp)) return 0;
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_tmp);
     f = fopen(g_text, "wb");
     if (!f) return 0;
@@ -119,28 +85,18 @@ static void check_peak(const char* what, double peak) {
     }
 }
 
-/* The perplexity of one table cell, as printed ("%.4f"), from the in-memory path of this process. */
-static void in_memory_table(double ppl[2][2]) {
-    qx_store mapped, mem, rot;
+/* Two windows of 64 tokens of g_text under the tokenizer at tokp, windowed as the tool does (one
+   stream, BOS first): the in-memory runs score the same tokens as `quarot eval`. */
+static void text_windows(const char* tokp, int64_t vocab, qx_windows* win) {
     qx_tokenizer tok;
-    qx_windows win;
     qx_ppl_opts po;
-    quarot_online_list hooks;
-    qx_load_opts lo;
     qx_err e;
     char* text = NULL;
     size_t len = 0;
     int32_t* stream;
     int64_t n = 0, cap;
-    int i, j;
-    char tokp[700];
-    memset(&lo, 0, sizeof lo);
-    ppl[0][0] = ppl[0][1] = ppl[1][0] = ppl[1][1] = -1.0;
-    QT_OK(qx_cli_load_model(g_model, &lo, &mapped, &e));
-    QT_OK(qx_store_clone(&mapped, &mem));   /* owned copies: the in-memory path (no mapping) */
-    qx_store_free(&mapped);
-    snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
-    QT_OK(qx_tokenizer_load(&tok, tokp, (int32_t)mem.config.vocab, &e));
+    memset(win, 0, sizeof *win);
+    QT_OK(qx_tokenizer_load(&tok, tokp, (int32_t)vocab, &e));
     QT_OK(qx_ek_read_file(g_text, &text, &len, &e));
     cap = qx_tokenizer_max_tokens(len);
     stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
@@ -149,7 +105,28 @@ static void in_memory_table(double ppl[2][2]) {
     memset(&po, 0, sizeof po);
     po.seq_len = 64;
     po.max_windows = 2;
-    QT_OK(qx_windows_stream(&win, stream, n, &po, &e));
+    QT_OK(qx_windows_stream(win, stream, n, &po, &e));
+    free(stream);
+    free(text);
+    qx_tokenizer_free(&tok);
+}
+
+/* The perplexity of one table cell, as printed ("%.4f"), from the in-memory path of this process. */
+static void in_memory_table(double ppl[2][2]) {
+    qx_store mapped, mem, rot;
+    qx_windows win;
+    quarot_online_list hooks;
+    qx_load_opts lo;
+    qx_err e;
+    int i, j;
+    char tokp[700];
+    memset(&lo, 0, sizeof lo);
+    ppl[0][0] = ppl[0][1] = ppl[1][0] = ppl[1][1] = -1.0;
+    QT_OK(qx_cli_load_model(g_model, &lo, &mapped, &e));
+    QT_OK(qx_store_clone(&mapped, &mem));   /* owned copies: the in-memory path (no mapping) */
+    qx_store_free(&mapped);
+    snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
+    text_windows(tokp, mem.config.vocab, &win);
     QT_OK(qx_ek_quarot(&mem, 0, 0, &rot, &hooks, NULL, 0, NULL, NULL, &e));
     for (i = 0; i < 2; ++i) {          /* rows FP32, W4A4 */
         qx_ek_setting st;
@@ -172,9 +149,6 @@ static void in_memory_table(double ppl[2][2]) {
     quarot_online_list_free(&hooks);
     qx_store_free(&rot);
     qx_windows_free(&win);
-    free(stream);
-    free(text);
-    qx_tokenizer_free(&tok);
     qx_store_free(&mem);
 }
 
@@ -187,7 +161,7 @@ static void test_eval_layerwise(void) {
                        g_model, g_text), 0);
     QT_CHECKF(strstr(g_out, "QuaRot") != NULL, "no table: %s", g_out);
     check_peak("eval", field_after(g_err, "peak resident "));
-    QT_CHECKF(dir_empty(g_tmpdir), "eval left files in %s", g_tmpdir);
+    QT_CHECKF(fu_count_entries(g_tmpdir) == 0, "eval left files in %s", g_tmpdir);
     in_memory_table(ppl);
     for (i = 0; i < 2; ++i) {   /* "FP32   x   y (..%)" and "W4A4   x   y (..%)": the same digits */
         const char* row = strstr(g_out, i ? "\nW4A4 " : "\nFP32 ");
@@ -212,7 +186,7 @@ static void test_calibrate_layerwise(void) {
     QT_EQ_INT(run_prog(pre, g_bin, "calibrate '%s' --text '%s' -o '%s' --seq-len 64 --windows 3 --steps 2 --max-samples 64 --block-size 64 --threads 1 --quiet",
                        g_model, g_text, ctx), 0);
     check_peak("calibrate", field_after(g_out, "peak resident "));
-    QT_CHECKF(dir_empty(g_tmpdir), "calibrate left files in %s", g_tmpdir);
+    QT_CHECKF(fu_count_entries(g_tmpdir) == 0, "calibrate left files in %s", g_tmpdir);
     remove(ctx);
 }
 
@@ -230,14 +204,8 @@ static void test_formats_f16(void) {
         qx_err e;
         qx_load_opts lo;
         quarot_online_list hooks;
-        qx_tokenizer tok;
         qx_windows win;
-        qx_ppl_opts po;
         char path[700], pre[700], tokp[700];
-        char* text = NULL;
-        size_t len = 0;
-        int32_t* stream;
-        int64_t n = 0, cap;
         double ppl[2] = {0, 0}, a = -1, b = -1;
         const char* row;
         int j;
@@ -263,23 +231,14 @@ static void test_formats_f16(void) {
         snprintf(pre, sizeof pre, "TMPDIR='%s'", g_tmpdir);
         QT_EQ_INT(run_prog(pre, g_bin, "eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --windows 2 --w-bits 4 --a-bits 4 --threads 1 --quiet",
                            path, tokp, g_text), 0);
-        QT_CHECKF(dir_empty(g_tmpdir), "eval left files in %s", g_tmpdir);
+        QT_CHECKF(fu_count_entries(g_tmpdir) == 0, "eval left files in %s", g_tmpdir);
         row = strstr(g_out, "\nW4A4 ");
         QT_CHECKF(row && sscanf(row + 6, "%lf %lf", &a, &b) == 2, "%s: no W4A4 row: %s", path, g_out);
         /* the in-memory path */
         memset(&lo, 0, sizeof lo);
         lo.copy = 1;
         QT_OK(qx_cli_load_model(path, &lo, &mem, &e));
-        QT_OK(qx_tokenizer_load(&tok, tokp, (int32_t)mem.config.vocab, &e));
-        QT_OK(qx_ek_read_file(g_text, &text, &len, &e));
-        cap = qx_tokenizer_max_tokens(len);
-        stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
-        QT_CHECK(stream != NULL);
-        QT_OK(qx_tokenizer_encode(&tok, text, len, 0, 0, stream, cap, &n, &e));
-        memset(&po, 0, sizeof po);
-        po.seq_len = 64;
-        po.max_windows = 2;
-        QT_OK(qx_windows_stream(&win, stream, n, &po, &e));
+        text_windows(tokp, mem.config.vocab, &win);
         QT_OK(qx_ek_quarot(&mem, 0, 0, &rot, &hooks, NULL, 0, NULL, NULL, &e));
         for (j = 0; j < 2; ++j) {
             qx_ek_setting st;
@@ -308,21 +267,14 @@ static void test_formats_f16(void) {
         quarot_online_list_free(&hooks);
         qx_store_free(&rot);
         qx_windows_free(&win);
-        free(stream);
-        free(text);
-        qx_tokenizer_free(&tok);
         qx_store_free(&mem);
     }
 }
 
 int main(int argc, char** argv) {
-    const char* slash = strrchr(argv[0], '/');
-    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
-    char cmd[700];
     (void)argc;
-    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_layerwise_XXXXXX");
-    if (!mkdtemp(g_tmp) || !setup()) {
+    if (!cu_start(argv[0], "test_cli_layerwise")) return 1;
+    if (!setup()) {
         printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
         printf("test_cli_layerwise: 0 passed, 1 failed, 0 skipped\n");
         return 1;
@@ -330,7 +282,6 @@ int main(int argc, char** argv) {
     QT_RUN(test_eval_layerwise);
     QT_RUN(test_calibrate_layerwise);
     QT_RUN(test_formats_f16);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    if (!getenv("QT_KEEP") && system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
+    cu_finish();
     return qt_finish("test_cli_layerwise");
 }

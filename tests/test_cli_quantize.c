@@ -31,38 +31,13 @@ static int has_bytes(const unsigned char* hay, size_t len, const char* needle, s
 
 static int setup(void) {
     qx_synth_desc d;
-    qx_store s;
-    qx_err e;
-    qx_l2c_write_opts wo;
     char tok[1100];
-    FILE* f;
-    int i;
     cu_synth_desc(&d);
     d.intermediate = 192;
-    if (qx_synth_model(&s, &d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
-    memset(&wo, 0, sizeof wo);
-    wo.format = QX_L2C_V0;
     snprintf(g_model, sizeof g_model, "%s/model.bin", g_tmp);
     snprintf(tok, sizeof tok, "%s/tokenizer.bin", g_tmp);
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_tmp);
-    if (qx_l2c_write_file(&s, g_model, &wo, &e) != QUAROT_OK) { printf("    write: %s\n", e.msg); qx_store_free(&s); return 0; }
-    qx_store_free(&s);
-    if (!write_tokenizer(tok)) return 0;
-    f = fopen(g_text, "wb");
-    if (!f) return 0;
-    for (i = 0; i < (qt_quick() ? 20 : 60); ++i) fputs("the cat sat on the mat and then it ran into the garden where a bird sang. ", f);
-    return fclose(f) == 0;
-}
-
-/* The first number of the table row `row` ("FP32", "W4A16") in g_out; -1 when absent. */
-static double row_value(const char* row) {
-    const char* p = g_out;
-    size_t n = strlen(row);
-    while ((p = strstr(p, row)) != NULL) {
-        if ((p == g_out || p[-1] == '\n') && p[n] == ' ') return atof(p + n);
-        p += n;
-    }
-    return -1.0;
+    return cu_write_synth_l2c(&d, g_model) && write_tokenizer(tok) && cu_write_sentences(g_text, qt_quick() ? 20 : 60);
 }
 
 static double eval_row(const char* model, const char* opts, const char* row) {
@@ -400,16 +375,8 @@ static void test_gguf_tokenizer(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash = strrchr(argv[0], '/');
-    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
     (void)argc;
-    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_quantize_XXXXXX");
-    if (!mkdtemp(g_tmp) || !exists(g_bin)) {
-        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
-        printf("test_cli_quantize: 0 passed, 1 failed, 0 skipped\n");
-        return 1;
-    }
+    if (!cu_start(argv[0], "test_cli_quantize")) return 1;
     g_ok = setup();
     QT_RUN(test_gguf_matches_fake_quant);
     QT_RUN(test_gguf_from_hf);
@@ -419,10 +386,6 @@ int main(int argc, char** argv) {
     QT_RUN(test_bad_input);
     QT_RUN(test_gptq_matches_fake_quant);
     QT_RUN(test_gptq_bad_input);
-    {
-        char cmd[512];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
-    }
+    cu_finish();
     return qt_finish("test_cli_quantize");
 }

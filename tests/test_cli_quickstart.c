@@ -63,21 +63,9 @@ static void test_quickstart(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash = strrchr(argv[0], '/');
-    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
     (void)argc;
-    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_quickstart_XXXXXX");
-    if (!mkdtemp(g_tmp) || !qx_path_exists(g_bin)) {
-        printf("  cannot set up (%s, %s)\n", g_tmp, g_bin);
-        printf("test_cli_quickstart: 0 passed, 1 failed, 0 skipped\n");
-        return 1;
-    }
+    if (!cu_start(argv[0], "test_cli_quickstart")) return 1;
     QT_RUN(test_quickstart);
-    {
-        char cmd[512];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
-    }
+    cu_finish();
     return qt_finish("test_cli_quickstart");
 }

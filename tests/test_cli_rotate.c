@@ -25,6 +25,8 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
+#include "fmt_util.h"
+#include "model_util.h"
 #include "qx_cli.h"
 #include "qx_eval.h"
 #include "qx_file.h"
@@ -41,34 +43,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
 static char g_plain[4096];
 
 /* ---- running the CLI -------------------------------------------------------------------------- */
 
 static int exists(const char* p) { return qx_path_exists(p); }
-
-/* Number of entries in a directory (without . and ..), -1 when it cannot be read. */
-static int dir_entries(const char* dir) {
-    DIR* d = opendir(dir);
-    struct dirent* de;
-    int n = 0;
-    if (!d) return -1;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) ++n;
-    closedir(d);
-    return n;
-}
 
 static void make_dir(const char* p) { mkdir(p, 0777); }
 
@@ -117,67 +96,6 @@ static int save_model(const qx_store* s, fmt_kind k, const char* path, quarot_dt
     }
     if (r != QUAROT_OK) printf("    save %s: %s\n", path, e.msg);
     return r == QUAROT_OK;
-}
-
-static int load(const char* path, qx_store* s) {
-    qx_load_opts lo;
-    qx_err e;
-    memset(&lo, 0, sizeof lo);
-    lo.copy = 1;
-    if (qx_cli_load_model(path, &lo, s, &e) != QUAROT_OK) { printf("    load %s: %s\n", path, e.msg); return 0; }
-    return 1;
-}
-
-static int load_hooks(const char* path, quarot_online_list* l) {
-    size_t n = 0;
-    char* text = (char*)read_all(path, &n);
-    char err[256];
-    quarot_result r;
-    quarot_online_list_init(l, NULL);
-    if (!text) { printf("    cannot read %s\n", path); return 0; }
-    r = quarot_online_read(l, text, n, err, sizeof err);
-    free(text);
-    if (r != QUAROT_OK) { printf("    %s: %s\n", path, err); return 0; }
-    return 1;
-}
-
-/* Logits of tokens[T] through s (hooks may be NULL) into out[T*vocab]. */
-static int logits_of(const qx_store* s, const quarot_online_list* hooks, const int32_t* tokens, int64_t T, float* out) {
-    qx_forward f;
-    qx_forward_opts o;
-    qx_online_ctx c;
-    qx_err e;
-    int ok;
-    memset(&o, 0, sizeof o);
-    qx_online_ctx_init(&c, hooks);
-    if (hooks) { o.online = qx_online_hooks; o.online_user = &c; }
-    if (qx_forward_init(&f, s, &o, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); qx_online_ctx_free(&c); return 0; }
-    ok = qx_forward_window(&f, tokens, T, out, &e) == QUAROT_OK && c.status == QUAROT_OK;
-    if (!ok) printf("    forward window: %s\n", e.msg);
-    if (hooks && c.calls == 0) { printf("    hooks were never applied\n"); ok = 0; }
-    qx_forward_free(&f);
-    qx_online_ctx_free(&c);
-    return ok;
-}
-
-/* max |a - b| / max |a| over T tokens. */
-static double logit_rel_diff(const qx_store* a, const qx_store* b, const quarot_online_list* hb) {
-    int32_t tokens[24];
-    int64_t T = qt_quick() ? 8 : 24, V = a->config.vocab, i;
-    float *la = (float*)malloc((size_t)(T * V) * sizeof(float)), *lb = (float*)malloc((size_t)(T * V) * sizeof(float));
-    double diff = 0, amax = 0, out = 1e30;
-    for (i = 0; i < T; ++i) tokens[i] = (int32_t)((i * 37 + 1) % V);
-    if (la && lb && logits_of(a, NULL, tokens, T, la) && logits_of(b, hb, tokens, T, lb)) {
-        for (i = 0; i < T * V; ++i) {
-            double d = fabs((double)la[i] - (double)lb[i]);
-            if (d > diff) diff = d;
-            if (fabs((double)la[i]) > amax) amax = fabs((double)la[i]);
-        }
-        out = diff / (amax > 0 ? amax : 1);
-    }
-    free(la);
-    free(lb);
-    return out;
 }
 
 /* ---- tests: help, the streaming writer --------------------------------------------------------- */
@@ -235,7 +153,7 @@ static void test_l2c_stream_writer(void) {
         QT_ERR(qx_l2c_writer_finish(w, &e), QUAROT_ERR_STATE);
         QT_CHECK(!exists(path));
     }
-    QT_EQ_INT(dir_entries(g_tmp), 0);
+    QT_EQ_INT(fu_count_entries(g_tmp), 0);
     qx_store_free(&s);
 }
 
@@ -275,7 +193,7 @@ static void test_stories_plain_runner(void) {
     for (i = 0; i < N && i < na && i < nb; ++i) if (a[i] != b[i] && diff < 0) diff = i;
     QT_CHECKF(diff < 0, "plain runner: rotated checkpoint's greedy tokens differ from token %d", diff);
     /* the runner itself agrees with the reference forward pass on the original */
-    if (load(mpath, &s)) {
+    if (load_model(mpath, &s)) {
         qx_forward f;
         qx_err e;
         QT_OK(qx_forward_init(&f, &s, NULL, &e));
@@ -322,7 +240,7 @@ static void test_stories_online(void) {
     QT_EQ_INT(CLI("rotate %s %s --online", mpath, rot), 0);
     QT_CHECKF(strstr(g_err, "quarot-online") != NULL, "stderr does not mention the hook file: %s", g_err);
     QT_CHECK(exists(hooks));
-    if (!load(mpath, &a) || !load(rot, &b) || !load_hooks(hooks, &l)) { QT_CHECK(0); return; }
+    if (!load_model(mpath, &a) || !load_model(rot, &b) || !load_hooks(hooks, &l)) { QT_CHECK(0); return; }
     QT_EQ_INT(l.count, 10);   /* 5 layers x (o_proj heads, down_proj) */
     {
         qx_forward fa, fb;
@@ -422,8 +340,8 @@ static void test_roundtrip_formats(void) {
         qx_store_free(&s);
         QT_EQ_INT(CLI("rotate %s %s %s", in, out, c->opts), 0);
         if (g_err[0] && !online) printf("    stderr: %s", g_err);
-        if (!load(in, &a)) { QT_CHECK(0); continue; }
-        if (!load(out, &b)) { QT_CHECK(0); qx_store_free(&a); continue; }
+        if (!load_model(in, &a)) { QT_CHECK(0); continue; }
+        if (!load_model(out, &b)) { QT_CHECK(0); qx_store_free(&a); continue; }
         QT_CHECKF(exists(hooks) == online, "%s: hook file %s %s", c->label, hooks, online ? "missing" : "written without --online");
         QT_CHECKF(strcmp(a.source_format, b.source_format) == 0, "%s: format %s -> %s", c->label, a.source_format, b.source_format);
         {
@@ -453,7 +371,7 @@ static void test_roundtrip_formats(void) {
         }
         if (online) {
             if (load_hooks(hooks, &l)) {
-                rel = logit_rel_diff(&a, &b, &l);
+                rel = logit_rel_diff(&a, &b, &l, qt_quick() ? 8 : 24);
                 if (strstr(c->opts, "layers 2-2,0")) {   /* down_proj hooks only where asked */
                     QT_CHECK(quarot_online_find(&l, 0, QUAROT_SITE_DOWN_INPUT) && !quarot_online_find(&l, 1, QUAROT_SITE_DOWN_INPUT) &&
                              quarot_online_find(&l, 2, QUAROT_SITE_DOWN_INPUT) && quarot_online_find(&l, 1, QUAROT_SITE_O_INPUT));
@@ -465,7 +383,7 @@ static void test_roundtrip_formats(void) {
                 rel = 1e30;
             }
         } else {
-            rel = logit_rel_diff(&a, &b, NULL);
+            rel = logit_rel_diff(&a, &b, NULL, qt_quick() ? 8 : 24);
         }
         QT_CHECKF(rel <= c->tol, "%s: logits differ by %.3g of the largest (tolerance %.1g)", c->label, rel, c->tol);
         printf("    %-48s logits max rel diff %.2e (tol %.0e)\n", c->label, rel, c->tol);
@@ -475,11 +393,6 @@ static void test_roundtrip_formats(void) {
 }
 
 /* ---- layer-wise memory ------------------------------------------------------------------------ */
-
-static double field_after(const char* text, const char* key) {
-    const char* p = strstr(text, key);
-    return p ? atof(p + strlen(key)) : -1.0;
-}
 
 static void test_layerwise_memory(void) {
     qx_synth_desc d;
@@ -542,14 +455,14 @@ static void test_layerwise_memory(void) {
    one stderr line, nothing on stdout, and the directory unchanged (no output, no temporary). */
 static void expect_failure(const char* label, const char* dir, const char* in, const char* extra, int code) {
     char out[1200];
-    int before = dir_entries(dir), rc;
+    int before = fu_count_entries(dir), rc;
     snprintf(out, sizeof out, "%s/out_model.bin", dir);
     rc = CLI("rotate %s %s %s", in, out, extra ? extra : "");
     QT_CHECKF(rc == code, "%s: exit %d, expected %d (stderr: %s)", label, rc, code, g_err);
     QT_CHECKF(count_lines(g_err) == 1, "%s: stderr has %d lines: %s", label, count_lines(g_err), g_err);
     QT_CHECKF(strncmp(g_err, "quarot rotate: ", 15) == 0, "%s: error line: %s", label, g_err);
     QT_CHECKF(g_out[0] == '\0', "%s: stdout not empty", label);
-    QT_CHECKF(dir_entries(dir) == before, "%s: %d entries left in %s (had %d)", label, dir_entries(dir), dir, before);
+    QT_CHECKF(fu_count_entries(dir) == before, "%s: %d entries left in %s (had %d)", label, fu_count_entries(dir), dir, before);
 }
 
 static void put_u64(unsigned char* p, uint64_t v) {
@@ -793,7 +706,7 @@ static void test_bad_output_and_usage(void) {
     QT_EQ_INT(count_lines(g_err), 1);
     b0 = read_all(in, &n0);
     QT_CHECK(b0 && b1 && n0 == n1 && memcmp(b0, b1, n0) == 0);
-    QT_EQ_INT(dir_entries(dir), 1);
+    QT_EQ_INT(fu_count_entries(dir), 1);
     free(b0);
     free(b1);
     /* unwritable: the output's directory is a regular file; a write-protected directory */
@@ -806,7 +719,7 @@ static void test_bad_output_and_usage(void) {
         rc = CLI("rotate %s %s", in, o2);
         QT_EQ_INT(rc, QX_EXIT_OUTPUT);
         QT_EQ_INT(count_lines(g_err), 1);
-        QT_EQ_INT(dir_entries(dir), 2);
+        QT_EQ_INT(fu_count_entries(dir), 2);
     }
     remove(blocker);
     if (geteuid() != 0) {
@@ -817,7 +730,7 @@ static void test_bad_output_and_usage(void) {
         snprintf(o2, sizeof o2, "%s/out.bin", ro);
         QT_EQ_INT(CLI("rotate %s %s", in, o2), QX_EXIT_OUTPUT);
         QT_EQ_INT(count_lines(g_err), 1);
-        QT_EQ_INT(dir_entries(ro), 0);
+        QT_EQ_INT(fu_count_entries(ro), 0);
         chmod(ro, 0755);
         rmdir(ro);
     }
@@ -826,7 +739,7 @@ static void test_bad_output_and_usage(void) {
         int rc = run_prog("ulimit -f 40;", g_bin, "rotate %s %s", in, out);
         QT_EQ_INT(rc, QX_EXIT_OUTPUT);
         QT_EQ_INT(count_lines(g_err), 1);
-        QT_CHECKF(dir_entries(dir) == 1, "%d entries after a failed write", dir_entries(dir));
+        QT_CHECKF(fu_count_entries(dir) == 1, "%d entries after a failed write", fu_count_entries(dir));
     }
     /* usage errors: exit 1, one line */
     {
@@ -864,7 +777,7 @@ static void test_bad_output_and_usage(void) {
             QT_EQ_INT(CLI("rotate %s %s", sin, sout), k ? QX_EXIT_PROCESS : QX_EXIT_OUTPUT);
             QT_EQ_INT(count_lines(g_err), 1);
             QT_CHECKF(strstr(g_err, k ? "LayerNorm" : "config.json") != NULL, "%s", g_err);
-            QT_EQ_INT(dir_entries(sdir), 2);
+            QT_EQ_INT(fu_count_entries(sdir), 2);
             remove(sin);
             snprintf(sin, sizeof sin, "%s/config.json", sdir);
             remove(sin);
@@ -874,7 +787,7 @@ static void test_bad_output_and_usage(void) {
     /* a processing error: a block size that does not divide hidden */
     QT_EQ_INT(CLI("rotate %s %s --block-size 48", in, out), QX_EXIT_PROCESS);
     QT_EQ_INT(count_lines(g_err), 1);
-    QT_EQ_INT(dir_entries(dir), 1);
+    QT_EQ_INT(fu_count_entries(dir), 1);
     remove(in);
     rmdir(dir);
 }

@@ -282,18 +282,8 @@ static void test_bad_input(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash;
-    char rm[600];
     (void)argc;
-    slash = strrchr(argv[0], '/');
-    if (slash) snprintf(g_bin, sizeof g_bin, "%.*s/../quarot", (int)(slash - argv[0]), argv[0]);
-    else snprintf(g_bin, sizeof g_bin, "../quarot");
-    if (access(g_bin, X_OK) != 0) {
-        printf("  FAIL: %s not found (build it with make)\ntest_cli_tokenize: 0 passed, 1 failed, 0 skipped\n", g_bin);
-        return 1;
-    }
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_tok_XXXXXX");
-    if (!mkdtemp(g_tmp)) { printf("  FAIL: mkdtemp: %s\n", strerror(errno)); return 1; }
+    if (!cu_start(argv[0], "test_cli_tokenize")) return 1;
     g_have_dir = setup();
     QT_RUN(test_help);
     QT_RUN(test_tokenize_shared);
@@ -301,7 +291,6 @@ int main(int argc, char** argv) {
     QT_RUN(test_gguf_model);
     QT_RUN(test_tokens_stories);
     QT_RUN(test_bad_input);
-    snprintf(rm, sizeof rm, "rm -rf '%s'", g_tmp);
-    if (system(rm) != 0) printf("    (could not remove %s)\n", g_tmp);
+    cu_finish();
     return qt_finish("test_cli_tokenize");
 }

@@ -2,10 +2,14 @@
    runs it (the quarot binary beside this test's directory, through $QT_RUNNER): bad input gives
    one error line and the documented exit code; a small GPTQ run on stories260K (../shared; skipped
    when absent) prints the perplexity table and the per-linear error summary, where GPTQ's output
-   error is below RTN's for every linear type, and W4A16 with GPTQ is below W4A16 with RTN. */
+   error is below RTN's for every linear type, and W4A16 with GPTQ is below W4A16 with RTN. The
+   routing of a cell's weights (qx_wq_cell_staged): plain RTN and unquantized / packed weights stay
+   with the forward pass, each of GPTQ, the clip search, migration, int8 down_proj and the group
+   fallback alone sends a quantized row through the stage. */
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
+#include "qx_wquant.h"
 
 #include <errno.h>
 #include <unistd.h>
@@ -21,6 +25,26 @@ static int stories(void) {
     if (!(p = qt_shared_path("data/tinystories_calib.txt"))) return 0;
     snprintf(CAL, sizeof CAL, "%s", p);
     return 1;
+}
+
+static void test_cell_routing(void) {
+    qx_wq_cell c;
+    int k;
+    for (k = 0; k <= 5; ++k) {
+        memset(&c, 0, sizeof c);
+        c.w_bits = 4;
+        if (k == 1) c.gptq = 1;
+        if (k == 2) c.clip_search = 1;
+        if (k == 3) c.migrate = 1;
+        if (k == 4) c.int8_down_proj = 1;
+        if (k == 5) c.group_fallback = 1;
+        QT_CHECKF(qx_wq_cell_staged(&c) == (k > 0), "option %d, W4: staged %d", k, qx_wq_cell_staged(&c));
+        c.w_bits = 16;   /* nothing to quantize */
+        QT_CHECKF(!qx_wq_cell_staged(&c), "option %d, W16 staged", k);
+        c.w_bits = 4;
+        c.packed = 1;    /* the file's codes */
+        QT_CHECKF(!qx_wq_cell_staged(&c), "option %d, packed staged", k);
+    }
 }
 
 static void test_bad_input(void) {
@@ -106,23 +130,11 @@ static void test_gptq_run(void) {
 }
 
 int main(int argc, char** argv) {
-    const char* slash;
     (void)argc;
-    slash = strrchr(argv[0], '/');
-    if (slash) snprintf(g_bin, sizeof g_bin, "%.*s/../quarot", (int)(slash - argv[0]), argv[0]);
-    else snprintf(g_bin, sizeof g_bin, "../quarot");
-    if (access(g_bin, X_OK) != 0) {
-        printf("  FAIL: %s not found (build it with make)\n", g_bin);
-        printf("test_cli_wquant: 0 passed, 1 failed, 0 skipped\n");
-        return 1;
-    }
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_cli_wquant_XXXXXX");
-    if (!mkdtemp(g_tmp)) {
-        printf("  FAIL: mkdtemp: %s\n", strerror(errno));
-        return 1;
-    }
+    if (!cu_start(argv[0], "test_cli_wquant")) return 1;
+    QT_RUN(test_cell_routing);
     QT_RUN(test_bad_input);
     QT_RUN(test_gptq_run);
-    rmdir(g_tmp);
+    cu_finish();
     return qt_finish("test_cli_wquant");
 }

@@ -31,44 +31,19 @@ static int g_ok;
 
 static int setup(void) {
     qx_synth_desc d;
-    qx_store s;
-    qx_err e;
-    qx_l2c_write_opts wo;
-    FILE* f;
-    int i;
     cu_synth_desc(&d);
     d.intermediate = 192;
-    if (qx_synth_model(&s, &d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
-    memset(&wo, 0, sizeof wo);
-    wo.format = QX_L2C_V0;
     snprintf(g_model, sizeof g_model, "%s/model.bin", g_tmp);
     snprintf(g_tok, sizeof g_tok, "%s/tokenizer.bin", g_tmp);
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_tmp);
     snprintf(g_packed, sizeof g_packed, "%s/model.safetensors", g_tmp);
-    if (qx_l2c_write_file(&s, g_model, &wo, &e) != QUAROT_OK) { printf("    write: %s\n", e.msg); qx_store_free(&s); return 0; }
-    qx_store_free(&s);
-    if (!write_tokenizer(g_tok)) return 0;
-    f = fopen(g_text, "wb");
-    if (!f) return 0;
-    for (i = 0; i < (qt_quick() ? 20 : 40); ++i) fputs("the cat sat on the mat and then it ran into the garden where a bird sang. ", f);
-    if (fclose(f) != 0) return 0;
+    if (!cu_write_synth_l2c(&d, g_model) || !write_tokenizer(g_tok) || !cu_write_sentences(g_text, qt_quick() ? 20 : 40)) return 0;
     /* W4A4KV4 with QuaRot's hooks (q/k too), f32 scales and matrices: the file the tests read */
     if (CLI("quantize '%s' '%s' --kv-bits 4 --a-clip 0.9 --scale-dtype f32 --dtype f32 --quiet", g_model, g_packed) != 0) {
         printf("    quantize: %s\n", g_err);
         return 0;
     }
     return 1;
-}
-
-/* The first number of table row `row` in g_out; -1 when absent. */
-static double row_value(const char* row) {
-    const char* p = g_out;
-    size_t n = strlen(row);
-    while ((p = strstr(p, row)) != NULL) {
-        if ((p == g_out || p[-1] == '\n') && p[n] == ' ') return atof(p + n);
-        p += n;
-    }
-    return -1.0;
 }
 
 /* The engine from the file vs the engine quantizing the file's dequantized weights at load. */
@@ -241,7 +216,7 @@ static void expect_engine_fail(const unsigned char* buf, size_t len, quarot_resu
     r = qx_engine_init_packed(&en, buf, len, "bad.safetensors", NULL, &e);
     QT_CHECKF(r == want, "%s: %s (want %s): %s", what, quarot_result_string(r), quarot_result_string(want), e.msg);
     QT_CHECKF(strstr(e.msg, msg) != NULL && !strchr(e.msg, '\n'), "%s: '%s' lacks '%s'", what, e.msg, msg);
-    QT_CHECK(en.n_blocks == 0 && en.layers == NULL && en.file_hooks == NULL);
+    QT_CHECK(en.arena.n_blocks == 0 && en.layers == NULL && en.file_hooks == NULL);
     if (r == QUAROT_OK) qx_engine_free(&en);
 }
 

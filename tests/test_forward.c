@@ -23,6 +23,7 @@
 #include "qx_llama2c.h"
 #include "qx_tokenizer.h"
 #include "qt.h"
+#include "fwd_util.h"
 
 /* ------------------------------------------------------------------------------------------------
    Helpers */
@@ -33,26 +34,6 @@ static void make_tokens(int32_t* t, int64_t n, int64_t vocab, unsigned long long
     int64_t i;
     qt_seed(seed);
     for (i = 0; i < n; ++i) t[i] = (int32_t)(qt_uniform() * (double)vocab);
-}
-
-static float* run_window(const qx_store* s, const qx_forward_opts* o, const int32_t* toks, int64_t T) {
-    qx_forward f;
-    qx_err e;
-    float* lg = (float*)malloc((size_t)(T * V_of(s)) * sizeof(float));
-    quarot_result r = qx_forward_init(&f, s, o, &e);
-    if (r != QUAROT_OK) {
-        printf("    init: %s\n", e.msg);
-        free(lg);
-        return NULL;
-    }
-    r = qx_forward_window(&f, toks, T, lg, &e);
-    qx_forward_free(&f);
-    if (r != QUAROT_OK) {
-        printf("    window: %s\n", e.msg);
-        free(lg);
-        return NULL;
-    }
-    return lg;
 }
 
 static float* tensor_f32(qx_store* s, const char* name) {
@@ -454,7 +435,7 @@ static void test_stream_weights_bitexact(void) {
                     dl.last = -1;
                     dl.order_ok = 1;
                     QT_OK(qx_forward_init(&f, &s, &o, &e));
-                    if (dk == 0 && qz == 0) QT_CHECKF(f.layer_floats > 0 && f.n_blocks <= 4, "%s: %lld blocks", arch, (long long)f.n_blocks);
+                    if (dk == 0 && qz == 0) QT_CHECKF(f.layer_floats > 0 && f.arena.n_blocks <= 4, "%s: %lld blocks", arch, (long long)f.arena.n_blocks);
                     memset(got, 0, (size_t)(T * V) * sizeof(float));
                     QT_OK(qx_forward_window(&f, toks, T, got, &e));
                     QT_CHECKF(memcmp(ref, got, (size_t)(T * V) * sizeof(float)) == 0, "%s dtype %d quant %d, %d threads: layer-wise differs (window)",
@@ -786,45 +767,7 @@ static void test_hook_calls(void) {
     }
 }
 
-/* Online rotations with orthogonal matrices, weights rotated to match: logits unchanged. */
-static double* random_orthogonal(int64_t n, unsigned long long seed) {
-    double* q = (double*)malloc((size_t)(n * n) * sizeof(double));
-    int64_t i, j, p;
-    qt_seed(seed);
-    for (i = 0; i < n * n; ++i) q[i] = qt_normal();
-    for (i = 0; i < n; ++i) {   /* modified Gram-Schmidt on the rows, twice for accuracy */
-        int pass;
-        for (pass = 0; pass < 2; ++pass)
-            for (p = 0; p < i; ++p) {
-                double d = 0.0;
-                for (j = 0; j < n; ++j) d += q[i * n + j] * q[p * n + j];
-                for (j = 0; j < n; ++j) q[i * n + j] -= d * q[p * n + j];
-            }
-        {
-            double nn = 0.0;
-            for (j = 0; j < n; ++j) nn += q[i * n + j] * q[i * n + j];
-            nn = sqrt(nn);
-            for (j = 0; j < n; ++j) q[i * n + j] /= nn;
-        }
-    }
-    return q;
-}
-
-/* rows of x[rows][n] <- x * Q */
-static void rows_times(float* x, int64_t rows, int64_t n, const double* q) {
-    double* tmp = (double*)malloc((size_t)n * sizeof(double));
-    int64_t r, i, j;
-    for (r = 0; r < rows; ++r) {
-        for (j = 0; j < n; ++j) {
-            double s = 0.0;
-            for (i = 0; i < n; ++i) s += (double)x[r * n + i] * q[i * n + j];
-            tmp[j] = s;
-        }
-        for (j = 0; j < n; ++j) x[r * n + j] = (float)tmp[j];
-    }
-    free(tmp);
-}
-
+/* Online rotations with orthogonal matrices (fwd_util.h), weights rotated to match: logits unchanged. */
 typedef struct rot_hooks {
     const double* q[QX_SITE_COUNT];   /* NULL = site not rotated */
     int64_t n[QX_SITE_COUNT];
@@ -914,13 +857,6 @@ static void cap_first(void* user, int64_t layer, const char* name, const float* 
     c->done = 1;
 }
 
-static double rms_rel_err(const float* a, const float* b, int64_t n) {
-    double num = 0.0, den = 0.0;
-    int64_t i;
-    for (i = 0; i < n; ++i) { num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); den += (double)b[i] * b[i]; }
-    return sqrt(num / den);
-}
-
 /* Outlier-free synthetic models: W8A8KV8 within 5% (rms, relative) of FP, W4A4KV4 more than 3x as
    far, KV4 alone in between. */
 static void test_fake_quant(void) {
@@ -953,9 +889,9 @@ static void test_fake_quant(void) {
         kv4 = run_window(&s, &o, toks, T);
         QT_CHECK(fp && q8 && q4 && kv4);
         if (fp && q8 && q4 && kv4) {
-            e8 = rms_rel_err(q8, fp, T * V);
-            e4 = rms_rel_err(q4, fp, T * V);
-            ekv = rms_rel_err(kv4, fp, T * V);
+            e8 = rms_rel(q8, fp, T * V);
+            e4 = rms_rel(q4, fp, T * V);
+            ekv = rms_rel(kv4, fp, T * V);
             printf("    %-6s logits rms rel error: W8A8KV8 %.4f, W4A4KV4 %.4f, KV4 only %.4f\n", arch, e8, e4, ekv);
             QT_CHECK(e8 < 0.05);
             QT_CHECK(e4 > 3.0 * e8);
@@ -1002,7 +938,7 @@ static void test_capture_before_quant(void) {
     free(lg);
     QT_CHECK(c1.done && c2.done && c1.n == c2.n && d1.done && d2.done);
     if (c1.done && c2.done) QT_CHECK(memcmp(c1.x, c2.x, (size_t)c1.n * sizeof(float)) == 0);   /* pre-quant */
-    if (d1.done && d2.done) QT_CHECK(rms_rel_err(d2.x, d1.x, d1.n) > 1e-3);                  /* upstream quant acted */
+    if (d1.done && d2.done) QT_CHECK(rms_rel(d2.x, d1.x, d1.n) > 1e-3);                  /* upstream quant acted */
     free(c1.x); free(c2.x); free(d1.x); free(d2.x);
     qx_store_free(&s);
 }

@@ -10,29 +10,12 @@
 #include "qx_forward.h"
 #include "qx_synth.h"
 #include "qt.h"
+#include "fwd_util.h"
 
 static void tokens_of(int32_t* t, int64_t n, unsigned long long seed) {
     int64_t i;
     qt_seed(seed);
     for (i = 0; i < n; ++i) t[i] = (int32_t)(qt_uniform() * 256.0);
-}
-
-static float* window(const qx_store* s, const qx_forward_opts* o, const int32_t* toks, int64_t T) {
-    qx_forward f;
-    qx_err e;
-    float* lg = (float*)malloc((size_t)(T * s->config.vocab) * sizeof(float));
-    if (qx_forward_init(&f, s, o, &e) != QUAROT_OK) {
-        printf("    init: %s\n", e.msg);
-        free(lg);
-        return NULL;
-    }
-    if (qx_forward_window(&f, toks, T, lg, &e) != QUAROT_OK) {
-        printf("    window: %s\n", e.msg);
-        free(lg);
-        lg = NULL;
-    }
-    qx_forward_free(&f);
-    return lg;
 }
 
 static int stores_equal(const qx_store* a, const qx_store* b) {
@@ -112,8 +95,8 @@ static void test_families(void) {
         tokens_of(t1, T, 1);
         memcpy(t2, t1, sizeof t1);
         t2[0] = (t1[0] + 1) % 256; t2[1] = (t1[1] + 7) % 256; t2[2] = (t1[2] + 50) % 256;
-        a = window(&s, NULL, t1, T);
-        b = window(&s, NULL, t2, T);
+        a = run_window(&s, NULL, t1, T);
+        b = run_window(&s, NULL, t2, T);
         QT_CHECK(a && b);
         if (a && b) {
             int finite = 1;
@@ -190,7 +173,7 @@ static void outlier_ratios(const qx_synth_desc* d, double* rq, double* rd) {
     o.capture = stats_capture;
     o.capture_user = &c;
     tokens_of(toks, 32, 9);
-    lg = window(&s, &o, toks, 32);
+    lg = run_window(&s, &o, toks, 32);
     QT_CHECK(lg && c.hq == s.config.hidden && c.hd == s.config.intermediate);
     *rq = max_over_median(c.q_abs, s.config.hidden);
     *rd = max_over_median(c.d_abs, s.config.intermediate);
@@ -221,55 +204,13 @@ static void test_outliers(void) {
 }
 
 /* ---- quantization sensitivity ---- */
-static double rms_rel(const float* a, const float* b, int64_t n) {
-    double num = 0.0, den = 0.0;
-    int64_t i;
-    for (i = 0; i < n; ++i) { num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); den += (double)b[i] * b[i]; }
-    return sqrt(num / den);
-}
-
-/* Random orthogonal Q [n][n] by Gram-Schmidt (twice) on Gaussian rows. */
-static double* orthogonal(int64_t n, unsigned long long seed) {
-    double* q = (double*)malloc((size_t)(n * n) * sizeof(double));
-    int64_t i, j, p;
-    int pass;
-    qt_seed(seed);
-    for (i = 0; i < n * n; ++i) q[i] = qt_normal();
-    for (i = 0; i < n; ++i) {
-        double nn = 0.0;
-        for (pass = 0; pass < 2; ++pass)
-            for (p = 0; p < i; ++p) {
-                double dd = 0.0;
-                for (j = 0; j < n; ++j) dd += q[i * n + j] * q[p * n + j];
-                for (j = 0; j < n; ++j) q[i * n + j] -= dd * q[p * n + j];
-            }
-        for (j = 0; j < n; ++j) nn += q[i * n + j] * q[i * n + j];
-        for (j = 0; j < n; ++j) q[i * n + j] /= sqrt(nn);
-    }
-    return q;
-}
-
-static void times_q(float* x, int64_t rows, int64_t n, const double* q) {
-    double* t = (double*)malloc((size_t)n * sizeof(double));
-    int64_t r, i, j;
-    for (r = 0; r < rows; ++r) {
-        for (j = 0; j < n; ++j) {
-            double s = 0.0;
-            for (i = 0; i < n; ++i) s += (double)x[r * n + i] * q[i * n + j];
-            t[j] = s;
-        }
-        for (j = 0; j < n; ++j) x[r * n + j] = (float)t[j];
-    }
-    free(t);
-}
-
 typedef struct down_rot {
     const double* q;
 } down_rot;
 
 static void down_hook(void* user, int64_t layer, qx_site site, float* x, int64_t rows, int64_t n) {
     (void)layer;
-    if (site == QX_SITE_DOWN_INPUT) times_q(x, rows, n, ((down_rot*)user)->q);
+    if (site == QX_SITE_DOWN_INPUT) rows_times(x, rows, n, ((down_rot*)user)->q);
 }
 
 /* W4A4 vs W8A8 relative logit error, with and without the outlier channels. */
@@ -289,11 +230,11 @@ static void quant_errors(const char* arch, int64_t n_outliers, double* e8, doubl
     n = T * s.config.vocab;
     tokens_of(toks, T, 3);
     memset(&o, 0, sizeof o);
-    fp = window(&s, &o, toks, T);
+    fp = run_window(&s, &o, toks, T);
     o.quant.w_bits = 8; o.quant.a_bits = 8;
-    w8a8 = window(&s, &o, toks, T);
+    w8a8 = run_window(&s, &o, toks, T);
     o.quant.w_bits = 4; o.quant.a_bits = 4;
-    w4a4 = window(&s, &o, toks, T);
+    w4a4 = run_window(&s, &o, toks, T);
     QT_CHECK(fp && w8a8 && w4a4);
     *e8 = fp && w8a8 ? rms_rel(w8a8, fp, n) : 0.0;
     *e4 = fp && w4a4 ? rms_rel(w4a4, fp, n) : 0.0;
@@ -369,7 +310,7 @@ static int rotate_r1(qx_store* s, const double* q) {
             snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, readers1[k]);
             if (!(w = f32(s, name))) return 0;
             fuse_gain(w, rows1[k], h, g);
-            times_q(w, rows1[k], h, q);
+            rows_times(w, rows1[k], h, q);
         }
         for (j = 0; j < h; ++j) g[j] = 1.0f;
         snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
@@ -378,7 +319,7 @@ static int rotate_r1(qx_store* s, const double* q) {
             snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, readers2[k]);
             if (!(w = f32(s, name))) return 0;
             fuse_gain(w, I, h, g);
-            times_q(w, I, h, q);
+            rows_times(w, I, h, q);
         }
         for (j = 0; j < h; ++j) g[j] = 1.0f;
         snprintf(name, sizeof name, "model.layers.%lld.self_attn.o_proj.weight", (long long)l);
@@ -390,10 +331,10 @@ static int rotate_r1(qx_store* s, const double* q) {
     }
     if (!(g = f32(s, "model.norm.weight")) || !(w = f32(s, "lm_head.weight"))) return 0;
     fuse_gain(w, c->vocab, h, g);
-    times_q(w, c->vocab, h, q);
+    rows_times(w, c->vocab, h, q);
     for (j = 0; j < h; ++j) g[j] = 1.0f;
     if (!(w = f32(s, "model.embed_tokens.weight"))) return 0;
-    times_q(w, c->vocab, h, q);
+    rows_times(w, c->vocab, h, q);
     return 1;
 }
 
@@ -419,22 +360,22 @@ static void test_rotation_fixes_outliers(void) {
         n = T * s.config.vocab;
         tokens_of(toks, T, 4);
         memset(&o, 0, sizeof o);
-        fp = window(&s, &o, toks, T);
+        fp = run_window(&s, &o, toks, T);
         o.quant.w_bits = 4; o.quant.a_bits = 4;
-        w4a4 = window(&s, &o, toks, T);
-        q1 = orthogonal(s.config.hidden, 11);
-        dr.q = orthogonal(s.config.intermediate, 12);
+        w4a4 = run_window(&s, &o, toks, T);
+        q1 = random_orthogonal(s.config.hidden, 11);
+        dr.q = random_orthogonal(s.config.intermediate, 12);
         QT_CHECK(rotate_r1(&s, q1));
         for (l = 0; l < s.config.n_layers; ++l) {
             char name[128];
             snprintf(name, sizeof name, "model.layers.%lld.mlp.down_proj.weight", (long long)l);
-            times_q(f32(&s, name), s.config.hidden, s.config.intermediate, dr.q);
+            rows_times(f32(&s, name), s.config.hidden, s.config.intermediate, dr.q);
         }
         o.online = down_hook;
         o.online_user = &dr;
-        w4a4_rot = window(&s, &o, toks, T);
+        w4a4_rot = run_window(&s, &o, toks, T);
         o.quant.w_bits = 0; o.quant.a_bits = 0;
-        fp_rot = window(&s, &o, toks, T);
+        fp_rot = run_window(&s, &o, toks, T);
         QT_CHECK(fp && w4a4 && fp_rot && w4a4_rot);
         if (fp && w4a4 && fp_rot && w4a4_rot) {
             double ef = rms_rel(fp_rot, fp, n), e0 = rms_rel(w4a4, fp, n), e1 = rms_rel(w4a4_rot, fp, n);
@@ -461,8 +402,8 @@ static void test_dtypes_and_options(void) {
     d.dtype = QUAROT_DTYPE_BF16;
     QT_OK(qx_synth_model(&s16, &d, &e));
     QT_CHECK(qx_store_find(&s16, "model.embed_tokens.weight")->dtype == QUAROT_DTYPE_BF16);
-    a = window(&s, NULL, toks, 8);
-    b = window(&s16, NULL, toks, 8);
+    a = run_window(&s, NULL, toks, 8);
+    b = run_window(&s16, NULL, toks, 8);
     QT_CHECK(a && b);
     if (a && b) {
         double r = rms_rel(b, a, 8 * 256);
@@ -480,7 +421,7 @@ static void test_dtypes_and_options(void) {
     QT_OK(qx_synth_model(&s, &d, &e));
     QT_CHECK(s.config.tied_embeddings && s.config.rope_interleaved && s.config.hidden == 96);
     QT_CHECK(qx_store_find(&s, "lm_head.weight") == NULL);
-    a = window(&s, NULL, toks, 8);
+    a = run_window(&s, NULL, toks, 8);
     QT_CHECK(a != NULL);
     free(a);
     qx_store_free(&s);

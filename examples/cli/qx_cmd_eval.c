@@ -882,14 +882,21 @@ int qx_cmd_eval(int argc, char** argv) {
     for (i = 0; i < n_settings && rc == QX_EXIT_OK; ++i) {
         qx_fake_quant_opts q;
         qx_ek_setting kv = settings[i];
+        qx_wq_cell cell;
+        int stage_w;
         kv.kv_bits = 16;
         qx_ek_setting_quant(&kv, group, clip, &q);
-        /* GPTQ, scale migration, the clip search, int8 down_proj and --group-fallback weights are made by the quantization
-           stage in a copy of the store (below);
-           plain RTN is done by the forward pass as it loads each layer (the same quantizer, and a
-           layer-wise run keeps one layer in memory) */
-        int mig_i = migrate && settings[i].a_bits >= 16;
-        int stage_w = settings[i].w_bits < 16 && !packed && (gptq || w_clip || mig_i || int8_down || group_fallback);
+        /* which weights the quantization stage makes in a copy of the store (below) and which the
+           forward pass's RTN makes as it loads each layer: qx_wq_cell_staged */
+        memset(&cell, 0, sizeof cell);
+        cell.w_bits = settings[i].w_bits;
+        cell.packed = packed;
+        cell.gptq = gptq;
+        cell.clip_search = w_clip;
+        cell.migrate = migrate && settings[i].a_bits >= 16;   /* weight-only rows only */
+        cell.int8_down_proj = int8_down;
+        cell.group_fallback = group_fallback;
+        stage_w = qx_wq_cell_staged(&cell);
         if (stage_w || packed) {   /* a packed file's weights are its codes already: not quantized again */
             q.w_bits = 0;
             q.w_group = 0;
@@ -918,7 +925,7 @@ int qx_cmd_eval(int argc, char** argv) {
             if (stage_w) {   /* the quantized weights of (column, bits): made once */
                 eval_qstore* x = NULL;
                 int m;
-                int mig = migrate && settings[i].a_bits >= 16;   /* weight-only rows only */
+                int mig = cell.migrate;
                 for (m = 0; m < n_qs; ++m)
                     if (qs[m].variant == j && qs[m].w_bits == settings[i].w_bits && qs[m].migrate == mig) x = &qs[m];
                 if (!x) {

@@ -15,6 +15,7 @@
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_json.h"
+#include "qx_layerwise.h"
 #include "qx_rotate_file.h"
 #include "qx_rotate_job.h"
 #include "qx_rotcheck.h"
@@ -23,7 +24,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -250,24 +250,6 @@ static uint64_t largest_shard(const char* dir) {
     free(text);
     free(idx);
     return best;
-}
-
-/* Peak resident set of this process in MiB: VmHWM of /proc/self/status (the high-water mark of
-   this program's own address space), else getrusage (which on Linux also counts what the process
-   was before exec, e.g. a big parent that fork+exec'ed us). */
-static double peak_rss_mib(void) {
-    FILE* f = fopen("/proc/self/status", "r");
-    char line[256];
-    struct rusage ru;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0) {
-            fclose(f);
-            return atof(line + 6) / 1024.0;   /* kB */
-        }
-    if (f) fclose(f);
-    memset(&ru, 0, sizeof ru);
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
 }
 
 static const char* dir_model_files[] = {"config.json", "model.safetensors", "model.safetensors.index.json", "quarot_online.txt"};
@@ -629,7 +611,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         printf("  wrote %lld tensors%s%s%s\n", (long long)st.tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
                dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", config_path ? " (+ config.json beside it)" : "");
         printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
-               peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
+               qx_lw_peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
                (long long)st.max_live_layers);
         fflush(stdout);
         if (hooks) qx_cli_info(cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);

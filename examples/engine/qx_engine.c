@@ -26,30 +26,10 @@ static double eng_now_clock(int profile) {
 }
 
 /* Every allocation of the engine, freed together (also after a failed init). */
-static void* eng_alloc(qx_engine* en, size_t bytes) {
-    void* p;
-    if (en->n_blocks == en->cap_blocks) {
-        int64_t cap = en->cap_blocks ? en->cap_blocks * 2 : 64;
-        void** nb = (void**)realloc(en->blocks, (size_t)cap * sizeof *nb);
-        if (!nb) return NULL;
-        en->blocks = nb;
-        en->cap_blocks = cap;
-    }
-    p = malloc(bytes ? bytes : 1);
-    if (p) en->blocks[en->n_blocks++] = p;
-    return p;
-}
+static void* eng_alloc(qx_engine* en, size_t bytes) { return qx_arena_alloc(&en->arena, bytes); }
 
 /* Drop one block early (the FP32 copy of a weight once it is packed). */
-static void eng_release(qx_engine* en, void* p) {
-    int64_t i;
-    for (i = en->n_blocks - 1; i >= 0; --i)
-        if (en->blocks[i] == p) {
-            free(p);
-            en->blocks[i] = en->blocks[--en->n_blocks];
-            return;
-        }
-}
+static void eng_release(qx_engine* en, void* p) { qx_arena_release(&en->arena, p); }
 
 /* Tensor `name` [rows][cols] (rows 1: a vector) as FP32; missing and not required: *out = NULL. */
 static quarot_result eng_load(qx_engine* en, const qx_store* s, const char* name, int64_t rows, int64_t cols,
@@ -414,10 +394,8 @@ fail:
 }
 
 void qx_engine_free(qx_engine* en) {
-    int64_t i;
     if (!en) return;
-    for (i = 0; i < en->n_blocks; ++i) free(en->blocks[i]);
-    free(en->blocks);
+    qx_arena_free(&en->arena);
     if (en->file_hooks) {
         quarot_online_list_free(en->file_hooks);
         free(en->file_hooks);

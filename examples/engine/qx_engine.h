@@ -38,6 +38,7 @@
 #ifndef QX_ENGINE_H
 #define QX_ENGINE_H
 
+#include "qx_arena.h"
 #include "qx_forward.h"
 
 #ifdef __cplusplus
@@ -102,8 +103,7 @@ typedef struct qx_engine {
     size_t weight_bytes;             /* decoder linears as stored (packed codes + scales, or FP32) */
     size_t kv_bytes;                 /* the KV cache as allocated */
     double t_hooks, t_actq;          /* seconds in online hooks / activation quantization (profile) */
-    void** blocks;
-    int64_t n_blocks, cap_blocks;
+    qx_arena arena;                  /* every allocation, freed together */
     /* packed models (qx_engine_init_packed) */
     const struct qx_packed_file* pk; /* the parsed file, during init only */
     quarot_online_list* file_hooks;  /* the file's hook list (owned), or NULL */

@@ -124,6 +124,8 @@ quarot_result qx_lw_rotate(const qx_store* src, const quarot_rotate_desc* desc, 
     return r;
 }
 
+/* VmHWM is the high-water mark of this program's own address space; getrusage (the fallback) on
+   Linux also counts what the process was before exec, e.g. a big parent that fork+exec'ed us. */
 double qx_lw_peak_rss_mib(void) {
     FILE* f = fopen("/proc/self/status", "r");
     char line[256];

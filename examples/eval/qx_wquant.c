@@ -190,3 +190,7 @@ done:
     st->seconds = qx__now() - t0;
     return r;
 }
+
+int qx_wq_cell_staged(const qx_wq_cell* c) {
+    return c->w_bits < 16 && !c->packed && (c->gptq || c->clip_search || c->migrate || c->int8_down_proj || c->group_fallback);
+}

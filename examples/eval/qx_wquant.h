@@ -40,6 +40,26 @@ typedef struct qx_wq_stats {
 
 quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, qx_err* e);
 
+/* The weight quantization of one evaluation cell: a table row's weight bits with the run's options.
+   Routing: the reference forward pass quantizes weights itself as it loads each layer, by plain
+   RTN (the same quantizer; a layer-wise run keeps one layer in memory). Everything RTN at load
+   cannot do goes through qx_wq_quantize on a copy of the store instead: GPTQ, the clip search,
+   scale migration, int8 down_proj and the group fallback (keep_indivisible). A packed file's
+   weights are its codes already and are not quantized again. */
+typedef struct qx_wq_cell {
+    int w_bits;                           /* the row's weight bits; >= 16: not quantized */
+    int packed;                           /* the store holds a packed file's dequantized codes */
+    int gptq;                             /* --w-quant gptq */
+    int clip_search;                      /* --w-clip */
+    int migrate;                          /* scale migration on this row (weight-only rows) */
+    int int8_down_proj;                   /* --int8-down-proj */
+    int group_fallback;                   /* --group-fallback: rows not whole groups stay f16 */
+} qx_wq_cell;
+
+/* 1 when the cell's weights must be made by qx_wq_quantize in a copy of the store, 0 when the
+   forward pass's RTN at load makes them (or nothing is quantized). */
+int qx_wq_cell_staged(const qx_wq_cell* c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -67,18 +67,8 @@ static void* qx__yfail(qx__yp* P, size_t col, const char* fmt, ...) {
 }
 
 static void* qx__yalloc(qx__yp* P, size_t n) {
-    void* p;
-    qx_yaml_doc* d = P->doc;
-    if (d->n_blocks == d->cap_blocks) {
-        size_t nc = d->cap_blocks ? 2 * d->cap_blocks : 64;
-        void** b = (void**)realloc(d->blocks, nc * sizeof *b);
-        if (!b) return qx__yfail(P, P->pos, "out of memory");
-        d->blocks = b;
-        d->cap_blocks = nc;
-    }
-    p = calloc(1, n ? n : 1);
+    void* p = qx_arena_calloc(&P->doc->arena, n);
     if (!p) return qx__yfail(P, P->pos, "out of memory");
-    d->blocks[d->n_blocks++] = p;
     return p;
 }
 
@@ -755,10 +745,8 @@ quarot_result qx_yaml_parse(const char* text, size_t len, const char* name, qx_y
 }
 
 void qx_yaml_doc_free(qx_yaml_doc* doc) {
-    size_t i;
     if (!doc) return;
-    for (i = 0; i < doc->n_blocks; ++i) free(doc->blocks[i]);
-    free(doc->blocks);
+    qx_arena_free(&doc->arena);
     memset(doc, 0, sizeof *doc);
 }
 

@@ -21,6 +21,7 @@
 #ifndef QX_YAML_H
 #define QX_YAML_H
 
+#include "qx_arena.h"
 #include "qx_store.h"
 
 #ifdef __cplusplus
@@ -60,8 +61,7 @@ struct qx_yaml_node {
 
 typedef struct qx_yaml_doc {
     qx_yaml_node* root;        /* never NULL after a successful parse (a NULL node for an empty file) */
-    void** blocks;             /* every allocation, freed together */
-    size_t n_blocks, cap_blocks;
+    qx_arena arena;            /* every allocation (zeroed), freed together */
     size_t n_nodes;
 } qx_yaml_doc;
 

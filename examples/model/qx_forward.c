@@ -105,22 +105,6 @@ static quarot_result qx__par_rows(const qx_forward* f, int64_t rows, int64_t row
 /* --------------------------------------------------------------------------------------------- */
 /* Weights */
 
-/* Every weight copy is one malloc block, remembered in f->blocks so that qx_forward_free releases
-   them all (also after a failed init). The KV cache and scratch are separate: they are resized. */
-static void* qx__alloc(qx_forward* f, size_t bytes) {
-    void* p;
-    if (f->n_blocks == f->cap_blocks) {
-        int64_t cap = f->cap_blocks ? f->cap_blocks * 2 : 64;
-        void** nb = (void**)realloc(f->blocks, (size_t)cap * sizeof *nb);
-        if (!nb) return NULL;
-        f->blocks = nb;
-        f->cap_blocks = cap;
-    }
-    p = malloc(bytes ? bytes : 1);
-    if (p) f->blocks[f->n_blocks++] = p;
-    return p;
-}
-
 /* Copy tensor `name` ([rows][cols]; rows == 1 for a vector) to f32. Missing: error when required,
    else *out = NULL and OK. */
 static quarot_result qx__check(const qx_store* s, const char* name, int64_t rows, int64_t cols, int required,
@@ -167,7 +151,7 @@ static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name
         *out = (float*)t->data;
         return QUAROT_OK;
     }
-    w = (float*)qx__alloc(f, (size_t)rows * (size_t)cols * sizeof(float));
+    w = (float*)qx_arena_alloc(&f->arena, (size_t)rows * (size_t)cols * sizeof(float));
     if (!w) {
         qx_err_set(e, "%s: out of memory", name);
         return QUAROT_ERR_OUT_OF_MEMORY;
@@ -369,7 +353,7 @@ static quarot_result qx__stream_init(qx_forward* f, const qx_store* s, qx_err* e
     int64_t l, n_layers = f->cfg.n_layers;
     qx__spec sp[QX_FWD_SLOTS];
     qx_forward_layer dummy;
-    f->wt = (const quarot_tensor**)qx__alloc(f, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
+    f->wt = (const quarot_tensor**)qx_arena_alloc(&f->arena, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
     if (!f->wt) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
     memset((void*)f->wt, 0, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
     for (l = 0; l < n_layers; ++l) {
@@ -382,7 +366,7 @@ static quarot_result qx__stream_init(qx_forward* f, const qx_store* s, qx_err* e
         }
         if (floats > f->layer_floats) f->layer_floats = floats;
     }
-    f->layer_buf = (float*)qx__alloc(f, f->layer_floats * sizeof(float));
+    f->layer_buf = (float*)qx_arena_alloc(&f->arena, f->layer_floats * sizeof(float));
     if (!f->layer_buf) { qx_err_set(e, "out of memory (one layer in f32: %lu floats)", (unsigned long)f->layer_floats); return QUAROT_ERR_OUT_OF_MEMORY; }
     return QUAROT_OK;
 }
@@ -457,7 +441,7 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
     g = &f->cfg;
     {
         int64_t n_slots = f->opts.stream_weights ? 1 : g->n_layers;
-        f->layers = (qx_forward_layer*)qx__alloc(f, (size_t)n_slots * sizeof *f->layers);
+        f->layers = (qx_forward_layer*)qx_arena_alloc(&f->arena, (size_t)n_slots * sizeof *f->layers);
         if (!f->layers) {
             qx_err_set(e, "out of memory");
             return QUAROT_ERR_OUT_OF_MEMORY;
@@ -539,10 +523,8 @@ fail:
 }
 
 void qx_forward_free(qx_forward* f) {
-    int64_t i;
     if (!f) return;
-    for (i = 0; i < f->n_blocks; ++i) free(f->blocks[i]);
-    free(f->blocks);
+    qx_arena_free(&f->arena);
     free(f->k_cache);
     free(f->v_cache);
     free(f->scratch);

@@ -69,6 +69,7 @@
 #ifndef QX_FORWARD_H
 #define QX_FORWARD_H
 
+#include "qx_arena.h"
 #include "qx_store.h"
 
 #ifdef __cplusplus
@@ -171,8 +172,8 @@ typedef struct qx_forward {
     const quarot_tensor** wt;        /* stream_weights: [n_layers][QX_FWD_SLOTS] the store's tensors (or NULL) */
     float* layer_buf;                /* stream_weights: f32 conversions of one layer */
     size_t layer_floats;
-    void** blocks;                   /* every allocation, freed together */
-    int64_t n_blocks, cap_blocks;
+    qx_arena arena;                  /* every weight copy, freed together (also after a failed init);
+                                        the KV cache and scratch are separate: they are resized */
     /* KV cache: [n_layers][cache_cap][kv_dim] each; pos = tokens already in it */
     float *k_cache, *v_cache;
     int64_t cache_cap, pos;
