@@ -743,10 +743,12 @@ QUAROT_API quarot_result quarot_qmat_unpack(int bits, const uint8_t* data, int64
 // xsum[t][g] = sum of xq[t][g*group .. (g+1)*group - 1] (group 0 = cols), for rows tokens.
 QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_t cols, int64_t ldx, int64_t group,
                                           int32_t* xsum);
-// y[t][o] (row stride ldy >= w->rows) for t < rows tokens, as above. rows == 1 is the decode
-// matrix-vector product; larger rows run in tiles of 4 tokens that share each unpacked weight block
-// (prefill). Output rows are split into tasks of 16 over env's parallel hook; each y element is
-// computed by one task in the same order, so results do not depend on the thread count. Errors:
+// y[t][o] (row stride ldy >= w->rows) for t < rows tokens, as above. Tiles of 4 output rows x 4
+// tokens share each unpacked weight vector and each activation load (rows == 1 is the decode
+// matrix-vector product). Output rows are split into tasks of 8 over env's parallel hook; each y
+// element is computed by one task in the same order, so results do not depend on the thread count.
+// Speed: 64-byte aligned weight rows and activation rows (data, xq and the strides) avoid loads that
+// straddle two cache lines (about 1.4x slower otherwise); results do not depend on alignment. Errors:
 // NULL pointers, bits not 4/8, shapes, group not dividing cols or over the limit, ldx/ldy too small ->
 // QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED. Never allocates.
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
@@ -6454,7 +6456,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 // sum u*x over whole blocks (128 codes at 4 bits, 64 at 8) with wrapping int32 lanes; the group's
 // tail, the offset and the float scales are shared scalar code, identical for every ISA.
 #define QUAROT__QG_TILE 4      // tokens sharing one pass over a weight row
-#define QUAROT__QG_ROWS 16     // output rows per parallel task
+#define QUAROT__QG_ROWS 8      // output rows per parallel task (8 rows of weights + a 4-token tile fit L1)
 
 // Raw sum u*x over one 4-bit block of L <= 128 codes (layout in the declaration), modulo 2^32.
 QUAROT__PRIVATE uint32_t quarot__qg_block4_ref(const uint8_t* w, const int8_t* x, int64_t L) {
@@ -6576,23 +6578,23 @@ QUAROT__PRIVATE void quarot__qg_full_avx512(int bits, const uint8_t* w, const in
 // dot-product pipes busy (the per-row kernel above had two chained products per accumulator and a
 // horizontal sum per row). Rows past the matrix's end are passed as copies of a valid row.
 #define QUAROT__QG4_W(r)                                                                           \
-    { __m512i v_ = _mm512_loadu_si512((const void*)(w##r + o));                                    \
+    { __m512i v_ = _mm512_loadu_si512((const void*)(w##r + ob));                                    \
       QUAROT__QG_REG(v_);                                                                          \
       l##r = _mm512_and_si512(v_, m); h##r = _mm512_and_si512(_mm512_srli_epi16(v_, 4), m); }
 #define QUAROT__QG4_X(NT, t, xt)                                                                       \
     if (NT > t) {                                                                                  \
-        __m512i xl_ = _mm512_loadu_si512((const void*)(xt + 2 * o)), xh_;                          \
+        __m512i xl_ = _mm512_loadu_si512((const void*)(xt + 2 * ob)), xh_;                          \
         QUAROT__QG_REG(xl_);                                                                       \
         a0##t = QUAROT__DP512(a0##t, l0, xl_); a1##t = QUAROT__DP512(a1##t, l1, xl_);              \
         a2##t = QUAROT__DP512(a2##t, l2, xl_); a3##t = QUAROT__DP512(a3##t, l3, xl_);              \
-        xh_ = _mm512_loadu_si512((const void*)(xt + 2 * o + 64));                                  \
+        xh_ = _mm512_loadu_si512((const void*)(xt + 2 * ob + 64));                                  \
         QUAROT__QG_REG(xh_);                                                                       \
         a0##t = QUAROT__DP512(a0##t, h0, xh_); a1##t = QUAROT__DP512(a1##t, h1, xh_);              \
         a2##t = QUAROT__DP512(a2##t, h2, xh_); a3##t = QUAROT__DP512(a3##t, h3, xh_);              \
     }
 #define QUAROT__QG8_X(NT, t, xt)                                                                       \
     if (NT > t) {                                                                                  \
-        __m512i x_ = _mm512_loadu_si512((const void*)(xt + o));                                    \
+        __m512i x_ = _mm512_loadu_si512((const void*)(xt + ob));                                    \
         QUAROT__QG_REG(x_);                                                                        \
         a0##t = QUAROT__QG8DP(a0##t, l0, x_); a1##t = QUAROT__QG8DP(a1##t, l1, x_);                \
         a2##t = QUAROT__QG8DP(a2##t, l2, x_); a3##t = QUAROT__QG8DP(a3##t, l3, x_);                \
@@ -6668,12 +6670,17 @@ QUAROT__PRIVATE void quarot__qg_store16_avx512(__m512i s0, __m512i s1, __m512i s
         __m512i l0, l1, l2, l3, h0, h1, h2, h3;                                                    \
         const int8_t *x0 = x[0], *x1 = x[NT > 1 ? 1 : 0], *x2 = x[NT > 2 ? 2 : 0], *x3 = x[NT > 3 ? 3 : 0]; \
         if (bits == 4) {                                                                           \
-            for (o = 0; o < nblk * 64; o += 64) {                                                  \
-                QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)                \
-                QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) \
+            for (o = 0; o < nblk * 64; o += 128) {   /* two blocks per trip: ~7% faster */          \
+                { const int64_t ob = o;                                                            \
+                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
+                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
+                if (o + 64 < nblk * 64) { const int64_t ob = o + 64;                               \
+                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
+                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
             }                                                                                      \
         } else {                                                                                   \
             for (o = 0; o < nblk * 64; o += 64) {                                                  \
+                const int64_t ob = o;                                                              \
                 l0 = _mm512_loadu_si512((const void*)(w0 + o)); l1 = _mm512_loadu_si512((const void*)(w1 + o)); \
                 l2 = _mm512_loadu_si512((const void*)(w2 + o)); l3 = _mm512_loadu_si512((const void*)(w3 + o)); \
                 QUAROT__QG8_X(NT, 0, x0) QUAROT__QG8_X(NT, 1, x1) QUAROT__QG8_X(NT, 2, x2) QUAROT__QG8_X(NT, 3, x3) \
