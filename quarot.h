@@ -743,10 +743,12 @@ QUAROT_API quarot_result quarot_qmat_unpack(int bits, const uint8_t* data, int64
 // xsum[t][g] = sum of xq[t][g*group .. (g+1)*group - 1] (group 0 = cols), for rows tokens.
 QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_t cols, int64_t ldx, int64_t group,
                                           int32_t* xsum);
-// y[t][o] (row stride ldy >= w->rows) for t < rows tokens, as above. rows == 1 is the decode
-// matrix-vector product; larger rows run in tiles of 4 tokens that share each unpacked weight block
-// (prefill). Output rows are split into tasks of 16 over env's parallel hook; each y element is
-// computed by one task in the same order, so results do not depend on the thread count. Errors:
+// y[t][o] (row stride ldy >= w->rows) for t < rows tokens, as above. Tiles of 4 output rows x 4
+// tokens share each unpacked weight vector and each activation load (rows == 1 is the decode
+// matrix-vector product). Output rows are split into tasks of 8 over env's parallel hook; each y
+// element is computed by one task in the same order, so results do not depend on the thread count.
+// Speed: 64-byte aligned weight rows and activation rows (data, xq and the strides) avoid loads that
+// straddle two cache lines (about 1.4x slower otherwise); results do not depend on alignment. Errors:
 // NULL pointers, bits not 4/8, shapes, group not dividing cols or over the limit, ldx/ldy too small ->
 // QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED. Never allocates.
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
@@ -6479,7 +6481,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 // sum u*x over whole blocks (128 codes at 4 bits, 64 at 8) with wrapping int32 lanes; the group's
 // tail, the offset and the float scales are shared scalar code, identical for every ISA.
 #define QUAROT__QG_TILE 4      // tokens sharing one pass over a weight row
-#define QUAROT__QG_ROWS 16     // output rows per parallel task
+#define QUAROT__QG_ROWS 8      // output rows per parallel task (8 rows of weights + a 4-token tile fit L1)
 
 // Raw sum u*x over one 4-bit block of L <= 128 codes (layout in the declaration), modulo 2^32.
 QUAROT__PRIVATE uint32_t quarot__qg_block4_ref(const uint8_t* w, const int8_t* x, int64_t L) {
@@ -6585,6 +6587,145 @@ QUAROT__PRIVATE void quarot__qg_full_avx512(int bits, const uint8_t* w, const in
         case 2: QUAROT__QG512_BODY(2) break;
         case 3: QUAROT__QG512_BODY(3) break;
         default: QUAROT__QG512_BODY(4) break;
+    }
+}
+// A loaded vector used several times stays in its register: without this, gcc folds the load into
+// every use (one 64-byte load per dot product instead of one per four), and the loads, not the dot
+// products, become the limit.
+#if defined(__GNUC__)
+  #define QUAROT__QG_REG(v) __asm__("" : "+v"(v))
+#else
+  #define QUAROT__QG_REG(v) ((void)0)
+#endif
+#define QUAROT__QG_PF(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
+// Four output rows at once (prefill and decode): each unpacked weight register serves every token,
+// each activation load serves four rows, and 4 x NT independent accumulator chains keep both
+// dot-product pipes busy (the per-row kernel above had two chained products per accumulator and a
+// horizontal sum per row). Rows past the matrix's end are passed as copies of a valid row.
+#define QUAROT__QG4_W(r)                                                                           \
+    { __m512i v_ = _mm512_loadu_si512((const void*)(w##r + ob));                                    \
+      QUAROT__QG_REG(v_);                                                                          \
+      l##r = _mm512_and_si512(v_, m); h##r = _mm512_and_si512(_mm512_srli_epi16(v_, 4), m); }
+#define QUAROT__QG4_X(NT, t, xt)                                                                       \
+    if (NT > t) {                                                                                  \
+        __m512i xl_ = _mm512_loadu_si512((const void*)(xt + 2 * ob)), xh_;                          \
+        QUAROT__QG_REG(xl_);                                                                       \
+        a0##t = QUAROT__DP512(a0##t, l0, xl_); a1##t = QUAROT__DP512(a1##t, l1, xl_);              \
+        a2##t = QUAROT__DP512(a2##t, l2, xl_); a3##t = QUAROT__DP512(a3##t, l3, xl_);              \
+        xh_ = _mm512_loadu_si512((const void*)(xt + 2 * ob + 64));                                  \
+        QUAROT__QG_REG(xh_);                                                                       \
+        a0##t = QUAROT__DP512(a0##t, h0, xh_); a1##t = QUAROT__DP512(a1##t, h1, xh_);              \
+        a2##t = QUAROT__DP512(a2##t, h2, xh_); a3##t = QUAROT__DP512(a3##t, h3, xh_);              \
+    }
+#define QUAROT__QG8_X(NT, t, xt)                                                                       \
+    if (NT > t) {                                                                                  \
+        __m512i x_ = _mm512_loadu_si512((const void*)(xt + ob));                                    \
+        QUAROT__QG_REG(x_);                                                                        \
+        a0##t = QUAROT__QG8DP(a0##t, l0, x_); a1##t = QUAROT__QG8DP(a1##t, l1, x_);                \
+        a2##t = QUAROT__QG8DP(a2##t, l2, x_); a3##t = QUAROT__QG8DP(a3##t, l3, x_);                \
+    }
+#if defined(__AVX512VNNI__)
+  #define QUAROT__QG8DP(a, u, s) _mm512_dpbusd_epi32((a), (u), (s))
+#else
+  #define QUAROT__QG8DP(a, u, s) quarot__qg_dp8w_avx512((a), (u), (s))
+// 8-bit weights without VNNI, from registers: widen both to 16 bits (pmaddubsw would saturate).
+QUAROT__PRIVATE __m512i quarot__qg_dp8w_avx512(__m512i a, __m512i u, __m512i s) {
+    a = _mm512_add_epi32(a, _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(u)),
+                                              _mm512_cvtepi8_epi16(_mm512_castsi512_si256(s))));
+    return _mm512_add_epi32(a, _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1)),
+                                                 _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(s, 1))));
+}
+#endif
+// The 16 sums of a 4 x 4 tile in one vector, lane 4t + r: pairwise unpacks and 128-bit shuffles (45
+// instructions instead of 16 horizontal sums; integer addition is exact, so the order is free).
+// All-ones masks: the zero-masked forms are the plain instructions without _mm512_undefined_*(),
+// which g++ 12 -O1 reports as uninitialized.
+#define QUAROT__QG_ALL16 ((__mmask16)0xFFFF)
+#define QUAROT__QG_ALL8 ((__mmask8)0xFF)
+QUAROT__PRIVATE __m512i quarot__qg_rows4_avx512(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+    __m512i p = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r0, r1), _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r0, r1));
+    __m512i q = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r2, r3), _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r2, r3));
+    return _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(QUAROT__QG_ALL8, p, q), _mm512_maskz_unpackhi_epi64(QUAROT__QG_ALL8, p, q));   // [r0 r1 r2 r3] x 4 chunks
+}
+// A whole-row group (one scale per row, no tail) can finish in registers: the same float operations
+// per (t, o) as the task's scalar code (u = sum - offset * xsum as int32, f = 0 + float(u) * w_scale,
+// y = f * x_scale), so the results are the same bits; ep == NULL adds the sums to acc instead.
+typedef struct quarot__qg_ep {
+    uint32_t offx[QUAROT__QG_TILE];   // offset * xsum per token
+    float ws[4], xs[QUAROT__QG_TILE];  // scale per row (copies past the end), per token
+    float* y[QUAROT__QG_TILE];         // &y[token][first row]
+    int nr;                            // rows to store
+} quarot__qg_ep;
+QUAROT__PRIVATE void quarot__qg_store16_avx512(__m512i s0, __m512i s1, __m512i s2, __m512i s3, int nt,
+                                               uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
+    __m512i w01 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0xdd));
+    __m512i w23 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0xdd));
+    __m512i v = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0xdd));
+    int r, t;
+    if (ep) {
+        const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+        __m512i off = _mm512_maskz_permutexvar_epi32(QUAROT__QG_ALL16, spread, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(const void*)ep->offx)));
+        __m512 xs = _mm512_maskz_permutexvar_ps(QUAROT__QG_ALL16, spread, _mm512_castps128_ps512(_mm_loadu_ps(ep->xs)));
+        __m512 ws = _mm512_maskz_broadcast_f32x4(QUAROT__QG_ALL16, _mm_loadu_ps(ep->ws));
+        __m512 f = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(QUAROT__QG_ALL16, _mm512_sub_epi32(v, off)), ws));
+        __m512 y = _mm512_mul_ps(f, xs);
+        if (ep->nr == 4) {
+            _mm_storeu_ps(ep->y[0], _mm512_maskz_extractf32x4_ps((__mmask8)0xF, y, 0));
+            if (nt > 1) _mm_storeu_ps(ep->y[1], _mm512_maskz_extractf32x4_ps((__mmask8)0xF, y, 1));
+            if (nt > 2) _mm_storeu_ps(ep->y[2], _mm512_maskz_extractf32x4_ps((__mmask8)0xF, y, 2));
+            if (nt > 3) _mm_storeu_ps(ep->y[3], _mm512_maskz_extractf32x4_ps((__mmask8)0xF, y, 3));
+        } else {
+            float l[16];
+            _mm512_storeu_ps(l, y);
+            for (t = 0; t < nt; ++t)
+                for (r = 0; r < ep->nr; ++r) ep->y[t][r] = l[4 * t + r];
+        }
+    } else {
+        uint32_t l[16];
+        _mm512_storeu_si512((void*)l, v);
+        for (r = 0; r < 4; ++r)
+            for (t = 0; t < 4; ++t) acc[r][t] += l[4 * t + r];
+    }
+}
+#define QUAROT__QG4_BODY(NT)                                                                       \
+    {                                                                                              \
+        __m512i z_ = _mm512_setzero_si512();                                                       \
+        __m512i a00 = z_, a01 = z_, a02 = z_, a03 = z_, a10 = z_, a11 = z_, a12 = z_, a13 = z_;     \
+        __m512i a20 = z_, a21 = z_, a22 = z_, a23 = z_, a30 = z_, a31 = z_, a32 = z_, a33 = z_;     \
+        __m512i l0, l1, l2, l3, h0, h1, h2, h3;                                                    \
+        const int8_t *x0 = x[0], *x1 = x[NT > 1 ? 1 : 0], *x2 = x[NT > 2 ? 2 : 0], *x3 = x[NT > 3 ? 3 : 0]; \
+        if (bits == 4) {                                                                           \
+            for (o = 0; o < nblk * 64; o += 128) {   /* two blocks per trip: ~7% faster */          \
+                { const int64_t ob = o;                                                            \
+                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
+                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
+                if (o + 64 < nblk * 64) { const int64_t ob = o + 64;                               \
+                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
+                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (o = 0; o < nblk * 64; o += 64) {                                                  \
+                const int64_t ob = o;                                                              \
+                l0 = _mm512_loadu_si512((const void*)(w0 + o)); l1 = _mm512_loadu_si512((const void*)(w1 + o)); \
+                l2 = _mm512_loadu_si512((const void*)(w2 + o)); l3 = _mm512_loadu_si512((const void*)(w3 + o)); \
+                QUAROT__QG8_X(NT, 0, x0) QUAROT__QG8_X(NT, 1, x1) QUAROT__QG8_X(NT, 2, x2) QUAROT__QG8_X(NT, 3, x3) \
+            }                                                                                      \
+            (void)h0; (void)h1; (void)h2; (void)h3;                                                \
+        }                                                                                          \
+        quarot__qg_store16_avx512(quarot__qg_rows4_avx512(a00, a10, a20, a30), quarot__qg_rows4_avx512(a01, a11, a21, a31), \
+                                  quarot__qg_rows4_avx512(a02, a12, a22, a32), quarot__qg_rows4_avx512(a03, a13, a23, a33), \
+                                  NT, acc, ep);                                                    \
+    }
+QUAROT__PRIVATE void quarot__qg_tile_avx512(int bits, const uint8_t* const* w, const int8_t* const* x, int nt,
+                                            int64_t nblk, uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
+    const __m512i m = _mm512_set1_epi8(15);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int64_t o;
+    switch (nt) {
+        case 1: QUAROT__QG4_BODY(1) break;
+        case 2: QUAROT__QG4_BODY(2) break;
+        case 3: QUAROT__QG4_BODY(3) break;
+        default: QUAROT__QG4_BODY(4) break;
     }
 }
 #endif
@@ -6702,6 +6843,18 @@ QUAROT__PRIVATE void quarot__qg_full_neon(int bits, const uint8_t* w, const int8
 }
 #endif
 
+// acc[r][t] += sum u*x over nblk whole blocks, for 4 weight rows (group starts w[r]) and nt tokens.
+// With ep != NULL (one group per row, no tail) it writes y itself (see quarot__qg_ep).
+typedef void (*quarot__qg_tile_fn)(int bits, const uint8_t* const* w, const int8_t* const* x, int nt, int64_t nblk,
+                                   uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep);
+QUAROT__PRIVATE quarot__qg_tile_fn quarot__qg_tile_kernel(quarot_isa isa) {
+#if defined(QUAROT__QG_AVX512)
+    if (isa == QUAROT_ISA_AVX512) return quarot__qg_tile_avx512;
+#endif
+    (void)isa;
+    return NULL;
+}
+
 QUAROT__PRIVATE quarot__qg_fn quarot__qg_kernel(quarot_isa isa) {
     switch (isa) {
 #if defined(QUAROT__QG_AVX512)
@@ -6809,9 +6962,12 @@ typedef struct quarot__qg_job {
     int64_t ldx, rows, ldy;
     float* y;
     quarot__qg_fn fn;
+    quarot__qg_tile_fn tile;   // NULL: fn row by row
 } quarot__qg_job;
 
-// Output rows [o0, o1) of every token, tiles of QUAROT__QG_TILE tokens.
+// Output rows [o0, o1) of every token: tiles of QUAROT__QG_TILE tokens x 4 rows. The integer sums
+// come from the ISA's 4-row kernel where there is one, else from its row kernel, row by row (the
+// same integers either way); the float steps per (t, o) are the same scalar code for every ISA.
 QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
     const quarot__qg_job* jb = (const quarot__qg_job*)arg;
     const quarot_qmat* w = jb->w;
@@ -6822,29 +6978,57 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
     uint32_t off = w->bits == 4 ? 8u : 128u;
     if (o1 > w->rows) o1 = w->rows;
     for (t0 = 0; t0 < jb->rows; t0 += QUAROT__QG_TILE) {
-        int nt = (int)(jb->rows - t0 < QUAROT__QG_TILE ? jb->rows - t0 : QUAROT__QG_TILE), t;
-        for (o = o0; o < o1; ++o) {
-            const uint8_t* wr = w->data + (size_t)o * rb;
-            float f[QUAROT__QG_TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int nt = (int)(jb->rows - t0 < QUAROT__QG_TILE ? jb->rows - t0 : QUAROT__QG_TILE), t, r;
+        for (o = o0; o < o1; o += 4) {
+            int nr = (int)(o1 - o < 4 ? o1 - o : 4);
+            const uint8_t* wr[4];
+            float f[4][QUAROT__QG_TILE];
+            for (r = 0; r < 4; ++r) {
+                wr[r] = w->data + (size_t)(o + (r < nr ? r : nr - 1)) * rb;   // past the end: a copy of the last row
+                for (t = 0; t < QUAROT__QG_TILE; ++t) f[r][t] = 0.0f;
+            }
             for (g = 0; g < ng; ++g) {
-                const uint8_t* wg = wr + (size_t)g * gb;
+                const uint8_t* wg[4];
                 const int8_t* xg[QUAROT__QG_TILE];
-                uint32_t acc[QUAROT__QG_TILE] = {0u, 0u, 0u, 0u};
-                float ws = w->scales[o * ng + g];
+                uint32_t acc[4][QUAROT__QG_TILE];
+                for (r = 0; r < 4; ++r) {
+                    wg[r] = wr[r] + (size_t)g * gb;
+                    for (t = 0; t < QUAROT__QG_TILE; ++t) acc[r][t] = 0u;
+                }
                 for (t = 0; t < nt; ++t) xg[t] = jb->xq + (t0 + t) * jb->ldx + g * G;
-                if (nblk) jb->fn(w->bits, wg, xg, nt, nblk, acc);
-                for (t = 0; t < nt; ++t) {
-                    uint32_t u;
-                    int32_t a;
-                    if (tail) acc[t] += w->bits == 4 ? quarot__qg_block4_ref(wg + nblk * 64, xg[t] + nblk * 128, tail)
-                                                     : quarot__qg_bytes8_ref(wg + nblk * 64, xg[t] + nblk * 64, tail);
-                    // two's complement wrap back to int32 (exact: the true value is in range)
-                    u = acc[t] - off * (uint32_t)jb->xsum[(t0 + t) * ng + g];
-                    a = u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(0xffffffffu - u) - 1;
-                    f[t] += (float)a * ws;
+                if (ng == 1 && tail == 0 && jb->tile) {   // whole rows: the kernel finishes in registers
+                    quarot__qg_ep ep;
+                    for (t = 0; t < QUAROT__QG_TILE; ++t) {
+                        int tt = t < nt ? t : 0;
+                        ep.offx[t] = off * (uint32_t)jb->xsum[t0 + tt];
+                        ep.xs[t] = jb->xs[t0 + tt];
+                        ep.y[t] = jb->y + (t0 + tt) * jb->ldy + o;
+                    }
+                    for (r = 0; r < 4; ++r) ep.ws[r] = w->scales[o + (r < nr ? r : nr - 1)];
+                    ep.nr = nr;
+                    jb->tile(w->bits, wg, xg, nt, nblk, acc, &ep);
+                    nr = 0;   // stored
+                    break;
+                }
+                if (nblk && jb->tile) jb->tile(w->bits, wg, xg, nt, nblk, acc, NULL);
+                else if (nblk)
+                    for (r = 0; r < nr; ++r) jb->fn(w->bits, wg[r], xg, nt, nblk, acc[r]);
+                for (r = 0; r < nr; ++r) {
+                    float ws = w->scales[(o + r) * ng + g];
+                    for (t = 0; t < nt; ++t) {
+                        uint32_t u, a_t = acc[r][t];
+                        int32_t a;
+                        if (tail) a_t += w->bits == 4 ? quarot__qg_block4_ref(wg[r] + nblk * 64, xg[t] + nblk * 128, tail)
+                                                      : quarot__qg_bytes8_ref(wg[r] + nblk * 64, xg[t] + nblk * 64, tail);
+                        // two's complement wrap back to int32 (exact: the true value is in range)
+                        u = a_t - off * (uint32_t)jb->xsum[(t0 + t) * ng + g];
+                        a = u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(0xffffffffu - u) - 1;
+                        f[r][t] += (float)a * ws;
+                    }
                 }
             }
-            for (t = 0; t < nt; ++t) jb->y[(t0 + t) * jb->ldy + o] = f[t] * jb->xs[t0 + t];
+            for (r = 0; r < nr; ++r)
+                for (t = 0; t < nt; ++t) jb->y[(t0 + t) * jb->ldy + o + r] = f[r][t] * jb->xs[t0 + t];
         }
     }
 }
@@ -6867,6 +7051,7 @@ QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, in
     jb.w = w; jb.xq = xq; jb.xs = x_scales; jb.xsum = xsum;
     jb.ldx = ldx; jb.rows = rows; jb.ldy = ldy; jb.y = y;
     jb.fn = quarot__qg_kernel(use);
+    jb.tile = quarot__qg_tile_kernel(use);
     quarot_env_parallel_for(env, quarot__qg_task, &jb, (w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS);
     return QUAROT_OK;
 }

@@ -4,8 +4,9 @@
    whose lifetime is the object's (weight copies, packed codes, parse nodes) and must release them
    all from one free call, also after an init that failed half-way. An arena remembers every block
    it hands out; qx_arena_free releases them and leaves the arena empty (reusable). A zeroed
-   qx_arena is an empty one. Blocks are separate malloc calls, so each has malloc's alignment and
-   one block can be given back early with qx_arena_release. */
+   qx_arena is an empty one. Blocks are separate allocations (posix_memalign, 64-byte aligned for
+   the SIMD kernels; free() releases them), so one block can be given back early with
+   qx_arena_release. */
 #ifndef QX_ARENA_H
 #define QX_ARENA_H
 
