@@ -186,10 +186,72 @@ static void test_errors_and_threads(void) {
     QT_OK(quarot_qgemm(&m, xq, 40, xs, xsum, 0, y1, 64, QUAROT_ISA_DEFAULT, NULL));
 }
 
+/* Row strides and misaligned buffers on the whole-row path (one group per row, whole blocks: the
+   AVX-512 kernel finishes those in registers): every ISA equals the independent result, the gaps of
+   y past each row's outputs are left alone, and a reversed two-thread run gives the same bits. */
+static void test_strides_alignment(void) {
+    const int64_t out = 21, cols = 384, T = 7, ldx = cols + 5, ldy = out + 2;
+    int bits;
+    qt_seed(5);
+    for (bits = 4; bits <= 8; bits += 4) {
+        int lo = bits == 4 ? -8 : -128, hi = bits == 4 ? 7 : 127;
+        size_t rb = quarot_qmat_row_bytes(bits, cols, 0), a;
+        int8_t* wq = (int8_t*)malloc((size_t)(out * cols));
+        int8_t* xd = (int8_t*)malloc((size_t)(T * cols));
+        uint8_t* wbuf = (uint8_t*)malloc(rb * (size_t)out + 1);
+        int8_t* xbuf = (int8_t*)malloc((size_t)(T * ldx) + 3);
+        float* ws = (float*)malloc((size_t)out * sizeof(float));
+        float xs[7], *y0 = (float*)malloc((size_t)(T * out) * sizeof(float));
+        float* y1 = (float*)malloc((size_t)(T * ldy) * sizeof(float));
+        float* y2 = (float*)malloc((size_t)(T * ldy) * sizeof(float));
+        int32_t xsum[7];
+        uint8_t* wp = wbuf + 1;
+        int8_t* xq = xbuf + 3;
+        quarot_qmat m;
+        quarot_env env;
+        int64_t i, t, o;
+        for (i = 0; i < out * cols; ++i) wq[i] = (int8_t)rnd_int(lo, hi);
+        for (i = 0; i < T * cols; ++i) xd[i] = (int8_t)rnd_int(-128, 127);
+        for (t = 0; t < T; ++t) memcpy(xq + t * ldx, xd + t * cols, (size_t)cols);
+        for (i = 0; i < out; ++i) ws[i] = (float)(qt_uniform() * 0.02 + 1e-4);
+        for (t = 0; t < T; ++t) xs[t] = (float)(qt_uniform() * 0.1 + 1e-3);
+        QT_OK(quarot_qmat_pack(bits, wq, out, cols, 0, wp));
+        QT_OK(quarot_qact_sums(xq, T, cols, ldx, 0, xsum));
+        m.bits = bits; m.rows = out; m.cols = cols; m.group = 0; m.data = wp; m.scales = ws;
+        expect(wq, ws, out, cols, cols, xd, xs, T, y0);
+        for (a = 0; a < sizeof all_isas / sizeof all_isas[0]; ++a) {
+            int same = 1, gap = 1;
+            if (!quarot_isa_compiled(all_isas[a])) continue;
+            memset(y1, 0x7f, (size_t)(T * ldy) * sizeof(float));
+            QT_OK(quarot_qgemm(&m, xq, ldx, xs, xsum, T, y1, ldy, all_isas[a], NULL));
+            for (t = 0; t < T; ++t) {
+                same &= memcmp(y0 + t * out, y1 + t * ldy, (size_t)out * sizeof(float)) == 0;
+                for (o = out; o < ldy; ++o) {
+                    uint32_t u;
+                    memcpy(&u, y1 + t * ldy + o, 4);
+                    gap &= u == 0x7f7f7f7fu;
+                }
+            }
+            QT_CHECKF(same, "bits %d: %s differs with strides / misaligned rows", bits, quarot_isa_name(all_isas[a]));
+            QT_CHECKF(gap, "bits %d: %s wrote past a row's outputs", bits, quarot_isa_name(all_isas[a]));
+        }
+        memset(&env, 0, sizeof env);
+        env.parallel.run = rev_run;
+        env.parallel.n_threads = 2;
+        memset(y1, 0x7f, (size_t)(T * ldy) * sizeof(float));
+        memset(y2, 0x7f, (size_t)(T * ldy) * sizeof(float));
+        QT_OK(quarot_qgemm(&m, xq, ldx, xs, xsum, T, y1, ldy, QUAROT_ISA_DEFAULT, NULL));
+        QT_OK(quarot_qgemm(&m, xq, ldx, xs, xsum, T, y2, ldy, QUAROT_ISA_DEFAULT, &env));
+        QT_CHECK(memcmp(y1, y2, (size_t)(T * ldy) * sizeof(float)) == 0);
+        free(wq); free(xd); free(wbuf); free(xbuf); free(ws); free(y0); free(y1); free(y2);
+    }
+}
+
 int main(void) {
     QT_RUN(test_pack_layout);
     QT_RUN(test_random_and_edges);
     QT_RUN(test_limits);
     QT_RUN(test_errors_and_threads);
+    QT_RUN(test_strides_alignment);
     return qt_finish("test_qgemm");
 }
