@@ -6482,6 +6482,14 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 // tail, the offset and the float scales are shared scalar code, identical for every ISA.
 #define QUAROT__QG_TILE 4      // tokens sharing one pass over a weight row
 #define QUAROT__QG_ROWS 8      // output rows per parallel task (8 rows of weights + a 4-token tile fit L1)
+// The finishing data of a whole-row tile (one scale per row, no tail), for kernels that write y
+// themselves (the AVX-512 tile kernel).
+typedef struct quarot__qg_ep {
+    uint32_t offx[QUAROT__QG_TILE];   // offset * xsum per token
+    float ws[4], xs[QUAROT__QG_TILE];  // scale per row (copies past the end), per token
+    float* y[QUAROT__QG_TILE];         // &y[token][first row]
+    int nr;                            // rows to store
+} quarot__qg_ep;
 
 // Raw sum u*x over one 4-bit block of L <= 128 codes (layout in the declaration), modulo 2^32.
 QUAROT__PRIVATE uint32_t quarot__qg_block4_ref(const uint8_t* w, const int8_t* x, int64_t L) {
@@ -6650,12 +6658,6 @@ QUAROT__PRIVATE __m512i quarot__qg_rows4_avx512(__m512i r0, __m512i r1, __m512i 
 // A whole-row group (one scale per row, no tail) can finish in registers: the same float operations
 // per (t, o) as the task's scalar code (u = sum - offset * xsum as int32, f = 0 + float(u) * w_scale,
 // y = f * x_scale), so the results are the same bits; ep == NULL adds the sums to acc instead.
-typedef struct quarot__qg_ep {
-    uint32_t offx[QUAROT__QG_TILE];   // offset * xsum per token
-    float ws[4], xs[QUAROT__QG_TILE];  // scale per row (copies past the end), per token
-    float* y[QUAROT__QG_TILE];         // &y[token][first row]
-    int nr;                            // rows to store
-} quarot__qg_ep;
 QUAROT__PRIVATE void quarot__qg_store16_avx512(__m512i s0, __m512i s1, __m512i s2, __m512i s3, int nt,
                                                uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
     __m512i w01 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0xdd));
