@@ -7490,6 +7490,7 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
 // rows of W^T times Q) a block of columns at a time. Chunks are independent, so they can run on
 // the env's parallel hook; the result does not depend on how they are split.
 #define QUAROT__CMD_ROWS 64
+#define QUAROT__CMD_TB 8   // rows per block of the column transpose (8 doubles: one cache line)
 
 // Read / write cnt elements of one row (at byte address p) as double, rounding once on write.
 static void quarot__span_get_f64(quarot_dtype dt, const char* p, int64_t cnt, double* out) {
@@ -7537,7 +7538,7 @@ static void quarot__cmd_task(void* arg, int64_t task) {
     size_t ws = quarot_rotation_workspace_size(job->rot), es = quarot_dtype_size(t->dtype);
     double* buf = (double*)quarot_env_alloc(job->env, (size_t)(count * L) * sizeof(double));
     double* tmp = job->c->inner > 1 ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double)) : NULL;
-    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)count * sizeof(double)) : NULL;
+    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)(count * QUAROT__CMD_TB) * sizeof(double)) : NULL;
     void* work = ws ? quarot_env_alloc(job->env, ws) : NULL;
     quarot_result res = QUAROT_OK;
     if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
@@ -7548,16 +7549,25 @@ static void quarot__cmd_task(void* arg, int64_t task) {
         if (res == QUAROT_OK)
             for (i = 0; i < count; ++i) quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
     } else {
-        // buf[c][r] = W[r][first + c]: the columns become rows of length L
-        for (i = 0; i < L; ++i) {
-            quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
-            for (c = 0; c < count; ++c) buf[c * L + i] = span[c];
+        // buf[c][r] = W[r][first + c]: the columns become rows of length L. The transpose goes
+        // through span in blocks of QUAROT__CMD_TB rows, so each buf row gets whole cache lines
+        // (one row at a time wrote `count` lines L*8 bytes apart per row).
+        int64_t i0, nb, k;
+        for (i0 = 0; i0 < L; i0 += nb) {
+            nb = L - i0 < QUAROT__CMD_TB ? L - i0 : QUAROT__CMD_TB;
+            for (k = 0; k < nb; ++k)
+                quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
+            for (c = 0; c < count; ++c)
+                for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
         }
         res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
         if (res == QUAROT_OK)
-            for (i = 0; i < L; ++i) {
-                for (c = 0; c < count; ++c) span[c] = buf[c * L + i];
-                quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            for (i0 = 0; i0 < L; i0 += nb) {
+                nb = L - i0 < QUAROT__CMD_TB ? L - i0 : QUAROT__CMD_TB;
+                for (c = 0; c < count; ++c)
+                    for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
+                for (k = 0; k < nb; ++k)
+                    quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
             }
     }
     quarot_env_free(job->env, buf);
