@@ -146,6 +146,8 @@ typedef struct qx__rf {
     size_t* spare_bytes;
     int64_t n_spare, cap_spare;
     const quarot_env* env;       /* the pool (parallel widening of the copies) */
+    double t_layer, layer_bytes; /* the held layer's start and input bytes (phase 1) */
+    int64_t layers_done;         /* layers rotated so far */
 } qx__rf;
 
 /* A buffer of exactly `bytes` from the spares, else malloc (then counted in cur_bytes). */
@@ -358,9 +360,13 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
     if (b->o->progress) b->o->progress(b->o->user, b->phase ? "rotate" : "validate", layer, b->n_layers);
     if (b->phase == 1) {
         double t0 = qx__now();
+        b->t_layer = t0;
+        b->layer_bytes = 0.0;
         for (i = 0; i < b->s->count; ++i)
             if (qx__layer_of(b->s->items[i].name) == layer) {
-                quarot_result r = qx__own(b, &b->s->items[i]);
+                quarot_result r;
+                if (!b->s->items[i].owned) b->layer_bytes += (double)quarot_tensor_nbytes(&b->s->items[i].t);
+                r = qx__own(b, &b->s->items[i]);
                 if (r != QUAROT_OK) return r;
             }
         qx__spares_free(b);
@@ -394,7 +400,17 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
         (void)qx_store_remove(b->s, en->name);   /* the next entry moves to i */
     }
     qx__drop_pages(b);   /* what the validation pass read, or the copies were made from */
-    if (b->phase == 1) { b->t_mark = qx__now(); b->st->write_s += b->t_mark - t0; }
+    if (b->phase == 1) {
+        b->t_mark = qx__now();
+        b->st->write_s += b->t_mark - t0;
+        if (b->layers_done++ == 0) {
+            b->st->first_layer_s += b->t_mark - b->t_layer;
+            b->st->first_layer_bytes += b->layer_bytes;
+        } else {
+            b->st->later_layers_s += b->t_mark - b->t_layer;
+            b->st->later_layers_bytes += b->layer_bytes;
+        }
+    }
     b->held = -1;
     b->live--;
     b->st->releases++;
