@@ -2008,17 +2008,12 @@ QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, 
 // Rows are scanned in blocks of 256 elements copied to the stack (no alignment assumed) with a
 // branch-free OR of the "exponent all ones" test, which compilers vectorize; only a block that has
 // a bad element is searched again for its index.
-QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad) {
-    int64_t r, i, i0, c, rows, n;
-    size_t es;
+// Rows [r0, r1) of a valid tensor; *first_bad = the first bad element's flat index.
+static quarot_result quarot__check_finite_rows(const quarot_tensor* t, int64_t r0, int64_t r1, int64_t* first_bad) {
+    int64_t r, i, i0, c, n = t->ne[0];
+    size_t es = quarot_dtype_size(t->dtype);
     uint64_t blk[256];
-    quarot_result res = quarot_tensor_validate(t);
-    if (first_bad) *first_bad = -1;
-    if (res != QUAROT_OK) return res;
-    rows = quarot_tensor_nrows(t);
-    n = t->ne[0];
-    es = quarot_dtype_size(t->dtype);
-    for (r = 0; r < rows; ++r) {
+    for (r = r0; r < r1; ++r) {
         const char* p = quarot__tensor_row(t, r);
         for (i0 = 0; i0 < n; i0 += c) {
             unsigned bad = 0;
@@ -2047,6 +2042,48 @@ QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int6
         }
     }
     return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad) {
+    quarot_result res = quarot_tensor_validate(t);
+    if (first_bad) *first_bad = -1;
+    if (res != QUAROT_OK) return res;
+    return quarot__check_finite_rows(t, 0, quarot_tensor_nrows(t), first_bad);
+}
+
+// The same check split into row blocks on env's parallel hook; the reported element is the first
+// bad one in row-major order whatever the split (the lowest block that found one).
+#define QUAROT__FINITE_ROWS 256
+typedef struct quarot__finite_job {
+    const quarot_tensor* t;
+    int64_t* first;           // per task: first bad index, -1 none
+} quarot__finite_job;
+
+static void quarot__finite_task(void* arg, int64_t task) {
+    const quarot__finite_job* j = (const quarot__finite_job*)arg;
+    int64_t rows = quarot_tensor_nrows(j->t), r0 = task * QUAROT__FINITE_ROWS;
+    int64_t r1 = rows - r0 < QUAROT__FINITE_ROWS ? rows : r0 + QUAROT__FINITE_ROWS;
+    j->first[task] = -1;
+    (void)quarot__check_finite_rows(j->t, r0, r1, &j->first[task]);
+}
+
+static quarot_result quarot__check_finite_env(const quarot_tensor* t, int64_t* first_bad, const quarot_env* env) {
+    quarot__finite_job job;
+    int64_t n_tasks, k, rows;
+    quarot_result res = quarot_tensor_validate(t);
+    *first_bad = -1;
+    if (res != QUAROT_OK) return res;
+    rows = quarot_tensor_nrows(t);
+    n_tasks = (rows + QUAROT__FINITE_ROWS - 1) / QUAROT__FINITE_ROWS;
+    if (!env || !env->parallel.run || env->parallel.n_threads <= 1 || n_tasks < 2) return quarot__check_finite_rows(t, 0, rows, first_bad);
+    job.t = t;
+    job.first = (int64_t*)quarot_env_alloc(env, (size_t)n_tasks * sizeof(int64_t));
+    if (!job.first) return quarot__check_finite_rows(t, 0, rows, first_bad);
+    quarot_env_parallel_for(env, quarot__finite_task, &job, n_tasks);
+    for (k = 0; k < n_tasks; ++k)
+        if (job.first[k] >= 0) { *first_bad = job.first[k]; res = QUAROT_ERR_NONFINITE; break; }
+    quarot_env_free(env, job.first);
+    return res;
 }
 
 // >>simd
@@ -8092,7 +8129,7 @@ static quarot_result quarot__expect_1d(quarot_processor* p, const char* name, co
 
 static quarot_result quarot__check_finite_named(quarot_processor* p, const char* name, const quarot_tensor* t) {
     int64_t bad;
-    if (quarot_tensor_check_finite(t, &bad) != QUAROT_OK) {
+    if (quarot__check_finite_env(t, &bad, &p->model->env) != QUAROT_OK) {
         quarot__model_error(p->model, "tensor '%s' has NaN or Inf at element %lld", name, (long long)bad);
         return QUAROT_ERR_NONFINITE;
     }
