@@ -2010,17 +2010,12 @@ QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, 
 // Rows are scanned in blocks of 256 elements copied to the stack (no alignment assumed) with a
 // branch-free OR of the "exponent all ones" test, which compilers vectorize; only a block that has
 // a bad element is searched again for its index.
-QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad) {
-    int64_t r, i, i0, c, rows, n;
-    size_t es;
+// Rows [r0, r1) of a valid tensor; *first_bad = the first bad element's flat index.
+static quarot_result quarot__check_finite_rows(const quarot_tensor* t, int64_t r0, int64_t r1, int64_t* first_bad) {
+    int64_t r, i, i0, c, n = t->ne[0];
+    size_t es = quarot_dtype_size(t->dtype);
     uint64_t blk[256];
-    quarot_result res = quarot_tensor_validate(t);
-    if (first_bad) *first_bad = -1;
-    if (res != QUAROT_OK) return res;
-    rows = quarot_tensor_nrows(t);
-    n = t->ne[0];
-    es = quarot_dtype_size(t->dtype);
-    for (r = 0; r < rows; ++r) {
+    for (r = r0; r < r1; ++r) {
         const char* p = quarot__tensor_row(t, r);
         for (i0 = 0; i0 < n; i0 += c) {
             unsigned bad = 0;
@@ -2049,6 +2044,48 @@ QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int6
         }
     }
     return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_tensor_check_finite(const quarot_tensor* t, int64_t* first_bad) {
+    quarot_result res = quarot_tensor_validate(t);
+    if (first_bad) *first_bad = -1;
+    if (res != QUAROT_OK) return res;
+    return quarot__check_finite_rows(t, 0, quarot_tensor_nrows(t), first_bad);
+}
+
+// The same check split into row blocks on env's parallel hook; the reported element is the first
+// bad one in row-major order whatever the split (the lowest block that found one).
+#define QUAROT__FINITE_ROWS 256
+typedef struct quarot__finite_job {
+    const quarot_tensor* t;
+    int64_t* first;           // per task: first bad index, -1 none
+} quarot__finite_job;
+
+static void quarot__finite_task(void* arg, int64_t task) {
+    const quarot__finite_job* j = (const quarot__finite_job*)arg;
+    int64_t rows = quarot_tensor_nrows(j->t), r0 = task * QUAROT__FINITE_ROWS;
+    int64_t r1 = rows - r0 < QUAROT__FINITE_ROWS ? rows : r0 + QUAROT__FINITE_ROWS;
+    j->first[task] = -1;
+    (void)quarot__check_finite_rows(j->t, r0, r1, &j->first[task]);
+}
+
+static quarot_result quarot__check_finite_env(const quarot_tensor* t, int64_t* first_bad, const quarot_env* env) {
+    quarot__finite_job job;
+    int64_t n_tasks, k, rows;
+    quarot_result res = quarot_tensor_validate(t);
+    *first_bad = -1;
+    if (res != QUAROT_OK) return res;
+    rows = quarot_tensor_nrows(t);
+    n_tasks = (rows + QUAROT__FINITE_ROWS - 1) / QUAROT__FINITE_ROWS;
+    if (!env || !env->parallel.run || env->parallel.n_threads <= 1 || n_tasks < 2) return quarot__check_finite_rows(t, 0, rows, first_bad);
+    job.t = t;
+    job.first = (int64_t*)quarot_env_alloc(env, (size_t)n_tasks * sizeof(int64_t));
+    if (!job.first) return quarot__check_finite_rows(t, 0, rows, first_bad);
+    quarot_env_parallel_for(env, quarot__finite_task, &job, n_tasks);
+    for (k = 0; k < n_tasks; ++k)
+        if (job.first[k] >= 0) { *first_bad = job.first[k]; res = QUAROT_ERR_NONFINITE; break; }
+    quarot_env_free(env, job.first);
+    return res;
 }
 
 // >>simd
@@ -7702,6 +7739,7 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
 // rows of W^T times Q) a block of columns at a time. Chunks are independent, so they can run on
 // the env's parallel hook; the result does not depend on how they are split.
 #define QUAROT__CMD_ROWS 64
+#define QUAROT__CMD_TB 8   // rows per block of the column transpose (8 doubles: one cache line)
 
 // Read / write cnt elements of one row (at byte address p) as double, rounding once on write.
 static void quarot__span_get_f64(quarot_dtype dt, const char* p, int64_t cnt, double* out) {
@@ -7749,7 +7787,7 @@ static void quarot__cmd_task(void* arg, int64_t task) {
     size_t ws = quarot_rotation_workspace_size(job->rot), es = quarot_dtype_size(t->dtype);
     double* buf = (double*)quarot_env_alloc(job->env, (size_t)(count * L) * sizeof(double));
     double* tmp = job->c->inner > 1 ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double)) : NULL;
-    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)count * sizeof(double)) : NULL;
+    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)(count * QUAROT__CMD_TB) * sizeof(double)) : NULL;
     void* work = ws ? quarot_env_alloc(job->env, ws) : NULL;
     quarot_result res = QUAROT_OK;
     if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
@@ -7760,16 +7798,25 @@ static void quarot__cmd_task(void* arg, int64_t task) {
         if (res == QUAROT_OK)
             for (i = 0; i < count; ++i) quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
     } else {
-        // buf[c][r] = W[r][first + c]: the columns become rows of length L
-        for (i = 0; i < L; ++i) {
-            quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
-            for (c = 0; c < count; ++c) buf[c * L + i] = span[c];
+        // buf[c][r] = W[r][first + c]: the columns become rows of length L. The transpose goes
+        // through span in blocks of QUAROT__CMD_TB rows, so each buf row gets whole cache lines
+        // (one row at a time wrote `count` lines L*8 bytes apart per row).
+        int64_t i0, nb, k;
+        for (i0 = 0; i0 < L; i0 += nb) {
+            nb = L - i0 < QUAROT__CMD_TB ? L - i0 : QUAROT__CMD_TB;
+            for (k = 0; k < nb; ++k)
+                quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
+            for (c = 0; c < count; ++c)
+                for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
         }
         res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
         if (res == QUAROT_OK)
-            for (i = 0; i < L; ++i) {
-                for (c = 0; c < count; ++c) span[c] = buf[c * L + i];
-                quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i) + (size_t)first * es, count, span);
+            for (i0 = 0; i0 < L; i0 += nb) {
+                nb = L - i0 < QUAROT__CMD_TB ? L - i0 : QUAROT__CMD_TB;
+                for (c = 0; c < count; ++c)
+                    for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
+                for (k = 0; k < nb; ++k)
+                    quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
             }
     }
     quarot_env_free(job->env, buf);
@@ -8294,7 +8341,7 @@ static quarot_result quarot__expect_1d(quarot_processor* p, const char* name, co
 
 static quarot_result quarot__check_finite_named(quarot_processor* p, const char* name, const quarot_tensor* t) {
     int64_t bad;
-    if (quarot_tensor_check_finite(t, &bad) != QUAROT_OK) {
+    if (quarot__check_finite_env(t, &bad, &p->model->env) != QUAROT_OK) {
         quarot__model_error(p->model, "tensor '%s' has NaN or Inf at element %lld", name, (long long)bad);
         return QUAROT_ERR_NONFINITE;
     }

@@ -20,8 +20,16 @@
    On a shared machine wall time swings with the other load: "cpu s" is the process's user + system
    CPU time over the same call (all threads), and "GB/cpu-s" the input bytes per CPU second, which the
    neighbours disturb much less. The first line measures what fresh memory costs here (first touch
-   of a new 256 MiB block, page faults and the kernel's clearing included), the cost the rotation pays
-   for every copy buffer it cannot reuse (the globals and the first layer). */
+   of a new 256 MiB block, page faults and the kernel's clearing included; then the same on 2 MiB
+   pages), the cost the rotation pays for every copy buffer it cannot reuse (the globals and the
+   first layer), and the disk's rate for a 256 MiB sequential write + fsync into the bench folder
+   (the output's fsync waits for that). "1st layer" and "later" are the rotation pass's GB/s per
+   decoder layer (input bytes / seconds from acquire to written): the first layer fills fresh copy
+   buffers, later ones reuse them, so "later" is the rate a many-layer model approaches (set
+   BENCH_ROTATE_LAYERS=4 or more to see it; the globals' fixed cost comes on top). */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE   /* MAP_ANONYMOUS, madvise */
+#endif
 #include "quarot.h"
 #include "qx_cli.h"
 #include "qx_rotate_file.h"
@@ -30,9 +38,11 @@
 #include "qx_threads.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -84,6 +94,51 @@ static void fresh_memory_rate(double* fresh, double* reused) {
     *reused = (double)n / 1e9 / (now_s() - t0);
     if (p[n / 2] != 2) *reused = 0.0;
     free(p);
+}
+
+/* GB/s of the first touch of a fresh 256 MiB block advised onto 2 MiB pages (what the rotation's
+   copy buffers get); 0 where the advice does not exist. */
+static double fresh_huge_rate(void) {
+#ifdef MADV_HUGEPAGE
+    const size_t n = (size_t)256 << 20, huge = (size_t)2 << 20;
+    void* (*volatile fill)(void*, int, size_t) = memset;
+    char* p = (char*)mmap(NULL, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char* a;
+    double t0, r;
+    if (p == MAP_FAILED) return 0.0;
+    a = (char*)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+    (void)madvise(a, n, MADV_HUGEPAGE);
+    t0 = now_s();
+    fill(a, 1, n);
+    r = (double)n / 1e9 / (now_s() - t0);
+    munmap(p, n + huge);
+    return r;
+#else
+    return 0.0;
+#endif
+}
+
+/* GB/s of writing 256 MiB sequentially (4 MiB pwrites from one buffer) into a new file in dir,
+   fsync included. */
+static double disk_write_rate(const char* dir) {
+    const size_t n = (size_t)256 << 20, chunk = (size_t)4 << 20;
+    char path[4200];
+    char* buf = (char*)malloc(chunk);
+    size_t off;
+    double t0, r = 0.0;
+    int fd;
+    snprintf(path, sizeof path, "%s/disk_probe", dir);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || !buf) { free(buf); if (fd >= 0) close(fd); return 0.0; }
+    memset(buf, 3, chunk);
+    t0 = now_s();
+    for (off = 0; off < n; off += chunk)
+        if (pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) break;
+    if (off == n && fsync(fd) == 0) r = (double)n / 1e9 / (now_s() - t0);
+    close(fd);
+    (void)remove(path);
+    free(buf);
+    return r;
 }
 
 static int env_int(const char* name, int dflt) {
@@ -139,10 +194,11 @@ int main(void) {
     {
         double fresh, reused;
         fresh_memory_rate(&fresh, &reused);
-        printf("memory: first touch of fresh pages %.2f GB/s, rewriting them %.2f GB/s\n", fresh, reused);
+        printf("memory: first touch of fresh pages %.2f GB/s (on 2 MiB pages %.2f GB/s), rewriting them %.2f GB/s; "
+               "disk: sequential write + fsync %.2f GB/s\n", fresh, fresh_huge_rate(), reused, disk_write_rate(dir));
     }
-    printf("%-5s %-7s %3s %7s %7s %6s %7s %8s %9s %6s %6s %6s %6s %6s %10s %10s\n", "dtype", "online", "thr", "GB", "sec", "GB/s",
-           "cpu s", "GB/cpu-s", "validate", "read", "fuse", "rotate", "write", "other", "peak MiB", "bound MiB");
+    printf("%-5s %-7s %3s %7s %7s %6s %7s %8s %9s %6s %6s %6s %6s %6s %10s %10s %9s %6s\n", "dtype", "online", "thr", "GB", "sec", "GB/s",
+           "cpu s", "GB/cpu-s", "validate", "read", "fuse", "rotate", "write", "other", "peak MiB", "bound MiB", "1st layer", "later");
     for (d = 0; d < 2; ++d) {
         const quarot_dtype dt = d ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
         qx_synth_desc sd;
@@ -211,11 +267,13 @@ int main(void) {
                 remove_tree(out_path);
                 if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
                 other = st.total_s - st.validate_s - st.read_s - st.fuse_s - st.rotate_s - st.write_s;
-                printf("%-5s %-7s %3d %7.2f %7.2f %6.2f %7.2f %8.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f\n",
+                printf("%-5s %-7s %3d %7.2f %7.2f %6.2f %7.2f %8.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f %9.2f %6.2f\n",
                        quarot_dtype_name(dt), online ? "online" : "-", st.threads, wbytes / 1e9, st.total_s,
                        wbytes / 1e9 / st.total_s, c0, wbytes / 1e9 / c0, 100 * st.validate_s / st.total_s, 100 * st.read_s / st.total_s,
                        100 * st.fuse_s / st.total_s, 100 * st.rotate_s / st.total_s, 100 * st.write_s / st.total_s,
-                       100 * other / st.total_s, (double)st.peak_copy_bytes / 1048576.0, bound / 1048576.0);
+                       100 * other / st.total_s, (double)st.peak_copy_bytes / 1048576.0, bound / 1048576.0,
+                       st.first_layer_s > 0 ? st.first_layer_bytes / 1e9 / st.first_layer_s : 0.0,
+                       st.later_layers_s > 0 ? st.later_layers_bytes / 1e9 / st.later_layers_s : 0.0);
                 fflush(stdout);
             }
         }

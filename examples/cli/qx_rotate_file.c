@@ -7,7 +7,10 @@
    written, so the live set is {globals} + {one layer}. A layer's copy buffers are kept on release
    and handed to the next layer's copies of the same size (every decoder layer has the same shapes):
    fresh pages cost a page fault and a kernel clear each (on some virtual machines 5-10 s per GB),
-   reused ones nothing; buffers the next layer does not take are freed once its copies are made. */
+   reused ones nothing; buffers the next layer does not take are freed once its copies are made.
+   Fresh copy buffers are advised onto 2 MiB pages (qx_thp_advise), the widening to f32 runs on the
+   thread pool, and the processor's work buffers come from a qx_blockcache (recycled across tasks,
+   commands and layers instead of fresh pages per task). */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE   /* madvise */
 #endif
@@ -18,6 +21,7 @@
 #include "qx_llama2c.h"
 #include "qx_safetensors.h"
 #include "qx_threads.h"
+#include "qx_blockcache.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -141,6 +145,9 @@ typedef struct qx__rf {
     void** spare;
     size_t* spare_bytes;
     int64_t n_spare, cap_spare;
+    const quarot_env* env;       /* the pool (parallel widening of the copies) */
+    double t_layer, layer_bytes; /* the held layer's start and input bytes (phase 1) */
+    int64_t layers_done;         /* layers rotated so far */
 } qx__rf;
 
 /* A buffer of exactly `bytes` from the spares, else malloc (then counted in cur_bytes). */
@@ -157,6 +164,7 @@ static void* qx__take(qx__rf* b, size_t bytes) {
         }
     p = malloc(bytes ? bytes : 1);
     if (p) b->cur_bytes += bytes;
+    qx_thp_advise(p, bytes);   /* before the first write: one fault per 2 MiB */
     return p;
 }
 
@@ -257,14 +265,40 @@ static void qx__drop_pages(const qx__rf* b) {
         }
 }
 
+/* Rows [task*QX__OWN_ROWS, ...) of a view widened to f32 into a contiguous copy (a pool task). */
+#define QX__OWN_ROWS 256
+typedef struct qx__own_job {
+    const quarot_tensor* src;
+    char* mem;
+    size_t es;
+    int same;                    /* copy as is (no widening) */
+} qx__own_job;
+
+static void qx__own_task(void* arg, int64_t task) {
+    const qx__own_job* j = (const qx__own_job*)arg;
+    const quarot_tensor* src = j->src;
+    int64_t rows = quarot_tensor_nrows(src), r = task * QX__OWN_ROWS, end = r + QX__OWN_ROWS < rows ? r + QX__OWN_ROWS : rows;
+    for (; r < end; ++r) {
+        char* dst = j->mem + (size_t)r * (size_t)src->ne[0] * j->es;
+        if (j->same) {
+            int64_t i1 = r % src->ne[1], i2 = (r / src->ne[1]) % src->ne[2], i3 = r / (src->ne[1] * src->ne[2]);
+            memcpy(dst, (const char*)src->data + (size_t)i1 * src->nb[1] + (size_t)i2 * src->nb[2] + (size_t)i3 * src->nb[3],
+                   (size_t)src->ne[0] * j->es);
+        } else {
+            (void)quarot_tensor_get_row_f32(src, r, (float*)dst);
+        }
+    }
+}
+
 /* Replace a view by a writable contiguous copy (f16/bf16 widened to f32 so the processor's several
    passes over a tensor round only once, when it is written). */
 static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     quarot_tensor src = en->t, nt;
     quarot_dtype wdt = (src.dtype == QUAROT_DTYPE_F16 || src.dtype == QUAROT_DTYPE_BF16) ? QUAROT_DTYPE_F32 : src.dtype;
     size_t bytes, es;
-    int64_t r, rows;
+    int64_t rows;
     char* mem;
+    qx__own_job job;
     quarot_result res;
     if (en->owned) return QUAROT_OK;
     res = quarot_tensor_init(&nt, NULL, wdt, QUAROT_MAX_DIMS, src.ne);
@@ -275,16 +309,11 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
     nt.data = mem;
     rows = quarot_tensor_nrows(&src);
-    for (r = 0; r < rows; ++r) {
-        char* dst = mem + (size_t)r * (size_t)src.ne[0] * es;
-        if (wdt == src.dtype) {
-            int64_t i1 = r % src.ne[1], i2 = (r / src.ne[1]) % src.ne[2], i3 = r / (src.ne[1] * src.ne[2]);
-            memcpy(dst, (const char*)src.data + (size_t)i1 * src.nb[1] + (size_t)i2 * src.nb[2] + (size_t)i3 * src.nb[3],
-                   (size_t)src.ne[0] * es);
-        } else {
-            (void)quarot_tensor_get_row_f32(&src, r, (float*)dst);
-        }
-    }
+    job.src = &src;
+    job.mem = mem;
+    job.es = es;
+    job.same = wdt == src.dtype;
+    quarot_env_parallel_for(b->env, qx__own_task, &job, (rows + QX__OWN_ROWS - 1) / QX__OWN_ROWS);
     en->t = nt;
     en->owned = mem;
     qx__drop_pages(b);
@@ -331,9 +360,13 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
     if (b->o->progress) b->o->progress(b->o->user, b->phase ? "rotate" : "validate", layer, b->n_layers);
     if (b->phase == 1) {
         double t0 = qx__now();
+        b->t_layer = t0;
+        b->layer_bytes = 0.0;
         for (i = 0; i < b->s->count; ++i)
             if (qx__layer_of(b->s->items[i].name) == layer) {
-                quarot_result r = qx__own(b, &b->s->items[i]);
+                quarot_result r;
+                if (!b->s->items[i].owned) b->layer_bytes += (double)quarot_tensor_nbytes(&b->s->items[i].t);
+                r = qx__own(b, &b->s->items[i]);
                 if (r != QUAROT_OK) return r;
             }
         qx__spares_free(b);
@@ -367,7 +400,17 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
         (void)qx_store_remove(b->s, en->name);   /* the next entry moves to i */
     }
     qx__drop_pages(b);   /* what the validation pass read, or the copies were made from */
-    if (b->phase == 1) { b->t_mark = qx__now(); b->st->write_s += b->t_mark - t0; }
+    if (b->phase == 1) {
+        b->t_mark = qx__now();
+        b->st->write_s += b->t_mark - t0;
+        if (b->layers_done++ == 0) {
+            b->st->first_layer_s += b->t_mark - b->t_layer;
+            b->st->first_layer_bytes += b->layer_bytes;
+        } else {
+            b->st->later_layers_s += b->t_mark - b->t_layer;
+            b->st->later_layers_bytes += b->layer_bytes;
+        }
+    }
     b->held = -1;
     b->live--;
     b->st->releases++;
@@ -674,6 +717,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     quarot_processor p;
     quarot_rotate_desc d2;
     qx_pool* pool = NULL;
+    qx_blockcache* cache = NULL;
     double t_start = qx__now(), t0;
     qx__rf b;
     qx__sink sink;
@@ -722,6 +766,11 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     if (st->threads > 1) pool = qx_pool_create(st->threads);
     if (!pool) st->threads = 1;
     qx_pool_env(pool, &m.env);
+    b.env = &m.env;
+    /* the processor's work buffers (a few MiB per task) recycled: 64 MiB covers every task's
+       buffers of a 7B-class layer on a few threads; what does not fit is freed as before */
+    cache = qx_blockcache_create((size_t)64 << 20);
+    if (cache) qx_blockcache_allocator(cache, &m.env.allocator);
     /* the caller's observers behind the phase clock's */
     d2 = *desc;
     b.user_desc = desc;
@@ -732,7 +781,12 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     /* 1. validation: every tensor read once, layer by layer; nothing written */
     r = quarot_processor_init(&p, &m, &d2);
     st->validate_s = qx__now() - t_start;
-    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); qx_pool_destroy(pool); return r; }
+    if (r != QUAROT_OK) {
+        qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r));
+        qx_pool_destroy(pool);
+        qx_blockcache_destroy(cache);
+        return r;
+    }
     have_p = 1;
     if (o->progress) o->progress(o->user, "validate", b.n_layers, b.n_layers);
     snprintf(st->r1, sizeof st->r1, "%s", p.rot[QUAROT_ROT_R1].text);
@@ -840,6 +894,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     st->total_s = qx__now() - t_start;
     qx_pool_destroy(pool);
     quarot_processor_free(&p);
+    qx_blockcache_destroy(cache);
     free(b.spare);
     free(b.spare_bytes);
     qx_sb_free(&cfg_text);
@@ -857,6 +912,7 @@ fail:
     free(b.spare_bytes);
     qx_pool_destroy(pool);
     if (have_p) quarot_processor_free(&p);
+    qx_blockcache_destroy(cache);
     qx_sb_free(&cfg_text);
     free(hooks_text);
     free(plan);

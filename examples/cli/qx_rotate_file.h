@@ -96,6 +96,10 @@ typedef struct qx_rotate_file_stats {
     int64_t n_commands;
     int side_files;              /* Hugging Face side files copied (opts.side_dir) */
     char r4[160], heads[160], r3[160];   /* online rotations built ("" when none) */
+    /* the rotation pass per decoder layer (acquire to the end of its release: copies, fusion,
+       rotation, writes) and the layers' input bytes: the first layer (fresh copy buffers) apart
+       from the later ones (buffers reused), i.e. the rate a many-layer model approaches */
+    double first_layer_s, later_layers_s, first_layer_bytes, later_layers_bytes;
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds
