@@ -4388,12 +4388,16 @@ static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int 
                                    int64_t mc, int64_t nc, int tri, const quarot_env* env, quarot__gemm_plan* pl) {
     int64_t tiles_m = quarot__gemm_cdiv(m, mr), tiles_n = quarot__gemm_cdiv(n, nr), tm = 1, tn = 1;
     int threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
-    // Small products run serially; otherwise ~4 tasks per thread, rows first (each task packs its own
-    // copy of the B panels, so splitting rows keeps that copy cheap relative to the work). A triangle
-    // (tri) gets twice as many row panels: their work shrinks from the top one down.
+    // Small products run serially; otherwise ~4 tasks per thread (a triangle, tri: 8, as its panels
+    // below the diagonal are empty). Each task packs its own copies of its A rows and B columns, so a
+    // split into tm x tn panels packs B tm times and A tn times: tm/tn ~ m/n keeps that smallest
+    // (tm a power of two: at n = 4096, 2 threads, 2 x 4 panels pack 6 n^2 elements where 8 row
+    // panels packed 8 n^2 of B plus A once per NC block; a tall-skinny product keeps splitting rows).
     if (threads > 1 && (double)m * (double)n * (double)k >= 262144.0) {
         int64_t target = quarot__gemm_min((int64_t)threads * (tri ? 8 : 4), 256);
-        tm = quarot__gemm_min(tiles_m, target);
+        double want = sqrt((double)target * (double)m / (double)n);
+        while (tm * 2 <= target && (double)tm * 1.41421356 < want) tm *= 2;
+        tm = quarot__gemm_min(tiles_m, tm);
         tn = quarot__gemm_min(tiles_n, quarot__gemm_cdiv(target, tm));
     }
     pl->pm = quarot__gemm_cdiv(tiles_m, tm) * mr;
@@ -4410,31 +4414,45 @@ static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int 
 // Type-generic part, instantiated for float (S = s) and double (S = d). Packing layouts:
 //   packed A  ap[s][p][r] = op(A)[s*mr + r][p]   (rows past mc are 0)
 //   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
-// A full sliver whose source rows are contiguous (op(B) not transposed, op(A) transposed) is copied
-// with the width as a constant, so each row is a few vector moves instead of a memcpy call.
-#define QUAROT__GEMM_STRIP_W(W) for (p = 0; p < kc; ++p, d += (W), s += ld) for (j = 0; j < (W); ++j) d[j] = s[j];
+// Full slivers whose source rows are contiguous (op(B) not transposed, op(A) transposed): ns slivers
+// of width w side by side, d[t][p][j] = s[p*ld + t*w + j], copied source row by source row (one
+// sequential read per row; sliver by sliver it touched a new page per row) with the width as a
+// constant, so each piece is a few vector moves instead of a memcpy call.
+#define QUAROT__GEMM_STRIP_W(T, W)                                                                     \
+    for (p = 0; p < kc; ++p)                                                                           \
+        for (t = 0; t < ns; ++t) {                                                                     \
+            const T* sp = s + p * ld + t * (W);                                                        \
+            T* dp = d + (t * kc + p) * (W);                                                            \
+            for (j = 0; j < (W); ++j) dp[j] = sp[j];                                                   \
+        }
 #define QUAROT__GEMM_DEFINE(T, S)                                                                      \
-static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int w,        \
-                                   T* QUAROT__RESTRICT d) {                                             \
-    int64_t p;                                                                                         \
+static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,   \
+                                   int w, T* QUAROT__RESTRICT d) {                                      \
+    int64_t p, t;                                                                                      \
     int j;                                                                                             \
     switch (w) {                                                                                       \
-        case 4: QUAROT__GEMM_STRIP_W(4) break;                                                         \
-        case 6: QUAROT__GEMM_STRIP_W(6) break;                                                         \
-        case 8: QUAROT__GEMM_STRIP_W(8) break;                                                         \
-        case 12: QUAROT__GEMM_STRIP_W(12) break;                                                       \
-        case 16: QUAROT__GEMM_STRIP_W(16) break;                                                       \
-        case 32: QUAROT__GEMM_STRIP_W(32) break;                                                       \
-        default: for (p = 0; p < kc; ++p, d += w, s += ld) for (j = 0; j < w; ++j) d[j] = s[j]; break; \
+        case 4: QUAROT__GEMM_STRIP_W(T, 4) break;                                                         \
+        case 6: QUAROT__GEMM_STRIP_W(T, 6) break;                                                         \
+        case 8: QUAROT__GEMM_STRIP_W(T, 8) break;                                                         \
+        case 12: QUAROT__GEMM_STRIP_W(T, 12) break;                                                       \
+        case 16: QUAROT__GEMM_STRIP_W(T, 16) break;                                                       \
+        case 32: QUAROT__GEMM_STRIP_W(T, 32) break;                                                       \
+        default: QUAROT__GEMM_STRIP_W(T, w) break;                                                        \
     }                                                                                                  \
 }                                                                                                      \
 static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
                                     T* QUAROT__RESTRICT ap) {                                           \
     int64_t s, p;                                                                                      \
     int r, rows;                                                                                       \
+    if (ta && mc >= mr) {                                                                              \
+        s = mc / mr * mr;                                                                              \
+        quarot__gemm_strip_##S(a, lda, kc, mc / mr, mr, ap);                                           \
+        ap += s * kc;                                                                                  \
+        a += s;                                                                                        \
+        mc -= s;                                                                                       \
+    }                                                                                                  \
     for (s = 0; s < mc; s += mr) {                                                                     \
         rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
-        if (ta && rows == mr) { quarot__gemm_strip_##S(a + s, lda, kc, mr, ap); ap += kc * mr; continue; } \
         for (p = 0; p < kc; ++p) {                                                                     \
             if (ta) { const T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }     \
             else    { const T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; } \
@@ -4447,9 +4465,15 @@ static void quarot__gemm_pack_b_##S(int tb, const T* b, int64_t ldb, int64_t kc,
                                     T* QUAROT__RESTRICT bp) {                                           \
     int64_t t, p;                                                                                      \
     int j, cols;                                                                                       \
+    if (!tb && nc >= nr) {                                                                             \
+        t = nc / nr * nr;                                                                              \
+        quarot__gemm_strip_##S(b, ldb, kc, nc / nr, nr, bp);                                           \
+        bp += t * kc;                                                                                  \
+        b += t;                                                                                        \
+        nc -= t;                                                                                       \
+    }                                                                                                  \
     for (t = 0; t < nc; t += nr) {                                                                     \
         cols = (int)quarot__gemm_min(nr, nc - t);                                                         \
-        if (!tb && cols == nr) { quarot__gemm_strip_##S(b + t, ldb, kc, nr, bp); bp += kc * nr; continue; } \
         for (p = 0; p < kc; ++p) {                                                                     \
             if (tb) { const T* src = b + t * ldb + p; for (j = 0; j < cols; ++j) bp[j] = src[j * ldb]; } \
             else    { const T* src = b + p * ldb + t; for (j = 0; j < cols; ++j) bp[j] = src[j]; }     \
