@@ -4449,14 +4449,19 @@ static int64_t quarot__gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b;
 static int64_t quarot__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int nr, int64_t kc,
-                                   int64_t mc, int64_t nc, const quarot_env* env, quarot__gemm_plan* pl) {
+                                   int64_t mc, int64_t nc, int tri, const quarot_env* env, quarot__gemm_plan* pl) {
     int64_t tiles_m = quarot__gemm_cdiv(m, mr), tiles_n = quarot__gemm_cdiv(n, nr), tm = 1, tn = 1;
     int threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
-    // Small products run serially; otherwise ~4 tasks per thread, rows first (each task packs its own
-    // copy of the B panels, so splitting rows keeps that copy cheap relative to the work).
+    // Small products run serially; otherwise ~4 tasks per thread (a triangle, tri: 8, as its panels
+    // below the diagonal are empty). Each task packs its own copies of its A rows and B columns, so a
+    // split into tm x tn panels packs B tm times and A tn times: tm/tn ~ m/n keeps that smallest
+    // (tm a power of two: at n = 4096, 2 threads, 2 x 4 panels pack 6 n^2 elements where 8 row
+    // panels packed 8 n^2 of B plus A once per NC block; a tall-skinny product keeps splitting rows).
     if (threads > 1 && (double)m * (double)n * (double)k >= 262144.0) {
-        int64_t target = quarot__gemm_min((int64_t)threads * 4, 256);
-        tm = quarot__gemm_min(tiles_m, target);
+        int64_t target = quarot__gemm_min((int64_t)threads * (tri ? 8 : 4), 256);
+        double want = sqrt((double)target * (double)m / (double)n);
+        while (tm * 2 <= target && (double)tm * 1.41421356 < want) tm *= 2;
+        tm = quarot__gemm_min(tiles_m, tm);
         tn = quarot__gemm_min(tiles_n, quarot__gemm_cdiv(target, tm));
     }
     pl->pm = quarot__gemm_cdiv(tiles_m, tm) * mr;
@@ -4473,11 +4478,43 @@ static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int 
 // Type-generic part, instantiated for float (S = s) and double (S = d). Packing layouts:
 //   packed A  ap[s][p][r] = op(A)[s*mr + r][p]   (rows past mc are 0)
 //   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
+// Full slivers whose source rows are contiguous (op(B) not transposed, op(A) transposed): ns slivers
+// of width w side by side, d[t][p][j] = s[p*ld + t*w + j], copied source row by source row (one
+// sequential read per row; sliver by sliver it touched a new page per row) with the width as a
+// constant, so each piece is a few vector moves instead of a memcpy call.
+#define QUAROT__GEMM_STRIP_W(T, W)                                                                     \
+    for (p = 0; p < kc; ++p)                                                                           \
+        for (t = 0; t < ns; ++t) {                                                                     \
+            const T* sp = s + p * ld + t * (W);                                                        \
+            T* dp = d + (t * kc + p) * (W);                                                            \
+            for (j = 0; j < (W); ++j) dp[j] = sp[j];                                                   \
+        }
 #define QUAROT__GEMM_DEFINE(T, S)                                                                      \
+static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,   \
+                                   int w, T* QUAROT__RESTRICT d) {                                      \
+    int64_t p, t;                                                                                      \
+    int j;                                                                                             \
+    switch (w) {                                                                                       \
+        case 4: QUAROT__GEMM_STRIP_W(T, 4) break;                                                         \
+        case 6: QUAROT__GEMM_STRIP_W(T, 6) break;                                                         \
+        case 8: QUAROT__GEMM_STRIP_W(T, 8) break;                                                         \
+        case 12: QUAROT__GEMM_STRIP_W(T, 12) break;                                                       \
+        case 16: QUAROT__GEMM_STRIP_W(T, 16) break;                                                       \
+        case 32: QUAROT__GEMM_STRIP_W(T, 32) break;                                                       \
+        default: QUAROT__GEMM_STRIP_W(T, w) break;                                                        \
+    }                                                                                                  \
+}                                                                                                      \
 static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
                                     T* QUAROT__RESTRICT ap) {                                           \
     int64_t s, p;                                                                                      \
     int r, rows;                                                                                       \
+    if (ta && mc >= mr) {                                                                              \
+        s = mc / mr * mr;                                                                              \
+        quarot__gemm_strip_##S(a, lda, kc, mc / mr, mr, ap);                                           \
+        ap += s * kc;                                                                                  \
+        a += s;                                                                                        \
+        mc -= s;                                                                                       \
+    }                                                                                                  \
     for (s = 0; s < mc; s += mr) {                                                                     \
         rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
         for (p = 0; p < kc; ++p) {                                                                     \
@@ -4492,6 +4529,13 @@ static void quarot__gemm_pack_b_##S(int tb, const T* b, int64_t ldb, int64_t kc,
                                     T* QUAROT__RESTRICT bp) {                                           \
     int64_t t, p;                                                                                      \
     int j, cols;                                                                                       \
+    if (!tb && nc >= nr) {                                                                             \
+        t = nc / nr * nr;                                                                              \
+        quarot__gemm_strip_##S(b, ldb, kc, nc / nr, nr, bp);                                           \
+        bp += t * kc;                                                                                  \
+        b += t;                                                                                        \
+        nc -= t;                                                                                       \
+    }                                                                                                  \
     for (t = 0; t < nc; t += nr) {                                                                     \
         cols = (int)quarot__gemm_min(nr, nc - t);                                                         \
         for (p = 0; p < kc; ++p) {                                                                     \
@@ -4505,7 +4549,8 @@ static void quarot__gemm_pack_b_##S(int tb, const T* b, int64_t ldb, int64_t kc,
 /* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
 static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
                                  int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
-                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp) {                \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
+                                 int64_t coff) {                                                        \
     const int mr = cfg->mr, nr = cfg->nr;                                                              \
     int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
     T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
@@ -4524,6 +4569,7 @@ static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int t
                     int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
                     for (jr = 0; jr < nc; jr += nr) {                                                  \
                         int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
+                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   /* strictly lower */   \
                         if (rows == mr && cols == nr) {                                                \
                             cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
                             continue;                                                                  \
@@ -4559,31 +4605,38 @@ typedef struct quarot__gemm_job_##S {                                           
     const T* b;                                                                                        \
     T* c;                                                                                              \
     T* work;                                                                                           \
+    int tri;                                                                                           \
 } quarot__gemm_job_##S;                                                                                \
 /* Task t: panel (t / tn, t % tn) of C, workspace slice t. */                                          \
 static void quarot__gemm_task_##S(void* arg, int64_t t) {                                              \
     const quarot__gemm_job_##S* jb = (const quarot__gemm_job_##S*)arg;                                 \
     const quarot__gemm_plan* pl = jb->pl;                                                              \
     int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;                                    \
+    int64_t pn = quarot__gemm_min(pl->pn, jb->n - j0), js = 0;                                            \
     T* ap = jb->work + t * pl->per_task;                                                               \
-    quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0),                   \
-                         quarot__gemm_min(pl->pn, jb->n - j0), jb->k, jb->alpha,                          \
-                         jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                                \
+    /* tri: columns left of the panel's first row are strictly lower for all its rows */              \
+    if (jb->tri && i0 > j0) js = quarot__gemm_min(pn, (i0 - j0) / jb->cfg->nr * jb->cfg->nr);             \
+    if (js >= pn) return;                                                                              \
+    j0 += js;                                                                                          \
+    quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0), pn - js, jb->k,   \
+                         jb->alpha, jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                     \
                          jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
-                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems);                    \
+                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0);  \
 }                                                                                                      \
-/* The whole built-in GEMM after argument checks, with a given blocking and kernel. */              \
-static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
-                                          int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
-                                          const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
-                                          const quarot_env* env) {                                      \
+/* The whole built-in GEMM after argument checks, with a given blocking and kernel. tri: only the    \
+   tiles of C that hold an element on or above the diagonal are computed (m == n: the upper triangle \
+   of a symmetric product; the elements computed are the bits of the full product). */             \
+static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int tri, int ta, int tb,  \
+                                           int64_t m, int64_t n, int64_t k, T alpha, const T* a,       \
+                                           int64_t lda, const T* b, int64_t ldb, T beta, T* c,         \
+                                           int64_t ldc, const quarot_env* env) {                        \
     quarot__gemm_plan pl;                                                                              \
     quarot__gemm_job_##S jb;                                                                           \
     size_t bytes;                                                                                      \
     void* mem;                                                                                         \
     if (m == 0 || n == 0) return QUAROT_OK;                                                            \
     if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
-    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, env, &pl);            \
+    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, tri, env, &pl);       \
     if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
         !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
         return QUAROT_ERR_OVERFLOW;                                                                    \
@@ -4591,11 +4644,17 @@ static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int 
     if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
     jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                   \
     jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
-    jb.a = a; jb.b = b; jb.c = c;                                                                      \
+    jb.a = a; jb.b = b; jb.c = c; jb.tri = tri;                                                        \
     jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
     quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
     quarot_env_free(env, mem);                                                                         \
     return QUAROT_OK;                                                                                  \
+}                                                                                                      \
+static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
+                                          int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
+                                          const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
+                                          const quarot_env* env) {                                      \
+    return quarot__gemm_cfgx_##S(cfg, 0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);   \
 }                                                                                                      \
 /* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
 static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
@@ -4608,6 +4667,23 @@ static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m,
 
 QUAROT__GEMM_DEFINE(float, s)
 QUAROT__GEMM_DEFINE(double, d)
+#undef QUAROT__GEMM_STRIP_W
+
+#if !defined(QUAROT_USE_CBLAS)
+// G = X^T X for X [k][n] (row stride ldx) into G [n][n] (row stride ldg): the tiles holding an element
+// on or above the diagonal only (about half the flops); those elements equal the full product's bits
+// (same ISA, same blocking). Elements strictly below the diagonal are left alone or overwritten.
+static quarot_result quarot__ssyrk_upper(int64_t n, int64_t k, const float* x, int64_t ldx, float* g, int64_t ldg,
+                                         const quarot_env* env) {
+    quarot__sgemm_cfg cfg;
+    quarot_isa isa = QUAROT_ISA_DEFAULT;
+    quarot_result r = quarot__gemm_check(1, 0, n, n, k, 1, x, ldx, x, ldx, g, ldg, sizeof(float));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    quarot__sgemm_select(isa, &cfg);
+    return quarot__gemm_cfgx_s(&cfg, 1, 1, 0, n, n, k, 1.0f, x, ldx, x, ldx, 0.0f, g, ldg, env);
+}
+#endif
 
 QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
@@ -4938,8 +5014,11 @@ QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon_exact)
 #endif
 
 // Blocking per ISA (measured on AMD Zen 4, 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half
-// of L1, the B panel KC x NC streams; a wide NC means fewer repacks of A). ISAs without a kernel of
-// their own (none today) would fall back to the scalar one.
+// of L1, the B panel KC x NC streams; a wide NC means fewer repacks of A). On x86 NC is 1024: the
+// packed B panel of a task is then 1-2 MB (was 6-8 MB at NC = 4096, so 8 tasks' workspace went past
+// malloc's mmap threshold and every call faulted in and zeroed ~50 MB of fresh pages; Zen 5, 2
+// threads, n = 4096: 25% faster). ISAs without a kernel of their own (none today) would fall back to
+// the scalar one. NC and MC never change the results (only KC does).
 static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t* nc,
                              int mr_, int nr_, int64_t kc_, int64_t nc_) {
     *mr = mr_; *nr = nr_; *kc = kc_; *mc = (int64_t)mr_ * 8; *nc = nc_;
@@ -4949,17 +5028,17 @@ static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* g) {
     switch (isa) {
 #if defined(QUAROT__HAVE_AVX512)
         case QUAROT_ISA_AVX512:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 12, 32, 384, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 12, 32, 384, 1024);
             g->kernel = quarot__sgemm_kernel_avx512; return;
 #endif
 #if defined(QUAROT__HAVE_AVX2)
         case QUAROT_ISA_AVX2:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 16, 512, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 16, 512, 1024);
             g->kernel = quarot__sgemm_kernel_avx2; return;
 #endif
 #if defined(QUAROT__HAVE_SSE2)
         case QUAROT_ISA_SSE2:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 512, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 512, 1024);
             g->kernel = quarot__sgemm_kernel_sse2; return;
 #endif
 #if defined(QUAROT__HAVE_NEON)
@@ -4977,17 +5056,17 @@ static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* g) {
     switch (isa) {
 #if defined(QUAROT__HAVE_AVX512)
         case QUAROT_ISA_AVX512:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 12, 16, 256, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 12, 16, 256, 1024);
             g->kernel = quarot__dgemm_kernel_avx512; return;
 #endif
 #if defined(QUAROT__HAVE_AVX2)
         case QUAROT_ISA_AVX2:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 8, 256, 1024);
             g->kernel = quarot__dgemm_kernel_avx2; return;
 #endif
 #if defined(QUAROT__HAVE_SSE2)
         case QUAROT_ISA_SSE2:
-            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 4, 256, 4096);
+            quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 6, 4, 256, 1024);
             g->kernel = quarot__dgemm_kernel_sse2; return;
 #endif
 #if defined(QUAROT__HAVE_NEON)
@@ -5231,7 +5310,7 @@ static void quarot__gram_panel_##S(const quarot__gram_job_##S* jb, int64_t p, T*
     int64_t i0 = p * jb->bs;                                                                           \
     quarot__gemm_run_##S(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (T)1, \
                          jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (T)0, jb->g + i0 * jb->n + i0, jb->n, \
-                         ap, ap + jb->a_elems);                                                        \
+                         ap, ap + jb->a_elems, 0, 0);                                                  \
 }                                                                                                      \
 /* Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ... */                                      \
 static void quarot__gram_task_##S(void* arg, int64_t t) {                                              \
@@ -9531,6 +9610,11 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 static quarot_result quarot__adapt_gram(int64_t n, const float* x, float* g, const quarot_env* env) {
     int64_t j0;
     quarot_result res = QUAROT_OK;
+#if !defined(QUAROT_USE_CBLAS)
+    // one call over the upper tiles: the same bits as the column panels below, with one packing of
+    // each operand per task instead of one per panel
+    if (n >= 4 * QUAROT__ADAPT_PANEL) return quarot__ssyrk_upper(n, n, x, n, g, n, env);
+#endif
     if (n < 4 * QUAROT__ADAPT_PANEL) return quarot_sgemm(1, 0, n, n, n, 1.0f, x, n, x, n, 0.0f, g, n, env);
     for (j0 = 0; j0 < n && res == QUAROT_OK; j0 += QUAROT__ADAPT_PANEL) {
         int64_t j1 = j0 + QUAROT__ADAPT_PANEL < n ? j0 + QUAROT__ADAPT_PANEL : n;
@@ -9861,25 +9945,53 @@ static int quarot__adapt_quintic(double l, double* ca, double* cb, double* cc, d
 
 // One tile row [bi, bi + 64) of a pass over the upper triangle of G (and of G2 when not NULL), 64 x 64
 // tiles: writes the full symmetric c0*I + c1*G + c2*G2 into g (G2 ignored when NULL) and returns
-// max|G - I| over the row. Reads only upper entries and writes row bi's upper tiles and their mirror
-// images (lower entries, read by nobody), so tile rows can run in parallel on the same g.
+// max|G - I| over the row (NaN when any entry is NaN). Reads only upper entries and writes row bi's
+// upper tiles and their mirror images (lower entries, read by nobody), so tile rows can run in
+// parallel on the same g. Each tile is computed into a local buffer by plain loops the compiler
+// vectorizes (the off-diagonal max|G_ij| as the integer maximum of the IEEE bits of |G_ij|, which
+// orders numbers as floats do and puts NaN above all), then stored row-wise and transposed.
 #define QUAROT__ADAPT_TB 64
 static double quarot__adapt_sym_row(int64_t n, int64_t bi, float* g, const float* g2, double c0, double c1, double c2) {
+    float tile[QUAROT__ADAPT_TB * QUAROT__ADAPT_TB];
     int64_t bj, i, j, ie = bi + QUAROT__ADAPT_TB < n ? bi + QUAROT__ADAPT_TB : n;
+    uint32_t amax = 0;
+    float fmax;
     double r = 0.0;
     for (bj = bi; bj < n; bj += QUAROT__ADAPT_TB) {
-        int64_t je = bj + QUAROT__ADAPT_TB < n ? bj + QUAROT__ADAPT_TB : n;
-        for (i = bi; i < ie; ++i)
-            for (j = (bi == bj ? i : bj); j < je; ++j) {
-                double gv = (double)g[i * n + j], e = fabs(gv - (i == j ? 1.0 : 0.0)), v = c1 * gv + (i == j ? c0 : 0.0);
-                float tv;
-                if (!(e <= r)) r = e;                              // NaN propagates
-                if (g2) v += c2 * (double)g2[i * n + j];
-                tv = (float)v;
-                g[i * n + j] = tv;
-                g[j * n + i] = tv;
+        int64_t je = bj + QUAROT__ADAPT_TB < n ? bj + QUAROT__ADAPT_TB : n, w = je - bj;
+        for (i = bi; i < ie; ++i) {
+            const float* gr = g + i * n + bj;
+            const float* hr = g2 ? g2 + i * n + bj : NULL;
+            float* tr = tile + (i - bi) * QUAROT__ADAPT_TB;
+            int64_t j0 = bi == bj ? i - bj : 0;             // the upper part of the diagonal tile
+            for (j = bi == bj ? j0 + 1 : 0; j < w; ++j) {   // off the diagonal: |G_ij - 0|
+                uint32_t u;
+                memcpy(&u, gr + j, sizeof u);
+                u &= 0x7fffffffu;
+                amax = u > amax ? u : amax;
             }
+            // (c1*G + 0) + c2*G2: the + 0.0 keeps the signed zeros of the element-wise formula
+            if (hr) for (j = j0; j < w; ++j) tr[j] = (float)((c1 * (double)gr[j] + 0.0) + c2 * (double)hr[j]);
+            else for (j = j0; j < w; ++j) tr[j] = (float)(c1 * (double)gr[j] + 0.0);
+            if (bi == bj) {                                  // diagonal element: |G_ii - 1| and + c0
+                double gv = (double)gr[j0], e = fabs(gv - 1.0), v = c1 * gv + c0;
+                if (hr) v += c2 * (double)hr[j0];
+                tr[j0] = (float)v;
+                if (r == r && !(e <= r)) r = e;              // a NaN stays
+            }
+        }
+        for (i = bi; i < ie; ++i) {                          // upper tile, row by row
+            int64_t j0 = bi == bj ? i - bj : 0;
+            memcpy(g + i * n + bj + j0, tile + (i - bi) * QUAROT__ADAPT_TB + j0, (size_t)(w - j0) * sizeof(float));
+        }
+        for (j = 0; j < w; ++j) {                            // its mirror image, row by row
+            int64_t iend = bi == bj ? bi + j + 1 : ie;
+            float* dst = g + (bj + j) * n;
+            for (i = bi; i < iend; ++i) dst[i] = tile[(i - bi) * QUAROT__ADAPT_TB + j];
+        }
     }
+    memcpy(&fmax, &amax, sizeof fmax);
+    if (r == r && !((double)fmax <= r)) r = (double)fmax;
     return r;
 }
 
@@ -9905,7 +10017,7 @@ static double quarot__adapt_sym_combine(int64_t n, float* g, const float* g2, do
     double r = 0.0;
     jb.n = n; jb.g = g; jb.g2 = g2; jb.c0 = c0; jb.c1 = c1; jb.c2 = c2; jb.res = res;
     quarot_env_parallel_for(env, quarot__adapt_sym_task, &jb, nt);
-    for (t = 0; t < nt; ++t) if (!(res[t] <= r)) r = res[t];
+    for (t = 0; t < nt; ++t) if (r == r && !(res[t] <= r)) r = res[t];   // a NaN stays
     return r;
 }
 

@@ -12,8 +12,9 @@
    (quarot_polar_newton_schulz_f32: Frobenius scale, no acceleration), for the ratios of iterations
    and time.
 
-   usage: bench_adapt [hidden ...] [-t THREADS] [-n ROWS] [-s STEPS]
-   (-t runs only that thread count; the machine should be quiet: the times are wall-clock). */
+   usage: bench_adapt [hidden ...] [-t THREADS] [-n ROWS] [-s STEPS] [--no-compare]
+   (-t runs only that thread count; --no-compare skips the no-deflation and plain Newton-Schulz runs;
+   the machine should be quiet: the times are wall-clock). */
 #include "quarot.h"
 
 #include <math.h>
@@ -148,11 +149,12 @@ static void compare_plain_ns(const float* x, int64_t n, int64_t h, const quarot_
 
 int main(int argc, char** argv) {
     int64_t sizes[16], n_sizes = 0, rows = 2048, k;
-    int thread_list[2] = {1, 2}, n_thread_list = 2, steps = 20, ti, i;
+    int thread_list[2] = {1, 2}, n_thread_list = 2, steps = 20, ti, i, compare = 1;
     for (i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) { thread_list[0] = atoi(argv[++i]); n_thread_list = 1; }
         else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) rows = atoll(argv[++i]);
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--no-compare") == 0) compare = 0;
         else if (n_sizes < 16) sizes[n_sizes++] = atoll(argv[i]);
     }
     if (n_sizes == 0) { sizes[0] = 1024; sizes[1] = 2048; sizes[2] = 4096; n_sizes = 3; }
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
     for (k = 0; k < n_sizes; ++k) {
         int64_t h = sizes[k];
         float* x = make_acts(rows, h, 1234);
-        for (ti = 0; ti < n_thread_list + (k == 0); ++ti) {
+        for (ti = 0; ti < n_thread_list + (k == 0 && compare); ++ti) {
             int threads = thread_list[ti < n_thread_list ? ti : n_thread_list - 1], plain = ti == n_thread_list;
             quarot_env env;
             quarot_adapt_desc d;
