@@ -6645,74 +6645,6 @@ QUAROT__PRIVATE void quarot__qg_full_ref(int bits, const uint8_t* w, const int8_
 #else
   #define QUAROT__DP512(a, u, s) _mm512_add_epi32((a), _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1)))
 #endif
-// 8-bit weights without VNNI: pmaddubsw would saturate (255*127*2 > 32767), so widen to 16 bits.
-QUAROT__PRIVATE __m512i quarot__qg_dp8_avx512(__m512i a, const uint8_t* w, const int8_t* x) {
-#if defined(__AVX512VNNI__)
-    return _mm512_dpbusd_epi32(a, _mm512_loadu_si512((const void*)w), _mm512_loadu_si512((const void*)x));
-#else
-    int i;
-    for (i = 0; i < 2; ++i) {
-        __m512i u = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(const void*)(w + 32 * i)));
-        __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(const void*)(x + 32 * i)));
-        a = _mm512_add_epi32(a, _mm512_madd_epi16(u, v));
-    }
-    return a;
-#endif
-}
-// Lane sum (not _mm512_reduce_add_epi32: g++ 12 warns inside it under -Werror).
-QUAROT__PRIVATE uint32_t quarot__qg_hsum_avx512(__m512i v) {
-    int32_t l[16];
-    uint32_t s = 0;
-    int i;
-    _mm512_storeu_si512((void*)l, v);
-    for (i = 0; i < 16; ++i) s += (uint32_t)l[i];
-    return s;
-}
-// Four named accumulators (an array of vectors may live on the stack: a store-forwarding chain per
-// instruction); `NT > k` is a constant, so unused ones vanish.
-#define QUAROT__QG512_BODY(NT)                                                                    \
-    {                                                                                              \
-        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;                             \
-        const int8_t *x0 = x[0], *x1 = x[NT > 1 ? 1 : 0], *x2 = x[NT > 2 ? 2 : 0], *x3 = x[NT > 3 ? 3 : 0]; \
-        if (bits == 4) {                                                                           \
-            for (b = 0; b < nblk; ++b) {                                                           \
-                __m512i v = _mm512_loadu_si512((const void*)(w + b * 64));                         \
-                __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m); \
-                int64_t o = b * 128;                                                               \
-                a0 = QUAROT__DP512(a0, lo, _mm512_loadu_si512((const void*)(x0 + o)));              \
-                a0 = QUAROT__DP512(a0, hi, _mm512_loadu_si512((const void*)(x0 + o + 64)));         \
-                if (NT > 1) { a1 = QUAROT__DP512(a1, lo, _mm512_loadu_si512((const void*)(x1 + o)));      \
-                              a1 = QUAROT__DP512(a1, hi, _mm512_loadu_si512((const void*)(x1 + o + 64))); } \
-                if (NT > 2) { a2 = QUAROT__DP512(a2, lo, _mm512_loadu_si512((const void*)(x2 + o)));      \
-                              a2 = QUAROT__DP512(a2, hi, _mm512_loadu_si512((const void*)(x2 + o + 64))); } \
-                if (NT > 3) { a3 = QUAROT__DP512(a3, lo, _mm512_loadu_si512((const void*)(x3 + o)));      \
-                              a3 = QUAROT__DP512(a3, hi, _mm512_loadu_si512((const void*)(x3 + o + 64))); } \
-            }                                                                                      \
-        } else {                                                                                   \
-            for (b = 0; b < nblk; ++b) {                                                           \
-                int64_t o = b * 64;                                                                \
-                a0 = quarot__qg_dp8_avx512(a0, w + o, x0 + o);                                     \
-                if (NT > 1) a1 = quarot__qg_dp8_avx512(a1, w + o, x1 + o);                         \
-                if (NT > 2) a2 = quarot__qg_dp8_avx512(a2, w + o, x2 + o);                         \
-                if (NT > 3) a3 = quarot__qg_dp8_avx512(a3, w + o, x3 + o);                         \
-            }                                                                                      \
-        }                                                                                          \
-        acc[0] += quarot__qg_hsum_avx512(a0);                                                      \
-        if (NT > 1) acc[1] += quarot__qg_hsum_avx512(a1);                                          \
-        if (NT > 2) acc[2] += quarot__qg_hsum_avx512(a2);                                          \
-        if (NT > 3) acc[3] += quarot__qg_hsum_avx512(a3);                                          \
-    }
-QUAROT__PRIVATE void quarot__qg_full_avx512(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
-                                            uint32_t* acc) {
-    const __m512i m = _mm512_set1_epi8(15);
-    int64_t b;
-    switch (nt) {
-        case 1: QUAROT__QG512_BODY(1) break;
-        case 2: QUAROT__QG512_BODY(2) break;
-        case 3: QUAROT__QG512_BODY(3) break;
-        default: QUAROT__QG512_BODY(4) break;
-    }
-}
 // A loaded vector used several times stays in its register: without this, gcc folds the load into
 // every use (one 64-byte load per dot product instead of one per four), and the loads, not the dot
 // products, become the limit.
@@ -6721,11 +6653,11 @@ QUAROT__PRIVATE void quarot__qg_full_avx512(int bits, const uint8_t* w, const in
 #else
   #define QUAROT__QG_REG(v) ((void)0)
 #endif
-#define QUAROT__QG_PF(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
 // Four output rows at once (prefill and decode): each unpacked weight register serves every token,
 // each activation load serves four rows, and 4 x NT independent accumulator chains keep both
-// dot-product pipes busy (the per-row kernel above had two chained products per accumulator and a
-// horizontal sum per row). Rows past the matrix's end are passed as copies of a valid row.
+// dot-product pipes busy (a per-row kernel, as AVX2 and NEON run, has two chained products per
+// accumulator and a horizontal sum per row and token: about half the speed at prefill). Rows past the
+// matrix's end are passed as copies of a valid row.
 #define QUAROT__QG4_W(r)                                                                           \
     { __m512i v_ = _mm512_loadu_si512((const void*)(w##r + ob));                                    \
       QUAROT__QG_REG(v_);                                                                          \
@@ -6976,7 +6908,7 @@ QUAROT__PRIVATE quarot__qg_tile_fn quarot__qg_tile_kernel(quarot_isa isa) {
 QUAROT__PRIVATE quarot__qg_fn quarot__qg_kernel(quarot_isa isa) {
     switch (isa) {
 #if defined(QUAROT__QG_AVX512)
-        case QUAROT_ISA_AVX512: return quarot__qg_full_avx512;
+        case QUAROT_ISA_AVX512: return quarot__qg_full_ref;    // not called: the 4-row tile kernel runs every block
 #elif defined(QUAROT__HAVE_AVX512) && defined(QUAROT__HAVE_AVX2)
         case QUAROT_ISA_AVX512: return quarot__qg_full_avx2;   // AVX512F without BW: byte ops need BW
 #endif
