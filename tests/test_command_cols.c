@@ -8,6 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Column r of w ([L][C], element size es) as doubles into col[L], read element by element. */
+static void get_col(const quarot_tensor* w, quarot_dtype dt, size_t es, int64_t L, int64_t C, int64_t r, double* col) {
+    int64_t k, one = 1;
+    for (k = 0; k < L; ++k) {
+        quarot_tensor e;
+        quarot_tensor_init(&e, (char*)w->data + (size_t)(k * C + r) * es, dt, 1, &one);
+        quarot_tensor_get_row_f64(&e, 0, col + k);
+    }
+}
+
 static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t inner, int64_t n) {
     quarot_rotation q;
     quarot_rotation_desc d;
@@ -32,14 +42,7 @@ static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t 
         quarot_tensor_set_row_f64(&w, r, row);
     }
     for (r = 0; r < C; ++r) {   /* W^T from W's stored values */
-        for (k = 0; k < L; ++k) {
-            double v[1];
-            quarot_tensor col;
-            int64_t one = 1;
-            quarot_tensor_init(&col, (char*)w.data + (size_t)(k * C + r) * es, dt, 1, &one);
-            quarot_tensor_get_row_f64(&col, 0, v);
-            row[k] = v[0];
-        }
+        get_col(&w, dt, es, L, C, r, row);
         quarot_tensor_set_row_f64(&wt, r, row);
     }
     memset(&c, 0, sizeof c);
@@ -51,14 +54,7 @@ static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t 
     QT_OK(quarot_command_apply(&c, &q, &wt, NULL, NULL));
     for (r = 0; r < C; ++r) {   /* column r of W == row r of W^T, bit for bit */
         quarot_tensor_get_row_f64(&wt, r, row);
-        for (k = 0; k < L; ++k) {
-            double v[1];
-            quarot_tensor col;
-            int64_t one = 1;
-            quarot_tensor_init(&col, (char*)w.data + (size_t)(k * C + r) * es, dt, 1, &one);
-            quarot_tensor_get_row_f64(&col, 0, v);
-            got[k] = v[0];
-        }
+        get_col(&w, dt, es, L, C, r, got);
         if (memcmp(got, row, (size_t)L * sizeof(double)) != 0) ++bad;
     }
     QT_CHECKF(bad == 0, "%s L=%lld C=%lld outer=%lld inner=%lld: %lld columns differ", quarot_dtype_name(dt), (long long)L,
