@@ -4525,27 +4525,6 @@ static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc,
         }                                                                                              \
     }                                                                                                  \
 }                                                                                                      \
-static void quarot__gemm_pack_b_##S(int tb, const T* b, int64_t ldb, int64_t kc, int64_t nc, int nr,   \
-                                    T* QUAROT__RESTRICT bp) {                                           \
-    int64_t t, p;                                                                                      \
-    int j, cols;                                                                                       \
-    if (!tb && nc >= nr) {                                                                             \
-        t = nc / nr * nr;                                                                              \
-        quarot__gemm_strip_##S(b, ldb, kc, nc / nr, nr, bp);                                           \
-        bp += t * kc;                                                                                  \
-        b += t;                                                                                        \
-        nc -= t;                                                                                       \
-    }                                                                                                  \
-    for (t = 0; t < nc; t += nr) {                                                                     \
-        cols = (int)quarot__gemm_min(nr, nc - t);                                                         \
-        for (p = 0; p < kc; ++p) {                                                                     \
-            if (tb) { const T* src = b + t * ldb + p; for (j = 0; j < cols; ++j) bp[j] = src[j * ldb]; } \
-            else    { const T* src = b + p * ldb + t; for (j = 0; j < cols; ++j) bp[j] = src[j]; }     \
-            for (; j < nr; ++j) bp[j] = (T)0;                                                          \
-            bp += nr;                                                                                  \
-        }                                                                                              \
-    }                                                                                                  \
-}                                                                                                      \
 /* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
 static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
                                  int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
@@ -4559,7 +4538,9 @@ static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int t
         for (pc = 0; pc < k; pc += cfg->kc) {                                                          \
             kc = quarot__gemm_min(cfg->kc, k - pc);                                                       \
             bb = pc == 0 ? beta : (T)1;                                                                \
-            quarot__gemm_pack_b_##S(tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, kc, nc, nr, bp); \
+            /* B's panel is pack_a's of op(B)^T: nr-column slivers of op(B) are nr-row slivers of   \
+               op(B)^T, which is B stored transposed exactly when tb is 0 */                        \
+            quarot__gemm_pack_a_##S(!tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, nc, kc, nr, bp); \
             for (ic = 0; ic < m; ic += cfg->mc) {                                                      \
                 mc = quarot__gemm_min(cfg->mc, m - ic);                                                   \
                 quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
