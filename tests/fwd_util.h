@@ -37,31 +37,42 @@ QT_UNUSED static float* run_window(const qx_store* s, const qx_forward_opts* o, 
     return lg;
 }
 
-/* The same with the online hooks of list applied (qx_online; list NULL: none); NULL also when a hook
-   failed. */
-QT_UNUSED static float* run_window_hooks(const qx_store* s, const quarot_online_list* list, const int32_t* toks, int64_t T) {
+/* Logits of toks[T] through s into out[T*vocab] with the online hooks of list applied (qx_online;
+   list NULL: none); *calls (may be NULL) gets how many hook calls were made. 0 (and why on stdout)
+   when the forward pass or a hook failed. */
+QT_UNUSED static int window_hooks_into(const qx_store* s, const quarot_online_list* list, const int32_t* toks, int64_t T,
+                                       float* out, int64_t* calls) {
     qx_forward f;
     qx_forward_opts o;
     qx_online_ctx ctx;
     qx_err e;
-    float* logits = (float*)malloc((size_t)(T * s->config.vocab) * sizeof(float));
+    int ok = 1;
     memset(&o, 0, sizeof o);
     qx_online_ctx_init(&ctx, list);
     if (list) { o.online = qx_online_hooks; o.online_user = &ctx; }
     if (qx_forward_init(&f, s, &o, &e) != QUAROT_OK) {
         printf("    forward init: %s\n", e.msg);
-        free(logits);
         qx_online_ctx_free(&ctx);
-        return NULL;
+        return 0;
     }
-    if (qx_forward_window(&f, toks, T, logits, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); free(logits); logits = NULL; }
-    if (logits && list && ctx.status != QUAROT_OK) {
+    if (qx_forward_window(&f, toks, T, out, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); ok = 0; }
+    if (ok && list && ctx.status != QUAROT_OK) {
         printf("    online hooks: %s\n", quarot_result_string(ctx.status));
+        ok = 0;
+    }
+    if (calls) *calls = ctx.calls;
+    qx_forward_free(&f);
+    qx_online_ctx_free(&ctx);
+    return ok;
+}
+
+/* The same, malloc'ed [T][vocab]; NULL when anything failed. */
+QT_UNUSED static float* run_window_hooks(const qx_store* s, const quarot_online_list* list, const int32_t* toks, int64_t T) {
+    float* logits = (float*)malloc((size_t)(T * s->config.vocab) * sizeof(float));
+    if (logits && !window_hooks_into(s, list, toks, T, logits, NULL)) {
         free(logits);
         logits = NULL;
     }
-    qx_forward_free(&f);
-    qx_online_ctx_free(&ctx);
     return logits;
 }
 

@@ -1,7 +1,7 @@
 /* model_util.h - helpers shared by the tests that compare a model file's function before and after
    a command (test_cli_rotate.c, test_cli_convert.c): load a model file through the tool's loader,
    read an online-hooks file, and the logits of a token window through the reference forward pass
-   (model/qx_forward.c), with the hooks applied. Include after qt.h and cli_util.h. */
+   (model/qx_forward.c, through fwd_util.h), with the hooks applied. Include after qt.h and cli_util.h. */
 #ifndef MODEL_UTIL_H
 #define MODEL_UTIL_H
 
@@ -11,9 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fwd_util.h"
 #include "qx_cli.h"
-#include "qx_forward.h"
-#include "qx_online.h"
 
 /* Loads the model at path (any format the tool reads; tensors copied) into s; 0 and why on stdout
    when it fails. */
@@ -44,21 +43,10 @@ QT_UNUSED static int load_hooks(const char* path, quarot_online_list* l) {
    into out[T*vocab]. */
 QT_UNUSED static int logits_of(const qx_store* s, const quarot_online_list* hooks, const int32_t* tokens, int64_t T,
                                float* out) {
-    qx_forward f;
-    qx_forward_opts o;
-    qx_online_ctx c;
-    qx_err e;
-    int ok;
-    memset(&o, 0, sizeof o);
-    qx_online_ctx_init(&c, hooks);
-    if (hooks) { o.online = qx_online_hooks; o.online_user = &c; }
-    if (qx_forward_init(&f, s, &o, &e) != QUAROT_OK) { printf("    forward: %s\n", e.msg); qx_online_ctx_free(&c); return 0; }
-    ok = qx_forward_window(&f, tokens, T, out, &e) == QUAROT_OK && c.status == QUAROT_OK;
-    if (!ok) printf("    forward window: %s\n", e.msg);
-    if (hooks && c.calls == 0) { printf("    hooks were never applied\n"); ok = 0; }
-    qx_forward_free(&f);
-    qx_online_ctx_free(&c);
-    return ok;
+    int64_t calls = 0;
+    if (!window_hooks_into(s, hooks, tokens, T, out, &calls)) return 0;
+    if (hooks && calls == 0) { printf("    hooks were never applied\n"); return 0; }
+    return 1;
 }
 
 /* max |logits(a) - logits(b)| / max |logits(a)| over T <= 24 tokens (b with hooks hb, may be NULL);
