@@ -7007,6 +7007,7 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
     size_t rb = quarot_qmat_row_bytes(w->bits, w->cols, w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
     int64_t blk = w->bits == 4 ? 128 : 64, nblk = G / blk, tail = G - nblk * blk;
     uint32_t off = w->bits == 4 ? 8u : 128u;
+    int whole = ng == 1 && tail == 0 && jb->tile != NULL;   // one scale per row, whole blocks: finished in the kernel
     if (o1 > w->rows) o1 = w->rows;
     for (t0 = 0; t0 < jb->rows; t0 += QUAROT__QG_TILE) {
         int nt = (int)(jb->rows - t0 < QUAROT__QG_TILE ? jb->rows - t0 : QUAROT__QG_TILE), t, r;
@@ -7014,10 +7015,25 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
             int nr = (int)(o1 - o < 4 ? o1 - o : 4);
             const uint8_t* wr[4];
             float f[4][QUAROT__QG_TILE];
-            for (r = 0; r < 4; ++r) {
-                wr[r] = w->data + (size_t)(o + (r < nr ? r : nr - 1)) * rb;   // past the end: a copy of the last row
-                for (t = 0; t < QUAROT__QG_TILE; ++t) f[r][t] = 0.0f;
+            for (r = 0; r < 4; ++r)   // past the end: a copy of the last row
+                wr[r] = w->data + (size_t)(o + (r < nr ? r : nr - 1)) * rb;
+            if (whole) {
+                const int8_t* xg[QUAROT__QG_TILE];
+                quarot__qg_ep ep;
+                for (t = 0; t < QUAROT__QG_TILE; ++t) {
+                    int tt = t < nt ? t : 0;
+                    xg[t] = jb->xq + (t0 + tt) * jb->ldx;
+                    ep.offx[t] = off * (uint32_t)jb->xsum[t0 + tt];
+                    ep.xs[t] = jb->xs[t0 + tt];
+                    ep.y[t] = jb->y + (t0 + tt) * jb->ldy + o;
+                }
+                for (r = 0; r < 4; ++r) ep.ws[r] = w->scales[o + (r < nr ? r : nr - 1)];
+                ep.nr = nr;
+                jb->tile(w->bits, wr, xg, nt, nblk, NULL, &ep);
+                continue;
             }
+            for (r = 0; r < 4; ++r)
+                for (t = 0; t < QUAROT__QG_TILE; ++t) f[r][t] = 0.0f;
             for (g = 0; g < ng; ++g) {
                 const uint8_t* wg[4];
                 const int8_t* xg[QUAROT__QG_TILE];
@@ -7027,20 +7043,6 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
                     for (t = 0; t < QUAROT__QG_TILE; ++t) acc[r][t] = 0u;
                 }
                 for (t = 0; t < nt; ++t) xg[t] = jb->xq + (t0 + t) * jb->ldx + g * G;
-                if (ng == 1 && tail == 0 && jb->tile) {   // whole rows: the kernel finishes in registers
-                    quarot__qg_ep ep;
-                    for (t = 0; t < QUAROT__QG_TILE; ++t) {
-                        int tt = t < nt ? t : 0;
-                        ep.offx[t] = off * (uint32_t)jb->xsum[t0 + tt];
-                        ep.xs[t] = jb->xs[t0 + tt];
-                        ep.y[t] = jb->y + (t0 + tt) * jb->ldy + o;
-                    }
-                    for (r = 0; r < 4; ++r) ep.ws[r] = w->scales[o + (r < nr ? r : nr - 1)];
-                    ep.nr = nr;
-                    jb->tile(w->bits, wg, xg, nt, nblk, acc, &ep);
-                    nr = 0;   // stored
-                    break;
-                }
                 if (nblk && jb->tile) jb->tile(w->bits, wg, xg, nt, nblk, acc, NULL);
                 else if (nblk)
                     for (r = 0; r < nr; ++r) jb->fn(w->bits, wg[r], xg, nt, nblk, acc[r]);
