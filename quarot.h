@@ -418,6 +418,8 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
 //     name entry blk * 2^b) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^b sums that output i adds for
 //     the block, blk * 2^b + p + (g == -1 ? 2^(b-1) : 0), with p the sign pattern of c_o(k, i) over
 //     the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g).
+//   mix_half (a Paley II core with 2^m >= 16, step 3'): A = H_K[2r][2c], [K/2][K/2]; mix_block and
+//     mix_sel then describe the mixing of order K/2 on A over 2^(m+1) columns.
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
