@@ -388,6 +388,16 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 //      SIMD kernels share u between all outputs with the same sign pattern on a block (a table of
 //      the 2^(L-1) patterns, the "four Russians" method): about K/b + 2^(b+1)/b adds per output
 //      instead of K.
+//   3'. Paley II cores K = 2(q+1) with 2^m >= 16 mix in halves instead: H_K = C (x) [[1,1],[1,-1]] +
+//      I (x) [[1,-1],[-1,-1]] (C the symmetric conference matrix, zero diagonal) equals A (x) [[1,1],[1,-1]]
+//      + I (x) [[0,-2],[-2,0]] with A = C + I = H_K[2r][2c] (+-1, symmetric, so transpose = forward).
+//      So: one more butterfly stage h = 2^m (rows 2r, 2r+1 of z: s_r = z[2r] + z[2r+1], d_r =
+//      z[2r] - z[2r+1]) into z2[K/2][2^(m+1)] = [s_r | d_r], step 3 on z2 with A (order K/2, blocks of
+//      b = plan->mix_block, 2^(m+1) columns) giving Y, then y[2c][j] = Y[c][j] - (z[2c+1][j] +
+//      z[2c+1][j]) and y[2c+1][j] = Y[c][2^m + j] - (z[2c][j] + z[2c][j]) with z before the extra
+//      stage (the doubling is exact), before steps 4 and 5. About half the adds of step 3 on H_K. (An
+//      output that is exactly zero may come out with the other sign than step 3 would give; every
+//      ISA still gives the same bits.)
 //   4. post-signs  x[i] = x[i] * s[i]                 (transpose with signs)
 //   5. scaling     x[i] = x[i] * (float)(1/sqrt(n))   (1/sqrt(n) computed in double; f64: in double)
 
@@ -408,13 +418,16 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
 //     name entry blk * 2^b) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^b sums that output i adds for
 //     the block, blk * 2^b + p + (g == -1 ? 2^(b-1) : 0), with p the sign pattern of c_o(k, i) over
 //     the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g).
+//   mix_half (a Paley II core with 2^m >= 16, step 3'): A = H_K[2r][2c], [K/2][K/2]; mix_block and
+//     mix_sel then describe the mixing of order K/2 on A over 2^(m+1) columns.
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
     int mix_block;                 // b, see above (1 when K == 1)
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
     float* mix_f32;                // [2][K16/16][K][16] or NULL
-    uint32_t* mix_sel;             // [2][K8][ceil(K/b)] or NULL
+    uint32_t* mix_sel;             // [2][K8][ceil(K/b)] or NULL (K = K/2 when mix_half is set)
+    int8_t* mix_half;              // [K/2][K/2] A = H_K[2r][2c], the split Paley II mixing (step 3'), or NULL
     quarot_hadamard_info info;
     quarot_env env;                // copy of the env used to allocate the arrays
 } quarot_hadamard_plan;
@@ -438,7 +451,7 @@ typedef struct quarot_hadamard_apply_desc {
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
 // Workspace bytes one apply call needs (0 for powers of two); independent of the row count and of
-// the ISA, the same for f32 and f64: n doubles, plus the pattern tables of the b > 1 mixing
+// the ISA, the same for f32 and f64: n doubles (2n when mix_half is set), plus the pattern tables of the b > 1 mixing
 // (at most 2^b * 64 floats per block, at most 128 KiB in all), plus alignment slack.
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
 // x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
@@ -3263,9 +3276,11 @@ typedef void (*quarot__wht_row_fn)(float* x, int L, const float* pre, const floa
 typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
                                const float* post, const float* scale);
 // A blocked mixing kernel (mix_block b > 1, 2^m >= 16): sel = plan->mix_sel for one orientation
-// ([K8][nb]), tab the pattern tables in the workspace.
+// ([K8][nb]), tab the pattern tables in the workspace. corr (the split Paley II mixing, NULL
+// otherwise): [K][M] z before the extra stage; the kernel then reads z2 = pair(corr) on the fly (z is
+// not read) and output (c, j) becomes y - (w + w), w = corr[c][j ^ M/2].
 typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint32_t* sel,
-                                int64_t nb, float* tab, const float* post, const float* scale);
+                                int64_t nb, float* tab, const float* corr, const float* post, const float* scale);
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
@@ -3354,6 +3369,42 @@ static void quarot__mix_f64_ref(const double* z, double* y, int64_t K, int64_t M
     if (scale) for (i = 0; i < K * M; ++i) y[i] = y[i] * *scale;
 }
 
+// The split Paley II mixing (declaration notes, step 3'): z2[r] = [z[2r] + z[2r+1] | z[2r] - z[2r+1]]
+// for z [2*Kh][M] (the extra butterfly stage h = M, out of place so that z stays for the correction).
+#define QUAROT__PAIR_BODY                                                                        \
+    int64_t r, j;                                                                                \
+    for (r = 0; r < Kh; ++r) {                                                                   \
+        const int64_t at = 2 * r * M;                                                            \
+        for (j = 0; j < M; ++j) {                                                                \
+            z2[at + j] = z[at + j] + z[at + M + j];                                              \
+            z2[at + M + j] = z[at + j] - z[at + M + j];                                          \
+        }                                                                                        \
+    }
+static void quarot__mix_pair_f32(const float* z, float* z2, int64_t Kh, int64_t M) { QUAROT__PAIR_BODY }
+static void quarot__mix_pair_f64(const double* z, double* z2, int64_t Kh, int64_t M) { QUAROT__PAIR_BODY }
+
+// The split mixing's correction on y = Y [Kh][2M] (in place): y[t] = y[t] - (w + w), w = z[t ^ M]
+// within each row (M a power of two, so t ^ M swaps the row's halves); then post-signs and scale.
+#define QUAROT__CORR_BODY                                                                        \
+    int64_t t;                                                                                   \
+    for (t = 0; t < 2 * Kh * M; ++t) {                                                           \
+        const int64_t u = t ^ M;                                                                 \
+        y[t] = y[t] - (z[u] + z[u]);                                                             \
+    }
+static void quarot__mix_corr_f32(float* y, const float* z, int64_t Kh, int64_t M, const float* post,
+                                 const float* scale) {
+    QUAROT__CORR_BODY
+    if (post) for (t = 0; t < 2 * Kh * M; ++t) y[t] = y[t] * post[t];
+    if (scale) for (t = 0; t < 2 * Kh * M; ++t) y[t] = y[t] * *scale;
+}
+static void quarot__mix_corr_f64(double* y, const double* z, int64_t Kh, int64_t M, const double* post,
+                                 const float* post_f32, const double* scale) {
+    QUAROT__CORR_BODY
+    if (post) for (t = 0; t < 2 * Kh * M; ++t) y[t] = y[t] * post[t];
+    if (post_f32) for (t = 0; t < 2 * Kh * M; ++t) y[t] = y[t] * (double)post_f32[t];
+    if (scale) for (t = 0; t < 2 * Kh * M; ++t) y[t] = y[t] * *scale;
+}
+
 // The mixing block b for core K and 2^m = M (declaration notes): 1 below 16 columns, else the b in
 // 2..8 with the fewest adds plus table stores per column, ceil(K/b) * (2^(b+1) + K).
 static int quarot__mix_block(int64_t K, int64_t M) {
@@ -3416,6 +3467,7 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     quarot_env_free(&p->env, p->had_k);
     quarot_env_free(&p->env, p->mix_f32);
     quarot_env_free(&p->env, p->mix_sel);
+    quarot_env_free(&p->env, p->mix_half);
     memset(p, 0, sizeof *p);
 }
 
@@ -3423,9 +3475,10 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
 // kernels (mix_sel patterns when b > 1, float panels when b == 1). Everything else is per call.
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
     quarot_result r;
-    int64_t K, K16, K8, nb, i, k, blk, t;
+    int64_t K, K16, K8, nb, i, k, blk, t, Km;
     size_t kk, bytes;
     int o, b;
+    const int8_t* hm;
     if (!p) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(p, 0, sizeof *p);
     if (env) p->env = *env;
@@ -3451,22 +3504,36 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     if (!p->had_k) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
     r = quarot_hadamard_build_i8(K, p->had_k, &p->env);
     if (r != QUAROT_OK) { quarot_hadamard_plan_free(p); return r; }
+    // A Paley II core with blocked mixing splits (declaration notes, step 3'): the blocked mixing
+    // then runs on A = H_K[2r][2c] (order Km = K/2) over 2^(m+1) columns.
+    hm = p->had_k;
+    Km = K;
+    if (b > 1 && p->info.construction == QUAROT_HADAMARD_PALEY2) {
+        Km = K / 2;
+        p->mix_half = (int8_t*)quarot_env_alloc(&p->env, (size_t)(Km * Km));
+        if (!p->mix_half) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+        for (i = 0; i < Km; ++i)
+            for (k = 0; k < Km; ++k) p->mix_half[i * Km + k] = p->had_k[2 * i * K + 2 * k];
+        hm = p->mix_half;
+        p->mix_block = b = quarot__mix_block(Km, (int64_t)2 << p->m);
+    }
     if (b > 1) {
-        // mix_sel[o][i][blk] = blk*2^b + pattern (bit t-1: c_o(k0+t, i) != g) + 2^(b-1) if g == -1.
-        nb = (K + b - 1) / b;
-        K8 = (K + 7) / 8 * 8;
+        // mix_sel[o][i][blk] = blk*2^b + pattern (bit t-1: c_o(k0+t, i) != g) + 2^(b-1) if g == -1,
+        // c_o from hm, of order Km (H_K, or A for the split mixing).
+        nb = (Km + b - 1) / b;
+        K8 = (Km + 7) / 8 * 8;
         bytes = (size_t)(2 * nb * K8) * sizeof(uint32_t);
         p->mix_sel = (uint32_t*)quarot_env_alloc(&p->env, bytes);
         if (!p->mix_sel) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
         memset(p->mix_sel, 0, bytes);
         for (o = 0; o < 2; ++o) {
-            for (i = 0; i < K8; ++i) {   // rows K .. K8-1 (never stored) name entry 0 of each block
+            for (i = 0; i < K8; ++i) {   // rows Km .. K8-1 (never stored) name entry 0 of each block
                 for (blk = 0; blk < nb; ++blk) {
                     const int64_t k0 = blk * b;
-                    const int8_t g = i >= K ? 1 : o ? p->had_k[i * K + k0] : p->had_k[k0 * K + i];
+                    const int8_t g = i >= Km ? 1 : o ? hm[i * Km + k0] : hm[k0 * Km + i];
                     uint32_t sel = ((uint32_t)blk << b) | (g < 0 ? 1u << (b - 1) : 0u);
-                    for (t = 1; i < K && t < b && k0 + t < K; ++t)
-                        if ((o ? p->had_k[i * K + k0 + t] : p->had_k[(k0 + t) * K + i]) != g) sel |= 1u << (t - 1);
+                    for (t = 1; i < Km && t < b && k0 + t < Km; ++t)
+                        if ((o ? hm[i * Km + k0 + t] : hm[(k0 + t) * Km + i]) != g) sel |= 1u << (t - 1);
                     p->mix_sel[(o * K8 + i) * nb + blk] = sel;
                 }
             }
@@ -3495,9 +3562,10 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
 #define QUAROT__MIXB_CACHE 131072
 static size_t quarot__mix_table_bytes(const quarot_hadamard_plan* p) {
     size_t per_block, all, group;
+    const int64_t Km = p->mix_half ? p->K / 2 : p->K;   // the order the blocked mixing runs on
     if (p->mix_block <= 1) return 0;
     per_block = (size_t)64 * sizeof(float) << p->mix_block;
-    all = (size_t)((p->K + p->mix_block - 1) / p->mix_block) * per_block;
+    all = (size_t)((Km + p->mix_block - 1) / p->mix_block) * per_block;
     group = per_block > QUAROT__MIXB_CACHE ? per_block : QUAROT__MIXB_CACHE;
     return all < group ? all : group;
 }
@@ -3506,7 +3574,8 @@ QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) 
     size_t tab;
     if (!p || p->K <= 1 || p->n <= 0) return 0;
     tab = quarot__mix_table_bytes(p);
-    return (size_t)p->n * sizeof(double) + 64 + (tab ? tab + 64 : 0);
+    // z, and for the split mixing z2 beside it (f64: 2n doubles; f32 fits both in n doubles)
+    return (size_t)p->n * sizeof(double) * (p->mix_half ? 2u : 1u) + 64 + (tab ? tab + 64 : 0);
 }
 
 // Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
@@ -3569,11 +3638,25 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         float* z = (float*)w;
         memcpy(z, xr, (size_t)p->n * sizeof(float));
         for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
-        // Mixing kernel by plan layout: blocked tables (b > 1), float panels, or the scalar spec.
-        if (mixb_fn && p->mix_block > 1) {
+        // Mixing kernel by plan layout: split Paley II (z2 = z + n), blocked tables (b > 1), float
+        // panels, or the scalar spec.
+        if (p->mix_half) {
+            const int64_t Kh = p->K / 2, nb = (Kh + p->mix_block - 1) / p->mix_block, K8 = (Kh + 7) / 8 * 8;
+            float* z2 = z + p->n;
+            if (mixb_fn) {   // the kernel pairs z on the fly
+                float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
+                mixb_fn(NULL, xr, Kh, 2 * M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, z,
+                        post, scale);
+            } else {
+                quarot__mix_pair_f32(z, z2, Kh, M);
+                quarot__mix_f32_ref(z2, xr, Kh, 2 * M, p->mix_half, dd.transpose, p->mix_block, NULL, NULL);
+                quarot__mix_corr_f32(xr, z, Kh, M, post, scale);
+            }
+        } else if (mixb_fn && p->mix_block > 1) {
             const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
             float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
-            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, post, scale);
+            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, NULL,
+                    post, scale);
         } else if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
@@ -3623,7 +3706,14 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
         for (k = 0; k < p->K; ++k)
             row(z + k * M, p->m, pre ? pre + k * M : NULL, pre32 ? pre32 + k * M : NULL,
                                     NULL, NULL, NULL);
-        mix(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, post32, scale);
+        if (p->mix_half) {   // split Paley II mixing (step 3'): z2 = z + n (the workspace holds 2n doubles)
+            double* z2 = z + p->n;
+            quarot__mix_pair_f64(z, z2, p->K / 2, M);
+            mix(z2, xr, p->K / 2, 2 * M, p->mix_half, dd.transpose, p->mix_block, NULL, NULL, NULL);
+            quarot__mix_corr_f64(xr, z, p->K / 2, M, post, post32, scale);
+        } else {
+            mix(z, xr, p->K, M, p->had_k, dd.transpose, p->mix_block, post, post32, scale);
+        }
     }
     return QUAROT_OK;
 }
@@ -3882,7 +3972,13 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 // z[k0+1] +- ... (bit t-1 of e set: minus z[k0+t]) built level by level, so that every entry is the
 // chain of the specification, and T[e + 2^(b-1)] = -T[e]; an entry holds the chunk's NV*W columns.
 // Then QUAROT__MIXB_RI outputs at a time add the group's entries named by mix_sel to their running
-// sums (NV vectors each), which wait in y between groups: the same order as one long chain.
+// sums (NV vectors each), which wait in y between groups: the same order as one long chain. With
+// corr (split Paley II, W <= M/2) the tables read z2 = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] straight
+// from corr (each element once: every (chunk, block) once) and the last group's store first
+// subtracts the doubled partner of z.
+#define QUAROT__MIXB_LDZ(k, jj) (!corr ? QUAROT__VLD(z + (k) * M + (jj))                          \
+    : ((jj) & chalf) ? QUAROT__VSUB(QUAROT__VLD(corr + (k) * M + (jj) - chalf), QUAROT__VLD(corr + (k) * M + (jj))) \
+                     : QUAROT__VADD(QUAROT__VLD(corr + (k) * M + (jj)), QUAROT__VLD(corr + (k) * M + (jj) + chalf)))
 #define QUAROT__NV1(X, r) X(r, 0)
 #define QUAROT__NV2(X, r) X(r, 0) X(r, 1)
 #define QUAROT__NV4(X, r) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
@@ -3892,12 +3988,15 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MRV_ADD(r, v) a##r##_##v = QUAROT__VADD(a##r##_##v, QUAROT__VLD(t_ + v * QUAROT__W));
 #define QUAROT__MRV_OUT(r, v) QUAROT__MA_OUT(o + v * QUAROT__W, a##r##_##v)
 #define QUAROT__MRV_ST(r, v) QUAROT__VST(o + v * QUAROT__W, a##r##_##v);
+#define QUAROT__MRV_CORR(r, v) { const QUAROT__V w_ = QUAROT__VLD(corr + (((o - y) + v * QUAROT__W) ^ chalf)); \
+    a##r##_##v = QUAROT__VSUB(a##r##_##v, QUAROT__VADD(w_, w_)); }
 #define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r) const uint32_t* s##r = sel + (i0 + r) * nb;
 #define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; NV(QUAROT__MRV_LDT, r) } \
     else { const float* y_ = y + (i0 + r) * M + j0; NV(QUAROT__MRV_LDY, r) }
 #define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew; NV(QUAROT__MRV_ADD, r) }
 #define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
-    if (g1 == nb) { NV(QUAROT__MRV_OUT, r) } else { NV(QUAROT__MRV_ST, r) } }
+    if (g1 == nb) { if (corr) { NV(QUAROT__MRV_CORR, r) } NV(QUAROT__MRV_OUT, r) }               \
+    else { NV(QUAROT__MRV_ST, r) } }
 #define QUAROT__MR_DECL1(r) QUAROT__MR_DECL(QUAROT__NV1, r)
 #define QUAROT__MR_DECL2(r) QUAROT__MR_DECL(QUAROT__NV2, r)
 #define QUAROT__MR_DECL4(r) QUAROT__MR_DECL(QUAROT__NV4, r)
@@ -3925,9 +4024,10 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 /* z, y: [K][M]; sel: [K8][nb] entries of one orientation; tab: workspace for one group's tables */ \
 static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
                                     const uint32_t* sel, int64_t nb, float* tab,                 \
-                                    const float* post, const float* scale) {                     \
+                                    const float* corr, const float* post, const float* scale) {  \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
     const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
+    const int64_t chalf = M / 2;                                                                 \
     const int64_t half = (int64_t)1 << (b - 1);                                                  \
     const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> b;                   \
     const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
@@ -3941,10 +4041,10 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
                 float* T = tab + ((blk - g0) << b) * ew;                                         \
                 const int64_t k0 = blk * b;                                                      \
                 for (c = 0; c < ew; c += QUAROT__W)                                              \
-                    QUAROT__VST(T + c, QUAROT__VLD(z + k0 * M + j0 + c));                        \
+                    QUAROT__VST(T + c, QUAROT__MIXB_LDZ(k0, j0 + c));                            \
                 for (k = k0 + 1, hh = 1; k < K && k < k0 + b; ++k, hh *= 2) {                    \
                     for (c = 0; c < ew; c += QUAROT__W) {                                        \
-                        const QUAROT__V zk = QUAROT__VLD(z + k * M + j0 + c);                    \
+                        const QUAROT__V zk = QUAROT__MIXB_LDZ(k, j0 + c);                        \
                         for (e = 0; e < hh; ++e) {                                               \
                             const QUAROT__V u = QUAROT__VLD(T + e * ew + c);                     \
                             QUAROT__VST(T + (e + hh) * ew + c, QUAROT__VSUB(u, zk));             \

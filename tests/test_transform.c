@@ -185,6 +185,24 @@ static void test_plan_kronecker_dense(void) {
     printf("    %d orders K*2^m checked against the dense matrix\n", tested);
 }
 
+/* Paley II cores with 2^m >= 16 mix in halves (declaration notes, step 3'): 36 = 2(17+1), 52 =
+   2(25+1) over GF(25), 76 = 2(37+1), 148 = 2(73+1), with 2^m = 16 (one vector of AVX-512 per half
+   row) and 32, against the dense matrix, which stays the one the hadamard module builds. */
+static void test_plan_paley2_split_dense(void) {
+    const int64_t sizes[] = {36 * 16, 52 * 16, 76 * 16, 148 * 16, 36 * 32};
+    const int count = qt_quick() ? 3 : (int)(sizeof sizes / sizeof sizes[0]);
+    int s;
+    qt_seed(13);
+    for (s = 0; s < count; ++s) {
+        quarot_hadamard_plan p;
+        QT_OK(quarot_hadamard_plan_init(&p, sizes[s], NULL));
+        QT_CHECKF(p.mix_half != NULL && p.info.construction == QUAROT_HADAMARD_PALEY2,
+                  "n = %lld (%s): split mixing expected", (long long)sizes[s], p.info.text);
+        quarot_hadamard_plan_free(&p);
+        QT_CHECK(check_plan_dense(sizes[s]));
+    }
+}
+
 /* Unnormalized apply is x*D*H (no scale); f32 fwht equals the unnormalized plan for powers of two. */
 static void test_unnormalized(void) {
     const int64_t sizes[] = {1, 8, 64, 1024, 12, 28 * 8, 172};
@@ -239,7 +257,7 @@ static void test_unnormalized(void) {
 /* ---- f64 path ------------------------------------------------------------------------------- */
 
 static void test_f64_dense(void) {
-    const int64_t sizes[] = {1, 2, 16, 256, 12, 20 * 4, 172, 28 * 16};
+    const int64_t sizes[] = {1, 2, 16, 256, 12, 20 * 4, 172, 28 * 16, 36 * 16};
     int k;
     qt_seed(5);
     for (k = 0; k < (int)(sizeof sizes / sizeof sizes[0]); ++k) {
@@ -339,8 +357,9 @@ static void test_apply_simd_exact(void) {
     /* powers of two, and K*2^m with 2^m below, at and above every vector width (1, 2, 4, 8, 16, 32, ..) */
     const int64_t full[] = {2, 4, 16, 32, 256, 512, 4096, 8192, 12, 20, 28, 44, 92, 172, 12 * 2, 12 * 4, 20 * 8,
                             28 * 16, 36 * 32, 52 * 64, 60 * 128, 172 * 64, 28 * 512, 108 * 128, 236 * 4, 428 * 2,
-                            924 * 32, 148 * 128};
-    const int64_t quick[] = {4, 16, 256, 4096, 12, 28, 172, 12 * 2, 20 * 4, 28 * 8, 36 * 16, 52 * 32, 172 * 64};
+                            924 * 32, 148 * 128, 36 * 16, 76 * 64, 52 * 256};
+    const int64_t quick[] = {4, 16, 256, 4096, 12, 28, 172, 12 * 2, 20 * 4, 28 * 8, 36 * 16, 52 * 32, 172 * 64,
+                             76 * 64};
     const int64_t* sizes = qt_quick() ? quick : full;
     const int count = qt_quick() ? (int)(sizeof quick / sizeof quick[0]) : (int)(sizeof full / sizeof full[0]);
     int k, s, variant, kind;
@@ -394,8 +413,8 @@ static void test_apply_simd_exact(void) {
    and unnormalized; quarot_fwht_f64 (SIMD) equals the unnormalized REF apply of a 2^m plan. */
 static void test_apply_f64_simd_exact(void) {
     const int64_t full[] = {2, 4, 8, 16, 32, 64, 1024, 4096, 8192, 16384, 12, 20, 28, 172, 12 * 2, 12 * 4, 20 * 8,
-                            28 * 16, 36 * 32, 172 * 64, 28 * 512, 108 * 128, 44 * 256, 148 * 128};
-    const int64_t quick[] = {4, 16, 32, 4096, 12, 172, 12 * 4, 28 * 16, 172 * 64};
+                            28 * 16, 36 * 32, 172 * 64, 28 * 512, 108 * 128, 44 * 256, 148 * 128, 36 * 16, 76 * 64};
+    const int64_t quick[] = {4, 16, 32, 4096, 12, 172, 12 * 4, 28 * 16, 172 * 64, 36 * 16, 76 * 64};
     const int64_t* sizes = qt_quick() ? quick : full;
     const int count = qt_quick() ? (int)(sizeof quick / sizeof quick[0]) : (int)(sizeof full / sizeof full[0]);
     int k, s, variant, kind;
@@ -568,7 +587,16 @@ static void test_plan_info(void) {
     QT_EQ_INT(test_allocs, 0);
     QT_OK(quarot_hadamard_plan_init(&p, 172 * 8, &env));   /* 8 columns: plain k order, float panels */
     QT_EQ_INT(p.mix_block, 1);
-    QT_CHECK(p.mix_f32 != NULL && p.mix_sel == NULL);
+    QT_CHECK(p.mix_f32 != NULL && p.mix_sel == NULL && p.mix_half == NULL);
+    quarot_hadamard_plan_free(&p);
+    QT_OK(quarot_hadamard_plan_init(&p, 4864, &env));   /* 76 * 2^6, Paley II: split mixing on A = H_76[2r][2c] */
+    QT_EQ_INT(p.K, 76);
+    QT_CHECK(p.mix_half != NULL && p.mix_sel != NULL && p.mix_block >= 2 && p.mix_block <= 8);
+    QT_CHECK(p.mix_half != NULL && p.mix_half[0] == p.had_k[0] && p.mix_half[5 * 38 + 7] == p.had_k[10 * 76 + 14]);
+    QT_CHECK(quarot_hadamard_workspace_size(&p) >= 2 * 4864 * sizeof(double));
+    quarot_hadamard_plan_free(&p);
+    QT_OK(quarot_hadamard_plan_init(&p, 76 * 8, &env));   /* 8 columns: not split */
+    QT_CHECK(p.mix_half == NULL);
     quarot_hadamard_plan_free(&p);
     QT_EQ_INT(test_allocs, 0);
     quarot_hadamard_plan_free(&p);   /* twice: harmless */
@@ -645,6 +673,7 @@ int main(void) {
     QT_RUN(test_fwht_vs_sylvester);
     QT_RUN(test_plan_pow2_dense);
     QT_RUN(test_plan_kronecker_dense);
+    QT_RUN(test_plan_paley2_split_dense);
     QT_RUN(test_unnormalized);
     QT_RUN(test_f64_dense);
     QT_RUN(test_fwht_simd_exact);
