@@ -4615,6 +4615,22 @@ static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc,
         a += s;                                                                                        \
         mc -= s;                                                                                       \
     }                                                                                                  \
+    if (!ta) {                                                                                         \
+        /* full slivers of row-major A: each source row read contiguously, 64 columns at a time, into  \
+           the sliver's (L1-resident) 64 x mr tile. Column by column, the mr rows (a power-of-two      \
+           stride apart, e.g. 16 KiB) all fall into one L1 set and evict each other on every element. */ \
+        int64_t p0, pe;                                                                                \
+        for (s = 0; s + mr <= mc; s += mr, ap += (int64_t)mr * kc)                                     \
+            for (p0 = 0; p0 < kc; p0 = pe) {                                                           \
+                pe = p0 + 64 < kc ? p0 + 64 : kc;                                                      \
+                for (r = 0; r < mr; ++r) {                                                             \
+                    const T* src = a + (s + r) * lda;                                                  \
+                    for (p = p0; p < pe; ++p) ap[p * mr + r] = src[p];                                 \
+                }                                                                                      \
+            }                                                                                          \
+        a += s * lda;                                                                                  \
+        mc -= s;                                                                                       \
+    }                                                                                                  \
     for (s = 0; s < mc; s += mr) {                                                                     \
         rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
         for (p = 0; p < kc; ++p) {                                                                     \
