@@ -43,6 +43,7 @@ typedef struct qx__sink {
     int64_t perm_hd;             /* > 0: q/k rows change RoPE layout (heads of perm_hd rows) on the way out */
     int to_interleaved;
     const qx_rotate_sink* caller;   /* QX__OUT_CALLER, begun */
+    int direct_mode;             /* safetensors: how the weights were written (set on finish) */
 } qx__sink;
 
 /* q/k projections (weights, biases) and qwen3's per-head q/k norms carry the RoPE row order. */
@@ -517,6 +518,8 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         memset(&cfg, 0, sizeof cfg);
         memset(&meta, 0, sizeof meta);
         wo.force = o->force;
+        wo.direct = 1;   /* O_DIRECT from reused block buffers: no page cache pages for the weights */
+        wo.direct_mode = &k->direct_mode;
         wo.shard_bytes = single ? 0 : o->shard_bytes;
         wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
         if (o->hooks_path) {   /* marks the model as needing its hook file (qx_model_needs_hooks) */
@@ -865,6 +868,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     /* 7. the model, hook file and config.json complete in the staging directory, then published */
     r = qx__sink_finish(&sink, e);
     if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+    st->direct_mode = sink.direct_mode;
     if (o->hooks_path && desc->online_out) {
         r = qx__hooks_text(desc->online_out, &stg, &hooks_text, e);
         if (r == QUAROT_OK) r = qx__text_begin(&hooks_out, stg.hooks, hooks_text, strlen(hooks_text), 0, e);

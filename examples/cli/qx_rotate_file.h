@@ -100,6 +100,10 @@ typedef struct qx_rotate_file_stats {
        rotation, writes) and the layers' input bytes: the first layer (fresh copy buffers) apart
        from the later ones (buffers reused), i.e. the rate a many-layer model approaches */
     double first_layer_s, later_layers_s, first_layer_bytes, later_layers_bytes;
+    /* how the weights were written (qx_direct_mode): 1 O_DIRECT, 2 buffered because the file system
+       refused O_DIRECT, 3 buffered because QX_NO_DIRECT is set, 0 plain buffered writes (the
+       formats and caller sinks that do not use qx_out_direct) */
+    int direct_mode;
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds

@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE   /* flock, mkdtemp, syscall */
 #endif
 #include "qx_file.h"
+#include "qx_direct.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -146,6 +147,8 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     o->lock_fd = -1;
     o->force = force;
     o->stale_removed = 0;
+    o->dio = NULL;
+    o->direct_mode = QX_DIRECT_OFF;
     if (qx_is_dir(path)) { qx_err_set(e, "%s: is a directory", path); return QUAROT_ERR_IO; }
     if (!force && qx_path_exists(path)) {
         qx_err_set(e, "%s: exists already (not overwritten without force)", path);
@@ -182,10 +185,19 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     return QUAROT_OK;
 }
 
+void qx_out_direct(qx_out* o, uint64_t expected_size) {
+    const char* force = getenv("QX_DIRECT");
+    if (!o || o->fd < 0 || o->dio) return;
+    if (expected_size < QX_DIRECT_MIN_BYTES && !(force && strcmp(force, "1") == 0)) return;
+    o->dio = qx_direct_begin(o->fd, o->path);
+    o->direct_mode = (int)qx_direct_get_mode(o->dio);
+}
+
 /* Positional writes in chunks of at most 1 GiB, retried on EINTR and short writes. */
 quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off, qx_err* e) {
     const char* p = (const char*)data;
     if (!o || o->fd < 0 || (n && !data)) return QUAROT_ERR_STATE;
+    if (o->dio) return qx_direct_write(o->dio, data, n, off, e);
     while (n > 0) {
         size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
         ssize_t w;
@@ -246,7 +258,7 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         return qx_out_pwrite(o, t->data, quarot_tensor_nbytes(t), off, e);
     /* rows gathered into chunks of about 4 MiB (at least one row) */
     cap = row_bytes > ((size_t)4 << 20) ? row_bytes : ((size_t)4 << 20) / row_bytes * row_bytes;
-    chunk = (char*)malloc(cap);
+    chunk = o->dio ? (char*)qx_direct_scratch(o->dio, cap) : (char*)malloc(cap);   /* reused: no fresh pages */
     if (!same || elem_perm) {
         drow = (double*)malloc((size_t)ne0 * sizeof *drow);
         dperm = elem_perm ? (double*)malloc((size_t)ne0 * sizeof *dperm) : NULL;
@@ -287,7 +299,7 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         }
     }
 done:
-    free(chunk);
+    if (!o->dio) free(chunk);
     free(drow);
     free(dperm);
     if (res == QUAROT_OK && bad) {
@@ -302,6 +314,13 @@ done:
 /* ftruncate to the planned size (padding after the last tensor reads as zeros), fsync, close. */
 quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e) {
     if (!o || o->fd < 0) return QUAROT_ERR_STATE;
+    if (o->dio) {   /* the blocks still held go out whole; the ftruncate below cuts the last one */
+        quarot_result r = qx_direct_flush(o->dio, e);
+        o->direct_mode = (int)qx_direct_get_mode(o->dio);
+        qx_direct_free(o->dio);
+        o->dio = NULL;
+        if (r != QUAROT_OK) return r;
+    }
     if (final_size > (uint64_t)INT64_MAX || ftruncate(o->fd, (off_t)final_size) != 0) {
         qx_err_set(e, "%s: cannot set the file size: %s", o->path, strerror(errno));
         return QUAROT_ERR_IO;
@@ -394,6 +413,8 @@ quarot_result qx_out_publish(qx_out* o, qx_err* e) {
 
 void qx_out_abort(qx_out* o) {
     if (!o) return;
+    qx_direct_free(o->dio);   /* stops its writer thread before the descriptor closes */
+    o->dio = NULL;
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
     if (o->tmp) unlink(o->tmp);

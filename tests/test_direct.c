@@ -1,0 +1,195 @@
+/* O_DIRECT output (qx_direct.h through qx_out_direct): the file holds exactly the bytes written, in
+   any write order, with the O_DIRECT path, the buffered fallback (QX_NO_DIRECT=1) and plain qx_out
+   pwrites alike: a header written last into a block whose rest went out long before, more partial
+   blocks than the writer has buffers (blocks written whole, then read back when touched again),
+   overlapping rewrites, a hole never written, an unaligned tail and a final size past the last
+   byte. Then `quarot rotate` into safetensors gives the same bytes with O_DIRECT, with the
+   fallback and with plain writes (a small output, under QX_DIRECT_MIN_BYTES, unless QX_DIRECT=1),
+   and its summary says which one ran. */
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "qx_direct.h"
+#include "qx_file.h"
+#include "qx_safetensors.h"
+#include "qx_synth.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BLK QX_DIRECT_BLOCK
+
+static unsigned char* g_piece;   /* scratch for one write */
+
+/* Writes n pseudo-random bytes (from seed) at off into the file and into the expected image. */
+static int put(qx_out* o, unsigned char* want, uint64_t off, size_t n, unsigned seed) {
+    qx_err e;
+    size_t i;
+    unsigned x = seed * 2654435761u + 12345u;
+    for (i = 0; i < n; ++i) {
+        x = x * 1103515245u + 12345u;
+        g_piece[i] = (unsigned char)(x >> 16);
+    }
+    memcpy(want + off, g_piece, n);
+    return qx_out_pwrite(o, g_piece, n, off, &e) == QUAROT_OK;
+}
+
+/* One output through the schedule above; mode: 0 plain qx_out, 1 qx_out_direct (O_DIRECT where the
+   file system takes it), 2 qx_out_direct with QX_NO_DIRECT=1. Returns the file's mode. */
+static int write_schedule(const char* path, int mode, unsigned char* want, uint64_t size, uint64_t final_size,
+                          uint64_t hole, size_t hole_n) {
+    qx_out o;
+    qx_err e;
+    uint64_t b, end;
+    unsigned seed = 1;
+    int ok = 1, got;
+    const size_t step = ((size_t)1 << 20) + 3;   /* odd chunks: never block aligned */
+    memset(want, 0, (size_t)final_size);
+    setenv("QX_DIRECT", "1", 1);   /* below QX_DIRECT_MIN_BYTES: asked for explicitly */
+    if (mode == 2) setenv("QX_NO_DIRECT", "1", 1);
+    else unsetenv("QX_NO_DIRECT");
+    if (qx_out_begin(&o, path, 1, &e) != QUAROT_OK) return -1;
+    if (mode) qx_out_direct(&o, final_size);
+    got = o.direct_mode;
+    /* a) a few bytes into every block: more partial blocks than buffers */
+    for (b = 0; b * BLK < size; ++b) ok &= put(&o, want, b * BLK + 10, 16, seed++);
+    /* b) the rest from the end to the start, around the hole, [0, 10) left for last */
+    end = size;
+    while (end > 10 && ok) {
+        uint64_t start = end >= 10 + step ? end - step : 10;
+        if (start < hole + hole_n && end > hole) {   /* cut around the hole */
+            if (end > hole + hole_n) ok &= put(&o, want, hole + hole_n, (size_t)(end - hole - hole_n), seed++);
+            if (start < hole) ok &= put(&o, want, start, (size_t)(hole - start), seed++);
+        } else {
+            ok &= put(&o, want, start, (size_t)(end - start), seed++);
+        }
+        end = start;
+    }
+    /* c) a rewrite across a block boundary written long ago; d) the "header" */
+    ok &= put(&o, want, 2 * BLK - 50, 100, seed++);
+    ok &= put(&o, want, 0, 10, seed++);
+    unsetenv("QX_DIRECT");   /* the CLI runs below inherit the environment */
+    if (!ok || qx_out_sync(&o, final_size, &e) != QUAROT_OK || qx_out_publish(&o, &e) != QUAROT_OK) {
+        qx_out_abort(&o);
+        unsetenv("QX_NO_DIRECT");
+        return -1;
+    }
+    if (o.direct_mode != got && !(got == QX_DIRECT_ON && o.direct_mode == QX_DIRECT_REFUSED)) ok = 0;
+    got = o.direct_mode;
+    qx_out_abort(&o);
+    unsetenv("QX_NO_DIRECT");
+    return ok ? got : -1;
+}
+
+static void test_block_writer(void) {
+    /* 8 whole blocks and an unaligned tail (9 blocks: 3 more than the writer's buffers) */
+    const uint64_t size = 8 * (uint64_t)BLK + 12345, final_size = size + 777, hole = 3 * (uint64_t)BLK + 100;
+    const size_t hole_n = 5000;
+    unsigned char* want = (unsigned char*)malloc((size_t)final_size);
+    int mode;
+    g_piece = (unsigned char*)malloc(((size_t)1 << 20) + 16);
+    QT_CHECK(want && g_piece);
+    if (!want || !g_piece) { free(want); free(g_piece); return; }
+    for (mode = 0; mode < 3; ++mode) {
+        const char* path = tmp_path("direct.bin");
+        size_t n = 0;
+        unsigned char* back;
+        int m = write_schedule(path, mode, want, size, final_size, hole, hole_n);
+        QT_CHECKF(m >= 0, "mode %d: the writes failed", mode);
+        if (mode == 0) QT_EQ_INT(m, QX_DIRECT_OFF);
+        if (mode == 1) QT_CHECKF(m == QX_DIRECT_ON || m == QX_DIRECT_REFUSED, "mode %d", m);
+        if (mode == 2) QT_EQ_INT(m, QX_DIRECT_DISABLED);
+        back = read_all(path, &n);
+        QT_CHECKF(back && n == final_size, "mode %d: %zu bytes, want %llu", mode, n, (unsigned long long)final_size);
+        if (back && n == final_size) {
+            size_t i, first = (size_t)-1;
+            for (i = 0; i < n && first == (size_t)-1; ++i)
+                if (back[i] != want[i]) first = i;
+            QT_CHECKF(first == (size_t)-1, "mode %d: first difference at byte %zu", mode, first);
+            for (i = 0; i < hole_n; ++i) QT_CHECK(back[hole + i] == 0);
+        }
+        free(back);
+        remove(path);
+    }
+    free(want);
+    free(g_piece);
+    g_piece = NULL;
+}
+
+static int same_file(const char* a, const char* b) {
+    size_t na = 0, nb = 0;
+    unsigned char* pa = read_all(a, &na);
+    unsigned char* pb = read_all(b, &nb);
+    int same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+/* quarot rotate into safetensors: O_DIRECT and the fallback write the same file; the summary says
+   which ran. The checkpoint's size is not a multiple of the block (the tail path). */
+static void test_rotate_same_bytes(void) {
+    qx_synth_desc sd;
+    qx_store s;
+    qx_err e;
+    qx_st_save_opts so;
+    char in[512], out[3][600], f0[700], f1[700];
+    memset(&sd, 0, sizeof sd);
+    sd.arch = "llama";
+    sd.seed = 9;
+    sd.hidden = 128;
+    sd.intermediate = 320;
+    sd.n_layers = 2;
+    sd.n_heads = 4;
+    sd.n_kv_heads = 4;
+    sd.head_dim = 32;
+    sd.vocab = 200;
+    sd.max_seq = 64;
+    sd.tied = -1;
+    sd.dtype = QUAROT_DTYPE_F16;
+    QT_OK(qx_synth_model(&s, &sd, &e));
+    snprintf(in, sizeof in, "%s/in_f16", g_tmp);
+    memset(&so, 0, sizeof so);
+    so.force = 1;
+    QT_OK(qx_st_save(&s, in, &so, &e));
+    qx_store_free(&s);
+    snprintf(out[0], sizeof out[0], "%s/out_direct", g_tmp);
+    snprintf(out[1], sizeof out[1], "%s/out_buffered", g_tmp);
+    QT_EQ_INT(run_prog("QX_DIRECT=1", g_bin, "rotate %s %s --threads 2 --online", in, out[0]), 0);
+    QT_CHECKF(strstr(g_out, "weights written: O_DIRECT") || strstr(g_out, "weights written: buffered (the file system refused"),
+              "summary: %s", g_out);
+    QT_EQ_INT(run_prog("QX_DIRECT=1 QX_NO_DIRECT=1", g_bin, "rotate %s %s --threads 2 --online", in, out[1]), 0);
+    QT_CHECKF(strstr(g_out, "weights written: buffered (O_DIRECT switched off by QX_NO_DIRECT)") != NULL, "summary: %s", g_out);
+    /* a small output (under QX_DIRECT_MIN_BYTES) keeps plain buffered writes and says nothing */
+    snprintf(out[2], sizeof out[2], "%s/out_small", g_tmp);
+    QT_EQ_INT(CLI("rotate %s %s --threads 2 --online", in, out[2]), 0);
+    QT_CHECKF(strstr(g_out, "weights written:") == NULL, "summary: %s", g_out);
+    snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+    snprintf(f1, sizeof f1, "%s/model.safetensors", out[1]);
+    QT_CHECK(same_file(f0, f1));
+    snprintf(f1, sizeof f1, "%s/model.safetensors", out[2]);
+    QT_CHECK(same_file(f0, f1));
+    snprintf(f0, sizeof f0, "%s/quarot_online.txt", out[0]);
+    snprintf(f1, sizeof f1, "%s/quarot_online.txt", out[1]);
+    QT_CHECK(same_file(f0, f1));
+}
+
+int main(int argc, char** argv) {
+    const char* slash = strrchr(argv[0], '/');
+    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
+    (void)argc;
+    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_direct_XXXXXX");
+    if (!mkdtemp(g_tmp)) {
+        printf("test_direct: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    QT_RUN(test_block_writer);
+    QT_RUN(test_rotate_same_bytes);
+    {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
+    }
+    return qt_finish("test_direct");
+}
