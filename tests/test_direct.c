@@ -9,7 +9,9 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
+#include "qx_cli.h"
 #include "qx_direct.h"
+#include "qx_rotate_file.h"
 #include "qx_file.h"
 #include "qx_safetensors.h"
 #include "qx_synth.h"
@@ -174,6 +176,67 @@ static void test_rotate_same_bytes(void) {
     QT_CHECK(same_file(f0, f1));
 }
 
+/* Globals of 64 MiB or more in f32 are written right after pre_run and their copies reused for the
+   layers' (qx_rotate_file step 4b): the same bytes as writing them after the layers, a peak of
+   max(globals, one layer) instead of their sum, and the layers refuse nothing. */
+static void test_globals_first(void) {
+    qx_synth_desc sd;
+    qx_store s;
+    qx_err e;
+    qx_st_save_opts so;
+    char in[512], out[2][600], f0[700], f1[700];
+    size_t peak[2] = {0, 0}, glob = 0;
+    int k;
+    if (qt_quick()) { QT_SKIP("QT_QUICK: 100 MB of model (the globals must reach 64 MiB)"); return; }
+    memset(&sd, 0, sizeof sd);
+    sd.arch = "llama";
+    sd.seed = 11;
+    sd.hidden = 512;
+    sd.intermediate = 1024;
+    sd.n_layers = 2;
+    sd.n_heads = 8;
+    sd.n_kv_heads = 8;
+    sd.head_dim = 64;
+    sd.vocab = 16384;   /* embeddings and lm_head: 32 MiB each in f32 */
+    sd.max_seq = 64;
+    sd.tied = -1;
+    sd.dtype = QUAROT_DTYPE_F16;
+    QT_OK(qx_synth_model(&s, &sd, &e));
+    snprintf(in, sizeof in, "%s/in_big", g_tmp);
+    memset(&so, 0, sizeof so);
+    so.force = 1;
+    QT_OK(qx_st_save(&s, in, &so, &e));
+    qx_store_free(&s);
+    for (k = 0; k < 2; ++k) {
+        quarot_rotate_desc desc;
+        qx_rotate_file_opts ro;
+        qx_rotate_file_stats st;
+        qx_load_opts lo;
+        memset(&lo, 0, sizeof lo);
+        QT_OK(qx_cli_load_model(in, &lo, &s, &e));
+        memset(&desc, 0, sizeof desc);
+        desc.rotation = QUAROT_ROTATION_HADAMARD;
+        snprintf(out[k], sizeof out[k], "%s/out_big%d", g_tmp, k);
+        memset(&ro, 0, sizeof ro);
+        ro.out_path = out[k];
+        ro.force = 1;
+        ro.drop_pages = 1;
+        ro.threads = 2;
+        ro.globals_last = k;
+        QT_OK(qx_rotate_file(&s, &desc, &ro, &st, &e));
+        QT_EQ_INT((int)st.out_of_layer, 0);
+        QT_EQ_INT((int)st.tensors_written, 2 + 9 * 2 + 1);
+        peak[k] = st.peak_copy_bytes;
+        glob = st.global_copy_bytes;
+        qx_store_free(&s);
+    }
+    snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+    snprintf(f1, sizeof f1, "%s/model.safetensors", out[1]);
+    QT_CHECK(same_file(f0, f1));
+    /* first: the layer (10 MiB) fits in the globals' 64 MiB; last: the sum */
+    QT_CHECKF(peak[0] == glob && peak[1] > glob, "peak %zu / %zu, globals %zu", peak[0], peak[1], glob);
+}
+
 int main(int argc, char** argv) {
     const char* slash = strrchr(argv[0], '/');
     size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
@@ -186,6 +249,7 @@ int main(int argc, char** argv) {
     }
     QT_RUN(test_block_writer);
     QT_RUN(test_rotate_same_bytes);
+    QT_RUN(test_globals_first);
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

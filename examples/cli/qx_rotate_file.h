@@ -75,6 +75,9 @@ typedef struct qx_rotate_file_opts {
     const qx_rotate_sink* sink;  /* NULL: the store's own format (above); else this output */
     const qx_store* drop_from;   /* drop_pages: the store whose file mappings to drop (NULL = s; a store
                                     of views of another store's mappings passes that store) */
+    int globals_last;            /* 1: write the global tensors after the layers even when their copies are
+                                    large (by default those are written right after pre_run and their memory
+                                    reused for the layers' copies); the bytes are the same (tests compare) */
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {
