@@ -16,6 +16,7 @@
 #include "qx_safetensors.h"
 #include "qx_synth.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,6 +238,96 @@ static void test_globals_first(void) {
     QT_CHECKF(peak[0] == glob && peak[1] > glob, "peak %zu / %zu, globals %zu", peak[0], peak[1], glob);
 }
 
+/* qx_out_tensor's f32 -> f16 / bf16 rows convert the floats directly (quarot_convert) where every
+   value fits, else through f64 as before: the same bits for every f16 value, the midpoints between
+   neighbours and one f32 ulp either side of them, and the same around every bf16 value (ties to
+   even, subnormals, the largest finite values, values that round to Inf in f16), for both dtypes; a value that rounds to Inf is still refused with its row. */
+static void test_narrow_rows(void) {
+    const int64_t ne0 = 1024;
+    int64_t n = 0, n16, rows, k, ne[2];
+    float* v = (float*)malloc(((size_t)0x7c00 + 0x7f7f) * 4 * sizeof(float) + 4096 * sizeof(float));
+    double* d;
+    int h, which;
+    QT_CHECK(v != NULL);
+    if (!v) return;
+    for (h = 0; h < 0x7c00; ++h) {   /* every finite positive half and its neighbourhood, both signs */
+        uint16_t hh[2];
+        float ab[2], a, b, mid;
+        hh[0] = (uint16_t)h;
+        hh[1] = (uint16_t)(h + 1 < 0x7c00 ? h + 1 : h);
+        quarot_f16_to_f32(hh, ab, 2);
+        a = ab[0];
+        b = ab[1];
+        mid = (float)(((double)a + (double)b) / 2);
+        v[n++] = a;
+        v[n++] = -mid;
+        v[n++] = nextafterf(mid, 0.0f);
+        v[n++] = -nextafterf(mid, 1e30f);
+    }
+    while (n % ne0) v[n++] = 1.0f;
+    n16 = n;   /* f16 writes those; bf16 writes all */
+    for (h = 0; h < 0x7f7f; ++h) {   /* the same around every finite positive bf16 */
+        uint32_t ua = (uint32_t)h << 16, ub = (uint32_t)(h + 1) << 16;
+        float a, b, mid;
+        memcpy(&a, &ua, 4);
+        memcpy(&b, &ub, 4);
+        mid = (float)(((double)a + (double)b) / 2);
+        v[n++] = -a;
+        v[n++] = mid;
+        v[n++] = -nextafterf(mid, 0.0f);
+        v[n++] = nextafterf(mid, 3e38f);
+    }
+    while (n % ne0) v[n++] = 1.0f;
+    d = (double*)malloc((size_t)ne0 * sizeof *d);
+    for (which = 0; which < 2 && d; ++which) {
+        quarot_dtype dt = which ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
+        int64_t nw = which ? n : n16;
+        quarot_tensor t, want;
+        qx_out o;
+        qx_err e;
+        size_t got_n = 0;
+        unsigned char* got;
+        unsigned char* ref = (unsigned char*)malloc((size_t)nw * 2);
+        const char* path = tmp_path("narrow.bin");
+        rows = nw / ne0;
+        ne[0] = ne0;
+        ne[1] = rows;
+        QT_OK(quarot_tensor_init(&t, v, QUAROT_DTYPE_F32, 2, ne));
+        QT_OK(quarot_tensor_init(&want, ref, dt, 2, ne));
+        for (k = 0; k < rows; ++k) {   /* the f64 path's bits */
+            int64_t i;
+            for (i = 0; i < ne0; ++i) d[i] = (double)v[k * ne0 + i];
+            QT_OK(quarot_tensor_set_row_f64(&want, k, d));
+        }
+        QT_OK(qx_out_begin(&o, path, 1, &e));
+        QT_OK(qx_out_tensor(&o, 0, dt, &t, 0, 0, "narrow", &e));
+        QT_OK(qx_out_sync(&o, (uint64_t)nw * 2, &e));
+        QT_OK(qx_out_publish(&o, &e));
+        qx_out_abort(&o);
+        got = read_all(path, &got_n);
+        QT_CHECKF(got && got_n == (size_t)nw * 2 && memcmp(got, ref, got_n) == 0, "%s: the direct rows differ from the f64 path",
+                  quarot_dtype_name(dt));
+        free(got);
+        free(ref);
+        remove(path);
+    }
+    {   /* 65520 rounds to Inf in f16: refused, row named */
+        quarot_tensor t;
+        qx_out o;
+        qx_err e;
+        v[3 * ne0 + 5] = 65520.0f;
+        ne[0] = ne0;
+        ne[1] = 4;
+        QT_OK(quarot_tensor_init(&t, v, QUAROT_DTYPE_F32, 2, ne));
+        QT_OK(qx_out_begin(&o, tmp_path("narrow_bad.bin"), 1, &e));
+        QT_ERR(qx_out_tensor(&o, 0, QUAROT_DTYPE_F16, &t, 0, 0, "narrow", &e), QUAROT_ERR_OVERFLOW);
+        QT_CHECKF(strstr(e.msg, "65520") && strstr(e.msg, "row 3"), "%s", e.msg);
+        qx_out_abort(&o);
+    }
+    free(d);
+    free(v);
+}
+
 int main(int argc, char** argv) {
     const char* slash = strrchr(argv[0], '/');
     size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
@@ -248,6 +339,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     QT_RUN(test_block_writer);
+    QT_RUN(test_narrow_rows);
     QT_RUN(test_rotate_same_bytes);
     QT_RUN(test_globals_first);
     {

@@ -221,11 +221,20 @@ static const char* qx__row_ptr(const quarot_tensor* t, int64_t r) {
     return (const char*)t->data + (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
 }
 
+/* 1 if every |x[i]| < limit (so no NaN, no Inf, nothing that rounds to Inf). */
+static int qx__fits_f32(const float* x, int64_t n, float limit) {
+    int64_t i;
+    int out = 0;
+    for (i = 0; i < n; ++i) out |= !(fabsf(x[i]) < limit);
+    return !out;
+}
+
 quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quarot_tensor* t,
                             int64_t head_dim, int to_interleaved, const char* what, qx_err* e) {
     size_t es = quarot_dtype_size(dt), row_bytes, cap, used = 0;
     int64_t rows, r, ne0;
-    int same, elem_perm, bad = 0;
+    int same, elem_perm, bad = 0, narrow;
+    float flimit;
     /* |x| from which round-to-nearest-even gives Inf: halfway above the largest finite value */
     double limit = dt == QUAROT_DTYPE_F16 ? 65520.0 : dt == QUAROT_DTYPE_BF16 ? 3.3961775292304e38 : 0.0, worst = 0.0;
     int64_t worst_row = -1;
@@ -254,6 +263,8 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         }
     }
     same = t->dtype == dt || (t->dtype == QUAROT_DTYPE_DEFAULT && dt == QUAROT_DTYPE_F32);
+    narrow = t->dtype == QUAROT_DTYPE_F32 && limit > 0 && !elem_perm && t->nb[0] == sizeof(float);
+    flimit = (float)limit;   /* 65520 and (2 - 2^-8) * 2^127 are exact in f32 */
     if (same && head_dim <= 0 && quarot_tensor_is_contiguous(t))     /* fast path: one write */
         return qx_out_pwrite(o, t->data, quarot_tensor_nbytes(t), off, e);
     /* rows gathered into chunks of about 4 MiB (at least one row) */
@@ -273,6 +284,10 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         char* dst = chunk + used;
         if (same && !elem_perm) {
             memcpy(dst, qx__row_ptr(t, src), row_bytes);
+        } else if (narrow && qx__fits_f32((const float*)qx__row_ptr(t, src), ne0, flimit)) {
+            /* f32 -> f16/bf16 directly: the f32 value is exact in f64, so rounding it once gives
+               the bits the f64 path below gives (and no NaN / Inf gets here) */
+            (void)quarot_convert(dst, dt, qx__row_ptr(t, src), QUAROT_DTYPE_F32, ne0, QUAROT_ISA_DEFAULT);
         } else {
             quarot_tensor_init(&rv, dst, dt, 1, &ne0);
             quarot_tensor_get_row_f64(t, src, drow);
