@@ -15,6 +15,7 @@
 #include "qx_file.h"
 #include "qx_safetensors.h"
 #include "qx_synth.h"
+#include "qx_threads.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -241,10 +242,13 @@ static void test_globals_first(void) {
 /* qx_out_tensor's f32 -> f16 / bf16 rows convert the floats directly (quarot_convert) where every
    value fits, else through f64 as before: the same bits for every f16 value, the midpoints between
    neighbours and one f32 ulp either side of them, and the same around every bf16 value (ties to
-   even, subnormals, the largest finite values, values that round to Inf in f16), for both dtypes; a value that rounds to Inf is still refused with its row. */
+   even, subnormals, the largest finite values, values that round to Inf in f16), for both dtypes,
+   serially and with the rows spread over a pool (qx_out.env); a value that rounds to Inf is still refused with its row. */
 static void test_narrow_rows(void) {
     const int64_t ne0 = 1024;
     int64_t n = 0, n16, rows, k, ne[2];
+    qx_pool* pool;
+    quarot_env env;
     float* v = (float*)malloc(((size_t)0x7c00 + 0x7f7f) * 4 * sizeof(float) + 4096 * sizeof(float));
     double* d;
     int h, which;
@@ -279,9 +283,11 @@ static void test_narrow_rows(void) {
     }
     while (n % ne0) v[n++] = 1.0f;
     d = (double*)malloc((size_t)ne0 * sizeof *d);
-    for (which = 0; which < 2 && d; ++which) {
-        quarot_dtype dt = which ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
-        int64_t nw = which ? n : n16;
+    pool = qx_pool_create(3);
+    qx_pool_env(pool, &env);
+    for (which = 0; which < 4 && d; ++which) {   /* f16, bf16; serial, then on a pool of 3 */
+        quarot_dtype dt = which & 1 ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
+        int64_t nw = which & 1 ? n : n16;
         quarot_tensor t, want;
         qx_out o;
         qx_err e;
@@ -300,18 +306,19 @@ static void test_narrow_rows(void) {
             QT_OK(quarot_tensor_set_row_f64(&want, k, d));
         }
         QT_OK(qx_out_begin(&o, path, 1, &e));
+        if (which >= 2) o.env = &env;
         QT_OK(qx_out_tensor(&o, 0, dt, &t, 0, 0, "narrow", &e));
         QT_OK(qx_out_sync(&o, (uint64_t)nw * 2, &e));
         QT_OK(qx_out_publish(&o, &e));
         qx_out_abort(&o);
         got = read_all(path, &got_n);
-        QT_CHECKF(got && got_n == (size_t)nw * 2 && memcmp(got, ref, got_n) == 0, "%s: the direct rows differ from the f64 path",
-                  quarot_dtype_name(dt));
+        QT_CHECKF(got && got_n == (size_t)nw * 2 && memcmp(got, ref, got_n) == 0, "%s%s: the direct rows differ from the f64 path",
+                  quarot_dtype_name(dt), which >= 2 ? " (pool)" : "");
         free(got);
         free(ref);
         remove(path);
     }
-    {   /* 65520 rounds to Inf in f16: refused, row named */
+    for (which = 0; which < 2; ++which) {   /* 65520 rounds to Inf in f16: refused, row named (serial, pool) */
         quarot_tensor t;
         qx_out o;
         qx_err e;
@@ -320,10 +327,12 @@ static void test_narrow_rows(void) {
         ne[1] = 4;
         QT_OK(quarot_tensor_init(&t, v, QUAROT_DTYPE_F32, 2, ne));
         QT_OK(qx_out_begin(&o, tmp_path("narrow_bad.bin"), 1, &e));
+        if (which) o.env = &env;
         QT_ERR(qx_out_tensor(&o, 0, QUAROT_DTYPE_F16, &t, 0, 0, "narrow", &e), QUAROT_ERR_OVERFLOW);
         QT_CHECKF(strstr(e.msg, "65520") && strstr(e.msg, "row 3"), "%s", e.msg);
         qx_out_abort(&o);
     }
+    qx_pool_destroy(pool);
     free(d);
     free(v);
 }

@@ -541,7 +541,7 @@ static const char* qx__plan_torch_dtype(const qx_tensor_plan* pl, int64_t n) {
 
 /* Opens the writer for the output format (after pre_run: the config says whether lm_head exists). */
 static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_tensor_plan* pl, int64_t n,
-                                    const qx_rotate_file_opts* o, qx_err* e) {
+                                    const qx_rotate_file_opts* o, const quarot_env* env, qx_err* e) {
     const char* fmt = qx__out_format(s, o);
     int il;
     memset(k, 0, sizeof *k);
@@ -578,6 +578,7 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         wo.force = o->force;
         wo.direct = 1;   /* O_DIRECT from reused block buffers: no page cache pages for the weights */
         wo.direct_mode = &k->direct_mode;
+        wo.env = env;    /* the output conversion on the pool too (it idles while a layer is written) */
         wo.shard_bytes = single ? 0 : o->shard_bytes;
         wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
         if (o->hooks_path) {   /* marks the model as needing its hook file (qx_model_needs_hooks) */
@@ -887,13 +888,13 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         goto fail;
     }
     if (o->sink) {   /* a caller's output publishes itself (its own temporary and rename) */
-        r = qx__sink_begin(&sink, s, plan, n_plan, o, e);
+        r = qx__sink_begin(&sink, s, plan, n_plan, o, &m.env, e);
         if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
     } else if ((r = qx__stage_begin(&stg, s, o, e)) == QUAROT_OK) {
         qx_rotate_file_opts so = *o;
         so.out_path = stg.model;
         so.force = 0;
-        r = qx__sink_begin(&sink, s, plan, n_plan, &so, e);
+        r = qx__sink_begin(&sink, s, plan, n_plan, &so, &m.env, e);
     }
     if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
 

@@ -149,6 +149,7 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     o->stale_removed = 0;
     o->dio = NULL;
     o->direct_mode = QX_DIRECT_OFF;
+    o->env = NULL;
     if (qx_is_dir(path)) { qx_err_set(e, "%s: is a directory", path); return QUAROT_ERR_IO; }
     if (!force && qx_path_exists(path)) {
         qx_err_set(e, "%s: exists already (not overwritten without force)", path);
@@ -229,12 +230,44 @@ static int qx__fits_f32(const float* x, int64_t n, float limit) {
     return !out;
 }
 
+/* Row src of t (f32, contiguous rows) converted into dst when every value fits: 1, else 0 (dst
+   untouched). The f32 value is exact in f64, so rounding it once gives the bits of the f64 path
+   (and no NaN / Inf gets here). */
+static int qx__narrow_row(const quarot_tensor* t, int64_t src, char* dst, quarot_dtype dt, float limit) {
+    const float* x = (const float*)qx__row_ptr(t, src);
+    if (!qx__fits_f32(x, t->ne[0], limit)) return 0;
+    (void)quarot_convert(dst, dt, x, QUAROT_DTYPE_F32, t->ne[0], QUAROT_ISA_DEFAULT);
+    return 1;
+}
+
+/* One chunk's rows [r0, r0 + n) narrowed on the pool, 8 rows a task; done[i] says row r0 + i is. */
+typedef struct qx__narrow_job {
+    const quarot_tensor* t;
+    quarot_dtype dt;
+    float limit;
+    int64_t head_dim, r0, n;
+    int to_interleaved;
+    char* chunk;
+    size_t row_bytes;
+    unsigned char* done;
+} qx__narrow_job;
+
+static void qx__narrow_task(void* arg, int64_t task) {
+    const qx__narrow_job* j = (const qx__narrow_job*)arg;
+    int64_t i, end = (task + 1) * 8 < j->n ? (task + 1) * 8 : j->n;
+    for (i = task * 8; i < end; ++i) {
+        int64_t r = j->r0 + i, src = j->head_dim > 0 ? qx_rope_src_row(r, j->head_dim, j->to_interleaved) : r;
+        j->done[i] = (unsigned char)qx__narrow_row(j->t, src, j->chunk + (size_t)i * j->row_bytes, j->dt, j->limit);
+    }
+}
+
 quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quarot_tensor* t,
                             int64_t head_dim, int to_interleaved, const char* what, qx_err* e) {
     size_t es = quarot_dtype_size(dt), row_bytes, cap, used = 0;
     int64_t rows, r, ne0;
-    int same, elem_perm, bad = 0, narrow;
+    int same, elem_perm, bad = 0, narrow, par = 0;
     float flimit;
+    qx__narrow_job job;
     /* |x| from which round-to-nearest-even gives Inf: halfway above the largest finite value */
     double limit = dt == QUAROT_DTYPE_F16 ? 65520.0 : dt == QUAROT_DTYPE_BF16 ? 3.3961775292304e38 : 0.0, worst = 0.0;
     int64_t worst_row = -1;
@@ -274,6 +307,18 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         drow = (double*)malloc((size_t)ne0 * sizeof *drow);
         dperm = elem_perm ? (double*)malloc((size_t)ne0 * sizeof *dperm) : NULL;
     }
+    memset(&job, 0, sizeof job);
+    if (narrow && o->env && o->env->parallel.run && o->env->parallel.n_threads > 1) {
+        job.t = t;
+        job.dt = dt;
+        job.limit = flimit;
+        job.head_dim = head_dim;
+        job.to_interleaved = to_interleaved;
+        job.chunk = chunk;
+        job.row_bytes = row_bytes;
+        job.done = (unsigned char*)malloc(cap / row_bytes);
+        par = job.done != NULL;   /* else serially */
+    }
     if (!chunk || ((!same || elem_perm) && !drow) || (elem_perm && !dperm)) {
         res = QUAROT_ERR_OUT_OF_MEMORY;
         qx_err_set(e, "%s: tensor \"%s\": out of memory", o->path, what);
@@ -282,12 +327,15 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
     for (r = 0; r < rows && res == QUAROT_OK; ++r) {
         int64_t src = (head_dim > 0 && !elem_perm) ? qx_rope_src_row(r, head_dim, to_interleaved) : r;
         char* dst = chunk + used;
+        if (par && used == 0) {   /* the chunk's rows that fit, converted on the pool */
+            job.r0 = r;
+            job.n = rows - r < (int64_t)(cap / row_bytes) ? rows - r : (int64_t)(cap / row_bytes);
+            quarot_env_parallel_for(o->env, qx__narrow_task, &job, (job.n + 7) / 8);
+        }
         if (same && !elem_perm) {
             memcpy(dst, qx__row_ptr(t, src), row_bytes);
-        } else if (narrow && qx__fits_f32((const float*)qx__row_ptr(t, src), ne0, flimit)) {
-            /* f32 -> f16/bf16 directly: the f32 value is exact in f64, so rounding it once gives
-               the bits the f64 path below gives (and no NaN / Inf gets here) */
-            (void)quarot_convert(dst, dt, qx__row_ptr(t, src), QUAROT_DTYPE_F32, ne0, QUAROT_ISA_DEFAULT);
+        } else if (narrow && (par ? job.done[r - job.r0] : qx__narrow_row(t, src, dst, dt, flimit))) {
+            /* f32 -> f16/bf16 directly (qx__narrow_row) */
         } else {
             quarot_tensor_init(&rv, dst, dt, 1, &ne0);
             quarot_tensor_get_row_f64(t, src, drow);
@@ -314,6 +362,7 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         }
     }
 done:
+    free(job.done);
     if (!o->dio) free(chunk);
     free(drow);
     free(dperm);

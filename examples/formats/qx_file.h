@@ -68,6 +68,7 @@ typedef struct qx_out {
     int stale_removed; /* temporaries of killed runs removed by qx_out_begin */
     struct qx_direct* dio; /* qx_out_direct: writes go through O_DIRECT block buffers (qx_direct.h) */
     int direct_mode;   /* qx_direct_mode the output ended with (set by qx_out_direct, final after sync) */
+    const quarot_env* env; /* not NULL: qx_out_tensor converts f32 rows to f16 / bf16 on its pool (same bytes) */
 } qx_out;
 
 quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e);

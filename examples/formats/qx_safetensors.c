@@ -1202,6 +1202,7 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         free(path);
         if (r != QUAROT_OK) goto fail;
         if (opts && opts->direct) qx_out_direct(&w->files[k], w->file_size[k]);
+        if (opts) w->files[k].env = opts->env;
         for (j = 0; j < 8; ++j) len8[j] = (unsigned char)(hlen >> (8 * j));
         if ((r = qx_out_pwrite(&w->files[k], len8, 8, 0, e)) != QUAROT_OK) goto fail;
         if ((r = qx_out_pwrite(&w->files[k], hdr.p, hdr.len, 8, e)) != QUAROT_OK) goto fail;

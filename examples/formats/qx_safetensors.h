@@ -98,6 +98,7 @@ typedef struct qx_st_write_opts {
     int direct;               /* write the model file(s) through O_DIRECT block buffers (qx_out_direct) */
     int* direct_mode;         /* not NULL: set on finish to the qx_direct_mode the files were written with
                                  (the weakest over the shards) */
+    const quarot_env* env;    /* not NULL: f32 tensors written as f16 / bf16 convert on its pool (qx_out.env) */
 } qx_st_write_opts;
 
 typedef struct qx_st_writer qx_st_writer;
