@@ -23,15 +23,21 @@
    of a new 256 MiB block, page faults and the kernel's clearing included; then the same on 2 MiB
    pages), the cost the rotation pays for every copy buffer it cannot reuse (the globals and the
    first layer), and the disk's rate for a 256 MiB sequential write + fsync into the bench folder
-   (the output's fsync waits for that). "1st layer" and "later" are the rotation pass's GB/s per
+   (the output's fsync waits for that), and the same for 1 GiB written with O_DIRECT in 8 MiB blocks
+   (what the disk itself takes: rotate writes its weights that way, qx_direct.h); "/direct" is
+   rotate's GB/s as a share of that rate. "1st layer" and "later" are the rotation pass's GB/s per
    decoder layer (input bytes / seconds from acquire to written): the first layer fills fresh copy
    buffers, later ones reuse them, so "later" is the rate a many-layer model approaches (set
    BENCH_ROTATE_LAYERS=4 or more to see it; the globals' fixed cost comes on top). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE       /* O_DIRECT */
+#endif
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE   /* MAP_ANONYMOUS, madvise */
 #endif
 #include "quarot.h"
 #include "qx_cli.h"
+#include "qx_direct.h"
 #include "qx_rotate_file.h"
 #include "qx_safetensors.h"
 #include "qx_synth.h"
@@ -141,6 +147,39 @@ static double disk_write_rate(const char* dir) {
     return r;
 }
 
+/* GB/s of writing 1 GiB sequentially with O_DIRECT (8 MiB pwrites from one 2 MiB-aligned buffer,
+   no page cache) into a new file in dir, fsync included: what the disk itself takes, the ceiling
+   for rotate's O_DIRECT output. 0 where the file system refuses O_DIRECT. */
+static double disk_direct_rate(const char* dir) {
+#ifdef O_DIRECT
+    const size_t n = (size_t)1 << 30, chunk = (size_t)8 << 20, huge = (size_t)2 << 20;
+    char path[4200];
+    char* raw = (char*)mmap(NULL, chunk + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char* buf;
+    size_t off;
+    double t0, r = 0.0;
+    int fd;
+    if (raw == MAP_FAILED) return 0.0;
+    buf = (char*)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    memset(buf, 5, chunk);
+    snprintf(path, sizeof path, "%s/disk_probe_direct", dir);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+    if (fd >= 0) {
+        t0 = now_s();
+        for (off = 0; off < n; off += chunk)
+            if (pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) break;
+        if (off == n && fsync(fd) == 0) r = (double)n / 1e9 / (now_s() - t0);
+        close(fd);
+        (void)remove(path);
+    }
+    munmap(raw, chunk + huge);
+    return r;
+#else
+    (void)dir;
+    return 0.0;
+#endif
+}
+
 static int env_int(const char* name, int dflt) {
     const char* v = getenv(name);
     return v && v[0] ? atoi(v) : dflt;
@@ -172,6 +211,7 @@ int main(void) {
     char f16_path[4200];
     int thread_list[2];
     int d, online, ti, n_threads = 0, have_f16 = 0;
+    double disk_direct = 0.0;
     struct rusage ru;
     if (!tmp_root || !tmp_root[0]) tmp_root = getenv("TMPDIR");
     const char* keep = getenv("BENCH_ROTATE_KEEP");
@@ -194,11 +234,14 @@ int main(void) {
     {
         double fresh, reused;
         fresh_memory_rate(&fresh, &reused);
+        disk_direct = disk_direct_rate(dir);
         printf("memory: first touch of fresh pages %.2f GB/s (on 2 MiB pages %.2f GB/s), rewriting them %.2f GB/s; "
-               "disk: sequential write + fsync %.2f GB/s\n", fresh, fresh_huge_rate(), reused, disk_write_rate(dir));
+               "disk: sequential write + fsync %.2f GB/s buffered, %.2f GB/s O_DIRECT (1 GiB, 8 MiB writes)\n", fresh,
+               fresh_huge_rate(), reused, disk_write_rate(dir), disk_direct);
     }
-    printf("%-5s %-7s %3s %7s %7s %6s %7s %8s %9s %6s %6s %6s %6s %6s %10s %10s %9s %6s\n", "dtype", "online", "thr", "GB", "sec", "GB/s",
-           "cpu s", "GB/cpu-s", "validate", "read", "fuse", "rotate", "write", "other", "peak MiB", "bound MiB", "1st layer", "later");
+    printf("%-5s %-7s %3s %7s %7s %6s %7s %8s %9s %6s %6s %6s %6s %6s %10s %10s %9s %6s %7s %s\n", "dtype", "online", "thr", "GB", "sec", "GB/s",
+           "cpu s", "GB/cpu-s", "validate", "read", "fuse", "rotate", "write", "other", "peak MiB", "bound MiB", "1st layer", "later",
+           "/direct", "weights written");
     for (d = 0; d < 2; ++d) {
         const quarot_dtype dt = d ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
         qx_synth_desc sd;
@@ -267,13 +310,15 @@ int main(void) {
                 remove_tree(out_path);
                 if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
                 other = st.total_s - st.validate_s - st.read_s - st.fuse_s - st.rotate_s - st.write_s;
-                printf("%-5s %-7s %3d %7.2f %7.2f %6.2f %7.2f %8.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f %9.2f %6.2f\n",
+                printf("%-5s %-7s %3d %7.2f %7.2f %6.2f %7.2f %8.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f %9.2f %6.2f %6.0f%% %s\n",
                        quarot_dtype_name(dt), online ? "online" : "-", st.threads, wbytes / 1e9, st.total_s,
                        wbytes / 1e9 / st.total_s, c0, wbytes / 1e9 / c0, 100 * st.validate_s / st.total_s, 100 * st.read_s / st.total_s,
                        100 * st.fuse_s / st.total_s, 100 * st.rotate_s / st.total_s, 100 * st.write_s / st.total_s,
                        100 * other / st.total_s, (double)st.peak_copy_bytes / 1048576.0, bound / 1048576.0,
                        st.first_layer_s > 0 ? st.first_layer_bytes / 1e9 / st.first_layer_s : 0.0,
-                       st.later_layers_s > 0 ? st.later_layers_bytes / 1e9 / st.later_layers_s : 0.0);
+                       st.later_layers_s > 0 ? st.later_layers_bytes / 1e9 / st.later_layers_s : 0.0,
+                       disk_direct > 0 ? 100.0 * wbytes / 1e9 / st.total_s / disk_direct : 0.0,
+                       qx_direct_mode_text((qx_direct_mode)st.direct_mode));
                 fflush(stdout);
             }
         }

@@ -17,6 +17,7 @@
 #include "qx_json.h"
 #include "qx_layerwise.h"
 #include "qx_rotate_file.h"
+#include "qx_direct.h"
 #include "qx_rotate_job.h"
 #include "qx_rotcheck.h"
 
@@ -610,6 +611,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
             printf("  online hooks: none (the output runs unchanged in an ordinary engine)\n");
         printf("  wrote %lld tensors%s%s%s\n", (long long)st.tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
                dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", config_path ? " (+ config.json beside it)" : "");
+        if (st.direct_mode) printf("  weights written: %s\n", qx_direct_mode_text((qx_direct_mode)st.direct_mode));
         printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
                qx_lw_peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
                (long long)st.max_live_layers);

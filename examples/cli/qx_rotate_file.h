@@ -75,6 +75,9 @@ typedef struct qx_rotate_file_opts {
     const qx_rotate_sink* sink;  /* NULL: the store's own format (above); else this output */
     const qx_store* drop_from;   /* drop_pages: the store whose file mappings to drop (NULL = s; a store
                                     of views of another store's mappings passes that store) */
+    int globals_last;            /* 1: write the global tensors after the layers even when their copies are
+                                    large (by default those are written right after pre_run and their memory
+                                    reused for the layers' copies); the bytes are the same (tests compare) */
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {
@@ -100,6 +103,10 @@ typedef struct qx_rotate_file_stats {
        rotation, writes) and the layers' input bytes: the first layer (fresh copy buffers) apart
        from the later ones (buffers reused), i.e. the rate a many-layer model approaches */
     double first_layer_s, later_layers_s, first_layer_bytes, later_layers_bytes;
+    /* how the weights were written (qx_direct_mode): 1 O_DIRECT, 2 buffered because the file system
+       refused O_DIRECT, 3 buffered because QX_NO_DIRECT is set, 0 plain buffered writes (the
+       formats and caller sinks that do not use qx_out_direct) */
+    int direct_mode;
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds

@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE   /* flock, mkdtemp, syscall */
 #endif
 #include "qx_file.h"
+#include "qx_direct.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -146,6 +147,9 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     o->lock_fd = -1;
     o->force = force;
     o->stale_removed = 0;
+    o->dio = NULL;
+    o->direct_mode = QX_DIRECT_OFF;
+    o->env = NULL;
     if (qx_is_dir(path)) { qx_err_set(e, "%s: is a directory", path); return QUAROT_ERR_IO; }
     if (!force && qx_path_exists(path)) {
         qx_err_set(e, "%s: exists already (not overwritten without force)", path);
@@ -182,10 +186,19 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     return QUAROT_OK;
 }
 
+void qx_out_direct(qx_out* o, uint64_t expected_size) {
+    const char* force = getenv("QX_DIRECT");
+    if (!o || o->fd < 0 || o->dio) return;
+    if (expected_size < QX_DIRECT_MIN_BYTES && !(force && strcmp(force, "1") == 0)) return;
+    o->dio = qx_direct_begin(o->fd, o->path);
+    o->direct_mode = (int)qx_direct_get_mode(o->dio);
+}
+
 /* Positional writes in chunks of at most 1 GiB, retried on EINTR and short writes. */
 quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off, qx_err* e) {
     const char* p = (const char*)data;
     if (!o || o->fd < 0 || (n && !data)) return QUAROT_ERR_STATE;
+    if (o->dio) return qx_direct_write(o->dio, data, n, off, e);
     while (n > 0) {
         size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
         ssize_t w;
@@ -209,11 +222,52 @@ static const char* qx__row_ptr(const quarot_tensor* t, int64_t r) {
     return (const char*)t->data + (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
 }
 
+/* 1 if every |x[i]| < limit (so no NaN, no Inf, nothing that rounds to Inf). */
+static int qx__fits_f32(const float* x, int64_t n, float limit) {
+    int64_t i;
+    int out = 0;
+    for (i = 0; i < n; ++i) out |= !(fabsf(x[i]) < limit);
+    return !out;
+}
+
+/* Row src of t (f32, contiguous rows) converted into dst when every value fits: 1, else 0 (dst
+   untouched). The f32 value is exact in f64, so rounding it once gives the bits of the f64 path
+   (and no NaN / Inf gets here). */
+static int qx__narrow_row(const quarot_tensor* t, int64_t src, char* dst, quarot_dtype dt, float limit) {
+    const float* x = (const float*)qx__row_ptr(t, src);
+    if (!qx__fits_f32(x, t->ne[0], limit)) return 0;
+    (void)quarot_convert(dst, dt, x, QUAROT_DTYPE_F32, t->ne[0], QUAROT_ISA_DEFAULT);
+    return 1;
+}
+
+/* One chunk's rows [r0, r0 + n) narrowed on the pool, 8 rows a task; done[i] says row r0 + i is. */
+typedef struct qx__narrow_job {
+    const quarot_tensor* t;
+    quarot_dtype dt;
+    float limit;
+    int64_t head_dim, r0, n;
+    int to_interleaved;
+    char* chunk;
+    size_t row_bytes;
+    unsigned char* done;
+} qx__narrow_job;
+
+static void qx__narrow_task(void* arg, int64_t task) {
+    const qx__narrow_job* j = (const qx__narrow_job*)arg;
+    int64_t i, end = (task + 1) * 8 < j->n ? (task + 1) * 8 : j->n;
+    for (i = task * 8; i < end; ++i) {
+        int64_t r = j->r0 + i, src = j->head_dim > 0 ? qx_rope_src_row(r, j->head_dim, j->to_interleaved) : r;
+        j->done[i] = (unsigned char)qx__narrow_row(j->t, src, j->chunk + (size_t)i * j->row_bytes, j->dt, j->limit);
+    }
+}
+
 quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quarot_tensor* t,
                             int64_t head_dim, int to_interleaved, const char* what, qx_err* e) {
     size_t es = quarot_dtype_size(dt), row_bytes, cap, used = 0;
     int64_t rows, r, ne0;
-    int same, elem_perm, bad = 0;
+    int same, elem_perm, bad = 0, narrow, par = 0;
+    float flimit;
+    qx__narrow_job job;
     /* |x| from which round-to-nearest-even gives Inf: halfway above the largest finite value */
     double limit = dt == QUAROT_DTYPE_F16 ? 65520.0 : dt == QUAROT_DTYPE_BF16 ? 3.3961775292304e38 : 0.0, worst = 0.0;
     int64_t worst_row = -1;
@@ -242,14 +296,28 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         }
     }
     same = t->dtype == dt || (t->dtype == QUAROT_DTYPE_DEFAULT && dt == QUAROT_DTYPE_F32);
+    narrow = t->dtype == QUAROT_DTYPE_F32 && limit > 0 && !elem_perm && t->nb[0] == sizeof(float);
+    flimit = (float)limit;   /* 65520 and (2 - 2^-8) * 2^127 are exact in f32 */
     if (same && head_dim <= 0 && quarot_tensor_is_contiguous(t))     /* fast path: one write */
         return qx_out_pwrite(o, t->data, quarot_tensor_nbytes(t), off, e);
     /* rows gathered into chunks of about 4 MiB (at least one row) */
     cap = row_bytes > ((size_t)4 << 20) ? row_bytes : ((size_t)4 << 20) / row_bytes * row_bytes;
-    chunk = (char*)malloc(cap);
+    chunk = o->dio ? (char*)qx_direct_scratch(o->dio, cap) : (char*)malloc(cap);   /* reused: no fresh pages */
     if (!same || elem_perm) {
         drow = (double*)malloc((size_t)ne0 * sizeof *drow);
         dperm = elem_perm ? (double*)malloc((size_t)ne0 * sizeof *dperm) : NULL;
+    }
+    memset(&job, 0, sizeof job);
+    if (narrow && o->env && o->env->parallel.run && o->env->parallel.n_threads > 1) {
+        job.t = t;
+        job.dt = dt;
+        job.limit = flimit;
+        job.head_dim = head_dim;
+        job.to_interleaved = to_interleaved;
+        job.chunk = chunk;
+        job.row_bytes = row_bytes;
+        job.done = (unsigned char*)malloc(cap / row_bytes);
+        par = job.done != NULL;   /* else serially */
     }
     if (!chunk || ((!same || elem_perm) && !drow) || (elem_perm && !dperm)) {
         res = QUAROT_ERR_OUT_OF_MEMORY;
@@ -259,8 +327,15 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
     for (r = 0; r < rows && res == QUAROT_OK; ++r) {
         int64_t src = (head_dim > 0 && !elem_perm) ? qx_rope_src_row(r, head_dim, to_interleaved) : r;
         char* dst = chunk + used;
+        if (par && used == 0) {   /* the chunk's rows that fit, converted on the pool */
+            job.r0 = r;
+            job.n = rows - r < (int64_t)(cap / row_bytes) ? rows - r : (int64_t)(cap / row_bytes);
+            quarot_env_parallel_for(o->env, qx__narrow_task, &job, (job.n + 7) / 8);
+        }
         if (same && !elem_perm) {
             memcpy(dst, qx__row_ptr(t, src), row_bytes);
+        } else if (narrow && (par ? job.done[r - job.r0] : qx__narrow_row(t, src, dst, dt, flimit))) {
+            /* f32 -> f16/bf16 directly (qx__narrow_row) */
         } else {
             quarot_tensor_init(&rv, dst, dt, 1, &ne0);
             quarot_tensor_get_row_f64(t, src, drow);
@@ -287,7 +362,8 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
         }
     }
 done:
-    free(chunk);
+    free(job.done);
+    if (!o->dio) free(chunk);
     free(drow);
     free(dperm);
     if (res == QUAROT_OK && bad) {
@@ -302,6 +378,13 @@ done:
 /* ftruncate to the planned size (padding after the last tensor reads as zeros), fsync, close. */
 quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e) {
     if (!o || o->fd < 0) return QUAROT_ERR_STATE;
+    if (o->dio) {   /* the blocks still held go out whole; the ftruncate below cuts the last one */
+        quarot_result r = qx_direct_flush(o->dio, e);
+        o->direct_mode = (int)qx_direct_get_mode(o->dio);
+        qx_direct_free(o->dio);
+        o->dio = NULL;
+        if (r != QUAROT_OK) return r;
+    }
     if (final_size > (uint64_t)INT64_MAX || ftruncate(o->fd, (off_t)final_size) != 0) {
         qx_err_set(e, "%s: cannot set the file size: %s", o->path, strerror(errno));
         return QUAROT_ERR_IO;
@@ -394,6 +477,8 @@ quarot_result qx_out_publish(qx_out* o, qx_err* e) {
 
 void qx_out_abort(qx_out* o) {
     if (!o) return;
+    qx_direct_free(o->dio);   /* stops its writer thread before the descriptor closes */
+    o->dio = NULL;
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
     if (o->tmp) unlink(o->tmp);

@@ -66,9 +66,19 @@ typedef struct qx_out {
     int force;         /* replace an existing regular file on publish */
     int lock_fd;       /* holds the temporary's flock until publish / abort (-1: none) */
     int stale_removed; /* temporaries of killed runs removed by qx_out_begin */
+    struct qx_direct* dio; /* qx_out_direct: writes go through O_DIRECT block buffers (qx_direct.h) */
+    int direct_mode;   /* qx_direct_mode the output ended with (set by qx_out_direct, final after sync) */
+    const quarot_env* env; /* not NULL: qx_out_tensor converts f32 rows to f16 / bf16 on its pool (same bytes) */
 } qx_out;
 
 quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e);
+/* After qx_out_begin: the data go through O_DIRECT block buffers written by a writer thread
+   (qx_direct.h; the same bytes, no page cache), or, where the file system refuses O_DIRECT or
+   QX_NO_DIRECT is set, through the same blocks with buffered writes; o->direct_mode says which.
+   For large outputs (model weights): a file expected to be smaller than QX_DIRECT_MIN_BYTES keeps
+   plain pwrites (its page cache costs little; the block buffers' 48 MiB would cost more), unless
+   QX_DIRECT=1 is set (tests); so does out of memory (mode QX_DIRECT_OFF in both cases). */
+void qx_out_direct(qx_out* o, uint64_t expected_size);
 /* Writes all n bytes at byte offset off (retries short writes). */
 quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off, qx_err* e);
 /* Writes tensor t (any strides) at byte offset off as contiguous row-major data of dtype dt,

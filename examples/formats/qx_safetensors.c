@@ -1006,6 +1006,7 @@ struct qx_st_writer {
     int n_extra;
     char* stale;              /* the other layout's entry file, removed on finish (force) */
     char* made_dir;           /* directory begin created; removed again on abort (when empty) */
+    int* direct_mode;         /* opts->direct_mode */
 };
 
 static const char* qx__st_dtype_name(quarot_dtype dt) {
@@ -1088,6 +1089,7 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         qx_err_set(e, "%s: out of memory", out);
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
+    w->direct_mode = opts ? opts->direct_mode : NULL;
     /* the plan: names, dtypes, shapes, byte sizes (all checked: a plan may come from anywhere) */
     for (i = 0; i < n; ++i) {
         const qx_tensor_plan* p = &plan[i];
@@ -1199,6 +1201,8 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         r = qx_out_begin(&w->files[k], single ? out : path, force, e);
         free(path);
         if (r != QUAROT_OK) goto fail;
+        if (opts && opts->direct) qx_out_direct(&w->files[k], w->file_size[k]);
+        if (opts) w->files[k].env = opts->env;
         for (j = 0; j < 8; ++j) len8[j] = (unsigned char)(hlen >> (8 * j));
         if ((r = qx_out_pwrite(&w->files[k], len8, 8, 0, e)) != QUAROT_OK) goto fail;
         if ((r = qx_out_pwrite(&w->files[k], hdr.p, hdr.len, 8, e)) != QUAROT_OK) goto fail;
@@ -1311,6 +1315,11 @@ quarot_result qx_st_writer_finish(qx_st_writer* w, qx_err* e) {
         if (r == QUAROT_OK) r = qx_out_sync(&w->extra[k], w->extra_len[k], e);
     }
     for (k = 0; k < w->n_files && r == QUAROT_OK; ++k) r = qx_out_sync(&w->files[k], w->file_size[k], e);
+    if (w->direct_mode && r == QUAROT_OK) {   /* O_DIRECT (1) only if every file got it */
+        *w->direct_mode = w->n_files ? w->files[0].direct_mode : 0;
+        for (k = 1; k < w->n_files; ++k)
+            if (w->files[k].direct_mode != 1) *w->direct_mode = w->files[k].direct_mode;
+    }
     /* everything is on disk: the shards first, then config and index (readers look for those) */
     for (k = 0; k < w->n_files && r == QUAROT_OK; ++k) r = qx_out_publish(&w->files[k], e);
     for (k = w->n_extra - 1; k >= 0 && r == QUAROT_OK; --k) r = qx_out_publish(&w->extra[k], e);

@@ -95,6 +95,10 @@ typedef struct qx_st_write_opts {
                                  many bytes (a bigger tensor gets a shard of its own) */
     const char* metadata_json;/* "__metadata__" as a JSON object of strings; NULL: {"format":"pt"} */
     const char* config_json;  /* directory output: text written as config.json; NULL: none */
+    int direct;               /* write the model file(s) through O_DIRECT block buffers (qx_out_direct) */
+    int* direct_mode;         /* not NULL: set on finish to the qx_direct_mode the files were written with
+                                 (the weakest over the shards) */
+    const quarot_env* env;    /* not NULL: f32 tensors written as f16 / bf16 convert on its pool (qx_out.env) */
 } qx_st_write_opts;
 
 typedef struct qx_st_writer qx_st_writer;

@@ -1,0 +1,360 @@
+/* O_DIRECT output (qx_direct.h through qx_out_direct): the file holds exactly the bytes written, in
+   any write order, with the O_DIRECT path, the buffered fallback (QX_NO_DIRECT=1) and plain qx_out
+   pwrites alike: a header written last into a block whose rest went out long before, more partial
+   blocks than the writer has buffers (blocks written whole, then read back when touched again),
+   overlapping rewrites, a hole never written, an unaligned tail and a final size past the last
+   byte. Then `quarot rotate` into safetensors gives the same bytes with O_DIRECT, with the
+   fallback and with plain writes (a small output, under QX_DIRECT_MIN_BYTES, unless QX_DIRECT=1),
+   and its summary says which one ran. */
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "qx_cli.h"
+#include "qx_direct.h"
+#include "qx_rotate_file.h"
+#include "qx_file.h"
+#include "qx_safetensors.h"
+#include "qx_synth.h"
+#include "qx_threads.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLK QX_DIRECT_BLOCK
+
+static unsigned char* g_piece;   /* scratch for one write */
+
+/* Writes n pseudo-random bytes (from seed) at off into the file and into the expected image. */
+static int put(qx_out* o, unsigned char* want, uint64_t off, size_t n, unsigned seed) {
+    qx_err e;
+    size_t i;
+    unsigned x = seed * 2654435761u + 12345u;
+    for (i = 0; i < n; ++i) {
+        x = x * 1103515245u + 12345u;
+        g_piece[i] = (unsigned char)(x >> 16);
+    }
+    memcpy(want + off, g_piece, n);
+    return qx_out_pwrite(o, g_piece, n, off, &e) == QUAROT_OK;
+}
+
+/* One output through the schedule above; mode: 0 plain qx_out, 1 qx_out_direct (O_DIRECT where the
+   file system takes it), 2 qx_out_direct with QX_NO_DIRECT=1. Returns the file's mode. */
+static int write_schedule(const char* path, int mode, unsigned char* want, uint64_t size, uint64_t final_size,
+                          uint64_t hole, size_t hole_n) {
+    qx_out o;
+    qx_err e;
+    uint64_t b, end;
+    unsigned seed = 1;
+    int ok = 1, got;
+    const size_t step = ((size_t)1 << 20) + 3;   /* odd chunks: never block aligned */
+    memset(want, 0, (size_t)final_size);
+    setenv("QX_DIRECT", "1", 1);   /* below QX_DIRECT_MIN_BYTES: asked for explicitly */
+    if (mode == 2) setenv("QX_NO_DIRECT", "1", 1);
+    else unsetenv("QX_NO_DIRECT");
+    if (qx_out_begin(&o, path, 1, &e) != QUAROT_OK) return -1;
+    if (mode) qx_out_direct(&o, final_size);
+    got = o.direct_mode;
+    /* a) a few bytes into every block: more partial blocks than buffers */
+    for (b = 0; b * BLK < size; ++b) ok &= put(&o, want, b * BLK + 10, 16, seed++);
+    /* b) the rest from the end to the start, around the hole, [0, 10) left for last */
+    end = size;
+    while (end > 10 && ok) {
+        uint64_t start = end >= 10 + step ? end - step : 10;
+        if (start < hole + hole_n && end > hole) {   /* cut around the hole */
+            if (end > hole + hole_n) ok &= put(&o, want, hole + hole_n, (size_t)(end - hole - hole_n), seed++);
+            if (start < hole) ok &= put(&o, want, start, (size_t)(hole - start), seed++);
+        } else {
+            ok &= put(&o, want, start, (size_t)(end - start), seed++);
+        }
+        end = start;
+    }
+    /* c) a rewrite across a block boundary written long ago; d) the "header" */
+    ok &= put(&o, want, 2 * BLK - 50, 100, seed++);
+    ok &= put(&o, want, 0, 10, seed++);
+    unsetenv("QX_DIRECT");   /* the CLI runs below inherit the environment */
+    if (!ok || qx_out_sync(&o, final_size, &e) != QUAROT_OK || qx_out_publish(&o, &e) != QUAROT_OK) {
+        qx_out_abort(&o);
+        unsetenv("QX_NO_DIRECT");
+        return -1;
+    }
+    if (o.direct_mode != got && !(got == QX_DIRECT_ON && o.direct_mode == QX_DIRECT_REFUSED)) ok = 0;
+    got = o.direct_mode;
+    qx_out_abort(&o);
+    unsetenv("QX_NO_DIRECT");
+    return ok ? got : -1;
+}
+
+static void test_block_writer(void) {
+    /* 8 whole blocks and an unaligned tail (9 blocks: 3 more than the writer's buffers) */
+    const uint64_t size = 8 * (uint64_t)BLK + 12345, final_size = size + 777, hole = 3 * (uint64_t)BLK + 100;
+    const size_t hole_n = 5000;
+    unsigned char* want = (unsigned char*)malloc((size_t)final_size);
+    int mode;
+    g_piece = (unsigned char*)malloc(((size_t)1 << 20) + 16);
+    QT_CHECK(want && g_piece);
+    if (!want || !g_piece) { free(want); free(g_piece); return; }
+    for (mode = 0; mode < 3; ++mode) {
+        const char* path = tmp_path("direct.bin");
+        size_t n = 0;
+        unsigned char* back;
+        int m = write_schedule(path, mode, want, size, final_size, hole, hole_n);
+        QT_CHECKF(m >= 0, "mode %d: the writes failed", mode);
+        if (mode == 0) QT_EQ_INT(m, QX_DIRECT_OFF);
+        if (mode == 1) QT_CHECKF(m == QX_DIRECT_ON || m == QX_DIRECT_REFUSED, "mode %d", m);
+        if (mode == 2) QT_EQ_INT(m, QX_DIRECT_DISABLED);
+        back = read_all(path, &n);
+        QT_CHECKF(back && n == final_size, "mode %d: %zu bytes, want %llu", mode, n, (unsigned long long)final_size);
+        if (back && n == final_size) {
+            size_t i, first = (size_t)-1;
+            for (i = 0; i < n && first == (size_t)-1; ++i)
+                if (back[i] != want[i]) first = i;
+            QT_CHECKF(first == (size_t)-1, "mode %d: first difference at byte %zu", mode, first);
+            for (i = 0; i < hole_n; ++i) QT_CHECK(back[hole + i] == 0);
+        }
+        free(back);
+        remove(path);
+    }
+    free(want);
+    free(g_piece);
+    g_piece = NULL;
+}
+
+static int same_file(const char* a, const char* b) {
+    size_t na = 0, nb = 0;
+    unsigned char* pa = read_all(a, &na);
+    unsigned char* pb = read_all(b, &nb);
+    int same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+/* quarot rotate into safetensors: O_DIRECT and the fallback write the same file; the summary says
+   which ran. The checkpoint's size is not a multiple of the block (the tail path). */
+static void test_rotate_same_bytes(void) {
+    qx_synth_desc sd;
+    qx_store s;
+    qx_err e;
+    qx_st_save_opts so;
+    char in[512], out[3][600], f0[700], f1[700];
+    memset(&sd, 0, sizeof sd);
+    sd.arch = "llama";
+    sd.seed = 9;
+    sd.hidden = 128;
+    sd.intermediate = 320;
+    sd.n_layers = 2;
+    sd.n_heads = 4;
+    sd.n_kv_heads = 4;
+    sd.head_dim = 32;
+    sd.vocab = 200;
+    sd.max_seq = 64;
+    sd.tied = -1;
+    sd.dtype = QUAROT_DTYPE_F16;
+    QT_OK(qx_synth_model(&s, &sd, &e));
+    snprintf(in, sizeof in, "%s/in_f16", g_tmp);
+    memset(&so, 0, sizeof so);
+    so.force = 1;
+    QT_OK(qx_st_save(&s, in, &so, &e));
+    qx_store_free(&s);
+    snprintf(out[0], sizeof out[0], "%s/out_direct", g_tmp);
+    snprintf(out[1], sizeof out[1], "%s/out_buffered", g_tmp);
+    QT_EQ_INT(run_prog("QX_DIRECT=1", g_bin, "rotate %s %s --threads 2 --online", in, out[0]), 0);
+    QT_CHECKF(strstr(g_out, "weights written: O_DIRECT") || strstr(g_out, "weights written: buffered (the file system refused"),
+              "summary: %s", g_out);
+    QT_EQ_INT(run_prog("QX_DIRECT=1 QX_NO_DIRECT=1", g_bin, "rotate %s %s --threads 2 --online", in, out[1]), 0);
+    QT_CHECKF(strstr(g_out, "weights written: buffered (O_DIRECT switched off by QX_NO_DIRECT)") != NULL, "summary: %s", g_out);
+    /* a small output (under QX_DIRECT_MIN_BYTES) keeps plain buffered writes and says nothing */
+    snprintf(out[2], sizeof out[2], "%s/out_small", g_tmp);
+    QT_EQ_INT(CLI("rotate %s %s --threads 2 --online", in, out[2]), 0);
+    QT_CHECKF(strstr(g_out, "weights written:") == NULL, "summary: %s", g_out);
+    snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+    snprintf(f1, sizeof f1, "%s/model.safetensors", out[1]);
+    QT_CHECK(same_file(f0, f1));
+    snprintf(f1, sizeof f1, "%s/model.safetensors", out[2]);
+    QT_CHECK(same_file(f0, f1));
+    snprintf(f0, sizeof f0, "%s/quarot_online.txt", out[0]);
+    snprintf(f1, sizeof f1, "%s/quarot_online.txt", out[1]);
+    QT_CHECK(same_file(f0, f1));
+}
+
+/* Globals of 64 MiB or more in f32 are written right after pre_run and their copies reused for the
+   layers' (qx_rotate_file step 4b): the same bytes as writing them after the layers, a peak of
+   max(globals, one layer) instead of their sum, and the layers refuse nothing. */
+static void test_globals_first(void) {
+    qx_synth_desc sd;
+    qx_store s;
+    qx_err e;
+    qx_st_save_opts so;
+    char in[512], out[2][600], f0[700], f1[700];
+    size_t peak[2] = {0, 0}, glob = 0;
+    int k;
+    if (qt_quick()) { QT_SKIP("QT_QUICK: 100 MB of model (the globals must reach 64 MiB)"); return; }
+    memset(&sd, 0, sizeof sd);
+    sd.arch = "llama";
+    sd.seed = 11;
+    sd.hidden = 512;
+    sd.intermediate = 1024;
+    sd.n_layers = 2;
+    sd.n_heads = 8;
+    sd.n_kv_heads = 8;
+    sd.head_dim = 64;
+    sd.vocab = 16384;   /* embeddings and lm_head: 32 MiB each in f32 */
+    sd.max_seq = 64;
+    sd.tied = -1;
+    sd.dtype = QUAROT_DTYPE_F16;
+    QT_OK(qx_synth_model(&s, &sd, &e));
+    snprintf(in, sizeof in, "%s/in_big", g_tmp);
+    memset(&so, 0, sizeof so);
+    so.force = 1;
+    QT_OK(qx_st_save(&s, in, &so, &e));
+    qx_store_free(&s);
+    for (k = 0; k < 2; ++k) {
+        quarot_rotate_desc desc;
+        qx_rotate_file_opts ro;
+        qx_rotate_file_stats st;
+        qx_load_opts lo;
+        memset(&lo, 0, sizeof lo);
+        QT_OK(qx_cli_load_model(in, &lo, &s, &e));
+        memset(&desc, 0, sizeof desc);
+        desc.rotation = QUAROT_ROTATION_HADAMARD;
+        snprintf(out[k], sizeof out[k], "%s/out_big%d", g_tmp, k);
+        memset(&ro, 0, sizeof ro);
+        ro.out_path = out[k];
+        ro.force = 1;
+        ro.drop_pages = 1;
+        ro.threads = 2;
+        ro.globals_last = k;
+        QT_OK(qx_rotate_file(&s, &desc, &ro, &st, &e));
+        QT_EQ_INT((int)st.out_of_layer, 0);
+        QT_EQ_INT((int)st.tensors_written, 2 + 9 * 2 + 1);
+        peak[k] = st.peak_copy_bytes;
+        glob = st.global_copy_bytes;
+        qx_store_free(&s);
+    }
+    snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+    snprintf(f1, sizeof f1, "%s/model.safetensors", out[1]);
+    QT_CHECK(same_file(f0, f1));
+    /* first: the layer (10 MiB) fits in the globals' 64 MiB; last: the sum */
+    QT_CHECKF(peak[0] == glob && peak[1] > glob, "peak %zu / %zu, globals %zu", peak[0], peak[1], glob);
+}
+
+/* qx_out_tensor's f32 -> f16 / bf16 rows convert the floats directly (quarot_convert) where every
+   value fits, else through f64 as before: the same bits for every f16 value, the midpoints between
+   neighbours and one f32 ulp either side of them, and the same around every bf16 value (ties to
+   even, subnormals, the largest finite values, values that round to Inf in f16), for both dtypes,
+   serially and with the rows spread over a pool (qx_out.env); a value that rounds to Inf is still refused with its row. */
+static void test_narrow_rows(void) {
+    const int64_t ne0 = 1024;
+    int64_t n = 0, n16, rows, k, ne[2];
+    qx_pool* pool;
+    quarot_env env;
+    float* v = (float*)malloc(((size_t)0x7c00 + 0x7f7f) * 4 * sizeof(float) + 4096 * sizeof(float));
+    double* d;
+    int h, which;
+    QT_CHECK(v != NULL);
+    if (!v) return;
+    for (h = 0; h < 0x7c00; ++h) {   /* every finite positive half and its neighbourhood, both signs */
+        uint16_t hh[2];
+        float ab[2], a, b, mid;
+        hh[0] = (uint16_t)h;
+        hh[1] = (uint16_t)(h + 1 < 0x7c00 ? h + 1 : h);
+        quarot_f16_to_f32(hh, ab, 2);
+        a = ab[0];
+        b = ab[1];
+        mid = (float)(((double)a + (double)b) / 2);
+        v[n++] = a;
+        v[n++] = -mid;
+        v[n++] = nextafterf(mid, 0.0f);
+        v[n++] = -nextafterf(mid, 1e30f);
+    }
+    while (n % ne0) v[n++] = 1.0f;
+    n16 = n;   /* f16 writes those; bf16 writes all */
+    for (h = 0; h < 0x7f7f; ++h) {   /* the same around every finite positive bf16 */
+        uint32_t ua = (uint32_t)h << 16, ub = (uint32_t)(h + 1) << 16;
+        float a, b, mid;
+        memcpy(&a, &ua, 4);
+        memcpy(&b, &ub, 4);
+        mid = (float)(((double)a + (double)b) / 2);
+        v[n++] = -a;
+        v[n++] = mid;
+        v[n++] = -nextafterf(mid, 0.0f);
+        v[n++] = nextafterf(mid, 3e38f);
+    }
+    while (n % ne0) v[n++] = 1.0f;
+    d = (double*)malloc((size_t)ne0 * sizeof *d);
+    pool = qx_pool_create(3);
+    qx_pool_env(pool, &env);
+    for (which = 0; which < 4 && d; ++which) {   /* f16, bf16; serial, then on a pool of 3 */
+        quarot_dtype dt = which & 1 ? QUAROT_DTYPE_BF16 : QUAROT_DTYPE_F16;
+        int64_t nw = which & 1 ? n : n16;
+        quarot_tensor t, want;
+        qx_out o;
+        qx_err e;
+        size_t got_n = 0;
+        unsigned char* got;
+        unsigned char* ref = (unsigned char*)malloc((size_t)nw * 2);
+        const char* path = tmp_path("narrow.bin");
+        rows = nw / ne0;
+        ne[0] = ne0;
+        ne[1] = rows;
+        QT_OK(quarot_tensor_init(&t, v, QUAROT_DTYPE_F32, 2, ne));
+        QT_OK(quarot_tensor_init(&want, ref, dt, 2, ne));
+        for (k = 0; k < rows; ++k) {   /* the f64 path's bits */
+            int64_t i;
+            for (i = 0; i < ne0; ++i) d[i] = (double)v[k * ne0 + i];
+            QT_OK(quarot_tensor_set_row_f64(&want, k, d));
+        }
+        QT_OK(qx_out_begin(&o, path, 1, &e));
+        if (which >= 2) o.env = &env;
+        QT_OK(qx_out_tensor(&o, 0, dt, &t, 0, 0, "narrow", &e));
+        QT_OK(qx_out_sync(&o, (uint64_t)nw * 2, &e));
+        QT_OK(qx_out_publish(&o, &e));
+        qx_out_abort(&o);
+        got = read_all(path, &got_n);
+        QT_CHECKF(got && got_n == (size_t)nw * 2 && memcmp(got, ref, got_n) == 0, "%s%s: the direct rows differ from the f64 path",
+                  quarot_dtype_name(dt), which >= 2 ? " (pool)" : "");
+        free(got);
+        free(ref);
+        remove(path);
+    }
+    for (which = 0; which < 2; ++which) {   /* 65520 rounds to Inf in f16: refused, row named (serial, pool) */
+        quarot_tensor t;
+        qx_out o;
+        qx_err e;
+        v[3 * ne0 + 5] = 65520.0f;
+        ne[0] = ne0;
+        ne[1] = 4;
+        QT_OK(quarot_tensor_init(&t, v, QUAROT_DTYPE_F32, 2, ne));
+        QT_OK(qx_out_begin(&o, tmp_path("narrow_bad.bin"), 1, &e));
+        if (which) o.env = &env;
+        QT_ERR(qx_out_tensor(&o, 0, QUAROT_DTYPE_F16, &t, 0, 0, "narrow", &e), QUAROT_ERR_OVERFLOW);
+        QT_CHECKF(strstr(e.msg, "65520") && strstr(e.msg, "row 3"), "%s", e.msg);
+        qx_out_abort(&o);
+    }
+    qx_pool_destroy(pool);
+    free(d);
+    free(v);
+}
+
+int main(int argc, char** argv) {
+    const char* slash = strrchr(argv[0], '/');
+    size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
+    (void)argc;
+    snprintf(g_bin, sizeof g_bin, "%.*s%squarot", (int)dl, argv[0], dl ? "/../" : "../");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/qx_direct_XXXXXX");
+    if (!mkdtemp(g_tmp)) {
+        printf("test_direct: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    QT_RUN(test_block_writer);
+    QT_RUN(test_narrow_rows);
+    QT_RUN(test_rotate_same_bytes);
+    QT_RUN(test_globals_first);
+    {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("  could not remove %s\n", g_tmp);
+    }
+    return qt_finish("test_direct");
+}
