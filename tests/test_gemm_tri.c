@@ -65,12 +65,12 @@ static void test_sym_combine(void) {
             float* g = (float*)malloc((size_t)(n * n) * sizeof(float));
             float* g0 = (float*)malloc((size_t)(n * n) * sizeof(float));
             float* g2 = (float*)malloc((size_t)(n * n) * sizeof(float));
-            double res[8], r, want = 0.0, c0 = 0.75, c1 = -1.25, c2 = 0.375;
+            double res[16], r, want = 0.0, c0 = 0.75, c1 = -1.25, c2 = 0.375;
             for (i = 0; i < n * n; ++i) { g0[i] = (float)(0.01 * qt_normal()); g2[i] = (float)qt_normal(); }
             for (i = 0; i < n; ++i) g0[i * n + i] += 1.0f;
             if (n > 3) { g0[1 * n + 2] = -0.0f; g0[2 * n + 1] = 5.0f; }   /* a signed zero; a lower value never read */
             memcpy(g, g0, (size_t)(n * n) * sizeof(float));
-            r = quarot__adapt_sym_combine(n, g, with2 ? g2 : NULL, c0, c1, c2, res, NULL);
+            r = quarot__adapt_sym_combine(n, g, with2 ? g2 : NULL, c0, c1, c2, res, NULL, NULL);
             for (i = 0; i < n; ++i)
                 for (j = i; j < n; ++j) {
                     double gv = (double)g0[i * n + j], e = fabs(gv - (i == j ? 1.0 : 0.0));
@@ -85,7 +85,7 @@ static void test_sym_combine(void) {
             QT_CHECKF(r == want, "n %lld: max|G - I| %.9g, want %.9g", (long long)n, r, want);
             g0[0] = NAN;
             memcpy(g, g0, (size_t)(n * n) * sizeof(float));
-            r = quarot__adapt_sym_combine(n, g, NULL, c0, c1, c2, res, NULL);
+            r = quarot__adapt_sym_combine(n, g, NULL, c0, c1, c2, res, NULL, NULL);
             QT_CHECKF(r != r, "n %lld: a NaN in G must give a NaN residual, got %g", (long long)n, r);
             free(g); free(g0); free(g2);
         }
