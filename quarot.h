@@ -1229,9 +1229,9 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // polar() is a quintic Newton-Schulz iteration in float whose coefficients are re-optimized every
 // step for the current singular-value interval (see >>adapt_solve), after deflating the largest
 // singular values of C where a clear gap exists (outlier channels create one; this leaves the polar
-// factor unchanged): about log(sigma'_max/lambda)/log(4.2) + 3 iterations (7-8 instead of 11-12 with
+// factor unchanged): about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 instead of 11-12 with
 // the scaled cubic, 10-11 without deflation, on the synthetic data of the bench), each costing two
-// b^3-GEMMs (X^T X and G^2 are symmetric: half a GEMM each).
+// b^3-GEMMs (X^T X and G^2 are symmetric: half a GEMM each), the last one, a cubic, one.
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1335,6 +1335,9 @@ struct quarot_adapt_context {
     double start_loss, best_loss;    // L at R = I, and L at R_best
     double* losses;                  // [steps_run] loss_t of each step (NULL when steps_run == 0)
     int* polar_iterations;           // [steps_run] Newton-Schulz iterations of each step
+    double flops;                    // float GEMM work of stage 1 (2mnk per product, 1.06 n^3 per
+                                     //   symmetric X^T X; the deflation's DGEMMs not counted), for
+                                     //   reports; not serialized (0 after read / set)
     char error[512];                 // detail of the last failure of stage 1 / read
 };
 
@@ -1349,7 +1352,7 @@ QUAROT_API void          quarot_adapt_context_free(quarot_adapt_context* ctx);
 // QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the rows -> QUAROT_ERR_NONFINITE; no Hadamard order > 1
 // divides the block -> QUAROT_ERR_UNSUPPORTED_SIZE.
 // Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation). Time: per
-// step about 4*M*b^2 + (0.53 + 2.06 * Newton-Schulz iterations) * 2*b^3 flops, all in SGEMM through
+// step about 4*M*b^2 + (2.06 * Newton-Schulz iterations - 1) * 2*b^3 flops (ctx->flops), in SGEMM through
 // env's parallel hook; the O(b^2) passes between them also go through the hook. Results do not
 // depend on the number of threads (the GEMMs and the passes split the work, never a sum).
 QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
@@ -9626,15 +9629,20 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 // thread: ~60% of the time in the SGEMM kernel, 7% in the deflation's DGEMM, 7% in the symmetric
 // passes, 10% packing and copies). (A warm start from the previous step's factor does not help here: every polynomial
 // iteration acts on the singular values only, which an orthogonal factor leaves unchanged.)
-// sigma_max is estimated (subspace or power iteration) and bounded for certain by the inf-norm of
-// the first X^T X; each step divides by 1 + 1e-3 for safety (a value above 1 would be amplified by
-// the steep quintic). Near convergence (l >= 0.99) the fixed quintic (15x - 10x^3 + 3x^5)/8
-// finishes. X^T X and G^2 = G^T G cost half a GEMM each (upper panels); the symmetric passes that
-// mirror them and build T run over tile rows through the parallel hook.
+// sigma_max is estimated (subspace or power iteration) and bounded for certain by ||G^2||_F^(1/4) of
+// the first G (folded into the first step's coefficients); each step divides by 1 + 1e-3 for safety
+// (a value above 1 would be amplified by the steep quintic). Near convergence (l >= 0.99) the fixed
+// quintic (15x - 10x^3 + 3x^5)/8 follows. The last step is taken once ||G - I||_F is small enough
+// that the cubic (3X - X G)/2 (error rf^2, one GEMM, no G^2) or that fixed quintic (error 0.7 rf^3)
+// leaves every sigma^2 within tol/2 of 1: no X^T X is needed after it to show convergence (with the
+// bound above, 6.5 instead of 7.7 iterations per step at b = 1024, 12.7% fewer flops). X^T X and G^2 = G^T G
+// cost half a GEMM each (upper panels); the symmetric passes that mirror them and build T run over
+// tile rows through the parallel hook.
 
 #define QUAROT__ADAPT_MARGIN 1e-3            // headroom above the tracked sigma_max of X
 #define QUAROT__ADAPT_POWER_ITERS 10         // power iterations for sigma_max(C)
 #define QUAROT__ADAPT_PANEL 256              // column panel of the symmetric X^T X
+#define QUAROT__ADAPT_FINISH 0.5             // a last step must bring max|X^T X - I| within this * tol
 
 // G [n][n] = X^T X for X [n][n], upper triangle only (tiles on and above the diagonal): panels of
 // columns [j0, j1) compute G[0:j1][j0:j1], about half the flops of one GEMM for large n.
@@ -9652,31 +9660,6 @@ static quarot_result quarot__adapt_gram(int64_t n, const float* x, float* g, con
         res = quarot_sgemm(1, 0, j1, j1 - j0, n, 1.0f, x, n, x + j0, n, 0.0f, g + j0, n, env);
     }
     return res;
-}
-
-// One pass over the upper triangle of G (64 x 64 tiles, so the mirrored writes stay in cache):
-// returns max|G - I| and, when t != NULL, writes the full symmetric T = c1*G + c0*I into t (t may be g).
-// rowsum != NULL: adds |G_ij| to rows i and j instead (the inf-norm), writing nothing.
-static double quarot__adapt_sym_pass(int64_t n, float* g, float* t, double c0, double c1, double* rowsum) {
-    const int64_t TB = 64;
-    int64_t bi, bj, i, j;
-    double r = 0.0;
-    for (bi = 0; bi < n; bi += TB)
-        for (bj = bi; bj < n; bj += TB) {
-            int64_t ie = bi + TB < n ? bi + TB : n, je = bj + TB < n ? bj + TB : n;
-            for (i = bi; i < ie; ++i)
-                for (j = (bi == bj ? i : bj); j < je; ++j) {
-                    double v = (double)g[i * n + j], e = fabs(v - (i == j ? 1.0 : 0.0));
-                    if (!(e <= r)) r = e;                          // NaN propagates
-                    if (rowsum) { rowsum[i] += fabs(v); if (j != i) rowsum[j] += fabs(v); continue; }
-                    if (t) {
-                        float tv = (float)(c1 * v + (i == j ? c0 : 0.0));
-                        t[i * n + j] = tv;
-                        t[j * n + i] = tv;
-                    }
-                }
-        }
-    return r;
 }
 
 // sigma_max(C) estimate: power iteration on C^T C from a fixed pseudo-random start (a lower bound
@@ -9778,27 +9761,39 @@ static void quarot__adapt_jacobi(int p, double* s, double* y, double* th) {
     }
 }
 
-// Orthonormal columns of V [n][p] (row stride p): modified Gram-Schmidt, twice. A column that
-// vanishes is replaced by a unit vector (it then carries no information, which is harmless here).
+// Orthonormal columns of V [n][p] (row stride p): classical Gram-Schmidt applied twice to each
+// column ("twice is enough": orthogonal to rounding level like modified Gram-Schmidt twice), with
+// both projections as passes along the rows (contiguous p-long pieces instead of column walks of
+// stride p). A column that vanishes is replaced by a unit vector (it then carries no information,
+// which is harmless here).
 static void quarot__adapt_orth(int64_t n, int p, double* v) {
+    double d[QUAROT__ADAPT_DEFL_P];
     int pass, j, k;
     int64_t i;
-    for (pass = 0; pass < 2; ++pass)
-        for (j = 0; j < p; ++j) {
-            double nrm = 0.0;
-            for (k = 0; k < j; ++k) {
-                double d = 0.0;
-                for (i = 0; i < n; ++i) d += v[i * p + k] * v[i * p + j];
-                for (i = 0; i < n; ++i) v[i * p + j] -= d * v[i * p + k];
+    for (j = 0; j < p; ++j) {
+        double nrm = 0.0;
+        for (pass = 0; pass < 2 && j > 0; ++pass) {
+            for (k = 0; k < j; ++k) d[k] = 0.0;
+            for (i = 0; i < n; ++i) {              // d = V_{<j}^T v_j
+                const double* row = v + i * p;
+                double vj = row[j];
+                for (k = 0; k < j; ++k) d[k] += row[k] * vj;
             }
-            for (i = 0; i < n; ++i) nrm += v[i * p + j] * v[i * p + j];
-            if (!(nrm > 1e-300)) {
-                for (i = 0; i < n; ++i) v[i * p + j] = (i == (int64_t)j % n) ? 1.0 : 0.0;
-                continue;
+            for (i = 0; i < n; ++i) {              // v_j -= V_{<j} d
+                double* row = v + i * p;
+                double sp = 0.0;
+                for (k = 0; k < j; ++k) sp += row[k] * d[k];
+                row[j] -= sp;
             }
-            nrm = 1.0 / sqrt(nrm);
-            for (i = 0; i < n; ++i) v[i * p + j] *= nrm;
         }
+        for (i = 0; i < n; ++i) nrm += v[i * p + j] * v[i * p + j];
+        if (!(nrm > 1e-300)) {
+            for (i = 0; i < n; ++i) v[i * p + j] = (i == (int64_t)j % n) ? 1.0 : 0.0;
+            continue;
+        }
+        nrm = 1.0 / sqrt(nrm);
+        for (i = 0; i < n; ++i) v[i * p + j] *= nrm;
+    }
 }
 
 // `iters` steps of V <- orth(Cd^T (Cd V)), then Rayleigh-Ritz: V, W = Cd V rotated to the Ritz
@@ -9819,12 +9814,14 @@ static quarot_result quarot__adapt_subspace(int64_t n, int p, const double* cd, 
     quarot__adapt_orth(n, p, v);
     res = quarot_dgemm(0, 0, n, p, n, 1.0, cd, n, v, p, 0.0, w, p, env);
     if (res != QUAROT_OK) return res;
-    for (i = 0; i < p; ++i)                    // S = W^T W = V^T Cd^T Cd V
-        for (j = 0; j < p; ++j) {
-            double d = 0.0;
-            for (r = 0; r < n; ++r) d += w[r * p + i] * w[r * p + j];
-            s[i * p + j] = d;
-        }
+    for (i = 0; i < p * p; ++i) s[i] = 0.0;   // S = W^T W = V^T Cd^T Cd V: upper half, row by row of W
+    for (r = 0; r < n; ++r) {                  // (each S_ij still sums over r in ascending order)
+        const double* wr = w + r * p;
+        for (i = 0; i < p; ++i)
+            for (j = i; j < p; ++j) s[i * p + j] += wr[i] * wr[j];
+    }
+    for (i = 0; i < p; ++i)
+        for (j = 0; j < i; ++j) s[i * p + j] = s[j * p + i];
     quarot__adapt_jacobi(p, s, y, th);
     for (r = 0; r < n; ++r) {                  // V <- V Y, W <- W Y (row by row, p-long temporaries)
         double tv[QUAROT__ADAPT_DEFL_P], tw[QUAROT__ADAPT_DEFL_P];
@@ -9839,6 +9836,34 @@ static quarot_result quarot__adapt_subspace(int64_t n, int p, const double* cd, 
     return QUAROT_OK;
 }
 
+// Element-wise passes over [n][n] matrices, 64 rows per task through env's parallel hook (no sums:
+// the same bits for any split). op 0: d = (double)f2;  1: d += alpha * (double)f2;  2: f = (float)d;
+// 3: f = (float)((double)f2 / alpha).
+typedef struct quarot__adapt_ew_job {
+    int op;
+    int64_t n;
+    double* d;
+    float* f;
+    const float* f2;
+    double alpha;
+} quarot__adapt_ew_job;
+
+static void quarot__adapt_ew_task(void* arg, int64_t t) {
+    const quarot__adapt_ew_job* jb = (const quarot__adapt_ew_job*)arg;
+    int64_t i, i0 = t * 64 * jb->n, i1 = (t + 1) * 64 * jb->n < jb->n * jb->n ? (t + 1) * 64 * jb->n : jb->n * jb->n;
+    double al = jb->alpha;
+    if (jb->op == 0) for (i = i0; i < i1; ++i) jb->d[i] = (double)jb->f2[i];
+    else if (jb->op == 1) for (i = i0; i < i1; ++i) jb->d[i] += al * (double)jb->f2[i];
+    else if (jb->op == 2) for (i = i0; i < i1; ++i) jb->f[i] = (float)jb->d[i];
+    else for (i = i0; i < i1; ++i) jb->f[i] = (float)((double)jb->f2[i] / al);
+}
+
+static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float* f2, double alpha, const quarot_env* env) {
+    quarot__adapt_ew_job jb;
+    jb.op = op; jb.n = n; jb.d = d; jb.f = f; jb.f2 = f2; jb.alpha = alpha;
+    quarot_env_parallel_for(env, quarot__adapt_ew_task, &jb, (n + 63) / 64);
+}
+
 // C (float [n][n]) -> C + lambda*I, deflated when a reliable gap exists (rounded once to float).
 // cd: [n][n] doubles, v, w, z: [n][p] doubles. Out: sigma_1 of C, lambda, the top singular value
 // of the result (an estimate from below; the caller bounds it from above) and k (0 = not deflated).
@@ -9846,12 +9871,12 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdi
                                            double reg, double* sig_out, double* lam_out, double* top_out, int* k_out,
                                            const quarot_env* env) {
     int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, i, k = 0;
-    double th[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
-    int64_t r, nn = n * n;
+    double th[QUAROT__ADAPT_DEFL_P], rn[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
+    int64_t r;
     quarot_rng rng;
     quarot_result res;
     *k_out = 0;
-    for (r = 0; r < nn; ++r) cd[r] = (double)c[r];
+    quarot__adapt_ew(0, n, cd, NULL, c, 0.0, env);                      // Cd = C
     quarot_rng_seed(&rng, 0x5eed5eedULL);
     for (r = 0; r < n * p; ++r) v[r] = quarot_rng_uniform(&rng) - 0.5;
     res = quarot__adapt_subspace(n, p, cd, v, w, 3, th, sy, env);        // sigma_1 of C, for lambda
@@ -9861,7 +9886,7 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdi
     if (!(sig > 0.0) || !(sig <= 1e150)) return QUAROT_OK;               // zero or non-finite: caller decides
     lam = reg * sig;
     *lam_out = lam;
-    if (rdir) for (r = 0; r < nn; ++r) cd[r] += lam * (double)rdir[r];
+    if (rdir) quarot__adapt_ew(1, n, cd, NULL, rdir, lam, env);        // Cd += lam * Q
     else for (r = 0; r < n; ++r) cd[r * n + r] += lam;
     res = quarot__adapt_subspace(n, p, cd, v, w, QUAROT__ADAPT_DEFL_ITERS, th, sy, env);
     if (res != QUAROT_OK) return res;
@@ -9869,16 +9894,17 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdi
     if (res != QUAROT_OK) return res;
     // The largest k <= p-2 with a gap sigma_k >= 2 sigma_{k+1} whose Ritz vectors are accurate enough:
     // delta_i ~ ||Cd^T Cd v_i - th_i v_i|| / (th_k - th_{k+1}),  2 * max delta * sigma_1 / sigma_{k+1} <= 1e-8.
+    for (i = 0; i < p; ++i) rn[i] = 0.0;      // rn_i = ||Cd^T Cd v_i - th_i v_i||^2, row by row of Z and V
+    for (r = 0; r < n; ++r)
+        for (i = 0; i < p; ++i) {
+            double d = z[r * p + i] - th[i] * v[r * p + i];
+            rn[i] += d * d;
+        }
     for (k = p - 2; k >= 1; --k) {
         double gap = th[k - 1] - th[k], dmax = 0.0;
         if (!(th[k] > 0.0) || th[k - 1] < 4.0 * th[k]) continue;
         for (i = 0; i < k; ++i) {
-            double e = 0.0;
-            for (r = 0; r < n; ++r) {
-                double d = z[r * p + i] - th[i] * v[r * p + i];
-                e += d * d;
-            }
-            e = sqrt(e) / gap;
+            double e = sqrt(rn[i]) / gap;
             if (!(e <= dmax)) dmax = e;
         }
         if (2.0 * dmax * sqrt(th[0] / th[k]) <= 1e-8) break;
@@ -9896,14 +9922,15 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdi
     } else {
         *top_out = sqrt(th[0]);
     }
-    for (r = 0; r < nn; ++r) c[r] = (float)cd[r];
+    quarot__adapt_ew(2, n, cd, c, NULL, 0.0, env);                      // C = (float)Cd
     return QUAROT_OK;
 }
 
 typedef struct quarot__adapt_polar_out {
     int iterations;
-    double residual;                     // max|U^T U - I| of the result (float)
+    double residual;                     // max|U^T U - I| of the result (float), or its bound after a last step
     int deflated;                        // k singular values deflated (0: none)
+    int grams, products;                 // symmetric X^T X / G^2 (half GEMMs) and full n^3 GEMMs done
 } quarot__adapt_polar_out;
 
 // Doubles of deflation workspace for size n: Cd [n][n] and V, W, Z [n][p].
@@ -9982,12 +10009,13 @@ static int quarot__adapt_quintic(double l, double* ca, double* cb, double* cc, d
 // vectorizes (the off-diagonal max|G_ij| as the integer maximum of the IEEE bits of |G_ij|, which
 // orders numbers as floats do and puts NaN above all), then stored row-wise and transposed.
 #define QUAROT__ADAPT_TB 64
-static double quarot__adapt_sym_row(int64_t n, int64_t bi, float* g, const float* g2, double c0, double c1, double c2) {
+static double quarot__adapt_sym_row(int64_t n, int64_t bi, float* g, const float* g2, double c0, double c1, double c2,
+                                    double* fro2) {
     float tile[QUAROT__ADAPT_TB * QUAROT__ADAPT_TB];
     int64_t bj, i, j, ie = bi + QUAROT__ADAPT_TB < n ? bi + QUAROT__ADAPT_TB : n;
     uint32_t amax = 0;
     float fmax;
-    double r = 0.0;
+    double r = 0.0, off2 = 0.0, diag2 = 0.0;
     for (bj = bi; bj < n; bj += QUAROT__ADAPT_TB) {
         int64_t je = bj + QUAROT__ADAPT_TB < n ? bj + QUAROT__ADAPT_TB : n, w = je - bj;
         for (i = bi; i < ie; ++i) {
@@ -10001,6 +10029,11 @@ static double quarot__adapt_sym_row(int64_t n, int64_t bi, float* g, const float
                 u &= 0x7fffffffu;
                 amax = u > amax ? u : amax;
             }
+            if (fro2) {                                      // sum of G_ij^2 off the diagonal (j > i)
+                double ss = 0.0;
+                for (j = bi == bj ? j0 + 1 : 0; j < w; ++j) ss += (double)gr[j] * (double)gr[j];
+                off2 += ss;
+            }
             // (c1*G + 0) + c2*G2: the + 0.0 keeps the signed zeros of the element-wise formula
             if (hr) for (j = j0; j < w; ++j) tr[j] = (float)((c1 * (double)gr[j] + 0.0) + c2 * (double)hr[j]);
             else for (j = j0; j < w; ++j) tr[j] = (float)(c1 * (double)gr[j] + 0.0);
@@ -10009,6 +10042,7 @@ static double quarot__adapt_sym_row(int64_t n, int64_t bi, float* g, const float
                 if (hr) v += c2 * (double)hr[j0];
                 tr[j0] = (float)v;
                 if (r == r && !(e <= r)) r = e;              // a NaN stays
+                diag2 += e * e;
             }
         }
         for (i = bi; i < ie; ++i) {                          // upper tile, row by row
@@ -10023,6 +10057,7 @@ static double quarot__adapt_sym_row(int64_t n, int64_t bi, float* g, const float
     }
     memcpy(&fmax, &amax, sizeof fmax);
     if (r == r && !((double)fmax <= r)) r = (double)fmax;
+    if (fro2) *fro2 = diag2 + 2.0 * off2;
     return r;
 }
 
@@ -10032,24 +10067,89 @@ typedef struct quarot__adapt_sym_job {
     const float* g2;
     double c0, c1, c2;
     double* res;                         // [tile rows] max|G - I| per tile row
+    double* fro2;                        // [tile rows] sum of (G - I)_ij^2 over the tile row's i, all j; or NULL
 } quarot__adapt_sym_job;
 
 static void quarot__adapt_sym_task(void* arg, int64_t t) {
     quarot__adapt_sym_job* jb = (quarot__adapt_sym_job*)arg;
-    jb->res[t] = quarot__adapt_sym_row(jb->n, t * QUAROT__ADAPT_TB, jb->g, jb->g2, jb->c0, jb->c1, jb->c2);
+    jb->res[t] = quarot__adapt_sym_row(jb->n, t * QUAROT__ADAPT_TB, jb->g, jb->g2, jb->c0, jb->c1, jb->c2,
+                                       jb->fro2 ? jb->fro2 + t : NULL);
 }
 
 // g <- c0*I + c1*G + c2*G2 (full, symmetric) from the upper triangles, tile rows through env's parallel
-// hook; returns max|G - I| (the maximum is the same whatever the split). res: [n/64 + 1] doubles.
+// hook; returns max|G - I| (the maximum is the same whatever the split). res: [2 * (n/64 + 1)] doubles.
+// fro != NULL: *fro = ||G - I||_F, from per-tile-row sums added in tile-row order (the same bits for
+// any thread count).
 static double quarot__adapt_sym_combine(int64_t n, float* g, const float* g2, double c0, double c1, double c2,
-                                        double* res, const quarot_env* env) {
+                                        double* res, double* fro, const quarot_env* env) {
     quarot__adapt_sym_job jb;
     int64_t t, nt = (n + QUAROT__ADAPT_TB - 1) / QUAROT__ADAPT_TB;
-    double r = 0.0;
-    jb.n = n; jb.g = g; jb.g2 = g2; jb.c0 = c0; jb.c1 = c1; jb.c2 = c2; jb.res = res;
+    double r = 0.0, f2 = 0.0;
+    jb.n = n; jb.g = g; jb.g2 = g2; jb.c0 = c0; jb.c1 = c1; jb.c2 = c2; jb.res = res; jb.fro2 = fro ? res + nt : NULL;
     quarot_env_parallel_for(env, quarot__adapt_sym_task, &jb, nt);
     for (t = 0; t < nt; ++t) if (r == r && !(res[t] <= r)) r = res[t];   // a NaN stays
+    if (fro) {
+        for (t = 0; t < nt; ++t) f2 += res[nt + t];
+        *fro = sqrt(f2);
+    }
     return r;
+}
+
+// ||S||_F^2 of the symmetric S whose upper triangle is s [n][n] (the lower one is not read), per tile
+// row through env's parallel hook, added in tile-row order. res: [n/64 + 1] doubles.
+typedef struct quarot__adapt_fro_job {
+    int64_t n;
+    const float* s;
+    double* res;
+} quarot__adapt_fro_job;
+
+static void quarot__adapt_fro_task(void* arg, int64_t t) {
+    quarot__adapt_fro_job* jb = (quarot__adapt_fro_job*)arg;
+    int64_t n = jb->n, i, j, ie = (t + 1) * QUAROT__ADAPT_TB < n ? (t + 1) * QUAROT__ADAPT_TB : n;
+    double d2 = 0.0, o2 = 0.0;
+    for (i = t * QUAROT__ADAPT_TB; i < ie; ++i) {
+        const float* sr = jb->s + i * n;
+        double ss = 0.0;
+        for (j = i + 1; j < n; ++j) ss += (double)sr[j] * (double)sr[j];
+        o2 += ss;
+        d2 += (double)sr[i] * (double)sr[i];
+    }
+    jb->res[t] = d2 + 2.0 * o2;
+}
+
+// max_i sum_j |G_ij| (the inf-norm) of a full G [n][n], per tile row through env's parallel hook
+// (row sums in column order: the same bits for any split). res: [n/64 + 1] doubles.
+static void quarot__adapt_inf_task(void* arg, int64_t t) {
+    quarot__adapt_fro_job* jb = (quarot__adapt_fro_job*)arg;
+    int64_t n = jb->n, i, j, ie = (t + 1) * QUAROT__ADAPT_TB < n ? (t + 1) * QUAROT__ADAPT_TB : n;
+    double m = 0.0;
+    for (i = t * QUAROT__ADAPT_TB; i < ie; ++i) {
+        const float* sr = jb->s + i * n;
+        double rs = 0.0;
+        for (j = 0; j < n; ++j) rs += fabs((double)sr[j]);
+        if (!(rs <= m)) m = rs;                    // NaN propagates
+    }
+    jb->res[t] = m;
+}
+
+static double quarot__adapt_inf(int64_t n, const float* s, double* res, const quarot_env* env) {
+    quarot__adapt_fro_job jb;
+    int64_t t, nt = (n + QUAROT__ADAPT_TB - 1) / QUAROT__ADAPT_TB;
+    double m = 0.0;
+    jb.n = n; jb.s = s; jb.res = res;
+    quarot_env_parallel_for(env, quarot__adapt_inf_task, &jb, nt);
+    for (t = 0; t < nt; ++t) if (!(res[t] <= m)) m = res[t];
+    return m;
+}
+
+static double quarot__adapt_fro2_upper(int64_t n, const float* s, double* res, const quarot_env* env) {
+    quarot__adapt_fro_job jb;
+    int64_t t, nt = (n + QUAROT__ADAPT_TB - 1) / QUAROT__ADAPT_TB;
+    double f2 = 0.0;
+    jb.n = n; jb.s = s; jb.res = res;
+    quarot_env_parallel_for(env, quarot__adapt_fro_task, &jb, nt);
+    for (t = 0; t < nt; ++t) f2 += res[t];
+    return f2;
 }
 
 // U = polar(C + lambda*Q), lambda = reg*sigma_max(C), Q = rdir (an orthogonal [n][n]) or I (rdir
@@ -10066,6 +10166,8 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
     out->iterations = 0;
     out->residual = 0.0;
     out->deflated = 0;
+    out->grams = 0;
+    out->products = 0;
     *u_out = x;
     if (defl && n >= 8) {                          // C <- (C + lambda Q) * M, see above
         int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
@@ -10090,26 +10192,15 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
         return sig == 0.0 ? QUAROT_OK : QUAROT_ERR_NONFINITE;
     }
     s = top * 1.02;                                // estimates are from below; the inf-norm check corrects
-    for (i = 0; i < nn; ++i) x[i] = (float)((double)c[i] / s);
+    quarot__adapt_ew(3, n, NULL, x, c, s, env);   // X = C / s
     l = lam / s;                                   // lower end guess (exact for symmetric C >= 0)
     for (k = 0;; ++k) {
-        double r, a, b, cq, e, rho;
+        double r, rf, a, b, cq, e, rho, fs = 1.0;
         float* t;
         res = quarot__adapt_gram(n, x, g, env);
         if (res != QUAROT_OK) return res;
-        if (k == 0) {                              // certain bound: sigma_max(X)^2 <= ||X^T X||_inf
-            double ub = 0.0;
-            for (i = 0; i < n; ++i) v[i] = 0.0;
-            quarot__adapt_sym_pass(n, g, NULL, 0.0, 0.0, v);
-            for (i = 0; i < n; ++i) if (!(v[i] <= ub)) ub = v[i];
-            if (!(ub <= 1e30)) return QUAROT_ERR_NONFINITE;
-            if (ub > 1.0) {                        // the estimate was low: rescale X and G
-                double f = 1.0 / sqrt(ub);
-                for (i = 0; i < nn; ++i) { x[i] = (float)((double)x[i] * f); g[i] = (float)((double)g[i] * f * f); }
-                l *= f;
-            }
-        }
-        r = quarot__adapt_sym_combine(n, g, NULL, 0.0, 1.0, 0.0, v, env);   // residual of X; G made full
+        ++out->grams;
+        r = quarot__adapt_sym_combine(n, g, NULL, 0.0, 1.0, 0.0, v, &rf, env);   // residual of X; G made full
         out->iterations = k;
         out->residual = r;
         if (!(r <= 1e30)) return QUAROT_ERR_NONFINITE;
@@ -10117,6 +10208,46 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
         if (k > 0 && r < 1e-4 && r > 0.5 * prev) return QUAROT_OK;   // float floor reached
         if (k >= max_iter) return QUAROT_ERR_NOT_CONVERGED;
         prev = r;
+        if (k > 0 && (rf * rf <= QUAROT__ADAPT_FINISH * tol || (rf <= 0.1 && 0.7 * rf * rf * rf <= QUAROT__ADAPT_FINISH * tol))) {
+            // The last step, with nothing to check after it. Every eigenvalue of G is 1 + d with
+            // |d| <= ||G - I||_2 <= ||G - I||_F = rf. The cubic X (3I - G)/2 maps it to
+            // 1 - 3d^2/4 - d^3/4, within rf^2 of 1, for one GEMM; when rf^2 is not small enough, the
+            // quintic X (15I - 10G + 3G^2)/8 maps it to 1 + 5d^3/8 - 15d^4/64 + 9d^5/64, within 0.7 rf^3
+            // of 1 (|d| <= 0.1), for G^2 and one GEMM. Either way within tol/2 in exact arithmetic; the
+            // rounding of the last product adds its float floor (max|X^T X - I| measured 0.6e-6 to
+            // 2.5e-6 after it at b = 256..4096), so the result stays within tol.
+            int cubic = rf * rf <= QUAROT__ADAPT_FINISH * tol;
+            if (!cubic) {
+                res = quarot__adapt_gram(n, g, h, env);                // G^2 = G^T G (upper)
+                if (res != QUAROT_OK) return res;
+                ++out->grams;
+            }
+            quarot__adapt_sym_combine(n, g, cubic ? NULL : h, cubic ? 1.5 : 15.0 / 8.0, cubic ? -0.5 : -10.0 / 8.0,
+                                      cubic ? 0.0 : 3.0 / 8.0, v, NULL, env);
+            res = quarot_sgemm(0, 0, n, n, n, 1.0f, x, n, g, n, 0.0f, y, n, env);
+            if (res != QUAROT_OK) return res;
+            ++out->products;
+            *u_out = y;
+            out->iterations = k + 1;
+            out->residual = cubic ? rf * rf : 0.7 * rf * rf * rf;   // the bound, not a measurement
+            return QUAROT_OK;
+        }
+        if (k == 0) {
+            // certain bounds: sigma_max(X)^4 = ||G^2||_2 <= ||G^2||_F, sigma_max(X)^2 <= ||G||_inf, the smaller
+            // (on the bench's data at b = 1024 1.25-1.35 and 1.9-2.1 times the estimate): X is scaled by
+            // fs = 1/bound (up or down), folded into the coefficients below
+            double ub, ui;
+            res = quarot__adapt_gram(n, g, h, env);                    // G^2 = G^T G (upper)
+            if (res != QUAROT_OK) return res;
+            ++out->grams;
+            ub = sqrt(sqrt(sqrt(quarot__adapt_fro2_upper(n, h, v, env))));
+            ui = sqrt(quarot__adapt_inf(n, g, v, env));                // G is full here
+            if (ui < ub) ub = ui;
+            ub *= 1.0 + 1e-4;                                          // + rounding of G, G^2
+            if (!(ub > 0.0) || !(ub <= 1e30)) return QUAROT_ERR_NONFINITE;
+            fs = 1.0 / ub;
+            l *= fs;
+        }
         // singular values of X in [l, 1 + margin]: the best quintic for [l/rho, 1] on X/rho
         rho = 1.0 + QUAROT__ADAPT_MARGIN;
         if (l / rho < 1e-9) l = 1e-9 * rho;
@@ -10139,27 +10270,67 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
             cq = 3.0 / 8.0;
             l = l * (a + y2 * (b + y2 * cq));
         }
-        if (cq != 0.0) {
+        if (fs != 1.0) {                           // T for X/ub from G and G^2 of X
+            a *= fs;
+            b *= fs * fs * fs;
+            cq *= fs * fs * fs * fs * fs;
+        }
+        if (cq != 0.0 && k > 0) {                  // (k = 0: computed above)
             res = quarot__adapt_gram(n, g, h, env);                    // G^2 = G^T G (upper)
             if (res != QUAROT_OK) return res;
+            ++out->grams;
         }
-        quarot__adapt_sym_combine(n, g, cq != 0.0 ? h : NULL, a, b, cq, v, env);   // T = a I + b G + c G^2
+        quarot__adapt_sym_combine(n, g, cq != 0.0 ? h : NULL, a, b, cq, v, NULL, env);   // T = a I + b G + c G^2
         res = quarot_sgemm(0, 0, n, n, n, 1.0f, x, n, g, n, 0.0f, y, n, env);    // X <- X*T
         if (res != QUAROT_OK) return res;
+        ++out->products;
         t = x; x = y; y = t;
         *u_out = x;
     }
 }
 
-// L(A) = ||A - B||_F / count, double accumulation.
-static double quarot__adapt_loss(const float* a, const float* b, int64_t count) {
+// B = Q(A) and L(A) = ||A - B||_F / (rows*cols) for A, B [rows][cols], 64 rows per task through env's
+// parallel hook: each task quantizes its rows and sums their squared errors in double, the partial
+// sums are added in task order (the same bits for any thread count). part: [rows/64 + 1] doubles,
+// st: as many results (the first error in row order is returned).
+typedef struct quarot__adapt_ql_job {
+    const float* a;
+    float* b;
+    int64_t rows, cols;
+    const quarot_quant_desc* qd;
+    double* part;
+    quarot_result* st;
+} quarot__adapt_ql_job;
+
+static void quarot__adapt_ql_task(void* arg, int64_t t) {
+    const quarot__adapt_ql_job* jb = (const quarot__adapt_ql_job*)arg;
+    int64_t r0 = t * 64, nr = jb->rows - r0 < 64 ? jb->rows - r0 : 64, i, cnt = nr * jb->cols;
+    const float* a = jb->a + r0 * jb->cols;
+    float* b = jb->b + r0 * jb->cols;
     double s = 0.0;
-    int64_t i;
-    for (i = 0; i < count; ++i) {
+    memcpy(b, a, (size_t)cnt * sizeof(float));
+    jb->st[t] = quarot_fake_quant_f32(b, nr, jb->cols, jb->cols, jb->qd);
+    for (i = 0; i < cnt; ++i) {
         double d = (double)a[i] - (double)b[i];
         s += d * d;
     }
-    return sqrt(s) / (double)count;
+    jb->part[t] = s;
+}
+
+static quarot_result quarot__adapt_quant_loss(const float* a, float* b, int64_t rows, int64_t cols, const quarot_quant_desc* qd,
+                                              double* part, quarot_result* st, double* loss, const quarot_env* env) {
+    quarot__adapt_ql_job jb;
+    int64_t t, nt = (rows + 63) / 64;
+    double s = 0.0;
+    quarot_result res = QUAROT_OK;
+    jb.a = a; jb.b = b; jb.rows = rows; jb.cols = cols; jb.qd = qd; jb.part = part; jb.st = st;
+    quarot_env_parallel_for(env, quarot__adapt_ql_task, &jb, nt);
+    for (t = 0; t < nt; ++t) {
+        s += part[t];
+        if (res == QUAROT_OK) res = st[t];
+    }
+    *loss = sqrt(s) / ((double)rows * (double)cols);
+    return res;
 }
 
 // R [n][n] (float) -> out (double), then Newton-Schulz in double until max|R^T R - I| <= 1e-9.
@@ -10206,7 +10377,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     int64_t hidden, b, hb, N = 0, M, mb, i, li;
     size_t mbytes, bbytes;
     float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL, *G = NULL;
-    double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL;
+    double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL, *qpart = NULL;
+    quarot_result* qst = NULL;
     int bits = 4, since = 0, step, max_iter;
     double tol, reg;
     quarot_result res = QUAROT_OK;
@@ -10274,11 +10446,13 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     Y = (float*)quarot_env_alloc(env, bbytes);
     G = (float*)quarot_env_alloc(env, bbytes);
     vw = (double*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(double));
+    qpart = (double*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(double));
+    qst = (quarot_result*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(quarot_result));
     if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
     quarot_adapt_context_init(&t, &ctx->env);
     t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
     t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || (!dd.no_deflation && !defl) ||
+    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !defl) ||
                              !t.losses || !t.polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
     if (res == QUAROT_OK) {
@@ -10297,12 +10471,11 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     qd.clip_ratio = 1.0f;
     if (res == QUAROT_OK) {                        // R = I: A = X*H, loss_0
         memcpy(A, xh, mbytes);
-        memcpy(B, xh, mbytes);
-        res = quarot_fake_quant_f32(B, M, b, b, &qd);
+        res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &t.start_loss, env);
         memset(R, 0, bbytes);
         for (i = 0; i < b; ++i) R[i * b + i] = 1.0f;
         memcpy(Rb, R, bbytes);
-        t.start_loss = t.best_loss = quarot__adapt_loss(A, B, mb);
+        t.best_loss = t.start_loss;
         if (!(t.start_loss <= 1e300)) {            // squares overflowed: values near FLT_MAX
             res = QUAROT_ERR_NONFINITE;
             quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations too large (the loss overflows)");
@@ -10326,11 +10499,10 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         memcpy(R, U, bbytes);
         res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);                 // A = X*H*R
         if (res != QUAROT_OK) break;
-        memcpy(B, A, mbytes);
-        res = quarot_fake_quant_f32(B, M, b, b, &qd);
-        loss = quarot__adapt_loss(A, B, mb);
+        res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &loss, env);
         t.losses[step - 1] = loss;
         t.polar_iterations[step - 1] = po.iterations;
+        t.flops += 4.0 * (double)M * (double)b * (double)b + (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products);
         t.steps_run = step;
         if (loss < t.best_loss) {
             t.best_loss = loss;
@@ -10348,6 +10520,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_env_free(env, xh); quarot_env_free(env, A); quarot_env_free(env, B);
     quarot_env_free(env, R); quarot_env_free(env, Rn); quarot_env_free(env, C);
     quarot_env_free(env, X); quarot_env_free(env, Y); quarot_env_free(env, G); quarot_env_free(env, vw);
+    quarot_env_free(env, qpart); quarot_env_free(env, qst);
     quarot_env_free(env, defl);
     if (res == QUAROT_OK) {
         out = (double*)quarot_env_alloc(&t.env, 2 * bbytes);

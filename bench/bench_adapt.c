@@ -5,7 +5,7 @@
    up_proj, and runs stage 1 with the product's defaults (int4, 20 steps, patience 5, full-size R)
    with 1 and with 2 threads (a small pthread parallel hook written here; the library never creates
    threads). It prints the wall time, the CPU time of all threads, the time per step, the Newton-Schulz iterations per step, the
-   flops the run did (from the iteration counts) and the loss trajectory.
+   flops the run did (counted by the library: quarot_adapt_context.flops) and the loss trajectory.
 
    Beside it, at the first size only: stage 1 without the spectral deflation (desc.no_deflation), and
    one regularized polar factor of the first step's C with the library's plain Newton-Schulz
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
             quarot_adapt_capture cap;
             quarot_adapt_context ctx;
             run_log log;
-            double t0, t1, c0, c1, flops = 0, b = (double)h, m = (double)rows, its = 0;
+            double t0, t1, c0, c1, flops = 0, its = 0;
             quarot_result r;
             memset(&env, 0, sizeof env);
             env.parallel.run = pool_run;
@@ -193,13 +193,11 @@ int main(int argc, char** argv) {
             t1 = now_s();
             c1 = cpu_s();
             if (r != QUAROT_OK) { printf("  stage 1 failed: %s: %s\n", quarot_result_string(r), ctx.error); return 1; }
-            for (i = 0; i < ctx.steps_run; ++i) {
-                /* per step: XH^T B and A = XH*R (2*M*b^2 each), per (quintic) Newton-Schulz
-                   iteration the upper halves of X^T X and G^2 and X*T (about (0.53 + 0.53 + 1) *
-                   2*b^3), plus the last X^T X that shows convergence */
-                flops += 4.0 * m * b * b + 0.53 * 2.0 * b * b * b + (double)ctx.polar_iterations[i] * 2.06 * 2.0 * b * b * b;
-                its += ctx.polar_iterations[i];
-            }
+            /* the library counts its GEMMs: per step XH^T B and A = XH*R (2*M*b^2 each), per
+               Newton-Schulz iteration the upper halves of X^T X and G^2 (1.06 b^3 each) and X*T
+               (2 b^3), except that the last, cubic, step needs no G^2 and no X^T X after it */
+            flops = ctx.flops;
+            for (i = 0; i < ctx.steps_run; ++i) its += ctx.polar_iterations[i];
             printf("  %6lld %7d %9.2f %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)%s\n", (long long)h, threads, t1 - t0, c1 - c0,
                    ctx.steps_run ? (log.t_step[ctx.steps_run - 1] - log.t_start) / ctx.steps_run : 0.0,
                    ctx.steps_run ? its / ctx.steps_run : 0.0, flops * 1e-9, flops * 1e-9 / (t1 - t0), ctx.start_loss,

@@ -4,7 +4,8 @@
    full quarot_sgemm(1, 0, ...) product (same ISA and blocking, one chain per element), serially,
    with a reverse-order hook and with a 2-thread qx_pool; the diagonal-crossing tiles may write below
    the diagonal, nothing else may be touched (guard columns past n). Also the vectorized symmetric
-   combine pass of >>adapt_solve against its element-wise definition. */
+   combine pass of >>adapt_solve against its element-wise definition, and its norms (||G - I||_F,
+   ||G^2||_F^2 from an upper triangle, the inf-norm) against plain double sums. */
 #define QUAROT_STATIC
 #define QUAROT_IMPLEMENTATION
 #include "quarot.h"
@@ -55,7 +56,8 @@ static void test_syrk_upper_bits(void) {
     qx_pool_destroy(pool);
 }
 
-/* sym_combine: g <- c0 I + c1 G + c2 G2 (full, from the upper triangles), returns max|G - I|. */
+/* sym_combine: g <- c0 I + c1 G + c2 G2 (full, from the upper triangles), returns max|G - I| and
+   ||G - I||_F (sums in another order: relative 1e-12); fro2_upper and inf on the same G. */
 static void test_sym_combine(void) {
     const int64_t sizes[] = { 1, 63, 64, 65, 200 };
     int s, with2;
@@ -65,12 +67,35 @@ static void test_sym_combine(void) {
             float* g = (float*)malloc((size_t)(n * n) * sizeof(float));
             float* g0 = (float*)malloc((size_t)(n * n) * sizeof(float));
             float* g2 = (float*)malloc((size_t)(n * n) * sizeof(float));
-            double res[8], r, want = 0.0, c0 = 0.75, c1 = -1.25, c2 = 0.375;
+            double res[16], r, rf = -1.0, want = 0.0, want_f = 0.0, want_u = 0.0, want_inf = 0.0, c0 = 0.75, c1 = -1.25, c2 = 0.375;
             for (i = 0; i < n * n; ++i) { g0[i] = (float)(0.01 * qt_normal()); g2[i] = (float)qt_normal(); }
             for (i = 0; i < n; ++i) g0[i * n + i] += 1.0f;
             if (n > 3) { g0[1 * n + 2] = -0.0f; g0[2 * n + 1] = 5.0f; }   /* a signed zero; a lower value never read */
             memcpy(g, g0, (size_t)(n * n) * sizeof(float));
-            r = quarot__adapt_sym_combine(n, g, with2 ? g2 : NULL, c0, c1, c2, res, NULL);
+            for (i = 0; i < n; ++i) {            /* the symmetric G of the upper triangle: norms */
+                double rs = 0.0;
+                for (j = 0; j < n; ++j) {
+                    double gv = (double)(j >= i ? g0[i * n + j] : g0[j * n + i]), d = gv - (i == j ? 1.0 : 0.0);
+                    want_f += d * d;
+                    want_u += gv * gv;
+                    rs += fabs(gv);
+                }
+                if (rs > want_inf) want_inf = rs;
+            }
+            want_f = sqrt(want_f);
+            r = quarot__adapt_fro2_upper(n, g0, res, NULL);
+            QT_CHECKF(fabs(r - want_u) <= 1e-12 * want_u, "n %lld: ||G||_F^2 from the upper triangle %.15g, want %.15g", (long long)n, r, want_u);
+            r = quarot__adapt_sym_combine(n, g, with2 ? g2 : NULL, c0, c1, c2, res, &rf, NULL);
+            QT_CHECKF(fabs(rf - want_f) <= 1e-12 * want_f, "n %lld: ||G - I||_F %.15g, want %.15g", (long long)n, rf, want_f);
+            if (!with2) {                        /* g holds c0 I + c1 G now: the inf-norm of G from g0 made full */
+                float* gf = (float*)malloc((size_t)(n * n) * sizeof(float));
+                double ri;
+                for (i = 0; i < n; ++i)
+                    for (j = 0; j < n; ++j) gf[i * n + j] = j >= i ? g0[i * n + j] : g0[j * n + i];
+                ri = quarot__adapt_inf(n, gf, res, NULL);
+                QT_CHECKF(fabs(ri - want_inf) <= 1e-12 * want_inf, "n %lld: ||G||_inf %.15g, want %.15g", (long long)n, ri, want_inf);
+                free(gf);
+            }
             for (i = 0; i < n; ++i)
                 for (j = i; j < n; ++j) {
                     double gv = (double)g0[i * n + j], e = fabs(gv - (i == j ? 1.0 : 0.0));
@@ -85,7 +110,7 @@ static void test_sym_combine(void) {
             QT_CHECKF(r == want, "n %lld: max|G - I| %.9g, want %.9g", (long long)n, r, want);
             g0[0] = NAN;
             memcpy(g, g0, (size_t)(n * n) * sizeof(float));
-            r = quarot__adapt_sym_combine(n, g, NULL, c0, c1, c2, res, NULL);
+            r = quarot__adapt_sym_combine(n, g, NULL, c0, c1, c2, res, NULL, NULL);
             QT_CHECKF(r != r, "n %lld: a NaN in G must give a NaN residual, got %g", (long long)n, r);
             free(g); free(g0); free(g2);
         }
