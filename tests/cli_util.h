@@ -17,6 +17,7 @@
 
 #include "qx_file.h"
 #include "qx_llama2c.h"
+#include "qx_safetensors.h"
 #include "qx_synth.h"
 
 /* UNDER_ASAN: 1 in an AddressSanitizer build (peak-memory checks loosen or skip there: its shadow
@@ -126,6 +127,17 @@ QT_UNUSED static unsigned char* read_all(const char* path, size_t* n) {
     return (unsigned char*)buf;
 }
 
+/* 1 when both files exist and hold the same bytes. */
+QT_UNUSED static int same_file(const char* a, const char* b) {
+    size_t na = 0, nb = 0;
+    unsigned char* x = read_all(a, &na);
+    unsigned char* y = read_all(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 /* Byte-level llama2.c tokenizer: <unk>, <s>, </s>, the 256 <0xXX> byte pieces, the 95 printable
    ASCII characters, and a few merges (so BPE has work). SYN_VOCAB pieces. */
 QT_UNUSED static const char* const CU_MERGES[] = {"th", "he", "the", "in", "er", "an", " t", " a", " the", "ed", "nd", "ing"};
@@ -171,6 +183,37 @@ QT_UNUSED static void cu_synth_desc(qx_synth_desc* d) {
     d->n_kv_heads = 2;
     d->head_dim = 16;
     d->max_seq = 128;
+}
+
+/* An untied synthetic LLaMA (2 layers, as many KV heads as heads, context 64) stored as dt, saved as
+   safetensors into dir; 1 on success (why on stdout otherwise). */
+QT_UNUSED static int cu_save_llama_st(const char* dir, uint64_t seed, int64_t hidden, int64_t intermediate,
+                                      int64_t heads, int64_t head_dim, int64_t vocab, quarot_dtype dt) {
+    qx_synth_desc sd;
+    qx_store s;
+    qx_err e;
+    qx_st_save_opts so;
+    quarot_result r;
+    memset(&sd, 0, sizeof sd);
+    sd.arch = "llama";
+    sd.seed = seed;
+    sd.hidden = hidden;
+    sd.intermediate = intermediate;
+    sd.n_layers = 2;
+    sd.n_heads = heads;
+    sd.n_kv_heads = heads;
+    sd.head_dim = head_dim;
+    sd.vocab = vocab;
+    sd.max_seq = 64;
+    sd.tied = -1;
+    sd.dtype = dt;
+    if (qx_synth_model(&s, &sd, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
+    memset(&so, 0, sizeof so);
+    so.force = 1;
+    r = qx_st_save(&s, dir, &so, &e);
+    qx_store_free(&s);
+    if (r != QUAROT_OK) printf("    save %s: %s\n", dir, e.msg);
+    return r == QUAROT_OK;
 }
 
 /* Writes the synthetic model of d as a llama2.c (v0) file at path; 0 (and why on stdout) when it

@@ -47,17 +47,6 @@ static int SYN_OK;
 
 /* ---- running the CLI -------------------------------------------------------------------------- */
 
-/* 1 when both files exist and hold the same bytes. */
-static int same_file(const char* a, const char* b) {
-    size_t na, nb;
-    unsigned char* x = read_all(a, &na);
-    unsigned char* y = read_all(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* Files in g_tmp whose names contain "tmp" (writers' temporaries). */
 static int temporaries(void) {
     DIR* d = opendir(g_tmp);

@@ -120,43 +120,12 @@ static void test_block_writer(void) {
     g_piece = NULL;
 }
 
-static int same_file(const char* a, const char* b) {
-    size_t na = 0, nb = 0;
-    unsigned char* pa = read_all(a, &na);
-    unsigned char* pb = read_all(b, &nb);
-    int same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
-    free(pa);
-    free(pb);
-    return same;
-}
-
 /* quarot rotate into safetensors: O_DIRECT and the fallback write the same file; the summary says
    which ran. The checkpoint's size is not a multiple of the block (the tail path). */
 static void test_rotate_same_bytes(void) {
-    qx_synth_desc sd;
-    qx_store s;
-    qx_err e;
-    qx_st_save_opts so;
     char in[512], out[3][600], f0[700], f1[700];
-    memset(&sd, 0, sizeof sd);
-    sd.arch = "llama";
-    sd.seed = 9;
-    sd.hidden = 128;
-    sd.intermediate = 320;
-    sd.n_layers = 2;
-    sd.n_heads = 4;
-    sd.n_kv_heads = 4;
-    sd.head_dim = 32;
-    sd.vocab = 200;
-    sd.max_seq = 64;
-    sd.tied = -1;
-    sd.dtype = QUAROT_DTYPE_F16;
-    QT_OK(qx_synth_model(&s, &sd, &e));
     snprintf(in, sizeof in, "%s/in_f16", g_tmp);
-    memset(&so, 0, sizeof so);
-    so.force = 1;
-    QT_OK(qx_st_save(&s, in, &so, &e));
-    qx_store_free(&s);
+    QT_CHECK(cu_save_llama_st(in, 9, 128, 320, 4, 32, 200, QUAROT_DTYPE_F16));
     snprintf(out[0], sizeof out[0], "%s/out_direct", g_tmp);
     snprintf(out[1], sizeof out[1], "%s/out_buffered", g_tmp);
     QT_EQ_INT(run_prog("QX_DIRECT=1", g_bin, "rotate %s %s --threads 2 --online", in, out[0]), 0);
@@ -182,33 +151,15 @@ static void test_rotate_same_bytes(void) {
    layers' (qx_rotate_file step 4b): the same bytes as writing them after the layers, a peak of
    max(globals, one layer) instead of their sum, and the layers refuse nothing. */
 static void test_globals_first(void) {
-    qx_synth_desc sd;
     qx_store s;
     qx_err e;
-    qx_st_save_opts so;
     char in[512], out[2][600], f0[700], f1[700];
     size_t peak[2] = {0, 0}, glob = 0;
     int k;
     if (qt_quick()) { QT_SKIP("QT_QUICK: 100 MB of model (the globals must reach 64 MiB)"); return; }
-    memset(&sd, 0, sizeof sd);
-    sd.arch = "llama";
-    sd.seed = 11;
-    sd.hidden = 512;
-    sd.intermediate = 1024;
-    sd.n_layers = 2;
-    sd.n_heads = 8;
-    sd.n_kv_heads = 8;
-    sd.head_dim = 64;
-    sd.vocab = 16384;   /* embeddings and lm_head: 32 MiB each in f32 */
-    sd.max_seq = 64;
-    sd.tied = -1;
-    sd.dtype = QUAROT_DTYPE_F16;
-    QT_OK(qx_synth_model(&s, &sd, &e));
     snprintf(in, sizeof in, "%s/in_big", g_tmp);
-    memset(&so, 0, sizeof so);
-    so.force = 1;
-    QT_OK(qx_st_save(&s, in, &so, &e));
-    qx_store_free(&s);
+    /* vocab 16384: embeddings and lm_head 32 MiB each in f32 */
+    QT_CHECK(cu_save_llama_st(in, 11, 512, 1024, 8, 64, 16384, QUAROT_DTYPE_F16));
     for (k = 0; k < 2; ++k) {
         quarot_rotate_desc desc;
         qx_rotate_file_opts ro;

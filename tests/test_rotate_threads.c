@@ -8,44 +8,13 @@
 #include "cli_util.h"
 #include "qx_safetensors.h"
 
-static int same_file(const char* a, const char* b) {
-    size_t na = 0, nb = 0;
-    unsigned char* pa = read_all(a, &na);
-    unsigned char* pb = read_all(b, &nb);
-    int same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
-    free(pa);
-    free(pb);
-    return same;
-}
-
 static void test_threads_identical(void) {
     static const quarot_dtype dts[] = {QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16};
     int d, online, t;
     for (d = 0; d < 2; ++d) {
-        qx_synth_desc sd;
-        qx_store s;
-        qx_err e;
-        qx_st_save_opts so;
         char in[512];
-        memset(&sd, 0, sizeof sd);
-        sd.arch = "llama";
-        sd.seed = 5;
-        sd.hidden = 128;
-        sd.intermediate = 320;
-        sd.n_layers = 2;
-        sd.n_heads = 4;
-        sd.n_kv_heads = 4;
-        sd.head_dim = 32;
-        sd.vocab = 200;
-        sd.max_seq = 64;
-        sd.tied = -1;
-        sd.dtype = dts[d];
-        QT_OK(qx_synth_model(&s, &sd, &e));
         snprintf(in, sizeof in, "%s/in_%s", g_tmp, quarot_dtype_name(dts[d]));
-        memset(&so, 0, sizeof so);
-        so.force = 1;
-        QT_OK(qx_st_save(&s, in, &so, &e));
-        qx_store_free(&s);
+        QT_CHECK(cu_save_llama_st(in, 5, 128, 320, 4, 32, 200, dts[d]));
         for (online = 0; online < 3; ++online) {   /* offline, --online, --rotation random (GEMM inside the tasks) */
             char out[3][600], f0[700], f1[700];
             for (t = 0; t < 3; ++t) {
