@@ -4592,6 +4592,66 @@ static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int 
             T* dp = d + (t * kc + p) * (W);                                                            \
             for (j = 0; j < (W); ++j) dp[j] = sp[j];                                                   \
         }
+// Columns [p0, pe) of `rows` = mr source rows a[r*lda + p] into a packed sliver: ap[p*mr + r]. Row
+// by row (each source line read once, whole); with AVX-512, floats move as 16 x 16 blocks through an
+// in-register transpose (a copy: the same bits as the scalar loop).
+static void quarot__gemm_tr_d(const double* QUAROT__RESTRICT a, int64_t lda, int mr, int64_t p0, int64_t pe,
+                              double* QUAROT__RESTRICT ap) {
+    int64_t p;
+    int r;
+    for (r = 0; r < mr; ++r) {
+        const double* src = a + r * lda;
+        for (p = p0; p < pe; ++p) ap[p * mr + r] = src[p];
+    }
+}
+#if defined(QUAROT__HAVE_AVX512)
+// dst[p*ldd + r] = src[r*lda + p] for r, p < 16: 32-bit, then 64-bit interleaves within 128-bit
+// lanes, then two rounds of lane shuffles.
+static void quarot__gemm_tr16_avx512(const float* src, int64_t lda, float* dst, int64_t ldd) {
+    const __mmask16 m16 = (__mmask16)0xFFFF;      // maskz forms: g++ 12 warns on the plain ones
+    const __mmask8 m8 = (__mmask8)0xFF;
+    __m512 x[16], y[16];
+    int i, e;
+    for (i = 0; i < 16; ++i) x[i] = _mm512_loadu_ps(src + i * lda);
+    for (i = 0; i < 16; i += 2) {                  // y[i], y[i+1]: rows i, i+1 interleaved
+        y[i] = _mm512_maskz_unpacklo_ps(m16, x[i], x[i + 1]);
+        y[i + 1] = _mm512_maskz_unpackhi_ps(m16, x[i], x[i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) {                  // x[i + e]: element e of each lane, rows i..i+3
+        __m512d a = _mm512_castps_pd(y[i]), b = _mm512_castps_pd(y[i + 1]);
+        __m512d c = _mm512_castps_pd(y[i + 2]), d = _mm512_castps_pd(y[i + 3]);
+        x[i] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(m8, a, c));
+        x[i + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(m8, a, c));
+        x[i + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(m8, b, d));
+        x[i + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(m8, b, d));
+    }
+    for (e = 0; e < 4; ++e) {                      // column 4L + e = lane L of x[e], x[4+e], x[8+e], x[12+e]
+        __m512 c0 = _mm512_maskz_shuffle_f32x4(m16, x[e], x[4 + e], 0x88);
+        __m512 c1 = _mm512_maskz_shuffle_f32x4(m16, x[e], x[4 + e], 0xdd);
+        __m512 d0 = _mm512_maskz_shuffle_f32x4(m16, x[8 + e], x[12 + e], 0x88);
+        __m512 d1 = _mm512_maskz_shuffle_f32x4(m16, x[8 + e], x[12 + e], 0xdd);
+        _mm512_storeu_ps(dst + (0 + e) * ldd, _mm512_maskz_shuffle_f32x4(m16, c0, d0, 0x88));
+        _mm512_storeu_ps(dst + (4 + e) * ldd, _mm512_maskz_shuffle_f32x4(m16, c1, d1, 0x88));
+        _mm512_storeu_ps(dst + (8 + e) * ldd, _mm512_maskz_shuffle_f32x4(m16, c0, d0, 0xdd));
+        _mm512_storeu_ps(dst + (12 + e) * ldd, _mm512_maskz_shuffle_f32x4(m16, c1, d1, 0xdd));
+    }
+}
+#endif
+static void quarot__gemm_tr_s(const float* QUAROT__RESTRICT a, int64_t lda, int mr, int64_t p0, int64_t pe,
+                              float* QUAROT__RESTRICT ap) {
+    int64_t p;
+    int r;
+#if defined(QUAROT__HAVE_AVX512)
+    if (mr % 16 == 0) {
+        for (; p0 + 16 <= pe; p0 += 16)
+            for (r = 0; r < mr; r += 16) quarot__gemm_tr16_avx512(a + r * lda + p0, lda, ap + p0 * mr + r, mr);
+    }
+#endif
+    for (r = 0; r < mr; ++r) {
+        const float* src = a + r * lda;
+        for (p = p0; p < pe; ++p) ap[p * mr + r] = src[p];
+    }
+}
 #define QUAROT__GEMM_DEFINE(T, S)                                                                      \
 static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,   \
                                    int w, T* QUAROT__RESTRICT d) {                                      \
@@ -4626,10 +4686,7 @@ static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc,
         for (s = 0; s + mr <= mc; s += mr, ap += (int64_t)mr * kc)                                     \
             for (p0 = 0; p0 < kc; p0 = pe) {                                                           \
                 pe = p0 + 64 < kc ? p0 + 64 : kc;                                                      \
-                for (r = 0; r < mr; ++r) {                                                             \
-                    const T* src = a + (s + r) * lda;                                                  \
-                    for (p = p0; p < pe; ++p) ap[p * mr + r] = src[p];                                 \
-                }                                                                                      \
+                quarot__gemm_tr_##S(a + s * lda, lda, mr, p0, pe, ap);                                 \
             }                                                                                          \
         a += s * lda;                                                                                  \
         mc -= s;                                                                                       \
