@@ -3994,8 +3994,10 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MRV_CORR(r, v) { const QUAROT__V w_ = QUAROT__VLD(corr + (((o - y) + v * QUAROT__W) ^ chalf)); \
     a##r##_##v = QUAROT__VSUB(a##r##_##v, QUAROT__VADD(w_, w_)); }
 #define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r) const uint32_t* s##r = sel + (i0 + r) * nb;
+// Outputs past K (the last group when K is not a multiple of RI: the split Paley II mixing has K = q+1
+// = 2 mod 4) are computed but never stored; their running sums start from row i0's, not past y.
 #define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; NV(QUAROT__MRV_LDT, r) } \
-    else { const float* y_ = y + (i0 + r) * M + j0; NV(QUAROT__MRV_LDY, r) }
+    else { const float* y_ = y + (i0 + r < K ? i0 + r : i0) * M + j0; NV(QUAROT__MRV_LDY, r) }
 #define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew; NV(QUAROT__MRV_ADD, r) }
 #define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
     if (g1 == nb) { if (corr) { NV(QUAROT__MRV_CORR, r) } NV(QUAROT__MRV_OUT, r) }               \
