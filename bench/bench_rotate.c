@@ -124,23 +124,29 @@ static double fresh_huge_rate(void) {
 #endif
 }
 
+/* GB/s of writing n bytes sequentially from buf in chunk-byte pwrites into fd, fsync included; 0
+   when a write or the fsync fails. */
+static double timed_write(int fd, const char* buf, size_t chunk, size_t n) {
+    double t0 = now_s();
+    size_t off;
+    for (off = 0; off < n; off += chunk)
+        if (pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) return 0.0;
+    return fsync(fd) == 0 ? (double)n / 1e9 / (now_s() - t0) : 0.0;
+}
+
 /* GB/s of writing 256 MiB sequentially (4 MiB pwrites from one buffer) into a new file in dir,
    fsync included. */
 static double disk_write_rate(const char* dir) {
     const size_t n = (size_t)256 << 20, chunk = (size_t)4 << 20;
     char path[4200];
     char* buf = (char*)malloc(chunk);
-    size_t off;
-    double t0, r = 0.0;
+    double r;
     int fd;
     snprintf(path, sizeof path, "%s/disk_probe", dir);
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0 || !buf) { free(buf); if (fd >= 0) close(fd); return 0.0; }
     memset(buf, 3, chunk);
-    t0 = now_s();
-    for (off = 0; off < n; off += chunk)
-        if (pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) break;
-    if (off == n && fsync(fd) == 0) r = (double)n / 1e9 / (now_s() - t0);
+    r = timed_write(fd, buf, chunk, n);
     close(fd);
     (void)remove(path);
     free(buf);
@@ -156,8 +162,7 @@ static double disk_direct_rate(const char* dir) {
     char path[4200];
     char* raw = (char*)mmap(NULL, chunk + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     char* buf;
-    size_t off;
-    double t0, r = 0.0;
+    double r = 0.0;
     int fd;
     if (raw == MAP_FAILED) return 0.0;
     buf = (char*)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
@@ -165,10 +170,7 @@ static double disk_direct_rate(const char* dir) {
     snprintf(path, sizeof path, "%s/disk_probe_direct", dir);
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600);
     if (fd >= 0) {
-        t0 = now_s();
-        for (off = 0; off < n; off += chunk)
-            if (pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) break;
-        if (off == n && fsync(fd) == 0) r = (double)n / 1e9 / (now_s() - t0);
+        r = timed_write(fd, buf, chunk, n);
         close(fd);
         (void)remove(path);
     }
