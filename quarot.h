@@ -1162,6 +1162,12 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     int (*on_command)(void* user, const quarot_command* c);
     void (*progress)(void* user, const char* stage, int64_t layer, int64_t n_layers);
     void* user_data;
+    // 0 (default): init reads every value of every tensor it will touch and refuses NaN / Inf
+    // (QUAROT_ERR_NONFINITE) before anything is modified. 1: the caller checks the values itself
+    // (e.g. while it copies them in acquire_layer, refusing the layer there); init then checks
+    // names, shapes and dtypes only and reads no values (for the final norm, only whether it is all
+    // ones), so "a failure in init leaves the model untouched" covers those checks only.
+    int values_checked_by_caller;
 } quarot_rotate_desc;
 
 // A tensor the processor will create (so that writers can plan an output file before the first
@@ -8728,11 +8734,13 @@ static int quarot__norm_is_identity(quarot_processor* p, const char* weight, con
     return identity;
 }
 
-// Validate what one layer (or the globals, layer -1) needs: names, shapes, dtypes, finiteness.
+// Validate what one layer (or the globals, layer -1) needs: names, shapes, dtypes, finiteness (unless
+// desc.values_checked_by_caller).
 static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_model_config* cfg, int64_t layer) {
     quarot_tensor w, b;
     int64_t i, k;
     quarot_result res;
+    const int vc = p->desc.values_checked_by_caller;   // finiteness left to the caller (see the desc)
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         int64_t L;
@@ -8741,11 +8749,11 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if ((res = quarot__get(p, f->norm_weight, &w)) != QUAROT_OK) return res;
         L = w.ne[0];
         if ((res = quarot__expect_1d(p, f->norm_weight, &w, L)) != QUAROT_OK) return res;
-        if ((res = quarot__check_finite_named(p, f->norm_weight, &w)) != QUAROT_OK) return res;
+        if (!vc && (res = quarot__check_finite_named(p, f->norm_weight, &w)) != QUAROT_OK) return res;
         if (f->norm_bias[0]) {
             if ((res = quarot__get(p, f->norm_bias, &b)) != QUAROT_OK) return res;
             if ((res = quarot__expect_1d(p, f->norm_bias, &b, L)) != QUAROT_OK) return res;
-            if ((res = quarot__check_finite_named(p, f->norm_bias, &b)) != QUAROT_OK) return res;
+            if (!vc && (res = quarot__check_finite_named(p, f->norm_bias, &b)) != QUAROT_OK) return res;
         }
         for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
             const quarot_plan_linear* l = &p->plan.linears[k];
@@ -8762,11 +8770,11 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                                     f->norm_weight, (long long)L);
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
-            if ((res = quarot__check_finite_named(p, l->weight, &w)) != QUAROT_OK) return res;
+            if (!vc && (res = quarot__check_finite_named(p, l->weight, &w)) != QUAROT_OK) return res;
             if (quarot__exists(p, l->bias)) {
                 if ((res = quarot__get(p, l->bias, &b)) != QUAROT_OK) return res;
                 if ((res = quarot__expect_1d(p, l->bias, &b, w.ne[1])) != QUAROT_OK) return res;
-                if ((res = quarot__check_finite_named(p, l->bias, &b)) != QUAROT_OK) return res;
+                if (!vc && (res = quarot__check_finite_named(p, l->bias, &b)) != QUAROT_OK) return res;
             } else if (f->norm_bias[0] && (!l->bias[0] || !p->model->create_tensor)) {
                 quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
                                     l->bias[0] ? " and model.create_tensor to make it" : " name");
@@ -8794,7 +8802,7 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if (c->layer != layer) continue;
         if (layer < 0 && p->untie && strcmp(c->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
         if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
-        if ((res = quarot__check_finite_named(p, c->weight, &w)) != QUAROT_OK) return res;
+        if (!vc && (res = quarot__check_finite_named(p, c->weight, &w)) != QUAROT_OK) return res;
         L = quarot__command_axis(c, &w, &axis);
         if (c->outer == 0) {   // per head: one slice of the rotation's size per head
             if (L == 0 || L % rot->n != 0) {
@@ -8805,7 +8813,7 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         }
         has_bias = c->bias[0] && quarot__exists(p, c->bias);
         if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
-        if (has_bias && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
+        if (has_bias && !vc && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
         res = quarot__command_check(c, rot, &w, has_bias ? &b : NULL);
         if (res != QUAROT_OK) {
             quarot__model_error(p->model, "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices x %lld)%s",

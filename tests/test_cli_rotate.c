@@ -655,6 +655,45 @@ static void test_bad_input(void) {
     free(gg);
 }
 
+/* NaN / Inf found late: the values are checked while each layer is copied (not in a pass before
+   the first write), so a bad value in the LAST layer stops a run that has already written the
+   globals and the earlier layers into the staged output. The error names the tensor, element and
+   row; the staged output is removed (the directory holds only the input afterwards). f16 NaN in the
+   last layer's down_proj (directory output, the O_DIRECT path of a real checkpoint) and bf16 +Inf
+   in the last layer's post_attention_layernorm. */
+static void test_nonfinite_last_layer(void) {
+    static const struct { quarot_dtype dt; const char* name; int64_t row, col; uint16_t bits; } cases[2] = {
+        {QUAROT_DTYPE_F16, "model.layers.2.mlp.down_proj.weight", 5, 7, 0x7e00u},
+        {QUAROT_DTYPE_BF16, "model.layers.2.post_attention_layernorm.weight", 0, 3, 0x7f80u},
+    };
+    int k;
+    for (k = 0; k < 2; ++k) {
+        qx_synth_desc d;
+        qx_store s;
+        qx_err e;
+        quarot_tensor* t;
+        char dir[512], in[768], want[256];
+        memset(&d, 0, sizeof d);
+        d.n_layers = 3;
+        d.dtype = cases[k].dt;
+        QT_OK(qx_synth_model(&s, &d, &e));
+        t = qx_store_find(&s, cases[k].name);
+        QT_CHECKF(t != NULL && t->dtype == cases[k].dt, "%s missing or not %s", cases[k].name, quarot_dtype_name(cases[k].dt));
+        if (!t) { qx_store_free(&s); continue; }
+        memcpy((char*)t->data + (size_t)cases[k].row * t->nb[1] + (size_t)cases[k].col * 2, &cases[k].bits, 2);
+        snprintf(dir, sizeof dir, "%s/late_nan_%d", g_tmp, k);
+        make_dir(dir);
+        snprintf(in, sizeof in, "%s/m", dir);
+        QT_CHECK(save_model(&s, F_ST_DIR, in, cases[k].dt, 0));
+        expect_failure("NaN / Inf in the last layer (found while copying it)", dir, in, "--threads 2", QX_EXIT_INPUT);
+        snprintf(want, sizeof want, "layer 2: tensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", cases[k].name,
+                 (long long)(cases[k].row * t->ne[0] + cases[k].col), (long long)cases[k].row, (long long)cases[k].col);
+        QT_CHECKF(strstr(g_err, want) != NULL, "expected \"%s\" in: %s", want, g_err);
+        QT_EQ_INT(fu_count_entries(dir), 1);   /* the input only: no output, no staging directory */
+        qx_store_free(&s);
+    }
+}
+
 static void test_bad_output_and_usage(void) {
     qx_synth_desc d;
     qx_store s;
@@ -856,6 +895,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_stories_online);
     QT_RUN(test_roundtrip_formats);
     QT_RUN(test_bad_input);
+    QT_RUN(test_nonfinite_last_layer);
     QT_RUN(test_bad_output_and_usage);
     QT_RUN(test_inspect);
     {

@@ -139,6 +139,8 @@ typedef struct qx__rf {
     qx__sink* sink;
     quarot_result werr;          /* first failure inside release (its message in werr_msg) */
     qx_err werr_msg;
+    quarot_result in_err;        /* first bad input value found while copying (its message in in_msg) */
+    qx_err in_msg;
     qx_rotate_file_stats* st;
     const qx_rotate_file_opts* o;
     /* phase clock: t_mark starts the running phase, fuse until a scope's first command, then rotate */
@@ -323,21 +325,51 @@ static void qx__drop_pages(const qx__rf* b) {
         }
 }
 
-/* Rows [task*QX__OWN_ROWS, ...) of a view widened to f32 into a contiguous copy (a pool task). */
+/* The first element of a row of n f32 (f64 when wide) values that is NaN or Inf (exponent all
+   ones), or -1. Blocks of 64 with a branch-free OR, which the compiler vectorizes (fixed count); a
+   block that has one is searched again. The row was just written, so it is read from L1. */
+static int64_t qx__first_nonfinite(const void* row, int64_t n, int wide) {
+    int64_t i0, i;
+    if (wide) {
+        const uint64_t* u = (const uint64_t*)row;
+        for (i = 0; i < n; ++i)
+            if ((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull) return i;
+        return -1;
+    }
+    for (i0 = 0; i0 < n; i0 += 64) {
+        const uint32_t* u = (const uint32_t*)row + i0;
+        unsigned bad = 0;
+        if (n - i0 >= 64) {
+            for (i = 0; i < 64; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
+            if (!bad) continue;
+        }
+        for (i = 0; i < 64 && i0 + i < n; ++i)
+            if ((u[i] & 0x7f800000u) == 0x7f800000u) return i0 + i;
+    }
+    return -1;
+}
+
+/* Rows [task*QX__OWN_ROWS, ...) of a view widened to f32 into a contiguous copy (a pool task), each
+   row checked for NaN / Inf as it is written (the processor's validation leaves the values to us:
+   quarot_rotate_desc.values_checked_by_caller): bad[task] = the first bad flat index, -1 none.
+   f16 / bf16 NaN and Inf widen to f32 NaN and Inf, so the check on the copy covers every dtype. */
 #define QX__OWN_ROWS 256
 typedef struct qx__own_job {
     const quarot_tensor* src;
     char* mem;
     size_t es;
     int same;                    /* copy as is (no widening) */
+    int64_t* bad;                /* [tasks] */
 } qx__own_job;
 
 static void qx__own_task(void* arg, int64_t task) {
     const qx__own_job* j = (const qx__own_job*)arg;
     const quarot_tensor* src = j->src;
     int64_t rows = quarot_tensor_nrows(src), r = task * QX__OWN_ROWS, end = r + QX__OWN_ROWS < rows ? r + QX__OWN_ROWS : rows;
+    j->bad[task] = -1;
     for (; r < end; ++r) {
         char* dst = j->mem + (size_t)r * (size_t)src->ne[0] * j->es;
+        int64_t at;
         if (j->same) {
             int64_t i1 = r % src->ne[1], i2 = (r / src->ne[1]) % src->ne[2], i3 = r / (src->ne[1] * src->ne[2]);
             memcpy(dst, (const char*)src->data + (size_t)i1 * src->nb[1] + (size_t)i2 * src->nb[2] + (size_t)i3 * src->nb[3],
@@ -345,16 +377,20 @@ static void qx__own_task(void* arg, int64_t task) {
         } else {
             (void)quarot_tensor_get_row_f32(src, r, (float*)dst);
         }
+        if (j->bad[task] < 0 && (at = qx__first_nonfinite(dst, src->ne[0], j->es == 8)) >= 0) j->bad[task] = r * src->ne[0] + at;
     }
 }
 
 /* Replace a view by a writable contiguous copy (f16/bf16 widened to f32 so the processor's several
-   passes over a tensor round only once, when it is written). */
+   passes over a tensor round only once, when it is written). A NaN or Inf anywhere in it gives
+   QUAROT_ERR_NONFINITE with the tensor, element and row in b->in_msg (the copy is kept as the
+   entry's, freed with the others). */
 static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     quarot_tensor src = en->t, nt;
     quarot_dtype wdt = (src.dtype == QUAROT_DTYPE_F16 || src.dtype == QUAROT_DTYPE_BF16) ? QUAROT_DTYPE_F32 : src.dtype;
     size_t bytes, es;
-    int64_t rows;
+    int64_t rows, tasks, k, first = -1;
+    int64_t bad_local[64];
     char* mem;
     qx__own_job job;
     quarot_result res;
@@ -363,19 +399,33 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     if (res != QUAROT_OK) return res;
     bytes = quarot_tensor_nbytes(&nt);
     es = quarot_dtype_size(wdt);
-    mem = (char*)qx__take(b, bytes);
-    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
-    nt.data = mem;
     rows = quarot_tensor_nrows(&src);
+    tasks = (rows + QX__OWN_ROWS - 1) / QX__OWN_ROWS;
+    job.bad = tasks <= 64 ? bad_local : (int64_t*)malloc((size_t)tasks * sizeof(int64_t));
+    if (!job.bad) return QUAROT_ERR_OUT_OF_MEMORY;
+    mem = (char*)qx__take(b, bytes);
+    if (!mem) { if (job.bad != bad_local) free(job.bad); return QUAROT_ERR_OUT_OF_MEMORY; }
+    nt.data = mem;
     job.src = &src;
     job.mem = mem;
     job.es = es;
     job.same = wdt == src.dtype;
-    quarot_env_parallel_for(b->env, qx__own_task, &job, (rows + QX__OWN_ROWS - 1) / QX__OWN_ROWS);
+    quarot_env_parallel_for(b->env, qx__own_task, &job, tasks);
+    for (k = 0; k < tasks && first < 0; ++k) first = job.bad[k];   /* the lowest task's: the same for any split */
+    if (job.bad != bad_local) free(job.bad);
     en->t = nt;
     en->owned = mem;
     qx__drop_pages(b);
     if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
+    if (first >= 0) {
+        int64_t L = qx__layer_of(en->name);
+        char where[40] = "";
+        if (L >= 0) snprintf(where, sizeof where, "layer %lld: ", (long long)L);
+        qx_err_set(&b->in_msg, "%stensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", where, en->name, (long long)first,
+                   (long long)(first / nt.ne[0]), (long long)(first % nt.ne[0]));
+        b->in_err = QUAROT_ERR_NONFINITE;
+        return QUAROT_ERR_NONFINITE;
+    }
     return QUAROT_OK;
 }
 
@@ -839,6 +889,10 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     d2.user_data = &b;
     d2.on_command = qx__on_command;
     d2.progress = qx__on_progress;
+    /* NaN / Inf: checked on the copies as they are made (qx__own), not by a separate pass over the
+       mapped input in init; a bad value in a late layer stops the run there, and the staged output
+       is removed (nothing is published) */
+    d2.values_checked_by_caller = 1;
 
     /* 1. validation: every tensor read once, layer by layer; nothing written */
     r = quarot_processor_init(&p, &m, &d2);
@@ -871,7 +925,11 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
             r = qx__own(&b, &s->items[i]);
             if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
         }
-    if (r != QUAROT_OK) { qx_err_set(e, "global tensors: %s", quarot_result_string(r)); goto fail; }
+    if (r != QUAROT_OK) {
+        if (b.in_err != QUAROT_OK) *e = b.in_msg;
+        else qx_err_set(e, "global tensors: %s", quarot_result_string(r));
+        goto fail;
+    }
     b.t_mark = qx__now();
     b.in_rotate = 0;
     st->read_s += b.t_mark - t0;
@@ -929,6 +987,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         r = quarot_processor_run_layer(&p, i);
         if (r != QUAROT_OK) {
             if (b.werr != QUAROT_OK) { *e = b.werr_msg; st->output_error = 1; r = b.werr; }
+            else if (b.in_err != QUAROT_OK) { *e = b.in_msg; r = b.in_err; }
             else qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r));
         }
     }

@@ -4,10 +4,11 @@
    The store comes from qx_cli_load_model with views of read-only file mappings. The processor's
    steps run one by one (quarot_processor_init / pre_run / run_layer / post_run) on a binding that
    keeps memory near one decoder layer plus the global tensors:
-     validation  (init) every tensor is read once from the mapping, layer by layer; a layer's pages
-                 are handed back to the kernel (madvise DONTNEED: clean private file pages, re-read
-                 from the file if ever touched again) when the processor releases it. A validation
-                 error returns before any output exists.
+     validation  (init) names, shapes and dtypes of every tensor, layer by layer, without reading
+                 the values (quarot_rotate_desc.values_checked_by_caller): NaN / Inf are found
+                 while the copies below are made, each row as it is widened. A validation error
+                 returns before any output exists; a bad value in layer i stops the run at layer
+                 i with the tensor, element and row named, and the staged output is removed.
      plan        the output's tensors: the input's names and shapes plus what the processor will
                  create (p->creates: an untied lm_head, fused biases), in the output dtype.
      globals     embeddings, final norm, lm_head become writable copies, pre_run rotates them.
