@@ -1051,6 +1051,15 @@ typedef struct quarot_command {
     char weight[QUAROT_NAME_MAX];
     char bias[QUAROT_NAME_MAX];     // "" = none
     int runs;                       // times executed (the processor checks it ends at exactly 1)
+    // 0 (default): double arithmetic, rounded once on write. 1: a weight stored in F32 under a
+    // HADAMARD rotation is rotated in place in single precision (quarot_rotation_apply_f32: the SIMD
+    // transform, no f64 round trip); other dtypes / kinds, and the bias, keep double. For a vector x
+    // of the rotated axis and each element, |y_f32 - y_f64| <= (log2(block) + 2) * 2^-24 * ||x||_2
+    // (one rounding per butterfly stage of an orthogonal transform, plus the sign and the scale):
+    // meant for weights rounded to f16 / bf16 afterwards (2^-11 / 2^-8 relative), where it moves a
+    // small share of values by one unit in the last place. Set by the caller on the processor's
+    // commands after quarot_processor_init (the tool does so when the output is f16 / bf16).
+    int f32;
 } quarot_command;
 
 // Apply one command's arithmetic to a tensor (and its bias, may be NULL) in double precision, writing
@@ -7947,6 +7956,24 @@ static quarot_result quarot__rotate_rows_f64(const quarot_rotation* rot, double*
     return res;
 }
 
+// The f32 twin of quarot__rotate_rows_f64 (tmp holds n*inner floats when inner > 1); stride = L.
+static quarot_result quarot__rotate_rows_f32(const quarot_rotation* rot, float* x, int64_t rows, int64_t L,
+                                             int64_t outer, int64_t inner, float* tmp, void* work, size_t ws) {
+    int64_t n = rot->n, r, o, k, c;
+    quarot_result res = QUAROT_OK;
+    if (inner == 1) return quarot_rotation_apply_f32(rot, x, rows * outer, n, 0, work, ws);
+    for (r = 0; r < rows && res == QUAROT_OK; ++r)
+        for (o = 0; o < outer && res == QUAROT_OK; ++o) {
+            float* base = x + r * L + o * n * inner;
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
+            res = quarot_rotation_apply_f32(rot, tmp, inner, n, 0, work, ws);
+            for (k = 0; k < n; ++k)
+                for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
+        }
+    return res;
+}
+
 typedef struct quarot__cmd_job {
     const quarot_command* c;
     const quarot_rotation* rot;
@@ -7955,7 +7982,43 @@ typedef struct quarot__cmd_job {
     int axis;                 // 0: rotate rows, 1: rotate columns
     int64_t L, chunk;         // axis length; rows (axis 0) or columns (axis 1) per task
     quarot_result* results;   // one per task
+    int f32;                  // single precision in place (quarot_command.f32 on an F32 HADAMARD command)
 } quarot__cmd_job;
+
+// A command's task in single precision on an F32 tensor (quarot_command.f32): rows (axis 0) are
+// rotated in place when contiguous, else through buf; columns (axis 1) are transposed into buf in
+// blocks of QUAROT__CMD_TB rows (16 floats: one cache line per buf row and block), rotated, put back.
+static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t first, int64_t count, float* buf, float* tmp,
+                                          float* span, void* work, size_t ws) {
+    const quarot_tensor* t = job->t;
+    int64_t L = job->L, i, c, i0, nb, k;
+    quarot_result res;
+    if (job->axis == 0) {
+        if (t->nb[1] == (size_t)L * sizeof(float) && (count == 1 || quarot_tensor_nrows(t) == t->ne[1]))
+            return quarot__rotate_rows_f32(job->rot, (float*)(void*)quarot__tensor_row(t, first), count, L, job->c->outer,
+                                           job->c->inner, tmp, work, ws);
+        for (i = 0; i < count; ++i) memcpy(buf + i * L, quarot__tensor_row(t, first + i), (size_t)L * sizeof(float));
+        res = quarot__rotate_rows_f32(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+        if (res == QUAROT_OK)
+            for (i = 0; i < count; ++i) memcpy(quarot__tensor_row(t, first + i), buf + i * L, (size_t)L * sizeof(float));
+        return res;
+    }
+    for (i0 = 0; i0 < L; i0 += nb) {
+        nb = L - i0 < 2 * QUAROT__CMD_TB ? L - i0 : 2 * QUAROT__CMD_TB;
+        for (k = 0; k < nb; ++k) memcpy(span + k * count, quarot__tensor_row(t, i0 + k) + (size_t)first * sizeof(float), (size_t)count * sizeof(float));
+        for (c = 0; c < count; ++c)
+            for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
+    }
+    res = quarot__rotate_rows_f32(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
+    if (res == QUAROT_OK)
+        for (i0 = 0; i0 < L; i0 += nb) {
+            nb = L - i0 < 2 * QUAROT__CMD_TB ? L - i0 : 2 * QUAROT__CMD_TB;
+            for (c = 0; c < count; ++c)
+                for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
+            for (k = 0; k < nb; ++k) memcpy(quarot__tensor_row(t, i0 + k) + (size_t)first * sizeof(float), span + k * count, (size_t)count * sizeof(float));
+        }
+    return res;
+}
 
 static void quarot__cmd_task(void* arg, int64_t task) {
     quarot__cmd_job* job = (quarot__cmd_job*)arg;
@@ -7970,6 +8033,8 @@ static void quarot__cmd_task(void* arg, int64_t task) {
     quarot_result res = QUAROT_OK;
     if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
         res = QUAROT_ERR_OUT_OF_MEMORY;
+    } else if (job->f32) {   // float views of the same buffers (each at least as large in floats)
+        res = quarot__cmd_task_f32(job, first, count, (float*)(void*)buf, (float*)(void*)tmp, (float*)(void*)span, work, ws);
     } else if (job->axis == 0) {
         for (i = 0; i < count; ++i) quarot__span_get_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
         res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
@@ -8046,6 +8111,7 @@ QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const qua
     job.t = weight;
     job.env = env;
     job.L = quarot__command_axis(c, weight, &job.axis);
+    job.f32 = c->f32 && weight->dtype == QUAROT_DTYPE_F32 && (rot->kind == QUAROT_ROTATION_HADAMARD || rot->kind == QUAROT_ROTATION_IDENTITY);
     n_lines = job.axis == 0 ? quarot_tensor_nrows(weight) : weight->ne[0];
     job.chunk = QUAROT__CMD_ROWS;
     n_tasks = (n_lines + job.chunk - 1) / job.chunk;

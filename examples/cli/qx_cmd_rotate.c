@@ -604,6 +604,12 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
                    job->context->best_loss, 100.0 * qx_calib_reduction(job->context));
         printf("  norms fused; %lld rotate commands; %s\n", (long long)st.n_commands,
                st.untied ? "lm_head untied from the embeddings (written as a separate tensor)" : "embeddings as in the input");
+        if (st.f32_commands == 0)
+            printf("  arithmetic: double (rounded once to the output dtype)\n");
+        else
+            printf("  arithmetic: f32 for the %lld command%s on weights written as f16/bf16 (error ~log2(n) * 2^-24, below their "
+                   "rounding)%s\n", (long long)st.f32_commands, st.f32_commands == 1 ? "" : "s",
+                   st.f32_commands < st.n_commands ? ", double for the others" : "");
         if (hooks)
             printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld) -> %s\n", (long long)list.count,
                    (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k, hooks_path);

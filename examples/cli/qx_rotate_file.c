@@ -30,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -325,6 +327,28 @@ static void qx__drop_pages(const qx__rf* b) {
         }
 }
 
+/* The file behind a view, opened for pread, with the view's offset in it: only where drop_pages
+   says the views are clean file mappings (the same bytes as the file) and the tensor's rows are
+   contiguous; -1 otherwise (then the copies read the mapping). */
+static int qx__open_backing(const qx__rf* b, const quarot_tensor* t, int64_t* off) {
+    const qx_store* ms = b->o->drop_from ? b->o->drop_from : b->s;
+    size_t es = quarot_dtype_size(t->dtype);
+    int64_t i;
+    if (!b->drop || !t->data || t->nb[0] != es || t->nb[1] != (size_t)t->ne[0] * es || t->nb[2] != t->nb[1] * (size_t)t->ne[1] ||
+        t->nb[3] != t->nb[2] * (size_t)t->ne[2])
+        return -1;
+    for (i = 0; i < ms->n_cleanups; ++i)
+        if (ms->cleanups[i].fn == qx_unmap_and_free) {
+            const qx_map* m = (const qx_map*)ms->cleanups[i].arg;
+            const char* p = (const char*)t->data;
+            if (m && m->addr && m->path && p >= (const char*)m->addr && p + quarot_tensor_nbytes(t) <= (const char*)m->addr + m->len) {
+                *off = (int64_t)(p - (const char*)m->addr);
+                return open(m->path, O_RDONLY | O_CLOEXEC);
+            }
+        }
+    return -1;
+}
+
 /* The first element of a row of n f32 (f64 when wide) values that is NaN or Inf (exponent all
    ones), or -1. Blocks of 64 with a branch-free OR, which the compiler vectorizes (fixed count); a
    block that has one is searched again. The row was just written, so it is read from L1. */
@@ -354,23 +378,73 @@ static int64_t qx__first_nonfinite(const void* row, int64_t n, int wide) {
    quarot_rotate_desc.values_checked_by_caller): bad[task] = the first bad flat index, -1 none.
    f16 / bf16 NaN and Inf widen to f32 NaN and Inf, so the check on the copy covers every dtype. */
 #define QX__OWN_ROWS 256
+#define QX__PREAD_BYTES ((size_t)64 << 10)   /* rows read per pread: stays in L2 for the widening */
 typedef struct qx__own_job {
     const quarot_tensor* src;
     char* mem;
     size_t es;
     int same;                    /* copy as is (no widening) */
     int64_t* bad;                /* [tasks] */
+    int fd;                      /* >= 0: read the (contiguous) rows from this file at off with pread */
+    int64_t off;
 } qx__own_job;
+
+/* n bytes at off, whole (EINTR and short reads retried); 0 on failure. */
+static int qx__pread_all(int fd, void* buf, size_t n, int64_t off) {
+    char* p = (char*)buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 0;
+        p += got;
+        off += got;
+        n -= (size_t)got;
+    }
+    return 1;
+}
+
+/* Rows [r, end) read with pread (into the copy itself when no widening, else through buf and
+   widened from there); returns the first row not done (a failed read leaves the rest to the
+   mapping). Reading the file this way costs a copy from the page cache; faulting the mapped pages
+   in costs a page-table update per page (plus the kernel's clearing of them again on drop), which
+   measured ~2x slower here. */
+static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char** buf) {
+    const quarot_tensor* src = j->src;
+    size_t in_row = (size_t)src->ne[0] * quarot_dtype_size(src->dtype), out_row = (size_t)src->ne[0] * j->es;
+    int64_t chunk = (int64_t)(QX__PREAD_BYTES / in_row), k;
+    if (chunk < 1) chunk = 1;
+    while (r < end) {
+        int64_t c = end - r < chunk ? end - r : chunk;
+        char* dst = j->mem + (size_t)r * out_row;
+        if (j->same) {
+            if (!qx__pread_all(j->fd, dst, (size_t)c * in_row, j->off + r * (int64_t)in_row)) return r;
+        } else {
+            if (!*buf && !(*buf = (char*)malloc((size_t)chunk * in_row))) return r;
+            if (!qx__pread_all(j->fd, *buf, (size_t)c * in_row, j->off + r * (int64_t)in_row)) return r;
+            for (k = 0; k < c; ++k)
+                (void)quarot_convert(dst + (size_t)k * out_row, QUAROT_DTYPE_F32, *buf + (size_t)k * in_row, src->dtype, src->ne[0],
+                                     QUAROT_ISA_DEFAULT);
+        }
+        r += c;
+    }
+    return r;
+}
 
 static void qx__own_task(void* arg, int64_t task) {
     const qx__own_job* j = (const qx__own_job*)arg;
     const quarot_tensor* src = j->src;
     int64_t rows = quarot_tensor_nrows(src), r = task * QX__OWN_ROWS, end = r + QX__OWN_ROWS < rows ? r + QX__OWN_ROWS : rows;
+    int64_t r0 = r, done = r;
+    char* buf = NULL;
     j->bad[task] = -1;
+    if (j->fd >= 0) done = qx__own_pread(j, r, end, &buf);
+    free(buf);
     for (; r < end; ++r) {
         char* dst = j->mem + (size_t)r * (size_t)src->ne[0] * j->es;
         int64_t at;
-        if (j->same) {
+        if (r < done) {
+            /* read above */
+        } else if (j->same) {
             int64_t i1 = r % src->ne[1], i2 = (r / src->ne[1]) % src->ne[2], i3 = r / (src->ne[1] * src->ne[2]);
             memcpy(dst, (const char*)src->data + (size_t)i1 * src->nb[1] + (size_t)i2 * src->nb[2] + (size_t)i3 * src->nb[3],
                    (size_t)src->ne[0] * j->es);
@@ -379,6 +453,7 @@ static void qx__own_task(void* arg, int64_t task) {
         }
         if (j->bad[task] < 0 && (at = qx__first_nonfinite(dst, src->ne[0], j->es == 8)) >= 0) j->bad[task] = r * src->ne[0] + at;
     }
+    (void)r0;
 }
 
 /* Replace a view by a writable contiguous copy (f16/bf16 widened to f32 so the processor's several
@@ -410,7 +485,9 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     job.mem = mem;
     job.es = es;
     job.same = wdt == src.dtype;
+    job.fd = qx__open_backing(b, &src, &job.off);
     quarot_env_parallel_for(b->env, qx__own_task, &job, tasks);
+    if (job.fd >= 0) close(job.fd);
     for (k = 0; k < tasks && first < 0; ++k) first = job.bad[k];   /* the lowest task's: the same for any split */
     if (job.bad != bad_local) free(job.bad);
     en->t = nt;
@@ -916,6 +993,19 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     /* 2. the output plan, from the views (input dtypes) and the processor's creations */
     r = qx__plan(s, &p, o->dtype, qx__out_format(s, o), &plan, &n_plan);
     if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", o->out_path); goto fail; }
+    /* 2b. a weight written as f16 / bf16 is rotated in f32 (quarot_command.f32: the SIMD transform
+       in place on the f32 copy; its error, ~log2(n) * 2^-24 of the row's norm, is far below the
+       output's own rounding, 2^-11 / 2^-8); f32 outputs keep double arithmetic */
+    for (i = 0; i < p.n_commands; ++i) {
+        int64_t k;
+        for (k = 0; k < n_plan; ++k)
+            if (strcmp(plan[k].name, p.commands[i].weight) == 0) {
+                p.commands[i].f32 = !o->f64_arithmetic && (plan[k].dtype == QUAROT_DTYPE_F16 || plan[k].dtype == QUAROT_DTYPE_BF16) &&
+                                    p.rot[p.commands[i].rotation].kind == QUAROT_ROTATION_HADAMARD;
+                break;
+            }
+        if (p.commands[i].f32) st->f32_commands++;
+    }
 
     /* 3. globals: writable copies, then pre_run rotates them (and creates lm_head when untying) */
     b.phase = 1;

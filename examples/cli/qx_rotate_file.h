@@ -76,6 +76,8 @@ typedef struct qx_rotate_file_opts {
     const qx_rotate_sink* sink;  /* NULL: the store's own format (above); else this output */
     const qx_store* drop_from;   /* drop_pages: the store whose file mappings to drop (NULL = s; a store
                                     of views of another store's mappings passes that store) */
+    int f64_arithmetic;          /* 1: rotate in double for every output dtype (default: f32 arithmetic for
+                                    weights written as f16 / bf16, quarot_command.f32; double for f32) */
     int globals_last;            /* 1: write the global tensors after the layers even when their copies are
                                     large (by default those are written right after pre_run and their memory
                                     reused for the layers' copies); the bytes are the same (tests compare) */
@@ -108,6 +110,7 @@ typedef struct qx_rotate_file_stats {
        refused O_DIRECT, 3 buffered because QX_NO_DIRECT is set, 0 plain buffered writes (the
        formats and caller sinks that do not use qx_out_direct) */
     int direct_mode;
+    int64_t f32_commands;        /* rotate commands run in f32 arithmetic (the others, n_commands - this, in double) */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds

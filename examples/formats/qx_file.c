@@ -28,6 +28,7 @@ quarot_result qx_map_file(const char* path, qx_map* m, qx_err* e) {
     if (!path || !m) return QUAROT_ERR_INVALID_ARGUMENT;
     m->addr = NULL;
     m->len = 0;
+    m->path = NULL;
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) { qx_err_set(e, "%s: cannot open: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
     if (fstat(fd, &st) != 0) {
@@ -49,14 +50,18 @@ quarot_result qx_map_file(const char* path, qx_map* m, qx_err* e) {
     if (addr == MAP_FAILED) { qx_err_set(e, "%s: cannot map: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
     m->addr = addr;
     m->len = (size_t)st.st_size;
+    m->path = (char*)malloc(strlen(path) + 1);
+    if (m->path) memcpy(m->path, path, strlen(path) + 1);
     return QUAROT_OK;
 }
 
 void qx_unmap(qx_map* m) {
     if (!m) return;
     if (m->addr) munmap(m->addr, m->len);
+    free(m->path);
     m->addr = NULL;
     m->len = 0;
+    m->path = NULL;
 }
 
 void qx_unmap_and_free(void* map) {

@@ -38,6 +38,8 @@ extern "C" {
 typedef struct qx_map {
     void* addr;
     size_t len;
+    char* path;           /* the file's path (heap, freed by qx_unmap; NULL when out of memory): readers
+                             of clean views may pread the same bytes instead of faulting the pages in */
 } qx_map;
 
 /* Maps `path` privately (reads see the file, writes stay in memory). */

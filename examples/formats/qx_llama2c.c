@@ -367,9 +367,14 @@ quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, q
         munmap(map, size);
     } else {
         qx_map* m = (qx_map*)malloc(sizeof *m);   /* unmapped by qx_store_free, after the views */
-        if (m) { m->addr = map; m->len = size; }
+        if (m) {
+            m->addr = map;
+            m->len = size;
+            m->path = (char*)malloc(strlen(path) + 1);   /* NULL: readers fault the pages in instead */
+            if (m->path) memcpy(m->path, path, strlen(path) + 1);
+        }
         r = m ? qx_store_on_free(out, qx_unmap_and_free, m) : QUAROT_ERR_OUT_OF_MEMORY;
-        if (r != QUAROT_OK) { free(m); munmap(map, size); qx_err_set(err, "%s: out of memory", path); }
+        if (r != QUAROT_OK) { if (m) free(m->path); free(m); munmap(map, size); qx_err_set(err, "%s: out of memory", path); }
         else r = qx__load((const unsigned char*)map, size, path, 0, out, err);
     }
     if (r != QUAROT_OK) qx_store_free(out);
