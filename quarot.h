@@ -8992,6 +8992,26 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
 // double, written back once in the tensor's dtype), each layer between acquire and release, hook
 // registration, and the exactly-once check of post_run.
 
+// W <- W*diag(g) on F32 rows without a bias to fuse, on the env's parallel hook (64 rows a task).
+// The product of two floats is exact in double, so the float product (one rounding) gives the bits
+// of the double path below (widen, multiply, round once to f32).
+typedef struct quarot__fuse_job {
+    quarot_tensor* w;
+    const float* g;
+    int64_t L, rows;
+} quarot__fuse_job;
+
+static void quarot__fuse_task(void* arg, int64_t task) {
+    const quarot__fuse_job* j = (const quarot__fuse_job*)arg;
+    int64_t r = task * 64, end = r + 64 < j->rows ? r + 64 : j->rows, i, k;
+    for (; r < end; ++r) {
+        float* x = (float*)(void*)quarot__tensor_row(j->w, r);
+        for (i = 0; i + 16 <= j->L; i += 16)   // fixed-count blocks: vectorized at -O2
+            for (k = 0; k < 16; ++k) x[i + k] *= j->g[i + k];
+        for (; i < j->L; ++i) x[i] *= j->g[i];
+    }
+}
+
 // W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then g <- 1, beta <- 0.
 static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f) {
     const quarot_env* env = &p->model->env;
@@ -9017,6 +9037,19 @@ static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_f
         int64_t out;
         if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
         out = quarot_tensor_nrows(&w);
+        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L) {
+            quarot__fuse_job fj;
+            float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
+            if (!g32) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+            for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
+            fj.w = &w;
+            fj.g = g32;
+            fj.L = L;
+            fj.rows = out;
+            quarot_env_parallel_for(env, quarot__fuse_task, &fj, (out + 63) / 64);
+            quarot_env_free(env, g32);
+            continue;
+        }
         if (beta) {
             badd = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
             if (!badd) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }

@@ -228,6 +228,9 @@ static void test_tool_outputs(void) {
         snprintf(out, sizeof out, "%s/out_cli32", g_tmp);
         QT_EQ_INT(CLI("rotate %s %s --threads 2 --dtype f32", in, out), 0);
         QT_CHECKF(strstr(g_out, "arithmetic: double") != NULL, "summary: %s", g_out);
+        snprintf(out, sizeof out, "%s/out_cli64", g_tmp);
+        QT_EQ_INT(CLI("rotate %s %s --threads 2 --f64", in, out), 0);
+        QT_CHECKF(strstr(g_out, "arithmetic: double") != NULL, "summary: %s", g_out);
     }
 }
 

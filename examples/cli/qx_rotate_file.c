@@ -982,6 +982,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     }
     have_p = 1;
     if (o->progress) o->progress(o->user, "validate", b.n_layers, b.n_layers);
+    if (o->progress) o->progress(o->user, "rotate", 0, b.n_layers);   /* the globals' copies and pre_run count as rotation */
     snprintf(st->r1, sizeof st->r1, "%s", p.rot[QUAROT_ROT_R1].text);
     snprintf(st->r2, sizeof st->r2, "%s", p.have_rot[QUAROT_ROT_R2] ? p.rot[QUAROT_ROT_R2].text : "none");
     st->n_commands = p.n_commands;

@@ -36,6 +36,7 @@ typedef struct qx_rotate_job {
     const char* format;                      /* "llama2c", "safetensors", "gguf" or NULL: OUT's extension
                                                 (.bin, .safetensors, .gguf), else IN's format; an extension
                                                 naming another format than this is refused */
+    int f64;                                 /* double arithmetic for every output dtype (qx_rotate_file_opts.f64_arithmetic) */
 } qx_rotate_job;
 
 int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job);
