@@ -15,7 +15,10 @@
      writer      the output is laid out (llama2.c segments, safetensors header/shards, GGUF tensor
                  infos) and opened as a temporary beside the final path.
      layers      acquire(i) turns layer i's tensors into writable copies (f16/bf16 widened to f32,
-                 so each value is rounded once, when written), run_layer rotates them, release(i)
+                 so each value is rounded once, when written; read from the file with pread into a
+                 small reused buffer when drop_pages says the views are clean file mappings, else
+                 through the mapping), run_layer rotates them (in f32 arithmetic for weights
+                 written as f16/bf16, quarot_command.f32, unless f64_arithmetic), release(i)
                  writes them at their planned offsets and frees them.
      finish      post_run, the globals are written, the online hook file (if asked) and the model
                  are synced and renamed into place; any failure removes every temporary.
