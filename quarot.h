@@ -9004,10 +9004,14 @@ typedef struct quarot__fuse_job {
 static void quarot__fuse_task(void* arg, int64_t task) {
     const quarot__fuse_job* j = (const quarot__fuse_job*)arg;
     int64_t r = task * 64, end = r + 64 < j->rows ? r + 64 : j->rows, i, k;
-    for (; r < end; ++r) {
-        float* x = (float*)(void*)quarot__tensor_row(j->w, r);
-        for (i = 0; i + 16 <= j->L; i += 16)   // fixed-count blocks: vectorized at -O2
-            for (k = 0; k < 16; ++k) x[i + k] *= j->g[i + k];
+    float xb[16];
+    for (; r < end; ++r) {   // a 2-D weight (validated): row r at data + r * nb[1]
+        float* x = (float*)(void*)((char*)j->w->data + (size_t)r * j->w->nb[1]);
+        for (i = 0; i + 16 <= j->L; i += 16) {   // fixed-count blocks through a local: vectorized at -O2
+            memcpy(xb, x + i, sizeof xb);
+            for (k = 0; k < 16; ++k) xb[k] *= j->g[i + k];
+            memcpy(x + i, xb, sizeof xb);
+        }
         for (; i < j->L; ++i) x[i] *= j->g[i];
     }
 }
@@ -9037,7 +9041,8 @@ static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_f
         int64_t out;
         if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
         out = quarot_tensor_nrows(&w);
-        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L) {
+        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 && w.ne[3] == 1 &&
+            w.nb[0] == sizeof(float)) {
             quarot__fuse_job fj;
             float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
             if (!g32) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
