@@ -329,11 +329,12 @@ static void qx__drop_pages(const qx__rf* b) {
 
 /* The file behind a view, opened for pread, with the view's offset in it: only where drop_pages
    says the views are clean file mappings (the same bytes as the file) and the tensor's rows are
-   contiguous; -1 otherwise (then the copies read the mapping). */
+   contiguous; -1 otherwise (then the copies read the mapping, as they do with QX_NO_PREAD set). */
 static int qx__open_backing(const qx__rf* b, const quarot_tensor* t, int64_t* off) {
     const qx_store* ms = b->o->drop_from ? b->o->drop_from : b->s;
     size_t es = quarot_dtype_size(t->dtype);
     int64_t i;
+    if (getenv("QX_NO_PREAD")) return -1;   /* measuring: the copies fault the mapped pages in instead */
     if (!b->drop || !t->data || t->nb[0] != es || t->nb[1] != (size_t)t->ne[0] * es || t->nb[2] != t->nb[1] * (size_t)t->ne[1] ||
         t->nb[3] != t->nb[2] * (size_t)t->ne[2])
         return -1;

@@ -17,7 +17,7 @@
      layers      acquire(i) turns layer i's tensors into writable copies (f16/bf16 widened to f32,
                  so each value is rounded once, when written; read from the file with pread into a
                  small reused buffer when drop_pages says the views are clean file mappings, else
-                 through the mapping), run_layer rotates them (in f32 arithmetic for weights
+                 through the mapping; QX_NO_PREAD=1 forces the mapping, for measurements), run_layer rotates them (in f32 arithmetic for weights
                  written as f16/bf16, quarot_command.f32, unless f64_arithmetic), release(i)
                  writes them at their planned offsets and frees them.
      finish      post_run, the globals are written, the online hook file (if asked) and the model
