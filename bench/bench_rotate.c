@@ -33,7 +33,10 @@
    default /dev/shm; empty = off): the "out" column says "ram" there. That run is bounded by the
    code, not the disk (tmpfs: no device behind the writes; recent kernels accept O_DIRECT on tmpfs,
    older ones refuse it and the buffered fallback runs; the last column says which), so the table
-   separates what the disk here allows ("disk" rows, "/direct") from what the tool does ("ram"). */
+   separates what the disk here allows ("disk" rows, "/direct") from what the tool does ("ram").
+   On a machine where first touches of 4 KiB pages are slow (the "memory" line; tmpfs takes its
+   pages one 4 KiB fault at a time) the "ram" rows measure that instead: the "null" rows
+   (BENCH_ROTATE_NULL=0: off) convert every tensor as the writer does and write it to /dev/null. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE       /* O_DIRECT */
 #endif
@@ -43,6 +46,7 @@
 #include "quarot.h"
 #include "qx_cli.h"
 #include "qx_direct.h"
+#include "qx_file.h"
 #include "qx_rotate_file.h"
 #include "qx_safetensors.h"
 #include "qx_synth.h"
@@ -208,6 +212,52 @@ static void store_bytes(const qx_store* s, int64_t n_layers, double* weights, do
     *bound = layer + glob;
 }
 
+/* The "null" output: a caller sink (qx_rotate_file_opts.sink) that converts every tensor to its
+   planned dtype as the safetensors writer does (qx_out_tensor, rows on a pool of the same size) and
+   writes the bytes to /dev/null: the tool's arithmetic with no file system behind it. (A caller's
+   sink gets the globals at the end, so the first layer's copies are fresh memory here, on 2 MiB
+   pages; "later" is the rate to read.) */
+typedef struct null_sink {
+    const qx_tensor_plan* plan;
+    int64_t n;
+    qx_out out;
+    qx_pool* pool;
+    quarot_env env;
+} null_sink;
+
+static quarot_result null_begin(void* user, const qx_store* s, const qx_tensor_plan* plan, int64_t n, qx_err* e) {
+    null_sink* k = (null_sink*)user;
+    (void)s;
+    k->plan = plan;
+    k->n = n;
+    memset(&k->out, 0, sizeof k->out);
+    k->out.path = (char*)"/dev/null";
+    k->out.lock_fd = -1;
+    k->out.fd = open("/dev/null", O_WRONLY);
+    k->out.env = &k->env;
+    if (k->out.fd < 0) { qx_err_set(e, "/dev/null: cannot open"); return QUAROT_ERR_IO; }
+    return QUAROT_OK;
+}
+
+static quarot_result null_put(void* user, const char* name, const quarot_tensor* t, qx_err* e) {
+    null_sink* k = (null_sink*)user;
+    quarot_dtype dt = t->dtype;
+    int64_t i;
+    for (i = 0; i < k->n; ++i)
+        if (strcmp(k->plan[i].name, name) == 0) { dt = k->plan[i].dtype; break; }
+    return qx_out_tensor(&k->out, 0, dt, t, 0, 0, name, e);
+}
+
+static quarot_result null_finish(void* user, qx_err* e) {
+    null_sink* k = (null_sink*)user;
+    (void)e;
+    if (k->out.fd >= 0) close(k->out.fd);
+    k->out.fd = -1;
+    return QUAROT_OK;
+}
+
+static void null_abort(void* user) { (void)null_finish(user, NULL); }
+
 int main(void) {
     const int n_layers = env_int("BENCH_ROTATE_LAYERS", 2);
     const int all = env_int("BENCH_ROTATE_THREADS", qx_cpu_count());
@@ -297,8 +347,11 @@ int main(void) {
     run:
         for (online = 0; online < 2; ++online) {
             if (only_online >= 0 && online != only_online) continue;
-            for (ti = 0; ti < 2 * n_threads; ++ti) {
-                const int ram = ti >= n_threads;   /* second pass: the output in RAM (all threads only) */
+            for (ti = 0; ti < 3 * n_threads; ++ti) {
+                const int ram = ti >= n_threads && ti < 2 * n_threads;   /* second pass: the output in RAM (all threads only) */
+                const int null_out = ti >= 2 * n_threads;               /* third: converted, written to /dev/null */
+                null_sink ns;
+                qx_rotate_sink sink;
                 quarot_rotate_desc desc;
                 quarot_online_list list;
                 qx_rotate_file_opts ro;
@@ -307,6 +360,7 @@ int main(void) {
                 double wbytes, bound, other, c0;
                 quarot_result r;
                 if (ram && (!ram_dir[0] || thread_list[ti - n_threads] != all || all <= 1)) continue;
+                if (null_out && (!env_int("BENCH_ROTATE_NULL", 1) || thread_list[ti - 2 * n_threads] != all || all <= 1)) continue;
                 memset(&lo, 0, sizeof lo);
                 if (qx_cli_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
                 store_bytes(&s, n_layers, &wbytes, &bound);
@@ -321,23 +375,36 @@ int main(void) {
                 ro.out_path = out_path;
                 ro.force = 1;
                 ro.drop_pages = 1;
-                ro.threads = thread_list[ram ? ti - n_threads : ti];
+                ro.threads = thread_list[ti % n_threads];
+                if (null_out) {
+                    memset(&ns, 0, sizeof ns);
+                    ns.pool = qx_pool_create(ro.threads);
+                    qx_pool_env(ns.pool, &ns.env);
+                    memset(&sink, 0, sizeof sink);
+                    sink.begin = null_begin;
+                    sink.put = null_put;
+                    sink.finish = null_finish;
+                    sink.abort = null_abort;
+                    sink.user = &ns;
+                    ro.sink = &sink;
+                }
                 c0 = cpu_s();
                 r = qx_rotate_file(&s, &desc, &ro, &st, &e);
                 c0 = cpu_s() - c0;
+                if (null_out) qx_pool_destroy(ns.pool);
                 qx_store_free(&s);
                 quarot_online_list_free(&list);
                 remove_tree(out_path);
                 if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
                 other = st.total_s - st.validate_s - st.read_s - st.fuse_s - st.rotate_s - st.write_s;
                 printf("%-5s %-7s %3d %4s %7.2f %7.2f %6.2f %7.2f %8.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f %9.2f %6.2f %6.0f%% %s\n",
-                       quarot_dtype_name(dt), online ? "online" : "-", st.threads, ram ? "ram" : "disk", wbytes / 1e9, st.total_s,
+                       quarot_dtype_name(dt), online ? "online" : "-", st.threads, null_out ? "null" : ram ? "ram" : "disk", wbytes / 1e9, st.total_s,
                        wbytes / 1e9 / st.total_s, c0, wbytes / 1e9 / c0, 100 * st.validate_s / st.total_s, 100 * st.read_s / st.total_s,
                        100 * st.fuse_s / st.total_s, 100 * st.rotate_s / st.total_s, 100 * st.write_s / st.total_s,
                        100 * other / st.total_s, (double)st.peak_copy_bytes / 1048576.0, bound / 1048576.0,
                        st.first_layer_s > 0 ? st.first_layer_bytes / 1e9 / st.first_layer_s : 0.0,
                        st.later_layers_s > 0 ? st.later_layers_bytes / 1e9 / st.later_layers_s : 0.0,
-                       disk_direct > 0 && !ram ? 100.0 * wbytes / 1e9 / st.total_s / disk_direct : 0.0,
+                       disk_direct > 0 && !ram && !null_out ? 100.0 * wbytes / 1e9 / st.total_s / disk_direct : 0.0,
                        qx_direct_mode_text((qx_direct_mode)st.direct_mode));
                 fflush(stdout);
             }
