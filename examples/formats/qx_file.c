@@ -239,14 +239,32 @@ static int qx__fits_f32(const float* x, int64_t n, float limit) {
     return !out;
 }
 
+/* 1 if no half of h[n] has its exponent all ones (em: 0x7c00 f16, 0x7f80 bf16): no Inf, no NaN.
+   Blocks of 64 with a fixed count (vectorized at -O2). */
+static int qx__halves_finite(const uint16_t* h, int64_t n, unsigned em) {
+    int64_t i = 0, k;
+    unsigned bad = 0;
+    for (; i + 64 <= n; i += 64)
+        for (k = 0; k < 64; ++k) bad |= (unsigned)((h[i + k] & em) == em);
+    for (; i < n; ++i) bad |= (unsigned)((h[i] & em) == em);
+    return !bad;
+}
+
 /* Row src of t (f32, contiguous rows) converted into dst when every value fits: 1, else 0 (dst
-   untouched). The f32 value is exact in f64, so rounding it once gives the bits of the f64 path
-   (and no NaN / Inf gets here). */
+   then holds garbage the caller overwrites). The f32 value is exact in f64, so rounding it once
+   gives the bits of the f64 path. A value fits when it is finite and below the point where round
+   to nearest even gives Inf, i.e. exactly when its converted half is finite (NaN stays NaN, Inf
+   stays Inf, overflow gives Inf): checked on the halves just written (in L1, 32 per vector), not
+   on the floats before (qx__fits_f32, kept for other dtypes). */
 static int qx__narrow_row(const quarot_tensor* t, int64_t src, char* dst, quarot_dtype dt, float limit) {
     const float* x = (const float*)qx__row_ptr(t, src);
-    if (!qx__fits_f32(x, t->ne[0], limit)) return 0;
+    if (dt != QUAROT_DTYPE_F16 && dt != QUAROT_DTYPE_BF16) {
+        if (!qx__fits_f32(x, t->ne[0], limit)) return 0;
+        (void)quarot_convert(dst, dt, x, QUAROT_DTYPE_F32, t->ne[0], QUAROT_ISA_DEFAULT);
+        return 1;
+    }
     (void)quarot_convert(dst, dt, x, QUAROT_DTYPE_F32, t->ne[0], QUAROT_ISA_DEFAULT);
-    return 1;
+    return qx__halves_finite((const uint16_t*)(const void*)dst, t->ne[0], dt == QUAROT_DTYPE_F16 ? 0x7c00u : 0x7f80u);
 }
 
 /* One chunk's rows [r0, r0 + n) narrowed on the pool, 8 rows a task; done[i] says row r0 + i is. */
