@@ -7985,6 +7985,10 @@ typedef struct quarot__cmd_job {
     int f32;                  // single precision in place (quarot_command.f32 on an F32 HADAMARD command)
 } quarot__cmd_job;
 
+// Row r of a 2-D tensor (commands only take those: quarot__command_axis), without
+// quarot__tensor_row's validation and divisions (called once per row and block).
+static char* quarot__row2d(const quarot_tensor* t, int64_t r) { return (char*)t->data + (size_t)r * t->nb[1]; }
+
 // A command's task in single precision on an F32 tensor (quarot_command.f32): rows (axis 0) are
 // rotated in place when contiguous, else through buf; columns (axis 1) are transposed into buf in
 // blocks of QUAROT__CMD_TB rows (16 floats: one cache line per buf row and block), rotated, put back.
@@ -7995,17 +7999,17 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
     quarot_result res;
     if (job->axis == 0) {
         if (t->nb[1] == (size_t)L * sizeof(float) && (count == 1 || quarot_tensor_nrows(t) == t->ne[1]))
-            return quarot__rotate_rows_f32(job->rot, (float*)(void*)quarot__tensor_row(t, first), count, L, job->c->outer,
+            return quarot__rotate_rows_f32(job->rot, (float*)(void*)quarot__row2d(t, first), count, L, job->c->outer,
                                            job->c->inner, tmp, work, ws);
-        for (i = 0; i < count; ++i) memcpy(buf + i * L, quarot__tensor_row(t, first + i), (size_t)L * sizeof(float));
+        for (i = 0; i < count; ++i) memcpy(buf + i * L, quarot__row2d(t, first + i), (size_t)L * sizeof(float));
         res = quarot__rotate_rows_f32(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
         if (res == QUAROT_OK)
-            for (i = 0; i < count; ++i) memcpy(quarot__tensor_row(t, first + i), buf + i * L, (size_t)L * sizeof(float));
+            for (i = 0; i < count; ++i) memcpy(quarot__row2d(t, first + i), buf + i * L, (size_t)L * sizeof(float));
         return res;
     }
     for (i0 = 0; i0 < L; i0 += nb) {
         nb = L - i0 < 2 * QUAROT__CMD_TB ? L - i0 : 2 * QUAROT__CMD_TB;
-        for (k = 0; k < nb; ++k) memcpy(span + k * count, quarot__tensor_row(t, i0 + k) + (size_t)first * sizeof(float), (size_t)count * sizeof(float));
+        for (k = 0; k < nb; ++k) memcpy(span + k * count, quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), (size_t)count * sizeof(float));
         for (c = 0; c < count; ++c)
             for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
     }
@@ -8015,7 +8019,7 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
             nb = L - i0 < 2 * QUAROT__CMD_TB ? L - i0 : 2 * QUAROT__CMD_TB;
             for (c = 0; c < count; ++c)
                 for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
-            for (k = 0; k < nb; ++k) memcpy(quarot__tensor_row(t, i0 + k) + (size_t)first * sizeof(float), span + k * count, (size_t)count * sizeof(float));
+            for (k = 0; k < nb; ++k) memcpy(quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), span + k * count, (size_t)count * sizeof(float));
         }
     return res;
 }
