@@ -10067,8 +10067,10 @@ static size_t quarot__sinv_floats(int64_t n) {
 // through env's parallel hook (2 n^3 (1 + nb/n) flops in all; the LU of step 1 (~n^2 nb / 4 multiply-
 // adds) and step 2 (n nb^2) are serial).
 // After all panels every variable has been exchanged once: a = inv(P A). Nothing is a split sum, so
-// the result is the same for any thread count. An exactly zero pivot (A singular in float) ->
-// QUAROT_ERR_NOT_CONVERGED; NaN/Inf propagate (the caller checks norms).
+// the result is the same for any thread count. An exactly zero pivot (e.g. a zero column) ->
+// QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to rounding gives a large, inaccurate
+// inverse, as any float inversion (the Newton driver rejects a certain cond(X) > 2^24 from the norms);
+// NaN/Inf propagate (the caller checks norms).
 // y += a x and the swap x <-> y over n floats: 16-float chunks of fixed length (which the compiler turns
 // into vector code at -O2), the rest one by one; x and y must not overlap.
 static void quarot__sinv_axpy(int64_t n, float a, const float* QUAROT__RESTRICT x, float* QUAROT__RESTRICT y) {
@@ -10269,6 +10271,9 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
         if (!(nx2 > 0.0) || !(nx2 <= 1e300) || !(ny2 > 0.0) || !(ny2 <= 1e300)) return QUAROT_ERR_NONFINITE;
         nx = sqrt(nx2);
         ny = sqrt(ny2);
+        // cond_2(X) >= ||X||_F ||X^-1||_F / n: above 2^24 X is singular to float precision and the
+        // inverse is noise (stage 1's lambda keeps cond(X) near 1/reg = 1e5)
+        if (nx * ny > 16777216.0 * (double)n) return QUAROT_ERR_NOT_CONVERGED;
         mu = sqrt(ny / nx);
         if (beta > 0.0) {
             if (*steps == 0) zeta = 1.0 / sqrt(alpha * beta);
