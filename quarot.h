@@ -10038,9 +10038,12 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 // near convergence, the step leaves s'^2 - 1 ~ d^2, so ||X'^T X' - I||_F <~ sum d^2 ~ S/4: the Newton
 // steps stop once S/4 <= QUAROT__NEWTON_STOP, and the Newton-Schulz loop takes over: its X^T X either
 // shows max|X^T X - I| <= tol at once (at b = 1024..4096 the Newton result is there: ~1.5e-6) or
-// allows the certified cubic / quintic last step. The float inverse of an X with condition kappa is
-// accurate to ~kappa * 2^-24 in X's small singular directions, which is also all a float C defines of
-// its polar factor there (whatever the algorithm); after the first step cond(X) <= ~sqrt(kappa).
+// allows the certified cubic / quintic last step. Accuracy: the float inverse of the first step (cond
+// ~1/reg = 1e5) is accurate to ~kappa * 2^-24 in X's small singular directions, and so is the result
+// there: against an f64 reference (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to
+// cond 1e2, 2.3e-4 at 1e4 and 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves
+// the reference by 2e-5. Those directions carry the least activation energy: stage 1's losses agree
+// with the Newton-Schulz path's to ~1e-4 (README). After the first step cond(X) <= ~sqrt(kappa).
 
 #define QUAROT__SINV_NB 128                  // panel width of the blocked Gauss-Jordan inverse
 #define QUAROT__SINV_NB2 32                  // sub-panel width of its pivoting LU
@@ -10066,8 +10069,9 @@ static size_t quarot__sinv_floats(int64_t n) {
 // columns, S the rest:  P <- P^-1,  R <- R P^-1,  Q <- -P^-1 Q,  S <- S - (R P^-1) Q, as two SGEMMs
 // through env's parallel hook (2 n^3 (1 + nb/n) flops in all; the LU of step 1 (~n^2 nb / 4 multiply-
 // adds) and step 2 (n nb^2) are serial).
-// After all panels every variable has been exchanged once: a = inv(P A). Nothing is a split sum, so
-// the result is the same for any thread count. An exactly zero pivot (e.g. a zero column) ->
+// After all panels every variable has been exchanged once: a = inv(P A). Steps 1 and 2 run on the
+// calling thread (their SGEMMs too: each parallel call costs a synchronization, and they are small);
+// nothing is a split sum, so the result is the same for any thread count. An exactly zero pivot (e.g. a zero column) ->
 // QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to rounding gives a large, inaccurate
 // inverse, as any float inversion (the Newton driver rejects a certain cond(X) > 2^24 from the norms);
 // NaN/Inf propagate (the caller checks norms).
@@ -10099,7 +10103,12 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
     float* wr = work + n * nb;                     // [nb][n]  the pivot rows before the exchange
     float* pi = wr + nb * n;                       // [nb][nb] P^-1 (row stride w)
     int64_t* piv = perm + n;
+    quarot_env serial;                             // the panel's small products run on the calling thread
     quarot_result res = QUAROT_OK;
+    if (env) serial = *env;
+    else memset(&serial, 0, sizeof serial);
+    serial.parallel.run = NULL;
+    serial.parallel.n_threads = 1;
     for (k0 = 0; k0 < n && res == QUAROT_OK; k0 += nb) {
         int64_t w = n - k0 < nb ? n - k0 : nb;
         for (i = k0; i < n; ++i) memcpy(pb + i * nb, a + i * n + k0, (size_t)w * sizeof(float));
@@ -10134,7 +10143,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
                         quarot__sinv_axpy(w - s1, -pb[(k0 + i) * nb + c], pb + (k0 + c) * nb + s1, pb + (k0 + i) * nb + s1);
                 if (k0 + s1 < n) {
                     res = quarot_sgemm(0, 0, n - k0 - s1, w - s1, s1 - s0, -1.0f, pb + (k0 + s1) * nb + s0, nb,
-                                       pb + (k0 + s0) * nb + s1, nb, 1.0f, pb + (k0 + s1) * nb + s1, nb, env);
+                                       pb + (k0 + s0) * nb + s1, nb, 1.0f, pb + (k0 + s1) * nb + s1, nb, &serial);
                     if (res != QUAROT_OK) return res;
                 }
             }
