@@ -1226,16 +1226,17 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //           R^T (XH^T B + lambda R): no b^3 product R*R_t, and R does not drift from orthogonal)
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
-// polar() (see >>adapt_solve), after deflating the largest singular values of C where a clear gap
-// exists (outlier channels create one; this leaves the polar factor unchanged), is by default
-// (polar_method NEWTON) the scaled Newton iteration X <- (mu X + X^-T/mu)/2 with float inverses
-// (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each) and Byers-Xu scaling: 5 steps per
-// optimizer step with deflation, 6 without, on the bench's data at b = 1024..4096, then one X^T X
-// (half a GEMM) that shows max|X^T X - I| <= tol, or a certified Newton-Schulz last step. polar_method
-// NEWTON_SCHULZ is the quintic Newton-Schulz iteration whose coefficients are re-optimized every step
-// for the current singular-value interval: about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7
-// with deflation, 10-11 without), each costing two GEMM-equivalents (X^T X and G^2 are symmetric:
-// half a GEMM each), the last one, a cubic, one. Newton does about half the flops per step.
+// polar() (see >>adapt_solve) is by default (polar_method NEWTON) the scaled Newton iteration
+// X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
+// and Byers-Xu scaling: 6 steps per optimizer step on the bench's data at b = 1024..4096, then one
+// X^T X (half a GEMM) that shows max|X^T X - I| <= tol, or a certified Newton-Schulz last step.
+// polar_method NEWTON_SCHULZ is the quintic Newton-Schulz iteration whose coefficients are
+// re-optimized every step for the current singular-value interval, after deflating the largest
+// singular values of C where a clear gap exists (outlier channels create one; this leaves the polar
+// factor unchanged): about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 with deflation, 10-11
+// without), each costing two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each), the
+// last one, a cubic, one. Newton does about half the flops per step. (Deflation would save Newton one
+// step of ~6 for more than that in double products, so Newton does not deflate.)
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1274,9 +1275,11 @@ typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
     uint64_t seed;                   // signs of the starting random Hadamard (= QuaRot's desc.seed)
     int patience;                    // stop after this many steps without improvement; 0 = 5
     double reg;                      // lambda / sigma_max(C) of the polar step; 0 = 1e-5 (must be < 1)
-    int no_deflation;                // 1: Newton-Schulz on C + lambda*I itself; 0: first deflate the largest
-                                     //   singular values where a reliable gap exists (same polar factor
-                                     //   to ~1e-8, fewer iterations; see >>adapt_solve)
+    int no_deflation;                // NEWTON_SCHULZ only (Newton never deflates: it would save one of ~6
+                                     //   inverses for more than that in double products): 1: Newton-Schulz
+                                     //   on C + lambda*I itself; 0: first deflate the largest singular
+                                     //   values where a reliable gap exists (same polar factor to ~1e-8,
+                                     //   fewer iterations; see >>adapt_solve)
     quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
                                      //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
                                      //   sigma_max is estimated by power iteration)
@@ -9744,11 +9747,47 @@ static quarot_result quarot__adapt_gram(int64_t n, const float* x, float* g, con
 
 // sigma_max(C) estimate: power iteration on C^T C from a fixed pseudo-random start (a lower bound
 // close enough to set lambda; the caller bounds sigma_max from above separately). v, w: [n] doubles.
-static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, double* w) {
+// The products go through env's parallel hook: w = C v by rows (each w_i one task's sum, in the same
+// order as serially), v = C^T w by blocks of 256 columns (each v_j summed over i in ascending order):
+// the same bits for any thread count.
+typedef struct quarot__adapt_pw_job {
+    int64_t n;
+    const float* c;
+    const double* x;
+    double* y;
+} quarot__adapt_pw_job;
+
+static void quarot__adapt_pw_rows(void* arg, int64_t t) {        // y = C x, rows [64 t, 64 t + 64)
+    const quarot__adapt_pw_job* jb = (const quarot__adapt_pw_job*)arg;
+    int64_t n = jb->n, i, j, i1 = (t + 1) * 64 < n ? (t + 1) * 64 : n;
+    for (i = t * 64; i < i1; ++i) {
+        const float* row = jb->c + i * n;
+        double s0 = 0.0, s1 = 0.0;
+        for (j = 0; j + 1 < n; j += 2) { s0 += (double)row[j] * jb->x[j]; s1 += (double)row[j + 1] * jb->x[j + 1]; }
+        if (j < n) s0 += (double)row[j] * jb->x[j];
+        jb->y[i] = s0 + s1;
+    }
+}
+
+static void quarot__adapt_pw_cols(void* arg, int64_t t) {        // y = C^T x, columns [256 t, 256 t + 256)
+    const quarot__adapt_pw_job* jb = (const quarot__adapt_pw_job*)arg;
+    int64_t n = jb->n, i, j, j0 = t * 256, j1 = j0 + 256 < n ? j0 + 256 : n;
+    for (j = j0; j < j1; ++j) jb->y[j] = 0.0;
+    for (i = 0; i < n; ++i) {
+        const float* row = jb->c + i * n;
+        double xi = jb->x[i];
+        for (j = j0; j < j1; ++j) jb->y[j] += (double)row[j] * xi;
+    }
+}
+
+static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, double* w, const quarot_env* env) {
     quarot_rng rng;
+    quarot__adapt_pw_job jb;
     double nv, est = 0.0;
-    int64_t i, j;
+    int64_t i;
     int it;
+    jb.n = n;
+    jb.c = c;
     quarot_rng_seed(&rng, 0x5eed5eedULL);
     for (i = 0; i < n; ++i) v[i] = quarot_rng_uniform(&rng) - 0.5;
     for (it = 0; it < QUAROT__ADAPT_POWER_ITERS; ++it) {
@@ -9757,19 +9796,12 @@ static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, doub
         if (!(nv > 0.0) || !(nv <= 1e300)) return nv > 0.0 ? nv : 0.0;   // 0 (C v = 0) or overflow (NaN/Inf)
         nv = 1.0 / sqrt(nv);
         for (i = 0; i < n; ++i) v[i] *= nv;
-        for (i = 0; i < n; ++i) {                  // w = C v
-            const float* row = c + i * n;
-            double s0 = 0.0, s1 = 0.0;
-            for (j = 0; j + 1 < n; j += 2) { s0 += (double)row[j] * v[j]; s1 += (double)row[j + 1] * v[j + 1]; }
-            if (j < n) s0 += (double)row[j] * v[j];
-            w[i] = s0 + s1;
-        }
-        for (j = 0; j < n; ++j) v[j] = 0.0;       // v = C^T w (row axpys)
-        for (i = 0; i < n; ++i) {
-            const float* row = c + i * n;
-            double wi = w[i];
-            for (j = 0; j < n; ++j) v[j] += (double)row[j] * wi;
-        }
+        jb.x = v;                                  // w = C v
+        jb.y = w;
+        quarot_env_parallel_for(env, quarot__adapt_pw_rows, &jb, (n + 63) / 64);
+        jb.x = w;                                  // v = C^T w
+        jb.y = v;
+        quarot_env_parallel_for(env, quarot__adapt_pw_cols, &jb, (n + 255) / 256);
         nv = 0.0;
         for (i = 0; i < n; ++i) nv += v[i] * v[i];
         est = sqrt(sqrt(nv));                      // ||C^T C v|| -> sigma_max^2 for unit v
@@ -10535,7 +10567,7 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
                                     &top, &out->deflated, env);
         if (res != QUAROT_OK) return res;
     } else {
-        sig = quarot__adapt_sigma_max(n, c, v, v + n);
+        sig = quarot__adapt_sigma_max(n, c, v, v + n, env);
         lam = reg * sig;
         top = sig + lam;                           // sigma_max(C + lam Q) <= sigma_max(C) + lam
         if (sig > 0.0 && sig <= 1e150) {
@@ -10831,7 +10863,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     vw = (double*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(double));
     qpart = (double*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(double));
     qst = (quarot_result*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(quarot_result));
-    if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
+    if (!dd.no_deflation && !newton) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
     if (newton) {
         iw = (float*)quarot_env_alloc(env, quarot__sinv_floats(b) * sizeof(float));
         perm = (int64_t*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(int64_t));
@@ -10839,7 +10871,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_adapt_context_init(&t, &ctx->env);
     t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
     t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !defl) || (newton && (!iw || !perm)) ||
+    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !newton && !defl) || (newton && (!iw || !perm)) ||
                              !t.losses || !t.polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
     if (res == QUAROT_OK) {

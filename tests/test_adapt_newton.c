@@ -132,7 +132,7 @@ static void test_newton_polar(void) {
         quarot_polar_desc pd;
         make_conditioned(n, cond, (uint64_t)(100 + ci), c0);
         memcpy(c, c0, (size_t)nn * sizeof(float));
-        sig = quarot__adapt_sigma_max(n, c, v, v + n);          /* the lambda the solver will use */
+        sig = quarot__adapt_sigma_max(n, c, v, v + n, NULL);          /* the lambda the solver will use */
         lam = reg * sig;
         for (i = 0; i < nn; ++i) cd[i] = (double)c0[i];
         for (i = 0; i < n; ++i) cd[i * n + i] += lam;
