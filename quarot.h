@@ -1228,15 +1228,16 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //     L(A) = ||A - Q(A)||_F / (M*b)
 // polar() (see >>adapt_solve) is by default (polar_method NEWTON) the scaled Newton iteration
 // X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
-// and Byers-Xu scaling: 6 steps per optimizer step on the bench's data at b = 1024..4096, then one
-// X^T X (half a GEMM) that shows max|X^T X - I| <= tol, or a certified Newton-Schulz last step.
-// polar_method NEWTON_SCHULZ is the quintic Newton-Schulz iteration whose coefficients are
-// re-optimized every step for the current singular-value interval, after deflating the largest
-// singular values of C where a clear gap exists (outlier channels create one; this leaves the polar
-// factor unchanged): about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 with deflation, 10-11
-// without), each costing two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each), the
-// last one, a cubic, one. Newton does about half the flops per step. (Deflation would save Newton one
-// step of ~6 for more than that in double products, so Newton does not deflate.)
+// and Byers-Xu scaling, after deflating the largest singular values of C where a clear gap exists
+// (outlier channels create one; this leaves the polar factor unchanged): 5 steps per optimizer step
+// with deflation, 6 without, on the bench's data at b = 1024..4096, then one X^T X (half a GEMM) that
+// shows max|X^T X - I| <= tol, or a certified Newton-Schulz last step. polar_method NEWTON_SCHULZ is
+// the quintic Newton-Schulz iteration whose coefficients are re-optimized every step for the current
+// singular-value interval: about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 with deflation,
+// 10-11 without), each costing two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each),
+// the last one, a cubic, one. Newton does about half the flops per step. (For Newton, deflation saves
+// one inverse for about as much in double products at b = 4096, more below; it is kept because the
+// first, float, inverse is then of a better conditioned matrix: see the accuracy note in >>adapt_solve.)
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1275,11 +1276,10 @@ typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
     uint64_t seed;                   // signs of the starting random Hadamard (= QuaRot's desc.seed)
     int patience;                    // stop after this many steps without improvement; 0 = 5
     double reg;                      // lambda / sigma_max(C) of the polar step; 0 = 1e-5 (must be < 1)
-    int no_deflation;                // NEWTON_SCHULZ only (Newton never deflates: it would save one of ~6
-                                     //   inverses for more than that in double products): 1: Newton-Schulz
-                                     //   on C + lambda*I itself; 0: first deflate the largest singular
-                                     //   values where a reliable gap exists (same polar factor to ~1e-8,
-                                     //   fewer iterations; see >>adapt_solve)
+    int no_deflation;                // 1: the polar iteration on C + lambda*I itself; 0: first deflate the
+                                     //   largest singular values where a reliable gap exists (same polar
+                                     //   factor to ~1e-8, fewer iterations, and for Newton a better
+                                     //   conditioned first inverse; see >>adapt_solve)
     quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
                                      //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
                                      //   sigma_max is estimated by power iteration)
@@ -10863,7 +10863,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     vw = (double*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(double));
     qpart = (double*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(double));
     qst = (quarot_result*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(quarot_result));
-    if (!dd.no_deflation && !newton) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
+    if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
     if (newton) {
         iw = (float*)quarot_env_alloc(env, quarot__sinv_floats(b) * sizeof(float));
         perm = (int64_t*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(int64_t));
@@ -10871,7 +10871,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_adapt_context_init(&t, &ctx->env);
     t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
     t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !newton && !defl) || (newton && (!iw || !perm)) ||
+    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !defl) || (newton && (!iw || !perm)) ||
                              !t.losses || !t.polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
     if (res == QUAROT_OK) {

@@ -424,11 +424,11 @@ static void test_stage1_threads(void) {
     free(x);
 }
 
-/* Deflating the outliers' singular values before Newton-Schulz keeps the polar factor: one step gives
-   the same R as without deflation to float precision, in at least 3 fewer iterations. The Newton
-   path does not deflate (no_deflation changes nothing there: the same bits). (Measured against a
-   double-precision polar factor, the deflated float Newton-Schulz result is the more accurate one:
-   3e-6 vs 5e-5. Over several steps the two runs drift
+/* Deflating the outliers' singular values before the polar iteration keeps the polar factor: one step
+   gives the same R as without deflation to float precision, in fewer iterations, with either polar
+   method (Newton-Schulz: at least 3 fewer; scaled Newton, whose count grows only like
+   log log cond: not more). (Measured against a double-precision polar factor, the deflated float
+   Newton-Schulz result is the more accurate one: 3e-6 vs 5e-5. Over several steps the two runs drift
    apart like any two float runs do, since rounding to the int4 grid is discontinuous, so only one step
    is compared.) */
 static void test_deflation_same_result(void) {
@@ -461,7 +461,7 @@ static void test_deflation_same_result(void) {
         QT_CHECKF(dr <= 2e-4, "%s: R_best with and without deflation differ by %.3g", quarot_adapt_polar_method_name(method), dr);
         QT_CHECKF(dl <= 1e-5, "%s: losses with and without deflation differ by %.3g (relative)", quarot_adapt_polar_method_name(method), dl);
         if (method == QUAROT_ADAPT_POLAR_NEWTON_SCHULZ) QT_CHECKF(it1 + 3 <= it2, "deflation saved no Newton-Schulz iterations (%d vs %d)", it1, it2);
-        else QT_CHECKF(dr == 0.0 && dl == 0.0 && it1 == it2, "Newton: no_deflation changed the result (%.3g, %d vs %d)", dr, it1, it2);
+        else QT_CHECKF(it1 <= it2, "deflation cost Newton iterations (%d vs %d)", it1, it2);
         printf("    %s, %d steps: %d iterations with deflation, %d without; max|dR| %.1e, losses %.1e apart\n",
                quarot_adapt_polar_method_name(method), c1.steps_run, it1, it2, dr, dl);
         quarot_adapt_context_free(&c1);
