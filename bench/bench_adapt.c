@@ -13,8 +13,12 @@
    and time.
 
    usage: bench_adapt [hidden ...] [-t THREADS] [-n ROWS] [-s STEPS] [--no-compare]
+                      [--polar newton|newton-schulz] [--no-deflation]
    (-t runs only that thread count; --no-compare skips the no-deflation and plain Newton-Schulz runs;
-   the machine should be quiet: the times are wall-clock). */
+   --polar picks desc.polar_method (default: the library's, scaled Newton); --no-deflation sets
+   desc.no_deflation for every run; the machine should be quiet: the times are wall-clock). The
+   "NS it" column is the polar iterations per step (Newton steps plus Newton-Schulz updates); the
+   losses are printed to 9 digits with the best loss and the iterations of every step. */
 #include "quarot.h"
 
 #include <math.h>
@@ -202,8 +206,9 @@ int main(int argc, char** argv) {
             c1 = cpu_s();
             if (r != QUAROT_OK) { printf("  stage 1 failed: %s: %s\n", quarot_result_string(r), ctx.error); return 1; }
             /* the library counts its GEMMs: per step XH^T B and A = XH*R (2*M*b^2 each), per
-               Newton-Schulz iteration the upper halves of X^T X and G^2 (1.06 b^3 each) and X*T
-               (2 b^3), except that the last, cubic, step needs no G^2 and no X^T X after it */
+               Newton step one inverse (2 b^3), per Newton-Schulz iteration the upper halves of X^T X
+               and G^2 (1.06 b^3 each) and X*T (2 b^3), except that the last, cubic, step needs no
+               G^2 and no X^T X after it */
             flops = ctx.flops;
             for (i = 0; i < ctx.steps_run; ++i) its += ctx.polar_iterations[i];
             printf("  %6lld %7d %9.2f %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)%s\n", (long long)h, threads, t1 - t0, c1 - c0,
