@@ -1226,7 +1226,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //           R^T (XH^T B + lambda R): no b^3 product R*R_t, and R does not drift from orthogonal)
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
-// polar() (see >>adapt_solve) is by default (polar_method NEWTON) the scaled Newton iteration
+// polar() (see >>adapt_solve) is by default for b >= 2048 (polar_method NEWTON) the scaled Newton iteration
 // X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
 // and Byers-Xu scaling, after deflating the largest singular values of C where a clear gap exists
 // (outlier channels create one; this leaves the polar factor unchanged): 5 steps per optimizer step
@@ -1253,13 +1253,14 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 
 // How each step's polar factor is computed (quarot_adapt_desc.polar_method; see >>adapt_solve).
 typedef enum quarot_adapt_polar_method {
-    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // = QUAROT_ADAPT_POLAR_NEWTON
+    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 2048, NEWTON_SCHULZ below (at b = 1024
+                                             //   on 2 threads Newton's serial pivot search made it 7% slower)
     QUAROT_ADAPT_POLAR_NEWTON = 1,           // scaled Newton (float inverses), a certified Newton-Schulz
                                              //   step to finish
     QUAROT_ADAPT_POLAR_NEWTON_SCHULZ = 2     // quintic Newton-Schulz only (the method before 12.3 round 3)
 } quarot_adapt_polar_method;
 
-// "newton", "newton-schulz" (DEFAULT gives the default's name); NULL for an unknown value.
+// "default", "newton", "newton-schulz"; NULL for an unknown value.
 QUAROT_API const char* quarot_adapt_polar_method_name(int method);
 
 // Per-step report for a CLI: step 0 is the start (R = I, polar_iterations 0), then steps 1..steps_run.
@@ -10761,7 +10762,8 @@ static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out
 }
 
 QUAROT_API const char* quarot_adapt_polar_method_name(int method) {
-    if (method == QUAROT_ADAPT_POLAR_DEFAULT || method == QUAROT_ADAPT_POLAR_NEWTON) return "newton";
+    if (method == QUAROT_ADAPT_POLAR_DEFAULT) return "default";
+    if (method == QUAROT_ADAPT_POLAR_NEWTON) return "newton";
     if (method == QUAROT_ADAPT_POLAR_NEWTON_SCHULZ) return "newton-schulz";
     return NULL;
 }
@@ -10809,7 +10811,6 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter must be >= 0, reg and polar.tol in [0, 1)");
     if (!quarot_adapt_polar_method_name(dd.polar_method))
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd.polar_method);
-    newton = dd.polar_method != QUAROT_ADAPT_POLAR_NEWTON_SCHULZ;
     if (dd.steps == 0) dd.steps = 20;
     if (dd.patience == 0) dd.patience = 5;
     reg = dd.reg > 0.0 ? dd.reg : 1e-5;
@@ -10817,6 +10818,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
     hidden = cap->hidden;
     b = dd.block_size > 0 ? dd.block_size : hidden;
+    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON || (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 2048);
     if (b > hidden || hidden % b != 0)
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld", (long long)b, (long long)hidden);
     if (cap->status != QUAROT_OK) QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s", cap->error[0] ? cap->error : quarot_result_string(cap->status));

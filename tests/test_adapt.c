@@ -395,7 +395,7 @@ static void test_stage1_threads(void) {
         d.steps = 3;
         d.seed = 5;
         d.no_deflation = nd & 1;
-        d.polar_method = nd < 2 ? QUAROT_ADAPT_POLAR_DEFAULT : QUAROT_ADAPT_POLAR_NEWTON_SCHULZ;
+        d.polar_method = nd < 2 ? QUAROT_ADAPT_POLAR_NEWTON : QUAROT_ADAPT_POLAR_NEWTON_SCHULZ;
         quarot_adapt_context_init(&ref, NULL);
         QT_OK(run_stage1(x, n, h, &d, &ref));
         for (t = 2; t <= 3 && ref.matrix; ++t) {

@@ -186,7 +186,7 @@ static void test_polar_method_names(void) {
     quarot_adapt_desc d;
     float row[64];
     int i;
-    QT_CHECK(strcmp(quarot_adapt_polar_method_name(QUAROT_ADAPT_POLAR_DEFAULT), "newton") == 0);
+    QT_CHECK(strcmp(quarot_adapt_polar_method_name(QUAROT_ADAPT_POLAR_DEFAULT), "default") == 0);
     QT_CHECK(strcmp(quarot_adapt_polar_method_name(QUAROT_ADAPT_POLAR_NEWTON), "newton") == 0);
     QT_CHECK(strcmp(quarot_adapt_polar_method_name(QUAROT_ADAPT_POLAR_NEWTON_SCHULZ), "newton-schulz") == 0);
     QT_CHECK(quarot_adapt_polar_method_name(3) == NULL && quarot_adapt_polar_method_name(-1) == NULL);
