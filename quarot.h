@@ -9702,8 +9702,9 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 
 // >>adapt_solve
 // polar(C + lambda*Q) (Q = I, or the current R: see >>adapt) in float, after the deflation below when
-// it applies: by default scaled Newton steps (see "the scaled Newton iteration" below) and then the
-// Newton-Schulz loop for the certified finish; with polar_method NEWTON_SCHULZ by Newton-Schulz alone.
+// it applies: with polar_method NEWTON (the default for b >= 2048) scaled Newton steps (see "the
+// scaled Newton iteration" below) and then the Newton-Schulz loop for the certified finish; with
+// NEWTON_SCHULZ (the default below 2048) by Newton-Schulz alone.
 // While the singular values of X lie in [l, 1], one Newton-Schulz step
 //     X <- X * (a I + b G + c G^2),  G = X^T X
 // with the minimax odd quintic p(x) = a x + b x^3 + c x^5 for [l, 1] (Remez, below) maps them into
