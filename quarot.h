@@ -1241,12 +1241,18 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //           R^T (XH^T B + lambda R): no b^3 product R*R_t, and R does not drift from orthogonal)
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
-// polar() is a quintic Newton-Schulz iteration in float whose coefficients are re-optimized every
-// step for the current singular-value interval (see >>adapt_solve), after deflating the largest
-// singular values of C where a clear gap exists (outlier channels create one; this leaves the polar
-// factor unchanged): about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 instead of 11-12 with
-// the scaled cubic, 10-11 without deflation, on the synthetic data of the bench), each costing two
-// b^3-GEMMs (X^T X and G^2 are symmetric: half a GEMM each), the last one, a cubic, one.
+// polar() (see >>adapt_solve) is by default for b >= 2048 (polar_method NEWTON) the scaled Newton iteration
+// X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
+// and Byers-Xu scaling, after deflating the largest singular values of C where a clear gap exists
+// (outlier channels create one; this leaves the polar factor unchanged): 5 steps per optimizer step
+// with deflation, 6 without, on the bench's data at b = 1024..4096, then one X^T X (half a GEMM) that
+// shows max|X^T X - I| <= tol, or a certified Newton-Schulz last step. polar_method NEWTON_SCHULZ is
+// the quintic Newton-Schulz iteration whose coefficients are re-optimized every step for the current
+// singular-value interval: about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 with deflation,
+// 10-11 without), each costing two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each),
+// the last one, a cubic, one. Newton does about half the flops per step. (For Newton, deflation saves
+// one inverse for about as much in double products at b = 4096, more below; it is kept because the
+// first, float, inverse is then of a better conditioned matrix: see the accuracy note in >>adapt_solve.)
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1259,6 +1265,18 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // rebuilds H with the same seed, so a context whose R is the identity gives exactly the plain QuaRot
 // model of that seed (desc.rotation = HADAMARD, desc.seed = stage 1's seed, same block_size) bit for
 // bit: stage 1's seed must equal QuaRot's seed for that comparison.
+
+// How each step's polar factor is computed (quarot_adapt_desc.polar_method; see >>adapt_solve).
+typedef enum quarot_adapt_polar_method {
+    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 2048, NEWTON_SCHULZ below (at b = 1024
+                                             //   on 2 threads Newton's serial pivot search made it 7% slower)
+    QUAROT_ADAPT_POLAR_NEWTON = 1,           // scaled Newton (float inverses), a certified Newton-Schulz
+                                             //   step to finish
+    QUAROT_ADAPT_POLAR_NEWTON_SCHULZ = 2     // quintic Newton-Schulz only (the method before 12.3 round 3)
+} quarot_adapt_polar_method;
+
+// "default", "newton", "newton-schulz"; NULL for an unknown value.
+QUAROT_API const char* quarot_adapt_polar_method_name(int method);
 
 // Per-step report for a CLI: step 0 is the start (R = I, polar_iterations 0), then steps 1..steps_run.
 typedef void (*quarot_adapt_progress_fn)(void* user, int step, double loss, double best_loss, int polar_iterations);
@@ -1274,12 +1292,14 @@ typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
     uint64_t seed;                   // signs of the starting random Hadamard (= QuaRot's desc.seed)
     int patience;                    // stop after this many steps without improvement; 0 = 5
     double reg;                      // lambda / sigma_max(C) of the polar step; 0 = 1e-5 (must be < 1)
-    int no_deflation;                // 1: Newton-Schulz on C + lambda*I itself; 0: first deflate the largest
-                                     //   singular values where a reliable gap exists (same polar factor
-                                     //   to ~1e-8, fewer iterations; see >>adapt_solve)
+    int no_deflation;                // 1: the polar iteration on C + lambda*I itself; 0: first deflate the
+                                     //   largest singular values where a reliable gap exists (same polar
+                                     //   factor to ~1e-8, fewer iterations, and for Newton a better
+                                     //   conditioned first inverse; see >>adapt_solve)
     quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
                                      //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
                                      //   sigma_max is estimated by power iteration)
+    int polar_method;                // a quarot_adapt_polar_method; 0 = QUAROT_ADAPT_POLAR_DEFAULT
     quarot_adapt_progress_fn progress;   // optional
     void* user_data;                 // passed to progress
 } quarot_adapt_desc;
@@ -1349,10 +1369,11 @@ struct quarot_adapt_context {
     double reg;                      // lambda / sigma_max used
     double start_loss, best_loss;    // L at R = I, and L at R_best
     double* losses;                  // [steps_run] loss_t of each step (NULL when steps_run == 0)
-    int* polar_iterations;           // [steps_run] Newton-Schulz iterations of each step
+    int* polar_iterations;           // [steps_run] polar iterations of each step (Newton steps plus
+                                     //   Newton-Schulz updates)
     double flops;                    // float GEMM work of stage 1 (2mnk per product, 1.06 n^3 per
-                                     //   symmetric X^T X; the deflation's DGEMMs not counted), for
-                                     //   reports; not serialized (0 after read / set)
+                                     //   symmetric X^T X, 2 n^3 per inverse; the deflation's DGEMMs
+                                     //   not counted), for reports; not serialized (0 after read / set)
     char error[512];                 // detail of the last failure of stage 1 / read
 };
 
@@ -1366,10 +1387,12 @@ QUAROT_API void          quarot_adapt_context_free(quarot_adapt_context* ctx);
 // listing the linear names that exist; bad quant_dtype / steps / block_size / reg ->
 // QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the rows -> QUAROT_ERR_NONFINITE; no Hadamard order > 1
 // divides the block -> QUAROT_ERR_UNSUPPORTED_SIZE.
-// Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation). Time: per
-// step about 4*M*b^2 + (2.06 * Newton-Schulz iterations - 1) * 2*b^3 flops (ctx->flops), in SGEMM through
-// env's parallel hook; the O(b^2) passes between them also go through the hook. Results do not
-// depend on the number of threads (the GEMMs and the passes split the work, never a sum).
+// Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation; Newton adds
+// 256 b floats). Time: per step about 4*M*b^2 + (Newton steps + 0.53) * 2*b^3 flops with NEWTON,
+// 4*M*b^2 + (2.06 * Newton-Schulz iterations - 1) * 2*b^3 with NEWTON_SCHULZ (ctx->flops), in SGEMM
+// through env's parallel hook; the O(b^2) passes between them also go through the hook, the pivot
+// search of the inverses (O(b^2 * 32)) is serial. Results do not depend on the number of threads
+// (the GEMMs and the passes split the work, never a sum).
 QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
                                              quarot_adapt_context* ctx, const quarot_env* env);
 // Fill ctx with a given R (e.g. the identity, or R from another tool): checks hidden % block == 0, R
@@ -9794,8 +9817,11 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 }
 
 // >>adapt_solve
-// polar(C + lambda*Q) (Q = I, or the current R: see >>adapt) by Newton-Schulz in float, after the
-// deflation below when it applies. While the singular values of X lie in [l, 1], one step
+// polar(C + lambda*Q) (Q = I, or the current R: see >>adapt) in float, after the deflation below when
+// it applies: with polar_method NEWTON (the default for b >= 2048) scaled Newton steps (see "the
+// scaled Newton iteration" below) and then the Newton-Schulz loop for the certified finish; with
+// NEWTON_SCHULZ (the default below 2048) by Newton-Schulz alone.
+// While the singular values of X lie in [l, 1], one Newton-Schulz step
 //     X <- X * (a I + b G + c G^2),  G = X^T X
 // with the minimax odd quintic p(x) = a x + b x^3 + c x^5 for [l, 1] (Remez, below) maps them into
 // [p(l), 1 + E], divided by 1 + E: small ones grow by up to 4.26x per step for 2 GEMM-equivalents
@@ -9839,11 +9865,47 @@ static quarot_result quarot__adapt_gram(int64_t n, const float* x, float* g, con
 
 // sigma_max(C) estimate: power iteration on C^T C from a fixed pseudo-random start (a lower bound
 // close enough to set lambda; the caller bounds sigma_max from above separately). v, w: [n] doubles.
-static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, double* w) {
+// The products go through env's parallel hook: w = C v by rows (each w_i one task's sum, in the same
+// order as serially), v = C^T w by blocks of 256 columns (each v_j summed over i in ascending order):
+// the same bits for any thread count.
+typedef struct quarot__adapt_pw_job {
+    int64_t n;
+    const float* c;
+    const double* x;
+    double* y;
+} quarot__adapt_pw_job;
+
+static void quarot__adapt_pw_rows(void* arg, int64_t t) {        // y = C x, rows [64 t, 64 t + 64)
+    const quarot__adapt_pw_job* jb = (const quarot__adapt_pw_job*)arg;
+    int64_t n = jb->n, i, j, i1 = (t + 1) * 64 < n ? (t + 1) * 64 : n;
+    for (i = t * 64; i < i1; ++i) {
+        const float* row = jb->c + i * n;
+        double s0 = 0.0, s1 = 0.0;
+        for (j = 0; j + 1 < n; j += 2) { s0 += (double)row[j] * jb->x[j]; s1 += (double)row[j + 1] * jb->x[j + 1]; }
+        if (j < n) s0 += (double)row[j] * jb->x[j];
+        jb->y[i] = s0 + s1;
+    }
+}
+
+static void quarot__adapt_pw_cols(void* arg, int64_t t) {        // y = C^T x, columns [256 t, 256 t + 256)
+    const quarot__adapt_pw_job* jb = (const quarot__adapt_pw_job*)arg;
+    int64_t n = jb->n, i, j, j0 = t * 256, j1 = j0 + 256 < n ? j0 + 256 : n;
+    for (j = j0; j < j1; ++j) jb->y[j] = 0.0;
+    for (i = 0; i < n; ++i) {
+        const float* row = jb->c + i * n;
+        double xi = jb->x[i];
+        for (j = j0; j < j1; ++j) jb->y[j] += (double)row[j] * xi;
+    }
+}
+
+static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, double* w, const quarot_env* env) {
     quarot_rng rng;
+    quarot__adapt_pw_job jb;
     double nv, est = 0.0;
-    int64_t i, j;
+    int64_t i;
     int it;
+    jb.n = n;
+    jb.c = c;
     quarot_rng_seed(&rng, 0x5eed5eedULL);
     for (i = 0; i < n; ++i) v[i] = quarot_rng_uniform(&rng) - 0.5;
     for (it = 0; it < QUAROT__ADAPT_POWER_ITERS; ++it) {
@@ -9852,19 +9914,12 @@ static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, doub
         if (!(nv > 0.0) || !(nv <= 1e300)) return nv > 0.0 ? nv : 0.0;   // 0 (C v = 0) or overflow (NaN/Inf)
         nv = 1.0 / sqrt(nv);
         for (i = 0; i < n; ++i) v[i] *= nv;
-        for (i = 0; i < n; ++i) {                  // w = C v
-            const float* row = c + i * n;
-            double s0 = 0.0, s1 = 0.0;
-            for (j = 0; j + 1 < n; j += 2) { s0 += (double)row[j] * v[j]; s1 += (double)row[j + 1] * v[j + 1]; }
-            if (j < n) s0 += (double)row[j] * v[j];
-            w[i] = s0 + s1;
-        }
-        for (j = 0; j < n; ++j) v[j] = 0.0;       // v = C^T w (row axpys)
-        for (i = 0; i < n; ++i) {
-            const float* row = c + i * n;
-            double wi = w[i];
-            for (j = 0; j < n; ++j) v[j] += (double)row[j] * wi;
-        }
+        jb.x = v;                                  // w = C v
+        jb.y = w;
+        quarot_env_parallel_for(env, quarot__adapt_pw_rows, &jb, (n + 63) / 64);
+        jb.x = w;                                  // v = C^T w
+        jb.y = v;
+        quarot_env_parallel_for(env, quarot__adapt_pw_cols, &jb, (n + 255) / 256);
         nv = 0.0;
         for (i = 0; i < n; ++i) nv += v[i] * v[i];
         est = sqrt(sqrt(nv));                      // ||C^T C v|| -> sigma_max^2 for unit v
@@ -10106,12 +10161,291 @@ typedef struct quarot__adapt_polar_out {
     double residual;                     // max|U^T U - I| of the result (float), or its bound after a last step
     int deflated;                        // k singular values deflated (0: none)
     int grams, products;                 // symmetric X^T X / G^2 (half GEMMs) and full n^3 GEMMs done
+    int inverses;                        // scaled Newton steps (one n^3-FMA inverse each)
 } quarot__adapt_polar_out;
 
 // Doubles of deflation workspace for size n: Cd [n][n] and V, W, Z [n][p].
 static size_t quarot__adapt_defl_doubles(int64_t n) {
     int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
     return (size_t)(n * n + 3 * n * p);
+}
+
+// ---- the scaled Newton iteration (the default polar method) ----
+// X <- (mu X + X^-T / mu) / 2 (Higham 1986) maps each singular value x of X to (mu x + 1/(mu x)) / 2 >= 1.
+// mu follows Byers & Xu (2008): with estimates alpha ~ sigma_max(X0) and beta ~ sigma_min(X0),
+//     mu_0 = 1/sqrt(alpha beta),  mu_1 = sqrt(2 sqrt(alpha beta) / (alpha + beta)),
+//     mu_k = 1/sqrt((mu_{k-1} + 1/mu_{k-1}) / 2),
+// the optimal scaling for the interval [1, c_k] that holds the singular values after step k when the
+// estimates are bounds (c_1 = (sqrt(alpha/beta) + sqrt(beta/alpha))/2, then c_{k+1} = (sqrt(c_k) +
+// 1/sqrt(c_k))/2): cond 1e5 -> ~158 -> ~6.3 -> ~1.45 -> ~1.02 -> 1 + 1e-4. Estimates that are not bounds
+// only cost iterations (the last steps are plain Newton, mu -> 1, which converges quadratically from
+// anywhere). Here X0 = C/s with s just above the estimated sigma_max, so alpha = 1 and beta = lambda/s
+// (the lower end the Newton-Schulz path uses too). Frobenius scaling, mu = (||X^-1||_F / ||X||_F)^(1/2),
+// took 7-8 steps instead of 5-6 on the bench's C (its many small singular values pull mu away from the
+// interval's centre); it is the fallback when beta is not positive. One step costs one float inverse
+// (quarot__sinv: 2 b^3 flops, one GEMM-equivalent, against two for a quintic Newton-Schulz step) plus
+// O(b^2) passes. With S = ||mu X||_F^2 + ||X^-1/mu||_F^2 - 2b = sum (s - 1/s)^2 (s = mu x) and s = 1 + d
+// near convergence, the step leaves s'^2 - 1 ~ d^2, so ||X'^T X' - I||_F <~ sum d^2 ~ S/4: the Newton
+// steps stop once S/4 <= QUAROT__NEWTON_STOP, and the Newton-Schulz loop takes over: its X^T X either
+// shows max|X^T X - I| <= tol at once (at b = 1024..4096 the Newton result is there: ~1.5e-6) or
+// allows the certified cubic / quintic last step. Accuracy: the float inverse of the first step (cond
+// ~1/reg = 1e5) is accurate to ~kappa * 2^-24 in X's small singular directions, and so is the result
+// there: against an f64 reference (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to
+// cond 1e2, 2.3e-4 at 1e4 and 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves
+// the reference by 2e-5. Those directions carry the least activation energy: stage 1's losses agree
+// with the Newton-Schulz path's to ~1e-4 (README). After the first step cond(X) <= ~sqrt(kappa).
+
+#define QUAROT__SINV_NB 128                  // panel width of the blocked Gauss-Jordan inverse
+#define QUAROT__SINV_NB2 32                  // sub-panel width of its pivoting LU
+#define QUAROT__NEWTON_STOP 1e-2             // predicted ||X^T X - I||_F at which Newton hands over
+#define QUAROT__NEWTON_MAX 30                // Newton steps at most (then Newton-Schulz continues)
+
+// Floats of work for quarot__sinv(n): the panel [n][nb], the pivot rows [nb][n], the pivot block's
+// inverse [nb][nb].
+static size_t quarot__sinv_floats(int64_t n) {
+    int64_t nb = n < QUAROT__SINV_NB ? n : QUAROT__SINV_NB;
+    return (size_t)(2 * n * nb + nb * nb);
+}
+
+// In-place inverse of a float A [n][n] (row stride n) by blocked Gauss-Jordan elimination with partial
+// (row) pivoting. On return a = inv(P A) for the row permutation P chosen, and perm[0..n) says how to
+// read inv(A): column c of inv(A) is column perm[c] of a (the caller folds that into its next pass).
+// perm: [2n] (the second half is scratch); work: quarot__sinv_floats(n) floats.
+// Per panel of nb columns [k0, k1): (1) an LU factorization with partial pivoting of rows [k0, n) of
+// the panel (a copy) chooses the pivot rows, swapping whole rows of a as it goes (the same rows plain
+// Gauss-Jordan with partial pivoting would choose); (2) the pivot block P = a[k0:k1][k0:k1] is inverted
+// by scalar Gauss-Jordan exchange (its pivots are the U diagonal of step 1, no further pivoting);
+// (3) the block exchange on P, with R = the other rows' panel columns, Q = the pivot rows' other
+// columns, S the rest:  P <- P^-1,  R <- R P^-1,  Q <- -P^-1 Q,  S <- S - (R P^-1) Q, as two SGEMMs
+// through env's parallel hook (2 n^3 (1 + nb/n) flops in all; the LU of step 1 (~n^2 nb / 4 multiply-
+// adds) and step 2 (n nb^2) are serial).
+// After all panels every variable has been exchanged once: a = inv(P A). Steps 1 and 2 run on the
+// calling thread (their SGEMMs too: each parallel call costs a synchronization, and they are small);
+// nothing is a split sum, so the result is the same for any thread count. An exactly zero pivot (e.g. a zero column) ->
+// QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to rounding gives a large, inaccurate
+// inverse, as any float inversion (the Newton driver rejects a certain cond(X) > 2^24 from the norms);
+// NaN/Inf propagate (the caller checks norms).
+// y += a x and the swap x <-> y over n floats: 16-float chunks of fixed length (which the compiler turns
+// into vector code at -O2), the rest one by one; x and y must not overlap.
+static void quarot__sinv_axpy(int64_t n, float a, const float* QUAROT__RESTRICT x, float* QUAROT__RESTRICT y) {
+    int64_t c = 0;
+    int q;
+    for (; c + 16 <= n; c += 16)
+        for (q = 0; q < 16; ++q) y[c + q] += a * x[c + q];
+    for (; c < n; ++c) y[c] += a * x[c];
+}
+
+static void quarot__sinv_swap(int64_t n, float* QUAROT__RESTRICT x, float* QUAROT__RESTRICT y) {
+    float t[16];
+    int64_t c = 0;
+    int q;
+    for (; c + 16 <= n; c += 16) {
+        for (q = 0; q < 16; ++q) t[q] = x[c + q];
+        for (q = 0; q < 16; ++q) x[c + q] = y[c + q];
+        for (q = 0; q < 16; ++q) y[c + q] = t[q];
+    }
+    for (; c < n; ++c) { float u = x[c]; x[c] = y[c]; y[c] = u; }
+}
+
+static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* work, const quarot_env* env) {
+    int64_t nb = n < QUAROT__SINV_NB ? n : QUAROT__SINV_NB, k0, i, c, jj, s0;
+    float* pb = work;                              // [n][nb]  panel: LU, then R P^-1
+    float* wr = work + n * nb;                     // [nb][n]  the pivot rows before the exchange
+    float* pi = wr + nb * n;                       // [nb][nb] P^-1 (row stride w)
+    int64_t* piv = perm + n;
+    quarot_env serial;                             // the panel's small products run on the calling thread
+    quarot_result res = QUAROT_OK;
+    if (env) serial = *env;
+    else memset(&serial, 0, sizeof serial);
+    serial.parallel.run = NULL;
+    serial.parallel.n_threads = 1;
+    for (k0 = 0; k0 < n && res == QUAROT_OK; k0 += nb) {
+        int64_t w = n - k0 < nb ? n - k0 : nb;
+        for (i = k0; i < n; ++i) memcpy(pb + i * nb, a + i * n + k0, (size_t)w * sizeof(float));
+        for (s0 = 0; s0 < w; s0 += QUAROT__SINV_NB2) {   // (1) LU of the panel's rows [k0, n): pivot choice,
+            int64_t s1 = s0 + QUAROT__SINV_NB2 < w ? s0 + QUAROT__SINV_NB2 : w;   // by sub-panels of NB2 columns
+            for (jj = s0; jj < s1; ++jj) {
+                int64_t jr = k0 + jj, p = jr;
+                float best = fabsf(pb[jr * nb + jj]), pv;
+                const float* rj;
+                for (i = jr + 1; i < n; ++i) {
+                    float v = fabsf(pb[i * nb + jj]);
+                    if (v > best) { best = v; p = i; }
+                }
+                if (!(best > 0.0f)) return QUAROT_ERR_NOT_CONVERGED;
+                if (p != jr) {
+                    quarot__sinv_swap(n, a + jr * n, a + p * n);
+                    quarot__sinv_swap(w, pb + jr * nb, pb + p * nb);
+                }
+                piv[jr] = p;
+                rj = pb + jr * nb;
+                pv = rj[jj];
+                for (i = jr + 1; i < n; ++i) {     // rank-1 update within the sub-panel
+                    float* ri = pb + i * nb;
+                    float l = ri[jj] / pv;
+                    ri[jj] = l;
+                    quarot__sinv_axpy(s1 - jj - 1, -l, rj + jj + 1, ri + jj + 1);
+                }
+            }
+            if (s1 < w) {                          // the rest of the panel: U12 = L11^-1 A12, A22 -= L21 U12
+                for (i = s0 + 1; i < s1; ++i)
+                    for (c = s0; c < i; ++c)
+                        quarot__sinv_axpy(w - s1, -pb[(k0 + i) * nb + c], pb + (k0 + c) * nb + s1, pb + (k0 + i) * nb + s1);
+                if (k0 + s1 < n) {
+                    res = quarot_sgemm(0, 0, n - k0 - s1, w - s1, s1 - s0, -1.0f, pb + (k0 + s1) * nb + s0, nb,
+                                       pb + (k0 + s0) * nb + s1, nb, 1.0f, pb + (k0 + s1) * nb + s1, nb, &serial);
+                    if (res != QUAROT_OK) return res;
+                }
+            }
+        }
+        for (i = 0; i < w; ++i) memcpy(pi + i * w, a + (k0 + i) * n + k0, (size_t)w * sizeof(float));
+        for (jj = 0; jj < w; ++jj) {               // (2) P^-1 by scalar exchange
+            float* rj = pi + jj * w;
+            float pv = rj[jj], inv;
+            if (!(pv != 0.0f)) return QUAROT_ERR_NOT_CONVERGED;
+            inv = 1.0f / pv;
+            for (c = 0; c < jj; ++c) rj[c] = -rj[c] * inv;
+            for (c = jj + 1; c < w; ++c) rj[c] = -rj[c] * inv;
+            rj[jj] = inv;
+            for (i = 0; i < w; ++i) {
+                float* ri = pi + i * w;
+                float f = ri[jj];
+                if (i == jj) continue;
+                quarot__sinv_axpy(jj, f, rj, ri);
+                quarot__sinv_axpy(w - jj - 1, f, rj + jj + 1, ri + jj + 1);
+                ri[jj] = f * inv;
+            }
+        }
+        // (3) the block exchange as two SGEMMs. W = the pivot rows with the panel's columns zeroed; the
+        // panel buffer becomes E = [R P^-1 above; P^-1; R P^-1 below] (the block rows of the first product,
+        // P P^-1, are replaced); the pivot rows of a are zeroed; then a += -E W gives S - (R P^-1) Q in the
+        // other rows and -P^-1 Q in the pivot rows, and leaves the panel's columns as they were (W is 0
+        // there; they are overwritten with E last).
+        for (i = 0; i < w; ++i) {
+            memcpy(wr + i * n, a + (k0 + i) * n, (size_t)n * sizeof(float));
+            memset(wr + i * n + k0, 0, (size_t)w * sizeof(float));
+        }
+        res = quarot_sgemm(0, 0, n, w, w, 1.0f, a + k0, n, pi, w, 0.0f, pb, nb, env);
+        if (res != QUAROT_OK) return res;
+        for (i = 0; i < w; ++i) {
+            memcpy(pb + (k0 + i) * nb, pi + i * w, (size_t)w * sizeof(float));
+            memset(a + (k0 + i) * n, 0, (size_t)n * sizeof(float));
+        }
+        res = quarot_sgemm(0, 0, n, n, w, -1.0f, pb, nb, wr, n, 1.0f, a, n, env);
+        if (res != QUAROT_OK) return res;
+        for (i = 0; i < n; ++i) memcpy(a + i * n + k0, pb + i * nb, (size_t)w * sizeof(float));
+    }
+    for (c = 0; c < n; ++c) perm[c] = c;           // inv(A) = inv(P A) P: the swaps on columns, last first
+    for (c = n - 1; c >= 0; --c) {
+        int64_t t = perm[c];
+        perm[c] = perm[piv[c]];
+        perm[piv[c]] = t;
+    }
+    return QUAROT_OK;
+}
+
+// Passes of a Newton step over [n][n] floats, 64 rows per task through env's parallel hook, each task
+// summing the squares of its rows in double (partials added in task order: the same bits for any split).
+//   op 0: g[r][c] = y[r][perm[c]] (the inverse in column order), part = sum g^2
+//   op 1: x = y = (mu x + g^T / mu) / 2 in 64 x 64 tiles, part = sum x^2 (the new X)
+//   op 2: part = sum x^2
+typedef struct quarot__newton_job {
+    int op;
+    int64_t n;
+    float *x, *y, *g;
+    const int64_t* perm;
+    double mu;
+    double* part;
+} quarot__newton_job;
+
+static void quarot__newton_task(void* arg, int64_t t) {
+    const quarot__newton_job* jb = (const quarot__newton_job*)arg;
+    int64_t n = jb->n, r0 = t * 64, r1 = r0 + 64 < n ? r0 + 64 : n, r, c, j0;
+    double s = 0.0;
+    if (jb->op == 0) {
+        for (r = r0; r < r1; ++r) {
+            const float* yr = jb->y + r * n;
+            float* gr = jb->g + r * n;
+            for (c = 0; c < n; ++c) gr[c] = yr[jb->perm[c]];
+            for (c = 0; c < n; ++c) s += (double)gr[c] * (double)gr[c];
+        }
+    } else if (jb->op == 1) {
+        float tile[64 * 64];
+        double hm = 0.5 * jb->mu, hi = 0.5 / jb->mu;
+        for (j0 = 0; j0 < n; j0 += 64) {
+            int64_t j1 = j0 + 64 < n ? j0 + 64 : n, w = j1 - j0;
+            for (c = j0; c < j1; ++c) {            // tile[r - r0][c - j0] = g[c][r]
+                const float* gc = jb->g + c * n;
+                for (r = r0; r < r1; ++r) tile[(r - r0) * 64 + (c - j0)] = gc[r];
+            }
+            for (r = r0; r < r1; ++r) {
+                float* xr = jb->x + r * n + j0;
+                float* yr = jb->y + r * n + j0;
+                const float* tr = tile + (r - r0) * 64;
+                for (c = 0; c < w; ++c) {
+                    float v = (float)(hm * (double)xr[c] + hi * (double)tr[c]);
+                    xr[c] = v;
+                    yr[c] = v;
+                }
+            }
+        }
+        for (r = r0; r < r1; ++r) {
+            const float* xr = jb->x + r * n;
+            for (c = 0; c < n; ++c) s += (double)xr[c] * (double)xr[c];
+        }
+    } else {
+        for (r = r0; r < r1; ++r) {
+            const float* xr = jb->x + r * n;
+            for (c = 0; c < n; ++c) s += (double)xr[c] * (double)xr[c];
+        }
+    }
+    jb->part[t] = s;
+}
+
+static double quarot__newton_pass(int op, int64_t n, float* x, float* y, float* g, const int64_t* perm, double mu,
+                                  double* part, const quarot_env* env) {
+    quarot__newton_job jb;
+    int64_t t, nt = (n + 63) / 64;
+    double s = 0.0;
+    jb.op = op; jb.n = n; jb.x = x; jb.y = y; jb.g = g; jb.perm = perm; jb.mu = mu; jb.part = part;
+    quarot_env_parallel_for(env, quarot__newton_task, &jb, nt);
+    for (t = 0; t < nt; ++t) s += part[t];
+    return s;
+}
+
+// Scaled Newton steps on X [n][n] (in place) until the predicted ||X^T X - I||_F <= QUAROT__NEWTON_STOP
+// (see above); alpha, beta: the estimated extreme singular values of X (beta <= 0: Frobenius scaling).
+// y, g: [n][n] floats of work; perm: [2n]; work: quarot__sinv_floats(n); part: [n/64 + 1].
+// *steps: the steps done (each one inverse).
+static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* g, int64_t* perm, float* work, double* part,
+                                          double alpha, double beta, int* steps, const quarot_env* env) {
+    double nx2 = quarot__newton_pass(2, n, x, NULL, NULL, NULL, 1.0, part, env), ny2, nx, ny, mu, sdev, zeta = 0.0;
+    quarot_result res;
+    *steps = 0;
+    memcpy(y, x, (size_t)(n * n) * sizeof(float));
+    while (*steps < QUAROT__NEWTON_MAX) {
+        res = quarot__sinv(n, y, perm, work, env);
+        if (res != QUAROT_OK) return res;
+        ny2 = quarot__newton_pass(0, n, NULL, y, g, perm, 1.0, part, env);         // G = X^-1 (columns in order)
+        if (!(nx2 > 0.0) || !(nx2 <= 1e300) || !(ny2 > 0.0) || !(ny2 <= 1e300)) return QUAROT_ERR_NONFINITE;
+        nx = sqrt(nx2);
+        ny = sqrt(ny2);
+        // cond_2(X) >= ||X||_F ||X^-1||_F / n: above 2^24 X is singular to float precision and the
+        // inverse is noise (stage 1's lambda keeps cond(X) near 1/reg = 1e5)
+        if (nx * ny > 16777216.0 * (double)n) return QUAROT_ERR_NOT_CONVERGED;
+        mu = sqrt(ny / nx);
+        if (beta > 0.0) {
+            if (*steps == 0) zeta = 1.0 / sqrt(alpha * beta);
+            else if (*steps == 1) zeta = sqrt(2.0 * sqrt(alpha * beta) / (alpha + beta));
+            else zeta = 1.0 / sqrt(0.5 * (zeta + 1.0 / zeta));
+            mu = zeta;
+        }
+        sdev = mu * mu * nx2 + ny2 / (mu * mu) - 2.0 * (double)n;                    // sum (s - 1/s)^2
+        nx2 = quarot__newton_pass(1, n, x, y, g, NULL, mu, part, env);              // X = Y = (mu X + G^T/mu)/2
+        ++*steps;
+        if (0.25 * sdev <= QUAROT__NEWTON_STOP) break;
+    }
+    return QUAROT_OK;
 }
 
 // ---- the quintic step ----
@@ -10332,17 +10666,18 @@ static double quarot__adapt_fro2_upper(int64_t n, const float* s, double* res, c
 // quarot__adapt_defl_doubles(n) doubles, or NULL (no deflation). The result is in *u_out (x or y).
 // QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither tol nor the float floor (below 1e-4).
 static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir, float* x, float* y, float* g, float* h,
-                                         double* v, double* defl, double reg, double tol, int max_iter, float** u_out,
-                                         quarot__adapt_polar_out* out, const quarot_env* env) {
+                                         double* v, double* defl, int64_t* perm, float* inv_work, double reg, double tol,
+                                         int max_iter, float** u_out, quarot__adapt_polar_out* out, const quarot_env* env) {
     double sig = 0.0, lam = 0.0, top = 0.0, s, l, prev = 0.0;
     int64_t i, nn = n * n;
-    int k;
+    int k, nts = 0;
     quarot_result res;
     out->iterations = 0;
     out->residual = 0.0;
     out->deflated = 0;
     out->grams = 0;
     out->products = 0;
+    out->inverses = 0;
     *u_out = x;
     if (defl && n >= 8) {                          // C <- (C + lambda Q) * M, see above
         int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
@@ -10350,7 +10685,7 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
                                     &top, &out->deflated, env);
         if (res != QUAROT_OK) return res;
     } else {
-        sig = quarot__adapt_sigma_max(n, c, v, v + n);
+        sig = quarot__adapt_sigma_max(n, c, v, v + n, env);
         lam = reg * sig;
         top = sig + lam;                           // sigma_max(C + lam Q) <= sigma_max(C) + lam
         if (sig > 0.0 && sig <= 1e150) {
@@ -10369,6 +10704,12 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
     s = top * 1.02;                                // estimates are from below; the inf-norm check corrects
     quarot__adapt_ew(3, n, NULL, x, c, s, env);   // X = C / s
     l = lam / s;                                   // lower end guess (exact for symmetric C >= 0)
+    if (inv_work) {                                // scaled Newton first, Newton-Schulz only to finish
+        res = quarot__newton_polar(n, x, y, g, perm, inv_work, v, 1.0, l, &nts, env);
+        out->inverses = nts;
+        out->iterations = nts;
+        if (res != QUAROT_OK) return res;
+    }
     for (k = 0;; ++k) {
         double r, rf, a, b, cq, e, rho, fs = 1.0;
         float* t;
@@ -10376,14 +10717,14 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
         if (res != QUAROT_OK) return res;
         ++out->grams;
         r = quarot__adapt_sym_combine(n, g, NULL, 0.0, 1.0, 0.0, v, &rf, env);   // residual of X; G made full
-        out->iterations = k;
+        out->iterations = k + nts;
         out->residual = r;
         if (!(r <= 1e30)) return QUAROT_ERR_NONFINITE;
         if (r <= tol) return QUAROT_OK;
         if (k > 0 && r < 1e-4 && r > 0.5 * prev) return QUAROT_OK;   // float floor reached
         if (k >= max_iter) return QUAROT_ERR_NOT_CONVERGED;
         prev = r;
-        if (k > 0 && (rf * rf <= QUAROT__ADAPT_FINISH * tol || (rf <= 0.1 && 0.7 * rf * rf * rf <= QUAROT__ADAPT_FINISH * tol))) {
+        if ((k > 0 || nts > 0) && (rf * rf <= QUAROT__ADAPT_FINISH * tol || (rf <= 0.1 && 0.7 * rf * rf * rf <= QUAROT__ADAPT_FINISH * tol))) {
             // The last step, with nothing to check after it. Every eigenvalue of G is 1 + d with
             // |d| <= ||G - I||_2 <= ||G - I||_F = rf. The cubic X (3I - G)/2 maps it to
             // 1 - 3d^2/4 - d^3/4, within rf^2 of 1, for one GEMM; when rf^2 is not small enough, the
@@ -10403,11 +10744,17 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
             if (res != QUAROT_OK) return res;
             ++out->products;
             *u_out = y;
-            out->iterations = k + 1;
+            out->iterations = k + 1 + nts;
             out->residual = cubic ? rf * rf : 0.7 * rf * rf * rf;   // the bound, not a measurement
             return QUAROT_OK;
         }
-        if (k == 0) {
+        if (k == 0 && nts > 0) {
+            // after Newton: every eigenvalue of G is within ||G - I||_2 <= rf of 1, so sigma_max(X) <=
+            // sqrt(1 + rf) and sigma_min(X) >= sqrt(1 - rf) (no G^2 needed)
+            double ub = sqrt(1.0 + rf) * (1.0 + 1e-4);
+            fs = 1.0 / ub;
+            l = (rf < 1.0 ? sqrt(1.0 - rf) : 0.0) * fs;
+        } else if (k == 0) {
             // certain bounds: sigma_max(X)^4 = ||G^2||_2 <= ||G^2||_F, sigma_max(X)^2 <= ||G||_inf, the smaller
             // (on the bench's data at b = 1024 1.25-1.35 and 1.9-2.1 times the estimate): X is scaled by
             // fs = 1/bound (up or down), folded into the coefficients below
@@ -10450,7 +10797,7 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
             b *= fs * fs * fs;
             cq *= fs * fs * fs * fs * fs;
         }
-        if (cq != 0.0 && k > 0) {                  // (k = 0: computed above)
+        if (cq != 0.0 && (k > 0 || nts > 0)) {     // (k = 0 without Newton: computed above)
             res = quarot__adapt_gram(n, g, h, env);                    // G^2 = G^T G (upper)
             if (res != QUAROT_OK) return res;
             ++out->grams;
@@ -10531,6 +10878,13 @@ static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out
     return QUAROT_ERR_NOT_CONVERGED;
 }
 
+QUAROT_API const char* quarot_adapt_polar_method_name(int method) {
+    if (method == QUAROT_ADAPT_POLAR_DEFAULT) return "default";
+    if (method == QUAROT_ADAPT_POLAR_NEWTON) return "newton";
+    if (method == QUAROT_ADAPT_POLAR_NEWTON_SCHULZ) return "newton-schulz";
+    return NULL;
+}
+
 // " 'a', 'b'" list of the capture's patterns into buf.
 static void quarot__adapt_patterns(const quarot_adapt_capture* cap, char* buf, size_t size) {
     size_t used = 0;
@@ -10553,8 +10907,10 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     size_t mbytes, bbytes;
     float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL, *G = NULL;
     double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL, *qpart = NULL;
+    float* iw = NULL;
+    int64_t* perm = NULL;
     quarot_result* qst = NULL;
-    int bits = 4, since = 0, step, max_iter;
+    int bits = 4, since = 0, step, max_iter, newton;
     double tol, reg;
     quarot_result res = QUAROT_OK;
     if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -10570,6 +10926,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     if (dd.steps < 0 || dd.steps > (1 << 20) || dd.patience < 0 || dd.polar.max_iter < 0 || !(dd.reg >= 0.0 && dd.reg < 1.0) ||
         !(dd.polar.tol >= 0.0 && dd.polar.tol < 1.0))
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter must be >= 0, reg and polar.tol in [0, 1)");
+    if (!quarot_adapt_polar_method_name(dd.polar_method))
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd.polar_method);
     if (dd.steps == 0) dd.steps = 20;
     if (dd.patience == 0) dd.patience = 5;
     reg = dd.reg > 0.0 ? dd.reg : 1e-5;
@@ -10577,6 +10935,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
     hidden = cap->hidden;
     b = dd.block_size > 0 ? dd.block_size : hidden;
+    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON || (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 2048);
     if (b > hidden || hidden % b != 0)
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld", (long long)b, (long long)hidden);
     if (cap->status != QUAROT_OK) QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s", cap->error[0] ? cap->error : quarot_result_string(cap->status));
@@ -10624,10 +10983,14 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     qpart = (double*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(double));
     qst = (quarot_result*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(quarot_result));
     if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
+    if (newton) {
+        iw = (float*)quarot_env_alloc(env, quarot__sinv_floats(b) * sizeof(float));
+        perm = (int64_t*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(int64_t));
+    }
     quarot_adapt_context_init(&t, &ctx->env);
     t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
     t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !defl) ||
+    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !defl) || (newton && (!iw || !perm)) ||
                              !t.losses || !t.polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
     if (res == QUAROT_OK) {
@@ -10666,10 +11029,11 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         // R <- R*polar(A^T B + lambda I) computed as polar((XH)^T B + lambda R): the same matrix in exact
         // arithmetic (A = XH*R, R orthogonal), without the b^3 product R*R_step, and R stays orthogonal
         res = quarot_sgemm(1, 0, b, b, M, 1.0f, xh, b, B, b, 0.0f, C, b, env);                 // (XH)^T B
-        if (res == QUAROT_OK) res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, reg, tol, max_iter, &U, &po, env);
+        if (res == QUAROT_OK) res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, perm, iw, reg, tol, max_iter, &U, &po, env);
         if (res == QUAROT_ERR_NOT_CONVERGED)
-            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: Newton-Schulz did not converge at step %d (%d iterations, "
-                              "max|X^T X - I| = %.3g); raise reg (now %g) or polar.max_iter", step, po.iterations, po.residual, reg);
+            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: the polar factor (%s) did not converge at step %d (%d iterations, "
+                              "max|X^T X - I| = %.3g; or a singular float inverse); raise reg (now %g) or polar.max_iter",
+                              quarot_adapt_polar_method_name(dd.polar_method), step, po.iterations, po.residual, reg);
         if (res != QUAROT_OK) break;
         memcpy(R, U, bbytes);
         res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);                 // A = X*H*R
@@ -10677,7 +11041,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &loss, env);
         t.losses[step - 1] = loss;
         t.polar_iterations[step - 1] = po.iterations;
-        t.flops += 4.0 * (double)M * (double)b * (double)b + (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products);
+        t.flops += 4.0 * (double)M * (double)b * (double)b + (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products + 2.0 * po.inverses);
         t.steps_run = step;
         if (loss < t.best_loss) {
             t.best_loss = loss;
@@ -10697,6 +11061,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_env_free(env, X); quarot_env_free(env, Y); quarot_env_free(env, G); quarot_env_free(env, vw);
     quarot_env_free(env, qpart); quarot_env_free(env, qst);
     quarot_env_free(env, defl);
+    quarot_env_free(env, iw);
+    quarot_env_free(env, perm);
     if (res == QUAROT_OK) {
         out = (double*)quarot_env_alloc(&t.env, 2 * bbytes);
         e = (double*)quarot_env_alloc(env, 2 * bbytes);

@@ -13,8 +13,13 @@
    and time.
 
    usage: bench_adapt [hidden ...] [-t THREADS] [-n ROWS] [-s STEPS] [--no-compare]
+                      [--polar newton|newton-schulz] [--no-deflation]
    (-t runs only that thread count; --no-compare skips the no-deflation and plain Newton-Schulz runs;
-   the machine should be quiet: the times are wall-clock). */
+   --polar picks desc.polar_method (default: the library's, scaled Newton from b = 2048, Newton-Schulz
+   below); --no-deflation sets
+   desc.no_deflation for every run; the machine should be quiet: the times are wall-clock). The
+   "NS it" column is the polar iterations per step (Newton steps plus Newton-Schulz updates); the
+   losses are printed to 9 digits with the best loss and the iterations of every step. */
 #include "quarot.h"
 
 #include <math.h>
@@ -149,16 +154,23 @@ static void compare_plain_ns(const float* x, int64_t n, int64_t h, const quarot_
 
 int main(int argc, char** argv) {
     int64_t sizes[16], n_sizes = 0, rows = 2048, k;
-    int thread_list[2] = {1, 2}, n_thread_list = 2, steps = 20, ti, i, compare = 1;
+    int thread_list[2] = {1, 2}, n_thread_list = 2, steps = 20, ti, i, compare = 1, method = 0, no_defl = 0;
     for (i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) { thread_list[0] = atoi(argv[++i]); n_thread_list = 1; }
         else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) rows = atoll(argv[++i]);
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-compare") == 0) compare = 0;
+        else if (strcmp(argv[i], "--no-deflation") == 0) no_defl = 1;
+        else if (strcmp(argv[i], "--polar") == 0 && i + 1 < argc) {
+            ++i;
+            for (method = 1; quarot_adapt_polar_method_name(method) && strcmp(quarot_adapt_polar_method_name(method), argv[i]) != 0; ++method) {}
+            if (!quarot_adapt_polar_method_name(method)) { fprintf(stderr, "bench_adapt: --polar newton|newton-schulz\n"); return 2; }
+        }
         else if (n_sizes < 16) sizes[n_sizes++] = atoll(argv[i]);
     }
     if (n_sizes == 0) { sizes[0] = 1024; sizes[1] = 2048; sizes[2] = 4096; n_sizes = 3; }
-    printf("bench_adapt: stage 1, %lld rows, %d steps, int4, SIMD %s\n", (long long)rows, steps, quarot_simd_name());
+    printf("bench_adapt: stage 1, %lld rows, %d steps, int4, polar factor: %s, SIMD %s\n", (long long)rows, steps,
+           quarot_adapt_polar_method_name(method), quarot_simd_name());
     printf("  %6s %7s %9s %9s %9s %7s %9s %8s  %s\n", "hidden", "threads", "wall s", "cpu s", "s/step", "NS it", "GFLOP",
            "GFLOP/s", "loss: start -> best (step)");
     for (k = 0; k < n_sizes; ++k) {
@@ -181,7 +193,8 @@ int main(int argc, char** argv) {
             memset(&log, 0, sizeof log);
             d.steps = steps;
             d.seed = 1;
-            d.no_deflation = plain;
+            d.no_deflation = plain || no_defl;
+            d.polar_method = method;
             d.progress = on_progress;
             d.user_data = &log;
             quarot_adapt_context_init(&ctx, &env);
@@ -194,8 +207,9 @@ int main(int argc, char** argv) {
             c1 = cpu_s();
             if (r != QUAROT_OK) { printf("  stage 1 failed: %s: %s\n", quarot_result_string(r), ctx.error); return 1; }
             /* the library counts its GEMMs: per step XH^T B and A = XH*R (2*M*b^2 each), per
-               Newton-Schulz iteration the upper halves of X^T X and G^2 (1.06 b^3 each) and X*T
-               (2 b^3), except that the last, cubic, step needs no G^2 and no X^T X after it */
+               Newton step one inverse (2 b^3), per Newton-Schulz iteration the upper halves of X^T X
+               and G^2 (1.06 b^3 each) and X*T (2 b^3), except that the last, cubic, step needs no
+               G^2 and no X^T X after it */
             flops = ctx.flops;
             for (i = 0; i < ctx.steps_run; ++i) its += ctx.polar_iterations[i];
             printf("  %6lld %7d %9.2f %9.2f %9.2f %7.1f %9.0f %8.1f  %.4e -> %.4e (%d of %d, -%.1f%%)%s\n", (long long)h, threads, t1 - t0, c1 - c0,
@@ -205,7 +219,9 @@ int main(int argc, char** argv) {
                    plain ? "  [no deflation]" : "");
             if (ti == n_thread_list - 1) {
                 printf("         losses:");
-                for (i = 0; i < ctx.steps_run; ++i) printf(" %.4e", ctx.losses[i]);
+                for (i = 0; i < ctx.steps_run; ++i) printf(" %.8e", ctx.losses[i]);
+                printf("\n         best %.8e (step %d); iterations:", ctx.best_loss, ctx.best_step);
+                for (i = 0; i < ctx.steps_run; ++i) printf(" %d", ctx.polar_iterations[i]);
                 printf("\n");
             }
             fflush(stdout);

@@ -382,18 +382,20 @@ static void test_step_is_procrustes(void) {
 }
 
 /* Stage 1 gives the same bits with 1, 2 and 3 threads (the GEMMs split over panels of the output, the
-   symmetric passes over tile rows, and no sum is split), with and without deflation. */
+   symmetric passes over tile rows, the inverse's pivot search is serial, and no sum is split), with
+   and without deflation, with either polar method. h = 320 gives the inverse panels of 128, 128, 64. */
 static void test_stage1_threads(void) {
-    int64_t h = 256, n = 384, i;
+    int64_t h = 320, n = 384, i;
     float* x = make_acts(n, h, 23);
     int nd, t;
-    for (nd = 0; nd < 2; ++nd) {
+    for (nd = 0; nd < 4; ++nd) {
         quarot_adapt_context ref;
         quarot_adapt_desc d;
         memset(&d, 0, sizeof d);
         d.steps = 3;
         d.seed = 5;
-        d.no_deflation = nd;
+        d.no_deflation = nd & 1;
+        d.polar_method = nd < 2 ? QUAROT_ADAPT_POLAR_NEWTON : QUAROT_ADAPT_POLAR_NEWTON_SCHULZ;
         quarot_adapt_context_init(&ref, NULL);
         QT_OK(run_stage1(x, n, h, &d, &ref));
         for (t = 2; t <= 3 && ref.matrix; ++t) {
@@ -411,7 +413,8 @@ static void test_stage1_threads(void) {
                    memcmp(c.matrix, ref.matrix, (size_t)(h * h) * sizeof(double)) == 0;
             for (i = 0; same && i < c.steps_run; ++i)
                 same = c.losses[i] == ref.losses[i] && c.polar_iterations[i] == ref.polar_iterations[i];
-            QT_CHECKF(same, "%d threads (deflation %s): stage 1 differs from one thread", t, nd ? "off" : "on");
+            QT_CHECKF(same, "%d threads (deflation %s, %s): stage 1 differs from one thread", t, (nd & 1) ? "off" : "on",
+                      quarot_adapt_polar_method_name(d.polar_method));
             quarot_adapt_capture_free(&cap);
             quarot_adapt_context_free(&c);
             qx_pool_destroy(pool);
@@ -421,42 +424,49 @@ static void test_stage1_threads(void) {
     free(x);
 }
 
-/* Deflating the outliers' singular values before Newton-Schulz keeps the polar factor: one step
-   gives the same R as without deflation to float precision, in fewer iterations. (Measured against a
-   double-precision polar factor, the deflated float result is the more accurate one: 3e-6 vs 5e-5.
-   Over several steps the two runs drift apart like any two float runs do, since rounding to the
-   int4 grid is discontinuous, so only one step is compared.) */
+/* Deflating the outliers' singular values before the polar iteration keeps the polar factor: one step
+   gives the same R as without deflation to float precision, in fewer iterations, with either polar
+   method (Newton-Schulz: at least 3 fewer; scaled Newton, whose count grows only like
+   log log cond: not more). (Measured against a double-precision polar factor, the deflated float
+   Newton-Schulz result is the more accurate one: 3e-6 vs 5e-5. Over several steps the two runs drift
+   apart like any two float runs do, since rounding to the int4 grid is discontinuous, so only one step
+   is compared.) */
 static void test_deflation_same_result(void) {
     int64_t h = 128, n = 512, i;
     float* x = make_acts(n, h, 17);
-    quarot_adapt_desc d;
-    quarot_adapt_context c1, c2;
-    double dr = 0, dl = 0;
-    int it1 = 0, it2 = 0, k;
-    memset(&d, 0, sizeof d);
-    d.steps = 1;
-    d.seed = 2;
-    quarot_adapt_context_init(&c1, NULL);
-    quarot_adapt_context_init(&c2, NULL);
-    QT_OK(run_stage1(x, n, h, &d, &c1));
-    d.no_deflation = 1;
-    QT_OK(run_stage1(x, n, h, &d, &c2));
-    QT_CHECK(c1.matrix && c2.matrix && c1.steps_run == c2.steps_run && c1.best_step == c2.best_step);
-    if (!c1.matrix || !c2.matrix || c1.steps_run != c2.steps_run) { quarot_adapt_context_free(&c1); quarot_adapt_context_free(&c2); free(x); return; }
-    for (i = 0; i < h * h; ++i) if (fabs(c1.matrix[i] - c2.matrix[i]) > dr) dr = fabs(c1.matrix[i] - c2.matrix[i]);
-    for (k = 0; k < c1.steps_run; ++k) {
-        double e = fabs(c1.losses[k] - c2.losses[k]) / c2.losses[k];
-        if (e > dl) dl = e;
-        it1 += c1.polar_iterations[k];
-        it2 += c2.polar_iterations[k];
+    int method;
+    for (method = QUAROT_ADAPT_POLAR_NEWTON; method <= QUAROT_ADAPT_POLAR_NEWTON_SCHULZ; ++method) {
+        quarot_adapt_desc d;
+        quarot_adapt_context c1, c2;
+        double dr = 0, dl = 0;
+        int it1 = 0, it2 = 0, k;
+        memset(&d, 0, sizeof d);
+        d.steps = 1;
+        d.seed = 2;
+        d.polar_method = method;
+        quarot_adapt_context_init(&c1, NULL);
+        quarot_adapt_context_init(&c2, NULL);
+        QT_OK(run_stage1(x, n, h, &d, &c1));
+        d.no_deflation = 1;
+        QT_OK(run_stage1(x, n, h, &d, &c2));
+        QT_CHECK(c1.matrix && c2.matrix && c1.steps_run == c2.steps_run && c1.best_step == c2.best_step);
+        if (!c1.matrix || !c2.matrix || c1.steps_run != c2.steps_run) { quarot_adapt_context_free(&c1); quarot_adapt_context_free(&c2); break; }
+        for (i = 0; i < h * h; ++i) if (fabs(c1.matrix[i] - c2.matrix[i]) > dr) dr = fabs(c1.matrix[i] - c2.matrix[i]);
+        for (k = 0; k < c1.steps_run; ++k) {
+            double e = fabs(c1.losses[k] - c2.losses[k]) / c2.losses[k];
+            if (e > dl) dl = e;
+            it1 += c1.polar_iterations[k];
+            it2 += c2.polar_iterations[k];
+        }
+        QT_CHECKF(dr <= 2e-4, "%s: R_best with and without deflation differ by %.3g", quarot_adapt_polar_method_name(method), dr);
+        QT_CHECKF(dl <= 1e-5, "%s: losses with and without deflation differ by %.3g (relative)", quarot_adapt_polar_method_name(method), dl);
+        if (method == QUAROT_ADAPT_POLAR_NEWTON_SCHULZ) QT_CHECKF(it1 + 3 <= it2, "deflation saved no Newton-Schulz iterations (%d vs %d)", it1, it2);
+        else QT_CHECKF(it1 <= it2, "deflation cost Newton iterations (%d vs %d)", it1, it2);
+        printf("    %s, %d steps: %d iterations with deflation, %d without; max|dR| %.1e, losses %.1e apart\n",
+               quarot_adapt_polar_method_name(method), c1.steps_run, it1, it2, dr, dl);
+        quarot_adapt_context_free(&c1);
+        quarot_adapt_context_free(&c2);
     }
-    QT_CHECKF(dr <= 2e-4, "R_best with and without deflation differ by %.3g", dr);
-    QT_CHECKF(dl <= 1e-5, "losses with and without deflation differ by %.3g (relative)", dl);
-    QT_CHECKF(it1 + 3 <= it2, "deflation saved no iterations (%d vs %d)", it1, it2);
-    printf("    %d steps: %d Newton-Schulz iterations with deflation, %d without; max|dR| %.1e, losses %.1e apart\n",
-           c1.steps_run, it1, it2, dr, dl);
-    quarot_adapt_context_free(&c1);
-    quarot_adapt_context_free(&c2);
     free(x);
 }
 

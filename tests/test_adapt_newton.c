@@ -1,0 +1,210 @@
+/* The scaled Newton polar factor of Adapt Rotation stage 1 (>>adapt_solve, private: this program
+   compiles its own copy of the implementation, QUAROT_STATIC so it cannot clash with libqx's).
+
+   - quarot__sinv, the blocked Gauss-Jordan inverse with partial pivoting: A * inv(A) - I computed in
+     double from the float A and the float result, for random Gaussian A (several panel layouts: n =
+     1, 5, 130, 300) and for A = U diag(s) V^T with cond(A) = 1e5; a singular A (a zero column, A = 0)
+     -> QUAROT_ERR_NOT_CONVERGED, and cond 1e10 -> the same error from the Newton driver; the same bits
+     and permutation with 1, 2 and 3 threads.
+   - the Newton polar path of quarot__adapt_polar against the f64 Newton-Schulz polar factor
+     (quarot_polar_newton_schulz_f64) of the same regularized C, for cond(C) = 1e1 .. 1e5, beside the
+     float Newton-Schulz path (the same function without the inverse's workspace); both must be
+     orthogonal to tol and within a bound of the reference that grows with the condition number
+     (a float C defines its polar factor only to about cond * 2^-24 in its small singular directions).
+   - quarot_adapt_desc.polar_method: names, and an unknown value -> QUAROT_ERR_INVALID_ARGUMENT. */
+#define QUAROT_STATIC
+#define QUAROT_IMPLEMENTATION
+#include "quarot.h"
+#include "qt.h"
+#include "qx_threads.h"
+
+/* max|A X - I| in double, X = inv(A) read from the quarot__sinv result through perm */
+static double inv_residual(int64_t n, const float* a, const float* res, const int64_t* perm) {
+    double worst = 0.0;
+    int64_t i, j, k;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) {
+            double s = 0.0;
+            for (k = 0; k < n; ++k) s += (double)a[i * n + k] * (double)res[k * n + perm[j]];
+            s -= i == j ? 1.0 : 0.0;
+            if (!(fabs(s) <= worst)) worst = fabs(s);
+        }
+    return worst;
+}
+
+/* A [n][n] = U diag(s) V^T with Haar U, V and s log-spaced from 1 to 1/cond (float, rounded once) */
+static void make_conditioned(int64_t n, double cond, uint64_t seed, float* a) {
+    double* u = (double*)malloc((size_t)(n * n) * sizeof(double));
+    double* v = (double*)malloc((size_t)(n * n) * sizeof(double));
+    int64_t i, j, k;
+    QT_OK(quarot_random_orthogonal_f64(n, seed, u, n, NULL));
+    QT_OK(quarot_random_orthogonal_f64(n, seed + 1000, v, n, NULL));
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) {
+            double s = 0.0;
+            for (k = 0; k < n; ++k) s += u[i * n + k] * pow(cond, -(double)k / (double)(n > 1 ? n - 1 : 1)) * v[j * n + k];
+            a[i * n + j] = (float)s;
+        }
+    free(u);
+    free(v);
+}
+
+static void test_sinv(void) {
+    const int64_t sizes[] = {1, 5, 130, 300};
+    int s, ns = qt_quick() ? 3 : 4;
+    for (s = 0; s < ns + 1; ++s) {
+        int ill = s == ns;                          /* last: cond 1e5 */
+        int64_t n = ill ? (qt_quick() ? 130 : 300) : sizes[s], i;
+        float* a = (float*)malloc((size_t)(n * n) * sizeof(float));
+        float* r = (float*)malloc((size_t)(n * n) * sizeof(float));
+        float* r2 = (float*)malloc((size_t)(n * n) * sizeof(float));
+        float* w = (float*)malloc(quarot__sinv_floats(n) * sizeof(float));
+        int64_t* perm = (int64_t*)malloc((size_t)(2 * n) * sizeof(int64_t));
+        int64_t* perm2 = (int64_t*)malloc((size_t)(2 * n) * sizeof(int64_t));
+        /* bounds: 1e-3 for the random matrices (cond ~ n); cond 1e5: n cond 2^-24, the first-order bound
+           n eps ||A|| ||inv(A)|| on the residual of an inverse by elimination with small growth */
+        double e, bound = ill ? (double)n * 1e5 / 16777216.0 : 1e-3;
+        int t;
+        if (ill) make_conditioned(n, 1e5, 7, a);
+        else {
+            qt_seed((unsigned long long)(40 + s));
+            for (i = 0; i < n * n; ++i) a[i] = (float)qt_normal();
+        }
+        memcpy(r, a, (size_t)(n * n) * sizeof(float));
+        QT_OK(quarot__sinv(n, r, perm, w, NULL));
+        e = inv_residual(n, a, r, perm);
+        /* measured: 1.3e-7 (n = 5), 6.3e-6 (130), 4.7e-5 (300); cond 1e5: 0.44 (130, bound 0.77),
+           0.17 (300, bound 1.8) */
+        QT_CHECKF(e <= bound, "n = %lld%s: max|A inv(A) - I| = %.3g > %.0e", (long long)n, ill ? " (cond 1e5)" : "", e, bound);
+        printf("    n = %lld%s: max|A inv(A) - I| = %.2e\n", (long long)n, ill ? ", cond 1e5" : "", e);
+        for (t = 2; t <= 3; ++t) {                  /* the same bits for any thread count */
+            qx_pool* pool = qx_pool_create(t);
+            quarot_env env;
+            qx_pool_env(pool, &env);
+            memcpy(r2, a, (size_t)(n * n) * sizeof(float));
+            QT_OK(quarot__sinv(n, r2, perm2, w, &env));
+            QT_CHECKF(memcmp(r, r2, (size_t)(n * n) * sizeof(float)) == 0 && memcmp(perm, perm2, (size_t)n * sizeof(int64_t)) == 0,
+                      "n = %lld: %d threads differ from one", (long long)n, t);
+            qx_pool_destroy(pool);
+        }
+        if (n >= 5) {
+            /* exactly singular: column 3 zero, then A = 0 */
+            float* g = (float*)malloc((size_t)(n * n) * sizeof(float));
+            float* y = (float*)malloc((size_t)(n * n) * sizeof(float));
+            double part[8];
+            int steps;
+            memcpy(r2, a, (size_t)(n * n) * sizeof(float));
+            for (i = 0; i < n; ++i) r2[i * n + 3] = 0.0f;
+            QT_CHECK(quarot__sinv(n, r2, perm2, w, NULL) == QUAROT_ERR_NOT_CONVERGED);
+            memset(r2, 0, (size_t)(n * n) * sizeof(float));
+            QT_CHECK(quarot__sinv(n, r2, perm2, w, NULL) == QUAROT_ERR_NOT_CONVERGED);
+            /* cond 1e10 (I with one diagonal entry 1e-10: no zero pivot): the Newton driver refuses it,
+               cond(X) >= ||X||_F ||X^-1||_F / n > 2^24. (Singular only up to rounding, e.g. two equal
+               rows, is not recognized: the pivot ends near 1e-7 and ||X||_F ||X^-1||_F / n was 3e5 at n =
+               300, within the range of regular cond-1e5 matrices; the inverse is then large and inaccurate,
+               as with any float inversion. Stage 1's lambda keeps cond(X) near 1e5.) */
+            memset(r2, 0, (size_t)(n * n) * sizeof(float));
+            for (i = 0; i < n; ++i) r2[i * n + i] = i == 2 ? 1e-10f : 1.0f;
+            QT_CHECK(quarot__newton_polar(n, r2, y, g, perm2, w, part, 1.0, 0.0, &steps, NULL) == QUAROT_ERR_NOT_CONVERGED);
+            free(g);
+            free(y);
+        }
+        free(a); free(r); free(r2); free(w); free(perm); free(perm2);
+    }
+}
+
+/* polar(C + lambda I) by the Newton path and by the Newton-Schulz path of quarot__adapt_polar, against
+   quarot_polar_newton_schulz_f64 of the same C + lambda I in double */
+static void test_newton_polar(void) {
+    int64_t n = qt_quick() ? 128 : 256, nn = n * n, i, j, k;
+    float *c = (float*)malloc((size_t)nn * sizeof(float)), *c0 = (float*)malloc((size_t)nn * sizeof(float));
+    float *x = (float*)malloc((size_t)nn * sizeof(float)), *y = (float*)malloc((size_t)nn * sizeof(float));
+    float *g = (float*)malloc((size_t)nn * sizeof(float)), *h = (float*)malloc((size_t)nn * sizeof(float));
+    float* iw = (float*)malloc(quarot__sinv_floats(n) * sizeof(float));
+    int64_t* perm = (int64_t*)malloc((size_t)(2 * n) * sizeof(int64_t));
+    double *v = (double*)malloc((size_t)(2 * n) * sizeof(double)), *cd = (double*)malloc((size_t)nn * sizeof(double));
+    double *ud = (double*)malloc((size_t)nn * sizeof(double)), *ud2 = (double*)malloc((size_t)nn * sizeof(double));
+    const double reg = 1e-5, tol = 1e-5;
+    int ci;
+    for (ci = 1; ci <= 5; ++ci) {
+        double cond = pow(10.0, ci), sig, lam, err[2] = {0, 0}, orth[2] = {0, 0}, sens = 0.0;
+        int m, its[2] = {0, 0};
+        quarot_polar_desc pd;
+        make_conditioned(n, cond, (uint64_t)(100 + ci), c0);
+        memcpy(c, c0, (size_t)nn * sizeof(float));
+        sig = quarot__adapt_sigma_max(n, c, v, v + n, NULL);          /* the lambda the solver will use */
+        lam = reg * sig;
+        for (i = 0; i < nn; ++i) cd[i] = (double)c0[i];
+        for (i = 0; i < n; ++i) cd[i * n + i] += lam;
+        memset(&pd, 0, sizeof pd);
+        pd.tol = 1e-12;
+        pd.max_iter = 200;
+        QT_OK(quarot_polar_newton_schulz_f64(n, cd, n, ud, n, &pd, NULL, NULL));
+        /* what the last bit of C means: the f64 polar factor of C with every entry moved by up to half
+           an ulp of float (relative 2^-24, random sign) */
+        qt_seed((unsigned long long)(200 + ci));
+        for (i = 0; i < nn; ++i) cd[i] = (double)c0[i] * (1.0 + (qt_normal() > 0.0 ? 1.0 : -1.0) / 16777216.0);
+        for (i = 0; i < n; ++i) cd[i * n + i] += lam;
+        QT_OK(quarot_polar_newton_schulz_f64(n, cd, n, ud2, n, &pd, NULL, NULL));
+        for (i = 0; i < nn; ++i)
+            if (!(fabs(ud2[i] - ud[i]) <= sens)) sens = fabs(ud2[i] - ud[i]);
+        for (m = 0; m < 2; ++m) {                   /* 0: Newton, 1: Newton-Schulz */
+            quarot__adapt_polar_out po;
+            float* u = NULL;
+            memcpy(c, c0, (size_t)nn * sizeof(float));
+            QT_OK(quarot__adapt_polar(n, c, NULL, x, y, g, h, v, NULL, perm, m == 0 ? iw : NULL, reg, tol, 100, &u, &po, NULL));
+            its[m] = po.iterations;
+            QT_CHECK(m == 0 ? po.inverses >= 3 : po.inverses == 0);
+            for (i = 0; u && i < nn; ++i)
+                if (!(fabs((double)u[i] - ud[i]) <= err[m])) err[m] = fabs((double)u[i] - ud[i]);
+            for (i = 0; u && i < n; ++i)            /* max|U^T U - I| in double */
+                for (j = i; j < n; ++j) {
+                    double s = 0.0;
+                    for (k = 0; k < n; ++k) s += (double)u[k * n + i] * (double)u[k * n + j];
+                    s -= i == j ? 1.0 : 0.0;
+                    if (!(fabs(s) <= orth[m])) orth[m] = fabs(s);
+                }
+        }
+        printf("    cond %.0e: max|U - U_f64|: Newton %.2e (%d iterations), Newton-Schulz %.2e (%d); max|U^T U - I| %.1e, %.1e; "
+               "U_f64 moves %.1e for C's last bit\n", cond, err[0], its[0], err[1], its[1], orth[0], orth[1], sens);
+        /* measured at n = 256, cond 1e1 .. 1e5: Newton 1.9e-6, 2.4e-6, 9.8e-6, 2.3e-4, 4.1e-3; Newton-Schulz
+           7.8e-6, 5.0e-6, 2.7e-6, 1.1e-5, 8.0e-5; the reference itself moves by 2.1e-8 .. 2.1e-5 when C's
+           entries move by half a float ulp. Newton's error grows like cond * 2^-24: it comes from the
+           float inverse of the first step (with that one inverse done in double, a trial gave 9.2e-6 at
+           cond 1e5), in the directions of C's smallest singular values, which carry the least
+           activation energy (stage 1's losses agree with the Newton-Schulz path's to ~1e-4, README).
+           The bound: 2e-5 + 2 cond 2^-24 */
+        QT_CHECKF(err[0] <= 2e-5 + 2.0 * cond / 16777216.0, "cond %.0e: Newton polar factor %.3g from the f64 reference", cond, err[0]);
+        QT_CHECKF(orth[0] <= 2.0 * tol && orth[1] <= 2.0 * tol, "cond %.0e: not orthogonal (%.3g, %.3g)", cond, orth[0], orth[1]);
+    }
+    free(c); free(c0); free(x); free(y); free(g); free(h); free(iw); free(perm); free(v); free(cd); free(ud); free(ud2);
+}
+
+static void test_polar_method_names(void) {
+    quarot_adapt_capture cap;
+    quarot_adapt_context ctx;
+    quarot_adapt_desc d;
+    float row[64];
+    int i;
+    QT_CHECK(strcmp(quarot_adapt_polar_method_name(QUAROT_ADAPT_POLAR_DEFAULT), "default") == 0);
+    QT_CHECK(strcmp(quarot_adapt_polar_method_name(QUAROT_ADAPT_POLAR_NEWTON), "newton") == 0);
+    QT_CHECK(strcmp(quarot_adapt_polar_method_name(QUAROT_ADAPT_POLAR_NEWTON_SCHULZ), "newton-schulz") == 0);
+    QT_CHECK(quarot_adapt_polar_method_name(3) == NULL && quarot_adapt_polar_method_name(-1) == NULL);
+    for (i = 0; i < 64; ++i) row[i] = (float)(i % 7) - 3.0f;
+    memset(&d, 0, sizeof d);
+    QT_OK(quarot_adapt_capture_init(&cap, 64, &d, NULL));
+    QT_OK(quarot_adapt_capture_add(&cap, "layers.0.up_proj", row, 1, 64));
+    quarot_adapt_context_init(&ctx, NULL);
+    d.polar_method = 3;
+    QT_CHECK(quarot_adapt_stage1(&cap, &d, &ctx, NULL) == QUAROT_ERR_INVALID_ARGUMENT);
+    QT_CHECK(strstr(ctx.error, "polar_method") != NULL);
+    quarot_adapt_context_free(&ctx);
+    quarot_adapt_capture_free(&cap);
+}
+
+int main(void) {
+    QT_RUN(test_sinv);
+    QT_RUN(test_newton_polar);
+    QT_RUN(test_polar_method_names);
+    return qt_finish("test_adapt_newton");
+}
