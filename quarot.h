@@ -7960,42 +7960,29 @@ static void quarot__span_set_f64(quarot_dtype dt, char* p, int64_t cnt, const do
     quarot__convert_run(p, dt, in, QUAROT_DTYPE_F64, cnt, quarot_isa_best());
 }
 
-// x <- x * (I_outer (x) Q (x) I_inner) for `rows` contiguous rows of length L = outer*n*inner.
-// tmp holds n*inner doubles when inner > 1.
-static quarot_result quarot__rotate_rows_f64(const quarot_rotation* rot, double* x, int64_t rows, int64_t L,
-                                             int64_t outer, int64_t inner, double* tmp, void* work, size_t ws) {
-    int64_t n = rot->n, r, o, k, c;
-    quarot_result res = QUAROT_OK;
-    if (inner == 1) return quarot_rotation_apply_f64(rot, x, rows * outer, n, 0, work, ws);
-    for (r = 0; r < rows && res == QUAROT_OK; ++r)
-        for (o = 0; o < outer && res == QUAROT_OK; ++o) {
-            double* base = x + r * L + o * n * inner;
-            for (k = 0; k < n; ++k)
-                for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
-            res = quarot_rotation_apply_f64(rot, tmp, inner, n, 0, work, ws);
-            for (k = 0; k < n; ++k)
-                for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
-        }
-    return res;
+// x <- x * (I_outer (x) Q (x) I_inner) for `rows` contiguous rows of length L = outer*n*inner, in
+// double (quarot__rotate_rows_f64) or in single precision (quarot__rotate_rows_f32, the
+// quarot_command.f32 path). tmp holds n*inner elements when inner > 1.
+#define QUAROT__ROTATE_ROWS_DEF(S, T)                                                                     \
+static quarot_result quarot__rotate_rows_##S(const quarot_rotation* rot, T* x, int64_t rows, int64_t L,  \
+                                             int64_t outer, int64_t inner, T* tmp, void* work, size_t ws) { \
+    int64_t n = rot->n, r, o, k, c;                                                                       \
+    quarot_result res = QUAROT_OK;                                                                        \
+    if (inner == 1) return quarot_rotation_apply_##S(rot, x, rows * outer, n, 0, work, ws);                \
+    for (r = 0; r < rows && res == QUAROT_OK; ++r)                                                        \
+        for (o = 0; o < outer && res == QUAROT_OK; ++o) {                                                 \
+            T* base = x + r * L + o * n * inner;                                                          \
+            for (k = 0; k < n; ++k)                                                                       \
+                for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];                         \
+            res = quarot_rotation_apply_##S(rot, tmp, inner, n, 0, work, ws);                              \
+            for (k = 0; k < n; ++k)                                                                       \
+                for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];                         \
+        }                                                                                                 \
+    return res;                                                                                           \
 }
-
-// The f32 twin of quarot__rotate_rows_f64 (tmp holds n*inner floats when inner > 1); stride = L.
-static quarot_result quarot__rotate_rows_f32(const quarot_rotation* rot, float* x, int64_t rows, int64_t L,
-                                             int64_t outer, int64_t inner, float* tmp, void* work, size_t ws) {
-    int64_t n = rot->n, r, o, k, c;
-    quarot_result res = QUAROT_OK;
-    if (inner == 1) return quarot_rotation_apply_f32(rot, x, rows * outer, n, 0, work, ws);
-    for (r = 0; r < rows && res == QUAROT_OK; ++r)
-        for (o = 0; o < outer && res == QUAROT_OK; ++o) {
-            float* base = x + r * L + o * n * inner;
-            for (k = 0; k < n; ++k)
-                for (c = 0; c < inner; ++c) tmp[c * n + k] = base[k * inner + c];
-            res = quarot_rotation_apply_f32(rot, tmp, inner, n, 0, work, ws);
-            for (k = 0; k < n; ++k)
-                for (c = 0; c < inner; ++c) base[k * inner + c] = tmp[c * n + k];
-        }
-    return res;
-}
+QUAROT__ROTATE_ROWS_DEF(f64, double)
+QUAROT__ROTATE_ROWS_DEF(f32, float)
+#undef QUAROT__ROTATE_ROWS_DEF
 
 typedef struct quarot__cmd_job {
     const quarot_command* c;
