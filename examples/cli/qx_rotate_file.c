@@ -350,30 +350,6 @@ static int qx__open_backing(const qx__rf* b, const quarot_tensor* t, int64_t* of
     return -1;
 }
 
-/* The first element of a row of n f32 (f64 when wide) values that is NaN or Inf (exponent all
-   ones), or -1. Blocks of 64 with a branch-free OR, which the compiler vectorizes (fixed count); a
-   block that has one is searched again. The row was just written, so it is read from L1. */
-static int64_t qx__first_nonfinite(const void* row, int64_t n, int wide) {
-    int64_t i0, i;
-    if (wide) {
-        const uint64_t* u = (const uint64_t*)row;
-        for (i = 0; i < n; ++i)
-            if ((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull) return i;
-        return -1;
-    }
-    for (i0 = 0; i0 < n; i0 += 64) {
-        const uint32_t* u = (const uint32_t*)row + i0;
-        unsigned bad = 0;
-        if (n - i0 >= 64) {
-            for (i = 0; i < 64; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
-            if (!bad) continue;
-        }
-        for (i = 0; i < 64 && i0 + i < n; ++i)
-            if ((u[i] & 0x7f800000u) == 0x7f800000u) return i0 + i;
-    }
-    return -1;
-}
-
 /* Rows [task*QX__OWN_ROWS, ...) of a view widened to f32 into a contiguous copy (a pool task), each
    row checked for NaN / Inf as it is written (the processor's validation leaves the values to us:
    quarot_rotate_desc.values_checked_by_caller): bad[task] = the first bad flat index, -1 none.
@@ -435,9 +411,11 @@ static void qx__own_task(void* arg, int64_t task) {
     const qx__own_job* j = (const qx__own_job*)arg;
     const quarot_tensor* src = j->src;
     int64_t rows = quarot_tensor_nrows(src), r = task * QX__OWN_ROWS, end = r + QX__OWN_ROWS < rows ? r + QX__OWN_ROWS : rows;
-    int64_t r0 = r, done = r;
+    int64_t done = r, ne0 = src->ne[0];
     char* buf = NULL;
+    quarot_tensor rv;   /* one row of the copy, for quarot_tensor_check_finite */
     j->bad[task] = -1;
+    (void)quarot_tensor_init(&rv, NULL, j->same ? src->dtype : QUAROT_DTYPE_F32, 1, &ne0);   /* ne0 >= 1 of a valid tensor */
     if (j->fd >= 0) done = qx__own_pread(j, r, end, &buf);
     free(buf);
     for (; r < end; ++r) {
@@ -452,9 +430,11 @@ static void qx__own_task(void* arg, int64_t task) {
         } else {
             (void)quarot_tensor_get_row_f32(src, r, (float*)dst);
         }
-        if (j->bad[task] < 0 && (at = qx__first_nonfinite(dst, src->ne[0], j->es == 8)) >= 0) j->bad[task] = r * src->ne[0] + at;
+        if (j->bad[task] < 0) {   /* the row was just written: read from L1 */
+            rv.data = dst;
+            if (quarot_tensor_check_finite(&rv, &at) == QUAROT_ERR_NONFINITE) j->bad[task] = r * ne0 + at;
+        }
     }
-    (void)r0;
 }
 
 /* Replace a view by a writable contiguous copy (f16/bf16 widened to f32 so the processor's several
