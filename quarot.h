@@ -3614,7 +3614,7 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
 
 // Bytes of the b > 1 pattern tables: the kernels build 2^(b-1) entries (chains) of at most 64 floats
 // per block, for a group of blocks of about QUAROT__MIXB_CACHE bytes at a time.
-#define QUAROT__MIXB_CACHE 32768
+#define QUAROT__MIXB_CACHE 49152
 static size_t quarot__mix_table_bytes(const quarot_hadamard_plan* p) {
     size_t per_block, all, group;
     const int64_t Km = p->mix_half ? p->K / 2 : p->K;   // the order the blocked mixing runs on
@@ -4052,7 +4052,7 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MT_L4 zt = QUAROT__MIXB_LDZ(k0 + 4, jc);                                          \
     QUAROT__MT_LV(8, 0) QUAROT__MT_LV(9, 1) QUAROT__MT_LV(10, 2) QUAROT__MT_LV(11, 3)                \
     QUAROT__MT_LV(12, 4) QUAROT__MT_LV(13, 5) QUAROT__MT_LV(14, 6) QUAROT__MT_LV(15, 7)
-#define QUAROT__MT_S(x) QUAROT__VST(T + x * ew + c, e##x);
+#define QUAROT__MT_S(x) QUAROT__VST(T + x * EW_ + c, e##x);
 #define QUAROT__MT_S1 QUAROT__MT_S(0)
 #define QUAROT__MT_S2 QUAROT__MT_S1 QUAROT__MT_S(1)
 #define QUAROT__MT_S4 QUAROT__MT_S2 QUAROT__MT_S(2) QUAROT__MT_S(3)
@@ -4094,6 +4094,25 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MR_STORE1(r) QUAROT__MR_STORE(QUAROT__NV1, r)
 #define QUAROT__MR_STORE2(r) QUAROT__MR_STORE(QUAROT__NV2, r)
 #define QUAROT__MR_STORE4(r) QUAROT__MR_STORE(QUAROT__NV4, r)
+// The tables of blocks g0 .. g1-1 for N vectors per entry (a compile-time entry stride, so that the
+// stores of one level use one base register): T = tab + (blk - g0) * 2^(b-1) entries of N*W floats.
+#define QUAROT__MT_BUILD(N)                                                                      \
+    for (blk = g0, k0 = g0 * b; blk < g1; ++blk, k0 += b) {                                      \
+        const int64_t EW_ = N * QUAROT__W, L = K - k0 < b ? K - k0 : b;                          \
+        float* T = tab + ((blk - g0) << (b - 1)) * EW_;                                          \
+        for (c = 0; c < EW_; c += QUAROT__W) {                                                   \
+            const int64_t jc = j0 + c;                                                           \
+            QUAROT__V e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, zt;  \
+            e0 = QUAROT__MIXB_LDZ(k0, jc);                                                       \
+            switch (L) {                                                                         \
+                case 1: QUAROT__MT_S1 break;                                                     \
+                case 2: QUAROT__MT_L1 QUAROT__MT_S2 break;                                       \
+                case 3: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_S4 break;                         \
+                case 4: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_S8 break;           \
+                default: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_L4 QUAROT__MT_S16 break; \
+            }                                                                                    \
+        }                                                                                        \
+    }
 // The output loop over i for NV vectors per output (N = 1, 2, 4).
 #define QUAROT__MR_OUTPUTS(N)                                                                    \
     for (i0 = 0; i0 < K; i0 += QUAROT__MIXB_RI) {                                                \
@@ -4120,27 +4139,10 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
         for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
             const uint32_t base = (uint32_t)(g0 << (b - 1));                                     \
             g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
-            /* tables of blocks g0 .. g1-1: T = tab + (blk - g0) * 2^(b-1) entries of ew floats */ \
-            for (blk = g0, k0 = g0 * b; blk < g1; ++blk, k0 += b) {                              \
-                float* T = tab + ((blk - g0) << (b - 1)) * ew;                                   \
-                const int64_t L = K - k0 < b ? K - k0 : b;                                       \
-                for (c = 0; c < ew; c += QUAROT__W) {                                            \
-                    const int64_t jc = j0 + c;                                                   \
-                    QUAROT__V e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, zt; \
-                    e0 = QUAROT__MIXB_LDZ(k0, jc);                                               \
-                    switch (L) {                                                                 \
-                        case 1: QUAROT__MT_S1 break;                                             \
-                        case 2: QUAROT__MT_L1 QUAROT__MT_S2 break;                               \
-                        case 3: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_S4 break;                 \
-                        case 4: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_S8 break;   \
-                        default: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_L4 QUAROT__MT_S16 break; \
-                    }                                                                            \
-                }                                                                                \
-            }                                                                                    \
-            /* outputs: running sums over the group's blocks, NV vectors per output */           \
-            if (nv == 4) { QUAROT__MR_OUTPUTS(4) }                                               \
-            else if (nv == 2) { QUAROT__MR_OUTPUTS(2) }                                          \
-            else { QUAROT__MR_OUTPUTS(1) }                                                       \
+            /* the group's tables, then the outputs' running sums over its blocks */            \
+            if (nv == 4) { QUAROT__MT_BUILD(4) QUAROT__MR_OUTPUTS(4) }                           \
+            else if (nv == 2) { QUAROT__MT_BUILD(2) QUAROT__MR_OUTPUTS(2) }                      \
+            else { QUAROT__MT_BUILD(1) QUAROT__MR_OUTPUTS(1) }                                   \
         }                                                                                        \
     }                                                                                            \
 }
