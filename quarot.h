@@ -3896,11 +3896,11 @@ static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, 
     }                                                                                            \
 }                                                                                                \
 /* Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in       \
-   registers with the in-lane stages, reading src when given, then passes over the chunk in x),    \
-   bits lc .. L-1 in passes over                                                                   \
-   the whole row. Groups are as even as can be (a radix-2 pass is bound by its loads and stores), \
-   at most LOGR bits, and at most 3 bits in the whole-row passes, whose 2^r loads are 4 KiB or    \
-   more apart and share one L1 set (8 ways). lc minimizes the number of passes. */               \
+   registers with the in-lane stages, reading src when given, then passes over the chunk in x),  \
+   bits lc .. L-1 in passes over the whole row. Groups are as even as can be (a radix-2 pass is    \
+   bound by its loads and stores), at most LOGR bits, and at most 3 bits in the whole-row passes,   \
+   whose 2^r loads are 4 KiB or more apart and share one L1 set (8 ways). lc minimizes the number  \
+   of passes. */                                                                                   \
 static void quarot__wht_row_f32_##isa(float* x, const float* src, int L, const float* pre,     \
                                        const float* post, const float* scale) {                  \
     int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;                                      \
