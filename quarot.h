@@ -410,14 +410,15 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
 
 // A transform of length n = K*2^m: owns H_K (built once, K*K bytes) and what the mixing kernels
 // read. mix_block = b is 1 when 2^m < 16 (the SIMD kernels then vectorize across outputs i and read
-// mix_f32) and otherwise the b in 2..8 that minimizes the adds, ceil(K/b) * (2^(b+1) + K).
+// mix_f32) and otherwise the b in 2..5 that minimizes the adds, ceil(K/b) * (2^(b+1) + K).
 //   mix_f32 (b == 1, 1 < K <= 2048): +-1.0f in panels of 16 outputs, mix_f32[o][p][k][l] =
 //     c_o(k, 16p + l) for o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16
 //     with K16 = K rounded up to a multiple of 64, zero where 16p + l >= K: 2 * K16 * K floats.
 //   mix_sel (b > 1): mix_sel[o][i][blk] for i < K8 (K rounded up to a multiple of 8; rows beyond K
-//     name entry blk * 2^b) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^b sums that output i adds for
-//     the block, blk * 2^b + p + (g == -1 ? 2^(b-1) : 0), with p the sign pattern of c_o(k, i) over
-//     the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g).
+//     name entry blk * 2^(b-1)) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^(b-1)
+//     chains that output i adds for the block, blk * 2^(b-1) + p, with p the sign pattern of c_o(k, i)
+//     over the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g);
+//   mix_sgn (b > 1): mix_sgn[o][i][blk] = g as a float, +1.0f or -1.0f (+1 for rows beyond K).
 //   mix_half (a Paley II core with 2^m >= 16, step 3'): A = H_K[2r][2c], [K/2][K/2]; mix_block and
 //     mix_sel then describe the mixing of order K/2 on A over 2^(m+1) columns.
 typedef struct quarot_hadamard_plan {
@@ -427,6 +428,7 @@ typedef struct quarot_hadamard_plan {
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
     float* mix_f32;                // [2][K16/16][K][16] or NULL
     uint32_t* mix_sel;             // [2][K8][ceil(K/b)] or NULL (K = K/2 when mix_half is set)
+    float* mix_sgn;                // [2][K8][ceil(K/b)] beside mix_sel, or NULL
     int8_t* mix_half;              // [K/2][K/2] A = H_K[2r][2c], the split Paley II mixing (step 3'), or NULL
     quarot_hadamard_info info;
     quarot_env env;                // copy of the env used to allocate the arrays
@@ -451,8 +453,9 @@ typedef struct quarot_hadamard_apply_desc {
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env);
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
 // Workspace bytes one apply call needs (0 for powers of two); independent of the row count and of
-// the ISA, the same for f32 and f64: n doubles (2n when mix_half is set), plus the pattern tables of the b > 1 mixing
-// (at most 2^b * 64 floats per block, at most 128 KiB in all), plus alignment slack.
+// the ISA, the same for f32 and f64: n doubles (2n when mix_half is set), plus the pattern tables of
+// the b > 1 mixing (2^(b-1) * 64 floats per block, for a group of blocks of at most 32 KiB, or one
+// block where that is more), plus alignment slack.
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
 // x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
 // touched. work may be NULL only when the workspace size is 0 (else QUAROT_ERR_WORKSPACE, as for
@@ -3310,18 +3313,22 @@ static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex
 // n*m adds for the butterflies, about K*n/b for the mixing.
 
 // Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
-// x *= pre (if not NULL), butterflies, x *= post (if not NULL), x *= *scale (if not NULL).
-typedef void (*quarot__wht_row_fn)(float* x, int L, const float* pre, const float* post, const float* scale);
+// x *= pre (if not NULL), butterflies, x *= post (if not NULL), x *= *scale (if not NULL). With src
+// not NULL the row is read from src instead (src and x do not overlap), x is only written: the copy
+// into a workspace rides on the first loads.
+typedef void (*quarot__wht_row_fn)(float* x, const float* src, int L, const float* pre, const float* post,
+                                   const float* scale);
 // A mixing kernel: y[K][M] = mix of z[K][M] with the coefficient panels of one orientation
 // (plan->mix_f32 + o * K16 * K), then post-signs and scale; z and y do not overlap.
 typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
                                const float* post, const float* scale);
-// A blocked mixing kernel (mix_block b > 1, 2^m >= 16): sel = plan->mix_sel for one orientation
-// ([K8][nb]), tab the pattern tables in the workspace. corr (the split Paley II mixing, NULL
+// A blocked mixing kernel (mix_block b > 1, 2^m >= 16): sel, sgn = plan->mix_sel, mix_sgn for one
+// orientation ([K8][nb]), tab the pattern tables in the workspace. corr (the split Paley II mixing, NULL
 // otherwise): [K][M] z before the extra stage; the kernel then reads z2 = pair(corr) on the fly (z is
 // not read) and output (c, j) becomes y - (w + w), w = corr[c][j ^ M/2].
 typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint32_t* sel,
-                                int64_t nb, float* tab, const float* corr, const float* post, const float* scale);
+                                const float* sgn, int64_t nb, float* tab, const float* corr, const float* post,
+                                const float* scale);
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
@@ -3334,9 +3341,11 @@ static void quarot__f64_select(quarot_isa isa,
 // The specification: one row of n = 2^L floats, the textbook in-place butterfly in stage order.
 // Every SIMD kernel computes exactly these a + b and a - b, only in another (dependency-respecting)
 // order, so the results are the same bits.
-static void quarot__wht_row_f32_ref(float* x, int L, const float* pre, const float* post, const float* scale) {
+static void quarot__wht_row_f32_ref(float* x, const float* src, int L, const float* pre, const float* post,
+                                    const float* scale) {
     const int64_t n = (int64_t)1 << L;
     int64_t h, i, j;
+    if (src) memcpy(x, src, (size_t)n * sizeof(float));
     if (pre) for (i = 0; i < n; ++i) x[i] = x[i] * pre[i];
     for (h = 1; h < n; h <<= 1) {
         for (i = 0; i < n; i += 2 * h) {
@@ -3447,12 +3456,14 @@ static void quarot__mix_corr_f64(double* y, const double* z, int64_t Kh, int64_t
 }
 
 // The mixing block b for core K and 2^m = M (declaration notes): 1 below 16 columns, else the b in
-// 2..8 with the fewest adds plus table stores per column, ceil(K/b) * (2^(b+1) + K).
+// 2..5 with the fewest adds plus table stores per column, ceil(K/b) * (2^(b+1) + K). The SIMD
+// kernels build a block's 2^(b-1) chains in registers, which caps b at 5 (16 registers of entries);
+// the cost would pick 6 or more only for K above about 300.
 static int quarot__mix_block(int64_t K, int64_t M) {
     int b, best = 1;
     int64_t cost, best_cost = K * (K + 4);
     if (K <= 1 || M < 16) return 1;
-    for (b = 2; b <= 8; ++b) {
+    for (b = 2; b <= 5; ++b) {
         cost = (K + b - 1) / b * (((int64_t)2 << b) + K);
         if (cost < best_cost) { best_cost = cost; best = b; }
     }
@@ -3486,7 +3497,7 @@ QUAROT_API quarot_result quarot_fwht_f32(float* x, int64_t n, int64_t rows, int6
     r = quarot__isa_resolve(isa, &isa);
     if (r != QUAROT_OK) return r;
     fn = quarot__wht_row_select(isa);
-    for (i = 0; i < rows; ++i) fn(x + i * stride, L, NULL, NULL, NULL);
+    for (i = 0; i < rows; ++i) fn(x + i * stride, NULL, L, NULL, NULL, NULL);
     return QUAROT_OK;
 }
 
@@ -3508,6 +3519,7 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     quarot_env_free(&p->env, p->had_k);
     quarot_env_free(&p->env, p->mix_f32);
     quarot_env_free(&p->env, p->mix_sel);
+    quarot_env_free(&p->env, p->mix_sgn);
     quarot_env_free(&p->env, p->mix_half);
     memset(p, 0, sizeof *p);
 }
@@ -3559,23 +3571,25 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
         p->mix_block = b = quarot__mix_block(Km, (int64_t)2 << p->m);
     }
     if (b > 1) {
-        // mix_sel[o][i][blk] = blk*2^b + pattern (bit t-1: c_o(k0+t, i) != g) + 2^(b-1) if g == -1,
+        // mix_sel[o][i][blk] = blk*2^(b-1) + pattern (bit t-1: c_o(k0+t, i) != g), mix_sgn = g,
         // c_o from hm, of order Km (H_K, or A for the split mixing).
         nb = (Km + b - 1) / b;
         K8 = (Km + 7) / 8 * 8;
         bytes = (size_t)(2 * nb * K8) * sizeof(uint32_t);
         p->mix_sel = (uint32_t*)quarot_env_alloc(&p->env, bytes);
-        if (!p->mix_sel) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+        p->mix_sgn = (float*)quarot_env_alloc(&p->env, (size_t)(2 * nb * K8) * sizeof(float));
+        if (!p->mix_sel || !p->mix_sgn) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
         memset(p->mix_sel, 0, bytes);
         for (o = 0; o < 2; ++o) {
             for (i = 0; i < K8; ++i) {   // rows Km .. K8-1 (never stored) name entry 0 of each block
                 for (blk = 0; blk < nb; ++blk) {
                     const int64_t k0 = blk * b;
                     const int8_t g = i >= Km ? 1 : o ? hm[i * Km + k0] : hm[k0 * Km + i];
-                    uint32_t sel = ((uint32_t)blk << b) | (g < 0 ? 1u << (b - 1) : 0u);
+                    uint32_t sel = (uint32_t)blk << (b - 1);
                     for (t = 1; i < Km && t < b && k0 + t < Km; ++t)
                         if ((o ? hm[i * Km + k0 + t] : hm[(k0 + t) * Km + i]) != g) sel |= 1u << (t - 1);
                     p->mix_sel[(o * K8 + i) * nb + blk] = sel;
+                    p->mix_sgn[(o * K8 + i) * nb + blk] = g < 0 ? -1.0f : 1.0f;
                 }
             }
         }
@@ -3598,14 +3612,14 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
     return QUAROT_OK;
 }
 
-// Bytes of the b > 1 pattern tables: the kernels build 2^b entries (sums and their negations) of at
-// most 64 floats per block, for a group of blocks of about QUAROT__MIXB_CACHE bytes at a time.
-#define QUAROT__MIXB_CACHE 131072
+// Bytes of the b > 1 pattern tables: the kernels build 2^(b-1) entries (chains) of at most 64 floats
+// per block, for a group of blocks of about QUAROT__MIXB_CACHE bytes at a time.
+#define QUAROT__MIXB_CACHE 49152
 static size_t quarot__mix_table_bytes(const quarot_hadamard_plan* p) {
     size_t per_block, all, group;
     const int64_t Km = p->mix_half ? p->K / 2 : p->K;   // the order the blocked mixing runs on
     if (p->mix_block <= 1) return 0;
-    per_block = (size_t)64 * sizeof(float) << p->mix_block;
+    per_block = (size_t)64 * sizeof(float) << (p->mix_block - 1);
     all = (size_t)((Km + p->mix_block - 1) / p->mix_block) * per_block;
     group = per_block > QUAROT__MIXB_CACHE ? per_block : QUAROT__MIXB_CACHE;
     return all < group ? all : group;
@@ -3625,8 +3639,8 @@ static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const vo
                                          size_t elem, void* work, size_t work_size, void** work_out) {
     quarot_result r;
     size_t need;
-    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 || p->mix_block > 8 ||
-        (p->mix_block > 1 && !p->mix_sel))
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 || p->mix_block > 5 ||
+        (p->mix_block > 1 && (!p->mix_sel || !p->mix_sgn)))
         return QUAROT_ERR_INVALID_ARGUMENT;
     r = quarot__rows_check(x, p->n, rows, stride, elem);
     if (r != QUAROT_OK) return r;
@@ -3668,17 +3682,16 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     s = (float)(1.0 / sqrt((double)p->n));
     scale = dd.unnormalized ? NULL : &s;
     if (p->K == 1) {
-        for (i = 0; i < rows; ++i) row_fn(x + i * stride, p->m, pre, post, scale);
+        for (i = 0; i < rows; ++i) row_fn(x + i * stride, NULL, p->m, pre, post, scale);
         return QUAROT_OK;
     }
-    // K > 1: z = fwht_M(x * pre) in the workspace, then x = mix_K(z) * post * scale. Workspace
-    // layout: z at w (n floats, room for n doubles), the blocked mixing tables after it.
+    // K > 1: z = fwht_M(x * pre) in the workspace (read straight from x), then x = mix_K(z) * post *
+    // scale. Workspace layout: z at w (n floats, room for n doubles), the blocked mixing tables after it.
     M = (int64_t)1 << p->m;
     for (i = 0; i < rows; ++i) {
         float* xr = x + i * stride;
         float* z = (float*)w;
-        memcpy(z, xr, (size_t)p->n * sizeof(float));
-        for (k = 0; k < p->K; ++k) row_fn(z + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
+        for (k = 0; k < p->K; ++k) row_fn(z + k * M, xr + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
         // Mixing kernel by plan layout: split Paley II (z2 = z + n), blocked tables (b > 1), float
         // panels, or the scalar spec.
         if (p->mix_half) {
@@ -3686,8 +3699,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
             float* z2 = z + p->n;
             if (mixb_fn) {   // the kernel pairs z on the fly
                 float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
-                mixb_fn(NULL, xr, Kh, 2 * M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, z,
-                        post, scale);
+                mixb_fn(NULL, xr, Kh, 2 * M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0),
+                        p->mix_sgn + (dd.transpose ? nb * K8 : 0), nb, tab, z, post, scale);
             } else {
                 quarot__mix_pair_f32(z, z2, Kh, M);
                 quarot__mix_f32_ref(z2, xr, Kh, 2 * M, p->mix_half, dd.transpose, p->mix_block, NULL, NULL);
@@ -3696,8 +3709,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         } else if (mixb_fn && p->mix_block > 1) {
             const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
             float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
-            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0), nb, tab, NULL,
-                    post, scale);
+            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0),
+                    p->mix_sgn + (dd.transpose ? nb * K8 : 0), nb, tab, NULL, post, scale);
         } else if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
@@ -3801,7 +3814,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 #define QUAROT__REP16(X) QUAROT__REP8(X) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define QUAROT__EXPAND(m, args) m args
 // Per register t of a block/pass at p (stride h floats): load (times pre-signs q), in-lane, store (post, scale).
-#define QUAROT__LDQ(t) v##t = QUAROT__VLD(p + t * h); if (q) v##t = QUAROT__VMUL(v##t, QUAROT__VLD(q + t * h));
+#define QUAROT__LDQ(t) v##t = QUAROT__VLD(ps + t * h); if (q) v##t = QUAROT__VMUL(v##t, QUAROT__VLD(q + t * h));
 #define QUAROT__INL(t) v##t = QUAROT__VINLANE(v##t);
 #define QUAROT__STQ(t) { QUAROT__V o_ = v##t;                                           \
     if (q) o_ = QUAROT__VMUL(o_, QUAROT__VLD(q + t * h));                                \
@@ -3825,9 +3838,10 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     if (scale) { a_ = QUAROT__VMUL(a_, sv); v##t = QUAROT__VMUL(v##t, sv); }                   \
     QUAROT__VST(x + t * h, a_); QUAROT__VST(x + half + t * h, v##t); }
 #define QUAROT__TWOBLK(N) { QUAROT__V QUAROT__V##N;                                            \
-    p = x; q = pre; QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL)                     \
+    p = x; ps = src ? src : x; q = pre; QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL)  \
     QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) QUAROT__REP##N(QUAROT__ST)                    \
-    p = x + half; q = pre ? pre + half : NULL; QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL) \
+    p = x + half; ps += half; q = pre ? pre + half : NULL;                                       \
+    QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL)                                      \
     QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) QUAROT__REP##N(QUAROT__FIN) }
 
 // The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
@@ -3835,9 +3849,10 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 // driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
 #define QUAROT__WHT_DEFINE(isa)                                                                  \
 /* [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers */ \
-static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const float* post,     \
-                                       const float* scale) {                                     \
+static void quarot__wht_blk_f32_##isa(float* p, const float* src, int lv, const float* pre,      \
+                                       const float* post, const float* scale) {                  \
     const int64_t h = QUAROT__W;                                                                 \
+    const float* ps = src ? src : p;                                                             \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
     const float* q;                                                                              \
     switch (lv) {                                                                                \
@@ -3849,11 +3864,11 @@ static void quarot__wht_blk_f32_##isa(float* p, int lv, const float* pre, const 
     }                                                                                            \
 }                                                                                                \
 /* 2 * W * 2^LOGR floats at x: two register blocks, then the last stage fused into block B */      \
-static void quarot__wht_two_f32_##isa(float* x, const float* pre, const float* post,          \
-                                       const float* scale) {                                     \
+static void quarot__wht_two_f32_##isa(float* x, const float* src, const float* pre,            \
+                                       const float* post, const float* scale) {                  \
     const int64_t h = QUAROT__W, half = (int64_t)QUAROT__W << QUAROT__LOGR;                      \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const float* q;                                                                              \
+    const float *q, *ps;                                                                         \
     float* p;                                                                                    \
     if (QUAROT__LOGR == 3) QUAROT__TWOBLK(8) else QUAROT__TWOBLK(16)                             \
 }                                                                                                \
@@ -3869,6 +3884,7 @@ static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, 
     for (base = 0; base < len; base += h << r) {                                                 \
         for (c = 0; c < h; c += QUAROT__W) {                                                     \
             float* p = x + base + c;                                                             \
+            const float* ps = p;                                                                 \
             post = post_row ? post_row + base + c : NULL;                                        \
             switch (r) {                                                                         \
                 case 1: QUAROT__RADIX(2, QUAROT__WITHOUT) break;                                 \
@@ -3880,20 +3896,21 @@ static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, 
     }                                                                                            \
 }                                                                                                \
 /* Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in       \
-   registers with the in-lane stages, then passes over the chunk), bits lc .. L-1 in passes over   \
-   the whole row. Groups are as even as can be (a radix-2 pass is bound by its loads and stores), \
-   at most LOGR bits, and at most 3 bits in the whole-row passes, whose 2^r loads are 4 KiB or    \
-   more apart and share one L1 set (8 ways). lc minimizes the number of passes. */               \
-static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const float* post,     \
-                                       const float* scale) {                                     \
+   registers with the in-lane stages, reading src when given, then passes over the chunk in x),  \
+   bits lc .. L-1 in passes over the whole row. Groups are as even as can be (a radix-2 pass is    \
+   bound by its loads and stores), at most LOGR bits, and at most 3 bits in the whole-row passes,   \
+   whose 2^r loads are 4 KiB or more apart and share one L1 set (8 ways). lc minimizes the number  \
+   of passes. */                                                                                   \
+static void quarot__wht_row_f32_##isa(float* x, const float* src, int L, const float* pre,     \
+                                       const float* post, const float* scale) {                  \
     int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;                                      \
     int64_t c0, b0;                                                                              \
-    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, L, pre, post, scale); return; }           \
+    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, src, L, pre, post, scale); return; }      \
     if (L - QUAROT__LOGW <= QUAROT__LOGR) {                                                      \
-        quarot__wht_blk_f32_##isa(x, L - QUAROT__LOGW, pre, post, scale);                        \
+        quarot__wht_blk_f32_##isa(x, src, L - QUAROT__LOGW, pre, post, scale);                   \
         return;                                                                                  \
     }                                                                                            \
-    if (L - QUAROT__LOGW == QUAROT__LOGR + 1) { quarot__wht_two_f32_##isa(x, pre, post, scale); return; } \
+    if (L - QUAROT__LOGW == QUAROT__LOGR + 1) { quarot__wht_two_f32_##isa(x, src, pre, post, scale); return; } \
     /* choose lc: fewest passes, never a 1-bit pass over the whole row */                     \
     for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
         const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
@@ -3907,7 +3924,8 @@ static void quarot__wht_row_f32_##isa(float* x, int L, const float* pre, const f
     for (c0 = 0; c0 < ((int64_t)1 << L); c0 += (int64_t)1 << lc) {                               \
         const int last = T == 0;                                                                 \
         for (b0 = 0; b0 < ((int64_t)1 << lc); b0 += (int64_t)1 << (QUAROT__LOGW + g[0]))         \
-            quarot__wht_blk_f32_##isa(x + c0 + b0, g[0], pre ? pre + c0 + b0 : NULL, NULL, NULL); \
+            quarot__wht_blk_f32_##isa(x + c0 + b0, src ? src + c0 + b0 : NULL, g[0],             \
+                                      pre ? pre + c0 + b0 : NULL, NULL, NULL);                   \
         for (i = 1, lo = QUAROT__LOGW + g[0]; i < nc; lo += g[i++])                              \
             quarot__wht_pass_f32_##isa(x + c0, (int64_t)1 << lc, (int64_t)1 << lo, g[i],         \
                                        last && i == nc - 1 ? post : NULL, last && i == nc - 1 ? scale : NULL); \
@@ -4008,35 +4026,59 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     }                                                                                            \
 }
 
-// Blocked mixing (mix_block b > 1, M >= 16 >= W), per chunk of NV = min(4, M/W) column vectors and
-// per group of blocks whose tables fit in QUAROT__MIXB_CACHE bytes (an L2 share): first the tables, T[e] = z[k0] +-
-// z[k0+1] +- ... (bit t-1 of e set: minus z[k0+t]) built level by level, so that every entry is the
-// chain of the specification, and T[e + 2^(b-1)] = -T[e]; an entry holds the chunk's NV*W columns.
-// Then QUAROT__MIXB_RI outputs at a time add the group's entries named by mix_sel to their running
-// sums (NV vectors each), which wait in y between groups: the same order as one long chain. With
-// corr (split Paley II, W <= M/2) the tables read z2 = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] straight
-// from corr (each element once: every (chunk, block) once) and the last group's store first
-// subtracts the doubled partner of z.
+// Blocked mixing (mix_block 2 <= b <= 5, M >= 16 >= W), per chunk of NV = min(4, M/W) column vectors
+// and per group of blocks whose tables fit in QUAROT__MIXB_CACHE bytes (an L1 share). First the
+// tables, one vector column at a time in registers: for the L <= b rows of a block, T[p] = z[k0] +-
+// z[k0+1] +- ... (bit t-1 of p set: minus z[k0+t]) for the 2^(L-1) patterns p, built level by level
+// (level t adds and subtracts z[k0+t] on every entry so far), so each entry is the specification's
+// chain; only patterns relative to the first coefficient are kept (no negated copies). An entry holds
+// the chunk's NV*W columns. Then QUAROT__MIXB_RI outputs at a time accumulate g*T[p] for the (entry,
+// g) pairs of mix_sel and mix_sgn: acc = QUAROT__VSFIRST(g, T) = g*T exactly, then acc =
+// QUAROT__VSACC(acc, g, T), either an FMA by g = +-1 or an add of T with its sign bit xor'ed: both
+// round the exact acc + g*T once, i.e. the specification's acc + P with P = g*u, signed zeros
+// included. Running sums wait in y between groups: the same order as one long chain. With corr
+// (split Paley II, W <= M/2) the tables read z2 = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] straight from
+// corr (each element once: every (chunk, block) once) and the last group's store first subtracts the
+// doubled partner of z.
 #define QUAROT__MIXB_LDZ(k, jj) (!corr ? QUAROT__VLD(z + (k) * M + (jj))                          \
     : ((jj) & chalf) ? QUAROT__VSUB(QUAROT__VLD(corr + (k) * M + (jj) - chalf), QUAROT__VLD(corr + (k) * M + (jj))) \
                      : QUAROT__VADD(QUAROT__VLD(corr + (k) * M + (jj)), QUAROT__VLD(corr + (k) * M + (jj) + chalf)))
+// Table levels in registers e0 .. e15 (level t: entries e .. e + 2^(t-1) - 1 get -z, the old ones +z).
+#define QUAROT__MT_LV(d, s) e##d = QUAROT__VSUB(e##s, zt); e##s = QUAROT__VADD(e##s, zt);
+#define QUAROT__MT_L1 zt = QUAROT__MIXB_LDZ(k0 + 1, jc); QUAROT__MT_LV(1, 0)
+#define QUAROT__MT_L2 zt = QUAROT__MIXB_LDZ(k0 + 2, jc); QUAROT__MT_LV(2, 0) QUAROT__MT_LV(3, 1)
+#define QUAROT__MT_L3 zt = QUAROT__MIXB_LDZ(k0 + 3, jc);                                          \
+    QUAROT__MT_LV(4, 0) QUAROT__MT_LV(5, 1) QUAROT__MT_LV(6, 2) QUAROT__MT_LV(7, 3)
+#define QUAROT__MT_L4 zt = QUAROT__MIXB_LDZ(k0 + 4, jc);                                          \
+    QUAROT__MT_LV(8, 0) QUAROT__MT_LV(9, 1) QUAROT__MT_LV(10, 2) QUAROT__MT_LV(11, 3)                \
+    QUAROT__MT_LV(12, 4) QUAROT__MT_LV(13, 5) QUAROT__MT_LV(14, 6) QUAROT__MT_LV(15, 7)
+#define QUAROT__MT_S(x) QUAROT__VST(T + x * EW_ + c, e##x);
+#define QUAROT__MT_S1 QUAROT__MT_S(0)
+#define QUAROT__MT_S2 QUAROT__MT_S1 QUAROT__MT_S(1)
+#define QUAROT__MT_S4 QUAROT__MT_S2 QUAROT__MT_S(2) QUAROT__MT_S(3)
+#define QUAROT__MT_S8 QUAROT__MT_S4 QUAROT__MT_S(4) QUAROT__MT_S(5) QUAROT__MT_S(6) QUAROT__MT_S(7)
+#define QUAROT__MT_S16 QUAROT__MT_S8 QUAROT__MT_S(8) QUAROT__MT_S(9) QUAROT__MT_S(10) QUAROT__MT_S(11) \
+    QUAROT__MT_S(12) QUAROT__MT_S(13) QUAROT__MT_S(14) QUAROT__MT_S(15)
 #define QUAROT__NV1(X, r) X(r, 0)
 #define QUAROT__NV2(X, r) X(r, 0) X(r, 1)
 #define QUAROT__NV4(X, r) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
 #define QUAROT__MRV_DECL(r, v) QUAROT__V a##r##_##v;
-#define QUAROT__MRV_LDT(r, v) a##r##_##v = QUAROT__VLD(t_ + v * QUAROT__W);
+#define QUAROT__MRV_LDT(r, v) a##r##_##v = QUAROT__VSFIRST(sg##r, QUAROT__VLD(t_ + v * QUAROT__W));
 #define QUAROT__MRV_LDY(r, v) a##r##_##v = QUAROT__VLD(y_ + v * QUAROT__W);
-#define QUAROT__MRV_ADD(r, v) a##r##_##v = QUAROT__VADD(a##r##_##v, QUAROT__VLD(t_ + v * QUAROT__W));
+#define QUAROT__MRV_ADD(r, v) a##r##_##v = QUAROT__VSACC(a##r##_##v, sg##r, QUAROT__VLD(t_ + v * QUAROT__W));
 #define QUAROT__MRV_OUT(r, v) QUAROT__MA_OUT(o + v * QUAROT__W, a##r##_##v)
 #define QUAROT__MRV_ST(r, v) QUAROT__VST(o + v * QUAROT__W, a##r##_##v);
 #define QUAROT__MRV_CORR(r, v) { const QUAROT__V w_ = QUAROT__VLD(corr + (((o - y) + v * QUAROT__W) ^ chalf)); \
     a##r##_##v = QUAROT__VSUB(a##r##_##v, QUAROT__VADD(w_, w_)); }
-#define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r) const uint32_t* s##r = sel + (i0 + r) * nb;
+#define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r)                                          \
+    const uint32_t* s##r = sel + (i0 + r) * nb; const float* q##r = sgn + (i0 + r) * nb;
 // Outputs past K (the last group when K is not a multiple of RI: the split Paley II mixing has K = q+1
 // = 2 mod 4) are computed but never stored; their running sums start from row i0's, not past y.
-#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; NV(QUAROT__MRV_LDT, r) } \
+#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; \
+        const QUAROT__V sg##r = QUAROT__VSGN(q##r[0]); NV(QUAROT__MRV_LDT, r) }                  \
     else { const float* y_ = y + (i0 + r < K ? i0 + r : i0) * M + j0; NV(QUAROT__MRV_LDY, r) }
-#define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew; NV(QUAROT__MRV_ADD, r) }
+#define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew;       \
+    const QUAROT__V sg##r = QUAROT__VSGN(q##r[blk]); NV(QUAROT__MRV_ADD, r) }
 #define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
     if (g1 == nb) { if (corr) { NV(QUAROT__MRV_CORR, r) } NV(QUAROT__MRV_OUT, r) }               \
     else { NV(QUAROT__MRV_ST, r) } }
@@ -4052,6 +4094,25 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MR_STORE1(r) QUAROT__MR_STORE(QUAROT__NV1, r)
 #define QUAROT__MR_STORE2(r) QUAROT__MR_STORE(QUAROT__NV2, r)
 #define QUAROT__MR_STORE4(r) QUAROT__MR_STORE(QUAROT__NV4, r)
+// The tables of blocks g0 .. g1-1 for N vectors per entry (a compile-time entry stride, so that the
+// stores of one level use one base register): T = tab + (blk - g0) * 2^(b-1) entries of N*W floats.
+#define QUAROT__MT_BUILD(N)                                                                      \
+    for (blk = g0, k0 = g0 * b; blk < g1; ++blk, k0 += b) {                                      \
+        const int64_t EW_ = N * QUAROT__W, L = K - k0 < b ? K - k0 : b;                          \
+        float* T = tab + ((blk - g0) << (b - 1)) * EW_;                                          \
+        for (c = 0; c < EW_; c += QUAROT__W) {                                                   \
+            const int64_t jc = j0 + c;                                                           \
+            QUAROT__V e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, zt;  \
+            e0 = QUAROT__MIXB_LDZ(k0, jc);                                                       \
+            switch (L) {                                                                         \
+                case 1: QUAROT__MT_S1 break;                                                     \
+                case 2: QUAROT__MT_L1 QUAROT__MT_S2 break;                                       \
+                case 3: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_S4 break;                         \
+                case 4: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_S8 break;           \
+                default: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_L4 QUAROT__MT_S16 break; \
+            }                                                                                    \
+        }                                                                                        \
+    }
 // The output loop over i for NV vectors per output (N = 1, 2, 4).
 #define QUAROT__MR_OUTPUTS(N)                                                                    \
     for (i0 = 0; i0 < K; i0 += QUAROT__MIXB_RI) {                                                \
@@ -4064,44 +4125,24 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     }
 
 #define QUAROT__MIXB_DEFINE(isa)                                                                 \
-/* z, y: [K][M]; sel: [K8][nb] entries of one orientation; tab: workspace for one group's tables */ \
+/* z, y: [K][M]; sel, sgn: [K8][nb] entries and signs of one orientation; tab: one group's tables */ \
 static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
-                                    const uint32_t* sel, int64_t nb, float* tab,                 \
+                                    const uint32_t* sel, const float* sgn, int64_t nb, float* tab, \
                                     const float* corr, const float* post, const float* scale) {  \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
     const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
     const int64_t chalf = M / 2;                                                                 \
-    const int64_t half = (int64_t)1 << (b - 1);                                                  \
-    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> b;                   \
+    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> (b - 1);          \
     const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
-    int64_t j0, i0, blk, e, hh, k, g0, g1, c;                                                    \
+    int64_t j0, i0, blk, k0, c, g0, g1;                                                          \
     for (j0 = 0; j0 < M; j0 += ew) {                                                             \
         for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
-            const uint32_t base = (uint32_t)(g0 << b);                                           \
+            const uint32_t base = (uint32_t)(g0 << (b - 1));                                     \
             g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
-            /* tables of blocks g0 .. g1-1: T = tab + (blk - g0) * 2^b entries of ew floats */ \
-            for (blk = g0; blk < g1; ++blk) {                                                    \
-                float* T = tab + ((blk - g0) << b) * ew;                                         \
-                const int64_t k0 = blk * b;                                                      \
-                for (c = 0; c < ew; c += QUAROT__W)                                              \
-                    QUAROT__VST(T + c, QUAROT__MIXB_LDZ(k0, j0 + c));                            \
-                for (k = k0 + 1, hh = 1; k < K && k < k0 + b; ++k, hh *= 2) {                    \
-                    for (c = 0; c < ew; c += QUAROT__W) {                                        \
-                        const QUAROT__V zk = QUAROT__MIXB_LDZ(k, j0 + c);                        \
-                        for (e = 0; e < hh; ++e) {                                               \
-                            const QUAROT__V u = QUAROT__VLD(T + e * ew + c);                     \
-                            QUAROT__VST(T + (e + hh) * ew + c, QUAROT__VSUB(u, zk));             \
-                            QUAROT__VST(T + e * ew + c, QUAROT__VADD(u, zk));                    \
-                        }                                                                        \
-                    }                                                                            \
-                }                                                                                \
-                for (e = 0; e < half * ew; e += QUAROT__W)                                       \
-                    QUAROT__VST(T + half * ew + e, QUAROT__VNEG(QUAROT__VLD(T + e)));            \
-            }                                                                                    \
-            /* outputs: running sums over the group's blocks, NV vectors per output */           \
-            if (nv == 4) { QUAROT__MR_OUTPUTS(4) }                                               \
-            else if (nv == 2) { QUAROT__MR_OUTPUTS(2) }                                          \
-            else { QUAROT__MR_OUTPUTS(1) }                                                       \
+            /* the group's tables, then the outputs' running sums over its blocks */            \
+            if (nv == 4) { QUAROT__MT_BUILD(4) QUAROT__MR_OUTPUTS(4) }                           \
+            else if (nv == 2) { QUAROT__MT_BUILD(2) QUAROT__MR_OUTPUTS(2) }                      \
+            else { QUAROT__MT_BUILD(1) QUAROT__MR_OUTPUTS(1) }                                   \
         }                                                                                        \
     }                                                                                            \
 }
@@ -4139,7 +4180,13 @@ QUAROT__WHT_DEFINE(sse2)
 QUAROT__MIX_DEFINE(sse2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
+#define QUAROT__VSGN(f) _mm_xor_ps(_mm_set1_ps(f), _mm_set1_ps(1.0f))   /* +-1.0f xor 1.0f: the sign bit alone */
+#define QUAROT__VSFIRST(g, t) _mm_xor_ps(t, g)
+#define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm_xor_ps(t, g))
 QUAROT__MIXB_DEFINE(sse2)
+#undef QUAROT__VSGN
+#undef QUAROT__VSFIRST
+#undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI
 #undef QUAROT__MIXB_REP
 #undef QUAROT__V
@@ -4191,7 +4238,13 @@ QUAROT__WHT_DEFINE(avx2)
 QUAROT__MIX_DEFINE(avx2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
+#define QUAROT__VSGN(f) _mm256_xor_ps(_mm256_set1_ps(f), _mm256_set1_ps(1.0f))   /* +-1.0f xor 1.0f: the sign bit alone */
+#define QUAROT__VSFIRST(g, t) _mm256_xor_ps(t, g)
+#define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm256_xor_ps(t, g))
 QUAROT__MIXB_DEFINE(avx2)
+#undef QUAROT__VSGN
+#undef QUAROT__VSFIRST
+#undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI
 #undef QUAROT__MIXB_REP
 #undef QUAROT__V
@@ -4257,9 +4310,15 @@ QUAROT__WHT_DEFINE(avx512)
 #undef QUAROT__VSUB2
 #define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
 QUAROT__MIX_DEFINE(avx512)
-#define QUAROT__MIXB_RI 4
-#define QUAROT__MIXB_REP QUAROT__REP4
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+#define QUAROT__VSGN(f) _mm512_set1_ps(f)                                     /* g = +-1.0f */
+#define QUAROT__VSFIRST(g, t) _mm512_mul_ps(g, t)                             /* exact */
+#define QUAROT__VSACC(a, g, t) _mm512_fmadd_ps(g, t, a)                       /* round(a + g*t) */
 QUAROT__MIXB_DEFINE(avx512)
+#undef QUAROT__VSGN
+#undef QUAROT__VSFIRST
+#undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI
 #undef QUAROT__MIXB_REP
 #undef QUAROT__V
@@ -4307,9 +4366,16 @@ static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
 #define QUAROT__MIX_BREP QUAROT__REP8
 QUAROT__WHT_DEFINE(neon)
 QUAROT__MIX_DEFINE(neon)
-#define QUAROT__MIXB_RI 4
-#define QUAROT__MIXB_REP QUAROT__REP4
+#define QUAROT__MIXB_RI 2
+#define QUAROT__MIXB_REP QUAROT__REP2
+#define QUAROT__VSGN(f) vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(vdupq_n_f32(f)),        \
+                                                     vreinterpretq_u32_f32(vdupq_n_f32(1.0f))))
+#define QUAROT__VSFIRST(g, t) vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(t), vreinterpretq_u32_f32(g)))
+#define QUAROT__VSACC(a, g, t) vaddq_f32(a, QUAROT__VSFIRST(g, t))
 QUAROT__MIXB_DEFINE(neon)
+#undef QUAROT__VSGN
+#undef QUAROT__VSFIRST
+#undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI
 #undef QUAROT__MIXB_REP
 #undef QUAROT__V
