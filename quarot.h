@@ -414,21 +414,20 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
 //   mix_f32 (b == 1, 1 < K <= 2048): +-1.0f in panels of 16 outputs, mix_f32[o][p][k][l] =
 //     c_o(k, 16p + l) for o = 0 (forward, H_K[k][i]) and o = 1 (transpose, H_K[i][k]), p < K16/16
 //     with K16 = K rounded up to a multiple of 64, zero where 16p + l >= K: 2 * K16 * K floats.
-//   mix_sel (b > 1): mix_sel[o][i][blk] for i < K8 (K rounded up to a multiple of 8; rows beyond K
-//     name entry blk * 2^(b-1)) and blocks blk < nb = ceil(K/b): the entry of a table of nb * 2^(b-1)
-//     chains that output i adds for the block, blk * 2^(b-1) + p, with p the sign pattern of c_o(k, i)
-//     over the block relative to its first coefficient g (bit t-1 set when c_o(k0+t, i) != g);
-//   mix_sgn (b > 1): mix_sgn[o][i][blk] = g as a float, +1.0f or -1.0f (+1 for rows beyond K).
+//   mix_pat (b > 1): what output i adds for block blk < nb = ceil(K/b), packed E = floor(64/b) blocks
+//     to a 64-bit word: mix_pat[o][i][w] for rows i < K8 + 8 (K8 = K rounded up to a multiple of 8;
+//     rows from K on are zero) and words w < nw = ceil(nb/E); block blk sits in word blk/E at bit
+//     (blk % E) * b: its low b-1 bits are the sign pattern p of c_o(k, i) over the block relative to
+//     its first coefficient g (bit t-1 set when c_o(k0+t, i) != g), bit b-1 is set when g == -1.
 //   mix_half (a Paley II core with 2^m >= 16, step 3'): A = H_K[2r][2c], [K/2][K/2]; mix_block and
-//     mix_sel then describe the mixing of order K/2 on A over 2^(m+1) columns.
+//     mix_pat then describe the mixing of order K/2 on A over 2^(m+1) columns.
 typedef struct quarot_hadamard_plan {
     int64_t n, K;
     int m;
     int mix_block;                 // b, see above (1 when K == 1)
     int8_t* had_k;                 // [K][K] +-1, NULL when K == 1
     float* mix_f32;                // [2][K16/16][K][16] or NULL
-    uint32_t* mix_sel;             // [2][K8][ceil(K/b)] or NULL (K = K/2 when mix_half is set)
-    float* mix_sgn;                // [2][K8][ceil(K/b)] beside mix_sel, or NULL
+    uint64_t* mix_pat;             // [2][K8 + 8][nw] or NULL (K = K/2 when mix_half is set)
     int8_t* mix_half;              // [K/2][K/2] A = H_K[2r][2c], the split Paley II mixing (step 3'), or NULL
     quarot_hadamard_info info;
     quarot_env env;                // copy of the env used to allocate the arrays
@@ -3322,13 +3321,12 @@ typedef void (*quarot__wht_row_fn)(float* x, const float* src, int L, const floa
 // (plan->mix_f32 + o * K16 * K), then post-signs and scale; z and y do not overlap.
 typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
                                const float* post, const float* scale);
-// A blocked mixing kernel (mix_block b > 1, 2^m >= 16): sel, sgn = plan->mix_sel, mix_sgn for one
-// orientation ([K8][nb]), tab the pattern tables in the workspace. corr (the split Paley II mixing, NULL
+// A blocked mixing kernel (mix_block b > 1, 2^m >= 16): pat = plan->mix_pat for one orientation
+// ([K8 + 8][nw]), tab the pattern tables in the workspace. corr (the split Paley II mixing, NULL
 // otherwise): [K][M] z before the extra stage; the kernel then reads z2 = pair(corr) on the fly (z is
 // not read) and output (c, j) becomes y - (w + w), w = corr[c][j ^ M/2].
-typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint32_t* sel,
-                                const float* sgn, int64_t nb, float* tab, const float* corr, const float* post,
-                                const float* scale);
+typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint64_t* pat,
+                                int64_t nb, float* tab, const float* corr, const float* post, const float* scale);
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
@@ -3518,17 +3516,16 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     if (!p) return;
     quarot_env_free(&p->env, p->had_k);
     quarot_env_free(&p->env, p->mix_f32);
-    quarot_env_free(&p->env, p->mix_sel);
-    quarot_env_free(&p->env, p->mix_sgn);
+    quarot_env_free(&p->env, p->mix_pat);
     quarot_env_free(&p->env, p->mix_half);
     memset(p, 0, sizeof *p);
 }
 
 // Plan: the core K and m from the hadamard module, H_K as bytes, and the mixing data for the SIMD
-// kernels (mix_sel patterns when b > 1, float panels when b == 1). Everything else is per call.
+// kernels (mix_pat patterns when b > 1, float panels when b == 1). Everything else is per call.
 QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int64_t n, const quarot_env* env) {
     quarot_result r;
-    int64_t K, K16, K8, nb, i, k, blk, t, Km;
+    int64_t K, K16, K8, nb, nw, i, k, blk, t, Km;
     size_t kk, bytes;
     int o, b;
     const int8_t* hm;
@@ -3571,25 +3568,25 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
         p->mix_block = b = quarot__mix_block(Km, (int64_t)2 << p->m);
     }
     if (b > 1) {
-        // mix_sel[o][i][blk] = blk*2^(b-1) + pattern (bit t-1: c_o(k0+t, i) != g), mix_sgn = g,
-        // c_o from hm, of order Km (H_K, or A for the split mixing).
+        // mix_pat[o][i][blk / E] |= (pattern (bit t-1: c_o(k0+t, i) != g) | (g < 0) << (b-1)) <<
+        // ((blk % E) * b), c_o from hm, of order Km (H_K, or A for the split mixing).
+        const int64_t E = 64 / b;
         nb = (Km + b - 1) / b;
         K8 = (Km + 7) / 8 * 8;
-        bytes = (size_t)(2 * nb * K8) * sizeof(uint32_t);
-        p->mix_sel = (uint32_t*)quarot_env_alloc(&p->env, bytes);
-        p->mix_sgn = (float*)quarot_env_alloc(&p->env, (size_t)(2 * nb * K8) * sizeof(float));
-        if (!p->mix_sel || !p->mix_sgn) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
-        memset(p->mix_sel, 0, bytes);
+        nw = (nb + E - 1) / E;
+        bytes = (size_t)(2 * (K8 + 8) * nw) * sizeof(uint64_t);
+        p->mix_pat = (uint64_t*)quarot_env_alloc(&p->env, bytes);
+        if (!p->mix_pat) { quarot_hadamard_plan_free(p); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memset(p->mix_pat, 0, bytes);
         for (o = 0; o < 2; ++o) {
-            for (i = 0; i < K8; ++i) {   // rows Km .. K8-1 (never stored) name entry 0 of each block
+            for (i = 0; i < Km; ++i) {   // rows Km .. K8+7 (never stored) stay 0: entry 0, g = +1
                 for (blk = 0; blk < nb; ++blk) {
                     const int64_t k0 = blk * b;
-                    const int8_t g = i >= Km ? 1 : o ? hm[i * Km + k0] : hm[k0 * Km + i];
-                    uint32_t sel = (uint32_t)blk << (b - 1);
-                    for (t = 1; i < Km && t < b && k0 + t < Km; ++t)
-                        if ((o ? hm[i * Km + k0 + t] : hm[(k0 + t) * Km + i]) != g) sel |= 1u << (t - 1);
-                    p->mix_sel[(o * K8 + i) * nb + blk] = sel;
-                    p->mix_sgn[(o * K8 + i) * nb + blk] = g < 0 ? -1.0f : 1.0f;
+                    const int8_t g = o ? hm[i * Km + k0] : hm[k0 * Km + i];
+                    uint64_t e = g < 0 ? (uint64_t)1 << (b - 1) : 0;
+                    for (t = 1; t < b && k0 + t < Km; ++t)
+                        if ((o ? hm[i * Km + k0 + t] : hm[(k0 + t) * Km + i]) != g) e |= (uint64_t)1 << (t - 1);
+                    p->mix_pat[(o * (K8 + 8) + i) * nw + blk / E] |= e << ((blk % E) * b);
                 }
             }
         }
@@ -3640,7 +3637,7 @@ static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const vo
     quarot_result r;
     size_t need;
     if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 || p->mix_block > 5 ||
-        (p->mix_block > 1 && (!p->mix_sel || !p->mix_sgn)))
+        (p->mix_block > 1 && !p->mix_pat))
         return QUAROT_ERR_INVALID_ARGUMENT;
     r = quarot__rows_check(x, p->n, rows, stride, elem);
     if (r != QUAROT_OK) return r;
@@ -3696,11 +3693,12 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         // panels, or the scalar spec.
         if (p->mix_half) {
             const int64_t Kh = p->K / 2, nb = (Kh + p->mix_block - 1) / p->mix_block, K8 = (Kh + 7) / 8 * 8;
+            const int64_t nw = (nb + 64 / p->mix_block - 1) / (64 / p->mix_block);
             float* z2 = z + p->n;
             if (mixb_fn) {   // the kernel pairs z on the fly
                 float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
-                mixb_fn(NULL, xr, Kh, 2 * M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0),
-                        p->mix_sgn + (dd.transpose ? nb * K8 : 0), nb, tab, z, post, scale);
+                mixb_fn(NULL, xr, Kh, 2 * M, p->mix_block, p->mix_pat + (dd.transpose ? (K8 + 8) * nw : 0), nb,
+                        tab, z, post, scale);
             } else {
                 quarot__mix_pair_f32(z, z2, Kh, M);
                 quarot__mix_f32_ref(z2, xr, Kh, 2 * M, p->mix_half, dd.transpose, p->mix_block, NULL, NULL);
@@ -3708,9 +3706,10 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
             }
         } else if (mixb_fn && p->mix_block > 1) {
             const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
+            const int64_t nw = (nb + 64 / p->mix_block - 1) / (64 / p->mix_block);
             float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
-            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_sel + (dd.transpose ? nb * K8 : 0),
-                    p->mix_sgn + (dd.transpose ? nb * K8 : 0), nb, tab, NULL, post, scale);
+            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_pat + (dd.transpose ? (K8 + 8) * nw : 0), nb, tab, NULL,
+                    post, scale);
         } else if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
@@ -4032,11 +4031,14 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 // z[k0+1] +- ... (bit t-1 of p set: minus z[k0+t]) for the 2^(L-1) patterns p, built level by level
 // (level t adds and subtracts z[k0+t] on every entry so far), so each entry is the specification's
 // chain; only patterns relative to the first coefficient are kept (no negated copies). An entry holds
-// the chunk's NV*W columns. Then QUAROT__MIXB_RI outputs at a time accumulate g*T[p] for the (entry,
-// g) pairs of mix_sel and mix_sgn: acc = QUAROT__VSFIRST(g, T) = g*T exactly, then acc =
-// QUAROT__VSACC(acc, g, T), either an FMA by g = +-1 or an add of T with its sign bit xor'ed: both
-// round the exact acc + g*T once, i.e. the specification's acc + P with P = g*u, signed zeros
-// included. Running sums wait in y between groups: the same order as one long chain. With corr
+// the chunk's NV*W columns. Then QUAROT__MIXB_RI outputs at a time accumulate g*T[p] for the (p, g)
+// of mix_pat: acc = QUAROT__VSFIRST(g, T) = g*T exactly, then acc = QUAROT__VSACC(acc, g, T), either
+// an FMA by g = +-1 or an add of T with its sign bit xor'ed: both round the exact acc + g*T once,
+// i.e. the specification's acc + P with P = g*u, signed zeros included. The outputs' pattern words
+// are loaded one output group ahead and the entry addresses come from shifts of them: a vector load
+// whose address waits on a load just before it ran at 2/3 of the rate here (4.3 against 6.0 vector
+// adds per ns in a loop of this shape, Zen 5). Running sums wait in y between groups: the same order
+// as one long chain. With corr
 // (split Paley II, W <= M/2) the tables read z2 = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] straight from
 // corr (each element once: every (chunk, block) once) and the last group's store first subtracts the
 // doubled partner of z.
@@ -4070,15 +4072,21 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MRV_ST(r, v) QUAROT__VST(o + v * QUAROT__W, a##r##_##v);
 #define QUAROT__MRV_CORR(r, v) { const QUAROT__V w_ = QUAROT__VLD(corr + (((o - y) + v * QUAROT__W) ^ chalf)); \
     a##r##_##v = QUAROT__VSUB(a##r##_##v, QUAROT__VADD(w_, w_)); }
+// Per output r of a group: w##r the pattern word (the entry of the next block in its low b bits),
+// nx##r the next group's word (rows up to K8 + 8 exist, zero past K).
+#define QUAROT__MR_NX(r) uint64_t nx##r = pat[(int64_t)r * nwd + wi0] >> sh0;
 #define QUAROT__MR_DECL(NV, r) NV(QUAROT__MRV_DECL, r)                                          \
-    const uint32_t* s##r = sel + (i0 + r) * nb; const float* q##r = sgn + (i0 + r) * nb;
+    uint64_t w##r = nx##r; nx##r = pat[(i0 + QUAROT__MIXB_RI + r) * nwd + wi0] >> sh0;
+#define QUAROT__MR_REFILL(r) w##r = pat[(i0 + r) * nwd + blk / E];
 // Outputs past K (the last group when K is not a multiple of RI: the split Paley II mixing has K = q+1
 // = 2 mod 4) are computed but never stored; their running sums start from row i0's, not past y.
-#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(s##r[0] - base) * ew; \
-        const QUAROT__V sg##r = QUAROT__VSGN(q##r[0]); NV(QUAROT__MRV_LDT, r) }                  \
+#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(w##r & pm) * ew; \
+        const QUAROT__V sg##r = QUAROT__VSGNB((int)(w##r >> (b - 1)) & 1); w##r >>= b;           \
+        NV(QUAROT__MRV_LDT, r) }                                                                 \
     else { const float* y_ = y + (i0 + r < K ? i0 + r : i0) * M + j0; NV(QUAROT__MRV_LDY, r) }
-#define QUAROT__MR_STEP(NV, r) { const float* t_ = tab + (int64_t)(s##r[blk] - base) * ew;       \
-    const QUAROT__V sg##r = QUAROT__VSGN(q##r[blk]); NV(QUAROT__MRV_ADD, r) }
+#define QUAROT__MR_STEP(NV, r) { const float* t_ = tb_ + (int64_t)(w##r & pm) * ew;              \
+    const QUAROT__V sg##r = QUAROT__VSGNB((int)(w##r >> (b - 1)) & 1); w##r >>= b;               \
+    NV(QUAROT__MRV_ADD, r) }
 #define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
     if (g1 == nb) { if (corr) { NV(QUAROT__MRV_CORR, r) } NV(QUAROT__MRV_OUT, r) }               \
     else { NV(QUAROT__MRV_ST, r) } }
@@ -4113,31 +4121,39 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
             }                                                                                    \
         }                                                                                        \
     }
-// The output loop over i for NV vectors per output (N = 1, 2, 4).
-#define QUAROT__MR_OUTPUTS(N)                                                                    \
+// The output loop over i for NV vectors per output (N = 1, 2, 4); lf counts the entries left in the
+// words w##r (E per word).
+#define QUAROT__MR_OUTPUTS(N) {                                                                  \
+    QUAROT__MIXB_REP(QUAROT__MR_NX)                                                              \
     for (i0 = 0; i0 < K; i0 += QUAROT__MIXB_RI) {                                                \
+        int64_t lf = E - g0 % E;                                                                 \
         QUAROT__MIXB_REP(QUAROT__MR_DECL##N)                                                     \
         QUAROT__MIXB_REP(QUAROT__MR_INIT##N)                                                     \
+        if (g0 == 0) --lf;                                                                       \
         for (blk = g0 == 0 ? 1 : g0; blk < g1; ++blk) {                                          \
+            const float* tb_ = tab + ((blk - g0) << (b - 1)) * ew;                               \
+            if (lf == 0) { QUAROT__MIXB_REP(QUAROT__MR_REFILL) lf = E; }                         \
+            --lf;                                                                                \
             QUAROT__MIXB_REP(QUAROT__MR_STEP##N)                                                 \
         }                                                                                        \
         QUAROT__MIXB_REP(QUAROT__MR_STORE##N)                                                    \
-    }
+    } }
 
 #define QUAROT__MIXB_DEFINE(isa)                                                                 \
-/* z, y: [K][M]; sel, sgn: [K8][nb] entries and signs of one orientation; tab: one group's tables */ \
+/* z, y: [K][M]; pat: [K8 + 8][nwd] pattern words of one orientation; tab: one group's tables */ \
 static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
-                                    const uint32_t* sel, const float* sgn, int64_t nb, float* tab, \
+                                    const uint64_t* pat, int64_t nb, float* tab,                 \
                                     const float* corr, const float* post, const float* scale) {  \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
     const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
-    const int64_t chalf = M / 2;                                                                 \
+    const int64_t chalf = M / 2, E = 64 / b, nwd = (nb + E - 1) / E;                             \
+    const uint64_t pm = ((uint64_t)1 << (b - 1)) - 1;                                            \
     const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> (b - 1);          \
     const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
     int64_t j0, i0, blk, k0, c, g0, g1;                                                          \
     for (j0 = 0; j0 < M; j0 += ew) {                                                             \
         for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
-            const uint32_t base = (uint32_t)(g0 << (b - 1));                                     \
+            const int64_t wi0 = g0 / E, sh0 = (g0 % E) * b;                                      \
             g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
             /* the group's tables, then the outputs' running sums over its blocks */            \
             if (nv == 4) { QUAROT__MT_BUILD(4) QUAROT__MR_OUTPUTS(4) }                           \
@@ -4180,11 +4196,11 @@ QUAROT__WHT_DEFINE(sse2)
 QUAROT__MIX_DEFINE(sse2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
-#define QUAROT__VSGN(f) _mm_xor_ps(_mm_set1_ps(f), _mm_set1_ps(1.0f))   /* +-1.0f xor 1.0f: the sign bit alone */
+#define QUAROT__VSGNB(s) _mm_castsi128_ps(_mm_set1_epi32(-(s) & INT_MIN))   /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) _mm_xor_ps(t, g)
 #define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm_xor_ps(t, g))
 QUAROT__MIXB_DEFINE(sse2)
-#undef QUAROT__VSGN
+#undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI
@@ -4238,11 +4254,11 @@ QUAROT__WHT_DEFINE(avx2)
 QUAROT__MIX_DEFINE(avx2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
-#define QUAROT__VSGN(f) _mm256_xor_ps(_mm256_set1_ps(f), _mm256_set1_ps(1.0f))   /* +-1.0f xor 1.0f: the sign bit alone */
+#define QUAROT__VSGNB(s) _mm256_castsi256_ps(_mm256_set1_epi32(-(s) & INT_MIN))   /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) _mm256_xor_ps(t, g)
 #define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm256_xor_ps(t, g))
 QUAROT__MIXB_DEFINE(avx2)
-#undef QUAROT__VSGN
+#undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI
@@ -4312,11 +4328,11 @@ QUAROT__WHT_DEFINE(avx512)
 QUAROT__MIX_DEFINE(avx512)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
-#define QUAROT__VSGN(f) _mm512_set1_ps(f)                                     /* g = +-1.0f */
+#define QUAROT__VSGNB(s) _mm512_castsi512_ps(_mm512_set1_epi32(0x3f800000 | (-(s) & INT_MIN)))   /* g = +-1.0f */
 #define QUAROT__VSFIRST(g, t) _mm512_mul_ps(g, t)                             /* exact */
 #define QUAROT__VSACC(a, g, t) _mm512_fmadd_ps(g, t, a)                       /* round(a + g*t) */
 QUAROT__MIXB_DEFINE(avx512)
-#undef QUAROT__VSGN
+#undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI
@@ -4368,12 +4384,11 @@ QUAROT__WHT_DEFINE(neon)
 QUAROT__MIX_DEFINE(neon)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
-#define QUAROT__VSGN(f) vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(vdupq_n_f32(f)),        \
-                                                     vreinterpretq_u32_f32(vdupq_n_f32(1.0f))))
+#define QUAROT__VSGNB(s) vreinterpretq_f32_s32(vdupq_n_s32(-(s) & INT_MIN))      /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(t), vreinterpretq_u32_f32(g)))
 #define QUAROT__VSACC(a, g, t) vaddq_f32(a, QUAROT__VSFIRST(g, t))
 QUAROT__MIXB_DEFINE(neon)
-#undef QUAROT__VSGN
+#undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
 #undef QUAROT__MIXB_RI

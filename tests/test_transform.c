@@ -564,27 +564,33 @@ static long test_allocs;
 static void* count_alloc(size_t n, void* u) { (void)u; ++test_allocs; return malloc(n); }
 static void count_free(void* p, void* u) { (void)u; if (p) --test_allocs; free(p); }
 
-/* The documented layout of the blocked mixing's plan arrays (declaration notes of the plan): for
-   both orientations, output i and block blk, mix_sel = blk * 2^(b-1) + the sign pattern of c_o(k, i)
-   over the block relative to its first coefficient g, and mix_sgn = g; rows past the order name the
-   block's entry 0 with g = +1. c_o comes from H_K, or from A = H_K[2r][2c] for the split mixing. */
+/* The documented layout of the blocked mixing's pattern words (declaration notes of the plan): for
+   both orientations, output i and block blk, the b bits at (blk % E) * b of word blk / E (E =
+   floor(64/b)) hold the sign pattern of c_o(k, i) over the block relative to its first coefficient
+   g, and bit b-1 is set when g = -1; rows from the order on, up to K8 + 8, are zero. c_o comes from
+   H_K, or from A = H_K[2r][2c] for the split mixing. */
 static int check_mix_tables(const quarot_hadamard_plan* p) {
     const int64_t Km = p->mix_half ? p->K / 2 : p->K, b = p->mix_block, nb = (Km + b - 1) / b;
-    const int64_t K8 = (Km + 7) / 8 * 8;
+    const int64_t K8 = (Km + 7) / 8 * 8, E = 64 / b, nw = (nb + E - 1) / E;
     const int8_t* h = p->mix_half ? p->mix_half : p->had_k;
     int64_t o, i, blk, t, bad = 0;
-    if (b < 2 || b > 5 || !p->mix_sel || !p->mix_sgn) return 0;
+    if (b < 2 || b > 5 || !p->mix_pat) return 0;
     for (o = 0; o < 2; ++o) {
-        for (i = 0; i < K8; ++i) {
+        for (i = 0; i < K8 + 8; ++i) {
             for (blk = 0; blk < nb; ++blk) {
                 const int64_t k0 = blk * b;
-                const int8_t g = i >= Km ? 1 : o ? h[i * Km + k0] : h[k0 * Km + i];
-                uint32_t want = (uint32_t)(blk << (b - 1));
-                for (t = 1; i < Km && t < b && k0 + t < Km; ++t)
-                    if ((o ? h[i * Km + k0 + t] : h[(k0 + t) * Km + i]) != g) want |= 1u << (t - 1);
-                if (p->mix_sel[(o * K8 + i) * nb + blk] != want) ++bad;
-                if (p->mix_sgn[(o * K8 + i) * nb + blk] != (g < 0 ? -1.0f : 1.0f)) ++bad;
+                const uint64_t got = p->mix_pat[(o * (K8 + 8) + i) * nw + blk / E] >> ((blk % E) * b) &
+                                     (((uint64_t)1 << b) - 1);
+                uint64_t want = 0;
+                if (i < Km) {
+                    const int8_t g = o ? h[i * Km + k0] : h[k0 * Km + i];
+                    if (g < 0) want |= (uint64_t)1 << (b - 1);
+                    for (t = 1; t < b && k0 + t < Km; ++t)
+                        if ((o ? h[i * Km + k0 + t] : h[(k0 + t) * Km + i]) != g) want |= (uint64_t)1 << (t - 1);
+                }
+                if (got != want) ++bad;
             }
+            if (nb % E && (p->mix_pat[(o * (K8 + 8) + i) * nw + nw - 1] >> ((nb % E) * b)) != 0) ++bad;
         }
     }
     return bad == 0;
@@ -606,7 +612,7 @@ static void test_plan_info(void) {
     QT_EQ_INT(p.K, 172);
     QT_EQ_INT(p.m, 6);
     QT_CHECK(p.mix_block >= 2 && p.mix_block <= 5);    /* 64 columns: blocked mixing */
-    QT_CHECK(p.had_k != NULL && p.mix_sel != NULL && p.mix_sgn != NULL && p.mix_f32 == NULL);
+    QT_CHECK(p.had_k != NULL && p.mix_pat != NULL && p.mix_f32 == NULL);
     QT_CHECK(check_mix_tables(&p));
     QT_CHECK(quarot_hadamard_workspace_size(&p) >= 11008 * sizeof(double));
     QT_CHECK(test_allocs > 0);
@@ -614,11 +620,11 @@ static void test_plan_info(void) {
     QT_EQ_INT(test_allocs, 0);
     QT_OK(quarot_hadamard_plan_init(&p, 172 * 8, &env));   /* 8 columns: plain k order, float panels */
     QT_EQ_INT(p.mix_block, 1);
-    QT_CHECK(p.mix_f32 != NULL && p.mix_sel == NULL && p.mix_sgn == NULL && p.mix_half == NULL);
+    QT_CHECK(p.mix_f32 != NULL && p.mix_pat == NULL && p.mix_half == NULL);
     quarot_hadamard_plan_free(&p);
     QT_OK(quarot_hadamard_plan_init(&p, 4864, &env));   /* 76 * 2^6, Paley II: split mixing on A = H_76[2r][2c] */
     QT_EQ_INT(p.K, 76);
-    QT_CHECK(p.mix_half != NULL && p.mix_sel != NULL && p.mix_block >= 2 && p.mix_block <= 5);
+    QT_CHECK(p.mix_half != NULL && p.mix_pat != NULL && p.mix_block >= 2 && p.mix_block <= 5);
     QT_CHECK(check_mix_tables(&p));
     QT_CHECK(p.mix_half != NULL && p.mix_half[0] == p.had_k[0] && p.mix_half[5 * 38 + 7] == p.had_k[10 * 76 + 14]);
     QT_CHECK(quarot_hadamard_workspace_size(&p) >= 2 * 4864 * sizeof(double));
