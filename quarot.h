@@ -4187,7 +4187,6 @@ static inline __m128 quarot__inlane_sse2(__m128 v) {
 #define QUAROT__VMUL(a, b) _mm_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_sse2(v)
-#define QUAROT__VNEG(v) _mm_xor_ps(v, _mm_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
@@ -4216,7 +4215,6 @@ QUAROT__MIXB_DEFINE(sse2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
-#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -4245,7 +4243,6 @@ static inline __m256 quarot__inlane_avx2(__m256 v) {
 #define QUAROT__VMUL(a, b) _mm256_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm256_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx2(v)
-#define QUAROT__VNEG(v) _mm256_xor_ps(v, _mm256_set1_ps(-0.0f))
 #define QUAROT__MIX_RI 4
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
@@ -4274,7 +4271,6 @@ QUAROT__MIXB_DEFINE(avx2)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
-#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -4315,7 +4311,6 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
 #define QUAROT__VMUL(a, b) _mm512_mul_ps(a, b)
 #define QUAROT__VSET1(s) _mm512_set1_ps(s)
 #define QUAROT__VINLANE(v) quarot__inlane_avx512(v)
-#define QUAROT__VNEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT_MIN)))
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 4
@@ -4348,7 +4343,6 @@ QUAROT__MIXB_DEFINE(avx512)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
-#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
@@ -4375,7 +4369,6 @@ static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
 #define QUAROT__VMUL(a, b) vmulq_f32(a, b)
 #define QUAROT__VSET1(s) vdupq_n_f32(s)
 #define QUAROT__VINLANE(v) quarot__inlane_neon(v)
-#define QUAROT__VNEG(v) vnegq_f32(v)
 #define QUAROT__MIX_RI 8
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 8
@@ -4404,7 +4397,6 @@ QUAROT__MIXB_DEFINE(neon)
 #undef QUAROT__VMUL
 #undef QUAROT__VSET1
 #undef QUAROT__VINLANE
-#undef QUAROT__VNEG
 #undef QUAROT__MIX_RI
 #undef QUAROT__MIX_REP
 #undef QUAROT__MIX_NB
