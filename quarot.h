@@ -453,7 +453,7 @@ QUAROT_API quarot_result quarot_hadamard_plan_init(quarot_hadamard_plan* p, int6
 QUAROT_API void          quarot_hadamard_plan_free(quarot_hadamard_plan* p);
 // Workspace bytes one apply call needs (0 for powers of two); independent of the row count and of
 // the ISA, the same for f32 and f64: n doubles (2n when mix_half is set), plus the pattern tables of
-// the b > 1 mixing (2^(b-1) * 64 floats per block, for a group of blocks of at most 32 KiB, or one
+// the b > 1 mixing (2^(b-1) * 64 floats per block, for a group of blocks of at most 48 KiB, or one
 // block where that is more), plus alignment slack.
 QUAROT_API size_t        quarot_hadamard_workspace_size(const quarot_hadamard_plan* p);
 // x is [rows][stride]; the first n elements of each row are transformed, the rest of each row is not
@@ -3630,6 +3630,13 @@ QUAROT_API size_t quarot_hadamard_workspace_size(const quarot_hadamard_plan* p) 
     return (size_t)p->n * sizeof(double) * (p->mix_half ? 2u : 1u) + 64 + (tab ? tab + 64 : 0);
 }
 
+// The pattern words of one orientation (declaration notes: [2][K8 + 8][nw] over the blocked mixing's
+// order, K/2 for the split Paley II mixing).
+static const uint64_t* quarot__mix_pat_of(const quarot_hadamard_plan* p, int transpose) {
+    const int64_t Km = p->mix_half ? p->K / 2 : p->K, b = p->mix_block, nb = (Km + b - 1) / b;
+    return p->mix_pat + (transpose ? ((Km + 7) / 8 * 8 + 8) * ((nb + 64 / b - 1) / (64 / b)) : 0);
+}
+
 // Validation shared by the f32 and f64 entry points; *work_out is the 64-byte aligned workspace.
 // A plan that plan_init did not fill (zeroed, or freed) is an invalid argument.
 static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const void* x, int64_t rows, int64_t stride,
@@ -3692,24 +3699,22 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         // Mixing kernel by plan layout: split Paley II (z2 = z + n), blocked tables (b > 1), float
         // panels, or the scalar spec.
         if (p->mix_half) {
-            const int64_t Kh = p->K / 2, nb = (Kh + p->mix_block - 1) / p->mix_block, K8 = (Kh + 7) / 8 * 8;
-            const int64_t nw = (nb + 64 / p->mix_block - 1) / (64 / p->mix_block);
+            const int64_t Kh = p->K / 2, nb = (Kh + p->mix_block - 1) / p->mix_block;
             float* z2 = z + p->n;
             if (mixb_fn) {   // the kernel pairs z on the fly
                 float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
-                mixb_fn(NULL, xr, Kh, 2 * M, p->mix_block, p->mix_pat + (dd.transpose ? (K8 + 8) * nw : 0), nb,
-                        tab, z, post, scale);
+                mixb_fn(NULL, xr, Kh, 2 * M, p->mix_block, quarot__mix_pat_of(p, dd.transpose), nb, tab, z, post,
+                        scale);
             } else {
                 quarot__mix_pair_f32(z, z2, Kh, M);
                 quarot__mix_f32_ref(z2, xr, Kh, 2 * M, p->mix_half, dd.transpose, p->mix_block, NULL, NULL);
                 quarot__mix_corr_f32(xr, z, Kh, M, post, scale);
             }
         } else if (mixb_fn && p->mix_block > 1) {
-            const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block, K8 = (p->K + 7) / 8 * 8;
-            const int64_t nw = (nb + 64 / p->mix_block - 1) / (64 / p->mix_block);
+            const int64_t nb = (p->K + p->mix_block - 1) / p->mix_block;
             float* tab = (float*)(((uintptr_t)(z + p->n * 2) + 63) & ~(uintptr_t)63);   // after n doubles
-            mixb_fn(z, xr, p->K, M, p->mix_block, p->mix_pat + (dd.transpose ? (K8 + 8) * nw : 0), nb, tab, NULL,
-                    post, scale);
+            mixb_fn(z, xr, p->K, M, p->mix_block, quarot__mix_pat_of(p, dd.transpose), nb, tab, NULL, post,
+                    scale);
         } else if (mix_fn && p->mix_f32) {
             const int64_t K16 = (p->K + 63) / 64 * 64;
             mix_fn(z, xr, p->K, M, p->mix_f32 + (dd.transpose ? K16 * p->K : 0), post, scale);
