@@ -3457,11 +3457,12 @@ static void quarot__mix_corr_f64(double* y, const double* z, int64_t Kh, int64_t
 // 2..5 with the fewest adds plus table stores per column, ceil(K/b) * (2^(b+1) + K). The SIMD
 // kernels build a block's 2^(b-1) chains in registers, which caps b at 5 (16 registers of entries);
 // the cost would pick 6 or more only for K above about 300.
+#define QUAROT__MIX_BMAX 5
 static int quarot__mix_block(int64_t K, int64_t M) {
     int b, best = 1;
     int64_t cost, best_cost = K * (K + 4);
     if (K <= 1 || M < 16) return 1;
-    for (b = 2; b <= 5; ++b) {
+    for (b = 2; b <= QUAROT__MIX_BMAX; ++b) {
         cost = (K + b - 1) / b * (((int64_t)2 << b) + K);
         if (cost < best_cost) { best_cost = cost; best = b; }
     }
@@ -3643,8 +3644,8 @@ static quarot_result quarot__apply_check(const quarot_hadamard_plan* p, const vo
                                          size_t elem, void* work, size_t work_size, void** work_out) {
     quarot_result r;
     size_t need;
-    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 || p->mix_block > 5 ||
-        (p->mix_block > 1 && !p->mix_pat))
+    if (!p || p->n <= 0 || p->K < 1 || (p->K > 1 && !p->had_k) || p->mix_block < 1 ||
+        p->mix_block > QUAROT__MIX_BMAX || (p->mix_block > 1 && !p->mix_pat))
         return QUAROT_ERR_INVALID_ARGUMENT;
     r = quarot__rows_check(x, p->n, rows, stride, elem);
     if (r != QUAROT_OK) return r;
