@@ -1205,6 +1205,7 @@ typedef struct quarot_processor {
     int64_t n_creates, cap_creates;
     int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
     int64_t next_layer;
+    int64_t rows_total, rows_next;             // quarot_processor_pre_run_rows: the vocabulary rows, the next window's first
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
@@ -1216,6 +1217,24 @@ QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
 QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
 QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p);
 QUAROT_API void          quarot_processor_free(quarot_processor* p);
+
+// pre_run in row windows, for callers that hold only some rows of the vocabulary-sized tensors at a
+// time (the embedding and lm_head of a 128K vocabulary are GBs in f32, a decoder layer far less).
+// quarot_processor_rows_probe, after init, says whether the global scope is row-separable: QUAROT_OK
+// and *rows = the vocabulary (the embedding's rows) when all of it is row by row on the embedding and
+// lm_head (every global rotate command acts along rows on one of those two, without a bias; the
+// global fusions have no norm bias and feed only lm_head; no mean baking, i.e. no LayerNorm family;
+// the untie copies rows), else QUAROT_ERR_UNSUPPORTED with the reason in model->error (then use
+// quarot_processor_pre_run). quarot_processor_pre_run_rows(p, row0, n) then does pre_run's work on
+// rows [row0, row0 + n); windows come in order from row 0 and the one ending at *rows completes
+// pre_run (the next step is run_layer(0)). During a window the binding's get_tensor for
+// p->plan.embed and p->plan.lm_head (and create_tensor for an untied lm_head, asked once, in the
+// window at row 0, with the whole shape) must give exactly those rows as a 2-D tensor {hidden, n};
+// every other tensor as usual. The final norm is read in every window and set to the identity in the
+// last one. The result is the same as pre_run's, bit for bit, for any windows; on_command sees each
+// window's commands, progress reports "pre_run" once. A failed window leaves the processor unusable.
+QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_t* rows);
+QUAROT_API quarot_result quarot_processor_pre_run_rows(quarot_processor* p, int64_t row0, int64_t n);
 
 // Everything: init, pre_run, every layer, post_run. On failure model->error says why; a failure
 // during init (validation) leaves the model untouched.
@@ -9109,8 +9128,8 @@ static void quarot__fuse_task(void* arg, int64_t task) {
     }
 }
 
-// W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then g <- 1, beta <- 0.
-static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f) {
+// W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then (finish) g <- 1, beta <- 0.
+static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f, int finish) {
     const quarot_env* env = &p->model->env;
     quarot_tensor gt, bt, w, bias;
     double *g = NULL, *beta = NULL, *row = NULL, *badd = NULL;
@@ -9187,6 +9206,7 @@ static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_f
             if (res != QUAROT_OK) goto done;
         }
     }
+    if (!finish) goto done;   // a row window that is not the last: the next one reads g again
     for (j = 0; j < L; ++j) g[j] = 1.0;
     quarot_tensor_set_row_f64(&gt, 0, g);
     if (beta) {
@@ -9249,7 +9269,8 @@ static quarot_result quarot__run_bake(quarot_processor* p, const quarot_plan_bak
     return QUAROT_OK;
 }
 
-static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c) {
+// count: 0 in a row window that is not the last (the command counts as run once, in the last).
+static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c, int count) {
     quarot_tensor w, b;
     int has_bias, times = 1, act = 0, k;
     quarot_result res;
@@ -9265,13 +9286,14 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c)
             quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
             return res;
         }
-        c->runs++;
+        c->runs += count;
     }
     return QUAROT_OK;
 }
 
-// Everything planned for one layer (or -1 = the globals).
-static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer) {
+// Everything planned for one layer (or -1 = the globals). finish = 0: a row window of the globals
+// that is not the last (norms kept, commands not counted).
+static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer, int finish) {
     const quarot_model_config* cfg = &p->model->config;
     int64_t i;
     quarot_result res;
@@ -9279,45 +9301,112 @@ static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         if (f->layer != layer) continue;
         if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
-        if ((res = quarot__run_fusion(p, f)) != QUAROT_OK) return res;
+        if ((res = quarot__run_fusion(p, f, finish)) != QUAROT_OK) return res;
     }
     for (i = 0; i < p->plan.n_bakes; ++i)
         if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) return res;
     for (i = 0; i < p->n_commands; ++i)
-        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i])) != QUAROT_OK) return res;
+        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i], finish)) != QUAROT_OK) return res;
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p) {
-    quarot_model* m;
+// The global scope, whole (first = last = 1, rows = -1) or on one row window of the embedding and
+// lm_head (the binding gives those rows; create_tensor is asked in the first window only).
+static quarot_result quarot__pre_run_part(quarot_processor* p, int first, int last, int64_t rows) {
+    quarot_model* m = p->model;
     quarot_result res;
-    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
-    if (p->stage != 1) return QUAROT_ERR_STATE;
-    m = p->model;
-    if (p->desc.progress) p->desc.progress(p->desc.user_data, "pre_run", -1, m->config.n_layers);
+    if (first && p->desc.progress) p->desc.progress(p->desc.user_data, "pre_run", -1, m->config.n_layers);
     if (p->untie) {   // lm_head <- a copy of the embedding, before anything changes it
         quarot_tensor e, h;
         int64_t ne[2], r;
         double* row;
         if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
         ne[0] = e.ne[0];
-        ne[1] = e.ne[1];
-        res = m->create_tensor(m->user_data, p->plan.lm_head, e.dtype, 2, ne, &h);
-        if (res != QUAROT_OK) { quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res)); return res; }
+        ne[1] = rows < 0 ? e.ne[1] : p->rows_total;
+        if (first) {
+            res = m->create_tensor(m->user_data, p->plan.lm_head, e.dtype, 2, ne, &h);
+            if (res != QUAROT_OK) { quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res)); return res; }
+        } else if ((res = quarot__get(p, p->plan.lm_head, &h)) != QUAROT_OK) {
+            return res;
+        }
+        if (rows >= 0 && (e.ne[1] != rows || h.ne[0] != e.ne[0] || h.ne[1] != rows || h.ne[2] != 1 || h.ne[3] != 1)) {
+            quarot__model_error(m, "row window of %lld rows: the binding gave '%s' {%lld, %lld} and '%s' {%lld, %lld}", (long long)rows,
+                                p->plan.embed, (long long)e.ne[0], (long long)e.ne[1], p->plan.lm_head, (long long)h.ne[0], (long long)h.ne[1]);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
         row = (double*)quarot_env_alloc(&m->env, (size_t)ne[0] * sizeof(double));
         if (!row) return QUAROT_ERR_OUT_OF_MEMORY;
-        for (r = 0; r < ne[1]; ++r) {
+        for (r = 0; r < e.ne[1]; ++r) {
             quarot_tensor_get_row_f64(&e, r, row);
             quarot_tensor_set_row_f64(&h, r, row);
         }
         quarot_env_free(&m->env, row);
-        m->config.tied_embeddings = 0;
+        if (last) m->config.tied_embeddings = 0;
     }
-    res = quarot__run_scope(p, -1);
+    res = quarot__run_scope(p, -1, last);
     if (res != QUAROT_OK) return res;
-    p->stage = 2;
-    p->next_layer = 0;
+    if (last) {
+        p->stage = 2;
+        p->next_layer = 0;
+    }
     return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p) {
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 1 || p->rows_next != 0) return QUAROT_ERR_STATE;
+    return quarot__pre_run_part(p, 1, 1, -1);
+}
+
+QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_t* rows) {
+    quarot_model* m;
+    quarot_tensor e;
+    int64_t i, k;
+    if (!p || !p->model || !rows) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 1 || p->rows_next != 0) return QUAROT_ERR_STATE;
+    m = p->model;
+    for (i = 0; i < p->plan.n_bakes; ++i)
+        if (p->plan.bakes[i].layer < 0) {
+            quarot__model_error(m, "row windows: the global scope bakes means into '%s' (a LayerNorm family)", p->plan.bakes[i].weight);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+    for (i = 0; i < p->plan.n_fusions; ++i) {
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        if (f->layer >= 0) continue;
+        if (f->norm_bias[0]) {
+            quarot__model_error(m, "row windows: the global norm '%s' has a bias ('%s') to fuse", f->norm_weight, f->norm_bias);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k)
+            if (strcmp(p->plan.linears[k].weight, p->plan.lm_head) != 0) {
+                quarot__model_error(m, "row windows: the global norm '%s' feeds '%s', not only lm_head", f->norm_weight, p->plan.linears[k].weight);
+                return QUAROT_ERR_UNSUPPORTED;
+            }
+    }
+    for (i = 0; i < p->n_commands; ++i) {
+        const quarot_command* c = &p->commands[i];
+        if (c->layer >= 0) continue;
+        if ((strcmp(c->weight, p->plan.embed) != 0 && strcmp(c->weight, p->plan.lm_head) != 0) ||
+            !(c->side == QUAROT_SIDE_INPUT || c->embedding) || (c->bias[0] && quarot__exists(p, c->bias))) {
+            quarot__model_error(m, "row windows: the global command on '%s' is not along the rows of the embedding or lm_head", c->weight);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+    }
+    if (quarot__get(p, p->plan.embed, &e) != QUAROT_OK) return QUAROT_ERR_NOT_FOUND;
+    p->rows_total = e.ne[1];   // {hidden, vocab}: checked by init
+    *rows = p->rows_total;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_processor_pre_run_rows(quarot_processor* p, int64_t row0, int64_t n) {
+    quarot_result res;
+    if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->stage != 1 || p->rows_total <= 0 || row0 != p->rows_next) return QUAROT_ERR_STATE;
+    if (n < 1 || n > p->rows_total - row0) return QUAROT_ERR_INVALID_ARGUMENT;
+    p->rows_next = -1;   // unusable unless this window succeeds
+    res = quarot__pre_run_part(p, row0 == 0, row0 + n == p->rows_total, n);
+    if (res == QUAROT_OK) p->rows_next = row0 + n;
+    return res;
 }
 
 // Register the online hooks of one layer (matching the offline halves its commands applied).
@@ -9352,7 +9441,7 @@ QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t
         quarot__model_error(m, "acquire_layer(%lld) failed: %s", (long long)layer, quarot_result_string(res));
         return res;
     }
-    res = quarot__run_scope(p, layer);
+    res = quarot__run_scope(p, layer, 1);
     if (res == QUAROT_OK) res = quarot__register_hooks(p, layer);
     if (m->release_layer) {
         rr = m->release_layer(m->user_data, layer, 1);

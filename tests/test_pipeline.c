@@ -398,6 +398,159 @@ static void test_processor_steps_in_order(void) {
     qx_store_free(&s);
 }
 
+/* A binding that hands out rows [r0, r0 + n) of the embedding and lm_head while `on` (the contract of
+   quarot_processor_pre_run_rows), everything else through the store's own binding. */
+typedef struct win_bind {
+    quarot_model inner;
+    const char *embed, *head;
+    int64_t r0, n;
+    int on, creates;
+} win_bind;
+
+static void win_view(win_bind* w, const char* name, quarot_tensor* t) {
+    if (!w->on || (strcmp(name, w->embed) != 0 && strcmp(name, w->head) != 0)) return;
+    t->data = (char*)t->data + (size_t)w->r0 * t->nb[1];
+    t->ne[1] = w->n;
+    t->nb[2] = t->nb[1] * (size_t)w->n;
+    t->nb[3] = t->nb[2];
+}
+static quarot_result win_get(void* u, const char* name, quarot_tensor* out) {
+    win_bind* w = (win_bind*)u;
+    quarot_result r = w->inner.get_tensor(w->inner.user_data, name, out);
+    if (r == QUAROT_OK) win_view(w, name, out);
+    return r;
+}
+static quarot_result win_create(void* u, const char* name, quarot_dtype dt, int nd, const int64_t* ne, quarot_tensor* out) {
+    win_bind* w = (win_bind*)u;
+    quarot_result r = w->inner.create_tensor(w->inner.user_data, name, dt, nd, ne, out);
+    w->creates++;
+    if (r == QUAROT_OK) win_view(w, name, out);
+    return r;
+}
+static quarot_result win_acquire(void* u, int64_t l) { win_bind* w = (win_bind*)u; return w->inner.acquire_layer(w->inner.user_data, l); }
+static quarot_result win_release(void* u, int64_t l, int mod) { win_bind* w = (win_bind*)u; return w->inner.release_layer(w->inner.user_data, l, mod); }
+
+/* 1 when every tensor of a is in b with the same shape, dtype and bytes. */
+static int same_tensors(const qx_store* a, const qx_store* b) {
+    int64_t i;
+    if (a->count != b->count) { printf("    %lld tensors vs %lld\n", (long long)a->count, (long long)b->count); return 0; }
+    for (i = 0; i < a->count; ++i) {
+        const quarot_tensor* x = &a->items[i].t;
+        const quarot_tensor* y = qx_store_find(b, a->items[i].name);
+        if (!y || x->dtype != y->dtype || memcmp(x->ne, y->ne, sizeof x->ne) != 0 ||
+            memcmp(x->data, y->data, quarot_tensor_nbytes(x)) != 0) {
+            printf("    %s differs\n", a->items[i].name);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* pre_run in row windows (quarot_processor_pre_run_rows) gives pre_run's bytes for any windows: every
+   family, tied (untied by the fusion, or kept with an identity final norm) and untied, windows of 1,
+   7 and all rows; LayerNorm families are refused by the probe with a reason; the windows' order and
+   bounds are checked. */
+static void test_pre_run_rows(void) {
+    static const int64_t wins[3] = {1, 7, 0};
+    int fam, w, ident;
+    for (fam = 0; qx_synth_family(fam); ++fam)
+        for (ident = 0; ident < 2; ++ident) {
+            const char* arch = qx_synth_family(fam);
+            qx_store orig, want;
+            quarot_model m;
+            qx_binding b;
+            quarot_processor p;
+            quarot_rotate_desc d;
+            quarot_online_list la, lb;
+            int64_t rows = 0, k;
+            quarot_result pr;
+            if (!make_model(&orig, arch, 300 + (uint64_t)fam)) { QT_CHECK(0); continue; }
+            if (ident) {   /* a final norm of ones: a tied model keeps its single table */
+                quarot_tensor* g = qx_store_find(&orig, "model.norm.weight");
+                float* ones;
+                if (!g || !orig.config.tied_embeddings || !(ones = (float*)malloc((size_t)g->ne[0] * sizeof(float)))) {
+                    qx_store_free(&orig);
+                    continue;
+                }
+                for (k = 0; k < g->ne[0]; ++k) ones[k] = 1.0f;
+                QT_OK(quarot_tensor_set_row_f32(g, 0, ones));
+                free(ones);
+            }
+            memset(&d, 0, sizeof d);
+            d.seed = 77;
+            d.online = 1;
+            quarot_online_list_init(&la, NULL);
+            d.online_out = &la;
+            if (qx_store_clone(&orig, &want) != QUAROT_OK) { QT_CHECK(0); qx_store_free(&orig); continue; }
+            qx_model_bind(&m, &b, &want);
+            QT_OK(quarot_rotate_model(&m, &d));
+            qx_model_sync(&m, &want);
+            for (w = 0; w < 3; ++w) {
+                qx_store s;
+                win_bind wb;
+                quarot_model wm;
+                int64_t r0, n;
+                int created = 0;
+                quarot_online_list_init(&lb, NULL);
+                d.online_out = &lb;
+                if (qx_store_clone(&orig, &s) != QUAROT_OK) { QT_CHECK(0); break; }
+                memset(&wb, 0, sizeof wb);
+                qx_model_bind(&wb.inner, &b, &s);
+                wm = wb.inner;
+                wm.user_data = &wb;
+                wm.get_tensor = win_get;
+                wm.create_tensor = win_create;
+                wm.acquire_layer = win_acquire;
+                wm.release_layer = win_release;
+                QT_OK(quarot_processor_init(&p, &wm, &d));
+                pr = quarot_processor_rows_probe(&p, &rows);
+                if (strcmp(arch, "opt") == 0) {   /* LayerNorm: mean baking, a final-norm bias */
+                    QT_ERR(pr, QUAROT_ERR_UNSUPPORTED);
+                    QT_CHECKF(strstr(wm.error, "row windows") != NULL, "no reason: \"%s\"", wm.error);
+                    QT_OK(quarot_processor_pre_run(&p));   /* the whole-tensor path still works */
+                    quarot_processor_free(&p);
+                    quarot_online_list_free(&lb);
+                    qx_store_free(&s);
+                    break;
+                }
+                QT_OK(pr);
+                QT_EQ_INT(rows, s.config.vocab);
+                wb.embed = p.plan.embed;
+                wb.head = p.plan.lm_head;
+                wb.on = 1;
+                n = wins[w] ? wins[w] : rows;
+                QT_ERR(quarot_processor_pre_run_rows(&p, 1, n), QUAROT_ERR_STATE);   /* from row 0 */
+                QT_ERR(quarot_processor_pre_run_rows(&p, 0, rows + 1), QUAROT_ERR_INVALID_ARGUMENT);
+                for (r0 = 0; r0 < rows; r0 += n) {
+                    wb.r0 = r0;
+                    wb.n = n < rows - r0 ? n : rows - r0;
+                    QT_OK(quarot_processor_pre_run_rows(&p, r0, wb.n));
+                    if (r0 == 0 && wb.n < rows) {
+                        QT_ERR(quarot_processor_pre_run(&p), QUAROT_ERR_STATE);
+                        QT_ERR(quarot_processor_run_layer(&p, 0), QUAROT_ERR_STATE);   /* not all rows yet */
+                    }
+                }
+                created = wb.creates;
+                wb.on = 0;
+                for (k = 0; k < s.config.n_layers; ++k) QT_OK(quarot_processor_run_layer(&p, k));
+                QT_OK(quarot_processor_post_run(&p));
+                qx_model_sync(&wm, &s);
+                QT_EQ_INT(created, p.untie ? 1 : 0);
+                QT_EQ_INT(s.config.tied_embeddings, want.config.tied_embeddings);
+                QT_CHECKF(same_tensors(&want, &s), "%s%s, windows of %lld rows: not pre_run's bytes", arch,
+                          ident ? " (identity final norm)" : "", (long long)n);
+                if (w == 0) printf("    %-6s%s: %lld rows, %s\n", arch, ident ? " (final norm of ones)" : "", (long long)rows,
+                                   p.untie ? "untied in windows" : s.config.tied_embeddings ? "stays tied" : "untied input");
+                quarot_processor_free(&p);
+                quarot_online_list_free(&lb);
+                qx_store_free(&s);
+            }
+            quarot_online_list_free(&la);
+            qx_store_free(&want);
+            qx_store_free(&orig);
+        }
+}
+
 int main(void) {
     QT_RUN(test_equivalence_all_families);
     QT_RUN(test_half_precision_weights);
@@ -407,5 +560,6 @@ int main(void) {
     QT_RUN(test_hook_file_round_trip);
     QT_RUN(test_creates_are_announced);
     QT_RUN(test_processor_steps_in_order);
+    QT_RUN(test_pre_run_rows);
     return qt_finish("test_pipeline");
 }
