@@ -248,6 +248,12 @@ static quarot_result null_put(void* user, const char* name, const quarot_tensor*
     return qx_out_tensor(&k->out, 0, dt, t, 0, 0, name, e);
 }
 
+/* The streamed embedding and lm_head: each window converted like the rest (the offset is moot) */
+static quarot_result null_put_rows(void* user, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
+    (void)row0;
+    return null_put(user, name, t, e);
+}
+
 static quarot_result null_finish(void* user, qx_err* e) {
     null_sink* k = (null_sink*)user;
     (void)e;
@@ -383,6 +389,7 @@ int main(void) {
                     memset(&sink, 0, sizeof sink);
                     sink.begin = null_begin;
                     sink.put = null_put;
+                    sink.put_rows = null_put_rows;
                     sink.finish = null_finish;
                     sink.abort = null_abort;
                     sink.user = &ns;

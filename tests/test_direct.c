@@ -13,6 +13,7 @@
 #include "qx_direct.h"
 #include "qx_rotate_file.h"
 #include "qx_file.h"
+#include "qx_gguf.h"
 #include "qx_safetensors.h"
 #include "qx_synth.h"
 #include "qx_threads.h"
@@ -147,20 +148,23 @@ static void test_rotate_same_bytes(void) {
     QT_CHECK(same_file(f0, f1));
 }
 
-/* Globals of 64 MiB or more in f32 are written right after pre_run and their copies reused for the
-   layers' (qx_rotate_file step 4b): the same bytes as writing them after the layers, a peak of
-   max(globals, one layer) instead of their sum, and the layers refuse nothing. */
+/* Globals of 64 MiB or more in f32: by default the embedding and lm_head stream through in row
+   windows of about 4 MiB (qx_rotate_file step 4s; peak: one layer plus the windows); with whole
+   copies (global_window_rows < 0) they are written right after pre_run and their copies reused for
+   the layers' (step 4b: a peak of max(globals, one layer) instead of their sum); globals_last writes
+   them after the layers. The same bytes all three ways, and the layers refuse nothing. */
 static void test_globals_first(void) {
     qx_store s;
     qx_err e;
-    char in[512], out[2][600], f0[700], f1[700];
-    size_t peak[2] = {0, 0}, glob = 0;
+    char in[512], out[3][600], f0[700], f1[700];
+    size_t peak[3] = {0, 0, 0}, glob[3] = {0, 0, 0};
+    int64_t wrows = 0;
     int k;
     if (qt_quick()) { QT_SKIP("QT_QUICK: 100 MB of model (the globals must reach 64 MiB)"); return; }
     snprintf(in, sizeof in, "%s/in_big", g_tmp);
     /* vocab 16384: embeddings and lm_head 32 MiB each in f32 */
     QT_CHECK(cu_save_llama_st(in, 11, 512, 1024, 8, 64, 16384, QUAROT_DTYPE_F16));
-    for (k = 0; k < 2; ++k) {
+    for (k = 0; k < 3; ++k) {
         quarot_rotate_desc desc;
         qx_rotate_file_opts ro;
         qx_rotate_file_stats st;
@@ -175,19 +179,140 @@ static void test_globals_first(void) {
         ro.force = 1;
         ro.drop_pages = 1;
         ro.threads = 2;
-        ro.globals_last = k;
+        ro.global_window_rows = k == 0 ? 0 : -1;
+        ro.globals_last = k == 2;
         QT_OK(qx_rotate_file(&s, &desc, &ro, &st, &e));
         QT_EQ_INT((int)st.out_of_layer, 0);
         QT_EQ_INT((int)st.tensors_written, 2 + 9 * 2 + 1);
         peak[k] = st.peak_copy_bytes;
-        glob = st.global_copy_bytes;
+        glob[k] = st.global_copy_bytes;
+        if (k == 0) wrows = st.global_window_rows;
         qx_store_free(&s);
     }
-    snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
-    snprintf(f1, sizeof f1, "%s/model.safetensors", out[1]);
-    QT_CHECK(same_file(f0, f1));
-    /* first: the layer (10 MiB) fits in the globals' 64 MiB; last: the sum */
-    QT_CHECKF(peak[0] == glob && peak[1] > glob, "peak %zu / %zu, globals %zu", peak[0], peak[1], glob);
+    for (k = 1; k < 3; ++k) {
+        snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+        snprintf(f1, sizeof f1, "%s/model.safetensors", out[k]);
+        QT_CHECK(same_file(f0, f1));
+    }
+    /* windows: 4 MiB / (512 floats) = 2048 rows, the copies at most one layer (10 MiB) plus two
+       windows and the norm; whole, first: the layer fits in the globals' 64 MiB; last: the sum */
+    QT_EQ_INT(wrows, 2048);
+    QT_CHECKF(peak[0] < ((size_t)24 << 20) && peak[1] == glob[1] && peak[2] > glob[2] && glob[1] >= ((size_t)64 << 20),
+              "peak %zu / %zu / %zu, globals %zu / %zu / %zu", peak[0], peak[1], peak[2], glob[0], glob[1], glob[2]);
+    printf("    copies at most: windows %.1f MiB, whole first %.1f MiB, whole last %.1f MiB\n", (double)peak[0] / 1048576.0,
+           (double)peak[1] / 1048576.0, (double)peak[2] / 1048576.0);
+}
+
+/* The embedding and lm_head in row windows (qx_rotate_file_opts.global_window_rows: copied, rotated by
+   quarot_processor_pre_run_rows and written a window at a time) give the bytes of whole copies:
+   untied llama, tied qwen2 (untied in the windows, or kept tied under a final norm of ones), f16,
+   bf16 and f32, into a safetensors directory (with config.json) and GGUF, windows of 7 rows (256 =
+   36 * 7 + 4: a short last one) and of 1. An opt model (LayerNorm: mean baking, a final-norm bias)
+   and a llama2.c output keep whole copies and say why. NaN in the embedding's row 200 is found in
+   its window and named with its row, and nothing is left at the output. */
+static void test_global_windows(void) {
+    static const struct { const char* arch; quarot_dtype dt; int gguf, ones; int64_t win; const char* why; } cases[] = {
+        {"llama", QUAROT_DTYPE_F16, 0, 0, 7, NULL},
+        {"qwen2", QUAROT_DTYPE_F16, 0, 0, 1, NULL},
+        {"qwen2", QUAROT_DTYPE_BF16, 0, 1, 7, NULL},
+        {"qwen2", QUAROT_DTYPE_F32, 1, 0, 7, NULL},
+        {"llama", QUAROT_DTYPE_BF16, 1, 0, 7, NULL},
+        {"opt", QUAROT_DTYPE_F16, 0, 0, 7, "row windows"},
+        {"llama", QUAROT_DTYPE_F32, 2, 0, 7, "llama2.c writer"},
+    };
+    int c, k, nan;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); ++c)
+        for (nan = 0; nan < (c == 0 ? 2 : 1); ++nan) {
+            qx_synth_desc d;
+            qx_store s;
+            qx_err e;
+            char in[512], out[2][600], f0[700], f1[700];
+            quarot_result r = QUAROT_OK;
+            memset(&d, 0, sizeof d);
+            d.arch = cases[c].arch;
+            d.seed = 500 + (uint64_t)c;
+            d.dtype = cases[c].dt;
+            QT_OK(qx_synth_model(&s, &d, &e));
+            if (cases[c].ones) {
+                quarot_tensor* g = qx_store_find(&s, "model.norm.weight");
+                float* one = g ? (float*)malloc((size_t)g->ne[0] * sizeof(float)) : NULL;
+                int64_t j;
+                QT_CHECK(one != NULL && s.config.tied_embeddings);
+                for (j = 0; one && j < g->ne[0]; ++j) one[j] = 1.0f;
+                if (one) QT_OK(quarot_tensor_set_row_f32(g, 0, one));
+                free(one);
+            }
+            if (nan) {   /* f16 NaN at row 200, column 3 of the embedding */
+                quarot_tensor* t = qx_store_find(&s, "model.embed_tokens.weight");
+                const uint16_t bits = 0x7e00u;
+                QT_CHECK(t && t->dtype == QUAROT_DTYPE_F16);
+                if (t) memcpy((char*)t->data + 200 * t->nb[1] + 3 * 2, &bits, 2);
+            }
+            snprintf(in, sizeof in, "%s/win_in%d%s", g_tmp, c, cases[c].gguf == 1 ? ".gguf" : "");
+            if (cases[c].gguf == 1) {
+                qx_gguf_save_opts so;
+                memset(&so, 0, sizeof so);
+                so.dtype = cases[c].dt;
+                QT_OK(qx_gguf_save(&s, in, &so, &e));
+            } else {
+                qx_st_save_opts so;
+                memset(&so, 0, sizeof so);
+                so.force = 1;
+                QT_OK(qx_st_save(&s, in, &so, &e));
+            }
+            qx_store_free(&s);
+            for (k = 0; k < 2; ++k) {
+                quarot_rotate_desc desc;
+                qx_rotate_file_opts ro;
+                qx_rotate_file_stats st;
+                qx_load_opts lo;
+                memset(&lo, 0, sizeof lo);
+                QT_OK(qx_cli_load_model(in, &lo, &s, &e));
+                memset(&desc, 0, sizeof desc);
+                desc.seed = 9;
+                snprintf(out[k], sizeof out[k], "%s/win_out%d_%d_%d%s", g_tmp, c, nan, k, cases[c].gguf == 1 ? ".gguf" : cases[c].gguf == 2 ? ".bin" : "");
+                memset(&ro, 0, sizeof ro);
+                ro.out_path = out[k];
+                ro.out_format = cases[c].gguf == 2 ? "llama2c-v0" : NULL;
+                ro.force = 1;
+                ro.drop_pages = 1;
+                ro.threads = 2;
+                ro.global_window_rows = k == 0 ? cases[c].win : -1;
+                r = qx_rotate_file(&s, &desc, &ro, &st, &e);
+                qx_store_free(&s);
+                if (nan) {
+                    QT_ERR(r, QUAROT_ERR_NONFINITE);
+                    QT_CHECKF(strstr(e.msg, "tensor 'model.embed_tokens.weight' has NaN or Inf at element") && strstr(e.msg, "(row 200, column 3)"),
+                              "message: %s", e.msg);
+                    QT_CHECKF(!qx_path_exists(out[k]), "%s left behind", out[k]);
+                    continue;
+                }
+                QT_OK(r);
+                if (r != QUAROT_OK) { printf("    %s\n", e.msg); break; }
+                if (k == 0) {
+                    QT_EQ_INT(st.global_window_rows, cases[c].why ? 0 : cases[c].win);
+                    QT_EQ_INT(st.global_windows, cases[c].why ? 0 : (256 + cases[c].win - 1) / cases[c].win);
+                    QT_CHECKF(cases[c].why ? strstr(st.global_whole_why, cases[c].why) != NULL : st.global_whole_why[0] == '\0',
+                              "%s: why \"%s\"", cases[c].arch, st.global_whole_why);
+                    printf("    %s %s -> %s: %s%s\n", cases[c].arch, quarot_dtype_name(cases[c].dt),
+                           cases[c].gguf == 1 ? "gguf" : cases[c].gguf == 2 ? "llama2.c" : "safetensors",
+                           cases[c].why ? "whole copies: " : "windows, ", cases[c].why ? st.global_whole_why : st.untied ? "untied" : "lm_head as in the input");
+                } else {
+                    QT_EQ_INT(st.global_window_rows, 0);
+                }
+            }
+            if (nan || r != QUAROT_OK) continue;
+            if (cases[c].gguf) {
+                QT_CHECKF(same_file(out[0], out[1]), "%s %s: windows change the bytes", cases[c].arch, quarot_dtype_name(cases[c].dt));
+            } else {
+                snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+                snprintf(f1, sizeof f1, "%s/model.safetensors", out[1]);
+                QT_CHECKF(same_file(f0, f1), "%s %s: windows change the bytes", cases[c].arch, quarot_dtype_name(cases[c].dt));
+                snprintf(f0, sizeof f0, "%s/config.json", out[0]);
+                snprintf(f1, sizeof f1, "%s/config.json", out[1]);
+                QT_CHECK(same_file(f0, f1));
+            }
+        }
 }
 
 /* qx_out_tensor's f32 -> f16 / bf16 rows convert the floats directly (quarot_convert) where every
@@ -302,6 +427,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_narrow_rows);
     QT_RUN(test_rotate_same_bytes);
     QT_RUN(test_globals_first);
+    QT_RUN(test_global_windows);
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

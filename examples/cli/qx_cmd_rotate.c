@@ -627,6 +627,11 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
                qx_lw_peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
                (long long)st.max_live_layers);
+        if (st.global_window_rows > 0)
+            printf("  embedding and lm_head: %lld row windows of %lld rows (never whole in memory)\n", (long long)st.global_windows,
+                   (long long)st.global_window_rows);
+        else if (st.global_whole_why[0])
+            printf("  embedding and lm_head: whole copies (%s)\n", st.global_whole_why);
         fflush(stdout);
         if (hooks) qx_cli_info(cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
         else if (qx_path_exists(hooks_path) && remove(hooks_path) == 0)

@@ -108,6 +108,16 @@ static quarot_result qx__sink_put_raw(qx__sink* k, const char* name, const quaro
     }
 }
 
+/* Rows [row0, row0 + t->ne[1]) of a streamed global (the formats that take row windows). */
+static quarot_result qx__sink_put_rows(qx__sink* k, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
+    switch (k->kind) {
+        case QX__OUT_ST: return qx_st_writer_put_rows(k->st, name, row0, t, e);
+        case QX__OUT_GGUF: return qx_gguf_writer_put_rows(k->gg, name, row0, t, e);
+        case QX__OUT_CALLER: if (k->caller->put_rows) return k->caller->put_rows(k->caller->user, name, row0, t, e); /* fall through */
+        default: qx_err_set(e, "%s: this output takes whole tensors only", name); return QUAROT_ERR_UNSUPPORTED;
+    }
+}
+
 /* Publishes the output; the writer is freed in every case. */
 static quarot_result qx__sink_finish(qx__sink* k, qx_err* e) {
     quarot_result r;
@@ -161,6 +171,18 @@ typedef struct qx__rf {
     char* slab[8];
     size_t slab_cap[8], slab_used[8];
     int n_slab;
+    /* streamed globals: while win_on, get_tensor / create_tensor of the embedding and lm_head give
+       rows [win_r0, win_r0 + win_n) from win[k].mem (quarot_processor_pre_run_rows' contract) */
+    struct qx__win {
+        char name[QUAROT_NAME_MAX];
+        int created;             /* the untied lm_head: no input rows, create_tensor gives zeros */
+        quarot_dtype wdt;        /* the window's dtype (f16 / bf16 widened to f32, as qx__own) */
+        int64_t ne0;
+        char* mem;               /* room for the largest window */
+        quarot_tensor t;         /* the current window */
+    } win[2];
+    int n_win, win_on;
+    int64_t win_r0, win_n;
 } qx__rf;
 
 /* 1 if p was carved out of a slab (never passed to free). */
@@ -441,36 +463,51 @@ static void qx__own_task(void* arg, int64_t task) {
    passes over a tensor round only once, when it is written). A NaN or Inf anywhere in it gives
    QUAROT_ERR_NONFINITE with the tensor, element and row in b->in_msg (the copy is kept as the
    entry's, freed with the others). */
-static quarot_result qx__own(qx__rf* b, qx_entry* en) {
-    quarot_tensor src = en->t, nt;
-    quarot_dtype wdt = (src.dtype == QUAROT_DTYPE_F16 || src.dtype == QUAROT_DTYPE_BF16) ? QUAROT_DTYPE_F32 : src.dtype;
-    size_t bytes, es;
-    int64_t rows, tasks, k, first = -1;
+/* The dtype a view's writable copy gets: f16 / bf16 widened to f32, others as they are. */
+static quarot_dtype qx__copy_dtype(quarot_dtype dt) {
+    return (dt == QUAROT_DTYPE_F16 || dt == QUAROT_DTYPE_BF16) ? QUAROT_DTYPE_F32 : dt;
+}
+
+/* src (a view) into mem as contiguous rows of qx__copy_dtype, on the pool; *first = the first flat
+   index holding NaN / Inf, -1 none. */
+static quarot_result qx__copy_view(const qx__rf* b, const quarot_tensor* src, char* mem, int64_t* first) {
+    quarot_dtype wdt = qx__copy_dtype(src->dtype);
+    int64_t rows = quarot_tensor_nrows(src), tasks = (rows + QX__OWN_ROWS - 1) / QX__OWN_ROWS, k;
     int64_t bad_local[64];
-    char* mem;
     qx__own_job job;
-    quarot_result res;
-    if (en->owned) return QUAROT_OK;
-    res = quarot_tensor_init(&nt, NULL, wdt, QUAROT_MAX_DIMS, src.ne);
-    if (res != QUAROT_OK) return res;
-    bytes = quarot_tensor_nbytes(&nt);
-    es = quarot_dtype_size(wdt);
-    rows = quarot_tensor_nrows(&src);
-    tasks = (rows + QX__OWN_ROWS - 1) / QX__OWN_ROWS;
     job.bad = tasks <= 64 ? bad_local : (int64_t*)malloc((size_t)tasks * sizeof(int64_t));
     if (!job.bad) return QUAROT_ERR_OUT_OF_MEMORY;
-    mem = (char*)qx__take(b, bytes);
-    if (!mem) { if (job.bad != bad_local) free(job.bad); return QUAROT_ERR_OUT_OF_MEMORY; }
-    nt.data = mem;
-    job.src = &src;
+    job.src = src;
     job.mem = mem;
-    job.es = es;
-    job.same = wdt == src.dtype;
-    job.fd = qx__open_backing(b, &src, &job.off);
+    job.es = quarot_dtype_size(wdt);
+    job.same = wdt == src->dtype;
+    job.fd = qx__open_backing(b, src, &job.off);
     quarot_env_parallel_for(b->env, qx__own_task, &job, tasks);
     if (job.fd >= 0) close(job.fd);
-    for (k = 0; k < tasks && first < 0; ++k) first = job.bad[k];   /* the lowest task's: the same for any split */
+    *first = -1;
+    for (k = 0; k < tasks && *first < 0; ++k) *first = job.bad[k];   /* the lowest task's: the same for any split */
     if (job.bad != bad_local) free(job.bad);
+    return QUAROT_OK;
+}
+
+static quarot_result qx__own(qx__rf* b, qx_entry* en) {
+    quarot_tensor src = en->t, nt;
+    size_t bytes;
+    int64_t first = -1;
+    char* mem;
+    quarot_result res;
+    if (en->owned) return QUAROT_OK;
+    res = quarot_tensor_init(&nt, NULL, qx__copy_dtype(src.dtype), QUAROT_MAX_DIMS, src.ne);
+    if (res != QUAROT_OK) return res;
+    bytes = quarot_tensor_nbytes(&nt);
+    mem = (char*)qx__take(b, bytes);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    nt.data = mem;
+    res = qx__copy_view(b, &src, mem, &first);
+    if (res != QUAROT_OK) {
+        if (!qx__in_slab(b, mem)) { free(mem); b->cur_bytes -= bytes; }
+        return res;
+    }
     en->t = nt;
     en->owned = mem;
     qx__drop_pages(b);
@@ -487,10 +524,24 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     return QUAROT_OK;
 }
 
+/* The streamed global `name`, NULL when it is not one (or no window is running). */
+static struct qx__win* qx__win_of(qx__rf* b, const char* name) {
+    int k;
+    for (k = 0; b->win_on && k < b->n_win; ++k)
+        if (strcmp(b->win[k].name, name) == 0) return &b->win[k];
+    return NULL;
+}
+
 static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
     qx__rf* b = (qx__rf*)user;
-    qx_entry* en = qx__entry(b->s, name);
+    qx_entry* en;
+    struct qx__win* w = qx__win_of(b, name);
     int64_t L;
+    if (w) {
+        *out = w->t;
+        return QUAROT_OK;
+    }
+    en = qx__entry(b->s, name);
     if (!en) return QUAROT_ERR_NOT_FOUND;
     L = qx__layer_of(name);
     if (L >= 0 && L != b->held) {   /* a layer that is not in memory */
@@ -508,7 +559,15 @@ static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
 static quarot_result qx__create(void* user, const char* name, quarot_dtype dt, int n_dims, const int64_t* ne, quarot_tensor* out) {
     qx__rf* b = (qx__rf*)user;
     quarot_tensor* t;
-    quarot_result r = qx_store_add(b->s, name, dt, n_dims, ne, NULL, &t);
+    struct qx__win* w = qx__win_of(b, name);
+    quarot_result r;
+    if (w) {   /* the untied lm_head, asked in the first window: its rows start as zeros */
+        if (!w->created || dt != w->wdt || n_dims != 2 || ne[0] != w->ne0) return QUAROT_ERR_SHAPE_MISMATCH;
+        memset(w->t.data, 0, quarot_tensor_nbytes(&w->t));
+        *out = w->t;
+        return QUAROT_OK;
+    }
+    r = qx_store_add(b->s, name, dt, n_dims, ne, NULL, &t);
     if (r != QUAROT_OK) return r;
     b->cur_bytes += quarot_tensor_nbytes(t);
     if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
@@ -734,6 +793,89 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
     return QUAROT_ERR_UNSUPPORTED;
 }
 
+/* ---- streamed globals --------------------------------------------------------------------------- */
+
+#define QX__WIN_BYTES ((size_t)4 << 20)   /* a streamed table's window in its copy dtype (auto) */
+
+/* Whether the embedding and lm_head go through in row windows, and how many rows a window: 0 = whole
+   copies (st->global_whole_why says why when the windows were asked for or the tables are large). */
+static int64_t qx__window_rows(const qx_store* s, quarot_processor* p, quarot_model* m, const qx_rotate_file_opts* o,
+                               qx_rotate_file_stats* st) {
+    const char* fmt = qx__out_format(s, o);
+    const quarot_tensor* e = qx_store_find(s, p->plan.embed);
+    int64_t total = 0, es;
+    size_t bytes;
+    const char* why = NULL;
+    if (o->global_window_rows < 0 || !e) return 0;
+    es = (int64_t)quarot_dtype_size(qx__copy_dtype(e->dtype));
+    bytes = (size_t)(e->ne[0] * e->ne[1] * es) * ((qx_store_find(s, p->plan.lm_head) || p->untie) ? 2u : 1u);
+    if (o->global_window_rows == 0 && bytes < QX__EARLY_MIN) return 0;   /* small: whole copies cost nothing */
+    if (o->sink && !o->sink->put_rows) why = "the caller's output takes whole tensors";
+    else if (o->globals_last) why = "globals_last asks for whole copies written after the layers";
+    else if (!o->sink && strncmp(fmt, "safetensors", 11) != 0 && strcmp(fmt, "gguf") != 0) why = "the llama2.c writer takes whole tensors";
+    else if (quarot_processor_rows_probe(p, &total) != QUAROT_OK) why = m->error;
+    if (why) {
+        snprintf(st->global_whole_why, sizeof st->global_whole_why, "%s", why);
+        m->error[0] = '\0';
+        return 0;
+    }
+    if (o->global_window_rows > 0) return o->global_window_rows < total ? o->global_window_rows : total;
+    return (int64_t)QX__WIN_BYTES / (e->ne[0] * es) > 0 ? (int64_t)QX__WIN_BYTES / (e->ne[0] * es) : 1;
+}
+
+/* The embedding and lm_head (b->win, set up by the caller) window by window: rows copied from the
+   input (widened, checked), rotated by quarot_processor_pre_run_rows, written at their offsets. */
+static quarot_result qx__stream_globals(qx__rf* b, quarot_processor* p, const quarot_model* m, int64_t per, qx_err* e) {
+    int64_t total = p->rows_total, r0, n, first, since_drop = 0;
+    int k;
+    quarot_result r = QUAROT_OK;
+    double t0;
+    for (r0 = 0; r0 < total && r == QUAROT_OK; r0 += n) {
+        n = per < total - r0 ? per : total - r0;
+        t0 = qx__now();
+        for (k = 0; k < b->n_win && r == QUAROT_OK; ++k) {
+            struct qx__win* w = &b->win[k];
+            int64_t ne[2];
+            ne[0] = w->ne0;
+            ne[1] = n;
+            (void)quarot_tensor_init(&w->t, w->mem, w->wdt, 2, ne);
+            if (!w->created) {
+                quarot_tensor src = qx__entry(b->s, w->name)->t;   /* rows [r0, r0 + n) of the input's view */
+                src.data = (char*)src.data + (size_t)r0 * src.nb[1];
+                src.ne[1] = n;
+                src.nb[2] = src.nb[3] = src.nb[1] * (size_t)n;
+                since_drop += (int64_t)quarot_tensor_nbytes(&src);
+                r = qx__copy_view(b, &src, w->mem, &first);
+                if (r != QUAROT_OK) qx_err_set(e, "%s: out of memory", w->name);
+                else if (first >= 0) {
+                    qx_err_set(e, "tensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", w->name,
+                               (long long)(r0 * w->ne0 + first), (long long)(r0 + first / w->ne0), (long long)(first % w->ne0));
+                    r = QUAROT_ERR_NONFINITE;
+                }
+            }
+        }
+        if (since_drop >= ((int64_t)64 << 20)) { qx__drop_pages(b); since_drop = 0; }
+        b->t_mark = qx__now();
+        b->st->read_s += b->t_mark - t0;
+        if (r != QUAROT_OK) return r;
+        b->in_rotate = 0;
+        b->win_r0 = r0;
+        b->win_n = n;
+        b->win_on = 1;
+        r = quarot_processor_pre_run_rows(p, r0, n);
+        b->win_on = 0;
+        qx__phase_end(b, qx__now());
+        if (r != QUAROT_OK) { qx_err_set(e, "%s", m->error[0] ? m->error : quarot_result_string(r)); return r; }
+        t0 = qx__now();
+        for (k = 0; k < b->n_win && r == QUAROT_OK; ++k) r = qx__sink_put_rows(b->sink, b->win[k].name, r0, &b->win[k].t, e);
+        b->st->write_s += qx__now() - t0;
+        if (r != QUAROT_OK) { b->st->output_error = 1; return r; }
+        b->st->global_windows++;
+    }
+    qx__drop_pages(b);
+    return QUAROT_OK;
+}
+
 /* A small text file through a temporary (synced, not yet published). */
 static quarot_result qx__text_begin(qx_out* out, const char* path, const char* text, size_t len, int force, qx_err* e) {
     quarot_result r = qx_out_begin(out, path, force, e);
@@ -894,7 +1036,8 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     qx_out hooks_out, cfg_out;
     qx_tensor_plan* plan = NULL;
     int64_t n_plan = 0, i;
-    int have_p = 0, have_hooks = 0, have_cfg = 0, early;
+    int have_p = 0, have_hooks = 0, have_cfg = 0, early, k;
+    int64_t per;
     char* hooks_text = NULL;
     qx_sb cfg_text;
     qx__stage stg;
@@ -979,21 +1122,56 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
        in place on the f32 copy; its error, ~log2(n) * 2^-24 of the row's norm, is far below the
        output's own rounding, 2^-11 / 2^-8); f32 outputs keep double arithmetic */
     for (i = 0; i < p.n_commands; ++i) {
-        int64_t k;
-        for (k = 0; k < n_plan; ++k)
-            if (strcmp(plan[k].name, p.commands[i].weight) == 0) {
-                p.commands[i].f32 = !o->f64_arithmetic && (plan[k].dtype == QUAROT_DTYPE_F16 || plan[k].dtype == QUAROT_DTYPE_BF16) &&
+        int64_t j;
+        for (j = 0; j < n_plan; ++j)
+            if (strcmp(plan[j].name, p.commands[i].weight) == 0) {
+                p.commands[i].f32 = !o->f64_arithmetic && (plan[j].dtype == QUAROT_DTYPE_F16 || plan[j].dtype == QUAROT_DTYPE_BF16) &&
                                     p.rot[p.commands[i].rotation].kind == QUAROT_ROTATION_HADAMARD;
                 break;
             }
         if (p.commands[i].f32) st->f32_commands++;
     }
 
-    /* 3. globals: writable copies, then pre_run rotates them (and creates lm_head when untying) */
+    /* 3. globals: writable copies, then pre_run rotates them (and creates lm_head when untying).
+       Streamed (per > 0): the embedding and lm_head get window buffers instead, and go through
+       after the writer is open (step 4s); the other globals are copied here. */
     b.phase = 1;
+    per = qx__window_rows(s, &p, &m, o, st);
+    if (per > 0) {
+        const quarot_tensor* et = qx_store_find(s, p.plan.embed);
+        const quarot_tensor* ht = qx_store_find(s, p.plan.lm_head);
+        b.n_win = ht || p.untie ? 2 : 1;
+        for (k = 0; k < b.n_win; ++k) {
+            struct qx__win* w = &b.win[k];
+            const quarot_tensor* src = k == 1 && ht ? ht : et;   /* a created lm_head: the embedding's shape */
+            size_t bytes;
+            snprintf(w->name, sizeof w->name, "%s", k == 0 ? p.plan.embed : p.plan.lm_head);
+            w->created = k == 1 && !ht;
+            w->wdt = qx__copy_dtype(src->dtype);
+            w->ne0 = src->ne[0];
+            bytes = (size_t)(per * w->ne0) * quarot_dtype_size(w->wdt);
+            w->mem = (char*)malloc(bytes);
+            if (!w->mem) { qx_err_set(e, "%s: out of memory", w->name); r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+            b.cur_bytes += bytes;
+            st->global_copy_bytes += bytes;
+            if (w->created) {   /* the untied lm_head's entry (config.json asks whether it exists); written in windows */
+                quarot_tensor v;
+                int64_t ne[2];
+                ne[0] = w->ne0;
+                ne[1] = et->ne[1];
+                (void)quarot_tensor_init(&v, w->mem, w->wdt, 2, ne);
+                if ((r = qx_store_add_view(s, w->name, &v)) != QUAROT_OK) { qx_err_set(e, "%s: %s", w->name, quarot_result_string(r)); goto fail; }
+                qx__entry(s, w->name)->t.data = NULL;
+                s->config.tied_embeddings = 0;   /* what the last window sets */
+            }
+        }
+        st->global_window_rows = per;
+        if (b.cur_bytes > st->peak_copy_bytes) st->peak_copy_bytes = b.cur_bytes;
+    }
     t0 = qx__now();
     for (i = 0; i < s->count && r == QUAROT_OK; ++i)
-        if (qx__layer_of(s->items[i].name) < 0) {
+        if (qx__layer_of(s->items[i].name) < 0 && s->items[i].t.data &&
+            !(per > 0 && (strcmp(s->items[i].name, b.win[0].name) == 0 || (b.n_win > 1 && strcmp(s->items[i].name, b.win[1].name) == 0)))) {
             r = qx__own(&b, &s->items[i]);
             if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
         }
@@ -1005,10 +1183,12 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     b.t_mark = qx__now();
     b.in_rotate = 0;
     st->read_s += b.t_mark - t0;
-    r = quarot_processor_pre_run(&p);
-    qx__phase_end(&b, qx__now());
-    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
-    s->config = m.config;
+    if (per == 0) {
+        r = quarot_processor_pre_run(&p);
+        qx__phase_end(&b, qx__now());
+        if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
+        s->config = m.config;
+    }
 
     /* 4. the output file(s), laid out before the first layer, in a private staging directory
        beside the output (published all-or-nothing in step 7) */
@@ -1028,6 +1208,21 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     }
     if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
 
+    /* 4s. the streamed globals, window by window (then their entries count as written) */
+    if (per > 0) {
+        if ((r = qx__stream_globals(&b, &p, &m, per, e)) != QUAROT_OK) goto fail;
+        s->config = m.config;
+        for (k = 0; k < b.n_win; ++k) {
+            qx_entry* en = qx__entry(s, b.win[k].name);
+            if (en) en->t.data = NULL;
+            free(b.win[k].mem);
+            b.win[k].mem = NULL;
+            b.cur_bytes -= (size_t)(per * b.win[k].ne0) * quarot_dtype_size(b.win[k].wdt);
+            st->tensors_written++;
+        }
+        b.n_win = 0;
+    }
+
     /* 4b. the globals are final after pre_run (no layer command touches them; qx__get refuses
        them from now on): the built-in writers take them now, and their copies become the slabs
        the layers' copies are carved from (a caller's sink gets them at the end, as documented).
@@ -1037,7 +1232,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
        maps afterwards, it seems: not pinned down) */
     t0 = qx__now();
     i = 0;
-    early = !o->sink && !o->globals_last && st->global_copy_bytes >= QX__EARLY_MIN;
+    early = per == 0 && !o->sink && !o->globals_last && st->global_copy_bytes >= QX__EARLY_MIN;
     while (early && i < s->count && r == QUAROT_OK) {
         qx_entry* en = &s->items[i];
         if (qx__layer_of(en->name) >= 0) { ++i; continue; }
@@ -1125,6 +1320,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     return QUAROT_OK;
 
 fail:
+    for (k = 0; k < b.n_win; ++k) free(b.win[k].mem);
     qx_out_abort(&hooks_out);
     qx_out_abort(&cfg_out);
     qx__sink_abort(&sink);

@@ -11,7 +11,11 @@
                  i with the tensor, element and row named, and the staged output is removed.
      plan        the output's tensors: the input's names and shapes plus what the processor will
                  create (p->creates: an untied lm_head, fused biases), in the output dtype.
-     globals     embeddings, final norm, lm_head become writable copies, pre_run rotates them.
+     globals     embeddings, final norm, lm_head become writable copies, pre_run rotates them. Or,
+                 for large vocabularies (global_window_rows), the embedding and lm_head stream
+                 through in row windows: each window copied (widened, checked), rotated by
+                 quarot_processor_pre_run_rows and written at its rows' offset, after the writer
+                 below is opened; the other globals (the final norm) are small copies.
      writer      the output is laid out (llama2.c segments, safetensors header/shards, GGUF tensor
                  infos) and opened as a temporary beside the final path.
      layers      acquire(i) turns layer i's tensors into writable copies (f16/bf16 widened to f32,
@@ -22,9 +26,9 @@
                  writes them at their planned offsets and frees them.
      finish      post_run, the globals are written, the online hook file (if asked) and the model
                  are synced and renamed into place; any failure removes every temporary.
-   Peak memory: the global tensors' copies (in f32 for f16/bf16 inputs) plus one decoder layer's
-   copies plus small buffers (a 4 MiB write chunk); the mapped input pages are dropped as they are
-   consumed.
+   Peak memory: the global tensors' copies (in f32 for f16/bf16 inputs; with row windows two windows
+   of about 4 MiB each instead) or one decoder layer's copies, whichever is larger, plus small
+   buffers (a 4 MiB write chunk); the mapped input pages are dropped as they are consumed.
 
    The output format is o->out_format, or s->source_format when that is NULL (conversions: see
    qx_convert.h; q/k rows are permuted when the two formats store different RoPE layouts, and tensors
@@ -48,10 +52,14 @@ extern "C" {
 /* A caller's own output in place of the format's writer (quarot quantize): begin gets the output
    plan (the input's tensors and the processor's creations, in the plan's dtype, f32 copies being
    what put receives for layer tensors) once the global tensors are rotated; put takes every tensor
-   once (a layer's on its release, the globals at the end); finish publishes; abort removes. */
+   once (a layer's on its release, the globals at the end); finish publishes; abort removes. A sink
+   with put_rows may get the embedding and lm_head in row windows instead (global_window_rows; then
+   begin comes before they are rotated, and put_rows receives rows [row0, row0 + t->ne[1]) of
+   each, in order, the last one completing the tensor). */
 typedef struct qx_rotate_sink {
     quarot_result (*begin)(void* user, const qx_store* s, const qx_tensor_plan* plan, int64_t n, qx_err* e);
     quarot_result (*put)(void* user, const char* name, const quarot_tensor* t, qx_err* e);
+    quarot_result (*put_rows)(void* user, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e);   /* NULL: whole tensors */
     quarot_result (*finish)(void* user, qx_err* e);
     void (*abort)(void* user);
     void* user;
@@ -84,6 +92,13 @@ typedef struct qx_rotate_file_opts {
     int globals_last;            /* 1: write the global tensors after the layers even when their copies are
                                     large (by default those are written right after pre_run and their memory
                                     reused for the layers' copies); the bytes are the same (tests compare) */
+    int64_t global_window_rows;  /* the embedding and lm_head in row windows (quarot_processor_pre_run_rows:
+                                    copied, rotated and written a window at a time, never whole in f32):
+                                    0 = auto (windows of about 4 MiB of f32 when the copies would reach 64 MiB),
+                                    > 0 = windows of that many rows whatever the size, < 0 = never. Only for
+                                    safetensors and GGUF outputs or a sink with put_rows, without globals_last, and where the processor's
+                                    global scope is row-separable (not LayerNorm families); otherwise whole
+                                    copies, and the stats say why. Same bytes either way (tests compare) */
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {
@@ -114,6 +129,9 @@ typedef struct qx_rotate_file_stats {
        formats and caller sinks that do not use qx_out_direct) */
     int direct_mode;
     int64_t f32_commands;        /* rotate commands run in f32 arithmetic (the others, n_commands - this, in double) */
+    int64_t global_window_rows;  /* > 0: the embedding and lm_head went through in windows of this many rows */
+    int64_t global_windows;      /* how many windows */
+    char global_whole_why[256];  /* with global_window_rows 0, when windows were considered: why not */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds

@@ -1010,6 +1010,7 @@ typedef struct qx__gw_t {
     uint64_t nbytes, off;     /* off: absolute in the file */
     int written;
     int raw;                  /* a block type: bytes through qx_gguf_writer_put_raw */
+    int64_t rows_done;        /* qx_gguf_writer_put_rows: rows written so far */
 } qx__gw_t;
 
 struct qx_gguf_writer {
@@ -1235,6 +1236,17 @@ quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, c
 
 quarot_result qx_gguf_writer_put(qx_gguf_writer* w, const char* name, const quarot_tensor* t, qx_err* e) {
     return qx_gguf_writer_put_permuted(w, name, t, 0, 0, e);
+}
+
+quarot_result qx_gguf_writer_put_rows(qx_gguf_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
+    qx__gw_t* p = NULL;
+    quarot_result r;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = qx__gw_find(w, name, &p, e)) != QUAROT_OK) return r;
+    if (p->raw) { qx_err_set(e, "%s: tensor \"%s\" is planned as blocks (qx_gguf_writer_put_raw)", w->out.path, name); return QUAROT_ERR_STATE; }
+    r = qx_out_tensor_rows(&w->out, p->off, p->dt, p->ne, &p->rows_done, row0, t, name, e);
+    if (r == QUAROT_OK && p->rows_done == p->ne[1]) p->written = 1;
+    return r;
 }
 
 /* All tensors present -> sync (file size includes the last tensor's padding) -> rename. */

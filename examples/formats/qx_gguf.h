@@ -185,6 +185,9 @@ quarot_result qx_gguf_writer_begin(qx_gguf_writer** w, const char* path, const q
 quarot_result qx_gguf_writer_put(qx_gguf_writer* w, const char* name, const quarot_tensor* t, qx_err* e);
 quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
                                           int64_t head_dim, int to_interleaved, qx_err* e);
+/* Rows [row0, row0 + t->ne[1]) of the 2-D tensor `name` (t: {ne[0], n}); windows in order from
+   row 0, the tensor counts as written with its last row (the streamed embedding and lm_head). */
+quarot_result qx_gguf_writer_put_rows(qx_gguf_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e);
 /* The encoded bytes of a tensor planned with a block type (qx_ggml_encode_row, rows in order);
    n must equal its planned size. Only for block-typed tensors. */
 quarot_result qx_gguf_writer_put_raw(qx_gguf_writer* w, const char* name, const void* data, uint64_t n, qx_err* e);

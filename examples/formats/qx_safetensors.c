@@ -992,6 +992,7 @@ typedef struct qx__st_went {
     int file;                 /* index into files[] */
     uint64_t off;             /* absolute offset in that file */
     int written;
+    int64_t rows_done;        /* qx_st_writer_put_rows: rows written so far */
 } qx__st_went;
 
 struct qx_st_writer {
@@ -1296,6 +1297,18 @@ quarot_result qx_st_writer_put_permuted(qx_st_writer* w, const char* name, const
 
 quarot_result qx_st_writer_put(qx_st_writer* w, const char* name, const quarot_tensor* t, qx_err* e) {
     return qx_st_writer_put_permuted(w, name, t, 0, 0, e);
+}
+
+quarot_result qx_st_writer_put_rows(qx_st_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
+    qx__st_went* p;
+    quarot_result r;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = qx__st_find(w, name);
+    if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->files[0].path, name); return QUAROT_ERR_NOT_FOUND; }
+    if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->files[p->file].path, name); return QUAROT_ERR_STATE; }
+    r = qx_out_tensor_rows(&w->files[p->file], p->off, p->dt, p->ne, &p->rows_done, row0, t, name, e);
+    if (r == QUAROT_OK && p->rows_done == p->ne[1]) p->written = 1;
+    return r;
 }
 
 quarot_result qx_st_writer_finish(qx_st_writer* w, qx_err* e) {

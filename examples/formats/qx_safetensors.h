@@ -116,6 +116,9 @@ quarot_result qx_st_writer_put(qx_st_writer* w, const char* name, const quarot_t
    rows (a 1-D tensor: its elements). */
 quarot_result qx_st_writer_put_permuted(qx_st_writer* w, const char* name, const quarot_tensor* t,
                                         int64_t head_dim, int to_interleaved, qx_err* e);
+/* Rows [row0, row0 + t->ne[1]) of the 2-D tensor `name` (t: {ne[0], n}); windows in order from
+   row 0, the tensor counts as written with its last row (the streamed embedding and lm_head). */
+quarot_result qx_st_writer_put_rows(qx_st_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e);
 /* Checks every tensor was written, syncs, renames into place; frees w in every case (on failure
    the temporaries are removed and no output appears). */
 quarot_result qx_st_writer_finish(qx_st_writer* w, qx_err* e);
