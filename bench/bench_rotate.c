@@ -7,6 +7,9 @@
    file mappings) and runs qx_rotate_file (R1 + R2 Hadamard, and with --online the o_proj heads / down_proj
    online rotations) into another directory of that folder, for f16 and bf16, with and without
    --online, on 1 and on all threads (BENCH_ROTATE_THREADS overrides the list's last entry).
+   BENCH_ROTATE_SHAPE=llama3 gives Llama-3-8B's shapes instead (intermediate 14336, 8 KV heads, vocab
+   128256: embedding and lm_head 1 GiB each in f16, 2 GiB each in f32, which the rotation streams
+   in row windows; the peak column shows it).
    Filters (for profiling): BENCH_ROTATE_DTYPE=f16 or bf16, BENCH_ROTATE_ONLINE=0 or 1, BENCH_ROTATE_SKIP1=1
    (no 1-thread runs), BENCH_ROTATE_KEEP=DIR (generate the inputs into DIR once, reuse them in later
    runs and leave them there).
@@ -266,6 +269,7 @@ static void null_abort(void* user) { (void)null_finish(user, NULL); }
 
 int main(void) {
     const int n_layers = env_int("BENCH_ROTATE_LAYERS", 2);
+    const int llama3 = getenv("BENCH_ROTATE_SHAPE") && strcmp(getenv("BENCH_ROTATE_SHAPE"), "llama3") == 0;
     const int all = env_int("BENCH_ROTATE_THREADS", qx_cpu_count());
     const char* tmp_root = getenv("BENCH_TMPDIR");
     char dir[4096], in_path[4200], out_path[4200];
@@ -299,8 +303,8 @@ int main(void) {
     }
     if (env_int("BENCH_ROTATE_SKIP1", 0) == 0 || all <= 1) thread_list[n_threads++] = 1;
     if (all > 1) thread_list[n_threads++] = all;
-    printf("bench_rotate: 7B-shaped (hidden 4096, intermediate 11008, 32 heads, vocab 32000), %d layers, in %s\n",
-           n_layers, dir);
+    printf("bench_rotate: %s (hidden 4096, intermediate %s, 32 heads, %s), %d layers, in %s\n", llama3 ? "Llama-3-8B-shaped" : "7B-shaped",
+           llama3 ? "14336" : "11008", llama3 ? "8 KV heads, vocab 128256" : "vocab 32000", n_layers, dir);
     printf("SIMD: %s; GB/s = input weight bytes / wall seconds of the whole rotation (validation, copies, fusion,\n"
            "rotation, conversion, writes, fsync); phases as %% of that time; peak = largest set of writable copies\n",
            quarot_simd_name());
@@ -331,8 +335,8 @@ int main(void) {
         }
         /* the random model is drawn once, in f16; the bf16 input is the same weights converted */
         memset(&sd, 0, sizeof sd);
-        sd.hidden = 4096; sd.intermediate = 11008; sd.n_heads = 32; sd.n_kv_heads = 32; sd.head_dim = 128;
-        sd.vocab = 32000; sd.n_layers = n_layers; sd.max_seq = 4096; sd.tied = -1; sd.dtype = QUAROT_DTYPE_F16; sd.seed = 7;
+        sd.hidden = 4096; sd.intermediate = llama3 ? 14336 : 11008; sd.n_heads = 32; sd.n_kv_heads = llama3 ? 8 : 32; sd.head_dim = 128;
+        sd.vocab = llama3 ? 128256 : 32000; sd.n_layers = n_layers; sd.max_seq = 4096; sd.tied = -1; sd.dtype = QUAROT_DTYPE_F16; sd.seed = 7;
         if (have_f16) {
             qx_load_opts lo;
             memset(&lo, 0, sizeof lo);

@@ -372,7 +372,7 @@ static int qx__open_backing(const qx__rf* b, const quarot_tensor* t, int64_t* of
     return -1;
 }
 
-/* Rows [task*QX__OWN_ROWS, ...) of a view widened to f32 into a contiguous copy (a pool task), each
+/* Rows [task*rpt, ...) of a view widened to f32 into a contiguous copy (a pool task), each
    row checked for NaN / Inf as it is written (the processor's validation leaves the values to us:
    quarot_rotate_desc.values_checked_by_caller): bad[task] = the first bad flat index, -1 none.
    f16 / bf16 NaN and Inf widen to f32 NaN and Inf, so the check on the copy covers every dtype. */
@@ -386,6 +386,7 @@ typedef struct qx__own_job {
     int64_t* bad;                /* [tasks] */
     int fd;                      /* >= 0: read the (contiguous) rows from this file at off with pread */
     int64_t off;
+    int64_t rpt;                 /* rows per task */
 } qx__own_job;
 
 /* n bytes at off, whole (EINTR and short reads retried); 0 on failure. */
@@ -432,7 +433,7 @@ static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char*
 static void qx__own_task(void* arg, int64_t task) {
     const qx__own_job* j = (const qx__own_job*)arg;
     const quarot_tensor* src = j->src;
-    int64_t rows = quarot_tensor_nrows(src), r = task * QX__OWN_ROWS, end = r + QX__OWN_ROWS < rows ? r + QX__OWN_ROWS : rows;
+    int64_t rows = quarot_tensor_nrows(src), r = task * j->rpt, end = r + j->rpt < rows ? r + j->rpt : rows;
     int64_t done = r, ne0 = src->ne[0];
     char* buf = NULL;
     quarot_tensor rv;   /* one row of the copy, for quarot_tensor_check_finite */
@@ -472,9 +473,12 @@ static quarot_dtype qx__copy_dtype(quarot_dtype dt) {
    index holding NaN / Inf, -1 none. */
 static quarot_result qx__copy_view(const qx__rf* b, const quarot_tensor* src, char* mem, int64_t* first) {
     quarot_dtype wdt = qx__copy_dtype(src->dtype);
-    int64_t rows = quarot_tensor_nrows(src), tasks = (rows + QX__OWN_ROWS - 1) / QX__OWN_ROWS, k;
+    int64_t rows = quarot_tensor_nrows(src), k, tasks;
     int64_t bad_local[64];
     qx__own_job job;
+    /* QX__OWN_ROWS rows a task, fewer for a small tensor or a streamed window (at least 8 tasks) */
+    job.rpt = (rows + 7) / 8 < QX__OWN_ROWS ? (rows + 7) / 8 : QX__OWN_ROWS;
+    tasks = (rows + job.rpt - 1) / job.rpt;
     job.bad = tasks <= 64 ? bad_local : (int64_t*)malloc((size_t)tasks * sizeof(int64_t));
     if (!job.bad) return QUAROT_ERR_OUT_OF_MEMORY;
     job.src = src;
