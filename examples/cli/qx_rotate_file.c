@@ -13,7 +13,11 @@
    commands and layers instead of fresh pages per task). The global tensors are written as soon as
    pre_run has rotated them (with the built-in writers), and their f32 copies (embeddings, lm_head:
    the largest blocks of the run) become slabs that the first layer's copies are carved from, so
-   the first layer touches no fresh memory either and the peak is max(globals, one layer). */
+   the first layer touches no fresh memory either and the peak is max(globals, one layer). Where
+   the processor's global scope is row-separable and the writer takes row windows (safetensors,
+   GGUF), large embedding and lm_head tables never exist whole: they stream through two window
+   buffers of about 4 MiB (qx__stream_globals, quarot_processor_pre_run_rows) before the layers,
+   and the peak is one layer. */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE   /* madvise */
 #endif
