@@ -503,6 +503,7 @@ static void test_pre_run_rows(void) {
                 wm.acquire_layer = win_acquire;
                 wm.release_layer = win_release;
                 QT_OK(quarot_processor_init(&p, &wm, &d));
+                QT_ERR(quarot_processor_pre_run_rows(&p, 0, 1), QUAROT_ERR_STATE);   /* the probe first */
                 pr = quarot_processor_rows_probe(&p, &rows);
                 if (strcmp(arch, "opt") == 0) {   /* LayerNorm: mean baking, a final-norm bias */
                     QT_ERR(pr, QUAROT_ERR_UNSUPPORTED);
@@ -532,6 +533,7 @@ static void test_pre_run_rows(void) {
                 }
                 created = wb.creates;
                 wb.on = 0;
+                QT_ERR(quarot_processor_rows_probe(&p, &rows), QUAROT_ERR_STATE);   /* pre_run is done */
                 for (k = 0; k < s.config.n_layers; ++k) QT_OK(quarot_processor_run_layer(&p, k));
                 QT_OK(quarot_processor_post_run(&p));
                 qx_model_sync(&wm, &s);
