@@ -148,13 +148,39 @@ static void test_rotate_same_bytes(void) {
     QT_CHECK(same_file(f0, f1));
 }
 
+/* Loads `in` as the tool does and rotates it (R1 + R2 Hadamard, seed 9, 2 threads, mapped input)
+   into out with window rows `win` (qx_rotate_file_opts.global_window_rows), globals_last and
+   out_format fmt (NULL: the input's). */
+static quarot_result rotate_to(const char* in, const char* out, const char* fmt, int64_t win, int last, qx_rotate_file_stats* st,
+                               qx_err* e) {
+    quarot_rotate_desc desc;
+    qx_rotate_file_opts ro;
+    qx_load_opts lo;
+    qx_store s;
+    quarot_result r;
+    memset(&lo, 0, sizeof lo);
+    if ((r = qx_cli_load_model(in, &lo, &s, e)) != QUAROT_OK) return r;
+    memset(&desc, 0, sizeof desc);
+    desc.seed = 9;
+    memset(&ro, 0, sizeof ro);
+    ro.out_path = out;
+    ro.out_format = fmt;
+    ro.force = 1;
+    ro.drop_pages = 1;
+    ro.threads = 2;
+    ro.global_window_rows = win;
+    ro.globals_last = last;
+    r = qx_rotate_file(&s, &desc, &ro, st, e);
+    qx_store_free(&s);
+    return r;
+}
+
 /* Globals of 64 MiB or more in f32: by default the embedding and lm_head stream through in row
    windows of about 4 MiB (qx_rotate_file step 4s; peak: one layer plus the windows); with whole
    copies (global_window_rows < 0) they are written right after pre_run and their copies reused for
    the layers' (step 4b: a peak of max(globals, one layer) instead of their sum); globals_last writes
    them after the layers. The same bytes all three ways, and the layers refuse nothing. */
 static void test_globals_first(void) {
-    qx_store s;
     qx_err e;
     char in[512], out[3][600], f0[700], f1[700];
     size_t peak[3] = {0, 0, 0}, glob[3] = {0, 0, 0};
@@ -165,29 +191,14 @@ static void test_globals_first(void) {
     /* vocab 16384: embeddings and lm_head 32 MiB each in f32 */
     QT_CHECK(cu_save_llama_st(in, 11, 512, 1024, 8, 64, 16384, QUAROT_DTYPE_F16));
     for (k = 0; k < 3; ++k) {
-        quarot_rotate_desc desc;
-        qx_rotate_file_opts ro;
         qx_rotate_file_stats st;
-        qx_load_opts lo;
-        memset(&lo, 0, sizeof lo);
-        QT_OK(qx_cli_load_model(in, &lo, &s, &e));
-        memset(&desc, 0, sizeof desc);
-        desc.rotation = QUAROT_ROTATION_HADAMARD;
         snprintf(out[k], sizeof out[k], "%s/out_big%d", g_tmp, k);
-        memset(&ro, 0, sizeof ro);
-        ro.out_path = out[k];
-        ro.force = 1;
-        ro.drop_pages = 1;
-        ro.threads = 2;
-        ro.global_window_rows = k == 0 ? 0 : -1;
-        ro.globals_last = k == 2;
-        QT_OK(qx_rotate_file(&s, &desc, &ro, &st, &e));
+        QT_OK(rotate_to(in, out[k], NULL, k == 0 ? 0 : -1, k == 2, &st, &e));
         QT_EQ_INT((int)st.out_of_layer, 0);
         QT_EQ_INT((int)st.tensors_written, 2 + 9 * 2 + 1);
         peak[k] = st.peak_copy_bytes;
         glob[k] = st.global_copy_bytes;
         if (k == 0) wrows = st.global_window_rows;
-        qx_store_free(&s);
     }
     for (k = 1; k < 3; ++k) {
         snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
@@ -262,24 +273,9 @@ static void test_global_windows(void) {
             }
             qx_store_free(&s);
             for (k = 0; k < 2; ++k) {
-                quarot_rotate_desc desc;
-                qx_rotate_file_opts ro;
                 qx_rotate_file_stats st;
-                qx_load_opts lo;
-                memset(&lo, 0, sizeof lo);
-                QT_OK(qx_cli_load_model(in, &lo, &s, &e));
-                memset(&desc, 0, sizeof desc);
-                desc.seed = 9;
                 snprintf(out[k], sizeof out[k], "%s/win_out%d_%d_%d%s", g_tmp, c, nan, k, cases[c].gguf == 1 ? ".gguf" : cases[c].gguf == 2 ? ".bin" : "");
-                memset(&ro, 0, sizeof ro);
-                ro.out_path = out[k];
-                ro.out_format = cases[c].gguf == 2 ? "llama2c-v0" : NULL;
-                ro.force = 1;
-                ro.drop_pages = 1;
-                ro.threads = 2;
-                ro.global_window_rows = k == 0 ? cases[c].win : -1;
-                r = qx_rotate_file(&s, &desc, &ro, &st, &e);
-                qx_store_free(&s);
+                r = rotate_to(in, out[k], cases[c].gguf == 2 ? "llama2c-v0" : NULL, k == 0 ? cases[c].win : -1, 0, &st, &e);
                 if (nan) {
                     QT_ERR(r, QUAROT_ERR_NONFINITE);
                     QT_CHECKF(strstr(e.msg, "tensor 'model.embed_tokens.weight' has NaN or Inf at element") && strstr(e.msg, "(row 200, column 3)"),
