@@ -1230,8 +1230,8 @@ QUAROT_API void          quarot_processor_free(quarot_processor* p);
 // pre_run (the next step is run_layer(0)). During a window the binding's get_tensor for
 // p->plan.embed and p->plan.lm_head (and create_tensor for an untied lm_head, asked once, in the
 // window at row 0, with the whole shape) must give exactly those rows as a 2-D tensor {hidden, n};
-// every other tensor as usual. The final norm is read in every window and set to the identity in the
-// last one. The result is the same as pre_run's, bit for bit, for any windows; on_command sees each
+// every other tensor as usual (checked: QUAROT_ERR_SHAPE_MISMATCH, nothing done). The final norm is
+// read in every window and set to the identity in the last one. The result is the same as pre_run's, bit for bit, for any windows; on_command sees each
 // window's commands, progress reports "pre_run" once. A failed window leaves the processor unusable.
 QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_t* rows);
 QUAROT_API quarot_result quarot_processor_pre_run_rows(quarot_processor* p, int64_t row0, int64_t n);
@@ -9400,9 +9400,21 @@ QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_
 
 QUAROT_API quarot_result quarot_processor_pre_run_rows(quarot_processor* p, int64_t row0, int64_t n) {
     quarot_result res;
+    int k;
     if (!p || !p->model) return QUAROT_ERR_INVALID_ARGUMENT;
     if (p->stage != 1 || p->rows_total <= 0 || row0 != p->rows_next) return QUAROT_ERR_STATE;
     if (n < 1 || n > p->rows_total - row0) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (k = 0; k < 2; ++k) {   // the binding's windows are {hidden, n} (lm_head: unless tied, or created now)
+        const char* name = k == 0 ? p->plan.embed : p->plan.lm_head;
+        quarot_tensor t;
+        if (k == 1 && (p->untie ? row0 == 0 : !quarot__exists(p, name))) continue;
+        if ((res = quarot__get(p, name, &t)) != QUAROT_OK) return res;
+        if (t.ne[1] != n || t.ne[2] != 1 || t.ne[3] != 1) {
+            quarot__model_error(p->model, "row window [%lld, %lld): the binding gave '%s' with %lld rows", (long long)row0,
+                                (long long)(row0 + n), name, (long long)quarot_tensor_nrows(&t));
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
     p->rows_next = -1;   // unusable unless this window succeeds
     res = quarot__pre_run_part(p, row0 == 0, row0 + n == p->rows_total, n);
     if (res == QUAROT_OK) p->rows_next = row0 + n;

@@ -522,6 +522,10 @@ static void test_pre_run_rows(void) {
                 n = wins[w] ? wins[w] : rows;
                 QT_ERR(quarot_processor_pre_run_rows(&p, 1, n), QUAROT_ERR_STATE);   /* from row 0 */
                 QT_ERR(quarot_processor_pre_run_rows(&p, 0, rows + 1), QUAROT_ERR_INVALID_ARGUMENT);
+                wb.r0 = 0;   /* a binding that hands out one row too many: refused, nothing done */
+                wb.n = 2;
+                QT_ERR(quarot_processor_pre_run_rows(&p, 0, 1), QUAROT_ERR_SHAPE_MISMATCH);
+                QT_CHECKF(strstr(wm.error, "row window [0, 1)") != NULL, "message: %s", wm.error);
                 for (r0 = 0; r0 < rows; r0 += n) {
                     wb.r0 = r0;
                     wb.n = n < rows - r0 ? n : rows - r0;
