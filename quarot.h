@@ -2096,16 +2096,22 @@ static quarot_result quarot__check_finite_rows(const quarot_tensor* t, int64_t r
             unsigned bad = 0;
             c = n - i0 < 256 ? n - i0 : 256;
             memcpy(blk, p + (size_t)i0 * es, (size_t)c * es);
+            // A full block runs a loop of constant count, which compilers vectorize at -O2 (the
+            // loop of variable count they left scalar: 7.6 GB/s on f32 rows in L2, slower than the
+            // f16 widening it follows in the tool); the tail of a row takes the variable loop.
             if (t->dtype == QUAROT_DTYPE_F64) {
                 const uint64_t* u = blk;
-                for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
+                if (c == 256) for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
+                else for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
             } else if (es == 4) {
                 const uint32_t* u = (const uint32_t*)(void*)blk;
-                for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
+                if (c == 256) for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
+                else for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
             } else {
                 const uint16_t* u = (const uint16_t*)(void*)blk;
                 const unsigned em = t->dtype == QUAROT_DTYPE_F16 ? 0x7c00u : 0x7f80u;
-                for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & em) == em);
+                if (c == 256) for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & em) == em);
+                else for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & em) == em);
             }
             if (!bad) continue;
             for (i = 0; i < c; ++i) {

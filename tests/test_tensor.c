@@ -200,6 +200,45 @@ static void test_check_finite(void) {
     QT_EQ_INT(quarot_dtype_size((quarot_dtype)42), 0);
 }
 
+/* Rows longer than the check's 256-element blocks (full blocks take a separate constant-count loop):
+   two rows of 600 = 256 + 256 + 88, every dtype; a NaN / Inf planted at the start, middle and end
+   of each block, the tail and the second row is the first one reported; the largest finite values
+   (all-ones mantissa below an all-ones exponent) are not flagged. */
+static void test_check_finite_long_rows(void) {
+    static const quarot_dtype dts[4] = {QUAROT_DTYPE_F32, QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16, QUAROT_DTYPE_F64};
+    static const int64_t at[9] = {0, 131, 255, 256, 400, 511, 512, 599, 600 + 300};
+    const int64_t n = 600;
+    unsigned char* buf = (unsigned char*)malloc(2 * 600 * 8);
+    int d, k;
+    QT_CHECK(buf != NULL);
+    if (!buf) return;
+    for (d = 0; d < 4; ++d) {
+        const size_t es = quarot_dtype_size(dts[d]);
+        int64_t ne[2], i, bad;
+        quarot_tensor t;
+        ne[0] = n;
+        ne[1] = 2;
+        QT_OK(quarot_tensor_init(&t, buf, dts[d], 2, ne));
+        for (k = -1; k < 9; ++k) {
+            for (i = 0; i < 2 * n; ++i) {   /* the largest finite value of the dtype everywhere ... */
+                uint64_t v = es == 8 ? 0x7fefffffffffffffull : es == 4 ? 0xff7fffffu : dts[d] == QUAROT_DTYPE_F16 ? 0xfbffu : 0x7f7fu;
+                if (i == (k >= 0 ? at[k] : -1))   /* ... but one NaN or -Inf */
+                    v = es == 8 ? 0x7ff8000000000000ull : es == 4 ? (k % 2 ? 0xff800000u : 0x7fc00001u)
+                                : dts[d] == QUAROT_DTYPE_F16 ? (k % 2 ? 0xfc00u : 0x7e00u) : (k % 2 ? 0xff80u : 0x7fc1u);
+                memcpy(buf + (size_t)i * es, &v, es);   /* little-endian: the low es bytes */
+            }
+            if (k < 0) {
+                QT_OK(quarot_tensor_check_finite(&t, &bad));
+                QT_EQ_INT(bad, -1);
+            } else {
+                QT_ERR(quarot_tensor_check_finite(&t, &bad), QUAROT_ERR_NONFINITE);
+                QT_EQ_INT(bad, at[k]);
+            }
+        }
+    }
+    free(buf);
+}
+
 int main(void) {
     QT_RUN(test_f16_roundtrip_all);
     QT_RUN(test_f16_rounding_against_brute_force);
@@ -207,5 +246,6 @@ int main(void) {
     QT_RUN(test_init_and_validate);
     QT_RUN(test_rows_strided);
     QT_RUN(test_check_finite);
+    QT_RUN(test_check_finite_long_rows);
     return qt_finish("test_tensor");
 }
