@@ -2,7 +2,8 @@
    bf16 checkpoints, with and without --online, and with --rotation random (the processor splits each rotate command's rows or
    columns into tasks on the pool; every task's arithmetic is independent of the split). The model
    is a small random llama whose tensors span several tasks (more than 64 rows / columns), with
-   a non-power-of-two intermediate size (320 = 20 * 16) so the Kronecker transform runs too. */
+   a non-power-of-two intermediate size (320 = 20 * 16) so the Kronecker transform runs too. The
+   same with the embedding and lm_head in row windows. */
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
@@ -41,6 +42,29 @@ static void test_threads_identical(void) {
     QT_EQ_INT(CLI("rotate a b --threads 0"), 1);   /* usage error */
 }
 
+/* The embedding and lm_head in row windows (QX_GLOBAL_WINDOW_ROWS=7 turns them on for this small
+   model): --threads 1, 2 and 3 give the bytes of whole copies; the summary says so. */
+static void test_threads_windows(void) {
+    char in[512], out[4][600], f0[700], f1[700];
+    int t;
+    snprintf(in, sizeof in, "%s/in_win", g_tmp);
+    QT_CHECK(cu_save_llama_st(in, 6, 128, 320, 4, 32, 200, QUAROT_DTYPE_BF16));
+    for (t = 0; t < 4; ++t) {
+        snprintf(out[t], sizeof out[t], "%s/out_win_t%d", g_tmp, t);
+        if (t == 0) QT_EQ_INT(CLI("rotate %s %s --threads 2 --online", in, out[t]), 0);
+        else QT_EQ_INT(run_prog("QX_GLOBAL_WINDOW_ROWS=7", g_bin, "rotate %s %s --threads %d --online", in, out[t], t), 0);
+        QT_CHECKF((strstr(g_out, "embedding and lm_head: 29 row windows of 7 rows") != NULL) == (t > 0), "summary: %s", g_out);
+    }
+    for (t = 1; t < 4; ++t) {
+        snprintf(f0, sizeof f0, "%s/model.safetensors", out[0]);
+        snprintf(f1, sizeof f1, "%s/model.safetensors", out[t]);
+        QT_CHECKF(same_file(f0, f1), "windows on %d thread(s) differ from whole copies", t);
+        snprintf(f0, sizeof f0, "%s/quarot_online.txt", out[0]);
+        snprintf(f1, sizeof f1, "%s/quarot_online.txt", out[t]);
+        QT_CHECK(same_file(f0, f1));
+    }
+}
+
 int main(int argc, char** argv) {
     const char* slash = strrchr(argv[0], '/');
     size_t dl = slash ? (size_t)(slash - argv[0]) : 0;
@@ -53,6 +77,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     QT_RUN(test_threads_identical);
+    QT_RUN(test_threads_windows);
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

@@ -811,13 +811,14 @@ static int64_t qx__window_rows(const qx_store* s, quarot_processor* p, quarot_mo
                                qx_rotate_file_stats* st) {
     const char* fmt = qx__out_format(s, o);
     const quarot_tensor* e = qx_store_find(s, p->plan.embed);
-    int64_t total = 0, es;
+    const char* env = getenv("QX_GLOBAL_WINDOW_ROWS");   /* tests: windows of that many rows for the auto case */
+    int64_t total = 0, es, asked = o->global_window_rows == 0 && env && atoll(env) > 0 ? (int64_t)atoll(env) : o->global_window_rows;
     size_t bytes;
     const char* why = NULL;
-    if (o->global_window_rows < 0 || !e) return 0;
+    if (asked < 0 || !e) return 0;
     es = (int64_t)quarot_dtype_size(qx__copy_dtype(e->dtype));
     bytes = (size_t)(e->ne[0] * e->ne[1] * es) * ((qx_store_find(s, p->plan.lm_head) || p->untie) ? 2u : 1u);
-    if (o->global_window_rows == 0 && bytes < QX__EARLY_MIN) return 0;   /* small: whole copies cost nothing */
+    if (asked == 0 && bytes < QX__EARLY_MIN) return 0;   /* small: whole copies cost nothing */
     if (o->sink && !o->sink->put_rows) why = "the caller's output takes whole tensors";
     else if (o->globals_last) why = "globals_last asks for whole copies written after the layers";
     else if (!o->sink && strncmp(fmt, "safetensors", 11) != 0 && strcmp(fmt, "gguf") != 0) why = "the llama2.c writer takes whole tensors";
@@ -827,7 +828,7 @@ static int64_t qx__window_rows(const qx_store* s, quarot_processor* p, quarot_mo
         m->error[0] = '\0';
         return 0;
     }
-    if (o->global_window_rows > 0) return o->global_window_rows < total ? o->global_window_rows : total;
+    if (asked > 0) return asked < total ? asked : total;
     return (int64_t)QX__WIN_BYTES / (e->ne[0] * es) > 0 ? (int64_t)QX__WIN_BYTES / (e->ne[0] * es) : 1;
 }
 

@@ -94,7 +94,8 @@ typedef struct qx_rotate_file_opts {
                                     reused for the layers' copies); the bytes are the same (tests compare) */
     int64_t global_window_rows;  /* the embedding and lm_head in row windows (quarot_processor_pre_run_rows:
                                     copied, rotated and written a window at a time, never whole in f32):
-                                    0 = auto (windows of about 4 MiB of f32 when the copies would reach 64 MiB),
+                                    0 = auto (windows of about 4 MiB of f32 when the copies would reach 64 MiB;
+                                    QX_GLOBAL_WINDOW_ROWS=N in the environment: N rows, for tests),
                                     > 0 = windows of that many rows whatever the size, < 0 = never. Only for
                                     safetensors and GGUF outputs or a sink with put_rows, without globals_last, and where the processor's
                                     global scope is row-separable (not LayerNorm families); otherwise whole
