@@ -8123,6 +8123,16 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
     }
     for (i0 = 0; i0 < L; i0 += nb) {
         nb = L - i0 < 2 * QUAROT__CMD_TB ? L - i0 : 2 * QUAROT__CMD_TB;
+#if defined(QUAROT__HAVE_AVX512)
+        if (nb == 16 && t->nb[1] % sizeof(float) == 0) {   // 16 x 16 in-register transposes straight from the rows
+            const float* src = (const float*)(const void*)quarot__row2d(t, i0) + first;
+            const int64_t ld = (int64_t)(t->nb[1] / sizeof(float));
+            for (c = 0; c + 16 <= count; c += 16) quarot__gemm_tr16_avx512(src + c, ld, buf + c * L + i0, L);
+            for (; c < count; ++c)
+                for (k = 0; k < 16; ++k) buf[c * L + i0 + k] = src[k * ld + c];
+            continue;
+        }
+#endif
         for (k = 0; k < nb; ++k) memcpy(span + k * count, quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), (size_t)count * sizeof(float));
         for (c = 0; c < count; ++c)
             for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
@@ -8131,6 +8141,16 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
     if (res == QUAROT_OK)
         for (i0 = 0; i0 < L; i0 += nb) {
             nb = L - i0 < 2 * QUAROT__CMD_TB ? L - i0 : 2 * QUAROT__CMD_TB;
+#if defined(QUAROT__HAVE_AVX512)
+            if (nb == 16 && t->nb[1] % sizeof(float) == 0) {
+                float* dst = (float*)(void*)quarot__row2d(t, i0) + first;
+                const int64_t ld = (int64_t)(t->nb[1] / sizeof(float));
+                for (c = 0; c + 16 <= count; c += 16) quarot__gemm_tr16_avx512(buf + c * L + i0, L, dst + c, ld);
+                for (; c < count; ++c)
+                    for (k = 0; k < 16; ++k) dst[k * ld + c] = buf[c * L + i0 + k];
+                continue;
+            }
+#endif
             for (c = 0; c < count; ++c)
                 for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
             for (k = 0; k < nb; ++k) memcpy(quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), span + k * count, (size_t)count * sizeof(float));

@@ -1,7 +1,9 @@
 /* quarot_command_apply on the output side (columns of W, gathered into rows through a blocked
    transpose) gives exactly the bits of the input side applied to W's transpose, for axis lengths
    that are not a multiple of the transpose block (8) and column counts that leave a short last
-   task (more than 64 columns), in f32, f16 and bf16, with the Kronecker (inner > 1) form too. */
+   task (more than 64 columns), in f32, f16 and bf16, with the Kronecker (inner > 1) form too; and
+   in single precision (quarot_command.f32: the columns move through 16 x 16 in-register transposes
+   on AVX-512, the rest element by element). */
 #include "quarot.h"
 #include "qt.h"
 
@@ -18,7 +20,7 @@ static void get_col(const quarot_tensor* w, quarot_dtype dt, size_t es, int64_t 
     }
 }
 
-static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t inner, int64_t n) {
+static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t inner, int64_t n, int f32) {
     quarot_rotation q;
     quarot_rotation_desc d;
     quarot_command c;
@@ -46,6 +48,7 @@ static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t 
         quarot_tensor_set_row_f64(&wt, r, row);
     }
     memset(&c, 0, sizeof c);
+    c.f32 = f32;
     c.outer = outer;
     c.inner = inner;
     c.side = QUAROT_SIDE_OUTPUT;
@@ -57,8 +60,8 @@ static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t 
         get_col(&w, dt, es, L, C, r, got);
         if (memcmp(got, row, (size_t)L * sizeof(double)) != 0) ++bad;
     }
-    QT_CHECKF(bad == 0, "%s L=%lld C=%lld outer=%lld inner=%lld: %lld columns differ", quarot_dtype_name(dt), (long long)L,
-              (long long)C, (long long)outer, (long long)inner, (long long)bad);
+    QT_CHECKF(bad == 0, "%s%s L=%lld C=%lld outer=%lld inner=%lld: %lld columns differ", quarot_dtype_name(dt), f32 ? " (f32 arithmetic)" : "",
+              (long long)L, (long long)C, (long long)outer, (long long)inner, (long long)bad);
     quarot_rotation_free(&q);
     free(a); free(b); free(row); free(got);
 }
@@ -66,11 +69,14 @@ static void check(quarot_dtype dt, int64_t L, int64_t C, int64_t outer, int64_t 
 static void test_output_side_is_transposed_input_side(void) {
     static const quarot_dtype dts[] = {QUAROT_DTYPE_F32, QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16};
     int i;
-    for (i = 0; i < 3; ++i) {
-        check(dts[i], 20, 70, 1, 1, 20);    /* L % 8 = 4, tasks of 64 + 6 columns */
-        check(dts[i], 36, 131, 3, 1, 12);   /* block-diagonal outer */
-        check(dts[i], 30, 65, 1, 5, 6);     /* Kronecker inner */
-        check(dts[i], 7, 3, 1, 1, 7);       /* fewer rows than one block */
+    for (i = 0; i < 4; ++i) {   /* the last: f32 with quarot_command.f32 (single precision, 16 x 16 transposes) */
+        const quarot_dtype dt = dts[i < 3 ? i : 0];
+        const int f32 = i == 3;
+        check(dt, 20, 70, 1, 1, 20, f32);    /* L % 8 = 4, tasks of 64 + 6 columns */
+        check(dt, 36, 131, 3, 1, 12, f32);   /* block-diagonal outer */
+        check(dt, 30, 65, 1, 5, 6, f32);     /* Kronecker inner */
+        check(dt, 7, 3, 1, 1, 7, f32);       /* fewer rows than one block */
+        check(dt, 48, 200, 1, 1, 48, f32);   /* three whole blocks of 16 rows, tasks of 64 + 64 + 64 + 8 */
     }
 }
 
