@@ -105,6 +105,28 @@ static void test_gguf_from_hf(void) {
     check_close(a, b, "Q4_0 from a Hugging Face directory");
 }
 
+/* The embedding and lm_head in row windows (QX_GLOBAL_WINDOW_ROWS=7; by default only for large
+   vocabularies): GGUF Q4_0 and packed W4A4 outputs are byte-identical to whole copies; with
+   --quantize-embeddings the tables are quantized whole and the windows stay off (same bytes too). */
+static void test_windows_same_bytes(void) {
+    static const char* outs[3] = {"w.gguf", "w.safetensors", "wq.safetensors"};
+    int k, v;
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    for (k = 0; k < 3; ++k) {
+        char f[2][1100];
+        for (v = 0; v < 2; ++v) {
+            snprintf(f[v], sizeof f[v], "%s/%d_%s", g_tmp, v, outs[k]);
+            QT_EQ_INT(run_prog(v ? "QX_GLOBAL_WINDOW_ROWS=7" : "", g_bin, "quantize '%s' '%s'%s", g_model, f[v],
+                               k == 2 ? " --quantize-embeddings" : ""), 0);
+            QT_CHECKF((strstr(g_out, "embedding and lm_head: ") && strstr(g_out, " row windows of 7 rows")) == (v == 1 && k < 2),
+                      "%s: summary: %s", outs[k], g_out);
+            QT_CHECKF((strstr(g_out, "whole copies (the caller's output takes whole tensors)") != NULL) == (v == 1 && k == 2),
+                      "%s: summary: %s", outs[k], g_out);
+        }
+        QT_CHECKF(same_file(f[0], f[1]), "%s: windows change the bytes", outs[k]);
+    }
+}
+
 static void test_packed_matches_fake_quant(void) {
     const char* p = tmp_path("p.safetensors");
     const char* rot = tmp_path("rot2.bin");
@@ -381,6 +403,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_gguf_matches_fake_quant);
     QT_RUN(test_gguf_from_hf);
     QT_RUN(test_packed_matches_fake_quant);
+    QT_RUN(test_windows_same_bytes);
     QT_RUN(test_gguf_tokenizer);
     QT_RUN(test_dry_run);
     QT_RUN(test_bad_input);

@@ -502,6 +502,22 @@ static quarot_result qz_put(void* user, const char* name, const quarot_tensor* t
     return r;
 }
 
+/* The embedding and lm_head in row windows (qx_rotate_file_opts.global_window_rows): offered only
+   where they are written plain (not quantized, no GPTQ stage), so each window goes to the writer as
+   it is; the tensor counts once, with its last rows. */
+static quarot_result qz_put_rows(void* user, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
+    qz_sink* k = (qz_sink*)user;
+    qz_item* it = qz_find(k, name);
+    quarot_result r;
+    if (!it) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", k->path, name); return QUAROT_ERR_NOT_FOUND; }
+    if (it->kind == QZ_QUANT) { qx_err_set(e, "%s: a quantized tensor cannot come in row windows", name); return QUAROT_ERR_STATE; }
+    if (it->kind == QZ_SKIP) r = QUAROT_OK;
+    else if (k->o->format == QZ_GGUF) r = qx_gguf_writer_put_rows(k->gw, name, row0, t, e);
+    else r = qx_packed_writer_put_rows(k->pw, name, row0, t, e);
+    if (r == QUAROT_OK && row0 + t->ne[1] == it->ne[1]) { it->done = 1; k->written++; }   /* the last rows */
+    return r;
+}
+
 static quarot_result qz_finish(void* user, qx_err* e) {
     qz_sink* k = (qz_sink*)user;
     quarot_result r;
@@ -813,7 +829,7 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
 int qx_cmd_quantize(int argc, char** argv) {
     qx_cli cli;
     const char *in = NULL, *out = NULL, *v, *context = NULL, *format = NULL, *rotation = "hadamard", *tok_path = NULL;
-    char tok_found[4096], tok_looked[1024];
+    char tok_found[4096], tok_looked[1024], gline[400];
     qx_tokenizer tok;
     int have_tok = 0;
     int64_t seed = 0, block = -1, tp = 1, x;
@@ -1168,6 +1184,7 @@ run:
     memset(&rs, 0, sizeof rs);
     rs.begin = qz_begin;
     rs.put = qz_put;
+    rs.put_rows = o.gptq || o.quant_embeddings ? NULL : qz_put_rows;   /* the tables stream only when written plain */
     rs.finish = qz_finish;
     rs.abort = qz_abort;
     rs.user = &sink;
@@ -1261,6 +1278,7 @@ run:
     } else {
         printf("  no rotation (--rotation none)\n");
     }
+    if (qx_rotate_file_globals_line(&st, gline, sizeof gline)) printf("  %s\n", gline);
     if (o.format == QZ_GGUF) {
         printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o.bits == 4 ? "Q4_0" : "Q8_0",
                o.bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);

@@ -588,6 +588,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     } else {
         int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
         double mib = 1.0 / (1024.0 * 1024.0);
+        char line[400];
         for (h = 0; h < list.count; ++h) {
             n_down += list.hooks[h].site == QUAROT_SITE_DOWN_INPUT;
             n_o += list.hooks[h].site == QUAROT_SITE_O_INPUT;
@@ -629,11 +630,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
                qx_lw_peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
                (long long)st.max_live_layers);
-        if (st.global_window_rows > 0)
-            printf("  embedding and lm_head: %lld row windows of %lld rows (never whole in memory)\n", (long long)st.global_windows,
-                   (long long)st.global_window_rows);
-        else if (st.global_whole_why[0])
-            printf("  embedding and lm_head: whole copies (%s)\n", st.global_whole_why);
+        if (qx_rotate_file_globals_line(&st, line, sizeof line)) printf("  %s\n", line);
         fflush(stdout);
         if (hooks) qx_cli_info(cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
         else if (qx_path_exists(hooks_path) && remove(hooks_path) == 0)

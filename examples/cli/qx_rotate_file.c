@@ -1032,6 +1032,18 @@ static quarot_result qx__stage_publish(qx__stage* g, const qx_rotate_file_opts* 
 
 /* ---- the whole run ---------------------------------------------------------------------------- */
 
+int qx_rotate_file_globals_line(const qx_rotate_file_stats* st, char* buf, size_t cap) {
+    if (!st || !buf || cap == 0) return 0;
+    if (st->global_window_rows > 0)
+        snprintf(buf, cap, "embedding and lm_head: %lld row windows of %lld rows (never whole in memory)", (long long)st->global_windows,
+                 (long long)st->global_window_rows);
+    else if (st->global_whole_why[0])
+        snprintf(buf, cap, "embedding and lm_head: whole copies (%s)", st->global_whole_why);
+    else
+        return 0;
+    return 1;
+}
+
 quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
                              qx_rotate_file_stats* st, qx_err* e) {
     quarot_model m;

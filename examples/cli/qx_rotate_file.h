@@ -143,6 +143,10 @@ typedef struct qx_rotate_file_stats {
 quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
                              qx_rotate_file_stats* st, qx_err* e);
 
+/* The summary line about the embedding and lm_head ("N row windows of R rows", or "whole copies
+   (why)") into buf; 0 when there is nothing to say (small tables, whole copies as asked). */
+int qx_rotate_file_globals_line(const qx_rotate_file_stats* st, char* buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,6 +43,7 @@ typedef struct qx__pk_item {
     int64_t shape[QUAROT_MAX_DIMS];   /* outermost first, as in the header */
     uint64_t nbytes, off;     /* off: from the start of the data section */
     int written;
+    int64_t rows_done;        /* qx_packed_writer_put_rows: rows written so far */
     int role;                 /* 0 plain, 1 qweight, 2 scales, 3 zeros */
     int64_t lin;              /* index into lin[] for roles 1-3 */
 } qx__pk_item;
@@ -335,6 +336,24 @@ quarot_result qx_packed_writer_put(qx_packed_writer* w, const char* name, const 
         }
     r = qx_out_tensor(&w->out, 8 + w->reserve + p->off, p->dt, t, 0, 0, name, e);
     if (r == QUAROT_OK) p->written = 1;
+    return r;
+}
+
+quarot_result qx_packed_writer_put_rows(qx_packed_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
+    qx__pk_item* p;
+    int64_t ne[QUAROT_MAX_DIMS];
+    int d;
+    quarot_result r;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = qx__pk_find(w, name);
+    if (!p || p->role != 0) {
+        qx_err_set(e, "%s: tensor \"%s\" is not a planned plain tensor", w->out.path, name);
+        return QUAROT_ERR_NOT_FOUND;
+    }
+    if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->out.path, name); return QUAROT_ERR_STATE; }
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d) ne[d] = d < p->n_dims ? p->shape[p->n_dims - 1 - d] : 1;
+    r = qx_out_tensor_rows(&w->out, 8 + w->reserve + p->off, p->dt, ne, &p->rows_done, row0, t, name, e);
+    if (r == QUAROT_OK && p->rows_done == ne[1]) p->written = 1;
     return r;
 }
 

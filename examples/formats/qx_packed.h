@@ -116,6 +116,9 @@ quarot_result qx_packed_writer_begin(qx_packed_writer** w, const char* path, con
                                      const qx_packed_settings* st, const qx_packed_write_opts* o, qx_err* e);
 /* A plain tensor (converted to the planned dtype, round to nearest even). */
 quarot_result qx_packed_writer_put(qx_packed_writer* w, const char* name, const quarot_tensor* t, qx_err* e);
+/* Rows [row0, row0 + t->ne[1]) of a planned plain 2-D tensor (t: {ne[0], n}); windows in order from
+   row 0, the tensor counts as written with its last row (the streamed embedding and lm_head). */
+quarot_result qx_packed_writer_put_rows(qx_packed_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e);
 /* A packed linear from quarot_quantize_f32's integer form: codes q[out][in] in [-2^(b-1), 2^(b-1)-1],
    scales and (asymmetric) zeros [out][G] (zeros zero-centred as quarot.h gives them: stored z =
    zero + 2^(b-1)); value (q - zero) * scale. Scales are stored in the planned scale dtype (F16:
