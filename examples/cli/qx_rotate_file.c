@@ -963,7 +963,7 @@ static quarot_result qx__hooks_text(const quarot_online_list* list, const qx__st
     size_t need = 0, dl;
     char *txt = NULL, *res, *cut;
     quarot_result r = qx_weight_files(g->model, &files, &n_files, e);
-    if (r == QUAROT_OK) r = qx_digest_files((const char* const*)files, n_files, digest, e);
+    if (r == QUAROT_OK) r = qx_digest_files_uncached((const char* const*)files, n_files, digest, e);
     qx_free_paths(files, n_files);
     if (r != QUAROT_OK) return r;
     r = quarot_online_write(list, NULL, 0, &need);

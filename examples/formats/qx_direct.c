@@ -55,6 +55,28 @@ struct qx_direct {
     size_t scratch_bytes;
 };
 
+int qx_direct_open_read(const char* path, int* direct) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    *direct = fd >= 0;
+    if (fd < 0 && errno == EINVAL) fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd;
+}
+
+ssize_t qx_direct_read(int fd, void* buf, size_t cap, int* direct) {
+    ssize_t got;
+    for (;;) {
+        got = read(fd, buf, cap);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && errno == EINVAL && *direct) {   /* refused: the same read, buffered */
+            int fl = fcntl(fd, F_GETFL);
+            if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0) return -1;
+            *direct = 0;
+            continue;
+        }
+        return got;
+    }
+}
+
 const char* qx_direct_mode_text(qx_direct_mode m) {
     switch (m) {
         case QX_DIRECT_ON: return "O_DIRECT";

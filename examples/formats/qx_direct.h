@@ -24,6 +24,8 @@
 
 #include "qx_store.h"
 
+#include <sys/types.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,6 +57,14 @@ qx_direct_mode qx_direct_get_mode(const qx_direct* d);
 /* A reusable scratch buffer of at least `bytes` (on 2 MiB pages; kept until qx_direct_free): the
    writers' conversion chunk, so converting a tensor touches no fresh memory. NULL: out of memory. */
 void* qx_direct_scratch(qx_direct* d, size_t bytes);
+/* Opens path read-only with O_DIRECT where the file system takes it, else plainly (*direct says
+   which): a one-pass read of a large file that should not fill the page cache (reads then need a
+   buffer, offset and length aligned to 4096; qx_direct_read). -1 with errno on failure. */
+int qx_direct_open_read(const char* path, int* direct);
+/* read() for such a descriptor: up to cap bytes (cap a multiple of 4096, buf 4096-aligned) at the
+   file position; an O_DIRECT read the file system refuses (EINVAL) drops O_DIRECT from the
+   descriptor and is retried plainly. Returns what read() returns. */
+ssize_t qx_direct_read(int fd, void* buf, size_t cap, int* direct);
 /* One-line description of a mode ("O_DIRECT", "buffered: the file system refused O_DIRECT", ...). */
 const char* qx_direct_mode_text(qx_direct_mode m);
 

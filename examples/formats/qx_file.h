@@ -149,6 +149,10 @@ void qx_dir_out_abort(qx_dir_out* d);
    file beside other weights, not an attack). out needs 24 bytes. */
 #define QX_DIGEST_LEN 24
 quarot_result qx_digest_files(const char* const* paths, int n, char out[QX_DIGEST_LEN], qx_err* e);
+/* The same digest, the files read with O_DIRECT where the file system takes it: for weights just
+   written with O_DIRECT (rotate's hook file), which a buffered pass would pull whole into the page
+   cache for one read. */
+quarot_result qx_digest_files_uncached(const char* const* paths, int n, char out[QX_DIGEST_LEN], qx_err* e);
 /* The weight files of a model path for qx_digest_files: the file itself, or for a directory its
    model.safetensors / model-*-of-*.safetensors in name order. *paths (malloc'ed array of malloc'ed
    strings, free with qx_free_paths) and *n; 0 files is an error. */
