@@ -318,19 +318,33 @@ static qx__pk_item* qx__pk_find(qx_packed_writer* w, const char* name) {
     return NULL;
 }
 
-quarot_result qx_packed_writer_put(qx_packed_writer* w, const char* name, const quarot_tensor* t, qx_err* e) {
-    qx__pk_item* p;
+/* The planned plain tensor `name` not yet written, with its shape in ne order; else *r says why. */
+static qx__pk_item* qx__pk_plain(qx_packed_writer* w, const char* name, int64_t ne[QUAROT_MAX_DIMS], quarot_result* r, qx_err* e) {
+    qx__pk_item* p = qx__pk_find(w, name);
     int d;
-    quarot_result r;
-    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
-    p = qx__pk_find(w, name);
     if (!p || p->role != 0) {
         qx_err_set(e, "%s: tensor \"%s\" is not a planned plain tensor", w->out.path, name);
-        return QUAROT_ERR_NOT_FOUND;
+        *r = QUAROT_ERR_NOT_FOUND;
+        return NULL;
     }
-    if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->out.path, name); return QUAROT_ERR_STATE; }
+    if (p->written) {
+        qx_err_set(e, "%s: tensor \"%s\" written twice", w->out.path, name);
+        *r = QUAROT_ERR_STATE;
+        return NULL;
+    }
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d) ne[d] = d < p->n_dims ? p->shape[p->n_dims - 1 - d] : 1;
+    return p;
+}
+
+quarot_result qx_packed_writer_put(qx_packed_writer* w, const char* name, const quarot_tensor* t, qx_err* e) {
+    qx__pk_item* p;
+    int64_t ne[QUAROT_MAX_DIMS];
+    int d;
+    quarot_result r = QUAROT_OK;
+    if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!(p = qx__pk_plain(w, name, ne, &r, e))) return r;
     for (d = 0; d < QUAROT_MAX_DIMS; ++d)
-        if (t->ne[d] != (d < p->n_dims ? p->shape[p->n_dims - 1 - d] : 1)) {
+        if (t->ne[d] != ne[d]) {
             qx_err_set(e, "%s: tensor \"%s\": shape differs from the plan's", w->out.path, name);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
@@ -342,16 +356,9 @@ quarot_result qx_packed_writer_put(qx_packed_writer* w, const char* name, const 
 quarot_result qx_packed_writer_put_rows(qx_packed_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
     qx__pk_item* p;
     int64_t ne[QUAROT_MAX_DIMS];
-    int d;
-    quarot_result r;
+    quarot_result r = QUAROT_OK;
     if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
-    p = qx__pk_find(w, name);
-    if (!p || p->role != 0) {
-        qx_err_set(e, "%s: tensor \"%s\" is not a planned plain tensor", w->out.path, name);
-        return QUAROT_ERR_NOT_FOUND;
-    }
-    if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->out.path, name); return QUAROT_ERR_STATE; }
-    for (d = 0; d < QUAROT_MAX_DIMS; ++d) ne[d] = d < p->n_dims ? p->shape[p->n_dims - 1 - d] : 1;
+    if (!(p = qx__pk_plain(w, name, ne, &r, e))) return r;
     r = qx_out_tensor_rows(&w->out, 8 + w->reserve + p->off, p->dt, ne, &p->rows_done, row0, t, name, e);
     if (r == QUAROT_OK && p->rows_done == ne[1]) p->written = 1;
     return r;
