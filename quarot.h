@@ -1231,8 +1231,9 @@ QUAROT_API void          quarot_processor_free(quarot_processor* p);
 // p->plan.embed and p->plan.lm_head (and create_tensor for an untied lm_head, asked once, in the
 // window at row 0, with the whole shape) must give exactly those rows as a 2-D tensor {hidden, n};
 // every other tensor as usual (checked: QUAROT_ERR_SHAPE_MISMATCH, nothing done). The final norm is
-// read in every window and set to the identity in the last one. The result is the same as pre_run's, bit for bit, for any windows; on_command sees each
-// window's commands, progress reports "pre_run" once. A failed window leaves the processor unusable.
+// read in every window and set to the identity in the last one. The result is the same as pre_run's,
+// bit for bit, for any windows; on_command sees each window's commands, progress reports "pre_run"
+// once. A failed window leaves the processor unusable.
 QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_t* rows);
 QUAROT_API quarot_result quarot_processor_pre_run_rows(quarot_processor* p, int64_t row0, int64_t n);
 
@@ -2096,22 +2097,20 @@ static quarot_result quarot__check_finite_rows(const quarot_tensor* t, int64_t r
             unsigned bad = 0;
             c = n - i0 < 256 ? n - i0 : 256;
             memcpy(blk, p + (size_t)i0 * es, (size_t)c * es);
-            // A full block runs a loop of constant count, which compilers vectorize at -O2 (the
-            // loop of variable count they left scalar: 7.6 GB/s on f32 rows in L2, slower than the
-            // f16 widening it follows in the tool); the tail of a row takes the variable loop.
+            // Every block is checked by a loop of constant count, which compilers vectorize at -O2
+            // (the loop of variable count they left scalar: 7.6 GB/s on f32 rows in L2, slower than
+            // the f16 widening it follows in the tool); a short last block is padded with zeros.
+            if (c < 256) memset((char*)blk + (size_t)c * es, 0, (size_t)(256 - c) * es);
             if (t->dtype == QUAROT_DTYPE_F64) {
                 const uint64_t* u = blk;
-                if (c == 256) for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
-                else for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
+                for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
             } else if (es == 4) {
                 const uint32_t* u = (const uint32_t*)(void*)blk;
-                if (c == 256) for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
-                else for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
+                for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & 0x7f800000u) == 0x7f800000u);
             } else {
                 const uint16_t* u = (const uint16_t*)(void*)blk;
                 const unsigned em = t->dtype == QUAROT_DTYPE_F16 ? 0x7c00u : 0x7f80u;
-                if (c == 256) for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & em) == em);
-                else for (i = 0; i < c; ++i) bad |= (unsigned)((u[i] & em) == em);
+                for (i = 0; i < 256; ++i) bad |= (unsigned)((u[i] & em) == em);
             }
             if (!bad) continue;
             for (i = 0; i < c; ++i) {
@@ -9355,9 +9354,9 @@ static quarot_result quarot__pre_run_part(quarot_processor* p, int first, int la
         } else if ((res = quarot__get(p, p->plan.lm_head, &h)) != QUAROT_OK) {
             return res;
         }
-        if (rows >= 0 && (e.ne[1] != rows || h.ne[0] != e.ne[0] || h.ne[1] != rows || h.ne[2] != 1 || h.ne[3] != 1)) {
-            quarot__model_error(m, "row window of %lld rows: the binding gave '%s' {%lld, %lld} and '%s' {%lld, %lld}", (long long)rows,
-                                p->plan.embed, (long long)e.ne[0], (long long)e.ne[1], p->plan.lm_head, (long long)h.ne[0], (long long)h.ne[1]);
+        if (rows >= 0 && first && (h.ne[0] != e.ne[0] || h.ne[1] != rows || h.ne[2] != 1 || h.ne[3] != 1)) {   // the others: pre_run_rows
+            quarot__model_error(m, "row window of %lld rows: create_tensor gave '%s' {%lld, %lld}", (long long)rows, p->plan.lm_head,
+                                (long long)h.ne[0], (long long)h.ne[1]);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
         row = (double*)quarot_env_alloc(&m->env, (size_t)ne[0] * sizeof(double));
