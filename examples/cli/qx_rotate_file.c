@@ -176,17 +176,18 @@ typedef struct qx__rf {
     size_t slab_cap[8], slab_used[8];
     int n_slab;
     /* streamed globals: while win_on, get_tensor / create_tensor of the embedding and lm_head give
-       rows [win_r0, win_r0 + win_n) from win[k].mem (quarot_processor_pre_run_rows' contract) */
+       the current window, win[k].t (quarot_processor_pre_run_rows' contract) */
     struct qx__win {
         char name[QUAROT_NAME_MAX];
         int created;             /* the untied lm_head: no input rows, create_tensor gives zeros */
+        quarot_tensor src;       /* else the input's view the rows are copied from */
         quarot_dtype wdt;        /* the window's dtype (f16 / bf16 widened to f32, as qx__own) */
         int64_t ne0;
         char* mem;               /* room for the largest window */
+        size_t bytes;            /* of mem */
         quarot_tensor t;         /* the current window */
     } win[2];
     int n_win, win_on;
-    int64_t win_r0, win_n;
 } qx__rf;
 
 /* 1 if p was carved out of a slab (never passed to free). */
@@ -464,6 +465,16 @@ static void qx__own_task(void* arg, int64_t task) {
     }
 }
 
+/* The message for a NaN / Inf at flat index `first` of a tensor with rows of ne0 (row0: the row the
+   copy started at; a decoder layer's tensor is prefixed with its layer). */
+static void qx__nonfinite_msg(qx_err* e, const char* name, int64_t ne0, int64_t row0, int64_t first) {
+    int64_t L = qx__layer_of(name);
+    char where[40] = "";
+    if (L >= 0) snprintf(where, sizeof where, "layer %lld: ", (long long)L);
+    qx_err_set(e, "%stensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", where, name, (long long)(row0 * ne0 + first),
+               (long long)(row0 + first / ne0), (long long)(first % ne0));
+}
+
 /* Replace a view by a writable contiguous copy (f16/bf16 widened to f32 so the processor's several
    passes over a tensor round only once, when it is written). A NaN or Inf anywhere in it gives
    QUAROT_ERR_NONFINITE with the tensor, element and row in b->in_msg (the copy is kept as the
@@ -521,24 +532,23 @@ static quarot_result qx__own(qx__rf* b, qx_entry* en) {
     qx__drop_pages(b);
     if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
     if (first >= 0) {
-        int64_t L = qx__layer_of(en->name);
-        char where[40] = "";
-        if (L >= 0) snprintf(where, sizeof where, "layer %lld: ", (long long)L);
-        qx_err_set(&b->in_msg, "%stensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", where, en->name, (long long)first,
-                   (long long)(first / nt.ne[0]), (long long)(first % nt.ne[0]));
+        qx__nonfinite_msg(&b->in_msg, en->name, nt.ne[0], 0, first);
         b->in_err = QUAROT_ERR_NONFINITE;
         return QUAROT_ERR_NONFINITE;
     }
     return QUAROT_OK;
 }
 
-/* The streamed global `name`, NULL when it is not one (or no window is running). */
-static struct qx__win* qx__win_of(qx__rf* b, const char* name) {
+/* The streamed global `name`, NULL when it is not one. */
+static struct qx__win* qx__win_named(qx__rf* b, const char* name) {
     int k;
-    for (k = 0; b->win_on && k < b->n_win; ++k)
+    for (k = 0; k < b->n_win; ++k)
         if (strcmp(b->win[k].name, name) == 0) return &b->win[k];
     return NULL;
 }
+
+/* The same while a window runs (what the binding hands out instead of the store's entry). */
+static struct qx__win* qx__win_of(qx__rf* b, const char* name) { return b->win_on ? qx__win_named(b, name) : NULL; }
 
 static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
     qx__rf* b = (qx__rf*)user;
@@ -849,7 +859,7 @@ static quarot_result qx__stream_globals(qx__rf* b, quarot_processor* p, const qu
             ne[1] = n;
             (void)quarot_tensor_init(&w->t, w->mem, w->wdt, 2, ne);
             if (!w->created) {
-                quarot_tensor src = qx__entry(b->s, w->name)->t;   /* rows [r0, r0 + n) of the input's view */
+                quarot_tensor src = w->src;   /* rows [r0, r0 + n) of the input's view */
                 src.data = (char*)src.data + (size_t)r0 * src.nb[1];
                 src.ne[1] = n;
                 src.nb[2] = src.nb[3] = src.nb[1] * (size_t)n;
@@ -857,8 +867,7 @@ static quarot_result qx__stream_globals(qx__rf* b, quarot_processor* p, const qu
                 r = qx__copy_view(b, &src, w->mem, &first);
                 if (r != QUAROT_OK) qx_err_set(e, "%s: out of memory", w->name);
                 else if (first >= 0) {
-                    qx_err_set(e, "tensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", w->name,
-                               (long long)(r0 * w->ne0 + first), (long long)(r0 + first / w->ne0), (long long)(first % w->ne0));
+                    qx__nonfinite_msg(e, w->name, w->ne0, r0, first);
                     r = QUAROT_ERR_NONFINITE;
                 }
             }
@@ -868,8 +877,6 @@ static quarot_result qx__stream_globals(qx__rf* b, quarot_processor* p, const qu
         b->st->read_s += b->t_mark - t0;
         if (r != QUAROT_OK) return r;
         b->in_rotate = 0;
-        b->win_r0 = r0;
-        b->win_n = n;
         b->win_on = 1;
         r = quarot_processor_pre_run_rows(p, r0, n);
         b->win_on = 0;
@@ -1165,16 +1172,16 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         for (k = 0; k < b.n_win; ++k) {
             struct qx__win* w = &b.win[k];
             const quarot_tensor* src = k == 1 && ht ? ht : et;   /* a created lm_head: the embedding's shape */
-            size_t bytes;
             snprintf(w->name, sizeof w->name, "%s", k == 0 ? p.plan.embed : p.plan.lm_head);
             w->created = k == 1 && !ht;
+            w->src = *src;
             w->wdt = qx__copy_dtype(src->dtype);
             w->ne0 = src->ne[0];
-            bytes = (size_t)(per * w->ne0) * quarot_dtype_size(w->wdt);
-            w->mem = (char*)malloc(bytes);
+            w->bytes = (size_t)(per * w->ne0) * quarot_dtype_size(w->wdt);
+            w->mem = (char*)malloc(w->bytes);
             if (!w->mem) { qx_err_set(e, "%s: out of memory", w->name); r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
-            b.cur_bytes += bytes;
-            st->global_copy_bytes += bytes;
+            b.cur_bytes += w->bytes;
+            st->global_copy_bytes += w->bytes;
             if (w->created) {   /* the untied lm_head's entry (config.json asks whether it exists); written in windows */
                 quarot_tensor v;
                 int64_t ne[2];
@@ -1191,8 +1198,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     }
     t0 = qx__now();
     for (i = 0; i < s->count && r == QUAROT_OK; ++i)
-        if (qx__layer_of(s->items[i].name) < 0 && s->items[i].t.data &&
-            !(per > 0 && (strcmp(s->items[i].name, b.win[0].name) == 0 || (b.n_win > 1 && strcmp(s->items[i].name, b.win[1].name) == 0)))) {
+        if (qx__layer_of(s->items[i].name) < 0 && s->items[i].t.data && !qx__win_named(&b, s->items[i].name)) {
             r = qx__own(&b, &s->items[i]);
             if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
         }
@@ -1238,7 +1244,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
             if (en) en->t.data = NULL;
             free(b.win[k].mem);
             b.win[k].mem = NULL;
-            b.cur_bytes -= (size_t)(per * b.win[k].ne0) * quarot_dtype_size(b.win[k].wdt);
+            b.cur_bytes -= b.win[k].bytes;
             st->tensors_written++;
         }
         b.n_win = 0;
