@@ -3,8 +3,8 @@
 # number of seconds from its seed corpus. Ends with "N passed, M failed".
 #   fuzz/seeds/NAME/    seed inputs of fuzz_NAME (optional)
 #   fuzz/fuzz_NAME.dict a libFuzzer dictionary (optional)
-# A new harness needs no edit here. The run takes about (number of harnesses) x seconds plus one
-# build. FUZZ_ONLY=REGEX runs only the harnesses whose source path matches.
+# A new harness needs no edit here. The run takes about (number of harnesses / FUZZ_JOBS) x seconds
+# plus one build. FUZZ_ONLY=REGEX runs only the harnesses whose source path matches.
 # ASan keeps 16 MB of freed memory in quarantine instead of 256 MB (unless ASAN_OPTIONS says
 # otherwise): every run frees far less than that, so a use after free within a run is still caught,
 # and the harnesses run 2-3x faster (the big quarantine made most of the time page faults).
@@ -29,6 +29,9 @@ for c in examples/*/*.c; do
     fi
 done
 [ "$objfail" -eq 0 ] || { echo "0 passed, 1 failed"; exit 1; }
+# Build every harness first, then run them FUZZ_JOBS at a time (default: the number of CPUs; each
+# libFuzzer process runs on one core), each into its own log, and report them in source order.
+names=""
 for src in fuzz/fuzz_*.c; do
     [ -e "$src" ] || continue
     echo "$src" | grep -Eq -- "$only" || continue
@@ -37,12 +40,26 @@ for src in fuzz/fuzz_*.c; do
          -o "build-fuzz/$name" -lm > "build-fuzz/$name.log" 2>&1; then
         echo "  FAIL $name (build)"; sed 's/^/    /' "build-fuzz/$name.log" | head -n 20; failed=$((failed + 1)); continue
     fi
-    corpus="build-fuzz/corpus-$name"; mkdir -p "$corpus"
-    seeds="fuzz/seeds/${name#fuzz_}"
-    dict="fuzz/$name.dict"
-    if "build-fuzz/$name" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
-         $( [ -f "$dict" ] && echo "-dict=$dict" ) \
-         -artifact_prefix="build-fuzz/$name-" "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) > "build-fuzz/$name.run.log" 2>&1; then
+    names="$names $name"
+done
+run_one() {   # name: runs the harness for $secs seconds; its exit status goes to build-fuzz/NAME.rc
+    local name=$1 corpus="build-fuzz/corpus-$1" seeds="fuzz/seeds/${1#fuzz_}" dict="fuzz/$1.dict"
+    mkdir -p "$corpus"
+    "build-fuzz/$name" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+        $( [ -f "$dict" ] && echo "-dict=$dict" ) \
+        -artifact_prefix="build-fuzz/$name-" "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) > "build-fuzz/$name.run.log" 2>&1
+    echo $? > "build-fuzz/$name.rc"
+}
+jobs_max=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[ "$jobs_max" -ge 1 ] 2>/dev/null || jobs_max=1
+for name in $names; do
+    rm -f "build-fuzz/$name.rc"
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n 2>/dev/null || break; done
+    run_one "$name" &
+done
+wait
+for name in $names; do
+    if [ "$(cat "build-fuzz/$name.rc" 2>/dev/null || echo 99)" -eq 0 ]; then
         echo "  ok   $name ($(grep -E 'stat::number_of_executed_units' "build-fuzz/$name.run.log" | awk '{print $2}') runs in ${secs}s," \
              "$(grep -E '^#[0-9]+.*(DONE|INITED)' "build-fuzz/$name.run.log" | tail -n 1 | grep -Eo 'cov: [0-9]+ ft: [0-9]+'))"
         passed=$((passed + 1))
