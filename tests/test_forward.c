@@ -413,9 +413,15 @@ static void test_stream_weights_bitexact(void) {
             V = V_of(&s);
             make_tokens(toks, T, V, 5);
             for (qz = 0; qz < 3; ++qz) {
-                float *ref = (float*)malloc((size_t)(T * V) * sizeof(float)), *got = (float*)malloc((size_t)(T * V) * sizeof(float));
+                float *ref, *got;
                 qx_forward_opts o;
                 qx_forward f;
+                /* the clip search (qz 2) is 92% of this test's time (51 trial roundings of every
+                   weight group, scalar): f16 storage only, the dtype being converted before any
+                   quantization, and under QT_QUICK (qemu) the first family only */
+                if (qz == 2 && (dk != 1 || (qt_quick() && fi != 0))) continue;
+                ref = (float*)malloc((size_t)(T * V) * sizeof(float));
+                got = (float*)malloc((size_t)(T * V) * sizeof(float));
                 memset(&o, 0, sizeof o);
                 if (qz) { o.quant.w_bits = 4; o.quant.a_bits = 4; o.quant.k_bits = 4; o.quant.v_bits = 4; }
                 if (qz == 2) { o.quant.w_group = 32; o.quant.w_clip_search = 1; }
