@@ -402,6 +402,49 @@ static void test_simd_matches_ref(void) {
                 ++tested;
             }
     }
+    /* the clip search (both objectives) rounds its candidates with the ISA's kernel, 256 elements at a
+       time: every ISA chooses the scales REF chooses, per row (203, and 600 = 256 + 256 + 88) and in
+       groups of 29 */
+    for (k = 0; k < 5; ++k) {
+        static float w[2 * 600], wa[2 * 600], wb[2 * 600];
+        int search;
+        if (!quarot_isa_compiled(isas[k])) continue;
+        fill_normal(w, 2 * 600, 1.0);
+        for (i = 0; i < 2 * 600; i += 37) w[i] *= 25.0f;   /* outliers, so the search moves the clip */
+        for (search = 1; search <= 2; ++search)
+            for (asym = 0; asym < 2; ++asym) {
+                quarot_quant_desc d = mkdesc(4, asym, 0, 1.0f, search), dr;
+                d.isa = isas[k];
+                dr = d;
+                dr.isa = QUAROT_ISA_REF;
+                memcpy(a, x, sizeof x);
+                memcpy(b, x, sizeof x);
+                QT_OK(quarot_fake_quant_f32(a, 4, cols, cols, &d));
+                QT_OK(quarot_fake_quant_f32(b, 4, cols, cols, &dr));
+                QT_CHECKF(bitdiff(a, b, 4 * cols) == 0, "clip search %d, isa %s asym %d: %lld differ", search,
+                          quarot_isa_name(isas[k]), asym, (long long)bitdiff(a, b, 4 * cols));
+                memcpy(wa, w, sizeof w);
+                memcpy(wb, w, sizeof w);
+                QT_OK(quarot_fake_quant_f32(wa, 2, 600, 600, &d));
+                QT_OK(quarot_fake_quant_f32(wb, 2, 600, 600, &dr));
+                QT_CHECKF(bitdiff(wa, wb, 2 * 600) == 0, "clip search %d, isa %s asym %d, rows of 600: %lld differ",
+                          search, quarot_isa_name(isas[k]), asym, (long long)bitdiff(wa, wb, 2 * 600));
+                if (search == 1) {   /* and REF is the independent reference (ref_fit's plain loop) */
+                    ref_cfg c;
+                    c.bits = 4; c.asym = asym; c.search = 1; c.clip = 1.0;
+                    ref_fake(&c, w, wa, 600, 0);
+                    ref_fake(&c, w + 600, wa + 600, 600, 0);
+                    QT_EQ_INT(bitdiff(wa, wb, 2 * 600), 0);
+                }
+                d.group_size = dr.group_size = 29;
+                memcpy(a, x, sizeof x);
+                memcpy(b, x, sizeof x);
+                QT_OK(quarot_fake_quant_f32(a, 4, cols, cols, &d));
+                QT_OK(quarot_fake_quant_f32(b, 4, cols, cols, &dr));
+                QT_EQ_INT(bitdiff(a, b, 4 * cols), 0);
+                ++tested;
+            }
+    }
     /* exact ties through every kernel: s = 1 (symmetric: max 7; asymmetric: range [-5, 10]) */
     for (k = 0; k < 5; ++k) {
         float t[2][40], want[2][40];
