@@ -115,6 +115,17 @@ static int64_t bitdiff(const float* a, const float* b, int64_t n) {
     return k;
 }
 
+/* src [rows][cols] fake-quantized with d into a, and with d on REF into b: the elements that differ. */
+static int64_t diff_vs_ref(const quarot_quant_desc* d, const float* src, float* a, float* b, int64_t rows, int64_t cols) {
+    quarot_quant_desc dr = *d;
+    dr.isa = QUAROT_ISA_REF;
+    memcpy(a, src, (size_t)(rows * cols) * sizeof(float));
+    memcpy(b, src, (size_t)(rows * cols) * sizeof(float));
+    QT_OK(quarot_fake_quant_f32(a, rows, cols, cols, d));
+    QT_OK(quarot_fake_quant_f32(b, rows, cols, cols, &dr));
+    return bitdiff(a, b, rows * cols);
+}
+
 /* ---------------------------------------------------------------- RTN tests */
 
 static void test_formulas_vs_reference(void) {
@@ -382,23 +393,13 @@ static void test_simd_matches_ref(void) {
         }
         for (asym = 0; asym < 2; ++asym)
             for (bits = 2; bits <= 8; bits += 2) {
-                quarot_quant_desc d = mkdesc(bits, asym, 0, 0.9f, 0), dr;
+                quarot_quant_desc d = mkdesc(bits, asym, 0, 0.9f, 0);
+                int64_t nd;
                 d.isa = isas[k];
-                dr = d;
-                dr.isa = QUAROT_ISA_REF;
-                memcpy(a, x, sizeof x);
-                memcpy(b, x, sizeof x);
-                QT_OK(quarot_fake_quant_f32(a, 4, cols, cols, &d));
-                QT_OK(quarot_fake_quant_f32(b, 4, cols, cols, &dr));
-                QT_CHECKF(bitdiff(a, b, 4 * cols) == 0, "isa %s bits %d asym %d: %lld differ", quarot_isa_name(isas[k]),
-                          bits, asym, (long long)bitdiff(a, b, 4 * cols));
+                nd = diff_vs_ref(&d, x, a, b, 4, cols);
+                QT_CHECKF(nd == 0, "isa %s bits %d asym %d: %lld differ", quarot_isa_name(isas[k]), bits, asym, (long long)nd);
                 d.group_size = 29;
-                dr.group_size = 29;
-                memcpy(a, x, sizeof x);
-                memcpy(b, x, sizeof x);
-                QT_OK(quarot_fake_quant_f32(a, 4, cols, cols, &d));
-                QT_OK(quarot_fake_quant_f32(b, 4, cols, cols, &dr));
-                QT_EQ_INT(bitdiff(a, b, 4 * cols), 0);
+                QT_EQ_INT(diff_vs_ref(&d, x, a, b, 4, cols), 0);
                 ++tested;
             }
     }
@@ -413,22 +414,15 @@ static void test_simd_matches_ref(void) {
         for (i = 0; i < 2 * 600; i += 37) w[i] *= 25.0f;   /* outliers, so the search moves the clip */
         for (search = 1; search <= 2; ++search)
             for (asym = 0; asym < 2; ++asym) {
-                quarot_quant_desc d = mkdesc(4, asym, 0, 1.0f, search), dr;
+                quarot_quant_desc d = mkdesc(4, asym, 0, 1.0f, search);
+                int64_t nd;
                 d.isa = isas[k];
-                dr = d;
-                dr.isa = QUAROT_ISA_REF;
-                memcpy(a, x, sizeof x);
-                memcpy(b, x, sizeof x);
-                QT_OK(quarot_fake_quant_f32(a, 4, cols, cols, &d));
-                QT_OK(quarot_fake_quant_f32(b, 4, cols, cols, &dr));
-                QT_CHECKF(bitdiff(a, b, 4 * cols) == 0, "clip search %d, isa %s asym %d: %lld differ", search,
-                          quarot_isa_name(isas[k]), asym, (long long)bitdiff(a, b, 4 * cols));
-                memcpy(wa, w, sizeof w);
-                memcpy(wb, w, sizeof w);
-                QT_OK(quarot_fake_quant_f32(wa, 2, 600, 600, &d));
-                QT_OK(quarot_fake_quant_f32(wb, 2, 600, 600, &dr));
-                QT_CHECKF(bitdiff(wa, wb, 2 * 600) == 0, "clip search %d, isa %s asym %d, rows of 600: %lld differ",
-                          search, quarot_isa_name(isas[k]), asym, (long long)bitdiff(wa, wb, 2 * 600));
+                nd = diff_vs_ref(&d, x, a, b, 4, cols);
+                QT_CHECKF(nd == 0, "clip search %d, isa %s asym %d: %lld differ", search, quarot_isa_name(isas[k]), asym,
+                          (long long)nd);
+                nd = diff_vs_ref(&d, w, wa, wb, 2, 600);
+                QT_CHECKF(nd == 0, "clip search %d, isa %s asym %d, rows of 600: %lld differ", search,
+                          quarot_isa_name(isas[k]), asym, (long long)nd);
                 if (search == 1) {   /* and REF is the independent reference (ref_fit's plain loop) */
                     ref_cfg c;
                     c.bits = 4; c.asym = asym; c.search = 1; c.clip = 1.0;
@@ -436,12 +430,8 @@ static void test_simd_matches_ref(void) {
                     ref_fake(&c, w + 600, wa + 600, 600, 0);
                     QT_EQ_INT(bitdiff(wa, wb, 2 * 600), 0);
                 }
-                d.group_size = dr.group_size = 29;
-                memcpy(a, x, sizeof x);
-                memcpy(b, x, sizeof x);
-                QT_OK(quarot_fake_quant_f32(a, 4, cols, cols, &d));
-                QT_OK(quarot_fake_quant_f32(b, 4, cols, cols, &dr));
-                QT_EQ_INT(bitdiff(a, b, 4 * cols), 0);
+                d.group_size = 29;
+                QT_EQ_INT(diff_vs_ref(&d, x, a, b, 4, cols), 0);
                 ++tested;
             }
     }
