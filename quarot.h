@@ -5959,10 +5959,8 @@ static void quarot__qrange(const quarot__qspec* sp, double z, double* klo, doubl
 // The clip-search objective of a group for one candidate scale: sum((x^ - x)^2) (search 1), or
 // sum |x^ - x|^2.4 (search 2, QuaRot's norm; pow of exact doubles, so the same on every platform
 // with a correctly rounded or faithful libm up to its last bit), summed in element order. x^ comes
-// from the quantizer's own kernel (quarot__qapply, the same bits on every kernel) on a copy of 256
-// elements at a time, so only the subtraction and the sum stay scalar: the search was a double
-// division, a rounding and a clamp per element and candidate in scalar code (51 or 80 candidates a
-// group; 590 ns a weight for search 1 at group 32 on an Intel Xeon, see README).
+// from the quantizer's own kernel (quarot__qapply, the same bits on every kernel) on a copy of up to
+// 256 elements at a time; only the subtraction and the sum are scalar.
 static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi);
 static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search, int kern) {
     float y[256];
@@ -5972,16 +5970,9 @@ static double quarot__qerr(const float* x, int64_t n, float s, double klo, doubl
         c = n - j0 < 256 ? n - j0 : 256;
         memcpy(y, x + j0, (size_t)c * sizeof(float));
         quarot__qapply(kern, y, c, s, klo, khi);
-        if (search == 2) {
-            for (j = 0; j < c; ++j) {
-                const double dif = (double)y[j] - (double)x[j0 + j];
-                e += dif != 0.0 ? pow(fabs(dif), 2.4) : 0.0;
-            }
-        } else {
-            for (j = 0; j < c; ++j) {
-                const double dif = (double)y[j] - (double)x[j0 + j];
-                e += dif * dif;
-            }
+        for (j = 0; j < c; ++j) {
+            const double dif = (double)y[j] - (double)x[j0 + j];
+            e += search == 2 ? (dif != 0.0 ? pow(fabs(dif), 2.4) : 0.0) : dif * dif;
         }
     }
     return e;

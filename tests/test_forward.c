@@ -416,9 +416,9 @@ static void test_stream_weights_bitexact(void) {
                 float *ref, *got;
                 qx_forward_opts o;
                 qx_forward f;
-                /* the clip search (qz 2) is 92% of this test's time (51 trial roundings of every
-                   weight group, scalar): f16 storage only, the dtype being converted before any
-                   quantization, and under QT_QUICK (qemu) the first family only */
+                /* the clip search (qz 2: 51 trial roundings of every weight group) is most of this
+                   test's time: f16 storage only, the dtype being converted before any quantization,
+                   and under QT_QUICK (qemu) the first family only */
                 if (qz == 2 && (dk != 1 || (qt_quick() && fi != 0))) continue;
                 ref = (float*)malloc((size_t)(T * V) * sizeof(float));
                 got = (float*)malloc((size_t)(T * V) * sizeof(float));

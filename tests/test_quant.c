@@ -376,6 +376,7 @@ static void test_simd_matches_ref(void) {
     static const quarot_isa isas[] = {QUAROT_ISA_DEFAULT, QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON};
     const int cols = 203;   /* odd: vector bodies and scalar tails */
     float x[4 * 203], a[4 * 203], b[4 * 203];
+    static float w[2 * 600], wa[2 * 600], wb[2 * 600];
     int k, i, asym, bits, tested = 0;
     qt_seed(33);
     fill_normal(x, 4 * cols, 3.0);
@@ -406,12 +407,11 @@ static void test_simd_matches_ref(void) {
     /* the clip search (both objectives) rounds its candidates with the ISA's kernel, 256 elements at a
        time: every ISA chooses the scales REF chooses, per row (203, and 600 = 256 + 256 + 88) and in
        groups of 29 */
+    fill_normal(w, 2 * 600, 1.0);
+    for (i = 0; i < 2 * 600; i += 37) w[i] *= 25.0f;   /* outliers, so the search moves the clip */
     for (k = 0; k < 5; ++k) {
-        static float w[2 * 600], wa[2 * 600], wb[2 * 600];
         int search;
         if (!quarot_isa_compiled(isas[k])) continue;
-        fill_normal(w, 2 * 600, 1.0);
-        for (i = 0; i < 2 * 600; i += 37) w[i] *= 25.0f;   /* outliers, so the search moves the clip */
         for (search = 1; search <= 2; ++search)
             for (asym = 0; asym < 2; ++asym) {
                 quarot_quant_desc d = mkdesc(4, asym, 0, 1.0f, search);
