@@ -466,6 +466,18 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size);
 
+// Column form: x is [n][ld] (n = p->n rows, ld >= cols floats apart); each of the first `cols`
+// columns, read top to bottom as a vector of length n, is transformed exactly as
+// quarot_hadamard_apply_f32 transforms a row (the same bits, every ISA and desc option). The
+// butterflies pair whole rows, so the SIMD kernels run W columns per vector with no shuffles and no
+// transposes (writers' W <- Q^T W is this on W's columns). Powers of two only (plan K == 1; other
+// plans: QUAROT_ERR_UNSUPPORTED_SIZE). work: quarot_hadamard_cols_workspace_size bytes, a dense
+// copy of 16 columns between the first and the last pass; NULL runs every pass in x (the same
+// bits; slower for large n, each pass then strides over x's rows). cols == 0 is a no-op.
+QUAROT_API size_t        quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan* p);
+QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
+                                                        float* x, int64_t cols, int64_t ld, void* work, size_t work_size);
+
 // >>transform_simd
 // (no declarations: the SSE2 / AVX2 / AVX-512 / NEON kernels are private and chosen by quarot_isa)
 
@@ -1726,12 +1738,15 @@ extern "C" {
 #if defined(__GNUC__) || defined(__clang__)
   #define QUAROT__RESTRICT __restrict__
   #define QUAROT__LIKELY(x) __builtin_expect(!!(x), 1)
+  #define QUAROT__PREFETCH(p) __builtin_prefetch(p)   // a hint: reads nothing, never faults
 #elif defined(_MSC_VER)
   #define QUAROT__RESTRICT __restrict
   #define QUAROT__LIKELY(x) (x)
+  #define QUAROT__PREFETCH(p) ((void)(p))
 #else
   #define QUAROT__RESTRICT
   #define QUAROT__LIKELY(x) (x)
+  #define QUAROT__PREFETCH(p) ((void)(p))
 #endif
 
 QUAROT_API const char* quarot_version_string(void) { return QUAROT_VERSION_STRING; }
@@ -3352,6 +3367,45 @@ typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, c
 typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint64_t* pat,
                                 int64_t nb, float* tab, const float* corr, const float* post, const float* scale);
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
+// A column kernel: the w columns at x of [2^L][ld] (quarot_hadamard_apply_cols_f32; w a multiple of
+// the lanes, at most QUAROT__WHTC_COLS), through buf ([2^L][w] floats, or NULL: in place) between
+// the first and the last pass.
+#define QUAROT__WHTC_COLS 32
+// The column kernels' passes: pass k runs the r[k] stages from h = 2^s[k] (QUAROT__WHTC_DEFINE).
+typedef struct quarot__whtc_plan {
+    int np, s[64], r[64];
+} quarot__whtc_plan;
+QUAROT__PRIVATE void quarot__whtc_plan_make(quarot__whtc_plan* pl, int L, int logr) {
+    int k, s = 0;
+    pl->np = (L + logr - 1) / logr;
+    for (k = 0; k < pl->np; ++k) {
+        pl->r[k] = L / pl->np + (k < L % pl->np ? 1 : 0);
+        pl->s[k] = s;
+        s += pl->r[k];
+    }
+}
+// Where row `row` starts in the kernels' buffer, in units of 16 floats beyond row * w: the sum of
+// row >> s_k over the passes k >= 1. It never decreases (rows never overlap), and within a group of
+// pass k (digit k of row 0, t < 2^r_k) it grows by t * sum_{j=1..k} 2^(s_k - s_j): see
+// quarot__whtc_stride. At most (n-1)/4 + (n-1)/8 + ... < n/2 (s_1 >= 2 whenever there are two passes).
+QUAROT__PRIVATE int64_t quarot__whtc_skew(int64_t row, const quarot__whtc_plan* pl) {
+    int64_t f = 0;
+    int k;
+    for (k = 1; k < pl->np; ++k) f += row >> pl->s[k];
+    return f;
+}
+// Floats between the rows t and t+1 of a group of pass k in the buffer: hs*w plus 16 times an odd
+// number (the j = k term is 1), so with w a multiple of 16 no two of a group's rows share a cache
+// set however large hs*w (a multiple of 4 KiB for the large strides) is.
+QUAROT__PRIVATE int64_t quarot__whtc_stride(const quarot__whtc_plan* pl, int k, int64_t w) {
+    int64_t f = 0;
+    int j;
+    for (j = 1; j <= k; ++j) f += (int64_t)1 << (pl->s[k] - pl->s[j]);
+    return ((int64_t)1 << pl->s[k]) * w + 16 * f;
+}
+typedef void (*quarot__whtc_fn)(float* x, int64_t ld, int64_t w, int L, const float* pre, const float* post,
+                                const float* scale, float* buf);
+static quarot__whtc_fn quarot__whtc_select(quarot_isa isa, int* lanes);   // NULL (lanes 0) for QUAROT_ISA_REF
 static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for QUAROT_ISA_REF
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
 // The f64 row and mixing kernels (the _ref functions below for QUAROT_ISA_REF or without SIMD).
@@ -3380,6 +3434,29 @@ static void quarot__wht_row_f32_ref(float* x, const float* src, int L, const flo
     }
     if (post) for (i = 0; i < n; ++i) x[i] = x[i] * post[i];
     if (scale) for (i = 0; i < n; ++i) x[i] = x[i] * *scale;
+}
+
+// The column specification: quarot__wht_row_f32_ref on each of `cols` columns of x [2^L][ld].
+static void quarot__whtc_f32_ref(float* x, int64_t ld, int64_t cols, int L, const float* pre, const float* post,
+                                 const float* scale) {
+    const int64_t n = (int64_t)1 << L;
+    int64_t h, i, j, c;
+    if (pre) for (i = 0; i < n; ++i) for (c = 0; c < cols; ++c) x[i * ld + c] = x[i * ld + c] * pre[i];
+    for (h = 1; h < n; h <<= 1) {
+        for (i = 0; i < n; i += 2 * h) {
+            for (j = i; j < i + h; ++j) {
+                float* xa = x + j * ld;
+                float* xb = x + (j + h) * ld;
+                for (c = 0; c < cols; ++c) {
+                    const float a = xa[c], b = xb[c];
+                    xa[c] = a + b;
+                    xb[c] = a - b;
+                }
+            }
+        }
+    }
+    if (post) for (i = 0; i < n; ++i) for (c = 0; c < cols; ++c) x[i * ld + c] = x[i * ld + c] * post[i];
+    if (scale) for (i = 0; i < n; ++i) for (c = 0; c < cols; ++c) x[i * ld + c] = x[i * ld + c] * *scale;
 }
 
 // The same in double; signs may come as doubles or as floats (read exactly).
@@ -3801,6 +3878,51 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     return QUAROT_OK;
 }
 
+QUAROT_API size_t quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan* p) {
+    // n rows of QUAROT__WHTC_COLS floats, the skew (quarot__whtc_skew: 16 floats times less than
+    // n/2), the alignment
+    if (!p || p->n <= 0 || p->K != 1 || p->n > (int64_t)(SIZE_MAX / (4 * (QUAROT__WHTC_COLS + 8)) - 64)) return 0;
+    return ((size_t)p->n * (QUAROT__WHTC_COLS + 8) + 16) * sizeof(float) + 64;
+}
+
+QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
+                                                        float* x, int64_t cols, int64_t ld, void* work, size_t work_size) {
+    quarot_hadamard_apply_desc dd;
+    quarot__whtc_fn fn;
+    quarot_result r;
+    const float *pre, *post, *scale;
+    float s;
+    float* buf = NULL;
+    int64_t c0 = 0;
+    int lanes = 0;
+    memset(&dd, 0, sizeof dd);
+    if (d) dd = *d;
+    if (!p || p->n <= 0 || p->K < 1 || !x || cols < 0 || ld < cols || ld < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (p->K != 1) return QUAROT_ERR_UNSUPPORTED_SIZE;
+    if (ld > INT64_MAX / (int64_t)sizeof(float) / p->n) return QUAROT_ERR_OVERFLOW;   // n * ld floats addressable
+    if (!dd.signs && dd.signs_f64) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (work) {
+        if (work_size < quarot_hadamard_cols_workspace_size(p)) return QUAROT_ERR_WORKSPACE;
+        buf = (float*)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    }
+    r = quarot__isa_resolve(dd.isa, &dd.isa);
+    if (r != QUAROT_OK) return r;
+    if (cols == 0) return QUAROT_OK;
+    pre = dd.transpose ? NULL : dd.signs;
+    post = dd.transpose ? dd.signs : NULL;
+    s = (float)(1.0 / sqrt((double)p->n));
+    scale = dd.unnormalized ? NULL : &s;
+    fn = quarot__whtc_select(dd.isa, &lanes);
+    if (fn && p->m > 0)
+        while (c0 + lanes <= cols) {   // blocks of QUAROT__WHTC_COLS columns, the last a multiple of the lanes
+            const int64_t w = cols - c0 >= QUAROT__WHTC_COLS ? QUAROT__WHTC_COLS : (cols - c0) / lanes * lanes;
+            fn(x + c0, ld, w, p->m, pre, post, scale, buf);
+            c0 += w;
+        }
+    if (c0 < cols) quarot__whtc_f32_ref(x + c0, ld, cols - c0, p->m, pre, post, scale);
+    return QUAROT_OK;
+}
+
 // >>transform_simd
 // One generic kernel text, instantiated per ISA through a handful of vector macros (QUAROT__V, VLD, VST,
 // VADD, VSUB, VMUL, VSET1, VINLANE, W = lanes). In-lane stages h = 1, 2, .., W/2 use one shuffle each:
@@ -3962,6 +4084,81 @@ static void quarot__wht_row_f32_##isa(float* x, const float* src, int L, const f
     for (i = nc, lo = lc; i < ng; lo += g[i++])                                                  \
         quarot__wht_pass_f32_##isa(x, (int64_t)1 << L, (int64_t)1 << lo, g[i],                   \
                                    i == ng - 1 ? post : NULL, i == ng - 1 ? scale : NULL);       \
+}                                                                                                \
+QUAROT__WHTC_DEFINE(isa)
+
+// The column kernels (quarot_hadamard_apply_cols_f32): one vector holds W columns of a row, so every
+// stage pairs whole vectors. A pass runs stages h = 2^s .. 2^(s+r-1) on the 2^r rows row + t*2^s
+// (t < 2^r) in registers: read from src (lds floats a row; times pre[row] on the first pass), written
+// to dst (ldd a row; times post[row], then scale, on the last), the multiplies separate as in _ref.
+#define QUAROT__CLD(t) v##t = QUAROT__VLD(ps + t * ss);                                        \
+    if (pre) v##t = QUAROT__VMUL(v##t, QUAROT__VSET1(pq[t * hs]));
+#define QUAROT__CST(t) { QUAROT__V o_ = v##t;                                                    \
+    if (post) o_ = QUAROT__VMUL(o_, QUAROT__VSET1(pp[t * hs]));                                  \
+    if (scale) o_ = QUAROT__VMUL(o_, sv);                                                         \
+    QUAROT__VST(pd + t * sd, o_); }
+#define QUAROT__CRADIX(N) { QUAROT__V QUAROT__V##N;                                             \
+    QUAROT__REP##N(QUAROT__CLD) QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) QUAROT__REP##N(QUAROT__CST) }
+// One pass at radix N: for each group (base, c), ask for the next group's lines of x (when ahead),
+// then run the group on every vector of the w columns. src/dst rows start at so/do_ (below).
+#define QUAROT__CPASS(N)                                                                         \
+    for (base = 0; base < n; base += hs * N) {                                                   \
+        for (c = 0; c < hs; ++c) {                                                               \
+            const int64_t row = base + c;                                                        \
+            const int64_t so = sbuf ? row * w + 16 * quarot__whtc_skew(row, pl) : row * lds;     \
+            const int64_t do_ = dbuf ? row * w + 16 * quarot__whtc_skew(row, pl) : row * ldd;    \
+            const float* pq = pre ? pre + row : NULL;                                            \
+            const float* pp = post ? post + row : NULL;                                          \
+            if (ahead) {   /* the group after this one: c + 1, or the next base */               \
+                const int64_t nxt = c + 1 < hs ? row + 1 : base + hs * N;                        \
+                if (nxt < n)                                                                     \
+                    for (t = 0; t < N; ++t) {                                                    \
+                        const float* a_ = ahead + (nxt + t * hs) * lda;                          \
+                        for (cv = 0; cv < w; cv += 16) QUAROT__PREFETCH(a_ + cv);                \
+                    }                                                                            \
+            }                                                                                    \
+            for (cv = 0; cv < w; cv += QUAROT__W) {                                              \
+                const float* ps = src + so + cv;                                                 \
+                float* pd = dst + do_ + cv;                                                      \
+                QUAROT__CRADIX(N)                                                                \
+            }                                                                                    \
+        }                                                                                        \
+    }
+// The driver splits the L stages into passes of at most LOGR stages, as even as can be (pass k:
+// stages 2^s_k .. of r_k bits); the first pass reads x and writes buf, the last reads buf and writes
+// x (one pass: x to x; buf NULL: every pass in x). A pass runs its row groups over all w columns
+// (w/W vectors a row, w a multiple of W) before the next group, and asks for the next group's lines
+// of x ahead (rows of x are far apart: no hardware prefetcher follows them). buf is skewed so that
+// no pass's 2^r rows share a cache set (quarot__whtc_skew, quarot__whtc_stride).
+#define QUAROT__WHTC_DEFINE(isa)                                                                 \
+static void quarot__whtc_pass_f32_##isa(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t w, \
+                                         int L, const quarot__whtc_plan* pl, int k, int sbuf, int dbuf, \
+                                         const float* pre, const float* post, const float* scale, \
+                                         const float* ahead, int64_t lda) {                      \
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
+    const int64_t hs = (int64_t)1 << pl->s[k], n = (int64_t)1 << L;                              \
+    const int64_t ss = sbuf ? quarot__whtc_stride(pl, k, w) : hs * lds;                          \
+    const int64_t sd = dbuf ? quarot__whtc_stride(pl, k, w) : hs * ldd;                          \
+    int64_t base, c, cv, t;                                                                      \
+    switch (pl->r[k]) {                                                                          \
+        case 1: QUAROT__CPASS(2) break;                                                          \
+        case 2: QUAROT__CPASS(4) break;                                                          \
+        case 3: QUAROT__CPASS(8) break;                                                          \
+        default: QUAROT__CPASS(16) break;                                                        \
+    }                                                                                            \
+}                                                                                                \
+static void quarot__whtc_f32_##isa(float* x, int64_t ld, int64_t w, int L, const float* pre, const float* post, \
+                                    const float* scale, float* buf) {                            \
+    quarot__whtc_plan pl;                                                                        \
+    int k;                                                                                       \
+    quarot__whtc_plan_make(&pl, L, QUAROT__LOGR);                                                \
+    for (k = 0; k < pl.np; ++k) {                                                                \
+        const int first = k == 0, last = k == pl.np - 1;                                         \
+        const int sbuf = !first && buf != NULL, dbuf = !last && buf != NULL;                     \
+        quarot__whtc_pass_f32_##isa(sbuf ? buf : x, ld, dbuf ? buf : x, ld, w, L, &pl, k, sbuf, dbuf, \
+                                    first ? pre : NULL, last ? post : NULL, last ? scale : NULL, \
+                                    first || last ? x : NULL, ld);                               \
+    }                                                                                            \
 }
 
 // log2 of the chunk the row driver finishes in L1 before the passes over the whole row (16 KiB).
@@ -4449,6 +4646,24 @@ static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa) {
         case QUAROT_ISA_NEON: return quarot__wht_row_f32_neon;
 #endif
         default: return quarot__wht_row_f32_ref;
+    }
+}
+
+static quarot__whtc_fn quarot__whtc_select(quarot_isa isa, int* lanes) {
+    switch (isa) {
+#if defined(QUAROT__HAVE_SSE2)
+        case QUAROT_ISA_SSE2: *lanes = 4; return quarot__whtc_f32_sse2;
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: *lanes = 8; return quarot__whtc_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+        case QUAROT_ISA_AVX512: *lanes = 16; return quarot__whtc_f32_avx512;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: *lanes = 4; return quarot__whtc_f32_neon;
+#endif
+        default: *lanes = 0; return NULL;
     }
 }
 
@@ -8111,8 +8326,10 @@ typedef struct quarot__cmd_job {
 static char* quarot__row2d(const quarot_tensor* t, int64_t r) { return (char*)t->data + (size_t)r * t->nb[1]; }
 
 // A command's task in single precision on an F32 tensor (quarot_command.f32): rows (axis 0) are
-// rotated in place when contiguous, else through buf; columns (axis 1) are transposed into buf in
-// blocks of QUAROT__CMD_TB rows (16 floats: one cache line per buf row and block), rotated, put back.
+// rotated in place when contiguous, else through buf; columns (axis 1) of a power-of-two Hadamard go
+// through the column kernels on the tensor itself (quarot_hadamard_apply_cols_f32, buf as their
+// workspace); other columns are transposed into buf in blocks of QUAROT__CMD_TB rows (16 floats: one
+// cache line per buf row and block), rotated, put back.
 static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t first, int64_t count, float* buf, float* tmp,
                                           float* span, void* work, size_t ws) {
     const quarot_tensor* t = job->t;
@@ -8127,6 +8344,26 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
         if (res == QUAROT_OK)
             for (i = 0; i < count; ++i) memcpy(quarot__row2d(t, first + i), buf + i * L, (size_t)L * sizeof(float));
         return res;
+    }
+    if (job->rot->kind == QUAROT_ROTATION_HADAMARD && job->rot->plan.K == 1 && t->nb[1] % sizeof(float) == 0) {
+        // A power-of-two Hadamard: the column kernels on the tensor itself, no transposes (the same
+        // bits). Row (o*n + j*B + k)*inner + ci holds element k of block j for column group (o, ci).
+        const quarot_rotation* rot = job->rot;
+        const int64_t ld = (int64_t)(t->nb[1] / sizeof(float)), n = rot->n, B = rot->block, inner = job->c->inner;
+        const size_t cws = quarot_hadamard_cols_workspace_size(&rot->plan);
+        void* cw = (size_t)(count * L) * sizeof(double) >= cws ? (void*)buf : NULL;   // buf: count*L doubles
+        int64_t o, j, ci;
+        quarot_hadamard_apply_desc hd;
+        memset(&hd, 0, sizeof hd);
+        for (o = 0; o < job->c->outer; ++o)
+            for (j = 0; j < n / B; ++j)
+                for (ci = 0; ci < inner; ++ci) {
+                    float* x0 = (float*)(void*)quarot__row2d(t, (o * n + j * B) * inner + ci) + first;
+                    hd.signs = rot->signs ? rot->signs + j * B : NULL;
+                    res = quarot_hadamard_apply_cols_f32(&rot->plan, &hd, x0, count, ld * inner, cw, cw ? cws : 0);
+                    if (res != QUAROT_OK) return res;
+                }
+        return QUAROT_OK;
     }
     for (i0 = 0; i0 < L; i0 += nb) {
         nb = L - i0 < 2 * QUAROT__CMD_TB ? L - i0 : 2 * QUAROT__CMD_TB;

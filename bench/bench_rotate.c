@@ -11,7 +11,7 @@
    128256: embedding and lm_head 1 GiB each in f16, 2 GiB each in f32, which the rotation streams
    in row windows; the peak column shows it).
    Filters (for profiling): BENCH_ROTATE_DTYPE=f16 or bf16, BENCH_ROTATE_ONLINE=0 or 1, BENCH_ROTATE_SKIP1=1
-   (no 1-thread runs), BENCH_ROTATE_KEEP=DIR (generate the inputs into DIR once, reuse them in later
+   (no 1-thread runs), BENCH_ROTATE_DISK=0 (no runs into the bench folder), BENCH_ROTATE_KEEP=DIR (generate the inputs into DIR once, reuse them in later
    runs and leave them there).
 
    Reported per case: GB/s = input weight bytes / wall time of the whole qx_rotate_file call (which
@@ -369,6 +369,7 @@ int main(void) {
                 qx_load_opts lo;
                 double wbytes, bound, other, c0;
                 quarot_result r;
+                if (!ram && !null_out && !env_int("BENCH_ROTATE_DISK", 1)) continue;
                 if (ram && (!ram_dir[0] || thread_list[ti - n_threads] != all || all <= 1)) continue;
                 if (null_out && (!env_int("BENCH_ROTATE_NULL", 1) || thread_list[ti - 2 * n_threads] != all || all <= 1)) continue;
                 memset(&lo, 0, sizeof lo);

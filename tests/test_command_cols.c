@@ -2,8 +2,9 @@
    transpose) gives exactly the bits of the input side applied to W's transpose, for axis lengths
    that are not a multiple of the transpose block (8) and column counts that leave a short last
    task (more than 64 columns), in f32, f16 and bf16, with the Kronecker (inner > 1) form too; and
-   in single precision (quarot_command.f32: the columns move through 16 x 16 in-register transposes
-   on AVX-512, the rest element by element). */
+   in single precision (quarot_command.f32: for powers of two the column kernels run on the tensor
+   itself; otherwise the columns move through 16 x 16 in-register transposes on AVX-512, the rest
+   element by element). */
 #include "quarot.h"
 #include "qt.h"
 
@@ -77,6 +78,12 @@ static void test_output_side_is_transposed_input_side(void) {
         check(dt, 30, 65, 1, 5, 6, f32);     /* Kronecker inner */
         check(dt, 7, 3, 1, 1, 7, f32);       /* fewer rows than one block */
         check(dt, 48, 200, 1, 1, 48, f32);   /* three whole blocks of 16 rows, tasks of 64 + 64 + 64 + 8 */
+        /* powers of two: with f32 the column kernels on the tensor itself (quarot_hadamard_apply_cols_f32) */
+        check(dt, 64, 85, 1, 1, 64, f32);    /* tasks of 64 (two 32-column blocks) + 21 (16 + 5) */
+        check(dt, 4096, 37, 1, 1, 4096, f32);   /* three passes: the skewed buffer */
+        check(dt, 64, 70, 2, 1, 32, f32);    /* block-diagonal outer */
+        check(dt, 48, 66, 1, 3, 16, f32);    /* Kronecker inner: rows 3 apart */
+        check(dt, 2, 40, 1, 1, 2, f32);      /* one stage */
     }
 }
 
