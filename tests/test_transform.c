@@ -36,6 +36,15 @@ static void fill_signs(float* s, int64_t n) {
     for (i = 0; i < n; ++i) s[i] = qt_uniform() < 0.5 ? -1.0f : 1.0f;
 }
 
+/* The desc of option set `variant` (0..7): bit 0 signs sg, bit 1 transpose, bit 2 unnormalized; REF. */
+static void variant_desc(quarot_hadamard_apply_desc* d, int variant, const float* sg) {
+    memset(d, 0, sizeof *d);
+    d->signs = (variant & 1) ? sg : NULL;
+    d->transpose = (variant >> 1) & 1;
+    d->unnormalized = (variant >> 2) & 1;
+    d->isa = QUAROT_ISA_REF;
+}
+
 static int popcount64(uint64_t v) {
     int c = 0;
     while (v) { v &= v - 1; ++c; }
@@ -388,11 +397,7 @@ static void test_apply_simd_exact(void) {
         fill_signs(sg, n);
         for (variant = 0; variant < 8; ++variant) {
             quarot_hadamard_apply_desc d;
-            memset(&d, 0, sizeof d);
-            d.signs = (variant & 1) ? sg : NULL;
-            d.transpose = (variant >> 1) & 1;
-            d.unnormalized = (variant >> 2) & 1;
-            d.isa = QUAROT_ISA_REF;
+            variant_desc(&d, variant, sg);
             memcpy(a, x, sizeof(float) * total);
             QT_OK(quarot_hadamard_apply_f32(&p, &d, a + off, rows, stride, work, ws));
             for (k = 0; k < N_ISAS; ++k) {
@@ -447,11 +452,7 @@ static void test_apply_cols_exact(void) {
             fill_signs(sg, n);
             for (variant = 0; variant < 8; ++variant) {
                 quarot_hadamard_apply_desc d;
-                memset(&d, 0, sizeof d);
-                d.signs = (variant & 1) ? sg : NULL;
-                d.transpose = (variant >> 1) & 1;
-                d.unnormalized = (variant >> 2) & 1;
-                d.isa = QUAROT_ISA_REF;
+                variant_desc(&d, variant, sg);
                 /* the truth: REF rows of the transpose, put back as columns */
                 for (c = 0; c < cols; ++c)
                     for (i = 0; i < n; ++i) t[c * n + i] = x[off + i * ld + c];
