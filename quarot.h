@@ -472,7 +472,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 // butterflies pair whole rows, so the SIMD kernels run W columns per vector with no shuffles and no
 // transposes (writers' W <- Q^T W is this on W's columns). Powers of two only (plan K == 1; other
 // plans: QUAROT_ERR_UNSUPPORTED_SIZE). work: quarot_hadamard_cols_workspace_size bytes, a dense
-// copy of 16 columns between the first and the last pass; NULL runs every pass in x (the same
+// copy of up to 32 columns between the first and the last pass; NULL runs every pass in x (the same
 // bits; slower for large n, each pass then strides over x's rows). cols == 0 is a no-op.
 QUAROT_API size_t        quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan* p);
 QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
@@ -4105,8 +4105,8 @@ QUAROT__WHTC_DEFINE(isa)
     for (base = 0; base < n; base += hs * N) {                                                   \
         for (c = 0; c < hs; ++c) {                                                               \
             const int64_t row = base + c;                                                        \
-            const int64_t so = sbuf ? row * w + 16 * quarot__whtc_skew(row, pl) : row * lds;     \
-            const int64_t do_ = dbuf ? row * w + 16 * quarot__whtc_skew(row, pl) : row * ldd;    \
+            const int64_t at = sbuf || dbuf ? row * w + 16 * quarot__whtc_skew(row, pl) : 0;    \
+            const int64_t so = sbuf ? at : row * lds, do_ = dbuf ? at : row * ldd;               \
             const float* pq = pre ? pre + row : NULL;                                            \
             const float* pp = post ? post + row : NULL;                                          \
             if (ahead) {   /* the group after this one: c + 1, or the next base */               \
