@@ -31,6 +31,12 @@ static void fill_zeros(float* x, int64_t n) {
     }
 }
 
+/* Test data of kind 0 (uniform) or 1 (mostly signed zeros). */
+static void fill_kind(float* x, int64_t n, int kind) {
+    if (kind == 0) fill_uniform(x, n);
+    else fill_zeros(x, n);
+}
+
 static void fill_signs(float* s, int64_t n) {
     int64_t i;
     for (i = 0; i < n; ++i) s[i] = qt_uniform() < 0.5 ? -1.0f : 1.0f;
@@ -349,8 +355,7 @@ static void test_fwht_simd_exact(void) {
             float* b = (float*)malloc(sizeof(float) * total);
             int kind;
             for (kind = 0; kind < 2; ++kind) {
-                if (kind == 0) fill_uniform(a, (int64_t)total);
-                else fill_zeros(a, (int64_t)total);
+                fill_kind(a, (int64_t)total, kind);
                 memcpy(b, a, sizeof(float) * total);
                 QT_OK(quarot_fwht_f32(a + off, n, rows, stride, QUAROT_ISA_REF));
                 QT_OK(quarot_fwht_f32(b + off, n, rows, stride, isa));
@@ -392,8 +397,7 @@ static void test_apply_simd_exact(void) {
         a = (float*)malloc(sizeof(float) * total);
         b = (float*)malloc(sizeof(float) * total);
         sg = (float*)malloc(sizeof(float) * (size_t)n);
-        if (kind == 0) fill_uniform(x, (int64_t)total);
-        else fill_zeros(x, (int64_t)total);
+        fill_kind(x, (int64_t)total, kind);
         fill_signs(sg, n);
         for (variant = 0; variant < 8; ++variant) {
             quarot_hadamard_apply_desc d;
@@ -447,8 +451,7 @@ static void test_apply_cols_exact(void) {
         t = (float*)malloc(sizeof(float) * (size_t)(n * cols));
         sg = (float*)malloc(sizeof(float) * (size_t)n);
         for (kind = 0; kind < 2; ++kind) {
-            if (kind == 0) fill_uniform(x, (int64_t)total);
-            else fill_zeros(x, (int64_t)total);
+            fill_kind(x, (int64_t)total, kind);
             fill_signs(sg, n);
             for (variant = 0; variant < 8; ++variant) {
                 quarot_hadamard_apply_desc d;
@@ -543,8 +546,7 @@ static void test_apply_f64_simd_exact(void) {
         sd = (double*)malloc(sizeof(double) * (size_t)n);
         xf = (float*)malloc(sizeof(float) * total);
         sg = (float*)malloc(sizeof(float) * (size_t)n);
-        if (kind == 0) fill_uniform(xf, (int64_t)total);
-        else fill_zeros(xf, (int64_t)total);
+        fill_kind(xf, (int64_t)total, kind);
         for (i = 0; i < total; ++i) x[i] = (double)xf[i] * (1.0 + 0x1p-30 * (double)(i % 7));   /* not f32-exact */
         fill_signs(sg, n);
         for (i = 0; i < (size_t)n; ++i) sd[i] = (double)sg[(size_t)n - 1 - i];
