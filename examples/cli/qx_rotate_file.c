@@ -380,7 +380,8 @@ static int qx__open_backing(const qx__rf* b, const quarot_tensor* t, int64_t* of
 /* Rows [task*rpt, ...) of a view widened to f32 into a contiguous copy (a pool task), each
    row checked for NaN / Inf as it is written (the processor's validation leaves the values to us:
    quarot_rotate_desc.values_checked_by_caller): bad[task] = the first bad flat index, -1 none.
-   f16 / bf16 NaN and Inf widen to f32 NaN and Inf, so the check on the copy covers every dtype. */
+   f16 / bf16 NaN and Inf widen to f32 NaN and Inf (and no other value does), so a row is checked on
+   its source where that was just read with pread, else on the copy. */
 #define QX__OWN_ROWS 256
 #define QX__PREAD_BYTES ((size_t)64 << 10)   /* rows read per pread: stays in L2 for the widening */
 typedef struct qx__own_job {
@@ -412,12 +413,17 @@ static int qx__pread_all(int fd, void* buf, size_t n, int64_t off) {
    widened from there); returns the first row not done (a failed read leaves the rest to the
    mapping). Reading the file this way costs a copy from the page cache; faulting the mapped pages
    in costs a page-table update per page (plus the kernel's clearing of them again on drop), which
-   measured ~2x slower here. */
-static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char** buf) {
+   measured ~2x slower here. A widened row is checked for NaN / Inf on its f16 / bf16 source, just
+   read (half the bytes of the copy: f16 / bf16 NaN and Inf are exactly the values that widen to f32
+   NaN and Inf); *checked = 1 then, and *bad = the first bad flat index of the task's rows. */
+static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char** buf, int* checked, int64_t* bad) {
     const quarot_tensor* src = j->src;
     size_t in_row = (size_t)src->ne[0] * quarot_dtype_size(src->dtype), out_row = (size_t)src->ne[0] * j->es;
-    int64_t chunk = (int64_t)(QX__PREAD_BYTES / in_row), k;
+    int64_t chunk = (int64_t)(QX__PREAD_BYTES / in_row), k, ne0 = src->ne[0], at;
+    quarot_tensor rv;   /* one source row, for quarot_tensor_check_finite */
     if (chunk < 1) chunk = 1;
+    *checked = !j->same;
+    (void)quarot_tensor_init(&rv, NULL, src->dtype, 1, &ne0);   /* ne0 >= 1 of a valid tensor */
     while (r < end) {
         int64_t c = end - r < chunk ? end - r : chunk;
         char* dst = j->mem + (size_t)r * out_row;
@@ -426,9 +432,11 @@ static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char*
         } else {
             if (!*buf && !(*buf = (char*)malloc((size_t)chunk * in_row))) return r;
             if (!qx__pread_all(j->fd, *buf, (size_t)c * in_row, j->off + r * (int64_t)in_row)) return r;
-            for (k = 0; k < c; ++k)
-                (void)quarot_convert(dst + (size_t)k * out_row, QUAROT_DTYPE_F32, *buf + (size_t)k * in_row, src->dtype, src->ne[0],
-                                     QUAROT_ISA_DEFAULT);
+            for (k = 0; k < c; ++k) {
+                rv.data = *buf + (size_t)k * in_row;
+                (void)quarot_convert(dst + (size_t)k * out_row, QUAROT_DTYPE_F32, rv.data, src->dtype, ne0, QUAROT_ISA_DEFAULT);
+                if (*bad < 0 && quarot_tensor_check_finite(&rv, &at) == QUAROT_ERR_NONFINITE) *bad = (r + k) * ne0 + at;
+            }
         }
         r += c;
     }
@@ -441,16 +449,17 @@ static void qx__own_task(void* arg, int64_t task) {
     int64_t rows = quarot_tensor_nrows(src), r = task * j->rpt, end = r + j->rpt < rows ? r + j->rpt : rows;
     int64_t done = r, ne0 = src->ne[0];
     char* buf = NULL;
+    int checked = 0;   /* rows [task start, done) were checked on their source */
     quarot_tensor rv;   /* one row of the copy, for quarot_tensor_check_finite */
     j->bad[task] = -1;
     (void)quarot_tensor_init(&rv, NULL, j->same ? src->dtype : QUAROT_DTYPE_F32, 1, &ne0);   /* ne0 >= 1 of a valid tensor */
-    if (j->fd >= 0) done = qx__own_pread(j, r, end, &buf);
+    if (j->fd >= 0) done = qx__own_pread(j, r, end, &buf, &checked, &j->bad[task]);
     free(buf);
     for (; r < end; ++r) {
         char* dst = j->mem + (size_t)r * (size_t)src->ne[0] * j->es;
         int64_t at;
         if (r < done) {
-            /* read above */
+            if (checked) continue;   /* read and checked above */
         } else if (j->same) {
             int64_t i1 = r % src->ne[1], i2 = (r / src->ne[1]) % src->ne[2], i3 = r / (src->ne[1] * src->ne[2]);
             memcpy(dst, (const char*)src->data + (size_t)i1 * src->nb[1] + (size_t)i2 * src->nb[2] + (size_t)i3 * src->nb[3],
