@@ -1181,7 +1181,9 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     int r3;                                    // 1: q/k online rotation after RoPE (for KV-cache quantization)
     quarot_online_list* online_out;            // receives the hooks (required with online or r3)
     // Optional observers. on_command may return 0 (run), 1 (skip) or 2 (run twice): a debugging and
-    // testing aid; anything but 0 makes the final exactly-once check fail.
+    // testing aid; anything but 0 makes the final exactly-once check fail. It is called before the
+    // command runs: a reader whose norm scaling rides on this command (separate_fusions below) is
+    // not scaled yet (with 1 or 2 it is scaled first, then skipped or rotated twice).
     int (*on_command)(void* user, const quarot_command* c);
     void (*progress)(void* user, const char* stage, int64_t layer, int64_t n_layers);
     void* user_data;
@@ -1191,6 +1193,11 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     // names, shapes and dtypes only and reads no values (for the final norm, only whether it is all
     // ones), so "a failure in init leaves the model untouched" covers those checks only.
     int values_checked_by_caller;
+    // 0 (default): a fusion's scaling of a reader rides on the reader's first rotate command where
+    // that gives the same bits (an F32 weight, a single-precision Hadamard command along its input:
+    // one pass over the weight instead of two; see quarot_processor.fused_into_commands). 1: every
+    // fusion scales its weights in a pass of its own (the reference the tests compare against).
+    int separate_fusions;
 } quarot_rotate_desc;
 
 // A tensor the processor will create (so that writers can plan an output file before the first
@@ -1218,6 +1225,7 @@ typedef struct quarot_processor {
     int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
     int64_t next_layer;
     int64_t rows_total, rows_next;             // quarot_processor_pre_run_rows: the vocabulary rows, the next window's first
+    int64_t fused_into_commands;               // weights whose norm scaling rode on their first command (desc.separate_fusions)
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
@@ -9437,8 +9445,43 @@ static void quarot__fuse_task(void* arg, int64_t task) {
     }
 }
 
+// Folding a fusion into a rotation. A reader's first command in its layer is usually W <- W*Q along
+// its input axis, in single precision (quarot_command.f32) with a Hadamard Q = D*H/sqrt(n): the
+// kernels multiply each row by the signs D first, x_j*d_j rounded once. Scaling by g first (the f32
+// fusion above: x_j*g_j rounded once) and then by d_j = +-1 gives round(x_j*g_j)*d_j; multiplying once
+// by d_j*g_j (exact) gives round(x_j*(d_j*g_j)), the same bits (rounding to nearest is symmetric, and
+// the signs of zeros agree). So such a weight is not scaled by the fusion: its command runs with
+// the signs d_j*g_j, which saves a read and a write of the weight. Fusions with a bias (LayerNorm),
+// double-precision weights or norms, commands in double, across heads (inner > 1) or per slice
+// (outer > 1), other rotations, and any weight whose first command in the layer is not such a one
+// keep the separate scaling. folds: the scope's pending scalings, by command index.
+typedef struct quarot__folds {
+    int64_t n;
+    int64_t* cmd;                             // [p->n_commands] the command that applies folds g[k]
+    float** g;                                // [p->n_commands] the f32 gains, freed when applied
+} quarot__folds;
+
+// The index of the first command of `layer` on `weight` when the fusion's f32 scaling of w (L
+// columns) can ride on it (see above), else -1.
+static int64_t quarot__fold_target(const quarot_processor* p, int64_t layer, const char* weight, const quarot_tensor* w,
+                                   int64_t L) {
+    int64_t i;
+    for (i = 0; i < p->n_commands; ++i) {
+        const quarot_command* c = &p->commands[i];
+        const quarot_rotation* rot;
+        if (c->layer != layer || strcmp(c->weight, weight) != 0) continue;
+        rot = &p->rot[c->rotation];
+        if (c->f32 && w->dtype == QUAROT_DTYPE_F32 && rot->kind == QUAROT_ROTATION_HADAMARD && c->side == QUAROT_SIDE_INPUT &&
+            !c->embedding && c->outer == 1 && c->inner == 1 && rot->n == L && w->ne[0] == L)
+            return i;
+        return -1;   // the first command on it is another kind
+    }
+    return -1;
+}
+
 // W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then (finish) g <- 1, beta <- 0.
-static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f, int finish) {
+// fo (not NULL): the f32 scalings that can ride on a command are left to it (recorded in fo).
+static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f, int finish, quarot__folds* fo) {
     const quarot_env* env = &p->model->env;
     quarot_tensor gt, bt, w, bias;
     double *g = NULL, *beta = NULL, *row = NULL, *badd = NULL;
@@ -9468,6 +9511,15 @@ static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_f
             float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
             if (!g32) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
             for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
+            if (fo) {
+                const int64_t ci = quarot__fold_target(p, f->layer, l->weight, &w, L);
+                if (ci >= 0) {   // the command scales it
+                    fo->cmd[fo->n] = ci;
+                    fo->g[fo->n++] = g32;
+                    p->fused_into_commands++;
+                    continue;
+                }
+            }
             fj.w = &w;
             fj.g = g32;
             fj.L = L;
@@ -9579,44 +9631,96 @@ static quarot_result quarot__run_bake(quarot_processor* p, const quarot_plan_bak
 }
 
 // count: 0 in a row window that is not the last (the command counts as run once, in the last).
-static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c, int count) {
+// g (not NULL): a fusion's f32 gains folded into this command (quarot__folds); when on_command asks
+// for anything but one plain run, the weight is scaled first, as the fusion would have.
+static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c, int count, const float* g) {
+    const quarot_env* env = &p->model->env;
     quarot_tensor w, b;
+    quarot_rotation folded;
+    float* sg = NULL;
+    double* sg64 = NULL;
     int has_bias, times = 1, act = 0, k;
     quarot_result res;
     if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
+    if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+    folded = p->rot[c->rotation];
+    if (g && act == 0) {   // one run with the signs d_j * g_j (exact)
+        const int64_t L = folded.n;
+        int64_t j;
+        sg = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
+        sg64 = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
+        if (!sg || !sg64) { quarot_env_free(env, sg); quarot_env_free(env, sg64); return QUAROT_ERR_OUT_OF_MEMORY; }
+        for (j = 0; j < L; ++j) {
+            sg[j] = folded.signs ? folded.signs[j] * g[j] : g[j];
+            sg64[j] = (double)sg[j];
+        }
+        folded.signs = sg;
+        folded.signs64 = sg64;
+    } else if (g) {   // skipped or run twice: the scaling first, as without folding
+        quarot__fuse_job fj;
+        fj.w = &w;
+        fj.g = g;
+        fj.L = w.ne[0];
+        fj.rows = quarot_tensor_nrows(&w);
+        quarot_env_parallel_for(env, quarot__fuse_task, &fj, (fj.rows + 63) / 64);
+    }
     if (act == 1) return QUAROT_OK;
     if (act == 2) times = 2;
-    if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
     has_bias = c->bias[0] && quarot__exists(p, c->bias);
-    if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
+    if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) goto done;
     for (k = 0; k < times; ++k) {
-        res = quarot_command_apply(c, &p->rot[c->rotation], &w, has_bias ? &b : NULL, &p->model->env);
+        res = quarot_command_apply(c, k == 0 ? &folded : &p->rot[c->rotation], &w, has_bias ? &b : NULL, env);
         if (res != QUAROT_OK) {
             quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
-            return res;
+            goto done;
         }
         c->runs += count;
     }
-    return QUAROT_OK;
+done:
+    quarot_env_free(env, sg);
+    quarot_env_free(env, sg64);
+    return res;
 }
 
 // Everything planned for one layer (or -1 = the globals). finish = 0: a row window of the globals
 // that is not the last (norms kept, commands not counted).
+// A decoder layer without bakes folds its readers' f32 scalings into their first commands
+// (quarot__folds); the globals (row windows, the embedding) and layers with bakes do not.
 static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer, int finish) {
     const quarot_model_config* cfg = &p->model->config;
-    int64_t i;
-    quarot_result res;
+    const quarot_env* env = &p->model->env;
+    quarot__folds fo;
+    int64_t i, k;
+    int fold = layer >= 0 && p->n_commands > 0 && !p->desc.separate_fusions;
+    quarot_result res = QUAROT_OK;
+    for (i = 0; i < p->plan.n_bakes; ++i)
+        if (p->plan.bakes[i].layer == layer) fold = 0;
+    memset(&fo, 0, sizeof fo);
+    if (fold) {
+        fo.cmd = (int64_t*)quarot_env_alloc(env, (size_t)p->n_commands * sizeof(int64_t));
+        fo.g = (float**)quarot_env_alloc(env, (size_t)p->n_commands * sizeof(float*));
+        if (!fo.cmd || !fo.g) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    }
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         if (f->layer != layer) continue;
         if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
-        if ((res = quarot__run_fusion(p, f, finish)) != QUAROT_OK) return res;
+        if ((res = quarot__run_fusion(p, f, finish, fold ? &fo : NULL)) != QUAROT_OK) goto done;
     }
     for (i = 0; i < p->plan.n_bakes; ++i)
-        if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) return res;
-    for (i = 0; i < p->n_commands; ++i)
-        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i], finish)) != QUAROT_OK) return res;
-    return QUAROT_OK;
+        if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) goto done;
+    for (i = 0; i < p->n_commands; ++i) {
+        const float* g = NULL;
+        if (p->commands[i].layer != layer) continue;
+        for (k = 0; k < fo.n; ++k)
+            if (fo.cmd[k] == i) g = fo.g[k];
+        if ((res = quarot__run_command(p, &p->commands[i], finish, g)) != QUAROT_OK) goto done;
+    }
+done:
+    for (k = 0; k < fo.n; ++k) quarot_env_free(env, fo.g[k]);
+    quarot_env_free(env, fo.cmd);
+    quarot_env_free(env, fo.g);
+    return res;
 }
 
 // The global scope, whole (first = last = 1, rows = -1) or on one row window of the embedding and

@@ -12,7 +12,9 @@
       every output value equal or one unit in the last place apart (under 5%, measured: printed),
       except a few (< 1e-4 of them) that cancellation left tiny, whose difference is then at most
       2^-20 of the tensor's largest value (the bound above is absolute, not relative: bf16 keeps 8
-      bits of a 1e-7 value); the stats and the CLI summary say which arithmetic ran. */
+      bits of a 1e-7 value); the stats and the CLI summary say which arithmetic ran.
+   3. Tool: the norms' scalings folded into the readers' first commands give the same bytes as
+      separate fusion passes (test_fused_scaling_bits). */
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
@@ -234,11 +236,112 @@ static void test_tool_outputs(void) {
     }
 }
 
+/* 3. A norm's scaling folded into its readers' first rotate commands (the default) against a pass of
+   its own (quarot_rotate_desc.separate_fusions): the same bytes in every output tensor, f16 and bf16
+   outputs, with and without --online; the fold took every reader of the 2-layer model (q, k, v,
+   gate, up: 10 weights) and none with separate_fusions. The model's norm gains are random in
+   [0.5, 1.5), so a scaling that was lost or done twice would change the outputs. */
+static void test_fused_scaling_bits(void) {
+    static const quarot_dtype dts[2] = {QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16};
+    int d, on, k;
+    for (d = 0; d < 2; ++d)
+        for (on = 0; on < 2; ++on) {
+            char in[512], out[2][600];
+            qx_store o[2];
+            qx_err e;
+            int64_t fused[2] = {-1, -1}, same = 0, i;
+            snprintf(in, sizeof in, "%s/fold_%s", g_tmp, quarot_dtype_name(dts[d]));
+            if (on == 0) QT_CHECK(cu_save_llama_st(in, 7, 256, 320, 4, 64, 200, dts[d]));
+            for (k = 0; k < 2; ++k) {
+                quarot_rotate_desc desc;
+                quarot_online_list list;
+                qx_rotate_file_opts ro;
+                qx_rotate_file_stats st;
+                qx_load_opts lo;
+                qx_store s;
+                memset(&lo, 0, sizeof lo);
+                QT_OK(qx_cli_load_model(in, &lo, &s, &e));
+                quarot_online_list_init(&list, NULL);
+                memset(&desc, 0, sizeof desc);
+                desc.rotation = QUAROT_ROTATION_HADAMARD;
+                desc.online = on;
+                desc.online_out = on ? &list : NULL;
+                desc.separate_fusions = k;
+                snprintf(out[k], sizeof out[k], "%s/fold_out_%s_%d_%d", g_tmp, quarot_dtype_name(dts[d]), on, k);
+                memset(&ro, 0, sizeof ro);
+                ro.out_path = out[k];
+                ro.force = 1;
+                ro.drop_pages = 1;
+                ro.threads = 2;
+                QT_OK(qx_rotate_file(&s, &desc, &ro, &st, &e));
+                fused[k] = st.fused_into_commands;
+                qx_store_free(&s);
+                quarot_online_list_free(&list);
+                memset(&lo, 0, sizeof lo);
+                QT_OK(qx_cli_load_model(out[k], &lo, &o[k], &e));
+            }
+            QT_CHECKF(fused[0] == 10 && fused[1] == 0, "%s%s: %lld weights folded (default), %lld (separate_fusions)",
+                      quarot_dtype_name(dts[d]), on ? " --online" : "", (long long)fused[0], (long long)fused[1]);
+            QT_EQ_INT((int)o[0].count, (int)o[1].count);
+            for (i = 0; i < o[0].count; ++i) {
+                const quarot_tensor* a = &o[0].items[i].t;
+                const quarot_tensor* b = qx_store_find(&o[1], o[0].items[i].name);
+                const size_t na = quarot_tensor_nbytes(a);
+                QT_CHECKF(b && b->dtype == a->dtype && quarot_tensor_nbytes(b) == na && memcmp(a->data, b->data, na) == 0,
+                          "%s%s: tensor %s differs", quarot_dtype_name(dts[d]), on ? " --online" : "", o[0].items[i].name);
+                same += b && quarot_tensor_nbytes(b) == na && memcmp(a->data, b->data, na) == 0;
+            }
+            printf("    %s output%s: %lld weights scaled by their first command; %lld of %lld tensors byte-identical to "
+                   "separate fusions\n", quarot_dtype_name(dts[d]), on ? ", --online" : "", (long long)fused[0], (long long)same,
+                   (long long)o[0].count);
+            qx_store_free(&o[0]);
+            qx_store_free(&o[1]);
+        }
+}
+
+/* on_command asking a folded reader's command to run twice: the scaling is done first, the command
+   twice, and the run fails at the exactly-once check naming that command (the path where the fold
+   is undone, run under the sanitizers by make test-san). */
+static int twice_q0(void* user, const quarot_command* c) {
+    (void)user;
+    return strcmp(c->weight, "model.layers.0.self_attn.q_proj.weight") == 0 ? 2 : 0;
+}
+
+static void test_fused_scaling_observer(void) {
+    char in[512], out[600];
+    quarot_rotate_desc desc;
+    qx_rotate_file_opts ro;
+    qx_rotate_file_stats st;
+    qx_load_opts lo;
+    qx_store s;
+    qx_err e;
+    snprintf(in, sizeof in, "%s/fold_f16", g_tmp);   /* test_fused_scaling_bits' input */
+    snprintf(out, sizeof out, "%s/fold_twice", g_tmp);
+    memset(&lo, 0, sizeof lo);
+    QT_OK(qx_cli_load_model(in, &lo, &s, &e));
+    memset(&desc, 0, sizeof desc);
+    desc.rotation = QUAROT_ROTATION_HADAMARD;
+    desc.on_command = twice_q0;
+    memset(&ro, 0, sizeof ro);
+    ro.out_path = out;
+    ro.force = 1;
+    ro.drop_pages = 1;
+    ro.threads = 2;
+    memset(&e, 0, sizeof e);
+    QT_CHECK(qx_rotate_file(&s, &desc, &ro, &st, &e) != QUAROT_OK);
+    QT_CHECKF(strstr(e.msg, "model.layers.0.self_attn.q_proj.weight") != NULL && strstr(e.msg, "ran 2 times") != NULL, "error: %s",
+              e.msg);
+    QT_EQ_INT((int)st.fused_into_commands, 10);
+    qx_store_free(&s);
+}
+
 int main(int argc, char** argv) {
     (void)argc;
     if (!cu_start(argv[0], "test_rotate_f32")) return 1;
     QT_RUN(test_library_bound);
     QT_RUN(test_tool_outputs);
+    QT_RUN(test_fused_scaling_bits);
+    QT_RUN(test_fused_scaling_observer);
     cu_finish();
     return qt_finish("test_rotate_f32");
 }

@@ -611,7 +611,13 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
                    job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context),
                    (unsigned long long)job->context->seed, (long long)job->context->block, job->context->start_loss,
                    job->context->best_loss, 100.0 * qx_calib_reduction(job->context));
-        printf("  norms fused; %lld rotate commands; %s\n", (long long)st.n_commands,
+        if (st.fused_into_commands > 0)
+            printf("  norms fused (%lld weight%s scaled by %s first rotate command, no pass of %s own); ", (long long)st.fused_into_commands,
+                   st.fused_into_commands == 1 ? "" : "s", st.fused_into_commands == 1 ? "its" : "their",
+                   st.fused_into_commands == 1 ? "its" : "their");
+        else
+            printf("  norms fused; ");
+        printf("%lld rotate commands; %s\n", (long long)st.n_commands,
                st.untied ? "lm_head untied from the embeddings (written as a separate tensor)" : "embeddings as in the input");
         if (st.f32_commands == 0)
             printf("  arithmetic: double (rounded once to the output dtype)\n");

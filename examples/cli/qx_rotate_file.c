@@ -1301,6 +1301,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     b.in_rotate = 0;
     r = quarot_processor_post_run(&p);
     qx__phase_end(&b, qx__now());
+    st->fused_into_commands = p.fused_into_commands;
     if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
     s->config = m.config;
     t0 = qx__now();

@@ -130,6 +130,8 @@ typedef struct qx_rotate_file_stats {
        formats and caller sinks that do not use qx_out_direct) */
     int direct_mode;
     int64_t f32_commands;        /* rotate commands run in f32 arithmetic (the others, n_commands - this, in double) */
+    int64_t fused_into_commands; /* weights whose norm scaling rode on their first rotate command (no pass of its own:
+                                    quarot_rotate_desc.separate_fusions) */
     int64_t global_window_rows;  /* > 0: the embedding and lm_head went through in windows of this many rows */
     int64_t global_windows;      /* how many windows */
     char global_whole_why[256];  /* with global_window_rows 0, when windows were considered: why not */
