@@ -31,6 +31,9 @@ typedef struct qx__dslot {
     int64_t block;               /* file offset / QX_DIRECT_BLOCK; -1 when free */
     int state;
     size_t filled;               /* bytes written into it since it was taken */
+    size_t init;                 /* bytes [0, init) hold data (written, read back or zeroed); the
+                                    rest is zeroed as late as possible: when a write starts past
+                                    init (the gap), when the slot is queued (the tail) */
     uint64_t seq;                /* queue order (queued) or last use (filling) */
 } qx__dslot;
 
@@ -201,16 +204,20 @@ static int qx__mark(qx_direct* d, int64_t b) {
     return 1;
 }
 
-/* Queues slot s for the writer (lock held). */
+/* Queues slot s for the writer (lock held); the bytes never written in it go out as zeros. */
 static void qx__enqueue(qx_direct* d, qx__dslot* s) {
+    if (s->init < QX_DIRECT_BLOCK) memset(s->buf + s->init, 0, QX_DIRECT_BLOCK - s->init);
+    s->init = QX_DIRECT_BLOCK;
     if (!qx__mark(d, s->block) && !d->err) d->err = ENOMEM;
     s->state = QX__QUEUED;
     s->seq = ++d->seq;
     pthread_cond_broadcast(&d->cv);
 }
 
-/* The filling slot of block b, taking (and zeroing or reading back) a free one when b has none;
-   `whole`: the caller's write covers the block, so its old content does not matter. */
+/* The filling slot of block b, taking a free one when b has none (reading the block back when it
+   went to the file before and the write does not cover it; else its bytes are zeroed only where
+   no write lands, see init); `whole`: the caller's write covers the block. The writes to one
+   qx_direct come from one thread at a time (as `filled` and `init` assume). */
 static qx__dslot* qx__slot_for(qx_direct* d, int64_t b, int whole) {
     qx__dslot* s;
     int i, busy, reread;
@@ -238,6 +245,7 @@ static qx__dslot* qx__slot_for(qx_direct* d, int64_t b, int whole) {
     s->state = QX__FILLING;
     s->block = b;
     s->filled = 0;
+    s->init = 0;
     s->seq = ++d->seq;
     reread = b < d->n_on_disk && d->on_disk[b];
     pthread_mutex_unlock(&d->mu);
@@ -258,8 +266,7 @@ static qx__dslot* qx__slot_for(qx_direct* d, int64_t b, int whole) {
             got += (size_t)r;
         }
         if (got < QX_DIRECT_BLOCK) memset(s->buf + got, 0, QX_DIRECT_BLOCK - got);
-    } else if (!whole) {
-        memset(s->buf, 0, QX_DIRECT_BLOCK);
+        s->init = QX_DIRECT_BLOCK;
     }
     return s;
 }
@@ -278,7 +285,9 @@ quarot_result qx_direct_write(qx_direct* d, const void* data, size_t n, uint64_t
         size_t at = (size_t)(off % QX_DIRECT_BLOCK), part = QX_DIRECT_BLOCK - at < n ? QX_DIRECT_BLOCK - at : n;
         qx__dslot* s = qx__slot_for(d, b, at == 0 && part == QX_DIRECT_BLOCK);
         if (!s) return qx__err(d, e);
+        if (at > s->init) memset(s->buf + s->init, 0, at - s->init);   /* a gap before this write */
         memcpy(s->buf + at, p, part);
+        if (at + part > s->init) s->init = at + part;
         s->filled += part;
         if (s->filled >= QX_DIRECT_BLOCK) {
             pthread_mutex_lock(&d->mu);
