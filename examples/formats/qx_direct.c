@@ -56,6 +56,7 @@ struct qx_direct {
     size_t scratch_map_bytes;
     void* scratch;
     size_t scratch_bytes;
+    qx__dslot* span;             /* the slot qx_direct_span handed out, until qx_direct_commit */
 };
 
 int qx_direct_open_read(const char* path, int* direct) {
@@ -276,6 +277,45 @@ static quarot_result qx__err(qx_direct* d, qx_err* e) {
     return QUAROT_ERR_IO;
 }
 
+/* The bytes [at, at + n) of slot s were written: account them, queue the slot when it is full. */
+static void qx__written(qx_direct* d, qx__dslot* s, size_t at, size_t n) {
+    if (at + n > s->init) s->init = at + n;
+    s->filled += n;
+    if (s->filled >= QX_DIRECT_BLOCK) {
+        pthread_mutex_lock(&d->mu);
+        qx__enqueue(d, s);
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
+char* qx_direct_span(qx_direct* d, uint64_t off, size_t want, size_t* room, qx_err* e) {
+    int64_t b;
+    size_t at;
+    qx__dslot* s;
+    *room = 0;
+    if (!d || off > (uint64_t)INT64_MAX - QX_DIRECT_BLOCK) { qx_err_set(e, "qx_direct_span: bad offset"); return NULL; }
+    b = (int64_t)(off / QX_DIRECT_BLOCK);
+    at = (size_t)(off % QX_DIRECT_BLOCK);
+    s = qx__slot_for(d, b, at == 0 && want >= QX_DIRECT_BLOCK);
+    if (!s) { (void)qx__err(d, e); return NULL; }
+    if (at > s->init) memset(s->buf + s->init, 0, at - s->init);   /* a gap before this write */
+    d->span = s;
+    *room = QX_DIRECT_BLOCK - at;
+    return s->buf + at;
+}
+
+quarot_result qx_direct_commit(qx_direct* d, uint64_t off, size_t n, qx_err* e) {
+    qx__dslot* s = d ? d->span : NULL;
+    size_t at = (size_t)(off % QX_DIRECT_BLOCK);
+    if (!s || s->state != QX__FILLING || s->block != (int64_t)(off / QX_DIRECT_BLOCK) || n > QX_DIRECT_BLOCK - at) {
+        qx_err_set(e, "qx_direct_commit: no span at offset %llu", (unsigned long long)off);
+        return QUAROT_ERR_STATE;
+    }
+    d->span = NULL;
+    qx__written(d, s, at, n);
+    return QUAROT_OK;
+}
+
 quarot_result qx_direct_write(qx_direct* d, const void* data, size_t n, uint64_t off, qx_err* e) {
     const char* p = (const char*)data;
     if (!d || (n && !data)) return QUAROT_ERR_STATE;
@@ -287,13 +327,7 @@ quarot_result qx_direct_write(qx_direct* d, const void* data, size_t n, uint64_t
         if (!s) return qx__err(d, e);
         if (at > s->init) memset(s->buf + s->init, 0, at - s->init);   /* a gap before this write */
         memcpy(s->buf + at, p, part);
-        if (at + part > s->init) s->init = at + part;
-        s->filled += part;
-        if (s->filled >= QX_DIRECT_BLOCK) {
-            pthread_mutex_lock(&d->mu);
-            qx__enqueue(d, s);
-            pthread_mutex_unlock(&d->mu);
-        }
+        qx__written(d, s, at, part);
         p += part;
         n -= part;
         off += part;

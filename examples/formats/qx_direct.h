@@ -48,6 +48,13 @@ typedef enum qx_direct_mode {
 qx_direct* qx_direct_begin(int fd, const char* path);
 /* Copies n bytes for file offset off into the blocks (writing the ones that fill up). */
 quarot_result qx_direct_write(qx_direct* d, const void* data, size_t n, uint64_t off, qx_err* e);
+/* Writing in place, without the copy: the block buffer's bytes for file offset off, *room of them
+   (up to the end of off's block); the caller fills n <= *room of them, then calls qx_direct_commit
+   with the same off and n, with no other write to d in between. `want` is how many bytes the caller
+   means to write (when they cover the whole block, its old content is not read back). NULL (and e
+   set) on a write error. */
+char* qx_direct_span(qx_direct* d, uint64_t off, size_t want, size_t* room, qx_err* e);
+quarot_result qx_direct_commit(qx_direct* d, uint64_t off, size_t n, qx_err* e);
 /* Writes every block still held and waits for the writer: afterwards the file holds every byte
    written so far (its size rounded up to a block: the caller truncates). */
 quarot_result qx_direct_flush(qx_direct* d, qx_err* e);

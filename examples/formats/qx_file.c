@@ -305,6 +305,9 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
     double limit = dt == QUAROT_DTYPE_F16 ? 65520.0 : dt == QUAROT_DTYPE_BF16 ? 3.3961775292304e38 : 0.0, worst = 0.0;
     int64_t worst_row = -1;
     char* chunk = NULL;
+    char* cur = NULL;            /* this chunk's rows: in the block buffers (in_place) or in chunk */
+    size_t cur_cap = 0;
+    int in_place = 0;
     double* drow = NULL;
     double* dperm = NULL;
     quarot_tensor rv;
@@ -359,10 +362,21 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
     }
     for (r = 0; r < rows && res == QUAROT_OK; ++r) {
         int64_t src = (head_dim > 0 && !elem_perm) ? qx_rope_src_row(r, head_dim, to_interleaved) : r;
-        char* dst = chunk + used;
+        char* dst;
+        if (used == 0) {   /* a new chunk: in place in the block buffers when whole rows fit there */
+            size_t room = 0;
+            char* sp = o->dio ? qx_direct_span(o->dio, off, (size_t)(rows - r) * row_bytes, &room, e) : NULL;
+            if (o->dio && !sp) { res = QUAROT_ERR_IO; break; }
+            in_place = sp && room >= row_bytes;
+            cur = in_place ? sp : chunk;
+            cur_cap = in_place && room < cap ? room / row_bytes * row_bytes : cap;
+            if (o->dio && !in_place) cur_cap = row_bytes;   /* the row across the block's end: copied */
+        }
+        dst = cur + used;
         if (par && used == 0) {   /* the chunk's rows that fit, converted on the pool */
             job.r0 = r;
-            job.n = rows - r < (int64_t)(cap / row_bytes) ? rows - r : (int64_t)(cap / row_bytes);
+            job.chunk = cur;
+            job.n = rows - r < (int64_t)(cur_cap / row_bytes) ? rows - r : (int64_t)(cur_cap / row_bytes);
             quarot_env_parallel_for(o->env, qx__narrow_task, &job, (job.n + 7) / 8);
         }
         if (same && !elem_perm) {
@@ -388,8 +402,8 @@ quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quar
             }
         }
         used += row_bytes;
-        if (used + row_bytes > cap || r == rows - 1) {
-            res = qx_out_pwrite(o, chunk, used, off, e);
+        if (used + row_bytes > cur_cap || r == rows - 1) {
+            res = in_place ? qx_direct_commit(o->dio, off, used, e) : qx_out_pwrite(o, cur, used, off, e);
             off += used;
             used = 0;
         }
