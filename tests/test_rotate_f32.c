@@ -144,45 +144,53 @@ static double tensor_max_abs(const quarot_tensor* t) {
     return m > 0 ? m : 1.0;
 }
 
+/* The model at `in` rotated by qx_rotate_file into `out` (R1 + R2 Hadamard, 2 threads; online,
+   f64_arithmetic and separate_fusions as given), its stats in *st, the output loaded into *o. */
+static void rotate_and_load(const char* in, const char* out, int online, int f64, int separate, qx_rotate_file_stats* st,
+                            qx_store* o) {
+    quarot_rotate_desc desc;
+    quarot_online_list list;
+    qx_rotate_file_opts ro;
+    qx_load_opts lo;
+    qx_store s;
+    qx_err e;
+    memset(&lo, 0, sizeof lo);
+    QT_OK(qx_cli_load_model(in, &lo, &s, &e));
+    quarot_online_list_init(&list, NULL);
+    memset(&desc, 0, sizeof desc);
+    desc.rotation = QUAROT_ROTATION_HADAMARD;
+    desc.online = online;
+    desc.online_out = online ? &list : NULL;
+    desc.separate_fusions = separate;
+    memset(&ro, 0, sizeof ro);
+    ro.out_path = out;
+    ro.force = 1;
+    ro.drop_pages = 1;
+    ro.threads = 2;
+    ro.f64_arithmetic = f64;
+    QT_OK(qx_rotate_file(&s, &desc, &ro, st, &e));
+    qx_store_free(&s);
+    quarot_online_list_free(&list);
+    memset(&lo, 0, sizeof lo);
+    QT_OK(qx_cli_load_model(out, &lo, o, &e));
+}
+
 static void test_tool_outputs(void) {
     static const quarot_dtype dts[2] = {QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16};
     int d, k;
     for (d = 0; d < 2; ++d) {
         char in[512], out[2][600], f[700];
         qx_store o[2];
-        qx_err e;
         int64_t total = 0, one = 0, more = 0, i, cmds[2] = {0, 0}, ncmd = 0;
         double worst_tiny = 0.0;
         snprintf(in, sizeof in, "%s/in_%s", g_tmp, quarot_dtype_name(dts[d]));
         QT_CHECK(cu_save_llama_st(in, 5, 256, 320, 4, 64, 200, dts[d]));
         for (k = 0; k < 2; ++k) {
-            quarot_rotate_desc desc;
-            quarot_online_list list;
-            qx_rotate_file_opts ro;
             qx_rotate_file_stats st;
-            qx_load_opts lo;
-            qx_store s;
-            memset(&lo, 0, sizeof lo);
-            QT_OK(qx_cli_load_model(in, &lo, &s, &e));
-            quarot_online_list_init(&list, NULL);
-            memset(&desc, 0, sizeof desc);
-            desc.rotation = QUAROT_ROTATION_HADAMARD;
-            desc.online = 1;
-            desc.online_out = &list;
             snprintf(out[k], sizeof out[k], "%s/out_%s_%d", g_tmp, quarot_dtype_name(dts[d]), k);
-            memset(&ro, 0, sizeof ro);
-            ro.out_path = out[k];
-            ro.force = 1;
-            ro.drop_pages = 1;
-            ro.threads = 2;
-            ro.f64_arithmetic = k;
-            QT_OK(qx_rotate_file(&s, &desc, &ro, &st, &e));
+            rotate_and_load(in, out[k], 1, k, 0, &st, &o[k]);
             cmds[k] = st.f32_commands;
             ncmd = st.n_commands;
-            qx_store_free(&s);
-            quarot_online_list_free(&list);
-            memset(&lo, 0, sizeof lo);
-            QT_OK(qx_cli_load_model(out[k], &lo, &o[k], &e));
         }
         QT_CHECKF(cmds[0] == ncmd && ncmd > 0 && cmds[1] == 0, "f32 commands %lld (default) / %lld (f64_arithmetic) of %lld",
                   (long long)cmds[0], (long long)cmds[1], (long long)ncmd);
@@ -248,37 +256,14 @@ static void test_fused_scaling_bits(void) {
         for (on = 0; on < 2; ++on) {
             char in[512], out[2][600];
             qx_store o[2];
-            qx_err e;
             int64_t fused[2] = {-1, -1}, same = 0, i;
             snprintf(in, sizeof in, "%s/fold_%s", g_tmp, quarot_dtype_name(dts[d]));
             if (on == 0) QT_CHECK(cu_save_llama_st(in, 7, 256, 320, 4, 64, 200, dts[d]));
             for (k = 0; k < 2; ++k) {
-                quarot_rotate_desc desc;
-                quarot_online_list list;
-                qx_rotate_file_opts ro;
                 qx_rotate_file_stats st;
-                qx_load_opts lo;
-                qx_store s;
-                memset(&lo, 0, sizeof lo);
-                QT_OK(qx_cli_load_model(in, &lo, &s, &e));
-                quarot_online_list_init(&list, NULL);
-                memset(&desc, 0, sizeof desc);
-                desc.rotation = QUAROT_ROTATION_HADAMARD;
-                desc.online = on;
-                desc.online_out = on ? &list : NULL;
-                desc.separate_fusions = k;
                 snprintf(out[k], sizeof out[k], "%s/fold_out_%s_%d_%d", g_tmp, quarot_dtype_name(dts[d]), on, k);
-                memset(&ro, 0, sizeof ro);
-                ro.out_path = out[k];
-                ro.force = 1;
-                ro.drop_pages = 1;
-                ro.threads = 2;
-                QT_OK(qx_rotate_file(&s, &desc, &ro, &st, &e));
+                rotate_and_load(in, out[k], on, 0, k, &st, &o[k]);
                 fused[k] = st.fused_into_commands;
-                qx_store_free(&s);
-                quarot_online_list_free(&list);
-                memset(&lo, 0, sizeof lo);
-                QT_OK(qx_cli_load_model(out[k], &lo, &o[k], &e));
             }
             QT_CHECKF(fused[0] == 10 && fused[1] == 0, "%s%s: %lld weights folded (default), %lld (separate_fusions)",
                       quarot_dtype_name(dts[d]), on ? " --online" : "", (long long)fused[0], (long long)fused[1]);
