@@ -9445,6 +9445,16 @@ static void quarot__fuse_task(void* arg, int64_t task) {
     }
 }
 
+// W <- W*diag(g) for an F32 2-D weight of L columns, on env's parallel hook (64 rows a task).
+static void quarot__fuse_f32(const quarot_env* env, quarot_tensor* w, const float* g, int64_t L) {
+    quarot__fuse_job fj;
+    fj.w = w;
+    fj.g = g;
+    fj.L = L;
+    fj.rows = quarot_tensor_nrows(w);
+    quarot_env_parallel_for(env, quarot__fuse_task, &fj, (fj.rows + 63) / 64);
+}
+
 // Folding a fusion into a rotation. A reader's first command in its layer is usually W <- W*Q along
 // its input axis, in single precision (quarot_command.f32) with a Hadamard Q = D*H/sqrt(n): the
 // kernels multiply each row by the signs D first, x_j*d_j rounded once. Scaling by g first (the f32
@@ -9454,12 +9464,8 @@ static void quarot__fuse_task(void* arg, int64_t task) {
 // the signs d_j*g_j, which saves a read and a write of the weight. Fusions with a bias (LayerNorm),
 // double-precision weights or norms, commands in double, across heads (inner > 1) or per slice
 // (outer > 1), other rotations, and any weight whose first command in the layer is not such a one
-// keep the separate scaling. folds: the scope's pending scalings, by command index.
-typedef struct quarot__folds {
-    int64_t n;
-    int64_t* cmd;                             // [p->n_commands] the command that applies folds g[k]
-    float** g;                                // [p->n_commands] the f32 gains, freed when applied
-} quarot__folds;
+// keep the separate scaling. The scope's pending scalings: fold[i] = the f32 gains command i applies
+// (NULL: none), freed at the end of the scope.
 
 // The index of the first command of `layer` on `weight` when the fusion's f32 scaling of w (L
 // columns) can ride on it (see above), else -1.
@@ -9480,8 +9486,8 @@ static int64_t quarot__fold_target(const quarot_processor* p, int64_t layer, con
 }
 
 // W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then (finish) g <- 1, beta <- 0.
-// fo (not NULL): the f32 scalings that can ride on a command are left to it (recorded in fo).
-static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f, int finish, quarot__folds* fo) {
+// fold (not NULL, [p->n_commands]): the f32 scalings that can ride on a command are left to it (fold[i]).
+static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f, int finish, float** fold) {
     const quarot_env* env = &p->model->env;
     quarot_tensor gt, bt, w, bias;
     double *g = NULL, *beta = NULL, *row = NULL, *badd = NULL;
@@ -9507,24 +9513,18 @@ static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_f
         out = quarot_tensor_nrows(&w);
         if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 && w.ne[3] == 1 &&
             w.nb[0] == sizeof(float)) {
-            quarot__fuse_job fj;
             float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
             if (!g32) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
             for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
-            if (fo) {
+            if (fold) {
                 const int64_t ci = quarot__fold_target(p, f->layer, l->weight, &w, L);
                 if (ci >= 0) {   // the command scales it
-                    fo->cmd[fo->n] = ci;
-                    fo->g[fo->n++] = g32;
+                    fold[ci] = g32;
                     p->fused_into_commands++;
                     continue;
                 }
             }
-            fj.w = &w;
-            fj.g = g32;
-            fj.L = L;
-            fj.rows = out;
-            quarot_env_parallel_for(env, quarot__fuse_task, &fj, (out + 63) / 64);
+            quarot__fuse_f32(env, &w, g32, L);
             quarot_env_free(env, g32);
             continue;
         }
@@ -9631,7 +9631,7 @@ static quarot_result quarot__run_bake(quarot_processor* p, const quarot_plan_bak
 }
 
 // count: 0 in a row window that is not the last (the command counts as run once, in the last).
-// g (not NULL): a fusion's f32 gains folded into this command (quarot__folds); when on_command asks
+// g (not NULL): a fusion's f32 gains folded into this command (quarot__fold_target); when on_command asks
 // for anything but one plain run, the weight is scaled first, as the fusion would have.
 static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c, int count, const float* g) {
     const quarot_env* env = &p->model->env;
@@ -9657,12 +9657,7 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
         folded.signs = sg;
         folded.signs64 = sg64;
     } else if (g) {   // skipped or run twice: the scaling first, as without folding
-        quarot__fuse_job fj;
-        fj.w = &w;
-        fj.g = g;
-        fj.L = w.ne[0];
-        fj.rows = quarot_tensor_nrows(&w);
-        quarot_env_parallel_for(env, quarot__fuse_task, &fj, (fj.rows + 63) / 64);
+        quarot__fuse_f32(env, &w, g, w.ne[0]);
     }
     if (act == 1) return QUAROT_OK;
     if (act == 2) times = 2;
@@ -9685,41 +9680,35 @@ done:
 // Everything planned for one layer (or -1 = the globals). finish = 0: a row window of the globals
 // that is not the last (norms kept, commands not counted).
 // A decoder layer without bakes folds its readers' f32 scalings into their first commands
-// (quarot__folds); the globals (row windows, the embedding) and layers with bakes do not.
+// (quarot__fold_target); the globals (row windows, the embedding) and layers with bakes do not.
 static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer, int finish) {
     const quarot_model_config* cfg = &p->model->config;
     const quarot_env* env = &p->model->env;
-    quarot__folds fo;
-    int64_t i, k;
-    int fold = layer >= 0 && p->n_commands > 0 && !p->desc.separate_fusions;
+    float** fold = NULL;   // [n_commands] gains per command, see quarot__run_fusion
+    int64_t i;
+    int folding = layer >= 0 && p->n_commands > 0 && !p->desc.separate_fusions;
     quarot_result res = QUAROT_OK;
     for (i = 0; i < p->plan.n_bakes; ++i)
-        if (p->plan.bakes[i].layer == layer) fold = 0;
-    memset(&fo, 0, sizeof fo);
-    if (fold) {
-        fo.cmd = (int64_t*)quarot_env_alloc(env, (size_t)p->n_commands * sizeof(int64_t));
-        fo.g = (float**)quarot_env_alloc(env, (size_t)p->n_commands * sizeof(float*));
-        if (!fo.cmd || !fo.g) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        if (p->plan.bakes[i].layer == layer) folding = 0;
+    if (folding) {
+        fold = (float**)quarot_env_alloc(env, (size_t)p->n_commands * sizeof(float*));
+        if (!fold) return QUAROT_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < p->n_commands; ++i) fold[i] = NULL;
     }
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         if (f->layer != layer) continue;
         if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
-        if ((res = quarot__run_fusion(p, f, finish, fold ? &fo : NULL)) != QUAROT_OK) goto done;
+        if ((res = quarot__run_fusion(p, f, finish, fold)) != QUAROT_OK) goto done;
     }
     for (i = 0; i < p->plan.n_bakes; ++i)
         if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) goto done;
-    for (i = 0; i < p->n_commands; ++i) {
-        const float* g = NULL;
-        if (p->commands[i].layer != layer) continue;
-        for (k = 0; k < fo.n; ++k)
-            if (fo.cmd[k] == i) g = fo.g[k];
-        if ((res = quarot__run_command(p, &p->commands[i], finish, g)) != QUAROT_OK) goto done;
-    }
+    for (i = 0; i < p->n_commands; ++i)
+        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i], finish, fold ? fold[i] : NULL)) != QUAROT_OK)
+            goto done;
 done:
-    for (k = 0; k < fo.n; ++k) quarot_env_free(env, fo.g[k]);
-    quarot_env_free(env, fo.cmd);
-    quarot_env_free(env, fo.g);
+    for (i = 0; fold && i < p->n_commands; ++i) quarot_env_free(env, fold[i]);
+    quarot_env_free(env, fold);
     return res;
 }
 

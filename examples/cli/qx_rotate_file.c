@@ -415,14 +415,14 @@ static int qx__pread_all(int fd, void* buf, size_t n, int64_t off) {
    in costs a page-table update per page (plus the kernel's clearing of them again on drop), which
    measured ~2x slower here. A widened row is checked for NaN / Inf on its f16 / bf16 source, just
    read (half the bytes of the copy: f16 / bf16 NaN and Inf are exactly the values that widen to f32
-   NaN and Inf); *checked = 1 then, and *bad = the first bad flat index of the task's rows. */
-static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char** buf, int* checked, int64_t* bad) {
+   NaN and Inf); *bad = the first bad flat index of the task's rows. Rows copied as they are (same)
+   are checked by the caller. */
+static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char** buf, int64_t* bad) {
     const quarot_tensor* src = j->src;
     size_t in_row = (size_t)src->ne[0] * quarot_dtype_size(src->dtype), out_row = (size_t)src->ne[0] * j->es;
     int64_t chunk = (int64_t)(QX__PREAD_BYTES / in_row), k, ne0 = src->ne[0], at;
     quarot_tensor rv;   /* one source row, for quarot_tensor_check_finite */
     if (chunk < 1) chunk = 1;
-    *checked = !j->same;
     (void)quarot_tensor_init(&rv, NULL, src->dtype, 1, &ne0);   /* ne0 >= 1 of a valid tensor */
     while (r < end) {
         int64_t c = end - r < chunk ? end - r : chunk;
@@ -449,17 +449,16 @@ static void qx__own_task(void* arg, int64_t task) {
     int64_t rows = quarot_tensor_nrows(src), r = task * j->rpt, end = r + j->rpt < rows ? r + j->rpt : rows;
     int64_t done = r, ne0 = src->ne[0];
     char* buf = NULL;
-    int checked = 0;   /* rows [task start, done) were checked on their source */
     quarot_tensor rv;   /* one row of the copy, for quarot_tensor_check_finite */
     j->bad[task] = -1;
     (void)quarot_tensor_init(&rv, NULL, j->same ? src->dtype : QUAROT_DTYPE_F32, 1, &ne0);   /* ne0 >= 1 of a valid tensor */
-    if (j->fd >= 0) done = qx__own_pread(j, r, end, &buf, &checked, &j->bad[task]);
+    if (j->fd >= 0) done = qx__own_pread(j, r, end, &buf, &j->bad[task]);
     free(buf);
     for (; r < end; ++r) {
         char* dst = j->mem + (size_t)r * (size_t)src->ne[0] * j->es;
         int64_t at;
         if (r < done) {
-            if (checked) continue;   /* read and checked above */
+            if (!j->same) continue;   /* read, widened and checked on its source above */
         } else if (j->same) {
             int64_t i1 = r % src->ne[1], i2 = (r / src->ne[1]) % src->ne[2], i3 = r / (src->ne[1] * src->ne[2]);
             memcpy(dst, (const char*)src->data + (size_t)i1 * src->nb[1] + (size_t)i2 * src->nb[2] + (size_t)i3 * src->nb[3],

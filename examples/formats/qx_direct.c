@@ -215,11 +215,12 @@ static void qx__enqueue(qx_direct* d, qx__dslot* s) {
     pthread_cond_broadcast(&d->cv);
 }
 
-/* The filling slot of block b, taking a free one when b has none (reading the block back when it
-   went to the file before and the write does not cover it; else its bytes are zeroed only where
-   no write lands, see init); `whole`: the caller's write covers the block. The writes to one
-   qx_direct come from one thread at a time (as `filled` and `init` assume). */
-static qx__dslot* qx__slot_for(qx_direct* d, int64_t b, int whole) {
+/* The filling slot of block b for a write starting at byte `at` of it, taking a free one when b has
+   none (reading the block back when it went to the file before and the write does not cover it;
+   else its bytes are zeroed only where no write lands, see init: here the gap before `at`);
+   `whole`: the caller's write covers the block. The writes to one qx_direct come from one thread at
+   a time (as `filled` and `init` assume). */
+static qx__dslot* qx__slot_for(qx_direct* d, int64_t b, size_t at, int whole) {
     qx__dslot* s;
     int i, busy, reread;
     pthread_mutex_lock(&d->mu);
@@ -229,7 +230,7 @@ static qx__dslot* qx__slot_for(qx_direct* d, int64_t b, int whole) {
         busy = 0;
         for (i = 0; i < QX__DSLOTS; ++i) {
             qx__dslot* c = &d->slot[i];
-            if (c->block == b && c->state == QX__FILLING) { c->seq = ++d->seq; pthread_mutex_unlock(&d->mu); return c; }
+            if (c->block == b && c->state == QX__FILLING) { c->seq = ++d->seq; pthread_mutex_unlock(&d->mu); s = c; goto gap; }
             if (c->block == b) busy = 1;   /* queued or being written: wait, then read it back */
             if (c->state == QX__FREE && !s) s = c;
             if (c->state == QX__FILLING && (!lru || c->seq < lru->seq)) lru = c;
@@ -269,6 +270,8 @@ static qx__dslot* qx__slot_for(qx_direct* d, int64_t b, int whole) {
         if (got < QX_DIRECT_BLOCK) memset(s->buf + got, 0, QX_DIRECT_BLOCK - got);
         s->init = QX_DIRECT_BLOCK;
     }
+gap:
+    if (at > s->init) memset(s->buf + s->init, 0, at - s->init);
     return s;
 }
 
@@ -296,9 +299,8 @@ char* qx_direct_span(qx_direct* d, uint64_t off, size_t want, size_t* room, qx_e
     if (!d || off > (uint64_t)INT64_MAX - QX_DIRECT_BLOCK) { qx_err_set(e, "qx_direct_span: bad offset"); return NULL; }
     b = (int64_t)(off / QX_DIRECT_BLOCK);
     at = (size_t)(off % QX_DIRECT_BLOCK);
-    s = qx__slot_for(d, b, at == 0 && want >= QX_DIRECT_BLOCK);
+    s = qx__slot_for(d, b, at, at == 0 && want >= QX_DIRECT_BLOCK);
     if (!s) { (void)qx__err(d, e); return NULL; }
-    if (at > s->init) memset(s->buf + s->init, 0, at - s->init);   /* a gap before this write */
     d->span = s;
     *room = QX_DIRECT_BLOCK - at;
     return s->buf + at;
@@ -323,9 +325,8 @@ quarot_result qx_direct_write(qx_direct* d, const void* data, size_t n, uint64_t
     while (n > 0) {
         int64_t b = (int64_t)(off / QX_DIRECT_BLOCK);
         size_t at = (size_t)(off % QX_DIRECT_BLOCK), part = QX_DIRECT_BLOCK - at < n ? QX_DIRECT_BLOCK - at : n;
-        qx__dslot* s = qx__slot_for(d, b, at == 0 && part == QX_DIRECT_BLOCK);
+        qx__dslot* s = qx__slot_for(d, b, at, at == 0 && part == QX_DIRECT_BLOCK);
         if (!s) return qx__err(d, e);
-        if (at > s->init) memset(s->buf + s->init, 0, at - s->init);   /* a gap before this write */
         memcpy(s->buf + at, p, part);
         qx__written(d, s, at, part);
         p += part;
