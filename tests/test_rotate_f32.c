@@ -145,32 +145,43 @@ static double tensor_max_abs(const quarot_tensor* t) {
 }
 
 /* The model at `in` rotated by qx_rotate_file into `out` (R1 + R2 Hadamard, 2 threads; online,
-   f64_arithmetic and separate_fusions as given), its stats in *st, the output loaded into *o. */
-static void rotate_and_load(const char* in, const char* out, int online, int f64, int separate, qx_rotate_file_stats* st,
-                            qx_store* o) {
+   f64_arithmetic, separate_fusions and on_command as given): its result, stats in *st, error in *e. */
+static quarot_result rotate_file(const char* in, const char* out, int online, int f64, int separate,
+                                 int (*on_command)(void*, const quarot_command*), qx_rotate_file_stats* st, qx_err* e) {
     quarot_rotate_desc desc;
     quarot_online_list list;
     qx_rotate_file_opts ro;
     qx_load_opts lo;
     qx_store s;
-    qx_err e;
+    quarot_result r;
     memset(&lo, 0, sizeof lo);
-    QT_OK(qx_cli_load_model(in, &lo, &s, &e));
+    memset(e, 0, sizeof *e);
+    QT_OK(qx_cli_load_model(in, &lo, &s, e));
     quarot_online_list_init(&list, NULL);
     memset(&desc, 0, sizeof desc);
     desc.rotation = QUAROT_ROTATION_HADAMARD;
     desc.online = online;
     desc.online_out = online ? &list : NULL;
     desc.separate_fusions = separate;
+    desc.on_command = on_command;
     memset(&ro, 0, sizeof ro);
     ro.out_path = out;
     ro.force = 1;
     ro.drop_pages = 1;
     ro.threads = 2;
     ro.f64_arithmetic = f64;
-    QT_OK(qx_rotate_file(&s, &desc, &ro, st, &e));
+    r = qx_rotate_file(&s, &desc, &ro, st, e);
     qx_store_free(&s);
     quarot_online_list_free(&list);
+    return r;
+}
+
+/* The same, which must succeed, and the output loaded into *o. */
+static void rotate_and_load(const char* in, const char* out, int online, int f64, int separate, qx_rotate_file_stats* st,
+                            qx_store* o) {
+    qx_load_opts lo;
+    qx_err e;
+    QT_OK(rotate_file(in, out, online, f64, separate, NULL, st, &e));
     memset(&lo, 0, sizeof lo);
     QT_OK(qx_cli_load_model(out, &lo, o, &e));
 }
@@ -294,30 +305,14 @@ static int twice_q0(void* user, const quarot_command* c) {
 
 static void test_fused_scaling_observer(void) {
     char in[512], out[600];
-    quarot_rotate_desc desc;
-    qx_rotate_file_opts ro;
     qx_rotate_file_stats st;
-    qx_load_opts lo;
-    qx_store s;
     qx_err e;
     snprintf(in, sizeof in, "%s/fold_f16", g_tmp);   /* test_fused_scaling_bits' input */
     snprintf(out, sizeof out, "%s/fold_twice", g_tmp);
-    memset(&lo, 0, sizeof lo);
-    QT_OK(qx_cli_load_model(in, &lo, &s, &e));
-    memset(&desc, 0, sizeof desc);
-    desc.rotation = QUAROT_ROTATION_HADAMARD;
-    desc.on_command = twice_q0;
-    memset(&ro, 0, sizeof ro);
-    ro.out_path = out;
-    ro.force = 1;
-    ro.drop_pages = 1;
-    ro.threads = 2;
-    memset(&e, 0, sizeof e);
-    QT_CHECK(qx_rotate_file(&s, &desc, &ro, &st, &e) != QUAROT_OK);
+    QT_CHECK(rotate_file(in, out, 0, 0, 0, twice_q0, &st, &e) != QUAROT_OK);
     QT_CHECKF(strstr(e.msg, "model.layers.0.self_attn.q_proj.weight") != NULL && strstr(e.msg, "ran 2 times") != NULL, "error: %s",
               e.msg);
     QT_EQ_INT((int)st.fused_into_commands, 10);
-    qx_store_free(&s);
 }
 
 int main(int argc, char** argv) {
