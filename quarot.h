@@ -10770,11 +10770,11 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 #define QUAROT__NEWTON_STOP 1e-2             // predicted ||X^T X - I||_F at which Newton hands over
 #define QUAROT__NEWTON_MAX 30                // Newton steps at most (then Newton-Schulz continues)
 
-// Floats of work for quarot__sinv(n): the panel [n][nb], the pivot rows [nb][n], the pivot block's
-// inverse [nb][nb].
+// Floats of work for quarot__sinv(n): the panel and the next one [2][n][nb], the pivot rows [nb][n],
+// the pivot block's inverse [nb][nb].
 static size_t quarot__sinv_floats(int64_t n) {
     int64_t nb = n < QUAROT__SINV_NB ? n : QUAROT__SINV_NB;
-    return (size_t)(2 * n * nb + nb * nb);
+    return (size_t)(3 * n * nb + nb * nb);
 }
 
 // In-place inverse of a float A [n][n] (row stride n) by blocked Gauss-Jordan elimination with partial
@@ -10789,9 +10789,13 @@ static size_t quarot__sinv_floats(int64_t n) {
 // columns, S the rest:  P <- P^-1,  R <- R P^-1,  Q <- -P^-1 Q,  S <- S - (R P^-1) Q, as two SGEMMs
 // through env's parallel hook (2 n^3 (1 + nb/n) flops in all; the LU of step 1 (~n^2 nb / 4 multiply-
 // adds) and step 2 (n nb^2) are serial).
-// After all panels every variable has been exchanged once: a = inv(P A). Steps 1 and 2 run on the
-// calling thread (their SGEMMs too: each parallel call costs a synchronization, and they are small);
-// nothing is a split sum, so the result is the same for any thread count. An exactly zero pivot (e.g. a zero column) ->
+// After all panels every variable has been exchanged once: a = inv(P A). Step 2 runs on the calling
+// thread, and so do step 1's small SGEMMs (each parallel call costs a synchronization). With threads,
+// step 1 of the next panel looks ahead: once (3) has updated that panel's columns, its LU runs as one
+// task beside the tasks that update the other columns (its row exchanges of a are applied after
+// them, in the same order), so the serial LU (~n^2 nb / 4 per panel, 0.2 s of a 1.4 s inverse at
+// n = 4096 on 2 threads) no longer idles the other threads. It moves work, not arithmetic: nothing
+// is a split sum, so the result is the same bits for any thread count, look-ahead or not. An exactly zero pivot (e.g. a zero column) ->
 // QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to rounding gives a large, inaccurate
 // inverse, as any float inversion (the Newton driver rejects a certain cond(X) > 2^24 from the norms);
 // NaN/Inf propagate (the caller checks norms).
@@ -10817,57 +10821,103 @@ static void quarot__sinv_swap(int64_t n, float* QUAROT__RESTRICT x, float* QUARO
     for (; c < n; ++c) { float u = x[c]; x[c] = y[c]; y[c] = u; }
 }
 
+// Step (1) for the panel whose nb-wide copy pb holds columns [k0, k0 + w) of rows [k0, n) (row i at
+// pb + i * nb): LU with partial pivoting by sub-panels of NB2 columns. Each chosen pivot row is
+// exchanged in pb and recorded in piv[k0 ..]; with a not NULL the whole rows of a are exchanged too.
+static quarot_result quarot__sinv_lu(int64_t n, float* a, int64_t k0, int64_t w, int64_t nb, float* pb, int64_t* piv,
+                                     const quarot_env* serial) {
+    int64_t s0, i, c, jj;
+    quarot_result res;
+    for (s0 = 0; s0 < w; s0 += QUAROT__SINV_NB2) {          // by sub-panels of NB2 columns
+        int64_t s1 = s0 + QUAROT__SINV_NB2 < w ? s0 + QUAROT__SINV_NB2 : w;
+        for (jj = s0; jj < s1; ++jj) {
+            int64_t jr = k0 + jj, p = jr;
+            float best = fabsf(pb[jr * nb + jj]), pv;
+            const float* rj;
+            for (i = jr + 1; i < n; ++i) {
+                float v = fabsf(pb[i * nb + jj]);
+                if (v > best) { best = v; p = i; }
+            }
+            if (!(best > 0.0f)) return QUAROT_ERR_NOT_CONVERGED;
+            if (p != jr) {
+                if (a) quarot__sinv_swap(n, a + jr * n, a + p * n);
+                quarot__sinv_swap(w, pb + jr * nb, pb + p * nb);
+            }
+            piv[jr] = p;
+            rj = pb + jr * nb;
+            pv = rj[jj];
+            for (i = jr + 1; i < n; ++i) {         // rank-1 update within the sub-panel
+                float* ri = pb + i * nb;
+                float l = ri[jj] / pv;
+                ri[jj] = l;
+                quarot__sinv_axpy(s1 - jj - 1, -l, rj + jj + 1, ri + jj + 1);
+            }
+        }
+        if (s1 < w) {                              // the rest of the panel: U12 = L11^-1 A12, A22 -= L21 U12
+            for (i = s0 + 1; i < s1; ++i)
+                for (c = s0; c < i; ++c)
+                    quarot__sinv_axpy(w - s1, -pb[(k0 + i) * nb + c], pb + (k0 + c) * nb + s1, pb + (k0 + i) * nb + s1);
+            if (k0 + s1 < n) {
+                res = quarot_sgemm(0, 0, n - k0 - s1, w - s1, s1 - s0, -1.0f, pb + (k0 + s1) * nb + s0, nb,
+                                   pb + (k0 + s0) * nb + s1, nb, 1.0f, pb + (k0 + s1) * nb + s1, nb, serial);
+                if (res != QUAROT_OK) return res;
+            }
+        }
+    }
+    return QUAROT_OK;
+}
+
+// The look-ahead step of a panel: task 0 copies the next panel (its columns [k1, k1 + w1) of a, already
+// updated) and runs its LU (step 1, row exchanges of a deferred), task 1 puts E into the panel's columns
+// of a, task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns: nl chunks of
+// [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
+// every element's update is the same chain as in one call over all columns: the same bits.
+#define QUAROT__SINV_TMAX 32                  // the look-ahead's chunks: about 2 per thread, up to 32 threads
+typedef struct quarot__sinv_job {
+    int64_t n, k0, w, nb, cw, nl, k1, w1;
+    float *a, *e, *wr, *pbn;
+    int64_t* piv;
+    const quarot_env* serial;
+    quarot_result res[2 + 2 * QUAROT__SINV_TMAX + 2];   // per task (at most 2 T + 2 chunks)
+} quarot__sinv_job;
+
+static void quarot__sinv_task(void* arg, int64_t t) {
+    quarot__sinv_job* jb = (quarot__sinv_job*)arg;
+    int64_t i;
+    if (t == 0) {
+        for (i = jb->k1; i < jb->n; ++i) memcpy(jb->pbn + i * jb->nb, jb->a + i * jb->n + jb->k1, (size_t)jb->w1 * sizeof(float));
+        jb->res[t] = quarot__sinv_lu(jb->n, NULL, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
+    } else if (t == 1) {
+        for (i = 0; i < jb->n; ++i) memcpy(jb->a + i * jb->n + jb->k0, jb->e + i * jb->nb, (size_t)jb->w * sizeof(float));
+    } else {
+        const int64_t right = t - 2 >= jb->nl, c1 = right ? jb->n : jb->k0;
+        const int64_t c = right ? jb->k1 + jb->w1 + (t - 2 - jb->nl) * jb->cw : (t - 2) * jb->cw;
+        const int64_t ce = c + jb->cw < c1 ? c + jb->cw : c1;
+        quarot_result r = quarot_sgemm(0, 0, jb->n, ce - c, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f,
+                                       jb->a + c, jb->n, jb->serial);
+        jb->res[t] = r;
+    }
+}
+
 static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* work, const quarot_env* env) {
-    int64_t nb = n < QUAROT__SINV_NB ? n : QUAROT__SINV_NB, k0, i, c, jj, s0;
+    int64_t nb = n < QUAROT__SINV_NB ? n : QUAROT__SINV_NB, k0, i, c, jj;
     float* pb = work;                              // [n][nb]  panel: LU, then R P^-1
-    float* wr = work + n * nb;                     // [nb][n]  the pivot rows before the exchange
+    float* pbn = work + n * nb;                    // [n][nb]  the next panel (look-ahead)
+    float* wr = pbn + n * nb;                      // [nb][n]  the pivot rows before the exchange
     float* pi = wr + nb * n;                       // [nb][nb] P^-1 (row stride w)
     int64_t* piv = perm + n;
+    const int threads = !env || !env->parallel.run ? 1 : env->parallel.n_threads < QUAROT__SINV_TMAX ? env->parallel.n_threads : QUAROT__SINV_TMAX;
     quarot_env serial;                             // the panel's small products run on the calling thread
     quarot_result res = QUAROT_OK;
     if (env) serial = *env;
     else memset(&serial, 0, sizeof serial);
     serial.parallel.run = NULL;
     serial.parallel.n_threads = 1;
+    for (i = 0; i < n; ++i) memcpy(pb + i * nb, a + i * n, (size_t)nb * sizeof(float));
+    res = quarot__sinv_lu(n, a, 0, nb, nb, pb, piv, &serial);   // (1) of the first panel
     for (k0 = 0; k0 < n && res == QUAROT_OK; k0 += nb) {
-        int64_t w = n - k0 < nb ? n - k0 : nb;
-        for (i = k0; i < n; ++i) memcpy(pb + i * nb, a + i * n + k0, (size_t)w * sizeof(float));
-        for (s0 = 0; s0 < w; s0 += QUAROT__SINV_NB2) {   // (1) LU of the panel's rows [k0, n): pivot choice,
-            int64_t s1 = s0 + QUAROT__SINV_NB2 < w ? s0 + QUAROT__SINV_NB2 : w;   // by sub-panels of NB2 columns
-            for (jj = s0; jj < s1; ++jj) {
-                int64_t jr = k0 + jj, p = jr;
-                float best = fabsf(pb[jr * nb + jj]), pv;
-                const float* rj;
-                for (i = jr + 1; i < n; ++i) {
-                    float v = fabsf(pb[i * nb + jj]);
-                    if (v > best) { best = v; p = i; }
-                }
-                if (!(best > 0.0f)) return QUAROT_ERR_NOT_CONVERGED;
-                if (p != jr) {
-                    quarot__sinv_swap(n, a + jr * n, a + p * n);
-                    quarot__sinv_swap(w, pb + jr * nb, pb + p * nb);
-                }
-                piv[jr] = p;
-                rj = pb + jr * nb;
-                pv = rj[jj];
-                for (i = jr + 1; i < n; ++i) {     // rank-1 update within the sub-panel
-                    float* ri = pb + i * nb;
-                    float l = ri[jj] / pv;
-                    ri[jj] = l;
-                    quarot__sinv_axpy(s1 - jj - 1, -l, rj + jj + 1, ri + jj + 1);
-                }
-            }
-            if (s1 < w) {                          // the rest of the panel: U12 = L11^-1 A12, A22 -= L21 U12
-                for (i = s0 + 1; i < s1; ++i)
-                    for (c = s0; c < i; ++c)
-                        quarot__sinv_axpy(w - s1, -pb[(k0 + i) * nb + c], pb + (k0 + c) * nb + s1, pb + (k0 + i) * nb + s1);
-                if (k0 + s1 < n) {
-                    res = quarot_sgemm(0, 0, n - k0 - s1, w - s1, s1 - s0, -1.0f, pb + (k0 + s1) * nb + s0, nb,
-                                       pb + (k0 + s0) * nb + s1, nb, 1.0f, pb + (k0 + s1) * nb + s1, nb, &serial);
-                    if (res != QUAROT_OK) return res;
-                }
-            }
-        }
+        int64_t w = n - k0 < nb ? n - k0 : nb, k1 = k0 + w, w1 = n - k1 < nb ? n - k1 : nb;
+        float* t;
         for (i = 0; i < w; ++i) memcpy(pi + i * w, a + (k0 + i) * n + k0, (size_t)w * sizeof(float));
         for (jj = 0; jj < w; ++jj) {               // (2) P^-1 by scalar exchange
             float* rj = pi + jj * w;
@@ -10889,8 +10939,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
         // (3) the block exchange as two SGEMMs. W = the pivot rows with the panel's columns zeroed; the
         // panel buffer becomes E = [R P^-1 above; P^-1; R P^-1 below] (the block rows of the first product,
         // P P^-1, are replaced); the pivot rows of a are zeroed; then a += -E W gives S - (R P^-1) Q in the
-        // other rows and -P^-1 Q in the pivot rows, and leaves the panel's columns as they were (W is 0
-        // there; they are overwritten with E last).
+        // other rows and -P^-1 Q in the pivot rows (the panel's columns are overwritten with E last).
         for (i = 0; i < w; ++i) {
             memcpy(wr + i * n, a + (k0 + i) * n, (size_t)n * sizeof(float));
             memset(wr + i * n + k0, 0, (size_t)w * sizeof(float));
@@ -10901,10 +10950,40 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             memcpy(pb + (k0 + i) * nb, pi + i * w, (size_t)w * sizeof(float));
             memset(a + (k0 + i) * n, 0, (size_t)n * sizeof(float));
         }
-        res = quarot_sgemm(0, 0, n, n, w, -1.0f, pb, nb, wr, n, 1.0f, a, n, env);
-        if (res != QUAROT_OK) return res;
-        for (i = 0; i < n; ++i) memcpy(a + i * n + k0, pb + i * nb, (size_t)w * sizeof(float));
+        if (w1 > 0 && threads > 1) {
+            // Look-ahead: the next panel's columns first, then its LU (one task) beside the update of
+            // the other columns and E's copy (the other tasks); its row exchanges of a come last.
+            // The order of the work changes, not its arithmetic: the same bits as the plain loop below.
+            quarot__sinv_job jb;
+            const int64_t left = k0, right = n - k1 - w1;
+            int64_t nt;
+            res = quarot_sgemm(0, 0, n, w1, w, -1.0f, pb, nb, wr + k1, n, 1.0f, a + k1, n, env);
+            if (res != QUAROT_OK) return res;
+            memset(&jb, 0, sizeof jb);
+            jb.n = n; jb.k0 = k0; jb.w = w; jb.nb = nb; jb.k1 = k1; jb.w1 = w1;
+            jb.a = a; jb.e = pb; jb.wr = wr; jb.pbn = pbn; jb.piv = piv; jb.serial = &serial;
+            // the other columns in chunks of a multiple of 64 columns, about 2 per thread
+            jb.cw = (left + right + 2 * threads - 1) / (2 * threads);
+            jb.cw = jb.cw < 64 ? 64 : (jb.cw + 63) / 64 * 64;
+            jb.nl = (left + jb.cw - 1) / jb.cw;
+            nt = 2 + jb.nl + (right + jb.cw - 1) / jb.cw;
+            quarot_env_parallel_for(env, quarot__sinv_task, &jb, nt);
+            for (i = nt - 1; i >= 0; --i)          // the updates' errors first, then the LU's
+                if (jb.res[i] != QUAROT_OK) return jb.res[i];
+            for (jj = k1; jj < k1 + w1; ++jj)      // the next panel's row exchanges, in their order
+                if (piv[jj] != jj) quarot__sinv_swap(n, a + jj * n, a + piv[jj] * n);
+            t = pb; pb = pbn; pbn = t;
+        } else {
+            res = quarot_sgemm(0, 0, n, n, w, -1.0f, pb, nb, wr, n, 1.0f, a, n, env);
+            if (res != QUAROT_OK) return res;
+            for (i = 0; i < n; ++i) memcpy(a + i * n + k0, pb + i * nb, (size_t)w * sizeof(float));
+            if (w1 > 0) {                          // (1) of the next panel
+                for (i = k1; i < n; ++i) memcpy(pb + i * nb, a + i * n + k1, (size_t)w1 * sizeof(float));
+                res = quarot__sinv_lu(n, a, k1, w1, nb, pb, piv, &serial);
+            }
+        }
     }
+    if (res != QUAROT_OK) return res;
     for (c = 0; c < n; ++c) perm[c] = c;           // inv(A) = inv(P A) P: the swaps on columns, last first
     for (c = n - 1; c >= 0; --c) {
         int64_t t = perm[c];

@@ -4,8 +4,9 @@
    - quarot__sinv, the blocked Gauss-Jordan inverse with partial pivoting: A * inv(A) - I computed in
      double from the float A and the float result, for random Gaussian A (several panel layouts: n =
      1, 5, 130, 300) and for A = U diag(s) V^T with cond(A) = 1e5; a singular A (a zero column, A = 0)
-     -> QUAROT_ERR_NOT_CONVERGED, and cond 1e10 -> the same error from the Newton driver; the same bits
-     and permutation with 1, 2 and 3 threads.
+     -> QUAROT_ERR_NOT_CONVERGED, also from a panel factored ahead on a thread (the last column zero,
+     2 threads), and cond 1e10 -> the same error from the Newton driver; the same bits and permutation
+     with 1, 2 and 3 threads (1 thread runs the plain panel loop, 2 and 3 the look-ahead).
    - the Newton polar path of quarot__adapt_polar against the f64 Newton-Schulz polar factor
      (quarot_polar_newton_schulz_f64) of the same regularized C, for cond(C) = 1e1 .. 1e5, beside the
      float Newton-Schulz path (the same function without the inverse's workspace); both must be
@@ -98,6 +99,17 @@ static void test_sinv(void) {
             QT_CHECK(quarot__sinv(n, r2, perm2, w, NULL) == QUAROT_ERR_NOT_CONVERGED);
             memset(r2, 0, (size_t)(n * n) * sizeof(float));
             QT_CHECK(quarot__sinv(n, r2, perm2, w, NULL) == QUAROT_ERR_NOT_CONVERGED);
+            if (n > 128) {
+                /* the last column zero: its panel's LU runs as a look-ahead task beside the previous
+                   panel's update when there are threads; its zero pivot must come back from there */
+                qx_pool* pool = qx_pool_create(2);
+                quarot_env env;
+                qx_pool_env(pool, &env);
+                memcpy(r2, a, (size_t)(n * n) * sizeof(float));
+                for (i = 0; i < n; ++i) r2[i * n + n - 1] = 0.0f;
+                QT_CHECK(quarot__sinv(n, r2, perm2, w, &env) == QUAROT_ERR_NOT_CONVERGED);
+                qx_pool_destroy(pool);
+            }
             /* cond 1e10 (I with one diagonal entry 1e-10: no zero pivot): the Newton driver refuses it,
                cond(X) >= ||X||_F ||X^-1||_F / n > 2^24. (Singular only up to rounding, e.g. two equal
                rows, is not recognized: the pivot ends near 1e-7 and ||X||_F ||X^-1||_F / n was 3e5 at n =
