@@ -10867,8 +10867,9 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int64_t k0, int64_t w,
     return QUAROT_OK;
 }
 
-// The look-ahead step of a panel: task 0 copies the next panel (its columns [k1, k1 + w1) of a, already
-// updated) and runs its LU (step 1, row exchanges of a deferred), task 1 puts E into the panel's columns
+// The look-ahead step of a panel: task 0 runs the exchange's update on the next panel's columns [k1, k1 +
+// w1) of a, copies them and runs their LU (step 1, row exchanges of a deferred), task 1 puts E into the
+// panel's columns
 // of a, task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns: nl chunks of
 // [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
 // every element's update is the same chain as in one call over all columns: the same bits.
@@ -10885,6 +10886,9 @@ static void quarot__sinv_task(void* arg, int64_t t) {
     quarot__sinv_job* jb = (quarot__sinv_job*)arg;
     int64_t i;
     if (t == 0) {
+        jb->res[t] = quarot_sgemm(0, 0, jb->n, jb->w1, jb->w, -1.0f, jb->e, jb->nb, jb->wr + jb->k1, jb->n, 1.0f,
+                                  jb->a + jb->k1, jb->n, jb->serial);
+        if (jb->res[t] != QUAROT_OK) return;
         for (i = jb->k1; i < jb->n; ++i) memcpy(jb->pbn + i * jb->nb, jb->a + i * jb->n + jb->k1, (size_t)jb->w1 * sizeof(float));
         jb->res[t] = quarot__sinv_lu(jb->n, NULL, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
     } else if (t == 1) {
@@ -10951,14 +10955,12 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             memset(a + (k0 + i) * n, 0, (size_t)n * sizeof(float));
         }
         if (w1 > 0 && threads > 1) {
-            // Look-ahead: the next panel's columns first, then its LU (one task) beside the update of
-            // the other columns and E's copy (the other tasks); its row exchanges of a come last.
-            // The order of the work changes, not its arithmetic: the same bits as the plain loop below.
+            // Look-ahead: the next panel's update and LU (one task) beside the update of the other
+            // columns and E's copy (the other tasks); its row exchanges of a come last. The order of
+            // the work changes, not its arithmetic: the same bits as the plain loop below.
             quarot__sinv_job jb;
             const int64_t left = k0, right = n - k1 - w1;
             int64_t nt;
-            res = quarot_sgemm(0, 0, n, w1, w, -1.0f, pb, nb, wr + k1, n, 1.0f, a + k1, n, env);
-            if (res != QUAROT_OK) return res;
             memset(&jb, 0, sizeof jb);
             jb.n = n; jb.k0 = k0; jb.w = w; jb.nb = nb; jb.k1 = k1; jb.w1 = w1;
             jb.a = a; jb.e = pb; jb.wr = wr; jb.pbn = pbn; jb.piv = piv; jb.serial = &serial;
