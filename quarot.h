@@ -10767,6 +10767,7 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 
 #define QUAROT__SINV_NB 128                  // panel width of the blocked Gauss-Jordan inverse
 #define QUAROT__SINV_NB2 32                  // sub-panel width of its pivoting LU
+#define QUAROT__SINV_TMAX 32                 // its look-ahead's update chunks: about 2 per thread, up to 32
 #define QUAROT__NEWTON_STOP 1e-2             // predicted ||X^T X - I||_F at which Newton hands over
 #define QUAROT__NEWTON_MAX 30                // Newton steps at most (then Newton-Schulz continues)
 
@@ -10873,7 +10874,6 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int64_t k0, int64_t w,
 // of a, task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns: nl chunks of
 // [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
 // every element's update is the same chain as in one call over all columns: the same bits.
-#define QUAROT__SINV_TMAX 32                  // the look-ahead's chunks: about 2 per thread, up to 32 threads
 typedef struct quarot__sinv_job {
     int64_t n, k0, w, nb, cw, nl, k1, w1;
     float *a, *e, *wr, *pbn;
