@@ -10796,8 +10796,8 @@ static size_t quarot__sinv_floats(int64_t n) {
 // task beside the tasks that update the other columns (its row exchanges of a are applied after
 // them, in the same order), so the serial LU (~n^2 nb / 4 per panel, 0.2 s of a 1.4 s inverse at
 // n = 4096 on 2 threads) no longer idles the other threads. It moves work, not arithmetic: nothing
-// is a split sum, so the result is the same bits for any thread count, look-ahead or not. An exactly zero pivot (e.g. a zero column) ->
-// QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to rounding gives a large, inaccurate
+// is a split sum, so the result is the same bits for any thread count, look-ahead or not. An exactly
+// zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to rounding gives a large, inaccurate
 // inverse, as any float inversion (the Newton driver rejects a certain cond(X) > 2^24 from the norms);
 // NaN/Inf propagate (the caller checks norms).
 // y += a x and the swap x <-> y over n floats: 16-float chunks of fixed length (which the compiler turns
@@ -10889,10 +10889,12 @@ static void quarot__sinv_task(void* arg, int64_t t) {
         jb->res[t] = quarot_sgemm(0, 0, jb->n, jb->w1, jb->w, -1.0f, jb->e, jb->nb, jb->wr + jb->k1, jb->n, 1.0f,
                                   jb->a + jb->k1, jb->n, jb->serial);
         if (jb->res[t] != QUAROT_OK) return;
-        for (i = jb->k1; i < jb->n; ++i) memcpy(jb->pbn + i * jb->nb, jb->a + i * jb->n + jb->k1, (size_t)jb->w1 * sizeof(float));
+        for (i = jb->k1; i < jb->n; ++i)
+            memcpy(jb->pbn + i * jb->nb, jb->a + i * jb->n + jb->k1, (size_t)jb->w1 * sizeof(float));
         jb->res[t] = quarot__sinv_lu(jb->n, NULL, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
     } else if (t == 1) {
-        for (i = 0; i < jb->n; ++i) memcpy(jb->a + i * jb->n + jb->k0, jb->e + i * jb->nb, (size_t)jb->w * sizeof(float));
+        for (i = 0; i < jb->n; ++i)
+            memcpy(jb->a + i * jb->n + jb->k0, jb->e + i * jb->nb, (size_t)jb->w * sizeof(float));
     } else {
         const int64_t right = t - 2 >= jb->nl, c1 = right ? jb->n : jb->k0;
         const int64_t c = right ? jb->k1 + jb->w1 + (t - 2 - jb->nl) * jb->cw : (t - 2) * jb->cw;
@@ -10910,7 +10912,8 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
     float* wr = pbn + n * nb;                      // [nb][n]  the pivot rows before the exchange
     float* pi = wr + nb * n;                       // [nb][nb] P^-1 (row stride w)
     int64_t* piv = perm + n;
-    const int threads = !env || !env->parallel.run ? 1 : env->parallel.n_threads < QUAROT__SINV_TMAX ? env->parallel.n_threads : QUAROT__SINV_TMAX;
+    const int nt0 = env && env->parallel.run ? env->parallel.n_threads : 1;
+    const int threads = nt0 < QUAROT__SINV_TMAX ? nt0 : QUAROT__SINV_TMAX;   // > 1: look ahead
     quarot_env serial;                             // the panel's small products run on the calling thread
     quarot_result res = QUAROT_OK;
     if (env) serial = *env;
