@@ -10797,9 +10797,9 @@ static size_t quarot__sinv_floats(int64_t n) {
 // them, in the same order), so the serial LU (~n^2 nb / 4 per panel, 0.2 s of a 1.4 s inverse at
 // n = 4096 on 2 threads) no longer idles the other threads. It moves work, not arithmetic: nothing
 // is a split sum, so the result is the same bits for any thread count, look-ahead or not. An exactly
-// zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to rounding gives a large, inaccurate
-// inverse, as any float inversion (the Newton driver rejects a certain cond(X) > 2^24 from the norms);
-// NaN/Inf propagate (the caller checks norms).
+// zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
+// rounding gives a large, inaccurate inverse, as any float inversion (the Newton driver rejects a
+// certain cond(X) > 2^24 from the norms); NaN/Inf propagate (the caller checks norms).
 // y += a x and the swap x <-> y over n floats: 16-float chunks of fixed length (which the compiler turns
 // into vector code at -O2), the rest one by one; x and y must not overlap.
 static void quarot__sinv_axpy(int64_t n, float a, const float* QUAROT__RESTRICT x, float* QUAROT__RESTRICT y) {
@@ -10822,13 +10822,15 @@ static void quarot__sinv_swap(int64_t n, float* QUAROT__RESTRICT x, float* QUARO
     for (; c < n; ++c) { float u = x[c]; x[c] = y[c]; y[c] = u; }
 }
 
-// Step (1) for the panel whose nb-wide copy pb holds columns [k0, k0 + w) of rows [k0, n) (row i at
-// pb + i * nb): LU with partial pivoting by sub-panels of NB2 columns. Each chosen pivot row is
-// exchanged in pb and recorded in piv[k0 ..]; with a not NULL the whole rows of a are exchanged too.
-static quarot_result quarot__sinv_lu(int64_t n, float* a, int64_t k0, int64_t w, int64_t nb, float* pb, int64_t* piv,
-                                     const quarot_env* serial) {
+// Step (1) for the panel of columns [k0, k0 + w): copies rows [k0, n) of them from a into pb (row i at
+// pb + i * nb), then LU with partial pivoting by sub-panels of NB2 columns. Each chosen pivot row is
+// exchanged in pb and recorded in piv[k0 ..]; with swap_a the whole rows of a are exchanged too (the
+// look-ahead defers that: other tasks are updating a's other columns).
+static quarot_result quarot__sinv_lu(int64_t n, float* a, int swap_a, int64_t k0, int64_t w, int64_t nb, float* pb,
+                                     int64_t* piv, const quarot_env* serial) {
     int64_t s0, i, c, jj;
     quarot_result res;
+    for (i = k0; i < n; ++i) memcpy(pb + i * nb, a + i * n + k0, (size_t)w * sizeof(float));
     for (s0 = 0; s0 < w; s0 += QUAROT__SINV_NB2) {          // by sub-panels of NB2 columns
         int64_t s1 = s0 + QUAROT__SINV_NB2 < w ? s0 + QUAROT__SINV_NB2 : w;
         for (jj = s0; jj < s1; ++jj) {
@@ -10841,7 +10843,7 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int64_t k0, int64_t w,
             }
             if (!(best > 0.0f)) return QUAROT_ERR_NOT_CONVERGED;
             if (p != jr) {
-                if (a) quarot__sinv_swap(n, a + jr * n, a + p * n);
+                if (swap_a) quarot__sinv_swap(n, a + jr * n, a + p * n);
                 quarot__sinv_swap(w, pb + jr * nb, pb + p * nb);
             }
             piv[jr] = p;
@@ -10868,11 +10870,10 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int64_t k0, int64_t w,
     return QUAROT_OK;
 }
 
-// The look-ahead step of a panel: task 0 runs the exchange's update on the next panel's columns [k1, k1 +
-// w1) of a, copies them and runs their LU (step 1, row exchanges of a deferred), task 1 puts E into the
-// panel's columns
-// of a, task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns: nl chunks of
-// [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
+// The look-ahead step of a panel: task 0 runs the exchange's update on the next panel's columns
+// [k1, k1 + w1) of a, then their step (1) with the row exchanges of a deferred; task 1 puts E into the
+// panel's columns of a; task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns:
+// nl chunks of [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
 // every element's update is the same chain as in one call over all columns: the same bits.
 typedef struct quarot__sinv_job {
     int64_t n, k0, w, nb, cw, nl, k1, w1;
@@ -10888,10 +10889,8 @@ static void quarot__sinv_task(void* arg, int64_t t) {
     if (t == 0) {
         jb->res[t] = quarot_sgemm(0, 0, jb->n, jb->w1, jb->w, -1.0f, jb->e, jb->nb, jb->wr + jb->k1, jb->n, 1.0f,
                                   jb->a + jb->k1, jb->n, jb->serial);
-        if (jb->res[t] != QUAROT_OK) return;
-        for (i = jb->k1; i < jb->n; ++i)
-            memcpy(jb->pbn + i * jb->nb, jb->a + i * jb->n + jb->k1, (size_t)jb->w1 * sizeof(float));
-        jb->res[t] = quarot__sinv_lu(jb->n, NULL, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
+        if (jb->res[t] == QUAROT_OK)
+            jb->res[t] = quarot__sinv_lu(jb->n, jb->a, 0, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
     } else if (t == 1) {
         for (i = 0; i < jb->n; ++i)
             memcpy(jb->a + i * jb->n + jb->k0, jb->e + i * jb->nb, (size_t)jb->w * sizeof(float));
@@ -10899,9 +10898,8 @@ static void quarot__sinv_task(void* arg, int64_t t) {
         const int64_t right = t - 2 >= jb->nl, c1 = right ? jb->n : jb->k0;
         const int64_t c = right ? jb->k1 + jb->w1 + (t - 2 - jb->nl) * jb->cw : (t - 2) * jb->cw;
         const int64_t ce = c + jb->cw < c1 ? c + jb->cw : c1;
-        quarot_result r = quarot_sgemm(0, 0, jb->n, ce - c, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f,
-                                       jb->a + c, jb->n, jb->serial);
-        jb->res[t] = r;
+        jb->res[t] = quarot_sgemm(0, 0, jb->n, ce - c, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f,
+                                  jb->a + c, jb->n, jb->serial);
     }
 }
 
@@ -10920,8 +10918,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
     else memset(&serial, 0, sizeof serial);
     serial.parallel.run = NULL;
     serial.parallel.n_threads = 1;
-    for (i = 0; i < n; ++i) memcpy(pb + i * nb, a + i * n, (size_t)nb * sizeof(float));
-    res = quarot__sinv_lu(n, a, 0, nb, nb, pb, piv, &serial);   // (1) of the first panel
+    res = quarot__sinv_lu(n, a, 1, 0, nb, nb, pb, piv, &serial);   // (1) of the first panel
     for (k0 = 0; k0 < n && res == QUAROT_OK; k0 += nb) {
         int64_t w = n - k0 < nb ? n - k0 : nb, k1 = k0 + w, w1 = n - k1 < nb ? n - k1 : nb;
         float* t;
@@ -10982,10 +10979,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             res = quarot_sgemm(0, 0, n, n, w, -1.0f, pb, nb, wr, n, 1.0f, a, n, env);
             if (res != QUAROT_OK) return res;
             for (i = 0; i < n; ++i) memcpy(a + i * n + k0, pb + i * nb, (size_t)w * sizeof(float));
-            if (w1 > 0) {                          // (1) of the next panel
-                for (i = k1; i < n; ++i) memcpy(pb + i * nb, a + i * n + k1, (size_t)w1 * sizeof(float));
-                res = quarot__sinv_lu(n, a, k1, w1, nb, pb, piv, &serial);
-            }
+            if (w1 > 0) res = quarot__sinv_lu(n, a, 1, k1, w1, nb, pb, piv, &serial);   // (1) of the next panel
         }
     }
     if (res != QUAROT_OK) return res;
