@@ -4887,7 +4887,9 @@ static void quarot__f64_select(quarot_isa isa,
 //       for ir (MR rows): for jr (NR columns): micro-kernel  C_tile = alpha * (A_sliver * B_sliver) + beta' * C_tile
 // beta' is beta for the first KC block and 1 afterwards. The A sliver (MR x KC) stays in L1 while the
 // kernel sweeps the B panel, which streams from L2/L3. Every element of C is the same chain of
-// operations whatever its tile or thread, so parallel runs equal serial runs bit for bit.
+// operations whatever its tile or thread, so parallel runs equal serial runs bit for bit. A narrow
+// product (32, 64 or 96 columns with AVX-512 DGEMM) skips the packing with kernels that read A and B
+// in place and do the same chains (quarot__gemm_ntask).
 
 // One micro-kernel computes a full MR x NR tile: acc[i][j] = sum_p a[p*MR + i] * b[p*NR + j] (p ascending),
 // then c[i*ldc + j] = alpha*acc (beta == 0: c is not read) or alpha*acc + beta*c (two products, one add).
@@ -4895,20 +4897,32 @@ typedef void (*quarot__skernel_fn)(int64_t kc, const float* a, const float* b, f
                                    float alpha, float beta);
 typedef void (*quarot__dkernel_fn)(int64_t kc, const double* a, const double* b, double* c, int64_t ldc,
                                    double alpha, double beta);
+// A narrow kernel computes the same acc and epilogue for an nmr x nnr tile (nnr = 4 vectors) straight from
+// row-major A and B: acc[i][j] = sum_p a[i*lda + p] * b[p*ldb + j]. Same operations, same order per
+// element as the packed kernel of its ISA, so the same bits; used where packing A cannot pay (below).
+typedef void (*quarot__snarrow_fn)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                                   int64_t ldc, float alpha, float beta);
+typedef void (*quarot__dnarrow_fn)(int64_t kc, const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
+                                   int64_t ldc, double alpha, double beta);
 
 // Blocking of one ISA's kernel: mc % mr == 0, nc % nr == 0; mr * nr <= QUAROT__GEMM_TILE_MAX.
 typedef struct quarot__sgemm_cfg {
     int mr, nr;
     int64_t kc, mc, nc;
     quarot__skernel_fn kernel;
+    int nmr, nnr;                        // the narrow kernel's tile; narrow NULL: none for this ISA
+    quarot__snarrow_fn narrow;
 } quarot__sgemm_cfg;
 typedef struct quarot__dgemm_cfg {
     int mr, nr;
     int64_t kc, mc, nc;
     quarot__dkernel_fn kernel;
+    int nmr, nnr;
+    quarot__dnarrow_fn narrow;
 } quarot__dgemm_cfg;
 
 #define QUAROT__GEMM_TILE_MAX 512
+#define QUAROT__GEMM_NARROW 4            // narrow path for n = 1..3 narrow tiles (see quarot__gemm_ntask)
 // Defined with the micro-kernels below: the blocking and kernel of an ISA (resolved, compiled in).
 static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* cfg);
 static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* cfg);
@@ -5059,7 +5073,7 @@ static void quarot__gemm_tr_s(const float* QUAROT__RESTRICT a, int64_t lda, int 
 }
 #define QUAROT__GEMM_DEFINE(T, S)                                                                      \
 static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,   \
-                                   int w, T* QUAROT__RESTRICT d) {                                      \
+                                   int w, T* QUAROT__RESTRICT d) {                                     \
     int64_t p, t;                                                                                      \
     int j;                                                                                             \
     switch (w) {                                                                                       \
@@ -5073,7 +5087,7 @@ static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int6
     }                                                                                                  \
 }                                                                                                      \
 static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
-                                    T* QUAROT__RESTRICT ap) {                                           \
+                                    T* QUAROT__RESTRICT ap) {                                          \
     int64_t s, p;                                                                                      \
     int r, rows;                                                                                       \
     if (ta && mc >= mr) {                                                                              \
@@ -5108,9 +5122,9 @@ static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc,
 }                                                                                                      \
 /* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
 static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
-                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
-                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
-                                 int64_t coff) {                                                        \
+                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,   \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,        \
+                                 int64_t coff) {                                                       \
     const int mr = cfg->mr, nr = cfg->nr;                                                              \
     int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
     T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
@@ -5131,7 +5145,7 @@ static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int t
                     int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
                     for (jr = 0; jr < nc; jr += nr) {                                                  \
                         int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
-                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   /* strictly lower */   \
+                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   /* strictly lower */  \
                         if (rows == mr && cols == nr) {                                                \
                             cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
                             continue;                                                                  \
@@ -5185,19 +5199,67 @@ static void quarot__gemm_task_##S(void* arg, int64_t t) {                       
                          jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
                          jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0);  \
 }                                                                                                      \
+/* Narrow products (!ta, !tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A's rows are       \
+   read in place, once per column tile, not packed; a row-major A packed for only n / nr column tiles  \
+   spent longer packing (a transpose, out of DRAM) than multiplying. Task t: rows [t*rows, +rows),     \
+   all kc blocks (beta' as in the loop nest), full nmr x nnr tiles. (Other n would leave a few         \
+   columns for the loop nest, which packs all of A again for them: slower than packing once.) */       \
+typedef struct quarot__gemm_njob_##S {                                                                 \
+    const quarot__##S##gemm_cfg* cfg;                                                                  \
+    int64_t m, n, k, lda, ldb, ldc, rows;                                                              \
+    T alpha, beta;                                                                                     \
+    const T* a;                                                                                        \
+    const T* b;                                                                                        \
+    T* c;                                                                                              \
+} quarot__gemm_njob_##S;                                                                               \
+static void quarot__gemm_ntask_##S(void* arg, int64_t t) {                                             \
+    const quarot__gemm_njob_##S* jb = (const quarot__gemm_njob_##S*)arg;                               \
+    const quarot__##S##gemm_cfg* cfg = jb->cfg;                                                        \
+    int64_t i0 = t * jb->rows, i1 = quarot__gemm_min(jb->m, i0 + jb->rows), pc, i, j, kc;              \
+    for (pc = 0; pc < jb->k; pc += kc) {                                                               \
+        T bb = pc == 0 ? jb->beta : (T)1;                                                              \
+        kc = quarot__gemm_min(cfg->kc, jb->k - pc);                                                    \
+        for (i = i0; i < i1; i += cfg->nmr)                                                            \
+            for (j = 0; j < jb->n; j += cfg->nnr)                                                      \
+                cfg->narrow(kc, jb->a + i * jb->lda + pc, jb->lda, jb->b + pc * jb->ldb + j, jb->ldb,  \
+                            jb->c + i * jb->ldc + j, jb->ldc, jb->alpha, bb);                          \
+    }                                                                                                  \
+}                                                                                                      \
 /* The whole built-in GEMM after argument checks, with a given blocking and kernel. tri: only the    \
    tiles of C that hold an element on or above the diagonal are computed (m == n: the upper triangle \
    of a symmetric product; the elements computed are the bits of the full product). */             \
 static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int tri, int ta, int tb,  \
                                            int64_t m, int64_t n, int64_t k, T alpha, const T* a,       \
                                            int64_t lda, const T* b, int64_t ldb, T beta, T* c,         \
-                                           int64_t ldc, const quarot_env* env) {                        \
+                                           int64_t ldc, const quarot_env* env) {                       \
     quarot__gemm_plan pl;                                                                              \
     quarot__gemm_job_##S jb;                                                                           \
     size_t bytes;                                                                                      \
     void* mem;                                                                                         \
     if (m == 0 || n == 0) return QUAROT_OK;                                                            \
     if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
+    if (cfg->narrow && !tri && !ta && !tb && m >= cfg->nmr && n % cfg->nnr == 0 &&                     \
+        n < QUAROT__GEMM_NARROW * cfg->nnr) {                                                          \
+        quarot__gemm_njob_##S nj;                                                                      \
+        int64_t m0 = m / cfg->nmr * cfg->nmr, t;                                                       \
+        quarot_result r = QUAROT_OK;                                                                   \
+        nj.cfg = cfg; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc;         \
+        nj.alpha = alpha; nj.beta = beta; nj.a = a; nj.b = b; nj.c = c;                                \
+        nj.rows = 16 * (int64_t)cfg->nmr;   /* up to 16 tiles a task, at least ~4 tasks a thread */    \
+        if (env && env->parallel.run && env->parallel.n_threads > 1 &&                                 \
+            (double)m * (double)n * (double)k >= 262144.0) {                                           \
+            t = quarot__gemm_cdiv(m0, 4 * (int64_t)env->parallel.n_threads * cfg->nmr) * cfg->nmr;     \
+            if (t < nj.rows) nj.rows = t;                                                              \
+            quarot_env_parallel_for(env, quarot__gemm_ntask_##S, &nj, quarot__gemm_cdiv(m0, nj.rows)); \
+        } else {                                                                                       \
+            for (t = 0; t < quarot__gemm_cdiv(m0, nj.rows); ++t) quarot__gemm_ntask_##S(&nj, t);       \
+        }                                                                                              \
+        /* the last m % nmr rows through the loop nest below: the same chains, so the same bits */     \
+        if (m0 < m)                                                                                    \
+            r = quarot__gemm_cfgx_##S(cfg, 0, 0, 0, m - m0, n, k, alpha, a + m0 * lda, lda, b, ldb,    \
+                                      beta, c + m0 * ldc, ldc, env);                                   \
+        return r;                                                                                      \
+    }                                                                                                  \
     quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, tri, env, &pl);       \
     if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
         !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
@@ -5215,13 +5277,13 @@ static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int
 static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
                                           int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
                                           const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
-                                          const quarot_env* env) {                                      \
+                                          const quarot_env* env) {                                     \
     return quarot__gemm_cfgx_##S(cfg, 0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);   \
 }                                                                                                      \
 /* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
 static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
                                       T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
-                                      T* c, int64_t ldc, const quarot_env* env) {                       \
+                                      T* c, int64_t ldc, const quarot_env* env) {                      \
     quarot__##S##gemm_cfg cfg;                                                                         \
     quarot__##S##gemm_select(isa, &cfg);                                                               \
     return quarot__gemm_cfg_##S(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);      \
@@ -5315,7 +5377,7 @@ QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64
 // Scalar reference kernels, 4 x 8 (float) and 4 x 4 (double).
 #define QUAROT__REF_KERNEL(NAME, T, MR, NR)                                                            \
 static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
-                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                \
     T acc[MR][NR];                                                                                     \
     int64_t p;                                                                                         \
     int i, j;                                                                                          \
@@ -5345,12 +5407,12 @@ QUAROT__REF_KERNEL(quarot__dgemm_kernel_ref, double, 4, 4)
     QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KMUL(va, c##i##b));
 #define QUAROT__KR_ST1(i)                                                                              \
     QUAROT__KSTORE(c + (i) * ldc, QUAROT__KADD(QUAROT__KMUL(va, c##i##a),                              \
-                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc))));        \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc))));       \
     QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KADD(QUAROT__KMUL(va, c##i##b),                 \
                                                QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc + QUAROT__KW))));
 #define QUAROT__KERNEL_2V(NAME, T, ROWS, MR)                                                           \
 static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
-                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                \
     QUAROT__KV av, b0, b1, va, vb;                                                                     \
     int64_t p;                                                                                         \
     ROWS(QUAROT__KR_DECL)                                                                              \
@@ -5364,6 +5426,41 @@ static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTR
     va = QUAROT__KSET1(alpha);   /* set after the loop: all 32 registers are busy inside it */         \
     vb = QUAROT__KSET1(beta);                                                                          \
     if (beta == (T)0) { ROWS(QUAROT__KR_ST0) } else { ROWS(QUAROT__KR_ST1) }                           \
+}
+
+// Narrow kernel (see quarot__dnarrow_fn): ROWS x 4 vectors, A and B read in place. Per element the
+// chain and the epilogue are QUAROT__KERNEL_2V's.
+#define QUAROT__KN_DECL(i) QUAROT__KV c##i##a = QUAROT__KZERO, c##i##b = QUAROT__KZERO, c##i##c = QUAROT__KZERO, \
+                                      c##i##d = QUAROT__KZERO;
+#define QUAROT__KN_FMA(i)                                                                              \
+    av = QUAROT__KSET1(a[(i) * lda]);                                                                  \
+    c##i##a = QUAROT__KFMA(av, b0, c##i##a); c##i##b = QUAROT__KFMA(av, b1, c##i##b);                  \
+    c##i##c = QUAROT__KFMA(av, b2, c##i##c); c##i##d = QUAROT__KFMA(av, b3, c##i##d);
+#define QUAROT__KN_ST(i, j, v)                                                                         \
+    QUAROT__KSTORE(c + (i) * ldc + (j) * QUAROT__KW,                                                   \
+                   beta == 0 ? QUAROT__KMUL(va, v)                                                     \
+                                : QUAROT__KADD(QUAROT__KMUL(va, v),                                    \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc + (j) * QUAROT__KW))));
+#define QUAROT__KN_STROW(i) QUAROT__KN_ST(i, 0, c##i##a) QUAROT__KN_ST(i, 1, c##i##b) QUAROT__KN_ST(i, 2, c##i##c) \
+                            QUAROT__KN_ST(i, 3, c##i##d)
+#define QUAROT__KERNEL_4VN(NAME, T, ROWS)                                                              \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, int64_t lda, const T* QUAROT__RESTRICT b,    \
+                 int64_t ldb, T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                   \
+    QUAROT__KV av, b0, b1, b2, b3, va, vb;                                                             \
+    int64_t p;                                                                                         \
+    ROWS(QUAROT__KN_DECL)                                                                              \
+    for (p = 0; p < kc; ++p) {                                                                         \
+        b0 = QUAROT__KLOAD(b);                                                                         \
+        b1 = QUAROT__KLOAD(b + QUAROT__KW);                                                            \
+        b2 = QUAROT__KLOAD(b + 2 * QUAROT__KW);                                                        \
+        b3 = QUAROT__KLOAD(b + 3 * QUAROT__KW);                                                        \
+        ROWS(QUAROT__KN_FMA)                                                                           \
+        ++a;                                                                                           \
+        b += ldb;                                                                                      \
+    }                                                                                                  \
+    va = QUAROT__KSET1(alpha);                                                                         \
+    vb = QUAROT__KSET1(beta);                                                                          \
+    ROWS(QUAROT__KN_STROW)                                                                             \
 }
 
 #if defined(QUAROT__HAVE_SSE2)
@@ -5492,6 +5589,7 @@ QUAROT__KERNEL_2V(quarot__sgemm_kernel_avx512, float, QUAROT__ROWS12, 12)
 #define QUAROT__KADD(x, y) _mm512_add_pd(x, y)
 #define QUAROT__KFMA(x, y, z) _mm512_fmadd_pd(x, y, z)
 QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512, double, QUAROT__ROWS12, 12)
+QUAROT__KERNEL_4VN(quarot__dgemm_narrow_avx512, double, QUAROT__ROWS6)
 #undef QUAROT__KFMA
 #define QUAROT__KFMA(x, y, z) _mm512_add_pd(_mm512_mul_pd(x, y), z)
 QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx512_exact, double, QUAROT__ROWS12, 12)
@@ -5587,6 +5685,8 @@ static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t
 }
 
 static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* g) {
+    g->nmr = g->nnr = 0;
+    g->narrow = NULL;
     switch (isa) {
 #if defined(QUAROT__HAVE_AVX512)
         case QUAROT_ISA_AVX512:
@@ -5615,10 +5715,15 @@ static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* g) {
 }
 
 static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* g) {
+    g->nmr = g->nnr = 0;
+    g->narrow = NULL;
     switch (isa) {
 #if defined(QUAROT__HAVE_AVX512)
         case QUAROT_ISA_AVX512:
             quarot__gemm_set(&g->mr, &g->nr, &g->kc, &g->mc, &g->nc, 12, 16, 256, 1024);
+            g->nmr = 6;
+            g->nnr = 32;
+            g->narrow = quarot__dgemm_narrow_avx512;
             g->kernel = quarot__dgemm_kernel_avx512; return;
 #endif
 #if defined(QUAROT__HAVE_AVX2)
@@ -5651,6 +5756,7 @@ static void quarot__dgemm_select_exact(quarot__dgemm_cfg* g) {
     quarot_isa best = quarot_isa_best();
     quarot__dgemm_select(best, g);
     g->kc = QUAROT__DGEMM_EXACT_KC;
+    g->narrow = NULL;                  // the narrow kernels use FMA
     switch (best) {
 #if defined(QUAROT__HAVE_AVX512)
         case QUAROT_ISA_AVX512: g->kernel = quarot__dgemm_kernel_avx512_exact; return;
@@ -5884,7 +5990,7 @@ static void quarot__gram_task_##S(void* arg, int64_t t) {                       
         if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
     }                                                                                                  \
 }                                                                                                      \
-/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
+/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */          \
 static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
                              const quarot_env* env) {                                                  \
     int64_t i, j, i0, j0, n = jb->n;                                                                   \
@@ -5913,7 +6019,7 @@ static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S
     if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
     return total;                                                                                      \
 }                                                                                                      \
-/* G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2,  \
+/* G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2, \
    when lam < 1; returns the bound on lambda_max(G) after that (1 if it rescaled, else lam). */        \
 static double quarot__polar_rescale_##S(int64_t n, T* x, T* g, double* dg, double* s) {               \
     double fro = 0.0, one = 0.0, row, t, inv;                                                          \
@@ -6027,7 +6133,7 @@ static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u,
         if (res <= tol) { status = 0; break; }                                                         \
         if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
         /* Until sigma_min(X) >= 1/2: each step multiplied the singular values below 1/2 by at least   \
-           1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its     \
+           1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its    \
            rounding noise would otherwise grow into a singular value). Then the fast steps end. */     \
         if (searching) {                                                                               \
             t = quarot__polar_lmin_##S(n, g, it == 0 && bound > 1.0 ? 1.01 * bound + 0.19 : 1.19, pv, pw, \
