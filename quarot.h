@@ -5307,6 +5307,17 @@ static quarot_result quarot__ssyrk_upper(int64_t n, int64_t k, const float* x, i
     quarot__sgemm_select(isa, &cfg);
     return quarot__gemm_cfgx_s(&cfg, 1, 1, 0, n, n, k, 1.0f, x, ldx, x, ldx, 0.0f, g, ldg, env);
 }
+// The same for double (upper tiles of X^T X, the full product's bits there).
+static quarot_result quarot__dsyrk_upper(int64_t n, int64_t k, const double* x, int64_t ldx, double* g, int64_t ldg,
+                                         const quarot_env* env) {
+    quarot__dgemm_cfg cfg;
+    quarot_isa isa = QUAROT_ISA_DEFAULT;
+    quarot_result r = quarot__gemm_check(1, 0, n, n, k, 1, x, ldx, x, ldx, g, ldg, sizeof(double));
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    quarot__dgemm_select(isa, &cfg);
+    return quarot__gemm_cfgx_d(&cfg, 1, 1, 0, n, n, k, 1.0, x, ldx, x, ldx, 0.0, g, ldg, env);
+}
 #endif
 
 QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
@@ -11611,6 +11622,24 @@ static quarot_result quarot__adapt_quant_loss(const float* a, float* b, int64_t 
 
 // R [n][n] (float) -> out (double), then Newton-Schulz in double until max|R^T R - I| <= 1e-9.
 // e, t: [n][n] doubles of work.
+// E = R^T R for R [n][n] doubles: the upper tiles, then the lower triangle mirrored. Each E_ji (j > i)
+// of the full product is the chain of E_ij with the two factors of every product swapped (the kernels
+// multiply or fuse-multiply-add them, both commutative), so the mirror holds the full product's bits.
+static quarot_result quarot__adapt_dgram(int64_t n, const double* r, double* e, const quarot_env* env) {
+#if !defined(QUAROT_USE_CBLAS)
+    int64_t i0, j0, i, j;
+    quarot_result res = quarot__dsyrk_upper(n, n, r, n, e, n, env);
+    if (res != QUAROT_OK) return res;
+    for (i0 = 0; i0 < n; i0 += 64)                     // 64 x 64 blocks: rows of both sides stay cached
+        for (j0 = i0; j0 < n; j0 += 64)
+            for (i = i0; i < i0 + 64 && i < n; ++i)
+                for (j = j0 > i + 1 ? j0 : i + 1; j < j0 + 64 && j < n; ++j) e[j * n + i] = e[i * n + j];
+    return QUAROT_OK;
+#else
+    return quarot_dgemm(1, 0, n, n, n, 1.0, r, n, r, n, 0.0, e, n, env);
+#endif
+}
+
 static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t, const quarot_env* env) {
     int64_t i, nn = n * n;
     int it;
@@ -11618,7 +11647,7 @@ static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out
     for (i = 0; i < nn; ++i) out[i] = (double)r[i];
     for (it = 0; it < 4; ++it) {
         double worst = 0.0;
-        res = quarot_dgemm(1, 0, n, n, n, 1.0, out, n, out, n, 0.0, e, n, env);     // E = R^T R - I
+        res = quarot__adapt_dgram(n, out, e, env);                                     // E = R^T R - I
         if (res != QUAROT_OK) return res;
         for (i = 0; i < n; ++i) e[i * n + i] -= 1.0;
         for (i = 0; i < nn; ++i)

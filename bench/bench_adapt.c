@@ -152,6 +152,15 @@ static void compare_plain_ns(const float* x, int64_t n, int64_t h, const quarot_
     free(a); free(b); free(c); free(u);
 }
 
+/* FNV-1a of R_best's bytes: two builds or thread counts gave the same rotation iff these agree */
+static uint64_t fnv1a(const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t i;
+    for (i = 0; i < n; ++i) { h ^= b[i]; h *= 0x100000001b3ULL; }
+    return h;
+}
+
 int main(int argc, char** argv) {
     int64_t sizes[16], n_sizes = 0, rows = 2048, k;
     int thread_list[2] = {1, 2}, n_thread_list = 2, steps = 20, ti, i, compare = 1, method = 0, no_defl = 0;
@@ -222,7 +231,7 @@ int main(int argc, char** argv) {
                 for (i = 0; i < ctx.steps_run; ++i) printf(" %.8e", ctx.losses[i]);
                 printf("\n         best %.8e (step %d); iterations:", ctx.best_loss, ctx.best_step);
                 for (i = 0; i < ctx.steps_run; ++i) printf(" %d", ctx.polar_iterations[i]);
-                printf("\n");
+                printf("\n         R_best fnv1a %016llx\n", (unsigned long long)fnv1a(ctx.matrix, ctx.matrix ? (size_t)(ctx.block * ctx.block) * sizeof(double) : 0));
             }
             fflush(stdout);
             if (plain) compare_plain_ns(x, rows, h, &env);

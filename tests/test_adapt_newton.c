@@ -12,7 +12,9 @@
      float Newton-Schulz path (the same function without the inverse's workspace); both must be
      orthogonal to tol and within a bound of the reference that grows with the condition number
      (a float C defines its polar factor only to about cond * 2^-24 in its small singular directions).
-   - quarot_adapt_desc.polar_method: names, and an unknown value -> QUAROT_ERR_INVALID_ARGUMENT. */
+   - quarot_adapt_desc.polar_method: names, and an unknown value -> QUAROT_ERR_INVALID_ARGUMENT.
+   - quarot__adapt_dgram (R^T R of the final double re-orthogonalization: upper tiles, then mirrored)
+     equals the full quarot_dgemm product bit for bit, serially and with 2 threads. */
 #define QUAROT_STATIC
 #define QUAROT_IMPLEMENTATION
 #include "quarot.h"
@@ -214,8 +216,34 @@ static void test_polar_method_names(void) {
     quarot_adapt_capture_free(&cap);
 }
 
+static void test_dgram(void) {
+    const int64_t sizes[] = {1, 7, 130, 300};
+    qx_pool* pool = qx_pool_create(2);
+    quarot_env env;
+    int s, t;
+    memset(&env, 0, sizeof env);
+    qx_pool_env(pool, &env);
+    for (s = 0; s < 4; ++s) {
+        int64_t n = sizes[s], i;
+        double* r = (double*)malloc((size_t)(n * n) * sizeof(double));
+        double* full = (double*)malloc((size_t)(n * n) * sizeof(double));
+        double* e = (double*)malloc((size_t)(n * n) * sizeof(double));
+        for (i = 0; i < n * n; ++i) r[i] = qt_normal();
+        QT_OK(quarot_dgemm(1, 0, n, n, n, 1.0, r, n, r, n, 0.0, full, n, NULL));
+        for (t = 0; t < 2; ++t) {
+            for (i = 0; i < n * n; ++i) e[i] = (double)NAN;
+            QT_OK(quarot__adapt_dgram(n, r, e, t ? &env : NULL));
+            QT_CHECKF(memcmp(e, full, (size_t)(n * n) * sizeof(double)) == 0, "dgram n=%lld threads=%d differs from the full product",
+                      (long long)n, t + 1);
+        }
+        free(r); free(full); free(e);
+    }
+    qx_pool_destroy(pool);
+}
+
 int main(void) {
     QT_RUN(test_sinv);
+    QT_RUN(test_dgram);
     QT_RUN(test_newton_polar);
     QT_RUN(test_polar_method_names);
     return qt_finish("test_adapt_newton");
