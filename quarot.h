@@ -5297,27 +5297,21 @@ QUAROT__GEMM_DEFINE(double, d)
 // G = X^T X for X [k][n] (row stride ldx) into G [n][n] (row stride ldg): the tiles holding an element
 // on or above the diagonal only (about half the flops); those elements equal the full product's bits
 // (same ISA, same blocking). Elements strictly below the diagonal are left alone or overwritten.
-static quarot_result quarot__ssyrk_upper(int64_t n, int64_t k, const float* x, int64_t ldx, float* g, int64_t ldg,
-                                         const quarot_env* env) {
-    quarot__sgemm_cfg cfg;
-    quarot_isa isa = QUAROT_ISA_DEFAULT;
-    quarot_result r = quarot__gemm_check(1, 0, n, n, k, 1, x, ldx, x, ldx, g, ldg, sizeof(float));
-    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
-    if (r != QUAROT_OK) return r;
-    quarot__sgemm_select(isa, &cfg);
-    return quarot__gemm_cfgx_s(&cfg, 1, 1, 0, n, n, k, 1.0f, x, ldx, x, ldx, 0.0f, g, ldg, env);
+// quarot__ssyrk_upper (float), quarot__dsyrk_upper (double).
+#define QUAROT__SYRK_DEFINE(T, S)                                                                      \
+static quarot_result quarot__##S##syrk_upper(int64_t n, int64_t k, const T* x, int64_t ldx, T* g,      \
+                                             int64_t ldg, const quarot_env* env) {                     \
+    quarot__##S##gemm_cfg cfg;                                                                         \
+    quarot_isa isa = QUAROT_ISA_DEFAULT;                                                               \
+    quarot_result r = quarot__gemm_check(1, 0, n, n, k, 1, x, ldx, x, ldx, g, ldg, sizeof(T));         \
+    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);                                            \
+    if (r != QUAROT_OK) return r;                                                                      \
+    quarot__##S##gemm_select(isa, &cfg);                                                               \
+    return quarot__gemm_cfgx_##S(&cfg, 1, 1, 0, n, n, k, (T)1, x, ldx, x, ldx, (T)0, g, ldg, env);     \
 }
-// The same for double (upper tiles of X^T X, the full product's bits there).
-static quarot_result quarot__dsyrk_upper(int64_t n, int64_t k, const double* x, int64_t ldx, double* g, int64_t ldg,
-                                         const quarot_env* env) {
-    quarot__dgemm_cfg cfg;
-    quarot_isa isa = QUAROT_ISA_DEFAULT;
-    quarot_result r = quarot__gemm_check(1, 0, n, n, k, 1, x, ldx, x, ldx, g, ldg, sizeof(double));
-    if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
-    if (r != QUAROT_OK) return r;
-    quarot__dgemm_select(isa, &cfg);
-    return quarot__gemm_cfgx_d(&cfg, 1, 1, 0, n, n, k, 1.0, x, ldx, x, ldx, 0.0, g, ldg, env);
-}
+QUAROT__SYRK_DEFINE(float, s)
+QUAROT__SYRK_DEFINE(double, d)
+#undef QUAROT__SYRK_DEFINE
 #endif
 
 QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
