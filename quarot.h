@@ -5073,7 +5073,7 @@ static void quarot__gemm_tr_s(const float* QUAROT__RESTRICT a, int64_t lda, int 
 }
 #define QUAROT__GEMM_DEFINE(T, S)                                                                      \
 static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,   \
-                                   int w, T* QUAROT__RESTRICT d) {                                     \
+                                   int w, T* QUAROT__RESTRICT d) {                                      \
     int64_t p, t;                                                                                      \
     int j;                                                                                             \
     switch (w) {                                                                                       \
@@ -5087,7 +5087,7 @@ static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int6
     }                                                                                                  \
 }                                                                                                      \
 static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
-                                    T* QUAROT__RESTRICT ap) {                                          \
+                                    T* QUAROT__RESTRICT ap) {                                           \
     int64_t s, p;                                                                                      \
     int r, rows;                                                                                       \
     if (ta && mc >= mr) {                                                                              \
@@ -5122,9 +5122,9 @@ static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc,
 }                                                                                                      \
 /* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
 static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
-                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,   \
-                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,        \
-                                 int64_t coff) {                                                       \
+                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
+                                 int64_t coff) {                                                        \
     const int mr = cfg->mr, nr = cfg->nr;                                                              \
     int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
     T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
@@ -5145,7 +5145,7 @@ static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int t
                     int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
                     for (jr = 0; jr < nc; jr += nr) {                                                  \
                         int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
-                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   /* strictly lower */  \
+                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   /* strictly lower */   \
                         if (rows == mr && cols == nr) {                                                \
                             cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
                             continue;                                                                  \
@@ -5231,7 +5231,7 @@ static void quarot__gemm_ntask_##S(void* arg, int64_t t) {                      
 static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int tri, int ta, int tb,  \
                                            int64_t m, int64_t n, int64_t k, T alpha, const T* a,       \
                                            int64_t lda, const T* b, int64_t ldb, T beta, T* c,         \
-                                           int64_t ldc, const quarot_env* env) {                       \
+                                           int64_t ldc, const quarot_env* env) {                        \
     quarot__gemm_plan pl;                                                                              \
     quarot__gemm_job_##S jb;                                                                           \
     size_t bytes;                                                                                      \
@@ -5277,13 +5277,13 @@ static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int
 static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
                                           int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
                                           const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
-                                          const quarot_env* env) {                                     \
+                                          const quarot_env* env) {                                      \
     return quarot__gemm_cfgx_##S(cfg, 0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);   \
 }                                                                                                      \
 /* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
 static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
                                       T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
-                                      T* c, int64_t ldc, const quarot_env* env) {                      \
+                                      T* c, int64_t ldc, const quarot_env* env) {                       \
     quarot__##S##gemm_cfg cfg;                                                                         \
     quarot__##S##gemm_select(isa, &cfg);                                                               \
     return quarot__gemm_cfg_##S(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);      \
@@ -5382,7 +5382,7 @@ QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64
 // Scalar reference kernels, 4 x 8 (float) and 4 x 4 (double).
 #define QUAROT__REF_KERNEL(NAME, T, MR, NR)                                                            \
 static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
-                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
     T acc[MR][NR];                                                                                     \
     int64_t p;                                                                                         \
     int i, j;                                                                                          \
@@ -5412,12 +5412,12 @@ QUAROT__REF_KERNEL(quarot__dgemm_kernel_ref, double, 4, 4)
     QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KMUL(va, c##i##b));
 #define QUAROT__KR_ST1(i)                                                                              \
     QUAROT__KSTORE(c + (i) * ldc, QUAROT__KADD(QUAROT__KMUL(va, c##i##a),                              \
-                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc))));       \
+                                               QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc))));        \
     QUAROT__KSTORE(c + (i) * ldc + QUAROT__KW, QUAROT__KADD(QUAROT__KMUL(va, c##i##b),                 \
                                                QUAROT__KMUL(vb, QUAROT__KLOAD(c + (i) * ldc + QUAROT__KW))));
 #define QUAROT__KERNEL_2V(NAME, T, ROWS, MR)                                                           \
 static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTRICT b,                 \
-                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                \
+                 T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                                 \
     QUAROT__KV av, b0, b1, va, vb;                                                                     \
     int64_t p;                                                                                         \
     ROWS(QUAROT__KR_DECL)                                                                              \
@@ -5995,7 +5995,7 @@ static void quarot__gram_task_##S(void* arg, int64_t t) {                       
         if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
     }                                                                                                  \
 }                                                                                                      \
-/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */          \
+/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
 static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
                              const quarot_env* env) {                                                  \
     int64_t i, j, i0, j0, n = jb->n;                                                                   \
@@ -6024,7 +6024,7 @@ static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S
     if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
     return total;                                                                                      \
 }                                                                                                      \
-/* G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2, \
+/* G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2,  \
    when lam < 1; returns the bound on lambda_max(G) after that (1 if it rescaled, else lam). */        \
 static double quarot__polar_rescale_##S(int64_t n, T* x, T* g, double* dg, double* s) {               \
     double fro = 0.0, one = 0.0, row, t, inv;                                                          \
@@ -6138,7 +6138,7 @@ static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u,
         if (res <= tol) { status = 0; break; }                                                         \
         if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
         /* Until sigma_min(X) >= 1/2: each step multiplied the singular values below 1/2 by at least   \
-           1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its    \
+           1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its     \
            rounding noise would otherwise grow into a singular value). Then the fast steps end. */     \
         if (searching) {                                                                               \
             t = quarot__polar_lmin_##S(n, g, it == 0 && bound > 1.0 ? 1.01 * bound + 0.19 : 1.19, pv, pw, \
