@@ -5995,16 +5995,20 @@ static void quarot__gram_task_##S(void* arg, int64_t t) {                       
         if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
     }                                                                                                  \
 }                                                                                                      \
-/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
-static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
-                             const quarot_env* env) {                                                  \
-    int64_t i, j, i0, j0, n = jb->n;                                                                   \
-    jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
-    quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
-    for (i0 = 0; i0 < n; i0 += 32)                   /* lower <- upper, in 32 x 32 tiles for the cache */ \
+/* G [n][n]: the strictly lower triangle <- the upper one, in 32 x 32 tiles for the cache. */          \
+static void quarot__gram_mirror_##S(int64_t n, T* g) {                                                 \
+    int64_t i, j, i0, j0;                                                                              \
+    for (i0 = 0; i0 < n; i0 += 32)                                                                     \
         for (j0 = 0; j0 <= i0; j0 += 32)                                                               \
             for (i = i0; i < quarot__gemm_min(i0 + 32, n); ++i)                                        \
                 for (j = j0; j < quarot__gemm_min(j0 + 32, i); ++j) g[i * n + j] = g[j * n + i];       \
+}                                                                                                      \
+/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
+static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
+                             const quarot_env* env) {                                                  \
+    jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
+    quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
+    quarot__gram_mirror_##S(jb->n, g);                                                                 \
 }                                                                                                      \
 /* Panel size: a multiple of the micro-tile near 200; tasks: one, or ~2 per thread. Returns the        \
    workspace elements needed (0 on overflow). */                                                       \
@@ -11614,26 +11618,21 @@ static quarot_result quarot__adapt_quant_loss(const float* a, float* b, int64_t 
     return res;
 }
 
-// R [n][n] (float) -> out (double), then Newton-Schulz in double until max|R^T R - I| <= 1e-9.
-// e, t: [n][n] doubles of work.
 // E = R^T R for R [n][n] doubles: the upper tiles, then the lower triangle mirrored. Each E_ji (j > i)
 // of the full product is the chain of E_ij with the two factors of every product swapped (the kernels
 // multiply or fuse-multiply-add them, both commutative), so the mirror holds the full product's bits.
 static quarot_result quarot__adapt_dgram(int64_t n, const double* r, double* e, const quarot_env* env) {
 #if !defined(QUAROT_USE_CBLAS)
-    int64_t i0, j0, i, j;
     quarot_result res = quarot__dsyrk_upper(n, n, r, n, e, n, env);
-    if (res != QUAROT_OK) return res;
-    for (i0 = 0; i0 < n; i0 += 64)                     // 64 x 64 blocks: rows of both sides stay cached
-        for (j0 = i0; j0 < n; j0 += 64)
-            for (i = i0; i < i0 + 64 && i < n; ++i)
-                for (j = j0 > i + 1 ? j0 : i + 1; j < j0 + 64 && j < n; ++j) e[j * n + i] = e[i * n + j];
-    return QUAROT_OK;
+    if (res == QUAROT_OK) quarot__gram_mirror_d(n, e);
+    return res;
 #else
     return quarot_dgemm(1, 0, n, n, n, 1.0, r, n, r, n, 0.0, e, n, env);
 #endif
 }
 
+// R [n][n] (float) -> out (double), then Newton-Schulz in double until max|R^T R - I| <= 1e-9.
+// e, t: [n][n] doubles of work.
 static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t, const quarot_env* env) {
     int64_t i, nn = n * n;
     int it;
