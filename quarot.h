@@ -4962,16 +4962,22 @@ typedef struct quarot__gemm_plan {
 static int64_t quarot__gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t quarot__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// Threads a product is split over: env's, or 1 when it has no hook or the product is small.
+static int quarot__gemm_threads(int64_t m, int64_t n, int64_t k, const quarot_env* env) {
+    int threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
+    return threads > 1 && (double)m * (double)n * (double)k >= 262144.0 ? threads : 1;
+}
+
 static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int nr, int64_t kc,
                                    int64_t mc, int64_t nc, int tri, const quarot_env* env, quarot__gemm_plan* pl) {
     int64_t tiles_m = quarot__gemm_cdiv(m, mr), tiles_n = quarot__gemm_cdiv(n, nr), tm = 1, tn = 1;
-    int threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
+    int threads = quarot__gemm_threads(m, n, k, env);
     // Small products run serially; otherwise ~4 tasks per thread (a triangle, tri: 8, as its panels
     // below the diagonal are empty). Each task packs its own copies of its A rows and B columns, so a
     // split into tm x tn panels packs B tm times and A tn times: tm/tn ~ m/n keeps that smallest
     // (tm a power of two: at n = 4096, 2 threads, 2 x 4 panels pack 6 n^2 elements where 8 row
     // panels packed 8 n^2 of B plus A once per NC block; a tall-skinny product keeps splitting rows).
-    if (threads > 1 && (double)m * (double)n * (double)k >= 262144.0) {
+    if (threads > 1) {
         int64_t target = quarot__gemm_min((int64_t)threads * (tri ? 8 : 4), 256);
         double want = sqrt((double)target * (double)m / (double)n);
         while (tm * 2 <= target && (double)tm * 1.41421356 < want) tm *= 2;
@@ -5246,9 +5252,9 @@ static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int
         nj.cfg = cfg; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc;         \
         nj.alpha = alpha; nj.beta = beta; nj.a = a; nj.b = b; nj.c = c;                                \
         nj.rows = 16 * (int64_t)cfg->nmr;   /* up to 16 tiles a task, at least ~4 tasks a thread */    \
-        if (env && env->parallel.run && env->parallel.n_threads > 1 &&                                 \
-            (double)m * (double)n * (double)k >= 262144.0) {                                           \
-            t = quarot__gemm_cdiv(m0, 4 * (int64_t)env->parallel.n_threads * cfg->nmr) * cfg->nmr;     \
+        t = quarot__gemm_threads(m, n, k, env);                                                        \
+        if (t > 1) {                                                                                   \
+            t = quarot__gemm_cdiv(m0, 4 * t * cfg->nmr) * cfg->nmr;                                    \
             if (t < nj.rows) nj.rows = t;                                                              \
             quarot_env_parallel_for(env, quarot__gemm_ntask_##S, &nj, quarot__gemm_cdiv(m0, nj.rows)); \
         } else {                                                                                       \
