@@ -466,8 +466,15 @@ static quarot_result qx__pk_move(qx_packed_writer* w, uint64_t from, uint64_t to
         uint64_t at = from + len - done - n;
         size_t got = 0;
         while (got < n) {
-            ssize_t k = pread(w->out.fd, buf + got, n - got, (off_t)(at + got));
-            if (k <= 0) { qx_err_set(e, "%s: cannot read back the temporary", w->out.path); r = QUAROT_ERR_IO; break; }
+            /* want <= n <= QX__PK_CHUNK already; the clamp states it where gcc 13's fortified pread
+               check can see it (it lost the bound through got < n and failed -Werror on Ubuntu 24.04) */
+            size_t want = n - got < QX__PK_CHUNK ? n - got : QX__PK_CHUNK;
+            ssize_t k = pread(w->out.fd, buf + got, want, (off_t)(at + got));
+            if (k <= 0 || (size_t)k > want) {
+                qx_err_set(e, "%s: cannot read back the temporary", w->out.path);
+                r = QUAROT_ERR_IO;
+                break;
+            }
             got += (size_t)k;
         }
         if (r == QUAROT_OK) r = qx_out_pwrite(&w->out, buf, n, at + (to - from), e);
