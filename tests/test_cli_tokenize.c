@@ -39,7 +39,7 @@ static void put_cp(qx_sb* b, unsigned cp) {
 /* byte-level BPE: ids 0..255 the bytes, 256.. the merges' results, 262 <|endoftext|> */
 static int write_tokenizer_json(const char* path) {
     static const char* const merges[] = {"t h", "th e", "\xC4\xA0 t", "\xC4\xA0 a", "i n", "e r"};
-    static const char* const results[] = {"th", "the", "\xC4\xA0t", "\xC4\xA0" "a", "in", "er"};
+    static const char* const results[] = {"th", "the", "\xC4\xA0t", "\xC4\xA0\x61", "in", "er"};
     qx_sb b;
     int i, ok;
     memset(&b, 0, sizeof b);
@@ -75,7 +75,7 @@ static void kv_u64(qx_sb* b, uint64_t v) { qx_sb_put(b, (const char*)&v, 8); }
 /* the tokenizer.json vocabulary above as tokenizer.ggml.* pairs appended to blob (count bumped) */
 static void add_gguf_tokenizer(qx_sb* b) {
     static const char* const merges[] = {"t h", "th e", "\xC4\xA0 t", "\xC4\xA0 a", "i n", "e r"};
-    static const char* const results[] = {"th", "the", "\xC4\xA0t", "\xC4\xA0" "a", "in", "er"};
+    static const char* const results[] = {"th", "the", "\xC4\xA0t", "\xC4\xA0\x61", "in", "er"};
     uint64_t count;
     int i;
     kv_str(b, "tokenizer.ggml.model"); kv_u32(b, QX_GGUF_STRING); kv_str(b, "gpt2");
