@@ -56,10 +56,9 @@ static void test_pack_layout(void) {
     QT_CHECK(quarot_qmat_row_bytes(5, 10, 0) == 0);
 }
 
-/* Independent expected output: unpacked codes, int64 dot products, the documented float order, one
-   rounding per operation. clang contracts f + a*b into an FMA by default (gcc does not in ISO C
-   mode), which made every ISA "differ" from this expectation under clang; the library itself
-   already turns contraction off. */
+/* One rounding per operation below: clang contracts f + a*b into an FMA by default (gcc does not in
+   ISO C mode), which made every ISA "differ" from expect() under clang; the library itself already
+   turns contraction off. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif

@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -395,20 +394,6 @@ typedef struct qx__own_job {
     int64_t rpt;                 /* rows per task */
 } qx__own_job;
 
-/* n bytes at off, whole (EINTR and short reads retried); 0 on failure. */
-static int qx__pread_all(int fd, void* buf, size_t n, int64_t off) {
-    char* p = (char*)buf;
-    while (n > 0) {
-        ssize_t got = pread(fd, p, n, (off_t)off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return 0;
-        p += got;
-        off += got;
-        n -= (size_t)got;
-    }
-    return 1;
-}
-
 /* Rows [r, end) read with pread (into the copy itself when no widening, else through buf and
    widened from there); returns the first row not done (a failed read leaves the rest to the
    mapping). Reading the file this way costs a copy from the page cache; faulting the mapped pages
@@ -428,10 +413,10 @@ static int64_t qx__own_pread(const qx__own_job* j, int64_t r, int64_t end, char*
         int64_t c = end - r < chunk ? end - r : chunk;
         char* dst = j->mem + (size_t)r * out_row;
         if (j->same) {
-            if (!qx__pread_all(j->fd, dst, (size_t)c * in_row, j->off + r * (int64_t)in_row)) return r;
+            if (!qx_pread_all(j->fd, dst, (size_t)c * in_row, j->off + r * (int64_t)in_row)) return r;
         } else {
             if (!*buf && !(*buf = (char*)malloc((size_t)chunk * in_row))) return r;
-            if (!qx__pread_all(j->fd, *buf, (size_t)c * in_row, j->off + r * (int64_t)in_row)) return r;
+            if (!qx_pread_all(j->fd, *buf, (size_t)c * in_row, j->off + r * (int64_t)in_row)) return r;
             for (k = 0; k < c; ++k) {
                 rv.data = *buf + (size_t)k * in_row;
                 (void)quarot_convert(dst + (size_t)k * out_row, QUAROT_DTYPE_F32, rv.data, src->dtype, ne0, QUAROT_ISA_DEFAULT);

@@ -206,6 +206,19 @@ void qx_out_direct(qx_out* o, uint64_t expected_size) {
 }
 
 /* Positional writes in chunks of at most 1 GiB, retried on EINTR and short writes. */
+int qx_pread_all(int fd, void* buf, size_t n, int64_t off) {
+    char* p = (char*)buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0 || (size_t)got > n) return 0;
+        p += got;
+        off += got;
+        n -= (size_t)got;
+    }
+    return 1;
+}
+
 quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off, qx_err* e) {
     const char* p = (const char*)data;
     if (!o || o->fd < 0 || (n && !data)) return QUAROT_ERR_STATE;

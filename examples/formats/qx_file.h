@@ -60,6 +60,10 @@ char* qx_path_join(const char* dir, const char* name);
 /* 1 if name is a plain file name: not empty, no '/', no '\\', not "." or "..", no control bytes. */
 int qx_is_plain_filename(const char* name);
 
+/* Reads n bytes at byte offset off of fd, whole: EINTR and short reads are retried, a read that
+   returns more than asked is refused. 1 on success, 0 on failure (a read error, or end of file). */
+int qx_pread_all(int fd, void* buf, size_t n, int64_t off);
+
 /* One output file written through a temporary. */
 typedef struct qx_out {
     char* path;        /* final path */

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define QX__PK_CHUNK ((size_t)4 << 20)
 
@@ -464,20 +463,8 @@ static quarot_result qx__pk_move(qx_packed_writer* w, uint64_t from, uint64_t to
     while (done < len && r == QUAROT_OK) {
         size_t n = (size_t)(len - done < QX__PK_CHUNK ? len - done : QX__PK_CHUNK);
         uint64_t at = from + len - done - n;
-        size_t got = 0;
-        while (got < n) {
-            /* want <= n <= QX__PK_CHUNK already; the clamp states it where gcc 13's fortified pread
-               check can see it (it lost the bound through got < n and failed -Werror on Ubuntu 24.04) */
-            size_t want = n - got < QX__PK_CHUNK ? n - got : QX__PK_CHUNK;
-            ssize_t k = pread(w->out.fd, buf + got, want, (off_t)(at + got));
-            if (k <= 0 || (size_t)k > want) {
-                qx_err_set(e, "%s: cannot read back the temporary", w->out.path);
-                r = QUAROT_ERR_IO;
-                break;
-            }
-            got += (size_t)k;
-        }
-        if (r == QUAROT_OK) r = qx_out_pwrite(&w->out, buf, n, at + (to - from), e);
+        if (qx_pread_all(w->out.fd, buf, n, (int64_t)at)) r = qx_out_pwrite(&w->out, buf, n, at + (to - from), e);
+        else { qx_err_set(e, "%s: cannot read back the temporary", w->out.path); r = QUAROT_ERR_IO; }
         done += n;
     }
     free(buf);
