@@ -668,7 +668,8 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // calls (not on the SIMD kernel). Only the upper triangle is accumulated, then mirrored into the
 // lower one: h must be symmetric on entry (zeros, or earlier calls). GPTQ does not care about the
 // scale of H (the reference implementation keeps the mean 2/N X^T X; this keeps the sum).
-// Cost rows*in^2/2 multiply-adds, cache-tiled. NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
+// Cost rows*in^2/2 multiply-adds, cache-tiled (AVX2 / AVX-512: register-blocked, about 28 KiB of
+// stack). NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
 // in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 > SIZE_MAX ->
 // QUAROT_ERR_OVERFLOW.
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
@@ -717,7 +718,8 @@ typedef struct quarot_gptq_info {
 // QUAROT_ERR_NOT_CONVERGED; other bad arguments as for the quantizers, plus damp_ratio NaN,
 // block_size < 0, act_order not 0/1 -> QUAROT_ERR_INVALID_ARGUMENT. On any error w is untouched.
 // Memory (through env): in*(in + 130) + 4096 doubles and 25*in bytes, plus per parallel task
-// 32*(in + block + in/group) doubles and 32*in/group + in floats.
+// 32*(in + block + in/group) doubles and 32*in/group + in floats (and about 13 KiB of stack per task
+// in AVX2 / AVX-512 builds).
 // Cost: in^3/3 multiply-adds (factor: in^3/6 each for Cholesky and inverse) + out*in^2/2 (updates),
 // + 51 RTN per group with clip_search.
 QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int64_t stride,
@@ -6206,6 +6208,7 @@ typedef struct quarot__qspec {
     double kmin, kmax;    // code range before the shift: symmetric [-2^(b-1), 2^(b-1)-1], asymmetric [0, 2^b-1]
     double half;          // 2^(b-1): asymmetric codes are stored as q - half
     int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
+    int wide;             // 1: the isa is AVX-512 (GPTQ's blocked updates then use 512-bit vectors)
 } quarot__qspec;
 
 // Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 (also serving AVX-512
@@ -6238,6 +6241,11 @@ static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols
     if (d) dd = *d; else memset(&dd, 0, sizeof dd);
     if ((res = quarot__isa_resolve(dd.isa, &isa)) != QUAROT_OK) return res;   // out of range / not compiled in
     sp->kern = quarot__qkernel(isa);
+#if defined(QUAROT__HAVE_AVX512)
+    sp->wide = isa == QUAROT_ISA_AVX512;
+#else
+    sp->wide = 0;
+#endif
     b = dd.bits == 0 ? 4 : dd.bits;
     if (b < 2 || b > 8) return QUAROT_ERR_INVALID_ARGUMENT;
     if (dd.asymmetric != 0 && dd.asymmetric != 1) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -6686,6 +6694,9 @@ QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_
 // _ref and SSE2 / AVX2 / NEON versions. Every output element gets the same multiplications and additions
 // in the same order in every version (no FMA contraction), so all give identical bits; the kernel
 // follows the quant desc's isa (tests compare them). Subtractions pass -c: y + (-c)*p == y - c*p.
+// AVX2 / AVX-512 builds run the O(n^3) and O(out*in^2) parts through register-blocked kernels of the
+// same chains (quarot__gptq_rankk_f64, quarot__gptq_hessk_f64 below): a row of w or h stays in
+// registers over many k while each loaded vector of the other operand serves 4 or 8 rows.
 //   axpy:  y[j] += c*p[j]
 //   axpy4: y[j] = y[j] + c0*p0[j] + c1*p1[j] + c2*p2[j] + c3*p3[j]   (left to right)
 //   hess8: h[j] += a0*f64(x0[j]) + a1*f64(x1[j]) + ... + a7*f64(x7[j])  (the sum first, left to right)
@@ -6856,6 +6867,290 @@ static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, c
     quarot__gptq_hess8_f64_ref(h, x, a, n);
 }
 
+// Blocked rank-k update in order (GPTQ's lazy column updates and the factorization's trailing
+// updates):  w[t][j] = w[t][j] + c[t][k]*u[k][j]  for k = 0, 1, .., kn-1 in turn (t < nr, j < ncols),
+// the product and the sum each rounded (no FMA): per element the bits of kn axpy calls, or of
+// axpy4 calls (C evaluates y + c0*p0 + c1*p1 + .. left to right). Rows of u are ldu apart (negative:
+// k walks u's rows backwards), rows of c ldc apart. The AVX2 / AVX-512 versions hold RR rows x 3
+// vectors of w in registers over the whole k loop, so every vector of u they load serves RR rows
+// (the per-row axpy4 passes streamed u once per row: GPTQ's tile of 32 rows read the block's rows of
+// U 32 times from L3 or DRAM, and the factorization's rows read the packed panel once per row).
+static void quarot__gptq_rankk_f64_ref(double* w, int64_t ldw, int64_t nr, const double* c, int64_t ldc,
+                                       const double* u, int64_t ldu, int64_t kn, int64_t ncols) {
+    int64_t t, j, k;
+    for (t = 0; t < nr; ++t)
+        for (j = 0; j < ncols; ++j) {
+            double acc = w[t * ldw + j];
+            for (k = 0; k < kn; ++k) acc = acc + c[t * ldc + k] * u[k * ldu + j];
+            w[t * ldw + j] = acc;
+        }
+}
+
+#define QUAROT__RK_ROWS4(X) X(0) X(1) X(2) X(3)
+#define QUAROT__RK_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define QUAROT__RK_DECL(r) QUAROT__RV a##r##0, a##r##1, a##r##2;
+#define QUAROT__RK_LD(r)                                                                               \
+    a##r##0 = QUAROT__RLD(wt + (r) * ldw); a##r##1 = QUAROT__RLD(wt + (r) * ldw + QUAROT__RW);         \
+    a##r##2 = QUAROT__RLD(wt + (r) * ldw + 2 * QUAROT__RW);
+#define QUAROT__RK_UP(r)                                                                               \
+    cv = QUAROT__RSET1(ct[(r) * ldc + k]);                                                             \
+    a##r##0 = QUAROT__RADD(a##r##0, QUAROT__RMUL(cv, u0)); a##r##1 = QUAROT__RADD(a##r##1, QUAROT__RMUL(cv, u1)); \
+    a##r##2 = QUAROT__RADD(a##r##2, QUAROT__RMUL(cv, u2));
+#define QUAROT__RK_ST(r)                                                                               \
+    QUAROT__RST(wt + (r) * ldw, a##r##0); QUAROT__RST(wt + (r) * ldw + QUAROT__RW, a##r##1);           \
+    QUAROT__RST(wt + (r) * ldw + 2 * QUAROT__RW, a##r##2);
+// Per segment of at most KS k (w is stored and reloaded between segments, exactly, as doubles) and
+// group of 3 vectors of columns, the groups in turn (so each row of u is read front to back, a stream
+// the hardware prefetchers follow): with more rows than one pass takes, the segment's rows of u are first
+// copied into a dense buffer (u's rows are usually a whole matrix row apart: every k would touch new
+// cache lines and pages); then RR rows at a time, and the rows left over one at a time. The columns left
+// over run one vector at a time, then scalar, with the same chain per element.
+#define QUAROT__RK_KS 64
+// The next column group's three lines of a row of u, into L2 while this group computes (the next
+// group packs the same rows; with rows a matrix row apart no hardware prefetcher sees that stream).
+#define QUAROT__RK_PF(p)                                                                               \
+    _mm_prefetch((const char*)(p), _MM_HINT_T1); _mm_prefetch((const char*)((p) + 8), _MM_HINT_T1);    \
+    _mm_prefetch((const char*)((p) + 16), _MM_HINT_T1);
+#define QUAROT__RK_PASS(NROWS, DECL, LD, UP, ST)                                                       \
+    for (; t + NROWS <= nr; t += NROWS) {                                                              \
+        double* wt = w + t * ldw + j;                                                                  \
+        const double* ct = c + t * ldc + k0;                                                           \
+        QUAROT__RV u0, u1, u2, cv;                                                                     \
+        DECL                                                                                           \
+        LD                                                                                             \
+        for (k = 0; k < ks; ++k) {                                                                     \
+            const double* uk = up + k * ldp;                                                           \
+            u0 = QUAROT__RLD(uk); u1 = QUAROT__RLD(uk + W); u2 = QUAROT__RLD(uk + 2 * W);              \
+            UP                                                                                         \
+        }                                                                                              \
+        ST                                                                                             \
+    }
+#define QUAROT__RANKK_DEFINE(NAME, ROWS, RR)                                                           \
+static void NAME(double* w, int64_t ldw, int64_t nr, const double* c, int64_t ldc, const double* u,    \
+                 int64_t ldu, int64_t kn, int64_t ncols) {                                             \
+    const int64_t W = QUAROT__RW;                                                                      \
+    double buf[QUAROT__RK_KS * 3 * QUAROT__RW];                                                        \
+    const int64_t nj = ncols / (3 * W) * (3 * W);                                                      \
+    int64_t j, t, k, k0, ks, ldp;                                                                      \
+    for (k0 = 0; k0 < kn; k0 += ks) {                                                                  \
+        ks = kn - k0 < QUAROT__RK_KS ? kn - k0 : QUAROT__RK_KS;                                        \
+        for (j = 0; j < nj; j += 3 * W) {                                                              \
+            const double* up = u + k0 * ldu + j;                                                       \
+            ldp = ldu;                                                                                 \
+            if (nr > RR) {                                                                             \
+                for (k = 0; k < ks; ++k) {                                                             \
+                    const double* uk = up + k * ldu;                                                   \
+                    QUAROT__RK_PF(uk + 3 * W)                                                          \
+                    QUAROT__RST(buf + k * 3 * W, QUAROT__RLD(uk));                                     \
+                    QUAROT__RST(buf + k * 3 * W + W, QUAROT__RLD(uk + W));                             \
+                    QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RLD(uk + 2 * W));                     \
+                }                                                                                      \
+                up = buf;                                                                              \
+                ldp = 3 * W;                                                                           \
+            }                                                                                          \
+            t = 0;                                                                                     \
+            QUAROT__RK_PASS(RR, ROWS(QUAROT__RK_DECL), ROWS(QUAROT__RK_LD), ROWS(QUAROT__RK_UP),       \
+                            ROWS(QUAROT__RK_ST))                                                       \
+            QUAROT__RK_PASS(1, QUAROT__RK_DECL(0), QUAROT__RK_LD(0), QUAROT__RK_UP(0), QUAROT__RK_ST(0)) \
+        }                                                                                              \
+    }                                                                                                  \
+    for (j = nj; j + W <= ncols; j += W)                                                               \
+        for (t = 0; t < nr; ++t) {                                                                     \
+            QUAROT__RV acc = QUAROT__RLD(w + t * ldw + j);                                             \
+            for (k = 0; k < kn; ++k)                                                                   \
+                acc = QUAROT__RADD(acc, QUAROT__RMUL(QUAROT__RSET1(c[t * ldc + k]),                    \
+                                                     QUAROT__RLD(u + k * ldu + j)));                   \
+            QUAROT__RST(w + t * ldw + j, acc);                                                         \
+        }                                                                                              \
+    if (j < ncols) quarot__gptq_rankk_f64_ref(w + j, ldw, nr, c, ldc, u + j, ldu, kn, ncols - j);      \
+}
+
+#if defined(QUAROT__HAVE_AVX2)
+// Blocked Hessian update (AVX2 / AVX-512 builds): for nr rows t of h and ncols columns j, and the kn
+// rows of x (kn a multiple of 8) in chunks of 8, h[t][j] = h[t][j] + (a[t][r]*x[r][j] + .. +
+// a[t][r+7]*x[r+7][j]) (the chunk's sum first, left to right, each product and sum rounded): the
+// order of hess8 chunk after chunk. a[t][r] = 2 x[r][i_t] is given ([nr][lda]); each call converts its
+// group of 3 vectors of x's columns to double once into a dense buffer, then keeps RR rows x 3 vectors
+// of h in registers over all kn rows (hess8 reloaded and stored every h element once per chunk of 8).
+static void quarot__gptq_hessk_f64_ref(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
+                                       const float* x, int64_t ldx, int64_t kn, int64_t ncols) {
+    int64_t t, j, r, q;
+    for (t = 0; t < nr; ++t)
+        for (j = 0; j < ncols; ++j) {
+            double acc = h[t * ldh + j];
+            for (r = 0; r + 8 <= kn; r += 8) {
+                double s = a[t * lda + r] * (double)x[r * ldx + j];
+                for (q = 1; q < 8; ++q) s = s + a[t * lda + r + q] * (double)x[(r + q) * ldx + j];
+                acc = acc + s;
+            }
+            h[t * ldh + j] = acc;
+        }
+}
+#define QUAROT__HK_KS 64
+#define QUAROT__HK_S(r)                                                                                \
+    { const double* ar = a + (t + (r)) * lda + ka;                                                     \
+      QUAROT__RV s0, s1, s2, cv = QUAROT__RSET1(ar[0]);                                                \
+      s0 = QUAROT__RMUL(cv, QUAROT__RLD(xb)); s1 = QUAROT__RMUL(cv, QUAROT__RLD(xb + W));              \
+      s2 = QUAROT__RMUL(cv, QUAROT__RLD(xb + 2 * W));                                                  \
+      for (q = 1; q < 8; ++q) {                                                                        \
+          cv = QUAROT__RSET1(ar[q]);                                                                   \
+          s0 = QUAROT__RADD(s0, QUAROT__RMUL(cv, QUAROT__RLD(xb + q * 3 * W)));                        \
+          s1 = QUAROT__RADD(s1, QUAROT__RMUL(cv, QUAROT__RLD(xb + q * 3 * W + W)));                    \
+          s2 = QUAROT__RADD(s2, QUAROT__RMUL(cv, QUAROT__RLD(xb + q * 3 * W + 2 * W)));                \
+      }                                                                                                \
+      a##r##0 = QUAROT__RADD(a##r##0, s0); a##r##1 = QUAROT__RADD(a##r##1, s1);                        \
+      a##r##2 = QUAROT__RADD(a##r##2, s2); }
+#define QUAROT__HESSK_DEFINE(NAME, ROWS, RR)                                                           \
+static void NAME(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda, const float* x,     \
+                 int64_t ldx, int64_t kn, int64_t ncols) {                                             \
+    const int64_t W = QUAROT__RW;                                                                      \
+    double buf[QUAROT__HK_KS * 3 * QUAROT__RW];                                                        \
+    const int64_t ldw = ldh;                                                                           \
+    int64_t j = 0, t, k, k0, ks, q;                                                                    \
+    for (; j + 3 * W <= ncols; j += 3 * W) {                                                           \
+        for (k0 = 0; k0 < kn; k0 += ks) {                                                              \
+            ks = kn - k0 < QUAROT__HK_KS ? kn - k0 : QUAROT__HK_KS;                                    \
+            for (k = 0; k < ks; ++k) {                                                                 \
+                const float* xk = x + (k0 + k) * ldx + j;                                              \
+                QUAROT__RST(buf + k * 3 * W, QUAROT__RCVT(xk));                                        \
+                QUAROT__RST(buf + k * 3 * W + W, QUAROT__RCVT(xk + W));                                \
+                QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RCVT(xk + 2 * W));                        \
+            }                                                                                          \
+            for (t = 0; t + RR <= nr; t += RR) {                                                       \
+                double* wt = h + t * ldh + j;                                                          \
+                ROWS(QUAROT__RK_DECL)                                                                  \
+                ROWS(QUAROT__RK_LD)                                                                    \
+                for (k = 0; k < ks; k += 8) {                                                          \
+                    const double* xb = buf + k * 3 * W;                                                \
+                    const int64_t ka = k0 + k;                                                         \
+                    ROWS(QUAROT__HK_S)                                                                 \
+                }                                                                                      \
+                ROWS(QUAROT__RK_ST)                                                                    \
+            }                                                                                          \
+            for (; t < nr; ++t) {                                                                      \
+                double* wt = h + t * ldh + j;                                                          \
+                QUAROT__RK_DECL(0)                                                                     \
+                QUAROT__RK_LD(0)                                                                       \
+                for (k = 0; k < ks; k += 8) {                                                          \
+                    const double* xb = buf + k * 3 * W;                                                \
+                    const int64_t ka = k0 + k;                                                         \
+                    QUAROT__HK_S(0)                                                                    \
+                }                                                                                      \
+                QUAROT__RK_ST(0)                                                                       \
+            }                                                                                          \
+        }                                                                                              \
+    }                                                                                                  \
+    for (; j + W <= ncols; j += W)                                                                     \
+        for (t = 0; t < nr; ++t) {                                                                     \
+            QUAROT__RV acc = QUAROT__RLD(h + t * ldh + j);                                             \
+            for (k = 0; k < kn; k += 8) {                                                              \
+                const double* ar = a + t * lda + k;                                                    \
+                QUAROT__RV s0 = QUAROT__RMUL(QUAROT__RSET1(ar[0]), QUAROT__RCVT(x + k * ldx + j));     \
+                for (q = 1; q < 8; ++q)                                                                \
+                    s0 = QUAROT__RADD(s0, QUAROT__RMUL(QUAROT__RSET1(ar[q]), QUAROT__RCVT(x + (k + q) * ldx + j))); \
+                acc = QUAROT__RADD(acc, s0);                                                           \
+            }                                                                                          \
+            QUAROT__RST(h + t * ldh + j, acc);                                                         \
+        }                                                                                              \
+    if (j < ncols) quarot__gptq_hessk_f64_ref(h + j, ldh, nr, a, lda, x + j, ldx, kn, ncols - j);      \
+}
+
+#endif
+
+#if defined(QUAROT__HAVE_AVX2)
+#define QUAROT__RV __m256d
+#define QUAROT__RW 4
+#define QUAROT__RLD(p) _mm256_loadu_pd(p)
+#define QUAROT__RST(p, v) _mm256_storeu_pd(p, v)
+#define QUAROT__RSET1(x) _mm256_set1_pd(x)
+#define QUAROT__RADD(x, y) _mm256_add_pd(x, y)
+#define QUAROT__RMUL(x, y) _mm256_mul_pd(x, y)
+#define QUAROT__RCVT(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx2, QUAROT__RK_ROWS4, 4)   // 12 + 3 + 1 of 16 ymm
+QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx2, QUAROT__RK_ROWS4, 4)
+#undef QUAROT__RCVT
+#undef QUAROT__RV
+#undef QUAROT__RW
+#undef QUAROT__RLD
+#undef QUAROT__RST
+#undef QUAROT__RSET1
+#undef QUAROT__RADD
+#undef QUAROT__RMUL
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+#define QUAROT__RV __m512d
+#define QUAROT__RW 8
+#define QUAROT__RLD(p) _mm512_loadu_pd(p)
+#define QUAROT__RST(p, v) _mm512_storeu_pd(p, v)
+#define QUAROT__RSET1(x) _mm512_set1_pd(x)
+#define QUAROT__RADD(x, y) _mm512_add_pd(x, y)
+#define QUAROT__RMUL(x, y) _mm512_mul_pd(x, y)
+// (the zero-masked form with every lane set is the plain conversion; g++ -O1 flags the plain
+// intrinsic's _mm512_undefined_pd() as maybe-uninitialized)
+#define QUAROT__RCVT(p) _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(p))
+QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx512, QUAROT__RK_ROWS8, 8)   // 24 + 3 + 1 of 32 zmm
+QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx512, QUAROT__RK_ROWS8, 8)
+#undef QUAROT__RCVT
+#undef QUAROT__RV
+#undef QUAROT__RW
+#undef QUAROT__RLD
+#undef QUAROT__RST
+#undef QUAROT__RSET1
+#undef QUAROT__RADD
+#undef QUAROT__RMUL
+#endif
+
+// The rank-k update with the quant kernel's ISA (wide: AVX-512); the scalar kernel is the _ref loop,
+// SSE2 and NEON run it row by row, four k per axpy4 pass (the same bits).
+static void quarot__gptq_rankk_f64(int kern, int wide, double* w, int64_t ldw, int64_t nr, const double* c,
+                                   int64_t ldc, const double* u, int64_t ldu, int64_t kn, int64_t ncols) {
+    int64_t t, k, l;
+    if (nr <= 0 || kn <= 0 || ncols <= 0) return;
+#if defined(QUAROT__HAVE_AVX512)
+    if (kern == QUAROT__QK_AVX2 && wide) {
+        quarot__gptq_rankk_f64_avx512(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
+        return;
+    }
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) {
+        quarot__gptq_rankk_f64_avx2(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
+        return;
+    }
+#endif
+    (void)wide;
+    if (kern == QUAROT__QK_REF) {
+        quarot__gptq_rankk_f64_ref(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
+        return;
+    }
+    for (t = 0; t < nr; ++t) {
+        double* wr = w + t * ldw;
+        const double* ct = c + t * ldc;
+        for (k = 0; k + 4 <= kn; k += 4) {
+            const double* p[4];
+            for (l = 0; l < 4; ++l) p[l] = u + (k + l) * ldu;
+            quarot__gptq_axpy4_f64(kern, wr, p, ct + k, ncols);
+        }
+        for (; k < kn; ++k) quarot__gptq_axpy_f64(kern, wr, u + k * ldu, ct[k], ncols);
+    }
+}
+
+#if defined(QUAROT__HAVE_AVX2)
+// The blocked Hessian update: AVX-512 where compiled in (quarot_hessian_accumulate_f64 takes the best
+// ISA), else AVX2; the same bits either way.
+static void quarot__gptq_hessk_f64(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda, const float* x,
+                                   int64_t ldx, int64_t kn, int64_t ncols) {
+    if (nr <= 0 || kn <= 0 || ncols <= 0) return;
+#if defined(QUAROT__HAVE_AVX512)
+    if (quarot_isa_best() == QUAROT_ISA_AVX512) {
+        quarot__gptq_hessk_f64_avx512(h, ldh, nr, a, lda, x, ldx, kn, ncols);
+        return;
+    }
+#endif
+    quarot__gptq_hessk_f64_avx2(h, ldh, nr, a, lda, x, ldx, kn, ncols);
+}
+#endif
+
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride) {
     int64_t r, r0, i, j, k, i0;
@@ -6873,7 +7168,30 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     for (r = 0; r < rows; ++r)
         if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
-    // then the rows % 8 left, one by one. Per element of h that is the documented order.
+    // then the rows % 8 left, one by one. Per element of h that is the documented order. AVX2 /
+    // AVX-512: segments of 32 rows against tiles of 32 rows of h through the blocked kernel (the same
+    // chunks in the same order): the columns right of the tile for all its rows at once, then each
+    // row's part of the tile's own triangle.
+#if defined(QUAROT__HAVE_AVX2)
+    if (kern == QUAROT__QK_AVX2) {
+        double ab[32 * QUAROT__HK_KS];
+        const int64_t r8 = rows / 8 * 8;
+        for (r0 = 0; r0 < r8; r0 += QUAROT__HK_KS) {
+            const int64_t rs = r8 - r0 < QUAROT__HK_KS ? r8 - r0 : QUAROT__HK_KS;
+            const float* xs = x + r0 * stride;
+            for (i0 = 0; i0 < in; i0 += 32) {
+                const int64_t nr = in - i0 < 32 ? in - i0 : 32;
+                for (i = 0; i < nr; ++i)
+                    for (r = 0; r < rs; ++r) ab[i * QUAROT__HK_KS + r] = 2.0 * (double)xs[r * stride + i0 + i];
+                quarot__gptq_hessk_f64(h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
+                                       in - i0 - nr);
+                for (i = 0; i < nr; ++i)
+                    quarot__gptq_hessk_f64(h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS, QUAROT__HK_KS,
+                                           xs + i0 + i, stride, rs, nr - i);
+            }
+        }
+    } else
+#endif
     for (r0 = 0; r0 + 8 <= rows; r0 += 256) {
         const int64_t r1 = r0 + 256 < rows / 8 * 8 ? r0 + 256 : rows / 8 * 8;
         for (i0 = 0; i0 < in; i0 += 16) {
@@ -6919,7 +7237,7 @@ typedef struct quarot__gptq_chol_job {
     double* s;             // [NB][n]: inverse: S = V[block][rest] * U[rest][rest]
     const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
     int64_t n_tasks;
-    int kern;              // element-wise helper kernel
+    int kern, wide;        // element-wise helper kernel; wide: AVX-512 for the blocked updates
 } quarot__gptq_chol_job;
 
 // Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
@@ -6937,64 +7255,73 @@ static void quarot__gptq_chol_panel_task(void* arg, int64_t t) {
             c = r[j];
             quarot__gptq_axpy_f64(jb->kern, r, dj, -c, j);
         }
-        for (j = 0; j < b; ++j) jb->pk[j * n + i] = r[j];
+        for (j = 0; j < b; ++j) {
+            jb->pk[j * n + i] = r[j];
+            jb->s[i * QUAROT__GPTQ_NB + (b - 1 - j)] = -r[j];   // the update's coefficients, k descending
+        }
     }
 }
 
 // Cholesky, trailing update of A[0:b0][0:b0] (upper) by the block's columns, chunk t of the columns:
-// A_il -= V_i,k V_l,k for k descending, four k per pass (C's left-to-right evaluation keeps the order).
+// A_il = A_il + (-V_i,k) V_l,k for k descending (the packed rows of pk walked backwards, the
+// coefficients -V_i,k reversed by the panel task into s). Rows 0..la share the chunk's columns and run
+// as blocked updates of 32 rows (a block's rows of the chunk stay in L2 while its column groups
+// pass; one call over all rows walked a column strip of every row, a miss per row and group); the
+// rows after la start at their diagonal.
 static void quarot__gptq_chol_syrk_task(void* arg, int64_t t) {
     const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
     const int64_t n = jb->n, b0 = jb->b0, b = jb->b1 - jb->b0;
     const int64_t la = t * QUAROT__GPTQ_CW, lb = la + QUAROT__GPTQ_CW < b0 ? la + QUAROT__GPTQ_CW : b0;
-    int64_t i, k, l;
-    for (i = 0; i < lb; ++i) {
-        double* ai = jb->a + i * n;
-        const double* ci = ai + b0;                    // V_i,b0+k
-        const int64_t l0 = i > la ? i : la;
-        if (l0 >= lb) continue;
-        for (k = b - 1; k >= 3; k -= 4) {
-            const double* p[4];
-            double c[4];
-            for (l = 0; l < 4; ++l) { p[l] = jb->pk + (k - l) * n + l0; c[l] = -ci[k - l]; }
-            quarot__gptq_axpy4_f64(jb->kern, ai + l0, p, c, lb - l0);
-        }
-        for (; k >= 0; --k) quarot__gptq_axpy_f64(jb->kern, ai + l0, jb->pk + k * n + l0, -ci[k], lb - l0);
-    }
+    const int64_t nrect = la + 1 < lb ? la + 1 : lb;
+    const double* u = jb->pk + (b - 1) * n;        // row k = b-1-kk of the panel at u - kk*n
+    int64_t i;
+    for (i = 0; i < nrect; i += 32)
+        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->a + i * n + la, n, nrect - i < 32 ? nrect - i : 32,
+                               jb->s + i * QUAROT__GPTQ_NB, QUAROT__GPTQ_NB, u + la, -n, b, lb - la);
+    for (i = nrect; i < lb; ++i)
+        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->a + i * n + i, n, 1, jb->s + i * QUAROT__GPTQ_NB,
+                               QUAROT__GPTQ_NB, u + i, -n, b, lb - i);
 }
 
 // Inverse, rows of the block times the rest, chunk t of the columns j >= b1:
 //   S[k][j] = sum_{m=b1..j} V[b0+k][m] U[m][j]  (m ascending),  U[b0+i][j] = -sum_{k>=i} Ublk[i][k] S[k][j].
+// S in groups of 24 columns [j0, j1): the m below j0 in one blocked update of all b rows, then the
+// group's own triangle one m at a time (each element still sums m in ascending order).
 static void quarot__gptq_inv_task(void* arg, int64_t t) {
     const quarot__gptq_chol_job* jb = (const quarot__gptq_chol_job*)arg;
     const int64_t n = jb->n, b0 = jb->b0, b1 = jb->b1, b = b1 - b0;
     const int64_t ja = b1 + t * QUAROT__GPTQ_CW, jz = ja + QUAROT__GPTQ_CW < n ? ja + QUAROT__GPTQ_CW : n;
-    int64_t i, j, k, m;
+    double cn[QUAROT__GPTQ_NB];
+    int64_t i, j, k, m, j0, j1;
     for (k = 0; k < b; ++k)
         for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
-    for (m = b1; m < jz; ++m) {
-        const double* um = jb->a + m * n;
-        const int64_t j0 = m > ja ? m : ja;
-        for (k = 0; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, jb->s + k * n + j0, um + j0, jb->pk[k * n + m], jz - j0);
+    for (j0 = ja; j0 < jz; j0 = j1) {
+        j1 = j0 + 24 < jz ? j0 + 24 : jz;
+        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->s + j0, n, b, jb->pk + b1, n, jb->a + b1 * n + j0, n, j0 - b1,
+                               j1 - j0);
+        for (m = j0; m < j1; ++m)
+            quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->s + m, n, b, jb->pk + m, n, jb->a + m * n + m, n, 1, j1 - m);
     }
     for (i = 0; i < b; ++i) {
         double* ui = jb->a + (b0 + i) * n;
         const double* di = jb->d + i * QUAROT__GPTQ_NB;
         for (j = ja; j < jz; ++j) ui[j] = 0.0;
-        for (k = i; k < b; ++k) quarot__gptq_axpy_f64(jb->kern, ui + ja, jb->s + k * n + ja, -di[k], jz - ja);
+        for (k = i; k < b; ++k) cn[k - i] = -di[k];
+        quarot__gptq_rankk_f64(jb->kern, jb->wide, ui + ja, n, 1, cn, QUAROT__GPTQ_NB, jb->s + i * n + ja, n, b - i,
+                               jz - ja);
     }
 }
 
 // Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
 // diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
 static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, int kern,
-                                   const quarot_env* env) {
+                                   int wide, const quarot_env* env) {
     const double tol = (double)n * 2.220446049250313e-16;
     quarot__gptq_chol_job jb;
     double* d = work + 2 * QUAROT__GPTQ_NB * n;
     int64_t b0, b1, i, j, k, threads;
     threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
-    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern; jb.wide = wide;
     for (b1 = n; b1 > 0; b1 = b0) {
         b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
         for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
@@ -7087,7 +7414,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
     float* ps = (float*)(void*)(pz + T * G);       // [nr][G]
     float* fb = ps + T * G;                        // [in]
     double loss = 0.0;
-    int64_t t, i, j, k, g, b1, b2;
+    int64_t t, i, g, b1, b2;
     // Load the tile's rows in processing order (dead columns as 0) and, unless groups are dynamic,
     // fit every group's parameters now from the original weights in natural order.
     for (t = 0; t < nr; ++t) {
@@ -7131,24 +7458,17 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 loss += 0.5 * e * e;
                 jb->w[(r0 + t) * jb->stride + c] = fq;
                 if (jb->q) jb->q[(r0 + t) * in + c] = (int8_t)(kq + (sp->asym ? (int32_t)(z - sp->half) : 0));
-                err[t * B + (i - b1)] = e;
-                quarot__gptq_axpy_f64(sp->kern, wr + i + 1, ui + i + 1, -e, b2 - i - 1);
+                err[t * B + (i - b1)] = -e;
             }
+            // w_j = w_j + (-e) U_ij for the block's later columns, all rows at once
+            quarot__gptq_rankk_f64(sp->kern, sp->wide, wt + i + 1, in, nr, err + (i - b1), B, ui + i + 1, in, 1,
+                                   b2 - i - 1);
         }
         if (b2 == in) break;
-        // Lazy update of the later columns: w_j -= sum_k e_k U_kj, k ascending. Four k per pass;
-        // C evaluates w - a - b - c - d left to right, so the bits equal one k at a time.
-        for (t = 0; t < nr; ++t) {
-            double* wr = wt + t * in;
-            const double* et = err + t * B;
-            for (k = b1; k + 4 <= b2; k += 4) {
-                const double* p[4];
-                double c[4];
-                for (j = 0; j < 4; ++j) { p[j] = jb->u + (k + j) * in + b2; c[j] = -et[k + j - b1]; }
-                quarot__gptq_axpy4_f64(sp->kern, wr + b2, p, c, in - b2);
-            }
-            for (; k < b2; ++k) quarot__gptq_axpy_f64(sp->kern, wr + b2, jb->u + k * in + b2, -et[k - b1], in - b2);
-        }
+        // Lazy update of the later columns: w_j = w_j + (-e_k) U_kj, k ascending, for all the tile's
+        // rows at once (the bits of one k at a time).
+        quarot__gptq_rankk_f64(sp->kern, sp->wide, wt + b2, in, nr, err, B, jb->u + b1 * in + b2, in, b2 - b1,
+                               in - b2);
     }
     // Parameters out in the integer layout of quarot_quantize_f32 (zero points shifted by 2^(b-1)).
     for (t = 0; t < nr; ++t)
@@ -7265,7 +7585,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     }
     if (info) info->damp = damp;
     // U (upper, processing order) in place of the damped H; a failed pivot leaves w untouched.
-    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, env);
+    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, jb.sp.wide, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
         quarot_env_free(env, mem);

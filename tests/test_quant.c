@@ -531,6 +531,51 @@ static void test_metrics(void) {
 
 /* ---------------------------------------------------------------- Hessian and GPTQ */
 
+/* The documented order of quarot_hessian_accumulate_f64, written out: chunks of 8 rows, each chunk's
+   sum first (left to right), then the rows % 8 left one at a time; upper triangle, then mirrored. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+static void ref_hessian(double* h, int in, const float* x, int rows, int stride) {
+    int r, i, j, q;
+    for (r = 0; r + 8 <= rows; r += 8)
+        for (i = 0; i < in; ++i)
+            for (j = i; j < in; ++j) {
+                double s = 2.0 * (double)x[r * stride + i] * (double)x[r * stride + j];
+                for (q = 1; q < 8; ++q) s = s + 2.0 * (double)x[(r + q) * stride + i] * (double)x[(r + q) * stride + j];
+                h[i * in + j] = h[i * in + j] + s;
+            }
+    for (r = rows / 8 * 8; r < rows; ++r)
+        for (i = 0; i < in; ++i)
+            for (j = i; j < in; ++j) h[i * in + j] += 2.0 * (double)x[r * stride + i] * (double)x[r * stride + j];
+    for (i = 0; i < in; ++i)
+        for (j = i + 1; j < in; ++j) h[j * in + i] = h[i * in + j];
+}
+
+/* The blocked kernels (tiles of 32 rows of h, segments of 64 rows of x, groups of 3 vectors of
+   columns, then single vectors and scalars) give the bits of the documented order: sizes that leave
+   every kind of remainder, in two calls (h accumulates). */
+static void test_hessian_blocked_bits(void) {
+    static const int sizes[][3] = {{77, 150, 80}, {100, 203, 100}, {33, 9, 41}};
+    int c;
+    for (c = 0; c < 3; ++c) {
+        const int in = sizes[c][0], rows = sizes[c][1], stride = sizes[c][2];
+        float* x = (float*)malloc(sizeof(float) * (size_t)(rows * stride));
+        double* h = (double*)calloc((size_t)(in * in), sizeof(double));
+        double* hr = (double*)calloc((size_t)(in * in), sizeof(double));
+        qt_seed(11 + c);
+        fill_normal(x, rows * stride, 1.0);
+        QT_OK(quarot_hessian_accumulate_f64(h, in, x, rows, stride));
+        QT_OK(quarot_hessian_accumulate_f64(h, in, x, rows - 1, stride));
+        ref_hessian(hr, in, x, rows, stride);
+        ref_hessian(hr, in, x, rows - 1, stride);
+        QT_CHECKF(memcmp(h, hr, sizeof(double) * (size_t)(in * in)) == 0, "in %d rows %d", in, rows);
+        free(x);
+        free(h);
+        free(hr);
+    }
+}
+
 static void test_hessian_accumulate(void) {
     const int in = 19, rows = 21, stride = 23;
     float x[21 * 23];
@@ -1031,6 +1076,7 @@ int main(void) {
     QT_RUN(test_bad_arguments);
     QT_RUN(test_metrics);
     QT_RUN(test_hessian_accumulate);
+    QT_RUN(test_hessian_blocked_bits);
     QT_RUN(test_gptq_beats_rtn);
     QT_RUN(test_gptq_matches_reference);
     QT_RUN(test_gptq_identity_is_rtn);
