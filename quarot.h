@@ -7136,17 +7136,18 @@ static void quarot__gptq_rankk_f64(int kern, int wide, double* w, int64_t ldw, i
 }
 
 #if defined(QUAROT__HAVE_AVX2)
-// The blocked Hessian update: AVX-512 where compiled in (quarot_hessian_accumulate_f64 takes the best
-// ISA), else AVX2; the same bits either way.
-static void quarot__gptq_hessk_f64(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda, const float* x,
-                                   int64_t ldx, int64_t kn, int64_t ncols) {
+// The blocked Hessian update: AVX-512 when wide (quarot_hessian_accumulate_f64 takes the best ISA),
+// else AVX2; the same bits either way.
+static void quarot__gptq_hessk_f64(int wide, double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
+                                   const float* x, int64_t ldx, int64_t kn, int64_t ncols) {
     if (nr <= 0 || kn <= 0 || ncols <= 0) return;
 #if defined(QUAROT__HAVE_AVX512)
-    if (quarot_isa_best() == QUAROT_ISA_AVX512) {
+    if (wide) {
         quarot__gptq_hessk_f64_avx512(h, ldh, nr, a, lda, x, ldx, kn, ncols);
         return;
     }
 #endif
+    (void)wide;
     quarot__gptq_hessk_f64_avx2(h, ldh, nr, a, lda, x, ldx, kn, ncols);
 }
 #endif
@@ -7169,13 +7170,14 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
         if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
     // then the rows % 8 left, one by one. Per element of h that is the documented order. AVX2 /
-    // AVX-512: segments of 32 rows against tiles of 32 rows of h through the blocked kernel (the same
-    // chunks in the same order): the columns right of the tile for all its rows at once, then each
-    // row's part of the tile's own triangle.
+    // AVX-512: segments of QUAROT__HK_KS rows against tiles of 32 rows of h through the blocked
+    // kernel (the same chunks in the same order): the columns right of the tile for all its rows at
+    // once, then each row's part of the tile's own triangle.
 #if defined(QUAROT__HAVE_AVX2)
     if (kern == QUAROT__QK_AVX2) {
         double ab[32 * QUAROT__HK_KS];
         const int64_t r8 = rows / 8 * 8;
+        const int wide = quarot_isa_best() == QUAROT_ISA_AVX512;
         for (r0 = 0; r0 < r8; r0 += QUAROT__HK_KS) {
             const int64_t rs = r8 - r0 < QUAROT__HK_KS ? r8 - r0 : QUAROT__HK_KS;
             const float* xs = x + r0 * stride;
@@ -7183,10 +7185,10 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
                 const int64_t nr = in - i0 < 32 ? in - i0 : 32;
                 for (i = 0; i < nr; ++i)
                     for (r = 0; r < rs; ++r) ab[i * QUAROT__HK_KS + r] = 2.0 * (double)xs[r * stride + i0 + i];
-                quarot__gptq_hessk_f64(h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
+                quarot__gptq_hessk_f64(wide, h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
                                        in - i0 - nr);
                 for (i = 0; i < nr; ++i)
-                    quarot__gptq_hessk_f64(h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS, QUAROT__HK_KS,
+                    quarot__gptq_hessk_f64(wide, h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS, QUAROT__HK_KS,
                                            xs + i0 + i, stride, rs, nr - i);
             }
         }
