@@ -7057,48 +7057,49 @@ static void NAME(double* h, int64_t ldh, int64_t nr, const double* a, int64_t ld
 
 #endif
 
+// The vector operations of both instantiations, named from QUAROT__RPFX (_mm256_ or _mm512_).
+#define QUAROT__RCAT2(a, b) a##b
+#define QUAROT__RCAT(a, b) QUAROT__RCAT2(a, b)
+#define QUAROT__ROP(op) QUAROT__RCAT(QUAROT__RPFX, op)
+#define QUAROT__RLD(p) QUAROT__ROP(loadu_pd)(p)
+#define QUAROT__RST(p, v) QUAROT__ROP(storeu_pd)(p, v)
+#define QUAROT__RSET1(x) QUAROT__ROP(set1_pd)(x)
+#define QUAROT__RADD(x, y) QUAROT__ROP(add_pd)(x, y)
+#define QUAROT__RMUL(x, y) QUAROT__ROP(mul_pd)(x, y)
 #if defined(QUAROT__HAVE_AVX2)
+#define QUAROT__RPFX _mm256_
 #define QUAROT__RV __m256d
 #define QUAROT__RW 4
-#define QUAROT__RLD(p) _mm256_loadu_pd(p)
-#define QUAROT__RST(p, v) _mm256_storeu_pd(p, v)
-#define QUAROT__RSET1(x) _mm256_set1_pd(x)
-#define QUAROT__RADD(x, y) _mm256_add_pd(x, y)
-#define QUAROT__RMUL(x, y) _mm256_mul_pd(x, y)
 #define QUAROT__RCVT(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
 QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx2, QUAROT__RK_ROWS4, 4)   // 12 + 3 + 1 of 16 ymm
 QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx2, QUAROT__RK_ROWS4, 4)
-#undef QUAROT__RCVT
+#undef QUAROT__RPFX
 #undef QUAROT__RV
 #undef QUAROT__RW
-#undef QUAROT__RLD
-#undef QUAROT__RST
-#undef QUAROT__RSET1
-#undef QUAROT__RADD
-#undef QUAROT__RMUL
+#undef QUAROT__RCVT
 #endif
 #if defined(QUAROT__HAVE_AVX512)
+#define QUAROT__RPFX _mm512_
 #define QUAROT__RV __m512d
 #define QUAROT__RW 8
-#define QUAROT__RLD(p) _mm512_loadu_pd(p)
-#define QUAROT__RST(p, v) _mm512_storeu_pd(p, v)
-#define QUAROT__RSET1(x) _mm512_set1_pd(x)
-#define QUAROT__RADD(x, y) _mm512_add_pd(x, y)
-#define QUAROT__RMUL(x, y) _mm512_mul_pd(x, y)
 // (the zero-masked form with every lane set is the plain conversion; g++ -O1 flags the plain
 // intrinsic's _mm512_undefined_pd() as maybe-uninitialized)
 #define QUAROT__RCVT(p) _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(p))
 QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx512, QUAROT__RK_ROWS8, 8)   // 24 + 3 + 1 of 32 zmm
 QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx512, QUAROT__RK_ROWS8, 8)
-#undef QUAROT__RCVT
+#undef QUAROT__RPFX
 #undef QUAROT__RV
 #undef QUAROT__RW
+#undef QUAROT__RCVT
+#endif
+#undef QUAROT__RCAT2
+#undef QUAROT__RCAT
+#undef QUAROT__ROP
 #undef QUAROT__RLD
 #undef QUAROT__RST
 #undef QUAROT__RSET1
 #undef QUAROT__RADD
 #undef QUAROT__RMUL
-#endif
 
 // The rank-k update with the quant kernel's ISA (wide: AVX-512); the scalar kernel is the _ref loop,
 // SSE2 and NEON run it row by row, four k per axpy4 pass (the same bits).
