@@ -6,7 +6,8 @@
 
    Tests that need ../shared call qt_shared_path(); when the folder is absent they call QT_SKIP and
    return, so a clone without it still runs cleanly. QT_QUICK=1 in the environment asks tests to use
-   smaller sizes (qemu and sanitizer runs); qt_quick() reads it. */
+   smaller sizes (qemu and sanitizer runs); qt_quick() reads it. A test that takes a second or more
+   shows its wall time on its "ok" / "FAIL" line, so a CI log tells where the minutes go. */
 #ifndef QT_H
 #define QT_H
 
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define QT_UNUSED __attribute__((unused))
@@ -66,19 +68,29 @@ QT_UNUSED static void qt__fail(const char* file, int line, const char* fmt, ...)
 
 #define QT_RUN(fn) qt__run(#fn, fn)
 
+QT_UNUSED static double qt__now(void) {   /* seconds, monotonic */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 QT_UNUSED static void qt__run(const char* name, void (*fn)(void)) {
+    char took[32] = "";
+    double t0 = qt__now(), dt;
     qt__cur_name = name;
     qt__cur_failures = 0;
     qt__cur_skipped = 0;
     fn();
+    dt = qt__now() - t0;
+    if (dt >= 1.0) snprintf(took, sizeof took, " (%.1f s)", dt);
     if (qt__cur_failures) {
         ++qt__failed;
-        fprintf(stdout, "  FAIL %s (%d failed checks)\n", name, qt__cur_failures);
+        fprintf(stdout, "  FAIL %s (%d failed checks)%s\n", name, qt__cur_failures, took);
     } else if (qt__cur_skipped) {
         ++qt__skipped;
     } else {
         ++qt__passed;
-        fprintf(stdout, "  ok   %s\n", name);
+        fprintf(stdout, "  ok   %s%s\n", name, took);
     }
     fflush(stdout);
 }

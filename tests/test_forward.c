@@ -320,6 +320,9 @@ static void test_threads_bitexact(void) {
         int32_t toks[160];
         int64_t T = 160, V, t;
         int qz, th;
+        /* under QT_QUICK (qemu) 2 threads and the families test_stream_weights_bitexact skips there
+           (qwen2, opt): the split over threads is the same code on every ISA */
+        if (qt_quick() && fi % 2 == 0) continue;
         memset(&d, 0, sizeof d);
         d.arch = arch;
         d.seed = 8;
@@ -343,7 +346,7 @@ static void test_threads_bitexact(void) {
             QT_OK(qx_forward_init(&f, &s, &o, &e));
             QT_OK(qx_forward_window(&f, toks, T, ref, &e));
             qx_forward_free(&f);
-            for (th = 2; th <= 3; ++th) {
+            for (th = 2; th <= (qt_quick() ? 2 : 3); ++th) {
                 qx_pool* pool = qx_pool_create(th);
                 quarot_env env;
                 qx_pool_env(pool, &env);
@@ -429,9 +432,13 @@ static void test_stream_weights_bitexact(void) {
                 QT_OK(qx_forward_window(&f, toks, T, ref, &e));
                 qx_forward_free(&f);
                 for (th = 1; th <= 2; ++th) {
-                    qx_pool* pool = th > 1 ? qx_pool_create(th) : NULL;
+                    qx_pool* pool;
                     quarot_env env;
                     done_log dl;
+                    /* under qemu one clip search takes about 20 s (float emulation): there the
+                       layer-wise window with 2 threads is compared with the copy path's, once */
+                    if (qt_quick() && qz == 2 && th == 1) continue;
+                    pool = th > 1 ? qx_pool_create(th) : NULL;
                     qx_pool_env(pool, &env);
                     o.env = th > 1 ? &env : NULL;
                     o.stream_weights = 1;
@@ -457,7 +464,7 @@ static void test_stream_weights_bitexact(void) {
                     qx_forward_free(&f);
                     qx_pool_destroy(pool);
                 }
-                {   /* prefill + steps in the copy path, for the second comparison */
+                if (!(qt_quick() && qz == 2)) {   /* prefill + steps in the copy path, for the second comparison */
                     memset(&o, 0, sizeof o);
                     if (qz) { o.quant.w_bits = 4; o.quant.a_bits = 4; o.quant.k_bits = 4; o.quant.v_bits = 4; }
                     if (qz == 2) { o.quant.w_group = 32; o.quant.w_clip_search = 1; }
