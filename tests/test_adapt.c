@@ -386,7 +386,8 @@ static void test_step_is_procrustes(void) {
    and without deflation, with either polar method. h = 320 gives the inverse panels of 128, 128, 64. */
 static void test_stage1_threads(void) {
     /* QT_QUICK (qemu): h = 224 still has a partial 128-wide Gauss-Jordan panel and products well above
-       the GEMM's parallel threshold (64^3), at a third of the flops, and 2 threads only */
+       the GEMM's parallel threshold (64^3), at a third of the flops, 2 threads only, and each polar
+       method once (Newton with the deflation, Newton-Schulz without) */
     const int64_t h = qt_quick() ? 224 : 320, n = qt_quick() ? 256 : 384;
     int64_t i;
     float* x = make_acts(n, h, 23);
@@ -394,6 +395,7 @@ static void test_stage1_threads(void) {
     for (nd = 0; nd < 4; ++nd) {
         quarot_adapt_context ref;
         quarot_adapt_desc d;
+        if (qt_quick() && (nd == 1 || nd == 2)) continue;
         memset(&d, 0, sizeof d);
         d.steps = 3;
         d.seed = 5;
