@@ -68,7 +68,7 @@ QT_UNUSED static void qt__fail(const char* file, int line, const char* fmt, ...)
 
 #define QT_RUN(fn) qt__run(#fn, fn)
 
-QT_UNUSED static double qt__now(void) {   /* seconds, monotonic */
+QT_UNUSED static double qt_now(void) {   /* seconds, monotonic (tests that time a run use it too) */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -76,12 +76,12 @@ QT_UNUSED static double qt__now(void) {   /* seconds, monotonic */
 
 QT_UNUSED static void qt__run(const char* name, void (*fn)(void)) {
     char took[32] = "";
-    double t0 = qt__now(), dt;
+    double t0 = qt_now(), dt;
     qt__cur_name = name;
     qt__cur_failures = 0;
     qt__cur_skipped = 0;
     fn();
-    dt = qt__now() - t0;
+    dt = qt_now() - t0;
     if (dt >= 1.0) snprintf(took, sizeof took, " (%.1f s)", dt);
     if (qt__cur_failures) {
         ++qt__failed;

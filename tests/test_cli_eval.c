@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static char BIN[4096];      /* the quarot binary */
@@ -60,12 +59,6 @@ static char* slurp(const char* path) {
     return buf;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Run `quarot ARGS` (ARGS already shell-quoted where needed). */
 static void run_cli(cli_run* r, const char* args) {
     static char cmd[16384];
@@ -73,9 +66,9 @@ static void run_cli(cli_run* r, const char* args) {
     double t0;
     int st;
     snprintf(cmd, sizeof cmd, "%s '%s' %s >'%s/out.txt' 2>'%s/err.txt'", runner ? runner : "", BIN, args, TMP, TMP);
-    t0 = now_s();
+    t0 = qt_now();
     st = system(cmd);
-    r->secs = now_s() - t0;
+    r->secs = qt_now() - t0;
     r->rc = st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128);
     snprintf(cmd, sizeof cmd, "%s/out.txt", TMP);
     r->out = slurp(cmd);
