@@ -4900,12 +4900,13 @@ typedef void (*quarot__skernel_fn)(int64_t kc, const float* a, const float* b, f
 typedef void (*quarot__dkernel_fn)(int64_t kc, const double* a, const double* b, double* c, int64_t ldc,
                                    double alpha, double beta);
 // A narrow kernel computes the same acc and epilogue for an nmr x nnr tile (nnr = 4 vectors) straight from
-// row-major A and B: acc[i][j] = sum_p a[i*lda + p] * b[p*ldb + j]. Same operations, same order per
-// element as the packed kernel of its ISA, so the same bits; used where packing A cannot pay (below).
-typedef void (*quarot__snarrow_fn)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                                   int64_t ldc, float alpha, float beta);
-typedef void (*quarot__dnarrow_fn)(int64_t kc, const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
-                                   int64_t ldc, double alpha, double beta);
+// A and row-major B: acc[i][j] = sum_p a[i*ars + p*aks] * b[p*ldb + j] (A row-major: ars = lda, aks = 1;
+// A transposed: ars = 1, aks = lda). Same operations, same order per element as the packed kernel of
+// its ISA, so the same bits; used where packing A cannot pay (below).
+typedef void (*quarot__snarrow_fn)(int64_t kc, const float* a, int64_t ars, int64_t aks, const float* b, int64_t ldb,
+                                   float* c, int64_t ldc, float alpha, float beta);
+typedef void (*quarot__dnarrow_fn)(int64_t kc, const double* a, int64_t ars, int64_t aks, const double* b, int64_t ldb,
+                                   double* c, int64_t ldc, double alpha, double beta);
 
 // Blocking of one ISA's kernel: mc % mr == 0, nc % nr == 0; mr * nr <= QUAROT__GEMM_TILE_MAX.
 typedef struct quarot__sgemm_cfg {
@@ -5207,13 +5208,16 @@ static void quarot__gemm_task_##S(void* arg, int64_t t) {                       
                          jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
                          jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0);  \
 }                                                                                                      \
-/* Narrow products (!ta, !tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A's rows are       \
-   read in place, once per column tile, not packed; a row-major A packed for only n / nr column tiles  \
-   spent longer packing (a transpose, out of DRAM) than multiplying. Task t: rows [t*rows, +rows),     \
-   all kc blocks (beta' as in the loop nest), full nmr x nnr tiles. (Other n would leave a few         \
-   columns for the loop nest, which packs all of A again for them: slower than packing once.) */       \
+/* Narrow products (!tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A is read in place,    \
+   once per column tile, not packed; a row-major A packed for only n / nr column tiles spent longer     \
+   packing (a transpose, out of DRAM) than multiplying, and a transposed one (op(A) = A^T, e.g. the     \
+   deflation's C^T W) was packed whole for every product, three passes over it instead of one. Task t: \
+   rows [t*rows, +rows) of op(A), all kc blocks (beta' as in the loop nest), full nmr x nnr tiles.      \
+   (Other n would leave a few columns for the loop nest, which packs all of A again for them: slower   \
+   than packing once.) */                                                                              \
 typedef struct quarot__gemm_njob_##S {                                                                 \
     const quarot__##S##gemm_cfg* cfg;                                                                  \
+    int ta;                                                                                            \
     int64_t m, n, k, lda, ldb, ldc, rows;                                                              \
     T alpha, beta;                                                                                     \
     const T* a;                                                                                        \
@@ -5223,13 +5227,14 @@ typedef struct quarot__gemm_njob_##S {                                          
 static void quarot__gemm_ntask_##S(void* arg, int64_t t) {                                             \
     const quarot__gemm_njob_##S* jb = (const quarot__gemm_njob_##S*)arg;                               \
     const quarot__##S##gemm_cfg* cfg = jb->cfg;                                                        \
+    const int64_t ars = jb->ta ? 1 : jb->lda, aks = jb->ta ? jb->lda : 1;                             \
     int64_t i0 = t * jb->rows, i1 = quarot__gemm_min(jb->m, i0 + jb->rows), pc, i, j, kc;              \
     for (pc = 0; pc < jb->k; pc += kc) {                                                               \
         T bb = pc == 0 ? jb->beta : (T)1;                                                              \
         kc = quarot__gemm_min(cfg->kc, jb->k - pc);                                                    \
         for (i = i0; i < i1; i += cfg->nmr)                                                            \
             for (j = 0; j < jb->n; j += cfg->nnr)                                                      \
-                cfg->narrow(kc, jb->a + i * jb->lda + pc, jb->lda, jb->b + pc * jb->ldb + j, jb->ldb,  \
+                cfg->narrow(kc, jb->a + i * ars + pc * aks, ars, aks, jb->b + pc * jb->ldb + j, jb->ldb, \
                             jb->c + i * jb->ldc + j, jb->ldc, jb->alpha, bb);                          \
     }                                                                                                  \
 }                                                                                                      \
@@ -5246,12 +5251,12 @@ static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int
     void* mem;                                                                                         \
     if (m == 0 || n == 0) return QUAROT_OK;                                                            \
     if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
-    if (cfg->narrow && !tri && !ta && !tb && m >= cfg->nmr && n % cfg->nnr == 0 &&                     \
+    if (cfg->narrow && !tri && !tb && m >= cfg->nmr && n % cfg->nnr == 0 &&                            \
         n < QUAROT__GEMM_NARROW * cfg->nnr) {                                                          \
         quarot__gemm_njob_##S nj;                                                                      \
         int64_t m0 = m / cfg->nmr * cfg->nmr, t;                                                       \
         quarot_result r = QUAROT_OK;                                                                   \
-        nj.cfg = cfg; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc;         \
+        nj.cfg = cfg; nj.ta = ta; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc; \
         nj.alpha = alpha; nj.beta = beta; nj.a = a; nj.b = b; nj.c = c;                                \
         nj.rows = 16 * (int64_t)cfg->nmr;   /* up to 16 tiles a task, at least ~4 tasks a thread */    \
         t = quarot__gemm_threads(m, n, k, env);                                                        \
@@ -5264,7 +5269,7 @@ static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int
         }                                                                                              \
         /* the last m % nmr rows through the loop nest below: the same chains, so the same bits */     \
         if (m0 < m)                                                                                    \
-            r = quarot__gemm_cfgx_##S(cfg, 0, 0, 0, m - m0, n, k, alpha, a + m0 * lda, lda, b, ldb,    \
+            r = quarot__gemm_cfgx_##S(cfg, 0, ta, 0, m - m0, n, k, alpha, a + (ta ? m0 : m0 * lda), lda, b, ldb, \
                                       beta, c + m0 * ldc, ldc, env);                                   \
         return r;                                                                                      \
     }                                                                                                  \
@@ -5446,7 +5451,7 @@ static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTR
 #define QUAROT__KN_DECL(i) QUAROT__KV c##i##a = QUAROT__KZERO, c##i##b = QUAROT__KZERO, c##i##c = QUAROT__KZERO, \
                                       c##i##d = QUAROT__KZERO;
 #define QUAROT__KN_FMA(i)                                                                              \
-    av = QUAROT__KSET1(a[(i) * lda]);                                                                  \
+    av = QUAROT__KSET1(a[(i) * ars]);                                                                  \
     c##i##a = QUAROT__KFMA(av, b0, c##i##a); c##i##b = QUAROT__KFMA(av, b1, c##i##b);                  \
     c##i##c = QUAROT__KFMA(av, b2, c##i##c); c##i##d = QUAROT__KFMA(av, b3, c##i##d);
 #define QUAROT__KN_ST(i, j, v)                                                                         \
@@ -5457,8 +5462,9 @@ static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, const T* QUAROT__RESTR
 #define QUAROT__KN_STROW(i) QUAROT__KN_ST(i, 0, c##i##a) QUAROT__KN_ST(i, 1, c##i##b) QUAROT__KN_ST(i, 2, c##i##c) \
                             QUAROT__KN_ST(i, 3, c##i##d)
 #define QUAROT__KERNEL_4VN(NAME, T, ROWS)                                                              \
-static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, int64_t lda, const T* QUAROT__RESTRICT b,    \
-                 int64_t ldb, T* QUAROT__RESTRICT c, int64_t ldc, T alpha, T beta) {                   \
+static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, int64_t ars, int64_t aks,                   \
+                 const T* QUAROT__RESTRICT b, int64_t ldb, T* QUAROT__RESTRICT c, int64_t ldc, T alpha,   \
+                 T beta) {                                                                              \
     QUAROT__KV av, b0, b1, b2, b3, va, vb;                                                             \
     int64_t p;                                                                                         \
     ROWS(QUAROT__KN_DECL)                                                                              \
@@ -5468,7 +5474,7 @@ static void NAME(int64_t kc, const T* QUAROT__RESTRICT a, int64_t lda, const T* 
         b2 = QUAROT__KLOAD(b + 2 * QUAROT__KW);                                                        \
         b3 = QUAROT__KLOAD(b + 3 * QUAROT__KW);                                                        \
         ROWS(QUAROT__KN_FMA)                                                                           \
-        ++a;                                                                                           \
+        a += aks;                                                                                      \
         b += ldb;                                                                                      \
     }                                                                                                  \
     va = QUAROT__KSET1(alpha);                                                                         \
@@ -11438,9 +11444,14 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
 
 // Passes of a Newton step over [n][n] floats, 64 rows per task through env's parallel hook, each task
 // summing the squares of its rows in double (partials added in task order: the same bits for any split).
-//   op 0: g[r][c] = y[r][perm[c]] (the inverse in column order), part = sum g^2
-//   op 1: x = y = (mu x + g^T / mu) / 2 in 64 x 64 tiles, part = sum x^2 (the new X)
+//   op 0: g = y^T (16 x 16 blocks), part = sum g^2 (the squares of X^-1: only the norm is read from it)
+//   op 1: x = y = (mu x + X^-T / mu) / 2 row by row, part = sum x^2 (the new X). Row r of X^-T is row
+//         perm[r] of g: X^-1 = y with its columns permuted (column c is y's column perm[c]), so
+//         X^-T[r][c] = y[c][perm[r]] = g[perm[r]][c], a contiguous row
 //   op 2: part = sum x^2
+// (op 0 once gathered X^-1 = y[r][perm[c]] element by element and op 1 transposed it in tiles with
+// scalar moves, both summing through one accumulator: 58 ms per Newton step at n = 4096 on 2 Zen 4
+// threads, 20 ms now. Each element of the new X is the same expression of the same two floats as then.)
 typedef struct quarot__newton_job {
     int op;
     int64_t n;
@@ -11450,46 +11461,64 @@ typedef struct quarot__newton_job {
     double* part;
 } quarot__newton_job;
 
+// sum of x[c]^2 in double over 8 interleaved partial sums (fixed-length chunks the compiler vectorizes),
+// added in a fixed tree: the same bits wherever the row is.
+static double quarot__sumsq_f32(const float* QUAROT__RESTRICT x, int64_t n) {
+    double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    int64_t c = 0;
+    int q;
+    for (; c + 8 <= n; c += 8)
+        for (q = 0; q < 8; ++q) acc[q] += (double)x[c + q] * (double)x[c + q];
+    for (; c < n; ++c) acc[c & 7] += (double)x[c] * (double)x[c];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// x = y = (float)(hm x + hi g) over n floats, in 16-float chunks of fixed length (vector code at -O2)
+static void quarot__newton_combine(int64_t n, double hm, double hi, float* QUAROT__RESTRICT x, float* QUAROT__RESTRICT y,
+                                   const float* QUAROT__RESTRICT g) {
+    int64_t c = 0;
+    int q;
+    for (; c + 16 <= n; c += 16)
+        for (q = 0; q < 16; ++q) {
+            float v = (float)(hm * (double)x[c + q] + hi * (double)g[c + q]);
+            x[c + q] = v;
+            y[c + q] = v;
+        }
+    for (; c < n; ++c) {
+        float v = (float)(hm * (double)x[c] + hi * (double)g[c]);
+        x[c] = v;
+        y[c] = v;
+    }
+}
+
 static void quarot__newton_task(void* arg, int64_t t) {
     const quarot__newton_job* jb = (const quarot__newton_job*)arg;
-    int64_t n = jb->n, r0 = t * 64, r1 = r0 + 64 < n ? r0 + 64 : n, r, c, j0;
+    int64_t n = jb->n, r0 = t * 64, r1 = r0 + 64 < n ? r0 + 64 : n, r, c, c0, rr;
     double s = 0.0;
     if (jb->op == 0) {
-        for (r = r0; r < r1; ++r) {
-            const float* yr = jb->y + r * n;
-            float* gr = jb->g + r * n;
-            for (c = 0; c < n; ++c) gr[c] = yr[jb->perm[c]];
-            for (c = 0; c < n; ++c) s += (double)gr[c] * (double)gr[c];
-        }
-    } else if (jb->op == 1) {
-        float tile[64 * 64];
-        double hm = 0.5 * jb->mu, hi = 0.5 / jb->mu;
-        for (j0 = 0; j0 < n; j0 += 64) {
-            int64_t j1 = j0 + 64 < n ? j0 + 64 : n, w = j1 - j0;
-            for (c = j0; c < j1; ++c) {            // tile[r - r0][c - j0] = g[c][r]
-                const float* gc = jb->g + c * n;
-                for (r = r0; r < r1; ++r) tile[(r - r0) * 64 + (c - j0)] = gc[r];
-            }
-            for (r = r0; r < r1; ++r) {
-                float* xr = jb->x + r * n + j0;
-                float* yr = jb->y + r * n + j0;
-                const float* tr = tile + (r - r0) * 64;
-                for (c = 0; c < w; ++c) {
-                    float v = (float)(hm * (double)xr[c] + hi * (double)tr[c]);
-                    xr[c] = v;
-                    yr[c] = v;
+        for (c0 = 0; c0 < n; c0 += 16) {           // g[r][c] = y[c][r] for r in [r0, r1), c in [c0, c0 + 16)
+            int64_t c1 = c0 + 16 < n ? c0 + 16 : n;
+            for (rr = r0; rr < r1; rr += 16) {
+                int64_t re = rr + 16 < r1 ? rr + 16 : r1;
+#if defined(QUAROT__HAVE_AVX512)
+                if (c1 - c0 == 16 && re - rr == 16) {
+                    quarot__gemm_tr16_avx512(jb->y + c0 * n + rr, n, jb->g + rr * n + c0, n);
+                    continue;
                 }
+#endif
+                for (r = rr; r < re; ++r)
+                    for (c = c0; c < c1; ++c) jb->g[r * n + c] = jb->y[c * n + r];
             }
         }
+        for (r = r0; r < r1; ++r) s += quarot__sumsq_f32(jb->g + r * n, n);
+    } else if (jb->op == 1) {
+        double hm = 0.5 * jb->mu, hi = 0.5 / jb->mu;
         for (r = r0; r < r1; ++r) {
-            const float* xr = jb->x + r * n;
-            for (c = 0; c < n; ++c) s += (double)xr[c] * (double)xr[c];
+            quarot__newton_combine(n, hm, hi, jb->x + r * n, jb->y + r * n, jb->g + jb->perm[r] * n);
+            s += quarot__sumsq_f32(jb->x + r * n, n);
         }
     } else {
-        for (r = r0; r < r1; ++r) {
-            const float* xr = jb->x + r * n;
-            for (c = 0; c < n; ++c) s += (double)xr[c] * (double)xr[c];
-        }
+        for (r = r0; r < r1; ++r) s += quarot__sumsq_f32(jb->x + r * n, n);
     }
     jb->part[t] = s;
 }
@@ -11518,7 +11547,7 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
     while (*steps < QUAROT__NEWTON_MAX) {
         res = quarot__sinv(n, y, perm, work, env);
         if (res != QUAROT_OK) return res;
-        ny2 = quarot__newton_pass(0, n, NULL, y, g, perm, 1.0, part, env);         // G = X^-1 (columns in order)
+        ny2 = quarot__newton_pass(0, n, NULL, y, g, NULL, 1.0, part, env);         // G = Y^T (||X^-1||_F^2)
         if (!(nx2 > 0.0) || !(nx2 <= 1e300) || !(ny2 > 0.0) || !(ny2 <= 1e300)) return QUAROT_ERR_NONFINITE;
         nx = sqrt(nx2);
         ny = sqrt(ny2);
@@ -11533,7 +11562,7 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
             mu = zeta;
         }
         sdev = mu * mu * nx2 + ny2 / (mu * mu) - 2.0 * (double)n;                    // sum (s - 1/s)^2
-        nx2 = quarot__newton_pass(1, n, x, y, g, NULL, mu, part, env);              // X = Y = (mu X + G^T/mu)/2
+        nx2 = quarot__newton_pass(1, n, x, y, g, perm, mu, part, env);              // X = Y = (mu X + X^-T/mu)/2
         ++*steps;
         if (0.25 * sdev <= QUAROT__NEWTON_STOP) break;
     }

@@ -270,16 +270,16 @@ static void test_parallel_bit_identical(void) {
     qx_pool_destroy(pool);
 }
 
-/* Narrow DGEMMs (not transposed, 1 to 3 narrow tiles: 32, 64 or 96 columns on AVX-512) read A in
-   place instead of packing it. Every element must still be the loop nest's chain: the first n columns
-   of a 160-column product (packed path) equal, bit for bit, the n-column product (narrow path, its
-   last m % 6 rows through the loop nest; other n: the loop nest), serial and on the 2-thread pool,
-   with beta 0 (C holds NaN, never read) and beta != 0, for m and k around the 6-row tiles and the
-   256-wide k blocks. */
+/* Narrow DGEMMs (B not transposed, 1 to 3 narrow tiles: 32, 64 or 96 columns on AVX-512) read A in
+   place instead of packing it, A row-major or transposed. Every element must still be the loop
+   nest's chain: the first n columns of a 160-column product (packed path) equal, bit for bit, the
+   n-column product (narrow path, its last m % 6 rows through the loop nest; other n: the loop nest),
+   serial and on the 2-thread pool, with beta 0 (C holds NaN, never read) and beta != 0, for m and k
+   around the 6-row tiles and the 256-wide k blocks, op(A) = A and A^T. */
 static void test_narrow_same_bits(void) {
     const int64_t ms[] = { 5, 6, 13, 103 }, ns[] = { 31, 32, 33, 64, 95, 96, 128 }, ks[] = { 1, 255, 257, 520 };
     const int64_t W = 160;
-    int ii, mi, ni, ki, e, bad = 0;
+    int ii, mi, ni, ki, e, ta, bad = 0;
     qx_pool* pool = qx_pool_create(2);
     quarot_env env;
     memset(&env, 0, sizeof env);
@@ -290,9 +290,10 @@ static void test_narrow_same_bits(void) {
         for (mi = 0; mi < 4; ++mi)
             for (ni = qt_quick() ? 3 : 0; ni < 7; ni += qt_quick() ? 2 : 1)
                 for (ki = 0; ki < 4; ++ki)
-                    for (e = 0; e < 2 && !bad; ++e) {
+                    for (e = 0; e < 4 && !bad; ++e) {
                         int64_t m = ms[mi], n = ns[ni], k = ks[ki], i, j;
-                        double beta = e ? -0.75 : 0.0;
+                        const int64_t lda = (ta = e >> 1) ? m : k;   /* A stored [k][m] when transposed */
+                        double beta = e & 1 ? -0.75 : 0.0;
                         double* a = (double*)malloc((size_t)(m * k) * sizeof(double));
                         double* b = (double*)malloc((size_t)(k * W) * sizeof(double));
                         double* c1 = (double*)malloc((size_t)(m * n) * sizeof(double));
@@ -301,17 +302,17 @@ static void test_narrow_same_bits(void) {
                         for (i = 0; i < k * W; ++i) b[i] = qt_normal();
                         for (i = 0; i < m; ++i)
                             for (j = 0; j < W; ++j) {
-                                c2[i * W + j] = e ? qt_normal() : (double)NAN;
+                                c2[i * W + j] = e & 1 ? qt_normal() : (double)NAN;
                                 if (j < n) c1[i * n + j] = c2[i * W + j];
                             }
-                        QT_OK(quarot_dgemm_builtin(0, 0, m, n, k, 1.25, a, k, b, W, beta, c1, n, (mi + ki) % 2 ? &env : NULL,
+                        QT_OK(quarot_dgemm_builtin(ta, 0, m, n, k, 1.25, a, lda, b, W, beta, c1, n, (mi + ki) % 2 ? &env : NULL,
                                                    all_isas[ii]));
-                        QT_OK(quarot_dgemm_builtin(0, 0, m, W, k, 1.25, a, k, b, W, beta, c2, W, NULL, all_isas[ii]));
+                        QT_OK(quarot_dgemm_builtin(ta, 0, m, W, k, 1.25, a, lda, b, W, beta, c2, W, NULL, all_isas[ii]));
                         for (i = 0; i < m && !bad; ++i)
                             for (j = 0; j < n && !bad; ++j)
                                 if (memcmp(&c1[i * n + j], &c2[i * W + j], sizeof(double)) != 0) {
-                                    QT_CHECKF(0, "dgemm %s %lldx%lldx%lld beta=%g: C[%lld][%lld] = %.17g, wide product %.17g",
-                                              quarot_isa_name(all_isas[ii]), (long long)m, (long long)n, (long long)k, beta,
+                                    QT_CHECKF(0, "dgemm %s ta=%d %lldx%lldx%lld beta=%g: C[%lld][%lld] = %.17g, wide product %.17g",
+                                              quarot_isa_name(all_isas[ii]), ta, (long long)m, (long long)n, (long long)k, beta,
                                               (long long)i, (long long)j, c1[i * n + j], c2[i * W + j]);
                                     bad = 1;
                                 }
