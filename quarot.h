@@ -1432,10 +1432,10 @@ QUAROT_API void          quarot_adapt_context_free(quarot_adapt_context* ctx);
 // QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the rows -> QUAROT_ERR_NONFINITE; no Hadamard order > 1
 // divides the block -> QUAROT_ERR_UNSUPPORTED_SIZE.
 // Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation; Newton adds
-// 256 b floats). Time: per step about 4*M*b^2 + (Newton steps + 0.53) * 2*b^3 flops with NEWTON,
-// 4*M*b^2 + (2.06 * Newton-Schulz iterations - 1) * 2*b^3 with NEWTON_SCHULZ (ctx->flops), in SGEMM
-// through env's parallel hook; the O(b^2) passes between them also go through the hook, the pivot
-// search of the inverses (O(b^2 * 32)) is serial. Results do not depend on the number of threads
+// 528 b floats: the inverse's panels and its packed panel). Time: per step about 4*M*b^2 + (Newton
+// steps + 0.53) * 2*b^3 flops with NEWTON, 4*M*b^2 + (2.06 * Newton-Schulz iterations - 1) * 2*b^3
+// with NEWTON_SCHULZ (ctx->flops), in SGEMM through env's parallel hook; the O(b^2) passes between
+// them also go through the hook, the pivot search of the inverses (O(b^2 * 32)) is serial. Results do not depend on the number of threads
 // (the GEMMs and the passes split the work, never a sum).
 QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
                                              quarot_adapt_context* ctx, const quarot_env* env);
@@ -5129,11 +5129,13 @@ static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc,
         }                                                                                              \
     }                                                                                                  \
 }                                                                                                      \
-/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. */                   \
-static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
-                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
-                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
-                                 int64_t coff) {                                                        \
+/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. apk (runx): A packed  \
+   whole beforehand (pack_a of all m rows, k <= kc, so one k block): its slivers are used in place of   \
+   ap's, which is not touched; the same values reach the kernel, so the same bits. */                  \
+static void quarot__gemm_runx_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,        \
+                                  int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,   \
+                                  int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,        \
+                                  int64_t coff, const T* apk) {                                         \
     const int mr = cfg->mr, nr = cfg->nr;                                                              \
     int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
     T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
@@ -5147,9 +5149,9 @@ static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int t
             quarot__gemm_pack_a_##S(!tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, nc, kc, nr, bp); \
             for (ic = 0; ic < m; ic += cfg->mc) {                                                      \
                 mc = quarot__gemm_min(cfg->mc, m - ic);                                                   \
-                quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
+                if (!apk) quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
                 for (ir = 0; ir < mc; ir += mr) {                                                      \
-                    const T* as = ap + ir * kc;                                                        \
+                    const T* as = apk ? apk + (ic + ir) * kc : ap + ir * kc;                           \
                     T* crow = c + (ic + ir) * ldc + jc;                                                \
                     int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
                     for (jr = 0; jr < nc; jr += nr) {                                                  \
@@ -5173,6 +5175,12 @@ static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int t
             }                                                                                          \
         }                                                                                              \
     }                                                                                                  \
+}                                                                                                      \
+static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
+                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
+                                 int64_t coff) {                                                        \
+    quarot__gemm_runx_##S(cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ap, bp, tri, coff, NULL); \
 }                                                                                                      \
 /* C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading). */                 \
 static void quarot__gemm_scale_##S(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {                 \
@@ -11217,15 +11225,15 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 
 #define QUAROT__SINV_NB 128                  // panel width of the blocked Gauss-Jordan inverse
 #define QUAROT__SINV_NB2 32                  // sub-panel width of its pivoting LU
-#define QUAROT__SINV_TMAX 32                 // its look-ahead's update chunks: about 2 per thread, up to 32
+#define QUAROT__SINV_TMAX 32                 // its look-ahead's threads used, up to 32 (2-4 update chunks each)
 #define QUAROT__NEWTON_STOP 1e-2             // predicted ||X^T X - I||_F at which Newton hands over
 #define QUAROT__NEWTON_MAX 30                // Newton steps at most (then Newton-Schulz continues)
 
 // Floats of work for quarot__sinv(n): the panel and the next one [2][n][nb], the pivot rows [nb][n],
-// the pivot block's inverse [nb][nb].
+// the pivot block's inverse [nb][nb], the packed panel [n + 16][nb] and 16 for its alignment.
 static size_t quarot__sinv_floats(int64_t n) {
     int64_t nb = n < QUAROT__SINV_NB ? n : QUAROT__SINV_NB;
-    return (size_t)(3 * n * nb + nb * nb);
+    return (size_t)(4 * n * nb + nb * nb + 16 * nb + 16);
 }
 
 // In-place inverse of a float A [n][n] (row stride n) by blocked Gauss-Jordan elimination with partial
@@ -11325,20 +11333,45 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int swap_a, int64_t k0
 // panel's columns of a; task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns:
 // nl chunks of [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
 // every element's update is the same chain as in one call over all columns: the same bits.
+// With the built-in SGEMM, E is packed once per panel (epk) and every update uses that packing: each
+// call packed all of E again (n x nb floats per chunk, 4% of the inverse's time on 2 threads), and the
+// chunks can be smaller (about 4 per thread) for the balance.
 typedef struct quarot__sinv_job {
     int64_t n, k0, w, nb, cw, nl, k1, w1;
     float *a, *e, *wr, *pbn;
+    const float* epk;                    // E packed for cfg (NULL: each update calls quarot_sgemm)
+#if !defined(QUAROT_USE_CBLAS)
+    quarot__sgemm_cfg cfg;
+#endif
     int64_t* piv;
     const quarot_env* serial;
-    quarot_result res[2 + 2 * QUAROT__SINV_TMAX + 2];   // per task (at most 2 T + 2 chunks)
+    quarot_result res[2 + 4 * QUAROT__SINV_TMAX + 2];   // per task (at most 4 T + 2 chunks)
 } quarot__sinv_job;
+
+// a[:, c:c+cols] += -E W[:, c:c+cols] on the calling thread.
+static quarot_result quarot__sinv_update(const quarot__sinv_job* jb, int64_t c, int64_t cols) {
+#if !defined(QUAROT_USE_CBLAS)
+    if (jb->epk) {
+        const quarot__sgemm_cfg* cfg = &jb->cfg;
+        int64_t nce = cols < cfg->nc ? (cols + cfg->nr - 1) / cfg->nr * cfg->nr : cfg->nc;
+        void* mem = quarot_env_alloc(jb->serial, (size_t)(nce * jb->w) * sizeof(float) + 64);
+        float* bp;
+        if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+        bp = (float*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));   // 64-byte aligned
+        quarot__gemm_runx_s(cfg, 0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n,
+                            NULL, bp, 0, 0, jb->epk);
+        quarot_env_free(jb->serial, mem);
+        return QUAROT_OK;
+    }
+#endif
+    return quarot_sgemm(0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n, jb->serial);
+}
 
 static void quarot__sinv_task(void* arg, int64_t t) {
     quarot__sinv_job* jb = (quarot__sinv_job*)arg;
     int64_t i;
     if (t == 0) {
-        jb->res[t] = quarot_sgemm(0, 0, jb->n, jb->w1, jb->w, -1.0f, jb->e, jb->nb, jb->wr + jb->k1, jb->n, 1.0f,
-                                  jb->a + jb->k1, jb->n, jb->serial);
+        jb->res[t] = quarot__sinv_update(jb, jb->k1, jb->w1);
         if (jb->res[t] == QUAROT_OK)
             jb->res[t] = quarot__sinv_lu(jb->n, jb->a, 0, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
     } else if (t == 1) {
@@ -11348,8 +11381,7 @@ static void quarot__sinv_task(void* arg, int64_t t) {
         const int64_t right = t - 2 >= jb->nl, c1 = right ? jb->n : jb->k0;
         const int64_t c = right ? jb->k1 + jb->w1 + (t - 2 - jb->nl) * jb->cw : (t - 2) * jb->cw;
         const int64_t ce = c + jb->cw < c1 ? c + jb->cw : c1;
-        jb->res[t] = quarot_sgemm(0, 0, jb->n, ce - c, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f,
-                                  jb->a + c, jb->n, jb->serial);
+        jb->res[t] = quarot__sinv_update(jb, c, ce - c);
     }
 }
 
@@ -11359,6 +11391,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
     float* pbn = work + n * nb;                    // [n][nb]  the next panel (look-ahead)
     float* wr = pbn + n * nb;                      // [nb][n]  the pivot rows before the exchange
     float* pi = wr + nb * n;                       // [nb][nb] P^-1 (row stride w)
+    float* epk = pi + nb * nb;                     // [n + 16][nb] E packed (64-byte aligned)
     int64_t* piv = perm + n;
     const int nt0 = env && env->parallel.run ? env->parallel.n_threads : 1;
     const int threads = nt0 < QUAROT__SINV_TMAX ? nt0 : QUAROT__SINV_TMAX;   // > 1: look ahead
@@ -11368,6 +11401,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
     else memset(&serial, 0, sizeof serial);
     serial.parallel.run = NULL;
     serial.parallel.n_threads = 1;
+    epk += (16 - (size_t)(((uintptr_t)epk / sizeof(float)) & 15)) & 15;
     res = quarot__sinv_lu(n, a, 1, 0, nb, nb, pb, piv, &serial);   // (1) of the first panel
     for (k0 = 0; k0 < n && res == QUAROT_OK; k0 += nb) {
         int64_t w = n - k0 < nb ? n - k0 : nb, k1 = k0 + w, w1 = n - k1 < nb ? n - k1 : nb;
@@ -11411,11 +11445,25 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             quarot__sinv_job jb;
             const int64_t left = k0, right = n - k1 - w1;
             int64_t nt;
+            int per = 2;
             memset(&jb, 0, sizeof jb);
             jb.n = n; jb.k0 = k0; jb.w = w; jb.nb = nb; jb.k1 = k1; jb.w1 = w1;
             jb.a = a; jb.e = pb; jb.wr = wr; jb.pbn = pbn; jb.piv = piv; jb.serial = &serial;
-            // the other columns in chunks of a multiple of 64 columns, about 2 per thread
-            jb.cw = (left + right + 2 * threads - 1) / (2 * threads);
+#if !defined(QUAROT_USE_CBLAS)
+            {
+                quarot_isa isa = QUAROT_ISA_DEFAULT;
+                if (quarot__isa_resolve(isa, &isa) == QUAROT_OK) {
+                    quarot__sgemm_select(isa, &jb.cfg);
+                    if (w <= jb.cfg.kc && jb.cfg.mr <= 16) {   // one k block; n rounded up to mr fits [n + 16]
+                        quarot__gemm_pack_a_s(0, pb, nb, n, w, jb.cfg.mr, epk);
+                        jb.epk = epk;
+                        per = 4;
+                    }
+                }
+            }
+#endif
+            // the other columns in chunks of a multiple of 64 columns, about `per` per thread
+            jb.cw = (left + right + per * threads - 1) / (per * threads);
             jb.cw = jb.cw < 64 ? 64 : (jb.cw + 63) / 64 * 64;
             jb.nl = (left + jb.cw - 1) / jb.cw;
             nt = 2 + jb.nl + (right + jb.cw - 1) / jb.cw;
