@@ -1432,7 +1432,7 @@ QUAROT_API void          quarot_adapt_context_free(quarot_adapt_context* ctx);
 // QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the rows -> QUAROT_ERR_NONFINITE; no Hadamard order > 1
 // divides the block -> QUAROT_ERR_UNSUPPORTED_SIZE.
 // Work memory: M*b floats x 3 (X*H, A, B) and about 9 b*b floats (7 without deflation; Newton adds
-// 528 b floats: the inverse's panels and its packed panel). Time: per step about 4*M*b^2 + (Newton
+// 800 b floats: the inverse's panels, their packings and the next panel's columns). Time: per step about 4*M*b^2 + (Newton
 // steps + 0.53) * 2*b^3 flops with NEWTON, 4*M*b^2 + (2.06 * Newton-Schulz iterations - 1) * 2*b^3
 // with NEWTON_SCHULZ (ctx->flops), in SGEMM through env's parallel hook; the O(b^2) passes between
 // them also go through the hook, the pivot search of the inverses (O(b^2 * 32)) is serial. Results do not depend on the number of threads
@@ -11230,10 +11230,11 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 #define QUAROT__NEWTON_MAX 30                // Newton steps at most (then Newton-Schulz continues)
 
 // Floats of work for quarot__sinv(n): the panel and the next one [2][n][nb], the pivot rows [nb][n],
-// the pivot block's inverse [nb][nb], the packed panel [n + 16][nb] and 16 for its alignment.
+// the pivot block's inverse [nb][nb], the next panel's columns in pivot order [n][nb], the packed
+// panel and the next one [2][n + 16][nb] and 16 each for their alignment.
 static size_t quarot__sinv_floats(int64_t n) {
     int64_t nb = n < QUAROT__SINV_NB ? n : QUAROT__SINV_NB;
-    return (size_t)(4 * n * nb + nb * nb + 16 * nb + 16);
+    return (size_t)(6 * n * nb + nb * nb + 32 * nb + 32);
 }
 
 // In-place inverse of a float A [n][n] (row stride n) by blocked Gauss-Jordan elimination with partial
@@ -11253,7 +11254,9 @@ static size_t quarot__sinv_floats(int64_t n) {
 // step 1 of the next panel looks ahead: once (3) has updated that panel's columns, its LU runs as one
 // task beside the tasks that update the other columns (its row exchanges of a are applied after
 // them, in the same order), so the serial LU (~n^2 nb / 4 per panel, 0.2 s of a 1.4 s inverse at
-// n = 4096 on 2 threads) no longer idles the other threads. It moves work, not arithmetic: nothing
+// n = 4096 on 2 threads) no longer idles the other threads; with the built-in SGEMM that task also
+// does the next panel's steps (2) and (3a) (quarot__sinv_next_e), which leaves ~0.04 s of the 0.82 s
+// serial (it was ~0.1 s). It moves work, not arithmetic: nothing
 // is a split sum, so the result is the same bits for any thread count, look-ahead or not. An exactly
 // zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
 // rounding gives a large, inaccurate inverse, as any float inversion (the Newton driver rejects a
@@ -11278,6 +11281,30 @@ static void quarot__sinv_swap(int64_t n, float* QUAROT__RESTRICT x, float* QUARO
         for (q = 0; q < 16; ++q) y[c + q] = t[q];
     }
     for (; c < n; ++c) { float u = x[c]; x[c] = y[c]; y[c] = u; }
+}
+
+// Step (2): P^-1 in place by scalar Gauss-Jordan exchange, P [w][w] (row stride w) with the pivots of
+// step (1) on its diagonal (no further pivoting). A zero pivot -> QUAROT_ERR_NOT_CONVERGED.
+static quarot_result quarot__sinv_pinv(int64_t w, float* pi) {
+    int64_t i, c, jj;
+    for (jj = 0; jj < w; ++jj) {
+        float* rj = pi + jj * w;
+        float pv = rj[jj], inv;
+        if (!(pv != 0.0f)) return QUAROT_ERR_NOT_CONVERGED;
+        inv = 1.0f / pv;
+        for (c = 0; c < jj; ++c) rj[c] = -rj[c] * inv;
+        for (c = jj + 1; c < w; ++c) rj[c] = -rj[c] * inv;
+        rj[jj] = inv;
+        for (i = 0; i < w; ++i) {
+            float* ri = pi + i * w;
+            float f = ri[jj];
+            if (i == jj) continue;
+            quarot__sinv_axpy(jj, f, rj, ri);
+            quarot__sinv_axpy(w - jj - 1, f, rj + jj + 1, ri + jj + 1);
+            ri[jj] = f * inv;
+        }
+    }
+    return QUAROT_OK;
 }
 
 // Step (1) for the panel of columns [k0, k0 + w): copies rows [k0, n) of them from a into pb (row i at
@@ -11335,11 +11362,17 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int swap_a, int64_t k0
 // every element's update is the same chain as in one call over all columns: the same bits.
 // With the built-in SGEMM, E is packed once per panel (epk) and every update uses that packing: each
 // call packed all of E again (n x nb floats per chunk, 4% of the inverse's time on 2 threads), and the
-// chunks can be smaller (about 4 per thread) for the balance.
+// chunks can be smaller (about 4 per thread) for the balance. Task 0 then also prepares the next
+// panel's steps (2) and (3a) (ahead): its columns in the order its row exchanges will give (g), P^-1
+// of its pivot block, its E = g P^-1 (into pbn, whose LU factors are not needed once its pivots are
+// chosen) and E's packing (epkn): the same operations on the same values as the serial steps after
+// the exchanges, which took 7% of the inverse's time on one thread while the other waited.
 typedef struct quarot__sinv_job {
     int64_t n, k0, w, nb, cw, nl, k1, w1;
-    float *a, *e, *wr, *pbn;
+    float *a, *e, *wr, *pbn, *g, *pi, *epkn;
     const float* epk;                    // E packed for cfg (NULL: each update calls quarot_sgemm)
+    int64_t* idx;                        // [n] scratch: row i of a after the next exchanges is idx[i]
+    int ahead;                           // task 0 prepares the next panel's E (needs epk)
 #if !defined(QUAROT_USE_CBLAS)
     quarot__sgemm_cfg cfg;
 #endif
@@ -11367,6 +11400,29 @@ static quarot_result quarot__sinv_update(const quarot__sinv_job* jb, int64_t c, 
     return quarot_sgemm(0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n, jb->serial);
 }
 
+// The next panel's E and its packing (task 0, after that panel's LU chose its pivots; see above).
+static quarot_result quarot__sinv_next_e(const quarot__sinv_job* jb) {
+    const int64_t n = jb->n, k1 = jb->k1, w1 = jb->w1, nb = jb->nb;
+    int64_t i, jj;
+    quarot_result res;
+    for (i = 0; i < n; ++i) jb->idx[i] = i;
+    for (jj = k1; jj < k1 + w1; ++jj) {            // the exchanges, in their order, on row indices
+        int64_t p = jb->piv[jj], u = jb->idx[jj];
+        jb->idx[jj] = jb->idx[p];
+        jb->idx[p] = u;
+    }
+    for (i = 0; i < n; ++i) memcpy(jb->g + i * nb, jb->a + jb->idx[i] * n + k1, (size_t)w1 * sizeof(float));
+    for (i = 0; i < w1; ++i) memcpy(jb->pi + i * w1, jb->g + (k1 + i) * nb, (size_t)w1 * sizeof(float));
+    res = quarot__sinv_pinv(w1, jb->pi);
+    if (res == QUAROT_OK) res = quarot_sgemm(0, 0, n, w1, w1, 1.0f, jb->g, nb, jb->pi, w1, 0.0f, jb->pbn, nb, jb->serial);
+    if (res != QUAROT_OK) return res;
+    for (i = 0; i < w1; ++i) memcpy(jb->pbn + (k1 + i) * nb, jb->pi + i * w1, (size_t)w1 * sizeof(float));
+#if !defined(QUAROT_USE_CBLAS)
+    quarot__gemm_pack_a_s(0, jb->pbn, nb, n, w1, jb->cfg.mr, jb->epkn);
+#endif
+    return QUAROT_OK;
+}
+
 static void quarot__sinv_task(void* arg, int64_t t) {
     quarot__sinv_job* jb = (quarot__sinv_job*)arg;
     int64_t i;
@@ -11374,6 +11430,7 @@ static void quarot__sinv_task(void* arg, int64_t t) {
         jb->res[t] = quarot__sinv_update(jb, jb->k1, jb->w1);
         if (jb->res[t] == QUAROT_OK)
             jb->res[t] = quarot__sinv_lu(jb->n, jb->a, 0, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
+        if (jb->res[t] == QUAROT_OK && jb->ahead) jb->res[t] = quarot__sinv_next_e(jb);
     } else if (t == 1) {
         for (i = 0; i < jb->n; ++i)
             memcpy(jb->a + i * jb->n + jb->k0, jb->e + i * jb->nb, (size_t)jb->w * sizeof(float));
@@ -11391,38 +11448,41 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
     float* pbn = work + n * nb;                    // [n][nb]  the next panel (look-ahead)
     float* wr = pbn + n * nb;                      // [nb][n]  the pivot rows before the exchange
     float* pi = wr + nb * n;                       // [nb][nb] P^-1 (row stride w)
-    float* epk = pi + nb * nb;                     // [n + 16][nb] E packed (64-byte aligned)
+    float* g = pi + nb * nb;                       // [n][nb]  the next panel's columns in pivot order
+    float* epk = g + n * nb;                       // [n + 16][nb] E packed (64-byte aligned)
+    float* epkn = epk + (n + 16) * nb + 16;        // [n + 16][nb] the next panel's E packed
     int64_t* piv = perm + n;
     const int nt0 = env && env->parallel.run ? env->parallel.n_threads : 1;
     const int threads = nt0 < QUAROT__SINV_TMAX ? nt0 : QUAROT__SINV_TMAX;   // > 1: look ahead
+    int have_e = 0, packed = 0;                    // pb holds E already (and epk its packing)
     quarot_env serial;                             // the panel's small products run on the calling thread
+#if !defined(QUAROT_USE_CBLAS)
+    quarot__sgemm_cfg cfg;
+#endif
     quarot_result res = QUAROT_OK;
     if (env) serial = *env;
     else memset(&serial, 0, sizeof serial);
     serial.parallel.run = NULL;
     serial.parallel.n_threads = 1;
     epk += (16 - (size_t)(((uintptr_t)epk / sizeof(float)) & 15)) & 15;
+    epkn += (16 - (size_t)(((uintptr_t)epkn / sizeof(float)) & 15)) & 15;
+#if !defined(QUAROT_USE_CBLAS)
+    {                                              // the built-in SGEMM's blocking: E packed once per panel
+        quarot_isa isa = QUAROT_ISA_DEFAULT;
+        if (threads > 1 && quarot__isa_resolve(isa, &isa) == QUAROT_OK) {
+            quarot__sgemm_select(isa, &cfg);
+            packed = nb <= cfg.kc && cfg.mr <= 16;  // one k block; n rounded up to mr fits [n + 16]
+        }
+    }
+#endif
     res = quarot__sinv_lu(n, a, 1, 0, nb, nb, pb, piv, &serial);   // (1) of the first panel
     for (k0 = 0; k0 < n && res == QUAROT_OK; k0 += nb) {
         int64_t w = n - k0 < nb ? n - k0 : nb, k1 = k0 + w, w1 = n - k1 < nb ? n - k1 : nb;
         float* t;
-        for (i = 0; i < w; ++i) memcpy(pi + i * w, a + (k0 + i) * n + k0, (size_t)w * sizeof(float));
-        for (jj = 0; jj < w; ++jj) {               // (2) P^-1 by scalar exchange
-            float* rj = pi + jj * w;
-            float pv = rj[jj], inv;
-            if (!(pv != 0.0f)) return QUAROT_ERR_NOT_CONVERGED;
-            inv = 1.0f / pv;
-            for (c = 0; c < jj; ++c) rj[c] = -rj[c] * inv;
-            for (c = jj + 1; c < w; ++c) rj[c] = -rj[c] * inv;
-            rj[jj] = inv;
-            for (i = 0; i < w; ++i) {
-                float* ri = pi + i * w;
-                float f = ri[jj];
-                if (i == jj) continue;
-                quarot__sinv_axpy(jj, f, rj, ri);
-                quarot__sinv_axpy(w - jj - 1, f, rj + jj + 1, ri + jj + 1);
-                ri[jj] = f * inv;
-            }
+        if (!have_e) {                             // (2) P^-1 by scalar exchange
+            for (i = 0; i < w; ++i) memcpy(pi + i * w, a + (k0 + i) * n + k0, (size_t)w * sizeof(float));
+            res = quarot__sinv_pinv(w, pi);
+            if (res != QUAROT_OK) return res;
         }
         // (3) the block exchange as two SGEMMs. W = the pivot rows with the panel's columns zeroed; the
         // panel buffer becomes E = [R P^-1 above; P^-1; R P^-1 below] (the block rows of the first product,
@@ -11432,12 +11492,12 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             memcpy(wr + i * n, a + (k0 + i) * n, (size_t)n * sizeof(float));
             memset(wr + i * n + k0, 0, (size_t)w * sizeof(float));
         }
-        res = quarot_sgemm(0, 0, n, w, w, 1.0f, a + k0, n, pi, w, 0.0f, pb, nb, env);
-        if (res != QUAROT_OK) return res;
-        for (i = 0; i < w; ++i) {
-            memcpy(pb + (k0 + i) * nb, pi + i * w, (size_t)w * sizeof(float));
-            memset(a + (k0 + i) * n, 0, (size_t)n * sizeof(float));
+        if (!have_e) {
+            res = quarot_sgemm(0, 0, n, w, w, 1.0f, a + k0, n, pi, w, 0.0f, pb, nb, env);
+            if (res != QUAROT_OK) return res;
+            for (i = 0; i < w; ++i) memcpy(pb + (k0 + i) * nb, pi + i * w, (size_t)w * sizeof(float));
         }
+        for (i = 0; i < w; ++i) memset(a + (k0 + i) * n, 0, (size_t)n * sizeof(float));
         if (w1 > 0 && threads > 1) {
             // Look-ahead: the next panel's update and LU (one task) beside the update of the other
             // columns and E's copy (the other tasks); its row exchanges of a come last. The order of
@@ -11445,21 +11505,17 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             quarot__sinv_job jb;
             const int64_t left = k0, right = n - k1 - w1;
             int64_t nt;
-            int per = 2;
+            int per = packed ? 4 : 2;
             memset(&jb, 0, sizeof jb);
             jb.n = n; jb.k0 = k0; jb.w = w; jb.nb = nb; jb.k1 = k1; jb.w1 = w1;
             jb.a = a; jb.e = pb; jb.wr = wr; jb.pbn = pbn; jb.piv = piv; jb.serial = &serial;
 #if !defined(QUAROT_USE_CBLAS)
-            {
-                quarot_isa isa = QUAROT_ISA_DEFAULT;
-                if (quarot__isa_resolve(isa, &isa) == QUAROT_OK) {
-                    quarot__sgemm_select(isa, &jb.cfg);
-                    if (w <= jb.cfg.kc && jb.cfg.mr <= 16) {   // one k block; n rounded up to mr fits [n + 16]
-                        quarot__gemm_pack_a_s(0, pb, nb, n, w, jb.cfg.mr, epk);
-                        jb.epk = epk;
-                        per = 4;
-                    }
-                }
+            if (packed) {
+                if (!have_e) quarot__gemm_pack_a_s(0, pb, nb, n, w, cfg.mr, epk);
+                jb.cfg = cfg;
+                jb.epk = epk;
+                jb.ahead = 1;
+                jb.g = g; jb.pi = pi; jb.epkn = epkn; jb.idx = perm;   // perm's first half is free until the end
             }
 #endif
             // the other columns in chunks of a multiple of 64 columns, about `per` per thread
@@ -11473,11 +11529,14 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             for (jj = k1; jj < k1 + w1; ++jj)      // the next panel's row exchanges, in their order
                 if (piv[jj] != jj) quarot__sinv_swap(n, a + jj * n, a + piv[jj] * n);
             t = pb; pb = pbn; pbn = t;
+            t = epk; epk = epkn; epkn = t;
+            have_e = jb.ahead;
         } else {
             res = quarot_sgemm(0, 0, n, n, w, -1.0f, pb, nb, wr, n, 1.0f, a, n, env);
             if (res != QUAROT_OK) return res;
             for (i = 0; i < n; ++i) memcpy(a + i * n + k0, pb + i * nb, (size_t)w * sizeof(float));
             if (w1 > 0) res = quarot__sinv_lu(n, a, 1, k1, w1, nb, pb, piv, &serial);   // (1) of the next panel
+            have_e = 0;
         }
     }
     if (res != QUAROT_OK) return res;
