@@ -12,6 +12,8 @@
      float Newton-Schulz path (the same function without the inverse's workspace); both must be
      orthogonal to tol and within a bound of the reference that grows with the condition number
      (a float C defines its polar factor only to about cond * 2^-24 in its small singular directions).
+   - the deflation warm-started from the previous step's vectors gives the cold start's k, top value
+     and deflated C (to 1e-6 of max|C|), also through its second pass.
    - quarot_adapt_desc.polar_method: names, and an unknown value -> QUAROT_ERR_INVALID_ARGUMENT.
    - quarot__adapt_dgram (R^T R of the final double re-orthogonalization: upper tiles, then mirrored)
      equals the full quarot_dgemm product bit for bit, serially and with 2 threads. */
@@ -166,7 +168,7 @@ static void test_newton_polar(void) {
             quarot__adapt_polar_out po;
             float* u = NULL;
             memcpy(c, c0, (size_t)nn * sizeof(float));
-            QT_OK(quarot__adapt_polar(n, c, NULL, x, y, g, h, v, NULL, perm, m == 0 ? iw : NULL, reg, tol, 100, &u, &po, NULL));
+            QT_OK(quarot__adapt_polar(n, c, NULL, x, y, g, h, v, NULL, perm, m == 0 ? iw : NULL, reg, 0, tol, 100, &u, &po, NULL));
             its[m] = po.iterations;
             QT_CHECK(m == 0 ? po.inverses >= 3 : po.inverses == 0);
             for (i = 0; u && i < nn; ++i)
@@ -192,6 +194,62 @@ static void test_newton_polar(void) {
         QT_CHECKF(orth[0] <= 2.0 * tol && orth[1] <= 2.0 * tol, "cond %.0e: not orthogonal (%.3g, %.3g)", cond, orth[0], orth[1]);
     }
     free(c); free(c0); free(x); free(y); free(g); free(h); free(iw); free(perm); free(v); free(cd); free(ud); free(ud2);
+}
+
+/* The deflation started from the previous step's Ritz vectors (k_warm > 0) against a cold start
+   (random vectors, 3 + 8 iterations) on the same C, the next step's C (C plus a small change): the
+   same k, the same top value and the same deflated C to the float rounding (both pass the same
+   accuracy test, which bounds the deflated values' error by 1e-8 sigma_{k+1}); also when k_warm asks
+   for more values than pass (p - 2), which runs the second, longer warm pass. */
+static void test_deflate_warm(void) {
+    const int64_t n = 96, nn = n * n;
+    const int p = 32;
+    float* c0 = (float*)malloc((size_t)nn * sizeof(float));
+    float* c1 = (float*)malloc((size_t)nn * sizeof(float));
+    float* cc = (float*)malloc((size_t)nn * sizeof(float));
+    float* cw = (float*)malloc((size_t)nn * sizeof(float));
+    double* defl = (double*)malloc(quarot__adapt_defl_doubles(n) * sizeof(double));
+    double* vsave = (double*)malloc((size_t)(n * p) * sizeof(double));
+    double* u = (double*)malloc((size_t)nn * sizeof(double));
+    double* v = (double*)malloc((size_t)nn * sizeof(double));
+    double sig, lam, top, topc, topw, cmax = 0.0, diff = 0.0;
+    int64_t i, j, k;
+    int k0, kc, kw, trial;
+    QT_OK(quarot_random_orthogonal_f64(n, 5, u, n, NULL));
+    QT_OK(quarot_random_orthogonal_f64(n, 6, v, n, NULL));
+    qt_seed(9);
+    for (i = 0; i < n; ++i)                       /* 6 outlier values 1e4 .. 1e3 above a spread 1 .. 1e-3 */
+        for (j = 0; j < n; ++j) {
+            double s = 0.0;
+            for (k = 0; k < n; ++k) {
+                double sk = k < 6 ? 1e4 / (1.0 + 1.8 * (double)k) : pow(1e-3, (double)(k - 6) / (double)(n - 7));
+                s += u[i * n + k] * sk * v[j * n + k];
+            }
+            c0[i * n + j] = (float)s;
+            c1[i * n + j] = (float)(s * (1.0 + 1e-3 * qt_normal()));   /* the next step's C */
+        }
+    QT_OK(quarot__adapt_deflate(n, c0, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5, 0, &sig, &lam,
+                                &top, &k0, NULL));
+    QT_CHECKF(k0 >= 6, "cold start deflated %d values, 6 outliers planted", k0);
+    memcpy(vsave, defl + nn, (size_t)(n * p) * sizeof(double));
+    memcpy(cc, c1, (size_t)nn * sizeof(float));
+    QT_OK(quarot__adapt_deflate(n, cc, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5, 0, &sig, &lam,
+                                &topc, &kc, NULL));
+    for (i = 0; i < nn; ++i) if (fabs(cc[i]) > cmax) cmax = fabs(cc[i]);
+    for (trial = 0; trial < 2; ++trial) {
+        memcpy(defl + nn, vsave, (size_t)(n * p) * sizeof(double));
+        memcpy(cw, c1, (size_t)nn * sizeof(float));
+        QT_OK(quarot__adapt_deflate(n, cw, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5,
+                                    trial ? p - 2 : k0, &sig, &lam, &topw, &kw, NULL));
+        diff = 0.0;
+        for (i = 0; i < nn; ++i) if (fabs(cw[i] - cc[i]) > diff) diff = fabs(cw[i] - cc[i]);
+        printf("    k_warm %d: k = %d (cold %d), top %.9g (cold %.9g), max|C_warm - C_cold| = %.2e max|C|\n", trial ? p - 2 : k0, kw,
+               kc, topw, topc, diff / cmax);
+        QT_CHECKF(kw == kc, "k_warm %d: deflated %d values, the cold start %d", trial ? p - 2 : k0, kw, kc);
+        QT_CHECKF(fabs(topw - topc) <= 1e-6 * topc, "k_warm %d: top %.9g, cold %.9g", trial ? p - 2 : k0, topw, topc);
+        QT_CHECKF(diff <= 1e-6 * cmax, "k_warm %d: max|C_warm - C_cold| = %.3g max|C|", trial ? p - 2 : k0, diff / cmax);
+    }
+    free(c0); free(c1); free(cc); free(cw); free(defl); free(vsave); free(u); free(v);
 }
 
 static void test_polar_method_names(void) {
@@ -245,6 +303,7 @@ int main(void) {
     QT_RUN(test_sinv);
     QT_RUN(test_dgram);
     QT_RUN(test_newton_polar);
+    QT_RUN(test_deflate_warm);
     QT_RUN(test_polar_method_names);
     return qt_finish("test_adapt_newton");
 }
