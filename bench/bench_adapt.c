@@ -3,8 +3,8 @@
    For each hidden size (default 1024, 2048, 4096) it builds 2048 activation rows with planted
    outliers (16 correlated factors plus noise, 4 channels 20..50x larger), captures them as one
    up_proj, and runs stage 1 with the product's defaults (int4, 20 steps, patience 5, full-size R)
-   with 1 and with 2 threads (a small pthread parallel hook written here; the library never creates
-   threads). It prints the wall time, the CPU time of all threads, the time per step, the Newton-Schulz iterations per step, the
+   with 1 and with 2 threads (through qx_threads' pool, the parallel hook the quarot tool uses: its
+   workers start once; the library never creates threads). It prints the wall time, the CPU time of all threads, the time per step, the Newton-Schulz iterations per step, the
    flops the run did (counted by the library: quarot_adapt_context.flops) and the loss trajectory.
 
    Beside it, at the first size only: stage 1 without the spectral deflation (desc.no_deflation), and
@@ -21,9 +21,9 @@
    "NS it" column is the polar iterations per step (Newton steps plus Newton-Schulz updates); the
    losses are printed to 9 digits with the best loss and the iterations of every step. */
 #include "quarot.h"
+#include "qx_threads.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,43 +41,6 @@ static double cpu_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* ---- parallel hook: each run() starts n_threads-1 workers that take task indices from a shared
-   counter, the calling thread works too, and all are joined before returning ---- */
-typedef struct pool_job {
-    quarot_task_fn fn;
-    void* arg;
-    int64_t n, next;
-    pthread_mutex_t lock;
-} pool_job;
-
-static void* pool_worker(void* p) {
-    pool_job* j = (pool_job*)p;
-    for (;;) {
-        int64_t i;
-        pthread_mutex_lock(&j->lock);
-        i = j->next++;
-        pthread_mutex_unlock(&j->lock);
-        if (i >= j->n) return NULL;
-        j->fn(j->arg, i);
-    }
-}
-
-static void pool_run(void* user, quarot_task_fn fn, void* arg, int64_t n_tasks) {
-    int threads = *(int*)user, t;
-    pthread_t th[64];
-    pool_job j;
-    j.fn = fn;
-    j.arg = arg;
-    j.n = n_tasks;
-    j.next = 0;
-    pthread_mutex_init(&j.lock, NULL);
-    if (threads > 64) threads = 64;
-    for (t = 1; t < threads; ++t) pthread_create(&th[t], NULL, pool_worker, &j);
-    pool_worker(&j);
-    for (t = 1; t < threads; ++t) pthread_join(th[t], NULL);
-    pthread_mutex_destroy(&j.lock);
 }
 
 /* ---- data ---- */
@@ -194,10 +157,8 @@ int main(int argc, char** argv) {
             run_log log;
             double t0, t1, c0, c1, flops = 0, its = 0;
             quarot_result r;
-            memset(&env, 0, sizeof env);
-            env.parallel.run = pool_run;
-            env.parallel.user_data = &threads;
-            env.parallel.n_threads = threads;
+            qx_pool* pool = threads > 1 ? qx_pool_create(threads) : NULL;
+            qx_pool_env(pool, &env);
             memset(&d, 0, sizeof d);
             memset(&log, 0, sizeof log);
             d.steps = steps;
@@ -237,6 +198,7 @@ int main(int argc, char** argv) {
             if (plain) compare_plain_ns(x, rows, h, &env);
             quarot_adapt_capture_free(&cap);
             quarot_adapt_context_free(&ctx);
+            qx_pool_destroy(pool);
         }
         free(x);
     }
