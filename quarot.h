@@ -4931,6 +4931,11 @@ typedef struct quarot__dgemm_cfg {
 static void quarot__sgemm_select(quarot_isa isa, quarot__sgemm_cfg* cfg);
 static void quarot__dgemm_select(quarot_isa isa, quarot__dgemm_cfg* cfg);
 
+// p rounded up to the next multiple of 64 bytes (the callers allocate 63 or more bytes beyond what they use).
+static void* quarot__align64(void* p) {
+    return (char*)p + ((64 - (size_t)((uintptr_t)p & 63)) & 63);
+}
+
 // Argument checks shared by every entry point. A matrix [rows][cols] with row stride ld needs
 // ld >= max(1, cols) and (rows - 1) * ld + cols elements addressable without overflow.
 static quarot_result quarot__gemm_check_mat(const void* p, int64_t rows, int64_t cols, int64_t ld,
@@ -5130,13 +5135,13 @@ static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc,
         }                                                                                              \
     }                                                                                                  \
 }                                                                                                      \
-/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. apk (runx): A packed  \
-   whole beforehand (pack_a of all m rows, k <= kc, so one k block): its slivers are used in place of   \
-   ap's, which is not touched; the same values reach the kernel, so the same bits. */                  \
-static void quarot__gemm_runx_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,        \
-                                  int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,   \
-                                  int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,        \
-                                  int64_t coff, const T* apk) {                                         \
+/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. apk, when not NULL: A \
+   packed whole beforehand (pack_a of all m rows, k <= kc, so one k block): its slivers are used in     \
+   place of ap's, which is not touched; the same values reach the kernel, so the same bits. */         \
+static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
+                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
+                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
+                                 int64_t coff, const T* apk) {                                          \
     const int mr = cfg->mr, nr = cfg->nr;                                                              \
     int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
     T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
@@ -5177,12 +5182,6 @@ static void quarot__gemm_runx_##S(const quarot__##S##gemm_cfg* cfg, int ta, int 
         }                                                                                              \
     }                                                                                                  \
 }                                                                                                      \
-static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
-                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
-                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
-                                 int64_t coff) {                                                        \
-    quarot__gemm_runx_##S(cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ap, bp, tri, coff, NULL); \
-}                                                                                                      \
 /* C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading). */                 \
 static void quarot__gemm_scale_##S(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {                 \
     int64_t i, j;                                                                                      \
@@ -5215,7 +5214,7 @@ static void quarot__gemm_task_##S(void* arg, int64_t t) {                       
     quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0), pn - js, jb->k,   \
                          jb->alpha, jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                     \
                          jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
-                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0);  \
+                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0, NULL); \
 }                                                                                                      \
 /* Narrow products (!tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A is read in place,    \
    once per column tile, not packed; a row-major A packed for only n / nr column tiles spent longer     \
@@ -5291,7 +5290,7 @@ static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int
     jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                   \
     jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
     jb.a = a; jb.b = b; jb.c = c; jb.tri = tri;                                                        \
-    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    jb.work = (T*)quarot__align64(mem);                                                                \
     quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
     quarot_env_free(env, mem);                                                                         \
     return QUAROT_OK;                                                                                  \
@@ -6006,7 +6005,7 @@ static void quarot__gram_panel_##S(const quarot__gram_job_##S* jb, int64_t p, T*
     int64_t i0 = p * jb->bs;                                                                           \
     quarot__gemm_run_##S(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (T)1, \
                          jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (T)0, jb->g + i0 * jb->n + i0, jb->n, \
-                         ap, ap + jb->a_elems, 0, 0);                                                  \
+                         ap, ap + jb->a_elems, 0, 0, NULL);                                            \
 }                                                                                                      \
 /* Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ... */                                      \
 static void quarot__gram_task_##S(void* arg, int64_t t) {                                              \
@@ -6135,7 +6134,7 @@ static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u,
     bytes += 3 * (size_t)n * sizeof(double) + 128;                                                     \
     mem = (T*)quarot_env_alloc(env, bytes);                                                            \
     if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
-    jb.work = (T*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));                   \
+    jb.work = (T*)quarot__align64(mem);                                                                \
     xa = jb.work + gram_elems;                                                                         \
     g = xa + nn;                                                                                       \
     dg = (double*)(void*)(xa + (2 * nn + 7) / 8 * 8);                 /* 8-element (>= 32 B) aligned */ \
@@ -11381,16 +11380,16 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int swap_a, int64_t k0
 // With the built-in SGEMM, E is packed once per panel (epk) and every update uses that packing: each
 // call packed all of E again (n x nb floats per chunk, 4% of the inverse's time on 2 threads), and the
 // chunks can be smaller (about 4 per thread) for the balance. Task 0 then also prepares the next
-// panel's steps (2) and (3a) (ahead): its columns in the order its row exchanges will give (g), P^-1
+// panel's steps (2) and (3a): its columns in the order its row exchanges will give (g), P^-1
 // of its pivot block, its E = g P^-1 (into pbn, whose LU factors are not needed once its pivots are
 // chosen) and E's packing (epkn): the same operations on the same values as the serial steps after
 // the exchanges, which took 7% of the inverse's time on one thread while the other waited.
 typedef struct quarot__sinv_job {
     int64_t n, k0, w, nb, cw, nl, k1, w1;
     float *a, *e, *wr, *pbn, *g, *pi, *epkn;
-    const float* epk;                    // E packed for cfg (NULL: each update calls quarot_sgemm)
+    const float* epk;                    // E packed for cfg (NULL: each update calls quarot_sgemm, and
+                                         //   task 0 does not prepare the next panel)
     int64_t* idx;                        // [n] scratch: row i of a after the next exchanges is idx[i]
-    int ahead;                           // task 0 prepares the next panel's E (needs epk)
 #if !defined(QUAROT_USE_CBLAS)
     quarot__sgemm_cfg cfg;
 #endif
@@ -11408,9 +11407,9 @@ static quarot_result quarot__sinv_update(const quarot__sinv_job* jb, int64_t c, 
         void* mem = quarot_env_alloc(jb->serial, (size_t)(nce * jb->w) * sizeof(float) + 64);
         float* bp;
         if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
-        bp = (float*)(void*)((char*)mem + ((64 - (size_t)((uintptr_t)mem & 63)) & 63));   // 64-byte aligned
-        quarot__gemm_runx_s(cfg, 0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n,
-                            NULL, bp, 0, 0, jb->epk);
+        bp = (float*)quarot__align64(mem);
+        quarot__gemm_run_s(cfg, 0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n,
+                           NULL, bp, 0, 0, jb->epk);
         quarot_env_free(jb->serial, mem);
         return QUAROT_OK;
     }
@@ -11448,7 +11447,7 @@ static void quarot__sinv_task(void* arg, int64_t t) {
         jb->res[t] = quarot__sinv_update(jb, jb->k1, jb->w1);
         if (jb->res[t] == QUAROT_OK)
             jb->res[t] = quarot__sinv_lu(jb->n, jb->a, 0, jb->k1, jb->w1, jb->nb, jb->pbn, jb->piv, jb->serial);
-        if (jb->res[t] == QUAROT_OK && jb->ahead) jb->res[t] = quarot__sinv_next_e(jb);
+        if (jb->res[t] == QUAROT_OK && jb->epk) jb->res[t] = quarot__sinv_next_e(jb);
     } else if (t == 1) {
         for (i = 0; i < jb->n; ++i)
             memcpy(jb->a + i * jb->n + jb->k0, jb->e + i * jb->nb, (size_t)jb->w * sizeof(float));
@@ -11508,8 +11507,8 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
     else memset(&serial, 0, sizeof serial);
     serial.parallel.run = NULL;
     serial.parallel.n_threads = 1;
-    epk += (16 - (size_t)(((uintptr_t)epk / sizeof(float)) & 15)) & 15;
-    epkn += (16 - (size_t)(((uintptr_t)epkn / sizeof(float)) & 15)) & 15;
+    epk = (float*)quarot__align64(epk);
+    epkn = (float*)quarot__align64(epkn);
 #if !defined(QUAROT_USE_CBLAS)
     {                                              // the built-in SGEMM's blocking: E packed once per panel
         quarot_isa isa = QUAROT_ISA_DEFAULT;
@@ -11561,7 +11560,6 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
                 if (!have_e) quarot__gemm_pack_a_s(0, pb, nb, n, w, cfg.mr, epk);
                 jb.cfg = cfg;
                 jb.epk = epk;
-                jb.ahead = 1;
                 jb.g = g; jb.pi = pi; jb.epkn = epkn; jb.idx = perm;   // perm's first half is free until the end
             }
 #endif
@@ -11573,7 +11571,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             quarot_env_parallel_for(env, quarot__sinv_task, &jb, nt);
             for (i = nt - 1; i >= 0; --i)          // the updates' errors first, then the LU's
                 if (jb.res[i] != QUAROT_OK) return jb.res[i];
-            if (jb.ahead) {                        // the next panel's exchanges, W and zeroed rows
+            if (packed) {                          // the next panel's exchanges, W and zeroed rows
                 quarot__sinv_xjob xj;
                 xj.n = n; xj.k1 = k1; xj.w1 = w1; xj.a = a; xj.wr = wr; xj.piv = piv;
                 xj.cw = jb.cw;
@@ -11584,7 +11582,7 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
             }
             t = pb; pb = pbn; pbn = t;
             t = epk; epk = epkn; epkn = t;
-            have_e = jb.ahead;
+            have_e = packed;
         } else {
             res = quarot_sgemm(0, 0, n, n, w, -1.0f, pb, nb, wr, n, 1.0f, a, n, env);
             if (res != QUAROT_OK) return res;

@@ -4,8 +4,8 @@
    outliers (16 correlated factors plus noise, 4 channels 20..50x larger), captures them as one
    up_proj, and runs stage 1 with the product's defaults (int4, 20 steps, patience 5, full-size R)
    with 1 and with 2 threads (through qx_threads' pool, the parallel hook the quarot tool uses: its
-   workers start once; the library never creates threads). It prints the wall time, the CPU time of all threads, the time per step, the Newton-Schulz iterations per step, the
-   flops the run did (counted by the library: quarot_adapt_context.flops) and the loss trajectory.
+   workers start once; the library never creates threads). It prints the wall time, the CPU time of
+   all threads, the time per step, the Newton-Schulz iterations per step, the flops the run did (counted by the library: quarot_adapt_context.flops) and the loss trajectory.
 
    Beside it, at the first size only: stage 1 without the spectral deflation (desc.no_deflation), and
    one regularized polar factor of the first step's C with the library's plain Newton-Schulz

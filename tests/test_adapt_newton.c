@@ -237,17 +237,18 @@ static void test_deflate_warm(void) {
                                 &topc, &kc, NULL));
     for (i = 0; i < nn; ++i) if (fabs(cc[i]) > cmax) cmax = fabs(cc[i]);
     for (trial = 0; trial < 2; ++trial) {
+        const int kwarm = trial ? p - 2 : k0;
         memcpy(defl + nn, vsave, (size_t)(n * p) * sizeof(double));
         memcpy(cw, c1, (size_t)nn * sizeof(float));
-        QT_OK(quarot__adapt_deflate(n, cw, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5,
-                                    trial ? p - 2 : k0, &sig, &lam, &topw, &kw, NULL));
+        QT_OK(quarot__adapt_deflate(n, cw, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5, kwarm, &sig,
+                                    &lam, &topw, &kw, NULL));
         diff = 0.0;
         for (i = 0; i < nn; ++i) if (fabs(cw[i] - cc[i]) > diff) diff = fabs(cw[i] - cc[i]);
-        printf("    k_warm %d: k = %d (cold %d), top %.9g (cold %.9g), max|C_warm - C_cold| = %.2e max|C|\n", trial ? p - 2 : k0, kw,
-               kc, topw, topc, diff / cmax);
-        QT_CHECKF(kw == kc, "k_warm %d: deflated %d values, the cold start %d", trial ? p - 2 : k0, kw, kc);
-        QT_CHECKF(fabs(topw - topc) <= 1e-6 * topc, "k_warm %d: top %.9g, cold %.9g", trial ? p - 2 : k0, topw, topc);
-        QT_CHECKF(diff <= 1e-6 * cmax, "k_warm %d: max|C_warm - C_cold| = %.3g max|C|", trial ? p - 2 : k0, diff / cmax);
+        printf("    k_warm %d: k = %d (cold %d), top %.9g (cold %.9g), max|C_warm - C_cold| = %.2e max|C|\n", kwarm, kw, kc, topw,
+               topc, diff / cmax);
+        QT_CHECKF(kw == kc, "k_warm %d: deflated %d values, the cold start %d", kwarm, kw, kc);
+        QT_CHECKF(fabs(topw - topc) <= 1e-6 * topc, "k_warm %d: top %.9g, cold %.9g", kwarm, topw, topc);
+        QT_CHECKF(diff <= 1e-6 * cmax, "k_warm %d: max|C_warm - C_cold| = %.3g max|C|", kwarm, diff / cmax);
     }
     free(c0); free(c1); free(cc); free(cw); free(defl); free(vsave); free(u); free(v);
 }
