@@ -1288,9 +1288,11 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // polar() (see >>adapt_solve) is by default for b >= 2048 (polar_method NEWTON) the scaled Newton iteration
 // X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
 // and Byers-Xu scaling, after deflating the largest singular values of C where a clear gap exists
-// (outlier channels create one; this leaves the polar factor unchanged): 5 steps per optimizer step
-// with deflation, 6 without, on the bench's data at b = 1024..4096, then one X^T X (half a GEMM) that
-// shows max|X^T X - I| <= tol, or a certified Newton-Schulz last step. polar_method NEWTON_SCHULZ is
+// (outlier channels create one; this leaves the polar factor unchanged; in levels, each relative to the
+// top the last one left) and scaling by a power estimate of sigma_min from the first inverse: 4 steps
+// per optimizer step on the bench's data at b = 2048 and 4096 (5 at the first, cold step), 4-5 at 512
+// and 1024, then one X^T X (half a GEMM) that shows max|X^T X - I| <= tol, or a certified
+// Newton-Schulz last step. polar_method NEWTON_SCHULZ is
 // the quintic Newton-Schulz iteration whose coefficients are re-optimized every step for the current
 // singular-value interval: about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 with deflation,
 // 10-11 without), each costing two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each),
@@ -10965,11 +10967,20 @@ static double quarot__adapt_sigma_max(int64_t n, const float* c, double* v, doub
 // from the second optimizer step on it starts from the previous step's vectors, see quarot__adapt_deflate);
 // an inexact V_k (angle delta to the invariant subspace) moves the polar factor by about
 // 2*delta*sigma_1/s, so k is accepted only where the residuals bound that by 1e-8.
+// In levels: the Ritz residuals cannot fall below the double rounding of sigma_1^2, so a second group
+// of large values far below sigma_1 fails that test (on the bench's data at b = 2048: 8 values pass,
+// the next 12, 0.55 .. 0.93 of sigma_9 above a bulk below 0.08, reach 1e-7). Once the first k are
+// deflated, the top is sigma_{k+1}: a Rayleigh-Ritz step of the deflated C on the same vectors (its
+// singular vectors are C's) and the same test, now relative to sigma_{k+1}, deflates the next group
+// (polar(C M1 M2) = polar(C M1) = polar(C), each within the test's bound). There: k = 20, the
+// condition number of the Newton start drops from ~480 to ~37 and the Newton steps from 5 to 4, for
+// two products with p vectors and one rank-k update per level.
 
 #define QUAROT__ADAPT_DEFL_P 32              // subspace size
 #define QUAROT__ADAPT_DEFL_ITERS 8           // subspace iterations on C + lambda*I
 #define QUAROT__ADAPT_DEFL_WARM 3            // ... from the previous step's Ritz vectors (then 5 more if
                                              //   fewer values than that step's pass the test)
+#define QUAROT__ADAPT_DEFL_LEVELS 3          // deflations in turn, each at the gap the last one uncovered
 
 // Cyclic Jacobi: S [p][p] symmetric -> eigenvalues th[] descending, eigenvectors as the columns of
 // Y [p][p] (same order). S is destroyed.
@@ -11124,26 +11135,71 @@ static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float
     quarot_env_parallel_for(env, quarot__adapt_ew_task, &jb, (n + 63) / 64);
 }
 
+// After quarot__adapt_subspace (V, W = Cd V, th): the largest k <= p-2 with a gap sigma_k >= 2 sigma_{k+1}
+// whose Ritz vectors are accurate enough, delta_i ~ ||Cd^T Cd v_i - th_i v_i|| / (th_k - th_{k+1}) and
+// 2 * max delta * sigma_1 / sigma_{k+1} <= 1e-8 (0: none). z: [n][p] doubles of work.
+static quarot_result quarot__adapt_defl_pick(int64_t n, int p, const double* cd, const double* v, const double* w, double* z,
+                                             const double* th, int* k_out, const quarot_env* env) {
+    double rn[QUAROT__ADAPT_DEFL_P];
+    int64_t r;
+    int i, k;
+    quarot_result res = quarot_dgemm(1, 0, n, p, n, 1.0, cd, n, w, p, 0.0, z, p, env);   // Z = Cd^T Cd V
+    *k_out = 0;
+    if (res != QUAROT_OK) return res;
+    for (i = 0; i < p; ++i) rn[i] = 0.0;      // rn_i = ||Cd^T Cd v_i - th_i v_i||^2, row by row of Z and V
+    for (r = 0; r < n; ++r)
+        for (i = 0; i < p; ++i) {
+            double d = z[r * p + i] - th[i] * v[r * p + i];
+            rn[i] += d * d;
+        }
+    for (k = p - 2; k >= 1; --k) {
+        double gap = th[k - 1] - th[k], dmax = 0.0;
+        if (!(th[k] > 0.0) || th[k - 1] < 4.0 * th[k]) continue;
+        for (i = 0; i < k; ++i) {
+            double e = sqrt(rn[i]) / gap;
+            if (!(e <= dmax)) dmax = e;
+        }
+        if (2.0 * dmax * sqrt(th[0] / th[k]) <= 1e-8) break;
+    }
+    *k_out = k;
+    return QUAROT_OK;
+}
+
+// Cd += W_k (s/S_k - I) V_k^T with s = sigma_{k+1} (W = Cd V, scaled in place): sigma_1..sigma_k -> s.
+static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const double* th, const double* v, double* w, double* cd,
+                                              const quarot_env* env) {
+    double s = sqrt(th[k]);
+    int64_t r;
+    int i;
+    for (i = 0; i < k; ++i) {                  // W_k <- W_k * diag(s/sigma_i - 1)
+        double f = s / sqrt(th[i]) - 1.0;
+        for (r = 0; r < n; ++r) w[r * p + i] *= f;
+    }
+    return quarot_dgemm(0, 1, n, n, k, 1.0, w, p, v, p, 1.0, cd, n, env);
+}
+
 // C (float [n][n]) -> C + lambda*I, deflated when a reliable gap exists (rounded once to float).
 // cd: [n][n] doubles, v, w, z: [n][p] doubles. Out: sigma_1 of C, lambda, the top singular value
-// of the result (an estimate from below; the caller bounds it from above) and k (0 = not deflated).
-// k_warm > 0: v holds the Ritz vectors of the previous optimizer step's call, which deflated k_warm
-// values. C changes little from step to step (its top singular vectors follow the outlier channels),
+// of the result (an estimate from below; the caller bounds it from above), k (0 = not deflated) and
+// k0, the k of the first level (up to QUAROT__ADAPT_DEFL_LEVELS levels, see above).
+// k_warm > 0: v holds the Ritz vectors of the previous optimizer step's call, whose first level
+// deflated k_warm values. C changes little from step to step (its top singular vectors follow the outlier channels),
 // so they start the iteration instead of random vectors: 1 iteration for sigma_1 and
 // QUAROT__ADAPT_DEFL_WARM for the subspace, 5 more when fewer than k_warm values pass the accuracy
 // test after them (11 products of C with p vectors instead of 25; the test is the same, so the
-// deflation is as exact: on the bench's data at b = 4096 the same k = 8 at each step, and losses
+// deflation is as exact: on the bench's data at b = 4096 the same k0 = 8 at each step, and losses
 // within 1e-7 relative of the cold start's over the first 4 steps, 1.5e-5 over 20 as the float-level
 // differences of R move the int4 roundings).
 static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdir, double* cd, double* v, double* w, double* z,
                                            double reg, int k_warm, double* sig_out, double* lam_out, double* top_out,
-                                           int* k_out, const quarot_env* env) {
-    int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, i, k = 0, pass;
-    double th[QUAROT__ADAPT_DEFL_P], rn[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
+                                           int* k_out, int* k0_out, const quarot_env* env) {
+    int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, k = 0, pass, level;
+    double th[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
     int64_t r;
     quarot_rng rng;
     quarot_result res;
     *k_out = 0;
+    *k0_out = 0;
     quarot__adapt_ew(0, n, cd, NULL, c, 0.0, env);                      // Cd = C
     if (k_warm <= 0) {
         quarot_rng_seed(&rng, 0x5eed5eedULL);
@@ -11161,40 +11217,25 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdi
     for (pass = 0; pass < 2; ++pass) {
         res = quarot__adapt_subspace(n, p, cd, v, w, k_warm <= 0 ? QUAROT__ADAPT_DEFL_ITERS : pass == 0 ? QUAROT__ADAPT_DEFL_WARM : 5,
                                      th, sy, env);
+        if (res == QUAROT_OK) res = quarot__adapt_defl_pick(n, p, cd, v, w, z, th, &k, env);
         if (res != QUAROT_OK) return res;
-        res = quarot_dgemm(1, 0, n, p, n, 1.0, cd, n, w, p, 0.0, z, p, env); // Z = Cd^T Cd V (Ritz residuals)
-        if (res != QUAROT_OK) return res;
-        // The largest k <= p-2 with a gap sigma_k >= 2 sigma_{k+1} whose Ritz vectors are accurate enough:
-        // delta_i ~ ||Cd^T Cd v_i - th_i v_i|| / (th_k - th_{k+1}),  2 * max delta * sigma_1 / sigma_{k+1} <= 1e-8.
-        for (i = 0; i < p; ++i) rn[i] = 0.0;  // rn_i = ||Cd^T Cd v_i - th_i v_i||^2, row by row of Z and V
-        for (r = 0; r < n; ++r)
-            for (i = 0; i < p; ++i) {
-                double d = z[r * p + i] - th[i] * v[r * p + i];
-                rn[i] += d * d;
-            }
-        for (k = p - 2; k >= 1; --k) {
-            double gap = th[k - 1] - th[k], dmax = 0.0;
-            if (!(th[k] > 0.0) || th[k - 1] < 4.0 * th[k]) continue;
-            for (i = 0; i < k; ++i) {
-                double e = sqrt(rn[i]) / gap;
-                if (!(e <= dmax)) dmax = e;
-            }
-            if (2.0 * dmax * sqrt(th[0] / th[k]) <= 1e-8) break;
-        }
         if (k_warm <= 0 || k >= k_warm) break;   // cold: one pass; warm: again when fewer pass the test
     }
-    if (k >= 1) {
-        double s = sqrt(th[k]);
-        for (i = 0; i < k; ++i) {              // W_k <- W_k * diag(s/sigma_i - 1)  (W_k = Cd V_k)
-            double f = s / sqrt(th[i]) - 1.0;
-            for (r = 0; r < n; ++r) w[r * p + i] *= f;
-        }
-        res = quarot_dgemm(0, 1, n, n, k, 1.0, w, p, v, p, 1.0, cd, n, env);   // Cd += W_k V_k^T
+    *k0_out = k;
+    *top_out = sqrt(th[k]);                    // th[0] when k = 0
+    for (level = 0; k >= 1; ++level) {
+        int k2;
+        res = quarot__adapt_defl_apply(n, p, k, th, v, w, cd, env);
         if (res != QUAROT_OK) return res;
-        *top_out = s;
+        *top_out = sqrt(th[k]);
         *k_out = k;
-    } else {
-        *top_out = sqrt(th[0]);
+        if (level + 1 >= QUAROT__ADAPT_DEFL_LEVELS || k >= p - 2) break;
+        // the next level: Rayleigh-Ritz of the deflated Cd on V (its singular vectors are Cd's)
+        res = quarot__adapt_subspace(n, p, cd, v, w, 0, th, sy, env);
+        if (res == QUAROT_OK) res = quarot__adapt_defl_pick(n, p, cd, v, w, z, th, &k2, env);
+        if (res != QUAROT_OK) return res;
+        if (k2 <= k) break;
+        k = k2;
     }
     quarot__adapt_ew(2, n, cd, c, NULL, 0.0, env);                      // C = (float)Cd
     return QUAROT_OK;
@@ -11204,6 +11245,7 @@ typedef struct quarot__adapt_polar_out {
     int iterations;
     double residual;                     // max|U^T U - I| of the result (float), or its bound after a last step
     int deflated;                        // k singular values deflated (0: none)
+    int deflated_first;                  // ... by the first level (the next call's k_warm)
     int grams, products;                 // symmetric X^T X / G^2 (half GEMMs) and full n^3 GEMMs done
     int inverses;                        // scaled Newton steps (one n^3-FMA inverse each)
 } quarot__adapt_polar_out;
@@ -11223,16 +11265,25 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 // estimates are bounds (c_1 = (sqrt(alpha/beta) + sqrt(beta/alpha))/2, then c_{k+1} = (sqrt(c_k) +
 // 1/sqrt(c_k))/2): cond 1e5 -> ~158 -> ~6.3 -> ~1.45 -> ~1.02 -> 1 + 1e-4. Estimates that are not bounds
 // only cost iterations (the last steps are plain Newton, mu -> 1, which converges quadratically from
-// anywhere). Here X0 = C/s with s just above the estimated sigma_max, so alpha = 1 and beta = lambda/s
-// (the lower end the Newton-Schulz path uses too). Frobenius scaling, mu = (||X^-1||_F / ||X||_F)^(1/2),
+// anywhere). Here X0 = C/s with s just above the estimated sigma_max, so alpha = 1, and beta comes
+// from X0^-1 once the first inverse is done: QUAROT__NEWTON_BETA (0.9) times the power estimate of
+// sigma_min(X0) = 1/||X0^-1||_2 (quarot__newton_smin, 3 iterations from the previous call's vector,
+// 8 cold: two passes over b^2 floats each; within 0.1-3% of the converged value above it on the
+// bench's data). The guess lambda/s (the lower end the Newton-Schulz path uses) was 10-28% above the
+// true sigma_min at b = 2048, and a beta 10% too high leaves 15 times the error after 4 steps (a
+// scalar simulation of the iteration on the measured spectrum), while 20% too low costs nothing.
+// Frobenius scaling, mu = (||X^-1||_F / ||X||_F)^(1/2),
 // took 7-8 steps instead of 5-6 on the bench's C (its many small singular values pull mu away from the
 // interval's centre); it is the fallback when beta is not positive. One step costs one float inverse
 // (quarot__sinv: 2 b^3 flops, one GEMM-equivalent, against two for a quintic Newton-Schulz step) plus
 // O(b^2) passes. With S = ||mu X||_F^2 + ||X^-1/mu||_F^2 - 2b = sum (s - 1/s)^2 (s = mu x) and s = 1 + d
 // near convergence, the step leaves s'^2 - 1 ~ d^2, so ||X'^T X' - I||_F <~ sum d^2 ~ S/4: the Newton
-// steps stop once S/4 <= QUAROT__NEWTON_STOP, and the Newton-Schulz loop takes over: its X^T X either
-// shows max|X^T X - I| <= tol at once (at b = 1024..4096 the Newton result is there: ~1.5e-6) or
-// allows the certified cubic / quintic last step. Accuracy: the float inverse of the first step (cond
+// steps stop once S/4 <= QUAROT__NEWTON_STOP, or once the interval bound c_k^2 - 1 is within tol
+// (S/4 sums over all b values and stays above the largest one; at b = 4096 it was 0.012-0.015 after
+// 4 steps while c_4^2 - 1 was 6.5e-6), and the Newton-Schulz loop takes over: its X^T X either
+// shows max|X^T X - I| <= tol at once (at b = 1024..4096 the Newton result is there: 1.5e-6 after 5
+// steps, 2e-6 to 5e-6 after 4) or allows the certified cubic / quintic last step (one GEMM, about
+// what the inverse it replaces would have cost, when the estimates were not bounds). Accuracy: the float inverse of the first step (cond
 // ~1/reg = 1e5) is accurate to ~kappa * 2^-24 in X's small singular directions, and so is the result
 // there: against an f64 reference (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to
 // cond 1e2, 2.3e-4 at 1e4 and 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves
@@ -11245,6 +11296,9 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 #define QUAROT__SINV_TMAX 32                 // its look-ahead's threads used, up to 32 (2-4 update chunks each)
 #define QUAROT__NEWTON_STOP 1e-2             // predicted ||X^T X - I||_F at which Newton hands over
 #define QUAROT__NEWTON_MAX 30                // Newton steps at most (then Newton-Schulz continues)
+#define QUAROT__NEWTON_BETA 0.9              // beta = this * the power estimate of sigma_min (from above)
+#define QUAROT__NEWTON_POWER_COLD 8          // its power iterations from a fixed start
+#define QUAROT__NEWTON_POWER_WARM 3          // ... from the previous call's vector
 
 // Floats of work for quarot__sinv(n): the panel and the next one [2][n][nb], the pivot rows [nb][n],
 // the pivot block's inverse [nb][nb], the next panel's columns in pivot order [n][nb], the packed
@@ -11693,13 +11747,78 @@ static double quarot__newton_pass(int op, int64_t n, float* x, float* y, float* 
     return s;
 }
 
+// out[r] = sum_c m[r][c] in[c] for r in [0, n), 64 rows per task through env's parallel hook (each row
+// summed over 8 interleaved partial sums in a fixed tree: the same bits for any split).
+typedef struct quarot__newton_mv_job {
+    int64_t n;
+    const float* m;
+    const double* in;
+    double* out;
+} quarot__newton_mv_job;
+
+static void quarot__newton_mv_task(void* arg, int64_t t) {
+    const quarot__newton_mv_job* jb = (const quarot__newton_mv_job*)arg;
+    int64_t n = jb->n, r, r1 = (t + 1) * 64 < n ? (t + 1) * 64 : n, c;
+    int q;
+    for (r = t * 64; r < r1; ++r) {
+        const float* QUAROT__RESTRICT x = jb->m + r * n;
+        const double* QUAROT__RESTRICT u = jb->in;
+        double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        for (c = 0; c + 8 <= n; c += 8)
+            for (q = 0; q < 8; ++q) acc[q] += (double)x[c + q] * u[c + q];
+        for (; c < n; ++c) acc[c & 7] += (double)x[c] * u[c];
+        jb->out[r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    }
+}
+
+static void quarot__newton_mv(int64_t n, const float* m, const double* in, double* out, const quarot_env* env) {
+    quarot__newton_mv_job jb;
+    jb.n = n; jb.m = m; jb.in = in; jb.out = out;
+    quarot_env_parallel_for(env, quarot__newton_mv_task, &jb, (n + 63) / 64);
+}
+
+// sigma_min(X), estimated from above by power iteration on X^-1 X^-T = y y^T (y = X^-1 with its columns
+// permuted, g = y^T; both are at hand after the first inverse): u <- y (g u) / ||.||, and for a unit u
+// 1 / sqrt(||y y^T u||) >= 1 / ||X^-1||_2 = sigma_min(X), approaching it as u converges. u [n] is
+// the left singular vector of X^-1 for sigma_min, which does not depend on the pivoting; warm: u
+// holds the previous call's (C changes little between optimizer steps). w: [n] doubles of work.
+// Returns 0 when X^-1 is zero or not finite (the caller keeps its estimate).
+static double quarot__newton_smin(int64_t n, const float* y, const float* g, double* u, double* w, int warm,
+                                  const quarot_env* env) {
+    int64_t i;
+    int it, iters = warm ? QUAROT__NEWTON_POWER_WARM : QUAROT__NEWTON_POWER_COLD;
+    double nu = 0.0;
+    if (!warm) for (i = 0; i < n; ++i) u[i] = 1.0 + 0.125 * (double)(i % 7);   // a fixed start with weight everywhere
+    for (i = 0; i < n; ++i) nu += u[i] * u[i];
+    if (!(nu > 0.0) || !(nu <= 1e300)) {
+        for (i = 0; i < n; ++i) u[i] = 1.0 + 0.125 * (double)(i % 7);
+        nu = 0.0;
+        for (i = 0; i < n; ++i) nu += u[i] * u[i];
+    }
+    nu = 1.0 / sqrt(nu);
+    for (i = 0; i < n; ++i) u[i] *= nu;
+    for (it = 0; it < iters; ++it) {
+        quarot__newton_mv(n, g, u, w, env);       // w = y^T u
+        quarot__newton_mv(n, y, w, u, env);       // u = y y^T u
+        nu = 0.0;
+        for (i = 0; i < n; ++i) nu += u[i] * u[i];
+        if (!(nu > 0.0) || !(nu <= 1e300)) return 0.0;
+        nu = sqrt(nu);                             // ||y y^T u|| <= ||X^-1||_2^2
+        for (i = 0; i < n; ++i) u[i] /= nu;
+    }
+    return 1.0 / sqrt(nu);
+}
+
 // Scaled Newton steps on X [n][n] (in place) until the predicted ||X^T X - I||_F <= QUAROT__NEWTON_STOP
-// (see above); alpha, beta: the estimated extreme singular values of X (beta <= 0: Frobenius scaling).
-// y, g: [n][n] floats of work; perm: [2n]; work: quarot__sinv_floats(n); part: [n/64 + 1].
-// *steps: the steps done (each one inverse).
+// or the interval bound c_k^2 - 1 <= QUAROT__ADAPT_FINISH * tol (see above); alpha, beta: the estimated
+// extreme singular values of X (beta <= 0: Frobenius scaling; beta > 0 is replaced by
+// QUAROT__NEWTON_BETA times the power estimate of sigma_min once X^-1 is known, pv: [2n] doubles, pv[0, n)
+// the power vector, the previous call's when warm). y, g: [n][n] floats of work; perm: [2n]; work:
+// quarot__sinv_floats(n); part: [n/64 + 1]. *steps: the steps done (each one inverse).
 static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* g, int64_t* perm, float* work, double* part,
-                                          double alpha, double beta, int* steps, const quarot_env* env) {
-    double nx2 = quarot__newton_pass(2, n, x, NULL, NULL, NULL, 1.0, part, env), ny2, nx, ny, mu, sdev, zeta = 0.0;
+                                          double* pv, int warm, double alpha, double beta, double tol, int* steps,
+                                          const quarot_env* env) {
+    double nx2 = quarot__newton_pass(2, n, x, NULL, NULL, NULL, 1.0, part, env), ny2, nx, ny, mu, sdev, zeta = 0.0, ck = 0.0;
     quarot_result res;
     *steps = 0;
     memcpy(y, x, (size_t)(n * n) * sizeof(float));
@@ -11714,6 +11833,10 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
         // inverse is noise (stage 1's lambda keeps cond(X) near 1/reg = 1e5)
         if (nx * ny > 16777216.0 * (double)n) return QUAROT_ERR_NOT_CONVERGED;
         mu = sqrt(ny / nx);
+        if (beta > 0.0 && *steps == 0 && pv) {
+            double se = quarot__newton_smin(n, y, g, pv, pv + n, warm, env);
+            if (se > 0.0) beta = QUAROT__NEWTON_BETA * se;
+        }
         if (beta > 0.0) {
             if (*steps == 0) zeta = 1.0 / sqrt(alpha * beta);
             else if (*steps == 1) zeta = sqrt(2.0 * sqrt(alpha * beta) / (alpha + beta));
@@ -11723,7 +11846,11 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
         sdev = mu * mu * nx2 + ny2 / (mu * mu) - 2.0 * (double)n;                    // sum (s - 1/s)^2
         nx2 = quarot__newton_pass(1, n, x, y, g, perm, mu, part, env);              // X = Y = (mu X + X^-T/mu)/2
         ++*steps;
-        if (0.25 * sdev <= QUAROT__NEWTON_STOP) break;
+        if (beta > 0.0) {                          // [1, c_k] holds the singular values if [beta, alpha] held them
+            if (*steps == 1) ck = 0.5 * (sqrt(alpha / beta) + sqrt(beta / alpha));
+            else ck = 0.5 * (sqrt(ck) + 1.0 / sqrt(ck));
+        }
+        if (0.25 * sdev <= QUAROT__NEWTON_STOP || (beta > 0.0 && ck * ck - 1.0 <= tol)) break;
     }
     return QUAROT_OK;
 }
@@ -11942,13 +12069,14 @@ static double quarot__adapt_fro2_upper(int64_t n, const float* s, double* res, c
 }
 
 // U = polar(C + lambda*Q), lambda = reg*sigma_max(C), Q = rdir (an orthogonal [n][n]) or I (rdir
-// NULL). C [n][n] is overwritten; x, y, g, h: [n][n] floats of work; v: [2n] doubles; defl:
-// quarot__adapt_defl_doubles(n) doubles, or NULL (no deflation); k_warm: the previous call's
-// out->deflated when defl holds that call's state (the deflation starts from its vectors), else 0.
+// NULL). C [n][n] is overwritten; x, y, g, h: [n][n] floats of work; v: [4n] doubles (v[2n, 3n): the
+// Newton path's power vector, the previous call's when warm); defl: quarot__adapt_defl_doubles(n)
+// doubles, or NULL (no deflation); k_warm: the previous call's out->deflated_first when defl holds
+// that call's state (the deflation starts from its vectors), else 0.
 // The result is in *u_out (x or y).
 // QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither tol nor the float floor (below 1e-4).
 static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir, float* x, float* y, float* g, float* h,
-                                         double* v, double* defl, int64_t* perm, float* inv_work, double reg, int k_warm,
+                                         double* v, double* defl, int64_t* perm, float* inv_work, double reg, int k_warm, int warm,
                                          double tol, int max_iter, float** u_out, quarot__adapt_polar_out* out,
                                          const quarot_env* env) {
     double sig = 0.0, lam = 0.0, top = 0.0, s, l, prev = 0.0;
@@ -11958,6 +12086,7 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
     out->iterations = 0;
     out->residual = 0.0;
     out->deflated = 0;
+    out->deflated_first = 0;
     out->grams = 0;
     out->products = 0;
     out->inverses = 0;
@@ -11965,7 +12094,7 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
     if (defl && n >= 8) {                          // C <- (C + lambda Q) * M, see above
         int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
         res = quarot__adapt_deflate(n, c, rdir, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, k_warm, &sig, &lam,
-                                    &top, &out->deflated, env);
+                                    &top, &out->deflated, &out->deflated_first, env);
         if (res != QUAROT_OK) return res;
     } else {
         sig = quarot__adapt_sigma_max(n, c, v, v + n, env);
@@ -11988,7 +12117,7 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
     quarot__adapt_ew(3, n, NULL, x, c, s, env);   // X = C / s
     l = lam / s;                                   // lower end guess (exact for symmetric C >= 0)
     if (inv_work) {                                // scaled Newton first, Newton-Schulz only to finish
-        res = quarot__newton_polar(n, x, y, g, perm, inv_work, v, 1.0, l, &nts, env);
+        res = quarot__newton_polar(n, x, y, g, perm, inv_work, v, v + 2 * n, warm, 1.0, l, tol, &nts, env);
         out->inverses = nts;
         out->iterations = nts;
         if (res != QUAROT_OK) return res;
@@ -12293,7 +12422,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     X = (float*)quarot_env_alloc(env, bbytes);
     Y = (float*)quarot_env_alloc(env, bbytes);
     G = (float*)quarot_env_alloc(env, bbytes);
-    vw = (double*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(double));
+    vw = (double*)quarot_env_alloc(env, 4 * (size_t)b * sizeof(double));
     qpart = (double*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(double));
     qst = (quarot_result*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(quarot_result));
     if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
@@ -12344,13 +12473,13 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         // arithmetic (A = XH*R, R orthogonal), without the b^3 product R*R_step, and R stays orthogonal
         res = quarot_sgemm(1, 0, b, b, M, 1.0f, xh, b, B, b, 0.0f, C, b, env);                 // (XH)^T B
         if (res == QUAROT_OK)
-            res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, perm, iw, reg, k_warm, tol, max_iter, &U, &po, env);
+            res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, perm, iw, reg, k_warm, step > 1, tol, max_iter, &U, &po, env);
         if (res == QUAROT_ERR_NOT_CONVERGED)
             quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: the polar factor (%s) did not converge at step %d (%d iterations, "
                               "max|X^T X - I| = %.3g; or a singular float inverse); raise reg (now %g) or polar.max_iter",
                               quarot_adapt_polar_method_name(dd.polar_method), step, po.iterations, po.residual, reg);
         if (res != QUAROT_OK) break;
-        k_warm = po.deflated;                      // the next step's deflation starts from this one's vectors
+        k_warm = po.deflated_first;                // the next step's deflation starts from this one's vectors
         memcpy(R, U, bbytes);
         res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);                 // A = X*H*R
         if (res != QUAROT_OK) break;

@@ -13,7 +13,10 @@
      orthogonal to tol and within a bound of the reference that grows with the condition number
      (a float C defines its polar factor only to about cond * 2^-24 in its small singular directions).
    - the deflation warm-started from the previous step's vectors gives the cold start's k, top value
-     and deflated C (to 1e-6 of max|C|), also through its second pass.
+     and deflated C (to 1e-6 of max|C|), also through its second pass; a second level deflates what
+     the first level's accuracy test (relative to sigma_1) cannot vouch for, keeping the polar factor.
+   - the power estimate of sigma_min(X) from X^-1 that scales the Newton steps: from above, within 2%
+     cold, closer warm, the same bits with 2 threads.
    - quarot_adapt_desc.polar_method: names, and an unknown value -> QUAROT_ERR_INVALID_ARGUMENT.
    - quarot__adapt_dgram (R^T R of the final double re-orthogonalization: upper tiles, then mirrored)
      equals the full quarot_dgemm product bit for bit, serially and with 2 threads. */
@@ -121,7 +124,7 @@ static void test_sinv(void) {
                as with any float inversion. Stage 1's lambda keeps cond(X) near 1e5.) */
             memset(r2, 0, (size_t)(n * n) * sizeof(float));
             for (i = 0; i < n; ++i) r2[i * n + i] = i == 2 ? 1e-10f : 1.0f;
-            QT_CHECK(quarot__newton_polar(n, r2, y, g, perm2, w, part, 1.0, 0.0, &steps, NULL) == QUAROT_ERR_NOT_CONVERGED);
+            QT_CHECK(quarot__newton_polar(n, r2, y, g, perm2, w, part, NULL, 0, 1.0, 0.0, 1e-5, &steps, NULL) == QUAROT_ERR_NOT_CONVERGED);
             free(g);
             free(y);
         }
@@ -138,7 +141,7 @@ static void test_newton_polar(void) {
     float *g = (float*)malloc((size_t)nn * sizeof(float)), *h = (float*)malloc((size_t)nn * sizeof(float));
     float* iw = (float*)malloc(quarot__sinv_floats(n) * sizeof(float));
     int64_t* perm = (int64_t*)malloc((size_t)(2 * n) * sizeof(int64_t));
-    double *v = (double*)malloc((size_t)(2 * n) * sizeof(double)), *cd = (double*)malloc((size_t)nn * sizeof(double));
+    double *v = (double*)malloc((size_t)(4 * n) * sizeof(double)), *cd = (double*)malloc((size_t)nn * sizeof(double));
     double *ud = (double*)malloc((size_t)nn * sizeof(double)), *ud2 = (double*)malloc((size_t)nn * sizeof(double));
     const double reg = 1e-5, tol = 1e-5;
     int ci;
@@ -168,7 +171,7 @@ static void test_newton_polar(void) {
             quarot__adapt_polar_out po;
             float* u = NULL;
             memcpy(c, c0, (size_t)nn * sizeof(float));
-            QT_OK(quarot__adapt_polar(n, c, NULL, x, y, g, h, v, NULL, perm, m == 0 ? iw : NULL, reg, 0, tol, 100, &u, &po, NULL));
+            QT_OK(quarot__adapt_polar(n, c, NULL, x, y, g, h, v, NULL, perm, m == 0 ? iw : NULL, reg, 0, 0, tol, 100, &u, &po, NULL));
             its[m] = po.iterations;
             QT_CHECK(m == 0 ? po.inverses >= 3 : po.inverses == 0);
             for (i = 0; u && i < nn; ++i)
@@ -214,7 +217,7 @@ static void test_deflate_warm(void) {
     double* v = (double*)malloc((size_t)nn * sizeof(double));
     double sig, lam, top, topc, topw, cmax = 0.0, diff = 0.0;
     int64_t i, j, k;
-    int k0, kc, kw, trial;
+    int k0, kc, kw, kc0, kw0, kk, trial;
     QT_OK(quarot_random_orthogonal_f64(n, 5, u, n, NULL));
     QT_OK(quarot_random_orthogonal_f64(n, 6, v, n, NULL));
     qt_seed(9);
@@ -229,28 +232,112 @@ static void test_deflate_warm(void) {
             c1[i * n + j] = (float)(s * (1.0 + 1e-3 * qt_normal()));   /* the next step's C */
         }
     QT_OK(quarot__adapt_deflate(n, c0, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5, 0, &sig, &lam,
-                                &top, &k0, NULL));
-    QT_CHECKF(k0 >= 6, "cold start deflated %d values, 6 outliers planted", k0);
+                                &top, &kk, &k0, NULL));
+    QT_CHECKF(k0 >= 6 && kk >= k0, "cold start deflated %d values (%d by the first level), 6 outliers planted", kk, k0);
     memcpy(vsave, defl + nn, (size_t)(n * p) * sizeof(double));
     memcpy(cc, c1, (size_t)nn * sizeof(float));
     QT_OK(quarot__adapt_deflate(n, cc, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5, 0, &sig, &lam,
-                                &topc, &kc, NULL));
+                                &topc, &kc, &kc0, NULL));
     for (i = 0; i < nn; ++i) if (fabs(cc[i]) > cmax) cmax = fabs(cc[i]);
     for (trial = 0; trial < 2; ++trial) {
         const int kwarm = trial ? p - 2 : k0;
         memcpy(defl + nn, vsave, (size_t)(n * p) * sizeof(double));
         memcpy(cw, c1, (size_t)nn * sizeof(float));
         QT_OK(quarot__adapt_deflate(n, cw, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5, kwarm, &sig,
-                                    &lam, &topw, &kw, NULL));
+                                    &lam, &topw, &kw, &kw0, NULL));
         diff = 0.0;
         for (i = 0; i < nn; ++i) if (fabs(cw[i] - cc[i]) > diff) diff = fabs(cw[i] - cc[i]);
         printf("    k_warm %d: k = %d (cold %d), top %.9g (cold %.9g), max|C_warm - C_cold| = %.2e max|C|\n", kwarm, kw, kc, topw,
                topc, diff / cmax);
-        QT_CHECKF(kw == kc, "k_warm %d: deflated %d values, the cold start %d", kwarm, kw, kc);
+        QT_CHECKF(kw == kc && kw0 == kc0, "k_warm %d: deflated %d values (%d first), the cold start %d (%d)", kwarm, kw, kw0, kc, kc0);
         QT_CHECKF(fabs(topw - topc) <= 1e-6 * topc, "k_warm %d: top %.9g, cold %.9g", kwarm, topw, topc);
         QT_CHECKF(diff <= 1e-6 * cmax, "k_warm %d: max|C_warm - C_cold| = %.3g max|C|", kwarm, diff / cmax);
     }
     free(c0); free(c1); free(cc); free(cw); free(defl); free(vsave); free(u); free(v);
+}
+
+/* Deflation in levels: 4 singular values near 1e6 and 8 near 1e3 above a bulk 1 .. 1e-2 (plus lambda =
+   1e-5 sigma_1 = 10). The first level's accuracy test, relative to sigma_1, cannot vouch for the 8 (their
+   Ritz residuals sit at the double rounding of sigma_1^2, 1e-4, against a gap of 2.5e5, times
+   sigma_1/sigma_13 = 1e5): it deflates the 4; the second, relative to the deflated top (1e3), takes all 12.
+   The deflated C keeps C + lambda I's polar factor (f64 references of both, to the float rounding of the
+   result), and ||C'||_F <= sqrt(n) top: no singular value above the bulk is left. */
+static void test_deflate_levels(void) {
+    const int64_t n = 96, nn = n * n;
+    const int p = 32;
+    float* c = (float*)malloc((size_t)nn * sizeof(float));
+    float* c0 = (float*)malloc((size_t)nn * sizeof(float));
+    double* defl = (double*)malloc(quarot__adapt_defl_doubles(n) * sizeof(double));
+    double* u = (double*)malloc((size_t)nn * sizeof(double));
+    double* v = (double*)malloc((size_t)nn * sizeof(double));
+    double* cd = (double*)malloc((size_t)nn * sizeof(double));
+    double* ua = (double*)malloc((size_t)nn * sizeof(double));
+    double* ub = (double*)malloc((size_t)nn * sizeof(double));
+    double sig, lam, top, fro = 0.0, diff = 0.0;
+    int64_t i, j, k;
+    int kk, k0;
+    quarot_polar_desc pd;
+    QT_OK(quarot_random_orthogonal_f64(n, 15, u, n, NULL));
+    QT_OK(quarot_random_orthogonal_f64(n, 16, v, n, NULL));
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) {
+            double s = 0.0;
+            for (k = 0; k < n; ++k) {
+                double sk = k < 4 ? 1e6 * (1.0 - 0.1 * (double)k) : k < 12 ? 1e3 * (1.0 - 0.06 * (double)(k - 4))
+                                                                        : pow(1e-2, (double)(k - 12) / (double)(n - 13));
+                s += u[i * n + k] * sk * v[j * n + k];
+            }
+            c0[i * n + j] = (float)s;
+        }
+    memcpy(c, c0, (size_t)nn * sizeof(float));
+    QT_OK(quarot__adapt_deflate(n, c, NULL, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, 1e-5, 0, &sig, &lam, &top,
+                                &kk, &k0, NULL));
+    for (i = 0; i < nn; ++i) fro += (double)c[i] * (double)c[i];
+    fro = sqrt(fro);
+    memset(&pd, 0, sizeof pd);
+    pd.tol = 1e-12;
+    pd.max_iter = 200;
+    for (i = 0; i < nn; ++i) cd[i] = (double)c0[i];
+    for (i = 0; i < n; ++i) cd[i * n + i] += lam;
+    QT_OK(quarot_polar_newton_schulz_f64(n, cd, n, ua, n, &pd, NULL, NULL));
+    for (i = 0; i < nn; ++i) cd[i] = (double)c[i];
+    QT_OK(quarot_polar_newton_schulz_f64(n, cd, n, ub, n, &pd, NULL, NULL));
+    for (i = 0; i < nn; ++i) if (!(fabs(ua[i] - ub[i]) <= diff)) diff = fabs(ua[i] - ub[i]);
+    printf("    deflated %d values (%d by the first level), top %.6g, ||C'||_F / sqrt(n) %.6g; polar factors %.2e apart\n", kk,
+           k0, top, fro / sqrt((double)n), diff);
+    QT_CHECKF(k0 == 4 && kk == 12, "deflated %d values, %d by the first level (expected 12 and 4)", kk, k0);
+    QT_CHECKF(top < 20.0 && fro <= sqrt((double)n) * top * (1.0 + 1e-6), "top %.6g (the bulk's is about lambda + 1), ||C'||_F %.6g",
+              top, fro);
+    QT_CHECKF(diff <= 1e-5, "the deflated C's polar factor is %.3g from C + lambda I's", diff);
+    free(c); free(c0); free(defl); free(u); free(v); free(cd); free(ua); free(ub);
+}
+
+/* The power estimate of sigma_min(X) from X^-1 (quarot__newton_smin) on X = U diag(s) V^T, s log-spaced
+   1 .. 1e-3: from above (it is 1/sqrt(||y y^T u||) for a unit u), within 2% of 1e-3 cold and closer warm,
+   the same bits with 2 threads. */
+static void test_newton_smin(void) {
+    const int64_t n = qt_quick() ? 130 : 200, nn = n * n;
+    float* a = (float*)malloc((size_t)nn * sizeof(float));
+    float* g = (float*)malloc((size_t)nn * sizeof(float));
+    float* w = (float*)malloc(quarot__sinv_floats(n) * sizeof(float));
+    int64_t* perm = (int64_t*)malloc((size_t)(2 * n) * sizeof(int64_t));
+    double *pv = (double*)malloc((size_t)(2 * n) * sizeof(double)), *pv2 = (double*)malloc((size_t)(2 * n) * sizeof(double));
+    double part[8], cold, warm, cold2;
+    qx_pool* pool = qx_pool_create(2);
+    quarot_env env;
+    qx_pool_env(pool, &env);
+    make_conditioned(n, 1e3, 21, a);
+    QT_OK(quarot__sinv(n, a, perm, w, NULL));
+    quarot__newton_pass(0, n, NULL, a, g, NULL, 1.0, part, NULL);   /* g = y^T */
+    cold = quarot__newton_smin(n, a, g, pv, pv + n, 0, NULL);
+    warm = quarot__newton_smin(n, a, g, pv, pv + n, 1, NULL);
+    cold2 = quarot__newton_smin(n, a, g, pv2, pv2 + n, 0, &env);
+    printf("    sigma_min 1e-3: cold %.6g, then warm %.6g\n", cold, warm);
+    QT_CHECKF(cold >= 1e-3 * (1.0 - 1e-4) && cold <= 1.02e-3, "cold estimate %.9g of 1e-3", cold);
+    QT_CHECKF(warm >= 1e-3 * (1.0 - 1e-4) && warm <= cold, "warm estimate %.9g (cold %.9g) of 1e-3", warm, cold);
+    QT_CHECKF(cold2 == cold, "2 threads: %.17g, 1 thread %.17g", cold2, cold);
+    qx_pool_destroy(pool);
+    free(a); free(g); free(w); free(perm); free(pv); free(pv2);
 }
 
 static void test_polar_method_names(void) {
@@ -305,6 +392,8 @@ int main(void) {
     QT_RUN(test_dgram);
     QT_RUN(test_newton_polar);
     QT_RUN(test_deflate_warm);
+    QT_RUN(test_deflate_levels);
+    QT_RUN(test_newton_smin);
     QT_RUN(test_polar_method_names);
     return qt_finish("test_adapt_newton");
 }
