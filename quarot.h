@@ -1285,7 +1285,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //           R^T (XH^T B + lambda R): no b^3 product R*R_t, and R does not drift from orthogonal)
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
-// polar() (see >>adapt_solve) is by default for b >= 2048 (polar_method NEWTON) the scaled Newton iteration
+// polar() (see >>adapt_solve) is by default for b >= 512 (polar_method NEWTON) the scaled Newton iteration
 // X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
 // and Byers-Xu scaling, after deflating the largest singular values of C where a clear gap exists
 // (outlier channels create one; this leaves the polar factor unchanged; in levels, each relative to the
@@ -1314,8 +1314,8 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 
 // How each step's polar factor is computed (quarot_adapt_desc.polar_method; see >>adapt_solve).
 typedef enum quarot_adapt_polar_method {
-    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 2048, NEWTON_SCHULZ below (at b = 1024
-                                             //   on 2 threads Newton's serial pivot search made it 7% slower)
+    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 512, NEWTON_SCHULZ below (at 256 they
+                                             //   took the same time; at 512 and 1024 Newton 26-32% less)
     QUAROT_ADAPT_POLAR_NEWTON = 1,           // scaled Newton (float inverses), a certified Newton-Schulz
                                              //   step to finish
     QUAROT_ADAPT_POLAR_NEWTON_SCHULZ = 2     // quintic Newton-Schulz only (the method before 12.3 round 3)
@@ -10847,9 +10847,9 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 
 // >>adapt_solve
 // polar(C + lambda*Q) (Q = I, or the current R: see >>adapt) in float, after the deflation below when
-// it applies: with polar_method NEWTON (the default for b >= 2048) scaled Newton steps (see "the
+// it applies: with polar_method NEWTON (the default for b >= 512) scaled Newton steps (see "the
 // scaled Newton iteration" below) and then the Newton-Schulz loop for the certified finish; with
-// NEWTON_SCHULZ (the default below 2048) by Newton-Schulz alone.
+// NEWTON_SCHULZ (the default below 512) by Newton-Schulz alone.
 // While the singular values of X lie in [l, 1], one Newton-Schulz step
 //     X <- X * (a I + b G + c G^2),  G = X^T X
 // with the minimax odd quintic p(x) = a x + b x^3 + c x^5 for [l, 1] (Remez, below) maps them into
@@ -12378,7 +12378,7 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
     hidden = cap->hidden;
     b = dd.block_size > 0 ? dd.block_size : hidden;
-    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON || (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 2048);
+    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON || (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 512);
     if (b > hidden || hidden % b != 0)
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld", (long long)b, (long long)hidden);
     if (cap->status != QUAROT_OK) QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s", cap->error[0] ? cap->error : quarot_result_string(cap->status));

@@ -15,7 +15,7 @@
    usage: bench_adapt [hidden ...] [-t THREADS] [-n ROWS] [-s STEPS] [--no-compare]
                       [--polar newton|newton-schulz] [--no-deflation]
    (-t runs only that thread count; --no-compare skips the no-deflation and plain Newton-Schulz runs;
-   --polar picks desc.polar_method (default: the library's, scaled Newton from b = 2048, Newton-Schulz
+   --polar picks desc.polar_method (default: the library's, scaled Newton from b = 512, Newton-Schulz
    below); --no-deflation sets
    desc.no_deflation for every run; the machine should be quiet: the times are wall-clock). The
    "NS it" column is the polar iterations per step (Newton steps plus Newton-Schulz updates); the
