@@ -10,6 +10,7 @@
 # and the harnesses run 2-3x faster (the big quarantine made most of the time page faults).
 set -u
 cd "$(dirname "$0")/.."
+. tests/jobs.sh
 secs=${1:-60}
 only=${FUZZ_ONLY:-.}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=16}
@@ -42,24 +43,20 @@ for src in fuzz/fuzz_*.c; do
     fi
     names="$names $name"
 done
-run_one() {   # name: runs the harness for $secs seconds; its exit status goes to build-fuzz/NAME.rc
+run_one() {   # name: runs the harness for $secs seconds
     local name=$1 corpus="build-fuzz/corpus-$1" seeds="fuzz/seeds/${1#fuzz_}" dict="fuzz/$1.dict"
     mkdir -p "$corpus"
     "build-fuzz/$name" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
         $( [ -f "$dict" ] && echo "-dict=$dict" ) \
         -artifact_prefix="build-fuzz/$name-" "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) > "build-fuzz/$name.run.log" 2>&1
-    echo $? > "build-fuzz/$name.rc"
 }
-jobs_max=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
-[ "$jobs_max" -ge 1 ] 2>/dev/null || jobs_max=1
+jobs_max=$(jobs_limit "${FUZZ_JOBS:-}")
 for name in $names; do
-    rm -f "build-fuzz/$name.rc"
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n 2>/dev/null || break; done
-    run_one "$name" &
+    jobs_start "$jobs_max" "build-fuzz/$name.rc" run_one "$name"
 done
 wait
 for name in $names; do
-    if [ "$(cat "build-fuzz/$name.rc" 2>/dev/null || echo 99)" -eq 0 ]; then
+    if [ "$(jobs_rc "build-fuzz/$name.rc")" -eq 0 ]; then
         echo "  ok   $name ($(grep -E 'stat::number_of_executed_units' "build-fuzz/$name.run.log" | awk '{print $2}') runs in ${secs}s," \
              "$(grep -E '^#[0-9]+.*(DONE|INITED)' "build-fuzz/$name.run.log" | tail -n 1 | grep -Eo 'cov: [0-9]+ ft: [0-9]+'))"
         passed=$((passed + 1))

@@ -3,22 +3,22 @@
 # errors) and its program must run and report ok. Ends with "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
+. tests/jobs.sh
 out=build-matrix; mkdir -p $out
 passed=0; failed=0
 WARN_C="-std=c99 -Wall -Wextra -pedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wconversion -Wdouble-promotion -Wundef"
 WARN_CXX="-std=c++11 -fno-exceptions -fno-rtti -Wall -Wextra -pedantic -Werror -Wshadow -Wconversion -Wdouble-promotion -Wundef"
 # Each case compiles the whole implementation (tens of seconds at -O1), so the cases run MATRIX_JOBS
 # at a time (default: the number of CPUs), each into its own log, and are reported in the order given.
-jobs_max=${MATRIX_JOBS:-$(nproc 2>/dev/null || echo 1)}
-[ "$jobs_max" -ge 1 ] 2>/dev/null || jobs_max=1
+jobs_max=$(jobs_limit "${MATRIX_JOBS:-}")
 names=""
-run_case() {   # name, runner, compiler and flags...: starts the case; its status goes to NAME.rc
+build_and_run() {   # name, runner, compiler and flags...
     local name=$1 runner=$2; shift 2
-    names="$names $name"
-    rm -f "$out/$name.rc"
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n 2>/dev/null || break; done
-    ( if "$@" -o "$out/$name" -lm > "$out/$name.log" 2>&1 && $runner "$out/$name" >> "$out/$name.log" 2>&1; then
-          echo 0 > "$out/$name.rc"; else echo 1 > "$out/$name.rc"; fi ) &
+    "$@" -o "$out/$name" -lm > "$out/$name.log" 2>&1 && $runner "$out/$name" >> "$out/$name.log" 2>&1
+}
+run_case() {   # name, runner, compiler and flags...: starts the case; its status goes to NAME.rc
+    names="$names $1"
+    jobs_start "$jobs_max" "$out/$1.rc" build_and_run "$@"
 }
 for cc in gcc clang; do
     command -v $cc >/dev/null || { echo "  skip $cc (not installed)"; continue; }
@@ -48,7 +48,7 @@ else
 fi
 wait
 for name in $names; do
-    if [ "$(cat "$out/$name.rc" 2>/dev/null || echo 1)" -eq 0 ]; then
+    if [ "$(jobs_rc "$out/$name.rc")" -eq 0 ]; then
         passed=$((passed + 1)); echo "  ok   $name"
     else
         failed=$((failed + 1)); echo "  FAIL $name"; sed 's/^/    /' "$out/$name.log" | head -n 30

@@ -5,22 +5,24 @@
 # summary counts as one failure. The programs share nothing (each makes its own temporary
 # directory), so running them side by side changes no result, only the wall time.
 set -u
+. "$(dirname "$0")/jobs.sh"
 passed=0; failed=0; skipped=0
-jobs=${QT_JOBS:-$(nproc 2>/dev/null || echo 1)}
-[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+jobs=$(jobs_limit "${QT_JOBS:-}")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/qt_run_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+run_one() {   # program, output file
+    ${QT_RUNNER:-} "$1" > "$2" 2>&1
+}
 i=0
 for t in "$@"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n 2>/dev/null || break; done
-    ( ${QT_RUNNER:-} "$t" > "$tmp/$i.out" 2>&1; echo $? > "$tmp/$i.rc" ) &
+    jobs_start "$jobs" "$tmp/$i.rc" run_one "$t" "$tmp/$i.out"
     i=$((i + 1))
 done
 wait
 i=0
 for t in "$@"; do
     name=$(basename "$t")
-    out=$(cat "$tmp/$i.out" 2>/dev/null); rc=$(cat "$tmp/$i.rc" 2>/dev/null || echo 99)
+    out=$(cat "$tmp/$i.out" 2>/dev/null); rc=$(jobs_rc "$tmp/$i.rc")
     i=$((i + 1))
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E "^$name: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
