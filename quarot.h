@@ -10908,11 +10908,14 @@ static void quarot__adapt_pw_rows(void* arg, int64_t t) {        // y = C x, row
     const quarot__adapt_pw_job* jb = (const quarot__adapt_pw_job*)arg;
     int64_t n = jb->n, i, j, i1 = (t + 1) * 64 < n ? (t + 1) * 64 : n;
     for (i = t * 64; i < i1; ++i) {
-        const float* row = jb->c + i * n;
-        double s0 = 0.0, s1 = 0.0;
-        for (j = 0; j + 1 < n; j += 2) { s0 += (double)row[j] * jb->x[j]; s1 += (double)row[j + 1] * jb->x[j + 1]; }
-        if (j < n) s0 += (double)row[j] * jb->x[j];
-        jb->y[i] = s0 + s1;
+        const float* QUAROT__RESTRICT row = jb->c + i * n;
+        const double* QUAROT__RESTRICT x = jb->x;
+        double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        int q;
+        for (j = 0; j + 8 <= n; j += 8)            // 8 interleaved sums (vector code at -O2), fixed tree
+            for (q = 0; q < 8; ++q) acc[q] += (double)row[j + q] * x[j + q];
+        for (; j < n; ++j) acc[j & 7] += (double)row[j] * x[j];
+        jb->y[i] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
     }
 }
 
@@ -11283,11 +11286,11 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 // 4 steps while c_4^2 - 1 was 6.5e-6), and the Newton-Schulz loop takes over: its X^T X either
 // shows max|X^T X - I| <= tol at once (at b = 1024..4096 the Newton result is there: 1.5e-6 after 5
 // steps, 2e-6 to 5e-6 after 4) or allows the certified cubic / quintic last step (one GEMM, about
-// what the inverse it replaces would have cost, when the estimates were not bounds). Accuracy: the float inverse of the first step (cond
-// ~1/reg = 1e5) is accurate to ~kappa * 2^-24 in X's small singular directions, and so is the result
-// there: against an f64 reference (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to
-// cond 1e2, 2.3e-4 at 1e4 and 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves
-// the reference by 2e-5. Those directions carry the least activation energy: stage 1's losses agree
+// what the inverse it replaces would have cost, when the estimates were not bounds). Accuracy: the
+// float inverse of the first step (cond ~1/reg = 1e5) is accurate to ~kappa * 2^-24 in X's small
+// singular directions, and so is the result there: against an f64 reference
+// (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to cond 1e2, 2.3e-4 at 1e4 and
+// 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves the reference by 2e-5. Those directions carry the least activation energy: stage 1's losses agree
 // with the Newton-Schulz path's within 5.4e-4 relative at b = 1024 and 4.1e-4 at 2048, best losses
 // within 2.8e-4 (README). After the first step cond(X) <= ~sqrt(kappa).
 
@@ -11747,36 +11750,6 @@ static double quarot__newton_pass(int op, int64_t n, float* x, float* y, float* 
     return s;
 }
 
-// out[r] = sum_c m[r][c] in[c] for r in [0, n), 64 rows per task through env's parallel hook (each row
-// summed over 8 interleaved partial sums in a fixed tree: the same bits for any split).
-typedef struct quarot__newton_mv_job {
-    int64_t n;
-    const float* m;
-    const double* in;
-    double* out;
-} quarot__newton_mv_job;
-
-static void quarot__newton_mv_task(void* arg, int64_t t) {
-    const quarot__newton_mv_job* jb = (const quarot__newton_mv_job*)arg;
-    int64_t n = jb->n, r, r1 = (t + 1) * 64 < n ? (t + 1) * 64 : n, c;
-    int q;
-    for (r = t * 64; r < r1; ++r) {
-        const float* QUAROT__RESTRICT x = jb->m + r * n;
-        const double* QUAROT__RESTRICT u = jb->in;
-        double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        for (c = 0; c + 8 <= n; c += 8)
-            for (q = 0; q < 8; ++q) acc[q] += (double)x[c + q] * u[c + q];
-        for (; c < n; ++c) acc[c & 7] += (double)x[c] * u[c];
-        jb->out[r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    }
-}
-
-static void quarot__newton_mv(int64_t n, const float* m, const double* in, double* out, const quarot_env* env) {
-    quarot__newton_mv_job jb;
-    jb.n = n; jb.m = m; jb.in = in; jb.out = out;
-    quarot_env_parallel_for(env, quarot__newton_mv_task, &jb, (n + 63) / 64);
-}
-
 // sigma_min(X), estimated from above by power iteration on X^-1 X^-T = y y^T (y = X^-1 with its columns
 // permuted, g = y^T; both are at hand after the first inverse): u <- y (g u) / ||.||, and for a unit u
 // 1 / sqrt(||y y^T u||) >= 1 / ||X^-1||_2 = sigma_min(X), approaching it as u converges. u [n] is
@@ -11788,6 +11761,7 @@ static double quarot__newton_smin(int64_t n, const float* y, const float* g, dou
     int64_t i;
     int it, iters = warm ? QUAROT__NEWTON_POWER_WARM : QUAROT__NEWTON_POWER_COLD;
     double nu = 0.0;
+    quarot__adapt_pw_job jb;
     if (!warm) for (i = 0; i < n; ++i) u[i] = 1.0 + 0.125 * (double)(i % 7);   // a fixed start with weight everywhere
     for (i = 0; i < n; ++i) nu += u[i] * u[i];
     if (!(nu > 0.0) || !(nu <= 1e300)) {
@@ -11797,9 +11771,12 @@ static double quarot__newton_smin(int64_t n, const float* y, const float* g, dou
     }
     nu = 1.0 / sqrt(nu);
     for (i = 0; i < n; ++i) u[i] *= nu;
+    jb.n = n;
     for (it = 0; it < iters; ++it) {
-        quarot__newton_mv(n, g, u, w, env);       // w = y^T u
-        quarot__newton_mv(n, y, w, u, env);       // u = y y^T u
+        jb.c = g; jb.x = u; jb.y = w;              // w = y^T u
+        quarot_env_parallel_for(env, quarot__adapt_pw_rows, &jb, (n + 63) / 64);
+        jb.c = y; jb.x = w; jb.y = u;              // u = y y^T u
+        quarot_env_parallel_for(env, quarot__adapt_pw_rows, &jb, (n + 63) / 64);
         nu = 0.0;
         for (i = 0; i < n; ++i) nu += u[i] * u[i];
         if (!(nu > 0.0) || !(nu <= 1e300)) return 0.0;
@@ -11810,7 +11787,7 @@ static double quarot__newton_smin(int64_t n, const float* y, const float* g, dou
 }
 
 // Scaled Newton steps on X [n][n] (in place) until the predicted ||X^T X - I||_F <= QUAROT__NEWTON_STOP
-// or the interval bound c_k^2 - 1 <= QUAROT__ADAPT_FINISH * tol (see above); alpha, beta: the estimated
+// or the interval bound c_k^2 - 1 <= tol (see above); alpha, beta: the estimated
 // extreme singular values of X (beta <= 0: Frobenius scaling; beta > 0 is replaced by
 // QUAROT__NEWTON_BETA times the power estimate of sigma_min once X^-1 is known, pv: [2n] doubles, pv[0, n)
 // the power vector, the previous call's when warm). y, g: [n][n] floats of work; perm: [2n]; work:
