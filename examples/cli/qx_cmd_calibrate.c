@@ -29,7 +29,8 @@ static void calibrate_usage(FILE* f) {
         "the same vector in every window, only once). Starting from the random Hadamard H of QuaRot (same\n"
         "--seed), each step rotates the rows A = X*H*R, quantizes them per token (symmetric,\n"
         "--quant-dtype), and moves R to the orthogonal R' minimizing ||A*R' - Q(A)||\n"
-        "(Newton-Schulz polar factor); the best R is kept (early stop after 5 steps without improvement).\n"
+        "(polar factor: scaled Newton from a block of 512, Newton-Schulz below); the best R is kept (early\n"
+        "stop after 5 steps without improvement).\n"
         "CONTEXT receives H's seed and block and the learned R; stage 2 applies H*R as R1:\n"
         "    quarot rotate MODEL OUT --rotation adapt --context CONTEXT [--online ...]\n"
         "\n"
@@ -67,7 +68,7 @@ static void calibrate_usage(FILE* f) {
         "  --quiet               no progress and no per-step loss on stderr\n"
         "  --help                this text\n"
         "\n"
-        "stderr: progress and one line per optimizer step (loss, best loss, Newton-Schulz iterations).\n"
+        "stderr: progress and one line per optimizer step (loss, best loss, polar iterations).\n"
         "stdout: what was captured, the loss of the starting random Hadamard beside the final one, the time.\n"
         "Memory (layer-wise): MODEL stays memory-mapped in its stored dtype; the norm fusion is written layer\n"
         "by layer to a temporary file in $TMPDIR (default /tmp; the model's size on disk, removed once\n"
@@ -130,7 +131,7 @@ static void on_step(void* user, int step, double loss, double best, int iters) {
     if (step == 0)
         qx_cli_info(p->cli, "step %2d/%d  loss %.6e  (random Hadamard, R = I)", step, p->steps, loss);
     else
-        qx_cli_info(p->cli, "step %2d/%d  loss %.6e  best %.6e  (%d Newton-Schulz iterations)", step, p->steps, loss, best, iters);
+        qx_cli_info(p->cli, "step %2d/%d  loss %.6e  best %.6e  (%d polar iterations)", step, p->steps, loss, best, iters);
 }
 
 int qx_cmd_calibrate(int argc, char** argv) {

@@ -102,7 +102,7 @@ static void on_optimize(void* user) {
 static void on_step(void* user, int step, double loss, double best, int iters) {
     run_progress* p = (run_progress*)user;
     if (step == 0) qx_cli_info(p->cli, "stage 1: step %2d/%d  loss %.6e  (random Hadamard, R = I)", step, p->steps, loss);
-    else qx_cli_info(p->cli, "stage 1: step %2d/%d  loss %.6e  best %.6e  (%d Newton-Schulz iterations)", step, p->steps, loss, best, iters);
+    else qx_cli_info(p->cli, "stage 1: step %2d/%d  loss %.6e  best %.6e  (%d polar iterations)", step, p->steps, loss, best, iters);
 }
 
 /* Stage 1 from the configuration; fills ctx. Returns an exit code. */
