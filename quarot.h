@@ -1292,13 +1292,13 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // top the last one left) and scaling by a power estimate of sigma_min from the first inverse: 4 steps
 // per optimizer step on the bench's data at b = 2048 and 4096 (5 at the first, cold step), 4-5 at 512
 // and 1024, then one X^T X (half a GEMM) that shows max|X^T X - I| <= tol, or a certified
-// Newton-Schulz last step. polar_method NEWTON_SCHULZ is
-// the quintic Newton-Schulz iteration whose coefficients are re-optimized every step for the current
-// singular-value interval: about log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 with deflation,
-// 10-11 without), each costing two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each),
-// the last one, a cubic, one. Newton does about half the flops per step. (For Newton, deflation saves
-// one inverse for about as much in double products at b = 4096, more below; it is kept because the
-// first, float, inverse is then of a better conditioned matrix: see the accuracy note in >>adapt_solve.)
+// Newton-Schulz last step. polar_method NEWTON_SCHULZ is the quintic Newton-Schulz iteration whose
+// coefficients are re-optimized every step for the current singular-value interval: about
+// log(sigma'_max/lambda)/log(4.2) + 2 iterations (6-7 with deflation, 10-11 without), each costing
+// two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each), the last one, a cubic, one.
+// Newton does about half the flops per step. (For Newton, deflation saves one inverse for about as
+// much in double products at b = 4096, more below; it is kept because the first, float, inverse is
+// then of a better conditioned matrix: see the accuracy note in >>adapt_solve.)
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -11186,8 +11186,8 @@ static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const dou
 // of the result (an estimate from below; the caller bounds it from above), k (0 = not deflated) and
 // k0, the k of the first level (up to QUAROT__ADAPT_DEFL_LEVELS levels, see above).
 // k_warm > 0: v holds the Ritz vectors of the previous optimizer step's call, whose first level
-// deflated k_warm values. C changes little from step to step (its top singular vectors follow the outlier channels),
-// so they start the iteration instead of random vectors: 1 iteration for sigma_1 and
+// deflated k_warm values. C changes little from step to step (its top singular vectors follow the
+// outlier channels), so they start the iteration instead of random vectors: 1 iteration for sigma_1 and
 // QUAROT__ADAPT_DEFL_WARM for the subspace, 5 more when fewer than k_warm values pass the accuracy
 // test after them (11 products of C with p vectors instead of 25; the test is the same, so the
 // deflation is as exact: on the bench's data at b = 4096 the same k0 = 8 at each step, and losses
@@ -11275,9 +11275,9 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 // bench's data). The guess lambda/s (the lower end the Newton-Schulz path uses) was 10-28% above the
 // true sigma_min at b = 2048, and a beta 10% too high leaves 15 times the error after 4 steps (a
 // scalar simulation of the iteration on the measured spectrum), while 20% too low costs nothing.
-// Frobenius scaling, mu = (||X^-1||_F / ||X||_F)^(1/2),
-// took 7-8 steps instead of 5-6 on the bench's C (its many small singular values pull mu away from the
-// interval's centre); it is the fallback when beta is not positive. One step costs one float inverse
+// Frobenius scaling, mu = (||X^-1||_F / ||X||_F)^(1/2), took 7-8 steps instead of 5-6 on the bench's
+// C (its many small singular values pull mu away from the interval's centre); it is the fallback
+// when beta is not positive. One step costs one float inverse
 // (quarot__sinv: 2 b^3 flops, one GEMM-equivalent, against two for a quintic Newton-Schulz step) plus
 // O(b^2) passes. With S = ||mu X||_F^2 + ||X^-1/mu||_F^2 - 2b = sum (s - 1/s)^2 (s = mu x) and s = 1 + d
 // near convergence, the step leaves s'^2 - 1 ~ d^2, so ||X'^T X' - I||_F <~ sum d^2 ~ S/4: the Newton
@@ -11290,9 +11290,10 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 // float inverse of the first step (cond ~1/reg = 1e5) is accurate to ~kappa * 2^-24 in X's small
 // singular directions, and so is the result there: against an f64 reference
 // (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to cond 1e2, 2.3e-4 at 1e4 and
-// 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves the reference by 2e-5. Those directions carry the least activation energy: stage 1's losses agree
-// with the Newton-Schulz path's within 5.4e-4 relative at b = 1024 and 4.1e-4 at 2048, best losses
-// within 2.8e-4 (README). After the first step cond(X) <= ~sqrt(kappa).
+// 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves the reference by 2e-5.
+// Those directions carry the least activation energy: stage 1's losses agree with the Newton-Schulz
+// path's within 5.4e-4 relative at b = 1024 and 4.1e-4 at 2048, best losses within 2.8e-4 (README).
+// After the first step cond(X) <= ~sqrt(kappa).
 
 #define QUAROT__SINV_NB 128                  // panel width of the blocked Gauss-Jordan inverse
 #define QUAROT__SINV_NB2 32                  // sub-panel width of its pivoting LU
@@ -11330,8 +11331,8 @@ static size_t quarot__sinv_floats(int64_t n) {
 // them, in the same order), so the serial LU (~n^2 nb / 4 per panel, 0.2 s of a 1.4 s inverse at
 // n = 4096 on 2 threads) no longer idles the other threads; with the built-in SGEMM that task also
 // does the next panel's steps (2) and (3a) (quarot__sinv_next_e), which leaves ~0.04 s of the 0.82 s
-// serial (it was ~0.1 s). It moves work, not arithmetic: nothing
-// is a split sum, so the result is the same bits for any thread count, look-ahead or not. An exactly
+// serial (it was ~0.1 s). It moves work, not arithmetic: nothing is a split sum, so the result is
+// the same bits for any thread count, look-ahead or not. An exactly
 // zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
 // rounding gives a large, inaccurate inverse, as any float inversion (the Newton driver rejects a
 // certain cond(X) > 2^24 from the norms); NaN/Inf propagate (the caller checks norms).
@@ -11762,12 +11763,13 @@ static double quarot__newton_smin(int64_t n, const float* y, const float* g, dou
     int it, iters = warm ? QUAROT__NEWTON_POWER_WARM : QUAROT__NEWTON_POWER_COLD;
     double nu = 0.0;
     quarot__adapt_pw_job jb;
-    if (!warm) for (i = 0; i < n; ++i) u[i] = 1.0 + 0.125 * (double)(i % 7);   // a fixed start with weight everywhere
-    for (i = 0; i < n; ++i) nu += u[i] * u[i];
-    if (!(nu > 0.0) || !(nu <= 1e300)) {
-        for (i = 0; i < n; ++i) u[i] = 1.0 + 0.125 * (double)(i % 7);
-        nu = 0.0;
-        for (i = 0; i < n; ++i) nu += u[i] * u[i];
+    if (warm) for (i = 0; i < n; ++i) nu += u[i] * u[i];
+    if (!(nu > 0.0) || !(nu <= 1e300)) {          // cold, or the previous call failed: a fixed start
+        nu = 0.0;                                  //   with weight everywhere
+        for (i = 0; i < n; ++i) {
+            u[i] = 1.0 + 0.125 * (double)(i % 7);
+            nu += u[i] * u[i];
+        }
     }
     nu = 1.0 / sqrt(nu);
     for (i = 0; i < n; ++i) u[i] *= nu;
@@ -11787,10 +11789,10 @@ static double quarot__newton_smin(int64_t n, const float* y, const float* g, dou
 }
 
 // Scaled Newton steps on X [n][n] (in place) until the predicted ||X^T X - I||_F <= QUAROT__NEWTON_STOP
-// or the interval bound c_k^2 - 1 <= tol (see above); alpha, beta: the estimated
-// extreme singular values of X (beta <= 0: Frobenius scaling; beta > 0 is replaced by
-// QUAROT__NEWTON_BETA times the power estimate of sigma_min once X^-1 is known, pv: [2n] doubles, pv[0, n)
-// the power vector, the previous call's when warm). y, g: [n][n] floats of work; perm: [2n]; work:
+// or the interval bound c_k^2 - 1 <= tol (see above); alpha, beta: the estimated extreme singular
+// values of X (beta <= 0: Frobenius scaling; beta > 0 is replaced by QUAROT__NEWTON_BETA times the
+// power estimate of sigma_min once X^-1 is known; pv: [2n] doubles, pv[0, n) the power vector, the
+// previous call's when warm). y, g: [n][n] floats of work; perm: [2n]; work:
 // quarot__sinv_floats(n); part: [n/64 + 1]. *steps: the steps done (each one inverse).
 static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* g, int64_t* perm, float* work, double* part,
                                           double* pv, int warm, double alpha, double beta, double tol, int* steps,
