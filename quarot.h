@@ -4313,18 +4313,32 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 // (split Paley II, W <= M/2) the tables read z2 = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] straight from
 // corr (each element once: every (chunk, block) once) and the last group's store first subtracts the
 // doubled partner of z.
-#define QUAROT__MIXB_LDZ(k, jj) (!corr ? QUAROT__VLD(z + (k) * M + (jj))                          \
-    : ((jj) & chalf) ? QUAROT__VSUB(QUAROT__VLD(corr + (k) * M + (jj) - chalf), QUAROT__VLD(corr + (k) * M + (jj))) \
-                     : QUAROT__VADD(QUAROT__VLD(corr + (k) * M + (jj)), QUAROT__VLD(corr + (k) * M + (jj) + chalf)))
+#define QUAROT__MIXB_LDZ(k, jj) QUAROT__VLD(z + (k) * M + (jj))
+#define QUAROT__MIXB_LDC(k, jj) (((jj) & chalf)                                                   \
+    ? QUAROT__VSUB(QUAROT__VLD(corr + (k) * M + (jj) - chalf), QUAROT__VLD(corr + (k) * M + (jj))) \
+    : QUAROT__VADD(QUAROT__VLD(corr + (k) * M + (jj)), QUAROT__VLD(corr + (k) * M + (jj) + chalf)))
 // Table levels in registers e0 .. e15 (level t: entries e .. e + 2^(t-1) - 1 get -z, the old ones +z).
 #define QUAROT__MT_LV(d, s) e##d = QUAROT__VSUB(e##s, zt); e##s = QUAROT__VADD(e##s, zt);
-#define QUAROT__MT_L1 zt = QUAROT__MIXB_LDZ(k0 + 1, jc); QUAROT__MT_LV(1, 0)
-#define QUAROT__MT_L2 zt = QUAROT__MIXB_LDZ(k0 + 2, jc); QUAROT__MT_LV(2, 0) QUAROT__MT_LV(3, 1)
-#define QUAROT__MT_L3 zt = QUAROT__MIXB_LDZ(k0 + 3, jc);                                          \
+#define QUAROT__MT_L1(LD) zt = LD(k0 + 1, jc); QUAROT__MT_LV(1, 0)
+#define QUAROT__MT_L2(LD) zt = LD(k0 + 2, jc); QUAROT__MT_LV(2, 0) QUAROT__MT_LV(3, 1)
+#define QUAROT__MT_L3(LD) zt = LD(k0 + 3, jc);                                                    \
     QUAROT__MT_LV(4, 0) QUAROT__MT_LV(5, 1) QUAROT__MT_LV(6, 2) QUAROT__MT_LV(7, 3)
-#define QUAROT__MT_L4 zt = QUAROT__MIXB_LDZ(k0 + 4, jc);                                          \
+#define QUAROT__MT_L4(LD) zt = LD(k0 + 4, jc);                                                    \
     QUAROT__MT_LV(8, 0) QUAROT__MT_LV(9, 1) QUAROT__MT_LV(10, 2) QUAROT__MT_LV(11, 3)                \
     QUAROT__MT_LV(12, 4) QUAROT__MT_LV(13, 5) QUAROT__MT_LV(14, 6) QUAROT__MT_LV(15, 7)
+// The entries of one block for its L rows: one loop over the chunk's vectors per L (the switch on L
+// stays outside the loop), only the registers that L needs.
+#define QUAROT__MT_D1 QUAROT__V e0;
+#define QUAROT__MT_D2 QUAROT__V e0, e1, zt;
+#define QUAROT__MT_D4 QUAROT__V e0, e1, e2, e3, zt;
+#define QUAROT__MT_D8 QUAROT__V e0, e1, e2, e3, e4, e5, e6, e7, zt;
+#define QUAROT__MT_D16 QUAROT__V e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, zt;
+#define QUAROT__MT_CLOOP(D, LD, BODY)                                                            \
+    for (c = 0; c < EW_; c += QUAROT__W) {                                                       \
+        const int64_t jc = j0 + c;                                                               \
+        D e0 = LD(k0, jc);                                                                       \
+        BODY                                                                                     \
+    }
 #define QUAROT__MT_S(x) QUAROT__VST(T + x * EW_ + c, e##x);
 #define QUAROT__MT_S1 QUAROT__MT_S(0)
 #define QUAROT__MT_S2 QUAROT__MT_S1 QUAROT__MT_S(1)
@@ -4351,11 +4365,11 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MR_REFILL(r) w##r = pat[(i0 + r) * nwd + blk / E];
 // Outputs past K (the last group when K is not a multiple of RI: the split Paley II mixing has K = q+1
 // = 2 mod 4) are computed but never stored; their running sums start from row i0's, not past y.
-#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(w##r & pm) * ew; \
+#define QUAROT__MR_INIT(NV, r) if (g0 == 0) { const float* t_ = tab + (int64_t)(w##r & pm) * ewn; \
         const QUAROT__V sg##r = QUAROT__VSGNB((int)(w##r >> (b - 1)) & 1); w##r >>= b;           \
         NV(QUAROT__MRV_LDT, r) }                                                                 \
     else { const float* y_ = y + (i0 + r < K ? i0 + r : i0) * M + j0; NV(QUAROT__MRV_LDY, r) }
-#define QUAROT__MR_STEP(NV, r) { const float* t_ = tb_ + (int64_t)(w##r & pm) * ew;              \
+#define QUAROT__MR_STEP(NV, r) { const float* t_ = tb_ + (int64_t)(w##r & pm) * ewn;             \
     const QUAROT__V sg##r = QUAROT__VSGNB((int)(w##r >> (b - 1)) & 1); w##r >>= b;               \
     NV(QUAROT__MRV_ADD, r) }
 #define QUAROT__MR_STORE(NV, r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0;                \
@@ -4375,37 +4389,44 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 #define QUAROT__MR_STORE4(r) QUAROT__MR_STORE(QUAROT__NV4, r)
 // The tables of blocks g0 .. g1-1 for N vectors per entry (a compile-time entry stride, so that the
 // stores of one level use one base register): T = tab + (blk - g0) * 2^(b-1) entries of N*W floats.
-#define QUAROT__MT_BUILD(N)                                                                      \
+#define QUAROT__MT_BUILD(N, LD)                                                                  \
     for (blk = g0, k0 = g0 * b; blk < g1; ++blk, k0 += b) {                                      \
         const int64_t EW_ = N * QUAROT__W, L = K - k0 < b ? K - k0 : b;                          \
         float* T = tab + ((blk - g0) << (b - 1)) * EW_;                                          \
-        for (c = 0; c < EW_; c += QUAROT__W) {                                                   \
-            const int64_t jc = j0 + c;                                                           \
-            QUAROT__V e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, zt;  \
-            e0 = QUAROT__MIXB_LDZ(k0, jc);                                                       \
-            switch (L) {                                                                         \
-                case 1: QUAROT__MT_S1 break;                                                     \
-                case 2: QUAROT__MT_L1 QUAROT__MT_S2 break;                                       \
-                case 3: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_S4 break;                         \
-                case 4: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_S8 break;           \
-                default: QUAROT__MT_L1 QUAROT__MT_L2 QUAROT__MT_L3 QUAROT__MT_L4 QUAROT__MT_S16 break; \
-            }                                                                                    \
+        switch (L) {                                                                             \
+            case 1: QUAROT__MT_CLOOP(QUAROT__MT_D1, LD, QUAROT__MT_S1) break;                    \
+            case 2: QUAROT__MT_CLOOP(QUAROT__MT_D2, LD, QUAROT__MT_L1(LD) QUAROT__MT_S2) break;  \
+            case 3: QUAROT__MT_CLOOP(QUAROT__MT_D4, LD, QUAROT__MT_L1(LD) QUAROT__MT_L2(LD) QUAROT__MT_S4) break; \
+            case 4: QUAROT__MT_CLOOP(QUAROT__MT_D8, LD, QUAROT__MT_L1(LD) QUAROT__MT_L2(LD)      \
+                                     QUAROT__MT_L3(LD) QUAROT__MT_S8) break;                     \
+            default: QUAROT__MT_CLOOP(QUAROT__MT_D16, LD, QUAROT__MT_L1(LD) QUAROT__MT_L2(LD)    \
+                                      QUAROT__MT_L3(LD) QUAROT__MT_L4(LD) QUAROT__MT_S16) break; \
         }                                                                                        \
     }
-// The output loop over i for NV vectors per output (N = 1, 2, 4); lf counts the entries left in the
-// words w##r (E per word).
+// The output loop over i for NV vectors per output (N = 1, 2, 4). tb_ walks the group's tables. When
+// the group's blocks lie in one pattern word (always when there are at most E = 64 / b blocks) the
+// loop over blocks has nothing else in it; otherwise lf counts the entries left in the words w##r
+// (E per word) and a word is refilled when they run out. The compile-time entry stride ewn lets the
+// table offsets be shifts.
 #define QUAROT__MR_OUTPUTS(N) {                                                                  \
+    const int64_t ewn = N * QUAROT__W, bstride = ewn << (b - 1);                                 \
+    const int one_word = g0 % E + (g1 - g0) <= E;   /* the group's entries in one pattern word */ \
     QUAROT__MIXB_REP(QUAROT__MR_NX)                                                              \
     for (i0 = 0; i0 < K; i0 += QUAROT__MIXB_RI) {                                                \
-        int64_t lf = E - g0 % E;                                                                 \
+        const float* tb_ = tab;                                                                  \
         QUAROT__MIXB_REP(QUAROT__MR_DECL##N)                                                     \
         QUAROT__MIXB_REP(QUAROT__MR_INIT##N)                                                     \
-        if (g0 == 0) --lf;                                                                       \
-        for (blk = g0 == 0 ? 1 : g0; blk < g1; ++blk) {                                          \
-            const float* tb_ = tab + ((blk - g0) << (b - 1)) * ew;                               \
-            if (lf == 0) { QUAROT__MIXB_REP(QUAROT__MR_REFILL) lf = E; }                         \
-            --lf;                                                                                \
-            QUAROT__MIXB_REP(QUAROT__MR_STEP##N)                                                 \
+        blk = g0 == 0 ? 1 : g0;                                                                  \
+        tb_ += (blk - g0) * bstride;                                                             \
+        if (one_word) {                                                                          \
+            for (; blk < g1; ++blk, tb_ += bstride) { QUAROT__MIXB_REP(QUAROT__MR_STEP##N) }     \
+        } else {                                                                                 \
+            int64_t lf = E - g0 % E - (g0 == 0);                                                 \
+            for (; blk < g1; ++blk, tb_ += bstride) {                                            \
+                if (lf == 0) { QUAROT__MIXB_REP(QUAROT__MR_REFILL) lf = E; }                     \
+                --lf;                                                                            \
+                QUAROT__MIXB_REP(QUAROT__MR_STEP##N)                                             \
+            }                                                                                    \
         }                                                                                        \
         QUAROT__MIXB_REP(QUAROT__MR_STORE##N)                                                    \
     } }
@@ -4427,9 +4448,19 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
             const int64_t wi0 = g0 / E, sh0 = (g0 % E) * b;                                      \
             g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
             /* the group's tables, then the outputs' running sums over its blocks */            \
-            if (nv == 4) { QUAROT__MT_BUILD(4) QUAROT__MR_OUTPUTS(4) }                           \
-            else if (nv == 2) { QUAROT__MT_BUILD(2) QUAROT__MR_OUTPUTS(2) }                      \
-            else { QUAROT__MT_BUILD(1) QUAROT__MR_OUTPUTS(1) }                                   \
+            if (nv == 4) {                                                                       \
+                if (corr) { QUAROT__MT_BUILD(4, QUAROT__MIXB_LDC) }                              \
+                else { QUAROT__MT_BUILD(4, QUAROT__MIXB_LDZ) }                                   \
+                QUAROT__MR_OUTPUTS(4)                                                            \
+            } else if (nv == 2) {                                                                \
+                if (corr) { QUAROT__MT_BUILD(2, QUAROT__MIXB_LDC) }                              \
+                else { QUAROT__MT_BUILD(2, QUAROT__MIXB_LDZ) }                                   \
+                QUAROT__MR_OUTPUTS(2)                                                            \
+            } else {                                                                             \
+                if (corr) { QUAROT__MT_BUILD(1, QUAROT__MIXB_LDC) }                              \
+                else { QUAROT__MT_BUILD(1, QUAROT__MIXB_LDZ) }                                   \
+                QUAROT__MR_OUTPUTS(1)                                                            \
+            }                                                                                    \
         }                                                                                        \
     }                                                                                            \
 }
