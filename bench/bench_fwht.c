@@ -9,7 +9,12 @@
       with the same flags, so the compiler may vectorize it), as fractions of the peak.
    3. The K*2^m sizes of LLMs (4864 = 76*2^6, 11008 = 172*2^6, 14336 = 28*2^9, 18944 = 148*2^7)
       through quarot_hadamard_apply_f32 (normalized), as the ratio of their time per row to the
-      normalized 2^m transform of the next power of two.
+      normalized 2^m transform of the next power of two. Split into its two phases: the K rows of
+      2^m butterflies (timed alone through quarot_fwht_f32) and the K-point mixing (the rest). The
+      blocked mixing is table lookups: each output adds one table entry per block of b inputs, a
+      vector load at an address read from the pattern words. So it is set against a second peak,
+      the lookup peak: a register loop whose adds each take a vector loaded from an L1-resident
+      16-entry table at such an address (8 chains, no stores).
    4. Rows in DRAM: 256 MiB of n = 4096 rows transformed in place (normalized) against a streaming
       copy of the same bytes (read + write, memcpy) in the same run: the memory floor.
    5. Columns in DRAM: down_proj's [4096][11008] f32 matrix transformed down every column (a writer's
@@ -118,6 +123,52 @@ static double add_peak(void) {
 #endif
 }
 
+/* The lookup peak (float adds per ns): adds whose operand is a vector loaded from a 16-entry table of
+   4-vector entries (4 KiB with 16-float vectors, in L1) at an address taken from the low bits of a
+   rotating word, two entries (8 loads, 8 chains) per iteration: the mixing's inner step without its
+   table building and stores. */
+#if defined(__AVX512F__)
+#define VLD(p) _mm512_loadu_ps(p)
+#elif defined(__AVX2__)
+#define VLD(p) _mm256_loadu_ps(p)
+#elif defined(__SSE2__)
+#define VLD(p) _mm_loadu_ps(p)
+#elif defined(__ARM_NEON)
+#define VLD(p) vld1q_f32(p)
+#endif
+static double lookup_peak(void) {
+#if defined(VW)
+    static float tab[16 * 4 * VW];
+    double best = 0.0;
+    int rep, i0;
+    for (i0 = 0; i0 < 16 * 4 * VW; ++i0) tab[i0] = 1e-9f * (float)i0;
+    for (rep = 0; rep < 50; ++rep) {
+        vf a0 = VSET(0.f), a1 = VSET(1.f), a2 = VSET(2.f), a3 = VSET(3.f);
+        vf a4 = VSET(4.f), a5 = VSET(5.f), a6 = VSET(6.f), a7 = VSET(7.f);
+        unsigned long long w = 0x9E3779B97F4A7C15ull;
+        long i;
+        double t0 = now_s(), dt, rate;
+        volatile float sink;
+        for (i = 0; i < PEAK_ITERS; ++i) {
+            const float* p = tab + (w & 15) * 4 * VW;
+            const float* q = tab + ((w >> 4) & 15) * 4 * VW;
+            w = (w >> 8) | (w << 56);
+            a0 = VADD(a0, VLD(p)); a1 = VADD(a1, VLD(p + VW)); a2 = VADD(a2, VLD(p + 2 * VW)); a3 = VADD(a3, VLD(p + 3 * VW));
+            a4 = VADD(a4, VLD(q)); a5 = VADD(a5, VLD(q + VW)); a6 = VADD(a6, VLD(q + 2 * VW)); a7 = VADD(a7, VLD(q + 3 * VW));
+            OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5); OPAQUE(a6); OPAQUE(a7);
+        }
+        dt = now_s() - t0;
+        sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7))));
+        (void)sink;
+        rate = 8.0 * VW * (double)PEAK_ITERS / dt / 1e9;
+        if (rate > best) best = rate;
+    }
+    return best;
+#else
+    return 0.0;
+#endif
+}
+
 /* ---- 2. the transform ------------------------------------------------------------------------- */
 
 static void textbook_fwht(float* x, int64_t n) {
@@ -197,11 +248,17 @@ static void fill_rand(float* x, int64_t n) {
     for (i = 0; i < n; ++i) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
 }
 
-/* ns per row of the normalized apply at n, with the best ISA */
-static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size_t label_size) {
+/* ns per row of the normalized apply at n, with the best ISA; for K > 1 also the ns of its K rows of
+   2^m butterflies alone (*bfly, else 0) and the table lookups of its blocked mixing in floats per row
+   (*lookups: Km * ceil(Km / b) * columns, Km = K or K/2 for the split Paley II mixing over 2^(m+1)
+   columns; 0 without blocked mixing). */
+static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size_t label_size, double* bfly,
+                       double* lookups) {
     quarot_hadamard_plan plan;
     job j;
     double t;
+    *bfly = 0.0;
+    *lookups = 0.0;
     memset(&j, 0, sizeof j);
     if (quarot_hadamard_plan_init(&plan, n, NULL) != QUAROT_OK) return -1.0;
     snprintf(label, label_size, "%lld x 2^%d", (long long)plan.K, plan.m);
@@ -218,6 +275,16 @@ static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size
     fill_rand(j.fill, n * rows);
     memcpy(j.x, j.fill, sizeof(float) * (size_t)(n * rows));
     t = time_job(&j, budget) / (double)rows * 1e9;
+    if (plan.K > 1) {   /* the butterflies alone: K * rows rows of 2^m, the same ISA */
+        job u = j;
+        const int64_t M = (int64_t)1 << plan.m, Km = plan.mix_half ? plan.K / 2 : plan.K;
+        u.kind = 0;
+        u.n = M;
+        u.rows = plan.K * rows;
+        *bfly = time_job(&u, budget) / (double)rows * 1e9;
+        if (plan.mix_block > 1)
+            *lookups = (double)Km * (double)((Km + plan.mix_block - 1) / plan.mix_block) * (double)(plan.mix_half ? 2 * M : M);
+    }
     free_skewed(j.x, 0); free_skewed(j.fill, 0); free(j.work);
     quarot_hadamard_plan_free(&plan);
     return t;
@@ -228,12 +295,15 @@ int main(void) {
     static const int64_t ksizes[][2] = {{4864, 8192}, {11008, 16384}, {14336, 16384}, {18944, 32768}};
     const double t_start = now_s();
     const double peak = add_peak();
+    const double lpeak = lookup_peak();
     int k, m;
     srand(1);
     printf("quarot.h %s, compiled ISAs: %s (default %s)\n", quarot_version_string(), quarot_simd_name(),
            quarot_isa_name(quarot_isa_best()));
 #if defined(VW)
-    printf("add-pipe peak (register-only loop, %d-float vectors, 12 chains): %.1f float adds/ns\n\n", VW, peak);
+    printf("add-pipe peak (register-only loop, %d-float vectors, 12 chains): %.1f float adds/ns\n", VW, peak);
+    printf("lookup peak (adds of vectors loaded from an L1 table at data-dependent addresses, 8 chains): %.1f float adds/ns (%.2f of the add peak)\n\n",
+           lpeak, lpeak / peak);
 #else
     printf("add-pipe peak: no vector ISA compiled; fractions are not shown\n\n");
 #endif
@@ -281,13 +351,18 @@ int main(void) {
 
     printf("\nK*2^m sizes, normalized quarot_hadamard_apply_f32 (%s), ns per row, vs the next power of two\n",
            quarot_isa_name(quarot_isa_best()));
-    printf("%6s %-14s %10s %6s %10s %7s\n", "n", "H_K x 2^m", "ns/row", "2^k", "ns/row", "ratio");
+    printf("%6s %-14s %10s %6s %10s %7s %12s %10s %13s\n", "n", "H_K x 2^m", "ns/row", "2^k", "ns/row", "ratio",
+           "butterflies", "mixing", "mix/lookup");
     for (k = 0; k < (int)(sizeof ksizes / sizeof ksizes[0]); ++k) {
         char la[32], lb[32];
         const int64_t rows = 16;
-        const double ta = apply_ns(ksizes[k][0], rows, 0.2, la, sizeof la);
-        const double tb = apply_ns(ksizes[k][1], rows, 0.2, lb, sizeof lb);
-        printf("%6lld %-14s %10.0f %6lld %10.0f %7.2f\n", (long long)ksizes[k][0], la, ta, (long long)ksizes[k][1], tb, ta / tb);
+        double bf, lk, bf2, lk2;
+        const double ta = apply_ns(ksizes[k][0], rows, 0.2, la, sizeof la, &bf, &lk);
+        const double tb = apply_ns(ksizes[k][1], rows, 0.2, lb, sizeof lb, &bf2, &lk2);
+        printf("%6lld %-14s %10.0f %6lld %10.0f %7.2f %12.0f %10.0f", (long long)ksizes[k][0], la, ta,
+               (long long)ksizes[k][1], tb, ta / tb, bf, ta - bf);
+        if (lk > 0.0 && ta > bf && lpeak > 0.0) printf(" %12.0f%%\n", 100.0 * lk / (ta - bf) / lpeak);
+        else printf(" %13s\n", "-");
     }
 
     {   /* 4. DRAM */
