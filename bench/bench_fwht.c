@@ -91,42 +91,45 @@ static float vsum(vf v) { return vgetq_lane_f32(v, 0) + vgetq_lane_f32(v, 3); }
 #define OPAQUE(v) (void)0
 #endif
 
-/* float adds per ns; 12 independent chains cover latency 4 x 3 pipes or latency 3 x 4 */
-static double add_peak(void) {
 #if defined(VW)
+/* The best rate over reps runs of rep_fn, which runs PEAK_ITERS iterations of `adds` float adds
+   each and returns its seconds: float adds per ns. */
+static double best_rate(double (*rep_fn)(void), double adds, int reps) {
     double best = 0.0;
     int rep;
-    for (rep = 0; rep < 200; ++rep) {
-        vf a0 = VSET(0.f), a1 = VSET(1.f), a2 = VSET(2.f), a3 = VSET(3.f), a4 = VSET(4.f), a5 = VSET(5.f);
-        vf a6 = VSET(6.f), a7 = VSET(7.f), a8 = VSET(8.f), a9 = VSET(9.f), a10 = VSET(10.f), a11 = VSET(11.f);
-        const vf d = VSET(1e-7f);
-        long i;
-        double t0 = now_s(), dt, rate;
-        volatile float sink;
-        for (i = 0; i < PEAK_ITERS; ++i) {
-            a0 = VADD(a0, d); a1 = VADD(a1, d); a2 = VADD(a2, d); a3 = VADD(a3, d);
-            a4 = VADD(a4, d); a5 = VADD(a5, d); a6 = VADD(a6, d); a7 = VADD(a7, d);
-            a8 = VADD(a8, d); a9 = VADD(a9, d); a10 = VADD(a10, d); a11 = VADD(a11, d);
-            OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5);
-            OPAQUE(a6); OPAQUE(a7); OPAQUE(a8); OPAQUE(a9); OPAQUE(a10); OPAQUE(a11);
-        }
-        dt = now_s() - t0;
-        sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7)))) +
-               vsum(VADD(VADD(a8, a9), VADD(a10, a11)));
-        (void)sink;
-        rate = 12.0 * VW * (double)PEAK_ITERS / dt / 1e9;
+    for (rep = 0; rep < reps; ++rep) {
+        const double rate = adds * (double)PEAK_ITERS / rep_fn() / 1e9;
         if (rate > best) best = rate;
     }
     return best;
-#else
-    return 0.0;
-#endif
 }
 
-/* The lookup peak (float adds per ns): adds whose operand is a vector loaded from a 16-entry table of
-   4-vector entries (4 KiB with 16-float vectors, in L1) at an address taken from the low bits of a
-   rotating word, two entries (8 loads, 8 chains) per iteration: the mixing's inner step without its
-   table building and stores. */
+/* 12 independent chains cover latency 4 x 3 pipes or latency 3 x 4 */
+static double add_rep(void) {
+    vf a0 = VSET(0.f), a1 = VSET(1.f), a2 = VSET(2.f), a3 = VSET(3.f), a4 = VSET(4.f), a5 = VSET(5.f);
+    vf a6 = VSET(6.f), a7 = VSET(7.f), a8 = VSET(8.f), a9 = VSET(9.f), a10 = VSET(10.f), a11 = VSET(11.f);
+    const vf d = VSET(1e-7f);
+    long i;
+    double t0 = now_s(), dt;
+    volatile float sink;
+    for (i = 0; i < PEAK_ITERS; ++i) {
+        a0 = VADD(a0, d); a1 = VADD(a1, d); a2 = VADD(a2, d); a3 = VADD(a3, d);
+        a4 = VADD(a4, d); a5 = VADD(a5, d); a6 = VADD(a6, d); a7 = VADD(a7, d);
+        a8 = VADD(a8, d); a9 = VADD(a9, d); a10 = VADD(a10, d); a11 = VADD(a11, d);
+        OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5);
+        OPAQUE(a6); OPAQUE(a7); OPAQUE(a8); OPAQUE(a9); OPAQUE(a10); OPAQUE(a11);
+    }
+    dt = now_s() - t0;
+    sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7)))) +
+           vsum(VADD(VADD(a8, a9), VADD(a10, a11)));
+    (void)sink;
+    return dt;
+}
+
+/* The lookup loop: adds whose operand is a vector loaded from a 16-entry table of 4-vector entries
+   (4 KiB with 16-float vectors, in L1) at an address taken from the low bits of a rotating word, two
+   entries (8 loads, 8 chains) per iteration: the mixing's inner step without its table building and
+   stores. */
 #if defined(__AVX512F__)
 #define VLD(p) _mm512_loadu_ps(p)
 #elif defined(__AVX2__)
@@ -136,34 +139,44 @@ static double add_peak(void) {
 #elif defined(__ARM_NEON)
 #define VLD(p) vld1q_f32(p)
 #endif
+static float lookup_tab[16 * 4 * VW];
+static double lookup_rep(void) {
+    vf a0 = VSET(0.f), a1 = VSET(1.f), a2 = VSET(2.f), a3 = VSET(3.f);
+    vf a4 = VSET(4.f), a5 = VSET(5.f), a6 = VSET(6.f), a7 = VSET(7.f);
+    unsigned long long w = 0x9E3779B97F4A7C15ull;
+    long i;
+    double t0 = now_s(), dt;
+    volatile float sink;
+    for (i = 0; i < PEAK_ITERS; ++i) {
+        const float* p = lookup_tab + (w & 15) * 4 * VW;
+        const float* q = lookup_tab + ((w >> 4) & 15) * 4 * VW;
+        w = (w >> 8) | (w << 56);
+        a0 = VADD(a0, VLD(p)); a1 = VADD(a1, VLD(p + VW)); a2 = VADD(a2, VLD(p + 2 * VW)); a3 = VADD(a3, VLD(p + 3 * VW));
+        a4 = VADD(a4, VLD(q)); a5 = VADD(a5, VLD(q + VW)); a6 = VADD(a6, VLD(q + 2 * VW)); a7 = VADD(a7, VLD(q + 3 * VW));
+        OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5); OPAQUE(a6); OPAQUE(a7);
+    }
+    dt = now_s() - t0;
+    sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7))));
+    (void)sink;
+    return dt;
+}
+#endif
+
+/* float adds per ns of the register-only loop */
+static double add_peak(void) {
+#if defined(VW)
+    return best_rate(add_rep, 12.0 * VW, 200);
+#else
+    return 0.0;
+#endif
+}
+
+/* float adds per ns of the lookup loop */
 static double lookup_peak(void) {
 #if defined(VW)
-    static float tab[16 * 4 * VW];
-    double best = 0.0;
-    int rep, i0;
-    for (i0 = 0; i0 < 16 * 4 * VW; ++i0) tab[i0] = 1e-9f * (float)i0;
-    for (rep = 0; rep < 50; ++rep) {
-        vf a0 = VSET(0.f), a1 = VSET(1.f), a2 = VSET(2.f), a3 = VSET(3.f);
-        vf a4 = VSET(4.f), a5 = VSET(5.f), a6 = VSET(6.f), a7 = VSET(7.f);
-        unsigned long long w = 0x9E3779B97F4A7C15ull;
-        long i;
-        double t0 = now_s(), dt, rate;
-        volatile float sink;
-        for (i = 0; i < PEAK_ITERS; ++i) {
-            const float* p = tab + (w & 15) * 4 * VW;
-            const float* q = tab + ((w >> 4) & 15) * 4 * VW;
-            w = (w >> 8) | (w << 56);
-            a0 = VADD(a0, VLD(p)); a1 = VADD(a1, VLD(p + VW)); a2 = VADD(a2, VLD(p + 2 * VW)); a3 = VADD(a3, VLD(p + 3 * VW));
-            a4 = VADD(a4, VLD(q)); a5 = VADD(a5, VLD(q + VW)); a6 = VADD(a6, VLD(q + 2 * VW)); a7 = VADD(a7, VLD(q + 3 * VW));
-            OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5); OPAQUE(a6); OPAQUE(a7);
-        }
-        dt = now_s() - t0;
-        sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7))));
-        (void)sink;
-        rate = 8.0 * VW * (double)PEAK_ITERS / dt / 1e9;
-        if (rate > best) best = rate;
-    }
-    return best;
+    int i;
+    for (i = 0; i < 16 * 4 * VW; ++i) lookup_tab[i] = 1e-9f * (float)i;
+    return best_rate(lookup_rep, 8.0 * VW, 50);
 #else
     return 0.0;
 #endif
