@@ -4431,6 +4431,11 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
         QUAROT__MIXB_REP(QUAROT__MR_STORE##N)                                                    \
     } }
 
+// One group for N vectors per entry: its tables (from z, or from the pairs of corr), then the outputs.
+#define QUAROT__MIXB_GROUP(N) {                                                                  \
+    if (corr) { QUAROT__MT_BUILD(N, QUAROT__MIXB_LDC) }                                          \
+    else { QUAROT__MT_BUILD(N, QUAROT__MIXB_LDZ) }                                               \
+    QUAROT__MR_OUTPUTS(N) }
 #define QUAROT__MIXB_DEFINE(isa)                                                                 \
 /* z, y: [K][M]; pat: [K8 + 8][nwd] pattern words of one orientation; tab: one group's tables */ \
 static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
@@ -4448,19 +4453,9 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
             const int64_t wi0 = g0 / E, sh0 = (g0 % E) * b;                                      \
             g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
             /* the group's tables, then the outputs' running sums over its blocks */            \
-            if (nv == 4) {                                                                       \
-                if (corr) { QUAROT__MT_BUILD(4, QUAROT__MIXB_LDC) }                              \
-                else { QUAROT__MT_BUILD(4, QUAROT__MIXB_LDZ) }                                   \
-                QUAROT__MR_OUTPUTS(4)                                                            \
-            } else if (nv == 2) {                                                                \
-                if (corr) { QUAROT__MT_BUILD(2, QUAROT__MIXB_LDC) }                              \
-                else { QUAROT__MT_BUILD(2, QUAROT__MIXB_LDZ) }                                   \
-                QUAROT__MR_OUTPUTS(2)                                                            \
-            } else {                                                                             \
-                if (corr) { QUAROT__MT_BUILD(1, QUAROT__MIXB_LDC) }                              \
-                else { QUAROT__MT_BUILD(1, QUAROT__MIXB_LDZ) }                                   \
-                QUAROT__MR_OUTPUTS(1)                                                            \
-            }                                                                                    \
+            if (nv == 4) QUAROT__MIXB_GROUP(4)                                                   \
+            else if (nv == 2) QUAROT__MIXB_GROUP(2)                                              \
+            else QUAROT__MIXB_GROUP(1)                                                           \
         }                                                                                        \
     }                                                                                            \
 }
