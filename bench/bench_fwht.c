@@ -261,17 +261,16 @@ static void fill_rand(float* x, int64_t n) {
     for (i = 0; i < n; ++i) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
 }
 
-/* ns per row of the normalized apply at n, with the best ISA; for K > 1 also the ns of its K rows of
-   2^m butterflies alone (*bfly, else 0) and the table lookups of its blocked mixing in floats per row
-   (*lookups: Km * ceil(Km / b) * columns, Km = K or K/2 for the split Paley II mixing over 2^(m+1)
-   columns; 0 without blocked mixing). */
+/* ns per row of the normalized apply at n, with the best ISA. When bfly and lookups are given (both
+   or neither) and K > 1, also the ns of its K rows of 2^m butterflies alone (*bfly, else 0) and the
+   table lookups of its blocked mixing in floats per row (*lookups: Km * ceil(Km / b) * columns,
+   Km = K or K/2 for the split Paley II mixing over 2^(m+1) columns; 0 without blocked mixing). */
 static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size_t label_size, double* bfly,
                        double* lookups) {
     quarot_hadamard_plan plan;
     job j;
     double t;
-    *bfly = 0.0;
-    *lookups = 0.0;
+    if (bfly) *bfly = *lookups = 0.0;
     memset(&j, 0, sizeof j);
     if (quarot_hadamard_plan_init(&plan, n, NULL) != QUAROT_OK) return -1.0;
     snprintf(label, label_size, "%lld x 2^%d", (long long)plan.K, plan.m);
@@ -288,7 +287,7 @@ static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size
     fill_rand(j.fill, n * rows);
     memcpy(j.x, j.fill, sizeof(float) * (size_t)(n * rows));
     t = time_job(&j, budget) / (double)rows * 1e9;
-    if (plan.K > 1) {   /* the butterflies alone: K * rows rows of 2^m, the same ISA */
+    if (bfly && plan.K > 1) {   /* the butterflies alone: K * rows rows of 2^m, the same ISA */
         job u = j;
         const int64_t M = (int64_t)1 << plan.m, Km = plan.mix_half ? plan.K / 2 : plan.K;
         u.kind = 0;
@@ -369,9 +368,9 @@ int main(void) {
     for (k = 0; k < (int)(sizeof ksizes / sizeof ksizes[0]); ++k) {
         char la[32], lb[32];
         const int64_t rows = 16;
-        double bf, lk, bf2, lk2;
+        double bf, lk;
         const double ta = apply_ns(ksizes[k][0], rows, 0.2, la, sizeof la, &bf, &lk);
-        const double tb = apply_ns(ksizes[k][1], rows, 0.2, lb, sizeof lb, &bf2, &lk2);
+        const double tb = apply_ns(ksizes[k][1], rows, 0.2, lb, sizeof lb, NULL, NULL);
         printf("%6lld %-14s %10.0f %6lld %10.0f %7.2f %12.0f %10.0f", (long long)ksizes[k][0], la, ta,
                (long long)ksizes[k][1], tb, ta / tb, bf, ta - bf);
         if (lk > 0.0 && ta > bf && lpeak > 0.0) printf(" %12.0f%%\n", 100.0 * lk / (ta - bf) / lpeak);
