@@ -14,7 +14,9 @@
       blocked mixing is table lookups: each output adds one table entry per block of b inputs, a
       vector load at an address read from the pattern words. So it is set against a second peak,
       the lookup peak: a register loop whose adds each take a vector loaded from an L1-resident
-      16-entry table at such an address (8 chains, no stores).
+      16-entry table at such an address (8 chains, no stores). Where the plan has a fixed register
+      kernel (plan.mix_fixed: 28, and the split 76 and 148, on AVX-512) the tables stay in registers
+      and there are no lookups: the "kernel" column says "registers" and the lookup share is "-".
    4. Rows in DRAM: 256 MiB of n = 4096 rows transformed in place (normalized) against a streaming
       copy of the same bytes (read + write, memcpy) in the same run: the memory floor.
    5. Columns in DRAM: down_proj's [4096][11008] f32 matrix transformed down every column (a writer's
@@ -264,13 +266,14 @@ static void fill_rand(float* x, int64_t n) {
 /* ns per row of the normalized apply at n, with the best ISA. When bfly and lookups are given (both
    or neither) and K > 1, also the ns of its K rows of 2^m butterflies alone (*bfly, else 0) and the
    table lookups of its blocked mixing in floats per row (*lookups: Km * ceil(Km / b) * columns,
-   Km = K or K/2 for the split Paley II mixing over 2^(m+1) columns; 0 without blocked mixing). */
+   Km = K or K/2 for the split Paley II mixing over 2^(m+1) columns; 0 without blocked mixing or
+   with the fixed register kernels, which *regs then tells). */
 static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size_t label_size, double* bfly,
-                       double* lookups) {
+                       double* lookups, int* regs) {
     quarot_hadamard_plan plan;
     job j;
     double t;
-    if (bfly) *bfly = *lookups = 0.0;
+    if (bfly) { *bfly = *lookups = 0.0; *regs = 0; }
     memset(&j, 0, sizeof j);
     if (quarot_hadamard_plan_init(&plan, n, NULL) != QUAROT_OK) return -1.0;
     snprintf(label, label_size, "%lld x 2^%d", (long long)plan.K, plan.m);
@@ -294,7 +297,8 @@ static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size
         u.n = M;
         u.rows = plan.K * rows;
         *bfly = time_job(&u, budget) / (double)rows * 1e9;
-        if (plan.mix_block > 1)
+        *regs = plan.mix_fixed != 0 && quarot_isa_best() == QUAROT_ISA_AVX512;
+        if (plan.mix_block > 1 && !*regs)
             *lookups = (double)Km * (double)((Km + plan.mix_block - 1) / plan.mix_block) * (double)(plan.mix_half ? 2 * M : M);
     }
     free_skewed(j.x, 0); free_skewed(j.fill, 0); free(j.work);
@@ -363,16 +367,17 @@ int main(void) {
 
     printf("\nK*2^m sizes, normalized quarot_hadamard_apply_f32 (%s), ns per row, vs the next power of two\n",
            quarot_isa_name(quarot_isa_best()));
-    printf("%6s %-14s %10s %6s %10s %7s %12s %10s %13s\n", "n", "H_K x 2^m", "ns/row", "2^k", "ns/row", "ratio",
-           "butterflies", "mixing", "mix/lookup");
+    printf("%6s %-14s %10s %6s %10s %7s %12s %10s %10s %13s\n", "n", "H_K x 2^m", "ns/row", "2^k", "ns/row",
+           "ratio", "butterflies", "mixing", "kernel", "mix/lookup");
     for (k = 0; k < (int)(sizeof ksizes / sizeof ksizes[0]); ++k) {
         char la[32], lb[32];
         const int64_t rows = 16;
         double bf, lk;
-        const double ta = apply_ns(ksizes[k][0], rows, 0.2, la, sizeof la, &bf, &lk);
-        const double tb = apply_ns(ksizes[k][1], rows, 0.2, lb, sizeof lb, NULL, NULL);
-        printf("%6lld %-14s %10.0f %6lld %10.0f %7.2f %12.0f %10.0f", (long long)ksizes[k][0], la, ta,
-               (long long)ksizes[k][1], tb, ta / tb, bf, ta - bf);
+        int regs;
+        const double ta = apply_ns(ksizes[k][0], rows, 0.2, la, sizeof la, &bf, &lk, &regs);
+        const double tb = apply_ns(ksizes[k][1], rows, 0.2, lb, sizeof lb, NULL, NULL, NULL);
+        printf("%6lld %-14s %10.0f %6lld %10.0f %7.2f %12.0f %10.0f %10s", (long long)ksizes[k][0], la, ta,
+               (long long)ksizes[k][1], tb, ta / tb, bf, ta - bf, regs ? "registers" : "tables");
         if (lk > 0.0 && ta > bf && lpeak > 0.0) printf(" %12.0f%%\n", 100.0 * lk / (ta - bf) / lpeak);
         else printf(" %13s\n", "-");
     }

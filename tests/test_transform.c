@@ -374,7 +374,7 @@ static void test_apply_simd_exact(void) {
                             28 * 16, 36 * 32, 52 * 64, 60 * 128, 172 * 64, 28 * 512, 108 * 128, 236 * 4, 428 * 2,
                             924 * 32, 148 * 128, 36 * 16, 76 * 64, 52 * 256};
     const int64_t quick[] = {4, 16, 256, 4096, 12, 28, 172, 12 * 2, 20 * 4, 28 * 8, 36 * 16, 52 * 32, 172 * 64,
-                             76 * 64};
+                             76 * 64, 28 * 32, 148 * 16};
     const int64_t* sizes = qt_quick() ? quick : full;
     const int count = qt_quick() ? (int)(sizeof quick / sizeof quick[0]) : (int)(sizeof full / sizeof full[0]);
     int k, s, variant, kind;
@@ -591,7 +591,7 @@ static void test_apply_f64_simd_exact(void) {
    every term c(k,i) * z[k][0] equal to -0, so y[i][0] must be -0 (times the positive scale) on every
    ISA; a sum started from +0 would give +0. */
 static void test_mix_signed_zero(void) {
-    const int64_t sizes[] = {12, 28, 172, 20 * 2, 44 * 8, 60 * 32, 108 * 64};
+    const int64_t sizes[] = {12, 28, 172, 20 * 2, 44 * 8, 60 * 32, 108 * 64, 28 * 16, 28 * 512};
     int s, k, transpose;
     for (s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); ++s) {
         quarot_hadamard_plan p;
@@ -702,6 +702,23 @@ static int check_mix_tables(const quarot_hadamard_plan* p) {
         }
     }
     return bad == 0;
+}
+
+/* The fixed register mixing kernels (quarot.h, plan.mix_fixed): the plan takes one only where its
+   compiled-in term lists equal the plan's own patterns in both orientations, so this fails when the
+   lists (printed by helper_mixr_gen) went stale; test_apply_simd_exact then checks their bits. */
+static void test_plan_mix_fixed(void) {
+    const int64_t sizes[][2] = {{28 * 16, 1}, {28 * 512, 1}, {28 * 1024, 1}, {76 * 16, 2}, {76 * 64, 2},
+                                {148 * 16, 3}, {148 * 128, 3}, {28 * 8, 0}, {172 * 64, 0}, {36 * 16, 0},
+                                {108 * 128, 0}, {20 * 64, 0}, {16384, 0}};
+    int s;
+    for (s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); ++s) {
+        quarot_hadamard_plan p;
+        if (quarot_hadamard_plan_init(&p, sizes[s][0], NULL) != QUAROT_OK) { QT_CHECK(0); continue; }
+        QT_CHECKF(p.mix_fixed == (int)sizes[s][1], "n = %lld (%s): mix_fixed %d, expected %d", (long long)sizes[s][0],
+                  p.info.text, p.mix_fixed, (int)sizes[s][1]);
+        quarot_hadamard_plan_free(&p);
+    }
 }
 
 static void test_plan_info(void) {
@@ -829,6 +846,7 @@ int main(void) {
     QT_RUN(test_apply_f64_simd_exact);
     QT_RUN(test_mix_signed_zero);
     QT_RUN(test_stride_untouched);
+    QT_RUN(test_plan_mix_fixed);
     QT_RUN(test_plan_info);
     QT_RUN(test_bad_arguments);
     return qt_finish("test_transform");
