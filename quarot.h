@@ -3412,9 +3412,11 @@ typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, c
 // not read) and output (c, j) becomes y - (w + w), w = corr[c][j ^ M/2].
 typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint64_t* pat,
                                 int64_t nb, float* tab, const float* corr, const float* post, const float* scale);
-// A fixed register mixing kernel (plan->mix_fixed): y [K][M] from z; for the split Paley II mixing z2
-// (not NULL) first receives the pairs of z, which the kernel then mixes, and z is corr.
-typedef void (*quarot__mixr_fn)(const float* z, float* y, int64_t M, float* z2, const float* post, const float* scale);
+// A fixed register mixing kernel (plan->mix_fixed): y [K][M] from z [K][ldz]; for the split Paley II
+// mixing z [K][M] is the z before the pairing, z2 [K][ldz] (not NULL) first receives its pairs, which
+// the kernel then mixes, and z is corr.
+typedef void (*quarot__mixr_fn)(const float* z, float* y, int64_t M, int64_t ldz, float* z2, const float* post,
+                                const float* scale);
 static quarot__mixr_fn quarot__mixr_select(quarot_isa isa, int fixed, int transpose);   // NULL: none
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
 // A column kernel: the w columns at x of [2^L][ld] (quarot_hadamard_apply_cols_f32; w a multiple of
@@ -4141,11 +4143,15 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
     for (i = 0; i < rows; ++i) {
         float* xr = x + i * stride;
         float* z = (float*)w;
-        for (k = 0; k < p->K; ++k) row_fn(z + k * M, xr + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
+        // (the fixed register kernels read rows of z, or of the split mixing's pairs, 16 floats apart
+        // beyond their length: 2n floats of workspace hold them)
+        const int64_t zs = mixr_fn && !p->mix_half ? M + 16 : M;
+        for (k = 0; k < p->K; ++k) row_fn(z + k * zs, xr + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
         // Mixing kernel by plan layout: split Paley II (z2 = z + n), blocked tables (b > 1), float
         // panels, or the scalar spec.
         if (mixr_fn) {   // the fixed register kernels (the split one pairs z into z2 first)
-            mixr_fn(z, xr, p->mix_half ? 2 * M : M, p->mix_half ? z + p->n : NULL, post, scale);
+            mixr_fn(z, xr, p->mix_half ? 2 * M : M, p->mix_half ? 2 * M + 16 : zs, p->mix_half ? z + p->n : NULL,
+                    post, scale);
         } else if (p->mix_half) {
             const int64_t Kh = p->K / 2, nb = (Kh + p->mix_block - 1) / p->mix_block;
             float* z2 = z + p->n;
@@ -4949,9 +4955,9 @@ QUAROT__MIXB_DEFINE(avx512)
 #endif
 #define QUAROT__MIXR_LV(d, s) e##d = _mm512_sub_ps(e##s, zt); e##s = _mm512_add_ps(e##s, zt);
 #define QUAROT__MIXR_L1 e0 = _mm512_loadu_ps(zb);
-#define QUAROT__MIXR_L2 QUAROT__MIXR_L1 zt = _mm512_loadu_ps(zb + M); QUAROT__MIXR_LV(1, 0)
-#define QUAROT__MIXR_L3 QUAROT__MIXR_L2 zt = _mm512_loadu_ps(zb + 2 * M); QUAROT__MIXR_LV(2, 0) QUAROT__MIXR_LV(3, 1)
-#define QUAROT__MIXR_L4 QUAROT__MIXR_L3 zt = _mm512_loadu_ps(zb + 3 * M);                           \
+#define QUAROT__MIXR_L2 QUAROT__MIXR_L1 zt = _mm512_loadu_ps(zb + ldz); QUAROT__MIXR_LV(1, 0)
+#define QUAROT__MIXR_L3 QUAROT__MIXR_L2 zt = _mm512_loadu_ps(zb + 2 * ldz); QUAROT__MIXR_LV(2, 0) QUAROT__MIXR_LV(3, 1)
+#define QUAROT__MIXR_L4 QUAROT__MIXR_L3 zt = _mm512_loadu_ps(zb + 3 * ldz);                          \
     QUAROT__MIXR_LV(4, 0) QUAROT__MIXR_LV(5, 1) QUAROT__MIXR_LV(6, 2) QUAROT__MIXR_LV(7, 3)
 // First term g*T (exact), then round(acc + g*T) as an FMA by +-1.
 #define QUAROT__MIXR_FP(a, e) a = e;
@@ -4967,15 +4973,18 @@ QUAROT__MIXB_DEFINE(avx512)
     if (split_) { const __m512 w_ = _mm512_loadu_ps(z + (at_ ^ chalf)); o_ = _mm512_sub_ps(o_, _mm512_add_ps(w_, w_)); } \
     o_ = _mm512_mul_ps(o_, _mm512_loadu_ps(pv + (at_ & pmask)));                                        \
     _mm512_storeu_ps(y + at_, _mm512_mul_ps(o_, sv)); }
-#define QUAROT__MIXR_BLK(ID, g, L, kind) { const float* zb = zz + (int64_t)(4 * (g)) * M + j;             \
+#define QUAROT__MIXR_BLK(ID, g, L, kind) { const float* zb = zz + (int64_t)(4 * (g)) * ldz + j;            \
     QUAROT__MIXR_FENCE(zb, dep); QUAROT__MIXR_L##L QUAROT__MIXR##ID##_B##g(QUAROT__MIXR_X##kind) }
 #define QUAROT__MIXR_PASS(ID, lo, hi) { const int64_t lo_ = lo, hi_ = hi; QUAROT__MIXR##ID(QUAROT__MIXR_BLK) }
 #define QUAROT__MIXR_DECL(i, S, p) __m512 a##i;
-// One kernel: y [K][M] from z [K][M]; SPLIT: z is the split mixing's z before the pairing, z2
-// receives the pairs first (QUAROT__PAIR_BODY) and the outputs take the correction from z.
+// One kernel: y [K][M] from z [K][ldz]; SPLIT: z is the split mixing's z [K][M] before the pairing,
+// z2 [K][ldz] receives the pairs first (QUAROT__PAIR_BODY) and the outputs take the correction from
+// z. ldz = M + 16: rows of M = 1024 or 512 floats would put a column's 28 rows of z in one or two L1
+// sets of 8 ways, and the second pass would reload them from L2 (Zen 4, 28672: 17.1-17.7 us a row
+// with ldz = M, 10.8-11.7 with M + 16, 12.8 for the table kernel).
 #define QUAROT__MIXR_FN(ID, KH, SPLIT, PASSES)                                                       \
-static void quarot__mixr##ID##_avx512(const float* z, float* y, int64_t M, float* z2, const float* post, \
-                                      const float* scale) {                                          \
+static void quarot__mixr##ID##_avx512(const float* z, float* y, int64_t M, int64_t ldz, float* z2,     \
+                                      const float* post, const float* scale) {                       \
     static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};                   \
     const __m512 sv = _mm512_set1_ps(scale ? *scale : 1.0f);                                         \
     const float* pv = post ? post : ones;   /* no post-signs: every output times ones */             \
@@ -4988,8 +4997,8 @@ static void quarot__mixr##ID##_avx512(const float* z, float* y, int64_t M, float
     for (r = 0; split_ && r < KH; ++r)   /* z2[r] = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] */          \
         for (j = 0; j < chalf; j += 16) {                                                            \
             const __m512 u = _mm512_loadu_ps(z + r * M + j), v = _mm512_loadu_ps(z + r * M + chalf + j); \
-            _mm512_storeu_ps(z2 + r * M + j, _mm512_add_ps(u, v));                                   \
-            _mm512_storeu_ps(z2 + r * M + chalf + j, _mm512_sub_ps(u, v));                           \
+            _mm512_storeu_ps(z2 + r * ldz + j, _mm512_add_ps(u, v));                                 \
+            _mm512_storeu_ps(z2 + r * ldz + chalf + j, _mm512_sub_ps(u, v));                         \
         }                                                                                            \
     for (j = 0; j < M; j += 16) {                                                                    \
         __m512 e0, e1, e2, e3, e4, e5, e6, e7, zt, dep = one;                                         \
