@@ -7,7 +7,8 @@
    2. quarot_fwht_f32 (unnormalized, no scaling pass) for n = 256 .. 32768, rows batched to about
       256 KiB (in L2), every compiled ISA, beside the textbook triple-loop butterfly (compiled here
       with the same flags, so the compiler may vectorize it), as fractions of the peak.
-   3. The K*2^m sizes of LLMs (4864 = 76*2^6, 11008 = 172*2^6, 14336 = 28*2^9, 18944 = 148*2^7)
+   3. The K*2^m sizes of LLMs (4864 = 76*2^6, 11008 = 172*2^6, 14336 = 28*2^9, 18944 = 148*2^7,
+      28672 = 28*2^10)
       through quarot_hadamard_apply_f32 (normalized), as the ratio of their time per row to the
       normalized 2^m transform of the next power of two. Split into its two phases: the K rows of
       2^m butterflies (timed alone through quarot_fwht_f32) and the K-point mixing (the rest). The
@@ -308,7 +309,7 @@ static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size
 
 int main(void) {
     static const quarot_isa isas[] = {QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON};
-    static const int64_t ksizes[][2] = {{4864, 8192}, {11008, 16384}, {14336, 16384}, {18944, 32768}};
+    static const int64_t ksizes[][2] = {{4864, 8192}, {11008, 16384}, {14336, 16384}, {18944, 32768}, {28672, 32768}};
     const double t_start = now_s();
     const double peak = add_peak();
     const double lpeak = lookup_peak();
