@@ -4941,7 +4941,7 @@ QUAROT__MIXB_DEFINE(avx512)
 // every entry is the specification's chain and every output its sum in block order (first term g*T,
 // exact, then one rounding of acc + g*T a block), as in the table kernel above. Compiler notes (GCC
 // 12, clang 14): QUAROT__MIXR_FENCE makes block g+1's loads wait for block g's last sum, or GCC
-// hoists the builds of all blocks (56 entries live for 28) and spills (1.6x the time);
+// hoists the builds of all blocks (56 entries live for 28) and spills (1.16x the time);
 // QUAROT__MIXR_OPAQUE hides that `one` is 1.0, or clang turns the FMAs back into adds (all on the
 // add pipes); and the output stores have no branches (the split correction is compile-time, the
 // scale is a multiply by 1 when absent, exact, and the post-signs come from a vector of ones when
