@@ -4138,7 +4138,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         return QUAROT_OK;
     }
     // K > 1: z = fwht_M(x * pre) in the workspace (read straight from x), then x = mix_K(z) * post *
-    // scale. Workspace layout: z at w (n floats, room for n doubles), the blocked mixing tables after it.
+    // scale. Workspace layout: z at w (n floats, room for n doubles; n + 16K with the fixed register
+    // kernels), the split mixing's pairs z2 from z + n, the blocked mixing tables after 2n floats.
     M = (int64_t)1 << p->m;
     for (i = 0; i < rows; ++i) {
         float* xr = x + i * stride;
