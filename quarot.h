@@ -3412,10 +3412,14 @@ typedef void (*quarot__mix_fn)(const float* z, float* y, int64_t K, int64_t M, c
 // not read) and output (c, j) becomes y - (w + w), w = corr[c][j ^ M/2].
 typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, int b, const uint64_t* pat,
                                 int64_t nb, float* tab, const float* corr, const float* post, const float* scale);
-// A fixed register mixing kernel (plan->mix_fixed): y [K][M] from z [K][ldz]; for the split Paley II
-// mixing z [K][M] is the z before the pairing, z2 [K][ldz] (not NULL) first receives its pairs, which
-// the kernel then mixes, and z is corr.
-typedef void (*quarot__mixr_fn)(const float* z, float* y, int64_t M, int64_t ldz, float* z2, const float* post,
+// A fixed register mixing kernel (plan->mix_fixed): y [K][M] from z [K][M + QUAROT__MIXR_PAD]; for
+// the split Paley II mixing z [K][M] is the z before the pairing, z2 [K][M + QUAROT__MIXR_PAD] (not
+// NULL) first receives its pairs, which the kernel then mixes, and z is corr. The padding: rows of
+// M = 1024 or 512 floats would put a column's 28 rows of z in one or two L1 sets of 8 ways, and the
+// second pass would reload them from L2 (Zen 4, 28672: 17.1-17.7 us a row unpadded, 10.8-11.7
+// padded, 12.8 for the table kernel).
+#define QUAROT__MIXR_PAD 16
+typedef void (*quarot__mixr_fn)(const float* z, float* y, int64_t M, float* z2, const float* post,
                                 const float* scale);
 static quarot__mixr_fn quarot__mixr_select(quarot_isa isa, int fixed, int transpose, int64_t M);   // NULL: none
 static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
@@ -3945,21 +3949,22 @@ static const struct quarot__mixr_kind {
                            {28, 0, quarot__mixr28f_terms, quarot__mixr28t_terms},
                            {38, 1, quarot__mixr38_terms, quarot__mixr38_terms},   // A is symmetric
                            {74, 1, quarot__mixr74_terms, quarot__mixr74_terms}};
+static const uint64_t* quarot__mix_pat_of(const quarot_hadamard_plan* p, int transpose);   // below
 // The kernel whose lists equal the plan's mix_pat (b = 4) term by term, or 0.
 static int quarot__mixr_match(const quarot_hadamard_plan* p) {
-    const int64_t Km = p->mix_half ? p->K / 2 : p->K, b = p->mix_block, E = 64 / 4;
-    const int64_t nb = (Km + 3) / 4, nw = (nb + E - 1) / E, K8 = (Km + 7) / 8 * 8;
+    const int64_t Km = p->mix_half ? p->K / 2 : p->K, E = 64 / 4, nb = (Km + 3) / 4, nw = (nb + E - 1) / E;
     int id, o;
     int64_t i, blk;
-    if (b != 4 || !p->mix_pat) return 0;
+    if (p->mix_block != 4 || !p->mix_pat) return 0;
     for (id = 1; id < 4; ++id) {
         const struct quarot__mixr_kind* f = &quarot__mixr_kinds[id];
         int same = f->K == Km && f->split == (p->mix_half != NULL);
         for (o = 0; same && o < 2; ++o) {
             const unsigned char* t = o ? f->tr : f->fwd;
+            const uint64_t* pat = quarot__mix_pat_of(p, o);
             for (i = 0; same && i < Km; ++i)
                 for (blk = 0; same && blk < nb; ++blk)
-                    same = ((p->mix_pat[(o * (K8 + 8) + i) * nw + blk / E] >> ((blk % E) * 4)) & 15) == t[blk * Km + i];
+                    same = ((pat[i * nw + blk / E] >> ((blk % E) * 4)) & 15) == t[blk * Km + i];
         }
         if (same) return id;
     }
@@ -4146,13 +4151,12 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
         float* z = (float*)w;
         // (the fixed register kernels read rows of z, or of the split mixing's pairs, 16 floats apart
         // beyond their length: 2n floats of workspace hold them)
-        const int64_t zs = mixr_fn && !p->mix_half ? M + 16 : M;
+        const int64_t zs = mixr_fn && !p->mix_half ? M + QUAROT__MIXR_PAD : M;
         for (k = 0; k < p->K; ++k) row_fn(z + k * zs, xr + k * M, p->m, pre ? pre + k * M : NULL, NULL, NULL);
         // Mixing kernel by plan layout: split Paley II (z2 = z + n), blocked tables (b > 1), float
         // panels, or the scalar spec.
         if (mixr_fn) {   // the fixed register kernels (the split one pairs z into z2 first)
-            mixr_fn(z, xr, p->mix_half ? 2 * M : M, p->mix_half ? 2 * M + 16 : zs, p->mix_half ? z + p->n : NULL,
-                    post, scale);
+            mixr_fn(z, xr, p->mix_half ? 2 * M : M, p->mix_half ? z + p->n : NULL, post, scale);
         } else if (p->mix_half) {
             const int64_t Kh = p->K / 2, nb = (Kh + p->mix_block - 1) / p->mix_block;
             float* z2 = z + p->n;
@@ -4792,12 +4796,13 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
 #define QUAROT__MIXR_FENCE(ptr, v) (void)0
 #define QUAROT__MIXR_OPAQUE(v) (void)0
 #endif
-#define QUAROT__MIXR_LV(d, s) e##d = QUAROT__VSUB(e##s, zt); e##s = QUAROT__VADD(e##s, zt);
+// A block's entries for its L rows: the table kernel's levels QUAROT__MT_L*, row k0 + t read at zb
+// (the column argument is j, already in zb).
+#define QUAROT__MIXR_LDZ(k, jj) QUAROT__VLD(zb + ((k) - k0) * ldz)
 #define QUAROT__MIXR_L1 e0 = QUAROT__VLD(zb);
-#define QUAROT__MIXR_L2 QUAROT__MIXR_L1 zt = QUAROT__VLD(zb + ldz); QUAROT__MIXR_LV(1, 0)
-#define QUAROT__MIXR_L3 QUAROT__MIXR_L2 zt = QUAROT__VLD(zb + 2 * ldz); QUAROT__MIXR_LV(2, 0) QUAROT__MIXR_LV(3, 1)
-#define QUAROT__MIXR_L4 QUAROT__MIXR_L3 zt = QUAROT__VLD(zb + 3 * ldz);                              \
-    QUAROT__MIXR_LV(4, 0) QUAROT__MIXR_LV(5, 1) QUAROT__MIXR_LV(6, 2) QUAROT__MIXR_LV(7, 3)
+#define QUAROT__MIXR_L2 QUAROT__MIXR_L1 QUAROT__MT_L1(QUAROT__MIXR_LDZ)
+#define QUAROT__MIXR_L3 QUAROT__MIXR_L2 QUAROT__MT_L2(QUAROT__MIXR_LDZ)
+#define QUAROT__MIXR_L4 QUAROT__MIXR_L3 QUAROT__MT_L3(QUAROT__MIXR_LDZ)
 // First term g*T (exact), then round(acc + g*T).
 #define QUAROT__MIXR_FP(a, e) a = e;
 #define QUAROT__MIXR_FM(a, e) a = QUAROT__MIXR_NEG(e);
@@ -4812,22 +4817,20 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
     if (split_) { const QUAROT__V w_ = QUAROT__VLD(z + (at_ ^ chalf)); o_ = QUAROT__VSUB(o_, QUAROT__VADD(w_, w_)); } \
     o_ = QUAROT__VMUL(o_, QUAROT__VLD(pv + (at_ & pmask)));                                             \
     QUAROT__VST(y + at_, QUAROT__VMUL(o_, sv)); }
-#define QUAROT__MIXR_BLK(ID, g, L, kind) { const float* zb = zz + (int64_t)(4 * (g)) * ldz + j;            \
+#define QUAROT__MIXR_BLK(ID, g, L, kind) { const int64_t k0 = 4 * (g); const float* zb = zz + k0 * ldz + j; \
     QUAROT__MIXR_FENCE(zb, dep); QUAROT__MIXR_L##L QUAROT__MIXR##ID##_B##g(QUAROT__MIXR_X##kind) }
 #define QUAROT__MIXR_PASS(ID, lo, hi) { const int64_t lo_ = lo, hi_ = hi; QUAROT__MIXR##ID(QUAROT__MIXR_BLK) }
 #define QUAROT__MIXR_DECL(i, S, p) QUAROT__V a##i;
-// One kernel: y [K][M] from z [K][ldz]; SPLIT: z is the split mixing's z [K][M] before the pairing,
-// z2 [K][ldz] receives the pairs first (QUAROT__PAIR_BODY) and the outputs take the correction from
-// z. ldz = M + 16: rows of M = 1024 or 512 floats would put a column's 28 rows of z in one or two L1
-// sets of 8 ways, and the second pass would reload them from L2 (Zen 4, 28672: 17.1-17.7 us a row
-// with ldz = M, 10.8-11.7 with M + 16, 12.8 for the table kernel).
+// One kernel: y [K][M] from z [K][ldz], ldz = M + QUAROT__MIXR_PAD; SPLIT: z is the split mixing's
+// z [K][M] before the pairing, z2 [K][ldz] receives the pairs first (QUAROT__PAIR_BODY) and the
+// outputs take the correction from z.
 #define QUAROT__MIXR_FN(ID, isa, KH, SPLIT, PASSES)                                                  \
-static void quarot__mixr##ID##_##isa(const float* z, float* y, int64_t M, int64_t ldz, float* z2,      \
-                                     const float* post, const float* scale) {                        \
+static void quarot__mixr##ID##_##isa(const float* z, float* y, int64_t M, float* z2, const float* post, \
+                                     const float* scale) {                                           \
     static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};                   \
     const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                       \
     const float* pv = post ? post : ones;   /* no post-signs: every output times ones */             \
-    const int64_t chalf = M / 2, pmask = post ? -1 : 0;                                              \
+    const int64_t chalf = M / 2, pmask = post ? -1 : 0, ldz = M + QUAROT__MIXR_PAD;                  \
     const int split_ = SPLIT;                                                                        \
     const float* zz = split_ ? z2 : z;                                                               \
     QUAROT__V one = QUAROT__VSET1(1.0f);                                                             \
@@ -4842,7 +4845,6 @@ static void quarot__mixr##ID##_##isa(const float* z, float* y, int64_t M, int64_
     for (j = 0; j < M; j += QUAROT__W) {                                                             \
         QUAROT__V e0, e1, e2, e3, e4, e5, e6, e7, zt, dep = one;                                      \
         QUAROT__MIXR##ID##_B0(QUAROT__MIXR_DECL)                                                     \
-        (void)one;                                                                                   \
         PASSES                                                                                       \
     }                                                                                                \
 }
