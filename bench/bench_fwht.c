@@ -16,8 +16,9 @@
       vector load at an address read from the pattern words. So it is set against a second peak,
       the lookup peak: a register loop whose adds each take a vector loaded from an L1-resident
       16-entry table at such an address (8 chains, no stores). Where the plan has a fixed register
-      kernel (plan.mix_fixed: 28, and the split 76 and 148, on AVX-512) the tables stay in registers
-      and there are no lookups: the "kernel" column says "registers" and the lookup share is "-".
+      kernel (plan.mix_fixed: 28, and the split 76 and 148; AVX-512, or AVX2 up to 512 mixing
+      columns) the tables stay in registers and there are no lookups: the "kernel" column says
+      "registers" and the lookup share is "-".
    4. Rows in DRAM: 256 MiB of n = 4096 rows transformed in place (normalized) against a streaming
       copy of the same bytes (read + write, memcpy) in the same run: the memory floor.
    5. Columns in DRAM: down_proj's [4096][11008] f32 matrix transformed down every column (a writer's
@@ -298,7 +299,9 @@ static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size
         u.n = M;
         u.rows = plan.K * rows;
         *bfly = time_job(&u, budget) / (double)rows * 1e9;
-        *regs = plan.mix_fixed != 0 && quarot_isa_best() == QUAROT_ISA_AVX512;
+        /* quarot.h's quarot__mixr_select: AVX-512, or AVX2 up to 512 mixing columns */
+        *regs = plan.mix_fixed != 0 && (quarot_isa_best() == QUAROT_ISA_AVX512 ||
+                                        (quarot_isa_best() == QUAROT_ISA_AVX2 && (plan.mix_half ? 2 * M : M) <= 512));
         if (plan.mix_block > 1 && !*regs)
             *lookups = (double)Km * (double)((Km + plan.mix_block - 1) / plan.mix_block) * (double)(plan.mix_half ? 2 * M : M);
     }
