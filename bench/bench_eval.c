@@ -17,6 +17,7 @@
 #include "qx_forward.h"
 #include "qx_synth.h"
 #include "qx_threads.h"
+#include "qx_load.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
             qx_load_opts lo;
             fclose(fp);
             memset(&lo, 0, sizeof lo);
-            if (qx_cli_load_model(stories, &lo, &s, &e) == QUAROT_OK) {
+            if (qx_load_model(stories, &lo, &s, &e) == QUAROT_OK) {
                 const quarot_model_config* c = &s.config;
                 double per_tok = 2e-9 * (double)c->n_layers *
                                  (double)(c->hidden * (2 * c->hidden + 2 * (c->hidden / c->n_heads) * c->n_kv_heads) + 3 * c->hidden * c->intermediate) +

@@ -54,6 +54,7 @@
 #include "qx_safetensors.h"
 #include "qx_synth.h"
 #include "qx_threads.h"
+#include "qx_load.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -341,7 +342,7 @@ int main(void) {
             qx_load_opts lo;
             memset(&lo, 0, sizeof lo);
             lo.copy = 1;
-            if (qx_cli_load_model(f16_path, &lo, &s, &e) != QUAROT_OK || qx_store_convert(&s, dt) != QUAROT_OK) {
+            if (qx_load_model(f16_path, &lo, &s, &e) != QUAROT_OK || qx_store_convert(&s, dt) != QUAROT_OK) {
                 fprintf(stderr, "convert: %s\n", e.msg); if (!keep) remove_tree(dir); return 1;
             }
         } else if (qx_synth_model(&s, &sd, &e) != QUAROT_OK || (dt != QUAROT_DTYPE_F16 && qx_store_convert(&s, dt) != QUAROT_OK)) {
@@ -373,7 +374,7 @@ int main(void) {
                 if (ram && (!ram_dir[0] || thread_list[ti - n_threads] != all || all <= 1)) continue;
                 if (null_out && (!env_int("BENCH_ROTATE_NULL", 1) || thread_list[ti - 2 * n_threads] != all || all <= 1)) continue;
                 memset(&lo, 0, sizeof lo);
-                if (qx_cli_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
+                if (qx_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
                 store_bytes(&s, n_layers, &wbytes, &bound);
                 quarot_online_list_init(&list, NULL);
                 memset(&desc, 0, sizeof desc);

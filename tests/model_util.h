@@ -13,6 +13,7 @@
 
 #include "fwd_util.h"
 #include "qx_cli.h"
+#include "qx_load.h"
 
 /* Loads the model at path (any format the tool reads; tensors copied) into s; 0 and why on stdout
    when it fails. */
@@ -21,7 +22,7 @@ QT_UNUSED static int load_model(const char* path, qx_store* s) {
     qx_err e;
     memset(&lo, 0, sizeof lo);
     lo.copy = 1;
-    if (qx_cli_load_model(path, &lo, s, &e) != QUAROT_OK) { printf("    load %s: %s\n", path, e.msg); return 0; }
+    if (qx_load_model(path, &lo, s, &e) != QUAROT_OK) { printf("    load %s: %s\n", path, e.msg); return 0; }
     return 1;
 }
 

@@ -35,6 +35,7 @@
 #include "qx_model.h"
 #include "qx_synth.h"
 #include "qx_yaml.h"
+#include "qx_load.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -220,7 +221,7 @@ static void test_context_across_processes(void) {
     free(buf);
     memset(&lo, 0, sizeof lo);
     lo.copy = 1;
-    QT_OK(qx_cli_load_model(MODEL, &lo, &s, &e));
+    QT_OK(qx_load_model(MODEL, &lo, &s, &e));
     quarot_online_list_init(&list, NULL);
     memset(&d, 0, sizeof d);
     d.rotation = QUAROT_ROTATION_ADAPT;
@@ -232,7 +233,7 @@ static void test_context_across_processes(void) {
     QT_OK(quarot_rotate_model(&m, &d));
     qx_model_sync(&m, &s);
     memset(&lo, 0, sizeof lo);
-    QT_OK(qx_cli_load_model(o1, &lo, &out, &e));
+    QT_OK(qx_load_model(o1, &lo, &out, &e));
     for (i = 0; i < out.count; ++i) {
         const quarot_tensor* t = &out.items[i].t;
         const quarot_tensor* u = qx_store_find(&s, out.items[i].name);

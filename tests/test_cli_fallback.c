@@ -21,6 +21,7 @@
 #include "qx_forward.h"
 #include "qx_online.h"
 #include "qx_safetensors.h"
+#include "qx_load.h"
 
 static int save_synth(const char* dir, int64_t hidden, int64_t inter, int64_t heads) {
     qx_synth_desc d;
@@ -63,8 +64,8 @@ static double logit_diff(const char* a, const char* b, const char* hooks_path) {
     memset(&lo, 0, sizeof lo);
     lo.copy = 1;
     quarot_online_list_init(&l, NULL);
-    if (qx_cli_load_model(a, &lo, &sa, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return out; }
-    if (qx_cli_load_model(b, &lo, &sb, &e) != QUAROT_OK) { printf("    %s\n", e.msg); qx_store_free(&sa); return out; }
+    if (qx_load_model(a, &lo, &sa, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return out; }
+    if (qx_load_model(b, &lo, &sb, &e) != QUAROT_OK) { printf("    %s\n", e.msg); qx_store_free(&sa); return out; }
     text = (char*)read_all(hooks_path, &n);
     if (!text || quarot_online_read(&l, text, n, err, sizeof err) != QUAROT_OK) printf("    hooks %s unreadable\n", hooks_path);
     free(text);

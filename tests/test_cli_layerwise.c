@@ -27,6 +27,7 @@
 #include "qx_safetensors.h"
 #include "qx_synth.h"
 #include "qx_tokenizer.h"
+#include "qx_load.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -122,7 +123,7 @@ static void in_memory_table(double ppl[2][2]) {
     char tokp[700];
     memset(&lo, 0, sizeof lo);
     ppl[0][0] = ppl[0][1] = ppl[1][0] = ppl[1][1] = -1.0;
-    QT_OK(qx_cli_load_model(g_model, &lo, &mapped, &e));
+    QT_OK(qx_load_model(g_model, &lo, &mapped, &e));
     QT_OK(qx_store_clone(&mapped, &mem));   /* owned copies: the in-memory path (no mapping) */
     qx_store_free(&mapped);
     snprintf(tokp, sizeof tokp, "%s/m/tokenizer.bin", g_tmp);
@@ -237,7 +238,7 @@ static void test_formats_f16(void) {
         /* the in-memory path */
         memset(&lo, 0, sizeof lo);
         lo.copy = 1;
-        QT_OK(qx_cli_load_model(path, &lo, &mem, &e));
+        QT_OK(qx_load_model(path, &lo, &mem, &e));
         text_windows(tokp, mem.config.vocab, &win);
         QT_OK(qx_ek_quarot(&mem, 0, 0, &rot, &hooks, NULL, 0, NULL, NULL, &e));
         for (j = 0; j < 2; ++j) {

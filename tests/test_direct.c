@@ -18,6 +18,7 @@
 #include "qx_safetensors.h"
 #include "qx_synth.h"
 #include "qx_threads.h"
+#include "qx_load.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -230,7 +231,7 @@ static quarot_result rotate_to(const char* in, const char* out, const char* fmt,
     qx_store s;
     quarot_result r;
     memset(&lo, 0, sizeof lo);
-    if ((r = qx_cli_load_model(in, &lo, &s, e)) != QUAROT_OK) return r;
+    if ((r = qx_load_model(in, &lo, &s, e)) != QUAROT_OK) return r;
     memset(&desc, 0, sizeof desc);
     desc.seed = 9;
     memset(&ro, 0, sizeof ro);

@@ -26,6 +26,7 @@
 #include "qx_llama2c.h"
 #include "qx_safetensors.h"
 #include "qx_synth.h"
+#include "qx_load.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -436,8 +437,8 @@ static void test_eval_applies_the_models_hooks(void) {
     /* in process, at full precision: the rotated model with its hooks computes the original's perplexity */
     memset(&lo, 0, sizeof lo);
     qx_store_init(&a); qx_store_init(&b); qx_store_init(&c);
-    QT_OK(qx_cli_load_model(in, &lo, &a, &e));
-    QT_OK(qx_cli_load_model(out, &lo, &b, &e));
+    QT_OK(qx_load_model(in, &lo, &a, &e));
+    QT_OK(qx_load_model(out, &lo, &b, &e));
     p_nohooks = ppl_of(&b, NULL);
     QT_OK(qx_model_hooks_attach(&b, out, NULL, &st, NULL, 0, &e));
     QT_EQ_INT((int)st, (int)QX_HOOKS_ATTACHED);

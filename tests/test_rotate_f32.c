@@ -20,6 +20,7 @@
 #include "cli_util.h"
 #include "qx_cli.h"
 #include "qx_rotate_file.h"
+#include "qx_load.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -156,7 +157,7 @@ static quarot_result rotate_file(const char* in, const char* out, int online, in
     quarot_result r;
     memset(&lo, 0, sizeof lo);
     memset(e, 0, sizeof *e);
-    QT_OK(qx_cli_load_model(in, &lo, &s, e));
+    QT_OK(qx_load_model(in, &lo, &s, e));
     quarot_online_list_init(&list, NULL);
     memset(&desc, 0, sizeof desc);
     desc.rotation = QUAROT_ROTATION_HADAMARD;
@@ -183,7 +184,7 @@ static void rotate_and_load(const char* in, const char* out, int online, int f64
     qx_err e;
     QT_OK(rotate_file(in, out, online, f64, separate, NULL, st, &e));
     memset(&lo, 0, sizeof lo);
-    QT_OK(qx_cli_load_model(out, &lo, o, &e));
+    QT_OK(qx_load_model(out, &lo, o, &e));
 }
 
 static void test_tool_outputs(void) {

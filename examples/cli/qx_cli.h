@@ -71,23 +71,6 @@ int qx_cli_float(qx_cli* cli, const char* opt, const char* s, double lo, double 
    usage error and returns 0 otherwise. */
 int qx_cli_windowing(qx_cli* cli, const char* s, int* out);
 
-/* Load a model of any supported format into out (initialized here): a llama2.c checkpoint (.bin:
-   legacy v0 or version-1 float32 export), a Hugging Face directory (config.json + safetensors,
-   sharded or not) or a .safetensors file with config.json beside it, or a GGUF file (llama, qwen2,
-   qwen3; F32/F16/BF16).
-   The format is detected from the path and the first bytes. copy = 1 gives owned, writable tensors;
-   0 gives read-only views of file mappings where the format allows (call qx_store_make_owned before
-   writing). out->source_format names what was read: "llama2c-v0", "llama2c-v1", "safetensors" (a
-   file), "safetensors-dir" or "gguf". Errors (one line in err, "file: reason"): missing or
-   unreadable path, unknown format, truncated or malformed files, unsupported dtypes, architectures
-   or quantized GGUF tensors; a .safetensors file without config.json beside it is refused (its
-   architecture is unknown). Detection rules: examples/cli/qx_cli_load.c. */
-typedef struct qx_load_opts {
-    int copy;
-    int writable;           /* views mapped copy-on-write (edits never reach the file) */
-} qx_load_opts;
-quarot_result qx_cli_load_model(const char* path, const qx_load_opts* opts, qx_store* out, qx_err* err);
-
 /* The subcommands (each in examples/cli/qx_cmd_<name>.c). argv[0] is the subcommand name. */
 int qx_cmd_rotate(int argc, char** argv);
 int qx_cmd_eval(int argc, char** argv);

@@ -1,6 +1,6 @@
 /* qx_cmd_calibrate.c - `quarot calibrate MODEL --text FILE -o CONTEXT`: Adapt Rotation stage 1.
 
-   The model is loaded (qx_cli_load_model), its norms are fused on a copy, the calibration text runs
+   The model is loaded (qx_load_model), its norms are fused on a copy, the calibration text runs
    through the reference forward pass with the capture hook, and quarot_adapt_stage1 learns R (see
    qx_calib.h for the pipeline). The per-step loss goes to stderr, the summary (the final loss
    beside the starting random Hadamard's) to stdout, and the context file to CONTEXT through a
@@ -14,6 +14,7 @@
 #include "qx_rotcheck.h"
 #include "qx_threads.h"
 #include "qx_tok_load.h"
+#include "qx_load.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -227,7 +228,7 @@ int qx_cmd_calibrate(int argc, char** argv) {
 
     /* inputs */
     memset(&lo, 0, sizeof lo);
-    r = qx_cli_load_model(model_path, &lo, &model, &e);
+    r = qx_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
     have_model = 1;
     if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */

@@ -15,6 +15,7 @@
 #include "qx_cli.h"
 #include "qx_evalkit.h"
 #include "qx_synth.h"
+#include "qx_load.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -540,7 +541,7 @@ int qx_cmd_demo(int argc, char** argv) {
         demo_join(tpath, sizeof tpath, shared, "/models/stories260K/tok512.bin");
         demo_join(xpath, sizeof xpath, shared, "/data/tinystories_eval.txt");
         memset(&lo, 0, sizeof lo);
-        r = qx_cli_load_model(mpath, &lo, &st, &e);
+        r = qx_load_model(mpath, &lo, &st, &e);
         if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
         r = qx_tokenizer_load(&tok, tpath, (int32_t)st.config.vocab, &e);
         if (r != QUAROT_OK) { qx_store_free(&st); return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); }

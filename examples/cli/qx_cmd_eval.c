@@ -1,7 +1,7 @@
 /* qx_cmd_eval.c - `quarot eval`: perplexity in FP32 and under fake quantization, without rotation
    and with QuaRot, as one table.
 
-   The model is loaded once (qx_cli_load_model), rotated once (qx_ek_quarot: R1 + R2 folded, online
+   The model is loaded once (qx_load_model), rotated once (qx_ek_quarot: R1 + R2 folded, online
    Hadamard before down_proj and across the heads before o_proj, R3 on q/k when the KV cache is
    quantized), the text is cut into windows once (qx_eval.h's stream or docs windowing), and then
    every (setting, variant) cell builds its quantized forward pass once and scores every window.
@@ -21,6 +21,7 @@
 #include "qx_layerwise.h"
 #include "qx_threads.h"
 #include "qx_wquant.h"
+#include "qx_load.h"
 
 #include <errno.h>
 #include <math.h>
@@ -616,7 +617,7 @@ int qx_cmd_eval(int argc, char** argv) {
         if (!tf) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", text_path, strerror(errno));
         fclose(tf);
     }
-    r = qx_cli_load_model(model_path, &lo, &model, &e);
+    r = qx_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
     if (threads == 0) threads = qx_cpu_count();
     if (threads > 1) pool = qx_pool_create((int)threads);

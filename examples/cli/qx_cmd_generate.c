@@ -8,6 +8,7 @@
 #include "qx_evalkit.h"
 #include "qx_threads.h"
 #include "qx_tokenizer.h"
+#include "qx_load.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -175,7 +176,7 @@ int qx_cmd_generate(int argc, char** argv) {
         if (en.file_hooks && en.file_hooks->count)
             qx_cli_info(&cli, "online hooks: %lld from the file's metadata", (long long)en.file_hooks->count);
     } else {
-        r = qx_cli_load_model(model_path, &lo, &model, &e);
+        r = qx_load_model(model_path, &lo, &model, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
         have_model = 1;
         vocab = model.config.vocab;

@@ -23,6 +23,7 @@
 #include "qx_rotcheck.h"
 #include "qx_tok_load.h"
 #include "qx_tokenizer.h"
+#include "qx_load.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -361,7 +362,7 @@ int qx_cmd_inspect(int argc, char** argv) {
     if (!path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs MODEL (usage: quarot inspect MODEL [options])");
 
     memset(&lo, 0, sizeof lo);
-    r = qx_cli_load_model(path, &lo, &s, &e);
+    r = qx_load_model(path, &lo, &s, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     qx_store_init(&rot);
     quarot_online_list_init(&hooks, NULL);

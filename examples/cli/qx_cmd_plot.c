@@ -15,6 +15,7 @@
 #include "qx_tok_load.h"
 #include "qx_layerwise.h"
 #include "qx_threads.h"
+#include "qx_load.h"
 
 #include <errno.h>
 #include <math.h>
@@ -331,7 +332,7 @@ int qx_cmd_plot(int argc, char** argv) {
     }
 
     memset(&lo, 0, sizeof lo);
-    r = qx_cli_load_model(model_path, &lo, &model, &e);
+    r = qx_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
     if (threads == 0) threads = qx_cpu_count();
     if (threads > 1) pool = qx_pool_create((int)threads);

@@ -28,6 +28,7 @@
 #include "qx_tok_load.h"
 #include "qx_tokenizer.h"
 #include "qx_wquant.h"
+#include "qx_load.h"
 
 #include <math.h>
 #include <signal.h>
@@ -1057,7 +1058,7 @@ int qx_cmd_quantize(int argc, char** argv) {
         block = ctx.block;
     }
     memset(&lo, 0, sizeof lo);
-    r = qx_cli_load_model(in, &lo, &s, &e);
+    r = qx_load_model(in, &lo, &s, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
     if (s.config.norm == QUAROT_NORM_LAYER && o.rotate) {
         rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model cannot be written (RMSNorm needed)", in, s.config.arch);

@@ -1,6 +1,6 @@
 /* qx_cmd_rotate.c - `quarot rotate IN OUT`: rotate a checkpoint into a new one of the same format.
 
-   The input is mapped and validated (qx_cli_load_model), the options become a quarot_rotate_desc,
+   The input is mapped and validated (qx_load_model), the options become a quarot_rotate_desc,
    and qx_rotate_file runs the processor layer by layer, writing the output through temporaries
    (see qx_rotate_file.h for the memory model). This file holds the option parsing, the output
    path rules (where the hook file and config.json go, what counts as overwriting) and the summary;
@@ -20,6 +20,7 @@
 #include "qx_direct.h"
 #include "qx_rotate_job.h"
 #include "qx_rotcheck.h"
+#include "qx_load.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -330,7 +331,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
 
     /* Load (views of read-only mappings) and check the format's output rules before any work. */
     memset(&lo, 0, sizeof lo);
-    r = qx_cli_load_model(in, &lo, &s, &e);
+    r = qx_load_model(in, &lo, &s, &e);
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     snprintf(src_format, sizeof src_format, "%s", s.source_format);
     rc = QX_EXIT_OK;

@@ -13,6 +13,7 @@
 #include "qx_runcfg.h"
 #include "qx_threads.h"
 #include "qx_tok_load.h"
+#include "qx_load.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -141,7 +142,7 @@ static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, c
     co.adapt.seed = (uint64_t)seed;
 
     memset(&lo, 0, sizeof lo);
-    r = qx_cli_load_model(model_path, &lo, &model, &e);
+    r = qx_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     r = qx_calib_check(&co.adapt, model.config.hidden, &e);
     if (r != QUAROT_OK) {

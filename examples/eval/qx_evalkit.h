@@ -33,7 +33,7 @@ quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err
 int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap);
 
 /* QuaRot on a deep copy of src: dst (initialized here) gets the rotated weights, hooks (initialized
-   here) the online rotations. When src's tensors are views of a mapped file (qx_cli_load_model),
+   here) the online rotations. When src's tensors are views of a mapped file (qx_load_model),
    the copy is not made in memory: the rotation runs layer-wise into a temporary file that dst maps
    (qx_lw_rotate, qx_layerwise.h). r3 = 1 adds the q/k rotation after RoPE (for KV-cache quantization).
    recipe (may be NULL) receives one line per rotation built, e.g.
@@ -66,7 +66,7 @@ typedef struct qx_ek_forward {
 
 /* hooks may be NULL (no online rotation); q may be NULL (FP32); capture may be NULL. A store with
    hooks attached (qx_model_hooks_attach; copies made by qx_ek_quarot keep them) runs them first. A
-   store of views of file mappings (qx_cli_load_model, or a rotation above of such a store) runs
+   store of views of file mappings (qx_load_model, or a rotation above of such a store) runs
    layer-wise (qx_layerwise.h: it must outlive ef); any other store is copied to f32 at init. */
 quarot_result qx_ek_forward_init(qx_ek_forward* ef, const qx_store* s, const quarot_online_list* hooks,
                                  const qx_fake_quant_opts* q, qx_capture_fn capture, void* capture_user, qx_err* e);

@@ -2,8 +2,8 @@
 #define _DEFAULT_SOURCE   /* madvise, mkdtemp */
 #include "qx_layerwise.h"
 
-#include "qx_cli.h"
 #include "qx_file.h"
+#include "qx_load.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,7 +108,7 @@ quarot_result qx_lw_rotate(const qx_store* src, const quarot_rotate_desc* desc, 
     r = qx_rotate_file(&v, desc, &ro, st, e);
     if (r == QUAROT_OK) {
         memset(&lo, 0, sizeof lo);
-        r = qx_cli_load_model(out, &lo, dst, e);
+        r = qx_load_model(out, &lo, dst, e);
     }
     (void)remove(out);   /* the mapping keeps the data until dst is freed */
     (void)remove(cfg);

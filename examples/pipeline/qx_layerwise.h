@@ -1,7 +1,7 @@
 /* qx_layerwise.h - what lets `quarot eval`, `calibrate`, `plot` and `run` work one decoder layer at
    a time on models that do not fit in memory in f32.
 
-   - The model stays memory-mapped in its stored dtype (qx_cli_load_model's views). The forward pass
+   - The model stays memory-mapped in its stored dtype (qx_load_model's views). The forward pass
      runs with qx_forward_opts.stream_weights (one layer converted to f32 when it runs) and
      layer_done = qx_lw_layer_done, which hands the mapping's pages back to the kernel after every
      layer (clean private file pages: re-read from the page cache if touched again), so the
@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 /* 1 when s's tensors are views of file mappings in a format qx_lw_rotate can write (llama2.c,
-   GGUF, safetensors): what qx_cli_load_model returns. Stores built in memory give 0. */
+   GGUF, safetensors): what qx_load_model returns. Stores built in memory give 0. */
 int qx_lw_mapped(const qx_store* s);
 
 /* qx_forward_opts.layer_done for a store of views of file mappings (user = the qx_store): madvise

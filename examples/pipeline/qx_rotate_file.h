@@ -1,7 +1,7 @@
 /* qx_rotate_file.h - rotate a loaded checkpoint into a new file of the same format, one decoder
    layer in memory at a time (what `quarot rotate` runs).
 
-   The store comes from qx_cli_load_model with views of read-only file mappings. The processor's
+   The store comes from qx_load_model with views of read-only file mappings. The processor's
    steps run one by one (quarot_processor_init / pre_run / run_layer / post_run) on a binding that
    keeps memory near one decoder layer plus the global tensors:
      validation  (init) names, shapes and dtypes of every tensor, layer by layer, without reading

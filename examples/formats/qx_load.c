@@ -1,4 +1,4 @@
-/* qx_cli_load.c - qx_cli_load_model: format detection and loading (see qx_cli.h).
+/* qx_load.c - qx_load_model: format detection and loading (see qx_load.h).
 
    Detection, in this order (the first bytes decide where they can, the name only where they cannot):
      a directory                         -> Hugging Face directory (config.json + safetensors)
@@ -13,7 +13,7 @@
    Anything else is refused with one line naming the file and what was expected. The readers
    themselves validate everything (sizes, offsets, JSON, dtypes, architectures) and word their own
    errors; quantized GGUF tensors other than Q4_0 / Q8_0 are refused there. */
-#include "qx_cli.h"
+#include "qx_load.h"
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_llama2c.h"
@@ -39,7 +39,7 @@ static uint64_t qx__le64(const unsigned char* p) {
     return v;
 }
 
-quarot_result qx_cli_load_model(const char* path, const qx_load_opts* opts, qx_store* out, qx_err* err) {
+quarot_result qx_load_model(const char* path, const qx_load_opts* opts, qx_store* out, qx_err* err) {
     unsigned char head[256];
     struct stat st;
     ssize_t got;
