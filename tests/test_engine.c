@@ -16,6 +16,7 @@
 #include "qx_synth.h"
 #include "qx_threads.h"
 #include "qx_tokenizer.h"
+#include "qx_logits.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -72,7 +73,7 @@ static void check_fp32(const qx_store* s, const int32_t* win, int64_t T, int64_t
     qx_engine_reset(&en);
     for (i = 0; i < n_greedy; ++i) {
         QT_OK(qx_engine_forward(&en, &tok, 1, l1, 0, &e));
-        tok = qx_eval_argmax(l1, V);
+        tok = qx_logits_argmax(l1, V);
         if (tok != g0[i]) break;
     }
     QT_CHECKF(i == n_greedy, "greedy tokens differ at step %lld", (long long)i);

@@ -67,7 +67,7 @@ int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, con
 /* Parse numbers with range checks; print a usage error and return 0 on failure. */
 int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out);
 int qx_cli_float(qx_cli* cli, const char* opt, const char* s, double lo, double hi, double* out);
-/* --windowing stream|docs (eval, calibrate, run) -> QX_WINDOWING_STREAM / _DOCS (qx_eval.h); prints a
+/* --windowing stream|docs (eval, calibrate, run) -> QX_WINDOWING_STREAM / _DOCS (qx_windows.h); prints a
    usage error and returns 0 otherwise. */
 int qx_cli_windowing(qx_cli* cli, const char* s, int* out);
 

@@ -16,6 +16,7 @@
 #include "qx_evalkit.h"
 #include "qx_synth.h"
 #include "qx_load.h"
+#include "qx_logits.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -273,7 +274,7 @@ static int demo_story(qx_cli* cli, const demo_model* dm, int part) {
             den += (double)l_fp[i] * (double)l_fp[i];
         }
         rel_err[k] = den > 0 ? sqrt(num / den) : 0;
-        for (j = 0; j < T; ++j) agree[k] += qx_eval_argmax(l_q + j * V, V) == qx_eval_argmax(l_fp + j * V, V);
+        for (j = 0; j < T; ++j) agree[k] += qx_logits_argmax(l_q + j * V, V) == qx_logits_argmax(l_fp + j * V, V);
     }
     printf("    logits under W4A4 vs FP32:  relative RMS error %.3f -> %.3f;  top-1 token agrees with FP32 %.0f%% -> %.0f%%\n",
            rel_err[0], rel_err[1], 100.0 * (double)agree[0] / (double)T, 100.0 * (double)agree[1] / (double)T);

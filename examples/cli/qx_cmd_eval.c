@@ -3,7 +3,7 @@
 
    The model is loaded once (qx_load_model), rotated once (qx_ek_quarot: R1 + R2 folded, online
    Hadamard before down_proj and across the heads before o_proj, R3 on q/k when the KV cache is
-   quantized), the text is cut into windows once (qx_eval.h's stream or docs windowing), and then
+   quantized), the text is cut into windows once (qx_windows.h's stream or docs windowing), and then
    every (setting, variant) cell builds its quantized forward pass once and scores every window.
    Variants are the table's columns: "no rotation", "QuaRot" and, with --context (a stage-1 file) or
    --calib-text (stage 1 run here, qx_calib.h), "Adapt": Adapt Rotation stage 2 (qx_ek_rotate), the

@@ -1,7 +1,8 @@
 /* qx_engine.c - see qx_engine.h. One decoder layer is the reference forward pass's sequence
    (model/qx_forward.c) with the decoder linears on integer kernels and the KV cache in codes. */
 #include "qx_engine.h"
-#include "qx_eval.h"
+#include "qx_logits.h"
+#include "qx_windows.h"
 #include "qx_file.h"
 #include "qx_online.h"
 #include "qx_packed.h"
@@ -726,7 +727,7 @@ int32_t qx_engine_sample(const float* logits, int64_t vocab, float temp, float t
     double sum = 0.0, cut, acc, r;
     float mx;
     int64_t i, n;
-    if (!(temp > 0.0f)) return qx_eval_argmax(logits, vocab);
+    if (!(temp > 0.0f)) return qx_logits_argmax(logits, vocab);
     mx = logits[0];
     for (i = 1; i < vocab; ++i) if (logits[i] > mx) mx = logits[i];
     for (i = 0; i < vocab; ++i) {
@@ -772,7 +773,7 @@ quarot_result qx_engine_eval(qx_engine* en, const qx_windows* w, qx_ppl_result* 
         int64_t len = w->offset[i + 1] - w->offset[i];
         qx_engine_reset(en);
         r = qx_engine_forward(en, win, len, logits, 1, e);
-        for (t = 0; r == QUAROT_OK && t + 1 < len; ++t) nll += qx_eval_nll(logits + t * vocab, vocab, win[t + 1]);
+        for (t = 0; r == QUAROT_OK && t + 1 < len; ++t) nll += qx_logits_nll(logits + t * vocab, vocab, win[t + 1]);
     }
     free(logits);
     qx_engine_reset(en);

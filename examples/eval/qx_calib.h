@@ -43,7 +43,7 @@ typedef struct qx_calib_text {
 quarot_result qx_calib_text_load(const char* path, qx_calib_text* t, qx_err* e);
 void qx_calib_text_free(qx_calib_text* t);
 
-/* Windows for calibration: raw text by `windowing` (QX_WINDOWING_STREAM / _DOCS, as qx_eval.h),
+/* Windows for calibration: raw text by `windowing` (QX_WINDOWING_STREAM / _DOCS, as qx_windows.h),
    JSONL record by record (as docs windowing does a document). seq_len >= 2 (BOS included);
    max_windows > 0 keeps the first ones. QUAROT_ERR_INVALID_ARGUMENT when no window results. */
 quarot_result qx_calib_windows(const qx_calib_text* t, const qx_tokenizer* tok, int windowing, int64_t seq_len,
