@@ -17,6 +17,7 @@
 #include "qx_synth.h"
 #include "qx_load.h"
 #include "qx_logits.h"
+#include "qx_str.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -54,14 +55,9 @@ typedef struct demo_capture {
     int64_t rows, n;
 } demo_capture;
 
-static int demo_ends_with(const char* s, const char* suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
 static void demo_on_capture(void* user, int64_t layer, const char* name, const float* x, int64_t rows, int64_t n) {
     demo_capture* c = (demo_capture*)user;
-    if (layer != c->layer || c->x || !demo_ends_with(name, c->suffix)) return;
+    if (layer != c->layer || c->x || !qx_str_ends_with(name, c->suffix)) return;
     c->x = (float*)malloc((size_t)(rows * n) * sizeof *c->x);
     if (!c->x) return;
     memcpy(c->x, x, (size_t)(rows * n) * sizeof *c->x);

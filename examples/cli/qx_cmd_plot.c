@@ -16,6 +16,7 @@
 #include "qx_layerwise.h"
 #include "qx_threads.h"
 #include "qx_load.h"
+#include "qx_str.h"
 
 #include <errno.h>
 #include <math.h>
@@ -73,15 +74,10 @@ typedef struct plot_capture {
     int bad;                /* the width changed between calls */
 } plot_capture;
 
-static int ends_with(const char* s, const char* suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return suf[0] && a >= b && strcmp(s + a - b, suf) == 0;
-}
-
 static void on_capture(void* user, int64_t layer, const char* name, const float* x, int64_t rows, int64_t n) {
     plot_capture* c = (plot_capture*)user;
     int64_t t, j;
-    if (layer != c->layer || !(ends_with(name, c->suffix) || (c->suffix2 && ends_with(name, c->suffix2)))) return;
+    if (layer != c->layer || !(qx_str_ends_with(name, c->suffix) || (c->suffix2 && qx_str_ends_with(name, c->suffix2)))) return;
     if (!c->cmax) {
         c->cmax = (float*)calloc((size_t)n, sizeof *c->cmax);
         if (!c->cmax) { c->bad = 1; return; }

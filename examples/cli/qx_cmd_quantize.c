@@ -29,6 +29,7 @@
 #include "qx_tokenizer.h"
 #include "qx_wquant.h"
 #include "qx_load.h"
+#include "qx_str.h"
 
 #include <math.h>
 #include <signal.h>
@@ -84,10 +85,10 @@ static int qz_is_linear(const char* name) {
     static const char* const suf[] = {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
                                       ".self_attn.o_proj.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
                                       ".mlp.down_proj.weight"};
-    size_t k, n = strlen(name);
-    if (strncmp(name, "model.layers.", 13) != 0) return 0;
+    size_t k;
+    if (strncmp(name, "model.layers.", 13) != 0) return 0;   /* so a suffix match is never the whole name */
     for (k = 0; k < sizeof suf / sizeof suf[0]; ++k)
-        if (n > strlen(suf[k]) && strcmp(name + n - strlen(suf[k]), suf[k]) == 0) return 1;
+        if (qx_str_ends_with(name, suf[k])) return 1;
     return 0;
 }
 
@@ -231,14 +232,8 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
 
 /* ---- llama.cpp's tokenizer keys from a llama2.c tokenizer.bin ---- */
 
-static void qz_le(qx_sb* b, uint64_t v, int n) {
-    char c[8];
-    int k;
-    for (k = 0; k < n; ++k) c[k] = (char)(v >> (8 * k));
-    qx_sb_put(b, c, (size_t)n);
-}
-static void qz_gstr(qx_sb* b, const char* s, size_t n) { qz_le(b, n, 8); qx_sb_put(b, s, n); }
-static void qz_gkey(qx_sb* b, const char* key, uint32_t type) { qz_gstr(b, key, strlen(key)); qz_le(b, type, 4); }
+static void qz_gstr(qx_sb* b, const char* s, size_t n) { qx_sb_le(b, n, 8); qx_sb_put(b, s, n); }
+static void qz_gkey(qx_sb* b, const char* key, uint32_t type) { qz_gstr(b, key, strlen(key)); qx_sb_le(b, type, 4); }
 
 /* Appends to kv (a "gguf.kv" blob: u64 count + pairs) the tokenizer.ggml.* pairs of llama.cpp's
    sentencepiece ("llama") vocabulary: the pieces with llama2.c's ' ' turned back into U+2581, ids 0,
@@ -251,7 +246,7 @@ static void qz_tokenizer_kv(qx_sb* kv, const qx_tokenizer* t) {
     for (k = 0; k < 8; ++k) count |= (uint64_t)(unsigned char)kv->p[k] << (8 * k);
     qz_gkey(kv, "tokenizer.ggml.model", QX_GGUF_STRING); qz_gstr(kv, "llama", 5);
     qz_gkey(kv, "tokenizer.ggml.pre", QX_GGUF_STRING); qz_gstr(kv, "default", 7);
-    qz_gkey(kv, "tokenizer.ggml.tokens", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_STRING, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    qz_gkey(kv, "tokenizer.ggml.tokens", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_STRING, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
     for (i = 0; i < t->vocab_size; ++i) {
         const char* p = t->pieces[i];
         qx_sb piece;
@@ -268,23 +263,23 @@ static void qz_tokenizer_kv(qx_sb* kv, const qx_tokenizer* t) {
         qz_gstr(kv, piece.p ? piece.p : "", piece.len);
         qx_sb_free(&piece);
     }
-    qz_gkey(kv, "tokenizer.ggml.scores", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_F32, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    qz_gkey(kv, "tokenizer.ggml.scores", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_F32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
     for (i = 0; i < t->vocab_size; ++i) {
         uint32_t u;
         memcpy(&u, &t->scores[i], 4);
-        qz_le(kv, u, 4);
+        qx_sb_le(kv, u, 4);
     }
-    qz_gkey(kv, "tokenizer.ggml.token_type", QX_GGUF_ARRAY); qz_le(kv, QX_GGUF_I32, 4); qz_le(kv, (uint64_t)t->vocab_size, 8);
+    qz_gkey(kv, "tokenizer.ggml.token_type", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_I32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
     for (i = 0; i < t->vocab_size; ++i) {
         const char* p = t->pieces[i];
         int byte = t->lens[i] == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>';
-        qz_le(kv, i == 0 ? 2u : i <= 2 ? 3u : byte ? 6u : 1u, 4);
+        qx_sb_le(kv, i == 0 ? 2u : i <= 2 ? 3u : byte ? 6u : 1u, 4);
     }
-    qz_gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qz_le(kv, 1, 4);
-    qz_gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qz_le(kv, 2, 4);
-    qz_gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qz_le(kv, 0, 4);
-    qz_gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qz_le(kv, 1, 1);
-    qz_gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qz_le(kv, 0, 1);
+    qz_gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx_sb_le(kv, 1, 4);
+    qz_gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx_sb_le(kv, 2, 4);
+    qz_gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx_sb_le(kv, 0, 4);
+    qz_gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx_sb_le(kv, 1, 1);
+    qz_gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx_sb_le(kv, 0, 1);
     count += 10;
     if (!kv->failed)
         for (k = 0; k < 8; ++k) kv->p[k] = (char)(count >> (8 * k));
@@ -775,11 +770,6 @@ static void qz_on_progress(void* user, const char* stage, int64_t done, int64_t 
     qx_cli_progress(p->cli, done, total, strcmp(stage, "validate") == 0 ? "validating layer" : "rotating + quantizing layer");
 }
 
-static int qz_ends(const char* s, const char* suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
 static int qz_same_file(const char* a, const char* b) {
     struct stat x, y;
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
@@ -1009,8 +999,8 @@ int qx_cmd_quantize(int argc, char** argv) {
     }
     if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot quantize IN OUT [options])");
     if (!format) {
-        if (qz_ends(out, ".gguf")) format = "gguf";
-        else if (qz_ends(out, ".safetensors")) format = "packed";
+        if (qx_str_ends_with(out, ".gguf")) format = "gguf";
+        else if (qx_str_ends_with(out, ".safetensors")) format = "packed";
         else return qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: cannot tell the output form from the name: end it in .gguf or .safetensors, or "
                                                       "give --format gguf|packed", out);
     }

@@ -5,6 +5,7 @@
 #include "qx_layerwise.h"
 #include "qx_model.h"
 #include "qx_online.h"
+#include "qx_str.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,11 +21,6 @@ static double qx__calib_now(void) {
 }
 
 /* ---- dataset ------------------------------------------------------------------------------ */
-
-static int qx__ends_with(const char* s, const char* suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
 
 static int qx__space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -131,7 +127,7 @@ quarot_result qx_calib_text_load(const char* path, qx_calib_text* t, qx_err* e) 
     if (!qx_path_exists(path)) { qx_err_set(e, "%s: no such file (calibration text)", path); return QUAROT_ERR_IO; }
     r = qx_read_file(path, (size_t)1 << 31, &data, &len, e);
     if (r != QUAROT_OK) return r;
-    if (qx__ends_with(path, ".jsonl")) {
+    if (qx_str_ends_with(path, ".jsonl")) {
         r = qx__load_jsonl(path, data, len, t, e);
         free(data);
         if (r != QUAROT_OK) qx_calib_text_free(t);

@@ -15,6 +15,7 @@
 #define QX_JSON_H
 
 #include "qx_store.h"
+#include "qx_str.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,22 +75,8 @@ const char* qx_json_as_string(const qx_json* v, size_t* len);
 /* "null", "boolean", "number", "string", "array", "object". */
 const char* qx_json_type_name(qx_json_type t);
 
-/* A growing string buffer. Appends never fail loudly: on out-of-memory `failed` is set and
-   further appends are ignored; check it once at the end. */
-typedef struct qx_sb {
-    char* p;                  /* NUL-terminated once anything was appended */
-    size_t len, cap;
-    int failed;
-} qx_sb;
-
-void qx_sb_free(qx_sb* b);
-void qx_sb_put(qx_sb* b, const char* s, size_t n);
-void qx_sb_puts(qx_sb* b, const char* s);
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-void qx_sb_printf(qx_sb* b, const char* fmt, ...);
-/* s[0..n) as a quoted JSON string: '"', '\\' and control characters escaped, other bytes as-is. */
+/* The writers append to a qx_sb (support/qx_str.h).
+   s[0..n) as a quoted JSON string: '"', '\\' and control characters escaped, other bytes as-is. */
 void qx_sb_json_string(qx_sb* b, const char* s, size_t n);
 /* Shortest decimal that reads back as the same float (for config values like 1e-05). */
 void qx_sb_float(qx_sb* b, float x);

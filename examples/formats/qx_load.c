@@ -19,6 +19,7 @@
 #include "qx_llama2c.h"
 #include "qx_packed.h"
 #include "qx_safetensors.h"
+#include "qx_str.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,18 +27,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int qx__ends_with(const char* s, const char* suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-static uint64_t qx__le64(const unsigned char* p) {
-    uint64_t v = 0;
-    int k;
-    for (k = 7; k >= 0; --k) v = (v << 8) | p[k];
-    return v;
-}
 
 quarot_result qx_load_model(const char* path, const qx_load_opts* opts, qx_store* out, qx_err* err) {
     unsigned char head[256];
@@ -76,12 +65,12 @@ quarot_result qx_load_model(const char* path, const qx_load_opts* opts, qx_store
         if (r == QUAROT_OK) snprintf(out->source_format, sizeof out->source_format, "gguf");
         return r;
     }
-    if (qx__ends_with(path, ".gguf")) {
+    if (qx_str_ends_with(path, ".gguf")) {
         qx_err_set(err, "%s: not a GGUF file (no \"GGUF\" magic in the first bytes)", path);
         return QUAROT_ERR_PARSE;
     }
-    if (qx__ends_with(path, ".safetensors") || (n >= 9 && head[8] == '{' && qx__le64(head) >= 2 &&
-                                                 qx__le64(head) <= (uint64_t)st.st_size - 8)) {
+    if (qx_str_ends_with(path, ".safetensors") || (n >= 9 && head[8] == '{' && qx_str_le64(head) >= 2 &&
+                                                 qx_str_le64(head) <= (uint64_t)st.st_size - 8)) {
         qx_st_read_opts so;
         if (qx_packed_sniff(head, n)) return qx_packed_load(path, out, err);   /* quarot quantize's packed W4A4 file */
         memset(&so, 0, sizeof so);
@@ -104,7 +93,7 @@ quarot_result qx_load_model(const char* path, const qx_load_opts* opts, qx_store
         qx_err herr;
         int v1 = n >= 4 && head[0] == 0x32 && head[1] == 0x34 && head[2] == 0x6b && head[3] == 0x61;
         int sane = qx_l2c_parse_header(head, n, path, &h, &herr) == QUAROT_OK && h.expected_size == (uint64_t)st.st_size;
-        if (v1 || sane || qx__ends_with(path, ".bin")) {
+        if (v1 || sane || qx_str_ends_with(path, ".bin")) {
             qx_l2c_read_opts lo;
             memset(&lo, 0, sizeof lo);
             lo.copy = copy;

@@ -5,6 +5,7 @@
    (sorted by offset they must tile [0, data size) exactly). Only then does anything enter the
    store. Then config.json <-> quarot_model_config with the tensor checks, and the writer. */
 #include "qx_safetensors.h"
+#include "qx_str.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -48,13 +49,6 @@ static int qx__st_skip_listed(const char* name, size_t len) {
         if (len >= n && memcmp(name + len - n, suffix[k], n) == 0) return 1;
     }
     return 0;
-}
-
-static uint64_t qx__le64(const unsigned char* p) {
-    uint64_t v = 0;
-    int k;
-    for (k = 7; k >= 0; --k) v = (v << 8) | p[k];
-    return v;
 }
 
 /* ---- one image ---- */
@@ -198,7 +192,7 @@ static quarot_result qx__st_parse(const unsigned char* buf, size_t len, const ch
         qx_err_set(e, "%s: %zu bytes is too short for a safetensors file (8-byte header length)", fname, len);
         return QUAROT_ERR_PARSE;
     }
-    hlen = qx__le64(buf);
+    hlen = qx_str_le64(buf);
     if (hlen > QX_ST_MAX_HEADER) {
         qx_err_set(e, "%s: header length %llu exceeds the %llu-byte limit", fname, (unsigned long long)hlen,
                    (unsigned long long)QX_ST_MAX_HEADER);

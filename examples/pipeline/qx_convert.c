@@ -6,6 +6,7 @@
 #include "qx_tok_load.h"
 #include "qx_tok_write.h"
 #include "qx_file.h"
+#include "qx_str.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,16 +15,14 @@
 const char* const QX_CONVERT_HF_FILES[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
                                            "special_tokens_map.json", "tokenizer.model", NULL};
 
-static int qx__ends(const char* s, const char* suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a > b && strcmp(s + a - b, suffix) == 0;
-}
+/* s ends with the extension ext after a name of at least one byte */
+static int qx__has_ext(const char* s, const char* ext) { return strlen(s) > strlen(ext) && qx_str_ends_with(s, ext); }
 
 const char* qx_convert_format_of_path(const char* path) {
     if (!path) return NULL;
-    if (qx__ends(path, ".bin")) return "llama2c";
-    if (qx__ends(path, ".gguf")) return "gguf";
-    if (qx__ends(path, ".safetensors")) return "safetensors";
+    if (qx__has_ext(path, ".bin")) return "llama2c";
+    if (qx__has_ext(path, ".gguf")) return "gguf";
+    if (qx__has_ext(path, ".safetensors")) return "safetensors";
     return NULL;
 }
 
@@ -41,28 +40,21 @@ const char* qx_convert_torch_dtype(quarot_dtype dt) {
 
 /* ---- GGUF pairs ---- */
 
-static void qx__le(qx_sb* b, uint64_t v, int bytes) {
-    char c[8];
-    int k;
-    for (k = 0; k < bytes; ++k) c[k] = (char)((v >> (8 * k)) & 0xff);
-    qx_sb_put(b, c, (size_t)bytes);
-}
-
 static void qx__gstr(qx_sb* b, const char* s, size_t n) {
-    qx__le(b, (uint64_t)n, 8);
+    qx_sb_le(b, (uint64_t)n, 8);
     qx_sb_put(b, s, n);
 }
 
 /* key, value type, and for arrays the element type and count */
 static void qx__gkey(qx_sb* b, const char* key, uint32_t type) {
     qx__gstr(b, key, strlen(key));
-    qx__le(b, type, 4);
+    qx_sb_le(b, type, 4);
 }
 
 static void qx__garr(qx_sb* b, const char* key, uint32_t elem, uint64_t count) {
     qx__gkey(b, key, QX_GGUF_ARRAY);
-    qx__le(b, elem, 4);
-    qx__le(b, count, 8);
+    qx_sb_le(b, elem, 4);
+    qx_sb_le(b, count, 8);
 }
 
 /* llama2.c piece -> SentencePiece piece: BOS/EOS names back, ' ' -> U+2581 ("\xe2\x96\x81"). */
@@ -107,16 +99,16 @@ quarot_result qx_convert_gguf_kv(const qx_store* s, const char* tokenizer_path, 
     for (i = 0; i < t.vocab_size; ++i) {
         uint32_t u;
         memcpy(&u, &t.scores[i], 4);
-        qx__le(out, u, 4);
+        qx_sb_le(out, u, 4);
     }
     qx__garr(out, "tokenizer.ggml.token_type", QX_GGUF_I32, (uint64_t)t.vocab_size);
     for (i = 0; i < t.vocab_size; ++i)
-        qx__le(out, i == 0 ? 2u : (i == 1 || i == 2) ? 3u : qx__is_byte_piece(t.pieces[i]) ? 6u : 1u, 4);
-    qx__gkey(out, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx__le(out, 1, 4);
-    qx__gkey(out, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx__le(out, 2, 4);
-    qx__gkey(out, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx__le(out, 0, 4);
-    qx__gkey(out, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx__le(out, 1, 1);
-    qx__gkey(out, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx__le(out, 0, 1);
+        qx_sb_le(out, i == 0 ? 2u : (i == 1 || i == 2) ? 3u : qx__is_byte_piece(t.pieces[i]) ? 6u : 1u, 4);
+    qx__gkey(out, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx_sb_le(out, 1, 4);
+    qx__gkey(out, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx_sb_le(out, 2, 4);
+    qx__gkey(out, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx_sb_le(out, 0, 4);
+    qx__gkey(out, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx_sb_le(out, 1, 1);
+    qx__gkey(out, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx_sb_le(out, 0, 1);
     qx_sb_free(&tmp);
     qx_tokenizer_free(&t);
     if (out->failed || out->len < 8) { qx_err_set(e, "%s: out of memory", tokenizer_path); return QUAROT_ERR_OUT_OF_MEMORY; }

@@ -5,6 +5,7 @@
 #endif
 #include "qx_file.h"
 #include "qx_direct.h"
+#include "qx_str.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -856,15 +857,10 @@ typedef struct qx__dg {
 
 static uint64_t qx__rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
-static uint64_t qx__le64(const unsigned char* p) {
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 |
-           (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
-}
-
 static void qx__dg_block(qx__dg* g, const unsigned char* p) {
     int i;
     for (i = 0; i < 4; ++i)
-        g->h[i] = qx__rotl(g->h[i] ^ (qx__le64(p + 8 * i) * 0x9E3779B97F4A7C15ull), 29) * 0xBF58476D1CE4E5B9ull;
+        g->h[i] = qx__rotl(g->h[i] ^ (qx_str_le64(p + 8 * i) * 0x9E3779B97F4A7C15ull), 29) * 0xBF58476D1CE4E5B9ull;
 }
 
 static void qx__dg_put(qx__dg* g, const void* data, size_t n) {

@@ -7,21 +7,15 @@
    many entries as .tokens; ids must lie inside the vocabulary. */
 #include "qx_tok_load.h"
 #include "qx_gguf.h"
+#include "qx_str.h"
 
 #include <string.h>
-
-static uint64_t qx__le64(const unsigned char* p) {
-    uint64_t v = 0;
-    int i;
-    for (i = 7; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
 
 /* Next string of a STRING array: *p moves past it; 0 when the bytes run out. */
 static int qx__next_str(const unsigned char** p, const unsigned char* end, const char** s, size_t* n) {
     uint64_t len;
     if ((size_t)(end - *p) < 8) return 0;
-    len = qx__le64(*p);
+    len = qx_str_le64(*p);
     if (len > (uint64_t)(end - *p) - 8) return 0;
     *s = (const char*)*p + 8;
     *n = (size_t)len;

@@ -3,6 +3,7 @@
 #include "qx_file.h"
 #include "qx_gguf.h"
 #include "qx_json.h"
+#include "qx_str.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -81,11 +82,6 @@ static quarot_result qx__load_json(qx_tokenizer* t, const char* path, qx_err* e)
     return qx_tokenizer_from_vocab(t, &v, e);
 }
 
-static int qx__ends_with(const char* s, const char* suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 quarot_result qx_tokenizer_load_any(qx_tokenizer* t, const char* path, int32_t vocab_size, qx_err* e) {
     memset(t, 0, sizeof *t);
     if (!path) { qx_err_set(e, "tokenizer: no path"); return QUAROT_ERR_INVALID_ARGUMENT; }
@@ -100,7 +96,7 @@ quarot_result qx_tokenizer_load_any(qx_tokenizer* t, const char* path, int32_t v
     }
     if (!qx_path_exists(path)) { qx_err_set(e, "%s: cannot open the tokenizer: %s", path, strerror(ENOENT)); return QUAROT_ERR_IO; }
     if (qx__is_gguf(path)) return qx__load_gguf(t, path, e);
-    if (qx__ends_with(path, ".json")) return qx__load_json(t, path, e);
+    if (qx_str_ends_with(path, ".json")) return qx__load_json(t, path, e);
     return qx_tokenizer_load(t, path, vocab_size, e);
 }
 

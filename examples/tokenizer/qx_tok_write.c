@@ -1,6 +1,7 @@
 /* qx_tok_write.c - see qx_tok_write.h. */
 #include "qx_tok_write.h"
 #include "qx_gguf.h"
+#include "qx_str.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,18 +142,12 @@ void qx_vocab_describe(const qx_vocab* v, char* buf, size_t cap) {
 
 /* ---- GGUF ------------------------------------------------------------------------------------- */
 
-static void qx__le(qx_sb* b, uint64_t v, int bytes) {
-    char c[8];
-    int k;
-    for (k = 0; k < bytes; ++k) c[k] = (char)((v >> (8 * k)) & 0xff);
-    qx_sb_put(b, c, (size_t)bytes);
-}
-static void qx__gstr(qx_sb* b, const char* s, size_t n) { qx__le(b, (uint64_t)n, 8); qx_sb_put(b, s, n); }
-static void qx__gkey(qx_sb* b, const char* key, uint32_t type) { qx__gstr(b, key, strlen(key)); qx__le(b, type, 4); }
+static void qx__gstr(qx_sb* b, const char* s, size_t n) { qx_sb_le(b, (uint64_t)n, 8); qx_sb_put(b, s, n); }
+static void qx__gkey(qx_sb* b, const char* key, uint32_t type) { qx__gstr(b, key, strlen(key)); qx_sb_le(b, type, 4); }
 static void qx__garr(qx_sb* b, const char* key, uint32_t elem, uint64_t count) {
     qx__gkey(b, key, QX_GGUF_ARRAY);
-    qx__le(b, elem, 4);
-    qx__le(b, count, 8);
+    qx_sb_le(b, elem, 4);
+    qx_sb_le(b, count, 8);
 }
 
 quarot_result qx_vocab_write_gguf_kv(const qx_vocab* v, qx_sb* kv, const char* name, qx_err* e) {
@@ -198,13 +193,13 @@ quarot_result qx_vocab_write_gguf_kv(const qx_vocab* v, qx_sb* kv, const char* n
         for (i = 0; i < v->n; ++i) {
             uint32_t u;
             memcpy(&u, &sc[i], 4);
-            qx__le(kv, u, 4);
+            qx_sb_le(kv, u, 4);
         }
         free(sc);
         ++pairs;
     }
     qx__garr(kv, "tokenizer.ggml.token_type", QX_GGUF_I32, (uint64_t)v->n);
-    for (i = 0; i < v->n; ++i) qx__le(kv, v->type[i], 4);
+    for (i = 0; i < v->n; ++i) qx_sb_le(kv, v->type[i], 4);
     ++pairs;
     if (nm > 0) {
         qx_sb t;
@@ -222,12 +217,12 @@ quarot_result qx_vocab_write_gguf_kv(const qx_vocab* v, qx_sb* kv, const char* n
         ++pairs;
     }
     free(m);
-    if (v->bos >= 0) { qx__gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx__le(kv, (uint64_t)v->bos, 4); ++pairs; }
-    if (v->eos >= 0) { qx__gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx__le(kv, (uint64_t)v->eos, 4); ++pairs; }
-    if (v->unk >= 0) { qx__gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx__le(kv, (uint64_t)v->unk, 4); ++pairs; }
-    qx__gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx__le(kv, v->add_bos != 0, 1); ++pairs;
-    qx__gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx__le(kv, v->add_eos != 0, 1); ++pairs;
-    if (spm) { qx__gkey(kv, "tokenizer.ggml.add_space_prefix", QX_GGUF_BOOL); qx__le(kv, v->add_space_prefix != 0, 1); ++pairs; }
+    if (v->bos >= 0) { qx__gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx_sb_le(kv, (uint64_t)v->bos, 4); ++pairs; }
+    if (v->eos >= 0) { qx__gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx_sb_le(kv, (uint64_t)v->eos, 4); ++pairs; }
+    if (v->unk >= 0) { qx__gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx_sb_le(kv, (uint64_t)v->unk, 4); ++pairs; }
+    qx__gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx_sb_le(kv, v->add_bos != 0, 1); ++pairs;
+    qx__gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx_sb_le(kv, v->add_eos != 0, 1); ++pairs;
+    if (spm) { qx__gkey(kv, "tokenizer.ggml.add_space_prefix", QX_GGUF_BOOL); qx_sb_le(kv, v->add_space_prefix != 0, 1); ++pairs; }
     if (kv->failed) { qx_err_set(e, "%s: out of memory", name); return QUAROT_ERR_OUT_OF_MEMORY; }
     for (b = 7; b >= 0; --b) count = (count << 8) | (unsigned char)kv->p[b];
     count += pairs;
