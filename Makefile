@@ -19,10 +19,11 @@ FUZZ_SECONDS ?= 60
 WARN_STRICT = -Wall -Wextra -pedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
               -Wconversion -Wdouble-promotion -Wundef
 WARN        = -Wall -Wextra -pedantic -Werror -Wshadow
-# The tool's parts live in one folder each under examples/ (formats/, tokenizer/, model/, eval/, cli/,
-# support/, ...): every .c there goes into libqx.a and every folder is on the include path.
-LIB_DIRS    = $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*.c examples/*/*.h))))
-CFLAGS_BASE = -std=c99 $(OPT) -g $(ARCH) $(SAN) -I. $(addprefix -I,$(LIB_DIRS)) -D_POSIX_C_SOURCE=200809L
+# The tool's parts live in one folder each under examples/ (support/, formats/, tokenizer/, model/,
+# pipeline/, eval/, engine/, cli/; a folder includes only itself and the ones before it): every .c
+# there goes into libqx.a. One include root: quarot.h from the top, the tool's headers with their
+# folder ("formats/qx_gguf.h").
+CFLAGS_BASE = -std=c99 $(OPT) -g $(ARCH) $(SAN) -I. -Iexamples -D_POSIX_C_SOURCE=200809L
 LDLIBS      = -lm
 LDFLAGS     ?=
 

@@ -21,7 +21,7 @@
    "NS it" column is the polar iterations per step (Newton steps plus Newton-Schulz updates); the
    losses are printed to 9 digits with the best loss and the iterations of every step. */
 #include "quarot.h"
-#include "qx_threads.h"
+#include "support/qx_threads.h"
 
 #include <math.h>
 #include <stdio.h>

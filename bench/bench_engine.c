@@ -14,9 +14,9 @@
    The weights are synthetic: speed does not depend on their values. Times are wall clock, best of 2;
    BENCH_CLOCK=cpu times the one-thread rows, the peak and the kernels with the thread's CPU time. */
 #include "quarot.h"
-#include "qx_engine.h"
-#include "qx_synth.h"
-#include "qx_threads.h"
+#include "engine/qx_engine.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,11 +13,11 @@
    Each case runs with 1 thread and with every core; the logits of both are compared bit for bit.
    usage: bench_eval [--quick] [-t THREADS]   (--quick: 1 layer, 128-token window for the 7B shape) */
 #include "quarot.h"
-#include "qx_cli.h"
-#include "qx_forward.h"
-#include "qx_synth.h"
-#include "qx_threads.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "model/qx_forward.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
+#include "formats/qx_load.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@
    usage: bench_quantize [-H hidden] [-I intermediate] [-r rows] [-t threads] [-c]
    (wall-clock times: run on a quiet machine). */
 #include "quarot.h"
-#include "qx_threads.h"
+#include "support/qx_threads.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -47,14 +47,14 @@
 #define _DEFAULT_SOURCE   /* MAP_ANONYMOUS, madvise */
 #endif
 #include "quarot.h"
-#include "qx_cli.h"
-#include "qx_direct.h"
-#include "qx_file.h"
-#include "qx_rotate_file.h"
-#include "qx_safetensors.h"
-#include "qx_synth.h"
-#include "qx_threads.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "support/qx_direct.h"
+#include "support/qx_file.h"
+#include "pipeline/qx_rotate_file.h"
+#include "formats/qx_safetensors.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
+#include "formats/qx_load.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -19,7 +19,7 @@
        quarot demo                           the whole story on an embedded default
 
    Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4 processing, 5 internal (see qx_cli.h). */
-#include "qx_cli.h"
+#include "cli/qx_cli.h"
 
 #include <stdio.h>
 #include <string.h>

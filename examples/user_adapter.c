@@ -19,8 +19,8 @@
    must agree to float rounding (max |diff| / max |logit| <= 2e-5). Exit code 0 when they do.
    Build: `make` (links build/libqx.a, which holds quarot.h's implementation); run ./build/user_adapter. */
 #include "quarot.h"
-#include "qx_forward.h"
-#include "qx_synth.h"
+#include "model/qx_forward.h"
+#include "model/qx_synth.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
    must describe its records consistently: at least one, offsets strictly increasing from 0 to len
    (empty texts are skipped, not kept), len no more than the input, the text NUL-terminated, and no
    more records kept or skipped than the input has lines. Seeds: fuzz/seeds/calib_text. */
-#include "qx_calib.h"
+#include "eval/qx_calib.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_gguf.h"
+#include "formats/qx_gguf.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_gguf.h"
-#include "qx_tok_load.h"
+#include "formats/qx_gguf.h"
+#include "tokenizer/qx_tok_load.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_json.h"
-#include "qx_safetensors.h"
+#include "formats/qx_json.h"
+#include "formats/qx_safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

@@ -18,8 +18,8 @@
    f16 / bf16 (byte 8, bit 7) and written (writing what that reads back, converted again, gives the
    same bytes: the rounding is idempotent). fuzz/fuzz_llama2c.dict gives the raw path the magic
    and version words. */
-#include "qx_llama2c.h"
-#include "qx_tokenizer.h"
+#include "formats/qx_llama2c.h"
+#include "tokenizer/qx_tokenizer.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_engine.h"
-#include "qx_packed.h"
+#include "engine/qx_engine.h"
+#include "formats/qx_packed.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_safetensors.h"
+#include "formats/qx_safetensors.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);

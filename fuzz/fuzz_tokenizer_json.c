@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_tok_load.h"
+#include "tokenizer/qx_tok_load.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 /* Reads every row of every tensor of a store a reader accepted back as f32: a tensor whose offset or
    size runs outside its file shows as an ASan error, a row the accessor refuses as a trap. */

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_runcfg.h"
-#include "qx_yaml.h"
+#include "cli/qx_runcfg.h"
+#include "formats/qx_yaml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

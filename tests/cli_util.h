@@ -15,10 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "qx_file.h"
-#include "qx_llama2c.h"
-#include "qx_safetensors.h"
-#include "qx_synth.h"
+#include "support/qx_file.h"
+#include "formats/qx_llama2c.h"
+#include "formats/qx_safetensors.h"
+#include "model/qx_synth.h"
 
 /* UNDER_ASAN: 1 in an AddressSanitizer build (peak-memory checks loosen or skip there: its shadow
    memory and quarantine inflate the peaks). */

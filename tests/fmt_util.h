@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 /* ---- directories ---- */
 

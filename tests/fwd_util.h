@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_forward.h"
-#include "qx_online.h"
+#include "model/qx_forward.h"
+#include "model/qx_online.h"
 
 /* Logits [T][vocab] of tokens toks[T] through s with options o (NULL: defaults), malloc'ed; NULL
    (and why on stdout) when the forward pass fails. */

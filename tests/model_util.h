@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "fwd_util.h"
-#include "qx_cli.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "formats/qx_load.h"
 
 /* Loads the model at path (any format the tool reads; tensors copied) into s; 0 and why on stdout
    when it fails. */

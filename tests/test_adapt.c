@@ -14,11 +14,11 @@
 #include "quarot.h"
 #include "qt.h"
 #include "fwd_util.h"
-#include "qx_forward.h"
-#include "qx_model.h"
-#include "qx_online.h"
-#include "qx_synth.h"
-#include "qx_threads.h"
+#include "model/qx_forward.h"
+#include "model/qx_model.h"
+#include "model/qx_online.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
 
 /* ---------- helpers ---------- */
 

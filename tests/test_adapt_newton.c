@@ -24,7 +24,7 @@
 #define QUAROT_IMPLEMENTATION
 #include "quarot.h"
 #include "qt.h"
-#include "qx_threads.h"
+#include "support/qx_threads.h"
 
 /* max|A X - I| in double, X = inv(A) read from the quarot__sinv result through perm */
 static double inv_residual(int64_t n, const float* a, const float* res, const int64_t* perm) {

@@ -3,8 +3,8 @@
    cache, the byte cap is kept, and the pool's tasks can allocate and free through it concurrently
    (each task writes and checks its own block). qx_thp_advise on any range is harmless. */
 #include "qt.h"
-#include "qx_blockcache.h"
-#include "qx_threads.h"
+#include "support/qx_blockcache.h"
+#include "support/qx_threads.h"
 
 #include <stdint.h>
 #include <stdlib.h>

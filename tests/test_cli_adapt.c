@@ -29,13 +29,13 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_cli.h"
-#include "qx_file.h"
-#include "qx_llama2c.h"
-#include "qx_model.h"
-#include "qx_synth.h"
-#include "qx_yaml.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "support/qx_file.h"
+#include "formats/qx_llama2c.h"
+#include "model/qx_model.h"
+#include "model/qx_synth.h"
+#include "formats/qx_yaml.h"
+#include "formats/qx_load.h"
 
 #include <dirent.h>
 #include <stdarg.h>

@@ -19,13 +19,13 @@
 #include "qt.h"
 #include "cli_util.h"
 #include "model_util.h"
-#include "qx_cli.h"
-#include "qx_forward.h"
-#include "qx_gguf.h"
-#include "qx_llama2c.h"
-#include "qx_online.h"
-#include "qx_safetensors.h"
-#include "qx_tokenizer.h"
+#include "cli/qx_cli.h"
+#include "model/qx_forward.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_llama2c.h"
+#include "model/qx_online.h"
+#include "formats/qx_safetensors.h"
+#include "tokenizer/qx_tokenizer.h"
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -19,9 +19,9 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_llama2c.h"
-#include "qx_synth.h"
-#include "qx_tokenizer.h"
+#include "formats/qx_llama2c.h"
+#include "model/qx_synth.h"
+#include "tokenizer/qx_tokenizer.h"
 
 #include <errno.h>
 #include <sys/stat.h>

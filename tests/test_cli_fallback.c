@@ -17,11 +17,11 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_cli.h"
-#include "qx_forward.h"
-#include "qx_online.h"
-#include "qx_safetensors.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "model/qx_forward.h"
+#include "model/qx_online.h"
+#include "formats/qx_safetensors.h"
+#include "formats/qx_load.h"
 
 static int save_synth(const char* dir, int64_t hidden, int64_t inter, int64_t heads) {
     qx_synth_desc d;

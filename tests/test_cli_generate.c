@@ -7,10 +7,10 @@
      for another model -> one error line and the documented exit code. */
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_cli.h"
-#include "qx_eval.h"
-#include "qx_llama2c.h"
-#include "qx_tokenizer.h"
+#include "cli/qx_cli.h"
+#include "eval/qx_eval.h"
+#include "formats/qx_llama2c.h"
+#include "tokenizer/qx_tokenizer.h"
 
 #include <errno.h>
 #include <math.h>

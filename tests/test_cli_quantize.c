@@ -9,9 +9,9 @@
    (hidden 64, intermediate 192, 2 layers) keeps every row a multiple of 32. */
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_gguf.h"
-#include "qx_llama2c.h"
-#include "qx_packed.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_llama2c.h"
+#include "formats/qx_packed.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

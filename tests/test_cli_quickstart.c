@@ -12,7 +12,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_cli.h"
+#include "cli/qx_cli.h"
 #include <math.h>
 
 /* "FP32 to 9 digits:  no rotation X ..." -> X */

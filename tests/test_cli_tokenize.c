@@ -9,9 +9,9 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_json.h"
-#include "qx_safetensors.h"
-#include "qx_gguf.h"
+#include "formats/qx_json.h"
+#include "formats/qx_safetensors.h"
+#include "formats/qx_gguf.h"
 
 #include <errno.h>
 #include <sys/stat.h>

@@ -9,7 +9,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_wquant.h"
+#include "eval/qx_wquant.h"
 
 #include <errno.h>
 #include <unistd.h>

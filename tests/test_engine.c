@@ -9,14 +9,14 @@
    - bad input: a prompt past the context, a block past max_tokens, out-of-vocabulary ids, a hook
      list for another model -> one error each, nothing crashes. */
 #include "qt.h"
-#include "qx_engine.h"
-#include "qx_eval.h"
-#include "qx_evalkit.h"
-#include "qx_llama2c.h"
-#include "qx_synth.h"
-#include "qx_threads.h"
-#include "qx_tokenizer.h"
-#include "qx_logits.h"
+#include "engine/qx_engine.h"
+#include "eval/qx_eval.h"
+#include "eval/qx_evalkit.h"
+#include "formats/qx_llama2c.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
+#include "tokenizer/qx_tokenizer.h"
+#include "model/qx_logits.h"
 
 #include <math.h>
 #include <stdlib.h>

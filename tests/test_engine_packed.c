@@ -18,10 +18,10 @@
      an error and a freed engine (API). */
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_cli.h"
-#include "qx_engine.h"
-#include "qx_llama2c.h"
-#include "qx_packed.h"
+#include "cli/qx_cli.h"
+#include "engine/qx_engine.h"
+#include "formats/qx_llama2c.h"
+#include "formats/qx_packed.h"
 
 #include <math.h>
 #include <unistd.h>

@@ -4,9 +4,9 @@
    the first one's index, on 1 and on 3 threads, and a clean model passes on both. */
 #include "quarot.h"
 #include "qt.h"
-#include "qx_model.h"
-#include "qx_synth.h"
-#include "qx_threads.h"
+#include "model/qx_model.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
 
 #include <math.h>
 #include <stdio.h>

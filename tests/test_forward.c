@@ -15,13 +15,13 @@
    - f16 / bf16 stores, errors for bad inputs;
    - stories260K (../shared, skipped when absent): greedy text, FP and W4A4 perplexity. */
 #include "quarot.h"
-#include "qx_store.h"
-#include "qx_forward.h"
-#include "qx_synth.h"
-#include "qx_threads.h"
-#include "qx_eval.h"
-#include "qx_llama2c.h"
-#include "qx_tokenizer.h"
+#include "support/qx_store.h"
+#include "model/qx_forward.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
+#include "eval/qx_eval.h"
+#include "formats/qx_llama2c.h"
+#include "tokenizer/qx_tokenizer.h"
 #include "qt.h"
 #include "fwd_util.h"
 

@@ -9,7 +9,7 @@
    size eps on partial sums bounded by that absolute sum (the factor 2 covers the epilogue). */
 #include "quarot.h"
 #include "qt.h"
-#include "qx_threads.h"
+#include "support/qx_threads.h"
 
 static const quarot_isa all_isas[] = { QUAROT_ISA_REF, QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON };
 #define N_ISAS ((int)(sizeof all_isas / sizeof all_isas[0]))

@@ -10,7 +10,7 @@
 #define QUAROT_IMPLEMENTATION
 #include "quarot.h"
 #include "qt.h"
-#include "qx_threads.h"
+#include "support/qx_threads.h"
 
 static quarot_env pool_env;
 static void run_pool(void* user, quarot_task_fn fn, void* arg, int64_t n) {

@@ -8,7 +8,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "fmt_util.h"
-#include "qx_gguf.h"
+#include "formats/qx_gguf.h"
 
 /* ---- byte builders ---- */
 

@@ -2,7 +2,7 @@
    line/column positions, limits (depth, size, arena), duplicate keys, and the writer (escaping,
    float formatting, patched objects) checked by parsing its output back. */
 #include "quarot.h"
-#include "qx_json.h"
+#include "formats/qx_json.h"
 #include "qt.h"
 #include "fmt_util.h"
 

@@ -7,7 +7,7 @@
    its orthogonality measured here in long double. */
 #include "quarot.h"
 #include "qt.h"
-#include "qx_threads.h"
+#include "support/qx_threads.h"
 
 /* ---------------------------------------------------------------- helpers */
 static double* dalloc(int64_t n) { return (double*)malloc((size_t)n * sizeof(double)); }

@@ -2,7 +2,7 @@
    (run.c's memory_map_weights / export.py's version1 order written out here), byte-identical round
    trips (v0 and v1, real and hand-made files), hostile headers and truncations, and the writer's
    atomicity (no overwrite without force, no temporary or output left after any failure). */
-#include "qx_llama2c.h"
+#include "formats/qx_llama2c.h"
 #include "qt.h"
 
 #include <dirent.h>

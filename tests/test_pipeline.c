@@ -11,10 +11,10 @@
 #include "quarot.h"
 #include "qt.h"
 #include "fwd_util.h"
-#include "qx_forward.h"
-#include "qx_model.h"
-#include "qx_online.h"
-#include "qx_synth.h"
+#include "model/qx_forward.h"
+#include "model/qx_model.h"
+#include "model/qx_online.h"
+#include "model/qx_synth.h"
 
 #define N_TOK 12
 static const int32_t tokens[N_TOK] = {1, 17, 5, 42, 9, 100, 3, 77, 28, 64, 11, 5};

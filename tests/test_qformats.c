@@ -7,8 +7,8 @@
    q * d), with its own binary16 decoding, so it shares no code with the writer or the reader. */
 #include "qt.h"
 #include "fmt_util.h"
-#include "qx_gguf.h"
-#include "qx_packed.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_packed.h"
 
 /* binary16 -> float from the bits: sign, 5-bit exponent (bias 15), 10-bit fraction. */
 static float ref_half(uint16_t h) {

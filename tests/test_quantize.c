@@ -17,10 +17,10 @@
      Cholesky failure that more damping repairs (one retry), or does not (an error naming the column). */
 #include "quarot.h"
 #include "qt.h"
-#include "qx_calib.h"
-#include "qx_llama2c.h"
-#include "qx_model.h"
-#include "qx_wquant.h"
+#include "eval/qx_calib.h"
+#include "formats/qx_llama2c.h"
+#include "model/qx_model.h"
+#include "eval/qx_wquant.h"
 
 /* ---- clip search ---- */
 

@@ -18,9 +18,9 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_cli.h"
-#include "qx_rotate_file.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "pipeline/qx_rotate_file.h"
+#include "formats/qx_load.h"
 
 #include <math.h>
 #include <stdlib.h>

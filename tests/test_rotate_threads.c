@@ -7,7 +7,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
-#include "qx_safetensors.h"
+#include "formats/qx_safetensors.h"
 
 static void test_threads_identical(void) {
     static const quarot_dtype dts[] = {QUAROT_DTYPE_F16, QUAROT_DTYPE_BF16};

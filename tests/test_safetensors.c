@@ -6,7 +6,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "fmt_util.h"
-#include "qx_safetensors.h"
+#include "formats/qx_safetensors.h"
 
 /* A safetensors image: u64 header length, header, data. */
 static fu_buf image(const char* header, const void* data, size_t data_len) {

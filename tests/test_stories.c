@@ -11,11 +11,11 @@
    also measured: on this model it does not help W4A4 (the issue notes it makes it worse). */
 #include "quarot.h"
 #include "qt.h"
-#include "qx_eval.h"
-#include "qx_llama2c.h"
-#include "qx_model.h"
-#include "qx_online.h"
-#include "qx_tokenizer.h"
+#include "eval/qx_eval.h"
+#include "formats/qx_llama2c.h"
+#include "model/qx_model.h"
+#include "model/qx_online.h"
+#include "tokenizer/qx_tokenizer.h"
 
 typedef struct stories_ctx {
     qx_store orig, rot, folded;               /* original; R1+R2+online; R1+R2 folded only */

@@ -6,9 +6,9 @@
    (norm fusion written out in this test) plus an online down_proj rotation leaves FP logits unchanged
    and cuts the W4A4 error. */
 #include "quarot.h"
-#include "qx_store.h"
-#include "qx_forward.h"
-#include "qx_synth.h"
+#include "support/qx_store.h"
+#include "model/qx_forward.h"
+#include "model/qx_synth.h"
 #include "qt.h"
 #include "fwd_util.h"
 

@@ -11,10 +11,10 @@
 #include "qt.h"
 #include "cli_util.h"
 #include "tok_util.h"
-#include "qx_gguf.h"
-#include "qx_safetensors.h"
-#include "qx_tok_load.h"
-#include "qx_tok_write.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_safetensors.h"
+#include "tokenizer/qx_tok_load.h"
+#include "tokenizer/qx_tok_write.h"
 #include <sys/stat.h>
 
 /* a vocabulary as a tokenizer, checked against the set (v is taken over) */

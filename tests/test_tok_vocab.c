@@ -3,11 +3,11 @@
    the reference tokenizer gives for them (.out); EVERY string must encode to exactly those ids.
    The same vocabularies converted to tokenizer.json (written here) must give the same ids. Decoding
    must give the text back. Skips cleanly without ../shared. */
-#include "qx_tok_load.h"
-#include "qx_gguf.h"
-#include "qx_json.h"
-#include "qx_unicode.h"
-#include "qx_file.h"
+#include "tokenizer/qx_tok_load.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_json.h"
+#include "tokenizer/qx_unicode.h"
+#include "support/qx_file.h"
 #include "qt.h"
 #include "tok_util.h"
 

@@ -1,7 +1,7 @@
 /* Tokenizer: loading with validation, the fast encoder against a direct slow port of llama2.c's
    run.c `encode` (independent truth: its own parser of tokenizer.bin, bsearch lookups, the quadratic
    merge loop), decoding, and the whole-file helper on ../shared data. */
-#include "qx_tokenizer.h"
+#include "tokenizer/qx_tokenizer.h"
 #include "qt.h"
 
 #include <ctype.h>

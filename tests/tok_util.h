@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qx_file.h"
-#include "qx_tokenizer.h"
+#include "support/qx_file.h"
+#include "tokenizer/qx_tokenizer.h"
 
 QT_UNUSED static const char* const k_sets[] = {"llama-spm", "phi-3", "gpt-2", "deepseek-coder", "mpt"};
 #define N_SETS 5

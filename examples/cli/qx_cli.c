@@ -1,6 +1,6 @@
 /* qx_cli.c - see qx_cli.h. */
-#include "qx_cli.h"
-#include "qx_eval.h"
+#include "cli/qx_cli.h"
+#include "eval/qx_eval.h"
 
 #include <errno.h>
 #include <math.h>

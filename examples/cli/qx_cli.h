@@ -14,7 +14,7 @@
 #ifndef QX_CLI_H
 #define QX_CLI_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #include <stdio.h>
 

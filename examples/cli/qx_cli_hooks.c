@@ -1,6 +1,6 @@
 /* qx_cli_hooks.c - see qx_cli_hooks.h. */
-#include "qx_cli_hooks.h"
-#include "qx_online.h"
+#include "cli/qx_cli_hooks.h"
+#include "model/qx_online.h"
 
 #include <stdio.h>
 

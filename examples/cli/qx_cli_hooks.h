@@ -4,7 +4,7 @@
 #ifndef QX_CLI_HOOKS_H
 #define QX_CLI_HOOKS_H
 
-#include "qx_cli.h"
+#include "cli/qx_cli.h"
 
 #ifdef __cplusplus
 extern "C" {

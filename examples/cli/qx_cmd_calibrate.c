@@ -5,16 +5,16 @@
    qx_calib.h for the pipeline). The per-step loss goes to stderr, the summary (the final loss
    beside the starting random Hadamard's) to stdout, and the context file to CONTEXT through a
    temporary renamed into place. `quarot rotate --rotation adapt --context CONTEXT` is stage 2. */
-#include "qx_calib.h"
-#include "qx_cli.h"
-#include "qx_cli_hooks.h"
-#include "qx_evalkit.h"
-#include "qx_layerwise.h"
-#include "qx_file.h"
-#include "qx_rotcheck.h"
-#include "qx_threads.h"
-#include "qx_tok_load.h"
-#include "qx_load.h"
+#include "eval/qx_calib.h"
+#include "cli/qx_cli.h"
+#include "cli/qx_cli_hooks.h"
+#include "eval/qx_evalkit.h"
+#include "pipeline/qx_layerwise.h"
+#include "support/qx_file.h"
+#include "cli/qx_rotcheck.h"
+#include "support/qx_threads.h"
+#include "tokenizer/qx_tok_load.h"
+#include "formats/qx_load.h"
 
 #include <stdlib.h>
 #include <string.h>

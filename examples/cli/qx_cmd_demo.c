@@ -12,12 +12,12 @@
    Part 2 does the same on stories260K when ../shared/models/stories260K is found (relative to the
    current directory or to the binary), on the first windows of ../shared/data/tinystories_eval.txt,
    and adds its greedy text before / after. */
-#include "qx_cli.h"
-#include "qx_evalkit.h"
-#include "qx_synth.h"
-#include "qx_load.h"
-#include "qx_logits.h"
-#include "qx_str.h"
+#include "cli/qx_cli.h"
+#include "eval/qx_evalkit.h"
+#include "model/qx_synth.h"
+#include "formats/qx_load.h"
+#include "model/qx_logits.h"
+#include "support/qx_str.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -8,20 +8,20 @@
    Variants are the table's columns: "no rotation", "QuaRot" and, with --context (a stage-1 file) or
    --calib-text (stage 1 run here, qx_calib.h), "Adapt": Adapt Rotation stage 2 (qx_ek_rotate), the
    same recipe as the QuaRot column with R1 = H*R learned from activations. */
-#include "qx_calib.h"
-#include "qx_cli.h"
-#include "qx_engine.h"
-#include "qx_file.h"
-#include "qx_packed.h"
-#include "qx_cli_hooks.h"
-#include "qx_evalkit.h"
-#include "qx_online.h"
-#include "qx_rotcheck.h"
-#include "qx_tok_load.h"
-#include "qx_layerwise.h"
-#include "qx_threads.h"
-#include "qx_wquant.h"
-#include "qx_load.h"
+#include "eval/qx_calib.h"
+#include "cli/qx_cli.h"
+#include "engine/qx_engine.h"
+#include "support/qx_file.h"
+#include "formats/qx_packed.h"
+#include "cli/qx_cli_hooks.h"
+#include "eval/qx_evalkit.h"
+#include "model/qx_online.h"
+#include "cli/qx_rotcheck.h"
+#include "tokenizer/qx_tok_load.h"
+#include "pipeline/qx_layerwise.h"
+#include "support/qx_threads.h"
+#include "eval/qx_wquant.h"
+#include "formats/qx_load.h"
 
 #include <errno.h>
 #include <math.h>

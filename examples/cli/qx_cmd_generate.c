@@ -2,13 +2,13 @@
    (examples/engine/): FP32, or W4A4 / W8A8 / any bits with the integer kernels of quarot.h, online
    hooks and a quantized KV cache, prefill + token-by-token decode, greedy or temperature / top-p
    sampling with a seed, threads through the qx_threads pool (the same text for any thread count). */
-#include "qx_cli.h"
-#include "qx_engine.h"
-#include "qx_eval.h"
-#include "qx_evalkit.h"
-#include "qx_threads.h"
-#include "qx_tokenizer.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "engine/qx_engine.h"
+#include "eval/qx_eval.h"
+#include "eval/qx_evalkit.h"
+#include "support/qx_threads.h"
+#include "tokenizer/qx_tokenizer.h"
+#include "formats/qx_load.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,15 +15,15 @@
                   the largest per-channel max |x| to the median one, and the kurtosis of all values
                   (E[(x-mean)^4] / var^2; 3 for a Gaussian, large with outlier channels).
    The statistics need the weights in f32 twice (original and rotated): --no-stats skips them. */
-#include "qx_cli.h"
-#include "qx_cli_hooks.h"
-#include "qx_forward.h"
-#include "qx_model.h"
-#include "qx_online.h"
-#include "qx_rotcheck.h"
-#include "qx_tok_load.h"
-#include "qx_tokenizer.h"
-#include "qx_load.h"
+#include "cli/qx_cli.h"
+#include "cli/qx_cli_hooks.h"
+#include "model/qx_forward.h"
+#include "model/qx_model.h"
+#include "model/qx_online.h"
+#include "cli/qx_rotcheck.h"
+#include "tokenizer/qx_tok_load.h"
+#include "tokenizer/qx_tokenizer.h"
+#include "formats/qx_load.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -8,15 +8,15 @@
    For each channel j: m_j = max over tokens |x[t][j]|; the panels show m_j as bars, the median of
    the m_j as a dashed line, and the ratio max_j m_j / median_j m_j that per-token quantization
    suffers from (a 4-bit scale is set by the largest channel). */
-#include "qx_cli.h"
-#include "qx_cli_hooks.h"
-#include "qx_evalkit.h"
-#include "qx_rotcheck.h"
-#include "qx_tok_load.h"
-#include "qx_layerwise.h"
-#include "qx_threads.h"
-#include "qx_load.h"
-#include "qx_str.h"
+#include "cli/qx_cli.h"
+#include "cli/qx_cli_hooks.h"
+#include "eval/qx_evalkit.h"
+#include "cli/qx_rotcheck.h"
+#include "tokenizer/qx_tok_load.h"
+#include "pipeline/qx_layerwise.h"
+#include "support/qx_threads.h"
+#include "formats/qx_load.h"
+#include "support/qx_str.h"
 
 #include <errno.h>
 #include <math.h>

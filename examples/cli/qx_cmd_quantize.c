@@ -18,18 +18,18 @@
    --w-quant`: layer by layer with the online hooks, each layer calibrated on the quantized layers
    before it), its report hands over each linear's integer codes and scales, and the store is then
    written tensor by tensor through the same output code, the linears taking the stage's codes. */
-#include "qx_calib.h"
-#include "qx_cli.h"
-#include "qx_evalkit.h"
-#include "qx_file.h"
-#include "qx_gguf.h"
-#include "qx_packed.h"
-#include "qx_rotate_file.h"
-#include "qx_tok_load.h"
-#include "qx_tokenizer.h"
-#include "qx_wquant.h"
-#include "qx_load.h"
-#include "qx_str.h"
+#include "eval/qx_calib.h"
+#include "cli/qx_cli.h"
+#include "eval/qx_evalkit.h"
+#include "support/qx_file.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_packed.h"
+#include "pipeline/qx_rotate_file.h"
+#include "tokenizer/qx_tok_load.h"
+#include "tokenizer/qx_tokenizer.h"
+#include "eval/qx_wquant.h"
+#include "formats/qx_load.h"
+#include "support/qx_str.h"
 
 #include <math.h>
 #include <signal.h>

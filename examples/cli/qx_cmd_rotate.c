@@ -7,20 +7,20 @@
    everything after the option parsing is qx_rotate_job_run (qx_rotate_job.h), which `quarot run`
    shares. With --rotation adapt, R1 is Adapt Rotation stage 2: H*R from a stage-1 context file
    (quarot calibrate), H rebuilt from the context's seed and block. */
-#include "qx_calib.h"
-#include "qx_cli.h"
-#include "qx_convert.h"
-#include "qx_evalkit.h"
-#include "qx_online.h"
-#include "qx_file.h"
-#include "qx_gguf.h"
-#include "qx_json.h"
-#include "qx_layerwise.h"
-#include "qx_rotate_file.h"
-#include "qx_direct.h"
-#include "qx_rotate_job.h"
-#include "qx_rotcheck.h"
-#include "qx_load.h"
+#include "eval/qx_calib.h"
+#include "cli/qx_cli.h"
+#include "pipeline/qx_convert.h"
+#include "eval/qx_evalkit.h"
+#include "model/qx_online.h"
+#include "support/qx_file.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_json.h"
+#include "pipeline/qx_layerwise.h"
+#include "pipeline/qx_rotate_file.h"
+#include "support/qx_direct.h"
+#include "cli/qx_rotate_job.h"
+#include "cli/qx_rotcheck.h"
+#include "formats/qx_load.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -5,15 +5,15 @@
    context), writing the rotated model like `quarot rotate` (same formats, hook file when online).
    The configuration is read by qx_runcfg (a strict YAML subset, qx_yaml.h); see its header for the
    keys and their defaults. */
-#include "qx_calib.h"
-#include "qx_cli.h"
-#include "qx_evalkit.h"
-#include "qx_file.h"
-#include "qx_rotate_job.h"
-#include "qx_runcfg.h"
-#include "qx_threads.h"
-#include "qx_tok_load.h"
-#include "qx_load.h"
+#include "eval/qx_calib.h"
+#include "cli/qx_cli.h"
+#include "eval/qx_evalkit.h"
+#include "support/qx_file.h"
+#include "cli/qx_rotate_job.h"
+#include "cli/qx_runcfg.h"
+#include "support/qx_threads.h"
+#include "tokenizer/qx_tok_load.h"
+#include "formats/qx_load.h"
 
 #include <signal.h>
 #include <stdlib.h>

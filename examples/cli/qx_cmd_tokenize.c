@@ -1,9 +1,9 @@
 /* qx_cmd_tokenize.c - `quarot tokenize`: a model's tokenizer on a text, printed like llama.cpp's
    llama-tokenize (one "id -> 'piece'" line per token, or the ids alone as a JSON array, which
    `--tokens FILE` of eval / calibrate / plot / run reads back). */
-#include "qx_cli.h"
-#include "qx_evalkit.h"
-#include "qx_tok_load.h"
+#include "cli/qx_cli.h"
+#include "eval/qx_evalkit.h"
+#include "tokenizer/qx_tok_load.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #ifndef QX_ROTATE_JOB_H
 #define QX_ROTATE_JOB_H
 
-#include "qx_cli.h"
+#include "cli/qx_cli.h"
 
 #ifdef __cplusplus
 extern "C" {

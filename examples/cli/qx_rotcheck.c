@@ -1,6 +1,6 @@
 /* qx_rotcheck.c - see qx_rotcheck.h. */
-#include "qx_rotcheck.h"
-#include "qx_cli.h"
+#include "cli/qx_rotcheck.h"
+#include "cli/qx_cli.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -18,7 +18,7 @@
 #ifndef QX_ROTCHECK_H
 #define QX_ROTCHECK_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,8 +2,8 @@
    up in the table of its level, every value's type checked, and each error names the key path and
    the line. Unsupported processors are refused (or skipped with a warning) without reading their
    fields, so whatever they hold (aliases of quantization templates, ...) does not matter. */
-#include "qx_runcfg.h"
-#include "qx_yaml.h"
+#include "cli/qx_runcfg.h"
+#include "formats/qx_yaml.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -34,7 +34,7 @@
 #ifndef QX_RUNCFG_H
 #define QX_RUNCFG_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

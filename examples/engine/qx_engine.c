@@ -1,12 +1,12 @@
 /* qx_engine.c - see qx_engine.h. One decoder layer is the reference forward pass's sequence
    (model/qx_forward.c) with the decoder linears on integer kernels and the KV cache in codes. */
-#include "qx_engine.h"
-#include "qx_logits.h"
-#include "qx_windows.h"
-#include "qx_file.h"
-#include "qx_online.h"
-#include "qx_packed.h"
-#include "qx_safetensors.h"
+#include "engine/qx_engine.h"
+#include "model/qx_logits.h"
+#include "model/qx_windows.h"
+#include "support/qx_file.h"
+#include "model/qx_online.h"
+#include "formats/qx_packed.h"
+#include "formats/qx_safetensors.h"
 
 #include <math.h>
 #include <stdio.h>

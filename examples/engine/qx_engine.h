@@ -38,8 +38,8 @@
 #ifndef QX_ENGINE_H
 #define QX_ENGINE_H
 
-#include "qx_arena.h"
-#include "qx_forward.h"
+#include "support/qx_arena.h"
+#include "model/qx_forward.h"
 
 #ifdef __cplusplus
 extern "C" {

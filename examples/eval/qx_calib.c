@@ -1,11 +1,11 @@
 /* qx_calib.c - see qx_calib.h. */
-#include "qx_calib.h"
-#include "qx_file.h"
-#include "qx_json.h"
-#include "qx_layerwise.h"
-#include "qx_model.h"
-#include "qx_online.h"
-#include "qx_str.h"
+#include "eval/qx_calib.h"
+#include "support/qx_file.h"
+#include "formats/qx_json.h"
+#include "pipeline/qx_layerwise.h"
+#include "model/qx_model.h"
+#include "model/qx_online.h"
+#include "support/qx_str.h"
 
 #include <errno.h>
 #include <math.h>

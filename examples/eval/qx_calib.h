@@ -21,7 +21,7 @@
 #ifndef QX_CALIB_H
 #define QX_CALIB_H
 
-#include "qx_eval.h"
+#include "eval/qx_eval.h"
 
 #ifdef __cplusplus
 extern "C" {

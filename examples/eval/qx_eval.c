@@ -1,6 +1,6 @@
 /* qx_eval.c - see qx_eval.h. */
-#include "qx_eval.h"
-#include "qx_logits.h"
+#include "eval/qx_eval.h"
+#include "model/qx_logits.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -10,8 +10,8 @@
 #ifndef QX_EVAL_H
 #define QX_EVAL_H
 
-#include "qx_forward.h"
-#include "qx_windows.h"
+#include "model/qx_forward.h"
+#include "model/qx_windows.h"
 
 #ifdef __cplusplus
 extern "C" {

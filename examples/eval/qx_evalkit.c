@@ -1,8 +1,8 @@
 /* qx_evalkit.c - see qx_evalkit.h. */
-#include "qx_evalkit.h"
-#include "qx_model.h"
-#include "qx_file.h"
-#include "qx_layerwise.h"
+#include "eval/qx_evalkit.h"
+#include "model/qx_model.h"
+#include "support/qx_file.h"
+#include "pipeline/qx_layerwise.h"
 
 #include <errno.h>
 #include <math.h>

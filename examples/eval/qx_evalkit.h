@@ -13,8 +13,8 @@
 #ifndef QX_EVALKIT_H
 #define QX_EVALKIT_H
 
-#include "qx_eval.h"
-#include "qx_online.h"
+#include "eval/qx_eval.h"
+#include "model/qx_online.h"
 
 #include <stdio.h>
 

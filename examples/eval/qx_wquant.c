@@ -1,5 +1,5 @@
 /* qx_wquant.c - see qx_wquant.h. */
-#include "qx_wquant.h"
+#include "eval/qx_wquant.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 #ifndef QX_WQUANT_H
 #define QX_WQUANT_H
 
-#include "qx_evalkit.h"
+#include "eval/qx_evalkit.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,7 +5,7 @@
    least 8 bytes, an array 12, a pair 13, a tensor info 32), so allocations never exceed what the
    file size implies. Values are validated by skipping over them; the pairs keep pointers into the
    image. */
-#include "qx_gguf.h"
+#include "formats/qx_gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -49,7 +49,7 @@
 #ifndef QX_GGUF_H
 #define QX_GGUF_H
 
-#include "qx_safetensors.h"
+#include "formats/qx_safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,7 +5,7 @@
                          in preorder (counts[]);
      pass 2 (build = 1): one arena = [n_nodes nodes][string bytes]; a container takes the next
                          counts[] entry and reserves that many contiguous nodes for its children. */
-#include "qx_json.h"
+#include "formats/qx_json.h"
 
 #include <errno.h>
 #include <math.h>

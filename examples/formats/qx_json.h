@@ -14,8 +14,8 @@
 #ifndef QX_JSON_H
 #define QX_JSON_H
 
-#include "qx_store.h"
-#include "qx_str.h"
+#include "support/qx_store.h"
+#include "support/qx_str.h"
 
 #ifdef __cplusplus
 extern "C" {

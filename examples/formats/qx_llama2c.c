@@ -8,8 +8,8 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L   /* pread, lstat, link, fsync */
 #endif
-#include "qx_llama2c.h"
-#include "qx_file.h"
+#include "formats/qx_llama2c.h"
+#include "support/qx_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

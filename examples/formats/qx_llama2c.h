@@ -38,7 +38,7 @@
 #ifndef QX_LLAMA2C_H
 #define QX_LLAMA2C_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

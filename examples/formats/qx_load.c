@@ -13,13 +13,13 @@
    Anything else is refused with one line naming the file and what was expected. The readers
    themselves validate everything (sizes, offsets, JSON, dtypes, architectures) and word their own
    errors; quantized GGUF tensors other than Q4_0 / Q8_0 are refused there. */
-#include "qx_load.h"
-#include "qx_file.h"
-#include "qx_gguf.h"
-#include "qx_llama2c.h"
-#include "qx_packed.h"
-#include "qx_safetensors.h"
-#include "qx_str.h"
+#include "formats/qx_load.h"
+#include "support/qx_file.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_llama2c.h"
+#include "formats/qx_packed.h"
+#include "formats/qx_safetensors.h"
+#include "support/qx_str.h"
 
 #include <errno.h>
 #include <fcntl.h>

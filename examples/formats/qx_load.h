@@ -14,7 +14,7 @@
 #ifndef QX_LOAD_H
 #define QX_LOAD_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

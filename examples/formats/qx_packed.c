@@ -11,7 +11,7 @@
    the data section), then all together (sorted by offset they tile the data section), then the
    metadata keys and the relations between .qweight / .scales / .zeros, then the values (scales
    finite and >= 0, zeros and codes within range). */
-#include "qx_packed.h"
+#include "formats/qx_packed.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -60,7 +60,7 @@
 #ifndef QX_PACKED_H
 #define QX_PACKED_H
 
-#include "qx_safetensors.h"
+#include "formats/qx_safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {

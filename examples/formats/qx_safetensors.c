@@ -4,8 +4,8 @@
    (dtype, shape product * element bits == 8 * (end - begin), end <= data size), then all together
    (sorted by offset they must tile [0, data size) exactly). Only then does anything enter the
    store. Then config.json <-> quarot_model_config with the tensor checks, and the writer. */
-#include "qx_safetensors.h"
-#include "qx_str.h"
+#include "formats/qx_safetensors.h"
+#include "support/qx_str.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -38,9 +38,9 @@
 #ifndef QX_SAFETENSORS_H
 #define QX_SAFETENSORS_H
 
-#include "qx_file.h"
-#include "qx_json.h"
-#include "qx_store.h"
+#include "support/qx_file.h"
+#include "formats/qx_json.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

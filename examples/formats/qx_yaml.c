@@ -9,7 +9,7 @@
    is indented less, and any deeper line that nothing consumed is an error. Inline values (scalars,
    aliases, flow collections) never leave their line. Every allocation is recorded in the document
    and freed with it. */
-#include "qx_yaml.h"
+#include "formats/qx_yaml.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -21,8 +21,8 @@
 #ifndef QX_YAML_H
 #define QX_YAML_H
 
-#include "qx_arena.h"
-#include "qx_store.h"
+#include "support/qx_arena.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
    of a block, attention is two GEMMs per head (scores = q k^T, out = P v) over the KV cache, and
    the norms accumulate in double. Window and incremental decoding share this one code path, so
    they differ only by the summation order inside the GEMMs. */
-#include "qx_forward.h"
+#include "model/qx_forward.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -69,8 +69,8 @@
 #ifndef QX_FORWARD_H
 #define QX_FORWARD_H
 
-#include "qx_arena.h"
-#include "qx_store.h"
+#include "support/qx_arena.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* qx_logits.c - see qx_logits.h. */
-#include "qx_logits.h"
+#include "model/qx_logits.h"
 
 #include <math.h>
 

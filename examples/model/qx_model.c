@@ -1,5 +1,5 @@
 /* qx_model.c - see qx_model.h. */
-#include "qx_model.h"
+#include "model/qx_model.h"
 
 #include <string.h>
 

@@ -6,7 +6,7 @@
 #ifndef QX_MODEL_H
 #define QX_MODEL_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

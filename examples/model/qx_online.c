@@ -1,6 +1,6 @@
 /* qx_online.c - see qx_online.h. */
-#include "qx_online.h"
-#include "qx_file.h"
+#include "model/qx_online.h"
+#include "support/qx_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #ifndef QX_ONLINE_H
 #define QX_ONLINE_H
 
-#include "qx_forward.h"
+#include "model/qx_forward.h"
 
 #ifdef __cplusplus
 extern "C" {

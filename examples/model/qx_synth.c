@@ -1,6 +1,6 @@
 /* qx_synth.c - see qx_synth.h. Every number comes from one quarot_rng stream in a fixed order, so a
    seed names a model. */
-#include "qx_synth.h"
+#include "model/qx_synth.h"
 
 #include <math.h>
 #include <stdio.h>

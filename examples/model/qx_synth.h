@@ -25,7 +25,7 @@
 #ifndef QX_SYNTH_H
 #define QX_SYNTH_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

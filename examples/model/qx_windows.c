@@ -1,5 +1,5 @@
 /* qx_windows.c - see qx_windows.h. */
-#include "qx_windows.h"
+#include "model/qx_windows.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -28,7 +28,7 @@
 #ifndef QX_WINDOWS_H
 #define QX_WINDOWS_H
 
-#include "qx_tokenizer.h"
+#include "tokenizer/qx_tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,12 +1,12 @@
 /* qx_convert.c - see qx_convert.h. */
-#include "qx_convert.h"
-#include "qx_gguf.h"
-#include "qx_safetensors.h"
-#include "qx_tokenizer.h"
-#include "qx_tok_load.h"
-#include "qx_tok_write.h"
-#include "qx_file.h"
-#include "qx_str.h"
+#include "pipeline/qx_convert.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_safetensors.h"
+#include "tokenizer/qx_tokenizer.h"
+#include "tokenizer/qx_tok_load.h"
+#include "tokenizer/qx_tok_write.h"
+#include "support/qx_file.h"
+#include "support/qx_str.h"
 
 #include <stdio.h>
 #include <stdlib.h>

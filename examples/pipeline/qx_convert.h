@@ -33,8 +33,8 @@
 #ifndef QX_CONVERT_H
 #define QX_CONVERT_H
 
-#include "qx_json.h"
-#include "qx_store.h"
+#include "formats/qx_json.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,9 +1,9 @@
 /* qx_layerwise.c - see qx_layerwise.h. */
 #define _DEFAULT_SOURCE   /* madvise, mkdtemp */
-#include "qx_layerwise.h"
+#include "pipeline/qx_layerwise.h"
 
-#include "qx_file.h"
-#include "qx_load.h"
+#include "support/qx_file.h"
+#include "formats/qx_load.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -18,8 +18,8 @@
 #ifndef QX_LAYERWISE_H
 #define QX_LAYERWISE_H
 
-#include "qx_rotate_file.h"
-#include "qx_forward.h"
+#include "pipeline/qx_rotate_file.h"
+#include "model/qx_forward.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -21,14 +21,14 @@
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE   /* madvise */
 #endif
-#include "qx_rotate_file.h"
-#include "qx_convert.h"
-#include "qx_file.h"
-#include "qx_gguf.h"
-#include "qx_llama2c.h"
-#include "qx_safetensors.h"
-#include "qx_threads.h"
-#include "qx_blockcache.h"
+#include "pipeline/qx_rotate_file.h"
+#include "pipeline/qx_convert.h"
+#include "support/qx_file.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_llama2c.h"
+#include "formats/qx_safetensors.h"
+#include "support/qx_threads.h"
+#include "support/qx_blockcache.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -43,7 +43,7 @@
 #ifndef QX_ROTATE_FILE_H
 #define QX_ROTATE_FILE_H
 
-#include "qx_safetensors.h"
+#include "formats/qx_safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {

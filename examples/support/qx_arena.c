@@ -1,5 +1,5 @@
 /* qx_arena.c - see qx_arena.h. */
-#include "qx_arena.h"
+#include "support/qx_arena.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE   /* madvise, MADV_HUGEPAGE */
 #endif
-#include "qx_blockcache.h"
+#include "support/qx_blockcache.h"
 
 #include <pthread.h>
 #include <stdint.h>

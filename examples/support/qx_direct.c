@@ -10,8 +10,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* O_DIRECT */
 #endif
-#include "qx_direct.h"
-#include "qx_blockcache.h"
+#include "support/qx_direct.h"
+#include "support/qx_blockcache.h"
 
 #include <errno.h>
 #include <fcntl.h>

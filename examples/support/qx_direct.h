@@ -22,7 +22,7 @@
 #ifndef QX_DIRECT_H
 #define QX_DIRECT_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #include <sys/types.h>
 

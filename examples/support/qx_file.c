@@ -3,9 +3,9 @@
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE   /* flock, mkdtemp, syscall */
 #endif
-#include "qx_file.h"
-#include "qx_direct.h"
-#include "qx_str.h"
+#include "support/qx_file.h"
+#include "support/qx_direct.h"
+#include "support/qx_str.h"
 
 #include <dirent.h>
 #include <errno.h>

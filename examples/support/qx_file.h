@@ -28,7 +28,7 @@
 #ifndef QX_FILE_H
 #define QX_FILE_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 /* qx_store.c - see qx_store.h. A flat array with linear lookup: models have at most a few thousand
    tensors and lookups happen once per tensor per pass. */
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* qx_str.c - see qx_str.h. */
-#include "qx_str.h"
+#include "support/qx_str.h"
 
 #include <stdarg.h>
 #include <stdio.h>

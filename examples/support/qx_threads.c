@@ -6,7 +6,7 @@
    was the last one. run() takes indices too and then waits until no worker is active. A worker
    that wakes late finds next == n_tasks (or the following job, which it then serves correctly,
    since it reads the job under the lock). */
-#include "qx_threads.h"
+#include "support/qx_threads.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -5,9 +5,9 @@
    (i32 array), .merges (string array "left right", BPE), .bos_token_id / .eos_token_id /
    .unknown_token_id, .add_bos_token / .add_eos_token, .add_space_prefix. Every array must have as
    many entries as .tokens; ids must lie inside the vocabulary. */
-#include "qx_tok_load.h"
-#include "qx_gguf.h"
-#include "qx_str.h"
+#include "tokenizer/qx_tok_load.h"
+#include "formats/qx_gguf.h"
+#include "support/qx_str.h"
 
 #include <string.h>
 

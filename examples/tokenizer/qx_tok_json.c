@@ -1,7 +1,7 @@
 /* qx_tok_json.c - a qx_vocab from a Hugging Face tokenizer.json (+ tokenizer_config.json); see
    qx_tok_load.h for what is supported. Every error names the file and the field. */
-#include "qx_tok_load.h"
-#include "qx_json.h"
+#include "tokenizer/qx_tok_load.h"
+#include "formats/qx_json.h"
 
 #include <stdio.h>
 #include <string.h>

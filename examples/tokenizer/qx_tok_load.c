@@ -1,9 +1,9 @@
 /* qx_tok_load.c - see qx_tok_load.h. */
-#include "qx_tok_load.h"
-#include "qx_file.h"
-#include "qx_gguf.h"
-#include "qx_json.h"
-#include "qx_str.h"
+#include "tokenizer/qx_tok_load.h"
+#include "support/qx_file.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_json.h"
+#include "support/qx_str.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -14,8 +14,8 @@
 #ifndef QX_TOK_LOAD_H
 #define QX_TOK_LOAD_H
 
-#include "qx_tokenizer.h"
-#include "qx_vocab.h"
+#include "tokenizer/qx_tokenizer.h"
+#include "tokenizer/qx_vocab.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,8 +2,8 @@
    an optional leading character is tried first and dropped again when what must follow it does
    not (backtracking), greedy runs take all they can, and the alternatives are tried in the
    regex's order. The DeepSeek letter list is llama.cpp's, with its ranges written as codepoints. */
-#include "qx_tok_pre.h"
-#include "qx_unicode.h"
+#include "tokenizer/qx_tok_pre.h"
+#include "tokenizer/qx_unicode.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* qx_tok_write.c - see qx_tok_write.h. */
-#include "qx_tok_write.h"
-#include "qx_gguf.h"
-#include "qx_str.h"
+#include "tokenizer/qx_tok_write.h"
+#include "formats/qx_gguf.h"
+#include "support/qx_str.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -31,8 +31,8 @@
 #ifndef QX_TOK_WRITE_H
 #define QX_TOK_WRITE_H
 
-#include "qx_json.h"
-#include "qx_vocab.h"
+#include "formats/qx_json.h"
+#include "tokenizer/qx_vocab.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,9 +8,9 @@
    still holds the id it was pushed with, its right node is still the left's successor and holds its
    id: only then does (score, position) describe a pair that exists now, and every current pair has
    such an entry, so the heap top is exactly run.c's choice. */
-#include "qx_tokenizer.h"
-#include "qx_vocab.h"
-#include "qx_file.h"
+#include "tokenizer/qx_tokenizer.h"
+#include "tokenizer/qx_vocab.h"
+#include "support/qx_file.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -30,7 +30,7 @@
 #ifndef QX_TOKENIZER_H
 #define QX_TOKENIZER_H
 
-#include "qx_store.h"
+#include "support/qx_store.h"
 
 #ifdef __cplusplus
 extern "C" {

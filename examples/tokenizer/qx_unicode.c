@@ -2,7 +2,7 @@
    range table would need mutable state, so it is a binary search for every codepoint (the table's
    first entries are ASCII, so those are found in ~11 steps; the tokenizers call this once per
    codepoint of text). */
-#include "qx_unicode.h"
+#include "tokenizer/qx_unicode.h"
 
 int qx_ucat(uint32_t cp) {
     int32_t lo = 0, hi = qx_unicode_n_ranges - 1;

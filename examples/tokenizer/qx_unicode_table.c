@@ -2,7 +2,7 @@
    (Unicode 14.0.0); do not edit. Sorted, disjoint ranges {first, last, class}, classes as in
    qx_unicode.h (1 letter L*, 2 number N*, 3 punctuation P*, 4 symbol S*, 5 mark M*); every
    codepoint outside them is class 0. Entry = {first, (class << 24) | last}, last inclusive. */
-#include "qx_unicode.h"
+#include "tokenizer/qx_unicode.h"
 
 const uint32_t qx_unicode_ranges[][2] = {
     {0x21, 0x3000023}, {0x24, 0x4000024}, {0x25, 0x300002A}, {0x2B, 0x400002B}, {0x2C, 0x300002F},

@@ -6,8 +6,8 @@
    node asc), priority = the merged token's score (SPM) or -rank (merges list). An entry is stale
    when either node was emptied or the pair's combined length changed (lengths only grow), which is
    llama.cpp's test; stale entries are dropped when popped. */
-#include "qx_vocab.h"
-#include "qx_unicode.h"
+#include "tokenizer/qx_vocab.h"
+#include "tokenizer/qx_unicode.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -28,8 +28,8 @@
 #ifndef QX_VOCAB_H
 #define QX_VOCAB_H
 
-#include "qx_store.h"
-#include "qx_tok_pre.h"
+#include "support/qx_store.h"
+#include "tokenizer/qx_tok_pre.h"
 
 #ifdef __cplusplus
 extern "C" {
