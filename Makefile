@@ -3,6 +3,7 @@
 #   make demo       the whole story on an embedded default model
 #   make test       every test program; ends with "N passed, M failed, K skipped"
 #   make matrix     the compiler / language / ISA matrix of quarot_impl_test.c
+#   make check-layers  no back-arrow between the tool's folders (tools/check_layers.sh)
 #   make test-san   the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make test-neon  the tests cross-compiled for aarch64 (NEON) and run under qemu-user
 #   make fuzz       libFuzzer harnesses of the checkpoint readers, FUZZ_SECONDS each
@@ -20,9 +21,9 @@ WARN_STRICT = -Wall -Wextra -pedantic -Werror -Wshadow -Wstrict-prototypes -Wmis
               -Wconversion -Wdouble-promotion -Wundef
 WARN        = -Wall -Wextra -pedantic -Werror -Wshadow
 # The tool's parts live in one folder each under examples/ (support/, formats/, tokenizer/, model/,
-# pipeline/, eval/, engine/, cli/; a folder includes only itself and the ones before it): every .c
-# there goes into libqx.a. One include root: quarot.h from the top, the tool's headers with their
-# folder ("formats/qx_gguf.h").
+# pipeline/, eval/, engine/, cli/; a folder includes only itself and the ones before it, make
+# check-layers): every .c there goes into libqx.a. One include root: quarot.h from the top, the
+# tool's headers with their folder ("formats/qx_gguf.h").
 CFLAGS_BASE = -std=c99 $(OPT) -g $(ARCH) $(SAN) -I. -Iexamples -D_POSIX_C_SOURCE=200809L
 LDLIBS      = -lm
 LDFLAGS     ?=
@@ -47,7 +48,7 @@ BENCH_BLAS_CFLAGS = -DBENCH_HAVE_CBLAS -I$(dir $(firstword $(OPENBLAS_H)))
 BENCH_BLAS_LIBS   = -lopenblas
 endif
 
-.PHONY: all test demo bench matrix test-san test-neon fuzz clean
+.PHONY: all test demo bench matrix check-layers test-san test-neon fuzz clean
 all: $(LIBQX) $(EXAMPLES) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 
 $(BUILD)/lib/support/quarot_impl.o: examples/support/quarot_impl.c quarot.h
@@ -89,6 +90,10 @@ bench: $(BENCHES)
 
 matrix:
 	@tests/matrix.sh
+
+# one check, counted as CI's steps count theirs
+check-layers:
+	@if sh tools/check_layers.sh; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; exit 1; fi
 
 test-san:
 	$(MAKE) test BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
