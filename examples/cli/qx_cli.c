@@ -95,8 +95,12 @@ void qx_cli_info(qx_cli* cli, const char* fmt, ...) {
 }
 
 int qx_cli_end_of_options(int argc, char** argv) {
+    return qx_cli_end_of_options_at(argc, argv, 2);
+}
+
+int qx_cli_end_of_options_at(int argc, char** argv, int first) {
     int i, k;
-    for (i = 2; i < argc && strcmp(argv[i], "--") != 0; ++i) {}
+    for (i = first; i < argc && strcmp(argv[i], "--") != 0; ++i) {}
     if (i >= argc) return argc;
     for (k = i; k + 1 < argc; ++k) argv[k] = argv[k + 1];
     argv[--argc] = NULL;

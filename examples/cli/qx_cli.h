@@ -59,6 +59,8 @@ void qx_cli_info(qx_cli* cli, const char* fmt, ...);
    later argument that starts with '-' (but "-") into "./" + it, the same relative path that no
    option parser takes for an option. Returns the new argc. */
 int qx_cli_end_of_options(int argc, char** argv);
+/* The same from argv[first] on (the dispatcher's argv: 2, past the command's name; a command's: 1). */
+int qx_cli_end_of_options_at(int argc, char** argv, int first);
 
 /* Option parsing: argv[*i] is an option; if it is `name` (--name VALUE or --name=VALUE), store the
    value's pointer in *value, advance *i past it and return 1; return 0 when it is another option;
