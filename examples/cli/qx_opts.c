@@ -273,10 +273,9 @@ const qx_opt_group qx_opts_common_group = {NULL, qx__common_opts, NULL};
 
 static const qx_opt qx__input_opts[] = {
     {QX_OPT_STRING, "--tokenizer", .arg = "FILE", QX_AT(qx_opts_input, tokenizer), .id = QX_INPUT_TOKENIZER,
-     .def = "the model's own: GGUF metadata (tokenizer.ggml.*), tokenizer.json (+ tokenizer_config.json) beside it or in its "
-            "directory, tok<vocab>.bin / tok512.bin / tokenizer.bin beside a llama2.c model",
-     .help = "the tokenizer: a GGUF file, a tokenizer.json (or a directory holding one) or a llama2.c tokenizer.bin; see quarot "
-             "tokenize --help"},
+     .def = "the model's own: GGUF metadata, tokenizer.json beside it, tok<vocab>.bin / tok512.bin / tokenizer.bin beside a "
+            "llama2.c model",
+     .help = "a GGUF file, a tokenizer.json (or a directory holding one) or a llama2.c tokenizer.bin"},
     {QX_OPT_STRING, "--tokens", .arg = "FILE", QX_AT(qx_opts_input, tokens), .id = QX_INPUT_TOKENS,
      .help = "token ids instead of --text: whitespace separated or a JSON array (e.g. quarot tokenize MODEL --text T --no-bos "
              "--ids-only); stream windowing, every window starting with the tokenizer's BOS when one is found"},

@@ -190,6 +190,10 @@ typedef struct qx_opts_windowing {
 extern const qx_opt_group qx_opts_windowing_group;
 void qx_opts_windowing_init(qx_opts_windowing* w);
 
+/* ---- the commands' options (each in its examples/cli/qx_cmd_<name>.c) ---- */
+extern const qx_opts_cmd qx_cmd_rotate_spec, qx_cmd_quantize_spec, qx_cmd_eval_spec, qx_cmd_inspect_spec, qx_cmd_plot_spec,
+    qx_cmd_calibrate_spec, qx_cmd_run_spec, qx_cmd_tokenize_spec, qx_cmd_generate_spec, qx_cmd_demo_spec;
+
 #ifdef __cplusplus
 }
 #endif
