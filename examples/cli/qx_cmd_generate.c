@@ -38,7 +38,7 @@ static const qx_opt generate_table[] = {
     {QX_OPT_FLOAT, "--top-p", .arg = "P", QX_AT(generate_opts, top_p), .flo = 0.0, .fhi = 1.0, .def = "0.9",
      .help = "nucleus sampling: draw from the smallest set of tokens holding mass P (1 = all tokens); only with --temp > 0"},
     {QX_OPT_INT, "--seed", .arg = "S", QX_AT(generate_opts, seed), .lo = 0, .hi = INT64_MAX, .def = "0",
-     .help = "seed of the sampler (quarot_rng, the same on every platform)"},
+     .help = "seed of the sampler: quarot_rng, the same on every platform"},
     {QX_OPT_INT, "--w-bits", .arg = "N", QX_AT(generate_opts, w_bits), QX_GIVEN(generate_opts, w_given), .lo = 2, .hi = 16,
      .fn = check_bits, .def = "16 = FP32",
      .help = "decoder-linear weights: RTN symmetric per output channel (or --group-size), 2..8 bits; 2..4 bits run the packed int4 "

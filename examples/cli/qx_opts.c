@@ -314,7 +314,7 @@ static const qx_opt qx__rotation_opts[] = {
              "learned R (stage 2: R1 = H*R)"},
     {QX_OPT_INT, "--seed", .arg = "N", QX_AT(qx_opts_rotation, seed), QX_GIVEN(qx_opts_rotation, seed_given), .lo = 0,
      .hi = INT64_MAX, .id = QX_ROTATION_SEED, .def = "0", .ref = "--seed",
-     .help = "seed of the random Hadamard signs and random matrices (R1, R2, stage 1's H)"},
+     .help = "seed of the random Hadamard signs and random matrices: R1, R2, stage 1's H"},
     {QX_OPT_INT, "--block-size", .arg = "N", QX_AT(qx_opts_rotation, block_size), QX_GIVEN(qx_opts_rotation, block_given),
      .lo = -1, .hi = INT64_MAX, .fn = qx__block_nonzero, .id = QX_ROTATION_BLOCK, .def = "-1",
      .help = "R1 as block-diagonal Hadamard blocks of N (must divide hidden); -1 = full hidden"},
