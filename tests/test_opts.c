@@ -48,7 +48,8 @@ static const qx_opt t_table[] = {
     {QX_OPT_FLOAT, "--fx", .arg = "F", QX_AT(t_opts, fx), .flo = -1.0, .fhi = 1.0, .help = "a float"},
     {QX_OPT_STRING, "--s", "-s", .arg = "TEXT", QX_AT(t_opts, s),
      .help = "a string option whose help text is long enough to be wrapped over more than one line of the help, so that the "
-             "wrapping can be seen at work\n  an indented paragraph of its own\nand a last one"},
+             "wrapping can be seen at work\n  an indented paragraph of its own\n  term  whose description is long enough to go on over "
+             "the line's end, aligned with its first word\nand a last one"},
     {QX_OPT_CHOICE, "--pick", QX_AT(t_opts, pick), QX_GIVEN(t_opts, pick_given), .choices = t_picks, .help = "a word"},
     {QX_OPT_CHOICE, "--pair", .arg = "SIDE", QX_AT(t_opts, pair), .choices = t_pairs, .bad = "is neither left nor right",
      .help = "a side"},
@@ -240,7 +241,8 @@ static void test_help(void) {
     QT_CHECKF(longest <= 100, "a help line of %d columns", longest);
     s = strstr(h, "a string option");
     QT_CHECK(s && strstr(s, "\n") < strstr(s, "at work"));
-    QT_CHECK(s && strstr(s, "\n    ") && strstr(s, "  an indented paragraph") && strstr(s, "\n") && strstr(s, "and a last one"));
+    QT_CHECK(s && strstr(s, "\n                          an indented paragraph of its own\n") && strstr(s, "\n                        and a last one\n"));
+    QT_CHECKF(s && strstr(s, "\n                          term  whose description") && strstr(s, "\n                                aligned with"), "%s", s);
     /* --help through the parser: exit code 0 */
     fflush(stdout);
     {

@@ -175,34 +175,43 @@ static int qx__opt_names(const qx_opt* o, char* buf, size_t cap) {
 }
 
 /* text from column pos (the cursor), wrapped before QX__OPTS_WIDTH with further lines at col; each
-   '\n' starts a paragraph on a new line, indented by its leading spaces. */
+   '\n' starts a paragraph on a new line, indented by its leading spaces; in an indented paragraph a
+   first word followed by two spaces or more is a term whose description the further lines align
+   with ("  stream  the whole text ..."). */
 static void qx__opts_wrap(FILE* f, const char* text, int col, int pos) {
     const char* s = text;
-    int indent = 0, first = 1;
+    int hang = col, fresh = 1, term = 0;
     while (*s) {
-        const char* w;
-        int len;
+        const char *w, *sp;
+        int len, gap;
         if (*s == '\n') {
-            ++s;
-            indent = 0;
-            while (*s == ' ') { ++indent; ++s; }
+            int indent = 0;
+            for (++s; *s == ' '; ++s) ++indent;
             fprintf(f, "\n%*s", col + indent, "");
-            pos = col + indent;
-            first = 1;
+            pos = hang = col + indent;
+            fresh = 1;
+            term = indent > 0;
             continue;
         }
-        if (*s == ' ') { ++s; continue; }
+        for (sp = s; *s == ' '; ++s) {}
+        gap = (int)(s - sp);
+        if (!*s || *s == '\n') continue;
         for (w = s; *s && *s != ' ' && *s != '\n'; ++s) {}
         len = (int)(s - w);
-        if (!first && pos + 1 + len > QX__OPTS_WIDTH) {
-            fprintf(f, "\n%*s", col + indent, "");
-            pos = col + indent;
-            first = 1;
+        if (!fresh && pos + gap + len > QX__OPTS_WIDTH) {
+            fprintf(f, "\n%*s", hang, "");
+            pos = hang;
+            fresh = 1;
         }
-        if (!first) { fputc(' ', f); ++pos; }
+        if (!fresh) { fprintf(f, "%*s", gap, ""); pos += gap; }
         fwrite(w, 1, (size_t)len, f);
         pos += len;
-        first = 0;
+        fresh = 0;
+        if (term) {
+            for (sp = s; *sp == ' '; ++sp) {}
+            if (sp - s >= 2) hang = pos + (int)(sp - s);
+            term = 0;
+        }
     }
     fputc('\n', f);
 }
@@ -277,8 +286,9 @@ static const qx_opt qx__input_opts[] = {
             "llama2.c model",
      .help = "a GGUF file, a tokenizer.json (or a directory holding one) or a llama2.c tokenizer.bin"},
     {QX_OPT_STRING, "--tokens", .arg = "FILE", QX_AT(qx_opts_input, tokens), .id = QX_INPUT_TOKENS,
-     .help = "token ids instead of --text: whitespace separated or a JSON array (e.g. quarot tokenize MODEL --text T --no-bos "
-             "--ids-only); stream windowing, every window starting with the tokenizer's BOS when one is found"},
+     .help = "token ids in place of the text (--text, or a run configuration's dataset): whitespace separated or a JSON array "
+             "(e.g. quarot tokenize MODEL --text T --no-bos --ids-only); stream windowing, every window starting with the "
+             "tokenizer's BOS when one is found"},
     {QX_OPT_STRING, "--hooks", .arg = "FILE", QX_AT(qx_opts_input, hooks), .id = QX_INPUT_HOOKS,
      .def = "the one `quarot rotate --online` wrote beside it, MODEL.quarot-online or MODEL/quarot_online.txt",
      .help = "the model's online hook file; its weights digest must match the model"},
@@ -399,9 +409,7 @@ static const qx_opt qx__windowing_opts[] = {
              "\n  docs    the text is split into documents at blank lines (lines empty or holding only spaces, tabs, CR); each "
              "document is encoded on its own and cut into chunks of seq_len-1 tokens, the last partial one included; each "
              "chunk becomes a window [BOS] + chunk from position 0 (a long document continues in further windows with a fresh "
-             "BOS); windows follow file order."
-             "\nEither way perplexity = exp(mean negative log-likelihood over every scored token), log-softmax in double "
-             "precision."},
+             "BOS); windows follow file order."},
     {QX_OPT_END}
 };
 const qx_opt_group qx_opts_windowing_group = {NULL, qx__windowing_opts, NULL};
