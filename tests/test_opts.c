@@ -56,7 +56,7 @@ static const qx_opt t_table[] = {
     {QX_OPT_CUSTOM, "--custom", .arg = "V", .fn = t_custom, .help = "counts the bytes of its values"},
     {QX_OPT_END}
 };
-static const qx_opt_group t_group = {"options:", t_table, "  (a note after the group)\n"};
+static const qx_opt_group t_group = {"options:", t_table, "(a note after the group)"};
 
 static const qx_opts_cmd t_cmd = {
     .name = "t",

@@ -124,7 +124,7 @@ int qx_opts_parse(const qx_opts_cmd* cmd, qx_cli* cli, int argc, char** argv, vo
             }
             return qx_cli_fail(cli, QX_EXIT_USAGE, "unexpected argument '%s' (one %s; see quarot %s --help)", a, cmd->operands[0].name, cmd->name);
         }
-        for (u = cmd->uses; u->group && !o; ++u)
+        for (u = cmd->uses; u < cmd->uses + QX_OPTS_MAX_USES && u->group && !o; ++u)
             for (p = u->group->opts; p->kind != QX_OPT_END; ++p)
                 if (qx_opts_takes(u, p) && ((n = qx__opt_match(p, p->name, a)) != 0 || (n = qx__opt_match(p, p->alias, a)) != 0)) {
                     o = p;
@@ -228,21 +228,26 @@ static void qx__opt_text(const qx_opt* o, char* buf, size_t cap) {
     }
 }
 
+static void qx__opts_help_line(FILE* f, int col) {
+    fprintf(f, "  -h, --help%*sthis text\n", col > 12 ? col - 12 : 2, "");
+}
+
 void qx_opts_help(const qx_opts_cmd* cmd, FILE* f) {
-    const qx_opt_use* u;
+    const qx_opt_use *u, *end = cmd->uses + QX_OPTS_MAX_USES;
     const qx_opt* o;
     char names[256], text[4096];
-    int col = 0;
+    int col = 0, help_done = 0;
     qx__opts_synopsis(cmd, text, sizeof text);
     fprintf(f, "usage: quarot %s %s\n", cmd->name, text);
     if (cmd->about) fprintf(f, "\n%s", cmd->about);
-    for (u = cmd->uses; u->group; ++u)
+    for (u = cmd->uses; u < end && u->group; ++u)
         for (o = u->group->opts; o->kind != QX_OPT_END; ++o) {
             int n = qx_opts_takes(u, o) ? qx__opt_names(o, names, sizeof names) + 2 : 0;
             if (n <= QX__OPTS_COL_MAX && n > col) col = n;
         }
-    for (u = cmd->uses; u->group; ++u) {
+    for (u = cmd->uses; u < end && u->group; ++u) {
         const char* title = u->title ? u->title : u->group->title;
+        if (title && u != cmd->uses && !help_done) { qx__opts_help_line(f, col); help_done = 1; }   /* ends the first section */
         if (title) fprintf(f, "\n%s\n", title);
         for (o = u->group->opts; o->kind != QX_OPT_END; ++o) {
             int n;
@@ -254,10 +259,12 @@ void qx_opts_help(const qx_opts_cmd* cmd, FILE* f) {
             qx__opt_text(o, text, sizeof text);
             qx__opts_wrap(f, text, col, n);
         }
-        if (u->group->note) fputs(u->group->note, f);
+        if (u->group->note) {
+            fputs("  ", f);
+            qx__opts_wrap(f, u->group->note, 2, 2);
+        }
     }
-    fputs("  -h, --help", f);
-    fprintf(f, "%*sthis text\n", col > 12 ? col - 12 : 2, "");
+    if (!help_done) qx__opts_help_line(f, col);
     if (cmd->epilog) {
         fputc('\n', f);
         if (cmd->epilog_arg) fprintf(f, cmd->epilog, cmd->epilog_arg());

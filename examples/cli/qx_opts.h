@@ -98,7 +98,7 @@ typedef struct qx_opt_operand {
     size_t off;                    /* a const char* in the command's options */
 } qx_opt_operand;
 
-#define QX_OPTS_MAX_USES 12
+#define QX_OPTS_MAX_USES 16
 
 typedef struct qx_opts_cmd {
     const char* name;              /* "rotate" */
