@@ -257,13 +257,138 @@ static void test_help(void) {
     }
 }
 
+/* ---- the commands of the tool -------------------------------------------------------------- */
+
+static const qx_opts_cmd* const g_cmds[] = {&qx_cmd_rotate_spec,    &qx_cmd_quantize_spec, &qx_cmd_eval_spec,     &qx_cmd_inspect_spec,
+                                            &qx_cmd_plot_spec,      &qx_cmd_calibrate_spec, &qx_cmd_run_spec,     &qx_cmd_tokenize_spec,
+                                            &qx_cmd_generate_spec,  &qx_cmd_demo_spec};
+#define N_CMDS ((int)(sizeof g_cmds / sizeof g_cmds[0]))
+static int g_have_bin;
+
+/* Calls fn(cmd, use, entry) for every entry cmd accepts. */
+static void each_option(const qx_opts_cmd* c, void (*fn)(const qx_opts_cmd*, const qx_opt*, void*), void* user) {
+    const qx_opt_use* u;
+    const qx_opt* p;
+    for (u = c->uses; u < c->uses + QX_OPTS_MAX_USES && u->group; ++u)
+        for (p = u->group->opts; p->kind != QX_OPT_END; ++p)
+            if (qx_opts_takes(u, p)) fn(c, p, user);
+}
+
+typedef struct name_set {
+    const char* names[256];
+    int n, dup;
+    char what[128];
+} name_set;
+
+static void add_name(name_set* s, const char* c, const char* name) {
+    int i;
+    for (i = 0; i < s->n; ++i)
+        if (strcmp(s->names[i], name) == 0 && !s->dup) { s->dup = 1; snprintf(s->what, sizeof s->what, "%s %s", c, name); }
+    if (s->n < 256) s->names[s->n++] = name;
+}
+
+static void collect(const qx_opts_cmd* c, const qx_opt* p, void* user) {
+    name_set* s = (name_set*)user;
+    add_name(s, c->name, p->name);
+    if (p->alias) add_name(s, c->name, p->alias);
+    QT_CHECKF(p->name[0] == '-' && (!p->alias || p->alias[0] == '-'), "%s: %s", c->name, p->name);
+    QT_CHECKF(p->kind != QX_OPT_CHOICE || (p->choices && p->choices[0].word), "%s %s: a choice without words", c->name, p->name);
+    QT_CHECKF(p->kind != QX_OPT_CUSTOM || p->fn, "%s %s: a callback entry without callback", c->name, p->name);
+    QT_CHECKF(p->help && p->help[0], "%s %s: no help text", c->name, p->name);
+}
+
+/* Every command's tables: names start with '-', each is accepted once, entries are complete, and
+   the tool's command list (quarot --help) is the list of specs. */
+static void test_command_tables(void) {
+    int i, n_listed = 0;
+    const char* p;
+    for (i = 0; i < N_CMDS; ++i) {
+        name_set s;
+        memset(&s, 0, sizeof s);
+        each_option(g_cmds[i], collect, &s);
+        QT_CHECKF(!s.dup, "accepted twice: %s", s.what);
+        QT_CHECKF(s.n > 0, "%s accepts no option", g_cmds[i]->name);
+    }
+    if (!g_have_bin) { QT_SKIP("no quarot binary"); return; }
+    QT_EQ_INT(CLI("--help"), 0);
+    p = strstr(g_out, "\ncommands:\n");
+    QT_CHECK(p != NULL);
+    for (p = p ? p + 11 : g_out + strlen(g_out); strncmp(p, "  ", 2) == 0; p = strchr(p, '\n') + 1) {
+        char name[32];
+        int found = 0;
+        if (sscanf(p, " %31s", name) != 1) break;
+        for (i = 0; i < N_CMDS; ++i) found |= strcmp(g_cmds[i]->name, name) == 0;
+        QT_CHECKF(found, "quarot --help lists '%s', which has no option spec here", name);
+        ++n_listed;
+        if (!strchr(p, '\n')) break;
+    }
+    QT_EQ_INT(n_listed, N_CMDS);
+}
+
+/* the help line of an entry, "\n  -o, --output" / "\n  --w-asym, --asym" / "\n  --seed", in the tool's help */
+static void listed(const qx_opts_cmd* c, const qx_opt* p, void* user) {
+    char want[128];
+    const char* at;
+    (void)user;
+    if (!p->alias) snprintf(want, sizeof want, "\n  %s", p->name);
+    else if (p->alias[1] != '-') snprintf(want, sizeof want, "\n  %s, %s", p->alias, p->name);
+    else snprintf(want, sizeof want, "\n  %s, %s", p->name, p->alias);
+    for (at = strstr(g_out, want); at && at[strlen(want)] != ' ' && at[strlen(want)] != '\n'; at = strstr(at + 1, want)) {}
+    QT_CHECKF(at != NULL, "quarot %s --help does not list '%s'", c->name, want + 3);
+}
+
+/* the tool takes the option: a valued one without its value is that usage error; a flag is passed
+   over to the next word (here an unknown option) */
+static void wired(const qx_opts_cmd* c, const qx_opt* p, void* user) {
+    char want[256];
+    const char* names[2];
+    int k;
+    (void)user;
+    names[0] = p->name;
+    names[1] = p->alias;
+    for (k = 0; k < 2 && names[k]; ++k) {
+        if (p->kind == QX_OPT_FLAG || p->kind == QX_OPT_FLAG_OFF) {
+            QT_EQ_INT(CLI("%s %s --zz-not-an-option", c->name, names[k]), 1);
+            snprintf(want, sizeof want, "quarot %s: unknown %s '--zz-not-an-option' (see quarot %s --help)\n", c->name,
+                     c->operands[0].name ? "option" : "argument", c->name);
+        } else {
+            QT_EQ_INT(CLI("%s %s", c->name, names[k]), 1);
+            snprintf(want, sizeof want, "quarot %s: option %s needs a value (see quarot %s --help)\n", c->name, names[k], c->name);
+        }
+        QT_CHECKF(strcmp(g_err, want) == 0, "quarot %s %s: %s", c->name, names[k], g_err);
+    }
+}
+
+static void test_command_help(void) {
+    int i;
+    if (!g_have_bin) { QT_SKIP("no quarot binary"); return; }
+    for (i = 0; i < N_CMDS; ++i) {
+        char usage[64];
+        QT_EQ_INT(CLI("%s --help", g_cmds[i]->name), 0);
+        snprintf(usage, sizeof usage, "usage: quarot %s ", g_cmds[i]->name);
+        QT_CHECKF(strncmp(g_out, usage, strlen(usage)) == 0 && g_err[0] == '\0', "quarot %s --help: %.80s", g_cmds[i]->name, g_out);
+        each_option(g_cmds[i], listed, NULL);
+        QT_CHECKF(strstr(g_out, "\n  -h, --help ") != NULL, "quarot %s --help does not list -h, --help", g_cmds[i]->name);
+    }
+}
+
+static void test_command_options(void) {
+    int i;
+    if (!g_have_bin) { QT_SKIP("no quarot binary"); return; }
+    for (i = 0; i < N_CMDS; ++i) each_option(g_cmds[i], wired, NULL);
+}
+
 int main(int argc, char** argv) {
     (void)argc;
-    (void)argv;
     QT_RUN(test_flags_and_values);
     QT_RUN(test_ranges);
     QT_RUN(test_choices_and_missing);
     QT_RUN(test_operands);
     QT_RUN(test_help);
+    g_have_bin = cu_start(argv[0], "test_opts");
+    QT_RUN(test_command_tables);
+    QT_RUN(test_command_help);
+    QT_RUN(test_command_options);
+    if (g_have_bin) cu_finish();
     return qt_finish("test_opts");
 }

@@ -62,16 +62,10 @@ int qx_cli_end_of_options(int argc, char** argv);
 /* The same from argv[first] on (the dispatcher's argv: 2, past the command's name; a command's: 1). */
 int qx_cli_end_of_options_at(int argc, char** argv, int first);
 
-/* Option parsing: argv[*i] is an option; if it is `name` (--name VALUE or --name=VALUE), store the
-   value's pointer in *value, advance *i past it and return 1; return 0 when it is another option;
-   -1 (after printing the usage error) when the value is missing. */
-int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, const char** value);
-/* Parse numbers with range checks; print a usage error and return 0 on failure. */
+/* Option parsing is qx_opts.h's. Numbers with range checks (its integer and number options); print
+   a usage error and return 0 on failure. */
 int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out);
 int qx_cli_float(qx_cli* cli, const char* opt, const char* s, double lo, double hi, double* out);
-/* --windowing stream|docs (eval, calibrate, run) -> QX_WINDOWING_STREAM / _DOCS (qx_eval.h); prints a
-   usage error and returns 0 otherwise. */
-int qx_cli_windowing(qx_cli* cli, const char* s, int* out);
 
 /* Load a model of any supported format into out (initialized here): a llama2.c checkpoint (.bin:
    legacy v0 or version-1 float32 export), a Hugging Face directory (config.json + safetensors,
