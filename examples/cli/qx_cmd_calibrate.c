@@ -77,7 +77,8 @@ const qx_opts_cmd qx_cmd_calibrate_spec = {
              {&qx_opts_windowing_group, offsetof(calibrate_opts, w), 0, NULL},
              {&qx_opts_input_group, offsetof(calibrate_opts, in), QX_INPUT_TOKENIZER | QX_INPUT_TOKENS | QX_INPUT_HOOKS, NULL},
              {&qx_opts_common_group, offsetof(calibrate_opts, c), QX_COMMON_THREADS | QX_COMMON_QUIET_Q | QX_COMMON_FORCE, NULL}},
-    .epilog = "stderr: progress and one line per optimizer step (loss, best loss, polar iterations), unless --quiet.\n"
+    .epilog = "stderr (not with --quiet): progress and one line per optimizer step (loss, best loss, polar\n"
+              "iterations).\n"
               "stdout: what was captured, the loss of the starting random Hadamard beside the final one, the time.\n"
               "Memory (layer-wise): MODEL stays memory-mapped in its stored dtype; the norm fusion is written layer\n"
               "by layer to a temporary file in $TMPDIR (default /tmp; the model's size on disk, removed once\n"

@@ -32,10 +32,10 @@ static const qx_opt_group tokenize_group = {"options:", tokenize_table, NULL};
 const qx_opts_cmd qx_cmd_tokenize_spec = {
     .name = "tokenize",
     .synopsis = "MODEL|--tokenizer FILE (--text FILE | --prompt TEXT) [options]",
-    .about = "Encodes a text with a model's tokenizer and prints the token ids and pieces. The tokenizer comes with\n"
-             "MODEL: GGUF metadata (tokenizer.ggml.*), tokenizer.json (+ tokenizer_config.json) in a Hugging Face\n"
-             "directory, or tok<vocab>.bin / tok512.bin / tokenizer.bin beside a llama2.c model; --tokenizer FILE\n"
-             "gives it instead.\n",
+    .about = "Encodes a text with a model's tokenizer and prints the token ids and pieces. The tokenizer comes\n"
+             "with MODEL: GGUF metadata (tokenizer.ggml.*), tokenizer.json (+ tokenizer_config.json) in a Hugging\n"
+             "Face directory, or tok<vocab>.bin / tok512.bin / tokenizer.bin beside a llama2.c model; --tokenizer\n"
+             "FILE gives it instead.\n",
     .operands = {{"MODEL", offsetof(tokenize_opts, model)}},
     .uses = {{&tokenize_group, 0, 0, NULL},
              {&qx_opts_input_group, offsetof(tokenize_opts, in), QX_INPUT_TOKENIZER, NULL},
