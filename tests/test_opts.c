@@ -70,16 +70,20 @@ static const qx_opts_cmd t_cmd = {
 static const qx_opts_cmd t_one = {.name = "t1", .operands = {{"MODEL", offsetof(t_opts, a)}}, .uses = {{&t_group, 0, 0, NULL}}};
 static const qx_opts_cmd t_none = {.name = "t0", .uses = {{&t_group, 0, 0, NULL}}};
 
-/* Parses the words of line (space separated) with cmd into *o (zeroed first, neg = 1); stderr into g_msg. */
+/* Parses the words of line (space separated) with cmd into *o (zeroed first, neg = 1); stderr into g_msg.
+   The operands after "--" that the parser rewrites ("./-x", allocated) are freed at the next call. */
 static int parse(const qx_opts_cmd* cmd, const char* line, t_opts* o) {
     static char buf[4096];
-    char* argv[64];
-    int argc = 0, rc, fd, saved;
+    static char* argv[64];
+    static char* made[64];
+    static int n_made;
+    int argc = 0, rc, fd, saved, k;
     char path[64] = "/tmp/qx_test_opts_XXXXXX";
     qx_cli cli;
     FILE* f;
     size_t n;
     char* p;
+    while (n_made > 0) free(made[--n_made]);
     snprintf(buf, sizeof buf, "%s %s", cmd->name, line);
     for (p = strtok(buf, " "); p && argc < 63; p = strtok(NULL, " ")) argv[argc++] = p;
     argv[argc] = NULL;
@@ -91,6 +95,8 @@ static int parse(const qx_opts_cmd* cmd, const char* line, t_opts* o) {
     dup2(fd, 2);
     qx_cli_init(&cli, cmd->name, 0);
     rc = qx_opts_parse(cmd, &cli, argc, argv, o);
+    for (k = 0; k < argc && argv[k]; ++k)
+        if (argv[k] < buf || argv[k] >= buf + sizeof buf) made[n_made++] = argv[k];
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
