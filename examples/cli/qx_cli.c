@@ -95,8 +95,12 @@ void qx_cli_info(qx_cli* cli, const char* fmt, ...) {
 }
 
 int qx_cli_end_of_options(int argc, char** argv) {
+    return qx_cli_end_of_options_at(argc, argv, 2);
+}
+
+int qx_cli_end_of_options_at(int argc, char** argv, int first) {
     int i, k;
-    for (i = 2; i < argc && strcmp(argv[i], "--") != 0; ++i) {}
+    for (i = first; i < argc && strcmp(argv[i], "--") != 0; ++i) {}
     if (i >= argc) return argc;
     for (k = i; k + 1 < argc; ++k) argv[k] = argv[k + 1];
     argv[--argc] = NULL;
@@ -111,20 +115,6 @@ int qx_cli_end_of_options(int argc, char** argv) {
     return argc;
 }
 
-int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, const char** value) {
-    const char* a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') { *value = a + n + 1; return 1; }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) {
-        qx_cli_fail(cli, QX_EXIT_USAGE, "option %s needs a value (see quarot %s --help)", name, cli->cmd);
-        return -1;
-    }
-    *value = argv[++*i];
-    return 1;
-}
-
 int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out) {
     char* end;
     long long v;
@@ -135,16 +125,6 @@ int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t 
         return 0;
     }
     *out = (int64_t)v;
-    return 1;
-}
-
-int qx_cli_windowing(qx_cli* cli, const char* s, int* out) {
-    if (strcmp(s, "stream") == 0) *out = QX_WINDOWING_STREAM;
-    else if (strcmp(s, "docs") == 0) *out = QX_WINDOWING_DOCS;
-    else {
-        qx_cli_fail(cli, QX_EXIT_USAGE, "--windowing: '%s' is neither stream nor docs", s);
-        return 0;
-    }
     return 1;
 }
 

@@ -18,6 +18,7 @@
 #include "formats/qx_load.h"
 #include "model/qx_logits.h"
 #include "support/qx_str.h"
+#include "cli/qx_opts.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,26 +26,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void demo_usage(FILE* f) {
-    fprintf(f,
-        "usage: quarot demo [--synthetic-only] [--windows N] [--quiet]\n"
-        "\n"
-        "The whole QuaRot story on an embedded default: a small synthetic LLaMA (generated in-process from\n"
-        "a fixed seed, with outlier channels as real LLMs have) is rotated, checked for equivalence, and\n"
-        "its quantization error and W4A4 / W8A4 perplexity are measured before and after rotation. When\n"
-        "../shared/models/stories260K is found (next to the current directory or to the binary; or under\n"
-        "$QUAROT_SHARED), the same runs on it with a few windows of ../shared/data/tinystories_eval.txt,\n"
-        "plus its greedy text before and after. Takes a few seconds.\n"
-        "\n"
-        "options:\n"
-        "  --synthetic-only   skip stories260K even when it is there\n"
-        "  --windows N        perplexity windows per model (default 8; fewer is faster)\n"
-        "  --quiet            no progress on stderr\n"
-        "  --help             this text\n"
-        "\n"
-        "Exit codes: 0 ok, 1 usage, 2 input (a shared file exists but cannot be read), 4 a check failed\n"
-        "(the rotated model does not compute the same function), 5 internal.\n");
-}
+typedef struct demo_opts {
+    int synthetic_only;
+    int64_t windows;
+    qx_opts_common c;
+} demo_opts;
+
+static const qx_opt demo_table[] = {
+    {QX_OPT_FLAG, "--synthetic-only", QX_AT(demo_opts, synthetic_only), .help = "skip stories260K even when it is there"},
+    {QX_OPT_INT, "--windows", .arg = "N", QX_AT(demo_opts, windows), .lo = 1, .hi = 64, .def = "8",
+     .help = "perplexity windows per model; fewer is faster"},
+    {QX_OPT_END}
+};
+static const qx_opt_group demo_group = {"options:", demo_table, NULL};
+
+const qx_opts_cmd qx_cmd_demo_spec = {
+    .name = "demo",
+    .about = "The whole QuaRot story on an embedded default: a small synthetic LLaMA (generated in-process from\n"
+             "a fixed seed, with outlier channels as real LLMs have) is rotated, checked for equivalence, and\n"
+             "its quantization error and W4A4 / W8A4 perplexity are measured before and after rotation. When\n"
+             "../shared/models/stories260K is found (next to the current directory or to the binary; or under\n"
+             "$QUAROT_SHARED), the same runs on it with a few windows of ../shared/data/tinystories_eval.txt,\n"
+             "plus its greedy text before and after. Takes a few seconds.\n",
+    .uses = {{&demo_group, 0, 0, NULL}, {&qx_opts_common_group, offsetof(demo_opts, c), QX_COMMON_QUIET_Q, NULL}},
+    .epilog = "Exit codes: 0 ok, 1 usage, 2 input (a shared file exists but cannot be read), 4 a check failed\n"
+              "(the rotated model does not compute the same function), 5 internal.\n",
+};
 
 /* ---- captures: one linear input of one layer, copied ([rows][n]) --------------------------- */
 
@@ -446,7 +453,8 @@ static int find_shared(char* out, size_t cap) {
 
 int qx_cmd_demo(int argc, char** argv) {
     qx_cli cli;
-    int quiet = 0, synthetic_only = 0, i, rc;
+    demo_opts o;
+    int rc;
     double t_start = qx_cli_now();
     qx_synth_desc sd;
     qx_store syn;
@@ -457,22 +465,15 @@ int qx_cmd_demo(int argc, char** argv) {
     demo_model dm;
     char shared[4096];
     /* Sizes: wide enough that the outliers stand out and 4-bit hurts, small enough for ~1 s. */
-    int64_t n_win = 8;
+    int64_t n_win;
     const int64_t seq = 128;
 
     qx_cli_init(&cli, "demo", 0);
-    for (i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { demo_usage(stdout); return QX_EXIT_OK; }
-        else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) quiet = 1;
-        else if (strcmp(argv[i], "--synthetic-only") == 0) synthetic_only = 1;
-        else if (strncmp(argv[i], "--windows", 9) == 0 && (argv[i][9] == '\0' || argv[i][9] == '=')) {
-            const char* v = NULL;
-            int got = qx_cli_opt(&cli, argc, argv, &i, "--windows", &v);
-            if (got < 0 || !qx_cli_int(&cli, "--windows", v, 1, 64, &n_win)) return QX_EXIT_USAGE;
-        }
-        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown argument '%s' (see quarot demo --help)", argv[i]);
-    }
-    cli.quiet = quiet;
+    memset(&o, 0, sizeof o);
+    o.windows = 8;
+    if ((rc = qx_opts_parse(&qx_cmd_demo_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
+    cli.quiet = o.c.quiet;
+    n_win = o.windows;
 
     printf("quarot demo: QuaRot rotates a model so that its activations lose their outlier channels, which\n"
            "makes 4-bit activation quantization work. Rotation changes the weights, not the function.\n");
@@ -521,7 +522,7 @@ int qx_cmd_demo(int argc, char** argv) {
     if (rc != QX_EXIT_OK) return rc;
 
     /* Part 2: stories260K, when ../shared has it */
-    if (synthetic_only) {
+    if (o.synthetic_only) {
         printf("\n(stories260K skipped: --synthetic-only)\n");
     } else if (!find_shared(shared, sizeof shared)) {
         printf("\n(stories260K not found: ../shared/models/stories260K/stories260K.bin is absent; part 1 is the demo)\n");
