@@ -6,13 +6,13 @@
 #include "engine/qx_engine.h"
 #include "eval/qx_eval.h"
 #include "eval/qx_evalkit.h"
+#include "support/qx_file.h"
 #include "support/qx_threads.h"
 #include "tokenizer/qx_tokenizer.h"
 #include "formats/qx_load.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static void generate_usage(FILE* f) {
     fprintf(f,
@@ -75,11 +75,6 @@ static quarot_result read_hooks(const char* path, quarot_online_list* list, qx_e
     free(text);
     if (r != QUAROT_OK) qx_err_set(e, "%s: %s", path, msg[0] ? msg : quarot_result_string(r));
     return r;
-}
-
-static int file_exists(const char* p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int qx_cmd_generate(int argc, char** argv) {
@@ -200,8 +195,8 @@ int qx_cmd_generate(int argc, char** argv) {
         if (hooks_opt) snprintf(hook_path, sizeof hook_path, "%s", hooks_opt);
         else {
             snprintf(hook_path, sizeof hook_path, "%s.quarot-online", model_path);
-            if (!file_exists(hook_path)) snprintf(hook_path, sizeof hook_path, "%s/quarot_online.txt", model_path);
-            if (!file_exists(hook_path)) hook_path[0] = '\0';
+            if (!qx_is_file(hook_path)) snprintf(hook_path, sizeof hook_path, "%s/quarot_online.txt", model_path);
+            if (!qx_is_file(hook_path)) hook_path[0] = '\0';
         }
         if (hook_path[0]) {
             r = read_hooks(hook_path, &hooks, &e);
@@ -251,12 +246,12 @@ int qx_cmd_generate(int argc, char** argv) {
     quarot_rng_seed(&rng, (uint64_t)seed);
 
     /* prefill in blocks of max_tokens, printing the prompt as run.c does */
-    t0 = qx_cli_now();
+    t0 = qx_now();
     for (t = 0; t < n_prompt && r == QUAROT_OK; t += en.max_tokens) {
         int64_t nb = n_prompt - t < en.max_tokens ? n_prompt - t : en.max_tokens;
         r = qx_engine_forward(&en, ptoks + t, nb, logits, 0, &e);
     }
-    t_prefill = qx_cli_now() - t0;
+    t_prefill = qx_now() - t0;
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s", e.msg); goto done; }
     for (t = 1; t < n_prompt; ++t) {
         size_t pl;
@@ -264,7 +259,7 @@ int qx_cmd_generate(int argc, char** argv) {
         if (p && qx_tokenizer_safe_piece(p, pl)) fwrite(p, 1, pl, stdout);
     }
     prev = ptoks[n_prompt - 1];
-    t0 = qx_cli_now();
+    t0 = qx_now();
     for (done = 0; done < n_gen && en.pos < en.context; ++done) {
         size_t pl;
         const char* p;
@@ -279,7 +274,7 @@ int qx_cmd_generate(int argc, char** argv) {
             if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s", e.msg); goto done; }
         }
     }
-    t_decode = qx_cli_now() - t0;
+    t_decode = qx_now() - t0;
     printf("\n");
     fflush(stdout);
     qx_cli_info(&cli, "%lld prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.1f tok/s); %d threads; weights %.2f MiB (decoder linears), KV cache %.2f MiB; W%d A%d KV%d%s",

@@ -35,7 +35,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 enum { QZ_GGUF = 1, QZ_PACKED = 2 };
 
@@ -770,11 +769,6 @@ static void qz_on_progress(void* user, const char* stage, int64_t done, int64_t 
     qx_cli_progress(p->cli, done, total, strcmp(stage, "validate") == 0 ? "validating layer" : "rotating + quantizing layer");
 }
 
-static int qz_same_file(const char* a, const char* b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 /* The per-tensor table and totals (stdout). */
 static void qz_summary(const qz_opts* o, const qz_sink* k) {
     int64_t i, nq = 0, nf = 0, ndead = 0;
@@ -1025,7 +1019,7 @@ int qx_cmd_quantize(int argc, char** argv) {
         o.group = QX_GGML_QK;
         no_online = 1;               /* stock llama.cpp applies no online rotation */
     }
-    if (qz_same_file(in, out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", out);
+    if (qx_same_file(in, out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", out);
     if (!dry && !force && qx_path_exists(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out);
     if (!dry && qx_is_dir(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out);
 

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
@@ -20,11 +19,7 @@
 enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3 };
 
 /* profile 1: wall clock; 2: this thread's CPU time (single-thread runs on a shared machine) */
-static double eng_now_clock(int profile) {
-    struct timespec ts;
-    clock_gettime(profile == 2 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double eng_now_clock(int profile) { return profile == 2 ? qx_thread_cpu_now() : qx_now(); }
 
 /* Every allocation of the engine, freed together (also after a failed init). */
 static void* eng_alloc(qx_engine* en, size_t bytes) { return qx_arena_alloc(&en->arena, bytes); }

@@ -66,31 +66,11 @@ quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err
     return QUAROT_OK;
 }
 
-static int qx__is_file(const char* p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap) {
     char dir[4096], names[3][32];
-    struct stat st;
-    size_t k, used = 0;
+    size_t used = 0;
     int i, n_names = 0;
-    /* the directory: the model itself when it is one, else the part before the last '/' */
-    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(dir, sizeof dir, "%s", model_path);
-    } else {
-        const char* slash = strrchr(model_path, '/');
-        if (slash) {
-            k = (size_t)(slash - model_path);
-            if (k >= sizeof dir) k = sizeof dir - 1;
-            memcpy(dir, model_path, k);
-            dir[k] = '\0';
-            if (k == 0) snprintf(dir, sizeof dir, "/");
-        } else {
-            snprintf(dir, sizeof dir, ".");
-        }
-    }
+    qx_model_dir(model_path, dir, sizeof dir);
     if (vocab > 0 && vocab != 512) snprintf(names[n_names++], sizeof names[0], "tok%lld.bin", (long long)vocab);
     snprintf(names[n_names++], sizeof names[0], "tok512.bin");
     snprintf(names[n_names++], sizeof names[0], "tokenizer.bin");
@@ -102,7 +82,7 @@ int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_
             int w = snprintf(looked + used, looked_cap - used, "%s%s", i ? ", " : "", path);
             if (w > 0) used += (size_t)w < looked_cap - used ? (size_t)w : looked_cap - used - 1;
         }
-        if (qx__is_file(path)) {
+        if (qx_is_file(path)) {
             snprintf(out, cap, "%s", path);
             return 1;
         }

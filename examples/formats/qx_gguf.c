@@ -6,6 +6,7 @@
    file size implies. Values are validated by skipping over them; the pairs keep pointers into the
    image. */
 #include "formats/qx_gguf.h"
+#include "support/qx_str.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,14 +28,15 @@ typedef struct qx__gr {
 static uint64_t qx__rest(const qx__gr* r) { return (uint64_t)(r->end - r->p); }
 
 static uint32_t qx__rd32(qx__gr* r) {
-    uint32_t v = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
+    uint32_t v = qx_str_le32(r->p);
     r->p += 4;
     return v;
 }
 
 static uint64_t qx__rd64(qx__gr* r) {
-    uint64_t lo = qx__rd32(r);
-    return lo | (uint64_t)qx__rd32(r) << 32;
+    uint64_t v = qx_str_le64(r->p);
+    r->p += 8;
+    return v;
 }
 
 /* The message for a read that would pass the end of the image. */
@@ -530,26 +532,19 @@ const qx_gguf_kv* qx_gguf_find(const qx_gguf_file* f, const char* key) {
     return NULL;
 }
 
-/* n little-endian bytes as an integer (values may sit at any alignment in the image). */
-static uint64_t qx__le(const unsigned char* p, unsigned n) {
-    uint64_t v = 0;
-    while (n--) v = (v << 8) | p[n];
-    return v;
-}
-
 quarot_result qx_gguf_kv_int(const qx_gguf_kv* kv, int64_t* out) {
     uint64_t u;
     if (!kv || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     switch (kv->type) {
         case QX_GGUF_U8: case QX_GGUF_U16: case QX_GGUF_U32: case QX_GGUF_U64:
-            u = qx__le(kv->val, qx__gguf_scalar_size(kv->type));
+            u = qx_str_le(kv->val, qx__gguf_scalar_size(kv->type));
             if (u > (uint64_t)INT64_MAX) return QUAROT_ERR_OVERFLOW;
             *out = (int64_t)u;
             return QUAROT_OK;
         case QX_GGUF_I8: *out = (int8_t)kv->val[0]; return QUAROT_OK;
-        case QX_GGUF_I16: *out = (int16_t)(uint16_t)qx__le(kv->val, 2); return QUAROT_OK;
-        case QX_GGUF_I32: *out = (int32_t)(uint32_t)qx__le(kv->val, 4); return QUAROT_OK;
-        case QX_GGUF_I64: *out = (int64_t)qx__le(kv->val, 8); return QUAROT_OK;
+        case QX_GGUF_I16: *out = (int16_t)(uint16_t)qx_str_le(kv->val, 2); return QUAROT_OK;
+        case QX_GGUF_I32: *out = (int32_t)(uint32_t)qx_str_le(kv->val, 4); return QUAROT_OK;
+        case QX_GGUF_I64: *out = (int64_t)qx_str_le(kv->val, 8); return QUAROT_OK;
         default: return QUAROT_ERR_PARSE;
     }
 }
@@ -557,14 +552,14 @@ quarot_result qx_gguf_kv_int(const qx_gguf_kv* kv, int64_t* out) {
 quarot_result qx_gguf_kv_float(const qx_gguf_kv* kv, double* out) {
     if (!kv || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     if (kv->type == QX_GGUF_F32) {
-        uint32_t u = (uint32_t)qx__le(kv->val, 4);
+        uint32_t u = (uint32_t)qx_str_le(kv->val, 4);
         float x;
         memcpy(&x, &u, 4);
         *out = (double)x;
         return QUAROT_OK;
     }
     if (kv->type == QX_GGUF_F64) {
-        uint64_t u = qx__le(kv->val, 8);
+        uint64_t u = qx_str_le(kv->val, 8);
         memcpy(out, &u, 8);
         return QUAROT_OK;
     }

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 quarot_result qx_map_file(const char* path, qx_map* m, qx_err* e) {
@@ -122,6 +123,45 @@ int qx_is_dir(const char* path) {
     struct stat st;
     return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
+
+int qx_is_file(const char* path) {
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int qx_same_file(const char* a, const char* b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+char* qx_path_dir(const char* path) {
+    const char* slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 1;
+    char* d = (char*)malloc(n + 2);
+    if (!d) return NULL;
+    if (!slash) strcpy(d, ".");
+    else if (slash == path) strcpy(d, "/");
+    else { memcpy(d, path, n); d[n] = '\0'; }
+    return d;
+}
+
+void qx_model_dir(const char* model_path, char* dir, size_t cap) {
+    const char* slash;
+    if (qx_is_dir(model_path)) { snprintf(dir, cap, "%s", model_path); return; }
+    slash = strrchr(model_path, '/');
+    if (!slash) { snprintf(dir, cap, "."); return; }
+    if (slash == model_path) { snprintf(dir, cap, "/"); return; }
+    snprintf(dir, cap, "%.*s", (int)(slash - model_path), model_path);
+}
+
+static double qx__clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double qx_now(void) { return qx__clock_s(CLOCK_MONOTONIC); }
+double qx_thread_cpu_now(void) { return qx__clock_s(CLOCK_THREAD_CPUTIME_ID); }
 
 char* qx_path_join(const char* dir, const char* name) {
     size_t a = strlen(dir), b = strlen(name);

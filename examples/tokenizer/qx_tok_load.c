@@ -100,16 +100,6 @@ quarot_result qx_tokenizer_load_any(qx_tokenizer* t, const char* path, int32_t v
     return qx_tokenizer_load(t, path, vocab_size, e);
 }
 
-/* the directory of a model path (the path itself when it is a directory) */
-static void qx__model_dir(const char* model_path, char* dir, size_t cap) {
-    const char* slash;
-    if (qx_is_dir(model_path)) { snprintf(dir, cap, "%s", model_path); return; }
-    slash = strrchr(model_path, '/');
-    if (!slash) { snprintf(dir, cap, "."); return; }
-    if (slash == model_path) { snprintf(dir, cap, "/"); return; }
-    snprintf(dir, cap, "%.*s", (int)(slash - model_path), model_path);
-}
-
 static quarot_result qx__check_size(qx_tokenizer* t, int64_t model_vocab, const char* path, qx_err* e) {
     if (model_vocab > 0 && t->vocab && t->vocab->n > model_vocab) {
         qx_err_set(e, "%s: the tokenizer has %ld tokens, more than the model's vocabulary of %lld", path, (long)t->vocab->n,
@@ -155,7 +145,7 @@ quarot_result qx_tokenizer_for_model(qx_tokenizer* t, const char* model_path, co
         }
         lo += (size_t)snprintf(looked + lo, sizeof looked - lo, "tokenizer.ggml.* in %s, ", model_path);
     }
-    qx__model_dir(model_path, dir, sizeof dir);
+    qx_model_dir(model_path, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     lo += (size_t)snprintf(looked + lo, lo < sizeof looked ? sizeof looked - lo : 0, "%s", path);
     if (qx_path_exists(path)) {
