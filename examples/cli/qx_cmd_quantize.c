@@ -27,6 +27,7 @@
 #include "pipeline/qx_rotate_file.h"
 #include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tokenizer.h"
+#include "tokenizer/qx_tok_write.h"
 #include "eval/qx_wquant.h"
 #include "formats/qx_load.h"
 #include "support/qx_str.h"
@@ -229,61 +230,6 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
     return QUAROT_OK;
 }
 
-/* ---- llama.cpp's tokenizer keys from a llama2.c tokenizer.bin ---- */
-
-static void qz_gstr(qx_sb* b, const char* s, size_t n) { qx_sb_le(b, n, 8); qx_sb_put(b, s, n); }
-static void qz_gkey(qx_sb* b, const char* key, uint32_t type) { qz_gstr(b, key, strlen(key)); qx_sb_le(b, type, 4); }
-
-/* Appends to kv (a "gguf.kv" blob: u64 count + pairs) the tokenizer.ggml.* pairs of llama.cpp's
-   sentencepiece ("llama") vocabulary: the pieces with llama2.c's ' ' turned back into U+2581, ids 0,
-   1, 2 as <unk>, <s>, </s> (llama2.c's export spells the last two "\n<s>\n" / "\n</s>\n"), token
-   types 2 unknown, 3 control, 6 byte (<0xXX>), 1 normal, and the scores. */
-static void qz_tokenizer_kv(qx_sb* kv, const qx_tokenizer* t) {
-    uint64_t count = 0;
-    int k;
-    int32_t i;
-    for (k = 0; k < 8; ++k) count |= (uint64_t)(unsigned char)kv->p[k] << (8 * k);
-    qz_gkey(kv, "tokenizer.ggml.model", QX_GGUF_STRING); qz_gstr(kv, "llama", 5);
-    qz_gkey(kv, "tokenizer.ggml.pre", QX_GGUF_STRING); qz_gstr(kv, "default", 7);
-    qz_gkey(kv, "tokenizer.ggml.tokens", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_STRING, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        const char* p = t->pieces[i];
-        qx_sb piece;
-        int32_t j;
-        memset(&piece, 0, sizeof piece);
-        if (i == 0) qx_sb_puts(&piece, "<unk>");
-        else if (i == 1) qx_sb_puts(&piece, "<s>");
-        else if (i == 2) qx_sb_puts(&piece, "</s>");
-        else
-            for (j = 0; j < t->lens[i]; ++j) {
-                if (p[j] == ' ') qx_sb_put(&piece, "\xe2\x96\x81", 3);
-                else qx_sb_put(&piece, p + j, 1);
-            }
-        qz_gstr(kv, piece.p ? piece.p : "", piece.len);
-        qx_sb_free(&piece);
-    }
-    qz_gkey(kv, "tokenizer.ggml.scores", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_F32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        uint32_t u;
-        memcpy(&u, &t->scores[i], 4);
-        qx_sb_le(kv, u, 4);
-    }
-    qz_gkey(kv, "tokenizer.ggml.token_type", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_I32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        const char* p = t->pieces[i];
-        int byte = t->lens[i] == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>';
-        qx_sb_le(kv, i == 0 ? 2u : i <= 2 ? 3u : byte ? 6u : 1u, 4);
-    }
-    qz_gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx_sb_le(kv, 1, 4);
-    qz_gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx_sb_le(kv, 2, 4);
-    qz_gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx_sb_le(kv, 0, 4);
-    qz_gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx_sb_le(kv, 1, 1);
-    qz_gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx_sb_le(kv, 0, 1);
-    count += 10;
-    if (!kv->failed)
-        for (k = 0; k < 8; ++k) kv->p[k] = (char)(count >> (8 * k));
-}
-
 /* Bytes the online hook text will about take (so the packed header rarely has to move the data):
    a line per hook, and a table of K*(K+1) characters for each odd Hadamard order K (the odd part of
    the intermediate size, the head count and the head size). */
@@ -315,7 +261,7 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         memset(&gen, 0, sizeof gen);
         k->permute = !c->rope_interleaved;
         r = gp && bt ? qx_gguf_kv_from_config(s, &gen, e) : QUAROT_ERR_OUT_OF_MEMORY;
-        if (!kv && r == QUAROT_OK && k->tok) qz_tokenizer_kv(&gen, k->tok);
+        if (!kv && r == QUAROT_OK && k->tok) r = qx_tokenizer_write_gguf_kv(k->tok, "default", &gen, k->path, e);
         if (!kv && gen.failed) r = QUAROT_ERR_OUT_OF_MEMORY;
         if (!kv) { kv = gen.p; kv_len = gen.len; }
         for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {

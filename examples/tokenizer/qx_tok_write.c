@@ -213,6 +213,53 @@ quarot_result qx_vocab_write_gguf_kv(const qx_vocab* v, qx_sb* kv, const char* n
     return QUAROT_OK;
 }
 
+/* llama2.c piece -> SentencePiece piece: ' ' -> U+2581 ("\xe2\x96\x81"). */
+static void qx__sp_piece(qx_sb* b, const char* piece, int32_t len) {
+    int32_t j;
+    for (j = 0; j < len; ++j) {
+        if (piece[j] == ' ') qx_sb_put(b, "\xe2\x96\x81", 3);
+        else qx_sb_put(b, piece + j, 1);
+    }
+}
+
+static int qx__is_byte_piece(const char* p, int32_t len) {
+    static const char hex[] = "0123456789ABCDEF";
+    return len == 6 && strncmp(p, "<0x", 3) == 0 && strchr(hex, p[3]) && strchr(hex, p[4]) && p[5] == '>';
+}
+
+quarot_result qx_tokenizer_write_gguf_kv(const qx_tokenizer* t, const char* pre, qx_sb* kv, const char* name, qx_err* e) {
+    static const char* const special[3] = {"<unk>", "<s>", "</s>"};
+    qx_sb piece;
+    int32_t i;
+    if (!t || !kv) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (t->vocab) return qx_vocab_write_gguf_kv(t->vocab, kv, name, e);
+    if (kv->len < 8) { qx_err_set(e, "%s: not a gguf.kv blob", name); return QUAROT_ERR_INVALID_ARGUMENT; }
+    qx_gguf_kv_str(kv, "tokenizer.ggml.model", "llama", 5);
+    if (pre) qx_gguf_kv_str(kv, "tokenizer.ggml.pre", pre, strlen(pre));
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.tokens", QX_GGUF_STRING, (uint64_t)t->vocab_size);
+    memset(&piece, 0, sizeof piece);
+    for (i = 0; i < t->vocab_size; ++i) {
+        piece.len = 0;
+        if (i < 3) qx_sb_puts(&piece, special[i]);
+        else qx__sp_piece(&piece, t->pieces[i], t->lens[i]);
+        qx_gguf_put_str(kv, piece.p ? piece.p : "", piece.len);
+    }
+    if (piece.failed) kv->failed = 1;
+    qx_sb_free(&piece);
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.scores", QX_GGUF_F32, (uint64_t)t->vocab_size);
+    for (i = 0; i < t->vocab_size; ++i) qx_gguf_put_f32(kv, t->scores[i]);
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.token_type", QX_GGUF_I32, (uint64_t)t->vocab_size);
+    for (i = 0; i < t->vocab_size; ++i)
+        qx_sb_le(kv, i == 0 ? 2u : i <= 2 ? 3u : qx__is_byte_piece(t->pieces[i], t->lens[i]) ? 6u : 1u, 4);
+    qx_gguf_kv_u32(kv, "tokenizer.ggml.bos_token_id", 1);
+    qx_gguf_kv_u32(kv, "tokenizer.ggml.eos_token_id", 2);
+    qx_gguf_kv_u32(kv, "tokenizer.ggml.unknown_token_id", 0);
+    qx_gguf_kv_bool(kv, "tokenizer.ggml.add_bos_token", 1);
+    qx_gguf_kv_bool(kv, "tokenizer.ggml.add_eos_token", 0);
+    if (qx_gguf_kv_count_add(kv, pre ? 10 : 9) != 0) { qx_err_set(e, "%s: out of memory", name); return QUAROT_ERR_OUT_OF_MEMORY; }
+    return QUAROT_OK;
+}
+
 /* ---- tokenizer.json --------------------------------------------------------------------------- */
 
 static void qx__jtok(qx_sb* b, const qx_vocab* v, int32_t id) {
