@@ -2,6 +2,7 @@
    (model/qx_forward.c) with the decoder linears on integer kernels and the KV cache in codes. */
 #include "engine/qx_engine.h"
 #include "model/qx_logits.h"
+#include "model/qx_ops.h"
 #include "model/qx_windows.h"
 #include "support/qx_file.h"
 #include "model/qx_online.h"
@@ -406,37 +407,6 @@ void qx_engine_reset(qx_engine* en) {
 /* ---------------------------------------------------------------------------------------------
    Building blocks, as the reference forward pass computes them. */
 
-/* RMSNorm of rows x[rows][n] into y: x * (1/sqrt(mean(x^2) + eps)) * w, the sum in double. */
-static void eng_rmsnorm(const float* x, float* y, int64_t rows, int64_t n, const float* w, float eps) {
-    int64_t r, i;
-    for (r = 0; r < rows; ++r) {
-        const float* xr = x + r * n;
-        float* yr = y + r * n;
-        double ss = 0.0;
-        float inv;
-        for (i = 0; i < n; ++i) ss += (double)xr[i] * (double)xr[i];
-        inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-        for (i = 0; i < n; ++i) yr[i] = (float)(double)xr[i] * inv * w[i];
-    }
-}
-
-static void eng_rope(const qx_engine* en, float* x, int64_t T, int64_t heads) {
-    int64_t hd = en->cfg.head_dim, half = hd / 2, t, h, i;
-    for (t = 0; t < T; ++t) {
-        const float* c = en->rope + t * hd;
-        const float* sn = c + half;
-        for (h = 0; h < heads; ++h) {
-            float* v = x + (t * heads + h) * hd;
-            for (i = 0; i < half; ++i) {
-                int64_t i0 = en->cfg.rope_interleaved ? 2 * i : i, i1 = en->cfg.rope_interleaved ? 2 * i + 1 : i + half;
-                float a = v[i0], b = v[i1];
-                v[i0] = a * c[i] - b * sn[i];
-                v[i1] = a * sn[i] + b * c[i];
-            }
-        }
-    }
-}
-
 static quarot_result eng_hook(qx_engine* en, const quarot_online_hook* h, float* x, int64_t T, int64_t width) {
     double t0;
     quarot_result r;
@@ -594,16 +564,16 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
     const float *kc, *vc;
     quarot_result r;
 
-    eng_rmsnorm(en->x, en->a, T, g->hidden, L->norm1, g->norm_eps);
+    qx_ops_norm(en->x, en->a, T, g->hidden, L->norm1, NULL, QUAROT_NORM_RMS, g->norm_eps);
     r = eng_act(en, en->a, T, g->hidden, &L->q);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->q, en->a, T, en->qb);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->k, en->a, T, en->kb);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->v, en->a, T, en->vb);
     if (r != QUAROT_OK) return r;
-    if (L->q_norm) eng_rmsnorm(en->qb, en->qb, T * nh, hd, L->q_norm, g->norm_eps);
-    if (L->k_norm) eng_rmsnorm(en->kb, en->kb, T * nkv, hd, L->k_norm, g->norm_eps);
-    eng_rope(en, en->qb, T, nh);
-    eng_rope(en, en->kb, T, nkv);
+    if (L->q_norm) qx_ops_norm(en->qb, en->qb, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    if (L->k_norm) qx_ops_norm(en->kb, en->kb, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    qx_ops_rope(en->qb, T, nh, hd, g->rope_interleaved, en->rope);
+    qx_ops_rope(en->kb, T, nkv, hd, g->rope_interleaved, en->rope);
     r = eng_hook(en, L->hook[ENG_Q_ROPE], en->qb, T, en->q_dim);
     if (r == QUAROT_OK) r = eng_hook(en, L->hook[ENG_K_ROPE], en->kb, T, en->kv_dim);
     if (r == QUAROT_OK) r = eng_kv_store(en, l, pos0, T, en->kb, en->k_q, en->k_s, en->k_z, en->k_f);
@@ -645,12 +615,12 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
     if (r != QUAROT_OK) return r;
     for (i = 0; i < T * g->hidden; ++i) en->x[i] += en->tmp[i];
 
-    eng_rmsnorm(en->x, en->a, T, g->hidden, L->norm2, g->norm_eps);
+    qx_ops_norm(en->x, en->a, T, g->hidden, L->norm2, NULL, QUAROT_NORM_RMS, g->norm_eps);
     r = eng_act(en, en->a, T, g->hidden, &L->gate);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->gate, en->a, T, en->g);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->up, en->a, T, en->u);
     if (r != QUAROT_OK) return r;
-    for (i = 0; i < T * g->intermediate; ++i) en->u[i] = en->g[i] / (1.0f + expf(-en->g[i])) * en->u[i];
+    qx_ops_act(en->u, en->g, T * g->intermediate, QUAROT_ACT_SILU);
     r = eng_hook(en, L->hook[ENG_DOWN_INPUT], en->u, T, g->intermediate);
     if (r == QUAROT_OK) r = eng_act(en, en->u, T, g->intermediate, &L->down);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->down, en->u, T, en->tmp);
@@ -661,7 +631,7 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
 
 quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T, float* logits, int all_logits, qx_err* e) {
     const quarot_model_config* g;
-    int64_t t, i, l, pos0, half, rows;
+    int64_t t, l, pos0, rows;
     quarot_result r;
     if (!en || !en->layers || !tokens || T <= 0) {
         qx_err_set(e, "engine: bad arguments");
@@ -684,14 +654,7 @@ quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T,
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
     for (t = 0; t < T; ++t) memcpy(en->x + t * g->hidden, en->embed + (int64_t)tokens[t] * g->hidden, (size_t)g->hidden * sizeof(float));
-    half = g->head_dim / 2;
-    for (t = 0; t < T; ++t)
-        for (i = 0; i < half; ++i) {
-            double freq = pow((double)g->rope_theta, -(double)(2 * i) / (double)g->head_dim);
-            double ang = (double)(pos0 + t) * freq;
-            en->rope[t * g->head_dim + i] = (float)cos(ang);
-            en->rope[t * g->head_dim + half + i] = (float)sin(ang);
-        }
+    qx_ops_rope_table(en->rope, T, pos0, g->head_dim, g->rope_theta);
     for (l = 0; l < g->n_layers; ++l) {
         r = eng_layer(en, l, T, pos0);
         if (r != QUAROT_OK) {
@@ -702,7 +665,7 @@ quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T,
     en->pos = pos0 + T;
     if (!logits) return QUAROT_OK;
     rows = all_logits ? T : 1;
-    eng_rmsnorm(en->x + (T - rows) * g->hidden, en->a, rows, g->hidden, en->final_norm, g->norm_eps);
+    qx_ops_norm(en->x + (T - rows) * g->hidden, en->a, rows, g->hidden, en->final_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
     r = quarot_sgemm(0, 1, rows, g->vocab, g->hidden, 1.0f, en->a, g->hidden, en->lm_head, g->hidden, 0.0f, logits, g->vocab, &en->env);
     if (r != QUAROT_OK) qx_err_set(e, "engine: lm_head: %s", quarot_result_string(r));
     return r;
