@@ -2,6 +2,7 @@
    (model/qx_forward.c) with the decoder linears on integer kernels and the KV cache in codes. */
 #include "engine/qx_engine.h"
 #include "model/qx_logits.h"
+#include "model/qx_model.h"
 #include "model/qx_ops.h"
 #include "model/qx_windows.h"
 #include "support/qx_file.h"
@@ -31,32 +32,11 @@ static void eng_release(qx_engine* en, void* p) { qx_arena_release(&en->arena, p
 /* Tensor `name` [rows][cols] (rows 1: a vector) as FP32; missing and not required: *out = NULL. */
 static quarot_result eng_load(qx_engine* en, const qx_store* s, const char* name, int64_t rows, int64_t cols,
                               int required, float** out, qx_err* e) {
-    const quarot_tensor* t = qx_store_find(s, name);
-    int64_t r;
+    const quarot_tensor* t;
+    quarot_result r = qx_model_weight(s, name, rows, cols, required, &t, e);
     *out = NULL;
-    if (!t) {
-        if (!required) return QUAROT_OK;
-        qx_err_set(e, "%s: missing", name);
-        return QUAROT_ERR_NOT_FOUND;
-    }
-    if (t->ne[0] != cols || quarot_tensor_nrows(t) != rows || (rows > 1 && t->ne[1] != rows)) {
-        qx_err_set(e, "%s: shape [%lld][%lld], expected [%lld][%lld]", name, (long long)quarot_tensor_nrows(t),
-                   (long long)t->ne[0], (long long)rows, (long long)cols);
-        return QUAROT_ERR_SHAPE_MISMATCH;
-    }
-    *out = (float*)eng_alloc(en, (size_t)rows * (size_t)cols * sizeof(float));
-    if (!*out) {
-        qx_err_set(e, "%s: out of memory", name);
-        return QUAROT_ERR_OUT_OF_MEMORY;
-    }
-    for (r = 0; r < rows; ++r) {
-        quarot_result res = quarot_tensor_get_row_f32(t, r, *out + r * cols);
-        if (res != QUAROT_OK) {
-            qx_err_set(e, "%s: %s", name, quarot_result_string(res));
-            return res;
-        }
-    }
-    return QUAROT_OK;
+    if (r != QUAROT_OK || !t) return r;
+    return qx_model_weight_f32(t, name, rows, cols, &en->arena, out, e);
 }
 
 static int eng_bits_on(int b) { return b != 0 && b != 16; }

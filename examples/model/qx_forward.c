@@ -3,6 +3,7 @@
    the norms accumulate in double. Window and incremental decoding share this one code path, so
    they differ only by the summation order inside the GEMMs. */
 #include "model/qx_forward.h"
+#include "model/qx_model.h"
 #include "model/qx_ops.h"
 
 #include <math.h>
@@ -110,20 +111,10 @@ static quarot_result qx__par_rows(const qx_forward* f, int64_t rows, int64_t row
    else *out = NULL and OK. */
 static quarot_result qx__check(const qx_store* s, const char* name, int64_t rows, int64_t cols, int required,
                                const quarot_tensor** out, qx_err* e) {
-    const quarot_tensor* t = qx_store_find(s, name);
+    const quarot_tensor* t;
+    quarot_result r = qx_model_weight(s, name, rows, cols, required, &t, e);
     *out = NULL;
-    /* a [rows][cols] matrix must be stored as such (ne = {cols, rows}); a vector as {cols} or any
-       shape with one row */
-    if (!t) {
-        if (!required) return QUAROT_OK;
-        qx_err_set(e, "%s: missing", name);
-        return QUAROT_ERR_NOT_FOUND;
-    }
-    if (t->ne[0] != cols || quarot_tensor_nrows(t) != rows || (rows > 1 && t->ne[1] != rows)) {
-        qx_err_set(e, "%s: shape [%lld][%lld], expected [%lld][%lld]", name, (long long)quarot_tensor_nrows(t),
-                   (long long)t->ne[0], (long long)rows, (long long)cols);
-        return QUAROT_ERR_SHAPE_MISMATCH;
-    }
+    if (r != QUAROT_OK || !t) return r;
     if (t->dtype != QUAROT_DTYPE_F32 && t->dtype != QUAROT_DTYPE_F16 && t->dtype != QUAROT_DTYPE_BF16 &&
         t->dtype != QUAROT_DTYPE_F64 && t->dtype != QUAROT_DTYPE_DEFAULT) {
         qx_err_set(e, "%s: unsupported dtype", name);
@@ -142,8 +133,6 @@ static int qx__f32_in_place(const quarot_tensor* t, int64_t rows, int64_t cols) 
 static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name, int64_t rows, int64_t cols,
                               int required, float** out, qx_err* e) {
     const quarot_tensor* t;
-    float* w;
-    int64_t r;
     quarot_result cr = qx__check(s, name, rows, cols, required, &t, e);
     *out = NULL;
     if (cr != QUAROT_OK || !t) return cr;
@@ -152,21 +141,7 @@ static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name
         *out = (float*)t->data;
         return QUAROT_OK;
     }
-    w = (float*)qx_arena_alloc(&f->arena, (size_t)rows * (size_t)cols * sizeof(float));
-    if (!w) {
-        qx_err_set(e, "%s: out of memory", name);
-        return QUAROT_ERR_OUT_OF_MEMORY;
-    }
-    /* row by row: the store may hold strided views, and f16/bf16/f64 convert with RNE */
-    for (r = 0; r < rows; ++r) {
-        quarot_result res = quarot_tensor_get_row_f32(t, r, w + r * cols);
-        if (res != QUAROT_OK) {
-            qx_err_set(e, "%s: %s", name, quarot_result_string(res));
-            return res;
-        }
-    }
-    *out = w;
-    return QUAROT_OK;
+    return qx_model_weight_f32(t, name, rows, cols, &f->arena, out, e);
 }
 
 static int qx__bits_ok(int b) { return b == 0 || (b >= 2 && b <= 8); }
