@@ -306,22 +306,6 @@ static void qx__on_progress(void* user, const char* stage, int64_t layer, int64_
     if (b->user_desc->progress) b->user_desc->progress(b->user_desc->user_data, stage, layer, n_layers);
 }
 
-/* The decoder layer a tensor name belongs to ("model.layers.12.mlp..." -> 12), -1 for globals. */
-static int64_t qx__layer_of(const char* name) {
-    const char* p = name;
-    while ((p = strstr(p, "layers.")) != NULL) {
-        const char* q = p + 7;
-        int64_t v = 0;
-        int digits = 0;
-        if (p == name || p[-1] == '.') {
-            while (*q >= '0' && *q <= '9' && digits < 12) { v = v * 10 + (*q - '0'); ++q; ++digits; }
-            if (digits > 0 && *q == '.') return v;
-        }
-        p += 7;
-    }
-    return -1;
-}
-
 static qx_entry* qx__entry(qx_store* s, const char* name) {
     int64_t i;
     for (i = 0; i < s->count; ++i)
@@ -454,7 +438,7 @@ static void qx__own_task(void* arg, int64_t task) {
 /* The message for a NaN / Inf at flat index `first` of a tensor with rows of ne0 (row0: the row the
    copy started at; a decoder layer's tensor is prefixed with its layer). */
 static void qx__nonfinite_msg(qx_err* e, const char* name, int64_t ne0, int64_t row0, int64_t first) {
-    int64_t L = qx__layer_of(name);
+    int64_t L = qx_name_layer(name, NULL, NULL);
     char where[40] = "";
     if (L >= 0) snprintf(where, sizeof where, "layer %lld: ", (long long)L);
     qx_err_set(e, "%stensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", where, name, (long long)(row0 * ne0 + first),
@@ -547,7 +531,7 @@ static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
     }
     en = qx__entry(b->s, name);
     if (!en) return QUAROT_ERR_NOT_FOUND;
-    L = qx__layer_of(name);
+    L = qx_name_layer(name, NULL, NULL);
     if (L >= 0 && L != b->held) {   /* a layer that is not in memory */
         b->st->out_of_layer++;
         return QUAROT_ERR_STATE;
@@ -575,7 +559,7 @@ static quarot_result qx__create(void* user, const char* name, quarot_dtype dt, i
     if (r != QUAROT_OK) return r;
     b->cur_bytes += quarot_tensor_nbytes(t);
     if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
-    if (qx__layer_of(name) < 0) b->st->global_copy_bytes += quarot_tensor_nbytes(t);
+    if (qx_name_layer(name, NULL, NULL) < 0) b->st->global_copy_bytes += quarot_tensor_nbytes(t);
     *out = *t;
     return QUAROT_OK;
 }
@@ -593,7 +577,7 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
         b->t_layer = t0;
         b->layer_bytes = 0.0;
         for (i = 0; i < b->s->count; ++i)
-            if (qx__layer_of(b->s->items[i].name) == layer) {
+            if (qx_name_layer(b->s->items[i].name, NULL, NULL) == layer) {
                 quarot_result r;
                 if (!b->s->items[i].owned) b->layer_bytes += (double)quarot_tensor_nbytes(&b->s->items[i].t);
                 r = qx__own(b, &b->s->items[i]);
@@ -617,7 +601,7 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
     if (b->phase == 1) qx__phase_end(b, t0);
     while (i < b->s->count) {
         qx_entry* en = &b->s->items[i];
-        if (qx__layer_of(en->name) != layer) { ++i; continue; }
+        if (qx_name_layer(en->name, NULL, NULL) != layer) { ++i; continue; }
         if (b->phase == 0) { ++i; continue; }   /* validation only read it */
         if (b->werr == QUAROT_OK) {
             b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
@@ -1184,7 +1168,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     }
     t0 = qx_now();
     for (i = 0; i < s->count && r == QUAROT_OK; ++i)
-        if (qx__layer_of(s->items[i].name) < 0 && s->items[i].t.data && !qx__win_named(&b, s->items[i].name)) {
+        if (qx_name_layer(s->items[i].name, NULL, NULL) < 0 && s->items[i].t.data && !qx__win_named(&b, s->items[i].name)) {
             r = qx__own(&b, &s->items[i]);
             if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
         }
@@ -1248,7 +1232,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     early = per == 0 && !o->sink && !o->globals_last && st->global_copy_bytes >= QX__EARLY_MIN;
     while (early && i < s->count && r == QUAROT_OK) {
         qx_entry* en = &s->items[i];
-        if (qx__layer_of(en->name) >= 0) { ++i; continue; }
+        if (qx_name_layer(en->name, NULL, NULL) >= 0) { ++i; continue; }
         r = qx__sink_put(&sink, en->name, &en->t, e);
         if (r != QUAROT_OK) { st->output_error = 1; break; }
         st->tensors_written++;
