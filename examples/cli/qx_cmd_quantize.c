@@ -613,16 +613,8 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
     r = qx_wq_quantize(q, &wo, wst, e);
     k->staged = NULL;
     if (r != QUAROT_OK) return r;
-    pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+    pl = qx_store_plan(q, QUAROT_DTYPE_F32, 1);
     if (!pl) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (j = 0; j < n; ++j) {
-        int d;
-        pl[j].name = q->items[j].name;
-        pl[j].dtype = QUAROT_DTYPE_F32;
-        memcpy(pl[j].ne, q->items[j].t.ne, sizeof pl[j].ne);
-        pl[j].n_dims = 1;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-    }
     r = qz_begin(k, q, pl, n, e);
     free(pl);
     for (j = 0; j < n && r == QUAROT_OK; ++j) r = qz_put(k, q->items[j].name, &q->items[j].t, e);
@@ -1027,17 +1019,10 @@ int qx_cmd_quantize(int argc, char** argv) {
     {
         /* the input's tensors (and the lm_head that untying creates), decided as the run will: a
            group size that does not fit is refused before any work; --dry-run prints the list */
-        int64_t n = s.count + 1, j = 0;
-        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)n, sizeof *pl);
+        int64_t j = s.count;
+        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_DEFAULT, 1);
         char tb[16];
         if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        for (i = 0; i < (int)s.count; ++i, ++j) {
-            int d;
-            pl[j].name = s.items[i].name;
-            memcpy(pl[j].ne, s.items[i].t.ne, sizeof pl[j].ne);
-            pl[j].n_dims = 1;
-            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-        }
         if (o.rotate && s.config.tied_embeddings && qx_store_find(&s, "model.embed_tokens.weight")) {
             const quarot_tensor* em = qx_store_find(&s, "model.embed_tokens.weight");
             pl[j].name = "lm_head.weight";
@@ -1175,16 +1160,8 @@ run:
     } else {
         /* the model as it is: every tensor straight to the output */
         int64_t n = s.count, j;
-        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_F32, 1);
         if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        for (j = 0; j < n; ++j) {
-            int d;
-            pl[j].name = s.items[j].name;
-            pl[j].dtype = QUAROT_DTYPE_F32;
-            memcpy(pl[j].ne, s.items[j].t.ne, sizeof pl[j].ne);
-            pl[j].n_dims = 1;
-            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-        }
         r = qz_begin(&sink, &s, pl, n, &e);
         free(pl);
         for (j = 0; j < n && r == QUAROT_OK; ++j) {

@@ -1364,19 +1364,8 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
         (void)qx_gguf_arch_supported(s->config.arch, &want);
         perm = s->config.rope_interleaved != want ? (want ? 1 : -1) : 0;
     }
-    plan = (qx_tensor_plan*)calloc((size_t)(s->count ? s->count : 1), sizeof *plan);
+    plan = qx_store_plan(s, o ? o->dtype : QUAROT_DTYPE_DEFAULT, 0);
     if (!plan) { qx_sb_free(&gen); qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (i = 0; i < s->count; ++i) {
-        const quarot_tensor* t = &s->items[i].t;
-        int d;
-        plan[i].name = s->items[i].name;
-        plan[i].dtype = o && o->dtype != QUAROT_DTYPE_DEFAULT ? o->dtype : t->dtype;
-        plan[i].n_dims = 1;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
-            plan[i].ne[d] = t->ne[d];
-            if (t->ne[d] > 1) plan[i].n_dims = d + 1;
-        }
-    }
     memset(&wo, 0, sizeof wo);
     wo.force = o ? o->force : 0;
     wo.set = o ? o->set : NULL;

@@ -634,13 +634,6 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
 
 /* ---- planning --------------------------------------------------------------------------------- */
 
-static int qx__n_dims(const int64_t* ne) {
-    int d, n = 1;
-    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
-        if (ne[d] > 1) n = d + 1;
-    return n;
-}
-
 /* The output's tensors: the store's (views, before any copy) and the processor's creations. */
 static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, const char* fmt,
                               qx_tensor_plan** out, int64_t* n_out) {
@@ -654,7 +647,7 @@ static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quar
         pl[n].name = s->items[i].name;
         pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : s->items[i].t.dtype;
         memcpy(pl[n].ne, s->items[i].t.ne, sizeof pl[n].ne);
-        pl[n].n_dims = qx__n_dims(pl[n].ne);
+        pl[n].n_dims = qx_plan_rank(pl[n].ne);
     }
     for (i = 0; i < p->n_creates; ++i) {
         const quarot_tensor_spec* c = &p->creates[i];
@@ -662,7 +655,7 @@ static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quar
         pl[n].name = c->name;
         pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : c->dtype;
         memcpy(pl[n].ne, c->ne, sizeof pl[n].ne);
-        pl[n].n_dims = qx__n_dims(pl[n].ne);
+        pl[n].n_dims = qx_plan_rank(pl[n].ne);
         ++n;
     }
     for (i = 0; i < n && vec_f32; ++i)
