@@ -126,6 +126,35 @@ static void qx__recipe_hooks(const quarot_online_list* hooks, const char* r4, co
     if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE, %lld layers (for the KV cache)\n", r3t, (long long)n_q);
 }
 
+/* The rotation both roads run: QuaRot's (r1 when not the default), or with a context stage 2 of
+   Adapt Rotation (R1 = H*R_best, H and R2 from the context's seed); returns the seed it uses. */
+static uint64_t qx__rotate_desc(quarot_rotate_desc* d, uint64_t seed, const quarot_adapt_context* context, int r3, int online,
+                                quarot_rotation_kind r1, quarot_online_list* hooks) {
+    memset(d, 0, sizeof *d);
+    d->seed = seed;
+    if (context) {
+        d->rotation = QUAROT_ROTATION_ADAPT;
+        d->context = context;
+        d->seed = seed = context->seed;
+    }
+    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d->rotation = r1;
+    d->online = online;
+    d->r3 = r3;
+    d->online_out = hooks;
+    return seed;
+}
+
+/* The recipe's R1 line. */
+static void qx__recipe_r1(char* recipe, size_t recipe_cap, const char* r1_text, uint64_t seed, const quarot_adapt_context* context) {
+    if (context)
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
+                r1_text, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
+                context->start_loss, context->best_loss);
+    else
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
+                r1_text, (unsigned long long)seed);
+}
+
 typedef struct qx__lw_user {
     qx_ek_layer_fn fn;
     void* user;
@@ -145,17 +174,7 @@ static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, co
     qx__lw_user u;
     qx_err why;
     quarot_result r;
-    memset(&d, 0, sizeof d);
-    d.seed = seed;
-    if (context) {
-        d.rotation = QUAROT_ROTATION_ADAPT;
-        d.context = context;
-        d.seed = seed = context->seed;
-    }
-    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d.rotation = r1;
-    d.online = online;
-    d.r3 = r3;
-    d.online_out = hooks;
+    seed = qx__rotate_desc(&d, seed, context, r3, online, r1, hooks);
     u.fn = progress;
     u.user = user;
     why.msg[0] = '\0';
@@ -175,13 +194,7 @@ static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, co
             return r;
         }
     }
-    if (context)
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
-                st.r1, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
-                context->start_loss, context->best_loss);
-    else
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
-                st.r1, (unsigned long long)seed);
+    qx__recipe_r1(recipe, recipe_cap, st.r1, seed, context);
     if (strcmp(st.r2, "none") != 0) qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", st.r2);
     qx__recipe_hooks(hooks, st.r4, st.heads, st.r3, r3, recipe, recipe_cap);
     return QUAROT_OK;
@@ -217,17 +230,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
         qx_err_set(e, "copying the model: %s", quarot_result_string(r));
         return r;
     }
-    memset(&d, 0, sizeof d);
-    d.seed = seed;
-    if (context) {                 /* stage 2: R1 = H*R_best, H (and R2) from the context's seed */
-        d.rotation = QUAROT_ROTATION_ADAPT;
-        d.context = context;
-        d.seed = seed = context->seed;
-    }
-    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d.rotation = r1;
-    d.online = online;
-    d.r3 = r3;
-    d.online_out = hooks;
+    seed = qx__rotate_desc(&d, seed, context, r3, online, r1, hooks);
     qx_model_bind(&m, &b, dst);
     r = quarot_processor_init(&p, &m, &d);
     if (r != QUAROT_OK) {
@@ -236,13 +239,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
         return r;
     }
     /* what was built, before the processor goes */
-    if (context)
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
-                p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
-                context->start_loss, context->best_loss);
-    else
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
-                p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed);
+    qx__recipe_r1(recipe, recipe_cap, p.rot[QUAROT_ROT_R1].text, seed, context);
     if (p.have_rot[QUAROT_ROT_R2])
         qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", p.rot[QUAROT_ROT_R2].text);
     if (p.have_rot[QUAROT_ROT_R4]) snprintf(r4, sizeof r4, "%s", p.rot[QUAROT_ROT_R4].text);
