@@ -693,34 +693,21 @@ int32_t qx_engine_sample(const float* logits, int64_t vocab, float temp, float t
     return c[n - 1].i;
 }
 
+static quarot_result eng_window_logits(void* user, const int32_t* tokens, int64_t len, float* logits, qx_err* e) {
+    qx_engine* en = (qx_engine*)user;
+    qx_engine_reset(en);
+    return qx_engine_forward(en, tokens, len, logits, 1, e);
+}
+
 quarot_result qx_engine_eval(qx_engine* en, const qx_windows* w, qx_ppl_result* res, qx_err* e) {
-    int64_t i, t, vocab;
-    float* logits;
-    double nll = 0.0;
-    quarot_result r = QUAROT_OK;
+    quarot_result r;
     if (!en || !w || !res || w->n <= 0 || w->n_predicted <= 0) {
         qx_err_set(e, "engine eval: bad arguments");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    memset(res, 0, sizeof *res);
-    vocab = en->cfg.vocab;
-    logits = (float*)malloc((size_t)(w->max_len * vocab) * sizeof *logits);
-    if (!logits) { qx_err_set(e, "engine eval: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (i = 0; i < w->n && r == QUAROT_OK; ++i) {
-        const int32_t* win = w->tokens + w->offset[i];
-        int64_t len = w->offset[i + 1] - w->offset[i];
-        qx_engine_reset(en);
-        r = qx_engine_forward(en, win, len, logits, 1, e);
-        for (t = 0; r == QUAROT_OK && t + 1 < len; ++t) nll += qx_logits_nll(logits + t * vocab, vocab, win[t + 1]);
-    }
-    free(logits);
+    r = qx_windows_score(w, en->cfg.vocab, eng_window_logits, en, NULL, NULL, "engine eval", res, e);
     qx_engine_reset(en);
-    if (r != QUAROT_OK) return r;
-    res->n_windows = w->n;
-    res->n_predicted = w->n_predicted;
-    res->nll = nll / (double)res->n_predicted;
-    res->ppl = exp(res->nll);
-    return QUAROT_OK;
+    return r;
 }
 
 quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* hooks, const qx_fake_quant_opts* q,
