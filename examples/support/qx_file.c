@@ -578,17 +578,23 @@ quarot_result qx_publish_file(const char* tmp, const char* path, int force, qx_e
     return QUAROT_OK;
 }
 
+/* After an output (file or directory) was renamed into place: its temporary name is gone, the
+   lock it held is released, and the rename itself is made durable (a failure there leaves a
+   complete output; it is not reported). */
+static void qx__published(char** tmp, int* lock_fd, const char* path) {
+    qx_live_remove(*tmp);
+    free(*tmp);
+    *tmp = NULL;
+    if (*lock_fd >= 0) close(*lock_fd);
+    *lock_fd = -1;
+    qx_sync_parent(path);
+}
+
 quarot_result qx_out_publish(qx_out* o, qx_err* e) {
     quarot_result r;
     if (!o || !o->tmp || o->fd >= 0) return QUAROT_ERR_STATE;
     if ((r = qx_publish_file(o->tmp, o->path, o->force, e)) != QUAROT_OK) return r;
-    qx_live_remove(o->tmp);
-    free(o->tmp);
-    o->tmp = NULL;
-    if (o->lock_fd >= 0) close(o->lock_fd);
-    o->lock_fd = -1;
-    /* Make the rename itself durable. Failure here leaves a complete file; it is not reported. */
-    qx_sync_parent(o->path);
+    qx__published(&o->tmp, &o->lock_fd, o->path);
     return QUAROT_OK;
 }
 
@@ -866,12 +872,7 @@ quarot_result qx_dir_out_publish(qx_dir_out* d, const char* const* ours, qx_err*
         free(old);
     }
 published:
-    qx_live_remove(d->tmp);
-    free(d->tmp);
-    d->tmp = NULL;
-    if (d->lock_fd >= 0) close(d->lock_fd);
-    d->lock_fd = -1;
-    qx_sync_parent(d->path);
+    qx__published(&d->tmp, &d->lock_fd, d->path);
     return QUAROT_OK;
 }
 
