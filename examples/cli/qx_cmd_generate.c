@@ -8,6 +8,7 @@
 #include "eval/qx_evalkit.h"
 #include "support/qx_file.h"
 #include "support/qx_threads.h"
+#include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tokenizer.h"
 #include "formats/qx_load.h"
 
@@ -177,7 +178,7 @@ int qx_cmd_generate(int argc, char** argv) {
         vocab = model.config.vocab;
     }
     if (tok_opt) snprintf(tok_path, sizeof tok_path, "%s", tok_opt);
-    else if (!qx_ek_find_tokenizer(model_path, vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
+    else if (!qx_tokenizer_find_bin(model_path, vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
         rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE", model_path, looked);
         goto done;
     }

@@ -995,7 +995,7 @@ int qx_cmd_quantize(int argc, char** argv) {
     /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
        the llama2.c tokenizer found beside the model (a GGUF input keeps its own keys) */
     if (o.format == QZ_GGUF && !qx_store_get_blob(&s, "gguf.kv", NULL)) {
-        if (!tok_path && qx_ek_find_tokenizer(in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
+        if (!tok_path && qx_tokenizer_find_bin(in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
             tok_path = tok_found;
         if (tok_path) {
             r = qx_tokenizer_load(&tok, tok_path, (int32_t)s.config.vocab, &e);

@@ -21,6 +21,7 @@
 #include "cli/qx_rotate_job.h"
 #include "cli/qx_rotcheck.h"
 #include "formats/qx_load.h"
+#include "tokenizer/qx_tok_load.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -362,7 +363,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         if (strcmp(family, "gguf") == 0) {   /* metadata from the config, and llama2.c's vocabulary if found */
             qx_sb kv;
             int have_tok = strcmp(format_family(src_format), "llama2c") == 0 &&
-                           qx_ek_find_tokenizer(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
+                           qx_tokenizer_find_bin(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
             int tc = QX_TOKCONV_NONE;
             memset(&kv, 0, sizeof kv);
             r = qx_convert_gguf_kv(&s, have_tok ? tok_path : NULL, &kv, &e);

@@ -66,30 +66,6 @@ quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err
     return QUAROT_OK;
 }
 
-int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap) {
-    char dir[4096], names[3][32];
-    size_t used = 0;
-    int i, n_names = 0;
-    qx_model_dir(model_path, dir, sizeof dir);
-    if (vocab > 0 && vocab != 512) snprintf(names[n_names++], sizeof names[0], "tok%lld.bin", (long long)vocab);
-    snprintf(names[n_names++], sizeof names[0], "tok512.bin");
-    snprintf(names[n_names++], sizeof names[0], "tokenizer.bin");
-    if (looked && looked_cap) looked[0] = '\0';
-    for (i = 0; i < n_names; ++i) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (looked && used + 1 < looked_cap) {
-            int w = snprintf(looked + used, looked_cap - used, "%s%s", i ? ", " : "", path);
-            if (w > 0) used += (size_t)w < looked_cap - used ? (size_t)w : looked_cap - used - 1;
-        }
-        if (qx_is_file(path)) {
-            snprintf(out, cap, "%s", path);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* ---- QuaRot on a copy --------------------------------------------------------------------- */
 
 /* Append printf-style text to buf (cap bytes, NUL-terminated, truncating). */
