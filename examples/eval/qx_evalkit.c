@@ -196,7 +196,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
     quarot_model m;
     qx_binding b;
     quarot_result r;
-    int64_t i, n_down = 0, n_heads = 0, n_q = 0, n_k = 0;
+    int64_t i;
     char r4[160] = "", heads[160] = "", r3t[160] = "";
     if (recipe && recipe_cap) recipe[0] = '\0';
     quarot_online_list_init(hooks, NULL);
@@ -235,18 +235,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
         return r;
     }
     qx_model_sync(&m, dst);
-    for (i = 0; i < hooks->count; ++i) {
-        switch (hooks->hooks[i].site) {
-            case QUAROT_SITE_DOWN_INPUT: n_down++; break;
-            case QUAROT_SITE_O_INPUT: n_heads++; break;
-            case QUAROT_SITE_Q_ROPE: n_q++; break;
-            case QUAROT_SITE_K_ROPE: n_k++; break;
-            default: break;
-        }
-    }
-    if (n_down) qx__cat(recipe, recipe_cap, "R4  online %s before down_proj, %lld layers (offline half in down_proj)\n", r4, (long long)n_down);
-    if (n_heads) qx__cat(recipe, recipe_cap, "Rh  online %s across heads before o_proj, %lld layers (offline half in o_proj)\n", heads, (long long)n_heads);
-    if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE, %lld layers (for the KV cache)\n", r3t, (long long)n_q);
+    qx__recipe_hooks(hooks, r4, heads, r3t, r3, recipe, recipe_cap);
     return QUAROT_OK;
 }
 
