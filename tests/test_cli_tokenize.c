@@ -62,7 +62,7 @@ static int write_tokenizer_json(const char* path) {
         qx_sb_json_string(&b, merges[i], strlen(merges[i]));
     }
     qx_sb_puts(&b, "]}}\n");
-    ok = !b.failed && write_bytes(path, b.p, b.len);
+    ok = !b.failed && qt_write_file(path, b.p, b.len);
     qx_sb_free(&b);
     return ok;
 }
@@ -136,7 +136,7 @@ static int setup(void) {
         int i;
         memset(&t, 0, sizeof t);
         for (i = 0; i < 60; ++i) qx_sb_puts(&t, i % 3 ? "the thin otter ran in the rain. " : "a thin thread there.\n");
-        ok = ok && write_bytes(tmp_path("text.txt"), t.p, t.len);
+        ok = ok && qt_write_file(tmp_path("text.txt"), t.p, t.len);
         qx_sb_free(&t);
     }
     return ok;
@@ -234,7 +234,7 @@ static void test_tokens_stories(void) {
         unsigned char* all = read_all(qt_shared_path("data/tinystories_eval.txt"), &n);
         QT_CHECK(all && n > 8192);
         snprintf(text, sizeof text, "%s", tmp_path("stories.txt"));
-        QT_CHECK(all && write_bytes(text, all, 8192));
+        QT_CHECK(all && qt_write_file(text, all, 8192));
         free(all);
     }
     snprintf(ids, sizeof ids, "%s", tmp_path("stories_ids.txt"));
@@ -268,7 +268,7 @@ static void test_bad_input(void) {
     QT_CHECKF(strstr(g_err, "bad.txt: entry 1 is not a token id"), "%s", g_err);
     QT_EQ_INT(CLI("eval '%s' --tokens '%s' --text '%s' -q", g_dir, tmp_path("big.txt"), tmp_path("text.txt")), 1);
     QT_EQ_INT(CLI("eval '%s' --tokens '%s' --windowing docs -q", g_dir, tmp_path("big.txt")), 1);
-    write_bytes(tmp_path("latin1.txt"), "caf\xE9 the\n", 9);
+    qt_write_file(tmp_path("latin1.txt"), "caf\xE9 the\n", 9);
     QT_EQ_INT(CLI("tokenize '%s' --text '%s'", g_dir, tmp_path("latin1.txt")), 2);
     QT_CHECKF(strstr(g_err, "latin1.txt: byte offset 3: invalid UTF-8") && count_lines(g_err) == 1, "%s", g_err);
     QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 32 -q", g_dir, tmp_path("latin1.txt")), 2);

@@ -147,7 +147,7 @@ static int make_model_dir(const char* dir, int64_t vocab, qx_err* e) {
 static int write_sb(const char* dir, const char* name, const qx_sb* b) {
     char p[1200];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    return write_bytes(p, b->p, b->len);
+    return qt_write_file(p, b->p, b->len);
 }
 
 static void test_cli_round_trip(void) {
