@@ -67,36 +67,28 @@ static int write_tokenizer_json(const char* path) {
     return ok;
 }
 
-/* GGUF key/value pairs in the "gguf.kv" blob layout */
-static void kv_str(qx_sb* b, const char* s) { uint64_t n = strlen(s); qx_sb_put(b, (const char*)&n, 8); qx_sb_put(b, s, (size_t)n); }
-static void kv_u32(qx_sb* b, uint32_t v) { qx_sb_put(b, (const char*)&v, 4); }
-static void kv_u64(qx_sb* b, uint64_t v) { qx_sb_put(b, (const char*)&v, 8); }
-
 /* the tokenizer.json vocabulary above as tokenizer.ggml.* pairs appended to blob (count bumped) */
 static void add_gguf_tokenizer(qx_sb* b) {
     static const char* const merges[] = {"t h", "th e", "\xC4\xA0 t", "\xC4\xA0 a", "i n", "e r"};
     static const char* const results[] = {"th", "the", "\xC4\xA0t", "\xC4\xA0\x61", "in", "er"};
-    uint64_t count;
     int i;
-    kv_str(b, "tokenizer.ggml.model"); kv_u32(b, QX_GGUF_STRING); kv_str(b, "gpt2");
-    kv_str(b, "tokenizer.ggml.pre"); kv_u32(b, QX_GGUF_STRING); kv_str(b, "gpt-2");
-    kv_str(b, "tokenizer.ggml.tokens"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_STRING); kv_u64(b, 263);
+    qx_gguf_kv_str(b, "tokenizer.ggml.model", "gpt2", 4);
+    qx_gguf_kv_str(b, "tokenizer.ggml.pre", "gpt-2", 5);
+    qx_gguf_kv_arr_begin(b, "tokenizer.ggml.tokens", QX_GGUF_STRING, 263);
     for (i = 0; i < 256; ++i) {
         unsigned cp = byte_cp(i);
         char u[3] = {0, 0, 0};
         if (cp < 0x80) u[0] = (char)cp;
         else { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); }
-        kv_str(b, u);
+        qx_gguf_put_str(b, u, strlen(u));
     }
-    for (i = 0; i < 6; ++i) kv_str(b, results[i]);
-    kv_str(b, "<|endoftext|>");
-    kv_str(b, "tokenizer.ggml.token_type"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_I32); kv_u64(b, 263);
-    for (i = 0; i < 263; ++i) kv_u32(b, i == 262 ? 3u : 1u);
-    kv_str(b, "tokenizer.ggml.merges"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_STRING); kv_u64(b, 6);
-    for (i = 0; i < 6; ++i) kv_str(b, merges[i]);
-    memcpy(&count, b->p, 8);
-    count += 5;
-    memcpy(b->p, &count, 8);
+    for (i = 0; i < 6; ++i) qx_gguf_put_str(b, results[i], strlen(results[i]));
+    qx_gguf_put_str(b, "<|endoftext|>", 13);
+    qx_gguf_kv_arr_begin(b, "tokenizer.ggml.token_type", QX_GGUF_I32, 263);
+    for (i = 0; i < 263; ++i) qx_sb_le(b, i == 262 ? 3u : 1u, 4);
+    qx_gguf_kv_arr_begin(b, "tokenizer.ggml.merges", QX_GGUF_STRING, 6);
+    for (i = 0; i < 6; ++i) qx_gguf_put_str(b, merges[i], strlen(merges[i]));
+    (void)qx_gguf_kv_count_add(b, 5);
 }
 
 static int setup(void) {
