@@ -133,6 +133,17 @@ QT_UNUSED static const char* qt_shared_path(const char* rel) {
     return buf;
 }
 
+/* The float with bit pattern u, and the value of IEEE binary16 h by the definition
+   (-1)^s 2^(e-15) (1 + m/1024), subnormals 2^-14 m/1024: oracles of the format conversion tests. */
+QT_UNUSED static float qt_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+QT_UNUSED static double qt_f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 31) return m ? NAN : ((h & 0x8000) ? -INFINITY : INFINITY);
+    v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+    return (h & 0x8000) ? -v : v;
+}
+
 /* The whole file at path, NUL-terminated, in a new malloc'ed buffer (*n, when n is not NULL: its
    length); NULL when it cannot be read. */
 QT_UNUSED static char* qt_read_file(const char* path, size_t* n) {
