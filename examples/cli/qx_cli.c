@@ -1,13 +1,13 @@
 /* qx_cli.c - see qx_cli.h. */
 #include "cli/qx_cli.h"
 #include "eval/qx_eval.h"
+#include "support/qx_file.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 void qx_cli_init(qx_cli* cli, const char* cmd, int quiet) {
@@ -15,13 +15,7 @@ void qx_cli_init(qx_cli* cli, const char* cmd, int quiet) {
     cli->cmd = cmd;
     cli->quiet = quiet;
     cli->tty = isatty(2);
-    cli->t0 = cli->last = qx_cli_now();
-}
-
-double qx_cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    cli->t0 = cli->last = qx_now();
 }
 
 static void qx__cli_close_progress(qx_cli* cli) {
@@ -59,11 +53,11 @@ int qx_cli_exit_for(quarot_result r) {
 
 void qx_cli_phase(qx_cli* cli) {
     qx__cli_close_progress(cli);
-    cli->t0 = cli->last = qx_cli_now();
+    cli->t0 = cli->last = qx_now();
 }
 
 void qx_cli_progress(qx_cli* cli, int64_t done, int64_t total, const char* what) {
-    double now = qx_cli_now(), el = now - cli->t0;
+    double now = qx_now(), el = now - cli->t0;
     if (cli->quiet || el < 1.0 || now - cli->last < 0.2) return;
     cli->last = now;
     if (cli->tty) {
@@ -76,7 +70,7 @@ void qx_cli_progress(qx_cli* cli, int64_t done, int64_t total, const char* what)
 }
 
 void qx_cli_progress_end(qx_cli* cli, const char* what) {
-    double el = qx_cli_now() - cli->t0;
+    double el = qx_now() - cli->t0;
     if (cli->quiet) return;
     if (cli->progress_open || el >= 1.0) {
         qx__cli_close_progress(cli);

@@ -34,8 +34,6 @@ typedef struct qx_cli {
 } qx_cli;
 
 void qx_cli_init(qx_cli* cli, const char* cmd, int quiet);
-/* Wall-clock seconds (monotonic). */
-double qx_cli_now(void);
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 3, 4)))
 #endif

@@ -17,13 +17,13 @@
 #include "model/qx_synth.h"
 #include "formats/qx_load.h"
 #include "model/qx_logits.h"
+#include "support/qx_file.h"
 #include "support/qx_str.h"
 #include "cli/qx_opts.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct demo_opts {
@@ -207,7 +207,7 @@ static int demo_story(qx_cli* cli, const demo_model* dm, int part) {
     qx_err e;
     quarot_result r;
     int rc = QX_EXIT_OK;
-    double t0 = qx_cli_now();
+    double t0 = qx_now();
 
     memset(cap, 0, sizeof cap);
     printf("\n== %d. %s\n", part, dm->title);
@@ -356,7 +356,7 @@ static int demo_story(qx_cli* cli, const demo_model* dm, int part) {
         printf("    greedy text from BOS (%d tokens):\n", (int)N);
         for (k = 0; k < 4; ++k) print_text(dm->tok, labels[k], g[k], N, k == 1 ? g[0] : NULL);
     }
-    printf("    (%.1f s)\n", qx_cli_now() - t0);
+    printf("    (%.1f s)\n", qx_now() - t0);
 
 done:
     for (k = 0; k < 2; ++k) {
@@ -411,11 +411,6 @@ static quarot_result sample_stream(const qx_store* s, uint64_t seed, int64_t n_w
 
 /* ---- ../shared ------------------------------------------------------------------------------ */
 
-static int demo_is_file(const char* p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* out = a + b when it fits in cap bytes (memcpy: no format-truncation guesswork); 0 otherwise. */
 static int demo_join(char* out, size_t cap, const char* a, const char* b) {
     size_t la = strlen(a), lb = strlen(b);
@@ -446,7 +441,7 @@ static int find_shared(char* out, size_t cap) {
         }
     }
     for (i = 0; i < n; ++i)
-        if (demo_join(probe, sizeof probe, cand[i], "/models/stories260K/stories260K.bin") && demo_is_file(probe))
+        if (demo_join(probe, sizeof probe, cand[i], "/models/stories260K/stories260K.bin") && qx_is_file(probe))
             return demo_join(out, cap, cand[i], "");
     return 0;
 }
@@ -455,7 +450,7 @@ int qx_cmd_demo(int argc, char** argv) {
     qx_cli cli;
     demo_opts o;
     int rc;
-    double t_start = qx_cli_now();
+    double t_start = qx_now();
     qx_synth_desc sd;
     qx_store syn;
     qx_windows win;
@@ -582,6 +577,6 @@ int qx_cmd_demo(int argc, char** argv) {
     printf("\nWhat to take away: the rotated model computes the same function (b), its activations lose their\n"
            "outlier channels and quantize with far less error (c), and W4A4 / W8A4 perplexity drops (d).\n"
            "demo done in %.1f s. Next: quarot eval MODEL --text FILE, quarot plot MODEL --text FILE -o out.svg\n",
-           qx_cli_now() - t_start);
+           qx_now() - t_start);
     return QX_EXIT_OK;
 }

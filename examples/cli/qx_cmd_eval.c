@@ -880,7 +880,7 @@ int qx_cmd_eval(int argc, char** argv) {
         for (j = 0; j < n_variants && rc == QX_EXIT_OK; ++j) {
             qx_ek_forward ef;
             qx_ppl_result res;
-            double t0 = qx_cli_now();
+            double t0 = qx_now();
             const qx_store* src = variants[j].store;
             if (stage_w) {   /* the quantized weights of (column, bits): made once */
                 eval_qstore* x = NULL;
@@ -975,8 +975,8 @@ int qx_cmd_eval(int argc, char** argv) {
             }
             table.v[i][j] = res.ppl;
             prog.before += win.n;
-            if (qx_cli_now() - cli.t0 >= 1.0)
-                qx_cli_info(&cli, "%s, %s: perplexity %.4f (%.1f s)", settings[i].label, variants[j].name, res.ppl, qx_cli_now() - t0);
+            if (qx_now() - cli.t0 >= 1.0)
+                qx_cli_info(&cli, "%s, %s: perplexity %.4f (%.1f s)", settings[i].label, variants[j].name, res.ppl, qx_now() - t0);
         }
     }
     if (rc != QX_EXIT_OK) goto done;

@@ -6,14 +6,15 @@
 #include "engine/qx_engine.h"
 #include "eval/qx_eval.h"
 #include "eval/qx_evalkit.h"
+#include "support/qx_file.h"
 #include "support/qx_threads.h"
+#include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tokenizer.h"
 #include "formats/qx_load.h"
 #include "cli/qx_opts.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 typedef struct generate_opts {
     const char *model, *prompt, *tokenizer, *hooks;
@@ -97,11 +98,6 @@ static quarot_result read_hooks(const char* path, quarot_online_list* list, qx_e
     return r;
 }
 
-static int file_exists(const char* p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 int qx_cmd_generate(int argc, char** argv) {
     qx_cli cli;
     generate_opts o;
@@ -174,7 +170,7 @@ int qx_cmd_generate(int argc, char** argv) {
         vocab = model.config.vocab;
     }
     if (o.tokenizer) snprintf(tok_path, sizeof tok_path, "%s", o.tokenizer);
-    else if (!qx_ek_find_tokenizer(o.model, vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
+    else if (!qx_tokenizer_find_bin(o.model, vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
         rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE", o.model, looked);
         goto done;
     }
@@ -192,8 +188,8 @@ int qx_cmd_generate(int argc, char** argv) {
         if (o.hooks) snprintf(hook_path, sizeof hook_path, "%s", o.hooks);
         else {
             snprintf(hook_path, sizeof hook_path, "%s.quarot-online", o.model);
-            if (!file_exists(hook_path)) snprintf(hook_path, sizeof hook_path, "%s/quarot_online.txt", o.model);
-            if (!file_exists(hook_path)) hook_path[0] = '\0';
+            if (!qx_is_file(hook_path)) snprintf(hook_path, sizeof hook_path, "%s/quarot_online.txt", o.model);
+            if (!qx_is_file(hook_path)) hook_path[0] = '\0';
         }
         if (hook_path[0]) {
             r = read_hooks(hook_path, &hooks, &e);
@@ -243,12 +239,12 @@ int qx_cmd_generate(int argc, char** argv) {
     quarot_rng_seed(&rng, (uint64_t)o.seed);
 
     /* prefill in blocks of max_tokens, printing the prompt as run.c does */
-    t0 = qx_cli_now();
+    t0 = qx_now();
     for (t = 0; t < n_prompt && r == QUAROT_OK; t += en.max_tokens) {
         int64_t nb = n_prompt - t < en.max_tokens ? n_prompt - t : en.max_tokens;
         r = qx_engine_forward(&en, ptoks + t, nb, logits, 0, &e);
     }
-    t_prefill = qx_cli_now() - t0;
+    t_prefill = qx_now() - t0;
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s", e.msg); goto done; }
     for (t = 1; t < n_prompt; ++t) {
         size_t pl;
@@ -256,7 +252,7 @@ int qx_cmd_generate(int argc, char** argv) {
         if (p && qx_tokenizer_safe_piece(p, pl)) fwrite(p, 1, pl, stdout);
     }
     prev = ptoks[n_prompt - 1];
-    t0 = qx_cli_now();
+    t0 = qx_now();
     for (done = 0; done < o.n_gen && en.pos < en.context; ++done) {
         size_t pl;
         const char* p;
@@ -271,7 +267,7 @@ int qx_cmd_generate(int argc, char** argv) {
             if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s", e.msg); goto done; }
         }
     }
-    t_decode = qx_cli_now() - t0;
+    t_decode = qx_now() - t0;
     printf("\n");
     fflush(stdout);
     qx_cli_info(&cli, "%lld prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.1f tok/s); %d threads; weights %.2f MiB (decoder linears), KV cache %.2f MiB; W%d A%d KV%d%s",

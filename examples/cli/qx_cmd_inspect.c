@@ -103,21 +103,6 @@ static void print_config(const qx_store* s, const char* path) {
            c->attn_qkv_bias ? "yes" : "no", c->attn_out_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no", c->qk_norm ? "yes" : "no");
 }
 
-static int64_t layer_of(const char* name, size_t* pos, size_t* len) {
-    const char* p = name;
-    while ((p = strstr(p, "layers.")) != NULL) {
-        const char* q = p + 7;
-        int64_t v = 0;
-        int digits = 0;
-        if (p == name || p[-1] == '.') {
-            while (*q >= '0' && *q <= '9' && digits < 12) { v = v * 10 + (*q - '0'); ++q; ++digits; }
-            if (digits > 0 && *q == '.') { *pos = (size_t)(p + 7 - name); *len = (size_t)digits; return v; }
-        }
-        p += 7;
-    }
-    return -1;
-}
-
 static void shape_text(const quarot_tensor* t, char* buf, size_t n) {
     int d, nd = 1;
     size_t o = 0;
@@ -152,7 +137,7 @@ static void print_tensors(const qx_store* s, int all) {
     for (i = 0; i < s->count; ++i) {
         const qx_entry* e = &s->items[i];
         size_t pos = 0, len = 0;
-        int64_t L = layer_of(e->name, &pos, &len), lo = L, hi = L, n_same = 1;
+        int64_t L = qx_name_layer(e->name, &pos, &len), lo = L, hi = L, n_same = 1;
         double bytes = (double)quarot_tensor_nelements(&e->t) * (double)quarot_dtype_size(e->t.dtype);
         char name[200];
         if (summarize && L >= 0) {
@@ -161,7 +146,7 @@ static void print_tensors(const qx_store* s, int all) {
             for (j = 0; j < s->count; ++j) {
                 size_t p2, l2;
                 const qx_entry* f = &s->items[j];
-                int64_t L2 = layer_of(f->name, &p2, &l2);
+                int64_t L2 = qx_name_layer(f->name, &p2, &l2);
                 if (j == i || L2 < 0 || p2 != pos || strncmp(f->name, e->name, pos) != 0 ||
                     strcmp(f->name + p2 + l2, e->name + pos + len) != 0) continue;
                 if (j < i) first = 0;

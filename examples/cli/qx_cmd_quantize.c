@@ -27,6 +27,7 @@
 #include "pipeline/qx_rotate_file.h"
 #include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tokenizer.h"
+#include "tokenizer/qx_tok_write.h"
 #include "eval/qx_wquant.h"
 #include "formats/qx_load.h"
 #include "support/qx_str.h"
@@ -36,7 +37,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 enum { QZ_GGUF = 1, QZ_PACKED = 2 };
 
@@ -231,61 +231,6 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
     return QUAROT_OK;
 }
 
-/* ---- llama.cpp's tokenizer keys from a llama2.c tokenizer.bin ---- */
-
-static void qz_gstr(qx_sb* b, const char* s, size_t n) { qx_sb_le(b, n, 8); qx_sb_put(b, s, n); }
-static void qz_gkey(qx_sb* b, const char* key, uint32_t type) { qz_gstr(b, key, strlen(key)); qx_sb_le(b, type, 4); }
-
-/* Appends to kv (a "gguf.kv" blob: u64 count + pairs) the tokenizer.ggml.* pairs of llama.cpp's
-   sentencepiece ("llama") vocabulary: the pieces with llama2.c's ' ' turned back into U+2581, ids 0,
-   1, 2 as <unk>, <s>, </s> (llama2.c's export spells the last two "\n<s>\n" / "\n</s>\n"), token
-   types 2 unknown, 3 control, 6 byte (<0xXX>), 1 normal, and the scores. */
-static void qz_tokenizer_kv(qx_sb* kv, const qx_tokenizer* t) {
-    uint64_t count = 0;
-    int k;
-    int32_t i;
-    for (k = 0; k < 8; ++k) count |= (uint64_t)(unsigned char)kv->p[k] << (8 * k);
-    qz_gkey(kv, "tokenizer.ggml.model", QX_GGUF_STRING); qz_gstr(kv, "llama", 5);
-    qz_gkey(kv, "tokenizer.ggml.pre", QX_GGUF_STRING); qz_gstr(kv, "default", 7);
-    qz_gkey(kv, "tokenizer.ggml.tokens", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_STRING, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        const char* p = t->pieces[i];
-        qx_sb piece;
-        int32_t j;
-        memset(&piece, 0, sizeof piece);
-        if (i == 0) qx_sb_puts(&piece, "<unk>");
-        else if (i == 1) qx_sb_puts(&piece, "<s>");
-        else if (i == 2) qx_sb_puts(&piece, "</s>");
-        else
-            for (j = 0; j < t->lens[i]; ++j) {
-                if (p[j] == ' ') qx_sb_put(&piece, "\xe2\x96\x81", 3);
-                else qx_sb_put(&piece, p + j, 1);
-            }
-        qz_gstr(kv, piece.p ? piece.p : "", piece.len);
-        qx_sb_free(&piece);
-    }
-    qz_gkey(kv, "tokenizer.ggml.scores", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_F32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        uint32_t u;
-        memcpy(&u, &t->scores[i], 4);
-        qx_sb_le(kv, u, 4);
-    }
-    qz_gkey(kv, "tokenizer.ggml.token_type", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_I32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        const char* p = t->pieces[i];
-        int byte = t->lens[i] == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>';
-        qx_sb_le(kv, i == 0 ? 2u : i <= 2 ? 3u : byte ? 6u : 1u, 4);
-    }
-    qz_gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx_sb_le(kv, 1, 4);
-    qz_gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx_sb_le(kv, 2, 4);
-    qz_gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx_sb_le(kv, 0, 4);
-    qz_gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx_sb_le(kv, 1, 1);
-    qz_gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx_sb_le(kv, 0, 1);
-    count += 10;
-    if (!kv->failed)
-        for (k = 0; k < 8; ++k) kv->p[k] = (char)(count >> (8 * k));
-}
-
 /* Bytes the online hook text will about take (so the packed header rarely has to move the data):
    a line per hook, and a table of K*(K+1) characters for each odd Hadamard order K (the odd part of
    the intermediate size, the head count and the head size). */
@@ -317,7 +262,7 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         memset(&gen, 0, sizeof gen);
         k->permute = !c->rope_interleaved;
         r = gp && bt ? qx_gguf_kv_from_config(s, &gen, e) : QUAROT_ERR_OUT_OF_MEMORY;
-        if (!kv && r == QUAROT_OK && k->tok) qz_tokenizer_kv(&gen, k->tok);
+        if (!kv && r == QUAROT_OK && k->tok) r = qx_tokenizer_write_gguf_kv(k->tok, "default", &gen, k->path, e);
         if (!kv && gen.failed) r = QUAROT_ERR_OUT_OF_MEMORY;
         if (!kv) { kv = gen.p; kv_len = gen.len; }
         for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {
@@ -669,16 +614,8 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
     r = qx_wq_quantize(q, &wo, wst, e);
     k->staged = NULL;
     if (r != QUAROT_OK) return r;
-    pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+    pl = qx_store_plan(q, QUAROT_DTYPE_F32, 1);
     if (!pl) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (j = 0; j < n; ++j) {
-        int d;
-        pl[j].name = q->items[j].name;
-        pl[j].dtype = QUAROT_DTYPE_F32;
-        memcpy(pl[j].ne, q->items[j].t.ne, sizeof pl[j].ne);
-        pl[j].n_dims = 1;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-    }
     r = qz_begin(k, q, pl, n, e);
     free(pl);
     for (j = 0; j < n && r == QUAROT_OK; ++j) r = qz_put(k, q->items[j].name, &q->items[j].t, e);
@@ -836,11 +773,6 @@ static void qz_on_progress(void* user, const char* stage, int64_t done, int64_t 
     qx_cli_progress(p->cli, done, total, strcmp(stage, "validate") == 0 ? "validating layer" : "rotating + quantizing layer");
 }
 
-static int qz_same_file(const char* a, const char* b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 /* The per-tensor table and totals (stdout). */
 static void qz_summary(const qz_opts* o, const qz_sink* k) {
     int64_t i, nq = 0, nf = 0, ndead = 0;
@@ -977,7 +909,7 @@ int qx_cmd_quantize(int argc, char** argv) {
         o.group = QX_GGML_QK;
         opt.rot.no_online = 1;               /* stock llama.cpp applies no online rotation */
     }
-    if (qz_same_file(opt.in, opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", opt.out);
+    if (qx_same_file(opt.in, opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", opt.out);
     if (!opt.dry && !opt.c.force && qx_path_exists(opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", opt.out);
     if (!opt.dry && qx_is_dir(opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", opt.out);
 
@@ -1015,7 +947,7 @@ int qx_cmd_quantize(int argc, char** argv) {
     /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
        the llama2.c tokenizer found beside the model (a GGUF input keeps its own keys) */
     if (o.format == QZ_GGUF && !qx_store_get_blob(&s, "gguf.kv", NULL)) {
-        if (!opt.tokenizer && qx_ek_find_tokenizer(opt.in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
+        if (!opt.tokenizer && qx_tokenizer_find_bin(opt.in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
             opt.tokenizer = tok_found;
         if (opt.tokenizer) {
             r = qx_tokenizer_load(&tok, opt.tokenizer, (int32_t)s.config.vocab, &e);
@@ -1039,17 +971,10 @@ int qx_cmd_quantize(int argc, char** argv) {
     {
         /* the input's tensors (and the lm_head that untying creates), decided as the run will: a
            group size that does not fit is refused before any work; --dry-run prints the list */
-        int64_t n = s.count + 1, j = 0;
-        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)n, sizeof *pl);
+        int64_t j = s.count;
+        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_DEFAULT, 1);
         char tb[16];
         if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        for (i = 0; i < (int)s.count; ++i, ++j) {
-            int d;
-            pl[j].name = s.items[i].name;
-            memcpy(pl[j].ne, s.items[i].t.ne, sizeof pl[j].ne);
-            pl[j].n_dims = 1;
-            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-        }
         if (o.rotate && s.config.tied_embeddings && qx_store_find(&s, "model.embed_tokens.weight")) {
             const quarot_tensor* em = qx_store_find(&s, "model.embed_tokens.weight");
             pl[j].name = "lm_head.weight";
@@ -1187,16 +1112,8 @@ run:
     } else {
         /* the model as it is: every tensor straight to the output */
         int64_t n = s.count, j;
-        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_F32, 1);
         if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        for (j = 0; j < n; ++j) {
-            int d;
-            pl[j].name = s.items[j].name;
-            pl[j].dtype = QUAROT_DTYPE_F32;
-            memcpy(pl[j].ne, s.items[j].t.ne, sizeof pl[j].ne);
-            pl[j].n_dims = 1;
-            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-        }
         r = qz_begin(&sink, &s, pl, n, &e);
         free(pl);
         for (j = 0; j < n && r == QUAROT_OK; ++j) {

@@ -22,6 +22,7 @@
 #include "cli/qx_rotcheck.h"
 #include "formats/qx_load.h"
 #include "cli/qx_opts.h"
+#include "tokenizer/qx_tok_load.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -213,23 +214,6 @@ static void on_progress(void* user, const char* stage, int64_t done, int64_t tot
         (void)!truncate(rp->in, 4096);
 }
 
-static int same_file(const char* a, const char* b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* Directory part of a path ("." when none); heap string. */
-static char* dir_of(const char* path) {
-    const char* slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 1;
-    char* d = (char*)malloc(n + 2);
-    if (!d) return NULL;
-    if (!slash) strcpy(d, ".");
-    else if (slash == path) strcpy(d, "/");
-    else { memcpy(d, path, n); d[n] = '\0'; }
-    return d;
-}
-
 static char* concat(const char* a, const char* b) {
     char* p = (char*)malloc(strlen(a) + strlen(b) + 1);
     if (p) { strcpy(p, a); strcat(p, b); }
@@ -326,7 +310,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: the name ends in .%s but --format is %s (name OUT after its format: .bin llama2c, "
                                                ".gguf, .safetensors or a directory)", out, strcmp(ext_fmt, "llama2c") == 0 ? "bin" : ext_fmt,
                            job->format);
-    if (same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
+    if (qx_same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
     if (adapt && (!job->context || !job->context->matrix))
         return qx_cli_fail(cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
     quarot_online_list_init(&list, NULL);
@@ -382,12 +366,12 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         if (strcmp(family, "gguf") == 0) {   /* metadata from the config, and llama2.c's vocabulary if found */
             qx_sb kv;
             int have_tok = strcmp(format_family(src_format), "llama2c") == 0 &&
-                           qx_ek_find_tokenizer(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
+                           qx_tokenizer_find_bin(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
             int tc = QX_TOKCONV_NONE;
             memset(&kv, 0, sizeof kv);
             r = qx_convert_gguf_kv(&s, have_tok ? tok_path : NULL, &kv, &e);
             if (r == QUAROT_OK && strncmp(src_format, "safetensors", 11) == 0) {   /* tokenizer.json -> tokenizer.ggml.* */
-                char* sd = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
+                char* sd = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
                 tc = sd ? qx_convert_tok_to_gguf(sd, s.config.vocab, &kv, tok_note_buf, sizeof tok_note_buf, &e) : QX_TOKCONV_ERROR;
                 if (!sd) qx_err_set(&e, "out of memory");
                 if (tc == QX_TOKCONV_ERROR) r = QUAROT_ERR_OUT_OF_MEMORY;
@@ -473,10 +457,10 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         if (qx_is_dir(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
         if (!force && qx_path_exists(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
         if (strcmp(family, "safetensors") == 0) {   /* one file: its config.json beside it */
-            char* od = dir_of(out);
-            char* id = qx_is_dir(in) ? NULL : dir_of(in);
+            char* od = qx_path_dir(out);
+            char* id = qx_is_dir(in) ? NULL : qx_path_dir(in);
             config_path = od ? qx_path_join(od, "config.json") : NULL;
-            if (od && strncmp(src_format, "safetensors", 11) == 0 && (qx_is_dir(in) ? same_file(od, in) : (id && same_file(od, id)))) {
+            if (od && strncmp(src_format, "safetensors", 11) == 0 && (qx_is_dir(in) ? qx_same_file(od, in) : (id && qx_same_file(od, id)))) {
                 rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the "
                                                         "rotated model; write to a directory (OUT without .safetensors) or elsewhere", out);
                 free(od); free(id);
@@ -496,7 +480,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (tok_to_hf && !dir_out) {
         tok_note = "not written (a single .safetensors file has no tokenizer; write to a directory to get tokenizer.json)";
     } else if (tok_to_hf) {
-        char* od = dir_of(out);
+        char* od = qx_path_dir(out);
         char* tmpl = od ? qx_path_join(od, ".quarot-tok-XXXXXX") : NULL;
         int tc;
         free(od);
@@ -525,7 +509,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     }
     /* A Hugging Face output directory gets the input's tokenizer and generation files */
     if (dir_out && strncmp(src_format, "safetensors", 11) == 0) {
-        hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
+        hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
         if (!hf_src) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
         if (qx_is_dir(out) && (n_hf_files = check_hf_files(hf_src, out, force, &e)) < 0) {
             rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg);
