@@ -916,6 +916,112 @@ static void test_fake_quant(void) {
     }
 }
 
+/* Integer products (model/qx_qlinear.h): W4A4 / W8A8 logits of the integer path are close to the
+   float product of the same fake-quantized values (float_linears) but not equal to it (another
+   summation order); layer-wise streaming gives the same bits; a store whose weights were replaced by
+   their RTN values with the grids recorded (what the packed reader makes) runs with w_bits 0 bit for
+   bit as RTN at load; a weight moved off its grid is refused, naming it; asymmetric activations take
+   the float product. */
+static void test_integer_linears(void) {
+    qx_store s, g;
+    qx_forward_opts o;
+    qx_forward f;
+    qx_err e;
+    int32_t toks[24];
+    int64_t T = 24, V, l;
+    float *q_int, *q_flt, *q_str, *q_grid, *q_asym, *q_asym_f;
+    static const char* const lin[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                       "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    {
+        qx_synth_desc d;
+        memset(&d, 0, sizeof d);   /* without outlier channels: 8 bits then behaves like ~8 bits */
+        d.arch = "llama";
+        d.seed = 23;
+        d.n_outliers = -1;
+        QT_OK(qx_synth_model(&s, &d, &e));
+    }
+    V = V_of(&s);
+    make_tokens(toks, T, V, 5);
+    memset(&o, 0, sizeof o);
+    o.quant.w_bits = 8; o.quant.a_bits = 8;
+    q_int = run_window(&s, &o, toks, T);
+    o.quant.float_linears = 1;
+    q_flt = run_window(&s, &o, toks, T);
+    QT_CHECK(q_int && q_flt);
+    if (q_int && q_flt) {
+        double d = rms_rel(q_int, q_flt, T * V);
+        QT_CHECKF(d > 0.0 && d < 1e-3, "W8A8 integer vs float sums: rms rel %.3g", d);
+    }
+    free(q_int);
+    free(q_flt);
+    memset(&o, 0, sizeof o);
+    o.quant.w_bits = 4; o.quant.a_bits = 4; o.quant.k_bits = 4; o.quant.v_bits = 4;
+    q_int = run_window(&s, &o, toks, T);
+    o.stream_weights = 1;
+    q_str = run_window(&s, &o, toks, T);
+    o.stream_weights = 0;
+    o.quant.float_linears = 1;
+    q_flt = run_window(&s, &o, toks, T);
+    QT_CHECK(q_int && q_flt && q_str && memcmp(q_int, q_flt, (size_t)(T * V) * sizeof(float)) != 0);
+    QT_CHECK(q_int && q_str && memcmp(q_int, q_str, (size_t)(T * V) * sizeof(float)) == 0);
+    /* the same weights on recorded grids, w_bits 0 */
+    QT_OK(qx_store_clone(&s, &g));
+    for (l = 0; l < g.config.n_layers; ++l) {
+        int k;
+        for (k = 0; k < 7; ++k) {
+            char name[128];
+            quarot_tensor* t;
+            quarot_quant_desc d;
+            int8_t* q;
+            float* sc;
+            int64_t rows, cols;
+            snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, lin[k]);
+            t = qx_store_find(&g, name);
+            QT_CHECK(t != NULL && t->dtype == QUAROT_DTYPE_F32);
+            if (!t) continue;
+            rows = t->ne[1];
+            cols = t->ne[0];
+            memset(&d, 0, sizeof d);
+            d.bits = 4;
+            q = (int8_t*)malloc((size_t)(rows * cols));
+            sc = (float*)malloc((size_t)rows * sizeof(float));
+            QT_OK(quarot_quantize_f32((const float*)t->data, rows, cols, cols, &d, q, sc, NULL));
+            QT_OK(quarot_dequantize_f32(q, sc, NULL, rows, cols, &d, (float*)t->data, cols));
+            QT_OK(qx_store_set_grid(&g, name, 4, rows, cols, cols, sc));
+            free(q);
+            free(sc);
+        }
+    }
+    memset(&o, 0, sizeof o);
+    o.quant.a_bits = 4; o.quant.k_bits = 4; o.quant.v_bits = 4;
+    q_grid = run_window(&g, &o, toks, T);
+    QT_CHECK(q_grid && q_int && memcmp(q_grid, q_int, (size_t)(T * V) * sizeof(float)) == 0);
+    {   /* off the grid */
+        quarot_tensor* t = qx_store_find(&g, "model.layers.1.mlp.up_proj.weight");
+        ((float*)t->data)[7] *= 1.0001f;
+        QT_ERR(qx_forward_init(&f, &g, &o, &e), QUAROT_ERR_INVALID_ARGUMENT);
+        QT_CHECKF(strstr(e.msg, "model.layers.1.mlp.up_proj.weight") && strstr(e.msg, "off the 4-bit grid"), "%s", e.msg);
+        o.stream_weights = 1;   /* layer-wise: the same refusal when layer 1 runs */
+        QT_OK(qx_forward_init(&f, &g, &o, &e));
+        QT_CHECK(qx_forward_window(&f, toks, T, NULL, &e) != QUAROT_OK);
+        qx_forward_free(&f);
+        o.stream_weights = 0;
+        qx_store_remove_grid(&g, "model.layers.1.mlp.up_proj.weight");   /* no grid: the float product */
+        QT_OK(qx_forward_init(&f, &g, &o, &e));
+        qx_forward_free(&f);
+    }
+    /* asymmetric activations: no integer kernel, the float product either way */
+    memset(&o, 0, sizeof o);
+    o.quant.w_bits = 4; o.quant.a_bits = 4; o.quant.a_asym = 1;
+    q_asym = run_window(&s, &o, toks, T);
+    o.quant.float_linears = 1;
+    q_asym_f = run_window(&s, &o, toks, T);
+    QT_CHECK(q_asym && q_asym_f && memcmp(q_asym, q_asym_f, (size_t)(T * V) * sizeof(float)) == 0);
+    free(q_int); free(q_flt); free(q_str); free(q_grid); free(q_asym); free(q_asym_f);
+    qx_store_free(&g);
+    qx_store_free(&s);
+}
+
 /* Capture sees activations before quantization: with A3 activations (weights FP) the first capture
    (layer 0, q_proj input: nothing quantized upstream) is bit-identical to FP, while layer 1's
    down_proj input, downstream of quantized linears, differs. */
@@ -1146,6 +1252,7 @@ int main(void) {
     QT_RUN(test_hook_calls);
     QT_RUN(test_online_rotation_equivalence);
     QT_RUN(test_fake_quant);
+    QT_RUN(test_integer_linears);
     QT_RUN(test_capture_before_quant);
     QT_RUN(test_dtypes);
     QT_RUN(test_errors);

@@ -924,6 +924,15 @@ quarot_result qx_packed_read_mem(const void* buf, size_t len, const char* name, 
         r = qx_store_add(s, L->name, QUAROT_DTYPE_F32, 2, ne, NULL, &t);
         if (r != QUAROT_OK) { qx_err_set(e, "%s: tensor \"%s\": %s", name, L->name, quarot_result_string(r)); break; }
         for (row = 0; row < L->out; ++row) qx_packed_dequant_row(&f, L, row, (float*)t->data + row * L->in);
+        if (!L->zeros) {   /* symmetric: W = f32(code) * scale exactly, the grid of the reference's integer products */
+            float* sc = (float*)malloc((size_t)(L->out * L->groups) * sizeof(float));
+            int64_t gi;
+            if (!sc) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", name); break; }
+            for (gi = 0; gi < L->out * L->groups; ++gi) sc[gi] = qx__pk_scale(&f, L, gi);
+            r = qx_store_set_grid(s, L->name, f.settings.w_bits, L->out, L->in, L->group, sc);
+            free(sc);
+            if (r != QUAROT_OK) { qx_err_set(e, "%s: tensor \"%s\": %s", name, L->name, quarot_result_string(r)); break; }
+        }
     }
     if (r == QUAROT_OK) r = qx_store_set_blob(s, "quarot.online", f.online, strlen(f.online));
     if (r == QUAROT_OK) {

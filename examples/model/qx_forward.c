@@ -3,6 +3,7 @@
    the norms accumulate in double. Window and incremental decoding share this one code path, so
    they differ only by the summation order inside the GEMMs. */
 #include "model/qx_forward.h"
+#include "model/qx_qlinear.h"
 #include "model/qx_model.h"
 #include "model/qx_ops.h"
 
@@ -228,15 +229,73 @@ static void qx__name(const qx_forward* f, int64_t layer, const char* suffix, cha
     snprintf(buf, n, "%s%lld.%s", f->is_opt ? "model.decoder.layers." : "model.layers.", (long long)layer, suffix);
 }
 
-/* Load one linear: weight [rows][cols] and its bias [rows] (required when req_bias). */
+/* The quantizer of the decoder-linear weights (what qx__fake_quant builds from the options). */
+static void qx__weight_desc(const qx_forward* f, quarot_quant_desc* d) {
+    const qx_fake_quant_opts* q = &f->opts.quant;
+    memset(d, 0, sizeof *d);
+    d->bits = q->w_bits;
+    d->asymmetric = q->w_asym ? 1 : 0;
+    d->group_size = q->w_group;
+    d->clip_ratio = q->w_clip > 0.0f ? q->w_clip : 1.0f;
+    d->clip_search = q->w_clip_search;
+}
+
+/* The integer form of weight `wname` (w[rows][cols], f32, before any fake quantization) into m over
+   mem (qx_qlinear_bytes of it; NULL: from the arena), when the activations are quantized as an
+   integer kernel takes them and the weight has codes: RTN at load (symmetric) or the store's grid
+   (grid, may be NULL). Otherwise m stays empty (the float product). */
+static quarot_result qx__int_form(qx_forward* f, const char* wname, const float* w, int64_t rows, int64_t cols,
+                                  const qx_grid* grid, void* mem, int8_t* codes, quarot_qmat* m, qx_err* e) {
+    const qx_fake_quant_opts* q = &f->opts.quant;
+    quarot_quant_desc d;
+    int8_t* own = NULL;
+    quarot_result r;
+    int bits = q->w_bits ? q->w_bits : grid ? grid->bits : 0;
+    int64_t group = q->w_bits ? q->w_group : grid ? grid->group : 0, bad = -1;
+    memset(m, 0, sizeof *m);
+    if (!f->int_linears || !bits || (q->w_bits && q->w_asym) || (!q->w_bits && (grid->rows != rows || grid->cols != cols)) ||
+        !qx_qlinear_fits(bits, cols, group))
+        return QUAROT_OK;
+    if (!mem && !(mem = qx_arena_alloc(&f->arena, qx_qlinear_bytes(bits, rows, cols, group)))) {
+        qx_err_set(e, "%s: out of memory (integer form)", wname);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    if (!codes && !(codes = own = (int8_t*)malloc((size_t)(rows * cols)))) {
+        qx_err_set(e, "%s: out of memory (codes)", wname);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    if (q->w_bits) {
+        qx__weight_desc(f, &d);
+        r = qx_qlinear_rtn(m, mem, w, rows, cols, &d, codes);
+        if (r != QUAROT_OK) qx_err_set(e, "%s: quantization: %s", wname, quarot_result_string(r));
+    } else {
+        r = qx_qlinear_grid(m, mem, w, rows, cols, grid, codes, &bad);
+        if (r != QUAROT_OK)
+            qx_err_set(e, "%s: row %lld is off the %d-bit grid it was read with (the weights were changed after they were read)",
+                       wname, (long long)bad, grid->bits);
+    }
+    free(own);
+    if (r != QUAROT_OK) memset(m, 0, sizeof *m);
+    return r;
+}
+
+/* Load one linear: weight [rows][cols] and its bias [rows] (required when req_bias); m (may be NULL)
+   receives its integer form (qx__int_form). */
 static quarot_result qx__load_linear(qx_forward* f, const qx_store* s, int64_t layer, const char* base,
-                                     int64_t rows, int64_t cols, int req_bias, float** w, float** b, qx_err* e) {
+                                     int64_t rows, int64_t cols, int req_bias, float** w, float** b, quarot_qmat* m,
+                                     qx_err* e) {
     char name[256], wname[300];
     quarot_result r;
+    qx_grid grid;
     qx__name(f, layer, base, name, sizeof name);
     snprintf(wname, sizeof wname, "%s.weight", name);
     r = qx__load(f, s, wname, rows, cols, 1, w, e);
     if (r != QUAROT_OK) return r;
+    if (m) {
+        int has_grid = !f->opts.quant.w_bits && qx_store_get_grid(s, wname, &grid);
+        r = qx__int_form(f, wname, *w, rows, cols, has_grid ? &grid : NULL, NULL, NULL, m, e);
+        if (r != QUAROT_OK) return r;
+    }
     snprintf(wname, sizeof wname, "%s.bias", name);
     r = qx__load(f, s, wname, 1, rows, req_bias, b, e);
     if (r != QUAROT_OK) return r;
@@ -278,6 +337,7 @@ typedef struct qx__spec {
     int64_t rows, cols;
     int required, linear;
     float** slot;
+    int ql;                  /* linears: the QX_QL_* index of its integer form, else -1 */
 } qx__spec;
 
 static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, qx__spec* sp) {
@@ -292,32 +352,32 @@ static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, 
     do {                                                                                            \
         qx__name(f, l, BASE, base, sizeof base);                                                    \
         snprintf(sp[n].name, sizeof sp[n].name, "%s%s", base, SUFFIX);                              \
-        sp[n].rows = ROWS; sp[n].cols = COLS; sp[n].required = REQ; sp[n].linear = LIN;             \
-        sp[n].slot = SLOT; ++n;                                                                     \
+        sp[n].rows = ROWS; sp[n].cols = COLS; sp[n].required = REQ; sp[n].linear = (LIN) >= 0;      \
+        sp[n].slot = SLOT; sp[n].ql = LIN; ++n;                                                     \
     } while (0)
-    QX__SPEC(n1, ".weight", 1, g->hidden, 1, 0, &L->norm1_w);
-    QX__SPEC(n1, ".bias", 1, g->hidden, 0, 0, &L->norm1_b);
-    QX__SPEC(n2, ".weight", 1, g->hidden, 1, 0, &L->norm2_w);
-    QX__SPEC(n2, ".bias", 1, g->hidden, 0, 0, &L->norm2_b);
-    QX__SPEC("self_attn.q_proj", ".weight", f->q_dim, g->hidden, 1, 1, &L->wq);
-    QX__SPEC("self_attn.q_proj", ".bias", 1, f->q_dim, g->attn_qkv_bias, 0, &L->bq);
-    QX__SPEC("self_attn.k_proj", ".weight", f->kv_dim, g->hidden, 1, 1, &L->wk);
-    QX__SPEC("self_attn.k_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, 0, &L->bk);
-    QX__SPEC("self_attn.v_proj", ".weight", f->kv_dim, g->hidden, 1, 1, &L->wv);
-    QX__SPEC("self_attn.v_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, 0, &L->bv);
-    QX__SPEC(o_name, ".weight", g->hidden, f->q_dim, 1, 1, &L->wo);
-    QX__SPEC(o_name, ".bias", 1, g->hidden, g->attn_out_bias, 0, &L->bo);
+    QX__SPEC(n1, ".weight", 1, g->hidden, 1, -1, &L->norm1_w);
+    QX__SPEC(n1, ".bias", 1, g->hidden, 0, -1, &L->norm1_b);
+    QX__SPEC(n2, ".weight", 1, g->hidden, 1, -1, &L->norm2_w);
+    QX__SPEC(n2, ".bias", 1, g->hidden, 0, -1, &L->norm2_b);
+    QX__SPEC("self_attn.q_proj", ".weight", f->q_dim, g->hidden, 1, QX_QL_Q, &L->wq);
+    QX__SPEC("self_attn.q_proj", ".bias", 1, f->q_dim, g->attn_qkv_bias, -1, &L->bq);
+    QX__SPEC("self_attn.k_proj", ".weight", f->kv_dim, g->hidden, 1, QX_QL_K, &L->wk);
+    QX__SPEC("self_attn.k_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, -1, &L->bk);
+    QX__SPEC("self_attn.v_proj", ".weight", f->kv_dim, g->hidden, 1, QX_QL_V, &L->wv);
+    QX__SPEC("self_attn.v_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, -1, &L->bv);
+    QX__SPEC(o_name, ".weight", g->hidden, f->q_dim, 1, QX_QL_O, &L->wo);
+    QX__SPEC(o_name, ".bias", 1, g->hidden, g->attn_out_bias, -1, &L->bo);
     if (g->mlp == QUAROT_MLP_GATED) {
-        QX__SPEC("mlp.gate_proj", ".weight", g->intermediate, g->hidden, 1, 1, &L->w_gate);
-        QX__SPEC("mlp.gate_proj", ".bias", 1, g->intermediate, g->mlp_bias, 0, &L->b_gate);
+        QX__SPEC("mlp.gate_proj", ".weight", g->intermediate, g->hidden, 1, QX_QL_GATE, &L->w_gate);
+        QX__SPEC("mlp.gate_proj", ".bias", 1, g->intermediate, g->mlp_bias, -1, &L->b_gate);
     }
-    QX__SPEC(up, ".weight", g->intermediate, g->hidden, 1, 1, &L->w_up);
-    QX__SPEC(up, ".bias", 1, g->intermediate, g->mlp_bias, 0, &L->b_up);
-    QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, 1, &L->w_down);
-    QX__SPEC(down, ".bias", 1, g->hidden, g->mlp_bias, 0, &L->b_down);
+    QX__SPEC(up, ".weight", g->intermediate, g->hidden, 1, QX_QL_UP, &L->w_up);
+    QX__SPEC(up, ".bias", 1, g->intermediate, g->mlp_bias, -1, &L->b_up);
+    QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, QX_QL_DOWN, &L->w_down);
+    QX__SPEC(down, ".bias", 1, g->hidden, g->mlp_bias, -1, &L->b_down);
     if (g->qk_norm) {
-        QX__SPEC("self_attn.q_norm", ".weight", 1, g->head_dim, 1, 0, &L->q_norm);
-        QX__SPEC("self_attn.k_norm", ".weight", 1, g->head_dim, 1, 0, &L->k_norm);
+        QX__SPEC("self_attn.q_norm", ".weight", 1, g->head_dim, 1, -1, &L->q_norm);
+        QX__SPEC("self_attn.k_norm", ".weight", 1, g->head_dim, 1, -1, &L->k_norm);
     }
 #undef QX__SPEC
     return n;
@@ -332,6 +392,13 @@ static quarot_result qx__stream_init(qx_forward* f, const qx_store* s, qx_err* e
     f->wt = (const quarot_tensor**)qx_arena_alloc(&f->arena, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
     if (!f->wt) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
     memset((void*)f->wt, 0, (size_t)n_layers * QX_FWD_SLOTS * sizeof *f->wt);
+    size_t qbytes[QX_QL_COUNT], qcodes = 0;
+    memset(qbytes, 0, sizeof qbytes);
+    if (f->int_linears) {
+        f->grids = (qx_grid*)qx_arena_alloc(&f->arena, (size_t)n_layers * QX_QL_COUNT * sizeof *f->grids);
+        if (!f->grids) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memset(f->grids, 0, (size_t)n_layers * QX_QL_COUNT * sizeof *f->grids);
+    }
     for (l = 0; l < n_layers; ++l) {
         int i, n = qx__layer_specs(f, l, &dummy, sp);
         size_t floats = 0;
@@ -339,11 +406,24 @@ static quarot_result qx__stream_init(qx_forward* f, const qx_store* s, qx_err* e
             quarot_result r = qx__check(s, sp[i].name, sp[i].rows, sp[i].cols, sp[i].required, &f->wt[l * QX_FWD_SLOTS + i], e);
             if (r != QUAROT_OK) return r;
             if (f->wt[l * QX_FWD_SLOTS + i]) floats += (size_t)sp[i].rows * (size_t)sp[i].cols;
+            if (f->int_linears && sp[i].ql >= 0 && f->wt[l * QX_FWD_SLOTS + i]) {   /* room for its integer form */
+                qx_grid* g = &f->grids[l * QX_QL_COUNT + sp[i].ql];
+                int bits = f->opts.quant.w_bits;
+                int64_t group = f->opts.quant.w_group;
+                size_t nb;
+                if (!bits && qx_store_get_grid(s, sp[i].name, g)) { bits = g->bits; group = g->group; }
+                nb = bits ? qx_qlinear_bytes(bits, sp[i].rows, sp[i].cols, group) : 0;
+                if (nb > qbytes[sp[i].ql]) qbytes[sp[i].ql] = nb;
+                if (nb && (size_t)(sp[i].rows * sp[i].cols) > qcodes) qcodes = (size_t)(sp[i].rows * sp[i].cols);
+            }
         }
         if (floats > f->layer_floats) f->layer_floats = floats;
     }
     f->layer_buf = (float*)qx_arena_alloc(&f->arena, f->layer_floats * sizeof(float));
     if (!f->layer_buf) { qx_err_set(e, "out of memory (one layer in f32: %lu floats)", (unsigned long)f->layer_floats); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (l = 0; l < QX_QL_COUNT; ++l)
+        if (qbytes[l] && !(f->qmem[l] = qx_arena_alloc(&f->arena, qbytes[l]))) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (qcodes && !(f->qcodes = (int8_t*)qx_arena_alloc(&f->arena, qcodes))) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
     return QUAROT_OK;
 }
 
@@ -380,9 +460,15 @@ static quarot_result qx__stream_layer(qx_forward* f, int64_t l) {
         int quant = sp[i].linear && f->opts.quant.w_bits;
         qx__conv_ctx k;
         quarot_result r;
+        const qx_grid* grid = f->grids && sp[i].ql >= 0 ? &f->grids[l * QX_QL_COUNT + sp[i].ql] : NULL;
         if (!t) continue;
         if (!quant && qx__f32_in_place(t, sp[i].rows, sp[i].cols)) {
             *sp[i].slot = (float*)t->data;
+            if (grid && grid->bits)
+                r = qx__int_form(f, sp[i].name, *sp[i].slot, sp[i].rows, sp[i].cols, grid, f->qmem[sp[i].ql], f->qcodes,
+                                 &L->qm[sp[i].ql], NULL);
+            else r = QUAROT_OK;
+            if (r != QUAROT_OK) return r;
             continue;
         }
         k.t = t;
@@ -390,6 +476,9 @@ static quarot_result qx__stream_layer(qx_forward* f, int64_t l) {
         k.cols = sp[i].cols;
         off += (size_t)sp[i].rows * (size_t)sp[i].cols;
         r = qx__par_rows(f, sp[i].rows, sp[i].cols, qx__conv_rows, &k);
+        if (r == QUAROT_OK && grid && (quant || grid->bits))
+            r = qx__int_form(f, sp[i].name, k.w, sp[i].rows, sp[i].cols, grid->bits ? grid : NULL, f->qmem[sp[i].ql], f->qcodes,
+                             &L->qm[sp[i].ql], NULL);
         if (r == QUAROT_OK && quant) r = qx__fake_quant_w_par(f, k.w, sp[i].rows, sp[i].cols);
         if (r != QUAROT_OK) return r;
         *sp[i].slot = k.w;
@@ -414,6 +503,7 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
     r = qx__config(f, &s->config, e);
     if (r == QUAROT_OK) r = qx__check_quant(f, &f->opts.quant, e);
     if (r != QUAROT_OK) return r;
+    f->int_linears = f->opts.quant.a_bits && !f->opts.quant.a_asym && !f->opts.quant.a_group && !f->opts.quant.float_linears;
     g = &f->cfg;
     {
         int64_t n_slots = f->opts.stream_weights ? 1 : g->n_layers;
@@ -475,14 +565,21 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
         const char *up = f->is_opt ? "fc1" : "mlp.up_proj", *down = f->is_opt ? "fc2" : "mlp.down_proj";
         r = qx__load_norm(f, s, l, n1, &L->norm1_w, &L->norm1_b, e);
         if (r == QUAROT_OK) r = qx__load_norm(f, s, l, n2, &L->norm2_w, &L->norm2_b, e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.q_proj", f->q_dim, g->hidden, g->attn_qkv_bias, &L->wq, &L->bq, e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.k_proj", f->kv_dim, g->hidden, g->attn_qkv_bias, &L->wk, &L->bk, e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.v_proj", f->kv_dim, g->hidden, g->attn_qkv_bias, &L->wv, &L->bv, e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, o_name, g->hidden, f->q_dim, g->attn_out_bias, &L->wo, &L->bo, e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.q_proj", f->q_dim, g->hidden, g->attn_qkv_bias, &L->wq, &L->bq,
+                                                &L->qm[QX_QL_Q], e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.k_proj", f->kv_dim, g->hidden, g->attn_qkv_bias, &L->wk, &L->bk,
+                                                &L->qm[QX_QL_K], e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.v_proj", f->kv_dim, g->hidden, g->attn_qkv_bias, &L->wv, &L->bv,
+                                                &L->qm[QX_QL_V], e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, o_name, g->hidden, f->q_dim, g->attn_out_bias, &L->wo, &L->bo,
+                                                &L->qm[QX_QL_O], e);
         if (r == QUAROT_OK && g->mlp == QUAROT_MLP_GATED)
-            r = qx__load_linear(f, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->w_gate, &L->b_gate, e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, up, g->intermediate, g->hidden, g->mlp_bias, &L->w_up, &L->b_up, e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, down, g->hidden, g->intermediate, g->mlp_bias, &L->w_down, &L->b_down, e);
+            r = qx__load_linear(f, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->w_gate, &L->b_gate,
+                                &L->qm[QX_QL_GATE], e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, up, g->intermediate, g->hidden, g->mlp_bias, &L->w_up, &L->b_up,
+                                                &L->qm[QX_QL_UP], e);
+        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, down, g->hidden, g->intermediate, g->mlp_bias, &L->w_down, &L->b_down,
+                                                &L->qm[QX_QL_DOWN], e);
         if (r == QUAROT_OK && g->qk_norm) {
             char name[256];
             qx__name(f, l, "self_attn.q_norm.weight", name, sizeof name);
@@ -607,11 +704,28 @@ static void qx__ew(const qx_forward* f, qx__rows_fn fn, float* y, const float* a
     (void)qx__par_rows(f, rows, n, fn, &k);
 }
 
+/* Scratch for T rows (qx__scratch): x, a [T][hidden]; q, att [T][q_dim]; k, v [T][kv_dim]; tmp
+   [T][hidden]; g, u [T][inter]; scores [attention tasks][T][n_keys]; rope table [T][head_dim]. */
+typedef struct qx__bufs {
+    float *x, *a, *q, *k, *v, *att, *tmp, *g, *u, *scores, *rope;
+    /* integer products: the codes of the current linear input [T][n], its per-token scales, the code
+       sums per weight group */
+    int8_t* xq;
+    float* xs;
+    int32_t* xsum;
+} qx__bufs;
+
 /* y[T][out] = x[T][in] * W^T + b. Layer-wise, the weights read are released after each linear
    (layer_done), so that an f32 tensor read in place from a mapping leaves its pages for one GEMM only. */
 static quarot_result qx__linear_l(const qx_forward* f, int64_t layer, const float* x, int64_t T, int64_t in, const float* w,
-                                  const float* b, int64_t out, float* y) {
-    quarot_result r = qx__gemm(f, 1, T, out, in, 1.0f, x, in, w, in, y, out);
+                                  const float* b, int64_t out, float* y, const quarot_qmat* qm, const qx__bufs* bf) {
+    quarot_result r;
+    if (f->int_linears && qm && qm->data) {   /* exact integer sums of the codes, scaled once (qx_qlinear.h) */
+        r = quarot_qact_sums(bf->xq, T, in, in, qm->group, bf->xsum);
+        if (r == QUAROT_OK) r = quarot_qgemm(qm, bf->xq, in, bf->xs, bf->xsum, T, y, out, QUAROT_ISA_DEFAULT, f->opts.env);
+    } else {
+        r = qx__gemm(f, 1, T, out, in, 1.0f, x, in, w, in, y, out);
+    }
     if (f->opts.stream_weights && f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, layer);
     if (r != QUAROT_OK || !b) return r;
     qx__ew(f, qx__add_bias_rows, y, b, T, out, QUAROT_ACT_SILU, 0);
@@ -620,10 +734,26 @@ static quarot_result qx__linear_l(const qx_forward* f, int64_t layer, const floa
 
 /* Input of decoder linears: capture (per linear name), then per-token activation fake quant
    (QUAROT_ERR_NONFINITE when the activations hold NaN/Inf). */
+typedef struct qx__aq_ctx {
+    const float* x;
+    int64_t n;
+    const quarot_quant_desc* d;
+    int8_t* q;
+    float* s;
+} qx__aq_ctx;
+
+static quarot_result qx__aq_rows(void* c, int64_t r0, int64_t r1) {
+    qx__aq_ctx* k = (qx__aq_ctx*)c;
+    return quarot_quantize_f32(k->x + r0 * k->n, r1 - r0, k->n, k->n, k->d, k->q + r0 * k->n, k->s + r0, NULL);
+}
+
+/* Input of decoder linears: capture (per linear name), then per-token activation fake quant
+   (QUAROT_ERR_NONFINITE when the activations hold NaN/Inf); with integer products, the per-token
+   codes and scales of x (before its fake quantization, the same quantizer) into b->xq / b->xs. */
 static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float* x, int64_t T, int64_t n,
-                             const char* const* names, int n_names) {
+                             const char* const* names, int n_names, const qx__bufs* b) {
     const qx_fake_quant_opts* q = &f->opts.quant;
-    int i;
+    int i, bits = q->a_bits;
     if (f->opts.capture) {
         for (i = 0; i < n_names; ++i) {
             char name[256];
@@ -631,9 +761,20 @@ static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float*
             f->opts.capture(f->opts.capture_user, layer, name, x, T, n);
         }
     }
-    if (q->a_bits && q->a_down_bits && n_names == 1 && (strstr(names[0], "down_proj") || strcmp(names[0], "fc2.weight") == 0))
-        return qx__fake_quant_par(f, x, T, n, n, q->a_down_bits, q->a_asym, q->a_group, q->a_clip);
-    return q->a_bits ? qx__fake_quant_par(f, x, T, n, n, q->a_bits, q->a_asym, q->a_group, q->a_clip) : QUAROT_OK;
+    if (!bits) return QUAROT_OK;
+    if (q->a_down_bits && n_names == 1 && (strstr(names[0], "down_proj") || strcmp(names[0], "fc2.weight") == 0)) bits = q->a_down_bits;
+    if (f->int_linears) {
+        quarot_quant_desc d;
+        qx__aq_ctx k;
+        quarot_result r;
+        memset(&d, 0, sizeof d);
+        d.bits = bits;
+        d.clip_ratio = q->a_clip > 0.0f ? q->a_clip : 1.0f;
+        k.x = x; k.n = n; k.d = &d; k.q = b->xq; k.s = b->xs;
+        r = qx__par_rows(f, T, n, qx__aq_rows, &k);
+        if (r != QUAROT_OK) return r;
+    }
+    return qx__fake_quant_par(f, x, T, n, n, bits, q->a_asym, q->a_group, q->a_clip);
 }
 
 typedef struct qx__rope_ctx {
@@ -685,12 +826,6 @@ static quarot_result qx__cache_reserve(qx_forward* f, int64_t need) {
     return QUAROT_OK;
 }
 
-/* Scratch for T rows: x, a [T][hidden]; q, att [T][q_dim]; k, v [T][kv_dim]; tmp [T][hidden];
-   g, u [T][inter]; scores [attention tasks][T][n_keys]; rope table [T][head_dim]. */
-typedef struct qx__bufs {
-    float *x, *a, *q, *k, *v, *att, *tmp, *g, *u, *scores, *rope;
-} qx__bufs;
-
 /* Attention runs over groups of heads, one task per group (1 without threads). */
 static int64_t qx__attn_tasks(const qx_forward* f) {
     int64_t th = qx__threads(f), nh = f->cfg.n_heads;
@@ -699,9 +834,12 @@ static int64_t qx__attn_tasks(const qx_forward* f) {
 
 static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__bufs* b) {
     const quarot_model_config* g = &f->cfg;
-    size_t sizes[11], total = 0, off = 0;
-    float** ptrs[11];
-    int i;
+    size_t sizes[14], total = 0, off = 0;
+    float** ptrs[14];
+    float *xq = NULL, *xsum = NULL;
+    int64_t max_in = g->hidden > g->intermediate ? g->hidden : g->intermediate;
+    int i, n = f->int_linears ? 14 : 11;
+    if (f->q_dim > max_in) max_in = f->q_dim;
     sizes[0] = (size_t)(T * g->hidden);       ptrs[0] = &b->x;
     sizes[1] = (size_t)(T * g->hidden);       ptrs[1] = &b->a;
     sizes[2] = (size_t)(T * f->q_dim);        ptrs[2] = &b->q;
@@ -713,8 +851,14 @@ static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__b
     sizes[8] = (size_t)(T * g->intermediate); ptrs[8] = &b->u;
     sizes[9] = (size_t)(qx__attn_tasks(f) * T * n_keys); ptrs[9] = &b->scores;
     sizes[10] = (size_t)(T * g->head_dim);    ptrs[10] = &b->rope;
+    sizes[11] = (size_t)(T * max_in + 3) / 4; ptrs[11] = &xq;        /* int8 codes */
+    sizes[12] = (size_t)T;                    ptrs[12] = &b->xs;
+    sizes[13] = (size_t)(T * max_in);         ptrs[13] = &xsum;      /* int32 sums (at most one per input) */
+    b->xq = NULL;
+    b->xs = NULL;
+    b->xsum = NULL;
     /* one block, each buffer rounded up to 16 floats (64 bytes) so that every one starts aligned */
-    for (i = 0; i < 11; ++i) total += (sizes[i] + 15) & ~(size_t)15;
+    for (i = 0; i < n; ++i) total += (sizes[i] + 15) & ~(size_t)15;
     if (total > f->scratch_floats) {
         float* p = (float*)malloc(total * sizeof(float));
         if (!p) return QUAROT_ERR_OUT_OF_MEMORY;
@@ -722,10 +866,12 @@ static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__b
         f->scratch = p;
         f->scratch_floats = total;
     }
-    for (i = 0; i < 11; ++i) {
+    for (i = 0; i < n; ++i) {
         *ptrs[i] = f->scratch + off;
         off += (sizes[i] + 15) & ~(size_t)15;
     }
+    b->xq = (int8_t*)(void*)xq;
+    b->xsum = (int32_t*)(void*)xsum;
     return QUAROT_OK;
 }
 
@@ -798,10 +944,10 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     if (r != QUAROT_OK) return r;
     /* ---- attention: a = norm1(x); q, k, v = a W^T + b; q/k per-head norm and RoPE ---- */
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
-    r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v);
+    r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3, b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q, &L->qm[QX_QL_Q], b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k, &L->qm[QX_QL_K], b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v, &L->qm[QX_QL_V], b);
     if (r != QUAROT_OK) return r;
     if (L->q_norm) qx__norm_par(f, b->q, b->q, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
     if (L->k_norm) qx__norm_par(f, b->k, b->k, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
@@ -840,30 +986,32 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     if (r != QUAROT_OK) return r;
     /* o_proj input: online rotation, capture, quantization, then x += att Wo^T + bo */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_O_INPUT, b->att, T, f->q_dim);
-    r = qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp);
+    r = qx__linear_input(f, l, b->att, T, f->q_dim, &o_name, 1, b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->att, T, f->q_dim, L->wo, L->bo, g->hidden, b->tmp, &L->qm[QX_QL_O], b);
     if (r != QUAROT_OK) return r;
     qx__ew(f, qx__add_rows, b->x, b->tmp, T, g->hidden, g->act, 0);
 
     /* ---- MLP: a = norm2(x); h = act(a Wg^T) * (a Wu^T) (plain: act(a W1^T)); x += h Wd^T ---- */
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
     if (g->mlp == QUAROT_MLP_GATED) {
-        r = qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2);
-        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g);
-        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        r = qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2, b);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g,
+                                             &L->qm[QX_QL_GATE], b);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u, &L->qm[QX_QL_UP], b);
         if (r != QUAROT_OK) return r;
         qx__ew(f, qx__act_rows, b->u, b->g, T, g->intermediate, g->act, 1);
     } else {
         const char* up_name = f->is_opt ? "fc1.weight" : "mlp.up_proj.weight";
-        r = qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1);
-        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u);
+        r = qx__linear_input(f, l, b->a, T, g->hidden, &up_name, 1, b);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_up, L->b_up, g->intermediate, b->u, &L->qm[QX_QL_UP], b);
         if (r != QUAROT_OK) return r;
         qx__ew(f, qx__act_rows, b->u, NULL, T, g->intermediate, g->act, 0);
     }
     /* down_proj input: online rotation (QuaRot's R4), capture, quantization */
     if (f->opts.online) f->opts.online(f->opts.online_user, l, QX_SITE_DOWN_INPUT, b->u, T, g->intermediate);
-    r = qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp);
+    r = qx__linear_input(f, l, b->u, T, g->intermediate, &down_name, 1, b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->u, T, g->intermediate, L->w_down, L->b_down, g->hidden, b->tmp,
+                                         &L->qm[QX_QL_DOWN], b);
     if (r != QUAROT_OK) return r;
     qx__ew(f, qx__add_rows, b->x, b->tmp, T, g->hidden, g->act, 0);
     return QUAROT_OK;

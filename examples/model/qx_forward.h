@@ -108,6 +108,13 @@ typedef struct qx_fake_quant_opts {
     int64_t k_group, v_group;/* K / V groups along the row (0 = head_dim: per token per head) */
     int k_sym, v_sym;        /* 1: K / V symmetric (also when kv_sym is set) */
     float k_clip, v_clip;    /* 0 = kv_clip */
+    /* Quantized linears: with weight and activation bits both set (symmetric weights, symmetric
+       activations per token, no activation groups: what an integer kernel runs) the product is the
+       exact integer dot product of the codes, scaled once, as the inference engine computes it
+       (model/qx_qlinear.h); weights a reader dequantized from codes (the store's grids) take that
+       path with w_bits 0. Every other setting is the float product of the fake-quantized values.
+       1: the float product everywhere (the arithmetic of the engine's fp_linears, a diagnostic). */
+    int float_linears;
 } qx_fake_quant_opts;
 
 /* Online rotation hook: rotate x[rows][n] in place (see qx_site for the shapes). */
@@ -148,11 +155,17 @@ typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
     void* layer_done_user;
 } qx_forward_opts;
 
+/* The decoder linears' integer forms (qx_forward_layer.qm): q, k, v, o, gate, up (fc1), down (fc2). */
+enum { QX_QL_Q, QX_QL_K, QX_QL_V, QX_QL_O, QX_QL_GATE, QX_QL_UP, QX_QL_DOWN, QX_QL_COUNT };
+
 typedef struct qx_forward_layer {    /* f32 copies, [out][in] row-major; NULL when absent */
     float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
     float *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
     float *q_norm, *k_norm;
     float *w_gate, *w_up, *w_down, *b_gate, *b_up, *b_down;   /* plain MLP: up = fc1, down = fc2 */
+    quarot_qmat qm[QX_QL_COUNT];     /* integer products (quant.float_linears off): packed codes and
+                                        scales of a linear whose product is an integer one; data NULL
+                                        for the float product on the weights above */
 } qx_forward_layer;
 
 #define QX_FWD_SLOTS 20            /* float pointers in qx_forward_layer */
@@ -172,6 +185,12 @@ typedef struct qx_forward {
     const quarot_tensor** wt;        /* stream_weights: [n_layers][QX_FWD_SLOTS] the store's tensors (or NULL) */
     float* layer_buf;                /* stream_weights: f32 conversions of one layer */
     size_t layer_floats;
+    int int_linears;                 /* activations quantized as an integer kernel takes them (see
+                                        qx_fake_quant_opts.float_linears): linears with codes use them */
+    void* qmem[QX_QL_COUNT];         /* stream_weights: one layer's integer forms, per linear */
+    int8_t* qcodes;                  /* stream_weights: code scratch for the largest linear */
+    qx_grid* grids;                  /* stream_weights: [n_layers][QX_QL_COUNT] the store's weight grids
+                                        (bits 0: none) */
     qx_arena arena;                  /* every weight copy, freed together (also after a failed init);
                                         the KV cache and scratch are separate: they are resized */
     /* KV cache: [n_layers][cache_cap][kv_dim] each; pos = tokens already in it */

@@ -80,6 +80,86 @@ const void* qx_store_get_blob(const qx_store* s, const char* key, size_t* len) {
     return NULL;
 }
 
+/* ---- weight grids: blob "quarot.grid:<name>" = {i32 bits, i32 0, i64 rows, cols, group} + scales ---- */
+
+typedef struct qx__grid_head {
+    int32_t bits, zero;
+    int64_t rows, cols, group;
+} qx__grid_head;
+
+static char* qx__grid_key(const char* weight) {
+    size_t a = strlen(QX_GRID_PREFIX), b = strlen(weight);
+    char* k = (char*)malloc(a + b + 1);
+    if (!k) return NULL;
+    memcpy(k, QX_GRID_PREFIX, a);
+    memcpy(k + a, weight, b + 1);
+    return k;
+}
+
+quarot_result qx_store_set_grid(qx_store* s, const char* weight, int bits, int64_t rows, int64_t cols, int64_t group,
+                                const float* scales) {
+    qx__grid_head h;
+    char *key, *buf;
+    size_t n_sc, bytes;
+    quarot_result r;
+    if (!s || !weight || !scales || bits < 2 || bits > 8 || rows <= 0 || cols <= 0 || group <= 0 || cols % group != 0 ||
+        (uint64_t)rows > ((uint64_t)1 << 40) / (uint64_t)(cols / group))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    n_sc = (size_t)(rows * (cols / group));
+    bytes = sizeof h + n_sc * sizeof(float);
+    key = qx__grid_key(weight);
+    buf = (char*)malloc(bytes);
+    if (!key || !buf) { free(key); free(buf); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(&h, 0, sizeof h);
+    h.bits = bits;
+    h.rows = rows;
+    h.cols = cols;
+    h.group = group;
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, scales, n_sc * sizeof(float));
+    r = qx_store_set_blob(s, key, buf, bytes);
+    free(key);
+    free(buf);
+    return r;
+}
+
+int qx_store_get_grid(const qx_store* s, const char* weight, qx_grid* g) {
+    qx__grid_head h;
+    size_t len = 0;
+    char* key;
+    const char* b;
+    if (!s || !weight || !g || s->n_blobs == 0 || !(key = qx__grid_key(weight))) return 0;
+    b = (const char*)qx_store_get_blob(s, key, &len);
+    free(key);
+    if (!b || len < sizeof h) return 0;
+    memcpy(&h, b, sizeof h);
+    if (h.bits < 2 || h.bits > 8 || h.rows <= 0 || h.cols <= 0 || h.group <= 0 || h.cols % h.group != 0 ||
+        (uint64_t)h.rows > ((uint64_t)1 << 40) / (uint64_t)(h.cols / h.group) ||
+        len != sizeof h + (size_t)(h.rows * (h.cols / h.group)) * sizeof(float))
+        return 0;
+    g->bits = h.bits;
+    g->rows = h.rows;
+    g->cols = h.cols;
+    g->group = h.group;
+    g->scales = (const float*)(const void*)(b + sizeof h);   /* the blob is a malloc'ed copy: aligned */
+    return 1;
+}
+
+void qx_store_remove_grid(qx_store* s, const char* weight) {
+    int64_t i;
+    char* key;
+    if (!s || !weight || s->n_blobs == 0 || !(key = qx__grid_key(weight))) return;
+    for (i = 0; i < s->n_blobs; ++i) {
+        if (strcmp(s->blobs[i].key, key) != 0) continue;
+        free(s->blobs[i].key);
+        free(s->blobs[i].data);
+        memmove(&s->blobs[i], &s->blobs[i + 1], (size_t)(s->n_blobs - i - 1) * sizeof s->blobs[0]);
+        s->n_blobs--;
+        break;
+    }
+    free(key);
+}
+
 quarot_result qx_store_on_free(qx_store* s, void (*fn)(void* arg), void* arg) {
     qx_cleanup* c;
     if (!s || !fn) return QUAROT_ERR_INVALID_ARGUMENT;

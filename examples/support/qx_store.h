@@ -81,6 +81,23 @@ quarot_result qx_store_clone(const qx_store* src, qx_store* dst);
 /* Set (copy in, replacing any old value) / get a blob; get returns NULL when absent. */
 quarot_result qx_store_set_blob(qx_store* s, const char* key, const void* data, size_t len);
 const void* qx_store_get_blob(const qx_store* s, const char* key, size_t* len);
+/* Weight grids: the quantization grid a stored weight already lies on, for the reference forward
+   pass's integer products (model/qx_qlinear.h). A reader of a quantized file (the packed W4A4
+   reader) that dequantizes a symmetric linear W[rows][cols] exactly, W = f32(code) * scale, records
+   its bits, group and scales [rows][cols/group] as the blob "quarot.grid:<weight name>". A grid
+   describes the tensor as it was read: whoever changes the tensor's values drops its grid
+   (qx_store_remove_grid); the forward pass refuses weights that are off their grid. */
+#define QX_GRID_PREFIX "quarot.grid:"
+typedef struct qx_grid {
+    int bits;             /* 2..8, symmetric: codes in [-2^(bits-1), 2^(bits-1) - 1] */
+    int64_t rows, cols, group;   /* group divides cols (cols = one group per row) */
+    const float* scales;  /* [rows][cols/group], finite and >= 0 (view of the blob) */
+} qx_grid;
+quarot_result qx_store_set_grid(qx_store* s, const char* weight, int bits, int64_t rows, int64_t cols, int64_t group,
+                                const float* scales);
+/* 1 and *g filled when `weight` has a well-formed grid (NULL-safe), else 0. */
+int qx_store_get_grid(const qx_store* s, const char* weight, qx_grid* g);
+void qx_store_remove_grid(qx_store* s, const char* weight);
 /* Register fn(arg) to run in qx_store_free after the tensors are freed (views stay valid until then). */
 quarot_result qx_store_on_free(qx_store* s, void (*fn)(void* arg), void* arg);
 
