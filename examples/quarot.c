@@ -20,6 +20,7 @@
 
    Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4 processing, 5 internal (see qx_cli.h). */
 #include "cli/qx_cli.h"
+#include "support/qx_file.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -61,7 +62,14 @@ int main(int argc, char** argv) {
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) { usage(stdout); return 0; }
     if (strcmp(argv[1], "--version") == 0) { printf("quarot %s (%s)\n", quarot_version_string(), quarot_simd_name()); return 0; }
     for (i = 0; i < sizeof commands / sizeof commands[0]; ++i)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            /* a mapped input truncated while it is read (SIGBUS) becomes an input error naming the
+               file, the temporaries removed (qx_sigbus_cleanup) */
+            static char what[64];
+            snprintf(what, sizeof what, "quarot %s", commands[i].name);
+            qx_sigbus_cleanup(what);
+            return commands[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "quarot: unknown command '%s' (quarot --help lists them)\n", argv[1]);
     return QX_EXIT_USAGE;
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
@@ -900,12 +901,12 @@ quarot_result qx_engine_init_packed(qx_engine* en, const void* buf, size_t len, 
 
 int qx_engine_is_packed_file(const char* path) {
     unsigned char head[256];
-    size_t n;
-    FILE* fp = path ? fopen(path, "rb") : NULL;
-    if (!fp) return 0;
-    n = fread(head, 1, sizeof head, fp);
-    fclose(fp);
-    return qx_packed_sniff(head, n);
+    ssize_t n;
+    int fd = -1;
+    if (!path || qx_open_input(path, &fd, NULL) != QUAROT_OK) return 0;
+    n = pread(fd, head, sizeof head, 0);
+    close(fd);
+    return n > 0 && qx_packed_sniff(head, (size_t)n);
 }
 
 quarot_result qx_engine_load_packed(qx_engine* en, const char* path, const qx_engine_opts* o, qx_err* e) {
@@ -915,6 +916,7 @@ quarot_result qx_engine_load_packed(qx_engine* en, const char* path, const qx_en
     memset(en, 0, sizeof *en);
     r = qx_map_file(path, &m, e);
     if (r != QUAROT_OK) return r;
+    qx_fault_truncate_inputs("engine");   /* tests: the file truncated while the engine reads it */
     r = qx_engine_init_packed(en, m.addr, m.len, path, o, e);
     qx_unmap(&m);
     return r;

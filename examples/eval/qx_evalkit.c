@@ -4,66 +4,18 @@
 #include "support/qx_file.h"
 #include "pipeline/qx_layerwise.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err* e) {
-    FILE* f;
-    char* buf = NULL;
-    size_t cap = 0, n = 0;
-    struct stat st;
-    *data = NULL;
-    *len = 0;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        qx_err_set(e, "%s: is a directory, not a text file", path);
-        return QUAROT_ERR_IO;
-    }
-    f = fopen(path, "rb");
-    if (!f) {
-        qx_err_set(e, "%s: cannot open: %s", path, strerror(errno));
-        return QUAROT_ERR_IO;
-    }
-    /* grow by doubling: works for pipes too */
-    for (;;) {
-        size_t got;
-        if (n >= QX_EK_MAX_TEXT) {   /* a stream with no end (/dev/zero, a FIFO fed forever) stops here */
-            free(buf);
-            fclose(f);
-            qx_err_set(e, "%s: longer than the limit of %llu MiB for a text", path, (unsigned long long)(QX_EK_MAX_TEXT >> 20));
-            return QUAROT_ERR_OVERFLOW;
-        }
-        if (n + 1 >= cap) {
-            size_t nc = cap ? 2 * cap : 65536;
-            if (nc > QX_EK_MAX_TEXT + 1) nc = QX_EK_MAX_TEXT + 1;
-            char* p = (char*)realloc(buf, nc);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                qx_err_set(e, "%s: out of memory", path);
-                return QUAROT_ERR_OUT_OF_MEMORY;
-            }
-            buf = p;
-            cap = nc;
-        }
-        got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        free(buf);
-        fclose(f);
-        qx_err_set(e, "%s: read error", path);
-        return QUAROT_ERR_IO;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return QUAROT_OK;
+    /* a file or a stream (a pipe, /dev/stdin), never blocking in open() (a FIFO without a writer is
+       refused at once); up to QX_EK_MAX_TEXT - 1 bytes */
+    quarot_result r = qx_read_stream(path, QX_EK_MAX_TEXT - 1, data, len, e);
+    if (r == QUAROT_ERR_OVERFLOW)
+        qx_err_set(e, "%s: longer than the limit of %llu MiB for a text", path, (unsigned long long)(QX_EK_MAX_TEXT >> 20));
+    return r;
 }
 
 /* ---- QuaRot on a copy --------------------------------------------------------------------- */

@@ -340,8 +340,7 @@ quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, q
     if (!out) { qx_err_set(err, "%s: no output store", path ? path : "(null)"); return QUAROT_ERR_INVALID_ARGUMENT; }
     qx_store_init(out);
     if (!path) { qx_err_set(err, "(null): no path"); return QUAROT_ERR_INVALID_ARGUMENT; }
-    fd = open(path, O_RDONLY);
-    if (fd < 0) { qx_err_set(err, "%s: cannot open: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
+    if ((r = qx_open_input(path, &fd, err)) != QUAROT_OK) return r;
     if (fstat(fd, &st) != 0) {
         qx_err_set(err, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
@@ -360,8 +359,10 @@ quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, q
     map = mmap(NULL, size, PROT_READ | (writable && !copy ? PROT_WRITE : 0), MAP_PRIVATE, fd, 0);
     close(fd);   /* the mapping stays valid without the descriptor */
     if (map == MAP_FAILED) { qx_err_set(err, "%s: mmap failed: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
+    qx_map_register(map, size, path);   /* a truncation while it is read: the SIGBUS handler names it */
     if (copy) {
         r = qx__load((const unsigned char*)map, size, path, 1, out, err);
+        qx_map_unregister(map);
         munmap(map, size);
     } else {
         qx_map* m = (qx_map*)malloc(sizeof *m);   /* unmapped by qx_store_free, after the views */
@@ -372,7 +373,13 @@ quarot_result qx_l2c_read_file(const char* path, const qx_l2c_read_opts* opts, q
             if (m->path) memcpy(m->path, path, strlen(path) + 1);
         }
         r = m ? qx_store_on_free(out, qx_unmap_and_free, m) : QUAROT_ERR_OUT_OF_MEMORY;
-        if (r != QUAROT_OK) { if (m) free(m->path); free(m); munmap(map, size); qx_err_set(err, "%s: out of memory", path); }
+        if (r != QUAROT_OK) {
+            if (m) free(m->path);
+            free(m);
+            qx_map_unregister(map);
+            munmap(map, size);
+            qx_err_set(err, "%s: out of memory", path);
+        }
         else r = qx__load((const unsigned char*)map, size, path, 0, out, err);
     }
     if (r != QUAROT_OK) qx_store_free(out);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,22 +24,119 @@
 #include <time.h>
 #include <unistd.h>
 
+static const char* qx__kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
+           S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "something else";
+}
+
+quarot_result qx_open_input(const char* path, int* fd, qx_err* e) {
+    struct stat st;
+    int f, fl;
+    if (!path || !fd) return QUAROT_ERR_INVALID_ARGUMENT;
+    *fd = -1;
+    f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) { qx_err_set(e, "%s: cannot open: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
+    if (fstat(f, &st) != 0) {
+        qx_err_set(e, "%s: cannot stat: %s", path, strerror(errno));
+        close(f);
+        return QUAROT_ERR_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        qx_err_set(e, "%s: is %s, not a regular file (inputs are read as files)", path, qx__kind(st.st_mode));
+        close(f);
+        return QUAROT_ERR_IO;
+    }
+    if ((fl = fcntl(f, F_GETFL)) != -1) (void)fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    return QUAROT_OK;
+}
+
+quarot_result qx_read_stream(const char* path, size_t max_bytes, char** out, size_t* len, qx_err* e) {
+    struct stat st;
+    char* buf = NULL;
+    size_t cap = 0, n = 0;
+    int fd, stream;
+    if (!path || !out) return QUAROT_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (len) *len = 0;
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) { qx_err_set(e, "%s: cannot open: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
+    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+        qx_err_set(e, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory, not a text file" : "cannot stat");
+        close(fd);
+        return QUAROT_ERR_IO;
+    }
+    stream = !S_ISREG(st.st_mode);
+    if (!stream) {   /* a regular file: blocking reads */
+        int fl = fcntl(fd, F_GETFL);
+        if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
+    for (;;) {
+        ssize_t got;
+        if (n >= max_bytes + 1 || n + 1 >= cap) {
+            size_t nc = cap ? 2 * cap : 65536;
+            char* p;
+            if (n > max_bytes) {   /* a stream with no end (/dev/zero, a FIFO fed forever) stops here */
+                free(buf);
+                close(fd);
+                qx_err_set(e, "%s: longer than the limit of %llu MiB", path, (unsigned long long)(max_bytes >> 20));
+                return QUAROT_ERR_OVERFLOW;
+            }
+            if (nc > max_bytes + 2) nc = max_bytes + 2;
+            if (!(p = (char*)realloc(buf, nc))) {
+                free(buf);
+                close(fd);
+                qx_err_set(e, "%s: out of memory", path);
+                return QUAROT_ERR_OUT_OF_MEMORY;
+            }
+            buf = p;
+            cap = nc;
+        }
+        got = read(fd, buf + n, cap - 1 - n);
+        if (got > 0) { n += (size_t)got; continue; }
+        if (got == 0) break;   /* the end; for a FIFO or pipe, no writer left */
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {   /* a writer with nothing written yet: wait for it */
+            struct pollfd pf;
+            pf.fd = fd;
+            pf.events = POLLIN;
+            pf.revents = 0;
+            (void)poll(&pf, 1, -1);
+            continue;
+        }
+        qx_err_set(e, "%s: read failed after %zu bytes: %s", path, n, strerror(errno));
+        free(buf);
+        close(fd);
+        return QUAROT_ERR_IO;
+    }
+    close(fd);
+    if (n == 0 && S_ISFIFO(st.st_mode)) {
+        free(buf);
+        qx_err_set(e, "%s: a FIFO with no writer: nothing to read (start the writer first, or pass a file)", path);
+        return QUAROT_ERR_IO;
+    }
+    if (!buf && !(buf = (char*)malloc(1))) { qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    buf[n] = '\0';
+    *out = buf;
+    if (len) *len = n;
+    return QUAROT_OK;
+}
+
 quarot_result qx_map_file(const char* path, qx_map* m, qx_err* e) {
     struct stat st;
     int fd;
     void* addr;
+    quarot_result r;
     if (!path || !m) return QUAROT_ERR_INVALID_ARGUMENT;
     m->addr = NULL;
     m->len = 0;
     m->path = NULL;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { qx_err_set(e, "%s: cannot open: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
+    if ((r = qx_open_input(path, &fd, e)) != QUAROT_OK) return r;
     if (fstat(fd, &st) != 0) {
         qx_err_set(e, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return QUAROT_ERR_IO;
     }
-    if (!S_ISREG(st.st_mode)) { qx_err_set(e, "%s: not a regular file", path); close(fd); return QUAROT_ERR_IO; }
     if (st.st_size < 0 || (uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
         qx_err_set(e, "%s: file too large for this platform", path);
         close(fd);
@@ -54,11 +152,13 @@ quarot_result qx_map_file(const char* path, qx_map* m, qx_err* e) {
     m->len = (size_t)st.st_size;
     m->path = (char*)malloc(strlen(path) + 1);
     if (m->path) memcpy(m->path, path, strlen(path) + 1);
+    qx_map_register(addr, m->len, path);
     return QUAROT_OK;
 }
 
 void qx_unmap(qx_map* m) {
     if (!m) return;
+    if (m->addr) qx_map_unregister(m->addr);
     if (m->addr) munmap(m->addr, m->len);
     free(m->path);
     m->addr = NULL;
@@ -77,13 +177,13 @@ quarot_result qx_read_file(const char* path, size_t max_bytes, char** out, size_
     char* buf;
     size_t got = 0, n;
     int fd;
+    quarot_result res;
     if (!path || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (len) *len = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { qx_err_set(e, "%s: cannot open: %s", path, strerror(errno)); return QUAROT_ERR_IO; }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        qx_err_set(e, "%s: not a readable regular file", path);
+    if ((res = qx_open_input(path, &fd, e)) != QUAROT_OK) return res;
+    if (fstat(fd, &st) != 0) {
+        qx_err_set(e, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return QUAROT_ERR_IO;
     }
@@ -639,17 +739,66 @@ void qx_live_remove(const char* path) {
     qx__live_set(qx__live_dirs, 8, path, NULL);
 }
 
-static void qx__on_sigbus(int sig) {
-    static const char msg[] = ": the input changed (truncated?) while it was being read; nothing was written\n";
+/* Mapped inputs (address, length, path), for the handler to name the file a fault lies in. */
+#define QX__MAPS_MAX 256
+static const char* volatile qx__map_addr[QX__MAPS_MAX];
+static volatile size_t qx__map_len[QX__MAPS_MAX];
+static char* volatile qx__map_path[QX__MAPS_MAX];
+
+void qx_map_register(const void* addr, size_t len, const char* path) {
+    int k;
+    char* p;
+    if (!addr || !path || !(p = (char*)malloc(strlen(path) + 1))) return;
+    strcpy(p, path);
+    for (k = 0; k < QX__MAPS_MAX; ++k) {
+        if (qx__map_addr[k]) continue;
+        qx__map_path[k] = p;
+        qx__map_len[k] = len;
+        qx__map_addr[k] = (const char*)addr;   /* last: the handler reads an entry by its address */
+        return;
+    }
+    free(p);
+}
+
+void qx_map_unregister(const void* addr) {
+    int k;
+    if (!addr) return;
+    for (k = 0; k < QX__MAPS_MAX; ++k) {
+        char* p;
+        if (qx__map_addr[k] != (const char*)addr) continue;
+        qx__map_addr[k] = NULL;
+        p = qx__map_path[k];
+        qx__map_path[k] = NULL;
+        free(p);
+        return;
+    }
+}
+
+static void qx__put(const char* s) {
+    size_t n = 0;
+    while (s[n]) ++n;
+    (void)!write(2, s, n);
+}
+
+static void qx__on_sigbus(int sig, siginfo_t* si, void* ctx) {
     int k;
     const char* w = qx__bus_what;
+    const char* at = si ? (const char*)si->si_addr : NULL;
+    const char* file = NULL;
     (void)sig;
+    (void)ctx;
     for (k = 0; k < QX__LIVE_MAX; ++k)
         if (qx__live_files[k]) (void)unlink(qx__live_files[k]);
     for (k = 0; k < 8; ++k)
         if (qx__live_dirs[k]) (void)rmdir(qx__live_dirs[k]);
-    if (w) { size_t n = 0; while (w[n]) ++n; (void)!write(2, w, n); }
-    (void)!write(2, msg, sizeof msg - 1);
+    for (k = 0; k < QX__MAPS_MAX && at; ++k) {
+        const char* a = qx__map_addr[k];
+        if (a && at >= a && (size_t)(at - a) < qx__map_len[k]) { file = qx__map_path[k]; break; }
+    }
+    qx__put(w ? w : "quarot");
+    qx__put(": ");
+    qx__put(file ? file : "an input");
+    qx__put(": the input changed (truncated?) while it was being read; nothing was written\n");
     _exit(2);
 }
 
@@ -657,9 +806,20 @@ void qx_sigbus_cleanup(const char* what) {
     struct sigaction sa;
     qx__bus_what = what;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = qx__on_sigbus;
+    sa.sa_sigaction = qx__on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     (void)sigaction(SIGBUS, &sa, NULL);
+}
+
+void qx_fault_truncate_inputs(const char* stage) {
+    static int done;
+    const char* env = getenv("QX_FAULT_TRUNCATE_INPUT");
+    int k;
+    if (done || !env || !stage || strcmp(env, stage) != 0) return;
+    done = 1;
+    for (k = 0; k < QX__MAPS_MAX; ++k)
+        if (qx__map_addr[k] && qx__map_path[k] && qx__map_len[k] > 4096) (void)!truncate(qx__map_path[k], 4096);
 }
 
 #define QX__NAME_MAX 255
@@ -951,7 +1111,7 @@ static quarot_result qx__digest(const char* const* paths, int n, int uncached, c
         struct stat st;
         unsigned char sz[8];
         uint64_t left;
-        int i, fd = uncached ? qx_direct_open_read(paths[k], &direct) : open(paths[k], O_RDONLY | O_CLOEXEC);
+        int i, fd = uncached ? qx_direct_open_read(paths[k], &direct) : open(paths[k], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         (void)base;   /* names are not hashed: a renamed model keeps its digest */
         if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             qx_err_set(e, "%s: cannot read for the weight digest: %s", paths[k], fd < 0 ? strerror(errno) : "not a regular file");

@@ -34,6 +34,19 @@
 extern "C" {
 #endif
 
+/* Opens an input file for reading without ever blocking in open(): O_NONBLOCK (a FIFO with no
+   writer, a device that would wait, returns at once), then a check that it is a regular file
+   (anything else is refused: "PATH: is a FIFO, not a regular file ...", QUAROT_ERR_IO), then
+   O_NONBLOCK is cleared. The descriptor (O_CLOEXEC) in *fd. Every reader of an input file opens it
+   so; texts, which may also be streams, go through qx_read_stream. */
+quarot_result qx_open_input(const char* path, int* fd, qx_err* e);
+/* The whole of path into a new NUL-terminated heap buffer: a regular file, or a stream (a pipe, a
+   FIFO, a character device such as /dev/stdin), read until its end. Never blocks in open(); a FIFO
+   with no writer at that moment has nothing to give and is refused ("PATH: a FIFO with no writer:
+   nothing to read", QUAROT_ERR_IO); a directory is refused; more than max_bytes is
+   QUAROT_ERR_OVERFLOW ("longer than the limit of N MiB"); *len gets the length. */
+quarot_result qx_read_stream(const char* path, size_t max_bytes, char** out, size_t* len, qx_err* e);
+
 /* A mapped file. addr is NULL when len is 0 (an empty file maps to nothing). */
 typedef struct qx_map {
     void* addr;
@@ -131,14 +144,25 @@ void qx_fault_point(const char* what);
 quarot_result qx_publish_file(const char* tmp, const char* path, int force, qx_err* e);
 /* fsync of the directory holding path (best effort, after renames). */
 void qx_sync_parent(const char* path);
-/* Live temporaries (qx_out / qx_dir_out register theirs; other staged files may be added) and a
-   SIGBUS handler that removes them: a mapped input truncated while it is read raises SIGBUS; the
-   handler unlinks the registered files, removes the registered (then empty) directories, prints
-   "<what>: the input changed (truncated?) while it was being read; nothing was written" and exits
-   with status 2. `what` must stay valid. */
+/* Live temporaries (qx_out / qx_dir_out register theirs; other staged files may be added), mapped
+   inputs (qx_map_file registers its mappings, qx_unmap removes them; other mappings of input files
+   register with qx_map_register), and a SIGBUS handler: a mapped input truncated while it is read
+   raises SIGBUS on the first access past its new end; the handler unlinks the registered files,
+   removes the registered (then empty) directories, prints
+   "<what>: <file>: the input changed (truncated?) while it was being read; nothing was written"
+   (<file> the mapping the faulting address lies in; "an input" when none does) and exits with
+   status 2 (input). `what` (the command, "quarot quantize") must stay valid; the tool's main()
+   installs it for every command. */
 void qx_live_add(const char* path, int is_dir);
 void qx_live_remove(const char* path);
+void qx_map_register(const void* addr, size_t len, const char* path);
+void qx_map_unregister(const void* addr);
 void qx_sigbus_cleanup(const char* what);
+/* Fault injection for tests: when QX_FAULT_TRUNCATE_INPUT names `stage` ("load": the end of
+   qx_load_model; "engine": a packed file mapped for the engine), every registered input mapping's
+   file is truncated to 4 KiB, once, as a concurrent writer would (the next access past that
+   raises SIGBUS). */
+void qx_fault_truncate_inputs(const char* stage);
 /* Checks that an existing `path` may be replaced by an output: a regular file (want_dir 0) or a
    directory (want_dir 1); absent is fine. Devices, FIFOs, sockets and links are refused. */
 quarot_result qx_check_replaceable(const char* path, int want_dir, qx_err* e);

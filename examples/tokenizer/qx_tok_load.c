@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define QX_TOK_JSON_MAX ((size_t)512 << 20)
 
@@ -30,11 +31,10 @@ quarot_result qx_tokenizer_from_vocab(qx_tokenizer* t, qx_vocab* v, qx_err* e) {
 
 static int qx__is_gguf(const char* path) {
     unsigned char m[4];
-    FILE* f = fopen(path, "rb");
-    int ok;
-    if (!f) return 0;
-    ok = fread(m, 1, 4, f) == 4 && memcmp(m, "GGUF", 4) == 0;
-    fclose(f);
+    int fd = -1, ok;
+    if (qx_open_input(path, &fd, NULL) != QUAROT_OK) return 0;
+    ok = pread(fd, m, 4, 0) == 4 && memcmp(m, "GGUF", 4) == 0;
+    close(fd);
     return ok;
 }
 
