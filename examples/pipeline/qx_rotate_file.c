@@ -634,7 +634,8 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
 
 /* ---- planning --------------------------------------------------------------------------------- */
 
-/* The output's tensors: the store's (views, before any copy) and the processor's creations. */
+/* The output's tensors: the store's (views, before any copy) and the processor's creations. The
+   names point into the store and the processor: valid until the tensor is written and removed. */
 static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, const char* fmt,
                               qx_tensor_plan** out, int64_t* n_out) {
     int64_t i, n = 0;
@@ -1027,6 +1028,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     qx_out hooks_out, cfg_out;
     qx_tensor_plan* plan = NULL;
     int64_t n_plan = 0, i;
+    const char* torch_dtype = NULL;   /* config.json's, from the plan (qx__plan_torch_dtype) */
     int have_p = 0, have_hooks = 0, have_cfg = 0, early, k;
     int64_t per;
     char* hooks_text = NULL;
@@ -1109,6 +1111,9 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     /* 2. the output plan, from the views (input dtypes) and the processor's creations */
     r = qx__plan(s, &p, o->dtype, qx__out_format(s, o), &plan, &n_plan);
     if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", o->out_path); goto fail; }
+    /* the plan's names are the store's: a decoder layer's are freed once it is written (step 5), so
+       what config.json needs from the plan is taken now */
+    torch_dtype = qx__plan_torch_dtype(plan, n_plan);
     /* 2b. a weight written as f16 / bf16 is rotated in f32 (quarot_command.f32: the SIMD transform
        in place on the f32 copy; its error, ~log2(n) * 2^-24 of the row's norm, is far below the
        output's own rounding, 2^-11 / 2^-8); f32 outputs keep double arithmetic */
@@ -1281,7 +1286,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         have_hooks = 1;
     }
     if (o->config_path) {
-        r = qx_convert_hf_config(s, qx__plan_torch_dtype(plan, n_plan), &cfg_text, e);
+        r = qx_convert_hf_config(s, torch_dtype, &cfg_text, e);
         if (r == QUAROT_OK) r = qx__text_begin(&cfg_out, stg.config, cfg_text.p, cfg_text.len, 0, e);
         if (r == QUAROT_OK) r = qx_out_publish(&cfg_out, e);
         if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
