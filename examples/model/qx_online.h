@@ -9,6 +9,7 @@
 #define QX_ONLINE_H
 
 #include "model/qx_forward.h"
+#include "support/qx_file.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,12 +50,26 @@ typedef enum qx_hooks_status {
 
 /* The hook file beside model_path (malloc'ed; NULL when out of memory). */
 char* qx_hooks_path_for(const char* model_path);
+/* A single-file model and its hook file are one unit, published by two renames (docs/formats.md,
+   "Publishing a model with its hook file"): while `rotate` replaces a pair, the previous pair's hook
+   list is kept as ".<hook file name>.prev" beside it (a hook file of 0 hooks when the previous model
+   had none), bound to the previous weights by its digest, until the new model is in place. This is
+   that name for hooks_path (malloc'ed; the name cut to the file system's 255 bytes, with a hash of
+   the whole name, when longer; NULL when out of memory). */
+char* qx_hooks_prev_path(const char* hooks_path);
+/* The "weights" digest a hook file's text names, into want (cap bytes); 0 when it names none. */
+int qx_hooks_named_digest(const char* text, char* want, size_t cap);
+/* The digest of model_path's weight files (qx_weight_files, qx_digest_files). */
+quarot_result qx_model_digest(const char* model_path, char out[QX_DIGEST_LEN], qx_err* e);
 /* 1 when the store's metadata (GGUF key / safetensors __metadata__) marks it as needing hooks. */
 int qx_model_needs_hooks(const qx_store* s);
 /* Finds the hook file (hooks_path, or the one beside model_path), checks its "weights" digest
    against model_path's weight files (a mismatch is QUAROT_ERR_INVALID_ARGUMENT: a stale hook file
    is refused, never applied), parses it and attaches its text to s. used (may be NULL) receives the
-   file used. hooks_path given but absent is QUAROT_ERR_IO. */
+   file used. hooks_path given but absent is QUAROT_ERR_IO. Beside a single-file model, a kept
+   previous hook list (qx_hooks_prev_path: a publish was interrupted) whose digest is the model's is
+   the model's own: used when the hook file's digest is not (its hooks, or none when it holds 0);
+   one whose digest is not the model's is ignored. */
 quarot_result qx_model_hooks_attach(qx_store* s, const char* model_path, const char* hooks_path, qx_hooks_status* status,
                                     char* used, size_t used_cap, qx_err* e);
 /* The store's attached hooks parsed into list (initialized here; empty when none). */

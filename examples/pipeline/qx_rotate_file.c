@@ -29,7 +29,9 @@
 #include "formats/qx_safetensors.h"
 #include "support/qx_threads.h"
 #include "support/qx_blockcache.h"
+#include "model/qx_online.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -925,16 +927,18 @@ static quarot_result qx__stage_begin(qx__stage* g, const qx_store* s, const qx_r
     return QUAROT_OK;
 }
 
-/* The hook file's text: quarot_online_write's with a "weights <digest>" line (the digest of the
-   staged weight files) after the header. */
-static quarot_result qx__hooks_text(const quarot_online_list* list, const qx__stage* g, char** out, qx_err* e) {
+/* A hook file's text: quarot_online_write's with a "weights <digest>" line (the digest of the weight
+   files of `model`: the staged ones, read uncached, or a published model's) after the header. */
+static quarot_result qx__hooks_text_for(const quarot_online_list* list, const char* model, int uncached, char** out, qx_err* e) {
     char** files = NULL;
     int n_files = 0;
     char digest[QX_DIGEST_LEN];
     size_t need = 0, dl;
     char *txt = NULL, *res, *cut;
-    quarot_result r = qx_weight_files(g->model, &files, &n_files, e);
-    if (r == QUAROT_OK) r = qx_digest_files_uncached((const char* const*)files, n_files, digest, e);
+    quarot_result r = qx_weight_files(model, &files, &n_files, e);
+    if (r == QUAROT_OK)
+        r = uncached ? qx_digest_files_uncached((const char* const*)files, n_files, digest, e)
+                     : qx_digest_files((const char* const*)files, n_files, digest, e);
     qx_free_paths(files, n_files);
     if (r != QUAROT_OK) return r;
     r = quarot_online_write(list, NULL, 0, &need);
@@ -953,6 +957,10 @@ static quarot_result qx__hooks_text(const quarot_online_list* list, const qx__st
     free(txt);
     *out = res;
     return QUAROT_OK;
+}
+
+static quarot_result qx__hooks_text(const quarot_online_list* list, const qx__stage* g, char** out, qx_err* e) {
+    return qx__hooks_text_for(list, g->model, 1, out, e);
 }
 
 /* Copies the Hugging Face side files found in src_dir into the staging directory dst. */
@@ -982,23 +990,141 @@ static quarot_result qx__side_files(const char* src_dir, const char* dst, int* n
     return r;
 }
 
-/* Moves the staged output into place (see above); on failure the files this call published are
-   removed again. */
-static quarot_result qx__stage_publish(qx__stage* g, const qx_rotate_file_opts* o, int have_hooks, int have_cfg, qx_err* e) {
-    quarot_result r = QUAROT_OK;
-    int hooks_done = 0, cfg_done = 0;
-    if (g->is_dir) return qx_dir_out_publish(&g->dir, NULL, e);
-    if (have_hooks && (r = qx_publish_file(g->hooks, o->hooks_path, o->force, e)) == QUAROT_OK) hooks_done = 1;
-    if (r == QUAROT_OK && have_cfg && (r = qx_publish_file(g->config, o->config_path, o->force, e)) == QUAROT_OK) cfg_done = 1;
-    if (r == QUAROT_OK) r = qx_publish_file(g->model, o->out_path, o->force, e);
-    if (r != QUAROT_OK) {
-        if (hooks_done) (void)remove(o->hooks_path);
-        if (cfg_done) (void)remove(o->config_path);
-        return r;
+/* The previous pair's kept hook list (qx_hooks_prev_path) when a killed publish left one: the pair
+   at the output is finished as the digests say, before a new publish starts. If the hook file names
+   the model's weights, the kept list is stale; if the kept list does, it is put back (a list of 0
+   hooks: the hook file removed); otherwise neither is the model's and the kept one goes. */
+static quarot_result qx__repair_pair(const char* out, const char* hp, const char* prev, qx_err* e) {
+    char have[QX_DIGEST_LEN], want[64];
+    char* text = NULL;
+    size_t len = 0;
+    int hooks_ok = 0, prev_ok = 0, prev_empty = 0;
+    if (!qx_path_exists(prev)) return QUAROT_OK;
+    if (qx_path_exists(out) && qx_model_digest(out, have, NULL) == QUAROT_OK) {
+        if (qx_read_file(hp, (size_t)64 << 20, &text, &len, NULL) == QUAROT_OK)
+            hooks_ok = qx_hooks_named_digest(text, want, sizeof want) && strcmp(want, have) == 0;
+        free(text);
+        text = NULL;
+        if (!hooks_ok && qx_read_file(prev, (size_t)64 << 20, &text, &len, NULL) == QUAROT_OK) {
+            prev_ok = qx_hooks_named_digest(text, want, sizeof want) && strcmp(want, have) == 0;
+            prev_empty = strstr(text, "\nhooks 0\n") != NULL;
+        }
+        free(text);
     }
-    qx_sync_parent(o->out_path);
-    if (o->hooks_path) qx_sync_parent(o->hooks_path);
+    if (prev_ok && !prev_empty) {
+        qx_fault_point("restore the kept hook file");
+        if (rename(prev, hp) != 0) {
+            qx_err_set(e, "%s: cannot put back the hook file an interrupted run kept (%s): %s", hp, prev, strerror(errno));
+            return QUAROT_ERR_IO;
+        }
+        qx_sync_parent(hp);
+        return QUAROT_OK;
+    }
+    if (prev_ok && qx_path_exists(hp)) {   /* the previous model had no hooks */
+        qx_fault_point("remove the interrupted run's hook file");
+        if (unlink(hp) != 0) { qx_err_set(e, "%s: cannot remove: %s", hp, strerror(errno)); return QUAROT_ERR_IO; }
+    }
+    qx_fault_point("remove the kept hook file");
+    if (unlink(prev) != 0) { qx_err_set(e, "%s: cannot remove: %s", prev, strerror(errno)); return QUAROT_ERR_IO; }
+    qx_sync_parent(hp);
     return QUAROT_OK;
+}
+
+/* Moves the staged output into place (see above). A directory is one rename. A single file with
+   its hook file OUT.quarot-online is one unit made of two files, published so that after a kill at
+   any point the readers (qx_model_hooks_attach) find the complete old pair or the complete new one
+   (docs/formats.md, "Publishing a model with its hook file"):
+     0. a kept list a killed run left is settled first (qx__repair_pair);
+     1. the old pair's hook list is kept as PREV = qx_hooks_prev_path(OUT.quarot-online): a hard
+        link of the old hook file, or, when the old model had none and the new one has hooks, a
+        list of 0 hooks naming the old model's digest;
+     2. the new hook file replaces the old one (or the old one is removed when the new model has
+        none): a reader of the old model now finds a hook file of other weights and takes PREV;
+     3. config.json, then the model (a reader of the new model finds its own hook file);
+     4. PREV goes.
+   On failure the files this call published are put back as they were. st->stale_hooks_removed
+   says a hook file of the previous model was removed (the new one needs none). */
+static quarot_result qx__stage_publish(qx__stage* g, const qx_rotate_file_opts* o, int have_hooks, int have_cfg,
+                                       qx_rotate_file_stats* st, qx_err* e) {
+    quarot_result r = QUAROT_OK;
+    int cfg_done = 0, kept = 0, kept_empty = 0, hooks_changed = 0;
+    char* hp = NULL;
+    char* prev = NULL;
+    char* marker = NULL;
+    if (g->is_dir) return qx_dir_out_publish(&g->dir, NULL, e);
+    if (o->hooks_path && (hp = (char*)malloc(strlen(o->hooks_path) + 1)) != NULL) strcpy(hp, o->hooks_path);
+    else if (!o->hooks_path) hp = qx_hooks_path_for(o->out_path);
+    prev = hp ? qx_hooks_prev_path(hp) : NULL;
+    if (!hp || !prev) { free(hp); free(prev); qx_err_set(e, "%s: out of memory", o->out_path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    /* 0 */
+    if ((r = qx__repair_pair(o->out_path, hp, prev, e)) != QUAROT_OK) goto done;
+    /* 1 */
+    if (qx_path_exists(hp) && o->force) {   /* without --force the command refused an existing one */
+        if ((r = qx_check_replaceable(hp, 0, e)) != QUAROT_OK) goto done;
+        qx_fault_point("keep the previous hook file");
+        if (link(hp, prev) != 0) {
+            qx_err_set(e, "%s: cannot keep the previous hook file while the new pair is published (hard link %s): %s", hp, prev,
+                       strerror(errno));
+            r = QUAROT_ERR_IO;
+            goto done;
+        }
+        kept = 1;
+    } else if (have_hooks && qx_path_exists(o->out_path)) {
+        quarot_online_list none;
+        char* text = NULL;
+        qx_out mo;
+        memset(&mo, 0, sizeof mo);
+        mo.fd = -1;
+        quarot_online_list_init(&none, NULL);
+        marker = qx_path_join(g->dir.tmp, "previous.quarot-online");
+        r = marker ? qx__hooks_text_for(&none, o->out_path, 0, &text, e) : QUAROT_ERR_OUT_OF_MEMORY;
+        if (r == QUAROT_OK) r = qx__text_begin(&mo, marker, text, strlen(text), 0, e);
+        if (r == QUAROT_OK) r = qx_out_publish(&mo, e);
+        qx_out_abort(&mo);
+        free(text);
+        quarot_online_list_free(&none);
+        if (r == QUAROT_OK) r = qx_publish_file(marker, prev, 1, e);
+        if (r != QUAROT_OK) goto done;
+        kept = kept_empty = 1;
+    }
+    if (kept) qx_sync_parent(prev);
+    /* 2 */
+    if (have_hooks) {
+        if ((r = qx_publish_file(g->hooks, hp, o->force || kept, e)) != QUAROT_OK) goto undo;
+        hooks_changed = 1;
+    } else if (kept) {
+        qx_fault_point("remove the previous hook file");
+        if (unlink(hp) != 0) { qx_err_set(e, "%s: cannot remove: %s", hp, strerror(errno)); r = QUAROT_ERR_IO; goto undo; }
+        hooks_changed = 1;
+        if (st) st->stale_hooks_removed = 1;
+    }
+    /* 3 */
+    if (have_cfg && (r = qx_publish_file(g->config, o->config_path, o->force, e)) == QUAROT_OK) cfg_done = 1;
+    if (r == QUAROT_OK) r = qx_publish_file(g->model, o->out_path, o->force, e);
+    if (r != QUAROT_OK) goto undo;
+    qx_sync_parent(o->out_path);
+    /* 4 */
+    if (kept) {
+        qx_fault_point("remove the kept hook file");
+        (void)unlink(prev);
+        qx_sync_parent(prev);
+    }
+    goto done;
+undo:
+    if (cfg_done) (void)remove(o->config_path);
+    if (hooks_changed || kept) {   /* the old pair back as it was */
+        if (kept && !kept_empty) (void)rename(prev, hp);
+        else {
+            if (hooks_changed) (void)remove(hp);
+            if (kept) (void)unlink(prev);
+        }
+    }
+done:
+    if (marker) (void)unlink(marker);
+    free(marker);
+    free(hp);
+    free(prev);
+    return r;
 }
 
 /* ---- the whole run ---------------------------------------------------------------------------- */
@@ -1297,7 +1423,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
     }
     if (!o->sink) {
-        r = qx__stage_publish(&stg, o, have_hooks, have_cfg, e);
+        r = qx__stage_publish(&stg, o, have_hooks, have_cfg, st, e);
         if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
     }
     qx__stage_free(&stg);

@@ -135,13 +135,17 @@ typedef struct qx_rotate_file_stats {
     int64_t global_window_rows;  /* > 0: the embedding and lm_head went through in windows of this many rows */
     int64_t global_windows;      /* how many windows */
     char global_whole_why[256];  /* with global_window_rows 0, when windows were considered: why not */
+    int stale_hooks_removed;     /* a single-file output without hooks replaced a model that had a hook
+                                    file: that file was removed with it (--force) */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds
    only what was not yet written afterwards: do not use its tensors after the call) with desc
    (desc->online_out receives the hooks when online / r3). On failure nothing is left at
    o->out_path, o->hooks_path or o->config_path, and e says why ("file: reason" or the processor's
-   message). */
+   message). A single-file output and its hook file are published as one unit (qx_rotate_file.c,
+   qx__stage_publish): a kill at any point leaves the old pair or the new one, as readers see them;
+   with force, a hook file beside an output that needs none is removed with the old model. */
 quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
                              qx_rotate_file_stats* st, qx_err* e);
 
