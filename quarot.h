@@ -1744,6 +1744,17 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
 extern "C" {
 #endif
 
+// The implementation includes this file again to compile the kernel bodies of the sections marked
+// _body once per ISA or element type (stb_image_resize2.h does the same): QUAROT_HEADER_FILE names it.
+// The default "quarot.h" is found beside this file whatever the include path; define it when the file
+// is renamed.
+#ifndef QUAROT_HEADER_FILE
+#define QUAROT_HEADER_FILE "quarot.h"
+#endif
+#define QUAROT__TEMPLATE_TRANSFORM 1   // >>transform_body, per ISA
+#define QUAROT__CAT2(a, b) a##b
+#define QUAROT__CAT(a, b) QUAROT__CAT2(a, b)
+
 // QUAROT__PRIVATE marks private helpers that some configurations (e.g. QUAROT_NO_SIMD) do not call.
 #if defined(__GNUC__) || defined(__clang__)
   #define QUAROT__PRIVATE static __attribute__((unused))
@@ -4353,97 +4364,6 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
     QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL)                                      \
     QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) QUAROT__REP##N(QUAROT__FINR) } }
 
-// The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
-// quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
-// driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
-#define QUAROT__WHT_DEFINE(isa)                                                                  \
-/* [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers */ \
-static void quarot__wht_blk_f32_##isa(float* p, const float* src, int lv, const float* pre,      \
-                                       const float* post, const float* scale) {                  \
-    const int64_t h = QUAROT__W;                                                                 \
-    const float* ps = src ? src : p;                                                             \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const float* q;                                                                              \
-    switch (lv) {                                                                                \
-        case 0: QUAROT__RADIX(1, QUAROT__WITH) break;                                            \
-        case 1: QUAROT__RADIX(2, QUAROT__WITH) break;                                            \
-        case 2: QUAROT__RADIX(4, QUAROT__WITH) break;                                            \
-        case 3: QUAROT__RADIX(8, QUAROT__WITH) break;                                            \
-        default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
-    }                                                                                            \
-}                                                                                                \
-/* 2 * W * 2^LOGR floats at x: two register blocks, then the last stage fused into block B */      \
-static void quarot__wht_two_f32_##isa(float* x, const float* src, const float* pre,            \
-                                       const float* post, const float* scale) {                  \
-    const int64_t h = QUAROT__W, half = (int64_t)QUAROT__W << QUAROT__LOGR;                      \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const float *q, *ps;                                                                         \
-    if (QUAROT__LOGR == 3) QUAROT__TWOBLK(8) else QUAROT__TWOBLK(16)                             \
-}                                                                                                \
-/* For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold      \
-   bits b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row   \
-   and scale (last pass only) are indexed like x. */                                             \
-static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, const float* post_row, \
-                                        const float* scale) {                                    \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const float* pre = NULL;                                                                     \
-    const float *post, *q;                                                                       \
-    int64_t base, c;                                                                             \
-    for (base = 0; base < len; base += h << r) {                                                 \
-        for (c = 0; c < h; c += QUAROT__W) {                                                     \
-            float* p = x + base + c;                                                             \
-            const float* ps = p;                                                                 \
-            post = post_row ? post_row + base + c : NULL;                                        \
-            switch (r) {                                                                         \
-                case 1: QUAROT__RADIX(2, QUAROT__WITHOUT) break;                                 \
-                case 2: QUAROT__RADIX(4, QUAROT__WITHOUT) break;                                 \
-                case 3: QUAROT__RADIX(8, QUAROT__WITHOUT) break;                                 \
-                default: QUAROT__RADIX(16, QUAROT__WITHOUT) break;                               \
-            }                                                                                    \
-        }                                                                                        \
-    }                                                                                            \
-}                                                                                                \
-/* Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in       \
-   registers with the in-lane stages, reading src when given, then passes over the chunk in x),  \
-   bits lc .. L-1 in passes over the whole row. Groups are as even as can be (a radix-2 pass is    \
-   bound by its loads and stores), at most LOGR bits, and at most 3 bits in the whole-row passes,   \
-   whose 2^r loads are 4 KiB or more apart and share one L1 set (8 ways). lc minimizes the number  \
-   of passes. */                                                                                   \
-static void quarot__wht_row_f32_##isa(float* x, const float* src, int L, const float* pre,     \
-                                       const float* post, const float* scale) {                  \
-    int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;                                      \
-    int64_t c0, b0;                                                                              \
-    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, src, L, pre, post, scale); return; }      \
-    if (L - QUAROT__LOGW <= QUAROT__LOGR) {                                                      \
-        quarot__wht_blk_f32_##isa(x, src, L - QUAROT__LOGW, pre, post, scale);                   \
-        return;                                                                                  \
-    }                                                                                            \
-    if (L - QUAROT__LOGW == QUAROT__LOGR + 1) { quarot__wht_two_f32_##isa(x, src, pre, post, scale); return; } \
-    /* choose lc: fewest passes, never a 1-bit pass over the whole row */                     \
-    for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
-        const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
-        if (L - i != 1 && np < best) { best = np; lc = i; }                                      \
-    }                                                                                            \
-    /* g[0] bits in the register block, g[1 .. nc-1] in chunk passes, the rest over the row */  \
-    C = lc - QUAROT__LOGW; T = L - lc;                                                           \
-    nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;                                                  \
-    for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);                            \
-    for (i = 0; i < (T + 2) / 3; ++i) g[ng++] = T / ((T + 2) / 3) + (i < T % ((T + 2) / 3) ? 1 : 0); \
-    for (c0 = 0; c0 < ((int64_t)1 << L); c0 += (int64_t)1 << lc) {                               \
-        const int last = T == 0;                                                                 \
-        for (b0 = 0; b0 < ((int64_t)1 << lc); b0 += (int64_t)1 << (QUAROT__LOGW + g[0]))         \
-            quarot__wht_blk_f32_##isa(x + c0 + b0, src ? src + c0 + b0 : NULL, g[0],             \
-                                      pre ? pre + c0 + b0 : NULL, NULL, NULL);                   \
-        for (i = 1, lo = QUAROT__LOGW + g[0]; i < nc; lo += g[i++])                              \
-            quarot__wht_pass_f32_##isa(x + c0, (int64_t)1 << lc, (int64_t)1 << lo, g[i],         \
-                                       last && i == nc - 1 ? post : NULL, last && i == nc - 1 ? scale : NULL); \
-    }                                                                                            \
-    for (i = nc, lo = lc; i < ng; lo += g[i++])                                                  \
-        quarot__wht_pass_f32_##isa(x, (int64_t)1 << L, (int64_t)1 << lo, g[i],                   \
-                                   i == ng - 1 ? post : NULL, i == ng - 1 ? scale : NULL);       \
-}                                                                                                \
-QUAROT__WHTC_DEFINE(isa)
-
 // The column kernels (quarot_hadamard_apply_cols_f32): one vector holds W columns of a row, so every
 // stage pairs whole vectors. A pass runs stages h = 2^s .. 2^(s+r-1) on the 2^r rows row + t*2^s
 // (t < 2^r) in registers: read from src (lds floats a row; times pre[row] on the first pass), written
@@ -4487,36 +4407,6 @@ QUAROT__WHTC_DEFINE(isa)
 // (w/W vectors a row, w a multiple of W) before the next group, and asks for the next group's lines
 // of x ahead (rows of x are far apart: no hardware prefetcher follows them). buf is skewed so that
 // no pass's 2^r rows share a cache set (quarot__whtc_skew, quarot__whtc_stride).
-#define QUAROT__WHTC_DEFINE(isa)                                                                 \
-static void quarot__whtc_pass_f32_##isa(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t w, \
-                                         int L, const quarot__whtc_plan* pl, int k, int sbuf, int dbuf, \
-                                         const float* pre, const float* post, const float* scale, \
-                                         const float* ahead, int64_t lda) {                      \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const int64_t hs = (int64_t)1 << pl->s[k], n = (int64_t)1 << L;                              \
-    const int64_t ss = sbuf ? quarot__whtc_stride(pl, k, w) : hs * lds;                          \
-    const int64_t sd = dbuf ? quarot__whtc_stride(pl, k, w) : hs * ldd;                          \
-    int64_t base, c, cv, t;                                                                      \
-    switch (pl->r[k]) {                                                                          \
-        case 1: QUAROT__CPASS(2) break;                                                          \
-        case 2: QUAROT__CPASS(4) break;                                                          \
-        case 3: QUAROT__CPASS(8) break;                                                          \
-        default: QUAROT__CPASS(16) break;                                                        \
-    }                                                                                            \
-}                                                                                                \
-static void quarot__whtc_f32_##isa(float* x, int64_t ld, int64_t w, int L, const float* pre, const float* post, \
-                                    const float* scale, float* buf) {                            \
-    quarot__whtc_plan pl;                                                                        \
-    int k;                                                                                       \
-    quarot__whtc_plan_make(&pl, L, QUAROT__LOGR);                                                \
-    for (k = 0; k < pl.np; ++k) {                                                                \
-        const int first = k == 0, last = k == pl.np - 1;                                         \
-        const int sbuf = !first && buf != NULL, dbuf = !last && buf != NULL;                     \
-        quarot__whtc_pass_f32_##isa(sbuf ? buf : x, ld, dbuf ? buf : x, ld, w, L, &pl, k, sbuf, dbuf, \
-                                    first ? pre : NULL, last ? post : NULL, last ? scale : NULL, \
-                                    first || last ? x : NULL, ld);                               \
-    }                                                                                            \
-}
 
 // log2 of the chunk the row driver finishes in L1 before the passes over the whole row (16 KiB).
 #define QUAROT__WHT_LCHUNK 12
@@ -4555,59 +4445,6 @@ static void quarot__whtc_f32_##isa(float* x, int64_t ld, int64_t w, int L, const
         if (scale) o_ = o_ * *scale;                                                              \
         y[at] = o_; } }
 
-#define QUAROT__MIX_DEFINE(isa)                                                                  \
-/* z, y: [K][M]; coef: the panels of one orientation. Three loops by M: 2W and more, W, below W. */ \
-static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M, const float* coef, \
-                                   const float* post, const float* scale) {                      \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    int64_t i0, j0, j, k;                                                                        \
-    if (M >= 2 * QUAROT__W) {                                                                    \
-        for (j0 = 0; j0 < M; j0 += 2 * QUAROT__W) {                                              \
-            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                         \
-                const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                          \
-                const float* zk = z + j0;                                                        \
-                QUAROT__V z0 = QUAROT__VLD(zk), z1 = QUAROT__VLD(zk + QUAROT__W), hv;            \
-                QUAROT__MIX_REP(QUAROT__MA_DECL2)                                                \
-                QUAROT__MIX_REP(QUAROT__MA_INIT2)                                                \
-                for (k = 1; k < K; ++k) {                                                        \
-                    c += 16; zk += M;                                                            \
-                    z0 = QUAROT__VLD(zk); z1 = QUAROT__VLD(zk + QUAROT__W);                      \
-                    QUAROT__MIX_REP(QUAROT__MA_STEP2)                                            \
-                }                                                                                \
-                QUAROT__MIX_REP(QUAROT__MA_STORE2)                                               \
-            }                                                                                    \
-        }                                                                                        \
-    } else if (M == QUAROT__W) {                                                                 \
-        for (i0 = 0, j0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                     \
-            const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                              \
-            const float* zk = z;                                                                 \
-            QUAROT__V z0 = QUAROT__VLD(zk);                                                      \
-            QUAROT__MIX_REP(QUAROT__MA_DECL1)                                                    \
-            QUAROT__MIX_REP(QUAROT__MA_INIT1)                                                    \
-            for (k = 1; k < K; ++k) {                                                            \
-                c += 16; zk += M;                                                                \
-                z0 = QUAROT__VLD(zk);                                                            \
-                QUAROT__MIX_REP(QUAROT__MA_STEP1)                                                \
-            }                                                                                    \
-            QUAROT__MIX_REP(QUAROT__MA_STORE1)                                                   \
-        }                                                                                        \
-    } else {                                                                                     \
-        float buf[QUAROT__W];                                                                    \
-        for (j = 0; j < M; ++j) {                                                                \
-            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_NB * QUAROT__W) {                             \
-                const float* c = coef + (i0 >> 4) * 16 * K;                                      \
-                QUAROT__V zb = QUAROT__VSET1(z[j]);                                              \
-                QUAROT__MIX_BREP(QUAROT__MB_DECL)                                                \
-                QUAROT__MIX_BREP(QUAROT__MB_INIT)                                                \
-                for (k = 1; k < K; ++k) {                                                        \
-                    zb = QUAROT__VSET1(z[k * M + j]);                                            \
-                    QUAROT__MIX_BREP(QUAROT__MB_STEP)                                            \
-                }                                                                                \
-                QUAROT__MIX_BREP(QUAROT__MB_STORE)                                               \
-            }                                                                                    \
-        }                                                                                        \
-    }                                                                                            \
-}
 
 // Blocked mixing (mix_block 2 <= b <= 5, M >= 16 >= W), per chunk of NV = min(4, M/W) column vectors
 // and per group of blocks whose tables fit in QUAROT__MIXB_CACHE bytes (an L1 share). First the
@@ -4749,29 +4586,6 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     if (corr) { QUAROT__MT_BUILD(N, QUAROT__MIXB_LDC) }                                          \
     else { QUAROT__MT_BUILD(N, QUAROT__MIXB_LDZ) }                                               \
     QUAROT__MR_OUTPUTS(N) }
-#define QUAROT__MIXB_DEFINE(isa)                                                                 \
-/* z, y: [K][M]; pat: [K8 + 8][nwd] pattern words of one orientation; tab: one group's tables */ \
-static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
-                                    const uint64_t* pat, int64_t nb, float* tab,                 \
-                                    const float* corr, const float* post, const float* scale) {  \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
-    const int64_t chalf = M / 2, E = 64 / b, nwd = (nb + E - 1) / E;                             \
-    const uint64_t pm = ((uint64_t)1 << (b - 1)) - 1;                                            \
-    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> (b - 1);          \
-    const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
-    int64_t j0, i0, blk, k0, c, g0, g1;                                                          \
-    for (j0 = 0; j0 < M; j0 += ew) {                                                             \
-        for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
-            const int64_t wi0 = g0 / E, sh0 = (g0 % E) * b;                                      \
-            g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
-            /* the group's tables, then the outputs' running sums over its blocks */            \
-            if (nv == 4) QUAROT__MIXB_GROUP(4)                                                   \
-            else if (nv == 2) QUAROT__MIXB_GROUP(2)                                              \
-            else QUAROT__MIXB_GROUP(1)                                                           \
-        }                                                                                        \
-    }                                                                                            \
-}
 
 // The fixed register mixing (plan->mix_fixed, b = 4; the term lists before quarot_hadamard_plan_init),
 // for AVX-512 and AVX2. Per vector column, each pass of a few outputs rebuilds every block's 8
@@ -4851,7 +4665,9 @@ static void quarot__mixr##ID##_##isa(const float* z, float* y, int64_t M, float*
 
 // ---- Instantiations. Each ISA defines the vector macros, its in-lane stages (one shuffle, one
 // xor and one add per stage, see the section notes), the block size LOGR (register budget) and
-// the mixing blocking (RI outputs x vectors in flight), expands the three templates, undefines. ----
+// the mixing blocking (RI outputs x vectors in flight), compiles the kernels of >>transform_body
+// for itself (QUAROT__ISA names it), undefines. ----
+#define QUAROT__K(name) QUAROT__CAT(name, QUAROT__ISA)   // name##<isa>: quarot__wht_row_f32_avx2
 
 // ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
 #if defined(QUAROT__HAVE_SSE2)
@@ -4877,14 +4693,16 @@ static inline __m128 quarot__inlane_sse2(__m128 v) {
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
-QUAROT__WHT_DEFINE(sse2)
-QUAROT__MIX_DEFINE(sse2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) _mm_castsi128_ps(_mm_set1_epi32(-(s) & INT_MIN))   /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) _mm_xor_ps(t, g)
 #define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm_xor_ps(t, g))
-QUAROT__MIXB_DEFINE(sse2)
+#define QUAROT__ISA sse2
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
@@ -4933,14 +4751,16 @@ static inline __m256 quarot__inlane_avx2(__m256 v) {
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
-QUAROT__WHT_DEFINE(avx2)
-QUAROT__MIX_DEFINE(avx2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) _mm256_castsi256_ps(_mm256_set1_epi32(-(s) & INT_MIN))   /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) _mm256_xor_ps(t, g)
 #define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm256_xor_ps(t, g))
-QUAROT__MIXB_DEFINE(avx2)
+#define QUAROT__ISA avx2
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #define QUAROT__MIXR_REG(v) "x"(v)
 #define QUAROT__MIXR_NEG(e) _mm256_xor_ps(e, _mm256_set1_ps(-0.0f))    /* exact */
 #if defined(__FMA__)
@@ -5024,18 +4844,20 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 4
 #define QUAROT__MIX_BREP QUAROT__REP4
-#undef QUAROT__VSUB2
-#define QUAROT__VSUB2(a, b) _mm512_fnmadd_ps(b, _mm512_set1_ps(1.0f), a)   // = a - b exactly (see QUAROT__BF)
-QUAROT__WHT_DEFINE(avx512)
-#undef QUAROT__VSUB2
-#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
-QUAROT__MIX_DEFINE(avx512)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) _mm512_castsi512_ps(_mm512_set1_epi32(0x3f800000 | (-(s) & INT_MIN)))   /* g = +-1.0f */
 #define QUAROT__VSFIRST(g, t) _mm512_mul_ps(g, t)                             /* exact */
 #define QUAROT__VSACC(a, g, t) _mm512_fmadd_ps(g, t, a)                       /* round(a + g*t) */
-QUAROT__MIXB_DEFINE(avx512)
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) _mm512_fnmadd_ps(b, _mm512_set1_ps(1.0f), a)   // = a - b exactly (see QUAROT__BF)
+#define QUAROT__ISA avx512
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
 #define QUAROT__MIXR_REG(v) "v"(v)
 #define QUAROT__MIXR_NEG(e) _mm512_mul_ps(e, _mm512_set1_ps(-1.0f))   /* exact */
 #define QUAROT__MIXR_ACCP(a, e) _mm512_fmadd_ps(e, one, a)
@@ -5095,14 +4917,16 @@ static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
-QUAROT__WHT_DEFINE(neon)
-QUAROT__MIX_DEFINE(neon)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) vreinterpretq_f32_s32(vdupq_n_s32(-(s) & INT_MIN))      /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(t), vreinterpretq_u32_f32(g)))
 #define QUAROT__VSACC(a, g, t) vaddq_f32(a, QUAROT__VSFIRST(g, t))
-QUAROT__MIXB_DEFINE(neon)
+#define QUAROT__ISA neon
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
@@ -13707,6 +13531,226 @@ QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz) {
 #endif
 
 #endif // QUAROT_IMPLEMENTATION
+
+#if defined(QUAROT__TEMPLATE) && defined(QUAROT_IMPLEMENTATION_INCLUDED)
+// Kernel bodies that exist once per ISA or element type: the implementation includes this file again
+// for each instance, with QUAROT__TEMPLATE saying which body and macros naming the ISA or type (see
+// QUAROT_HEADER_FILE). Nothing else in the file is read then: the declarations sit behind QUAROT_H and
+// the implementation behind QUAROT_IMPLEMENTATION_INCLUDED.
+
+// >>transform_body
+// (implementation only) The f32 transform kernels of one ISA, compiled once per ISA by
+// >>transform_isa: this file is included again with QUAROT__TEMPLATE == QUAROT__TEMPLATE_TRANSFORM,
+// QUAROT__ISA naming the ISA (QUAROT__K(quarot__wht_row_f32_) is quarot__wht_row_f32_avx2 etc.) and the
+// vector macros of >>transform_simd and >>transform_mix defined for it.
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_TRANSFORM
+
+// The FWHT kernels: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
+// quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
+// driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
+
+// [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers.
+static void QUAROT__K(quarot__wht_blk_f32_)(float* p, const float* src, int lv, const float* pre, const float* post,
+                                            const float* scale) {
+    const int64_t h = QUAROT__W;
+    const float* ps = src ? src : p;
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const float* q;
+    switch (lv) {
+        case 0: QUAROT__RADIX(1, QUAROT__WITH) break;
+        case 1: QUAROT__RADIX(2, QUAROT__WITH) break;
+        case 2: QUAROT__RADIX(4, QUAROT__WITH) break;
+        case 3: QUAROT__RADIX(8, QUAROT__WITH) break;
+        default: QUAROT__RADIX(16, QUAROT__WITH) break;
+    }
+}
+
+// 2 * W * 2^LOGR floats at x: two register blocks, then the last stage fused into block B.
+static void QUAROT__K(quarot__wht_two_f32_)(float* x, const float* src, const float* pre, const float* post,
+                                            const float* scale) {
+    const int64_t h = QUAROT__W, half = (int64_t)QUAROT__W << QUAROT__LOGR;
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const float *q, *ps;
+    if (QUAROT__LOGR == 3) QUAROT__TWOBLK(8) else QUAROT__TWOBLK(16)
+}
+
+// For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold bits
+// b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row and scale
+// (last pass only) are indexed like x.
+static void QUAROT__K(quarot__wht_pass_f32_)(float* x, int64_t len, int64_t h, int r, const float* post_row,
+                                             const float* scale) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const float* pre = NULL;
+    const float *post, *q;
+    int64_t base, c;
+    for (base = 0; base < len; base += h << r) {
+        for (c = 0; c < h; c += QUAROT__W) {
+            float* p = x + base + c;
+            const float* ps = p;
+            post = post_row ? post_row + base + c : NULL;
+            switch (r) {
+                case 1: QUAROT__RADIX(2, QUAROT__WITHOUT) break;
+                case 2: QUAROT__RADIX(4, QUAROT__WITHOUT) break;
+                case 3: QUAROT__RADIX(8, QUAROT__WITHOUT) break;
+                default: QUAROT__RADIX(16, QUAROT__WITHOUT) break;
+            }
+        }
+    }
+}
+
+// Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in registers
+// with the in-lane stages, reading src when given, then passes over the chunk in x), bits lc .. L-1
+// in passes over the whole row. Groups are as even as can be (a radix-2 pass is bound by its loads
+// and stores), at most LOGR bits, and at most 3 bits in the whole-row passes, whose 2^r loads are
+// 4 KiB or more apart and share one L1 set (8 ways). lc minimizes the number of passes.
+static void QUAROT__K(quarot__wht_row_f32_)(float* x, const float* src, int L, const float* pre, const float* post,
+                                            const float* scale) {
+    int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;
+    int64_t c0, b0;
+    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, src, L, pre, post, scale); return; }
+    if (L - QUAROT__LOGW <= QUAROT__LOGR) {
+        QUAROT__K(quarot__wht_blk_f32_)(x, src, L - QUAROT__LOGW, pre, post, scale);
+        return;
+    }
+    if (L - QUAROT__LOGW == QUAROT__LOGR + 1) { QUAROT__K(quarot__wht_two_f32_)(x, src, pre, post, scale); return; }
+    // choose lc: fewest passes, never a 1-bit pass over the whole row
+    for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {
+        const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;
+        if (L - i != 1 && np < best) { best = np; lc = i; }
+    }
+    // g[0] bits in the register block, g[1 .. nc-1] in chunk passes, the rest over the row
+    C = lc - QUAROT__LOGW; T = L - lc;
+    nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;
+    for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);
+    for (i = 0; i < (T + 2) / 3; ++i) g[ng++] = T / ((T + 2) / 3) + (i < T % ((T + 2) / 3) ? 1 : 0);
+    for (c0 = 0; c0 < ((int64_t)1 << L); c0 += (int64_t)1 << lc) {
+        const int last = T == 0;
+        for (b0 = 0; b0 < ((int64_t)1 << lc); b0 += (int64_t)1 << (QUAROT__LOGW + g[0]))
+            QUAROT__K(quarot__wht_blk_f32_)(x + c0 + b0, src ? src + c0 + b0 : NULL, g[0],
+                                            pre ? pre + c0 + b0 : NULL, NULL, NULL);
+        for (i = 1, lo = QUAROT__LOGW + g[0]; i < nc; lo += g[i++])
+            QUAROT__K(quarot__wht_pass_f32_)(x + c0, (int64_t)1 << lc, (int64_t)1 << lo, g[i],
+                                             last && i == nc - 1 ? post : NULL, last && i == nc - 1 ? scale : NULL);
+    }
+    for (i = nc, lo = lc; i < ng; lo += g[i++])
+        QUAROT__K(quarot__wht_pass_f32_)(x, (int64_t)1 << L, (int64_t)1 << lo, g[i], i == ng - 1 ? post : NULL,
+                                         i == ng - 1 ? scale : NULL);
+}
+
+// The column kernels (quarot_hadamard_apply_cols_f32; the passes of QUAROT__CPASS). Pass k of pl over
+// the w columns: rows of src / dst lds / ldd floats apart, or in the skewed buffer (sbuf / dbuf).
+static void QUAROT__K(quarot__whtc_pass_f32_)(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t w, int L,
+                                              const quarot__whtc_plan* pl, int k, int sbuf, int dbuf,
+                                              const float* pre, const float* post, const float* scale,
+                                              const float* ahead, int64_t lda) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const int64_t hs = (int64_t)1 << pl->s[k], n = (int64_t)1 << L;
+    const int64_t ss = sbuf ? quarot__whtc_stride(pl, k, w) : hs * lds;
+    const int64_t sd = dbuf ? quarot__whtc_stride(pl, k, w) : hs * ldd;
+    int64_t base, c, cv, t;
+    switch (pl->r[k]) {
+        case 1: QUAROT__CPASS(2) break;
+        case 2: QUAROT__CPASS(4) break;
+        case 3: QUAROT__CPASS(8) break;
+        default: QUAROT__CPASS(16) break;
+    }
+}
+
+static void QUAROT__K(quarot__whtc_f32_)(float* x, int64_t ld, int64_t w, int L, const float* pre, const float* post,
+                                         const float* scale, float* buf) {
+    quarot__whtc_plan pl;
+    int k;
+    quarot__whtc_plan_make(&pl, L, QUAROT__LOGR);
+    for (k = 0; k < pl.np; ++k) {
+        const int first = k == 0, last = k == pl.np - 1;
+        const int sbuf = !first && buf != NULL, dbuf = !last && buf != NULL;
+        QUAROT__K(quarot__whtc_pass_f32_)(sbuf ? buf : x, ld, dbuf ? buf : x, ld, w, L, &pl, k, sbuf, dbuf,
+                                          first ? pre : NULL, last ? post : NULL, last ? scale : NULL,
+                                          first || last ? x : NULL, ld);
+    }
+}
+
+// The float-panel mixing (b == 1). z, y: [K][M]; coef: the panels of one orientation. Three loops by
+// M: 2W and more, W, below W.
+static void QUAROT__K(quarot__mix_f32_)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
+                                        const float* post, const float* scale) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    int64_t i0, j0, j, k;
+    if (M >= 2 * QUAROT__W) {
+        for (j0 = 0; j0 < M; j0 += 2 * QUAROT__W) {
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {
+                const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);
+                const float* zk = z + j0;
+                QUAROT__V z0 = QUAROT__VLD(zk), z1 = QUAROT__VLD(zk + QUAROT__W), hv;
+                QUAROT__MIX_REP(QUAROT__MA_DECL2)
+                QUAROT__MIX_REP(QUAROT__MA_INIT2)
+                for (k = 1; k < K; ++k) {
+                    c += 16; zk += M;
+                    z0 = QUAROT__VLD(zk); z1 = QUAROT__VLD(zk + QUAROT__W);
+                    QUAROT__MIX_REP(QUAROT__MA_STEP2)
+                }
+                QUAROT__MIX_REP(QUAROT__MA_STORE2)
+            }
+        }
+    } else if (M == QUAROT__W) {
+        for (i0 = 0, j0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {
+            const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);
+            const float* zk = z;
+            QUAROT__V z0 = QUAROT__VLD(zk);
+            QUAROT__MIX_REP(QUAROT__MA_DECL1)
+            QUAROT__MIX_REP(QUAROT__MA_INIT1)
+            for (k = 1; k < K; ++k) {
+                c += 16; zk += M;
+                z0 = QUAROT__VLD(zk);
+                QUAROT__MIX_REP(QUAROT__MA_STEP1)
+            }
+            QUAROT__MIX_REP(QUAROT__MA_STORE1)
+        }
+    } else {
+        float buf[QUAROT__W];
+        for (j = 0; j < M; ++j) {
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_NB * QUAROT__W) {
+                const float* c = coef + (i0 >> 4) * 16 * K;
+                QUAROT__V zb = QUAROT__VSET1(z[j]);
+                QUAROT__MIX_BREP(QUAROT__MB_DECL)
+                QUAROT__MIX_BREP(QUAROT__MB_INIT)
+                for (k = 1; k < K; ++k) {
+                    zb = QUAROT__VSET1(z[k * M + j]);
+                    QUAROT__MIX_BREP(QUAROT__MB_STEP)
+                }
+                QUAROT__MIX_BREP(QUAROT__MB_STORE)
+            }
+        }
+    }
+}
+
+// The blocked mixing (b > 1). z, y: [K][M]; pat: [K8 + 8][nwd] pattern words of one orientation; tab:
+// one group's tables.
+static void QUAROT__K(quarot__mixb_f32_)(const float* z, float* y, int64_t K, int64_t M, int b, const uint64_t* pat,
+                                         int64_t nb, float* tab, const float* corr, const float* post,
+                                         const float* scale) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;
+    const int64_t chalf = M / 2, E = 64 / b, nwd = (nb + E - 1) / E;
+    const uint64_t pm = ((uint64_t)1 << (b - 1)) - 1;
+    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> (b - 1);
+    const int64_t gsz = gfit > 0 ? gfit : 1;
+    int64_t j0, i0, blk, k0, c, g0, g1;
+    for (j0 = 0; j0 < M; j0 += ew) {
+        for (g0 = 0; g0 < nb; g0 = g1) {
+            const int64_t wi0 = g0 / E, sh0 = (g0 % E) * b;
+            g1 = g0 + gsz < nb ? g0 + gsz : nb;
+            // the group's tables, then the outputs' running sums over its blocks
+            if (nv == 4) QUAROT__MIXB_GROUP(4)
+            else if (nv == 2) QUAROT__MIXB_GROUP(2)
+            else QUAROT__MIXB_GROUP(1)
+        }
+    }
+}
+
+#endif // QUAROT__TEMPLATE_TRANSFORM
+
+#endif // QUAROT__TEMPLATE
 
 /*
 ------------------------------------------------------------------------------
