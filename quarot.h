@@ -1752,8 +1752,12 @@ extern "C" {
 #define QUAROT_HEADER_FILE "quarot.h"
 #endif
 #define QUAROT__TEMPLATE_TRANSFORM 1   // >>transform_body, per ISA
+#define QUAROT__TEMPLATE_GEMM 2        // >>gemm_body, per element type
+#define QUAROT__TEMPLATE_POLAR 3       // >>polar_body, per element type
+#define QUAROT__TEMPLATE_GPTQ 4        // >>gptq_body, per ISA
 #define QUAROT__CAT2(a, b) a##b
 #define QUAROT__CAT(a, b) QUAROT__CAT2(a, b)
+#define QUAROT__K(name) QUAROT__CAT(name, QUAROT__ISA)   // name##<isa>: quarot__wht_row_f32_avx2
 
 // QUAROT__PRIVATE marks private helpers that some configurations (e.g. QUAROT_NO_SIMD) do not call.
 #if defined(__GNUC__) || defined(__clang__)
@@ -4667,7 +4671,6 @@ static void quarot__mixr##ID##_##isa(const float* z, float* y, int64_t M, float*
 // xor and one add per stage, see the section notes), the block size LOGR (register budget) and
 // the mixing blocking (RI outputs x vectors in flight), compiles the kernels of >>transform_body
 // for itself (QUAROT__ISA names it), undefines. ----
-#define QUAROT__K(name) QUAROT__CAT(name, QUAROT__ISA)   // name##<isa>: quarot__wht_row_f32_avx2
 
 // ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
 #if defined(QUAROT__HAVE_SSE2)
@@ -5307,7 +5310,7 @@ static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int 
     pl->per_task = pl->a_elems + (quarot__gemm_min(nc, quarot__gemm_cdiv(pl->pn, nr) * nr) * kc + 15) / 16 * 16;
 }
 
-// Type-generic part, instantiated for float (S = s) and double (S = d). Packing layouts:
+// The driver itself is >>gemm_body, compiled for float (_s) and double (_d) below. Packing layouts:
 //   packed A  ap[s][p][r] = op(A)[s*mr + r][p]   (rows past mc are 0)
 //   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
 // Full slivers whose source rows are contiguous (op(B) not transposed, op(A) transposed): ns slivers
@@ -5389,232 +5392,29 @@ static void quarot__gemm_tr_s(const float* QUAROT__RESTRICT a, int64_t lda, int 
         for (p = p0; p < pe; ++p) ap[p * mr + r] = src[p];
     }
 }
-#define QUAROT__GEMM_DEFINE(T, S)                                                                      \
-static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,   \
-                                   int w, T* QUAROT__RESTRICT d) {                                      \
-    int64_t p, t;                                                                                      \
-    int j;                                                                                             \
-    switch (w) {                                                                                       \
-        case 4: QUAROT__GEMM_STRIP_W(T, 4) break;                                                         \
-        case 6: QUAROT__GEMM_STRIP_W(T, 6) break;                                                         \
-        case 8: QUAROT__GEMM_STRIP_W(T, 8) break;                                                         \
-        case 12: QUAROT__GEMM_STRIP_W(T, 12) break;                                                       \
-        case 16: QUAROT__GEMM_STRIP_W(T, 16) break;                                                       \
-        case 32: QUAROT__GEMM_STRIP_W(T, 32) break;                                                       \
-        default: QUAROT__GEMM_STRIP_ANY(T, w) break;                                                      \
-    }                                                                                                  \
-}                                                                                                      \
-static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
-                                    T* QUAROT__RESTRICT ap) {                                           \
-    int64_t s, p;                                                                                      \
-    int r, rows;                                                                                       \
-    if (ta && mc >= mr) {                                                                              \
-        s = mc / mr * mr;                                                                              \
-        quarot__gemm_strip_##S(a, lda, kc, mc / mr, mr, ap);                                           \
-        ap += s * kc;                                                                                  \
-        a += s;                                                                                        \
-        mc -= s;                                                                                       \
-    }                                                                                                  \
-    if (!ta) {                                                                                         \
-        /* full slivers of row-major A: each source row read contiguously, 64 columns at a time, into  \
-           the sliver's (L1-resident) 64 x mr tile. Column by column, the mr rows (a power-of-two      \
-           stride apart, e.g. 16 KiB) all fall into one L1 set and evict each other on every element. */ \
-        int64_t p0, pe;                                                                                \
-        for (s = 0; s + mr <= mc; s += mr, ap += (int64_t)mr * kc)                                     \
-            for (p0 = 0; p0 < kc; p0 = pe) {                                                           \
-                pe = p0 + 64 < kc ? p0 + 64 : kc;                                                      \
-                quarot__gemm_tr_##S(a + s * lda, lda, mr, p0, pe, ap);                                 \
-            }                                                                                          \
-        a += s * lda;                                                                                  \
-        mc -= s;                                                                                       \
-    }                                                                                                  \
-    for (s = 0; s < mc; s += mr) {                                                                     \
-        rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
-        for (p = 0; p < kc; ++p) {                                                                     \
-            if (ta) { const T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }     \
-            else    { const T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; } \
-            for (; r < mr; ++r) ap[r] = (T)0;                                                          \
-            ap += mr;                                                                                  \
-        }                                                                                              \
-    }                                                                                                  \
-}                                                                                                      \
-/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. apk, when not NULL: A \
-   packed whole beforehand (pack_a of all m rows, k <= kc, so one k block): its slivers are used in     \
-   place of ap's, which is not touched; the same values reach the kernel, so the same bits. */         \
-static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
-                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
-                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
-                                 int64_t coff, const T* apk) {                                          \
-    const int mr = cfg->mr, nr = cfg->nr;                                                              \
-    int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
-    T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
-    for (jc = 0; jc < n; jc += cfg->nc) {                                                              \
-        nc = quarot__gemm_min(cfg->nc, n - jc);                                                           \
-        for (pc = 0; pc < k; pc += cfg->kc) {                                                          \
-            kc = quarot__gemm_min(cfg->kc, k - pc);                                                       \
-            bb = pc == 0 ? beta : (T)1;                                                                \
-            /* B's panel is pack_a's of op(B)^T: nr-column slivers of op(B) are nr-row slivers of   \
-               op(B)^T, which is B stored transposed exactly when tb is 0 */                        \
-            quarot__gemm_pack_a_##S(!tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, nc, kc, nr, bp); \
-            for (ic = 0; ic < m; ic += cfg->mc) {                                                      \
-                mc = quarot__gemm_min(cfg->mc, m - ic);                                                   \
-                if (!apk) quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
-                for (ir = 0; ir < mc; ir += mr) {                                                      \
-                    const T* as = apk ? apk + (ic + ir) * kc : ap + ir * kc;                           \
-                    T* crow = c + (ic + ir) * ldc + jc;                                                \
-                    int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
-                    for (jr = 0; jr < nc; jr += nr) {                                                  \
-                        int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
-                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   /* strictly lower */   \
-                        if (rows == mr && cols == nr) {                                                \
-                            cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
-                            continue;                                                                  \
-                        }                                                                              \
-                        /* edge tile: tmp = acc exactly (alpha 1, beta 0), then the kernel's epilogue */ \
-                        cfg->kernel(kc, as, bp + jr * kc, tmp, nr, (T)1, (T)0);                        \
-                        for (i = 0; i < rows; ++i) {                                                   \
-                            T* cr = crow + i * ldc + jr;                                               \
-                            for (j = 0; j < cols; ++j) {                                               \
-                                T v = alpha * tmp[i * nr + j];                                         \
-                                cr[j] = bb == (T)0 ? v : v + bb * cr[j];                               \
-                            }                                                                          \
-                        }                                                                              \
-                    }                                                                                  \
-                }                                                                                      \
-            }                                                                                          \
-        }                                                                                              \
-    }                                                                                                  \
-}                                                                                                      \
-/* C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading). */                 \
-static void quarot__gemm_scale_##S(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {                 \
-    int64_t i, j;                                                                                      \
-    for (i = 0; i < m; ++i)                                                                            \
-        for (j = 0; j < n; ++j) c[i * ldc + j] = beta == (T)0 ? (T)0 : beta * c[i * ldc + j];          \
-}                                                                                                      \
-typedef struct quarot__gemm_job_##S {                                                                  \
-    const quarot__##S##gemm_cfg* cfg;                                                                  \
-    const quarot__gemm_plan* pl;                                                                       \
-    int ta, tb;                                                                                        \
-    int64_t m, n, k, lda, ldb, ldc;                                                                    \
-    T alpha, beta;                                                                                     \
-    const T* a;                                                                                        \
-    const T* b;                                                                                        \
-    T* c;                                                                                              \
-    T* work;                                                                                           \
-    int tri;                                                                                           \
-} quarot__gemm_job_##S;                                                                                \
-/* Task t: panel (t / tn, t % tn) of C, workspace slice t. */                                          \
-static void quarot__gemm_task_##S(void* arg, int64_t t) {                                              \
-    const quarot__gemm_job_##S* jb = (const quarot__gemm_job_##S*)arg;                                 \
-    const quarot__gemm_plan* pl = jb->pl;                                                              \
-    int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;                                    \
-    int64_t pn = quarot__gemm_min(pl->pn, jb->n - j0), js = 0;                                            \
-    T* ap = jb->work + t * pl->per_task;                                                               \
-    /* tri: columns left of the panel's first row are strictly lower for all its rows */              \
-    if (jb->tri && i0 > j0) js = quarot__gemm_min(pn, (i0 - j0) / jb->cfg->nr * jb->cfg->nr);             \
-    if (js >= pn) return;                                                                              \
-    j0 += js;                                                                                          \
-    quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0), pn - js, jb->k,   \
-                         jb->alpha, jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                     \
-                         jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
-                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0, NULL); \
-}                                                                                                      \
-/* Narrow products (!tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A is read in place,    \
-   once per column tile, not packed; a row-major A packed for only n / nr column tiles spent longer     \
-   packing (a transpose, out of DRAM) than multiplying, and a transposed one (op(A) = A^T, e.g. the     \
-   deflation's C^T W) was packed whole for every product, three passes over it instead of one. Task t: \
-   rows [t*rows, +rows) of op(A), all kc blocks (beta' as in the loop nest), full nmr x nnr tiles.      \
-   (Other n would leave a few columns for the loop nest, which packs all of A again for them: slower   \
-   than packing once.) */                                                                              \
-typedef struct quarot__gemm_njob_##S {                                                                 \
-    const quarot__##S##gemm_cfg* cfg;                                                                  \
-    int ta;                                                                                            \
-    int64_t m, n, k, lda, ldb, ldc, rows;                                                              \
-    T alpha, beta;                                                                                     \
-    const T* a;                                                                                        \
-    const T* b;                                                                                        \
-    T* c;                                                                                              \
-} quarot__gemm_njob_##S;                                                                               \
-static void quarot__gemm_ntask_##S(void* arg, int64_t t) {                                             \
-    const quarot__gemm_njob_##S* jb = (const quarot__gemm_njob_##S*)arg;                               \
-    const quarot__##S##gemm_cfg* cfg = jb->cfg;                                                        \
-    const int64_t ars = jb->ta ? 1 : jb->lda, aks = jb->ta ? jb->lda : 1;                             \
-    int64_t i0 = t * jb->rows, i1 = quarot__gemm_min(jb->m, i0 + jb->rows), pc, i, j, kc;              \
-    for (pc = 0; pc < jb->k; pc += kc) {                                                               \
-        T bb = pc == 0 ? jb->beta : (T)1;                                                              \
-        kc = quarot__gemm_min(cfg->kc, jb->k - pc);                                                    \
-        for (i = i0; i < i1; i += cfg->nmr)                                                            \
-            for (j = 0; j < jb->n; j += cfg->nnr)                                                      \
-                cfg->narrow(kc, jb->a + i * ars + pc * aks, ars, aks, jb->b + pc * jb->ldb + j, jb->ldb, \
-                            jb->c + i * jb->ldc + j, jb->ldc, jb->alpha, bb);                          \
-    }                                                                                                  \
-}                                                                                                      \
-/* The whole built-in GEMM after argument checks, with a given blocking and kernel. tri: only the    \
-   tiles of C that hold an element on or above the diagonal are computed (m == n: the upper triangle \
-   of a symmetric product; the elements computed are the bits of the full product). */             \
-static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int tri, int ta, int tb,  \
-                                           int64_t m, int64_t n, int64_t k, T alpha, const T* a,       \
-                                           int64_t lda, const T* b, int64_t ldb, T beta, T* c,         \
-                                           int64_t ldc, const quarot_env* env) {                        \
-    quarot__gemm_plan pl;                                                                              \
-    quarot__gemm_job_##S jb;                                                                           \
-    size_t bytes;                                                                                      \
-    void* mem;                                                                                         \
-    if (m == 0 || n == 0) return QUAROT_OK;                                                            \
-    if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
-    if (cfg->narrow && !tri && !tb && m >= cfg->nmr && n % cfg->nnr == 0 &&                            \
-        n < QUAROT__GEMM_NARROW * cfg->nnr) {                                                          \
-        quarot__gemm_njob_##S nj;                                                                      \
-        int64_t m0 = m / cfg->nmr * cfg->nmr, t;                                                       \
-        quarot_result r = QUAROT_OK;                                                                   \
-        nj.cfg = cfg; nj.ta = ta; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc; \
-        nj.alpha = alpha; nj.beta = beta; nj.a = a; nj.b = b; nj.c = c;                                \
-        nj.rows = 16 * (int64_t)cfg->nmr;   /* up to 16 tiles a task, at least ~4 tasks a thread */    \
-        t = quarot__gemm_threads(m, n, k, env);                                                        \
-        if (t > 1) {                                                                                   \
-            t = quarot__gemm_cdiv(m0, 4 * t * cfg->nmr) * cfg->nmr;                                    \
-            if (t < nj.rows) nj.rows = t;                                                              \
-            quarot_env_parallel_for(env, quarot__gemm_ntask_##S, &nj, quarot__gemm_cdiv(m0, nj.rows)); \
-        } else {                                                                                       \
-            for (t = 0; t < quarot__gemm_cdiv(m0, nj.rows); ++t) quarot__gemm_ntask_##S(&nj, t);       \
-        }                                                                                              \
-        /* the last m % nmr rows through the loop nest below: the same chains, so the same bits */     \
-        if (m0 < m)                                                                                    \
-            r = quarot__gemm_cfgx_##S(cfg, 0, ta, 0, m - m0, n, k, alpha, a + (ta ? m0 : m0 * lda), lda, b, ldb, \
-                                      beta, c + m0 * ldc, ldc, env);                                   \
-        return r;                                                                                      \
-    }                                                                                                  \
-    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, tri, env, &pl);       \
-    if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
-        !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
-        return QUAROT_ERR_OVERFLOW;                                                                    \
-    mem = quarot_env_alloc(env, bytes + 64);                                                           \
-    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
-    jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                   \
-    jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
-    jb.a = a; jb.b = b; jb.c = c; jb.tri = tri;                                                        \
-    jb.work = (T*)quarot__align64(mem);                                                                \
-    quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
-    quarot_env_free(env, mem);                                                                         \
-    return QUAROT_OK;                                                                                  \
-}                                                                                                      \
-static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
-                                          int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
-                                          const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
-                                          const quarot_env* env) {                                      \
-    return quarot__gemm_cfgx_##S(cfg, 0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);   \
-}                                                                                                      \
-/* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
-static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
-                                      T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
-                                      T* c, int64_t ldc, const quarot_env* env) {                       \
-    quarot__##S##gemm_cfg cfg;                                                                         \
-    quarot__##S##gemm_select(isa, &cfg);                                                               \
-    return quarot__gemm_cfg_##S(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);      \
-}
 
-QUAROT__GEMM_DEFINE(float, s)
-QUAROT__GEMM_DEFINE(double, d)
+#define QUAROT__G(name) QUAROT__CAT(name, QUAROT__S)   // name##<s|d>: quarot__gemm_run_s
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_GEMM
+#define QUAROT__T float
+#define QUAROT__S s
+#define QUAROT__GCFG quarot__sgemm_cfg
+#define QUAROT__GSELECT quarot__sgemm_select
+#include QUAROT_HEADER_FILE   // >>gemm_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#define QUAROT__T double
+#define QUAROT__S d
+#define QUAROT__GCFG quarot__dgemm_cfg
+#define QUAROT__GSELECT quarot__dgemm_select
+#include QUAROT_HEADER_FILE   // >>gemm_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#undef QUAROT__TEMPLATE
+#undef QUAROT__G
 #undef QUAROT__GEMM_STRIP_W
 
 #if !defined(QUAROT_USE_CBLAS)
@@ -6285,217 +6085,29 @@ QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, 
 // nb-1-I so every task has the same work), then the lower triangle is copied from the upper one. The
 // diagonal of G (column norms of X) is summed again in double: it sets the accuracy of the residual
 // and of Y's diagonal, which is what drives the f32 iteration to ~1e-7 instead of ~sqrt(n)*2^-24.
-// Instantiated for double (S = d) and float (S = s); first: the scaled Frobenius norm in double.
-#define QUAROT__POLAR_DEFINE(T, S)                                                                     \
-static double quarot__frob_##S(int64_t n, const T* x, int64_t ld) {                                    \
-    double amax = 0.0, ss = 0.0, t;                                                                    \
-    int64_t i, j;                                                                                      \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) { t = fabs((double)x[i * ld + j]); if (t > amax) amax = t; }           \
-    if (amax == 0.0) return 0.0;                                                                       \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) { t = (double)x[i * ld + j] / amax; ss += t * t; }                     \
-    return amax * sqrt(ss);                                                                            \
-}                                                                                                      \
-typedef struct quarot__gram_job_##S {                                                                  \
-    const quarot__##S##gemm_cfg* cfg;                                                                  \
-    int64_t n, ldx, bs, nb, n_tasks, per_task, a_elems;                                                \
-    const T* x;                                                                                        \
-    T* g;                                                                                              \
-    T* work;                                                                                           \
-} quarot__gram_job_##S;                                                                                \
-static void quarot__gram_panel_##S(const quarot__gram_job_##S* jb, int64_t p, T* ap) {                 \
-    int64_t i0 = p * jb->bs;                                                                           \
-    quarot__gemm_run_##S(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (T)1, \
-                         jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (T)0, jb->g + i0 * jb->n + i0, jb->n, \
-                         ap, ap + jb->a_elems, 0, 0, NULL);                                            \
-}                                                                                                      \
-/* Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ... */                                      \
-static void quarot__gram_task_##S(void* arg, int64_t t) {                                              \
-    const quarot__gram_job_##S* jb = (const quarot__gram_job_##S*)arg;                                 \
-    T* ap = jb->work + t * jb->per_task;                                                               \
-    int64_t q;                                                                                         \
-    for (q = t; q < (jb->nb + 1) / 2; q += jb->n_tasks) {                                              \
-        quarot__gram_panel_##S(jb, q, ap);                                                             \
-        if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
-    }                                                                                                  \
-}                                                                                                      \
-/* G [n][n]: the strictly lower triangle <- the upper one, in 32 x 32 tiles for the cache. */          \
-static void quarot__gram_mirror_##S(int64_t n, T* g) {                                                 \
-    int64_t i, j, i0, j0;                                                                              \
-    for (i0 = 0; i0 < n; i0 += 32)                                                                     \
-        for (j0 = 0; j0 <= i0; j0 += 32)                                                               \
-            for (i = i0; i < quarot__gemm_min(i0 + 32, n); ++i)                                        \
-                for (j = j0; j < quarot__gemm_min(j0 + 32, i); ++j) g[i * n + j] = g[j * n + i];       \
-}                                                                                                      \
-/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
-static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
-                             const quarot_env* env) {                                                  \
-    jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
-    quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
-    quarot__gram_mirror_##S(jb->n, g);                                                                 \
-}                                                                                                      \
-/* Panel size: a multiple of the micro-tile near 200; tasks: one, or ~2 per thread. Returns the        \
-   workspace elements needed (0 on overflow). */                                                       \
-static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S##gemm_cfg* cfg,       \
-                                     int64_t n, const quarot_env* env) {                               \
-    int64_t l = cfg->mr, threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;           \
-    size_t total;                                                                                      \
-    while (l % cfg->nr) l += cfg->mr;                                  /* lcm(mr, nr) */              \
-    jb->cfg = cfg;                                                                                     \
-    jb->n = n;                                                                                         \
-    jb->bs = quarot__gemm_cdiv(192, l) * l;     /* waste (diagonal blocks) ~ bs/n, packing ~ 1/bs */   \
-    jb->nb = quarot__gemm_cdiv(n, jb->bs);                                                             \
-    jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;                   \
-    jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;   \
-    jb->per_task = jb->a_elems + (quarot__gemm_min(cfg->kc, n) *                                       \
-                                  quarot__gemm_min(cfg->nc, quarot__gemm_cdiv(n, cfg->nr) * cfg->nr) + 15) / 16 * 16; \
-    if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
-    return total;                                                                                      \
-}                                                                                                      \
-/* G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2,  \
-   when lam < 1; returns the bound on lambda_max(G) after that (1 if it rescaled, else lam). */        \
-static double quarot__polar_rescale_##S(int64_t n, T* x, T* g, double* dg, double* s) {               \
-    double fro = 0.0, one = 0.0, row, t, inv;                                                          \
-    int64_t i, j;                                                                                      \
-    for (i = 0; i < n; ++i) {                                                                          \
-        row = fabs(dg[i]);                                                                             \
-        fro += dg[i] * dg[i];                                                                          \
-        for (j = 0; j < n; ++j)                                                                        \
-            if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }                    \
-        if (row > one) one = row;                                                                      \
-    }                                                                                                  \
-    fro = sqrt(fro);                                                                                   \
-    t = fro < one ? fro : one;                                                                         \
-    if (!(t > 0.0 && t < 1.0) || !s) return t;                                                         \
-    inv = 1.0 / sqrt(t);                                                                               \
-    *s *= sqrt(t);                                                                                     \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) {                                                                      \
-            x[i * n + j] = (T)((double)x[i * n + j] * inv);                                            \
-            g[i * n + j] = (T)((double)g[i * n + j] / t);                                              \
-        }                                                                                              \
-    for (j = 0; j < n; ++j) dg[j] /= t;                                                                \
-    return 1.0;                                                                                        \
-}                                                                                                      \
-/* `steps` power steps on M = cm*I - G (cm >= lambda_max(G): M is positive semidefinite), v updated   \
-   in place; returns cm - (Rayleigh quotient of M), an estimate of lambda_min(G) that can only be too  \
-   high: too early a switch costs steps, never correctness. G v = sum_j v_j G[j][:] (G symmetric). */  \
-static double quarot__polar_lmin_##S(int64_t n, const T* g, double cm, double* v, double* w, int steps) { \
-    double rq = 0.0, vv, nw;                                                                           \
-    int64_t i, j;                                                                                      \
-    int k;                                                                                             \
-    for (k = 0; k < steps; ++k) {                                                                      \
-        for (i = 0; i < n; ++i) w[i] = cm * v[i];                                                      \
-        for (j = 0; j < n; ++j) {                                                                      \
-            const T* gr = g + j * n;                                                                   \
-            double vj = v[j];                                                                          \
-            for (i = 0; i < n; ++i) w[i] -= vj * (double)gr[i];                                        \
-        }                                                                                              \
-        vv = 0.0; rq = 0.0; nw = 0.0;                                                                  \
-        for (i = 0; i < n; ++i) { vv += v[i] * v[i]; rq += v[i] * w[i]; nw += w[i] * w[i]; }           \
-        rq /= vv;                                                                                      \
-        if (!(nw > 0.0)) break;                                                                        \
-        nw = 1.0 / sqrt(nw);                                                                           \
-        for (i = 0; i < n; ++i) v[i] = w[i] * nw;                                                      \
-    }                                                                                                  \
-    return cm - rq;                                                                                    \
-}                                                                                                      \
-static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u, int64_t ldu,          \
-                                       const quarot_polar_desc* d, quarot_polar_info* info,            \
-                                       const quarot_env* env, double tol_default, int iter_default,    \
-                                       double tau) {                                                   \
-    quarot__##S##gemm_cfg cfg;                                                                         \
-    quarot__gram_job_##S jb;                                                                           \
-    quarot_result r;                                                                                   \
-    quarot_rng rng;                                                                                    \
-    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, t, bound = 1.0, growth = 1.0; \
-    int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;                  \
-    int fast = !(d && d->plain);             /* 1 while X <- X(2I - G) steps are in use */             \
-    int searching = 1;                       /* 1 until sigma_min(X) >= 1/2 is seen */                 \
-    size_t nn, bytes, gram_elems;                                                                      \
-    T *mem, *xa, *g, *cur, *oth, *sw;                                                                  \
-    double *dg, *pv, *pw;                                                                              \
-    int64_t i, j, ldcur, ldoth, ldsw;                                                                  \
-    if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }                       \
-    if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;                   \
-    if (d && (d->max_iter < 0 || !(d->tol >= 0.0) || !(d->scale >= 0.0) || d->scale - d->scale != 0.0)) \
-        return QUAROT_ERR_INVALID_ARGUMENT;                                                            \
-    r = quarot__gemm_check_mat(c, n, n, ldc, sizeof(T), 1);                                            \
-    if (r == QUAROT_OK) r = quarot__gemm_check_mat(u, n, n, ldu, sizeof(T), 1);                        \
-    if (r != QUAROT_OK) return r;                                                                      \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) { t = (double)c[i * ldc + j]; if (t - t != 0.0) return QUAROT_ERR_NONFINITE; } \
-    s = d && d->scale > 0.0 ? d->scale : quarot__frob_##S(n, c, ldc);                                  \
-    if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;                  /* C == 0: no polar factor */   \
-    quarot__##S##gemm_select(quarot_isa_best(), &cfg);                                                 \
-    gram_elems = quarot__gram_setup_##S(&jb, &cfg, n, env);                                            \
-    /* one block: gram packing, X [n][n], G [n][n], then 3 vectors [n] of doubles, alignment slack */ \
-    if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 || \
-        !quarot__mul_size(2 * nn + gram_elems, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - 3 * (size_t)n * sizeof(double)) \
-        return QUAROT_ERR_OVERFLOW;                                                                    \
-    bytes += 3 * (size_t)n * sizeof(double) + 128;                                                     \
-    mem = (T*)quarot_env_alloc(env, bytes);                                                            \
-    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
-    jb.work = (T*)quarot__align64(mem);                                                                \
-    xa = jb.work + gram_elems;                                                                         \
-    g = xa + nn;                                                                                       \
-    dg = (double*)(void*)(xa + (2 * nn + 7) / 8 * 8);                 /* 8-element (>= 32 B) aligned */ \
-    pv = dg + n;                                                                                       \
-    pw = pv + n;                                                                                       \
-    quarot_rng_seed(&rng, 0x706f6c6172ULL);                            /* power-iteration start */     \
-    for (i = 0; i < n; ++i) pv[i] = quarot_rng_normal(&rng);                                           \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) xa[i * n + j] = (T)((double)c[i * ldc + j] / s);                       \
-    cur = xa; ldcur = n; oth = u; ldoth = ldu;                                                         \
-    for (it = 0;; ++it) {                                                                              \
-        quarot__gram_##S(&jb, cur, ldcur, g, env);                                                     \
-        for (j = 0; j < n; ++j) dg[j] = 0.0;                                                           \
-        for (i = 0; i < n; ++i)                                                                        \
-            for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }                \
-        /* first step: refine the default scale; X(2I - G) steps only where sigma_max <= 1.09 is sure */ \
-        if (it == 0) {                                                                                 \
-            bound = quarot__polar_rescale_##S(n, cur, g, dg, d && d->scale > 0.0 ? NULL : &s);         \
-            if (bound > 1.18) fast = 0;                                                                \
-        }                                                                                              \
-        res = 0.0;                                                                                     \
-        for (i = 0; i < n; ++i) {                                                                      \
-            t = fabs(dg[i] - 1.0);                                                                     \
-            if (!(t <= res)) res = t;                                  /* NaN propagates */            \
-            for (j = i + 1; j < n; ++j) { t = fabs((double)g[i * n + j]); if (!(t <= res)) res = t; }  \
-        }                                                                                              \
-        if (res <= tol) { status = 0; break; }                                                         \
-        if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
-        /* Until sigma_min(X) >= 1/2: each step multiplied the singular values below 1/2 by at least   \
-           1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its     \
-           rounding noise would otherwise grow into a singular value). Then the fast steps end. */     \
-        if (searching) {                                                                               \
-            t = quarot__polar_lmin_##S(n, g, it == 0 && bound > 1.0 ? 1.01 * bound + 0.19 : 1.19, pv, pw, \
-                                       it == 0 ? 12 : 4);                                              \
-            if (t >= 0.25) searching = fast = 0;                                                       \
-            else if (0.5 / growth < tau) break;                                                        \
-            else growth *= fast ? 1.75 : 1.375;                                                        \
-        }                                                                                              \
-        /* Y = 2I - G (fast) or (3I - G)/2 in place of G; the diagonal from the double column norms */ \
-        for (i = 0; i < n; ++i) {                                                                      \
-            if (fast) for (j = 0; j < n; ++j) g[i * n + j] = -g[i * n + j];                            \
-            else      for (j = 0; j < n; ++j) g[i * n + j] = (T)-0.5 * g[i * n + j];                   \
-            g[i * n + i] = (T)(fast ? 2.0 - dg[i] : 1.5 - 0.5 * dg[i]);                                \
-        }                                                                                              \
-        r = quarot__gemm_##S(quarot_isa_best(), 0, 0, n, n, n, (T)1, cur, ldcur, g, n, (T)0, oth, ldoth, env); \
-        if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }                                   \
-        sw = cur; cur = oth; oth = sw;                                                                 \
-        ldsw = ldcur; ldcur = ldoth; ldoth = ldsw;                                                     \
-    }                                                                                                  \
-    if (cur != u)                                                                                      \
-        for (i = 0; i < n; ++i) memcpy(u + i * ldu, cur + i * ldcur, (size_t)n * sizeof(T));           \
-    quarot_env_free(env, mem);                                                                         \
-    if (info) { info->iterations = it; info->residual = res; info->scale = s; }                        \
-    return status ? QUAROT_ERR_NOT_CONVERGED : QUAROT_OK;                                              \
-}
-
-QUAROT__POLAR_DEFINE(double, d)
-QUAROT__POLAR_DEFINE(float, s)
+// The code is >>polar_body, compiled for double (quarot__polar_d) and float (quarot__polar_s).
+#define QUAROT__G(name) QUAROT__CAT(name, QUAROT__S)   // name##<s|d>: quarot__gemm_run_s
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_POLAR
+#define QUAROT__T double
+#define QUAROT__S d
+#define QUAROT__GCFG quarot__dgemm_cfg
+#define QUAROT__GSELECT quarot__dgemm_select
+#include QUAROT_HEADER_FILE   // >>polar_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#define QUAROT__T float
+#define QUAROT__S s
+#define QUAROT__GCFG quarot__sgemm_cfg
+#define QUAROT__GSELECT quarot__sgemm_select
+#include QUAROT_HEADER_FILE   // >>polar_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#undef QUAROT__TEMPLATE
+#undef QUAROT__G
 
 QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
                                                         double* u, int64_t ldu, const quarot_polar_desc* d,
@@ -7242,45 +6854,6 @@ static void quarot__gptq_rankk_f64_ref(double* w, int64_t ldw, int64_t nr, const
         }                                                                                              \
         ST                                                                                             \
     }
-#define QUAROT__RANKK_DEFINE(NAME, ROWS, RR)                                                           \
-static void NAME(double* w, int64_t ldw, int64_t nr, const double* c, int64_t ldc, const double* u,    \
-                 int64_t ldu, int64_t kn, int64_t ncols) {                                             \
-    const int64_t W = QUAROT__RW;                                                                      \
-    double buf[QUAROT__RK_KS * 3 * QUAROT__RW];                                                        \
-    const int64_t nj = ncols / (3 * W) * (3 * W);                                                      \
-    int64_t j, t, k, k0, ks, ldp;                                                                      \
-    for (k0 = 0; k0 < kn; k0 += ks) {                                                                  \
-        ks = kn - k0 < QUAROT__RK_KS ? kn - k0 : QUAROT__RK_KS;                                        \
-        for (j = 0; j < nj; j += 3 * W) {                                                              \
-            const double* up = u + k0 * ldu + j;                                                       \
-            ldp = ldu;                                                                                 \
-            if (nr > RR) {                                                                             \
-                for (k = 0; k < ks; ++k) {                                                             \
-                    const double* uk = up + k * ldu;                                                   \
-                    QUAROT__RK_PF(uk + 3 * W)                                                          \
-                    QUAROT__RST(buf + k * 3 * W, QUAROT__RLD(uk));                                     \
-                    QUAROT__RST(buf + k * 3 * W + W, QUAROT__RLD(uk + W));                             \
-                    QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RLD(uk + 2 * W));                     \
-                }                                                                                      \
-                up = buf;                                                                              \
-                ldp = 3 * W;                                                                           \
-            }                                                                                          \
-            t = 0;                                                                                     \
-            QUAROT__RK_PASS(RR, ROWS(QUAROT__RK_DECL), ROWS(QUAROT__RK_LD), ROWS(QUAROT__RK_UP),       \
-                            ROWS(QUAROT__RK_ST))                                                       \
-            QUAROT__RK_PASS(1, QUAROT__RK_DECL(0), QUAROT__RK_LD(0), QUAROT__RK_UP(0), QUAROT__RK_ST(0)) \
-        }                                                                                              \
-    }                                                                                                  \
-    for (j = nj; j + W <= ncols; j += W)                                                               \
-        for (t = 0; t < nr; ++t) {                                                                     \
-            QUAROT__RV acc = QUAROT__RLD(w + t * ldw + j);                                             \
-            for (k = 0; k < kn; ++k)                                                                   \
-                acc = QUAROT__RADD(acc, QUAROT__RMUL(QUAROT__RSET1(c[t * ldc + k]),                    \
-                                                     QUAROT__RLD(u + k * ldu + j)));                   \
-            QUAROT__RST(w + t * ldw + j, acc);                                                         \
-        }                                                                                              \
-    if (j < ncols) quarot__gptq_rankk_f64_ref(w + j, ldw, nr, c, ldc, u + j, ldu, kn, ncols - j);      \
-}
 
 #if defined(QUAROT__HAVE_AVX2)
 // Blocked Hessian update (AVX2 / AVX-512 builds): for nr rows t of h and ncols columns j, and the kn
@@ -7317,60 +6890,6 @@ static void quarot__gptq_hessk_f64_ref(double* h, int64_t ldh, int64_t nr, const
       }                                                                                                \
       a##r##0 = QUAROT__RADD(a##r##0, s0); a##r##1 = QUAROT__RADD(a##r##1, s1);                        \
       a##r##2 = QUAROT__RADD(a##r##2, s2); }
-#define QUAROT__HESSK_DEFINE(NAME, ROWS, RR)                                                           \
-static void NAME(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda, const float* x,     \
-                 int64_t ldx, int64_t kn, int64_t ncols) {                                             \
-    const int64_t W = QUAROT__RW;                                                                      \
-    double buf[QUAROT__HK_KS * 3 * QUAROT__RW];                                                        \
-    const int64_t ldw = ldh;                                                                           \
-    int64_t j = 0, t, k, k0, ks, q;                                                                    \
-    for (; j + 3 * W <= ncols; j += 3 * W) {                                                           \
-        for (k0 = 0; k0 < kn; k0 += ks) {                                                              \
-            ks = kn - k0 < QUAROT__HK_KS ? kn - k0 : QUAROT__HK_KS;                                    \
-            for (k = 0; k < ks; ++k) {                                                                 \
-                const float* xk = x + (k0 + k) * ldx + j;                                              \
-                QUAROT__RST(buf + k * 3 * W, QUAROT__RCVT(xk));                                        \
-                QUAROT__RST(buf + k * 3 * W + W, QUAROT__RCVT(xk + W));                                \
-                QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RCVT(xk + 2 * W));                        \
-            }                                                                                          \
-            for (t = 0; t + RR <= nr; t += RR) {                                                       \
-                double* wt = h + t * ldh + j;                                                          \
-                ROWS(QUAROT__RK_DECL)                                                                  \
-                ROWS(QUAROT__RK_LD)                                                                    \
-                for (k = 0; k < ks; k += 8) {                                                          \
-                    const double* xb = buf + k * 3 * W;                                                \
-                    const int64_t ka = k0 + k;                                                         \
-                    ROWS(QUAROT__HK_S)                                                                 \
-                }                                                                                      \
-                ROWS(QUAROT__RK_ST)                                                                    \
-            }                                                                                          \
-            for (; t < nr; ++t) {                                                                      \
-                double* wt = h + t * ldh + j;                                                          \
-                QUAROT__RK_DECL(0)                                                                     \
-                QUAROT__RK_LD(0)                                                                       \
-                for (k = 0; k < ks; k += 8) {                                                          \
-                    const double* xb = buf + k * 3 * W;                                                \
-                    const int64_t ka = k0 + k;                                                         \
-                    QUAROT__HK_S(0)                                                                    \
-                }                                                                                      \
-                QUAROT__RK_ST(0)                                                                       \
-            }                                                                                          \
-        }                                                                                              \
-    }                                                                                                  \
-    for (; j + W <= ncols; j += W)                                                                     \
-        for (t = 0; t < nr; ++t) {                                                                     \
-            QUAROT__RV acc = QUAROT__RLD(h + t * ldh + j);                                             \
-            for (k = 0; k < kn; k += 8) {                                                              \
-                const double* ar = a + t * lda + k;                                                    \
-                QUAROT__RV s0 = QUAROT__RMUL(QUAROT__RSET1(ar[0]), QUAROT__RCVT(x + k * ldx + j));     \
-                for (q = 1; q < 8; ++q)                                                                \
-                    s0 = QUAROT__RADD(s0, QUAROT__RMUL(QUAROT__RSET1(ar[q]), QUAROT__RCVT(x + (k + q) * ldx + j))); \
-                acc = QUAROT__RADD(acc, s0);                                                           \
-            }                                                                                          \
-            QUAROT__RST(h + t * ldh + j, acc);                                                         \
-        }                                                                                              \
-    if (j < ncols) quarot__gptq_hessk_f64_ref(h + j, ldh, nr, a, lda, x + j, ldx, kn, ncols - j);      \
-}
 
 #endif
 
@@ -7388,8 +6907,15 @@ static void NAME(double* h, int64_t ldh, int64_t nr, const double* a, int64_t ld
 #define QUAROT__RV __m256d
 #define QUAROT__RW 4
 #define QUAROT__RCVT(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
-QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx2, QUAROT__RK_ROWS4, 4)   // 12 + 3 + 1 of 16 ymm
-QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx2, QUAROT__RK_ROWS4, 4)
+#define QUAROT__ISA avx2
+#define QUAROT__RROWS QUAROT__RK_ROWS4   // 12 + 3 + 1 of 16 ymm
+#define QUAROT__RR 4
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_GPTQ
+#include QUAROT_HEADER_FILE   // >>gptq_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__RR
+#undef QUAROT__RROWS
+#undef QUAROT__ISA
 #undef QUAROT__RPFX
 #undef QUAROT__RV
 #undef QUAROT__RW
@@ -7402,8 +6928,15 @@ QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx2, QUAROT__RK_ROWS4, 4)
 // (the zero-masked form with every lane set is the plain conversion; g++ -O1 flags the plain
 // intrinsic's _mm512_undefined_pd() as maybe-uninitialized)
 #define QUAROT__RCVT(p) _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(p))
-QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx512, QUAROT__RK_ROWS8, 8)   // 24 + 3 + 1 of 32 zmm
-QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx512, QUAROT__RK_ROWS8, 8)
+#define QUAROT__ISA avx512
+#define QUAROT__RROWS QUAROT__RK_ROWS8   // 24 + 3 + 1 of 32 zmm
+#define QUAROT__RR 8
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_GPTQ
+#include QUAROT_HEADER_FILE   // >>gptq_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__RR
+#undef QUAROT__RROWS
+#undef QUAROT__ISA
 #undef QUAROT__RPFX
 #undef QUAROT__RV
 #undef QUAROT__RW
@@ -13749,6 +13282,580 @@ static void QUAROT__K(quarot__mixb_f32_)(const float* z, float* y, int64_t K, in
 }
 
 #endif // QUAROT__TEMPLATE_TRANSFORM
+
+// >>gemm_body
+// (implementation only) The blocked GEMM driver of >>gemm for one element type: QUAROT__T (float or
+// double), QUAROT__G(name) its names (quarot__gemm_run_s / _d), QUAROT__GCFG and QUAROT__GSELECT its
+// blocking type and selection (quarot__sgemm_cfg, quarot__sgemm_select).
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_GEMM
+
+static void QUAROT__G(quarot__gemm_strip_)(const QUAROT__T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,
+                                           int w, QUAROT__T* QUAROT__RESTRICT d) {
+    int64_t p, t;
+    int j;
+    switch (w) {
+        case 4: QUAROT__GEMM_STRIP_W(QUAROT__T, 4) break;
+        case 6: QUAROT__GEMM_STRIP_W(QUAROT__T, 6) break;
+        case 8: QUAROT__GEMM_STRIP_W(QUAROT__T, 8) break;
+        case 12: QUAROT__GEMM_STRIP_W(QUAROT__T, 12) break;
+        case 16: QUAROT__GEMM_STRIP_W(QUAROT__T, 16) break;
+        case 32: QUAROT__GEMM_STRIP_W(QUAROT__T, 32) break;
+        default: QUAROT__GEMM_STRIP_ANY(QUAROT__T, w) break;
+    }
+}
+
+static void QUAROT__G(quarot__gemm_pack_a_)(int ta, const QUAROT__T* a, int64_t lda, int64_t mc, int64_t kc, int mr,
+                                            QUAROT__T* QUAROT__RESTRICT ap) {
+    int64_t s, p;
+    int r, rows;
+    if (ta && mc >= mr) {
+        s = mc / mr * mr;
+        QUAROT__G(quarot__gemm_strip_)(a, lda, kc, mc / mr, mr, ap);
+        ap += s * kc;
+        a += s;
+        mc -= s;
+    }
+    if (!ta) {
+        // full slivers of row-major A: each source row read contiguously, 64 columns at a time, into
+        // the sliver's (L1-resident) 64 x mr tile. Column by column, the mr rows (a power-of-two
+        // stride apart, e.g. 16 KiB) all fall into one L1 set and evict each other on every element.
+        int64_t p0, pe;
+        for (s = 0; s + mr <= mc; s += mr, ap += (int64_t)mr * kc)
+            for (p0 = 0; p0 < kc; p0 = pe) {
+                pe = p0 + 64 < kc ? p0 + 64 : kc;
+                QUAROT__G(quarot__gemm_tr_)(a + s * lda, lda, mr, p0, pe, ap);
+            }
+        a += s * lda;
+        mc -= s;
+    }
+    for (s = 0; s < mc; s += mr) {
+        rows = (int)quarot__gemm_min(mr, mc - s);
+        for (p = 0; p < kc; ++p) {
+            if (ta) { const QUAROT__T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }
+            else    { const QUAROT__T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; }
+            for (; r < mr; ++r) ap[r] = (QUAROT__T)0;
+            ap += mr;
+        }
+    }
+}
+
+// The serial loop nest over one panel of C, with its own packing buffers ap, bp. apk, when not NULL: A
+// packed whole beforehand (pack_a of all m rows, k <= kc, so one k block): its slivers are used in
+// place of ap's, which is not touched; the same values reach the kernel, so the same bits.
+static void QUAROT__G(quarot__gemm_run_)(const QUAROT__GCFG* cfg, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                         QUAROT__T alpha, const QUAROT__T* a, int64_t lda, const QUAROT__T* b,
+                                         int64_t ldb, QUAROT__T beta, QUAROT__T* c, int64_t ldc, QUAROT__T* ap,
+                                         QUAROT__T* bp, int tri, int64_t coff, const QUAROT__T* apk) {
+    const int mr = cfg->mr, nr = cfg->nr;
+    int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;
+    QUAROT__T tmp[QUAROT__GEMM_TILE_MAX], bb;
+    for (jc = 0; jc < n; jc += cfg->nc) {
+        nc = quarot__gemm_min(cfg->nc, n - jc);
+        for (pc = 0; pc < k; pc += cfg->kc) {
+            kc = quarot__gemm_min(cfg->kc, k - pc);
+            bb = pc == 0 ? beta : (QUAROT__T)1;
+            // B's panel is pack_a's of op(B)^T: nr-column slivers of op(B) are nr-row slivers of
+            // op(B)^T, which is B stored transposed exactly when tb is 0
+            QUAROT__G(quarot__gemm_pack_a_)(!tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, nc, kc, nr, bp);
+            for (ic = 0; ic < m; ic += cfg->mc) {
+                mc = quarot__gemm_min(cfg->mc, m - ic);
+                if (!apk)
+                    QUAROT__G(quarot__gemm_pack_a_)(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr,
+                                                    ap);
+                for (ir = 0; ir < mc; ir += mr) {
+                    const QUAROT__T* as = apk ? apk + (ic + ir) * kc : ap + ir * kc;
+                    QUAROT__T* crow = c + (ic + ir) * ldc + jc;
+                    int64_t rows = quarot__gemm_min(mr, mc - ir);
+                    for (jr = 0; jr < nc; jr += nr) {
+                        int64_t cols = quarot__gemm_min(nr, nc - jr);
+                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   // strictly lower
+                        if (rows == mr && cols == nr) {
+                            cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);
+                            continue;
+                        }
+                        // edge tile: tmp = acc exactly (alpha 1, beta 0), then the kernel's epilogue
+                        cfg->kernel(kc, as, bp + jr * kc, tmp, nr, (QUAROT__T)1, (QUAROT__T)0);
+                        for (i = 0; i < rows; ++i) {
+                            QUAROT__T* cr = crow + i * ldc + jr;
+                            for (j = 0; j < cols; ++j) {
+                                QUAROT__T v = alpha * tmp[i * nr + j];
+                                cr[j] = bb == (QUAROT__T)0 ? v : v + bb * cr[j];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading).
+static void QUAROT__G(quarot__gemm_scale_)(int64_t m, int64_t n, QUAROT__T beta, QUAROT__T* c, int64_t ldc) {
+    int64_t i, j;
+    for (i = 0; i < m; ++i)
+        for (j = 0; j < n; ++j) c[i * ldc + j] = beta == (QUAROT__T)0 ? (QUAROT__T)0 : beta * c[i * ldc + j];
+}
+
+typedef struct QUAROT__G(quarot__gemm_job_) {
+    const QUAROT__GCFG* cfg;
+    const quarot__gemm_plan* pl;
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    QUAROT__T alpha, beta;
+    const QUAROT__T* a;
+    const QUAROT__T* b;
+    QUAROT__T* c;
+    QUAROT__T* work;
+    int tri;
+} QUAROT__G(quarot__gemm_job_);
+
+// Task t: panel (t / tn, t % tn) of C, workspace slice t.
+static void QUAROT__G(quarot__gemm_task_)(void* arg, int64_t t) {
+    const QUAROT__G(quarot__gemm_job_)* jb = (const QUAROT__G(quarot__gemm_job_)*)arg;
+    const quarot__gemm_plan* pl = jb->pl;
+    int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;
+    int64_t pn = quarot__gemm_min(pl->pn, jb->n - j0), js = 0;
+    QUAROT__T* ap = jb->work + t * pl->per_task;
+    // tri: columns left of the panel's first row are strictly lower for all its rows
+    if (jb->tri && i0 > j0) js = quarot__gemm_min(pn, (i0 - j0) / jb->cfg->nr * jb->cfg->nr);
+    if (js >= pn) return;
+    j0 += js;
+    QUAROT__G(quarot__gemm_run_)(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0), pn - js, jb->k,
+                                 jb->alpha, jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,
+                                 jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,
+                                 jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0, NULL);
+}
+
+// Narrow products (!tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A is read in place,
+// once per column tile, not packed; a row-major A packed for only n / nr column tiles spent longer
+// packing (a transpose, out of DRAM) than multiplying, and a transposed one (op(A) = A^T, e.g. the
+// deflation's C^T W) was packed whole for every product, three passes over it instead of one. Task t:
+// rows [t*rows, +rows) of op(A), all kc blocks (beta' as in the loop nest), full nmr x nnr tiles.
+// (Other n would leave a few columns for the loop nest, which packs all of A again for them: slower
+// than packing once.)
+typedef struct QUAROT__G(quarot__gemm_njob_) {
+    const QUAROT__GCFG* cfg;
+    int ta;
+    int64_t m, n, k, lda, ldb, ldc, rows;
+    QUAROT__T alpha, beta;
+    const QUAROT__T* a;
+    const QUAROT__T* b;
+    QUAROT__T* c;
+} QUAROT__G(quarot__gemm_njob_);
+
+static void QUAROT__G(quarot__gemm_ntask_)(void* arg, int64_t t) {
+    const QUAROT__G(quarot__gemm_njob_)* jb = (const QUAROT__G(quarot__gemm_njob_)*)arg;
+    const QUAROT__GCFG* cfg = jb->cfg;
+    const int64_t ars = jb->ta ? 1 : jb->lda, aks = jb->ta ? jb->lda : 1;
+    int64_t i0 = t * jb->rows, i1 = quarot__gemm_min(jb->m, i0 + jb->rows), pc, i, j, kc;
+    for (pc = 0; pc < jb->k; pc += kc) {
+        QUAROT__T bb = pc == 0 ? jb->beta : (QUAROT__T)1;
+        kc = quarot__gemm_min(cfg->kc, jb->k - pc);
+        for (i = i0; i < i1; i += cfg->nmr)
+            for (j = 0; j < jb->n; j += cfg->nnr)
+                cfg->narrow(kc, jb->a + i * ars + pc * aks, ars, aks, jb->b + pc * jb->ldb + j, jb->ldb,
+                            jb->c + i * jb->ldc + j, jb->ldc, jb->alpha, bb);
+    }
+}
+
+// The whole built-in GEMM after argument checks, with a given blocking and kernel. tri: only the
+// tiles of C that hold an element on or above the diagonal are computed (m == n: the upper triangle
+// of a symmetric product; the elements computed are the bits of the full product).
+static quarot_result QUAROT__G(quarot__gemm_cfgx_)(const QUAROT__GCFG* cfg, int tri, int ta, int tb, int64_t m,
+                                                   int64_t n, int64_t k, QUAROT__T alpha, const QUAROT__T* a,
+                                                   int64_t lda, const QUAROT__T* b, int64_t ldb, QUAROT__T beta,
+                                                   QUAROT__T* c, int64_t ldc, const quarot_env* env) {
+    quarot__gemm_plan pl;
+    QUAROT__G(quarot__gemm_job_) jb;
+    size_t bytes;
+    void* mem;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (k == 0 || alpha == (QUAROT__T)0) { QUAROT__G(quarot__gemm_scale_)(m, n, beta, c, ldc); return QUAROT_OK; }
+    if (cfg->narrow && !tri && !tb && m >= cfg->nmr && n % cfg->nnr == 0 &&
+        n < QUAROT__GEMM_NARROW * cfg->nnr) {
+        QUAROT__G(quarot__gemm_njob_) nj;
+        int64_t m0 = m / cfg->nmr * cfg->nmr, t;
+        quarot_result r = QUAROT_OK;
+        nj.cfg = cfg; nj.ta = ta; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc;
+        nj.alpha = alpha; nj.beta = beta; nj.a = a; nj.b = b; nj.c = c;
+        nj.rows = 16 * (int64_t)cfg->nmr;   // up to 16 tiles a task, at least ~4 tasks a thread
+        t = quarot__gemm_threads(m, n, k, env);
+        if (t > 1) {
+            t = quarot__gemm_cdiv(m0, 4 * t * cfg->nmr) * cfg->nmr;
+            if (t < nj.rows) nj.rows = t;
+            quarot_env_parallel_for(env, QUAROT__G(quarot__gemm_ntask_), &nj, quarot__gemm_cdiv(m0, nj.rows));
+        } else {
+            for (t = 0; t < quarot__gemm_cdiv(m0, nj.rows); ++t) QUAROT__G(quarot__gemm_ntask_)(&nj, t);
+        }
+        // the last m % nmr rows through the loop nest below: the same chains, so the same bits
+        if (m0 < m)
+            r = QUAROT__G(quarot__gemm_cfgx_)(cfg, 0, ta, 0, m - m0, n, k, alpha, a + (ta ? m0 : m0 * lda), lda, b, ldb,
+                                              beta, c + m0 * ldc, ldc, env);
+        return r;
+    }
+    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, tri, env, &pl);
+    if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||
+        !quarot__mul_size(bytes, sizeof(QUAROT__T), &bytes) || bytes > SIZE_MAX - 64)
+        return QUAROT_ERR_OVERFLOW;
+    mem = quarot_env_alloc(env, bytes + 64);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;
+    jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;
+    jb.a = a; jb.b = b; jb.c = c; jb.tri = tri;
+    jb.work = (QUAROT__T*)quarot__align64(mem);
+    quarot_env_parallel_for(env, QUAROT__G(quarot__gemm_task_), &jb, pl.tasks);
+    quarot_env_free(env, mem);
+    return QUAROT_OK;
+}
+
+static quarot_result QUAROT__G(quarot__gemm_cfg_)(const QUAROT__GCFG* cfg, int ta, int tb, int64_t m, int64_t n,
+                                                  int64_t k, QUAROT__T alpha, const QUAROT__T* a, int64_t lda,
+                                                  const QUAROT__T* b, int64_t ldb, QUAROT__T beta, QUAROT__T* c,
+                                                  int64_t ldc, const quarot_env* env) {
+    return QUAROT__G(quarot__gemm_cfgx_)(cfg, 0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+// The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg.
+static quarot_result QUAROT__G(quarot__gemm_)(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                              QUAROT__T alpha, const QUAROT__T* a, int64_t lda, const QUAROT__T* b,
+                                              int64_t ldb, QUAROT__T beta, QUAROT__T* c, int64_t ldc,
+                                              const quarot_env* env) {
+    QUAROT__GCFG cfg;
+    QUAROT__GSELECT(isa, &cfg);
+    return QUAROT__G(quarot__gemm_cfg_)(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+#endif // QUAROT__TEMPLATE_GEMM
+
+// >>polar_body
+// (implementation only) The Newton-Schulz polar factor of >>linalg for one element type, named and
+// typed as >>gemm_body: the scaled Frobenius norm, the Gram matrix X^T X by symmetric panels, the
+// rescale and the sigma_min estimate, then the iteration itself.
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_POLAR
+
+static double QUAROT__G(quarot__frob_)(int64_t n, const QUAROT__T* x, int64_t ld) {
+    double amax = 0.0, ss = 0.0, t;
+    int64_t i, j;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) { t = fabs((double)x[i * ld + j]); if (t > amax) amax = t; }
+    if (amax == 0.0) return 0.0;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) { t = (double)x[i * ld + j] / amax; ss += t * t; }
+    return amax * sqrt(ss);
+}
+
+typedef struct QUAROT__G(quarot__gram_job_) {
+    const QUAROT__GCFG* cfg;
+    int64_t n, ldx, bs, nb, n_tasks, per_task, a_elems;
+    const QUAROT__T* x;
+    QUAROT__T* g;
+    QUAROT__T* work;
+} QUAROT__G(quarot__gram_job_);
+
+static void QUAROT__G(quarot__gram_panel_)(const QUAROT__G(quarot__gram_job_)* jb, int64_t p, QUAROT__T* ap) {
+    int64_t i0 = p * jb->bs;
+    QUAROT__G(quarot__gemm_run_)(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (QUAROT__T)1,
+                                 jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (QUAROT__T)0, jb->g + i0 * jb->n + i0, jb->n,
+                                 ap, ap + jb->a_elems, 0, 0, NULL);
+}
+
+// Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ...
+static void QUAROT__G(quarot__gram_task_)(void* arg, int64_t t) {
+    const QUAROT__G(quarot__gram_job_)* jb = (const QUAROT__G(quarot__gram_job_)*)arg;
+    QUAROT__T* ap = jb->work + t * jb->per_task;
+    int64_t q;
+    for (q = t; q < (jb->nb + 1) / 2; q += jb->n_tasks) {
+        QUAROT__G(quarot__gram_panel_)(jb, q, ap);
+        if (jb->nb - 1 - q != q) QUAROT__G(quarot__gram_panel_)(jb, jb->nb - 1 - q, ap);
+    }
+}
+
+// G [n][n]: the strictly lower triangle <- the upper one, in 32 x 32 tiles for the cache.
+static void QUAROT__G(quarot__gram_mirror_)(int64_t n, QUAROT__T* g) {
+    int64_t i, j, i0, j0;
+    for (i0 = 0; i0 < n; i0 += 32)
+        for (j0 = 0; j0 <= i0; j0 += 32)
+            for (i = i0; i < quarot__gemm_min(i0 + 32, n); ++i)
+                for (j = j0; j < quarot__gemm_min(j0 + 32, i); ++j) g[i * n + j] = g[j * n + i];
+}
+
+// G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup.
+static void QUAROT__G(quarot__gram_)(QUAROT__G(quarot__gram_job_)* jb, const QUAROT__T* x, int64_t ldx, QUAROT__T* g,
+                                     const quarot_env* env) {
+    jb->x = x; jb->ldx = ldx; jb->g = g;
+    quarot_env_parallel_for(env, QUAROT__G(quarot__gram_task_), jb, jb->n_tasks);
+    QUAROT__G(quarot__gram_mirror_)(jb->n, g);
+}
+
+// Panel size: a multiple of the micro-tile near 200; tasks: one, or ~2 per thread. Returns the
+// workspace elements needed (0 on overflow).
+static size_t QUAROT__G(quarot__gram_setup_)(QUAROT__G(quarot__gram_job_)* jb, const QUAROT__GCFG* cfg,
+                                             int64_t n, const quarot_env* env) {
+    int64_t l = cfg->mr, threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
+    size_t total;
+    while (l % cfg->nr) l += cfg->mr;   // lcm(mr, nr)
+    jb->cfg = cfg;
+    jb->n = n;
+    jb->bs = quarot__gemm_cdiv(192, l) * l;   // waste (diagonal blocks) ~ bs/n, packing ~ 1/bs
+    jb->nb = quarot__gemm_cdiv(n, jb->bs);
+    jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;
+    jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;
+    jb->per_task = jb->a_elems + (quarot__gemm_min(cfg->kc, n) *
+                                  quarot__gemm_min(cfg->nc, quarot__gemm_cdiv(n, cfg->nr) * cfg->nr) + 15) / 16 * 16;
+    if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;
+    return total;
+}
+
+// G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2,
+// when lam < 1; returns the bound on lambda_max(G) after that (1 if it rescaled, else lam).
+static double QUAROT__G(quarot__polar_rescale_)(int64_t n, QUAROT__T* x, QUAROT__T* g, double* dg, double* s) {
+    double fro = 0.0, one = 0.0, row, t, inv;
+    int64_t i, j;
+    for (i = 0; i < n; ++i) {
+        row = fabs(dg[i]);
+        fro += dg[i] * dg[i];
+        for (j = 0; j < n; ++j)
+            if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }
+        if (row > one) one = row;
+    }
+    fro = sqrt(fro);
+    t = fro < one ? fro : one;
+    if (!(t > 0.0 && t < 1.0) || !s) return t;
+    inv = 1.0 / sqrt(t);
+    *s *= sqrt(t);
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) {
+            x[i * n + j] = (QUAROT__T)((double)x[i * n + j] * inv);
+            g[i * n + j] = (QUAROT__T)((double)g[i * n + j] / t);
+        }
+    for (j = 0; j < n; ++j) dg[j] /= t;
+    return 1.0;
+}
+
+// `steps` power steps on M = cm*I - G (cm >= lambda_max(G): M is positive semidefinite), v updated
+// in place; returns cm - (Rayleigh quotient of M), an estimate of lambda_min(G) that can only be too
+// high: too early a switch costs steps, never correctness. G v = sum_j v_j G[j][:] (G symmetric).
+static double QUAROT__G(quarot__polar_lmin_)(int64_t n, const QUAROT__T* g, double cm, double* v, double* w,
+                                             int steps) {
+    double rq = 0.0, vv, nw;
+    int64_t i, j;
+    int k;
+    for (k = 0; k < steps; ++k) {
+        for (i = 0; i < n; ++i) w[i] = cm * v[i];
+        for (j = 0; j < n; ++j) {
+            const QUAROT__T* gr = g + j * n;
+            double vj = v[j];
+            for (i = 0; i < n; ++i) w[i] -= vj * (double)gr[i];
+        }
+        vv = 0.0; rq = 0.0; nw = 0.0;
+        for (i = 0; i < n; ++i) { vv += v[i] * v[i]; rq += v[i] * w[i]; nw += w[i] * w[i]; }
+        rq /= vv;
+        if (!(nw > 0.0)) break;
+        nw = 1.0 / sqrt(nw);
+        for (i = 0; i < n; ++i) v[i] = w[i] * nw;
+    }
+    return cm - rq;
+}
+
+static quarot_result QUAROT__G(quarot__polar_)(int64_t n, const QUAROT__T* c, int64_t ldc, QUAROT__T* u, int64_t ldu,
+                                               const quarot_polar_desc* d, quarot_polar_info* info,
+                                               const quarot_env* env, double tol_default, int iter_default,
+                                               double tau) {
+    QUAROT__GCFG cfg;
+    QUAROT__G(quarot__gram_job_) jb;
+    quarot_result r;
+    quarot_rng rng;
+    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, t, bound = 1.0, growth = 1.0;
+    int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;
+    int fast = !(d && d->plain);   // 1 while X <- X(2I - G) steps are in use
+    int searching = 1;   // 1 until sigma_min(X) >= 1/2 is seen
+    size_t nn, bytes, gram_elems;
+    QUAROT__T *mem, *xa, *g, *cur, *oth, *sw;
+    double *dg, *pv, *pw;
+    int64_t i, j, ldcur, ldoth, ldsw;
+    if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }
+    if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (d && (d->max_iter < 0 || !(d->tol >= 0.0) || !(d->scale >= 0.0) || d->scale - d->scale != 0.0))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(c, n, n, ldc, sizeof(QUAROT__T), 1);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(u, n, n, ldu, sizeof(QUAROT__T), 1);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) { t = (double)c[i * ldc + j]; if (t - t != 0.0) return QUAROT_ERR_NONFINITE; }
+    s = d && d->scale > 0.0 ? d->scale : QUAROT__G(quarot__frob_)(n, c, ldc);
+    if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;   // C == 0: no polar factor
+    QUAROT__GSELECT(quarot_isa_best(), &cfg);
+    gram_elems = QUAROT__G(quarot__gram_setup_)(&jb, &cfg, n, env);
+    // one block: gram packing, X [n][n], G [n][n], then 3 vectors [n] of doubles, alignment slack
+    if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 ||
+        !quarot__mul_size(2 * nn + gram_elems, sizeof(QUAROT__T), &bytes) ||
+        bytes > SIZE_MAX / 2 - 3 * (size_t)n * sizeof(double))
+        return QUAROT_ERR_OVERFLOW;
+    bytes += 3 * (size_t)n * sizeof(double) + 128;
+    mem = (QUAROT__T*)quarot_env_alloc(env, bytes);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    jb.work = (QUAROT__T*)quarot__align64(mem);
+    xa = jb.work + gram_elems;
+    g = xa + nn;
+    dg = (double*)(void*)(xa + (2 * nn + 7) / 8 * 8);   // 8-element (>= 32 B) aligned
+    pv = dg + n;
+    pw = pv + n;
+    quarot_rng_seed(&rng, 0x706f6c6172ULL);   // power-iteration start
+    for (i = 0; i < n; ++i) pv[i] = quarot_rng_normal(&rng);
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) xa[i * n + j] = (QUAROT__T)((double)c[i * ldc + j] / s);
+    cur = xa; ldcur = n; oth = u; ldoth = ldu;
+    for (it = 0;; ++it) {
+        QUAROT__G(quarot__gram_)(&jb, cur, ldcur, g, env);
+        for (j = 0; j < n; ++j) dg[j] = 0.0;
+        for (i = 0; i < n; ++i)
+            for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }
+        // first step: refine the default scale; X(2I - G) steps only where sigma_max <= 1.09 is sure
+        if (it == 0) {
+            bound = QUAROT__G(quarot__polar_rescale_)(n, cur, g, dg, d && d->scale > 0.0 ? NULL : &s);
+            if (bound > 1.18) fast = 0;
+        }
+        res = 0.0;
+        for (i = 0; i < n; ++i) {
+            t = fabs(dg[i] - 1.0);
+            if (!(t <= res)) res = t;   // NaN propagates
+            for (j = i + 1; j < n; ++j) { t = fabs((double)g[i * n + j]); if (!(t <= res)) res = t; }
+        }
+        if (res <= tol) { status = 0; break; }
+        if (!(res <= 1e30) || it >= max_iter) break;   // diverged or out of steps
+        // Until sigma_min(X) >= 1/2: each step multiplied the singular values below 1/2 by at least
+        // 1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its
+        // rounding noise would otherwise grow into a singular value). Then the fast steps end.
+        if (searching) {
+            t = QUAROT__G(quarot__polar_lmin_)(n, g, it == 0 && bound > 1.0 ? 1.01 * bound + 0.19 : 1.19, pv, pw,
+                                               it == 0 ? 12 : 4);
+            if (t >= 0.25) searching = fast = 0;
+            else if (0.5 / growth < tau) break;
+            else growth *= fast ? 1.75 : 1.375;
+        }
+        // Y = 2I - G (fast) or (3I - G)/2 in place of G; the diagonal from the double column norms
+        for (i = 0; i < n; ++i) {
+            if (fast) for (j = 0; j < n; ++j) g[i * n + j] = -g[i * n + j];
+            else      for (j = 0; j < n; ++j) g[i * n + j] = (QUAROT__T)-0.5 * g[i * n + j];
+            g[i * n + i] = (QUAROT__T)(fast ? 2.0 - dg[i] : 1.5 - 0.5 * dg[i]);
+        }
+        r = QUAROT__G(quarot__gemm_)(quarot_isa_best(), 0, 0, n, n, n, (QUAROT__T)1, cur, ldcur, g, n, (QUAROT__T)0,
+                                     oth, ldoth, env);
+        if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }
+        sw = cur; cur = oth; oth = sw;
+        ldsw = ldcur; ldcur = ldoth; ldoth = ldsw;
+    }
+    if (cur != u)
+        for (i = 0; i < n; ++i) memcpy(u + i * ldu, cur + i * ldcur, (size_t)n * sizeof(QUAROT__T));
+    quarot_env_free(env, mem);
+    if (info) { info->iterations = it; info->residual = res; info->scale = s; }
+    return status ? QUAROT_ERR_NOT_CONVERGED : QUAROT_OK;
+}
+
+#endif // QUAROT__TEMPLATE_POLAR
+
+// >>gptq_body
+// (implementation only) GPTQ's register-blocked kernels of >>gptq for one ISA (AVX2, AVX-512):
+// QUAROT__K(quarot__gptq_rankk_f64_) is quarot__gptq_rankk_f64_avx2 etc., the vector operations are
+// QUAROT__RV, QUAROT__RLD, ... and QUAROT__RROWS(X) / QUAROT__RR the rows a pass holds in registers.
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_GPTQ
+
+// The blocked rank-k update (quarot__gptq_rankk_f64).
+static void QUAROT__K(quarot__gptq_rankk_f64_)(double* w, int64_t ldw, int64_t nr, const double* c, int64_t ldc,
+                                               const double* u, int64_t ldu, int64_t kn, int64_t ncols) {
+    const int64_t W = QUAROT__RW;
+    double buf[QUAROT__RK_KS * 3 * QUAROT__RW];
+    const int64_t nj = ncols / (3 * W) * (3 * W);
+    int64_t j, t, k, k0, ks, ldp;
+    for (k0 = 0; k0 < kn; k0 += ks) {
+        ks = kn - k0 < QUAROT__RK_KS ? kn - k0 : QUAROT__RK_KS;
+        for (j = 0; j < nj; j += 3 * W) {
+            const double* up = u + k0 * ldu + j;
+            ldp = ldu;
+            if (nr > QUAROT__RR) {
+                for (k = 0; k < ks; ++k) {
+                    const double* uk = up + k * ldu;
+                    QUAROT__RK_PF(uk + 3 * W)
+                    QUAROT__RST(buf + k * 3 * W, QUAROT__RLD(uk));
+                    QUAROT__RST(buf + k * 3 * W + W, QUAROT__RLD(uk + W));
+                    QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RLD(uk + 2 * W));
+                }
+                up = buf;
+                ldp = 3 * W;
+            }
+            t = 0;
+            QUAROT__RK_PASS(QUAROT__RR, QUAROT__RROWS(QUAROT__RK_DECL), QUAROT__RROWS(QUAROT__RK_LD),
+                            QUAROT__RROWS(QUAROT__RK_UP), QUAROT__RROWS(QUAROT__RK_ST))
+            QUAROT__RK_PASS(1, QUAROT__RK_DECL(0), QUAROT__RK_LD(0), QUAROT__RK_UP(0), QUAROT__RK_ST(0))
+        }
+    }
+    for (j = nj; j + W <= ncols; j += W)
+        for (t = 0; t < nr; ++t) {
+            QUAROT__RV acc = QUAROT__RLD(w + t * ldw + j);
+            for (k = 0; k < kn; ++k)
+                acc = QUAROT__RADD(acc, QUAROT__RMUL(QUAROT__RSET1(c[t * ldc + k]),
+                                                     QUAROT__RLD(u + k * ldu + j)));
+            QUAROT__RST(w + t * ldw + j, acc);
+        }
+    if (j < ncols) quarot__gptq_rankk_f64_ref(w + j, ldw, nr, c, ldc, u + j, ldu, kn, ncols - j);
+}
+
+// The blocked Hessian update (quarot__gptq_hessk_f64_ref).
+static void QUAROT__K(quarot__gptq_hessk_f64_)(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
+                                               const float* x, int64_t ldx, int64_t kn, int64_t ncols) {
+    const int64_t W = QUAROT__RW;
+    double buf[QUAROT__HK_KS * 3 * QUAROT__RW];
+    const int64_t ldw = ldh;
+    int64_t j = 0, t, k, k0, ks, q;
+    for (; j + 3 * W <= ncols; j += 3 * W) {
+        for (k0 = 0; k0 < kn; k0 += ks) {
+            ks = kn - k0 < QUAROT__HK_KS ? kn - k0 : QUAROT__HK_KS;
+            for (k = 0; k < ks; ++k) {
+                const float* xk = x + (k0 + k) * ldx + j;
+                QUAROT__RST(buf + k * 3 * W, QUAROT__RCVT(xk));
+                QUAROT__RST(buf + k * 3 * W + W, QUAROT__RCVT(xk + W));
+                QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RCVT(xk + 2 * W));
+            }
+            for (t = 0; t + QUAROT__RR <= nr; t += QUAROT__RR) {
+                double* wt = h + t * ldh + j;
+                QUAROT__RROWS(QUAROT__RK_DECL)
+                QUAROT__RROWS(QUAROT__RK_LD)
+                for (k = 0; k < ks; k += 8) {
+                    const double* xb = buf + k * 3 * W;
+                    const int64_t ka = k0 + k;
+                    QUAROT__RROWS(QUAROT__HK_S)
+                }
+                QUAROT__RROWS(QUAROT__RK_ST)
+            }
+            for (; t < nr; ++t) {
+                double* wt = h + t * ldh + j;
+                QUAROT__RK_DECL(0)
+                QUAROT__RK_LD(0)
+                for (k = 0; k < ks; k += 8) {
+                    const double* xb = buf + k * 3 * W;
+                    const int64_t ka = k0 + k;
+                    QUAROT__HK_S(0)
+                }
+                QUAROT__RK_ST(0)
+            }
+        }
+    }
+    for (; j + W <= ncols; j += W)
+        for (t = 0; t < nr; ++t) {
+            QUAROT__RV acc = QUAROT__RLD(h + t * ldh + j);
+            for (k = 0; k < kn; k += 8) {
+                const double* ar = a + t * lda + k;
+                QUAROT__RV s0 = QUAROT__RMUL(QUAROT__RSET1(ar[0]), QUAROT__RCVT(x + k * ldx + j));
+                for (q = 1; q < 8; ++q)
+                    s0 = QUAROT__RADD(s0, QUAROT__RMUL(QUAROT__RSET1(ar[q]), QUAROT__RCVT(x + (k + q) * ldx + j)));
+                acc = QUAROT__RADD(acc, s0);
+            }
+            QUAROT__RST(h + t * ldh + j, acc);
+        }
+    if (j < ncols) quarot__gptq_hessk_f64_ref(h + j, ldh, nr, a, lda, x + j, ldx, kn, ncols - j);
+}
+
+#endif // QUAROT__TEMPLATE_GPTQ
 
 #endif // QUAROT__TEMPLATE
 
