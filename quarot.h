@@ -1765,6 +1765,15 @@ extern "C" {
 #else
   #define QUAROT__PRIVATE static
 #endif
+// QUAROT__INLINE: a kernel body written once for a compile-time parameter (a token count), inlined
+// into each caller that passes a constant, so every instance compiles as if written out.
+#if defined(__GNUC__) || defined(__clang__)
+  #define QUAROT__INLINE static inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+  #define QUAROT__INLINE static __forceinline
+#else
+  #define QUAROT__INLINE static inline
+#endif
 #if defined(__GNUC__) || defined(__clang__)
   #define QUAROT__RESTRICT __restrict__
   #define QUAROT__LIKELY(x) __builtin_expect(!!(x), 1)
@@ -7601,45 +7610,49 @@ QUAROT__PRIVATE void quarot__qg_store16_avx512(__m512i s0, __m512i s1, __m512i s
             for (t = 0; t < 4; ++t) acc[r][t] += l[4 * t + r];
     }
 }
-#define QUAROT__QG4_BODY(NT)                                                                       \
-    {                                                                                              \
-        __m512i z_ = _mm512_setzero_si512();                                                       \
-        __m512i a00 = z_, a01 = z_, a02 = z_, a03 = z_, a10 = z_, a11 = z_, a12 = z_, a13 = z_;     \
-        __m512i a20 = z_, a21 = z_, a22 = z_, a23 = z_, a30 = z_, a31 = z_, a32 = z_, a33 = z_;     \
-        __m512i l0, l1, l2, l3, h0, h1, h2, h3;                                                    \
-        const int8_t *x0 = x[0], *x1 = x[NT > 1 ? 1 : 0], *x2 = x[NT > 2 ? 2 : 0], *x3 = x[NT > 3 ? 3 : 0]; \
-        if (bits == 4) {                                                                           \
-            for (o = 0; o < nblk * 64; o += 128) {   /* two blocks per trip (+6-8% with L1-resident data) */\
-                { const int64_t ob = o;                                                            \
-                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
-                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
-                if (o + 64 < nblk * 64) { const int64_t ob = o + 64;                               \
-                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
-                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
-            }                                                                                      \
-        } else {                                                                                   \
-            for (o = 0; o < nblk * 64; o += 64) {                                                  \
-                const int64_t ob = o;                                                              \
-                l0 = _mm512_loadu_si512((const void*)(w0 + o)); l1 = _mm512_loadu_si512((const void*)(w1 + o)); \
-                l2 = _mm512_loadu_si512((const void*)(w2 + o)); l3 = _mm512_loadu_si512((const void*)(w3 + o)); \
-                QUAROT__QG8_X(NT, 0, x0) QUAROT__QG8_X(NT, 1, x1) QUAROT__QG8_X(NT, 2, x2) QUAROT__QG8_X(NT, 3, x3) \
-            }                                                                                      \
-            (void)h0; (void)h1; (void)h2; (void)h3;                                                \
-        }                                                                                          \
-        quarot__qg_store16_avx512(quarot__qg_rows4_avx512(a00, a10, a20, a30), quarot__qg_rows4_avx512(a01, a11, a21, a31), \
-                                  quarot__qg_rows4_avx512(a02, a12, a22, a32), quarot__qg_rows4_avx512(a03, a13, a23, a33), \
-                                  NT, acc, ep);                                                    \
+// The tile for nt = 1..4 tokens, inlined once per nt by quarot__qg_tile_avx512 so that the
+// accumulators and branches of absent tokens fold away.
+QUAROT__INLINE void quarot__qg_tile_nt_avx512(const int nt, int bits, const uint8_t* w0, const uint8_t* w1,
+                                              const uint8_t* w2, const uint8_t* w3, const int8_t* const* x,
+                                              int64_t nblk, uint32_t (*acc)[QUAROT__QG_TILE],
+                                              const quarot__qg_ep* ep) {
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512i z_ = _mm512_setzero_si512();
+    __m512i a00 = z_, a01 = z_, a02 = z_, a03 = z_, a10 = z_, a11 = z_, a12 = z_, a13 = z_;
+    __m512i a20 = z_, a21 = z_, a22 = z_, a23 = z_, a30 = z_, a31 = z_, a32 = z_, a33 = z_;
+    __m512i l0, l1, l2, l3, h0, h1, h2, h3;
+    const int8_t *x0 = x[0], *x1 = x[nt > 1 ? 1 : 0], *x2 = x[nt > 2 ? 2 : 0], *x3 = x[nt > 3 ? 3 : 0];
+    int64_t o;
+    if (bits == 4) {
+        for (o = 0; o < nblk * 64; o += 128) {   // two blocks per trip
+            { const int64_t ob = o;
+              QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)
+              QUAROT__QG4_X(nt, 0, x0) QUAROT__QG4_X(nt, 1, x1) QUAROT__QG4_X(nt, 2, x2) QUAROT__QG4_X(nt, 3, x3) }
+            if (o + 64 < nblk * 64) { const int64_t ob = o + 64;
+              QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)
+              QUAROT__QG4_X(nt, 0, x0) QUAROT__QG4_X(nt, 1, x1) QUAROT__QG4_X(nt, 2, x2) QUAROT__QG4_X(nt, 3, x3) }
+        }
+    } else {
+        for (o = 0; o < nblk * 64; o += 64) {
+            const int64_t ob = o;
+            l0 = _mm512_loadu_si512((const void*)(w0 + o)); l1 = _mm512_loadu_si512((const void*)(w1 + o));
+            l2 = _mm512_loadu_si512((const void*)(w2 + o)); l3 = _mm512_loadu_si512((const void*)(w3 + o));
+            QUAROT__QG8_X(nt, 0, x0) QUAROT__QG8_X(nt, 1, x1) QUAROT__QG8_X(nt, 2, x2) QUAROT__QG8_X(nt, 3, x3)
+        }
+        (void)h0; (void)h1; (void)h2; (void)h3;
     }
+    quarot__qg_store16_avx512(quarot__qg_rows4_avx512(a00, a10, a20, a30), quarot__qg_rows4_avx512(a01, a11, a21, a31),
+                              quarot__qg_rows4_avx512(a02, a12, a22, a32), quarot__qg_rows4_avx512(a03, a13, a23, a33),
+                              nt, acc, ep);
+}
 QUAROT__PRIVATE void quarot__qg_tile_avx512(int bits, const uint8_t* const* w, const int8_t* const* x, int nt,
                                             int64_t nblk, uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
-    const __m512i m = _mm512_set1_epi8(15);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    int64_t o;
     switch (nt) {
-        case 1: QUAROT__QG4_BODY(1) break;
-        case 2: QUAROT__QG4_BODY(2) break;
-        case 3: QUAROT__QG4_BODY(3) break;
-        default: QUAROT__QG4_BODY(4) break;
+        case 1: quarot__qg_tile_nt_avx512(1, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
+        case 2: quarot__qg_tile_nt_avx512(2, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
+        case 3: quarot__qg_tile_nt_avx512(3, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
+        default: quarot__qg_tile_nt_avx512(4, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
     }
 }
 #endif
@@ -7668,47 +7681,48 @@ QUAROT__PRIVATE uint32_t quarot__qg_hsum_avx2(__m256i v) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     return (uint32_t)_mm_cvtsi128_si32(s);
 }
-#define QUAROT__QG256_BODY(NT)                                                                    \
-    {                                                                                              \
-        __m256i a[NT];                                                                             \
-        int t;                                                                                     \
-        for (t = 0; t < NT; ++t) a[t] = _mm256_setzero_si256();                                    \
-        if (bits == 4) {                                                                           \
-            for (b = 0; b < nblk; ++b) {                                                           \
-                __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));        \
-                __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));   \
-                __m256i l0 = _mm256_and_si256(v0, m), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m); \
-                __m256i l1 = _mm256_and_si256(v1, m), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m); \
-                for (t = 0; t < NT; ++t) {                                                         \
-                    const int8_t* xb = x[t] + b * 128;                                             \
-                    a[t] = QUAROT__DP256(a[t], l0, _mm256_loadu_si256((const __m256i*)(const void*)xb));        \
-                    a[t] = QUAROT__DP256(a[t], l1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32))); \
-                    a[t] = QUAROT__DP256(a[t], h0, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 64))); \
-                    a[t] = QUAROT__DP256(a[t], h1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 96))); \
-                }                                                                                  \
-            }                                                                                      \
-        } else {                                                                                   \
-            for (b = 0; b < nblk; ++b) {                                                           \
-                __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));        \
-                __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));   \
-                for (t = 0; t < NT; ++t) {                                                         \
-                    const int8_t* xb = x[t] + b * 64;                                              \
-                    a[t] = quarot__qg_dp8_avx2(a[t], v0, _mm256_loadu_si256((const __m256i*)(const void*)xb));        \
-                    a[t] = quarot__qg_dp8_avx2(a[t], v1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32))); \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        for (t = 0; t < NT; ++t) acc[t] += quarot__qg_hsum_avx2(a[t]);                             \
+// One weight row for nt = 1..4 tokens, inlined once per nt by quarot__qg_full_avx2.
+QUAROT__INLINE void quarot__qg_full_nt_avx2(const int nt, int bits, const uint8_t* w, const int8_t* const* x,
+                                            int64_t nblk, uint32_t* acc) {
+    const __m256i m = _mm256_set1_epi8(15);
+    __m256i a[4];
+    int64_t b;
+    int t;
+    for (t = 0; t < nt; ++t) a[t] = _mm256_setzero_si256();
+    if (bits == 4) {
+        for (b = 0; b < nblk; ++b) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));
+            __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));
+            __m256i l0 = _mm256_and_si256(v0, m), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m);
+            __m256i l1 = _mm256_and_si256(v1, m), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m);
+            for (t = 0; t < nt; ++t) {
+                const int8_t* xb = x[t] + b * 128;
+                a[t] = QUAROT__DP256(a[t], l0, _mm256_loadu_si256((const __m256i*)(const void*)xb));
+                a[t] = QUAROT__DP256(a[t], l1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32)));
+                a[t] = QUAROT__DP256(a[t], h0, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 64)));
+                a[t] = QUAROT__DP256(a[t], h1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 96)));
+            }
+        }
+    } else {
+        for (b = 0; b < nblk; ++b) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));
+            __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));
+            for (t = 0; t < nt; ++t) {
+                const int8_t* xb = x[t] + b * 64;
+                a[t] = quarot__qg_dp8_avx2(a[t], v0, _mm256_loadu_si256((const __m256i*)(const void*)xb));
+                a[t] = quarot__qg_dp8_avx2(a[t], v1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32)));
+            }
+        }
     }
+    for (t = 0; t < nt; ++t) acc[t] += quarot__qg_hsum_avx2(a[t]);
+}
 QUAROT__PRIVATE void quarot__qg_full_avx2(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
                                           uint32_t* acc) {
-    const __m256i m = _mm256_set1_epi8(15);
-    int64_t b;
     switch (nt) {
-        case 1: QUAROT__QG256_BODY(1) break;
-        case 2: QUAROT__QG256_BODY(2) break;
-        case 3: QUAROT__QG256_BODY(3) break;
-        default: QUAROT__QG256_BODY(4) break;
+        case 1: quarot__qg_full_nt_avx2(1, bits, w, x, nblk, acc); break;
+        case 2: quarot__qg_full_nt_avx2(2, bits, w, x, nblk, acc); break;
+        case 3: quarot__qg_full_nt_avx2(3, bits, w, x, nblk, acc); break;
+        default: quarot__qg_full_nt_avx2(4, bits, w, x, nblk, acc); break;
     }
 }
 #endif
