@@ -42,6 +42,10 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
     >>adapt_solve (implementation only) regularized, scaled Newton-Schulz polar factor; the stage-1 loop
     >>quantize    model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
+    >>transform_body (implementation only) the f32 transform kernels, compiled once per ISA
+    >>gemm_body   (implementation only) the blocked GEMM driver, compiled for float and double
+    >>polar_body  (implementation only) the Newton-Schulz polar factor, compiled for double and float
+    >>gptq_body   (implementation only) GPTQ's register-blocked rank-k and Hessian updates, per ISA
 
 CONFIGURATION MACROS (define before including the implementation)
     QUAROT_IMPLEMENTATION       compile the implementation in this translation unit
@@ -53,6 +57,9 @@ CONFIGURATION MACROS (define before including the implementation)
     QUAROT_NO_SSE2 / QUAROT_NO_AVX2 / QUAROT_NO_AVX512 / QUAROT_NO_NEON   drop one instruction set
     QUAROT_USE_CBLAS            route SGEMM/DGEMM through cblas_sgemm/cblas_dgemm (link a BLAS);
                                 the built-in blocked GEMM stays compiled and is what tests compare to
+    QUAROT_HEADER_FILE          the name the implementation includes this file again by, to compile
+                                its per-ISA / per-type kernel bodies; default "quarot.h", looked up
+                                beside this file (define it when the file is renamed)
 
 SIMD AND DETERMINISM
     The instruction set is chosen at compile time from the compiler's macros (__SSE2__, __AVX2__,
