@@ -6152,30 +6152,12 @@ typedef struct quarot__qspec {
     double clip;          // c in (0, 1]
     double kmin, kmax;    // code range before the shift: symmetric [-2^(b-1), 2^(b-1)-1], asymmetric [0, 2^b-1]
     double half;          // 2^(b-1): asymmetric codes are stored as q - half
-    int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
-    int wide;             // 1: the isa is AVX-512 (GPTQ's blocked updates then use 512-bit vectors)
+    quarot_isa isa;       // resolved: the kernels of the quantizer and of GPTQ dispatch on it
 } quarot__qspec;
 
-// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 (also serving AVX-512
-// builds) and NEON.
-#define QUAROT__QK_REF 0
-#define QUAROT__QK_AVX2 1
-#define QUAROT__QK_NEON 2
-#define QUAROT__QK_SSE2 3
-
-static int quarot__qkernel(quarot_isa isa) {   // isa already resolved
-#if defined(QUAROT__HAVE_AVX2)
-    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_AVX2;
-#endif
-#if defined(QUAROT__HAVE_SSE2)
-    if (isa == QUAROT_ISA_SSE2 || isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_SSE2;
-#endif
-#if defined(QUAROT__HAVE_NEON)
-    if (isa == QUAROT_ISA_NEON) return QUAROT__QK_NEON;
-#endif
-    (void)isa;
-    return QUAROT__QK_REF;
-}
+// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 and NEON. Each dispatch
+// takes the call's resolved quarot_isa: AVX-512 runs the AVX2 kernels (GPTQ's blocked updates have
+// 512-bit versions of their own), or the SSE2 ones where AVX2 is switched off.
 
 // Validate a quant desc (NULL = defaults) for rows of length cols; *gs gets the group length.
 static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols, quarot__qspec* sp, int64_t* gs) {
@@ -6185,12 +6167,7 @@ static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols
     int b;
     if (d) dd = *d; else memset(&dd, 0, sizeof dd);
     if ((res = quarot__isa_resolve(dd.isa, &isa)) != QUAROT_OK) return res;   // out of range / not compiled in
-    sp->kern = quarot__qkernel(isa);
-#if defined(QUAROT__HAVE_AVX512)
-    sp->wide = isa == QUAROT_ISA_AVX512;
-#else
-    sp->wide = 0;
-#endif
+    sp->isa = isa;
     b = dd.bits == 0 ? 4 : dd.bits;
     if (b < 2 || b > 8) return QUAROT_ERR_INVALID_ARGUMENT;
     if (dd.asymmetric != 0 && dd.asymmetric != 1) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -6297,15 +6274,15 @@ static void quarot__qrange(const quarot__qspec* sp, double z, double* klo, doubl
 // with a correctly rounded or faithful libm up to its last bit), summed in element order. x^ comes
 // from the quantizer's own kernel (quarot__qapply, the same bits on every kernel) on a copy of up to
 // 256 elements at a time; only the subtraction and the sum are scalar.
-static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi);
-static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search, int kern) {
+static void quarot__qapply(quarot_isa isa, float* x, int64_t n, float s, double klo, double khi);
+static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search, quarot_isa isa) {
     float y[256];
     double e = 0.0;
     int64_t j0, j, c;
     for (j0 = 0; j0 < n; j0 += c) {
         c = n - j0 < 256 ? n - j0 : 256;
         memcpy(y, x + j0, (size_t)c * sizeof(float));
-        quarot__qapply(kern, y, c, s, klo, khi);
+        quarot__qapply(isa, y, c, s, klo, khi);
         for (j = 0; j < c; ++j) {
             const double dif = (double)y[j] - (double)x[j0 + j];
             e += search == 2 ? (dif != 0.0 ? pow(fabs(dif), 2.4) : 0.0) : dif * dif;
@@ -6322,11 +6299,11 @@ static float quarot__qfit(const quarot__qspec* sp, const float* x, int64_t n, fl
     best_s = quarot__qparams(sp, sp->clip, pmax, nmax, z);
     if (!sp->search) return best_s;
     quarot__qrange(sp, *z, &klo, &khi);
-    best_err = quarot__qerr(x, n, best_s, klo, khi, sp->search, sp->kern);
+    best_err = quarot__qerr(x, n, best_s, klo, khi, sp->search, sp->isa);
     for (k = 1; k <= (sp->search == 2 ? 79 : 50); ++k) {
         s = quarot__qparams(sp, sp->clip * (double)(100 - k) / 100.0, pmax, nmax, &zk);
         quarot__qrange(sp, zk, &klo, &khi);
-        err = quarot__qerr(x, n, s, klo, khi, sp->search, sp->kern);
+        err = quarot__qerr(x, n, s, klo, khi, sp->search, sp->isa);
         if (err < best_err) { best_err = err; best_s = s; *z = zk; }
     }
     return best_s;
@@ -6480,37 +6457,34 @@ static int quarot__qstats_f32_neon(const float* x, int64_t n, float* pmax, float
 }
 #endif
 
-// Dispatch by kernel id.
-static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, float* nmax) {
+// Dispatch by the resolved isa (the section notes).
+static int quarot__qstats(quarot_isa isa, const float* x, int64_t n, float* pmax, float* nmax) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
+    if (isa != QUAROT_ISA_REF) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
+    if (isa == QUAROT_ISA_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
 #endif
-    (void)kern;
+    (void)isa;
     return quarot__qstats_f32_ref(x, n, 0u, 0u, pmax, nmax);
 }
 
-static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi) {
+static void quarot__qapply(quarot_isa isa, float* x, int64_t n, float s, double klo, double khi) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__qapply_f32_ref(x, n, s, klo, khi);
 }
-
-// The best kernel compiled in (internal uses: finiteness scans of GPTQ inputs).
-static int quarot__qkernel_best(void) { return quarot__qkernel(quarot_isa_best()); }
 
 // Integer codes for quarot_quantize_f32 (scalar): the same k, plus the code offset.
 static void quarot__qapply_codes(const float* QUAROT__RESTRICT x, int8_t* QUAROT__RESTRICT q, int64_t n,
@@ -6535,12 +6509,12 @@ QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t c
         float* row = x + r * stride;
         float pmax, nmax, s;
         double z, klo, khi;
-        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;   // before any write
+        if (!quarot__qstats(sp.isa, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;   // before any write
         for (g0 = 0; g0 < cols; g0 += gs) {
-            if (gs != cols) quarot__qstats(sp.kern, row + g0, gs, &pmax, &nmax);
+            if (gs != cols) quarot__qstats(sp.isa, row + g0, gs, &pmax, &nmax);
             s = quarot__qfit(&sp, row + g0, gs, pmax, nmax, &z);
             quarot__qrange(&sp, z, &klo, &khi);
-            quarot__qapply(sp.kern, row + g0, gs, s, klo, khi);
+            quarot__qapply(sp.isa, row + g0, gs, s, klo, khi);
         }
     }
     return QUAROT_OK;
@@ -6563,10 +6537,10 @@ QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64
         const float* row = x + r * stride;
         float pmax, nmax, s;
         double z, klo, khi;
-        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;
+        if (!quarot__qstats(sp.isa, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;
         for (g = 0; g < groups; ++g) {
             const float* v = row + g * gs;
-            if (gs != cols) quarot__qstats(sp.kern, v, gs, &pmax, &nmax);
+            if (gs != cols) quarot__qstats(sp.isa, v, gs, &pmax, &nmax);
             s = quarot__qfit(&sp, v, gs, pmax, nmax, &z);
             quarot__qrange(&sp, z, &klo, &khi);
             quarot__qapply_codes(v, q + r * cols + g * gs, gs, s, klo, khi,
@@ -6772,43 +6746,43 @@ static void quarot__gptq_hess8_f64_neon(double* h, const float* const* x, const 
 }
 #endif
 
-static void quarot__gptq_axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
+static void quarot__gptq_axpy_f64(quarot_isa isa, double* y, const double* p, double c, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__gptq_axpy_f64_ref(y, p, c, n);
 }
-static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
+static void quarot__gptq_axpy4_f64(quarot_isa isa, double* y, const double* const* p, const double* c, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__gptq_axpy4_f64_ref(y, p, c, n);
 }
-static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
+static void quarot__gptq_hess8_f64(quarot_isa isa, double* h, const float* const* x, const double* a, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__gptq_hess8_f64_ref(h, x, a, n);
 }
 
@@ -6937,7 +6911,7 @@ static void quarot__gptq_hessk_f64_ref(double* h, int64_t ldh, int64_t nr, const
 #undef QUAROT__RW
 #undef QUAROT__RCVT
 #endif
-#if defined(QUAROT__HAVE_AVX512)
+#if defined(QUAROT__HAVE_AVX512) && defined(QUAROT__HAVE_AVX2)   // (the blocked kernels' helpers need AVX2)
 #define QUAROT__RPFX _mm512_
 #define QUAROT__RV __m512d
 #define QUAROT__RW 8
@@ -6967,26 +6941,25 @@ static void quarot__gptq_hessk_f64_ref(double* h, int64_t ldh, int64_t nr, const
 #undef QUAROT__RADD
 #undef QUAROT__RMUL
 
-// The rank-k update with the quant kernel's ISA (wide: AVX-512); the scalar kernel is the _ref loop,
-// SSE2 and NEON run it row by row, four k per axpy4 pass (the same bits).
-static void quarot__gptq_rankk_f64(int kern, int wide, double* w, int64_t ldw, int64_t nr, const double* c,
+// The rank-k update for a resolved isa: the blocked kernels on AVX-512 and AVX2, the _ref loop for
+// REF; SSE2 and NEON run it row by row, four k per axpy4 pass (the same bits).
+static void quarot__gptq_rankk_f64(quarot_isa isa, double* w, int64_t ldw, int64_t nr, const double* c,
                                    int64_t ldc, const double* u, int64_t ldu, int64_t kn, int64_t ncols) {
     int64_t t, k, l;
     if (nr <= 0 || kn <= 0 || ncols <= 0) return;
-#if defined(QUAROT__HAVE_AVX512)
-    if (kern == QUAROT__QK_AVX2 && wide) {
+#if defined(QUAROT__HAVE_AVX512) && defined(QUAROT__HAVE_AVX2)   // (the blocked kernels' helpers need AVX2)
+    if (isa == QUAROT_ISA_AVX512) {
         quarot__gptq_rankk_f64_avx512(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
         return;
     }
 #endif
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) {
+    if (isa == QUAROT_ISA_AVX2) {
         quarot__gptq_rankk_f64_avx2(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
         return;
     }
 #endif
-    (void)wide;
-    if (kern == QUAROT__QK_REF) {
+    if (isa == QUAROT_ISA_REF) {
         quarot__gptq_rankk_f64_ref(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
         return;
     }
@@ -6996,25 +6969,25 @@ static void quarot__gptq_rankk_f64(int kern, int wide, double* w, int64_t ldw, i
         for (k = 0; k + 4 <= kn; k += 4) {
             const double* p[4];
             for (l = 0; l < 4; ++l) p[l] = u + (k + l) * ldu;
-            quarot__gptq_axpy4_f64(kern, wr, p, ct + k, ncols);
+            quarot__gptq_axpy4_f64(isa, wr, p, ct + k, ncols);
         }
-        for (; k < kn; ++k) quarot__gptq_axpy_f64(kern, wr, u + k * ldu, ct[k], ncols);
+        for (; k < kn; ++k) quarot__gptq_axpy_f64(isa, wr, u + k * ldu, ct[k], ncols);
     }
 }
 
 #if defined(QUAROT__HAVE_AVX2)
-// The blocked Hessian update: AVX-512 when wide (quarot_hessian_accumulate_f64 takes the best ISA),
-// else AVX2; the same bits either way.
-static void quarot__gptq_hessk_f64(int wide, double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
+// The blocked Hessian update for isa AVX-512 or AVX2 (quarot_hessian_accumulate_f64 takes the best
+// ISA); the same bits either way.
+static void quarot__gptq_hessk_f64(quarot_isa isa, double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
                                    const float* x, int64_t ldx, int64_t kn, int64_t ncols) {
     if (nr <= 0 || kn <= 0 || ncols <= 0) return;
 #if defined(QUAROT__HAVE_AVX512)
-    if (wide) {
+    if (isa == QUAROT_ISA_AVX512) {
         quarot__gptq_hessk_f64_avx512(h, ldh, nr, a, lda, x, ldx, kn, ncols);
         return;
     }
 #endif
-    (void)wide;
+    (void)isa;
     quarot__gptq_hessk_f64_avx2(h, ldh, nr, a, lda, x, ldx, kn, ncols);
 }
 #endif
@@ -7022,7 +6995,7 @@ static void quarot__gptq_hessk_f64(int wide, double* h, int64_t ldh, int64_t nr,
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride) {
     int64_t r, r0, i, j, k, i0;
-    const int kern = quarot__qkernel_best();
+    const quarot_isa isa = quarot_isa_best();
     const float *xr[8], *xi[8];
     double a[8];
     size_t nn;
@@ -7034,17 +7007,16 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     if (!quarot__mul_size((size_t)in, (size_t)in, &nn) || !quarot__mul_size(nn, sizeof(double), &nn))
         return QUAROT_ERR_OVERFLOW;
     for (r = 0; r < rows; ++r)
-        if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+        if (!quarot__qstats(isa, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
     // then the rows % 8 left, one by one. Per element of h that is the documented order. AVX2 /
     // AVX-512: segments of QUAROT__HK_KS rows against tiles of 32 rows of h through the blocked
     // kernel (the same chunks in the same order): the columns right of the tile for all its rows at
     // once, then each row's part of the tile's own triangle.
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) {
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) {
         double ab[32 * QUAROT__HK_KS];
         const int64_t r8 = rows / 8 * 8;
-        const int wide = quarot_isa_best() == QUAROT_ISA_AVX512;
         for (r0 = 0; r0 < r8; r0 += QUAROT__HK_KS) {
             const int64_t rs = r8 - r0 < QUAROT__HK_KS ? r8 - r0 : QUAROT__HK_KS;
             const float* xs = x + r0 * stride;
@@ -7052,10 +7024,10 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
                 const int64_t nr = in - i0 < 32 ? in - i0 : 32;
                 for (i = 0; i < nr; ++i)
                     for (r = 0; r < rs; ++r) ab[i * QUAROT__HK_KS + r] = 2.0 * (double)xs[r * stride + i0 + i];
-                quarot__gptq_hessk_f64(wide, h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
+                quarot__gptq_hessk_f64(isa, h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
                                        in - i0 - nr);
                 for (i = 0; i < nr; ++i)
-                    quarot__gptq_hessk_f64(wide, h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS, QUAROT__HK_KS,
+                    quarot__gptq_hessk_f64(isa, h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS, QUAROT__HK_KS,
                                            xs + i0 + i, stride, rs, nr - i);
             }
         }
@@ -7069,7 +7041,7 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
                 for (k = 0; k < 8; ++k) xr[k] = x + (r + k) * stride;
                 for (i = i0; i < i1; ++i) {
                     for (k = 0; k < 8; ++k) { a[k] = 2.0 * (double)xr[k][i]; xi[k] = xr[k] + i; }
-                    quarot__gptq_hess8_f64(kern, h + i * in + i, xi, a, in - i);
+                    quarot__gptq_hess8_f64(isa, h + i * in + i, xi, a, in - i);
                 }
             }
         }
@@ -7106,7 +7078,7 @@ typedef struct quarot__gptq_chol_job {
     double* s;             // [NB][n]: inverse: S = V[block][rest] * U[rest][rest]
     const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
     int64_t n_tasks;
-    int kern, wide;        // element-wise helper kernel; wide: AVX-512 for the blocked updates
+    quarot_isa isa;        // resolved: the element-wise and blocked update kernels
 } quarot__gptq_chol_job;
 
 // Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
@@ -7122,7 +7094,7 @@ static void quarot__gptq_chol_panel_task(void* arg, int64_t t) {
             double c;
             r[j] /= jb->a[(b0 + j) * n + b0 + j];
             c = r[j];
-            quarot__gptq_axpy_f64(jb->kern, r, dj, -c, j);
+            quarot__gptq_axpy_f64(jb->isa, r, dj, -c, j);
         }
         for (j = 0; j < b; ++j) {
             jb->pk[j * n + i] = r[j];
@@ -7145,10 +7117,10 @@ static void quarot__gptq_chol_syrk_task(void* arg, int64_t t) {
     const double* u = jb->pk + (b - 1) * n;        // row k = b-1-kk of the panel at u - kk*n
     int64_t i;
     for (i = 0; i < nrect; i += 32)
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->a + i * n + la, n, nrect - i < 32 ? nrect - i : 32,
+        quarot__gptq_rankk_f64(jb->isa, jb->a + i * n + la, n, nrect - i < 32 ? nrect - i : 32,
                                jb->s + i * QUAROT__GPTQ_NB, QUAROT__GPTQ_NB, u + la, -n, b, lb - la);
     for (i = nrect; i < lb; ++i)
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->a + i * n + i, n, 1, jb->s + i * QUAROT__GPTQ_NB,
+        quarot__gptq_rankk_f64(jb->isa, jb->a + i * n + i, n, 1, jb->s + i * QUAROT__GPTQ_NB,
                                QUAROT__GPTQ_NB, u + i, -n, b, lb - i);
 }
 
@@ -7166,31 +7138,31 @@ static void quarot__gptq_inv_task(void* arg, int64_t t) {
         for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
     for (j0 = ja; j0 < jz; j0 = j1) {
         j1 = j0 + 24 < jz ? j0 + 24 : jz;
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->s + j0, n, b, jb->pk + b1, n, jb->a + b1 * n + j0, n, j0 - b1,
+        quarot__gptq_rankk_f64(jb->isa, jb->s + j0, n, b, jb->pk + b1, n, jb->a + b1 * n + j0, n, j0 - b1,
                                j1 - j0);
         for (m = j0; m < j1; ++m)
-            quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->s + m, n, b, jb->pk + m, n, jb->a + m * n + m, n, 1, j1 - m);
+            quarot__gptq_rankk_f64(jb->isa, jb->s + m, n, b, jb->pk + m, n, jb->a + m * n + m, n, 1, j1 - m);
     }
     for (i = 0; i < b; ++i) {
         double* ui = jb->a + (b0 + i) * n;
         const double* di = jb->d + i * QUAROT__GPTQ_NB;
         for (j = ja; j < jz; ++j) ui[j] = 0.0;
         for (k = i; k < b; ++k) cn[k - i] = -di[k];
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, ui + ja, n, 1, cn, QUAROT__GPTQ_NB, jb->s + i * n + ja, n, b - i,
+        quarot__gptq_rankk_f64(jb->isa, ui + ja, n, 1, cn, QUAROT__GPTQ_NB, jb->s + i * n + ja, n, b - i,
                                jz - ja);
     }
 }
 
 // Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
 // diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
-static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, int kern,
-                                   int wide, const quarot_env* env) {
+static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, quarot_isa isa,
+                                   const quarot_env* env) {
     const double tol = (double)n * 2.220446049250313e-16;
     quarot__gptq_chol_job jb;
     double* d = work + 2 * QUAROT__GPTQ_NB * n;
     int64_t b0, b1, i, j, k, threads;
     threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
-    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern; jb.wide = wide;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.isa = isa;
     for (b1 = n; b1 > 0; b1 = b0) {
         b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
         for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
@@ -7203,7 +7175,7 @@ static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, dou
                 d[(j - b0) * QUAROT__GPTQ_NB + (i - b0)] = a[i * n + j];
             }
             for (i = b0; i < j; ++i)
-                quarot__gptq_axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
+                quarot__gptq_axpy_f64(isa, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
         }
         if (b0 == 0) break;
         jb.b0 = b0; jb.b1 = b1;
@@ -7219,7 +7191,7 @@ static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, dou
             double* tmp = work + QUAROT__GPTQ_NB * n;  // (s is free here)
             const double vii = ai[i];
             for (j = i + 1; j < b1; ++j) tmp[j] = 0.0;
-            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
+            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(isa, tmp + k, a + k * n + k, ai[k], b1 - k);
             for (j = i + 1; j < b1; ++j) ai[j] = -tmp[j] / vii;
             ai[i] = 1.0 / vii;
         }
@@ -7269,7 +7241,7 @@ static float quarot__gptq_fit(const quarot__qspec* sp, const double* v, int64_t 
         t = t > QUAROT__QFLT_MAX ? QUAROT__QFLT_MAX : (t < -QUAROT__QFLT_MAX ? -QUAROT__QFLT_MAX : t);
         fb[l] = (float)t;
     }
-    quarot__qstats(sp->kern, fb, n, &pm, &nm);
+    quarot__qstats(sp->isa, fb, n, &pm, &nm);
     return quarot__qfit(sp, fb, n, pm, nm, z);
 }
 
@@ -7296,7 +7268,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             for (i = 0; i < in; ++i) fb[i] = jb->dead[i] ? 0.0f : row[i];
             for (g = 0; g < G; ++g) {
                 float pm, nm;
-                quarot__qstats(sp->kern, fb + g * gs, gs, &pm, &nm);
+                quarot__qstats(sp->isa, fb + g * gs, gs, &pm, &nm);
                 ps[t * G + g] = quarot__qfit(sp, fb + g * gs, gs, pm, nm, &pz[t * G + g]);
             }
         }
@@ -7330,13 +7302,13 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 err[t * B + (i - b1)] = -e;
             }
             // w_j = w_j + (-e) U_ij for the block's later columns, all rows at once
-            quarot__gptq_rankk_f64(sp->kern, sp->wide, wt + i + 1, in, nr, err + (i - b1), B, ui + i + 1, in, 1,
+            quarot__gptq_rankk_f64(sp->isa, wt + i + 1, in, nr, err + (i - b1), B, ui + i + 1, in, 1,
                                    b2 - i - 1);
         }
         if (b2 == in) break;
         // Lazy update of the later columns: w_j = w_j + (-e_k) U_kj, k ascending, for all the tile's
         // rows at once (the bits of one k at a time).
-        quarot__gptq_rankk_f64(sp->kern, sp->wide, wt + b2, in, nr, err, B, jb->u + b1 * in + b2, in, b2 - b1,
+        quarot__gptq_rankk_f64(sp->isa, wt + b2, in, nr, err, B, jb->u + b1 * in + b2, in, b2 - b1,
                                in - b2);
     }
     // Parameters out in the integer layout of quarot_quantize_f32 (zero points shifted by 2^(b-1)).
@@ -7406,7 +7378,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         return QUAROT_ERR_OVERFLOW;
     // Every input is checked before anything is allocated or written (w stays untouched on errors).
     for (i = 0; i < out; ++i)
-        if (!quarot__qstats(jb.sp.kern, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+        if (!quarot__qstats(jb.sp.isa, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     for (i = 0; i < in; ++i)
         for (j = i; j < in; ++j)
             if (h[i * in + j] - h[i * in + j] != 0.0) return QUAROT_ERR_NONFINITE;
@@ -7454,7 +7426,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     }
     if (info) info->damp = damp;
     // U (upper, processing order) in place of the damped H; a failed pivot leaves w untouched.
-    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, jb.sp.wide, env);
+    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.isa, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
         quarot_env_free(env, mem);

@@ -42,6 +42,8 @@ for cc in gcc clang; do
     run_case "$cc-cxx11-native-relpath" "" $cxx $WARN_CXX -O1 -march=native '-DIMPL_TEST_HEADER="tests/../quarot.h"' quarot_impl_test.cpp
     run_case "$cc-c99-native-renamed" "" $cc $WARN_C -O1 -march=native "-DIMPL_TEST_HEADER=\"$out/vendor/quarot_copy.h\"" '-DQUAROT_HEADER_FILE="quarot_copy.h"' quarot_impl_test.c
 done
+# One instruction set switched off below a wider one (AVX-512 kernels without the AVX2 ones).
+run_case "gcc-c99-native-noavx2" "" gcc $WARN_C -O1 -march=native -DQUAROT_NO_AVX2 -I. quarot_impl_test.c
 # Optional CBLAS routing, where a CBLAS is installed.
 blas_h=$(ls /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h /usr/include/cblas.h 2>/dev/null | head -n 1)
 if [ -n "$blas_h" ]; then
