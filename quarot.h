@@ -1670,6 +1670,18 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
                                                 const quarot_env* env);
 
 
+// >>transform_body
+// (no declarations: kernel bodies the implementation compiles once per ISA or element type)
+
+// >>gemm_body
+// (no declarations)
+
+// >>polar_body
+// (no declarations)
+
+// >>gptq_body
+// (no declarations)
+
 #ifdef __cplusplus
 }
 #endif
