@@ -25,6 +25,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>generated   (implementation only, written by tools/, make regen) Hadamard tables, mixing terms
     >>hadamard    Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
     >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
+    >>transform_plan  (implementation only) the plan (H_K, mixing patterns or panels) and the apply calls
     >>transform_simd  SSE2 / AVX2 / AVX-512 / NEON kernels of the transforms, bit-identical to _ref
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
     >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
@@ -486,6 +487,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 QUAROT_API size_t        quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan* p);
 QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                         float* x, int64_t cols, int64_t ld, void* work, size_t work_size);
+
+// >>transform_plan
+// (no declarations: the plan and the apply functions of >>transform are implemented here)
 
 // >>transform_simd
 // (no declarations: the SSE2 / AVX2 / AVX-512 / NEON kernels are private and chosen by quarot_isa)
@@ -3965,6 +3969,11 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
     for (i = 0; i < rows; ++i) row(x + i * stride, L, NULL, NULL, NULL, NULL, NULL);
     return QUAROT_OK;
 }
+
+// >>transform_plan
+// The plan of n = K * 2^m (H_K as bytes, the blocked mixing's pattern words or the b = 1 float panels,
+// the fixed register kernel whose term lists match) and the batched entry points: per row, the
+// butterflies of every 2^m block into the workspace, then the mixing back into the row.
 
 QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     if (!p) return;
