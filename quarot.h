@@ -26,7 +26,9 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>hadamard    Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
     >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
     >>transform_plan  (implementation only) the plan (H_K, mixing patterns or panels) and the apply calls
-    >>transform_simd  SSE2 / AVX2 / AVX-512 / NEON kernels of the transforms, bit-identical to _ref
+    >>transform_simd  (implementation only) SIMD butterflies: in-lane stages, radix networks, column passes
+    >>transform_mix  (implementation only) the mixing kernels' macros: float panels, blocked tables, register mixing
+    >>transform_isa  (implementation only) per ISA: vector macros, the kernels compiled for it, selection; f64 kernels
     >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
     >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
@@ -493,6 +495,12 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
 
 // >>transform_simd
 // (no declarations: the SSE2 / AVX2 / AVX-512 / NEON kernels are private and chosen by quarot_isa)
+
+// >>transform_mix
+// (no declarations: macros the mixing kernels of >>transform_body and >>transform_isa are made of)
+
+// >>transform_isa
+// (no declarations: the transform kernels of each ISA and their selection by quarot_isa)
 
 // >>gemm
 // C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [m][k], op(B) is [k][n], C is [m][n];
@@ -4462,6 +4470,12 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
 // log2 of the chunk the row driver finishes in L1 before the passes over the whole row (16 KiB).
 #define QUAROT__WHT_LCHUNK 12
 
+// >>transform_mix
+// The mixing kernels' building blocks, written over one ISA's vector macros: the b = 1 float-panel
+// mixing (QUAROT__MA_*, QUAROT__MB_*), the blocked mixing's tables and output loops (QUAROT__MT_*,
+// QUAROT__MR_*), and the fixed register mixing (QUAROT__MIXR_*: one function per kernel, expanded
+// from its term lists in >>generated).
+
 // Mixing kernels of one ISA. M >= W: vectors along j, RI outputs i at a time (RI = 4 or 8 through
 // QUAROT__MIX_RI), two vectors of j (one when M == W); each k adds the broadcast coefficient times
 // z[k][j..]. M < W: vectors along i (16 coefficients of a panel are contiguous), one j at a time,
@@ -4713,6 +4727,11 @@ static void quarot__mixr##ID##_##isa(const float* z, float* y, int64_t M, float*
         PASSES                                                                                       \
     }                                                                                                \
 }
+
+// >>transform_isa
+// Each ISA's vector macros and in-lane stages, the kernels of >>transform_body and the register mixing
+// compiled for it, and the per-call selection among the ISAs compiled in; then the f64 kernels (one
+// vector width per build, bit-identical to the f64 _ref).
 
 // ---- Instantiations. Each ISA defines the vector macros, its in-lane stages (one shuffle, one
 // xor and one add per stage, see the section notes), the block size LOGR (register budget) and
