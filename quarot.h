@@ -34,6 +34,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
     >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
     >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
+    >>gptq_run    (implementation only) GPTQ's factor U of H^-1 (UL Cholesky, inverse) and its column loop
     >>qgemm       integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
     >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
@@ -747,6 +748,9 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
                                          const double* h, int64_t h_n, const quarot_gptq_desc* d,
                                          int8_t* q, float* scales, float* zeros,
                                          quarot_gptq_info* info, const quarot_env* env);
+
+// >>gptq_run
+// (no declarations: quarot_gptq_f32 of >>gptq is implemented here)
 
 // >>qgemm
 // Integer matrix products for W4A4 / W4A8 / W8A8 inference: y[t][o] = sum_k W[o][k] x[t][k] with
@@ -7108,6 +7112,11 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
         for (j = i + 1; j < in; ++j) h[j * in + i] = h[i * in + j];
     return QUAROT_OK;
 }
+
+// >>gptq_run
+// GPTQ proper: the factor U of H^-1 = U^T U (an "UL" Cholesky of the damped H and the triangular
+// inverse, blocked, their O(n^3) updates as parallel tasks), then the column loop over tiles of rows
+// (parallel tasks) with the updates applied lazily per block of columns.
 
 // The factor GPTQ needs, in place on a [n][n] whose upper triangle (i <= j) holds a symmetric positive
 // definite A (the lower triangle is neither read nor written):
