@@ -44,7 +44,10 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>processor   plan, rotations and commands built and validated before any write; quarot_rotate_model
     >>processor_run  (implementation only) fusion, mean baking, commands, layers, exactly-once check
     >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
-    >>adapt_solve (implementation only) regularized, scaled Newton-Schulz polar factor; the stage-1 loop
+    >>adapt_solve (implementation only) stage 1's polar factor: the methods, X^T X, sigma_max, deflation
+    >>adapt_newton  (implementation only) the scaled Newton polar iteration: blocked float inverse, steps
+    >>adapt_polar (implementation only) Newton-Schulz steps, the polar solver of stage 1, its f64 finish
+    >>adapt_stage1  (implementation only) the stage-1 loop: quantize, polar update of R, best R, context
     >>quantize    model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
     >>transform_body (implementation only) the f32 transform kernels, compiled once per ISA
     >>gemm_body   (implementation only) the blocked GEMM driver, compiled for float and double
@@ -1491,6 +1494,15 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 
 // >>adapt_solve
 // (no declarations: the regularized Newton-Schulz solver and the stage-1 loop are private)
+
+// >>adapt_newton
+// (no declarations: the default polar method of stage 1 for b >= 512)
+
+// >>adapt_polar
+// (no declarations: the polar factor quarot_adapt_stage1 takes each step)
+
+// >>adapt_stage1
+// (no declarations: quarot_adapt_stage1 of >>adapt is implemented here)
 
 // >>quantize
 // Model-level weight quantization, layer by layer, in QuaRot's order (fake_quant/main.py with
@@ -11145,7 +11157,10 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
     return (size_t)(n * n + 3 * n * p);
 }
 
-// ---- the scaled Newton iteration (the default polar method) ----
+// >>adapt_newton
+// The scaled Newton iteration, the default polar method from b = 512: the blocked Gauss-Jordan float
+// inverse (quarot__sinv, its LU panels and look-ahead as parallel tasks) and the scaled steps.
+
 // X <- (mu X + X^-T / mu) / 2 (Higham 1986) maps each singular value x of X to (mu x + 1/(mu x)) / 2 >= 1.
 // mu follows Byers & Xu (2008): with estimates alpha ~ sigma_max(X0) and beta ~ sigma_min(X0),
 //     mu_0 = 1/sqrt(alpha beta),  mu_1 = sqrt(2 sqrt(alpha beta) / (alpha + beta)),
@@ -11720,7 +11735,11 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
     return QUAROT_OK;
 }
 
-// ---- the quintic step ----
+// >>adapt_polar
+// The Newton-Schulz side and the solver itself: the minimax quintic steps and their symmetric passes,
+// quarot__adapt_polar (deflation, then Newton or Newton-Schulz steps to a certified residual), the
+// quantization loss, and the f64 finish of the final R.
+
 // One Newton-Schulz step of degree 5, X <- X*(a I + b G + c G^2), G = X^T X, maps each singular value
 // x to p(x) = a x + b x^3 + c x^5. For singular values in [l, 1] the coefficients are those of the best
 // uniform approximation of 1 on [l, 1] by such an odd quintic (Remez exchange on four alternation
@@ -12185,6 +12204,11 @@ static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out
     }
     return QUAROT_ERR_NOT_CONVERGED;
 }
+
+// >>adapt_stage1
+// Stage 1 (msModelSlim's Adapt Rotation, see >>adapt): X*H from the captured activations, then steps
+// A = XH*R, B = Q(A), R <- polar((XH)^T B + lambda R) keeping the R of the lowest loss ||A - B||; the
+// best R made orthogonal in double and the context filled.
 
 QUAROT_API const char* quarot_adapt_polar_method_name(int method) {
     if (method == QUAROT_ADAPT_POLAR_DEFAULT) return "default";
