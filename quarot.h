@@ -49,6 +49,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>adapt_polar (implementation only) Newton-Schulz steps, the polar solver of stage 1, its f64 finish
     >>adapt_stage1  (implementation only) the stage-1 loop: quantize, polar update of R, best R, context
     >>quantize    model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
+    >>quantize_layers  (implementation only) the layer-wise quantizer: Hessians, per-linear method, scale migration
     >>transform_body (implementation only) the f32 transform kernels, compiled once per ISA
     >>gemm_body   (implementation only) the blocked GEMM driver, compiled for float and double
     >>polar_body  (implementation only) the Newton-Schulz polar factor, compiled for double and float
@@ -1697,6 +1698,9 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
                                                 float* zeros, quarot_qlinear_report* rep, char* err, size_t err_cap,
                                                 const quarot_env* env);
 
+
+// >>quantize_layers
+// (no declarations: the quarot_quantizer calls of >>quantize are implemented here)
 
 // >>transform_body
 // (no declarations: kernel bodies the implementation compiles once per ISA or element type)
@@ -12682,7 +12686,11 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
     return QUAROT_OK;
 }
 
-// ---- the layer-wise stage ----
+// >>quantize_layers
+// The layer-wise stage (quarot_quantizer): per layer, four steps (q/k/v, o, gate/up, down), each
+// collecting the Hessian of its input from the rows the engine feeds, then quantizing its linears by
+// the method (after the scale migration search where asked) and reporting them.
+
 
 QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model, const quarot_quantize_desc* d) {
     const quarot_adapter* ad;
