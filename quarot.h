@@ -360,7 +360,7 @@ typedef struct quarot_hadamard_info {
 } quarot_hadamard_info;
 
 // 1 if a Hadamard matrix of order n is available, else 0 (also for n <= 0 and n > 2^32). Never
-// allocates; at most a few hundred microseconds (trial division of n's odd part) for any n.
+// allocates; the work is a trial division of n's odd part.
 QUAROT_API int quarot_hadamard_available(int64_t n);
 // Describe the construction for order n; QUAROT_ERR_UNSUPPORTED_SIZE (info->construction = NONE,
 // text says why) when none is available; QUAROT_ERR_INVALID_ARGUMENT when info is NULL.
@@ -445,7 +445,7 @@ typedef struct quarot_hadamard_plan {
     uint64_t* mix_pat;             // [2][K8 + 8][nw] or NULL (K = K/2 when mix_half is set)
     int8_t* mix_half;              // [K/2][K/2] A = H_K[2r][2c], the split Paley II mixing (step 3'), or NULL
     int mix_fixed;                 // 1..3: the mixing is one the AVX-512 / AVX2 register kernels know (28, and
-                                   // the split 76 and 148: >>transform_simd, quarot__mixr_*), checked term by term; 0 none
+                                   // the split 76 and 148: >>transform_isa, quarot__mixr_*), checked term by term; 0 none
     quarot_hadamard_info info;
     quarot_env env;                // copy of the env used to allocate the arrays
 } quarot_hadamard_plan;
@@ -555,8 +555,7 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
 // receives the thin Q [m][n] (row stride ldq >= n). Blocked by 32 reflectors (compact WY); the block
 // updates use a private DGEMM without FMA and with a fixed k-blocking, so every number is the same
 // IEEE operation chain on every platform, ISA and thread split: the result is bit-identical everywhere.
-// Cost about 4*m*n^2 flops with Q (n = 2048: ~1.3 s on one Zen 4 core); env's parallel hook splits
-// the block updates. Workspace (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
+// Cost about 4*m*n^2 flops with Q; env's parallel hook splits the block updates. Workspace (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
 QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
                                        double* q, int64_t ldq, const quarot_env* env);
 // Haar-distributed random orthogonal Q [n][n] from a seed: G[i][j] = quarot_rng_normal draws in
@@ -622,7 +621,7 @@ QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* 
                                                         quarot_polar_info* info, const quarot_env* env);
 
 // >>quant
-// Uniform quantizers (ALGORITHMS.md section 4). Rows are quantization units: per-token activations
+// Uniform quantizers (docs/algorithms.md §4). Rows are quantization units: per-token activations
 // [tokens][features] and per-output-channel weights W[out][in] are both "per row"; group_size splits
 // each row into groups of consecutive elements, each with its own scale (and zero point).
 //   symmetric, b bits:  m = c*max|x|, s = m/(2^(b-1)-1),
@@ -806,7 +805,7 @@ QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_
 // matrix-vector product). Output rows are split into tasks of 8 over env's parallel hook; each y
 // element is computed by one task in the same order, so results do not depend on the thread count.
 // Speed: 64-byte aligned weight rows and activation rows (data, xq and the strides) avoid loads that
-// straddle two cache lines (about 1.4x slower otherwise); results do not depend on alignment. Errors:
+// straddle two cache lines; results do not depend on alignment. Errors:
 // NULL pointers, bits not 4/8, shapes, group not dividing cols or over the limit, ldx/ldy too small ->
 // QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED. Never allocates.
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
@@ -1181,7 +1180,7 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
 // >>processor
 typedef struct quarot_adapt_context quarot_adapt_context;   // see >>adapt
 
-// QuaRot's processor (ALGORITHMS.md section 6): validate everything, then pre_run (global tensors:
+// QuaRot's processor (docs/algorithms.md §6): validate everything, then pre_run (global tensors:
 // untie, final-norm fusion, embedding and lm_head rotation, online matrices), then each decoder layer
 // in order (its fusions, bakes, rotate commands, online halves and hooks), then post_run (leftovers
 // and the exactly-once check). Weights are rewritten in place in their own dtype.
@@ -1296,7 +1295,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // (no declarations: the execution half of the processor, see >>processor)
 
 // >>adapt
-// Adapt Rotation (msModelSlim; ALGORITHMS.md section 5): stage 1 learns an orthogonal R [b][b] that
+// Adapt Rotation (msModelSlim; docs/algorithms.md §5): stage 1 learns an orthogonal R [b][b] that
 // makes Hadamard-rotated calibration activations quantize better; stage 2 runs the normal processor
 // with R1 = H*R (quarot_rotate_desc.rotation = QUAROT_ROTATION_ADAPT, .context = the stage-1 context).
 //
@@ -1314,7 +1313,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //           R^T (XH^T B + lambda R): no b^3 product R*R_t, and R does not drift from orthogonal)
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
-// polar() (see >>adapt_solve) is by default for b >= 512 (polar_method NEWTON) the scaled Newton iteration
+// polar() (>>adapt_solve .. >>adapt_polar) is by default for b >= 512 (polar_method NEWTON) the scaled Newton iteration
 // X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
 // and Byers-Xu scaling, after deflating the largest singular values of C where a clear gap exists
 // (outlier channels create one; this leaves the polar factor unchanged; in levels, each relative to the
@@ -1327,7 +1326,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each), the last one, a cubic, one.
 // Newton does about half the flops per step. (For Newton, deflation saves one inverse for about as
 // much in double products at b = 4096, more below; it is kept because the first, float, inverse is
-// then of a better conditioned matrix: see the accuracy note in >>adapt_solve.)
+// then of a better conditioned matrix: see the accuracy note in >>adapt_newton.)
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1343,11 +1342,11 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 
 // How each step's polar factor is computed (quarot_adapt_desc.polar_method; see >>adapt_solve).
 typedef enum quarot_adapt_polar_method {
-    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 512, NEWTON_SCHULZ below (at 256 they
-                                             //   took the same time; at 512 and 1024 Newton 26-32% less)
+    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 512 (there its inverses cost less than
+                                             //   the Newton-Schulz products), NEWTON_SCHULZ below
     QUAROT_ADAPT_POLAR_NEWTON = 1,           // scaled Newton (float inverses), a certified Newton-Schulz
                                              //   step to finish
-    QUAROT_ADAPT_POLAR_NEWTON_SCHULZ = 2     // quintic Newton-Schulz only (the method before 12.3 round 3)
+    QUAROT_ADAPT_POLAR_NEWTON_SCHULZ = 2     // quintic Newton-Schulz only
 } quarot_adapt_polar_method;
 
 // "default", "newton", "newton-schulz"; NULL for an unknown value.
@@ -1370,7 +1369,7 @@ typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
     int no_deflation;                // 1: the polar iteration on C + lambda*I itself; 0: first deflate the
                                      //   largest singular values where a reliable gap exists (same polar
                                      //   factor to ~1e-8, fewer iterations, and for Newton a better
-                                     //   conditioned first inverse; see >>adapt_solve)
+                                     //   conditioned first inverse; see >>adapt_newton)
     quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
                                      //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
                                      //   sigma_max is estimated by power iteration)
@@ -2191,9 +2190,8 @@ QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, 
 // Rows are scanned in blocks of 256 elements (no alignment assumed) with a branch-free OR of the
 // "exponent all ones" test; only a block that has a bad element is searched again for its index.
 // Each element is read with a memcpy of its own size (no aliasing question for any dtype), which
-// compilers turn into plain loads and, with the constant count, vectorize at -O2. (An earlier form
-// copied each block into a local array first: a memmove call per 1 KiB, 9% of the CPU time of
-// `quarot rotate` in a profile.)
+// compilers turn into plain loads and, with the constant count, vectorize at -O2 (a copy of each block
+// into a local array first would cost a memmove call per 1 KiB).
 // 1 when one of the 256 elements of size es at p (dtype dt) is NaN or Inf.
 static unsigned quarot__nonfinite_any256(const char* p, size_t es, quarot_dtype dt) {
     unsigned bad = 0;
@@ -3721,7 +3719,7 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
 //   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], c = H_K (forward) or H_K^T (transpose), summed in
 //            blocks of b consecutive k (declaration notes, step 3)
 // then post-signs and the 1/sqrt(n) scale as separate multiplies. The _ref functions below are the
-// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection. Cost per row:
+// specification; >>transform_simd .. >>transform_isa hold the SIMD kernels and the per-ISA selection. Cost per row:
 // n*m adds for the butterflies, about K*n/b for the mixing.
 
 // Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
@@ -3744,13 +3742,12 @@ typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, 
 // the split Paley II mixing z [K][M] is the z before the pairing, z2 [K][M + QUAROT__MIXR_PAD] (not
 // NULL) first receives its pairs, which the kernel then mixes, and z is corr. The padding: rows of
 // M = 1024 or 512 floats would put a column's 28 rows of z in one or two L1 sets of 8 ways, and the
-// second pass would reload them from L2 (Zen 4, 28672: 17.1-17.7 us a row unpadded, 10.8-11.7
-// padded, 12.8 for the table kernel).
+// second pass would reload them from L2.
 #define QUAROT__MIXR_PAD 16
 typedef void (*quarot__mixr_fn)(const float* z, float* y, int64_t M, float* z2, const float* post,
                                 const float* scale);
 static quarot__mixr_fn quarot__mixr_select(quarot_isa isa, int fixed, int transpose, int64_t M);   // NULL: none
-static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
+static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_isa
 // A column kernel: the w columns at x of [2^L][ld] (quarot_hadamard_apply_cols_f32; w a multiple of
 // the lanes, at most QUAROT__WHTC_COLS), through buf ([2^L][w] floats, or NULL: in place) between
 // the first and the last pass.
@@ -4012,7 +4009,7 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     memset(p, 0, sizeof *p);
 }
 
-// The fixed register mixing (AVX-512 and AVX2, >>transform_simd): for the cores whose b = 4 mixing
+// The fixed register mixing (AVX-512 and AVX2, >>transform_mix): for the cores whose b = 4 mixing
 // is common in LLMs (28: 14336 and 28672 = 28 * 2^9, 2^10; the split 76 and 148: 4864, 18944), what each output
 // adds from each block is compiled in, so a block's 8 table entries stay in registers instead of
 // going through memory. The lists (QUAROT__MIXR28F_B0 .., >>generated) are the plans' own patterns,
@@ -4275,7 +4272,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
 }
 
 // The f64 path: the same specification in double; dd.isa REF runs the scalar _ref kernels, any other
-// (compiled) ISA the f64 SIMD kernels of >>transform_simd, which give the same bits.
+// (compiled) ISA the f64 SIMD kernels of >>transform_isa, which give the same bits.
 QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size) {
@@ -4428,8 +4425,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
 // The two-block row (2 * 2^LOGR registers' worth, one bit more than a register block): block A
 // (first half) is kept in variables a0.. (QUAROT__SV) while block B is loaded and transformed, and
 // the two meet vector by vector in the last stage h = n/2 (QUAROT__FINR), so every element is loaded
-// and stored once. With 32 registers (AVX-512) the compiler spills a few of A's vectors; keeping A
-// in memory instead (a store and a reload of the whole half) took 2% longer at n = 512 on Zen 4.
+// and stored once. With 32 registers (AVX-512) the compiler spills a few of A's vectors, which costs
+// less than keeping A in memory (a store and a reload of the whole half).
 #define QUAROT__SV(t) QUAROT__V a##t = v##t;
 #define QUAROT__FINR(t) { QUAROT__V a_ = a##t; QUAROT__BF(a_, v##t)                           \
     if (post) { a_ = QUAROT__VMUL(a_, QUAROT__VLD(post + t * h));                              \
@@ -4541,10 +4538,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
 // of mix_pat: acc = QUAROT__VSFIRST(g, T) = g*T exactly, then acc = QUAROT__VSACC(acc, g, T), either
 // an FMA by g = +-1 or an add of T with its sign bit xor'ed: both round the exact acc + g*T once,
 // i.e. the specification's acc + P with P = g*u, signed zeros included. The outputs' pattern words
-// are loaded one output group ahead and the entry addresses come from shifts of them: a vector load
-// whose address waits on a load just before it ran at 2/3 of the rate here (4.3 against 6.0 vector
-// adds per ns in a loop of this shape, Zen 5). Running sums wait in y between groups: the same order
-// as one long chain. With corr
+// are loaded one output group ahead and the entry addresses come from shifts of them, so no table
+// load waits for its address on a load just before it (such pairs run the lookups at a fraction of
+// their rate). Running sums wait in y between groups: the same order as one long chain. With corr
 // (split Paley II, W <= M/2) the tables read z2 = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] straight from
 // corr (each element once: every (chunk, block) once) and the last group's store first subtracts the
 // doubled partner of z.
@@ -4682,11 +4678,11 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
 // every entry is the specification's chain and every output its sum in block order (first term g*T,
 // exact, then one rounding of acc + g*T a block), as in the table kernel. Compiler notes (GCC 12,
 // clang 14): QUAROT__MIXR_FENCE makes block g+1's loads wait for block g's last sum, or GCC hoists
-// the builds of all blocks (56 entries live for 28) and spills (1.16x the time); QUAROT__MIXR_OPAQUE
+// the builds of all blocks (56 entries live for 28) and spills; QUAROT__MIXR_OPAQUE
 // hides that `one` is 1.0, or clang turns the FMAs back into adds (all on the add pipes); and the
 // output stores have no branches (the split correction is compile-time, the scale is a multiply by
 // 1 when absent, exact, and the post-signs come from a vector of ones when absent), or clang spills
-// across them (18944 took 1.5x the time of the table kernel). Each ISA defines QUAROT__MIXR_REG
+// across them (slower than the table kernel). Each ISA defines QUAROT__MIXR_REG
 // (the asm constraint of its vectors), QUAROT__MIXR_NEG, QUAROT__MIXR_ACCP and QUAROT__MIXR_ACCM.
 #if defined(__GNUC__)
 #define QUAROT__MIXR_FENCE(ptr, v) __asm__("" : "+r"(ptr) : QUAROT__MIXR_REG(v))
@@ -5078,7 +5074,7 @@ static quarot__whtc_fn quarot__whtc_select(quarot_isa isa, int* lanes) {
 // The fixed register mixing for plan->mix_fixed (0: none), orientation and M mixing columns, where the
 // ISA has it. AVX2 only up to M = 512: its 32-byte stores fill an output's 64-byte line in two
 // vector columns, and with rows of 1024 floats (4 KiB, one L1 set) a pass's 9-10 outputs evict
-// each other's lines in between (28672: 1.76-1.88x of 32768 against 1.63-1.68 with the tables).
+// each other's lines in between (the table kernel is faster there).
 static quarot__mixr_fn quarot__mixr_select(quarot_isa isa, int fixed, int transpose, int64_t M) {
 #if defined(QUAROT__HAVE_AVX512)
     if (isa == QUAROT_ISA_AVX512) {
@@ -5401,10 +5397,9 @@ static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int 
 //   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
 // Full slivers whose source rows are contiguous (op(B) not transposed, op(A) transposed): ns slivers
 // of width w side by side, d[t][p][j] = s[p*ld + t*w + j], copied source row by source row (one
-// sequential read per row; sliver by sliver it touched a new page per row) with the width as a
+// sequential read per row; sliver by sliver would touch a new page per row) with the width as a
 // constant, so each piece is a few vector moves instead of a memcpy call: a struct of W elements
-// is assigned (the element loop it replaces was turned back into a memmove call per piece by
-// gcc's loop-idiom pass: 11% of an Adapt profile on Intel was memmove, mostly these calls).
+// is assigned (gcc's loop-idiom pass turns an element loop back into a memmove call per piece).
 #define QUAROT__GEMM_STRIP_W(T, W)                                                                     \
     for (p = 0; p < kc; ++p)                                                                           \
         for (t = 0; t < ns; ++t) {                                                                     \
@@ -5775,7 +5770,7 @@ QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2_exact, double, QUAROT__ROWS6, 6)
 
 #if defined(QUAROT__HAVE_AVX512)
 // AVX-512: 12 x 32 float, 12 x 16 double: 24 zmm accumulators + 2 B vectors + 1 broadcast of the 32
-// (measured on Zen 4 a few % faster than 14 rows, whose 28 accumulators leave no slack).
+// (14 rows' 28 accumulators would leave no slack).
 #define QUAROT__KV __m512
 #define QUAROT__KW 16
 #define QUAROT__KZERO _mm512_setzero_ps()
@@ -5889,12 +5884,11 @@ QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon_exact)
 #undef QUAROT__NDMA
 #endif
 
-// Blocking per ISA (measured on AMD Zen 4, 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half
-// of L1, the B panel KC x NC streams; a wide NC means fewer repacks of A). On x86 NC is 1024: the
-// packed B panel of a task is then 1-2 MB (was 6-8 MB at NC = 4096, so 8 tasks' workspace went past
-// malloc's mmap threshold and every call faulted in and zeroed ~50 MB of fresh pages; Zen 5, 2
-// threads, n = 4096: 25% faster). ISAs without a kernel of their own (none today) would fall back to
-// the scalar one. NC and MC never change the results (only KC does).
+// Blocking per ISA (for a 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half of L1, the B
+// panel KC x NC streams; a wide NC means fewer repacks of A). On x86 NC is 1024: the packed B panel
+// of a task is then 1-2 MB, so the workspace of 8 tasks stays below malloc's mmap threshold (at
+// NC = 4096, 6-8 MB a panel, every call would fault in and zero ~50 MB of fresh pages). ISAs without
+// a kernel of their own (none today) would fall back to the scalar one. NC and MC never change the results (only KC does).
 static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t* nc,
                              int mr_, int nr_, int64_t kc_, int64_t nc_) {
     *mr = mr_; *nr = nr_; *kc = kc_; *mc = (int64_t)mr_ * 8; *nc = nc_;
@@ -7583,7 +7577,7 @@ QUAROT__PRIVATE void quarot__qg_full_ref(int bits, const uint8_t* w, const int8_
 // Four output rows at once (prefill and decode): each unpacked weight register serves every token,
 // each activation load serves four rows, and 4 x NT independent accumulator chains keep both
 // dot-product pipes busy (a per-row kernel, as AVX2 and NEON run, has two chained products per
-// accumulator and a horizontal sum per row and token: about half the speed at prefill). Rows past the
+// accumulator and a horizontal sum per row and token). Rows past the
 // matrix's end are passed as copies of a valid row.
 #define QUAROT__QG4_W(r)                                                                           \
     { __m512i v_ = _mm512_loadu_si512((const void*)(w##r + ob));                                    \
@@ -10756,11 +10750,10 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 //     X <- X * (a I + b G + c G^2),  G = X^T X
 // with the minimax odd quintic p(x) = a x + b x^3 + c x^5 for [l, 1] (Remez, below) maps them into
 // [p(l), 1 + E], divided by 1 + E: small ones grow by up to 4.26x per step for 2 GEMM-equivalents
-// (the scaled cubic of Chen & Chow, used before: 2.6x for 1.5), and near 1 the error is cubed instead
-// of squared: at b = 2048, M = 2048 (bench_adapt) 7.3 iterations per step instead of 11.7 (perf, one
-// thread: ~60% of the time in the SGEMM kernel, 7% in the deflation's DGEMM, 7% in the symmetric
-// passes, 10% packing and copies). (A warm start from the previous step's factor does not help here: every polynomial
-// iteration acts on the singular values only, which an orthogonal factor leaves unchanged.)
+// (the scaled cubic of Chen & Chow: 2.6x for 1.5), and near 1 the error is cubed instead of squared:
+// at b = 2048, M = 2048 (bench_adapt) 7.3 iterations per step instead of the cubic's 11.7, most of the
+// time in the SGEMM kernel. (A warm start from the previous step's factor does not help here: every
+// polynomial iteration acts on the singular values only, which an orthogonal factor leaves unchanged.)
 // sigma_max is estimated (subspace or power iteration) and bounded for certain by ||G^2||_F^(1/4) of
 // the first G (folded into the first step's coefficients); each step divides by 1 + 1e-3 for safety
 // (a value above 1 would be amplified by the steep quintic). Near convergence (l >= 0.99) the fixed
@@ -11197,7 +11190,7 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 // (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to cond 1e2, 2.3e-4 at 1e4 and
 // 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves the reference by 2e-5.
 // Those directions carry the least activation energy: stage 1's losses agree with the Newton-Schulz
-// path's within 5.4e-4 relative at b = 1024 and 4.1e-4 at 2048, best losses within 2.8e-4 (README).
+// path's within 5.4e-4 relative at b = 1024 and 4.1e-4 at 2048, best losses within 2.8e-4.
 // After the first step cond(X) <= ~sqrt(kappa).
 
 #define QUAROT__SINV_NB 128                  // panel width of the blocked Gauss-Jordan inverse
@@ -11233,10 +11226,9 @@ static size_t quarot__sinv_floats(int64_t n) {
 // thread, and so do step 1's small SGEMMs (each parallel call costs a synchronization). With threads,
 // step 1 of the next panel looks ahead: once (3) has updated that panel's columns, its LU runs as one
 // task beside the tasks that update the other columns (its row exchanges of a are applied after
-// them, in the same order), so the serial LU (~n^2 nb / 4 per panel, 0.2 s of a 1.4 s inverse at
-// n = 4096 on 2 threads) no longer idles the other threads; with the built-in SGEMM that task also
-// does the next panel's steps (2) and (3a) (quarot__sinv_next_e), which leaves ~0.04 s of the 0.82 s
-// serial (it was ~0.1 s). It moves work, not arithmetic: nothing is a split sum, so the result is
+// them, in the same order), so the serial LU (~n^2 nb / 4 per panel) does not idle the other
+// threads; with the built-in SGEMM that task also does the next panel's steps (2) and (3a)
+// (quarot__sinv_next_e), which leaves little of the inverse serial. It moves work, not arithmetic: nothing is a split sum, so the result is
 // the same bits for any thread count, look-ahead or not. An exactly
 // zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
 // rounding gives a large, inaccurate inverse, as any float inversion (the Newton driver rejects a
@@ -11340,13 +11332,13 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int swap_a, int64_t k0
 // panel's columns of a; task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns:
 // nl chunks of [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
 // every element's update is the same chain as in one call over all columns: the same bits.
-// With the built-in SGEMM, E is packed once per panel (epk) and every update uses that packing: each
-// call packed all of E again (n x nb floats per chunk, 4% of the inverse's time on 2 threads), and the
-// chunks can be smaller (about 4 per thread) for the balance. Task 0 then also prepares the next
+// With the built-in SGEMM, E is packed once per panel (epk) and every update uses that packing (a call
+// per chunk would pack all of E again, n x nb floats), and the chunks can be smaller (about 4 per
+// thread) for the balance. Task 0 then also prepares the next
 // panel's steps (2) and (3a): its columns in the order its row exchanges will give (g), P^-1
 // of its pivot block, its E = g P^-1 (into pbn, whose LU factors are not needed once its pivots are
 // chosen) and E's packing (epkn): the same operations on the same values as the serial steps after
-// the exchanges, which took 7% of the inverse's time on one thread while the other waited.
+// the exchanges, where the other threads would wait for them.
 typedef struct quarot__sinv_job {
     int64_t n, k0, w, nb, cw, nl, k1, w1;
     float *a, *e, *wr, *pbn, *g, *pi, *epkn;
@@ -11425,7 +11417,7 @@ static void quarot__sinv_task(void* arg, int64_t t) {
 // After a look-ahead that prepared the next panel [k1, k1 + w1): its row exchanges of a, the copy of
 // its pivot rows into wr (the panel's columns zeroed there) and the zeroing of those rows of a, by
 // chunks of columns [t cw, t cw + cw), each chunk doing all the exchanges in their order (the same
-// moves as whole-row exchanges). It was serial: ~3 ms a panel at n = 4096.
+// moves as whole-row exchanges).
 typedef struct quarot__sinv_xjob {
     int64_t n, k1, w1, cw;
     float *a, *wr;
@@ -11571,9 +11563,8 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
 //         perm[r] of g: X^-1 = y with its columns permuted (column c is y's column perm[c]), so
 //         X^-T[r][c] = y[c][perm[r]] = g[perm[r]][c], a contiguous row
 //   op 2: part = sum x^2
-// (op 0 once gathered X^-1 = y[r][perm[c]] element by element and op 1 transposed it in tiles with
-// scalar moves, both summing through one accumulator: 58 ms per Newton step at n = 4096 on 2 Zen 4
-// threads, 20 ms now. Each element of the new X is the same expression of the same two floats as then.)
+// (Through g every pass reads and writes whole rows, where a gather of X^-1 = y[r][perm[c]] element
+// by element, or a transpose with scalar moves, would not; the arithmetic is the same either way.)
 typedef struct quarot__newton_job {
     int op;
     int64_t n;
@@ -11751,7 +11742,7 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
 // divided by 1 + E. For small l the slope a tends to 8.51: p(l)/(1 + E) ~ 4.26 l per step for two
 // symmetric half-GEMMs and one GEMM (2 GEMM-equivalents), against 2.6 l for the scaled cubic's
 // 1.5 GEMM-equivalents; near 1 the error goes down with the cube instead of the square. Computed
-// in double per step (about 1 microsecond). Returns 0 when the exchange fails (never seen; the
+// in double per step (a few 4 x 4 solves, nothing beside the step's products). Returns 0 when the exchange fails (never seen; the
 // caller then takes the scaled cubic).
 static int quarot__adapt_solve4(double m[4][5]) {
     int i, j, k;
@@ -12177,7 +12168,7 @@ static quarot_result quarot__adapt_dgram(int64_t n, const double* r, double* e, 
 // product and sum) adds at most about 2 (n + 2) 2^-53 (1 + rho)^2 per element: 4 (n + 2) 2^-53 covers
 // it while rho <= 1e-2. When that bound is within 1e-9 the step's result needs no X^T X to show it (the
 // measured max|R'^T R' - I| equals the bound's E^2 term: 7.3e-11 after one step at b = 4096 on the
-// bench's data, rho ~ 1e-5), so the check's DSYRK (a quarter of this function's time) is skipped.
+// bench's data, rho ~ 1e-5), so the check's DSYRK is skipped.
 static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t, const quarot_env* env) {
     int64_t i, j, nn = n * n;
     int it;
