@@ -1,4 +1,4 @@
-/* quarot.h v0.1.0 - rotate LLM weights so they quantize to 4 bits (QuaRot / SpinQuant / Adapt Rotation) in C99 - MIT licence at the end of this file
+/* quarot.h v0.1.0 - rotate LLM weights so they quantize to 4 bits (QuaRot, SpinQuant, Adapt Rotation); C99; MIT licence
 
 QUICK START (examples/quickstart.c is this, as a whole program)
     #define QUAROT_IMPLEMENTATION          // in exactly one .c file
@@ -445,7 +445,8 @@ typedef struct quarot_hadamard_plan {
     uint64_t* mix_pat;             // [2][K8 + 8][nw] or NULL (K = K/2 when mix_half is set)
     int8_t* mix_half;              // [K/2][K/2] A = H_K[2r][2c], the split Paley II mixing (step 3'), or NULL
     int mix_fixed;                 // 1..3: the mixing is one the AVX-512 / AVX2 register kernels know (28, and
-                                   // the split 76 and 148: >>transform_isa, quarot__mixr_*), checked term by term; 0 none
+                                   // the split 76 and 148: >>transform_isa, quarot__mixr_*), checked term by term; 0
+                                   // none
     quarot_hadamard_info info;
     quarot_env env;                // copy of the env used to allocate the arrays
 } quarot_hadamard_plan;
@@ -457,7 +458,8 @@ typedef struct quarot_hadamard_apply_desc {
                                    // the f32 entry point rejects signs_f64 without signs
     int unnormalized;              // 1: skip the 1/sqrt(n) scaling pass
     int transpose;                 // 1: x <- x * Q^T = (x * H^T) * D / sqrt(n) (the inverse of Q)
-    quarot_isa isa;                // f32: that ISA; f64: REF = the scalar spec, any other the f64 SIMD kernels (same bits)
+    quarot_isa isa;                // f32: that ISA; f64: REF = the scalar spec, any other the f64 SIMD kernels (same
+                                   // bits)
 } quarot_hadamard_apply_desc;
 
 // Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
@@ -492,8 +494,9 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 // copy of up to 32 columns between the first and the last pass; NULL runs every pass in x (the same
 // bits; slower for large n, each pass then strides over x's rows). cols == 0 is a no-op.
 QUAROT_API size_t        quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan* p);
-QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
-                                                        float* x, int64_t cols, int64_t ld, void* work, size_t work_size);
+QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p,
+                                                        const quarot_hadamard_apply_desc* d, float* x, int64_t cols,
+                                                        int64_t ld, void* work, size_t work_size);
 
 // >>transform_plan
 // (no declarations: the plan and the apply functions of >>transform are implemented here)
@@ -555,7 +558,8 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
 // receives the thin Q [m][n] (row stride ldq >= n). Blocked by 32 reflectors (compact WY); the block
 // updates use a private DGEMM without FMA and with a fixed k-blocking, so every number is the same
 // IEEE operation chain on every platform, ISA and thread split: the result is bit-identical everywhere.
-// Cost about 4*m*n^2 flops with Q; env's parallel hook splits the block updates. Workspace (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
+// Cost about 4*m*n^2 flops with Q; env's parallel hook splits the block updates. Workspace
+// (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
 QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
                                        double* q, int64_t ldq, const quarot_env* env);
 // Haar-distributed random orthogonal Q [n][n] from a seed: G[i][j] = quarot_rng_normal draws in
@@ -1072,14 +1076,19 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
 QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env);
 QUAROT_API void quarot_plan_free(quarot_plan* plan);
 // Builders for adapters (names are copied; QUAROT_ERR_INVALID_ARGUMENT when a name is too long).
-QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias);
-QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias);  // to the last fusion
-QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias);
-QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
-                                                  int embedding, int per_head, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight,
+                                                const char* norm_bias);
+// (to the last fusion)
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight,
+                                              const char* bias);
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation,
+                                                  quarot_side side, int embedding, int per_head, const char* weight,
+                                                  const char* bias);
 QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers);
 // Expand a template: "{i}" -> layer index. QUAROT_ERR_INVALID_ARGUMENT when the result is too long.
-QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer);
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix,
+                                            int64_t layer);
 
 // >>command
 // A rotate command: one tensor, one side, one rotation, applied exactly once. The rotation is applied
@@ -1151,9 +1160,11 @@ QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_e
 QUAROT_API void quarot_online_list_free(quarot_online_list* list);
 // Append a hook (builds / shares the Hadamard plan of size n; copies signs when not NULL).
 QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
-                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs);
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner,
+                                                const float* signs);
 // The hook for (layer, site), or NULL.
-QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site);
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer,
+                                                        quarot_online_site site);
 QUAROT_API const char* quarot_online_site_name(quarot_online_site site);   // "down_input", ...
 // Workspace bytes quarot_online_apply needs for this hook (any row count).
 QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook);
@@ -1175,7 +1186,8 @@ QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, flo
 // buf = NULL to size it. quarot_online_read parses text of `len` bytes into an empty list, validating
 // every field (QUAROT_ERR_PARSE with the line in err) and that embedded matrices equal quarot.h's.
 QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed);
-QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size);
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err,
+                                            size_t err_size);
 
 // >>processor
 typedef struct quarot_adapt_context quarot_adapt_context;   // see >>adapt
@@ -1254,15 +1266,18 @@ typedef struct quarot_processor {
     int64_t n_creates, cap_creates;
     int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
     int64_t next_layer;
-    int64_t rows_total, rows_next;             // quarot_processor_pre_run_rows: the vocabulary rows, the next window's first
-    int64_t fused_into_commands;               // weights whose norm scaling rode on their first command (desc.separate_fusions)
+    int64_t rows_total, rows_next;             // quarot_processor_pre_run_rows: the vocabulary rows, the next window's
+                                               // first
+    int64_t fused_into_commands;               // weights whose norm scaling rode on their first command
+                                               // (desc.separate_fusions)
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
 // the commands and validates every tensor (reading each layer once); nothing is modified before
 // pre_run, and p->creates then lists the tensors later steps will create. Each call checks it
 // comes in order (QUAROT_ERR_STATE).
-QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc);
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model,
+                                               const quarot_rotate_desc* desc);
 QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
 QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
 QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p);
@@ -1489,7 +1504,8 @@ QUAROT_API quarot_result quarot_adapt_context_rotation(const quarot_adapt_contex
 // len exactly, checksum, consistency of the loss history, NaN/Inf, R orthogonal to 1e-5, hadamard_block
 // as stage 2 will rebuild it) -> QUAROT_ERR_PARSE (or NONFINITE / INVALID_ARGUMENT for R) with the
 // reason in ctx->error; ctx is replaced only on success.
-QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap, size_t* needed);
+QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap,
+                                                    size_t* needed);
 QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, const void* buf, size_t len);
 
 // >>adapt_solve
@@ -1651,7 +1667,8 @@ QUAROT_API quarot_result quarot_act_quant_check(const quarot_act_quant_desc* act
 // Builds the plan from model->config (adapter by arch) and checks every option against every
 // linear's shape without touching weights: bits outside 2..8, a group size that divides no row of a
 // linear (named in qz->error), bad damping, act -> QUAROT_ERR_INVALID_ARGUMENT. d may be NULL (RTN).
-QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model, const quarot_quantize_desc* d);
+QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model,
+                                               const quarot_quantize_desc* d);
 QUAROT_API void          quarot_quantizer_free(quarot_quantizer* qz);
 // Start layer l (layers in any order, but sequential mode needs 0, 1, ...): acquires it from the model.
 QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int64_t layer);
@@ -1779,7 +1796,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
 #endif
 
 #if defined(__FAST_MATH__) && !defined(QUAROT_ALLOW_FAST_MATH)
-#error "quarot.h: -ffast-math breaks the bit-exact kernels and the platform-independent RNG; compile the implementation without it (or define QUAROT_ALLOW_FAST_MATH to accept that)"
+#error "quarot.h: -ffast-math breaks the bit-exact kernels and the platform-independent RNG; compile the \
+implementation without it (or define QUAROT_ALLOW_FAST_MATH to accept that)"
 #endif
 
 // No FMA contraction anywhere in the implementation: kernels must be bit-identical to _ref.
@@ -1909,7 +1927,8 @@ QUAROT_API uint64_t quarot_rng_u64(quarot_rng* rng) {
     uint64_t* s;
     if (!rng) return 0;
     s = rng->s;
-    if ((s[0] | s[1] | s[2] | s[3]) == 0) quarot_rng_seed(rng, 0);   // zero-init = seed 0 (xoshiro's all-zero state is a fixed point)
+    if ((s[0] | s[1] | s[2] | s[3]) == 0) quarot_rng_seed(rng, 0);   // zero-init = seed 0 (xoshiro's all-zero state is
+                                                                     // a fixed point)
     uint64_t result = quarot__rotl64(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
     s[2] ^= s[0];
@@ -2117,7 +2136,8 @@ static uint16_t quarot__f32_to_f16_1(float f) {
 static float quarot__f16_to_f32_1(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));   // NaN: quiet, as F16C / NEON
+    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));   // NaN: quiet
+                                                                                                   // as F16C / NEON
     if (e == 0) {
         if (m == 0) return quarot__bits_to_f32(sign);
         e = 113;                                                       // normalize the subnormal
@@ -2140,7 +2160,8 @@ static float quarot__bf16_to_f32_1(uint16_t h) { return quarot__bits_to_f32((uin
 // In >>convert: f64 -> f32 rounded to odd (so that rounding that on to f16/bf16 rounds x once), and
 // the row conversion every function below goes through (SIMD, bit-identical to the scalar code here).
 static float quarot__f64_to_f32_odd(double x);
-static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n, quarot_isa isa);
+static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n,
+                                quarot_isa isa);
 
 QUAROT_API uint16_t quarot_f64_to_f16_1(double x) { return quarot__f32_to_f16_1(quarot__f64_to_f32_odd(x)); }
 QUAROT_API uint16_t quarot_f64_to_bf16_1(double x) { return quarot__f32_to_bf16_1(quarot__f64_to_f32_odd(x)); }
@@ -2291,7 +2312,8 @@ static quarot_result quarot__check_finite_env(const quarot_tensor* t, int64_t* f
     if (res != QUAROT_OK) return res;
     rows = quarot_tensor_nrows(t);
     n_tasks = (rows + QUAROT__FINITE_ROWS - 1) / QUAROT__FINITE_ROWS;
-    if (!env || !env->parallel.run || env->parallel.n_threads <= 1 || n_tasks < 2) return quarot__check_finite_rows(t, 0, rows, first_bad);
+    if (!env || !env->parallel.run || env->parallel.n_threads <= 1 || n_tasks < 2)
+        return quarot__check_finite_rows(t, 0, rows, first_bad);
     job.t = t;
     job.first = (int64_t*)quarot_env_alloc(env, (size_t)n_tasks * sizeof(int64_t));
     if (!job.first) return quarot__check_finite_rows(t, 0, rows, first_bad);
@@ -2389,22 +2411,46 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 static void quarot__cvt_h2f_ref(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h; float f; memcpy(&h, p + 2 * i, 2); f = quarot__f16_to_f32_1(h); memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        uint16_t h;
+        float f;
+        memcpy(&h, p + 2 * i, 2);
+        f = quarot__f16_to_f32_1(h);
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_f2h_ref(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i;
-    for (i = 0; i < n; ++i) { float f; uint16_t h; memcpy(&f, (const char*)in + 4 * i, 4); h = quarot__f32_to_f16_1(f); memcpy(p + 2 * i, &h, 2); }
+    for (i = 0; i < n; ++i) {
+        float f;
+        uint16_t h;
+        memcpy(&f, (const char*)in + 4 * i, 4);
+        h = quarot__f32_to_f16_1(f);
+        memcpy(p + 2 * i, &h, 2);
+    }
 }
 static void quarot__cvt_b2f_ref(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h; float f; memcpy(&h, p + 2 * i, 2); f = quarot__bf16_to_f32_1(h); memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        uint16_t h;
+        float f;
+        memcpy(&h, p + 2 * i, 2);
+        f = quarot__bf16_to_f32_1(h);
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_f2b_ref(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i;
-    for (i = 0; i < n; ++i) { float f; uint16_t h; memcpy(&f, (const char*)in + 4 * i, 4); h = quarot__f32_to_bf16_1(f); memcpy(p + 2 * i, &h, 2); }
+    for (i = 0; i < n; ++i) {
+        float f;
+        uint16_t h;
+        memcpy(&f, (const char*)in + 4 * i, 4);
+        h = quarot__f32_to_bf16_1(f);
+        memcpy(p + 2 * i, &h, 2);
+    }
 }
 // f64 -> f32 rounded to odd: toward zero, then the last bit set when inexact. |x| > FLT_MAX gives
 // +-FLT_MAX (odd), Inf stays Inf, NaN becomes sign | 0x7fc00000.
@@ -2417,7 +2463,8 @@ static float quarot__f64_to_f32_odd(double x) {
     sign = (uint32_t)(b >> 63) << 31;
     if (x != x) return quarot__bits_to_f32(sign | 0x7fc00000u);
     if (x > 3.4028234663852886e38 || x < -3.4028234663852886e38)
-        return quarot__bits_to_f32(sign | ((b & 0x7fffffffffffffffull) == 0x7ff0000000000000ull ? 0x7f800000u : 0x7f7fffffu));
+        return quarot__bits_to_f32(sign | ((b & 0x7fffffffffffffffull) == 0x7ff0000000000000ull ? 0x7f800000u
+                                                                                                 : 0x7f7fffffu));
     f = (float)x;
     back = (double)f;
     if (back == x) return f;
@@ -2427,15 +2474,33 @@ static float quarot__f64_to_f32_odd(double x) {
 }
 static void quarot__cvt_d2o_ref(const double* in, float* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) { double d; float f; memcpy(&d, (const char*)in + 8 * i, 8); f = quarot__f64_to_f32_odd(d); memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        double d;
+        float f;
+        memcpy(&d, (const char*)in + 8 * i, 8);
+        f = quarot__f64_to_f32_odd(d);
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_d2f_ref(const double* in, float* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) { double d; float f; memcpy(&d, (const char*)in + 8 * i, 8); f = (float)d; memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        double d;
+        float f;
+        memcpy(&d, (const char*)in + 8 * i, 8);
+        f = (float)d;
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_f2d_ref(const float* in, double* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) { float f; double d; memcpy(&f, (const char*)in + 4 * i, 4); d = (double)f; memcpy((char*)out + 8 * i, &d, 8); }
+    for (i = 0; i < n; ++i) {
+        float f;
+        double d;
+        memcpy(&f, (const char*)in + 4 * i, 4);
+        d = (double)f;
+        memcpy((char*)out + 8 * i, &d, 8);
+    }
 }
 
 // The kernels of one ISA. d2o: f64 -> f32 rounded to odd (above); d2f / f2d: plain casts (RNE).
@@ -2455,13 +2520,15 @@ typedef struct quarot__cvt_fns {
 static void quarot__cvt_h2f_sse2(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(const void*)(p + 2 * i))));
+    for (; i + 4 <= n; i += 4)
+        _mm_storeu_ps(out + i, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(const void*)(p + 2 * i))));
     quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2h_sse2(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) _mm_storel_epi64((__m128i*)(void*)(p + 2 * i), _mm_cvtps_ph(_mm_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i + 4 <= n; i += 4)
+        _mm_storel_epi64((__m128i*)(void*)(p + 2 * i), _mm_cvtps_ph(_mm_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
     quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
 }
 #else
@@ -2494,14 +2561,15 @@ static void quarot__cvt_f2b_sse2(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i),
-                         _mm_packs_epi32(quarot__f2b4_sse2(_mm_loadu_ps(in + i)), quarot__f2b4_sse2(_mm_loadu_ps(in + i + 4))));
+        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i), _mm_packs_epi32(quarot__f2b4_sse2(_mm_loadu_ps(in + i)),
+                                                                       quarot__f2b4_sse2(_mm_loadu_ps(in + i + 4))));
     quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
 }
 static void quarot__cvt_d2f_sse2(const double* in, float* out, int64_t n) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
-        _mm_storeu_ps(out + i, _mm_movelh_ps(_mm_cvtpd_ps(_mm_loadu_pd(in + i)), _mm_cvtpd_ps(_mm_loadu_pd(in + i + 2))));
+        _mm_storeu_ps(out + i,
+                      _mm_movelh_ps(_mm_cvtpd_ps(_mm_loadu_pd(in + i)), _mm_cvtpd_ps(_mm_loadu_pd(in + i + 2))));
     quarot__cvt_d2f_ref(in + i, out + i, n - i);
 }
 static void quarot__cvt_f2d_sse2(const float* in, double* out, int64_t n) {
@@ -2521,13 +2589,16 @@ static void quarot__cvt_f2d_sse2(const float* in, double* out, int64_t n) {
 static void quarot__cvt_h2f_avx2(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + 2 * i))));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + 2 * i))));
     quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2h_avx2(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i*)(void*)(p + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
     quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
 }
 #else
@@ -2600,22 +2671,29 @@ static void quarot__cvt_d2o_avx2(const double* in, float* out, int64_t n) {
 static void quarot__cvt_h2f_avx512(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps((__mmask16)0xFFFF, _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))));
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps((__mmask16)0xFFFF,
+                                                        _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))));
     quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2h_avx512(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i), _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i),
+                            _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(in + i),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
 }
 static void quarot__cvt_b2f_avx512(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32((__mmask16)0xFFFF, 
-            _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF, _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))), 16)));
+        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+            (__mmask16)0xFFFF,
+            _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF,
+                                        _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))),
+            16)));
     quarot__cvt_b2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2b_avx512(const float* in, void* out, int64_t n) {
@@ -2625,21 +2703,25 @@ static void quarot__cvt_f2b_avx512(const float* in, void* out, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + i));
-        const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(_mm512_maskz_srli_epi32((__mmask16)0xFFFF, x, 16), one));
+        const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias),
+                                           _mm512_and_si512(_mm512_maskz_srli_epi32((__mmask16)0xFFFF, x, 16), one));
         const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, absm), inf);
-        const __m512i y = _mm512_maskz_srli_epi32((__mmask16)0xFFFF, _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(x, qb)), 16);
+        const __m512i y = _mm512_maskz_srli_epi32((__mmask16)0xFFFF,
+                                                  _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(x, qb)), 16);
         _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i), _mm512_maskz_cvtepi32_epi16((__mmask16)0xFFFF, y));
     }
     quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
 }
 static void quarot__cvt_d2f_avx512(const double* in, float* out, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm512_maskz_cvtpd_ps((__mmask8)0xFF, _mm512_loadu_pd(in + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm512_maskz_cvtpd_ps((__mmask8)0xFF, _mm512_loadu_pd(in + i)));
     quarot__cvt_d2f_ref(in + i, out + i, n - i);
 }
 static void quarot__cvt_f2d_avx512(const float* in, double* out, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm512_storeu_pd(out + i, _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(in + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm512_storeu_pd(out + i, _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(in + i)));
     quarot__cvt_f2d_ref(in + i, out + i, n - i);
 }
 // Round to odd with the embedded round-toward-zero conversion (|x| > FLT_MAX -> FLT_MAX).
@@ -2650,11 +2732,14 @@ static void quarot__cvt_d2o_avx512(const double* in, float* out, int64_t n) {
         const __m512d x0 = _mm512_loadu_pd(in + i), x1 = _mm512_loadu_pd(in + i + 8);
         const __m256 f0 = _mm512_maskz_cvt_roundpd_ps((__mmask8)0xFF, x0, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
         const __m256 f1 = _mm512_maskz_cvt_roundpd_ps((__mmask8)0xFF, x1, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        const __mmask16 inex = (__mmask16)(_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f0), x0, _CMP_NEQ_OQ) |
-                                           (_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f1), x1, _CMP_NEQ_OQ) << 8));
+        const __mmask16 inex =
+            (__mmask16)(_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f0), x0, _CMP_NEQ_OQ) |
+                        (_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f1), x1, _CMP_NEQ_OQ) << 8));
         const __mmask16 nan = (__mmask16)(_mm512_cmp_pd_mask(x0, x0, _CMP_UNORD_Q) |
                                           (_mm512_cmp_pd_mask(x1, x1, _CMP_UNORD_Q) << 8));
-        __m512i u = _mm512_castpd_si512(_mm512_maskz_insertf64x4((__mmask8)0xFF, _mm512_castpd256_pd512(_mm256_castps_pd(f0)), _mm256_castps_pd(f1), 1));
+        __m512i u = _mm512_castpd_si512(_mm512_maskz_insertf64x4((__mmask8)0xFF,
+                                                                 _mm512_castpd256_pd512(_mm256_castps_pd(f0)),
+                                                                 _mm256_castps_pd(f1), 1));
         u = _mm512_mask_or_epi32(u, inex, u, one);
         u = _mm512_mask_or_epi32(u, nan, _mm512_and_si512(u, sgn), qnan);
         _mm512_storeu_si512((void*)(out + i), u);
@@ -2761,7 +2846,8 @@ static quarot__cvt_fns quarot__cvt_select(quarot_isa isa) {
 // The conversion behind quarot_convert and the tensor row functions: dtypes valid (DEFAULT = F32),
 // isa resolved. Pairs without a direct kernel go through f32 in chunks on the stack.
 #define QUAROT__CVT_CHUNK 512
-static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n, quarot_isa isa) {
+static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n,
+                                quarot_isa isa) {
     const quarot__cvt_fns f = quarot__cvt_select(isa);
     float buf[QUAROT__CVT_CHUNK];
     int64_t i, c;
@@ -3791,7 +3877,8 @@ static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
 // The f64 row and mixing kernels (the _ref functions below for QUAROT_ISA_REF or without SIMD).
 static void quarot__f64_select(quarot_isa isa,
-                               void (**row)(double*, int, const double*, const float*, const double*, const float*, const double*),
+                               void (**row)(double*, int, const double*, const float*, const double*, const float*,
+                                            const double*),
                                void (**mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int,
                                             const double*, const float*, const double*));
 
@@ -3987,7 +4074,8 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
     int L = quarot__log2_exact(n);
     int64_t i;
     void (*row)(double*, int, const double*, const float*, const double*, const float*, const double*);
-    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*, const double*);
+    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*,
+                const double*);
     if (r != QUAROT_OK) return r;
     if (L < 0) return QUAROT_ERR_INVALID_ARGUMENT;
     quarot__f64_select(QUAROT_ISA_DEFAULT, &row, &mix);
@@ -4284,7 +4372,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     void* w;
     int64_t i, k, M;
     void (*row)(double*, int, const double*, const float*, const double*, const float*, const double*);
-    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*, const double*);
+    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*,
+                const double*);
     memset(&dd, 0, sizeof dd);
     if (d) dd = *d;
     r = quarot__apply_check(p, x, rows, stride, sizeof(double), work, work_size, &w);
@@ -4329,8 +4418,9 @@ QUAROT_API size_t quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan
     return ((size_t)p->n * (QUAROT__WHTC_COLS + 8) + 16) * sizeof(float) + 64;
 }
 
-QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
-                                                        float* x, int64_t cols, int64_t ld, void* work, size_t work_size) {
+QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p,
+                                                        const quarot_hadamard_apply_desc* d, float* x, int64_t cols,
+                                                        int64_t ld, void* work, size_t work_size) {
     quarot_hadamard_apply_desc dd;
     quarot__whtc_fn fn;
     quarot_result r;
@@ -4516,7 +4606,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
 #define QUAROT__MA_STORE1(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0; QUAROT__MA_OUT(o, a##r##_0) }
 // Case M < W: b##t accumulates outputs i0 + t*W .. +W-1 at column j; c##t points at their
 // coefficients in the panel layout ([panel][k][16], 16 consecutive outputs per k).
-#define QUAROT__MB_DECL(t) QUAROT__V b##t; const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
+#define QUAROT__MB_DECL(t) QUAROT__V b##t;                                                          \
+    const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
 #define QUAROT__MB_INIT(t) b##t = QUAROT__VMUL(QUAROT__VLD(c##t), zb);
 #define QUAROT__MB_STEP(t) b##t = QUAROT__VADD(b##t, QUAROT__VMUL(QUAROT__VLD(c##t + k * 16), zb));
 #define QUAROT__MB_STORE(t) { int64_t l_; QUAROT__VST(buf, b##t);                               \
@@ -5259,7 +5350,8 @@ static void quarot__mix_f64_simd(const double* z, double* y, int64_t K, int64_t 
 
 // The f64 kernels for an ISA: QUAROT_ISA_REF (and builds without SIMD) get the specification.
 static void quarot__f64_select(quarot_isa isa,
-                               void (**row)(double*, int, const double*, const float*, const double*, const float*, const double*),
+                               void (**row)(double*, int, const double*, const float*, const double*, const float*,
+                                            const double*),
                                void (**mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int,
                                             const double*, const float*, const double*)) {
     *row = quarot__wht_row_f64_ref;
@@ -5523,7 +5615,8 @@ QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t 
                                               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                                               float beta, float* c, int64_t ldc, const quarot_env* env,
                                               quarot_isa isa) {
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc,
+                                         sizeof(float));
     if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
     if (r != QUAROT_OK) return r;
     return quarot__gemm_s(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
@@ -5533,7 +5626,8 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
                                               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                               double beta, double* c, int64_t ldc, const quarot_env* env,
                                               quarot_isa isa) {
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc,
+                                         sizeof(double));
     if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
     if (r != QUAROT_OK) return r;
     return quarot__gemm_d(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
@@ -5550,7 +5644,8 @@ QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64
                                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                                       float beta, float* c, int64_t ldc, const quarot_env* env) {
 #if defined(QUAROT_USE_CBLAS)
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc,
+                                         sizeof(float));
     if (r != QUAROT_OK) return r;
     if (m == 0 || n == 0) return QUAROT_OK;
     if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
@@ -5559,14 +5654,16 @@ QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64
         return QUAROT_OK;
     }
 #endif
-    return quarot_sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+    return quarot_sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env,
+                                QUAROT_ISA_DEFAULT);
 }
 
 QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                       double beta, double* c, int64_t ldc, const quarot_env* env) {
 #if defined(QUAROT_USE_CBLAS)
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc,
+                                         sizeof(double));
     if (r != QUAROT_OK) return r;
     if (m == 0 || n == 0) return QUAROT_OK;
     if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
@@ -5575,7 +5672,8 @@ QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64
         return QUAROT_OK;
     }
 #endif
-    return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+    return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env,
+                                QUAROT_ISA_DEFAULT);
 }
 
 // >>gemm_kernels
@@ -5852,7 +5950,8 @@ static void quarot__sgemm_kernel_neon(int64_t kc, const float* QUAROT__RESTRICT 
     c##i##b = QUAROT__NDMA(c##i##b, b1, av, l);                                                        \
     c##i##c = QUAROT__NDMA(c##i##c, b2, av, l);                                                        \
     c##i##d = QUAROT__NDMA(c##i##d, b3, av, l);
-#define QUAROT__ND_DECL(i) float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
+#define QUAROT__ND_DECL(i)                                                                             \
+    float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
 #define QUAROT__ND_ST1(cr, x, o)                                                                       \
     x = vmulq_f64(va, x); if (!bz) x = vaddq_f64(x, vmulq_f64(vb, vld1q_f64(cr + o))); vst1q_f64(cr + o, x);
 #define QUAROT__ND_ST(i)                                                                               \
@@ -5888,7 +5987,8 @@ QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon_exact)
 // panel KC x NC streams; a wide NC means fewer repacks of A). On x86 NC is 1024: the packed B panel
 // of a task is then 1-2 MB, so the workspace of 8 tasks stays below malloc's mmap threshold (at
 // NC = 4096, 6-8 MB a panel, every call would fault in and zero ~50 MB of fresh pages). ISAs without
-// a kernel of their own (none today) would fall back to the scalar one. NC and MC never change the results (only KC does).
+// a kernel of their own (none today) would fall back to the scalar one. NC and MC never change the
+// results (only KC does).
 static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t* nc,
                              int mr_, int nr_, int64_t kc_, int64_t nc_) {
     *mr = mr_; *nr = nr_; *kc = kc_; *mc = (int64_t)mr_ * 8; *nc = nc_;
@@ -6388,7 +6488,8 @@ static __m128i quarot__qrne2_sse2(__m128d r) {
     const __m128d half = _mm_set1_pd(0.5);
     __m128i t = _mm_cvttpd_epi32(r), f, gt, eq, odd;
     __m128d fd, h;
-    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))), _MM_SHUFFLE(3, 3, 2, 0)));
+    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))),
+                                           _MM_SHUFFLE(3, 3, 2, 0)));
     fd = _mm_cvtepi32_pd(f);
     h = _mm_add_pd(fd, half);
     gt = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpgt_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
@@ -6704,7 +6805,8 @@ static void quarot__gptq_hess8_f64_ref(double* h, const float* const* x, const d
 static void quarot__gptq_axpy_f64_sse2(double* y, const double* p, double c, int64_t n) {
     const __m128d cv = _mm_set1_pd(c);
     int64_t j = 0;
-    for (; j + 2 <= n; j += 2) _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
+    for (; j + 2 <= n; j += 2)
+        _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
     quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
 }
 static void quarot__gptq_axpy4_f64_sse2(double* y, const double* const* p, const double* c, int64_t n) {
@@ -6727,9 +6829,11 @@ static void quarot__gptq_hess8_f64_sse2(double* h, const float* const* x, const 
     int64_t j = 0;
     int r;
     for (; j + 2 <= n; j += 2) {
-        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
+        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(
+                                                      _mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
         for (r = 1; r < 8; ++r)
-            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
+            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(
+                                  _mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
         _mm_storeu_pd(h + j, _mm_add_pd(_mm_loadu_pd(h + j), s));
     }
     for (r = 0; r < 8; ++r) q[r] = x[r] + j;
@@ -6746,7 +6850,8 @@ static void quarot__gptq_axpy_f64_avx2(double* y, const double* p, double c, int
     quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
 }
 static void quarot__gptq_axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
-    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]), c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
+    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]);
+    const __m256d c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
     const double* q[4];
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -7091,8 +7196,8 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
                 quarot__gptq_hessk_f64(isa, h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
                                        in - i0 - nr);
                 for (i = 0; i < nr; ++i)
-                    quarot__gptq_hessk_f64(isa, h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS, QUAROT__HK_KS,
-                                           xs + i0 + i, stride, rs, nr - i);
+                    quarot__gptq_hessk_f64(isa, h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS,
+                                           QUAROT__HK_KS, xs + i0 + i, stride, rs, nr - i);
             }
         }
     } else
@@ -7244,7 +7349,8 @@ static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, dou
                 d[(j - b0) * QUAROT__GPTQ_NB + (i - b0)] = a[i * n + j];
             }
             for (i = b0; i < j; ++i)
-                quarot__gptq_axpy_f64(isa, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
+                quarot__gptq_axpy_f64(isa, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j],
+                                      j - i);
         }
         if (b0 == 0) break;
         jb.b0 = b0; jb.b1 = b1;
@@ -7456,7 +7562,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     n_threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
     jb.n_tasks = n_threads < jb.n_tiles ? n_threads : jb.n_tiles;
     jb.scratch_bytes = sb = (quarot__gptq_scratch_bytes(in, jb.block, jb.groups) + 63) / 64 * 64;
-    fixed_bytes = nn + (size_t)in * (sizeof(int64_t) + sizeof(quarot__gptq_key) + 1) + (size_t)jb.n_tiles * sizeof(double);
+    fixed_bytes = nn + (size_t)in * (sizeof(int64_t) + sizeof(quarot__gptq_key) + 1) +
+                  (size_t)jb.n_tiles * sizeof(double);
     fixed_bytes = (fixed_bytes + 63) / 64 * 64;
     if ((size_t)jb.n_tasks > (SIZE_MAX - fixed_bytes) / sb) return QUAROT_ERR_OVERFLOW;
     all = fixed_bytes + (size_t)jb.n_tasks * sb;
@@ -7564,7 +7671,8 @@ QUAROT__PRIVATE void quarot__qg_full_ref(int bits, const uint8_t* w, const int8_
 #if defined(__AVX512VNNI__)
   #define QUAROT__DP512(a, u, s) _mm512_dpbusd_epi32((a), (u), (s))
 #else
-  #define QUAROT__DP512(a, u, s) _mm512_add_epi32((a), _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1)))
+  #define QUAROT__DP512(a, u, s) \
+    _mm512_add_epi32((a), _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1)))
 #endif
 // A loaded vector used several times stays in its register: without this, gcc folds the load into
 // every use (one 64-byte load per dot product instead of one per four), and the loads, not the dot
@@ -7620,25 +7728,35 @@ QUAROT__PRIVATE __m512i quarot__qg_dp8w_avx512(__m512i a, __m512i u, __m512i s) 
 #define QUAROT__QG_ALL16 ((__mmask16)0xFFFF)
 #define QUAROT__QG_ALL8 ((__mmask8)0xFF)
 QUAROT__PRIVATE __m512i quarot__qg_rows4_avx512(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
-    __m512i p = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r0, r1), _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r0, r1));
-    __m512i q = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r2, r3), _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r2, r3));
-    return _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(QUAROT__QG_ALL8, p, q), _mm512_maskz_unpackhi_epi64(QUAROT__QG_ALL8, p, q));   // [r0 r1 r2 r3] x 4 chunks
+    __m512i p = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r0, r1),
+                                 _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r0, r1));
+    __m512i q = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r2, r3),
+                                 _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r2, r3));
+    // [r0 r1 r2 r3] x 4 chunks
+    return _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(QUAROT__QG_ALL8, p, q),
+                            _mm512_maskz_unpackhi_epi64(QUAROT__QG_ALL8, p, q));
 }
 // A whole-row group (one scale per row, no tail) can finish in registers: the same float operations
 // per (t, o) as the task's scalar code (u = sum - offset * xsum as int32, f = 0 + float(u) * w_scale,
 // y = f * x_scale), so the results are the same bits; ep == NULL adds the sums to acc instead.
 QUAROT__PRIVATE void quarot__qg_store16_avx512(__m512i s0, __m512i s1, __m512i s2, __m512i s3, int nt,
                                                uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
-    __m512i w01 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0xdd));
-    __m512i w23 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0xdd));
-    __m512i v = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0xdd));
+    __m512i w01 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0x88),
+                                   _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0xdd));
+    __m512i w23 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0x88),
+                                   _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0xdd));
+    __m512i v = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0x88),
+                                 _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0xdd));
     int r, t;
     if (ep) {
         const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-        __m512i off = _mm512_maskz_permutexvar_epi32(QUAROT__QG_ALL16, spread, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(const void*)ep->offx)));
+        __m512i off = _mm512_maskz_permutexvar_epi32(
+            QUAROT__QG_ALL16, spread, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(const void*)ep->offx)));
         __m512 xs = _mm512_maskz_permutexvar_ps(QUAROT__QG_ALL16, spread, _mm512_castps128_ps512(_mm_loadu_ps(ep->xs)));
         __m512 ws = _mm512_maskz_broadcast_f32x4(QUAROT__QG_ALL16, _mm_loadu_ps(ep->ws));
-        __m512 f = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(QUAROT__QG_ALL16, _mm512_sub_epi32(v, off)), ws));
+        __m512 f = _mm512_add_ps(_mm512_setzero_ps(),
+                                 _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(QUAROT__QG_ALL16, _mm512_sub_epi32(v, off)),
+                                               ws));
         __m512 y = _mm512_mul_ps(f, xs);
         if (ep->nr == 4) {
             _mm_storeu_ps(ep->y[0], _mm512_maskz_extractf32x4_ps((__mmask8)0xF, y, 0));
@@ -7711,14 +7829,17 @@ QUAROT__PRIVATE void quarot__qg_tile_avx512(int bits, const uint8_t* const* w, c
 #elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
   #define QUAROT__DP256(a, u, s) _mm256_dpbusd_epi32((a), (u), (s))
 #else
-  #define QUAROT__DP256(a, u, s) _mm256_add_epi32((a), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+  #define QUAROT__DP256(a, u, s) \
+    _mm256_add_epi32((a), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 #endif
 QUAROT__PRIVATE __m256i quarot__qg_dp8_avx2(__m256i a, __m256i u, __m256i s) {
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
     return QUAROT__DP256(a, u, s);
 #else
-    __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u)), u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
-    __m256i s0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(s)), s1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(s, 1));
+    __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u));
+    __m256i u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
+    __m256i s0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(s));
+    __m256i s1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(s, 1));
     a = _mm256_add_epi32(a, _mm256_madd_epi16(u0, s0));
     return _mm256_add_epi32(a, _mm256_madd_epi16(u1, s1));
 #endif
@@ -7949,7 +8070,8 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
     const quarot_qmat* w = jb->w;
     int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, o, t0, g;
     int64_t o0 = task * QUAROT__QG_ROWS, o1 = o0 + QUAROT__QG_ROWS;
-    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols, w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
+    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols,
+                                      w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
     int64_t blk = w->bits == 4 ? 128 : 64, nblk = G / blk, tail = G - nblk * blk;
     uint32_t off = w->bits == 4 ? 8u : 128u;
     int whole = ng == 1 && tail == 0 && jb->tile != NULL;   // one scale per row, whole blocks: finished in the kernel
@@ -7996,8 +8118,10 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
                     for (t = 0; t < nt; ++t) {
                         uint32_t u, a_t = acc[r][t];
                         int32_t a;
-                        if (tail) a_t += w->bits == 4 ? quarot__qg_block4_ref(wg[r] + nblk * 64, xg[t] + nblk * 128, tail)
-                                                      : quarot__qg_bytes8_ref(wg[r] + nblk * 64, xg[t] + nblk * 64, tail);
+                        if (tail)
+                            a_t += w->bits == 4 ? quarot__qg_block4_ref(wg[r] + nblk * 64, xg[t] + nblk * 128, tail)
+                                                      : quarot__qg_bytes8_ref(wg[r] + nblk * 64, xg[t] + nblk * 64,
+                                                                              tail);
                         // two's complement wrap back to int32 (exact: the true value is in range)
                         u = a_t - off * (uint32_t)jb->xsum[(t0 + t) * ng + g];
                         a = u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(0xffffffffu - u) - 1;
@@ -8079,7 +8203,8 @@ static quarot_result quarot__rotation_set_dense(quarot_rotation* r, const double
     size_t count, bytes;
     int64_t i;
     quarot_result res;
-    if (!quarot__mul_size((size_t)r->block, (size_t)r->block, &count) || !quarot__mul_size(count, sizeof(double), &bytes))
+    if (!quarot__mul_size((size_t)r->block, (size_t)r->block,
+                          &count) || !quarot__mul_size(count, sizeof(double), &bytes))
         return QUAROT_ERR_OVERFLOW;
     r->dense = (double*)quarot_env_alloc(&r->env, bytes);
     r->dense32 = (float*)quarot_env_alloc(&r->env, count * sizeof(float));
@@ -8113,10 +8238,14 @@ static double quarot__orth_error_gemm(const double* m, int64_t n, const quarot_e
     double* g;
     double worst = 0.0;
     int64_t i, j;
-    if (!quarot__mul_size((size_t)n, (size_t)n, &count) || !quarot__mul_size(count, sizeof(double), &count)) return -1.0;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &count) || !quarot__mul_size(count, sizeof(double), &count))
+        return -1.0;
     g = (double*)quarot_env_alloc(env, count);
     if (!g) return -1.0;
-    if (quarot_dgemm(1, 0, n, n, n, 1.0, m, n, m, n, 0.0, g, n, env) != QUAROT_OK) { quarot_env_free(env, g); return -1.0; }
+    if (quarot_dgemm(1, 0, n, n, n, 1.0, m, n, m, n, 0.0, g, n, env) != QUAROT_OK) {
+        quarot_env_free(env, g);
+        return -1.0;
+    }
     for (i = 0; i < n; ++i)
         for (j = 0; j < n; ++j) {
             double e = g[i * n + j] - (i == j ? 1.0 : 0.0);
@@ -8171,8 +8300,8 @@ static quarot_result quarot__rotation_init_adapt(quarot_rotation* r, const quaro
 
 // ADAPT: x <- (x*Had)*R, or x*R^T*Had^T when transposed. R is applied per block through SGEMM/DGEMM
 // in chunks of rows (as the dense kinds); the Hadamard pass through the fast transform.
-static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void* x, int is64, int64_t rows, int64_t stride,
-                                                  int transpose, void* work, size_t work_size) {
+static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void* x, int is64, int64_t rows,
+                                                  int64_t stride, int transpose, void* work, size_t work_size) {
     int64_t hb = r->plan.n, b = r->block, j, pass;
     size_t es = is64 ? sizeof(double) : sizeof(float);
     quarot_result res = QUAROT_OK;
@@ -8184,7 +8313,8 @@ static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void
                 memset(&hd, 0, sizeof hd);
                 hd.transpose = transpose;
                 if (r->signs) { hd.signs = r->signs + j * hb; hd.signs_f64 = r->signs64 + j * hb; }
-                if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * hb, rows, stride, work, work_size);
+                if (is64)
+                    res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * hb, rows, stride, work, work_size);
                 else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * hb, rows, stride, work, work_size);
             }
         } else if (r->dense) {
@@ -8194,12 +8324,16 @@ static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void
                     int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK;
                     if (is64) {
                         double* xs = (double*)x + r0 * stride + j * b;
-                        res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
-                        for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                        res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b,
+                                           &r->env);
+                        for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                            memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
                     } else {
                         float* xs = (float*)x + r0 * stride + j * b;
-                        res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
-                        for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                        res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work,
+                                           b, &r->env);
+                        for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                            memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
                     }
                 }
             }
@@ -8208,7 +8342,8 @@ static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void
     return res;
 }
 
-QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env) {
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d,
+                                              const quarot_env* env) {
     quarot_rotation_kind kind;
     int64_t n, block;
     quarot_result res;
@@ -8347,8 +8482,11 @@ static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, i
             memset(&hd, 0, sizeof hd);
             hd.transpose = transpose;
             if (r->signs) { hd.signs = r->signs + j * r->block; hd.signs_f64 = r->signs64 + j * r->block; }
-            if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * r->block, rows, stride, work, work_size);
-            else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * r->block, rows, stride, work, work_size);
+            if (is64)
+                res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * r->block, rows, stride, work,
+                                                work_size);
+            else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * r->block, rows, stride, work,
+                                                 work_size);
         } else {
             // Y = X_j * B (or B^T), chunked; the product lands in work and is copied back.
             int64_t r0, b = r->block;
@@ -8356,12 +8494,16 @@ static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, i
                 int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK, i;
                 if (is64) {
                     double* xs = (double*)x + r0 * stride + j * b;
-                    res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
-                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                    res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b,
+                                       &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                        memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
                 } else {
                     float* xs = (float*)x + r0 * stride + j * b;
-                    res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
-                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                    res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b,
+                                       &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                        memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
                 }
             }
         }
@@ -8439,7 +8581,8 @@ static int quarot__copy_name(char* dst, const char* src) {
     return 1;
 }
 
-QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias) {
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight,
+                                                const char* norm_bias) {
     quarot_plan_fusion* f;
     if (!p || !norm_weight) return QUAROT_ERR_INVALID_ARGUMENT;
     f = (quarot_plan_fusion*)quarot__grow(&p->env, (void**)&p->fusions, &p->n_fusions, &p->cap_fusions, sizeof *f);
@@ -8466,7 +8609,8 @@ QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias) {
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight,
+                                              const char* bias) {
     quarot_plan_bake* b;
     if (!p || !weight) return QUAROT_ERR_INVALID_ARGUMENT;
     b = (quarot_plan_bake*)quarot__grow(&p->env, (void**)&p->bakes, &p->n_bakes, &p->cap_bakes, sizeof *b);
@@ -8480,13 +8624,15 @@ QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
-                                                  int embedding, int per_head, const char* weight, const char* bias) {
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation,
+                                                  quarot_side side, int embedding, int per_head, const char* weight,
+                                                  const char* bias) {
     quarot_plan_rotation* r;
     if (!p || !weight || (side != QUAROT_SIDE_INPUT && side != QUAROT_SIDE_OUTPUT) ||
         (rotation != QUAROT_ROT_R1 && rotation != QUAROT_ROT_R2))
         return QUAROT_ERR_INVALID_ARGUMENT;
-    r = (quarot_plan_rotation*)quarot__grow(&p->env, (void**)&p->rotations, &p->n_rotations, &p->cap_rotations, sizeof *r);
+    r = (quarot_plan_rotation*)quarot__grow(&p->env, (void**)&p->rotations, &p->n_rotations, &p->cap_rotations,
+                                            sizeof *r);
     if (!r) return QUAROT_ERR_OUT_OF_MEMORY;
     r->layer = layer;
     r->rotation = rotation;
@@ -8512,7 +8658,8 @@ QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer) {
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix,
+                                            int64_t layer) {
     size_t n = 0;
     const char* parts[3];
     int k;
@@ -8617,10 +8764,12 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
         if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
         if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
     }
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK) return r;
-    if (nm->pos_embed &&
-        (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed, "")) != QUAROT_OK) return r;
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK)
+        return r;
+    if (nm->pos_embed && (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed,
+                                                       "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK)
+        return r;
 
     for (i = 0; i < cfg->n_layers; ++i) {
         const char* readers_attn[3];
@@ -8647,26 +8796,32 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
         // R1: readers on the input side, writers (o_proj, down_proj) on the output side
         for (k = 0; k < 3; ++k) {
             if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
-            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK)
+                return r;
         }
         if ((r = quarot__linear_names(nm, nm->o_proj, i, w, b)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK)
+            return r;
         if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
         strcpy(plan->layers[i].o_proj, w);
         for (k = 0; k < n_mlp; ++k) {
             if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
-            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK)
+                return r;
         }
         strcpy(plan->layers[i].up_proj, w);
         if ((r = quarot__linear_names(nm, nm->down_proj, i, w, b)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK)
+            return r;
         if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
         strcpy(plan->layers[i].down_proj, w);
         // R2: v_proj output per KV head, o_proj input per head
         if ((r = quarot__linear_names(nm, nm->v_proj, i, w, b)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK)
+            return r;
         strcpy(plan->layers[i].v_proj, w);
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, plan->layers[i].o_proj, "")) != QUAROT_OK)
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, plan->layers[i].o_proj,
+                                          "")) != QUAROT_OK)
             return r;
     }
     return QUAROT_OK;
@@ -8733,8 +8888,8 @@ static char* quarot__row2d(const quarot_tensor* t, int64_t r) { return (char*)t-
 // through the column kernels on the tensor itself (quarot_hadamard_apply_cols_f32, buf as their
 // workspace); other columns are transposed into buf in blocks of QUAROT__CMD_TB rows (16 floats: one
 // cache line per buf row and block), rotated, put back.
-static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t first, int64_t count, float* buf, float* tmp,
-                                          float* span, void* work, size_t ws) {
+static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t first, int64_t count, float* buf,
+                                          float* tmp, float* span, void* work, size_t ws) {
     const quarot_tensor* t = job->t;
     int64_t L = job->L, i, c, i0, nb, k;
     quarot_result res;
@@ -8780,7 +8935,9 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
             continue;
         }
 #endif
-        for (k = 0; k < nb; ++k) memcpy(span + k * count, quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), (size_t)count * sizeof(float));
+        for (k = 0; k < nb; ++k)
+            memcpy(span + k * count, quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float),
+                   (size_t)count * sizeof(float));
         for (c = 0; c < count; ++c)
             for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
     }
@@ -8800,7 +8957,9 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
 #endif
             for (c = 0; c < count; ++c)
                 for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
-            for (k = 0; k < nb; ++k) memcpy(quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), span + k * count, (size_t)count * sizeof(float));
+            for (k = 0; k < nb; ++k)
+                memcpy(quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), span + k * count,
+                       (size_t)count * sizeof(float));
         }
     return res;
 }
@@ -8812,19 +8971,24 @@ static void quarot__cmd_task(void* arg, int64_t task) {
     int64_t first = task * job->chunk, count = n_lines - first < job->chunk ? n_lines - first : job->chunk, i, c;
     size_t ws = quarot_rotation_workspace_size(job->rot), es = quarot_dtype_size(t->dtype);
     double* buf = (double*)quarot_env_alloc(job->env, (size_t)(count * L) * sizeof(double));
-    double* tmp = job->c->inner > 1 ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double)) : NULL;
-    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)(count * QUAROT__CMD_TB) * sizeof(double)) : NULL;
+    double* tmp = job->c->inner > 1
+                      ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double))
+                      : NULL;
+    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env,
+                                                              (size_t)(count * QUAROT__CMD_TB) * sizeof(double)) : NULL;
     void* work = ws ? quarot_env_alloc(job->env, ws) : NULL;
     quarot_result res = QUAROT_OK;
     if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
         res = QUAROT_ERR_OUT_OF_MEMORY;
     } else if (job->f32) {   // float views of the same buffers (each at least as large in floats)
-        res = quarot__cmd_task_f32(job, first, count, (float*)(void*)buf, (float*)(void*)tmp, (float*)(void*)span, work, ws);
+        res = quarot__cmd_task_f32(job, first, count, (float*)(void*)buf, (float*)(void*)tmp, (float*)(void*)span, work,
+                                   ws);
     } else if (job->axis == 0) {
         for (i = 0; i < count; ++i) quarot__span_get_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
         res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
         if (res == QUAROT_OK)
-            for (i = 0; i < count; ++i) quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+            for (i = 0; i < count; ++i)
+                quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
     } else {
         // buf[c][r] = W[r][first + c]: the columns become rows of length L. The transpose goes
         // through span in blocks of QUAROT__CMD_TB rows, so each buf row gets whole cache lines
@@ -8833,7 +8997,8 @@ static void quarot__cmd_task(void* arg, int64_t task) {
         for (i0 = 0; i0 < L; i0 += nb) {
             nb = L - i0 < QUAROT__CMD_TB ? L - i0 : QUAROT__CMD_TB;
             for (k = 0; k < nb; ++k)
-                quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
+                quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count,
+                                     span + k * count);
             for (c = 0; c < count; ++c)
                 for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
         }
@@ -8844,7 +9009,8 @@ static void quarot__cmd_task(void* arg, int64_t task) {
                 for (c = 0; c < count; ++c)
                     for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
                 for (k = 0; k < nb; ++k)
-                    quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
+                    quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count,
+                                         span + k * count);
             }
     }
     quarot_env_free(job->env, buf);
@@ -8896,7 +9062,8 @@ QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const qua
     job.t = weight;
     job.env = env;
     job.L = quarot__command_axis(c, weight, &job.axis);
-    job.f32 = c->f32 && weight->dtype == QUAROT_DTYPE_F32 && (rot->kind == QUAROT_ROTATION_HADAMARD || rot->kind == QUAROT_ROTATION_IDENTITY);
+    job.f32 = c->f32 && weight->dtype == QUAROT_DTYPE_F32 &&
+              (rot->kind == QUAROT_ROTATION_HADAMARD || rot->kind == QUAROT_ROTATION_IDENTITY);
     n_lines = job.axis == 0 ? quarot_tensor_nrows(weight) : weight->ne[0];
     job.chunk = QUAROT__CMD_ROWS;
     n_tasks = (n_lines + job.chunk - 1) / job.chunk;
@@ -8907,7 +9074,8 @@ QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const qua
     quarot_env_free(env, job.results);
     if (res == QUAROT_OK && bias) {   // b <- b * Q (a writer's bias is a row vector on the output axis)
         double* bb = (double*)quarot_env_alloc(env, (size_t)job.L * sizeof(double));
-        double* tmp = c->inner > 1 ? (double*)quarot_env_alloc(env, (size_t)(rot->n * c->inner) * sizeof(double)) : NULL;
+        double* tmp = c->inner > 1 ? (double*)quarot_env_alloc(env,
+                                                               (size_t)(rot->n * c->inner) * sizeof(double)) : NULL;
         if (!bb || (c->inner > 1 && !tmp)) res = QUAROT_ERR_OUT_OF_MEMORY;
         else {
             quarot__span_get_f64(bias->dtype, (const char*)bias->data, job.L, bb);
@@ -8961,7 +9129,11 @@ static quarot_result quarot__online_plan(quarot_online_list* list, int64_t n, co
         if (list->plans[i]->n == n) { *out = list->plans[i]; return QUAROT_OK; }
     p = (quarot_hadamard_plan*)quarot_env_alloc(&list->env, sizeof *p);
     grown = (quarot_hadamard_plan**)quarot_env_alloc(&list->env, (size_t)(list->n_plans + 1) * sizeof *grown);
-    if (!p || !grown) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (!p || !grown) {
+        quarot_env_free(&list->env, p);
+        quarot_env_free(&list->env, grown);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
     res = quarot_hadamard_plan_init(p, n, &list->env);
     if (res != QUAROT_OK) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return res; }
     if (list->n_plans) memcpy(grown, list->plans, (size_t)list->n_plans * sizeof *grown);
@@ -8974,14 +9146,17 @@ static quarot_result quarot__online_plan(quarot_online_list* list, int64_t n, co
 }
 
 QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
-                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs) {
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner,
+                                                const float* signs) {
     quarot_online_hook* h;
     const quarot_hadamard_plan* plan;
     quarot_result res;
     int64_t i;
-    if (!list || layer < 0 || site <= QUAROT_SITE_NONE || site >= QUAROT_SITE_COUNT_) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!list || layer < 0 || site <= QUAROT_SITE_NONE || site >= QUAROT_SITE_COUNT_)
+        return QUAROT_ERR_INVALID_ARGUMENT;
     if (outer < 1 || n < 1 || inner < 1 || size < 1) return QUAROT_ERR_INVALID_ARGUMENT;
-    if (n > INT64_MAX / outer || n * outer > INT64_MAX / inner || outer * n * inner != size) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (n > INT64_MAX / outer || n * outer > INT64_MAX / inner || outer * n * inner != size)
+        return QUAROT_ERR_SHAPE_MISMATCH;
     if (signs)
         for (i = 0; i < n; ++i)
             if (signs[i] != 1.0f && signs[i] != -1.0f) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -9006,7 +9181,8 @@ QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_
     return QUAROT_OK;
 }
 
-QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site) {
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer,
+                                                        quarot_online_site site) {
     int64_t i;
     if (!list) return NULL;
     for (i = 0; i < list->count; ++i)
@@ -9166,7 +9342,8 @@ static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t lin
     return QUAROT_ERR_PARSE;
 }
 
-QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size) {
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err,
+                                            size_t err_size) {
     const char *p, *end;
     int64_t line = 0, declared = -1, i;
     int seen_end = 0;
@@ -9187,11 +9364,13 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
         if (seen_end) { res = quarot__parse_error(err, err_size, line, "text after 'end'"); break; }
         if (line == 1) {
             if (!quarot__lr_word(&lr, "quarot-online 1") || lr.p != lr.end)
-                res = quarot__parse_error(err, err_size, line, "expected 'quarot-online 1' (unknown format or version)");
+                res = quarot__parse_error(err, err_size, line,
+                                          "expected 'quarot-online 1' (unknown format or version)");
             continue;
         }
         if (line == 2) {
-            if (!quarot__lr_word(&lr, "hooks ") || !quarot__lr_int(&lr, &declared) || lr.p != lr.end || declared > (1 << 24))
+            if (!quarot__lr_word(&lr,
+                                 "hooks ") || !quarot__lr_int(&lr, &declared) || lr.p != lr.end || declared > (1 << 24))
                 res = quarot__parse_error(err, err_size, line, "expected 'hooks <count>'");
             continue;
         }
@@ -9201,7 +9380,8 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
             continue;
         }
         if (quarot__lr_word(&lr, "weights ")) {   // a digest the tool checks; nothing to build
-            if (lr.p == lr.end || lr.end - lr.p > 128) res = quarot__parse_error(err, err_size, line, "bad 'weights <digest>' line");
+            if (lr.p == lr.end || lr.end - lr.p > 128)
+                res = quarot__parse_error(err, err_size, line, "bad 'weights <digest>' line");
             continue;
         }
         if (quarot__lr_word(&lr, "hook ")) {
@@ -9209,11 +9389,21 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
             quarot_online_site site = QUAROT_SITE_NONE;
             int s;
             quarot_hadamard_info info;
-            if (list->count >= declared) { res = quarot__parse_error(err, err_size, line, "more hooks than declared"); break; }
-            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) { res = quarot__parse_error(err, err_size, line, "bad layer"); break; }
+            if (list->count >= declared) {
+                res = quarot__parse_error(err, err_size, line, "more hooks than declared");
+                break;
+            }
+            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) {
+                res = quarot__parse_error(err, err_size, line, "bad layer");
+                break;
+            }
             for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
                 quarot__lineread t = lr;
-                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) { site = (quarot_online_site)s; lr = t; break; }
+                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) {
+                    site = (quarot_online_site)s;
+                    lr = t;
+                    break;
+                }
             }
             if (site == QUAROT_SITE_NONE) { res = quarot__parse_error(err, err_size, line, "unknown site"); break; }
             if (!quarot__lr_word(&lr, "size=") || !quarot__lr_int(&lr, &size) || !quarot__lr_word(&lr, " outer=") ||
@@ -9230,15 +9420,18 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
                 break;
             }
             if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m) {
-                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction", (long long)n,
-                                          (long long)K, (long long)m);
+                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction",
+                                          (long long)n, (long long)K, (long long)m);
                 break;
             }
             if (lr.p < lr.end && *lr.p == '-' && lr.p + 1 == lr.end) {
                 res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
             } else {
                 int64_t digits = (n + 3) / 4;
-                if (lr.end - lr.p != digits) { res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits); break; }
+                if (lr.end - lr.p != digits) {
+                    res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits);
+                    break;
+                }
                 signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
                 if (!signs) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
                 for (i = 0; i < digits && res == QUAROT_OK; ++i) {
@@ -9247,14 +9440,16 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
                     if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
                     for (b = 0; b < 4; ++b) {
                         if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
-                        else if ((v >> b) & 1) res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
+                        else if ((v >> b) & 1)
+                            res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
                     }
                 }
                 if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
                 quarot_env_free(&list->env, signs);
                 signs = NULL;
             }
-            if (res != QUAROT_OK && (!err || !err[0])) quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+            if (res != QUAROT_OK && (!err || !err[0]))
+                quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
             continue;
         }
         if (quarot__lr_word(&lr, "hadamard ")) {
@@ -9270,10 +9465,14 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
                 const char* rl = p;
                 const char* rn = p < end ? (const char*)memchr(p, '\n', (size_t)(end - p)) : NULL;
                 ++line;
-                if (!rn || rn - rl != K) { res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K); break; }
+                if (!rn || rn - rl != K) {
+                    res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K);
+                    break;
+                }
                 for (c = 0; c < K; ++c)
                     if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
-                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction", (long long)K);
+                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction",
+                                                  (long long)K);
                         break;
                     }
                 p = rn + 1;
@@ -9287,7 +9486,8 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
     if (res == QUAROT_OK && line < 2) res = quarot__parse_error(err, err_size, line, "truncated header");
     if (res == QUAROT_OK && !seen_end) res = quarot__parse_error(err, err_size, line, "missing 'end' (truncated file)");
     if (res == QUAROT_OK && list->count != declared)
-        res = quarot__parse_error(err, err_size, line, "%lld hooks declared, %lld found", (long long)declared, (long long)list->count);
+        res = quarot__parse_error(err, err_size, line, "%lld hooks declared, %lld found", (long long)declared,
+                                  (long long)list->count);
     if (res != QUAROT_OK) {
         quarot_env free_env = list->env;
         quarot_online_list_free(list);
@@ -9321,7 +9521,8 @@ static quarot_result quarot__resolve_config(quarot_model* m, quarot_model_config
     }
     if (cfg->n_kv_heads == 0) cfg->n_kv_heads = cfg->n_heads;
     if (cfg->n_kv_heads < 0 || cfg->n_heads % cfg->n_kv_heads != 0) {
-        quarot__model_error(m, "config: n_kv_heads %lld does not divide n_heads %lld", (long long)cfg->n_kv_heads, (long long)cfg->n_heads);
+        quarot__model_error(m, "config: n_kv_heads %lld does not divide n_heads %lld", (long long)cfg->n_kv_heads,
+                            (long long)cfg->n_heads);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (cfg->head_dim == 0) {
@@ -9348,7 +9549,10 @@ static quarot_result quarot__get(quarot_processor* p, const char* name, quarot_t
     if (r == QUAROT_ERR_NOT_FOUND) { quarot__model_error(p->model, "tensor '%s' not found", name); return r; }
     if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': %s", name, quarot_result_string(r)); return r; }
     r = quarot_tensor_validate(t);
-    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': invalid view (%s)", name, quarot_result_string(r)); return r; }
+    if (r != QUAROT_OK) {
+        quarot__model_error(p->model, "tensor '%s': invalid view (%s)", name, quarot_result_string(r));
+        return r;
+    }
     return QUAROT_OK;
 }
 
@@ -9362,7 +9566,8 @@ static int quarot__exists(quarot_processor* p, const char* name) {
 static quarot_result quarot__expect_1d(quarot_processor* p, const char* name, const quarot_tensor* t, int64_t len) {
     if (t->ne[0] != len || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
         quarot__model_error(p->model, "tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected a vector of %lld", name,
-                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)len);
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                            (long long)len);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     return QUAROT_OK;
@@ -9380,12 +9585,14 @@ static quarot_result quarot__check_finite_named(quarot_processor* p, const char*
 static int quarot__rotation_of(const quarot_processor* p, quarot_rotation_id id) { return p->have_rot[id]; }
 
 // Record a tensor create_tensor will be asked for (once per name).
-static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims, int64_t ne0, int64_t ne1) {
+static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims,
+                                         int64_t ne0, int64_t ne1) {
     quarot_tensor_spec* t;
     int64_t i;
     for (i = 0; i < p->n_creates; ++i)
         if (strcmp(p->creates[i].name, name) == 0) return QUAROT_OK;
-    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates, sizeof *t);
+    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates,
+                                          sizeof *t);
     if (!t) return QUAROT_ERR_OUT_OF_MEMORY;
     if (!quarot__copy_name(t->name, name)) { p->n_creates--; return QUAROT_ERR_INVALID_ARGUMENT; }
     t->dtype = dt;
@@ -9436,7 +9643,9 @@ static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotatio
     int64_t b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
     quarot_result res;
     if (b <= 1) {
-        quarot__model_error(p->model, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what, (long long)n);
+        quarot__model_error(p->model,
+                            "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what,
+                            (long long)n);
         return QUAROT_ERR_UNSUPPORTED_SIZE;
     }
     memset(&d, 0, sizeof d);
@@ -9445,7 +9654,9 @@ static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotatio
     d.no_signs = 1;
     d.fallback = QUAROT_FALLBACK_ERROR;
     res = quarot_rotation_init(r, &d, &p->model->env);
-    if (res != QUAROT_OK) quarot__model_error(p->model, "online %s rotation of order %lld: %s", what, (long long)b, quarot_result_string(res));
+    if (res != QUAROT_OK)
+        quarot__model_error(p->model, "online %s rotation of order %lld: %s", what, (long long)b,
+                            quarot_result_string(res));
     return res;
 }
 
@@ -9453,7 +9664,8 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     quarot_rotation_desc d;
     quarot_result res;
     int64_t tp = p->desc.max_tp_size > 0 ? p->desc.max_tp_size : 1;
-    quarot_rotation_kind kind = p->desc.rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.rotation;
+    quarot_rotation_kind kind =
+        p->desc.rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.rotation;
     int k;
     for (k = 0; k < QUAROT_ROT_COUNT_; ++k) p->have_rot[k] = 0;
     memset(&d, 0, sizeof d);
@@ -9462,17 +9674,20 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     d.seed = p->desc.seed;
     d.fallback = p->desc.fallback;
     if (d.block_size && cfg->hidden % d.block_size != 0) {
-        quarot__model_error(p->model, "block_size %lld does not divide hidden %lld", (long long)d.block_size, (long long)cfg->hidden);
+        quarot__model_error(p->model, "block_size %lld does not divide hidden %lld", (long long)d.block_size,
+                            (long long)cfg->hidden);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (kind == QUAROT_ROTATION_ADAPT) {
         const quarot_adapt_context* ctx = p->desc.context;
         if (!ctx || !ctx->matrix) {
-            quarot__model_error(p->model, "Adapt Rotation stage 2 needs the adapted matrix from stage 1: run stage 1 (calibration) first and pass its context");
+            quarot__model_error(p->model, "Adapt Rotation stage 2 needs the adapted matrix from stage 1: run stage 1 "
+                                          "(calibration) first and pass its context");
             return QUAROT_ERR_STATE;
         }
         if (ctx->hidden != cfg->hidden || cfg->hidden % ctx->block != 0) {
-            quarot__model_error(p->model, "Adapt Rotation context is for hidden size %lld (block %lld), the model has %lld",
+            quarot__model_error(p->model,
+                                "Adapt Rotation context is for hidden size %lld (block %lld), the model has %lld",
                                 (long long)ctx->hidden, (long long)ctx->block, (long long)cfg->hidden);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
@@ -9487,14 +9702,19 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
         d.orth_tol = 1e-5;
         d.fallback = QUAROT_FALLBACK_BLOCK;
     } else if (kind == QUAROT_ROTATION_MATRIX) {
-        if (!p->desc.matrix) { quarot__model_error(p->model, "rotation MATRIX needs desc.matrix"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (!p->desc.matrix) {
+            quarot__model_error(p->model, "rotation MATRIX needs desc.matrix");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
         d.matrix = p->desc.matrix;
     }
     d.kind = kind;
     res = quarot_rotation_init(&p->rot[QUAROT_ROT_R1], &d, &p->model->env);
     if (res != QUAROT_OK) {
-        quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden, quarot_result_string(res),
-                            res == QUAROT_ERR_INVALID_ARGUMENT && (kind == QUAROT_ROTATION_MATRIX || kind == QUAROT_ROTATION_ADAPT)
+        quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden,
+                            quarot_result_string(res),
+                            res == QUAROT_ERR_INVALID_ARGUMENT &&
+                                    (kind == QUAROT_ROTATION_MATRIX || kind == QUAROT_ROTATION_ADAPT)
                                 ? " (matrix not orthogonal?)" : "");
         return res;
     }
@@ -9508,19 +9728,30 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     if (!p->desc.no_r2) {
         memset(&d, 0, sizeof d);
         d.kind = p->desc.r2_rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.r2_rotation;
-        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL && d.kind != QUAROT_ROTATION_IDENTITY) {
+        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL &&
+            d.kind != QUAROT_ROTATION_IDENTITY) {
             quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL or IDENTITY");
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
         d.n = cfg->head_dim;
         d.seed = p->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
         res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
-        if (res != QUAROT_OK) { quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim, quarot_result_string(res)); return res; }
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim,
+                                quarot_result_string(res));
+            return res;
+        }
         p->have_rot[QUAROT_ROT_R2] = 1;
     }
     if (p->desc.online || p->desc.r3) {
-        if (!p->desc.online_out) { quarot__model_error(p->model, "online rotation needs desc.online_out to receive the hooks"); return QUAROT_ERR_INVALID_ARGUMENT; }
-        if (tp < 1 || (tp & (tp - 1)) != 0) { quarot__model_error(p->model, "max_tp_size must be a power of two"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (!p->desc.online_out) {
+            quarot__model_error(p->model, "online rotation needs desc.online_out to receive the hooks");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        if (tp < 1 || (tp & (tp - 1)) != 0) {
+            quarot__model_error(p->model, "max_tp_size must be a power of two");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
     }
     if (p->desc.online) {
         if (cfg->n_heads % tp != 0 || cfg->intermediate % tp != 0) {
@@ -9531,9 +9762,11 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
                                 both ? " nor intermediate " : "", (long long)(both ? cfg->intermediate : 0));
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
-        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp, "o_proj heads")) != QUAROT_OK) return res;
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp,
+                                           "o_proj heads")) != QUAROT_OK) return res;
         p->have_rot[QUAROT_ROT_HEADS] = 1;
-        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp, "down_proj")) != QUAROT_OK) return res;
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp,
+                                           "down_proj")) != QUAROT_OK) return res;
         p->have_rot[QUAROT_ROT_R4] = 1;
     }
     if (p->desc.r3 && (res = quarot__online_rotation(p, &p->r3, cfg->head_dim, "q/k")) != QUAROT_OK) return res;
@@ -9550,17 +9783,18 @@ static quarot_result quarot__build_commands(quarot_processor* p, const quarot_mo
     for (i = 0; i < p->plan.n_rotations && res == QUAROT_OK; ++i) {
         const quarot_plan_rotation* pr = &p->plan.rotations[i];
         if (!quarot__rotation_of(p, pr->rotation)) continue;
-        if (cfg->tied_embeddings && !p->untie && strcmp(pr->weight, p->plan.lm_head) == 0) continue;   // shares the embedding
+        if (cfg->tied_embeddings && !p->untie && strcmp(pr->weight, p->plan.lm_head) == 0)
+            continue;   // shares the embedding
         res = quarot__add_command(p, cap, pr->layer, pr->rotation, pr->side, pr->embedding, pr->per_head ? 0 : 1, 1,
                                   pr->weight, pr->side == QUAROT_SIDE_OUTPUT && !pr->embedding ? pr->bias : "");
     }
     for (i = 0; i < cfg->n_layers && res == QUAROT_OK && p->desc.online; ++i) {
         const quarot_plan_layer* pl = &p->plan.layers[i];
-        res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0, cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n,
-                                  cfg->head_dim, pl->o_proj, "");
+        res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0,
+                                  cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n, cfg->head_dim, pl->o_proj, "");
         if (res == QUAROT_OK && quarot__down_online(p, i))
-            res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0, cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1,
-                                      pl->down_proj, "");
+            res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0,
+                                      cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1, pl->down_proj, "");
     }
     return res;
 }
@@ -9596,7 +9830,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         int64_t L;
         if (f->layer != layer) continue;
-        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0)
+            continue;
         if ((res = quarot__get(p, f->norm_weight, &w)) != QUAROT_OK) return res;
         L = w.ne[0];
         if ((res = quarot__expect_1d(p, f->norm_weight, &w, L)) != QUAROT_OK) return res;
@@ -9612,13 +9847,14 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                 quarot_tensor e;
                 if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
                 if ((res = quarot__plan_create(p, l->weight, e.dtype, 2, e.ne[0], e.ne[1])) != QUAROT_OK) return res;
-                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1], 1)) != QUAROT_OK) return res;
+                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1],
+                                                                                1)) != QUAROT_OK) return res;
                 continue;
             }
             if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
             if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
-                quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight, (long long)w.ne[0],
-                                    f->norm_weight, (long long)L);
+                quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight,
+                                    (long long)w.ne[0], f->norm_weight, (long long)L);
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
             if (!vc && (res = quarot__check_finite_named(p, l->weight, &w)) != QUAROT_OK) return res;
@@ -9627,10 +9863,12 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                 if ((res = quarot__expect_1d(p, l->bias, &b, w.ne[1])) != QUAROT_OK) return res;
                 if (!vc && (res = quarot__check_finite_named(p, l->bias, &b)) != QUAROT_OK) return res;
             } else if (f->norm_bias[0] && (!l->bias[0] || !p->model->create_tensor)) {
-                quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
+                quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s",
+                                    f->norm_bias, l->weight,
                                     l->bias[0] ? " and model.create_tensor to make it" : " name");
                 return QUAROT_ERR_INVALID_ARGUMENT;
-            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1], 1)) != QUAROT_OK) {
+            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1],
+                                                                     1)) != QUAROT_OK) {
                 return res;
             }
         }
@@ -9640,7 +9878,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if (bk->layer != layer) continue;
         if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
         if ((bk->embedding ? w.ne[0] : w.ne[1]) != cfg->hidden) {
-            quarot__model_error(p->model, "tensor '%s' does not write the residual stream of width %lld", bk->weight, (long long)cfg->hidden);
+            quarot__model_error(p->model, "tensor '%s' does not write the residual stream of width %lld", bk->weight,
+                                (long long)cfg->hidden);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
     }
@@ -9657,7 +9896,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         L = quarot__command_axis(c, &w, &axis);
         if (c->outer == 0) {   // per head: one slice of the rotation's size per head
             if (L == 0 || L % rot->n != 0) {
-                quarot__model_error(p->model, "tensor '%s': axis of %lld is not a multiple of head_dim %lld", c->weight, (long long)L, (long long)rot->n);
+                quarot__model_error(p->model, "tensor '%s': axis of %lld is not a multiple of head_dim %lld", c->weight,
+                                    (long long)L, (long long)rot->n);
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
             c->outer = L / rot->n;
@@ -9667,9 +9907,12 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if (has_bias && !vc && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
         res = quarot__command_check(c, rot, &w, has_bias ? &b : NULL);
         if (res != QUAROT_OK) {
-            quarot__model_error(p->model, "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices x %lld)%s",
-                                c->weight, (long long)w.ne[0], (long long)w.ne[1], c->side == QUAROT_SIDE_INPUT ? "an input-side" : "an output-side",
-                                (long long)rot->n, (long long)c->outer, (long long)c->inner, has_bias ? " or its bias does not match" : "");
+            quarot__model_error(p->model,
+                                "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices "
+                                "x %lld)%s", c->weight, (long long)w.ne[0], (long long)w.ne[1],
+                                c->side == QUAROT_SIDE_INPUT ? "an input-side" : "an output-side", (long long)rot->n,
+                                (long long)c->outer, (long long)c->inner,
+                                has_bias ? " or its bias does not match" : "");
             return res;
         }
     }
@@ -9691,7 +9934,8 @@ QUAROT_API void quarot_processor_free(quarot_processor* p) {
     p->model = NULL;
 }
 
-QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc) {
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model,
+                                               const quarot_rotate_desc* desc) {
     quarot_model_config cfg;
     quarot_result res;
     int64_t i;
@@ -9699,7 +9943,10 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     memset(p, 0, sizeof *p);
     if (!model) return QUAROT_ERR_INVALID_ARGUMENT;
     model->error[0] = '\0';
-    if (!model->get_tensor) { quarot__model_error(model, "model.get_tensor is NULL"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (!model->get_tensor) {
+        quarot__model_error(model, "model.get_tensor is NULL");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
     p->model = model;
     if (desc) p->desc = *desc;
     if ((res = quarot__resolve_config(model, &cfg)) != QUAROT_OK) { p->model = NULL; return res; }
@@ -9713,7 +9960,9 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     res = p->adapter->build(p->adapter, &cfg, p->desc.block_size > 0 ? p->desc.block_size : -1, &p->plan);
     if (res == QUAROT_OK && p->plan.n_layers != cfg.n_layers) res = QUAROT_ERR_INTERNAL;
     if (res != QUAROT_OK) {
-        if (!model->error[0]) quarot__model_error(model, "adapter '%s' could not describe the model: %s", p->adapter->arch, quarot_result_string(res));
+        if (!model->error[0])
+            quarot__model_error(model, "adapter '%s' could not describe the model: %s", p->adapter->arch,
+                                quarot_result_string(res));
         quarot_processor_free(p);
         return res;
     }
@@ -9721,10 +9970,13 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     if (cfg.tied_embeddings) {
         const char* fb = NULL;
         for (i = 0; i < p->plan.n_fusions; ++i)
-            if (strcmp(p->plan.fusions[i].norm_weight, p->plan.final_norm_weight) == 0) fb = p->plan.fusions[i].norm_bias;
-        p->untie = cfg.norm == QUAROT_NORM_LAYER || p->plan.n_bakes > 0 || !quarot__norm_is_identity(p, p->plan.final_norm_weight, fb);
+            if (strcmp(p->plan.fusions[i].norm_weight, p->plan.final_norm_weight) == 0)
+                fb = p->plan.fusions[i].norm_bias;
+        p->untie = cfg.norm == QUAROT_NORM_LAYER || p->plan.n_bakes > 0 ||
+                   !quarot__norm_is_identity(p, p->plan.final_norm_weight, fb);
         if (p->untie && !model->create_tensor) {
-            quarot__model_error(model, "tied embeddings must be untied (the final norm is not the identity) and model.create_tensor is NULL");
+            quarot__model_error(model, "tied embeddings must be untied (the final norm is not the identity) and "
+                                       "model.create_tensor is NULL");
             quarot_processor_free(p);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
@@ -9738,12 +9990,14 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     {
         quarot_tensor e;
         if ((res = quarot__get(p, p->plan.embed, &e)) == QUAROT_OK && (e.ne[0] != cfg.hidden || e.ne[1] != cfg.vocab)) {
-            quarot__model_error(model, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed,
-                                (long long)e.ne[0], (long long)e.ne[1], (long long)cfg.hidden, (long long)cfg.vocab);
+            quarot__model_error(model, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}",
+                                p->plan.embed, (long long)e.ne[0], (long long)e.ne[1], (long long)cfg.hidden,
+                                (long long)cfg.vocab);
             res = QUAROT_ERR_SHAPE_MISMATCH;
         }
         if (res == QUAROT_OK && !cfg.tied_embeddings && !quarot__exists(p, p->plan.lm_head)) {
-            quarot__model_error(model, "tensor '%s' not found (config says the embeddings are not tied)", p->plan.lm_head);
+            quarot__model_error(model, "tensor '%s' not found (config says the embeddings are not tied)",
+                                p->plan.lm_head);
             res = QUAROT_ERR_NOT_FOUND;
         }
     }
@@ -9833,8 +10087,9 @@ static int64_t quarot__fold_target(const quarot_processor* p, int64_t layer, con
         const quarot_rotation* rot;
         if (c->layer != layer || strcmp(c->weight, weight) != 0) continue;
         rot = &p->rot[c->rotation];
-        if (c->f32 && w->dtype == QUAROT_DTYPE_F32 && rot->kind == QUAROT_ROTATION_HADAMARD && c->side == QUAROT_SIDE_INPUT &&
-            !c->embedding && c->outer == 1 && c->inner == 1 && rot->n == L && w->ne[0] == L)
+        if (c->f32 && w->dtype == QUAROT_DTYPE_F32 && rot->kind == QUAROT_ROTATION_HADAMARD &&
+            c->side == QUAROT_SIDE_INPUT && !c->embedding && c->outer == 1 && c->inner == 1 && rot->n == L &&
+            w->ne[0] == L)
             return i;
         return -1;   // the first command on it is another kind
     }
@@ -9867,8 +10122,8 @@ static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_f
         int64_t out;
         if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
         out = quarot_tensor_nrows(&w);
-        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 && w.ne[3] == 1 &&
-            w.nb[0] == sizeof(float)) {
+        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 &&
+            w.ne[3] == 1 && w.nb[0] == sizeof(float)) {
             float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
             if (!g32) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
             for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
@@ -10054,13 +10309,15 @@ static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer, int f
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         if (f->layer != layer) continue;
-        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0)
+            continue;
         if ((res = quarot__run_fusion(p, f, finish, fold)) != QUAROT_OK) goto done;
     }
     for (i = 0; i < p->plan.n_bakes; ++i)
         if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) goto done;
     for (i = 0; i < p->n_commands; ++i)
-        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i], finish, fold ? fold[i] : NULL)) != QUAROT_OK)
+        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i], finish,
+                                                                        fold ? fold[i] : NULL)) != QUAROT_OK)
             goto done;
 done:
     for (i = 0; fold && i < p->n_commands; ++i) quarot_env_free(env, fold[i]);
@@ -10083,13 +10340,17 @@ static quarot_result quarot__pre_run_part(quarot_processor* p, int first, int la
         ne[1] = rows < 0 ? e.ne[1] : p->rows_total;
         if (first) {
             res = m->create_tensor(m->user_data, p->plan.lm_head, e.dtype, 2, ne, &h);
-            if (res != QUAROT_OK) { quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res)); return res; }
+            if (res != QUAROT_OK) {
+                quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res));
+                return res;
+            }
         } else if ((res = quarot__get(p, p->plan.lm_head, &h)) != QUAROT_OK) {
             return res;
         }
-        if (rows >= 0 && first && (h.ne[0] != e.ne[0] || h.ne[1] != rows || h.ne[2] != 1 || h.ne[3] != 1)) {   // the others: pre_run_rows
-            quarot__model_error(m, "row window of %lld rows: create_tensor gave '%s' {%lld, %lld}", (long long)rows, p->plan.lm_head,
-                                (long long)h.ne[0], (long long)h.ne[1]);
+        // (the others: pre_run_rows)
+        if (rows >= 0 && first && (h.ne[0] != e.ne[0] || h.ne[1] != rows || h.ne[2] != 1 || h.ne[3] != 1)) {
+            quarot__model_error(m, "row window of %lld rows: create_tensor gave '%s' {%lld, %lld}", (long long)rows,
+                                p->plan.lm_head, (long long)h.ne[0], (long long)h.ne[1]);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
         row = (double*)quarot_env_alloc(&m->env, (size_t)ne[0] * sizeof(double));
@@ -10125,19 +10386,22 @@ QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_
     m = p->model;
     for (i = 0; i < p->plan.n_bakes; ++i)
         if (p->plan.bakes[i].layer < 0) {
-            quarot__model_error(m, "row windows: the global scope bakes means into '%s' (a LayerNorm family)", p->plan.bakes[i].weight);
+            quarot__model_error(m, "row windows: the global scope bakes means into '%s' (a LayerNorm family)",
+                                p->plan.bakes[i].weight);
             return QUAROT_ERR_UNSUPPORTED;
         }
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         if (f->layer >= 0) continue;
         if (f->norm_bias[0]) {
-            quarot__model_error(m, "row windows: the global norm '%s' has a bias ('%s') to fuse", f->norm_weight, f->norm_bias);
+            quarot__model_error(m, "row windows: the global norm '%s' has a bias ('%s') to fuse", f->norm_weight,
+                                f->norm_bias);
             return QUAROT_ERR_UNSUPPORTED;
         }
         for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k)
             if (strcmp(p->plan.linears[k].weight, p->plan.lm_head) != 0) {
-                quarot__model_error(m, "row windows: the global norm '%s' feeds '%s', not only lm_head", f->norm_weight, p->plan.linears[k].weight);
+                quarot__model_error(m, "row windows: the global norm '%s' feeds '%s', not only lm_head", f->norm_weight,
+                                    p->plan.linears[k].weight);
                 return QUAROT_ERR_UNSUPPORTED;
             }
     }
@@ -10146,7 +10410,8 @@ QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_
         if (c->layer >= 0) continue;
         if ((strcmp(c->weight, p->plan.embed) != 0 && strcmp(c->weight, p->plan.lm_head) != 0) ||
             !(c->side == QUAROT_SIDE_INPUT || c->embedding) || (c->bias[0] && quarot__exists(p, c->bias))) {
-            quarot__model_error(m, "row windows: the global command on '%s' is not along the rows of the embedding or lm_head", c->weight);
+            quarot__model_error(m, "row windows: the global command on '%s' is not along the rows of the embedding or "
+                                   "lm_head", c->weight);
             return QUAROT_ERR_UNSUPPORTED;
         }
     }
@@ -10168,8 +10433,8 @@ QUAROT_API quarot_result quarot_processor_pre_run_rows(quarot_processor* p, int6
         if (k == 1 && (p->untie ? row0 == 0 : !quarot__exists(p, name))) continue;
         if ((res = quarot__get(p, name, &t)) != QUAROT_OK) return res;
         if (t.ne[1] != n || t.ne[2] != 1 || t.ne[3] != 1) {
-            quarot__model_error(p->model, "row window [%lld, %lld): the binding gave '%s' with %lld rows", (long long)row0,
-                                (long long)(row0 + n), name, (long long)quarot_tensor_nrows(&t));
+            quarot__model_error(p->model, "row window [%lld, %lld): the binding gave '%s' with %lld rows",
+                                (long long)row0, (long long)(row0 + n), name, (long long)quarot_tensor_nrows(&t));
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
     }
@@ -10189,14 +10454,18 @@ static quarot_result quarot__register_hooks(quarot_processor* p, int64_t layer) 
         int64_t g = p->rot[QUAROT_ROT_HEADS].n, n4 = p->rot[QUAROT_ROT_R4].n;
         res = quarot_online_list_add(out, layer, QUAROT_SITE_O_INPUT, c->n_heads * hd, c->n_heads / g, g, hd, NULL);
         if (res == QUAROT_OK && quarot__down_online(p, layer))
-            res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4, 1, NULL);
+            res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4,
+                                         1, NULL);
     }
     if (res == QUAROT_OK && p->desc.r3) {
         int64_t b = p->r3.n;
         res = quarot_online_list_add(out, layer, QUAROT_SITE_Q_ROPE, c->n_heads * hd, c->n_heads * hd / b, b, 1, NULL);
-        if (res == QUAROT_OK) res = quarot_online_list_add(out, layer, QUAROT_SITE_K_ROPE, kv * hd, kv * hd / b, b, 1, NULL);
+        if (res == QUAROT_OK)
+            res = quarot_online_list_add(out, layer, QUAROT_SITE_K_ROPE, kv * hd, kv * hd / b, b, 1, NULL);
     }
-    if (res != QUAROT_OK) quarot__model_error(p->model, "layer %lld: registering online hooks: %s", (long long)layer, quarot_result_string(res));
+    if (res != QUAROT_OK)
+        quarot__model_error(p->model, "layer %lld: registering online hooks: %s", (long long)layer,
+                            quarot_result_string(res));
     return res;
 }
 
@@ -10390,8 +10659,9 @@ QUAROT_API quarot_result quarot_adapt_capture_add(quarot_adapt_capture* cap, con
     for (i = 0; i < rows; ++i)                     // all or nothing: scan before keeping any row
         for (j = 0; j < h; ++j)
             if (!(fabsf(x[i * stride + j]) <= 3.40282346638528859812e+38f)) {
-                quarot__adapt_msg(cap->error, sizeof cap->error, "linear '%s': NaN or Inf in input row %lld, column %lld",
-                                  linear_name, (long long)i, (long long)j);
+                quarot__adapt_msg(cap->error, sizeof cap->error,
+                                  "linear '%s': NaN or Inf in input row %lld, column %lld", linear_name, (long long)i,
+                                  (long long)j);
                 return quarot__adapt_capture_fail(cap, QUAROT_ERR_NONFINITE);
             }
     for (i = 0; i < cap->n_linears && strcmp(cap->linears[i].name, linear_name) != 0; ++i) {}
@@ -10523,7 +10793,8 @@ QUAROT_API quarot_result quarot_adapt_context_set(quarot_adapt_context* ctx, int
     // the same rule QUAROT_ROTATION_ADAPT applies, so stage 2 rebuilds this exact H
     hb = quarot__adapt_hadamard_order(block, QUAROT_FALLBACK_DEFAULT);
     if (hb == 0) {
-        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: no Hadamard order > 1 divides block %lld", (long long)block);
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: no Hadamard order > 1 divides block %lld",
+                          (long long)block);
         return QUAROT_ERR_UNSUPPORTED_SIZE;
     }
     if (!quarot__adapt_finite(r, block * block)) {
@@ -10533,7 +10804,8 @@ QUAROT_API quarot_result quarot_adapt_context_set(quarot_adapt_context* ctx, int
     err = quarot__orth_error_gemm(r, block, &ctx->env);
     if (err < 0) return QUAROT_ERR_OUT_OF_MEMORY;
     if (!(err <= QUAROT__ADAPT_ORTH_TOL)) {
-        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g)", err);
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g)",
+                          err);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     m = (double*)quarot_env_alloc(&ctx->env, bytes);   // everything checked: now replace the contents
@@ -10605,14 +10877,16 @@ static size_t quarot__adapt_size(int64_t steps_run, int64_t b) {
     return total + rb;
 }
 
-QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap, size_t* needed) {
+QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap,
+                                                    size_t* needed) {
     unsigned char* p = (unsigned char*)buf;
     size_t size, o;
     int64_t i, bb;
     if (needed) *needed = 0;
     if (!ctx || !needed) return QUAROT_ERR_INVALID_ARGUMENT;
     if (!ctx->matrix) return QUAROT_ERR_STATE;
-    if (ctx->steps_run < 0 || (ctx->steps_run > 0 && (!ctx->losses || !ctx->polar_iterations))) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (ctx->steps_run < 0 || (ctx->steps_run > 0 && (!ctx->losses || !ctx->polar_iterations)))
+        return QUAROT_ERR_INVALID_ARGUMENT;
     size = quarot__adapt_size(ctx->steps_run, ctx->block);
     if (size == 0) return QUAROT_ERR_OVERFLOW;
     *needed = size;
@@ -10637,7 +10911,8 @@ QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* 
     quarot__adapt_put(p + 96, quarot__adapt_dbits(ctx->best_loss), 8);
     o = QUAROT__ADAPT_HEADER;
     for (i = 0; i < ctx->steps_run; ++i, o += 8) quarot__adapt_put(p + o, quarot__adapt_dbits(ctx->losses[i]), 8);
-    for (i = 0; i < ctx->steps_run; ++i, o += 4) quarot__adapt_put(p + o, (uint64_t)(uint32_t)ctx->polar_iterations[i], 4);
+    for (i = 0; i < ctx->steps_run; ++i, o += 4)
+        quarot__adapt_put(p + o, (uint64_t)(uint32_t)ctx->polar_iterations[i], 4);
     bb = ctx->block * ctx->block;
     for (i = 0; i < bb; ++i, o += 8) quarot__adapt_put(p + o, quarot__adapt_dbits(ctx->matrix[i]), 8);
     quarot__adapt_put(p + o, quarot__adapt_fnv1a(p, o), 8);
@@ -10659,27 +10934,39 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
     double err, expect_best;
     if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
     ctx->error[0] = 0;
-#define QUAROT__ADAPT_BAD(...) do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return QUAROT_ERR_PARSE; } while (0)
+#define QUAROT__ADAPT_BAD(...)                                                                         \
+    do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return QUAROT_ERR_PARSE; } while (0)
     if (!p) QUAROT__ADAPT_BAD("adapt context: no data");
-    if (len < QUAROT__ADAPT_HEADER + 8) QUAROT__ADAPT_BAD("adapt context: truncated (%lu bytes, the header alone is %d)", (unsigned long)len, QUAROT__ADAPT_HEADER + 8);
-    if (memcmp(p, "QRADAPT\0", 8) != 0) QUAROT__ADAPT_BAD("adapt context: bad magic (not a quarot.h Adapt Rotation context)");
-    if (quarot__adapt_get(p + 8, 4) != 1) QUAROT__ADAPT_BAD("adapt context: unsupported version %lu (this reader knows 1)", (unsigned long)quarot__adapt_get(p + 8, 4));
-    if (quarot__adapt_get(p + 12, 4) != 1) QUAROT__ADAPT_BAD("adapt context: unknown flags 0x%lx", (unsigned long)quarot__adapt_get(p + 12, 4));
+    if (len < QUAROT__ADAPT_HEADER + 8)
+        QUAROT__ADAPT_BAD("adapt context: truncated (%lu bytes, the header alone is %d)", (unsigned long)len,
+                          QUAROT__ADAPT_HEADER + 8);
+    if (memcmp(p, "QRADAPT\0", 8) != 0)
+        QUAROT__ADAPT_BAD("adapt context: bad magic (not a quarot.h Adapt Rotation context)");
+    if (quarot__adapt_get(p + 8, 4) != 1)
+        QUAROT__ADAPT_BAD("adapt context: unsupported version %lu (this reader knows 1)",
+                          (unsigned long)quarot__adapt_get(p + 8, 4));
+    if (quarot__adapt_get(p + 12, 4) != 1)
+        QUAROT__ADAPT_BAD("adapt context: unknown flags 0x%lx", (unsigned long)quarot__adapt_get(p + 12, 4));
     hidden = (int64_t)quarot__adapt_get(p + 16, 8);
     block = (int64_t)quarot__adapt_get(p + 24, 8);
     hb = (int64_t)quarot__adapt_get(p + 32, 8);
-    if (hidden <= 0 || hidden > ((int64_t)1 << 32) || block <= 0 || block > 65536 || block > hidden || hidden % block != 0)
+    if (hidden <= 0 || hidden > ((int64_t)1 << 32) || block <= 0 || block > 65536 || block > hidden ||
+        hidden % block != 0)
         QUAROT__ADAPT_BAD("adapt context: bad sizes (hidden %lld, block %lld)", (long long)hidden, (long long)block);
     steps = quarot__adapt_i32(p + 52);
     steps_run = quarot__adapt_i32(p + 56);
     best_step = quarot__adapt_i32(p + 60);
     if (steps < 0 || steps > (1 << 20) || steps_run < 0 || steps_run > steps || best_step < 0 || best_step > steps_run)
-        QUAROT__ADAPT_BAD("adapt context: bad step counts (steps %d, run %d, best %d)", (int)steps, (int)steps_run, (int)best_step);
+        QUAROT__ADAPT_BAD("adapt context: bad step counts (steps %d, run %d, best %d)", (int)steps, (int)steps_run,
+                          (int)best_step);
     size = quarot__adapt_size(steps_run, block);
-    if (size == 0 || size != len) QUAROT__ADAPT_BAD("adapt context: %lu bytes, the header says %lu", (unsigned long)len, (unsigned long)size);
-    if (quarot__adapt_get(p + len - 8, 8) != quarot__adapt_fnv1a(p, len - 8)) QUAROT__ADAPT_BAD("adapt context: checksum mismatch (corrupted)");
+    if (size == 0 || size != len)
+        QUAROT__ADAPT_BAD("adapt context: %lu bytes, the header says %lu", (unsigned long)len, (unsigned long)size);
+    if (quarot__adapt_get(p + len - 8, 8) != quarot__adapt_fnv1a(p, len - 8))
+        QUAROT__ADAPT_BAD("adapt context: checksum mismatch (corrupted)");
     if (hb != quarot__adapt_hadamard_order(block, QUAROT_FALLBACK_DEFAULT))
-        QUAROT__ADAPT_BAD("adapt context: hadamard_block %lld is not the order stage 2 builds for block %lld", (long long)hb, (long long)block);
+        QUAROT__ADAPT_BAD("adapt context: hadamard_block %lld is not the order stage 2 builds for block %lld",
+                          (long long)hb, (long long)block);
     memset(&t, 0, sizeof t);                       // the new contents, moved into ctx at the end
     t.env = ctx->env;
     t.hidden = hidden;
@@ -10695,27 +10982,37 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
     t.reg = quarot__adapt_bitsd(quarot__adapt_get(p + 80, 8));
     t.start_loss = quarot__adapt_bitsd(quarot__adapt_get(p + 88, 8));
     t.best_loss = quarot__adapt_bitsd(quarot__adapt_get(p + 96, 8));
-    if ((t.bits != 0 && t.bits != 4 && t.bits != 8) || t.patience < 0 || quarot__adapt_get(p + 68, 4) != 0 || t.rows < 0)
-        QUAROT__ADAPT_BAD("adapt context: bad settings (bits %d, patience %d, rows %lld)", t.bits, t.patience, (long long)t.rows);
-    if (!(t.reg >= 0.0 && t.reg < 1.0) || !(t.start_loss >= 0.0 && t.start_loss <= 1e300) || !(t.best_loss >= 0.0 && t.best_loss <= t.start_loss))
-        QUAROT__ADAPT_BAD("adapt context: bad loss summary (reg %g, start %g, best %g)", t.reg, t.start_loss, t.best_loss);
+    if ((t.bits != 0 && t.bits != 4 && t.bits != 8) || t.patience < 0 || quarot__adapt_get(p + 68,
+                                                                                           4) != 0 || t.rows < 0)
+        QUAROT__ADAPT_BAD("adapt context: bad settings (bits %d, patience %d, rows %lld)", t.bits, t.patience,
+                          (long long)t.rows);
+    if (!(t.reg >= 0.0 && t.reg < 1.0) || !(t.start_loss >= 0.0 && t.start_loss <= 1e300) ||
+        !(t.best_loss >= 0.0 && t.best_loss <= t.start_loss))
+        QUAROT__ADAPT_BAD("adapt context: bad loss summary (reg %g, start %g, best %g)", t.reg, t.start_loss,
+                          t.best_loss);
     // the loss history must be the one stage 1 writes: finite, best_loss its minimum and the loss of best_step
     o = QUAROT__ADAPT_HEADER;
     expect_best = t.start_loss;
     for (i = 0; i < steps_run; ++i) {
         double l = quarot__adapt_bitsd(quarot__adapt_get(p + o + 8 * (size_t)i, 8));
-        if (!(l >= 0.0 && l <= 1e300) || l < t.best_loss) QUAROT__ADAPT_BAD("adapt context: bad loss at step %lld", (long long)(i + 1));
+        if (!(l >= 0.0 && l <= 1e300) || l < t.best_loss)
+            QUAROT__ADAPT_BAD("adapt context: bad loss at step %lld", (long long)(i + 1));
         if (i + 1 == best_step) expect_best = l;
-        if (quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i) < 0) QUAROT__ADAPT_BAD("adapt context: bad iteration count");
+        if (quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i) < 0)
+            QUAROT__ADAPT_BAD("adapt context: bad iteration count");
     }
-    if (expect_best != t.best_loss) QUAROT__ADAPT_BAD("adapt context: best_loss is not the loss of best_step %d", (int)best_step);
+    if (expect_best != t.best_loss)
+        QUAROT__ADAPT_BAD("adapt context: best_loss is not the loss of best_step %d", (int)best_step);
     bb = block * block;
     t.matrix = (double*)quarot_env_alloc(&t.env, (size_t)bb * sizeof(double));
     if (steps_run > 0) {
         t.losses = (double*)quarot_env_alloc(&t.env, (size_t)steps_run * sizeof(double));
         t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)steps_run * sizeof(int));
     }
-    if (!t.matrix || (steps_run > 0 && (!t.losses || !t.polar_iterations))) { quarot_adapt_context_free(&t); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (!t.matrix || (steps_run > 0 && (!t.losses || !t.polar_iterations))) {
+        quarot_adapt_context_free(&t);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
     for (i = 0; i < steps_run; ++i) {
         t.losses[i] = quarot__adapt_bitsd(quarot__adapt_get(p + o + 8 * (size_t)i, 8));
         t.polar_iterations[i] = quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i);
@@ -10732,7 +11029,9 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
     if (!(err >= 0.0 && err <= QUAROT__ADAPT_ORTH_TOL)) {
         quarot_adapt_context_free(&t);
         if (err < 0) return QUAROT_ERR_OUT_OF_MEMORY;
-        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g > %g)", err, QUAROT__ADAPT_ORTH_TOL);
+        quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                          "adapt context: R is not orthogonal (max|R^T R - I| = %.3g > %g)", err,
+                          QUAROT__ADAPT_ORTH_TOL);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     quarot_adapt_context_free(ctx);
@@ -11027,7 +11326,8 @@ static void quarot__adapt_ew_task(void* arg, int64_t t) {
     else for (i = i0; i < i1; ++i) jb->f[i] = (float)((double)jb->f2[i] / al);
 }
 
-static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float* f2, double alpha, const quarot_env* env) {
+static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float* f2, double alpha,
+                             const quarot_env* env) {
     quarot__adapt_ew_job jb;
     jb.op = op; jb.n = n; jb.d = d; jb.f = f; jb.f2 = f2; jb.alpha = alpha;
     quarot_env_parallel_for(env, quarot__adapt_ew_task, &jb, (n + 63) / 64);
@@ -11036,8 +11336,8 @@ static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float
 // After quarot__adapt_subspace (V, W = Cd V, th): the largest k <= p-2 with a gap sigma_k >= 2 sigma_{k+1}
 // whose Ritz vectors are accurate enough, delta_i ~ ||Cd^T Cd v_i - th_i v_i|| / (th_k - th_{k+1}) and
 // 2 * max delta * sigma_1 / sigma_{k+1} <= 1e-8 (0: none). z: [n][p] doubles of work.
-static quarot_result quarot__adapt_defl_pick(int64_t n, int p, const double* cd, const double* v, const double* w, double* z,
-                                             const double* th, int* k_out, const quarot_env* env) {
+static quarot_result quarot__adapt_defl_pick(int64_t n, int p, const double* cd, const double* v, const double* w,
+                                             double* z, const double* th, int* k_out, const quarot_env* env) {
     double rn[QUAROT__ADAPT_DEFL_P];
     int64_t r;
     int i, k;
@@ -11064,8 +11364,8 @@ static quarot_result quarot__adapt_defl_pick(int64_t n, int p, const double* cd,
 }
 
 // Cd += W_k (s/S_k - I) V_k^T with s = sigma_{k+1} (W = Cd V, scaled in place): sigma_1..sigma_k -> s.
-static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const double* th, const double* v, double* w, double* cd,
-                                              const quarot_env* env) {
+static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const double* th, const double* v, double* w,
+                                              double* cd, const quarot_env* env) {
     double s = sqrt(th[k]);
     int64_t r;
     int i;
@@ -11088,9 +11388,9 @@ static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const dou
 // deflation is as exact: on the bench's data at b = 4096 the same k0 = 8 at each step, and losses
 // within 1e-7 relative of the cold start's over the first 4 steps, 1.5e-5 over 20 as the float-level
 // differences of R move the int4 roundings).
-static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdir, double* cd, double* v, double* w, double* z,
-                                           double reg, int k_warm, double* sig_out, double* lam_out, double* top_out,
-                                           int* k_out, int* k0_out, const quarot_env* env) {
+static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdir, double* cd, double* v, double* w,
+                                           double* z, double reg, int k_warm, double* sig_out, double* lam_out,
+                                           double* top_out, int* k_out, int* k0_out, const quarot_env* env) {
     int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, k = 0, pass, level;
     double th[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
     int64_t r;
@@ -11113,7 +11413,8 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdi
     if (rdir) quarot__adapt_ew(1, n, cd, NULL, rdir, lam, env);        // Cd += lam * Q
     else for (r = 0; r < n; ++r) cd[r * n + r] += lam;
     for (pass = 0; pass < 2; ++pass) {
-        res = quarot__adapt_subspace(n, p, cd, v, w, k_warm <= 0 ? QUAROT__ADAPT_DEFL_ITERS : pass == 0 ? QUAROT__ADAPT_DEFL_WARM : 5,
+        res = quarot__adapt_subspace(n, p, cd, v, w,
+                                     k_warm <= 0 ? QUAROT__ADAPT_DEFL_ITERS : pass == 0 ? QUAROT__ADAPT_DEFL_WARM : 5,
                                      th, sy, env);
         if (res == QUAROT_OK) res = quarot__adapt_defl_pick(n, p, cd, v, w, z, th, &k, env);
         if (res != QUAROT_OK) return res;
@@ -11228,9 +11529,9 @@ static size_t quarot__sinv_floats(int64_t n) {
 // task beside the tasks that update the other columns (its row exchanges of a are applied after
 // them, in the same order), so the serial LU (~n^2 nb / 4 per panel) does not idle the other
 // threads; with the built-in SGEMM that task also does the next panel's steps (2) and (3a)
-// (quarot__sinv_next_e), which leaves little of the inverse serial. It moves work, not arithmetic: nothing is a split sum, so the result is
-// the same bits for any thread count, look-ahead or not. An exactly
-// zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
+// (quarot__sinv_next_e), which leaves little of the inverse serial. It moves work, not arithmetic:
+// nothing is a split sum, so the result is the same bits for any thread count, look-ahead or not. An
+// exactly zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
 // rounding gives a large, inaccurate inverse, as any float inversion (the Newton driver rejects a
 // certain cond(X) > 2^24 from the norms); NaN/Inf propagate (the caller checks norms).
 // y += a x and the swap x <-> y over n floats: 16-float chunks of fixed length (which the compiler turns
@@ -11363,13 +11664,14 @@ static quarot_result quarot__sinv_update(const quarot__sinv_job* jb, int64_t c, 
         float* bp;
         if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
         bp = (float*)quarot__align64(mem);
-        quarot__gemm_run_s(cfg, 0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n,
-                           NULL, bp, 0, 0, jb->epk);
+        quarot__gemm_run_s(cfg, 0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c,
+                           jb->n, NULL, bp, 0, 0, jb->epk);
         quarot_env_free(jb->serial, mem);
         return QUAROT_OK;
     }
 #endif
-    return quarot_sgemm(0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n, jb->serial);
+    return quarot_sgemm(0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n,
+                        jb->serial);
 }
 
 // The next panel's E and its packing (task 0, after that panel's LU chose its pivots; see above).
@@ -11386,7 +11688,8 @@ static quarot_result quarot__sinv_next_e(const quarot__sinv_job* jb) {
     for (i = 0; i < n; ++i) memcpy(jb->g + i * nb, jb->a + jb->idx[i] * n + k1, (size_t)w1 * sizeof(float));
     for (i = 0; i < w1; ++i) memcpy(jb->pi + i * w1, jb->g + (k1 + i) * nb, (size_t)w1 * sizeof(float));
     res = quarot__sinv_pinv(w1, jb->pi);
-    if (res == QUAROT_OK) res = quarot_sgemm(0, 0, n, w1, w1, 1.0f, jb->g, nb, jb->pi, w1, 0.0f, jb->pbn, nb, jb->serial);
+    if (res == QUAROT_OK)
+        res = quarot_sgemm(0, 0, n, w1, w1, 1.0f, jb->g, nb, jb->pi, w1, 0.0f, jb->pbn, nb, jb->serial);
     if (res != QUAROT_OK) return res;
     for (i = 0; i < w1; ++i) memcpy(jb->pbn + (k1 + i) * nb, jb->pi + i * w1, (size_t)w1 * sizeof(float));
 #if !defined(QUAROT_USE_CBLAS)
@@ -11587,8 +11890,8 @@ static double quarot__sumsq_f32(const float* QUAROT__RESTRICT x, int64_t n) {
 }
 
 // x = y = (float)(hm x + hi g) over n floats, in 16-float chunks of fixed length (vector code at -O2)
-static void quarot__newton_combine(int64_t n, double hm, double hi, float* QUAROT__RESTRICT x, float* QUAROT__RESTRICT y,
-                                   const float* QUAROT__RESTRICT g) {
+static void quarot__newton_combine(int64_t n, double hm, double hi, float* QUAROT__RESTRICT x,
+                                   float* QUAROT__RESTRICT y, const float* QUAROT__RESTRICT g) {
     int64_t c = 0;
     int q;
     for (; c + 16 <= n; c += 16)
@@ -11690,10 +11993,11 @@ static double quarot__newton_smin(int64_t n, const float* y, const float* g, dou
 // power estimate of sigma_min once X^-1 is known; pv: [2n] doubles, pv[0, n) the power vector, the
 // previous call's when warm). y, g: [n][n] floats of work; perm: [2n]; work:
 // quarot__sinv_floats(n); part: [n/64 + 1]. *steps: the steps done (each one inverse).
-static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* g, int64_t* perm, float* work, double* part,
-                                          double* pv, int warm, double alpha, double beta, double tol, int* steps,
-                                          const quarot_env* env) {
-    double nx2 = quarot__newton_pass(2, n, x, NULL, NULL, NULL, 1.0, part, env), ny2, nx, ny, mu, sdev, zeta = 0.0, ck = 0.0;
+static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* g, int64_t* perm, float* work,
+                                          double* part, double* pv, int warm, double alpha, double beta, double tol,
+                                          int* steps, const quarot_env* env) {
+    double nx2 = quarot__newton_pass(2, n, x, NULL, NULL, NULL, 1.0, part,
+                                     env), ny2, nx, ny, mu, sdev, zeta = 0.0, ck = 0.0;
     quarot_result res;
     *steps = 0;
     memcpy(y, x, (size_t)(n * n) * sizeof(float));
@@ -11742,8 +12046,8 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
 // divided by 1 + E. For small l the slope a tends to 8.51: p(l)/(1 + E) ~ 4.26 l per step for two
 // symmetric half-GEMMs and one GEMM (2 GEMM-equivalents), against 2.6 l for the scaled cubic's
 // 1.5 GEMM-equivalents; near 1 the error goes down with the cube instead of the square. Computed
-// in double per step (a few 4 x 4 solves, nothing beside the step's products). Returns 0 when the exchange fails (never seen; the
-// caller then takes the scaled cubic).
+// in double per step (a few 4 x 4 solves, nothing beside the step's products). Returns 0 when the
+// exchange fails (never seen; the caller then takes the scaled cubic).
 static int quarot__adapt_solve4(double m[4][5]) {
     int i, j, k;
     for (i = 0; i < 4; ++i) {
@@ -11955,9 +12259,9 @@ static double quarot__adapt_fro2_upper(int64_t n, const float* s, double* res, c
 // The result is in *u_out (x or y).
 // QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither tol nor the float floor (below 1e-4).
 static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir, float* x, float* y, float* g, float* h,
-                                         double* v, double* defl, int64_t* perm, float* inv_work, double reg, int k_warm, int warm,
-                                         double tol, int max_iter, float** u_out, quarot__adapt_polar_out* out,
-                                         const quarot_env* env) {
+                                         double* v, double* defl, int64_t* perm, float* inv_work, double reg,
+                                         int k_warm, int warm, double tol, int max_iter, float** u_out,
+                                         quarot__adapt_polar_out* out, const quarot_env* env) {
     double sig = 0.0, lam = 0.0, top = 0.0, s, l, prev = 0.0;
     int64_t i, nn = n * n;
     int k, nts = 0;
@@ -11972,8 +12276,8 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
     *u_out = x;
     if (defl && n >= 8) {                          // C <- (C + lambda Q) * M, see above
         int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
-        res = quarot__adapt_deflate(n, c, rdir, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, k_warm, &sig, &lam,
-                                    &top, &out->deflated, &out->deflated_first, env);
+        res = quarot__adapt_deflate(n, c, rdir, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, k_warm,
+                                    &sig, &lam, &top, &out->deflated, &out->deflated_first, env);
         if (res != QUAROT_OK) return res;
     } else {
         sig = quarot__adapt_sigma_max(n, c, v, v + n, env);
@@ -12015,7 +12319,8 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
         if (k > 0 && r < 1e-4 && r > 0.5 * prev) return QUAROT_OK;   // float floor reached
         if (k >= max_iter) return QUAROT_ERR_NOT_CONVERGED;
         prev = r;
-        if ((k > 0 || nts > 0) && (rf * rf <= QUAROT__ADAPT_FINISH * tol || (rf <= 0.1 && 0.7 * rf * rf * rf <= QUAROT__ADAPT_FINISH * tol))) {
+        if ((k > 0 || nts > 0) && (rf * rf <= QUAROT__ADAPT_FINISH * tol ||
+                                   (rf <= 0.1 && 0.7 * rf * rf * rf <= QUAROT__ADAPT_FINISH * tol))) {
             // The last step, with nothing to check after it. Every eigenvalue of G is 1 + d with
             // |d| <= ||G - I||_2 <= ||G - I||_F = rf. The cubic X (3I - G)/2 maps it to
             // 1 - 3d^2/4 - d^3/4, within rf^2 of 1, for one GEMM; when rf^2 is not small enough, the
@@ -12130,8 +12435,9 @@ static void quarot__adapt_ql_task(void* arg, int64_t t) {
     jb->part[t] = s;
 }
 
-static quarot_result quarot__adapt_quant_loss(const float* a, float* b, int64_t rows, int64_t cols, const quarot_quant_desc* qd,
-                                              double* part, quarot_result* st, double* loss, const quarot_env* env) {
+static quarot_result quarot__adapt_quant_loss(const float* a, float* b, int64_t rows, int64_t cols,
+                                              const quarot_quant_desc* qd, double* part, quarot_result* st,
+                                              double* loss, const quarot_env* env) {
     quarot__adapt_ql_job jb;
     int64_t t, nt = (rows + 63) / 64;
     double s = 0.0;
@@ -12169,7 +12475,8 @@ static quarot_result quarot__adapt_dgram(int64_t n, const double* r, double* e, 
 // it while rho <= 1e-2. When that bound is within 1e-9 the step's result needs no X^T X to show it (the
 // measured max|R'^T R' - I| equals the bound's E^2 term: 7.3e-11 after one step at b = 4096 on the
 // bench's data, rho ~ 1e-5), so the check's DSYRK is skipped.
-static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t, const quarot_env* env) {
+static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t,
+                                          const quarot_env* env) {
     int64_t i, j, nn = n * n;
     int it;
     quarot_result res;
@@ -12232,7 +12539,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_adapt_context t;
     int64_t hidden, b, hb, N = 0, M, mb, i, li;
     size_t mbytes, bbytes;
-    float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL, *G = NULL;
+    float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL;
+    float* G = NULL;
     double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL, *qpart = NULL;
     float* iw = NULL;
     int64_t* perm = NULL;
@@ -12242,19 +12550,25 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_result res = QUAROT_OK;
     if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
     ctx->error[0] = 0;
-#define QUAROT__ADAPT_FAIL(code, ...) do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return code; } while (0)
-    if (!cap || !cap->patterns) QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: no (initialized) capture");
+#define QUAROT__ADAPT_FAIL(code, ...)                                                                  \
+    do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return code; } while (0)
+    if (!cap || !cap->patterns)
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: no (initialized) capture");
     if (desc) dd = *desc; else memset(&dd, 0, sizeof dd);
     if (dd.quant_dtype && strcmp(dd.quant_dtype, "int4") != 0) {
         if (strcmp(dd.quant_dtype, "int8") != 0)
-            QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: quant_dtype '%.32s' is not supported (use \"int4\" or \"int8\")", dd.quant_dtype);
+            QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT,
+                               "adapt stage 1: quant_dtype '%.32s' is not supported (use \"int4\" or \"int8\")",
+                               dd.quant_dtype);
         bits = 8;
     }
-    if (dd.steps < 0 || dd.steps > (1 << 20) || dd.patience < 0 || dd.polar.max_iter < 0 || !(dd.reg >= 0.0 && dd.reg < 1.0) ||
-        !(dd.polar.tol >= 0.0 && dd.polar.tol < 1.0))
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter must be >= 0, reg and polar.tol in [0, 1)");
+    if (dd.steps < 0 || dd.steps > (1 << 20) || dd.patience < 0 || dd.polar.max_iter < 0 ||
+        !(dd.reg >= 0.0 && dd.reg < 1.0) || !(dd.polar.tol >= 0.0 && dd.polar.tol < 1.0))
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter "
+                                                        "must be >= 0, reg and polar.tol in [0, 1)");
     if (!quarot_adapt_polar_method_name(dd.polar_method))
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd.polar_method);
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT,
+                           "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd.polar_method);
     if (dd.steps == 0) dd.steps = 20;
     if (dd.patience == 0) dd.patience = 5;
     reg = dd.reg > 0.0 ? dd.reg : 1e-5;
@@ -12262,20 +12576,27 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
     hidden = cap->hidden;
     b = dd.block_size > 0 ? dd.block_size : hidden;
-    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON || (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 512);
+    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON ||
+             (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 512);
     if (b > hidden || hidden % b != 0)
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld", (long long)b, (long long)hidden);
-    if (cap->status != QUAROT_OK) QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s", cap->error[0] ? cap->error : quarot_result_string(cap->status));
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld",
+                           (long long)b, (long long)hidden);
+    if (cap->status != QUAROT_OK)
+        QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s",
+                           cap->error[0] ? cap->error : quarot_result_string(cap->status));
     for (li = 0; li < cap->n_linears; ++li) N += cap->linears[li].count;
     if (N == 0) {
         char pats[160], names[300];
         quarot__adapt_patterns(cap, pats, sizeof pats);
         quarot_adapt_capture_list(cap, names, sizeof names);
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_NOT_FOUND, "adapt stage 1: layer_type %s matched no linear layer, so no activations were captured; linear layers seen: %s",
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_NOT_FOUND, "adapt stage 1: layer_type %s matched no linear layer, so no "
+                                                 "activations were captured; linear layers seen: %s",
                            pats, cap->n_names ? names : "(none: no input was fed to the capture)");
     }
     hb = quarot__adapt_hadamard_order(b, QUAROT_FALLBACK_DEFAULT);
-    if (hb == 0) QUAROT__ADAPT_FAIL(QUAROT_ERR_UNSUPPORTED_SIZE, "adapt stage 1: no Hadamard matrix of order > 1 divides block %lld", (long long)b);
+    if (hb == 0)
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_UNSUPPORTED_SIZE,
+                           "adapt stage 1: no Hadamard matrix of order > 1 divides block %lld", (long long)b);
     M = N * (hidden / b);                          // N <= n_linears*max_samples, checked at init
     if (!quarot__mul_size((size_t)M, (size_t)b, &mbytes) || !quarot__mul_size(mbytes, sizeof(double), &mbytes) ||
         !quarot__mul_size((size_t)b, (size_t)b, &bbytes) || !quarot__mul_size(bbytes, sizeof(double), &bbytes))
@@ -12317,8 +12638,9 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     quarot_adapt_context_init(&t, &ctx->env);
     t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
     t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !defl) || (newton && (!iw || !perm)) ||
-                             !t.losses || !t.polar_iterations))
+    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst ||
+                             (!dd.no_deflation && !defl) || (newton && (!iw || !perm)) || !t.losses ||
+                             !t.polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
     if (res == QUAROT_OK) {
         float* dst = xh;
@@ -12329,7 +12651,9 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         res = quarot_rotation_apply_f32(&had, xh, N, hidden, 0, NULL, 0);
         for (i = 0; i < mb && res == QUAROT_OK; ++i)
             if (!(fabsf(xh[i]) <= 3.40282346638528859812e+38f)) res = QUAROT_ERR_NONFINITE;
-        if (res == QUAROT_ERR_NONFINITE) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations overflow float after the Hadamard rotation");
+        if (res == QUAROT_ERR_NONFINITE)
+            quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                              "adapt stage 1: activations overflow float after the Hadamard rotation");
     }
     memset(&qd, 0, sizeof qd);
     qd.bits = bits;
@@ -12343,7 +12667,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         t.best_loss = t.start_loss;
         if (!(t.start_loss <= 1e300)) {            // squares overflowed: values near FLT_MAX
             res = QUAROT_ERR_NONFINITE;
-            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations too large (the loss overflows)");
+            quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                              "adapt stage 1: activations too large (the loss overflows)");
         } else if (dd.progress) {
             dd.progress(dd.user_data, 0, t.start_loss, t.best_loss, 0);
         }
@@ -12357,10 +12682,13 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         // arithmetic (A = XH*R, R orthogonal), without the b^3 product R*R_step, and R stays orthogonal
         res = quarot_sgemm(1, 0, b, b, M, 1.0f, xh, b, B, b, 0.0f, C, b, env);                 // (XH)^T B
         if (res == QUAROT_OK)
-            res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, perm, iw, reg, k_warm, step > 1, tol, max_iter, &U, &po, env);
+            res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, perm, iw, reg, k_warm, step > 1, tol, max_iter,
+                                      &U, &po, env);
         if (res == QUAROT_ERR_NOT_CONVERGED)
-            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: the polar factor (%s) did not converge at step %d (%d iterations, "
-                              "max|X^T X - I| = %.3g; or a singular float inverse); raise reg (now %g) or polar.max_iter",
+            quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                              "adapt stage 1: the polar factor (%s) did not converge at step %d (%d iterations, "
+                              "max|X^T X - I| = %.3g; or a singular float inverse); raise reg (now %g) or "
+                              "polar.max_iter",
                               quarot_adapt_polar_method_name(dd.polar_method), step, po.iterations, po.residual, reg);
         if (res != QUAROT_OK) break;
         k_warm = po.deflated_first;                // the next step's deflation starts from this one's vectors
@@ -12370,7 +12698,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &loss, env);
         t.losses[step - 1] = loss;
         t.polar_iterations[step - 1] = po.iterations;
-        t.flops += 4.0 * (double)M * (double)b * (double)b + (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products + 2.0 * po.inverses);
+        t.flops += 4.0 * (double)M * (double)b * (double)b +
+                   (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products + 2.0 * po.inverses);
         t.steps_run = step;
         if (loss < t.best_loss) {
             t.best_loss = loss;
@@ -12398,7 +12727,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         tt = (double*)quarot_env_alloc(env, 2 * bbytes);
         if (!out || !e || !tt) res = QUAROT_ERR_OUT_OF_MEMORY;
         else res = quarot__adapt_finish(b, Rb, out, e, tt, env);
-        if (res == QUAROT_ERR_NOT_CONVERGED) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: R_best could not be made orthogonal");
+        if (res == QUAROT_ERR_NOT_CONVERGED)
+            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: R_best could not be made orthogonal");
     }
     quarot_env_free(env, Rb);
     quarot_env_free(env, e);
@@ -12406,7 +12736,8 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     if (res != QUAROT_OK) {
         quarot_env_free(&t.env, out);
         quarot_adapt_context_free(&t);
-        if (!ctx->error[0]) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: %s", quarot_result_string(res));
+        if (!ctx->error[0])
+            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: %s", quarot_result_string(res));
         return res;
     }
     t.matrix = out;
@@ -12472,16 +12803,18 @@ QUAROT_API quarot_result quarot_act_quant_check(const quarot_act_quant_desc* a, 
     }
     hd = cfg->head_dim ? cfg->head_dim : (cfg->n_heads > 0 ? cfg->hidden / cfg->n_heads : 0);
     qd = cfg->n_heads * hd;
-    if (a->a_group_size < 0 || (a->a_group_size > 0 && (cfg->hidden % a->a_group_size || cfg->intermediate % a->a_group_size ||
-                                                         qd % a->a_group_size))) {
-        quarot__qz_msg(err, err_cap, "a_group_size %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
+    if (a->a_group_size < 0 ||
+        (a->a_group_size > 0 &&
+         (cfg->hidden % a->a_group_size || cfg->intermediate % a->a_group_size || qd % a->a_group_size))) {
+        quarot__qz_msg(err, err_cap,
+                       "a_group_size %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
                        (long long)a->a_group_size, (long long)cfg->hidden, (long long)cfg->intermediate, (long long)qd);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (a->k_group_size < 0 || a->v_group_size < 0 || (a->k_group_size > 0 && hd % a->k_group_size) ||
         (a->v_group_size > 0 && hd % a->v_group_size)) {
-        quarot__qz_msg(err, err_cap, "k/v group sizes %lld / %lld must divide head_dim %lld", (long long)a->k_group_size,
-                       (long long)a->v_group_size, (long long)hd);
+        quarot__qz_msg(err, err_cap, "k/v group sizes %lld / %lld must divide head_dim %lld",
+                       (long long)a->k_group_size, (long long)a->v_group_size, (long long)hd);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     return QUAROT_OK;
@@ -12498,8 +12831,8 @@ static quarot_result quarot__qz_check_desc(const quarot_quantize_desc* d, char* 
         quarot__qz_msg(err, cap, "weight bits %d outside 2..8", b);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    if (!(d->percdamp >= 0.0 && d->percdamp < 1e6) || d->block_size < 0 || (d->act_order & ~1) || (d->one_pass & ~1) || (d->migrate & ~1) ||
-        (d->int8_down_proj & ~1) || d->nsamples < 0 || d->seq_len < 0) {
+    if (!(d->percdamp >= 0.0 && d->percdamp < 1e6) || d->block_size < 0 || (d->act_order & ~1) ||
+        (d->one_pass & ~1) || (d->migrate & ~1) || (d->int8_down_proj & ~1) || d->nsamples < 0 || d->seq_len < 0) {
         quarot__qz_msg(err, cap, "bad GPTQ options (percdamp %g, block %lld, act_order %d)", d->percdamp,
                        (long long)d->block_size, d->act_order);
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -12565,7 +12898,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
     if ((res = quarot__qshape_check(out, in, stride)) != QUAROT_OK) return res;
     if ((res = quarot__qspec_init(&dd.weight, in, &sp, &gs)) != QUAROT_OK) {
         if (dd.weight.group_size > 0 && in % dd.weight.group_size)
-            quarot__qz_msg(err, err_cap, "group size %lld does not divide the %lld input columns", (long long)dd.weight.group_size, (long long)in);
+            quarot__qz_msg(err, err_cap, "group size %lld does not divide the %lld input columns",
+                           (long long)dd.weight.group_size, (long long)in);
         else
             quarot__qz_msg(err, err_cap, "bad weight quantizer options");
         return res;
@@ -12586,7 +12920,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
         for (i = 0; i < in; ++i) {
             for (j = i; j < in; ++j)
                 if (h[i * in + j] - h[i * in + j] != 0.0) {
-                    quarot__qz_msg(err, err_cap, "NaN or Inf in the Hessian (row %lld, column %lld)", (long long)i, (long long)j);
+                    quarot__qz_msg(err, err_cap, "NaN or Inf in the Hessian (row %lld, column %lld)", (long long)i,
+                                   (long long)j);
                     return QUAROT_ERR_NONFINITE;
                 }
             nonzero += h[i * in + i] != 0.0;
@@ -12631,21 +12966,28 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
             gd.damp_ratio *= 10.0;
         }
         if (res == QUAROT_ERR_NOT_CONVERGED) {
-            quarot__qz_msg(err, err_cap, "GPTQ: Cholesky factorization failed at column %lld even with damping %g of the mean diagonal (%d retries)",
-                           (long long)gi.bad_column, gd.damp_ratio, tries);
+            quarot__qz_msg(err, err_cap,
+                           "GPTQ: Cholesky factorization failed at column %lld even with damping %g of the mean "
+                           "diagonal (%d retries)", (long long)gi.bad_column, gd.damp_ratio, tries);
         } else if (res == QUAROT_ERR_NONFINITE) {
             quarot__qz_msg(err, err_cap, "GPTQ: NaN or Inf in the weights");
         } else if (res != QUAROT_OK) {
             quarot__qz_msg(err, err_cap, "GPTQ: %s", quarot_result_string(res));
         }
         if (res != QUAROT_OK) { quarot_env_free(env, orig); return res; }
-        if (rep) { rep->gptq_loss = gi.loss; rep->damp = gi.damp; rep->retries = t; rep->dead_columns = gi.dead_columns; }
+        if (rep) {
+            rep->gptq_loss = gi.loss;
+            rep->damp = gi.damp;
+            rep->retries = t;
+            rep->dead_columns = gi.dead_columns;
+        }
     } else {
         // RTN: codes when asked, then the fake-quantized values (the same bits as dequantizing them).
         if (q) res = quarot_quantize_f32(w, out, in, stride, &dd.weight, q, scales, zeros);
         if (res == QUAROT_OK) res = quarot_fake_quant_f32(w, out, in, stride, &dd.weight);
         if (res != QUAROT_OK) {
-            quarot__qz_msg(err, err_cap, "RTN: %s", res == QUAROT_ERR_NONFINITE ? "NaN or Inf in the weights" : quarot_result_string(res));
+            quarot__qz_msg(err, err_cap, "RTN: %s",
+                           res == QUAROT_ERR_NONFINITE ? "NaN or Inf in the weights" : quarot_result_string(res));
             quarot_env_free(env, orig);
             return res;
         }
@@ -12683,7 +13025,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
 // the method (after the scale migration search where asked) and reporting them.
 
 
-QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model, const quarot_quantize_desc* d) {
+QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model,
+                                               const quarot_quantize_desc* d) {
     const quarot_adapter* ad;
     quarot_model_config* c;
     quarot_result res;
@@ -12709,19 +13052,22 @@ QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_mode
     widths[0] = c->hidden; widths[1] = c->n_heads * hd; widths[2] = c->intermediate;
     ad = quarot_adapter_find(c->arch);
     if (!ad || !ad->build) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "no adapter for architecture '%s' (built-in: %s)", c->arch, quarot_adapter_list());
+        quarot__qz_msg(qz->error, sizeof qz->error, "no adapter for architecture '%s' (built-in: %s)", c->arch,
+                       quarot_adapter_list());
         return QUAROT_ERR_UNSUPPORTED;
     }
     quarot_plan_init(&qz->plan, &model->env);
     res = ad->build(ad, c, -1, &qz->plan);
     if (res == QUAROT_OK && qz->plan.n_layers != c->n_layers) res = QUAROT_ERR_INTERNAL;
     if (res != QUAROT_OK) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "adapter '%s' could not describe the model: %s", ad->arch, quarot_result_string(res));
+        quarot__qz_msg(qz->error, sizeof qz->error, "adapter '%s' could not describe the model: %s", ad->arch,
+                       quarot_result_string(res));
         quarot_plan_free(&qz->plan);
         return res;
     }
     if (qz->desc.weight.group_size < 0 || (qz->desc.keep_indivisible & ~1) || (qz->desc.dead_fallback & ~1)) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "weight group size %lld < 0, or keep_indivisible / dead_fallback not 0/1",
+        quarot__qz_msg(qz->error, sizeof qz->error,
+                       "weight group size %lld < 0, or keep_indivisible / dead_fallback not 0/1",
                        (long long)qz->desc.weight.group_size);
         quarot_plan_free(&qz->plan);
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -12736,8 +13082,9 @@ QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_mode
             else if (k == 1) snprintf(name, sizeof name, "%s", qz->plan.layers[0].o_proj);
             else if (k == 2) snprintf(name, sizeof name, "%s", qz->plan.layers[0].down_proj);
             else snprintf(name, sizeof name, "%s", wnames[k]);
-            quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns (nor those of every layer's %s)",
-                           name, (long long)g, (long long)widths[k], wnames[k]);
+            quarot__qz_msg(qz->error, sizeof qz->error,
+                           "%s: weight group size %lld does not divide its %lld input columns (nor those of every "
+                           "layer's %s)", name, (long long)g, (long long)widths[k], wnames[k]);
             quarot_plan_free(&qz->plan);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
@@ -12778,7 +13125,8 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
     const quarot_plan* p;
     if (!qz || !qz->model) return QUAROT_ERR_INVALID_ARGUMENT;
     if (qz->layer >= 0) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld is still open (call quarot_quantizer_end_layer)", (long long)qz->layer);
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld is still open (call quarot_quantizer_end_layer)",
+                       (long long)qz->layer);
         return QUAROT_ERR_STATE;
     }
     if (layer < 0 || layer >= qz->config.n_layers) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -12812,7 +13160,8 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
     qz->step_in[1] = qz->config.n_heads * qz->config.head_dim;
     qz->step_in[3] = qz->config.intermediate;
     if (qz->model->acquire_layer && (res = qz->model->acquire_layer(qz->model->user_data, layer)) != QUAROT_OK) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: cannot acquire it: %s", (long long)layer, quarot_result_string(res));
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: cannot acquire it: %s", (long long)layer,
+                       quarot_result_string(res));
         return res;
     }
     qz->layer = layer;
@@ -12875,7 +13224,8 @@ QUAROT_API quarot_result quarot_quantizer_add(quarot_quantizer* qz, const char* 
             return QUAROT_ERR_OVERFLOW;
         qz->h[st] = (double*)quarot_env_alloc(&qz->model->env, bytes);
         if (!qz->h[st]) {
-            quarot__qz_msg(qz->error, sizeof qz->error, "%s: out of memory for its [%lld][%lld] Hessian", weight_name, (long long)n, (long long)n);
+            quarot__qz_msg(qz->error, sizeof qz->error, "%s: out of memory for its [%lld][%lld] Hessian", weight_name,
+                           (long long)n, (long long)n);
             return QUAROT_ERR_OUT_OF_MEMORY;
         }
         memset(qz->h[st], 0, bytes);
@@ -12907,19 +13257,22 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
     char msg[200];
     res = m->get_tensor(m->user_data, name, &t);
     if (res != QUAROT_OK) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name, res == QUAROT_ERR_NOT_FOUND ? "not in the model" : quarot_result_string(res));
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name,
+                       res == QUAROT_ERR_NOT_FOUND ? "not in the model" : quarot_result_string(res));
         return res;
     }
     in = t.ne[0];
     out = quarot_tensor_nrows(&t);
     if (in != qz->step_in[st] || out <= 0) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %lld input columns, expected %lld", name, (long long)in, (long long)qz->step_in[st]);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %lld input columns, expected %lld", name, (long long)in,
+                       (long long)qz->step_in[st]);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     if (st == 3 && d.int8_down_proj) { d.weight.bits = 8; d.weight.group_size = 0; }
     gs = d.weight.group_size > 0 ? d.weight.group_size : in;
     if (in % gs) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns", name, (long long)gs, (long long)in);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns",
+                       name, (long long)gs, (long long)in);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     groups = in / gs;
@@ -12936,7 +13289,8 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
     q = (int8_t*)((char*)zr + sb);
     for (r = 0; r < out && res == QUAROT_OK; ++r) res = quarot_tensor_get_row_f32(&t, r, w + r * in);
     if (res == QUAROT_OK)
-        res = quarot_quantize_linear(w, out, in, in, qz->h[st], qz->rows[st], &d, q, sc, zr, &rep, msg, sizeof msg, env);
+        res = quarot_quantize_linear(w, out, in, in, qz->h[st], qz->rows[st], &d, q, sc, zr, &rep, msg, sizeof msg,
+                                     env);
     if (res != QUAROT_OK) {
         quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name, msg[0] ? msg : quarot_result_string(res));
         quarot_env_free(env, w);
@@ -12949,7 +13303,9 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
         rep.step = st;
         rep.migrate_alpha = (st == 0 || st == 2) ? qz->mig_alpha : 0.0;
         res = qz->desc.on_linear(qz->desc.user_data, &rep);
-        if (res != QUAROT_OK) quarot__qz_msg(qz->error, sizeof qz->error, "%s: stopped by the report callback: %s", name, quarot_result_string(res));
+        if (res != QUAROT_OK)
+            quarot__qz_msg(qz->error, sizeof qz->error, "%s: stopped by the report callback: %s", name,
+                           quarot_result_string(res));
     } else if (res != QUAROT_OK) {
         quarot__qz_msg(qz->error, sizeof qz->error, "%s: writing back: %s", name, quarot_result_string(res));
     }
@@ -13048,15 +13404,20 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
     if (!h || qz->rows[st] <= 0) return QUAROT_OK;   // the GPTQ path reports the dead input
     // the norm: the (st == 0 ? first : second) fusion of this layer in the plan
     for (fi = 0; fi < qz->plan.n_fusions; ++fi)
-        if (qz->plan.fusions[fi].layer == qz->layer && seen++ == (st == 0 ? 0 : 1)) { norm = qz->plan.fusions[fi].norm_weight; break; }
+        if (qz->plan.fusions[fi].layer == qz->layer && seen++ == (st == 0 ? 0 : 1)) {
+            norm = qz->plan.fusions[fi].norm_weight;
+            break;
+        }
     if (!norm) return QUAROT_OK;
     if (qz->plan.fusions[fi].norm_bias[0]) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs an RMSNorm (this norm has a bias)", norm);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs an RMSNorm (this norm has a bias)",
+                       norm);
         return QUAROT_ERR_UNSUPPORTED;
     }
     res = m->get_tensor(m->user_data, norm, &g);
     if (res != QUAROT_OK || g.ne[0] != n) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs the norm gain [%lld]", norm, (long long)n);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs the norm gain [%lld]", norm,
+                       (long long)n);
         return res != QUAROT_OK ? res : QUAROT_ERR_SHAPE_MISMATCH;
     }
     memset(w, 0, sizeof w);
@@ -13088,7 +13449,8 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
         for (i = 0; i < n; ++i)
             for (j = 0; j < n; ++j) h[i * n + j] *= (double)s[i] * (double)s[j];
     }
-    if (res != QUAROT_OK && !qz->error[0]) quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration: %s", norm, quarot_result_string(res));
+    if (res != QUAROT_OK && !qz->error[0])
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration: %s", norm, quarot_result_string(res));
     for (k = 0; k < nw; ++k) quarot_env_free(env, w[k]);
     quarot_env_free(env, s);
     return res;
@@ -13119,7 +13481,8 @@ QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz) {
     quarot_result res = QUAROT_OK;
     if (!qz || !qz->model || qz->layer < 0) return QUAROT_ERR_STATE;
     if (qz->step < 4) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: %d of 4 steps quantized", (long long)qz->layer, qz->step);
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: %d of 4 steps quantized", (long long)qz->layer,
+                       qz->step);
         return QUAROT_ERR_STATE;
     }
     if (qz->model->release_layer) res = qz->model->release_layer(qz->model->user_data, qz->layer, 1);
