@@ -15,45 +15,45 @@ QUICK START (examples/quickstart.c is this, as a whole program)
     //   quarot_rotate_desc rd = {0}; quarot_rotate_model(&model, &rd);
 
 TABLE OF CONTENTS (each marker opens a module in the declaration half and again in the implementation)
-    >>config      version, linkage, configuration macros, includes
-    >>result      quarot_result error codes and their strings
-    >>env         allocator hooks and the optional parallel-for hook
-    >>rng         seeded random numbers identical on every platform (xoshiro256**)
-    >>tensor      ggml-style tensor view (ne[] counts, nb[] byte strides), f16/bf16 conversion
-    >>simd        which instruction sets were compiled in; per-call ISA selection
-    >>convert     f32 / f64 <-> f16 / bf16 row conversions, SIMD bit-identical to _ref
-    >>generated   (implementation only, written by tools/, make regen) Hadamard tables, mixing terms
-    >>hadamard    Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
-    >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
-    >>transform_plan  (implementation only) the plan (H_K, mixing patterns or panels) and the apply calls
-    >>transform_simd  (implementation only) SIMD butterflies: in-lane stages, radix networks, column passes
-    >>transform_mix  (implementation only) the mixing kernels' macros: float panels, blocked tables, register mixing
-    >>transform_isa  (implementation only) per ISA: vector macros, the kernels compiled for it, selection; f64 kernels
-    >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
-    >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
-    >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
-    >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
-    >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
-    >>gptq_run    (implementation only) GPTQ's factor U of H^-1 (UL Cholesky, inverse) and its column loop
-    >>qgemm       integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
-    >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
-    >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
-    >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
-    >>command     rotate commands: plain data generated from the adapter, executed exactly once
-    >>online      online-rotation hook IR, quarot_online_apply, versioned text serialization
-    >>processor   plan, rotations and commands built and validated before any write; quarot_rotate_model
-    >>processor_run  (implementation only) fusion, mean baking, commands, layers, exactly-once check
-    >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
-    >>adapt_solve (implementation only) stage 1's polar factor: the methods, X^T X, sigma_max, deflation
-    >>adapt_newton  (implementation only) the scaled Newton polar iteration: blocked float inverse, steps
-    >>adapt_polar (implementation only) Newton-Schulz steps, the polar solver of stage 1, its f64 finish
-    >>adapt_stage1  (implementation only) the stage-1 loop: quantize, polar update of R, best R, context
-    >>quantize    model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
+    >>config           version, linkage, configuration macros, includes
+    >>result           quarot_result error codes and their strings
+    >>env              allocator hooks and the optional parallel-for hook
+    >>rng              seeded random numbers identical on every platform (xoshiro256**)
+    >>tensor           ggml-style tensor view (ne[] counts, nb[] byte strides), f16/bf16 conversion
+    >>simd             which instruction sets were compiled in; per-call ISA selection
+    >>convert          f32 / f64 <-> f16 / bf16 row conversions, SIMD bit-identical to _ref
+    >>generated        (implementation only, written by tools/, make regen) Hadamard tables, mixing terms
+    >>hadamard         Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
+    >>transform        fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
+    >>transform_plan   (implementation only) the plan (H_K, mixing patterns or panels) and the apply calls
+    >>transform_simd   (implementation only) SIMD butterflies: in-lane stages, radix networks, column passes
+    >>transform_mix    (implementation only) the mixing kernels' macros: float panels, blocked tables, register mixing
+    >>transform_isa    (implementation only) per ISA: vector macros, the kernels compiled for it, selection; f64 kernels
+    >>gemm             blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
+    >>gemm_kernels     (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
+    >>linalg           Householder QR, random orthogonal matrices, Newton-Schulz polar factor
+    >>quant            fake quantization and integer quantization (RTN, clip search), error metrics
+    >>gptq             GPTQ weight quantization from a calibration Hessian (act-order, groups)
+    >>gptq_run         (implementation only) GPTQ's factor U of H^-1 (UL Cholesky, inverse) and its column loop
+    >>qgemm            integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
+    >>rotation         an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
+    >>model            architecture config and tensor-access callbacks (layer-wise acquire / release)
+    >>adapter          per-family description: fusion map, bake names, rotation pairs, head geometry
+    >>command          rotate commands: plain data generated from the adapter, executed exactly once
+    >>online           online-rotation hook IR, quarot_online_apply, versioned text serialization
+    >>processor        plan, rotations and commands built and validated before any write; quarot_rotate_model
+    >>processor_run    (implementation only) fusion, mean baking, commands, layers, exactly-once check
+    >>adapt            Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
+    >>adapt_solve      (implementation only) stage 1's polar factor: the methods, X^T X, sigma_max, deflation
+    >>adapt_newton     (implementation only) the scaled Newton polar iteration: blocked float inverse, steps
+    >>adapt_polar      (implementation only) Newton-Schulz steps, the polar solver of stage 1, its f64 finish
+    >>adapt_stage1     (implementation only) the stage-1 loop: quantize, polar update of R, best R, context
+    >>quantize         model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
     >>quantize_layers  (implementation only) the layer-wise quantizer: Hessians, per-linear method, scale migration
-    >>transform_body (implementation only) the f32 transform kernels, compiled once per ISA
-    >>gemm_body   (implementation only) the blocked GEMM driver, compiled for float and double
-    >>polar_body  (implementation only) the Newton-Schulz polar factor, compiled for double and float
-    >>gptq_body   (implementation only) GPTQ's register-blocked rank-k and Hessian updates, per ISA
+    >>transform_body   (implementation only) the f32 transform kernels, compiled once per ISA
+    >>gemm_body        (implementation only) the blocked GEMM driver, compiled for float and double
+    >>polar_body       (implementation only) the Newton-Schulz polar factor, compiled for double and float
+    >>gptq_body        (implementation only) GPTQ's register-blocked rank-k and Hessian updates, per ISA
 
 CONFIGURATION MACROS (define before including the implementation)
     QUAROT_IMPLEMENTATION       compile the implementation in this translation unit
