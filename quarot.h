@@ -323,8 +323,8 @@ QUAROT_API quarot_result quarot_convert(void* out, quarot_dtype out_dt, const vo
 // (no declarations: data the implementation embeds, written by the programs in tools/)
 
 // >>hadamard
-// Hadamard matrices H (entries +-1, H*H^T = n*I) of order n. Orders available: 1, 2 and multiples of 4
-// reachable as products (Kronecker) of
+// Hadamard matrices H (entries +-1, H*H^T = n*I; docs/algorithms.md §1) of order n. Orders available:
+// 1, 2 and multiples of 4 reachable as products (Kronecker) of
 //   - Sylvester 2^k,
 //   - Paley I, q+1 for a prime power q = 3 (mod 4), and Paley II, 2(q+1) for q = 1 (mod 4), using
 //     GF(p^k) arithmetic for prime powers (28 = 27+1, 52 = 2*(25+1), 100 = 2*(49+1), 244 = 243+1),
@@ -381,7 +381,7 @@ QUAROT_API quarot_result quarot_hadamard_build_f32(int64_t n, int normalized, fl
 QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, double* out, const quarot_env* env);
 
 // >>transform
-// Fast Hadamard transforms on rows of floats, in place. A row x (length n) is a row vector:
+// Fast Hadamard transforms (docs/algorithms.md §1) on rows of floats, in place. A row x (length n) is a row vector:
 //     x <- x * H_n / sqrt(n)    (normalized, the default)
 // with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as z[K][2^m], run the
 // Walsh-Hadamard butterflies along each 2^m row (stages h = 1, 2, 4, ... in that order), then mix the
@@ -691,16 +691,16 @@ QUAROT_API double quarot_mse_f32(const float* a, const float* b, int64_t n);
 QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_t n);
 
 // >>gptq
-// Calibration statistics for GPTQ: h[in][in] += 2 * x^T x over x[rows][stride] (first `in` of each
-// row), in double. Sums are formed in chunks of 8 rows (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row
-// order), then the rows % 8 left one at a time, so the bits depend on how rows are split between
-// calls (not on the SIMD kernel). Only the upper triangle is accumulated, then mirrored into the
-// lower one: h must be symmetric on entry (zeros, or earlier calls). GPTQ does not care about the
-// scale of H (the reference implementation keeps the mean 2/N X^T X; this keeps the sum).
-// Cost rows*in^2/2 multiply-adds, cache-tiled (AVX2 / AVX-512: register-blocked, about 28 KiB of
-// stack). NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
-// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 > SIZE_MAX ->
-// QUAROT_ERR_OVERFLOW.
+// Calibration statistics for GPTQ (docs/algorithms.md §7): h[in][in] += 2 * x^T x over
+// x[rows][stride] (first `in` of each row), in double. Sums are formed in chunks of 8 rows
+// (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row order), then the rows % 8 left one at a time, so the
+// bits depend on how rows are split between calls (not on the SIMD kernel). Only the upper
+// triangle is accumulated, then mirrored into the lower one: h must be symmetric on entry (zeros,
+// or earlier calls). GPTQ does not care about the scale of H (the reference implementation keeps
+// the mean 2/N X^T X; this keeps the sum). Cost rows*in^2/2 multiply-adds, cache-tiled (AVX2 /
+// AVX-512: register-blocked, about 28 KiB of stack). NaN/Inf in x -> QUAROT_ERR_NONFINITE with h
+// untouched; in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 >
+// SIZE_MAX -> QUAROT_ERR_OVERFLOW.
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride);
 
@@ -760,9 +760,10 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 // (no declarations: quarot_gptq_f32 of >>gptq is implemented here)
 
 // >>qgemm
-// Integer matrix products for W4A4 / W4A8 / W8A8 inference: y[t][o] = sum_k W[o][k] x[t][k] with
-// weights and per-token activations held as quantization codes (symmetric, quarot_quantize_f32's
-// codes), accumulated exactly in int32 per weight group, then scaled in float:
+// Integer matrix products for W4A4 / W4A8 / W8A8 inference (docs/algorithms.md §8):
+// y[t][o] = sum_k W[o][k] x[t][k] with weights and per-token activations held as quantization codes
+// (symmetric, quarot_quantize_f32's codes), accumulated exactly in int32 per weight group, then
+// scaled in float:
 //     acc[t][o][g] = sum_{k in group g} wq[o][k] * xq[t][k]                        (int32, exact)
 //     y[t][o]      = (sum_g f32(acc[t][o][g]) * w_scale[o][g], in g order) * x_scale[t]
 // Every ISA computes the same integers and applies the scales with the same float operations in
@@ -817,8 +818,8 @@ QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, in
                                       const quarot_env* env);
 
 // >>rotation
-// An orthogonal matrix Q of size n, applied to row vectors: x <- x*Q. Q is block-diagonal with n/block
-// identical-shape blocks (block == n: one block):
+// An orthogonal matrix Q of size n (docs/algorithms.md §3), applied to row vectors: x <- x*Q. Q is
+// block-diagonal with n/block identical-shape blocks (block == n: one block):
 //   HADAMARD            Q_j = D_j * H_block / sqrt(block), D_j = diag(seeded random signs) unless no_signs
 //   RANDOM_ORTHOGONAL   Q_j = one seeded Haar-random orthogonal block (dense), the same for every j
 //   MATRIX              Q_j = a given orthogonal block (dense, copied; checked to orth_tol)
