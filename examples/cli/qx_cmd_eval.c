@@ -1029,7 +1029,7 @@ int qx_cmd_eval(int argc, char** argv) {
                    pst.w_bits, pst.w_quantizer[0] ? pst.w_quantizer : "?", pst.w_group_size ? "groups" : "per output channel",
                    (long long)hooks.count);
         if (want_col[1] && o.rot.no_online) printf("%-10s no online hooks (--no-online): R1 + R2 folded only\n", "QuaRot");
-        print_recipe("QuaRot", recipe);
+        if (have_rot) print_recipe("QuaRot", recipe);   /* built only with the QuaRot column */
         if (want_col[1]) qx_rotcheck_summary("QuaRot     ", rq, n_rq);
         if (have_adapt) {
             if (o.g.calib_text)
