@@ -1173,7 +1173,7 @@ QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook);
 QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
                                              void* work, size_t work_size);
 
-// Text serialization, version 1 (documented in README "Online hook file"):
+// Text serialization, version 1 (specified in docs/formats.md, "Online hook file"):
 //   quarot-online 1
 //   hooks <count>
 //   weights <digest>        (optional, anywhere before 'end': names the weights the hooks belong to;

@@ -174,7 +174,7 @@ static const qx_opt eval_columns_table[] = {
     {QX_OPT_FLAG, "--no-fp32", QX_AT(eval_opts, no_fp32), .help = "skip the FP32 row (for sweeps that know it)"},
     {QX_OPT_FLAG, "--migrate", QX_AT(eval_opts, migrate),
      .help = "weight-only rows (A16): per-channel scale migration at each norm before the weights are quantized (needs "
-             "--calib-text; see README)"},
+             "--calib-text; see docs/algorithms.md section 7)"},
     {QX_OPT_END}
 };
 static const qx_opt_group eval_columns_group = {

@@ -736,7 +736,7 @@ const qx_opts_cmd qx_cmd_quantize_spec = {
              "                    F16, as llama.cpp does. No online rotation: R1 + R2 folded and the norms fused,\n"
              "                    so stock llama.cpp runs the file (a GGUF input keeps its tokenizer keys; from\n"
              "                    llama2.c the tokenizer.bin beside IN is embedded).\n"
-             "  OUT.safetensors   the quarot-packed W4A4 format for engines (README \"Packed W4A4 format\"):\n"
+             "  OUT.safetensors   the quarot-packed W4A4 format for engines (docs/formats.md):\n"
              "                    int codes two per byte (low nibble first), f16/f32 scales (and zeros), the\n"
              "                    activation / KV settings and the online hook list in __metadata__.\n"
              "Everything else (embeddings, norms, lm_head) is kept: matrices in --dtype, vectors in f32.\n",

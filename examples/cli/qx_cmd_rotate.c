@@ -102,7 +102,7 @@ const qx_opts_cmd qx_cmd_rotate_spec = {
     .epilog =
         "online hook file (with --online or --r3): written beside the output, OUT.quarot-online for a file,\n"
         "OUT/quarot_online.txt for a directory, in quarot.h's text format (quarot_online_read parses it;\n"
-        "README \"Online hook file\"). Each line `hook LAYER SITE size= outer= n= inner= K= m= signs=` asks\n"
+        "docs/formats.md). Each line `hook LAYER SITE size= outer= n= inner= K= m= signs=` asks\n"
         "the engine to transform, in that layer, the activation row at SITE -- down_input: the input of\n"
         "down_proj; o_input: the input of o_proj; q_rope / k_rope: q and k after RoPE -- viewed as\n"
         "[outer][n][inner], every vector along n becoming v * D * H_n / sqrt(n), H_n = H_K (x) H_{2^m} (H_K\n"
