@@ -546,6 +546,17 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
                                               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                               double beta, double* c, int64_t ldc, const quarot_env* env,
                                               quarot_isa isa);
+// y[t][o] = sum_p x[t][p] * w[o][p] for t < rows and o < n: x [rows][k] (row stride ldx >= k), W
+// [n][k] (ldw >= k), y [rows][ldy >= n]; quarot_sgemm(0, 1, rows, n, k, 1, x, ldx, w, ldw, 0, y, ldy)
+// for the few rows of a decode step, without packing: one dot product per output, each row of W read
+// once for all rows of x. Every dot product has one fixed order per ISA (scalar `_ref`: 8 partial
+// sums; AVX2 with FMA: 32 fused; AVX-512: 64 fused; others run `_ref`), so any thread count gives the
+// same bits; ISAs differ within the GEMM bound above. Outputs go in tasks of 64 over env's parallel
+// hook. isa: DEFAULT the best compiled in, REF the scalar kernel, one not compiled in
+// QUAROT_ERR_UNSUPPORTED. Errors: QUAROT_ERR_INVALID_ARGUMENT (negative sizes, small strides, NULL).
+QUAROT_API quarot_result quarot_sgemv(int64_t rows, int64_t n, int64_t k, const float* x, int64_t ldx,
+                                      const float* w, int64_t ldw, float* y, int64_t ldy, const quarot_env* env,
+                                      quarot_isa isa);
 
 // >>gemm_kernels
 // (no declarations: the micro-kernels are private to the implementation)
@@ -5675,6 +5686,97 @@ QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64
 #endif
     return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env,
                                 QUAROT_ISA_DEFAULT);
+}
+
+// quarot_sgemv's dot products. _ref: 8 partial sums over blocks of 8, summed as a tree, then the tail
+// in order. AVX2 (with FMA) and AVX-512: 4 vector accumulators of fused products over blocks of 4
+// vectors, the accumulators summed pairwise and reduced across lanes, then the same scalar tail.
+static float quarot__sdot_f32_ref(const float* a, const float* b, int64_t n) {
+    float p[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s;
+    int64_t k = 0;
+    int j;
+    for (; k + 8 <= n; k += 8)
+        for (j = 0; j < 8; ++j) p[j] += a[k + j] * b[k + j];
+    s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+#if defined(QUAROT__HAVE_AVX2) && defined(__FMA__)
+static float quarot__sdot_f32_avx2(const float* a, const float* b, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m128 h;
+    int64_t k = 0;
+    float s;
+    for (; k + 32 <= n; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 16), _mm256_loadu_ps(b + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 24), _mm256_loadu_ps(b + k + 24), a3);
+    }
+    a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    s = _mm_cvtss_f32(h);
+    for (; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+static float quarot__sdot_f32_avx512(const float* a, const float* b, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    float s;
+    for (; k + 64 <= n; k += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 32), _mm512_loadu_ps(b + k + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 48), _mm512_loadu_ps(b + k + 48), a3);
+    }
+    s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+#endif
+
+typedef float (*quarot__sdot_fn)(const float* a, const float* b, int64_t n);
+typedef struct quarot__sgemv_job {
+    quarot__sdot_fn dot;
+    const float *x, *w;
+    float* y;
+    int64_t rows, n, k, ldx, ldw, ldy;
+} quarot__sgemv_job;
+
+// Task t: outputs [64 t, 64 t + 64), every row of x.
+static void quarot__sgemv_task(void* arg, int64_t t) {
+    const quarot__sgemv_job* j = (const quarot__sgemv_job*)arg;
+    int64_t o0 = t * 64, o1 = o0 + 64 > j->n ? j->n : o0 + 64, o, r;
+    for (o = o0; o < o1; ++o)
+        for (r = 0; r < j->rows; ++r) j->y[r * j->ldy + o] = j->dot(j->x + r * j->ldx, j->w + o * j->ldw, j->k);
+}
+
+QUAROT_API quarot_result quarot_sgemv(int64_t rows, int64_t n, int64_t k, const float* x, int64_t ldx,
+                                      const float* w, int64_t ldw, float* y, int64_t ldy, const quarot_env* env,
+                                      quarot_isa isa) {
+    quarot__sgemv_job jb;
+    quarot_result r;
+    if (rows < 0 || n < 0 || k < 0 || ldx < k || ldw < k || ldy < n || ldx < 1 || ldw < 1 || ldy < 1)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || n == 0) return QUAROT_OK;
+    if (!y || (k > 0 && (!x || !w))) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    jb.dot = quarot__sdot_f32_ref;
+#if defined(QUAROT__HAVE_AVX2) && defined(__FMA__)
+    if (isa == QUAROT_ISA_AVX2) jb.dot = quarot__sdot_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+    if (isa == QUAROT_ISA_AVX512) jb.dot = quarot__sdot_f32_avx512;
+#endif
+    jb.x = x; jb.w = w; jb.y = y;
+    jb.rows = rows; jb.n = n; jb.k = k; jb.ldx = ldx; jb.ldw = ldw; jb.ldy = ldy;
+    quarot_env_parallel_for(env, quarot__sgemv_task, &jb, (n + 63) / 64);
+    return QUAROT_OK;
 }
 
 // >>gemm_kernels
