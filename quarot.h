@@ -9343,13 +9343,114 @@ static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t lin
     return QUAROT_ERR_PARSE;
 }
 
+// The signs= field of a hook line: (n + 3) / 4 hex digits (bit b of digit i set: sign 4i+b is -1) into
+// signs [n]; the padding bits of the last digit must be 0.
+static quarot_result quarot__online_read_signs(const quarot__lineread* lr, int64_t n, float* signs, char* err,
+                                               size_t err_size, int64_t line) {
+    int64_t i, digits = (n + 3) / 4;
+    quarot_result res = QUAROT_OK;
+    for (i = 0; i < digits && res == QUAROT_OK; ++i) {
+        char ch = lr->p[i];
+        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
+        if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
+        for (b = 0; b < 4; ++b) {
+            if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
+            else if ((v >> b) & 1)
+                res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
+        }
+    }
+    return res;
+}
+
+// The rest of a "hook " line: "<layer> <site> size= outer= n= inner= K= m= signs=", checked against
+// quarot.h's construction and added to the list (declared: the header's hook count).
+static quarot_result quarot__online_read_hook(quarot_online_list* list, quarot__lineread* lr, int64_t declared,
+                                              char* err, size_t err_size, int64_t line) {
+    int64_t layer, size, outer, n, inner, K, m;
+    quarot_online_site site = QUAROT_SITE_NONE;
+    int s;
+    quarot_hadamard_info info;
+    quarot_result res;
+    if (list->count >= declared) return quarot__parse_error(err, err_size, line, "more hooks than declared");
+    if (!quarot__lr_int(lr, &layer) || !quarot__lr_word(lr, " "))
+        return quarot__parse_error(err, err_size, line, "bad layer");
+    for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
+        quarot__lineread t = *lr;
+        if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) {
+            site = (quarot_online_site)s;
+            *lr = t;
+            break;
+        }
+    }
+    if (site == QUAROT_SITE_NONE) return quarot__parse_error(err, err_size, line, "unknown site");
+    if (!quarot__lr_word(lr, "size=") || !quarot__lr_int(lr, &size) || !quarot__lr_word(lr, " outer=") ||
+        !quarot__lr_int(lr, &outer) || !quarot__lr_word(lr, " n=") || !quarot__lr_int(lr, &n) ||
+        !quarot__lr_word(lr, " inner=") || !quarot__lr_int(lr, &inner) || !quarot__lr_word(lr, " K=") ||
+        !quarot__lr_int(lr, &K) || !quarot__lr_word(lr, " m=") || !quarot__lr_int(lr, &m) ||
+        !quarot__lr_word(lr, " signs="))
+        return quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
+    if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
+        inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size)
+        return quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
+    if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m)
+        return quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction",
+                                   (long long)n, (long long)K, (long long)m);
+    if (lr->p < lr->end && *lr->p == '-' && lr->p + 1 == lr->end) {
+        res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
+    } else {
+        float* signs;
+        if (lr->end - lr->p != (n + 3) / 4)
+            return quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)((n + 3) / 4));
+        signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+        if (!signs) return QUAROT_ERR_OUT_OF_MEMORY;
+        res = quarot__online_read_signs(lr, n, signs, err, err_size, line);
+        if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
+        quarot_env_free(&list->env, signs);
+    }
+    if (res != QUAROT_OK && (!err || !err[0]))
+        quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+    return res;
+}
+
+// The rest of a "hadamard " line, "<K>", and the K rows of '+' / '-' after it (*p, *line: past them),
+// which must be quarot.h's H_K.
+static quarot_result quarot__online_read_hadamard(quarot_online_list* list, quarot__lineread* lr, const char** p,
+                                                  const char* end, int64_t* line, char* err, size_t err_size) {
+    int64_t K, r, c;
+    int8_t* ref;
+    quarot_result res;
+    if (!quarot__lr_int(lr, &K) || lr->p != lr->end || K < 2 || K > 4096 || !quarot_hadamard_available(K))
+        return quarot__parse_error(err, err_size, *line, "bad 'hadamard <K>' header");
+    ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
+    if (!ref) return QUAROT_ERR_OUT_OF_MEMORY;
+    res = quarot_hadamard_build_i8(K, ref, &list->env);
+    for (r = 0; r < K && res == QUAROT_OK; ++r) {
+        const char* rl = *p;
+        const char* rn = *p < end ? (const char*)memchr(*p, '\n', (size_t)(end - *p)) : NULL;
+        ++*line;
+        if (!rn || rn - rl != K) {
+            res = quarot__parse_error(err, err_size, *line, "matrix row must have %lld signs", (long long)K);
+            break;
+        }
+        for (c = 0; c < K; ++c)
+            if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
+                res = quarot__parse_error(err, err_size, *line, "H_%lld differs from quarot.h's construction",
+                                          (long long)K);
+                break;
+            }
+        *p = rn + 1;
+    }
+    quarot_env_free(&list->env, ref);
+    return res;
+}
+
+// Line by line: the two header lines, then hook / hadamard / weights lines up to "end"; on any error
+// the list is emptied again.
 QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err,
                                             size_t err_size) {
     const char *p, *end;
-    int64_t line = 0, declared = -1, i;
+    int64_t line = 0, declared = -1;
     int seen_end = 0;
-    float* signs = NULL;
-    int8_t* ref = NULL;
     quarot_result res = QUAROT_OK;
     if (err && err_size) err[0] = '\0';
     if (!list || !text || list->count != 0) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -9386,100 +9487,11 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
             continue;
         }
         if (quarot__lr_word(&lr, "hook ")) {
-            int64_t layer, size, outer, n, inner, K, m;
-            quarot_online_site site = QUAROT_SITE_NONE;
-            int s;
-            quarot_hadamard_info info;
-            if (list->count >= declared) {
-                res = quarot__parse_error(err, err_size, line, "more hooks than declared");
-                break;
-            }
-            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) {
-                res = quarot__parse_error(err, err_size, line, "bad layer");
-                break;
-            }
-            for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
-                quarot__lineread t = lr;
-                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) {
-                    site = (quarot_online_site)s;
-                    lr = t;
-                    break;
-                }
-            }
-            if (site == QUAROT_SITE_NONE) { res = quarot__parse_error(err, err_size, line, "unknown site"); break; }
-            if (!quarot__lr_word(&lr, "size=") || !quarot__lr_int(&lr, &size) || !quarot__lr_word(&lr, " outer=") ||
-                !quarot__lr_int(&lr, &outer) || !quarot__lr_word(&lr, " n=") || !quarot__lr_int(&lr, &n) ||
-                !quarot__lr_word(&lr, " inner=") || !quarot__lr_int(&lr, &inner) || !quarot__lr_word(&lr, " K=") ||
-                !quarot__lr_int(&lr, &K) || !quarot__lr_word(&lr, " m=") || !quarot__lr_int(&lr, &m) ||
-                !quarot__lr_word(&lr, " signs=")) {
-                res = quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
-                break;
-            }
-            if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
-                inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size) {
-                res = quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
-                break;
-            }
-            if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m) {
-                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction",
-                                          (long long)n, (long long)K, (long long)m);
-                break;
-            }
-            if (lr.p < lr.end && *lr.p == '-' && lr.p + 1 == lr.end) {
-                res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
-            } else {
-                int64_t digits = (n + 3) / 4;
-                if (lr.end - lr.p != digits) {
-                    res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits);
-                    break;
-                }
-                signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
-                if (!signs) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
-                for (i = 0; i < digits && res == QUAROT_OK; ++i) {
-                    char ch = lr.p[i];
-                    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
-                    if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
-                    for (b = 0; b < 4; ++b) {
-                        if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
-                        else if ((v >> b) & 1)
-                            res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
-                    }
-                }
-                if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
-                quarot_env_free(&list->env, signs);
-                signs = NULL;
-            }
-            if (res != QUAROT_OK && (!err || !err[0]))
-                quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+            res = quarot__online_read_hook(list, &lr, declared, err, err_size, line);
             continue;
         }
         if (quarot__lr_word(&lr, "hadamard ")) {
-            int64_t K, r, c;
-            if (!quarot__lr_int(&lr, &K) || lr.p != lr.end || K < 2 || K > 4096 || !quarot_hadamard_available(K)) {
-                res = quarot__parse_error(err, err_size, line, "bad 'hadamard <K>' header");
-                break;
-            }
-            ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
-            if (!ref) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
-            res = quarot_hadamard_build_i8(K, ref, &list->env);
-            for (r = 0; r < K && res == QUAROT_OK; ++r) {
-                const char* rl = p;
-                const char* rn = p < end ? (const char*)memchr(p, '\n', (size_t)(end - p)) : NULL;
-                ++line;
-                if (!rn || rn - rl != K) {
-                    res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K);
-                    break;
-                }
-                for (c = 0; c < K; ++c)
-                    if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
-                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction",
-                                                  (long long)K);
-                        break;
-                    }
-                p = rn + 1;
-            }
-            quarot_env_free(&list->env, ref);
-            ref = NULL;
+            res = quarot__online_read_hadamard(list, &lr, &p, end, &line, err, err_size);
             continue;
         }
         res = quarot__parse_error(err, err_size, line, "unknown line");
@@ -9496,7 +9508,6 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
     }
     return res;
 }
-
 // >>processor
 // init: resolve the config, build the adapter's plan, the rotations (R1, R2, HEADS, R4, R3) and the
 // command list, then validate every named tensor (globals, then each layer between acquire and
