@@ -9445,13 +9445,114 @@ static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t lin
     return QUAROT_ERR_PARSE;
 }
 
+// The signs= field of a hook line: (n + 3) / 4 hex digits (bit b of digit i set: sign 4i+b is -1) into
+// signs [n]; the padding bits of the last digit must be 0.
+static quarot_result quarot__online_read_signs(const quarot__lineread* lr, int64_t n, float* signs, char* err,
+                                               size_t err_size, int64_t line) {
+    int64_t i, digits = (n + 3) / 4;
+    quarot_result res = QUAROT_OK;
+    for (i = 0; i < digits && res == QUAROT_OK; ++i) {
+        char ch = lr->p[i];
+        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
+        if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
+        for (b = 0; b < 4; ++b) {
+            if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
+            else if ((v >> b) & 1)
+                res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
+        }
+    }
+    return res;
+}
+
+// The rest of a "hook " line: "<layer> <site> size= outer= n= inner= K= m= signs=", checked against
+// quarot.h's construction and added to the list (declared: the header's hook count).
+static quarot_result quarot__online_read_hook(quarot_online_list* list, quarot__lineread* lr, int64_t declared,
+                                              char* err, size_t err_size, int64_t line) {
+    int64_t layer, size, outer, n, inner, K, m;
+    quarot_online_site site = QUAROT_SITE_NONE;
+    int s;
+    quarot_hadamard_info info;
+    quarot_result res;
+    if (list->count >= declared) return quarot__parse_error(err, err_size, line, "more hooks than declared");
+    if (!quarot__lr_int(lr, &layer) || !quarot__lr_word(lr, " "))
+        return quarot__parse_error(err, err_size, line, "bad layer");
+    for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
+        quarot__lineread t = *lr;
+        if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) {
+            site = (quarot_online_site)s;
+            *lr = t;
+            break;
+        }
+    }
+    if (site == QUAROT_SITE_NONE) return quarot__parse_error(err, err_size, line, "unknown site");
+    if (!quarot__lr_word(lr, "size=") || !quarot__lr_int(lr, &size) || !quarot__lr_word(lr, " outer=") ||
+        !quarot__lr_int(lr, &outer) || !quarot__lr_word(lr, " n=") || !quarot__lr_int(lr, &n) ||
+        !quarot__lr_word(lr, " inner=") || !quarot__lr_int(lr, &inner) || !quarot__lr_word(lr, " K=") ||
+        !quarot__lr_int(lr, &K) || !quarot__lr_word(lr, " m=") || !quarot__lr_int(lr, &m) ||
+        !quarot__lr_word(lr, " signs="))
+        return quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
+    if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
+        inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size)
+        return quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
+    if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m)
+        return quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction",
+                                   (long long)n, (long long)K, (long long)m);
+    if (lr->p < lr->end && *lr->p == '-' && lr->p + 1 == lr->end) {
+        res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
+    } else {
+        float* signs;
+        if (lr->end - lr->p != (n + 3) / 4)
+            return quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)((n + 3) / 4));
+        signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+        if (!signs) return QUAROT_ERR_OUT_OF_MEMORY;
+        res = quarot__online_read_signs(lr, n, signs, err, err_size, line);
+        if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
+        quarot_env_free(&list->env, signs);
+    }
+    if (res != QUAROT_OK && (!err || !err[0]))
+        quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+    return res;
+}
+
+// The rest of a "hadamard " line, "<K>", and the K rows of '+' / '-' after it (*p, *line: past them),
+// which must be quarot.h's H_K.
+static quarot_result quarot__online_read_hadamard(quarot_online_list* list, quarot__lineread* lr, const char** p,
+                                                  const char* end, int64_t* line, char* err, size_t err_size) {
+    int64_t K, r, c;
+    int8_t* ref;
+    quarot_result res;
+    if (!quarot__lr_int(lr, &K) || lr->p != lr->end || K < 2 || K > 4096 || !quarot_hadamard_available(K))
+        return quarot__parse_error(err, err_size, *line, "bad 'hadamard <K>' header");
+    ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
+    if (!ref) return QUAROT_ERR_OUT_OF_MEMORY;
+    res = quarot_hadamard_build_i8(K, ref, &list->env);
+    for (r = 0; r < K && res == QUAROT_OK; ++r) {
+        const char* rl = *p;
+        const char* rn = *p < end ? (const char*)memchr(*p, '\n', (size_t)(end - *p)) : NULL;
+        ++*line;
+        if (!rn || rn - rl != K) {
+            res = quarot__parse_error(err, err_size, *line, "matrix row must have %lld signs", (long long)K);
+            break;
+        }
+        for (c = 0; c < K; ++c)
+            if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
+                res = quarot__parse_error(err, err_size, *line, "H_%lld differs from quarot.h's construction",
+                                          (long long)K);
+                break;
+            }
+        *p = rn + 1;
+    }
+    quarot_env_free(&list->env, ref);
+    return res;
+}
+
+// Line by line: the two header lines, then hook / hadamard / weights lines up to "end"; on any error
+// the list is emptied again.
 QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err,
                                             size_t err_size) {
     const char *p, *end;
-    int64_t line = 0, declared = -1, i;
+    int64_t line = 0, declared = -1;
     int seen_end = 0;
-    float* signs = NULL;
-    int8_t* ref = NULL;
     quarot_result res = QUAROT_OK;
     if (err && err_size) err[0] = '\0';
     if (!list || !text || list->count != 0) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -9488,100 +9589,11 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
             continue;
         }
         if (quarot__lr_word(&lr, "hook ")) {
-            int64_t layer, size, outer, n, inner, K, m;
-            quarot_online_site site = QUAROT_SITE_NONE;
-            int s;
-            quarot_hadamard_info info;
-            if (list->count >= declared) {
-                res = quarot__parse_error(err, err_size, line, "more hooks than declared");
-                break;
-            }
-            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) {
-                res = quarot__parse_error(err, err_size, line, "bad layer");
-                break;
-            }
-            for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
-                quarot__lineread t = lr;
-                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) {
-                    site = (quarot_online_site)s;
-                    lr = t;
-                    break;
-                }
-            }
-            if (site == QUAROT_SITE_NONE) { res = quarot__parse_error(err, err_size, line, "unknown site"); break; }
-            if (!quarot__lr_word(&lr, "size=") || !quarot__lr_int(&lr, &size) || !quarot__lr_word(&lr, " outer=") ||
-                !quarot__lr_int(&lr, &outer) || !quarot__lr_word(&lr, " n=") || !quarot__lr_int(&lr, &n) ||
-                !quarot__lr_word(&lr, " inner=") || !quarot__lr_int(&lr, &inner) || !quarot__lr_word(&lr, " K=") ||
-                !quarot__lr_int(&lr, &K) || !quarot__lr_word(&lr, " m=") || !quarot__lr_int(&lr, &m) ||
-                !quarot__lr_word(&lr, " signs=")) {
-                res = quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
-                break;
-            }
-            if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
-                inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size) {
-                res = quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
-                break;
-            }
-            if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m) {
-                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction",
-                                          (long long)n, (long long)K, (long long)m);
-                break;
-            }
-            if (lr.p < lr.end && *lr.p == '-' && lr.p + 1 == lr.end) {
-                res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
-            } else {
-                int64_t digits = (n + 3) / 4;
-                if (lr.end - lr.p != digits) {
-                    res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits);
-                    break;
-                }
-                signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
-                if (!signs) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
-                for (i = 0; i < digits && res == QUAROT_OK; ++i) {
-                    char ch = lr.p[i];
-                    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
-                    if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
-                    for (b = 0; b < 4; ++b) {
-                        if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
-                        else if ((v >> b) & 1)
-                            res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
-                    }
-                }
-                if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
-                quarot_env_free(&list->env, signs);
-                signs = NULL;
-            }
-            if (res != QUAROT_OK && (!err || !err[0]))
-                quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+            res = quarot__online_read_hook(list, &lr, declared, err, err_size, line);
             continue;
         }
         if (quarot__lr_word(&lr, "hadamard ")) {
-            int64_t K, r, c;
-            if (!quarot__lr_int(&lr, &K) || lr.p != lr.end || K < 2 || K > 4096 || !quarot_hadamard_available(K)) {
-                res = quarot__parse_error(err, err_size, line, "bad 'hadamard <K>' header");
-                break;
-            }
-            ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
-            if (!ref) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
-            res = quarot_hadamard_build_i8(K, ref, &list->env);
-            for (r = 0; r < K && res == QUAROT_OK; ++r) {
-                const char* rl = p;
-                const char* rn = p < end ? (const char*)memchr(p, '\n', (size_t)(end - p)) : NULL;
-                ++line;
-                if (!rn || rn - rl != K) {
-                    res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K);
-                    break;
-                }
-                for (c = 0; c < K; ++c)
-                    if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
-                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction",
-                                                  (long long)K);
-                        break;
-                    }
-                p = rn + 1;
-            }
-            quarot_env_free(&list->env, ref);
-            ref = NULL;
+            res = quarot__online_read_hadamard(list, &lr, &p, end, &line, err, err_size);
             continue;
         }
         res = quarot__parse_error(err, err_size, line, "unknown line");
@@ -9598,7 +9610,6 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
     }
     return res;
 }
-
 // >>processor
 // init: resolve the config, build the adapter's plan, the rotations (R1, R2, HEADS, R4, R3) and the
 // command list, then validate every named tensor (globals, then each layer between acquire and
@@ -12634,61 +12645,67 @@ static void quarot__adapt_patterns(const quarot_adapt_capture* cap, char* buf, s
     }
 }
 
-QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
-                                             quarot_adapt_context* ctx, const quarot_env* env) {
+// What one stage-1 run decided (the options with their defaults, the sizes) and its work: the steps'
+// floats (freed by quarot__stage1_free_work), then the best R (Rb) and the double work that makes it
+// orthogonal (freed by quarot__stage1_free_best).
+typedef struct quarot__stage1 {
     quarot_adapt_desc dd;
+    int64_t hidden, b, hb, N, M, mb;            // b: the block, hb: its Hadamard order, M = N*(hidden/b) rows
+    size_t mbytes, bbytes;                      // [M][b] and [b][b] floats
+    int bits, max_iter, newton;
+    double tol, reg;
     quarot_rotation had;
     quarot_quant_desc qd;
-    quarot_adapt_context t;
-    int64_t hidden, b, hb, N = 0, M, mb, i, li;
-    size_t mbytes, bbytes;
-    float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL;
-    float* G = NULL;
-    double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL, *qpart = NULL;
-    float* iw = NULL;
-    int64_t* perm = NULL;
-    quarot_result* qst = NULL;
-    int bits = 4, since = 0, step, max_iter, newton, k_warm = 0;
-    double tol, reg;
-    quarot_result res = QUAROT_OK;
-    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
-    ctx->error[0] = 0;
+    float *xh, *A, *B, *R, *Rn, *Rb, *C, *X, *Y, *G, *iw;
+    double *vw, *defl, *qpart, *e, *tt;
+    int64_t* perm;
+    quarot_result* qst;
+} quarot__stage1;
+
+// desc with its defaults, checked against the capture; the sizes of the work. An error sets ctx->error
+// (but for the size overflow).
+static quarot_result quarot__stage1_check(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
+                                          quarot_adapt_context* ctx, quarot__stage1* s) {
+    quarot_adapt_desc* dd = &s->dd;
+    int64_t li;
 #define QUAROT__ADAPT_FAIL(code, ...)                                                                  \
     do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return code; } while (0)
     if (!cap || !cap->patterns)
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: no (initialized) capture");
-    if (desc) dd = *desc; else memset(&dd, 0, sizeof dd);
-    if (dd.quant_dtype && strcmp(dd.quant_dtype, "int4") != 0) {
-        if (strcmp(dd.quant_dtype, "int8") != 0)
+    if (desc) *dd = *desc; else memset(dd, 0, sizeof *dd);
+    s->bits = 4;
+    if (dd->quant_dtype && strcmp(dd->quant_dtype, "int4") != 0) {
+        if (strcmp(dd->quant_dtype, "int8") != 0)
             QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT,
                                "adapt stage 1: quant_dtype '%.32s' is not supported (use \"int4\" or \"int8\")",
-                               dd.quant_dtype);
-        bits = 8;
+                               dd->quant_dtype);
+        s->bits = 8;
     }
-    if (dd.steps < 0 || dd.steps > (1 << 20) || dd.patience < 0 || dd.polar.max_iter < 0 ||
-        !(dd.reg >= 0.0 && dd.reg < 1.0) || !(dd.polar.tol >= 0.0 && dd.polar.tol < 1.0))
+    if (dd->steps < 0 || dd->steps > (1 << 20) || dd->patience < 0 || dd->polar.max_iter < 0 ||
+        !(dd->reg >= 0.0 && dd->reg < 1.0) || !(dd->polar.tol >= 0.0 && dd->polar.tol < 1.0))
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter "
                                                         "must be >= 0, reg and polar.tol in [0, 1)");
-    if (!quarot_adapt_polar_method_name(dd.polar_method))
+    if (!quarot_adapt_polar_method_name(dd->polar_method))
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT,
-                           "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd.polar_method);
-    if (dd.steps == 0) dd.steps = 20;
-    if (dd.patience == 0) dd.patience = 5;
-    reg = dd.reg > 0.0 ? dd.reg : 1e-5;
-    tol = dd.polar.tol > 0.0 ? dd.polar.tol : 1e-5;
-    max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
-    hidden = cap->hidden;
-    b = dd.block_size > 0 ? dd.block_size : hidden;
-    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON ||
-             (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 512);
-    if (b > hidden || hidden % b != 0)
+                           "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd->polar_method);
+    if (dd->steps == 0) dd->steps = 20;
+    if (dd->patience == 0) dd->patience = 5;
+    s->reg = dd->reg > 0.0 ? dd->reg : 1e-5;
+    s->tol = dd->polar.tol > 0.0 ? dd->polar.tol : 1e-5;
+    s->max_iter = dd->polar.max_iter > 0 ? dd->polar.max_iter : 100;
+    s->hidden = cap->hidden;
+    s->b = dd->block_size > 0 ? dd->block_size : s->hidden;
+    s->newton = dd->polar_method == QUAROT_ADAPT_POLAR_NEWTON ||
+                (dd->polar_method == QUAROT_ADAPT_POLAR_DEFAULT && s->b >= 512);
+    if (s->b > s->hidden || s->hidden % s->b != 0)
         QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld",
-                           (long long)b, (long long)hidden);
+                           (long long)s->b, (long long)s->hidden);
     if (cap->status != QUAROT_OK)
         QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s",
                            cap->error[0] ? cap->error : quarot_result_string(cap->status));
-    for (li = 0; li < cap->n_linears; ++li) N += cap->linears[li].count;
-    if (N == 0) {
+    s->N = 0;
+    for (li = 0; li < cap->n_linears; ++li) s->N += cap->linears[li].count;
+    if (s->N == 0) {
         char pats[160], names[300];
         quarot__adapt_patterns(cap, pats, sizeof pats);
         quarot_adapt_capture_list(cap, names, sizeof names);
@@ -12696,146 +12713,210 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
                                                  "activations were captured; linear layers seen: %s",
                            pats, cap->n_names ? names : "(none: no input was fed to the capture)");
     }
-    hb = quarot__adapt_hadamard_order(b, QUAROT_FALLBACK_DEFAULT);
-    if (hb == 0)
+    s->hb = quarot__adapt_hadamard_order(s->b, QUAROT_FALLBACK_DEFAULT);
+    if (s->hb == 0)
         QUAROT__ADAPT_FAIL(QUAROT_ERR_UNSUPPORTED_SIZE,
-                           "adapt stage 1: no Hadamard matrix of order > 1 divides block %lld", (long long)b);
-    M = N * (hidden / b);                          // N <= n_linears*max_samples, checked at init
-    if (!quarot__mul_size((size_t)M, (size_t)b, &mbytes) || !quarot__mul_size(mbytes, sizeof(double), &mbytes) ||
-        !quarot__mul_size((size_t)b, (size_t)b, &bbytes) || !quarot__mul_size(bbytes, sizeof(double), &bbytes))
+                           "adapt stage 1: no Hadamard matrix of order > 1 divides block %lld", (long long)s->b);
+    s->M = s->N * (s->hidden / s->b);           // N <= n_linears*max_samples, checked at init
+    if (!quarot__mul_size((size_t)s->M, (size_t)s->b, &s->mbytes) ||
+        !quarot__mul_size(s->mbytes, sizeof(double), &s->mbytes) ||
+        !quarot__mul_size((size_t)s->b, (size_t)s->b, &s->bbytes) ||
+        !quarot__mul_size(s->bbytes, sizeof(double), &s->bbytes))
         return QUAROT_ERR_OVERFLOW;
-    mbytes /= 2;                                   // floats (the double-size check leaves headroom)
-    bbytes /= 2;
-    mb = M * b;
+    s->mbytes /= 2;                             // floats (the double-size check leaves headroom)
+    s->bbytes /= 2;
+    s->mb = s->M * s->b;
 #undef QUAROT__ADAPT_FAIL
-    // X*H: the stacked rows, then the Hadamard half of QUAROT_ROTATION_ADAPT (same seed, same blocks)
-    memset(&had, 0, sizeof had);
-    {
-        quarot_rotation_desc hd;
-        memset(&hd, 0, sizeof hd);
-        hd.kind = QUAROT_ROTATION_HADAMARD;
-        hd.n = hidden;
-        hd.block_size = hb;
-        hd.seed = dd.seed;
-        hd.fallback = QUAROT_FALLBACK_ERROR;
-        res = quarot_rotation_init(&had, &hd, env);
+    return QUAROT_OK;
+}
+
+// The Hadamard half of QUAROT_ROTATION_ADAPT (same seed, same blocks), the float work and t (the new
+// context, with its per-step arrays); t is initialized whatever the result.
+static quarot_result quarot__stage1_alloc(quarot__stage1* s, const quarot_adapt_context* ctx, quarot_adapt_context* t,
+                                          const quarot_env* env) {
+    quarot_rotation_desc hd;
+    int64_t b = s->b;
+    quarot_result res;
+    memset(&s->had, 0, sizeof s->had);
+    memset(&hd, 0, sizeof hd);
+    hd.kind = QUAROT_ROTATION_HADAMARD;
+    hd.n = s->hidden;
+    hd.block_size = s->hb;
+    hd.seed = s->dd.seed;
+    hd.fallback = QUAROT_FALLBACK_ERROR;
+    res = quarot_rotation_init(&s->had, &hd, env);
+    s->xh = (float*)quarot_env_alloc(env, s->mbytes);
+    s->A = (float*)quarot_env_alloc(env, s->mbytes);
+    s->B = (float*)quarot_env_alloc(env, s->mbytes);
+    s->R = (float*)quarot_env_alloc(env, s->bbytes);
+    s->Rn = (float*)quarot_env_alloc(env, s->bbytes);
+    s->Rb = (float*)quarot_env_alloc(env, s->bbytes);
+    s->C = (float*)quarot_env_alloc(env, s->bbytes);
+    s->X = (float*)quarot_env_alloc(env, s->bbytes);
+    s->Y = (float*)quarot_env_alloc(env, s->bbytes);
+    s->G = (float*)quarot_env_alloc(env, s->bbytes);
+    s->vw = (double*)quarot_env_alloc(env, 4 * (size_t)b * sizeof(double));
+    s->qpart = (double*)quarot_env_alloc(env, (size_t)(s->M / 64 + 1) * sizeof(double));
+    s->qst = (quarot_result*)quarot_env_alloc(env, (size_t)(s->M / 64 + 1) * sizeof(quarot_result));
+    if (!s->dd.no_deflation) s->defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
+    if (s->newton) {
+        s->iw = (float*)quarot_env_alloc(env, quarot__sinv_floats(b) * sizeof(float));
+        s->perm = (int64_t*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(int64_t));
     }
-    xh = (float*)quarot_env_alloc(env, mbytes);
-    A = (float*)quarot_env_alloc(env, mbytes);
-    B = (float*)quarot_env_alloc(env, mbytes);
-    R = (float*)quarot_env_alloc(env, bbytes);
-    Rn = (float*)quarot_env_alloc(env, bbytes);
-    Rb = (float*)quarot_env_alloc(env, bbytes);
-    C = (float*)quarot_env_alloc(env, bbytes);
-    X = (float*)quarot_env_alloc(env, bbytes);
-    Y = (float*)quarot_env_alloc(env, bbytes);
-    G = (float*)quarot_env_alloc(env, bbytes);
-    vw = (double*)quarot_env_alloc(env, 4 * (size_t)b * sizeof(double));
-    qpart = (double*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(double));
-    qst = (quarot_result*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(quarot_result));
-    if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
-    if (newton) {
-        iw = (float*)quarot_env_alloc(env, quarot__sinv_floats(b) * sizeof(float));
-        perm = (int64_t*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(int64_t));
-    }
-    quarot_adapt_context_init(&t, &ctx->env);
-    t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
-    t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst ||
-                             (!dd.no_deflation && !defl) || (newton && (!iw || !perm)) || !t.losses ||
-                             !t.polar_iterations))
+    quarot_adapt_context_init(t, &ctx->env);
+    t->losses = (double*)quarot_env_alloc(&t->env, (size_t)s->dd.steps * sizeof(double));
+    t->polar_iterations = (int*)quarot_env_alloc(&t->env, (size_t)s->dd.steps * sizeof(int));
+    if (res == QUAROT_OK && (!s->xh || !s->A || !s->B || !s->R || !s->Rn || !s->Rb || !s->C || !s->X || !s->Y ||
+                             !s->G || !s->vw || !s->qpart || !s->qst || (!s->dd.no_deflation && !s->defl) ||
+                             (s->newton && (!s->iw || !s->perm)) || !t->losses || !t->polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
-    if (res == QUAROT_OK) {
-        float* dst = xh;
-        for (li = 0; li < cap->n_linears; ++li) {
-            memcpy(dst, cap->linears[li].rows, (size_t)(cap->linears[li].count * hidden) * sizeof(float));
-            dst += cap->linears[li].count * hidden;
-        }
-        res = quarot_rotation_apply_f32(&had, xh, N, hidden, 0, NULL, 0);
-        for (i = 0; i < mb && res == QUAROT_OK; ++i)
-            if (!(fabsf(xh[i]) <= 3.40282346638528859812e+38f)) res = QUAROT_ERR_NONFINITE;
-        if (res == QUAROT_ERR_NONFINITE)
-            quarot__adapt_msg(ctx->error, sizeof ctx->error,
-                              "adapt stage 1: activations overflow float after the Hadamard rotation");
+    return res;
+}
+
+// xh = X*H: the captured rows stacked [N][hidden], rotated, checked finite.
+static quarot_result quarot__stage1_rotate_rows(const quarot_adapt_capture* cap, quarot__stage1* s,
+                                                quarot_adapt_context* ctx) {
+    float* dst = s->xh;
+    int64_t li, i;
+    quarot_result res;
+    for (li = 0; li < cap->n_linears; ++li) {
+        memcpy(dst, cap->linears[li].rows, (size_t)(cap->linears[li].count * s->hidden) * sizeof(float));
+        dst += cap->linears[li].count * s->hidden;
     }
-    memset(&qd, 0, sizeof qd);
-    qd.bits = bits;
-    qd.clip_ratio = 1.0f;
-    if (res == QUAROT_OK) {                        // R = I: A = X*H, loss_0
-        memcpy(A, xh, mbytes);
-        res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &t.start_loss, env);
-        memset(R, 0, bbytes);
-        for (i = 0; i < b; ++i) R[i * b + i] = 1.0f;
-        memcpy(Rb, R, bbytes);
-        t.best_loss = t.start_loss;
-        if (!(t.start_loss <= 1e300)) {            // squares overflowed: values near FLT_MAX
-            res = QUAROT_ERR_NONFINITE;
-            quarot__adapt_msg(ctx->error, sizeof ctx->error,
-                              "adapt stage 1: activations too large (the loss overflows)");
-        } else if (dd.progress) {
-            dd.progress(dd.user_data, 0, t.start_loss, t.best_loss, 0);
-        }
+    res = quarot_rotation_apply_f32(&s->had, s->xh, s->N, s->hidden, 0, NULL, 0);
+    for (i = 0; i < s->mb && res == QUAROT_OK; ++i)
+        if (!(fabsf(s->xh[i]) <= 3.40282346638528859812e+38f)) res = QUAROT_ERR_NONFINITE;
+    if (res == QUAROT_ERR_NONFINITE)
+        quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                          "adapt stage 1: activations overflow float after the Hadamard rotation");
+    return res;
+}
+
+// R = I: A = X*H, the loss before any step (t->start_loss, the best so far), R_best = I.
+static quarot_result quarot__stage1_start(quarot__stage1* s, quarot_adapt_context* t, quarot_adapt_context* ctx,
+                                          const quarot_env* env) {
+    int64_t i;
+    quarot_result res;
+    memcpy(s->A, s->xh, s->mbytes);
+    res = quarot__adapt_quant_loss(s->A, s->B, s->M, s->b, &s->qd, s->qpart, s->qst, &t->start_loss, env);
+    memset(s->R, 0, s->bbytes);
+    for (i = 0; i < s->b; ++i) s->R[i * s->b + i] = 1.0f;
+    memcpy(s->Rb, s->R, s->bbytes);
+    t->best_loss = t->start_loss;
+    if (!(t->start_loss <= 1e300)) {            // squares overflowed: values near FLT_MAX
+        res = QUAROT_ERR_NONFINITE;
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations too large (the loss overflows)");
+    } else if (s->dd.progress) {
+        s->dd.progress(s->dd.user_data, 0, t->start_loss, t->best_loss, 0);
     }
-    for (step = 1; step <= dd.steps && res == QUAROT_OK; ++step) {
+    return res;
+}
+
+// The steps: R <- polar((XH)^T B + lambda R), A = XH*R, B = Q(A) and its loss, the best R kept in Rb,
+// until dd.steps or dd.patience steps without a better loss.
+static quarot_result quarot__stage1_steps(quarot__stage1* s, quarot_adapt_context* t, quarot_adapt_context* ctx,
+                                          const quarot_env* env) {
+    int64_t b = s->b, M = s->M;
+    int step, since = 0, k_warm = 0;
+    quarot_result res = QUAROT_OK;
+    for (step = 1; step <= s->dd.steps && res == QUAROT_OK; ++step) {
         quarot__adapt_polar_out po;
         float* U;
         double loss;
         memset(&po, 0, sizeof po);
         // R <- R*polar(A^T B + lambda I) computed as polar((XH)^T B + lambda R): the same matrix in exact
         // arithmetic (A = XH*R, R orthogonal), without the b^3 product R*R_step, and R stays orthogonal
-        res = quarot_sgemm(1, 0, b, b, M, 1.0f, xh, b, B, b, 0.0f, C, b, env);                 // (XH)^T B
+        res = quarot_sgemm(1, 0, b, b, M, 1.0f, s->xh, b, s->B, b, 0.0f, s->C, b, env);    // (XH)^T B
         if (res == QUAROT_OK)
-            res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, perm, iw, reg, k_warm, step > 1, tol, max_iter,
-                                      &U, &po, env);
+            res = quarot__adapt_polar(b, s->C, s->R, s->X, s->Y, s->G, s->Rn, s->vw, s->defl, s->perm, s->iw, s->reg,
+                                      k_warm, step > 1, s->tol, s->max_iter, &U, &po, env);
         if (res == QUAROT_ERR_NOT_CONVERGED)
             quarot__adapt_msg(ctx->error, sizeof ctx->error,
                               "adapt stage 1: the polar factor (%s) did not converge at step %d (%d iterations, "
                               "max|X^T X - I| = %.3g; or a singular float inverse); raise reg (now %g) or "
                               "polar.max_iter",
-                              quarot_adapt_polar_method_name(dd.polar_method), step, po.iterations, po.residual, reg);
+                              quarot_adapt_polar_method_name(s->dd.polar_method), step, po.iterations, po.residual,
+                              s->reg);
         if (res != QUAROT_OK) break;
         k_warm = po.deflated_first;                // the next step's deflation starts from this one's vectors
-        memcpy(R, U, bbytes);
-        res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);                 // A = X*H*R
+        memcpy(s->R, U, s->bbytes);
+        res = quarot_sgemm(0, 0, M, b, b, 1.0f, s->xh, b, s->R, b, 0.0f, s->A, b, env);    // A = X*H*R
         if (res != QUAROT_OK) break;
-        res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &loss, env);
-        t.losses[step - 1] = loss;
-        t.polar_iterations[step - 1] = po.iterations;
-        t.flops += 4.0 * (double)M * (double)b * (double)b +
-                   (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products + 2.0 * po.inverses);
-        t.steps_run = step;
-        if (loss < t.best_loss) {
-            t.best_loss = loss;
-            t.best_step = step;
-            memcpy(Rb, R, bbytes);
+        res = quarot__adapt_quant_loss(s->A, s->B, M, b, &s->qd, s->qpart, s->qst, &loss, env);
+        t->losses[step - 1] = loss;
+        t->polar_iterations[step - 1] = po.iterations;
+        t->flops += 4.0 * (double)M * (double)b * (double)b +
+                    (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products + 2.0 * po.inverses);
+        t->steps_run = step;
+        if (loss < t->best_loss) {
+            t->best_loss = loss;
+            t->best_step = step;
+            memcpy(s->Rb, s->R, s->bbytes);
             since = 0;
         } else {
             ++since;
         }
-        if (dd.progress) dd.progress(dd.user_data, step, loss, t.best_loss, po.iterations);
-        if (since >= dd.patience) break;
+        if (s->dd.progress) s->dd.progress(s->dd.user_data, step, loss, t->best_loss, po.iterations);
+        if (since >= s->dd.patience) break;
     }
-    // free the float work, then make R_best orthogonal in double
-    quarot_rotation_free(&had);
-    quarot_env_free(env, xh); quarot_env_free(env, A); quarot_env_free(env, B);
-    quarot_env_free(env, R); quarot_env_free(env, Rn); quarot_env_free(env, C);
-    quarot_env_free(env, X); quarot_env_free(env, Y); quarot_env_free(env, G); quarot_env_free(env, vw);
-    quarot_env_free(env, qpart); quarot_env_free(env, qst);
-    quarot_env_free(env, defl);
-    quarot_env_free(env, iw);
-    quarot_env_free(env, perm);
-    if (res == QUAROT_OK) {
-        out = (double*)quarot_env_alloc(&t.env, 2 * bbytes);
-        e = (double*)quarot_env_alloc(env, 2 * bbytes);
-        tt = (double*)quarot_env_alloc(env, 2 * bbytes);
-        if (!out || !e || !tt) res = QUAROT_ERR_OUT_OF_MEMORY;
-        else res = quarot__adapt_finish(b, Rb, out, e, tt, env);
-        if (res == QUAROT_ERR_NOT_CONVERGED)
-            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: R_best could not be made orthogonal");
-    }
-    quarot_env_free(env, Rb);
-    quarot_env_free(env, e);
-    quarot_env_free(env, tt);
+    return res;
+}
+
+// Frees the float work of the steps (all but Rb).
+static void quarot__stage1_free_work(quarot__stage1* s, const quarot_env* env) {
+    quarot_rotation_free(&s->had);
+    quarot_env_free(env, s->xh); quarot_env_free(env, s->A); quarot_env_free(env, s->B);
+    quarot_env_free(env, s->R); quarot_env_free(env, s->Rn); quarot_env_free(env, s->C);
+    quarot_env_free(env, s->X); quarot_env_free(env, s->Y); quarot_env_free(env, s->G); quarot_env_free(env, s->vw);
+    quarot_env_free(env, s->qpart); quarot_env_free(env, s->qst);
+    quarot_env_free(env, s->defl);
+    quarot_env_free(env, s->iw);
+    quarot_env_free(env, s->perm);
+}
+
+// *out = R_best made orthogonal in double (allocated from t's env; freed by the caller on failure).
+static quarot_result quarot__stage1_orthogonal(quarot__stage1* s, quarot_adapt_context* t, double** out,
+                                               quarot_adapt_context* ctx, const quarot_env* env) {
+    quarot_result res;
+    *out = (double*)quarot_env_alloc(&t->env, 2 * s->bbytes);
+    s->e = (double*)quarot_env_alloc(env, 2 * s->bbytes);
+    s->tt = (double*)quarot_env_alloc(env, 2 * s->bbytes);
+    if (!*out || !s->e || !s->tt) res = QUAROT_ERR_OUT_OF_MEMORY;
+    else res = quarot__adapt_finish(s->b, s->Rb, *out, s->e, s->tt, env);
+    if (res == QUAROT_ERR_NOT_CONVERGED)
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: R_best could not be made orthogonal");
+    return res;
+}
+
+static void quarot__stage1_free_best(quarot__stage1* s, const quarot_env* env) {
+    quarot_env_free(env, s->Rb);
+    quarot_env_free(env, s->e);
+    quarot_env_free(env, s->tt);
+}
+
+// Check, rotate the captured rows, start from R = I, run the steps, free the float work, make the best
+// R orthogonal and fill the context (ctx keeps its old contents on failure).
+QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
+                                             quarot_adapt_context* ctx, const quarot_env* env) {
+    quarot__stage1 s;
+    quarot_adapt_context t;
+    double* out = NULL;
+    quarot_result res;
+    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
+    ctx->error[0] = 0;
+    memset(&s, 0, sizeof s);
+    res = quarot__stage1_check(cap, desc, ctx, &s);
+    if (res != QUAROT_OK) return res;
+    res = quarot__stage1_alloc(&s, ctx, &t, env);
+    if (res == QUAROT_OK) res = quarot__stage1_rotate_rows(cap, &s, ctx);
+    memset(&s.qd, 0, sizeof s.qd);
+    s.qd.bits = s.bits;
+    s.qd.clip_ratio = 1.0f;
+    if (res == QUAROT_OK) res = quarot__stage1_start(&s, &t, ctx, env);
+    if (res == QUAROT_OK) res = quarot__stage1_steps(&s, &t, ctx, env);
+    quarot__stage1_free_work(&s, env);
+    if (res == QUAROT_OK) res = quarot__stage1_orthogonal(&s, &t, &out, ctx, env);
+    quarot__stage1_free_best(&s, env);
     if (res != QUAROT_OK) {
         quarot_env_free(&t.env, out);
         quarot_adapt_context_free(&t);
@@ -12844,15 +12925,15 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
         return res;
     }
     t.matrix = out;
-    t.hidden = hidden;
-    t.block = b;
-    t.hadamard_block = hb;
-    t.seed = dd.seed;
-    t.bits = bits;
-    t.steps = dd.steps;
-    t.patience = dd.patience;
-    t.rows = M;
-    t.reg = reg;
+    t.hidden = s.hidden;
+    t.block = s.b;
+    t.hadamard_block = s.hb;
+    t.seed = s.dd.seed;
+    t.bits = s.bits;
+    t.steps = s.dd.steps;
+    t.patience = s.dd.patience;
+    t.rows = s.M;
+    t.reg = s.reg;
     if (t.steps_run == 0) {                        // keep the arrays NULL when empty
         quarot_env_free(&t.env, t.losses); t.losses = NULL;
         quarot_env_free(&t.env, t.polar_iterations); t.polar_iterations = NULL;
@@ -12861,7 +12942,6 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     *ctx = t;
     return QUAROT_OK;
 }
-
 
 // >>quantize
 // Per linear: D = W - W^ and the output error tr(D H D^T) / (2 rows) = mean ||x D^T||^2 over the
