@@ -4,7 +4,9 @@
    - a seeded sampled run is reproducible and differs from greedy;
    - eval --engine int prints the same table layout with perplexities within 0.1% of the reference's;
    - bad input: a prompt longer than the context, an unknown --engine, bits out of range, a hook file
-     for another model -> one error line and the documented exit code. */
+     for another model -> one error line and the documented exit code;
+   - a hook file of other weights, given with --hooks (foreign) or left beside the model (stale), is
+     refused by its weights digest (exit 2) as eval refuses it; the model's own is applied. */
 #include "qt.h"
 #include "cli_util.h"
 #include "cli/qx_cli.h"
@@ -115,6 +117,30 @@ static void test_bad_input(void) {
     QT_EQ_INT(CLI("generate '%s' --hooks /nonexistent/hooks -n 5", MODEL), QX_EXIT_INPUT);
 }
 
+static void test_foreign_and_stale_hooks(void) {
+    char a[1024], b[1024], tok[4096];
+    if (!MODEL) QT_SKIP("stories260K not in ../shared");
+    snprintf(tok, sizeof tok, "%s", qt_shared_path("models/stories260K/tok512.bin"));
+    snprintf(a, sizeof a, "%s", tmp_path("gh_a.bin"));
+    snprintf(b, sizeof b, "%s", tmp_path("gh_b.bin"));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online --seed 1", MODEL, a), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --online --seed 2", MODEL, b), 0);
+    QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 8", a, tok), 0);   /* its own: applied */
+    QT_CHECKF(strstr(g_err, "weights digest matches") != NULL, "stderr: %s", g_err);
+    QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 8 --hooks '%s.quarot-online'", a, tok, b), QX_EXIT_INPUT);   /* foreign */
+    QT_CHECKF(strstr(g_err, "belongs to other weights") != NULL && count_lines(g_err) == 1, "stderr: %s", g_err);
+    QT_CHECK(g_out[0] == '\0');
+    {   /* stale: another model's hook file beside it */
+        char cmd[3000];
+        snprintf(cmd, sizeof cmd, "cp '%s.quarot-online' '%s.quarot-online'", b, a);
+        QT_CHECK(system(cmd) == 0);
+    }
+    QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 8", a, tok), QX_EXIT_INPUT);
+    QT_CHECKF(strstr(g_err, "belongs to other weights") != NULL && strstr(g_err, "gh_a.bin.quarot-online") != NULL,
+              "stderr: %s", g_err);
+    QT_CHECK(g_out[0] == '\0');
+}
+
 int main(int argc, char** argv) {
     static char model[4096], text[4096];
     (void)argc;
@@ -130,6 +156,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_generate);
     QT_RUN(test_eval_engine);
     QT_RUN(test_bad_input);
+    QT_RUN(test_foreign_and_stale_hooks);
     cu_finish();
     return qt_finish("test_cli_generate");
 }

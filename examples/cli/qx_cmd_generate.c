@@ -3,6 +3,8 @@
    hooks and a quantized KV cache, prefill + token-by-token decode, greedy or temperature / top-p
    sampling with a seed, threads through the qx_threads pool (the same text for any thread count). */
 #include "cli/qx_cli.h"
+#include "cli/qx_cli_hooks.h"
+#include "model/qx_online.h"
 #include "engine/qx_engine.h"
 #include "eval/qx_eval.h"
 #include "eval/qx_evalkit.h"
@@ -84,20 +86,6 @@ const qx_opts_cmd qx_cmd_generate_spec = {
               "context, hooks for another model), 5 internal or out of memory.\n",
 };
 
-/* Read an online hook file into list (initialized by the caller). */
-static quarot_result read_hooks(const char* path, quarot_online_list* list, qx_err* e) {
-    char* text = NULL;
-    size_t len = 0;
-    char msg[256];
-    quarot_result r = qx_ek_read_file(path, &text, &len, e);
-    if (r != QUAROT_OK) return r;
-    msg[0] = '\0';
-    r = quarot_online_read(list, text, len, msg, sizeof msg);
-    free(text);
-    if (r != QUAROT_OK) qx_err_set(e, "%s: %s", path, msg[0] ? msg : quarot_result_string(r));
-    return r;
-}
-
 /* ---- one run -------------------------------------------------------------------------------- */
 
 /* What one `quarot generate` reads and builds; generate_free frees it. */
@@ -109,7 +97,7 @@ typedef struct generate_state {
     qx_store model, rot;           /* rot: --quarot's */
     quarot_online_list hooks;      /* --quarot's, or the hook file's */
     qx_tokenizer tok;
-    char tok_path[4096], hook_path[4200];
+    char tok_path[4096];
     qx_pool* pool;
     quarot_env env;
     qx_engine en;
@@ -211,7 +199,8 @@ static int generate_tokenizer(generate_state* st) {
 }
 
 /* The online hooks: a packed file's are its own; --quarot rotates the model in memory and builds
-   them; otherwise --hooks FILE, or MODEL.quarot-online / MODEL/quarot_online.txt when present. */
+   them; otherwise --hooks FILE, or MODEL.quarot-online / MODEL/quarot_online.txt when present, refused
+   when it names other weights than MODEL's (qx_cli_model_hooks). */
 static int generate_hooks(generate_state* st) {
     const generate_opts* o = &st->o;
     qx_err e;
@@ -223,17 +212,13 @@ static int generate_hooks(generate_state* st) {
         st->have_rot = 1;
         return QX_EXIT_OK;
     }
-    st->hook_path[0] = '\0';
-    if (o->hooks) snprintf(st->hook_path, sizeof st->hook_path, "%s", o->hooks);
-    else {
-        snprintf(st->hook_path, sizeof st->hook_path, "%s.quarot-online", o->model);
-        if (!qx_is_file(st->hook_path)) snprintf(st->hook_path, sizeof st->hook_path, "%s/quarot_online.txt", o->model);
-        if (!qx_is_file(st->hook_path)) st->hook_path[0] = '\0';
+    {   /* --hooks FILE or the one beside the model, checked against the weights digest as eval does */
+        int rc = qx_cli_model_hooks(&st->cli, &st->model, o->model, o->hooks);
+        if (rc != QX_EXIT_OK) return rc;
     }
-    if (!st->hook_path[0]) return QX_EXIT_OK;
-    r = read_hooks(st->hook_path, &st->hooks, &e);
+    quarot_online_list_free(&st->hooks);
+    r = qx_model_hooks_get(&st->model, &st->hooks, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-    qx_cli_info(&st->cli, "online hooks: %s (%lld hooks)", st->hook_path, (long long)st->hooks.count);
     return QX_EXIT_OK;
 }
 
