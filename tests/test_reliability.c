@@ -114,28 +114,6 @@ static void snapshot(const char* path, char* out, size_t cap) {
     }
 }
 
-/* The "weights <digest>" line of a hook file ("" when none). */
-static void hook_digest(const char* hooks, char* out, size_t cap) {
-    size_t n = 0;
-    char* t = (char*)read_all(hooks, &n);
-    const char* w = t ? strstr(t, "\nweights ") : NULL;
-    out[0] = '\0';
-    if (w) {
-        const char* nl = strchr(w + 9, '\n');
-        snprintf(out, cap, "%.*s", nl ? (int)(nl - (w + 9)) : 0, w + 9);
-    }
-    free(t);
-}
-
-static void model_digest(const char* model, char* out) {
-    char** files = NULL;
-    int n = 0;
-    qx_err e;
-    strcpy(out, "?");
-    if (qx_weight_files(model, &files, &n, &e) == QUAROT_OK) (void)qx_digest_files((const char* const*)files, n, out, &e);
-    qx_free_paths(files, n);
-}
-
 /* Entries beside `path` (in its directory) whose name starts with "." + base + ".tmp-". */
 static int temporaries_beside(const char* dir, const char* base) {
     DIR* d = opendir(dir);
@@ -204,48 +182,135 @@ static void test_sharded_kill_between_renames(void) {
     (void)new_seen;
 }
 
-/* A llama2.c model with --online over a previous one: killed before each publish step, the pair
-   (model, hook file) is the old pair, the new pair, or one whose digest does not match. */
-static void test_single_file_hooks_kill(void) {
-    char in[1024], out[1024], hooks[1200], old_m[1024], old_h[1200];
-    static char m_old[512], h_old[512], m_now[512], h_now[512];
-    char d_model[QX_DIGEST_LEN], d_hooks[64];
-    int k, rc = -1, interrupted = 0;
-    snprintf(in, sizeof in, "%s", tmp_path("sf_in.bin"));
-    snprintf(out, sizeof out, "%s", tmp_path("sf_out.bin"));
-    snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
-    snprintf(old_m, sizeof old_m, "%s", tmp_path("sf_old.bin"));
-    snprintf(old_h, sizeof old_h, "%s.quarot-online", old_m);
-    QT_CHECK(make_input(in, 0, 0));
-    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 --online", in, old_m), 0);
-    hook_digest(old_h, d_hooks, sizeof d_hooks);
-    model_digest(old_m, d_model);
-    QT_CHECKF(d_hooks[0] && strcmp(d_hooks, d_model) == 0, "hook file digest '%s' vs model '%s'", d_hooks, d_model);
-    snapshot(old_m, m_old, sizeof m_old);
-    snapshot(old_h, h_old, sizeof h_old);
+/* What the readers (eval, generate, inspect: qx_model_hooks_attach) see at a single-file model: the
+   model's bytes (snapshot) and the hook list they apply (its text, "" when none); 0 when they
+   refuse the pair. */
+static int reader_view(const char* model, char* msnap, size_t mcap, char* hooks, size_t hcap) {
+    qx_store s;
+    qx_load_opts lo;
+    qx_err e;
+    qx_hooks_status hs;
+    size_t n = 0;
+    const char* t;
+    int ok;
+    snapshot(model, msnap, mcap);
+    hooks[0] = '\0';
+    memset(&lo, 0, sizeof lo);
+    if (qx_load_model(model, &lo, &s, &e) != QUAROT_OK) return 0;
+    ok = qx_model_hooks_attach(&s, model, NULL, &hs, NULL, 0, &e) == QUAROT_OK;
+    t = ok ? (const char*)qx_store_get_blob(&s, QX_HOOKS_BLOB, &n) : NULL;
+    if (t) snprintf(hooks, hcap, "%.*s", (int)n, t);
+    qx_store_free(&s);
+    return ok;
+}
+
+/* `rotate` of a single-file model over a previous pair (model, MODEL.quarot-online), killed before
+   each publish step in turn (every rename, link and unlink, QX_FAULT_PUBLISH=k): what the readers see
+   at OUT is the complete old pair or the complete new one, never the old model with the new hooks
+   (or none) or the new model with the old ones; a later run finishes what the killed one left. The
+   old and the new model with hooks, with hooks over none, and none over hooks. */
+static void kill_pair_case(const char* ext, const char* old_flags, const char* new_flags) {
+    char in[1024], out[1024], oldm[1024], newm[1024], cmd[4200];
+    static char m_old[512], m_new[512], m_now[512], h_old[16384], h_new[16384], h_now[16384];
+    int k, rc = -1, interrupted = 0, saw_old = 0, saw_new = 0;
+    snprintf(in, sizeof in, "%s", tmp_path("kp_in.bin"));
+    snprintf(out, sizeof out, "%s/kp_out%s", g_tmp, ext);
+    snprintf(oldm, sizeof oldm, "%s/kp_old%s", g_tmp, ext);
+    snprintf(newm, sizeof newm, "%s/kp_new%s", g_tmp, ext);
+    if (!qx_path_exists(in)) QT_CHECK(make_input(in, 0, 0));
+    sh("rm -f '%s' '%s.quarot-online' '%s' '%s.quarot-online'", oldm, oldm, newm, newm);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 %s", in, oldm, old_flags), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2 %s", in, newm, new_flags), 0);
+    QT_CHECK(reader_view(oldm, m_old, sizeof m_old, h_old, sizeof h_old));
+    QT_CHECK(reader_view(newm, m_new, sizeof m_new, h_new, sizeof h_new));
+    QT_CHECK(strcmp(m_old, m_new) != 0);
     for (k = 1; k < 40; ++k) {
         char pre[64];
-        sh("cp '%s' '%s' && cp '%s' '%s'", old_m, out, old_h, hooks);
+        int old_pair, new_pair;
+        sh("cd '%s' && rm -f kp_out* .kp_out*", g_tmp);
+        sh("cp '%s' '%s' && { [ ! -e '%s.quarot-online' ] || cp '%s.quarot-online' '%s.quarot-online'; }", oldm, out, oldm, oldm, out);
         snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
-        rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 --online --force", in, out);
-        snapshot(out, m_now, sizeof m_now);
-        snapshot(hooks, h_now, sizeof h_now);
-        hook_digest(hooks, d_hooks, sizeof d_hooks);
-        model_digest(out, d_model);
-        if (rc == 86) {
-            ++interrupted;
-            if (!(strcmp(m_now, m_old) == 0 && strcmp(h_now, h_old) == 0))
-                QT_CHECKF(strcmp(m_now, m_old) != 0 ? strcmp(d_hooks, d_model) == 0 : strcmp(d_hooks, d_model) != 0,
-                          "killed before step %d: model %s hooks %s digest %s vs %s", k, m_now, h_now, d_hooks, d_model);
-        } else {
+        rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 %s --force", in, out, new_flags);
+        QT_CHECKF(reader_view(out, m_now, sizeof m_now, h_now, sizeof h_now), "%s, %s over %s, killed before step %d: refused",
+                  ext, new_flags, old_flags, k);
+        old_pair = strcmp(m_now, m_old) == 0 && strcmp(h_now, h_old) == 0;
+        new_pair = strcmp(m_now, m_new) == 0 && strcmp(h_now, h_new) == 0;
+        if (rc != 86) {
             QT_EQ_INT(rc, 0);
-            QT_CHECK(strcmp(m_now, m_old) != 0);
-            QT_CHECKF(strcmp(d_hooks, d_model) == 0, "completed: digest %s vs %s", d_hooks, d_model);
+            QT_CHECKF(new_pair, "%s: completed run: not the new pair", ext);
             break;
         }
+        ++interrupted;
+        saw_old |= old_pair;
+        saw_new |= new_pair;
+        QT_CHECKF(old_pair || new_pair, "%s, '%s' over '%s', killed before publish step %d: a mixed pair (model %s, %s hooks)", ext,
+                  new_flags, old_flags, k, strcmp(m_now, m_old) == 0 ? "old" : strcmp(m_now, m_new) == 0 ? "new" : "other",
+                  !h_now[0] ? "no" : strcmp(h_now, h_old) == 0 ? "the old" : strcmp(h_now, h_new) == 0 ? "the new" : "other");
+        /* a later run settles what the kill left and publishes the new pair */
+        QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2 %s --force", in, out, new_flags), 0);
+        QT_CHECK(reader_view(out, m_now, sizeof m_now, h_now, sizeof h_now));
+        QT_CHECKF(strcmp(m_now, m_new) == 0 && strcmp(h_now, h_new) == 0, "%s: the run after a kill at step %d: not the new pair",
+                  ext, k);
+        snprintf(cmd, sizeof cmd, "kp_out%s", ext);
+        QT_EQ_INT(temporaries_beside(g_tmp, cmd), 0);
     }
-    QT_CHECKF(interrupted >= 1, "the fault hook never interrupted the run");
+    QT_CHECKF(interrupted >= 2 && saw_old, "%s: the fault hook interrupted %d steps", ext, interrupted);
     QT_EQ_INT(rc, 0);
+    {   /* nothing of the protocol left beside the output */
+        char* prev = NULL;
+        snprintf(cmd, sizeof cmd, "%s.quarot-online", out);
+        prev = qx_hooks_prev_path(cmd);
+        QT_CHECK(prev && !qx_path_exists(prev));
+        free(prev);
+    }
+    (void)saw_new;
+}
+
+static void test_single_file_hooks_kill(void) {
+    kill_pair_case(".bin", "--online", "--online");
+    kill_pair_case(".bin", "", "--online");
+    kill_pair_case(".bin", "--online", "");
+    if (qt_quick()) return;
+    kill_pair_case(".gguf", "--online", "--online");   /* the same protocol for every single-file format */
+}
+
+/* `quantize` over a previous output, GGUF and packed, killed before each publish step: the old file
+   or the new one, and no temporary left by the run after. */
+static void test_quantize_kill(void) {
+    static const char* outs[2] = {"kq_out.gguf", "kq_out.safetensors"};
+    char in[1024], out[1024], oldf[1024], newf[1024];
+    static char s_old[512], s_new[512], s_now[512];
+    int f, k, rc;
+    snprintf(in, sizeof in, "%s", tmp_path("kq_in.bin"));
+    QT_CHECK(make_input(in, 0, 0));
+    for (f = 0; f < 2; ++f) {
+        int interrupted = 0;
+        snprintf(out, sizeof out, "%s/%s", g_tmp, outs[f]);
+        snprintf(oldf, sizeof oldf, "%s/old_%s", g_tmp, outs[f]);
+        snprintf(newf, sizeof newf, "%s/new_%s", g_tmp, outs[f]);
+        QT_EQ_INT(CLI("quantize '%s' '%s' --bits 8", in, oldf), 0);
+        QT_EQ_INT(CLI("quantize '%s' '%s'", in, newf), 0);
+        snapshot(oldf, s_old, sizeof s_old);
+        snapshot(newf, s_new, sizeof s_new);
+        QT_CHECK(strcmp(s_old, s_new) != 0);
+        for (k = 1; k < 20; ++k) {
+            char pre[64];
+            sh("cp '%s' '%s'", oldf, out);
+            snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
+            rc = run_prog(pre, g_bin, "quantize '%s' '%s' --force", in, out);
+            snapshot(out, s_now, sizeof s_now);
+            if (rc != 86) {
+                QT_EQ_INT(rc, 0);
+                QT_CHECKF(strcmp(s_now, s_new) == 0, "%s: completed run: not the new file", outs[f]);
+                break;
+            }
+            ++interrupted;
+            QT_CHECKF(strcmp(s_now, s_old) == 0 || strcmp(s_now, s_new) == 0, "%s killed before step %d: %s", outs[f], k, s_now);
+        }
+        QT_CHECKF(interrupted >= 1, "%s: the fault hook never interrupted the run", outs[f]);
+        QT_EQ_INT(CLI("quantize '%s' '%s' --force", in, out), 0);
+        QT_EQ_INT(temporaries_beside(g_tmp, outs[f]), 0);
+    }
 }
 
 /* ---- 5, 6, 7: special files, a file appearing during the run, long names ------------------------- */
@@ -690,6 +755,7 @@ int main(int argc, char** argv) {
     }
     QT_RUN(test_sharded_kill_between_renames);
     QT_RUN(test_single_file_hooks_kill);
+    QT_RUN(test_quantize_kill);
     QT_RUN(test_f16_overflow_refused);
     QT_RUN(test_eval_applies_the_models_hooks);
     QT_RUN(test_missing_hooks_warned);

@@ -16,8 +16,9 @@
    Outputs of several files are published all-or-nothing: a directory output is built in a hidden
    temporary directory beside it (qx_dir_out_*) and published with one rename (an existing one is
    exchanged atomically, its foreign files carried over); a single file with a side file (the
-   online hook file) binds the side file to the weights with qx_digest_files and publishes the
-   side file first, the model last (see qx_rotate_file.c).
+   online hook file) binds the side file to the weights with qx_digest_files, keeps the previous
+   pair's side file until the model's rename is done and publishes the side file first, the model
+   last (qx_rotate_file.c; docs/formats.md, "Publishing a model with its hook file").
 
    Fault injection for tests: with QX_FAULT_PUBLISH=k in the environment the k-th publish step of
    the process (each rename, link or unlink that changes what a reader sees; numbered from 1) ends
