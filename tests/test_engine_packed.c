@@ -22,6 +22,8 @@
 #include "engine/qx_engine.h"
 #include "formats/qx_llama2c.h"
 #include "formats/qx_packed.h"
+#include "formats/qx_json.h"
+#include "support/qx_file.h"
 
 #include <math.h>
 #include <unistd.h>
@@ -237,6 +239,34 @@ static unsigned char* edit_header(const unsigned char* buf, size_t len, const ch
     return o;
 }
 
+/* buf's quarot.online.digest, in place, made that of its (edited) hook list and data: the edits
+   below test what the engine checks behind the binding (qx_packed.h). */
+static void rebind(unsigned char* buf, size_t len) {
+    static const char key[] = "\"quarot.online.digest\":\"qxh64:";
+    uint64_t hl = 0, n;
+    int k;
+    size_t i;
+    qx_json_doc doc;
+    qx_err e;
+    qx_digest_state g;
+    char d[QX_DIGEST_LEN];
+    unsigned char n8[8];
+    const char* online;
+    for (k = 7; k >= 0; --k) hl = (hl << 8) | buf[k];
+    if (qx_json_parse((const char*)buf + 8, (size_t)hl, "x", NULL, &doc, &e) != QUAROT_OK) return;
+    online = qx_json_as_string(qx_json_get(qx_json_get(doc.root, "__metadata__"), "quarot.online"), NULL);
+    n = online ? strlen(online) : 0;
+    for (k = 0; k < 8; ++k) n8[k] = (unsigned char)(n >> (8 * k));
+    qx_digest_begin(&g);
+    qx_digest_put(&g, n8, 8);
+    qx_digest_put(&g, online ? online : "", (size_t)n);
+    qx_digest_put(&g, buf + 8 + hl, len - 8 - (size_t)hl);
+    qx_digest_end(&g, d);
+    qx_json_doc_free(&doc);
+    for (i = 8; i + sizeof key - 1 + 16 <= 8 + hl; ++i)
+        if (memcmp(buf + i, key, sizeof key - 1) == 0) { memcpy(buf + i + sizeof key - 1, d + 6, 16); break; }
+}
+
 /* The engine refuses buf with code want and a one-line message containing msg. */
 static void expect_engine_fail(const unsigned char* buf, size_t len, quarot_result want, const char* msg, const char* what) {
     qx_engine en;
@@ -305,10 +335,46 @@ static void test_bad_input(void) {
         QT_CHECKF(count_lines(g_err) == 1, "%s", g_err);
         free(x);
     }
+    /* the hook list stripped (quarot.online ""): the weights still carry the offline halves of the
+       online rotations, so every reader refuses the file instead of running another function */
+    {
+        static const char key[] = "\"quarot.online\":\"";
+        uint64_t hl = 0;
+        int k;
+        size_t j, s0 = 0, s1 = 0;
+        char* from;
+        for (k = 7; k >= 0; --k) hl = (hl << 8) | img[k];
+        for (j = 8; j + sizeof key - 1 <= 8 + hl; ++j)
+            if (memcmp(img + j, key, sizeof key - 1) == 0) { s0 = j; break; }
+        for (j = s0 + sizeof key - 1; s0 && j < 8 + hl; ++j)
+            if (img[j] == '"' && img[j - 1] != '\\') { s1 = j + 1; break; }
+        QT_CHECK(s0 && s1 && s1 - s0 > sizeof key);
+        from = (char*)malloc(s1 - s0 + 1);
+        if (from && s0 && s1) {
+            memcpy(from, img + s0, s1 - s0);
+            from[s1 - s0] = '\0';
+            x = edit_header(img, len, from, "\"quarot.online\":\"\"", &xl);
+            QT_CHECK(x != NULL);
+            if (x) {
+                expect_engine_fail(x, xl, QUAROT_ERR_PARSE, "the hook list was stripped", "stripped hooks");
+                QT_CHECK(qt_write_file(bad, x, xl));
+                QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 3", bad, g_tok), QX_EXIT_INPUT);
+                QT_CHECKF(strstr(g_err, "the hook list was stripped") && count_lines(g_err) == 1 && !g_out[0], "%s", g_err);
+                QT_EQ_INT(CLI("eval '%s' --text '%s' %s --engine int", bad, g_text, opts), QX_EXIT_INPUT);
+                QT_CHECKF(strstr(g_err, "the hook list was stripped") && count_lines(g_err) == 1, "%s", g_err);
+                QT_EQ_INT(CLI("eval '%s' --text '%s' %s", bad, g_text, opts), QX_EXIT_INPUT);
+                QT_CHECKF(strstr(g_err, "the hook list was stripped") && count_lines(g_err) == 1, "%s", g_err);
+                free(x);
+            }
+        }
+        free(from);
+    }
     /* a hook list for another model: a layer it does not have; a down_proj row it does not have */
     x = edit_header(img, len, "hook 1 down_input", "hook 7 down_input", &xl);
     QT_CHECK(x != NULL);
     if (x) {
+        expect_engine_fail(x, xl, QUAROT_ERR_PARSE, "the hook list or the weights were changed", "hook layer, not rebound");
+        rebind(x, xl);
         expect_engine_fail(x, xl, QUAROT_ERR_SHAPE_MISMATCH, "does not fit this model", "hook layer");
         QT_CHECK(qt_write_file(bad, x, xl));
         QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 3", bad, g_tok), QX_EXIT_PROCESS);
@@ -334,6 +400,7 @@ static void test_bad_input(void) {
             x = edit_header(img, len, from, "hook 0 down_input size=172 outer=1 n=172 inner=1 K=172 m=0", &xl);
             QT_CHECK(x != NULL);
             if (x) {
+                rebind(x, xl);
                 expect_engine_fail(x, xl, QUAROT_ERR_SHAPE_MISMATCH, "does not divide the row", "hook size");
                 free(x);
             }

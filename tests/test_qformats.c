@@ -9,6 +9,7 @@
 #include "fmt_util.h"
 #include "formats/qx_gguf.h"
 #include "formats/qx_packed.h"
+#include "support/qx_file.h"
 
 /* binary16 -> float from the bits: sign, 5-bit exponent (bias 15), 10-bit fraction. */
 static float ref_half(uint16_t h) {
@@ -332,7 +333,7 @@ static void pk_roundtrip(int bits, int64_t group, int asym, quarot_dtype sd, int
     plan[3].name = "emb.weight"; plan[3].dtype = QUAROT_DTYPE_F16; plan[3].n_dims = 2; plan[3].ne[0] = 3; plan[3].ne[1] = 2;
     memset(&wo, 0, sizeof wo);
     wo.config_json = "{\"x\": 1}";
-    wo.online = "quarot-online 1\nhooks 0\n";
+    wo.online = "quarot-online 1\nhooks 0\nend\n";
     wo.rotation = "R1 test";
     wo.online_reserve = big_online || bits == 4 ? 0 : 1;   /* 1: the header outgrows its room, the data move */
     snprintf(path, sizeof path, "%s/p.safetensors", dir);
@@ -355,10 +356,17 @@ static void pk_roundtrip(int bits, int64_t group, int asym, quarot_dtype sd, int
         QT_OK(qx_packed_writer_put(w, "emb.weight", &t2, &e));
     }
     if (big_online) {                           /* more than the header space reserved at begin: data moved */
-        size_t n = 200000;
-        online = (char*)malloc(n + 1);
-        for (i = 0; i < (int64_t)n; ++i) online[i] = (char)('a' + i % 26);
-        online[n] = '\0';
+        quarot_online_list l;                   /* 200 hooks with signs of 4096: about 210 KB of text */
+        float* sg = (float*)malloc(4096 * sizeof *sg);
+        size_t need = 0;
+        quarot_online_list_init(&l, NULL);
+        for (i = 0; i < 4096; ++i) sg[i] = (i * 7 + i / 3) % 5 < 2 ? -1.0f : 1.0f;
+        for (i = 0; i < 200; ++i) QT_OK(quarot_online_list_add(&l, i, QUAROT_SITE_DOWN_INPUT, 4096, 1, 4096, 1, sg));
+        QT_OK(quarot_online_write(&l, NULL, 0, &need));
+        online = (char*)malloc(need + 1);
+        QT_OK(quarot_online_write(&l, online, need + 1, &need));
+        quarot_online_list_free(&l);
+        free(sg);
         QT_OK(qx_packed_writer_set_online(w, online));
     }
     QT_OK(qx_packed_writer_finish(w, &e));
@@ -373,7 +381,7 @@ static void pk_roundtrip(int bits, int64_t group, int asym, quarot_dtype sd, int
         QT_CHECK(f.settings.scale_dtype == sd && f.settings.a_bits == 4 && f.settings.a_clip == 0.9 && f.settings.k_group_size == 8);
         QT_CHECK(f.settings.v_bits == 16 && f.settings.v_clip == 0.95 && f.settings.k_asym == 1 && f.settings.rope_interleaved == 1);
         QT_CHECK(strcmp(f.config_json, "{\"x\": 1}") == 0 && strcmp(f.rotation, "R1 test") == 0);
-        QT_CHECK(strcmp(f.online, big_online ? online : "quarot-online 1\nhooks 0\n") == 0);
+        QT_CHECK(strcmp(f.online, big_online ? online : "quarot-online 1\nhooks 0\nend\n") == 0);
         for (k = 0; k < f.n_lin; ++k) {
             const qx_packed_linear* L = &f.lin[k];
             int j = strcmp(L->name, "a.weight") == 0 ? 0 : 1;
@@ -465,17 +473,23 @@ static void test_packed_nibbles(void) {
    says otherwise) with the given header pieces. */
 static fu_buf pk_hand(const char* meta_extra, const char* tensors, const unsigned char* data, size_t n) {
     fu_buf b;
-    char hdr[4096];
+    char hdr[4096], dg[QX_DIGEST_LEN];
     size_t hl;
+    qx_digest_state g;
+    static const unsigned char zero8[8] = {0};
     memset(&b, 0, sizeof b);
+    qx_digest_begin(&g);   /* quarot.online.digest: "" (its 8-byte length 0), then the data */
+    qx_digest_put(&g, zero8, 8);
+    qx_digest_put(&g, data, n);
+    qx_digest_end(&g, dg);
     snprintf(hdr, sizeof hdr,
              "{\"__metadata__\":{\"format\":\"quarot-packed\",%s\"quarot.weight.bits\":\"4\",\"quarot.weight.asymmetric\":\"0\","
              "\"quarot.weight.scale_dtype\":\"F16\",\"quarot.weight.packing\":\"low_first\",\"quarot.act.bits\":\"4\","
              "\"quarot.act.group_size\":\"0\",\"quarot.act.asymmetric\":\"0\",\"quarot.act.clip_ratio\":\"1\",\"quarot.k.bits\":\"16\","
              "\"quarot.k.group_size\":\"0\",\"quarot.k.asymmetric\":\"1\",\"quarot.k.clip_ratio\":\"1\",\"quarot.v.bits\":\"16\","
              "\"quarot.v.group_size\":\"0\",\"quarot.v.asymmetric\":\"1\",\"quarot.v.clip_ratio\":\"1\",\"quarot.rope_interleaved\":\"0\","
-             "\"quarot.config\":\"{}\",\"quarot.online\":\"\"},%s}",
-             meta_extra, tensors);
+             "\"quarot.config\":\"{}\",\"quarot.online\":\"\",\"quarot.online.required\":\"0\",\"quarot.online.digest\":\"%s\"},%s}",
+             meta_extra, dg, tensors);
     hl = strlen(hdr);
     fu_u64(&b, hl);
     fu_put(&b, hdr, hl);
@@ -497,10 +511,20 @@ static void pk_expect(fu_buf b, quarot_result code, const char* what, const char
     free(b.p);
 }
 
+static void pk_expect_mem(const unsigned char* img, size_t len, quarot_result code, const char* what) {
+    qx_packed_file f;
+    qx_err e;
+    quarot_result r;
+    e.msg[0] = '\0';
+    r = qx_packed_parse(img, len, "bad.safetensors", &f, &e);
+    QT_CHECKF(r == code && strstr(e.msg, what) != NULL, "%s: result %d, expected %d: %s", what, (int)r, (int)code, e.msg);
+    if (r == QUAROT_OK) qx_packed_file_free(&f);
+}
+
 static void test_packed_hostile(void) {
     /* data: qweight 2x2 bytes, then scales 2x1 f16 */
     unsigned char d[8] = {0x98, 0x98, 0x98, 0x98, 0x00, 0x3c, 0x00, 0x3c};
-    const char* V = "\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"0\",";
+    const char* V = "\"quarot.version\":\"2\",\"quarot.weight.group_size\":\"0\",";
     const char* T = "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
                     "\"l.scales\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[4,8]}";
     unsigned char dn[8];
@@ -513,10 +537,10 @@ static void test_packed_hostile(void) {
     fu_seed("packed/hand.safetensors", ok.p, ok.len);
     free(ok.p);
     /* metadata that disagrees with the tensors: group size 2 needs scales [2][2] */
-    pk_expect(pk_hand("\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"2\",", T, d, 8), QUAROT_ERR_PARSE,
+    pk_expect(pk_hand("\"quarot.version\":\"2\",\"quarot.weight.group_size\":\"2\",", T, d, 8), QUAROT_ERR_PARSE,
               "disagree with the metadata", "packed/group_mismatch.safetensors");
     /* group size 3 does not divide 4 */
-    pk_expect(pk_hand("\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"3\",", T, d, 8), QUAROT_ERR_PARSE,
+    pk_expect(pk_hand("\"quarot.version\":\"2\",\"quarot.weight.group_size\":\"3\",", T, d, 8), QUAROT_ERR_PARSE,
               "disagree with the metadata", NULL);
     /* missing scales */
     pk_expect(pk_hand(V, "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[0,4]}", d, 4), QUAROT_ERR_PARSE,
@@ -545,10 +569,12 @@ static void test_packed_hostile(void) {
                   ".zeros in a symmetric file", NULL);
     }
     /* version, format, bits, holes, dtype */
-    pk_expect(pk_hand("\"quarot.version\":\"2\",\"quarot.weight.group_size\":\"0\",", T, d, 8), QUAROT_ERR_UNSUPPORTED,
-              "version 2 is not supported", NULL);
+    pk_expect(pk_hand("\"quarot.version\":\"3\",\"quarot.weight.group_size\":\"0\",", T, d, 8), QUAROT_ERR_UNSUPPORTED,
+              "version 3 is not supported", NULL);
+    pk_expect(pk_hand("\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"0\",", T, d, 8), QUAROT_ERR_UNSUPPORTED,
+              "version 1 does not bind its hook list", NULL);
     pk_expect(pk_hand("\"quarot.weight.group_size\":\"0\",", T, d, 8), QUAROT_ERR_PARSE, "quarot.version is missing", NULL);
-    pk_expect(pk_hand("\"quarot.version\":\"1\",\"quarot.weight.group_size\":\"-1\",", T, d, 8), QUAROT_ERR_PARSE,
+    pk_expect(pk_hand("\"quarot.version\":\"2\",\"quarot.weight.group_size\":\"-1\",", T, d, 8), QUAROT_ERR_PARSE,
               "quarot.weight.group_size is missing or outside", NULL);
     pk_expect(pk_hand(V, T, d, 7), QUAROT_ERR_PARSE, "data offsets do not match", NULL);
     pk_expect(pk_hand(V, "\"l.qweight\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[4,8]},"
@@ -564,6 +590,84 @@ static void test_packed_hostile(void) {
         fu_str(&b, "{}");
         pk_expect(b, QUAROT_ERR_PARSE, "passes the end of the file", NULL);
     }
+}
+
+/* img with the first `from` in its header overwritten by `to` (no longer than from; the rest of
+   from's bytes become spaces, JSON whitespace when from ends a value); 0 when from is absent. */
+static int pk_overwrite(unsigned char* img, size_t len, const char* from, const char* to) {
+    size_t i, fl = strlen(from), tl = strlen(to);
+    for (i = 8; i + fl <= len; ++i)
+        if (memcmp(img + i, from, fl) == 0) {
+            memcpy(img + i, to, tl);
+            memset(img + i + tl, ' ', fl - tl);
+            return 1;
+        }
+    return 0;
+}
+
+/* The hook list is bound to the weights: a file written with one hook reads back; with the list
+   stripped (quarot.online ""), stripped and quarot.online.required set to 0, a weight byte changed,
+   or the binding keys missing, it is refused. */
+static void test_packed_hook_binding(void) {
+    const char* dir = fu_tmpdir();
+    qx_packed_entry plan[1];
+    qx_packed_settings st;
+    qx_packed_write_opts wo;
+    qx_packed_writer* w = NULL;
+    qx_packed_file f;
+    qx_err e;
+    quarot_online_list l;
+    char online[512], path[1024], from[600];
+    int8_t q[2 * 4] = {1, -2, 3, -4, 5, -6, 7, -8};
+    float sc[2] = {0.5f, 0.25f};
+    size_t len = 0, need = 0;
+    unsigned char* img;
+    unsigned char* x;
+    memset(plan, 0, sizeof plan);
+    plan[0].name = "l.weight"; plan[0].packed = 1; plan[0].n_dims = 2; plan[0].ne[0] = 4; plan[0].ne[1] = 2;
+    st = pk_settings(4, 0, 0, QUAROT_DTYPE_F32);
+    quarot_online_list_init(&l, NULL);
+    QT_OK(quarot_online_list_add(&l, 0, QUAROT_SITE_DOWN_INPUT, 4, 1, 4, 1, NULL));
+    QT_OK(quarot_online_write(&l, online, sizeof online, &need));
+    quarot_online_list_free(&l);
+    memset(&wo, 0, sizeof wo);
+    wo.config_json = "{}";
+    wo.online = online;
+    snprintf(path, sizeof path, "%s/bound.safetensors", dir);
+    QT_OK(qx_packed_writer_begin(&w, path, plan, 1, &st, &wo, &e));
+    QT_OK(qx_packed_writer_put_linear(w, "l.weight", q, sc, NULL, &e));
+    QT_OK(qx_packed_writer_finish(w, &e));
+    img = (unsigned char*)qt_read_file(path, &len);
+    QT_CHECK(img != NULL);
+    if (!img) return;
+    QT_OK(qx_packed_parse(img, len, "bound", &f, &e));
+    qx_packed_file_free(&f);
+    QT_CHECK(strstr((const char*)img + 8, "\"quarot.online.required\":\"1\"") != NULL);
+    x = (unsigned char*)malloc(len);
+    {   /* the JSON-escaped hook list as it stands in the header */
+        size_t i, k = 0;
+        k += (size_t)snprintf(from, sizeof from, "\"quarot.online\":\"");
+        for (i = 0; online[i] && k + 3 < sizeof from; ++i) {
+            if (online[i] == '\n') { from[k++] = '\\'; from[k++] = 'n'; }
+            else from[k++] = online[i];
+        }
+        from[k++] = '"';
+        from[k] = '\0';
+    }
+    memcpy(x, img, len);
+    QT_CHECK(pk_overwrite(x, len, from, "\"quarot.online\":\"\""));
+    pk_expect_mem(x, len, QUAROT_ERR_PARSE, "the hook list was stripped");
+    QT_CHECK(pk_overwrite(x, len, "\"quarot.online.required\":\"1\"", "\"quarot.online.required\":\"0\""));
+    pk_expect_mem(x, len, QUAROT_ERR_PARSE, "changed after the file was written");
+    memcpy(x, img, len);
+    x[len - 1] ^= 0x11;   /* the last data byte (a code byte of l.qweight: still a valid code) */
+    pk_expect_mem(x, len, QUAROT_ERR_PARSE, "changed after the file was written");
+    memcpy(x, img, len);
+    QT_CHECK(pk_overwrite(x, len, "\"quarot.online.required\"", "\"quarot.online.requirex\""));
+    pk_expect_mem(x, len, QUAROT_ERR_PARSE, "bind the hook list to the weights");
+    free(x);
+    free(img);
+    fu_rm_rf(dir);
 }
 
 /* A whole small model (fu_make_model's llama) with its linears packed, loaded into a store through
@@ -599,7 +703,7 @@ static void test_packed_store(void) {
     }
     memset(&wo, 0, sizeof wo);
     wo.config_json = cfg.p;
-    wo.online = "quarot-online 1\nhooks 0\n";
+    wo.online = "quarot-online 1\nhooks 0\nend\n";
     wo.online_reserve = 1;
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     QT_OK(qx_packed_writer_begin(&w, path, plan, s.count, &st, &wo, &e));
@@ -626,7 +730,7 @@ static void test_packed_store(void) {
         size_t bl = 0;
         QT_CHECKF(fu_same_tensors(&s, &back, msg, sizeof msg), "%s", msg);
         QT_CHECK(back.config.hidden == s.config.hidden && back.config.n_layers == s.config.n_layers && back.config.rope_interleaved == 1);
-        QT_CHECK(qx_store_get_blob(&back, "quarot.online", &bl) && bl == strlen("quarot-online 1\nhooks 0\n"));
+        QT_CHECK(qx_store_get_blob(&back, "quarot.online", &bl) && bl == strlen("quarot-online 1\nhooks 0\nend\n"));
         (void)r;
         if (getenv("QX_SEEDS_DIR") && getenv("QX_SEEDS_DIR")[0]) {   /* bigger than fu_seed's 4 KiB: written here */
             char sp[1024];
@@ -656,5 +760,6 @@ int main(void) {
     QT_RUN(test_packed_nibbles);
     QT_RUN(test_packed_hostile);
     QT_RUN(test_packed_store);
+    QT_RUN(test_packed_hook_binding);
     return qt_finish("test_qformats");
 }

@@ -10,8 +10,10 @@
    Reading: strict JSON header, every tensor record checked alone (dtype, shape, byte size, inside
    the data section), then all together (sorted by offset they tile the data section), then the
    metadata keys and the relations between .qweight / .scales / .zeros, then the values (scales
-   finite and >= 0, zeros and codes within range). */
+   finite and >= 0, zeros and codes within range), last the hook list's binding to the weights
+   (quarot.online.required, quarot.online.digest over the hook list and the data section). */
 #include "formats/qx_packed.h"
+#include "support/qx_file.h"
 #include "support/qx_str.h"
 
 #include <math.h>
@@ -66,6 +68,8 @@ struct qx_packed_writer {
     int64_t n_lin;
     uint64_t reserve;         /* bytes between the 8-byte length and the data section */
     uint64_t data_len;
+    int online_required;      /* finish: quarot.online holds hooks */
+    char online_digest[QX_DIGEST_LEN];   /* finish: quarot.online.digest */
 };
 
 void qx_packed_writer_abort(qx_packed_writer* w) {
@@ -150,6 +154,8 @@ static void qx__pk_header(const qx_packed_writer* w, qx_sb* b) {
     qx__pk_meta_i(b, "quarot.rope_interleaved", s->rope_interleaved, &first);
     qx__pk_meta(b, "quarot.config", w->config, &first);
     qx__pk_meta(b, "quarot.online", w->online, &first);
+    qx__pk_meta_i(b, "quarot.online.required", w->online_required, &first);
+    qx__pk_meta(b, "quarot.online.digest", w->online_digest, &first);
     qx__pk_meta(b, "quarot.rotation", w->rotation, &first);
     qx_sb_put(b, "}", 1);
     for (i = 0; i < w->n_it; ++i) {
@@ -455,6 +461,60 @@ quarot_result qx_packed_writer_set_online(qx_packed_writer* w, const char* onlin
     return QUAROT_OK;
 }
 
+/* The number of hooks in a hook list's text ("" holds none); -1 when it does not parse (msg says why). */
+static int64_t qx__pk_hook_count(const char* text, char* msg, size_t cap) {
+    quarot_online_list l;
+    int64_t n;
+    if (!text || !text[0]) return 0;
+    quarot_online_list_init(&l, NULL);
+    n = quarot_online_read(&l, text, strlen(text), msg, cap) == QUAROT_OK ? l.count : -1;
+    quarot_online_list_free(&l);
+    return n;
+}
+
+/* quarot.online.digest: the hook list's length and bytes, then the data section. */
+static void qx__pk_digest_begin(qx_digest_state* g, const char* online) {
+    unsigned char n8[8];
+    uint64_t n = (uint64_t)strlen(online ? online : "");
+    int i;
+    for (i = 0; i < 8; ++i) n8[i] = (unsigned char)(n >> (8 * i));
+    qx_digest_begin(g);
+    qx_digest_put(g, n8, 8);
+    qx_digest_put(g, online ? online : "", (size_t)n);
+}
+
+/* The binding of the writer's hook list to the data written: read back from the temporary. */
+static quarot_result qx__pk_bind(qx_packed_writer* w, qx_err* e) {
+    qx_digest_state g;
+    char msg[256];
+    unsigned char* buf;
+    uint64_t done = 0;
+    int64_t hooks;
+    msg[0] = '\0';
+    hooks = qx__pk_hook_count(w->online, msg, sizeof msg);
+    if (hooks < 0) {
+        qx_err_set(e, "%s: quarot.online: %s", w->out.path, msg[0] ? msg : "not a hook list");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    w->online_required = hooks > 0;
+    buf = (unsigned char*)malloc(QX__PK_CHUNK);
+    if (!buf) { qx_err_set(e, "%s: out of memory", w->out.path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    qx__pk_digest_begin(&g, w->online);
+    while (done < w->data_len) {
+        size_t n = (size_t)(w->data_len - done < QX__PK_CHUNK ? w->data_len - done : QX__PK_CHUNK);
+        if (!qx_pread_all(w->out.fd, buf, n, (int64_t)(8 + w->reserve + done))) {
+            free(buf);
+            qx_err_set(e, "%s: cannot read back the temporary", w->out.path);
+            return QUAROT_ERR_IO;
+        }
+        qx_digest_put(&g, buf, n);
+        done += n;
+    }
+    free(buf);
+    qx_digest_end(&g, w->online_digest);
+    return QUAROT_OK;
+}
+
 /* Moves the data section [from, from + len) up to `to` (> from), from the end backwards. */
 static quarot_result qx__pk_move(qx_packed_writer* w, uint64_t from, uint64_t to, uint64_t len, qx_err* e) {
     unsigned char* buf = (unsigned char*)malloc(QX__PK_CHUNK);
@@ -485,6 +545,7 @@ quarot_result qx_packed_writer_finish(qx_packed_writer* w, qx_err* e) {
             qx_err_set(e, "%s: tensor \"%s\" was planned but never written", w->out.path, w->it[i].name);
             r = QUAROT_ERR_STATE;
         }
+    if (r == QUAROT_OK) r = qx__pk_bind(w, e);
     if (r == QUAROT_OK) {
         qx__pk_header(w, &hdr);
         if (hdr.failed) { qx_err_set(e, "%s: out of memory", w->out.path); r = QUAROT_ERR_OUT_OF_MEMORY; }
@@ -618,7 +679,8 @@ static quarot_result qx__pk_settings(const qx_json* meta, const char* name, qx_p
         return QUAROT_ERR_PARSE;
     }
     if (v[0] != QX_PACKED_VERSION) {
-        qx_err_set(e, "%s: quarot-packed version %lld is not supported (%d is)", name, v[0], QX_PACKED_VERSION);
+        qx_err_set(e, "%s: quarot-packed version %lld is not supported (%d is%s)", name, v[0], QX_PACKED_VERSION,
+                   v[0] == 1 ? ": version 1 does not bind its hook list to the weights; quantize again" : "");
         return QUAROT_ERR_UNSUPPORTED;
     }
 #define QX__PK_INT(key, lo, hi, dst) \
@@ -882,6 +944,47 @@ static quarot_result qx__pk_plains(const qx__pk_parse* P, qx_packed_file* f) {
 
 /* The safetensors frame (u64 header length, JSON header), then the records alone, together, the
    metadata, the linears (every .qweight with its .scales and .zeros) and the plain tensors. */
+/* The hook list bound to the weights: quarot.online parses, holds hooks exactly when
+   quarot.online.required is 1, and quarot.online.digest is its digest with the data section. */
+static quarot_result qx__pk_binding(const qx__pk_parse* P, const qx_packed_file* f) {
+    long long req = -1;
+    const char* want = qx__pk_mstr(P->meta, "quarot.online.digest");
+    char msg[256], have[QX_DIGEST_LEN];
+    qx_digest_state g;
+    int64_t hooks;
+    if (!qx__pk_mint(P->meta, "quarot.online.required", 0, 1, &req) || !want) {
+        qx_err_set(P->e, "%s: metadata quarot.online.required (0 / 1) and quarot.online.digest are required: they bind the "
+                         "hook list to the weights", P->name);
+        return QUAROT_ERR_PARSE;
+    }
+    msg[0] = '\0';
+    hooks = qx__pk_hook_count(f->online, msg, sizeof msg);
+    if (hooks < 0) {
+        qx_err_set(P->e, "%s: metadata quarot.online: %s", P->name, msg[0] ? msg : "not a hook list");
+        return QUAROT_ERR_PARSE;
+    }
+    if (req && hooks == 0) {
+        qx_err_set(P->e, "%s: the weights carry the offline halves of online rotations (quarot.online.required 1) but "
+                         "quarot.online holds no hook: the hook list was stripped, and without it the model computes "
+                         "another function", P->name);
+        return QUAROT_ERR_PARSE;
+    }
+    if (!req && hooks > 0) {
+        qx_err_set(P->e, "%s: quarot.online holds %lld hooks but quarot.online.required is 0 (weights without online "
+                         "rotations)", P->name, (long long)hooks);
+        return QUAROT_ERR_PARSE;
+    }
+    qx__pk_digest_begin(&g, f->online);
+    qx_digest_put(&g, P->data, (size_t)P->data_len);
+    qx_digest_end(&g, have);
+    if (strcmp(want, have) != 0) {
+        qx_err_set(P->e, "%s: quarot.online.digest %.40s is not that of the hook list and the weights (%s): the hook list or "
+                         "the weights were changed after the file was written", P->name, want, have);
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
 quarot_result qx_packed_parse(const void* buf, size_t len, const char* name, qx_packed_file* f, qx_err* e) {
     const unsigned char* p = (const unsigned char*)buf;
     qx_json_doc doc;
@@ -913,6 +1016,7 @@ quarot_result qx_packed_parse(const void* buf, size_t len, const char* name, qx_
     for (i = 0; i < P.n && r == QUAROT_OK; ++i)
         if (qx__pk_ends(P.t[i].name, P.t[i].name_len, ".qweight")) r = qx__pk_linear(&P, f, &P.t[i]);
     if (r == QUAROT_OK) r = qx__pk_plains(&P, f);
+    if (r == QUAROT_OK) r = qx__pk_binding(&P, f);
     free(P.t);
     free(P.order);
     qx_json_doc_free(&doc);

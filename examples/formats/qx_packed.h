@@ -1,7 +1,7 @@
 /* qx_packed.h - "quarot-packed": a rotated model with integer weights for W4A4 engines, in one
    safetensors file (what `quarot quantize OUT.safetensors` writes; docs/formats.md).
 
-   FORMAT, version 1. An ordinary safetensors file ([u64 little-endian N][N bytes of JSON header]
+   FORMAT, version 2. An ordinary safetensors file ([u64 little-endian N][N bytes of JSON header]
    [data]; the header maps names to {"dtype", "shape" (outermost first), "data_offsets"}, tensors
    tile the data section without holes) whose "__metadata__" holds "format": "quarot-packed" and
    "quarot.version": "1". Tensor names are Hugging Face's ("model.layers.0.self_attn.q_proj.weight").
@@ -46,6 +46,12 @@
      quarot.config                 the model's config.json text (architecture and sizes)
      quarot.online                 the online hook list in quarot.h's text format (quarot_online_read;
                                    docs/formats.md), "" when the model needs none
+     quarot.online.required        "1": the weights carry the offline halves of online rotations, so
+                                   quarot.online holds at least one hook and an engine must run them;
+                                   "0": they carry none and quarot.online holds no hook
+     quarot.online.digest          "qxh64:<16 hex>" (qx_digest_*) over the u64 little-endian byte length
+                                   of quarot.online, its bytes, then the whole data section: binds
+                                   the hook list to these weights
      quarot.rotation               what was folded in (informative)
    Activation quantization is symmetric or asymmetric per token exactly as quarot.h's >>quant
    describes (x^ = clamp(round(x/s))*s, s = clip*max|x| / (2^(b-1)-1)), applied at the input of
@@ -56,7 +62,9 @@
    name this format and version and every key above must parse and lie in range; every .qweight
    needs its .scales (and .zeros exactly when asymmetric) with shapes agreeing with the metadata
    (group size dividing in, in even when packed two per byte), no .scales / .zeros without their
-   .qweight; scales finite and >= 0, zeros and codes within [0, 2^b - 1]. */
+   .qweight; scales finite and >= 0, zeros and codes within [0, 2^b - 1]; quarot.online parses,
+   holds hooks exactly when quarot.online.required is 1, and quarot.online.digest is its digest
+   with the data section (a stripped or replaced hook list, or altered weights, are refused). */
 #ifndef QX_PACKED_H
 #define QX_PACKED_H
 
@@ -67,7 +75,7 @@ extern "C" {
 #endif
 
 #define QX_PACKED_FORMAT "quarot-packed"
-#define QX_PACKED_VERSION 1
+#define QX_PACKED_VERSION 2   /* 2: quarot.online.required and quarot.online.digest */
 
 /* The quantization the file was made for. Bits 16 = that part is not quantized. */
 typedef struct qx_packed_settings {

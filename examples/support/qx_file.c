@@ -1049,12 +1049,7 @@ void qx_dir_out_abort(qx_dir_out* d) {
 
 /* ---- weight digest ---- */
 
-typedef struct qx__dg {
-    uint64_t h[4];
-    unsigned char buf[32];
-    size_t used;
-    uint64_t total;
-} qx__dg;
+typedef qx_digest_state qx__dg;
 
 static uint64_t qx__rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
@@ -1095,6 +1090,17 @@ static uint64_t qx__dg_end(qx__dg* g) {
     return x;
 }
 
+void qx_digest_begin(qx_digest_state* g) {
+    memset(g, 0, sizeof *g);
+    g->h[0] = 0x243F6A8885A308D3ull; g->h[1] = 0x13198A2E03707344ull; g->h[2] = 0xA4093822299F31D0ull; g->h[3] = 0x082EFA98EC4E6C89ull;
+}
+
+void qx_digest_put(qx_digest_state* g, const void* data, size_t n) { qx__dg_put(g, data, n); }
+
+void qx_digest_end(qx_digest_state* g, char out[QX_DIGEST_LEN]) {
+    snprintf(out, QX_DIGEST_LEN, "qxh64:%016llx", (unsigned long long)qx__dg_end(g));
+}
+
 /* uncached: read with O_DIRECT where the file system takes it (qx_direct_open_read). */
 static quarot_result qx__digest(const char* const* paths, int n, int uncached, char out[QX_DIGEST_LEN], qx_err* e) {
     qx__dg g;
@@ -1102,8 +1108,7 @@ static quarot_result qx__digest(const char* const* paths, int n, int uncached, c
     unsigned char* buf = NULL;
     const size_t cap = (size_t)1 << 20;   /* a multiple of 4096: O_DIRECT reads */
     if (!paths || n < 1 || !out) return QUAROT_ERR_INVALID_ARGUMENT;
-    memset(&g, 0, sizeof g);
-    g.h[0] = 0x243F6A8885A308D3ull; g.h[1] = 0x13198A2E03707344ull; g.h[2] = 0xA4093822299F31D0ull; g.h[3] = 0x082EFA98EC4E6C89ull;
+    qx_digest_begin(&g);
     if (posix_memalign((void**)&buf, 4096, cap) != 0) buf = NULL;
     if (!buf) { qx_err_set(e, "digest: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
     for (k = 0; k < n; ++k) {
@@ -1139,7 +1144,7 @@ static quarot_result qx__digest(const char* const* paths, int n, int uncached, c
         close(fd);
     }
     free(buf);
-    snprintf(out, QX_DIGEST_LEN, "qxh64:%016llx", (unsigned long long)qx__dg_end(&g));
+    qx_digest_end(&g, out);
     return QUAROT_OK;
 }
 

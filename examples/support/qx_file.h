@@ -191,6 +191,17 @@ void qx_dir_out_abort(qx_dir_out* d);
    file beside other weights, not an attack). out needs 24 bytes. */
 #define QX_DIGEST_LEN 24
 quarot_result qx_digest_files(const char* const* paths, int n, char out[QX_DIGEST_LEN], qx_err* e);
+/* The same hash over bytes in memory, streamed: begin, put any number of pieces, end writes
+   "qxh64:<16 hex>" (the packed file's quarot.online.digest). */
+typedef struct qx_digest_state {
+    uint64_t h[4];
+    unsigned char buf[32];
+    size_t used;
+    uint64_t total;
+} qx_digest_state;
+void qx_digest_begin(qx_digest_state* g);
+void qx_digest_put(qx_digest_state* g, const void* data, size_t n);
+void qx_digest_end(qx_digest_state* g, char out[QX_DIGEST_LEN]);
 /* The same digest, the files read with O_DIRECT where the file system takes it: for weights just
    written with O_DIRECT (rotate's hook file), which a buffered pass would pull whole into the page
    cache for one read. */
