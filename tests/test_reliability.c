@@ -601,6 +601,104 @@ static void test_truncated_input_while_mapped(void) {
     QT_EQ_INT(temporaries_beside(g_tmp, "tr_out.bin"), 0);
 }
 
+/* Every command whose input is mapped, its input truncated once it is loaded (QX_FAULT_TRUNCATE_INPUT:
+   "load" at the end of qx_load_model, "engine" when the engine maps a packed file): one line naming the
+   file, exit 2, no output and no temporary left, for llama2.c and GGUF inputs and every output form. */
+static void test_truncated_input_every_command(void) {
+    static const char* ins[2] = {"tc_src.bin", "tc_src.gguf"};
+    static const char* outs[3] = {"tc_q.gguf", "tc_q.safetensors", "tc_q.bin"};
+    char src[1024], in[1024], text[1024], packed[1024], out[1024], cmd[4400];
+    int i, k;
+    snprintf(text, sizeof text, "%s", tmp_path("tc_text.txt"));
+    snprintf(packed, sizeof packed, "%s", tmp_path("tc_packed.safetensors"));
+    QT_CHECK(make_input(tmp_path("tc_src.bin"), 0, 0));
+    QT_CHECK(write_tokenizer(tmp_path("tokenizer.bin")));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --rotation none", tmp_path("tc_src.bin"), tmp_path("tc_src.gguf")), 0);
+    QT_EQ_INT(CLI("quantize '%s' '%s'", tmp_path("tc_src.bin"), packed), 0);
+    {
+        FILE* f = fopen(text, "w");
+        for (i = 0; f && i < 200; ++i) fprintf(f, "some text %d. ", i);
+        if (f) fclose(f);
+    }
+    for (i = 0; i < 2; ++i) {
+        const char* ext = strrchr(ins[i], '.');
+        snprintf(src, sizeof src, "%s", tmp_path(ins[i]));
+        snprintf(in, sizeof in, "%s/tc_in%s", g_tmp, ext);
+        for (k = 0; k < 5; ++k) {
+            const char* what;
+            int rc;
+            snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, in);
+            QT_CHECK(system(cmd) == 0);
+            snprintf(out, sizeof out, "%s", tmp_path(k < 3 ? outs[k] : "tc_none"));
+            if (k < 3) {
+                what = "quantize";
+                if (k == 2) rc = run_prog("QX_FAULT_TRUNCATE_INPUT=load", g_bin, "rotate '%s' '%s'", in, out);
+                else rc = run_prog("QX_FAULT_TRUNCATE_INPUT=load", g_bin, "quantize '%s' '%s'", in, out);
+            } else {
+                what = k == 3 ? "eval" : "eval --engine int";
+                rc = run_prog("QX_FAULT_TRUNCATE_INPUT=load", g_bin, "eval '%s' --text '%s' --seq-len 32 --windows 2 %s", in, text,
+                              k == 4 ? "--engine int" : "");
+            }
+            QT_CHECKF(rc == 2 && strstr(g_err, in) && strstr(g_err, "changed (truncated?) while it was being read") &&
+                      count_lines(g_err) == 1, "%s of %s (-> %s): exit %d, stderr: %s", what, ins[i], out, rc, g_err);
+            QT_CHECK(!qx_path_exists(out));
+            QT_EQ_INT(temporaries_beside(g_tmp, strrchr(out, '/') + 1), 0);
+        }
+    }
+    /* the engine's own mapping of a packed file */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", packed, tmp_path("tc_in.safetensors"));
+    QT_CHECK(system(cmd) == 0);
+    QT_EQ_INT(run_prog("QX_FAULT_TRUNCATE_INPUT=engine", g_bin, "eval '%s' --text '%s' --seq-len 32 --windows 2 --engine int",
+                       tmp_path("tc_in.safetensors"), text), 2);
+    QT_CHECKF(strstr(g_err, "tc_in.safetensors: the input changed (truncated?)") != NULL, "stderr: %s", g_err);
+}
+
+/* A FIFO without a writer as any input: the command returns at once (well within a second natively)
+   with exit 2 and a line naming it, never blocking in open(). */
+static void test_fifo_inputs_return(void) {
+    static const char* forms[] = {
+        "eval '%s' --seq-len 32 --text '%s'", "eval '%s' --seq-len 32 --text '%T' --tokenizer '%s'",
+        "eval '%s' --seq-len 32 --text '%T' --context '%s'", "eval '%s' --seq-len 32 --text '%T' --hooks '%s'",
+        "eval '%s' --seq-len 32 --tokens '%s'", "plot '%s' --text '%s' -o '%O'",
+        "tokenize '%s' --text '%s'", "generate '%s' --tokenizer '%s' -n 2", "generate '%s' --hooks '%s' -n 2",
+        "quantize '%s' '%O' --w-quant gptq --calib-text '%s'", "calibrate '%s' --seq-len 32 --text '%s' -o '%O'",
+        "rotate '%s' '%O' --rotation adapt --context '%s'", "inspect '%s' --hooks '%s'"};
+    char in[1024], fifo[1024], text[1024], out[1024], args[8192];
+    size_t f;
+    snprintf(in, sizeof in, "%s", tmp_path("ff_in.bin"));
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("ff_fifo"));
+    snprintf(text, sizeof text, "%s", tmp_path("ff_text.txt"));
+    snprintf(out, sizeof out, "%s", tmp_path("ff_out.gguf"));
+    QT_CHECK(make_input(in, 0, 0));
+    QT_CHECK(write_tokenizer(tmp_path("tokenizer.bin")));
+    QT_CHECK(write_str(text, "Some text to read. More text to read."));
+    QT_CHECK(mkfifo(fifo, 0666) == 0);
+    for (f = 0; f < sizeof forms / sizeof *forms; ++f) {
+        const char* p;
+        size_t n = 0;
+        int first = 1, rc;
+        double t0, dt;
+        for (p = forms[f]; *p && n + 1100 < sizeof args; ++p) {   /* %s: the model, then the FIFO; %T the text, %O the output */
+            if (p[0] == '%' && (p[1] == 's' || p[1] == 'T' || p[1] == 'O')) {
+                const char* v = p[1] == 'T' ? text : p[1] == 'O' ? out : first ? in : fifo;
+                if (p[1] == 's') first = 0;
+                n += (size_t)snprintf(args + n, sizeof args - n, "%s", v);
+                ++p;
+            } else {
+                args[n++] = *p;
+            }
+        }
+        args[n] = '\0';
+        t0 = qx_now();
+        rc = run_prog("timeout 20", g_bin, "%s", args);
+        dt = qx_now() - t0;
+        QT_CHECKF(rc == 2 && strstr(g_err, "ff_fifo") != NULL && count_lines(g_err) == 1, "%s: exit %d, stderr: %s", args, rc, g_err);
+        QT_CHECKF(dt < (getenv("QT_RUNNER") && getenv("QT_RUNNER")[0] ? 10.0 : 1.0), "%s: %.2f s", args, dt);
+        QT_CHECK(!qx_path_exists(out));
+    }
+    remove(fifo);
+}
+
 /* ---- 8: the minor list ---------------------------------------------------------------------------- */
 
 static unsigned char* find_bytes(unsigned char* hay, size_t n, const char* needle) {
@@ -765,6 +863,8 @@ int main(int argc, char** argv) {
     QT_RUN(test_long_output_names);
     QT_RUN(test_stale_temporaries_removed);
     QT_RUN(test_truncated_input_while_mapped);
+    QT_RUN(test_truncated_input_every_command);
+    QT_RUN(test_fifo_inputs_return);
     QT_RUN(test_minor_items);
     QT_RUN(test_gguf_to_safetensors_file);
     sh("rm -rf '%s'", g_tmp);

@@ -26,7 +26,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 typedef struct eval_bits {
@@ -685,9 +687,10 @@ static int eval_load_model(eval_state* st) {
     qx_err e;
     quarot_result r;
     int rc;
-    FILE* tf = fopen(o->text, "rb");
-    if (!tf) return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o->text, strerror(errno));
-    fclose(tf);
+    /* opened without blocking (a FIFO with no writer would hang a plain open); read later */
+    int tf = open(o->text, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (tf < 0) return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o->text, strerror(errno));
+    close(tf);
     memset(&lo, 0, sizeof lo);
     r = qx_load_model(o->model, &lo, &st->model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 typedef struct plot_opts {
@@ -326,7 +327,7 @@ static int plot_check_options(plot_state* st) {
     plot_opts* o = &st->o;
     qx_cli* cli = &st->cli;
     struct stat sb;
-    FILE* tf;
+    int tf;
     st->site = qx_opt_word(plot_sites, o->site);
     if (!o->model) return qx_cli_fail(cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot plot MODEL --text FILE -o OUT.svg; see --help)");
     if (!o->text && !o->tokens_file) return qx_cli_fail(cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot plot --help)");
@@ -334,9 +335,9 @@ static int plot_check_options(plot_state* st) {
     if (o->tokens_file) o->text = o->tokens_file;
     if (!o->output) return qx_cli_fail(cli, QX_EXIT_USAGE, "no -o OUT.svg given (see quarot plot --help)");
     if (stat(o->output, &sb) == 0 && !o->c.force) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists (pass --force to replace it)", o->output);
-    tf = fopen(o->text, "rb");
-    if (!tf) return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o->text, strerror(errno));
-    fclose(tf);
+    tf = open(o->text, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* without blocking: a FIFO with no writer; read later */
+    if (tf < 0) return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o->text, strerror(errno));
+    close(tf);
     return QX_EXIT_OK;
 }
 

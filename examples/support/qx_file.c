@@ -780,6 +780,8 @@ static void qx__put(const char* s) {
     (void)!write(2, s, n);
 }
 
+static volatile int qx__bus_taken;   /* the first faulting thread reports; the others wait for its _exit */
+
 static void qx__on_sigbus(int sig, siginfo_t* si, void* ctx) {
     int k;
     const char* w = qx__bus_what;
@@ -787,6 +789,12 @@ static void qx__on_sigbus(int sig, siginfo_t* si, void* ctx) {
     const char* file = NULL;
     (void)sig;
     (void)ctx;
+#if defined(__GNUC__) || defined(__clang__)
+    if (__sync_lock_test_and_set(&qx__bus_taken, 1))
+#else
+    if (qx__bus_taken++)
+#endif
+        for (;;) pause();
     for (k = 0; k < QX__LIVE_MAX; ++k)
         if (qx__live_files[k]) (void)unlink(qx__live_files[k]);
     for (k = 0; k < 8; ++k)
