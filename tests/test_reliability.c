@@ -426,8 +426,14 @@ static void test_f16_overflow_refused(void) {
         memset(&o, 0, sizeof o);
         QT_OK(qx_st_save(&s, in, &o, &e));
     }
-    QT_CHECK(CLI("rotate '%s' '%s' --dtype f16", in, out) != 0);
+    /* the same overflow is one class, "cannot do as asked" (4), with rotation or without, and the
+       message names OUT, not its staging path */
+    QT_EQ_INT(CLI("rotate '%s' '%s' --dtype f16", in, out), QX_EXIT_PROCESS);
     QT_CHECKF(strstr(g_err, "model.layers.1.mlp.up_proj.weight") && strstr(g_err, "f16 range"), "stderr: %s", g_err);
+    QT_CHECKF(strstr(g_err, out) && !strstr(g_err, ".tmp-"), "stderr: %s", g_err);
+    QT_CHECK(!qx_path_exists(out));
+    QT_EQ_INT(CLI("rotate '%s' '%s' --dtype f16 --rotation none", in, out), QX_EXIT_PROCESS);
+    QT_CHECKF(strstr(g_err, "f16 range") && strstr(g_err, out) && !strstr(g_err, ".tmp-"), "stderr: %s", g_err);
     QT_CHECK(!qx_path_exists(out));
     QT_EQ_INT(CLI("rotate '%s' '%s' --dtype bf16", in, out), 0);   /* bf16 holds it */
     qx_store_free(&s);
@@ -442,8 +448,8 @@ static void test_f16_overflow_refused(void) {
         o.dtype = QUAROT_DTYPE_F16;
         QT_OK(qx_gguf_save(&s, gin, &o, &e));
     }
-    QT_CHECK(CLI("rotate '%s' '%s'", gin, gout) != 0);
-    QT_CHECKF(strstr(g_err, "q_proj") && strstr(g_err, "f16 range"), "stderr: %s", g_err);
+    QT_EQ_INT(CLI("rotate '%s' '%s'", gin, gout), QX_EXIT_PROCESS);
+    QT_CHECKF(strstr(g_err, "q_proj") && strstr(g_err, "f16 range") && strstr(g_err, gout) && !strstr(g_err, ".tmp-"), "stderr: %s", g_err);
     QT_CHECK(!qx_path_exists(gout));
     qx_store_free(&s);
 }

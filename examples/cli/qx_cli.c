@@ -51,6 +51,10 @@ int qx_cli_exit_for(quarot_result r) {
     }
 }
 
+int qx_cli_exit_input(quarot_result r) {
+    return r == QUAROT_OK ? QX_EXIT_OK : r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL : QX_EXIT_INPUT;
+}
+
 void qx_cli_phase(qx_cli* cli) {
     qx__cli_close_progress(cli);
     cli->t0 = cli->last = qx_now();

@@ -41,6 +41,10 @@ __attribute__((format(printf, 3, 4)))
 int qx_cli_fail(qx_cli* cli, int code, const char* fmt, ...);
 /* Map a library / example result code to an exit code (input errors vs. processing vs. memory). */
 int qx_cli_exit_for(quarot_result r);
+/* The exit code of a failure to read an input (a model, tokenizer, text, token or hook file): every
+   result but memory / internal is an input error (2), whatever the reader's code (a shape that
+   contradicts the config, a GGUF dimension of 0). */
+int qx_cli_exit_input(quarot_result r);
 /* Start a progress phase; then qx_cli_progress(cli, done, total, "layer") prints "<what> i/n
    (x.x/s)" when at least a second has passed since the phase started and ~0.2 s since the last
    print; qx_cli_progress_end prints the closing line (elapsed time) if anything was shown. */

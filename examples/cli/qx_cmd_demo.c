@@ -600,9 +600,9 @@ static int demo_part_stories(qx_cli* cli, const char* shared, int64_t n_win) {
     demo_join(xpath, sizeof xpath, shared, "/data/tinystories_eval.txt");
     memset(&lo, 0, sizeof lo);
     r = qx_load_model(mpath, &lo, &st, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (r != QUAROT_OK) return qx_cli_fail(cli, qx_cli_exit_input(r), "%s", e.msg);
     r = qx_tokenizer_load(&tok, tpath, (int32_t)st.config.vocab, &e);
-    if (r != QUAROT_OK) { qx_store_free(&st); return qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); }
+    if (r != QUAROT_OK) { qx_store_free(&st); return qx_cli_fail(cli, qx_cli_exit_input(r), "%s", e.msg); }
     r = demo_text_windows(&tok, xpath, n_win, &text, &stream, &win, &e);
     if (r != QUAROT_OK) {
         rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s: %s", xpath, e.msg);

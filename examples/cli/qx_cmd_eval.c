@@ -693,7 +693,7 @@ static int eval_load_model(eval_state* st) {
     close(tf);
     memset(&lo, 0, sizeof lo);
     r = qx_load_model(o->model, &lo, &st->model, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_input(r), "%s", e.msg);
     if (o->c.threads == 0) o->c.threads = qx_cpu_count();
     if (o->c.threads > 1) st->pool = qx_pool_create((int)o->c.threads);
     qx_pool_env(st->pool, &st->env);
@@ -759,13 +759,13 @@ static int eval_read_input(eval_state* st) {
     const eval_opts* o = &st->o;
     qx_err e;
     quarot_result r = qx_tokenizer_for_model(&st->tok, o->model, o->in.tokenizer, st->model.config.vocab, st->tok_path, sizeof st->tok_path, &e);
-    if (r != QUAROT_OK && (!o->in.tokens || r != QUAROT_ERR_NOT_FOUND)) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (r != QUAROT_OK && (!o->in.tokens || r != QUAROT_ERR_NOT_FOUND)) return qx_cli_fail(&st->cli, qx_cli_exit_input(r), "%s", e.msg);
     st->have_tok = r == QUAROT_OK;
     if (!st->have_tok) snprintf(st->tok_path, sizeof st->tok_path, "none (--tokens; windows without BOS)");
     if (!st->have_tok && o->g.calib_text) return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "--calib-text needs a tokenizer: %s", e.msg);
     if (o->in.tokens) r = qx_tokens_read(o->in.tokens, st->model.config.vocab, &st->stream, &st->n_stream, &e);
     else r = qx_ek_read_file(o->text, &st->text, &st->text_len, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_input(r), "%s", e.msg);
     return QX_EXIT_OK;
 }
 

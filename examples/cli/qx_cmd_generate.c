@@ -62,7 +62,8 @@ static const qx_opt generate_table[] = {
      .def = "MODEL.quarot-online or MODEL/quarot_online.txt when present, as `quarot rotate --online` writes",
      .help = "online hook file of a rotated model"},
     {QX_OPT_STRING, "--tokenizer", .arg = "FILE", QX_AT(generate_opts, tokenizer),
-     .def = "tok<vocab>.bin, tok512.bin or tokenizer.bin beside the model", .help = "llama2.c tokenizer"},
+     .def = "the model's own (a GGUF's tokenizer.ggml.*, tokenizer.json beside it), else tok<vocab>.bin, tok512.bin or "
+            "tokenizer.bin beside the model", .help = "tokenizer: GGUF, tokenizer.json (or its directory) or llama2.c .bin"},
     {QX_OPT_INT, "--context", .arg = "N", QX_AT(generate_opts, context), .lo = 2, .hi = 1 << 24, .def = "the model's max_seq, else 2048",
      .help = "KV cache positions"},
     {QX_OPT_END}
@@ -82,8 +83,9 @@ const qx_opts_cmd qx_cmd_generate_spec = {
     .uses = {{&generate_group, 0, 0, NULL},
              {&qx_opts_common_group, offsetof(generate_opts, c), QX_COMMON_THREADS | QX_COMMON_QUIET_Q, NULL}},
     .epilog = "Statistics (stderr, unless --quiet): prefill and decode tokens/s, weight and KV-cache memory.\n"
-              "Exit codes: 0 ok, 1 usage, 2 input, 4 cannot run as asked (e.g. a prompt longer than the\n"
-              "context, hooks for another model), 5 internal or out of memory.\n",
+              "Exit codes: 0 ok, 1 usage, 2 input (model, tokenizer or hook file missing or malformed, a hook\n"
+              "file of other weights), 4 cannot run as asked (e.g. a prompt longer than the context, hooks that\n"
+              "do not fit the model), 5 internal or out of memory.\n",
 };
 
 /* ---- one run -------------------------------------------------------------------------------- */
@@ -178,22 +180,18 @@ static int generate_load_model(generate_state* st) {
     st->packed = qx_engine_is_packed_file(st->o.model);
     if (st->packed) return generate_load_packed(st);
     r = qx_load_model(st->o.model, &lo, &st->model, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_input(r), "%s", e.msg);
     st->have_model = 1;
     st->vocab = st->model.config.vocab;
     return QX_EXIT_OK;
 }
 
-/* --tokenizer, or the llama2.c tokenizer beside the model. */
+/* --tokenizer, else the model's own as eval finds it (qx_tokenizer_for_model: a GGUF's, tokenizer.json,
+   the llama2.c tokenizer beside the model). */
 static int generate_tokenizer(generate_state* st) {
-    char looked[4096 * 3 + 64];
     qx_err e;
-    quarot_result r;
-    if (st->o.tokenizer) snprintf(st->tok_path, sizeof st->tok_path, "%s", st->o.tokenizer);
-    else if (!qx_tokenizer_find_bin(st->o.model, st->vocab, st->tok_path, sizeof st->tok_path, looked, sizeof looked))
-        return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE", st->o.model, looked);
-    r = qx_tokenizer_load(&st->tok, st->tok_path, (int32_t)st->vocab, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    quarot_result r = qx_tokenizer_for_model(&st->tok, st->o.model, st->o.tokenizer, st->vocab, st->tok_path, sizeof st->tok_path, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_input(r), "%s", e.msg);
     st->have_tok = 1;
     return QX_EXIT_OK;
 }

@@ -349,7 +349,7 @@ static int plot_load_model(plot_state* st) {
     quarot_result r;
     memset(&lo, 0, sizeof lo);
     r = qx_load_model(o->model, &lo, &st->model, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_input(r), "%s", e.msg);
     if (o->c.threads == 0) o->c.threads = qx_cpu_count();
     if (o->c.threads > 1) st->pool = qx_pool_create((int)o->c.threads);
     qx_pool_env(st->pool, &st->env);
@@ -415,7 +415,7 @@ static int plot_read_tokens(plot_state* st) {
     qx_err e;
     int rc;
     quarot_result r = qx_tokenizer_for_model(&st->tok, o->model, o->in.tokenizer, st->model.config.vocab, st->tok_path, sizeof st->tok_path, &e);
-    if (r != QUAROT_OK && (!o->tokens_file || r != QUAROT_ERR_NOT_FOUND)) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (r != QUAROT_OK && (!o->tokens_file || r != QUAROT_ERR_NOT_FOUND)) return qx_cli_fail(&st->cli, qx_cli_exit_input(r), "%s", e.msg);
     st->have_tok = r == QUAROT_OK;
     rc = o->tokens_file ? plot_tokens_from_file(st) : plot_tokens_from_text(st);
     if (rc != QX_EXIT_OK) return rc;

@@ -1207,7 +1207,8 @@ static int qz_rotate_and_quantize(qz_cmd* q) {
     else if (q->o.gptq) r = qz_write_staged_copy(q, &qd);
     else r = qz_write_unrotated(q);
     if (r == QUAROT_OK) return QX_EXIT_OK;
-    rc = q->st.output_error || r == QUAROT_ERR_IO ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+    rc = r == QUAROT_ERR_OVERFLOW ? QX_EXIT_PROCESS   /* a value the output dtype cannot hold, as in rotate */
+         : q->st.output_error || r == QUAROT_ERR_IO ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
     if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
     return qx_cli_fail(&q->cli, rc, "%s", q->e.msg);
 }

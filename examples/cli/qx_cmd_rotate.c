@@ -91,7 +91,8 @@ const qx_opts_cmd qx_cmd_rotate_spec = {
              "                       it; F32/F16/BF16; LLaMA, Mistral, Qwen2, Qwen3. OUT ending in .safetensors is\n"
              "                       one file (config.json written beside it; not into IN's own directory),\n"
              "                       anything else a directory (shards when IN was sharded, index, config.json)\n"
-             "  GGUF                 llama (and Mistral), qwen2, qwen3; F32/F16/BF16 tensors (quantized GGUF is refused)\n",
+             "  GGUF                 llama (and Mistral), qwen2, qwen3; F32/F16/BF16 tensors; Q4_0 / Q8_0 are dequantized,\n"
+             "                       other quantized types refused\n",
     .operands = {{"IN", offsetof(rotate_opts, in)}, {"OUT", offsetof(rotate_opts, out)}},
     .usage_on_excess = 1,
     .uses = {{&qx_opts_rotation_group, offsetof(rotate_opts, rot),
@@ -653,7 +654,9 @@ static int rj_rotate(rj_run* j) {
     if (rp.stage) qx_cli_progress_end(j->cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
     j->n_hf_files = j->st.side_files;
     if (r == QUAROT_OK) return QX_EXIT_OK;
-    rc = j->st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+    /* a value beyond the output dtype's range (QUAROT_ERR_OVERFLOW, found as it is written): the output
+       cannot hold this model, which is "cannot do as asked", not a write failure */
+    rc = r == QUAROT_ERR_OVERFLOW ? QX_EXIT_PROCESS : j->st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
     if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
     if (j->st.output_error) qx_cli_fail(j->cli, rc, "%s", j->e.msg);
     else qx_cli_fail(j->cli, rc, "%s: %s", job->in, j->e.msg);

@@ -403,14 +403,23 @@ static quarot_result qx__gparse_tinfo(qx__gr* r, uint64_t k, qx_gguf_tinfo* t) {
     }
     if (qx__rest(r) < 8ull * t->n_dims + 12) return qx__gtrunc(r, "a tensor info", 8ull * t->n_dims + 12);
     for (d = 0; d < QUAROT_MAX_DIMS; ++d) t->ne[d] = 1;
-    for (d = 0; d < t->n_dims; ++d) {
-        uint64_t v = qx__rd64(r);
-        if (v > (uint64_t)INT64_MAX || (v && prod > (uint64_t)INT64_MAX / v)) {
-            qx_err_set(e, "%s: tensor \"%.*s\": ne[%u] = %llu overflows the element count", name, QX__TN(t), d, (unsigned long long)v);
+    {   /* every dimension read first, so the message names them all, not the one that tipped the product over */
+        uint64_t v[QUAROT_MAX_DIMS];
+        int over = 0;
+        for (d = 0; d < t->n_dims; ++d) v[d] = qx__rd64(r);
+        for (d = 0; d < t->n_dims && !over; ++d) {
+            if (v[d] > (uint64_t)INT64_MAX || (v[d] && prod > (uint64_t)INT64_MAX / v[d])) over = 1;
+            else prod *= v[d];
+        }
+        if (over) {
+            char dims[QUAROT_MAX_DIMS * 24];
+            size_t at = 0;
+            for (d = 0; d < t->n_dims; ++d)
+                at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%llu", d ? ", " : "", (unsigned long long)v[d]);
+            qx_err_set(e, "%s: tensor \"%.*s\": ne = [%s]: the element count overflows 2^63", name, QX__TN(t), dims);
             return QUAROT_ERR_OVERFLOW;
         }
-        t->ne[d] = (int64_t)v;
-        prod *= v;
+        for (d = 0; d < t->n_dims; ++d) t->ne[d] = (int64_t)v[d];
     }
     t->type = qx__rd32(r);
     t->offset = qx__rd64(r);

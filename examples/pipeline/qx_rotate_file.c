@@ -907,7 +907,8 @@ static const char* qx__base(const char* path) {
    .safetensors is a directory). */
 static quarot_result qx__stage_begin(qx__stage* g, const qx_store* s, const qx_rotate_file_opts* o, qx_err* e) {
     size_t ol = strlen(o->out_path);
-    quarot_result r = qx_dir_out_begin(&g->dir, o->out_path, o->force, e);
+    quarot_result r = o->hooks_path ? qx_check_out_name(o->hooks_path, e) : QUAROT_OK;
+    if (r == QUAROT_OK) r = qx_dir_out_begin(&g->dir, o->out_path, o->force, e);
     if (r != QUAROT_OK) return r;
     g->is_dir = strncmp(qx__out_format(s, o), "safetensors", 11) == 0 &&
                 !(ol > 12 && strcmp(o->out_path + ol - 12, ".safetensors") == 0);
@@ -1542,6 +1543,26 @@ static void qx__run_free(qx__run* u) {
     free(u->plan);
 }
 
+/* A message that names a staged file names the output instead: the staging directory's path is
+   replaced by OUT (a directory output) or by OUT's directory (a single file and its side files). */
+static void qx__err_unstage(const qx__stage* g, const char* out_path, qx_err* e) {
+    const char* tmp = g->dir.tmp;
+    const char* hit = tmp && e ? strstr(e->msg, tmp) : NULL;
+    char buf[sizeof e->msg];
+    size_t tl;
+    if (!hit) return;
+    tl = strlen(tmp);
+    if (g->is_dir) {
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(hit - e->msg), e->msg, out_path, hit + tl);
+    } else {
+        const char* slash = strrchr(out_path, '/');
+        if (hit[tl] != '/') return;
+        snprintf(buf, sizeof buf, "%.*s%.*s%s", (int)(hit - e->msg), e->msg, slash ? (int)(slash + 1 - out_path) : 0, out_path,
+                 hit + tl + 1);
+    }
+    memcpy(e->msg, buf, sizeof buf);
+}
+
 quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
                              qx_rotate_file_stats* st, qx_err* e) {
     qx__run u;
@@ -1565,6 +1586,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     if (r == QUAROT_OK) r = qx__run_globals_last(&u);
     if (r == QUAROT_OK) r = qx__run_publish(&u);
     if (r == QUAROT_OK) st->total_s = qx_now() - u.t_start;
+    else qx__err_unstage(&u.stg, o->out_path, e);
     qx__run_free(&u);
     return r;
 }

@@ -296,6 +296,7 @@ quarot_result qx_out_begin(qx_out* o, const char* path, int force, qx_err* e) {
     o->dio = NULL;
     o->direct_mode = QX_DIRECT_OFF;
     o->env = NULL;
+    if ((r = qx_check_out_name(path, e)) != QUAROT_OK) return r;
     if (qx_is_dir(path)) { qx_err_set(e, "%s: is a directory", path); return QUAROT_ERR_IO; }
     if (!force && qx_path_exists(path)) {
         qx_err_set(e, "%s: exists already (not overwritten without force)", path);
@@ -832,6 +833,15 @@ void qx_fault_truncate_inputs(const char* stage) {
 
 #define QX__NAME_MAX 255
 
+quarot_result qx_check_out_name(const char* path, qx_err* e) {
+    const char* slash = path ? strrchr(path, '/') : NULL;
+    const char* base = slash ? slash + 1 : path;
+    size_t n = base ? strlen(base) : 0;
+    if (n <= QX__NAME_MAX) return QUAROT_OK;
+    qx_err_set(e, "%.120s...: an output file name of %zu bytes, longer than the %d bytes a file name may have", base, n, QX__NAME_MAX);
+    return QUAROT_ERR_IO;
+}
+
 char* qx_tmp_name(const char* path, const char* kind) {
     const char* slash = strrchr(path, '/');
     size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0, base_len = strlen(path) - dir_len;
@@ -927,6 +937,7 @@ quarot_result qx_dir_out_begin(qx_dir_out* d, const char* path, int force, qx_er
     memset(d, 0, sizeof *d);
     d->lock_fd = -1;
     d->force = force;
+    if (qx_check_out_name(path, e) != QUAROT_OK) return QUAROT_ERR_IO;
     d->stale_removed = qx_remove_stale(path);
     d->path = (char*)malloc(strlen(path) + 1);
     d->tmp = qx_tmp_name(path, "tmp");

@@ -183,6 +183,9 @@ typedef struct qx_dir_out {
     int stale_removed;
 } qx_dir_out;
 quarot_result qx_dir_out_begin(qx_dir_out* d, const char* path, int force, qx_err* e);
+/* QUAROT_ERR_IO when path's last component is longer than a file name may be (255 bytes), with a
+   message that gives the reason first and the name cut (qx_out_begin and qx_dir_out_begin check it). */
+quarot_result qx_check_out_name(const char* path, qx_err* e);
 quarot_result qx_dir_out_publish(qx_dir_out* d, const char* const* ours, qx_err* e);
 void qx_dir_out_abort(qx_dir_out* d);
 
