@@ -292,16 +292,16 @@ static void test_bad_input(void) {
     QT_CHECKF(strstr(g_err, "activation bits 8 contradicts the file's quarot.act.bits 4") && count_lines(g_err) == 1, "%s", g_err);
     QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' --kv-bits 16 -n 3", g_packed, g_tok), QX_EXIT_PROCESS);
     QT_CHECKF(strstr(g_err, "contradicts the file's quarot.k.bits 4") && count_lines(g_err) == 1, "%s", g_err);
-    QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' --quarot -n 3", g_packed, g_tok), QX_EXIT_USAGE);
+    QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' --quarot -n 3", g_packed, g_tok), QX_EXIT_PROCESS);
     QT_CHECKF(strstr(g_err, "rotated already") && count_lines(g_err) == 1, "%s", g_err);
-    QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' --hooks x -n 3", g_packed, g_tok), QX_EXIT_USAGE);
+    QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' --hooks x -n 3", g_packed, g_tok), QX_EXIT_PROCESS);
     QT_CHECKF(strstr(g_err, "carries its online hooks") && count_lines(g_err) == 1, "%s", g_err);
     snprintf(opts, sizeof opts, "--tokenizer '%s' --seq-len 64", g_tok);
-    QT_EQ_INT(CLI("eval '%s' --text '%s' %s --w-bits 8 --engine int", g_packed, g_text, opts), QX_EXIT_USAGE);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' %s --w-bits 8 --engine int", g_packed, g_text, opts), QX_EXIT_PROCESS);
     QT_CHECKF(strstr(g_err, "--w-bits 8 contradicts") && count_lines(g_err) == 1, "%s", g_err);
-    QT_EQ_INT(CLI("eval '%s' --text '%s' %s --clip 0.5", g_packed, g_text, opts), QX_EXIT_USAGE);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' %s --clip 0.5", g_packed, g_text, opts), QX_EXIT_PROCESS);
     QT_CHECKF(strstr(g_err, "--clip 0.5 contradicts") && count_lines(g_err) == 1, "%s", g_err);
-    QT_EQ_INT(CLI("eval '%s' --text '%s' %s --columns quarot", g_packed, g_text, opts), QX_EXIT_USAGE);
+    QT_EQ_INT(CLI("eval '%s' --text '%s' %s --columns quarot", g_packed, g_text, opts), QX_EXIT_PROCESS);
     /* a prompt longer than the context */
     for (i = 0; i < 300; ++i) prompt[i] = (char)('a' + i % 26);
     prompt[300] = '\0';

@@ -259,7 +259,7 @@ static int calibrate_check_model(calibrate_state* st) {
     rco.no_r2 = 1;
     if ((rc = qx_rotcheck_cli(&st->cli, o->model, NULL, c, &rco, o->rot.strict, st->dims, 8, &st->n_dims)) != QX_EXIT_OK) return rc;
     if (c->max_seq > 0 && o->w.seq_len > c->max_seq)
-        return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->w.seq_len,
+        return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->w.seq_len,
                            (long long)c->max_seq);
     return QX_EXIT_OK;
 }

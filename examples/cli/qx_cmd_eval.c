@@ -608,10 +608,10 @@ static int eval_packed_setup(eval_state* st) {
     size_t n = 0;
     char msg[256];
     int i;
-    if (o->in.hooks) return qx_cli_fail(cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", path);
+    if (o->in.hooks) return qx_cli_fail(cli, QX_EXIT_PROCESS, "--hooks: %s carries its online hooks in its metadata", path);
     if (st->columns_given && (st->want_col[1] || st->want_col[2]))
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "--columns: %s is a packed file, rotated already (its one column is the file)", path);
-    if (o->rows) return qx_cli_fail(cli, QX_EXIT_USAGE, "--rows: %s is a packed file: its one row is the file's setting", path);
+        return qx_cli_fail(cli, QX_EXIT_PROCESS, "--columns: %s is a packed file, rotated already (its one column is the file)", path);
+    if (o->rows) return qx_cli_fail(cli, QX_EXIT_PROCESS, "--rows: %s is a packed file: its one row is the file's setting", path);
     r = qx_map_file(path, &m, &e);
     if (r == QUAROT_OK) {
         r = qx_packed_parse(m.addr, m.len, path, &f, &e);
@@ -621,19 +621,19 @@ static int eval_packed_setup(eval_state* st) {
     if (r != QUAROT_OK) return qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg);
     for (i = 0; i < o->w.n; ++i)
         if (o->w.v[i] != ps->w_bits && o->w.v[i] != 16)
-            return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-bits %d contradicts %s's quarot.weight.bits %d", o->w.v[i], path, ps->w_bits);
+            return qx_cli_fail(cli, QX_EXIT_PROCESS, "--w-bits %d contradicts %s's quarot.weight.bits %d", o->w.v[i], path, ps->w_bits);
     for (i = 0; i < o->a.n; ++i)
         if (o->a.v[i] != ps->a_bits && o->a.v[i] != 16)
-            return qx_cli_fail(cli, QX_EXIT_USAGE, "--a-bits %d contradicts %s's quarot.act.bits %d", o->a.v[i], path, ps->a_bits);
+            return qx_cli_fail(cli, QX_EXIT_PROCESS, "--a-bits %d contradicts %s's quarot.act.bits %d", o->a.v[i], path, ps->a_bits);
     for (i = 0; i < o->kv.n; ++i)
         if ((o->kv.v[i] != ps->k_bits || o->kv.v[i] != ps->v_bits) && o->kv.v[i] != 16)
-            return qx_cli_fail(cli, QX_EXIT_USAGE, "--kv-bits %d contradicts %s's quarot.k.bits %d / quarot.v.bits %d", o->kv.v[i], path,
+            return qx_cli_fail(cli, QX_EXIT_PROCESS, "--kv-bits %d contradicts %s's quarot.k.bits %d / quarot.v.bits %d", o->kv.v[i], path,
                                ps->k_bits, ps->v_bits);
     if (o->group && o->group != ps->w_group_size)
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "--group-size %lld contradicts %s's quarot.weight.group_size %lld", (long long)o->group, path,
+        return qx_cli_fail(cli, QX_EXIT_PROCESS, "--group-size %lld contradicts %s's quarot.weight.group_size %lld", (long long)o->group, path,
                            (long long)ps->w_group_size);
     if (clip > 0.0 && fabs(clip - ps->a_clip) > 1e-6)
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "--clip %g contradicts %s's quarot.act.clip_ratio %g", clip, path, ps->a_clip);
+        return qx_cli_fail(cli, QX_EXIT_PROCESS, "--clip %g contradicts %s's quarot.act.clip_ratio %g", clip, path, ps->a_clip);
     text = (const char*)qx_store_get_blob(&st->model, "quarot.online", &n);
     msg[0] = '\0';
     r = text && n ? quarot_online_read(&st->hooks, text, n, msg, sizeof msg) : QUAROT_OK;   /* "": no hooks */
@@ -740,7 +740,7 @@ static int eval_check_model(eval_state* st) {
     }
     if ((rc = eval_rotcheck(st)) != QX_EXIT_OK) return rc;
     if (c->max_seq > 0 && o->win.seq_len > c->max_seq)
-        return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->win.seq_len,
+        return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->win.seq_len,
                            (long long)c->max_seq);
     if (o->group && !o->group_fallback) {
         int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);

@@ -146,8 +146,8 @@ static int generate_load_packed(generate_state* st) {
     qx_engine_opts* eo = &st->eo;
     qx_err e;
     quarot_result r;
-    if (o->quarot) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--quarot: %s is a packed file, rotated already", o->model);
-    if (o->hooks) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", o->model);
+    if (o->quarot) return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--quarot: %s is a packed file, rotated already", o->model);
+    if (o->hooks) return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--hooks: %s carries its online hooks in its metadata", o->model);
     st->pool = qx_pool_create(o->c.threads ? (int)o->c.threads : qx_cpu_count());
     qx_pool_env(st->pool, &st->env);
     memset(eo, 0, sizeof *eo);

@@ -1038,7 +1038,7 @@ static int qz_calibration_windows(qz_cmd* q) {
     if (!opt->seq_len) opt->seq_len = ctx_len < 2048 ? ctx_len : 2048;
     if (!opt->nsamples) opt->nsamples = 128;
     if (c->max_seq > 0 && opt->seq_len > c->max_seq)
-        return qx_cli_fail(&q->cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)opt->seq_len,
+        return qx_cli_fail(&q->cli, QX_EXIT_PROCESS, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)opt->seq_len,
                            (long long)c->max_seq);
     r = qx_tokenizer_for_model(&q->ctok, opt->in, opt->tokenizer, c->vocab, used, sizeof used, &q->e);
     if (r != QUAROT_OK) return qx_cli_fail(&q->cli, qx_cli_exit_for(r), "--calib-text needs a tokenizer: %s", q->e.msg);

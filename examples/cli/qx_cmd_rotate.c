@@ -132,7 +132,8 @@ const qx_opts_cmd qx_cmd_rotate_spec = {
         "\n"
         "Prints a summary on stdout (the rotations built, the hook count, the files written).\n"
         "Exit codes: 0 ok, 1 usage, 2 input (missing, malformed or unsupported IN), 3 output (exists\n"
-        "without --force, cannot be written), 4 cannot rotate as asked, 5 internal or out of memory.\n",
+        "without --force, cannot be written, a name over 255 bytes), 4 cannot rotate as asked (e.g. a value\n"
+        "the --dtype cannot hold), 5 internal or out of memory (docs/tool.md, \"Exit codes\").\n",
 };
 
 static int cmp_i64(const void* a, const void* b) {

@@ -161,7 +161,7 @@ static int run_s1_load(qx_cli* cli, const run_opts* o, run_s1* w) {
         return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: line %d: adapt_rotation stage 1: %s",
                            o->config, s1->line, e.msg);
     if (w->model.config.max_seq > 0 && o->w.seq_len > w->model.config.max_seq)
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->w.seq_len,
+        return qx_cli_fail(cli, QX_EXIT_PROCESS, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->w.seq_len,
                            (long long)w->model.config.max_seq);
     return QX_EXIT_OK;
 }
