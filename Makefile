@@ -4,7 +4,7 @@
 #   make test       every test program; ends with "N passed, M failed, K skipped"
 #   make matrix     the compiler / language / ISA matrix of quarot_impl_test.c
 #   make check-layers  no back-arrow between the tool's folders (tools/check_layers.sh)
-#   make test-san   the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make test-san   the tests under AddressSanitizer + UndefinedBehaviorSanitizer (QT_QUICK sizes)
 #   make test-neon  the tests cross-compiled for aarch64 (NEON) and run under qemu-user
 #   make fuzz       libFuzzer harnesses of the checkpoint readers, FUZZ_SECONDS each
 #   make bench      benchmarks (run on a quiet machine)
@@ -106,7 +106,7 @@ check-layers:
 	@if sh tools/check_layers.sh; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; exit 1; fi
 
 test-san:
-	$(MAKE) test BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+	$(MAKE) test BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" QT_QUICK=1
 
 test-neon:
 	$(MAKE) test BUILD=build-neon CC=aarch64-linux-gnu-gcc ARCH= QT_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" QT_QUICK=1
