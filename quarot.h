@@ -1176,7 +1176,8 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     int64_t block_size;                        // <= 0 (or -1): full hidden; else block-diagonal R1
     quarot_fallback fallback;                  // R1 when hidden has no Hadamard
     int no_r2;                                 // 1: skip R2 (v_proj / o_proj per head)
-    quarot_rotation_kind r2_rotation;          // HADAMARD (default) or RANDOM_ORTHOGONAL
+    quarot_rotation_kind r2_rotation;          // HADAMARD (default), RANDOM_ORTHOGONAL, or MATRIX: one R2
+                                               //     per layer from r2_matrices (below)
     int online;                                // 1: o_proj heads rotation + down_proj R4, online hooks
     int64_t max_tp_size;                       // online rotations never cross 1/max_tp_size of a dim; 0 = 1
     quarot_layer_select down_proj_online;      // which layers get the online down_proj rotation
@@ -1202,6 +1203,10 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     // one pass over the weight instead of two; see quarot_processor.fused_into_commands). 1: every
     // fusion scales its weights in a pass of its own (the reference the tests compare against).
     int separate_fusions;
+    // r2_rotation MATRIX: [n_layers][head_dim][head_dim], layer i's R2 (e.g. learned, >>train_model),
+    // each orthogonal to 1e-6 (copied), applied where the shared R2 would be (v_proj output per KV
+    // head, o_proj input per head).
+    const double* r2_matrices;
 } quarot_rotate_desc;
 
 // A tensor the processor will create (so that writers can plan an output file before the first
@@ -1230,6 +1235,7 @@ typedef struct quarot_processor {
     int64_t next_layer;
     int64_t rows_total, rows_next;             // quarot_processor_pre_run_rows: the vocabulary rows, the next window's first
     int64_t fused_into_commands;               // weights whose norm scaling rode on their first command (desc.separate_fusions)
+    quarot_rotation* r2_layers;                // [n_layers] with desc.r2_matrices (rot[R2] is layer 0's), else NULL
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
@@ -10030,6 +10036,28 @@ static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotatio
     return res;
 }
 
+// desc.r2_matrices: one MATRIX rotation per layer (each checked orthogonal to 1e-6).
+static quarot_result quarot__r2_layers(quarot_processor* p, const quarot_model_config* cfg) {
+    quarot_rotation_desc d;
+    quarot_result res;
+    int64_t i;
+    p->r2_layers = (quarot_rotation*)quarot_env_alloc(&p->model->env, (size_t)cfg->n_layers * sizeof(quarot_rotation));
+    if (!p->r2_layers) return QUAROT_ERR_OUT_OF_MEMORY;
+    memset(p->r2_layers, 0, (size_t)cfg->n_layers * sizeof(quarot_rotation));
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_MATRIX;
+    d.n = cfg->head_dim;
+    for (i = 0; i < cfg->n_layers; ++i) {
+        d.matrix = p->desc.r2_matrices + i * cfg->head_dim * cfg->head_dim;
+        if ((res = quarot_rotation_init(&p->r2_layers[i], &d, &p->model->env)) != QUAROT_OK) {
+            quarot__model_error(p->model, "R2 of layer %lld (head_dim %lld): %s%s", (long long)i, (long long)cfg->head_dim,
+                                quarot_result_string(res), res == QUAROT_ERR_INVALID_ARGUMENT ? " (not orthogonal?)" : "");
+            return res;
+        }
+    }
+    return QUAROT_OK;
+}
+
 static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_model_config* cfg) {
     quarot_rotation_desc d;
     quarot_result res;
@@ -10089,12 +10117,15 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     if (!p->desc.no_r2) {
         memset(&d, 0, sizeof d);
         d.kind = p->desc.r2_rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.r2_rotation;
-        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL && d.kind != QUAROT_ROTATION_IDENTITY) {
-            quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL or IDENTITY");
+        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL && d.kind != QUAROT_ROTATION_IDENTITY &&
+            !(d.kind == QUAROT_ROTATION_MATRIX && p->desc.r2_matrices)) {
+            quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL, IDENTITY or MATRIX (with r2_matrices)");
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
         d.n = cfg->head_dim;
         d.seed = p->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
+        if (d.kind == QUAROT_ROTATION_MATRIX && (res = quarot__r2_layers(p, cfg)) != QUAROT_OK) return res;
+        d.matrix = p->desc.r2_matrices;
         res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
         if (res != QUAROT_OK) { quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim, quarot_result_string(res)); return res; }
         p->have_rot[QUAROT_ROT_R2] = 1;
@@ -10262,6 +10293,12 @@ QUAROT_API void quarot_processor_free(quarot_processor* p) {
     if (!p || !p->model) return;
     for (k = 0; k < QUAROT_ROT_COUNT_; ++k) quarot_rotation_free(&p->rot[k]);
     quarot_rotation_free(&p->r3);
+    if (p->r2_layers) {
+        int64_t i;
+        for (i = 0; i < p->model->config.n_layers; ++i) quarot_rotation_free(&p->r2_layers[i]);
+        quarot_env_free(&p->model->env, p->r2_layers);
+        p->r2_layers = NULL;
+    }
     quarot_plan_free(&p->plan);
     quarot_env_free(&p->model->env, p->commands);
     quarot_env_free(&p->model->env, p->creates);
@@ -10580,7 +10617,7 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     quarot_result res;
     if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
     if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
-    folded = p->rot[c->rotation];
+    folded = c->rotation == QUAROT_ROT_R2 && p->r2_layers && c->layer >= 0 ? p->r2_layers[c->layer] : p->rot[c->rotation];
     if (g && act == 0) {   // one run with the signs d_j * g_j (exact)
         const int64_t L = folded.n;
         int64_t j;
@@ -10601,7 +10638,8 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     has_bias = c->bias[0] && quarot__exists(p, c->bias);
     if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) goto done;
     for (k = 0; k < times; ++k) {
-        res = quarot_command_apply(c, k == 0 ? &folded : &p->rot[c->rotation], &w, has_bias ? &b : NULL, env);
+        res = quarot_command_apply(c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,
+                                   has_bias ? &b : NULL, env);
         if (res != QUAROT_OK) {
             quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
             goto done;
