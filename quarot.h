@@ -42,6 +42,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
     >>adapt_solve (implementation only) regularized, scaled Newton-Schulz polar factor; the stage-1 loop
     >>quantize    model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
+    >>train       SpinQuant: backward passes of the decoder ops, Cayley SGD on the Stiefel manifold
 
 CONFIGURATION MACROS (define before including the implementation)
     QUAROT_IMPLEMENTATION       compile the implementation in this translation unit
@@ -1667,6 +1668,119 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
                                                 int64_t rows, const quarot_quantize_desc* d, int8_t* q, float* scales,
                                                 float* zeros, quarot_qlinear_report* rep, char* err, size_t err_cap,
                                                 const quarot_env* env);
+
+
+// >>train
+// SpinQuant (Liu et al., 2024): learn R1 [hidden][hidden] and one R2 [head_dim][head_dim] per layer by
+// Cayley SGD on the Stiefel manifold, minimizing the model's own next-token cross-entropy with the
+// weights frozen and activations (optionally weights, K and V) fake-quantized with straight-through
+// gradients. This section holds the engine-independent pieces: the backward pass of each decoder op
+// and the Stiefel optimizer; >>train_model runs them on a quarot_model.
+//
+// Shapes: row-major, one row per token; x[rows][n]. Every backward function writes (or, with
+// accumulate = 1, adds to) the gradient of its inputs from the gradient of its outputs (dy).
+// Straight-through estimators: the fake quantizers (quarot_fake_quant_f32) pass gradients through
+// unchanged (d quant(x) / dx = I, SpinQuant's / QuaRot's STEQuantize: scales are constants), so they
+// need no backward function: a quantized activation's gradient is the gradient of its dequantized
+// value, and a linear's weight gradient is dy^T xq with the quantized input xq.
+// Sums that decide a value (norms, softmax) run in double, in element order; nothing depends on the
+// number of threads.
+
+// RMSNorm y = x * r * g with r = 1/sqrt(mean(x^2) + eps) (sum in double, r rounded once to float, as
+// the tool's reference forward pass), g [n] optional (NULL = 1: a gain fused into the next linear).
+// rstd [rows] (may be NULL) receives r. The backward: with y0 = x*r and e = dy*g,
+//     dx = r * (e - y0 * sum_j(e_j y0_j) / n)
+QUAROT_API void quarot_train_rmsnorm_f32(const float* x, int64_t rows, int64_t n, const float* g, float eps, float* y,
+                                         float* rstd);
+QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n, const float* g,
+                                                  const float* dy, float* dx, int accumulate);
+
+// Rotary embedding on x[T*heads][head_dim] (token t = row / heads), positions pos0 + t. cs [T][head_dim]:
+// cos of position pos0 + t in the first head_dim/2 entries, sin in the rest, from
+// quarot_train_rope_table (angle = p * theta^(-2i/head_dim) in double, rounded to float). Pairs are
+// (2i, 2i+1) when interleaved (llama2.c, GGUF), else (i, i + head_dim/2) (Hugging Face). Each pair
+// turns by +angle: (a, b) <- (a c - b s, a s + b c). inverse = 1 turns by -angle, which is also the
+// backward (the map is orthogonal): dx = rope_inverse(dy).
+QUAROT_API void quarot_train_rope_table(int64_t T, int64_t pos0, int64_t head_dim, float theta, float* cs);
+QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs, int interleaved,
+                                      int inverse);
+
+// Gated MLP activation h = act(g) * u (SiLU: g * sigmoid(g); GELU: tanh approximation; ReLU), elementwise
+// over n values; the backward gives dg = dh * u * act'(g) and du = dh * act(g).
+QUAROT_API void quarot_train_glu_f32(const float* g, const float* u, int64_t n, quarot_act_kind act, float* h);
+QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n, quarot_act_kind act,
+                                              float* dg, float* du);
+
+// Causal self-attention of one window of T tokens with grouped-query heads: q [T][n_heads*head_dim],
+// k, v [T][n_kv_heads*head_dim] (row strides ldq, ldk, ldv); query head h reads KV head
+// h / (n_heads/n_kv_heads). Per head: S = q_h k_g^T * scale (scale = f32(1/sqrt(head_dim))), causal
+// softmax by rows (max-shifted, sum in double; masked keys weigh 0), out_h = P v_g. out [T][n_heads*
+// head_dim] (stride ldo). The backward recomputes P (the same bits) instead of keeping it, so neither
+// pass holds more than two T x T buffers:
+//     dP = dout_h v_g^T;  dS = P * (dP - rowsum(P * dP));  dq_h = dS k_g * scale;
+//     dk_g += dS^T q_h * scale;  dv_g += P^T dout_h     (summed over the group's heads in head order)
+// dq, dk, dv are overwritten (strides as their forward counterparts). work: quarot_train_attention_work
+// floats (2 T^2); NULL = allocated from env. The GEMMs are quarot_sgemm through env.
+QUAROT_API size_t quarot_train_attention_work(int64_t T);
+QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,
+                                                    int64_t ldv, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                                    float* out, int64_t ldo, float* work, const quarot_env* env);
+QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                             const float* v, int64_t ldv, const float* dout, int64_t lddo,
+                                                             int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                                             float* dq, float* dk, float* dv, float* work, const quarot_env* env);
+
+// Cross-entropy of logits [rows][vocab] against targets [rows] (a target < 0 is ignored: weight 0):
+// returns sum over the rows of (logsumexp(logits_r) - logits_r[target_r]) in double (log-sum-exp in
+// double, max-shifted), and, when dlogits is not NULL, dlogits_r = scale * (softmax(logits_r) -
+// onehot(target_r)) (zero rows for ignored targets). dlogits may alias logits.
+QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                                 float scale, float* dlogits);
+// KL divergence from a reference distribution p [rows][vocab] (probabilities; e.g. the FP32 model's)
+// to softmax(logits): returns sum over the rows with mask[r] >= 0 (mask may be NULL: every row) of
+// sum_j p_j (log p_j - log softmax(logits_r)_j) in double (terms with p_j = 0 are 0), and, when
+// dlogits is not NULL, dlogits_r = scale * (softmax(logits_r) - p_r) (zero rows where masked).
+QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p, const int32_t* mask,
+                                          float scale, float* dlogits);
+
+// Cayley SGD on the Stiefel manifold (Li, Fuxin & Todorovic 2020, "Efficient Riemannian optimization
+// on the Stiefel manifold via the Cayley transform", algorithm 2; SpinQuant's SGDG with stiefel=True),
+// one step on an orthogonal R [n][n] (the rotation, applied to rows as x <- x*R, SpinQuant's
+// parameter p; the paper's point is X = R^T) with Euclidean gradient G = dL/dR, in double. With M the
+// momentum buffer ([n][n], zero at the start; updated in place):
+//     M <- momentum*M - G^T
+//     Wh = M R - R^T (R M R) / 2;   W = Wh - Wh^T     (skew-symmetric; the paper's correction term
+//                                                      R^T R M R / 2 = M R / 2 while R is orthogonal)
+//     alpha = min(lr, 1 / (||W||_1 + 1e-8))           (||.||_1: the largest column sum of |W|)
+//     Y = R^T + alpha M;   Y <- R^T + alpha W (R^T + Y) / 2, cayley_iters times
+//     M <- W R^T;   R <- Y^T
+// Y converges to the Cayley transform (I - alpha W/2)^-1 (I + alpha W/2) R^T, which is exactly
+// orthogonal; alpha ||W||_2 <= alpha ||W||_1 <= 1 at least halves the fixed-point error each
+// iteration. To first order R <- R - alpha R W, a descent direction: <G, R W> = (||G||^2 -
+// <G, R G^T R>) / 2 >= 0. After the step max|R^T R - I| is measured (one DGEMM); above orth_tol, R
+// is replaced by its orthogonal polar factor (quarot_polar_newton_schulz_f64 to 1e-13) and
+// info->reorthogonalized = 1. SpinQuant's defaults: lr 1.5 (with a cosine decay outside this call),
+// momentum 0, 5 iterations. Cost about (cayley_iters + 5) n^3 multiply-adds in DGEMM through env;
+// temporary memory 5 n^2 doubles from env.
+// Errors: n < 1, NULL pointers, lr <= 0 or NaN, momentum outside [0, 1), cayley_iters outside
+// 0..1000 -> QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in G -> QUAROT_ERR_NONFINITE (R and M untouched).
+typedef struct quarot_stiefel_desc {  // zero-init = SpinQuant's defaults (lr must be set)
+    double lr;                       // the step's learning rate (> 0)
+    double momentum;                 // in [0, 1); 0 = none (SpinQuant's default)
+    int cayley_iters;                // 0 = 5
+    double orth_tol;                 // max|X^T X - I| kept; 0 = 1e-6
+} quarot_stiefel_desc;
+
+typedef struct quarot_stiefel_info {
+    double alpha;                    // step length used: min(lr, 1/(||W||_1 + 1e-8))
+    double w_norm;                   // ||W||_1, the size of the Riemannian gradient
+    double orth_error;               // max|X^T X - I| after the Cayley step, before any re-orthogonalization
+    int reorthogonalized;            // 1: orth_error exceeded orth_tol and X was re-orthogonalized
+} quarot_stiefel_info;
+
+QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const double* grad, double* momentum,
+                                                 const quarot_stiefel_desc* d, quarot_stiefel_info* info,
+                                                 const quarot_env* env);
 
 
 #ifdef __cplusplus
@@ -13731,6 +13845,365 @@ QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz) {
     if (qz->model->release_layer) res = qz->model->release_layer(qz->model->user_data, qz->layer, 1);
     qz->layer = -1;
     qz->layers_done++;
+    return res;
+}
+
+// >>train
+// Backward passes of the decoder ops and the Stiefel step. Norm and softmax sums in double, in
+// element order, as the forward; attention recomputes P in its backward from q and k with the same
+// code, so the forward's P and the backward's are the same bits.
+
+QUAROT_API void quarot_train_rmsnorm_f32(const float* x, int64_t rows, int64_t n, const float* g, float eps, float* y,
+                                         float* rstd) {
+    int64_t r, i;
+    if (!x || !y || rows <= 0 || n <= 0) return;
+    for (r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        double ss = 0.0;
+        float inv;
+        for (i = 0; i < n; ++i) ss += (double)xr[i] * (double)xr[i];
+        inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        if (rstd) rstd[r] = inv;
+        if (g) for (i = 0; i < n; ++i) yr[i] = xr[i] * inv * g[i];
+        else for (i = 0; i < n; ++i) yr[i] = xr[i] * inv;
+    }
+}
+
+QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n, const float* g,
+                                                  const float* dy, float* dx, int accumulate) {
+    int64_t r, i;
+    if (!x || !rstd || !dy || !dx || rows <= 0 || n <= 0) return;
+    for (r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        const float* dyr = dy + r * n;
+        float* dxr = dx + r * n;
+        double s = 0.0, rr = (double)rstd[r], c;
+        // y0 = x r, e = dy g: dx = r e - r^3 x (sum_j e_j x_j) / n
+        for (i = 0; i < n; ++i) s += (double)dyr[i] * (g ? (double)g[i] : 1.0) * (double)xr[i];
+        c = rr * rr * rr * s / (double)n;
+        for (i = 0; i < n; ++i) {
+            double e = (double)dyr[i] * (g ? (double)g[i] : 1.0);
+            float v = (float)(rr * e - c * (double)xr[i]);
+            dxr[i] = accumulate ? dxr[i] + v : v;
+        }
+    }
+}
+
+QUAROT_API void quarot_train_rope_table(int64_t T, int64_t pos0, int64_t head_dim, float theta, float* cs) {
+    int64_t half = head_dim / 2, t, i;
+    if (!cs || T <= 0 || head_dim < 2) return;
+    for (t = 0; t < T; ++t)
+        for (i = 0; i < half; ++i) {
+            double freq = pow((double)theta, -(double)(2 * i) / (double)head_dim);
+            double ang = (double)(pos0 + t) * freq;
+            cs[t * head_dim + i] = (float)cos(ang);
+            cs[t * head_dim + half + i] = (float)sin(ang);
+        }
+}
+
+QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs, int interleaved,
+                                      int inverse) {
+    int64_t half = head_dim / 2, t, h, i;
+    if (!x || !cs || T <= 0 || heads <= 0 || head_dim < 2) return;
+    for (t = 0; t < T; ++t) {
+        const float* c = cs + t * head_dim;
+        const float* sn = c + half;
+        for (h = 0; h < heads; ++h) {
+            float* v = x + (t * heads + h) * head_dim;
+            for (i = 0; i < half; ++i) {
+                int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+                float a = v[i0], b = v[i1], s = inverse ? -sn[i] : sn[i];
+                v[i0] = a * c[i] - b * s;
+                v[i1] = a * s + b * c[i];
+            }
+        }
+    }
+}
+
+// act(x) and act'(x): SiLU x*sigmoid(x) (as x / (1 + exp(-x)) in float, the reference forward's
+// expression), GELU's tanh form in double, ReLU.
+static float quarot__tr_act(float x, quarot_act_kind k) {
+    if (k == QUAROT_ACT_RELU) return x > 0.0f ? x : 0.0f;
+    if (k == QUAROT_ACT_GELU) {
+        double d = (double)x;
+        return (float)(0.5 * d * (1.0 + tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+    }
+    return x / (1.0f + expf(-x));
+}
+
+static double quarot__tr_act_grad(float x, quarot_act_kind k) {
+    double d = (double)x;
+    if (k == QUAROT_ACT_RELU) return x > 0.0f ? 1.0 : 0.0;
+    if (k == QUAROT_ACT_GELU) {
+        double u = 0.7978845608028654 * (d + 0.044715 * d * d * d), th = tanh(u);
+        return 0.5 * (1.0 + th) + 0.5 * d * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * d * d);
+    } else {
+        double s = 1.0 / (1.0 + exp(-d));
+        return s * (1.0 + d * (1.0 - s));
+    }
+}
+
+QUAROT_API void quarot_train_glu_f32(const float* g, const float* u, int64_t n, quarot_act_kind act, float* h) {
+    int64_t i;
+    if (!g || !u || !h) return;
+    for (i = 0; i < n; ++i) h[i] = quarot__tr_act(g[i], act) * u[i];
+}
+
+QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n, quarot_act_kind act,
+                                              float* dg, float* du) {
+    int64_t i;
+    if (!g || !u || !dh || !dg || !du) return;
+    for (i = 0; i < n; ++i) {
+        float a = quarot__tr_act(g[i], act);
+        dg[i] = (float)((double)dh[i] * (double)u[i] * quarot__tr_act_grad(g[i], act));
+        du[i] = dh[i] * a;
+    }
+}
+
+QUAROT_API size_t quarot_train_attention_work(int64_t T) { return T > 0 ? 2 * (size_t)T * (size_t)T : 0; }
+
+// The one env a task's GEMMs run under: the caller's allocator, no parallel hook.
+static quarot_env quarot__tr_serial_env(const quarot_env* env) {
+    quarot_env e = quarot__env_copy(env);
+    memset(&e.parallel, 0, sizeof e.parallel);
+    return e;
+}
+
+// Causal softmax of s[T][T] by rows, in place: row t sees keys 0..t (masked ones set to 0).
+static void quarot__tr_softmax_causal(float* s, int64_t T) {
+    int64_t t, k;
+    for (t = 0; t < T; ++t) {
+        float* sr = s + t * T;
+        float mx = sr[0], inv;
+        double sum = 0.0;
+        for (k = 1; k <= t; ++k) if (sr[k] > mx) mx = sr[k];
+        for (k = 0; k <= t; ++k) {
+            sr[k] = expf(sr[k] - mx);
+            sum += (double)sr[k];
+        }
+        inv = (float)(1.0 / sum);
+        for (k = 0; k <= t; ++k) sr[k] *= inv;
+        for (k = t + 1; k < T; ++k) sr[k] = 0.0f;
+    }
+}
+
+static quarot_result quarot__tr_attn_check(const void* q, const void* k, const void* v, int64_t T, int64_t nh, int64_t nkv,
+                                           int64_t hd, int64_t ldq, int64_t ldk, int64_t ldv) {
+    if (!q || !k || !v || T < 1 || nh < 1 || nkv < 1 || hd < 1 || nh % nkv != 0 || ldq < nh * hd || ldk < nkv * hd ||
+        ldv < nkv * hd || T > ((int64_t)1 << 24))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,
+                                                    int64_t ldv, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                                    float* out, int64_t ldo, float* work, const quarot_env* env) {
+    int64_t h, group;
+    float scale, *p, *own = NULL;
+    quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
+    if (r != QUAROT_OK) return r;
+    if (!out || ldo < n_heads * head_dim) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!work) {
+        own = (float*)quarot_env_alloc(env, quarot_train_attention_work(T) * sizeof(float));
+        if (!own) return QUAROT_ERR_OUT_OF_MEMORY;
+        work = own;
+    }
+    p = work;
+    group = n_heads / n_kv_heads;
+    scale = (float)(1.0 / sqrt((double)head_dim));
+    for (h = 0; h < n_heads && r == QUAROT_OK; ++h) {
+        int64_t g = h / group;
+        r = quarot_sgemm(0, 1, T, T, head_dim, scale, q + h * head_dim, ldq, k + g * head_dim, ldk, 0.0f, p, T, env);
+        if (r != QUAROT_OK) break;
+        quarot__tr_softmax_causal(p, T);
+        r = quarot_sgemm(0, 0, T, head_dim, T, 1.0f, p, T, v + g * head_dim, ldv, 0.0f, out + h * head_dim, ldo, env);
+    }
+    quarot_env_free(env, own);
+    return r;
+}
+
+QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                             const float* v, int64_t ldv, const float* dout, int64_t lddo,
+                                                             int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                                             float* dq, float* dk, float* dv, float* work, const quarot_env* env) {
+    int64_t h, group, t, s, j;
+    float scale, *p, *dp, *own = NULL;
+    quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
+    if (r != QUAROT_OK) return r;
+    if (!dout || !dq || !dk || !dv || lddo < n_heads * head_dim) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!work) {
+        own = (float*)quarot_env_alloc(env, quarot_train_attention_work(T) * sizeof(float));
+        if (!own) return QUAROT_ERR_OUT_OF_MEMORY;
+        work = own;
+    }
+    p = work;
+    dp = work + T * T;
+    group = n_heads / n_kv_heads;
+    scale = (float)(1.0 / sqrt((double)head_dim));
+    for (t = 0; t < T; ++t)
+        for (j = 0; j < n_kv_heads * head_dim; ++j) dk[t * ldk + j] = dv[t * ldv + j] = 0.0f;
+    for (h = 0; h < n_heads && r == QUAROT_OK; ++h) {
+        int64_t g = h / group;
+        const float* qh = q + h * head_dim;
+        const float* kg = k + g * head_dim;
+        const float* doh = dout + h * head_dim;
+        r = quarot_sgemm(0, 1, T, T, head_dim, scale, qh, ldq, kg, ldk, 0.0f, p, T, env);
+        if (r != QUAROT_OK) break;
+        quarot__tr_softmax_causal(p, T);
+        // dv_g += P^T dout_h;  dP = dout_h v_g^T
+        r = quarot_sgemm(1, 0, T, head_dim, T, 1.0f, p, T, doh, lddo, 1.0f, dv + g * head_dim, ldv, env);
+        if (r == QUAROT_OK) r = quarot_sgemm(0, 1, T, T, head_dim, 1.0f, doh, lddo, v + g * head_dim, ldv, 0.0f, dp, T, env);
+        if (r != QUAROT_OK) break;
+        // dS = P * (dP - sum_s P dP), in place in dp (masked entries: P = 0)
+        for (t = 0; t < T; ++t) {
+            float* pr = p + t * T;
+            float* dr = dp + t * T;
+            double d = 0.0;
+            for (s = 0; s <= t; ++s) d += (double)pr[s] * (double)dr[s];
+            for (s = 0; s <= t; ++s) dr[s] = pr[s] * (dr[s] - (float)d);
+            for (s = t + 1; s < T; ++s) dr[s] = 0.0f;
+        }
+        // dq_h = scale dS k_g;  dk_g += scale dS^T q_h
+        r = quarot_sgemm(0, 0, T, head_dim, T, scale, dp, T, kg, ldk, 0.0f, dq + h * head_dim, ldq, env);
+        if (r == QUAROT_OK) r = quarot_sgemm(1, 0, T, head_dim, T, scale, dp, T, qh, ldq, 1.0f, dk + g * head_dim, ldk, env);
+    }
+    quarot_env_free(env, own);
+    return r;
+}
+
+QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab, const int32_t* targets,
+                                                 float scale, float* dlogits) {
+    double total = 0.0;
+    int64_t r, j;
+    if (!logits || !targets || rows <= 0 || vocab <= 0) return 0.0;
+    for (r = 0; r < rows; ++r) {
+        const float* lr = logits + r * vocab;
+        float* dr = dlogits ? dlogits + r * vocab : NULL;
+        int32_t y = targets[r];
+        double mx, sum = 0.0, lse;
+        if (y < 0 || y >= vocab) {
+            if (dr) for (j = 0; j < vocab; ++j) dr[j] = 0.0f;
+            continue;
+        }
+        mx = (double)lr[0];
+        for (j = 1; j < vocab; ++j) if ((double)lr[j] > mx) mx = (double)lr[j];
+        for (j = 0; j < vocab; ++j) sum += exp((double)lr[j] - mx);
+        lse = mx + log(sum);
+        total += lse - (double)lr[y];
+        if (dr) {
+            for (j = 0; j < vocab; ++j) dr[j] = (float)((double)scale * exp((double)lr[j] - lse));
+            dr[y] -= scale;
+        }
+    }
+    return total;
+}
+
+QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p, const int32_t* mask,
+                                          float scale, float* dlogits) {
+    double total = 0.0;
+    int64_t r, j;
+    if (!logits || !p || rows <= 0 || vocab <= 0) return 0.0;
+    for (r = 0; r < rows; ++r) {
+        const float* zr = logits + r * vocab;
+        const float* pr = p + r * vocab;
+        float* dr = dlogits ? dlogits + r * vocab : NULL;
+        double mx, sum = 0.0, lse, kl = 0.0;
+        if (mask && mask[r] < 0) {
+            if (dr) for (j = 0; j < vocab; ++j) dr[j] = 0.0f;
+            continue;
+        }
+        mx = (double)zr[0];
+        for (j = 1; j < vocab; ++j) if ((double)zr[j] > mx) mx = (double)zr[j];
+        for (j = 0; j < vocab; ++j) sum += exp((double)zr[j] - mx);
+        lse = mx + log(sum);
+        for (j = 0; j < vocab; ++j)
+            if (pr[j] > 0.0f) kl += (double)pr[j] * (log((double)pr[j]) - ((double)zr[j] - lse));
+        total += kl;
+        if (dr) for (j = 0; j < vocab; ++j) dr[j] = (float)((double)scale * (exp((double)zr[j] - lse) - (double)pr[j]));
+    }
+    return total;
+}
+
+// max column sum of |w| [n][n]
+static double quarot__tr_norm1(const double* w, int64_t n, double* colsum) {
+    int64_t i, j;
+    double best = 0.0;
+    for (j = 0; j < n; ++j) colsum[j] = 0.0;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) colsum[j] += fabs(w[i * n + j]);
+    for (j = 0; j < n; ++j) if (colsum[j] > best) best = colsum[j];
+    return best;
+}
+
+QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const double* grad, double* momentum,
+                                                 const quarot_stiefel_desc* d, quarot_stiefel_info* info,
+                                                 const quarot_env* env) {
+    double lr, mom, tol, alpha, wn, err;
+    int iters, it;
+    size_t nn;
+    double *buf, *m, *a, *b, *w, *xt, *y;
+    int64_t i, j;
+    quarot_result res = QUAROT_OK;
+    if (info) memset(info, 0, sizeof *info);
+    if (n < 1 || !r || !grad || !momentum || !d) return QUAROT_ERR_INVALID_ARGUMENT;
+    lr = d->lr;
+    mom = d->momentum;
+    iters = d->cayley_iters == 0 ? 5 : d->cayley_iters;
+    tol = d->orth_tol > 0.0 ? d->orth_tol : 1e-6;
+    if (!(lr > 0.0) || lr > 1e30 || !(mom >= 0.0 && mom < 1.0) || iters < 0 || iters > 1000 || n > ((int64_t)1 << 20))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > SIZE_MAX / (6 * sizeof(double))) return QUAROT_ERR_OVERFLOW;
+    for (i = 0; i < (int64_t)nn; ++i)
+        if (!(fabs(grad[i]) <= 1.7976931348623157e308)) return QUAROT_ERR_NONFINITE;
+    buf = (double*)quarot_env_alloc(env, 5 * nn * sizeof(double) + (size_t)n * sizeof(double));
+    if (!buf) return QUAROT_ERR_OUT_OF_MEMORY;
+    m = buf; a = m + nn; b = a + nn; w = b + nn; xt = w + nn; y = a;   // y reuses a after W is built
+    // M = momentum*M - G^T (into the local m; the caller's buffer is updated at the end)
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) m[i * n + j] = mom * momentum[i * n + j] - grad[j * n + i];
+    // Wh = M R - R^T (R (M R)) / 2;  W = Wh - Wh^T
+    res = quarot_dgemm(0, 0, n, n, n, 1.0, m, n, r, n, 0.0, a, n, env);                 // a = M R
+    if (res == QUAROT_OK) res = quarot_dgemm(0, 0, n, n, n, 1.0, r, n, a, n, 0.0, b, n, env);   // b = R M R
+    if (res == QUAROT_OK) res = quarot_dgemm(1, 0, n, n, n, -0.5, r, n, b, n, 1.0, a, n, env);  // a -= R^T b / 2
+    if (res != QUAROT_OK) goto done;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) w[i * n + j] = a[i * n + j] - a[j * n + i];
+    wn = quarot__tr_norm1(w, n, buf + 5 * nn);
+    alpha = 1.0 / (wn + 1e-8);
+    if (alpha > lr) alpha = lr;
+    // Y = R^T + alpha M; Y <- R^T + alpha W (R^T + Y) / 2
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) xt[i * n + j] = r[j * n + i];
+    for (i = 0; i < (int64_t)nn; ++i) y[i] = xt[i] + alpha * m[i];
+    for (it = 0; it < iters && res == QUAROT_OK; ++it) {
+        for (i = 0; i < (int64_t)nn; ++i) b[i] = 0.5 * (xt[i] + y[i]);
+        for (i = 0; i < (int64_t)nn; ++i) y[i] = xt[i];
+        res = quarot_dgemm(0, 0, n, n, n, alpha, w, n, b, n, 1.0, y, n, env);
+    }
+    if (res != QUAROT_OK) goto done;
+    // M <- W R^T (the new momentum); R <- Y^T
+    res = quarot_dgemm(0, 0, n, n, n, 1.0, w, n, xt, n, 0.0, b, n, env);
+    if (res != QUAROT_OK) goto done;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) r[i * n + j] = y[j * n + i];
+    memcpy(momentum, b, nn * sizeof(double));
+    err = quarot__orth_error_gemm(r, n, env);
+    if (err < 0.0) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    if (info) {
+        info->alpha = alpha;
+        info->w_norm = wn;
+        info->orth_error = err;
+    }
+    if (!(err <= tol)) {   // drifted (or a NaN crept in): back onto the manifold
+        quarot_polar_desc pd;
+        memset(&pd, 0, sizeof pd);
+        pd.tol = 1e-13;
+        res = quarot_polar_newton_schulz_f64(n, r, n, r, n, &pd, NULL, env);
+        if (info) info->reorthogonalized = 1;
+    }
+done:
+    quarot_env_free(env, buf);
     return res;
 }
 
