@@ -29,19 +29,11 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench/bench_util.h"
+
 
 /* CPU seconds of the whole process (all threads): on a shared machine, cpu/wall shows how much of
    the machine the run actually had. */
-static double cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- data ---- */
 static float* make_acts(int64_t n, int64_t h, uint64_t seed) {
@@ -75,8 +67,8 @@ static void on_progress(void* user, int step, double loss, double best, int iter
     run_log* l = (run_log*)user;
     (void)loss;
     (void)best;
-    if (step == 0) { l->t_start = now_s(); return; }
-    if (step <= 64) { l->t_step[step - 1] = now_s(); l->iters[step - 1] = iters; l->steps = step; }
+    if (step == 0) { l->t_start = bench_now_s(); return; }
+    if (step <= 64) { l->t_step[step - 1] = bench_now_s(); l->iters[step - 1] = iters; l->steps = step; }
 }
 
 /* The library's plain Newton-Schulz on the first step's regularized C, for comparison. */
@@ -107,10 +99,10 @@ static void compare_plain_ns(const float* x, int64_t n, int64_t h, const quarot_
     memset(&pd, 0, sizeof pd);
     pd.max_iter = 200;
     pd.tol = 1e-5;
-    t0 = now_s();
+    t0 = bench_now_s();
     r = quarot_polar_newton_schulz_f32(h, c, h, u, h, &pd, &info, env);
     printf("  plain Newton-Schulz (linalg, Frobenius scale) on the same kind of C at %lld: %d iterations, %.2f s, "
-           "residual %.1e (%s)\n", (long long)h, info.iterations, now_s() - t0, info.residual, quarot_result_string(r));
+           "residual %.1e (%s)\n", (long long)h, info.iterations, bench_now_s() - t0, info.residual, quarot_result_string(r));
     quarot_rotation_free(&had);
     free(a); free(b); free(c); free(u);
 }
@@ -170,11 +162,11 @@ int main(int argc, char** argv) {
             quarot_adapt_context_init(&ctx, &env);
             quarot_adapt_capture_init(&cap, h, &d, &env);
             quarot_adapt_capture_add(&cap, "model.layers.0.mlp.up_proj.weight", x, rows, h);
-            t0 = now_s();
-            c0 = cpu_s();
+            t0 = bench_now_s();
+            c0 = bench_cpu_s();
             r = quarot_adapt_stage1(&cap, &d, &ctx, &env);
-            t1 = now_s();
-            c1 = cpu_s();
+            t1 = bench_now_s();
+            c1 = bench_cpu_s();
             if (r != QUAROT_OK) { printf("  stage 1 failed: %s: %s\n", quarot_result_string(r), ctx.error); return 1; }
             /* the library counts its GEMMs: per step XH^T B and A = XH*R (2*M*b^2 each), per
                Newton step one inverse (2 b^3), per Newton-Schulz iteration the upper halves of X^T X

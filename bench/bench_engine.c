@@ -17,6 +17,7 @@
 #include "engine/qx_engine.h"
 #include "model/qx_synth.h"
 #include "support/qx_threads.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,11 +33,7 @@
 /* BENCH_CLOCK=cpu: one-thread timings (and the engine's profile timers) use this thread's CPU time,
    close to what a quiet machine shows when other jobs share the cores; two-thread rows stay wall clock. */
 static int cpu_clock = 0;
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return cpu_clock ? bench_thread_cpu_s() : bench_now_s(); }
 
 /* ---- int8 dot-product peak: independent accumulator chains in registers ----
    Each chain starts from its own value, so the compiler cannot merge identical chains into one (an

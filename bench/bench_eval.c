@@ -24,17 +24,9 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench/bench_util.h"
 
-static double cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+
 
 /* Runs `windows` windows of T tokens with `threads` threads; logits of the last window into out
    (T*vocab floats). Returns the wall seconds (negative on error). */
@@ -56,8 +48,8 @@ static double run(const qx_store* s, const qx_fake_quant_opts* q, int threads, c
         qx_pool_destroy(pool);
         return -1.0;
     }
-    t0 = now_s();
-    c0 = cpu_s();
+    t0 = bench_now_s();
+    c0 = bench_cpu_s();
     for (w = 0; w < windows; ++w) {
         if (qx_forward_window(&f, toks + (int64_t)w * T, T, out, &e) != QUAROT_OK) {
             printf("  forward failed: %s\n", e.msg);
@@ -66,8 +58,8 @@ static double run(const qx_store* s, const qx_fake_quant_opts* q, int threads, c
             return -1.0;
         }
     }
-    dt = now_s() - t0;
-    *cpu = cpu_s() - c0;
+    dt = bench_now_s() - t0;
+    *cpu = bench_cpu_s() - c0;
     qx_forward_free(&f);
     qx_pool_destroy(pool);
     return dt;
@@ -139,7 +131,7 @@ int main(int argc, char** argv) {
     }
     {
         qx_synth_desc d;
-        double t0 = now_s(), per_tok;
+        double t0 = bench_now_s(), per_tok;
         memset(&d, 0, sizeof d);
         d.arch = "llama";
         d.seed = 1;
@@ -157,7 +149,7 @@ int main(int argc, char** argv) {
             printf("  7B-shaped: %s\n", e.msg);
             return 1;
         }
-        printf("  (7B-shaped stack: %lld layers generated in %.1f s)\n", (long long)d.n_layers, now_s() - t0);
+        printf("  (7B-shaped stack: %lld layers generated in %.1f s)\n", (long long)d.n_layers, bench_now_s() - t0);
         per_tok = 2e-9 * (double)d.n_layers * (double)(4 * 4096 * 4096 + 3 * 4096 * 11008) + 2e-9 * 4096.0 * 32000.0;
         bench_case("7B-shaped", &s, quick ? 128 : 256, 1, threads, per_tok);
         qx_store_free(&s);

@@ -41,6 +41,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
+
 #if defined(__AVX512F__) || defined(__AVX2__) || defined(__SSE2__)
 #include <immintrin.h>
 #elif defined(__ARM_NEON)
@@ -48,11 +50,6 @@
 #endif
 
 /* Monotonic wall clock; a run that the scheduler preempts is dropped by the minimum over repetitions. */
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- 1. the add-pipe peak --------------------------------------------------------------------- */
 
@@ -114,7 +111,7 @@ static double add_rep(void) {
     vf a6 = VSET(6.f), a7 = VSET(7.f), a8 = VSET(8.f), a9 = VSET(9.f), a10 = VSET(10.f), a11 = VSET(11.f);
     const vf d = VSET(1e-7f);
     long i;
-    double t0 = now_s(), dt;
+    double t0 = bench_now_s(), dt;
     volatile float sink;
     for (i = 0; i < PEAK_ITERS; ++i) {
         a0 = VADD(a0, d); a1 = VADD(a1, d); a2 = VADD(a2, d); a3 = VADD(a3, d);
@@ -123,7 +120,7 @@ static double add_rep(void) {
         OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5);
         OPAQUE(a6); OPAQUE(a7); OPAQUE(a8); OPAQUE(a9); OPAQUE(a10); OPAQUE(a11);
     }
-    dt = now_s() - t0;
+    dt = bench_now_s() - t0;
     sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7)))) +
            vsum(VADD(VADD(a8, a9), VADD(a10, a11)));
     (void)sink;
@@ -149,7 +146,7 @@ static double lookup_rep(void) {
     vf a4 = VSET(4.f), a5 = VSET(5.f), a6 = VSET(6.f), a7 = VSET(7.f);
     unsigned long long w = 0x9E3779B97F4A7C15ull;
     long i;
-    double t0 = now_s(), dt;
+    double t0 = bench_now_s(), dt;
     volatile float sink;
     for (i = 0; i < PEAK_ITERS; ++i) {
         const float* p = lookup_tab + (w & 15) * 4 * VW;
@@ -159,7 +156,7 @@ static double lookup_rep(void) {
         a4 = VADD(a4, VLD(q)); a5 = VADD(a5, VLD(q + VW)); a6 = VADD(a6, VLD(q + 2 * VW)); a7 = VADD(a7, VLD(q + 3 * VW));
         OPAQUE(a0); OPAQUE(a1); OPAQUE(a2); OPAQUE(a3); OPAQUE(a4); OPAQUE(a5); OPAQUE(a6); OPAQUE(a7);
     }
-    dt = now_s() - t0;
+    dt = bench_now_s() - t0;
     sink = vsum(VADD(VADD(VADD(a0, a1), VADD(a2, a3)), VADD(VADD(a4, a5), VADD(a6, a7))));
     (void)sink;
     return dt;
@@ -188,16 +185,6 @@ static double lookup_peak(void) {
 
 /* ---- 2. the transform ------------------------------------------------------------------------- */
 
-static void textbook_fwht(float* x, int64_t n) {
-    int64_t h, i, j;
-    for (h = 1; h < n; h *= 2)
-        for (i = 0; i < n; i += 2 * h)
-            for (j = i; j < i + h; ++j) {
-                const float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-}
 
 /* Minimum seconds of fn over repetitions lasting about `budget` seconds (at least 5). The data is
    transformed over and over (values grow by sqrt(n) per call: refilled before they could overflow). */
@@ -218,7 +205,7 @@ static void run_job(const job* j) {
     if (j->kind == 0) {
         if (quarot_fwht_f32(j->x, j->n, j->rows, j->n, j->isa) != QUAROT_OK) { fprintf(stderr, "fwht failed\n"); exit(1); }
     } else if (j->kind == 1) {
-        for (r = 0; r < j->rows; ++r) textbook_fwht(j->x + r * j->n, j->n);
+        for (r = 0; r < j->rows; ++r) bench_textbook_fwht(j->x + r * j->n, j->n);
     } else if (j->kind == 2) {
         quarot_hadamard_apply_desc d;
         memset(&d, 0, sizeof d);
@@ -242,9 +229,9 @@ static double time_job(const job* j, double budget) {
     while (rep < 5 || (spent < budget && rep < 2000)) {
         double t0, dt;
         if (++since_fill >= refill_every) { memcpy(j->x, j->fill, bytes); since_fill = 0; }
-        t0 = now_s();
+        t0 = bench_now_s();
         run_job(j);
-        dt = now_s() - t0;
+        dt = bench_now_s() - t0;
         spent += dt;
         if (dt < best) best = dt;
         ++rep;
@@ -313,7 +300,7 @@ static double apply_ns(int64_t n, int64_t rows, double budget, char* label, size
 int main(void) {
     static const quarot_isa isas[] = {QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON};
     static const int64_t ksizes[][2] = {{4864, 8192}, {11008, 16384}, {14336, 16384}, {18944, 32768}, {28672, 32768}};
-    const double t_start = now_s();
+    const double t_start = bench_now_s();
     const double peak = add_peak();
     const double lpeak = lookup_peak();
     int k, m;
@@ -433,12 +420,12 @@ int main(void) {
         if (!work || !x || !tb) { fprintf(stderr, "out of memory\n"); return 1; }
         fill_rand(x, n * C);
         for (rep = 0; rep < 3; ++rep) {
-            t0 = now_s();   /* the column kernels, 64 columns a call (what a rotate task takes) */
+            t0 = bench_now_s();   /* the column kernels, 64 columns a call (what a rotate task takes) */
             for (c0 = 0; c0 < C; c0 += chunk)
                 if (quarot_hadamard_apply_cols_f32(&plan, &d, x + c0, chunk, C, work, ws) != QUAROT_OK) return 1;
-            t0 = now_s() - t0;
+            t0 = bench_now_s() - t0;
             if (t0 < t_cols) t_cols = t0;
-            t0 = now_s();   /* the same columns gathered into rows, transformed, put back */
+            t0 = bench_now_s();   /* the same columns gathered into rows, transformed, put back */
             for (c0 = 0; c0 < C; c0 += chunk) {
                 for (i = 0; i < n; ++i)
                     for (c = 0; c < chunk; ++c) tb[c * n + i] = x[i * C + c0 + c];
@@ -446,11 +433,11 @@ int main(void) {
                 for (i = 0; i < n; ++i)
                     for (c = 0; c < chunk; ++c) x[i * C + c0 + c] = tb[c * n + i];
             }
-            t0 = now_s() - t0;
+            t0 = bench_now_s() - t0;
             if (t0 < t_tr) t_tr = t0;
-            t0 = now_s();   /* the memory floor: the matrix copied row by row onto itself's shape */
+            t0 = bench_now_s();   /* the memory floor: the matrix copied row by row onto itself's shape */
             for (i = 0; i + 1 < n; i += 2) memcpy(x + i * C, x + (i + 1) * C, sizeof(float) * (size_t)C);
-            t0 = now_s() - t0;
+            t0 = bench_now_s() - t0;
             if (t0 < t_copy) t_copy = t0;
         }
         printf("\ncolumns in DRAM: [4096][11008] f32 (180 MB), every column transformed (normalized), 64 columns a call:\n"
@@ -461,6 +448,6 @@ int main(void) {
         free(x); free(tb); free(work);
         quarot_hadamard_plan_free(&plan);
     }
-    printf("(%.1f s)\n", now_s() - t_start);
+    printf("(%.1f s)\n", bench_now_s() - t_start);
     return 0;
 }

@@ -9,6 +9,7 @@
    OPENBLAS_CORETYPE=SkylakeX (its AVX-512 kernels) to show both. Every time is the best of a few runs:
    the machine may be shared (BENCH_CLOCK=cpu measures thread CPU time instead of wall time). */
 #include "quarot.h"
+#include "bench/bench_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +26,8 @@
    other jobs that is close to what a quiet machine shows (every timed call runs on this one thread). */
 static int use_cpu_clock = -1;
 static double now_s(void) {
-    struct timespec t;
     if (use_cpu_clock < 0) use_cpu_clock = getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0;
-    clock_gettime(use_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    return use_cpu_clock ? bench_thread_cpu_s() : bench_now_s();
 }
 
 static unsigned long long lcg = 88172645463325252ULL;

@@ -27,17 +27,9 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench/bench_util.h"
 
-static double cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+
 
 static unsigned long long lcg = 88172645463325252ULL;
 static double unif(void) {
@@ -61,9 +53,9 @@ static double hessian(double* h, int64_t n, int64_t rows, const quarot_env* env)
         int64_t nr = rows - r < 256 ? rows - r : 256;
         for (k = 0; k < nr; ++k)
             for (i = 0; i < n; ++i) x[k * n + i] = gauss() * (i % 97 == 0 ? 10.0f : 1.0f);
-        t0 = now_s();
+        t0 = bench_now_s();
         if (quarot_hessian_accumulate_f64(h, n, x, nr, n) != QUAROT_OK) { fprintf(stderr, "hessian failed\n"); exit(1); }
-        t += now_s() - t0;
+        t += bench_now_s() - t0;
     }
     free(x);
     return t;
@@ -119,30 +111,30 @@ int main(int argc, char** argv) {
         for (j = 0; j < n; ++j) w0[j] = gauss() * 0.02f;
         memcpy(w, w0, (size_t)n * sizeof(float));
         memset(&gd, 0, sizeof gd);
-        c0 = cpu_s();
-        t0 = now_s();
+        c0 = bench_cpu_s();
+        t0 = bench_now_s();
         if (quarot_gptq_f32(w, outs[k], ins[k], ins[k], k == 6 ? h2 : h1, ins[k], &gd, NULL, NULL, NULL, &gi, &env) != QUAROT_OK) {
             fprintf(stderr, "gptq failed\n");
             return 1;
         }
-        tg = now_s() - t0;
-        cg = cpu_s() - c0;
+        tg = bench_now_s() - t0;
+        cg = bench_cpu_s() - c0;
         csum += cg;
         memcpy(w, w0, (size_t)n * sizeof(float));
         memset(&qd, 0, sizeof qd);
-        c1 = cpu_s();
-        t0 = now_s();
+        c1 = bench_cpu_s();
+        t0 = bench_now_s();
         quarot_fake_quant_f32(w, outs[k], ins[k], ins[k], &qd);
-        tr = now_s() - t0;
-        cr = cpu_s() - c1;
+        tr = bench_now_s() - t0;
+        cr = bench_cpu_s() - c1;
         rcsum += cr;
         tc = NAN;
         if (clip) {
             memcpy(w, w0, (size_t)n * sizeof(float));
             qd.clip_search = QUAROT_CLIP_SEARCH_LP;
-            t0 = now_s();
+            t0 = bench_now_s();
             quarot_fake_quant_f32(w, outs[k], ins[k], ins[k], &qd);
-            tc = now_s() - t0;
+            tc = bench_now_s() - t0;
         }
         snprintf(shape, sizeof shape, "%lldx%lld", (long long)outs[k], (long long)ins[k]);
         printf("%-10s %12s %10.2f %10.2f %10.3f %10.3f %14.2f\n", names[k], shape, tg, cg, tr, cr, tc);

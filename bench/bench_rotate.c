@@ -67,11 +67,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench/bench_util.h"
+
 
 /* rm -r of a directory holding plain files and one level of directories. */
 static void remove_tree(const char* path) {
@@ -105,12 +102,12 @@ static void fresh_memory_rate(double* fresh, double* reused) {
     double t0;
     *fresh = *reused = 0.0;
     if (!p) return;
-    t0 = now_s();
+    t0 = bench_now_s();
     fill(p, 1, n);
-    *fresh = (double)n / 1e9 / (now_s() - t0);
-    t0 = now_s();
+    *fresh = (double)n / 1e9 / (bench_now_s() - t0);
+    t0 = bench_now_s();
     fill(p, 2, n);
-    *reused = (double)n / 1e9 / (now_s() - t0);
+    *reused = (double)n / 1e9 / (bench_now_s() - t0);
     if (p[n / 2] != 2) *reused = 0.0;
     free(p);
 }
@@ -127,9 +124,9 @@ static double fresh_huge_rate(void) {
     if (p == MAP_FAILED) return 0.0;
     a = (char*)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
     (void)madvise(a, n, MADV_HUGEPAGE);
-    t0 = now_s();
+    t0 = bench_now_s();
     fill(a, 1, n);
-    r = (double)n / 1e9 / (now_s() - t0);
+    r = (double)n / 1e9 / (bench_now_s() - t0);
     munmap(p, n + huge);
     return r;
 #else
@@ -140,11 +137,11 @@ static double fresh_huge_rate(void) {
 /* GB/s of writing n bytes sequentially from buf in chunk-byte pwrites into fd, fsync included; 0
    when a write or the fsync fails. */
 static double timed_write(int fd, const char* buf, size_t chunk, size_t n) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     size_t off;
     for (off = 0; off < n; off += chunk)
         if (pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) return 0.0;
-    return fsync(fd) == 0 ? (double)n / 1e9 / (now_s() - t0) : 0.0;
+    return fsync(fd) == 0 ? (double)n / 1e9 / (bench_now_s() - t0) : 0.0;
 }
 
 /* GB/s of writing 256 MiB sequentially (4 MiB pwrites from one buffer) into a new file in dir,
@@ -326,7 +323,7 @@ int main(void) {
         qx_store s;
         qx_err e;
         qx_st_save_opts so;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         struct stat kst;
         if (only_dtype && strcmp(only_dtype, quarot_dtype_name(dt)) != 0) continue;
         snprintf(in_path, sizeof in_path, "%s/in_%s", dir, quarot_dtype_name(dt));
@@ -354,7 +351,7 @@ int main(void) {
         if (qx_st_save(&s, in_path, &so, &e) != QUAROT_OK) { fprintf(stderr, "save: %s\n", e.msg); qx_store_free(&s); if (!keep) remove_tree(dir); return 1; }
         qx_store_free(&s);
         if (dt == QUAROT_DTYPE_F16) { snprintf(f16_path, sizeof f16_path, "%s", in_path); have_f16 = 1; }
-        fprintf(stderr, "  (generated and saved the %s model in %.1f s)\n", quarot_dtype_name(dt), now_s() - t0);
+        fprintf(stderr, "  (generated and saved the %s model in %.1f s)\n", quarot_dtype_name(dt), bench_now_s() - t0);
     run:
         for (online = 0; online < 2; ++online) {
             if (only_online >= 0 && online != only_online) continue;

@@ -16,23 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench/bench_util.h"
+
 
 /* The textbook FWHT of one row of length n (power of two), unnormalized. */
-static void textbook_fwht(float* x, int64_t n) {
-    int64_t h, i, j;
-    for (h = 1; h < n; h *= 2)
-        for (i = 0; i < n; i += 2 * h)
-            for (j = i; j < i + h; ++j) {
-                const float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-}
 
 typedef struct bench_case {
     const quarot_hadamard_plan* plan;
@@ -62,7 +49,7 @@ static void run_method(const bench_case* c, int method) {
         float* x = c->x + r * c->n;
         if (method == 100) {
             const int64_t K = c->plan->K, M = c->n / K;
-            for (k = 0; k < K; ++k) textbook_fwht(x + k * M, M);
+            for (k = 0; k < K; ++k) bench_textbook_fwht(x + k * M, M);
             if (K > 1) {   /* y[i][:] = sum_k H[k][i] * z[k][:], rows streamed in order */
                 const int8_t* h = c->plan->had_k;
                 memcpy(c->tmp, x, sizeof(float) * (size_t)c->n);
@@ -92,10 +79,10 @@ static double time_method(const bench_case* c, int method, double budget) {
     int rep = 0;
     run_method(c, method);   /* warm-up */
     while (rep < 3 || (spent < budget && rep < 1000)) {
-        const double t0 = now_s();
+        const double t0 = bench_now_s();
         double dt;
         run_method(c, method);
-        dt = now_s() - t0;
+        dt = bench_now_s() - t0;
         spent += dt;
         if (dt < best) best = dt;
         ++rep;
@@ -107,7 +94,7 @@ int main(void) {
     static const int64_t sizes[] = {64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 11008, 14336, 18944};
     static const quarot_isa isas[] = {QUAROT_ISA_REF, QUAROT_ISA_SSE2, QUAROT_ISA_AVX2, QUAROT_ISA_AVX512, QUAROT_ISA_NEON};
     const int n_sizes = (int)(sizeof sizes / sizeof sizes[0]);
-    const double t_start = now_s();
+    const double t_start = bench_now_s();
     int si, k;
     printf("quarot.h %s, compiled ISAs: %s (default %s)\n", quarot_version_string(), quarot_simd_name(),
            quarot_isa_name(quarot_isa_best()));
@@ -170,6 +157,6 @@ int main(void) {
         free(c.x); free(c.tmp); free(c.work); free(c.dense);
         quarot_hadamard_plan_free(&plan);
     }
-    printf("\n(%.1f s)\n", now_s() - t_start);
+    printf("\n(%.1f s)\n", bench_now_s() - t_start);
     return 0;
 }

@@ -108,24 +108,10 @@ QT_UNUSED static const char* tmp_path(const char* name) {
     return buf[k];
 }
 
-QT_UNUSED static int write_bytes(const char* path, const void* data, size_t n) {
-    FILE* f = fopen(path, "wb");
-    int ok;
-    if (!f) return 0;
-    ok = fwrite(data, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
+QT_UNUSED static int write_str(const char* path, const char* s) { return qt_write_file(path, s, strlen(s)); }
 
-QT_UNUSED static int write_str(const char* path, const char* s) { return write_bytes(path, s, strlen(s)); }
-
-/* The whole file (malloc'ed; NULL when it cannot be read). */
-QT_UNUSED static unsigned char* read_all(const char* path, size_t* n) {
-    char* buf = NULL;
-    qx_err e;
-    *n = 0;
-    if (qx_read_file(path, (size_t)1 << 30, &buf, n, &e) != QUAROT_OK) return NULL;
-    return (unsigned char*)buf;
-}
+/* The whole file as bytes (qt_read_file). */
+QT_UNUSED static unsigned char* read_all(const char* path, size_t* n) { return (unsigned char*)qt_read_file(path, n); }
 
 /* 1 when both files exist and hold the same bytes. */
 QT_UNUSED static int same_file(const char* a, const char* b) {

@@ -63,30 +63,6 @@ QT_UNUSED static int fu_exists(const char* dir, const char* name) {
     return stat(p, &st) == 0;
 }
 
-QT_UNUSED static int fu_write_file(const char* path, const void* data, size_t n) {
-    FILE* f = fopen(path, "wb");
-    int ok;
-    if (!f) return 0;
-    ok = fwrite(data, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
-QT_UNUSED static char* fu_read_file(const char* path, size_t* n) {
-    FILE* f = fopen(path, "rb");
-    char* buf;
-    long len;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char*)malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    if (n) *n = (size_t)len;
-    return buf;
-}
-
 /* Fuzz seeds: with QX_SEEDS_DIR set (e.g. fuzz/seeds), tests write small sample inputs there
    under `rel` ("gguf/valid.gguf"); the subfolders must exist. */
 QT_UNUSED static void fu_seed(const char* rel, const void* data, size_t n) {
@@ -94,7 +70,7 @@ QT_UNUSED static void fu_seed(const char* rel, const void* data, size_t n) {
     char p[1024];
     if (!dir || !dir[0] || n > 4096) return;
     snprintf(p, sizeof p, "%s/%s", dir, rel);
-    fu_write_file(p, data, n);
+    qt_write_file(p, data, n);
 }
 
 /* ---- byte buffers for hand-made files ---- */

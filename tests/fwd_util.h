@@ -1,8 +1,9 @@
 /* fwd_util.h - helpers shared by the tests of the reference forward pass on synthetic models
    (test_forward.c, test_synth.c, test_pipeline.c, test_adapt.c): the logits of one window (with or
    without a model's online hooks), a random orthogonal matrix and the
-   product of rows with it (online rotations applied by hand), and the relative rms error between
-   two logit arrays. Include after qt.h. */
+   product of rows with it (online rotations applied by hand), the relative rms error between
+   two logit arrays, a synthetic model of a family, and byte equality of two stores. Include after
+   qt.h. */
 #ifndef FWD_UTIL_H
 #define FWD_UTIL_H
 
@@ -14,6 +15,7 @@
 
 #include "model/qx_forward.h"
 #include "model/qx_online.h"
+#include "model/qx_synth.h"
 
 /* Logits [T][vocab] of tokens toks[T] through s with options o (NULL: defaults), malloc'ed; NULL
    (and why on stdout) when the forward pass fails. */
@@ -122,6 +124,31 @@ QT_UNUSED static double rms_rel(const float* a, const float* b, int64_t n) {
     int64_t i;
     for (i = 0; i < n; ++i) { num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); den += (double)b[i] * b[i]; }
     return sqrt(num / den);
+}
+
+/* A synthetic model of family arch (qx_synth_model, default sizes) from seed; 0 (and why on
+   stdout) when it cannot be built. */
+QT_UNUSED static int synth_model(qx_store* s, const char* arch, uint64_t seed) {
+    qx_synth_desc d;
+    qx_err e;
+    memset(&d, 0, sizeof d);
+    d.arch = arch;
+    d.seed = seed;
+    if (qx_synth_model(s, &d, &e) != QUAROT_OK) { printf("    synth %s: %s\n", arch, e.msg); return 0; }
+    return 1;
+}
+
+/* 1 when every tensor of a and b has identical bytes (and the same names). */
+QT_UNUSED static int stores_same_bytes(const qx_store* a, const qx_store* b) {
+    int64_t i;
+    if (a->count != b->count) return 0;
+    for (i = 0; i < a->count; ++i) {
+        const quarot_tensor* t = qx_store_find(b, a->items[i].name);
+        if (!t || quarot_tensor_nbytes(t) != quarot_tensor_nbytes(&a->items[i].t) ||
+            memcmp(t->data, a->items[i].t.data, quarot_tensor_nbytes(t)) != 0)
+            return 0;
+    }
+    return 1;
 }
 
 #endif

@@ -133,6 +133,44 @@ QT_UNUSED static const char* qt_shared_path(const char* rel) {
     return buf;
 }
 
+/* The float with bit pattern u, and the value of IEEE binary16 h by the definition
+   (-1)^s 2^(e-15) (1 + m/1024), subnormals 2^-14 m/1024: oracles of the format conversion tests. */
+QT_UNUSED static float qt_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+QT_UNUSED static double qt_f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 31) return m ? NAN : ((h & 0x8000) ? -INFINITY : INFINITY);
+    v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* The whole file at path, NUL-terminated, in a new malloc'ed buffer (*n, when n is not NULL: its
+   length); NULL when it cannot be read. */
+QT_UNUSED static char* qt_read_file(const char* path, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    char* buf;
+    long len;
+    if (n) *n = 0;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return NULL; }
+    buf = (char*)malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[len] = '\0';
+    if (n) *n = (size_t)len;
+    return buf;
+}
+
+/* Writes n bytes to path (created or truncated); 1 on success, 0 on failure. */
+QT_UNUSED static int qt_write_file(const char* path, const void* data, size_t n) {
+    FILE* f = fopen(path, "wb");
+    int ok;
+    if (!f) return 0;
+    ok = fwrite(data, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
 /* Deterministic test data: a small LCG, independent of the library's RNG under test. */
 static unsigned long long qt__lcg_state = 0x853c49e6748fea9bULL;
 QT_UNUSED static void qt_seed(unsigned long long s) { qt__lcg_state = s * 6364136223846793005ULL + 1442695040888963407ULL; }

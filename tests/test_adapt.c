@@ -650,18 +650,6 @@ static const int32_t tokens[N_TOK] = {1, 17, 5, 42, 9, 100, 3, 77, 28, 64, 11, 5
 /* Logits of model s on `tokens`, with hooks when list != NULL. Returns a malloc'd [N_TOK][vocab]. */
 static float* run_logits(const qx_store* s, const quarot_online_list* list) { return run_window_hooks(s, list, tokens, N_TOK); }
 
-static int stores_equal(const qx_store* a, const qx_store* b) {
-    int64_t i;
-    if (a->count != b->count) return 0;
-    for (i = 0; i < a->count; ++i) {
-        const quarot_tensor* t = qx_store_find(b, a->items[i].name);
-        if (!t || quarot_tensor_nbytes(t) != quarot_tensor_nbytes(&a->items[i].t) ||
-            memcmp(t->data, a->items[i].t.data, quarot_tensor_nbytes(t)) != 0)
-            return 0;
-    }
-    return 1;
-}
-
 /* Clone orig into out and rotate it with desc (hooks into list, initialized here). */
 static quarot_result rotate_clone(const qx_store* orig, qx_store* out, quarot_rotate_desc* desc, quarot_online_list* list,
                                   char* err, size_t err_size) {
@@ -676,15 +664,6 @@ static quarot_result rotate_clone(const qx_store* orig, qx_store* out, quarot_ro
     if (err) snprintf(err, err_size, "%s", m.error);
     if (r == QUAROT_OK) qx_model_sync(&m, out);
     return r;
-}
-
-static int make_model(qx_store* s, const char* arch, uint64_t seed) {
-    qx_synth_desc d;
-    qx_err e;
-    memset(&d, 0, sizeof d);
-    d.arch = arch;
-    d.seed = seed;
-    return qx_synth_model(s, &d, &e) == QUAROT_OK;
 }
 
 /* Text of a hook list (for comparing lists). */
@@ -702,7 +681,7 @@ static void test_stage2_identity_bitexact(void) {
     int a, v;
     for (a = 0; a < 2; ++a) {
         qx_store s;
-        if (!make_model(&s, archs[a], 21 + (uint64_t)a)) { QT_CHECK(0); continue; }
+        if (!synth_model(&s, archs[a], 21 + (uint64_t)a)) { QT_CHECK(0); continue; }
         for (v = 0; v < 3; ++v) {
             quarot_adapt_context ctx;
             quarot_rotate_desc dq, da;
@@ -725,7 +704,7 @@ static void test_stage2_identity_bitexact(void) {
             /* R1's signs come from the context's seed; R2 still uses desc.seed (the same here) */
             QT_OK(rotate_clone(&s, &sq, &dq, &lq, err, sizeof err));
             QT_OK(rotate_clone(&s, &sa, &da, &la, err, sizeof err));
-            QT_CHECKF(stores_equal(&sq, &sa), "%s variant %d: ADAPT with R = I differs from QuaRot", archs[a], v);
+            QT_CHECKF(stores_same_bytes(&sq, &sa), "%s variant %d: ADAPT with R = I differs from QuaRot", archs[a], v);
             tq = hooks_text(&lq);
             ta = hooks_text(&la);
             QT_CHECK(strcmp(tq, ta) == 0);
@@ -790,7 +769,7 @@ static void test_stage2_learned_and_serialized(void) {
     size_t size = 0;
     char err[256];
     double diff;
-    if (!make_model(&s, "llama", 31)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "llama", 31)) { QT_CHECK(0); return; }
     memset(&d, 0, sizeof d);
     d.seed = 77;
     d.steps = qt_quick() ? 4 : 10;
@@ -820,7 +799,7 @@ static void test_stage2_learned_and_serialized(void) {
     rd.seed = 77;
     rd.online = 1;
     QT_OK(rotate_clone(&s, &sq, &rd, &lq, err, sizeof err));
-    QT_CHECK(!stores_equal(&s1, &sq));
+    QT_CHECK(!stores_same_bytes(&s1, &sq));
     /* serialized and read back as another process would: the same rotated model, byte for byte */
     QT_OK(quarot_adapt_context_write(&ctx, NULL, 0, &size));
     buf = (unsigned char*)malloc(size);
@@ -839,7 +818,7 @@ static void test_stage2_learned_and_serialized(void) {
     rd.seed = 77;
     rd.online = 1;
     QT_OK(rotate_clone(&s, &s2, &rd, &l2, err, sizeof err));
-    QT_CHECK(stores_equal(&s1, &s2));
+    QT_CHECK(stores_same_bytes(&s1, &s2));
     /* block size disagreeing with the context */
     {
         qx_store s3;
@@ -1047,7 +1026,7 @@ static void test_faq_errors(void) {
         quarot_rotate_desc rd;
         quarot_online_list l;
         char err[256];
-        if (make_model(&s, "llama", 41)) {
+        if (synth_model(&s, "llama", 41)) {
             int k;
             for (k = 0; k < 2; ++k) {
                 memset(&rd, 0, sizeof rd);
@@ -1055,7 +1034,7 @@ static void test_faq_errors(void) {
                 rd.context = k ? &ctx : NULL;
                 QT_ERR(rotate_clone(&s, &o, &rd, &l, err, sizeof err), QUAROT_ERR_STATE);
                 QT_CHECKF(strstr(err, "stage 1") != NULL, "message: %s", err);
-                QT_CHECK(stores_equal(&s, &o));
+                QT_CHECK(stores_same_bytes(&s, &o));
                 if (k == 0) printf("    %s\n", err);
                 quarot_online_list_free(&l);
                 qx_store_free(&o);

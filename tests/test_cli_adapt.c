@@ -289,7 +289,7 @@ static void test_identity_equals_quarot(void) {
         QT_OK(quarot_adapt_context_write(&c, NULL, 0, &need));
         buf = (unsigned char*)malloc(need);
         QT_OK(quarot_adapt_context_write(&c, buf, need, &need));
-        QT_CHECK(write_bytes(ctx, buf, need));
+        QT_CHECK(qt_write_file(ctx, buf, need));
         free(buf);
         free(eye);
         quarot_adapt_context_free(&c);
@@ -366,11 +366,11 @@ static void test_errors(void) {
     QT_CHECK(buf && n > 200);
     if (buf && n > 200) {
         buf[n / 2] ^= 0x10;
-        QT_CHECK(write_bytes(bad, buf, n));
+        QT_CHECK(qt_write_file(bad, buf, n));
         QT_EQ_INT(CLI("rotate '%s' '%s' --context '%s'", MODEL, out, bad), QX_EXIT_INPUT);
         QT_CHECKF(strstr(g_err, "checksum") && count_lines(g_err) == 1, "%s", g_err);
         buf[n / 2] ^= 0x10;
-        QT_CHECK(write_bytes(bad, buf, n - 9));
+        QT_CHECK(qt_write_file(bad, buf, n - 9));
         QT_EQ_INT(CLI("rotate '%s' '%s' --context '%s'", MODEL, out, bad), QX_EXIT_INPUT);
         QT_CHECKF(strstr(g_err, "bytes") && count_lines(g_err) == 1, "%s", g_err);
     }
@@ -398,7 +398,7 @@ static void test_errors(void) {
         quarot_adapt_context_write(&c, NULL, 0, &need);
         buf = (unsigned char*)malloc(need);
         QT_OK(quarot_adapt_context_write(&c, buf, need, &need));
-        QT_CHECK(write_bytes(bad, buf, need));
+        QT_CHECK(qt_write_file(bad, buf, need));
         free(buf);
         quarot_adapt_context_free(&c);
         QT_EQ_INT(CLI("rotate '%s' '%s' --context '%s'", MODEL, out, bad), QX_EXIT_PROCESS);

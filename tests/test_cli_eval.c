@@ -42,23 +42,6 @@ typedef struct cli_run {
     char* err;
 } cli_run;
 
-static char* slurp(const char* path) {
-    FILE* f = fopen(path, "rb");
-    char* buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char*)malloc((size_t)n + 1);
-    if (buf) {
-        size_t got = fread(buf, 1, (size_t)n, f);
-        buf[got] = '\0';
-    }
-    fclose(f);
-    return buf;
-}
-
 /* Run `quarot ARGS` (ARGS already shell-quoted where needed). */
 static void run_cli(cli_run* r, const char* args) {
     static char cmd[16384];
@@ -71,9 +54,9 @@ static void run_cli(cli_run* r, const char* args) {
     r->secs = qt_now() - t0;
     r->rc = st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128);
     snprintf(cmd, sizeof cmd, "%s/out.txt", TMP);
-    r->out = slurp(cmd);
+    r->out = qt_read_file(cmd, NULL);
     snprintf(cmd, sizeof cmd, "%s/err.txt", TMP);
-    r->err = slurp(cmd);
+    r->err = qt_read_file(cmd, NULL);
     if (!r->out) r->out = (char*)calloc(1, 1);
     if (!r->err) r->err = (char*)calloc(1, 1);
 }
@@ -241,7 +224,7 @@ static double ref_window_nll(const ref_model* m, const int32_t* tok, int len) {
    joined by "\n"), each encoded alone, chunks of seq-1 after a BOS. */
 static double ref_ppl(const ref_model* m, const qx_tokenizer* tk, const char* text_path, int docs, int seq, int n_win,
                       int64_t* scored) {
-    char* text = slurp(text_path);
+    char* text = qt_read_file(text_path, NULL);
     size_t len = text ? strlen(text) : 0;
     int32_t* toks = (int32_t*)malloc((size_t)(len + 8) * sizeof(int32_t));
     int32_t* win = (int32_t*)malloc((size_t)seq * sizeof(int32_t));
@@ -647,7 +630,7 @@ static void check_plot(const char* model, const char* text, const char* extra, c
     p = strstr(r.out, "after QuaRot:");
     QT_CHECK(p && sscanf(strstr(p, "max/median"), "max/median %lf", &after) == 1);
     run_free(&r);
-    doc = slurp(svg);
+    doc = qt_read_file(svg, NULL);
     QT_CHECKF(doc != NULL, "%s not written", svg);
     if (!doc) return;
     why = xml_check(doc);
@@ -685,24 +668,24 @@ static void test_plot(void) {
     }
     /* an existing output is kept without --force (exit 3), replaced with it; no temporaries left */
     snprintf(svg, sizeof svg, "%s/syn_q.svg", TMP);
-    before = slurp(svg);
+    before = qt_read_file(svg, NULL);
     snprintf(args, sizeof args, "plot '%s' --text '%s' -o '%s' --tokens 32 --quiet", SYN_MODEL, SYN_TEXT, svg);
     expect_error(args, 3, "--force");
-    after = slurp(svg);
+    after = qt_read_file(svg, NULL);
     QT_CHECK(before && after && strcmp(before, after) == 0);
     free(after);
     snprintf(args, sizeof args, "plot '%s' --text '%s' -o '%s' --tokens 32 --quiet --force", SYN_MODEL, SYN_TEXT, svg);
     run_cli(&r, args);
     QT_EQ_INT(r.rc, 0);
     run_free(&r);
-    after = slurp(svg);
+    after = qt_read_file(svg, NULL);
     QT_CHECK(before && after && strcmp(before, after) != 0);   /* 32 tokens, not 64 */
     free(before);
     free(after);
     snprintf(args, sizeof args, "ls '%s' | grep -c tmp > '%s/count.txt'", TMP, TMP);
     if (system(args) != -1) {
         snprintf(path, sizeof path, "%s/count.txt", TMP);
-        before = slurp(path);
+        before = qt_read_file(path, NULL);
         QT_CHECKF(before && atoi(before) == 0, "temporary files left in %s", TMP);
         free(before);
     }

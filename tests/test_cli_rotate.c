@@ -87,7 +87,7 @@ static int save_model(const qx_store* s, fmt_kind k, const char* path, quarot_dt
             r = qx_hf_config_write(s, &cfg, &e);
             if (r == QUAROT_OK) {
                 char* cp = qx_path_join(dir, "config.json");
-                if (!write_bytes(cp, cfg.p, cfg.len)) r = QUAROT_ERR_IO;
+                if (!qt_write_file(cp, cfg.p, cfg.len)) r = QUAROT_ERR_IO;
                 free(cp);
             }
             qx_sb_free(&cfg);
@@ -419,7 +419,7 @@ static void test_layerwise_memory(void) {
         qx_l2c_write_opts o;
         memset(&o, 0, sizeof o);
         QT_OK(qx_l2c_write_memory(&s, &o, &mem, &n, &e));
-        QT_CHECK(mem && write_bytes(in, mem, n));
+        QT_CHECK(mem && qt_write_file(in, mem, n));
         free(mem);
     }
     qx_store_free(&s);
@@ -477,7 +477,7 @@ static int write_st(const char* path, const char* json, size_t data_len) {
     int ok;
     put_u64(buf, (uint64_t)jl);
     memcpy(buf + 8, json, jl);
-    ok = write_bytes(path, buf, n);
+    ok = qt_write_file(path, buf, n);
     free(buf);
     return ok;
 }
@@ -530,7 +530,7 @@ static void test_bad_input(void) {
     snprintf(path, sizeof path, "%s/m.bin", dir);
     for (k = 0; k < 6; ++k) {
         cut = k < 5 ? l2c_cuts[k] : l2c_n - 4;
-        write_bytes(path, l2c, cut);
+        qt_write_file(path, l2c, cut);
         snprintf(label, sizeof label, "llama2.c truncated to %zu of %zu bytes", cut, l2c_n);
         expect_failure(label, dir, path, NULL, QX_EXIT_INPUT);
     }
@@ -541,7 +541,7 @@ static void test_bad_input(void) {
         h[4] = 0xff; h[5] = 0xff; h[6] = 0xff; h[7] = 0x7f;
         h[12] = 1; h[13] = 0; h[14] = 0; h[15] = 0;            /* n_heads 1 */
         h[16] = 1; h[17] = 0; h[18] = 0; h[19] = 0;            /* n_kv_heads 1 */
-        write_bytes(path, h, 28);
+        qt_write_file(path, h, 28);
         expect_failure("llama2.c header sizes overflow", dir, path, NULL, QX_EXIT_INPUT);
         QT_CHECKF(strstr(g_err, "overflow") != NULL || strstr(g_err, "odd") != NULL, "%s", g_err);
     }
@@ -550,7 +550,7 @@ static void test_bad_input(void) {
         float nan = NAN;
         memcpy(m, l2c, l2c_n);
         memcpy(m + 28 + 4 * (64 * 64 + 2 * 64 + 5), &nan, 4);   /* inside layer 0's wq */
-        write_bytes(path, m, l2c_n);
+        qt_write_file(path, m, l2c_n);
         free(m);
         expect_failure("NaN in a weight (validation before any write)", dir, path, NULL, QX_EXIT_INPUT);
         QT_CHECKF(strstr(g_err, "NaN") != NULL, "%s", g_err);
@@ -562,18 +562,18 @@ static void test_bad_input(void) {
     snprintf(dir, sizeof dir, "%s/bad_st", g_tmp);
     make_dir(dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    write_bytes(path, cfg_text, strlen(cfg_text));
+    qt_write_file(path, cfg_text, strlen(cfg_text));
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     {
         unsigned char b[16];
         memset(b, ' ', sizeof b);
         put_u64(b, 1000);
-        write_bytes(path, b, sizeof b);
+        qt_write_file(path, b, sizeof b);
         expect_failure("safetensors header length past the end", dir, path, NULL, QX_EXIT_INPUT);
         put_u64(b, UINT64_MAX - 4);
-        write_bytes(path, b, sizeof b);
+        qt_write_file(path, b, sizeof b);
         expect_failure("safetensors header length overflows", dir, path, NULL, QX_EXIT_INPUT);
-        write_bytes(path, b, 5);
+        qt_write_file(path, b, 5);
         expect_failure("safetensors truncated inside the length", dir, path, NULL, QX_EXIT_INPUT);
     }
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8);
@@ -593,7 +593,7 @@ static void test_bad_input(void) {
         if (p) {
             snprintf(cfg2, sizeof cfg2, "%.*sGPT2LMHeadModel%s", (int)(p - cfg_text), cfg_text, p + strlen("LlamaForCausalLM"));
             snprintf(path, sizeof path, "%s/config.json", dir);
-            write_bytes(path, cfg2, strlen(cfg2));
+            qt_write_file(path, cfg2, strlen(cfg2));
             snprintf(path, sizeof path, "%s/m.safetensors", dir);
             expect_failure("unknown architecture in config.json", dir, path, NULL, QX_EXIT_INPUT);
             QT_CHECKF(strstr(g_err, "GPT2LMHeadModel") != NULL, "%s", g_err);
@@ -606,7 +606,7 @@ static void test_bad_input(void) {
     snprintf(path, sizeof path, "%s/m.gguf", dir);
     for (k = 0; k < 4; ++k) {
         size_t cuts[4] = {3, 24, gg_n / 3, gg_n - 1};
-        write_bytes(path, gg, cuts[k]);
+        qt_write_file(path, gg, cuts[k]);
         snprintf(label, sizeof label, "GGUF truncated to %zu of %zu bytes", cuts[k], gg_n);
         expect_failure(label, dir, path, NULL, QX_EXIT_INPUT);
     }
@@ -621,7 +621,7 @@ static void test_bad_input(void) {
             size_t off = (size_t)(tp - m);
             qx_gguf_file_free(&f);
             m[off] = 12; m[off + 1] = 0; m[off + 2] = 0; m[off + 3] = 0;
-            write_bytes(path, m, gg_n);
+            qt_write_file(path, m, gg_n);
             expect_failure("GGUF with a quantized (Q4_K) tensor", dir, path, NULL, QX_EXIT_INPUT);
             QT_CHECKF(strstr(g_err, "quantized GGUF tensors are not supported") != NULL, "%s", g_err);
         } else {
@@ -635,7 +635,7 @@ static void test_bad_input(void) {
         memcpy(m, gg, gg_n);
         for (i = 0; i + 5 <= gg_n; ++i)   /* the architecture string value "llama" -> "gpt2x" */
             if (memcmp(m + i, "llama", 5) == 0 && i >= 8 && m[i - 8] == 5) { memcpy(m + i, "gpt2x", 5); break; }
-        write_bytes(path, m, gg_n);
+        qt_write_file(path, m, gg_n);
         free(m);
         expect_failure("GGUF of another architecture", dir, path, NULL, QX_EXIT_INPUT);
         QT_CHECKF(strstr(g_err, "gpt2x") != NULL, "%s", g_err);
@@ -646,7 +646,7 @@ static void test_bad_input(void) {
     snprintf(dir, sizeof dir, "%s/bad_misc", g_tmp);
     make_dir(dir);
     snprintf(path, sizeof path, "%s/notes.txt", dir);
-    write_bytes(path, "just some text, not a model\n", 28);
+    qt_write_file(path, "just some text, not a model\n", 28);
     expect_failure("unknown format", dir, path, NULL, QX_EXIT_INPUT);
     QT_CHECKF(strstr(g_err, "unknown format") != NULL, "%s", g_err);
     snprintf(path, sizeof path, "%s/missing.bin", dir);
@@ -713,7 +713,7 @@ static void test_bad_output_and_usage(void) {
     snprintf(out, sizeof out, "%s/out_model.bin", dir);
 
     /* an existing output: refused without --force (and left as it was), replaced with it */
-    write_bytes(out, "keep me", 7);
+    qt_write_file(out, "keep me", 7);
     QT_EQ_INT(CLI("rotate %s %s", in, out), QX_EXIT_OUTPUT);
     QT_EQ_INT(count_lines(g_err), 1);
     b0 = read_all(out, &n0);
@@ -733,7 +733,7 @@ static void test_bad_output_and_usage(void) {
     QT_EQ_INT(CLI("rotate %s %s --force", in, out), 0);
     QT_CHECKF(!exists(blocker), "stale hook file left beside a model that needs none");
     remove(out);
-    write_bytes(blocker, "x", 1);
+    qt_write_file(blocker, "x", 1);
     QT_EQ_INT(CLI("rotate %s %s --online", in, out), QX_EXIT_OUTPUT);
     QT_CHECKF(strstr(g_err, "quarot-online") != NULL, "%s", g_err);
     QT_EQ_INT(CLI("rotate %s %s", in, out), QX_EXIT_OUTPUT);
@@ -750,7 +750,7 @@ static void test_bad_output_and_usage(void) {
     free(b1);
     /* unwritable: the output's directory is a regular file; a write-protected directory */
     snprintf(blocker, sizeof blocker, "%s/afile", dir);
-    write_bytes(blocker, "x", 1);
+    qt_write_file(blocker, "x", 1);
     {
         char o2[1100];
         int rc;

@@ -62,41 +62,33 @@ static int write_tokenizer_json(const char* path) {
         qx_sb_json_string(&b, merges[i], strlen(merges[i]));
     }
     qx_sb_puts(&b, "]}}\n");
-    ok = !b.failed && write_bytes(path, b.p, b.len);
+    ok = !b.failed && qt_write_file(path, b.p, b.len);
     qx_sb_free(&b);
     return ok;
 }
-
-/* GGUF key/value pairs in the "gguf.kv" blob layout */
-static void kv_str(qx_sb* b, const char* s) { uint64_t n = strlen(s); qx_sb_put(b, (const char*)&n, 8); qx_sb_put(b, s, (size_t)n); }
-static void kv_u32(qx_sb* b, uint32_t v) { qx_sb_put(b, (const char*)&v, 4); }
-static void kv_u64(qx_sb* b, uint64_t v) { qx_sb_put(b, (const char*)&v, 8); }
 
 /* the tokenizer.json vocabulary above as tokenizer.ggml.* pairs appended to blob (count bumped) */
 static void add_gguf_tokenizer(qx_sb* b) {
     static const char* const merges[] = {"t h", "th e", "\xC4\xA0 t", "\xC4\xA0 a", "i n", "e r"};
     static const char* const results[] = {"th", "the", "\xC4\xA0t", "\xC4\xA0\x61", "in", "er"};
-    uint64_t count;
     int i;
-    kv_str(b, "tokenizer.ggml.model"); kv_u32(b, QX_GGUF_STRING); kv_str(b, "gpt2");
-    kv_str(b, "tokenizer.ggml.pre"); kv_u32(b, QX_GGUF_STRING); kv_str(b, "gpt-2");
-    kv_str(b, "tokenizer.ggml.tokens"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_STRING); kv_u64(b, 263);
+    qx_gguf_kv_str(b, "tokenizer.ggml.model", "gpt2", 4);
+    qx_gguf_kv_str(b, "tokenizer.ggml.pre", "gpt-2", 5);
+    qx_gguf_kv_arr_begin(b, "tokenizer.ggml.tokens", QX_GGUF_STRING, 263);
     for (i = 0; i < 256; ++i) {
         unsigned cp = byte_cp(i);
         char u[3] = {0, 0, 0};
         if (cp < 0x80) u[0] = (char)cp;
         else { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); }
-        kv_str(b, u);
+        qx_gguf_put_str(b, u, strlen(u));
     }
-    for (i = 0; i < 6; ++i) kv_str(b, results[i]);
-    kv_str(b, "<|endoftext|>");
-    kv_str(b, "tokenizer.ggml.token_type"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_I32); kv_u64(b, 263);
-    for (i = 0; i < 263; ++i) kv_u32(b, i == 262 ? 3u : 1u);
-    kv_str(b, "tokenizer.ggml.merges"); kv_u32(b, QX_GGUF_ARRAY); kv_u32(b, QX_GGUF_STRING); kv_u64(b, 6);
-    for (i = 0; i < 6; ++i) kv_str(b, merges[i]);
-    memcpy(&count, b->p, 8);
-    count += 5;
-    memcpy(b->p, &count, 8);
+    for (i = 0; i < 6; ++i) qx_gguf_put_str(b, results[i], strlen(results[i]));
+    qx_gguf_put_str(b, "<|endoftext|>", 13);
+    qx_gguf_kv_arr_begin(b, "tokenizer.ggml.token_type", QX_GGUF_I32, 263);
+    for (i = 0; i < 263; ++i) qx_sb_le(b, i == 262 ? 3u : 1u, 4);
+    qx_gguf_kv_arr_begin(b, "tokenizer.ggml.merges", QX_GGUF_STRING, 6);
+    for (i = 0; i < 6; ++i) qx_gguf_put_str(b, merges[i], strlen(merges[i]));
+    (void)qx_gguf_kv_count_add(b, 5);
 }
 
 static int setup(void) {
@@ -136,7 +128,7 @@ static int setup(void) {
         int i;
         memset(&t, 0, sizeof t);
         for (i = 0; i < 60; ++i) qx_sb_puts(&t, i % 3 ? "the thin otter ran in the rain. " : "a thin thread there.\n");
-        ok = ok && write_bytes(tmp_path("text.txt"), t.p, t.len);
+        ok = ok && qt_write_file(tmp_path("text.txt"), t.p, t.len);
         qx_sb_free(&t);
     }
     return ok;
@@ -234,7 +226,7 @@ static void test_tokens_stories(void) {
         unsigned char* all = read_all(qt_shared_path("data/tinystories_eval.txt"), &n);
         QT_CHECK(all && n > 8192);
         snprintf(text, sizeof text, "%s", tmp_path("stories.txt"));
-        QT_CHECK(all && write_bytes(text, all, 8192));
+        QT_CHECK(all && qt_write_file(text, all, 8192));
         free(all);
     }
     snprintf(ids, sizeof ids, "%s", tmp_path("stories_ids.txt"));
@@ -268,7 +260,7 @@ static void test_bad_input(void) {
     QT_CHECKF(strstr(g_err, "bad.txt: entry 1 is not a token id"), "%s", g_err);
     QT_EQ_INT(CLI("eval '%s' --tokens '%s' --text '%s' -q", g_dir, tmp_path("big.txt"), tmp_path("text.txt")), 1);
     QT_EQ_INT(CLI("eval '%s' --tokens '%s' --windowing docs -q", g_dir, tmp_path("big.txt")), 1);
-    write_bytes(tmp_path("latin1.txt"), "caf\xE9 the\n", 9);
+    qt_write_file(tmp_path("latin1.txt"), "caf\xE9 the\n", 9);
     QT_EQ_INT(CLI("tokenize '%s' --text '%s'", g_dir, tmp_path("latin1.txt")), 2);
     QT_CHECKF(strstr(g_err, "latin1.txt: byte offset 3: invalid UTF-8") && count_lines(g_err) == 1, "%s", g_err);
     QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 32 -q", g_dir, tmp_path("latin1.txt")), 2);

@@ -14,17 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-
-/* f16 value by the definition (-1)^s 2^(e-15) (1 + m/1024), subnormals 2^-14 m/1024. */
-static double f16_value(uint16_t h) {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v;
-    if (e == 31) return m ? NAN : ((h & 0x8000) ? -INFINITY : INFINITY);
-    v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
-    return (h & 0x8000) ? -v : v;
-}
 
 /* Oracle: round a double once to a format with exp_bits / man_bits by scaling to the target's unit
    in the last place (exact), floor, and a round-half-even decision. NaN -> sign | quiet bit. */
@@ -73,26 +63,26 @@ static float* f32_edge_set(int64_t* n_out) {
         0x477ff001u, 0x47800000u, 0xc77ff000u, 0x7f7f8000u, 0x7f7f7fffu, 0x7f7f8001u, 0x00008000u};
     QT_CHECK(v != NULL);
     if (!v) return NULL;
-    for (i = 0; i < (int64_t)(sizeof specials / sizeof specials[0]); ++i) v[n++] = bits_f32(specials[i]);
+    for (i = 0; i < (int64_t)(sizeof specials / sizeof specials[0]); ++i) v[n++] = qt_bits_f32(specials[i]);
     for (h = 0; h < 65536; ++h) {
-        double a = f16_value((uint16_t)h), b;
+        double a = qt_f16_value((uint16_t)h), b;
         uint32_t u, d;
         if (a != a || isinf(a)) continue;
         u = f32_bits((float)a);
-        for (d = 1; d <= 2; ++d) { v[n++] = bits_f32(u + d); v[n++] = bits_f32(u - d); }
+        for (d = 1; d <= 2; ++d) { v[n++] = qt_bits_f32(u + d); v[n++] = qt_bits_f32(u - d); }
         v[n++] = (float)a;
         /* midpoint to the next half of larger magnitude (exact in f32), and its neighbours */
-        if ((h & 0x7fff) < 0x7bff) b = f16_value((uint16_t)(h + 1));
+        if ((h & 0x7fff) < 0x7bff) b = qt_f16_value((uint16_t)(h + 1));
         else b = (h & 0x8000) ? -65536.0 : 65536.0;   /* the overflow threshold 65520 is the midpoint to 2^16 */
         u = f32_bits((float)((a + b) / 2));
-        v[n++] = bits_f32(u); v[n++] = bits_f32(u + 1); v[n++] = bits_f32(u - 1);
+        v[n++] = qt_bits_f32(u); v[n++] = qt_bits_f32(u + 1); v[n++] = qt_bits_f32(u - 1);
         /* bf16 neighbours of the same bit pattern: the value, the midpoint up, +-1 */
         u = h << 16;
-        v[n++] = bits_f32(u | 0x8000u); v[n++] = bits_f32(u | 0x8001u); v[n++] = bits_f32(u | 0x7fffu);
-        v[n++] = bits_f32(u | 0x0001u); v[n++] = bits_f32(u | 0xffffu);
+        v[n++] = qt_bits_f32(u | 0x8000u); v[n++] = qt_bits_f32(u | 0x8001u); v[n++] = qt_bits_f32(u | 0x7fffu);
+        v[n++] = qt_bits_f32(u | 0x0001u); v[n++] = qt_bits_f32(u | 0xffffu);
     }
     qt_seed(17);
-    for (i = 0; i < 4000; ++i) v[n++] = bits_f32((uint32_t)(qt_uniform() * 4294967296.0));
+    for (i = 0; i < 4000; ++i) v[n++] = qt_bits_f32((uint32_t)(qt_uniform() * 4294967296.0));
     QT_CHECK(n <= cap);
     *n_out = n;
     return v;
@@ -106,7 +96,7 @@ static void test_half_to_f32_all(void) {
     /* f16 by definition */
     QT_OK(quarot_convert(want, QUAROT_DTYPE_F32, in, QUAROT_DTYPE_F16, 65536, QUAROT_ISA_REF));
     for (i = 0; i < 65536; ++i) {
-        double d = f16_value((uint16_t)i);
+        double d = qt_f16_value((uint16_t)i);
         if (d != d) bad_def += !(want[i] != want[i]) || ((f32_bits(want[i]) >> 13) & 0x3ffu) != ((uint32_t)(i & 0x3ff) | 0x200u);   /* quiet, payload kept */
         else bad_def += (double)want[i] != d || (f32_bits(want[i]) >> 31) != (uint32_t)(i >> 15);
     }
@@ -206,17 +196,17 @@ static void test_f64_to_half(void) {
     for (i = 0; i < (int64_t)(sizeof specials / sizeof specials[0]); ++i) { v[n++] = specials[i]; v[n++] = -specials[i]; }
     for (i = 0; i < (int64_t)(sizeof nanbits / sizeof nanbits[0]); ++i) memcpy(&v[n++], &nanbits[i], 8);
     for (h = 0; h < 65536; ++h) {
-        double a = f16_value((uint16_t)h), b, mid, bfa, bfb;
+        double a = qt_f16_value((uint16_t)h), b, mid, bfa, bfb;
         uint32_t u = (uint32_t)h << 16;
         if (a != a || isinf(a)) continue;
-        b = (h & 0x7fff) < 0x7bff ? f16_value((uint16_t)(h + 1)) : ((h & 0x8000) ? -65536.0 : 65536.0);
+        b = (h & 0x7fff) < 0x7bff ? qt_f16_value((uint16_t)(h + 1)) : ((h & 0x8000) ? -65536.0 : 65536.0);
         mid = (a + b) / 2;
         v[n++] = mid; v[n++] = nextafter(mid, 2 * b); v[n++] = nextafter(mid, a - (b - a));
         v[n++] = mid * (1 + 1e-9); v[n++] = a;
         /* bf16: the midpoint between bit patterns u and u + 0x10000 and its double neighbours */
-        bfa = (double)bits_f32(u);
+        bfa = (double)qt_bits_f32(u);
         if ((u & 0x7f800000u) == 0x7f800000u) continue;
-        bfb = (double)bits_f32(u + 0x8000u);   /* exactly the midpoint (f32 has the bits) */
+        bfb = (double)qt_bits_f32(u + 0x8000u);   /* exactly the midpoint (f32 has the bits) */
         v[n++] = bfb; v[n++] = nextafter(bfb, 4 * bfb); v[n++] = nextafter(bfb, 0.0); v[n++] = bfa;
         v[n++] = bfa + (bfb - bfa) * 0.999999;
     }

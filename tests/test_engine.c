@@ -9,6 +9,7 @@
    - bad input: a prompt past the context, a block past max_tokens, out-of-vocabulary ids, a hook
      list for another model -> one error each, nothing crashes. */
 #include "qt.h"
+#include "stories_util.h"
 #include "engine/qx_engine.h"
 #include "eval/qx_eval.h"
 #include "eval/qx_evalkit.h"
@@ -31,21 +32,13 @@ static struct {
 } S;
 
 static int setup(void) {
-    const char* model = qt_shared_path("models/stories260K/stories260K.bin");
-    char tok_path[4096], text_path[4096];
-    qx_l2c_read_opts ro;
     qx_tokenizer tk;
     qx_err e;
-    if (!model) return 0;
-    memset(&ro, 0, sizeof ro);
-    ro.copy = 1;
-    if (qx_l2c_read_file(model, &ro, &S.orig, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
-    if (!qt_shared_path("models/stories260K/tok512.bin") || !qt_shared_path("data/tinystories_eval.txt")) return 0;
-    strcpy(tok_path, qt_shared_path("models/stories260K/tok512.bin"));
-    strcpy(text_path, qt_shared_path("data/tinystories_eval.txt"));
-    if (qx_tokenizer_load(&tk, tok_path, 512, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
-    if (qx_tokenize_file(&tk, text_path, 0, 0, &S.tokens, &S.n_tokens, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
+    int r;
+    if ((r = stories_model(&S.orig)) <= 0 || (r = stories_tokenizer(&tk)) <= 0) return r;
+    r = stories_eval_tokens(&tk, &S.tokens, &S.n_tokens);
     qx_tokenizer_free(&tk);
+    if (r <= 0) return r;
     /* QuaRot with R3 (q/k rotation), as `quarot eval --kv-bits` builds it */
     if (qx_ek_quarot(&S.orig, 0, 1, &S.rot, &S.hooks, NULL, 0, NULL, NULL, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
     return 1;

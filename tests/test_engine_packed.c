@@ -258,7 +258,7 @@ static void test_bad_input(void) {
     QT_CHECK(x != NULL);
     if (x) {
         expect_engine_fail(x, xl, QUAROT_ERR_SHAPE_MISMATCH, "packed shape", "bits 8");
-        QT_CHECK(write_bytes(bad, x, xl));
+        QT_CHECK(qt_write_file(bad, x, xl));
         QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 3", bad, g_tok), QX_EXIT_PROCESS);
         QT_CHECKF(strstr(g_err, "packed shape") && count_lines(g_err) == 1, "%s", g_err);
         free(x);
@@ -268,7 +268,7 @@ static void test_bad_input(void) {
     QT_CHECK(x != NULL);
     if (x) {
         expect_engine_fail(x, xl, QUAROT_ERR_PARSE, "no .scales beside it", "missing scales");
-        QT_CHECK(write_bytes(bad, x, xl));
+        QT_CHECK(qt_write_file(bad, x, xl));
         QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 3", bad, g_tok), QX_EXIT_INPUT);
         QT_CHECKF(strstr(g_err, "no .scales beside it") && count_lines(g_err) == 1, "%s", g_err);
         QT_EQ_INT(CLI("eval '%s' --text '%s' %s --engine int", bad, g_text, opts), QX_EXIT_INPUT);
@@ -280,7 +280,7 @@ static void test_bad_input(void) {
     QT_CHECK(x != NULL);
     if (x) {
         expect_engine_fail(x, xl, QUAROT_ERR_SHAPE_MISMATCH, "does not fit this model", "hook layer");
-        QT_CHECK(write_bytes(bad, x, xl));
+        QT_CHECK(qt_write_file(bad, x, xl));
         QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 3", bad, g_tok), QX_EXIT_PROCESS);
         QT_CHECKF(strstr(g_err, "does not fit this model") && count_lines(g_err) == 1, "%s", g_err);
         free(x);
@@ -323,7 +323,7 @@ static void test_bad_input(void) {
                 memcpy(x, img, len);
                 memcpy(x + off, nan_le, 4);
                 expect_engine_fail(x, len, QUAROT_ERR_NONFINITE, "scales must be finite", "NaN scale");
-                QT_CHECK(write_bytes(bad, x, len));
+                QT_CHECK(qt_write_file(bad, x, len));
                 QT_EQ_INT(CLI("generate '%s' --tokenizer '%s' -n 3", bad, g_tok), QX_EXIT_INPUT);
                 QT_CHECKF(strstr(g_err, "scales must be finite") && count_lines(g_err) == 1, "%s", g_err);
                 free(x);

@@ -351,7 +351,7 @@ static void test_roundtrip_kv(void) {
     if (!dir) return;
     snprintf(p1, sizeof p1, "%s/a.gguf", dir);
     snprintf(p2, sizeof p2, "%s/b.gguf", dir);
-    QT_CHECK(fu_write_file(p1, b.p, b.len));
+    QT_CHECK(qt_write_file(p1, b.p, b.len));
     qx_store_init(&s);
     qx_store_init(&r);
     QT_OK(qx_gguf_load(p1, &s, NULL, &e));
@@ -372,7 +372,7 @@ static void test_roundtrip_kv(void) {
     QT_CHECKF(fu_same_config(&s.config, &r.config, msg, sizeof msg), "%s", msg);
     qx_store_free(&r);
     /* the pairs: verbatim except the changes, in the original order, new ones at the end */
-    img = fu_read_file(p2, &n);
+    img = qt_read_file(p2, &n);
     QT_OK(qx_gguf_parse(b.p, b.len, "a", &f, &e));
     QT_OK(qx_gguf_parse(img, n, "b", &g, &e));
     QT_EQ_INT(g.n_kv, f.n_kv - 1 + 2);
@@ -412,7 +412,7 @@ static void test_roundtrip_kv(void) {
     /* a larger alignment by request */
     set[0].u = 256;
     QT_OK(qx_gguf_save(&s, p2, &so, &e));
-    img = fu_read_file(p2, &n);
+    img = qt_read_file(p2, &n);
     QT_OK(qx_gguf_parse(img, n, "b", &g, &e));
     QT_CHECK(g.alignment == 256 && g.data_offset % 256 == 0);
     qx_gguf_file_free(&g);
@@ -534,7 +534,7 @@ static void test_qwen_models(void) {
             snprintf(st, sizeof st, "%s/%s_%d_hf", dir, archs[a], tied);
             QT_CHECK(qx_gguf_arch_supported(archs[a], &interleaved) && interleaved == 0);
             QT_OK(qx_gguf_save(&s, p, NULL, &e));
-            img = fu_read_file(p, &n);
+            img = qt_read_file(p, &n);
             QT_CHECK(img != NULL);
             if (img && qx_gguf_parse(img, n, p, &f, &e) == QUAROT_OK) {
                 uint64_t al = 0;
@@ -607,7 +607,7 @@ static void test_stream_writer(void) {
     QT_ERR(qx_gguf_writer_put(w, "model.layers.0.mlp.up_proj.weight", &tv, &e), QUAROT_ERR_SHAPE_MISMATCH);
     QT_OK(qx_gguf_writer_put(w, "model.layers.0.mlp.up_proj.weight", &ta, &e));
     QT_OK(qx_gguf_writer_finish(w, &e));
-    img = fu_read_file(p, &n);
+    img = qt_read_file(p, &n);
     QT_OK(qx_gguf_parse(img, n, "s", &f, &e));
     QT_EQ_INT(f.n_kv, 1);
     QT_EQ_INT(f.n_tensors, 3);
@@ -653,7 +653,7 @@ static void test_stream_writer(void) {
         qx_store s;
         qx_store_init(&s);
         snprintf(p, sizeof p, "%s/empty.gguf", dir);
-        QT_CHECK(fu_write_file(p, "", 0));
+        QT_CHECK(qt_write_file(p, "", 0));
         QT_ERR(qx_gguf_load(p, &s, NULL, &e), QUAROT_ERR_PARSE);
         QT_CHECK(strstr(e.msg, "empty.gguf: 0 bytes is too short") != NULL);
         snprintf(p, sizeof p, "%s/missing.gguf", dir);

@@ -13,29 +13,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-static unsigned char* read_file(const char* path, size_t* n) {
-    FILE* f = fopen(path, "rb");
-    unsigned char* d;
-    long m;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    m = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    d = (unsigned char*)malloc((size_t)m + 1);
-    if (fread(d, 1, (size_t)m, f) != (size_t)m) { free(d); fclose(f); return NULL; }
-    fclose(f);
-    *n = (size_t)m;
-    return d;
-}
-
-static int write_raw(const char* path, const void* d, size_t n) {
-    FILE* f = fopen(path, "wb");
-    int ok;
-    if (!f) return 0;
-    ok = fwrite(d, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
 /* Entries of dir whose name contains "tmp" (the writer's temporaries are "<name>.tmp-<pid>-<n>"). */
 static int count_temps(const char* dir) {
     DIR* d = opendir(dir);
@@ -148,7 +125,7 @@ static void check_real(const char* rel, const dims* d, long n_tensors) {
     long hd = d->dim / d->H;
     if (!p0) { QT_SKIP("../shared model not found"); return; }
     snprintf(p, sizeof p, "%s", p0);
-    raw = read_file(p, &n);
+    raw = (unsigned char*)qt_read_file(p, &n);
     QT_CHECK(raw != NULL);
     rf = (const float*)(raw + 28);
     QT_OK(qx_l2c_read_file(p, NULL, &s, &e));
@@ -195,7 +172,7 @@ static void check_real(const char* rel, const dims* d, long n_tensors) {
     QT_OK(qx_l2c_write_file(&s, out, NULL, &e));
     {
         size_t on;
-        unsigned char* ob = read_file(out, &on);
+        unsigned char* ob = (unsigned char*)qt_read_file(out, &on);
         QT_CHECK(ob && on == n && memcmp(ob, raw, n) == 0);
         free(ob);
     }
@@ -382,10 +359,10 @@ static void test_truncated_file(void) {
         char tpath[512];
         if (!p0) { QT_SKIP("../shared/models/stories260K not found"); return; }
         snprintf(tpath, sizeof tpath, "%s", tp);
-        raw = read_file(p0, &n);
+        raw = (unsigned char*)qt_read_file(p0, &n);
         for (k = 0; k < 40; ++k) {
             size_t cut = k < 30 ? k : n - 1 - (k - 30) * 4099;
-            QT_CHECK(write_raw(tpath, raw, cut));
+            QT_CHECK(qt_write_file(tpath, raw, cut));
             QT_ERR(qx_l2c_read_file(tpath, NULL, &s, &e), QUAROT_ERR_PARSE);
             QT_CHECK(strstr(e.msg, "trunc.bin") != NULL);
         }
@@ -478,15 +455,15 @@ static void test_writer_safety(void) {
     QT_OK(qx_l2c_read_memory(b, n, "w", NULL, &s, &e));
 
     /* no overwrite without force; force replaces */
-    QT_CHECK(write_raw(out, "old", 3));
+    QT_CHECK(qt_write_file(out, "old", 3));
     QT_ERR(qx_l2c_write_file(&s, out, &wo, &e), QUAROT_ERR_IO);
     QT_CHECK(strstr(e.msg, "exists") != NULL && strstr(e.msg, "w.bin") != NULL);
-    ob = read_file(out, &on);
+    ob = (unsigned char*)qt_read_file(out, &on);
     QT_CHECK(ob && on == 3);
     free(ob);
     wo.force = 1;
     QT_OK(qx_l2c_write_file(&s, out, &wo, &e));
-    ob = read_file(out, &on);
+    ob = (unsigned char*)qt_read_file(out, &on);
     QT_CHECK(ob && on == n && memcmp(ob, b, n) == 0);
     free(ob);
     unlink(out);
@@ -548,7 +525,7 @@ static void test_writer_safety(void) {
         wo.allow_extra = 1;
         QT_OK(qx_l2c_write_file(&c, out, &wo, &e));   /* dropped on request */
         wo.allow_extra = 0;
-        ob = read_file(out, &on);
+        ob = (unsigned char*)qt_read_file(out, &on);
         QT_CHECK(ob && on == n && memcmp(ob, b, n) == 0);
         free(ob);
         unlink(out);
@@ -573,7 +550,7 @@ static void test_writer_safety(void) {
         /* a separate classifier is decided by lm_head's presence: without it, a shared one */
         qx_store_remove(&c, "lm_head.weight");
         QT_OK(qx_l2c_write_file(&c, out, &wo, &e));
-        ob = read_file(out, &on);
+        ob = (unsigned char*)qt_read_file(out, &on);
         QT_CHECK(ob && on == n - 4 * (size_t)(d.V * d.dim) && ob[20] == 40 && memcmp(ob + 28, b + 28, on - 28) == 0);
         free(ob);
         unlink(out);
@@ -629,7 +606,7 @@ static void test_dtypes_and_mapping(void) {
     qx_store_free(&s);
     /* copy-on-write mapping: edit a view in place, the file keeps its bytes */
     snprintf(path, sizeof path, "%s", tmp_path("cow.bin"));
-    QT_CHECK(write_raw(path, b, n));
+    QT_CHECK(qt_write_file(path, b, n));
     memset(&ro, 0, sizeof ro);
     ro.writable = 1;
     QT_OK(qx_l2c_read_file(path, &ro, &s, &e));
@@ -641,7 +618,7 @@ static void test_dtypes_and_mapping(void) {
         QT_OK(qx_l2c_write_memory(&s, NULL, &w, &wn, &e));
         QT_CHECK(wn == n && memcmp(w, b, n) != 0);
         free(w);
-        after = read_file(path, &an);
+        after = (unsigned char*)qt_read_file(path, &an);
         QT_CHECK(after && an == n && memcmp(after, b, n) == 0);
         free(after);
     }

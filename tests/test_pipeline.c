@@ -22,16 +22,6 @@ static const int32_t tokens[N_TOK] = {1, 17, 5, 42, 9, 100, 3, 77, 28, 64, 11, 5
 /* Logits of model s on `tokens`, with hooks when list != NULL. Returns a malloc'd [N_TOK][vocab]. */
 static float* run_logits(const qx_store* s, const quarot_online_list* list) { return run_window_hooks(s, list, tokens, N_TOK); }
 
-static int make_model(qx_store* s, const char* arch, uint64_t seed) {
-    qx_synth_desc d;
-    qx_err e;
-    memset(&d, 0, sizeof d);
-    d.arch = arch;
-    d.seed = seed;
-    if (qx_synth_model(s, &d, &e) != QUAROT_OK) { printf("    synth %s: %s\n", arch, e.msg); return 0; }
-    return 1;
-}
-
 /* Rotate a clone of `orig` with desc and compare logits; returns the relative difference (or 1e9). */
 static double rotated_diff(const qx_store* orig, const float* ref, quarot_rotate_desc* desc, qx_binding* out_binding) {
     qx_store s;
@@ -67,7 +57,7 @@ static void test_equivalence_all_families(void) {
         qx_store s;
         float* ref;
         int v;
-        if (!make_model(&s, arch, 100 + (uint64_t)fam)) { QT_CHECK(0); continue; }
+        if (!synth_model(&s, arch, 100 + (uint64_t)fam)) { QT_CHECK(0); continue; }
         ref = run_logits(&s, NULL);
         QT_CHECK(ref != NULL);
         for (v = 0; v < 8 && ref; ++v) {
@@ -140,7 +130,7 @@ static void test_every_command_matters(void) {
     cmd_probe probe;
     int64_t n_commands, k;
     int action;
-    if (!make_model(&s, "llama", 7)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "llama", 7)) { QT_CHECK(0); return; }
     ref = run_logits(&s, NULL);
     memset(&d, 0, sizeof d);
     d.online = 1;
@@ -181,18 +171,6 @@ static void test_every_command_matters(void) {
     qx_store_free(&s);
 }
 
-/* 1 when every tensor of a and b has identical bytes (and the same names). */
-static int stores_equal(const qx_store* a, const qx_store* b) {
-    int64_t i;
-    if (a->count != b->count) return 0;
-    for (i = 0; i < a->count; ++i) {
-        const quarot_tensor* t = qx_store_find(b, a->items[i].name);
-        if (!t || quarot_tensor_nbytes(t) != quarot_tensor_nbytes(&a->items[i].t) ||
-            memcmp(t->data, a->items[i].t.data, quarot_tensor_nbytes(t)) != 0)
-            return 0;
-    }
-    return 1;
-}
 
 /* Rotate s with d (a hook list is supplied unless d->online_out is the sentinel NO_LIST) and expect
    the given error, a message containing needle, and s unchanged. */
@@ -212,7 +190,7 @@ static void expect_refusal(qx_store* s, const quarot_rotate_desc* d, quarot_resu
     r = quarot_rotate_model(&m, &dd);
     QT_CHECKF(r == code, "%s: returned %d (%s), expected %d; message: %s", what, (int)r, quarot_result_string(r), (int)code, m.error);
     QT_CHECKF(needle == NULL || strstr(m.error, needle) != NULL, "%s: message '%s' does not mention '%s'", what, m.error, needle);
-    QT_CHECKF(stores_equal(&before, s), "%s: the model was modified before the error", what);
+    QT_CHECKF(stores_same_bytes(&before, s), "%s: the model was modified before the error", what);
     QT_CHECKF(b.created == 0, "%s: tensors were created before the error", what);
     quarot_online_list_free(&list);
     qx_store_free(&before);
@@ -225,7 +203,7 @@ static void test_bad_input(void) {
     memset(&d, 0, sizeof d);
     d.online = 1;
     /* a tensor missing in the last layer */
-    if (!make_model(&s, "qwen2", 9)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "qwen2", 9)) { QT_CHECK(0); return; }
     {
         char name[QUAROT_NAME_MAX];
         snprintf(name, sizeof name, "model.layers.%lld.mlp.up_proj.weight", (long long)(s.config.n_layers - 1));
@@ -234,7 +212,7 @@ static void test_bad_input(void) {
     }
     qx_store_free(&s);
     /* a wrong shape */
-    if (!make_model(&s, "llama", 9)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "llama", 9)) { QT_CHECK(0); return; }
     {
         int64_t ne[2];
         ne[0] = s.config.hidden + 4; ne[1] = s.config.intermediate;
@@ -244,7 +222,7 @@ static void test_bad_input(void) {
     }
     qx_store_free(&s);
     /* NaN in the last layer: refused before the first layer is touched */
-    if (!make_model(&s, "qwen3", 9)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "qwen3", 9)) { QT_CHECK(0); return; }
     {
         char name[QUAROT_NAME_MAX];
         snprintf(name, sizeof name, "model.layers.%lld.self_attn.o_proj.weight", (long long)(s.config.n_layers - 1));
@@ -254,7 +232,7 @@ static void test_bad_input(void) {
     }
     qx_store_free(&s);
     /* inconsistent configs and adapters */
-    if (!make_model(&s, "llama", 9)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "llama", 9)) { QT_CHECK(0); return; }
     {
         quarot_model_config saved = s.config;
         s.config.head_dim = 0; s.config.n_heads = 7; s.config.n_kv_heads = 0;
@@ -319,7 +297,7 @@ static void test_hook_file_round_trip(void) {
     char* text;
     char err[128];
     size_t need;
-    if (!make_model(&s, "qwen3", 21)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "qwen3", 21)) { QT_CHECK(0); return; }
     qx_store_clone(&s, &r);
     quarot_online_list_init(&list, NULL);
     memset(&d, 0, sizeof d);
@@ -354,7 +332,7 @@ static void test_creates_are_announced(void) {
         quarot_processor p;
         quarot_rotate_desc d;
         int64_t i, n_announced, k;
-        if (!make_model(&s, qx_synth_family(fam), 31)) { QT_CHECK(0); continue; }
+        if (!synth_model(&s, qx_synth_family(fam), 31)) { QT_CHECK(0); continue; }
         memset(&d, 0, sizeof d);
         qx_model_bind(&m, &b, &s);
         QT_OK(quarot_processor_init(&p, &m, &d));
@@ -382,7 +360,7 @@ static void test_processor_steps_in_order(void) {
     qx_binding b;
     quarot_processor p;
     quarot_rotate_desc d;
-    if (!make_model(&s, "llama", 2)) { QT_CHECK(0); return; }
+    if (!synth_model(&s, "llama", 2)) { QT_CHECK(0); return; }
     memset(&d, 0, sizeof d);
     qx_model_bind(&m, &b, &s);
     QT_OK(quarot_processor_init(&p, &m, &d));
@@ -464,7 +442,7 @@ static void test_pre_run_rows(void) {
             quarot_online_list la, lb;
             int64_t rows = 0, k;
             quarot_result pr;
-            if (!make_model(&orig, arch, 300 + (uint64_t)fam)) { QT_CHECK(0); continue; }
+            if (!synth_model(&orig, arch, 300 + (uint64_t)fam)) { QT_CHECK(0); continue; }
             if (ident) {   /* a final norm of ones: a tied model keeps its single table */
                 quarot_tensor* g = qx_store_find(&orig, "model.norm.weight");
                 float* ones;

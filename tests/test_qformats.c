@@ -210,7 +210,7 @@ static void test_gguf_roundtrip(void) {
     QT_OK(qx_gguf_writer_finish(w, &e));
     qx_sb_free(&kv);
     /* the file's blocks vs the reference decoder, and the store read back */
-    img = fu_read_file(path, &len);
+    img = qt_read_file(path, &len);
     QT_CHECK(img != NULL);
     qx_store_init(&back);
     QT_OK(qx_gguf_load(path, &back, NULL, &e));
@@ -362,7 +362,7 @@ static void pk_roundtrip(int bits, int64_t group, int asym, quarot_dtype sd, int
         QT_OK(qx_packed_writer_set_online(w, online));
     }
     QT_OK(qx_packed_writer_finish(w, &e));
-    img = fu_read_file(path, &len);
+    img = qt_read_file(path, &len);
     QT_CHECK(img != NULL);
     if (img && qx_packed_parse(img, len, "p", &f, &e) == QUAROT_OK) {
         QT_EQ_INT(f.n_lin, 2);
@@ -446,7 +446,7 @@ static void test_packed_nibbles(void) {
     QT_OK(qx_packed_writer_begin(&w, path, &pe, 1, &st, NULL, &e));
     QT_OK(qx_packed_writer_put_linear(w, "l.weight", q, &s, NULL, &e));
     QT_OK(qx_packed_writer_finish(w, &e));
-    img = fu_read_file(path, &len);
+    img = qt_read_file(path, &len);
     if (img && qx_packed_parse(img, len, "n", &f, &e) == QUAROT_OK) {
         QT_EQ_INT(f.lin[0].qweight[0], 0xF0);
         QT_EQ_INT(f.lin[0].qweight[1], 0x98);
@@ -619,7 +619,7 @@ static void test_packed_store(void) {
         }
     }
     QT_OK(qx_packed_writer_finish(w, &e));
-    img = fu_read_file(path, &len);
+    img = qt_read_file(path, &len);
     qx_store_init(&back);
     if (img && qx_packed_read_mem(img, len, "m.safetensors", &back, &e) == QUAROT_OK) {
         char msg[256];
@@ -631,7 +631,7 @@ static void test_packed_store(void) {
         if (getenv("QX_SEEDS_DIR") && getenv("QX_SEEDS_DIR")[0]) {   /* bigger than fu_seed's 4 KiB: written here */
             char sp[1024];
             snprintf(sp, sizeof sp, "%s/packed/model.safetensors", getenv("QX_SEEDS_DIR"));
-            fu_write_file(sp, img, len);
+            qt_write_file(sp, img, len);
         }
     } else {
         QT_CHECKF(0, "%s", e.msg);

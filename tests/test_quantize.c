@@ -17,6 +17,7 @@
      Cholesky failure that more damping repairs (one retry), or does not (an error naming the column). */
 #include "quarot.h"
 #include "qt.h"
+#include "stories_util.h"
 #include "eval/qx_calib.h"
 #include "formats/qx_llama2c.h"
 #include "model/qx_model.h"
@@ -160,26 +161,21 @@ static struct {
 } S;
 
 static int setup(void) {
-    const char* model = qt_shared_path("models/stories260K/stories260K.bin");
-    char tok_path[4096], calib_path[4096];
-    qx_l2c_read_opts ro;
+    char calib_path[4096];
     qx_tokenizer tk;
     qx_calib_text ct;
     qx_err e;
     quarot_rotate_desc d;
     quarot_model m;
     qx_binding b;
+    int r;
     if (S.ok) return S.ok;
     S.ok = -1;
-    if (!model) return S.ok = 0;
-    memset(&ro, 0, sizeof ro);
-    ro.copy = 1;
-    if (qx_l2c_read_file(model, &ro, &S.orig, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
+    if ((r = stories_model(&S.orig)) <= 0) return S.ok = r;
     if (!qt_shared_path("models/stories260K/tok512.bin")) return -1;
-    strcpy(tok_path, qt_shared_path("models/stories260K/tok512.bin"));
     if (!qt_shared_path("data/tinystories_calib.txt")) return S.ok = 0;
     strcpy(calib_path, qt_shared_path("data/tinystories_calib.txt"));
-    if (qx_tokenizer_load(&tk, tok_path, 512, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
+    if (stories_tokenizer(&tk) <= 0) return -1;
     if (qx_calib_text_load(calib_path, &ct, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
     /* 16 windows of 64 tokens (QT_QUICK: 6 of 32): a small but real calibration set */
     if (qx_calib_windows(&ct, &tk, QX_WINDOWING_STREAM, qt_quick() ? 32 : 64, qt_quick() ? 6 : 16, &S.calib, &e) != QUAROT_OK) {

@@ -586,7 +586,7 @@ static void test_minor_items(void) {
         unsigned char* t = (unsigned char*)malloc(n + 100);
         memcpy(t, b, n);
         memset(t + n, 0x5a, 100);
-        QT_CHECK(write_bytes(bad, t, n + 100));
+        QT_CHECK(qt_write_file(bad, t, n + 100));
         free(t);
     }
     QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
@@ -596,7 +596,7 @@ static void test_minor_items(void) {
     if (p) {
         unsigned char keep = p[3];
         p[3] = 0xff;
-        QT_CHECK(write_bytes(bad, b, n));
+        QT_CHECK(qt_write_file(bad, b, n));
         p[3] = keep;
         QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
         QT_CHECKF(strstr(g_err, "not valid UTF-8") != NULL, "stderr: %s", g_err);
@@ -606,7 +606,7 @@ static void test_minor_items(void) {
     if (p) {   /* name, n_dims (4), ne (2 x 8), type (4) */
         unsigned char* ty = p + strlen("token_embd.weight") + 4 + 16;
         ty[0] = 0xe7; ty[1] = 0x03; ty[2] = 0; ty[3] = 0;   /* 999 */
-        QT_CHECK(write_bytes(bad, b, n));
+        QT_CHECK(qt_write_file(bad, b, n));
         QT_EQ_INT(CLI("rotate '%s' '%s' --force", bad, tmp_path("mi_o.gguf")), 2);
         QT_CHECKF(strstr(g_err, "unknown GGML type 999") != NULL && !strstr(g_err, "type type"), "stderr: %s", g_err);
     }

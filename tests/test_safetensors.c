@@ -328,13 +328,13 @@ static void roundtrip(const char* arch, int tied, const quarot_dtype* dts, int n
         n_sh = fu_count_entries(out) - 2;
         QT_CHECKF(n_sh >= (int64_t)((total + shard_bytes - 1) / shard_bytes), "%lld shards for %llu bytes", (long long)n_sh, (unsigned long long)total);
         snprintf(msg, sizeof msg, "%s/model.safetensors.index.json", out);
-        ix = fu_read_file(msg, NULL);
+        ix = qt_read_file(msg, NULL);
         QT_CHECK(ix && strstr(ix, "\"weight_map\"") && strstr(ix, "\"total_size\""));
         for (i = 1; i <= n_sh; ++i) {
             char* f;
             size_t n;
             snprintf(msg, sizeof msg, "%s/model-%05lld-of-%05lld.safetensors", out, (long long)i, (long long)n_sh);
-            f = fu_read_file(msg, &n);
+            f = qt_read_file(msg, &n);
             QT_CHECKF(f != NULL, "%s missing", msg);
             if (!f) continue;
             hl = (uint64_t)(unsigned char)f[0] | (uint64_t)(unsigned char)f[1] << 8 | (uint64_t)(unsigned char)f[2] << 16;
@@ -412,7 +412,7 @@ static void test_single_file(void) {
     /* a config.json beside the file is used; names without "model." get it */
     memset(&b, 0, sizeof b);
     QT_OK(qx_hf_config_write(&s, &b, &e));
-    QT_CHECK(fu_write_file(cfgp, b.p, b.len));
+    QT_CHECK(qt_write_file(cfgp, b.p, b.len));
     qx_sb_free(&b);
     QT_OK(qx_st_load(path, &r, NULL, &e));
     QT_CHECK(fu_same_config(&s.config, &r.config, msg, sizeof msg));
@@ -461,13 +461,13 @@ static void test_tied(void) {
     fu_make_model(&s, "llama", 1, f32, 1);
     QT_OK(qx_st_save(&s, out, &so, &e));
     snprintf(msg, sizeof msg, "%s/config.json", out);
-    text = fu_read_file(msg, NULL);
+    text = qt_read_file(msg, NULL);
     QT_CHECK(text && strstr(text, "\"tie_word_embeddings\": true"));
     free(text);
     /* the store gains an lm_head (untying, as rotation does): config.json says false, read back untied */
     fu_add(&s, "lm_head.weight", QUAROT_DTYPE_F32, s.config.hidden, s.config.vocab, 0);
     QT_OK(qx_st_save(&s, out, &so, &e));
-    text = fu_read_file(msg, NULL);
+    text = qt_read_file(msg, NULL);
     QT_CHECK(text && strstr(text, "\"tie_word_embeddings\": false"));
     QT_OK(qx_st_load(out, &r, NULL, &e));
     QT_CHECK(!r.config.tied_embeddings && qx_store_find(&r, "lm_head.weight"));
@@ -476,7 +476,7 @@ static void test_tied(void) {
     r.config.tied_embeddings = 1;
     QT_OK(qx_st_save(&r, out, &so, &e));
     free(text);
-    text = fu_read_file(msg, NULL);
+    text = qt_read_file(msg, NULL);
     QT_CHECK(text && strstr(text, "\"tie_word_embeddings\": true") && strstr(text, "\"torch_dtype\": \"float32\""));
     qx_store_free(&r);
     QT_OK(qx_st_load(out, &r, NULL, &e));
@@ -490,7 +490,7 @@ static void test_tied(void) {
             memcpy(fixed, text, (size_t)(at - text));
             strcpy(fixed + (at - text), "\"tie_word_embeddings\": false");
             strcat(fixed, at + strlen("\"tie_word_embeddings\": true"));
-            QT_CHECK(fu_write_file(msg, fixed, strlen(fixed)));
+            QT_CHECK(qt_write_file(msg, fixed, strlen(fixed)));
             QT_ERR(qx_st_load(out, &r, NULL, &e), QUAROT_ERR_NOT_FOUND);
             QT_CHECK(strstr(e.msg, "\"lm_head.weight\" is missing") != NULL);
             QT_EQ_INT(r.count, 0);
@@ -518,7 +518,7 @@ static void test_dir_config(void) {
     qx_store_init(&r);
     fu_make_model(&s, "qwen3", 0, f32, 1);
     QT_OK(qx_st_save(&s, out, NULL, &e));
-    QT_CHECK(fu_write_file(cp, gpt2, strlen(gpt2)));
+    QT_CHECK(qt_write_file(cp, gpt2, strlen(gpt2)));
     QT_ERR(qx_st_load(out, &r, NULL, &e), QUAROT_ERR_UNSUPPORTED);
     QT_CHECK(strstr(e.msg, "m/config.json: architecture \"GPT2LMHeadModel\" is not supported") != NULL);
     QT_CHECK(r.count == 0 && r.n_blobs == 0 && r.n_cleanups == 0);
@@ -564,7 +564,7 @@ static void test_index_lies(void) {
     qx_store_init(&r);
     fu_make_model(&s, "llama", 0, f32, 1);
     QT_OK(qx_st_save(&s, out, &so, &e));
-    good = fu_read_file(ip, &n);
+    good = qt_read_file(ip, &n);
     QT_CHECK(good && strstr(good, "\"model.norm.weight\": \"model-000") && strstr(good, "model-00001-of-"));
     if (good && strstr(good, "\"model.norm.weight\": \"model-000")) {
         const char* at = strstr(good, "\"model.norm.weight\": \"model-000") + 28;   /* the shard number */
@@ -584,14 +584,14 @@ static void test_index_lies(void) {
         memcpy(bad, good, (size_t)(at - good));
         strcpy(bad + (at - good), lies[k].to);
         strcat(bad, at + strlen(lies[k].from));
-        fu_write_file(ip, bad, strlen(bad));
+        qt_write_file(ip, bad, strlen(bad));
         QT_CHECK(qx_st_load(out, &r, NULL, &e) != QUAROT_OK);
         QT_CHECKF(strstr(e.msg, lies[k].what) != NULL, "lie %zu: '%s' lacks '%s'", k, e.msg, lies[k].what);
         QT_EQ_INT(r.count, 0);
         free(bad);
     }
     /* a shard that disagrees with the config: k_proj of the wrong shape */
-    if (good) fu_write_file(ip, good, n);
+    if (good) qt_write_file(ip, good, n);
     QT_OK(qx_st_load(out, &r, NULL, &e));
     qx_store_free(&r);
     free(good);
@@ -713,7 +713,7 @@ static void test_stream_writer(void) {
     {   /* an empty file */
         qx_store_init(&r);
         snprintf(out, sizeof out, "%s/empty.safetensors", dir);
-        QT_CHECK(fu_write_file(out, "", 0));
+        QT_CHECK(qt_write_file(out, "", 0));
         QT_ERR(qx_st_load(out, &r, NULL, &e), QUAROT_ERR_PARSE);
         QT_CHECK(strstr(e.msg, "empty.safetensors: 0 bytes is too short") != NULL);
     }

@@ -11,6 +11,7 @@
    also measured: on this model it does not help W4A4 (the issue notes it makes it worse). */
 #include "quarot.h"
 #include "qt.h"
+#include "stories_util.h"
 #include "eval/qx_eval.h"
 #include "formats/qx_llama2c.h"
 #include "model/qx_model.h"
@@ -39,23 +40,14 @@ static int rotate(qx_store* s, const quarot_rotate_desc* d) {
 }
 
 static int setup(void) {
-    const char* model = qt_shared_path("models/stories260K/stories260K.bin");
-    char tok_path[4096], text_path[4096];
-    qx_l2c_read_opts ro;
     qx_tokenizer tk;
-    qx_err e;
     quarot_rotate_desc d;
-    if (!model) return 0;
-    memset(&ro, 0, sizeof ro);
-    ro.copy = 1;
-    if (qx_l2c_read_file(model, &ro, &S.orig, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
-    if (!qt_shared_path("models/stories260K/tok512.bin")) return -1;
-    strcpy(tok_path, qt_shared_path("models/stories260K/tok512.bin"));
-    if (!qt_shared_path("data/tinystories_eval.txt")) return -1;
-    strcpy(text_path, qt_shared_path("data/tinystories_eval.txt"));
-    if (qx_tokenizer_load(&tk, tok_path, 512, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
-    if (qx_tokenize_file(&tk, text_path, 0, 0, &S.tokens, &S.n_tokens, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return -1; }
+    int r = stories_model(&S.orig);
+    if (r <= 0) return r;
+    if (stories_tokenizer(&tk) <= 0) return -1;   /* the model without its tokenizer or text: a broken ../shared */
+    r = stories_eval_tokens(&tk, &S.tokens, &S.n_tokens);
     qx_tokenizer_free(&tk);
+    if (r <= 0) return -1;
     if (qx_store_clone(&S.orig, &S.rot) != QUAROT_OK || qx_store_clone(&S.orig, &S.folded) != QUAROT_OK) return -1;
     quarot_online_list_init(&S.hooks, NULL);
     memset(&d, 0, sizeof d);

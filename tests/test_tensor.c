@@ -6,17 +6,6 @@
 
 #include <stdint.h>
 
-static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-/* Independent f16 decode by the definition (-1)^s * 2^(e-15) * (1 + m/1024), subnormals 2^-14 * m/1024. */
-static double f16_value(uint16_t h) {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v;
-    if (e == 31) return m ? NAN : ((h & 0x8000) ? -INFINITY : INFINITY);
-    v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
-    return (h & 0x8000) ? -v : v;
-}
-
 /* Round x to the nearest f16 by brute force over all finite f16 values of its sign (ties to even). */
 static uint16_t f16_nearest(double x) {
     uint16_t best = 0, sign = x < 0 || (x == 0 && signbit(x)) ? 0x8000 : 0;
@@ -24,7 +13,7 @@ static uint16_t f16_nearest(double x) {
     int h;
     if (ax >= 65520.0) return (uint16_t)(sign | 0x7c00);
     for (h = 0; h < 0x7c00; ++h) {
-        double d = fabs(f16_value((uint16_t)h) - ax);
+        double d = fabs(qt_f16_value((uint16_t)h) - ax);
         if (d < bestd || (d == bestd && (h & 1) == 0)) { bestd = d; best = (uint16_t)h; }
     }
     return (uint16_t)(sign | best);
@@ -37,7 +26,7 @@ static void test_f16_roundtrip_all(void) {
         uint16_t back;
         quarot_f16_to_f32((const uint16_t*)&h, &f, 1);   /* little-endian low half */
         if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) { bad += !(f != f); continue; }   /* NaN stays NaN */
-        bad += (double)f != f16_value((uint16_t)h);
+        bad += (double)f != qt_f16_value((uint16_t)h);
         quarot_f32_to_f16(&f, &back, 1);
         bad += back != (uint16_t)h;
     }
@@ -54,7 +43,7 @@ static void test_f16_rounding_against_brute_force(void) {
         uint16_t got, want;
         int kind = i % 4;
         if (kind == 0) x = ldexp(qt_uniform() * 2 - 1, (int)(qt_uniform() * 44) - 27);
-        else if (kind == 1) { uint16_t h = (uint16_t)(qt_uniform() * 0x7bff); x = (f16_value(h) + f16_value((uint16_t)(h + 1))) / 2; }
+        else if (kind == 1) { uint16_t h = (uint16_t)(qt_uniform() * 0x7bff); x = (qt_f16_value(h) + qt_f16_value((uint16_t)(h + 1))) / 2; }
         else if (kind == 2) x = ldexp(qt_uniform(), -24 - (int)(qt_uniform() * 3));
         else x = 65504.0 + qt_uniform() * 32.0;
         f = (float)x;
@@ -64,9 +53,9 @@ static void test_f16_rounding_against_brute_force(void) {
         bad += quarot_f64_to_f16_1((double)f) != want;
     }
     QT_EQ_INT(bad, 0);
-    { float nan = bits_f32(0x7fc00001u); uint16_t h; quarot_f32_to_f16(&nan, &h, 1); QT_CHECK((h & 0x7c00) == 0x7c00 && (h & 0x3ff)); }
-    { float snan = bits_f32(0x7f800001u); uint16_t h; quarot_f32_to_f16(&snan, &h, 1); QT_CHECK((h & 0x7c00) == 0x7c00 && (h & 0x3ff)); }
-    { float inf = bits_f32(0xff800000u); uint16_t h; quarot_f32_to_f16(&inf, &h, 1); QT_EQ_INT(h, 0xfc00); }
+    { float nan = qt_bits_f32(0x7fc00001u); uint16_t h; quarot_f32_to_f16(&nan, &h, 1); QT_CHECK((h & 0x7c00) == 0x7c00 && (h & 0x3ff)); }
+    { float snan = qt_bits_f32(0x7f800001u); uint16_t h; quarot_f32_to_f16(&snan, &h, 1); QT_CHECK((h & 0x7c00) == 0x7c00 && (h & 0x3ff)); }
+    { float inf = qt_bits_f32(0xff800000u); uint16_t h; quarot_f32_to_f16(&inf, &h, 1); QT_EQ_INT(h, 0xfc00); }
     QT_EQ_INT(quarot_f64_to_f16_1(65519.99), 0x7bff);
     QT_EQ_INT(quarot_f64_to_f16_1(65520.0), 0x7c00);
     QT_EQ_INT(quarot_f64_to_f16_1(-0.0), 0x8000);
@@ -79,7 +68,7 @@ static void test_bf16(void) {
     qt_seed(5);
     for (i = 0; i < 20000; ++i) {
         uint32_t u = (uint32_t)(qt_uniform() * 4294967296.0);
-        float f = bits_f32(u), back;
+        float f = qt_bits_f32(u), back;
         uint16_t h, h64;
         double lo, hi, d;
         if ((u & 0x7f800000u) == 0x7f800000u) continue;
@@ -88,8 +77,8 @@ static void test_bf16(void) {
         h64 = quarot_f64_to_bf16_1((double)f);
         bad += h != h64;
         /* the result is one of the two neighbours, the nearer one, ties to an even last bit */
-        lo = (double)bits_f32(u & 0xffff0000u);
-        hi = (double)bits_f32((u & 0xffff0000u) + 0x10000u);
+        lo = (double)qt_bits_f32(u & 0xffff0000u);
+        hi = (double)qt_bits_f32((u & 0xffff0000u) + 0x10000u);
         d = (double)f;
         /* IEEE overflow: beyond the largest finite value, the next neighbour is 2^128 (then Inf) */
         if (isinf(hi)) { double virt = hi > 0 ? ldexp(1.0, 128) : -ldexp(1.0, 128);
@@ -99,8 +88,8 @@ static void test_bf16(void) {
         else bad += (h & 1) != 0;
     }
     QT_EQ_INT(bad, 0);
-    { float nan = bits_f32(0x7f800001u); uint16_t h; quarot_f32_to_bf16(&nan, &h, 1); QT_CHECK((h & 0x7f80) == 0x7f80 && (h & 0x7f)); }
-    { float big = bits_f32(0x7f7fffffu); uint16_t h; quarot_f32_to_bf16(&big, &h, 1); QT_EQ_INT(h, 0x7f80); }
+    { float nan = qt_bits_f32(0x7f800001u); uint16_t h; quarot_f32_to_bf16(&nan, &h, 1); QT_CHECK((h & 0x7f80) == 0x7f80 && (h & 0x7f)); }
+    { float big = qt_bits_f32(0x7f7fffffu); uint16_t h; quarot_f32_to_bf16(&big, &h, 1); QT_EQ_INT(h, 0x7f80); }
 }
 
 static void test_init_and_validate(void) {
@@ -186,7 +175,7 @@ static void test_check_finite(void) {
     QT_OK(quarot_tensor_init(&t, f, QUAROT_DTYPE_F32, 2, ne2));
     QT_OK(quarot_tensor_check_finite(&t, &bad));
     QT_EQ_INT(bad, -1);
-    f[6] = bits_f32(0x7fc00000u);
+    f[6] = qt_bits_f32(0x7fc00000u);
     QT_ERR(quarot_tensor_check_finite(&t, &bad), QUAROT_ERR_NONFINITE);
     QT_EQ_INT(bad, 6);
     QT_OK(quarot_tensor_init(&t, h, QUAROT_DTYPE_F16, 1, ne1));

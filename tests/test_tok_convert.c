@@ -1,6 +1,7 @@
 /* Tokenizers carried through format conversions (qx_tok_write.h, qx_convert.h): a GGUF
    tokenizer.ggml.* vocabulary written as tokenizer.json, a tokenizer.json vocabulary written as
-   tokenizer.ggml.* pairs, and `quarot rotate` doing both on whole models
+   tokenizer.ggml.* pairs, a llama2.c tokenizer.bin written as tokenizer.ggml.* pairs, and
+   `quarot rotate` doing both on whole models
    (safetensors directory with tokenizer.json -> GGUF -> safetensors directory).
    Truth: llama.cpp's test vectors in ../shared/tokenizers (five vocab-only GGUF files with test
    strings and expected ids): after every conversion EVERY string must encode to exactly the
@@ -13,6 +14,7 @@
 #include "tok_util.h"
 #include "formats/qx_gguf.h"
 #include "formats/qx_safetensors.h"
+#include "support/qx_str.h"
 #include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tok_write.h"
 #include <sys/stat.h>
@@ -57,6 +59,76 @@ static quarot_result load_gguf_vocab(const char* path, qx_vocab* v, qx_err* e) {
     }
     qx_unmap(&m);
     return r;
+}
+
+/* ---- a llama2.c tokenizer.bin -> tokenizer.ggml.* (qx_tokenizer_write_gguf_kv) ----------------- */
+
+/* The tokenizer.bin layout: u32 max_token_length, then per token f32 score, u32 length, bytes. */
+static void l2c_piece(qx_sb* b, float score, const char* s) {
+    uint32_t u;
+    memcpy(&u, &score, 4);
+    qx_sb_le(b, u, 4);
+    qx_sb_le(b, strlen(s), 4);
+    qx_sb_puts(b, s);
+}
+
+/* Element i of a STRING array pair equals want. */
+static int arr_str_is(const qx_gguf_kv* kv, uint64_t i, const char* want) {
+    const unsigned char* p = kv->val;
+    uint64_t k, n = 0;
+    for (k = 0; k <= i; ++k) {
+        n = qx_str_le64(p);
+        if (k < i) p += 8 + n;
+    }
+    return n == strlen(want) && memcmp(p + 8, want, (size_t)n) == 0;
+}
+
+/* ids 0-2 get their SentencePiece names whatever the file spells, ' ' becomes U+2581, a byte token
+   is <0xXX> with two upper-case hex digits; `pre` adds tokenizer.ggml.pre (and one pair). */
+static void test_llama2c_writer(void) {
+    static const char* const pieces[] = {"UNK", "\n<s>\n", "\n</s>\n", "<0x41>", "<0xZZ>", " a b", "x"};
+    qx_sb bin, kv, img;
+    qx_tokenizer t;
+    qx_err e;
+    int pass, i;
+    memset(&bin, 0, sizeof bin);
+    qx_sb_le(&bin, 16, 4);
+    for (i = 0; i < 7; ++i) l2c_piece(&bin, -(float)i, pieces[i]);
+    QT_OK(qx_tokenizer_load_memory(&t, bin.p, bin.len, 0, "mem", &e));
+    for (pass = 0; pass < 2; ++pass) {
+        static const char head[16] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        const char* pre = pass ? "default" : NULL;
+        qx_gguf_file f;
+        const qx_gguf_kv *tk, *ty, *pr;
+        uint64_t len = 0;
+        memset(&kv, 0, sizeof kv);
+        memset(&img, 0, sizeof img);
+        qx_sb_le(&kv, 0, 8);
+        QT_OK(qx_tokenizer_write_gguf_kv(&t, pre, &kv, "mem", &e));
+        QT_CHECK(qx_str_le64((const unsigned char*)kv.p) == (pass ? 10u : 9u));
+        qx_sb_put(&img, head, 16);
+        qx_sb_put(&img, kv.p, kv.len);
+        QT_OK(qx_gguf_parse(img.p, img.len, "kv.gguf", &f, &e));
+        tk = qx_gguf_find(&f, "tokenizer.ggml.tokens");
+        ty = qx_gguf_find(&f, "tokenizer.ggml.token_type");
+        pr = qx_gguf_find(&f, "tokenizer.ggml.pre");
+        QT_CHECK(tk && tk->arr_count == 7 && ty && ty->arr_count == 7);
+        if (tk && ty && tk->arr_count == 7 && ty->arr_count == 7) {
+            static const uint32_t types[] = {2, 3, 3, 6, 1, 1, 1};
+            QT_CHECK(arr_str_is(tk, 0, "<unk>") && arr_str_is(tk, 1, "<s>") && arr_str_is(tk, 2, "</s>"));
+            QT_CHECK(arr_str_is(tk, 3, "<0x41>") && arr_str_is(tk, 4, "<0xZZ>"));
+            QT_CHECK(arr_str_is(tk, 5, "\xe2\x96\x81" "a" "\xe2\x96\x81" "b") && arr_str_is(tk, 6, "x"));
+            for (i = 0; i < 7; ++i)
+                QT_CHECKF(qx_str_le32(ty->val + 4 * i) == types[i], "token %d: type %u", i, (unsigned)qx_str_le32(ty->val + 4 * i));
+        }
+        if (pass) QT_CHECK(pr && qx_gguf_kv_string(pr, &len) && len == 7 && memcmp(qx_gguf_kv_string(pr, NULL), "default", 7) == 0);
+        else QT_CHECK(!pr);
+        qx_gguf_file_free(&f);
+        qx_sb_free(&img);
+        qx_sb_free(&kv);
+    }
+    qx_tokenizer_free(&t);
+    qx_sb_free(&bin);
 }
 
 /* ---- the writers: GGUF -> tokenizer.json -> tokenizer.ggml.*, and GGUF -> tokenizer.ggml.* ------ */
@@ -147,7 +219,7 @@ static int make_model_dir(const char* dir, int64_t vocab, qx_err* e) {
 static int write_sb(const char* dir, const char* name, const qx_sb* b) {
     char p[1200];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    return write_bytes(p, b->p, b->len);
+    return qt_write_file(p, b->p, b->len);
 }
 
 static void test_cli_round_trip(void) {
@@ -252,6 +324,7 @@ int main(int argc, char** argv) {
         printf("test_tok_convert: 0 passed, 1 failed, 0 skipped\n");
         return 1;
     }
+    QT_RUN(test_llama2c_writer);
     QT_RUN(test_writers);
     QT_RUN(test_cli_round_trip);
     {

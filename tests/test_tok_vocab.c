@@ -260,26 +260,23 @@ static void test_decode_round_trip(void) {
 
 /* a tiny GGUF v3 image with key/value pairs only */
 typedef struct gb { qx_sb b; int64_t n_kv; } gb;
-static void gb_u32(gb* g, uint32_t v) { unsigned char c[4]; for (int i = 0; i < 4; ++i) c[i] = (unsigned char)(v >> (8 * i)); qx_sb_put(&g->b, (const char*)c, 4); }
-static void gb_u64(gb* g, uint64_t v) { unsigned char c[8]; for (int i = 0; i < 8; ++i) c[i] = (unsigned char)(v >> (8 * i)); qx_sb_put(&g->b, (const char*)c, 8); }
-static void gb_str(gb* g, const char* s) { gb_u64(g, strlen(s)); qx_sb_put(&g->b, s, strlen(s)); }
-static void gb_kv_str(gb* g, const char* k, const char* v) { gb_str(g, k); gb_u32(g, QX_GGUF_STRING); gb_str(g, v); g->n_kv++; }
+static void gb_kv_str(gb* g, const char* k, const char* v) { qx_gguf_kv_str(&g->b, k, v, strlen(v)); g->n_kv++; }
 static void gb_kv_strs(gb* g, const char* k, const char* const* v, int n) {
-    gb_str(g, k); gb_u32(g, QX_GGUF_ARRAY); gb_u32(g, QX_GGUF_STRING); gb_u64(g, (uint64_t)n);
-    for (int i = 0; i < n; ++i) gb_str(g, v[i]);
+    qx_gguf_kv_arr_begin(&g->b, k, QX_GGUF_STRING, (uint64_t)n);
+    for (int i = 0; i < n; ++i) qx_gguf_put_str(&g->b, v[i], strlen(v[i]));
     g->n_kv++;
 }
 static void gb_kv_f32s(gb* g, const char* k, int n) {
-    gb_str(g, k); gb_u32(g, QX_GGUF_ARRAY); gb_u32(g, QX_GGUF_F32); gb_u64(g, (uint64_t)n);
-    for (int i = 0; i < n; ++i) gb_u32(g, 0);
+    qx_gguf_kv_arr_begin(&g->b, k, QX_GGUF_F32, (uint64_t)n);
+    for (int i = 0; i < n; ++i) qx_gguf_put_f32(&g->b, 0.0f);
     g->n_kv++;
 }
 static void gb_kv_i32s(gb* g, const char* k, int n) {
-    gb_str(g, k); gb_u32(g, QX_GGUF_ARRAY); gb_u32(g, QX_GGUF_I32); gb_u64(g, (uint64_t)n);
-    for (int i = 0; i < n; ++i) gb_u32(g, 1);
+    qx_gguf_kv_arr_begin(&g->b, k, QX_GGUF_I32, (uint64_t)n);
+    for (int i = 0; i < n; ++i) qx_sb_le(&g->b, 1, 4);
     g->n_kv++;
 }
-static void gb_kv_u32(gb* g, const char* k, uint32_t v) { gb_str(g, k); gb_u32(g, QX_GGUF_U32); gb_u32(g, v); g->n_kv++; }
+static void gb_kv_u32(gb* g, const char* k, uint32_t v) { qx_gguf_kv_u32(&g->b, k, v); g->n_kv++; }
 
 /* parses the image (header prepended) and loads its vocabulary: the result, message in e */
 static quarot_result gb_load(gb* g, qx_err* e) {
@@ -289,7 +286,7 @@ static quarot_result gb_load(gb* g, qx_err* e) {
     quarot_result r;
     memset(&h, 0, sizeof h);
     qx_sb_put(&h.b, "GGUF", 4);
-    gb_u32(&h, 3); gb_u64(&h, 0); gb_u64(&h, (uint64_t)g->n_kv);
+    qx_sb_le(&h.b, 3, 4); qx_sb_le(&h.b, 0, 8); qx_sb_le(&h.b, (uint64_t)g->n_kv, 8);
     qx_sb_put(&h.b, g->b.p, g->b.len);
     r = qx_gguf_parse(h.b.p, h.b.len, "bad.gguf", &f, e);
     if (r == QUAROT_OK) {
@@ -411,7 +408,7 @@ static void test_bad_text(void) {
     gb_kv_str(&g, "tokenizer.ggml.model", "gpt2"); gb_kv_str(&g, "tokenizer.ggml.pre", "gpt-2");
     gb_kv_strs(&g, "tokenizer.ggml.tokens", toks, 4); gb_kv_strs(&g, "tokenizer.ggml.merges", merges_ok, 1);
     qx_sb_put(&h.b, "GGUF", 4);
-    gb_u32(&h, 3); gb_u64(&h, 0); gb_u64(&h, (uint64_t)g.n_kv);
+    qx_sb_le(&h.b, 3, 4); qx_sb_le(&h.b, 0, 8); qx_sb_le(&h.b, (uint64_t)g.n_kv, 8);
     qx_sb_put(&h.b, g.b.p, g.b.len);
     QT_OK(qx_gguf_parse(h.b.p, h.b.len, "t.gguf", &f, &e));
     QT_OK(qx_vocab_from_gguf(&v, &f, "t.gguf", &e));

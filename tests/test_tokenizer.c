@@ -120,20 +120,6 @@ static int slow_encode(const slow_tok* t, const char* text, size_t len, int bos,
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-static unsigned char* read_file(const char* path, size_t* n) {
-    FILE* f = fopen(path, "rb");
-    unsigned char* d;
-    long m;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    m = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    d = (unsigned char*)malloc((size_t)m + 1);
-    if (fread(d, 1, (size_t)m, f) != (size_t)m) { free(d); fclose(f); return NULL; }
-    fclose(f);
-    *n = (size_t)m;
-    return d;
-}
 
 /* A growing byte buffer for hand-made tokenizer files. */
 typedef struct tbuf { unsigned char* d; size_t n, cap; } tbuf;
@@ -290,7 +276,7 @@ static void test_encode_edge_cases(void) {
     qx_err e;
     int i, bad = 0;
     if (!p) { QT_SKIP("../shared/models/stories260K/tok512.bin not found"); return; }
-    d = read_file(p, &n);
+    d = (unsigned char*)qt_read_file(p, &n);
     QT_CHECK(d && slow_load(&s, d, n));
     QT_OK(qx_tokenizer_load_memory(&t, d, n, 512, p, &e));
     for (i = 0; i < (int)(sizeof texts / sizeof texts[0]); ++i) {
@@ -336,7 +322,7 @@ static void test_encode_random_substrings(void) {
         qx_err e;
         int f;
         if (!tp) { QT_SKIP("../shared tokenizers not found"); return; }
-        td = read_file(tp, &tn);
+        td = (unsigned char*)qt_read_file(tp, &tn);
         QT_CHECK(td && slow_load(&s, td, tn));
         QT_OK(qx_tokenizer_load_memory(&t, td, tn, 512, tp, &e));
         for (f = 0; f < 2; ++f) {
@@ -345,7 +331,7 @@ static void test_encode_random_substrings(void) {
             size_t xn;
             int it;
             if (!xp) continue;
-            xd = read_file(xp, &xn);
+            xd = (unsigned char*)qt_read_file(xp, &xn);
             for (it = 0; it < iters; ++it) {   /* random byte offsets: cuts through UTF-8 sequences too */
                 size_t len = (size_t)(qt_uniform() * maxlen), start = (size_t)(qt_uniform() * (double)(xn - len));
                 bad += !compare_fast_slow(&t, &s, (const char*)xd + start, len, it & 1, (it >> 1) & 1);
@@ -452,7 +438,7 @@ static void test_tokenize_eval_file(void) {
     c0 = clock();
     QT_OK(qx_tokenize_file(&t, xpath, 1, 0, &tok, &n, &e));
     secs = (double)(clock() - c0) / CLOCKS_PER_SEC;
-    text = read_file(xpath, &tn);
+    text = (unsigned char*)qt_read_file(xpath, &tn);
     printf("    tinystories_eval.txt: %zu bytes -> %lld tokens (with BOS) in %.3f s (stories260K tok512)\n", tn,
            (long long)n, secs);
     QT_CHECK(n > 1000 && n < (int64_t)tn);
@@ -477,7 +463,7 @@ static void test_tokenize_eval_file(void) {
         int64_t nf;
         int ns;
         double tf, ts;
-        td = read_file(tp, &tdn);
+        td = (unsigned char*)qt_read_file(tp, &tdn);
         QT_CHECK(td && slow_load(&s, td, tdn));
         c0 = clock();
         for (i = 0; i < 10; ++i) qx_tokenizer_encode(&t, (const char*)text, len, 0, 0, f, (int64_t)len + 3, &nf, &e);

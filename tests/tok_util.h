@@ -25,15 +25,6 @@ typedef struct tset {
     int32_t* ids[256]; int64_t nids[256];
 } tset;
 
-/* The whole file, NUL-terminated (malloc'ed; NULL when it cannot be read). */
-QT_UNUSED static char* tu_read(const char* path, size_t* len) {
-    char* buf = NULL;
-    qx_err e;
-    *len = 0;
-    if (qx_read_file(path, (size_t)1 << 30, &buf, len, &e) != QUAROT_OK) return NULL;
-    return buf;
-}
-
 /* Set NAME into t (gguf_path[cap] gets the GGUF file's path); 0 when ../shared lacks it. Strings: the
    text between separators "\n__ggml_vocab_test__\n" (the first starts at byte 0). Free with free_set. */
 QT_UNUSED static int load_set(const char* name, tset* t, char* gguf_path, size_t cap) {
@@ -46,9 +37,9 @@ QT_UNUSED static int load_set(const char* name, tset* t, char* gguf_path, size_t
     if (!qt_shared_path(p)) return 0;
     snprintf(gguf_path, cap, "%s", qt_shared_path(p));
     snprintf(p, sizeof p, "%s.inp", gguf_path);
-    t->inp = tu_read(p, &t->inp_len);
+    t->inp = qt_read_file(p, &t->inp_len);
     snprintf(p, sizeof p, "%s.out", gguf_path);
-    t->out = tu_read(p, &t->out_len);
+    t->out = qt_read_file(p, &t->out_len);
     if (!t->inp || !t->out) return 0;
     while ((sp = strstr(t->inp + pos, sep)) != NULL && t->n < 256) {
         t->s[t->n] = t->inp + pos;

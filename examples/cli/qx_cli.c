@@ -1,13 +1,13 @@
 /* qx_cli.c - see qx_cli.h. */
 #include "cli/qx_cli.h"
 #include "eval/qx_eval.h"
+#include "support/qx_file.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 void qx_cli_init(qx_cli* cli, const char* cmd, int quiet) {
@@ -15,13 +15,7 @@ void qx_cli_init(qx_cli* cli, const char* cmd, int quiet) {
     cli->cmd = cmd;
     cli->quiet = quiet;
     cli->tty = isatty(2);
-    cli->t0 = cli->last = qx_cli_now();
-}
-
-double qx_cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    cli->t0 = cli->last = qx_now();
 }
 
 static void qx__cli_close_progress(qx_cli* cli) {
@@ -59,11 +53,11 @@ int qx_cli_exit_for(quarot_result r) {
 
 void qx_cli_phase(qx_cli* cli) {
     qx__cli_close_progress(cli);
-    cli->t0 = cli->last = qx_cli_now();
+    cli->t0 = cli->last = qx_now();
 }
 
 void qx_cli_progress(qx_cli* cli, int64_t done, int64_t total, const char* what) {
-    double now = qx_cli_now(), el = now - cli->t0;
+    double now = qx_now(), el = now - cli->t0;
     if (cli->quiet || el < 1.0 || now - cli->last < 0.2) return;
     cli->last = now;
     if (cli->tty) {
@@ -76,7 +70,7 @@ void qx_cli_progress(qx_cli* cli, int64_t done, int64_t total, const char* what)
 }
 
 void qx_cli_progress_end(qx_cli* cli, const char* what) {
-    double el = qx_cli_now() - cli->t0;
+    double el = qx_now() - cli->t0;
     if (cli->quiet) return;
     if (cli->progress_open || el >= 1.0) {
         qx__cli_close_progress(cli);
@@ -95,8 +89,12 @@ void qx_cli_info(qx_cli* cli, const char* fmt, ...) {
 }
 
 int qx_cli_end_of_options(int argc, char** argv) {
+    return qx_cli_end_of_options_at(argc, argv, 2);
+}
+
+int qx_cli_end_of_options_at(int argc, char** argv, int first) {
     int i, k;
-    for (i = 2; i < argc && strcmp(argv[i], "--") != 0; ++i) {}
+    for (i = first; i < argc && strcmp(argv[i], "--") != 0; ++i) {}
     if (i >= argc) return argc;
     for (k = i; k + 1 < argc; ++k) argv[k] = argv[k + 1];
     argv[--argc] = NULL;
@@ -111,20 +109,6 @@ int qx_cli_end_of_options(int argc, char** argv) {
     return argc;
 }
 
-int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, const char** value) {
-    const char* a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') { *value = a + n + 1; return 1; }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) {
-        qx_cli_fail(cli, QX_EXIT_USAGE, "option %s needs a value (see quarot %s --help)", name, cli->cmd);
-        return -1;
-    }
-    *value = argv[++*i];
-    return 1;
-}
-
 int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out) {
     char* end;
     long long v;
@@ -135,16 +119,6 @@ int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t 
         return 0;
     }
     *out = (int64_t)v;
-    return 1;
-}
-
-int qx_cli_windowing(qx_cli* cli, const char* s, int* out) {
-    if (strcmp(s, "stream") == 0) *out = QX_WINDOWING_STREAM;
-    else if (strcmp(s, "docs") == 0) *out = QX_WINDOWING_DOCS;
-    else {
-        qx_cli_fail(cli, QX_EXIT_USAGE, "--windowing: '%s' is neither stream nor docs", s);
-        return 0;
-    }
     return 1;
 }
 

@@ -34,8 +34,6 @@ typedef struct qx_cli {
 } qx_cli;
 
 void qx_cli_init(qx_cli* cli, const char* cmd, int quiet);
-/* Wall-clock seconds (monotonic). */
-double qx_cli_now(void);
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 3, 4)))
 #endif
@@ -59,17 +57,13 @@ void qx_cli_info(qx_cli* cli, const char* fmt, ...);
    later argument that starts with '-' (but "-") into "./" + it, the same relative path that no
    option parser takes for an option. Returns the new argc. */
 int qx_cli_end_of_options(int argc, char** argv);
+/* The same from argv[first] on (the dispatcher's argv: 2, past the command's name; a command's: 1). */
+int qx_cli_end_of_options_at(int argc, char** argv, int first);
 
-/* Option parsing: argv[*i] is an option; if it is `name` (--name VALUE or --name=VALUE), store the
-   value's pointer in *value, advance *i past it and return 1; return 0 when it is another option;
-   -1 (after printing the usage error) when the value is missing. */
-int qx_cli_opt(qx_cli* cli, int argc, char** argv, int* i, const char* name, const char** value);
-/* Parse numbers with range checks; print a usage error and return 0 on failure. */
+/* Option parsing is qx_opts.h's. Numbers with range checks (its integer and number options); print
+   a usage error and return 0 on failure. */
 int qx_cli_int(qx_cli* cli, const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out);
 int qx_cli_float(qx_cli* cli, const char* opt, const char* s, double lo, double hi, double* out);
-/* --windowing stream|docs (eval, calibrate, run) -> QX_WINDOWING_STREAM / _DOCS (qx_windows.h); prints a
-   usage error and returns 0 otherwise. */
-int qx_cli_windowing(qx_cli* cli, const char* s, int* out);
 
 /* The subcommands (each in examples/cli/qx_cmd_<name>.c). argv[0] is the subcommand name. */
 int qx_cmd_rotate(int argc, char** argv);

@@ -16,12 +16,6 @@ extern "C" {
    the exit code after printing the error line (a stale or unreadable hook file is refused). */
 int qx_cli_model_hooks(qx_cli* cli, qx_store* s, const char* model_path, const char* hooks_opt);
 
-/* The --hooks line of the commands' --help. */
-#define QX_CLI_HOOKS_HELP \
-    "  --hooks FILE          the model's online hook file (default: the one `quarot rotate --online` wrote\n" \
-    "                        beside it, MODEL.quarot-online or MODEL/quarot_online.txt; its weights digest\n" \
-    "                        must match the model)\n"
-
 #ifdef __cplusplus
 }
 #endif

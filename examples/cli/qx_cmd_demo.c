@@ -17,34 +17,41 @@
 #include "model/qx_synth.h"
 #include "formats/qx_load.h"
 #include "model/qx_logits.h"
+#include "support/qx_file.h"
 #include "support/qx_str.h"
+#include "cli/qx_opts.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-static void demo_usage(FILE* f) {
-    fprintf(f,
-        "usage: quarot demo [--synthetic-only] [--windows N] [--quiet]\n"
-        "\n"
-        "The whole QuaRot story on an embedded default: a small synthetic LLaMA (generated in-process from\n"
-        "a fixed seed, with outlier channels as real LLMs have) is rotated, checked for equivalence, and\n"
-        "its quantization error and W4A4 / W8A4 perplexity are measured before and after rotation. When\n"
-        "../shared/models/stories260K is found (next to the current directory or to the binary; or under\n"
-        "$QUAROT_SHARED), the same runs on it with a few windows of ../shared/data/tinystories_eval.txt,\n"
-        "plus its greedy text before and after. Takes a few seconds.\n"
-        "\n"
-        "options:\n"
-        "  --synthetic-only   skip stories260K even when it is there\n"
-        "  --windows N        perplexity windows per model (default 8; fewer is faster)\n"
-        "  --quiet            no progress on stderr\n"
-        "  --help             this text\n"
-        "\n"
-        "Exit codes: 0 ok, 1 usage, 2 input (a shared file exists but cannot be read), 4 a check failed\n"
-        "(the rotated model does not compute the same function), 5 internal.\n");
-}
+typedef struct demo_opts {
+    int synthetic_only;
+    int64_t windows;
+    qx_opts_common c;
+} demo_opts;
+
+static const qx_opt demo_table[] = {
+    {QX_OPT_FLAG, "--synthetic-only", QX_AT(demo_opts, synthetic_only), .help = "skip stories260K even when it is there"},
+    {QX_OPT_INT, "--windows", .arg = "N", QX_AT(demo_opts, windows), .lo = 1, .hi = 64, .def = "8",
+     .help = "perplexity windows per model; fewer is faster"},
+    {QX_OPT_END}
+};
+static const qx_opt_group demo_group = {"options:", demo_table, NULL};
+
+const qx_opts_cmd qx_cmd_demo_spec = {
+    .name = "demo",
+    .about = "The whole QuaRot story on an embedded default: a small synthetic LLaMA (generated in-process from\n"
+             "a fixed seed, with outlier channels as real LLMs have) is rotated, checked for equivalence, and\n"
+             "its quantization error and W4A4 / W8A4 perplexity are measured before and after rotation. When\n"
+             "../shared/models/stories260K is found (next to the current directory or to the binary; or under\n"
+             "$QUAROT_SHARED), the same runs on it with a few windows of ../shared/data/tinystories_eval.txt,\n"
+             "plus its greedy text before and after. Takes a few seconds.\n",
+    .uses = {{&demo_group, 0, 0, NULL}, {&qx_opts_common_group, offsetof(demo_opts, c), QX_COMMON_QUIET_Q, NULL}},
+    .epilog = "Exit codes: 0 ok, 1 usage, 2 input (a shared file exists but cannot be read), 4 a check failed\n"
+              "(the rotated model does not compute the same function), 5 internal.\n",
+};
 
 /* ---- captures: one linear input of one layer, copied ([rows][n]) --------------------------- */
 
@@ -200,7 +207,7 @@ static int demo_story(qx_cli* cli, const demo_model* dm, int part) {
     qx_err e;
     quarot_result r;
     int rc = QX_EXIT_OK;
-    double t0 = qx_cli_now();
+    double t0 = qx_now();
 
     memset(cap, 0, sizeof cap);
     printf("\n== %d. %s\n", part, dm->title);
@@ -349,7 +356,7 @@ static int demo_story(qx_cli* cli, const demo_model* dm, int part) {
         printf("    greedy text from BOS (%d tokens):\n", (int)N);
         for (k = 0; k < 4; ++k) print_text(dm->tok, labels[k], g[k], N, k == 1 ? g[0] : NULL);
     }
-    printf("    (%.1f s)\n", qx_cli_now() - t0);
+    printf("    (%.1f s)\n", qx_now() - t0);
 
 done:
     for (k = 0; k < 2; ++k) {
@@ -404,11 +411,6 @@ static quarot_result sample_stream(const qx_store* s, uint64_t seed, int64_t n_w
 
 /* ---- ../shared ------------------------------------------------------------------------------ */
 
-static int demo_is_file(const char* p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* out = a + b when it fits in cap bytes (memcpy: no format-truncation guesswork); 0 otherwise. */
 static int demo_join(char* out, size_t cap, const char* a, const char* b) {
     size_t la = strlen(a), lb = strlen(b);
@@ -439,15 +441,16 @@ static int find_shared(char* out, size_t cap) {
         }
     }
     for (i = 0; i < n; ++i)
-        if (demo_join(probe, sizeof probe, cand[i], "/models/stories260K/stories260K.bin") && demo_is_file(probe))
+        if (demo_join(probe, sizeof probe, cand[i], "/models/stories260K/stories260K.bin") && qx_is_file(probe))
             return demo_join(out, cap, cand[i], "");
     return 0;
 }
 
 int qx_cmd_demo(int argc, char** argv) {
     qx_cli cli;
-    int quiet = 0, synthetic_only = 0, i, rc;
-    double t_start = qx_cli_now();
+    demo_opts o;
+    int rc;
+    double t_start = qx_now();
     qx_synth_desc sd;
     qx_store syn;
     qx_windows win;
@@ -457,22 +460,15 @@ int qx_cmd_demo(int argc, char** argv) {
     demo_model dm;
     char shared[4096];
     /* Sizes: wide enough that the outliers stand out and 4-bit hurts, small enough for ~1 s. */
-    int64_t n_win = 8;
+    int64_t n_win;
     const int64_t seq = 128;
 
     qx_cli_init(&cli, "demo", 0);
-    for (i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { demo_usage(stdout); return QX_EXIT_OK; }
-        else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) quiet = 1;
-        else if (strcmp(argv[i], "--synthetic-only") == 0) synthetic_only = 1;
-        else if (strncmp(argv[i], "--windows", 9) == 0 && (argv[i][9] == '\0' || argv[i][9] == '=')) {
-            const char* v = NULL;
-            int got = qx_cli_opt(&cli, argc, argv, &i, "--windows", &v);
-            if (got < 0 || !qx_cli_int(&cli, "--windows", v, 1, 64, &n_win)) return QX_EXIT_USAGE;
-        }
-        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown argument '%s' (see quarot demo --help)", argv[i]);
-    }
-    cli.quiet = quiet;
+    memset(&o, 0, sizeof o);
+    o.windows = 8;
+    if ((rc = qx_opts_parse(&qx_cmd_demo_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
+    cli.quiet = o.c.quiet;
+    n_win = o.windows;
 
     printf("quarot demo: QuaRot rotates a model so that its activations lose their outlier channels, which\n"
            "makes 4-bit activation quantization work. Rotation changes the weights, not the function.\n");
@@ -521,7 +517,7 @@ int qx_cmd_demo(int argc, char** argv) {
     if (rc != QX_EXIT_OK) return rc;
 
     /* Part 2: stories260K, when ../shared has it */
-    if (synthetic_only) {
+    if (o.synthetic_only) {
         printf("\n(stories260K skipped: --synthetic-only)\n");
     } else if (!find_shared(shared, sizeof shared)) {
         printf("\n(stories260K not found: ../shared/models/stories260K/stories260K.bin is absent; part 1 is the demo)\n");
@@ -581,6 +577,6 @@ int qx_cmd_demo(int argc, char** argv) {
     printf("\nWhat to take away: the rotated model computes the same function (b), its activations lose their\n"
            "outlier channels and quantize with far less error (c), and W4A4 / W8A4 perplexity drops (d).\n"
            "demo done in %.1f s. Next: quarot eval MODEL --text FILE, quarot plot MODEL --text FILE -o out.svg\n",
-           qx_cli_now() - t_start);
+           qx_now() - t_start);
     return QX_EXIT_OK;
 }

@@ -24,46 +24,59 @@
 #include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tokenizer.h"
 #include "formats/qx_load.h"
+#include "cli/qx_opts.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void inspect_usage(FILE* f) {
-    fprintf(f,
-        "usage: quarot inspect MODEL [options]\n"
-        "\n"
-        "Print MODEL's configuration (every field, defaults resolved), its tensors (name, dtype, shape,\n"
-        "bytes; summarized by layer pattern for models with many layers), the Hadamard construction each\n"
-        "rotated dimension gets (hidden: R1; head_dim: R2 and the q/k rotation R3; intermediate: the online\n"
-        "down_proj rotation; n_heads: the online o_proj rotation), what `quarot rotate` builds for each\n"
-        "(block-diagonal fallbacks with blocks < 64 marked WARNING, as rotate warns), and activation outlier statistics:\n"
-        "the forward pass runs on a short text (or random token ids) through the original model and\n"
-        "through a copy rotated in memory with QuaRot (R1 + R2 folded, online Hadamard hooks), and for\n"
-        "every decoder layer reports, at the q/k/v input and the down_proj input,\n"
-        "  max        the largest |x| over all tokens and channels\n"
-        "  max/med    largest per-channel max |x| divided by the median per-channel max |x|\n"
-        "  kurt       kurtosis of all values, E[(x-mean)^4]/var^2 (3 for a Gaussian)\n"
-        "MODEL: a llama2.c .bin, a Hugging Face safetensors directory or file, or a GGUF file.\n"
-        "\n"
-        "options:\n"
-        "  --text FILE        text for the statistics (the model's tokenizer); default: random token ids\n"
-        "  --tokenizer FILE   GGUF, tokenizer.json or llama2.c tokenizer.bin; default: the model's own\n"
-        "                     (GGUF metadata, tokenizer.json or tok*.bin beside MODEL)\n"
-        QX_CLI_HOOKS_HELP
-        "  --tokens N         tokens to run (default 128, at most the model's context); with no --text,\n"
-        "                     N random ids from a fixed seed\n"
-        "  --seed N           seed of the random ids and of the rotation (default 0)\n"
-        "  --no-stats         skip the statistics (no forward pass; they hold the weights in f32 twice,\n"
-        "                     original and rotated, which a large model may not fit)\n"
-        "  --all-tensors      list every tensor instead of layer patterns\n"
-        "  --quiet            no progress on stderr\n"
-        "  --help             this text\n"
-        "\n"
-        "Exit codes: 0 ok (the model can be rotated; where only the online rotations cannot be built the\n"
-        "statistics use R1 + R2), 1 usage, 2 input (MODEL, text or tokenizer missing or malformed), 4 the\n"
-        "statistics cannot be computed (the model cannot be rotated), 5 internal or out of memory.\n");
-}
+typedef struct inspect_opts {
+    const char *model, *text;
+    int64_t tokens;
+    int no_stats, all_tensors;
+    qx_opts_common c;
+    qx_opts_input in;
+    qx_opts_rotation rot;
+} inspect_opts;
+
+static const qx_opt inspect_table[] = {
+    {QX_OPT_STRING, "--text", .arg = "FILE", QX_AT(inspect_opts, text), .def = "random token ids",
+     .help = "text for the statistics, read with the model's tokenizer"},
+    {QX_OPT_INT, "--tokens", .arg = "N", QX_AT(inspect_opts, tokens), .lo = 2, .hi = 1 << 20, .def = "128",
+     .help = "tokens to run (at most the model's context); with no --text, N random ids drawn from --seed"},
+    {QX_OPT_FLAG, "--no-stats", QX_AT(inspect_opts, no_stats),
+     .help = "skip the statistics (no forward pass; they hold the weights in f32 twice, original and rotated, which a large "
+             "model may not fit)"},
+    {QX_OPT_FLAG, "--all-tensors", QX_AT(inspect_opts, all_tensors), .help = "list every tensor instead of layer patterns"},
+    {QX_OPT_END}
+};
+static const qx_opt_group inspect_group = {"options:", inspect_table, NULL};
+
+const qx_opts_cmd qx_cmd_inspect_spec = {
+    .name = "inspect",
+    .about = "Print MODEL's configuration (every field, defaults resolved), its tensors (name, dtype, shape,\n"
+             "bytes; summarized by layer pattern for models with many layers), the Hadamard construction each\n"
+             "rotated dimension gets (hidden: R1; head_dim: R2 and the q/k rotation R3; intermediate: the online\n"
+             "down_proj rotation; n_heads: the online o_proj rotation), what `quarot rotate` builds for each\n"
+             "(block-diagonal fallbacks with blocks < 64 marked WARNING, as rotate warns), and activation outlier\n"
+             "statistics: the forward pass runs on a short text (or random token ids) through the original model\n"
+             "and through a copy rotated in memory with QuaRot (R1 + R2 folded, online Hadamard hooks; --seed\n"
+             "seeds its rotation), and for every decoder layer reports, at the q/k/v input and the down_proj\n"
+             "input,\n"
+             "  max        the largest |x| over all tokens and channels\n"
+             "  max/med    largest per-channel max |x| divided by the median per-channel max |x|\n"
+             "  kurt       kurtosis of all values, E[(x-mean)^4]/var^2 (3 for a Gaussian)\n"
+             "MODEL: a llama2.c .bin, a Hugging Face safetensors directory or file, or a GGUF file.\n",
+    .operands = {{"MODEL", offsetof(inspect_opts, model)}},
+    .usage_on_excess = 1,
+    .uses = {{&inspect_group, 0, 0, NULL},
+             {&qx_opts_input_group, offsetof(inspect_opts, in), QX_INPUT_TOKENIZER | QX_INPUT_HOOKS, NULL},
+             {&qx_opts_rotation_group, offsetof(inspect_opts, rot), QX_ROTATION_SEED, NULL},
+             {&qx_opts_common_group, offsetof(inspect_opts, c), QX_COMMON_QUIET, NULL}},
+    .epilog = "Exit codes: 0 ok (the model can be rotated; where only the online rotations cannot be built the\n"
+              "statistics use R1 + R2), 1 usage, 2 input (MODEL, text or tokenizer missing or malformed), 4 the\n"
+              "statistics cannot be computed (the model cannot be rotated), 5 internal or out of memory.\n",
+};
 
 /* ---- config and tensors ----------------------------------------------------------------------- */
 
@@ -88,21 +101,6 @@ static void print_config(const qx_store* s, const char* path) {
            c->rope_theta > 0 ? "" : " (default)", c->rope_interleaved ? "interleaved (2i, 2i+1)" : "half-split (i, i+head_dim/2)");
     printf("  tied_embeddings %s\n  biases          q/k/v %s, o %s, mlp %s\n  qk_norm         %s\n", c->tied_embeddings ? "yes" : "no",
            c->attn_qkv_bias ? "yes" : "no", c->attn_out_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no", c->qk_norm ? "yes" : "no");
-}
-
-static int64_t layer_of(const char* name, size_t* pos, size_t* len) {
-    const char* p = name;
-    while ((p = strstr(p, "layers.")) != NULL) {
-        const char* q = p + 7;
-        int64_t v = 0;
-        int digits = 0;
-        if (p == name || p[-1] == '.') {
-            while (*q >= '0' && *q <= '9' && digits < 12) { v = v * 10 + (*q - '0'); ++q; ++digits; }
-            if (digits > 0 && *q == '.') { *pos = (size_t)(p + 7 - name); *len = (size_t)digits; return v; }
-        }
-        p += 7;
-    }
-    return -1;
 }
 
 static void shape_text(const quarot_tensor* t, char* buf, size_t n) {
@@ -139,7 +137,7 @@ static void print_tensors(const qx_store* s, int all) {
     for (i = 0; i < s->count; ++i) {
         const qx_entry* e = &s->items[i];
         size_t pos = 0, len = 0;
-        int64_t L = layer_of(e->name, &pos, &len), lo = L, hi = L, n_same = 1;
+        int64_t L = qx_name_layer(e->name, &pos, &len), lo = L, hi = L, n_same = 1;
         double bytes = (double)quarot_tensor_nelements(&e->t) * (double)quarot_dtype_size(e->t.dtype);
         char name[200];
         if (summarize && L >= 0) {
@@ -148,7 +146,7 @@ static void print_tensors(const qx_store* s, int all) {
             for (j = 0; j < s->count; ++j) {
                 size_t p2, l2;
                 const qx_entry* f = &s->items[j];
-                int64_t L2 = layer_of(f->name, &p2, &l2);
+                int64_t L2 = qx_name_layer(f->name, &p2, &l2);
                 if (j == i || L2 < 0 || p2 != pos || strncmp(f->name, e->name, pos) != 0 ||
                     strcmp(f->name + p2 + l2, e->name + pos + len) != 0) continue;
                 if (j < i) first = 0;
@@ -318,10 +316,8 @@ static quarot_result collect(const qx_store* s, const quarot_online_list* hooks,
 
 int qx_cmd_inspect(int argc, char** argv) {
     qx_cli cli;
-    const char *path = NULL, *text = NULL, *tok_path = NULL, *v;
-    const char* hooks_opt = NULL;   /* --hooks FILE */
-    int64_t n_tokens = 128, seed = 0;
-    int quiet = 0, no_stats = 0, all = 0, i, k, rc = QX_EXIT_OK, offline_ok = 1, online_ok = 1;
+    inspect_opts o;
+    int i, rc = QX_EXIT_OK, offline_ok = 1, online_ok = 1;
     qx_store s, rot;
     qx_load_opts lo;
     qx_err e;
@@ -332,76 +328,56 @@ int qx_cmd_inspect(int argc, char** argv) {
     quarot_online_list hooks;
     char tok_buf[4096];
 
-    for (i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "--quiet") == 0) quiet = 1;
-    qx_cli_init(&cli, "inspect", quiet);
-    for (i = 1; i < argc; ++i) {
-        const char* a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { inspect_usage(stdout); return QX_EXIT_OK; }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (usage: quarot inspect MODEL [options])", a);
-            path = a;
-            continue;
-        }
-        if (strcmp(a, "--quiet") == 0) continue;
-        if (strcmp(a, "--no-stats") == 0) { no_stats = 1; continue; }
-        if (strcmp(a, "--all-tensors") == 0) { all = 1; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--text", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; text = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokenizer", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; tok_path = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--hooks", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; hooks_opt = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokens", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--tokens", v, 2, 1 << 20, &n_tokens)) return QX_EXIT_USAGE;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
-            continue;
-        }
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot inspect --help)", a);
-    }
-    if (!path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs MODEL (usage: quarot inspect MODEL [options])");
+    qx_cli_init(&cli, "inspect", 0);
+    memset(&o, 0, sizeof o);
+    o.tokens = 128;
+    qx_opts_rotation_init(&o.rot);
+    if ((rc = qx_opts_parse(&qx_cmd_inspect_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
+    rc = QX_EXIT_OK;
+    cli.quiet = o.c.quiet;
+    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs MODEL (usage: quarot inspect MODEL [options])");
 
     memset(&lo, 0, sizeof lo);
-    r = qx_load_model(path, &lo, &s, &e);
+    r = qx_load_model(o.model, &lo, &s, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     qx_store_init(&rot);
     quarot_online_list_init(&hooks, NULL);
     L = s.config.n_layers;
-    if ((rc = qx_cli_model_hooks(&cli, &s, path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
+    if ((rc = qx_cli_model_hooks(&cli, &s, o.model, o.in.hooks)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
 
     /* Tokens first, so that a bad --text fails before anything is printed. */
-    if (!no_stats) {
-        if (s.config.max_seq > 0 && n_tokens > s.config.max_seq) n_tokens = s.config.max_seq;
-        if (text) {
+    if (!o.no_stats) {
+        if (s.config.max_seq > 0 && o.tokens > s.config.max_seq) o.tokens = s.config.max_seq;
+        if (o.text) {
             qx_tokenizer tk;
             int32_t* all_tokens = NULL;
             int64_t n_all = 0;
             /* the model's own tokenizer (GGUF metadata, tokenizer.json, tok*.bin) or --tokenizer */
-            if ((r = qx_tokenizer_for_model(&tk, path, tok_path, s.config.vocab, tok_buf, sizeof tok_buf, &e)) != QUAROT_OK) {
+            if ((r = qx_tokenizer_for_model(&tk, o.model, o.in.tokenizer, s.config.vocab, tok_buf, sizeof tok_buf, &e)) != QUAROT_OK) {
                 rc = qx_cli_fail(&cli, r == QUAROT_ERR_NOT_FOUND ? QX_EXIT_USAGE : QX_EXIT_INPUT, "%s%s", e.msg,
                                  r == QUAROT_ERR_NOT_FOUND ? " (or drop --text for random token ids)" : "");
                 goto done;
             }
-            r = qx_tokenize_file(&tk, text, tk.add_bos, 0, &all_tokens, &n_all, &e);
+            r = qx_tokenize_file(&tk, o.text, tk.add_bos, 0, &all_tokens, &n_all, &e);
             qx_tokenizer_free(&tk);
             if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-            if (n_all < 2) { free(all_tokens); rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: too short (fewer than 2 tokens)", text); goto done; }
-            T = n_all < n_tokens ? n_all : n_tokens;
+            if (n_all < 2) { free(all_tokens); rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: too short (fewer than 2 tokens)", o.text); goto done; }
+            T = n_all < o.tokens ? n_all : o.tokens;
             tokens = all_tokens;
         } else {
             quarot_rng rng;
-            tokens = (int32_t*)malloc((size_t)n_tokens * sizeof(int32_t));
+            tokens = (int32_t*)malloc((size_t)o.tokens * sizeof(int32_t));
             if (!tokens) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-            quarot_rng_seed(&rng, (uint64_t)seed);
+            quarot_rng_seed(&rng, (uint64_t)o.rot.seed);
             tokens[0] = 1;   /* BOS in llama2.c / LLaMA vocabularies */
-            for (i = 1; i < n_tokens; ++i) tokens[i] = (int32_t)(quarot_rng_u64(&rng) % (uint64_t)s.config.vocab);
+            for (i = 1; i < o.tokens; ++i) tokens[i] = (int32_t)(quarot_rng_u64(&rng) % (uint64_t)s.config.vocab);
             if (s.config.vocab < 2) tokens[0] = 0;
-            T = n_tokens;
+            T = o.tokens;
         }
     }
 
-    print_config(&s, path);
-    print_tensors(&s, all);
+    print_config(&s, o.model);
+    print_tensors(&s, o.all_tensors);
     {
         int64_t hd = s.config.head_dim ? s.config.head_dim : s.config.hidden / s.config.n_heads;
         printf("\nhadamard constructions (H_n = H_K (x) H_2^m; transform cost n*m + K*n adds per row):\n");
@@ -426,7 +402,7 @@ int qx_cmd_inspect(int argc, char** argv) {
         }
         printf("  => quarot rotate: %s; with --online --r3: %s\n", offline_ok ? "ok" : "fails", online_ok ? "ok" : "fails");
     }
-    if (no_stats) goto done;
+    if (o.no_stats) goto done;
 
     /* The rotated copy: default QuaRot with online hooks, in memory. */
     {
@@ -436,22 +412,22 @@ int qx_cmd_inspect(int argc, char** argv) {
         qx_cli_phase(&cli);
         if ((r = qx_store_clone(&s, &rot)) != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
         memset(&d, 0, sizeof d);
-        d.seed = (uint64_t)seed;
+        d.seed = (uint64_t)o.rot.seed;
         d.online = online_ok;   /* where the online rotations cannot be built, R1 + R2 only (as rotate would) */
         d.online_out = &hooks;
         qx_model_bind(&m, &b, &rot);
         r = quarot_rotate_model(&m, &d);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: cannot rotate: %s", path, m.error); goto done; }
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: cannot rotate: %s", o.model, m.error); goto done; }
         qx_model_sync(&m, &rot);
     }
     if ((r = collect(&s, NULL, tokens, T, &before, &e)) != QUAROT_OK ||
         (r = collect(&rot, &hooks, tokens, T, &after, &e)) != QUAROT_OK) {
-        rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", path, e.msg);
+        rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", o.model, e.msg);
         goto done;
     }
     qx_cli_progress_end(&cli, "statistics");
     printf("\nactivation outliers: %lld tokens (%s); per site: max |x|, max/median of per-channel max |x|, kurtosis\n",
-           (long long)T, text ? text : "random ids");
+           (long long)T, o.text ? o.text : "random ids");
     printf("  original, and after QuaRot (R1 + R2 folded%s)\n", online_ok ? ", online down_proj and o_proj Hadamard" : "; no online rotation: see above");
     printf("  %-5s %-11s %10s %9s %9s   %10s %9s %9s\n", "layer", "site", "max", "max/med", "kurt", "rot max", "max/med", "kurt");
     for (i = 0; i < L; ++i) {

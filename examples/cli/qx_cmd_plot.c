@@ -17,6 +17,7 @@
 #include "support/qx_threads.h"
 #include "formats/qx_load.h"
 #include "support/qx_str.h"
+#include "cli/qx_opts.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,43 +26,63 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void plot_usage(FILE* f) {
-    fprintf(f,
-        "usage: quarot plot MODEL --text FILE -o OUT.svg [options]\n"
-        "\n"
-        "Draws the QuaRot picture: the largest |activation| of every channel at one layer input, before\n"
-        "rotation and after QuaRot (R1/R2 folded, online Hadamard rotations run in the forward pass), as\n"
-        "two panels on the same y scale, with the max/median channel ratio of each. The activations are\n"
-        "captured in FP32 over the first --tokens tokens of the text (one window from BOS).\n"
-        "\n"
-        "options:\n"
-        "  --text FILE         text whose first tokens drive the model (required unless --tokens FILE)\n"
-        "  -o, --output FILE   the SVG to write (required); written to a temporary and renamed\n"
-        "  --layer N           decoder layer (default 1; 0 when the model has one layer)\n"
-        "  --site q|down       q: the q/k/v input (after the input norm; default); down: the down_proj\n"
-        "                      input (after the online Hadamard in the rotated model)\n"
-        "  --tokens N          tokens to run (default 256, at most the model's context)\n"
-        "  --tokens FILE       (not a number) token ids instead of --text: whitespace separated or a JSON\n"
-        "                      array, after the tokenizer's BOS when one is found\n"
-        "  --tokenizer FILE    GGUF, tokenizer.json or llama2.c tokenizer.bin; default: the model's own\n"
-        "                      (GGUF metadata, tokenizer.json or tok*.bin beside it; quarot tokenize --help)\n"
-        QX_CLI_HOOKS_HELP
-        "  --log               logarithmic y axis (default linear)\n"
-        "  --seed N            seed of the random Hadamard signs (default 0)\n"
-        "  --strict            a rotation fallback is an error instead of a warning (as quarot rotate: blocks\n"
-        "                      smaller than 64, e.g. hidden 90 would get 45 blocks of 2x2)\n"
-        "  --threads N         threads for the forward pass (default: every core; same results for any N)\n"
-        "  --force             replace an existing output file\n"
-        "  --quiet             no progress on stderr\n"
-        "  --help              this text\n"
-        "\n"
-        "stdout gets one line per panel (max, median, ratio, the largest channel) and the output path.\n"
-        "Memory (layer-wise, as quarot eval): MODEL stays mapped in its stored dtype, QuaRot's rotation goes\n"
-        "layer by layer through a temporary file in $TMPDIR, and the forward pass holds one decoder layer\n"
-        "in f32 at a time (plus the embeddings and lm_head); stderr reports the peak resident set.\n"
-        "Exit codes: 0 ok, 1 usage, 2 input, 3 output (exists without --force, cannot write), 4 cannot\n"
-        "run as asked (layer out of range, text too short), 5 internal.\n");
+typedef struct plot_opts {
+    const char *model, *text, *output, *tokens_file;
+    int64_t layer, tokens;
+    int site, log_scale;
+    qx_opts_common c;
+    qx_opts_input in;
+    qx_opts_rotation rot;
+} plot_opts;
+
+/* --tokens N (how many tokens to run) or --tokens FILE (token ids): a number is N */
+static int parse_tokens(qx_cli* cli, const qx_opt* o, const char* name, const char* v, void* base) {
+    plot_opts* p = (plot_opts*)base;
+    (void)o;
+    if (v[0] >= '0' && v[0] <= '9' && strspn(v, "0123456789") == strlen(v)) return qx_cli_int(cli, name, v, 2, 1 << 20, &p->tokens);
+    p->tokens_file = v;
+    return 1;
 }
+
+static const qx_opt_choice plot_sites[] = {{"q", 0}, {"down", 1}, {NULL, 0}};
+
+static const qx_opt plot_table[] = {
+    {QX_OPT_STRING, "--text", .arg = "FILE", QX_AT(plot_opts, text),
+     .help = "text whose first tokens drive the model (required unless --tokens FILE)"},
+    {QX_OPT_STRING, "--output", "-o", .arg = "FILE", QX_AT(plot_opts, output),
+     .help = "the SVG to write (required); written to a temporary and renamed"},
+    {QX_OPT_INT, "--layer", .arg = "N", QX_AT(plot_opts, layer), .lo = 0, .hi = 1 << 20, .def = "1; 0 when the model has one layer",
+     .help = "decoder layer"},
+    {QX_OPT_CHOICE, "--site", QX_AT(plot_opts, site), .choices = plot_sites, .bad = "is neither q nor down", .def = "q",
+     .help = "q: the q/k/v input (after the input norm); down: the down_proj input (after the online Hadamard in the rotated "
+             "model)"},
+    {QX_OPT_CUSTOM, "--tokens", .arg = "N|FILE", .fn = parse_tokens, .def = "256",
+     .help = "a number: tokens to run (at most the model's context); anything else: a file of token ids instead of --text, "
+             "whitespace separated or a JSON array, after the tokenizer's BOS when one is found"},
+    {QX_OPT_FLAG, "--log", QX_AT(plot_opts, log_scale), .def = "linear", .help = "logarithmic y axis"},
+    {QX_OPT_END}
+};
+static const qx_opt_group plot_group = {"options:", plot_table, NULL};
+
+const qx_opts_cmd qx_cmd_plot_spec = {
+    .name = "plot",
+    .synopsis = "MODEL --text FILE -o OUT.svg [options]",
+    .about = "Draws the QuaRot picture: the largest |activation| of every channel at one layer input, before\n"
+             "rotation and after QuaRot (R1/R2 folded, online Hadamard rotations run in the forward pass), as\n"
+             "two panels on the same y scale, with the max/median channel ratio of each. The activations are\n"
+             "captured in FP32 over the first --tokens tokens of the text (one window from BOS).\n",
+    .operands = {{"MODEL", offsetof(plot_opts, model)}},
+    .uses = {{&plot_group, 0, 0, NULL},
+             {&qx_opts_input_group, offsetof(plot_opts, in), QX_INPUT_TOKENIZER | QX_INPUT_HOOKS, NULL},
+             {&qx_opts_rotation_group, offsetof(plot_opts, rot), QX_ROTATION_SEED | QX_ROTATION_STRICT, NULL},
+             {&qx_opts_common_group, offsetof(plot_opts, c), QX_COMMON_THREADS | QX_COMMON_QUIET_Q | QX_COMMON_FORCE_F, NULL}},
+    .epilog = "stdout gets one line per panel (max, median, ratio, the largest channel) and the output path.\n"
+              "Memory (layer-wise, as quarot eval): MODEL stays mapped in its stored dtype, QuaRot's rotation goes\n"
+              "layer by layer through a temporary file in $TMPDIR, and the forward pass holds one decoder layer\n"
+              "in f32 at a time (plus the embeddings and lm_head); stderr reports the peak resident set.\n"
+              "Exit codes: 0 ok, 1 usage, 2 input, 3 output (exists without --force, cannot write), 4 cannot\n"
+              "run as asked (layer out of range, text too short), 5 internal.\n",
+};
 
 /* Per-channel max |x| of one linear input, accumulated over every capture call. */
 typedef struct plot_capture {
@@ -250,12 +271,11 @@ static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double
 
 int qx_cmd_plot(int argc, char** argv) {
     qx_cli cli;
-    const char *model_path = NULL, *text_path = NULL, *out_path = NULL, *tok_opt = NULL, *v = NULL, *site = "q", *tokens_path = NULL;
-    const char* hooks_opt = NULL;   /* --hooks FILE */
-    int64_t layer = -1, n_tok_want = 256, seed = 0, threads = 0;
+    plot_opts o;
+    const char* site;
     qx_pool* pool = NULL;
     quarot_env penv;
-    int quiet = 0, log_scale = 0, force = 0, i, rc = QX_EXIT_OK, strict = 0, n_dims = 0;
+    int i, rc = QX_EXIT_OK, n_dims = 0;
     qx_rotcheck_dim dims[8];   /* what QuaRot builds here (no silent fallbacks) */
     qx_store model, rot;
     quarot_online_list hooks;
@@ -275,89 +295,58 @@ int qx_cmd_plot(int argc, char** argv) {
 
     qx_cli_init(&cli, "plot", 0);
     memset(cap, 0, sizeof cap);
-    for (i = 1; i < argc; ++i) {
-        const char* a = argv[i];
-        int got;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { plot_usage(stdout); return QX_EXIT_OK; }
-        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) { quiet = 1; continue; }
-        if (strcmp(a, "--log") == 0) { log_scale = 1; continue; }
-        if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
-        if (strcmp(a, "--force") == 0 || strcmp(a, "-f") == 0) { force = 1; continue; }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one MODEL; see quarot plot --help)", a);
-            model_path = a;
-            continue;
-        }
-#define PLOT_OPT(name) ((got = qx_cli_opt(&cli, argc, argv, &i, name, &v)) < 0 ? -1 : got)
-        if ((got = PLOT_OPT("--text")) != 0) { if (got < 0) return QX_EXIT_USAGE; text_path = v; }
-        else if ((got = PLOT_OPT("-o")) != 0 || (got = PLOT_OPT("--output")) != 0) { if (got < 0) return QX_EXIT_USAGE; out_path = v; }
-        else if ((got = PLOT_OPT("--tokenizer")) != 0) { if (got < 0) return QX_EXIT_USAGE; tok_opt = v; }
-        else if ((got = PLOT_OPT("--hooks")) != 0) { if (got < 0) return QX_EXIT_USAGE; hooks_opt = v; }
-        else if ((got = PLOT_OPT("--layer")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--layer", v, 0, 1 << 20, &layer)) return QX_EXIT_USAGE; }
-        else if ((got = PLOT_OPT("--tokens")) != 0) {
-            /* a number: how many tokens to run (as before); anything else: a file of token ids */
-            if (got < 0) return QX_EXIT_USAGE;
-            if (v[0] >= '0' && v[0] <= '9' && strspn(v, "0123456789") == strlen(v)) {
-                if (!qx_cli_int(&cli, "--tokens", v, 2, 1 << 20, &n_tok_want)) return QX_EXIT_USAGE;
-            } else {
-                tokens_path = v;
-            }
-        }
-        else if ((got = PLOT_OPT("--seed")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
-        else if ((got = PLOT_OPT("--threads")) != 0) { if (got < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
-        else if ((got = PLOT_OPT("--site")) != 0) {
-            if (got < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "q") != 0 && strcmp(v, "down") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--site: '%s' is neither q nor down", v);
-            site = v;
-        }
-        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot plot --help)", a);
-#undef PLOT_OPT
-    }
-    cli.quiet = quiet;
-    if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot plot MODEL --text FILE -o OUT.svg; see --help)");
-    if (!text_path && !tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot plot --help)");
-    if (text_path && tokens_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the tokens: choose one");
-    if (tokens_path) text_path = tokens_path;
-    if (!out_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o OUT.svg given (see quarot plot --help)");
-    if (stat(out_path, &sb) == 0 && !force)
-        return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists (pass --force to replace it)", out_path);
+    memset(&o, 0, sizeof o);
+    o.layer = -1;
+    o.tokens = 256;
+    qx_opts_rotation_init(&o.rot);
+    if ((rc = qx_opts_parse(&qx_cmd_plot_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
+    rc = QX_EXIT_OK;
+    cli.quiet = o.c.quiet;
+    site = qx_opt_word(plot_sites, o.site);
+    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot plot MODEL --text FILE -o OUT.svg; see --help)");
+    if (!o.text && !o.tokens_file) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot plot --help)");
+    if (o.text && o.tokens_file) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the tokens: choose one");
+    if (o.tokens_file) o.text = o.tokens_file;
+    if (!o.output) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o OUT.svg given (see quarot plot --help)");
+    if (stat(o.output, &sb) == 0 && !o.c.force)
+        return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists (pass --force to replace it)", o.output);
     {
-        FILE* tf = fopen(text_path, "rb");
-        if (!tf) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", text_path, strerror(errno));
+        FILE* tf = fopen(o.text, "rb");
+        if (!tf) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o.text, strerror(errno));
         fclose(tf);
     }
 
     memset(&lo, 0, sizeof lo);
-    r = qx_load_model(model_path, &lo, &model, &e);
+    r = qx_load_model(o.model, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
-    if (threads == 0) threads = qx_cpu_count();
-    if (threads > 1) pool = qx_pool_create((int)threads);
+    if (o.c.threads == 0) o.c.threads = qx_cpu_count();
+    if (o.c.threads > 1) pool = qx_pool_create((int)o.c.threads);
     qx_pool_env(pool, &penv);
     have_model = 1;
     quarot_online_list_init(&hooks, NULL);
     memset(&tok, 0, sizeof tok);
-    if ((rc = qx_cli_model_hooks(&cli, &model, model_path, hooks_opt)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
+    if ((rc = qx_cli_model_hooks(&cli, &model, o.model, o.in.hooks)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
     {   /* QuaRot as qx_ek_quarot builds it: R1 + R2 Hadamard, online hooks */
         qx_rotcheck_opts rco;
         memset(&rco, 0, sizeof rco);
         rco.online = 1;
-        if ((rc = qx_rotcheck_cli(&cli, model_path, NULL, &model.config, &rco, strict, dims, 8, &n_dims)) != QX_EXIT_OK) goto done;
+        if ((rc = qx_rotcheck_cli(&cli, o.model, NULL, &model.config, &rco, o.rot.strict, dims, 8, &n_dims)) != QX_EXIT_OK) goto done;
     }
-    if (layer < 0) layer = model.config.n_layers > 1 ? 1 : 0;
-    if (layer >= model.config.n_layers) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--layer %lld: the model has %lld layers (0..%lld)", (long long)layer,
+    if (o.layer < 0) o.layer = model.config.n_layers > 1 ? 1 : 0;
+    if (o.layer >= model.config.n_layers) {
+        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--layer %lld: the model has %lld layers (0..%lld)", (long long)o.layer,
                          (long long)model.config.n_layers, (long long)model.config.n_layers - 1);
         goto done;
     }
-    if (model.config.max_seq > 0 && n_tok_want > model.config.max_seq) n_tok_want = model.config.max_seq;
-    r = qx_tokenizer_for_model(&tok, model_path, tok_opt, model.config.vocab, tok_path, sizeof tok_path, &e);
-    if (r != QUAROT_OK && (!tokens_path || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    if (model.config.max_seq > 0 && o.tokens > model.config.max_seq) o.tokens = model.config.max_seq;
+    r = qx_tokenizer_for_model(&tok, o.model, o.in.tokenizer, model.config.vocab, tok_path, sizeof tok_path, &e);
+    if (r != QUAROT_OK && (!o.tokens_file || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
     have_tok = r == QUAROT_OK;
-    if (tokens_path) {
+    if (o.tokens_file) {
         /* [BOS when the tokenizer adds one] + the ids of the file */
         int32_t* ids = NULL;
         int64_t n_ids = 0, bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
-        r = qx_tokens_read(tokens_path, model.config.vocab, &ids, &n_ids, &e);
+        r = qx_tokens_read(o.tokens_file, model.config.vocab, &ids, &n_ids, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
         toks = (int32_t*)malloc((size_t)(n_ids + 1) * sizeof *toks);
         if (!toks) { free(ids); rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
@@ -367,31 +356,31 @@ int qx_cmd_plot(int argc, char** argv) {
         n_toks += n_ids;
         free(ids);
     } else {
-        r = qx_ek_read_file(text_path, &text, &text_len, &e);
+        r = qx_ek_read_file(o.text, &text, &text_len, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
         /* [BOS] + the text's first tokens; only as much text as needed is encoded (a generous prefix) */
         {
-            size_t take = text_len, want_bytes = (size_t)n_tok_want * 64 + 64;
+            size_t take = text_len, want_bytes = (size_t)o.tokens * 64 + 64;
             int64_t capn;
             if (take > want_bytes) take = want_bytes;
             capn = qx_tokenizer_max_tokens(take);
             toks = (int32_t*)malloc((size_t)capn * sizeof *toks);
             if (!toks) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
             r = qx_tokenizer_encode(&tok, text, take, tok.add_bos, 0, toks, capn, &n_toks, &e);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", text_path, e.msg); goto done; }
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.text, e.msg); goto done; }
         }
     }
-    if (n_toks < 2) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no text to run", text_path); goto done; }
-    T = n_toks < n_tok_want ? n_toks : n_tok_want;
+    if (n_toks < 2) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no text to run", o.text); goto done; }
+    T = n_toks < o.tokens ? n_toks : o.tokens;
 
-    r = qx_ek_quarot(&model, (uint64_t)seed, 0, &rot, &hooks, recipe, sizeof recipe, NULL, NULL, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", model_path, e.msg); goto done; }
+    r = qx_ek_quarot(&model, (uint64_t)o.rot.seed, 0, &rot, &hooks, recipe, sizeof recipe, NULL, NULL, &e);
+    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.model, e.msg); goto done; }
     have_rot = 1;
 
     /* capture the chosen input in both models (FP32; the rotated one with its online hooks) */
     for (i = 0; i < 2; ++i) {
         qx_ek_forward ef;
-        cap[i].layer = layer;
+        cap[i].layer = o.layer;
         cap[i].suffix = strcmp(site, "q") == 0 ? "q_proj.weight" : "down_proj.weight";
         cap[i].suffix2 = strcmp(site, "q") == 0 ? NULL : "fc2.weight";
         r = qx_ek_forward_init_env(&ef, i ? &rot : &model, i ? &hooks : NULL, NULL, on_capture, &cap[i], &penv, &e);
@@ -400,9 +389,9 @@ int qx_cmd_plot(int argc, char** argv) {
             if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
             qx_ek_forward_free(&ef);
         }
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", model_path, e.msg); goto done; }
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", o.model, e.msg); goto done; }
         if (cap[i].bad || !cap[i].cmax) {
-            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no %s input captured in layer %lld", model_path, site, (long long)layer);
+            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no %s input captured in layer %lld", o.model, site, (long long)o.layer);
             goto done;
         }
         if (!stats_of(cap[i].cmax, cap[i].n, &st[i])) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
@@ -410,8 +399,8 @@ int qx_cmd_plot(int argc, char** argv) {
 
     /* the SVG, into a temporary beside the output, then renamed */
     {
-        const char* slash = strrchr(model_path, '/');
-        const char* mname = slash && slash[1] ? slash + 1 : model_path;
+        const char* slash = strrchr(o.model, '/');
+        const char* mname = slash && slash[1] ? slash + 1 : o.model;
         char esc_model[512], title[1024], sub[1024];
         const char* site_text = strcmp(site, "q") == 0 ? "q/k/v input (after input_layernorm)" : "down_proj input";
         plot_axes ax;
@@ -419,9 +408,9 @@ int qx_cmd_plot(int argc, char** argv) {
         FILE* f;
         size_t k;
         float gmin = INFINITY;
-        snprintf(tmp_path, sizeof tmp_path, "%s.tmpXXXXXX", out_path);
+        snprintf(tmp_path, sizeof tmp_path, "%s.tmpXXXXXX", o.output);
         tmp_fd = mkstemp(tmp_path);
-        if (tmp_fd < 0) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot create a temporary beside it: %s", out_path, strerror(errno)); goto done; }
+        if (tmp_fd < 0) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot create a temporary beside it: %s", o.output, strerror(errno)); goto done; }
         {
             mode_t um = umask(0);   /* mkstemp makes 0600; give the file the usual 0666 & ~umask */
             umask(um);
@@ -433,8 +422,8 @@ int qx_cmd_plot(int argc, char** argv) {
         xml_escape(esc_model, sizeof esc_model, mname);
         /* same y scale for both panels */
         memset(&ax, 0, sizeof ax);
-        ax.log = log_scale;
-        if (log_scale) {
+        ax.log = o.log_scale;
+        if (o.log_scale) {
             for (i = 0; i < 2; ++i)
                 for (k = 0; k < (size_t)cap[i].n; ++k)
                     if (cap[i].cmax[k] > 0 && cap[i].cmax[k] < gmin) gmin = cap[i].cmax[k];
@@ -446,10 +435,10 @@ int qx_cmd_plot(int argc, char** argv) {
             double step = nice_step(gmax > 0 ? gmax : 1.0, 5);
             ax.ymax = ceil((gmax > 0 ? gmax : 1.0) / step - 1e-9) * step;
         }
-        snprintf(title, sizeof title, "%s: layer %lld %s, per-channel max |activation| over %lld tokens", esc_model, (long long)layer,
+        snprintf(title, sizeof title, "%s: layer %lld %s, per-channel max |activation| over %lld tokens", esc_model, (long long)o.layer,
                  site_text, (long long)T);
         snprintf(sub, sizeof sub, "before rotation vs. after QuaRot (random Hadamard R1%s, seed %lld; online Hadamard before down_proj). Same y scale in both panels.",
-                 model.config.n_heads > 0 ? " + R2" : "", (long long)seed);
+                 model.config.n_heads > 0 ? " + R2" : "", (long long)o.rot.seed);
         fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
         fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
                 W, H, W, H);
@@ -472,17 +461,17 @@ int qx_cmd_plot(int argc, char** argv) {
             unlink(tmp_path);
             goto done;
         }
-        if (rename(tmp_path, out_path) != 0) {
-            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot rename the temporary into place: %s", out_path, strerror(errno));
+        if (rename(tmp_path, o.output) != 0) {
+            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot rename the temporary into place: %s", o.output, strerror(errno));
             unlink(tmp_path);
             goto done;
         }
     }
-    printf("layer %lld %s input, %lld channels, %lld tokens\n", (long long)layer, site, (long long)cap[0].n, (long long)T);
+    printf("layer %lld %s input, %lld channels, %lld tokens\n", (long long)o.layer, site, (long long)cap[0].n, (long long)T);
     printf("before rotation: max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[0].max, (long long)st[0].argmax, st[0].median, st[0].ratio);
     printf("after QuaRot:    max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[1].max, (long long)st[1].argmax, st[1].median, st[1].ratio);
     qx_rotcheck_summary("QuaRot: ", dims, n_dims);
-    printf("wrote %s\n", out_path);
+    printf("wrote %s\n", o.output);
     fflush(stdout);
     qx_cli_info(&cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());
 

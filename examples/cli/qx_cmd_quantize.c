@@ -27,15 +27,16 @@
 #include "pipeline/qx_rotate_file.h"
 #include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tokenizer.h"
+#include "tokenizer/qx_tok_write.h"
 #include "eval/qx_wquant.h"
 #include "formats/qx_load.h"
 #include "support/qx_str.h"
+#include "cli/qx_opts.h"
 
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 enum { QZ_GGUF = 1, QZ_PACKED = 2 };
 
@@ -230,61 +231,6 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
     return QUAROT_OK;
 }
 
-/* ---- llama.cpp's tokenizer keys from a llama2.c tokenizer.bin ---- */
-
-static void qz_gstr(qx_sb* b, const char* s, size_t n) { qx_sb_le(b, n, 8); qx_sb_put(b, s, n); }
-static void qz_gkey(qx_sb* b, const char* key, uint32_t type) { qz_gstr(b, key, strlen(key)); qx_sb_le(b, type, 4); }
-
-/* Appends to kv (a "gguf.kv" blob: u64 count + pairs) the tokenizer.ggml.* pairs of llama.cpp's
-   sentencepiece ("llama") vocabulary: the pieces with llama2.c's ' ' turned back into U+2581, ids 0,
-   1, 2 as <unk>, <s>, </s> (llama2.c's export spells the last two "\n<s>\n" / "\n</s>\n"), token
-   types 2 unknown, 3 control, 6 byte (<0xXX>), 1 normal, and the scores. */
-static void qz_tokenizer_kv(qx_sb* kv, const qx_tokenizer* t) {
-    uint64_t count = 0;
-    int k;
-    int32_t i;
-    for (k = 0; k < 8; ++k) count |= (uint64_t)(unsigned char)kv->p[k] << (8 * k);
-    qz_gkey(kv, "tokenizer.ggml.model", QX_GGUF_STRING); qz_gstr(kv, "llama", 5);
-    qz_gkey(kv, "tokenizer.ggml.pre", QX_GGUF_STRING); qz_gstr(kv, "default", 7);
-    qz_gkey(kv, "tokenizer.ggml.tokens", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_STRING, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        const char* p = t->pieces[i];
-        qx_sb piece;
-        int32_t j;
-        memset(&piece, 0, sizeof piece);
-        if (i == 0) qx_sb_puts(&piece, "<unk>");
-        else if (i == 1) qx_sb_puts(&piece, "<s>");
-        else if (i == 2) qx_sb_puts(&piece, "</s>");
-        else
-            for (j = 0; j < t->lens[i]; ++j) {
-                if (p[j] == ' ') qx_sb_put(&piece, "\xe2\x96\x81", 3);
-                else qx_sb_put(&piece, p + j, 1);
-            }
-        qz_gstr(kv, piece.p ? piece.p : "", piece.len);
-        qx_sb_free(&piece);
-    }
-    qz_gkey(kv, "tokenizer.ggml.scores", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_F32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        uint32_t u;
-        memcpy(&u, &t->scores[i], 4);
-        qx_sb_le(kv, u, 4);
-    }
-    qz_gkey(kv, "tokenizer.ggml.token_type", QX_GGUF_ARRAY); qx_sb_le(kv, QX_GGUF_I32, 4); qx_sb_le(kv, (uint64_t)t->vocab_size, 8);
-    for (i = 0; i < t->vocab_size; ++i) {
-        const char* p = t->pieces[i];
-        int byte = t->lens[i] == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>';
-        qx_sb_le(kv, i == 0 ? 2u : i <= 2 ? 3u : byte ? 6u : 1u, 4);
-    }
-    qz_gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx_sb_le(kv, 1, 4);
-    qz_gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx_sb_le(kv, 2, 4);
-    qz_gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx_sb_le(kv, 0, 4);
-    qz_gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx_sb_le(kv, 1, 1);
-    qz_gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx_sb_le(kv, 0, 1);
-    count += 10;
-    if (!kv->failed)
-        for (k = 0; k < 8; ++k) kv->p[k] = (char)(count >> (8 * k));
-}
-
 /* Bytes the online hook text will about take (so the packed header rarely has to move the data):
    a line per hook, and a table of K*(K+1) characters for each odd Hadamard order K (the odd part of
    the intermediate size, the head count and the head size). */
@@ -316,7 +262,7 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         memset(&gen, 0, sizeof gen);
         k->permute = !c->rope_interleaved;
         r = gp && bt ? qx_gguf_kv_from_config(s, &gen, e) : QUAROT_ERR_OUT_OF_MEMORY;
-        if (!kv && r == QUAROT_OK && k->tok) qz_tokenizer_kv(&gen, k->tok);
+        if (!kv && r == QUAROT_OK && k->tok) r = qx_tokenizer_write_gguf_kv(k->tok, "default", &gen, k->path, e);
         if (!kv && gen.failed) r = QUAROT_ERR_OUT_OF_MEMORY;
         if (!kv) { kv = gen.p; kv_len = gen.len; }
         for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {
@@ -668,16 +614,8 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
     r = qx_wq_quantize(q, &wo, wst, e);
     k->staged = NULL;
     if (r != QUAROT_OK) return r;
-    pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+    pl = qx_store_plan(q, QUAROT_DTYPE_F32, 1);
     if (!pl) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (j = 0; j < n; ++j) {
-        int d;
-        pl[j].name = q->items[j].name;
-        pl[j].dtype = QUAROT_DTYPE_F32;
-        memcpy(pl[j].ne, q->items[j].t.ne, sizeof pl[j].ne);
-        pl[j].n_dims = 1;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-    }
     r = qz_begin(k, q, pl, n, e);
     free(pl);
     for (j = 0; j < n && r == QUAROT_OK; ++j) r = qz_put(k, q->items[j].name, &q->items[j].t, e);
@@ -688,72 +626,137 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
 
 /* ---- the command ---- */
 
-static void quantize_usage(FILE* f) {
-    fputs(
-        "usage: quarot quantize IN OUT [options]\n"
-        "\n"
-        "Rotate the checkpoint IN as `quarot rotate` does and quantize its decoder linears (q/k/v/o,\n"
-        "gate/up/down) to integers, writing OUT in one of two forms:\n"
-        "  OUT.gguf          llama.cpp GGUF with ggml's own Q4_0 (--bits 4, default) or Q8_0 (--bits 8)\n"
-        "                    blocks of 32 (f16 scale, codes); rows whose length is not a multiple of 32 stay\n"
-        "                    F16, as llama.cpp does. No online rotation: R1 + R2 folded and the norms fused,\n"
-        "                    so stock llama.cpp runs the file (a GGUF input keeps its tokenizer keys; from\n"
-        "                    llama2.c the tokenizer.bin beside IN is embedded).\n"
-        "  OUT.safetensors   the quarot-packed W4A4 format for engines (README \"Packed W4A4 format\"):\n"
-        "                    int codes two per byte (low nibble first), f16/f32 scales (and zeros), the\n"
-        "                    activation / KV settings and the online hook list in __metadata__.\n"
-        "Everything else (embeddings, norms, lm_head) is kept: matrices in --dtype, vectors in f32.\n"
-        "\n"
-        "options:\n"
-        "  --format gguf|packed  output form (default: from OUT's extension)\n"
-        "  --bits N              weight bits: GGUF 4 (Q4_0) or 8 (Q8_0); packed 2..8 (default 4)\n"
-        "  --group-size N        GGUF: 32 only (ggml's block); packed: 0 = per output channel (default) or\n"
-        "                        N dividing every quantized row\n"
-        "  --asym, --w-asym      packed: asymmetric weights (zero points); GGUF's blocks are symmetric\n"
-        "  --w-clip              weight clip search: per group (or channel) the ratio 1.00..0.21 minimizing\n"
-        "                        sum |Q(w)-w|^2.4 (QuaRot's --w_clip); also inside GPTQ\n"
-        "  --w-quant rtn|gptq    weight quantizer (default rtn). gptq: GPTQ per linear on Hessians of\n"
-        "                        --calib-text, run through the rotated model with its online hooks, layer by\n"
-        "                        layer, each layer calibrated on the quantized layers before it (QuaRot's\n"
-        "                        sequential mode; quarot eval --w-quant gptq computes the same weights). GGUF:\n"
-        "                        groups of 32, so the codes are ggml's blocks; rows not whole blocks stay F16.\n"
-        "                        Holds the rotated model in memory in f32. A linear no calibration row reaches\n"
-        "                        (all-zero Hessian) is quantized by RTN instead, and the summary says so.\n"
-        "  --calib-text FILE     GPTQ calibration text (.txt or .jsonl) [--cal_dataset], the model's tokenizer\n"
-        "                        (or --tokenizer), stream windowing\n"
-        "  --nsamples N          calibration windows (default 128) [--nsamples]\n"
-        "  --seq-len N           tokens per window (default 2048 or the model's context if shorter) [--seqlen]\n"
-        "  --percdamp R          damping, fraction of the mean Hessian diagonal (default 0.01) [--percdamp];\n"
-        "                        a failed Cholesky factorization retries with 10x and 100x that\n"
-        "  --act-order           columns by descending Hessian diagonal [--act_order]; with groups, static\n"
-        "                        groups (scales from the original weights, codes in the natural layout)\n"
-        , f);
-    fputs(
-        "  --scale-dtype f16|f32 packed: dtype of the scales (default f16)\n"
-        "  --dtype f16|f32       matrices left unquantized (default f16)\n"
-        "  --quantize-embeddings also the embeddings and lm_head (llama.cpp quantizes them too)\n"
-        "  --tokenizer FILE      GGUF from llama2.c / safetensors: the llama2.c tokenizer.bin to embed as\n"
-        "                        tokenizer.ggml.* (default: tok<vocab>.bin / tokenizer.bin beside IN)\n"
-        "  recorded in the packed file for the engine (QuaRot's flag in brackets):\n"
-        "  --a-bits N            activation bits, 16 = none (default 4) [--a_bits]\n"
-        "  --a-group-size N      [--a_groupsize]   --a-asym [--a_asym]   --a-clip R [--a_clip_ratio] (default 1)\n"
-        "  --kv-bits N           --k-bits / --v-bits N (default 16 = none) [--k_bits --v_bits]\n"
-        "  --k-group-size N / --v-group-size N, --k-asym / --v-asym (default on), --k-clip / --v-clip R\n"
-        "  rotation (as quarot rotate):\n"
-        "  --rotation KIND       hadamard (default), random, adapt (with --context FILE), none (quantize the\n"
-        "                        model as it is: the baseline)\n"
-        "  --seed N, --block-size N, --no-r2, --max-tp-size N, --context FILE\n"
-        "  --no-online           packed: no online rotations (default: QuaRot's down_proj / o_proj hooks, and\n"
-        "                        q/k after RoPE when --k-bits/--v-bits < 16)\n"
-        "  --dry-run             print what each tensor would become; write nothing\n"
-        "  --force               replace an existing OUT\n"
-        "  --quiet               no progress on stderr\n"
-        "\n"
-        "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|\n"
-        "(GPTQ: also the calibration output error against RTN's); progress per layer and per linear (GPTQ's\n"
-        "loss) on stderr. OUT appears only when complete. Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4\n"
-        "cannot quantize as asked (e.g. calibration text too short for --nsamples), 5 internal.\n", f);
+typedef struct quantize_opts {
+    const char *in, *out, *tokenizer;
+    int format, scale_dtype, plain_dtype, quant_embeddings, dry;
+    int64_t bits, group, nsamples, seq_len;
+    double percdamp;
+    int64_t a_bits, k_bits, v_bits, a_group, k_group, v_group;
+    double a_clip;
+    int group_given, gptq_given, k_given, v_given;
+    qx_opts_common c;
+    qx_opts_rotation rot;
+    qx_opts_quant q;
+    qx_opts_gptq g;
+} quantize_opts;
+
+static int check_wbits(qx_cli* cli, const qx_opt* o, const char* name, const char* v, void* base) {
+    int64_t x = *(int64_t*)((char*)base + o->off);
+    (void)v;
+    if (x < 2 || x > 8) return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: %lld is outside 2..8", name, (long long)x), 0;
+    return 1;
 }
+
+static int bits_ok(qx_cli* cli, const char* name, int64_t x) {
+    if ((x < 2 || x > 8) && x != 16) return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: %lld is outside 2..8 (16 = not quantized)", name, (long long)x), 0;
+    return 1;
+}
+
+static int check_bits(qx_cli* cli, const qx_opt* o, const char* name, const char* v, void* base) {
+    (void)v;
+    return bits_ok(cli, name, *(int64_t*)((char*)base + o->off));
+}
+
+/* --kv-bits N: --k-bits N --v-bits N */
+static int parse_kv_bits(qx_cli* cli, const qx_opt* o, const char* name, const char* v, void* base) {
+    quantize_opts* q = (quantize_opts*)base;
+    int64_t x;
+    (void)o;
+    if (!qx_cli_int(cli, name, v, INT64_MIN, INT64_MAX, &x) || !bits_ok(cli, name, x)) return 0;
+    q->k_bits = q->v_bits = x;
+    q->k_given = q->v_given = 1;
+    return 1;
+}
+
+static const qx_opt_choice qz_formats[] = {{"gguf", QZ_GGUF}, {"packed", QZ_PACKED}, {NULL, 0}};
+static const qx_opt_choice qz_dtypes[] = {{"f16", QUAROT_DTYPE_F16}, {"f32", QUAROT_DTYPE_F32}, {NULL, 0}};
+
+static const qx_opt quantize_table[] = {
+    {QX_OPT_CHOICE, "--format", QX_AT(quantize_opts, format), .choices = qz_formats, .def = "from OUT's extension", .help = "output form"},
+    {QX_OPT_INT, "--bits", .arg = "N", QX_AT(quantize_opts, bits), .lo = INT64_MIN, .hi = INT64_MAX, .fn = check_wbits, .def = "4",
+     .help = "weight bits: GGUF 4 (Q4_0) or 8 (Q8_0); packed 2..8"},
+    {QX_OPT_INT, "--group-size", .arg = "N", QX_AT(quantize_opts, group), QX_GIVEN(quantize_opts, group_given), .lo = 0,
+     .hi = (int64_t)1 << 40, .def = "0",
+     .help = "GGUF: 32 only (ggml's block); packed: 0 = per output channel or N dividing every quantized row"},
+    {QX_OPT_CHOICE, "--scale-dtype", QX_AT(quantize_opts, scale_dtype), .choices = qz_dtypes, .def = "f16", .help = "packed: dtype of the scales"},
+    {QX_OPT_CHOICE, "--dtype", QX_AT(quantize_opts, plain_dtype), .choices = qz_dtypes, .def = "f16", .help = "matrices left unquantized"},
+    {QX_OPT_FLAG, "--quantize-embeddings", QX_AT(quantize_opts, quant_embeddings),
+     .help = "also the embeddings and lm_head (llama.cpp quantizes them too)"},
+    {QX_OPT_STRING, "--tokenizer", .arg = "FILE", QX_AT(quantize_opts, tokenizer),
+     .help = "GGUF from llama2.c / safetensors: the llama2.c tokenizer.bin to embed as tokenizer.ggml.* (default: tok<vocab>.bin "
+             "/ tokenizer.bin beside IN); with --calib-text also the tokenizer of the calibration text (default: the model's own)"},
+    {QX_OPT_FLAG, "--dry-run", QX_AT(quantize_opts, dry), .help = "print what each tensor would become; write nothing"},
+    {QX_OPT_END}
+};
+static const qx_opt_group quantize_group = {"options:", quantize_table, NULL};
+
+static const qx_opt quantize_gptq_table[] = {
+    {QX_OPT_INT, "--nsamples", .arg = "N", QX_AT(quantize_opts, nsamples), QX_GIVEN(quantize_opts, gptq_given), .lo = 1,
+     .hi = INT64_C(1) << 30, .def = "128", .ref = "--nsamples", .help = "calibration windows"},
+    {QX_OPT_INT, "--seq-len", .arg = "N", QX_AT(quantize_opts, seq_len), QX_GIVEN(quantize_opts, gptq_given), .lo = 2,
+     .hi = INT64_C(1) << 24, .def = "2048 or the model's context if shorter", .ref = "--seqlen",
+     .help = "tokens per window (stream windowing)"},
+    {QX_OPT_FLOAT, "--percdamp", .arg = "R", QX_AT(quantize_opts, percdamp), QX_GIVEN(quantize_opts, gptq_given), .flo = 0.0,
+     .fhi = 1e6, .def = "0.01", .ref = "--percdamp",
+     .help = "damping, fraction of the mean Hessian diagonal; a failed Cholesky factorization retries with 10x and 100x that"},
+    {QX_OPT_END}
+};
+static const qx_opt_group quantize_gptq_group = {
+    NULL, quantize_gptq_table,
+    "GPTQ on GGUF: groups of 32, so the codes are ggml's blocks; rows not whole blocks stay F16. GPTQ holds the rotated model "
+    "in memory in f32. A linear no calibration row reaches (all-zero Hessian) is quantized by RTN instead, and the summary "
+    "says so."};
+
+static const qx_opt quantize_act_table[] = {
+    {QX_OPT_INT, "--a-bits", .arg = "N", QX_AT(quantize_opts, a_bits), .lo = INT64_MIN, .hi = INT64_MAX, .fn = check_bits,
+     .def = "4", .ref = "--a_bits", .help = "activation bits, 2..8 (16 = none)"},
+    {QX_OPT_INT, "--a-group-size", .arg = "N", QX_AT(quantize_opts, a_group), .lo = 0, .hi = (int64_t)1 << 40,
+     .def = "0 = the whole row", .ref = "--a_groupsize", .help = "activation groups of N channels"},
+    {QX_OPT_FLOAT, "--a-clip", .arg = "R", QX_AT(quantize_opts, a_clip), .flo = 1e-6, .fhi = 1.0, .def = "1", .ref = "--a_clip_ratio",
+     .help = "activation clip ratio"},
+    {QX_OPT_INT, "--k-bits", .arg = "N", QX_AT(quantize_opts, k_bits), QX_GIVEN(quantize_opts, k_given), .lo = INT64_MIN,
+     .hi = INT64_MAX, .fn = check_bits, .def = "16 = none", .ref = "--k_bits", .help = "K cache bits, 2..8"},
+    {QX_OPT_INT, "--v-bits", .arg = "N", QX_AT(quantize_opts, v_bits), QX_GIVEN(quantize_opts, v_given), .lo = INT64_MIN,
+     .hi = INT64_MAX, .fn = check_bits, .def = "16 = none", .ref = "--v_bits", .help = "V cache bits, 2..8"},
+    {QX_OPT_CUSTOM, "--kv-bits", .arg = "N", .fn = parse_kv_bits, .help = "--k-bits N and --v-bits N"},
+    {QX_OPT_INT, "--k-group-size", .arg = "N", QX_AT(quantize_opts, k_group), .lo = 0, .hi = (int64_t)1 << 40, .ref = "--k_groupsize",
+     .help = "K cache groups of N"},
+    {QX_OPT_INT, "--v-group-size", .arg = "N", QX_AT(quantize_opts, v_group), .lo = 0, .hi = (int64_t)1 << 40, .ref = "--v_groupsize",
+     .help = "V cache groups of N"},
+    {QX_OPT_END}
+};
+static const qx_opt_group quantize_act_group = {"recorded in the packed file for the engine (QuaRot's flag in brackets):", quantize_act_table, NULL};
+
+const qx_opts_cmd qx_cmd_quantize_spec = {
+    .name = "quantize",
+    .about = "Rotate the checkpoint IN as `quarot rotate` does and quantize its decoder linears (q/k/v/o,\n"
+             "gate/up/down) to integers, writing OUT in one of two forms:\n"
+             "  OUT.gguf          llama.cpp GGUF with ggml's own Q4_0 (--bits 4, default) or Q8_0 (--bits 8)\n"
+             "                    blocks of 32 (f16 scale, codes); rows whose length is not a multiple of 32 stay\n"
+             "                    F16, as llama.cpp does. No online rotation: R1 + R2 folded and the norms fused,\n"
+             "                    so stock llama.cpp runs the file (a GGUF input keeps its tokenizer keys; from\n"
+             "                    llama2.c the tokenizer.bin beside IN is embedded).\n"
+             "  OUT.safetensors   the quarot-packed W4A4 format for engines (README \"Packed W4A4 format\"):\n"
+             "                    int codes two per byte (low nibble first), f16/f32 scales (and zeros), the\n"
+             "                    activation / KV settings and the online hook list in __metadata__.\n"
+             "Everything else (embeddings, norms, lm_head) is kept: matrices in --dtype, vectors in f32.\n",
+    .operands = {{"IN", offsetof(quantize_opts, in)}, {"OUT", offsetof(quantize_opts, out)}},
+    .usage_on_excess = 1,
+    .uses = {{&quantize_group, 0, 0, NULL},
+             {&qx_opts_quant_group, offsetof(quantize_opts, q), QX_QUANT_ASYM | QX_QUANT_W_CLIP, NULL},
+             {&qx_opts_gptq_group, offsetof(quantize_opts, g), 0, "weight quantizer (QuaRot's flag in brackets):"},
+             {&quantize_gptq_group, 0, 0, NULL},
+             {&quantize_act_group, 0, 0, NULL},
+             {&qx_opts_quant_group, offsetof(quantize_opts, q), QX_QUANT_A_ASYM | QX_QUANT_KV_ASYM | QX_QUANT_KV_CLIP, NULL},
+             {&qx_opts_rotation_group, offsetof(quantize_opts, rot),
+              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
+                  QX_ROTATION_NO_ONLINE, "rotation (as quarot rotate):"},
+             {&qx_opts_common_group, offsetof(quantize_opts, c), QX_COMMON_FORCE | QX_COMMON_QUIET, NULL}},
+    .epilog = "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|\n"
+              "(GPTQ: also the calibration output error against RTN's); progress per layer and per linear (GPTQ's\n"
+              "loss) on stderr. OUT appears only when complete. Exit codes: 0 ok, 1 usage, 2 input, 3 output, 4\n"
+              "cannot quantize as asked (e.g. calibration text too short for --nsamples), 5 internal.\n",
+};
 
 typedef struct qz_progress {
     qx_cli* cli;
@@ -768,11 +771,6 @@ static void qz_on_progress(void* user, const char* stage, int64_t done, int64_t 
         qx_cli_phase(p->cli);
     }
     qx_cli_progress(p->cli, done, total, strcmp(stage, "validate") == 0 ? "validating layer" : "rotating + quantizing layer");
-}
-
-static int qz_same_file(const char* a, const char* b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
 /* The per-tensor table and totals (stdout). */
@@ -819,19 +817,13 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
 
 int qx_cmd_quantize(int argc, char** argv) {
     qx_cli cli;
-    const char *in = NULL, *out = NULL, *v, *context = NULL, *format = NULL, *rotation = "hadamard", *tok_path = NULL;
+    quantize_opts opt;
+    const char *format, *rotation;
     char tok_found[4096], tok_looked[1024], gline[400];
     qx_tokenizer tok;
     int have_tok = 0;
-    int64_t seed = 0, block = -1, tp = 1, x;
-    double dv;
-    int no_r2 = 0, force = 0, quiet = 0, dry = 0, no_online = 0, i, k, rc = QX_EXIT_OK, group_given = 0, seed_given = 0;
-    int kv_given[2] = {0, 0};
-    /* --w-quant gptq */
-    const char* calib_path = NULL;
-    int64_t nsamples = 0, seq_len = 0;
-    double percdamp = 0.0;
-    int act_order = 0, gptq_opt_given = 0, have_ctok = 0, have_cw = 0, have_q = 0;
+    int i, rc = QX_EXIT_OK;
+    int have_ctok = 0, have_cw = 0, have_q = 0;
     qx_tokenizer ctok;
     qx_windows cw;
     qx_store qs;
@@ -852,182 +844,74 @@ int qx_cmd_quantize(int argc, char** argv) {
     quarot_result r;
 
     signal(SIGXFSZ, SIG_IGN);
-    for (i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "--quiet") == 0) quiet = 1;
-    qx_cli_init(&cli, "quantize", quiet);
+    qx_cli_init(&cli, "quantize", 0);
+    memset(&opt, 0, sizeof opt);
+    opt.bits = 4;
+    opt.scale_dtype = opt.plain_dtype = QUAROT_DTYPE_F16;
+    opt.a_bits = 4;
+    opt.a_clip = 1.0;
+    opt.k_bits = opt.v_bits = 16;
+    opt.q.k_asym = opt.q.v_asym = 1;
+    opt.q.k_clip = opt.q.v_clip = 1.0;
+    qx_opts_rotation_init(&opt.rot);
+    if ((rc = qx_opts_parse(&qx_cmd_quantize_spec, &cli, argc, argv, &opt)) != QX_OPTS_RUN) return rc;
+    rc = QX_EXIT_OK;
+    cli.quiet = opt.c.quiet;
+    if (opt.g.act_order) opt.gptq_given = 1;
     memset(&o, 0, sizeof o);
-    o.bits = 4;
-    o.scale_dtype = QUAROT_DTYPE_F16;
-    o.plain_dtype = QUAROT_DTYPE_F16;
-    o.rotate = 1;
-    o.act.a_bits = 4;
-    o.act.a_clip = 1.0;
-    o.act.k_bits = o.act.v_bits = 16;
-    o.act.k_asym = o.act.v_asym = 1;
-    o.act.k_clip = o.act.v_clip = 1.0;
-    for (i = 1; i < argc; ++i) {
-        const char* a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { quantize_usage(stdout); return QX_EXIT_OK; }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (!in) in = a;
-            else if (!out) out = a;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (usage: quarot quantize IN OUT [options])", a);
-            continue;
-        }
-        if (strcmp(a, "--quiet") == 0) continue;
-        if (strcmp(a, "--force") == 0) { force = 1; continue; }
-        if (strcmp(a, "--dry-run") == 0) { dry = 1; continue; }
-        if (strcmp(a, "--no-r2") == 0) { no_r2 = 1; continue; }
-        if (strcmp(a, "--no-online") == 0) { no_online = 1; continue; }
-        if (strcmp(a, "--asym") == 0 || strcmp(a, "--w-asym") == 0) { o.asym = 1; continue; }
-        if (strcmp(a, "--act-order") == 0) { act_order = 1; gptq_opt_given = 1; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--w-quant", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "rtn") != 0 && strcmp(v, "gptq") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant: '%s' is not rtn or gptq", v);
-            o.gptq = strcmp(v, "gptq") == 0;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--calib-text", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; calib_path = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--nsamples", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--nsamples", v, 1, INT64_C(1) << 30, &nsamples)) return QX_EXIT_USAGE;
-            gptq_opt_given = 1;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seq-len", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, INT64_C(1) << 24, &seq_len)) return QX_EXIT_USAGE;
-            gptq_opt_given = 1;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--percdamp", &v)) != 0) {
-            if (k < 0 || !qx_cli_float(&cli, "--percdamp", v, 0.0, 1e6, &percdamp)) return QX_EXIT_USAGE;
-            gptq_opt_given = 1;
-            continue;
-        }
-        if (strcmp(a, "--w-clip") == 0) { o.clip_search = 1; continue; }
-        if (strcmp(a, "--quantize-embeddings") == 0) { o.quant_embeddings = 1; continue; }
-        if (strcmp(a, "--a-asym") == 0) { o.act.a_asym = 1; continue; }
-        if (strcmp(a, "--k-asym") == 0) { o.act.k_asym = 1; continue; }
-        if (strcmp(a, "--v-asym") == 0) { o.act.v_asym = 1; continue; }
-        if (strcmp(a, "--k-sym") == 0) { o.act.k_asym = 0; continue; }
-        if (strcmp(a, "--v-sym") == 0) { o.act.v_asym = 0; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--format", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "gguf") != 0 && strcmp(v, "packed") != 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--format: '%s' is not gguf or packed", v);
-            format = v;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--bits", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--bits", v, INT64_MIN, INT64_MAX, &x)) return QX_EXIT_USAGE;
-            if (x < 2 || x > 8) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--bits: %lld is outside 2..8", (long long)x);
-            o.bits = (int)x;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--group-size", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--group-size", v, 0, (int64_t)1 << 40, &o.group)) return QX_EXIT_USAGE;
-            group_given = 1;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--scale-dtype", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "f16") == 0) o.scale_dtype = QUAROT_DTYPE_F16;
-            else if (strcmp(v, "f32") == 0) o.scale_dtype = QUAROT_DTYPE_F32;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--scale-dtype: '%s' is not f16 or f32", v);
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--dtype", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "f16") == 0) o.plain_dtype = QUAROT_DTYPE_F16;
-            else if (strcmp(v, "f32") == 0) o.plain_dtype = QUAROT_DTYPE_F32;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: '%s' is not f16 or f32", v);
-            continue;
-        }
-        {
-            /* activation / KV settings recorded in the packed file */
-            static const char* const bit_opt[4] = {"--a-bits", "--k-bits", "--v-bits", "--kv-bits"};
-            static const char* const grp_opt[3] = {"--a-group-size", "--k-group-size", "--v-group-size"};
-            static const char* const clip_opt[3] = {"--a-clip", "--k-clip", "--v-clip"};
-            int j, hit = 0;
-            for (j = 0; j < 4 && !hit; ++j)
-                if ((k = qx_cli_opt(&cli, argc, argv, &i, bit_opt[j], &v)) != 0) {
-                    if (k < 0 || !qx_cli_int(&cli, bit_opt[j], v, INT64_MIN, INT64_MAX, &x)) return QX_EXIT_USAGE;
-                    if ((x < 2 || x > 8) && x != 16)
-                        return qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: %lld is outside 2..8 (16 = not quantized)", bit_opt[j], (long long)x);
-                    if (j == 0) o.act.a_bits = (int)x;
-                    if (j == 1 || j == 3) { o.act.k_bits = (int)x; kv_given[0] = 1; }
-                    if (j == 2 || j == 3) { o.act.v_bits = (int)x; kv_given[1] = 1; }
-                    hit = 1;
-                }
-            for (j = 0; j < 3 && !hit; ++j)
-                if ((k = qx_cli_opt(&cli, argc, argv, &i, grp_opt[j], &v)) != 0) {
-                    if (k < 0 || !qx_cli_int(&cli, grp_opt[j], v, 0, (int64_t)1 << 40, &x)) return QX_EXIT_USAGE;
-                    if (j == 0) o.act.a_group_size = x; else if (j == 1) o.act.k_group_size = x; else o.act.v_group_size = x;
-                    hit = 1;
-                }
-            for (j = 0; j < 3 && !hit; ++j)
-                if ((k = qx_cli_opt(&cli, argc, argv, &i, clip_opt[j], &v)) != 0) {
-                    if (k < 0 || !qx_cli_float(&cli, clip_opt[j], v, 1e-6, 1.0, &dv)) return QX_EXIT_USAGE;
-                    if (j == 0) o.act.a_clip = dv; else if (j == 1) o.act.k_clip = dv; else o.act.v_clip = dv;
-                    hit = 1;
-                }
-            if (hit) continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0 && strcmp(v, "none") != 0)
-                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random, adapt or none", v);
-            rotation = v;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--context", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; context = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokenizer", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; tok_path = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
-            seed_given = 1;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--block-size", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--block-size", v, -1, INT64_MAX, &block)) return QX_EXIT_USAGE;
-            if (block == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size: 0 is not a block size (-1 = full hidden)");
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--max-tp-size", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--max-tp-size", v, 1, (int64_t)1 << 30, &tp)) return QX_EXIT_USAGE;
-            if (tp & (tp - 1)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--max-tp-size: %lld is not a power of two", (long long)tp);
-            continue;
-        }
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot quantize --help)", a);
-    }
-    if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot quantize IN OUT [options])");
+    o.bits = (int)opt.bits;
+    o.group = opt.group;
+    o.asym = opt.q.w_asym;
+    o.clip_search = opt.q.w_clip;
+    o.scale_dtype = (quarot_dtype)opt.scale_dtype;
+    o.plain_dtype = (quarot_dtype)opt.plain_dtype;
+    o.quant_embeddings = opt.quant_embeddings;
+    o.gptq = opt.g.w_quant == QX_WQ_GPTQ;
+    o.act.a_bits = (int)opt.a_bits;
+    o.act.a_group_size = opt.a_group;
+    o.act.a_asym = opt.q.a_asym;
+    o.act.a_clip = opt.a_clip;
+    o.act.k_bits = (int)opt.k_bits;
+    o.act.v_bits = (int)opt.v_bits;
+    o.act.k_group_size = opt.k_group;
+    o.act.v_group_size = opt.v_group;
+    o.act.k_asym = opt.q.k_asym;
+    o.act.v_asym = opt.q.v_asym;
+    o.act.k_clip = opt.q.k_clip;
+    o.act.v_clip = opt.q.v_clip;
+    if (!opt.in || !opt.out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot quantize IN OUT [options])");
+    format = qx_opt_word(qz_formats, opt.format);
     if (!format) {
-        if (qx_str_ends_with(out, ".gguf")) format = "gguf";
-        else if (qx_str_ends_with(out, ".safetensors")) format = "packed";
+        if (qx_str_ends_with(opt.out, ".gguf")) format = "gguf";
+        else if (qx_str_ends_with(opt.out, ".safetensors")) format = "packed";
         else return qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: cannot tell the output form from the name: end it in .gguf or .safetensors, or "
-                                                      "give --format gguf|packed", out);
+                                                      "give --format gguf|packed", opt.out);
     }
     o.format = strcmp(format, "gguf") == 0 ? QZ_GGUF : QZ_PACKED;
-    if (context && strcmp(rotation, "hadamard") == 0) rotation = "adapt";
-    if (strcmp(rotation, "adapt") == 0 && !context)
+    if (opt.rot.context && opt.rot.rotation == QX_ROT_HADAMARD) opt.rot.rotation = QX_ROT_ADAPT;
+    rotation = qx_opt_word(qx_opts_rotations, opt.rot.rotation);
+    if (strcmp(rotation, "adapt") == 0 && !opt.rot.context)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE (run `quarot calibrate` first)");
-    if (context && strcmp(rotation, "adapt") != 0)
+    if (opt.rot.context && strcmp(rotation, "adapt") != 0)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt, not --rotation %s", rotation);
     o.rotate = strcmp(rotation, "none") != 0;
-    if (o.gptq && !calib_path)
+    if (o.gptq && !opt.g.calib_text)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
-    if (!o.gptq && (gptq_opt_given || calib_path))
+    if (!o.gptq && (opt.gptq_given || opt.g.calib_text))
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-text / --nsamples / --seq-len / --percdamp / --act-order are GPTQ options: add --w-quant gptq");
     if (o.format == QZ_GGUF) {
         if (o.bits != 4 && o.bits != 8)
             return qx_cli_fail(&cli, QX_EXIT_USAGE, "--bits %d: GGUF output has Q4_0 (--bits 4) and Q8_0 (--bits 8) only", o.bits);
-        if (group_given && o.group != QX_GGML_QK)
+        if (opt.group_given && o.group != QX_GGML_QK)
             return qx_cli_fail(&cli, QX_EXIT_USAGE, "--group-size %lld: %s blocks hold groups of 32 (ggml's layout); leave --group-size out "
                                                     "or give 32", (long long)o.group, o.bits == 4 ? "Q4_0" : "Q8_0");
         if (o.asym) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--asym: Q4_0 / Q8_0 blocks are symmetric (use the packed output for zero points)");
         o.group = QX_GGML_QK;
-        no_online = 1;               /* stock llama.cpp applies no online rotation */
+        opt.rot.no_online = 1;               /* stock llama.cpp applies no online rotation */
     }
-    if (qz_same_file(in, out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", out);
-    if (!dry && !force && qx_path_exists(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out);
-    if (!dry && qx_is_dir(out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out);
+    if (qx_same_file(opt.in, opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", opt.out);
+    if (!opt.dry && !opt.c.force && qx_path_exists(opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", opt.out);
+    if (!opt.dry && qx_is_dir(opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", opt.out);
 
     memset(&tok, 0, sizeof tok);
     memset(&ctok, 0, sizeof ctok);
@@ -1038,39 +922,39 @@ int qx_cmd_quantize(int argc, char** argv) {
     qx_store_init(&s);
     memset(&sink, 0, sizeof sink);
     memset(&st, 0, sizeof st);
-    if (context) {
-        r = qx_calib_context_load(context, &ctx, &e);
+    if (opt.rot.context) {
+        r = qx_calib_context_load(opt.rot.context, &ctx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-        if (seed_given && (uint64_t)seed != ctx.seed) {
-            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu", (long long)seed, (unsigned long long)ctx.seed);
+        if (opt.rot.seed_given && (uint64_t)opt.rot.seed != ctx.seed) {
+            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu", (long long)opt.rot.seed, (unsigned long long)ctx.seed);
             goto done;
         }
-        block = ctx.block;
+        opt.rot.block_size = ctx.block;
     }
     memset(&lo, 0, sizeof lo);
-    r = qx_load_model(in, &lo, &s, &e);
+    r = qx_load_model(opt.in, &lo, &s, &e);
     if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
     if (s.config.norm == QUAROT_NORM_LAYER && o.rotate) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model cannot be written (RMSNorm needed)", in, s.config.arch);
+        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model cannot be written (RMSNorm needed)", opt.in, s.config.arch);
         goto done;
     }
-    if (context && ctx.hidden != s.config.hidden) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context is for hidden size %lld, the model has %lld", in,
+    if (opt.rot.context && ctx.hidden != s.config.hidden) {
+        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context is for hidden size %lld, the model has %lld", opt.in,
                          (long long)ctx.hidden, (long long)s.config.hidden);
         goto done;
     }
-    if (o.format == QZ_PACKED && !kv_given[0] && !kv_given[1]) o.act.k_bits = o.act.v_bits = 16;
+    if (o.format == QZ_PACKED && !opt.k_given && !opt.v_given) o.act.k_bits = o.act.v_bits = 16;
     /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
        the llama2.c tokenizer found beside the model (a GGUF input keeps its own keys) */
     if (o.format == QZ_GGUF && !qx_store_get_blob(&s, "gguf.kv", NULL)) {
-        if (!tok_path && qx_ek_find_tokenizer(in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
-            tok_path = tok_found;
-        if (tok_path) {
-            r = qx_tokenizer_load(&tok, tok_path, (int32_t)s.config.vocab, &e);
+        if (!opt.tokenizer && qx_tokenizer_find_bin(opt.in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
+            opt.tokenizer = tok_found;
+        if (opt.tokenizer) {
+            r = qx_tokenizer_load(&tok, opt.tokenizer, (int32_t)s.config.vocab, &e);
             if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg); goto done; }
             have_tok = 1;
         }
-    } else if (tok_path && !o.gptq) {
+    } else if (opt.tokenizer && !o.gptq) {
         rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps its own), "
                                               "or for --calib-text");
         goto done;
@@ -1078,8 +962,8 @@ int qx_cmd_quantize(int argc, char** argv) {
 
     sink.o = &o;
     sink.cli = &cli;
-    sink.path = out;
-    sink.force = force;
+    sink.path = opt.out;
+    sink.force = opt.c.force;
     sink.hooks = &list;
     sink.rot = &st;
     sink.tok = have_tok ? &tok : NULL;
@@ -1087,17 +971,10 @@ int qx_cmd_quantize(int argc, char** argv) {
     {
         /* the input's tensors (and the lm_head that untying creates), decided as the run will: a
            group size that does not fit is refused before any work; --dry-run prints the list */
-        int64_t n = s.count + 1, j = 0;
-        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)n, sizeof *pl);
+        int64_t j = s.count;
+        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_DEFAULT, 1);
         char tb[16];
         if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        for (i = 0; i < (int)s.count; ++i, ++j) {
-            int d;
-            pl[j].name = s.items[i].name;
-            memcpy(pl[j].ne, s.items[i].t.ne, sizeof pl[j].ne);
-            pl[j].n_dims = 1;
-            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-        }
         if (o.rotate && s.config.tied_embeddings && qx_store_find(&s, "model.embed_tokens.weight")) {
             const quarot_tensor* em = qx_store_find(&s, "model.embed_tokens.weight");
             pl[j].name = "lm_head.weight";
@@ -1108,45 +985,45 @@ int qx_cmd_quantize(int argc, char** argv) {
         r = qz_items(&sink, pl, j, &e);
         free(pl);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s", e.msg); goto done; }
-        if (!dry && o.gptq) {
+        if (!opt.dry && o.gptq) {
             /* GPTQ's calibration windows before any work: the model's tokenizer, stream windowing */
             qx_calib_text ct;
             char used[4096];
             int64_t ctx_len = s.config.max_seq > 0 ? s.config.max_seq : 2048;
-            if (!seq_len) seq_len = ctx_len < 2048 ? ctx_len : 2048;
-            if (!nsamples) nsamples = 128;
-            if (s.config.max_seq > 0 && seq_len > s.config.max_seq) {
-                rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)seq_len,
+            if (!opt.seq_len) opt.seq_len = ctx_len < 2048 ? ctx_len : 2048;
+            if (!opt.nsamples) opt.nsamples = 128;
+            if (s.config.max_seq > 0 && opt.seq_len > s.config.max_seq) {
+                rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)opt.seq_len,
                                  (long long)s.config.max_seq);
                 goto done;
             }
-            r = qx_tokenizer_for_model(&ctok, in, tok_path, s.config.vocab, used, sizeof used, &e);
+            r = qx_tokenizer_for_model(&ctok, opt.in, opt.tokenizer, s.config.vocab, used, sizeof used, &e);
             if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "--calib-text needs a tokenizer: %s", e.msg); goto done; }
             have_ctok = 1;
-            r = qx_calib_text_load(calib_path, &ct, &e);
+            r = qx_calib_text_load(opt.g.calib_text, &ct, &e);
             if (r != QUAROT_OK) {
                 rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
                                  "%s", e.msg);
                 goto done;
             }
-            r = qx_calib_windows(&ct, &ctok, QX_WINDOWING_STREAM, seq_len, 0, &cw, &e);
+            r = qx_calib_windows(&ct, &ctok, QX_WINDOWING_STREAM, opt.seq_len, 0, &cw, &e);
             qx_calib_text_free(&ct);
             if (r == QUAROT_ERR_INVALID_ARGUMENT) {
-                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (--nsamples %lld)", calib_path,
-                                 (long long)seq_len, (long long)nsamples);
+                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (--nsamples %lld)", opt.g.calib_text,
+                                 (long long)opt.seq_len, (long long)opt.nsamples);
                 goto done;
             }
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: calibration windows: %s", calib_path, e.msg); goto done; }
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: calibration windows: %s", opt.g.calib_text, e.msg); goto done; }
             have_cw = 1;
-            if (cw.n < nsamples) {
-                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld", calib_path,
-                                 (long long)cw.n, (long long)seq_len, (long long)nsamples);
+            if (cw.n < opt.nsamples) {
+                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld", opt.g.calib_text,
+                                 (long long)cw.n, (long long)opt.seq_len, (long long)opt.nsamples);
                 goto done;
             }
         }
-        if (!dry) goto run;
-        printf("dry run: %s (%s, %lld layers) -> %s (%s), rotation %s; nothing written\n", in, s.source_format, (long long)s.config.n_layers,
-               out, o.format == QZ_GGUF ? (o.bits == 4 ? "GGUF Q4_0" : "GGUF Q8_0") : "quarot-packed", rotation);
+        if (!opt.dry) goto run;
+        printf("dry run: %s (%s, %lld layers) -> %s (%s), rotation %s; nothing written\n", opt.in, s.source_format, (long long)s.config.n_layers,
+               opt.out, o.format == QZ_GGUF ? (o.bits == 4 ? "GGUF Q4_0" : "GGUF Q8_0") : "quarot-packed", rotation);
         for (i = 0; i < (int)sink.n; ++i) {
             const qz_item* it = &sink.it[i];
             char shape[48];
@@ -1166,10 +1043,10 @@ run:
     qd.weight.asymmetric = o.asym;
     qd.weight.group_size = o.format == QZ_GGUF ? QX_GGML_QK : o.group;
     qd.weight.clip_search = o.clip_search ? QUAROT_CLIP_SEARCH_LP : 0;
-    qd.percdamp = percdamp;
-    qd.act_order = act_order;
-    qd.nsamples = nsamples;
-    qd.seq_len = seq_len;
+    qd.percdamp = opt.percdamp;
+    qd.act_order = opt.g.act_order;
+    qd.nsamples = opt.nsamples;
+    qd.seq_len = opt.seq_len;
     qd.keep_indivisible = o.format == QZ_GGUF;   /* rows not whole blocks of 32 stay F16 */
     qd.dead_fallback = 1;
     memset(&rs, 0, sizeof rs);
@@ -1184,19 +1061,19 @@ run:
     qx_cli_phase(&cli);
     if (o.rotate) {
         memset(&desc, 0, sizeof desc);
-        desc.rotation = context ? QUAROT_ROTATION_ADAPT : strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
-        desc.r2_rotation = context ? QUAROT_ROTATION_HADAMARD : desc.rotation;
-        desc.seed = context ? ctx.seed : (uint64_t)seed;
-        desc.context = context ? &ctx : NULL;
-        desc.block_size = block;
-        desc.no_r2 = no_r2;
-        desc.online = !no_online;
-        desc.r3 = !no_online && (o.act.k_bits < 16 || o.act.v_bits < 16);
-        desc.max_tp_size = tp;
+        desc.rotation = opt.rot.context ? QUAROT_ROTATION_ADAPT : strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+        desc.r2_rotation = opt.rot.context ? QUAROT_ROTATION_HADAMARD : desc.rotation;
+        desc.seed = opt.rot.context ? ctx.seed : (uint64_t)opt.rot.seed;
+        desc.context = opt.rot.context ? &ctx : NULL;
+        desc.block_size = opt.rot.block_size;
+        desc.no_r2 = opt.rot.no_r2;
+        desc.online = !opt.rot.no_online;
+        desc.r3 = !opt.rot.no_online && (o.act.k_bits < 16 || o.act.v_bits < 16);
+        desc.max_tp_size = opt.rot.max_tp_size;
         if (desc.online || desc.r3) desc.online_out = &list;
         memset(&ro, 0, sizeof ro);
-        ro.out_path = out;
-        ro.force = force;
+        ro.out_path = opt.out;
+        ro.force = opt.c.force;
         ro.dtype = QUAROT_DTYPE_F32;
         ro.drop_pages = 1;
         ro.progress = qz_on_progress;
@@ -1235,16 +1112,8 @@ run:
     } else {
         /* the model as it is: every tensor straight to the output */
         int64_t n = s.count, j;
-        qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(n + 1), sizeof *pl);
+        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_F32, 1);
         if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        for (j = 0; j < n; ++j) {
-            int d;
-            pl[j].name = s.items[j].name;
-            pl[j].dtype = QUAROT_DTYPE_F32;
-            memcpy(pl[j].ne, s.items[j].t.ne, sizeof pl[j].ne);
-            pl[j].n_dims = 1;
-            for (d = 0; d < QUAROT_MAX_DIMS; ++d) if (pl[j].ne[d] > 1) pl[j].n_dims = d + 1;
-        }
         r = qz_begin(&sink, &s, pl, n, &e);
         free(pl);
         for (j = 0; j < n && r == QUAROT_OK; ++j) {
@@ -1261,10 +1130,10 @@ run:
         qx_cli_fail(&cli, rc, "%s", e.msg);
         goto done;
     }
-    printf("quantized %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, s.source_format, s.config.arch, (long long)s.config.n_layers,
-           (long long)s.config.hidden, out);
+    printf("quantized %s (%s, %s, %lld layers, hidden %lld) -> %s\n", opt.in, s.source_format, s.config.arch, (long long)s.config.n_layers,
+           (long long)s.config.hidden, opt.out);
     if (o.rotate) {
-        printf("  R1: %s\n  R2: %s\n  norms fused\n", st.r1, no_r2 ? "off (--no-r2)" : st.r2);
+        printf("  R1: %s\n  R2: %s\n  norms fused\n", st.r1, opt.rot.no_r2 ? "off (--no-r2)" : st.r2);
         printf("  online hooks: %lld%s\n", (long long)list.count, list.count ? " (recorded in the file's metadata: quarot.online)" : " (none needed)");
     } else {
         printf("  no rotation (--rotation none)\n");
@@ -1273,7 +1142,7 @@ run:
     if (o.format == QZ_GGUF) {
         printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o.bits == 4 ? "Q4_0" : "Q8_0",
                o.bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);
-        if (have_tok) printf("  tokenizer: %s (%d tokens) as tokenizer.ggml.* (sentencepiece \"llama\")\n", tok_path, tok.vocab_size);
+        if (have_tok) printf("  tokenizer: %s (%d tokens) as tokenizer.ggml.* (sentencepiece \"llama\")\n", opt.tokenizer, tok.vocab_size);
         else if (!qx_store_get_blob(&s, "gguf.kv", NULL)) printf("  tokenizer: none found beside the input (--tokenizer FILE): llama.cpp needs one\n");
     }
     else
@@ -1283,9 +1152,9 @@ run:
     if (o.gptq)
         printf("  weights: GPTQ%s per %s on %s: %lld windows of %lld tokens (stream windowing, %lld tokens), percdamp %g%s, "
                "layer by layer%s, each calibrated on the quantized layers before it (%.1f s)\n",
-               o.clip_search ? " with clip search (|err|^2.4)" : "", o.format == QZ_GGUF || o.group ? "group" : "output channel", calib_path,
-               (long long)wst.windows, (long long)seq_len, (long long)wst.tokens, percdamp > 0 ? percdamp : 0.01,
-               act_order ? ", act-order (static groups)" : "", list.count ? " with the online hooks" : "", wst.seconds);
+               o.clip_search ? " with clip search (|err|^2.4)" : "", o.format == QZ_GGUF || o.group ? "group" : "output channel", opt.g.calib_text,
+               (long long)wst.windows, (long long)opt.seq_len, (long long)wst.tokens, opt.percdamp > 0 ? opt.percdamp : 0.01,
+               opt.g.act_order ? ", act-order (static groups)" : "", list.count ? " with the online hooks" : "", wst.seconds);
     else
         printf("  weights: RTN%s (round to nearest per %s)\n", o.clip_search ? " with clip search (|err|^2.4)" : "",
                o.format == QZ_GGUF || o.group ? "group" : "output channel");

@@ -21,6 +21,8 @@
 #include "cli/qx_rotate_job.h"
 #include "cli/qx_rotcheck.h"
 #include "formats/qx_load.h"
+#include "cli/qx_opts.h"
+#include "tokenizer/qx_tok_load.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -30,72 +32,74 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static void rotate_usage(FILE* f) {
-    fputs(
-        "usage: quarot rotate IN OUT [options]\n"
-        "\n"
-        "Rotate the checkpoint IN with QuaRot and write it to OUT (same format, or converted): RMSNorm gains fused\n"
-        "into the linears that read them, a random Hadamard rotation R1 of the residual stream folded\n"
-        "into every weight (embeddings, q/k/v/o, gate/up/down, lm_head) and a per-head Hadamard R2 folded\n"
-        "into v_proj/o_proj. Without --online / --r3 the result is an ordinary checkpoint that any engine\n"
-        "for that format runs unchanged, computing the same function (tied embeddings become a separate\n"
-        "lm_head when the final norm is fused: llama2.c gets a separate classifier, config.json gets\n"
-        "tie_word_embeddings=false, GGUF gets output.weight).\n"
-        "\n"
-        "formats (IN's detected from its bytes; OUT's from --format, else its name: .bin llama2.c, .gguf,\n"
-        ".safetensors; else IN's format). An OUT name naming another format than --format is an error.\n"
-        "Conversions: llama2.c -> GGUF / safetensors, safetensors <-> GGUF (llama, qwen2, qwen3), llama\n"
-        "models without biases -> llama2.c; q/k rows are reordered between RoPE layouts, a llama2.c model's\n"
-        "tok*.bin becomes GGUF tokenizer.ggml.* arrays, a safetensors OUT directory gets IN's tokenizer.json,\n"
-        "tokenizer_config.json, generation_config.json, special_tokens_map.json (and tokenizer.model) and a\n"
-        "config.json whose torch_dtype is what was written; a Hugging Face tokenizer.json becomes GGUF\n"
-        "tokenizer.ggml.* arrays and a GGUF's tokenizer a safetensors directory's tokenizer.json (SentencePiece\n"
-        "BPE and byte-level BPE; a tokenizer that cannot be converted is a warning, the model is still written).\n"
-        "  llama2.c .bin        legacy v0 (run.c) and version-1 float32 exports\n"
-        "  safetensors          a Hugging Face directory (config.json + model.safetensors, or shards with\n"
-        "                       model.safetensors.index.json) or a .safetensors file with config.json beside\n"
-        "                       it; F32/F16/BF16; LLaMA, Mistral, Qwen2, Qwen3. OUT ending in .safetensors is\n"
-        "                       one file (config.json written beside it; not into IN's own directory),\n"
-        "                       anything else a directory (shards when IN was sharded, index, config.json)\n"
-        "  GGUF                 llama (and Mistral), qwen2, qwen3; F32/F16/BF16 tensors (quantized GGUF is refused)\n"
-        "\n", f);
-    fputs(
-        "options:\n"
-        "  --rotation KIND      R1 (and R2): hadamard (default; random signs), random (seeded Haar-random\n"
-        "                       orthogonal), adapt (Adapt Rotation stage 2: R1 = H*R with R learned by\n"
-        "                       `quarot calibrate` (stage 1); needs --context; R2 stays Hadamard), none (no\n"
-        "                       R1 / R2: only the norms are fused, e.g. to convert IN to OUT's format)\n"
-        "  --context FILE       with --rotation adapt: the stage-1 context written by quarot calibrate. H is\n"
-        "                       rebuilt from the context's seed and block, so --seed may be left out (a\n"
-        "                       --seed different from the context's is refused) and --block-size is the\n"
-        "                       context's (-1 = the context's block; another value must equal it)\n"
-        "  --seed N             seed of the random signs / matrices (default 0)\n"
-        "  --block-size N       R1 as block-diagonal Hadamard blocks of N (must divide hidden); -1 = full\n"
-        "                       hidden (default)\n"
-        "  --no-r2              do not fold R2 into v_proj/o_proj\n"
-        "  --online             QuaRot's online rotations: the offline halves of a Hadamard before every\n"
-        "                       down_proj (R4) and across the heads before every o_proj are folded into the\n"
-        "                       weights; the engine must apply the other halves (see below)\n"
-        "  --r3                 online q/k Hadamard after RoPE (for KV-cache quantization; weights unchanged)\n"
-        "  --max-tp-size N      online rotations stay inside 1/N of a dimension (tensor parallelism; power\n"
-        "                       of two, default 1)\n"
-        "  --down-proj-online-layers LIST   with --online: only these layers get the down_proj rotation,\n"
-        "                       e.g. \"0,3,5-7\" (default: every layer)\n"
-        "  --format FMT         OUT's format: llama2c, safetensors (a directory unless OUT ends in .safetensors)\n"
-        "                       or gguf (default: from OUT's name, else IN's format)\n"
-        "  --dtype f32|f16|bf16 output tensor dtype (default: as in IN; llama2.c is always f32)\n"
-        "  --strict             a fallback is an error instead of a warning: a block-diagonal R1, R2 or online\n"
-        "                       rotation with blocks smaller than 64 (or than --block-size), or a dense random\n"
-        "                       R1 where no Hadamard block exists (e.g. hidden 90 would get 45 blocks of 2x2)\n"
-        "  --threads N          threads for the rotation (default: every online CPU); the output is byte-\n"
-        "                       identical for any N\n"
-        "  --f64                rotate in double for every output dtype (default: f32 arithmetic for weights\n"
-        "                       written as f16/bf16, which moves ~0.05% of them by one unit in the last place)\n"
-        "  --force              replace existing outputs\n"
-        "  --quiet              no progress on stderr\n"
-        "  --help               this text\n", f);
-    fputs(
-        "\n"
+typedef struct rotate_opts {
+    const char *in, *out, *layers;
+    int online, r3, f64, format, dtype;
+    qx_opts_common c;
+    qx_opts_rotation rot;
+} rotate_opts;
+
+static const qx_opt_choice rotate_formats[] = {{"llama2c", 1}, {"safetensors", 2}, {"gguf", 3}, {NULL, 0}};
+static const qx_opt_choice rotate_dtypes[] = {
+    {"f32", QUAROT_DTYPE_F32}, {"f16", QUAROT_DTYPE_F16}, {"bf16", QUAROT_DTYPE_BF16}, {NULL, 0}};
+
+static const qx_opt rotate_table[] = {
+    {QX_OPT_FLAG, "--online", QX_AT(rotate_opts, online),
+     .help = "QuaRot's online rotations: the offline halves of a Hadamard before every down_proj (R4) and across the heads "
+             "before every o_proj are folded into the weights; the engine must apply the other halves (see below)"},
+    {QX_OPT_FLAG, "--r3", QX_AT(rotate_opts, r3),
+     .help = "online q/k Hadamard after RoPE (for KV-cache quantization; weights unchanged)"},
+    {QX_OPT_STRING, "--down-proj-online-layers", .arg = "LIST", QX_AT(rotate_opts, layers), .def = "every layer",
+     .help = "with --online: only these layers get the down_proj rotation, e.g. \"0,3,5-7\""},
+    {QX_OPT_CHOICE, "--format", .arg = "FMT", QX_AT(rotate_opts, format), .choices = rotate_formats,
+     .def = "from OUT's name, else IN's format",
+     .help = "OUT's format: llama2c, safetensors (a directory unless OUT ends in .safetensors) or gguf"},
+    {QX_OPT_CHOICE, "--dtype", QX_AT(rotate_opts, dtype), .choices = rotate_dtypes, .def = "as in IN; llama2.c is always f32",
+     .help = "output tensor dtype"},
+    {QX_OPT_FLAG, "--f64", QX_AT(rotate_opts, f64),
+     .help = "rotate in double for every output dtype (default: f32 arithmetic for weights written as f16/bf16, which moves "
+             "~0.05% of them by one unit in the last place)"},
+    {QX_OPT_END}
+};
+static const qx_opt_group rotate_group = {NULL, rotate_table, NULL};
+
+const qx_opts_cmd qx_cmd_rotate_spec = {
+    .name = "rotate",
+    .about = "Rotate the checkpoint IN with QuaRot and write it to OUT (same format, or converted): RMSNorm gains fused\n"
+             "into the linears that read them, a random Hadamard rotation R1 of the residual stream folded\n"
+             "into every weight (embeddings, q/k/v/o, gate/up/down, lm_head) and a per-head Hadamard R2 folded\n"
+             "into v_proj/o_proj. Without --online / --r3 the result is an ordinary checkpoint that any engine\n"
+             "for that format runs unchanged, computing the same function (tied embeddings become a separate\n"
+             "lm_head when the final norm is fused: llama2.c gets a separate classifier, config.json gets\n"
+             "tie_word_embeddings=false, GGUF gets output.weight).\n"
+             "With --context (Adapt Rotation stage 2; --rotation adapt is then implied) H is rebuilt from the\n"
+             "context's seed and block, so --seed may be left out (a --seed different from the context's is\n"
+             "refused) and --block-size is the context's (-1 = the context's block; another value must equal it).\n"
+             "\n"
+             "formats (IN's detected from its bytes; OUT's from --format, else its name: .bin llama2.c, .gguf,\n"
+             ".safetensors; else IN's format). An OUT name naming another format than --format is an error.\n"
+             "Conversions: llama2.c -> GGUF / safetensors, safetensors <-> GGUF (llama, qwen2, qwen3), llama\n"
+             "models without biases -> llama2.c; q/k rows are reordered between RoPE layouts, a llama2.c model's\n"
+             "tok*.bin becomes GGUF tokenizer.ggml.* arrays, a safetensors OUT directory gets IN's tokenizer.json,\n"
+             "tokenizer_config.json, generation_config.json, special_tokens_map.json (and tokenizer.model) and a\n"
+             "config.json whose torch_dtype is what was written; a Hugging Face tokenizer.json becomes GGUF\n"
+             "tokenizer.ggml.* arrays and a GGUF's tokenizer a safetensors directory's tokenizer.json (SentencePiece\n"
+             "BPE and byte-level BPE; a tokenizer that cannot be converted is a warning, the model is still written).\n"
+             "  llama2.c .bin        legacy v0 (run.c) and version-1 float32 exports\n"
+             "  safetensors          a Hugging Face directory (config.json + model.safetensors, or shards with\n"
+             "                       model.safetensors.index.json) or a .safetensors file with config.json beside\n"
+             "                       it; F32/F16/BF16; LLaMA, Mistral, Qwen2, Qwen3. OUT ending in .safetensors is\n"
+             "                       one file (config.json written beside it; not into IN's own directory),\n"
+             "                       anything else a directory (shards when IN was sharded, index, config.json)\n"
+             "  GGUF                 llama (and Mistral), qwen2, qwen3; F32/F16/BF16 tensors (quantized GGUF is refused)\n",
+    .operands = {{"IN", offsetof(rotate_opts, in)}, {"OUT", offsetof(rotate_opts, out)}},
+    .usage_on_excess = 1,
+    .uses = {{&qx_opts_rotation_group, offsetof(rotate_opts, rot),
+              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
+                  QX_ROTATION_STRICT, "options:"},
+             {&rotate_group, 0, 0, NULL},
+             {&qx_opts_common_group, offsetof(rotate_opts, c), QX_COMMON_THREADS | QX_COMMON_FORCE | QX_COMMON_QUIET, NULL}},
+    .epilog =
         "online hook file (with --online or --r3): written beside the output, OUT.quarot-online for a file,\n"
         "OUT/quarot_online.txt for a directory, in quarot.h's text format (quarot_online_read parses it;\n"
         "README \"Online hook file\"). Each line `hook LAYER SITE size= outer= n= inner= K= m= signs=` asks\n"
@@ -127,8 +131,8 @@ static void rotate_usage(FILE* f) {
         "\n"
         "Prints a summary on stdout (the rotations built, the hook count, the files written).\n"
         "Exit codes: 0 ok, 1 usage, 2 input (missing, malformed or unsupported IN), 3 output (exists\n"
-        "without --force, cannot be written), 4 cannot rotate as asked, 5 internal or out of memory.\n", f);
-}
+        "without --force, cannot be written), 4 cannot rotate as asked, 5 internal or out of memory.\n",
+};
 
 static int cmp_i64(const void* a, const void* b) {
     int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
@@ -208,23 +212,6 @@ static void on_progress(void* user, const char* stage, int64_t done, int64_t tot
     /* fault injection (tests): truncate the mapped input once the output files exist */
     if (rp->in && strcmp(stage, "rotate") == 0 && done == 1 && getenv("QX_FAULT_TRUNCATE_INPUT") && !qx_is_dir(rp->in))
         (void)!truncate(rp->in, 4096);
-}
-
-static int same_file(const char* a, const char* b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* Directory part of a path ("." when none); heap string. */
-static char* dir_of(const char* path) {
-    const char* slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 1;
-    char* d = (char*)malloc(n + 2);
-    if (!d) return NULL;
-    if (!slash) strcpy(d, ".");
-    else if (slash == path) strcpy(d, "/");
-    else { memcpy(d, path, n); d[n] = '\0'; }
-    return d;
 }
 
 static char* concat(const char* a, const char* b) {
@@ -323,7 +310,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: the name ends in .%s but --format is %s (name OUT after its format: .bin llama2c, "
                                                ".gguf, .safetensors or a directory)", out, strcmp(ext_fmt, "llama2c") == 0 ? "bin" : ext_fmt,
                            job->format);
-    if (same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
+    if (qx_same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
     if (adapt && (!job->context || !job->context->matrix))
         return qx_cli_fail(cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
     quarot_online_list_init(&list, NULL);
@@ -379,12 +366,12 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         if (strcmp(family, "gguf") == 0) {   /* metadata from the config, and llama2.c's vocabulary if found */
             qx_sb kv;
             int have_tok = strcmp(format_family(src_format), "llama2c") == 0 &&
-                           qx_ek_find_tokenizer(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
+                           qx_tokenizer_find_bin(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
             int tc = QX_TOKCONV_NONE;
             memset(&kv, 0, sizeof kv);
             r = qx_convert_gguf_kv(&s, have_tok ? tok_path : NULL, &kv, &e);
             if (r == QUAROT_OK && strncmp(src_format, "safetensors", 11) == 0) {   /* tokenizer.json -> tokenizer.ggml.* */
-                char* sd = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
+                char* sd = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
                 tc = sd ? qx_convert_tok_to_gguf(sd, s.config.vocab, &kv, tok_note_buf, sizeof tok_note_buf, &e) : QX_TOKCONV_ERROR;
                 if (!sd) qx_err_set(&e, "out of memory");
                 if (tc == QX_TOKCONV_ERROR) r = QUAROT_ERR_OUT_OF_MEMORY;
@@ -470,10 +457,10 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         if (qx_is_dir(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
         if (!force && qx_path_exists(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
         if (strcmp(family, "safetensors") == 0) {   /* one file: its config.json beside it */
-            char* od = dir_of(out);
-            char* id = qx_is_dir(in) ? NULL : dir_of(in);
+            char* od = qx_path_dir(out);
+            char* id = qx_is_dir(in) ? NULL : qx_path_dir(in);
             config_path = od ? qx_path_join(od, "config.json") : NULL;
-            if (od && strncmp(src_format, "safetensors", 11) == 0 && (qx_is_dir(in) ? same_file(od, in) : (id && same_file(od, id)))) {
+            if (od && strncmp(src_format, "safetensors", 11) == 0 && (qx_is_dir(in) ? qx_same_file(od, in) : (id && qx_same_file(od, id)))) {
                 rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the "
                                                         "rotated model; write to a directory (OUT without .safetensors) or elsewhere", out);
                 free(od); free(id);
@@ -493,7 +480,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (tok_to_hf && !dir_out) {
         tok_note = "not written (a single .safetensors file has no tokenizer; write to a directory to get tokenizer.json)";
     } else if (tok_to_hf) {
-        char* od = dir_of(out);
+        char* od = qx_path_dir(out);
         char* tmpl = od ? qx_path_join(od, ".quarot-tok-XXXXXX") : NULL;
         int tc;
         free(od);
@@ -522,7 +509,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     }
     /* A Hugging Face output directory gets the input's tokenizer and generation files */
     if (dir_out && strncmp(src_format, "safetensors", 11) == 0) {
-        hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : dir_of(in);
+        hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
         if (!hf_src) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
         if (qx_is_dir(out) && (n_hf_files = check_hf_files(hf_src, out, force, &e)) < 0) {
             rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg);
@@ -663,12 +650,8 @@ done:
 
 int qx_cmd_rotate(int argc, char** argv) {
     qx_cli cli;
-    const char *in = NULL, *out = NULL, *v, *layers_arg = NULL, *context = NULL, *format = NULL;
-    const char* rotation = "hadamard";
-    int64_t seed = 0, block = -1, tp = 1;
-    int online = 0, r3 = 0, no_r2 = 0, force = 0, quiet = 0, strict = 0, f64 = 0, i, k, rc, seed_given = 0, block_given = 0, rotation_given = 0;
-    quarot_dtype dtype = QUAROT_DTYPE_DEFAULT;
-    int64_t threads = 0;
+    rotate_opts o;
+    int rc;
     int64_t* layer_list = NULL;
     int64_t n_layer_list = 0;
     quarot_adapt_context ctx;
@@ -679,139 +662,72 @@ int qx_cmd_rotate(int argc, char** argv) {
     /* A file-size limit makes writes fail with EFBIG instead of killing the process, so the
        temporaries are removed and the error is reported like any other write error. */
     signal(SIGXFSZ, SIG_IGN);
-    for (i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "--quiet") == 0) quiet = 1;
-    qx_cli_init(&cli, "rotate", quiet);
-    for (i = 1; i < argc; ++i) {
-        const char* a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { rotate_usage(stdout); return QX_EXIT_OK; }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (!in) in = a;
-            else if (!out) out = a;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (usage: quarot rotate IN OUT [options])", a);
-            continue;
-        }
-        if (strcmp(a, "--quiet") == 0) continue;
-        if (strcmp(a, "--online") == 0) { online = 1; continue; }
-        if (strcmp(a, "--r3") == 0) { r3 = 1; continue; }
-        if (strcmp(a, "--no-r2") == 0) { no_r2 = 1; continue; }
-        if (strcmp(a, "--force") == 0) { force = 1; continue; }
-        if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
-        if (strcmp(a, "--f64") == 0) { f64 = 1; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--rotation", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "hadamard") != 0 && strcmp(v, "random") != 0 && strcmp(v, "adapt") != 0 && strcmp(v, "none") != 0)
-                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation: '%s' is not hadamard, random, adapt or none", v);
-            rotation = v;
-            rotation_given = 1;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--context", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            context = v;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--seed", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE;
-            seed_given = 1;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--block-size", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--block-size", v, -1, INT64_MAX, &block)) return QX_EXIT_USAGE;
-            if (block == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size: 0 is not a block size (-1 = full hidden)");
-            block_given = 1;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--max-tp-size", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--max-tp-size", v, 1, (int64_t)1 << 30, &tp)) return QX_EXIT_USAGE;
-            if (tp & (tp - 1)) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--max-tp-size: %lld is not a power of two", (long long)tp);
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--down-proj-online-layers", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            layers_arg = v;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--format", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "llama2c") != 0 && strcmp(v, "safetensors") != 0 && strcmp(v, "gguf") != 0)
-                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--format: '%s' is not llama2c, safetensors or gguf", v);
-            format = v;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--dtype", &v)) != 0) {
-            if (k < 0) return QX_EXIT_USAGE;
-            if (strcmp(v, "f32") == 0) dtype = QUAROT_DTYPE_F32;
-            else if (strcmp(v, "f16") == 0) dtype = QUAROT_DTYPE_F16;
-            else if (strcmp(v, "bf16") == 0) dtype = QUAROT_DTYPE_BF16;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--dtype: '%s' is not f32, f16 or bf16", v);
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--threads", &v)) != 0) {
-            if (k < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE;
-            continue;
-        }
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot rotate --help)", a);
-    }
-    if (!in || !out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
-    if (context && !rotation_given) rotation = "adapt";   /* --context alone means Adapt Rotation stage 2 */
-    if (context && strcmp(rotation, "adapt") != 0)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt (it holds Adapt Rotation's learned R), not --rotation %s", rotation);
-    if (strcmp(rotation, "adapt") == 0 && !context)
+    qx_cli_init(&cli, "rotate", 0);
+    memset(&o, 0, sizeof o);
+    o.dtype = QUAROT_DTYPE_DEFAULT;
+    qx_opts_rotation_init(&o.rot);
+    if ((rc = qx_opts_parse(&qx_cmd_rotate_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
+    cli.quiet = o.c.quiet;
+    if (!o.in || !o.out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
+    if (o.rot.context && !o.rot.rotation_given) o.rot.rotation = QX_ROT_ADAPT;   /* --context alone means Adapt Rotation stage 2 */
+    if (o.rot.context && o.rot.rotation != QX_ROT_ADAPT)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt (it holds Adapt Rotation's learned R), not --rotation %s",
+                           qx_opt_word(qx_opts_rotations, o.rot.rotation));
+    if (o.rot.rotation == QX_ROT_ADAPT && !o.rot.context)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE, the Adapt Rotation context of stage 1: run `quarot calibrate` "
                                                  "(stage 1) first");
-    if (layers_arg && !online) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
-    if (layers_arg && !parse_layers(&cli, layers_arg, &layer_list, &n_layer_list)) return QX_EXIT_USAGE;
+    if (o.layers && !o.online) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
+    if (o.layers && !parse_layers(&cli, o.layers, &layer_list, &n_layer_list)) return QX_EXIT_USAGE;
 
     memset(&job, 0, sizeof job);
     quarot_adapt_context_init(&ctx, NULL);
-    if (context) {
+    if (o.rot.context) {
         /* stage 2: the context is read (and fully validated) before the model */
-        r = qx_calib_context_load(context, &ctx, &e);
+        r = qx_calib_context_load(o.rot.context, &ctx, &e);
         if (r != QUAROT_OK) {
             free(layer_list);
             return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
         }
-        if (seed_given && (uint64_t)seed != ctx.seed) {
+        if (o.rot.seed_given && (uint64_t)o.rot.seed != ctx.seed) {
             rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu (stage 2 rebuilds H from stage 1's seed; "
-                                                  "leave --seed out)", (long long)seed, (unsigned long long)ctx.seed);
+                                                  "leave --seed out)", (long long)o.rot.seed, (unsigned long long)ctx.seed);
             goto done;
         }
-        if (block_given && block > 0 && block != ctx.block) {   /* -1: the context's block */
+        if (o.rot.block_given && o.rot.block_size > 0 && o.rot.block_size != ctx.block) {   /* -1: the context's block */
             rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size %lld differs from the context's block %lld (set at stage 1 by quarot calibrate "
-                                                  "--block-size; leave --block-size out)", (long long)block, (long long)ctx.block);
+                                                  "--block-size; leave --block-size out)", (long long)o.rot.block_size, (long long)ctx.block);
             goto done;
         }
         job.rotation = QUAROT_ROTATION_ADAPT;
         job.context = &ctx;
-        job.context_name = context;
-        block = ctx.block;
-    } else if (strcmp(rotation, "none") == 0) {   /* a conversion: norms fused, no R1 / R2 */
+        job.context_name = o.rot.context;
+        o.rot.block_size = ctx.block;
+    } else if (o.rot.rotation == QX_ROT_NONE) {   /* a conversion: norms fused, no R1 / R2 */
         job.rotation = QUAROT_ROTATION_IDENTITY;
-        no_r2 = 1;
+        o.rot.no_r2 = 1;
     } else {
-        job.rotation = strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+        job.rotation = o.rot.rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
     }
-    job.in = in;
-    job.out = out;
-    job.seed = (uint64_t)seed;
-    job.block_size = block;
-    job.no_r2 = no_r2;
-    job.online = online;
-    job.r3 = r3;
-    job.max_tp_size = tp;
+    job.in = o.in;
+    job.out = o.out;
+    job.seed = (uint64_t)o.rot.seed;
+    job.block_size = o.rot.block_size;
+    job.no_r2 = o.rot.no_r2;
+    job.online = o.online;
+    job.r3 = o.r3;
+    job.max_tp_size = o.rot.max_tp_size;
     if (layer_list) {
         job.down_proj_online = QUAROT_LAYERS_LIST;
         job.layers = layer_list;
         job.n_layers = n_layer_list;
         job.layers_what = "--down-proj-online-layers";
     }
-    job.dtype = dtype;
-    job.force = force;
-    job.format = format;
-    job.strict = strict;
-    job.threads = (int)threads;
-    job.f64 = f64;
+    job.dtype = (quarot_dtype)o.dtype;
+    job.force = o.c.force;
+    job.format = qx_opt_word(rotate_formats, o.format);
+    job.strict = o.rot.strict;
+    job.threads = (int)o.c.threads;
+    job.f64 = o.f64;
     rc = qx_rotate_job_run(&cli, &job);
 done:
     quarot_adapt_context_free(&ctx);

@@ -14,71 +14,75 @@
 #include "support/qx_threads.h"
 #include "tokenizer/qx_tok_load.h"
 #include "formats/qx_load.h"
+#include "cli/qx_opts.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void run_usage(FILE* f) {
-    fprintf(f,
-        "usage: quarot run CONFIG.yaml --model IN --save OUT [options]\n"
-        "\n"
-        "Run the rotation processors of an msModelSlim configuration (apiversion modelslim_v1 or\n"
-        "modelslim_v1_multi_stage) on the checkpoint IN and write the rotated checkpoint to OUT in IN's\n"
-        "format, as `quarot rotate` does (online hook file beside it when online: True):\n"
-        "  spec.prior:   - process: [adapt_rotation, stage: 1, steps, quant_dtype, layer_type, block_size,\n"
-        "                            max_samples]\n"
-        "                  dataset: FILE   (.txt raw text or .jsonl: each line a string or an object whose\n"
-        "                                  \"text\" member - else its first string member - is one sample;\n"
-        "                                  relative to CONFIG's folder; default spec.dataset)\n"
-        "  spec.process: - quarot                      (online, block_size, max_tp_size,\n"
-        "                                               down_proj_online_layers, export_extra_info)\n"
-        "                - adapt_rotation, stage: 2    (online, block_size, max_tp_size,\n"
-        "                                               down_proj_online_layers): R1 = H*R of stage 1\n"
-        "Defaults are msModelSlim's: steps 20, quant_dtype int4, layer_type [up_proj], block_size -1,\n"
-        "max_samples 2048, online False, max_tp_size 4, down_proj_online_layers [] (with online: True only\n"
-        "the listed layers get the online down_proj rotation; [] = none, the heads rotation before o_proj\n"
-        "is always added), export_extra_info True (no effect: quarot writes no extra files). For stage 2,\n"
-        "block_size -1 means stage 1's block; another value must equal it. Stage 1 runs as\n"
-        "`quarot calibrate` (per-step loss on stderr), in memory; the result equals calibrate + rotate\n"
-        "with the same settings.\n"
-        "\n"
-        "The YAML is read strictly (block mappings and sequences, [flow] lists, quoted and plain scalars,\n"
-        "comments, True/False, anchors & aliases; no tags, block scalars, merge keys or multi-line\n"
-        "values): an unknown key, a value of the wrong type or a malformed line is an error naming the key\n"
-        "and the line. Other processors (autoround_quant, linear_quant, ...) and spec.save entries are\n"
-        "refused, since quarot does not quantize or save in msModelSlim's formats, unless\n"
-        "--skip-unsupported skips them with a warning. metadata, spec.runner and top-level templates with\n"
-        "an anchor (`default_w4a4_dynamic: &default_w4a4_dynamic ...`) are accepted and not used.\n"
-        "\n"
-        );
-    fputs(
-        "options:\n"
-        "  --model IN            the checkpoint to rotate (required; any format quarot rotate reads)\n"
-        "  --save OUT            the rotated checkpoint (required; same rules as quarot rotate's OUT)\n"
-        "  --skip-unsupported    skip processors other than quarot / adapt_rotation and spec.save, warning\n"
-        "  --context FILE        a stage-1 context from quarot calibrate, for a configuration whose\n"
-        "                        adapt_rotation stage 2 has no stage 1 in spec.prior\n"
-        "  --seed N              seed of the random Hadamard (stage 1's H and quarot's R1; default 0)\n"
-        "  --tokenizer FILE      tokenizer for the dataset: GGUF, tokenizer.json or llama2.c tokenizer.bin\n"
-        "                        (default: the model's own, as quarot eval)\n"
-        "  --tokens FILE         token ids for stage 1 instead of its dataset (whitespace separated or a\n"
-        "                        JSON array; stream windows, with the tokenizer's BOS when one is found)\n"
-        "  --seq-len N           stage-1 window length in tokens, BOS included (default 256)\n"
-        "  --windows N           stage 1 on the first N windows only (default 0 = all)\n"
-        "  --windowing stream|docs  how a .txt dataset becomes windows (default stream)\n"
-        "  --threads N           threads for stage 1 (default: every core); the results are the same for any N\n"
-        "  --force               replace existing outputs\n"
-        "  --quiet               no progress on stderr (warnings and errors are still printed)\n"
-        "  --help                this text\n"
-        "\n"
-        "Memory (layer-wise): stage 1 as quarot calibrate, stage 2 and spec.save as quarot rotate: the model\n"
-        "stays mapped in its stored dtype and one decoder layer is held in f32 at a time (plus the\n"
-        "embeddings and lm_head); the summary reports the peak resident set.\n"
-        "Exit codes: 0 ok, 1 usage, 2 input (model, dataset or tokenizer missing or malformed; the YAML\n"
-        "malformed or asking for something quarot does not run), 3 output (exists without --force,\n"
-        "cannot be written), 4 processing (e.g. layer_type matching no linear), 5 internal.\n", f);
-}
+typedef struct run_opts {
+    const char *config, *model, *save;
+    int skip;
+    qx_opts_common c;
+    qx_opts_input in;
+    qx_opts_rotation rot;
+    qx_opts_windowing w;
+} run_opts;
+
+static const qx_opt run_table[] = {
+    {QX_OPT_STRING, "--model", .arg = "IN", QX_AT(run_opts, model), .help = "the checkpoint to rotate (required; any format quarot rotate reads)"},
+    {QX_OPT_STRING, "--save", .arg = "OUT", QX_AT(run_opts, save), .help = "the rotated checkpoint (required; same rules as quarot rotate's OUT)"},
+    {QX_OPT_FLAG, "--skip-unsupported", QX_AT(run_opts, skip),
+     .help = "skip processors other than quarot / adapt_rotation and spec.save, warning"},
+    {QX_OPT_END}
+};
+static const qx_opt_group run_group = {"options:", run_table, NULL};
+
+const qx_opts_cmd qx_cmd_run_spec = {
+    .name = "run",
+    .synopsis = "CONFIG.yaml --model IN --save OUT [options]",
+    .about = "Run the rotation processors of an msModelSlim configuration (apiversion modelslim_v1 or\n"
+             "modelslim_v1_multi_stage) on the checkpoint IN and write the rotated checkpoint to OUT in IN's\n"
+             "format, as `quarot rotate` does (online hook file beside it when online: True):\n"
+             "  spec.prior:   - process: [adapt_rotation, stage: 1, steps, quant_dtype, layer_type, block_size,\n"
+             "                            max_samples]\n"
+             "                  dataset: FILE   (.txt raw text or .jsonl: each line a string or an object whose\n"
+             "                                  \"text\" member - else its first string member - is one sample;\n"
+             "                                  relative to CONFIG's folder; default spec.dataset)\n"
+             "  spec.process: - quarot                      (online, block_size, max_tp_size,\n"
+             "                                               down_proj_online_layers, export_extra_info)\n"
+             "                - adapt_rotation, stage: 2    (online, block_size, max_tp_size,\n"
+             "                                               down_proj_online_layers): R1 = H*R of stage 1\n"
+             "Defaults are msModelSlim's: steps 20, quant_dtype int4, layer_type [up_proj], block_size -1,\n"
+             "max_samples 2048, online False, max_tp_size 4, down_proj_online_layers [] (with online: True only\n"
+             "the listed layers get the online down_proj rotation; [] = none, the heads rotation before o_proj\n"
+             "is always added), export_extra_info True (no effect: quarot writes no extra files). For stage 2,\n"
+             "block_size -1 means stage 1's block; another value must equal it. Stage 1 runs as\n"
+             "`quarot calibrate` (per-step loss on stderr), in memory; the result equals calibrate + rotate\n"
+             "with the same settings. --context FILE gives a configuration whose adapt_rotation stage 2 has no\n"
+             "stage 1 in spec.prior its stage-1 context; --seed seeds the random Hadamard of stage 1's H and of\n"
+             "quarot's R1; --tokens, --seq-len, --windows and --windowing shape stage 1's windows.\n"
+             "\n"
+             "The YAML is read strictly (block mappings and sequences, [flow] lists, quoted and plain scalars,\n"
+             "comments, True/False, anchors & aliases; no tags, block scalars, merge keys or multi-line\n"
+             "values): an unknown key, a value of the wrong type or a malformed line is an error naming the key\n"
+             "and the line. Other processors (autoround_quant, linear_quant, ...) and spec.save entries are\n"
+             "refused, since quarot does not quantize or save in msModelSlim's formats, unless\n"
+             "--skip-unsupported skips them with a warning. metadata, spec.runner and top-level templates with\n"
+             "an anchor (`default_w4a4_dynamic: &default_w4a4_dynamic ...`) are accepted and not used.\n",
+    .operands = {{"CONFIG.yaml", offsetof(run_opts, config)}},
+    .uses = {{&run_group, 0, 0, NULL},
+             {&qx_opts_rotation_group, offsetof(run_opts, rot), QX_ROTATION_CONTEXT | QX_ROTATION_SEED, NULL},
+             {&qx_opts_input_group, offsetof(run_opts, in), QX_INPUT_TOKENIZER | QX_INPUT_TOKENS, NULL},
+             {&qx_opts_windowing_group, offsetof(run_opts, w), 0, NULL},
+             {&qx_opts_common_group, offsetof(run_opts, c), QX_COMMON_THREADS | QX_COMMON_QUIET_Q | QX_COMMON_FORCE, NULL}},
+    .epilog = "Memory (layer-wise): stage 1 as quarot calibrate, stage 2 and spec.save as quarot rotate: the model\n"
+              "stays mapped in its stored dtype and one decoder layer is held in f32 at a time (plus the\n"
+              "embeddings and lm_head); the summary reports the peak resident set.\n"
+              "Exit codes: 0 ok, 1 usage, 2 input (model, dataset or tokenizer missing or malformed; the YAML\n"
+              "malformed or asking for something quarot does not run), 3 output (exists without --force,\n"
+              "cannot be written), 4 processing (e.g. layer_type matching no linear), 5 internal.\n",
+};
 
 static void on_warn(void* user, const char* msg) {
     (void)user;
@@ -227,9 +231,8 @@ done:
 
 int qx_cmd_run(int argc, char** argv) {
     qx_cli cli;
-    const char *cfg_path = NULL, *model_path = NULL, *save_path = NULL, *context_path = NULL, *tok_opt = NULL, *v, *tokens_path = NULL;
-    int64_t seed = 0, seq_len = 256, windows = 0, threads = 0;
-    int windowing = QX_WINDOWING_STREAM, force = 0, quiet = 0, skip = 0, i, k, rc = QX_EXIT_OK, have_ctx = 0;
+    run_opts o;
+    int rc = QX_EXIT_OK, have_ctx = 0;
     char* text = NULL;
     size_t len = 0;
     qx_runcfg cfg;
@@ -240,68 +243,47 @@ int qx_cmd_run(int argc, char** argv) {
     quarot_result r;
 
     signal(SIGXFSZ, SIG_IGN);
-    for (i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) quiet = 1;
-    qx_cli_init(&cli, "run", quiet);
-    for (i = 1; i < argc; ++i) {
-        const char* a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { run_usage(stdout); return QX_EXIT_OK; }
-        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) continue;
-        if (strcmp(a, "--force") == 0) { force = 1; continue; }
-        if (strcmp(a, "--skip-unsupported") == 0) { skip = 1; continue; }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (cfg_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one CONFIG.yaml; see quarot run --help)", a);
-            cfg_path = a;
-            continue;
-        }
-#define RUN_OPT(name) ((k = qx_cli_opt(&cli, argc, argv, &i, name, &v)) != 0)
-        if (RUN_OPT("--model")) { if (k < 0) return QX_EXIT_USAGE; model_path = v; }
-        else if (RUN_OPT("--save")) { if (k < 0) return QX_EXIT_USAGE; save_path = v; }
-        else if (RUN_OPT("--context")) { if (k < 0) return QX_EXIT_USAGE; context_path = v; }
-        else if (RUN_OPT("--tokenizer")) { if (k < 0) return QX_EXIT_USAGE; tok_opt = v; }
-        else if (RUN_OPT("--tokens")) { if (k < 0) return QX_EXIT_USAGE; tokens_path = v; }
-        else if (RUN_OPT("--seed")) { if (k < 0 || !qx_cli_int(&cli, "--seed", v, 0, INT64_MAX, &seed)) return QX_EXIT_USAGE; }
-        else if (RUN_OPT("--seq-len")) { if (k < 0 || !qx_cli_int(&cli, "--seq-len", v, 2, 1 << 20, &seq_len)) return QX_EXIT_USAGE; }
-        else if (RUN_OPT("--windows")) { if (k < 0 || !qx_cli_int(&cli, "--windows", v, 0, INT64_C(1) << 40, &windows)) return QX_EXIT_USAGE; }
-        else if (RUN_OPT("--threads")) { if (k < 0 || !qx_cli_int(&cli, "--threads", v, 1, 256, &threads)) return QX_EXIT_USAGE; }
-        else if (RUN_OPT("--windowing")) { if (k < 0 || !qx_cli_windowing(&cli, v, &windowing)) return QX_EXIT_USAGE; }
-        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot run --help)", a);
-#undef RUN_OPT
-    }
-    if (!cfg_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no CONFIG.yaml given (usage: quarot run CONFIG.yaml --model IN --save OUT)");
-    if (!model_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --model IN given (the checkpoint to rotate; see quarot run --help)");
-    if (!save_path) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --save OUT given (where the rotated checkpoint goes; see quarot run --help)");
+    qx_cli_init(&cli, "run", 0);
+    memset(&o, 0, sizeof o);
+    qx_opts_rotation_init(&o.rot);
+    qx_opts_windowing_init(&o.w);
+    if ((rc = qx_opts_parse(&qx_cmd_run_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
+    rc = QX_EXIT_OK;
+    cli.quiet = o.c.quiet;
+    if (!o.config) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no CONFIG.yaml given (usage: quarot run CONFIG.yaml --model IN --save OUT)");
+    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --model IN given (the checkpoint to rotate; see quarot run --help)");
+    if (!o.save) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --save OUT given (where the rotated checkpoint goes; see quarot run --help)");
 
     /* the configuration, checked completely before any work */
-    r = qx_read_file(cfg_path, (size_t)1 << 20, &text, &len, &e);
+    r = qx_read_file(o.config, (size_t)1 << 20, &text, &len, &e);
     if (r != QUAROT_OK) {
-        if (!qx_path_exists(cfg_path)) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no such file", cfg_path);
+        if (!qx_path_exists(o.config)) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no such file", o.config);
         return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     }
-    r = qx_runcfg_parse(text, len, cfg_path, skip, on_warn, NULL, &cfg, &e);
+    r = qx_runcfg_parse(text, len, o.config, o.skip, on_warn, NULL, &cfg, &e);
     free(text);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     quarot_adapt_context_init(&ctx, NULL);
-    if (context_path && !cfg.stage2.adapt) {
-        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--context: %s rotates with quarot (line %d), which uses no Adapt Rotation context", cfg_path, cfg.stage2.line);
+    if (o.rot.context && !cfg.stage2.adapt) {
+        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--context: %s rotates with quarot (line %d), which uses no Adapt Rotation context", o.config, cfg.stage2.line);
         goto done;
     }
-    if (context_path && cfg.stage1.present) {
+    if (o.rot.context && cfg.stage1.present) {
         rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--context: %s runs adapt_rotation stage 1 itself (line %d); remove it from spec.prior to use a context file",
-                         cfg_path, cfg.stage1.line);
+                         o.config, cfg.stage1.line);
         goto done;
     }
-    if (cfg.stage2.adapt && !cfg.stage1.present && !context_path) {
+    if (cfg.stage2.adapt && !cfg.stage1.present && !o.rot.context) {
         rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: line %d: adapt_rotation stage 2 needs the adapted matrix of stage 1, and there is no context: "
                                               "put adapt_rotation stage 1 in spec.prior (with a dataset), or pass --context FILE from "
-                                              "`quarot calibrate` (stage 1 must run first)", cfg_path, cfg.stage2.line);
+                                              "`quarot calibrate` (stage 1 must run first)", o.config, cfg.stage2.line);
         goto done;
     }
-    if (qx_is_dir(save_path) ? 0 : (!force && qx_path_exists(save_path))) {
-        rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", save_path);
+    if (qx_is_dir(o.save) ? 0 : (!o.c.force && qx_path_exists(o.save))) {
+        rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", o.save);
         goto done;
     }
-    printf("config    %s (%s): %s%s%s", cfg_path, cfg.apiversion, cfg.stage1.present ? "adapt_rotation stage 1, then " : "",
+    printf("config    %s (%s): %s%s%s", o.config, cfg.apiversion, cfg.stage1.present ? "adapt_rotation stage 1, then " : "",
            cfg.stage2.adapt ? "adapt_rotation stage 2" : "quarot", cfg.stage2.online ? " (online)" : "");
     if (cfg.n_skipped) printf("; %d unsupported entr%s skipped", cfg.n_skipped, cfg.n_skipped == 1 ? "y" : "ies");
     printf("\n");
@@ -309,31 +291,31 @@ int qx_cmd_run(int argc, char** argv) {
 
     /* stage 1 (in memory) or the context file */
     if (cfg.stage1.present) {
-        rc = run_stage1(&cli, cfg_path, &cfg, model_path, tok_opt, tokens_path, seed, seq_len, windows, windowing, threads, &ctx);
+        rc = run_stage1(&cli, o.config, &cfg, o.model, o.in.tokenizer, o.in.tokens, o.rot.seed, o.w.seq_len, o.w.windows, o.w.windowing, o.c.threads, &ctx);
         if (rc != QX_EXIT_OK) goto done;
         have_ctx = 1;
-    } else if (context_path) {
-        r = qx_calib_context_load(context_path, &ctx, &e);
+    } else if (o.rot.context) {
+        r = qx_calib_context_load(o.rot.context, &ctx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
         have_ctx = 1;
     }
 
     /* stage 2 / quarot: the writer paths of quarot rotate */
     memset(&job, 0, sizeof job);
-    job.in = model_path;
-    job.out = save_path;
-    job.seed = (uint64_t)seed;
+    job.in = o.model;
+    job.out = o.save;
+    job.seed = (uint64_t)o.rot.seed;
     job.block_size = cfg.stage2.block_size;
     if (cfg.stage2.adapt) {
         if (cfg.stage2.block_size > 0 && cfg.stage2.block_size != ctx.block) {
             rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: line %d: adapt_rotation stage 2: block_size %lld differs from stage 1's block %lld "
-                                                  "(use -1 or %lld)", cfg_path, cfg.stage2.line, (long long)cfg.stage2.block_size,
+                                                  "(use -1 or %lld)", o.config, cfg.stage2.line, (long long)cfg.stage2.block_size,
                              (long long)ctx.block, (long long)ctx.block);
             goto done;
         }
         job.rotation = QUAROT_ROTATION_ADAPT;
         job.context = &ctx;
-        job.context_name = cfg.stage1.present ? "stage 1, in memory" : context_path;
+        job.context_name = cfg.stage1.present ? "stage 1, in memory" : o.rot.context;
         job.block_size = ctx.block;
     } else {
         job.rotation = QUAROT_ROTATION_HADAMARD;
@@ -345,10 +327,10 @@ int qx_cmd_run(int argc, char** argv) {
         job.down_proj_online = cfg.stage2.n_layers ? QUAROT_LAYERS_LIST : QUAROT_LAYERS_NONE;
         job.layers = cfg.stage2.layers;
         job.n_layers = cfg.stage2.n_layers;
-        snprintf(layers_what, sizeof layers_what, "%s: line %d: down_proj_online_layers", cfg_path, cfg.stage2.layers_line);
+        snprintf(layers_what, sizeof layers_what, "%s: line %d: down_proj_online_layers", o.config, cfg.stage2.layers_line);
         job.layers_what = layers_what;
     }
-    job.force = force;
+    job.force = o.c.force;
     rc = qx_rotate_job_run(&cli, &job);
 done:
     (void)have_ctx;

@@ -4,32 +4,48 @@
 #include "cli/qx_cli.h"
 #include "eval/qx_evalkit.h"
 #include "tokenizer/qx_tok_load.h"
+#include "cli/qx_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void tokenize_usage(FILE* f) {
-    fprintf(f,
-        "usage: quarot tokenize MODEL|--tokenizer FILE (--text FILE | --prompt TEXT) [options]\n\n"
-        "Encodes a text with a model's tokenizer and prints the token ids and pieces.\n\n"
-        "  MODEL               the tokenizer comes with it: GGUF metadata (tokenizer.ggml.*), tokenizer.json\n"
-        "                      (+ tokenizer_config.json) in a Hugging Face directory, or tok<vocab>.bin /\n"
-        "                      tok512.bin / tokenizer.bin beside a llama2.c model\n"
-        "  --tokenizer FILE    a GGUF file, a tokenizer.json (or a directory holding one) or a llama2.c\n"
-        "                      tokenizer.bin, instead of MODEL's\n"
-        "  --text FILE         the text to encode (UTF-8)\n"
-        "  --prompt TEXT       the text to encode, given inline\n"
-        "  --no-bos            do not add BOS (default: added when the tokenizer says so, add_bos_token)\n"
-        "  --no-parse-special  special tokens' texts (e.g. \"<s>\") stay plain text\n"
-        "  --ids-only          print only the ids, as a JSON array ([1, 15043, 3186])\n"
-        "  -q, --quiet         no information line on stderr\n\n"
-        "Kinds: SentencePiece BPE with byte fallback (tokenizer.ggml.model llama; tokenizer.json BPE +\n"
-        "Metaspace), byte-level BPE (gpt2; tokenizer.json ByteLevel) with the pre-tokenizers\n"
-        "  %s,\nand llama2.c tokenizer.bin.\n\n"
-        "Exit codes: 0 ok, 1 usage, 2 input (tokenizer or text missing, malformed or unsupported).\n",
-        qx_pre_names());
-}
+typedef struct tokenize_opts {
+    const char *model, *text, *prompt;
+    int no_bos, no_parse_special, ids_only;
+    qx_opts_common c;
+    qx_opts_input in;
+} tokenize_opts;
+
+static const qx_opt tokenize_table[] = {
+    {QX_OPT_STRING, "--text", .arg = "FILE", QX_AT(tokenize_opts, text), .help = "the text to encode (UTF-8)"},
+    {QX_OPT_STRING, "--prompt", .arg = "TEXT", QX_AT(tokenize_opts, prompt), .help = "the text to encode, given inline"},
+    {QX_OPT_FLAG, "--no-bos", QX_AT(tokenize_opts, no_bos), .def = "added when the tokenizer says so, add_bos_token",
+     .help = "do not add BOS"},
+    {QX_OPT_FLAG, "--no-parse-special", QX_AT(tokenize_opts, no_parse_special),
+     .help = "special tokens' texts (e.g. \"<s>\") stay plain text"},
+    {QX_OPT_FLAG, "--ids-only", QX_AT(tokenize_opts, ids_only), .help = "print only the ids, as a JSON array ([1, 15043, 3186])"},
+    {QX_OPT_END}
+};
+static const qx_opt_group tokenize_group = {"options:", tokenize_table, NULL};
+
+const qx_opts_cmd qx_cmd_tokenize_spec = {
+    .name = "tokenize",
+    .synopsis = "MODEL|--tokenizer FILE (--text FILE | --prompt TEXT) [options]",
+    .about = "Encodes a text with a model's tokenizer and prints the token ids and pieces. The tokenizer comes\n"
+             "with MODEL: GGUF metadata (tokenizer.ggml.*), tokenizer.json (+ tokenizer_config.json) in a Hugging\n"
+             "Face directory, or tok<vocab>.bin / tok512.bin / tokenizer.bin beside a llama2.c model; --tokenizer\n"
+             "FILE gives it instead.\n",
+    .operands = {{"MODEL", offsetof(tokenize_opts, model)}},
+    .uses = {{&tokenize_group, 0, 0, NULL},
+             {&qx_opts_input_group, offsetof(tokenize_opts, in), QX_INPUT_TOKENIZER, NULL},
+             {&qx_opts_common_group, offsetof(tokenize_opts, c), QX_COMMON_QUIET_Q, NULL}},
+    .epilog = "Kinds: SentencePiece BPE with byte fallback (tokenizer.ggml.model llama; tokenizer.json BPE +\n"
+              "Metaspace), byte-level BPE (gpt2; tokenizer.json ByteLevel) with the pre-tokenizers\n"
+              "  %s,\nand llama2.c tokenizer.bin.\n\n"
+              "Exit codes: 0 ok, 1 usage, 2 input (tokenizer or text missing, malformed or unsupported).\n",
+    .epilog_arg = qx_pre_names,
+};
 
 /* piece bytes with quotes, backslashes and control bytes escaped */
 static void print_piece(const char* p, size_t n) {
@@ -47,8 +63,8 @@ static void print_piece(const char* p, size_t n) {
 
 int qx_cmd_tokenize(int argc, char** argv) {
     qx_cli cli;
-    const char *model = NULL, *tok_opt = NULL, *text_path = NULL, *prompt = NULL, *v;
-    int no_bos = 0, ids_only = 0, parse_special = 1, quiet = 0, i, k, rc = QX_EXIT_OK;
+    tokenize_opts o;
+    int rc = QX_EXIT_OK;
     qx_tokenizer tok;
     char used[4096];
     char* text = NULL;
@@ -58,38 +74,24 @@ int qx_cmd_tokenize(int argc, char** argv) {
     qx_err e;
     quarot_result r;
     qx_cli_init(&cli, "tokenize", 0);
-    for (i = 1; i < argc; ++i) {
-        const char* a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { tokenize_usage(stdout); return QX_EXIT_OK; }
-        if (strcmp(a, "--no-bos") == 0) { no_bos = 1; continue; }
-        if (strcmp(a, "--ids-only") == 0) { ids_only = 1; continue; }
-        if (strcmp(a, "--no-parse-special") == 0) { parse_special = 0; continue; }
-        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) { quiet = 1; continue; }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "unexpected argument '%s' (one MODEL; see quarot tokenize --help)", a);
-            model = a;
-            continue;
-        }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--tokenizer", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; tok_opt = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--text", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; text_path = v; continue; }
-        if ((k = qx_cli_opt(&cli, argc, argv, &i, "--prompt", &v)) != 0) { if (k < 0) return QX_EXIT_USAGE; prompt = v; continue; }
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "unknown option '%s' (see quarot tokenize --help)", a);
-    }
-    cli.quiet = quiet;
-    if (!model && !tok_opt) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL or --tokenizer FILE given (see quarot tokenize --help)");
-    if (!!text_path == !!prompt) return qx_cli_fail(&cli, QX_EXIT_USAGE, "give exactly one of --text FILE and --prompt TEXT");
-    r = qx_tokenizer_for_model(&tok, model, tok_opt, 0, used, sizeof used, &e);
+    memset(&o, 0, sizeof o);
+    if ((rc = qx_opts_parse(&qx_cmd_tokenize_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
+    rc = QX_EXIT_OK;
+    cli.quiet = o.c.quiet;
+    if (!o.model && !o.in.tokenizer) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL or --tokenizer FILE given (see quarot tokenize --help)");
+    if (!!o.text == !!o.prompt) return qx_cli_fail(&cli, QX_EXIT_USAGE, "give exactly one of --text FILE and --prompt TEXT");
+    r = qx_tokenizer_for_model(&tok, o.model, o.in.tokenizer, 0, used, sizeof used, &e);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-    if (text_path) {
-        r = qx_ek_read_file(text_path, &text, &len, &e);
+    if (o.text) {
+        r = qx_ek_read_file(o.text, &text, &len, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
     }
     {
-        const char* src = text ? text : prompt;
-        size_t slen = text ? len : strlen(prompt);
-        int bos = !no_bos && tok.add_bos;
+        const char* src = text ? text : o.prompt;
+        size_t slen = text ? len : strlen(o.prompt);
+        int bos = !o.no_bos && tok.add_bos;
         if (tok.vocab) {
-            r = qx_vocab_encode(tok.vocab, src, slen, bos, tok.vocab->add_eos, parse_special, &ids, &n, &e);
+            r = qx_vocab_encode(tok.vocab, src, slen, bos, tok.vocab->add_eos, !o.no_parse_special, &ids, &n, &e);
         } else {
             int64_t cap = qx_tokenizer_max_tokens(slen);
             ids = (int32_t*)malloc((size_t)cap * sizeof *ids);
@@ -97,12 +99,12 @@ int qx_cmd_tokenize(int argc, char** argv) {
             if (!ids) qx_err_set(&e, "out of memory");
         }
         if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", text_path ? text_path : "--prompt", e.msg);
+            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.text ? o.text : "--prompt", e.msg);
             goto done;
         }
     }
     qx_cli_info(&cli, "tokenizer %s: %s, %ld tokens; %lld ids", used, tok.kind, (long)tok.vocab_size, (long long)n);
-    if (ids_only) {
+    if (o.ids_only) {
         putchar('[');
         for (j = 0; j < n; ++j) printf("%s%ld", j ? ", " : "", (long)ids[j]);
         printf("]\n");

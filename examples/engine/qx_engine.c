@@ -2,6 +2,8 @@
    (model/qx_forward.c) with the decoder linears on integer kernels and the KV cache in codes. */
 #include "engine/qx_engine.h"
 #include "model/qx_logits.h"
+#include "model/qx_model.h"
+#include "model/qx_ops.h"
 #include "model/qx_windows.h"
 #include "support/qx_file.h"
 #include "model/qx_online.h"
@@ -12,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
@@ -20,11 +21,7 @@
 enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3 };
 
 /* profile 1: wall clock; 2: this thread's CPU time (single-thread runs on a shared machine) */
-static double eng_now_clock(int profile) {
-    struct timespec ts;
-    clock_gettime(profile == 2 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double eng_now_clock(int profile) { return profile == 2 ? qx_thread_cpu_now() : qx_now(); }
 
 /* Every allocation of the engine, freed together (also after a failed init). */
 static void* eng_alloc(qx_engine* en, size_t bytes) { return qx_arena_alloc(&en->arena, bytes); }
@@ -35,32 +32,11 @@ static void eng_release(qx_engine* en, void* p) { qx_arena_release(&en->arena, p
 /* Tensor `name` [rows][cols] (rows 1: a vector) as FP32; missing and not required: *out = NULL. */
 static quarot_result eng_load(qx_engine* en, const qx_store* s, const char* name, int64_t rows, int64_t cols,
                               int required, float** out, qx_err* e) {
-    const quarot_tensor* t = qx_store_find(s, name);
-    int64_t r;
+    const quarot_tensor* t;
+    quarot_result r = qx_model_weight(s, name, rows, cols, required, &t, e);
     *out = NULL;
-    if (!t) {
-        if (!required) return QUAROT_OK;
-        qx_err_set(e, "%s: missing", name);
-        return QUAROT_ERR_NOT_FOUND;
-    }
-    if (t->ne[0] != cols || quarot_tensor_nrows(t) != rows || (rows > 1 && t->ne[1] != rows)) {
-        qx_err_set(e, "%s: shape [%lld][%lld], expected [%lld][%lld]", name, (long long)quarot_tensor_nrows(t),
-                   (long long)t->ne[0], (long long)rows, (long long)cols);
-        return QUAROT_ERR_SHAPE_MISMATCH;
-    }
-    *out = (float*)eng_alloc(en, (size_t)rows * (size_t)cols * sizeof(float));
-    if (!*out) {
-        qx_err_set(e, "%s: out of memory", name);
-        return QUAROT_ERR_OUT_OF_MEMORY;
-    }
-    for (r = 0; r < rows; ++r) {
-        quarot_result res = quarot_tensor_get_row_f32(t, r, *out + r * cols);
-        if (res != QUAROT_OK) {
-            qx_err_set(e, "%s: %s", name, quarot_result_string(res));
-            return res;
-        }
-    }
-    return QUAROT_OK;
+    if (r != QUAROT_OK || !t) return r;
+    return qx_model_weight_f32(t, name, rows, cols, &en->arena, out, e);
 }
 
 static int eng_bits_on(int b) { return b != 0 && b != 16; }
@@ -411,37 +387,6 @@ void qx_engine_reset(qx_engine* en) {
 /* ---------------------------------------------------------------------------------------------
    Building blocks, as the reference forward pass computes them. */
 
-/* RMSNorm of rows x[rows][n] into y: x * (1/sqrt(mean(x^2) + eps)) * w, the sum in double. */
-static void eng_rmsnorm(const float* x, float* y, int64_t rows, int64_t n, const float* w, float eps) {
-    int64_t r, i;
-    for (r = 0; r < rows; ++r) {
-        const float* xr = x + r * n;
-        float* yr = y + r * n;
-        double ss = 0.0;
-        float inv;
-        for (i = 0; i < n; ++i) ss += (double)xr[i] * (double)xr[i];
-        inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-        for (i = 0; i < n; ++i) yr[i] = (float)(double)xr[i] * inv * w[i];
-    }
-}
-
-static void eng_rope(const qx_engine* en, float* x, int64_t T, int64_t heads) {
-    int64_t hd = en->cfg.head_dim, half = hd / 2, t, h, i;
-    for (t = 0; t < T; ++t) {
-        const float* c = en->rope + t * hd;
-        const float* sn = c + half;
-        for (h = 0; h < heads; ++h) {
-            float* v = x + (t * heads + h) * hd;
-            for (i = 0; i < half; ++i) {
-                int64_t i0 = en->cfg.rope_interleaved ? 2 * i : i, i1 = en->cfg.rope_interleaved ? 2 * i + 1 : i + half;
-                float a = v[i0], b = v[i1];
-                v[i0] = a * c[i] - b * sn[i];
-                v[i1] = a * sn[i] + b * c[i];
-            }
-        }
-    }
-}
-
 static quarot_result eng_hook(qx_engine* en, const quarot_online_hook* h, float* x, int64_t T, int64_t width) {
     double t0;
     quarot_result r;
@@ -599,16 +544,16 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
     const float *kc, *vc;
     quarot_result r;
 
-    eng_rmsnorm(en->x, en->a, T, g->hidden, L->norm1, g->norm_eps);
+    qx_ops_norm(en->x, en->a, T, g->hidden, L->norm1, NULL, QUAROT_NORM_RMS, g->norm_eps);
     r = eng_act(en, en->a, T, g->hidden, &L->q);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->q, en->a, T, en->qb);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->k, en->a, T, en->kb);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->v, en->a, T, en->vb);
     if (r != QUAROT_OK) return r;
-    if (L->q_norm) eng_rmsnorm(en->qb, en->qb, T * nh, hd, L->q_norm, g->norm_eps);
-    if (L->k_norm) eng_rmsnorm(en->kb, en->kb, T * nkv, hd, L->k_norm, g->norm_eps);
-    eng_rope(en, en->qb, T, nh);
-    eng_rope(en, en->kb, T, nkv);
+    if (L->q_norm) qx_ops_norm(en->qb, en->qb, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    if (L->k_norm) qx_ops_norm(en->kb, en->kb, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
+    qx_ops_rope(en->qb, T, nh, hd, g->rope_interleaved, en->rope);
+    qx_ops_rope(en->kb, T, nkv, hd, g->rope_interleaved, en->rope);
     r = eng_hook(en, L->hook[ENG_Q_ROPE], en->qb, T, en->q_dim);
     if (r == QUAROT_OK) r = eng_hook(en, L->hook[ENG_K_ROPE], en->kb, T, en->kv_dim);
     if (r == QUAROT_OK) r = eng_kv_store(en, l, pos0, T, en->kb, en->k_q, en->k_s, en->k_z, en->k_f);
@@ -650,12 +595,12 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
     if (r != QUAROT_OK) return r;
     for (i = 0; i < T * g->hidden; ++i) en->x[i] += en->tmp[i];
 
-    eng_rmsnorm(en->x, en->a, T, g->hidden, L->norm2, g->norm_eps);
+    qx_ops_norm(en->x, en->a, T, g->hidden, L->norm2, NULL, QUAROT_NORM_RMS, g->norm_eps);
     r = eng_act(en, en->a, T, g->hidden, &L->gate);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->gate, en->a, T, en->g);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->up, en->a, T, en->u);
     if (r != QUAROT_OK) return r;
-    for (i = 0; i < T * g->intermediate; ++i) en->u[i] = en->g[i] / (1.0f + expf(-en->g[i])) * en->u[i];
+    qx_ops_act(en->u, en->g, T * g->intermediate, QUAROT_ACT_SILU);
     r = eng_hook(en, L->hook[ENG_DOWN_INPUT], en->u, T, g->intermediate);
     if (r == QUAROT_OK) r = eng_act(en, en->u, T, g->intermediate, &L->down);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->down, en->u, T, en->tmp);
@@ -666,7 +611,7 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
 
 quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T, float* logits, int all_logits, qx_err* e) {
     const quarot_model_config* g;
-    int64_t t, i, l, pos0, half, rows;
+    int64_t t, l, pos0, rows;
     quarot_result r;
     if (!en || !en->layers || !tokens || T <= 0) {
         qx_err_set(e, "engine: bad arguments");
@@ -689,14 +634,7 @@ quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T,
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
     for (t = 0; t < T; ++t) memcpy(en->x + t * g->hidden, en->embed + (int64_t)tokens[t] * g->hidden, (size_t)g->hidden * sizeof(float));
-    half = g->head_dim / 2;
-    for (t = 0; t < T; ++t)
-        for (i = 0; i < half; ++i) {
-            double freq = pow((double)g->rope_theta, -(double)(2 * i) / (double)g->head_dim);
-            double ang = (double)(pos0 + t) * freq;
-            en->rope[t * g->head_dim + i] = (float)cos(ang);
-            en->rope[t * g->head_dim + half + i] = (float)sin(ang);
-        }
+    qx_ops_rope_table(en->rope, T, pos0, g->head_dim, g->rope_theta);
     for (l = 0; l < g->n_layers; ++l) {
         r = eng_layer(en, l, T, pos0);
         if (r != QUAROT_OK) {
@@ -707,7 +645,7 @@ quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T,
     en->pos = pos0 + T;
     if (!logits) return QUAROT_OK;
     rows = all_logits ? T : 1;
-    eng_rmsnorm(en->x + (T - rows) * g->hidden, en->a, rows, g->hidden, en->final_norm, g->norm_eps);
+    qx_ops_norm(en->x + (T - rows) * g->hidden, en->a, rows, g->hidden, en->final_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
     r = quarot_sgemm(0, 1, rows, g->vocab, g->hidden, 1.0f, en->a, g->hidden, en->lm_head, g->hidden, 0.0f, logits, g->vocab, &en->env);
     if (r != QUAROT_OK) qx_err_set(e, "engine: lm_head: %s", quarot_result_string(r));
     return r;
@@ -755,34 +693,21 @@ int32_t qx_engine_sample(const float* logits, int64_t vocab, float temp, float t
     return c[n - 1].i;
 }
 
+static quarot_result eng_window_logits(void* user, const int32_t* tokens, int64_t len, float* logits, qx_err* e) {
+    qx_engine* en = (qx_engine*)user;
+    qx_engine_reset(en);
+    return qx_engine_forward(en, tokens, len, logits, 1, e);
+}
+
 quarot_result qx_engine_eval(qx_engine* en, const qx_windows* w, qx_ppl_result* res, qx_err* e) {
-    int64_t i, t, vocab;
-    float* logits;
-    double nll = 0.0;
-    quarot_result r = QUAROT_OK;
+    quarot_result r;
     if (!en || !w || !res || w->n <= 0 || w->n_predicted <= 0) {
         qx_err_set(e, "engine eval: bad arguments");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    memset(res, 0, sizeof *res);
-    vocab = en->cfg.vocab;
-    logits = (float*)malloc((size_t)(w->max_len * vocab) * sizeof *logits);
-    if (!logits) { qx_err_set(e, "engine eval: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (i = 0; i < w->n && r == QUAROT_OK; ++i) {
-        const int32_t* win = w->tokens + w->offset[i];
-        int64_t len = w->offset[i + 1] - w->offset[i];
-        qx_engine_reset(en);
-        r = qx_engine_forward(en, win, len, logits, 1, e);
-        for (t = 0; r == QUAROT_OK && t + 1 < len; ++t) nll += qx_logits_nll(logits + t * vocab, vocab, win[t + 1]);
-    }
-    free(logits);
+    r = qx_windows_score(w, en->cfg.vocab, eng_window_logits, en, NULL, NULL, "engine eval", res, e);
     qx_engine_reset(en);
-    if (r != QUAROT_OK) return r;
-    res->n_windows = w->n;
-    res->n_predicted = w->n_predicted;
-    res->nll = nll / (double)res->n_predicted;
-    res->ppl = exp(res->nll);
-    return QUAROT_OK;
+    return r;
 }
 
 quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* hooks, const qx_fake_quant_opts* q,

@@ -12,13 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double qx__calib_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- dataset ------------------------------------------------------------------------------ */
 
@@ -368,7 +361,7 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
 
     /* 1. norm fusion on a copy (R1 = identity, no R2: the weights are otherwise unchanged); a mapped
        model: layer-wise into a mapped temporary file (qx_layerwise.h), never whole in memory */
-    t0 = qx__calib_now();
+    t0 = qx_now();
     memset(&fd, 0, sizeof fd);
     fd.rotation = QUAROT_ROTATION_IDENTITY;
     fd.no_r2 = 1;
@@ -444,7 +437,7 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
     qx_forward_free(&f);
     have_fwd = 0;
     if (r != QUAROT_OK) goto done;
-    st->forward_s = qx__calib_now() - t0;
+    st->forward_s = qx_now() - t0;
     st->linears = cap.n_linears;
     for (i = 0; i < cap.n_linears; ++i) {
         st->rows += cap.linears[i].count;
@@ -454,9 +447,9 @@ quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const 
 
     /* 3. the optimizer */
     if (o->on_optimize) o->on_optimize(o->user);
-    t0 = qx__calib_now();
+    t0 = qx_now();
     r = quarot_adapt_stage1(&cap, &o->adapt, ctx, o->env);
-    st->optimize_s = qx__calib_now() - t0;
+    st->optimize_s = qx_now() - t0;
     if (r != QUAROT_OK) qx_err_set(e, "%s", ctx->error[0] ? ctx->error : quarot_result_string(r));
 done:
     if (have_fwd) qx_forward_free(&f);

@@ -6,40 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+static quarot_result qx__window_logits(void* user, const int32_t* tokens, int64_t len, float* logits, qx_err* e) {
+    return qx_forward_window((qx_forward*)user, tokens, len, logits, e);
+}
+
 quarot_result qx_eval_windows(qx_forward* f, const qx_windows* w, qx_ppl_progress_fn progress, void* user,
                               qx_ppl_result* res, qx_err* e) {
-    int64_t i, t, vocab;
-    float* logits;
-    double nll = 0.0;
-    quarot_result r = QUAROT_OK;
+    quarot_result r;
     if (!f || !f->layers || !w || !res || w->n <= 0 || !w->tokens || !w->offset || w->n_predicted <= 0) {
         qx_err_set(e, "qx_eval_windows: bad arguments");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    memset(res, 0, sizeof *res);
-    vocab = f->cfg.vocab;
-    logits = (float*)malloc((size_t)(w->max_len * vocab) * sizeof *logits);
-    if (!logits) {
-        qx_err_set(e, "qx_eval_windows: out of memory");
-        return QUAROT_ERR_OUT_OF_MEMORY;
-    }
-    /* each window runs from position 0; logits row t scores window token t+1 (NLLs summed in double) */
-    for (i = 0; i < w->n; ++i) {
-        const int32_t* win = w->tokens + w->offset[i];
-        int64_t len = w->offset[i + 1] - w->offset[i];
-        r = qx_forward_window(f, win, len, logits, e);
-        if (r != QUAROT_OK) break;
-        for (t = 0; t + 1 < len; ++t) nll += qx_logits_nll(logits + t * vocab, vocab, win[t + 1]);
-        if (progress) progress(user, i + 1, w->n);
-    }
-    free(logits);
+    /* each window runs from position 0 (qx_forward_window) */
+    r = qx_windows_score(w, f->cfg.vocab, qx__window_logits, f, progress, user, "qx_eval_windows", res, e);
     qx_forward_reset(f);
-    if (r != QUAROT_OK) return r;
-    res->n_windows = w->n;
-    res->n_predicted = w->n_predicted;
-    res->nll = nll / (double)res->n_predicted;
-    res->ppl = exp(res->nll);
-    return QUAROT_OK;
+    return r;
 }
 
 quarot_result qx_eval_perplexity(qx_forward* f, const int32_t* tokens, int64_t n_tokens, const qx_ppl_opts* o,

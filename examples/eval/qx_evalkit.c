@@ -66,50 +66,6 @@ quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err
     return QUAROT_OK;
 }
 
-static int qx__is_file(const char* p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap) {
-    char dir[4096], names[3][32];
-    struct stat st;
-    size_t k, used = 0;
-    int i, n_names = 0;
-    /* the directory: the model itself when it is one, else the part before the last '/' */
-    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(dir, sizeof dir, "%s", model_path);
-    } else {
-        const char* slash = strrchr(model_path, '/');
-        if (slash) {
-            k = (size_t)(slash - model_path);
-            if (k >= sizeof dir) k = sizeof dir - 1;
-            memcpy(dir, model_path, k);
-            dir[k] = '\0';
-            if (k == 0) snprintf(dir, sizeof dir, "/");
-        } else {
-            snprintf(dir, sizeof dir, ".");
-        }
-    }
-    if (vocab > 0 && vocab != 512) snprintf(names[n_names++], sizeof names[0], "tok%lld.bin", (long long)vocab);
-    snprintf(names[n_names++], sizeof names[0], "tok512.bin");
-    snprintf(names[n_names++], sizeof names[0], "tokenizer.bin");
-    if (looked && looked_cap) looked[0] = '\0';
-    for (i = 0; i < n_names; ++i) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (looked && used + 1 < looked_cap) {
-            int w = snprintf(looked + used, looked_cap - used, "%s%s", i ? ", " : "", path);
-            if (w > 0) used += (size_t)w < looked_cap - used ? (size_t)w : looked_cap - used - 1;
-        }
-        if (qx__is_file(path)) {
-            snprintf(out, cap, "%s", path);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* ---- QuaRot on a copy --------------------------------------------------------------------- */
 
 /* Append printf-style text to buf (cap bytes, NUL-terminated, truncating). */
@@ -146,6 +102,35 @@ static void qx__recipe_hooks(const quarot_online_list* hooks, const char* r4, co
     if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE, %lld layers (for the KV cache)\n", r3t, (long long)n_q);
 }
 
+/* The rotation both roads run: QuaRot's (r1 when not the default), or with a context stage 2 of
+   Adapt Rotation (R1 = H*R_best, H and R2 from the context's seed); returns the seed it uses. */
+static uint64_t qx__rotate_desc(quarot_rotate_desc* d, uint64_t seed, const quarot_adapt_context* context, int r3, int online,
+                                quarot_rotation_kind r1, quarot_online_list* hooks) {
+    memset(d, 0, sizeof *d);
+    d->seed = seed;
+    if (context) {
+        d->rotation = QUAROT_ROTATION_ADAPT;
+        d->context = context;
+        d->seed = seed = context->seed;
+    }
+    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d->rotation = r1;
+    d->online = online;
+    d->r3 = r3;
+    d->online_out = hooks;
+    return seed;
+}
+
+/* The recipe's R1 line. */
+static void qx__recipe_r1(char* recipe, size_t recipe_cap, const char* r1_text, uint64_t seed, const quarot_adapt_context* context) {
+    if (context)
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
+                r1_text, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
+                context->start_loss, context->best_loss);
+    else
+        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
+                r1_text, (unsigned long long)seed);
+}
+
 typedef struct qx__lw_user {
     qx_ek_layer_fn fn;
     void* user;
@@ -165,17 +150,7 @@ static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, co
     qx__lw_user u;
     qx_err why;
     quarot_result r;
-    memset(&d, 0, sizeof d);
-    d.seed = seed;
-    if (context) {
-        d.rotation = QUAROT_ROTATION_ADAPT;
-        d.context = context;
-        d.seed = seed = context->seed;
-    }
-    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d.rotation = r1;
-    d.online = online;
-    d.r3 = r3;
-    d.online_out = hooks;
+    seed = qx__rotate_desc(&d, seed, context, r3, online, r1, hooks);
     u.fn = progress;
     u.user = user;
     why.msg[0] = '\0';
@@ -195,13 +170,7 @@ static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, co
             return r;
         }
     }
-    if (context)
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
-                st.r1, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
-                context->start_loss, context->best_loss);
-    else
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
-                st.r1, (unsigned long long)seed);
+    qx__recipe_r1(recipe, recipe_cap, st.r1, seed, context);
     if (strcmp(st.r2, "none") != 0) qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", st.r2);
     qx__recipe_hooks(hooks, st.r4, st.heads, st.r3, r3, recipe, recipe_cap);
     return QUAROT_OK;
@@ -227,7 +196,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
     quarot_model m;
     qx_binding b;
     quarot_result r;
-    int64_t i, n_down = 0, n_heads = 0, n_q = 0, n_k = 0;
+    int64_t i;
     char r4[160] = "", heads[160] = "", r3t[160] = "";
     if (recipe && recipe_cap) recipe[0] = '\0';
     quarot_online_list_init(hooks, NULL);
@@ -237,17 +206,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
         qx_err_set(e, "copying the model: %s", quarot_result_string(r));
         return r;
     }
-    memset(&d, 0, sizeof d);
-    d.seed = seed;
-    if (context) {                 /* stage 2: R1 = H*R_best, H (and R2) from the context's seed */
-        d.rotation = QUAROT_ROTATION_ADAPT;
-        d.context = context;
-        d.seed = seed = context->seed;
-    }
-    if (!context && r1 != QUAROT_ROTATION_DEFAULT) d.rotation = r1;
-    d.online = online;
-    d.r3 = r3;
-    d.online_out = hooks;
+    seed = qx__rotate_desc(&d, seed, context, r3, online, r1, hooks);
     qx_model_bind(&m, &b, dst);
     r = quarot_processor_init(&p, &m, &d);
     if (r != QUAROT_OK) {
@@ -256,13 +215,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
         return r;
     }
     /* what was built, before the processor goes */
-    if (context)
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
-                p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
-                context->start_loss, context->best_loss);
-    else
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
-                p.rot[QUAROT_ROT_R1].text, (unsigned long long)seed);
+    qx__recipe_r1(recipe, recipe_cap, p.rot[QUAROT_ROT_R1].text, seed, context);
     if (p.have_rot[QUAROT_ROT_R2])
         qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", p.rot[QUAROT_ROT_R2].text);
     if (p.have_rot[QUAROT_ROT_R4]) snprintf(r4, sizeof r4, "%s", p.rot[QUAROT_ROT_R4].text);
@@ -282,18 +235,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
         return r;
     }
     qx_model_sync(&m, dst);
-    for (i = 0; i < hooks->count; ++i) {
-        switch (hooks->hooks[i].site) {
-            case QUAROT_SITE_DOWN_INPUT: n_down++; break;
-            case QUAROT_SITE_O_INPUT: n_heads++; break;
-            case QUAROT_SITE_Q_ROPE: n_q++; break;
-            case QUAROT_SITE_K_ROPE: n_k++; break;
-            default: break;
-        }
-    }
-    if (n_down) qx__cat(recipe, recipe_cap, "R4  online %s before down_proj, %lld layers (offline half in down_proj)\n", r4, (long long)n_down);
-    if (n_heads) qx__cat(recipe, recipe_cap, "Rh  online %s across heads before o_proj, %lld layers (offline half in o_proj)\n", heads, (long long)n_heads);
-    if (n_q || n_k) qx__cat(recipe, recipe_cap, "R3  online %s on q and k after RoPE, %lld layers (for the KV cache)\n", r3t, (long long)n_q);
+    qx__recipe_hooks(hooks, r4, heads, r3t, r3, recipe, recipe_cap);
     return QUAROT_OK;
 }
 

@@ -27,11 +27,6 @@ extern "C" {
 #define QX_EK_MAX_TEXT ((size_t)256 << 20)
 quarot_result qx_ek_read_file(const char* path, char** data, size_t* len, qx_err* e);
 
-/* The llama2.c tokenizer that goes with a model: tok<vocab>.bin, tok512.bin or tokenizer.bin in the
-   model's directory (the directory itself when model_path is one). Returns 1 and the path in out,
-   or 0 when none exists; `looked` (may be NULL) receives the places searched, for the error line. */
-int qx_ek_find_tokenizer(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap);
-
 /* QuaRot on a deep copy of src: dst (initialized here) gets the rotated weights, hooks (initialized
    here) the online rotations. When src's tensors are views of a mapped file (qx_load_model),
    the copy is not made in memory: the rotation runs layer-wise into a temporary file that dst maps

@@ -1,9 +1,9 @@
 /* qx_wquant.c - see qx_wquant.h. */
 #include "eval/qx_wquant.h"
+#include "support/qx_file.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- a quarot_model over a qx_forward's f32 weight copies ---- */
 
@@ -61,12 +61,6 @@ static void qx__wq_capture(void* user, int64_t layer, const char* name, const fl
     if (r != QUAROT_OK) c->status = r;
 }
 
-static double qx__now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, qx_err* e) {
     qx_ek_forward ef;
     qx__fwbind bind;
@@ -78,7 +72,7 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
     int64_t nwin = 0, tokens = 0, l, w, i, k, L, hidden;
     float *x = NULL, *tmp = NULL;
     int gptq, have_f = 0, have_qz = 0;
-    double t0 = qx__now();
+    double t0 = qx_now();
     if (!st) st = &dummy;
     memset(st, 0, sizeof *st);
     if (!s || !o) {
@@ -187,7 +181,7 @@ done:
     free(tmp);
     if (have_qz) quarot_quantizer_free(&qz);
     if (have_f) qx_ek_forward_free(&ef);
-    st->seconds = qx__now() - t0;
+    st->seconds = qx_now() - t0;
     return r;
 }
 

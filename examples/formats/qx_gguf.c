@@ -6,6 +6,7 @@
    file size implies. Values are validated by skipping over them; the pairs keep pointers into the
    image. */
 #include "formats/qx_gguf.h"
+#include "support/qx_str.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,14 +28,15 @@ typedef struct qx__gr {
 static uint64_t qx__rest(const qx__gr* r) { return (uint64_t)(r->end - r->p); }
 
 static uint32_t qx__rd32(qx__gr* r) {
-    uint32_t v = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
+    uint32_t v = qx_str_le32(r->p);
     r->p += 4;
     return v;
 }
 
 static uint64_t qx__rd64(qx__gr* r) {
-    uint64_t lo = qx__rd32(r);
-    return lo | (uint64_t)qx__rd32(r) << 32;
+    uint64_t v = qx_str_le64(r->p);
+    r->p += 8;
+    return v;
 }
 
 /* The message for a read that would pass the end of the image. */
@@ -530,26 +532,19 @@ const qx_gguf_kv* qx_gguf_find(const qx_gguf_file* f, const char* key) {
     return NULL;
 }
 
-/* n little-endian bytes as an integer (values may sit at any alignment in the image). */
-static uint64_t qx__le(const unsigned char* p, unsigned n) {
-    uint64_t v = 0;
-    while (n--) v = (v << 8) | p[n];
-    return v;
-}
-
 quarot_result qx_gguf_kv_int(const qx_gguf_kv* kv, int64_t* out) {
     uint64_t u;
     if (!kv || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     switch (kv->type) {
         case QX_GGUF_U8: case QX_GGUF_U16: case QX_GGUF_U32: case QX_GGUF_U64:
-            u = qx__le(kv->val, qx__gguf_scalar_size(kv->type));
+            u = qx_str_le(kv->val, qx__gguf_scalar_size(kv->type));
             if (u > (uint64_t)INT64_MAX) return QUAROT_ERR_OVERFLOW;
             *out = (int64_t)u;
             return QUAROT_OK;
         case QX_GGUF_I8: *out = (int8_t)kv->val[0]; return QUAROT_OK;
-        case QX_GGUF_I16: *out = (int16_t)(uint16_t)qx__le(kv->val, 2); return QUAROT_OK;
-        case QX_GGUF_I32: *out = (int32_t)(uint32_t)qx__le(kv->val, 4); return QUAROT_OK;
-        case QX_GGUF_I64: *out = (int64_t)qx__le(kv->val, 8); return QUAROT_OK;
+        case QX_GGUF_I16: *out = (int16_t)(uint16_t)qx_str_le(kv->val, 2); return QUAROT_OK;
+        case QX_GGUF_I32: *out = (int32_t)(uint32_t)qx_str_le(kv->val, 4); return QUAROT_OK;
+        case QX_GGUF_I64: *out = (int64_t)qx_str_le(kv->val, 8); return QUAROT_OK;
         default: return QUAROT_ERR_PARSE;
     }
 }
@@ -557,14 +552,14 @@ quarot_result qx_gguf_kv_int(const qx_gguf_kv* kv, int64_t* out) {
 quarot_result qx_gguf_kv_float(const qx_gguf_kv* kv, double* out) {
     if (!kv || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     if (kv->type == QX_GGUF_F32) {
-        uint32_t u = (uint32_t)qx__le(kv->val, 4);
+        uint32_t u = (uint32_t)qx_str_le(kv->val, 4);
         float x;
         memcpy(&x, &u, 4);
         *out = (double)x;
         return QUAROT_OK;
     }
     if (kv->type == QX_GGUF_F64) {
-        uint64_t u = qx__le(kv->val, 8);
+        uint64_t u = qx_str_le(kv->val, 8);
         memcpy(out, &u, 8);
         return QUAROT_OK;
     }
@@ -892,31 +887,57 @@ quarot_result qx_gguf_load(const char* path, qx_store* s, const qx_gguf_read_opt
 
 /* ---- writer ---- */
 
-/* Little-endian appends into a qx_sb used as a byte buffer. */
-static void qx__b32(qx_sb* b, uint32_t v) {
-    char c[4];
-    int k;
-    for (k = 0; k < 4; ++k) c[k] = (char)(v >> (8 * k));
-    qx_sb_put(b, c, 4);
-}
-static void qx__b64(qx_sb* b, uint64_t v) {
-    char c[8];
-    int k;
-    for (k = 0; k < 8; ++k) c[k] = (char)(v >> (8 * k));
-    qx_sb_put(b, c, 8);
-}
-/* A GGUF string: u64 length, then the bytes (no NUL). */
-static void qx__bstr(qx_sb* b, const char* s, uint64_t n) {
-    qx__b64(b, n);
+void qx_gguf_put_str(qx_sb* b, const char* s, uint64_t n) {
+    qx_sb_le(b, n, 8);
     qx_sb_put(b, s, (size_t)n);
+}
+
+void qx_gguf_put_f32(qx_sb* b, float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    qx_sb_le(b, u, 4);
+}
+
+void qx_gguf_kv_key(qx_sb* b, const char* key, uint32_t type) {
+    qx_gguf_put_str(b, key, strlen(key));
+    qx_sb_le(b, type, 4);
+}
+
+void qx_gguf_kv_str(qx_sb* b, const char* key, const char* s, uint64_t n) {
+    qx_gguf_kv_key(b, key, QX_GGUF_STRING);
+    qx_gguf_put_str(b, s, n);
+}
+
+void qx_gguf_kv_u32(qx_sb* b, const char* key, uint32_t v) {
+    qx_gguf_kv_key(b, key, QX_GGUF_U32);
+    qx_sb_le(b, v, 4);
+}
+
+void qx_gguf_kv_bool(qx_sb* b, const char* key, int v) {
+    qx_gguf_kv_key(b, key, QX_GGUF_BOOL);
+    qx_sb_le(b, v != 0, 1);
+}
+
+void qx_gguf_kv_arr_begin(qx_sb* b, const char* key, uint32_t elem, uint64_t count) {
+    qx_gguf_kv_key(b, key, QX_GGUF_ARRAY);
+    qx_sb_le(b, elem, 4);
+    qx_sb_le(b, count, 8);
+}
+
+int qx_gguf_kv_count_add(qx_sb* b, uint64_t n) {
+    uint64_t count;
+    int k;
+    if (b->failed || b->len < 8) return -1;
+    count = qx_str_le64((const unsigned char*)b->p) + n;
+    for (k = 0; k < 8; ++k) b->p[k] = (char)(count >> (8 * k));
+    return 0;
 }
 
 /* Encodes one change (key, type, value); QUAROT_ERR_INVALID_ARGUMENT when the value does not fit. */
 static quarot_result qx__gset_encode(qx_sb* b, const qx_gguf_set* s, qx_err* e) {
     unsigned sz = qx__gguf_scalar_size((uint32_t)s->type);
     uint64_t bits = 0;
-    qx__bstr(b, s->key, strlen(s->key));
-    qx__b32(b, (uint32_t)s->type);
+    qx_gguf_kv_key(b, s->key, (uint32_t)s->type);
     switch (s->type) {
         case QX_GGUF_U8: case QX_GGUF_U16: case QX_GGUF_U32: case QX_GGUF_BOOL:
             if (sz < 8 && s->u >> (8 * sz)) goto range;
@@ -935,18 +956,13 @@ static quarot_result qx__gset_encode(qx_sb* b, const qx_gguf_set* s, qx_err* e) 
         case QX_GGUF_F64: memcpy(&bits, &s->f, 8); break;
         case QX_GGUF_STRING:
             if (!s->str) goto range;
-            qx__bstr(b, s->str, strlen(s->str));
+            qx_gguf_put_str(b, s->str, strlen(s->str));
             return QUAROT_OK;
         default:
             qx_err_set(e, "gguf: key %s: type %d cannot be set (scalars and strings only)", s->key, s->type);
             return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    {
-        char c[8];
-        unsigned k;
-        for (k = 0; k < sz; ++k) c[k] = (char)(bits >> (8 * k));
-        qx_sb_put(b, c, sz);
-    }
+    qx_sb_le(b, bits, (int)sz);
     return QUAROT_OK;
 range:
     qx_err_set(e, "gguf: key %s: value out of range for type %d", s->key, s->type);
@@ -961,7 +977,7 @@ static quarot_result qx__gkv_build(const void* kv, size_t kv_len, const qx_gguf_
     uint64_t n = 0, k, count = 0;
     int j;
     quarot_result res;
-    qx__b64(out, 0);                              /* count, patched at the end */
+    qx_sb_le(out, 0, 8);                              /* count, patched at the end */
     if (kv && kv_len) {
         if (kv_len < 8) { qx_err_set(e, "gguf.kv: blob of %zu bytes", kv_len); return QUAROT_ERR_PARSE; }
         r.start = (const unsigned char*)kv;
@@ -1150,18 +1166,18 @@ quarot_result qx_gguf_writer_begin(qx_gguf_writer** wp, const char* path, const 
         }
     /* header, pairs, tensor infos (natural order of GGUF names), padding */
     qx_sb_put(&hdr, "GGUF", 4);
-    qx__b32(&hdr, 3);
-    qx__b64(&hdr, (uint64_t)n);
-    qx__b64(&hdr, n_kv);
+    qx_sb_le(&hdr, 3, 4);
+    qx_sb_le(&hdr, (uint64_t)n, 8);
+    qx_sb_le(&hdr, n_kv, 8);
     qx_sb_put(&hdr, kvb.p + 8, kvb.len - 8);
     for (i = 0, pos = 0; i < n; ++i) {
         qx__gw_t* t = order[i];
         int d;
-        qx__bstr(&hdr, t->gguf, strlen(t->gguf));
-        qx__b32(&hdr, (uint32_t)t->n_dims);
-        for (d = 0; d < t->n_dims; ++d) qx__b64(&hdr, (uint64_t)t->ne[d]);
-        qx__b32(&hdr, t->ggml);
-        qx__b64(&hdr, pos);
+        qx_gguf_put_str(&hdr, t->gguf, strlen(t->gguf));
+        qx_sb_le(&hdr, (uint32_t)t->n_dims, 4);
+        for (d = 0; d < t->n_dims; ++d) qx_sb_le(&hdr, (uint64_t)t->ne[d], 8);
+        qx_sb_le(&hdr, t->ggml, 4);
+        qx_sb_le(&hdr, pos, 8);
         t->off = pos;
         pos += t->nbytes + (align - t->nbytes % align) % align;
     }
@@ -1348,19 +1364,8 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
         (void)qx_gguf_arch_supported(s->config.arch, &want);
         perm = s->config.rope_interleaved != want ? (want ? 1 : -1) : 0;
     }
-    plan = (qx_tensor_plan*)calloc((size_t)(s->count ? s->count : 1), sizeof *plan);
+    plan = qx_store_plan(s, o ? o->dtype : QUAROT_DTYPE_DEFAULT, 0);
     if (!plan) { qx_sb_free(&gen); qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (i = 0; i < s->count; ++i) {
-        const quarot_tensor* t = &s->items[i].t;
-        int d;
-        plan[i].name = s->items[i].name;
-        plan[i].dtype = o && o->dtype != QUAROT_DTYPE_DEFAULT ? o->dtype : t->dtype;
-        plan[i].n_dims = 1;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
-            plan[i].ne[d] = t->ne[d];
-            if (t->ne[d] > 1) plan[i].n_dims = d + 1;
-        }
-    }
     memset(&wo, 0, sizeof wo);
     wo.force = o ? o->force : 0;
     wo.set = o ? o->set : NULL;

@@ -210,6 +210,25 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
    general.architecture and general.file_type. */
 quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e);
 
+/* Key/value pairs appended to a buffer in the file's encoding (also the "gguf.kv" blob's, after
+   its u64 pair count), as every GGUF writer here builds them. Like every qx_sb append they never
+   fail loudly: check b->failed once at the end.
+     qx_gguf_put_str       a string value or STRING array element: u64 length, then the n bytes
+     qx_gguf_put_f32       an F32 value or array element (its bits)
+     qx_gguf_kv_key        a pair's key and value type; the value follows (qx_sb_le for a scalar)
+     qx_gguf_kv_str / _u32 / _bool   a whole STRING / U32 / BOOL pair (bool: v != 0 -> 1)
+     qx_gguf_kv_arr_begin  an ARRAY pair's key, element type and count; the count elements follow
+   qx_gguf_kv_count_add adds n to the pair count that starts a blob b: -1 (b unchanged) when b is
+   failed or shorter than the count's 8 bytes, else 0. */
+void qx_gguf_put_str(qx_sb* b, const char* s, uint64_t n);
+void qx_gguf_put_f32(qx_sb* b, float v);
+void qx_gguf_kv_key(qx_sb* b, const char* key, uint32_t type);
+void qx_gguf_kv_str(qx_sb* b, const char* key, const char* s, uint64_t n);
+void qx_gguf_kv_u32(qx_sb* b, const char* key, uint32_t v);
+void qx_gguf_kv_bool(qx_sb* b, const char* key, int v);
+void qx_gguf_kv_arr_begin(qx_sb* b, const char* key, uint32_t elem, uint64_t count);
+int qx_gguf_kv_count_add(qx_sb* b, uint64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,6 +10,7 @@
 #endif
 #include "formats/qx_llama2c.h"
 #include "support/qx_file.h"
+#include "support/qx_str.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,11 +29,8 @@
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
-static uint32_t qx__rd_u32(const unsigned char* p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
 static int32_t qx__rd_i32(const unsigned char* p) {
-    uint32_t u = qx__rd_u32(p);
+    uint32_t u = qx_str_le32(p);
     int32_t v;
     memcpy(&v, &u, 4);   /* two's complement reinterpretation without implementation-defined casts */
     return v;
@@ -82,7 +80,7 @@ quarot_result qx_l2c_parse_header(const void* data, size_t size, const char* nam
         qx_err_set(err, "%s: truncated header: %zu bytes present, at least 28 expected", name, size);
         return QUAROT_ERR_PARSE;
     }
-    if (qx__rd_u32(p) == QX_L2C_MAGIC) {
+    if (qx_str_le32(p) == QX_L2C_MAGIC) {
         int32_t version;
         if (size < 8) {
             qx_err_set(err, "%s: truncated header: %zu bytes present, 256 expected", name, size);
@@ -661,21 +659,7 @@ quarot_result qx_l2c_write_file(const qx_store* s, const char* path, const qx_l2
             r = QUAROT_ERR_IO;
         }
     }
-    if (r == QUAROT_OK) {   /* make the new directory entry durable too (best effort) */
-        char* dir = (char*)malloc(strlen(path) + 2);
-        if (dir) {
-            char* slash;
-            int dfd;
-            strcpy(dir, path);
-            slash = strrchr(dir, '/');
-            if (slash == dir) dir[1] = '\0';
-            else if (slash) *slash = '\0';
-            else strcpy(dir, ".");
-            dfd = open(dir, O_RDONLY);
-            if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
-            free(dir);
-        }
-    }
+    if (r == QUAROT_OK) qx_sync_parent(path);   /* make the new directory entry durable too (best effort) */
     if (f.tmp) {
         if (r != QUAROT_OK) unlink(f.tmp);
         free(f.tmp);

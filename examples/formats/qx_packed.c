@@ -12,6 +12,7 @@
    metadata keys and the relations between .qweight / .scales / .zeros, then the values (scales
    finite and >= 0, zeros and codes within range). */
 #include "formats/qx_packed.h"
+#include "support/qx_str.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -536,13 +537,26 @@ void qx_packed_file_free(qx_packed_file* f) {
     memset(f, 0, sizeof *f);
 }
 
+/* Scale i of a linear's scale bytes (F16 or F32, little-endian). */
+static float qx__pk_scale_at(quarot_dtype dt, const unsigned char* scales, int64_t i) {
+    float s;
+    if (dt == QUAROT_DTYPE_F16) {
+        uint16_t h = (uint16_t)(scales[2 * i] | scales[2 * i + 1] << 8);
+        quarot_f16_to_f32(&h, &s, 1);
+    } else {
+        uint32_t u = (uint32_t)scales[4 * i] | (uint32_t)scales[4 * i + 1] << 8 | (uint32_t)scales[4 * i + 2] << 16 |
+                     (uint32_t)scales[4 * i + 3] << 24;
+        memcpy(&s, &u, 4);
+    }
+    return s;
+}
+
 int qx_packed_sniff(const void* buf, size_t len) {
     const unsigned char* p = (const unsigned char*)buf;
-    uint64_t n = 0;
-    int k;
+    uint64_t n;
     size_t lim, i, fl = strlen("\"" QX_PACKED_FORMAT "\"");
     if (!buf || len < 8) return 0;
-    for (k = 7; k >= 0; --k) n = (n << 8) | p[k];
+    n = qx_str_le64(p);
     lim = n < (uint64_t)(len - 8) ? (size_t)n : len - 8;     /* the header, or what of it is at hand */
     for (i = 0; i + fl <= lim; ++i)
         if (memcmp(p + 8 + i, "\"" QX_PACKED_FORMAT "\"", fl) == 0) return 1;
@@ -662,15 +676,13 @@ quarot_result qx_packed_parse(const void* buf, size_t len, const char* name, qx_
     uint64_t hl, data_len, pos;
     const unsigned char* data;
     size_t i, n = 0;
-    int k;
     quarot_result r = QUAROT_OK;
     if (!f || (!buf && len)) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(f, 0, sizeof *f);
     memset(&doc, 0, sizeof doc);
     if (!name) name = "packed";
     if (len < 8) { qx_err_set(e, "%s: %zu bytes is too short for a safetensors header", name, len); return QUAROT_ERR_PARSE; }
-    hl = 0;
-    for (k = 7; k >= 0; --k) hl = (hl << 8) | p[k];
+    hl = qx_str_le64(p);
     if (hl > len - 8 || hl > QX_ST_MAX_HEADER) {
         qx_err_set(e, "%s: header length %llu passes the end of the file or the %llu-byte limit", name, (unsigned long long)hl,
                    (unsigned long long)QX_ST_MAX_HEADER);
@@ -805,15 +817,7 @@ quarot_result qx_packed_parse(const void* buf, size_t len, const char* name, qx_
         if (z) z->used = 1;
         /* values: scales finite and >= 0, zeros and codes in range */
         for (j = 0; j < (size_t)(L->out * L->groups); ++j) {
-            float sv;
-            if (st->scale_dtype == QUAROT_DTYPE_F16) {
-                uint16_t h = (uint16_t)(L->scales[2 * j] | L->scales[2 * j + 1] << 8);
-                quarot_f16_to_f32(&h, &sv, 1);
-            } else {
-                uint32_t u = (uint32_t)L->scales[4 * j] | (uint32_t)L->scales[4 * j + 1] << 8 | (uint32_t)L->scales[4 * j + 2] << 16 |
-                             (uint32_t)L->scales[4 * j + 3] << 24;
-                memcpy(&sv, &u, 4);
-            }
+            float sv = qx__pk_scale_at(st->scale_dtype, L->scales, (int64_t)j);
             if (!(sv >= 0.0f) || isinf(sv)) {
                 qx_err_set(e, "%s: tensor \"%.100s\": scale %lld is %g (scales must be finite and >= 0)", name, L->name, (long long)j, (double)sv);
                 r = QUAROT_ERR_NONFINITE;
@@ -872,16 +876,7 @@ static int qx__pk_code(const qx_packed_file* f, const qx_packed_linear* l, int64
 }
 
 static float qx__pk_scale(const qx_packed_file* f, const qx_packed_linear* l, int64_t i) {
-    float s;
-    if (f->settings.scale_dtype == QUAROT_DTYPE_F16) {
-        uint16_t h = (uint16_t)(l->scales[2 * i] | l->scales[2 * i + 1] << 8);
-        quarot_f16_to_f32(&h, &s, 1);
-    } else {
-        uint32_t u = (uint32_t)l->scales[4 * i] | (uint32_t)l->scales[4 * i + 1] << 8 | (uint32_t)l->scales[4 * i + 2] << 16 |
-                     (uint32_t)l->scales[4 * i + 3] << 24;
-        memcpy(&s, &u, 4);
-    }
-    return s;
+    return qx__pk_scale_at(f->settings.scale_dtype, l->scales, i);
 }
 
 void qx_packed_dequant_row(const qx_packed_file* f, const qx_packed_linear* l, int64_t r, float* out) {

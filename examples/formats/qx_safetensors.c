@@ -1337,6 +1337,27 @@ done:
     return r;
 }
 
+int qx_plan_rank(const int64_t ne[QUAROT_MAX_DIMS]) {
+    int d, n = 1;
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
+        if (ne[d] > 1) n = d + 1;
+    return n;
+}
+
+qx_tensor_plan* qx_store_plan(const qx_store* s, quarot_dtype dt, int64_t extra) {
+    qx_tensor_plan* plan = (qx_tensor_plan*)calloc((size_t)(s->count + extra > 0 ? s->count + extra : 1), sizeof *plan);
+    int64_t i;
+    if (!plan) return NULL;
+    for (i = 0; i < s->count; ++i) {
+        const quarot_tensor* t = &s->items[i].t;
+        plan[i].name = s->items[i].name;
+        plan[i].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : t->dtype;
+        memcpy(plan[i].ne, t->ne, sizeof plan[i].ne);
+        plan[i].n_dims = qx_plan_rank(t->ne);
+    }
+    return plan;
+}
+
 quarot_result qx_st_save(const qx_store* s, const char* out, const qx_st_save_opts* o, qx_err* e) {
     qx_tensor_plan* plan;
     qx_st_write_opts wo;
@@ -1361,20 +1382,8 @@ quarot_result qx_st_save(const qx_store* s, const char* out, const qx_st_save_op
             return QUAROT_ERR_UNSUPPORTED;
         }
     }
-    /* the plan from the store: rank = dimensions up to the last one > 1 (a [hidden] gain stays 1-D) */
-    plan = (qx_tensor_plan*)calloc((size_t)(s->count ? s->count : 1), sizeof *plan);
+    plan = qx_store_plan(s, o ? o->dtype : QUAROT_DTYPE_DEFAULT, 0);
     if (!plan) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (i = 0; i < s->count; ++i) {
-        const quarot_tensor* t = &s->items[i].t;
-        int d;
-        plan[i].name = s->items[i].name;
-        plan[i].dtype = o && o->dtype != QUAROT_DTYPE_DEFAULT ? o->dtype : t->dtype;
-        plan[i].n_dims = 1;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
-            plan[i].ne[d] = t->ne[d];
-            if (t->ne[d] > 1) plan[i].n_dims = d + 1;
-        }
-    }
     wo.force = o ? o->force : 0;
     wo.shard_bytes = o ? o->shard_bytes : 0;
     wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);

@@ -89,6 +89,14 @@ typedef struct qx_tensor_plan {
     int64_t ne[QUAROT_MAX_DIMS];
 } qx_tensor_plan;
 
+/* The rank a plan gives sizes ne: the dimensions up to the last one > 1, at least 1 (a [hidden]
+   gain stays 1-D). */
+int qx_plan_rank(const int64_t ne[QUAROT_MAX_DIMS]);
+/* The plan of every tensor of s in store order: s's names (not copied), sizes, qx_plan_rank, and
+   dtype dt (QUAROT_DTYPE_DEFAULT: each tensor's own). calloc'ed with `extra` zeroed entries more
+   (free with free()); NULL when out of memory. */
+qx_tensor_plan* qx_store_plan(const qx_store* s, quarot_dtype dt, int64_t extra);
+
 typedef struct qx_st_write_opts {
     int force;                /* replace existing output files */
     uint64_t shard_bytes;     /* directory output: >0 splits tensor data into shards of at most this

@@ -3,6 +3,8 @@
    the norms accumulate in double. Window and incremental decoding share this one code path, so
    they differ only by the summation order inside the GEMMs. */
 #include "model/qx_forward.h"
+#include "model/qx_model.h"
+#include "model/qx_ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -109,20 +111,10 @@ static quarot_result qx__par_rows(const qx_forward* f, int64_t rows, int64_t row
    else *out = NULL and OK. */
 static quarot_result qx__check(const qx_store* s, const char* name, int64_t rows, int64_t cols, int required,
                                const quarot_tensor** out, qx_err* e) {
-    const quarot_tensor* t = qx_store_find(s, name);
+    const quarot_tensor* t;
+    quarot_result r = qx_model_weight(s, name, rows, cols, required, &t, e);
     *out = NULL;
-    /* a [rows][cols] matrix must be stored as such (ne = {cols, rows}); a vector as {cols} or any
-       shape with one row */
-    if (!t) {
-        if (!required) return QUAROT_OK;
-        qx_err_set(e, "%s: missing", name);
-        return QUAROT_ERR_NOT_FOUND;
-    }
-    if (t->ne[0] != cols || quarot_tensor_nrows(t) != rows || (rows > 1 && t->ne[1] != rows)) {
-        qx_err_set(e, "%s: shape [%lld][%lld], expected [%lld][%lld]", name, (long long)quarot_tensor_nrows(t),
-                   (long long)t->ne[0], (long long)rows, (long long)cols);
-        return QUAROT_ERR_SHAPE_MISMATCH;
-    }
+    if (r != QUAROT_OK || !t) return r;
     if (t->dtype != QUAROT_DTYPE_F32 && t->dtype != QUAROT_DTYPE_F16 && t->dtype != QUAROT_DTYPE_BF16 &&
         t->dtype != QUAROT_DTYPE_F64 && t->dtype != QUAROT_DTYPE_DEFAULT) {
         qx_err_set(e, "%s: unsupported dtype", name);
@@ -141,8 +133,6 @@ static int qx__f32_in_place(const quarot_tensor* t, int64_t rows, int64_t cols) 
 static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name, int64_t rows, int64_t cols,
                               int required, float** out, qx_err* e) {
     const quarot_tensor* t;
-    float* w;
-    int64_t r;
     quarot_result cr = qx__check(s, name, rows, cols, required, &t, e);
     *out = NULL;
     if (cr != QUAROT_OK || !t) return cr;
@@ -151,21 +141,7 @@ static quarot_result qx__load(qx_forward* f, const qx_store* s, const char* name
         *out = (float*)t->data;
         return QUAROT_OK;
     }
-    w = (float*)qx_arena_alloc(&f->arena, (size_t)rows * (size_t)cols * sizeof(float));
-    if (!w) {
-        qx_err_set(e, "%s: out of memory", name);
-        return QUAROT_ERR_OUT_OF_MEMORY;
-    }
-    /* row by row: the store may hold strided views, and f16/bf16/f64 convert with RNE */
-    for (r = 0; r < rows; ++r) {
-        quarot_result res = quarot_tensor_get_row_f32(t, r, w + r * cols);
-        if (res != QUAROT_OK) {
-            qx_err_set(e, "%s: %s", name, quarot_result_string(res));
-            return res;
-        }
-    }
-    *out = w;
-    return QUAROT_OK;
+    return qx_model_weight_f32(t, name, rows, cols, &f->arena, out, e);
 }
 
 static int qx__bits_ok(int b) { return b == 0 || (b >= 2 && b <= 8); }
@@ -538,30 +514,6 @@ void qx_forward_reset(qx_forward* f) {
 /* --------------------------------------------------------------------------------------------- */
 /* Building blocks */
 
-/* y[r] = norm(x[r]) * w (+ b), rows of n. RMS: x / sqrt(mean(x^2) + eps); LayerNorm:
-   (x - mean) / sqrt(var + eps) (biased variance). Sums in double. */
-static void qx__norm(const float* x, float* y, int64_t rows, int64_t n, const float* w, const float* b,
-                     quarot_norm_kind kind, float eps) {
-    int64_t r, i;
-    for (r = 0; r < rows; ++r) {
-        const float* xr = x + r * n;
-        float* yr = y + r * n;
-        double mean = 0.0, ss = 0.0;
-        float inv;
-        /* ss = sum (x - mean)^2 with mean = 0 for RMSNorm; y = (x - mean) * (1/sqrt(ss/n + eps)) * w */
-        if (kind == QUAROT_NORM_LAYER) {
-            for (i = 0; i < n; ++i) mean += xr[i];
-            mean /= (double)n;
-        }
-        for (i = 0; i < n; ++i) ss += ((double)xr[i] - mean) * ((double)xr[i] - mean);
-        inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-        for (i = 0; i < n; ++i) {
-            float v = (float)((double)xr[i] - mean) * inv * w[i];
-            yr[i] = b ? v + b[i] : v;
-        }
-    }
-}
-
 typedef struct qx__norm_ctx {
     const float* x;
     float* y;
@@ -573,26 +525,16 @@ typedef struct qx__norm_ctx {
 
 static quarot_result qx__norm_rows(void* c, int64_t r0, int64_t r1) {
     qx__norm_ctx* k = (qx__norm_ctx*)c;
-    qx__norm(k->x + r0 * k->n, k->y + r0 * k->n, r1 - r0, k->n, k->w, k->b, k->kind, k->eps);
+    qx_ops_norm(k->x + r0 * k->n, k->y + r0 * k->n, r1 - r0, k->n, k->w, k->b, k->kind, k->eps);
     return QUAROT_OK;
 }
 
-/* qx__norm over row chunks through the parallel hook */
+/* qx_ops_norm over row chunks through the parallel hook */
 static void qx__norm_par(const qx_forward* f, const float* x, float* y, int64_t rows, int64_t n, const float* w,
                          const float* b, quarot_norm_kind kind, float eps) {
     qx__norm_ctx k;
     k.x = x; k.y = y; k.n = n; k.w = w; k.b = b; k.kind = kind; k.eps = eps;
     (void)qx__par_rows(f, rows, n, qx__norm_rows, &k);
-}
-
-/* ReLU, GELU (tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) or SiLU x*sigmoid(x) */
-static float qx__act(float x, quarot_act_kind k) {
-    if (k == QUAROT_ACT_RELU) return x > 0.0f ? x : 0.0f;
-    if (k == QUAROT_ACT_GELU) {
-        double d = x;
-        return (float)(0.5 * d * (1.0 + tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
-    }
-    return x / (1.0f + expf(-x));
 }
 
 /* Row-wise steps as qx__par_rows functions. */
@@ -622,9 +564,7 @@ static quarot_result qx__add_rows(void* c, int64_t r0, int64_t r1) {
 /* y = act(y) (plain) or y = act(gate) * y with gate = a (gated MLP) */
 static quarot_result qx__act_rows(void* c, int64_t r0, int64_t r1) {
     qx__ew_ctx* k = (qx__ew_ctx*)c;
-    int64_t i;
-    if (k->gated) for (i = r0 * k->n; i < r1 * k->n; ++i) k->y[i] = qx__act(k->a[i], k->act) * k->y[i];
-    else for (i = r0 * k->n; i < r1 * k->n; ++i) k->y[i] = qx__act(k->y[i], k->act);
+    qx_ops_act(k->y + r0 * k->n, k->gated ? k->a + r0 * k->n : NULL, (r1 - r0) * k->n, k->act);
     return QUAROT_OK;
 }
 
@@ -696,27 +636,6 @@ static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float*
     return q->a_bits ? qx__fake_quant_par(f, x, T, n, n, q->a_bits, q->a_asym, q->a_group, q->a_clip) : QUAROT_OK;
 }
 
-/* Rotary embedding on rows x[rows][head_dim] (rows = T * heads, token t = row / heads; cs holds
-   cos/sin of token t's position): angle = position * theta^(-2i/head_dim), pair (2i, 2i+1) or (i, i + head_dim/2). */
-static void qx__rope(const qx_forward* f, float* x, int64_t T, int64_t heads, const float* cs) {
-    int64_t hd = f->cfg.head_dim, half = hd / 2, t, h, i;
-    /* (a, b) <- (a cos - b sin, a sin + b cos): a rotation of each pair, so norms are preserved and
-       q_t . k_s depends on t - s only */
-    for (t = 0; t < T; ++t) {
-        const float* c = cs + t * hd;   /* cos[half] then sin[half] for this position */
-        const float* sn = c + half;
-        for (h = 0; h < heads; ++h) {
-            float* v = x + (t * heads + h) * hd;
-            for (i = 0; i < half; ++i) {
-                int64_t i0 = f->cfg.rope_interleaved ? 2 * i : i, i1 = f->cfg.rope_interleaved ? 2 * i + 1 : i + half;
-                float a = v[i0], b = v[i1];
-                v[i0] = a * c[i] - b * sn[i];
-                v[i1] = a * sn[i] + b * c[i];
-            }
-        }
-    }
-}
-
 typedef struct qx__rope_ctx {
     const qx_forward* f;
     float* x;
@@ -727,7 +646,7 @@ typedef struct qx__rope_ctx {
 static quarot_result qx__rope_rows(void* c, int64_t t0, int64_t t1) {
     qx__rope_ctx* k = (qx__rope_ctx*)c;
     int64_t hd = k->f->cfg.head_dim;
-    qx__rope(k->f, k->x + t0 * k->heads * hd, t1 - t0, k->heads, k->cs + t0 * hd);
+    qx_ops_rope(k->x + t0 * k->heads * hd, t1 - t0, k->heads, hd, k->f->cfg.rope_interleaved, k->cs + t0 * hd);
     return QUAROT_OK;
 }
 
@@ -988,17 +907,7 @@ quarot_result qx_forward_tokens(qx_forward* f, const int32_t* tokens, int64_t T,
         }
     }
     /* RoPE table for these positions: [T][cos half | sin half], angles in double */
-    if (!f->is_opt) {
-        int64_t half = g->head_dim / 2;
-        for (t = 0; t < T; ++t) {
-            for (i = 0; i < half; ++i) {
-                double freq = pow((double)g->rope_theta, -(double)(2 * i) / (double)g->head_dim);
-                double ang = (double)(pos0 + t) * freq;
-                b.rope[t * g->head_dim + i] = (float)cos(ang);
-                b.rope[t * g->head_dim + half + i] = (float)sin(ang);
-            }
-        }
-    }
+    if (!f->is_opt) qx_ops_rope_table(b.rope, T, pos0, g->head_dim, g->rope_theta);
     for (l = 0; l < g->n_layers; ++l) {
         r = qx__layer(f, l, T, pos0, &b);
         if (r != QUAROT_OK) {
@@ -1063,7 +972,7 @@ quarot_result qx_forward_layer_run(qx_forward* f, int64_t layer, float* x, int64
     const quarot_model_config* g;
     qx__bufs b;
     quarot_result r;
-    int64_t t, i, saved;
+    int64_t saved;
     if (!f || !f->layers || !x || T <= 0 || T > (1 << 24) || layer < 0 || layer >= f->cfg.n_layers) {
         qx_err_set(e, "qx_forward_layer_run: bad arguments");
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -1076,17 +985,7 @@ quarot_result qx_forward_layer_run(qx_forward* f, int64_t layer, float* x, int64
         qx_err_set(e, "qx_forward_layer_run: out of memory (%lld tokens)", (long long)T);
         return r;
     }
-    if (!f->is_opt) {
-        int64_t half = g->head_dim / 2;
-        for (t = 0; t < T; ++t) {
-            for (i = 0; i < half; ++i) {
-                double freq = pow((double)g->rope_theta, -(double)(2 * i) / (double)g->head_dim);
-                double ang = (double)t * freq;
-                b.rope[t * g->head_dim + i] = (float)cos(ang);
-                b.rope[t * g->head_dim + half + i] = (float)sin(ang);
-            }
-        }
-    }
+    if (!f->is_opt) qx_ops_rope_table(b.rope, T, 0, g->head_dim, g->rope_theta);
     memcpy(b.x, x, (size_t)(T * g->hidden) * sizeof(float));
     r = qx__layer(f, layer, T, 0, &b);
     f->pos = saved;

@@ -1,6 +1,8 @@
 /* qx_windows.c - see qx_windows.h. */
 #include "model/qx_windows.h"
+#include "model/qx_logits.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,4 +172,35 @@ quarot_result qx_windows_docs(qx_windows* w, const qx_tokenizer* t, const char* 
         w->n_docs_total = keep;
     }
     return r;
+}
+
+quarot_result qx_windows_score(const qx_windows* w, int64_t vocab, qx_window_logits_fn logits_of, void* user,
+                               void (*done)(void* done_user, int64_t done, int64_t total), void* done_user, const char* what,
+                               qx_ppl_result* res, qx_err* e) {
+    int64_t i, t;
+    float* logits;
+    double nll = 0.0;
+    quarot_result r = QUAROT_OK;
+    memset(res, 0, sizeof *res);
+    logits = (float*)malloc((size_t)(w->max_len * vocab) * sizeof *logits);
+    if (!logits) {
+        qx_err_set(e, "%s: out of memory", what);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    /* logits row t scores window token t+1 */
+    for (i = 0; i < w->n; ++i) {
+        const int32_t* win = w->tokens + w->offset[i];
+        int64_t len = w->offset[i + 1] - w->offset[i];
+        r = logits_of(user, win, len, logits, e);
+        if (r != QUAROT_OK) break;
+        for (t = 0; t + 1 < len; ++t) nll += qx_logits_nll(logits + t * vocab, vocab, win[t + 1]);
+        if (done) done(done_user, i + 1, w->n);
+    }
+    free(logits);
+    if (r != QUAROT_OK) return r;
+    res->n_windows = w->n;
+    res->n_predicted = w->n_predicted;
+    res->nll = nll / (double)res->n_predicted;
+    res->ppl = exp(res->nll);
+    return QUAROT_OK;
 }

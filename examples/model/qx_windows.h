@@ -74,6 +74,16 @@ quarot_result qx_windows_docs(qx_windows* w, const qx_tokenizer* t, const char* 
                               qx_err* e);
 void qx_windows_free(qx_windows* w);
 
+/* The logits of every position of one window of len tokens, from position 0, into logits[len][vocab]. */
+typedef quarot_result (*qx_window_logits_fn)(void* user, const int32_t* tokens, int64_t len, float* logits, qx_err* e);
+/* Scores every window of w with logits_of (the forward pass's or the engine's): the NLL of each
+   window token after the first given the ones before it (qx_logits_nll, summed in double), mean and
+   perplexity into res. done (may be NULL) is told after each window. Stops at the first error of
+   logits_of and returns it; what labels the other errors. */
+quarot_result qx_windows_score(const qx_windows* w, int64_t vocab, qx_window_logits_fn logits_of, void* user,
+                               void (*done)(void* done_user, int64_t done, int64_t total), void* done_user, const char* what,
+                               qx_ppl_result* res, qx_err* e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -36,7 +36,6 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- the output writer: one of the three formats behind put / finish / abort ---------------- */
@@ -282,12 +281,6 @@ static void qx__spares_free(qx__rf* b) {
     }
 }
 
-static double qx__now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Ends the running fuse / rotate phase at now and starts the next one (fuse). */
 static void qx__phase_end(qx__rf* b, double now) {
     if (b->in_rotate) b->st->rotate_s += now - b->t_mark;
@@ -300,7 +293,7 @@ static void qx__phase_end(qx__rf* b, double now) {
 static int qx__on_command(void* user, const quarot_command* c) {
     qx__rf* b = (qx__rf*)user;
     if (b->phase == 1 && !b->in_rotate) {
-        double now = qx__now();
+        double now = qx_now();
         b->st->fuse_s += now - b->t_mark;
         b->t_mark = now;
         b->in_rotate = 1;
@@ -311,22 +304,6 @@ static int qx__on_command(void* user, const quarot_command* c) {
 static void qx__on_progress(void* user, const char* stage, int64_t layer, int64_t n_layers) {
     qx__rf* b = (qx__rf*)user;
     if (b->user_desc->progress) b->user_desc->progress(b->user_desc->user_data, stage, layer, n_layers);
-}
-
-/* The decoder layer a tensor name belongs to ("model.layers.12.mlp..." -> 12), -1 for globals. */
-static int64_t qx__layer_of(const char* name) {
-    const char* p = name;
-    while ((p = strstr(p, "layers.")) != NULL) {
-        const char* q = p + 7;
-        int64_t v = 0;
-        int digits = 0;
-        if (p == name || p[-1] == '.') {
-            while (*q >= '0' && *q <= '9' && digits < 12) { v = v * 10 + (*q - '0'); ++q; ++digits; }
-            if (digits > 0 && *q == '.') return v;
-        }
-        p += 7;
-    }
-    return -1;
 }
 
 static qx_entry* qx__entry(qx_store* s, const char* name) {
@@ -461,7 +438,7 @@ static void qx__own_task(void* arg, int64_t task) {
 /* The message for a NaN / Inf at flat index `first` of a tensor with rows of ne0 (row0: the row the
    copy started at; a decoder layer's tensor is prefixed with its layer). */
 static void qx__nonfinite_msg(qx_err* e, const char* name, int64_t ne0, int64_t row0, int64_t first) {
-    int64_t L = qx__layer_of(name);
+    int64_t L = qx_name_layer(name, NULL, NULL);
     char where[40] = "";
     if (L >= 0) snprintf(where, sizeof where, "layer %lld: ", (long long)L);
     qx_err_set(e, "%stensor '%s' has NaN or Inf at element %lld (row %lld, column %lld)", where, name, (long long)(row0 * ne0 + first),
@@ -554,7 +531,7 @@ static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
     }
     en = qx__entry(b->s, name);
     if (!en) return QUAROT_ERR_NOT_FOUND;
-    L = qx__layer_of(name);
+    L = qx_name_layer(name, NULL, NULL);
     if (L >= 0 && L != b->held) {   /* a layer that is not in memory */
         b->st->out_of_layer++;
         return QUAROT_ERR_STATE;
@@ -582,7 +559,7 @@ static quarot_result qx__create(void* user, const char* name, quarot_dtype dt, i
     if (r != QUAROT_OK) return r;
     b->cur_bytes += quarot_tensor_nbytes(t);
     if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
-    if (qx__layer_of(name) < 0) b->st->global_copy_bytes += quarot_tensor_nbytes(t);
+    if (qx_name_layer(name, NULL, NULL) < 0) b->st->global_copy_bytes += quarot_tensor_nbytes(t);
     *out = *t;
     return QUAROT_OK;
 }
@@ -596,18 +573,18 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
     if (++b->live > b->st->max_live_layers) b->st->max_live_layers = b->live;
     if (b->o->progress) b->o->progress(b->o->user, b->phase ? "rotate" : "validate", layer, b->n_layers);
     if (b->phase == 1) {
-        double t0 = qx__now();
+        double t0 = qx_now();
         b->t_layer = t0;
         b->layer_bytes = 0.0;
         for (i = 0; i < b->s->count; ++i)
-            if (qx__layer_of(b->s->items[i].name) == layer) {
+            if (qx_name_layer(b->s->items[i].name, NULL, NULL) == layer) {
                 quarot_result r;
                 if (!b->s->items[i].owned) b->layer_bytes += (double)quarot_tensor_nbytes(&b->s->items[i].t);
                 r = qx__own(b, &b->s->items[i]);
                 if (r != QUAROT_OK) return r;
             }
         qx__spares_free(b);
-        b->t_mark = qx__now();
+        b->t_mark = qx_now();
         b->in_rotate = 0;
         b->st->read_s += b->t_mark - t0;
     }
@@ -620,11 +597,11 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
     (void)modified;
     double t0;
     if (b->held != layer) return QUAROT_ERR_STATE;
-    t0 = qx__now();
+    t0 = qx_now();
     if (b->phase == 1) qx__phase_end(b, t0);
     while (i < b->s->count) {
         qx_entry* en = &b->s->items[i];
-        if (qx__layer_of(en->name) != layer) { ++i; continue; }
+        if (qx_name_layer(en->name, NULL, NULL) != layer) { ++i; continue; }
         if (b->phase == 0) { ++i; continue; }   /* validation only read it */
         if (b->werr == QUAROT_OK) {
             b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
@@ -638,7 +615,7 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
     }
     qx__drop_pages(b);   /* what the validation pass read, or the copies were made from */
     if (b->phase == 1) {
-        b->t_mark = qx__now();
+        b->t_mark = qx_now();
         b->st->write_s += b->t_mark - t0;
         if (b->layers_done++ == 0) {
             b->st->first_layer_s += b->t_mark - b->t_layer;
@@ -657,13 +634,6 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
 
 /* ---- planning --------------------------------------------------------------------------------- */
 
-static int qx__n_dims(const int64_t* ne) {
-    int d, n = 1;
-    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
-        if (ne[d] > 1) n = d + 1;
-    return n;
-}
-
 /* The output's tensors: the store's (views, before any copy) and the processor's creations. */
 static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, const char* fmt,
                               qx_tensor_plan** out, int64_t* n_out) {
@@ -677,7 +647,7 @@ static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quar
         pl[n].name = s->items[i].name;
         pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : s->items[i].t.dtype;
         memcpy(pl[n].ne, s->items[i].t.ne, sizeof pl[n].ne);
-        pl[n].n_dims = qx__n_dims(pl[n].ne);
+        pl[n].n_dims = qx_plan_rank(pl[n].ne);
     }
     for (i = 0; i < p->n_creates; ++i) {
         const quarot_tensor_spec* c = &p->creates[i];
@@ -685,7 +655,7 @@ static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quar
         pl[n].name = c->name;
         pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : c->dtype;
         memcpy(pl[n].ne, c->ne, sizeof pl[n].ne);
-        pl[n].n_dims = qx__n_dims(pl[n].ne);
+        pl[n].n_dims = qx_plan_rank(pl[n].ne);
         ++n;
     }
     for (i = 0; i < n && vec_f32; ++i)
@@ -844,7 +814,7 @@ static quarot_result qx__stream_globals(qx__rf* b, quarot_processor* p, const qu
     double t0;
     for (r0 = 0; r0 < total && r == QUAROT_OK; r0 += n) {
         n = per < total - r0 ? per : total - r0;
-        t0 = qx__now();
+        t0 = qx_now();
         for (k = 0; k < b->n_win && r == QUAROT_OK; ++k) {
             struct qx__win* w = &b->win[k];
             int64_t ne[2];
@@ -866,18 +836,18 @@ static quarot_result qx__stream_globals(qx__rf* b, quarot_processor* p, const qu
             }
         }
         if (since_drop >= ((int64_t)64 << 20)) { qx__drop_pages(b); since_drop = 0; }
-        b->t_mark = qx__now();
+        b->t_mark = qx_now();
         b->st->read_s += b->t_mark - t0;
         if (r != QUAROT_OK) return r;
         b->in_rotate = 0;
         b->win_on = 1;
         r = quarot_processor_pre_run_rows(p, r0, n);
         b->win_on = 0;
-        qx__phase_end(b, qx__now());
+        qx__phase_end(b, qx_now());
         if (r != QUAROT_OK) { qx_err_set(e, "%s", m->error[0] ? m->error : quarot_result_string(r)); return r; }
-        t0 = qx__now();
+        t0 = qx_now();
         for (k = 0; k < b->n_win && r == QUAROT_OK; ++k) r = qx__sink_put_rows(b->sink, b->win[k].name, r0, &b->win[k].t, e);
-        b->st->write_s += qx__now() - t0;
+        b->st->write_s += qx_now() - t0;
         if (r != QUAROT_OK) { b->st->output_error = 1; return r; }
         b->st->global_windows++;
     }
@@ -1051,7 +1021,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     quarot_rotate_desc d2;
     qx_pool* pool = NULL;
     qx_blockcache* cache = NULL;
-    double t_start = qx__now(), t0;
+    double t_start = qx_now(), t0;
     qx__rf b;
     qx__sink sink;
     qx_out hooks_out, cfg_out;
@@ -1118,7 +1088,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
 
     /* 1. validation: every tensor read once, layer by layer; nothing written */
     r = quarot_processor_init(&p, &m, &d2);
-    st->validate_s = qx__now() - t_start;
+    st->validate_s = qx_now() - t_start;
     if (r != QUAROT_OK) {
         qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r));
         qx_pool_destroy(pool);
@@ -1189,9 +1159,9 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         st->global_window_rows = per;
         if (b.cur_bytes > st->peak_copy_bytes) st->peak_copy_bytes = b.cur_bytes;
     }
-    t0 = qx__now();
+    t0 = qx_now();
     for (i = 0; i < s->count && r == QUAROT_OK; ++i)
-        if (qx__layer_of(s->items[i].name) < 0 && s->items[i].t.data && !qx__win_named(&b, s->items[i].name)) {
+        if (qx_name_layer(s->items[i].name, NULL, NULL) < 0 && s->items[i].t.data && !qx__win_named(&b, s->items[i].name)) {
             r = qx__own(&b, &s->items[i]);
             if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
         }
@@ -1200,12 +1170,12 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         else qx_err_set(e, "global tensors: %s", quarot_result_string(r));
         goto fail;
     }
-    b.t_mark = qx__now();
+    b.t_mark = qx_now();
     b.in_rotate = 0;
     st->read_s += b.t_mark - t0;
     if (per == 0) {
         r = quarot_processor_pre_run(&p);
-        qx__phase_end(&b, qx__now());
+        qx__phase_end(&b, qx_now());
         if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
         s->config = m.config;
     }
@@ -1250,12 +1220,12 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
        nothing to gain, and the layer-wise eval's resident-memory bound on its tiny test model
        came out 10 MiB higher with the globals written first (file pages of the rotated copy it
        maps afterwards, it seems: not pinned down) */
-    t0 = qx__now();
+    t0 = qx_now();
     i = 0;
     early = per == 0 && !o->sink && !o->globals_last && st->global_copy_bytes >= QX__EARLY_MIN;
     while (early && i < s->count && r == QUAROT_OK) {
         qx_entry* en = &s->items[i];
-        if (qx__layer_of(en->name) >= 0) { ++i; continue; }
+        if (qx_name_layer(en->name, NULL, NULL) >= 0) { ++i; continue; }
         r = qx__sink_put(&sink, en->name, &en->t, e);
         if (r != QUAROT_OK) { st->output_error = 1; break; }
         st->tensors_written++;
@@ -1266,7 +1236,7 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         en->t.data = NULL;   /* written: the entry stays (config.json asks whether lm_head exists) */
         ++i;
     }
-    st->write_s += qx__now() - t0;
+    st->write_s += qx_now() - t0;
     if (r != QUAROT_OK) goto fail;
 
     /* 5. layer by layer: copies on acquire, written and freed on release */
@@ -1281,14 +1251,14 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     qx__spares_free(&b);
     qx__slabs_free(&b);
     if (r != QUAROT_OK) goto fail;
-    b.t_mark = qx__now();
+    b.t_mark = qx_now();
     b.in_rotate = 0;
     r = quarot_processor_post_run(&p);
-    qx__phase_end(&b, qx__now());
+    qx__phase_end(&b, qx_now());
     st->fused_into_commands = p.fused_into_commands;
     if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
     s->config = m.config;
-    t0 = qx__now();
+    t0 = qx_now();
 
     /* 6. the globals (all that is left in the store, but those step 4b wrote) */
     for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
@@ -1328,8 +1298,8 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     qx__stage_free(&stg);
     qx_out_abort(&hooks_out);   /* frees the paths (published: nothing to remove) */
     qx_out_abort(&cfg_out);
-    st->write_s += qx__now() - t0;
-    st->total_s = qx__now() - t_start;
+    st->write_s += qx_now() - t0;
+    st->total_s = qx_now() - t_start;
     qx_pool_destroy(pool);
     quarot_processor_free(&p);
     qx_blockcache_destroy(cache);

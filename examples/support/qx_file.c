@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 quarot_result qx_map_file(const char* path, qx_map* m, qx_err* e) {
@@ -122,6 +123,45 @@ int qx_is_dir(const char* path) {
     struct stat st;
     return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
+
+int qx_is_file(const char* path) {
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int qx_same_file(const char* a, const char* b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+char* qx_path_dir(const char* path) {
+    const char* slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 1;
+    char* d = (char*)malloc(n + 2);
+    if (!d) return NULL;
+    if (!slash) strcpy(d, ".");
+    else if (slash == path) strcpy(d, "/");
+    else { memcpy(d, path, n); d[n] = '\0'; }
+    return d;
+}
+
+void qx_model_dir(const char* model_path, char* dir, size_t cap) {
+    const char* slash;
+    if (qx_is_dir(model_path)) { snprintf(dir, cap, "%s", model_path); return; }
+    slash = strrchr(model_path, '/');
+    if (!slash) { snprintf(dir, cap, "."); return; }
+    if (slash == model_path) { snprintf(dir, cap, "/"); return; }
+    snprintf(dir, cap, "%.*s", (int)(slash - model_path), model_path);
+}
+
+static double qx__clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double qx_now(void) { return qx__clock_s(CLOCK_MONOTONIC); }
+double qx_thread_cpu_now(void) { return qx__clock_s(CLOCK_THREAD_CPUTIME_ID); }
 
 char* qx_path_join(const char* dir, const char* name) {
     size_t a = strlen(dir), b = strlen(name);
@@ -538,17 +578,23 @@ quarot_result qx_publish_file(const char* tmp, const char* path, int force, qx_e
     return QUAROT_OK;
 }
 
+/* After an output (file or directory) was renamed into place: its temporary name is gone, the
+   lock it held is released, and the rename itself is made durable (a failure there leaves a
+   complete output; it is not reported). */
+static void qx__published(char** tmp, int* lock_fd, const char* path) {
+    qx_live_remove(*tmp);
+    free(*tmp);
+    *tmp = NULL;
+    if (*lock_fd >= 0) close(*lock_fd);
+    *lock_fd = -1;
+    qx_sync_parent(path);
+}
+
 quarot_result qx_out_publish(qx_out* o, qx_err* e) {
     quarot_result r;
     if (!o || !o->tmp || o->fd >= 0) return QUAROT_ERR_STATE;
     if ((r = qx_publish_file(o->tmp, o->path, o->force, e)) != QUAROT_OK) return r;
-    qx_live_remove(o->tmp);
-    free(o->tmp);
-    o->tmp = NULL;
-    if (o->lock_fd >= 0) close(o->lock_fd);
-    o->lock_fd = -1;
-    /* Make the rename itself durable. Failure here leaves a complete file; it is not reported. */
-    qx_sync_parent(o->path);
+    qx__published(&o->tmp, &o->lock_fd, o->path);
     return QUAROT_OK;
 }
 
@@ -826,12 +872,7 @@ quarot_result qx_dir_out_publish(qx_dir_out* d, const char* const* ours, qx_err*
         free(old);
     }
 published:
-    qx_live_remove(d->tmp);
-    free(d->tmp);
-    d->tmp = NULL;
-    if (d->lock_fd >= 0) close(d->lock_fd);
-    d->lock_fd = -1;
-    qx_sync_parent(d->path);
+    qx__published(&d->tmp, &d->lock_fd, d->path);
     return QUAROT_OK;
 }
 

@@ -1,4 +1,4 @@
-/* qx_file.h - small POSIX file helpers shared by the checkpoint readers and writers.
+/* qx_file.h - small POSIX file helpers shared by the checkpoint readers and writers (and the clock).
 
    Reading: a whole file mapped (mmap, copy-on-write so views may be modified in memory without
    touching the file) or read into a heap buffer with a size cap.
@@ -52,13 +52,26 @@ void qx_unmap_and_free(void* map);
    max_bytes are refused. */
 quarot_result qx_read_file(const char* path, size_t max_bytes, char** out, size_t* len, qx_err* e);
 
-/* 1 if path exists (any kind), 1 if it is a directory. */
+/* 1 if path exists (any kind), 1 if it is a directory, 1 if it is a regular file (links followed). */
 int qx_path_exists(const char* path);
 int qx_is_dir(const char* path);
+int qx_is_file(const char* path);
+/* 1 if a and b both exist and are the same file (device and inode), else 0. */
+int qx_same_file(const char* a, const char* b);
 /* dir + "/" + name in a new heap string (NULL when out of memory). */
 char* qx_path_join(const char* dir, const char* name);
+/* The directory part of path in a new heap string: what stands before the last '/', "/" for a
+   path directly under the root, "." when there is no '/' (NULL when out of memory). */
+char* qx_path_dir(const char* path);
+/* The directory of a model path into dir (cap bytes, truncated to fit): the path itself when it
+   is a directory, else qx_path_dir's answer. */
+void qx_model_dir(const char* model_path, char* dir, size_t cap);
 /* 1 if name is a plain file name: not empty, no '/', no '\\', not "." or "..", no control bytes. */
 int qx_is_plain_filename(const char* name);
+
+/* Seconds on the monotonic clock (for durations), and this thread's CPU time in seconds. */
+double qx_now(void);
+double qx_thread_cpu_now(void);
 
 /* Reads n bytes at byte offset off of fd, whole: EINTR and short reads are retried, a read that
    returns more than asked is refused. 1 on success, 0 on failure (a read error, or end of file). */

@@ -100,6 +100,25 @@ int64_t qx_rope_src_row(int64_t r, int64_t head_dim, int to_interleaved) {
 
 static int qx__isdigit(char c) { return c >= '0' && c <= '9'; }
 
+int64_t qx_name_layer(const char* name, size_t* pos, size_t* len) {
+    const char* p = name;
+    while ((p = strstr(p, "layers.")) != NULL) {
+        const char* q = p + 7;
+        int64_t v = 0;
+        int digits = 0;
+        if (p == name || p[-1] == '.') {
+            while (*q >= '0' && *q <= '9' && digits < 12) { v = v * 10 + (*q - '0'); ++q; ++digits; }
+            if (digits > 0 && *q == '.') {
+                if (pos) *pos = (size_t)(p + 7 - name);
+                if (len) *len = (size_t)digits;
+                return v;
+            }
+        }
+        p += 7;
+    }
+    return -1;
+}
+
 int qx_name_cmp(const char* a, const char* b) {
     const char* p = a;
     const char* q = b;

@@ -95,6 +95,10 @@ int64_t qx_rope_src_row(int64_t r, int64_t head_dim, int to_interleaved);
 /* Orders names with digit runs compared as numbers ("layers.2" before "layers.10"); strcmp order
    otherwise. Writers use it for a deterministic tensor order. */
 int qx_name_cmp(const char* a, const char* b);
+/* The decoder layer a tensor name belongs to: N of the first "layers.N." at the start of the name
+   or after a '.' ("model.layers.12.mlp..." -> 12); -1 for a global. pos / len (either may be
+   NULL) get the offset and the length of N's digits. */
+int64_t qx_name_layer(const char* name, size_t* pos, size_t* len);
 
 /* Convert every floating-point tensor to dtype (f32, f16 or bf16), in place of the old data. */
 quarot_result qx_store_convert(qx_store* s, quarot_dtype dt);

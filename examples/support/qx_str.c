@@ -64,9 +64,14 @@ int qx_str_ends_with(const char* s, const char* suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-uint64_t qx_str_le64(const unsigned char* p) {
+uint64_t qx_str_le(const unsigned char* p, unsigned n) {
     uint64_t v = 0;
-    int k;
-    for (k = 7; k >= 0; --k) v = (v << 8) | p[k];
+    while (n--) v = (v << 8) | p[n];
     return v;
 }
+
+uint32_t qx_str_le32(const unsigned char* p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+uint64_t qx_str_le64(const unsigned char* p) { return qx_str_le(p, 8); }

@@ -31,7 +31,10 @@ void qx_sb_le(qx_sb* b, uint64_t v, int bytes);
 
 /* 1 when s ends with suffix (any s ends with ""), else 0. */
 int qx_str_ends_with(const char* s, const char* suffix);
-/* The little-endian 64-bit integer at p[0..8). */
+/* The little-endian unsigned integer of the n bytes (0..8) at p (any alignment). */
+uint64_t qx_str_le(const unsigned char* p, unsigned n);
+/* The little-endian 32- / 64-bit integer at p[0..4) / p[0..8). */
+uint32_t qx_str_le32(const unsigned char* p);
 uint64_t qx_str_le64(const unsigned char* p);
 
 #ifdef __cplusplus

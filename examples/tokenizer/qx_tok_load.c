@@ -100,16 +100,6 @@ quarot_result qx_tokenizer_load_any(qx_tokenizer* t, const char* path, int32_t v
     return qx_tokenizer_load(t, path, vocab_size, e);
 }
 
-/* the directory of a model path (the path itself when it is a directory) */
-static void qx__model_dir(const char* model_path, char* dir, size_t cap) {
-    const char* slash;
-    if (qx_is_dir(model_path)) { snprintf(dir, cap, "%s", model_path); return; }
-    slash = strrchr(model_path, '/');
-    if (!slash) { snprintf(dir, cap, "."); return; }
-    if (slash == model_path) { snprintf(dir, cap, "/"); return; }
-    snprintf(dir, cap, "%.*s", (int)(slash - model_path), model_path);
-}
-
 static quarot_result qx__check_size(qx_tokenizer* t, int64_t model_vocab, const char* path, qx_err* e) {
     if (model_vocab > 0 && t->vocab && t->vocab->n > model_vocab) {
         qx_err_set(e, "%s: the tokenizer has %ld tokens, more than the model's vocabulary of %lld", path, (long)t->vocab->n,
@@ -120,11 +110,33 @@ static quarot_result qx__check_size(qx_tokenizer* t, int64_t model_vocab, const 
     return QUAROT_OK;
 }
 
+int qx_tokenizer_find_bin(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap) {
+    char dir[4096], names[3][32];
+    size_t used = 0;
+    int i, n_names = 0;
+    qx_model_dir(model_path, dir, sizeof dir);
+    if (vocab > 0 && vocab != 512) snprintf(names[n_names++], sizeof names[0], "tok%lld.bin", (long long)vocab);
+    snprintf(names[n_names++], sizeof names[0], "tok512.bin");
+    snprintf(names[n_names++], sizeof names[0], "tokenizer.bin");
+    if (looked && looked_cap) looked[0] = '\0';
+    for (i = 0; i < n_names; ++i) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (looked && used + 1 < looked_cap) {
+            int w = snprintf(looked + used, looked_cap - used, "%s%s", i ? ", " : "", path);
+            if (w > 0) used += (size_t)w < looked_cap - used ? (size_t)w : looked_cap - used - 1;
+        }
+        if (qx_is_file(path)) {
+            snprintf(out, cap, "%s", path);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 quarot_result qx_tokenizer_for_model(qx_tokenizer* t, const char* model_path, const char* tok_opt, int64_t model_vocab,
                                      char* used, size_t used_cap, qx_err* e) {
-    char dir[4096], path[4200], looked[3 * 4200 + 64];
-    char names[3][32];
-    int i, n_names = 0;
+    char dir[4096], path[4200], looked[4 * 4200 + 64], bins[3 * 4200 + 8];
     quarot_result r;
     size_t lo = 0;
     memset(t, 0, sizeof *t);
@@ -155,7 +167,7 @@ quarot_result qx_tokenizer_for_model(qx_tokenizer* t, const char* model_path, co
         }
         lo += (size_t)snprintf(looked + lo, sizeof looked - lo, "tokenizer.ggml.* in %s, ", model_path);
     }
-    qx__model_dir(model_path, dir, sizeof dir);
+    qx_model_dir(model_path, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     lo += (size_t)snprintf(looked + lo, lo < sizeof looked ? sizeof looked - lo : 0, "%s", path);
     if (qx_path_exists(path)) {
@@ -164,18 +176,12 @@ quarot_result qx_tokenizer_for_model(qx_tokenizer* t, const char* model_path, co
         if (r == QUAROT_OK && used) snprintf(used, used_cap, "%s", path);
         return r;
     }
-    if (model_vocab > 0 && model_vocab != 512) snprintf(names[n_names++], sizeof names[0], "tok%lld.bin", (long long)model_vocab);
-    snprintf(names[n_names++], sizeof names[0], "tok512.bin");
-    snprintf(names[n_names++], sizeof names[0], "tokenizer.bin");
-    for (i = 0; i < n_names; ++i) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (lo < sizeof looked) lo += (size_t)snprintf(looked + lo, sizeof looked - lo, ", %s", path);
-        if (qx_path_exists(path) && !qx_is_dir(path)) {
-            r = qx_tokenizer_load(t, path, (int32_t)(model_vocab > 0 && model_vocab < INT32_MAX ? model_vocab : 0), e);
-            if (r == QUAROT_OK && used) snprintf(used, used_cap, "%s", path);
-            return r;
-        }
+    if (qx_tokenizer_find_bin(model_path, model_vocab, path, sizeof path, bins, sizeof bins)) {
+        r = qx_tokenizer_load(t, path, (int32_t)(model_vocab > 0 && model_vocab < INT32_MAX ? model_vocab : 0), e);
+        if (r == QUAROT_OK && used) snprintf(used, used_cap, "%s", path);
+        return r;
     }
+    if (lo < sizeof looked) snprintf(looked + lo, sizeof looked - lo, ", %s", bins);
     qx_err_set(e, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE (GGUF, tokenizer.json or llama2.c tokenizer.bin) or --tokens FILE",
                model_path, looked);
     return QUAROT_ERR_NOT_FOUND;

@@ -45,6 +45,12 @@ quarot_result qx_tokenizer_from_vocab(qx_tokenizer* t, qx_vocab* v, qx_err* e);
 quarot_result qx_tokenizer_for_model(qx_tokenizer* t, const char* model_path, const char* tok_opt, int64_t model_vocab,
                                      char* used, size_t used_cap, qx_err* e);
 
+/* The llama2.c tokenizer beside a model (step 4 above): the first regular file of tok<vocab>.bin
+   (vocab > 0 and not 512), tok512.bin, tokenizer.bin in the model's directory (qx_model_dir).
+   Returns 1 with its path in out (cap bytes), else 0; looked (may be NULL) gets the paths tried,
+   separated by ", ", for the error line. */
+int qx_tokenizer_find_bin(const char* model_path, int64_t vocab, char* out, size_t cap, char* looked, size_t looked_cap);
+
 /* Reads --tokens FILE into a malloc'ed array. vocab > 0: every id must be below it. */
 quarot_result qx_tokens_read(const char* path, int64_t vocab, int32_t** ids, int64_t* n, qx_err* e);
 

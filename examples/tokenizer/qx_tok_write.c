@@ -142,38 +142,28 @@ void qx_vocab_describe(const qx_vocab* v, char* buf, size_t cap) {
 
 /* ---- GGUF ------------------------------------------------------------------------------------- */
 
-static void qx__gstr(qx_sb* b, const char* s, size_t n) { qx_sb_le(b, (uint64_t)n, 8); qx_sb_put(b, s, n); }
-static void qx__gkey(qx_sb* b, const char* key, uint32_t type) { qx__gstr(b, key, strlen(key)); qx_sb_le(b, type, 4); }
-static void qx__garr(qx_sb* b, const char* key, uint32_t elem, uint64_t count) {
-    qx__gkey(b, key, QX_GGUF_ARRAY);
-    qx_sb_le(b, elem, 4);
-    qx_sb_le(b, count, 8);
-}
-
 quarot_result qx_vocab_write_gguf_kv(const qx_vocab* v, qx_sb* kv, const char* name, qx_err* e) {
     const char* why = qx_vocab_gguf_unfit(v);
     char pre[64];
     qx__mg* m = NULL;
     int64_t nm = 0, k;
-    uint64_t pairs = 0, count = 0;
+    uint64_t pairs = 0;
     int32_t i;
-    int spm, b;
+    int spm;
     quarot_result r;
     if (why) { qx_err_set(e, "%s: cannot be written as GGUF tokenizer.ggml.*: %s", name, why); return QUAROT_ERR_UNSUPPORTED; }
     if (kv->len < 8) { qx_err_set(e, "%s: not a gguf.kv blob", name); return QUAROT_ERR_INVALID_ARGUMENT; }
     spm = v->kind == QX_VOCAB_SPM;
     if (v->mkey && (r = qx__merges(v, &m, &nm, name, e)) != QUAROT_OK) return r;
-    qx__gkey(kv, "tokenizer.ggml.model", QX_GGUF_STRING);
-    qx__gstr(kv, spm ? "llama" : "gpt2", spm ? 5 : 4);
+    qx_gguf_kv_str(kv, "tokenizer.ggml.model", spm ? "llama" : "gpt2", spm ? 5 : 4);
     ++pairs;
     if (!spm) {
         qx__pre_name(v, pre, sizeof pre);
-        qx__gkey(kv, "tokenizer.ggml.pre", QX_GGUF_STRING);
-        qx__gstr(kv, pre, strlen(pre));
+        qx_gguf_kv_str(kv, "tokenizer.ggml.pre", pre, strlen(pre));
         ++pairs;
     }
-    qx__garr(kv, "tokenizer.ggml.tokens", QX_GGUF_STRING, (uint64_t)v->n);
-    for (i = 0; i < v->n; ++i) qx__gstr(kv, v->text[i], (size_t)v->len[i]);
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.tokens", QX_GGUF_STRING, (uint64_t)v->n);
+    for (i = 0; i < v->n; ++i) qx_gguf_put_str(kv, v->text[i], (size_t)v->len[i]);
     ++pairs;
     if (spm) {
         float* sc = (float*)malloc((size_t)v->n * sizeof *sc);
@@ -189,44 +179,84 @@ quarot_result qx_vocab_write_gguf_kv(const qx_vocab* v, qx_sb* kv, const char* n
             for (k = nm - 1; k >= 0; --k)
                 if (m[k].res >= 0) sc[m[k].res] = -(float)k;
         }
-        qx__garr(kv, "tokenizer.ggml.scores", QX_GGUF_F32, (uint64_t)v->n);
-        for (i = 0; i < v->n; ++i) {
-            uint32_t u;
-            memcpy(&u, &sc[i], 4);
-            qx_sb_le(kv, u, 4);
-        }
+        qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.scores", QX_GGUF_F32, (uint64_t)v->n);
+        for (i = 0; i < v->n; ++i) qx_gguf_put_f32(kv, sc[i]);
         free(sc);
         ++pairs;
     }
-    qx__garr(kv, "tokenizer.ggml.token_type", QX_GGUF_I32, (uint64_t)v->n);
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.token_type", QX_GGUF_I32, (uint64_t)v->n);
     for (i = 0; i < v->n; ++i) qx_sb_le(kv, v->type[i], 4);
     ++pairs;
     if (nm > 0) {
         qx_sb t;
         memset(&t, 0, sizeof t);
-        qx__garr(kv, "tokenizer.ggml.merges", QX_GGUF_STRING, (uint64_t)nm);
+        qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.merges", QX_GGUF_STRING, (uint64_t)nm);
         for (k = 0; k < nm; ++k) {
             t.len = 0;
             qx_sb_put(&t, v->text[m[k].l], (size_t)v->len[m[k].l]);
             qx_sb_put(&t, " ", 1);
             qx_sb_put(&t, v->text[m[k].r], (size_t)v->len[m[k].r]);
-            qx__gstr(kv, t.p ? t.p : "", t.len);
+            qx_gguf_put_str(kv, t.p ? t.p : "", t.len);
         }
         if (t.failed) kv->failed = 1;
         qx_sb_free(&t);
         ++pairs;
     }
     free(m);
-    if (v->bos >= 0) { qx__gkey(kv, "tokenizer.ggml.bos_token_id", QX_GGUF_U32); qx_sb_le(kv, (uint64_t)v->bos, 4); ++pairs; }
-    if (v->eos >= 0) { qx__gkey(kv, "tokenizer.ggml.eos_token_id", QX_GGUF_U32); qx_sb_le(kv, (uint64_t)v->eos, 4); ++pairs; }
-    if (v->unk >= 0) { qx__gkey(kv, "tokenizer.ggml.unknown_token_id", QX_GGUF_U32); qx_sb_le(kv, (uint64_t)v->unk, 4); ++pairs; }
-    qx__gkey(kv, "tokenizer.ggml.add_bos_token", QX_GGUF_BOOL); qx_sb_le(kv, v->add_bos != 0, 1); ++pairs;
-    qx__gkey(kv, "tokenizer.ggml.add_eos_token", QX_GGUF_BOOL); qx_sb_le(kv, v->add_eos != 0, 1); ++pairs;
-    if (spm) { qx__gkey(kv, "tokenizer.ggml.add_space_prefix", QX_GGUF_BOOL); qx_sb_le(kv, v->add_space_prefix != 0, 1); ++pairs; }
-    if (kv->failed) { qx_err_set(e, "%s: out of memory", name); return QUAROT_ERR_OUT_OF_MEMORY; }
-    for (b = 7; b >= 0; --b) count = (count << 8) | (unsigned char)kv->p[b];
-    count += pairs;
-    for (b = 0; b < 8; ++b) kv->p[b] = (char)((count >> (8 * b)) & 0xff);
+    if (v->bos >= 0) { qx_gguf_kv_u32(kv, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos); ++pairs; }
+    if (v->eos >= 0) { qx_gguf_kv_u32(kv, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos); ++pairs; }
+    if (v->unk >= 0) { qx_gguf_kv_u32(kv, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk); ++pairs; }
+    qx_gguf_kv_bool(kv, "tokenizer.ggml.add_bos_token", v->add_bos); ++pairs;
+    qx_gguf_kv_bool(kv, "tokenizer.ggml.add_eos_token", v->add_eos); ++pairs;
+    if (spm) { qx_gguf_kv_bool(kv, "tokenizer.ggml.add_space_prefix", v->add_space_prefix); ++pairs; }
+    if (qx_gguf_kv_count_add(kv, pairs) != 0) { qx_err_set(e, "%s: out of memory", name); return QUAROT_ERR_OUT_OF_MEMORY; }
+    return QUAROT_OK;
+}
+
+/* llama2.c piece -> SentencePiece piece: ' ' -> U+2581 ("\xe2\x96\x81"). */
+static void qx__sp_piece(qx_sb* b, const char* piece, int32_t len) {
+    int32_t j;
+    for (j = 0; j < len; ++j) {
+        if (piece[j] == ' ') qx_sb_put(b, "\xe2\x96\x81", 3);
+        else qx_sb_put(b, piece + j, 1);
+    }
+}
+
+static int qx__is_byte_piece(const char* p, int32_t len) {
+    static const char hex[] = "0123456789ABCDEF";
+    return len == 6 && strncmp(p, "<0x", 3) == 0 && strchr(hex, p[3]) && strchr(hex, p[4]) && p[5] == '>';
+}
+
+quarot_result qx_tokenizer_write_gguf_kv(const qx_tokenizer* t, const char* pre, qx_sb* kv, const char* name, qx_err* e) {
+    static const char* const special[3] = {"<unk>", "<s>", "</s>"};
+    qx_sb piece;
+    int32_t i;
+    if (!t || !kv) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (t->vocab) return qx_vocab_write_gguf_kv(t->vocab, kv, name, e);
+    if (kv->len < 8) { qx_err_set(e, "%s: not a gguf.kv blob", name); return QUAROT_ERR_INVALID_ARGUMENT; }
+    qx_gguf_kv_str(kv, "tokenizer.ggml.model", "llama", 5);
+    if (pre) qx_gguf_kv_str(kv, "tokenizer.ggml.pre", pre, strlen(pre));
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.tokens", QX_GGUF_STRING, (uint64_t)t->vocab_size);
+    memset(&piece, 0, sizeof piece);
+    for (i = 0; i < t->vocab_size; ++i) {
+        piece.len = 0;
+        if (i < 3) qx_sb_puts(&piece, special[i]);
+        else qx__sp_piece(&piece, t->pieces[i], t->lens[i]);
+        qx_gguf_put_str(kv, piece.p ? piece.p : "", piece.len);
+    }
+    if (piece.failed) kv->failed = 1;
+    qx_sb_free(&piece);
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.scores", QX_GGUF_F32, (uint64_t)t->vocab_size);
+    for (i = 0; i < t->vocab_size; ++i) qx_gguf_put_f32(kv, t->scores[i]);
+    qx_gguf_kv_arr_begin(kv, "tokenizer.ggml.token_type", QX_GGUF_I32, (uint64_t)t->vocab_size);
+    for (i = 0; i < t->vocab_size; ++i)
+        qx_sb_le(kv, i == 0 ? 2u : i <= 2 ? 3u : qx__is_byte_piece(t->pieces[i], t->lens[i]) ? 6u : 1u, 4);
+    qx_gguf_kv_u32(kv, "tokenizer.ggml.bos_token_id", 1);
+    qx_gguf_kv_u32(kv, "tokenizer.ggml.eos_token_id", 2);
+    qx_gguf_kv_u32(kv, "tokenizer.ggml.unknown_token_id", 0);
+    qx_gguf_kv_bool(kv, "tokenizer.ggml.add_bos_token", 1);
+    qx_gguf_kv_bool(kv, "tokenizer.ggml.add_eos_token", 0);
+    if (qx_gguf_kv_count_add(kv, pre ? 10 : 9) != 0) { qx_err_set(e, "%s: out of memory", name); return QUAROT_ERR_OUT_OF_MEMORY; }
     return QUAROT_OK;
 }
 

@@ -1,5 +1,6 @@
 /* qx_tok_write.h - a built vocabulary (qx_vocab.h) written out in another format's layout: GGUF
-   `tokenizer.ggml.*` key/value pairs, or a Hugging Face tokenizer.json + tokenizer_config.json.
+   `tokenizer.ggml.*` key/value pairs, or a Hugging Face tokenizer.json + tokenizer_config.json;
+   and a llama2.c tokenizer.bin (qx_tokenizer.h) as GGUF pairs.
    What a conversion (`quarot rotate IN OUT` across formats, qx_convert.h) uses to carry a model's
    tokenizer along; the vocabulary comes from the readers (qx_tok_gguf.c, qx_tok_json.c), so there is
    one parser per format and these writers only serialize what it built.
@@ -32,6 +33,7 @@
 #define QX_TOK_WRITE_H
 
 #include "formats/qx_json.h"
+#include "tokenizer/qx_tokenizer.h"
 #include "tokenizer/qx_vocab.h"
 
 #ifdef __cplusplus
@@ -44,6 +46,15 @@ const char* qx_vocab_gguf_unfit(const qx_vocab* v);
 /* Appends v's tokenizer.ggml.* pairs to a "gguf.kv" blob (8-byte little-endian pair count, then the
    pairs as in a GGUF file; the count is increased). name labels errors. */
 quarot_result qx_vocab_write_gguf_kv(const qx_vocab* v, qx_sb* kv, const char* name, qx_err* e);
+
+/* Appends t's tokenizer.ggml.* pairs to a "gguf.kv" blob (the count increased): a vocabulary
+   tokenizer (t->vocab) through qx_vocab_write_gguf_kv; a llama2.c tokenizer.bin as llama.cpp's
+   SentencePiece ("llama") vocabulary: tokenizer.ggml.model "llama", tokenizer.ggml.pre `pre` when
+   it is not NULL, the pieces with llama2.c's ' ' turned back into U+2581 and ids 0, 1, 2 named
+   <unk>, <s>, </s> (llama2.c's export spells the last two "\n<s>\n" / "\n</s>\n"), the scores,
+   token types 2 unknown (id 0), 3 control (1, 2), 6 byte (<0xXX>, two upper-case hex digits),
+   1 normal; BOS 1, EOS 2, UNK 0, add_bos_token true, add_eos_token false. name labels errors. */
+quarot_result qx_tokenizer_write_gguf_kv(const qx_tokenizer* t, const char* pre, qx_sb* kv, const char* name, qx_err* e);
 
 /* tokenizer.json into json and tokenizer_config.json into config (either may be NULL). */
 quarot_result qx_vocab_write_hf_json(const qx_vocab* v, qx_sb* json, qx_sb* config, const char* name, qx_err* e);

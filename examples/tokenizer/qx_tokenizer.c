@@ -11,6 +11,7 @@
 #include "tokenizer/qx_tokenizer.h"
 #include "tokenizer/qx_vocab.h"
 #include "support/qx_file.h"
+#include "support/qx_str.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,10 +22,6 @@
 #define QX_TOK_MAX_TOKEN_LENGTH 65536u
 
 /* ---- loading ---------------------------------------------------------------------------------- */
-
-static uint32_t qx__tok_u32(const unsigned char* p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
 
 static uint64_t qx__tok_hash(const char* s, size_t n) {   /* FNV-1a, 64 bit */
     uint64_t h = 1469598103934665603ull;
@@ -70,7 +67,7 @@ quarot_result qx_tokenizer_load_memory(qx_tokenizer* t, const void* data, size_t
         qx_err_set(err, "%s: truncated: %zu bytes present, a 4-byte max_token_length expected", name, size);
         return QUAROT_ERR_PARSE;
     }
-    mtl = qx__tok_u32(p);
+    mtl = qx_str_le32(p);
     if (mtl > QX_TOK_MAX_TOKEN_LENGTH) {
         qx_err_set(err, "%s: max_token_length %u is beyond the sanity bound %u", name, (unsigned)mtl, QX_TOK_MAX_TOKEN_LENGTH);
         return QUAROT_ERR_PARSE;
@@ -83,7 +80,7 @@ quarot_result qx_tokenizer_load_memory(qx_tokenizer* t, const void* data, size_t
                        (long long)count, off, size - off);
             return QUAROT_ERR_PARSE;
         }
-        len = qx__tok_u32(p + off + 4);
+        len = qx_str_le32(p + off + 4);
         if (len > mtl) {
             qx_err_set(err, "%s: token %lld has length %u > max_token_length %u", name, (long long)count,
                        (unsigned)len, (unsigned)mtl);
@@ -121,7 +118,7 @@ quarot_result qx_tokenizer_load_memory(qx_tokenizer* t, const void* data, size_t
     memset(t->hash, 0xff, (size_t)hsize * sizeof(int32_t));   /* all -1 */
     /* Pass 2: copy; a piece is a C string in run.c, so it ends at its first NUL. */
     for (i = 0, off = 4, pos = 0; i < count; ++i) {
-        uint32_t bits = qx__tok_u32(p + off), len = qx__tok_u32(p + off + 4);
+        uint32_t bits = qx_str_le32(p + off), len = qx_str_le32(p + off + 4);
         const void* nul = memchr(p + off + 8, 0, len);
         size_t clen = nul ? (size_t)((const unsigned char*)nul - (p + off + 8)) : (size_t)len;
         memcpy(&t->scores[i], &bits, 4);
