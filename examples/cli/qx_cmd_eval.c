@@ -9,6 +9,7 @@
    --calib-text (stage 1 run here, qx_calib.h), "Adapt": Adapt Rotation stage 2 (qx_ek_rotate), the
    same recipe as the QuaRot column with R1 = H*R learned from activations. */
 #include "eval/qx_calib.h"
+#include "eval/qx_spin.h"
 #include "cli/qx_cli.h"
 #include "engine/qx_engine.h"
 #include "support/qx_file.h"
@@ -95,7 +96,8 @@ static int check_positive(qx_cli* cli, const qx_opt* o, const char* name, const 
 }
 
 static const qx_opt_choice eval_engines[] = {{"ref", 0}, {"int", 1}, {NULL, 0}};
-static const qx_opt_choice eval_rotations[] = {{"hadamard", QX_ROT_HADAMARD}, {"random", QX_ROT_RANDOM}, {"adapt", QX_ROT_ADAPT}, {NULL, 0}};
+static const qx_opt_choice eval_rotations[] = {{"hadamard", QX_ROT_HADAMARD}, {"random", QX_ROT_RANDOM}, {"adapt", QX_ROT_ADAPT},
+                                               {"learned", QX_ROT_LEARNED}, {NULL, 0}};
 
 static const qx_opt eval_table[] = {
     {QX_OPT_STRING, "--text", .arg = "FILE", QX_AT(eval_opts, text), .help = "evaluation text (required unless --tokens)"},
@@ -164,10 +166,11 @@ static const qx_opt_group eval_levers_group = {NULL, eval_levers_table, NULL};
 
 static const qx_opt eval_columns_table[] = {
     {QX_OPT_CHOICE, "--rotation", .arg = "KIND", QX_AT(eval_opts, rotation), .choices = eval_rotations, .def = "hadamard",
-     .help = "R1 of the rotated column: hadamard (random Hadamard), random (random orthogonal [--rotate_mode random]) or adapt "
-             "(Adapt Rotation only, = --columns adapt)"},
-    {QX_OPT_STRING, "--columns", .arg = "LIST", QX_AT(eval_opts, columns), .def = "none and quarot, plus adapt with --context / --calib-text",
-     .help = "columns to compute, comma-separated from none, quarot, adapt"},
+     .help = "R1 of the rotated column: hadamard (random Hadamard), random (random orthogonal [--rotate_mode random]), adapt "
+             "(Adapt Rotation only, = --columns none,adapt) or learned (the --rotations only, = --columns none,learned)"},
+    {QX_OPT_STRING, "--columns", .arg = "LIST", QX_AT(eval_opts, columns),
+     .def = "none and quarot, plus adapt with --context / --calib-text, learned with --rotations",
+     .help = "columns to compute, comma-separated from none, quarot, adapt, learned"},
     {QX_OPT_STRING, "--rows", .arg = "LIST", QX_AT(eval_opts, rows),
      .help = "rows to compute instead of the combinations of --w/--a/--kv-bits, e.g. W4A4,W4A16,W8A8 or W4A4KV4 (16 = FP); FP32 "
              "first unless --no-fp32"},
@@ -203,6 +206,9 @@ const qx_opts_cmd qx_cmd_eval_spec = {
               "Adapt Rotation column (\"Adapt\"): Adapt Rotation stage 2 with the same R2 and online hooks as the\n"
               "QuaRot column, its R1 being H*R with R learned by stage 1 (quarot calibrate --help):"},
              {&eval_adapt_group, 0, 0, NULL},
+             {&qx_opts_rotation_group, offsetof(eval_opts, rot), QX_ROTATION_ROTATIONS,
+              "Learned column (\"learned\"): R1 and one R2 per layer learned by SpinQuant (quarot calibrate --method\n"
+              "spinquant) with the same online hooks as the QuaRot column:"},
              {&qx_opts_gptq_group, offsetof(eval_opts, g), 0, "QuaRot's levers (fake_quant/main.py flag in brackets):"},
              {&eval_gptq_group, 0, 0, NULL},
              {&qx_opts_quant_group, offsetof(eval_opts, q), QX_QUANT_W_ASYM | QX_QUANT_W_CLIP | QX_QUANT_A_ASYM | QX_QUANT_KV_ASYM | QX_QUANT_KV_CLIP, NULL},
@@ -247,6 +253,10 @@ static void on_layer(void* user, int64_t layer, int64_t n_layers) {
 
 static void on_layer_adapt(void* user, int64_t layer, int64_t n_layers) {
     qx_cli_progress((qx_cli*)user, layer, n_layers, "Adapt Rotation stage 2: layer");
+}
+
+static void on_layer_learned(void* user, int64_t layer, int64_t n_layers) {
+    qx_cli_progress((qx_cli*)user, layer, n_layers, "learned rotations: layer");
 }
 
 static void on_calib_window(void* user, int64_t done, int64_t total) {
@@ -366,7 +376,7 @@ static int eval_packed_setup(qx_cli* cli, const char* path, const qx_store* mode
     char msg[256];
     int i;
     if (hooks_opt) return qx_cli_fail(cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", path);
-    if (cols && (cols[1] || cols[2]))
+    if (cols && (cols[1] || cols[2] || cols[3]))
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--columns: %s is a packed file, rotated already (its one column is the file)", path);
     if (rows_opt) return qx_cli_fail(cli, QX_EXIT_USAGE, "--rows: %s is a packed file: its one row is the file's setting", path);
     r = qx_map_file(path, &m, &e);
@@ -426,10 +436,16 @@ int qx_cmd_eval(int argc, char** argv) {
     int n_variants = 0;
     eval_progress prog;
     qx_load_opts lo;
-    int k_sym, v_sym, gptq, want_col[3] = {1, 1, 1}, columns_given = 0, n_rq = 0, n_ra = 0;
+    int k_sym, v_sym, gptq, want_col[4] = {1, 1, 1, 1}, columns_given = 0, n_rq = 0, n_ra = 0, n_rl = 0;
+    qx_spin_rot spin;
+    qx_store learned;
+    quarot_online_list learned_hooks;
+    char learned_recipe[2048];
+    int have_learned = 0;
+    double spin_orth = 0.0;
     int packed = 0, packed_row = -1;   /* MODEL is a quarot-packed file: its settings and hooks decide */
     qx_packed_settings pst;
-    qx_rotcheck_dim rq[8], ra[8];   /* what the QuaRot / Adapt columns' rotations build (no silent fallbacks) */
+    qx_rotcheck_dim rq[8], ra[8], rl[8];   /* what the QuaRot / Adapt / learned columns' rotations build (no silent fallbacks) */
     int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS], n_qs = 0;
     eval_qstore* qs = NULL;
     qx_windows gcw;
@@ -468,21 +484,25 @@ int qx_cmd_eval(int argc, char** argv) {
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
     if (!gptq && (o.g.act_order || o.percdamp != 0.01 || (o.nsamples && !o.migrate)))
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--nsamples / --act-order / --percdamp are GPTQ options: add --w-quant gptq");
-    if (o.columns || o.rotation == QX_ROT_ADAPT) {
-        const char* p = o.columns ? o.columns : "none,adapt";
-        want_col[0] = want_col[1] = want_col[2] = 0;
+    memset(&spin, 0, sizeof spin);
+    if (o.columns || o.rotation == QX_ROT_ADAPT || o.rotation == QX_ROT_LEARNED) {
+        const char* p = o.columns ? o.columns : o.rotation == QX_ROT_LEARNED ? "none,learned" : "none,adapt";
+        want_col[0] = want_col[1] = want_col[2] = want_col[3] = 0;
         columns_given = 1;
         while (*p) {
             size_t n = strcspn(p, ",");
             if (n == 4 && strncmp(p, "none", 4) == 0) want_col[0] = 1;
             else if (n == 6 && strncmp(p, "quarot", 6) == 0) want_col[1] = 1;
             else if (n == 5 && strncmp(p, "adapt", 5) == 0) want_col[2] = 1;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--columns: '%s' is not a list of none, quarot, adapt", o.columns);
+            else if (n == 7 && strncmp(p, "learned", 7) == 0) want_col[3] = 1;
+            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--columns: '%s' is not a list of none, quarot, adapt, learned", o.columns);
             p += n;
             if (*p == ',') ++p;
         }
         if (want_col[2] && !o.rot.context && !o.g.calib_text)
             return qx_cli_fail(&cli, QX_EXIT_USAGE, "the Adapt column needs --context FILE or --calib-text FILE");
+        if (want_col[3] && !o.rot.rotations)
+            return qx_cli_fail(&cli, QX_EXIT_USAGE, "the learned column needs --rotations FILE (quarot calibrate --method spinquant writes one)");
     }
     if (o.rot.context && o.g.calib_text && !gptq)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context and --calib-text both give the Adapt column its R: choose one");
@@ -597,7 +617,7 @@ int qx_cmd_eval(int argc, char** argv) {
            file's own setting; one column, the file as it is (rotated already) */
         packed = 1;
         want_col[0] = 1;
-        want_col[1] = want_col[2] = 0;
+        want_col[1] = want_col[2] = want_col[3] = 0;
         n_settings = 0;
         if (!o.no_fp32) {
             settings[0].w_bits = settings[0].a_bits = settings[0].kv_bits = 16;
@@ -632,6 +652,18 @@ int qx_cmd_eval(int argc, char** argv) {
         r = qx_calib_context_load(o.rot.context, &actx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
     }
+    if (!o.rot.rotations) want_col[3] = 0;
+    if (o.rot.rotations && want_col[3]) {   /* learned rotations: read and checked against this model before any work */
+        char digest[QX_DIGEST_LEN];
+        r = qx_spin_load(o.rot.rotations, &spin, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
+        r = qx_spin_model_digest(o.model, digest, &e);
+        if (r == QUAROT_OK) r = qx_spin_check(&spin, &model.config, digest, &spin_orth, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", o.model, o.rot.rotations, e.msg);
+            goto done;
+        }
+    }
     {   /* no silent fallbacks: what the rotated columns build, warned (or refused with --strict) before any work */
         qx_rotcheck_opts rco;
         memset(&rco, 0, sizeof rco);
@@ -640,6 +672,12 @@ int qx_cmd_eval(int argc, char** argv) {
         if (want_col[1]) {
             rco.rotation = o.rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
             if ((rc = qx_rotcheck_cli(&cli, o.model, "QuaRot", &model.config, &rco, o.rot.strict, rq, 8, &n_rq)) != QX_EXIT_OK) goto done;
+        }
+        if (want_col[3]) {
+            rco.rotation = QUAROT_ROTATION_MATRIX;
+            rco.no_r2 = spin.r2 == NULL;
+            if ((rc = qx_rotcheck_cli(&cli, o.model, "learned", &model.config, &rco, o.rot.strict, rl, 8, &n_rl)) != QX_EXIT_OK) goto done;
+            rco.no_r2 = 0;
         }
         if (want_col[2] && (o.rot.context || o.g.calib_text)) {
             rco.rotation = QUAROT_ROTATION_ADAPT;
@@ -808,6 +846,14 @@ int qx_cmd_eval(int argc, char** argv) {
         have_adapt = 1;
         qx_cli_progress_end(&cli, "Adapt Rotation stage 2");
     }
+    if (spin.r1 && want_col[3]) {   /* the learned column: the same recipe, R1 and R2 from the file */
+        qx_cli_phase(&cli);
+        r = qx_spin_rotate(&model, &spin, any_kv, !o.rot.no_online, &learned, &learned_hooks, learned_recipe, sizeof learned_recipe,
+                           on_layer_learned, &cli, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o.model, e.msg); goto done; }
+        have_learned = 1;
+        qx_cli_progress_end(&cli, "learned rotations");
+    }
 
     /* The columns. Adapt Rotation: one more variant here (its store and hooks), nothing else. */
     if (want_col[0]) {
@@ -824,6 +870,11 @@ int qx_cmd_eval(int argc, char** argv) {
         variants[n_variants].name = "Adapt";
         variants[n_variants].store = &adapt;
         variants[n_variants++].hooks = &adapt_hooks;
+    }
+    if (have_learned) {
+        variants[n_variants].name = "learned";
+        variants[n_variants].store = &learned;
+        variants[n_variants++].hooks = &learned_hooks;
     }
 
     if (n_variants == 0) { rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--columns: no column to compute"); goto done; }
@@ -1044,6 +1095,11 @@ int qx_cmd_eval(int argc, char** argv) {
             print_recipe("", adapt_recipe);
             qx_rotcheck_summary("Adapt      ", ra, n_ra);
         }
+        if (have_learned) {
+            printf("%-10s %s: %s; orthogonality before use %.2e\n", "learned", o.rot.rotations, spin.about, spin_orth);
+            print_recipe("", learned_recipe);
+            qx_rotcheck_summary("learned    ", rl, n_rl);
+        }
         printf("\n");
         qx_ek_table_print(stdout, &table);
         if (!o.no_fp32) {   /* FP32 to 9 digits: a rotated model's must equal the original's (function preserved) */
@@ -1087,6 +1143,11 @@ done:
     if (have_rot) qx_store_free(&rot);
     quarot_online_list_free(&hooks);
     if (have_adapt) qx_store_free(&adapt);
+    if (have_learned) {
+        qx_store_free(&learned);
+        quarot_online_list_free(&learned_hooks);
+    }
+    qx_spin_rot_free(&spin);
     if (have_actx) {
         quarot_online_list_free(&adapt_hooks);
         quarot_adapt_context_free(&actx);

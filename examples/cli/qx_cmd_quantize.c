@@ -21,6 +21,7 @@
 #include "eval/qx_calib.h"
 #include "cli/qx_cli.h"
 #include "eval/qx_evalkit.h"
+#include "eval/qx_spin.h"
 #include "support/qx_file.h"
 #include "formats/qx_gguf.h"
 #include "formats/qx_packed.h"
@@ -749,7 +750,7 @@ const qx_opts_cmd qx_cmd_quantize_spec = {
              {&quantize_act_group, 0, 0, NULL},
              {&qx_opts_quant_group, offsetof(quantize_opts, q), QX_QUANT_A_ASYM | QX_QUANT_KV_ASYM | QX_QUANT_KV_CLIP, NULL},
              {&qx_opts_rotation_group, offsetof(quantize_opts, rot),
-              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
+              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_ROTATIONS | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
                   QX_ROTATION_NO_ONLINE, "rotation (as quarot rotate):"},
              {&qx_opts_common_group, offsetof(quantize_opts, c), QX_COMMON_FORCE | QX_COMMON_QUIET, NULL}},
     .epilog = "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|\n"
@@ -837,6 +838,7 @@ int qx_cmd_quantize(int argc, char** argv) {
     quarot_rotate_desc desc;
     quarot_online_list list;
     quarot_adapt_context ctx;
+    qx_spin_rot learned;
     qx_load_opts lo;
     qz_progress pr;
     qx_store s;
@@ -894,6 +896,11 @@ int qx_cmd_quantize(int argc, char** argv) {
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE (run `quarot calibrate` first)");
     if (opt.rot.context && strcmp(rotation, "adapt") != 0)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt, not --rotation %s", rotation);
+    if (opt.rot.rotations && !opt.rot.rotation_given) rotation = "learned";   /* --rotations alone means them */
+    if (opt.rot.rotations && strcmp(rotation, "learned") != 0)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s", rotation);
+    if (strcmp(rotation, "learned") == 0 && !opt.rot.rotations)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (run `quarot calibrate --method spinquant` first)");
     o.rotate = strcmp(rotation, "none") != 0;
     if (o.gptq && !opt.g.calib_text)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
@@ -919,6 +926,7 @@ int qx_cmd_quantize(int argc, char** argv) {
     qx_store_init(&qs);
     quarot_online_list_init(&list, NULL);
     quarot_adapt_context_init(&ctx, NULL);
+    memset(&learned, 0, sizeof learned);
     qx_store_init(&s);
     memset(&sink, 0, sizeof sink);
     memset(&st, 0, sizeof st);
@@ -942,6 +950,17 @@ int qx_cmd_quantize(int argc, char** argv) {
         rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context is for hidden size %lld, the model has %lld", opt.in,
                          (long long)ctx.hidden, (long long)s.config.hidden);
         goto done;
+    }
+    if (opt.rot.rotations) {   /* the learned rotations: this model's (digest, shapes), orthogonal */
+        char digest[QX_DIGEST_LEN];
+        r = qx_spin_load(opt.rot.rotations, &learned, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
+        r = qx_spin_model_digest(opt.in, digest, &e);
+        if (r == QUAROT_OK) r = qx_spin_check(&learned, &s.config, digest, NULL, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", opt.in, opt.rot.rotations, e.msg);
+            goto done;
+        }
     }
     if (o.format == QZ_PACKED && !opt.k_given && !opt.v_given) o.act.k_bits = o.act.v_bits = 16;
     /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
@@ -1070,6 +1089,7 @@ run:
         desc.online = !opt.rot.no_online;
         desc.r3 = !opt.rot.no_online && (o.act.k_bits < 16 || o.act.v_bits < 16);
         desc.max_tp_size = opt.rot.max_tp_size;
+        if (learned.r1) qx_spin_desc(&learned, &desc);   /* R1 MATRIX, one R2 per layer */
         if (desc.online || desc.r3) desc.online_out = &list;
         memset(&ro, 0, sizeof ro);
         ro.out_path = opt.out;
@@ -1161,6 +1181,7 @@ run:
     qz_summary(&o, &sink);
     fflush(stdout);
 done:
+    qx_spin_rot_free(&learned);
     qx_tokenizer_free(&tok);
     if (have_ctok) qx_tokenizer_free(&ctok);
     if (have_cw) qx_windows_free(&cw);

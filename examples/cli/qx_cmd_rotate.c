@@ -95,7 +95,7 @@ const qx_opts_cmd qx_cmd_rotate_spec = {
     .operands = {{"IN", offsetof(rotate_opts, in)}, {"OUT", offsetof(rotate_opts, out)}},
     .usage_on_excess = 1,
     .uses = {{&qx_opts_rotation_group, offsetof(rotate_opts, rot),
-              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
+              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_ROTATIONS | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
                   QX_ROTATION_STRICT, "options:"},
              {&rotate_group, 0, 0, NULL},
              {&qx_opts_common_group, offsetof(rotate_opts, c), QX_COMMON_THREADS | QX_COMMON_FORCE | QX_COMMON_QUIET, NULL}},
@@ -286,6 +286,8 @@ static const char* l2c_unfit(const quarot_model_config* c) {
 int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     const char *in = job->in, *out = job->out;
     int k, rc, dir_out = 0, hooks = 0, force = job->force, adapt = job->rotation == QUAROT_ROTATION_ADAPT;
+    int learned = job->rotation == QUAROT_ROTATION_MATRIX;
+    double orth_worst = 0.0;
     quarot_dtype dtype = job->dtype;
     quarot_rotate_desc desc;
     quarot_online_list list;
@@ -313,6 +315,8 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (qx_same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
     if (adapt && (!job->context || !job->context->matrix))
         return qx_cli_fail(cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
+    if (learned && (!job->learned || !job->learned->r1))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (quarot calibrate --method spinquant writes one)");
     quarot_online_list_init(&list, NULL);
     qx_store_init(&s);
 
@@ -417,6 +421,16 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context (%s) is for hidden size %lld, the model has %lld",
                          in, job->context_name ? job->context_name : "stage 1", (long long)job->context->hidden, (long long)s.config.hidden);
         goto done;
+    }
+    if (learned) {   /* the learned rotations: this model's (digest, shapes), orthogonal; before any work */
+        char digest[QX_DIGEST_LEN];
+        r = qx_spin_model_digest(in, digest, &e);
+        if (r == QUAROT_OK) r = qx_spin_check(job->learned, &s.config, digest, &orth_worst, &e);
+        if (r != QUAROT_OK) {
+            rc = qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_IO ? QX_EXIT_INPUT : QX_EXIT_PROCESS, "%s: %s: %s",
+                             in, job->learned_name ? job->learned_name : "learned rotations", e.msg);
+            goto done;
+        }
     }
     {   /* no silent fallbacks: what each rotated dimension gets, before any work */
         qx_rotcheck_opts co;
@@ -545,6 +559,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     } else if (job->down_proj_online == QUAROT_LAYERS_NONE) {
         desc.down_proj_online = QUAROT_LAYERS_NONE;
     }
+    if (learned) qx_spin_desc(job->learned, &desc);   /* R1 MATRIX, one R2 per layer */
     if (hooks) desc.online_out = &list;
 
     memset(&ro, 0, sizeof ro);
@@ -594,6 +609,9 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
         for (k = 0; k < n_dims; ++k)
             if (dims[k].fallback)
                 printf("  %s %s (%lld): %s\n", dims[k].warn ? "WARNING" : "note", dims[k].what, (long long)dims[k].dim, dims[k].text);
+        if (learned)
+            printf("  learned rotations (%s): %s; orthogonality %.2e before use\n", job->learned_name ? job->learned_name : "in memory",
+                   job->learned->about, orth_worst);
         if (adapt)
             printf("  Adapt Rotation stage 2: R learned by stage 1 (%s): %s, seed %llu, block %lld, loss %.6e -> %.6e (%+.2f%%)\n",
                    job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context),
@@ -655,6 +673,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     int64_t* layer_list = NULL;
     int64_t n_layer_list = 0;
     quarot_adapt_context ctx;
+    qx_spin_rot learned;
     qx_rotate_job job;
     qx_err e;
     quarot_result r;
@@ -676,12 +695,31 @@ int qx_cmd_rotate(int argc, char** argv) {
     if (o.rot.rotation == QX_ROT_ADAPT && !o.rot.context)
         return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE, the Adapt Rotation context of stage 1: run `quarot calibrate` "
                                                  "(stage 1) first");
+    if (o.rot.rotations && !o.rot.rotation_given) o.rot.rotation = QX_ROT_LEARNED;   /* --rotations alone means them */
+    if (o.rot.rotations && o.rot.rotation != QX_ROT_LEARNED)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s", qx_opt_word(qx_opts_rotations, o.rot.rotation));
+    if (o.rot.rotation == QX_ROT_LEARNED && !o.rot.rotations)
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE: run `quarot calibrate --method spinquant` first");
+    if (o.rot.rotation == QX_ROT_LEARNED && (o.rot.block_given || o.rot.seed_given))
+        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--%s: the learned rotations are dense matrices, nothing is seeded or blocked",
+                           o.rot.seed_given ? "seed" : "block-size");
     if (o.layers && !o.online) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
     if (o.layers && !parse_layers(&cli, o.layers, &layer_list, &n_layer_list)) return QX_EXIT_USAGE;
 
     memset(&job, 0, sizeof job);
+    memset(&learned, 0, sizeof learned);
     quarot_adapt_context_init(&ctx, NULL);
-    if (o.rot.context) {
+    if (o.rot.rotations) {   /* read (and checked as a file) before the model; against the model in the job */
+        r = qx_spin_load(o.rot.rotations, &learned, &e);
+        if (r != QUAROT_OK) {
+            free(layer_list);
+            return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+        }
+        job.rotation = QUAROT_ROTATION_MATRIX;
+        job.learned = &learned;
+        job.learned_name = o.rot.rotations;
+        o.rot.block_size = -1;
+    } else if (o.rot.context) {
         /* stage 2: the context is read (and fully validated) before the model */
         r = qx_calib_context_load(o.rot.context, &ctx, &e);
         if (r != QUAROT_OK) {
@@ -731,6 +769,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     rc = qx_rotate_job_run(&cli, &job);
 done:
     quarot_adapt_context_free(&ctx);
+    qx_spin_rot_free(&learned);
     free(layer_list);
     return rc;
 }
