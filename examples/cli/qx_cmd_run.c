@@ -3,9 +3,13 @@
    spec.prior's adapt_rotation stage 1 on its dataset first (Adapt Rotation stage 1, in memory),
    then spec.process's rotation processor (quarot, or adapt_rotation stage 2 using stage 1's
    context), writing the rotated model like `quarot rotate` (same formats, hook file when online).
+   SpinQuant (quarot's own processor type `spinquant`): in spec.prior it learns R1 and one R2 per
+   layer on its dataset (eval/qx_spin.h, in memory); in spec.process it folds them (or those of its
+   `rotations:` file).
    The configuration is read by qx_runcfg (a strict YAML subset, qx_yaml.h); see its header for the
    keys and their defaults. */
 #include "eval/qx_calib.h"
+#include "eval/qx_spin.h"
 #include "cli/qx_cli.h"
 #include "eval/qx_evalkit.h"
 #include "support/qx_file.h"
@@ -111,8 +115,14 @@ static void on_step(void* user, int step, double loss, double best, int iters) {
 }
 
 /* Stage 1 from the configuration; fills ctx. Returns an exit code. */
+static void on_spin_step(void* user, const quarot_train_step_info* in) {
+    qx_cli* cli = (qx_cli*)user;
+    qx_cli_info(cli, "spinquant step %3d/%d  loss %.6f  lr %.4f  orthogonality %.1e", in->step, in->steps, in->loss, in->lr, in->orth_error);
+}
+
 static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, const char* model_path, const char* tok_opt,
-                      const char* tokens_path, int64_t seed, int64_t seq_len, int64_t windows, int windowing, int64_t threads, quarot_adapt_context* ctx) {
+                      const char* tokens_path, int64_t seed, int64_t seq_len, int64_t windows, int windowing, int64_t threads, quarot_adapt_context* ctx,
+                      qx_spin_rot* spin) {
     const qx_runcfg_stage1* s1 = &cfg->stage1;
     const char* pats[64];
     int64_t i, n_pats = s1->n_layer_type;
@@ -148,7 +158,7 @@ static int run_stage1(qx_cli* cli, const char* cfg_path, const qx_runcfg* cfg, c
     memset(&lo, 0, sizeof lo);
     r = qx_load_model(model_path, &lo, &model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-    r = qx_calib_check(&co.adapt, model.config.hidden, &e);
+    r = s1->spin ? QUAROT_OK : qx_calib_check(&co.adapt, model.config.hidden, &e);
     if (r != QUAROT_OK) {
         rc = qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: line %d: adapt_rotation stage 1: %s",
                          cfg_path, s1->line, e.msg);
@@ -195,6 +205,46 @@ windows_ready:
     if (threads == 0) threads = qx_cpu_count();
     if (threads > 1) pool = qx_pool_create((int)threads);
     qx_pool_env(pool, &env);
+    if (s1->spin) {   /* SpinQuant on the prior stage's dataset */
+        qx_spin_opts so;
+        qx_spin_stats ss;
+        memset(&so, 0, sizeof so);
+        so.desc.seed = (uint64_t)seed;
+        so.desc.steps = s1->steps;
+        so.desc.lr = s1->lr;
+        so.desc.batch = s1->batch;
+        so.desc.loss = s1->loss;
+        so.desc.online = cfg->stage2.online;
+        if (s1->a_bits < 16) {
+            so.desc.act.a_bits = (int)s1->a_bits;
+            so.desc.act.a_asym = s1->a_asym;
+            so.desc.act.a_clip = (float)s1->a_clip;
+        }
+        if (s1->w_bits < 16) {
+            so.desc.w_bits = (int)s1->w_bits;
+            so.desc.weight.asymmetric = s1->w_asym;
+            so.desc.weight.clip_search = s1->w_clip ? QUAROT_CLIP_SEARCH_LP : 0;
+        }
+        if (!cli->quiet) {
+            so.desc.progress = on_spin_step;
+            so.desc.user_data = cli;
+        }
+        so.nsamples = s1->nsamples;
+        so.env = &env;
+        qx_cli_phase(cli);
+        r = qx_spin_train(&model, &win, seq_len, &so, spin, &ss, &e);
+        if (r != QUAROT_OK) {
+            qx_spin_rot_free(spin);
+            rc = qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS,
+                             "%s: spinquant (%s line %d): %s", model_path, cfg_path, s1->line, e.msg);
+            goto done;
+        }
+        printf("stage 1   spinquant (%s line %d) on %s: %lld windows of %lld tokens; %d steps, batch loss %.6f -> %.6f; orthogonality %.2e; %.2f s\n",
+               cfg_path, s1->line, tokens_path ? tokens_path : s1->dataset, (long long)ss.windows, (long long)seq_len, ss.steps_run,
+               ss.first_loss, ss.last_loss, ss.max_orth, ss.seconds);
+        fflush(stdout);
+        goto done;
+    }
     co.env = &env;
     rp.cli = cli;
     rp.steps = s1->steps;
@@ -237,6 +287,7 @@ int qx_cmd_run(int argc, char** argv) {
     size_t len = 0;
     qx_runcfg cfg;
     quarot_adapt_context ctx;
+    qx_spin_rot spin;
     qx_rotate_job job;
     char layers_what[600];
     qx_err e;
@@ -264,6 +315,7 @@ int qx_cmd_run(int argc, char** argv) {
     free(text);
     if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     quarot_adapt_context_init(&ctx, NULL);
+    memset(&spin, 0, sizeof spin);
     if (o.rot.context && !cfg.stage2.adapt) {
         rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--context: %s rotates with quarot (line %d), which uses no Adapt Rotation context", o.config, cfg.stage2.line);
         goto done;
@@ -283,17 +335,22 @@ int qx_cmd_run(int argc, char** argv) {
         rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", o.save);
         goto done;
     }
-    printf("config    %s (%s): %s%s%s", o.config, cfg.apiversion, cfg.stage1.present ? "adapt_rotation stage 1, then " : "",
-           cfg.stage2.adapt ? "adapt_rotation stage 2" : "quarot", cfg.stage2.online ? " (online)" : "");
+    printf("config    %s (%s): %s%s%s", o.config, cfg.apiversion,
+           cfg.stage1.present ? (cfg.stage1.spin ? "spinquant training, then " : "adapt_rotation stage 1, then ") : "",
+           cfg.stage2.spin ? "spinquant" : cfg.stage2.adapt ? "adapt_rotation stage 2" : "quarot", cfg.stage2.online ? " (online)" : "");
     if (cfg.n_skipped) printf("; %d unsupported entr%s skipped", cfg.n_skipped, cfg.n_skipped == 1 ? "y" : "ies");
     printf("\n");
     fflush(stdout);
 
     /* stage 1 (in memory) or the context file */
     if (cfg.stage1.present) {
-        rc = run_stage1(&cli, o.config, &cfg, o.model, o.in.tokenizer, o.in.tokens, o.rot.seed, o.w.seq_len, o.w.windows, o.w.windowing, o.c.threads, &ctx);
+        rc = run_stage1(&cli, o.config, &cfg, o.model, o.in.tokenizer, o.in.tokens, o.rot.seed, o.w.seq_len, o.w.windows, o.w.windowing, o.c.threads, &ctx,
+                        &spin);
         if (rc != QX_EXIT_OK) goto done;
-        have_ctx = 1;
+        have_ctx = !cfg.stage1.spin;
+    } else if (cfg.stage2.spin) {
+        r = qx_spin_load(cfg.stage2.rotations, &spin, &e);
+        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s (%s line %d)", e.msg, o.config, cfg.stage2.rotations_line); goto done; }
     } else if (o.rot.context) {
         r = qx_calib_context_load(o.rot.context, &ctx, &e);
         if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
@@ -317,12 +374,22 @@ int qx_cmd_run(int argc, char** argv) {
         job.context = &ctx;
         job.context_name = cfg.stage1.present ? "stage 1, in memory" : o.rot.context;
         job.block_size = ctx.block;
+    } else if (cfg.stage2.spin) {
+        job.rotation = QUAROT_ROTATION_MATRIX;
+        job.learned = &spin;
+        job.learned_name = cfg.stage1.present ? "spinquant, in memory" : cfg.stage2.rotations;
+        job.block_size = -1;
+        if (cfg.stage1.present) {   /* learned on this very file: its digest */
+            r = qx_spin_model_digest(o.model, spin.digest, &e);
+            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg); goto done; }
+        }
     } else {
         job.rotation = QUAROT_ROTATION_HADAMARD;
     }
     job.online = cfg.stage2.online;
     job.max_tp_size = cfg.stage2.max_tp_size;
-    if (cfg.stage2.online) {
+    if (cfg.stage2.spin) job.max_tp_size = 1;   /* the hooks the rotations were learned with: every layer, whole dimensions */
+    else if (cfg.stage2.online) {
         /* msModelSlim: the down_proj online rotation only in the listed layers ([] = none) */
         job.down_proj_online = cfg.stage2.n_layers ? QUAROT_LAYERS_LIST : QUAROT_LAYERS_NONE;
         job.layers = cfg.stage2.layers;
@@ -335,6 +402,7 @@ int qx_cmd_run(int argc, char** argv) {
 done:
     (void)have_ctx;
     quarot_adapt_context_free(&ctx);
+    qx_spin_rot_free(&spin);
     qx_runcfg_free(&cfg);
     return rc;
 }
