@@ -15207,8 +15207,11 @@ static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int6
     if (r != QUAROT_OK) return quarot__tr_fail(t, r, -1, "final norm");
     for (l = p->L - 1; l >= 0; --l) {
         quarot__tr_tape* tp = quarot__tr_tape_of(t, l, rows);
-        r = quarot__tr_load(t, l);
-        if (r == QUAROT_OK) r = quarot__tr_form(t, l);
+        r = QUAROT_OK;
+        if (l != p->L - 1) {   // the last layer's weights are still those of the forward pass
+            r = quarot__tr_load(t, l);
+            if (r == QUAROT_OK) r = quarot__tr_form(t, l);
+        }
         if (r == QUAROT_OK && p->n_tapes == 1 && l != p->L - 1) r = quarot__tr_layer_fwd(t, tp, B, T, p->tmp);
         if (r == QUAROT_OK) r = quarot__tr_layer_bwd(t, tp, B, T);
         if (r == QUAROT_OK) r = quarot__tr_chain(t, l);
