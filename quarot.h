@@ -1813,10 +1813,12 @@ QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const dou
 // 4 hidden + 3 q_dim-ish + 2 kv_dim + 3 intermediate floats, plus q/k before the per-head norm for
 // qk_norm models) is KEPT for every layer (recompute = 0), or only the layer inputs are kept and each
 // layer is run forward again before its backward (recompute = 1: one tape; about a third more work).
-// A 7B-shaped layer (hidden 4096, intermediate 11008, 2048 tokens) needs 0.57 GB of tape, 0.6 GB of
-// attention scratch per thread... (see bench/bench_train.c); attention never stores T x T. Weights:
-// one layer's frozen copy, its W_eff and dL/dW_eff in f32 (3 x 0.8 GB at 7B), read through the
-// callbacks in every pass; lm_head in f32 (in place when the model's tensor is contiguous f32).
+// Attention never stores T x T (two T x T buffers per thread, recomputed). Weights: one layer's
+// frozen copy, its W_eff and dL/dW_eff in f32, read through the callbacks in every pass (acquire,
+// copy, release); lm_head in f32 (in place when the model's tensor is contiguous f32). A 7B-shaped
+// layer (hidden 4096, intermediate 11008, 32 heads) with one 2048-token window: 0.54 GB of tape,
+// 3 x 0.8 GB of weights, 0.5 GB of backward buffers, 34 MB of attention scratch per thread and the
+// R1 step's 5 x 4096^2 doubles (0.67 GB): about 4.2 GB; all 32 layers kept: 21 GB, recomputed: 5 GB.
 // Threads: model->env's parallel hook splits the GEMMs, the row-wise steps and attention (windows x
 // KV heads); every result is bit-identical for any thread count.
 // Supported: RMSNorm families with a gated MLP (llama, mistral, qwen2 with q/k/v biases, qwen3 with

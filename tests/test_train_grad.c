@@ -9,8 +9,8 @@
    RoPE. Every entry of R1 and of each R2 is differentiated by central differences of the reference
    in double (h = 1e-6: error ~1e-10), at a random orthogonal point (not QuaRot's start, so nothing
    relies on the Hadamard structure), and compared with the trainer's float gradients:
-       max |analytic - fd| <= 2e-5 * max |fd|   over all of R1, and over all R2 entries
-   (float rounding in the GEMMs and norms leaves ~1e-6). The losses agree to 1e-6 relative. Families:
+       max |analytic - fd| <= 1e-5 * max |fd|   over all of R1, and over all R2 entries
+   (float rounding in the GEMMs and norms leaves 3e-7 .. 1.3e-6; under QT_QUICK every 7th entry). The losses agree to 1e-6 relative. Families:
    llama (GQA, both RoPE layouts), llama with the online hooks and R3, qwen2 (q/k/v biases, tied
    embeddings), qwen3 (per-head q/k norms). Activation quantization is off here (the quantized loss
    is piecewise constant; its straight-through gradient is checked for finiteness and closeness to
@@ -21,7 +21,7 @@
 #include "model/qx_synth.h"
 #include "qt.h"
 
-#define GRAD_TOL 2e-5
+#define GRAD_TOL 1e-5
 
 typedef struct ref {
     const qx_store* s;
@@ -305,9 +305,11 @@ static void check_family(const char* arch, int interleaved, int online, int r3) 
     QT_OK(quarot_trainer_loss(&t, tok, B, T, 1, &loss));
     l0 = ref_loss(&rf, tok, B, T, r1, r2);
     QT_CHECKF(fabs(loss - l0) <= 1e-6 * fabs(l0), "%s: loss %.9g, reference %.9g", arch, loss, l0);
-    /* central differences of the reference over every entry */
+    /* central differences of the reference over every entry (QT_QUICK: every 7th, the rest copied from
+       the analytic gradient so that only the differenced entries are compared) */
     for (i = 0; i < h * h; ++i) {
         double keep = r1[i], lp, lm;
+        if (qt_quick() && i % 7) { fd1[i] = t.grad_r1[i]; continue; }
         r1[i] = keep + 1e-6; lp = ref_loss(&rf, tok, B, T, r1, r2);
         r1[i] = keep - 1e-6; lm = ref_loss(&rf, tok, B, T, r1, r2);
         r1[i] = keep;
@@ -315,6 +317,7 @@ static void check_family(const char* arch, int interleaved, int online, int r3) 
     }
     for (i = 0; i < L * hd * hd; ++i) {
         double keep = r2[i], lp, lm;
+        if (qt_quick() && i % 7) { fd2[i] = t.grad_r2[i]; continue; }
         r2[i] = keep + 1e-6; lp = ref_loss(&rf, tok, B, T, r1, r2);
         r2[i] = keep - 1e-6; lm = ref_loss(&rf, tok, B, T, r1, r2);
         r2[i] = keep;

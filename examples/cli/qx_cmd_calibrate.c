@@ -94,8 +94,8 @@ static const qx_opt spin_table[] = {
     {QX_OPT_FLOAT, "--clip", .arg = "R", QX_AT(calibrate_opts, a_clip), .flo = 0.0, .fhi = 1.0, .open = QX_OPT_OPEN_LO, .def = "1.0",
      .ref = "--a_clip_ratio", .help = "activation clip ratio during training (match the evaluation's --clip)"},
     {QX_OPT_INT, "--w-bits", .arg = "N", QX_AT(calibrate_opts, w_bits), .lo = 2, .hi = 16, .fn = check_bits, .def = "16", .ref = "--w_bits",
-     .help = "weights fake-quantized during training (RTN per output channel, with --w-asym / --w-clip); 16 = FP, SpinQuant's "
-             "choice before GPTQ"},
+     .help = "weights fake-quantized during training (RTN per output channel, with --w-asym, and --w-clip as the squared-error "
+             "clip search); 16 = FP, SpinQuant's choice before GPTQ"},
     {QX_OPT_INT, "--kv-bits", .arg = "N", QX_AT(calibrate_opts, kv_bits), .lo = 2, .hi = 16, .fn = check_bits, .def = "16",
      .ref = "--k_bits, --v_bits", .help = "K and V fake-quantized during training, per token per head (asymmetric; R3 on q/k then)"},
     {QX_OPT_CHOICE, "--loss", QX_AT(calibrate_opts, loss), .choices = calibrate_losses, .def = "ce",
@@ -258,7 +258,9 @@ static int calibrate_spin(qx_cli* cli, const calibrate_opts* o, const qx_store* 
     if (o->w_bits < 16) {
         so.desc.w_bits = (int)o->w_bits;
         so.desc.weight.asymmetric = o->q.w_asym;
-        so.desc.weight.clip_search = o->q.w_clip ? QUAROT_CLIP_SEARCH_LP : 0;
+        /* the clip search in the loop: the squared-error one (51 ratios); QuaRot's |err|^2.4 search costs
+           about 10x a whole training pass on stories260K, twice a step */
+        so.desc.weight.clip_search = o->q.w_clip ? QUAROT_CLIP_SEARCH_MSE : 0;
     }
     memset(&sp, 0, sizeof sp);
     sp.cli = cli;
