@@ -1718,8 +1718,9 @@ QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, co
 // k, v [T][n_kv_heads*head_dim] (row strides ldq, ldk, ldv); query head h reads KV head
 // h / (n_heads/n_kv_heads). Per head: S = q_h k_g^T * scale (scale = f32(1/sqrt(head_dim))), causal
 // softmax by rows (max-shifted, sum in double; masked keys weigh 0), out_h = P v_g. out [T][n_heads*
-// head_dim] (stride ldo). The backward recomputes P (the same bits) instead of keeping it, so neither
-// pass holds more than two T x T buffers:
+// head_dim] (stride ldo). Queries go in blocks of 64 that see only keys up to their last one, so every
+// product covers the causal half of T x T plus the blocks' diagonal squares. The backward recomputes
+// P (the same bits) instead of keeping it, so neither pass holds more than two T x T buffers:
 //     dP = dout_h v_g^T;  dS = P * (dP - rowsum(P * dP));  dq_h = dS k_g * scale;
 //     dk_g += dS^T q_h * scale;  dv_g += P^T dout_h     (summed over the group's heads in head order)
 // dq, dk, dv are overwritten (strides as their forward counterparts). work: quarot_train_attention_work
@@ -14144,10 +14145,27 @@ static quarot_result quarot__tr_attn_check(const void* q, const void* k, const v
     return QUAROT_OK;
 }
 
+// Causal blocks: queries [t0, t1) see keys [0, t1), so S, P and every product run over that
+// trapezoid only (about half the square); P's row t beyond key t is 0.
+#define QUAROT__TR_QBLOCK 64
+
+// P [T][T] (lower trapezoids of blocks; the rest of each row zero) = causal softmax(scale q_h k_g^T)
+static quarot_result quarot__tr_scores(const float* qh, int64_t ldq, const float* kg, int64_t ldk, int64_t T, int64_t hd, float scale,
+                                       float* p, const quarot_env* env) {
+    int64_t t0;
+    quarot_result r = QUAROT_OK;
+    for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {
+        int64_t t1 = t0 + QUAROT__TR_QBLOCK < T ? t0 + QUAROT__TR_QBLOCK : T;
+        r = quarot_sgemm(0, 1, t1 - t0, t1, hd, scale, qh + t0 * ldq, ldq, kg, ldk, 0.0f, p + t0 * T, T, env);
+    }
+    if (r == QUAROT_OK) quarot__tr_softmax_causal(p, T);
+    return r;
+}
+
 QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,
                                                     int64_t ldv, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                                                     float* out, int64_t ldo, float* work, const quarot_env* env) {
-    int64_t h, group;
+    int64_t h, group, t0;
     float scale, *p, *own = NULL;
     quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
     if (r != QUAROT_OK) return r;
@@ -14162,10 +14180,11 @@ QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq,
     scale = (float)(1.0 / sqrt((double)head_dim));
     for (h = 0; h < n_heads && r == QUAROT_OK; ++h) {
         int64_t g = h / group;
-        r = quarot_sgemm(0, 1, T, T, head_dim, scale, q + h * head_dim, ldq, k + g * head_dim, ldk, 0.0f, p, T, env);
-        if (r != QUAROT_OK) break;
-        quarot__tr_softmax_causal(p, T);
-        r = quarot_sgemm(0, 0, T, head_dim, T, 1.0f, p, T, v + g * head_dim, ldv, 0.0f, out + h * head_dim, ldo, env);
+        r = quarot__tr_scores(q + h * head_dim, ldq, k + g * head_dim, ldk, T, head_dim, scale, p, env);
+        for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {   // out_h = P v_g over each block's keys
+            int64_t t1 = t0 + QUAROT__TR_QBLOCK < T ? t0 + QUAROT__TR_QBLOCK : T;
+            r = quarot_sgemm(0, 0, t1 - t0, head_dim, t1, 1.0f, p + t0 * T, T, v + g * head_dim, ldv, 0.0f, out + t0 * ldo + h * head_dim, ldo, env);
+        }
     }
     quarot_env_free(env, own);
     return r;
@@ -14175,7 +14194,7 @@ QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int
                                                              const float* v, int64_t ldv, const float* dout, int64_t lddo,
                                                              int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                                                              float* dq, float* dk, float* dv, float* work, const quarot_env* env) {
-    int64_t h, group, t, s, j;
+    int64_t h, group, t, s, j, t0;
     float scale, *p, *dp, *own = NULL;
     quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
     if (r != QUAROT_OK) return r;
@@ -14195,26 +14214,30 @@ QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int
         int64_t g = h / group;
         const float* qh = q + h * head_dim;
         const float* kg = k + g * head_dim;
+        const float* vg = v + g * head_dim;
         const float* doh = dout + h * head_dim;
-        r = quarot_sgemm(0, 1, T, T, head_dim, scale, qh, ldq, kg, ldk, 0.0f, p, T, env);
-        if (r != QUAROT_OK) break;
-        quarot__tr_softmax_causal(p, T);
-        // dv_g += P^T dout_h;  dP = dout_h v_g^T
-        r = quarot_sgemm(1, 0, T, head_dim, T, 1.0f, p, T, doh, lddo, 1.0f, dv + g * head_dim, ldv, env);
-        if (r == QUAROT_OK) r = quarot_sgemm(0, 1, T, T, head_dim, 1.0f, doh, lddo, v + g * head_dim, ldv, 0.0f, dp, T, env);
-        if (r != QUAROT_OK) break;
-        // dS = P * (dP - sum_s P dP), in place in dp (masked entries: P = 0)
-        for (t = 0; t < T; ++t) {
-            float* pr = p + t * T;
-            float* dr = dp + t * T;
-            double d = 0.0;
-            for (s = 0; s <= t; ++s) d += (double)pr[s] * (double)dr[s];
-            for (s = 0; s <= t; ++s) dr[s] = pr[s] * (dr[s] - (float)d);
-            for (s = t + 1; s < T; ++s) dr[s] = 0.0f;
+        r = quarot__tr_scores(qh, ldq, kg, ldk, T, head_dim, scale, p, env);
+        for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {
+            int64_t t1 = t0 + QUAROT__TR_QBLOCK < T ? t0 + QUAROT__TR_QBLOCK : T, nq = t1 - t0;
+            float* pb = p + t0 * T;
+            float* db = dp + t0 * T;
+            // dv_g += P^T dout_h;  dP = dout_h v_g^T (this block's keys)
+            r = quarot_sgemm(1, 0, t1, head_dim, nq, 1.0f, pb, T, doh + t0 * lddo, lddo, 1.0f, dv + g * head_dim, ldv, env);
+            if (r == QUAROT_OK) r = quarot_sgemm(0, 1, nq, t1, head_dim, 1.0f, doh + t0 * lddo, lddo, vg, ldv, 0.0f, db, T, env);
+            if (r != QUAROT_OK) break;
+            // dS = P * (dP - sum_s P dP), in place in dp (keys after t: P = 0)
+            for (t = t0; t < t1; ++t) {
+                float* pr = p + t * T;
+                float* dr = dp + t * T;
+                double d = 0.0;
+                for (s = 0; s <= t; ++s) d += (double)pr[s] * (double)dr[s];
+                for (s = 0; s <= t; ++s) dr[s] = pr[s] * (dr[s] - (float)d);
+                for (s = t + 1; s < t1; ++s) dr[s] = 0.0f;
+            }
+            // dq_h = scale dS k_g;  dk_g += scale dS^T q_h
+            r = quarot_sgemm(0, 0, nq, head_dim, t1, scale, db, T, kg, ldk, 0.0f, dq + t0 * ldq + h * head_dim, ldq, env);
+            if (r == QUAROT_OK) r = quarot_sgemm(1, 0, t1, head_dim, nq, scale, db, T, qh + t0 * ldq, ldq, 1.0f, dk + g * head_dim, ldk, env);
         }
-        // dq_h = scale dS k_g;  dk_g += scale dS^T q_h
-        r = quarot_sgemm(0, 0, T, head_dim, T, scale, dp, T, kg, ldk, 0.0f, dq + h * head_dim, ldq, env);
-        if (r == QUAROT_OK) r = quarot_sgemm(1, 0, T, head_dim, T, scale, dp, T, qh, ldq, 1.0f, dk + g * head_dim, ldk, env);
     }
     quarot_env_free(env, own);
     return r;

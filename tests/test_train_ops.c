@@ -44,13 +44,17 @@ static double grad_err(const float* a, const double* fd, int64_t n) {
     return mx > 0.0 ? md / mx : md;
 }
 
-/* The FD gradient of L(x) = <dy, f(x)> for a double forward f(ctx, x, y). */
+/* The FD gradient of L(x) = <dy, f(x)> for a double forward f(ctx, x, y), at every stride-th entry
+   (the others are set to 0 and left out of grad_err_every). */
 typedef void (*fwd64_fn)(const void* ctx, const double* x, double* y);
-static void fd_grad(fwd64_fn f, const void* ctx, double* x, int64_t nx, const double* dy, int64_t ny, double* g) {
+static void fd_grad_every(fwd64_fn f, const void* ctx, double* x, int64_t nx, const double* dy, int64_t ny, double* g,
+                          int64_t stride) {
     double* y = (double*)malloc((size_t)ny * sizeof(double));
     int64_t i;
     for (i = 0; i < nx; ++i) {
         double keep = x[i], lp, lm;
+        g[i] = 0.0;
+        if (i % stride != 0) continue;
         x[i] = keep + FD_H;
         f(ctx, x, y);
         lp = dot(dy, y, ny);
@@ -61,6 +65,22 @@ static void fd_grad(fwd64_fn f, const void* ctx, double* x, int64_t nx, const do
         g[i] = (lp - lm) / (2.0 * FD_H);
     }
     free(y);
+}
+
+static void fd_grad(fwd64_fn f, const void* ctx, double* x, int64_t nx, const double* dy, int64_t ny, double* g) {
+    fd_grad_every(f, ctx, x, nx, dy, ny, g, 1);
+}
+
+/* grad_err over the entries fd_grad_every computed (i0 = the offset of a's first entry in x) */
+static double grad_err_every(const float* a, const double* fd, int64_t n, int64_t i0, int64_t stride) {
+    double mx = 0.0, md = 0.0;
+    int64_t i;
+    for (i = 0; i < n; ++i) {
+        if ((i0 + i) % stride != 0) continue;
+        if (fabs(fd[i]) > mx) mx = fabs(fd[i]);
+        if (fabs((double)a[i] - fd[i]) > md) md = fabs((double)a[i] - fd[i]);
+    }
+    return mx > 0.0 ? md / mx : md;
 }
 
 /* ---- RMSNorm ------------------------------------------------------------------------------ */
@@ -218,7 +238,7 @@ static void attn64(const void* c, const double* x, double* y) {
     const attn_ctx* k = (const attn_ctx*)c;
     int64_t T = k->T, qd = k->nh * k->hd, kvd = k->nkv * k->hd, grp = k->nh / k->nkv, h, t, s, d;
     const double *q = x, *kk = x + T * qd, *v = kk + T * kvd;
-    double sc[64];
+    double* sc = (double*)malloc((size_t)T * sizeof(double));
     for (h = 0; h < k->nh; ++h) {
         int64_t g = h / grp;
         for (t = 0; t < T; ++t) {
@@ -237,33 +257,51 @@ static void attn64(const void* c, const double* x, double* y) {
             }
         }
     }
+    free(sc);
+}
+
+/* One geometry: the forward against attn64, dq / dk / dv against central differences at every
+   stride-th input. T above the library's 64-query block checks the blocks' key ranges. */
+static void attn_case(int64_t T, int64_t NH, int64_t NKV, int64_t HD, int64_t stride, unsigned seed) {
+    int64_t QD = NH * HD, KVD = NKV * HD, NX = T * (QD + 2 * KVD), NY = T * QD, i;
+    double *x = (double*)malloc((size_t)NX * sizeof(double)), *dy = (double*)malloc((size_t)NY * sizeof(double));
+    double *fd = (double*)malloc((size_t)NX * sizeof(double)), *y64 = (double*)malloc((size_t)NY * sizeof(double));
+    float *xf = (float*)malloc((size_t)NX * sizeof(float)), *dyf = (float*)malloc((size_t)NY * sizeof(float));
+    float *out = (float*)malloc((size_t)NY * sizeof(float)), *an = (float*)malloc((size_t)NX * sizeof(float));
+    float *work = (float*)malloc((size_t)(2 * T * T) * sizeof(float)), *yff = (float*)malloc((size_t)NY * sizeof(float));
+    attn_ctx c;
+    double e;
+    qt_seed(seed);
+    fill(x, NX, 1.0);
+    fill(dy, NY, 1.0);
+    to_f32(x, xf, NX); to_f32(dy, dyf, NY);
+    for (i = 0; i < NX; ++i) x[i] = (double)xf[i];
+    for (i = 0; i < NY; ++i) dy[i] = (double)dyf[i];
+    c.T = T; c.nh = NH; c.nkv = NKV; c.hd = HD;
+    QT_CHECK(quarot_train_attention_work(T) == 2 * T * T);
+    QT_OK(quarot_train_attention_f32(xf, QD, xf + NY, KVD, xf + NY + T * KVD, KVD, T, NH, NKV, HD, out, QD, work, NULL));
+    attn64(&c, x, y64);
+    to_f32(y64, yff, NY);
+    QT_CHECKF(qt_rel_diff(out, yff, NY) < 2e-6, "T %d forward %.3g", (int)T, qt_rel_diff(out, yff, NY));
+    QT_OK(quarot_train_attention_backward_f32(xf, QD, xf + NY, KVD, xf + NY + T * KVD, KVD, dyf, QD, T, NH, NKV, HD, an,
+                                              an + NY, an + NY + T * KVD, work, NULL));
+    fd_grad_every(attn64, &c, x, NX, dy, NY, fd, stride);
+    e = grad_err_every(an, fd, NY, 0, stride);
+    QT_CHECKF(e < FD_TOL, "T %d dq error %.3g", (int)T, e);
+    e = grad_err_every(an + NY, fd + NY, T * KVD, NY, stride);
+    QT_CHECKF(e < FD_TOL, "T %d dk error %.3g", (int)T, e);
+    e = grad_err_every(an + NY + T * KVD, fd + NY + T * KVD, T * KVD, NY + T * KVD, stride);
+    QT_CHECKF(e < FD_TOL, "T %d dv error %.3g", (int)T, e);
+    free(x); free(dy); free(fd); free(y64); free(xf); free(dyf); free(out); free(an); free(work); free(yff);
 }
 
 static void test_attention(void) {
-    enum { T = 7, NH = 4, NKV = 2, HD = 4, QD = NH * HD, KVD = NKV * HD, NX = T * (QD + 2 * KVD) };
-    double x[NX], dy[T * QD], fd[NX], y64[T * QD];
-    float xf[NX], dyf[T * QD], out[T * QD], an[NX], work[2 * T * T], yff[T * QD];
-    attn_ctx c;
-    int64_t i;
-    qt_seed(14);
-    fill(x, NX, 1.0);
-    fill(dy, T * QD, 1.0);
-    to_f32(x, xf, NX); to_f32(dy, dyf, T * QD);
-    for (i = 0; i < NX; ++i) x[i] = (double)xf[i];
-    for (i = 0; i < T * QD; ++i) dy[i] = (double)dyf[i];
-    c.T = T; c.nh = NH; c.nkv = NKV; c.hd = HD;
-    QT_CHECK(quarot_train_attention_work(T) == 2 * T * T);
-    QT_OK(quarot_train_attention_f32(xf, QD, xf + T * QD, KVD, xf + T * QD + T * KVD, KVD, T, NH, NKV, HD, out, QD, work, NULL));
-    attn64(&c, x, y64);
-    to_f32(y64, yff, T * QD);
-    QT_CHECKF(qt_rel_diff(out, yff, T * QD) < 2e-6, "forward %.3g", qt_rel_diff(out, yff, T * QD));
-    QT_OK(quarot_train_attention_backward_f32(xf, QD, xf + T * QD, KVD, xf + T * QD + T * KVD, KVD, dyf, QD, T, NH, NKV, HD, an,
-                                              an + T * QD, an + T * QD + T * KVD, NULL, NULL));
-    fd_grad(attn64, &c, x, NX, dy, T * QD, fd);
-    QT_CHECKF(grad_err(an, fd, T * QD) < FD_TOL, "dq error %.3g", grad_err(an, fd, T * QD));
-    QT_CHECKF(grad_err(an + T * QD, fd + T * QD, T * KVD) < FD_TOL, "dk error %.3g", grad_err(an + T * QD, fd + T * QD, T * KVD));
-    QT_CHECKF(grad_err(an + T * QD + T * KVD, fd + T * QD + T * KVD, T * KVD) < FD_TOL, "dv error %.3g",
-              grad_err(an + T * QD + T * KVD, fd + T * QD + T * KVD, T * KVD));
+    enum { T = 7, NH = 4, NKV = 2, HD = 4, QD = NH * HD, KVD = NKV * HD };
+    float xf[T * (QD + 2 * KVD)], out[T * QD];
+    memset(xf, 0, sizeof xf);
+    attn_case(T, NH, NKV, HD, 1, 14);
+    /* three query blocks (64, 64, 17): every key range and the blocks' diagonal squares */
+    attn_case(145, 2, 1, 4, qt_quick() ? 23 : 5, 15);
     /* bad geometry */
     QT_ERR(quarot_train_attention_f32(xf, QD, xf, KVD, xf, KVD, T, 3, 2, HD, out, QD, NULL, NULL), QUAROT_ERR_INVALID_ARGUMENT);
     QT_ERR(quarot_train_attention_f32(xf, QD - 1, xf, KVD, xf, KVD, T, NH, NKV, HD, out, QD, NULL, NULL), QUAROT_ERR_INVALID_ARGUMENT);
