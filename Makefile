@@ -8,6 +8,9 @@
 #   make test-neon  the tests cross-compiled for aarch64 (NEON) and run under qemu-user
 #   make fuzz       libFuzzer harnesses of the checkpoint readers, FUZZ_SECONDS each
 #   make bench      benchmarks (run on a quiet machine)
+#   make regen      rewrite quarot.h's generated blocks (>>generated) from their programs in tools/
+#   make regen-check  fail when make regen would change quarot.h (a CI step)
+#   make style-check  quarot.h's stated style (tools/check_style.sh: line width, section markers)
 CC      ?= cc
 CXX     ?= c++
 OPT     ?= -O2
@@ -40,6 +43,9 @@ EXAMPLE_SRCS= $(wildcard examples/*.c)
 EXAMPLES    = $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/%)
 BENCH_SRCS  = $(wildcard bench/bench_*.c)
 BENCHES     = $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+# Generators of quarot.h's >>generated blocks that are C programs (tools/regen.sh runs them).
+TOOLS       = $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
+STYLE_FILES = quarot.h
 
 # OpenBLAS beside our SGEMM in the benchmark, when its development files are installed.
 OPENBLAS_H  := $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h /usr/include/openblas/cblas.h /usr/include/cblas.h)
@@ -48,8 +54,8 @@ BENCH_BLAS_CFLAGS = -DBENCH_HAVE_CBLAS -I$(dir $(firstword $(OPENBLAS_H)))
 BENCH_BLAS_LIBS   = -lopenblas
 endif
 
-.PHONY: all test demo bench matrix check-layers test-san test-neon fuzz clean
-all: $(LIBQX) $(EXAMPLES) $(TESTS) $(TEST_HELPERS) $(BENCHES)
+.PHONY: all test demo bench matrix check-layers test-san test-neon fuzz regen regen-check style-check clean
+all: $(LIBQX) $(EXAMPLES) $(TESTS) $(TEST_HELPERS) $(BENCHES) $(TOOLS)
 
 $(BUILD)/lib/support/quarot_impl.o: examples/support/quarot_impl.c quarot.h
 	@mkdir -p $(dir $@)
@@ -79,6 +85,10 @@ $(BUILD)/bench/%: bench/%.c $(LIBQX) $(COMMON_HDRS) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(WARN) $(BENCH_BLAS_CFLAGS) $< $(LIBQX) -o $@ $(LDFLAGS) $(BENCH_BLAS_LIBS) $(LDLIBS)
 
+$(BUILD)/tools/%: tools/%.c $(BUILD)/lib/support/quarot_impl.o quarot.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(WARN) $< $(BUILD)/lib/support/quarot_impl.o -o $@ $(LDFLAGS) $(LDLIBS)
+
 test: $(TESTS) $(EXAMPLES) $(TEST_HELPERS)
 	@QT_RUNNER="$(QT_RUNNER)" QT_QUICK="$(QT_QUICK)" tests/run.sh $(TESTS)
 
@@ -103,6 +113,15 @@ test-neon:
 
 fuzz:
 	@tests/fuzz.sh $(FUZZ_SECONDS)
+
+regen: $(BUILD)/tools/gen_mixr
+	@tools/regen.sh quarot.h $(BUILD)/tools/gen_mixr
+
+regen-check: $(BUILD)/tools/gen_mixr
+	@tools/regen.sh --check quarot.h $(BUILD)/tools/gen_mixr
+
+style-check:
+	@tools/check_style.sh $(STYLE_FILES)
 
 clean:
 	rm -rf build build-san build-neon build-fuzz build-matrix

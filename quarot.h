@@ -1,4 +1,4 @@
-/* quarot.h v0.1.0 - rotate LLM weights so they quantize to 4 bits (QuaRot / SpinQuant / Adapt Rotation) in C99 - MIT licence at the end of this file
+/* quarot.h v0.1.0 - rotate LLM weights so they quantize to 4 bits (QuaRot, SpinQuant, Adapt Rotation); C99; MIT licence
 
 QUICK START (examples/quickstart.c is this, as a whole program)
     #define QUAROT_IMPLEMENTATION          // in exactly one .c file
@@ -15,37 +15,50 @@ QUICK START (examples/quickstart.c is this, as a whole program)
     //   quarot_rotate_desc rd = {0}; quarot_rotate_model(&model, &rd);
 
 TABLE OF CONTENTS (each marker opens a module in the declaration half and again in the implementation)
-    >>config      version, linkage, configuration macros, includes
-    >>result      quarot_result error codes and their strings
-    >>env         allocator hooks and the optional parallel-for hook
-    >>rng         seeded random numbers identical on every platform (xoshiro256**)
-    >>tensor      ggml-style tensor view (ne[] counts, nb[] byte strides), f16/bf16 conversion
-    >>simd        which instruction sets were compiled in; per-call ISA selection
-    >>convert     f32 / f64 <-> f16 / bf16 row conversions, SIMD bit-identical to _ref
-    >>hadamard    Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
-    >>hadtables   (implementation only) bit-packed tables for orders no construction reaches
-    >>transform   fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
-    >>transform_simd  SSE2 / AVX2 / AVX-512 / NEON kernels of the transforms, bit-identical to _ref
-    >>gemm        blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
-    >>gemm_kernels (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
-    >>linalg      Householder QR, random orthogonal matrices, Newton-Schulz polar factor
-    >>quant       fake quantization and integer quantization (RTN, clip search), error metrics
-    >>gptq        GPTQ weight quantization from a calibration Hessian (act-order, groups)
-    >>qgemm       integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
-    >>rotation    an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
-    >>model       architecture config and tensor-access callbacks (layer-wise acquire / release)
-    >>adapter     per-family description: fusion map, bake names, rotation pairs, head geometry
-    >>command     rotate commands: plain data generated from the adapter, executed exactly once
-    >>online      online-rotation hook IR, quarot_online_apply, versioned text serialization
-    >>processor   plan, rotations and commands built and validated before any write; quarot_rotate_model
-    >>processor_run  (implementation only) fusion, mean baking, commands, layers, exactly-once check
-    >>adapt       Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
-    >>adapt_solve (implementation only) regularized, scaled Newton-Schulz polar factor; the stage-1 loop
-    >>quantize    model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
-    >>train       SpinQuant: backward passes of the decoder ops, Cayley SGD on the Stiefel manifold
-    >>train_model learned R1 / R2 on a quarot_model: the trainer (its loss, gradients, steps, run)
-    >>train_pass  (implementation only) the layer forward / backward and the chain rule into dL/dR
-    >>train_run   (implementation only) the trainer's set-up, step and run
+    >>config           version, linkage, configuration macros, includes
+    >>result           quarot_result error codes and their strings
+    >>env              allocator hooks and the optional parallel-for hook
+    >>rng              seeded random numbers identical on every platform (xoshiro256**)
+    >>tensor           ggml-style tensor view (ne[] counts, nb[] byte strides), f16/bf16 conversion
+    >>simd             which instruction sets were compiled in; per-call ISA selection
+    >>convert          f32 / f64 <-> f16 / bf16 row conversions, SIMD bit-identical to _ref
+    >>generated        (implementation only, written by tools/, make regen) Hadamard tables, mixing terms
+    >>hadamard         Hadamard matrices: Sylvester, Paley I/II over GF(p^k), Kronecker, embedded tables
+    >>transform        fast Walsh-Hadamard and Kronecker (H_K (x) H_2^m) transforms, batched, in place
+    >>transform_plan   (implementation only) the plan (H_K, mixing patterns or panels) and the apply calls
+    >>transform_simd   (implementation only) SIMD butterflies: in-lane stages, radix networks, column passes
+    >>transform_mix    (implementation only) the mixing kernels' macros: float panels, blocked tables, register mixing
+    >>transform_isa    (implementation only) per ISA: vector macros, the kernels compiled for it, selection; f64 kernels
+    >>gemm             blocked SGEMM / DGEMM (or CBLAS under QUAROT_USE_CBLAS)
+    >>gemm_kernels     (implementation only) GEMM micro-kernels: scalar, SSE2, AVX2(+FMA), AVX-512, NEON
+    >>linalg           Householder QR, random orthogonal matrices, Newton-Schulz polar factor
+    >>quant            fake quantization and integer quantization (RTN, clip search), error metrics
+    >>gptq             GPTQ weight quantization from a calibration Hessian (act-order, groups)
+    >>gptq_run         (implementation only) GPTQ's factor U of H^-1 (UL Cholesky, inverse) and its column loop
+    >>qgemm            integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
+    >>rotation         an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
+    >>model            architecture config and tensor-access callbacks (layer-wise acquire / release)
+    >>adapter          per-family description: fusion map, bake names, rotation pairs, head geometry
+    >>command          rotate commands: plain data generated from the adapter, executed exactly once
+    >>online           online-rotation hook IR, quarot_online_apply, versioned text serialization
+    >>processor        plan, rotations and commands built and validated before any write; quarot_rotate_model
+    >>processor_run    (implementation only) fusion, mean baking, commands, layers, exactly-once check
+    >>adapt            Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
+    >>adapt_solve      (implementation only) stage 1's polar factor: the methods, X^T X, sigma_max, deflation
+    >>adapt_newton     (implementation only) the scaled Newton polar iteration: blocked float inverse, steps
+    >>adapt_polar      (implementation only) Newton-Schulz steps, the polar solver of stage 1, its f64 finish
+    >>adapt_stage1     (implementation only) the stage-1 loop: quantize, polar update of R, best R, context
+    >>quantize         model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
+    >>quantize_layers  (implementation only) the layer-wise quantizer: Hessians, per-linear method, scale migration
+    >>train            SpinQuant: backward passes of the decoder ops, Cayley SGD on the Stiefel manifold
+    >>train_model      learned R1 / R2 on a quarot_model: the trainer (its loss, gradients, steps, run)
+    >>train_pass       (implementation only) the layer forward / backward and the chain rule into dL/dR
+    >>train_setup      (implementation only) the trainer's checks, tensor names, start rotations, buffers, init
+    >>train_run        (implementation only) the trainer's loss, step and run
+    >>transform_body   (implementation only) the f32 transform kernels, compiled once per ISA
+    >>gemm_body        (implementation only) the blocked GEMM driver, compiled for float and double
+    >>polar_body       (implementation only) the Newton-Schulz polar factor, compiled for double and float
+    >>gptq_body        (implementation only) GPTQ's register-blocked rank-k and Hessian updates, per ISA
 
 CONFIGURATION MACROS (define before including the implementation)
     QUAROT_IMPLEMENTATION       compile the implementation in this translation unit
@@ -57,6 +70,9 @@ CONFIGURATION MACROS (define before including the implementation)
     QUAROT_NO_SSE2 / QUAROT_NO_AVX2 / QUAROT_NO_AVX512 / QUAROT_NO_NEON   drop one instruction set
     QUAROT_USE_CBLAS            route SGEMM/DGEMM through cblas_sgemm/cblas_dgemm (link a BLAS);
                                 the built-in blocked GEMM stays compiled and is what tests compare to
+    QUAROT_HEADER_FILE          the name the implementation includes this file again by, to compile
+                                its per-ISA / per-type kernel bodies; default "quarot.h", looked up
+                                beside this file (define it when the file is renamed)
 
 SIMD AND DETERMINISM
     The instruction set is chosen at compile time from the compiler's macros (__SSE2__, __AVX2__,
@@ -308,9 +324,12 @@ QUAROT_API const char* quarot_simd_name(void);
 QUAROT_API quarot_result quarot_convert(void* out, quarot_dtype out_dt, const void* in, quarot_dtype in_dt,
                                         int64_t n, quarot_isa isa);
 
+// >>generated
+// (no declarations: data the implementation embeds, written by the programs in tools/)
+
 // >>hadamard
-// Hadamard matrices H (entries +-1, H*H^T = n*I) of order n. Orders available: 1, 2 and multiples of 4
-// reachable as products (Kronecker) of
+// Hadamard matrices H (entries +-1, H*H^T = n*I; docs/algorithms.md §1) of order n. Orders available:
+// 1, 2 and multiples of 4 reachable as products (Kronecker) of
 //   - Sylvester 2^k,
 //   - Paley I, q+1 for a prime power q = 3 (mod 4), and Paley II, 2(q+1) for q = 1 (mod 4), using
 //     GF(p^k) arithmetic for prime powers (28 = 27+1, 52 = 2*(25+1), 100 = 2*(49+1), 244 = 243+1),
@@ -346,7 +365,7 @@ typedef struct quarot_hadamard_info {
 } quarot_hadamard_info;
 
 // 1 if a Hadamard matrix of order n is available, else 0 (also for n <= 0 and n > 2^32). Never
-// allocates; at most a few hundred microseconds (trial division of n's odd part) for any n.
+// allocates; the work is a trial division of n's odd part.
 QUAROT_API int quarot_hadamard_available(int64_t n);
 // Describe the construction for order n; QUAROT_ERR_UNSUPPORTED_SIZE (info->construction = NONE,
 // text says why) when none is available; QUAROT_ERR_INVALID_ARGUMENT when info is NULL.
@@ -366,11 +385,8 @@ QUAROT_API quarot_result quarot_hadamard_build_i8(int64_t n, int8_t* out, const 
 QUAROT_API quarot_result quarot_hadamard_build_f32(int64_t n, int normalized, float* out, const quarot_env* env);
 QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, double* out, const quarot_env* env);
 
-// >>hadtables
-// (no declarations: the embedded tables are private to the implementation)
-
 // >>transform
-// Fast Hadamard transforms on rows of floats, in place. A row x (length n) is a row vector:
+// Fast Hadamard transforms (docs/algorithms.md §1) on rows of floats, in place. A row x (length n) is a row vector:
 //     x <- x * H_n / sqrt(n)    (normalized, the default)
 // with H_n = H_K (x) H_{2^m} (Kronecker, row index of H_n = i*2^m + j): view x as z[K][2^m], run the
 // Walsh-Hadamard butterflies along each 2^m row (stages h = 1, 2, 4, ... in that order), then mix the
@@ -434,7 +450,8 @@ typedef struct quarot_hadamard_plan {
     uint64_t* mix_pat;             // [2][K8 + 8][nw] or NULL (K = K/2 when mix_half is set)
     int8_t* mix_half;              // [K/2][K/2] A = H_K[2r][2c], the split Paley II mixing (step 3'), or NULL
     int mix_fixed;                 // 1..3: the mixing is one the AVX-512 / AVX2 register kernels know (28, and
-                                   // the split 76 and 148: >>transform_simd, quarot__mixr_*), checked term by term; 0 none
+                                   // the split 76 and 148: >>transform_isa, quarot__mixr_*), checked term by term; 0
+                                   // none
     quarot_hadamard_info info;
     quarot_env env;                // copy of the env used to allocate the arrays
 } quarot_hadamard_plan;
@@ -446,7 +463,8 @@ typedef struct quarot_hadamard_apply_desc {
                                    // the f32 entry point rejects signs_f64 without signs
     int unnormalized;              // 1: skip the 1/sqrt(n) scaling pass
     int transpose;                 // 1: x <- x * Q^T = (x * H^T) * D / sqrt(n) (the inverse of Q)
-    quarot_isa isa;                // f32: that ISA; f64: REF = the scalar spec, any other the f64 SIMD kernels (same bits)
+    quarot_isa isa;                // f32: that ISA; f64: REF = the scalar spec, any other the f64 SIMD kernels (same
+                                   // bits)
 } quarot_hadamard_apply_desc;
 
 // Build the plan for order n: QUAROT_ERR_UNSUPPORTED_SIZE when no Hadamard matrix of order n is
@@ -481,11 +499,21 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
 // copy of up to 32 columns between the first and the last pass; NULL runs every pass in x (the same
 // bits; slower for large n, each pass then strides over x's rows). cols == 0 is a no-op.
 QUAROT_API size_t        quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan* p);
-QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
-                                                        float* x, int64_t cols, int64_t ld, void* work, size_t work_size);
+QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p,
+                                                        const quarot_hadamard_apply_desc* d, float* x, int64_t cols,
+                                                        int64_t ld, void* work, size_t work_size);
+
+// >>transform_plan
+// (no declarations: the plan and the apply functions of >>transform are implemented here)
 
 // >>transform_simd
 // (no declarations: the SSE2 / AVX2 / AVX-512 / NEON kernels are private and chosen by quarot_isa)
+
+// >>transform_mix
+// (no declarations: macros the mixing kernels of >>transform_body and >>transform_isa are made of)
+
+// >>transform_isa
+// (no declarations: the transform kernels of each ISA and their selection by quarot_isa)
 
 // >>gemm
 // C = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [m][k], op(B) is [k][n], C is [m][n];
@@ -523,6 +551,17 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
                                               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                               double beta, double* c, int64_t ldc, const quarot_env* env,
                                               quarot_isa isa);
+// y[t][o] = sum_p x[t][p] * w[o][p] for t < rows and o < n: x [rows][k] (row stride ldx >= k), W
+// [n][k] (ldw >= k), y [rows][ldy >= n]; quarot_sgemm(0, 1, rows, n, k, 1, x, ldx, w, ldw, 0, y, ldy)
+// for the few rows of a decode step, without packing: one dot product per output, each row of W read
+// once for all rows of x. Every dot product has one fixed order per ISA (scalar `_ref`: 8 partial
+// sums; AVX2 with FMA: 32 fused; AVX-512: 64 fused; others run `_ref`), so any thread count gives the
+// same bits; ISAs differ within the GEMM bound above. Outputs go in tasks of 64 over env's parallel
+// hook. isa: DEFAULT the best compiled in, REF the scalar kernel, one not compiled in
+// QUAROT_ERR_UNSUPPORTED. Errors: QUAROT_ERR_INVALID_ARGUMENT (negative sizes, small strides, NULL).
+QUAROT_API quarot_result quarot_sgemv(int64_t rows, int64_t n, int64_t k, const float* x, int64_t ldx,
+                                      const float* w, int64_t ldw, float* y, int64_t ldy, const quarot_env* env,
+                                      quarot_isa isa);
 
 // >>gemm_kernels
 // (no declarations: the micro-kernels are private to the implementation)
@@ -535,8 +574,8 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
 // receives the thin Q [m][n] (row stride ldq >= n). Blocked by 32 reflectors (compact WY); the block
 // updates use a private DGEMM without FMA and with a fixed k-blocking, so every number is the same
 // IEEE operation chain on every platform, ISA and thread split: the result is bit-identical everywhere.
-// Cost about 4*m*n^2 flops with Q (n = 2048: ~1.3 s on one Zen 4 core); env's parallel hook splits
-// the block updates. Workspace (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
+// Cost about 4*m*n^2 flops with Q; env's parallel hook splits the block updates. Workspace
+// (m + n + 33)*32 doubles from env. NaN/Inf in A -> QUAROT_ERR_NONFINITE.
 QUAROT_API quarot_result quarot_qr_f64(int64_t m, int64_t n, double* a, int64_t lda,
                                        double* q, int64_t ldq, const quarot_env* env);
 // Haar-distributed random orthogonal Q [n][n] from a seed: G[i][j] = quarot_rng_normal draws in
@@ -602,7 +641,7 @@ QUAROT_API quarot_result quarot_polar_newton_schulz_f32(int64_t n, const float* 
                                                         quarot_polar_info* info, const quarot_env* env);
 
 // >>quant
-// Uniform quantizers (ALGORITHMS.md section 4). Rows are quantization units: per-token activations
+// Uniform quantizers (docs/algorithms.md §4). Rows are quantization units: per-token activations
 // [tokens][features] and per-output-channel weights W[out][in] are both "per row"; group_size splits
 // each row into groups of consecutive elements, each with its own scale (and zero point).
 //   symmetric, b bits:  m = c*max|x|, s = m/(2^(b-1)-1),
@@ -668,16 +707,16 @@ QUAROT_API double quarot_mse_f32(const float* a, const float* b, int64_t n);
 QUAROT_API double quarot_max_abs_diff_f32(const float* a, const float* b, int64_t n);
 
 // >>gptq
-// Calibration statistics for GPTQ: h[in][in] += 2 * x^T x over x[rows][stride] (first `in` of each
-// row), in double. Sums are formed in chunks of 8 rows (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row
-// order), then the rows % 8 left one at a time, so the bits depend on how rows are split between
-// calls (not on the SIMD kernel). Only the upper triangle is accumulated, then mirrored into the
-// lower one: h must be symmetric on entry (zeros, or earlier calls). GPTQ does not care about the
-// scale of H (the reference implementation keeps the mean 2/N X^T X; this keeps the sum).
-// Cost rows*in^2/2 multiply-adds, cache-tiled (AVX2 / AVX-512: register-blocked, about 28 KiB of
-// stack). NaN/Inf in x -> QUAROT_ERR_NONFINITE with h untouched;
-// in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 > SIZE_MAX ->
-// QUAROT_ERR_OVERFLOW.
+// Calibration statistics for GPTQ (docs/algorithms.md §7): h[in][in] += 2 * x^T x over
+// x[rows][stride] (first `in` of each row), in double. Sums are formed in chunks of 8 rows
+// (h[i][j] += 2x0i*x0j + ... + 2x7i*x7j, row order), then the rows % 8 left one at a time, so the
+// bits depend on how rows are split between calls (not on the SIMD kernel). Only the upper
+// triangle is accumulated, then mirrored into the lower one: h must be symmetric on entry (zeros,
+// or earlier calls). GPTQ does not care about the scale of H (the reference implementation keeps
+// the mean 2/N X^T X; this keeps the sum). Cost rows*in^2/2 multiply-adds, cache-tiled (AVX2 /
+// AVX-512: register-blocked, about 28 KiB of stack). NaN/Inf in x -> QUAROT_ERR_NONFINITE with h
+// untouched; in or rows == 0: no-op; stride < in -> QUAROT_ERR_INVALID_ARGUMENT; in*in*8 >
+// SIZE_MAX -> QUAROT_ERR_OVERFLOW.
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride);
 
@@ -733,10 +772,14 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
                                          int8_t* q, float* scales, float* zeros,
                                          quarot_gptq_info* info, const quarot_env* env);
 
+// >>gptq_run
+// (no declarations: quarot_gptq_f32 of >>gptq is implemented here)
+
 // >>qgemm
-// Integer matrix products for W4A4 / W4A8 / W8A8 inference: y[t][o] = sum_k W[o][k] x[t][k] with
-// weights and per-token activations held as quantization codes (symmetric, quarot_quantize_f32's
-// codes), accumulated exactly in int32 per weight group, then scaled in float:
+// Integer matrix products for W4A4 / W4A8 / W8A8 inference (docs/algorithms.md §8):
+// y[t][o] = sum_k W[o][k] x[t][k] with weights and per-token activations held as quantization codes
+// (symmetric, quarot_quantize_f32's codes), accumulated exactly in int32 per weight group, then
+// scaled in float:
 //     acc[t][o][g] = sum_{k in group g} wq[o][k] * xq[t][k]                        (int32, exact)
 //     y[t][o]      = (sum_g f32(acc[t][o][g]) * w_scale[o][g], in g order) * x_scale[t]
 // Every ISA computes the same integers and applies the scales with the same float operations in
@@ -783,7 +826,7 @@ QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_
 // matrix-vector product). Output rows are split into tasks of 8 over env's parallel hook; each y
 // element is computed by one task in the same order, so results do not depend on the thread count.
 // Speed: 64-byte aligned weight rows and activation rows (data, xq and the strides) avoid loads that
-// straddle two cache lines (about 1.4x slower otherwise); results do not depend on alignment. Errors:
+// straddle two cache lines; results do not depend on alignment. Errors:
 // NULL pointers, bits not 4/8, shapes, group not dividing cols or over the limit, ldx/ldy too small ->
 // QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> QUAROT_ERR_UNSUPPORTED. Never allocates.
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
@@ -791,8 +834,8 @@ QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, in
                                       const quarot_env* env);
 
 // >>rotation
-// An orthogonal matrix Q of size n, applied to row vectors: x <- x*Q. Q is block-diagonal with n/block
-// identical-shape blocks (block == n: one block):
+// An orthogonal matrix Q of size n (docs/algorithms.md §3), applied to row vectors: x <- x*Q. Q is
+// block-diagonal with n/block identical-shape blocks (block == n: one block):
 //   HADAMARD            Q_j = D_j * H_block / sqrt(block), D_j = diag(seeded random signs) unless no_signs
 //   RANDOM_ORTHOGONAL   Q_j = one seeded Haar-random orthogonal block (dense), the same for every j
 //   MATRIX              Q_j = a given orthogonal block (dense, copied; checked to orth_tol)
@@ -1050,14 +1093,19 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
 QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env);
 QUAROT_API void quarot_plan_free(quarot_plan* plan);
 // Builders for adapters (names are copied; QUAROT_ERR_INVALID_ARGUMENT when a name is too long).
-QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias);
-QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias);  // to the last fusion
-QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias);
-QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
-                                                  int embedding, int per_head, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight,
+                                                const char* norm_bias);
+// (to the last fusion)
+QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char* weight, const char* bias);
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight,
+                                              const char* bias);
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation,
+                                                  quarot_side side, int embedding, int per_head, const char* weight,
+                                                  const char* bias);
 QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers);
 // Expand a template: "{i}" -> layer index. QUAROT_ERR_INVALID_ARGUMENT when the result is too long.
-QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer);
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix,
+                                            int64_t layer);
 
 // >>command
 // A rotate command: one tensor, one side, one rotation, applied exactly once. The rotation is applied
@@ -1129,9 +1177,11 @@ QUAROT_API void quarot_online_list_init(quarot_online_list* list, const quarot_e
 QUAROT_API void quarot_online_list_free(quarot_online_list* list);
 // Append a hook (builds / shares the Hadamard plan of size n; copies signs when not NULL).
 QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
-                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs);
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner,
+                                                const float* signs);
 // The hook for (layer, site), or NULL.
-QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site);
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer,
+                                                        quarot_online_site site);
 QUAROT_API const char* quarot_online_site_name(quarot_online_site site);   // "down_input", ...
 // Workspace bytes quarot_online_apply needs for this hook (any row count).
 QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook);
@@ -1139,7 +1189,7 @@ QUAROT_API size_t quarot_online_workspace_size(const quarot_online_hook* hook);
 QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, float* x, int64_t rows, int64_t stride,
                                              void* work, size_t work_size);
 
-// Text serialization, version 1 (documented in README "Online hook file"):
+// Text serialization, version 1 (specified in docs/formats.md, "Online hook file"):
 //   quarot-online 1
 //   hooks <count>
 //   weights <digest>        (optional, anywhere before 'end': names the weights the hooks belong to;
@@ -1153,12 +1203,13 @@ QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, flo
 // buf = NULL to size it. quarot_online_read parses text of `len` bytes into an empty list, validating
 // every field (QUAROT_ERR_PARSE with the line in err) and that embedded matrices equal quarot.h's.
 QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, char* buf, size_t cap, size_t* needed);
-QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size);
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err,
+                                            size_t err_size);
 
 // >>processor
 typedef struct quarot_adapt_context quarot_adapt_context;   // see >>adapt
 
-// QuaRot's processor (ALGORITHMS.md section 6): validate everything, then pre_run (global tensors:
+// QuaRot's processor (docs/algorithms.md §6): validate everything, then pre_run (global tensors:
 // untie, final-norm fusion, embedding and lm_head rotation, online matrices), then each decoder layer
 // in order (its fusions, bakes, rotate commands, online halves and hooks), then post_run (leftovers
 // and the exactly-once check). Weights are rewritten in place in their own dtype.
@@ -1237,16 +1288,19 @@ typedef struct quarot_processor {
     int64_t n_creates, cap_creates;
     int stage;                                 // 0 new, 1 validated, 2 pre_run done, 3 post_run done
     int64_t next_layer;
-    int64_t rows_total, rows_next;             // quarot_processor_pre_run_rows: the vocabulary rows, the next window's first
-    int64_t fused_into_commands;               // weights whose norm scaling rode on their first command (desc.separate_fusions)
-    quarot_rotation* r2_layers;                // [n_layers] with desc.r2_matrices (rot[R2] is layer 0's), else NULL
+    int64_t rows_total, rows_next;             // quarot_processor_pre_run_rows: the vocabulary rows, the next window's
+                                               // first
+    int64_t fused_into_commands;               // weights whose norm scaling rode on their first command
+                                               // (desc.separate_fusions)
+    quarot_rotation* r2_layers;                // [n_layers] with desc.r2_matrices (rot[R2] = layer 0's); else NULL
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
 // the commands and validates every tensor (reading each layer once); nothing is modified before
 // pre_run, and p->creates then lists the tensors later steps will create. Each call checks it
 // comes in order (QUAROT_ERR_STATE).
-QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc);
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model,
+                                               const quarot_rotate_desc* desc);
 QUAROT_API quarot_result quarot_processor_pre_run(quarot_processor* p);
 QUAROT_API quarot_result quarot_processor_run_layer(quarot_processor* p, int64_t layer);
 QUAROT_API quarot_result quarot_processor_post_run(quarot_processor* p);
@@ -1279,7 +1333,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // (no declarations: the execution half of the processor, see >>processor)
 
 // >>adapt
-// Adapt Rotation (msModelSlim; ALGORITHMS.md section 5): stage 1 learns an orthogonal R [b][b] that
+// Adapt Rotation (msModelSlim; docs/algorithms.md §5): stage 1 learns an orthogonal R [b][b] that
 // makes Hadamard-rotated calibration activations quantize better; stage 2 runs the normal processor
 // with R1 = H*R (quarot_rotate_desc.rotation = QUAROT_ROTATION_ADAPT, .context = the stage-1 context).
 //
@@ -1297,7 +1351,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 //           R^T (XH^T B + lambda R): no b^3 product R*R_t, and R does not drift from orthogonal)
 //         keep R if loss_t < best loss; stop after `patience` steps without improvement
 //     L(A) = ||A - Q(A)||_F / (M*b)
-// polar() (see >>adapt_solve) is by default for b >= 512 (polar_method NEWTON) the scaled Newton iteration
+// polar() (>>adapt_solve .. >>adapt_polar) is by default for b >= 512 (polar_method NEWTON) the scaled Newton iteration
 // X <- (mu X + X^-T/mu)/2 with float inverses (blocked Gauss-Jordan, one b^3-FMA GEMM-equivalent each)
 // and Byers-Xu scaling, after deflating the largest singular values of C where a clear gap exists
 // (outlier channels create one; this leaves the polar factor unchanged; in levels, each relative to the
@@ -1310,7 +1364,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // two GEMM-equivalents (X^T X and G^2 are symmetric: half a GEMM each), the last one, a cubic, one.
 // Newton does about half the flops per step. (For Newton, deflation saves one inverse for about as
 // much in double products at b = 4096, more below; it is kept because the first, float, inverse is
-// then of a better conditioned matrix: see the accuracy note in >>adapt_solve.)
+// then of a better conditioned matrix: see the accuracy note in >>adapt_newton.)
 // lambda = reg * sigma_max(C) makes it converge when C is singular (M < b rows, e.g. 2048 tokens at
 // hidden 4096; then R_t is the identity on the directions neither A nor B reaches) and bounds the
 // condition number. The default reg = 1e-5 sits near the float rounding level of C: a larger lambda
@@ -1326,11 +1380,11 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 
 // How each step's polar factor is computed (quarot_adapt_desc.polar_method; see >>adapt_solve).
 typedef enum quarot_adapt_polar_method {
-    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 512, NEWTON_SCHULZ below (at 256 they
-                                             //   took the same time; at 512 and 1024 Newton 26-32% less)
+    QUAROT_ADAPT_POLAR_DEFAULT = 0,          // NEWTON for blocks b >= 512 (there its inverses cost less than
+                                             //   the Newton-Schulz products), NEWTON_SCHULZ below
     QUAROT_ADAPT_POLAR_NEWTON = 1,           // scaled Newton (float inverses), a certified Newton-Schulz
                                              //   step to finish
-    QUAROT_ADAPT_POLAR_NEWTON_SCHULZ = 2     // quintic Newton-Schulz only (the method before 12.3 round 3)
+    QUAROT_ADAPT_POLAR_NEWTON_SCHULZ = 2     // quintic Newton-Schulz only
 } quarot_adapt_polar_method;
 
 // "default", "newton", "newton-schulz"; NULL for an unknown value.
@@ -1353,7 +1407,7 @@ typedef struct quarot_adapt_desc {   // zero-init = msModelSlim's defaults
     int no_deflation;                // 1: the polar iteration on C + lambda*I itself; 0: first deflate the
                                      //   largest singular values where a reliable gap exists (same polar
                                      //   factor to ~1e-8, fewer iterations, and for Newton a better
-                                     //   conditioned first inverse; see >>adapt_solve)
+                                     //   conditioned first inverse; see >>adapt_newton)
     quarot_polar_desc polar;         // Newton-Schulz per step: max_iter (0 = 100), tol on max|X^T X - I|
                                      //   (0 = 1e-5; the float floor stops it earlier), scale (ignored:
                                      //   sigma_max is estimated by power iteration)
@@ -1473,11 +1527,21 @@ QUAROT_API quarot_result quarot_adapt_context_rotation(const quarot_adapt_contex
 // len exactly, checksum, consistency of the loss history, NaN/Inf, R orthogonal to 1e-5, hadamard_block
 // as stage 2 will rebuild it) -> QUAROT_ERR_PARSE (or NONFINITE / INVALID_ARGUMENT for R) with the
 // reason in ctx->error; ctx is replaced only on success.
-QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap, size_t* needed);
+QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap,
+                                                    size_t* needed);
 QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, const void* buf, size_t len);
 
 // >>adapt_solve
 // (no declarations: the regularized Newton-Schulz solver and the stage-1 loop are private)
+
+// >>adapt_newton
+// (no declarations: the default polar method of stage 1 for b >= 512)
+
+// >>adapt_polar
+// (no declarations: the polar factor quarot_adapt_stage1 takes each step)
+
+// >>adapt_stage1
+// (no declarations: quarot_adapt_stage1 of >>adapt is implemented here)
 
 // >>quantize
 // Model-level weight quantization, layer by layer, in QuaRot's order (fake_quant/main.py with
@@ -1626,7 +1690,8 @@ QUAROT_API quarot_result quarot_act_quant_check(const quarot_act_quant_desc* act
 // Builds the plan from model->config (adapter by arch) and checks every option against every
 // linear's shape without touching weights: bits outside 2..8, a group size that divides no row of a
 // linear (named in qz->error), bad damping, act -> QUAROT_ERR_INVALID_ARGUMENT. d may be NULL (RTN).
-QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model, const quarot_quantize_desc* d);
+QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model,
+                                               const quarot_quantize_desc* d);
 QUAROT_API void          quarot_quantizer_free(quarot_quantizer* qz);
 // Start layer l (layers in any order, but sequential mode needs 0, 1, ...): acquires it from the model.
 QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int64_t layer);
@@ -1673,6 +1738,9 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
                                                 const quarot_env* env);
 
 
+// >>quantize_layers
+// (no declarations: the quarot_quantizer calls of >>quantize are implemented here)
+
 // >>train
 // SpinQuant (Liu et al., 2024): learn R1 [hidden][hidden] and one R2 [head_dim][head_dim] per layer by
 // Cayley SGD on the Stiefel manifold, minimizing the model's own next-token cross-entropy with the
@@ -1695,8 +1763,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
 //     dx = r * (e - y0 * sum_j(e_j y0_j) / n)
 QUAROT_API void quarot_train_rmsnorm_f32(const float* x, int64_t rows, int64_t n, const float* g, float eps, float* y,
                                          float* rstd);
-QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n, const float* g,
-                                                  const float* dy, float* dx, int accumulate);
+QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n,
+                                                  const float* g, const float* dy, float* dx, int accumulate);
 
 // Rotary embedding on x[T*heads][head_dim] (token t = row / heads), positions pos0 + t. cs [T][head_dim]:
 // cos of position pos0 + t in the first head_dim/2 entries, sin in the rest, from
@@ -1705,14 +1773,14 @@ QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* r
 // turns by +angle: (a, b) <- (a c - b s, a s + b c). inverse = 1 turns by -angle, which is also the
 // backward (the map is orthogonal): dx = rope_inverse(dy).
 QUAROT_API void quarot_train_rope_table(int64_t T, int64_t pos0, int64_t head_dim, float theta, float* cs);
-QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs, int interleaved,
-                                      int inverse);
+QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs,
+                                      int interleaved, int inverse);
 
 // Gated MLP activation h = act(g) * u (SiLU: g * sigmoid(g); GELU: tanh approximation; ReLU), elementwise
 // over n values; the backward gives dg = dh * u * act'(g) and du = dh * act(g).
 QUAROT_API void quarot_train_glu_f32(const float* g, const float* u, int64_t n, quarot_act_kind act, float* h);
-QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n, quarot_act_kind act,
-                                              float* dg, float* du);
+QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n,
+                                              quarot_act_kind act, float* dg, float* du);
 
 // Causal self-attention of one window of T tokens with grouped-query heads: q [T][n_heads*head_dim],
 // k, v [T][n_kv_heads*head_dim] (row strides ldq, ldk, ldv); query head h reads KV head
@@ -1726,26 +1794,28 @@ QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, co
 // dq, dk, dv are overwritten (strides as their forward counterparts). work: quarot_train_attention_work
 // floats (2 T^2); NULL = allocated from env. The GEMMs are quarot_sgemm through env.
 QUAROT_API size_t quarot_train_attention_work(int64_t T);
-QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,
-                                                    int64_t ldv, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                                                    float* out, int64_t ldo, float* work, const quarot_env* env);
+QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                    const float* v, int64_t ldv, int64_t T, int64_t n_heads,
+                                                    int64_t n_kv_heads, int64_t head_dim, float* out, int64_t ldo,
+                                                    float* work, const quarot_env* env);
 QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
-                                                             const float* v, int64_t ldv, const float* dout, int64_t lddo,
-                                                             int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                                                             float* dq, float* dk, float* dv, float* work, const quarot_env* env);
+                                                             const float* v, int64_t ldv, const float* dout,
+                                                             int64_t lddo, int64_t T, int64_t n_heads,
+                                                             int64_t n_kv_heads, int64_t head_dim, float* dq, float* dk,
+                                                             float* dv, float* work, const quarot_env* env);
 
 // Cross-entropy of logits [rows][vocab] against targets [rows] (a target < 0 is ignored: weight 0):
 // returns sum over the rows of (logsumexp(logits_r) - logits_r[target_r]) in double (log-sum-exp in
 // double, max-shifted), and, when dlogits is not NULL, dlogits_r = scale * (softmax(logits_r) -
 // onehot(target_r)) (zero rows for ignored targets). dlogits may alias logits.
-QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab, const int32_t* targets,
-                                                 float scale, float* dlogits);
+QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab,
+                                                 const int32_t* targets, float scale, float* dlogits);
 // KL divergence from a reference distribution p [rows][vocab] (probabilities; e.g. the FP32 model's)
 // to softmax(logits): returns sum over the rows with mask[r] >= 0 (mask may be NULL: every row) of
 // sum_j p_j (log p_j - log softmax(logits_r)_j) in double (terms with p_j = 0 are 0), and, when
 // dlogits is not NULL, dlogits_r = scale * (softmax(logits_r) - p_r) (zero rows where masked).
-QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p, const int32_t* mask,
-                                          float scale, float* dlogits);
+QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p,
+                                          const int32_t* mask, float scale, float* dlogits);
 
 // Cayley SGD on the Stiefel manifold (Li, Fuxin & Todorovic 2020, "Efficient Riemannian optimization
 // on the Stiefel manifold via the Cayley transform", algorithm 2; SpinQuant's SGDG with stiefel=True),
@@ -1911,26 +1981,42 @@ QUAROT_API quarot_result quarot_trainer_set_rotations(quarot_trainer* t, const d
 // the current rotations; grad = 1 also fills t->grad_r1 / t->grad_r2 (zeros for frozen ones).
 // Token ids outside the vocabulary -> QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the loss or a gradient
 // -> QUAROT_ERR_NONFINITE.
-QUAROT_API quarot_result quarot_trainer_loss(quarot_trainer* t, const int32_t* tokens, int64_t n_windows, int64_t seq_len,
-                                             int grad, double* loss);
+QUAROT_API quarot_result quarot_trainer_loss(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int grad, double* loss);
 // The logits [seq_len][vocab] of one window at the current rotations (a check against other forward passes).
-QUAROT_API quarot_result quarot_trainer_logits(quarot_trainer* t, const int32_t* tokens, int64_t seq_len, float* logits);
+QUAROT_API quarot_result quarot_trainer_logits(quarot_trainer* t, const int32_t* tokens, int64_t seq_len,
+                                               float* logits);
 // One optimizer step on the batch tokens[n_windows][seq_len], as step `step` (1-based) of `steps` for
 // the learning-rate schedule; info may be NULL. On error (a NaN loss or gradient) nothing is changed.
-QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* tokens, int64_t n_windows, int64_t seq_len,
-                                             int step, int steps, quarot_train_step_info* info);
+QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int step, int steps, quarot_train_step_info* info);
 // The whole optimization: desc.steps steps, each on desc.batch windows taken from windows[n_windows][seq_len]
 // in an order shuffled per epoch by desc.seed (Fisher-Yates on quarot_rng). A NaN/Inf loss or
 // gradient stops it: the rotations are set back to the ones with the lowest batch loss so far,
 // t->stop_step and t->error say which step, and QUAROT_ERR_NONFINITE is returned.
-QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* windows, int64_t n_windows, int64_t seq_len);
+QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* windows, int64_t n_windows,
+                                            int64_t seq_len);
 
 // >>train_pass
 // (no declarations: the layer forward / backward and the chain rule into dL/dR1, dL/dR2)
 
-// >>train_run
-// (no declarations: set-up, steps and the run of >>train_model)
+// >>train_setup
+// (no declarations: the set-up of >>train_model)
 
+// >>train_run
+// (no declarations: the loss, steps and run of >>train_model)
+
+// >>transform_body
+// (no declarations: kernel bodies the implementation compiles once per ISA or element type)
+
+// >>gemm_body
+// (no declarations)
+
+// >>polar_body
+// (no declarations)
+
+// >>gptq_body
+// (no declarations)
 
 #ifdef __cplusplus
 }
@@ -1998,7 +2084,8 @@ QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* wi
 #endif
 
 #if defined(__FAST_MATH__) && !defined(QUAROT_ALLOW_FAST_MATH)
-#error "quarot.h: -ffast-math breaks the bit-exact kernels and the platform-independent RNG; compile the implementation without it (or define QUAROT_ALLOW_FAST_MATH to accept that)"
+#error "quarot.h: -ffast-math breaks the bit-exact kernels and the platform-independent RNG; compile the \
+implementation without it (or define QUAROT_ALLOW_FAST_MATH to accept that)"
 #endif
 
 // No FMA contraction anywhere in the implementation: kernels must be bit-identical to _ref.
@@ -2013,11 +2100,35 @@ QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* wi
 extern "C" {
 #endif
 
+// The implementation includes this file again to compile the kernel bodies of the sections marked
+// _body once per ISA or element type (stb_image_resize2.h does the same): QUAROT_HEADER_FILE names it.
+// The default "quarot.h" is found beside this file whatever the include path; define it when the file
+// is renamed.
+#ifndef QUAROT_HEADER_FILE
+#define QUAROT_HEADER_FILE "quarot.h"
+#endif
+#define QUAROT__TEMPLATE_TRANSFORM 1   // >>transform_body, per ISA
+#define QUAROT__TEMPLATE_GEMM 2        // >>gemm_body, per element type
+#define QUAROT__TEMPLATE_POLAR 3       // >>polar_body, per element type
+#define QUAROT__TEMPLATE_GPTQ 4        // >>gptq_body, per ISA
+#define QUAROT__CAT2(a, b) a##b
+#define QUAROT__CAT(a, b) QUAROT__CAT2(a, b)
+#define QUAROT__K(name) QUAROT__CAT(name, QUAROT__ISA)   // name##<isa>: quarot__wht_row_f32_avx2
+
 // QUAROT__PRIVATE marks private helpers that some configurations (e.g. QUAROT_NO_SIMD) do not call.
 #if defined(__GNUC__) || defined(__clang__)
   #define QUAROT__PRIVATE static __attribute__((unused))
 #else
   #define QUAROT__PRIVATE static
+#endif
+// QUAROT__INLINE: a kernel body written once for a compile-time parameter (a token count), inlined
+// into each caller that passes a constant, so every instance compiles as if written out.
+#if defined(__GNUC__) || defined(__clang__)
+  #define QUAROT__INLINE static inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+  #define QUAROT__INLINE static __forceinline
+#else
+  #define QUAROT__INLINE static inline
 #endif
 #if defined(__GNUC__) || defined(__clang__)
   #define QUAROT__RESTRICT __restrict__
@@ -2104,7 +2215,8 @@ QUAROT_API uint64_t quarot_rng_u64(quarot_rng* rng) {
     uint64_t* s;
     if (!rng) return 0;
     s = rng->s;
-    if ((s[0] | s[1] | s[2] | s[3]) == 0) quarot_rng_seed(rng, 0);   // zero-init = seed 0 (xoshiro's all-zero state is a fixed point)
+    if ((s[0] | s[1] | s[2] | s[3]) == 0) quarot_rng_seed(rng, 0);   // zero-init = seed 0 (xoshiro's all-zero state is
+                                                                     // a fixed point)
     uint64_t result = quarot__rotl64(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
     s[2] ^= s[0];
@@ -2312,7 +2424,8 @@ static uint16_t quarot__f32_to_f16_1(float f) {
 static float quarot__f16_to_f32_1(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));   // NaN: quiet, as F16C / NEON
+    if (e == 0x1fu) return quarot__bits_to_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));   // NaN: quiet
+                                                                                                   // as F16C / NEON
     if (e == 0) {
         if (m == 0) return quarot__bits_to_f32(sign);
         e = 113;                                                       // normalize the subnormal
@@ -2335,7 +2448,8 @@ static float quarot__bf16_to_f32_1(uint16_t h) { return quarot__bits_to_f32((uin
 // In >>convert: f64 -> f32 rounded to odd (so that rounding that on to f16/bf16 rounds x once), and
 // the row conversion every function below goes through (SIMD, bit-identical to the scalar code here).
 static float quarot__f64_to_f32_odd(double x);
-static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n, quarot_isa isa);
+static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n,
+                                quarot_isa isa);
 
 QUAROT_API uint16_t quarot_f64_to_f16_1(double x) { return quarot__f32_to_f16_1(quarot__f64_to_f32_odd(x)); }
 QUAROT_API uint16_t quarot_f64_to_bf16_1(double x) { return quarot__f32_to_bf16_1(quarot__f64_to_f32_odd(x)); }
@@ -2385,9 +2499,8 @@ QUAROT_API quarot_result quarot_tensor_set_row_f64(quarot_tensor* t, int64_t r, 
 // Rows are scanned in blocks of 256 elements (no alignment assumed) with a branch-free OR of the
 // "exponent all ones" test; only a block that has a bad element is searched again for its index.
 // Each element is read with a memcpy of its own size (no aliasing question for any dtype), which
-// compilers turn into plain loads and, with the constant count, vectorize at -O2. (An earlier form
-// copied each block into a local array first: a memmove call per 1 KiB, 9% of the CPU time of
-// `quarot rotate` in a profile.)
+// compilers turn into plain loads and, with the constant count, vectorize at -O2 (a copy of each block
+// into a local array first would cost a memmove call per 1 KiB).
 // 1 when one of the 256 elements of size es at p (dtype dt) is NaN or Inf.
 static unsigned quarot__nonfinite_any256(const char* p, size_t es, quarot_dtype dt) {
     unsigned bad = 0;
@@ -2487,7 +2600,8 @@ static quarot_result quarot__check_finite_env(const quarot_tensor* t, int64_t* f
     if (res != QUAROT_OK) return res;
     rows = quarot_tensor_nrows(t);
     n_tasks = (rows + QUAROT__FINITE_ROWS - 1) / QUAROT__FINITE_ROWS;
-    if (!env || !env->parallel.run || env->parallel.n_threads <= 1 || n_tasks < 2) return quarot__check_finite_rows(t, 0, rows, first_bad);
+    if (!env || !env->parallel.run || env->parallel.n_threads <= 1 || n_tasks < 2)
+        return quarot__check_finite_rows(t, 0, rows, first_bad);
     job.t = t;
     job.first = (int64_t*)quarot_env_alloc(env, (size_t)n_tasks * sizeof(int64_t));
     if (!job.first) return quarot__check_finite_rows(t, 0, rows, first_bad);
@@ -2585,22 +2699,46 @@ QUAROT__PRIVATE quarot_result quarot__isa_resolve(quarot_isa isa, quarot_isa* ou
 static void quarot__cvt_h2f_ref(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h; float f; memcpy(&h, p + 2 * i, 2); f = quarot__f16_to_f32_1(h); memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        uint16_t h;
+        float f;
+        memcpy(&h, p + 2 * i, 2);
+        f = quarot__f16_to_f32_1(h);
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_f2h_ref(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i;
-    for (i = 0; i < n; ++i) { float f; uint16_t h; memcpy(&f, (const char*)in + 4 * i, 4); h = quarot__f32_to_f16_1(f); memcpy(p + 2 * i, &h, 2); }
+    for (i = 0; i < n; ++i) {
+        float f;
+        uint16_t h;
+        memcpy(&f, (const char*)in + 4 * i, 4);
+        h = quarot__f32_to_f16_1(f);
+        memcpy(p + 2 * i, &h, 2);
+    }
 }
 static void quarot__cvt_b2f_ref(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i;
-    for (i = 0; i < n; ++i) { uint16_t h; float f; memcpy(&h, p + 2 * i, 2); f = quarot__bf16_to_f32_1(h); memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        uint16_t h;
+        float f;
+        memcpy(&h, p + 2 * i, 2);
+        f = quarot__bf16_to_f32_1(h);
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_f2b_ref(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i;
-    for (i = 0; i < n; ++i) { float f; uint16_t h; memcpy(&f, (const char*)in + 4 * i, 4); h = quarot__f32_to_bf16_1(f); memcpy(p + 2 * i, &h, 2); }
+    for (i = 0; i < n; ++i) {
+        float f;
+        uint16_t h;
+        memcpy(&f, (const char*)in + 4 * i, 4);
+        h = quarot__f32_to_bf16_1(f);
+        memcpy(p + 2 * i, &h, 2);
+    }
 }
 // f64 -> f32 rounded to odd: toward zero, then the last bit set when inexact. |x| > FLT_MAX gives
 // +-FLT_MAX (odd), Inf stays Inf, NaN becomes sign | 0x7fc00000.
@@ -2613,7 +2751,8 @@ static float quarot__f64_to_f32_odd(double x) {
     sign = (uint32_t)(b >> 63) << 31;
     if (x != x) return quarot__bits_to_f32(sign | 0x7fc00000u);
     if (x > 3.4028234663852886e38 || x < -3.4028234663852886e38)
-        return quarot__bits_to_f32(sign | ((b & 0x7fffffffffffffffull) == 0x7ff0000000000000ull ? 0x7f800000u : 0x7f7fffffu));
+        return quarot__bits_to_f32(sign | ((b & 0x7fffffffffffffffull) == 0x7ff0000000000000ull ? 0x7f800000u
+                                                                                                 : 0x7f7fffffu));
     f = (float)x;
     back = (double)f;
     if (back == x) return f;
@@ -2623,15 +2762,33 @@ static float quarot__f64_to_f32_odd(double x) {
 }
 static void quarot__cvt_d2o_ref(const double* in, float* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) { double d; float f; memcpy(&d, (const char*)in + 8 * i, 8); f = quarot__f64_to_f32_odd(d); memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        double d;
+        float f;
+        memcpy(&d, (const char*)in + 8 * i, 8);
+        f = quarot__f64_to_f32_odd(d);
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_d2f_ref(const double* in, float* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) { double d; float f; memcpy(&d, (const char*)in + 8 * i, 8); f = (float)d; memcpy((char*)out + 4 * i, &f, 4); }
+    for (i = 0; i < n; ++i) {
+        double d;
+        float f;
+        memcpy(&d, (const char*)in + 8 * i, 8);
+        f = (float)d;
+        memcpy((char*)out + 4 * i, &f, 4);
+    }
 }
 static void quarot__cvt_f2d_ref(const float* in, double* out, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; ++i) { float f; double d; memcpy(&f, (const char*)in + 4 * i, 4); d = (double)f; memcpy((char*)out + 8 * i, &d, 8); }
+    for (i = 0; i < n; ++i) {
+        float f;
+        double d;
+        memcpy(&f, (const char*)in + 4 * i, 4);
+        d = (double)f;
+        memcpy((char*)out + 8 * i, &d, 8);
+    }
 }
 
 // The kernels of one ISA. d2o: f64 -> f32 rounded to odd (above); d2f / f2d: plain casts (RNE).
@@ -2651,13 +2808,15 @@ typedef struct quarot__cvt_fns {
 static void quarot__cvt_h2f_sse2(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(const void*)(p + 2 * i))));
+    for (; i + 4 <= n; i += 4)
+        _mm_storeu_ps(out + i, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(const void*)(p + 2 * i))));
     quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2h_sse2(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) _mm_storel_epi64((__m128i*)(void*)(p + 2 * i), _mm_cvtps_ph(_mm_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i + 4 <= n; i += 4)
+        _mm_storel_epi64((__m128i*)(void*)(p + 2 * i), _mm_cvtps_ph(_mm_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
     quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
 }
 #else
@@ -2690,14 +2849,15 @@ static void quarot__cvt_f2b_sse2(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i),
-                         _mm_packs_epi32(quarot__f2b4_sse2(_mm_loadu_ps(in + i)), quarot__f2b4_sse2(_mm_loadu_ps(in + i + 4))));
+        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i), _mm_packs_epi32(quarot__f2b4_sse2(_mm_loadu_ps(in + i)),
+                                                                       quarot__f2b4_sse2(_mm_loadu_ps(in + i + 4))));
     quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
 }
 static void quarot__cvt_d2f_sse2(const double* in, float* out, int64_t n) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
-        _mm_storeu_ps(out + i, _mm_movelh_ps(_mm_cvtpd_ps(_mm_loadu_pd(in + i)), _mm_cvtpd_ps(_mm_loadu_pd(in + i + 2))));
+        _mm_storeu_ps(out + i,
+                      _mm_movelh_ps(_mm_cvtpd_ps(_mm_loadu_pd(in + i)), _mm_cvtpd_ps(_mm_loadu_pd(in + i + 2))));
     quarot__cvt_d2f_ref(in + i, out + i, n - i);
 }
 static void quarot__cvt_f2d_sse2(const float* in, double* out, int64_t n) {
@@ -2717,13 +2877,16 @@ static void quarot__cvt_f2d_sse2(const float* in, double* out, int64_t n) {
 static void quarot__cvt_h2f_avx2(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + 2 * i))));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + 2 * i))));
     quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2h_avx2(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i*)(void*)(p + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i*)(void*)(p + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
     quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
 }
 #else
@@ -2796,22 +2959,29 @@ static void quarot__cvt_d2o_avx2(const double* in, float* out, int64_t n) {
 static void quarot__cvt_h2f_avx512(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps((__mmask16)0xFFFF, _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))));
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps((__mmask16)0xFFFF,
+                                                        _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))));
     quarot__cvt_h2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2h_avx512(const float* in, void* out, int64_t n) {
     char* p = (char*)out;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i), _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i),
+                            _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(in + i),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     quarot__cvt_f2h_ref(in + i, p + 2 * i, n - i);
 }
 static void quarot__cvt_b2f_avx512(const void* in, float* out, int64_t n) {
     const char* p = (const char*)in;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32((__mmask16)0xFFFF, 
-            _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF, _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))), 16)));
+        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+            (__mmask16)0xFFFF,
+            _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF,
+                                        _mm256_loadu_si256((const __m256i*)(const void*)(p + 2 * i))),
+            16)));
     quarot__cvt_b2f_ref(p + 2 * i, out + i, n - i);
 }
 static void quarot__cvt_f2b_avx512(const float* in, void* out, int64_t n) {
@@ -2821,21 +2991,25 @@ static void quarot__cvt_f2b_avx512(const float* in, void* out, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + i));
-        const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(_mm512_maskz_srli_epi32((__mmask16)0xFFFF, x, 16), one));
+        const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias),
+                                           _mm512_and_si512(_mm512_maskz_srli_epi32((__mmask16)0xFFFF, x, 16), one));
         const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, absm), inf);
-        const __m512i y = _mm512_maskz_srli_epi32((__mmask16)0xFFFF, _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(x, qb)), 16);
+        const __m512i y = _mm512_maskz_srli_epi32((__mmask16)0xFFFF,
+                                                  _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(x, qb)), 16);
         _mm256_storeu_si256((__m256i*)(void*)(p + 2 * i), _mm512_maskz_cvtepi32_epi16((__mmask16)0xFFFF, y));
     }
     quarot__cvt_f2b_ref(in + i, p + 2 * i, n - i);
 }
 static void quarot__cvt_d2f_avx512(const double* in, float* out, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm512_maskz_cvtpd_ps((__mmask8)0xFF, _mm512_loadu_pd(in + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm512_maskz_cvtpd_ps((__mmask8)0xFF, _mm512_loadu_pd(in + i)));
     quarot__cvt_d2f_ref(in + i, out + i, n - i);
 }
 static void quarot__cvt_f2d_avx512(const float* in, double* out, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm512_storeu_pd(out + i, _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(in + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm512_storeu_pd(out + i, _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(in + i)));
     quarot__cvt_f2d_ref(in + i, out + i, n - i);
 }
 // Round to odd with the embedded round-toward-zero conversion (|x| > FLT_MAX -> FLT_MAX).
@@ -2846,11 +3020,14 @@ static void quarot__cvt_d2o_avx512(const double* in, float* out, int64_t n) {
         const __m512d x0 = _mm512_loadu_pd(in + i), x1 = _mm512_loadu_pd(in + i + 8);
         const __m256 f0 = _mm512_maskz_cvt_roundpd_ps((__mmask8)0xFF, x0, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
         const __m256 f1 = _mm512_maskz_cvt_roundpd_ps((__mmask8)0xFF, x1, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        const __mmask16 inex = (__mmask16)(_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f0), x0, _CMP_NEQ_OQ) |
-                                           (_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f1), x1, _CMP_NEQ_OQ) << 8));
+        const __mmask16 inex =
+            (__mmask16)(_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f0), x0, _CMP_NEQ_OQ) |
+                        (_mm512_cmp_pd_mask(_mm512_maskz_cvtps_pd((__mmask8)0xFF, f1), x1, _CMP_NEQ_OQ) << 8));
         const __mmask16 nan = (__mmask16)(_mm512_cmp_pd_mask(x0, x0, _CMP_UNORD_Q) |
                                           (_mm512_cmp_pd_mask(x1, x1, _CMP_UNORD_Q) << 8));
-        __m512i u = _mm512_castpd_si512(_mm512_maskz_insertf64x4((__mmask8)0xFF, _mm512_castpd256_pd512(_mm256_castps_pd(f0)), _mm256_castps_pd(f1), 1));
+        __m512i u = _mm512_castpd_si512(_mm512_maskz_insertf64x4((__mmask8)0xFF,
+                                                                 _mm512_castpd256_pd512(_mm256_castps_pd(f0)),
+                                                                 _mm256_castps_pd(f1), 1));
         u = _mm512_mask_or_epi32(u, inex, u, one);
         u = _mm512_mask_or_epi32(u, nan, _mm512_and_si512(u, sgn), qnan);
         _mm512_storeu_si512((void*)(out + i), u);
@@ -2957,7 +3134,8 @@ static quarot__cvt_fns quarot__cvt_select(quarot_isa isa) {
 // The conversion behind quarot_convert and the tensor row functions: dtypes valid (DEFAULT = F32),
 // isa resolved. Pairs without a direct kernel go through f32 in chunks on the stack.
 #define QUAROT__CVT_CHUNK 512
-static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n, quarot_isa isa) {
+static void quarot__convert_run(void* out, quarot_dtype odt, const void* in, quarot_dtype idt, int64_t n,
+                                quarot_isa isa) {
     const quarot__cvt_fns f = quarot__cvt_select(isa);
     float buf[QUAROT__CVT_CHUNK];
     int64_t i, c;
@@ -3006,6 +3184,408 @@ QUAROT_API quarot_result quarot_convert(void* out, quarot_dtype out_dt, const vo
     return QUAROT_OK;
 }
 
+// >>generated
+// Data written by programs: do not edit it here. `make regen` (tools/regen.sh) rewrites each block
+// between its "begin generated by GEN" and "end generated by GEN" lines with what GEN prints, and
+// `make regen-check` (a CI step) fails when that would change anything.
+
+// begin generated by tools/gen_hadtables.py
+// Hadamard matrices no construction here reaches, as 4x4 arrays of circulant / back-circulant
+// blocks of size m = N/4 (Williamson and Goethals-Seidel arrays):
+//     H[bi*m + r][bj*m + j] = s(bi, bj, (j - r) mod m)   block circulant,
+//                             s(bi, bj, (j + r) mod m)   block back-circulant (bit 4*bi+bj of mask),
+// s(bi, bj, c) = bit (4*bi + bj)*m + c of the hex string (4 bits a digit, MSB first), 1 = -1.
+// tools/gen_hadtables.py checks H*H^T = N*I and that this rebuild gives the source file back.
+// 22 orders, 4836 bytes of signs; quarot__hadtable_get (>>hadamard) looks them up.
+typedef struct quarot__hadtable {
+    int32_t n;            // order, a multiple of 4
+    uint32_t back_mask;   // bit 4*bi+bj set: block (bi, bj) is back-circulant
+    const char* hex;      // 16 first rows, N hex digits
+} quarot__hadtable;
+
+static const quarot__hadtable quarot__hadtables[] = {
+    {92, 0x0000,
+     "117e88394a71260649dd2eee35ac622fd1311688a4c0c9b67e6c774bb845fa271ad63c45a236cfcd87294e08bf44"},
+    {116, 0x0000,
+     "368845b04b81d217340b3a39af59cf68fc5b9b4422db8ca14c6b9a059da32fd310e6bd670da2116ded1f8b7e328531d197e9"
+     "8825c0e906d108b6"},
+    {156, 0x0000,
+     "1afb3cdf581d9eb5e6e065d6f6ba6395f123ea7f130a50c8e35f679beb235076e0ac0cbaded74ce68a425166e57c48fa9c6b"
+     "ecf37d678985286478d41db82b1cd1484a2cc3b3d6bcdc0d7d9e6fac"},
+    {172, 0x0000,
+     "730a26450ce40f5926bc085350bd0aca1c2d9fe6d0edf8536ca1fae6144c8a19f1e9300c9788a6a17a1594eb2bd0bd4d670b"
+     "67f9b439cc28991433efc29b650fdc7a4c0325e3d657a17a9ac81eb24d78139851322867"},
+    {188, 0x7bde,
+     "5ede70ebc0dcec0f5dc61215b47ddcd22b7368fbbe5ba9189f8511cf6f4bdbce1d781bbb512c11074976a259ddf16c92e088"
+     "cb752225769f77c5b57b79c3af0375ede71143f2292e088348adc257698883a4d090c775e06eaf6f3875e06e"},
+    {236, 0x7bde,
+     "042cc2e85d3b0872e9d8425d0cd087086e5d145e65efb4589ef5743342168b13ded17997bc085985d0ba7610fde99e8a8437"
+     "2e97bd33d145d3b0873de468bae86684010b30babde468b410b30ba174ec21fbd33d16f791a2c974ec21517997bc10b30bae"
+     "8b13de0216617484372e9821661742e9d843"},
+    {260, 0x7bde,
+     "0ac66ca0051cb62ffd1b4e283eb2672bfe8da7143f593395e0b92c75efac99caf05c963af829b31a805633650028e5b17fa9"
+     "cc9afbd71a4e822b19b281eb8d274005c963af029b31a80ac66ca0851cb62f82b19b2801472d8bfd4e64d7c1472d8bffa369"
+     "c50829b31a87539935f851cb62fc56336507d71a4e80158cd9400a396c5f"},
+    {268, 0x7bde,
+     "2637871a520070dcc8be009565ca4754d99d870024d38f09cddd07fdaa57291d536ba0ffb54d1adc55924c6f0e34a400e1b9"
+     "b655c4a752adff05d2637871a6dff8f232989e3ff6cb1c3d8c84d51dac56a9007d1498de1c694801c3736cab894e9aa401f4"
+     "445f004ab51adc55936721e3964801c37349aa3b58b2adff05d931bc38d2900386e6"},
+    {292, 0x7bde,
+     "48a660f1f15f811071344b6a3102b694cc11d1c1103f520e1f335db2ed2573beada53304797692b9dfa92d667dc24533078f"
+     "8afc08838b106652dabee7525ba7229983c7da81fbbe3ab8fbbf02b7c78332891df335a4a82315b48b1229983c7c57e0441c"
+     "58833296d408c56d22d6896d4620a92d667dc37599f0e095f8110714ef99ad257ee7525ba4914cc1e3e2bf0220e2"},
+    {356, 0x7bde,
+     "746502b24d6009c68f8728d814b71ce401ac9cafd674629c3e2c8dff29b657eb3a29fad238b9006b272bf59d14fd691c637f"
+     "ca6c6a053173a32815926b004e347c39445cd7ea726b004e8e25afcbd1940ac935802765c1e35c758f074dc8035926a05317"
+     "746502b1b29ff62e3b4a069d1940ac93580271a3e1ca22e6bf53935802738ed281bb0296e3a37fca6c6a053170b9afd4db29"
+     "ff6268f8728fa328158d94ffb18e25afc8e8ca05649ac0138d1f0e51"},
+    {404, 0x7bde,
+     "657095203d20c37263c6468afe7382d95593b0c12ffed5bc567ea2c4c7836279f687f6ade2b2631f49aae4ec304bffb56f15"
+     "9318fa4d54d89e7da00254875332b84a901e9061b931e323457cd47b56ffe9061b93aac97c63395c25480f4830dc9f0e6e5d"
+     "400574ece1f2761825e025487536570952002df3c8d8aa6d0739995c25480f4830dc98f191a2be6a3dab7ff4830dc9aa9b41"
+     "ce7ce705b2a8d89e7da0025487531a8f6adfc2df3c8d83c6468aff2b84a90016f9e46caac97c630cae12a407a4186e4c78c8"
+     "d15f"},
+    {412, 0x7bde,
+     "1d9fa5aadd710f7144aa5a0646165e328526e054e652faef9f131bf24bc0353cff6c70b5d374771ddd7483fb36edcec863e5"
+     "a1ef4d0e6bd6c8fd58cd6828830763b3f4b55bae21ee28954b40c8fc2d3e309b9dbb66fe0975ddc70e89a2978e48061a9fe1"
+     "6d813939036d0ff2b0c024e3d28b22e21e960e7b231224c80fb45111c4767e96ab75c43dc512a968191a3e7dd7d299ca81d9"
+     "28531e9a01c44516f8099224626f3834bc3c5d975a1c6dfe795807a49fb1ae0c11416b31abf136bd670b2f8ecfd2d56eb887"
+     "b8a2552d0323"},
+    {428, 0x7bde,
+     "41611316e17cd1a8843caf8487b384336b0484562cfa225cdde5f6f090fa9e2f753a60bc4b9bbcbeb1ef3253ea1158b3e889"
+     "737797d63de64a7dbdd4e982eed1910d0482c2262dc2f9a35108795f090f60b0898b7741972bbd41ad984393e9eece91e832"
+     "e577a3caf8487b43dbc1587422b167d0ed1910d04fa7bb3a445f346a215f2933de3505844c5b85f346a210f2be121ec16113"
+     "16ee832e577b7ca4cf78c9c219b582bdd4e982eed1910d0505844c5b85f346a2170d41ede11f4f767488be68d44241ad9843"
+     "9a0b0898b70be68d4421e57c243d"},
+    {452, 0x7bde,
+     "4036d44e180298f0ecc524772bcadd274a3d44cdc3c65009e37524ff6a7a9dc494991e1cd7fcf1ba927fa8b62d70aeb370f1"
+     "940278dd493fd45b16b85766478735fec3915b601201b6a270c014c787662923b95e55fe495d8f2014c78766ba875a368b00"
+     "db5138600a63c3b36b6e2350d4561588edad9b878ca00c3915b6014036d44e1bfd670f1328af14b92e900db5138600a63c3b"
+     "31491dcaf2aff24aec7900a63c3b322bc52e4bbba4e947a8a6478735fec3915b6013fc92bb1e7fd670f132524772bcae01b6"
+     "a270dfeb387899ba875a3688806da89c300531e1d98a48ee5795"},
+    {476, 0x7bde,
+     "5a4e33022e167a234094182abccbf34f78261fa4a40b1179a22efcce36967e99eaa0c2b7e9dd0cbc5df99c6d2ac21f67816a"
+     "902c45e688bbf338da55843ecf02dadfa77432ee88198e4b4b49c66045c2cf446812830557997e52d8e67ee88b3d11a04ab4"
+     "0f37c21ada4e33022e167a234095e7d543340c60598557cf520588bcd0e88198e4b56938cc08bba61772fdaa5f8641ef2969"
+     "38cc08b859e88d025060aaf32fca5b1ccfdd1167a23409497e1907bcba7bc130fd2adfa77432ee88198e4b496c733f747a61"
+     "772fda860aaf32fced2719811774c2ee5fb5b40f37c21a2d271981170b3d11a04a0c155e65f9"},
+    {508, 0x7bde,
+     "68d5f663be69680e8fe96982399054e9ef2fc77aac0acba7677841277927a65bff57c64754ad2cafc64439be41bc39b6ce5f"
+     "876fb953e2cabced7621af84ca008681c42a9fa9a2c4c43df6c436c2cd2d1abecc77cd2d01d1fd2d3047320a9d02990fac23"
+     "75b9ea9a3e54efb70fd39b131e13ec131eece0565a56a8ece0a801002a0e6e2ad4b4d40e6ef1906f90f193eb37829ee45230"
+     "ab2e0d588247816325a357d98ef9a5a03a3fa5a608e64153a6997927b92087b9b974d40d57b8fd3de26340f1208d583a6a86"
+     "2513bca0f66bfb387b04fb3844c7ea696a55c4c7d5ff8b3436c236fbc23234595f9542381610b46afb31df34b40747f4b4c1"
+     "1cc82a74"},
+    {604, 0x7bde,
+     "4cb0750bdd8505348e698ed35f5e442f51f2cc81433d5d88f9d0adca494391b0f13dc20620537c059a6735d7449562cb79d9"
+     "8a1b5a6ce81ff52ce18bc3479bd5fd7e77006b7b2b077503e48bf5e61513b8317a91adb5e372787611efcefd69960ea17bb0"
+     "a0a691cd31da6bebc885ea3e59893e057706a6f6b00773f5fd5ecf161e8c39a5003f464d293d73230965cab6e8a298cd32fe"
+     "0920fe9966328a2edaa74d21899d792964c5f803b60fd447cac84a7fc460501509874f0b9e32d532c1d42f761414d239a63b"
+     "4d7d7910bd47cb32811810ef23c36270a494ed42e7c46eaf30a045a63ce87970c854050311ff2909a9f115f836fff02e6cb5"
+     "b0a3373da68d5245d759ccb3407dabf73f7886e1e4ec7adb5895e8c1dc8a867afda6583a85eec2829a4734c769afaf2217a8"
+     "f966"},
+    {652, 0x7bde,
+     "6dc7c0996794d5a01588cee57fa54d61966fc1c491034864e1ea2d4c4e24d33157b5e00d7d9674180b8d8b0d549e20b99943"
+     "de74ff4f1d64a0b1fe202925e4f8bdfc449a87bab9aad1ff2cdd6b98f64b46077e5bcd8f0ae959d8ed966754250ff94134c5"
+     "f3fadb8f8132cf29ab402b119dcaff4a9ac32cdf838903169378ceb5d9a7fc5aaceaef0ac911fde8f93d235fdc0397d6ca38"
+     "68068c21eb3317dc36aa7972711c9d3caad877d199af0862c02c38a6d7d38077f5be74b64398a5132c01d2a98a887a9b7701"
+     "0b83616db71f02659e53568056233b95fe95358659bf07124060b9a6fac01eb7aa332c91c8cad15e1c984b022b4360e84077"
+     "6caf08a8caa5c01a64528ce136973f2808ff1a0a4d71e5fe5cf785333a08f25561a3639fcfa32c829ff0a42ae669b71b9a97"
+     "50f1b3da7eeb6e3e04cb3ca6ad00ac46772bfd2a6b0cb37e0e24"},
+    {764, 0x7bde,
+     "01a4100dd2e2a0af8358b9c99a4a18ce19576bd3458497733b93bf8c95616d4f17b700ae74b04fdb3cc2182250382a21f869"
+     "30a677e158168b575619df9070b384baec59812682570a4ee50672ad90eecf785f2682f8e5f53bdf971027568c862362039b"
+     "54f495874247fa8c5a7d812619ef3eed7e3eaee0348201ba5c5415f06b173933494319c32aed7a68b092ee498b5720474fde"
+     "e57d38fa0b27d0f79bb84daa73053b92872df4dbf32e4516f1978fb0233ca8a974bf2bc08cd79b4f0381e5b3d66207a9fa5d"
+     "2a2a79881be3d31ed144e99fb65f6bb3a546fdc58108d416382fa6c17843223d92ac67d6236bc4069040374b8a82be0d62e7"
+     "2669286338655daf4d16125dc9150702910610cf36fc834b9d403b7a3cada1aa4c7f727721eb6235f31aa4de22610f41b2fa"
+     "0e34158840d1dfb152e6f482c903346eba439a1c13f730d5d5a2d0350fdcca192c3f3757c7eb77cf7986481be5a315fe242e"
+     "1a92f2ad9c046c4680d20806e9715057c1ac5ce4cd250c670cabb5e9a2c24bb9"},
+    {876, 0x7bde,
+     "05320a5850cd72857350f0b33f4cd0332f0f5315eb14cf5e5afb35e01518805e474b1c4b24986dc85d0c8a9baffc931c43e6"
+     "4ed071be92d2c58e01725e8a26beca204ed3091a080d85f59beb073c655af11936de28d1f85deae577a4b071ac2f623baaff"
+     "c0105d1d8e58999797eff573bfd0dc5a71da6db3c91bd179bab22801b671de0cd897c720b60a6414b0a19ae50ae6a1e1667e"
+     "99a0665e1ea62bd6299ebcb5f66bc0b0b3372c723a2fbfe005511dc85e538f96d08ac5422f03a75c249cc47ad531e706becd"
+     "7d0d8082c4865b90229beb228bd274038d1a5a4b4e9c7fa3685d76504d77ec4b3db97dfc9e8299053e30e6a943b9bfa7a664"
+     "69c6e2e8200ffd57711bd0d6383497ba9d5ee87e2c51edb014c829614335ca15cd43c2ccfd3340ccbc3d4c57ac533d796bec"
+     "d7da09c7d23660f71cdb00289abb3d17b1279b6cb71cb47617fb9d5ff9243ae5c0f442a3510b69f1ca7a13b88aa007fdf45c"
+     "4e34eccd0d02cee14ab3863e504ca0bc9fdf4ede691bf75905375d0b62ff1cb96952fb1c16e4cf8471927febb2a26174276c"
+     "3249a471a5c4f402315000299052c2866b942b9a878599fa668199787a98af58a67af2d7d9af"},
+    {956, 0x7bde,
+     "93d2304a7444034e1e909c7854bb7b3d9daa8034059669c6e23cd8c2d029e09aa2291f6e0455036c1e4ba152e01efcf52767"
+     "6c63a305e7390454947b654654edb767f314c826ee65f56ad4c4bab2038793bc2185f7c0a947241375e1e621112e17c86c90"
+     "8eb42f3a7b468a8a9263d8471ff0c97eadf986c0fb2aeeb7048fdd57e49f0da2f568ff081856c4c49ce2e7d0c637dd5b5c32"
+     "7a46094e888069c3d2138f0a976f67b3b5500680b2cd38dc479b185a0524f302540b678038ef21cdb57574e90d185e9477b6"
+     "4f60bc5bbbdcc3c289c12714a81f7d0c21ee4f0e026ae9195ab57d33bb2099467f376db953153626ae6ac49226033acdf644"
+     "6682a54aced1537f1e1b10f79e820fd5ae36fad867ed5fa4c3fe3886f192545458b7973d0b5c424d84fa1d222119e1ebb24f"
+     "48c129d1100d387a4271e152edecf676aa00d01659a71b88f3630b40a075b577d8c617ce8e724646d43021fe2d5e8b61f24f"
+     "d577e241daeea9be19143c33bddda3d06f26dee297a18b0972eaeadb384f71c01e6d02a40cf26fb63ad5f820bcf7846c3c7f"
+     "6545b9a952a0b31137d9ae60322491ab3ab27c52544139cf418b8c6dcdc95e7ef00e950ba4f06d815440edf1288ab20f49e9"
+     "18253a2201a70f484e3c2a5dbd9eced5401a02cb34e3711e6c616814"},
+    {1004, 0x7bde,
+     "2f7f12954791c6d70beb9a3a0cd10a9a6c9e4a6206078af405e72fcef45fb8048ad4d1cc1ab1b7269fcf720918a6fad4f5b0"
+     "1c1ac8a9a1aea77c3116bc21105274063e21e190976fddd953369014add331c1392594cb040bf09a027b572b64a238ec30c7"
+     "8363f28e2410c8add02a43d075c993a877fb32ab3c14a6981acdba959719f2a7246cb01846fb73ac82958527f1f29bab2f28"
+     "ac41e774a1ef765efe252a8f238dae17d7347419a21534d93c94c40c0f15e80bce5f9de8bf70253f34d6be195599008f51b3"
+     "628fa1ed5fa25767bedc7581c9f0e79e471dd6cea756f202c87e8106994d24e41c665da9404b6654dddfb7484c3c23e30172"
+     "50eb62fe7077879bda240889ab325bfad48b338fb1b69acd3efd03d97f612a352d606594a0f355337fb857264eb82f09502e"
+     "d44c2091c53f1b078c30dc711498bdfc4a551e471b5c2fae68e833442a69b2792988181e2bd0179cbf3bd17ee05def0a5dcf"
+     "046a29e9abb29f1fc94352826b9dbec4301a6c49ca9f31d352bb736bb8e279e70f9381ae3b7de6ea45fab785f146cd8af100"
+     "99aa987d6b2cfca6562a437f4de05fbe59acb6c6f8e66895afed266ac888122decf0f7073fa36bd1087ad1187dcaeb0b2a26"
+     "b0701b5e56beca31209de7f2c9db1ab0671656a2417bf894aa3c8e36b85f5cd1d0668854d364f25310303c57a02f397e77a2"
+     "fdc0"},
+};
+// end generated by tools/gen_hadtables.py
+
+// The term lists of the fixed register mixing (quarot__mixr_match in >>transform, the kernels in the
+// section >>transform_isa): per kernel (28F, 28T: the core 28 forward and transposed; 38, 74: the
+// split Paley II cores 76 and 148) and block g, QUAROT__MIXR<kernel>_B<g>(X) lists X(i, S, p) for every
+// output i (S = P or M the sign of the block's first coefficient, p the entry of its table), and
+// QUAROT__MIXR<kernel>(B) the blocks B(kernel, g, L rows, F first / A / Z last).
+// begin generated by tools/gen_mixr.c
+#define QUAROT__MIXR28F_B0(X) X(0,P,7) X(1,P,4) X(2,P,1) X(3,P,2) X(4,P,0) X(5,P,0) X(6,P,0) X(7,P,7) X(8,P,7) \
+    X(9,P,7) X(10,P,3) X(11,P,6) X(12,P,5) X(13,P,5) X(14,P,3) X(15,P,6) X(16,P,5) X(17,P,3) X(18,P,6) \
+    X(19,P,2) X(20,P,4) X(21,P,1) X(22,P,4) X(23,P,1) X(24,P,2) X(25,P,4) X(26,P,1) X(27,P,2)
+#define QUAROT__MIXR28F_B1(X) X(0,M,0) X(1,M,4) X(2,M,4) X(3,M,4) X(4,P,6) X(5,M,3) X(6,P,5) X(7,P,0) X(8,P,4) \
+    X(9,P,0) X(10,M,1) X(11,M,2) X(12,P,3) X(13,M,2) X(14,P,7) X(15,M,5) X(16,M,1) X(17,M,6) X(18,P,7) \
+    X(19,P,2) X(20,M,3) X(21,P,1) X(22,P,1) X(23,P,6) X(24,M,7) X(25,P,2) X(26,M,7) X(27,P,5)
+#define QUAROT__MIXR28F_B2(X) X(0,M,0) X(1,P,4) X(2,P,0) X(3,P,2) X(4,M,6) X(5,M,4) X(6,M,2) X(7,P,1) X(8,P,2) \
+    X(9,M,3) X(10,P,1) X(11,M,5) X(12,M,2) X(13,P,1) X(14,M,7) X(15,M,6) X(16,M,1) X(17,M,0) X(18,P,7) \
+    X(19,P,7) X(20,P,4) X(21,M,5) X(22,P,3) X(23,P,6) X(24,M,3) X(25,M,5) X(26,P,7) X(27,P,4)
+#define QUAROT__MIXR28F_B3(X) X(0,M,0) X(1,P,4) X(2,M,6) X(3,P,2) X(4,M,5) X(5,P,4) X(6,P,1) X(7,M,3) X(8,P,1) \
+    X(9,P,2) X(10,M,0) X(11,P,7) X(12,P,7) X(13,P,4) X(14,P,1) X(15,P,2) X(16,M,7) X(17,M,7) X(18,M,7) \
+    X(19,P,5) X(20,M,4) X(21,M,1) X(22,M,4) X(23,P,6) X(24,M,2) X(25,M,2) X(26,P,3) X(27,M,1)
+#define QUAROT__MIXR28F_B4(X) X(0,M,0) X(1,P,6) X(2,M,7) X(3,P,5) X(4,P,6) X(5,M,3) X(6,P,1) X(7,P,5) X(8,P,6) \
+    X(9,M,7) X(10,P,0) X(11,P,0) X(12,P,4) X(13,M,4) X(14,M,0) X(15,M,4) X(16,P,2) X(17,M,3) X(18,P,1) \
+    X(19,M,5) X(20,M,2) X(21,P,3) X(22,M,5) X(23,M,6) X(24,P,3) X(25,M,2) X(26,P,7) X(27,M,1)
+#define QUAROT__MIXR28F_B5(X) X(0,M,0) X(1,M,5) X(2,M,0) X(3,P,5) X(4,P,7) X(5,M,3) X(6,M,4) X(7,P,3) X(8,M,1) \
+    X(9,M,2) X(10,M,7) X(11,P,3) X(12,P,4) X(13,P,5) X(14,P,0) X(15,M,5) X(16,P,1) X(17,P,2) X(18,M,3) \
+    X(19,P,7) X(20,P,6) X(21,M,1) X(22,P,0) X(23,P,2) X(24,P,4) X(25,M,6) X(26,M,6) X(27,M,6)
+#define QUAROT__MIXR28F_B6(X) X(0,M,0) X(1,M,2) X(2,P,3) X(3,M,1) X(4,P,5) X(5,M,4) X(6,M,1) X(7,M,4) X(8,P,6) \
+    X(9,M,2) X(10,M,3) X(11,P,1) X(12,P,2) X(13,P,4) X(14,M,6) X(15,P,2) X(16,M,5) X(17,P,4) X(18,P,1) \
+    X(19,M,7) X(20,M,7) X(21,M,7) X(22,M,0) X(23,P,7) X(24,P,7) X(25,P,4) X(26,P,1) X(27,P,2)
+#define QUAROT__MIXR28F(B) B(28F,0,4,F) B(28F,1,4,A) B(28F,2,4,A) B(28F,3,4,A) B(28F,4,4,A) B(28F,5,4,A) B(28F,6,4,Z)
+#define QUAROT__MIXR28T_B0(X) X(0,P,0) X(1,M,5) X(2,M,3) X(3,M,6) X(4,M,0) X(5,M,0) X(6,M,0) X(7,M,7) X(8,M,7) \
+    X(9,M,7) X(10,M,3) X(11,M,6) X(12,M,5) X(13,M,5) X(14,M,3) X(15,M,6) X(16,M,5) X(17,M,3) X(18,M,6) \
+    X(19,M,2) X(20,M,4) X(21,M,1) X(22,M,4) X(23,M,1) X(24,M,2) X(25,M,4) X(26,M,1) X(27,M,2)
+#define QUAROT__MIXR28T_B1(X) X(0,P,0) X(1,P,4) X(2,P,4) X(3,P,4) X(4,P,1) X(5,P,2) X(6,M,7) X(7,M,4) X(8,M,4) \
+    X(9,M,0) X(10,P,1) X(11,P,2) X(12,M,3) X(13,P,2) X(14,M,7) X(15,P,5) X(16,P,1) X(17,P,6) X(18,M,7) \
+    X(19,M,2) X(20,P,3) X(21,M,1) X(22,M,1) X(23,M,6) X(24,P,7) X(25,M,2) X(26,P,7) X(27,M,5)
+#define QUAROT__MIXR28T_B2(X) X(0,P,0) X(1,M,4) X(2,M,0) X(3,M,2) X(4,P,6) X(5,P,4) X(6,P,2) X(7,M,1) X(8,P,5) \
+    X(9,P,2) X(10,M,3) X(11,P,1) X(12,P,2) X(13,M,1) X(14,P,7) X(15,P,6) X(16,P,1) X(17,P,0) X(18,M,7) \
+    X(19,M,7) X(20,M,4) X(21,P,5) X(22,M,3) X(23,M,6) X(24,P,3) X(25,P,5) X(26,M,7) X(27,M,4)
+#define QUAROT__MIXR28T_B3(X) X(0,P,0) X(1,M,4) X(2,P,6) X(3,M,2) X(4,P,5) X(5,M,4) X(6,M,1) X(7,P,3) X(8,M,1) \
+    X(9,M,2) X(10,P,0) X(11,M,7) X(12,P,0) X(13,M,5) X(14,M,3) X(15,M,6) X(16,P,7) X(17,P,7) X(18,P,7) \
+    X(19,M,5) X(20,P,4) X(21,P,1) X(22,P,4) X(23,M,6) X(24,P,2) X(25,P,2) X(26,M,3) X(27,P,1)
+#define QUAROT__MIXR28T_B4(X) X(0,P,0) X(1,M,6) X(2,P,7) X(3,M,5) X(4,M,6) X(5,P,3) X(6,M,1) X(7,M,5) X(8,M,6) \
+    X(9,P,7) X(10,M,0) X(11,M,0) X(12,M,4) X(13,P,4) X(14,P,0) X(15,P,4) X(16,P,5) X(17,P,2) X(18,M,3) \
+    X(19,P,1) X(20,P,2) X(21,M,3) X(22,P,5) X(23,P,6) X(24,M,3) X(25,P,2) X(26,M,7) X(27,P,1)
+#define QUAROT__MIXR28T_B5(X) X(0,P,0) X(1,P,5) X(2,P,0) X(3,M,5) X(4,M,7) X(5,P,3) X(6,P,4) X(7,M,3) X(8,P,1) \
+    X(9,P,2) X(10,P,7) X(11,M,3) X(12,M,4) X(13,M,5) X(14,M,0) X(15,P,5) X(16,M,1) X(17,M,2) X(18,P,3) \
+    X(19,M,7) X(20,P,1) X(21,P,0) X(22,M,2) X(23,M,6) X(24,M,4) X(25,P,6) X(26,P,6) X(27,P,6)
+#define QUAROT__MIXR28T_B6(X) X(0,P,0) X(1,P,2) X(2,M,3) X(3,P,1) X(4,M,5) X(5,P,4) X(6,P,1) X(7,P,4) X(8,M,6) \
+    X(9,P,2) X(10,P,3) X(11,M,1) X(12,M,2) X(13,M,4) X(14,P,6) X(15,M,2) X(16,P,5) X(17,M,4) X(18,M,1) \
+    X(19,P,7) X(20,P,7) X(21,P,7) X(22,P,0) X(23,M,7) X(24,P,0) X(25,M,5) X(26,M,3) X(27,M,6)
+#define QUAROT__MIXR28T(B) B(28T,0,4,F) B(28T,1,4,A) B(28T,2,4,A) B(28T,3,4,A) B(28T,4,4,A) B(28T,5,4,A) B(28T,6,4,Z)
+#define QUAROT__MIXR38_B0(X) X(0,P,0) X(1,P,4) X(2,P,0) X(3,P,1) X(4,P,2) X(5,P,4) X(6,P,1) X(7,P,3) X(8,P,6) \
+    X(9,P,5) X(10,P,2) X(11,P,4) X(12,P,0) X(13,P,0) X(14,P,1) X(15,P,3) X(16,P,7) X(17,P,6) X(18,P,5) \
+    X(19,P,3) X(20,P,7) X(21,P,7) X(22,P,6) X(23,P,5) X(24,P,3) X(25,P,7) X(26,P,6) X(27,P,4) X(28,P,0) \
+    X(29,P,0) X(30,P,1) X(31,P,2) X(32,P,5) X(33,P,3) X(34,P,6) X(35,P,4) X(36,P,1) X(37,P,2)
+#define QUAROT__MIXR38_B1(X) X(0,P,0) X(1,P,6) X(2,M,3) X(3,P,1) X(4,P,2) X(5,P,4) X(6,M,7) X(7,P,1) X(8,P,2) \
+    X(9,M,3) X(10,M,6) X(11,P,3) X(12,M,1) X(13,P,5) X(14,P,2) X(15,P,4) X(16,P,0) X(17,M,7) X(18,M,6) \
+    X(19,M,4) X(20,P,7) X(21,M,1) X(22,M,2) X(23,M,4) X(24,M,0) X(25,P,7) X(26,M,1) X(27,M,2) X(28,M,4) \
+    X(29,P,7) X(30,P,6) X(31,P,4) X(32,P,0) X(33,M,7) X(34,P,1) X(35,M,5) X(36,M,2) X(37,P,3)
+#define QUAROT__MIXR38_B2(X) X(0,P,0) X(1,P,1) X(2,M,5) X(3,M,2) X(4,P,3) X(5,P,6) X(6,M,3) X(7,P,1) X(8,P,2) \
+    X(9,P,4) X(10,M,7) X(11,P,1) X(12,P,2) X(13,M,3) X(14,M,6) X(15,P,3) X(16,M,1) X(17,P,5) X(18,P,2) \
+    X(19,P,4) X(20,P,0) X(21,M,7) X(22,M,6) X(23,M,4) X(24,P,7) X(25,M,1) X(26,M,2) X(27,M,4) X(28,M,0) \
+    X(29,P,7) X(30,M,1) X(31,M,2) X(32,M,4) X(33,P,7) X(34,P,6) X(35,P,4) X(36,P,0) X(37,M,7)
+#define QUAROT__MIXR38_B3(X) X(0,P,0) X(1,P,6) X(2,P,4) X(3,P,0) X(4,M,7) X(5,P,1) X(6,M,5) X(7,M,2) X(8,P,3) \
+    X(9,P,6) X(10,M,3) X(11,P,1) X(12,P,2) X(13,P,4) X(14,M,7) X(15,P,1) X(16,P,2) X(17,M,3) X(18,M,6) \
+    X(19,P,3) X(20,M,1) X(21,P,5) X(22,P,2) X(23,P,4) X(24,P,0) X(25,M,7) X(26,M,6) X(27,M,4) X(28,P,7) \
+    X(29,M,1) X(30,M,2) X(31,M,4) X(32,M,0) X(33,P,7) X(34,M,1) X(35,M,2) X(36,M,4) X(37,P,7)
+#define QUAROT__MIXR38_B4(X) X(0,P,0) X(1,M,1) X(2,M,2) X(3,M,4) X(4,P,7) X(5,P,6) X(6,P,4) X(7,P,0) X(8,M,7) \
+    X(9,P,1) X(10,M,5) X(11,M,2) X(12,P,3) X(13,P,6) X(14,M,3) X(15,P,1) X(16,P,2) X(17,P,4) X(18,M,7) \
+    X(19,P,1) X(20,P,2) X(21,M,3) X(22,M,6) X(23,P,3) X(24,M,1) X(25,P,5) X(26,P,2) X(27,P,4) X(28,P,0) \
+    X(29,M,7) X(30,M,6) X(31,M,4) X(32,P,7) X(33,M,1) X(34,M,2) X(35,M,4) X(36,M,0) X(37,P,7)
+#define QUAROT__MIXR38_B5(X) X(0,P,0) X(1,M,2) X(2,M,4) X(3,M,0) X(4,P,7) X(5,M,1) X(6,M,2) X(7,M,4) X(8,P,7) \
+    X(9,P,6) X(10,P,4) X(11,P,0) X(12,M,7) X(13,P,1) X(14,M,5) X(15,M,2) X(16,P,3) X(17,P,6) X(18,M,3) \
+    X(19,P,1) X(20,P,2) X(21,P,4) X(22,M,7) X(23,P,1) X(24,P,2) X(25,M,3) X(26,M,6) X(27,P,3) X(28,M,1) \
+    X(29,P,5) X(30,P,2) X(31,P,4) X(32,P,0) X(33,M,7) X(34,M,6) X(35,M,4) X(36,P,7) X(37,M,1)
+#define QUAROT__MIXR38_B6(X) X(0,P,0) X(1,M,6) X(2,M,4) X(3,P,7) X(4,M,1) X(5,M,2) X(6,M,4) X(7,M,0) X(8,P,7) \
+    X(9,M,1) X(10,M,2) X(11,M,4) X(12,P,7) X(13,P,6) X(14,P,4) X(15,P,0) X(16,M,7) X(17,P,1) X(18,M,5) \
+    X(19,M,2) X(20,P,3) X(21,P,6) X(22,M,3) X(23,P,1) X(24,P,2) X(25,P,4) X(26,M,7) X(27,P,1) X(28,P,2) \
+    X(29,M,3) X(30,M,6) X(31,P,3) X(32,M,1) X(33,P,5) X(34,P,2) X(35,P,4) X(36,P,0) X(37,M,7)
+#define QUAROT__MIXR38_B7(X) X(0,P,0) X(1,P,2) X(2,P,4) X(3,P,0) X(4,M,7) X(5,M,6) X(6,M,4) X(7,P,7) X(8,M,1) \
+    X(9,M,2) X(10,M,4) X(11,M,0) X(12,P,7) X(13,M,1) X(14,M,2) X(15,M,4) X(16,P,7) X(17,P,6) X(18,P,4) \
+    X(19,P,0) X(20,M,7) X(21,P,1) X(22,M,5) X(23,M,2) X(24,P,3) X(25,P,6) X(26,M,3) X(27,P,1) X(28,P,2) \
+    X(29,P,4) X(30,M,7) X(31,P,1) X(32,P,2) X(33,M,3) X(34,M,6) X(35,P,3) X(36,M,1) X(37,P,5)
+#define QUAROT__MIXR38_B8(X) X(0,P,0) X(1,M,6) X(2,P,3) X(3,M,1) X(4,P,5) X(5,P,2) X(6,P,4) X(7,P,0) X(8,M,7) \
+    X(9,M,6) X(10,M,4) X(11,P,7) X(12,M,1) X(13,M,2) X(14,M,4) X(15,M,0) X(16,P,7) X(17,M,1) X(18,M,2) \
+    X(19,M,4) X(20,P,7) X(21,P,6) X(22,P,4) X(23,P,0) X(24,M,7) X(25,P,1) X(26,M,5) X(27,M,2) X(28,P,3) \
+    X(29,P,6) X(30,M,3) X(31,P,1) X(32,P,2) X(33,P,4) X(34,M,7) X(35,P,1) X(36,P,2) X(37,M,3)
+#define QUAROT__MIXR38_B9(X) X(0,P,0) X(1,M,1) X(2,P,1) X(3,P,0) X(4,M,1) X(5,M,0) X(6,P,1) X(7,M,1) X(8,P,1) \
+    X(9,P,0) X(10,P,0) X(11,P,0) X(12,M,1) X(13,M,0) X(14,M,0) X(15,P,1) X(16,M,1) X(17,M,0) X(18,M,0) \
+    X(19,M,0) X(20,P,1) X(21,M,1) X(22,M,0) X(23,M,0) X(24,P,1) X(25,P,0) X(26,P,0) X(27,P,0) X(28,M,1) \
+    X(29,P,1) X(30,M,1) X(31,M,0) X(32,P,1) X(33,P,0) X(34,M,1) X(35,P,1) X(36,P,0) X(37,P,0)
+#define QUAROT__MIXR38(B) B(38,0,4,F) B(38,1,4,A) B(38,2,4,A) B(38,3,4,A) B(38,4,4,A) B(38,5,4,A) B(38,6,4,A) \
+    B(38,7,4,A) B(38,8,4,A) B(38,9,2,Z)
+#define QUAROT__MIXR74_B0(X) X(0,P,0) X(1,P,0) X(2,P,0) X(3,P,0) X(4,P,0) X(5,P,0) X(6,P,1) X(7,P,2) X(8,P,5) \
+    X(9,P,2) X(10,P,4) X(11,P,1) X(12,P,3) X(13,P,6) X(14,P,5) X(15,P,3) X(16,P,7) X(17,P,6) X(18,P,5) \
+    X(19,P,2) X(20,P,4) X(21,P,1) X(22,P,3) X(23,P,7) X(24,P,6) X(25,P,4) X(26,P,0) X(27,P,1) X(28,P,2) \
+    X(29,P,5) X(30,P,3) X(31,P,7) X(32,P,7) X(33,P,6) X(34,P,5) X(35,P,3) X(36,P,6) X(37,P,4) X(38,P,0) \
+    X(39,P,0) X(40,P,1) X(41,P,3) X(42,P,6) X(43,P,5) X(44,P,3) X(45,P,7) X(46,P,7) X(47,P,6) X(48,P,5) \
+    X(49,P,2) X(50,P,4) X(51,P,0) X(52,P,1) X(53,P,3) X(54,P,7) X(55,P,6) X(56,P,4) X(57,P,1) X(58,P,2) \
+    X(59,P,5) X(60,P,3) X(61,P,7) X(62,P,6) X(63,P,5) X(64,P,3) X(65,P,6) X(66,P,4) X(67,P,1) X(68,P,2) \
+    X(69,P,5) X(70,P,2) X(71,P,4) X(72,P,0) X(73,P,0)
+#define QUAROT__MIXR74_B1(X) X(0,P,0) X(1,P,2) X(2,P,4) X(3,P,0) X(4,P,0) X(5,P,0) X(6,P,0) X(7,P,0) X(8,P,0) \
+    X(9,M,7) X(10,P,1) X(11,M,5) X(12,P,5) X(13,P,2) X(14,M,3) X(15,M,6) X(16,P,3) X(17,M,1) X(18,M,2) \
+    X(19,M,4) X(20,P,7) X(21,M,1) X(22,P,5) X(23,P,2) X(24,M,3) X(25,M,6) X(26,M,4) X(27,P,7) X(28,P,6) \
+    X(29,P,4) X(30,M,7) X(31,P,1) X(32,M,5) X(33,M,2) X(34,M,4) X(35,M,0) X(36,P,7) X(37,M,1) X(38,M,2) \
+    X(39,P,3) X(40,P,6) X(41,P,4) X(42,P,0) X(43,M,7) X(44,M,6) X(45,P,3) X(46,M,1) X(47,M,2) X(48,M,4) \
+    X(49,M,0) X(50,P,7) X(51,M,1) X(52,P,5) X(53,P,2) X(54,P,4) X(55,M,7) X(56,M,6) X(57,M,4) X(58,P,7) \
+    X(59,P,6) X(60,M,3) X(61,P,1) X(62,M,5) X(63,M,2) X(64,M,4) X(65,P,7) X(66,M,1) X(67,M,2) X(68,P,3) \
+    X(69,P,6) X(70,M,3) X(71,P,1) X(72,M,5) X(73,P,5)
+#define QUAROT__MIXR74_B2(X) X(0,P,0) X(1,M,3) X(2,P,1) X(3,M,5) X(4,P,5) X(5,P,2) X(6,P,4) X(7,P,0) X(8,P,0) \
+    X(9,P,0) X(10,P,0) X(11,P,0) X(12,P,0) X(13,M,7) X(14,P,1) X(15,M,5) X(16,P,5) X(17,P,2) X(18,M,3) \
+    X(19,M,6) X(20,P,3) X(21,M,1) X(22,M,2) X(23,M,4) X(24,P,7) X(25,M,1) X(26,P,5) X(27,P,2) X(28,M,3) \
+    X(29,M,6) X(30,M,4) X(31,P,7) X(32,P,6) X(33,P,4) X(34,M,7) X(35,P,1) X(36,M,5) X(37,M,2) X(38,M,4) \
+    X(39,M,0) X(40,P,7) X(41,M,1) X(42,M,2) X(43,P,3) X(44,P,6) X(45,P,4) X(46,P,0) X(47,M,7) X(48,M,6) \
+    X(49,P,3) X(50,M,1) X(51,M,2) X(52,M,4) X(53,M,0) X(54,P,7) X(55,M,1) X(56,P,5) X(57,P,2) X(58,P,4) \
+    X(59,M,7) X(60,M,6) X(61,M,4) X(62,P,7) X(63,P,6) X(64,M,3) X(65,P,1) X(66,M,5) X(67,M,2) X(68,M,4) \
+    X(69,P,7) X(70,M,1) X(71,M,2) X(72,P,3) X(73,P,6)
+#define QUAROT__MIXR74_B3(X) X(0,P,0) X(1,M,1) X(2,M,2) X(3,P,3) X(4,P,6) X(5,M,3) X(6,P,1) X(7,M,5) X(8,P,5) \
+    X(9,P,2) X(10,P,4) X(11,P,0) X(12,P,0) X(13,P,0) X(14,P,0) X(15,P,0) X(16,P,0) X(17,M,7) X(18,P,1) \
+    X(19,M,5) X(20,P,5) X(21,P,2) X(22,M,3) X(23,M,6) X(24,P,3) X(25,M,1) X(26,M,2) X(27,M,4) X(28,P,7) \
+    X(29,M,1) X(30,P,5) X(31,P,2) X(32,M,3) X(33,M,6) X(34,M,4) X(35,P,7) X(36,P,6) X(37,P,4) X(38,M,7) \
+    X(39,P,1) X(40,M,5) X(41,M,2) X(42,M,4) X(43,M,0) X(44,P,7) X(45,M,1) X(46,M,2) X(47,P,3) X(48,P,6) \
+    X(49,P,4) X(50,P,0) X(51,M,7) X(52,M,6) X(53,P,3) X(54,M,1) X(55,M,2) X(56,M,4) X(57,M,0) X(58,P,7) \
+    X(59,M,1) X(60,P,5) X(61,P,2) X(62,P,4) X(63,M,7) X(64,M,6) X(65,M,4) X(66,P,7) X(67,P,6) X(68,M,3) \
+    X(69,P,1) X(70,M,5) X(71,M,2) X(72,M,4) X(73,P,7)
+#define QUAROT__MIXR74_B4(X) X(0,P,0) X(1,M,5) X(2,M,2) X(3,M,4) X(4,P,7) X(5,M,1) X(6,M,2) X(7,P,3) X(8,P,6) \
+    X(9,M,3) X(10,P,1) X(11,M,5) X(12,P,5) X(13,P,2) X(14,P,4) X(15,P,0) X(16,P,0) X(17,P,0) X(18,P,0) \
+    X(19,P,0) X(20,P,0) X(21,M,7) X(22,P,1) X(23,M,5) X(24,P,5) X(25,P,2) X(26,M,3) X(27,M,6) X(28,P,3) \
+    X(29,M,1) X(30,M,2) X(31,M,4) X(32,P,7) X(33,M,1) X(34,P,5) X(35,P,2) X(36,M,3) X(37,M,6) X(38,M,4) \
+    X(39,P,7) X(40,P,6) X(41,P,4) X(42,M,7) X(43,P,1) X(44,M,5) X(45,M,2) X(46,M,4) X(47,M,0) X(48,P,7) \
+    X(49,M,1) X(50,M,2) X(51,P,3) X(52,P,6) X(53,P,4) X(54,P,0) X(55,M,7) X(56,M,6) X(57,P,3) X(58,M,1) \
+    X(59,M,2) X(60,M,4) X(61,M,0) X(62,P,7) X(63,M,1) X(64,P,5) X(65,P,2) X(66,P,4) X(67,M,7) X(68,M,6) \
+    X(69,M,4) X(70,P,7) X(71,P,6) X(72,M,3) X(73,P,1)
+#define QUAROT__MIXR74_B5(X) X(0,P,0) X(1,P,7) X(2,P,6) X(3,M,3) X(4,P,1) X(5,M,5) X(6,M,2) X(7,M,4) X(8,P,7) \
+    X(9,M,1) X(10,M,2) X(11,P,3) X(12,P,6) X(13,M,3) X(14,P,1) X(15,M,5) X(16,P,5) X(17,P,2) X(18,P,4) \
+    X(19,P,0) X(20,P,0) X(21,P,0) X(22,P,0) X(23,P,0) X(24,P,0) X(25,M,7) X(26,P,1) X(27,M,5) X(28,P,5) \
+    X(29,P,2) X(30,M,3) X(31,M,6) X(32,P,3) X(33,M,1) X(34,M,2) X(35,M,4) X(36,P,7) X(37,M,1) X(38,P,5) \
+    X(39,P,2) X(40,M,3) X(41,M,6) X(42,M,4) X(43,P,7) X(44,P,6) X(45,P,4) X(46,M,7) X(47,P,1) X(48,M,5) \
+    X(49,M,2) X(50,M,4) X(51,M,0) X(52,P,7) X(53,M,1) X(54,M,2) X(55,P,3) X(56,P,6) X(57,P,4) X(58,P,0) \
+    X(59,M,7) X(60,M,6) X(61,P,3) X(62,M,1) X(63,M,2) X(64,M,4) X(65,M,0) X(66,P,7) X(67,M,1) X(68,P,5) \
+    X(69,P,2) X(70,P,4) X(71,M,7) X(72,M,6) X(73,M,4)
+#define QUAROT__MIXR74_B6(X) X(0,P,0) X(1,P,4) X(2,M,7) X(3,M,6) X(4,M,4) X(5,P,7) X(6,P,6) X(7,M,3) X(8,P,1) \
+    X(9,M,5) X(10,M,2) X(11,M,4) X(12,P,7) X(13,M,1) X(14,M,2) X(15,P,3) X(16,P,6) X(17,M,3) X(18,P,1) \
+    X(19,M,5) X(20,P,5) X(21,P,2) X(22,P,4) X(23,P,0) X(24,P,0) X(25,P,0) X(26,P,0) X(27,P,0) X(28,P,0) \
+    X(29,M,7) X(30,P,1) X(31,M,5) X(32,P,5) X(33,P,2) X(34,M,3) X(35,M,6) X(36,P,3) X(37,M,1) X(38,M,2) \
+    X(39,M,4) X(40,P,7) X(41,M,1) X(42,P,5) X(43,P,2) X(44,M,3) X(45,M,6) X(46,M,4) X(47,P,7) X(48,P,6) \
+    X(49,P,4) X(50,M,7) X(51,P,1) X(52,M,5) X(53,M,2) X(54,M,4) X(55,M,0) X(56,P,7) X(57,M,1) X(58,M,2) \
+    X(59,P,3) X(60,P,6) X(61,P,4) X(62,P,0) X(63,M,7) X(64,M,6) X(65,P,3) X(66,M,1) X(67,M,2) X(68,M,4) \
+    X(69,M,0) X(70,P,7) X(71,M,1) X(72,P,5) X(73,P,2)
+#define QUAROT__MIXR74_B7(X) X(0,P,0) X(1,P,7) X(2,M,1) X(3,P,5) X(4,P,2) X(5,P,4) X(6,M,7) X(7,M,6) X(8,M,4) \
+    X(9,P,7) X(10,P,6) X(11,M,3) X(12,P,1) X(13,M,5) X(14,M,2) X(15,M,4) X(16,P,7) X(17,M,1) X(18,M,2) \
+    X(19,P,3) X(20,P,6) X(21,M,3) X(22,P,1) X(23,M,5) X(24,P,5) X(25,P,2) X(26,P,4) X(27,P,0) X(28,P,0) \
+    X(29,P,0) X(30,P,0) X(31,P,0) X(32,P,0) X(33,M,7) X(34,P,1) X(35,M,5) X(36,P,5) X(37,P,2) X(38,M,3) \
+    X(39,M,6) X(40,P,3) X(41,M,1) X(42,M,2) X(43,M,4) X(44,P,7) X(45,M,1) X(46,P,5) X(47,P,2) X(48,M,3) \
+    X(49,M,6) X(50,M,4) X(51,P,7) X(52,P,6) X(53,P,4) X(54,M,7) X(55,P,1) X(56,M,5) X(57,M,2) X(58,M,4) \
+    X(59,M,0) X(60,P,7) X(61,M,1) X(62,M,2) X(63,P,3) X(64,P,6) X(65,P,4) X(66,P,0) X(67,M,7) X(68,M,6) \
+    X(69,P,3) X(70,M,1) X(71,M,2) X(72,M,4) X(73,M,0)
+#define QUAROT__MIXR74_B8(X) X(0,P,0) X(1,M,1) X(2,M,2) X(3,M,4) X(4,M,0) X(5,P,7) X(6,M,1) X(7,P,5) X(8,P,2) \
+    X(9,P,4) X(10,M,7) X(11,M,6) X(12,M,4) X(13,P,7) X(14,P,6) X(15,M,3) X(16,P,1) X(17,M,5) X(18,M,2) \
+    X(19,M,4) X(20,P,7) X(21,M,1) X(22,M,2) X(23,P,3) X(24,P,6) X(25,M,3) X(26,P,1) X(27,M,5) X(28,P,5) \
+    X(29,P,2) X(30,P,4) X(31,P,0) X(32,P,0) X(33,P,0) X(34,P,0) X(35,P,0) X(36,P,0) X(37,M,7) X(38,P,1) \
+    X(39,M,5) X(40,P,5) X(41,P,2) X(42,M,3) X(43,M,6) X(44,P,3) X(45,M,1) X(46,M,2) X(47,M,4) X(48,P,7) \
+    X(49,M,1) X(50,P,5) X(51,P,2) X(52,M,3) X(53,M,6) X(54,M,4) X(55,P,7) X(56,P,6) X(57,P,4) X(58,M,7) \
+    X(59,P,1) X(60,M,5) X(61,M,2) X(62,M,4) X(63,M,0) X(64,P,7) X(65,M,1) X(66,M,2) X(67,P,3) X(68,P,6) \
+    X(69,P,4) X(70,P,0) X(71,M,7) X(72,M,6) X(73,P,3)
+#define QUAROT__MIXR74_B9(X) X(0,P,0) X(1,P,0) X(2,M,7) X(3,M,6) X(4,P,3) X(5,M,1) X(6,M,2) X(7,M,4) X(8,M,0) \
+    X(9,P,7) X(10,M,1) X(11,P,5) X(12,P,2) X(13,P,4) X(14,M,7) X(15,M,6) X(16,M,4) X(17,P,7) X(18,P,6) \
+    X(19,M,3) X(20,P,1) X(21,M,5) X(22,M,2) X(23,M,4) X(24,P,7) X(25,M,1) X(26,M,2) X(27,P,3) X(28,P,6) \
+    X(29,M,3) X(30,P,1) X(31,M,5) X(32,P,5) X(33,P,2) X(34,P,4) X(35,P,0) X(36,P,0) X(37,P,0) X(38,P,0) \
+    X(39,P,0) X(40,P,0) X(41,M,7) X(42,P,1) X(43,M,5) X(44,P,5) X(45,P,2) X(46,M,3) X(47,M,6) X(48,P,3) \
+    X(49,M,1) X(50,M,2) X(51,M,4) X(52,P,7) X(53,M,1) X(54,P,5) X(55,P,2) X(56,M,3) X(57,M,6) X(58,M,4) \
+    X(59,P,7) X(60,P,6) X(61,P,4) X(62,M,7) X(63,P,1) X(64,M,5) X(65,M,2) X(66,M,4) X(67,M,0) X(68,P,7) \
+    X(69,M,1) X(70,M,2) X(71,P,3) X(72,P,6) X(73,P,4)
+#define QUAROT__MIXR74_B10(X) X(0,P,0) X(1,M,2) X(2,P,3) X(3,P,6) X(4,P,4) X(5,P,0) X(6,M,7) X(7,M,6) X(8,P,3) \
+    X(9,M,1) X(10,M,2) X(11,M,4) X(12,M,0) X(13,P,7) X(14,M,1) X(15,P,5) X(16,P,2) X(17,P,4) X(18,M,7) \
+    X(19,M,6) X(20,M,4) X(21,P,7) X(22,P,6) X(23,M,3) X(24,P,1) X(25,M,5) X(26,M,2) X(27,M,4) X(28,P,7) \
+    X(29,M,1) X(30,M,2) X(31,P,3) X(32,P,6) X(33,M,3) X(34,P,1) X(35,M,5) X(36,P,5) X(37,P,2) X(38,P,4) \
+    X(39,P,0) X(40,P,0) X(41,P,0) X(42,P,0) X(43,P,0) X(44,P,0) X(45,M,7) X(46,P,1) X(47,M,5) X(48,P,5) \
+    X(49,P,2) X(50,M,3) X(51,M,6) X(52,P,3) X(53,M,1) X(54,M,2) X(55,M,4) X(56,P,7) X(57,M,1) X(58,P,5) \
+    X(59,P,2) X(60,M,3) X(61,M,6) X(62,M,4) X(63,P,7) X(64,P,6) X(65,P,4) X(66,M,7) X(67,P,1) X(68,M,5) \
+    X(69,M,2) X(70,M,4) X(71,M,0) X(72,P,7) X(73,M,1)
+#define QUAROT__MIXR74_B11(X) X(0,P,0) X(1,M,4) X(2,M,0) X(3,P,7) X(4,M,1) X(5,M,2) X(6,P,3) X(7,P,6) X(8,P,4) \
+    X(9,P,0) X(10,M,7) X(11,M,6) X(12,P,3) X(13,M,1) X(14,M,2) X(15,M,4) X(16,M,0) X(17,P,7) X(18,M,1) \
+    X(19,P,5) X(20,P,2) X(21,P,4) X(22,M,7) X(23,M,6) X(24,M,4) X(25,P,7) X(26,P,6) X(27,M,3) X(28,P,1) \
+    X(29,M,5) X(30,M,2) X(31,M,4) X(32,P,7) X(33,M,1) X(34,M,2) X(35,P,3) X(36,P,6) X(37,M,3) X(38,P,1) \
+    X(39,M,5) X(40,P,5) X(41,P,2) X(42,P,4) X(43,P,0) X(44,P,0) X(45,P,0) X(46,P,0) X(47,P,0) X(48,P,0) \
+    X(49,M,7) X(50,P,1) X(51,M,5) X(52,P,5) X(53,P,2) X(54,M,3) X(55,M,6) X(56,P,3) X(57,M,1) X(58,M,2) \
+    X(59,M,4) X(60,P,7) X(61,M,1) X(62,P,5) X(63,P,2) X(64,M,3) X(65,M,6) X(66,M,4) X(67,P,7) X(68,P,6) \
+    X(69,P,4) X(70,M,7) X(71,P,1) X(72,M,5) X(73,M,2)
+#define QUAROT__MIXR74_B12(X) X(0,P,0) X(1,M,7) X(2,P,1) X(3,M,5) X(4,M,2) X(5,M,4) X(6,M,0) X(7,P,7) X(8,M,1) \
+    X(9,M,2) X(10,P,3) X(11,P,6) X(12,P,4) X(13,P,0) X(14,M,7) X(15,M,6) X(16,P,3) X(17,M,1) X(18,M,2) \
+    X(19,M,4) X(20,M,0) X(21,P,7) X(22,M,1) X(23,P,5) X(24,P,2) X(25,P,4) X(26,M,7) X(27,M,6) X(28,M,4) \
+    X(29,P,7) X(30,P,6) X(31,M,3) X(32,P,1) X(33,M,5) X(34,M,2) X(35,M,4) X(36,P,7) X(37,M,1) X(38,M,2) \
+    X(39,P,3) X(40,P,6) X(41,M,3) X(42,P,1) X(43,M,5) X(44,P,5) X(45,P,2) X(46,P,4) X(47,P,0) X(48,P,0) \
+    X(49,P,0) X(50,P,0) X(51,P,0) X(52,P,0) X(53,M,7) X(54,P,1) X(55,M,5) X(56,P,5) X(57,P,2) X(58,M,3) \
+    X(59,M,6) X(60,P,3) X(61,M,1) X(62,M,2) X(63,M,4) X(64,P,7) X(65,M,1) X(66,P,5) X(67,P,2) X(68,M,3) \
+    X(69,M,6) X(70,M,4) X(71,P,7) X(72,P,6) X(73,P,4)
+#define QUAROT__MIXR74_B13(X) X(0,P,0) X(1,M,4) X(2,P,7) X(3,P,6) X(4,P,4) X(5,M,7) X(6,P,1) X(7,M,5) X(8,M,2) \
+    X(9,M,4) X(10,M,0) X(11,P,7) X(12,M,1) X(13,M,2) X(14,P,3) X(15,P,6) X(16,P,4) X(17,P,0) X(18,M,7) \
+    X(19,M,6) X(20,P,3) X(21,M,1) X(22,M,2) X(23,M,4) X(24,M,0) X(25,P,7) X(26,M,1) X(27,P,5) X(28,P,2) \
+    X(29,P,4) X(30,M,7) X(31,M,6) X(32,M,4) X(33,P,7) X(34,P,6) X(35,M,3) X(36,P,1) X(37,M,5) X(38,M,2) \
+    X(39,M,4) X(40,P,7) X(41,M,1) X(42,M,2) X(43,P,3) X(44,P,6) X(45,M,3) X(46,P,1) X(47,M,5) X(48,P,5) \
+    X(49,P,2) X(50,P,4) X(51,P,0) X(52,P,0) X(53,P,0) X(54,P,0) X(55,P,0) X(56,P,0) X(57,M,7) X(58,P,1) \
+    X(59,M,5) X(60,P,5) X(61,P,2) X(62,M,3) X(63,M,6) X(64,P,3) X(65,M,1) X(66,M,2) X(67,M,4) X(68,P,7) \
+    X(69,M,1) X(70,P,5) X(71,P,2) X(72,M,3) X(73,M,6)
+#define QUAROT__MIXR74_B14(X) X(0,P,0) X(1,P,5) X(2,P,2) X(3,M,3) X(4,M,6) X(5,M,4) X(6,P,7) X(7,P,6) X(8,P,4) \
+    X(9,M,7) X(10,P,1) X(11,M,5) X(12,M,2) X(13,M,4) X(14,M,0) X(15,P,7) X(16,M,1) X(17,M,2) X(18,P,3) \
+    X(19,P,6) X(20,P,4) X(21,P,0) X(22,M,7) X(23,M,6) X(24,P,3) X(25,M,1) X(26,M,2) X(27,M,4) X(28,M,0) \
+    X(29,P,7) X(30,M,1) X(31,P,5) X(32,P,2) X(33,P,4) X(34,M,7) X(35,M,6) X(36,M,4) X(37,P,7) X(38,P,6) \
+    X(39,M,3) X(40,P,1) X(41,M,5) X(42,M,2) X(43,M,4) X(44,P,7) X(45,M,1) X(46,M,2) X(47,P,3) X(48,P,6) \
+    X(49,M,3) X(50,P,1) X(51,M,5) X(52,P,5) X(53,P,2) X(54,P,4) X(55,P,0) X(56,P,0) X(57,P,0) X(58,P,0) \
+    X(59,P,0) X(60,P,0) X(61,M,7) X(62,P,1) X(63,M,5) X(64,P,5) X(65,P,2) X(66,M,3) X(67,M,6) X(68,P,3) \
+    X(69,M,1) X(70,M,2) X(71,M,4) X(72,P,7) X(73,M,1)
+#define QUAROT__MIXR74_B15(X) X(0,P,0) X(1,M,2) X(2,M,4) X(3,P,7) X(4,M,1) X(5,P,5) X(6,P,2) X(7,M,3) X(8,M,6) \
+    X(9,M,4) X(10,P,7) X(11,P,6) X(12,P,4) X(13,M,7) X(14,P,1) X(15,M,5) X(16,M,2) X(17,M,4) X(18,M,0) \
+    X(19,P,7) X(20,M,1) X(21,M,2) X(22,P,3) X(23,P,6) X(24,P,4) X(25,P,0) X(26,M,7) X(27,M,6) X(28,P,3) \
+    X(29,M,1) X(30,M,2) X(31,M,4) X(32,M,0) X(33,P,7) X(34,M,1) X(35,P,5) X(36,P,2) X(37,P,4) X(38,M,7) \
+    X(39,M,6) X(40,M,4) X(41,P,7) X(42,P,6) X(43,M,3) X(44,P,1) X(45,M,5) X(46,M,2) X(47,M,4) X(48,P,7) \
+    X(49,M,1) X(50,M,2) X(51,P,3) X(52,P,6) X(53,M,3) X(54,P,1) X(55,M,5) X(56,P,5) X(57,P,2) X(58,P,4) \
+    X(59,P,0) X(60,P,0) X(61,P,0) X(62,P,0) X(63,P,0) X(64,P,0) X(65,M,7) X(66,P,1) X(67,M,5) X(68,P,5) \
+    X(69,P,2) X(70,M,3) X(71,M,6) X(72,P,3) X(73,M,1)
+#define QUAROT__MIXR74_B16(X) X(0,P,0) X(1,M,3) X(2,M,6) X(3,P,3) X(4,M,1) X(5,M,2) X(6,M,4) X(7,P,7) X(8,M,1) \
+    X(9,P,5) X(10,P,2) X(11,M,3) X(12,M,6) X(13,M,4) X(14,P,7) X(15,P,6) X(16,P,4) X(17,M,7) X(18,P,1) \
+    X(19,M,5) X(20,M,2) X(21,M,4) X(22,M,0) X(23,P,7) X(24,M,1) X(25,M,2) X(26,P,3) X(27,P,6) X(28,P,4) \
+    X(29,P,0) X(30,M,7) X(31,M,6) X(32,P,3) X(33,M,1) X(34,M,2) X(35,M,4) X(36,M,0) X(37,P,7) X(38,M,1) \
+    X(39,P,5) X(40,P,2) X(41,P,4) X(42,M,7) X(43,M,6) X(44,M,4) X(45,P,7) X(46,P,6) X(47,M,3) X(48,P,1) \
+    X(49,M,5) X(50,M,2) X(51,M,4) X(52,P,7) X(53,M,1) X(54,M,2) X(55,P,3) X(56,P,6) X(57,M,3) X(58,P,1) \
+    X(59,M,5) X(60,P,5) X(61,P,2) X(62,P,4) X(63,P,0) X(64,P,0) X(65,P,0) X(66,P,0) X(67,P,0) X(68,P,0) \
+    X(69,M,7) X(70,P,1) X(71,M,5) X(72,P,5) X(73,P,2)
+#define QUAROT__MIXR74_B17(X) X(0,P,0) X(1,P,1) X(2,M,5) X(3,P,5) X(4,P,2) X(5,M,3) X(6,M,6) X(7,P,3) X(8,M,1) \
+    X(9,M,2) X(10,M,4) X(11,P,7) X(12,M,1) X(13,P,5) X(14,P,2) X(15,M,3) X(16,M,6) X(17,M,4) X(18,P,7) \
+    X(19,P,6) X(20,P,4) X(21,M,7) X(22,P,1) X(23,M,5) X(24,M,2) X(25,M,4) X(26,M,0) X(27,P,7) X(28,M,1) \
+    X(29,M,2) X(30,P,3) X(31,P,6) X(32,P,4) X(33,P,0) X(34,M,7) X(35,M,6) X(36,P,3) X(37,M,1) X(38,M,2) \
+    X(39,M,4) X(40,M,0) X(41,P,7) X(42,M,1) X(43,P,5) X(44,P,2) X(45,P,4) X(46,M,7) X(47,M,6) X(48,M,4) \
+    X(49,P,7) X(50,P,6) X(51,M,3) X(52,P,1) X(53,M,5) X(54,M,2) X(55,M,4) X(56,P,7) X(57,M,1) X(58,M,2) \
+    X(59,P,3) X(60,P,6) X(61,M,3) X(62,P,1) X(63,M,5) X(64,P,5) X(65,P,2) X(66,P,4) X(67,P,0) X(68,P,0) \
+    X(69,P,0) X(70,P,0) X(71,P,0) X(72,P,0) X(73,M,7)
+#define QUAROT__MIXR74_B18(X) X(0,P,0) X(1,P,0) X(2,P,0) X(3,P,0) X(4,M,1) X(5,P,1) X(6,M,1) X(7,P,1) X(8,P,0) \
+    X(9,M,1) X(10,M,0) X(11,P,1) X(12,M,1) X(13,M,0) X(14,M,0) X(15,P,1) X(16,M,1) X(17,P,1) X(18,P,0) \
+    X(19,M,1) X(20,M,0) X(21,M,0) X(22,P,1) X(23,P,0) X(24,P,0) X(25,M,1) X(26,P,1) X(27,M,1) X(28,M,0) \
+    X(29,M,0) X(30,M,0) X(31,P,1) X(32,M,1) X(33,M,0) X(34,P,1) X(35,P,0) X(36,P,0) X(37,P,0) X(38,M,1) \
+    X(39,M,0) X(40,P,1) X(41,M,1) X(42,M,0) X(43,M,0) X(44,M,0) X(45,P,1) X(46,M,1) X(47,P,1) X(48,P,0) \
+    X(49,P,0) X(50,M,1) X(51,M,0) X(52,M,0) X(53,P,1) X(54,P,0) X(55,M,1) X(56,P,1) X(57,M,1) X(58,M,0) \
+    X(59,M,0) X(60,P,1) X(61,M,1) X(62,M,0) X(63,P,1) X(64,P,0) X(65,M,1) X(66,P,1) X(67,M,1) X(68,P,1) \
+    X(69,P,0) X(70,P,0) X(71,P,0) X(72,P,0) X(73,P,0)
+#define QUAROT__MIXR74(B) B(74,0,4,F) B(74,1,4,A) B(74,2,4,A) B(74,3,4,A) B(74,4,4,A) B(74,5,4,A) B(74,6,4,A) \
+    B(74,7,4,A) B(74,8,4,A) B(74,9,4,A) B(74,10,4,A) B(74,11,4,A) B(74,12,4,A) B(74,13,4,A) B(74,14,4,A) \
+    B(74,15,4,A) B(74,16,4,A) B(74,17,4,A) B(74,18,2,Z)
+// end generated by tools/gen_mixr.c
+
 // >>hadamard
 // n = 2^e * o (o odd) is available iff e >= emin(o), where for an odd d, emin(d) is the least f with
 // 2^f*d reachable: a primitive order 2^f*d (Paley I: 2^f*d - 1 a prime power; Paley II: f = 2 and
@@ -3017,7 +3597,17 @@ QUAROT_API quarot_result quarot_convert(void* out, quarot_dtype out_dt, const vo
 #define QUAROT__HAD_MAXP 10      // ... and at most 9 distinct prime factors
 #define QUAROT__HAD_INF 127      // emin of an odd part with no construction (within the exponent cap)
 
-static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex);   // in the tables section below
+// 1 and the table's mask and hex string when order n is embedded, else 0.
+static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex) {
+    size_t i;
+    for (i = 0; i < sizeof quarot__hadtables / sizeof quarot__hadtables[0]; ++i) {
+        if ((int64_t)quarot__hadtables[i].n != n) continue;
+        if (back_mask) *back_mask = quarot__hadtables[i].back_mask;
+        if (hex) *hex = quarot__hadtables[i].hex;
+        return 1;
+    }
+    return 0;
+}
 
 // What quarot__had_analyze learns about n: the odd divisors d of o (indexed in mixed radix over o's
 // prime factorization, so d1 | d implies index(d1) <= index(d) digit by digit) and for each one
@@ -3360,7 +3950,7 @@ static quarot_result quarot__had_paley(int kind, int64_t q64, int8_t* out, const
 }
 
 // Embedded table: 4x4 blocks of size m, block (bi, bj) circulant (row r = first row shifted right by r)
-// or back-circulant (shifted left by r), first rows as packed bits (see >>hadtables).
+// or back-circulant (shifted left by r), first rows as packed bits (see >>generated).
 static quarot_result quarot__had_table(int64_t K, int8_t* out) {
     uint32_t mask;
     const char* hex;
@@ -3497,172 +4087,13 @@ QUAROT_API quarot_result quarot_hadamard_build_f64(int64_t n, int normalized, do
     return QUAROT_OK;
 }
 
-// >>hadtables
-// Hadamard matrices no construction here reaches, as 4x4 arrays of circulant / back-circulant
-// blocks of size m = N/4 (Williamson and Goethals-Seidel arrays):
-//     H[bi*m + r][bj*m + j] = s(bi, bj, (j - r) mod m)   block circulant,
-//                             s(bi, bj, (j + r) mod m)   block back-circulant (bit 4*bi+bj of mask),
-// s(bi, bj, c) = bit (4*bi + bj)*m + c of the hex string (4 bits a digit, MSB first), 1 = -1.
-// Generated by tools/gen_hadtables.py, which checks H*H^T = N*I and that this rebuild gives the
-// source file back. 22 orders, 4836 bytes of signs.
-typedef struct quarot__hadtable {
-    int32_t n;            // order, a multiple of 4
-    uint32_t back_mask;   // bit 4*bi+bj set: block (bi, bj) is back-circulant
-    const char* hex;      // 16 first rows, N hex digits
-} quarot__hadtable;
-
-static const quarot__hadtable quarot__hadtables[] = {
-    {92, 0x0000,
-     "117e88394a71260649dd2eee35ac622fd1311688a4c0c9b67e6c774bb845fa271ad63c45a236cfcd87294e08bf44"},
-    {116, 0x0000,
-     "368845b04b81d217340b3a39af59cf68fc5b9b4422db8ca14c6b9a059da32fd310e6bd670da2116ded1f8b7e328531d197e9"
-     "8825c0e906d108b6"},
-    {156, 0x0000,
-     "1afb3cdf581d9eb5e6e065d6f6ba6395f123ea7f130a50c8e35f679beb235076e0ac0cbaded74ce68a425166e57c48fa9c6b"
-     "ecf37d678985286478d41db82b1cd1484a2cc3b3d6bcdc0d7d9e6fac"},
-    {172, 0x0000,
-     "730a26450ce40f5926bc085350bd0aca1c2d9fe6d0edf8536ca1fae6144c8a19f1e9300c9788a6a17a1594eb2bd0bd4d670b"
-     "67f9b439cc28991433efc29b650fdc7a4c0325e3d657a17a9ac81eb24d78139851322867"},
-    {188, 0x7bde,
-     "5ede70ebc0dcec0f5dc61215b47ddcd22b7368fbbe5ba9189f8511cf6f4bdbce1d781bbb512c11074976a259ddf16c92e088"
-     "cb752225769f77c5b57b79c3af0375ede71143f2292e088348adc257698883a4d090c775e06eaf6f3875e06e"},
-    {236, 0x7bde,
-     "042cc2e85d3b0872e9d8425d0cd087086e5d145e65efb4589ef5743342168b13ded17997bc085985d0ba7610fde99e8a8437"
-     "2e97bd33d145d3b0873de468bae86684010b30babde468b410b30ba174ec21fbd33d16f791a2c974ec21517997bc10b30bae"
-     "8b13de0216617484372e9821661742e9d843"},
-    {260, 0x7bde,
-     "0ac66ca0051cb62ffd1b4e283eb2672bfe8da7143f593395e0b92c75efac99caf05c963af829b31a805633650028e5b17fa9"
-     "cc9afbd71a4e822b19b281eb8d274005c963af029b31a80ac66ca0851cb62f82b19b2801472d8bfd4e64d7c1472d8bffa369"
-     "c50829b31a87539935f851cb62fc56336507d71a4e80158cd9400a396c5f"},
-    {268, 0x7bde,
-     "2637871a520070dcc8be009565ca4754d99d870024d38f09cddd07fdaa57291d536ba0ffb54d1adc55924c6f0e34a400e1b9"
-     "b655c4a752adff05d2637871a6dff8f232989e3ff6cb1c3d8c84d51dac56a9007d1498de1c694801c3736cab894e9aa401f4"
-     "445f004ab51adc55936721e3964801c37349aa3b58b2adff05d931bc38d2900386e6"},
-    {292, 0x7bde,
-     "48a660f1f15f811071344b6a3102b694cc11d1c1103f520e1f335db2ed2573beada53304797692b9dfa92d667dc24533078f"
-     "8afc08838b106652dabee7525ba7229983c7da81fbbe3ab8fbbf02b7c78332891df335a4a82315b48b1229983c7c57e0441c"
-     "58833296d408c56d22d6896d4620a92d667dc37599f0e095f8110714ef99ad257ee7525ba4914cc1e3e2bf0220e2"},
-    {356, 0x7bde,
-     "746502b24d6009c68f8728d814b71ce401ac9cafd674629c3e2c8dff29b657eb3a29fad238b9006b272bf59d14fd691c637f"
-     "ca6c6a053173a32815926b004e347c39445cd7ea726b004e8e25afcbd1940ac935802765c1e35c758f074dc8035926a05317"
-     "746502b1b29ff62e3b4a069d1940ac93580271a3e1ca22e6bf53935802738ed281bb0296e3a37fca6c6a053170b9afd4db29"
-     "ff6268f8728fa328158d94ffb18e25afc8e8ca05649ac0138d1f0e51"},
-    {404, 0x7bde,
-     "657095203d20c37263c6468afe7382d95593b0c12ffed5bc567ea2c4c7836279f687f6ade2b2631f49aae4ec304bffb56f15"
-     "9318fa4d54d89e7da00254875332b84a901e9061b931e323457cd47b56ffe9061b93aac97c63395c25480f4830dc9f0e6e5d"
-     "400574ece1f2761825e025487536570952002df3c8d8aa6d0739995c25480f4830dc98f191a2be6a3dab7ff4830dc9aa9b41"
-     "ce7ce705b2a8d89e7da0025487531a8f6adfc2df3c8d83c6468aff2b84a90016f9e46caac97c630cae12a407a4186e4c78c8"
-     "d15f"},
-    {412, 0x7bde,
-     "1d9fa5aadd710f7144aa5a0646165e328526e054e652faef9f131bf24bc0353cff6c70b5d374771ddd7483fb36edcec863e5"
-     "a1ef4d0e6bd6c8fd58cd6828830763b3f4b55bae21ee28954b40c8fc2d3e309b9dbb66fe0975ddc70e89a2978e48061a9fe1"
-     "6d813939036d0ff2b0c024e3d28b22e21e960e7b231224c80fb45111c4767e96ab75c43dc512a968191a3e7dd7d299ca81d9"
-     "28531e9a01c44516f8099224626f3834bc3c5d975a1c6dfe795807a49fb1ae0c11416b31abf136bd670b2f8ecfd2d56eb887"
-     "b8a2552d0323"},
-    {428, 0x7bde,
-     "41611316e17cd1a8843caf8487b384336b0484562cfa225cdde5f6f090fa9e2f753a60bc4b9bbcbeb1ef3253ea1158b3e889"
-     "737797d63de64a7dbdd4e982eed1910d0482c2262dc2f9a35108795f090f60b0898b7741972bbd41ad984393e9eece91e832"
-     "e577a3caf8487b43dbc1587422b167d0ed1910d04fa7bb3a445f346a215f2933de3505844c5b85f346a210f2be121ec16113"
-     "16ee832e577b7ca4cf78c9c219b582bdd4e982eed1910d0505844c5b85f346a2170d41ede11f4f767488be68d44241ad9843"
-     "9a0b0898b70be68d4421e57c243d"},
-    {452, 0x7bde,
-     "4036d44e180298f0ecc524772bcadd274a3d44cdc3c65009e37524ff6a7a9dc494991e1cd7fcf1ba927fa8b62d70aeb370f1"
-     "940278dd493fd45b16b85766478735fec3915b601201b6a270c014c787662923b95e55fe495d8f2014c78766ba875a368b00"
-     "db5138600a63c3b36b6e2350d4561588edad9b878ca00c3915b6014036d44e1bfd670f1328af14b92e900db5138600a63c3b"
-     "31491dcaf2aff24aec7900a63c3b322bc52e4bbba4e947a8a6478735fec3915b6013fc92bb1e7fd670f132524772bcae01b6"
-     "a270dfeb387899ba875a3688806da89c300531e1d98a48ee5795"},
-    {476, 0x7bde,
-     "5a4e33022e167a234094182abccbf34f78261fa4a40b1179a22efcce36967e99eaa0c2b7e9dd0cbc5df99c6d2ac21f67816a"
-     "902c45e688bbf338da55843ecf02dadfa77432ee88198e4b4b49c66045c2cf446812830557997e52d8e67ee88b3d11a04ab4"
-     "0f37c21ada4e33022e167a234095e7d543340c60598557cf520588bcd0e88198e4b56938cc08bba61772fdaa5f8641ef2969"
-     "38cc08b859e88d025060aaf32fca5b1ccfdd1167a23409497e1907bcba7bc130fd2adfa77432ee88198e4b496c733f747a61"
-     "772fda860aaf32fced2719811774c2ee5fb5b40f37c21a2d271981170b3d11a04a0c155e65f9"},
-    {508, 0x7bde,
-     "68d5f663be69680e8fe96982399054e9ef2fc77aac0acba7677841277927a65bff57c64754ad2cafc64439be41bc39b6ce5f"
-     "876fb953e2cabced7621af84ca008681c42a9fa9a2c4c43df6c436c2cd2d1abecc77cd2d01d1fd2d3047320a9d02990fac23"
-     "75b9ea9a3e54efb70fd39b131e13ec131eece0565a56a8ece0a801002a0e6e2ad4b4d40e6ef1906f90f193eb37829ee45230"
-     "ab2e0d588247816325a357d98ef9a5a03a3fa5a608e64153a6997927b92087b9b974d40d57b8fd3de26340f1208d583a6a86"
-     "2513bca0f66bfb387b04fb3844c7ea696a55c4c7d5ff8b3436c236fbc23234595f9542381610b46afb31df34b40747f4b4c1"
-     "1cc82a74"},
-    {604, 0x7bde,
-     "4cb0750bdd8505348e698ed35f5e442f51f2cc81433d5d88f9d0adca494391b0f13dc20620537c059a6735d7449562cb79d9"
-     "8a1b5a6ce81ff52ce18bc3479bd5fd7e77006b7b2b077503e48bf5e61513b8317a91adb5e372787611efcefd69960ea17bb0"
-     "a0a691cd31da6bebc885ea3e59893e057706a6f6b00773f5fd5ecf161e8c39a5003f464d293d73230965cab6e8a298cd32fe"
-     "0920fe9966328a2edaa74d21899d792964c5f803b60fd447cac84a7fc460501509874f0b9e32d532c1d42f761414d239a63b"
-     "4d7d7910bd47cb32811810ef23c36270a494ed42e7c46eaf30a045a63ce87970c854050311ff2909a9f115f836fff02e6cb5"
-     "b0a3373da68d5245d759ccb3407dabf73f7886e1e4ec7adb5895e8c1dc8a867afda6583a85eec2829a4734c769afaf2217a8"
-     "f966"},
-    {652, 0x7bde,
-     "6dc7c0996794d5a01588cee57fa54d61966fc1c491034864e1ea2d4c4e24d33157b5e00d7d9674180b8d8b0d549e20b99943"
-     "de74ff4f1d64a0b1fe202925e4f8bdfc449a87bab9aad1ff2cdd6b98f64b46077e5bcd8f0ae959d8ed966754250ff94134c5"
-     "f3fadb8f8132cf29ab402b119dcaff4a9ac32cdf838903169378ceb5d9a7fc5aaceaef0ac911fde8f93d235fdc0397d6ca38"
-     "68068c21eb3317dc36aa7972711c9d3caad877d199af0862c02c38a6d7d38077f5be74b64398a5132c01d2a98a887a9b7701"
-     "0b83616db71f02659e53568056233b95fe95358659bf07124060b9a6fac01eb7aa332c91c8cad15e1c984b022b4360e84077"
-     "6caf08a8caa5c01a64528ce136973f2808ff1a0a4d71e5fe5cf785333a08f25561a3639fcfa32c829ff0a42ae669b71b9a97"
-     "50f1b3da7eeb6e3e04cb3ca6ad00ac46772bfd2a6b0cb37e0e24"},
-    {764, 0x7bde,
-     "01a4100dd2e2a0af8358b9c99a4a18ce19576bd3458497733b93bf8c95616d4f17b700ae74b04fdb3cc2182250382a21f869"
-     "30a677e158168b575619df9070b384baec59812682570a4ee50672ad90eecf785f2682f8e5f53bdf971027568c862362039b"
-     "54f495874247fa8c5a7d812619ef3eed7e3eaee0348201ba5c5415f06b173933494319c32aed7a68b092ee498b5720474fde"
-     "e57d38fa0b27d0f79bb84daa73053b92872df4dbf32e4516f1978fb0233ca8a974bf2bc08cd79b4f0381e5b3d66207a9fa5d"
-     "2a2a79881be3d31ed144e99fb65f6bb3a546fdc58108d416382fa6c17843223d92ac67d6236bc4069040374b8a82be0d62e7"
-     "2669286338655daf4d16125dc9150702910610cf36fc834b9d403b7a3cada1aa4c7f727721eb6235f31aa4de22610f41b2fa"
-     "0e34158840d1dfb152e6f482c903346eba439a1c13f730d5d5a2d0350fdcca192c3f3757c7eb77cf7986481be5a315fe242e"
-     "1a92f2ad9c046c4680d20806e9715057c1ac5ce4cd250c670cabb5e9a2c24bb9"},
-    {876, 0x7bde,
-     "05320a5850cd72857350f0b33f4cd0332f0f5315eb14cf5e5afb35e01518805e474b1c4b24986dc85d0c8a9baffc931c43e6"
-     "4ed071be92d2c58e01725e8a26beca204ed3091a080d85f59beb073c655af11936de28d1f85deae577a4b071ac2f623baaff"
-     "c0105d1d8e58999797eff573bfd0dc5a71da6db3c91bd179bab22801b671de0cd897c720b60a6414b0a19ae50ae6a1e1667e"
-     "99a0665e1ea62bd6299ebcb5f66bc0b0b3372c723a2fbfe005511dc85e538f96d08ac5422f03a75c249cc47ad531e706becd"
-     "7d0d8082c4865b90229beb228bd274038d1a5a4b4e9c7fa3685d76504d77ec4b3db97dfc9e8299053e30e6a943b9bfa7a664"
-     "69c6e2e8200ffd57711bd0d6383497ba9d5ee87e2c51edb014c829614335ca15cd43c2ccfd3340ccbc3d4c57ac533d796bec"
-     "d7da09c7d23660f71cdb00289abb3d17b1279b6cb71cb47617fb9d5ff9243ae5c0f442a3510b69f1ca7a13b88aa007fdf45c"
-     "4e34eccd0d02cee14ab3863e504ca0bc9fdf4ede691bf75905375d0b62ff1cb96952fb1c16e4cf8471927febb2a26174276c"
-     "3249a471a5c4f402315000299052c2866b942b9a878599fa668199787a98af58a67af2d7d9af"},
-    {956, 0x7bde,
-     "93d2304a7444034e1e909c7854bb7b3d9daa8034059669c6e23cd8c2d029e09aa2291f6e0455036c1e4ba152e01efcf52767"
-     "6c63a305e7390454947b654654edb767f314c826ee65f56ad4c4bab2038793bc2185f7c0a947241375e1e621112e17c86c90"
-     "8eb42f3a7b468a8a9263d8471ff0c97eadf986c0fb2aeeb7048fdd57e49f0da2f568ff081856c4c49ce2e7d0c637dd5b5c32"
-     "7a46094e888069c3d2138f0a976f67b3b5500680b2cd38dc479b185a0524f302540b678038ef21cdb57574e90d185e9477b6"
-     "4f60bc5bbbdcc3c289c12714a81f7d0c21ee4f0e026ae9195ab57d33bb2099467f376db953153626ae6ac49226033acdf644"
-     "6682a54aced1537f1e1b10f79e820fd5ae36fad867ed5fa4c3fe3886f192545458b7973d0b5c424d84fa1d222119e1ebb24f"
-     "48c129d1100d387a4271e152edecf676aa00d01659a71b88f3630b40a075b577d8c617ce8e724646d43021fe2d5e8b61f24f"
-     "d577e241daeea9be19143c33bddda3d06f26dee297a18b0972eaeadb384f71c01e6d02a40cf26fb63ad5f820bcf7846c3c7f"
-     "6545b9a952a0b31137d9ae60322491ab3ab27c52544139cf418b8c6dcdc95e7ef00e950ba4f06d815440edf1288ab20f49e9"
-     "18253a2201a70f484e3c2a5dbd9eced5401a02cb34e3711e6c616814"},
-    {1004, 0x7bde,
-     "2f7f12954791c6d70beb9a3a0cd10a9a6c9e4a6206078af405e72fcef45fb8048ad4d1cc1ab1b7269fcf720918a6fad4f5b0"
-     "1c1ac8a9a1aea77c3116bc21105274063e21e190976fddd953369014add331c1392594cb040bf09a027b572b64a238ec30c7"
-     "8363f28e2410c8add02a43d075c993a877fb32ab3c14a6981acdba959719f2a7246cb01846fb73ac82958527f1f29bab2f28"
-     "ac41e774a1ef765efe252a8f238dae17d7347419a21534d93c94c40c0f15e80bce5f9de8bf70253f34d6be195599008f51b3"
-     "628fa1ed5fa25767bedc7581c9f0e79e471dd6cea756f202c87e8106994d24e41c665da9404b6654dddfb7484c3c23e30172"
-     "50eb62fe7077879bda240889ab325bfad48b338fb1b69acd3efd03d97f612a352d606594a0f355337fb857264eb82f09502e"
-     "d44c2091c53f1b078c30dc711498bdfc4a551e471b5c2fae68e833442a69b2792988181e2bd0179cbf3bd17ee05def0a5dcf"
-     "046a29e9abb29f1fc94352826b9dbec4301a6c49ca9f31d352bb736bb8e279e70f9381ae3b7de6ea45fab785f146cd8af100"
-     "99aa987d6b2cfca6562a437f4de05fbe59acb6c6f8e66895afed266ac888122decf0f7073fa36bd1087ad1187dcaeb0b2a26"
-     "b0701b5e56beca31209de7f2c9db1ab0671656a2417bf894aa3c8e36b85f5cd1d0668854d364f25310303c57a02f397e77a2"
-     "fdc0"},
-};
-
-// 1 and the table's mask and hex string when order n is embedded, else 0.
-static int quarot__hadtable_get(int64_t n, uint32_t* back_mask, const char** hex) {
-    size_t i;
-    for (i = 0; i < sizeof quarot__hadtables / sizeof quarot__hadtables[0]; ++i) {
-        if ((int64_t)quarot__hadtables[i].n != n) continue;
-        if (back_mask) *back_mask = quarot__hadtables[i].back_mask;
-        if (hex) *hex = quarot__hadtables[i].hex;
-        return 1;
-    }
-    return 0;
-}
-
 // >>transform
 // H_n = H_K (x) H_{2^m}: for a row x viewed as z[K][M] (M = 2^m), x*H_n = mix_K(fwht_M(z)) where
 //   fwht_M:  for h = 1, 2, ..., M/2: for each pair (j, j+h) with bit h of j clear: (a, b) <- (a+b, a-b)
 //   mix_K:   y[i][j] = sum_k c(k, i) * z[k][j], c = H_K (forward) or H_K^T (transpose), summed in
 //            blocks of b consecutive k (declaration notes, step 3)
 // then post-signs and the 1/sqrt(n) scale as separate multiplies. The _ref functions below are the
-// specification; >>transform_simd holds the SIMD kernels and the per-ISA selection. Cost per row:
+// specification; >>transform_simd .. >>transform_isa hold the SIMD kernels and the per-ISA selection. Cost per row:
 // n*m adds for the butterflies, about K*n/b for the mixing.
 
 // Kernel signatures shared by every ISA. A row kernel transforms one row of 2^L floats in place:
@@ -3685,13 +4116,12 @@ typedef void (*quarot__mixb_fn)(const float* z, float* y, int64_t K, int64_t M, 
 // the split Paley II mixing z [K][M] is the z before the pairing, z2 [K][M + QUAROT__MIXR_PAD] (not
 // NULL) first receives its pairs, which the kernel then mixes, and z is corr. The padding: rows of
 // M = 1024 or 512 floats would put a column's 28 rows of z in one or two L1 sets of 8 ways, and the
-// second pass would reload them from L2 (Zen 4, 28672: 17.1-17.7 us a row unpadded, 10.8-11.7
-// padded, 12.8 for the table kernel).
+// second pass would reload them from L2.
 #define QUAROT__MIXR_PAD 16
 typedef void (*quarot__mixr_fn)(const float* z, float* y, int64_t M, float* z2, const float* post,
                                 const float* scale);
 static quarot__mixr_fn quarot__mixr_select(quarot_isa isa, int fixed, int transpose, int64_t M);   // NULL: none
-static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_simd
+static quarot__wht_row_fn quarot__wht_row_select(quarot_isa isa);   // in >>transform_isa
 // A column kernel: the w columns at x of [2^L][ld] (quarot_hadamard_apply_cols_f32; w a multiple of
 // the lanes, at most QUAROT__WHTC_COLS), through buf ([2^L][w] floats, or NULL: in place) between
 // the first and the last pass.
@@ -3735,7 +4165,8 @@ static quarot__mix_fn quarot__mix_select(quarot_isa isa);            // NULL for
 static quarot__mixb_fn quarot__mixb_select(quarot_isa isa);          // NULL for QUAROT_ISA_REF
 // The f64 row and mixing kernels (the _ref functions below for QUAROT_ISA_REF or without SIMD).
 static void quarot__f64_select(quarot_isa isa,
-                               void (**row)(double*, int, const double*, const float*, const double*, const float*, const double*),
+                               void (**row)(double*, int, const double*, const float*, const double*, const float*,
+                                            const double*),
                                void (**mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int,
                                             const double*, const float*, const double*));
 
@@ -3931,13 +4362,19 @@ QUAROT_API quarot_result quarot_fwht_f64(double* x, int64_t n, int64_t rows, int
     int L = quarot__log2_exact(n);
     int64_t i;
     void (*row)(double*, int, const double*, const float*, const double*, const float*, const double*);
-    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*, const double*);
+    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*,
+                const double*);
     if (r != QUAROT_OK) return r;
     if (L < 0) return QUAROT_ERR_INVALID_ARGUMENT;
     quarot__f64_select(QUAROT_ISA_DEFAULT, &row, &mix);
     for (i = 0; i < rows; ++i) row(x + i * stride, L, NULL, NULL, NULL, NULL, NULL);
     return QUAROT_OK;
 }
+
+// >>transform_plan
+// The plan of n = K * 2^m (H_K as bytes, the blocked mixing's pattern words or the b = 1 float panels,
+// the fixed register kernel whose term lists match) and the batched entry points: per row, the
+// butterflies of every 2^m block into the workspace, then the mixing back into the row.
 
 QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     if (!p) return;
@@ -3948,255 +4385,12 @@ QUAROT_API void quarot_hadamard_plan_free(quarot_hadamard_plan* p) {
     memset(p, 0, sizeof *p);
 }
 
-// The fixed register mixing (AVX-512 and AVX2, >>transform_simd): for the cores whose b = 4 mixing
+// The fixed register mixing (AVX-512 and AVX2, >>transform_mix): for the cores whose b = 4 mixing
 // is common in LLMs (28: 14336 and 28672 = 28 * 2^9, 2^10; the split 76 and 148: 4864, 18944), what each output
 // adds from each block is compiled in, so a block's 8 table entries stay in registers instead of
-// going through memory. The lists below are the plans' own patterns, printed by the helper; the plan
-// takes a kernel only when every term equals its mix_pat (both orientations), so a stale list costs
-// speed, never bits, and test_transform fails on it.
-// generated by tests/helper_mixr_gen.c (build/tests/helper_mixr_gen): do not edit
-#define QUAROT__MIXR28F_B0(X) X(0,P,7) X(1,P,4) X(2,P,1) X(3,P,2) X(4,P,0) X(5,P,0) X(6,P,0) X(7,P,7) X(8,P,7) \
-    X(9,P,7) X(10,P,3) X(11,P,6) X(12,P,5) X(13,P,5) X(14,P,3) X(15,P,6) X(16,P,5) X(17,P,3) X(18,P,6) \
-    X(19,P,2) X(20,P,4) X(21,P,1) X(22,P,4) X(23,P,1) X(24,P,2) X(25,P,4) X(26,P,1) X(27,P,2)
-#define QUAROT__MIXR28F_B1(X) X(0,M,0) X(1,M,4) X(2,M,4) X(3,M,4) X(4,P,6) X(5,M,3) X(6,P,5) X(7,P,0) X(8,P,4) \
-    X(9,P,0) X(10,M,1) X(11,M,2) X(12,P,3) X(13,M,2) X(14,P,7) X(15,M,5) X(16,M,1) X(17,M,6) X(18,P,7) \
-    X(19,P,2) X(20,M,3) X(21,P,1) X(22,P,1) X(23,P,6) X(24,M,7) X(25,P,2) X(26,M,7) X(27,P,5)
-#define QUAROT__MIXR28F_B2(X) X(0,M,0) X(1,P,4) X(2,P,0) X(3,P,2) X(4,M,6) X(5,M,4) X(6,M,2) X(7,P,1) X(8,P,2) \
-    X(9,M,3) X(10,P,1) X(11,M,5) X(12,M,2) X(13,P,1) X(14,M,7) X(15,M,6) X(16,M,1) X(17,M,0) X(18,P,7) \
-    X(19,P,7) X(20,P,4) X(21,M,5) X(22,P,3) X(23,P,6) X(24,M,3) X(25,M,5) X(26,P,7) X(27,P,4)
-#define QUAROT__MIXR28F_B3(X) X(0,M,0) X(1,P,4) X(2,M,6) X(3,P,2) X(4,M,5) X(5,P,4) X(6,P,1) X(7,M,3) X(8,P,1) \
-    X(9,P,2) X(10,M,0) X(11,P,7) X(12,P,7) X(13,P,4) X(14,P,1) X(15,P,2) X(16,M,7) X(17,M,7) X(18,M,7) \
-    X(19,P,5) X(20,M,4) X(21,M,1) X(22,M,4) X(23,P,6) X(24,M,2) X(25,M,2) X(26,P,3) X(27,M,1)
-#define QUAROT__MIXR28F_B4(X) X(0,M,0) X(1,P,6) X(2,M,7) X(3,P,5) X(4,P,6) X(5,M,3) X(6,P,1) X(7,P,5) X(8,P,6) \
-    X(9,M,7) X(10,P,0) X(11,P,0) X(12,P,4) X(13,M,4) X(14,M,0) X(15,M,4) X(16,P,2) X(17,M,3) X(18,P,1) \
-    X(19,M,5) X(20,M,2) X(21,P,3) X(22,M,5) X(23,M,6) X(24,P,3) X(25,M,2) X(26,P,7) X(27,M,1)
-#define QUAROT__MIXR28F_B5(X) X(0,M,0) X(1,M,5) X(2,M,0) X(3,P,5) X(4,P,7) X(5,M,3) X(6,M,4) X(7,P,3) X(8,M,1) \
-    X(9,M,2) X(10,M,7) X(11,P,3) X(12,P,4) X(13,P,5) X(14,P,0) X(15,M,5) X(16,P,1) X(17,P,2) X(18,M,3) \
-    X(19,P,7) X(20,P,6) X(21,M,1) X(22,P,0) X(23,P,2) X(24,P,4) X(25,M,6) X(26,M,6) X(27,M,6)
-#define QUAROT__MIXR28F_B6(X) X(0,M,0) X(1,M,2) X(2,P,3) X(3,M,1) X(4,P,5) X(5,M,4) X(6,M,1) X(7,M,4) X(8,P,6) \
-    X(9,M,2) X(10,M,3) X(11,P,1) X(12,P,2) X(13,P,4) X(14,M,6) X(15,P,2) X(16,M,5) X(17,P,4) X(18,P,1) \
-    X(19,M,7) X(20,M,7) X(21,M,7) X(22,M,0) X(23,P,7) X(24,P,7) X(25,P,4) X(26,P,1) X(27,P,2)
-#define QUAROT__MIXR28F(B) B(28F,0,4,F) B(28F,1,4,A) B(28F,2,4,A) B(28F,3,4,A) B(28F,4,4,A) B(28F,5,4,A) B(28F,6,4,Z)
-#define QUAROT__MIXR28T_B0(X) X(0,P,0) X(1,M,5) X(2,M,3) X(3,M,6) X(4,M,0) X(5,M,0) X(6,M,0) X(7,M,7) X(8,M,7) \
-    X(9,M,7) X(10,M,3) X(11,M,6) X(12,M,5) X(13,M,5) X(14,M,3) X(15,M,6) X(16,M,5) X(17,M,3) X(18,M,6) \
-    X(19,M,2) X(20,M,4) X(21,M,1) X(22,M,4) X(23,M,1) X(24,M,2) X(25,M,4) X(26,M,1) X(27,M,2)
-#define QUAROT__MIXR28T_B1(X) X(0,P,0) X(1,P,4) X(2,P,4) X(3,P,4) X(4,P,1) X(5,P,2) X(6,M,7) X(7,M,4) X(8,M,4) \
-    X(9,M,0) X(10,P,1) X(11,P,2) X(12,M,3) X(13,P,2) X(14,M,7) X(15,P,5) X(16,P,1) X(17,P,6) X(18,M,7) \
-    X(19,M,2) X(20,P,3) X(21,M,1) X(22,M,1) X(23,M,6) X(24,P,7) X(25,M,2) X(26,P,7) X(27,M,5)
-#define QUAROT__MIXR28T_B2(X) X(0,P,0) X(1,M,4) X(2,M,0) X(3,M,2) X(4,P,6) X(5,P,4) X(6,P,2) X(7,M,1) X(8,P,5) \
-    X(9,P,2) X(10,M,3) X(11,P,1) X(12,P,2) X(13,M,1) X(14,P,7) X(15,P,6) X(16,P,1) X(17,P,0) X(18,M,7) \
-    X(19,M,7) X(20,M,4) X(21,P,5) X(22,M,3) X(23,M,6) X(24,P,3) X(25,P,5) X(26,M,7) X(27,M,4)
-#define QUAROT__MIXR28T_B3(X) X(0,P,0) X(1,M,4) X(2,P,6) X(3,M,2) X(4,P,5) X(5,M,4) X(6,M,1) X(7,P,3) X(8,M,1) \
-    X(9,M,2) X(10,P,0) X(11,M,7) X(12,P,0) X(13,M,5) X(14,M,3) X(15,M,6) X(16,P,7) X(17,P,7) X(18,P,7) \
-    X(19,M,5) X(20,P,4) X(21,P,1) X(22,P,4) X(23,M,6) X(24,P,2) X(25,P,2) X(26,M,3) X(27,P,1)
-#define QUAROT__MIXR28T_B4(X) X(0,P,0) X(1,M,6) X(2,P,7) X(3,M,5) X(4,M,6) X(5,P,3) X(6,M,1) X(7,M,5) X(8,M,6) \
-    X(9,P,7) X(10,M,0) X(11,M,0) X(12,M,4) X(13,P,4) X(14,P,0) X(15,P,4) X(16,P,5) X(17,P,2) X(18,M,3) \
-    X(19,P,1) X(20,P,2) X(21,M,3) X(22,P,5) X(23,P,6) X(24,M,3) X(25,P,2) X(26,M,7) X(27,P,1)
-#define QUAROT__MIXR28T_B5(X) X(0,P,0) X(1,P,5) X(2,P,0) X(3,M,5) X(4,M,7) X(5,P,3) X(6,P,4) X(7,M,3) X(8,P,1) \
-    X(9,P,2) X(10,P,7) X(11,M,3) X(12,M,4) X(13,M,5) X(14,M,0) X(15,P,5) X(16,M,1) X(17,M,2) X(18,P,3) \
-    X(19,M,7) X(20,P,1) X(21,P,0) X(22,M,2) X(23,M,6) X(24,M,4) X(25,P,6) X(26,P,6) X(27,P,6)
-#define QUAROT__MIXR28T_B6(X) X(0,P,0) X(1,P,2) X(2,M,3) X(3,P,1) X(4,M,5) X(5,P,4) X(6,P,1) X(7,P,4) X(8,M,6) \
-    X(9,P,2) X(10,P,3) X(11,M,1) X(12,M,2) X(13,M,4) X(14,P,6) X(15,M,2) X(16,P,5) X(17,M,4) X(18,M,1) \
-    X(19,P,7) X(20,P,7) X(21,P,7) X(22,P,0) X(23,M,7) X(24,P,0) X(25,M,5) X(26,M,3) X(27,M,6)
-#define QUAROT__MIXR28T(B) B(28T,0,4,F) B(28T,1,4,A) B(28T,2,4,A) B(28T,3,4,A) B(28T,4,4,A) B(28T,5,4,A) B(28T,6,4,Z)
-#define QUAROT__MIXR38_B0(X) X(0,P,0) X(1,P,4) X(2,P,0) X(3,P,1) X(4,P,2) X(5,P,4) X(6,P,1) X(7,P,3) X(8,P,6) \
-    X(9,P,5) X(10,P,2) X(11,P,4) X(12,P,0) X(13,P,0) X(14,P,1) X(15,P,3) X(16,P,7) X(17,P,6) X(18,P,5) \
-    X(19,P,3) X(20,P,7) X(21,P,7) X(22,P,6) X(23,P,5) X(24,P,3) X(25,P,7) X(26,P,6) X(27,P,4) X(28,P,0) \
-    X(29,P,0) X(30,P,1) X(31,P,2) X(32,P,5) X(33,P,3) X(34,P,6) X(35,P,4) X(36,P,1) X(37,P,2)
-#define QUAROT__MIXR38_B1(X) X(0,P,0) X(1,P,6) X(2,M,3) X(3,P,1) X(4,P,2) X(5,P,4) X(6,M,7) X(7,P,1) X(8,P,2) \
-    X(9,M,3) X(10,M,6) X(11,P,3) X(12,M,1) X(13,P,5) X(14,P,2) X(15,P,4) X(16,P,0) X(17,M,7) X(18,M,6) \
-    X(19,M,4) X(20,P,7) X(21,M,1) X(22,M,2) X(23,M,4) X(24,M,0) X(25,P,7) X(26,M,1) X(27,M,2) X(28,M,4) \
-    X(29,P,7) X(30,P,6) X(31,P,4) X(32,P,0) X(33,M,7) X(34,P,1) X(35,M,5) X(36,M,2) X(37,P,3)
-#define QUAROT__MIXR38_B2(X) X(0,P,0) X(1,P,1) X(2,M,5) X(3,M,2) X(4,P,3) X(5,P,6) X(6,M,3) X(7,P,1) X(8,P,2) \
-    X(9,P,4) X(10,M,7) X(11,P,1) X(12,P,2) X(13,M,3) X(14,M,6) X(15,P,3) X(16,M,1) X(17,P,5) X(18,P,2) \
-    X(19,P,4) X(20,P,0) X(21,M,7) X(22,M,6) X(23,M,4) X(24,P,7) X(25,M,1) X(26,M,2) X(27,M,4) X(28,M,0) \
-    X(29,P,7) X(30,M,1) X(31,M,2) X(32,M,4) X(33,P,7) X(34,P,6) X(35,P,4) X(36,P,0) X(37,M,7)
-#define QUAROT__MIXR38_B3(X) X(0,P,0) X(1,P,6) X(2,P,4) X(3,P,0) X(4,M,7) X(5,P,1) X(6,M,5) X(7,M,2) X(8,P,3) \
-    X(9,P,6) X(10,M,3) X(11,P,1) X(12,P,2) X(13,P,4) X(14,M,7) X(15,P,1) X(16,P,2) X(17,M,3) X(18,M,6) \
-    X(19,P,3) X(20,M,1) X(21,P,5) X(22,P,2) X(23,P,4) X(24,P,0) X(25,M,7) X(26,M,6) X(27,M,4) X(28,P,7) \
-    X(29,M,1) X(30,M,2) X(31,M,4) X(32,M,0) X(33,P,7) X(34,M,1) X(35,M,2) X(36,M,4) X(37,P,7)
-#define QUAROT__MIXR38_B4(X) X(0,P,0) X(1,M,1) X(2,M,2) X(3,M,4) X(4,P,7) X(5,P,6) X(6,P,4) X(7,P,0) X(8,M,7) \
-    X(9,P,1) X(10,M,5) X(11,M,2) X(12,P,3) X(13,P,6) X(14,M,3) X(15,P,1) X(16,P,2) X(17,P,4) X(18,M,7) \
-    X(19,P,1) X(20,P,2) X(21,M,3) X(22,M,6) X(23,P,3) X(24,M,1) X(25,P,5) X(26,P,2) X(27,P,4) X(28,P,0) \
-    X(29,M,7) X(30,M,6) X(31,M,4) X(32,P,7) X(33,M,1) X(34,M,2) X(35,M,4) X(36,M,0) X(37,P,7)
-#define QUAROT__MIXR38_B5(X) X(0,P,0) X(1,M,2) X(2,M,4) X(3,M,0) X(4,P,7) X(5,M,1) X(6,M,2) X(7,M,4) X(8,P,7) \
-    X(9,P,6) X(10,P,4) X(11,P,0) X(12,M,7) X(13,P,1) X(14,M,5) X(15,M,2) X(16,P,3) X(17,P,6) X(18,M,3) \
-    X(19,P,1) X(20,P,2) X(21,P,4) X(22,M,7) X(23,P,1) X(24,P,2) X(25,M,3) X(26,M,6) X(27,P,3) X(28,M,1) \
-    X(29,P,5) X(30,P,2) X(31,P,4) X(32,P,0) X(33,M,7) X(34,M,6) X(35,M,4) X(36,P,7) X(37,M,1)
-#define QUAROT__MIXR38_B6(X) X(0,P,0) X(1,M,6) X(2,M,4) X(3,P,7) X(4,M,1) X(5,M,2) X(6,M,4) X(7,M,0) X(8,P,7) \
-    X(9,M,1) X(10,M,2) X(11,M,4) X(12,P,7) X(13,P,6) X(14,P,4) X(15,P,0) X(16,M,7) X(17,P,1) X(18,M,5) \
-    X(19,M,2) X(20,P,3) X(21,P,6) X(22,M,3) X(23,P,1) X(24,P,2) X(25,P,4) X(26,M,7) X(27,P,1) X(28,P,2) \
-    X(29,M,3) X(30,M,6) X(31,P,3) X(32,M,1) X(33,P,5) X(34,P,2) X(35,P,4) X(36,P,0) X(37,M,7)
-#define QUAROT__MIXR38_B7(X) X(0,P,0) X(1,P,2) X(2,P,4) X(3,P,0) X(4,M,7) X(5,M,6) X(6,M,4) X(7,P,7) X(8,M,1) \
-    X(9,M,2) X(10,M,4) X(11,M,0) X(12,P,7) X(13,M,1) X(14,M,2) X(15,M,4) X(16,P,7) X(17,P,6) X(18,P,4) \
-    X(19,P,0) X(20,M,7) X(21,P,1) X(22,M,5) X(23,M,2) X(24,P,3) X(25,P,6) X(26,M,3) X(27,P,1) X(28,P,2) \
-    X(29,P,4) X(30,M,7) X(31,P,1) X(32,P,2) X(33,M,3) X(34,M,6) X(35,P,3) X(36,M,1) X(37,P,5)
-#define QUAROT__MIXR38_B8(X) X(0,P,0) X(1,M,6) X(2,P,3) X(3,M,1) X(4,P,5) X(5,P,2) X(6,P,4) X(7,P,0) X(8,M,7) \
-    X(9,M,6) X(10,M,4) X(11,P,7) X(12,M,1) X(13,M,2) X(14,M,4) X(15,M,0) X(16,P,7) X(17,M,1) X(18,M,2) \
-    X(19,M,4) X(20,P,7) X(21,P,6) X(22,P,4) X(23,P,0) X(24,M,7) X(25,P,1) X(26,M,5) X(27,M,2) X(28,P,3) \
-    X(29,P,6) X(30,M,3) X(31,P,1) X(32,P,2) X(33,P,4) X(34,M,7) X(35,P,1) X(36,P,2) X(37,M,3)
-#define QUAROT__MIXR38_B9(X) X(0,P,0) X(1,M,1) X(2,P,1) X(3,P,0) X(4,M,1) X(5,M,0) X(6,P,1) X(7,M,1) X(8,P,1) \
-    X(9,P,0) X(10,P,0) X(11,P,0) X(12,M,1) X(13,M,0) X(14,M,0) X(15,P,1) X(16,M,1) X(17,M,0) X(18,M,0) \
-    X(19,M,0) X(20,P,1) X(21,M,1) X(22,M,0) X(23,M,0) X(24,P,1) X(25,P,0) X(26,P,0) X(27,P,0) X(28,M,1) \
-    X(29,P,1) X(30,M,1) X(31,M,0) X(32,P,1) X(33,P,0) X(34,M,1) X(35,P,1) X(36,P,0) X(37,P,0)
-#define QUAROT__MIXR38(B) B(38,0,4,F) B(38,1,4,A) B(38,2,4,A) B(38,3,4,A) B(38,4,4,A) B(38,5,4,A) B(38,6,4,A) \
-    B(38,7,4,A) B(38,8,4,A) B(38,9,2,Z)
-#define QUAROT__MIXR74_B0(X) X(0,P,0) X(1,P,0) X(2,P,0) X(3,P,0) X(4,P,0) X(5,P,0) X(6,P,1) X(7,P,2) X(8,P,5) \
-    X(9,P,2) X(10,P,4) X(11,P,1) X(12,P,3) X(13,P,6) X(14,P,5) X(15,P,3) X(16,P,7) X(17,P,6) X(18,P,5) \
-    X(19,P,2) X(20,P,4) X(21,P,1) X(22,P,3) X(23,P,7) X(24,P,6) X(25,P,4) X(26,P,0) X(27,P,1) X(28,P,2) \
-    X(29,P,5) X(30,P,3) X(31,P,7) X(32,P,7) X(33,P,6) X(34,P,5) X(35,P,3) X(36,P,6) X(37,P,4) X(38,P,0) \
-    X(39,P,0) X(40,P,1) X(41,P,3) X(42,P,6) X(43,P,5) X(44,P,3) X(45,P,7) X(46,P,7) X(47,P,6) X(48,P,5) \
-    X(49,P,2) X(50,P,4) X(51,P,0) X(52,P,1) X(53,P,3) X(54,P,7) X(55,P,6) X(56,P,4) X(57,P,1) X(58,P,2) \
-    X(59,P,5) X(60,P,3) X(61,P,7) X(62,P,6) X(63,P,5) X(64,P,3) X(65,P,6) X(66,P,4) X(67,P,1) X(68,P,2) \
-    X(69,P,5) X(70,P,2) X(71,P,4) X(72,P,0) X(73,P,0)
-#define QUAROT__MIXR74_B1(X) X(0,P,0) X(1,P,2) X(2,P,4) X(3,P,0) X(4,P,0) X(5,P,0) X(6,P,0) X(7,P,0) X(8,P,0) \
-    X(9,M,7) X(10,P,1) X(11,M,5) X(12,P,5) X(13,P,2) X(14,M,3) X(15,M,6) X(16,P,3) X(17,M,1) X(18,M,2) \
-    X(19,M,4) X(20,P,7) X(21,M,1) X(22,P,5) X(23,P,2) X(24,M,3) X(25,M,6) X(26,M,4) X(27,P,7) X(28,P,6) \
-    X(29,P,4) X(30,M,7) X(31,P,1) X(32,M,5) X(33,M,2) X(34,M,4) X(35,M,0) X(36,P,7) X(37,M,1) X(38,M,2) \
-    X(39,P,3) X(40,P,6) X(41,P,4) X(42,P,0) X(43,M,7) X(44,M,6) X(45,P,3) X(46,M,1) X(47,M,2) X(48,M,4) \
-    X(49,M,0) X(50,P,7) X(51,M,1) X(52,P,5) X(53,P,2) X(54,P,4) X(55,M,7) X(56,M,6) X(57,M,4) X(58,P,7) \
-    X(59,P,6) X(60,M,3) X(61,P,1) X(62,M,5) X(63,M,2) X(64,M,4) X(65,P,7) X(66,M,1) X(67,M,2) X(68,P,3) \
-    X(69,P,6) X(70,M,3) X(71,P,1) X(72,M,5) X(73,P,5)
-#define QUAROT__MIXR74_B2(X) X(0,P,0) X(1,M,3) X(2,P,1) X(3,M,5) X(4,P,5) X(5,P,2) X(6,P,4) X(7,P,0) X(8,P,0) \
-    X(9,P,0) X(10,P,0) X(11,P,0) X(12,P,0) X(13,M,7) X(14,P,1) X(15,M,5) X(16,P,5) X(17,P,2) X(18,M,3) \
-    X(19,M,6) X(20,P,3) X(21,M,1) X(22,M,2) X(23,M,4) X(24,P,7) X(25,M,1) X(26,P,5) X(27,P,2) X(28,M,3) \
-    X(29,M,6) X(30,M,4) X(31,P,7) X(32,P,6) X(33,P,4) X(34,M,7) X(35,P,1) X(36,M,5) X(37,M,2) X(38,M,4) \
-    X(39,M,0) X(40,P,7) X(41,M,1) X(42,M,2) X(43,P,3) X(44,P,6) X(45,P,4) X(46,P,0) X(47,M,7) X(48,M,6) \
-    X(49,P,3) X(50,M,1) X(51,M,2) X(52,M,4) X(53,M,0) X(54,P,7) X(55,M,1) X(56,P,5) X(57,P,2) X(58,P,4) \
-    X(59,M,7) X(60,M,6) X(61,M,4) X(62,P,7) X(63,P,6) X(64,M,3) X(65,P,1) X(66,M,5) X(67,M,2) X(68,M,4) \
-    X(69,P,7) X(70,M,1) X(71,M,2) X(72,P,3) X(73,P,6)
-#define QUAROT__MIXR74_B3(X) X(0,P,0) X(1,M,1) X(2,M,2) X(3,P,3) X(4,P,6) X(5,M,3) X(6,P,1) X(7,M,5) X(8,P,5) \
-    X(9,P,2) X(10,P,4) X(11,P,0) X(12,P,0) X(13,P,0) X(14,P,0) X(15,P,0) X(16,P,0) X(17,M,7) X(18,P,1) \
-    X(19,M,5) X(20,P,5) X(21,P,2) X(22,M,3) X(23,M,6) X(24,P,3) X(25,M,1) X(26,M,2) X(27,M,4) X(28,P,7) \
-    X(29,M,1) X(30,P,5) X(31,P,2) X(32,M,3) X(33,M,6) X(34,M,4) X(35,P,7) X(36,P,6) X(37,P,4) X(38,M,7) \
-    X(39,P,1) X(40,M,5) X(41,M,2) X(42,M,4) X(43,M,0) X(44,P,7) X(45,M,1) X(46,M,2) X(47,P,3) X(48,P,6) \
-    X(49,P,4) X(50,P,0) X(51,M,7) X(52,M,6) X(53,P,3) X(54,M,1) X(55,M,2) X(56,M,4) X(57,M,0) X(58,P,7) \
-    X(59,M,1) X(60,P,5) X(61,P,2) X(62,P,4) X(63,M,7) X(64,M,6) X(65,M,4) X(66,P,7) X(67,P,6) X(68,M,3) \
-    X(69,P,1) X(70,M,5) X(71,M,2) X(72,M,4) X(73,P,7)
-#define QUAROT__MIXR74_B4(X) X(0,P,0) X(1,M,5) X(2,M,2) X(3,M,4) X(4,P,7) X(5,M,1) X(6,M,2) X(7,P,3) X(8,P,6) \
-    X(9,M,3) X(10,P,1) X(11,M,5) X(12,P,5) X(13,P,2) X(14,P,4) X(15,P,0) X(16,P,0) X(17,P,0) X(18,P,0) \
-    X(19,P,0) X(20,P,0) X(21,M,7) X(22,P,1) X(23,M,5) X(24,P,5) X(25,P,2) X(26,M,3) X(27,M,6) X(28,P,3) \
-    X(29,M,1) X(30,M,2) X(31,M,4) X(32,P,7) X(33,M,1) X(34,P,5) X(35,P,2) X(36,M,3) X(37,M,6) X(38,M,4) \
-    X(39,P,7) X(40,P,6) X(41,P,4) X(42,M,7) X(43,P,1) X(44,M,5) X(45,M,2) X(46,M,4) X(47,M,0) X(48,P,7) \
-    X(49,M,1) X(50,M,2) X(51,P,3) X(52,P,6) X(53,P,4) X(54,P,0) X(55,M,7) X(56,M,6) X(57,P,3) X(58,M,1) \
-    X(59,M,2) X(60,M,4) X(61,M,0) X(62,P,7) X(63,M,1) X(64,P,5) X(65,P,2) X(66,P,4) X(67,M,7) X(68,M,6) \
-    X(69,M,4) X(70,P,7) X(71,P,6) X(72,M,3) X(73,P,1)
-#define QUAROT__MIXR74_B5(X) X(0,P,0) X(1,P,7) X(2,P,6) X(3,M,3) X(4,P,1) X(5,M,5) X(6,M,2) X(7,M,4) X(8,P,7) \
-    X(9,M,1) X(10,M,2) X(11,P,3) X(12,P,6) X(13,M,3) X(14,P,1) X(15,M,5) X(16,P,5) X(17,P,2) X(18,P,4) \
-    X(19,P,0) X(20,P,0) X(21,P,0) X(22,P,0) X(23,P,0) X(24,P,0) X(25,M,7) X(26,P,1) X(27,M,5) X(28,P,5) \
-    X(29,P,2) X(30,M,3) X(31,M,6) X(32,P,3) X(33,M,1) X(34,M,2) X(35,M,4) X(36,P,7) X(37,M,1) X(38,P,5) \
-    X(39,P,2) X(40,M,3) X(41,M,6) X(42,M,4) X(43,P,7) X(44,P,6) X(45,P,4) X(46,M,7) X(47,P,1) X(48,M,5) \
-    X(49,M,2) X(50,M,4) X(51,M,0) X(52,P,7) X(53,M,1) X(54,M,2) X(55,P,3) X(56,P,6) X(57,P,4) X(58,P,0) \
-    X(59,M,7) X(60,M,6) X(61,P,3) X(62,M,1) X(63,M,2) X(64,M,4) X(65,M,0) X(66,P,7) X(67,M,1) X(68,P,5) \
-    X(69,P,2) X(70,P,4) X(71,M,7) X(72,M,6) X(73,M,4)
-#define QUAROT__MIXR74_B6(X) X(0,P,0) X(1,P,4) X(2,M,7) X(3,M,6) X(4,M,4) X(5,P,7) X(6,P,6) X(7,M,3) X(8,P,1) \
-    X(9,M,5) X(10,M,2) X(11,M,4) X(12,P,7) X(13,M,1) X(14,M,2) X(15,P,3) X(16,P,6) X(17,M,3) X(18,P,1) \
-    X(19,M,5) X(20,P,5) X(21,P,2) X(22,P,4) X(23,P,0) X(24,P,0) X(25,P,0) X(26,P,0) X(27,P,0) X(28,P,0) \
-    X(29,M,7) X(30,P,1) X(31,M,5) X(32,P,5) X(33,P,2) X(34,M,3) X(35,M,6) X(36,P,3) X(37,M,1) X(38,M,2) \
-    X(39,M,4) X(40,P,7) X(41,M,1) X(42,P,5) X(43,P,2) X(44,M,3) X(45,M,6) X(46,M,4) X(47,P,7) X(48,P,6) \
-    X(49,P,4) X(50,M,7) X(51,P,1) X(52,M,5) X(53,M,2) X(54,M,4) X(55,M,0) X(56,P,7) X(57,M,1) X(58,M,2) \
-    X(59,P,3) X(60,P,6) X(61,P,4) X(62,P,0) X(63,M,7) X(64,M,6) X(65,P,3) X(66,M,1) X(67,M,2) X(68,M,4) \
-    X(69,M,0) X(70,P,7) X(71,M,1) X(72,P,5) X(73,P,2)
-#define QUAROT__MIXR74_B7(X) X(0,P,0) X(1,P,7) X(2,M,1) X(3,P,5) X(4,P,2) X(5,P,4) X(6,M,7) X(7,M,6) X(8,M,4) \
-    X(9,P,7) X(10,P,6) X(11,M,3) X(12,P,1) X(13,M,5) X(14,M,2) X(15,M,4) X(16,P,7) X(17,M,1) X(18,M,2) \
-    X(19,P,3) X(20,P,6) X(21,M,3) X(22,P,1) X(23,M,5) X(24,P,5) X(25,P,2) X(26,P,4) X(27,P,0) X(28,P,0) \
-    X(29,P,0) X(30,P,0) X(31,P,0) X(32,P,0) X(33,M,7) X(34,P,1) X(35,M,5) X(36,P,5) X(37,P,2) X(38,M,3) \
-    X(39,M,6) X(40,P,3) X(41,M,1) X(42,M,2) X(43,M,4) X(44,P,7) X(45,M,1) X(46,P,5) X(47,P,2) X(48,M,3) \
-    X(49,M,6) X(50,M,4) X(51,P,7) X(52,P,6) X(53,P,4) X(54,M,7) X(55,P,1) X(56,M,5) X(57,M,2) X(58,M,4) \
-    X(59,M,0) X(60,P,7) X(61,M,1) X(62,M,2) X(63,P,3) X(64,P,6) X(65,P,4) X(66,P,0) X(67,M,7) X(68,M,6) \
-    X(69,P,3) X(70,M,1) X(71,M,2) X(72,M,4) X(73,M,0)
-#define QUAROT__MIXR74_B8(X) X(0,P,0) X(1,M,1) X(2,M,2) X(3,M,4) X(4,M,0) X(5,P,7) X(6,M,1) X(7,P,5) X(8,P,2) \
-    X(9,P,4) X(10,M,7) X(11,M,6) X(12,M,4) X(13,P,7) X(14,P,6) X(15,M,3) X(16,P,1) X(17,M,5) X(18,M,2) \
-    X(19,M,4) X(20,P,7) X(21,M,1) X(22,M,2) X(23,P,3) X(24,P,6) X(25,M,3) X(26,P,1) X(27,M,5) X(28,P,5) \
-    X(29,P,2) X(30,P,4) X(31,P,0) X(32,P,0) X(33,P,0) X(34,P,0) X(35,P,0) X(36,P,0) X(37,M,7) X(38,P,1) \
-    X(39,M,5) X(40,P,5) X(41,P,2) X(42,M,3) X(43,M,6) X(44,P,3) X(45,M,1) X(46,M,2) X(47,M,4) X(48,P,7) \
-    X(49,M,1) X(50,P,5) X(51,P,2) X(52,M,3) X(53,M,6) X(54,M,4) X(55,P,7) X(56,P,6) X(57,P,4) X(58,M,7) \
-    X(59,P,1) X(60,M,5) X(61,M,2) X(62,M,4) X(63,M,0) X(64,P,7) X(65,M,1) X(66,M,2) X(67,P,3) X(68,P,6) \
-    X(69,P,4) X(70,P,0) X(71,M,7) X(72,M,6) X(73,P,3)
-#define QUAROT__MIXR74_B9(X) X(0,P,0) X(1,P,0) X(2,M,7) X(3,M,6) X(4,P,3) X(5,M,1) X(6,M,2) X(7,M,4) X(8,M,0) \
-    X(9,P,7) X(10,M,1) X(11,P,5) X(12,P,2) X(13,P,4) X(14,M,7) X(15,M,6) X(16,M,4) X(17,P,7) X(18,P,6) \
-    X(19,M,3) X(20,P,1) X(21,M,5) X(22,M,2) X(23,M,4) X(24,P,7) X(25,M,1) X(26,M,2) X(27,P,3) X(28,P,6) \
-    X(29,M,3) X(30,P,1) X(31,M,5) X(32,P,5) X(33,P,2) X(34,P,4) X(35,P,0) X(36,P,0) X(37,P,0) X(38,P,0) \
-    X(39,P,0) X(40,P,0) X(41,M,7) X(42,P,1) X(43,M,5) X(44,P,5) X(45,P,2) X(46,M,3) X(47,M,6) X(48,P,3) \
-    X(49,M,1) X(50,M,2) X(51,M,4) X(52,P,7) X(53,M,1) X(54,P,5) X(55,P,2) X(56,M,3) X(57,M,6) X(58,M,4) \
-    X(59,P,7) X(60,P,6) X(61,P,4) X(62,M,7) X(63,P,1) X(64,M,5) X(65,M,2) X(66,M,4) X(67,M,0) X(68,P,7) \
-    X(69,M,1) X(70,M,2) X(71,P,3) X(72,P,6) X(73,P,4)
-#define QUAROT__MIXR74_B10(X) X(0,P,0) X(1,M,2) X(2,P,3) X(3,P,6) X(4,P,4) X(5,P,0) X(6,M,7) X(7,M,6) X(8,P,3) \
-    X(9,M,1) X(10,M,2) X(11,M,4) X(12,M,0) X(13,P,7) X(14,M,1) X(15,P,5) X(16,P,2) X(17,P,4) X(18,M,7) \
-    X(19,M,6) X(20,M,4) X(21,P,7) X(22,P,6) X(23,M,3) X(24,P,1) X(25,M,5) X(26,M,2) X(27,M,4) X(28,P,7) \
-    X(29,M,1) X(30,M,2) X(31,P,3) X(32,P,6) X(33,M,3) X(34,P,1) X(35,M,5) X(36,P,5) X(37,P,2) X(38,P,4) \
-    X(39,P,0) X(40,P,0) X(41,P,0) X(42,P,0) X(43,P,0) X(44,P,0) X(45,M,7) X(46,P,1) X(47,M,5) X(48,P,5) \
-    X(49,P,2) X(50,M,3) X(51,M,6) X(52,P,3) X(53,M,1) X(54,M,2) X(55,M,4) X(56,P,7) X(57,M,1) X(58,P,5) \
-    X(59,P,2) X(60,M,3) X(61,M,6) X(62,M,4) X(63,P,7) X(64,P,6) X(65,P,4) X(66,M,7) X(67,P,1) X(68,M,5) \
-    X(69,M,2) X(70,M,4) X(71,M,0) X(72,P,7) X(73,M,1)
-#define QUAROT__MIXR74_B11(X) X(0,P,0) X(1,M,4) X(2,M,0) X(3,P,7) X(4,M,1) X(5,M,2) X(6,P,3) X(7,P,6) X(8,P,4) \
-    X(9,P,0) X(10,M,7) X(11,M,6) X(12,P,3) X(13,M,1) X(14,M,2) X(15,M,4) X(16,M,0) X(17,P,7) X(18,M,1) \
-    X(19,P,5) X(20,P,2) X(21,P,4) X(22,M,7) X(23,M,6) X(24,M,4) X(25,P,7) X(26,P,6) X(27,M,3) X(28,P,1) \
-    X(29,M,5) X(30,M,2) X(31,M,4) X(32,P,7) X(33,M,1) X(34,M,2) X(35,P,3) X(36,P,6) X(37,M,3) X(38,P,1) \
-    X(39,M,5) X(40,P,5) X(41,P,2) X(42,P,4) X(43,P,0) X(44,P,0) X(45,P,0) X(46,P,0) X(47,P,0) X(48,P,0) \
-    X(49,M,7) X(50,P,1) X(51,M,5) X(52,P,5) X(53,P,2) X(54,M,3) X(55,M,6) X(56,P,3) X(57,M,1) X(58,M,2) \
-    X(59,M,4) X(60,P,7) X(61,M,1) X(62,P,5) X(63,P,2) X(64,M,3) X(65,M,6) X(66,M,4) X(67,P,7) X(68,P,6) \
-    X(69,P,4) X(70,M,7) X(71,P,1) X(72,M,5) X(73,M,2)
-#define QUAROT__MIXR74_B12(X) X(0,P,0) X(1,M,7) X(2,P,1) X(3,M,5) X(4,M,2) X(5,M,4) X(6,M,0) X(7,P,7) X(8,M,1) \
-    X(9,M,2) X(10,P,3) X(11,P,6) X(12,P,4) X(13,P,0) X(14,M,7) X(15,M,6) X(16,P,3) X(17,M,1) X(18,M,2) \
-    X(19,M,4) X(20,M,0) X(21,P,7) X(22,M,1) X(23,P,5) X(24,P,2) X(25,P,4) X(26,M,7) X(27,M,6) X(28,M,4) \
-    X(29,P,7) X(30,P,6) X(31,M,3) X(32,P,1) X(33,M,5) X(34,M,2) X(35,M,4) X(36,P,7) X(37,M,1) X(38,M,2) \
-    X(39,P,3) X(40,P,6) X(41,M,3) X(42,P,1) X(43,M,5) X(44,P,5) X(45,P,2) X(46,P,4) X(47,P,0) X(48,P,0) \
-    X(49,P,0) X(50,P,0) X(51,P,0) X(52,P,0) X(53,M,7) X(54,P,1) X(55,M,5) X(56,P,5) X(57,P,2) X(58,M,3) \
-    X(59,M,6) X(60,P,3) X(61,M,1) X(62,M,2) X(63,M,4) X(64,P,7) X(65,M,1) X(66,P,5) X(67,P,2) X(68,M,3) \
-    X(69,M,6) X(70,M,4) X(71,P,7) X(72,P,6) X(73,P,4)
-#define QUAROT__MIXR74_B13(X) X(0,P,0) X(1,M,4) X(2,P,7) X(3,P,6) X(4,P,4) X(5,M,7) X(6,P,1) X(7,M,5) X(8,M,2) \
-    X(9,M,4) X(10,M,0) X(11,P,7) X(12,M,1) X(13,M,2) X(14,P,3) X(15,P,6) X(16,P,4) X(17,P,0) X(18,M,7) \
-    X(19,M,6) X(20,P,3) X(21,M,1) X(22,M,2) X(23,M,4) X(24,M,0) X(25,P,7) X(26,M,1) X(27,P,5) X(28,P,2) \
-    X(29,P,4) X(30,M,7) X(31,M,6) X(32,M,4) X(33,P,7) X(34,P,6) X(35,M,3) X(36,P,1) X(37,M,5) X(38,M,2) \
-    X(39,M,4) X(40,P,7) X(41,M,1) X(42,M,2) X(43,P,3) X(44,P,6) X(45,M,3) X(46,P,1) X(47,M,5) X(48,P,5) \
-    X(49,P,2) X(50,P,4) X(51,P,0) X(52,P,0) X(53,P,0) X(54,P,0) X(55,P,0) X(56,P,0) X(57,M,7) X(58,P,1) \
-    X(59,M,5) X(60,P,5) X(61,P,2) X(62,M,3) X(63,M,6) X(64,P,3) X(65,M,1) X(66,M,2) X(67,M,4) X(68,P,7) \
-    X(69,M,1) X(70,P,5) X(71,P,2) X(72,M,3) X(73,M,6)
-#define QUAROT__MIXR74_B14(X) X(0,P,0) X(1,P,5) X(2,P,2) X(3,M,3) X(4,M,6) X(5,M,4) X(6,P,7) X(7,P,6) X(8,P,4) \
-    X(9,M,7) X(10,P,1) X(11,M,5) X(12,M,2) X(13,M,4) X(14,M,0) X(15,P,7) X(16,M,1) X(17,M,2) X(18,P,3) \
-    X(19,P,6) X(20,P,4) X(21,P,0) X(22,M,7) X(23,M,6) X(24,P,3) X(25,M,1) X(26,M,2) X(27,M,4) X(28,M,0) \
-    X(29,P,7) X(30,M,1) X(31,P,5) X(32,P,2) X(33,P,4) X(34,M,7) X(35,M,6) X(36,M,4) X(37,P,7) X(38,P,6) \
-    X(39,M,3) X(40,P,1) X(41,M,5) X(42,M,2) X(43,M,4) X(44,P,7) X(45,M,1) X(46,M,2) X(47,P,3) X(48,P,6) \
-    X(49,M,3) X(50,P,1) X(51,M,5) X(52,P,5) X(53,P,2) X(54,P,4) X(55,P,0) X(56,P,0) X(57,P,0) X(58,P,0) \
-    X(59,P,0) X(60,P,0) X(61,M,7) X(62,P,1) X(63,M,5) X(64,P,5) X(65,P,2) X(66,M,3) X(67,M,6) X(68,P,3) \
-    X(69,M,1) X(70,M,2) X(71,M,4) X(72,P,7) X(73,M,1)
-#define QUAROT__MIXR74_B15(X) X(0,P,0) X(1,M,2) X(2,M,4) X(3,P,7) X(4,M,1) X(5,P,5) X(6,P,2) X(7,M,3) X(8,M,6) \
-    X(9,M,4) X(10,P,7) X(11,P,6) X(12,P,4) X(13,M,7) X(14,P,1) X(15,M,5) X(16,M,2) X(17,M,4) X(18,M,0) \
-    X(19,P,7) X(20,M,1) X(21,M,2) X(22,P,3) X(23,P,6) X(24,P,4) X(25,P,0) X(26,M,7) X(27,M,6) X(28,P,3) \
-    X(29,M,1) X(30,M,2) X(31,M,4) X(32,M,0) X(33,P,7) X(34,M,1) X(35,P,5) X(36,P,2) X(37,P,4) X(38,M,7) \
-    X(39,M,6) X(40,M,4) X(41,P,7) X(42,P,6) X(43,M,3) X(44,P,1) X(45,M,5) X(46,M,2) X(47,M,4) X(48,P,7) \
-    X(49,M,1) X(50,M,2) X(51,P,3) X(52,P,6) X(53,M,3) X(54,P,1) X(55,M,5) X(56,P,5) X(57,P,2) X(58,P,4) \
-    X(59,P,0) X(60,P,0) X(61,P,0) X(62,P,0) X(63,P,0) X(64,P,0) X(65,M,7) X(66,P,1) X(67,M,5) X(68,P,5) \
-    X(69,P,2) X(70,M,3) X(71,M,6) X(72,P,3) X(73,M,1)
-#define QUAROT__MIXR74_B16(X) X(0,P,0) X(1,M,3) X(2,M,6) X(3,P,3) X(4,M,1) X(5,M,2) X(6,M,4) X(7,P,7) X(8,M,1) \
-    X(9,P,5) X(10,P,2) X(11,M,3) X(12,M,6) X(13,M,4) X(14,P,7) X(15,P,6) X(16,P,4) X(17,M,7) X(18,P,1) \
-    X(19,M,5) X(20,M,2) X(21,M,4) X(22,M,0) X(23,P,7) X(24,M,1) X(25,M,2) X(26,P,3) X(27,P,6) X(28,P,4) \
-    X(29,P,0) X(30,M,7) X(31,M,6) X(32,P,3) X(33,M,1) X(34,M,2) X(35,M,4) X(36,M,0) X(37,P,7) X(38,M,1) \
-    X(39,P,5) X(40,P,2) X(41,P,4) X(42,M,7) X(43,M,6) X(44,M,4) X(45,P,7) X(46,P,6) X(47,M,3) X(48,P,1) \
-    X(49,M,5) X(50,M,2) X(51,M,4) X(52,P,7) X(53,M,1) X(54,M,2) X(55,P,3) X(56,P,6) X(57,M,3) X(58,P,1) \
-    X(59,M,5) X(60,P,5) X(61,P,2) X(62,P,4) X(63,P,0) X(64,P,0) X(65,P,0) X(66,P,0) X(67,P,0) X(68,P,0) \
-    X(69,M,7) X(70,P,1) X(71,M,5) X(72,P,5) X(73,P,2)
-#define QUAROT__MIXR74_B17(X) X(0,P,0) X(1,P,1) X(2,M,5) X(3,P,5) X(4,P,2) X(5,M,3) X(6,M,6) X(7,P,3) X(8,M,1) \
-    X(9,M,2) X(10,M,4) X(11,P,7) X(12,M,1) X(13,P,5) X(14,P,2) X(15,M,3) X(16,M,6) X(17,M,4) X(18,P,7) \
-    X(19,P,6) X(20,P,4) X(21,M,7) X(22,P,1) X(23,M,5) X(24,M,2) X(25,M,4) X(26,M,0) X(27,P,7) X(28,M,1) \
-    X(29,M,2) X(30,P,3) X(31,P,6) X(32,P,4) X(33,P,0) X(34,M,7) X(35,M,6) X(36,P,3) X(37,M,1) X(38,M,2) \
-    X(39,M,4) X(40,M,0) X(41,P,7) X(42,M,1) X(43,P,5) X(44,P,2) X(45,P,4) X(46,M,7) X(47,M,6) X(48,M,4) \
-    X(49,P,7) X(50,P,6) X(51,M,3) X(52,P,1) X(53,M,5) X(54,M,2) X(55,M,4) X(56,P,7) X(57,M,1) X(58,M,2) \
-    X(59,P,3) X(60,P,6) X(61,M,3) X(62,P,1) X(63,M,5) X(64,P,5) X(65,P,2) X(66,P,4) X(67,P,0) X(68,P,0) \
-    X(69,P,0) X(70,P,0) X(71,P,0) X(72,P,0) X(73,M,7)
-#define QUAROT__MIXR74_B18(X) X(0,P,0) X(1,P,0) X(2,P,0) X(3,P,0) X(4,M,1) X(5,P,1) X(6,M,1) X(7,P,1) X(8,P,0) \
-    X(9,M,1) X(10,M,0) X(11,P,1) X(12,M,1) X(13,M,0) X(14,M,0) X(15,P,1) X(16,M,1) X(17,P,1) X(18,P,0) \
-    X(19,M,1) X(20,M,0) X(21,M,0) X(22,P,1) X(23,P,0) X(24,P,0) X(25,M,1) X(26,P,1) X(27,M,1) X(28,M,0) \
-    X(29,M,0) X(30,M,0) X(31,P,1) X(32,M,1) X(33,M,0) X(34,P,1) X(35,P,0) X(36,P,0) X(37,P,0) X(38,M,1) \
-    X(39,M,0) X(40,P,1) X(41,M,1) X(42,M,0) X(43,M,0) X(44,M,0) X(45,P,1) X(46,M,1) X(47,P,1) X(48,P,0) \
-    X(49,P,0) X(50,M,1) X(51,M,0) X(52,M,0) X(53,P,1) X(54,P,0) X(55,M,1) X(56,P,1) X(57,M,1) X(58,M,0) \
-    X(59,M,0) X(60,P,1) X(61,M,1) X(62,M,0) X(63,P,1) X(64,P,0) X(65,M,1) X(66,P,1) X(67,M,1) X(68,P,1) \
-    X(69,P,0) X(70,P,0) X(71,P,0) X(72,P,0) X(73,P,0)
-#define QUAROT__MIXR74(B) B(74,0,4,F) B(74,1,4,A) B(74,2,4,A) B(74,3,4,A) B(74,4,4,A) B(74,5,4,A) B(74,6,4,A) \
-    B(74,7,4,A) B(74,8,4,A) B(74,9,4,A) B(74,10,4,A) B(74,11,4,A) B(74,12,4,A) B(74,13,4,A) B(74,14,4,A) \
-    B(74,15,4,A) B(74,16,4,A) B(74,17,4,A) B(74,18,2,Z)
-// end of the generated lists
+// going through memory. The lists (QUAROT__MIXR28F_B0 .., >>generated) are the plans' own patterns,
+// printed by tools/gen_mixr.c; the plan takes a kernel only when every term equals its mix_pat (both
+// orientations), so a stale list costs speed, never bits, and test_transform fails on it.
 
 // The lists as bytes p | 8 * (g < 0), the mix_pat entry of b = 4, block by block: [nb][K].
 #define QUAROT__MIXR_SB_P 0
@@ -4454,7 +4648,7 @@ QUAROT_API quarot_result quarot_hadamard_apply_f32(const quarot_hadamard_plan* p
 }
 
 // The f64 path: the same specification in double; dd.isa REF runs the scalar _ref kernels, any other
-// (compiled) ISA the f64 SIMD kernels of >>transform_simd, which give the same bits.
+// (compiled) ISA the f64 SIMD kernels of >>transform_isa, which give the same bits.
 QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
                                                    double* x, int64_t rows, int64_t stride,
                                                    void* work, size_t work_size) {
@@ -4466,7 +4660,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_f64(const quarot_hadamard_plan* p
     void* w;
     int64_t i, k, M;
     void (*row)(double*, int, const double*, const float*, const double*, const float*, const double*);
-    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*, const double*);
+    void (*mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int, const double*, const float*,
+                const double*);
     memset(&dd, 0, sizeof dd);
     if (d) dd = *d;
     r = quarot__apply_check(p, x, rows, stride, sizeof(double), work, work_size, &w);
@@ -4511,8 +4706,9 @@ QUAROT_API size_t quarot_hadamard_cols_workspace_size(const quarot_hadamard_plan
     return ((size_t)p->n * (QUAROT__WHTC_COLS + 8) + 16) * sizeof(float) + 64;
 }
 
-QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p, const quarot_hadamard_apply_desc* d,
-                                                        float* x, int64_t cols, int64_t ld, void* work, size_t work_size) {
+QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_plan* p,
+                                                        const quarot_hadamard_apply_desc* d, float* x, int64_t cols,
+                                                        int64_t ld, void* work, size_t work_size) {
     quarot_hadamard_apply_desc dd;
     quarot__whtc_fn fn;
     quarot_result r;
@@ -4607,8 +4803,8 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
 // The two-block row (2 * 2^LOGR registers' worth, one bit more than a register block): block A
 // (first half) is kept in variables a0.. (QUAROT__SV) while block B is loaded and transformed, and
 // the two meet vector by vector in the last stage h = n/2 (QUAROT__FINR), so every element is loaded
-// and stored once. With 32 registers (AVX-512) the compiler spills a few of A's vectors; keeping A
-// in memory instead (a store and a reload of the whole half) took 2% longer at n = 512 on Zen 4.
+// and stored once. With 32 registers (AVX-512) the compiler spills a few of A's vectors, which costs
+// less than keeping A in memory (a store and a reload of the whole half).
 #define QUAROT__SV(t) QUAROT__V a##t = v##t;
 #define QUAROT__FINR(t) { QUAROT__V a_ = a##t; QUAROT__BF(a_, v##t)                           \
     if (post) { a_ = QUAROT__VMUL(a_, QUAROT__VLD(post + t * h));                              \
@@ -4621,97 +4817,6 @@ QUAROT_API quarot_result quarot_hadamard_apply_cols_f32(const quarot_hadamard_pl
     ps += half; q = pre ? pre + half : NULL;                                                     \
     QUAROT__REP##N(QUAROT__LDQ) QUAROT__REP##N(QUAROT__INL)                                      \
     QUAROT__EXPAND(QUAROT__NET##N, (QUAROT__V##N)) QUAROT__REP##N(QUAROT__FINR) } }
-
-// The FWHT kernels of one ISA: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
-// quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
-// driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
-#define QUAROT__WHT_DEFINE(isa)                                                                  \
-/* [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers */ \
-static void quarot__wht_blk_f32_##isa(float* p, const float* src, int lv, const float* pre,      \
-                                       const float* post, const float* scale) {                  \
-    const int64_t h = QUAROT__W;                                                                 \
-    const float* ps = src ? src : p;                                                             \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const float* q;                                                                              \
-    switch (lv) {                                                                                \
-        case 0: QUAROT__RADIX(1, QUAROT__WITH) break;                                            \
-        case 1: QUAROT__RADIX(2, QUAROT__WITH) break;                                            \
-        case 2: QUAROT__RADIX(4, QUAROT__WITH) break;                                            \
-        case 3: QUAROT__RADIX(8, QUAROT__WITH) break;                                            \
-        default: QUAROT__RADIX(16, QUAROT__WITH) break;                                          \
-    }                                                                                            \
-}                                                                                                \
-/* 2 * W * 2^LOGR floats at x: two register blocks, then the last stage fused into block B */      \
-static void quarot__wht_two_f32_##isa(float* x, const float* src, const float* pre,            \
-                                       const float* post, const float* scale) {                  \
-    const int64_t h = QUAROT__W, half = (int64_t)QUAROT__W << QUAROT__LOGR;                      \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const float *q, *ps;                                                                         \
-    if (QUAROT__LOGR == 3) QUAROT__TWOBLK(8) else QUAROT__TWOBLK(16)                             \
-}                                                                                                \
-/* For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold      \
-   bits b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row   \
-   and scale (last pass only) are indexed like x. */                                             \
-static void quarot__wht_pass_f32_##isa(float* x, int64_t len, int64_t h, int r, const float* post_row, \
-                                        const float* scale) {                                    \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const float* pre = NULL;                                                                     \
-    const float *post, *q;                                                                       \
-    int64_t base, c;                                                                             \
-    for (base = 0; base < len; base += h << r) {                                                 \
-        for (c = 0; c < h; c += QUAROT__W) {                                                     \
-            float* p = x + base + c;                                                             \
-            const float* ps = p;                                                                 \
-            post = post_row ? post_row + base + c : NULL;                                        \
-            switch (r) {                                                                         \
-                case 1: QUAROT__RADIX(2, QUAROT__WITHOUT) break;                                 \
-                case 2: QUAROT__RADIX(4, QUAROT__WITHOUT) break;                                 \
-                case 3: QUAROT__RADIX(8, QUAROT__WITHOUT) break;                                 \
-                default: QUAROT__RADIX(16, QUAROT__WITHOUT) break;                               \
-            }                                                                                    \
-        }                                                                                        \
-    }                                                                                            \
-}                                                                                                \
-/* Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in       \
-   registers with the in-lane stages, reading src when given, then passes over the chunk in x),  \
-   bits lc .. L-1 in passes over the whole row. Groups are as even as can be (a radix-2 pass is    \
-   bound by its loads and stores), at most LOGR bits, and at most 3 bits in the whole-row passes,   \
-   whose 2^r loads are 4 KiB or more apart and share one L1 set (8 ways). lc minimizes the number  \
-   of passes. */                                                                                   \
-static void quarot__wht_row_f32_##isa(float* x, const float* src, int L, const float* pre,     \
-                                       const float* post, const float* scale) {                  \
-    int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;                                      \
-    int64_t c0, b0;                                                                              \
-    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, src, L, pre, post, scale); return; }      \
-    if (L - QUAROT__LOGW <= QUAROT__LOGR) {                                                      \
-        quarot__wht_blk_f32_##isa(x, src, L - QUAROT__LOGW, pre, post, scale);                   \
-        return;                                                                                  \
-    }                                                                                            \
-    if (L - QUAROT__LOGW == QUAROT__LOGR + 1) { quarot__wht_two_f32_##isa(x, src, pre, post, scale); return; } \
-    /* choose lc: fewest passes, never a 1-bit pass over the whole row */                     \
-    for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {    \
-        const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;   \
-        if (L - i != 1 && np < best) { best = np; lc = i; }                                      \
-    }                                                                                            \
-    /* g[0] bits in the register block, g[1 .. nc-1] in chunk passes, the rest over the row */  \
-    C = lc - QUAROT__LOGW; T = L - lc;                                                           \
-    nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;                                                  \
-    for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);                            \
-    for (i = 0; i < (T + 2) / 3; ++i) g[ng++] = T / ((T + 2) / 3) + (i < T % ((T + 2) / 3) ? 1 : 0); \
-    for (c0 = 0; c0 < ((int64_t)1 << L); c0 += (int64_t)1 << lc) {                               \
-        const int last = T == 0;                                                                 \
-        for (b0 = 0; b0 < ((int64_t)1 << lc); b0 += (int64_t)1 << (QUAROT__LOGW + g[0]))         \
-            quarot__wht_blk_f32_##isa(x + c0 + b0, src ? src + c0 + b0 : NULL, g[0],             \
-                                      pre ? pre + c0 + b0 : NULL, NULL, NULL);                   \
-        for (i = 1, lo = QUAROT__LOGW + g[0]; i < nc; lo += g[i++])                              \
-            quarot__wht_pass_f32_##isa(x + c0, (int64_t)1 << lc, (int64_t)1 << lo, g[i],         \
-                                       last && i == nc - 1 ? post : NULL, last && i == nc - 1 ? scale : NULL); \
-    }                                                                                            \
-    for (i = nc, lo = lc; i < ng; lo += g[i++])                                                  \
-        quarot__wht_pass_f32_##isa(x, (int64_t)1 << L, (int64_t)1 << lo, g[i],                   \
-                                   i == ng - 1 ? post : NULL, i == ng - 1 ? scale : NULL);       \
-}                                                                                                \
-QUAROT__WHTC_DEFINE(isa)
 
 // The column kernels (quarot_hadamard_apply_cols_f32): one vector holds W columns of a row, so every
 // stage pairs whole vectors. A pass runs stages h = 2^s .. 2^(s+r-1) on the 2^r rows row + t*2^s
@@ -4756,39 +4861,15 @@ QUAROT__WHTC_DEFINE(isa)
 // (w/W vectors a row, w a multiple of W) before the next group, and asks for the next group's lines
 // of x ahead (rows of x are far apart: no hardware prefetcher follows them). buf is skewed so that
 // no pass's 2^r rows share a cache set (quarot__whtc_skew, quarot__whtc_stride).
-#define QUAROT__WHTC_DEFINE(isa)                                                                 \
-static void quarot__whtc_pass_f32_##isa(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t w, \
-                                         int L, const quarot__whtc_plan* pl, int k, int sbuf, int dbuf, \
-                                         const float* pre, const float* post, const float* scale, \
-                                         const float* ahead, int64_t lda) {                      \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const int64_t hs = (int64_t)1 << pl->s[k], n = (int64_t)1 << L;                              \
-    const int64_t ss = sbuf ? quarot__whtc_stride(pl, k, w) : hs * lds;                          \
-    const int64_t sd = dbuf ? quarot__whtc_stride(pl, k, w) : hs * ldd;                          \
-    int64_t base, c, cv, t;                                                                      \
-    switch (pl->r[k]) {                                                                          \
-        case 1: QUAROT__CPASS(2) break;                                                          \
-        case 2: QUAROT__CPASS(4) break;                                                          \
-        case 3: QUAROT__CPASS(8) break;                                                          \
-        default: QUAROT__CPASS(16) break;                                                        \
-    }                                                                                            \
-}                                                                                                \
-static void quarot__whtc_f32_##isa(float* x, int64_t ld, int64_t w, int L, const float* pre, const float* post, \
-                                    const float* scale, float* buf) {                            \
-    quarot__whtc_plan pl;                                                                        \
-    int k;                                                                                       \
-    quarot__whtc_plan_make(&pl, L, QUAROT__LOGR);                                                \
-    for (k = 0; k < pl.np; ++k) {                                                                \
-        const int first = k == 0, last = k == pl.np - 1;                                         \
-        const int sbuf = !first && buf != NULL, dbuf = !last && buf != NULL;                     \
-        quarot__whtc_pass_f32_##isa(sbuf ? buf : x, ld, dbuf ? buf : x, ld, w, L, &pl, k, sbuf, dbuf, \
-                                    first ? pre : NULL, last ? post : NULL, last ? scale : NULL, \
-                                    first || last ? x : NULL, ld);                               \
-    }                                                                                            \
-}
 
 // log2 of the chunk the row driver finishes in L1 before the passes over the whole row (16 KiB).
 #define QUAROT__WHT_LCHUNK 12
+
+// >>transform_mix
+// The mixing kernels' building blocks, written over one ISA's vector macros: the b = 1 float-panel
+// mixing (QUAROT__MA_*, QUAROT__MB_*), the blocked mixing's tables and output loops (QUAROT__MT_*,
+// QUAROT__MR_*), and the fixed register mixing (QUAROT__MIXR_*: one function per kernel, expanded
+// from its term lists in >>generated).
 
 // Mixing kernels of one ISA. M >= W: vectors along j, RI outputs i at a time (RI = 4 or 8 through
 // QUAROT__MIX_RI), two vectors of j (one when M == W); each k adds the broadcast coefficient times
@@ -4813,7 +4894,8 @@ static void quarot__whtc_f32_##isa(float* x, int64_t ld, int64_t w, int L, const
 #define QUAROT__MA_STORE1(r) if (i0 + r < K) { float* o = y + (i0 + r) * M + j0; QUAROT__MA_OUT(o, a##r##_0) }
 // Case M < W: b##t accumulates outputs i0 + t*W .. +W-1 at column j; c##t points at their
 // coefficients in the panel layout ([panel][k][16], 16 consecutive outputs per k).
-#define QUAROT__MB_DECL(t) QUAROT__V b##t; const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
+#define QUAROT__MB_DECL(t) QUAROT__V b##t;                                                          \
+    const float* c##t = c + ((t * QUAROT__W) >> 4) * 16 * K + ((t * QUAROT__W) & 15);
 #define QUAROT__MB_INIT(t) b##t = QUAROT__VMUL(QUAROT__VLD(c##t), zb);
 #define QUAROT__MB_STEP(t) b##t = QUAROT__VADD(b##t, QUAROT__VMUL(QUAROT__VLD(c##t + k * 16), zb));
 #define QUAROT__MB_STORE(t) { int64_t l_; QUAROT__VST(buf, b##t);                               \
@@ -4824,59 +4906,6 @@ static void quarot__whtc_f32_##isa(float* x, int64_t ld, int64_t w, int L, const
         if (scale) o_ = o_ * *scale;                                                              \
         y[at] = o_; } }
 
-#define QUAROT__MIX_DEFINE(isa)                                                                  \
-/* z, y: [K][M]; coef: the panels of one orientation. Three loops by M: 2W and more, W, below W. */ \
-static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M, const float* coef, \
-                                   const float* post, const float* scale) {                      \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    int64_t i0, j0, j, k;                                                                        \
-    if (M >= 2 * QUAROT__W) {                                                                    \
-        for (j0 = 0; j0 < M; j0 += 2 * QUAROT__W) {                                              \
-            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                         \
-                const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                          \
-                const float* zk = z + j0;                                                        \
-                QUAROT__V z0 = QUAROT__VLD(zk), z1 = QUAROT__VLD(zk + QUAROT__W), hv;            \
-                QUAROT__MIX_REP(QUAROT__MA_DECL2)                                                \
-                QUAROT__MIX_REP(QUAROT__MA_INIT2)                                                \
-                for (k = 1; k < K; ++k) {                                                        \
-                    c += 16; zk += M;                                                            \
-                    z0 = QUAROT__VLD(zk); z1 = QUAROT__VLD(zk + QUAROT__W);                      \
-                    QUAROT__MIX_REP(QUAROT__MA_STEP2)                                            \
-                }                                                                                \
-                QUAROT__MIX_REP(QUAROT__MA_STORE2)                                               \
-            }                                                                                    \
-        }                                                                                        \
-    } else if (M == QUAROT__W) {                                                                 \
-        for (i0 = 0, j0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {                                     \
-            const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);                              \
-            const float* zk = z;                                                                 \
-            QUAROT__V z0 = QUAROT__VLD(zk);                                                      \
-            QUAROT__MIX_REP(QUAROT__MA_DECL1)                                                    \
-            QUAROT__MIX_REP(QUAROT__MA_INIT1)                                                    \
-            for (k = 1; k < K; ++k) {                                                            \
-                c += 16; zk += M;                                                                \
-                z0 = QUAROT__VLD(zk);                                                            \
-                QUAROT__MIX_REP(QUAROT__MA_STEP1)                                                \
-            }                                                                                    \
-            QUAROT__MIX_REP(QUAROT__MA_STORE1)                                                   \
-        }                                                                                        \
-    } else {                                                                                     \
-        float buf[QUAROT__W];                                                                    \
-        for (j = 0; j < M; ++j) {                                                                \
-            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_NB * QUAROT__W) {                             \
-                const float* c = coef + (i0 >> 4) * 16 * K;                                      \
-                QUAROT__V zb = QUAROT__VSET1(z[j]);                                              \
-                QUAROT__MIX_BREP(QUAROT__MB_DECL)                                                \
-                QUAROT__MIX_BREP(QUAROT__MB_INIT)                                                \
-                for (k = 1; k < K; ++k) {                                                        \
-                    zb = QUAROT__VSET1(z[k * M + j]);                                            \
-                    QUAROT__MIX_BREP(QUAROT__MB_STEP)                                            \
-                }                                                                                \
-                QUAROT__MIX_BREP(QUAROT__MB_STORE)                                               \
-            }                                                                                    \
-        }                                                                                        \
-    }                                                                                            \
-}
 
 // Blocked mixing (mix_block 2 <= b <= 5, M >= 16 >= W), per chunk of NV = min(4, M/W) column vectors
 // and per group of blocks whose tables fit in QUAROT__MIXB_CACHE bytes (an L1 share). First the
@@ -4888,10 +4917,9 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
 // of mix_pat: acc = QUAROT__VSFIRST(g, T) = g*T exactly, then acc = QUAROT__VSACC(acc, g, T), either
 // an FMA by g = +-1 or an add of T with its sign bit xor'ed: both round the exact acc + g*T once,
 // i.e. the specification's acc + P with P = g*u, signed zeros included. The outputs' pattern words
-// are loaded one output group ahead and the entry addresses come from shifts of them: a vector load
-// whose address waits on a load just before it ran at 2/3 of the rate here (4.3 against 6.0 vector
-// adds per ns in a loop of this shape, Zen 5). Running sums wait in y between groups: the same order
-// as one long chain. With corr
+// are loaded one output group ahead and the entry addresses come from shifts of them, so no table
+// load waits for its address on a load just before it (such pairs run the lookups at a fraction of
+// their rate). Running sums wait in y between groups: the same order as one long chain. With corr
 // (split Paley II, W <= M/2) the tables read z2 = [z[2r] + z[2r+1] | z[2r] - z[2r+1]] straight from
 // corr (each element once: every (chunk, block) once) and the last group's store first subtracts the
 // doubled partner of z.
@@ -5018,29 +5046,6 @@ static void quarot__mix_f32_##isa(const float* z, float* y, int64_t K, int64_t M
     if (corr) { QUAROT__MT_BUILD(N, QUAROT__MIXB_LDC) }                                          \
     else { QUAROT__MT_BUILD(N, QUAROT__MIXB_LDZ) }                                               \
     QUAROT__MR_OUTPUTS(N) }
-#define QUAROT__MIXB_DEFINE(isa)                                                                 \
-/* z, y: [K][M]; pat: [K8 + 8][nwd] pattern words of one orientation; tab: one group's tables */ \
-static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t M, int b,       \
-                                    const uint64_t* pat, int64_t nb, float* tab,                 \
-                                    const float* corr, const float* post, const float* scale) {  \
-    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);                                   \
-    const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;              \
-    const int64_t chalf = M / 2, E = 64 / b, nwd = (nb + E - 1) / E;                             \
-    const uint64_t pm = ((uint64_t)1 << (b - 1)) - 1;                                            \
-    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> (b - 1);          \
-    const int64_t gsz = gfit > 0 ? gfit : 1;                                                     \
-    int64_t j0, i0, blk, k0, c, g0, g1;                                                          \
-    for (j0 = 0; j0 < M; j0 += ew) {                                                             \
-        for (g0 = 0; g0 < nb; g0 = g1) {                                                         \
-            const int64_t wi0 = g0 / E, sh0 = (g0 % E) * b;                                      \
-            g1 = g0 + gsz < nb ? g0 + gsz : nb;                                                  \
-            /* the group's tables, then the outputs' running sums over its blocks */            \
-            if (nv == 4) QUAROT__MIXB_GROUP(4)                                                   \
-            else if (nv == 2) QUAROT__MIXB_GROUP(2)                                              \
-            else QUAROT__MIXB_GROUP(1)                                                           \
-        }                                                                                        \
-    }                                                                                            \
-}
 
 // The fixed register mixing (plan->mix_fixed, b = 4; the term lists before quarot_hadamard_plan_init),
 // for AVX-512 and AVX2. Per vector column, each pass of a few outputs rebuilds every block's 8
@@ -5052,11 +5057,11 @@ static void quarot__mixb_f32_##isa(const float* z, float* y, int64_t K, int64_t 
 // every entry is the specification's chain and every output its sum in block order (first term g*T,
 // exact, then one rounding of acc + g*T a block), as in the table kernel. Compiler notes (GCC 12,
 // clang 14): QUAROT__MIXR_FENCE makes block g+1's loads wait for block g's last sum, or GCC hoists
-// the builds of all blocks (56 entries live for 28) and spills (1.16x the time); QUAROT__MIXR_OPAQUE
+// the builds of all blocks (56 entries live for 28) and spills; QUAROT__MIXR_OPAQUE
 // hides that `one` is 1.0, or clang turns the FMAs back into adds (all on the add pipes); and the
 // output stores have no branches (the split correction is compile-time, the scale is a multiply by
 // 1 when absent, exact, and the post-signs come from a vector of ones when absent), or clang spills
-// across them (18944 took 1.5x the time of the table kernel). Each ISA defines QUAROT__MIXR_REG
+// across them (slower than the table kernel). Each ISA defines QUAROT__MIXR_REG
 // (the asm constraint of its vectors), QUAROT__MIXR_NEG, QUAROT__MIXR_ACCP and QUAROT__MIXR_ACCM.
 #if defined(__GNUC__)
 #define QUAROT__MIXR_FENCE(ptr, v) __asm__("" : "+r"(ptr) : QUAROT__MIXR_REG(v))
@@ -5118,9 +5123,15 @@ static void quarot__mixr##ID##_##isa(const float* z, float* y, int64_t M, float*
     }                                                                                                \
 }
 
+// >>transform_isa
+// Each ISA's vector macros and in-lane stages, the kernels of >>transform_body and the register mixing
+// compiled for it, and the per-call selection among the ISAs compiled in; then the f64 kernels (one
+// vector width per build, bit-identical to the f64 _ref).
+
 // ---- Instantiations. Each ISA defines the vector macros, its in-lane stages (one shuffle, one
 // xor and one add per stage, see the section notes), the block size LOGR (register budget) and
-// the mixing blocking (RI outputs x vectors in flight), expands the three templates, undefines. ----
+// the mixing blocking (RI outputs x vectors in flight), compiles the kernels of >>transform_body
+// for itself (QUAROT__ISA names it), undefines. ----
 
 // ---- SSE2: 4 lanes, 8-register blocks (16 xmm registers) ----
 #if defined(QUAROT__HAVE_SSE2)
@@ -5146,14 +5157,16 @@ static inline __m128 quarot__inlane_sse2(__m128 v) {
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
-QUAROT__WHT_DEFINE(sse2)
-QUAROT__MIX_DEFINE(sse2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) _mm_castsi128_ps(_mm_set1_epi32(-(s) & INT_MIN))   /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) _mm_xor_ps(t, g)
 #define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm_xor_ps(t, g))
-QUAROT__MIXB_DEFINE(sse2)
+#define QUAROT__ISA sse2
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
@@ -5202,14 +5215,16 @@ static inline __m256 quarot__inlane_avx2(__m256 v) {
 #define QUAROT__MIX_REP QUAROT__REP4
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
-QUAROT__WHT_DEFINE(avx2)
-QUAROT__MIX_DEFINE(avx2)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) _mm256_castsi256_ps(_mm256_set1_epi32(-(s) & INT_MIN))   /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) _mm256_xor_ps(t, g)
 #define QUAROT__VSACC(a, g, t) QUAROT__VADD(a, _mm256_xor_ps(t, g))
-QUAROT__MIXB_DEFINE(avx2)
+#define QUAROT__ISA avx2
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #define QUAROT__MIXR_REG(v) "x"(v)
 #define QUAROT__MIXR_NEG(e) _mm256_xor_ps(e, _mm256_set1_ps(-0.0f))    /* exact */
 #if defined(__FMA__)
@@ -5293,18 +5308,20 @@ static inline __m512 quarot__inlane_avx512(__m512 v) {
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 4
 #define QUAROT__MIX_BREP QUAROT__REP4
-#undef QUAROT__VSUB2
-#define QUAROT__VSUB2(a, b) _mm512_fnmadd_ps(b, _mm512_set1_ps(1.0f), a)   // = a - b exactly (see QUAROT__BF)
-QUAROT__WHT_DEFINE(avx512)
-#undef QUAROT__VSUB2
-#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
-QUAROT__MIX_DEFINE(avx512)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) _mm512_castsi512_ps(_mm512_set1_epi32(0x3f800000 | (-(s) & INT_MIN)))   /* g = +-1.0f */
 #define QUAROT__VSFIRST(g, t) _mm512_mul_ps(g, t)                             /* exact */
 #define QUAROT__VSACC(a, g, t) _mm512_fmadd_ps(g, t, a)                       /* round(a + g*t) */
-QUAROT__MIXB_DEFINE(avx512)
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) _mm512_fnmadd_ps(b, _mm512_set1_ps(1.0f), a)   // = a - b exactly (see QUAROT__BF)
+#define QUAROT__ISA avx512
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
+#undef QUAROT__VSUB2
+#define QUAROT__VSUB2(a, b) QUAROT__VSUB(a, b)
 #define QUAROT__MIXR_REG(v) "v"(v)
 #define QUAROT__MIXR_NEG(e) _mm512_mul_ps(e, _mm512_set1_ps(-1.0f))   /* exact */
 #define QUAROT__MIXR_ACCP(a, e) _mm512_fmadd_ps(e, one, a)
@@ -5364,14 +5381,16 @@ static inline float32x4_t quarot__inlane_neon(float32x4_t v) {
 #define QUAROT__MIX_REP QUAROT__REP8
 #define QUAROT__MIX_NB 8
 #define QUAROT__MIX_BREP QUAROT__REP8
-QUAROT__WHT_DEFINE(neon)
-QUAROT__MIX_DEFINE(neon)
 #define QUAROT__MIXB_RI 2
 #define QUAROT__MIXB_REP QUAROT__REP2
 #define QUAROT__VSGNB(s) vreinterpretq_f32_s32(vdupq_n_s32(-(s) & INT_MIN))      /* g = -1: the sign bit alone */
 #define QUAROT__VSFIRST(g, t) vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(t), vreinterpretq_u32_f32(g)))
 #define QUAROT__VSACC(a, g, t) vaddq_f32(a, QUAROT__VSFIRST(g, t))
-QUAROT__MIXB_DEFINE(neon)
+#define QUAROT__ISA neon
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_TRANSFORM
+#include QUAROT_HEADER_FILE   // >>transform_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #undef QUAROT__VSGNB
 #undef QUAROT__VSFIRST
 #undef QUAROT__VSACC
@@ -5434,7 +5453,7 @@ static quarot__whtc_fn quarot__whtc_select(quarot_isa isa, int* lanes) {
 // The fixed register mixing for plan->mix_fixed (0: none), orientation and M mixing columns, where the
 // ISA has it. AVX2 only up to M = 512: its 32-byte stores fill an output's 64-byte line in two
 // vector columns, and with rows of 1024 floats (4 KiB, one L1 set) a pass's 9-10 outputs evict
-// each other's lines in between (28672: 1.76-1.88x of 32768 against 1.63-1.68 with the tables).
+// each other's lines in between (the table kernel is faster there).
 static quarot__mixr_fn quarot__mixr_select(quarot_isa isa, int fixed, int transpose, int64_t M) {
 #if defined(QUAROT__HAVE_AVX512)
     if (isa == QUAROT_ISA_AVX512) {
@@ -5619,7 +5638,8 @@ static void quarot__mix_f64_simd(const double* z, double* y, int64_t K, int64_t 
 
 // The f64 kernels for an ISA: QUAROT_ISA_REF (and builds without SIMD) get the specification.
 static void quarot__f64_select(quarot_isa isa,
-                               void (**row)(double*, int, const double*, const float*, const double*, const float*, const double*),
+                               void (**row)(double*, int, const double*, const float*, const double*, const float*,
+                                            const double*),
                                void (**mix)(const double*, double*, int64_t, int64_t, const int8_t*, int, int,
                                             const double*, const float*, const double*)) {
     *row = quarot__wht_row_f64_ref;
@@ -5752,15 +5772,14 @@ static void quarot__gemm_plan_make(int64_t m, int64_t n, int64_t k, int mr, int 
     pl->per_task = pl->a_elems + (quarot__gemm_min(nc, quarot__gemm_cdiv(pl->pn, nr) * nr) * kc + 15) / 16 * 16;
 }
 
-// Type-generic part, instantiated for float (S = s) and double (S = d). Packing layouts:
+// The driver itself is >>gemm_body, compiled for float (_s) and double (_d) below. Packing layouts:
 //   packed A  ap[s][p][r] = op(A)[s*mr + r][p]   (rows past mc are 0)
 //   packed B  bp[t][p][j] = op(B)[p][t*nr + j]   (columns past nc are 0)
 // Full slivers whose source rows are contiguous (op(B) not transposed, op(A) transposed): ns slivers
 // of width w side by side, d[t][p][j] = s[p*ld + t*w + j], copied source row by source row (one
-// sequential read per row; sliver by sliver it touched a new page per row) with the width as a
+// sequential read per row; sliver by sliver would touch a new page per row) with the width as a
 // constant, so each piece is a few vector moves instead of a memcpy call: a struct of W elements
-// is assigned (the element loop it replaces was turned back into a memmove call per piece by
-// gcc's loop-idiom pass: 11% of an Adapt profile on Intel was memmove, mostly these calls).
+// is assigned (gcc's loop-idiom pass turns an element loop back into a memmove call per piece).
 #define QUAROT__GEMM_STRIP_W(T, W)                                                                     \
     for (p = 0; p < kc; ++p)                                                                           \
         for (t = 0; t < ns; ++t) {                                                                     \
@@ -5834,232 +5853,29 @@ static void quarot__gemm_tr_s(const float* QUAROT__RESTRICT a, int64_t lda, int 
         for (p = p0; p < pe; ++p) ap[p * mr + r] = src[p];
     }
 }
-#define QUAROT__GEMM_DEFINE(T, S)                                                                      \
-static void quarot__gemm_strip_##S(const T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,   \
-                                   int w, T* QUAROT__RESTRICT d) {                                      \
-    int64_t p, t;                                                                                      \
-    int j;                                                                                             \
-    switch (w) {                                                                                       \
-        case 4: QUAROT__GEMM_STRIP_W(T, 4) break;                                                         \
-        case 6: QUAROT__GEMM_STRIP_W(T, 6) break;                                                         \
-        case 8: QUAROT__GEMM_STRIP_W(T, 8) break;                                                         \
-        case 12: QUAROT__GEMM_STRIP_W(T, 12) break;                                                       \
-        case 16: QUAROT__GEMM_STRIP_W(T, 16) break;                                                       \
-        case 32: QUAROT__GEMM_STRIP_W(T, 32) break;                                                       \
-        default: QUAROT__GEMM_STRIP_ANY(T, w) break;                                                      \
-    }                                                                                                  \
-}                                                                                                      \
-static void quarot__gemm_pack_a_##S(int ta, const T* a, int64_t lda, int64_t mc, int64_t kc, int mr,   \
-                                    T* QUAROT__RESTRICT ap) {                                           \
-    int64_t s, p;                                                                                      \
-    int r, rows;                                                                                       \
-    if (ta && mc >= mr) {                                                                              \
-        s = mc / mr * mr;                                                                              \
-        quarot__gemm_strip_##S(a, lda, kc, mc / mr, mr, ap);                                           \
-        ap += s * kc;                                                                                  \
-        a += s;                                                                                        \
-        mc -= s;                                                                                       \
-    }                                                                                                  \
-    if (!ta) {                                                                                         \
-        /* full slivers of row-major A: each source row read contiguously, 64 columns at a time, into  \
-           the sliver's (L1-resident) 64 x mr tile. Column by column, the mr rows (a power-of-two      \
-           stride apart, e.g. 16 KiB) all fall into one L1 set and evict each other on every element. */ \
-        int64_t p0, pe;                                                                                \
-        for (s = 0; s + mr <= mc; s += mr, ap += (int64_t)mr * kc)                                     \
-            for (p0 = 0; p0 < kc; p0 = pe) {                                                           \
-                pe = p0 + 64 < kc ? p0 + 64 : kc;                                                      \
-                quarot__gemm_tr_##S(a + s * lda, lda, mr, p0, pe, ap);                                 \
-            }                                                                                          \
-        a += s * lda;                                                                                  \
-        mc -= s;                                                                                       \
-    }                                                                                                  \
-    for (s = 0; s < mc; s += mr) {                                                                     \
-        rows = (int)quarot__gemm_min(mr, mc - s);                                                         \
-        for (p = 0; p < kc; ++p) {                                                                     \
-            if (ta) { const T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }     \
-            else    { const T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; } \
-            for (; r < mr; ++r) ap[r] = (T)0;                                                          \
-            ap += mr;                                                                                  \
-        }                                                                                              \
-    }                                                                                                  \
-}                                                                                                      \
-/* The serial loop nest over one panel of C, with its own packing buffers ap, bp. apk, when not NULL: A \
-   packed whole beforehand (pack_a of all m rows, k <= kc, so one k block): its slivers are used in     \
-   place of ap's, which is not touched; the same values reach the kernel, so the same bits. */         \
-static void quarot__gemm_run_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m,         \
-                                 int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,    \
-                                 int64_t ldb, T beta, T* c, int64_t ldc, T* ap, T* bp, int tri,         \
-                                 int64_t coff, const T* apk) {                                          \
-    const int mr = cfg->mr, nr = cfg->nr;                                                              \
-    int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;                                                      \
-    T tmp[QUAROT__GEMM_TILE_MAX], bb;                                                                  \
-    for (jc = 0; jc < n; jc += cfg->nc) {                                                              \
-        nc = quarot__gemm_min(cfg->nc, n - jc);                                                           \
-        for (pc = 0; pc < k; pc += cfg->kc) {                                                          \
-            kc = quarot__gemm_min(cfg->kc, k - pc);                                                       \
-            bb = pc == 0 ? beta : (T)1;                                                                \
-            /* B's panel is pack_a's of op(B)^T: nr-column slivers of op(B) are nr-row slivers of   \
-               op(B)^T, which is B stored transposed exactly when tb is 0 */                        \
-            quarot__gemm_pack_a_##S(!tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, nc, kc, nr, bp); \
-            for (ic = 0; ic < m; ic += cfg->mc) {                                                      \
-                mc = quarot__gemm_min(cfg->mc, m - ic);                                                   \
-                if (!apk) quarot__gemm_pack_a_##S(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr, ap); \
-                for (ir = 0; ir < mc; ir += mr) {                                                      \
-                    const T* as = apk ? apk + (ic + ir) * kc : ap + ir * kc;                           \
-                    T* crow = c + (ic + ir) * ldc + jc;                                                \
-                    int64_t rows = quarot__gemm_min(mr, mc - ir);                                         \
-                    for (jr = 0; jr < nc; jr += nr) {                                                  \
-                        int64_t cols = quarot__gemm_min(nr, nc - jr);                                     \
-                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   /* strictly lower */   \
-                        if (rows == mr && cols == nr) {                                                \
-                            cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);              \
-                            continue;                                                                  \
-                        }                                                                              \
-                        /* edge tile: tmp = acc exactly (alpha 1, beta 0), then the kernel's epilogue */ \
-                        cfg->kernel(kc, as, bp + jr * kc, tmp, nr, (T)1, (T)0);                        \
-                        for (i = 0; i < rows; ++i) {                                                   \
-                            T* cr = crow + i * ldc + jr;                                               \
-                            for (j = 0; j < cols; ++j) {                                               \
-                                T v = alpha * tmp[i * nr + j];                                         \
-                                cr[j] = bb == (T)0 ? v : v + bb * cr[j];                               \
-                            }                                                                          \
-                        }                                                                              \
-                    }                                                                                  \
-                }                                                                                      \
-            }                                                                                          \
-        }                                                                                              \
-    }                                                                                                  \
-}                                                                                                      \
-/* C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading). */                 \
-static void quarot__gemm_scale_##S(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {                 \
-    int64_t i, j;                                                                                      \
-    for (i = 0; i < m; ++i)                                                                            \
-        for (j = 0; j < n; ++j) c[i * ldc + j] = beta == (T)0 ? (T)0 : beta * c[i * ldc + j];          \
-}                                                                                                      \
-typedef struct quarot__gemm_job_##S {                                                                  \
-    const quarot__##S##gemm_cfg* cfg;                                                                  \
-    const quarot__gemm_plan* pl;                                                                       \
-    int ta, tb;                                                                                        \
-    int64_t m, n, k, lda, ldb, ldc;                                                                    \
-    T alpha, beta;                                                                                     \
-    const T* a;                                                                                        \
-    const T* b;                                                                                        \
-    T* c;                                                                                              \
-    T* work;                                                                                           \
-    int tri;                                                                                           \
-} quarot__gemm_job_##S;                                                                                \
-/* Task t: panel (t / tn, t % tn) of C, workspace slice t. */                                          \
-static void quarot__gemm_task_##S(void* arg, int64_t t) {                                              \
-    const quarot__gemm_job_##S* jb = (const quarot__gemm_job_##S*)arg;                                 \
-    const quarot__gemm_plan* pl = jb->pl;                                                              \
-    int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;                                    \
-    int64_t pn = quarot__gemm_min(pl->pn, jb->n - j0), js = 0;                                            \
-    T* ap = jb->work + t * pl->per_task;                                                               \
-    /* tri: columns left of the panel's first row are strictly lower for all its rows */              \
-    if (jb->tri && i0 > j0) js = quarot__gemm_min(pn, (i0 - j0) / jb->cfg->nr * jb->cfg->nr);             \
-    if (js >= pn) return;                                                                              \
-    j0 += js;                                                                                          \
-    quarot__gemm_run_##S(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0), pn - js, jb->k,   \
-                         jb->alpha, jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,                     \
-                         jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,                      \
-                         jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0, NULL); \
-}                                                                                                      \
-/* Narrow products (!tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A is read in place,    \
-   once per column tile, not packed; a row-major A packed for only n / nr column tiles spent longer     \
-   packing (a transpose, out of DRAM) than multiplying, and a transposed one (op(A) = A^T, e.g. the     \
-   deflation's C^T W) was packed whole for every product, three passes over it instead of one. Task t: \
-   rows [t*rows, +rows) of op(A), all kc blocks (beta' as in the loop nest), full nmr x nnr tiles.      \
-   (Other n would leave a few columns for the loop nest, which packs all of A again for them: slower   \
-   than packing once.) */                                                                              \
-typedef struct quarot__gemm_njob_##S {                                                                 \
-    const quarot__##S##gemm_cfg* cfg;                                                                  \
-    int ta;                                                                                            \
-    int64_t m, n, k, lda, ldb, ldc, rows;                                                              \
-    T alpha, beta;                                                                                     \
-    const T* a;                                                                                        \
-    const T* b;                                                                                        \
-    T* c;                                                                                              \
-} quarot__gemm_njob_##S;                                                                               \
-static void quarot__gemm_ntask_##S(void* arg, int64_t t) {                                             \
-    const quarot__gemm_njob_##S* jb = (const quarot__gemm_njob_##S*)arg;                               \
-    const quarot__##S##gemm_cfg* cfg = jb->cfg;                                                        \
-    const int64_t ars = jb->ta ? 1 : jb->lda, aks = jb->ta ? jb->lda : 1;                             \
-    int64_t i0 = t * jb->rows, i1 = quarot__gemm_min(jb->m, i0 + jb->rows), pc, i, j, kc;              \
-    for (pc = 0; pc < jb->k; pc += kc) {                                                               \
-        T bb = pc == 0 ? jb->beta : (T)1;                                                              \
-        kc = quarot__gemm_min(cfg->kc, jb->k - pc);                                                    \
-        for (i = i0; i < i1; i += cfg->nmr)                                                            \
-            for (j = 0; j < jb->n; j += cfg->nnr)                                                      \
-                cfg->narrow(kc, jb->a + i * ars + pc * aks, ars, aks, jb->b + pc * jb->ldb + j, jb->ldb, \
-                            jb->c + i * jb->ldc + j, jb->ldc, jb->alpha, bb);                          \
-    }                                                                                                  \
-}                                                                                                      \
-/* The whole built-in GEMM after argument checks, with a given blocking and kernel. tri: only the    \
-   tiles of C that hold an element on or above the diagonal are computed (m == n: the upper triangle \
-   of a symmetric product; the elements computed are the bits of the full product). */             \
-static quarot_result quarot__gemm_cfgx_##S(const quarot__##S##gemm_cfg* cfg, int tri, int ta, int tb,  \
-                                           int64_t m, int64_t n, int64_t k, T alpha, const T* a,       \
-                                           int64_t lda, const T* b, int64_t ldb, T beta, T* c,         \
-                                           int64_t ldc, const quarot_env* env) {                        \
-    quarot__gemm_plan pl;                                                                              \
-    quarot__gemm_job_##S jb;                                                                           \
-    size_t bytes;                                                                                      \
-    void* mem;                                                                                         \
-    if (m == 0 || n == 0) return QUAROT_OK;                                                            \
-    if (k == 0 || alpha == (T)0) { quarot__gemm_scale_##S(m, n, beta, c, ldc); return QUAROT_OK; }     \
-    if (cfg->narrow && !tri && !tb && m >= cfg->nmr && n % cfg->nnr == 0 &&                            \
-        n < QUAROT__GEMM_NARROW * cfg->nnr) {                                                          \
-        quarot__gemm_njob_##S nj;                                                                      \
-        int64_t m0 = m / cfg->nmr * cfg->nmr, t;                                                       \
-        quarot_result r = QUAROT_OK;                                                                   \
-        nj.cfg = cfg; nj.ta = ta; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc; \
-        nj.alpha = alpha; nj.beta = beta; nj.a = a; nj.b = b; nj.c = c;                                \
-        nj.rows = 16 * (int64_t)cfg->nmr;   /* up to 16 tiles a task, at least ~4 tasks a thread */    \
-        t = quarot__gemm_threads(m, n, k, env);                                                        \
-        if (t > 1) {                                                                                   \
-            t = quarot__gemm_cdiv(m0, 4 * t * cfg->nmr) * cfg->nmr;                                    \
-            if (t < nj.rows) nj.rows = t;                                                              \
-            quarot_env_parallel_for(env, quarot__gemm_ntask_##S, &nj, quarot__gemm_cdiv(m0, nj.rows)); \
-        } else {                                                                                       \
-            for (t = 0; t < quarot__gemm_cdiv(m0, nj.rows); ++t) quarot__gemm_ntask_##S(&nj, t);       \
-        }                                                                                              \
-        /* the last m % nmr rows through the loop nest below: the same chains, so the same bits */     \
-        if (m0 < m)                                                                                    \
-            r = quarot__gemm_cfgx_##S(cfg, 0, ta, 0, m - m0, n, k, alpha, a + (ta ? m0 : m0 * lda), lda, b, ldb, \
-                                      beta, c + m0 * ldc, ldc, env);                                   \
-        return r;                                                                                      \
-    }                                                                                                  \
-    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, tri, env, &pl);       \
-    if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||                            \
-        !quarot__mul_size(bytes, sizeof(T), &bytes) || bytes > SIZE_MAX - 64)                          \
-        return QUAROT_ERR_OVERFLOW;                                                                    \
-    mem = quarot_env_alloc(env, bytes + 64);                                                           \
-    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
-    jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;                   \
-    jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;                        \
-    jb.a = a; jb.b = b; jb.c = c; jb.tri = tri;                                                        \
-    jb.work = (T*)quarot__align64(mem);                                                                \
-    quarot_env_parallel_for(env, quarot__gemm_task_##S, &jb, pl.tasks);                                \
-    quarot_env_free(env, mem);                                                                         \
-    return QUAROT_OK;                                                                                  \
-}                                                                                                      \
-static quarot_result quarot__gemm_cfg_##S(const quarot__##S##gemm_cfg* cfg, int ta, int tb, int64_t m, \
-                                          int64_t n, int64_t k, T alpha, const T* a, int64_t lda,      \
-                                          const T* b, int64_t ldb, T beta, T* c, int64_t ldc,          \
-                                          const quarot_env* env) {                                      \
-    return quarot__gemm_cfgx_##S(cfg, 0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);   \
-}                                                                                                      \
-/* The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg. */ \
-static quarot_result quarot__gemm_##S(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, \
-                                      T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, \
-                                      T* c, int64_t ldc, const quarot_env* env) {                       \
-    quarot__##S##gemm_cfg cfg;                                                                         \
-    quarot__##S##gemm_select(isa, &cfg);                                                               \
-    return quarot__gemm_cfg_##S(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);      \
-}
 
-QUAROT__GEMM_DEFINE(float, s)
-QUAROT__GEMM_DEFINE(double, d)
+#define QUAROT__G(name) QUAROT__CAT(name, QUAROT__S)   // name##<s|d>: quarot__gemm_run_s
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_GEMM
+#define QUAROT__T float
+#define QUAROT__S s
+#define QUAROT__GCFG quarot__sgemm_cfg
+#define QUAROT__GSELECT quarot__sgemm_select
+#include QUAROT_HEADER_FILE   // >>gemm_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#define QUAROT__T double
+#define QUAROT__S d
+#define QUAROT__GCFG quarot__dgemm_cfg
+#define QUAROT__GSELECT quarot__dgemm_select
+#include QUAROT_HEADER_FILE   // >>gemm_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#undef QUAROT__TEMPLATE
+#undef QUAROT__G
 #undef QUAROT__GEMM_STRIP_W
 
 #if !defined(QUAROT_USE_CBLAS)
@@ -6087,7 +5903,8 @@ QUAROT_API quarot_result quarot_sgemm_builtin(int trans_a, int trans_b, int64_t 
                                               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                                               float beta, float* c, int64_t ldc, const quarot_env* env,
                                               quarot_isa isa) {
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc,
+                                         sizeof(float));
     if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
     if (r != QUAROT_OK) return r;
     return quarot__gemm_s(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
@@ -6097,7 +5914,8 @@ QUAROT_API quarot_result quarot_dgemm_builtin(int trans_a, int trans_b, int64_t 
                                               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                               double beta, double* c, int64_t ldc, const quarot_env* env,
                                               quarot_isa isa) {
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc,
+                                         sizeof(double));
     if (r == QUAROT_OK) r = quarot__isa_resolve(isa, &isa);
     if (r != QUAROT_OK) return r;
     return quarot__gemm_d(isa, trans_a != 0, trans_b != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
@@ -6114,7 +5932,8 @@ QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64
                                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                                       float beta, float* c, int64_t ldc, const quarot_env* env) {
 #if defined(QUAROT_USE_CBLAS)
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc, sizeof(float));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0f, a, lda, b, ldb, c, ldc,
+                                         sizeof(float));
     if (r != QUAROT_OK) return r;
     if (m == 0 || n == 0) return QUAROT_OK;
     if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
@@ -6123,14 +5942,16 @@ QUAROT_API quarot_result quarot_sgemm(int trans_a, int trans_b, int64_t m, int64
         return QUAROT_OK;
     }
 #endif
-    return quarot_sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+    return quarot_sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env,
+                                QUAROT_ISA_DEFAULT);
 }
 
 QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                       double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                                       double beta, double* c, int64_t ldc, const quarot_env* env) {
 #if defined(QUAROT_USE_CBLAS)
-    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc, sizeof(double));
+    quarot_result r = quarot__gemm_check(trans_a, trans_b, m, n, k, alpha != 0.0, a, lda, b, ldb, c, ldc,
+                                         sizeof(double));
     if (r != QUAROT_OK) return r;
     if (m == 0 || n == 0) return QUAROT_OK;
     if (quarot__cblas_fits(m, n, k, lda, ldb, ldc)) {
@@ -6139,7 +5960,99 @@ QUAROT_API quarot_result quarot_dgemm(int trans_a, int trans_b, int64_t m, int64
         return QUAROT_OK;
     }
 #endif
-    return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env, QUAROT_ISA_DEFAULT);
+    return quarot_dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env,
+                                QUAROT_ISA_DEFAULT);
+}
+
+// quarot_sgemv's dot products. _ref: 8 partial sums over blocks of 8, summed as a tree, then the tail
+// in order. AVX2 (with FMA) and AVX-512: 4 vector accumulators of fused products over blocks of 4
+// vectors, the accumulators summed pairwise and reduced across lanes, then the same scalar tail.
+static float quarot__sdot_f32_ref(const float* a, const float* b, int64_t n) {
+    float p[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s;
+    int64_t k = 0;
+    int j;
+    for (; k + 8 <= n; k += 8)
+        for (j = 0; j < 8; ++j) p[j] += a[k + j] * b[k + j];
+    s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+#if defined(QUAROT__HAVE_AVX2) && defined(__FMA__)
+static float quarot__sdot_f32_avx2(const float* a, const float* b, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m128 h;
+    int64_t k = 0;
+    float s;
+    for (; k + 32 <= n; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 16), _mm256_loadu_ps(b + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 24), _mm256_loadu_ps(b + k + 24), a3);
+    }
+    a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    s = _mm_cvtss_f32(h);
+    for (; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+static float quarot__sdot_f32_avx512(const float* a, const float* b, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    float s;
+    for (; k + 64 <= n; k += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 32), _mm512_loadu_ps(b + k + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 48), _mm512_loadu_ps(b + k + 48), a3);
+    }
+    s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+#endif
+
+typedef float (*quarot__sdot_fn)(const float* a, const float* b, int64_t n);
+typedef struct quarot__sgemv_job {
+    quarot__sdot_fn dot;
+    const float *x, *w;
+    float* y;
+    int64_t rows, n, k, ldx, ldw, ldy;
+} quarot__sgemv_job;
+
+// Task t: outputs [64 t, 64 t + 64), every row of x.
+static void quarot__sgemv_task(void* arg, int64_t t) {
+    const quarot__sgemv_job* j = (const quarot__sgemv_job*)arg;
+    int64_t o0 = t * 64, o1 = o0 + 64 > j->n ? j->n : o0 + 64, o, r;
+    for (o = o0; o < o1; ++o)
+        for (r = 0; r < j->rows; ++r) j->y[r * j->ldy + o] = j->dot(j->x + r * j->ldx, j->w + o * j->ldw, j->k);
+}
+
+QUAROT_API quarot_result quarot_sgemv(int64_t rows, int64_t n, int64_t k, const float* x, int64_t ldx,
+                                      const float* w, int64_t ldw, float* y, int64_t ldy, const quarot_env* env,
+                                      quarot_isa isa) {
+    quarot__sgemv_job jb;
+    quarot_result r;
+    if (rows < 0 || n < 0 || k < 0 || ldx < k || ldw < k || ldy < n || ldx < 1 || ldw < 1 || ldy < 1)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || n == 0) return QUAROT_OK;
+    if (!y || (k > 0 && (!x || !w))) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__isa_resolve(isa, &isa);
+    if (r != QUAROT_OK) return r;
+    jb.dot = quarot__sdot_f32_ref;
+#if defined(QUAROT__HAVE_AVX2) && defined(__FMA__)
+    if (isa == QUAROT_ISA_AVX2) jb.dot = quarot__sdot_f32_avx2;
+#endif
+#if defined(QUAROT__HAVE_AVX512)
+    if (isa == QUAROT_ISA_AVX512) jb.dot = quarot__sdot_f32_avx512;
+#endif
+    jb.x = x; jb.w = w; jb.y = y;
+    jb.rows = rows; jb.n = n; jb.k = k; jb.ldx = ldx; jb.ldw = ldw; jb.ldy = ldy;
+    quarot_env_parallel_for(env, quarot__sgemv_task, &jb, (n + 63) / 64);
+    return QUAROT_OK;
 }
 
 // >>gemm_kernels
@@ -6334,7 +6247,7 @@ QUAROT__KERNEL_2V(quarot__dgemm_kernel_avx2_exact, double, QUAROT__ROWS6, 6)
 
 #if defined(QUAROT__HAVE_AVX512)
 // AVX-512: 12 x 32 float, 12 x 16 double: 24 zmm accumulators + 2 B vectors + 1 broadcast of the 32
-// (measured on Zen 4 a few % faster than 14 rows, whose 28 accumulators leave no slack).
+// (14 rows' 28 accumulators would leave no slack).
 #define QUAROT__KV __m512
 #define QUAROT__KW 16
 #define QUAROT__KZERO _mm512_setzero_ps()
@@ -6416,7 +6329,8 @@ static void quarot__sgemm_kernel_neon(int64_t kc, const float* QUAROT__RESTRICT 
     c##i##b = QUAROT__NDMA(c##i##b, b1, av, l);                                                        \
     c##i##c = QUAROT__NDMA(c##i##c, b2, av, l);                                                        \
     c##i##d = QUAROT__NDMA(c##i##d, b3, av, l);
-#define QUAROT__ND_DECL(i) float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
+#define QUAROT__ND_DECL(i)                                                                             \
+    float64x2_t c##i##a = vdupq_n_f64(0.0), c##i##b = c##i##a, c##i##c = c##i##a, c##i##d = c##i##a;
 #define QUAROT__ND_ST1(cr, x, o)                                                                       \
     x = vmulq_f64(va, x); if (!bz) x = vaddq_f64(x, vmulq_f64(vb, vld1q_f64(cr + o))); vst1q_f64(cr + o, x);
 #define QUAROT__ND_ST(i)                                                                               \
@@ -6448,12 +6362,12 @@ QUAROT__ND_KERNEL(quarot__dgemm_kernel_neon_exact)
 #undef QUAROT__NDMA
 #endif
 
-// Blocking per ISA (measured on AMD Zen 4, 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half
-// of L1, the B panel KC x NC streams; a wide NC means fewer repacks of A). On x86 NC is 1024: the
-// packed B panel of a task is then 1-2 MB (was 6-8 MB at NC = 4096, so 8 tasks' workspace went past
-// malloc's mmap threshold and every call faulted in and zeroed ~50 MB of fresh pages; Zen 5, 2
-// threads, n = 4096: 25% faster). ISAs without a kernel of their own (none today) would fall back to
-// the scalar one. NC and MC never change the results (only KC does).
+// Blocking per ISA (for a 32 KB L1D / 1 MB L2: the A sliver MR x KC takes about half of L1, the B
+// panel KC x NC streams; a wide NC means fewer repacks of A). On x86 NC is 1024: the packed B panel
+// of a task is then 1-2 MB, so the workspace of 8 tasks stays below malloc's mmap threshold (at
+// NC = 4096, 6-8 MB a panel, every call would fault in and zero ~50 MB of fresh pages). ISAs without
+// a kernel of their own (none today) would fall back to the scalar one. NC and MC never change the
+// results (only KC does).
 static void quarot__gemm_set(int* mr, int* nr, int64_t* kc, int64_t* mc, int64_t* nc,
                              int mr_, int nr_, int64_t kc_, int64_t nc_) {
     *mr = mr_; *nr = nr_; *kc = kc_; *mc = (int64_t)mr_ * 8; *nc = nc_;
@@ -6730,217 +6644,29 @@ QUAROT_API quarot_result quarot_random_orthogonal_f64(int64_t n, uint64_t seed, 
 // nb-1-I so every task has the same work), then the lower triangle is copied from the upper one. The
 // diagonal of G (column norms of X) is summed again in double: it sets the accuracy of the residual
 // and of Y's diagonal, which is what drives the f32 iteration to ~1e-7 instead of ~sqrt(n)*2^-24.
-// Instantiated for double (S = d) and float (S = s); first: the scaled Frobenius norm in double.
-#define QUAROT__POLAR_DEFINE(T, S)                                                                     \
-static double quarot__frob_##S(int64_t n, const T* x, int64_t ld) {                                    \
-    double amax = 0.0, ss = 0.0, t;                                                                    \
-    int64_t i, j;                                                                                      \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) { t = fabs((double)x[i * ld + j]); if (t > amax) amax = t; }           \
-    if (amax == 0.0) return 0.0;                                                                       \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) { t = (double)x[i * ld + j] / amax; ss += t * t; }                     \
-    return amax * sqrt(ss);                                                                            \
-}                                                                                                      \
-typedef struct quarot__gram_job_##S {                                                                  \
-    const quarot__##S##gemm_cfg* cfg;                                                                  \
-    int64_t n, ldx, bs, nb, n_tasks, per_task, a_elems;                                                \
-    const T* x;                                                                                        \
-    T* g;                                                                                              \
-    T* work;                                                                                           \
-} quarot__gram_job_##S;                                                                                \
-static void quarot__gram_panel_##S(const quarot__gram_job_##S* jb, int64_t p, T* ap) {                 \
-    int64_t i0 = p * jb->bs;                                                                           \
-    quarot__gemm_run_##S(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (T)1, \
-                         jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (T)0, jb->g + i0 * jb->n + i0, jb->n, \
-                         ap, ap + jb->a_elems, 0, 0, NULL);                                            \
-}                                                                                                      \
-/* Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ... */                                      \
-static void quarot__gram_task_##S(void* arg, int64_t t) {                                              \
-    const quarot__gram_job_##S* jb = (const quarot__gram_job_##S*)arg;                                 \
-    T* ap = jb->work + t * jb->per_task;                                                               \
-    int64_t q;                                                                                         \
-    for (q = t; q < (jb->nb + 1) / 2; q += jb->n_tasks) {                                              \
-        quarot__gram_panel_##S(jb, q, ap);                                                             \
-        if (jb->nb - 1 - q != q) quarot__gram_panel_##S(jb, jb->nb - 1 - q, ap);                       \
-    }                                                                                                  \
-}                                                                                                      \
-/* G [n][n]: the strictly lower triangle <- the upper one, in 32 x 32 tiles for the cache. */          \
-static void quarot__gram_mirror_##S(int64_t n, T* g) {                                                 \
-    int64_t i, j, i0, j0;                                                                              \
-    for (i0 = 0; i0 < n; i0 += 32)                                                                     \
-        for (j0 = 0; j0 <= i0; j0 += 32)                                                               \
-            for (i = i0; i < quarot__gemm_min(i0 + 32, n); ++i)                                        \
-                for (j = j0; j < quarot__gemm_min(j0 + 32, i); ++j) g[i * n + j] = g[j * n + i];       \
-}                                                                                                      \
-/* G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup. */           \
-static void quarot__gram_##S(quarot__gram_job_##S* jb, const T* x, int64_t ldx, T* g,                  \
-                             const quarot_env* env) {                                                  \
-    jb->x = x; jb->ldx = ldx; jb->g = g;                                                               \
-    quarot_env_parallel_for(env, quarot__gram_task_##S, jb, jb->n_tasks);                              \
-    quarot__gram_mirror_##S(jb->n, g);                                                                 \
-}                                                                                                      \
-/* Panel size: a multiple of the micro-tile near 200; tasks: one, or ~2 per thread. Returns the        \
-   workspace elements needed (0 on overflow). */                                                       \
-static size_t quarot__gram_setup_##S(quarot__gram_job_##S* jb, const quarot__##S##gemm_cfg* cfg,       \
-                                     int64_t n, const quarot_env* env) {                               \
-    int64_t l = cfg->mr, threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;           \
-    size_t total;                                                                                      \
-    while (l % cfg->nr) l += cfg->mr;                                  /* lcm(mr, nr) */              \
-    jb->cfg = cfg;                                                                                     \
-    jb->n = n;                                                                                         \
-    jb->bs = quarot__gemm_cdiv(192, l) * l;     /* waste (diagonal blocks) ~ bs/n, packing ~ 1/bs */   \
-    jb->nb = quarot__gemm_cdiv(n, jb->bs);                                                             \
-    jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;                   \
-    jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;   \
-    jb->per_task = jb->a_elems + (quarot__gemm_min(cfg->kc, n) *                                       \
-                                  quarot__gemm_min(cfg->nc, quarot__gemm_cdiv(n, cfg->nr) * cfg->nr) + 15) / 16 * 16; \
-    if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;               \
-    return total;                                                                                      \
-}                                                                                                      \
-/* G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2,  \
-   when lam < 1; returns the bound on lambda_max(G) after that (1 if it rescaled, else lam). */        \
-static double quarot__polar_rescale_##S(int64_t n, T* x, T* g, double* dg, double* s) {               \
-    double fro = 0.0, one = 0.0, row, t, inv;                                                          \
-    int64_t i, j;                                                                                      \
-    for (i = 0; i < n; ++i) {                                                                          \
-        row = fabs(dg[i]);                                                                             \
-        fro += dg[i] * dg[i];                                                                          \
-        for (j = 0; j < n; ++j)                                                                        \
-            if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }                    \
-        if (row > one) one = row;                                                                      \
-    }                                                                                                  \
-    fro = sqrt(fro);                                                                                   \
-    t = fro < one ? fro : one;                                                                         \
-    if (!(t > 0.0 && t < 1.0) || !s) return t;                                                         \
-    inv = 1.0 / sqrt(t);                                                                               \
-    *s *= sqrt(t);                                                                                     \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) {                                                                      \
-            x[i * n + j] = (T)((double)x[i * n + j] * inv);                                            \
-            g[i * n + j] = (T)((double)g[i * n + j] / t);                                              \
-        }                                                                                              \
-    for (j = 0; j < n; ++j) dg[j] /= t;                                                                \
-    return 1.0;                                                                                        \
-}                                                                                                      \
-/* `steps` power steps on M = cm*I - G (cm >= lambda_max(G): M is positive semidefinite), v updated   \
-   in place; returns cm - (Rayleigh quotient of M), an estimate of lambda_min(G) that can only be too  \
-   high: too early a switch costs steps, never correctness. G v = sum_j v_j G[j][:] (G symmetric). */  \
-static double quarot__polar_lmin_##S(int64_t n, const T* g, double cm, double* v, double* w, int steps) { \
-    double rq = 0.0, vv, nw;                                                                           \
-    int64_t i, j;                                                                                      \
-    int k;                                                                                             \
-    for (k = 0; k < steps; ++k) {                                                                      \
-        for (i = 0; i < n; ++i) w[i] = cm * v[i];                                                      \
-        for (j = 0; j < n; ++j) {                                                                      \
-            const T* gr = g + j * n;                                                                   \
-            double vj = v[j];                                                                          \
-            for (i = 0; i < n; ++i) w[i] -= vj * (double)gr[i];                                        \
-        }                                                                                              \
-        vv = 0.0; rq = 0.0; nw = 0.0;                                                                  \
-        for (i = 0; i < n; ++i) { vv += v[i] * v[i]; rq += v[i] * w[i]; nw += w[i] * w[i]; }           \
-        rq /= vv;                                                                                      \
-        if (!(nw > 0.0)) break;                                                                        \
-        nw = 1.0 / sqrt(nw);                                                                           \
-        for (i = 0; i < n; ++i) v[i] = w[i] * nw;                                                      \
-    }                                                                                                  \
-    return cm - rq;                                                                                    \
-}                                                                                                      \
-static quarot_result quarot__polar_##S(int64_t n, const T* c, int64_t ldc, T* u, int64_t ldu,          \
-                                       const quarot_polar_desc* d, quarot_polar_info* info,            \
-                                       const quarot_env* env, double tol_default, int iter_default,    \
-                                       double tau) {                                                   \
-    quarot__##S##gemm_cfg cfg;                                                                         \
-    quarot__gram_job_##S jb;                                                                           \
-    quarot_result r;                                                                                   \
-    quarot_rng rng;                                                                                    \
-    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, t, bound = 1.0, growth = 1.0; \
-    int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;                  \
-    int fast = !(d && d->plain);             /* 1 while X <- X(2I - G) steps are in use */             \
-    int searching = 1;                       /* 1 until sigma_min(X) >= 1/2 is seen */                 \
-    size_t nn, bytes, gram_elems;                                                                      \
-    T *mem, *xa, *g, *cur, *oth, *sw;                                                                  \
-    double *dg, *pv, *pw;                                                                              \
-    int64_t i, j, ldcur, ldoth, ldsw;                                                                  \
-    if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }                       \
-    if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;                   \
-    if (d && (d->max_iter < 0 || !(d->tol >= 0.0) || !(d->scale >= 0.0) || d->scale - d->scale != 0.0)) \
-        return QUAROT_ERR_INVALID_ARGUMENT;                                                            \
-    r = quarot__gemm_check_mat(c, n, n, ldc, sizeof(T), 1);                                            \
-    if (r == QUAROT_OK) r = quarot__gemm_check_mat(u, n, n, ldu, sizeof(T), 1);                        \
-    if (r != QUAROT_OK) return r;                                                                      \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) { t = (double)c[i * ldc + j]; if (t - t != 0.0) return QUAROT_ERR_NONFINITE; } \
-    s = d && d->scale > 0.0 ? d->scale : quarot__frob_##S(n, c, ldc);                                  \
-    if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;                  /* C == 0: no polar factor */   \
-    quarot__##S##gemm_select(quarot_isa_best(), &cfg);                                                 \
-    gram_elems = quarot__gram_setup_##S(&jb, &cfg, n, env);                                            \
-    /* one block: gram packing, X [n][n], G [n][n], then 3 vectors [n] of doubles, alignment slack */ \
-    if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 || \
-        !quarot__mul_size(2 * nn + gram_elems, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - 3 * (size_t)n * sizeof(double)) \
-        return QUAROT_ERR_OVERFLOW;                                                                    \
-    bytes += 3 * (size_t)n * sizeof(double) + 128;                                                     \
-    mem = (T*)quarot_env_alloc(env, bytes);                                                            \
-    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;                                                         \
-    jb.work = (T*)quarot__align64(mem);                                                                \
-    xa = jb.work + gram_elems;                                                                         \
-    g = xa + nn;                                                                                       \
-    dg = (double*)(void*)(xa + (2 * nn + 7) / 8 * 8);                 /* 8-element (>= 32 B) aligned */ \
-    pv = dg + n;                                                                                       \
-    pw = pv + n;                                                                                       \
-    quarot_rng_seed(&rng, 0x706f6c6172ULL);                            /* power-iteration start */     \
-    for (i = 0; i < n; ++i) pv[i] = quarot_rng_normal(&rng);                                           \
-    for (i = 0; i < n; ++i)                                                                            \
-        for (j = 0; j < n; ++j) xa[i * n + j] = (T)((double)c[i * ldc + j] / s);                       \
-    cur = xa; ldcur = n; oth = u; ldoth = ldu;                                                         \
-    for (it = 0;; ++it) {                                                                              \
-        quarot__gram_##S(&jb, cur, ldcur, g, env);                                                     \
-        for (j = 0; j < n; ++j) dg[j] = 0.0;                                                           \
-        for (i = 0; i < n; ++i)                                                                        \
-            for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }                \
-        /* first step: refine the default scale; X(2I - G) steps only where sigma_max <= 1.09 is sure */ \
-        if (it == 0) {                                                                                 \
-            bound = quarot__polar_rescale_##S(n, cur, g, dg, d && d->scale > 0.0 ? NULL : &s);         \
-            if (bound > 1.18) fast = 0;                                                                \
-        }                                                                                              \
-        res = 0.0;                                                                                     \
-        for (i = 0; i < n; ++i) {                                                                      \
-            t = fabs(dg[i] - 1.0);                                                                     \
-            if (!(t <= res)) res = t;                                  /* NaN propagates */            \
-            for (j = i + 1; j < n; ++j) { t = fabs((double)g[i * n + j]); if (!(t <= res)) res = t; }  \
-        }                                                                                              \
-        if (res <= tol) { status = 0; break; }                                                         \
-        if (!(res <= 1e30) || it >= max_iter) break;                   /* diverged or out of steps */ \
-        /* Until sigma_min(X) >= 1/2: each step multiplied the singular values below 1/2 by at least   \
-           1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its     \
-           rounding noise would otherwise grow into a singular value). Then the fast steps end. */     \
-        if (searching) {                                                                               \
-            t = quarot__polar_lmin_##S(n, g, it == 0 && bound > 1.0 ? 1.01 * bound + 0.19 : 1.19, pv, pw, \
-                                       it == 0 ? 12 : 4);                                              \
-            if (t >= 0.25) searching = fast = 0;                                                       \
-            else if (0.5 / growth < tau) break;                                                        \
-            else growth *= fast ? 1.75 : 1.375;                                                        \
-        }                                                                                              \
-        /* Y = 2I - G (fast) or (3I - G)/2 in place of G; the diagonal from the double column norms */ \
-        for (i = 0; i < n; ++i) {                                                                      \
-            if (fast) for (j = 0; j < n; ++j) g[i * n + j] = -g[i * n + j];                            \
-            else      for (j = 0; j < n; ++j) g[i * n + j] = (T)-0.5 * g[i * n + j];                   \
-            g[i * n + i] = (T)(fast ? 2.0 - dg[i] : 1.5 - 0.5 * dg[i]);                                \
-        }                                                                                              \
-        r = quarot__gemm_##S(quarot_isa_best(), 0, 0, n, n, n, (T)1, cur, ldcur, g, n, (T)0, oth, ldoth, env); \
-        if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }                                   \
-        sw = cur; cur = oth; oth = sw;                                                                 \
-        ldsw = ldcur; ldcur = ldoth; ldoth = ldsw;                                                     \
-    }                                                                                                  \
-    if (cur != u)                                                                                      \
-        for (i = 0; i < n; ++i) memcpy(u + i * ldu, cur + i * ldcur, (size_t)n * sizeof(T));           \
-    quarot_env_free(env, mem);                                                                         \
-    if (info) { info->iterations = it; info->residual = res; info->scale = s; }                        \
-    return status ? QUAROT_ERR_NOT_CONVERGED : QUAROT_OK;                                              \
-}
-
-QUAROT__POLAR_DEFINE(double, d)
-QUAROT__POLAR_DEFINE(float, s)
+// The code is >>polar_body, compiled for double (quarot__polar_d) and float (quarot__polar_s).
+#define QUAROT__G(name) QUAROT__CAT(name, QUAROT__S)   // name##<s|d>: quarot__gemm_run_s
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_POLAR
+#define QUAROT__T double
+#define QUAROT__S d
+#define QUAROT__GCFG quarot__dgemm_cfg
+#define QUAROT__GSELECT quarot__dgemm_select
+#include QUAROT_HEADER_FILE   // >>polar_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#define QUAROT__T float
+#define QUAROT__S s
+#define QUAROT__GCFG quarot__sgemm_cfg
+#define QUAROT__GSELECT quarot__sgemm_select
+#include QUAROT_HEADER_FILE   // >>polar_body
+#undef QUAROT__GSELECT
+#undef QUAROT__GCFG
+#undef QUAROT__S
+#undef QUAROT__T
+#undef QUAROT__TEMPLATE
+#undef QUAROT__G
 
 QUAROT_API quarot_result quarot_polar_newton_schulz_f64(int64_t n, const double* c, int64_t ldc,
                                                         double* u, int64_t ldu, const quarot_polar_desc* d,
@@ -6969,30 +6695,12 @@ typedef struct quarot__qspec {
     double clip;          // c in (0, 1]
     double kmin, kmax;    // code range before the shift: symmetric [-2^(b-1), 2^(b-1)-1], asymmetric [0, 2^b-1]
     double half;          // 2^(b-1): asymmetric codes are stored as q - half
-    int kern;             // QUAROT__QK_REF / _AVX2 / _NEON
-    int wide;             // 1: the isa is AVX-512 (GPTQ's blocked updates then use 512-bit vectors)
+    quarot_isa isa;       // resolved: the kernels of the quantizer and of GPTQ dispatch on it
 } quarot__qspec;
 
-// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 (also serving AVX-512
-// builds) and NEON.
-#define QUAROT__QK_REF 0
-#define QUAROT__QK_AVX2 1
-#define QUAROT__QK_NEON 2
-#define QUAROT__QK_SSE2 3
-
-static int quarot__qkernel(quarot_isa isa) {   // isa already resolved
-#if defined(QUAROT__HAVE_AVX2)
-    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_AVX2;
-#endif
-#if defined(QUAROT__HAVE_SSE2)
-    if (isa == QUAROT_ISA_SSE2 || isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return QUAROT__QK_SSE2;
-#endif
-#if defined(QUAROT__HAVE_NEON)
-    if (isa == QUAROT_ISA_NEON) return QUAROT__QK_NEON;
-#endif
-    (void)isa;
-    return QUAROT__QK_REF;
-}
+// Quant kernels: the scalar reference, SSE2 (the x86-64 baseline), AVX2 and NEON. Each dispatch
+// takes the call's resolved quarot_isa: AVX-512 runs the AVX2 kernels (GPTQ's blocked updates have
+// 512-bit versions of their own), or the SSE2 ones where AVX2 is switched off.
 
 // Validate a quant desc (NULL = defaults) for rows of length cols; *gs gets the group length.
 static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols, quarot__qspec* sp, int64_t* gs) {
@@ -7002,12 +6710,7 @@ static quarot_result quarot__qspec_init(const quarot_quant_desc* d, int64_t cols
     int b;
     if (d) dd = *d; else memset(&dd, 0, sizeof dd);
     if ((res = quarot__isa_resolve(dd.isa, &isa)) != QUAROT_OK) return res;   // out of range / not compiled in
-    sp->kern = quarot__qkernel(isa);
-#if defined(QUAROT__HAVE_AVX512)
-    sp->wide = isa == QUAROT_ISA_AVX512;
-#else
-    sp->wide = 0;
-#endif
+    sp->isa = isa;
     b = dd.bits == 0 ? 4 : dd.bits;
     if (b < 2 || b > 8) return QUAROT_ERR_INVALID_ARGUMENT;
     if (dd.asymmetric != 0 && dd.asymmetric != 1) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -7114,15 +6817,15 @@ static void quarot__qrange(const quarot__qspec* sp, double z, double* klo, doubl
 // with a correctly rounded or faithful libm up to its last bit), summed in element order. x^ comes
 // from the quantizer's own kernel (quarot__qapply, the same bits on every kernel) on a copy of up to
 // 256 elements at a time; only the subtraction and the sum are scalar.
-static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi);
-static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search, int kern) {
+static void quarot__qapply(quarot_isa isa, float* x, int64_t n, float s, double klo, double khi);
+static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search, quarot_isa isa) {
     float y[256];
     double e = 0.0;
     int64_t j0, j, c;
     for (j0 = 0; j0 < n; j0 += c) {
         c = n - j0 < 256 ? n - j0 : 256;
         memcpy(y, x + j0, (size_t)c * sizeof(float));
-        quarot__qapply(kern, y, c, s, klo, khi);
+        quarot__qapply(isa, y, c, s, klo, khi);
         for (j = 0; j < c; ++j) {
             const double dif = (double)y[j] - (double)x[j0 + j];
             e += search == 2 ? (dif != 0.0 ? pow(fabs(dif), 2.4) : 0.0) : dif * dif;
@@ -7139,11 +6842,11 @@ static float quarot__qfit(const quarot__qspec* sp, const float* x, int64_t n, fl
     best_s = quarot__qparams(sp, sp->clip, pmax, nmax, z);
     if (!sp->search) return best_s;
     quarot__qrange(sp, *z, &klo, &khi);
-    best_err = quarot__qerr(x, n, best_s, klo, khi, sp->search, sp->kern);
+    best_err = quarot__qerr(x, n, best_s, klo, khi, sp->search, sp->isa);
     for (k = 1; k <= (sp->search == 2 ? 79 : 50); ++k) {
         s = quarot__qparams(sp, sp->clip * (double)(100 - k) / 100.0, pmax, nmax, &zk);
         quarot__qrange(sp, zk, &klo, &khi);
-        err = quarot__qerr(x, n, s, klo, khi, sp->search, sp->kern);
+        err = quarot__qerr(x, n, s, klo, khi, sp->search, sp->isa);
         if (err < best_err) { best_err = err; best_s = s; *z = zk; }
     }
     return best_s;
@@ -7164,7 +6867,8 @@ static __m128i quarot__qrne2_sse2(__m128d r) {
     const __m128d half = _mm_set1_pd(0.5);
     __m128i t = _mm_cvttpd_epi32(r), f, gt, eq, odd;
     __m128d fd, h;
-    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))), _MM_SHUFFLE(3, 3, 2, 0)));
+    f = _mm_add_epi32(t, _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmplt_pd(r, _mm_cvtepi32_pd(t))),
+                                           _MM_SHUFFLE(3, 3, 2, 0)));
     fd = _mm_cvtepi32_pd(f);
     h = _mm_add_pd(fd, half);
     gt = _mm_shuffle_epi32(_mm_castpd_si128(_mm_cmpgt_pd(r, h)), _MM_SHUFFLE(3, 3, 2, 0));
@@ -7297,37 +7001,34 @@ static int quarot__qstats_f32_neon(const float* x, int64_t n, float* pmax, float
 }
 #endif
 
-// Dispatch by kernel id.
-static int quarot__qstats(int kern, const float* x, int64_t n, float* pmax, float* nmax) {
+// Dispatch by the resolved isa (the section notes).
+static int quarot__qstats(quarot_isa isa, const float* x, int64_t n, float* pmax, float* nmax) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) return quarot__qstats_f32_avx2(x, n, pmax, nmax);
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
+    if (isa != QUAROT_ISA_REF) return quarot__qstats_f32_sse2(x, n, pmax, nmax);
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
+    if (isa == QUAROT_ISA_NEON) return quarot__qstats_f32_neon(x, n, pmax, nmax);
 #endif
-    (void)kern;
+    (void)isa;
     return quarot__qstats_f32_ref(x, n, 0u, 0u, pmax, nmax);
 }
 
-static void quarot__qapply(int kern, float* x, int64_t n, float s, double klo, double khi) {
+static void quarot__qapply(quarot_isa isa, float* x, int64_t n, float s, double klo, double khi) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__qapply_f32_avx2(x, n, s, klo, khi); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__qapply_f32_sse2(x, n, s, klo, khi); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__qapply_f32_neon(x, n, s, klo, khi); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__qapply_f32_ref(x, n, s, klo, khi);
 }
-
-// The best kernel compiled in (internal uses: finiteness scans of GPTQ inputs).
-static int quarot__qkernel_best(void) { return quarot__qkernel(quarot_isa_best()); }
 
 // Integer codes for quarot_quantize_f32 (scalar): the same k, plus the code offset.
 static void quarot__qapply_codes(const float* QUAROT__RESTRICT x, int8_t* QUAROT__RESTRICT q, int64_t n,
@@ -7352,12 +7053,12 @@ QUAROT_API quarot_result quarot_fake_quant_f32(float* x, int64_t rows, int64_t c
         float* row = x + r * stride;
         float pmax, nmax, s;
         double z, klo, khi;
-        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;   // before any write
+        if (!quarot__qstats(sp.isa, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;   // before any write
         for (g0 = 0; g0 < cols; g0 += gs) {
-            if (gs != cols) quarot__qstats(sp.kern, row + g0, gs, &pmax, &nmax);
+            if (gs != cols) quarot__qstats(sp.isa, row + g0, gs, &pmax, &nmax);
             s = quarot__qfit(&sp, row + g0, gs, pmax, nmax, &z);
             quarot__qrange(&sp, z, &klo, &khi);
-            quarot__qapply(sp.kern, row + g0, gs, s, klo, khi);
+            quarot__qapply(sp.isa, row + g0, gs, s, klo, khi);
         }
     }
     return QUAROT_OK;
@@ -7380,10 +7081,10 @@ QUAROT_API quarot_result quarot_quantize_f32(const float* x, int64_t rows, int64
         const float* row = x + r * stride;
         float pmax, nmax, s;
         double z, klo, khi;
-        if (!quarot__qstats(sp.kern, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;
+        if (!quarot__qstats(sp.isa, row, cols, &pmax, &nmax)) return QUAROT_ERR_NONFINITE;
         for (g = 0; g < groups; ++g) {
             const float* v = row + g * gs;
-            if (gs != cols) quarot__qstats(sp.kern, v, gs, &pmax, &nmax);
+            if (gs != cols) quarot__qstats(sp.isa, v, gs, &pmax, &nmax);
             s = quarot__qfit(&sp, v, gs, pmax, nmax, &z);
             quarot__qrange(&sp, z, &klo, &khi);
             quarot__qapply_codes(v, q + r * cols + g * gs, gs, s, klo, khi,
@@ -7483,7 +7184,8 @@ static void quarot__gptq_hess8_f64_ref(double* h, const float* const* x, const d
 static void quarot__gptq_axpy_f64_sse2(double* y, const double* p, double c, int64_t n) {
     const __m128d cv = _mm_set1_pd(c);
     int64_t j = 0;
-    for (; j + 2 <= n; j += 2) _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
+    for (; j + 2 <= n; j += 2)
+        _mm_storeu_pd(y + j, _mm_add_pd(_mm_loadu_pd(y + j), _mm_mul_pd(cv, _mm_loadu_pd(p + j))));
     quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
 }
 static void quarot__gptq_axpy4_f64_sse2(double* y, const double* const* p, const double* c, int64_t n) {
@@ -7506,9 +7208,11 @@ static void quarot__gptq_hess8_f64_sse2(double* h, const float* const* x, const 
     int64_t j = 0;
     int r;
     for (; j + 2 <= n; j += 2) {
-        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
+        __m128d s = _mm_mul_pd(_mm_set1_pd(a[0]), _mm_cvtps_pd(_mm_castsi128_ps(
+                                                      _mm_loadl_epi64((const __m128i*)(const void*)(x[0] + j)))));
         for (r = 1; r < 8; ++r)
-            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
+            s = _mm_add_pd(s, _mm_mul_pd(_mm_set1_pd(a[r]), _mm_cvtps_pd(_mm_castsi128_ps(
+                                  _mm_loadl_epi64((const __m128i*)(const void*)(x[r] + j))))));
         _mm_storeu_pd(h + j, _mm_add_pd(_mm_loadu_pd(h + j), s));
     }
     for (r = 0; r < 8; ++r) q[r] = x[r] + j;
@@ -7525,7 +7229,8 @@ static void quarot__gptq_axpy_f64_avx2(double* y, const double* p, double c, int
     quarot__gptq_axpy_f64_ref(y + j, p + j, c, n - j);
 }
 static void quarot__gptq_axpy4_f64_avx2(double* y, const double* const* p, const double* c, int64_t n) {
-    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]), c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
+    const __m256d c0 = _mm256_set1_pd(c[0]), c1 = _mm256_set1_pd(c[1]);
+    const __m256d c2 = _mm256_set1_pd(c[2]), c3 = _mm256_set1_pd(c[3]);
     const double* q[4];
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -7589,43 +7294,43 @@ static void quarot__gptq_hess8_f64_neon(double* h, const float* const* x, const 
 }
 #endif
 
-static void quarot__gptq_axpy_f64(int kern, double* y, const double* p, double c, int64_t n) {
+static void quarot__gptq_axpy_f64(quarot_isa isa, double* y, const double* p, double c, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__gptq_axpy_f64_avx2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__gptq_axpy_f64_sse2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__gptq_axpy_f64_neon(y, p, c, n); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__gptq_axpy_f64_ref(y, p, c, n);
 }
-static void quarot__gptq_axpy4_f64(int kern, double* y, const double* const* p, const double* c, int64_t n) {
+static void quarot__gptq_axpy4_f64(quarot_isa isa, double* y, const double* const* p, const double* c, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__gptq_axpy4_f64_avx2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__gptq_axpy4_f64_sse2(y, p, c, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__gptq_axpy4_f64_neon(y, p, c, n); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__gptq_axpy4_f64_ref(y, p, c, n);
 }
-static void quarot__gptq_hess8_f64(int kern, double* h, const float* const* x, const double* a, int64_t n) {
+static void quarot__gptq_hess8_f64(quarot_isa isa, double* h, const float* const* x, const double* a, int64_t n) {
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) { quarot__gptq_hess8_f64_avx2(h, x, a, n); return; }
 #endif
 #if defined(QUAROT__HAVE_SSE2)
-    if (kern == QUAROT__QK_SSE2) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
+    if (isa != QUAROT_ISA_REF) { quarot__gptq_hess8_f64_sse2(h, x, a, n); return; }
 #endif
 #if defined(QUAROT__HAVE_NEON)
-    if (kern == QUAROT__QK_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
+    if (isa == QUAROT_ISA_NEON) { quarot__gptq_hess8_f64_neon(h, x, a, n); return; }
 #endif
-    (void)kern;
+    (void)isa;
     quarot__gptq_hess8_f64_ref(h, x, a, n);
 }
 
@@ -7687,45 +7392,6 @@ static void quarot__gptq_rankk_f64_ref(double* w, int64_t ldw, int64_t nr, const
         }                                                                                              \
         ST                                                                                             \
     }
-#define QUAROT__RANKK_DEFINE(NAME, ROWS, RR)                                                           \
-static void NAME(double* w, int64_t ldw, int64_t nr, const double* c, int64_t ldc, const double* u,    \
-                 int64_t ldu, int64_t kn, int64_t ncols) {                                             \
-    const int64_t W = QUAROT__RW;                                                                      \
-    double buf[QUAROT__RK_KS * 3 * QUAROT__RW];                                                        \
-    const int64_t nj = ncols / (3 * W) * (3 * W);                                                      \
-    int64_t j, t, k, k0, ks, ldp;                                                                      \
-    for (k0 = 0; k0 < kn; k0 += ks) {                                                                  \
-        ks = kn - k0 < QUAROT__RK_KS ? kn - k0 : QUAROT__RK_KS;                                        \
-        for (j = 0; j < nj; j += 3 * W) {                                                              \
-            const double* up = u + k0 * ldu + j;                                                       \
-            ldp = ldu;                                                                                 \
-            if (nr > RR) {                                                                             \
-                for (k = 0; k < ks; ++k) {                                                             \
-                    const double* uk = up + k * ldu;                                                   \
-                    QUAROT__RK_PF(uk + 3 * W)                                                          \
-                    QUAROT__RST(buf + k * 3 * W, QUAROT__RLD(uk));                                     \
-                    QUAROT__RST(buf + k * 3 * W + W, QUAROT__RLD(uk + W));                             \
-                    QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RLD(uk + 2 * W));                     \
-                }                                                                                      \
-                up = buf;                                                                              \
-                ldp = 3 * W;                                                                           \
-            }                                                                                          \
-            t = 0;                                                                                     \
-            QUAROT__RK_PASS(RR, ROWS(QUAROT__RK_DECL), ROWS(QUAROT__RK_LD), ROWS(QUAROT__RK_UP),       \
-                            ROWS(QUAROT__RK_ST))                                                       \
-            QUAROT__RK_PASS(1, QUAROT__RK_DECL(0), QUAROT__RK_LD(0), QUAROT__RK_UP(0), QUAROT__RK_ST(0)) \
-        }                                                                                              \
-    }                                                                                                  \
-    for (j = nj; j + W <= ncols; j += W)                                                               \
-        for (t = 0; t < nr; ++t) {                                                                     \
-            QUAROT__RV acc = QUAROT__RLD(w + t * ldw + j);                                             \
-            for (k = 0; k < kn; ++k)                                                                   \
-                acc = QUAROT__RADD(acc, QUAROT__RMUL(QUAROT__RSET1(c[t * ldc + k]),                    \
-                                                     QUAROT__RLD(u + k * ldu + j)));                   \
-            QUAROT__RST(w + t * ldw + j, acc);                                                         \
-        }                                                                                              \
-    if (j < ncols) quarot__gptq_rankk_f64_ref(w + j, ldw, nr, c, ldc, u + j, ldu, kn, ncols - j);      \
-}
 
 #if defined(QUAROT__HAVE_AVX2)
 // Blocked Hessian update (AVX2 / AVX-512 builds): for nr rows t of h and ncols columns j, and the kn
@@ -7762,60 +7428,6 @@ static void quarot__gptq_hessk_f64_ref(double* h, int64_t ldh, int64_t nr, const
       }                                                                                                \
       a##r##0 = QUAROT__RADD(a##r##0, s0); a##r##1 = QUAROT__RADD(a##r##1, s1);                        \
       a##r##2 = QUAROT__RADD(a##r##2, s2); }
-#define QUAROT__HESSK_DEFINE(NAME, ROWS, RR)                                                           \
-static void NAME(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda, const float* x,     \
-                 int64_t ldx, int64_t kn, int64_t ncols) {                                             \
-    const int64_t W = QUAROT__RW;                                                                      \
-    double buf[QUAROT__HK_KS * 3 * QUAROT__RW];                                                        \
-    const int64_t ldw = ldh;                                                                           \
-    int64_t j = 0, t, k, k0, ks, q;                                                                    \
-    for (; j + 3 * W <= ncols; j += 3 * W) {                                                           \
-        for (k0 = 0; k0 < kn; k0 += ks) {                                                              \
-            ks = kn - k0 < QUAROT__HK_KS ? kn - k0 : QUAROT__HK_KS;                                    \
-            for (k = 0; k < ks; ++k) {                                                                 \
-                const float* xk = x + (k0 + k) * ldx + j;                                              \
-                QUAROT__RST(buf + k * 3 * W, QUAROT__RCVT(xk));                                        \
-                QUAROT__RST(buf + k * 3 * W + W, QUAROT__RCVT(xk + W));                                \
-                QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RCVT(xk + 2 * W));                        \
-            }                                                                                          \
-            for (t = 0; t + RR <= nr; t += RR) {                                                       \
-                double* wt = h + t * ldh + j;                                                          \
-                ROWS(QUAROT__RK_DECL)                                                                  \
-                ROWS(QUAROT__RK_LD)                                                                    \
-                for (k = 0; k < ks; k += 8) {                                                          \
-                    const double* xb = buf + k * 3 * W;                                                \
-                    const int64_t ka = k0 + k;                                                         \
-                    ROWS(QUAROT__HK_S)                                                                 \
-                }                                                                                      \
-                ROWS(QUAROT__RK_ST)                                                                    \
-            }                                                                                          \
-            for (; t < nr; ++t) {                                                                      \
-                double* wt = h + t * ldh + j;                                                          \
-                QUAROT__RK_DECL(0)                                                                     \
-                QUAROT__RK_LD(0)                                                                       \
-                for (k = 0; k < ks; k += 8) {                                                          \
-                    const double* xb = buf + k * 3 * W;                                                \
-                    const int64_t ka = k0 + k;                                                         \
-                    QUAROT__HK_S(0)                                                                    \
-                }                                                                                      \
-                QUAROT__RK_ST(0)                                                                       \
-            }                                                                                          \
-        }                                                                                              \
-    }                                                                                                  \
-    for (; j + W <= ncols; j += W)                                                                     \
-        for (t = 0; t < nr; ++t) {                                                                     \
-            QUAROT__RV acc = QUAROT__RLD(h + t * ldh + j);                                             \
-            for (k = 0; k < kn; k += 8) {                                                              \
-                const double* ar = a + t * lda + k;                                                    \
-                QUAROT__RV s0 = QUAROT__RMUL(QUAROT__RSET1(ar[0]), QUAROT__RCVT(x + k * ldx + j));     \
-                for (q = 1; q < 8; ++q)                                                                \
-                    s0 = QUAROT__RADD(s0, QUAROT__RMUL(QUAROT__RSET1(ar[q]), QUAROT__RCVT(x + (k + q) * ldx + j))); \
-                acc = QUAROT__RADD(acc, s0);                                                           \
-            }                                                                                          \
-            QUAROT__RST(h + t * ldh + j, acc);                                                         \
-        }                                                                                              \
-    if (j < ncols) quarot__gptq_hessk_f64_ref(h + j, ldh, nr, a, lda, x + j, ldx, kn, ncols - j);      \
-}
 
 #endif
 
@@ -7833,22 +7445,36 @@ static void NAME(double* h, int64_t ldh, int64_t nr, const double* a, int64_t ld
 #define QUAROT__RV __m256d
 #define QUAROT__RW 4
 #define QUAROT__RCVT(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
-QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx2, QUAROT__RK_ROWS4, 4)   // 12 + 3 + 1 of 16 ymm
-QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx2, QUAROT__RK_ROWS4, 4)
+#define QUAROT__ISA avx2
+#define QUAROT__RROWS QUAROT__RK_ROWS4   // 12 + 3 + 1 of 16 ymm
+#define QUAROT__RR 4
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_GPTQ
+#include QUAROT_HEADER_FILE   // >>gptq_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__RR
+#undef QUAROT__RROWS
+#undef QUAROT__ISA
 #undef QUAROT__RPFX
 #undef QUAROT__RV
 #undef QUAROT__RW
 #undef QUAROT__RCVT
 #endif
-#if defined(QUAROT__HAVE_AVX512)
+#if defined(QUAROT__HAVE_AVX512) && defined(QUAROT__HAVE_AVX2)   // (the blocked kernels' helpers need AVX2)
 #define QUAROT__RPFX _mm512_
 #define QUAROT__RV __m512d
 #define QUAROT__RW 8
 // (the zero-masked form with every lane set is the plain conversion; g++ -O1 flags the plain
 // intrinsic's _mm512_undefined_pd() as maybe-uninitialized)
 #define QUAROT__RCVT(p) _mm512_maskz_cvtps_pd((__mmask8)0xFF, _mm256_loadu_ps(p))
-QUAROT__RANKK_DEFINE(quarot__gptq_rankk_f64_avx512, QUAROT__RK_ROWS8, 8)   // 24 + 3 + 1 of 32 zmm
-QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx512, QUAROT__RK_ROWS8, 8)
+#define QUAROT__ISA avx512
+#define QUAROT__RROWS QUAROT__RK_ROWS8   // 24 + 3 + 1 of 32 zmm
+#define QUAROT__RR 8
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_GPTQ
+#include QUAROT_HEADER_FILE   // >>gptq_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__RR
+#undef QUAROT__RROWS
+#undef QUAROT__ISA
 #undef QUAROT__RPFX
 #undef QUAROT__RV
 #undef QUAROT__RW
@@ -7863,26 +7489,25 @@ QUAROT__HESSK_DEFINE(quarot__gptq_hessk_f64_avx512, QUAROT__RK_ROWS8, 8)
 #undef QUAROT__RADD
 #undef QUAROT__RMUL
 
-// The rank-k update with the quant kernel's ISA (wide: AVX-512); the scalar kernel is the _ref loop,
-// SSE2 and NEON run it row by row, four k per axpy4 pass (the same bits).
-static void quarot__gptq_rankk_f64(int kern, int wide, double* w, int64_t ldw, int64_t nr, const double* c,
+// The rank-k update for a resolved isa: the blocked kernels on AVX-512 and AVX2, the _ref loop for
+// REF; SSE2 and NEON run it row by row, four k per axpy4 pass (the same bits).
+static void quarot__gptq_rankk_f64(quarot_isa isa, double* w, int64_t ldw, int64_t nr, const double* c,
                                    int64_t ldc, const double* u, int64_t ldu, int64_t kn, int64_t ncols) {
     int64_t t, k, l;
     if (nr <= 0 || kn <= 0 || ncols <= 0) return;
-#if defined(QUAROT__HAVE_AVX512)
-    if (kern == QUAROT__QK_AVX2 && wide) {
+#if defined(QUAROT__HAVE_AVX512) && defined(QUAROT__HAVE_AVX2)   // (the blocked kernels' helpers need AVX2)
+    if (isa == QUAROT_ISA_AVX512) {
         quarot__gptq_rankk_f64_avx512(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
         return;
     }
 #endif
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) {
+    if (isa == QUAROT_ISA_AVX2) {
         quarot__gptq_rankk_f64_avx2(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
         return;
     }
 #endif
-    (void)wide;
-    if (kern == QUAROT__QK_REF) {
+    if (isa == QUAROT_ISA_REF) {
         quarot__gptq_rankk_f64_ref(w, ldw, nr, c, ldc, u, ldu, kn, ncols);
         return;
     }
@@ -7892,25 +7517,25 @@ static void quarot__gptq_rankk_f64(int kern, int wide, double* w, int64_t ldw, i
         for (k = 0; k + 4 <= kn; k += 4) {
             const double* p[4];
             for (l = 0; l < 4; ++l) p[l] = u + (k + l) * ldu;
-            quarot__gptq_axpy4_f64(kern, wr, p, ct + k, ncols);
+            quarot__gptq_axpy4_f64(isa, wr, p, ct + k, ncols);
         }
-        for (; k < kn; ++k) quarot__gptq_axpy_f64(kern, wr, u + k * ldu, ct[k], ncols);
+        for (; k < kn; ++k) quarot__gptq_axpy_f64(isa, wr, u + k * ldu, ct[k], ncols);
     }
 }
 
 #if defined(QUAROT__HAVE_AVX2)
-// The blocked Hessian update: AVX-512 when wide (quarot_hessian_accumulate_f64 takes the best ISA),
-// else AVX2; the same bits either way.
-static void quarot__gptq_hessk_f64(int wide, double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
+// The blocked Hessian update for isa AVX-512 or AVX2 (quarot_hessian_accumulate_f64 takes the best
+// ISA); the same bits either way.
+static void quarot__gptq_hessk_f64(quarot_isa isa, double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
                                    const float* x, int64_t ldx, int64_t kn, int64_t ncols) {
     if (nr <= 0 || kn <= 0 || ncols <= 0) return;
 #if defined(QUAROT__HAVE_AVX512)
-    if (wide) {
+    if (isa == QUAROT_ISA_AVX512) {
         quarot__gptq_hessk_f64_avx512(h, ldh, nr, a, lda, x, ldx, kn, ncols);
         return;
     }
 #endif
-    (void)wide;
+    (void)isa;
     quarot__gptq_hessk_f64_avx2(h, ldh, nr, a, lda, x, ldx, kn, ncols);
 }
 #endif
@@ -7918,7 +7543,7 @@ static void quarot__gptq_hessk_f64(int wide, double* h, int64_t ldh, int64_t nr,
 QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, const float* x,
                                                        int64_t rows, int64_t stride) {
     int64_t r, r0, i, j, k, i0;
-    const int kern = quarot__qkernel_best();
+    const quarot_isa isa = quarot_isa_best();
     const float *xr[8], *xi[8];
     double a[8];
     size_t nn;
@@ -7930,17 +7555,16 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
     if (!quarot__mul_size((size_t)in, (size_t)in, &nn) || !quarot__mul_size(nn, sizeof(double), &nn))
         return QUAROT_ERR_OVERFLOW;
     for (r = 0; r < rows; ++r)
-        if (!quarot__qstats(kern, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+        if (!quarot__qstats(isa, x + r * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     // Blocks of 256 rows of x (in chunks of 8) against tiles of 16 rows of h, so both stay in cache;
     // then the rows % 8 left, one by one. Per element of h that is the documented order. AVX2 /
     // AVX-512: segments of QUAROT__HK_KS rows against tiles of 32 rows of h through the blocked
     // kernel (the same chunks in the same order): the columns right of the tile for all its rows at
     // once, then each row's part of the tile's own triangle.
 #if defined(QUAROT__HAVE_AVX2)
-    if (kern == QUAROT__QK_AVX2) {
+    if (isa == QUAROT_ISA_AVX2 || isa == QUAROT_ISA_AVX512) {
         double ab[32 * QUAROT__HK_KS];
         const int64_t r8 = rows / 8 * 8;
-        const int wide = quarot_isa_best() == QUAROT_ISA_AVX512;
         for (r0 = 0; r0 < r8; r0 += QUAROT__HK_KS) {
             const int64_t rs = r8 - r0 < QUAROT__HK_KS ? r8 - r0 : QUAROT__HK_KS;
             const float* xs = x + r0 * stride;
@@ -7948,11 +7572,11 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
                 const int64_t nr = in - i0 < 32 ? in - i0 : 32;
                 for (i = 0; i < nr; ++i)
                     for (r = 0; r < rs; ++r) ab[i * QUAROT__HK_KS + r] = 2.0 * (double)xs[r * stride + i0 + i];
-                quarot__gptq_hessk_f64(wide, h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
+                quarot__gptq_hessk_f64(isa, h + i0 * in + i0 + nr, in, nr, ab, QUAROT__HK_KS, xs + i0 + nr, stride, rs,
                                        in - i0 - nr);
                 for (i = 0; i < nr; ++i)
-                    quarot__gptq_hessk_f64(wide, h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS, QUAROT__HK_KS,
-                                           xs + i0 + i, stride, rs, nr - i);
+                    quarot__gptq_hessk_f64(isa, h + (i0 + i) * in + i0 + i, in, 1, ab + i * QUAROT__HK_KS,
+                                           QUAROT__HK_KS, xs + i0 + i, stride, rs, nr - i);
             }
         }
     } else
@@ -7965,7 +7589,7 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
                 for (k = 0; k < 8; ++k) xr[k] = x + (r + k) * stride;
                 for (i = i0; i < i1; ++i) {
                     for (k = 0; k < 8; ++k) { a[k] = 2.0 * (double)xr[k][i]; xi[k] = xr[k] + i; }
-                    quarot__gptq_hess8_f64(kern, h + i * in + i, xi, a, in - i);
+                    quarot__gptq_hess8_f64(isa, h + i * in + i, xi, a, in - i);
                 }
             }
         }
@@ -7982,6 +7606,11 @@ QUAROT_API quarot_result quarot_hessian_accumulate_f64(double* h, int64_t in, co
         for (j = i + 1; j < in; ++j) h[j * in + i] = h[i * in + j];
     return QUAROT_OK;
 }
+
+// >>gptq_run
+// GPTQ proper: the factor U of H^-1 = U^T U (an "UL" Cholesky of the damped H and the triangular
+// inverse, blocked, their O(n^3) updates as parallel tasks), then the column loop over tiles of rows
+// (parallel tasks) with the updates applied lazily per block of columns.
 
 // The factor GPTQ needs, in place on a [n][n] whose upper triangle (i <= j) holds a symmetric positive
 // definite A (the lower triangle is neither read nor written):
@@ -8002,7 +7631,7 @@ typedef struct quarot__gptq_chol_job {
     double* s;             // [NB][n]: inverse: S = V[block][rest] * U[rest][rest]
     const double* d;       // [NB][NB]: Cholesky: d[j][l] = V[b0+l][b0+j] (l < j); inverse: U of the block
     int64_t n_tasks;
-    int kern, wide;        // element-wise helper kernel; wide: AVX-512 for the blocked updates
+    quarot_isa isa;        // resolved: the element-wise and blocked update kernels
 } quarot__gptq_chol_job;
 
 // Cholesky, panel rows i < b0 (task t takes rows t, t+T, ...): the block's columns of row i, by the
@@ -8018,7 +7647,7 @@ static void quarot__gptq_chol_panel_task(void* arg, int64_t t) {
             double c;
             r[j] /= jb->a[(b0 + j) * n + b0 + j];
             c = r[j];
-            quarot__gptq_axpy_f64(jb->kern, r, dj, -c, j);
+            quarot__gptq_axpy_f64(jb->isa, r, dj, -c, j);
         }
         for (j = 0; j < b; ++j) {
             jb->pk[j * n + i] = r[j];
@@ -8041,10 +7670,10 @@ static void quarot__gptq_chol_syrk_task(void* arg, int64_t t) {
     const double* u = jb->pk + (b - 1) * n;        // row k = b-1-kk of the panel at u - kk*n
     int64_t i;
     for (i = 0; i < nrect; i += 32)
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->a + i * n + la, n, nrect - i < 32 ? nrect - i : 32,
+        quarot__gptq_rankk_f64(jb->isa, jb->a + i * n + la, n, nrect - i < 32 ? nrect - i : 32,
                                jb->s + i * QUAROT__GPTQ_NB, QUAROT__GPTQ_NB, u + la, -n, b, lb - la);
     for (i = nrect; i < lb; ++i)
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->a + i * n + i, n, 1, jb->s + i * QUAROT__GPTQ_NB,
+        quarot__gptq_rankk_f64(jb->isa, jb->a + i * n + i, n, 1, jb->s + i * QUAROT__GPTQ_NB,
                                QUAROT__GPTQ_NB, u + i, -n, b, lb - i);
 }
 
@@ -8062,31 +7691,31 @@ static void quarot__gptq_inv_task(void* arg, int64_t t) {
         for (j = ja; j < jz; ++j) jb->s[k * n + j] = 0.0;
     for (j0 = ja; j0 < jz; j0 = j1) {
         j1 = j0 + 24 < jz ? j0 + 24 : jz;
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->s + j0, n, b, jb->pk + b1, n, jb->a + b1 * n + j0, n, j0 - b1,
+        quarot__gptq_rankk_f64(jb->isa, jb->s + j0, n, b, jb->pk + b1, n, jb->a + b1 * n + j0, n, j0 - b1,
                                j1 - j0);
         for (m = j0; m < j1; ++m)
-            quarot__gptq_rankk_f64(jb->kern, jb->wide, jb->s + m, n, b, jb->pk + m, n, jb->a + m * n + m, n, 1, j1 - m);
+            quarot__gptq_rankk_f64(jb->isa, jb->s + m, n, b, jb->pk + m, n, jb->a + m * n + m, n, 1, j1 - m);
     }
     for (i = 0; i < b; ++i) {
         double* ui = jb->a + (b0 + i) * n;
         const double* di = jb->d + i * QUAROT__GPTQ_NB;
         for (j = ja; j < jz; ++j) ui[j] = 0.0;
         for (k = i; k < b; ++k) cn[k - i] = -di[k];
-        quarot__gptq_rankk_f64(jb->kern, jb->wide, ui + ja, n, 1, cn, QUAROT__GPTQ_NB, jb->s + i * n + ja, n, b - i,
+        quarot__gptq_rankk_f64(jb->isa, ui + ja, n, 1, cn, QUAROT__GPTQ_NB, jb->s + i * n + ja, n, b - i,
                                jz - ja);
     }
 }
 
 // Returns -1, or the first column (from the right) whose pivot is not > n*eps*diag[j] (or not finite).
 // diag[n] is A's diagonal; work holds 2*NB*n + NB*NB doubles.
-static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, int kern,
-                                   int wide, const quarot_env* env) {
+static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, double* work, quarot_isa isa,
+                                   const quarot_env* env) {
     const double tol = (double)n * 2.220446049250313e-16;
     quarot__gptq_chol_job jb;
     double* d = work + 2 * QUAROT__GPTQ_NB * n;
     int64_t b0, b1, i, j, k, threads;
     threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
-    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.kern = kern; jb.wide = wide;
+    jb.a = a; jb.n = n; jb.pk = work; jb.s = work + QUAROT__GPTQ_NB * n; jb.d = d; jb.isa = isa;
     for (b1 = n; b1 > 0; b1 = b0) {
         b0 = b1 > QUAROT__GPTQ_NB ? b1 - QUAROT__GPTQ_NB : 0;
         for (j = b1 - 1; j >= b0; --j) {               // the diagonal block, unblocked
@@ -8099,7 +7728,8 @@ static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, dou
                 d[(j - b0) * QUAROT__GPTQ_NB + (i - b0)] = a[i * n + j];
             }
             for (i = b0; i < j; ++i)
-                quarot__gptq_axpy_f64(kern, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j], j - i);
+                quarot__gptq_axpy_f64(isa, a + i * n + i, d + (j - b0) * QUAROT__GPTQ_NB + (i - b0), -a[i * n + j],
+                                      j - i);
         }
         if (b0 == 0) break;
         jb.b0 = b0; jb.b1 = b1;
@@ -8115,7 +7745,7 @@ static int64_t quarot__gptq_factor(double* a, int64_t n, const double* diag, dou
             double* tmp = work + QUAROT__GPTQ_NB * n;  // (s is free here)
             const double vii = ai[i];
             for (j = i + 1; j < b1; ++j) tmp[j] = 0.0;
-            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(kern, tmp + k, a + k * n + k, ai[k], b1 - k);
+            for (k = i + 1; k < b1; ++k) quarot__gptq_axpy_f64(isa, tmp + k, a + k * n + k, ai[k], b1 - k);
             for (j = i + 1; j < b1; ++j) ai[j] = -tmp[j] / vii;
             ai[i] = 1.0 / vii;
         }
@@ -8165,7 +7795,7 @@ static float quarot__gptq_fit(const quarot__qspec* sp, const double* v, int64_t 
         t = t > QUAROT__QFLT_MAX ? QUAROT__QFLT_MAX : (t < -QUAROT__QFLT_MAX ? -QUAROT__QFLT_MAX : t);
         fb[l] = (float)t;
     }
-    quarot__qstats(sp->kern, fb, n, &pm, &nm);
+    quarot__qstats(sp->isa, fb, n, &pm, &nm);
     return quarot__qfit(sp, fb, n, pm, nm, z);
 }
 
@@ -8192,7 +7822,7 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
             for (i = 0; i < in; ++i) fb[i] = jb->dead[i] ? 0.0f : row[i];
             for (g = 0; g < G; ++g) {
                 float pm, nm;
-                quarot__qstats(sp->kern, fb + g * gs, gs, &pm, &nm);
+                quarot__qstats(sp->isa, fb + g * gs, gs, &pm, &nm);
                 ps[t * G + g] = quarot__qfit(sp, fb + g * gs, gs, pm, nm, &pz[t * G + g]);
             }
         }
@@ -8226,13 +7856,13 @@ static void quarot__gptq_tile(const quarot__gptq_job* jb, int64_t tile, char* sc
                 err[t * B + (i - b1)] = -e;
             }
             // w_j = w_j + (-e) U_ij for the block's later columns, all rows at once
-            quarot__gptq_rankk_f64(sp->kern, sp->wide, wt + i + 1, in, nr, err + (i - b1), B, ui + i + 1, in, 1,
+            quarot__gptq_rankk_f64(sp->isa, wt + i + 1, in, nr, err + (i - b1), B, ui + i + 1, in, 1,
                                    b2 - i - 1);
         }
         if (b2 == in) break;
         // Lazy update of the later columns: w_j = w_j + (-e_k) U_kj, k ascending, for all the tile's
         // rows at once (the bits of one k at a time).
-        quarot__gptq_rankk_f64(sp->kern, sp->wide, wt + b2, in, nr, err, B, jb->u + b1 * in + b2, in, b2 - b1,
+        quarot__gptq_rankk_f64(sp->isa, wt + b2, in, nr, err, B, jb->u + b1 * in + b2, in, b2 - b1,
                                in - b2);
     }
     // Parameters out in the integer layout of quarot_quantize_f32 (zero points shifted by 2^(b-1)).
@@ -8302,7 +7932,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
         return QUAROT_ERR_OVERFLOW;
     // Every input is checked before anything is allocated or written (w stays untouched on errors).
     for (i = 0; i < out; ++i)
-        if (!quarot__qstats(jb.sp.kern, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
+        if (!quarot__qstats(jb.sp.isa, w + i * stride, in, &pm, &nm)) return QUAROT_ERR_NONFINITE;
     for (i = 0; i < in; ++i)
         for (j = i; j < in; ++j)
             if (h[i * in + j] - h[i * in + j] != 0.0) return QUAROT_ERR_NONFINITE;
@@ -8311,7 +7941,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     n_threads = env && env->parallel.run && env->parallel.n_threads > 1 ? env->parallel.n_threads : 1;
     jb.n_tasks = n_threads < jb.n_tiles ? n_threads : jb.n_tiles;
     jb.scratch_bytes = sb = (quarot__gptq_scratch_bytes(in, jb.block, jb.groups) + 63) / 64 * 64;
-    fixed_bytes = nn + (size_t)in * (sizeof(int64_t) + sizeof(quarot__gptq_key) + 1) + (size_t)jb.n_tiles * sizeof(double);
+    fixed_bytes = nn + (size_t)in * (sizeof(int64_t) + sizeof(quarot__gptq_key) + 1) +
+                  (size_t)jb.n_tiles * sizeof(double);
     fixed_bytes = (fixed_bytes + 63) / 64 * 64;
     if ((size_t)jb.n_tasks > (SIZE_MAX - fixed_bytes) / sb) return QUAROT_ERR_OVERFLOW;
     all = fixed_bytes + (size_t)jb.n_tasks * sb;
@@ -8350,7 +7981,7 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
     }
     if (info) info->damp = damp;
     // U (upper, processing order) in place of the damped H; a failed pivot leaves w untouched.
-    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.kern, jb.sp.wide, env);
+    bad = quarot__gptq_factor(a, in, dproc, work, jb.sp.isa, env);
     if (bad >= 0) {
         if (info) info->bad_column = perm[bad];
         quarot_env_free(env, mem);
@@ -8419,7 +8050,8 @@ QUAROT__PRIVATE void quarot__qg_full_ref(int bits, const uint8_t* w, const int8_
 #if defined(__AVX512VNNI__)
   #define QUAROT__DP512(a, u, s) _mm512_dpbusd_epi32((a), (u), (s))
 #else
-  #define QUAROT__DP512(a, u, s) _mm512_add_epi32((a), _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1)))
+  #define QUAROT__DP512(a, u, s) \
+    _mm512_add_epi32((a), _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1)))
 #endif
 // A loaded vector used several times stays in its register: without this, gcc folds the load into
 // every use (one 64-byte load per dot product instead of one per four), and the loads, not the dot
@@ -8432,7 +8064,7 @@ QUAROT__PRIVATE void quarot__qg_full_ref(int bits, const uint8_t* w, const int8_
 // Four output rows at once (prefill and decode): each unpacked weight register serves every token,
 // each activation load serves four rows, and 4 x NT independent accumulator chains keep both
 // dot-product pipes busy (a per-row kernel, as AVX2 and NEON run, has two chained products per
-// accumulator and a horizontal sum per row and token: about half the speed at prefill). Rows past the
+// accumulator and a horizontal sum per row and token). Rows past the
 // matrix's end are passed as copies of a valid row.
 #define QUAROT__QG4_W(r)                                                                           \
     { __m512i v_ = _mm512_loadu_si512((const void*)(w##r + ob));                                    \
@@ -8475,25 +8107,35 @@ QUAROT__PRIVATE __m512i quarot__qg_dp8w_avx512(__m512i a, __m512i u, __m512i s) 
 #define QUAROT__QG_ALL16 ((__mmask16)0xFFFF)
 #define QUAROT__QG_ALL8 ((__mmask8)0xFF)
 QUAROT__PRIVATE __m512i quarot__qg_rows4_avx512(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
-    __m512i p = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r0, r1), _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r0, r1));
-    __m512i q = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r2, r3), _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r2, r3));
-    return _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(QUAROT__QG_ALL8, p, q), _mm512_maskz_unpackhi_epi64(QUAROT__QG_ALL8, p, q));   // [r0 r1 r2 r3] x 4 chunks
+    __m512i p = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r0, r1),
+                                 _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r0, r1));
+    __m512i q = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(QUAROT__QG_ALL16, r2, r3),
+                                 _mm512_maskz_unpackhi_epi32(QUAROT__QG_ALL16, r2, r3));
+    // [r0 r1 r2 r3] x 4 chunks
+    return _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(QUAROT__QG_ALL8, p, q),
+                            _mm512_maskz_unpackhi_epi64(QUAROT__QG_ALL8, p, q));
 }
 // A whole-row group (one scale per row, no tail) can finish in registers: the same float operations
 // per (t, o) as the task's scalar code (u = sum - offset * xsum as int32, f = 0 + float(u) * w_scale,
 // y = f * x_scale), so the results are the same bits; ep == NULL adds the sums to acc instead.
 QUAROT__PRIVATE void quarot__qg_store16_avx512(__m512i s0, __m512i s1, __m512i s2, __m512i s3, int nt,
                                                uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
-    __m512i w01 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0xdd));
-    __m512i w23 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0xdd));
-    __m512i v = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0x88), _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0xdd));
+    __m512i w01 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0x88),
+                                   _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s0, s1, 0xdd));
+    __m512i w23 = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0x88),
+                                   _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, s2, s3, 0xdd));
+    __m512i v = _mm512_add_epi32(_mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0x88),
+                                 _mm512_maskz_shuffle_i32x4(QUAROT__QG_ALL16, w01, w23, 0xdd));
     int r, t;
     if (ep) {
         const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-        __m512i off = _mm512_maskz_permutexvar_epi32(QUAROT__QG_ALL16, spread, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(const void*)ep->offx)));
+        __m512i off = _mm512_maskz_permutexvar_epi32(
+            QUAROT__QG_ALL16, spread, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(const void*)ep->offx)));
         __m512 xs = _mm512_maskz_permutexvar_ps(QUAROT__QG_ALL16, spread, _mm512_castps128_ps512(_mm_loadu_ps(ep->xs)));
         __m512 ws = _mm512_maskz_broadcast_f32x4(QUAROT__QG_ALL16, _mm_loadu_ps(ep->ws));
-        __m512 f = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(QUAROT__QG_ALL16, _mm512_sub_epi32(v, off)), ws));
+        __m512 f = _mm512_add_ps(_mm512_setzero_ps(),
+                                 _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(QUAROT__QG_ALL16, _mm512_sub_epi32(v, off)),
+                                               ws));
         __m512 y = _mm512_mul_ps(f, xs);
         if (ep->nr == 4) {
             _mm_storeu_ps(ep->y[0], _mm512_maskz_extractf32x4_ps((__mmask8)0xF, y, 0));
@@ -8513,45 +8155,49 @@ QUAROT__PRIVATE void quarot__qg_store16_avx512(__m512i s0, __m512i s1, __m512i s
             for (t = 0; t < 4; ++t) acc[r][t] += l[4 * t + r];
     }
 }
-#define QUAROT__QG4_BODY(NT)                                                                       \
-    {                                                                                              \
-        __m512i z_ = _mm512_setzero_si512();                                                       \
-        __m512i a00 = z_, a01 = z_, a02 = z_, a03 = z_, a10 = z_, a11 = z_, a12 = z_, a13 = z_;     \
-        __m512i a20 = z_, a21 = z_, a22 = z_, a23 = z_, a30 = z_, a31 = z_, a32 = z_, a33 = z_;     \
-        __m512i l0, l1, l2, l3, h0, h1, h2, h3;                                                    \
-        const int8_t *x0 = x[0], *x1 = x[NT > 1 ? 1 : 0], *x2 = x[NT > 2 ? 2 : 0], *x3 = x[NT > 3 ? 3 : 0]; \
-        if (bits == 4) {                                                                           \
-            for (o = 0; o < nblk * 64; o += 128) {   /* two blocks per trip (+6-8% with L1-resident data) */\
-                { const int64_t ob = o;                                                            \
-                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
-                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
-                if (o + 64 < nblk * 64) { const int64_t ob = o + 64;                               \
-                  QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)              \
-                  QUAROT__QG4_X(NT, 0, x0) QUAROT__QG4_X(NT, 1, x1) QUAROT__QG4_X(NT, 2, x2) QUAROT__QG4_X(NT, 3, x3) } \
-            }                                                                                      \
-        } else {                                                                                   \
-            for (o = 0; o < nblk * 64; o += 64) {                                                  \
-                const int64_t ob = o;                                                              \
-                l0 = _mm512_loadu_si512((const void*)(w0 + o)); l1 = _mm512_loadu_si512((const void*)(w1 + o)); \
-                l2 = _mm512_loadu_si512((const void*)(w2 + o)); l3 = _mm512_loadu_si512((const void*)(w3 + o)); \
-                QUAROT__QG8_X(NT, 0, x0) QUAROT__QG8_X(NT, 1, x1) QUAROT__QG8_X(NT, 2, x2) QUAROT__QG8_X(NT, 3, x3) \
-            }                                                                                      \
-            (void)h0; (void)h1; (void)h2; (void)h3;                                                \
-        }                                                                                          \
-        quarot__qg_store16_avx512(quarot__qg_rows4_avx512(a00, a10, a20, a30), quarot__qg_rows4_avx512(a01, a11, a21, a31), \
-                                  quarot__qg_rows4_avx512(a02, a12, a22, a32), quarot__qg_rows4_avx512(a03, a13, a23, a33), \
-                                  NT, acc, ep);                                                    \
+// The tile for nt = 1..4 tokens, inlined once per nt by quarot__qg_tile_avx512 so that the
+// accumulators and branches of absent tokens fold away.
+QUAROT__INLINE void quarot__qg_tile_nt_avx512(const int nt, int bits, const uint8_t* w0, const uint8_t* w1,
+                                              const uint8_t* w2, const uint8_t* w3, const int8_t* const* x,
+                                              int64_t nblk, uint32_t (*acc)[QUAROT__QG_TILE],
+                                              const quarot__qg_ep* ep) {
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512i z_ = _mm512_setzero_si512();
+    __m512i a00 = z_, a01 = z_, a02 = z_, a03 = z_, a10 = z_, a11 = z_, a12 = z_, a13 = z_;
+    __m512i a20 = z_, a21 = z_, a22 = z_, a23 = z_, a30 = z_, a31 = z_, a32 = z_, a33 = z_;
+    __m512i l0, l1, l2, l3, h0, h1, h2, h3;
+    const int8_t *x0 = x[0], *x1 = x[nt > 1 ? 1 : 0], *x2 = x[nt > 2 ? 2 : 0], *x3 = x[nt > 3 ? 3 : 0];
+    int64_t o;
+    if (bits == 4) {
+        for (o = 0; o < nblk * 64; o += 128) {   // two blocks per trip
+            { const int64_t ob = o;
+              QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)
+              QUAROT__QG4_X(nt, 0, x0) QUAROT__QG4_X(nt, 1, x1) QUAROT__QG4_X(nt, 2, x2) QUAROT__QG4_X(nt, 3, x3) }
+            if (o + 64 < nblk * 64) { const int64_t ob = o + 64;
+              QUAROT__QG4_W(0) QUAROT__QG4_W(1) QUAROT__QG4_W(2) QUAROT__QG4_W(3)
+              QUAROT__QG4_X(nt, 0, x0) QUAROT__QG4_X(nt, 1, x1) QUAROT__QG4_X(nt, 2, x2) QUAROT__QG4_X(nt, 3, x3) }
+        }
+    } else {
+        for (o = 0; o < nblk * 64; o += 64) {
+            const int64_t ob = o;
+            l0 = _mm512_loadu_si512((const void*)(w0 + o)); l1 = _mm512_loadu_si512((const void*)(w1 + o));
+            l2 = _mm512_loadu_si512((const void*)(w2 + o)); l3 = _mm512_loadu_si512((const void*)(w3 + o));
+            QUAROT__QG8_X(nt, 0, x0) QUAROT__QG8_X(nt, 1, x1) QUAROT__QG8_X(nt, 2, x2) QUAROT__QG8_X(nt, 3, x3)
+        }
+        (void)h0; (void)h1; (void)h2; (void)h3;
     }
+    quarot__qg_store16_avx512(quarot__qg_rows4_avx512(a00, a10, a20, a30), quarot__qg_rows4_avx512(a01, a11, a21, a31),
+                              quarot__qg_rows4_avx512(a02, a12, a22, a32), quarot__qg_rows4_avx512(a03, a13, a23, a33),
+                              nt, acc, ep);
+}
 QUAROT__PRIVATE void quarot__qg_tile_avx512(int bits, const uint8_t* const* w, const int8_t* const* x, int nt,
                                             int64_t nblk, uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
-    const __m512i m = _mm512_set1_epi8(15);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    int64_t o;
     switch (nt) {
-        case 1: QUAROT__QG4_BODY(1) break;
-        case 2: QUAROT__QG4_BODY(2) break;
-        case 3: QUAROT__QG4_BODY(3) break;
-        default: QUAROT__QG4_BODY(4) break;
+        case 1: quarot__qg_tile_nt_avx512(1, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
+        case 2: quarot__qg_tile_nt_avx512(2, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
+        case 3: quarot__qg_tile_nt_avx512(3, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
+        default: quarot__qg_tile_nt_avx512(4, bits, w0, w1, w2, w3, x, nblk, acc, ep); break;
     }
 }
 #endif
@@ -8562,14 +8208,17 @@ QUAROT__PRIVATE void quarot__qg_tile_avx512(int bits, const uint8_t* const* w, c
 #elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
   #define QUAROT__DP256(a, u, s) _mm256_dpbusd_epi32((a), (u), (s))
 #else
-  #define QUAROT__DP256(a, u, s) _mm256_add_epi32((a), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+  #define QUAROT__DP256(a, u, s) \
+    _mm256_add_epi32((a), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 #endif
 QUAROT__PRIVATE __m256i quarot__qg_dp8_avx2(__m256i a, __m256i u, __m256i s) {
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
     return QUAROT__DP256(a, u, s);
 #else
-    __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u)), u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
-    __m256i s0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(s)), s1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(s, 1));
+    __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u));
+    __m256i u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
+    __m256i s0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(s));
+    __m256i s1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(s, 1));
     a = _mm256_add_epi32(a, _mm256_madd_epi16(u0, s0));
     return _mm256_add_epi32(a, _mm256_madd_epi16(u1, s1));
 #endif
@@ -8580,47 +8229,48 @@ QUAROT__PRIVATE uint32_t quarot__qg_hsum_avx2(__m256i v) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     return (uint32_t)_mm_cvtsi128_si32(s);
 }
-#define QUAROT__QG256_BODY(NT)                                                                    \
-    {                                                                                              \
-        __m256i a[NT];                                                                             \
-        int t;                                                                                     \
-        for (t = 0; t < NT; ++t) a[t] = _mm256_setzero_si256();                                    \
-        if (bits == 4) {                                                                           \
-            for (b = 0; b < nblk; ++b) {                                                           \
-                __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));        \
-                __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));   \
-                __m256i l0 = _mm256_and_si256(v0, m), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m); \
-                __m256i l1 = _mm256_and_si256(v1, m), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m); \
-                for (t = 0; t < NT; ++t) {                                                         \
-                    const int8_t* xb = x[t] + b * 128;                                             \
-                    a[t] = QUAROT__DP256(a[t], l0, _mm256_loadu_si256((const __m256i*)(const void*)xb));        \
-                    a[t] = QUAROT__DP256(a[t], l1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32))); \
-                    a[t] = QUAROT__DP256(a[t], h0, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 64))); \
-                    a[t] = QUAROT__DP256(a[t], h1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 96))); \
-                }                                                                                  \
-            }                                                                                      \
-        } else {                                                                                   \
-            for (b = 0; b < nblk; ++b) {                                                           \
-                __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));        \
-                __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));   \
-                for (t = 0; t < NT; ++t) {                                                         \
-                    const int8_t* xb = x[t] + b * 64;                                              \
-                    a[t] = quarot__qg_dp8_avx2(a[t], v0, _mm256_loadu_si256((const __m256i*)(const void*)xb));        \
-                    a[t] = quarot__qg_dp8_avx2(a[t], v1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32))); \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        for (t = 0; t < NT; ++t) acc[t] += quarot__qg_hsum_avx2(a[t]);                             \
+// One weight row for nt = 1..4 tokens, inlined once per nt by quarot__qg_full_avx2.
+QUAROT__INLINE void quarot__qg_full_nt_avx2(const int nt, int bits, const uint8_t* w, const int8_t* const* x,
+                                            int64_t nblk, uint32_t* acc) {
+    const __m256i m = _mm256_set1_epi8(15);
+    __m256i a[4];
+    int64_t b;
+    int t;
+    for (t = 0; t < nt; ++t) a[t] = _mm256_setzero_si256();
+    if (bits == 4) {
+        for (b = 0; b < nblk; ++b) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));
+            __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));
+            __m256i l0 = _mm256_and_si256(v0, m), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m);
+            __m256i l1 = _mm256_and_si256(v1, m), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m);
+            for (t = 0; t < nt; ++t) {
+                const int8_t* xb = x[t] + b * 128;
+                a[t] = QUAROT__DP256(a[t], l0, _mm256_loadu_si256((const __m256i*)(const void*)xb));
+                a[t] = QUAROT__DP256(a[t], l1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32)));
+                a[t] = QUAROT__DP256(a[t], h0, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 64)));
+                a[t] = QUAROT__DP256(a[t], h1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 96)));
+            }
+        }
+    } else {
+        for (b = 0; b < nblk; ++b) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64));
+            __m256i v1 = _mm256_loadu_si256((const __m256i*)(const void*)(w + b * 64 + 32));
+            for (t = 0; t < nt; ++t) {
+                const int8_t* xb = x[t] + b * 64;
+                a[t] = quarot__qg_dp8_avx2(a[t], v0, _mm256_loadu_si256((const __m256i*)(const void*)xb));
+                a[t] = quarot__qg_dp8_avx2(a[t], v1, _mm256_loadu_si256((const __m256i*)(const void*)(xb + 32)));
+            }
+        }
     }
+    for (t = 0; t < nt; ++t) acc[t] += quarot__qg_hsum_avx2(a[t]);
+}
 QUAROT__PRIVATE void quarot__qg_full_avx2(int bits, const uint8_t* w, const int8_t* const* x, int nt, int64_t nblk,
                                           uint32_t* acc) {
-    const __m256i m = _mm256_set1_epi8(15);
-    int64_t b;
     switch (nt) {
-        case 1: QUAROT__QG256_BODY(1) break;
-        case 2: QUAROT__QG256_BODY(2) break;
-        case 3: QUAROT__QG256_BODY(3) break;
-        default: QUAROT__QG256_BODY(4) break;
+        case 1: quarot__qg_full_nt_avx2(1, bits, w, x, nblk, acc); break;
+        case 2: quarot__qg_full_nt_avx2(2, bits, w, x, nblk, acc); break;
+        case 3: quarot__qg_full_nt_avx2(3, bits, w, x, nblk, acc); break;
+        default: quarot__qg_full_nt_avx2(4, bits, w, x, nblk, acc); break;
     }
 }
 #endif
@@ -8799,7 +8449,8 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
     const quarot_qmat* w = jb->w;
     int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, o, t0, g;
     int64_t o0 = task * QUAROT__QG_ROWS, o1 = o0 + QUAROT__QG_ROWS;
-    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols, w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
+    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols,
+                                      w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
     int64_t blk = w->bits == 4 ? 128 : 64, nblk = G / blk, tail = G - nblk * blk;
     uint32_t off = w->bits == 4 ? 8u : 128u;
     int whole = ng == 1 && tail == 0 && jb->tile != NULL;   // one scale per row, whole blocks: finished in the kernel
@@ -8846,8 +8497,10 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
                     for (t = 0; t < nt; ++t) {
                         uint32_t u, a_t = acc[r][t];
                         int32_t a;
-                        if (tail) a_t += w->bits == 4 ? quarot__qg_block4_ref(wg[r] + nblk * 64, xg[t] + nblk * 128, tail)
-                                                      : quarot__qg_bytes8_ref(wg[r] + nblk * 64, xg[t] + nblk * 64, tail);
+                        if (tail)
+                            a_t += w->bits == 4 ? quarot__qg_block4_ref(wg[r] + nblk * 64, xg[t] + nblk * 128, tail)
+                                                      : quarot__qg_bytes8_ref(wg[r] + nblk * 64, xg[t] + nblk * 64,
+                                                                              tail);
                         // two's complement wrap back to int32 (exact: the true value is in range)
                         u = a_t - off * (uint32_t)jb->xsum[(t0 + t) * ng + g];
                         a = u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(0xffffffffu - u) - 1;
@@ -8929,7 +8582,8 @@ static quarot_result quarot__rotation_set_dense(quarot_rotation* r, const double
     size_t count, bytes;
     int64_t i;
     quarot_result res;
-    if (!quarot__mul_size((size_t)r->block, (size_t)r->block, &count) || !quarot__mul_size(count, sizeof(double), &bytes))
+    if (!quarot__mul_size((size_t)r->block, (size_t)r->block,
+                          &count) || !quarot__mul_size(count, sizeof(double), &bytes))
         return QUAROT_ERR_OVERFLOW;
     r->dense = (double*)quarot_env_alloc(&r->env, bytes);
     r->dense32 = (float*)quarot_env_alloc(&r->env, count * sizeof(float));
@@ -8963,10 +8617,14 @@ static double quarot__orth_error_gemm(const double* m, int64_t n, const quarot_e
     double* g;
     double worst = 0.0;
     int64_t i, j;
-    if (!quarot__mul_size((size_t)n, (size_t)n, &count) || !quarot__mul_size(count, sizeof(double), &count)) return -1.0;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &count) || !quarot__mul_size(count, sizeof(double), &count))
+        return -1.0;
     g = (double*)quarot_env_alloc(env, count);
     if (!g) return -1.0;
-    if (quarot_dgemm(1, 0, n, n, n, 1.0, m, n, m, n, 0.0, g, n, env) != QUAROT_OK) { quarot_env_free(env, g); return -1.0; }
+    if (quarot_dgemm(1, 0, n, n, n, 1.0, m, n, m, n, 0.0, g, n, env) != QUAROT_OK) {
+        quarot_env_free(env, g);
+        return -1.0;
+    }
     for (i = 0; i < n; ++i)
         for (j = 0; j < n; ++j) {
             double e = g[i * n + j] - (i == j ? 1.0 : 0.0);
@@ -9021,8 +8679,8 @@ static quarot_result quarot__rotation_init_adapt(quarot_rotation* r, const quaro
 
 // ADAPT: x <- (x*Had)*R, or x*R^T*Had^T when transposed. R is applied per block through SGEMM/DGEMM
 // in chunks of rows (as the dense kinds); the Hadamard pass through the fast transform.
-static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void* x, int is64, int64_t rows, int64_t stride,
-                                                  int transpose, void* work, size_t work_size) {
+static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void* x, int is64, int64_t rows,
+                                                  int64_t stride, int transpose, void* work, size_t work_size) {
     int64_t hb = r->plan.n, b = r->block, j, pass;
     size_t es = is64 ? sizeof(double) : sizeof(float);
     quarot_result res = QUAROT_OK;
@@ -9034,7 +8692,8 @@ static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void
                 memset(&hd, 0, sizeof hd);
                 hd.transpose = transpose;
                 if (r->signs) { hd.signs = r->signs + j * hb; hd.signs_f64 = r->signs64 + j * hb; }
-                if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * hb, rows, stride, work, work_size);
+                if (is64)
+                    res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * hb, rows, stride, work, work_size);
                 else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * hb, rows, stride, work, work_size);
             }
         } else if (r->dense) {
@@ -9044,12 +8703,16 @@ static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void
                     int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK;
                     if (is64) {
                         double* xs = (double*)x + r0 * stride + j * b;
-                        res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
-                        for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                        res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b,
+                                           &r->env);
+                        for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                            memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
                     } else {
                         float* xs = (float*)x + r0 * stride + j * b;
-                        res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
-                        for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                        res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work,
+                                           b, &r->env);
+                        for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                            memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
                     }
                 }
             }
@@ -9058,7 +8721,8 @@ static quarot_result quarot__rotation_apply_adapt(const quarot_rotation* r, void
     return res;
 }
 
-QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d, const quarot_env* env) {
+QUAROT_API quarot_result quarot_rotation_init(quarot_rotation* r, const quarot_rotation_desc* d,
+                                              const quarot_env* env) {
     quarot_rotation_kind kind;
     int64_t n, block;
     quarot_result res;
@@ -9197,8 +8861,11 @@ static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, i
             memset(&hd, 0, sizeof hd);
             hd.transpose = transpose;
             if (r->signs) { hd.signs = r->signs + j * r->block; hd.signs_f64 = r->signs64 + j * r->block; }
-            if (is64) res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * r->block, rows, stride, work, work_size);
-            else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * r->block, rows, stride, work, work_size);
+            if (is64)
+                res = quarot_hadamard_apply_f64(&r->plan, &hd, (double*)x + j * r->block, rows, stride, work,
+                                                work_size);
+            else res = quarot_hadamard_apply_f32(&r->plan, &hd, (float*)x + j * r->block, rows, stride, work,
+                                                 work_size);
         } else {
             // Y = X_j * B (or B^T), chunked; the product lands in work and is copied back.
             int64_t r0, b = r->block;
@@ -9206,12 +8873,16 @@ static quarot_result quarot__rotation_apply(const quarot_rotation* r, void* x, i
                 int64_t cr = rows - r0 < QUAROT__ROT_CHUNK ? rows - r0 : QUAROT__ROT_CHUNK, i;
                 if (is64) {
                     double* xs = (double*)x + r0 * stride + j * b;
-                    res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b, &r->env);
-                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
+                    res = quarot_dgemm(0, transpose, cr, b, b, 1.0, xs, stride, r->dense, b, 0.0, (double*)work, b,
+                                       &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                        memcpy(xs + i * stride, (double*)work + i * b, (size_t)b * es);
                 } else {
                     float* xs = (float*)x + r0 * stride + j * b;
-                    res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b, &r->env);
-                    for (i = 0; i < cr && res == QUAROT_OK; ++i) memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
+                    res = quarot_sgemm(0, transpose, cr, b, b, 1.0f, xs, stride, r->dense32, b, 0.0f, (float*)work, b,
+                                       &r->env);
+                    for (i = 0; i < cr && res == QUAROT_OK; ++i)
+                        memcpy(xs + i * stride, (float*)work + i * b, (size_t)b * es);
                 }
             }
         }
@@ -9289,7 +8960,8 @@ static int quarot__copy_name(char* dst, const char* src) {
     return 1;
 }
 
-QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight, const char* norm_bias) {
+QUAROT_API quarot_result quarot_plan_add_fusion(quarot_plan* p, int64_t layer, const char* norm_weight,
+                                                const char* norm_bias) {
     quarot_plan_fusion* f;
     if (!p || !norm_weight) return QUAROT_ERR_INVALID_ARGUMENT;
     f = (quarot_plan_fusion*)quarot__grow(&p->env, (void**)&p->fusions, &p->n_fusions, &p->cap_fusions, sizeof *f);
@@ -9316,7 +8988,8 @@ QUAROT_API quarot_result quarot_plan_add_fused_linear(quarot_plan* p, const char
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight, const char* bias) {
+QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int embedding, const char* weight,
+                                              const char* bias) {
     quarot_plan_bake* b;
     if (!p || !weight) return QUAROT_ERR_INVALID_ARGUMENT;
     b = (quarot_plan_bake*)quarot__grow(&p->env, (void**)&p->bakes, &p->n_bakes, &p->cap_bakes, sizeof *b);
@@ -9330,13 +9003,15 @@ QUAROT_API quarot_result quarot_plan_add_bake(quarot_plan* p, int64_t layer, int
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation, quarot_side side,
-                                                  int embedding, int per_head, const char* weight, const char* bias) {
+QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer, quarot_rotation_id rotation,
+                                                  quarot_side side, int embedding, int per_head, const char* weight,
+                                                  const char* bias) {
     quarot_plan_rotation* r;
     if (!p || !weight || (side != QUAROT_SIDE_INPUT && side != QUAROT_SIDE_OUTPUT) ||
         (rotation != QUAROT_ROT_R1 && rotation != QUAROT_ROT_R2))
         return QUAROT_ERR_INVALID_ARGUMENT;
-    r = (quarot_plan_rotation*)quarot__grow(&p->env, (void**)&p->rotations, &p->n_rotations, &p->cap_rotations, sizeof *r);
+    r = (quarot_plan_rotation*)quarot__grow(&p->env, (void**)&p->rotations, &p->n_rotations, &p->cap_rotations,
+                                            sizeof *r);
     if (!r) return QUAROT_ERR_OUT_OF_MEMORY;
     r->layer = layer;
     r->rotation = rotation;
@@ -9362,7 +9037,8 @@ QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix, int64_t layer) {
+QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix,
+                                            int64_t layer) {
     size_t n = 0;
     const char* parts[3];
     int k;
@@ -9467,10 +9143,12 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
         if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
         if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
     }
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK) return r;
-    if (nm->pos_embed &&
-        (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed, "")) != QUAROT_OK) return r;
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK)
+        return r;
+    if (nm->pos_embed && (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed,
+                                                       "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK)
+        return r;
 
     for (i = 0; i < cfg->n_layers; ++i) {
         const char* readers_attn[3];
@@ -9497,26 +9175,32 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
         // R1: readers on the input side, writers (o_proj, down_proj) on the output side
         for (k = 0; k < 3; ++k) {
             if ((r = quarot__linear_names(nm, readers_attn[k], i, w, b)) != QUAROT_OK) return r;
-            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK)
+                return r;
         }
         if ((r = quarot__linear_names(nm, nm->o_proj, i, w, b)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK)
+            return r;
         if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
         strcpy(plan->layers[i].o_proj, w);
         for (k = 0; k < n_mlp; ++k) {
             if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
-            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK)
+                return r;
         }
         strcpy(plan->layers[i].up_proj, w);
         if ((r = quarot__linear_names(nm, nm->down_proj, i, w, b)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK)
+            return r;
         if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
         strcpy(plan->layers[i].down_proj, w);
         // R2: v_proj output per KV head, o_proj input per head
         if ((r = quarot__linear_names(nm, nm->v_proj, i, w, b)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK)
+            return r;
         strcpy(plan->layers[i].v_proj, w);
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, plan->layers[i].o_proj, "")) != QUAROT_OK)
+        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, plan->layers[i].o_proj,
+                                          "")) != QUAROT_OK)
             return r;
     }
     return QUAROT_OK;
@@ -9583,8 +9267,8 @@ static char* quarot__row2d(const quarot_tensor* t, int64_t r) { return (char*)t-
 // through the column kernels on the tensor itself (quarot_hadamard_apply_cols_f32, buf as their
 // workspace); other columns are transposed into buf in blocks of QUAROT__CMD_TB rows (16 floats: one
 // cache line per buf row and block), rotated, put back.
-static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t first, int64_t count, float* buf, float* tmp,
-                                          float* span, void* work, size_t ws) {
+static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t first, int64_t count, float* buf,
+                                          float* tmp, float* span, void* work, size_t ws) {
     const quarot_tensor* t = job->t;
     int64_t L = job->L, i, c, i0, nb, k;
     quarot_result res;
@@ -9630,7 +9314,9 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
             continue;
         }
 #endif
-        for (k = 0; k < nb; ++k) memcpy(span + k * count, quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), (size_t)count * sizeof(float));
+        for (k = 0; k < nb; ++k)
+            memcpy(span + k * count, quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float),
+                   (size_t)count * sizeof(float));
         for (c = 0; c < count; ++c)
             for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
     }
@@ -9650,7 +9336,9 @@ static quarot_result quarot__cmd_task_f32(const quarot__cmd_job* job, int64_t fi
 #endif
             for (c = 0; c < count; ++c)
                 for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
-            for (k = 0; k < nb; ++k) memcpy(quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), span + k * count, (size_t)count * sizeof(float));
+            for (k = 0; k < nb; ++k)
+                memcpy(quarot__row2d(t, i0 + k) + (size_t)first * sizeof(float), span + k * count,
+                       (size_t)count * sizeof(float));
         }
     return res;
 }
@@ -9662,19 +9350,24 @@ static void quarot__cmd_task(void* arg, int64_t task) {
     int64_t first = task * job->chunk, count = n_lines - first < job->chunk ? n_lines - first : job->chunk, i, c;
     size_t ws = quarot_rotation_workspace_size(job->rot), es = quarot_dtype_size(t->dtype);
     double* buf = (double*)quarot_env_alloc(job->env, (size_t)(count * L) * sizeof(double));
-    double* tmp = job->c->inner > 1 ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double)) : NULL;
-    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env, (size_t)(count * QUAROT__CMD_TB) * sizeof(double)) : NULL;
+    double* tmp = job->c->inner > 1
+                      ? (double*)quarot_env_alloc(job->env, (size_t)(job->rot->n * job->c->inner) * sizeof(double))
+                      : NULL;
+    double* span = job->axis == 1 ? (double*)quarot_env_alloc(job->env,
+                                                              (size_t)(count * QUAROT__CMD_TB) * sizeof(double)) : NULL;
     void* work = ws ? quarot_env_alloc(job->env, ws) : NULL;
     quarot_result res = QUAROT_OK;
     if (!buf || (job->c->inner > 1 && !tmp) || (job->axis == 1 && !span) || (ws && !work)) {
         res = QUAROT_ERR_OUT_OF_MEMORY;
     } else if (job->f32) {   // float views of the same buffers (each at least as large in floats)
-        res = quarot__cmd_task_f32(job, first, count, (float*)(void*)buf, (float*)(void*)tmp, (float*)(void*)span, work, ws);
+        res = quarot__cmd_task_f32(job, first, count, (float*)(void*)buf, (float*)(void*)tmp, (float*)(void*)span, work,
+                                   ws);
     } else if (job->axis == 0) {
         for (i = 0; i < count; ++i) quarot__span_get_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
         res = quarot__rotate_rows_f64(job->rot, buf, count, L, job->c->outer, job->c->inner, tmp, work, ws);
         if (res == QUAROT_OK)
-            for (i = 0; i < count; ++i) quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
+            for (i = 0; i < count; ++i)
+                quarot__span_set_f64(t->dtype, quarot__tensor_row(t, first + i), L, buf + i * L);
     } else {
         // buf[c][r] = W[r][first + c]: the columns become rows of length L. The transpose goes
         // through span in blocks of QUAROT__CMD_TB rows, so each buf row gets whole cache lines
@@ -9683,7 +9376,8 @@ static void quarot__cmd_task(void* arg, int64_t task) {
         for (i0 = 0; i0 < L; i0 += nb) {
             nb = L - i0 < QUAROT__CMD_TB ? L - i0 : QUAROT__CMD_TB;
             for (k = 0; k < nb; ++k)
-                quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
+                quarot__span_get_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count,
+                                     span + k * count);
             for (c = 0; c < count; ++c)
                 for (k = 0; k < nb; ++k) buf[c * L + i0 + k] = span[k * count + c];
         }
@@ -9694,7 +9388,8 @@ static void quarot__cmd_task(void* arg, int64_t task) {
                 for (c = 0; c < count; ++c)
                     for (k = 0; k < nb; ++k) span[k * count + c] = buf[c * L + i0 + k];
                 for (k = 0; k < nb; ++k)
-                    quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count, span + k * count);
+                    quarot__span_set_f64(t->dtype, quarot__tensor_row(t, i0 + k) + (size_t)first * es, count,
+                                         span + k * count);
             }
     }
     quarot_env_free(job->env, buf);
@@ -9746,7 +9441,8 @@ QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const qua
     job.t = weight;
     job.env = env;
     job.L = quarot__command_axis(c, weight, &job.axis);
-    job.f32 = c->f32 && weight->dtype == QUAROT_DTYPE_F32 && (rot->kind == QUAROT_ROTATION_HADAMARD || rot->kind == QUAROT_ROTATION_IDENTITY);
+    job.f32 = c->f32 && weight->dtype == QUAROT_DTYPE_F32 &&
+              (rot->kind == QUAROT_ROTATION_HADAMARD || rot->kind == QUAROT_ROTATION_IDENTITY);
     n_lines = job.axis == 0 ? quarot_tensor_nrows(weight) : weight->ne[0];
     job.chunk = QUAROT__CMD_ROWS;
     n_tasks = (n_lines + job.chunk - 1) / job.chunk;
@@ -9757,7 +9453,8 @@ QUAROT_API quarot_result quarot_command_apply(const quarot_command* c, const qua
     quarot_env_free(env, job.results);
     if (res == QUAROT_OK && bias) {   // b <- b * Q (a writer's bias is a row vector on the output axis)
         double* bb = (double*)quarot_env_alloc(env, (size_t)job.L * sizeof(double));
-        double* tmp = c->inner > 1 ? (double*)quarot_env_alloc(env, (size_t)(rot->n * c->inner) * sizeof(double)) : NULL;
+        double* tmp = c->inner > 1 ? (double*)quarot_env_alloc(env,
+                                                               (size_t)(rot->n * c->inner) * sizeof(double)) : NULL;
         if (!bb || (c->inner > 1 && !tmp)) res = QUAROT_ERR_OUT_OF_MEMORY;
         else {
             quarot__span_get_f64(bias->dtype, (const char*)bias->data, job.L, bb);
@@ -9811,7 +9508,11 @@ static quarot_result quarot__online_plan(quarot_online_list* list, int64_t n, co
         if (list->plans[i]->n == n) { *out = list->plans[i]; return QUAROT_OK; }
     p = (quarot_hadamard_plan*)quarot_env_alloc(&list->env, sizeof *p);
     grown = (quarot_hadamard_plan**)quarot_env_alloc(&list->env, (size_t)(list->n_plans + 1) * sizeof *grown);
-    if (!p || !grown) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (!p || !grown) {
+        quarot_env_free(&list->env, p);
+        quarot_env_free(&list->env, grown);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
     res = quarot_hadamard_plan_init(p, n, &list->env);
     if (res != QUAROT_OK) { quarot_env_free(&list->env, p); quarot_env_free(&list->env, grown); return res; }
     if (list->n_plans) memcpy(grown, list->plans, (size_t)list->n_plans * sizeof *grown);
@@ -9824,14 +9525,17 @@ static quarot_result quarot__online_plan(quarot_online_list* list, int64_t n, co
 }
 
 QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_t layer, quarot_online_site site,
-                                                int64_t size, int64_t outer, int64_t n, int64_t inner, const float* signs) {
+                                                int64_t size, int64_t outer, int64_t n, int64_t inner,
+                                                const float* signs) {
     quarot_online_hook* h;
     const quarot_hadamard_plan* plan;
     quarot_result res;
     int64_t i;
-    if (!list || layer < 0 || site <= QUAROT_SITE_NONE || site >= QUAROT_SITE_COUNT_) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!list || layer < 0 || site <= QUAROT_SITE_NONE || site >= QUAROT_SITE_COUNT_)
+        return QUAROT_ERR_INVALID_ARGUMENT;
     if (outer < 1 || n < 1 || inner < 1 || size < 1) return QUAROT_ERR_INVALID_ARGUMENT;
-    if (n > INT64_MAX / outer || n * outer > INT64_MAX / inner || outer * n * inner != size) return QUAROT_ERR_SHAPE_MISMATCH;
+    if (n > INT64_MAX / outer || n * outer > INT64_MAX / inner || outer * n * inner != size)
+        return QUAROT_ERR_SHAPE_MISMATCH;
     if (signs)
         for (i = 0; i < n; ++i)
             if (signs[i] != 1.0f && signs[i] != -1.0f) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -9856,7 +9560,8 @@ QUAROT_API quarot_result quarot_online_list_add(quarot_online_list* list, int64_
     return QUAROT_OK;
 }
 
-QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer, quarot_online_site site) {
+QUAROT_API const quarot_online_hook* quarot_online_find(const quarot_online_list* list, int64_t layer,
+                                                        quarot_online_site site) {
     int64_t i;
     if (!list) return NULL;
     for (i = 0; i < list->count; ++i)
@@ -10016,12 +9721,114 @@ static quarot_result quarot__parse_error(char* err, size_t err_size, int64_t lin
     return QUAROT_ERR_PARSE;
 }
 
-QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err, size_t err_size) {
+// The signs= field of a hook line: (n + 3) / 4 hex digits (bit b of digit i set: sign 4i+b is -1) into
+// signs [n]; the padding bits of the last digit must be 0.
+static quarot_result quarot__online_read_signs(const quarot__lineread* lr, int64_t n, float* signs, char* err,
+                                               size_t err_size, int64_t line) {
+    int64_t i, digits = (n + 3) / 4;
+    quarot_result res = QUAROT_OK;
+    for (i = 0; i < digits && res == QUAROT_OK; ++i) {
+        char ch = lr->p[i];
+        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
+        if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
+        for (b = 0; b < 4; ++b) {
+            if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
+            else if ((v >> b) & 1)
+                res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
+        }
+    }
+    return res;
+}
+
+// The rest of a "hook " line: "<layer> <site> size= outer= n= inner= K= m= signs=", checked against
+// quarot.h's construction and added to the list (declared: the header's hook count).
+static quarot_result quarot__online_read_hook(quarot_online_list* list, quarot__lineread* lr, int64_t declared,
+                                              char* err, size_t err_size, int64_t line) {
+    int64_t layer, size, outer, n, inner, K, m;
+    quarot_online_site site = QUAROT_SITE_NONE;
+    int s;
+    quarot_hadamard_info info;
+    quarot_result res;
+    if (list->count >= declared) return quarot__parse_error(err, err_size, line, "more hooks than declared");
+    if (!quarot__lr_int(lr, &layer) || !quarot__lr_word(lr, " "))
+        return quarot__parse_error(err, err_size, line, "bad layer");
+    for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
+        quarot__lineread t = *lr;
+        if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) {
+            site = (quarot_online_site)s;
+            *lr = t;
+            break;
+        }
+    }
+    if (site == QUAROT_SITE_NONE) return quarot__parse_error(err, err_size, line, "unknown site");
+    if (!quarot__lr_word(lr, "size=") || !quarot__lr_int(lr, &size) || !quarot__lr_word(lr, " outer=") ||
+        !quarot__lr_int(lr, &outer) || !quarot__lr_word(lr, " n=") || !quarot__lr_int(lr, &n) ||
+        !quarot__lr_word(lr, " inner=") || !quarot__lr_int(lr, &inner) || !quarot__lr_word(lr, " K=") ||
+        !quarot__lr_int(lr, &K) || !quarot__lr_word(lr, " m=") || !quarot__lr_int(lr, &m) ||
+        !quarot__lr_word(lr, " signs="))
+        return quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
+    if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
+        inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size)
+        return quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
+    if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m)
+        return quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction",
+                                   (long long)n, (long long)K, (long long)m);
+    if (lr->p < lr->end && *lr->p == '-' && lr->p + 1 == lr->end) {
+        res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
+    } else {
+        float* signs;
+        if (lr->end - lr->p != (n + 3) / 4)
+            return quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)((n + 3) / 4));
+        signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
+        if (!signs) return QUAROT_ERR_OUT_OF_MEMORY;
+        res = quarot__online_read_signs(lr, n, signs, err, err_size, line);
+        if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
+        quarot_env_free(&list->env, signs);
+    }
+    if (res != QUAROT_OK && (!err || !err[0]))
+        quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+    return res;
+}
+
+// The rest of a "hadamard " line, "<K>", and the K rows of '+' / '-' after it (*p, *line: past them),
+// which must be quarot.h's H_K.
+static quarot_result quarot__online_read_hadamard(quarot_online_list* list, quarot__lineread* lr, const char** p,
+                                                  const char* end, int64_t* line, char* err, size_t err_size) {
+    int64_t K, r, c;
+    int8_t* ref;
+    quarot_result res;
+    if (!quarot__lr_int(lr, &K) || lr->p != lr->end || K < 2 || K > 4096 || !quarot_hadamard_available(K))
+        return quarot__parse_error(err, err_size, *line, "bad 'hadamard <K>' header");
+    ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
+    if (!ref) return QUAROT_ERR_OUT_OF_MEMORY;
+    res = quarot_hadamard_build_i8(K, ref, &list->env);
+    for (r = 0; r < K && res == QUAROT_OK; ++r) {
+        const char* rl = *p;
+        const char* rn = *p < end ? (const char*)memchr(*p, '\n', (size_t)(end - *p)) : NULL;
+        ++*line;
+        if (!rn || rn - rl != K) {
+            res = quarot__parse_error(err, err_size, *line, "matrix row must have %lld signs", (long long)K);
+            break;
+        }
+        for (c = 0; c < K; ++c)
+            if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
+                res = quarot__parse_error(err, err_size, *line, "H_%lld differs from quarot.h's construction",
+                                          (long long)K);
+                break;
+            }
+        *p = rn + 1;
+    }
+    quarot_env_free(&list->env, ref);
+    return res;
+}
+
+// Line by line: the two header lines, then hook / hadamard / weights lines up to "end"; on any error
+// the list is emptied again.
+QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char* text, size_t len, char* err,
+                                            size_t err_size) {
     const char *p, *end;
-    int64_t line = 0, declared = -1, i;
+    int64_t line = 0, declared = -1;
     int seen_end = 0;
-    float* signs = NULL;
-    int8_t* ref = NULL;
     quarot_result res = QUAROT_OK;
     if (err && err_size) err[0] = '\0';
     if (!list || !text || list->count != 0) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -10037,11 +9844,13 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
         if (seen_end) { res = quarot__parse_error(err, err_size, line, "text after 'end'"); break; }
         if (line == 1) {
             if (!quarot__lr_word(&lr, "quarot-online 1") || lr.p != lr.end)
-                res = quarot__parse_error(err, err_size, line, "expected 'quarot-online 1' (unknown format or version)");
+                res = quarot__parse_error(err, err_size, line,
+                                          "expected 'quarot-online 1' (unknown format or version)");
             continue;
         }
         if (line == 2) {
-            if (!quarot__lr_word(&lr, "hooks ") || !quarot__lr_int(&lr, &declared) || lr.p != lr.end || declared > (1 << 24))
+            if (!quarot__lr_word(&lr,
+                                 "hooks ") || !quarot__lr_int(&lr, &declared) || lr.p != lr.end || declared > (1 << 24))
                 res = quarot__parse_error(err, err_size, line, "expected 'hooks <count>'");
             continue;
         }
@@ -10051,85 +9860,16 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
             continue;
         }
         if (quarot__lr_word(&lr, "weights ")) {   // a digest the tool checks; nothing to build
-            if (lr.p == lr.end || lr.end - lr.p > 128) res = quarot__parse_error(err, err_size, line, "bad 'weights <digest>' line");
+            if (lr.p == lr.end || lr.end - lr.p > 128)
+                res = quarot__parse_error(err, err_size, line, "bad 'weights <digest>' line");
             continue;
         }
         if (quarot__lr_word(&lr, "hook ")) {
-            int64_t layer, size, outer, n, inner, K, m;
-            quarot_online_site site = QUAROT_SITE_NONE;
-            int s;
-            quarot_hadamard_info info;
-            if (list->count >= declared) { res = quarot__parse_error(err, err_size, line, "more hooks than declared"); break; }
-            if (!quarot__lr_int(&lr, &layer) || !quarot__lr_word(&lr, " ")) { res = quarot__parse_error(err, err_size, line, "bad layer"); break; }
-            for (s = 1; s < (int)QUAROT_SITE_COUNT_; ++s) {
-                quarot__lineread t = lr;
-                if (quarot__lr_word(&t, quarot__site_names[s]) && quarot__lr_word(&t, " ")) { site = (quarot_online_site)s; lr = t; break; }
-            }
-            if (site == QUAROT_SITE_NONE) { res = quarot__parse_error(err, err_size, line, "unknown site"); break; }
-            if (!quarot__lr_word(&lr, "size=") || !quarot__lr_int(&lr, &size) || !quarot__lr_word(&lr, " outer=") ||
-                !quarot__lr_int(&lr, &outer) || !quarot__lr_word(&lr, " n=") || !quarot__lr_int(&lr, &n) ||
-                !quarot__lr_word(&lr, " inner=") || !quarot__lr_int(&lr, &inner) || !quarot__lr_word(&lr, " K=") ||
-                !quarot__lr_int(&lr, &K) || !quarot__lr_word(&lr, " m=") || !quarot__lr_int(&lr, &m) ||
-                !quarot__lr_word(&lr, " signs=")) {
-                res = quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
-                break;
-            }
-            if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
-                inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size) {
-                res = quarot__parse_error(err, err_size, line, "size must equal outer*n*inner (and be sane)");
-                break;
-            }
-            if (quarot_hadamard_info_get(n, &info) != QUAROT_OK || info.K != K || info.m != (int)m) {
-                res = quarot__parse_error(err, err_size, line, "n=%lld K=%lld m=%lld is not quarot.h's construction", (long long)n,
-                                          (long long)K, (long long)m);
-                break;
-            }
-            if (lr.p < lr.end && *lr.p == '-' && lr.p + 1 == lr.end) {
-                res = quarot_online_list_add(list, layer, site, size, outer, n, inner, NULL);
-            } else {
-                int64_t digits = (n + 3) / 4;
-                if (lr.end - lr.p != digits) { res = quarot__parse_error(err, err_size, line, "signs must be %lld hex digits", (long long)digits); break; }
-                signs = (float*)quarot_env_alloc(&list->env, (size_t)n * sizeof(float));
-                if (!signs) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
-                for (i = 0; i < digits && res == QUAROT_OK; ++i) {
-                    char ch = lr.p[i];
-                    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1, b;
-                    if (v < 0) { res = quarot__parse_error(err, err_size, line, "bad hex digit in signs"); break; }
-                    for (b = 0; b < 4; ++b) {
-                        if (4 * i + b < n) signs[4 * i + b] = (v >> b) & 1 ? -1.0f : 1.0f;
-                        else if ((v >> b) & 1) res = quarot__parse_error(err, err_size, line, "padding bits of signs must be 0");
-                    }
-                }
-                if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
-                quarot_env_free(&list->env, signs);
-                signs = NULL;
-            }
-            if (res != QUAROT_OK && (!err || !err[0])) quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
+            res = quarot__online_read_hook(list, &lr, declared, err, err_size, line);
             continue;
         }
         if (quarot__lr_word(&lr, "hadamard ")) {
-            int64_t K, r, c;
-            if (!quarot__lr_int(&lr, &K) || lr.p != lr.end || K < 2 || K > 4096 || !quarot_hadamard_available(K)) {
-                res = quarot__parse_error(err, err_size, line, "bad 'hadamard <K>' header");
-                break;
-            }
-            ref = (int8_t*)quarot_env_alloc(&list->env, (size_t)(K * K));
-            if (!ref) { res = QUAROT_ERR_OUT_OF_MEMORY; break; }
-            res = quarot_hadamard_build_i8(K, ref, &list->env);
-            for (r = 0; r < K && res == QUAROT_OK; ++r) {
-                const char* rl = p;
-                const char* rn = p < end ? (const char*)memchr(p, '\n', (size_t)(end - p)) : NULL;
-                ++line;
-                if (!rn || rn - rl != K) { res = quarot__parse_error(err, err_size, line, "matrix row must have %lld signs", (long long)K); break; }
-                for (c = 0; c < K; ++c)
-                    if ((rl[c] == '+' ? 1 : rl[c] == '-' ? -1 : 0) != ref[r * K + c]) {
-                        res = quarot__parse_error(err, err_size, line, "H_%lld differs from quarot.h's construction", (long long)K);
-                        break;
-                    }
-                p = rn + 1;
-            }
-            quarot_env_free(&list->env, ref);
-            ref = NULL;
+            res = quarot__online_read_hadamard(list, &lr, &p, end, &line, err, err_size);
             continue;
         }
         res = quarot__parse_error(err, err_size, line, "unknown line");
@@ -10137,7 +9877,8 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
     if (res == QUAROT_OK && line < 2) res = quarot__parse_error(err, err_size, line, "truncated header");
     if (res == QUAROT_OK && !seen_end) res = quarot__parse_error(err, err_size, line, "missing 'end' (truncated file)");
     if (res == QUAROT_OK && list->count != declared)
-        res = quarot__parse_error(err, err_size, line, "%lld hooks declared, %lld found", (long long)declared, (long long)list->count);
+        res = quarot__parse_error(err, err_size, line, "%lld hooks declared, %lld found", (long long)declared,
+                                  (long long)list->count);
     if (res != QUAROT_OK) {
         quarot_env free_env = list->env;
         quarot_online_list_free(list);
@@ -10145,7 +9886,6 @@ QUAROT_API quarot_result quarot_online_read(quarot_online_list* list, const char
     }
     return res;
 }
-
 // >>processor
 // init: resolve the config, build the adapter's plan, the rotations (R1, R2, HEADS, R4, R3) and the
 // command list, then validate every named tensor (globals, then each layer between acquire and
@@ -10171,7 +9911,8 @@ static quarot_result quarot__resolve_config(quarot_model* m, quarot_model_config
     }
     if (cfg->n_kv_heads == 0) cfg->n_kv_heads = cfg->n_heads;
     if (cfg->n_kv_heads < 0 || cfg->n_heads % cfg->n_kv_heads != 0) {
-        quarot__model_error(m, "config: n_kv_heads %lld does not divide n_heads %lld", (long long)cfg->n_kv_heads, (long long)cfg->n_heads);
+        quarot__model_error(m, "config: n_kv_heads %lld does not divide n_heads %lld", (long long)cfg->n_kv_heads,
+                            (long long)cfg->n_heads);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (cfg->head_dim == 0) {
@@ -10198,7 +9939,10 @@ static quarot_result quarot__get(quarot_processor* p, const char* name, quarot_t
     if (r == QUAROT_ERR_NOT_FOUND) { quarot__model_error(p->model, "tensor '%s' not found", name); return r; }
     if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': %s", name, quarot_result_string(r)); return r; }
     r = quarot_tensor_validate(t);
-    if (r != QUAROT_OK) { quarot__model_error(p->model, "tensor '%s': invalid view (%s)", name, quarot_result_string(r)); return r; }
+    if (r != QUAROT_OK) {
+        quarot__model_error(p->model, "tensor '%s': invalid view (%s)", name, quarot_result_string(r));
+        return r;
+    }
     return QUAROT_OK;
 }
 
@@ -10212,7 +9956,8 @@ static int quarot__exists(quarot_processor* p, const char* name) {
 static quarot_result quarot__expect_1d(quarot_processor* p, const char* name, const quarot_tensor* t, int64_t len) {
     if (t->ne[0] != len || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
         quarot__model_error(p->model, "tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected a vector of %lld", name,
-                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)len);
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                            (long long)len);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     return QUAROT_OK;
@@ -10230,12 +9975,14 @@ static quarot_result quarot__check_finite_named(quarot_processor* p, const char*
 static int quarot__rotation_of(const quarot_processor* p, quarot_rotation_id id) { return p->have_rot[id]; }
 
 // Record a tensor create_tensor will be asked for (once per name).
-static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims, int64_t ne0, int64_t ne1) {
+static quarot_result quarot__plan_create(quarot_processor* p, const char* name, quarot_dtype dt, int n_dims,
+                                         int64_t ne0, int64_t ne1) {
     quarot_tensor_spec* t;
     int64_t i;
     for (i = 0; i < p->n_creates; ++i)
         if (strcmp(p->creates[i].name, name) == 0) return QUAROT_OK;
-    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates, sizeof *t);
+    t = (quarot_tensor_spec*)quarot__grow(&p->model->env, (void**)&p->creates, &p->n_creates, &p->cap_creates,
+                                          sizeof *t);
     if (!t) return QUAROT_ERR_OUT_OF_MEMORY;
     if (!quarot__copy_name(t->name, name)) { p->n_creates--; return QUAROT_ERR_INVALID_ARGUMENT; }
     t->dtype = dt;
@@ -10286,7 +10033,9 @@ static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotatio
     int64_t b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
     quarot_result res;
     if (b <= 1) {
-        quarot__model_error(p->model, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what, (long long)n);
+        quarot__model_error(p->model,
+                            "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what,
+                            (long long)n);
         return QUAROT_ERR_UNSUPPORTED_SIZE;
     }
     memset(&d, 0, sizeof d);
@@ -10295,7 +10044,9 @@ static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotatio
     d.no_signs = 1;
     d.fallback = QUAROT_FALLBACK_ERROR;
     res = quarot_rotation_init(r, &d, &p->model->env);
-    if (res != QUAROT_OK) quarot__model_error(p->model, "online %s rotation of order %lld: %s", what, (long long)b, quarot_result_string(res));
+    if (res != QUAROT_OK)
+        quarot__model_error(p->model, "online %s rotation of order %lld: %s", what, (long long)b,
+                            quarot_result_string(res));
     return res;
 }
 
@@ -10313,8 +10064,9 @@ static quarot_result quarot__r2_layers(quarot_processor* p, const quarot_model_c
     for (i = 0; i < cfg->n_layers; ++i) {
         d.matrix = p->desc.r2_matrices + i * cfg->head_dim * cfg->head_dim;
         if ((res = quarot_rotation_init(&p->r2_layers[i], &d, &p->model->env)) != QUAROT_OK) {
-            quarot__model_error(p->model, "R2 of layer %lld (head_dim %lld): %s%s", (long long)i, (long long)cfg->head_dim,
-                                quarot_result_string(res), res == QUAROT_ERR_INVALID_ARGUMENT ? " (not orthogonal?)" : "");
+            quarot__model_error(p->model, "R2 of layer %lld (head_dim %lld): %s%s", (long long)i,
+                                (long long)cfg->head_dim, quarot_result_string(res),
+                                res == QUAROT_ERR_INVALID_ARGUMENT ? " (not orthogonal?)" : "");
             return res;
         }
     }
@@ -10325,7 +10077,8 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     quarot_rotation_desc d;
     quarot_result res;
     int64_t tp = p->desc.max_tp_size > 0 ? p->desc.max_tp_size : 1;
-    quarot_rotation_kind kind = p->desc.rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.rotation;
+    quarot_rotation_kind kind =
+        p->desc.rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.rotation;
     int k;
     for (k = 0; k < QUAROT_ROT_COUNT_; ++k) p->have_rot[k] = 0;
     memset(&d, 0, sizeof d);
@@ -10334,17 +10087,20 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     d.seed = p->desc.seed;
     d.fallback = p->desc.fallback;
     if (d.block_size && cfg->hidden % d.block_size != 0) {
-        quarot__model_error(p->model, "block_size %lld does not divide hidden %lld", (long long)d.block_size, (long long)cfg->hidden);
+        quarot__model_error(p->model, "block_size %lld does not divide hidden %lld", (long long)d.block_size,
+                            (long long)cfg->hidden);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (kind == QUAROT_ROTATION_ADAPT) {
         const quarot_adapt_context* ctx = p->desc.context;
         if (!ctx || !ctx->matrix) {
-            quarot__model_error(p->model, "Adapt Rotation stage 2 needs the adapted matrix from stage 1: run stage 1 (calibration) first and pass its context");
+            quarot__model_error(p->model, "Adapt Rotation stage 2 needs the adapted matrix from stage 1: run stage 1 "
+                                          "(calibration) first and pass its context");
             return QUAROT_ERR_STATE;
         }
         if (ctx->hidden != cfg->hidden || cfg->hidden % ctx->block != 0) {
-            quarot__model_error(p->model, "Adapt Rotation context is for hidden size %lld (block %lld), the model has %lld",
+            quarot__model_error(p->model,
+                                "Adapt Rotation context is for hidden size %lld (block %lld), the model has %lld",
                                 (long long)ctx->hidden, (long long)ctx->block, (long long)cfg->hidden);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
@@ -10359,14 +10115,19 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
         d.orth_tol = 1e-5;
         d.fallback = QUAROT_FALLBACK_BLOCK;
     } else if (kind == QUAROT_ROTATION_MATRIX) {
-        if (!p->desc.matrix) { quarot__model_error(p->model, "rotation MATRIX needs desc.matrix"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (!p->desc.matrix) {
+            quarot__model_error(p->model, "rotation MATRIX needs desc.matrix");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
         d.matrix = p->desc.matrix;
     }
     d.kind = kind;
     res = quarot_rotation_init(&p->rot[QUAROT_ROT_R1], &d, &p->model->env);
     if (res != QUAROT_OK) {
-        quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden, quarot_result_string(res),
-                            res == QUAROT_ERR_INVALID_ARGUMENT && (kind == QUAROT_ROTATION_MATRIX || kind == QUAROT_ROTATION_ADAPT)
+        quarot__model_error(p->model, "R1 rotation of hidden size %lld: %s%s", (long long)cfg->hidden,
+                            quarot_result_string(res),
+                            res == QUAROT_ERR_INVALID_ARGUMENT &&
+                                    (kind == QUAROT_ROTATION_MATRIX || kind == QUAROT_ROTATION_ADAPT)
                                 ? " (matrix not orthogonal?)" : "");
         return res;
     }
@@ -10380,9 +10141,10 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
     if (!p->desc.no_r2) {
         memset(&d, 0, sizeof d);
         d.kind = p->desc.r2_rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.r2_rotation;
-        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL && d.kind != QUAROT_ROTATION_IDENTITY &&
-            !(d.kind == QUAROT_ROTATION_MATRIX && p->desc.r2_matrices)) {
-            quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL, IDENTITY or MATRIX (with r2_matrices)");
+        if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL &&
+            d.kind != QUAROT_ROTATION_IDENTITY && !(d.kind == QUAROT_ROTATION_MATRIX && p->desc.r2_matrices)) {
+            quarot__model_error(
+                p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL, IDENTITY or MATRIX (with r2_matrices)");
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
         d.n = cfg->head_dim;
@@ -10390,12 +10152,22 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
         if (d.kind == QUAROT_ROTATION_MATRIX && (res = quarot__r2_layers(p, cfg)) != QUAROT_OK) return res;
         if (d.kind == QUAROT_ROTATION_MATRIX) d.matrix = p->desc.r2_matrices;   // layer 0's: what the checks see
         res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
-        if (res != QUAROT_OK) { quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim, quarot_result_string(res)); return res; }
+        if (res != QUAROT_OK) {
+            quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim,
+                                quarot_result_string(res));
+            return res;
+        }
         p->have_rot[QUAROT_ROT_R2] = 1;
     }
     if (p->desc.online || p->desc.r3) {
-        if (!p->desc.online_out) { quarot__model_error(p->model, "online rotation needs desc.online_out to receive the hooks"); return QUAROT_ERR_INVALID_ARGUMENT; }
-        if (tp < 1 || (tp & (tp - 1)) != 0) { quarot__model_error(p->model, "max_tp_size must be a power of two"); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (!p->desc.online_out) {
+            quarot__model_error(p->model, "online rotation needs desc.online_out to receive the hooks");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        if (tp < 1 || (tp & (tp - 1)) != 0) {
+            quarot__model_error(p->model, "max_tp_size must be a power of two");
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
     }
     if (p->desc.online) {
         if (cfg->n_heads % tp != 0 || cfg->intermediate % tp != 0) {
@@ -10406,9 +10178,11 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
                                 both ? " nor intermediate " : "", (long long)(both ? cfg->intermediate : 0));
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
-        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp, "o_proj heads")) != QUAROT_OK) return res;
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_HEADS], cfg->n_heads / tp,
+                                           "o_proj heads")) != QUAROT_OK) return res;
         p->have_rot[QUAROT_ROT_HEADS] = 1;
-        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp, "down_proj")) != QUAROT_OK) return res;
+        if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp,
+                                           "down_proj")) != QUAROT_OK) return res;
         p->have_rot[QUAROT_ROT_R4] = 1;
     }
     if (p->desc.r3 && (res = quarot__online_rotation(p, &p->r3, cfg->head_dim, "q/k")) != QUAROT_OK) return res;
@@ -10425,17 +10199,18 @@ static quarot_result quarot__build_commands(quarot_processor* p, const quarot_mo
     for (i = 0; i < p->plan.n_rotations && res == QUAROT_OK; ++i) {
         const quarot_plan_rotation* pr = &p->plan.rotations[i];
         if (!quarot__rotation_of(p, pr->rotation)) continue;
-        if (cfg->tied_embeddings && !p->untie && strcmp(pr->weight, p->plan.lm_head) == 0) continue;   // shares the embedding
+        if (cfg->tied_embeddings && !p->untie && strcmp(pr->weight, p->plan.lm_head) == 0)
+            continue;   // shares the embedding
         res = quarot__add_command(p, cap, pr->layer, pr->rotation, pr->side, pr->embedding, pr->per_head ? 0 : 1, 1,
                                   pr->weight, pr->side == QUAROT_SIDE_OUTPUT && !pr->embedding ? pr->bias : "");
     }
     for (i = 0; i < cfg->n_layers && res == QUAROT_OK && p->desc.online; ++i) {
         const quarot_plan_layer* pl = &p->plan.layers[i];
-        res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0, cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n,
-                                  cfg->head_dim, pl->o_proj, "");
+        res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0,
+                                  cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n, cfg->head_dim, pl->o_proj, "");
         if (res == QUAROT_OK && quarot__down_online(p, i))
-            res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0, cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1,
-                                      pl->down_proj, "");
+            res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0,
+                                      cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1, pl->down_proj, "");
     }
     return res;
 }
@@ -10471,7 +10246,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         int64_t L;
         if (f->layer != layer) continue;
-        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0)
+            continue;
         if ((res = quarot__get(p, f->norm_weight, &w)) != QUAROT_OK) return res;
         L = w.ne[0];
         if ((res = quarot__expect_1d(p, f->norm_weight, &w, L)) != QUAROT_OK) return res;
@@ -10487,13 +10263,14 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                 quarot_tensor e;
                 if ((res = quarot__get(p, p->plan.embed, &e)) != QUAROT_OK) return res;
                 if ((res = quarot__plan_create(p, l->weight, e.dtype, 2, e.ne[0], e.ne[1])) != QUAROT_OK) return res;
-                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1], 1)) != QUAROT_OK) return res;
+                if (f->norm_bias[0] && l->bias[0] && (res = quarot__plan_create(p, l->bias, e.dtype, 1, e.ne[1],
+                                                                                1)) != QUAROT_OK) return res;
                 continue;
             }
             if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
             if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
-                quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight, (long long)w.ne[0],
-                                    f->norm_weight, (long long)L);
+                quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight,
+                                    (long long)w.ne[0], f->norm_weight, (long long)L);
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
             if (!vc && (res = quarot__check_finite_named(p, l->weight, &w)) != QUAROT_OK) return res;
@@ -10502,10 +10279,12 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                 if ((res = quarot__expect_1d(p, l->bias, &b, w.ne[1])) != QUAROT_OK) return res;
                 if (!vc && (res = quarot__check_finite_named(p, l->bias, &b)) != QUAROT_OK) return res;
             } else if (f->norm_bias[0] && (!l->bias[0] || !p->model->create_tensor)) {
-                quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s", f->norm_bias, l->weight,
+                quarot__model_error(p->model, "fusing LayerNorm bias '%s' into '%s' needs a bias tensor%s",
+                                    f->norm_bias, l->weight,
                                     l->bias[0] ? " and model.create_tensor to make it" : " name");
                 return QUAROT_ERR_INVALID_ARGUMENT;
-            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1], 1)) != QUAROT_OK) {
+            } else if (f->norm_bias[0] && (res = quarot__plan_create(p, l->bias, w.dtype, 1, w.ne[1],
+                                                                     1)) != QUAROT_OK) {
                 return res;
             }
         }
@@ -10515,7 +10294,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if (bk->layer != layer) continue;
         if ((res = quarot__get(p, bk->weight, &w)) != QUAROT_OK) return res;
         if ((bk->embedding ? w.ne[0] : w.ne[1]) != cfg->hidden) {
-            quarot__model_error(p->model, "tensor '%s' does not write the residual stream of width %lld", bk->weight, (long long)cfg->hidden);
+            quarot__model_error(p->model, "tensor '%s' does not write the residual stream of width %lld", bk->weight,
+                                (long long)cfg->hidden);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
     }
@@ -10532,7 +10312,8 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         L = quarot__command_axis(c, &w, &axis);
         if (c->outer == 0) {   // per head: one slice of the rotation's size per head
             if (L == 0 || L % rot->n != 0) {
-                quarot__model_error(p->model, "tensor '%s': axis of %lld is not a multiple of head_dim %lld", c->weight, (long long)L, (long long)rot->n);
+                quarot__model_error(p->model, "tensor '%s': axis of %lld is not a multiple of head_dim %lld", c->weight,
+                                    (long long)L, (long long)rot->n);
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
             c->outer = L / rot->n;
@@ -10542,9 +10323,12 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if (has_bias && !vc && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
         res = quarot__command_check(c, rot, &w, has_bias ? &b : NULL);
         if (res != QUAROT_OK) {
-            quarot__model_error(p->model, "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices x %lld)%s",
-                                c->weight, (long long)w.ne[0], (long long)w.ne[1], c->side == QUAROT_SIDE_INPUT ? "an input-side" : "an output-side",
-                                (long long)rot->n, (long long)c->outer, (long long)c->inner, has_bias ? " or its bias does not match" : "");
+            quarot__model_error(p->model,
+                                "tensor '%s' {%lld, %lld}: does not fit %s rotation of size %lld (x %lld slices "
+                                "x %lld)%s", c->weight, (long long)w.ne[0], (long long)w.ne[1],
+                                c->side == QUAROT_SIDE_INPUT ? "an input-side" : "an output-side", (long long)rot->n,
+                                (long long)c->outer, (long long)c->inner,
+                                has_bias ? " or its bias does not match" : "");
             return res;
         }
     }
@@ -10572,7 +10356,8 @@ QUAROT_API void quarot_processor_free(quarot_processor* p) {
     p->model = NULL;
 }
 
-QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model, const quarot_rotate_desc* desc) {
+QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model* model,
+                                               const quarot_rotate_desc* desc) {
     quarot_model_config cfg;
     quarot_result res;
     int64_t i;
@@ -10580,7 +10365,10 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     memset(p, 0, sizeof *p);
     if (!model) return QUAROT_ERR_INVALID_ARGUMENT;
     model->error[0] = '\0';
-    if (!model->get_tensor) { quarot__model_error(model, "model.get_tensor is NULL"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (!model->get_tensor) {
+        quarot__model_error(model, "model.get_tensor is NULL");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
     p->model = model;
     if (desc) p->desc = *desc;
     if ((res = quarot__resolve_config(model, &cfg)) != QUAROT_OK) { p->model = NULL; return res; }
@@ -10594,7 +10382,9 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     res = p->adapter->build(p->adapter, &cfg, p->desc.block_size > 0 ? p->desc.block_size : -1, &p->plan);
     if (res == QUAROT_OK && p->plan.n_layers != cfg.n_layers) res = QUAROT_ERR_INTERNAL;
     if (res != QUAROT_OK) {
-        if (!model->error[0]) quarot__model_error(model, "adapter '%s' could not describe the model: %s", p->adapter->arch, quarot_result_string(res));
+        if (!model->error[0])
+            quarot__model_error(model, "adapter '%s' could not describe the model: %s", p->adapter->arch,
+                                quarot_result_string(res));
         quarot_processor_free(p);
         return res;
     }
@@ -10602,10 +10392,13 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     if (cfg.tied_embeddings) {
         const char* fb = NULL;
         for (i = 0; i < p->plan.n_fusions; ++i)
-            if (strcmp(p->plan.fusions[i].norm_weight, p->plan.final_norm_weight) == 0) fb = p->plan.fusions[i].norm_bias;
-        p->untie = cfg.norm == QUAROT_NORM_LAYER || p->plan.n_bakes > 0 || !quarot__norm_is_identity(p, p->plan.final_norm_weight, fb);
+            if (strcmp(p->plan.fusions[i].norm_weight, p->plan.final_norm_weight) == 0)
+                fb = p->plan.fusions[i].norm_bias;
+        p->untie = cfg.norm == QUAROT_NORM_LAYER || p->plan.n_bakes > 0 ||
+                   !quarot__norm_is_identity(p, p->plan.final_norm_weight, fb);
         if (p->untie && !model->create_tensor) {
-            quarot__model_error(model, "tied embeddings must be untied (the final norm is not the identity) and model.create_tensor is NULL");
+            quarot__model_error(model, "tied embeddings must be untied (the final norm is not the identity) and "
+                                       "model.create_tensor is NULL");
             quarot_processor_free(p);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
@@ -10619,12 +10412,14 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
     {
         quarot_tensor e;
         if ((res = quarot__get(p, p->plan.embed, &e)) == QUAROT_OK && (e.ne[0] != cfg.hidden || e.ne[1] != cfg.vocab)) {
-            quarot__model_error(model, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed,
-                                (long long)e.ne[0], (long long)e.ne[1], (long long)cfg.hidden, (long long)cfg.vocab);
+            quarot__model_error(model, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}",
+                                p->plan.embed, (long long)e.ne[0], (long long)e.ne[1], (long long)cfg.hidden,
+                                (long long)cfg.vocab);
             res = QUAROT_ERR_SHAPE_MISMATCH;
         }
         if (res == QUAROT_OK && !cfg.tied_embeddings && !quarot__exists(p, p->plan.lm_head)) {
-            quarot__model_error(model, "tensor '%s' not found (config says the embeddings are not tied)", p->plan.lm_head);
+            quarot__model_error(model, "tensor '%s' not found (config says the embeddings are not tied)",
+                                p->plan.lm_head);
             res = QUAROT_ERR_NOT_FOUND;
         }
     }
@@ -10714,8 +10509,9 @@ static int64_t quarot__fold_target(const quarot_processor* p, int64_t layer, con
         const quarot_rotation* rot;
         if (c->layer != layer || strcmp(c->weight, weight) != 0) continue;
         rot = &p->rot[c->rotation];
-        if (c->f32 && w->dtype == QUAROT_DTYPE_F32 && rot->kind == QUAROT_ROTATION_HADAMARD && c->side == QUAROT_SIDE_INPUT &&
-            !c->embedding && c->outer == 1 && c->inner == 1 && rot->n == L && w->ne[0] == L)
+        if (c->f32 && w->dtype == QUAROT_DTYPE_F32 && rot->kind == QUAROT_ROTATION_HADAMARD &&
+            c->side == QUAROT_SIDE_INPUT && !c->embedding && c->outer == 1 && c->inner == 1 && rot->n == L &&
+            w->ne[0] == L)
             return i;
         return -1;   // the first command on it is another kind
     }
@@ -10748,8 +10544,8 @@ static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_f
         int64_t out;
         if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
         out = quarot_tensor_nrows(&w);
-        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 && w.ne[3] == 1 &&
-            w.nb[0] == sizeof(float)) {
+        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 &&
+            w.ne[3] == 1 && w.nb[0] == sizeof(float)) {
             float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
             if (!g32) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
             for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
@@ -10880,7 +10676,8 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     quarot_result res;
     if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
     if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
-    folded = c->rotation == QUAROT_ROT_R2 && p->r2_layers && c->layer >= 0 ? p->r2_layers[c->layer] : p->rot[c->rotation];
+    folded =
+        c->rotation == QUAROT_ROT_R2 && p->r2_layers && c->layer >= 0 ? p->r2_layers[c->layer] : p->rot[c->rotation];
     if (g && act == 0) {   // one run with the signs d_j * g_j (exact)
         const int64_t L = folded.n;
         int64_t j;
@@ -10901,8 +10698,9 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     has_bias = c->bias[0] && quarot__exists(p, c->bias);
     if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) goto done;
     for (k = 0; k < times; ++k) {
-        res = quarot_command_apply(c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,
-                                   has_bias ? &b : NULL, env);
+        res = quarot_command_apply(
+            c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,
+            has_bias ? &b : NULL, env);
         if (res != QUAROT_OK) {
             quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
             goto done;
@@ -10936,13 +10734,15 @@ static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer, int f
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         if (f->layer != layer) continue;
-        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0) continue;
+        if (layer < 0 && cfg->tied_embeddings && !p->untie && strcmp(f->norm_weight, p->plan.final_norm_weight) == 0)
+            continue;
         if ((res = quarot__run_fusion(p, f, finish, fold)) != QUAROT_OK) goto done;
     }
     for (i = 0; i < p->plan.n_bakes; ++i)
         if (p->plan.bakes[i].layer == layer && (res = quarot__run_bake(p, &p->plan.bakes[i])) != QUAROT_OK) goto done;
     for (i = 0; i < p->n_commands; ++i)
-        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i], finish, fold ? fold[i] : NULL)) != QUAROT_OK)
+        if (p->commands[i].layer == layer && (res = quarot__run_command(p, &p->commands[i], finish,
+                                                                        fold ? fold[i] : NULL)) != QUAROT_OK)
             goto done;
 done:
     for (i = 0; fold && i < p->n_commands; ++i) quarot_env_free(env, fold[i]);
@@ -10965,13 +10765,17 @@ static quarot_result quarot__pre_run_part(quarot_processor* p, int first, int la
         ne[1] = rows < 0 ? e.ne[1] : p->rows_total;
         if (first) {
             res = m->create_tensor(m->user_data, p->plan.lm_head, e.dtype, 2, ne, &h);
-            if (res != QUAROT_OK) { quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res)); return res; }
+            if (res != QUAROT_OK) {
+                quarot__model_error(m, "create_tensor('%s') failed: %s", p->plan.lm_head, quarot_result_string(res));
+                return res;
+            }
         } else if ((res = quarot__get(p, p->plan.lm_head, &h)) != QUAROT_OK) {
             return res;
         }
-        if (rows >= 0 && first && (h.ne[0] != e.ne[0] || h.ne[1] != rows || h.ne[2] != 1 || h.ne[3] != 1)) {   // the others: pre_run_rows
-            quarot__model_error(m, "row window of %lld rows: create_tensor gave '%s' {%lld, %lld}", (long long)rows, p->plan.lm_head,
-                                (long long)h.ne[0], (long long)h.ne[1]);
+        // (the others: pre_run_rows)
+        if (rows >= 0 && first && (h.ne[0] != e.ne[0] || h.ne[1] != rows || h.ne[2] != 1 || h.ne[3] != 1)) {
+            quarot__model_error(m, "row window of %lld rows: create_tensor gave '%s' {%lld, %lld}", (long long)rows,
+                                p->plan.lm_head, (long long)h.ne[0], (long long)h.ne[1]);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
         row = (double*)quarot_env_alloc(&m->env, (size_t)ne[0] * sizeof(double));
@@ -11007,19 +10811,22 @@ QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_
     m = p->model;
     for (i = 0; i < p->plan.n_bakes; ++i)
         if (p->plan.bakes[i].layer < 0) {
-            quarot__model_error(m, "row windows: the global scope bakes means into '%s' (a LayerNorm family)", p->plan.bakes[i].weight);
+            quarot__model_error(m, "row windows: the global scope bakes means into '%s' (a LayerNorm family)",
+                                p->plan.bakes[i].weight);
             return QUAROT_ERR_UNSUPPORTED;
         }
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         if (f->layer >= 0) continue;
         if (f->norm_bias[0]) {
-            quarot__model_error(m, "row windows: the global norm '%s' has a bias ('%s') to fuse", f->norm_weight, f->norm_bias);
+            quarot__model_error(m, "row windows: the global norm '%s' has a bias ('%s') to fuse", f->norm_weight,
+                                f->norm_bias);
             return QUAROT_ERR_UNSUPPORTED;
         }
         for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k)
             if (strcmp(p->plan.linears[k].weight, p->plan.lm_head) != 0) {
-                quarot__model_error(m, "row windows: the global norm '%s' feeds '%s', not only lm_head", f->norm_weight, p->plan.linears[k].weight);
+                quarot__model_error(m, "row windows: the global norm '%s' feeds '%s', not only lm_head", f->norm_weight,
+                                    p->plan.linears[k].weight);
                 return QUAROT_ERR_UNSUPPORTED;
             }
     }
@@ -11028,7 +10835,8 @@ QUAROT_API quarot_result quarot_processor_rows_probe(quarot_processor* p, int64_
         if (c->layer >= 0) continue;
         if ((strcmp(c->weight, p->plan.embed) != 0 && strcmp(c->weight, p->plan.lm_head) != 0) ||
             !(c->side == QUAROT_SIDE_INPUT || c->embedding) || (c->bias[0] && quarot__exists(p, c->bias))) {
-            quarot__model_error(m, "row windows: the global command on '%s' is not along the rows of the embedding or lm_head", c->weight);
+            quarot__model_error(m, "row windows: the global command on '%s' is not along the rows of the embedding or "
+                                   "lm_head", c->weight);
             return QUAROT_ERR_UNSUPPORTED;
         }
     }
@@ -11050,8 +10858,8 @@ QUAROT_API quarot_result quarot_processor_pre_run_rows(quarot_processor* p, int6
         if (k == 1 && (p->untie ? row0 == 0 : !quarot__exists(p, name))) continue;
         if ((res = quarot__get(p, name, &t)) != QUAROT_OK) return res;
         if (t.ne[1] != n || t.ne[2] != 1 || t.ne[3] != 1) {
-            quarot__model_error(p->model, "row window [%lld, %lld): the binding gave '%s' with %lld rows", (long long)row0,
-                                (long long)(row0 + n), name, (long long)quarot_tensor_nrows(&t));
+            quarot__model_error(p->model, "row window [%lld, %lld): the binding gave '%s' with %lld rows",
+                                (long long)row0, (long long)(row0 + n), name, (long long)quarot_tensor_nrows(&t));
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
     }
@@ -11071,14 +10879,18 @@ static quarot_result quarot__register_hooks(quarot_processor* p, int64_t layer) 
         int64_t g = p->rot[QUAROT_ROT_HEADS].n, n4 = p->rot[QUAROT_ROT_R4].n;
         res = quarot_online_list_add(out, layer, QUAROT_SITE_O_INPUT, c->n_heads * hd, c->n_heads / g, g, hd, NULL);
         if (res == QUAROT_OK && quarot__down_online(p, layer))
-            res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4, 1, NULL);
+            res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4,
+                                         1, NULL);
     }
     if (res == QUAROT_OK && p->desc.r3) {
         int64_t b = p->r3.n;
         res = quarot_online_list_add(out, layer, QUAROT_SITE_Q_ROPE, c->n_heads * hd, c->n_heads * hd / b, b, 1, NULL);
-        if (res == QUAROT_OK) res = quarot_online_list_add(out, layer, QUAROT_SITE_K_ROPE, kv * hd, kv * hd / b, b, 1, NULL);
+        if (res == QUAROT_OK)
+            res = quarot_online_list_add(out, layer, QUAROT_SITE_K_ROPE, kv * hd, kv * hd / b, b, 1, NULL);
     }
-    if (res != QUAROT_OK) quarot__model_error(p->model, "layer %lld: registering online hooks: %s", (long long)layer, quarot_result_string(res));
+    if (res != QUAROT_OK)
+        quarot__model_error(p->model, "layer %lld: registering online hooks: %s", (long long)layer,
+                            quarot_result_string(res));
     return res;
 }
 
@@ -11272,8 +11084,9 @@ QUAROT_API quarot_result quarot_adapt_capture_add(quarot_adapt_capture* cap, con
     for (i = 0; i < rows; ++i)                     // all or nothing: scan before keeping any row
         for (j = 0; j < h; ++j)
             if (!(fabsf(x[i * stride + j]) <= 3.40282346638528859812e+38f)) {
-                quarot__adapt_msg(cap->error, sizeof cap->error, "linear '%s': NaN or Inf in input row %lld, column %lld",
-                                  linear_name, (long long)i, (long long)j);
+                quarot__adapt_msg(cap->error, sizeof cap->error,
+                                  "linear '%s': NaN or Inf in input row %lld, column %lld", linear_name, (long long)i,
+                                  (long long)j);
                 return quarot__adapt_capture_fail(cap, QUAROT_ERR_NONFINITE);
             }
     for (i = 0; i < cap->n_linears && strcmp(cap->linears[i].name, linear_name) != 0; ++i) {}
@@ -11405,7 +11218,8 @@ QUAROT_API quarot_result quarot_adapt_context_set(quarot_adapt_context* ctx, int
     // the same rule QUAROT_ROTATION_ADAPT applies, so stage 2 rebuilds this exact H
     hb = quarot__adapt_hadamard_order(block, QUAROT_FALLBACK_DEFAULT);
     if (hb == 0) {
-        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: no Hadamard order > 1 divides block %lld", (long long)block);
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: no Hadamard order > 1 divides block %lld",
+                          (long long)block);
         return QUAROT_ERR_UNSUPPORTED_SIZE;
     }
     if (!quarot__adapt_finite(r, block * block)) {
@@ -11415,7 +11229,8 @@ QUAROT_API quarot_result quarot_adapt_context_set(quarot_adapt_context* ctx, int
     err = quarot__orth_error_gemm(r, block, &ctx->env);
     if (err < 0) return QUAROT_ERR_OUT_OF_MEMORY;
     if (!(err <= QUAROT__ADAPT_ORTH_TOL)) {
-        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g)", err);
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g)",
+                          err);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     m = (double*)quarot_env_alloc(&ctx->env, bytes);   // everything checked: now replace the contents
@@ -11487,14 +11302,16 @@ static size_t quarot__adapt_size(int64_t steps_run, int64_t b) {
     return total + rb;
 }
 
-QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap, size_t* needed) {
+QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* ctx, void* buf, size_t cap,
+                                                    size_t* needed) {
     unsigned char* p = (unsigned char*)buf;
     size_t size, o;
     int64_t i, bb;
     if (needed) *needed = 0;
     if (!ctx || !needed) return QUAROT_ERR_INVALID_ARGUMENT;
     if (!ctx->matrix) return QUAROT_ERR_STATE;
-    if (ctx->steps_run < 0 || (ctx->steps_run > 0 && (!ctx->losses || !ctx->polar_iterations))) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (ctx->steps_run < 0 || (ctx->steps_run > 0 && (!ctx->losses || !ctx->polar_iterations)))
+        return QUAROT_ERR_INVALID_ARGUMENT;
     size = quarot__adapt_size(ctx->steps_run, ctx->block);
     if (size == 0) return QUAROT_ERR_OVERFLOW;
     *needed = size;
@@ -11519,7 +11336,8 @@ QUAROT_API quarot_result quarot_adapt_context_write(const quarot_adapt_context* 
     quarot__adapt_put(p + 96, quarot__adapt_dbits(ctx->best_loss), 8);
     o = QUAROT__ADAPT_HEADER;
     for (i = 0; i < ctx->steps_run; ++i, o += 8) quarot__adapt_put(p + o, quarot__adapt_dbits(ctx->losses[i]), 8);
-    for (i = 0; i < ctx->steps_run; ++i, o += 4) quarot__adapt_put(p + o, (uint64_t)(uint32_t)ctx->polar_iterations[i], 4);
+    for (i = 0; i < ctx->steps_run; ++i, o += 4)
+        quarot__adapt_put(p + o, (uint64_t)(uint32_t)ctx->polar_iterations[i], 4);
     bb = ctx->block * ctx->block;
     for (i = 0; i < bb; ++i, o += 8) quarot__adapt_put(p + o, quarot__adapt_dbits(ctx->matrix[i]), 8);
     quarot__adapt_put(p + o, quarot__adapt_fnv1a(p, o), 8);
@@ -11541,27 +11359,39 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
     double err, expect_best;
     if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
     ctx->error[0] = 0;
-#define QUAROT__ADAPT_BAD(...) do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return QUAROT_ERR_PARSE; } while (0)
+#define QUAROT__ADAPT_BAD(...)                                                                         \
+    do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return QUAROT_ERR_PARSE; } while (0)
     if (!p) QUAROT__ADAPT_BAD("adapt context: no data");
-    if (len < QUAROT__ADAPT_HEADER + 8) QUAROT__ADAPT_BAD("adapt context: truncated (%lu bytes, the header alone is %d)", (unsigned long)len, QUAROT__ADAPT_HEADER + 8);
-    if (memcmp(p, "QRADAPT\0", 8) != 0) QUAROT__ADAPT_BAD("adapt context: bad magic (not a quarot.h Adapt Rotation context)");
-    if (quarot__adapt_get(p + 8, 4) != 1) QUAROT__ADAPT_BAD("adapt context: unsupported version %lu (this reader knows 1)", (unsigned long)quarot__adapt_get(p + 8, 4));
-    if (quarot__adapt_get(p + 12, 4) != 1) QUAROT__ADAPT_BAD("adapt context: unknown flags 0x%lx", (unsigned long)quarot__adapt_get(p + 12, 4));
+    if (len < QUAROT__ADAPT_HEADER + 8)
+        QUAROT__ADAPT_BAD("adapt context: truncated (%lu bytes, the header alone is %d)", (unsigned long)len,
+                          QUAROT__ADAPT_HEADER + 8);
+    if (memcmp(p, "QRADAPT\0", 8) != 0)
+        QUAROT__ADAPT_BAD("adapt context: bad magic (not a quarot.h Adapt Rotation context)");
+    if (quarot__adapt_get(p + 8, 4) != 1)
+        QUAROT__ADAPT_BAD("adapt context: unsupported version %lu (this reader knows 1)",
+                          (unsigned long)quarot__adapt_get(p + 8, 4));
+    if (quarot__adapt_get(p + 12, 4) != 1)
+        QUAROT__ADAPT_BAD("adapt context: unknown flags 0x%lx", (unsigned long)quarot__adapt_get(p + 12, 4));
     hidden = (int64_t)quarot__adapt_get(p + 16, 8);
     block = (int64_t)quarot__adapt_get(p + 24, 8);
     hb = (int64_t)quarot__adapt_get(p + 32, 8);
-    if (hidden <= 0 || hidden > ((int64_t)1 << 32) || block <= 0 || block > 65536 || block > hidden || hidden % block != 0)
+    if (hidden <= 0 || hidden > ((int64_t)1 << 32) || block <= 0 || block > 65536 || block > hidden ||
+        hidden % block != 0)
         QUAROT__ADAPT_BAD("adapt context: bad sizes (hidden %lld, block %lld)", (long long)hidden, (long long)block);
     steps = quarot__adapt_i32(p + 52);
     steps_run = quarot__adapt_i32(p + 56);
     best_step = quarot__adapt_i32(p + 60);
     if (steps < 0 || steps > (1 << 20) || steps_run < 0 || steps_run > steps || best_step < 0 || best_step > steps_run)
-        QUAROT__ADAPT_BAD("adapt context: bad step counts (steps %d, run %d, best %d)", (int)steps, (int)steps_run, (int)best_step);
+        QUAROT__ADAPT_BAD("adapt context: bad step counts (steps %d, run %d, best %d)", (int)steps, (int)steps_run,
+                          (int)best_step);
     size = quarot__adapt_size(steps_run, block);
-    if (size == 0 || size != len) QUAROT__ADAPT_BAD("adapt context: %lu bytes, the header says %lu", (unsigned long)len, (unsigned long)size);
-    if (quarot__adapt_get(p + len - 8, 8) != quarot__adapt_fnv1a(p, len - 8)) QUAROT__ADAPT_BAD("adapt context: checksum mismatch (corrupted)");
+    if (size == 0 || size != len)
+        QUAROT__ADAPT_BAD("adapt context: %lu bytes, the header says %lu", (unsigned long)len, (unsigned long)size);
+    if (quarot__adapt_get(p + len - 8, 8) != quarot__adapt_fnv1a(p, len - 8))
+        QUAROT__ADAPT_BAD("adapt context: checksum mismatch (corrupted)");
     if (hb != quarot__adapt_hadamard_order(block, QUAROT_FALLBACK_DEFAULT))
-        QUAROT__ADAPT_BAD("adapt context: hadamard_block %lld is not the order stage 2 builds for block %lld", (long long)hb, (long long)block);
+        QUAROT__ADAPT_BAD("adapt context: hadamard_block %lld is not the order stage 2 builds for block %lld",
+                          (long long)hb, (long long)block);
     memset(&t, 0, sizeof t);                       // the new contents, moved into ctx at the end
     t.env = ctx->env;
     t.hidden = hidden;
@@ -11577,27 +11407,37 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
     t.reg = quarot__adapt_bitsd(quarot__adapt_get(p + 80, 8));
     t.start_loss = quarot__adapt_bitsd(quarot__adapt_get(p + 88, 8));
     t.best_loss = quarot__adapt_bitsd(quarot__adapt_get(p + 96, 8));
-    if ((t.bits != 0 && t.bits != 4 && t.bits != 8) || t.patience < 0 || quarot__adapt_get(p + 68, 4) != 0 || t.rows < 0)
-        QUAROT__ADAPT_BAD("adapt context: bad settings (bits %d, patience %d, rows %lld)", t.bits, t.patience, (long long)t.rows);
-    if (!(t.reg >= 0.0 && t.reg < 1.0) || !(t.start_loss >= 0.0 && t.start_loss <= 1e300) || !(t.best_loss >= 0.0 && t.best_loss <= t.start_loss))
-        QUAROT__ADAPT_BAD("adapt context: bad loss summary (reg %g, start %g, best %g)", t.reg, t.start_loss, t.best_loss);
+    if ((t.bits != 0 && t.bits != 4 && t.bits != 8) || t.patience < 0 || quarot__adapt_get(p + 68,
+                                                                                           4) != 0 || t.rows < 0)
+        QUAROT__ADAPT_BAD("adapt context: bad settings (bits %d, patience %d, rows %lld)", t.bits, t.patience,
+                          (long long)t.rows);
+    if (!(t.reg >= 0.0 && t.reg < 1.0) || !(t.start_loss >= 0.0 && t.start_loss <= 1e300) ||
+        !(t.best_loss >= 0.0 && t.best_loss <= t.start_loss))
+        QUAROT__ADAPT_BAD("adapt context: bad loss summary (reg %g, start %g, best %g)", t.reg, t.start_loss,
+                          t.best_loss);
     // the loss history must be the one stage 1 writes: finite, best_loss its minimum and the loss of best_step
     o = QUAROT__ADAPT_HEADER;
     expect_best = t.start_loss;
     for (i = 0; i < steps_run; ++i) {
         double l = quarot__adapt_bitsd(quarot__adapt_get(p + o + 8 * (size_t)i, 8));
-        if (!(l >= 0.0 && l <= 1e300) || l < t.best_loss) QUAROT__ADAPT_BAD("adapt context: bad loss at step %lld", (long long)(i + 1));
+        if (!(l >= 0.0 && l <= 1e300) || l < t.best_loss)
+            QUAROT__ADAPT_BAD("adapt context: bad loss at step %lld", (long long)(i + 1));
         if (i + 1 == best_step) expect_best = l;
-        if (quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i) < 0) QUAROT__ADAPT_BAD("adapt context: bad iteration count");
+        if (quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i) < 0)
+            QUAROT__ADAPT_BAD("adapt context: bad iteration count");
     }
-    if (expect_best != t.best_loss) QUAROT__ADAPT_BAD("adapt context: best_loss is not the loss of best_step %d", (int)best_step);
+    if (expect_best != t.best_loss)
+        QUAROT__ADAPT_BAD("adapt context: best_loss is not the loss of best_step %d", (int)best_step);
     bb = block * block;
     t.matrix = (double*)quarot_env_alloc(&t.env, (size_t)bb * sizeof(double));
     if (steps_run > 0) {
         t.losses = (double*)quarot_env_alloc(&t.env, (size_t)steps_run * sizeof(double));
         t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)steps_run * sizeof(int));
     }
-    if (!t.matrix || (steps_run > 0 && (!t.losses || !t.polar_iterations))) { quarot_adapt_context_free(&t); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (!t.matrix || (steps_run > 0 && (!t.losses || !t.polar_iterations))) {
+        quarot_adapt_context_free(&t);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
     for (i = 0; i < steps_run; ++i) {
         t.losses[i] = quarot__adapt_bitsd(quarot__adapt_get(p + o + 8 * (size_t)i, 8));
         t.polar_iterations[i] = quarot__adapt_i32(p + o + 8 * (size_t)steps_run + 4 * (size_t)i);
@@ -11614,7 +11454,9 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
     if (!(err >= 0.0 && err <= QUAROT__ADAPT_ORTH_TOL)) {
         quarot_adapt_context_free(&t);
         if (err < 0) return QUAROT_ERR_OUT_OF_MEMORY;
-        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt context: R is not orthogonal (max|R^T R - I| = %.3g > %g)", err, QUAROT__ADAPT_ORTH_TOL);
+        quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                          "adapt context: R is not orthogonal (max|R^T R - I| = %.3g > %g)", err,
+                          QUAROT__ADAPT_ORTH_TOL);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     quarot_adapt_context_free(ctx);
@@ -11632,11 +11474,10 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 //     X <- X * (a I + b G + c G^2),  G = X^T X
 // with the minimax odd quintic p(x) = a x + b x^3 + c x^5 for [l, 1] (Remez, below) maps them into
 // [p(l), 1 + E], divided by 1 + E: small ones grow by up to 4.26x per step for 2 GEMM-equivalents
-// (the scaled cubic of Chen & Chow, used before: 2.6x for 1.5), and near 1 the error is cubed instead
-// of squared: at b = 2048, M = 2048 (bench_adapt) 7.3 iterations per step instead of 11.7 (perf, one
-// thread: ~60% of the time in the SGEMM kernel, 7% in the deflation's DGEMM, 7% in the symmetric
-// passes, 10% packing and copies). (A warm start from the previous step's factor does not help here: every polynomial
-// iteration acts on the singular values only, which an orthogonal factor leaves unchanged.)
+// (the scaled cubic of Chen & Chow: 2.6x for 1.5), and near 1 the error is cubed instead of squared:
+// at b = 2048, M = 2048 (bench_adapt) 7.3 iterations per step instead of the cubic's 11.7, most of the
+// time in the SGEMM kernel. (A warm start from the previous step's factor does not help here: every
+// polynomial iteration acts on the singular values only, which an orthogonal factor leaves unchanged.)
 // sigma_max is estimated (subspace or power iteration) and bounded for certain by ||G^2||_F^(1/4) of
 // the first G (folded into the first step's coefficients); each step divides by 1 + 1e-3 for safety
 // (a value above 1 would be amplified by the steep quintic). Near convergence (l >= 0.99) the fixed
@@ -11910,7 +11751,8 @@ static void quarot__adapt_ew_task(void* arg, int64_t t) {
     else for (i = i0; i < i1; ++i) jb->f[i] = (float)((double)jb->f2[i] / al);
 }
 
-static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float* f2, double alpha, const quarot_env* env) {
+static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float* f2, double alpha,
+                             const quarot_env* env) {
     quarot__adapt_ew_job jb;
     jb.op = op; jb.n = n; jb.d = d; jb.f = f; jb.f2 = f2; jb.alpha = alpha;
     quarot_env_parallel_for(env, quarot__adapt_ew_task, &jb, (n + 63) / 64);
@@ -11919,8 +11761,8 @@ static void quarot__adapt_ew(int op, int64_t n, double* d, float* f, const float
 // After quarot__adapt_subspace (V, W = Cd V, th): the largest k <= p-2 with a gap sigma_k >= 2 sigma_{k+1}
 // whose Ritz vectors are accurate enough, delta_i ~ ||Cd^T Cd v_i - th_i v_i|| / (th_k - th_{k+1}) and
 // 2 * max delta * sigma_1 / sigma_{k+1} <= 1e-8 (0: none). z: [n][p] doubles of work.
-static quarot_result quarot__adapt_defl_pick(int64_t n, int p, const double* cd, const double* v, const double* w, double* z,
-                                             const double* th, int* k_out, const quarot_env* env) {
+static quarot_result quarot__adapt_defl_pick(int64_t n, int p, const double* cd, const double* v, const double* w,
+                                             double* z, const double* th, int* k_out, const quarot_env* env) {
     double rn[QUAROT__ADAPT_DEFL_P];
     int64_t r;
     int i, k;
@@ -11947,8 +11789,8 @@ static quarot_result quarot__adapt_defl_pick(int64_t n, int p, const double* cd,
 }
 
 // Cd += W_k (s/S_k - I) V_k^T with s = sigma_{k+1} (W = Cd V, scaled in place): sigma_1..sigma_k -> s.
-static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const double* th, const double* v, double* w, double* cd,
-                                              const quarot_env* env) {
+static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const double* th, const double* v, double* w,
+                                              double* cd, const quarot_env* env) {
     double s = sqrt(th[k]);
     int64_t r;
     int i;
@@ -11971,9 +11813,9 @@ static quarot_result quarot__adapt_defl_apply(int64_t n, int p, int k, const dou
 // deflation is as exact: on the bench's data at b = 4096 the same k0 = 8 at each step, and losses
 // within 1e-7 relative of the cold start's over the first 4 steps, 1.5e-5 over 20 as the float-level
 // differences of R move the int4 roundings).
-static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdir, double* cd, double* v, double* w, double* z,
-                                           double reg, int k_warm, double* sig_out, double* lam_out, double* top_out,
-                                           int* k_out, int* k0_out, const quarot_env* env) {
+static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdir, double* cd, double* v, double* w,
+                                           double* z, double reg, int k_warm, double* sig_out, double* lam_out,
+                                           double* top_out, int* k_out, int* k0_out, const quarot_env* env) {
     int p = n / 2 < QUAROT__ADAPT_DEFL_P ? (int)(n / 2) : QUAROT__ADAPT_DEFL_P, k = 0, pass, level;
     double th[QUAROT__ADAPT_DEFL_P], sy[2 * QUAROT__ADAPT_DEFL_P * QUAROT__ADAPT_DEFL_P], lam, sig;
     int64_t r;
@@ -11996,7 +11838,8 @@ static quarot_result quarot__adapt_deflate(int64_t n, float* c, const float* rdi
     if (rdir) quarot__adapt_ew(1, n, cd, NULL, rdir, lam, env);        // Cd += lam * Q
     else for (r = 0; r < n; ++r) cd[r * n + r] += lam;
     for (pass = 0; pass < 2; ++pass) {
-        res = quarot__adapt_subspace(n, p, cd, v, w, k_warm <= 0 ? QUAROT__ADAPT_DEFL_ITERS : pass == 0 ? QUAROT__ADAPT_DEFL_WARM : 5,
+        res = quarot__adapt_subspace(n, p, cd, v, w,
+                                     k_warm <= 0 ? QUAROT__ADAPT_DEFL_ITERS : pass == 0 ? QUAROT__ADAPT_DEFL_WARM : 5,
                                      th, sy, env);
         if (res == QUAROT_OK) res = quarot__adapt_defl_pick(n, p, cd, v, w, z, th, &k, env);
         if (res != QUAROT_OK) return res;
@@ -12037,7 +11880,10 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
     return (size_t)(n * n + 3 * n * p);
 }
 
-// ---- the scaled Newton iteration (the default polar method) ----
+// >>adapt_newton
+// The scaled Newton iteration, the default polar method from b = 512: the blocked Gauss-Jordan float
+// inverse (quarot__sinv, its LU panels and look-ahead as parallel tasks) and the scaled steps.
+
 // X <- (mu X + X^-T / mu) / 2 (Higham 1986) maps each singular value x of X to (mu x + 1/(mu x)) / 2 >= 1.
 // mu follows Byers & Xu (2008): with estimates alpha ~ sigma_max(X0) and beta ~ sigma_min(X0),
 //     mu_0 = 1/sqrt(alpha beta),  mu_1 = sqrt(2 sqrt(alpha beta) / (alpha + beta)),
@@ -12070,7 +11916,7 @@ static size_t quarot__adapt_defl_doubles(int64_t n) {
 // (tests/test_adapt_newton.c, n = 256) max|U - U_ref| is 2e-6 up to cond 1e2, 2.3e-4 at 1e4 and
 // 4.1e-3 at 1e5, where Newton-Schulz gets 8e-5 and half an ulp of C moves the reference by 2e-5.
 // Those directions carry the least activation energy: stage 1's losses agree with the Newton-Schulz
-// path's within 5.4e-4 relative at b = 1024 and 4.1e-4 at 2048, best losses within 2.8e-4 (README).
+// path's within 5.4e-4 relative at b = 1024 and 4.1e-4 at 2048, best losses within 2.8e-4.
 // After the first step cond(X) <= ~sqrt(kappa).
 
 #define QUAROT__SINV_NB 128                  // panel width of the blocked Gauss-Jordan inverse
@@ -12106,12 +11952,11 @@ static size_t quarot__sinv_floats(int64_t n) {
 // thread, and so do step 1's small SGEMMs (each parallel call costs a synchronization). With threads,
 // step 1 of the next panel looks ahead: once (3) has updated that panel's columns, its LU runs as one
 // task beside the tasks that update the other columns (its row exchanges of a are applied after
-// them, in the same order), so the serial LU (~n^2 nb / 4 per panel, 0.2 s of a 1.4 s inverse at
-// n = 4096 on 2 threads) no longer idles the other threads; with the built-in SGEMM that task also
-// does the next panel's steps (2) and (3a) (quarot__sinv_next_e), which leaves ~0.04 s of the 0.82 s
-// serial (it was ~0.1 s). It moves work, not arithmetic: nothing is a split sum, so the result is
-// the same bits for any thread count, look-ahead or not. An exactly
-// zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
+// them, in the same order), so the serial LU (~n^2 nb / 4 per panel) does not idle the other
+// threads; with the built-in SGEMM that task also does the next panel's steps (2) and (3a)
+// (quarot__sinv_next_e), which leaves little of the inverse serial. It moves work, not arithmetic:
+// nothing is a split sum, so the result is the same bits for any thread count, look-ahead or not. An
+// exactly zero pivot (e.g. a zero column) -> QUAROT_ERR_NOT_CONVERGED; a matrix that is singular only up to
 // rounding gives a large, inaccurate inverse, as any float inversion (the Newton driver rejects a
 // certain cond(X) > 2^24 from the norms); NaN/Inf propagate (the caller checks norms).
 // y += a x and the swap x <-> y over n floats: 16-float chunks of fixed length (which the compiler turns
@@ -12213,13 +12058,13 @@ static quarot_result quarot__sinv_lu(int64_t n, float* a, int swap_a, int64_t k0
 // panel's columns of a; task t >= 2 runs the exchange's update a += -E W on chunk t-2 of cw columns:
 // nl chunks of [0, k0), then chunks of [k1 + w1, n). The tasks' columns are disjoint, E and W are only read, and
 // every element's update is the same chain as in one call over all columns: the same bits.
-// With the built-in SGEMM, E is packed once per panel (epk) and every update uses that packing: each
-// call packed all of E again (n x nb floats per chunk, 4% of the inverse's time on 2 threads), and the
-// chunks can be smaller (about 4 per thread) for the balance. Task 0 then also prepares the next
+// With the built-in SGEMM, E is packed once per panel (epk) and every update uses that packing (a call
+// per chunk would pack all of E again, n x nb floats), and the chunks can be smaller (about 4 per
+// thread) for the balance. Task 0 then also prepares the next
 // panel's steps (2) and (3a): its columns in the order its row exchanges will give (g), P^-1
 // of its pivot block, its E = g P^-1 (into pbn, whose LU factors are not needed once its pivots are
 // chosen) and E's packing (epkn): the same operations on the same values as the serial steps after
-// the exchanges, which took 7% of the inverse's time on one thread while the other waited.
+// the exchanges, where the other threads would wait for them.
 typedef struct quarot__sinv_job {
     int64_t n, k0, w, nb, cw, nl, k1, w1;
     float *a, *e, *wr, *pbn, *g, *pi, *epkn;
@@ -12244,13 +12089,14 @@ static quarot_result quarot__sinv_update(const quarot__sinv_job* jb, int64_t c, 
         float* bp;
         if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
         bp = (float*)quarot__align64(mem);
-        quarot__gemm_run_s(cfg, 0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n,
-                           NULL, bp, 0, 0, jb->epk);
+        quarot__gemm_run_s(cfg, 0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c,
+                           jb->n, NULL, bp, 0, 0, jb->epk);
         quarot_env_free(jb->serial, mem);
         return QUAROT_OK;
     }
 #endif
-    return quarot_sgemm(0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n, jb->serial);
+    return quarot_sgemm(0, 0, jb->n, cols, jb->w, -1.0f, jb->e, jb->nb, jb->wr + c, jb->n, 1.0f, jb->a + c, jb->n,
+                        jb->serial);
 }
 
 // The next panel's E and its packing (task 0, after that panel's LU chose its pivots; see above).
@@ -12267,7 +12113,8 @@ static quarot_result quarot__sinv_next_e(const quarot__sinv_job* jb) {
     for (i = 0; i < n; ++i) memcpy(jb->g + i * nb, jb->a + jb->idx[i] * n + k1, (size_t)w1 * sizeof(float));
     for (i = 0; i < w1; ++i) memcpy(jb->pi + i * w1, jb->g + (k1 + i) * nb, (size_t)w1 * sizeof(float));
     res = quarot__sinv_pinv(w1, jb->pi);
-    if (res == QUAROT_OK) res = quarot_sgemm(0, 0, n, w1, w1, 1.0f, jb->g, nb, jb->pi, w1, 0.0f, jb->pbn, nb, jb->serial);
+    if (res == QUAROT_OK)
+        res = quarot_sgemm(0, 0, n, w1, w1, 1.0f, jb->g, nb, jb->pi, w1, 0.0f, jb->pbn, nb, jb->serial);
     if (res != QUAROT_OK) return res;
     for (i = 0; i < w1; ++i) memcpy(jb->pbn + (k1 + i) * nb, jb->pi + i * w1, (size_t)w1 * sizeof(float));
 #if !defined(QUAROT_USE_CBLAS)
@@ -12298,7 +12145,7 @@ static void quarot__sinv_task(void* arg, int64_t t) {
 // After a look-ahead that prepared the next panel [k1, k1 + w1): its row exchanges of a, the copy of
 // its pivot rows into wr (the panel's columns zeroed there) and the zeroing of those rows of a, by
 // chunks of columns [t cw, t cw + cw), each chunk doing all the exchanges in their order (the same
-// moves as whole-row exchanges). It was serial: ~3 ms a panel at n = 4096.
+// moves as whole-row exchanges).
 typedef struct quarot__sinv_xjob {
     int64_t n, k1, w1, cw;
     float *a, *wr;
@@ -12444,9 +12291,8 @@ static quarot_result quarot__sinv(int64_t n, float* a, int64_t* perm, float* wor
 //         perm[r] of g: X^-1 = y with its columns permuted (column c is y's column perm[c]), so
 //         X^-T[r][c] = y[c][perm[r]] = g[perm[r]][c], a contiguous row
 //   op 2: part = sum x^2
-// (op 0 once gathered X^-1 = y[r][perm[c]] element by element and op 1 transposed it in tiles with
-// scalar moves, both summing through one accumulator: 58 ms per Newton step at n = 4096 on 2 Zen 4
-// threads, 20 ms now. Each element of the new X is the same expression of the same two floats as then.)
+// (Through g every pass reads and writes whole rows, where a gather of X^-1 = y[r][perm[c]] element
+// by element, or a transpose with scalar moves, would not; the arithmetic is the same either way.)
 typedef struct quarot__newton_job {
     int op;
     int64_t n;
@@ -12469,8 +12315,8 @@ static double quarot__sumsq_f32(const float* QUAROT__RESTRICT x, int64_t n) {
 }
 
 // x = y = (float)(hm x + hi g) over n floats, in 16-float chunks of fixed length (vector code at -O2)
-static void quarot__newton_combine(int64_t n, double hm, double hi, float* QUAROT__RESTRICT x, float* QUAROT__RESTRICT y,
-                                   const float* QUAROT__RESTRICT g) {
+static void quarot__newton_combine(int64_t n, double hm, double hi, float* QUAROT__RESTRICT x,
+                                   float* QUAROT__RESTRICT y, const float* QUAROT__RESTRICT g) {
     int64_t c = 0;
     int q;
     for (; c + 16 <= n; c += 16)
@@ -12572,10 +12418,11 @@ static double quarot__newton_smin(int64_t n, const float* y, const float* g, dou
 // power estimate of sigma_min once X^-1 is known; pv: [2n] doubles, pv[0, n) the power vector, the
 // previous call's when warm). y, g: [n][n] floats of work; perm: [2n]; work:
 // quarot__sinv_floats(n); part: [n/64 + 1]. *steps: the steps done (each one inverse).
-static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* g, int64_t* perm, float* work, double* part,
-                                          double* pv, int warm, double alpha, double beta, double tol, int* steps,
-                                          const quarot_env* env) {
-    double nx2 = quarot__newton_pass(2, n, x, NULL, NULL, NULL, 1.0, part, env), ny2, nx, ny, mu, sdev, zeta = 0.0, ck = 0.0;
+static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* g, int64_t* perm, float* work,
+                                          double* part, double* pv, int warm, double alpha, double beta, double tol,
+                                          int* steps, const quarot_env* env) {
+    double nx2 = quarot__newton_pass(2, n, x, NULL, NULL, NULL, 1.0, part,
+                                     env), ny2, nx, ny, mu, sdev, zeta = 0.0, ck = 0.0;
     quarot_result res;
     *steps = 0;
     memcpy(y, x, (size_t)(n * n) * sizeof(float));
@@ -12612,7 +12459,11 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
     return QUAROT_OK;
 }
 
-// ---- the quintic step ----
+// >>adapt_polar
+// The Newton-Schulz side and the solver itself: the minimax quintic steps and their symmetric passes,
+// quarot__adapt_polar (deflation, then Newton or Newton-Schulz steps to a certified residual), the
+// quantization loss, and the f64 finish of the final R.
+
 // One Newton-Schulz step of degree 5, X <- X*(a I + b G + c G^2), G = X^T X, maps each singular value
 // x to p(x) = a x + b x^3 + c x^5. For singular values in [l, 1] the coefficients are those of the best
 // uniform approximation of 1 on [l, 1] by such an odd quintic (Remez exchange on four alternation
@@ -12620,8 +12471,8 @@ static quarot_result quarot__newton_polar(int64_t n, float* x, float* y, float* 
 // divided by 1 + E. For small l the slope a tends to 8.51: p(l)/(1 + E) ~ 4.26 l per step for two
 // symmetric half-GEMMs and one GEMM (2 GEMM-equivalents), against 2.6 l for the scaled cubic's
 // 1.5 GEMM-equivalents; near 1 the error goes down with the cube instead of the square. Computed
-// in double per step (about 1 microsecond). Returns 0 when the exchange fails (never seen; the
-// caller then takes the scaled cubic).
+// in double per step (a few 4 x 4 solves, nothing beside the step's products). Returns 0 when the
+// exchange fails (never seen; the caller then takes the scaled cubic).
 static int quarot__adapt_solve4(double m[4][5]) {
     int i, j, k;
     for (i = 0; i < 4; ++i) {
@@ -12833,9 +12684,9 @@ static double quarot__adapt_fro2_upper(int64_t n, const float* s, double* res, c
 // The result is in *u_out (x or y).
 // QUAROT_ERR_NOT_CONVERGED when max_iter iterations reach neither tol nor the float floor (below 1e-4).
 static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir, float* x, float* y, float* g, float* h,
-                                         double* v, double* defl, int64_t* perm, float* inv_work, double reg, int k_warm, int warm,
-                                         double tol, int max_iter, float** u_out, quarot__adapt_polar_out* out,
-                                         const quarot_env* env) {
+                                         double* v, double* defl, int64_t* perm, float* inv_work, double reg,
+                                         int k_warm, int warm, double tol, int max_iter, float** u_out,
+                                         quarot__adapt_polar_out* out, const quarot_env* env) {
     double sig = 0.0, lam = 0.0, top = 0.0, s, l, prev = 0.0;
     int64_t i, nn = n * n;
     int k, nts = 0;
@@ -12850,8 +12701,8 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
     *u_out = x;
     if (defl && n >= 8) {                          // C <- (C + lambda Q) * M, see above
         int64_t p = n / 2 < QUAROT__ADAPT_DEFL_P ? n / 2 : QUAROT__ADAPT_DEFL_P;
-        res = quarot__adapt_deflate(n, c, rdir, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, k_warm, &sig, &lam,
-                                    &top, &out->deflated, &out->deflated_first, env);
+        res = quarot__adapt_deflate(n, c, rdir, defl, defl + nn, defl + nn + n * p, defl + nn + 2 * n * p, reg, k_warm,
+                                    &sig, &lam, &top, &out->deflated, &out->deflated_first, env);
         if (res != QUAROT_OK) return res;
     } else {
         sig = quarot__adapt_sigma_max(n, c, v, v + n, env);
@@ -12893,7 +12744,8 @@ static quarot_result quarot__adapt_polar(int64_t n, float* c, const float* rdir,
         if (k > 0 && r < 1e-4 && r > 0.5 * prev) return QUAROT_OK;   // float floor reached
         if (k >= max_iter) return QUAROT_ERR_NOT_CONVERGED;
         prev = r;
-        if ((k > 0 || nts > 0) && (rf * rf <= QUAROT__ADAPT_FINISH * tol || (rf <= 0.1 && 0.7 * rf * rf * rf <= QUAROT__ADAPT_FINISH * tol))) {
+        if ((k > 0 || nts > 0) && (rf * rf <= QUAROT__ADAPT_FINISH * tol ||
+                                   (rf <= 0.1 && 0.7 * rf * rf * rf <= QUAROT__ADAPT_FINISH * tol))) {
             // The last step, with nothing to check after it. Every eigenvalue of G is 1 + d with
             // |d| <= ||G - I||_2 <= ||G - I||_F = rf. The cubic X (3I - G)/2 maps it to
             // 1 - 3d^2/4 - d^3/4, within rf^2 of 1, for one GEMM; when rf^2 is not small enough, the
@@ -13008,8 +12860,9 @@ static void quarot__adapt_ql_task(void* arg, int64_t t) {
     jb->part[t] = s;
 }
 
-static quarot_result quarot__adapt_quant_loss(const float* a, float* b, int64_t rows, int64_t cols, const quarot_quant_desc* qd,
-                                              double* part, quarot_result* st, double* loss, const quarot_env* env) {
+static quarot_result quarot__adapt_quant_loss(const float* a, float* b, int64_t rows, int64_t cols,
+                                              const quarot_quant_desc* qd, double* part, quarot_result* st,
+                                              double* loss, const quarot_env* env) {
     quarot__adapt_ql_job jb;
     int64_t t, nt = (rows + 63) / 64;
     double s = 0.0;
@@ -13046,8 +12899,9 @@ static quarot_result quarot__adapt_dgram(int64_t n, const double* r, double* e, 
 // product and sum) adds at most about 2 (n + 2) 2^-53 (1 + rho)^2 per element: 4 (n + 2) 2^-53 covers
 // it while rho <= 1e-2. When that bound is within 1e-9 the step's result needs no X^T X to show it (the
 // measured max|R'^T R' - I| equals the bound's E^2 term: 7.3e-11 after one step at b = 4096 on the
-// bench's data, rho ~ 1e-5), so the check's DSYRK (a quarter of this function's time) is skipped.
-static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t, const quarot_env* env) {
+// bench's data, rho ~ 1e-5), so the check's DSYRK is skipped.
+static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out, double* e, double* t,
+                                          const quarot_env* env) {
     int64_t i, j, nn = n * n;
     int it;
     quarot_result res;
@@ -13078,6 +12932,11 @@ static quarot_result quarot__adapt_finish(int64_t n, const float* r, double* out
     return QUAROT_ERR_NOT_CONVERGED;
 }
 
+// >>adapt_stage1
+// Stage 1 (msModelSlim's Adapt Rotation, see >>adapt): X*H from the captured activations, then steps
+// A = XH*R, B = Q(A), R <- polar((XH)^T B + lambda R) keeping the R of the lowest loss ||A - B||; the
+// best R made orthogonal in double and the context filled.
+
 QUAROT_API const char* quarot_adapt_polar_method_name(int method) {
     if (method == QUAROT_ADAPT_POLAR_DEFAULT) return "default";
     if (method == QUAROT_ADAPT_POLAR_NEWTON) return "newton";
@@ -13097,201 +12956,295 @@ static void quarot__adapt_patterns(const quarot_adapt_capture* cap, char* buf, s
     }
 }
 
-QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
-                                             quarot_adapt_context* ctx, const quarot_env* env) {
+// What one stage-1 run decided (the options with their defaults, the sizes) and its work: the steps'
+// floats (freed by quarot__stage1_free_work), then the best R (Rb) and the double work that makes it
+// orthogonal (freed by quarot__stage1_free_best).
+typedef struct quarot__stage1 {
     quarot_adapt_desc dd;
+    int64_t hidden, b, hb, N, M, mb;            // b: the block, hb: its Hadamard order, M = N*(hidden/b) rows
+    size_t mbytes, bbytes;                      // [M][b] and [b][b] floats
+    int bits, max_iter, newton;
+    double tol, reg;
     quarot_rotation had;
     quarot_quant_desc qd;
-    quarot_adapt_context t;
-    int64_t hidden, b, hb, N = 0, M, mb, i, li;
-    size_t mbytes, bbytes;
-    float *xh = NULL, *A = NULL, *B = NULL, *R = NULL, *Rn = NULL, *Rb = NULL, *C = NULL, *X = NULL, *Y = NULL, *G = NULL;
-    double *vw = NULL, *defl = NULL, *out = NULL, *e = NULL, *tt = NULL, *qpart = NULL;
-    float* iw = NULL;
-    int64_t* perm = NULL;
-    quarot_result* qst = NULL;
-    int bits = 4, since = 0, step, max_iter, newton, k_warm = 0;
-    double tol, reg;
-    quarot_result res = QUAROT_OK;
-    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
-    ctx->error[0] = 0;
-#define QUAROT__ADAPT_FAIL(code, ...) do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return code; } while (0)
-    if (!cap || !cap->patterns) QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: no (initialized) capture");
-    if (desc) dd = *desc; else memset(&dd, 0, sizeof dd);
-    if (dd.quant_dtype && strcmp(dd.quant_dtype, "int4") != 0) {
-        if (strcmp(dd.quant_dtype, "int8") != 0)
-            QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: quant_dtype '%.32s' is not supported (use \"int4\" or \"int8\")", dd.quant_dtype);
-        bits = 8;
+    float *xh, *A, *B, *R, *Rn, *Rb, *C, *X, *Y, *G, *iw;
+    double *vw, *defl, *qpart, *e, *tt;
+    int64_t* perm;
+    quarot_result* qst;
+} quarot__stage1;
+
+// desc with its defaults, checked against the capture; the sizes of the work. An error sets ctx->error
+// (but for the size overflow).
+static quarot_result quarot__stage1_check(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
+                                          quarot_adapt_context* ctx, quarot__stage1* s) {
+    quarot_adapt_desc* dd = &s->dd;
+    int64_t li;
+#define QUAROT__ADAPT_FAIL(code, ...)                                                                  \
+    do { quarot__adapt_msg(ctx->error, sizeof ctx->error, __VA_ARGS__); return code; } while (0)
+    if (!cap || !cap->patterns)
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: no (initialized) capture");
+    if (desc) *dd = *desc; else memset(dd, 0, sizeof *dd);
+    s->bits = 4;
+    if (dd->quant_dtype && strcmp(dd->quant_dtype, "int4") != 0) {
+        if (strcmp(dd->quant_dtype, "int8") != 0)
+            QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT,
+                               "adapt stage 1: quant_dtype '%.32s' is not supported (use \"int4\" or \"int8\")",
+                               dd->quant_dtype);
+        s->bits = 8;
     }
-    if (dd.steps < 0 || dd.steps > (1 << 20) || dd.patience < 0 || dd.polar.max_iter < 0 || !(dd.reg >= 0.0 && dd.reg < 1.0) ||
-        !(dd.polar.tol >= 0.0 && dd.polar.tol < 1.0))
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter must be >= 0, reg and polar.tol in [0, 1)");
-    if (!quarot_adapt_polar_method_name(dd.polar_method))
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd.polar_method);
-    if (dd.steps == 0) dd.steps = 20;
-    if (dd.patience == 0) dd.patience = 5;
-    reg = dd.reg > 0.0 ? dd.reg : 1e-5;
-    tol = dd.polar.tol > 0.0 ? dd.polar.tol : 1e-5;
-    max_iter = dd.polar.max_iter > 0 ? dd.polar.max_iter : 100;
-    hidden = cap->hidden;
-    b = dd.block_size > 0 ? dd.block_size : hidden;
-    newton = dd.polar_method == QUAROT_ADAPT_POLAR_NEWTON || (dd.polar_method == QUAROT_ADAPT_POLAR_DEFAULT && b >= 512);
-    if (b > hidden || hidden % b != 0)
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld", (long long)b, (long long)hidden);
-    if (cap->status != QUAROT_OK) QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s", cap->error[0] ? cap->error : quarot_result_string(cap->status));
-    for (li = 0; li < cap->n_linears; ++li) N += cap->linears[li].count;
-    if (N == 0) {
+    if (dd->steps < 0 || dd->steps > (1 << 20) || dd->patience < 0 || dd->polar.max_iter < 0 ||
+        !(dd->reg >= 0.0 && dd->reg < 1.0) || !(dd->polar.tol >= 0.0 && dd->polar.tol < 1.0))
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: steps (<= 2^20), patience, polar.max_iter "
+                                                        "must be >= 0, reg and polar.tol in [0, 1)");
+    if (!quarot_adapt_polar_method_name(dd->polar_method))
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT,
+                           "adapt stage 1: polar_method %d is not a quarot_adapt_polar_method", dd->polar_method);
+    if (dd->steps == 0) dd->steps = 20;
+    if (dd->patience == 0) dd->patience = 5;
+    s->reg = dd->reg > 0.0 ? dd->reg : 1e-5;
+    s->tol = dd->polar.tol > 0.0 ? dd->polar.tol : 1e-5;
+    s->max_iter = dd->polar.max_iter > 0 ? dd->polar.max_iter : 100;
+    s->hidden = cap->hidden;
+    s->b = dd->block_size > 0 ? dd->block_size : s->hidden;
+    s->newton = dd->polar_method == QUAROT_ADAPT_POLAR_NEWTON ||
+                (dd->polar_method == QUAROT_ADAPT_POLAR_DEFAULT && s->b >= 512);
+    if (s->b > s->hidden || s->hidden % s->b != 0)
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_INVALID_ARGUMENT, "adapt stage 1: block_size %lld does not divide hidden %lld",
+                           (long long)s->b, (long long)s->hidden);
+    if (cap->status != QUAROT_OK)
+        QUAROT__ADAPT_FAIL(cap->status, "adapt stage 1: capture failed: %s",
+                           cap->error[0] ? cap->error : quarot_result_string(cap->status));
+    s->N = 0;
+    for (li = 0; li < cap->n_linears; ++li) s->N += cap->linears[li].count;
+    if (s->N == 0) {
         char pats[160], names[300];
         quarot__adapt_patterns(cap, pats, sizeof pats);
         quarot_adapt_capture_list(cap, names, sizeof names);
-        QUAROT__ADAPT_FAIL(QUAROT_ERR_NOT_FOUND, "adapt stage 1: layer_type %s matched no linear layer, so no activations were captured; linear layers seen: %s",
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_NOT_FOUND, "adapt stage 1: layer_type %s matched no linear layer, so no "
+                                                 "activations were captured; linear layers seen: %s",
                            pats, cap->n_names ? names : "(none: no input was fed to the capture)");
     }
-    hb = quarot__adapt_hadamard_order(b, QUAROT_FALLBACK_DEFAULT);
-    if (hb == 0) QUAROT__ADAPT_FAIL(QUAROT_ERR_UNSUPPORTED_SIZE, "adapt stage 1: no Hadamard matrix of order > 1 divides block %lld", (long long)b);
-    M = N * (hidden / b);                          // N <= n_linears*max_samples, checked at init
-    if (!quarot__mul_size((size_t)M, (size_t)b, &mbytes) || !quarot__mul_size(mbytes, sizeof(double), &mbytes) ||
-        !quarot__mul_size((size_t)b, (size_t)b, &bbytes) || !quarot__mul_size(bbytes, sizeof(double), &bbytes))
+    s->hb = quarot__adapt_hadamard_order(s->b, QUAROT_FALLBACK_DEFAULT);
+    if (s->hb == 0)
+        QUAROT__ADAPT_FAIL(QUAROT_ERR_UNSUPPORTED_SIZE,
+                           "adapt stage 1: no Hadamard matrix of order > 1 divides block %lld", (long long)s->b);
+    s->M = s->N * (s->hidden / s->b);           // N <= n_linears*max_samples, checked at init
+    if (!quarot__mul_size((size_t)s->M, (size_t)s->b, &s->mbytes) ||
+        !quarot__mul_size(s->mbytes, sizeof(double), &s->mbytes) ||
+        !quarot__mul_size((size_t)s->b, (size_t)s->b, &s->bbytes) ||
+        !quarot__mul_size(s->bbytes, sizeof(double), &s->bbytes))
         return QUAROT_ERR_OVERFLOW;
-    mbytes /= 2;                                   // floats (the double-size check leaves headroom)
-    bbytes /= 2;
-    mb = M * b;
+    s->mbytes /= 2;                             // floats (the double-size check leaves headroom)
+    s->bbytes /= 2;
+    s->mb = s->M * s->b;
 #undef QUAROT__ADAPT_FAIL
-    // X*H: the stacked rows, then the Hadamard half of QUAROT_ROTATION_ADAPT (same seed, same blocks)
-    memset(&had, 0, sizeof had);
-    {
-        quarot_rotation_desc hd;
-        memset(&hd, 0, sizeof hd);
-        hd.kind = QUAROT_ROTATION_HADAMARD;
-        hd.n = hidden;
-        hd.block_size = hb;
-        hd.seed = dd.seed;
-        hd.fallback = QUAROT_FALLBACK_ERROR;
-        res = quarot_rotation_init(&had, &hd, env);
+    return QUAROT_OK;
+}
+
+// The Hadamard half of QUAROT_ROTATION_ADAPT (same seed, same blocks), the float work and t (the new
+// context, with its per-step arrays); t is initialized whatever the result.
+static quarot_result quarot__stage1_alloc(quarot__stage1* s, const quarot_adapt_context* ctx, quarot_adapt_context* t,
+                                          const quarot_env* env) {
+    quarot_rotation_desc hd;
+    int64_t b = s->b;
+    quarot_result res;
+    memset(&s->had, 0, sizeof s->had);
+    memset(&hd, 0, sizeof hd);
+    hd.kind = QUAROT_ROTATION_HADAMARD;
+    hd.n = s->hidden;
+    hd.block_size = s->hb;
+    hd.seed = s->dd.seed;
+    hd.fallback = QUAROT_FALLBACK_ERROR;
+    res = quarot_rotation_init(&s->had, &hd, env);
+    s->xh = (float*)quarot_env_alloc(env, s->mbytes);
+    s->A = (float*)quarot_env_alloc(env, s->mbytes);
+    s->B = (float*)quarot_env_alloc(env, s->mbytes);
+    s->R = (float*)quarot_env_alloc(env, s->bbytes);
+    s->Rn = (float*)quarot_env_alloc(env, s->bbytes);
+    s->Rb = (float*)quarot_env_alloc(env, s->bbytes);
+    s->C = (float*)quarot_env_alloc(env, s->bbytes);
+    s->X = (float*)quarot_env_alloc(env, s->bbytes);
+    s->Y = (float*)quarot_env_alloc(env, s->bbytes);
+    s->G = (float*)quarot_env_alloc(env, s->bbytes);
+    s->vw = (double*)quarot_env_alloc(env, 4 * (size_t)b * sizeof(double));
+    s->qpart = (double*)quarot_env_alloc(env, (size_t)(s->M / 64 + 1) * sizeof(double));
+    s->qst = (quarot_result*)quarot_env_alloc(env, (size_t)(s->M / 64 + 1) * sizeof(quarot_result));
+    if (!s->dd.no_deflation) s->defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
+    if (s->newton) {
+        s->iw = (float*)quarot_env_alloc(env, quarot__sinv_floats(b) * sizeof(float));
+        s->perm = (int64_t*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(int64_t));
     }
-    xh = (float*)quarot_env_alloc(env, mbytes);
-    A = (float*)quarot_env_alloc(env, mbytes);
-    B = (float*)quarot_env_alloc(env, mbytes);
-    R = (float*)quarot_env_alloc(env, bbytes);
-    Rn = (float*)quarot_env_alloc(env, bbytes);
-    Rb = (float*)quarot_env_alloc(env, bbytes);
-    C = (float*)quarot_env_alloc(env, bbytes);
-    X = (float*)quarot_env_alloc(env, bbytes);
-    Y = (float*)quarot_env_alloc(env, bbytes);
-    G = (float*)quarot_env_alloc(env, bbytes);
-    vw = (double*)quarot_env_alloc(env, 4 * (size_t)b * sizeof(double));
-    qpart = (double*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(double));
-    qst = (quarot_result*)quarot_env_alloc(env, (size_t)(M / 64 + 1) * sizeof(quarot_result));
-    if (!dd.no_deflation) defl = (double*)quarot_env_alloc(env, quarot__adapt_defl_doubles(b) * sizeof(double));
-    if (newton) {
-        iw = (float*)quarot_env_alloc(env, quarot__sinv_floats(b) * sizeof(float));
-        perm = (int64_t*)quarot_env_alloc(env, 2 * (size_t)b * sizeof(int64_t));
-    }
-    quarot_adapt_context_init(&t, &ctx->env);
-    t.losses = (double*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(double));
-    t.polar_iterations = (int*)quarot_env_alloc(&t.env, (size_t)dd.steps * sizeof(int));
-    if (res == QUAROT_OK && (!xh || !A || !B || !R || !Rn || !Rb || !C || !X || !Y || !G || !vw || !qpart || !qst || (!dd.no_deflation && !defl) || (newton && (!iw || !perm)) ||
-                             !t.losses || !t.polar_iterations))
+    quarot_adapt_context_init(t, &ctx->env);
+    t->losses = (double*)quarot_env_alloc(&t->env, (size_t)s->dd.steps * sizeof(double));
+    t->polar_iterations = (int*)quarot_env_alloc(&t->env, (size_t)s->dd.steps * sizeof(int));
+    if (res == QUAROT_OK && (!s->xh || !s->A || !s->B || !s->R || !s->Rn || !s->Rb || !s->C || !s->X || !s->Y ||
+                             !s->G || !s->vw || !s->qpart || !s->qst || (!s->dd.no_deflation && !s->defl) ||
+                             (s->newton && (!s->iw || !s->perm)) || !t->losses || !t->polar_iterations))
         res = QUAROT_ERR_OUT_OF_MEMORY;
-    if (res == QUAROT_OK) {
-        float* dst = xh;
-        for (li = 0; li < cap->n_linears; ++li) {
-            memcpy(dst, cap->linears[li].rows, (size_t)(cap->linears[li].count * hidden) * sizeof(float));
-            dst += cap->linears[li].count * hidden;
-        }
-        res = quarot_rotation_apply_f32(&had, xh, N, hidden, 0, NULL, 0);
-        for (i = 0; i < mb && res == QUAROT_OK; ++i)
-            if (!(fabsf(xh[i]) <= 3.40282346638528859812e+38f)) res = QUAROT_ERR_NONFINITE;
-        if (res == QUAROT_ERR_NONFINITE) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations overflow float after the Hadamard rotation");
+    return res;
+}
+
+// xh = X*H: the captured rows stacked [N][hidden], rotated, checked finite.
+static quarot_result quarot__stage1_rotate_rows(const quarot_adapt_capture* cap, quarot__stage1* s,
+                                                quarot_adapt_context* ctx) {
+    float* dst = s->xh;
+    int64_t li, i;
+    quarot_result res;
+    for (li = 0; li < cap->n_linears; ++li) {
+        memcpy(dst, cap->linears[li].rows, (size_t)(cap->linears[li].count * s->hidden) * sizeof(float));
+        dst += cap->linears[li].count * s->hidden;
     }
-    memset(&qd, 0, sizeof qd);
-    qd.bits = bits;
-    qd.clip_ratio = 1.0f;
-    if (res == QUAROT_OK) {                        // R = I: A = X*H, loss_0
-        memcpy(A, xh, mbytes);
-        res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &t.start_loss, env);
-        memset(R, 0, bbytes);
-        for (i = 0; i < b; ++i) R[i * b + i] = 1.0f;
-        memcpy(Rb, R, bbytes);
-        t.best_loss = t.start_loss;
-        if (!(t.start_loss <= 1e300)) {            // squares overflowed: values near FLT_MAX
-            res = QUAROT_ERR_NONFINITE;
-            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations too large (the loss overflows)");
-        } else if (dd.progress) {
-            dd.progress(dd.user_data, 0, t.start_loss, t.best_loss, 0);
-        }
+    res = quarot_rotation_apply_f32(&s->had, s->xh, s->N, s->hidden, 0, NULL, 0);
+    for (i = 0; i < s->mb && res == QUAROT_OK; ++i)
+        if (!(fabsf(s->xh[i]) <= 3.40282346638528859812e+38f)) res = QUAROT_ERR_NONFINITE;
+    if (res == QUAROT_ERR_NONFINITE)
+        quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                          "adapt stage 1: activations overflow float after the Hadamard rotation");
+    return res;
+}
+
+// R = I: A = X*H, the loss before any step (t->start_loss, the best so far), R_best = I.
+static quarot_result quarot__stage1_start(quarot__stage1* s, quarot_adapt_context* t, quarot_adapt_context* ctx,
+                                          const quarot_env* env) {
+    int64_t i;
+    quarot_result res;
+    memcpy(s->A, s->xh, s->mbytes);
+    res = quarot__adapt_quant_loss(s->A, s->B, s->M, s->b, &s->qd, s->qpart, s->qst, &t->start_loss, env);
+    memset(s->R, 0, s->bbytes);
+    for (i = 0; i < s->b; ++i) s->R[i * s->b + i] = 1.0f;
+    memcpy(s->Rb, s->R, s->bbytes);
+    t->best_loss = t->start_loss;
+    if (!(t->start_loss <= 1e300)) {            // squares overflowed: values near FLT_MAX
+        res = QUAROT_ERR_NONFINITE;
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: activations too large (the loss overflows)");
+    } else if (s->dd.progress) {
+        s->dd.progress(s->dd.user_data, 0, t->start_loss, t->best_loss, 0);
     }
-    for (step = 1; step <= dd.steps && res == QUAROT_OK; ++step) {
+    return res;
+}
+
+// The steps: R <- polar((XH)^T B + lambda R), A = XH*R, B = Q(A) and its loss, the best R kept in Rb,
+// until dd.steps or dd.patience steps without a better loss.
+static quarot_result quarot__stage1_steps(quarot__stage1* s, quarot_adapt_context* t, quarot_adapt_context* ctx,
+                                          const quarot_env* env) {
+    int64_t b = s->b, M = s->M;
+    int step, since = 0, k_warm = 0;
+    quarot_result res = QUAROT_OK;
+    for (step = 1; step <= s->dd.steps && res == QUAROT_OK; ++step) {
         quarot__adapt_polar_out po;
         float* U;
         double loss;
         memset(&po, 0, sizeof po);
         // R <- R*polar(A^T B + lambda I) computed as polar((XH)^T B + lambda R): the same matrix in exact
         // arithmetic (A = XH*R, R orthogonal), without the b^3 product R*R_step, and R stays orthogonal
-        res = quarot_sgemm(1, 0, b, b, M, 1.0f, xh, b, B, b, 0.0f, C, b, env);                 // (XH)^T B
+        res = quarot_sgemm(1, 0, b, b, M, 1.0f, s->xh, b, s->B, b, 0.0f, s->C, b, env);    // (XH)^T B
         if (res == QUAROT_OK)
-            res = quarot__adapt_polar(b, C, R, X, Y, G, Rn, vw, defl, perm, iw, reg, k_warm, step > 1, tol, max_iter, &U, &po, env);
+            res = quarot__adapt_polar(b, s->C, s->R, s->X, s->Y, s->G, s->Rn, s->vw, s->defl, s->perm, s->iw, s->reg,
+                                      k_warm, step > 1, s->tol, s->max_iter, &U, &po, env);
         if (res == QUAROT_ERR_NOT_CONVERGED)
-            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: the polar factor (%s) did not converge at step %d (%d iterations, "
-                              "max|X^T X - I| = %.3g; or a singular float inverse); raise reg (now %g) or polar.max_iter",
-                              quarot_adapt_polar_method_name(dd.polar_method), step, po.iterations, po.residual, reg);
+            quarot__adapt_msg(ctx->error, sizeof ctx->error,
+                              "adapt stage 1: the polar factor (%s) did not converge at step %d (%d iterations, "
+                              "max|X^T X - I| = %.3g; or a singular float inverse); raise reg (now %g) or "
+                              "polar.max_iter",
+                              quarot_adapt_polar_method_name(s->dd.polar_method), step, po.iterations, po.residual,
+                              s->reg);
         if (res != QUAROT_OK) break;
         k_warm = po.deflated_first;                // the next step's deflation starts from this one's vectors
-        memcpy(R, U, bbytes);
-        res = quarot_sgemm(0, 0, M, b, b, 1.0f, xh, b, R, b, 0.0f, A, b, env);                 // A = X*H*R
+        memcpy(s->R, U, s->bbytes);
+        res = quarot_sgemm(0, 0, M, b, b, 1.0f, s->xh, b, s->R, b, 0.0f, s->A, b, env);    // A = X*H*R
         if (res != QUAROT_OK) break;
-        res = quarot__adapt_quant_loss(A, B, M, b, &qd, qpart, qst, &loss, env);
-        t.losses[step - 1] = loss;
-        t.polar_iterations[step - 1] = po.iterations;
-        t.flops += 4.0 * (double)M * (double)b * (double)b + (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products + 2.0 * po.inverses);
-        t.steps_run = step;
-        if (loss < t.best_loss) {
-            t.best_loss = loss;
-            t.best_step = step;
-            memcpy(Rb, R, bbytes);
+        res = quarot__adapt_quant_loss(s->A, s->B, M, b, &s->qd, s->qpart, s->qst, &loss, env);
+        t->losses[step - 1] = loss;
+        t->polar_iterations[step - 1] = po.iterations;
+        t->flops += 4.0 * (double)M * (double)b * (double)b +
+                    (double)b * (double)b * (double)b * (1.06 * po.grams + 2.0 * po.products + 2.0 * po.inverses);
+        t->steps_run = step;
+        if (loss < t->best_loss) {
+            t->best_loss = loss;
+            t->best_step = step;
+            memcpy(s->Rb, s->R, s->bbytes);
             since = 0;
         } else {
             ++since;
         }
-        if (dd.progress) dd.progress(dd.user_data, step, loss, t.best_loss, po.iterations);
-        if (since >= dd.patience) break;
+        if (s->dd.progress) s->dd.progress(s->dd.user_data, step, loss, t->best_loss, po.iterations);
+        if (since >= s->dd.patience) break;
     }
-    // free the float work, then make R_best orthogonal in double
-    quarot_rotation_free(&had);
-    quarot_env_free(env, xh); quarot_env_free(env, A); quarot_env_free(env, B);
-    quarot_env_free(env, R); quarot_env_free(env, Rn); quarot_env_free(env, C);
-    quarot_env_free(env, X); quarot_env_free(env, Y); quarot_env_free(env, G); quarot_env_free(env, vw);
-    quarot_env_free(env, qpart); quarot_env_free(env, qst);
-    quarot_env_free(env, defl);
-    quarot_env_free(env, iw);
-    quarot_env_free(env, perm);
-    if (res == QUAROT_OK) {
-        out = (double*)quarot_env_alloc(&t.env, 2 * bbytes);
-        e = (double*)quarot_env_alloc(env, 2 * bbytes);
-        tt = (double*)quarot_env_alloc(env, 2 * bbytes);
-        if (!out || !e || !tt) res = QUAROT_ERR_OUT_OF_MEMORY;
-        else res = quarot__adapt_finish(b, Rb, out, e, tt, env);
-        if (res == QUAROT_ERR_NOT_CONVERGED) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: R_best could not be made orthogonal");
-    }
-    quarot_env_free(env, Rb);
-    quarot_env_free(env, e);
-    quarot_env_free(env, tt);
+    return res;
+}
+
+// Frees the float work of the steps (all but Rb).
+static void quarot__stage1_free_work(quarot__stage1* s, const quarot_env* env) {
+    quarot_rotation_free(&s->had);
+    quarot_env_free(env, s->xh); quarot_env_free(env, s->A); quarot_env_free(env, s->B);
+    quarot_env_free(env, s->R); quarot_env_free(env, s->Rn); quarot_env_free(env, s->C);
+    quarot_env_free(env, s->X); quarot_env_free(env, s->Y); quarot_env_free(env, s->G); quarot_env_free(env, s->vw);
+    quarot_env_free(env, s->qpart); quarot_env_free(env, s->qst);
+    quarot_env_free(env, s->defl);
+    quarot_env_free(env, s->iw);
+    quarot_env_free(env, s->perm);
+}
+
+// *out = R_best made orthogonal in double (allocated from t's env; freed by the caller on failure).
+static quarot_result quarot__stage1_orthogonal(quarot__stage1* s, quarot_adapt_context* t, double** out,
+                                               quarot_adapt_context* ctx, const quarot_env* env) {
+    quarot_result res;
+    *out = (double*)quarot_env_alloc(&t->env, 2 * s->bbytes);
+    s->e = (double*)quarot_env_alloc(env, 2 * s->bbytes);
+    s->tt = (double*)quarot_env_alloc(env, 2 * s->bbytes);
+    if (!*out || !s->e || !s->tt) res = QUAROT_ERR_OUT_OF_MEMORY;
+    else res = quarot__adapt_finish(s->b, s->Rb, *out, s->e, s->tt, env);
+    if (res == QUAROT_ERR_NOT_CONVERGED)
+        quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: R_best could not be made orthogonal");
+    return res;
+}
+
+static void quarot__stage1_free_best(quarot__stage1* s, const quarot_env* env) {
+    quarot_env_free(env, s->Rb);
+    quarot_env_free(env, s->e);
+    quarot_env_free(env, s->tt);
+}
+
+// Check, rotate the captured rows, start from R = I, run the steps, free the float work, make the best
+// R orthogonal and fill the context (ctx keeps its old contents on failure).
+QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, const quarot_adapt_desc* desc,
+                                             quarot_adapt_context* ctx, const quarot_env* env) {
+    quarot__stage1 s;
+    quarot_adapt_context t;
+    double* out = NULL;
+    quarot_result res;
+    if (!ctx) return QUAROT_ERR_INVALID_ARGUMENT;
+    ctx->error[0] = 0;
+    memset(&s, 0, sizeof s);
+    res = quarot__stage1_check(cap, desc, ctx, &s);
+    if (res != QUAROT_OK) return res;
+    res = quarot__stage1_alloc(&s, ctx, &t, env);
+    if (res == QUAROT_OK) res = quarot__stage1_rotate_rows(cap, &s, ctx);
+    memset(&s.qd, 0, sizeof s.qd);
+    s.qd.bits = s.bits;
+    s.qd.clip_ratio = 1.0f;
+    if (res == QUAROT_OK) res = quarot__stage1_start(&s, &t, ctx, env);
+    if (res == QUAROT_OK) res = quarot__stage1_steps(&s, &t, ctx, env);
+    quarot__stage1_free_work(&s, env);
+    if (res == QUAROT_OK) res = quarot__stage1_orthogonal(&s, &t, &out, ctx, env);
+    quarot__stage1_free_best(&s, env);
     if (res != QUAROT_OK) {
         quarot_env_free(&t.env, out);
         quarot_adapt_context_free(&t);
-        if (!ctx->error[0]) quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: %s", quarot_result_string(res));
+        if (!ctx->error[0])
+            quarot__adapt_msg(ctx->error, sizeof ctx->error, "adapt stage 1: %s", quarot_result_string(res));
         return res;
     }
     t.matrix = out;
-    t.hidden = hidden;
-    t.block = b;
-    t.hadamard_block = hb;
-    t.seed = dd.seed;
-    t.bits = bits;
-    t.steps = dd.steps;
-    t.patience = dd.patience;
-    t.rows = M;
-    t.reg = reg;
+    t.hidden = s.hidden;
+    t.block = s.b;
+    t.hadamard_block = s.hb;
+    t.seed = s.dd.seed;
+    t.bits = s.bits;
+    t.steps = s.dd.steps;
+    t.patience = s.dd.patience;
+    t.rows = s.M;
+    t.reg = s.reg;
     if (t.steps_run == 0) {                        // keep the arrays NULL when empty
         quarot_env_free(&t.env, t.losses); t.losses = NULL;
         quarot_env_free(&t.env, t.polar_iterations); t.polar_iterations = NULL;
@@ -13300,7 +13253,6 @@ QUAROT_API quarot_result quarot_adapt_stage1(const quarot_adapt_capture* cap, co
     *ctx = t;
     return QUAROT_OK;
 }
-
 
 // >>quantize
 // Per linear: D = W - W^ and the output error tr(D H D^T) / (2 rows) = mean ||x D^T||^2 over the
@@ -13345,16 +13297,18 @@ QUAROT_API quarot_result quarot_act_quant_check(const quarot_act_quant_desc* a, 
     }
     hd = cfg->head_dim ? cfg->head_dim : (cfg->n_heads > 0 ? cfg->hidden / cfg->n_heads : 0);
     qd = cfg->n_heads * hd;
-    if (a->a_group_size < 0 || (a->a_group_size > 0 && (cfg->hidden % a->a_group_size || cfg->intermediate % a->a_group_size ||
-                                                         qd % a->a_group_size))) {
-        quarot__qz_msg(err, err_cap, "a_group_size %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
+    if (a->a_group_size < 0 ||
+        (a->a_group_size > 0 &&
+         (cfg->hidden % a->a_group_size || cfg->intermediate % a->a_group_size || qd % a->a_group_size))) {
+        quarot__qz_msg(err, err_cap,
+                       "a_group_size %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
                        (long long)a->a_group_size, (long long)cfg->hidden, (long long)cfg->intermediate, (long long)qd);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (a->k_group_size < 0 || a->v_group_size < 0 || (a->k_group_size > 0 && hd % a->k_group_size) ||
         (a->v_group_size > 0 && hd % a->v_group_size)) {
-        quarot__qz_msg(err, err_cap, "k/v group sizes %lld / %lld must divide head_dim %lld", (long long)a->k_group_size,
-                       (long long)a->v_group_size, (long long)hd);
+        quarot__qz_msg(err, err_cap, "k/v group sizes %lld / %lld must divide head_dim %lld",
+                       (long long)a->k_group_size, (long long)a->v_group_size, (long long)hd);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     return QUAROT_OK;
@@ -13371,8 +13325,8 @@ static quarot_result quarot__qz_check_desc(const quarot_quantize_desc* d, char* 
         quarot__qz_msg(err, cap, "weight bits %d outside 2..8", b);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    if (!(d->percdamp >= 0.0 && d->percdamp < 1e6) || d->block_size < 0 || (d->act_order & ~1) || (d->one_pass & ~1) || (d->migrate & ~1) ||
-        (d->int8_down_proj & ~1) || d->nsamples < 0 || d->seq_len < 0) {
+    if (!(d->percdamp >= 0.0 && d->percdamp < 1e6) || d->block_size < 0 || (d->act_order & ~1) ||
+        (d->one_pass & ~1) || (d->migrate & ~1) || (d->int8_down_proj & ~1) || d->nsamples < 0 || d->seq_len < 0) {
         quarot__qz_msg(err, cap, "bad GPTQ options (percdamp %g, block %lld, act_order %d)", d->percdamp,
                        (long long)d->block_size, d->act_order);
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -13438,7 +13392,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
     if ((res = quarot__qshape_check(out, in, stride)) != QUAROT_OK) return res;
     if ((res = quarot__qspec_init(&dd.weight, in, &sp, &gs)) != QUAROT_OK) {
         if (dd.weight.group_size > 0 && in % dd.weight.group_size)
-            quarot__qz_msg(err, err_cap, "group size %lld does not divide the %lld input columns", (long long)dd.weight.group_size, (long long)in);
+            quarot__qz_msg(err, err_cap, "group size %lld does not divide the %lld input columns",
+                           (long long)dd.weight.group_size, (long long)in);
         else
             quarot__qz_msg(err, err_cap, "bad weight quantizer options");
         return res;
@@ -13459,7 +13414,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
         for (i = 0; i < in; ++i) {
             for (j = i; j < in; ++j)
                 if (h[i * in + j] - h[i * in + j] != 0.0) {
-                    quarot__qz_msg(err, err_cap, "NaN or Inf in the Hessian (row %lld, column %lld)", (long long)i, (long long)j);
+                    quarot__qz_msg(err, err_cap, "NaN or Inf in the Hessian (row %lld, column %lld)", (long long)i,
+                                   (long long)j);
                     return QUAROT_ERR_NONFINITE;
                 }
             nonzero += h[i * in + i] != 0.0;
@@ -13504,21 +13460,28 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
             gd.damp_ratio *= 10.0;
         }
         if (res == QUAROT_ERR_NOT_CONVERGED) {
-            quarot__qz_msg(err, err_cap, "GPTQ: Cholesky factorization failed at column %lld even with damping %g of the mean diagonal (%d retries)",
-                           (long long)gi.bad_column, gd.damp_ratio, tries);
+            quarot__qz_msg(err, err_cap,
+                           "GPTQ: Cholesky factorization failed at column %lld even with damping %g of the mean "
+                           "diagonal (%d retries)", (long long)gi.bad_column, gd.damp_ratio, tries);
         } else if (res == QUAROT_ERR_NONFINITE) {
             quarot__qz_msg(err, err_cap, "GPTQ: NaN or Inf in the weights");
         } else if (res != QUAROT_OK) {
             quarot__qz_msg(err, err_cap, "GPTQ: %s", quarot_result_string(res));
         }
         if (res != QUAROT_OK) { quarot_env_free(env, orig); return res; }
-        if (rep) { rep->gptq_loss = gi.loss; rep->damp = gi.damp; rep->retries = t; rep->dead_columns = gi.dead_columns; }
+        if (rep) {
+            rep->gptq_loss = gi.loss;
+            rep->damp = gi.damp;
+            rep->retries = t;
+            rep->dead_columns = gi.dead_columns;
+        }
     } else {
         // RTN: codes when asked, then the fake-quantized values (the same bits as dequantizing them).
         if (q) res = quarot_quantize_f32(w, out, in, stride, &dd.weight, q, scales, zeros);
         if (res == QUAROT_OK) res = quarot_fake_quant_f32(w, out, in, stride, &dd.weight);
         if (res != QUAROT_OK) {
-            quarot__qz_msg(err, err_cap, "RTN: %s", res == QUAROT_ERR_NONFINITE ? "NaN or Inf in the weights" : quarot_result_string(res));
+            quarot__qz_msg(err, err_cap, "RTN: %s",
+                           res == QUAROT_ERR_NONFINITE ? "NaN or Inf in the weights" : quarot_result_string(res));
             quarot_env_free(env, orig);
             return res;
         }
@@ -13550,9 +13513,14 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
     return QUAROT_OK;
 }
 
-// ---- the layer-wise stage ----
+// >>quantize_layers
+// The layer-wise stage (quarot_quantizer): per layer, four steps (q/k/v, o, gate/up, down), each
+// collecting the Hessian of its input from the rows the engine feeds, then quantizing its linears by
+// the method (after the scale migration search where asked) and reporting them.
 
-QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model, const quarot_quantize_desc* d) {
+
+QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_model* model,
+                                               const quarot_quantize_desc* d) {
     const quarot_adapter* ad;
     quarot_model_config* c;
     quarot_result res;
@@ -13578,19 +13546,22 @@ QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_mode
     widths[0] = c->hidden; widths[1] = c->n_heads * hd; widths[2] = c->intermediate;
     ad = quarot_adapter_find(c->arch);
     if (!ad || !ad->build) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "no adapter for architecture '%s' (built-in: %s)", c->arch, quarot_adapter_list());
+        quarot__qz_msg(qz->error, sizeof qz->error, "no adapter for architecture '%s' (built-in: %s)", c->arch,
+                       quarot_adapter_list());
         return QUAROT_ERR_UNSUPPORTED;
     }
     quarot_plan_init(&qz->plan, &model->env);
     res = ad->build(ad, c, -1, &qz->plan);
     if (res == QUAROT_OK && qz->plan.n_layers != c->n_layers) res = QUAROT_ERR_INTERNAL;
     if (res != QUAROT_OK) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "adapter '%s' could not describe the model: %s", ad->arch, quarot_result_string(res));
+        quarot__qz_msg(qz->error, sizeof qz->error, "adapter '%s' could not describe the model: %s", ad->arch,
+                       quarot_result_string(res));
         quarot_plan_free(&qz->plan);
         return res;
     }
     if (qz->desc.weight.group_size < 0 || (qz->desc.keep_indivisible & ~1) || (qz->desc.dead_fallback & ~1)) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "weight group size %lld < 0, or keep_indivisible / dead_fallback not 0/1",
+        quarot__qz_msg(qz->error, sizeof qz->error,
+                       "weight group size %lld < 0, or keep_indivisible / dead_fallback not 0/1",
                        (long long)qz->desc.weight.group_size);
         quarot_plan_free(&qz->plan);
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -13605,8 +13576,9 @@ QUAROT_API quarot_result quarot_quantizer_init(quarot_quantizer* qz, quarot_mode
             else if (k == 1) snprintf(name, sizeof name, "%s", qz->plan.layers[0].o_proj);
             else if (k == 2) snprintf(name, sizeof name, "%s", qz->plan.layers[0].down_proj);
             else snprintf(name, sizeof name, "%s", wnames[k]);
-            quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns (nor those of every layer's %s)",
-                           name, (long long)g, (long long)widths[k], wnames[k]);
+            quarot__qz_msg(qz->error, sizeof qz->error,
+                           "%s: weight group size %lld does not divide its %lld input columns (nor those of every "
+                           "layer's %s)", name, (long long)g, (long long)widths[k], wnames[k]);
             quarot_plan_free(&qz->plan);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
@@ -13647,7 +13619,8 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
     const quarot_plan* p;
     if (!qz || !qz->model) return QUAROT_ERR_INVALID_ARGUMENT;
     if (qz->layer >= 0) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld is still open (call quarot_quantizer_end_layer)", (long long)qz->layer);
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld is still open (call quarot_quantizer_end_layer)",
+                       (long long)qz->layer);
         return QUAROT_ERR_STATE;
     }
     if (layer < 0 || layer >= qz->config.n_layers) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -13681,7 +13654,8 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
     qz->step_in[1] = qz->config.n_heads * qz->config.head_dim;
     qz->step_in[3] = qz->config.intermediate;
     if (qz->model->acquire_layer && (res = qz->model->acquire_layer(qz->model->user_data, layer)) != QUAROT_OK) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: cannot acquire it: %s", (long long)layer, quarot_result_string(res));
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: cannot acquire it: %s", (long long)layer,
+                       quarot_result_string(res));
         return res;
     }
     qz->layer = layer;
@@ -13744,7 +13718,8 @@ QUAROT_API quarot_result quarot_quantizer_add(quarot_quantizer* qz, const char* 
             return QUAROT_ERR_OVERFLOW;
         qz->h[st] = (double*)quarot_env_alloc(&qz->model->env, bytes);
         if (!qz->h[st]) {
-            quarot__qz_msg(qz->error, sizeof qz->error, "%s: out of memory for its [%lld][%lld] Hessian", weight_name, (long long)n, (long long)n);
+            quarot__qz_msg(qz->error, sizeof qz->error, "%s: out of memory for its [%lld][%lld] Hessian", weight_name,
+                           (long long)n, (long long)n);
             return QUAROT_ERR_OUT_OF_MEMORY;
         }
         memset(qz->h[st], 0, bytes);
@@ -13776,19 +13751,22 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
     char msg[200];
     res = m->get_tensor(m->user_data, name, &t);
     if (res != QUAROT_OK) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name, res == QUAROT_ERR_NOT_FOUND ? "not in the model" : quarot_result_string(res));
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name,
+                       res == QUAROT_ERR_NOT_FOUND ? "not in the model" : quarot_result_string(res));
         return res;
     }
     in = t.ne[0];
     out = quarot_tensor_nrows(&t);
     if (in != qz->step_in[st] || out <= 0) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %lld input columns, expected %lld", name, (long long)in, (long long)qz->step_in[st]);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: %lld input columns, expected %lld", name, (long long)in,
+                       (long long)qz->step_in[st]);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     if (st == 3 && d.int8_down_proj) { d.weight.bits = 8; d.weight.group_size = 0; }
     gs = d.weight.group_size > 0 ? d.weight.group_size : in;
     if (in % gs) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns", name, (long long)gs, (long long)in);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: weight group size %lld does not divide its %lld input columns",
+                       name, (long long)gs, (long long)in);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     groups = in / gs;
@@ -13805,7 +13783,8 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
     q = (int8_t*)((char*)zr + sb);
     for (r = 0; r < out && res == QUAROT_OK; ++r) res = quarot_tensor_get_row_f32(&t, r, w + r * in);
     if (res == QUAROT_OK)
-        res = quarot_quantize_linear(w, out, in, in, qz->h[st], qz->rows[st], &d, q, sc, zr, &rep, msg, sizeof msg, env);
+        res = quarot_quantize_linear(w, out, in, in, qz->h[st], qz->rows[st], &d, q, sc, zr, &rep, msg, sizeof msg,
+                                     env);
     if (res != QUAROT_OK) {
         quarot__qz_msg(qz->error, sizeof qz->error, "%s: %s", name, msg[0] ? msg : quarot_result_string(res));
         quarot_env_free(env, w);
@@ -13818,7 +13797,9 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
         rep.step = st;
         rep.migrate_alpha = (st == 0 || st == 2) ? qz->mig_alpha : 0.0;
         res = qz->desc.on_linear(qz->desc.user_data, &rep);
-        if (res != QUAROT_OK) quarot__qz_msg(qz->error, sizeof qz->error, "%s: stopped by the report callback: %s", name, quarot_result_string(res));
+        if (res != QUAROT_OK)
+            quarot__qz_msg(qz->error, sizeof qz->error, "%s: stopped by the report callback: %s", name,
+                           quarot_result_string(res));
     } else if (res != QUAROT_OK) {
         quarot__qz_msg(qz->error, sizeof qz->error, "%s: writing back: %s", name, quarot_result_string(res));
     }
@@ -13917,15 +13898,20 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
     if (!h || qz->rows[st] <= 0) return QUAROT_OK;   // the GPTQ path reports the dead input
     // the norm: the (st == 0 ? first : second) fusion of this layer in the plan
     for (fi = 0; fi < qz->plan.n_fusions; ++fi)
-        if (qz->plan.fusions[fi].layer == qz->layer && seen++ == (st == 0 ? 0 : 1)) { norm = qz->plan.fusions[fi].norm_weight; break; }
+        if (qz->plan.fusions[fi].layer == qz->layer && seen++ == (st == 0 ? 0 : 1)) {
+            norm = qz->plan.fusions[fi].norm_weight;
+            break;
+        }
     if (!norm) return QUAROT_OK;
     if (qz->plan.fusions[fi].norm_bias[0]) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs an RMSNorm (this norm has a bias)", norm);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs an RMSNorm (this norm has a bias)",
+                       norm);
         return QUAROT_ERR_UNSUPPORTED;
     }
     res = m->get_tensor(m->user_data, norm, &g);
     if (res != QUAROT_OK || g.ne[0] != n) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs the norm gain [%lld]", norm, (long long)n);
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs the norm gain [%lld]", norm,
+                       (long long)n);
         return res != QUAROT_OK ? res : QUAROT_ERR_SHAPE_MISMATCH;
     }
     memset(w, 0, sizeof w);
@@ -13957,7 +13943,8 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
         for (i = 0; i < n; ++i)
             for (j = 0; j < n; ++j) h[i * n + j] *= (double)s[i] * (double)s[j];
     }
-    if (res != QUAROT_OK && !qz->error[0]) quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration: %s", norm, quarot_result_string(res));
+    if (res != QUAROT_OK && !qz->error[0])
+        quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration: %s", norm, quarot_result_string(res));
     for (k = 0; k < nw; ++k) quarot_env_free(env, w[k]);
     quarot_env_free(env, s);
     return res;
@@ -13988,7 +13975,8 @@ QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz) {
     quarot_result res = QUAROT_OK;
     if (!qz || !qz->model || qz->layer < 0) return QUAROT_ERR_STATE;
     if (qz->step < 4) {
-        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: %d of 4 steps quantized", (long long)qz->layer, qz->step);
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld: %d of 4 steps quantized", (long long)qz->layer,
+                       qz->step);
         return QUAROT_ERR_STATE;
     }
     if (qz->model->release_layer) res = qz->model->release_layer(qz->model->user_data, qz->layer, 1);
@@ -14019,8 +14007,8 @@ QUAROT_API void quarot_train_rmsnorm_f32(const float* x, int64_t rows, int64_t n
     }
 }
 
-QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n, const float* g,
-                                                  const float* dy, float* dx, int accumulate) {
+QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n,
+                                                  const float* g, const float* dy, float* dx, int accumulate) {
     int64_t r, i;
     if (!x || !rstd || !dy || !dx || rows <= 0 || n <= 0) return;
     for (r = 0; r < rows; ++r) {
@@ -14051,8 +14039,8 @@ QUAROT_API void quarot_train_rope_table(int64_t T, int64_t pos0, int64_t head_di
         }
 }
 
-QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs, int interleaved,
-                                      int inverse) {
+QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs,
+                                      int interleaved, int inverse) {
     int64_t half = head_dim / 2, t, h, i;
     if (!x || !cs || T <= 0 || heads <= 0 || head_dim < 2) return;
     for (t = 0; t < T; ++t) {
@@ -14099,8 +14087,8 @@ QUAROT_API void quarot_train_glu_f32(const float* g, const float* u, int64_t n, 
     for (i = 0; i < n; ++i) h[i] = quarot__tr_act(g[i], act) * u[i];
 }
 
-QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n, quarot_act_kind act,
-                                              float* dg, float* du) {
+QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n,
+                                              quarot_act_kind act, float* dg, float* du) {
     int64_t i;
     if (!g || !u || !dh || !dg || !du) return;
     for (i = 0; i < n; ++i) {
@@ -14137,8 +14125,8 @@ static void quarot__tr_softmax_causal(float* s, int64_t T) {
     }
 }
 
-static quarot_result quarot__tr_attn_check(const void* q, const void* k, const void* v, int64_t T, int64_t nh, int64_t nkv,
-                                           int64_t hd, int64_t ldq, int64_t ldk, int64_t ldv) {
+static quarot_result quarot__tr_attn_check(const void* q, const void* k, const void* v, int64_t T, int64_t nh,
+                                           int64_t nkv, int64_t hd, int64_t ldq, int64_t ldk, int64_t ldv) {
     if (!q || !k || !v || T < 1 || nh < 1 || nkv < 1 || hd < 1 || nh % nkv != 0 || ldq < nh * hd || ldk < nkv * hd ||
         ldv < nkv * hd || T > ((int64_t)1 << 24))
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -14150,8 +14138,8 @@ static quarot_result quarot__tr_attn_check(const void* q, const void* k, const v
 #define QUAROT__TR_QBLOCK 64
 
 // P [T][T] (lower trapezoids of blocks; the rest of each row zero) = causal softmax(scale q_h k_g^T)
-static quarot_result quarot__tr_scores(const float* qh, int64_t ldq, const float* kg, int64_t ldk, int64_t T, int64_t hd, float scale,
-                                       float* p, const quarot_env* env) {
+static quarot_result quarot__tr_scores(const float* qh, int64_t ldq, const float* kg, int64_t ldk, int64_t T,
+                                       int64_t hd, float scale, float* p, const quarot_env* env) {
     int64_t t0;
     quarot_result r = QUAROT_OK;
     for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {
@@ -14162,9 +14150,10 @@ static quarot_result quarot__tr_scores(const float* qh, int64_t ldq, const float
     return r;
 }
 
-QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v,
-                                                    int64_t ldv, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                                                    float* out, int64_t ldo, float* work, const quarot_env* env) {
+QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                    const float* v, int64_t ldv, int64_t T, int64_t n_heads,
+                                                    int64_t n_kv_heads, int64_t head_dim, float* out, int64_t ldo,
+                                                    float* work, const quarot_env* env) {
     int64_t h, group, t0;
     float scale, *p, *own = NULL;
     quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
@@ -14183,7 +14172,8 @@ QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq,
         r = quarot__tr_scores(q + h * head_dim, ldq, k + g * head_dim, ldk, T, head_dim, scale, p, env);
         for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {   // out_h = P v_g over each block's keys
             int64_t t1 = t0 + QUAROT__TR_QBLOCK < T ? t0 + QUAROT__TR_QBLOCK : T;
-            r = quarot_sgemm(0, 0, t1 - t0, head_dim, t1, 1.0f, p + t0 * T, T, v + g * head_dim, ldv, 0.0f, out + t0 * ldo + h * head_dim, ldo, env);
+            r = quarot_sgemm(0, 0, t1 - t0, head_dim, t1, 1.0f, p + t0 * T, T, v + g * head_dim, ldv, 0.0f,
+                             out + t0 * ldo + h * head_dim, ldo, env);
         }
     }
     quarot_env_free(env, own);
@@ -14191,9 +14181,10 @@ QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq,
 }
 
 QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
-                                                             const float* v, int64_t ldv, const float* dout, int64_t lddo,
-                                                             int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                                                             float* dq, float* dk, float* dv, float* work, const quarot_env* env) {
+                                                             const float* v, int64_t ldv, const float* dout,
+                                                             int64_t lddo, int64_t T, int64_t n_heads,
+                                                             int64_t n_kv_heads, int64_t head_dim, float* dq, float* dk,
+                                                             float* dv, float* work, const quarot_env* env) {
     int64_t h, group, t, s, j, t0;
     float scale, *p, *dp, *own = NULL;
     quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
@@ -14222,8 +14213,10 @@ QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int
             float* pb = p + t0 * T;
             float* db = dp + t0 * T;
             // dv_g += P^T dout_h;  dP = dout_h v_g^T (this block's keys)
-            r = quarot_sgemm(1, 0, t1, head_dim, nq, 1.0f, pb, T, doh + t0 * lddo, lddo, 1.0f, dv + g * head_dim, ldv, env);
-            if (r == QUAROT_OK) r = quarot_sgemm(0, 1, nq, t1, head_dim, 1.0f, doh + t0 * lddo, lddo, vg, ldv, 0.0f, db, T, env);
+            r = quarot_sgemm(1, 0, t1, head_dim, nq, 1.0f, pb, T, doh + t0 * lddo, lddo, 1.0f, dv + g * head_dim, ldv,
+                             env);
+            if (r == QUAROT_OK)
+                r = quarot_sgemm(0, 1, nq, t1, head_dim, 1.0f, doh + t0 * lddo, lddo, vg, ldv, 0.0f, db, T, env);
             if (r != QUAROT_OK) break;
             // dS = P * (dP - sum_s P dP), in place in dp (keys after t: P = 0)
             for (t = t0; t < t1; ++t) {
@@ -14235,16 +14228,19 @@ QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int
                 for (s = t + 1; s < t1; ++s) dr[s] = 0.0f;
             }
             // dq_h = scale dS k_g;  dk_g += scale dS^T q_h
-            r = quarot_sgemm(0, 0, nq, head_dim, t1, scale, db, T, kg, ldk, 0.0f, dq + t0 * ldq + h * head_dim, ldq, env);
-            if (r == QUAROT_OK) r = quarot_sgemm(1, 0, t1, head_dim, nq, scale, db, T, qh + t0 * ldq, ldq, 1.0f, dk + g * head_dim, ldk, env);
+            r = quarot_sgemm(0, 0, nq, head_dim, t1, scale, db, T, kg, ldk, 0.0f, dq + t0 * ldq + h * head_dim, ldq,
+                             env);
+            if (r == QUAROT_OK)
+                r = quarot_sgemm(1, 0, t1, head_dim, nq, scale, db, T, qh + t0 * ldq, ldq, 1.0f, dk + g * head_dim, ldk,
+                                 env);
         }
     }
     quarot_env_free(env, own);
     return r;
 }
 
-QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab, const int32_t* targets,
-                                                 float scale, float* dlogits) {
+QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab,
+                                                 const int32_t* targets, float scale, float* dlogits) {
     double total = 0.0;
     int64_t r, j;
     if (!logits || !targets || rows <= 0 || vocab <= 0) return 0.0;
@@ -14270,8 +14266,8 @@ QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t ro
     return total;
 }
 
-QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p, const int32_t* mask,
-                                          float scale, float* dlogits) {
+QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p,
+                                          const int32_t* mask, float scale, float* dlogits) {
     double total = 0.0;
     int64_t r, j;
     if (!logits || !p || rows <= 0 || vocab <= 0) return 0.0;
@@ -14324,7 +14320,8 @@ QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const dou
     tol = d->orth_tol > 0.0 ? d->orth_tol : 1e-6;
     if (!(lr > 0.0) || lr > 1e30 || !(mom >= 0.0 && mom < 1.0) || iters < 0 || iters > 1000 || n > ((int64_t)1 << 20))
         return QUAROT_ERR_INVALID_ARGUMENT;
-    if (!quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > SIZE_MAX / (6 * sizeof(double))) return QUAROT_ERR_OVERFLOW;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > SIZE_MAX / (6 * sizeof(double)))
+        return QUAROT_ERR_OVERFLOW;
     for (i = 0; i < (int64_t)nn; ++i)
         if (!(fabs(grad[i]) <= 1.7976931348623157e308)) return QUAROT_ERR_NONFINITE;
     buf = (double*)quarot_env_alloc(env, 5 * nn * sizeof(double) + (size_t)n * sizeof(double));
@@ -14432,7 +14429,8 @@ typedef struct quarot__tr {
     int64_t cap_rows, cap_T, rope_T, n_tapes, task_floats, attn_tasks;
     int cap_grad;
     quarot__tr_tape* tapes;
-    float *act, *ckpt, *rope, *xs, *tmp, *tmpq, *dx, *da, *dq, *dk, *dv, *datt, *dh, *dg, *du, *fin, *dfin, *rsf, *lg, *scr;
+    float *act, *ckpt, *rope, *xs, *tmp, *tmpq, *dx, *da, *dq, *dk, *dv, *datt, *dh, *dg, *du, *fin, *dfin, *rsf, *lg,
+        *scr;
     int32_t* targets;
     float* teacher;                      // KL: the FP32 model's probabilities [cap_rows][V]
 } quarot__tr;
@@ -14456,8 +14454,8 @@ static void* quarot__tr_alloc(const quarot__tr* p, int64_t n, size_t es) {
     return quarot_env_alloc(&p->env, bytes);
 }
 
-static quarot_result quarot__tr_gemm(quarot__tr* p, int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+static quarot_result quarot__tr_gemm(quarot__tr* p, int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
+                                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     return quarot_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, &p->env);
 }
 
@@ -14524,7 +14522,8 @@ static quarot_result quarot__tr_f_norm(const quarot__tr_rctx* c, int64_t r0, int
 // y (+)= d rmsnorm: x, s = rstd, a = gain, b = dy; mode = accumulate
 static quarot_result quarot__tr_f_norm_bwd(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
     (void)w;
-    quarot_train_rmsnorm_backward_f32(c->x + r0 * c->n, c->s + r0, r1 - r0, c->n, c->a, c->b + r0 * c->n, c->y + r0 * c->n, c->mode);
+    quarot_train_rmsnorm_backward_f32(c->x + r0 * c->n, c->s + r0, r1 - r0, c->n, c->a, c->b + r0 * c->n,
+                                      c->y + r0 * c->n, c->mode);
     return QUAROT_OK;
 }
 static quarot_result quarot__tr_f_quant(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
@@ -14551,14 +14550,15 @@ static quarot_result quarot__tr_f_rope_il(const quarot__tr_rctx* c, int64_t r0, 
 // x = act(x) * a  (x holds the gate's output, a the up projection's: h = act(g) * u into y)
 static quarot_result quarot__tr_f_glu(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
     (void)w;
-    quarot_train_glu_f32(c->x + r0 * c->n, c->a + r0 * c->n, (r1 - r0) * c->n, (quarot_act_kind)c->mode, c->y + r0 * c->n);
+    quarot_train_glu_f32(c->x + r0 * c->n, c->a + r0 * c->n, (r1 - r0) * c->n, (quarot_act_kind)c->mode,
+                         c->y + r0 * c->n);
     return QUAROT_OK;
 }
 // from dh (b), g (x), u (a): dg into y, du into s
 static quarot_result quarot__tr_f_glu_bwd(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
     (void)w;
-    quarot_train_glu_backward_f32(c->x + r0 * c->n, c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n, (quarot_act_kind)c->mode,
-                                  c->y + r0 * c->n, c->s + r0 * c->n);
+    quarot_train_glu_backward_f32(c->x + r0 * c->n, c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n,
+                                  (quarot_act_kind)c->mode, c->y + r0 * c->n, c->s + r0 * c->n);
     return QUAROT_OK;
 }
 static quarot_result quarot__tr_f_add(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
@@ -14595,13 +14595,14 @@ static quarot_result quarot__tr_f_had4(const quarot__tr_rctx* c, int64_t r0, int
     return quarot_hadamard_apply_f32(&p->plan4, &d, c->x + r0 * c->n, (r1 - r0) * (c->n / p->n4), p->n4, w, p->work4);
 }
 
-static quarot_result quarot__tr_norm(quarot__tr* p, const float* x, int64_t rows, int64_t n, const float* g, float* y, float* rs) {
+static quarot_result quarot__tr_norm(quarot__tr* p, const float* x, int64_t rows, int64_t n, const float* g, float* y,
+                                     float* rs) {
     quarot__tr_rctx c = quarot__tr_ctx(p, (float*)(uintptr_t)x, n);
     c.y = y; c.s = rs; c.a = g;
     return quarot__tr_rows(&c, rows, quarot__tr_f_norm);
 }
-static quarot_result quarot__tr_norm_bwd(quarot__tr* p, const float* x, const float* rs, int64_t rows, int64_t n, const float* g,
-                                         const float* dy, float* dx, int acc) {
+static quarot_result quarot__tr_norm_bwd(quarot__tr* p, const float* x, const float* rs, int64_t rows, int64_t n,
+                                         const float* g, const float* dy, float* dx, int acc) {
     quarot__tr_rctx c = quarot__tr_ctx(p, (float*)(uintptr_t)x, n);
     c.s = (float*)(uintptr_t)rs; c.a = g; c.b = dy; c.y = dx; c.mode = acc;
     return quarot__tr_rows(&c, rows, quarot__tr_f_norm_bwd);
@@ -14612,7 +14613,8 @@ static quarot_result quarot__tr_quant(quarot__tr* p, float* x, int64_t rows, int
     c.q = q;
     return quarot__tr_rows(&c, rows, quarot__tr_f_quant);
 }
-static quarot_result quarot__tr_rope(quarot__tr* p, float* x, int64_t rows, int64_t T, int64_t n, int inverse, int interleaved) {
+static quarot_result quarot__tr_rope(quarot__tr* p, float* x, int64_t rows, int64_t T, int64_t n, int inverse,
+                                     int interleaved) {
     quarot__tr_rctx c = quarot__tr_ctx(p, x, n);
     c.T = T; c.mode = inverse;
     return quarot__tr_rows(&c, rows, interleaved ? quarot__tr_f_rope_il : quarot__tr_f_rope);
@@ -14666,13 +14668,14 @@ static void quarot__tr_attn_task(void* arg, int64_t task) {
         int64_t w = u / p->nkv, g = u % p->nkv, hq0 = g * group * p->hd, kv0 = g * p->hd, row = w * T;
         // one KV head and its query heads: the public functions on a view with n_kv_heads = 1
         if (!j->backward)
-            r = quarot_train_attention_f32(j->q + row * p->qd + hq0, p->qd, j->k + row * p->kvd + kv0, p->kvd, j->v + row * p->kvd + kv0,
-                                           p->kvd, T, group, 1, p->hd, j->out + row * p->qd + hq0, p->qd, work, &env);
+            r = quarot_train_attention_f32(j->q + row * p->qd + hq0, p->qd, j->k + row * p->kvd + kv0, p->kvd,
+                                           j->v + row * p->kvd + kv0, p->kvd, T, group, 1, p->hd,
+                                           j->out + row * p->qd + hq0, p->qd, work, &env);
         else
             r = quarot_train_attention_backward_f32(j->q + row * p->qd + hq0, p->qd, j->k + row * p->kvd + kv0, p->kvd,
-                                                    j->v + row * p->kvd + kv0, p->kvd, j->dout + row * p->qd + hq0, p->qd, T, group, 1,
-                                                    p->hd, j->dq + row * p->qd + hq0, j->dk + row * p->kvd + kv0,
-                                                    j->dv + row * p->kvd + kv0, work, &env);
+                                                    j->v + row * p->kvd + kv0, p->kvd, j->dout + row * p->qd + hq0,
+                                                    p->qd, T, group, 1, p->hd, j->dq + row * p->qd + hq0,
+                                                    j->dk + row * p->kvd + kv0, j->dv + row * p->kvd + kv0, work, &env);
     }
     j->st[task] = r;
 }
@@ -14693,7 +14696,8 @@ static quarot_result quarot__tr_attention(quarot__tr* p, quarot__tr_attn_job* j,
 // ---- weights
 
 // Read `name` ([rows][cols], or a vector when rows == 1) into out as f32. Absent and optional: *present = 0.
-static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_t rows, int64_t cols, float* out, int* present) {
+static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_t rows, int64_t cols, float* out,
+                                     int* present) {
     quarot_model* m = t->model;
     quarot_tensor w;
     quarot_result r;
@@ -14713,8 +14717,8 @@ static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_
         return r;
     }
     if (w.ne[0] != cols || quarot_tensor_nrows(&w) != rows || (rows > 1 && w.ne[1] != rows)) {
-        quarot__tr_err(t, "tensor '%s' is {%lld, %lld}, expected {%lld, %lld}", name, (long long)w.ne[0], (long long)quarot_tensor_nrows(&w),
-                       (long long)cols, (long long)rows);
+        quarot__tr_err(t, "tensor '%s' is {%lld, %lld}, expected {%lld, %lld}", name, (long long)w.ne[0],
+                       (long long)quarot_tensor_nrows(&w), (long long)cols, (long long)rows);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     for (i = 0; i < rows; ++i)
@@ -14764,13 +14768,19 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
     if (r == QUAROT_OK && p->has_qkn) r = quarot__tr_read(t, nm[QUAROT__TR_KN], 1, p->hd, F->kn, NULL);
     // the norm gains
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_N1], 1, p->h, p->gain, &present);
-    if (r == QUAROT_OK && !present) { quarot__tr_err(t, "tensor '%s' not found", nm[QUAROT__TR_N1]); r = QUAROT_ERR_NOT_FOUND; }
+    if (r == QUAROT_OK && !present) {
+        quarot__tr_err(t, "tensor '%s' not found", nm[QUAROT__TR_N1]);
+        r = QUAROT_ERR_NOT_FOUND;
+    }
     if (r == QUAROT_OK) {
         quarot__tr_scale_cols(F->wq, p->qd, p->h, p->gain);
         quarot__tr_scale_cols(F->wk, p->kvd, p->h, p->gain);
         quarot__tr_scale_cols(F->wv, p->kvd, p->h, p->gain);
         r = quarot__tr_read(t, nm[QUAROT__TR_N2], 1, p->h, p->gain, &present);
-        if (r == QUAROT_OK && !present) { quarot__tr_err(t, "tensor '%s' not found", nm[QUAROT__TR_N2]); r = QUAROT_ERR_NOT_FOUND; }
+        if (r == QUAROT_OK && !present) {
+            quarot__tr_err(t, "tensor '%s' not found", nm[QUAROT__TR_N2]);
+            r = QUAROT_ERR_NOT_FOUND;
+        }
     }
     if (r == QUAROT_OK) {
         quarot__tr_scale_cols(F->wg, p->I, p->h, p->gain);
@@ -14806,7 +14816,8 @@ static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->kvd, h, h, F->wk, h, R1, h, 0.0f, E->wk, h);
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->kvd, h, h, F->wv, h, R1, h, 0.0f, p->mv, h);
     for (g = 0; g < p->nkv && r == QUAROT_OK; ++g)   // W_v,g <- R2^T (W_v R1)_g
-        r = R2 ? quarot__tr_gemm(p, 1, 0, hd, h, hd, R2, hd, p->mv + g * hd * h, h, 0.0f, E->wv + g * hd * h, h) : QUAROT_OK;
+        r = R2 ? quarot__tr_gemm(p, 1, 0, hd, h, hd, R2, hd, p->mv + g * hd * h, h, 0.0f, E->wv + g * hd * h, h)
+               : QUAROT_OK;
     if (r == QUAROT_OK && !R2) memcpy(E->wv, p->mv, (size_t)(p->kvd * h) * sizeof(float));
     for (g = 0; g < p->nh && r == QUAROT_OK && R2; ++g)   // N = W_o (I (x) R2)
         r = quarot__tr_gemm(p, 0, 0, h, hd, hd, F->wo + g * hd, p->qd, R2, hd, 0.0f, p->no + g * hd, p->qd);
@@ -14838,8 +14849,8 @@ static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
 }
 
 // y[rows][out] = x W^T (+ b)
-static quarot_result quarot__tr_linear(quarot__tr* p, const float* x, int64_t rows, int64_t in, const float* w, const float* b,
-                                       int64_t out, float* y) {
+static quarot_result quarot__tr_linear(quarot__tr* p, const float* x, int64_t rows, int64_t in, const float* w,
+                                       const float* b, int64_t out, float* y) {
     quarot_result r = quarot__tr_gemm(p, 0, 1, rows, out, in, x, in, w, in, 0.0f, y, out);
     int64_t i, j;
     if (r == QUAROT_OK && b)
@@ -14946,7 +14957,8 @@ static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, const quarot__tr_ta
     if (r == QUAROT_OK && p->has_qkn) {   // through datt / tmpq as the outputs (then copied back)
         r = quarot__tr_norm_bwd(p, tp->qraw, tp->rsq, rows * p->nh, p->hd, F->qn, p->dq, p->datt, 0);
         if (r == QUAROT_OK) memcpy(p->dq, p->datt, (size_t)(rows * p->qd) * sizeof(float));
-        if (r == QUAROT_OK) r = quarot__tr_norm_bwd(p, tp->kraw, tp->rsk, rows * p->nkv, p->hd, F->kn, p->dk, p->datt, 0);
+        if (r == QUAROT_OK)
+            r = quarot__tr_norm_bwd(p, tp->kraw, tp->rsk, rows * p->nkv, p->hd, F->kn, p->dk, p->datt, 0);
         if (r == QUAROT_OK) memcpy(p->dk, p->datt, (size_t)(rows * p->kvd) * sizeof(float));
     }
     // q / k / v: da = dq Wq + dk Wk + dv Wv; dW = d^T aq; db_v; dx += norm1'(da)
@@ -15070,13 +15082,16 @@ static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T,
     p->tapes = (quarot__tr_tape*)quarot__tr_alloc(p, p->n_tapes, sizeof(quarot__tr_tape));
     ok = p->act && p->tapes;
     for (i = 0; ok && i < p->n_tapes; ++i) quarot__tr_tape_set(p, &p->tapes[i], p->act + i * tf, rows, 1);
-    if (grad && t->desc.recompute) ok = ok && (p->ckpt = (float*)quarot__tr_alloc(p, p->L * rows * p->h, sizeof(float))) != NULL;
+    if (grad && t->desc.recompute)
+        ok = ok && (p->ckpt = (float*)quarot__tr_alloc(p, p->L * rows * p->h, sizeof(float))) != NULL;
     p->task_floats = 2 * T * T;
     if (p->g_heads && p->g_heads * p->hd > p->task_floats) p->task_floats = p->g_heads * p->hd;
-    if (p->n4 && (int64_t)(p->work4 / sizeof(float)) + 16 > p->task_floats) p->task_floats = (int64_t)(p->work4 / sizeof(float)) + 16;
+    if (p->n4 && (int64_t)(p->work4 / sizeof(float)) + 16 > p->task_floats)
+        p->task_floats = (int64_t)(p->work4 / sizeof(float)) + 16;
     p->task_floats = (p->task_floats + 15) & ~(int64_t)15;
     p->attn_tasks = p->threads;
-    ok = ok && (p->scr = (float*)quarot__tr_alloc(p, (p->threads > 1 ? p->threads : 1) * p->task_floats, sizeof(float))) != NULL;
+    ok = ok && (p->scr = (float*)quarot__tr_alloc(p, (p->threads > 1 ? p->threads : 1) * p->task_floats,
+                                                  sizeof(float))) != NULL;
     ok = ok && (p->rope = (float*)quarot__tr_alloc(p, T * p->hd, sizeof(float))) != NULL;
     ok = ok && (p->xs = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->tmp = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
@@ -15086,7 +15101,8 @@ static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T,
     ok = ok && (p->rsf = (float*)quarot__tr_alloc(p, rows, sizeof(float))) != NULL;
     ok = ok && (p->lg = (float*)quarot__tr_alloc(p, QUAROT__TR_LOGIT_ROWS * p->V, sizeof(float))) != NULL;
     ok = ok && (p->targets = (int32_t*)quarot__tr_alloc(p, rows, sizeof(int32_t))) != NULL;
-    if (t->desc.loss == QUAROT_TRAIN_LOSS_KL) ok = ok && (p->teacher = (float*)quarot__tr_alloc(p, rows * p->V, sizeof(float))) != NULL;
+    if (t->desc.loss == QUAROT_TRAIN_LOSS_KL)
+        ok = ok && (p->teacher = (float*)quarot__tr_alloc(p, rows * p->V, sizeof(float))) != NULL;
     if (grad) {
         ok = ok && (p->dx = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
         ok = ok && (p->da = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
@@ -15124,8 +15140,8 @@ static void quarot__tr_to_float(float* out, const double* in, int64_t n) {
 }
 
 // The teacher of the KL loss: the batch's FP32 next-token probabilities (every quantizer off).
-static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T, int grad, double* loss,
-                                     float* logits);
+static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T, int grad,
+                                     double* loss, float* logits);
 static quarot_result quarot__tr_teacher(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T) {
     quarot__tr* p = (quarot__tr*)t->priv;
     quarot_quant_desc keep[5];
@@ -15154,14 +15170,15 @@ static quarot_result quarot__tr_fail(quarot_trainer* t, quarot_result r, int64_t
         quarot__tr_err(t, "layer %lld (%s): %s", (long long)layer, what,
                        r == QUAROT_ERR_NONFINITE ? "NaN or Inf in the activations" : quarot_result_string(r));
     else
-        quarot__tr_err(t, "%s: %s", what, r == QUAROT_ERR_NONFINITE ? "NaN or Inf in the activations" : quarot_result_string(r));
+        quarot__tr_err(t, "%s: %s", what,
+                       r == QUAROT_ERR_NONFINITE ? "NaN or Inf in the activations" : quarot_result_string(r));
     return r;
 }
 
 // One pass over B windows tokens[B][T]: the mean loss, the logits of the rows when logits != NULL
 // ([B*T][V]), and with grad the gradients into t->grad_r1 / t->grad_r2.
-static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T, int grad, double* loss,
-                                     float* logits) {
+static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T, int grad,
+                                     double* loss, float* logits) {
     quarot__tr* p;
     quarot_model* m = t->model;
     quarot_tensor e;
@@ -15170,14 +15187,16 @@ static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int6
     int d1 = !t->desc.freeze_r1, kl = 0;
     float scale;
     quarot_result r;
-    if (!t->priv || !tok || B < 1 || T < 2 || B > ((int64_t)1 << 24) || T > ((int64_t)1 << 20) || B * T > ((int64_t)1 << 26))
+    if (!t->priv || !tok || B < 1 || T < 2 || B > ((int64_t)1 << 24) || T > ((int64_t)1 << 20) ||
+        B * T > ((int64_t)1 << 26))
         return QUAROT_ERR_INVALID_ARGUMENT;
     p = (quarot__tr*)t->priv;
     h = p->h;
     rows = B * T;
     for (i = 0; i < rows; ++i)
         if (tok[i] < 0 || tok[i] >= p->V) {
-            quarot__tr_err(t, "token %lld: id %ld outside the vocabulary [0, %lld)", (long long)i, (long)tok[i], (long long)p->V);
+            quarot__tr_err(t, "token %lld: id %ld outside the vocabulary [0, %lld)", (long long)i, (long)tok[i],
+                           (long long)p->V);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
     if ((r = quarot__tr_reserve(t, B, T, grad)) != QUAROT_OK) return r;
@@ -15194,7 +15213,10 @@ static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int6
     scale = (float)(1.0 / (double)count);
     // x = E[tok] R1
     memset(&e, 0, sizeof e);
-    if ((r = m->get_tensor(m->user_data, p->plan.embed, &e)) != QUAROT_OK) { quarot__tr_err(t, "tensor '%s' not found", p->plan.embed); return r; }
+    if ((r = m->get_tensor(m->user_data, p->plan.embed, &e)) != QUAROT_OK) {
+        quarot__tr_err(t, "tensor '%s' not found", p->plan.embed);
+        return r;
+    }
     for (i = 0; i < rows && r == QUAROT_OK; ++i) r = quarot_tensor_get_row_f32(&e, tok[i], p->tmp + i * h);
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, h, p->tmp, h, p->r1f, h, 0.0f, p->xs, h);
     if (r != QUAROT_OK) return quarot__tr_fail(t, r, -1, "embedding");
@@ -15216,7 +15238,9 @@ static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int6
         float* lg = logits ? logits + r0 * p->V : p->lg;
         r = quarot__tr_gemm(p, 0, 1, c, p->V, h, p->dfin + r0 * h, h, p->lm, h, 0.0f, lg, p->V);
         if (r != QUAROT_OK) break;
-        if (kl) total += quarot_train_kl_div_f32(lg, c, p->V, p->teacher + r0 * p->V, p->targets + r0, scale, grad ? p->lg : NULL);
+        if (kl)
+            total += quarot_train_kl_div_f32(lg, c, p->V, p->teacher + r0 * p->V, p->targets + r0, scale,
+                                             grad ? p->lg : NULL);
         else total += quarot_train_cross_entropy_f32(lg, c, p->V, p->targets + r0, scale, grad ? p->lg : NULL);
         if (grad) r = quarot__tr_gemm(p, 0, 0, c, h, p->V, p->lg, p->V, p->lm, h, 0.0f, p->da + r0 * h, h);
     }
@@ -15252,10 +15276,8 @@ static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int6
     return QUAROT_OK;
 }
 
-// >>train_run
-// Set-up (names, shapes, start rotations, fixed transforms, globals), the optimizer step and the run.
-
-// ---- set-up
+// >>train_setup
+// Set-up (names, shapes, start rotations, fixed transforms, globals) and the rotations' replacement.
 
 static void quarot__tr_priv_free(quarot__tr* p) {
     quarot_env env = p->env;
@@ -15271,9 +15293,18 @@ static void quarot__tr_priv_free(quarot__tr* p) {
         ptrs[6] = w->wd; ptrs[7] = w->bq; ptrs[8] = w->bk; ptrs[9] = w->bv; ptrs[10] = w->qn; ptrs[11] = w->kn;
         for (i = 0; i < 12; ++i) quarot_env_free(&env, ptrs[i]);
     }
-    quarot_env_free(&env, p->mv); quarot_env_free(&env, p->no); quarot_env_free(&env, p->dmv); quarot_env_free(&env, p->dno);
-    quarot_env_free(&env, p->dbv); quarot_env_free(&env, p->r1f); quarot_env_free(&env, p->r2f); quarot_env_free(&env, p->g1f);
-    quarot_env_free(&env, p->g2f); quarot_env_free(&env, p->m1); quarot_env_free(&env, p->m2); quarot_env_free(&env, p->best1);
+    quarot_env_free(&env, p->mv);
+    quarot_env_free(&env, p->no);
+    quarot_env_free(&env, p->dmv);
+    quarot_env_free(&env, p->dno);
+    quarot_env_free(&env, p->dbv);
+    quarot_env_free(&env, p->r1f);
+    quarot_env_free(&env, p->r2f);
+    quarot_env_free(&env, p->g1f);
+    quarot_env_free(&env, p->g2f);
+    quarot_env_free(&env, p->m1);
+    quarot_env_free(&env, p->m2);
+    quarot_env_free(&env, p->best1);
     quarot_env_free(&env, p->best2); quarot_env_free(&env, p->h_heads); quarot_env_free(&env, p->h3);
     quarot_env_free(&env, p->final_g); quarot_env_free(&env, p->gain); quarot_env_free(&env, p->lm_owned);
     quarot_env_free(&env, p->names);
@@ -15319,7 +15350,8 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
         for (i = 0; i < p->plan.n_fusions && nf < 2; ++i)
             if (p->plan.fusions[i].layer == l) f[nf++] = &p->plan.fusions[i];
         if (nf < 2 || f[0]->n_linears != 3 || f[1]->n_linears != 2 || f[0]->norm_bias[0] || f[1]->norm_bias[0]) {
-            quarot__tr_err(t, "layer %lld: the adapter plan does not describe a norm -> q, k, v and a norm -> gate, up", (long long)l);
+            quarot__tr_err(t, "layer %lld: the adapter plan does not describe a norm -> q, k, v and a norm -> gate, up",
+                           (long long)l);
             return QUAROT_ERR_UNSUPPORTED;
         }
         strcpy(nm[QUAROT__TR_N1], f[0]->norm_weight);
@@ -15332,7 +15364,8 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
         strcpy(nm[QUAROT__TR_U], p->plan.linears[f[1]->first_linear + 1].weight);
         strcpy(nm[QUAROT__TR_O], p->plan.layers[l].o_proj);
         strcpy(nm[QUAROT__TR_D], p->plan.layers[l].down_proj);
-        if (strcmp(nm[QUAROT__TR_V], p->plan.layers[l].v_proj) != 0 || strcmp(nm[QUAROT__TR_U], p->plan.layers[l].up_proj) != 0) {
+        if (strcmp(nm[QUAROT__TR_V], p->plan.layers[l].v_proj) != 0 ||
+            strcmp(nm[QUAROT__TR_U], p->plan.layers[l].up_proj) != 0) {
             quarot__tr_err(t, "layer %lld: the plan's readers are not in the order q, k, v and gate, up", (long long)l);
             return QUAROT_ERR_UNSUPPORTED;
         }
@@ -15386,7 +15419,8 @@ static quarot_result quarot__tr_probe_biases(quarot_trainer* t) {
 static quarot_result quarot__tr_online_block(quarot_trainer* t, int64_t n, const char* what, int64_t* b) {
     *b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
     if (*b <= 1) {
-        quarot__tr_err(t, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what, (long long)n);
+        quarot__tr_err(t, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what,
+                       (long long)n);
         return QUAROT_ERR_UNSUPPORTED_SIZE;
     }
     return QUAROT_OK;
@@ -15407,7 +15441,10 @@ static quarot_result quarot__tr_start(quarot_trainer* t) {
     r = quarot_rotation_init(&rot, &d, &p->env);
     if (r == QUAROT_OK) r = quarot_rotation_to_dense_f64(&rot, t->r1);
     quarot_rotation_free(&rot);
-    if (r != QUAROT_OK) { quarot__tr_err(t, "R1 of hidden size %lld: %s", (long long)p->h, quarot_result_string(r)); return r; }
+    if (r != QUAROT_OK) {
+        quarot__tr_err(t, "R1 of hidden size %lld: %s", (long long)p->h, quarot_result_string(r));
+        return r;
+    }
     if (!t->r2) return QUAROT_OK;
     memset(&d, 0, sizeof d);
     d.kind = QUAROT_ROTATION_HADAMARD;
@@ -15416,7 +15453,10 @@ static quarot_result quarot__tr_start(quarot_trainer* t) {
     r = quarot_rotation_init(&rot, &d, &p->env);
     if (r == QUAROT_OK) r = quarot_rotation_to_dense_f64(&rot, t->r2);
     quarot_rotation_free(&rot);
-    if (r != QUAROT_OK) { quarot__tr_err(t, "R2 of head_dim %lld: %s", (long long)p->hd, quarot_result_string(r)); return r; }
+    if (r != QUAROT_OK) {
+        quarot__tr_err(t, "R2 of head_dim %lld: %s", (long long)p->hd, quarot_result_string(r));
+        return r;
+    }
     for (l = 1; l < p->L; ++l) memcpy(t->r2 + l * hd2, t->r2, (size_t)hd2 * sizeof(double));
     return QUAROT_OK;
 }
@@ -15429,11 +15469,13 @@ static quarot_result quarot__tr_check_desc(quarot_trainer* t) {
     if (d->cayley_iters == 0) d->cayley_iters = 5;
     if (d->orth_tol == 0.0) d->orth_tol = 1e-6;
     if (d->batch == 0) d->batch = 1;
-    if (d->steps < 0 || d->steps > (1 << 24) || !(d->lr > 0.0 && d->lr < 1e6) || !(d->momentum >= 0.0 && d->momentum < 1.0) ||
-        d->cayley_iters < 0 || d->cayley_iters > 1000 || !(d->orth_tol > 0.0 && d->orth_tol < 1.0) || d->batch < 1 ||
+    if (d->steps < 0 || d->steps > (1 << 24) || !(d->lr > 0.0 && d->lr < 1e6) ||
+        !(d->momentum >= 0.0 && d->momentum < 1.0) || d->cayley_iters < 0 || d->cayley_iters > 1000 ||
+        !(d->orth_tol > 0.0 && d->orth_tol < 1.0) || d->batch < 1 ||
         ((d->no_r2 | d->freeze_r1 | d->freeze_r2 | d->online | d->r3 | d->constant_lr | d->recompute | d->loss) & ~1)) {
-        quarot__tr_err(t, "bad training options (steps %d, lr %g, momentum %g, cayley_iters %d, orth_tol %g, batch %lld)", d->steps, d->lr,
-                       d->momentum, d->cayley_iters, d->orth_tol, (long long)d->batch);
+        quarot__tr_err(t,
+                       "bad training options (steps %d, lr %g, momentum %g, cayley_iters %d, orth_tol %g, batch %lld)",
+                       d->steps, d->lr, d->momentum, d->cayley_iters, d->orth_tol, (long long)d->batch);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (!(d->w_bits == 0 || d->w_bits == 16 || (d->w_bits >= 2 && d->w_bits <= 8))) {
@@ -15510,17 +15552,21 @@ static quarot_result quarot__tr_globals(quarot_trainer* t) {
     int present;
     size_t len = strlen(p->plan.lm_head);
     memset(&e, 0, sizeof e);
-    if ((r = m->get_tensor(m->user_data, p->plan.embed, &e)) != QUAROT_OK || (r = quarot_tensor_validate(&e)) != QUAROT_OK) {
+    if ((r = m->get_tensor(m->user_data, p->plan.embed, &e)) != QUAROT_OK ||
+        (r = quarot_tensor_validate(&e)) != QUAROT_OK) {
         quarot__tr_err(t, "embedding '%s': %s", p->plan.embed, quarot_result_string(r));
         return r;
     }
     if (e.ne[0] != p->h || e.ne[1] != p->V || e.ne[2] != 1 || e.ne[3] != 1) {
-        quarot__tr_err(t, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed, (long long)e.ne[0],
-                       (long long)e.ne[1], (long long)p->h, (long long)p->V);
+        quarot__tr_err(t, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed,
+                       (long long)e.ne[0], (long long)e.ne[1], (long long)p->h, (long long)p->V);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     r = quarot__tr_read(t, p->plan.final_norm_weight, 1, p->h, p->final_g, &present);
-    if (r == QUAROT_OK && !present) { quarot__tr_err(t, "tensor '%s' not found", p->plan.final_norm_weight); r = QUAROT_ERR_NOT_FOUND; }
+    if (r == QUAROT_OK && !present) {
+        quarot__tr_err(t, "tensor '%s' not found", p->plan.final_norm_weight);
+        r = QUAROT_ERR_NOT_FOUND;
+    }
     if (r != QUAROT_OK) return r;
     if (len > 7 && strcmp(p->plan.lm_head + len - 7, ".weight") == 0) {
         memcpy(bias, p->plan.lm_head, len - 7);
@@ -15532,10 +15578,13 @@ static quarot_result quarot__tr_globals(quarot_trainer* t) {
     }
     memset(&w, 0, sizeof w);
     if ((r = m->get_tensor(m->user_data, lm_name, &w)) != QUAROT_OK || (r = quarot_tensor_validate(&w)) != QUAROT_OK) {
-        quarot__tr_err(t, "tensor '%s' %s", lm_name, r == QUAROT_ERR_NOT_FOUND ? "not found (config says the embeddings are not tied)" : "is not a valid view");
+        quarot__tr_err(t, "tensor '%s' %s", lm_name,
+                       r == QUAROT_ERR_NOT_FOUND ? "not found (config says the embeddings are not tied)"
+                                                 : "is not a valid view");
         return r;
     }
-    if (w.dtype == QUAROT_DTYPE_F32 && w.ne[0] == p->h && w.ne[1] == p->V && w.ne[2] == 1 && w.ne[3] == 1 && quarot_tensor_is_contiguous(&w)) {
+    if (w.dtype == QUAROT_DTYPE_F32 && w.ne[0] == p->h && w.ne[1] == p->V && w.ne[2] == 1 && w.ne[3] == 1 &&
+        quarot_tensor_is_contiguous(&w)) {
         int64_t i, n = p->V * p->h;
         const float* d = (const float*)w.data;
         for (i = 0; i < n; ++i)
@@ -15574,9 +15623,12 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
     if (c->norm == QUAROT_NORM_DEFAULT) c->norm = QUAROT_NORM_RMS;
     if (c->mlp == QUAROT_MLP_DEFAULT) c->mlp = QUAROT_MLP_GATED;
     if (c->act == QUAROT_ACT_DEFAULT) c->act = QUAROT_ACT_SILU;
-    if (c->norm != QUAROT_NORM_RMS || c->mlp != QUAROT_MLP_GATED || c->attn_out_bias || c->mlp_bias || c->head_dim % 2 != 0 ||
-        (c->act != QUAROT_ACT_SILU && c->act != QUAROT_ACT_GELU && c->act != QUAROT_ACT_RELU)) {
-        quarot__tr_err(t, "the trainer runs RMSNorm models with a gated MLP, no o_proj / MLP biases and an even head_dim (arch '%s')", c->arch);
+    if (c->norm != QUAROT_NORM_RMS || c->mlp != QUAROT_MLP_GATED || c->attn_out_bias || c->mlp_bias ||
+        c->head_dim % 2 != 0 || (c->act != QUAROT_ACT_SILU && c->act != QUAROT_ACT_GELU && c->act != QUAROT_ACT_RELU)) {
+        quarot__tr_err(
+            t,
+            "the trainer runs RMSNorm models with a gated MLP, no o_proj / MLP biases and an even head_dim (arch '%s')",
+            c->arch);
         t->model = NULL;
         return QUAROT_ERR_UNSUPPORTED;
     }
@@ -15601,7 +15653,10 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
     }
     r = ad->build(ad, c, -1, &p->plan);
     if (r == QUAROT_OK && p->plan.n_layers != p->L) r = QUAROT_ERR_INTERNAL;
-    if (r != QUAROT_OK) { quarot__tr_err(t, "adapter '%s' could not describe the model: %s", ad->arch, quarot_result_string(r)); goto fail; }
+    if (r != QUAROT_OK) {
+        quarot__tr_err(t, "adapter '%s' could not describe the model: %s", ad->arch, quarot_result_string(r));
+        goto fail;
+    }
     p->names = (char (*)[QUAROT__TR_NAMES][QUAROT_NAME_MAX])quarot__tr_alloc(p, p->L, sizeof *p->names);
     if (!p->names) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
     if ((r = quarot__tr_names(t)) != QUAROT_OK || (r = quarot__tr_probe_biases(t)) != QUAROT_OK) goto fail;
@@ -15635,7 +15690,10 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
         p->best2 = (double*)quarot__tr_alloc(p, p->L * hd2, sizeof(double));
         t->r2 = (double*)quarot__tr_alloc(p, p->L * hd2, sizeof(double));
         t->grad_r2 = (double*)quarot__tr_alloc(p, p->L * hd2, sizeof(double));
-        if (!p->r2f || !p->g2f || !p->m2 || !p->best2 || !t->r2 || !t->grad_r2) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+        if (!p->r2f || !p->g2f || !p->m2 || !p->best2 || !t->r2 || !t->grad_r2) {
+            r = QUAROT_ERR_OUT_OF_MEMORY;
+            goto fail;
+        }
         memset(p->m2, 0, (size_t)(p->L * hd2) * sizeof(double));
     }
     if ((r = quarot__tr_start(t)) != QUAROT_OK) goto fail;
@@ -15679,11 +15737,17 @@ QUAROT_API quarot_result quarot_trainer_set_rotations(quarot_trainer* t, const d
     if (!t || !t->priv) return QUAROT_ERR_INVALID_ARGUMENT;
     p = (quarot__tr*)t->priv;
     hd2 = p->hd * p->hd;
-    if (r2 && !t->r2) { quarot__tr_err(t, "R2 given, but the trainer was set up without R2 (no_r2)"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (r2 && !t->r2) {
+        quarot__tr_err(t, "R2 given, but the trainer was set up without R2 (no_r2)");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
     if (r1) {
         e = quarot__orth_error_gemm(r1, p->h, &p->env);
         if (e < 0.0) return QUAROT_ERR_OUT_OF_MEMORY;
-        if (!(e <= 1e-5)) { quarot__tr_err(t, "R1 is not orthogonal: max|R^T R - I| = %.3g > 1e-5", e); return QUAROT_ERR_INVALID_ARGUMENT; }
+        if (!(e <= 1e-5)) {
+            quarot__tr_err(t, "R1 is not orthogonal: max|R^T R - I| = %.3g > 1e-5", e);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
     }
     for (l = 0; r2 && l < p->L; ++l) {
         e = quarot__orth_error(r2 + l * hd2, p->hd);
@@ -15697,6 +15761,9 @@ QUAROT_API quarot_result quarot_trainer_set_rotations(quarot_trainer* t, const d
     return QUAROT_OK;
 }
 
+// >>train_run
+// The loss and gradients of a batch, the optimizer step and the run.
+
 static int quarot__tr_finite(const double* v, int64_t n) {
     int64_t i;
     for (i = 0; i < n; ++i)
@@ -15704,8 +15771,8 @@ static int quarot__tr_finite(const double* v, int64_t n) {
     return 1;
 }
 
-QUAROT_API quarot_result quarot_trainer_loss(quarot_trainer* t, const int32_t* tokens, int64_t n_windows, int64_t seq_len,
-                                             int grad, double* loss) {
+QUAROT_API quarot_result quarot_trainer_loss(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int grad, double* loss) {
     quarot__tr* p;
     quarot_result r;
     double v = 0.0;
@@ -15714,15 +15781,20 @@ QUAROT_API quarot_result quarot_trainer_loss(quarot_trainer* t, const int32_t* t
     r = quarot__tr_pass(t, tokens, n_windows, seq_len, grad ? 1 : 0, &v, NULL);
     if (r != QUAROT_OK) return r;
     *loss = v;
-    if (!(fabs(v) <= 1.7976931348623157e308)) { quarot__tr_err(t, "the loss is not finite (%g)", v); return QUAROT_ERR_NONFINITE; }
-    if (grad && (!quarot__tr_finite(t->grad_r1, p->h * p->h) || (t->grad_r2 && !quarot__tr_finite(t->grad_r2, p->L * p->hd * p->hd)))) {
+    if (!(fabs(v) <= 1.7976931348623157e308)) {
+        quarot__tr_err(t, "the loss is not finite (%g)", v);
+        return QUAROT_ERR_NONFINITE;
+    }
+    if (grad && (!quarot__tr_finite(t->grad_r1, p->h * p->h) ||
+                 (t->grad_r2 && !quarot__tr_finite(t->grad_r2, p->L * p->hd * p->hd)))) {
         quarot__tr_err(t, "a gradient is not finite");
         return QUAROT_ERR_NONFINITE;
     }
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_trainer_logits(quarot_trainer* t, const int32_t* tokens, int64_t seq_len, float* logits) {
+QUAROT_API quarot_result quarot_trainer_logits(quarot_trainer* t, const int32_t* tokens, int64_t seq_len,
+                                               float* logits) {
     double v;
     if (!t || !t->priv || !logits) return QUAROT_ERR_INVALID_ARGUMENT;
     return quarot__tr_pass(t, tokens, 1, seq_len, 0, &v, logits);
@@ -15749,7 +15821,9 @@ static quarot_result quarot__tr_update(quarot_trainer* t, double loss, int64_t n
     in.steps = steps;
     in.loss = loss;
     in.windows = n_windows;
-    in.lr = t->desc.constant_lr ? t->desc.lr : t->desc.lr * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)(step - 1) / (double)steps));
+    in.lr = t->desc.constant_lr
+                ? t->desc.lr
+                : t->desc.lr * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)(step - 1) / (double)steps));
     in.grad_norm_r1 = sqrt(quarot__tr_norm_f(t->grad_r1, p->h * p->h));
     in.grad_norm_r2 = t->r2 ? sqrt(quarot__tr_norm_f(t->grad_r2, p->L * hd2)) : 0.0;
     memset(&sd, 0, sizeof sd);
@@ -15759,7 +15833,10 @@ static quarot_result quarot__tr_update(quarot_trainer* t, double loss, int64_t n
     sd.orth_tol = t->desc.orth_tol;
     if (!t->desc.freeze_r1) {
         r = quarot_stiefel_step_f64(p->h, t->r1, t->grad_r1, p->m1, &sd, &si, &p->env);
-        if (r != QUAROT_OK) { quarot__tr_err(t, "step %d: the R1 update failed: %s", step, quarot_result_string(r)); return r; }
+        if (r != QUAROT_OK) {
+            quarot__tr_err(t, "step %d: the R1 update failed: %s", step, quarot_result_string(r));
+            return r;
+        }
         in.alpha_r1 = si.alpha;
         in.orth_error = si.orth_error;
         in.reorthogonalized += si.reorthogonalized;
@@ -15767,7 +15844,8 @@ static quarot_result quarot__tr_update(quarot_trainer* t, double loss, int64_t n
     for (l = 0; l < p->L && t->r2 && !t->desc.freeze_r2; ++l) {
         r = quarot_stiefel_step_f64(p->hd, t->r2 + l * hd2, t->grad_r2 + l * hd2, p->m2 + l * hd2, &sd, &si, &p->env);
         if (r != QUAROT_OK) {
-            quarot__tr_err(t, "step %d: the R2 update of layer %lld failed: %s", step, (long long)l, quarot_result_string(r));
+            quarot__tr_err(t, "step %d: the R2 update of layer %lld failed: %s", step, (long long)l,
+                           quarot_result_string(r));
             return r;
         }
         if (si.orth_error > in.orth_error) in.orth_error = si.orth_error;
@@ -15777,8 +15855,8 @@ static quarot_result quarot__tr_update(quarot_trainer* t, double loss, int64_t n
     return QUAROT_OK;
 }
 
-QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* tokens, int64_t n_windows, int64_t seq_len,
-                                             int step, int steps, quarot_train_step_info* info) {
+QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int step, int steps, quarot_train_step_info* info) {
     quarot_result r;
     double loss = 0.0;
     if (!t || !t->priv || steps < 1 || step < 1 || step > steps) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -15787,7 +15865,8 @@ QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* t
     return quarot__tr_update(t, loss, n_windows, step, steps, info);
 }
 
-QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* windows, int64_t n_windows, int64_t seq_len) {
+QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* windows, int64_t n_windows,
+                                            int64_t seq_len) {
     quarot__tr* p;
     quarot_rng rng;
     int64_t* order = NULL;
@@ -15802,7 +15881,8 @@ QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* wi
     steps = t->desc.steps;
     hd2 = p->hd * p->hd;
     if (B > n_windows) {
-        quarot__tr_err(t, "a batch of %lld windows needs at least as many windows (%lld given)", (long long)B, (long long)n_windows);
+        quarot__tr_err(t, "a batch of %lld windows needs at least as many windows (%lld given)", (long long)B,
+                       (long long)n_windows);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     order = (int64_t*)quarot__tr_alloc(p, n_windows, sizeof(int64_t));
@@ -15837,7 +15917,8 @@ QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* wi
                 memcpy(t->r1, p->best1, (size_t)(p->h * p->h) * sizeof(double));
                 if (t->r2) memcpy(t->r2, p->best2, (size_t)(p->L * hd2) * sizeof(double));
             }
-            quarot__tr_err(t, "step %d: %s; stopped, keeping the rotations of step %d (batch loss %.6g)", s, detail, t->best_step, best);
+            quarot__tr_err(t, "step %d: %s; stopped, keeping the rotations of step %d (batch loss %.6g)", s, detail,
+                           t->best_step, best);
             goto done;
         }
         if (r != QUAROT_OK) goto done;
@@ -15868,6 +15949,800 @@ done:
 #endif
 
 #endif // QUAROT_IMPLEMENTATION
+
+#if defined(QUAROT__TEMPLATE) && defined(QUAROT_IMPLEMENTATION_INCLUDED)
+// Kernel bodies that exist once per ISA or element type: the implementation includes this file again
+// for each instance, with QUAROT__TEMPLATE saying which body and macros naming the ISA or type (see
+// QUAROT_HEADER_FILE). Nothing else in the file is read then: the declarations sit behind QUAROT_H and
+// the implementation behind QUAROT_IMPLEMENTATION_INCLUDED.
+
+// >>transform_body
+// (implementation only) The f32 transform kernels of one ISA, compiled once per ISA by the section
+// that defines its vector macros (>>transform_isa): this file is included again with QUAROT__TEMPLATE
+// == QUAROT__TEMPLATE_TRANSFORM and QUAROT__ISA naming the ISA (QUAROT__K(quarot__wht_row_f32_) is
+// quarot__wht_row_f32_avx2 etc.); the kernels' macros are those of >>transform_simd and >>transform_mix.
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_TRANSFORM
+
+// The FWHT kernels: quarot__wht_blk_f32_<isa> (the W*2^lv floats at p, all in registers),
+// quarot__wht_pass_f32_<isa> (stages h, 2h, .., h*2^(r-1) over a region of len floats) and the row
+// driver quarot__wht_row_f32_<isa>. Rows shorter than W go to _ref.
+
+// [2^lv][W] floats at p: stages h = 1 .. W/2 in lanes, then h = W .. W*2^(lv-1) across registers.
+static void QUAROT__K(quarot__wht_blk_f32_)(float* p, const float* src, int lv, const float* pre, const float* post,
+                                            const float* scale) {
+    const int64_t h = QUAROT__W;
+    const float* ps = src ? src : p;
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const float* q;
+    switch (lv) {
+        case 0: QUAROT__RADIX(1, QUAROT__WITH) break;
+        case 1: QUAROT__RADIX(2, QUAROT__WITH) break;
+        case 2: QUAROT__RADIX(4, QUAROT__WITH) break;
+        case 3: QUAROT__RADIX(8, QUAROT__WITH) break;
+        default: QUAROT__RADIX(16, QUAROT__WITH) break;
+    }
+}
+
+// 2 * W * 2^LOGR floats at x: two register blocks, then the last stage fused into block B.
+static void QUAROT__K(quarot__wht_two_f32_)(float* x, const float* src, const float* pre, const float* post,
+                                            const float* scale) {
+    const int64_t h = QUAROT__W, half = (int64_t)QUAROT__W << QUAROT__LOGR;
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const float *q, *ps;
+    if (QUAROT__LOGR == 3) QUAROT__TWOBLK(8) else QUAROT__TWOBLK(16)
+}
+
+// For every base (multiple of h*2^r) and column c < h: the 2^r vectors x[base + c + t*h] hold bits
+// b .. b+r-1 (h = 2^b) in their register index t, so r stages run on registers. post_row and scale
+// (last pass only) are indexed like x.
+static void QUAROT__K(quarot__wht_pass_f32_)(float* x, int64_t len, int64_t h, int r, const float* post_row,
+                                             const float* scale) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const float* pre = NULL;
+    const float *post, *q;
+    int64_t base, c;
+    for (base = 0; base < len; base += h << r) {
+        for (c = 0; c < h; c += QUAROT__W) {
+            float* p = x + base + c;
+            const float* ps = p;
+            post = post_row ? post_row + base + c : NULL;
+            switch (r) {
+                case 1: QUAROT__RADIX(2, QUAROT__WITHOUT) break;
+                case 2: QUAROT__RADIX(4, QUAROT__WITHOUT) break;
+                case 3: QUAROT__RADIX(8, QUAROT__WITHOUT) break;
+                default: QUAROT__RADIX(16, QUAROT__WITHOUT) break;
+            }
+        }
+    }
+}
+
+// Row driver. Bits LOGW .. lc-1 are done per L1-sized chunk of 2^lc floats (first group in registers
+// with the in-lane stages, reading src when given, then passes over the chunk in x), bits lc .. L-1
+// in passes over the whole row. Groups are as even as can be (a radix-2 pass is bound by its loads
+// and stores), at most LOGR bits, and at most 3 bits in the whole-row passes, whose 2^r loads are
+// 4 KiB or more apart and share one L1 set (8 ways). lc minimizes the number of passes.
+static void QUAROT__K(quarot__wht_row_f32_)(float* x, const float* src, int L, const float* pre, const float* post,
+                                            const float* scale) {
+    int g[64], ng = 0, nc, i, lc, best = 1 << 30, lo, C, T;
+    int64_t c0, b0;
+    if (L < QUAROT__LOGW) { quarot__wht_row_f32_ref(x, src, L, pre, post, scale); return; }
+    if (L - QUAROT__LOGW <= QUAROT__LOGR) {
+        QUAROT__K(quarot__wht_blk_f32_)(x, src, L - QUAROT__LOGW, pre, post, scale);
+        return;
+    }
+    if (L - QUAROT__LOGW == QUAROT__LOGR + 1) { QUAROT__K(quarot__wht_two_f32_)(x, src, pre, post, scale); return; }
+    // choose lc: fewest passes, never a 1-bit pass over the whole row
+    for (i = L < QUAROT__WHT_LCHUNK ? L : QUAROT__WHT_LCHUNK, lc = i; i > QUAROT__LOGW; --i) {
+        const int np = (i - QUAROT__LOGW + QUAROT__LOGR - 1) / QUAROT__LOGR + (L - i + 2) / 3;
+        if (L - i != 1 && np < best) { best = np; lc = i; }
+    }
+    // g[0] bits in the register block, g[1 .. nc-1] in chunk passes, the rest over the row
+    C = lc - QUAROT__LOGW; T = L - lc;
+    nc = (C + QUAROT__LOGR - 1) / QUAROT__LOGR;
+    for (i = 0; i < nc; ++i) g[ng++] = C / nc + (i < C % nc ? 1 : 0);
+    for (i = 0; i < (T + 2) / 3; ++i) g[ng++] = T / ((T + 2) / 3) + (i < T % ((T + 2) / 3) ? 1 : 0);
+    for (c0 = 0; c0 < ((int64_t)1 << L); c0 += (int64_t)1 << lc) {
+        const int last = T == 0;
+        for (b0 = 0; b0 < ((int64_t)1 << lc); b0 += (int64_t)1 << (QUAROT__LOGW + g[0]))
+            QUAROT__K(quarot__wht_blk_f32_)(x + c0 + b0, src ? src + c0 + b0 : NULL, g[0],
+                                            pre ? pre + c0 + b0 : NULL, NULL, NULL);
+        for (i = 1, lo = QUAROT__LOGW + g[0]; i < nc; lo += g[i++])
+            QUAROT__K(quarot__wht_pass_f32_)(x + c0, (int64_t)1 << lc, (int64_t)1 << lo, g[i],
+                                             last && i == nc - 1 ? post : NULL, last && i == nc - 1 ? scale : NULL);
+    }
+    for (i = nc, lo = lc; i < ng; lo += g[i++])
+        QUAROT__K(quarot__wht_pass_f32_)(x, (int64_t)1 << L, (int64_t)1 << lo, g[i], i == ng - 1 ? post : NULL,
+                                         i == ng - 1 ? scale : NULL);
+}
+
+// The column kernels (quarot_hadamard_apply_cols_f32; the passes of QUAROT__CPASS). Pass k of pl over
+// the w columns: rows of src / dst lds / ldd floats apart, or in the skewed buffer (sbuf / dbuf).
+static void QUAROT__K(quarot__whtc_pass_f32_)(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t w, int L,
+                                              const quarot__whtc_plan* pl, int k, int sbuf, int dbuf,
+                                              const float* pre, const float* post, const float* scale,
+                                              const float* ahead, int64_t lda) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const int64_t hs = (int64_t)1 << pl->s[k], n = (int64_t)1 << L;
+    const int64_t ss = sbuf ? quarot__whtc_stride(pl, k, w) : hs * lds;
+    const int64_t sd = dbuf ? quarot__whtc_stride(pl, k, w) : hs * ldd;
+    int64_t base, c, cv, t;
+    switch (pl->r[k]) {
+        case 1: QUAROT__CPASS(2) break;
+        case 2: QUAROT__CPASS(4) break;
+        case 3: QUAROT__CPASS(8) break;
+        default: QUAROT__CPASS(16) break;
+    }
+}
+
+static void QUAROT__K(quarot__whtc_f32_)(float* x, int64_t ld, int64_t w, int L, const float* pre, const float* post,
+                                         const float* scale, float* buf) {
+    quarot__whtc_plan pl;
+    int k;
+    quarot__whtc_plan_make(&pl, L, QUAROT__LOGR);
+    for (k = 0; k < pl.np; ++k) {
+        const int first = k == 0, last = k == pl.np - 1;
+        const int sbuf = !first && buf != NULL, dbuf = !last && buf != NULL;
+        QUAROT__K(quarot__whtc_pass_f32_)(sbuf ? buf : x, ld, dbuf ? buf : x, ld, w, L, &pl, k, sbuf, dbuf,
+                                          first ? pre : NULL, last ? post : NULL, last ? scale : NULL,
+                                          first || last ? x : NULL, ld);
+    }
+}
+
+// The float-panel mixing (b == 1). z, y: [K][M]; coef: the panels of one orientation. Three loops by
+// M: 2W and more, W, below W.
+static void QUAROT__K(quarot__mix_f32_)(const float* z, float* y, int64_t K, int64_t M, const float* coef,
+                                        const float* post, const float* scale) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    int64_t i0, j0, j, k;
+    if (M >= 2 * QUAROT__W) {
+        for (j0 = 0; j0 < M; j0 += 2 * QUAROT__W) {
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {
+                const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);
+                const float* zk = z + j0;
+                QUAROT__V z0 = QUAROT__VLD(zk), z1 = QUAROT__VLD(zk + QUAROT__W), hv;
+                QUAROT__MIX_REP(QUAROT__MA_DECL2)
+                QUAROT__MIX_REP(QUAROT__MA_INIT2)
+                for (k = 1; k < K; ++k) {
+                    c += 16; zk += M;
+                    z0 = QUAROT__VLD(zk); z1 = QUAROT__VLD(zk + QUAROT__W);
+                    QUAROT__MIX_REP(QUAROT__MA_STEP2)
+                }
+                QUAROT__MIX_REP(QUAROT__MA_STORE2)
+            }
+        }
+    } else if (M == QUAROT__W) {
+        for (i0 = 0, j0 = 0; i0 < K; i0 += QUAROT__MIX_RI) {
+            const float* c = coef + (i0 >> 4) * 16 * K + (i0 & 15);
+            const float* zk = z;
+            QUAROT__V z0 = QUAROT__VLD(zk);
+            QUAROT__MIX_REP(QUAROT__MA_DECL1)
+            QUAROT__MIX_REP(QUAROT__MA_INIT1)
+            for (k = 1; k < K; ++k) {
+                c += 16; zk += M;
+                z0 = QUAROT__VLD(zk);
+                QUAROT__MIX_REP(QUAROT__MA_STEP1)
+            }
+            QUAROT__MIX_REP(QUAROT__MA_STORE1)
+        }
+    } else {
+        float buf[QUAROT__W];
+        for (j = 0; j < M; ++j) {
+            for (i0 = 0; i0 < K; i0 += QUAROT__MIX_NB * QUAROT__W) {
+                const float* c = coef + (i0 >> 4) * 16 * K;
+                QUAROT__V zb = QUAROT__VSET1(z[j]);
+                QUAROT__MIX_BREP(QUAROT__MB_DECL)
+                QUAROT__MIX_BREP(QUAROT__MB_INIT)
+                for (k = 1; k < K; ++k) {
+                    zb = QUAROT__VSET1(z[k * M + j]);
+                    QUAROT__MIX_BREP(QUAROT__MB_STEP)
+                }
+                QUAROT__MIX_BREP(QUAROT__MB_STORE)
+            }
+        }
+    }
+}
+
+// The blocked mixing (b > 1). z, y: [K][M]; pat: [K8 + 8][nwd] pattern words of one orientation; tab:
+// one group's tables.
+static void QUAROT__K(quarot__mixb_f32_)(const float* z, float* y, int64_t K, int64_t M, int b, const uint64_t* pat,
+                                         int64_t nb, float* tab, const float* corr, const float* post,
+                                         const float* scale) {
+    const QUAROT__V sv = QUAROT__VSET1(scale ? *scale : 1.0f);
+    const int64_t nv = M >= 4 * QUAROT__W ? 4 : M / QUAROT__W, ew = nv * QUAROT__W;
+    const int64_t chalf = M / 2, E = 64 / b, nwd = (nb + E - 1) / E;
+    const uint64_t pm = ((uint64_t)1 << (b - 1)) - 1;
+    const int64_t gfit = QUAROT__MIXB_CACHE / ((int64_t)sizeof(float) * ew) >> (b - 1);
+    const int64_t gsz = gfit > 0 ? gfit : 1;
+    int64_t j0, i0, blk, k0, c, g0, g1;
+    for (j0 = 0; j0 < M; j0 += ew) {
+        for (g0 = 0; g0 < nb; g0 = g1) {
+            const int64_t wi0 = g0 / E, sh0 = (g0 % E) * b;
+            g1 = g0 + gsz < nb ? g0 + gsz : nb;
+            // the group's tables, then the outputs' running sums over its blocks
+            if (nv == 4) QUAROT__MIXB_GROUP(4)
+            else if (nv == 2) QUAROT__MIXB_GROUP(2)
+            else QUAROT__MIXB_GROUP(1)
+        }
+    }
+}
+
+#endif // QUAROT__TEMPLATE_TRANSFORM
+
+// >>gemm_body
+// (implementation only) The blocked GEMM driver of >>gemm for one element type: QUAROT__T (float or
+// double), QUAROT__G(name) its names (quarot__gemm_run_s / _d), QUAROT__GCFG and QUAROT__GSELECT its
+// blocking type and selection (quarot__sgemm_cfg, quarot__sgemm_select).
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_GEMM
+
+static void QUAROT__G(quarot__gemm_strip_)(const QUAROT__T* QUAROT__RESTRICT s, int64_t ld, int64_t kc, int64_t ns,
+                                           int w, QUAROT__T* QUAROT__RESTRICT d) {
+    int64_t p, t;
+    int j;
+    switch (w) {
+        case 4: QUAROT__GEMM_STRIP_W(QUAROT__T, 4) break;
+        case 6: QUAROT__GEMM_STRIP_W(QUAROT__T, 6) break;
+        case 8: QUAROT__GEMM_STRIP_W(QUAROT__T, 8) break;
+        case 12: QUAROT__GEMM_STRIP_W(QUAROT__T, 12) break;
+        case 16: QUAROT__GEMM_STRIP_W(QUAROT__T, 16) break;
+        case 32: QUAROT__GEMM_STRIP_W(QUAROT__T, 32) break;
+        default: QUAROT__GEMM_STRIP_ANY(QUAROT__T, w) break;
+    }
+}
+
+static void QUAROT__G(quarot__gemm_pack_a_)(int ta, const QUAROT__T* a, int64_t lda, int64_t mc, int64_t kc, int mr,
+                                            QUAROT__T* QUAROT__RESTRICT ap) {
+    int64_t s, p;
+    int r, rows;
+    if (ta && mc >= mr) {
+        s = mc / mr * mr;
+        QUAROT__G(quarot__gemm_strip_)(a, lda, kc, mc / mr, mr, ap);
+        ap += s * kc;
+        a += s;
+        mc -= s;
+    }
+    if (!ta) {
+        // full slivers of row-major A: each source row read contiguously, 64 columns at a time, into
+        // the sliver's (L1-resident) 64 x mr tile. Column by column, the mr rows (a power-of-two
+        // stride apart, e.g. 16 KiB) all fall into one L1 set and evict each other on every element.
+        int64_t p0, pe;
+        for (s = 0; s + mr <= mc; s += mr, ap += (int64_t)mr * kc)
+            for (p0 = 0; p0 < kc; p0 = pe) {
+                pe = p0 + 64 < kc ? p0 + 64 : kc;
+                QUAROT__G(quarot__gemm_tr_)(a + s * lda, lda, mr, p0, pe, ap);
+            }
+        a += s * lda;
+        mc -= s;
+    }
+    for (s = 0; s < mc; s += mr) {
+        rows = (int)quarot__gemm_min(mr, mc - s);
+        for (p = 0; p < kc; ++p) {
+            if (ta) { const QUAROT__T* src = a + p * lda + s; for (r = 0; r < rows; ++r) ap[r] = src[r]; }
+            else    { const QUAROT__T* src = a + s * lda + p; for (r = 0; r < rows; ++r) ap[r] = src[r * lda]; }
+            for (; r < mr; ++r) ap[r] = (QUAROT__T)0;
+            ap += mr;
+        }
+    }
+}
+
+// The serial loop nest over one panel of C, with its own packing buffers ap, bp. apk, when not NULL: A
+// packed whole beforehand (pack_a of all m rows, k <= kc, so one k block): its slivers are used in
+// place of ap's, which is not touched; the same values reach the kernel, so the same bits.
+static void QUAROT__G(quarot__gemm_run_)(const QUAROT__GCFG* cfg, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                         QUAROT__T alpha, const QUAROT__T* a, int64_t lda, const QUAROT__T* b,
+                                         int64_t ldb, QUAROT__T beta, QUAROT__T* c, int64_t ldc, QUAROT__T* ap,
+                                         QUAROT__T* bp, int tri, int64_t coff, const QUAROT__T* apk) {
+    const int mr = cfg->mr, nr = cfg->nr;
+    int64_t jc, pc, ic, ir, jr, nc, kc, mc, i, j;
+    QUAROT__T tmp[QUAROT__GEMM_TILE_MAX], bb;
+    for (jc = 0; jc < n; jc += cfg->nc) {
+        nc = quarot__gemm_min(cfg->nc, n - jc);
+        for (pc = 0; pc < k; pc += cfg->kc) {
+            kc = quarot__gemm_min(cfg->kc, k - pc);
+            bb = pc == 0 ? beta : (QUAROT__T)1;
+            // B's panel is pack_a's of op(B)^T: nr-column slivers of op(B) are nr-row slivers of
+            // op(B)^T, which is B stored transposed exactly when tb is 0
+            QUAROT__G(quarot__gemm_pack_a_)(!tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, nc, kc, nr, bp);
+            for (ic = 0; ic < m; ic += cfg->mc) {
+                mc = quarot__gemm_min(cfg->mc, m - ic);
+                if (!apk)
+                    QUAROT__G(quarot__gemm_pack_a_)(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, mr,
+                                                    ap);
+                for (ir = 0; ir < mc; ir += mr) {
+                    const QUAROT__T* as = apk ? apk + (ic + ir) * kc : ap + ir * kc;
+                    QUAROT__T* crow = c + (ic + ir) * ldc + jc;
+                    int64_t rows = quarot__gemm_min(mr, mc - ir);
+                    for (jr = 0; jr < nc; jr += nr) {
+                        int64_t cols = quarot__gemm_min(nr, nc - jr);
+                        if (tri && coff + jc + jr + cols <= ic + ir) continue;   // strictly lower
+                        if (rows == mr && cols == nr) {
+                            cfg->kernel(kc, as, bp + jr * kc, crow + jr, ldc, alpha, bb);
+                            continue;
+                        }
+                        // edge tile: tmp = acc exactly (alpha 1, beta 0), then the kernel's epilogue
+                        cfg->kernel(kc, as, bp + jr * kc, tmp, nr, (QUAROT__T)1, (QUAROT__T)0);
+                        for (i = 0; i < rows; ++i) {
+                            QUAROT__T* cr = crow + i * ldc + jr;
+                            for (j = 0; j < cols; ++j) {
+                                QUAROT__T v = alpha * tmp[i * nr + j];
+                                cr[j] = bb == (QUAROT__T)0 ? v : v + bb * cr[j];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// C <- beta * C for k == 0 or alpha == 0 (beta == 0 writes zeros without reading).
+static void QUAROT__G(quarot__gemm_scale_)(int64_t m, int64_t n, QUAROT__T beta, QUAROT__T* c, int64_t ldc) {
+    int64_t i, j;
+    for (i = 0; i < m; ++i)
+        for (j = 0; j < n; ++j) c[i * ldc + j] = beta == (QUAROT__T)0 ? (QUAROT__T)0 : beta * c[i * ldc + j];
+}
+
+typedef struct QUAROT__G(quarot__gemm_job_) {
+    const QUAROT__GCFG* cfg;
+    const quarot__gemm_plan* pl;
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    QUAROT__T alpha, beta;
+    const QUAROT__T* a;
+    const QUAROT__T* b;
+    QUAROT__T* c;
+    QUAROT__T* work;
+    int tri;
+} QUAROT__G(quarot__gemm_job_);
+
+// Task t: panel (t / tn, t % tn) of C, workspace slice t.
+static void QUAROT__G(quarot__gemm_task_)(void* arg, int64_t t) {
+    const QUAROT__G(quarot__gemm_job_)* jb = (const QUAROT__G(quarot__gemm_job_)*)arg;
+    const quarot__gemm_plan* pl = jb->pl;
+    int64_t i0 = (t / pl->tn) * pl->pm, j0 = (t % pl->tn) * pl->pn;
+    int64_t pn = quarot__gemm_min(pl->pn, jb->n - j0), js = 0;
+    QUAROT__T* ap = jb->work + t * pl->per_task;
+    // tri: columns left of the panel's first row are strictly lower for all its rows
+    if (jb->tri && i0 > j0) js = quarot__gemm_min(pn, (i0 - j0) / jb->cfg->nr * jb->cfg->nr);
+    if (js >= pn) return;
+    j0 += js;
+    QUAROT__G(quarot__gemm_run_)(jb->cfg, jb->ta, jb->tb, quarot__gemm_min(pl->pm, jb->m - i0), pn - js, jb->k,
+                                 jb->alpha, jb->a + (jb->ta ? i0 : i0 * jb->lda), jb->lda,
+                                 jb->b + (jb->tb ? j0 * jb->ldb : j0), jb->ldb, jb->beta,
+                                 jb->c + i0 * jb->ldc + j0, jb->ldc, ap, ap + pl->a_elems, jb->tri, j0 - i0, NULL);
+}
+
+// Narrow products (!tb, n a multiple of nnr below QUAROT__GEMM_NARROW * nnr): A is read in place,
+// once per column tile, not packed; a row-major A packed for only n / nr column tiles spent longer
+// packing (a transpose, out of DRAM) than multiplying, and a transposed one (op(A) = A^T, e.g. the
+// deflation's C^T W) was packed whole for every product, three passes over it instead of one. Task t:
+// rows [t*rows, +rows) of op(A), all kc blocks (beta' as in the loop nest), full nmr x nnr tiles.
+// (Other n would leave a few columns for the loop nest, which packs all of A again for them: slower
+// than packing once.)
+typedef struct QUAROT__G(quarot__gemm_njob_) {
+    const QUAROT__GCFG* cfg;
+    int ta;
+    int64_t m, n, k, lda, ldb, ldc, rows;
+    QUAROT__T alpha, beta;
+    const QUAROT__T* a;
+    const QUAROT__T* b;
+    QUAROT__T* c;
+} QUAROT__G(quarot__gemm_njob_);
+
+static void QUAROT__G(quarot__gemm_ntask_)(void* arg, int64_t t) {
+    const QUAROT__G(quarot__gemm_njob_)* jb = (const QUAROT__G(quarot__gemm_njob_)*)arg;
+    const QUAROT__GCFG* cfg = jb->cfg;
+    const int64_t ars = jb->ta ? 1 : jb->lda, aks = jb->ta ? jb->lda : 1;
+    int64_t i0 = t * jb->rows, i1 = quarot__gemm_min(jb->m, i0 + jb->rows), pc, i, j, kc;
+    for (pc = 0; pc < jb->k; pc += kc) {
+        QUAROT__T bb = pc == 0 ? jb->beta : (QUAROT__T)1;
+        kc = quarot__gemm_min(cfg->kc, jb->k - pc);
+        for (i = i0; i < i1; i += cfg->nmr)
+            for (j = 0; j < jb->n; j += cfg->nnr)
+                cfg->narrow(kc, jb->a + i * ars + pc * aks, ars, aks, jb->b + pc * jb->ldb + j, jb->ldb,
+                            jb->c + i * jb->ldc + j, jb->ldc, jb->alpha, bb);
+    }
+}
+
+// The whole built-in GEMM after argument checks, with a given blocking and kernel. tri: only the
+// tiles of C that hold an element on or above the diagonal are computed (m == n: the upper triangle
+// of a symmetric product; the elements computed are the bits of the full product).
+static quarot_result QUAROT__G(quarot__gemm_cfgx_)(const QUAROT__GCFG* cfg, int tri, int ta, int tb, int64_t m,
+                                                   int64_t n, int64_t k, QUAROT__T alpha, const QUAROT__T* a,
+                                                   int64_t lda, const QUAROT__T* b, int64_t ldb, QUAROT__T beta,
+                                                   QUAROT__T* c, int64_t ldc, const quarot_env* env) {
+    quarot__gemm_plan pl;
+    QUAROT__G(quarot__gemm_job_) jb;
+    size_t bytes;
+    void* mem;
+    if (m == 0 || n == 0) return QUAROT_OK;
+    if (k == 0 || alpha == (QUAROT__T)0) { QUAROT__G(quarot__gemm_scale_)(m, n, beta, c, ldc); return QUAROT_OK; }
+    if (cfg->narrow && !tri && !tb && m >= cfg->nmr && n % cfg->nnr == 0 &&
+        n < QUAROT__GEMM_NARROW * cfg->nnr) {
+        QUAROT__G(quarot__gemm_njob_) nj;
+        int64_t m0 = m / cfg->nmr * cfg->nmr, t;
+        quarot_result r = QUAROT_OK;
+        nj.cfg = cfg; nj.ta = ta; nj.m = m0; nj.n = n; nj.k = k; nj.lda = lda; nj.ldb = ldb; nj.ldc = ldc;
+        nj.alpha = alpha; nj.beta = beta; nj.a = a; nj.b = b; nj.c = c;
+        nj.rows = 16 * (int64_t)cfg->nmr;   // up to 16 tiles a task, at least ~4 tasks a thread
+        t = quarot__gemm_threads(m, n, k, env);
+        if (t > 1) {
+            t = quarot__gemm_cdiv(m0, 4 * t * cfg->nmr) * cfg->nmr;
+            if (t < nj.rows) nj.rows = t;
+            quarot_env_parallel_for(env, QUAROT__G(quarot__gemm_ntask_), &nj, quarot__gemm_cdiv(m0, nj.rows));
+        } else {
+            for (t = 0; t < quarot__gemm_cdiv(m0, nj.rows); ++t) QUAROT__G(quarot__gemm_ntask_)(&nj, t);
+        }
+        // the last m % nmr rows through the loop nest below: the same chains, so the same bits
+        if (m0 < m)
+            r = QUAROT__G(quarot__gemm_cfgx_)(cfg, 0, ta, 0, m - m0, n, k, alpha, a + (ta ? m0 : m0 * lda), lda, b, ldb,
+                                              beta, c + m0 * ldc, ldc, env);
+        return r;
+    }
+    quarot__gemm_plan_make(m, n, k, cfg->mr, cfg->nr, cfg->kc, cfg->mc, cfg->nc, tri, env, &pl);
+    if (!quarot__mul_size((size_t)pl.tasks, (size_t)pl.per_task, &bytes) ||
+        !quarot__mul_size(bytes, sizeof(QUAROT__T), &bytes) || bytes > SIZE_MAX - 64)
+        return QUAROT_ERR_OVERFLOW;
+    mem = quarot_env_alloc(env, bytes + 64);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    jb.cfg = cfg; jb.pl = &pl; jb.ta = ta; jb.tb = tb; jb.m = m; jb.n = n; jb.k = k;
+    jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc; jb.alpha = alpha; jb.beta = beta;
+    jb.a = a; jb.b = b; jb.c = c; jb.tri = tri;
+    jb.work = (QUAROT__T*)quarot__align64(mem);
+    quarot_env_parallel_for(env, QUAROT__G(quarot__gemm_task_), &jb, pl.tasks);
+    quarot_env_free(env, mem);
+    return QUAROT_OK;
+}
+
+static quarot_result QUAROT__G(quarot__gemm_cfg_)(const QUAROT__GCFG* cfg, int ta, int tb, int64_t m, int64_t n,
+                                                  int64_t k, QUAROT__T alpha, const QUAROT__T* a, int64_t lda,
+                                                  const QUAROT__T* b, int64_t ldb, QUAROT__T beta, QUAROT__T* c,
+                                                  int64_t ldc, const quarot_env* env) {
+    return QUAROT__G(quarot__gemm_cfgx_)(cfg, 0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+// The same with the blocking and kernel of an ISA (resolved); used by the entry points and linalg.
+static quarot_result QUAROT__G(quarot__gemm_)(quarot_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                              QUAROT__T alpha, const QUAROT__T* a, int64_t lda, const QUAROT__T* b,
+                                              int64_t ldb, QUAROT__T beta, QUAROT__T* c, int64_t ldc,
+                                              const quarot_env* env) {
+    QUAROT__GCFG cfg;
+    QUAROT__GSELECT(isa, &cfg);
+    return QUAROT__G(quarot__gemm_cfg_)(&cfg, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, env);
+}
+
+#endif // QUAROT__TEMPLATE_GEMM
+
+// >>polar_body
+// (implementation only) The Newton-Schulz polar factor of >>linalg for one element type, named and
+// typed as >>gemm_body: the scaled Frobenius norm, the Gram matrix X^T X by symmetric panels, the
+// rescale and the sigma_min estimate, then the iteration itself.
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_POLAR
+
+static double QUAROT__G(quarot__frob_)(int64_t n, const QUAROT__T* x, int64_t ld) {
+    double amax = 0.0, ss = 0.0, t;
+    int64_t i, j;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) { t = fabs((double)x[i * ld + j]); if (t > amax) amax = t; }
+    if (amax == 0.0) return 0.0;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) { t = (double)x[i * ld + j] / amax; ss += t * t; }
+    return amax * sqrt(ss);
+}
+
+typedef struct QUAROT__G(quarot__gram_job_) {
+    const QUAROT__GCFG* cfg;
+    int64_t n, ldx, bs, nb, n_tasks, per_task, a_elems;
+    const QUAROT__T* x;
+    QUAROT__T* g;
+    QUAROT__T* work;
+} QUAROT__G(quarot__gram_job_);
+
+static void QUAROT__G(quarot__gram_panel_)(const QUAROT__G(quarot__gram_job_)* jb, int64_t p, QUAROT__T* ap) {
+    int64_t i0 = p * jb->bs;
+    QUAROT__G(quarot__gemm_run_)(jb->cfg, 1, 0, quarot__gemm_min(jb->bs, jb->n - i0), jb->n - i0, jb->n, (QUAROT__T)1,
+                                 jb->x + i0, jb->ldx, jb->x + i0, jb->ldx, (QUAROT__T)0, jb->g + i0 * jb->n + i0, jb->n,
+                                 ap, ap + jb->a_elems, 0, 0, NULL);
+}
+
+// Task t: panel pairs (q, nb-1-q) for q = t, t + n_tasks, ...
+static void QUAROT__G(quarot__gram_task_)(void* arg, int64_t t) {
+    const QUAROT__G(quarot__gram_job_)* jb = (const QUAROT__G(quarot__gram_job_)*)arg;
+    QUAROT__T* ap = jb->work + t * jb->per_task;
+    int64_t q;
+    for (q = t; q < (jb->nb + 1) / 2; q += jb->n_tasks) {
+        QUAROT__G(quarot__gram_panel_)(jb, q, ap);
+        if (jb->nb - 1 - q != q) QUAROT__G(quarot__gram_panel_)(jb, jb->nb - 1 - q, ap);
+    }
+}
+
+// G [n][n]: the strictly lower triangle <- the upper one, in 32 x 32 tiles for the cache.
+static void QUAROT__G(quarot__gram_mirror_)(int64_t n, QUAROT__T* g) {
+    int64_t i, j, i0, j0;
+    for (i0 = 0; i0 < n; i0 += 32)
+        for (j0 = 0; j0 <= i0; j0 += 32)
+            for (i = i0; i < quarot__gemm_min(i0 + 32, n); ++i)
+                for (j = j0; j < quarot__gemm_min(j0 + 32, i); ++j) g[i * n + j] = g[j * n + i];
+}
+
+// G[n][n] (row stride n) = X^T X for X [n][n] (row stride ldx); work sized by gram_setup.
+static void QUAROT__G(quarot__gram_)(QUAROT__G(quarot__gram_job_)* jb, const QUAROT__T* x, int64_t ldx, QUAROT__T* g,
+                                     const quarot_env* env) {
+    jb->x = x; jb->ldx = ldx; jb->g = g;
+    quarot_env_parallel_for(env, QUAROT__G(quarot__gram_task_), jb, jb->n_tasks);
+    QUAROT__G(quarot__gram_mirror_)(jb->n, g);
+}
+
+// Panel size: a multiple of the micro-tile near 200; tasks: one, or ~2 per thread. Returns the
+// workspace elements needed (0 on overflow).
+static size_t QUAROT__G(quarot__gram_setup_)(QUAROT__G(quarot__gram_job_)* jb, const QUAROT__GCFG* cfg,
+                                             int64_t n, const quarot_env* env) {
+    int64_t l = cfg->mr, threads = (env && env->parallel.run) ? env->parallel.n_threads : 1;
+    size_t total;
+    while (l % cfg->nr) l += cfg->mr;   // lcm(mr, nr)
+    jb->cfg = cfg;
+    jb->n = n;
+    jb->bs = quarot__gemm_cdiv(192, l) * l;   // waste (diagonal blocks) ~ bs/n, packing ~ 1/bs
+    jb->nb = quarot__gemm_cdiv(n, jb->bs);
+    jb->n_tasks = threads > 1 ? quarot__gemm_min((jb->nb + 1) / 2, 2 * threads) : 1;
+    jb->a_elems = (quarot__gemm_min(cfg->mc, jb->bs) * quarot__gemm_min(cfg->kc, n) + 15) / 16 * 16;
+    jb->per_task = jb->a_elems + (quarot__gemm_min(cfg->kc, n) *
+                                  quarot__gemm_min(cfg->nc, quarot__gemm_cdiv(n, cfg->nr) * cfg->nr) + 15) / 16 * 16;
+    if (!quarot__mul_size((size_t)jb->n_tasks, (size_t)jb->per_task, &total)) return 0;
+    return total;
+}
+
+// G *= 1/lam and X *= 1/sqrt(lam) with lam = min(||G||_F, ||G||_1) >= lambda_max(G) = sigma_max(X)^2,
+// when lam < 1; returns the bound on lambda_max(G) after that (1 if it rescaled, else lam).
+static double QUAROT__G(quarot__polar_rescale_)(int64_t n, QUAROT__T* x, QUAROT__T* g, double* dg, double* s) {
+    double fro = 0.0, one = 0.0, row, t, inv;
+    int64_t i, j;
+    for (i = 0; i < n; ++i) {
+        row = fabs(dg[i]);
+        fro += dg[i] * dg[i];
+        for (j = 0; j < n; ++j)
+            if (j != i) { t = (double)g[i * n + j]; row += fabs(t); fro += t * t; }
+        if (row > one) one = row;
+    }
+    fro = sqrt(fro);
+    t = fro < one ? fro : one;
+    if (!(t > 0.0 && t < 1.0) || !s) return t;
+    inv = 1.0 / sqrt(t);
+    *s *= sqrt(t);
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) {
+            x[i * n + j] = (QUAROT__T)((double)x[i * n + j] * inv);
+            g[i * n + j] = (QUAROT__T)((double)g[i * n + j] / t);
+        }
+    for (j = 0; j < n; ++j) dg[j] /= t;
+    return 1.0;
+}
+
+// `steps` power steps on M = cm*I - G (cm >= lambda_max(G): M is positive semidefinite), v updated
+// in place; returns cm - (Rayleigh quotient of M), an estimate of lambda_min(G) that can only be too
+// high: too early a switch costs steps, never correctness. G v = sum_j v_j G[j][:] (G symmetric).
+static double QUAROT__G(quarot__polar_lmin_)(int64_t n, const QUAROT__T* g, double cm, double* v, double* w,
+                                             int steps) {
+    double rq = 0.0, vv, nw;
+    int64_t i, j;
+    int k;
+    for (k = 0; k < steps; ++k) {
+        for (i = 0; i < n; ++i) w[i] = cm * v[i];
+        for (j = 0; j < n; ++j) {
+            const QUAROT__T* gr = g + j * n;
+            double vj = v[j];
+            for (i = 0; i < n; ++i) w[i] -= vj * (double)gr[i];
+        }
+        vv = 0.0; rq = 0.0; nw = 0.0;
+        for (i = 0; i < n; ++i) { vv += v[i] * v[i]; rq += v[i] * w[i]; nw += w[i] * w[i]; }
+        rq /= vv;
+        if (!(nw > 0.0)) break;
+        nw = 1.0 / sqrt(nw);
+        for (i = 0; i < n; ++i) v[i] = w[i] * nw;
+    }
+    return cm - rq;
+}
+
+static quarot_result QUAROT__G(quarot__polar_)(int64_t n, const QUAROT__T* c, int64_t ldc, QUAROT__T* u, int64_t ldu,
+                                               const quarot_polar_desc* d, quarot_polar_info* info,
+                                               const quarot_env* env, double tol_default, int iter_default,
+                                               double tau) {
+    QUAROT__GCFG cfg;
+    QUAROT__G(quarot__gram_job_) jb;
+    quarot_result r;
+    quarot_rng rng;
+    double tol = d && d->tol > 0.0 ? d->tol : tol_default, s, res = 0.0, t, bound = 1.0, growth = 1.0;
+    int max_iter = d && d->max_iter > 0 ? d->max_iter : iter_default, it, status = 1;
+    int fast = !(d && d->plain);   // 1 while X <- X(2I - G) steps are in use
+    int searching = 1;   // 1 until sigma_min(X) >= 1/2 is seen
+    size_t nn, bytes, gram_elems;
+    QUAROT__T *mem, *xa, *g, *cur, *oth, *sw;
+    double *dg, *pv, *pw;
+    int64_t i, j, ldcur, ldoth, ldsw;
+    if (info) { info->iterations = 0; info->residual = 0.0; info->scale = 0.0; }
+    if (n < 1 || !c || !u || ldc < n || ldu < n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (d && (d->max_iter < 0 || !(d->tol >= 0.0) || !(d->scale >= 0.0) || d->scale - d->scale != 0.0))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot__gemm_check_mat(c, n, n, ldc, sizeof(QUAROT__T), 1);
+    if (r == QUAROT_OK) r = quarot__gemm_check_mat(u, n, n, ldu, sizeof(QUAROT__T), 1);
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) { t = (double)c[i * ldc + j]; if (t - t != 0.0) return QUAROT_ERR_NONFINITE; }
+    s = d && d->scale > 0.0 ? d->scale : QUAROT__G(quarot__frob_)(n, c, ldc);
+    if (s == 0.0) return QUAROT_ERR_INVALID_ARGUMENT;   // C == 0: no polar factor
+    QUAROT__GSELECT(quarot_isa_best(), &cfg);
+    gram_elems = QUAROT__G(quarot__gram_setup_)(&jb, &cfg, n, env);
+    // one block: gram packing, X [n][n], G [n][n], then 3 vectors [n] of doubles, alignment slack
+    if (!gram_elems || !quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > (SIZE_MAX / 4 - gram_elems) / 2 ||
+        !quarot__mul_size(2 * nn + gram_elems, sizeof(QUAROT__T), &bytes) ||
+        bytes > SIZE_MAX / 2 - 3 * (size_t)n * sizeof(double))
+        return QUAROT_ERR_OVERFLOW;
+    bytes += 3 * (size_t)n * sizeof(double) + 128;
+    mem = (QUAROT__T*)quarot_env_alloc(env, bytes);
+    if (!mem) return QUAROT_ERR_OUT_OF_MEMORY;
+    jb.work = (QUAROT__T*)quarot__align64(mem);
+    xa = jb.work + gram_elems;
+    g = xa + nn;
+    dg = (double*)(void*)(xa + (2 * nn + 7) / 8 * 8);   // 8-element (>= 32 B) aligned
+    pv = dg + n;
+    pw = pv + n;
+    quarot_rng_seed(&rng, 0x706f6c6172ULL);   // power-iteration start
+    for (i = 0; i < n; ++i) pv[i] = quarot_rng_normal(&rng);
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) xa[i * n + j] = (QUAROT__T)((double)c[i * ldc + j] / s);
+    cur = xa; ldcur = n; oth = u; ldoth = ldu;
+    for (it = 0;; ++it) {
+        QUAROT__G(quarot__gram_)(&jb, cur, ldcur, g, env);
+        for (j = 0; j < n; ++j) dg[j] = 0.0;
+        for (i = 0; i < n; ++i)
+            for (j = 0; j < n; ++j) { t = (double)cur[i * ldcur + j]; dg[j] += t * t; }
+        // first step: refine the default scale; X(2I - G) steps only where sigma_max <= 1.09 is sure
+        if (it == 0) {
+            bound = QUAROT__G(quarot__polar_rescale_)(n, cur, g, dg, d && d->scale > 0.0 ? NULL : &s);
+            if (bound > 1.18) fast = 0;
+        }
+        res = 0.0;
+        for (i = 0; i < n; ++i) {
+            t = fabs(dg[i] - 1.0);
+            if (!(t <= res)) res = t;   // NaN propagates
+            for (j = i + 1; j < n; ++j) { t = fabs((double)g[i * n + j]); if (!(t <= res)) res = t; }
+        }
+        if (res <= tol) { status = 0; break; }
+        if (!(res <= 1e30) || it >= max_iter) break;   // diverged or out of steps
+        // Until sigma_min(X) >= 1/2: each step multiplied the singular values below 1/2 by at least
+        // 1.75 (fast) or 1.375, so sigma_min(X0) < 0.5/growth; below tau C counts as singular (its
+        // rounding noise would otherwise grow into a singular value). Then the fast steps end.
+        if (searching) {
+            t = QUAROT__G(quarot__polar_lmin_)(n, g, it == 0 && bound > 1.0 ? 1.01 * bound + 0.19 : 1.19, pv, pw,
+                                               it == 0 ? 12 : 4);
+            if (t >= 0.25) searching = fast = 0;
+            else if (0.5 / growth < tau) break;
+            else growth *= fast ? 1.75 : 1.375;
+        }
+        // Y = 2I - G (fast) or (3I - G)/2 in place of G; the diagonal from the double column norms
+        for (i = 0; i < n; ++i) {
+            if (fast) for (j = 0; j < n; ++j) g[i * n + j] = -g[i * n + j];
+            else      for (j = 0; j < n; ++j) g[i * n + j] = (QUAROT__T)-0.5 * g[i * n + j];
+            g[i * n + i] = (QUAROT__T)(fast ? 2.0 - dg[i] : 1.5 - 0.5 * dg[i]);
+        }
+        r = QUAROT__G(quarot__gemm_)(quarot_isa_best(), 0, 0, n, n, n, (QUAROT__T)1, cur, ldcur, g, n, (QUAROT__T)0,
+                                     oth, ldoth, env);
+        if (r != QUAROT_OK) { quarot_env_free(env, mem); return r; }
+        sw = cur; cur = oth; oth = sw;
+        ldsw = ldcur; ldcur = ldoth; ldoth = ldsw;
+    }
+    if (cur != u)
+        for (i = 0; i < n; ++i) memcpy(u + i * ldu, cur + i * ldcur, (size_t)n * sizeof(QUAROT__T));
+    quarot_env_free(env, mem);
+    if (info) { info->iterations = it; info->residual = res; info->scale = s; }
+    return status ? QUAROT_ERR_NOT_CONVERGED : QUAROT_OK;
+}
+
+#endif // QUAROT__TEMPLATE_POLAR
+
+// >>gptq_body
+// (implementation only) GPTQ's register-blocked kernels of >>gptq for one ISA (AVX2, AVX-512):
+// QUAROT__K(quarot__gptq_rankk_f64_) is quarot__gptq_rankk_f64_avx2 etc., the vector operations are
+// QUAROT__RV, QUAROT__RLD, ... and QUAROT__RROWS(X) / QUAROT__RR the rows a pass holds in registers.
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_GPTQ
+
+// The blocked rank-k update (quarot__gptq_rankk_f64).
+static void QUAROT__K(quarot__gptq_rankk_f64_)(double* w, int64_t ldw, int64_t nr, const double* c, int64_t ldc,
+                                               const double* u, int64_t ldu, int64_t kn, int64_t ncols) {
+    const int64_t W = QUAROT__RW;
+    double buf[QUAROT__RK_KS * 3 * QUAROT__RW];
+    const int64_t nj = ncols / (3 * W) * (3 * W);
+    int64_t j, t, k, k0, ks, ldp;
+    for (k0 = 0; k0 < kn; k0 += ks) {
+        ks = kn - k0 < QUAROT__RK_KS ? kn - k0 : QUAROT__RK_KS;
+        for (j = 0; j < nj; j += 3 * W) {
+            const double* up = u + k0 * ldu + j;
+            ldp = ldu;
+            if (nr > QUAROT__RR) {
+                for (k = 0; k < ks; ++k) {
+                    const double* uk = up + k * ldu;
+                    QUAROT__RK_PF(uk + 3 * W)
+                    QUAROT__RST(buf + k * 3 * W, QUAROT__RLD(uk));
+                    QUAROT__RST(buf + k * 3 * W + W, QUAROT__RLD(uk + W));
+                    QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RLD(uk + 2 * W));
+                }
+                up = buf;
+                ldp = 3 * W;
+            }
+            t = 0;
+            QUAROT__RK_PASS(QUAROT__RR, QUAROT__RROWS(QUAROT__RK_DECL), QUAROT__RROWS(QUAROT__RK_LD),
+                            QUAROT__RROWS(QUAROT__RK_UP), QUAROT__RROWS(QUAROT__RK_ST))
+            QUAROT__RK_PASS(1, QUAROT__RK_DECL(0), QUAROT__RK_LD(0), QUAROT__RK_UP(0), QUAROT__RK_ST(0))
+        }
+    }
+    for (j = nj; j + W <= ncols; j += W)
+        for (t = 0; t < nr; ++t) {
+            QUAROT__RV acc = QUAROT__RLD(w + t * ldw + j);
+            for (k = 0; k < kn; ++k)
+                acc = QUAROT__RADD(acc, QUAROT__RMUL(QUAROT__RSET1(c[t * ldc + k]),
+                                                     QUAROT__RLD(u + k * ldu + j)));
+            QUAROT__RST(w + t * ldw + j, acc);
+        }
+    if (j < ncols) quarot__gptq_rankk_f64_ref(w + j, ldw, nr, c, ldc, u + j, ldu, kn, ncols - j);
+}
+
+// The blocked Hessian update (quarot__gptq_hessk_f64_ref).
+static void QUAROT__K(quarot__gptq_hessk_f64_)(double* h, int64_t ldh, int64_t nr, const double* a, int64_t lda,
+                                               const float* x, int64_t ldx, int64_t kn, int64_t ncols) {
+    const int64_t W = QUAROT__RW;
+    double buf[QUAROT__HK_KS * 3 * QUAROT__RW];
+    const int64_t ldw = ldh;
+    int64_t j = 0, t, k, k0, ks, q;
+    for (; j + 3 * W <= ncols; j += 3 * W) {
+        for (k0 = 0; k0 < kn; k0 += ks) {
+            ks = kn - k0 < QUAROT__HK_KS ? kn - k0 : QUAROT__HK_KS;
+            for (k = 0; k < ks; ++k) {
+                const float* xk = x + (k0 + k) * ldx + j;
+                QUAROT__RST(buf + k * 3 * W, QUAROT__RCVT(xk));
+                QUAROT__RST(buf + k * 3 * W + W, QUAROT__RCVT(xk + W));
+                QUAROT__RST(buf + k * 3 * W + 2 * W, QUAROT__RCVT(xk + 2 * W));
+            }
+            for (t = 0; t + QUAROT__RR <= nr; t += QUAROT__RR) {
+                double* wt = h + t * ldh + j;
+                QUAROT__RROWS(QUAROT__RK_DECL)
+                QUAROT__RROWS(QUAROT__RK_LD)
+                for (k = 0; k < ks; k += 8) {
+                    const double* xb = buf + k * 3 * W;
+                    const int64_t ka = k0 + k;
+                    QUAROT__RROWS(QUAROT__HK_S)
+                }
+                QUAROT__RROWS(QUAROT__RK_ST)
+            }
+            for (; t < nr; ++t) {
+                double* wt = h + t * ldh + j;
+                QUAROT__RK_DECL(0)
+                QUAROT__RK_LD(0)
+                for (k = 0; k < ks; k += 8) {
+                    const double* xb = buf + k * 3 * W;
+                    const int64_t ka = k0 + k;
+                    QUAROT__HK_S(0)
+                }
+                QUAROT__RK_ST(0)
+            }
+        }
+    }
+    for (; j + W <= ncols; j += W)
+        for (t = 0; t < nr; ++t) {
+            QUAROT__RV acc = QUAROT__RLD(h + t * ldh + j);
+            for (k = 0; k < kn; k += 8) {
+                const double* ar = a + t * lda + k;
+                QUAROT__RV s0 = QUAROT__RMUL(QUAROT__RSET1(ar[0]), QUAROT__RCVT(x + k * ldx + j));
+                for (q = 1; q < 8; ++q)
+                    s0 = QUAROT__RADD(s0, QUAROT__RMUL(QUAROT__RSET1(ar[q]), QUAROT__RCVT(x + (k + q) * ldx + j)));
+                acc = QUAROT__RADD(acc, s0);
+            }
+            QUAROT__RST(h + t * ldh + j, acc);
+        }
+    if (j < ncols) quarot__gptq_hessk_f64_ref(h + j, ldh, nr, a, lda, x + j, ldx, kn, ncols - j);
+}
+
+#endif // QUAROT__TEMPLATE_GPTQ
+
+#endif // QUAROT__TEMPLATE
 
 /*
 ------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 /* quarot_impl_test.c - compiles quarot.h's implementation under one configuration and checks that
    it links and runs. tests/matrix.sh builds it across {gcc, clang} x {C99, C++11 (quarot_impl_test.cpp)}
    x {QUAROT_NO_SIMD, -mavx2, -march=native} x {extern, QUAROT_STATIC, allocator override}, with
-   STYLE.md's warnings as errors, plus QUAROT_USE_CBLAS and an aarch64 (NEON) cross build.
+   STYLE.md's warnings as errors, plus QUAROT_USE_CBLAS, an aarch64 (NEON) cross build and the
+   header reached by other paths (IMPL_TEST_HEADER: "tests/../quarot.h" without -I, a renamed copy in
+   another folder).
 
    IMPL_TEST_ALLOCATOR routes QUAROT_MALLOC/QUAROT_FREE through counting wrappers and checks that
    every allocation is freed. */
@@ -18,8 +20,15 @@ static void impl_test_free(void* p) { if (p) --impl_test_live; free(p); }
 #endif
 
 #define QUAROT_IMPLEMENTATION
+#if defined(IMPL_TEST_HEADER)
+/* The header by another path: a relative one with no -I, or a renamed copy elsewhere (with
+   QUAROT_HEADER_FILE). The implementation includes itself again by name, and must find itself. */
+#include IMPL_TEST_HEADER
+#include IMPL_TEST_HEADER
+#else
 #include "quarot.h"
 #include "quarot.h" /* a second include must be harmless */
+#endif
 
 #if !defined(QUAROT_IMPLEMENTATION_INCLUDED)
 #error "quarot.h: the implementation guard did not take"

@@ -32,6 +32,18 @@ for cc in gcc clang; do
         done
     done
 done
+# The header by other paths: the implementation includes itself again by name (QUAROT_HEADER_FILE), which
+# must resolve beside the header, not beside the includer or on the include path. No -I here.
+mkdir -p $out/vendor && cp quarot.h $out/vendor/quarot_copy.h
+for cc in gcc clang; do
+    command -v $cc >/dev/null || continue
+    cxx=g++; [ $cc = clang ] && cxx=clang++
+    run_case "$cc-c99-native-relpath" "" $cc $WARN_C -O1 -march=native -DQUAROT_STATIC '-DIMPL_TEST_HEADER="tests/../quarot.h"' quarot_impl_test.c
+    run_case "$cc-cxx11-native-relpath" "" $cxx $WARN_CXX -O1 -march=native '-DIMPL_TEST_HEADER="tests/../quarot.h"' quarot_impl_test.cpp
+    run_case "$cc-c99-native-renamed" "" $cc $WARN_C -O1 -march=native "-DIMPL_TEST_HEADER=\"$out/vendor/quarot_copy.h\"" '-DQUAROT_HEADER_FILE="quarot_copy.h"' quarot_impl_test.c
+done
+# One instruction set switched off below a wider one (AVX-512 kernels without the AVX2 ones).
+run_case "gcc-c99-native-noavx2" "" gcc $WARN_C -O1 -march=native -DQUAROT_NO_AVX2 -I. quarot_impl_test.c
 # Optional CBLAS routing, where a CBLAS is installed.
 blas_h=$(ls /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h /usr/include/cblas.h 2>/dev/null | head -n 1)
 if [ -n "$blas_h" ]; then

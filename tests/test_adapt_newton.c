@@ -191,7 +191,7 @@ static void test_newton_polar(void) {
            entries move by half a float ulp. Newton's error grows like cond * 2^-24: it comes from the
            float inverse of the first step (with that one inverse done in double, a trial gave 9.2e-6 at
            cond 1e5), in the directions of C's smallest singular values, which carry the least
-           activation energy (stage 1's losses agree with the Newton-Schulz path's to ~1e-4, README).
+           activation energy (stage 1's losses agree with the Newton-Schulz path's to ~1e-4: docs/algorithms.md §5).
            The bound: 2e-5 + 2 cond 2^-24 */
         QT_CHECKF(err[0] <= 2e-5 + 2.0 * cond / 16777216.0, "cond %.0e: Newton polar factor %.3g from the f64 reference", cond, err[0]);
         QT_CHECKF(orth[0] <= 2.0 * tol && orth[1] <= 2.0 * tol, "cond %.0e: not orthogonal (%.3g, %.3g)", cond, orth[0], orth[1]);

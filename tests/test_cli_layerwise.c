@@ -1,4 +1,4 @@
-/* `quarot eval` and `quarot calibrate` layer by layer (issue 11.5): on a synthetic llama2.c model of
+/* `quarot eval` and `quarot calibrate` layer by layer: on a synthetic llama2.c model of
    8 decoder layers (80 MiB in f32), the peak resident set each command reports (VmHWM of its own
    process) stays within a stated bound of one decoder layer plus the embeddings, far below the
    model; the temporary rotated copies (eval's QuaRot column, calibrate's norm fusion) leave nothing

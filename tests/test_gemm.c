@@ -403,6 +403,83 @@ static void test_exact_small(void) {
     }
 }
 
+/* quarot_sgemv: every compiled-in ISA against the long-double reference with the GEMM tolerance (k
+   around its blocks of 8, 32 and 64, 1 and 2 rows, strides larger than the rows), the same bits
+   serial, in reverse order and on the 2-thread pool, its _ref kernel bit for bit against its stated
+   order (8 partial sums, a tree, the tail in order), rows past n untouched, and argument errors. */
+static void test_sgemv(void) {
+    const int64_t ks[] = { 1, 7, 8, 31, 33, 63, 64, 65, 130, 1000 }, ns[] = { 1, 63, 64, 65, 200 };
+    int ii, ki, ni, rows, h;
+    quarot_env env;
+    qx_pool* pool = qx_pool_create(2);
+    qx_pool_env(pool, &pool_env);
+    for (ii = 0; ii < N_ISAS; ++ii) {
+        if (!quarot_isa_compiled(all_isas[ii])) {
+            float x = 1.0f, w = 1.0f, y = 0.0f;
+            QT_CHECK(quarot_sgemv(1, 1, 1, &x, 1, &w, 1, &y, 1, NULL, all_isas[ii]) == QUAROT_ERR_UNSUPPORTED);
+            continue;
+        }
+        for (ki = 0; ki < 10; ++ki)
+            for (ni = 0; ni < 5; ++ni)
+                for (rows = 1; rows <= 2; ++rows) {
+                    int64_t k = ks[ki], n = ns[ni], ldx = k + 3, ldw = k + 1, ldy = n + 2, i, o, p;
+                    float* x = (float*)malloc((size_t)(rows * ldx) * sizeof(float));
+                    float* w = (float*)malloc((size_t)(n * ldw) * sizeof(float));
+                    float* y = (float*)malloc((size_t)(rows * ldy) * sizeof(float));
+                    float* y2 = (float*)malloc((size_t)(rows * ldy) * sizeof(float));
+                    for (i = 0; i < rows * ldx; ++i) x[i] = (float)(qt_uniform() * 2.0 - 1.0);
+                    for (i = 0; i < n * ldw; ++i) w[i] = (float)(qt_uniform() * 2.0 - 1.0);
+                    for (i = 0; i < rows * ldy; ++i) y[i] = y2[i] = (float)GUARD;
+                    QT_OK(quarot_sgemv(rows, n, k, x, ldx, w, ldw, y, ldy, NULL, all_isas[ii]));
+                    for (i = 0; i < rows; ++i)
+                        for (o = 0; o < ldy; ++o) {
+                            float got = y[i * ldy + o];
+                            if (o >= n) { QT_CHECKF(got == (float)GUARD, "sgemv wrote past n (%lld)", (long long)o); continue; }
+                            {
+                                long double ref = 0.0L;
+                                double mag = 0.0, tol;
+                                for (p = 0; p < k; ++p) {
+                                    ref += (long double)x[i * ldx + p] * (long double)w[o * ldw + p];
+                                    mag += fabs((double)x[i * ldx + p] * (double)w[o * ldw + p]);
+                                }
+                                tol = 2.0 * (double)(k + 2) * 5.960464477539063e-08 * mag + 1e-30;
+                                QT_CHECKF(fabs((double)got - (double)ref) <= tol, "sgemv %s k=%lld n=%lld: %g vs %g",
+                                          quarot_isa_name(all_isas[ii]), (long long)k, (long long)n, (double)got, (double)ref);
+                            }
+                            if (all_isas[ii] == QUAROT_ISA_REF && o < n) {   /* the stated order */
+                                float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum;
+                                int j;
+                                for (p = 0; p + 8 <= k; p += 8)
+                                    for (j = 0; j < 8; ++j) part[j] += x[i * ldx + p + j] * w[o * ldw + p + j];
+                                sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+                                for (; p < k; ++p) sum += x[i * ldx + p] * w[o * ldw + p];
+                                QT_CHECKF(memcmp(&sum, &got, sizeof sum) == 0, "sgemv ref k=%lld: not the stated order", (long long)k);
+                            }
+                        }
+                    for (h = 0; h < 2 && pool_env.parallel.run; ++h) {
+                        memset(&env, 0, sizeof env);
+                        env.parallel.run = h == 0 ? run_reverse : run_pool;
+                        env.parallel.n_threads = h == 0 ? 3 : 2;
+                        QT_OK(quarot_sgemv(rows, n, k, x, ldx, w, ldw, y2, ldy, &env, all_isas[ii]));
+                        QT_CHECKF(memcmp(y, y2, (size_t)(rows * ldy) * sizeof(float)) == 0, "sgemv %s k=%lld n=%lld: threads change bits",
+                                  quarot_isa_name(all_isas[ii]), (long long)k, (long long)n);
+                    }
+                    free(x); free(w); free(y); free(y2);
+                }
+    }
+    {
+        float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 1, 1}, y[2] = {0, 0};
+        QT_CHECK(quarot_sgemv(-1, 1, 4, x, 4, w, 4, y, 1, NULL, QUAROT_ISA_DEFAULT) == QUAROT_ERR_INVALID_ARGUMENT);
+        QT_CHECK(quarot_sgemv(1, 1, 4, x, 3, w, 4, y, 1, NULL, QUAROT_ISA_DEFAULT) == QUAROT_ERR_INVALID_ARGUMENT);
+        QT_CHECK(quarot_sgemv(1, 2, 4, x, 4, w, 4, y, 1, NULL, QUAROT_ISA_DEFAULT) == QUAROT_ERR_INVALID_ARGUMENT);
+        QT_CHECK(quarot_sgemv(1, 1, 4, NULL, 4, w, 4, y, 1, NULL, QUAROT_ISA_DEFAULT) == QUAROT_ERR_INVALID_ARGUMENT);
+        QT_OK(quarot_sgemv(0, 1, 4, NULL, 4, NULL, 4, NULL, 1, NULL, QUAROT_ISA_DEFAULT));
+        QT_OK(quarot_sgemv(1, 1, 4, x, 4, w, 4, y, 1, NULL, QUAROT_ISA_DEFAULT));
+        QT_CHECK(y[0] == 10.0f);
+    }
+    qx_pool_destroy(pool);
+}
+
 int main(void) {
     QT_RUN(test_exact_small);
     QT_RUN(test_sgemm_shapes);
@@ -412,5 +489,6 @@ int main(void) {
     QT_RUN(test_narrow_same_bits);
     QT_RUN(test_allocator);
     QT_RUN(test_bad_arguments);
+    QT_RUN(test_sgemv);
     return qt_finish("test_gemm");
 }

@@ -1,4 +1,4 @@
-/* Reliability of the tool's outputs (issue 13): what a kill, a concurrent writer, a special file or
+/* Reliability of the tool's outputs: what a kill, a concurrent writer, a special file or
    a long name does to `quarot rotate`'s outputs, through the built binary (system(), prefixed by
    $QT_RUNNER under qemu) and through qx_file directly.
 

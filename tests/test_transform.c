@@ -706,7 +706,7 @@ static int check_mix_tables(const quarot_hadamard_plan* p) {
 
 /* The fixed register mixing kernels (quarot.h, plan.mix_fixed): the plan takes one only where its
    compiled-in term lists equal the plan's own patterns in both orientations, so this fails when the
-   lists (printed by helper_mixr_gen) went stale; test_apply_simd_exact then checks their bits. */
+   lists (printed by tools/gen_mixr.c, make regen) went stale; test_apply_simd_exact then checks their bits. */
 static void test_plan_mix_fixed(void) {
     const int64_t sizes[][2] = {{28 * 16, 1}, {28 * 512, 1}, {28 * 1024, 1}, {76 * 16, 2}, {76 * 64, 2},
                                 {148 * 16, 3}, {148 * 128, 3}, {28 * 8, 0}, {172 * 64, 0}, {36 * 16, 0},

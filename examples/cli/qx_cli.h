@@ -1,6 +1,6 @@
 /* qx_cli.h - conventions shared by the subcommands of the `quarot` tool (examples/quarot.c).
 
-   Exit codes (documented in `quarot --help` and README):
+   Exit codes (documented in `quarot --help` and docs/tool.md):
      0  success
      1  usage: unknown subcommand or option, missing or malformed argument
      2  input: a file is missing, unreadable, truncated, malformed or of an unsupported kind

@@ -314,209 +314,284 @@ static int calibrate_spin(qx_cli* cli, const calibrate_opts* o, const qx_store* 
     return rc;
 }
 
-int qx_cmd_calibrate(int argc, char** argv) {
+/* ---- one run -------------------------------------------------------------------------------- */
+
+/* What one `quarot calibrate` reads and builds; calibrate_free frees it. */
+typedef struct calibrate_state {
     qx_cli cli;
     calibrate_opts o;
-    int32_t* ids = NULL;
-    int64_t n_ids = 0;
-    int rc = QX_EXIT_OK, n_dims = 0;
-    qx_rotcheck_dim dims[8];   /* what H (stage 1's starting rotation) is built from (no silent fallbacks) */
-    char* layer_copy = NULL;
-    const char** layer_list = NULL;
-    int64_t n_layer = 0;
-    static const char* const default_layer[1] = {"up_proj"};
+    char* layer_copy;              /* --layer-type's patterns point into it */
+    const char** layer_list;
+    int64_t n_layer;
+    qx_calib_opts co;              /* stage 1's options */
     qx_store model;
+    qx_rotcheck_dim dims[8];       /* what H (stage 1's starting rotation) is built from (no silent fallbacks) */
+    int n_dims;
     qx_tokenizer tok;
-    qx_calib_text text;
+    char tok_path[4096];
+    int32_t* ids;                  /* --tokens */
+    int64_t n_ids;
+    qx_calib_text text;            /* --text */
     qx_windows win;
-    qx_calib_opts co;
-    qx_calib_stats st;
-    quarot_adapt_context ctx;
+    qx_pool* pool;
     quarot_env env;
-    qx_pool* pool = NULL;
+    calib_progress cp;
+    quarot_adapt_context ctx;      /* what stage 1 learns */
+    qx_calib_stats stats;
+    int have_model, have_tok, have_text, have_win;
+} calibrate_state;
+
+static void calibrate_init(calibrate_state* st) {
+    memset(st, 0, sizeof *st);
+    qx_cli_init(&st->cli, "calibrate", 0);
+    st->o.quant_dtype = "int4";
+    st->o.steps = 20;
+    st->o.block = -1;
+    st->o.max_samples = 2048;
+    st->o.lr = 1.5;
+    st->o.nsamples = 128;
+    st->o.batch = 8;
+    st->o.a_bits = 4;
+    st->o.a_clip = 1.0;
+    st->o.w_bits = 16;
+    st->o.kv_bits = 16;
+    qx_opts_rotation_init(&st->o.rot);
+    qx_opts_windowing_init(&st->o.w);
+    quarot_adapt_context_init(&st->ctx, NULL);
+}
+
+static void calibrate_free(calibrate_state* st) {
+    quarot_adapt_context_free(&st->ctx);
+    qx_pool_destroy(st->pool);
+    if (st->have_win) qx_windows_free(&st->win);
+    if (st->have_text) qx_calib_text_free(&st->text);
+    if (st->have_tok) qx_tokenizer_free(&st->tok);
+    if (st->have_model) qx_store_free(&st->model);
+    free(st->ids);
+    free(st->layer_copy);
+    free(st->layer_list);
+}
+
+/* The usage errors, then the cheap mistakes (no text, an output that is a directory or exists
+   without --force) before the model is read. */
+static int calibrate_check_options(calibrate_state* st) {
+    calibrate_opts* o = &st->o;
+    qx_cli* cli = &st->cli;
+    if (!o->model) return qx_cli_fail(cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot calibrate MODEL --text FILE -o CONTEXT)");
+    if (!o->text && !o->in.tokens)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (the calibration text; see quarot calibrate --help)");
+    if (o->text && o->in.tokens) return qx_cli_fail(cli, QX_EXIT_USAGE, "--text and --tokens both give the calibration tokens: choose one");
+    if (o->in.tokens && o->w.windowing == QX_WINDOWING_DOCS) return qx_cli_fail(cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
+    if (o->in.tokens) o->text = o->in.tokens;
+    if (!o->output) return qx_cli_fail(cli, QX_EXIT_USAGE, "no -o CONTEXT given (the file stage 2 reads; see quarot calibrate --help)");
+    if (o->method == CALIB_SPINQUANT && !o->steps_given) o->steps = 100;
+    if (o->method == CALIB_ADAPT && (o->rot.no_online || o->rot.no_r2))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "%s applies to --method spinquant (Adapt Rotation learns R1 only)",
+                           o->rot.no_online ? "--no-online" : "--no-r2");
+    if (o->method == CALIB_SPINQUANT && o->layer_type)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--layer-type applies to --method adapt (SpinQuant trains on the model's loss)");
+    if (o->layer_type && !parse_layer_types(cli, o->layer_type, &st->layer_copy, &st->layer_list, &st->n_layer)) return QX_EXIT_USAGE;
+    if (!qx_path_exists(o->text) || qx_is_dir(o->text))
+        return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: %s (the calibration text)", o->text, qx_is_dir(o->text) ? "is a directory" : "no such file");
+    if (qx_is_dir(o->output)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name for the context)", o->output);
+    if (!o->c.force && qx_path_exists(o->output)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", o->output);
+    return QX_EXIT_OK;
+}
+
+/* Stage 1's options from the command line (default layer type: up_proj). */
+static void calibrate_stage1_opts(calibrate_state* st) {
+    static const char* const default_layer[1] = {"up_proj"};
+    const calibrate_opts* o = &st->o;
+    quarot_adapt_desc* a = &st->co.adapt;
+    memset(&st->co, 0, sizeof st->co);
+    a->steps = (int)o->steps;
+    a->quant_dtype = o->quant_dtype;
+    a->layer_type = st->layer_list ? st->layer_list : default_layer;
+    a->n_layer_type = st->layer_list ? st->n_layer : 1;
+    a->block_size = o->block;
+    a->max_samples = o->max_samples;
+    a->seed = (uint64_t)o->rot.seed;
+}
+
+/* The model and its own online hooks. */
+static int calibrate_load_model(calibrate_state* st) {
     qx_load_opts lo;
     qx_err e;
     quarot_result r;
-    char tok_path[4096];
-    calib_progress cp;
-    int have_model = 0, have_tok = 0, have_text = 0, have_win = 0;
-
-    qx_cli_init(&cli, "calibrate", 0);
-    memset(&o, 0, sizeof o);
-    o.quant_dtype = "int4";
-    o.steps = 20;
-    o.block = -1;
-    o.max_samples = 2048;
-    o.lr = 1.5;
-    o.nsamples = 128;
-    o.batch = 8;
-    o.a_bits = 4;
-    o.a_clip = 1.0;
-    o.w_bits = 16;
-    o.kv_bits = 16;
-    qx_opts_rotation_init(&o.rot);
-    qx_opts_windowing_init(&o.w);
-    if ((rc = qx_opts_parse(&qx_cmd_calibrate_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
-    rc = QX_EXIT_OK;
-    cli.quiet = o.c.quiet;
-    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot calibrate MODEL --text FILE -o CONTEXT)");
-    if (!o.text && !o.in.tokens) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (the calibration text; see quarot calibrate --help)");
-    if (o.text && o.in.tokens) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the calibration tokens: choose one");
-    if (o.in.tokens && o.w.windowing == QX_WINDOWING_DOCS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
-    if (o.in.tokens) o.text = o.in.tokens;
-    memset(&text, 0, sizeof text);
-    if (!o.output) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o CONTEXT given (the file stage 2 reads; see quarot calibrate --help)");
-    if (o.method == CALIB_SPINQUANT && !o.steps_given) o.steps = 100;
-    if (o.method == CALIB_ADAPT && (o.rot.no_online || o.rot.no_r2))
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "%s applies to --method spinquant (Adapt Rotation learns R1 only)", o.rot.no_online ? "--no-online" : "--no-r2");
-    if (o.method == CALIB_SPINQUANT && o.layer_type)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--layer-type applies to --method adapt (SpinQuant trains on the model's loss)");
-    if (o.layer_type && !parse_layer_types(&cli, o.layer_type, &layer_copy, &layer_list, &n_layer)) { rc = QX_EXIT_USAGE; goto done; }
-    if (!qx_path_exists(o.text) || qx_is_dir(o.text)) {   /* before the model: the cheap mistake first */
-        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: %s (the calibration text)", o.text, qx_is_dir(o.text) ? "is a directory" : "no such file");
-        goto done;
-    }
-    if (qx_is_dir(o.output)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name for the context)", o.output); goto done; }
-    if (!o.c.force && qx_path_exists(o.output)) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", o.output); goto done; }
-
-    memset(&co, 0, sizeof co);
-    co.adapt.steps = (int)o.steps;
-    co.adapt.quant_dtype = o.quant_dtype;
-    co.adapt.layer_type = layer_list ? layer_list : default_layer;
-    co.adapt.n_layer_type = layer_list ? n_layer : 1;
-    co.adapt.block_size = o.block;
-    co.adapt.max_samples = o.max_samples;
-    co.adapt.seed = (uint64_t)o.rot.seed;
-
-    /* inputs */
     memset(&lo, 0, sizeof lo);
-    r = qx_load_model(o.model, &lo, &model, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-    have_model = 1;
-    if ((rc = qx_cli_model_hooks(&cli, &model, o.model, o.in.hooks)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
-    /* the optimizer's own checks (quant_dtype, block_size against hidden) before any work */
-    r = o.method == CALIB_ADAPT ? qx_calib_check(&co.adapt, model.config.hidden, &e) : QUAROT_OK;
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg); goto done; }
-    {   /* H of the block (R1 of stage 2): rotate's rule, warned or refused before any work; SpinQuant's start:
-           QuaRot's R1 and R2 with the online Hadamards */
-        qx_rotcheck_opts rco;
-        memset(&rco, 0, sizeof rco);
-        rco.rotation = o.method == CALIB_SPINQUANT ? QUAROT_ROTATION_HADAMARD : QUAROT_ROTATION_ADAPT;
-        rco.block_size = o.method == CALIB_ADAPT && o.block > 0 ? o.block : 0;
-        rco.no_r2 = o.method == CALIB_ADAPT || o.rot.no_r2;
-        rco.online = o.method == CALIB_SPINQUANT && !o.rot.no_online;
-        rco.r3 = rco.online && o.kv_bits < 16;
-        if ((rc = qx_rotcheck_cli(&cli, o.model, NULL, &model.config, &rco, o.rot.strict, dims, 8, &n_dims)) != QX_EXIT_OK) goto done;
-    }
-    if (model.config.max_seq > 0 && o.w.seq_len > model.config.max_seq) {
-        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o.w.seq_len,
-                         (long long)model.config.max_seq);
-        goto done;
-    }
-    r = qx_tokenizer_for_model(&tok, o.model, o.in.tokenizer, model.config.vocab, tok_path, sizeof tok_path, &e);
-    if (r != QUAROT_OK && (!o.in.tokens || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_tok = r == QUAROT_OK;
-    if (!have_tok) snprintf(tok_path, sizeof tok_path, "none (--tokens; windows without BOS)");
-    if (o.in.tokens) {
-        qx_ppl_opts po;
-        r = qx_tokens_read(o.in.tokens, model.config.vocab, &ids, &n_ids, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-        memset(&po, 0, sizeof po);
-        po.seq_len = o.w.seq_len;
-        po.max_windows = o.w.windows;
-        po.bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
-        r = qx_windows_stream(&win, ids, n_ids, &po, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o.in.tokens, e.msg);
-            goto done;
-        }
-        have_win = 1;
-        goto windows_ready;
-    }
-    r = qx_calib_text_load(o.text, &text, &e);
-    if (r != QUAROT_OK) {
-        rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
-                         "%s", e.msg);
-        goto done;
-    }
-    have_text = 1;
-    qx_cli_phase(&cli);
-    r = qx_calib_windows(&text, &tok, o.w.windowing, o.w.seq_len, o.w.windows, &win, &e);
+    r = qx_load_model(st->o.model, &lo, &st->model, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    st->have_model = 1;
+    return qx_cli_model_hooks(&st->cli, &st->model, st->o.model, st->o.in.hooks);
+}
+
+/* Before any work: the optimizer's own checks (quant_dtype, block_size against hidden), H of the
+   block (R1 of stage 2) by rotate's rule, warned or refused (SpinQuant's start: QuaRot's R1 and R2
+   with the online Hadamards), and --seq-len against the context. */
+static int calibrate_check_model(calibrate_state* st) {
+    const calibrate_opts* o = &st->o;
+    const quarot_model_config* c = &st->model.config;
+    qx_rotcheck_opts rco;
+    qx_err e;
+    int rc;
+    quarot_result r = o->method == CALIB_ADAPT ? qx_calib_check(&st->co.adapt, c->hidden, &e) : QUAROT_OK;
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg);
+    memset(&rco, 0, sizeof rco);
+    rco.rotation = o->method == CALIB_SPINQUANT ? QUAROT_ROTATION_HADAMARD : QUAROT_ROTATION_ADAPT;
+    rco.block_size = o->method == CALIB_ADAPT && o->block > 0 ? o->block : 0;
+    rco.no_r2 = o->method == CALIB_ADAPT || o->rot.no_r2;
+    rco.online = o->method == CALIB_SPINQUANT && !o->rot.no_online;
+    rco.r3 = rco.online && o->kv_bits < 16;
+    if ((rc = qx_rotcheck_cli(&st->cli, o->model, NULL, c, &rco, o->rot.strict, st->dims, 8, &st->n_dims)) != QX_EXIT_OK) return rc;
+    if (c->max_seq > 0 && o->w.seq_len > c->max_seq)
+        return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->w.seq_len,
+                           (long long)c->max_seq);
+    return QX_EXIT_OK;
+}
+
+/* --tokens FILE: the ids in stream windows (from the tokenizer's BOS when there is one) */
+static int calibrate_windows_from_ids(calibrate_state* st) {
+    const calibrate_opts* o = &st->o;
+    qx_ppl_opts po;
+    qx_err e;
+    quarot_result r = qx_tokens_read(o->in.tokens, st->model.config.vocab, &st->ids, &st->n_ids, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    memset(&po, 0, sizeof po);
+    po.seq_len = o->w.seq_len;
+    po.max_windows = o->w.windows;
+    po.bos = st->have_tok ? qx_tokenizer_window_bos(&st->tok) : -1;
+    r = qx_windows_stream(&st->win, st->ids, st->n_ids, &po, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o->in.tokens, e.msg);
+    st->have_win = 1;
+    return QX_EXIT_OK;
+}
+
+/* --text FILE: raw text or .jsonl records, cut by --windowing */
+static int calibrate_windows_from_text(calibrate_state* st) {
+    const calibrate_opts* o = &st->o;
+    qx_err e;
+    quarot_result r = qx_calib_text_load(o->text, &st->text, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
+                           "%s", e.msg);
+    st->have_text = 1;
+    qx_cli_phase(&st->cli);
+    r = qx_calib_windows(&st->text, &st->tok, o->w.windowing, o->w.seq_len, o->w.windows, &st->win, &e);
     if (r != QUAROT_OK) {
         if (r == QUAROT_ERR_INVALID_ARGUMENT)
-            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: too short for one calibration window of %lld tokens (%s)", o.text, (long long)o.w.seq_len, e.msg);
-        else
-            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.text, e.msg);
-        goto done;
+            return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s: too short for one calibration window of %lld tokens (%s)", o->text,
+                               (long long)o->w.seq_len, e.msg);
+        return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: %s", o->text, e.msg);
     }
-    have_win = 1;
-    qx_cli_progress_end(&cli, "tokenizing");
-windows_ready:
+    st->have_win = 1;
+    qx_cli_progress_end(&st->cli, "tokenizing");
+    return QX_EXIT_OK;
+}
 
-    /* stage 1 */
-    if (o.c.threads == 0) o.c.threads = qx_cpu_count();
-    if (o.c.threads > 1) pool = qx_pool_create((int)o.c.threads);
-    qx_pool_env(pool, &env);
-    if (o.method == CALIB_SPINQUANT) {
-        rc = calibrate_spin(&cli, &o, &model, &win, tok_path, &env);
-        goto done;
-    }
-    co.env = &env;
-    memset(&cp, 0, sizeof cp);
-    cp.cli = &cli;
-    cp.steps = (int)o.steps;
-    cp.quiet = o.c.quiet;
-    co.on_window = on_window;
-    co.on_optimize = on_optimize;
-    co.user = &cp;
-    co.adapt.progress = on_step;
-    co.adapt.user_data = &cp;
-    quarot_adapt_context_init(&ctx, NULL);
-    qx_cli_phase(&cli);
-    r = qx_calib_stage1(&model, &win, &co, &ctx, &st, &e);
+/* The tokenizer (none needed with --tokens) and the calibration windows. */
+static int calibrate_windows(calibrate_state* st) {
+    const calibrate_opts* o = &st->o;
+    qx_err e;
+    quarot_result r = qx_tokenizer_for_model(&st->tok, o->model, o->in.tokenizer, st->model.config.vocab, st->tok_path, sizeof st->tok_path, &e);
+    if (r != QUAROT_OK && (!o->in.tokens || r != QUAROT_ERR_NOT_FOUND)) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    st->have_tok = r == QUAROT_OK;
+    if (!st->have_tok) snprintf(st->tok_path, sizeof st->tok_path, "none (--tokens; windows without BOS)");
+    return o->in.tokens ? calibrate_windows_from_ids(st) : calibrate_windows_from_text(st);
+}
+
+/* The thread pool of --threads. */
+static void calibrate_pool(calibrate_state* st) {
+    calibrate_opts* o = &st->o;
+    if (o->c.threads == 0) o->c.threads = qx_cpu_count();
+    if (o->c.threads > 1) st->pool = qx_pool_create((int)o->c.threads);
+    qx_pool_env(st->pool, &st->env);
+}
+
+/* Stage 1 on the thread pool, with the progress and the per-step loss on stderr. */
+static int calibrate_run_stage1(calibrate_state* st) {
+    calibrate_opts* o = &st->o;
+    qx_calib_opts* co = &st->co;
+    qx_err e;
+    quarot_result r;
+    co->env = &st->env;
+    st->cp.cli = &st->cli;
+    st->cp.steps = (int)o->steps;
+    st->cp.quiet = o->c.quiet;
+    co->on_window = on_window;
+    co->on_optimize = on_optimize;
+    co->user = &st->cp;
+    co->adapt.progress = on_step;
+    co->adapt.user_data = &st->cp;
+    qx_cli_phase(&st->cli);
+    r = qx_calib_stage1(&st->model, &st->win, co, &st->ctx, &st->stats, &e);
     if (r != QUAROT_OK) {
         int code = r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL
                  : r == QUAROT_ERR_NONFINITE || r == QUAROT_ERR_PARSE ? QX_EXIT_INPUT : QX_EXIT_PROCESS;
-        rc = qx_cli_fail(&cli, code, "%s: %s", o.model, e.msg);
-        quarot_adapt_context_free(&ctx);
-        goto done;
+        return qx_cli_fail(&st->cli, code, "%s: %s", o->model, e.msg);
     }
-    qx_cli_progress_end(&cli, "optimizer");
+    qx_cli_progress_end(&st->cli, "optimizer");
+    return QX_EXIT_OK;
+}
 
-    /* the report, then the file */
-    {
-        const quarot_model_config* c = &model.config;
-        printf("calibrated %s (%s, %s, hidden %lld, %lld layers) on %s\n", o.model, model.source_format[0] ? model.source_format : "?",
-               c->arch, (long long)c->hidden, (long long)c->n_layers, o.text);
-        printf("  text       %lld windows, %lld tokens (%s%s, seq_len %lld), tokenizer %s\n", (long long)st.windows, (long long)st.tokens,
-               text.jsonl ? "jsonl records" : o.w.windowing == QX_WINDOWING_STREAM ? "stream" : "docs",
-               text.jsonl ? "" : " windowing", (long long)o.w.seq_len, tok_path);
-        printf("  captured   %lld linears (%s), after norm fusion: %lld rows of %lld (at most %lld per linear)\n", (long long)st.linears,
-               st.matched, (long long)st.rows, (long long)c->hidden, (long long)o.max_samples);
-        printf("  optimizer  %s per-token symmetric, block %lld (Hadamard blocks of %lld, seed %llu), %d steps run of %d, best step %d\n",
-               qx_calib_dtype(&ctx), (long long)ctx.block, (long long)ctx.hadamard_block, (unsigned long long)ctx.seed, ctx.steps_run,
-               ctx.steps, ctx.best_step);
-        qx_rotcheck_summary("  ", dims, n_dims);
-        printf("  loss       random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", ctx.start_loss, ctx.best_loss, 100.0 * qx_calib_reduction(&ctx));
-        printf("  time       forward %.2f s, optimizer %.2f s (%d thread%s)\n", st.forward_s, st.optimize_s, qx_pool_threads(pool),
-               qx_pool_threads(pool) > 1 ? "s" : "");
-        printf("  memory     peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)\n", qx_lw_peak_rss_mib());
-        fflush(stdout);
+/* The summary on stdout: what was captured, the optimizer, the loss before and after, time, memory. */
+static void calibrate_report(const calibrate_state* st) {
+    const calibrate_opts* o = &st->o;
+    const quarot_model_config* c = &st->model.config;
+    const quarot_adapt_context* ctx = &st->ctx;
+    const qx_calib_stats* s = &st->stats;
+    printf("calibrated %s (%s, %s, hidden %lld, %lld layers) on %s\n", o->model, st->model.source_format[0] ? st->model.source_format : "?",
+           c->arch, (long long)c->hidden, (long long)c->n_layers, o->text);
+    printf("  text       %lld windows, %lld tokens (%s%s, seq_len %lld), tokenizer %s\n", (long long)s->windows, (long long)s->tokens,
+           st->text.jsonl ? "jsonl records" : o->w.windowing == QX_WINDOWING_STREAM ? "stream" : "docs", st->text.jsonl ? "" : " windowing",
+           (long long)o->w.seq_len, st->tok_path);
+    printf("  captured   %lld linears (%s), after norm fusion: %lld rows of %lld (at most %lld per linear)\n", (long long)s->linears, s->matched,
+           (long long)s->rows, (long long)c->hidden, (long long)o->max_samples);
+    printf("  optimizer  %s per-token symmetric, block %lld (Hadamard blocks of %lld, seed %llu), %d steps run of %d, best step %d\n",
+           qx_calib_dtype(ctx), (long long)ctx->block, (long long)ctx->hadamard_block, (unsigned long long)ctx->seed, ctx->steps_run, ctx->steps,
+           ctx->best_step);
+    qx_rotcheck_summary("  ", st->dims, st->n_dims);
+    printf("  loss       random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", ctx->start_loss, ctx->best_loss, 100.0 * qx_calib_reduction(ctx));
+    printf("  time       forward %.2f s, optimizer %.2f s (%d thread%s)\n", s->forward_s, s->optimize_s, qx_pool_threads(st->pool),
+           qx_pool_threads(st->pool) > 1 ? "s" : "");
+    printf("  memory     peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)\n", qx_lw_peak_rss_mib());
+    fflush(stdout);
+}
+
+/* The context file (a temporary renamed into place). */
+static int calibrate_save(calibrate_state* st) {
+    qx_err e;
+    quarot_result r = qx_calib_context_save(&st->ctx, st->o.output, st->o.c.force, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_OUTPUT, "%s", e.msg);
+    printf("  wrote      %s (stage 2: quarot rotate MODEL OUT --rotation adapt --context %s)\n", st->o.output, st->o.output);
+    return QX_EXIT_OK;
+}
+
+int qx_cmd_calibrate(int argc, char** argv) {
+    calibrate_state st;
+    int rc;
+    calibrate_init(&st);
+    rc = qx_opts_parse(&qx_cmd_calibrate_spec, &st.cli, argc, argv, &st.o);
+    if (rc != QX_OPTS_RUN) return rc;   /* --help, or a usage error */
+    st.cli.quiet = st.o.c.quiet;
+    rc = calibrate_check_options(&st);
+    if (!rc) {
+        calibrate_stage1_opts(&st);
+        rc = calibrate_load_model(&st);
     }
-    r = qx_calib_context_save(&ctx, o.output, o.c.force, &e);
-    if (r != QUAROT_OK) rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_OUTPUT, "%s", e.msg);
-    else {
-        printf("  wrote      %s (stage 2: quarot rotate MODEL OUT --rotation adapt --context %s)\n", o.output, o.output);
+    if (!rc) rc = calibrate_check_model(&st);   /* the optimizer's checks, H's construction, --seq-len */
+    if (!rc) rc = calibrate_windows(&st);       /* the tokenizer and the calibration windows */
+    if (!rc) calibrate_pool(&st);
+    if (!rc && st.o.method == CALIB_SPINQUANT) {   /* train, report, write ROT */
+        rc = calibrate_spin(&st.cli, &st.o, &st.model, &st.win, st.tok_path, &st.env);
+        calibrate_free(&st);
+        return rc;
     }
-    quarot_adapt_context_free(&ctx);
-done:
-    qx_pool_destroy(pool);
-    if (have_win) qx_windows_free(&win);
-    if (have_text) qx_calib_text_free(&text);
-    if (have_tok) qx_tokenizer_free(&tok);
-    if (have_model) qx_store_free(&model);
-    free(ids);
-    free(layer_copy);
-    free(layer_list);
+    if (!rc) rc = calibrate_run_stage1(&st);    /* capture, then optimize R */
+    if (!rc) {
+        calibrate_report(&st);
+        rc = calibrate_save(&st);
+    }
+    calibrate_free(&st);
     return rc;
 }

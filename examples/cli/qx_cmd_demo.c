@@ -191,183 +191,242 @@ static void print_text(const qx_tokenizer* tok, const char* label, const int32_t
     putchar('\n');
 }
 
-static int demo_story(qx_cli* cli, const demo_model* dm, int part) {
-    const quarot_model_config* c = &dm->model->config;
-    const int64_t T = dm->win->offset[1] - dm->win->offset[0];
-    const int32_t* tok0 = dm->win->tokens;
-    int64_t V = c->vocab, i, j, k, agree[2] = {0, 0};
+/* What one story builds: the rotated model, the logits of window 0, the captured layer inputs;
+   story_free frees it. */
+typedef struct demo_run {
+    qx_cli* cli;
+    const demo_model* dm;
+    const int32_t* tok0;           /* window 0, the equivalence input */
+    int64_t T, V;                  /* its tokens; the vocabulary */
     qx_store rot;
     quarot_online_list hooks;
     char recipe[2048];
-    float *l_fp = NULL, *l_rot = NULL, *l_q = NULL;
-    double maxdiff = 0, maxlogit = 0, rel_err[2] = {0, 0};
-    demo_capture2 cap[2];
+    int have_rot;
+    float *l_fp, *l_rot, *l_q;     /* [T][V] logits: FP32 original, FP32 rotated, quantized */
+    demo_capture2 cap[2];          /* the q and down_proj inputs: original, rotated */
     qx_fake_quant_opts w4a4;
-    qx_ek_table table;
+} demo_run;
+
+static void story_init(demo_run* run, qx_cli* cli, const demo_model* dm) {
+    memset(run, 0, sizeof *run);
+    run->cli = cli;
+    run->dm = dm;
+    run->tok0 = dm->win->tokens;
+    run->T = dm->win->offset[1] - dm->win->offset[0];
+    run->V = dm->model->config.vocab;
+    run->w4a4.w_bits = 4;
+    run->w4a4.a_bits = 4;
+}
+
+static void story_free(demo_run* run) {
+    int k;
+    for (k = 0; k < 2; ++k) {
+        free(run->cap[k].q.x);
+        free(run->cap[k].down.x);
+    }
+    free(run->l_fp);
+    free(run->l_rot);
+    free(run->l_q);
+    if (run->have_rot) {
+        qx_store_free(&run->rot);
+        quarot_online_list_free(&run->hooks);
+    }
+}
+
+/* (a) the model and the QuaRot rotation built for it */
+static int story_rotate(demo_run* run, int part) {
+    const demo_model* dm = run->dm;
+    const quarot_model_config* c = &dm->model->config;
+    const char* line = run->recipe;
     qx_err e;
     quarot_result r;
-    int rc = QX_EXIT_OK;
-    double t0 = qx_now();
-
-    memset(cap, 0, sizeof cap);
     printf("\n== %d. %s\n", part, dm->title);
     printf("(a) model: %s, hidden %lld, intermediate %lld, %lld layers, %lld heads (%lld KV) of %lld, vocab %lld\n", c->arch,
            (long long)c->hidden, (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
            (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)(c->head_dim ? c->head_dim : c->hidden / c->n_heads),
            (long long)c->vocab);
-    r = qx_ek_quarot(dm->model, 0, 0, &rot, &hooks, recipe, sizeof recipe, NULL, NULL, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(cli, qx_cli_exit_for(r), "%s: %s", dm->title, e.msg);
-    printf("    QuaRot rotation built (qx_ek_quarot = quarot_rotate_model with online hooks, %lld hooks):\n", (long long)hooks.count);
-    {
-        char* line = recipe;
-        while (*line) {
-            char* nl = strchr(line, '\n');
-            size_t n = nl ? (size_t)(nl - line) : strlen(line);
-            printf("      %.*s\n", (int)n, line);
-            line += n + (nl ? 1 : 0);
-        }
+    r = qx_ek_quarot(dm->model, 0, 0, &run->rot, &run->hooks, run->recipe, sizeof run->recipe, NULL, NULL, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(run->cli, qx_cli_exit_for(r), "%s: %s", dm->title, e.msg);
+    run->have_rot = 1;
+    printf("    QuaRot rotation built (qx_ek_quarot = quarot_rotate_model with online hooks, %lld hooks):\n", (long long)run->hooks.count);
+    while (*line) {
+        const char* nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        printf("      %.*s\n", (int)n, line);
+        line += n + (nl ? 1 : 0);
     }
+    return QX_EXIT_OK;
+}
 
-    l_fp = (float*)malloc((size_t)(T * V) * sizeof *l_fp);
-    l_rot = (float*)malloc((size_t)(T * V) * sizeof *l_rot);
-    l_q = (float*)malloc((size_t)(T * V) * sizeof *l_q);
-    if (!l_fp || !l_rot || !l_q) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-
-    /* (b) equivalence: FP32 logits of the original and of the rotated model (online hooks run) */
+/* (b) equivalence: FP32 logits of the original and of the rotated model (online hooks run), with
+   the layer inputs (c) looks at captured on the way */
+static int story_equivalence(demo_run* run) {
+    const demo_model* dm = run->dm;
+    const int64_t TV = run->T * run->V;
+    double maxdiff = 0, maxlogit = 0;
+    qx_err e;
+    int64_t i;
+    int k;
+    run->l_fp = (float*)malloc((size_t)TV * sizeof *run->l_fp);
+    run->l_rot = (float*)malloc((size_t)TV * sizeof *run->l_rot);
+    run->l_q = (float*)malloc((size_t)TV * sizeof *run->l_q);
+    if (!run->l_fp || !run->l_rot || !run->l_q) return qx_cli_fail(run->cli, QX_EXIT_INTERNAL, "out of memory");
     for (k = 0; k < 2; ++k) {
-        cap[k].q.layer = cap[k].down.layer = dm->layer;
-        cap[k].q.suffix = "q_proj.weight";
-        cap[k].down.suffix = "down_proj.weight";
-        r = run_capture2(k ? &rot : dm->model, k ? &hooks : NULL, tok0, T, k ? l_rot : l_fp, &cap[k], &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s: forward pass: %s", dm->title, e.msg); goto done; }
-        if (!cap[k].q.x || !cap[k].down.x) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "%s: no activations captured", dm->title); goto done; }
+        demo_capture2* cap = &run->cap[k];
+        quarot_result r;
+        cap->q.layer = cap->down.layer = dm->layer;
+        cap->q.suffix = "q_proj.weight";
+        cap->down.suffix = "down_proj.weight";
+        r = run_capture2(k ? &run->rot : dm->model, k ? &run->hooks : NULL, run->tok0, run->T, k ? run->l_rot : run->l_fp, cap, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(run->cli, qx_cli_exit_for(r), "%s: forward pass: %s", dm->title, e.msg);
+        if (!cap->q.x || !cap->down.x) return qx_cli_fail(run->cli, QX_EXIT_INTERNAL, "%s: no activations captured", dm->title);
     }
-    for (i = 0; i < T * V; ++i) {
-        double d = fabs((double)l_fp[i] - (double)l_rot[i]);
+    for (i = 0; i < TV; ++i) {
+        double d = fabs((double)run->l_fp[i] - (double)run->l_rot[i]);
         if (d > maxdiff) maxdiff = d;
-        if (fabs((double)l_fp[i]) > maxlogit) maxlogit = fabs((double)l_fp[i]);
+        if (fabs((double)run->l_fp[i]) > maxlogit) maxlogit = fabs((double)run->l_fp[i]);
     }
     printf("(b) equivalence: logits of the original vs the rotated model (weights rewritten, online hooks run),\n"
            "    FP32, %lld tokens x %lld logits (the first evaluation window):\n"
            "    max |logit difference| %.2e, max |logit| %.2f  ->  relative %.2e  %s\n",
-           (long long)T, (long long)V, maxdiff, maxlogit, maxlogit > 0 ? maxdiff / maxlogit : 0.0,
+           (long long)run->T, (long long)run->V, maxdiff, maxlogit, maxlogit > 0 ? maxdiff / maxlogit : 0.0,
            maxlogit > 0 && maxdiff / maxlogit < 1e-4 ? "(same function, float rounding only)" : "(NOT EQUIVALENT)");
-    if (!(maxlogit > 0 && maxdiff / maxlogit < 1e-4)) {
-        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: the rotated model's logits differ from the original's (relative %.2e)", dm->title,
-                         maxlogit > 0 ? maxdiff / maxlogit : 0.0);
-        goto done;
-    }
+    if (!(maxlogit > 0 && maxdiff / maxlogit < 1e-4))
+        return qx_cli_fail(run->cli, QX_EXIT_PROCESS, "%s: the rotated model's logits differ from the original's (relative %.2e)", dm->title,
+                           maxlogit > 0 ? maxdiff / maxlogit : 0.0);
+    return QX_EXIT_OK;
+}
 
-    /* (c) quantization error at layer inputs, and of the logits under W4A4 */
+/* (c) quantization error at the layer inputs, and of the logits under W4A4 */
+static int story_quant_error(demo_run* run) {
+    const demo_model* dm = run->dm;
+    const demo_capture2* cap = run->cap;
+    const int64_t T = run->T, V = run->V;
+    double rel_err[2] = {0, 0};
+    int64_t agree[2] = {0, 0}, i, j;
+    qx_err e;
+    int k;
     printf("(c) quantization error, no rotation -> QuaRot (same %lld tokens):\n", (long long)T);
     printf("    layer %lld q/k/v input:     outliers max/median channel %6.2f -> %5.2f;  per-token 4-bit |x-Q(x)|^2/|x|^2 %.4f -> %.4f\n",
            (long long)dm->layer, outlier_ratio(&cap[0].q), outlier_ratio(&cap[1].q), quant_rel_mse(&cap[0].q), quant_rel_mse(&cap[1].q));
     printf("    layer %lld down_proj input: outliers max/median channel %6.2f -> %5.2f;  per-token 4-bit |x-Q(x)|^2/|x|^2 %.4f -> %.4f\n",
            (long long)dm->layer, outlier_ratio(&cap[0].down), outlier_ratio(&cap[1].down), quant_rel_mse(&cap[0].down), quant_rel_mse(&cap[1].down));
-    memset(&w4a4, 0, sizeof w4a4);
-    w4a4.w_bits = 4;
-    w4a4.a_bits = 4;
     for (k = 0; k < 2; ++k) {
         double num = 0, den = 0;
-        r = run_logits(k ? &rot : dm->model, k ? &hooks : NULL, &w4a4, tok0, T, l_q, NULL, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s: W4A4 forward pass: %s", dm->title, e.msg); goto done; }
+        quarot_result r = run_logits(k ? &run->rot : dm->model, k ? &run->hooks : NULL, &run->w4a4, run->tok0, T, run->l_q, NULL, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(run->cli, qx_cli_exit_for(r), "%s: W4A4 forward pass: %s", dm->title, e.msg);
         for (i = 0; i < T * V; ++i) {
-            double d = (double)l_q[i] - (double)l_fp[i];
+            double d = (double)run->l_q[i] - (double)run->l_fp[i];
             num += d * d;
-            den += (double)l_fp[i] * (double)l_fp[i];
+            den += (double)run->l_fp[i] * (double)run->l_fp[i];
         }
         rel_err[k] = den > 0 ? sqrt(num / den) : 0;
-        for (j = 0; j < T; ++j) agree[k] += qx_logits_argmax(l_q + j * V, V) == qx_logits_argmax(l_fp + j * V, V);
+        for (j = 0; j < T; ++j) agree[k] += qx_logits_argmax(run->l_q + j * V, V) == qx_logits_argmax(run->l_fp + j * V, V);
     }
     printf("    logits under W4A4 vs FP32:  relative RMS error %.3f -> %.3f;  top-1 token agrees with FP32 %.0f%% -> %.0f%%\n",
            rel_err[0], rel_err[1], 100.0 * (double)agree[0] / (double)T, 100.0 * (double)agree[1] / (double)T);
     printf("    (weights RTN symmetric per output channel; activations per token symmetric; embeddings, final norm\n"
            "     and lm_head stay FP32, as in QuaRot)\n");
+    return QX_EXIT_OK;
+}
 
-    /* (d) perplexity table */
-    {
-        static const int set[3][2] = {{16, 16}, {4, 4}, {8, 4}};
-        demo_progress prog;
-        prog.cli = cli;
-        prog.before = 0;
-        prog.total = 6 * dm->win->n;
-        qx_ek_table_init(&table, "perplexity");
-        qx_ek_table_add_col(&table, "no rotation");
-        qx_ek_table_add_col(&table, "QuaRot");
-        qx_cli_phase(cli);
-        for (i = 0; i < 3; ++i) {
-            qx_ek_setting s;
-            qx_fake_quant_opts q;
-            s.w_bits = set[i][0];
-            s.a_bits = set[i][1];
-            s.kv_bits = 16;
-            qx_ek_setting_label(&s);
-            qx_ek_setting_quant(&s, 0, 0, &q);
-            qx_ek_table_add_row(&table, s.label);
-            for (k = 0; k < 2; ++k) {
-                qx_ek_forward ef;
-                qx_ppl_result res;
-                r = qx_ek_forward_init(&ef, k ? &rot : dm->model, k ? &hooks : NULL, &q, NULL, NULL, &e);
-                if (r == QUAROT_OK) {
-                    r = qx_eval_windows(&ef.f, dm->win, demo_on_window, &prog, &res, &e);
-                    if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
-                    qx_ek_forward_free(&ef);
-                }
-                if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s: perplexity: %s", dm->title, e.msg); goto done; }
-                table.v[i][k] = res.ppl;
-                prog.before += dm->win->n;
-            }
-        }
-        qx_cli_progress_end(cli, "perplexity");
-        printf("(d) perplexity on %s\n    (%lld windows, %lld tokens scored):\n", dm->win_text, (long long)dm->win->n,
-               (long long)dm->win->n_predicted);
-        {
-            /* the table, indented */
-            char* buf = NULL;
-            size_t len = 0;
-            FILE* mf = open_memstream(&buf, &len);
-            if (mf) {
-                char* line;
-                qx_ek_table_print(mf, &table);
-                fclose(mf);
-                for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) printf("    %s\n", line);
-                free(buf);
-            } else {
-                qx_ek_table_print(stdout, &table);
-            }
-        }
+/* The table, indented by four spaces. */
+static void print_table_indented(const qx_ek_table* table) {
+    char* buf = NULL;
+    size_t len = 0;
+    FILE* mf = open_memstream(&buf, &len);
+    if (mf) {
+        char* line;
+        qx_ek_table_print(mf, table);
+        fclose(mf);
+        for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) printf("    %s\n", line);
+        free(buf);
+    } else {
+        qx_ek_table_print(stdout, table);
     }
+}
 
-    /* greedy text before / after */
-    if (dm->tok) {
-        enum { N = 40 };
-        int32_t g[4][N];
-        const char* labels[4] = {"FP32", "FP32 QuaRot", "W4A4 no rotation", "W4A4 QuaRot"};
-        for (k = 0; k < 4; ++k) {
+/* (d) perplexity before / after: rows FP32, W4A4, W8A4 */
+static int story_perplexity(demo_run* run) {
+    static const int set[3][2] = {{16, 16}, {4, 4}, {8, 4}};
+    const demo_model* dm = run->dm;
+    demo_progress prog;
+    qx_ek_table table;
+    qx_err e;
+    int i, k;
+    prog.cli = run->cli;
+    prog.before = 0;
+    prog.total = 6 * dm->win->n;
+    qx_ek_table_init(&table, "perplexity");
+    qx_ek_table_add_col(&table, "no rotation");
+    qx_ek_table_add_col(&table, "QuaRot");
+    qx_cli_phase(run->cli);
+    for (i = 0; i < 3; ++i) {
+        qx_ek_setting s;
+        qx_fake_quant_opts q;
+        s.w_bits = set[i][0];
+        s.a_bits = set[i][1];
+        s.kv_bits = 16;
+        qx_ek_setting_label(&s);
+        qx_ek_setting_quant(&s, 0, 0, &q);
+        qx_ek_table_add_row(&table, s.label);
+        for (k = 0; k < 2; ++k) {
             qx_ek_forward ef;
-            r = qx_ek_forward_init(&ef, k % 2 ? &rot : dm->model, k % 2 ? &hooks : NULL, k >= 2 ? &w4a4 : NULL, NULL, NULL, &e);
+            qx_ppl_result res;
+            quarot_result r = qx_ek_forward_init(&ef, k ? &run->rot : dm->model, k ? &run->hooks : NULL, &q, NULL, NULL, &e);
             if (r == QUAROT_OK) {
-                r = qx_eval_generate(&ef.f, QX_TOK_BOS, N, g[k], &e);
+                r = qx_eval_windows(&ef.f, dm->win, demo_on_window, &prog, &res, &e);
                 if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
                 qx_ek_forward_free(&ef);
             }
-            if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s: generation: %s", dm->title, e.msg); goto done; }
+            if (r != QUAROT_OK) return qx_cli_fail(run->cli, qx_cli_exit_for(r), "%s: perplexity: %s", dm->title, e.msg);
+            table.v[i][k] = res.ppl;
+            prog.before += dm->win->n;
         }
-        printf("    greedy text from BOS (%d tokens):\n", (int)N);
-        for (k = 0; k < 4; ++k) print_text(dm->tok, labels[k], g[k], N, k == 1 ? g[0] : NULL);
     }
-    printf("    (%.1f s)\n", qx_now() - t0);
+    qx_cli_progress_end(run->cli, "perplexity");
+    printf("(d) perplexity on %s\n    (%lld windows, %lld tokens scored):\n", dm->win_text, (long long)dm->win->n, (long long)dm->win->n_predicted);
+    print_table_indented(&table);
+    return QX_EXIT_OK;
+}
 
-done:
-    for (k = 0; k < 2; ++k) {
-        free(cap[k].q.x);
-        free(cap[k].down.x);
+/* Greedy text from BOS before / after, FP32 and W4A4 (with a tokenizer only). */
+static int story_greedy(demo_run* run) {
+    enum { N = 40 };
+    static const char* const labels[4] = {"FP32", "FP32 QuaRot", "W4A4 no rotation", "W4A4 QuaRot"};
+    const demo_model* dm = run->dm;
+    int32_t g[4][N];
+    qx_err e;
+    int k;
+    for (k = 0; k < 4; ++k) {
+        qx_ek_forward ef;
+        quarot_result r = qx_ek_forward_init(&ef, k % 2 ? &run->rot : dm->model, k % 2 ? &run->hooks : NULL, k >= 2 ? &run->w4a4 : NULL, NULL,
+                                             NULL, &e);
+        if (r == QUAROT_OK) {
+            r = qx_eval_generate(&ef.f, QX_TOK_BOS, N, g[k], &e);
+            if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
+            qx_ek_forward_free(&ef);
+        }
+        if (r != QUAROT_OK) return qx_cli_fail(run->cli, qx_cli_exit_for(r), "%s: generation: %s", dm->title, e.msg);
     }
-    free(l_fp);
-    free(l_rot);
-    free(l_q);
-    qx_store_free(&rot);
-    quarot_online_list_free(&hooks);
+    printf("    greedy text from BOS (%d tokens):\n", (int)N);
+    for (k = 0; k < 4; ++k) print_text(dm->tok, labels[k], g[k], N, k == 1 ? g[0] : NULL);
+    return QX_EXIT_OK;
+}
+
+/* One model's story, (a) to (d), numbered `part`. */
+static int demo_story(qx_cli* cli, const demo_model* dm, int part) {
+    demo_run run;
+    double t0 = qx_now();
+    int rc;
+    story_init(&run, cli, dm);
+    rc = story_rotate(&run, part);
+    if (!rc) rc = story_equivalence(&run);
+    if (!rc) rc = story_quant_error(&run);
+    if (!rc) rc = story_perplexity(&run);
+    if (!rc && dm->tok) rc = story_greedy(&run);
+    if (!rc) printf("    (%.1f s)\n", qx_now() - t0);
+    story_free(&run);
     return rc;
 }
 
@@ -446,134 +505,148 @@ static int find_shared(char* out, size_t cap) {
     return 0;
 }
 
+/* ---- the two parts -------------------------------------------------------------------------- */
+
+/* Part 1: a synthetic LLaMA (sizes wide enough that the outliers stand out and 4-bit hurts, small
+   enough for ~1 s), on text it sampled itself (window w = [BOS] + sample w). */
+static int demo_part_synthetic(qx_cli* cli, int64_t n_win) {
+    const int64_t seq = 128;
+    qx_synth_desc sd;
+    qx_store syn;
+    qx_windows win;
+    qx_ppl_opts po;
+    int32_t* sampled;
+    char title[256], wt[256];
+    demo_model dm;
+    qx_err e;
+    quarot_result r;
+    int rc;
+    memset(&sd, 0, sizeof sd);
+    sd.arch = "llama";
+    sd.seed = 1;
+    sd.rope_interleaved = 1;
+    r = qx_synth_model(&syn, &sd, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(cli, QX_EXIT_INTERNAL, "synthetic model: %s", e.msg);
+    qx_synth_resolve(&sd, NULL);
+    sampled = (int32_t*)malloc((size_t)(n_win * (seq - 1)) * sizeof *sampled);
+    if (!sampled) { qx_store_free(&syn); return qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); }
+    r = sample_stream(&syn, 7, n_win, seq, sampled, &e);
+    memset(&win, 0, sizeof win);
+    memset(&po, 0, sizeof po);
+    po.seq_len = seq;
+    if (r == QUAROT_OK) r = qx_windows_stream(&win, sampled, n_win * (seq - 1), &po, &e);
+    if (r != QUAROT_OK) {
+        free(sampled);
+        qx_store_free(&syn);
+        return qx_cli_fail(cli, qx_cli_exit_for(r), "sampling the evaluation text: %s", e.msg);
+    }
+    snprintf(title, sizeof title, "a synthetic LLaMA (qx_synth seed %llu: random weights, %lld outlier channels with 16x norm gains in the\n"
+             "   residual stream and 4x gate/up rows in the MLP, as real LLMs have)",
+             (unsigned long long)sd.seed, (long long)sd.n_outliers);
+    snprintf(wt, sizeof wt, "text the FP32 model sampled itself (seed 7, temperature 1; [BOS] + %lld tokens per window)", (long long)(seq - 1));
+    dm.title = title;
+    dm.model = &syn;
+    dm.win = &win;
+    dm.win_text = wt;
+    dm.tok = NULL;
+    dm.layer = 1;
+    rc = demo_story(cli, &dm, 1);
+    qx_windows_free(&win);
+    free(sampled);
+    qx_store_free(&syn);
+    return rc;
+}
+
+/* The first n_win stream windows of 256 tokens of the text at xpath: they need n_win*255 tokens
+   (~4 bytes each), so only a prefix of the text is encoded. *text and *stream are the caller's. */
+static quarot_result demo_text_windows(const qx_tokenizer* tok, const char* xpath, int64_t n_win, char** text, int32_t** stream, qx_windows* win,
+                                       qx_err* e) {
+    size_t text_len = 0;
+    int64_t n_stream = 0;
+    quarot_result r = qx_ek_read_file(xpath, text, &text_len, e);
+    if (r == QUAROT_OK) {
+        size_t want = (size_t)n_win * 255 * 16 + 4096, take = text_len < want ? text_len : want;
+        int64_t capn = qx_tokenizer_max_tokens(take);
+        *stream = (int32_t*)malloc((size_t)capn * sizeof **stream);
+        r = *stream ? qx_tokenizer_encode(tok, *text, take, 0, 0, *stream, capn, &n_stream, e) : QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    memset(win, 0, sizeof *win);
+    if (r == QUAROT_OK) {
+        qx_ppl_opts po;
+        memset(&po, 0, sizeof po);
+        po.seq_len = 256;
+        po.max_windows = n_win;
+        r = qx_windows_stream(win, *stream, n_stream, &po, e);
+    }
+    return r;
+}
+
+/* Part 2: stories260K from the shared folder, on the first windows of tinystories_eval.txt, with
+   its greedy text. */
+static int demo_part_stories(qx_cli* cli, const char* shared, int64_t n_win) {
+    char mpath[4300], tpath[4300], xpath[4300], title[4500], wt[4500];
+    qx_store st;
+    qx_tokenizer tok;
+    qx_load_opts lo;
+    qx_windows win;
+    char* text = NULL;
+    int32_t* stream = NULL;
+    demo_model dm;
+    qx_err e;
+    quarot_result r;
+    int rc;
+    demo_join(mpath, sizeof mpath, shared, "/models/stories260K/stories260K.bin");
+    demo_join(tpath, sizeof tpath, shared, "/models/stories260K/tok512.bin");
+    demo_join(xpath, sizeof xpath, shared, "/data/tinystories_eval.txt");
+    memset(&lo, 0, sizeof lo);
+    r = qx_load_model(mpath, &lo, &st, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg);
+    r = qx_tokenizer_load(&tok, tpath, (int32_t)st.config.vocab, &e);
+    if (r != QUAROT_OK) { qx_store_free(&st); return qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); }
+    r = demo_text_windows(&tok, xpath, n_win, &text, &stream, &win, &e);
+    if (r != QUAROT_OK) {
+        rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s: %s", xpath, e.msg);
+    } else {
+        snprintf(title, sizeof title, "stories260K (%s, trained on TinyStories)", mpath);
+        snprintf(wt, sizeof wt, "the first windows of %s\n    (stream windowing: the text encoded once, [BOS] + 255 tokens per window; `quarot eval` does all of them)", xpath);
+        dm.title = title;
+        dm.model = &st;
+        dm.win = &win;
+        dm.win_text = wt;
+        dm.tok = &tok;
+        dm.layer = 1;
+        rc = demo_story(cli, &dm, 2);
+    }
+    qx_windows_free(&win);
+    free(stream);
+    free(text);
+    qx_tokenizer_free(&tok);
+    qx_store_free(&st);
+    return rc;
+}
+
 int qx_cmd_demo(int argc, char** argv) {
     qx_cli cli;
     demo_opts o;
     int rc;
     double t_start = qx_now();
-    qx_synth_desc sd;
-    qx_store syn;
-    qx_windows win;
-    int32_t* sampled = NULL;
-    qx_err e;
-    quarot_result r;
-    demo_model dm;
     char shared[4096];
-    /* Sizes: wide enough that the outliers stand out and 4-bit hurts, small enough for ~1 s. */
-    int64_t n_win;
-    const int64_t seq = 128;
 
     qx_cli_init(&cli, "demo", 0);
     memset(&o, 0, sizeof o);
     o.windows = 8;
     if ((rc = qx_opts_parse(&qx_cmd_demo_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
     cli.quiet = o.c.quiet;
-    n_win = o.windows;
 
     printf("quarot demo: QuaRot rotates a model so that its activations lose their outlier channels, which\n"
            "makes 4-bit activation quantization work. Rotation changes the weights, not the function.\n");
-
-    /* Part 1: the synthetic model */
-    memset(&sd, 0, sizeof sd);
-    sd.arch = "llama";
-    sd.seed = 1;
-    sd.rope_interleaved = 1;
-    r = qx_synth_model(&syn, &sd, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "synthetic model: %s", e.msg);
-    qx_synth_resolve(&sd, NULL);
-    sampled = (int32_t*)malloc((size_t)(n_win * (seq - 1)) * sizeof *sampled);
-    if (!sampled) { qx_store_free(&syn); return qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); }
-    r = sample_stream(&syn, 7, n_win, seq, sampled, &e);
-    memset(&win, 0, sizeof win);
-    if (r == QUAROT_OK) {
-        qx_ppl_opts po;
-        memset(&po, 0, sizeof po);
-        po.seq_len = seq;
-        r = qx_windows_stream(&win, sampled, n_win * (seq - 1), &po, &e);   /* window w = [BOS] + sample w */
-    }
-    if (r != QUAROT_OK) {
-        free(sampled);
-        qx_store_free(&syn);
-        return qx_cli_fail(&cli, qx_cli_exit_for(r), "sampling the evaluation text: %s", e.msg);
-    }
-    {
-        char title[256], wt[256];
-        snprintf(title, sizeof title, "a synthetic LLaMA (qx_synth seed %llu: random weights, %lld outlier channels with 16x norm gains in the\n"
-                 "   residual stream and 4x gate/up rows in the MLP, as real LLMs have)",
-                 (unsigned long long)sd.seed, (long long)sd.n_outliers);
-        snprintf(wt, sizeof wt, "text the FP32 model sampled itself (seed 7, temperature 1; [BOS] + %lld tokens per window)",
-                 (long long)(seq - 1));
-        dm.title = title;
-        dm.model = &syn;
-        dm.win = &win;
-        dm.win_text = wt;
-        dm.tok = NULL;
-        dm.layer = 1;
-        rc = demo_story(&cli, &dm, 1);
-    }
-    qx_windows_free(&win);
-    free(sampled);
-    qx_store_free(&syn);
-    if (rc != QX_EXIT_OK) return rc;
-
-    /* Part 2: stories260K, when ../shared has it */
-    if (o.synthetic_only) {
+    if ((rc = demo_part_synthetic(&cli, o.windows)) != QX_EXIT_OK) return rc;
+    if (o.synthetic_only)
         printf("\n(stories260K skipped: --synthetic-only)\n");
-    } else if (!find_shared(shared, sizeof shared)) {
+    else if (!find_shared(shared, sizeof shared))
         printf("\n(stories260K not found: ../shared/models/stories260K/stories260K.bin is absent; part 1 is the demo)\n");
-    } else {
-        char mpath[4300], tpath[4300], xpath[4300], title[4500], wt[4500];
-        qx_store st;
-        qx_tokenizer tok;
-        qx_load_opts lo;
-        char* text = NULL;
-        size_t text_len = 0;
-        int32_t* stream = NULL;
-        int64_t n_stream = 0, capn;
-        demo_join(mpath, sizeof mpath, shared, "/models/stories260K/stories260K.bin");
-        demo_join(tpath, sizeof tpath, shared, "/models/stories260K/tok512.bin");
-        demo_join(xpath, sizeof xpath, shared, "/data/tinystories_eval.txt");
-        memset(&lo, 0, sizeof lo);
-        r = qx_load_model(mpath, &lo, &st, &e);
-        if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
-        r = qx_tokenizer_load(&tok, tpath, (int32_t)st.config.vocab, &e);
-        if (r != QUAROT_OK) { qx_store_free(&st); return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); }
-        r = qx_ek_read_file(xpath, &text, &text_len, &e);
-        if (r == QUAROT_OK) {
-            /* n_win stream windows of 256 need n_win*255 tokens (~4 bytes each): encode a prefix of the text */
-            size_t want = (size_t)n_win * 255 * 16 + 4096, take = text_len < want ? text_len : want;
-            capn = qx_tokenizer_max_tokens(take);
-            stream = (int32_t*)malloc((size_t)capn * sizeof *stream);
-            r = stream ? qx_tokenizer_encode(&tok, text, take, 0, 0, stream, capn, &n_stream, &e) : QUAROT_ERR_OUT_OF_MEMORY;
-        }
-        memset(&win, 0, sizeof win);
-        if (r == QUAROT_OK) {
-            qx_ppl_opts po;
-            memset(&po, 0, sizeof po);
-            po.seq_len = 256;
-            po.max_windows = n_win;
-            r = qx_windows_stream(&win, stream, n_stream, &po, &e);
-        }
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", xpath, e.msg);
-        } else {
-            snprintf(title, sizeof title, "stories260K (%s, trained on TinyStories)", mpath);
-            snprintf(wt, sizeof wt, "the first windows of %s\n    (stream windowing: the text encoded once, [BOS] + 255 tokens per window; `quarot eval` does all of them)", xpath);
-            dm.title = title;
-            dm.model = &st;
-            dm.win = &win;
-            dm.win_text = wt;
-            dm.tok = &tok;
-            dm.layer = 1;
-            rc = demo_story(&cli, &dm, 2);
-        }
-        qx_windows_free(&win);
-        free(stream);
-        free(text);
-        qx_tokenizer_free(&tok);
-        qx_store_free(&st);
-        if (rc != QX_EXIT_OK) return rc;
-    }
+    else if ((rc = demo_part_stories(&cli, shared, o.windows)) != QX_EXIT_OK)
+        return rc;
     printf("\nWhat to take away: the rotated model computes the same function (b), its activations lose their\n"
            "outlier channels and quantize with far less error (c), and W4A4 / W8A4 perplexity drops (d).\n"
            "demo done in %.1f s. Next: quarot eval MODEL --text FILE, quarot plot MODEL --text FILE -o out.svg\n",

@@ -177,7 +177,7 @@ static const qx_opt eval_columns_table[] = {
     {QX_OPT_FLAG, "--no-fp32", QX_AT(eval_opts, no_fp32), .help = "skip the FP32 row (for sweeps that know it)"},
     {QX_OPT_FLAG, "--migrate", QX_AT(eval_opts, migrate),
      .help = "weight-only rows (A16): per-channel scale migration at each norm before the weights are quantized (needs "
-             "--calib-text; see README)"},
+             "--calib-text; see docs/algorithms.md section 7)"},
     {QX_OPT_END}
 };
 static const qx_opt_group eval_columns_group = {
@@ -360,13 +360,266 @@ static void eval_label(qx_ek_setting* s, int kb, int vb) {
     }
 }
 
+/* ---- one run ------------------------------------------------------------------------------------ */
+
+/* What one `quarot eval` reads, decides and builds, in the order it happens; eval_free frees it. */
+typedef struct eval_state {
+    qx_cli cli;
+    eval_opts o;
+    /* decided by the options (a packed MODEL replaces them with the file's own settings) */
+    int gptq, k_sym, v_sym, any_kv;
+    int want_col[4], columns_given;                   /* none, quarot, adapt, learned */
+    qx_ek_setting settings[QX_EK_MAX_ROWS];           /* the rows */
+    int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS];   /* each row's K / V cache bits */
+    int n_settings;
+    int packed, packed_row;                           /* MODEL is a quarot-packed file: its settings and hooks decide */
+    qx_packed_settings pst;
+    /* the inputs */
+    qx_store model;
+    qx_pool* pool;
+    quarot_env env;
+    qx_tokenizer tok;
+    char tok_path[4096];
+    char* text;
+    size_t text_len;
+    int32_t* stream;
+    int64_t n_stream;
+    qx_windows win;                                   /* the evaluation windows, once for every cell */
+    qx_windows gcw;                                   /* GPTQ's (and migration's) calibration windows */
+    /* the columns */
+    qx_store rot, adapt;
+    quarot_online_list hooks, adapt_hooks;            /* QuaRot's (a packed file's own), Adapt's */
+    quarot_adapt_context actx;                        /* stage 1: read from --context or run here */
+    qx_calib_stats cst;
+    qx_spin_rot spin;                                 /* the learned column's R1 / R2 (--rotations) */
+    double spin_orth;                                 /* its orthogonality error before use */
+    qx_store learned;
+    quarot_online_list learned_hooks;
+    char recipe[2048], adapt_recipe[2048], learned_recipe[2048];
+    qx_rotcheck_dim rq[8], ra[8], rl[8];              /* what the QuaRot / Adapt / learned rotations build (no silent fallbacks) */
+    int n_rq, n_ra, n_rl;
+    eval_variant variants[QX_EK_MAX_COLS];
+    int n_variants;
+    /* the results */
+    eval_qstore* qs;                                  /* quantized weights per (column, weight bits, migration) */
+    int n_qs;
+    qx_ek_table table;
+    int have_model, have_tok, have_win, have_gcw, have_rot, have_adapt, have_learned;
+} eval_state;
+
+static void eval_init(eval_state* st) {
+    memset(st, 0, sizeof *st);
+    qx_cli_init(&st->cli, "eval", 0);
+    st->o.w.v[0] = st->o.a.v[0] = st->o.kv.v[0] = 16;
+    st->o.clip = 1.0;
+    st->o.percdamp = 0.01;
+    st->o.calib_quant_dtype = "int4";
+    st->o.q.k_asym = st->o.q.v_asym = 1;
+    qx_opts_rotation_init(&st->o.rot);
+    qx_opts_windowing_init(&st->o.win);
+    st->want_col[0] = st->want_col[1] = st->want_col[2] = st->want_col[3] = 1;
+    st->packed_row = -1;
+    quarot_online_list_init(&st->hooks, NULL);
+    quarot_online_list_init(&st->adapt_hooks, NULL);
+    quarot_online_list_init(&st->learned_hooks, NULL);
+    quarot_adapt_context_init(&st->actx, NULL);
+}
+
+static void eval_free(eval_state* st) {
+    int i;
+    for (i = 0; i < st->n_qs; ++i) qx_store_free(&st->qs[i].s);
+    free(st->qs);
+    if (st->have_gcw) qx_windows_free(&st->gcw);
+    qx_pool_destroy(st->pool);
+    if (st->have_win) qx_windows_free(&st->win);
+    free(st->stream);
+    free(st->text);
+    if (st->have_tok) qx_tokenizer_free(&st->tok);
+    if (st->have_rot) qx_store_free(&st->rot);
+    quarot_online_list_free(&st->hooks);
+    if (st->have_adapt) qx_store_free(&st->adapt);
+    quarot_online_list_free(&st->adapt_hooks);
+    if (st->have_learned) qx_store_free(&st->learned);
+    quarot_online_list_free(&st->learned_hooks);
+    qx_spin_rot_free(&st->spin);
+    quarot_adapt_context_free(&st->actx);
+    if (st->have_model) qx_store_free(&st->model);
+}
+
+/* ---- the options ---------------------------------------------------------------------------- */
+
+/* --columns none,quarot,adapt,learned (--rotation adapt: none and adapt; learned: none and learned) */
+static int eval_parse_columns(eval_state* st) {
+    const eval_opts* o = &st->o;
+    const char* p = o->columns ? o->columns : o->rotation == QX_ROT_LEARNED ? "none,learned" : "none,adapt";
+    st->want_col[0] = st->want_col[1] = st->want_col[2] = st->want_col[3] = 0;
+    st->columns_given = 1;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n == 4 && strncmp(p, "none", 4) == 0) st->want_col[0] = 1;
+        else if (n == 6 && strncmp(p, "quarot", 6) == 0) st->want_col[1] = 1;
+        else if (n == 5 && strncmp(p, "adapt", 5) == 0) st->want_col[2] = 1;
+        else if (n == 7 && strncmp(p, "learned", 7) == 0) st->want_col[3] = 1;
+        else return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--columns: '%s' is not a list of none, quarot, adapt, learned", o->columns);
+        p += n;
+        if (*p == ',') ++p;
+    }
+    if (st->want_col[2] && !o->rot.context && !o->g.calib_text)
+        return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "the Adapt column needs --context FILE or --calib-text FILE");
+    if (st->want_col[3] && !o->rot.rotations)
+        return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "the learned column needs --rotations FILE (quarot calibrate --method spinquant writes one)");
+    return QX_EXIT_OK;
+}
+
+/* --calib-layer-type: non-empty patterns of at most 127 bytes */
+static int eval_check_layer_list(eval_state* st) {
+    const char* c = st->o.calib_layers;
+    size_t run = 0;
+    for (;; ++c) {
+        if (*c == ',' || *c == '\0') {
+            if (run == 0 || run >= 128)
+                return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--calib-layer-type: '%s' is not a list of non-empty patterns (at most 127 bytes each)",
+                                   st->o.calib_layers);
+            run = 0;
+            if (!*c) break;
+        } else {
+            ++run;
+        }
+    }
+    return QX_EXIT_OK;
+}
+
+/* The usage errors, before any file is read. */
+static int eval_check_options(eval_state* st) {
+    eval_opts* o = &st->o;
+    qx_cli* cli = &st->cli;
+    int rc;
+    st->k_sym = !o->q.k_asym;
+    st->v_sym = !o->q.v_asym;
+    if (!o->model) return qx_cli_fail(cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot eval MODEL --text FILE; see --help)");
+    if (!o->text && !o->in.tokens) return qx_cli_fail(cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot eval --help)");
+    if (o->text && o->in.tokens) return qx_cli_fail(cli, QX_EXIT_USAGE, "--text and --tokens both give the evaluation tokens: choose one");
+    if (o->in.tokens && o->win.windowing == QX_WINDOWING_DOCS) return qx_cli_fail(cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
+    if (o->in.tokens) o->text = o->in.tokens;
+    if ((o->k_bits > 8 && o->k_bits != 16) || (o->v_bits > 8 && o->v_bits != 16))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--k-bits / --v-bits: the quantizer takes 2..8 bits (16 = not quantized)");
+    st->gptq = o->g.w_quant == QX_WQ_GPTQ;
+    if (o->migrate && !o->g.calib_text)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--migrate needs --calib-text FILE (the scales are chosen on calibration rows)");
+    if (st->gptq && !o->g.calib_text)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
+    if (!st->gptq && (o->g.act_order || o->percdamp != 0.01 || (o->nsamples && !o->migrate)))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--nsamples / --act-order / --percdamp are GPTQ options: add --w-quant gptq");
+    if ((o->columns || o->rotation == QX_ROT_ADAPT || o->rotation == QX_ROT_LEARNED) && (rc = eval_parse_columns(st)) != QX_EXIT_OK)
+        return rc;
+    if (o->rot.context && o->g.calib_text && !st->gptq)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--context and --calib-text both give the Adapt column its R: choose one");
+    if (!o->g.calib_text && (o->calib_windows || o->calib_layers || strcmp(o->calib_quant_dtype, "int4") != 0))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--calib-windows / --calib-quant-dtype / --calib-layer-type need --calib-text");
+    if (o->calib_layers) return eval_check_layer_list(st);
+    return QX_EXIT_OK;
+}
+
+/* ---- the rows ------------------------------------------------------------------------------- */
+
+/* One more row, unless it is there already (duplicates fold into the rows already there). */
+static int eval_add_row(eval_state* st, const qx_ek_setting* s) {
+    if (has_setting(st->settings, st->n_settings, s)) return QX_EXIT_OK;
+    if (st->n_settings >= QX_EK_MAX_ROWS) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "too many settings (at most %d rows)", QX_EK_MAX_ROWS);
+    st->settings[st->n_settings++] = *s;
+    return QX_EXIT_OK;
+}
+
+static void eval_setting(qx_ek_setting* s, int w_bits, int a_bits, int kv_bits) {
+    s->w_bits = w_bits;
+    s->a_bits = a_bits;
+    s->kv_bits = kv_bits;
+    qx_ek_setting_label(s);
+}
+
+/* --rows W4A4,W4A16,W4A4KV4 */
+static int eval_rows_from_list(eval_state* st) {
+    const eval_opts* o = &st->o;
+    const char* p = o->rows;
+    int rc;
+    if (o->w.n || o->a.n || o->kv.n) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--rows replaces --w-bits / --a-bits / --kv-bits: give one or the other");
+    while (*p) {
+        qx_ek_setting s;
+        int wb = 0, ab = 0, kvb = 16, used = 0, used2 = 0;
+        size_t n = strcspn(p, ",");
+        if (sscanf(p, "W%dA%d%n", &wb, &ab, &used) != 2 || (used < (int)n && sscanf(p + used, "KV%d%n", &kvb, &used2) != 1) ||
+            used + used2 != (int)n || wb < 2 || ab < 2 || kvb < 2 || (wb > 8 && wb != 16) || (ab > 8 && ab != 16) || (kvb > 8 && kvb != 16))
+            return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--rows: '%.*s' is not a setting like W4A4, W4A16 or W4A4KV4 (bits 2..8 or 16)", (int)n, p);
+        eval_setting(&s, wb, ab, kvb);
+        if ((rc = eval_add_row(st, &s)) != QX_EXIT_OK) return rc;
+        p += n;
+        if (*p == ',') ++p;
+    }
+    return QX_EXIT_OK;
+}
+
+/* Every combination of --w-bits x --a-bits x --kv-bits (a list not given: FP) */
+static int eval_rows_from_bits(eval_state* st) {
+    eval_opts* o = &st->o;
+    int i, j, k, rc;
+    if (!o->w.n) o->w.n = 1;
+    if (!o->a.n) o->a.n = 1;
+    if (!o->kv.n) o->kv.n = 1;
+    for (i = 0; i < o->w.n; ++i)
+        for (j = 0; j < o->a.n; ++j)
+            for (k = 0; k < o->kv.n; ++k) {
+                qx_ek_setting s;
+                eval_setting(&s, o->w.v[i], o->a.v[j], o->kv.v[k]);
+                if ((rc = eval_add_row(st, &s)) != QX_EXIT_OK) return rc;
+            }
+    return QX_EXIT_OK;
+}
+
+/* The rows: FP32 first, then W4A4 and W8A4 or the settings asked for; each row's K / V bits
+   (--k-bits / --v-bits override the row's KV bits); --no-fp32 drops row 0. */
+static int eval_rows(eval_state* st) {
+    const eval_opts* o = &st->o;
+    int i, rc;
+    eval_setting(&st->settings[0], 16, 16, 16);
+    st->n_settings = 1;
+    if (o->rows) {
+        if ((rc = eval_rows_from_list(st)) != QX_EXIT_OK) return rc;
+    } else if (!o->w.n && !o->a.n && !o->kv.n && !o->k_bits && !o->v_bits) {
+        eval_setting(&st->settings[st->n_settings++], 4, 4, 16);
+        eval_setting(&st->settings[st->n_settings++], 8, 4, 16);
+    } else if ((rc = eval_rows_from_bits(st)) != QX_EXIT_OK) {
+        return rc;
+    }
+    for (i = 0; i < st->n_settings; ++i) {
+        const qx_ek_setting* s = &st->settings[i];
+        int q_any = s->w_bits < 16 || s->a_bits < 16 || s->kv_bits < 16 || i > 0;
+        st->k_of[i] = q_any && o->k_bits ? (int)o->k_bits : s->kv_bits;
+        st->v_of[i] = q_any && o->v_bits ? (int)o->v_bits : s->kv_bits;
+        if (i > 0 && (o->k_bits || o->v_bits)) eval_label(&st->settings[i], st->k_of[i], st->v_of[i]);
+        if (st->k_of[i] < 16 || st->v_of[i] < 16) st->any_kv = 1;
+    }
+    if (o->no_fp32) {   /* drop the FP32 row (row 0) */
+        memmove(st->settings, st->settings + 1, (size_t)(st->n_settings - 1) * sizeof st->settings[0]);
+        memmove(st->k_of, st->k_of + 1, (size_t)(st->n_settings - 1) * sizeof st->k_of[0]);
+        memmove(st->v_of, st->v_of + 1, (size_t)(st->n_settings - 1) * sizeof st->v_of[0]);
+        st->n_settings--;
+        if (st->n_settings == 0) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--no-fp32 leaves no row: give --w-bits / --a-bits / --kv-bits");
+    }
+    return QX_EXIT_OK;
+}
+
+/* ---- the model ------------------------------------------------------------------------------ */
+
 /* MODEL is a quarot-packed file: read its settings (the file parsed again: the store holds only the
    dequantized weights) and its hook list (blob "quarot.online"); bits flags must be the file's or 16
    (the FP32 row: the file's weights dequantized, nothing else quantized), the rotation flags have
    nothing to do (it is rotated already). */
-static int eval_packed_setup(qx_cli* cli, const char* path, const qx_store* model, const char* hooks_opt, const int* cols,
-                             const char* rows_opt, const int* w_list, int n_w, const int* a_list, int n_a, const int* kv_list, int n_kv,
-                             int64_t group, double clip, qx_packed_settings* st, quarot_online_list* hooks) {
+static int eval_packed_setup(eval_state* st) {
+    const eval_opts* o = &st->o;
+    const char* path = o->model;
+    qx_cli* cli = &st->cli;
+    qx_packed_settings* ps = &st->pst;
+    double clip = o->clip_given ? o->clip : 0.0;
     qx_map m;
     qx_packed_file f;
     qx_err e;
@@ -375,783 +628,729 @@ static int eval_packed_setup(qx_cli* cli, const char* path, const qx_store* mode
     size_t n = 0;
     char msg[256];
     int i;
-    if (hooks_opt) return qx_cli_fail(cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", path);
-    if (cols && (cols[1] || cols[2] || cols[3]))
+    if (o->in.hooks) return qx_cli_fail(cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", path);
+    if (st->columns_given && (st->want_col[1] || st->want_col[2] || st->want_col[3]))
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--columns: %s is a packed file, rotated already (its one column is the file)", path);
-    if (rows_opt) return qx_cli_fail(cli, QX_EXIT_USAGE, "--rows: %s is a packed file: its one row is the file's setting", path);
+    if (o->rows) return qx_cli_fail(cli, QX_EXIT_USAGE, "--rows: %s is a packed file: its one row is the file's setting", path);
     r = qx_map_file(path, &m, &e);
     if (r == QUAROT_OK) {
         r = qx_packed_parse(m.addr, m.len, path, &f, &e);
-        if (r == QUAROT_OK) { *st = f.settings; qx_packed_file_free(&f); }
+        if (r == QUAROT_OK) { *ps = f.settings; qx_packed_file_free(&f); }
         qx_unmap(&m);
     }
     if (r != QUAROT_OK) return qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg);
-    for (i = 0; i < n_w; ++i)
-        if (w_list[i] != st->w_bits && w_list[i] != 16)
-            return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-bits %d contradicts %s's quarot.weight.bits %d", w_list[i], path, st->w_bits);
-    for (i = 0; i < n_a; ++i)
-        if (a_list[i] != st->a_bits && a_list[i] != 16)
-            return qx_cli_fail(cli, QX_EXIT_USAGE, "--a-bits %d contradicts %s's quarot.act.bits %d", a_list[i], path, st->a_bits);
-    for (i = 0; i < n_kv; ++i)
-        if ((kv_list[i] != st->k_bits || kv_list[i] != st->v_bits) && kv_list[i] != 16)
-            return qx_cli_fail(cli, QX_EXIT_USAGE, "--kv-bits %d contradicts %s's quarot.k.bits %d / quarot.v.bits %d", kv_list[i], path,
-                               st->k_bits, st->v_bits);
-    if (group && group != st->w_group_size)
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "--group-size %lld contradicts %s's quarot.weight.group_size %lld", (long long)group, path,
-                           (long long)st->w_group_size);
-    if (clip > 0.0 && fabs(clip - st->a_clip) > 1e-6)
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "--clip %g contradicts %s's quarot.act.clip_ratio %g", clip, path, st->a_clip);
-    text = (const char*)qx_store_get_blob(model, "quarot.online", &n);
+    for (i = 0; i < o->w.n; ++i)
+        if (o->w.v[i] != ps->w_bits && o->w.v[i] != 16)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-bits %d contradicts %s's quarot.weight.bits %d", o->w.v[i], path, ps->w_bits);
+    for (i = 0; i < o->a.n; ++i)
+        if (o->a.v[i] != ps->a_bits && o->a.v[i] != 16)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--a-bits %d contradicts %s's quarot.act.bits %d", o->a.v[i], path, ps->a_bits);
+    for (i = 0; i < o->kv.n; ++i)
+        if ((o->kv.v[i] != ps->k_bits || o->kv.v[i] != ps->v_bits) && o->kv.v[i] != 16)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--kv-bits %d contradicts %s's quarot.k.bits %d / quarot.v.bits %d", o->kv.v[i], path,
+                               ps->k_bits, ps->v_bits);
+    if (o->group && o->group != ps->w_group_size)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--group-size %lld contradicts %s's quarot.weight.group_size %lld", (long long)o->group, path,
+                           (long long)ps->w_group_size);
+    if (clip > 0.0 && fabs(clip - ps->a_clip) > 1e-6)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--clip %g contradicts %s's quarot.act.clip_ratio %g", clip, path, ps->a_clip);
+    text = (const char*)qx_store_get_blob(&st->model, "quarot.online", &n);
     msg[0] = '\0';
-    r = text && n ? quarot_online_read(hooks, text, n, msg, sizeof msg) : QUAROT_OK;   /* "": no hooks */
+    r = text && n ? quarot_online_read(&st->hooks, text, n, msg, sizeof msg) : QUAROT_OK;   /* "": no hooks */
     if (r != QUAROT_OK) return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: metadata quarot.online: %s", path, msg[0] ? msg : quarot_result_string(r));
-    if (hooks->count) qx_cli_info(cli, "online hooks: %lld from %s's metadata, applied in every forward pass", (long long)hooks->count, path);
+    if (st->hooks.count) qx_cli_info(cli, "online hooks: %lld from %s's metadata, applied in every forward pass", (long long)st->hooks.count, path);
     return QX_EXIT_OK;
 }
 
-int qx_cmd_eval(int argc, char** argv) {
-    qx_cli cli;
-    eval_opts o;
-    qx_store adapt;
-    quarot_online_list adapt_hooks;
-    quarot_adapt_context actx;
-    qx_calib_stats cst;
-    char adapt_recipe[2048];
-    int have_adapt = 0, have_actx = 0;
-    int i, j, k, rc = QX_EXIT_OK, any_kv = 0;
-    qx_ek_setting settings[QX_EK_MAX_ROWS];
-    int n_settings = 0;
-    qx_store model, rot;
-    quarot_online_list hooks;
-    qx_tokenizer tok;
-    char tok_path[4096], recipe[2048];
-    char* text = NULL;
-    size_t text_len = 0;
-    int32_t* stream = NULL;
-    int64_t n_stream = 0;
-    qx_windows win;
-    qx_ppl_opts po;
-    qx_ek_table table;
-    eval_variant variants[QX_EK_MAX_COLS];
-    int n_variants = 0;
-    eval_progress prog;
+/* A packed file's rows: FP32 (the file's weights dequantized, nothing else quantized; --no-fp32
+   drops it) and the file's own setting; one column, the file as it is (rotated already). The
+   quantizer options become the file's. */
+static void eval_use_packed_settings(eval_state* st) {
+    const qx_packed_settings* ps = &st->pst;
+    eval_opts* o = &st->o;
+    int row;
+    st->packed = 1;
+    st->want_col[0] = 1;
+    st->want_col[1] = st->want_col[2] = st->want_col[3] = 0;
+    st->n_settings = 0;
+    if (!o->no_fp32) {
+        eval_setting(&st->settings[0], 16, 16, 16);
+        st->k_of[0] = st->v_of[0] = 16;
+        st->n_settings = 1;
+    }
+    row = st->packed_row = st->n_settings;
+    eval_setting(&st->settings[row], ps->w_bits, ps->a_bits, ps->k_bits == ps->v_bits ? ps->k_bits : 16);
+    st->k_of[row] = ps->k_bits;
+    st->v_of[row] = ps->v_bits;
+    if (ps->k_bits != ps->v_bits) eval_label(&st->settings[row], st->k_of[row], st->v_of[row]);
+    st->n_settings++;
+    st->any_kv = ps->k_bits < 16 || ps->v_bits < 16;
+    o->group = ps->w_group_size;
+    o->clip = ps->a_clip;
+    o->q.w_asym = ps->w_asym;
+    o->q.a_asym = ps->a_asym;
+    o->a_group = ps->a_group_size;
+    o->k_group = ps->k_group_size;
+    o->v_group = ps->v_group_size;
+    st->k_sym = !ps->k_asym;
+    st->v_sym = !ps->v_asym;
+    o->q.k_clip = ps->k_clip;
+    o->q.v_clip = ps->v_clip;
+    st->gptq = 0;
+}
+
+/* The text checked for, the model loaded (each failure is one line naming the file), the thread
+   pool, and the model's online hooks (a packed file: its settings and hooks). */
+static int eval_load_model(eval_state* st) {
+    eval_opts* o = &st->o;
     qx_load_opts lo;
-    int k_sym, v_sym, gptq, want_col[4] = {1, 1, 1, 1}, columns_given = 0, n_rq = 0, n_ra = 0, n_rl = 0;
-    qx_spin_rot spin;
-    qx_store learned;
-    quarot_online_list learned_hooks;
-    char learned_recipe[2048];
-    int have_learned = 0;
-    double spin_orth = 0.0;
-    int packed = 0, packed_row = -1;   /* MODEL is a quarot-packed file: its settings and hooks decide */
-    qx_packed_settings pst;
-    qx_rotcheck_dim rq[8], ra[8], rl[8];   /* what the QuaRot / Adapt / learned columns' rotations build (no silent fallbacks) */
-    int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS], n_qs = 0;
-    eval_qstore* qs = NULL;
-    qx_windows gcw;
-    int have_gcw = 0;
-    qx_pool* pool = NULL;
-    quarot_env env;
     qx_err e;
     quarot_result r;
-    int have_model = 0, have_rot = 0, have_tok = 0, have_win = 0;
-
-    qx_cli_init(&cli, "eval", 0);
-    memset(&o, 0, sizeof o);
-    o.w.v[0] = o.a.v[0] = o.kv.v[0] = 16;
-    o.clip = 1.0;
-    o.percdamp = 0.01;
-    o.calib_quant_dtype = "int4";
-    o.q.k_asym = o.q.v_asym = 1;
-    qx_opts_rotation_init(&o.rot);
-    qx_opts_windowing_init(&o.win);
-    if ((rc = qx_opts_parse(&qx_cmd_eval_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
-    rc = QX_EXIT_OK;
-    cli.quiet = o.c.quiet;
-    k_sym = !o.q.k_asym;
-    v_sym = !o.q.v_asym;
-    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot eval MODEL --text FILE; see --help)");
-    if (!o.text && !o.in.tokens) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot eval --help)");
-    if (o.text && o.in.tokens) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the evaluation tokens: choose one");
-    if (o.in.tokens && o.win.windowing == QX_WINDOWING_DOCS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
-    if (o.in.tokens) o.text = o.in.tokens;
-    if ((o.k_bits > 8 && o.k_bits != 16) || (o.v_bits > 8 && o.v_bits != 16))
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--k-bits / --v-bits: the quantizer takes 2..8 bits (16 = not quantized)");
-    gptq = o.g.w_quant == QX_WQ_GPTQ;
-    if (o.migrate && !o.g.calib_text)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--migrate needs --calib-text FILE (the scales are chosen on calibration rows)");
-    if (gptq && !o.g.calib_text)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
-    if (!gptq && (o.g.act_order || o.percdamp != 0.01 || (o.nsamples && !o.migrate)))
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--nsamples / --act-order / --percdamp are GPTQ options: add --w-quant gptq");
-    memset(&spin, 0, sizeof spin);
-    if (o.columns || o.rotation == QX_ROT_ADAPT || o.rotation == QX_ROT_LEARNED) {
-        const char* p = o.columns ? o.columns : o.rotation == QX_ROT_LEARNED ? "none,learned" : "none,adapt";
-        want_col[0] = want_col[1] = want_col[2] = want_col[3] = 0;
-        columns_given = 1;
-        while (*p) {
-            size_t n = strcspn(p, ",");
-            if (n == 4 && strncmp(p, "none", 4) == 0) want_col[0] = 1;
-            else if (n == 6 && strncmp(p, "quarot", 6) == 0) want_col[1] = 1;
-            else if (n == 5 && strncmp(p, "adapt", 5) == 0) want_col[2] = 1;
-            else if (n == 7 && strncmp(p, "learned", 7) == 0) want_col[3] = 1;
-            else return qx_cli_fail(&cli, QX_EXIT_USAGE, "--columns: '%s' is not a list of none, quarot, adapt, learned", o.columns);
-            p += n;
-            if (*p == ',') ++p;
-        }
-        if (want_col[2] && !o.rot.context && !o.g.calib_text)
-            return qx_cli_fail(&cli, QX_EXIT_USAGE, "the Adapt column needs --context FILE or --calib-text FILE");
-        if (want_col[3] && !o.rot.rotations)
-            return qx_cli_fail(&cli, QX_EXIT_USAGE, "the learned column needs --rotations FILE (quarot calibrate --method spinquant writes one)");
-    }
-    if (o.rot.context && o.g.calib_text && !gptq)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context and --calib-text both give the Adapt column its R: choose one");
-    if (!o.g.calib_text && (o.calib_windows || o.calib_layers || strcmp(o.calib_quant_dtype, "int4") != 0))
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-windows / --calib-quant-dtype / --calib-layer-type need --calib-text");
-    if (o.calib_layers) {
-        const char* c = o.calib_layers;
-        size_t run = 0;
-        for (;; ++c) {
-            if (*c == ',' || *c == '\0') {
-                if (run == 0 || run >= 128)
-                    return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-layer-type: '%s' is not a list of non-empty patterns (at most 127 bytes each)", o.calib_layers);
-                run = 0;
-                if (!*c) break;
-            } else {
-                ++run;
-            }
-        }
-    }
-
-    /* The rows: FP32 first, then the default pair or every combination asked for (duplicates and
-       settings that quantize nothing fold into the rows already there). */
-    settings[0].w_bits = settings[0].a_bits = settings[0].kv_bits = 16;
-    qx_ek_setting_label(&settings[0]);
-    n_settings = 1;
-    if (o.rows) {
-        const char* p = o.rows;
-        if (o.w.n || o.a.n || o.kv.n) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rows replaces --w-bits / --a-bits / --kv-bits: give one or the other");
-        while (*p) {
-            qx_ek_setting s;
-            int wb = 0, ab = 0, kvb = 16, used = 0, used2 = 0;
-            size_t n = strcspn(p, ",");
-            if (sscanf(p, "W%dA%d%n", &wb, &ab, &used) != 2 || (used < (int)n && sscanf(p + used, "KV%d%n", &kvb, &used2) != 1) ||
-                used + used2 != (int)n || wb < 2 || ab < 2 || kvb < 2 || (wb > 8 && wb != 16) || (ab > 8 && ab != 16) || (kvb > 8 && kvb != 16))
-                return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rows: '%.*s' is not a setting like W4A4, W4A16 or W4A4KV4 (bits 2..8 or 16)", (int)n, p);
-            s.w_bits = wb;
-            s.a_bits = ab;
-            s.kv_bits = kvb;
-            qx_ek_setting_label(&s);
-            if (!has_setting(settings, n_settings, &s)) {
-                if (n_settings >= QX_EK_MAX_ROWS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "too many settings (at most %d rows)", QX_EK_MAX_ROWS);
-                settings[n_settings++] = s;
-            }
-            p += n;
-            if (*p == ',') ++p;
-        }
-    } else if (!o.w.n && !o.a.n && !o.kv.n && !o.k_bits && !o.v_bits) {
-        static const int def[2][2] = {{4, 4}, {8, 4}};
-        for (k = 0; k < 2; ++k) {
-            settings[n_settings].w_bits = def[k][0];
-            settings[n_settings].a_bits = def[k][1];
-            settings[n_settings].kv_bits = 16;
-            qx_ek_setting_label(&settings[n_settings]);
-            n_settings++;
-        }
-    } else {
-        if (!o.w.n) o.w.n = 1;
-        if (!o.a.n) o.a.n = 1;
-        if (!o.kv.n) o.kv.n = 1;
-        for (i = 0; i < o.w.n; ++i)
-            for (j = 0; j < o.a.n; ++j)
-                for (k = 0; k < o.kv.n; ++k) {
-                    qx_ek_setting s;
-                    s.w_bits = o.w.v[i];
-                    s.a_bits = o.a.v[j];
-                    s.kv_bits = o.kv.v[k];
-                    qx_ek_setting_label(&s);
-                    if (has_setting(settings, n_settings, &s)) continue;
-                    if (n_settings >= QX_EK_MAX_ROWS) return qx_cli_fail(&cli, QX_EXIT_USAGE, "too many settings (at most %d rows)", QX_EK_MAX_ROWS);
-                    settings[n_settings++] = s;
-                }
-    }
-    for (i = 0; i < n_settings; ++i) {
-        int q_any = settings[i].w_bits < 16 || settings[i].a_bits < 16 || settings[i].kv_bits < 16 || i > 0;
-        k_of[i] = q_any && o.k_bits ? (int)o.k_bits : settings[i].kv_bits;
-        v_of[i] = q_any && o.v_bits ? (int)o.v_bits : settings[i].kv_bits;
-        if (i > 0 && (o.k_bits || o.v_bits)) eval_label(&settings[i], k_of[i], v_of[i]);
-        if (k_of[i] < 16 || v_of[i] < 16) any_kv = 1;
-    }
-    if (o.no_fp32) {   /* drop the FP32 row (row 0) */
-        memmove(settings, settings + 1, (size_t)(n_settings - 1) * sizeof settings[0]);
-        memmove(k_of, k_of + 1, (size_t)(n_settings - 1) * sizeof k_of[0]);
-        memmove(v_of, v_of + 1, (size_t)(n_settings - 1) * sizeof v_of[0]);
-        n_settings--;
-        if (n_settings == 0) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--no-fp32 leaves no row: give --w-bits / --a-bits / --kv-bits");
-    }
-
-    /* Inputs: model, tokenizer, text (each failure is one line naming the file). */
+    int rc;
+    FILE* tf = fopen(o->text, "rb");
+    if (!tf) return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o->text, strerror(errno));
+    fclose(tf);
     memset(&lo, 0, sizeof lo);
-    {
-        FILE* tf = fopen(o.text, "rb");
-        if (!tf) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o.text, strerror(errno));
-        fclose(tf);
-    }
-    r = qx_load_model(o.model, &lo, &model, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
-    if (o.c.threads == 0) o.c.threads = qx_cpu_count();
-    if (o.c.threads > 1) pool = qx_pool_create((int)o.c.threads);
-    qx_pool_env(pool, &env);
-    have_model = 1;
-    memset(&win, 0, sizeof win);
-    quarot_online_list_init(&hooks, NULL);
-    quarot_online_list_init(&adapt_hooks, NULL);
-    quarot_adapt_context_init(&actx, NULL);
-    have_actx = 1;
-    memset(&cst, 0, sizeof cst);
-    if (strcmp(model.source_format, "quarot-packed") == 0) {
-        if ((rc = eval_packed_setup(&cli, o.model, &model, o.in.hooks, columns_given ? want_col : NULL, o.rows, o.w.v, o.w.n, o.a.v,
-                                    o.a.n, o.kv.v, o.kv.n, o.group, o.clip_given ? o.clip : 0.0, &pst, &hooks)) != QX_EXIT_OK)
-            goto done;
-        /* rows: FP32 (the file's weights dequantized, nothing else quantized; --no-fp32 drops it) and the
-           file's own setting; one column, the file as it is (rotated already) */
-        packed = 1;
-        want_col[0] = 1;
-        want_col[1] = want_col[2] = want_col[3] = 0;
-        n_settings = 0;
-        if (!o.no_fp32) {
-            settings[0].w_bits = settings[0].a_bits = settings[0].kv_bits = 16;
-            qx_ek_setting_label(&settings[0]);
-            k_of[0] = v_of[0] = 16;
-            n_settings = 1;
-        }
-        packed_row = n_settings;
-        settings[packed_row].w_bits = pst.w_bits;
-        settings[packed_row].a_bits = pst.a_bits;
-        settings[packed_row].kv_bits = pst.k_bits == pst.v_bits ? pst.k_bits : 16;
-        qx_ek_setting_label(&settings[packed_row]);
-        k_of[packed_row] = pst.k_bits;
-        v_of[packed_row] = pst.v_bits;
-        if (pst.k_bits != pst.v_bits) eval_label(&settings[packed_row], k_of[packed_row], v_of[packed_row]);
-        n_settings++;
-        any_kv = pst.k_bits < 16 || pst.v_bits < 16;
-        o.group = pst.w_group_size;
-        o.clip = pst.a_clip;
-        o.q.w_asym = pst.w_asym;
-        o.q.a_asym = pst.a_asym;
-        o.a_group = pst.a_group_size;
-        o.k_group = pst.k_group_size;
-        o.v_group = pst.v_group_size;
-        k_sym = !pst.k_asym;
-        v_sym = !pst.v_asym;
-        o.q.k_clip = pst.k_clip;
-        o.q.v_clip = pst.v_clip;
-        gptq = 0;
-    } else if ((rc = qx_cli_model_hooks(&cli, &model, o.model, o.in.hooks)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
-    if (o.rot.context) {   /* a stage-1 context: read (and validated) before any work */
-        r = qx_calib_context_load(o.rot.context, &actx, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-    }
-    if (!o.rot.rotations) want_col[3] = 0;
-    if (o.rot.rotations && want_col[3]) {   /* learned rotations: read and checked against this model before any work */
-        char digest[QX_DIGEST_LEN];
-        r = qx_spin_load(o.rot.rotations, &spin, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-        r = qx_spin_model_digest(o.model, digest, &e);
-        if (r == QUAROT_OK) r = qx_spin_check(&spin, &model.config, digest, &spin_orth, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", o.model, o.rot.rotations, e.msg);
-            goto done;
-        }
-    }
-    {   /* no silent fallbacks: what the rotated columns build, warned (or refused with --strict) before any work */
-        qx_rotcheck_opts rco;
-        memset(&rco, 0, sizeof rco);
-        rco.online = !o.rot.no_online;
-        rco.r3 = any_kv;
-        if (want_col[1]) {
-            rco.rotation = o.rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
-            if ((rc = qx_rotcheck_cli(&cli, o.model, "QuaRot", &model.config, &rco, o.rot.strict, rq, 8, &n_rq)) != QX_EXIT_OK) goto done;
-        }
-        if (want_col[3]) {
-            rco.rotation = QUAROT_ROTATION_MATRIX;
-            rco.no_r2 = spin.r2 == NULL;
-            if ((rc = qx_rotcheck_cli(&cli, o.model, "learned", &model.config, &rco, o.rot.strict, rl, 8, &n_rl)) != QX_EXIT_OK) goto done;
-            rco.no_r2 = 0;
-        }
-        if (want_col[2] && (o.rot.context || o.g.calib_text)) {
-            rco.rotation = QUAROT_ROTATION_ADAPT;
-            rco.block_size = o.rot.context ? actx.block : 0;   /* stage 1 here: the full hidden size */
-            if ((rc = qx_rotcheck_cli(&cli, o.model, "Adapt", &model.config, &rco, o.rot.strict, ra, 8, &n_ra)) != QX_EXIT_OK) goto done;
-        }
-    }
-    memset(&tok, 0, sizeof tok);
-    if (model.config.max_seq > 0 && o.win.seq_len > model.config.max_seq) {
-        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)",
-                         (long long)o.win.seq_len, (long long)model.config.max_seq);
-        goto done;
-    }
-    if (o.group && !o.group_fallback) {
-        /* every quantized linear's input width must split into whole groups: say so before any work
-           (with --int8-down-proj, down_proj is per channel: its width, intermediate, need not) */
-        const quarot_model_config* c = &model.config;
-        int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
-        if (c->hidden % o.group || (!o.int8_down && c->intermediate % o.group) || (c->n_heads * hd) % o.group) {
-            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--group-size %lld does not divide the layer widths (hidden %lld, intermediate %lld, heads x head_dim %lld)",
-                             (long long)o.group, (long long)c->hidden, (long long)c->intermediate, (long long)(c->n_heads * hd));
-            goto done;
-        }
-    }
-    r = qx_tokenizer_for_model(&tok, o.model, o.in.tokenizer, model.config.vocab, tok_path, sizeof tok_path, &e);
-    if (r != QUAROT_OK && (!o.in.tokens || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_tok = r == QUAROT_OK;
-    if (!have_tok) snprintf(tok_path, sizeof tok_path, "none (--tokens; windows without BOS)");
-    if (!have_tok && o.g.calib_text) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "--calib-text needs a tokenizer: %s", e.msg); goto done; }
-    if (o.in.tokens) r = qx_tokens_read(o.in.tokens, model.config.vocab, &stream, &n_stream, &e);
-    else r = qx_ek_read_file(o.text, &text, &text_len, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
+    r = qx_load_model(o->model, &lo, &st->model, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (o->c.threads == 0) o->c.threads = qx_cpu_count();
+    if (o->c.threads > 1) st->pool = qx_pool_create((int)o->c.threads);
+    qx_pool_env(st->pool, &st->env);
+    st->have_model = 1;
+    if (strcmp(st->model.source_format, "quarot-packed") != 0)
+        return qx_cli_model_hooks(&st->cli, &st->model, o->model, o->in.hooks);   /* the model's own hooks */
+    if ((rc = eval_packed_setup(st)) != QX_EXIT_OK) return rc;
+    eval_use_packed_settings(st);
+    return QX_EXIT_OK;
+}
 
-    /* Windows, once for every cell. */
+/* No silent fallbacks: what the rotated columns build, warned (or refused with --strict). */
+static int eval_rotcheck(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_rotcheck_opts rco;
+    int rc;
+    memset(&rco, 0, sizeof rco);
+    rco.online = !o->rot.no_online;
+    rco.r3 = st->any_kv;
+    if (st->want_col[1]) {
+        rco.rotation = o->rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+        if ((rc = qx_rotcheck_cli(&st->cli, o->model, "QuaRot", &st->model.config, &rco, o->rot.strict, st->rq, 8, &st->n_rq)) != QX_EXIT_OK)
+            return rc;
+    }
+    if (st->want_col[3]) {
+        rco.rotation = QUAROT_ROTATION_MATRIX;
+        rco.no_r2 = st->spin.r2 == NULL;
+        if ((rc = qx_rotcheck_cli(&st->cli, o->model, "learned", &st->model.config, &rco, o->rot.strict, st->rl, 8, &st->n_rl)) != QX_EXIT_OK)
+            return rc;
+        rco.no_r2 = 0;
+    }
+    if (st->want_col[2] && (o->rot.context || o->g.calib_text)) {
+        rco.rotation = QUAROT_ROTATION_ADAPT;
+        rco.block_size = o->rot.context ? st->actx.block : 0;   /* stage 1 here: the full hidden size */
+        return qx_rotcheck_cli(&st->cli, o->model, "Adapt", &st->model.config, &rco, o->rot.strict, st->ra, 8, &st->n_ra);
+    }
+    return QX_EXIT_OK;
+}
+
+/* The learned rotations (--rotations, with the learned column): read and checked against this model. */
+static int eval_load_learned(eval_state* st) {
+    const eval_opts* o = &st->o;
+    char digest[QX_DIGEST_LEN];
+    qx_err e;
+    quarot_result r;
+    if (!o->rot.rotations) st->want_col[3] = 0;
+    if (!st->want_col[3]) return QX_EXIT_OK;
+    r = qx_spin_load(o->rot.rotations, &st->spin, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    r = qx_spin_model_digest(o->model, digest, &e);
+    if (r == QUAROT_OK) r = qx_spin_check(&st->spin, &st->model.config, digest, &st->spin_orth, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", o->model, o->rot.rotations,
+                           e.msg);
+    return QX_EXIT_OK;
+}
+
+/* Before any work: the stage-1 context read (and validated), the learned rotations, the rotations checked, --seq-len
+   against the model's context, and every quantized linear's input width split into whole groups
+   (with --int8-down-proj, down_proj is per channel: its width, intermediate, need not). */
+static int eval_check_model(eval_state* st) {
+    const eval_opts* o = &st->o;
+    const quarot_model_config* c = &st->model.config;
+    qx_err e;
+    int rc;
+    if (o->rot.context) {
+        quarot_result r = qx_calib_context_load(o->rot.context, &st->actx, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    }
+    if ((rc = eval_load_learned(st)) != QX_EXIT_OK) return rc;
+    if ((rc = eval_rotcheck(st)) != QX_EXIT_OK) return rc;
+    if (c->max_seq > 0 && o->win.seq_len > c->max_seq)
+        return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->win.seq_len,
+                           (long long)c->max_seq);
+    if (o->group && !o->group_fallback) {
+        int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
+        if (c->hidden % o->group || (!o->int8_down && c->intermediate % o->group) || (c->n_heads * hd) % o->group)
+            return qx_cli_fail(&st->cli, QX_EXIT_PROCESS,
+                               "--group-size %lld does not divide the layer widths (hidden %lld, intermediate %lld, heads x head_dim %lld)",
+                               (long long)o->group, (long long)c->hidden, (long long)c->intermediate, (long long)(c->n_heads * hd));
+    }
+    return QX_EXIT_OK;
+}
+
+/* ---- the text ------------------------------------------------------------------------------- */
+
+/* The tokenizer (none with --tokens when the model has none) and the text or the token ids. */
+static int eval_read_input(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_err e;
+    quarot_result r = qx_tokenizer_for_model(&st->tok, o->model, o->in.tokenizer, st->model.config.vocab, st->tok_path, sizeof st->tok_path, &e);
+    if (r != QUAROT_OK && (!o->in.tokens || r != QUAROT_ERR_NOT_FOUND)) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    st->have_tok = r == QUAROT_OK;
+    if (!st->have_tok) snprintf(st->tok_path, sizeof st->tok_path, "none (--tokens; windows without BOS)");
+    if (!st->have_tok && o->g.calib_text) return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "--calib-text needs a tokenizer: %s", e.msg);
+    if (o->in.tokens) r = qx_tokens_read(o->in.tokens, st->model.config.vocab, &st->stream, &st->n_stream, &e);
+    else r = qx_ek_read_file(o->text, &st->text, &st->text_len, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    return QX_EXIT_OK;
+}
+
+/* The windows, once for every cell: the token ids as given, the text encoded once (stream), or
+   its documents (docs). */
+static int eval_windows(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_ppl_opts po;
+    qx_err e;
+    quarot_result r;
     memset(&po, 0, sizeof po);
-    po.seq_len = o.win.seq_len;
-    po.max_windows = o.win.windows;
-    po.bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
-    qx_cli_phase(&cli);
-    if (o.in.tokens) {
-        r = qx_windows_stream(&win, stream, n_stream, &po, &e);
-    } else if (o.win.windowing == QX_WINDOWING_STREAM) {
-        int64_t cap = qx_tokenizer_max_tokens(text_len);
-        stream = (int32_t*)malloc((size_t)cap * sizeof *stream);
-        if (!stream) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "%s: out of memory", o.text); goto done; }
-        r = qx_tokenizer_encode(&tok, text, text_len, 0, 0, stream, cap, &n_stream, &e);
-        if (r == QUAROT_OK) r = qx_windows_stream(&win, stream, n_stream, &po, &e);
+    po.seq_len = o->win.seq_len;
+    po.max_windows = o->win.windows;
+    po.bos = st->have_tok ? qx_tokenizer_window_bos(&st->tok) : -1;
+    qx_cli_phase(&st->cli);
+    if (o->in.tokens) {
+        r = qx_windows_stream(&st->win, st->stream, st->n_stream, &po, &e);
+    } else if (o->win.windowing == QX_WINDOWING_STREAM) {
+        int64_t cap = qx_tokenizer_max_tokens(st->text_len);
+        st->stream = (int32_t*)malloc((size_t)cap * sizeof *st->stream);
+        if (!st->stream) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "%s: out of memory", o->text);
+        r = qx_tokenizer_encode(&st->tok, st->text, st->text_len, 0, 0, st->stream, cap, &st->n_stream, &e);
+        if (r == QUAROT_OK) r = qx_windows_stream(&st->win, st->stream, st->n_stream, &po, &e);
     } else {
-        r = qx_windows_docs(&win, &tok, text, text_len, &po, &e);
+        r = qx_windows_docs(&st->win, &st->tok, st->text, st->text_len, &po, &e);
     }
     if (r != QUAROT_OK) {
         if (r == QUAROT_ERR_INVALID_ARGUMENT)
-            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: too short for one window of %lld tokens (%s)", o.text, (long long)o.win.seq_len, e.msg);
-        else
-            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.text, e.msg);
-        goto done;
+            return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s: too short for one window of %lld tokens (%s)", o->text, (long long)o->win.seq_len, e.msg);
+        return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: %s", o->text, e.msg);
     }
-    have_win = 1;
-    qx_cli_progress_end(&cli, "tokenizing");
+    st->have_win = 1;
+    qx_cli_progress_end(&st->cli, "tokenizing");
+    return QX_EXIT_OK;
+}
 
-    /* QuaRot, once. */
-    if (want_col[1]) {
-        qx_cli_phase(&cli);
-        r = qx_ek_rotate_ex(&model, (uint64_t)o.rot.seed, NULL, any_kv, !o.rot.no_online,
-                            o.rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD, &rot, &hooks,
-                            recipe, sizeof recipe, on_layer, &cli, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.model, e.msg); goto done; }
-        have_rot = 1;
-        qx_cli_progress_end(&cli, "QuaRot");
-    }
+/* ---- the rotated columns -------------------------------------------------------------------- */
 
-    /* GPTQ's calibration windows (the same tokenizer, --seq-len and --windowing). */
-    if (gptq || o.migrate) {
-        qx_calib_text ct;
-        r = qx_calib_text_load(o.g.calib_text, &ct, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT, "%s", e.msg);
-            goto done;
-        }
-        r = qx_calib_windows(&ct, &tok, o.win.windowing, o.win.seq_len, 0, &gcw, &e);
-        qx_calib_text_free(&ct);
-        if (r == QUAROT_ERR_INVALID_ARGUMENT) {
-            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (%s)", o.g.calib_text, (long long)o.win.seq_len, e.msg);
-            goto done;
-        }
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: calibration windows: %s", o.g.calib_text, e.msg);
-            goto done;
-        }
-        have_gcw = 1;
-        if (!o.nsamples) o.nsamples = 128;
-        if (gcw.n < o.nsamples) {
-            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld",
-                             o.g.calib_text, (long long)gcw.n, (long long)o.win.seq_len, (long long)o.nsamples);
-            goto done;
-        }
-    }
+/* QuaRot, once (with the QuaRot column). */
+static int eval_rotate_quarot(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_err e;
+    quarot_result r;
+    if (!st->want_col[1]) return QX_EXIT_OK;
+    qx_cli_phase(&st->cli);
+    r = qx_ek_rotate_ex(&st->model, (uint64_t)o->rot.seed, NULL, st->any_kv, !o->rot.no_online,
+                        o->rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD, &st->rot, &st->hooks,
+                        st->recipe, sizeof st->recipe, on_layer, &st->cli, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: %s", o->model, e.msg);
+    st->have_rot = 1;
+    qx_cli_progress_end(&st->cli, "QuaRot");
+    return QX_EXIT_OK;
+}
 
-    /* Adapt Rotation: stage 1 here (--calib-text) or from a file (--context), then stage 2 once. */
-    if (o.g.calib_text && !o.rot.context && want_col[2]) {
-        qx_calib_text ct;
-        qx_windows cw;
-        qx_calib_opts co;
-        char* pats = NULL;
-        const char* plist[64];
-        static const char* const def_layer[1] = {"up_proj"};
-        int64_t n_pats = 0;
-        r = qx_calib_text_load(o.g.calib_text, &ct, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT, "%s", e.msg);
-            goto done;
-        }
-        r = qx_calib_windows(&ct, &tok, o.win.windowing, o.win.seq_len, o.calib_windows, &cw, &e);
-        qx_calib_text_free(&ct);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: calibration windows: %s", o.g.calib_text, e.msg);
-            goto done;
-        }
-        memset(&co, 0, sizeof co);
-        co.env = &env;
-        co.on_window = on_calib_window;
-        co.user = &cli;
-        co.adapt.quant_dtype = o.calib_quant_dtype;
-        co.adapt.seed = (uint64_t)o.rot.seed;
-        co.adapt.layer_type = def_layer;
-        co.adapt.n_layer_type = 1;
-        if (o.calib_layers) {
-            char* p;
-            pats = (char*)malloc(strlen(o.calib_layers) + 1);
-            if (!pats) { qx_windows_free(&cw); rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-            strcpy(pats, o.calib_layers);
-            for (p = pats; p && n_pats < 64;) {
-                char* comma = strchr(p, ',');
-                if (comma) *comma = '\0';
-                plist[n_pats++] = p;
-                p = comma ? comma + 1 : NULL;
-            }
-            co.adapt.layer_type = plist;
-            co.adapt.n_layer_type = n_pats;
-        }
-        r = qx_calib_check(&co.adapt, model.config.hidden, &e);
-        if (r != QUAROT_OK) {
-            free(pats);
-            qx_windows_free(&cw);
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg);
-            goto done;
-        }
-        qx_cli_phase(&cli);
-        r = qx_calib_stage1(&model, &cw, &co, &actx, &cst, &e);
-        free(pats);
-        qx_windows_free(&cw);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS,
-                             "%s: Adapt Rotation stage 1 on %s: %s", o.model, o.g.calib_text, e.msg);
-            goto done;
-        }
-        qx_cli_progress_end(&cli, "Adapt Rotation stage 1");
-        qx_cli_info(&cli, "Adapt Rotation stage 1: loss %.6e (random Hadamard) -> %.6e (%+.2f%%), %lld rows", actx.start_loss,
-                    actx.best_loss, 100.0 * qx_calib_reduction(&actx), (long long)actx.rows);
-    }
-    if (actx.matrix && want_col[2]) {
-        qx_cli_phase(&cli);
-        r = qx_ek_rotate_ex(&model, (uint64_t)o.rot.seed, &actx, any_kv, !o.rot.no_online, QUAROT_ROTATION_HADAMARD, &adapt, &adapt_hooks, adapt_recipe,
-                            sizeof adapt_recipe, on_layer_adapt, &cli, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o.model, e.msg); goto done; }
-        have_adapt = 1;
-        qx_cli_progress_end(&cli, "Adapt Rotation stage 2");
-    }
-    if (spin.r1 && want_col[3]) {   /* the learned column: the same recipe, R1 and R2 from the file */
-        qx_cli_phase(&cli);
-        r = qx_spin_rotate(&model, &spin, any_kv, !o.rot.no_online, &learned, &learned_hooks, learned_recipe, sizeof learned_recipe,
-                           on_layer_learned, &cli, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o.model, e.msg); goto done; }
-        have_learned = 1;
-        qx_cli_progress_end(&cli, "learned rotations");
-    }
+static int eval_load_calib_text(eval_state* st, qx_calib_text* ct) {
+    qx_err e;
+    quarot_result r = qx_calib_text_load(st->o.g.calib_text, ct, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
+                           "%s", e.msg);
+    return QX_EXIT_OK;
+}
 
-    /* The columns. Adapt Rotation: one more variant here (its store and hooks), nothing else. */
-    if (want_col[0]) {
-        variants[n_variants].name = packed ? "packed" : "no rotation";
-        variants[n_variants].store = &model;
-        variants[n_variants++].hooks = packed && hooks.count ? &hooks : NULL;
-    }
-    if (have_rot) {
-        variants[n_variants].name = "QuaRot";
-        variants[n_variants].store = &rot;
-        variants[n_variants++].hooks = &hooks;
-    }
-    if (have_adapt) {
-        variants[n_variants].name = "Adapt";
-        variants[n_variants].store = &adapt;
-        variants[n_variants++].hooks = &adapt_hooks;
-    }
-    if (have_learned) {
-        variants[n_variants].name = "learned";
-        variants[n_variants].store = &learned;
-        variants[n_variants++].hooks = &learned_hooks;
-    }
+/* GPTQ's calibration windows (the same tokenizer, --seq-len and --windowing), also migration's. */
+static int eval_calib_windows(eval_state* st) {
+    eval_opts* o = &st->o;
+    qx_calib_text ct;
+    qx_err e;
+    quarot_result r;
+    int rc;
+    if (!st->gptq && !o->migrate) return QX_EXIT_OK;
+    if ((rc = eval_load_calib_text(st, &ct)) != QX_EXIT_OK) return rc;
+    r = qx_calib_windows(&ct, &st->tok, o->win.windowing, o->win.seq_len, 0, &st->gcw, &e);
+    qx_calib_text_free(&ct);
+    if (r == QUAROT_ERR_INVALID_ARGUMENT)
+        return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (%s)", o->g.calib_text,
+                           (long long)o->win.seq_len, e.msg);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: calibration windows: %s", o->g.calib_text, e.msg);
+    st->have_gcw = 1;
+    if (!o->nsamples) o->nsamples = 128;
+    if (st->gcw.n < o->nsamples)
+        return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld", o->g.calib_text,
+                           (long long)st->gcw.n, (long long)o->win.seq_len, (long long)o->nsamples);
+    return QX_EXIT_OK;
+}
 
-    if (n_variants == 0) { rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--columns: no column to compute"); goto done; }
-    (void)columns_given;
-    qs = (eval_qstore*)calloc((size_t)(n_variants * n_settings), sizeof *qs);
-    if (!qs) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-    qx_ek_table_init(&table, "perplexity");
-    for (j = 0; j < n_variants; ++j) qx_ek_table_add_col(&table, variants[j].name);
-    for (i = 0; i < n_settings; ++i) qx_ek_table_add_row(&table, settings[i].label);
+/* Stage 1's options: calibrate's defaults, this command's --seed and --calib-quant-dtype, and the
+   --calib-layer-type patterns (pointers into *copy, at most 64). */
+static int eval_stage1_opts(eval_state* st, qx_calib_opts* co, const char** plist, char** copy) {
+    static const char* const def_layer[1] = {"up_proj"};
+    const eval_opts* o = &st->o;
+    int64_t n_pats = 0;
+    char* p;
+    memset(co, 0, sizeof *co);
+    co->env = &st->env;
+    co->on_window = on_calib_window;
+    co->user = &st->cli;
+    co->adapt.quant_dtype = o->calib_quant_dtype;
+    co->adapt.seed = (uint64_t)o->rot.seed;
+    co->adapt.layer_type = def_layer;
+    co->adapt.n_layer_type = 1;
+    if (!o->calib_layers) return QX_EXIT_OK;
+    *copy = (char*)malloc(strlen(o->calib_layers) + 1);
+    if (!*copy) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
+    strcpy(*copy, o->calib_layers);
+    for (p = *copy; p && n_pats < 64;) {
+        char* comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        plist[n_pats++] = p;
+        p = comma ? comma + 1 : NULL;
+    }
+    co->adapt.layer_type = plist;
+    co->adapt.n_layer_type = n_pats;
+    return QX_EXIT_OK;
+}
 
-    /* Every cell: build the (quantized) forward once, score every window. */
-    qx_cli_phase(&cli);
-    prog.cli = &cli;
-    prog.total = (int64_t)n_settings * n_variants * win.n;
+/* Adapt Rotation stage 1 on --calib-text (with the Adapt column and no --context). */
+static int eval_adapt_stage1(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_calib_text ct;
+    qx_windows cw;
+    qx_calib_opts co;
+    char* pats = NULL;
+    const char* plist[64];
+    qx_err e;
+    quarot_result r;
+    int rc;
+    if (!o->g.calib_text || o->rot.context || !st->want_col[2]) return QX_EXIT_OK;
+    if ((rc = eval_load_calib_text(st, &ct)) != QX_EXIT_OK) return rc;
+    r = qx_calib_windows(&ct, &st->tok, o->win.windowing, o->win.seq_len, o->calib_windows, &cw, &e);
+    qx_calib_text_free(&ct);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: calibration windows: %s",
+                           o->g.calib_text, e.msg);
+    rc = eval_stage1_opts(st, &co, plist, &pats);
+    if (rc == QX_EXIT_OK) {
+        r = qx_calib_check(&co.adapt, st->model.config.hidden, &e);
+        if (r != QUAROT_OK) rc = qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg);
+    }
+    if (rc == QX_EXIT_OK) {
+        qx_cli_phase(&st->cli);
+        r = qx_calib_stage1(&st->model, &cw, &co, &st->actx, &st->cst, &e);
+        if (r != QUAROT_OK)
+            rc = qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS,
+                             "%s: Adapt Rotation stage 1 on %s: %s", o->model, o->g.calib_text, e.msg);
+    }
+    free(pats);
+    qx_windows_free(&cw);
+    if (rc != QX_EXIT_OK) return rc;
+    qx_cli_progress_end(&st->cli, "Adapt Rotation stage 1");
+    qx_cli_info(&st->cli, "Adapt Rotation stage 1: loss %.6e (random Hadamard) -> %.6e (%+.2f%%), %lld rows", st->actx.start_loss,
+                st->actx.best_loss, 100.0 * qx_calib_reduction(&st->actx), (long long)st->actx.rows);
+    return QX_EXIT_OK;
+}
+
+/* Adapt Rotation stage 2, once: R1 = H*R, the rest as the QuaRot column. */
+static int eval_adapt_stage2(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_err e;
+    quarot_result r;
+    if (!st->actx.matrix || !st->want_col[2]) return QX_EXIT_OK;
+    qx_cli_phase(&st->cli);
+    r = qx_ek_rotate_ex(&st->model, (uint64_t)o->rot.seed, &st->actx, st->any_kv, !o->rot.no_online, QUAROT_ROTATION_HADAMARD, &st->adapt,
+                        &st->adapt_hooks, st->adapt_recipe, sizeof st->adapt_recipe, on_layer_adapt, &st->cli, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o->model, e.msg);
+    st->have_adapt = 1;
+    qx_cli_progress_end(&st->cli, "Adapt Rotation stage 2");
+    return QX_EXIT_OK;
+}
+
+/* The learned column, once: R1 and R2 from --rotations, the rest as the QuaRot column. */
+static int eval_rotate_learned(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_err e;
+    quarot_result r;
+    if (!st->spin.r1 || !st->want_col[3]) return QX_EXIT_OK;
+    qx_cli_phase(&st->cli);
+    r = qx_spin_rotate(&st->model, &st->spin, st->any_kv, !o->rot.no_online, &st->learned, &st->learned_hooks, st->learned_recipe,
+                       sizeof st->learned_recipe, on_layer_learned, &st->cli, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o->model, e.msg);
+    st->have_learned = 1;
+    qx_cli_progress_end(&st->cli, "learned rotations");
+    return QX_EXIT_OK;
+}
+
+static void eval_add_variant(eval_state* st, const char* name, const qx_store* store, const quarot_online_list* hooks) {
+    st->variants[st->n_variants].name = name;
+    st->variants[st->n_variants].store = store;
+    st->variants[st->n_variants++].hooks = hooks;
+}
+
+/* The columns (Adapt Rotation: one more variant, its store and hooks, nothing else), room for
+   their quantized weights, and the empty table. */
+static int eval_columns(eval_state* st) {
+    int i, j;
+    if (st->want_col[0]) eval_add_variant(st, st->packed ? "packed" : "no rotation", &st->model, st->packed && st->hooks.count ? &st->hooks : NULL);
+    if (st->have_rot) eval_add_variant(st, "QuaRot", &st->rot, &st->hooks);
+    if (st->have_adapt) eval_add_variant(st, "Adapt", &st->adapt, &st->adapt_hooks);
+    if (st->have_learned) eval_add_variant(st, "learned", &st->learned, &st->learned_hooks);
+    if (st->n_variants == 0) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--columns: no column to compute");
+    st->qs = (eval_qstore*)calloc((size_t)(st->n_variants * st->n_settings), sizeof *st->qs);
+    if (!st->qs) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
+    qx_ek_table_init(&st->table, "perplexity");
+    for (j = 0; j < st->n_variants; ++j) qx_ek_table_add_col(&st->table, st->variants[j].name);
+    for (i = 0; i < st->n_settings; ++i) qx_ek_table_add_row(&st->table, st->settings[i].label);
+    return QX_EXIT_OK;
+}
+
+/* ---- the cells ------------------------------------------------------------------------------ */
+
+/* Row i's fake quantization, and which weights the quantization stage makes in a copy of the
+   store (qx_wq_cell_staged; returned) rather than the forward pass's RTN as it loads each layer. */
+static int eval_row_quant(const eval_state* st, int i, qx_fake_quant_opts* q, qx_wq_cell* cell) {
+    const eval_opts* o = &st->o;
+    qx_ek_setting kv = st->settings[i];
+    int stage_w;
+    kv.kv_bits = 16;
+    qx_ek_setting_quant(&kv, o->group, o->clip, q);
+    memset(cell, 0, sizeof *cell);
+    cell->w_bits = st->settings[i].w_bits;
+    cell->packed = st->packed;
+    cell->gptq = st->gptq;
+    cell->clip_search = o->q.w_clip;
+    cell->migrate = o->migrate && st->settings[i].a_bits >= 16;   /* weight-only rows only */
+    cell->int8_down_proj = o->int8_down;
+    cell->group_fallback = o->group_fallback;
+    stage_w = qx_wq_cell_staged(cell);
+    if (stage_w || st->packed) {   /* a packed file's weights are its codes already: not quantized again */
+        q->w_bits = 0;
+        q->w_group = 0;
+    } else if (q->w_bits) {
+        q->w_asym = o->q.w_asym;
+        q->w_group = o->group;
+    }
+    if (q->a_bits) {
+        q->a_asym = o->q.a_asym;
+        q->a_group = o->a_group;
+        if (o->int8_down) q->a_down_bits = 8;
+    }
+    q->k_bits = st->k_of[i] < 16 ? st->k_of[i] : 0;
+    q->v_bits = st->v_of[i] < 16 ? st->v_of[i] : 0;
+    q->k_group = o->k_group;
+    q->v_group = o->v_group;
+    q->k_sym = st->k_sym;
+    q->v_sym = st->v_sym;
+    q->k_clip = (float)o->q.k_clip;
+    q->v_clip = (float)o->q.v_clip;
+    return stage_w;
+}
+
+/* The quantization stage on x (a copy of column j's store) at row i's weight bits. */
+static int eval_quantize_weights(eval_state* st, int i, int j, eval_qstore* x) {
+    const eval_opts* o = &st->o;
+    qx_wq_opts wo;
+    eval_qctx qc;
+    qx_err e;
+    quarot_result r;
+    memset(&wo, 0, sizeof wo);
+    wo.desc.method = st->gptq ? QUAROT_WQUANT_GPTQ : QUAROT_WQUANT_RTN;
+    wo.desc.weight.bits = st->settings[i].w_bits;
+    wo.desc.weight.asymmetric = o->q.w_asym;
+    wo.desc.weight.group_size = o->group;
+    wo.desc.weight.clip_search = o->q.w_clip ? QUAROT_CLIP_SEARCH_LP : 0;
+    wo.desc.percdamp = o->percdamp;
+    wo.desc.act_order = o->g.act_order;
+    wo.desc.int8_down_proj = o->int8_down;
+    wo.desc.nsamples = o->nsamples;
+    wo.desc.migrate = x->migrate;
+    wo.desc.seq_len = o->win.seq_len;
+    wo.desc.keep_indivisible = o->group_fallback;
+    wo.desc.dead_fallback = 1;
+    wo.desc.on_linear = on_linear;
+    wo.desc.user_data = &qc;
+    wo.hooks = st->variants[j].hooks;
+    wo.calib = st->have_gcw ? &st->gcw : NULL;
+    wo.env = &st->env;
+    wo.on_layer = on_wq_layer;
+    wo.user = &qc;
+    qc.cli = &st->cli;
+    qc.q = x;
+    qc.column = st->variants[j].name;
+    qc.quiet = o->c.quiet;
+    r = qx_wq_quantize(&x->s, &wo, &x->st, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: weight quantization: %s",
+                           st->settings[i].label, st->variants[j].name, e.msg);
+    qx_cli_info(&st->cli, "%s W%d: %lld linears quantized by %s in %.1f s", st->variants[j].name, x->w_bits, (long long)x->st.linears,
+                st->gptq ? "GPTQ" : "RTN", x->st.seconds);
+    return QX_EXIT_OK;
+}
+
+/* The quantized weights of (column j, row i's weight bits, migration): made once; *src becomes them. */
+static int eval_staged_weights(eval_state* st, int i, int j, int migrate, const qx_store** src) {
+    eval_qstore* x = NULL;
+    int m;
+    for (m = 0; m < st->n_qs; ++m)
+        if (st->qs[m].variant == j && st->qs[m].w_bits == st->settings[i].w_bits && st->qs[m].migrate == migrate) x = &st->qs[m];
+    if (!x) {
+        int rc;
+        x = &st->qs[st->n_qs];
+        memset(x, 0, sizeof *x);
+        x->variant = j;
+        x->w_bits = st->settings[i].w_bits;
+        x->migrate = migrate;
+        if (qx_store_clone(*src, &x->s) != QUAROT_OK) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "copying the model: out of memory");
+        st->n_qs++;
+        if ((rc = eval_quantize_weights(st, i, j, x)) != QX_EXIT_OK) return rc;
+    }
+    *src = &x->s;
+    return QX_EXIT_OK;
+}
+
+/* The inference engine scores the cell itself. RTN weights: the engine quantizes the store's
+   weights at load (the same RTN as the reference) and runs its integer kernels on them; the
+   stage's weights (GPTQ, clip search, migration, int8 down_proj) would not round-trip, so those run
+   FP32 linears on them. A packed file's own row: its codes, settings and hooks. */
+static int eval_score_engine(eval_state* st, int i, int j, const qx_store* src, const qx_fake_quant_opts* q, int stage_w, qx_ppl_result* res) {
+    qx_fake_quant_opts qe = *q;
+    qx_err e;
+    quarot_result r;
+    if (st->settings[i].w_bits < 16 && !stage_w) {
+        qe.w_bits = st->settings[i].w_bits;
+        qe.w_group = st->o.group;
+    }
+    r = st->packed && i == st->packed_row ? qx_engine_eval_packed(st->o.model, &st->win, NULL, res, &e)
+                                          : qx_engine_eval_quant(src, st->variants[j].hooks, &qe, &st->win, NULL, res, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: engine: %s", st->settings[i].label,
+                           st->variants[j].name, e.msg);
+    return QX_EXIT_OK;
+}
+
+/* The reference forward pass, fake-quantized by q, over every window. */
+static int eval_score_ref(eval_state* st, int i, int j, const qx_store* src, const qx_fake_quant_opts* q, eval_progress* prog, qx_ppl_result* res) {
+    qx_ek_forward ef;
+    qx_err e;
+    quarot_result r = qx_ek_forward_init_env(&ef, src, st->variants[j].hooks, q, NULL, NULL, &st->env, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s", st->settings[i].label,
+                           st->variants[j].name, e.msg);
+    snprintf(prog->label, sizeof prog->label, "%s, %s: window", st->settings[i].label, st->variants[j].name);
+    r = qx_eval_windows(&ef.f, &st->win, on_window, prog, res, &e);
+    if (r == QUAROT_OK && qx_ek_forward_status(&ef) != QUAROT_OK) {
+        r = qx_ek_forward_status(&ef);
+        snprintf(e.msg, sizeof e.msg, "online rotation: %s", quarot_result_string(r));
+    }
+    qx_ek_forward_free(&ef);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s", st->settings[i].label,
+                           st->variants[j].name, e.msg);
+    return QX_EXIT_OK;
+}
+
+/* One cell: row i's setting on column j's model, its perplexity into the table. */
+static int eval_cell(eval_state* st, int i, int j, const qx_fake_quant_opts* q, const qx_wq_cell* cell, int stage_w, eval_progress* prog) {
+    qx_ppl_result res;
+    double t0 = qx_now();
+    const qx_store* src = st->variants[j].store;
+    int rc;
+    if (stage_w && (rc = eval_staged_weights(st, i, j, cell->migrate, &src)) != QX_EXIT_OK) return rc;
+    rc = st->o.engine ? eval_score_engine(st, i, j, src, q, stage_w, &res) : eval_score_ref(st, i, j, src, q, prog, &res);
+    if (rc != QX_EXIT_OK) return rc;
+    st->table.v[i][j] = res.ppl;
+    prog->before += st->win.n;
+    if (!st->o.engine && qx_now() - st->cli.t0 >= 1.0)
+        qx_cli_info(&st->cli, "%s, %s: perplexity %.4f (%.1f s)", st->settings[i].label, st->variants[j].name, res.ppl, qx_now() - t0);
+    return QX_EXIT_OK;
+}
+
+/* Every cell: build the (quantized) forward once, score every window. */
+static int eval_cells(eval_state* st) {
+    eval_progress prog;
+    int i, j, rc;
+    qx_cli_phase(&st->cli);
+    prog.cli = &st->cli;
+    prog.total = (int64_t)st->n_settings * st->n_variants * st->win.n;
     prog.before = 0;
-    for (i = 0; i < n_settings && rc == QX_EXIT_OK; ++i) {
+    for (i = 0; i < st->n_settings; ++i) {
         qx_fake_quant_opts q;
-        qx_ek_setting kv = settings[i];
         qx_wq_cell cell;
-        int stage_w;
-        kv.kv_bits = 16;
-        qx_ek_setting_quant(&kv, o.group, o.clip, &q);
-        /* which weights the quantization stage makes in a copy of the store (below) and which the
-           forward pass's RTN makes as it loads each layer: qx_wq_cell_staged */
-        memset(&cell, 0, sizeof cell);
-        cell.w_bits = settings[i].w_bits;
-        cell.packed = packed;
-        cell.gptq = gptq;
-        cell.clip_search = o.q.w_clip;
-        cell.migrate = o.migrate && settings[i].a_bits >= 16;   /* weight-only rows only */
-        cell.int8_down_proj = o.int8_down;
-        cell.group_fallback = o.group_fallback;
-        stage_w = qx_wq_cell_staged(&cell);
-        if (stage_w || packed) {   /* a packed file's weights are its codes already: not quantized again */
-            q.w_bits = 0;
-            q.w_group = 0;
-        } else if (q.w_bits) {
-            q.w_asym = o.q.w_asym;
-            q.w_group = o.group;
-        }
-        if (q.a_bits) {
-            q.a_asym = o.q.a_asym;
-            q.a_group = o.a_group;
-            if (o.int8_down) q.a_down_bits = 8;
-        }
-        q.k_bits = k_of[i] < 16 ? k_of[i] : 0;
-        q.v_bits = v_of[i] < 16 ? v_of[i] : 0;
-        q.k_group = o.k_group;
-        q.v_group = o.v_group;
-        q.k_sym = k_sym;
-        q.v_sym = v_sym;
-        q.k_clip = (float)o.q.k_clip;
-        q.v_clip = (float)o.q.v_clip;
-        for (j = 0; j < n_variants && rc == QX_EXIT_OK; ++j) {
-            qx_ek_forward ef;
-            qx_ppl_result res;
-            double t0 = qx_now();
-            const qx_store* src = variants[j].store;
-            if (stage_w) {   /* the quantized weights of (column, bits): made once */
-                eval_qstore* x = NULL;
-                int m;
-                int mig = cell.migrate;
-                for (m = 0; m < n_qs; ++m)
-                    if (qs[m].variant == j && qs[m].w_bits == settings[i].w_bits && qs[m].migrate == mig) x = &qs[m];
-                if (!x) {
-                    qx_wq_opts wo;
-                    eval_qctx qc;
-                    x = &qs[n_qs];
-                    memset(x, 0, sizeof *x);
-                    x->variant = j;
-                    x->w_bits = settings[i].w_bits;
-                    x->migrate = mig;
-                    r = qx_store_clone(src, &x->s);
-                    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "copying the model: out of memory"); break; }
-                    n_qs++;
-                    memset(&wo, 0, sizeof wo);
-                    wo.desc.method = gptq ? QUAROT_WQUANT_GPTQ : QUAROT_WQUANT_RTN;
-                    wo.desc.weight.bits = settings[i].w_bits;
-                    wo.desc.weight.asymmetric = o.q.w_asym;
-                    wo.desc.weight.group_size = o.group;
-                    wo.desc.weight.clip_search = o.q.w_clip ? QUAROT_CLIP_SEARCH_LP : 0;
-                    wo.desc.percdamp = o.percdamp;
-                    wo.desc.act_order = o.g.act_order;
-                    wo.desc.int8_down_proj = o.int8_down;
-                    wo.desc.nsamples = o.nsamples;
-                    wo.desc.migrate = mig;
-                    wo.desc.seq_len = o.win.seq_len;
-                    wo.desc.keep_indivisible = o.group_fallback;
-                    wo.desc.dead_fallback = 1;
-                    wo.desc.on_linear = on_linear;
-                    wo.desc.user_data = &qc;
-                    wo.hooks = variants[j].hooks;
-                    wo.calib = have_gcw ? &gcw : NULL;
-                    wo.env = &env;
-                    wo.on_layer = on_wq_layer;
-                    wo.user = &qc;
-                    qc.cli = &cli;
-                    qc.q = x;
-                    qc.column = variants[j].name;
-                    qc.quiet = o.c.quiet;
-                    r = qx_wq_quantize(&x->s, &wo, &x->st, &e);
-                    if (r != QUAROT_OK) {
-                        rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: weight quantization: %s",
-                                         settings[i].label, variants[j].name, e.msg);
-                        break;
-                    }
-                    qx_cli_info(&cli, "%s W%d: %lld linears quantized by %s in %.1f s", variants[j].name, x->w_bits, (long long)x->st.linears,
-                                gptq ? "GPTQ" : "RTN", x->st.seconds);
-                }
-                src = &x->s;
-            }
-            if (o.engine) {   /* the inference engine scores the cell itself */
-                /* RTN weights: the engine quantizes the store's weights at load (the same RTN as the
-                   reference) and runs its integer kernels on them; the stage's weights (GPTQ, clip search,
-                   migration, int8 down_proj) would not round-trip, so those run FP32 linears on them */
-                qx_fake_quant_opts qe = q;
-                if (settings[i].w_bits < 16 && !stage_w) {
-                    qe.w_bits = settings[i].w_bits;
-                    qe.w_group = o.group;
-                }
-                r = packed && i == packed_row ? qx_engine_eval_packed(o.model, &win, NULL, &res, &e)   /* the file's codes, settings, hooks */
-                           : qx_engine_eval_quant(src, variants[j].hooks, &qe, &win, NULL, &res, &e);
-                if (r != QUAROT_OK) {
-                    rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: engine: %s",
-                                     settings[i].label, variants[j].name, e.msg);
-                    break;
-                }
-                table.v[i][j] = res.ppl;
-                prog.before += win.n;
-                continue;
-            }
-            r = qx_ek_forward_init_env(&ef, src, variants[j].hooks, &q, NULL, NULL, &env, &e);
-            if (r != QUAROT_OK) {
-                rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s",
-                                 settings[i].label, variants[j].name, e.msg);
-                break;
-            }
-            snprintf(prog.label, sizeof prog.label, "%s, %s: window", settings[i].label, variants[j].name);
-            r = qx_eval_windows(&ef.f, &win, on_window, &prog, &res, &e);
-            if (r == QUAROT_OK && qx_ek_forward_status(&ef) != QUAROT_OK) {
-                r = qx_ek_forward_status(&ef);
-                snprintf(e.msg, sizeof e.msg, "online rotation: %s", quarot_result_string(r));
-            }
-            qx_ek_forward_free(&ef);
-            if (r != QUAROT_OK) {
-                rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s, %s: %s",
-                                 settings[i].label, variants[j].name, e.msg);
-                break;
-            }
-            table.v[i][j] = res.ppl;
-            prog.before += win.n;
-            if (qx_now() - cli.t0 >= 1.0)
-                qx_cli_info(&cli, "%s, %s: perplexity %.4f (%.1f s)", settings[i].label, variants[j].name, res.ppl, qx_now() - t0);
-        }
+        int stage_w = eval_row_quant(st, i, &q, &cell);
+        for (j = 0; j < st->n_variants; ++j)
+            if ((rc = eval_cell(st, i, j, &q, &cell, stage_w, &prog)) != QX_EXIT_OK) return rc;
     }
-    if (rc != QX_EXIT_OK) goto done;
-    qx_cli_progress_end(&cli, "evaluation");
+    qx_cli_progress_end(&st->cli, "evaluation");
+    return QX_EXIT_OK;
+}
 
-    /* The report. */
-    {
-        const quarot_model_config* c = &model.config;
-        printf("model      %s: %s, %s, hidden %lld, intermediate %lld, %lld layers, %lld heads (%lld KV), vocab %lld\n",
-               o.model, model.source_format[0] ? model.source_format : "?", c->arch, (long long)c->hidden,
-               (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
-               (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)c->vocab);
-        printf("tokenizer  %s\n", tok_path);
-        {   /* the model's own online hooks (rotate --online), found beside it or given by --hooks */
-            quarot_online_list ml;
-            if (qx_model_hooks_get(&model, &ml, &e) == QUAROT_OK) {
-                char* hp = o.in.hooks ? NULL : qx_hooks_path_for(o.model);
-                if (ml.count > 0)
-                    printf("hooks      %s: %lld online hooks of the model, applied in every forward pass of every column\n",
-                           o.in.hooks ? o.in.hooks : hp ? hp : "?", (long long)ml.count);
-                free(hp);
-                quarot_online_list_free(&ml);
-            }
-        }
-        if (o.in.tokens) printf("tokens     %s: %lld ids\n", o.in.tokens, (long long)n_stream);
-        else printf("text       %s: %lu bytes\n", o.text, (unsigned long)text_len);
-        if (o.win.windowing == QX_WINDOWING_STREAM)
-            printf("windows    %lld x seq_len %lld, stream windowing (text encoded once: %lld tokens; [BOS] + %lld consecutive tokens per window)\n",
-                   (long long)win.n, (long long)o.win.seq_len, (long long)n_stream, (long long)(o.win.seq_len - 1));
+/* ---- the report ----------------------------------------------------------------------------- */
+
+/* The model, its tokenizer and hooks, the text and its windows. */
+static void eval_print_inputs(const eval_state* st) {
+    const eval_opts* o = &st->o;
+    const quarot_model_config* c = &st->model.config;
+    quarot_online_list ml;
+    qx_err e;
+    printf("model      %s: %s, %s, hidden %lld, intermediate %lld, %lld layers, %lld heads (%lld KV), vocab %lld\n", o->model,
+           st->model.source_format[0] ? st->model.source_format : "?", c->arch, (long long)c->hidden, (long long)c->intermediate,
+           (long long)c->n_layers, (long long)c->n_heads, (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)c->vocab);
+    printf("tokenizer  %s\n", st->tok_path);
+    if (qx_model_hooks_get(&st->model, &ml, &e) == QUAROT_OK) {   /* the model's own online hooks (rotate --online), beside it or --hooks */
+        char* hp = o->in.hooks ? NULL : qx_hooks_path_for(o->model);
+        if (ml.count > 0)
+            printf("hooks      %s: %lld online hooks of the model, applied in every forward pass of every column\n",
+                   o->in.hooks ? o->in.hooks : hp ? hp : "?", (long long)ml.count);
+        free(hp);
+        quarot_online_list_free(&ml);
+    }
+    if (o->in.tokens) printf("tokens     %s: %lld ids\n", o->in.tokens, (long long)st->n_stream);
+    else printf("text       %s: %lu bytes\n", o->text, (unsigned long)st->text_len);
+    if (o->win.windowing == QX_WINDOWING_STREAM)
+        printf("windows    %lld x seq_len %lld, stream windowing (text encoded once: %lld tokens; [BOS] + %lld consecutive tokens per window)\n",
+               (long long)st->win.n, (long long)o->win.seq_len, (long long)st->n_stream, (long long)(o->win.seq_len - 1));
+    else
+        printf("windows    %lld, seq_len %lld, docs windowing (%lld of %lld documents split at blank lines, each from [BOS]; longer ones continue in further windows)\n",
+               (long long)st->win.n, (long long)o->win.seq_len, (long long)st->win.n_docs, (long long)st->win.n_docs_total);
+    printf("scored     %lld tokens\n", (long long)st->win.n_predicted);
+}
+
+/* How weights, activations and the KV cache are quantized (GPTQ's calibration, a packed file's own). */
+static void eval_print_quant(const eval_state* st) {
+    const eval_opts* o = &st->o;
+    const qx_packed_settings* ps = &st->pst;
+    printf("quant      weights %s%s %s per %s; activations per token %s, clip %.2f%s; KV cache %s\n", st->gptq ? "GPTQ" : "RTN",
+           o->q.w_clip ? " with clip search (|err|^2.4)" : "", o->q.w_asym ? "asymmetric" : "symmetric", o->group ? "group" : "output channel",
+           o->q.a_asym ? "asymmetric" : "symmetric", o->clip, o->int8_down ? "; down_proj input and weights 8-bit" : "",
+           st->any_kv ? (st->k_sym && st->v_sym ? "per token per head symmetric"
+                         : (st->k_sym || st->v_sym) ? "per token per head, K/V sym/asym as asked" : "per token per head asymmetric")
+                      : "FP32");
+    if (o->group) printf("           weight groups of %lld input channels\n", (long long)o->group);
+    if (o->a_group) printf("           activation groups of %lld channels\n", (long long)o->a_group);
+    if (st->any_kv && (o->k_group || o->v_group || o->q.k_clip > 0 || o->q.v_clip > 0))
+        printf("           K groups %lld, V groups %lld (0 = head_dim); K clip %.2f, V clip %.2f\n", (long long)o->k_group, (long long)o->v_group,
+               o->q.k_clip > 0 ? o->q.k_clip : 1.0, o->q.v_clip > 0 ? o->q.v_clip : 1.0);
+    if (st->gptq)
+        printf("GPTQ       %s: %lld windows of %lld tokens (%s windowing), percdamp %g, block 128%s, sequential (QuaRot's steps q/k/v, o, gate/up, down)\n",
+               o->g.calib_text, (long long)o->nsamples, (long long)o->win.seq_len, o->win.windowing == QX_WINDOWING_STREAM ? "stream" : "docs",
+               o->percdamp, o->g.act_order ? ", act-order" : "");
+    if (st->packed)
+        printf("packed     the file's own setting: %d-bit weights (%s, %s), scored as stored; %lld online hooks from its metadata\n", ps->w_bits,
+               ps->w_quantizer[0] ? ps->w_quantizer : "?", ps->w_group_size ? "groups" : "per output channel", (long long)st->hooks.count);
+}
+
+/* The learned column: the file, its recipe, the rotation checks. */
+static void eval_print_learned(const eval_state* st) {
+    if (!st->have_learned) return;
+    printf("%-10s %s: %s; orthogonality before use %.2e\n", "learned", st->o.rot.rotations, st->spin.about, st->spin_orth);
+    print_recipe("", st->learned_recipe);
+    qx_rotcheck_summary("learned    ", st->rl, st->n_rl);
+}
+
+/* What the QuaRot, Adapt and learned columns are: their recipes, stage 1, the rotation checks. */
+static void eval_print_columns(const eval_state* st) {
+    const eval_opts* o = &st->o;
+    const quarot_adapt_context* a = &st->actx;
+    if (st->want_col[1] && o->rot.no_online) printf("%-10s no online hooks (--no-online): R1 + R2 folded only\n", "QuaRot");
+    if (st->have_rot) print_recipe("QuaRot", st->recipe);   /* built only with the QuaRot column */
+    if (st->want_col[1]) qx_rotcheck_summary("QuaRot     ", st->rq, st->n_rq);
+    if (!st->have_adapt) {
+        eval_print_learned(st);
+        return;
+    }
+    if (o->g.calib_text)
+        printf("%-10s stage 1 on %s: %lld windows, %lld tokens; %lld linears (%s), %lld rows of %lld\n", "Adapt", o->g.calib_text,
+               (long long)st->cst.windows, (long long)st->cst.tokens, (long long)st->cst.linears, st->cst.matched, (long long)st->cst.rows,
+               (long long)st->model.config.hidden);
+    else
+        printf("%-10s stage 1 context %s: %lld rows of %lld, %d steps run\n", "Adapt", o->rot.context, (long long)a->rows, (long long)a->block,
+               a->steps_run);
+    printf("%-10s stage 1 loss (%s per token): random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", "", qx_calib_dtype(a), a->start_loss,
+           a->best_loss, 100.0 * qx_calib_reduction(a));
+    print_recipe("", st->adapt_recipe);
+    qx_rotcheck_summary("Adapt      ", st->ra, st->n_ra);
+    eval_print_learned(st);
+}
+
+/* The quantization error per linear type, averaged over the layers, per quantized weight store. */
+static void eval_print_linear_errors(const eval_state* st) {
+    int i, t;
+    for (i = 0; i < st->n_qs; ++i) {
+        const eval_qstore* x = &st->qs[i];
+        printf("\nweights W%d, %s (%s%s): mean over layers\n", x->w_bits, st->variants[x->variant].name, st->gptq ? "GPTQ" : "RTN",
+               x->migrate ? ", scale migration" : "");
+        if (x->calibrated)
+            printf("  %-10s %14s %14s %12s\n", "linear", "out err/ref", "RTN err/ref", "weight MSE");
         else
-            printf("windows    %lld, seq_len %lld, docs windowing (%lld of %lld documents split at blank lines, each from [BOS]; longer ones continue in further windows)\n",
-                   (long long)win.n, (long long)o.win.seq_len, (long long)win.n_docs, (long long)win.n_docs_total);
-        printf("scored     %lld tokens\n", (long long)win.n_predicted);
-        printf("quant      weights %s%s %s per %s; activations per token %s, clip %.2f%s; KV cache %s\n",
-               gptq ? "GPTQ" : "RTN", o.q.w_clip ? " with clip search (|err|^2.4)" : "", o.q.w_asym ? "asymmetric" : "symmetric",
-               o.group ? "group" : "output channel", o.q.a_asym ? "asymmetric" : "symmetric", o.clip,
-               o.int8_down ? "; down_proj input and weights 8-bit" : "",
-               any_kv ? (k_sym && v_sym ? "per token per head symmetric" : (k_sym || v_sym) ? "per token per head, K/V sym/asym as asked" : "per token per head asymmetric") : "FP32");
-        if (o.group) printf("           weight groups of %lld input channels\n", (long long)o.group);
-        if (o.a_group) printf("           activation groups of %lld channels\n", (long long)o.a_group);
-        if (any_kv && (o.k_group || o.v_group || o.q.k_clip > 0 || o.q.v_clip > 0))
-            printf("           K groups %lld, V groups %lld (0 = head_dim); K clip %.2f, V clip %.2f\n", (long long)o.k_group, (long long)o.v_group,
-                   o.q.k_clip > 0 ? o.q.k_clip : 1.0, o.q.v_clip > 0 ? o.q.v_clip : 1.0);
-        if (gptq)
-            printf("GPTQ       %s: %lld windows of %lld tokens (%s windowing), percdamp %g, block 128%s, sequential (QuaRot's steps q/k/v, o, gate/up, down)\n",
-                   o.g.calib_text, (long long)o.nsamples, (long long)o.win.seq_len, o.win.windowing == QX_WINDOWING_STREAM ? "stream" : "docs", o.percdamp,
-                   o.g.act_order ? ", act-order" : "");
-        if (packed)
-            printf("packed     the file's own setting: %d-bit weights (%s, %s), scored as stored; %lld online hooks from its metadata\n",
-                   pst.w_bits, pst.w_quantizer[0] ? pst.w_quantizer : "?", pst.w_group_size ? "groups" : "per output channel",
-                   (long long)hooks.count);
-        if (want_col[1] && o.rot.no_online) printf("%-10s no online hooks (--no-online): R1 + R2 folded only\n", "QuaRot");
-        print_recipe("QuaRot", recipe);
-        if (want_col[1]) qx_rotcheck_summary("QuaRot     ", rq, n_rq);
-        if (have_adapt) {
-            if (o.g.calib_text)
-                printf("%-10s stage 1 on %s: %lld windows, %lld tokens; %lld linears (%s), %lld rows of %lld\n", "Adapt", o.g.calib_text,
-                       (long long)cst.windows, (long long)cst.tokens, (long long)cst.linears, cst.matched, (long long)cst.rows,
-                       (long long)model.config.hidden);
-            else
-                printf("%-10s stage 1 context %s: %lld rows of %lld, %d steps run\n", "Adapt", o.rot.context, (long long)actx.rows,
-                       (long long)actx.block, actx.steps_run);
-            printf("%-10s stage 1 loss (%s per token): random Hadamard %.6e -> adapted %.6e (%+.2f%%)\n", "", qx_calib_dtype(&actx),
-                   actx.start_loss, actx.best_loss, 100.0 * qx_calib_reduction(&actx));
-            print_recipe("", adapt_recipe);
-            qx_rotcheck_summary("Adapt      ", ra, n_ra);
-        }
-        if (have_learned) {
-            printf("%-10s %s: %s; orthogonality before use %.2e\n", "learned", o.rot.rotations, spin.about, spin_orth);
-            print_recipe("", learned_recipe);
-            qx_rotcheck_summary("learned    ", rl, n_rl);
-        }
-        printf("\n");
-        qx_ek_table_print(stdout, &table);
-        if (!o.no_fp32) {   /* FP32 to 9 digits: a rotated model's must equal the original's (function preserved) */
-            printf("FP32 to 9 digits:");
-            for (j = 0; j < table.n_cols; ++j)
-                if (table.v[0][j] == table.v[0][j]) printf("  %s %.9g", table.col[j], table.v[0][j]);
-            printf("\n");
-        }
-        /* quantization error per linear type, averaged over the layers */
-        for (i = 0; i < n_qs; ++i) {
-            const eval_qstore* x = &qs[i];
-            int t;
-            printf("\nweights W%d, %s (%s%s): mean over layers\n", x->w_bits, variants[x->variant].name, gptq ? "GPTQ" : "RTN",
-                   x->migrate ? ", scale migration" : "");
+            printf("  %-10s %12s\n", "linear", "weight MSE");
+        for (t = 0; t < 8; ++t) {
+            double n = (double)x->n[t];
+            if (!x->n[t]) continue;
             if (x->calibrated)
-                printf("  %-10s %14s %14s %12s\n", "linear", "out err/ref", "RTN err/ref", "weight MSE");
+                printf("  %-10s %14.4e %14.4e %12.4e\n", t < 7 ? lin_types[t] : "other", x->err[t] / n, x->err_rtn[t] / n, x->mse[t] / n);
             else
-                printf("  %-10s %12s\n", "linear", "weight MSE");
-            for (t = 0; t < 8; ++t) {
-                double n = (double)x->n[t];
-                if (!x->n[t]) continue;
-                if (x->calibrated)
-                    printf("  %-10s %14.4e %14.4e %12.4e\n", t < 7 ? lin_types[t] : "other", x->err[t] / n, x->err_rtn[t] / n, x->mse[t] / n);
-                else
-                    printf("  %-10s %12.4e\n", t < 7 ? lin_types[t] : "other", x->mse[t] / n);
-            }
+                printf("  %-10s %12.4e\n", t < 7 ? lin_types[t] : "other", x->mse[t] / n);
         }
-        fflush(stdout);
     }
-    qx_cli_info(&cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());
+}
 
-done:
-    for (i = 0; i < n_qs; ++i) qx_store_free(&qs[i].s);
-    free(qs);
-    if (have_gcw) qx_windows_free(&gcw);
-    qx_pool_destroy(pool);
-    if (have_win) qx_windows_free(&win);
-    free(stream);
-    free(text);
-    if (have_tok) qx_tokenizer_free(&tok);
-    if (have_rot) qx_store_free(&rot);
-    quarot_online_list_free(&hooks);
-    if (have_adapt) qx_store_free(&adapt);
-    if (have_learned) {
-        qx_store_free(&learned);
-        quarot_online_list_free(&learned_hooks);
+/* The report on stdout: the inputs, the quantization, the columns, the table, the errors. */
+static void eval_report(eval_state* st) {
+    int j;
+    eval_print_inputs(st);
+    eval_print_quant(st);
+    eval_print_columns(st);
+    printf("\n");
+    qx_ek_table_print(stdout, &st->table);
+    if (!st->o.no_fp32) {   /* FP32 to 9 digits: a rotated model's must equal the original's (function preserved) */
+        printf("FP32 to 9 digits:");
+        for (j = 0; j < st->table.n_cols; ++j)
+            if (st->table.v[0][j] == st->table.v[0][j]) printf("  %s %.9g", st->table.col[j], st->table.v[0][j]);
+        printf("\n");
     }
-    qx_spin_rot_free(&spin);
-    if (have_actx) {
-        quarot_online_list_free(&adapt_hooks);
-        quarot_adapt_context_free(&actx);
-    }
-    if (have_model) qx_store_free(&model);
+    eval_print_linear_errors(st);
+    fflush(stdout);
+    qx_cli_info(&st->cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());
+}
+
+int qx_cmd_eval(int argc, char** argv) {
+    eval_state st;
+    int rc;
+    eval_init(&st);
+    rc = qx_opts_parse(&qx_cmd_eval_spec, &st.cli, argc, argv, &st.o);
+    if (rc != QX_OPTS_RUN) return rc;   /* --help, or a usage error */
+    st.cli.quiet = st.o.c.quiet;
+    rc = eval_check_options(&st);                     /* usage errors, before any file is read */
+    if (!rc) rc = eval_rows(&st);                     /* FP32, then the settings asked for */
+    if (!rc) rc = eval_load_model(&st);               /* with its hooks (a packed file: its settings) */
+    if (!rc) rc = eval_check_model(&st);              /* the context, the rotations, --seq-len, --group-size */
+    if (!rc) rc = eval_read_input(&st);               /* the tokenizer and the text */
+    if (!rc) rc = eval_windows(&st);
+    if (!rc) rc = eval_rotate_quarot(&st);            /* the QuaRot column's model */
+    if (!rc) rc = eval_calib_windows(&st);            /* GPTQ's and migration's calibration rows */
+    if (!rc) rc = eval_adapt_stage1(&st);             /* the Adapt column: R learned here, or --context's */
+    if (!rc) rc = eval_adapt_stage2(&st);
+    if (!rc) rc = eval_rotate_learned(&st);           /* the learned column: --rotations' R1 and R2 */
+    if (!rc) rc = eval_columns(&st);
+    if (!rc) rc = eval_cells(&st);                    /* every (row, column): the perplexity */
+    if (!rc) eval_report(&st);
+    eval_free(&st);
     return rc;
 }

@@ -98,193 +98,270 @@ static quarot_result read_hooks(const char* path, quarot_online_list* list, qx_e
     return r;
 }
 
-int qx_cmd_generate(int argc, char** argv) {
+/* ---- one run -------------------------------------------------------------------------------- */
+
+/* What one `quarot generate` reads and builds; generate_free frees it. */
+typedef struct generate_state {
     qx_cli cli;
     generate_opts o;
-    int rc = QX_EXIT_OK;
-    int have_model = 0, have_rot = 0, have_tok = 0, have_eng = 0, packed = 0;
-    int64_t vocab = 0;
-    qx_store model, rot;
-    quarot_online_list hooks;
+    int packed;                    /* MODEL is a packed W4A4 file: the engine reads it itself */
+    int64_t vocab;
+    qx_store model, rot;           /* rot: --quarot's */
+    quarot_online_list hooks;      /* --quarot's, or the hook file's */
     qx_tokenizer tok;
+    char tok_path[4096], hook_path[4200];
+    qx_pool* pool;
+    quarot_env env;
     qx_engine en;
     qx_engine_opts eo;
-    qx_pool* pool = NULL;
-    quarot_env env;
-    quarot_rng rng;
+    int32_t* ptoks;                /* the prompt: BOS + text */
+    int64_t n_prompt, done;        /* done: tokens generated */
+    float *logits, *work;
+    double t_prefill, t_decode;
+    int have_model, have_rot, have_tok, have_eng;
+} generate_state;
+
+static void generate_init(generate_state* st) {
+    memset(st, 0, sizeof *st);
+    qx_cli_init(&st->cli, "generate", 0);
+    st->o.prompt = "";
+    st->o.n_gen = 256;
+    st->o.top_p = 0.9;
+    st->o.clip = 1.0;
+    st->o.w_bits = st->o.a_bits = st->o.kv_bits = 16;
+    quarot_online_list_init(&st->hooks, NULL);
+}
+
+static void generate_free(generate_state* st) {
+    free(st->logits);
+    free(st->work);
+    free(st->ptoks);
+    if (st->have_eng) qx_engine_free(&st->en);
+    qx_pool_destroy(st->pool);
+    quarot_online_list_free(&st->hooks);
+    if (st->have_rot) qx_store_free(&st->rot);
+    if (st->have_tok) qx_tokenizer_free(&st->tok);
+    if (st->have_model) qx_store_free(&st->model);
+}
+
+/* The engine's failure: input errors stay input errors, the rest cannot run as asked. */
+static int generate_engine_exit(quarot_result r) {
+    return r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_INPUT : QX_EXIT_PROCESS;
+}
+
+/* The packed W4A4 file: the engine reads its codes, settings and hooks itself; the quantization
+   flags given must agree with the file, and the engine's settings become the run's. */
+static int generate_load_packed(generate_state* st) {
+    generate_opts* o = &st->o;
+    qx_engine_opts* eo = &st->eo;
+    qx_err e;
+    quarot_result r;
+    if (o->quarot) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--quarot: %s is a packed file, rotated already", o->model);
+    if (o->hooks) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", o->model);
+    st->pool = qx_pool_create(o->c.threads ? (int)o->c.threads : qx_cpu_count());
+    qx_pool_env(st->pool, &st->env);
+    memset(eo, 0, sizeof *eo);
+    eo->w_bits = o->w_given ? o->w_bits : 0;
+    eo->a_bits = o->a_given ? o->a_bits : 0;
+    eo->kv_bits = o->kv_given ? o->kv_bits : 0;
+    eo->w_group = o->group;
+    eo->a_clip = o->clip_given ? (float)o->clip : 0.0f;
+    eo->context = o->context;
+    eo->env = &st->env;
+    r = qx_engine_load_packed(&st->en, o->model, eo, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, generate_engine_exit(r), "%s", e.msg);
+    st->have_eng = 1;
+    st->vocab = st->en.cfg.vocab;
+    o->context = st->en.context;
+    o->w_bits = st->en.opts.w_bits;
+    o->a_bits = st->en.opts.a_bits;
+    o->kv_bits = st->en.opts.kv_bits;
+    if (st->en.file_hooks && st->en.file_hooks->count)
+        qx_cli_info(&st->cli, "online hooks: %lld from the file's metadata", (long long)st->en.file_hooks->count);
+    return QX_EXIT_OK;
+}
+
+/* The model: a packed file into the engine, anything else into a store. */
+static int generate_load_model(generate_state* st) {
     qx_load_opts lo;
     qx_err e;
     quarot_result r;
-    char tok_path[4096], looked[4096 * 3 + 64], hook_path[4200];
-    int32_t *ptoks = NULL, prev, next;
-    float *logits = NULL, *work = NULL;
-    int64_t n_prompt = 0, t, done = 0;
-    double t0, t_prefill = 0.0, t_decode = 0.0;
-
-    qx_cli_init(&cli, "generate", 0);
-    memset(&o, 0, sizeof o);
-    o.prompt = "";
-    o.n_gen = 256;
-    o.top_p = 0.9;
-    o.clip = 1.0;
-    o.w_bits = o.a_bits = o.kv_bits = 16;
-    if ((rc = qx_opts_parse(&qx_cmd_generate_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
-    rc = QX_EXIT_OK;
-    cli.quiet = o.c.quiet;
-    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot generate MODEL; see --help)");
-    if (o.quarot && o.hooks) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--quarot builds its own hooks: do not also give --hooks");
-
     memset(&lo, 0, sizeof lo);
-    quarot_online_list_init(&hooks, NULL);
-    packed = qx_engine_is_packed_file(o.model);
-    if (packed) {
-        /* the packed W4A4 file: the engine reads its codes, settings and hooks itself */
-        if (o.quarot) { rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--quarot: %s is a packed file, rotated already", o.model); goto done; }
-        if (o.hooks) { rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--hooks: %s carries its online hooks in its metadata", o.model); goto done; }
-        pool = qx_pool_create(o.c.threads ? (int)o.c.threads : qx_cpu_count());
-        qx_pool_env(pool, &env);
-        memset(&eo, 0, sizeof eo);
-        eo.w_bits = o.w_given ? o.w_bits : 0;
-        eo.a_bits = o.a_given ? o.a_bits : 0;
-        eo.kv_bits = o.kv_given ? o.kv_bits : 0;
-        eo.w_group = o.group;
-        eo.a_clip = o.clip_given ? (float)o.clip : 0.0f;
-        eo.context = o.context;
-        eo.env = &env;
-        r = qx_engine_load_packed(&en, o.model, &eo, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_INPUT : QX_EXIT_PROCESS,
-                             "%s", e.msg);
-            goto done;
-        }
-        have_eng = 1;
-        vocab = en.cfg.vocab;
-        o.context = en.context;
-        o.w_bits = en.opts.w_bits; o.a_bits = en.opts.a_bits; o.kv_bits = en.opts.kv_bits;
-        if (en.file_hooks && en.file_hooks->count)
-            qx_cli_info(&cli, "online hooks: %lld from the file's metadata", (long long)en.file_hooks->count);
-    } else {
-        r = qx_load_model(o.model, &lo, &model, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-        have_model = 1;
-        vocab = model.config.vocab;
-    }
-    if (o.tokenizer) snprintf(tok_path, sizeof tok_path, "%s", o.tokenizer);
-    else if (!qx_tokenizer_find_bin(o.model, vocab, tok_path, sizeof tok_path, looked, sizeof looked)) {
-        rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE", o.model, looked);
-        goto done;
-    }
-    r = qx_tokenizer_load(&tok, tok_path, (int32_t)vocab, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_tok = 1;
-    if (packed) {
-        /* hooks: the file's */
-    } else if (o.quarot) {
-        r = qx_ek_quarot(&model, 0, o.kv_bits < 16, &rot, &hooks, NULL, 0, NULL, NULL, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: QuaRot: %s", o.model, e.msg); goto done; }
-        have_rot = 1;
-    } else {
-        hook_path[0] = '\0';
-        if (o.hooks) snprintf(hook_path, sizeof hook_path, "%s", o.hooks);
-        else {
-            snprintf(hook_path, sizeof hook_path, "%s.quarot-online", o.model);
-            if (!qx_is_file(hook_path)) snprintf(hook_path, sizeof hook_path, "%s/quarot_online.txt", o.model);
-            if (!qx_is_file(hook_path)) hook_path[0] = '\0';
-        }
-        if (hook_path[0]) {
-            r = read_hooks(hook_path, &hooks, &e);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-            qx_cli_info(&cli, "online hooks: %s (%lld hooks)", hook_path, (long long)hooks.count);
-        }
-    }
+    st->packed = qx_engine_is_packed_file(st->o.model);
+    if (st->packed) return generate_load_packed(st);
+    r = qx_load_model(st->o.model, &lo, &st->model, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    st->have_model = 1;
+    st->vocab = st->model.config.vocab;
+    return QX_EXIT_OK;
+}
 
-    /* The prompt: BOS + text, checked against the context before any work. */
-    {
-        size_t len = strlen(o.prompt);
-        int64_t cap = qx_tokenizer_max_tokens(len);
-        ptoks = (int32_t*)malloc((size_t)cap * sizeof *ptoks);
-        if (!ptoks) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        r = qx_tokenizer_encode(&tok, o.prompt, len, 1, 0, ptoks, cap, &n_prompt, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "--prompt: %s", e.msg); goto done; }
-    }
-    if (!o.context) o.context = model.config.max_seq > 0 ? model.config.max_seq : 2048;   /* (packed: the engine's) */
-    if (n_prompt > o.context) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--prompt: %lld tokens (BOS included), longer than the context of %lld tokens",
-                         (long long)n_prompt, (long long)o.context);
-        goto done;
-    }
+/* --tokenizer, or the llama2.c tokenizer beside the model. */
+static int generate_tokenizer(generate_state* st) {
+    char looked[4096 * 3 + 64];
+    qx_err e;
+    quarot_result r;
+    if (st->o.tokenizer) snprintf(st->tok_path, sizeof st->tok_path, "%s", st->o.tokenizer);
+    else if (!qx_tokenizer_find_bin(st->o.model, st->vocab, st->tok_path, sizeof st->tok_path, looked, sizeof looked))
+        return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: no tokenizer found (looked for %s); pass --tokenizer FILE", st->o.model, looked);
+    r = qx_tokenizer_load(&st->tok, st->tok_path, (int32_t)st->vocab, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    st->have_tok = 1;
+    return QX_EXIT_OK;
+}
 
-    if (!packed) {
-        pool = qx_pool_create(o.c.threads ? (int)o.c.threads : qx_cpu_count());
-        qx_pool_env(pool, &env);
-        memset(&eo, 0, sizeof eo);
-        eo.w_bits = o.w_bits; eo.a_bits = o.a_bits; eo.kv_bits = o.kv_bits;
-        eo.w_group = o.group;
-        eo.a_clip = (float)o.clip;
-        eo.context = o.context;
-        eo.max_tokens = n_prompt > 512 ? 512 : n_prompt;
-        eo.hooks = hooks.count ? &hooks : NULL;
-        eo.env = &env;
-        r = qx_engine_init(&en, have_rot ? &rot : &model, &eo, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_INPUT : QX_EXIT_PROCESS,
-                             "%s: %s", o.model, e.msg);
-            goto done;
-        }
-        have_eng = 1;
+/* The online hooks: a packed file's are its own; --quarot rotates the model in memory and builds
+   them; otherwise --hooks FILE, or MODEL.quarot-online / MODEL/quarot_online.txt when present. */
+static int generate_hooks(generate_state* st) {
+    const generate_opts* o = &st->o;
+    qx_err e;
+    quarot_result r;
+    if (st->packed) return QX_EXIT_OK;
+    if (o->quarot) {
+        r = qx_ek_quarot(&st->model, 0, o->kv_bits < 16, &st->rot, &st->hooks, NULL, 0, NULL, NULL, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: QuaRot: %s", o->model, e.msg);
+        st->have_rot = 1;
+        return QX_EXIT_OK;
     }
-    logits = (float*)malloc((size_t)vocab * sizeof(float));
-    work = (float*)malloc((size_t)vocab * 2 * sizeof(float));
-    if (!logits || !work) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-    quarot_rng_seed(&rng, (uint64_t)o.seed);
+    st->hook_path[0] = '\0';
+    if (o->hooks) snprintf(st->hook_path, sizeof st->hook_path, "%s", o->hooks);
+    else {
+        snprintf(st->hook_path, sizeof st->hook_path, "%s.quarot-online", o->model);
+        if (!qx_is_file(st->hook_path)) snprintf(st->hook_path, sizeof st->hook_path, "%s/quarot_online.txt", o->model);
+        if (!qx_is_file(st->hook_path)) st->hook_path[0] = '\0';
+    }
+    if (!st->hook_path[0]) return QX_EXIT_OK;
+    r = read_hooks(st->hook_path, &st->hooks, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    qx_cli_info(&st->cli, "online hooks: %s (%lld hooks)", st->hook_path, (long long)st->hooks.count);
+    return QX_EXIT_OK;
+}
 
-    /* prefill in blocks of max_tokens, printing the prompt as run.c does */
-    t0 = qx_now();
-    for (t = 0; t < n_prompt && r == QUAROT_OK; t += en.max_tokens) {
-        int64_t nb = n_prompt - t < en.max_tokens ? n_prompt - t : en.max_tokens;
-        r = qx_engine_forward(&en, ptoks + t, nb, logits, 0, &e);
+/* The prompt: BOS + text, checked against the context before any work. */
+static int generate_prompt(generate_state* st) {
+    generate_opts* o = &st->o;
+    size_t len = strlen(o->prompt);
+    int64_t cap = qx_tokenizer_max_tokens(len);
+    qx_err e;
+    quarot_result r;
+    st->ptoks = (int32_t*)malloc((size_t)cap * sizeof *st->ptoks);
+    if (!st->ptoks) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
+    r = qx_tokenizer_encode(&st->tok, o->prompt, len, 1, 0, st->ptoks, cap, &st->n_prompt, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "--prompt: %s", e.msg);
+    if (!o->context) o->context = st->model.config.max_seq > 0 ? st->model.config.max_seq : 2048;   /* (packed: the engine's) */
+    if (st->n_prompt > o->context)
+        return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--prompt: %lld tokens (BOS included), longer than the context of %lld tokens",
+                           (long long)st->n_prompt, (long long)o->context);
+    return QX_EXIT_OK;
+}
+
+/* The engine on the store (the rotated one with --quarot), unless a packed file loaded it; the
+   logits and the sampler's buffers. */
+static int generate_engine(generate_state* st) {
+    const generate_opts* o = &st->o;
+    qx_engine_opts* eo = &st->eo;
+    qx_err e;
+    if (!st->packed) {
+        quarot_result r;
+        st->pool = qx_pool_create(o->c.threads ? (int)o->c.threads : qx_cpu_count());
+        qx_pool_env(st->pool, &st->env);
+        memset(eo, 0, sizeof *eo);
+        eo->w_bits = o->w_bits;
+        eo->a_bits = o->a_bits;
+        eo->kv_bits = o->kv_bits;
+        eo->w_group = o->group;
+        eo->a_clip = (float)o->clip;
+        eo->context = o->context;
+        eo->max_tokens = st->n_prompt > 512 ? 512 : st->n_prompt;
+        eo->hooks = st->hooks.count ? &st->hooks : NULL;
+        eo->env = &st->env;
+        r = qx_engine_init(&st->en, st->have_rot ? &st->rot : &st->model, eo, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(&st->cli, generate_engine_exit(r), "%s: %s", o->model, e.msg);
+        st->have_eng = 1;
     }
-    t_prefill = qx_now() - t0;
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s", e.msg); goto done; }
-    for (t = 1; t < n_prompt; ++t) {
+    st->logits = (float*)malloc((size_t)st->vocab * sizeof(float));
+    st->work = (float*)malloc((size_t)st->vocab * 2 * sizeof(float));
+    if (!st->logits || !st->work) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
+    return QX_EXIT_OK;
+}
+
+/* The prompt in blocks of max_tokens, then printed (after BOS) as run.c does. */
+static int generate_prefill(generate_state* st) {
+    qx_engine* en = &st->en;
+    quarot_result r = QUAROT_OK;
+    qx_err e;
+    double t0 = qx_now();
+    int64_t t;
+    for (t = 0; t < st->n_prompt && r == QUAROT_OK; t += en->max_tokens) {
+        int64_t nb = st->n_prompt - t < en->max_tokens ? st->n_prompt - t : en->max_tokens;
+        r = qx_engine_forward(en, st->ptoks + t, nb, st->logits, 0, &e);
+    }
+    st->t_prefill = qx_now() - t0;
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s", e.msg);
+    for (t = 1; t < st->n_prompt; ++t) {
         size_t pl;
-        const char* p = qx_tokenizer_decode(&tok, ptoks[t - 1], ptoks[t], &pl);
+        const char* p = qx_tokenizer_decode(&st->tok, st->ptoks[t - 1], st->ptoks[t], &pl);
         if (p && qx_tokenizer_safe_piece(p, pl)) fwrite(p, 1, pl, stdout);
     }
-    prev = ptoks[n_prompt - 1];
+    return QX_EXIT_OK;
+}
+
+/* One token at a time: sample, print, run it, until -n tokens, the end of the context, or BOS/EOS. */
+static int generate_decode(generate_state* st) {
+    qx_engine* en = &st->en;
+    quarot_rng rng;
+    qx_err e;
+    int32_t prev = st->ptoks[st->n_prompt - 1], next;
+    double t0;
+    quarot_rng_seed(&rng, (uint64_t)st->o.seed);
     t0 = qx_now();
-    for (done = 0; done < o.n_gen && en.pos < en.context; ++done) {
+    for (st->done = 0; st->done < st->o.n_gen && en->pos < en->context; ++st->done) {
         size_t pl;
         const char* p;
-        next = qx_engine_sample(logits, vocab, (float)o.temp, (float)o.top_p, &rng, work);
+        next = qx_engine_sample(st->logits, st->vocab, (float)st->o.temp, (float)st->o.top_p, &rng, st->work);
         if (next == 1 || next == 2) break;   /* BOS / EOS delimit sequences */
-        p = qx_tokenizer_decode(&tok, prev, next, &pl);
+        p = qx_tokenizer_decode(&st->tok, prev, next, &pl);
         if (p && qx_tokenizer_safe_piece(p, pl)) fwrite(p, 1, pl, stdout);
         fflush(stdout);
         prev = next;
-        if (done + 1 < o.n_gen && en.pos < en.context) {
-            r = qx_engine_forward(&en, &next, 1, logits, 0, &e);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s", e.msg); goto done; }
+        if (st->done + 1 < st->o.n_gen && en->pos < en->context) {
+            quarot_result r = qx_engine_forward(en, &next, 1, st->logits, 0, &e);
+            if (r != QUAROT_OK) return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s", e.msg);
         }
     }
-    t_decode = qx_now() - t0;
+    st->t_decode = qx_now() - t0;
+    return QX_EXIT_OK;
+}
+
+/* The statistics on stderr: speeds, threads, memory, the setting. */
+static void generate_report(generate_state* st) {
+    const qx_engine* en = &st->en;
     printf("\n");
     fflush(stdout);
-    qx_cli_info(&cli, "%lld prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.1f tok/s); %d threads; weights %.2f MiB (decoder linears), KV cache %.2f MiB; W%d A%d KV%d%s",
-                (long long)n_prompt, t_prefill, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, (long long)done, t_decode,
-                t_decode > 0 ? (double)done / t_decode : 0.0, qx_pool_threads(pool), (double)en.weight_bytes / 1048576.0,
-                (double)en.kv_bytes / 1048576.0, o.w_bits, o.a_bits, o.kv_bits,
-                hooks.count || (en.file_hooks && en.file_hooks->count) ? ", online hooks" : "");
+    qx_cli_info(&st->cli, "%lld prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.1f tok/s); %d threads; weights %.2f MiB (decoder linears), KV cache %.2f MiB; W%d A%d KV%d%s",
+                (long long)st->n_prompt, st->t_prefill, st->t_prefill > 0 ? (double)st->n_prompt / st->t_prefill : 0.0, (long long)st->done,
+                st->t_decode, st->t_decode > 0 ? (double)st->done / st->t_decode : 0.0, qx_pool_threads(st->pool), (double)en->weight_bytes / 1048576.0,
+                (double)en->kv_bytes / 1048576.0, st->o.w_bits, st->o.a_bits, st->o.kv_bits,
+                st->hooks.count || (en->file_hooks && en->file_hooks->count) ? ", online hooks" : "");
+}
 
-done:
-    free(logits);
-    free(work);
-    free(ptoks);
-    if (have_eng) qx_engine_free(&en);
-    qx_pool_destroy(pool);
-    quarot_online_list_free(&hooks);
-    if (have_rot) qx_store_free(&rot);
-    if (have_tok) qx_tokenizer_free(&tok);
-    if (have_model) qx_store_free(&model);
+int qx_cmd_generate(int argc, char** argv) {
+    generate_state st;
+    int rc;
+    generate_init(&st);
+    rc = qx_opts_parse(&qx_cmd_generate_spec, &st.cli, argc, argv, &st.o);
+    if (rc != QX_OPTS_RUN) return rc;   /* --help, or a usage error */
+    st.cli.quiet = st.o.c.quiet;
+    if (!st.o.model) return qx_cli_fail(&st.cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot generate MODEL; see --help)");
+    if (st.o.quarot && st.o.hooks) return qx_cli_fail(&st.cli, QX_EXIT_USAGE, "--quarot builds its own hooks: do not also give --hooks");
+    rc = generate_load_model(&st);
+    if (!rc) rc = generate_tokenizer(&st);
+    if (!rc) rc = generate_hooks(&st);       /* a packed file's, --quarot's or the hook file's */
+    if (!rc) rc = generate_prompt(&st);
+    if (!rc) rc = generate_engine(&st);
+    if (!rc) rc = generate_prefill(&st);
+    if (!rc) rc = generate_decode(&st);
+    if (!rc) generate_report(&st);
+    generate_free(&st);
     return rc;
 }

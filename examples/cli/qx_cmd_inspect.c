@@ -314,140 +314,191 @@ static quarot_result collect(const qx_store* s, const quarot_online_list* hooks,
     return QUAROT_OK;
 }
 
-int qx_cmd_inspect(int argc, char** argv) {
+/* ---- one run -------------------------------------------------------------------------------- */
+
+/* What one `quarot inspect` reads and builds; inspect_free frees it. */
+typedef struct inspect_state {
     qx_cli cli;
     inspect_opts o;
-    int i, rc = QX_EXIT_OK, offline_ok = 1, online_ok = 1;
-    qx_store s, rot;
+    qx_store s, rot;                   /* the model; its copy rotated in memory */
+    quarot_online_list hooks;          /* the rotated copy's */
+    int32_t* tokens;                   /* the statistics' input */
+    int64_t T, L;                      /* tokens run; decoder layers */
+    int offline_ok, online_ok;         /* what `quarot rotate` (with --online --r3) can build */
+    site_stats *before, *after;        /* [L][2] */
+    int have_model;
+} inspect_state;
+
+static void inspect_init(inspect_state* st) {
+    memset(st, 0, sizeof *st);
+    qx_cli_init(&st->cli, "inspect", 0);
+    st->o.tokens = 128;
+    qx_opts_rotation_init(&st->o.rot);
+    qx_store_init(&st->rot);
+    quarot_online_list_init(&st->hooks, NULL);
+    st->offline_ok = st->online_ok = 1;
+}
+
+static void inspect_free(inspect_state* st) {
+    if (!st->have_model) return;
+    free_stats(st->before, 2 * st->L);
+    free_stats(st->after, 2 * st->L);
+    free(st->tokens);
+    quarot_online_list_free(&st->hooks);
+    qx_store_free(&st->rot);
+    qx_store_free(&st->s);
+}
+
+/* The model and its own online hooks. */
+static int inspect_load_model(inspect_state* st) {
     qx_load_opts lo;
     qx_err e;
     quarot_result r;
-    int32_t* tokens = NULL;
-    int64_t T = 0, L;
-    site_stats *before = NULL, *after = NULL;
-    quarot_online_list hooks;
-    char tok_buf[4096];
-
-    qx_cli_init(&cli, "inspect", 0);
-    memset(&o, 0, sizeof o);
-    o.tokens = 128;
-    qx_opts_rotation_init(&o.rot);
-    if ((rc = qx_opts_parse(&qx_cmd_inspect_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
-    rc = QX_EXIT_OK;
-    cli.quiet = o.c.quiet;
-    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs MODEL (usage: quarot inspect MODEL [options])");
-
     memset(&lo, 0, sizeof lo);
-    r = qx_load_model(o.model, &lo, &s, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-    qx_store_init(&rot);
-    quarot_online_list_init(&hooks, NULL);
-    L = s.config.n_layers;
-    if ((rc = qx_cli_model_hooks(&cli, &s, o.model, o.in.hooks)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
+    r = qx_load_model(st->o.model, &lo, &st->s, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    st->have_model = 1;
+    st->L = st->s.config.n_layers;
+    return qx_cli_model_hooks(&st->cli, &st->s, st->o.model, st->o.in.hooks);
+}
 
-    /* Tokens first, so that a bad --text fails before anything is printed. */
-    if (!o.no_stats) {
-        if (s.config.max_seq > 0 && o.tokens > s.config.max_seq) o.tokens = s.config.max_seq;
-        if (o.text) {
-            qx_tokenizer tk;
-            int32_t* all_tokens = NULL;
-            int64_t n_all = 0;
-            /* the model's own tokenizer (GGUF metadata, tokenizer.json, tok*.bin) or --tokenizer */
-            if ((r = qx_tokenizer_for_model(&tk, o.model, o.in.tokenizer, s.config.vocab, tok_buf, sizeof tok_buf, &e)) != QUAROT_OK) {
-                rc = qx_cli_fail(&cli, r == QUAROT_ERR_NOT_FOUND ? QX_EXIT_USAGE : QX_EXIT_INPUT, "%s%s", e.msg,
-                                 r == QUAROT_ERR_NOT_FOUND ? " (or drop --text for random token ids)" : "");
-                goto done;
-            }
-            r = qx_tokenize_file(&tk, o.text, tk.add_bos, 0, &all_tokens, &n_all, &e);
-            qx_tokenizer_free(&tk);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-            if (n_all < 2) { free(all_tokens); rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: too short (fewer than 2 tokens)", o.text); goto done; }
-            T = n_all < o.tokens ? n_all : o.tokens;
-            tokens = all_tokens;
-        } else {
-            quarot_rng rng;
-            tokens = (int32_t*)malloc((size_t)o.tokens * sizeof(int32_t));
-            if (!tokens) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-            quarot_rng_seed(&rng, (uint64_t)o.rot.seed);
-            tokens[0] = 1;   /* BOS in llama2.c / LLaMA vocabularies */
-            for (i = 1; i < o.tokens; ++i) tokens[i] = (int32_t)(quarot_rng_u64(&rng) % (uint64_t)s.config.vocab);
-            if (s.config.vocab < 2) tokens[0] = 0;
-            T = o.tokens;
-        }
-    }
+/* --text: its first tokens under the model's own tokenizer (GGUF metadata, tokenizer.json,
+   tok*.bin) or --tokenizer */
+static int inspect_text_tokens(inspect_state* st) {
+    const inspect_opts* o = &st->o;
+    qx_tokenizer tk;
+    char tok_buf[4096];
+    int32_t* all_tokens = NULL;
+    int64_t n_all = 0;
+    qx_err e;
+    quarot_result r = qx_tokenizer_for_model(&tk, o->model, o->in.tokenizer, st->s.config.vocab, tok_buf, sizeof tok_buf, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_NOT_FOUND ? QX_EXIT_USAGE : QX_EXIT_INPUT, "%s%s", e.msg,
+                           r == QUAROT_ERR_NOT_FOUND ? " (or drop --text for random token ids)" : "");
+    r = qx_tokenize_file(&tk, o->text, tk.add_bos, 0, &all_tokens, &n_all, &e);
+    qx_tokenizer_free(&tk);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (n_all < 2) { free(all_tokens); return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: too short (fewer than 2 tokens)", o->text); }
+    st->T = n_all < o->tokens ? n_all : o->tokens;
+    st->tokens = all_tokens;
+    return QX_EXIT_OK;
+}
 
-    print_config(&s, o.model);
-    print_tensors(&s, o.all_tensors);
-    {
-        int64_t hd = s.config.head_dim ? s.config.head_dim : s.config.hidden / s.config.n_heads;
-        printf("\nhadamard constructions (H_n = H_K (x) H_2^m; transform cost n*m + K*n adds per row):\n");
-        describe_dim("hidden", "R1, residual stream (offline)", s.config.hidden);
-        describe_dim("head_dim", "R2 v/o per head (offline), R3 q/k after RoPE (online)", hd);
-        describe_dim("intermediate", "R4 down_proj input (online)", s.config.intermediate);
-        describe_dim("n_heads", "o_proj input across heads (online)", s.config.n_heads);
-    }
-    {   /* what `quarot rotate` builds per dimension (qx_rotcheck.h): warnings are what rotate warns about */
-        qx_rotcheck_opts co;
-        qx_rotcheck_dim dims[8];
-        int nd, j;
-        memset(&co, 0, sizeof co);
-        co.online = 1;
-        co.r3 = 1;
-        nd = qx_rotcheck(&s.config, &co, dims, 8);
-        printf("\nquarot rotate would build (seed-independent; --online / --r3 rows only with those options):\n");
-        for (j = 0; j < nd; ++j) {
-            printf("  %-20s %7lld  %s%s\n", dims[j].what, (long long)dims[j].dim, dims[j].warn ? "WARNING: " : "", dims[j].text);
-            if (j >= 2 && dims[j].fails) online_ok = 0;
-            if (j < 2 && dims[j].fails) offline_ok = 0;
-        }
-        printf("  => quarot rotate: %s; with --online --r3: %s\n", offline_ok ? "ok" : "fails", online_ok ? "ok" : "fails");
-    }
-    if (o.no_stats) goto done;
+/* No --text: BOS and random ids drawn from --seed */
+static int inspect_random_tokens(inspect_state* st) {
+    const int64_t vocab = st->s.config.vocab;
+    quarot_rng rng;
+    int64_t i;
+    st->tokens = (int32_t*)malloc((size_t)st->o.tokens * sizeof(int32_t));
+    if (!st->tokens) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
+    quarot_rng_seed(&rng, (uint64_t)st->o.rot.seed);
+    st->tokens[0] = 1;   /* BOS in llama2.c / LLaMA vocabularies */
+    for (i = 1; i < st->o.tokens; ++i) st->tokens[i] = (int32_t)(quarot_rng_u64(&rng) % (uint64_t)vocab);
+    if (vocab < 2) st->tokens[0] = 0;
+    st->T = st->o.tokens;
+    return QX_EXIT_OK;
+}
 
-    /* The rotated copy: default QuaRot with online hooks, in memory. */
-    {
-        quarot_model m;
-        qx_binding b;
-        quarot_rotate_desc d;
-        qx_cli_phase(&cli);
-        if ((r = qx_store_clone(&s, &rot)) != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        memset(&d, 0, sizeof d);
-        d.seed = (uint64_t)o.rot.seed;
-        d.online = online_ok;   /* where the online rotations cannot be built, R1 + R2 only (as rotate would) */
-        d.online_out = &hooks;
-        qx_model_bind(&m, &b, &rot);
-        r = quarot_rotate_model(&m, &d);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: cannot rotate: %s", o.model, m.error); goto done; }
-        qx_model_sync(&m, &rot);
+/* The statistics' tokens first, so that a bad --text fails before anything is printed. */
+static int inspect_tokens(inspect_state* st) {
+    if (st->o.no_stats) return QX_EXIT_OK;
+    if (st->s.config.max_seq > 0 && st->o.tokens > st->s.config.max_seq) st->o.tokens = st->s.config.max_seq;
+    return st->o.text ? inspect_text_tokens(st) : inspect_random_tokens(st);
+}
+
+static void print_hadamard(const qx_store* s) {
+    int64_t hd = s->config.head_dim ? s->config.head_dim : s->config.hidden / s->config.n_heads;
+    printf("\nhadamard constructions (H_n = H_K (x) H_2^m; transform cost n*m + K*n adds per row):\n");
+    describe_dim("hidden", "R1, residual stream (offline)", s->config.hidden);
+    describe_dim("head_dim", "R2 v/o per head (offline), R3 q/k after RoPE (online)", hd);
+    describe_dim("intermediate", "R4 down_proj input (online)", s->config.intermediate);
+    describe_dim("n_heads", "o_proj input across heads (online)", s->config.n_heads);
+}
+
+/* What `quarot rotate` builds per dimension (qx_rotcheck.h): warnings are what rotate warns about. */
+static void print_rotate_plan(inspect_state* st) {
+    qx_rotcheck_opts co;
+    qx_rotcheck_dim dims[8];
+    int nd, j;
+    memset(&co, 0, sizeof co);
+    co.online = 1;
+    co.r3 = 1;
+    nd = qx_rotcheck(&st->s.config, &co, dims, 8);
+    printf("\nquarot rotate would build (seed-independent; --online / --r3 rows only with those options):\n");
+    for (j = 0; j < nd; ++j) {
+        printf("  %-20s %7lld  %s%s\n", dims[j].what, (long long)dims[j].dim, dims[j].warn ? "WARNING: " : "", dims[j].text);
+        if (j >= 2 && dims[j].fails) st->online_ok = 0;
+        if (j < 2 && dims[j].fails) st->offline_ok = 0;
     }
-    if ((r = collect(&s, NULL, tokens, T, &before, &e)) != QUAROT_OK ||
-        (r = collect(&rot, &hooks, tokens, T, &after, &e)) != QUAROT_OK) {
-        rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", o.model, e.msg);
-        goto done;
-    }
-    qx_cli_progress_end(&cli, "statistics");
-    printf("\nactivation outliers: %lld tokens (%s); per site: max |x|, max/median of per-channel max |x|, kurtosis\n",
-           (long long)T, o.text ? o.text : "random ids");
-    printf("  original, and after QuaRot (R1 + R2 folded%s)\n", online_ok ? ", online down_proj and o_proj Hadamard" : "; no online rotation: see above");
+    printf("  => quarot rotate: %s; with --online --r3: %s\n", st->offline_ok ? "ok" : "fails", st->online_ok ? "ok" : "fails");
+}
+
+/* The rotated copy: default QuaRot with online hooks, in memory (where the online rotations cannot
+   be built, R1 + R2 only, as rotate would). */
+static int inspect_rotate_copy(inspect_state* st) {
+    quarot_model m;
+    qx_binding b;
+    quarot_rotate_desc d;
+    quarot_result r;
+    qx_cli_phase(&st->cli);
+    if (qx_store_clone(&st->s, &st->rot) != QUAROT_OK) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
+    memset(&d, 0, sizeof d);
+    d.seed = (uint64_t)st->o.rot.seed;
+    d.online = st->online_ok;
+    d.online_out = &st->hooks;
+    qx_model_bind(&m, &b, &st->rot);
+    r = quarot_rotate_model(&m, &d);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: cannot rotate: %s", st->o.model, m.error);
+    qx_model_sync(&m, &st->rot);
+    return QX_EXIT_OK;
+}
+
+/* The two sites of every layer before and after rotation, as a table. */
+static int inspect_outliers(inspect_state* st) {
+    qx_err e;
+    quarot_result r;
+    int64_t i;
+    if ((r = collect(&st->s, NULL, st->tokens, st->T, &st->before, &e)) != QUAROT_OK ||
+        (r = collect(&st->rot, &st->hooks, st->tokens, st->T, &st->after, &e)) != QUAROT_OK)
+        return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: forward pass: %s", st->o.model, e.msg);
+    qx_cli_progress_end(&st->cli, "statistics");
+    printf("\nactivation outliers: %lld tokens (%s); per site: max |x|, max/median of per-channel max |x|, kurtosis\n", (long long)st->T,
+           st->o.text ? st->o.text : "random ids");
+    printf("  original, and after QuaRot (R1 + R2 folded%s)\n", st->online_ok ? ", online down_proj and o_proj Hadamard" : "; no online rotation: see above");
     printf("  %-5s %-11s %10s %9s %9s   %10s %9s %9s\n", "layer", "site", "max", "max/med", "kurt", "rot max", "max/med", "kurt");
-    for (i = 0; i < L; ++i) {
+    for (i = 0; i < st->L; ++i) {
         int site;
         for (site = 0; site < 2; ++site) {
-            const site_stats* b0 = &before[i * 2 + site];
-            const site_stats* a0 = &after[i * 2 + site];
+            const site_stats* b0 = &st->before[i * 2 + site];
+            const site_stats* a0 = &st->after[i * 2 + site];
             double rb, kb, ra, ka;
             summarize(b0, &rb, &kb);
             summarize(a0, &ra, &ka);
-            printf("  %-5d %-11s %10.4g %9.2f %9.2f   %10.4g %9.2f %9.2f\n", i, site ? "down input" : "q/k/v input", b0->absmax, rb, kb,
+            printf("  %-5d %-11s %10.4g %9.2f %9.2f   %10.4g %9.2f %9.2f\n", (int)i, site ? "down input" : "q/k/v input", b0->absmax, rb, kb,
                    a0->absmax, ra, ka);
         }
     }
-done:
-    free_stats(before, 2 * L);
-    free_stats(after, 2 * L);
-    free(tokens);
-    quarot_online_list_free(&hooks);
-    qx_store_free(&rot);
-    qx_store_free(&s);
+    return QX_EXIT_OK;
+}
+
+int qx_cmd_inspect(int argc, char** argv) {
+    inspect_state st;
+    int rc;
+    inspect_init(&st);
+    rc = qx_opts_parse(&qx_cmd_inspect_spec, &st.cli, argc, argv, &st.o);
+    if (rc != QX_OPTS_RUN) return rc;   /* --help, or a usage error */
+    st.cli.quiet = st.o.c.quiet;
+    if (!st.o.model) return qx_cli_fail(&st.cli, QX_EXIT_USAGE, "needs MODEL (usage: quarot inspect MODEL [options])");
+    rc = inspect_load_model(&st);
+    if (!rc) rc = inspect_tokens(&st);
+    if (!rc) {
+        print_config(&st.s, st.o.model);
+        print_tensors(&st.s, st.o.all_tensors);
+        print_hadamard(&st.s);
+        print_rotate_plan(&st);
+    }
+    if (!rc && !st.o.no_stats) rc = inspect_rotate_copy(&st);
+    if (!rc && !st.o.no_stats) rc = inspect_outliers(&st);
+    inspect_free(&st);
     return rc;
 }

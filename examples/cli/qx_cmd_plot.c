@@ -189,18 +189,10 @@ static double y_of(const plot_axes* a, double v, double top, double h) {
     return top + h * (1.0 - f);
 }
 
-/* One panel at (x0, y0) of size w x h (plot area inside the margins). */
-static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double w, double h, const float* v, int64_t n,
-                      const panel_stats* st, const char* title, const char* colour, const char* channel_name) {
-    double ml = 62, mr = 16, mt = 50, mb = 46;   /* margins inside the panel box */
-    double px = x0 + ml, py = y0 + mt, pw = w - ml - mr, ph = h - mt - mb, bw = pw / (double)n, ymed;
-    double xstep;
-    int64_t j;
+/* The y grid and its tick labels over the plot area (px, py, pw, ph): decades with fainter 2x and
+   5x lines (labelled when there are few decades), or a nice linear step. */
+static void svg_y_grid(FILE* f, const plot_axes* ax, double px, double py, double pw, double ph) {
     char lab[64];
-    /* frame and title */
-    fprintf(f, "<g>\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fbfbfd\" stroke=\"#d0d4dc\"/>\n", px, py, pw, ph);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">%s</text>\n", px, y0 + 20, title);
-    /* y grid and ticks */
     if (ax->log) {
         double d;
         for (d = floor(log10(ax->ymin) + 1e-9); d <= log10(ax->ymax) + 1e-9; d += 1.0) {
@@ -231,6 +223,19 @@ static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double
             fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">%s</text>\n", px - 6, yy + 4, lab);
         }
     }
+}
+
+/* One panel at (x0, y0) of size w x h (plot area inside the margins). */
+static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double w, double h, const float* v, int64_t n,
+                      const panel_stats* st, const char* title, const char* colour, const char* channel_name) {
+    double ml = 62, mr = 16, mt = 50, mb = 46;   /* margins inside the panel box */
+    double px = x0 + ml, py = y0 + mt, pw = w - ml - mr, ph = h - mt - mb, bw = pw / (double)n, ymed;
+    double xstep;
+    int64_t j;
+    /* frame and title */
+    fprintf(f, "<g>\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fbfbfd\" stroke=\"#d0d4dc\"/>\n", px, py, pw, ph);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">%s</text>\n", px, y0 + 20, title);
+    svg_y_grid(f, ax, px, py, pw, ph);
     /* bars: one path of rectangles (thin lines when there are many channels) */
     fprintf(f, "<path fill=\"%s\" stroke=\"none\"%s d=\"", colour, bw < 2 ? " shape-rendering=\"crispEdges\"" : "");
     for (j = 0; j < n; ++j) {
@@ -269,222 +274,310 @@ static void svg_panel(FILE* f, const plot_axes* ax, double x0, double y0, double
     fprintf(f, "</g>\n");
 }
 
-int qx_cmd_plot(int argc, char** argv) {
+/* ---- one run -------------------------------------------------------------------------------- */
+
+/* What one `quarot plot` reads and builds; plot_free frees it. */
+typedef struct plot_state {
     qx_cli cli;
     plot_opts o;
-    const char* site;
-    qx_pool* pool = NULL;
-    quarot_env penv;
-    int i, rc = QX_EXIT_OK, n_dims = 0;
-    qx_rotcheck_dim dims[8];   /* what QuaRot builds here (no silent fallbacks) */
+    const char* site;              /* "q" or "down" */
     qx_store model, rot;
-    quarot_online_list hooks;
+    qx_pool* pool;
+    quarot_env env;
+    qx_rotcheck_dim dims[8];       /* what QuaRot builds here (no silent fallbacks) */
+    int n_dims;
+    quarot_online_list hooks;      /* QuaRot's */
     qx_tokenizer tok;
     char tok_path[4096], recipe[2048], tmp_path[4200];
-    char* text = NULL;
-    size_t text_len = 0;
-    int32_t* toks = NULL;
-    int64_t n_toks = 0, T;
-    plot_capture cap[2];
-    panel_stats st[2];
+    char* text;
+    size_t text_len;
+    int32_t* toks;
+    int64_t n_toks, T;             /* T: the tokens run */
+    plot_capture cap[2];           /* before rotation, after QuaRot */
+    panel_stats stats[2];
+    int have_model, have_rot, have_tok, tmp_fd;
+} plot_state;
+
+static void plot_init(plot_state* st) {
+    memset(st, 0, sizeof *st);
+    qx_cli_init(&st->cli, "plot", 0);
+    st->o.layer = -1;
+    st->o.tokens = 256;
+    qx_opts_rotation_init(&st->o.rot);
+    quarot_online_list_init(&st->hooks, NULL);
+    st->tmp_fd = -1;
+}
+
+static void plot_free(plot_state* st) {
+    qx_pool_destroy(st->pool);
+    if (st->tmp_fd >= 0) { close(st->tmp_fd); unlink(st->tmp_path); }
+    free(st->cap[0].cmax);
+    free(st->cap[1].cmax);
+    free(st->toks);
+    free(st->text);
+    if (st->have_tok) qx_tokenizer_free(&st->tok);
+    if (st->have_rot) qx_store_free(&st->rot);
+    quarot_online_list_free(&st->hooks);
+    if (st->have_model) qx_store_free(&st->model);
+}
+
+/* The usage errors, an existing output (without --force) and a missing text, before the model. */
+static int plot_check_options(plot_state* st) {
+    plot_opts* o = &st->o;
+    qx_cli* cli = &st->cli;
+    struct stat sb;
+    FILE* tf;
+    st->site = qx_opt_word(plot_sites, o->site);
+    if (!o->model) return qx_cli_fail(cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot plot MODEL --text FILE -o OUT.svg; see --help)");
+    if (!o->text && !o->tokens_file) return qx_cli_fail(cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot plot --help)");
+    if (o->text && o->tokens_file) return qx_cli_fail(cli, QX_EXIT_USAGE, "--text and --tokens both give the tokens: choose one");
+    if (o->tokens_file) o->text = o->tokens_file;
+    if (!o->output) return qx_cli_fail(cli, QX_EXIT_USAGE, "no -o OUT.svg given (see quarot plot --help)");
+    if (stat(o->output, &sb) == 0 && !o->c.force) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists (pass --force to replace it)", o->output);
+    tf = fopen(o->text, "rb");
+    if (!tf) return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o->text, strerror(errno));
+    fclose(tf);
+    return QX_EXIT_OK;
+}
+
+/* The model, the thread pool and the model's own online hooks. */
+static int plot_load_model(plot_state* st) {
+    plot_opts* o = &st->o;
     qx_load_opts lo;
     qx_err e;
     quarot_result r;
-    int have_model = 0, have_rot = 0, have_tok = 0, tmp_fd = -1;
-    struct stat sb;
-
-    qx_cli_init(&cli, "plot", 0);
-    memset(cap, 0, sizeof cap);
-    memset(&o, 0, sizeof o);
-    o.layer = -1;
-    o.tokens = 256;
-    qx_opts_rotation_init(&o.rot);
-    if ((rc = qx_opts_parse(&qx_cmd_plot_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
-    rc = QX_EXIT_OK;
-    cli.quiet = o.c.quiet;
-    site = qx_opt_word(plot_sites, o.site);
-    if (!o.model) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no MODEL given (usage: quarot plot MODEL --text FILE -o OUT.svg; see --help)");
-    if (!o.text && !o.tokens_file) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --text FILE (or --tokens FILE) given (see quarot plot --help)");
-    if (o.text && o.tokens_file) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--text and --tokens both give the tokens: choose one");
-    if (o.tokens_file) o.text = o.tokens_file;
-    if (!o.output) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no -o OUT.svg given (see quarot plot --help)");
-    if (stat(o.output, &sb) == 0 && !o.c.force)
-        return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists (pass --force to replace it)", o.output);
-    {
-        FILE* tf = fopen(o.text, "rb");
-        if (!tf) return qx_cli_fail(&cli, QX_EXIT_INPUT, "%s: cannot open the text: %s", o.text, strerror(errno));
-        fclose(tf);
-    }
-
     memset(&lo, 0, sizeof lo);
-    r = qx_load_model(o.model, &lo, &model, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg);
-    if (o.c.threads == 0) o.c.threads = qx_cpu_count();
-    if (o.c.threads > 1) pool = qx_pool_create((int)o.c.threads);
-    qx_pool_env(pool, &penv);
-    have_model = 1;
-    quarot_online_list_init(&hooks, NULL);
-    memset(&tok, 0, sizeof tok);
-    if ((rc = qx_cli_model_hooks(&cli, &model, o.model, o.in.hooks)) != QX_EXIT_OK) goto done;   /* the model's own hooks */
-    {   /* QuaRot as qx_ek_quarot builds it: R1 + R2 Hadamard, online hooks */
-        qx_rotcheck_opts rco;
-        memset(&rco, 0, sizeof rco);
-        rco.online = 1;
-        if ((rc = qx_rotcheck_cli(&cli, o.model, NULL, &model.config, &rco, o.rot.strict, dims, 8, &n_dims)) != QX_EXIT_OK) goto done;
-    }
-    if (o.layer < 0) o.layer = model.config.n_layers > 1 ? 1 : 0;
-    if (o.layer >= model.config.n_layers) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "--layer %lld: the model has %lld layers (0..%lld)", (long long)o.layer,
-                         (long long)model.config.n_layers, (long long)model.config.n_layers - 1);
-        goto done;
-    }
-    if (model.config.max_seq > 0 && o.tokens > model.config.max_seq) o.tokens = model.config.max_seq;
-    r = qx_tokenizer_for_model(&tok, o.model, o.in.tokenizer, model.config.vocab, tok_path, sizeof tok_path, &e);
-    if (r != QUAROT_OK && (!o.tokens_file || r != QUAROT_ERR_NOT_FOUND)) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-    have_tok = r == QUAROT_OK;
-    if (o.tokens_file) {
-        /* [BOS when the tokenizer adds one] + the ids of the file */
-        int32_t* ids = NULL;
-        int64_t n_ids = 0, bos = have_tok ? qx_tokenizer_window_bos(&tok) : -1;
-        r = qx_tokens_read(o.tokens_file, model.config.vocab, &ids, &n_ids, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-        toks = (int32_t*)malloc((size_t)(n_ids + 1) * sizeof *toks);
-        if (!toks) { free(ids); rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        n_toks = 0;
-        if (bos >= 0) toks[n_toks++] = (int32_t)bos;
-        memcpy(toks + n_toks, ids, (size_t)n_ids * sizeof *ids);
-        n_toks += n_ids;
-        free(ids);
-    } else {
-        r = qx_ek_read_file(o.text, &text, &text_len, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-        /* [BOS] + the text's first tokens; only as much text as needed is encoded (a generous prefix) */
-        {
-            size_t take = text_len, want_bytes = (size_t)o.tokens * 64 + 64;
-            int64_t capn;
-            if (take > want_bytes) take = want_bytes;
-            capn = qx_tokenizer_max_tokens(take);
-            toks = (int32_t*)malloc((size_t)capn * sizeof *toks);
-            if (!toks) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-            r = qx_tokenizer_encode(&tok, text, take, tok.add_bos, 0, toks, capn, &n_toks, &e);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.text, e.msg); goto done; }
-        }
-    }
-    if (n_toks < 2) { rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no text to run", o.text); goto done; }
-    T = n_toks < o.tokens ? n_toks : o.tokens;
+    r = qx_load_model(o->model, &lo, &st->model, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    if (o->c.threads == 0) o->c.threads = qx_cpu_count();
+    if (o->c.threads > 1) st->pool = qx_pool_create((int)o->c.threads);
+    qx_pool_env(st->pool, &st->env);
+    st->have_model = 1;
+    return qx_cli_model_hooks(&st->cli, &st->model, o->model, o->in.hooks);
+}
 
-    r = qx_ek_quarot(&model, (uint64_t)o.rot.seed, 0, &rot, &hooks, recipe, sizeof recipe, NULL, NULL, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: %s", o.model, e.msg); goto done; }
-    have_rot = 1;
+/* QuaRot as qx_ek_quarot builds it (R1 + R2 Hadamard, online hooks) checked, --layer (default 1,
+   or 0 for one layer) in range, --tokens at most the model's context. */
+static int plot_check_model(plot_state* st) {
+    plot_opts* o = &st->o;
+    const quarot_model_config* c = &st->model.config;
+    qx_rotcheck_opts rco;
+    int rc;
+    memset(&rco, 0, sizeof rco);
+    rco.online = 1;
+    if ((rc = qx_rotcheck_cli(&st->cli, o->model, NULL, c, &rco, o->rot.strict, st->dims, 8, &st->n_dims)) != QX_EXIT_OK) return rc;
+    if (o->layer < 0) o->layer = c->n_layers > 1 ? 1 : 0;
+    if (o->layer >= c->n_layers)
+        return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--layer %lld: the model has %lld layers (0..%lld)", (long long)o->layer,
+                           (long long)c->n_layers, (long long)c->n_layers - 1);
+    if (c->max_seq > 0 && o->tokens > c->max_seq) o->tokens = c->max_seq;
+    return QX_EXIT_OK;
+}
 
-    /* capture the chosen input in both models (FP32; the rotated one with its online hooks) */
+/* --tokens FILE: [BOS when the tokenizer adds one] + the ids of the file */
+static int plot_tokens_from_file(plot_state* st) {
+    int32_t* ids = NULL;
+    int64_t n_ids = 0, bos = st->have_tok ? qx_tokenizer_window_bos(&st->tok) : -1;
+    qx_err e;
+    quarot_result r = qx_tokens_read(st->o.tokens_file, st->model.config.vocab, &ids, &n_ids, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    st->toks = (int32_t*)malloc((size_t)(n_ids + 1) * sizeof *st->toks);
+    if (!st->toks) { free(ids); return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory"); }
+    st->n_toks = 0;
+    if (bos >= 0) st->toks[st->n_toks++] = (int32_t)bos;
+    memcpy(st->toks + st->n_toks, ids, (size_t)n_ids * sizeof *ids);
+    st->n_toks += n_ids;
+    free(ids);
+    return QX_EXIT_OK;
+}
+
+/* --text: [BOS] + the text's first tokens; only as much text as needed is encoded (a generous prefix) */
+static int plot_tokens_from_text(plot_state* st) {
+    const plot_opts* o = &st->o;
+    size_t take, want_bytes = (size_t)o->tokens * 64 + 64;
+    int64_t capn;
+    qx_err e;
+    quarot_result r = qx_ek_read_file(o->text, &st->text, &st->text_len, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    take = st->text_len > want_bytes ? want_bytes : st->text_len;
+    capn = qx_tokenizer_max_tokens(take);
+    st->toks = (int32_t*)malloc((size_t)capn * sizeof *st->toks);
+    if (!st->toks) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
+    r = qx_tokenizer_encode(&st->tok, st->text, take, st->tok.add_bos, 0, st->toks, capn, &st->n_toks, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: %s", o->text, e.msg);
+    return QX_EXIT_OK;
+}
+
+/* The tokenizer (none needed with --tokens FILE) and the tokens to run. */
+static int plot_read_tokens(plot_state* st) {
+    const plot_opts* o = &st->o;
+    qx_err e;
+    int rc;
+    quarot_result r = qx_tokenizer_for_model(&st->tok, o->model, o->in.tokenizer, st->model.config.vocab, st->tok_path, sizeof st->tok_path, &e);
+    if (r != QUAROT_OK && (!o->tokens_file || r != QUAROT_ERR_NOT_FOUND)) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s", e.msg);
+    st->have_tok = r == QUAROT_OK;
+    rc = o->tokens_file ? plot_tokens_from_file(st) : plot_tokens_from_text(st);
+    if (rc != QX_EXIT_OK) return rc;
+    if (st->n_toks < 2) return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s: no text to run", o->text);
+    st->T = st->n_toks < o->tokens ? st->n_toks : o->tokens;
+    return QX_EXIT_OK;
+}
+
+static int plot_rotate(plot_state* st) {
+    qx_err e;
+    quarot_result r = qx_ek_quarot(&st->model, (uint64_t)st->o.rot.seed, 0, &st->rot, &st->hooks, st->recipe, sizeof st->recipe, NULL, NULL, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: %s", st->o.model, e.msg);
+    st->have_rot = 1;
+    return QX_EXIT_OK;
+}
+
+/* The chosen input in both models (FP32; the rotated one with its online hooks), and its statistics. */
+static int plot_capture_both(plot_state* st) {
+    const plot_opts* o = &st->o;
+    const int q = strcmp(st->site, "q") == 0;
+    int i;
     for (i = 0; i < 2; ++i) {
+        plot_capture* cap = &st->cap[i];
         qx_ek_forward ef;
-        cap[i].layer = o.layer;
-        cap[i].suffix = strcmp(site, "q") == 0 ? "q_proj.weight" : "down_proj.weight";
-        cap[i].suffix2 = strcmp(site, "q") == 0 ? NULL : "fc2.weight";
-        r = qx_ek_forward_init_env(&ef, i ? &rot : &model, i ? &hooks : NULL, NULL, on_capture, &cap[i], &penv, &e);
+        qx_err e;
+        quarot_result r;
+        cap->layer = o->layer;
+        cap->suffix = q ? "q_proj.weight" : "down_proj.weight";
+        cap->suffix2 = q ? NULL : "fc2.weight";
+        r = qx_ek_forward_init_env(&ef, i ? &st->rot : &st->model, i ? &st->hooks : NULL, NULL, on_capture, cap, &st->env, &e);
         if (r == QUAROT_OK) {
-            r = qx_forward_window(&ef.f, toks, T, NULL, &e);
+            r = qx_forward_window(&ef.f, st->toks, st->T, NULL, &e);
             if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
             qx_ek_forward_free(&ef);
         }
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: forward pass: %s", o.model, e.msg); goto done; }
-        if (cap[i].bad || !cap[i].cmax) {
-            rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: no %s input captured in layer %lld", o.model, site, (long long)o.layer);
-            goto done;
-        }
-        if (!stats_of(cap[i].cmax, cap[i].n, &st[i])) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
+        if (r != QUAROT_OK) return qx_cli_fail(&st->cli, qx_cli_exit_for(r), "%s: forward pass: %s", o->model, e.msg);
+        if (cap->bad || !cap->cmax)
+            return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "%s: no %s input captured in layer %lld", o->model, st->site, (long long)o->layer);
+        if (!stats_of(cap->cmax, cap->n, &st->stats[i])) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
     }
+    return QX_EXIT_OK;
+}
 
-    /* the SVG, into a temporary beside the output, then renamed */
-    {
-        const char* slash = strrchr(o.model, '/');
-        const char* mname = slash && slash[1] ? slash + 1 : o.model;
-        char esc_model[512], title[1024], sub[1024];
-        const char* site_text = strcmp(site, "q") == 0 ? "q/k/v input (after input_layernorm)" : "down_proj input";
-        plot_axes ax;
-        double W = 1240, H = 580, top = 92, pw = (W - 40) / 2, ph = H - top - 40, gmax = st[0].max > st[1].max ? st[0].max : st[1].max;
-        FILE* f;
-        size_t k;
-        float gmin = INFINITY;
-        snprintf(tmp_path, sizeof tmp_path, "%s.tmpXXXXXX", o.output);
-        tmp_fd = mkstemp(tmp_path);
-        if (tmp_fd < 0) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot create a temporary beside it: %s", o.output, strerror(errno)); goto done; }
-        {
-            mode_t um = umask(0);   /* mkstemp makes 0600; give the file the usual 0666 & ~umask */
-            umask(um);
-            if (fchmod(tmp_fd, (mode_t)(0666 & ~um)) != 0) { /* harmless: the SVG stays private */ }
-        }
-        f = fdopen(tmp_fd, "w");
-        if (!f) { rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: %s", tmp_path, strerror(errno)); goto done; }
-        tmp_fd = -1;   /* owned by f now */
-        xml_escape(esc_model, sizeof esc_model, mname);
-        /* same y scale for both panels */
-        memset(&ax, 0, sizeof ax);
-        ax.log = o.log_scale;
-        if (o.log_scale) {
-            for (i = 0; i < 2; ++i)
-                for (k = 0; k < (size_t)cap[i].n; ++k)
-                    if (cap[i].cmax[k] > 0 && cap[i].cmax[k] < gmin) gmin = cap[i].cmax[k];
-            if (!(gmin < INFINITY)) gmin = 1e-3f;
-            ax.ymin = pow(10.0, floor(log10((double)gmin)));
-            ax.ymax = pow(10.0, ceil(log10(gmax > 0 ? gmax : 1.0)));
-            if (ax.ymax <= ax.ymin) ax.ymax = ax.ymin * 10;
-        } else {
-            double step = nice_step(gmax > 0 ? gmax : 1.0, 5);
-            ax.ymax = ceil((gmax > 0 ? gmax : 1.0) / step - 1e-9) * step;
-        }
-        snprintf(title, sizeof title, "%s: layer %lld %s, per-channel max |activation| over %lld tokens", esc_model, (long long)o.layer,
-                 site_text, (long long)T);
-        snprintf(sub, sizeof sub, "before rotation vs. after QuaRot (random Hadamard R1%s, seed %lld; online Hadamard before down_proj). Same y scale in both panels.",
-                 model.config.n_heads > 0 ? " + R2" : "", (long long)o.rot.seed);
-        fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
-                W, H, W, H);
-        fprintf(f, "<title>%s</title>\n", title);
-        fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, H);
-        fprintf(f, "<text x=\"20\" y=\"30\" font-size=\"18\" font-weight=\"bold\" fill=\"#111\">%s</text>\n", title);
-        fprintf(f, "<text x=\"20\" y=\"52\" font-size=\"12.5\" fill=\"#555\">%s</text>\n", sub);
-        /* legend */
-        fprintf(f, "<g font-size=\"12\" fill=\"#333\">\n");
-        fprintf(f, "<rect x=\"20\" y=\"64\" width=\"14\" height=\"12\" fill=\"#d1495b\"/><text x=\"40\" y=\"75\">channel max, no rotation</text>\n");
-        fprintf(f, "<rect x=\"210\" y=\"64\" width=\"14\" height=\"12\" fill=\"#2e86ab\"/><text x=\"230\" y=\"75\">channel max, QuaRot</text>\n");
-        fprintf(f, "<line x1=\"380\" y1=\"70\" x2=\"408\" y2=\"70\" stroke=\"#333\" stroke-width=\"1.2\" stroke-dasharray=\"5 4\"/><text x=\"414\" y=\"75\">median over channels</text>\n");
-        fprintf(f, "</g>\n");
-        svg_panel(f, &ax, 20, top, pw, ph, cap[0].cmax, cap[0].n, &st[0], "Before rotation", "#d1495b", strcmp(site, "q") == 0 ? "hidden" : "intermediate");
-        svg_panel(f, &ax, 20 + pw, top, pw, ph, cap[1].cmax, cap[1].n, &st[1], "After QuaRot rotation", "#2e86ab",
-                  strcmp(site, "q") == 0 ? "rotated hidden" : "rotated intermediate");
-        fprintf(f, "</svg>\n");
-        if (ferror(f) | fclose(f)) {
-            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: write failed: %s", tmp_path, strerror(errno));
-            unlink(tmp_path);
-            goto done;
-        }
-        if (rename(tmp_path, o.output) != 0) {
-            rc = qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: cannot rename the temporary into place: %s", o.output, strerror(errno));
-            unlink(tmp_path);
-            goto done;
-        }
+/* ---- the SVG file --------------------------------------------------------------------------- */
+
+/* A temporary beside the output, with the usual 0666 & ~umask (mkstemp makes 0600), as a FILE. */
+static int plot_open_temp(plot_state* st, FILE** out) {
+    mode_t um;
+    snprintf(st->tmp_path, sizeof st->tmp_path, "%s.tmpXXXXXX", st->o.output);
+    st->tmp_fd = mkstemp(st->tmp_path);
+    if (st->tmp_fd < 0) return qx_cli_fail(&st->cli, QX_EXIT_OUTPUT, "%s: cannot create a temporary beside it: %s", st->o.output, strerror(errno));
+    um = umask(0);
+    umask(um);
+    if (fchmod(st->tmp_fd, (mode_t)(0666 & ~um)) != 0) { /* harmless: the SVG stays private */ }
+    *out = fdopen(st->tmp_fd, "w");
+    if (!*out) return qx_cli_fail(&st->cli, QX_EXIT_OUTPUT, "%s: %s", st->tmp_path, strerror(errno));
+    st->tmp_fd = -1;   /* owned by the FILE now */
+    return QX_EXIT_OK;
+}
+
+/* The same y scale for both panels: whole decades (--log) or [0, a nice step above the larger max]. */
+static void plot_axes_of(const plot_state* st, plot_axes* ax) {
+    double gmax = st->stats[0].max > st->stats[1].max ? st->stats[0].max : st->stats[1].max;
+    float gmin = INFINITY;
+    int i;
+    size_t k;
+    memset(ax, 0, sizeof *ax);
+    ax->log = st->o.log_scale;
+    if (st->o.log_scale) {
+        for (i = 0; i < 2; ++i)
+            for (k = 0; k < (size_t)st->cap[i].n; ++k)
+                if (st->cap[i].cmax[k] > 0 && st->cap[i].cmax[k] < gmin) gmin = st->cap[i].cmax[k];
+        if (!(gmin < INFINITY)) gmin = 1e-3f;
+        ax->ymin = pow(10.0, floor(log10((double)gmin)));
+        ax->ymax = pow(10.0, ceil(log10(gmax > 0 ? gmax : 1.0)));
+        if (ax->ymax <= ax->ymin) ax->ymax = ax->ymin * 10;
+    } else {
+        double step = nice_step(gmax > 0 ? gmax : 1.0, 5);
+        ax->ymax = ceil((gmax > 0 ? gmax : 1.0) / step - 1e-9) * step;
     }
-    printf("layer %lld %s input, %lld channels, %lld tokens\n", (long long)o.layer, site, (long long)cap[0].n, (long long)T);
-    printf("before rotation: max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[0].max, (long long)st[0].argmax, st[0].median, st[0].ratio);
-    printf("after QuaRot:    max %.4g (channel %lld), median %.4g, max/median %.2f\n", st[1].max, (long long)st[1].argmax, st[1].median, st[1].ratio);
-    qx_rotcheck_summary("QuaRot: ", dims, n_dims);
-    printf("wrote %s\n", o.output);
+}
+
+/* The document's head: title, subtitle and legend. */
+static void plot_svg_head(const plot_state* st, FILE* f, double W, double H) {
+    const plot_opts* o = &st->o;
+    const char* slash = strrchr(o->model, '/');
+    const char* mname = slash && slash[1] ? slash + 1 : o->model;
+    const char* site_text = strcmp(st->site, "q") == 0 ? "q/k/v input (after input_layernorm)" : "down_proj input";
+    char esc_model[512], title[1024], sub[1024];
+    xml_escape(esc_model, sizeof esc_model, mname);
+    snprintf(title, sizeof title, "%s: layer %lld %s, per-channel max |activation| over %lld tokens", esc_model, (long long)o->layer, site_text,
+             (long long)st->T);
+    snprintf(sub, sizeof sub, "before rotation vs. after QuaRot (random Hadamard R1%s, seed %lld; online Hadamard before down_proj). Same y scale in both panels.",
+             st->model.config.n_heads > 0 ? " + R2" : "", (long long)o->rot.seed);
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            W, H, W, H);
+    fprintf(f, "<title>%s</title>\n", title);
+    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, H);
+    fprintf(f, "<text x=\"20\" y=\"30\" font-size=\"18\" font-weight=\"bold\" fill=\"#111\">%s</text>\n", title);
+    fprintf(f, "<text x=\"20\" y=\"52\" font-size=\"12.5\" fill=\"#555\">%s</text>\n", sub);
+    /* legend */
+    fprintf(f, "<g font-size=\"12\" fill=\"#333\">\n");
+    fprintf(f, "<rect x=\"20\" y=\"64\" width=\"14\" height=\"12\" fill=\"#d1495b\"/><text x=\"40\" y=\"75\">channel max, no rotation</text>\n");
+    fprintf(f, "<rect x=\"210\" y=\"64\" width=\"14\" height=\"12\" fill=\"#2e86ab\"/><text x=\"230\" y=\"75\">channel max, QuaRot</text>\n");
+    fprintf(f, "<line x1=\"380\" y1=\"70\" x2=\"408\" y2=\"70\" stroke=\"#333\" stroke-width=\"1.2\" stroke-dasharray=\"5 4\"/><text x=\"414\" y=\"75\">median over channels</text>\n");
+    fprintf(f, "</g>\n");
+}
+
+/* The SVG, into a temporary beside the output, then renamed into place. */
+static int plot_write_svg(plot_state* st) {
+    const double W = 1240, H = 580, top = 92, pw = (W - 40) / 2, ph = H - top - 40;
+    const int q = strcmp(st->site, "q") == 0;
+    plot_axes ax;
+    FILE* f;
+    int rc;
+    if ((rc = plot_open_temp(st, &f)) != QX_EXIT_OK) return rc;
+    plot_axes_of(st, &ax);
+    plot_svg_head(st, f, W, H);
+    svg_panel(f, &ax, 20, top, pw, ph, st->cap[0].cmax, st->cap[0].n, &st->stats[0], "Before rotation", "#d1495b", q ? "hidden" : "intermediate");
+    svg_panel(f, &ax, 20 + pw, top, pw, ph, st->cap[1].cmax, st->cap[1].n, &st->stats[1], "After QuaRot rotation", "#2e86ab",
+              q ? "rotated hidden" : "rotated intermediate");
+    fprintf(f, "</svg>\n");
+    if (ferror(f) | fclose(f)) {
+        rc = qx_cli_fail(&st->cli, QX_EXIT_OUTPUT, "%s: write failed: %s", st->tmp_path, strerror(errno));
+        unlink(st->tmp_path);
+        return rc;
+    }
+    if (rename(st->tmp_path, st->o.output) != 0) {
+        rc = qx_cli_fail(&st->cli, QX_EXIT_OUTPUT, "%s: cannot rename the temporary into place: %s", st->o.output, strerror(errno));
+        unlink(st->tmp_path);
+        return rc;
+    }
+    return QX_EXIT_OK;
+}
+
+/* One line per panel and the output path on stdout; the peak resident set on stderr. */
+static void plot_print_summary(plot_state* st) {
+    const panel_stats* s = st->stats;
+    printf("layer %lld %s input, %lld channels, %lld tokens\n", (long long)st->o.layer, st->site, (long long)st->cap[0].n, (long long)st->T);
+    printf("before rotation: max %.4g (channel %lld), median %.4g, max/median %.2f\n", s[0].max, (long long)s[0].argmax, s[0].median, s[0].ratio);
+    printf("after QuaRot:    max %.4g (channel %lld), median %.4g, max/median %.2f\n", s[1].max, (long long)s[1].argmax, s[1].median, s[1].ratio);
+    qx_rotcheck_summary("QuaRot: ", st->dims, st->n_dims);
+    printf("wrote %s\n", st->o.output);
     fflush(stdout);
-    qx_cli_info(&cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());
+    qx_cli_info(&st->cli, "memory: peak resident %.1f MiB (layer-wise: one decoder layer in f32 at a time)", qx_lw_peak_rss_mib());
+}
 
-done:
-    qx_pool_destroy(pool);
-    if (tmp_fd >= 0) { close(tmp_fd); unlink(tmp_path); }
-    free(cap[0].cmax);
-    free(cap[1].cmax);
-    free(toks);
-    free(text);
-    if (have_tok) qx_tokenizer_free(&tok);
-    if (have_rot) qx_store_free(&rot);
-    quarot_online_list_free(&hooks);
-    if (have_model) qx_store_free(&model);
+int qx_cmd_plot(int argc, char** argv) {
+    plot_state st;
+    int rc;
+    plot_init(&st);
+    rc = qx_opts_parse(&qx_cmd_plot_spec, &st.cli, argc, argv, &st.o);
+    if (rc != QX_OPTS_RUN) return rc;   /* --help, or a usage error */
+    st.cli.quiet = st.o.c.quiet;
+    rc = plot_check_options(&st);
+    if (!rc) rc = plot_load_model(&st);
+    if (!rc) rc = plot_check_model(&st);     /* the rotation it gets, --layer, --tokens */
+    if (!rc) rc = plot_read_tokens(&st);
+    if (!rc) rc = plot_rotate(&st);          /* QuaRot, in memory */
+    if (!rc) rc = plot_capture_both(&st);    /* the layer input before and after */
+    if (!rc) rc = plot_write_svg(&st);
+    if (!rc) plot_print_summary(&st);
+    plot_free(&st);
     return rc;
 }

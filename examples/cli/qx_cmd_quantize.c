@@ -737,7 +737,7 @@ const qx_opts_cmd qx_cmd_quantize_spec = {
              "                    F16, as llama.cpp does. No online rotation: R1 + R2 folded and the norms fused,\n"
              "                    so stock llama.cpp runs the file (a GGUF input keeps its tokenizer keys; from\n"
              "                    llama2.c the tokenizer.bin beside IN is embedded).\n"
-             "  OUT.safetensors   the quarot-packed W4A4 format for engines (README \"Packed W4A4 format\"):\n"
+             "  OUT.safetensors   the quarot-packed W4A4 format for engines (docs/formats.md):\n"
              "                    int codes two per byte (low nibble first), f16/f32 scales (and zeros), the\n"
              "                    activation / KV settings and the online hook list in __metadata__.\n"
              "Everything else (embeddings, norms, lm_head) is kept: matrices in --dtype, vectors in f32.\n",
@@ -816,380 +816,477 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
                "instead of GPTQ\n", (long long)ndead);
 }
 
-int qx_cmd_quantize(int argc, char** argv) {
+/* ---- the run, step by step ---- */
+
+/* What one run reads and builds; qz_cmd_free frees it all. */
+typedef struct qz_cmd {
     qx_cli cli;
     quantize_opts opt;
-    const char *format, *rotation;
-    char tok_found[4096], tok_looked[1024], gline[400];
-    qx_tokenizer tok;
-    int have_tok = 0;
-    int i, rc = QX_EXIT_OK;
-    int have_ctok = 0, have_cw = 0, have_q = 0;
-    qx_tokenizer ctok;
-    qx_windows cw;
-    qx_store qs;
     qz_opts o;
+    const char* rotation;          /* --rotation's word */
+    char tok_found[4096];          /* the tokenizer found beside IN (opt.tokenizer may point here) */
+    quarot_adapt_context ctx;      /* --context */
+    qx_spin_rot learned;           /* --rotations */
+    qx_store s;                    /* the input */
+    qx_tokenizer tok;              /* GGUF output: the vocabulary to embed (have_tok) */
+    qx_tokenizer ctok;             /* --w-quant gptq: the calibration text's tokenizer (have_ctok) */
+    qx_windows cw;                 /* --w-quant gptq: the calibration windows (have_cw) */
+    qx_store qs;                   /* --w-quant gptq: the model in f32 for the stage (have_q) */
+    int have_tok, have_ctok, have_cw, have_q;
     qz_sink sink;
-    qx_rotate_sink rs, cs;
-    quarot_quantize_desc qd;
-    qx_wq_stats wst;
-    qx_rotate_file_opts ro;
+    quarot_online_list list;       /* the online hooks the rotation asks for */
     qx_rotate_file_stats st;
-    quarot_rotate_desc desc;
-    quarot_online_list list;
-    quarot_adapt_context ctx;
-    qx_spin_rot learned;
-    qx_load_opts lo;
-    qz_progress pr;
-    qx_store s;
+    qx_wq_stats wst;
     qx_err e;
-    quarot_result r;
+} qz_cmd;
 
-    signal(SIGXFSZ, SIG_IGN);
-    qx_cli_init(&cli, "quantize", 0);
-    memset(&opt, 0, sizeof opt);
-    opt.bits = 4;
-    opt.scale_dtype = opt.plain_dtype = QUAROT_DTYPE_F16;
-    opt.a_bits = 4;
-    opt.a_clip = 1.0;
-    opt.k_bits = opt.v_bits = 16;
-    opt.q.k_asym = opt.q.v_asym = 1;
-    opt.q.k_clip = opt.q.v_clip = 1.0;
-    qx_opts_rotation_init(&opt.rot);
-    if ((rc = qx_opts_parse(&qx_cmd_quantize_spec, &cli, argc, argv, &opt)) != QX_OPTS_RUN) return rc;
-    rc = QX_EXIT_OK;
-    cli.quiet = opt.c.quiet;
-    if (opt.g.act_order) opt.gptq_given = 1;
-    memset(&o, 0, sizeof o);
-    o.bits = (int)opt.bits;
-    o.group = opt.group;
-    o.asym = opt.q.w_asym;
-    o.clip_search = opt.q.w_clip;
-    o.scale_dtype = (quarot_dtype)opt.scale_dtype;
-    o.plain_dtype = (quarot_dtype)opt.plain_dtype;
-    o.quant_embeddings = opt.quant_embeddings;
-    o.gptq = opt.g.w_quant == QX_WQ_GPTQ;
-    o.act.a_bits = (int)opt.a_bits;
-    o.act.a_group_size = opt.a_group;
-    o.act.a_asym = opt.q.a_asym;
-    o.act.a_clip = opt.a_clip;
-    o.act.k_bits = (int)opt.k_bits;
-    o.act.v_bits = (int)opt.v_bits;
-    o.act.k_group_size = opt.k_group;
-    o.act.v_group_size = opt.v_group;
-    o.act.k_asym = opt.q.k_asym;
-    o.act.v_asym = opt.q.v_asym;
-    o.act.k_clip = opt.q.k_clip;
-    o.act.v_clip = opt.q.v_clip;
-    if (!opt.in || !opt.out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot quantize IN OUT [options])");
-    format = qx_opt_word(qz_formats, opt.format);
+static void qz_cmd_init(qz_cmd* q) {
+    memset(q, 0, sizeof *q);
+    quarot_adapt_context_init(&q->ctx, NULL);
+    qx_store_init(&q->s);
+    qx_store_init(&q->qs);
+    quarot_online_list_init(&q->list, NULL);
+}
+
+static void qz_cmd_free(qz_cmd* q) {
+    qx_tokenizer_free(&q->tok);
+    if (q->have_ctok) qx_tokenizer_free(&q->ctok);
+    if (q->have_cw) qx_windows_free(&q->cw);
+    if (q->have_q) qx_store_free(&q->qs);
+    qz_codes_free(&q->sink);
+    qz_items_free(&q->sink);
+    quarot_online_list_free(&q->list);
+    quarot_adapt_context_free(&q->ctx);
+    qx_spin_rot_free(&q->learned);
+    qx_store_free(&q->s);
+}
+
+/* The defaults and the command line; QX_OPTS_RUN to go on, else the exit code. */
+static int qz_parse_options(qz_cmd* q, int argc, char** argv) {
+    quantize_opts* opt = &q->opt;
+    qx_cli_init(&q->cli, "quantize", 0);
+    opt->bits = 4;
+    opt->scale_dtype = opt->plain_dtype = QUAROT_DTYPE_F16;
+    opt->a_bits = 4;
+    opt->a_clip = 1.0;
+    opt->k_bits = opt->v_bits = 16;
+    opt->q.k_asym = opt->q.v_asym = 1;
+    opt->q.k_clip = opt->q.v_clip = 1.0;
+    qx_opts_rotation_init(&opt->rot);
+    return qx_opts_parse(&qx_cmd_quantize_spec, &q->cli, argc, argv, opt);
+}
+
+/* The options as the output code reads them (qz_opts). */
+static void qz_settings(qz_cmd* q) {
+    const quantize_opts* opt = &q->opt;
+    qz_opts* o = &q->o;
+    o->bits = (int)opt->bits;
+    o->group = opt->group;
+    o->asym = opt->q.w_asym;
+    o->clip_search = opt->q.w_clip;
+    o->scale_dtype = (quarot_dtype)opt->scale_dtype;
+    o->plain_dtype = (quarot_dtype)opt->plain_dtype;
+    o->quant_embeddings = opt->quant_embeddings;
+    o->gptq = opt->g.w_quant == QX_WQ_GPTQ;
+    o->act.a_bits = (int)opt->a_bits;
+    o->act.a_group_size = opt->a_group;
+    o->act.a_asym = opt->q.a_asym;
+    o->act.a_clip = opt->a_clip;
+    o->act.k_bits = (int)opt->k_bits;
+    o->act.v_bits = (int)opt->v_bits;
+    o->act.k_group_size = opt->k_group;
+    o->act.v_group_size = opt->v_group;
+    o->act.k_asym = opt->q.k_asym;
+    o->act.v_asym = opt->q.v_asym;
+    o->act.k_clip = opt->q.k_clip;
+    o->act.v_clip = opt->q.v_clip;
+}
+
+/* The output form, the rotation and the weight quantizer, checked together, and OUT: every usage
+   error before any file is read. */
+static int qz_check_options(qz_cmd* q) {
+    quantize_opts* opt = &q->opt;
+    qz_opts* o = &q->o;
+    qx_cli* cli = &q->cli;
+    const char* format;
+    q->cli.quiet = opt->c.quiet;
+    if (opt->g.act_order) opt->gptq_given = 1;
+    qz_settings(q);
+    if (!opt->in || !opt->out) return qx_cli_fail(cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot quantize IN OUT [options])");
+    format = qx_opt_word(qz_formats, opt->format);
     if (!format) {
-        if (qx_str_ends_with(opt.out, ".gguf")) format = "gguf";
-        else if (qx_str_ends_with(opt.out, ".safetensors")) format = "packed";
-        else return qx_cli_fail(&cli, QX_EXIT_USAGE, "%s: cannot tell the output form from the name: end it in .gguf or .safetensors, or "
-                                                      "give --format gguf|packed", opt.out);
+        if (qx_str_ends_with(opt->out, ".gguf")) format = "gguf";
+        else if (qx_str_ends_with(opt->out, ".safetensors")) format = "packed";
+        else return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: cannot tell the output form from the name: end it in .gguf or .safetensors, or "
+                                                     "give --format gguf|packed", opt->out);
     }
-    o.format = strcmp(format, "gguf") == 0 ? QZ_GGUF : QZ_PACKED;
-    if (opt.rot.context && opt.rot.rotation == QX_ROT_HADAMARD) opt.rot.rotation = QX_ROT_ADAPT;
-    rotation = qx_opt_word(qx_opts_rotations, opt.rot.rotation);
-    if (strcmp(rotation, "adapt") == 0 && !opt.rot.context)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE (run `quarot calibrate` first)");
-    if (opt.rot.context && strcmp(rotation, "adapt") != 0)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt, not --rotation %s", rotation);
-    if (opt.rot.rotations && !opt.rot.rotation_given) rotation = "learned";   /* --rotations alone means them */
-    if (opt.rot.rotations && strcmp(rotation, "learned") != 0)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s", rotation);
-    if (strcmp(rotation, "learned") == 0 && !opt.rot.rotations)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (run `quarot calibrate --method spinquant` first)");
-    o.rotate = strcmp(rotation, "none") != 0;
-    if (o.gptq && !opt.g.calib_text)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
-    if (!o.gptq && (opt.gptq_given || opt.g.calib_text))
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--calib-text / --nsamples / --seq-len / --percdamp / --act-order are GPTQ options: add --w-quant gptq");
-    if (o.format == QZ_GGUF) {
-        if (o.bits != 4 && o.bits != 8)
-            return qx_cli_fail(&cli, QX_EXIT_USAGE, "--bits %d: GGUF output has Q4_0 (--bits 4) and Q8_0 (--bits 8) only", o.bits);
-        if (opt.group_given && o.group != QX_GGML_QK)
-            return qx_cli_fail(&cli, QX_EXIT_USAGE, "--group-size %lld: %s blocks hold groups of 32 (ggml's layout); leave --group-size out "
-                                                    "or give 32", (long long)o.group, o.bits == 4 ? "Q4_0" : "Q8_0");
-        if (o.asym) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--asym: Q4_0 / Q8_0 blocks are symmetric (use the packed output for zero points)");
-        o.group = QX_GGML_QK;
-        opt.rot.no_online = 1;               /* stock llama.cpp applies no online rotation */
+    o->format = strcmp(format, "gguf") == 0 ? QZ_GGUF : QZ_PACKED;
+    if (opt->rot.context && opt->rot.rotation == QX_ROT_HADAMARD) opt->rot.rotation = QX_ROT_ADAPT;
+    q->rotation = qx_opt_word(qx_opts_rotations, opt->rot.rotation);
+    if (strcmp(q->rotation, "adapt") == 0 && !opt->rot.context)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE (run `quarot calibrate` first)");
+    if (opt->rot.context && strcmp(q->rotation, "adapt") != 0)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--context goes with --rotation adapt, not --rotation %s", q->rotation);
+    if (opt->rot.rotations && !opt->rot.rotation_given) q->rotation = "learned";   /* --rotations alone means them */
+    if (opt->rot.rotations && strcmp(q->rotation, "learned") != 0)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s", q->rotation);
+    if (strcmp(q->rotation, "learned") == 0 && !opt->rot.rotations)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (run `quarot calibrate --method spinquant` first)");
+    o->rotate = strcmp(q->rotation, "none") != 0;
+    if (o->gptq && !opt->g.calib_text)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
+    if (!o->gptq && (opt->gptq_given || opt->g.calib_text))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--calib-text / --nsamples / --seq-len / --percdamp / --act-order are GPTQ options: add --w-quant gptq");
+    if (o->format == QZ_GGUF) {
+        if (o->bits != 4 && o->bits != 8)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--bits %d: GGUF output has Q4_0 (--bits 4) and Q8_0 (--bits 8) only", o->bits);
+        if (opt->group_given && o->group != QX_GGML_QK)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--group-size %lld: %s blocks hold groups of 32 (ggml's layout); leave --group-size out "
+                                                   "or give 32", (long long)o->group, o->bits == 4 ? "Q4_0" : "Q8_0");
+        if (o->asym) return qx_cli_fail(cli, QX_EXIT_USAGE, "--asym: Q4_0 / Q8_0 blocks are symmetric (use the packed output for zero points)");
+        o->group = QX_GGML_QK;
+        opt->rot.no_online = 1;               /* stock llama.cpp applies no online rotation */
     }
-    if (qx_same_file(opt.in, opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", opt.out);
-    if (!opt.dry && !opt.c.force && qx_path_exists(opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", opt.out);
-    if (!opt.dry && qx_is_dir(opt.out)) return qx_cli_fail(&cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", opt.out);
+    if (qx_same_file(opt->in, opt->out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified", opt->out);
+    if (!opt->dry && !opt->c.force && qx_path_exists(opt->out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", opt->out);
+    if (!opt->dry && qx_is_dir(opt->out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", opt->out);
+    return QX_EXIT_OK;
+}
 
-    memset(&tok, 0, sizeof tok);
-    memset(&ctok, 0, sizeof ctok);
-    memset(&cw, 0, sizeof cw);
-    qx_store_init(&qs);
-    quarot_online_list_init(&list, NULL);
-    quarot_adapt_context_init(&ctx, NULL);
-    memset(&learned, 0, sizeof learned);
-    qx_store_init(&s);
-    memset(&sink, 0, sizeof sink);
-    memset(&st, 0, sizeof st);
-    if (opt.rot.context) {
-        r = qx_calib_context_load(opt.rot.context, &ctx, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-        if (opt.rot.seed_given && (uint64_t)opt.rot.seed != ctx.seed) {
-            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu", (long long)opt.rot.seed, (unsigned long long)ctx.seed);
-            goto done;
-        }
-        opt.rot.block_size = ctx.block;
-    }
+/* --context: Adapt Rotation's stage-1 result, read before the model; it sets the block size. */
+static int qz_load_context(qz_cmd* q) {
+    quantize_opts* opt = &q->opt;
+    quarot_result r;
+    if (!opt->rot.context) return QX_EXIT_OK;
+    r = qx_calib_context_load(opt->rot.context, &q->ctx, &q->e);
+    if (r != QUAROT_OK) return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", q->e.msg);
+    if (opt->rot.seed_given && (uint64_t)opt->rot.seed != q->ctx.seed)
+        return qx_cli_fail(&q->cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu", (long long)opt->rot.seed,
+                           (unsigned long long)q->ctx.seed);
+    opt->rot.block_size = q->ctx.block;
+    return QX_EXIT_OK;
+}
+
+/* IN, and what its architecture allows. */
+static int qz_load_input(qz_cmd* q) {
+    const quantize_opts* opt = &q->opt;
+    qx_load_opts lo;
+    quarot_result r;
     memset(&lo, 0, sizeof lo);
-    r = qx_load_model(opt.in, &lo, &s, &e);
-    if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-    if (s.config.norm == QUAROT_NORM_LAYER && o.rotate) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model cannot be written (RMSNorm needed)", opt.in, s.config.arch);
-        goto done;
-    }
-    if (opt.rot.context && ctx.hidden != s.config.hidden) {
-        rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context is for hidden size %lld, the model has %lld", opt.in,
-                         (long long)ctx.hidden, (long long)s.config.hidden);
-        goto done;
-    }
-    if (opt.rot.rotations) {   /* the learned rotations: this model's (digest, shapes), orthogonal */
+    r = qx_load_model(opt->in, &lo, &q->s, &q->e);
+    if (r != QUAROT_OK) return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", q->e.msg);
+    if (q->s.config.norm == QUAROT_NORM_LAYER && q->o.rotate)
+        return qx_cli_fail(&q->cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model cannot be written (RMSNorm needed)", opt->in,
+                           q->s.config.arch);
+    if (opt->rot.context && q->ctx.hidden != q->s.config.hidden)
+        return qx_cli_fail(&q->cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context is for hidden size %lld, the model has %lld", opt->in,
+                           (long long)q->ctx.hidden, (long long)q->s.config.hidden);
+    if (opt->rot.rotations) {   /* the learned rotations: this model's (digest, shapes), orthogonal */
         char digest[QX_DIGEST_LEN];
-        r = qx_spin_load(opt.rot.rotations, &learned, &e);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg); goto done; }
-        r = qx_spin_model_digest(opt.in, digest, &e);
-        if (r == QUAROT_OK) r = qx_spin_check(&learned, &s.config, digest, NULL, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", opt.in, opt.rot.rotations, e.msg);
-            goto done;
-        }
+        r = qx_spin_load(opt->rot.rotations, &q->learned, &q->e);
+        if (r != QUAROT_OK) return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", q->e.msg);
+        r = qx_spin_model_digest(opt->in, digest, &q->e);
+        if (r == QUAROT_OK) r = qx_spin_check(&q->learned, &q->s.config, digest, NULL, &q->e);
+        if (r != QUAROT_OK)
+            return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", opt->in, opt->rot.rotations,
+                               q->e.msg);
     }
-    if (o.format == QZ_PACKED && !opt.k_given && !opt.v_given) o.act.k_bits = o.act.v_bits = 16;
-    /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
-       the llama2.c tokenizer found beside the model (a GGUF input keeps its own keys) */
-    if (o.format == QZ_GGUF && !qx_store_get_blob(&s, "gguf.kv", NULL)) {
-        if (!opt.tokenizer && qx_tokenizer_find_bin(opt.in, s.config.vocab, tok_found, sizeof tok_found, tok_looked, sizeof tok_looked))
-            opt.tokenizer = tok_found;
-        if (opt.tokenizer) {
-            r = qx_tokenizer_load(&tok, opt.tokenizer, (int32_t)s.config.vocab, &e);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, QX_EXIT_INPUT, "%s", e.msg); goto done; }
-            have_tok = 1;
-        }
-    } else if (opt.tokenizer && !o.gptq) {
-        rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps its own), "
-                                              "or for --calib-text");
-        goto done;
-    }
+    if (q->o.format == QZ_PACKED && !opt->k_given && !opt->v_given) q->o.act.k_bits = q->o.act.v_bits = 16;
+    return QX_EXIT_OK;
+}
 
-    sink.o = &o;
-    sink.cli = &cli;
-    sink.path = opt.out;
-    sink.force = opt.c.force;
-    sink.hooks = &list;
-    sink.rot = &st;
-    sink.tok = have_tok ? &tok : NULL;
-
-    {
-        /* the input's tensors (and the lm_head that untying creates), decided as the run will: a
-           group size that does not fit is refused before any work; --dry-run prints the list */
-        int64_t j = s.count;
-        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_DEFAULT, 1);
-        char tb[16];
-        if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        if (o.rotate && s.config.tied_embeddings && qx_store_find(&s, "model.embed_tokens.weight")) {
-            const quarot_tensor* em = qx_store_find(&s, "model.embed_tokens.weight");
-            pl[j].name = "lm_head.weight";
-            memcpy(pl[j].ne, em->ne, sizeof pl[j].ne);
-            pl[j].n_dims = 2;
-            ++j;
+/* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
+   the llama2.c tokenizer found beside the model (a GGUF input keeps its own keys). */
+static int qz_pick_tokenizer(qz_cmd* q) {
+    quantize_opts* opt = &q->opt;
+    char tok_looked[1024];
+    quarot_result r;
+    if (q->o.format == QZ_GGUF && !qx_store_get_blob(&q->s, "gguf.kv", NULL)) {
+        if (!opt->tokenizer &&
+            qx_tokenizer_find_bin(opt->in, q->s.config.vocab, q->tok_found, sizeof q->tok_found, tok_looked, sizeof tok_looked))
+            opt->tokenizer = q->tok_found;
+        if (opt->tokenizer) {
+            r = qx_tokenizer_load(&q->tok, opt->tokenizer, (int32_t)q->s.config.vocab, &q->e);
+            if (r != QUAROT_OK) return qx_cli_fail(&q->cli, QX_EXIT_INPUT, "%s", q->e.msg);
+            q->have_tok = 1;
         }
-        r = qz_items(&sink, pl, j, &e);
-        free(pl);
-        if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s", e.msg); goto done; }
-        if (!opt.dry && o.gptq) {
-            /* GPTQ's calibration windows before any work: the model's tokenizer, stream windowing */
-            qx_calib_text ct;
-            char used[4096];
-            int64_t ctx_len = s.config.max_seq > 0 ? s.config.max_seq : 2048;
-            if (!opt.seq_len) opt.seq_len = ctx_len < 2048 ? ctx_len : 2048;
-            if (!opt.nsamples) opt.nsamples = 128;
-            if (s.config.max_seq > 0 && opt.seq_len > s.config.max_seq) {
-                rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)opt.seq_len,
-                                 (long long)s.config.max_seq);
-                goto done;
-            }
-            r = qx_tokenizer_for_model(&ctok, opt.in, opt.tokenizer, s.config.vocab, used, sizeof used, &e);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "--calib-text needs a tokenizer: %s", e.msg); goto done; }
-            have_ctok = 1;
-            r = qx_calib_text_load(opt.g.calib_text, &ct, &e);
-            if (r != QUAROT_OK) {
-                rc = qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
-                                 "%s", e.msg);
-                goto done;
-            }
-            r = qx_calib_windows(&ct, &ctok, QX_WINDOWING_STREAM, opt.seq_len, 0, &cw, &e);
-            qx_calib_text_free(&ct);
-            if (r == QUAROT_ERR_INVALID_ARGUMENT) {
-                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (--nsamples %lld)", opt.g.calib_text,
-                                 (long long)opt.seq_len, (long long)opt.nsamples);
-                goto done;
-            }
-            if (r != QUAROT_OK) { rc = qx_cli_fail(&cli, qx_cli_exit_for(r), "%s: calibration windows: %s", opt.g.calib_text, e.msg); goto done; }
-            have_cw = 1;
-            if (cw.n < opt.nsamples) {
-                rc = qx_cli_fail(&cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld", opt.g.calib_text,
-                                 (long long)cw.n, (long long)opt.seq_len, (long long)opt.nsamples);
-                goto done;
-            }
-        }
-        if (!opt.dry) goto run;
-        printf("dry run: %s (%s, %lld layers) -> %s (%s), rotation %s; nothing written\n", opt.in, s.source_format, (long long)s.config.n_layers,
-               opt.out, o.format == QZ_GGUF ? (o.bits == 4 ? "GGUF Q4_0" : "GGUF Q8_0") : "quarot-packed", rotation);
-        for (i = 0; i < (int)sink.n; ++i) {
-            const qz_item* it = &sink.it[i];
-            char shape[48];
-            if (it->n_dims >= 2) snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
-            else snprintf(shape, sizeof shape, "%lld", (long long)it->ne[0]);
-            printf("  %-52s %-11s -> %s%s%s%s\n", it->name, shape, qz_type_name(&o, it, tb, sizeof tb),
-                   it->why[0] ? " (" : "", it->why, it->why[0] ? ")" : "");
-        }
-        goto done;
+    } else if (opt->tokenizer && !q->o.gptq) {
+        return qx_cli_fail(&q->cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps "
+                                                   "its own), or for --calib-text");
     }
-run:
-    qz_items_free(&sink);
-    memset(&wst, 0, sizeof wst);
-    memset(&qd, 0, sizeof qd);   /* --w-quant gptq: the stage's options */
-    qd.method = QUAROT_WQUANT_GPTQ;
-    qd.weight.bits = o.bits;
-    qd.weight.asymmetric = o.asym;
-    qd.weight.group_size = o.format == QZ_GGUF ? QX_GGML_QK : o.group;
-    qd.weight.clip_search = o.clip_search ? QUAROT_CLIP_SEARCH_LP : 0;
-    qd.percdamp = opt.percdamp;
-    qd.act_order = opt.g.act_order;
-    qd.nsamples = opt.nsamples;
-    qd.seq_len = opt.seq_len;
-    qd.keep_indivisible = o.format == QZ_GGUF;   /* rows not whole blocks of 32 stay F16 */
-    qd.dead_fallback = 1;
+    return QX_EXIT_OK;
+}
+
+/* The output sink, and the input's tensors (and the lm_head that untying creates) decided as the
+   run will: a group size that does not fit is refused before any work; --dry-run prints the list. */
+static int qz_plan_tensors(qz_cmd* q) {
+    qz_sink* k = &q->sink;
+    qx_tensor_plan* pl;
+    const quarot_tensor* em = qx_store_find(&q->s, "model.embed_tokens.weight");
+    int64_t j = q->s.count;
+    quarot_result r;
+    k->o = &q->o;
+    k->cli = &q->cli;
+    k->path = q->opt.out;
+    k->force = q->opt.c.force;
+    k->hooks = &q->list;
+    k->rot = &q->st;
+    k->tok = q->have_tok ? &q->tok : NULL;
+    if (!(pl = qx_store_plan(&q->s, QUAROT_DTYPE_DEFAULT, 1))) return qx_cli_fail(&q->cli, QX_EXIT_INTERNAL, "out of memory");
+    if (q->o.rotate && q->s.config.tied_embeddings && em) {
+        pl[j].name = "lm_head.weight";
+        memcpy(pl[j].ne, em->ne, sizeof pl[j].ne);
+        pl[j].n_dims = 2;
+        ++j;
+    }
+    r = qz_items(k, pl, j, &q->e);
+    free(pl);
+    if (r != QUAROT_OK) return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s", q->e.msg);
+    return QX_EXIT_OK;
+}
+
+/* --w-quant gptq: the calibration windows before any work (the model's tokenizer, stream windowing). */
+static int qz_calibration_windows(qz_cmd* q) {
+    quantize_opts* opt = &q->opt;
+    const quarot_model_config* c = &q->s.config;
+    qx_calib_text ct;
+    char used[4096];
+    int64_t ctx_len = c->max_seq > 0 ? c->max_seq : 2048;
+    quarot_result r;
+    if (!opt->seq_len) opt->seq_len = ctx_len < 2048 ? ctx_len : 2048;
+    if (!opt->nsamples) opt->nsamples = 128;
+    if (c->max_seq > 0 && opt->seq_len > c->max_seq)
+        return qx_cli_fail(&q->cli, QX_EXIT_USAGE, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)opt->seq_len,
+                           (long long)c->max_seq);
+    r = qx_tokenizer_for_model(&q->ctok, opt->in, opt->tokenizer, c->vocab, used, sizeof used, &q->e);
+    if (r != QUAROT_OK) return qx_cli_fail(&q->cli, qx_cli_exit_for(r), "--calib-text needs a tokenizer: %s", q->e.msg);
+    q->have_ctok = 1;
+    r = qx_calib_text_load(opt->g.calib_text, &ct, &q->e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_INVALID_ARGUMENT ? QX_EXIT_PROCESS : QX_EXIT_INPUT,
+                           "%s", q->e.msg);
+    r = qx_calib_windows(&ct, &q->ctok, QX_WINDOWING_STREAM, opt->seq_len, 0, &q->cw, &q->e);
+    qx_calib_text_free(&ct);
+    if (r == QUAROT_ERR_INVALID_ARGUMENT)
+        return qx_cli_fail(&q->cli, QX_EXIT_PROCESS, "%s: calibration text too short for one window of %lld tokens (--nsamples %lld)",
+                           opt->g.calib_text, (long long)opt->seq_len, (long long)opt->nsamples);
+    if (r != QUAROT_OK) return qx_cli_fail(&q->cli, qx_cli_exit_for(r), "%s: calibration windows: %s", opt->g.calib_text, q->e.msg);
+    q->have_cw = 1;
+    if (q->cw.n < opt->nsamples)
+        return qx_cli_fail(&q->cli, QX_EXIT_PROCESS, "%s: calibration text too short: %lld windows of %lld tokens, --nsamples %lld",
+                           opt->g.calib_text, (long long)q->cw.n, (long long)opt->seq_len, (long long)opt->nsamples);
+    return QX_EXIT_OK;
+}
+
+/* --dry-run: what each tensor would become (stdout). */
+static void qz_print_dry_run(const qz_cmd* q) {
+    const qz_opts* o = &q->o;
+    char tb[16];
+    int64_t i;
+    printf("dry run: %s (%s, %lld layers) -> %s (%s), rotation %s; nothing written\n", q->opt.in, q->s.source_format,
+           (long long)q->s.config.n_layers, q->opt.out, o->format == QZ_GGUF ? (o->bits == 4 ? "GGUF Q4_0" : "GGUF Q8_0") : "quarot-packed",
+           q->rotation);
+    for (i = 0; i < q->sink.n; ++i) {
+        const qz_item* it = &q->sink.it[i];
+        char shape[48];
+        if (it->n_dims >= 2) snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
+        else snprintf(shape, sizeof shape, "%lld", (long long)it->ne[0]);
+        printf("  %-52s %-11s -> %s%s%s%s\n", it->name, shape, qz_type_name(o, it, tb, sizeof tb), it->why[0] ? " (" : "", it->why,
+               it->why[0] ? ")" : "");
+    }
+}
+
+/* --w-quant gptq: the >>quantize stage's options. */
+static void qz_stage_desc(const qz_cmd* q, quarot_quantize_desc* qd) {
+    const qz_opts* o = &q->o;
+    memset(qd, 0, sizeof *qd);
+    qd->method = QUAROT_WQUANT_GPTQ;
+    qd->weight.bits = o->bits;
+    qd->weight.asymmetric = o->asym;
+    qd->weight.group_size = o->format == QZ_GGUF ? QX_GGML_QK : o->group;
+    qd->weight.clip_search = o->clip_search ? QUAROT_CLIP_SEARCH_LP : 0;
+    qd->percdamp = q->opt.percdamp;
+    qd->act_order = q->opt.g.act_order;
+    qd->nsamples = q->opt.nsamples;
+    qd->seq_len = q->opt.seq_len;
+    qd->keep_indivisible = o->format == QZ_GGUF;   /* rows not whole blocks of 32 stay F16 */
+    qd->dead_fallback = 1;
+}
+
+/* The rotation as quarot rotate builds it, with the online hooks (and R3 for a quantized KV cache)
+   unless the output takes none. */
+static void qz_rotate_desc(qz_cmd* q, quarot_rotate_desc* desc) {
+    const qx_opts_rotation* rot = &q->opt.rot;
+    memset(desc, 0, sizeof *desc);
+    desc->rotation = rot->context ? QUAROT_ROTATION_ADAPT : strcmp(q->rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL
+                                                                                                 : QUAROT_ROTATION_HADAMARD;
+    desc->r2_rotation = rot->context ? QUAROT_ROTATION_HADAMARD : desc->rotation;
+    desc->seed = rot->context ? q->ctx.seed : (uint64_t)rot->seed;
+    desc->context = rot->context ? &q->ctx : NULL;
+    desc->block_size = rot->block_size;
+    desc->no_r2 = rot->no_r2;
+    desc->online = !rot->no_online;
+    desc->r3 = !rot->no_online && (q->o.act.k_bits < 16 || q->o.act.v_bits < 16);
+    desc->max_tp_size = rot->max_tp_size;
+    if (q->learned.r1) qx_spin_desc(&q->learned, desc);   /* R1 MATRIX, one R2 per layer */
+    if (desc->online || desc->r3) desc->online_out = &q->list;
+}
+
+/* Rotated: qx_rotate_file layer by layer straight into the output; with GPTQ into an f32 store
+   first (qz_collect), then the stage over it. */
+static quarot_result qz_write_rotated(qz_cmd* q, const quarot_quantize_desc* qd) {
+    quarot_rotate_desc desc;
+    qx_rotate_file_opts ro;
+    qx_rotate_sink rs, cs;
+    qz_collect col;
+    qz_progress pr;
+    quarot_result r;
     memset(&rs, 0, sizeof rs);
     rs.begin = qz_begin;
     rs.put = qz_put;
-    rs.put_rows = o.gptq || o.quant_embeddings ? NULL : qz_put_rows;   /* the tables stream only when written plain */
+    rs.put_rows = q->o.quant_embeddings ? NULL : qz_put_rows;   /* the tables stream only when written plain */
     rs.finish = qz_finish;
     rs.abort = qz_abort;
-    rs.user = &sink;
+    rs.user = &q->sink;
     memset(&pr, 0, sizeof pr);
-    pr.cli = &cli;
-    qx_cli_phase(&cli);
-    if (o.rotate) {
-        memset(&desc, 0, sizeof desc);
-        desc.rotation = opt.rot.context ? QUAROT_ROTATION_ADAPT : strcmp(rotation, "random") == 0 ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
-        desc.r2_rotation = opt.rot.context ? QUAROT_ROTATION_HADAMARD : desc.rotation;
-        desc.seed = opt.rot.context ? ctx.seed : (uint64_t)opt.rot.seed;
-        desc.context = opt.rot.context ? &ctx : NULL;
-        desc.block_size = opt.rot.block_size;
-        desc.no_r2 = opt.rot.no_r2;
-        desc.online = !opt.rot.no_online;
-        desc.r3 = !opt.rot.no_online && (o.act.k_bits < 16 || o.act.v_bits < 16);
-        desc.max_tp_size = opt.rot.max_tp_size;
-        if (learned.r1) qx_spin_desc(&learned, &desc);   /* R1 MATRIX, one R2 per layer */
-        if (desc.online || desc.r3) desc.online_out = &list;
-        memset(&ro, 0, sizeof ro);
-        ro.out_path = opt.out;
-        ro.force = opt.c.force;
-        ro.dtype = QUAROT_DTYPE_F32;
-        ro.drop_pages = 1;
-        ro.progress = qz_on_progress;
-        ro.user = &pr;
-        ro.sink = &rs;
-        if (o.gptq) {   /* the rotated model into qs, then the stage */
-            qz_collect col;
-            memset(&col, 0, sizeof col);
-            col.dst = &qs;
-            memset(&cs, 0, sizeof cs);
-            cs.begin = qz_collect_begin;
-            cs.put = qz_collect_put;
-            cs.finish = qz_collect_finish;
-            cs.abort = qz_collect_abort;
-            cs.user = &col;
-            ro.sink = &cs;
-            have_q = 1;
-            r = qx_rotate_file(&s, &desc, &ro, &st, &e);
-            if (pr.stage) qx_cli_progress_end(&cli, "rotation");
-            if (r == QUAROT_OK) {
-                qx_cli_phase(&cli);
-                r = qz_stage_write(&sink, &qs, &qd, &list, &cw, &wst, &e);
-            }
-        } else {
-            r = qx_rotate_file(&s, &desc, &ro, &st, &e);
-            if (pr.stage) qx_cli_progress_end(&cli, "rotation + quantization");
-        }
-    } else if (o.gptq) {   /* the model as it is, in f32, through the stage */
-        r = qx_store_clone(&s, &qs);
-        if (r == QUAROT_OK) {
-            have_q = 1;
-            r = qx_store_convert(&qs, QUAROT_DTYPE_F32);
-        }
-        if (r != QUAROT_OK) qx_err_set(&e, "copying the model: %s", quarot_result_string(r));
-        else r = qz_stage_write(&sink, &qs, &qd, NULL, &cw, &wst, &e);
-    } else {
-        /* the model as it is: every tensor straight to the output */
-        int64_t n = s.count, j;
-        qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_F32, 1);
-        if (!pl) { rc = qx_cli_fail(&cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        r = qz_begin(&sink, &s, pl, n, &e);
-        free(pl);
-        for (j = 0; j < n && r == QUAROT_OK; ++j) {
-            r = qz_put(&sink, s.items[j].name, &s.items[j].t, &e);
-            qx_cli_progress(&cli, j + 1, n, "quantizing tensor");
-        }
-        if (r == QUAROT_OK) r = qz_finish(&sink, &e);
-        else qz_abort(&sink);
-        qx_cli_progress_end(&cli, "quantization");
+    pr.cli = &q->cli;
+    qz_rotate_desc(q, &desc);
+    memset(&ro, 0, sizeof ro);
+    ro.out_path = q->opt.out;
+    ro.force = q->opt.c.force;
+    ro.dtype = QUAROT_DTYPE_F32;
+    ro.drop_pages = 1;
+    ro.progress = qz_on_progress;
+    ro.user = &pr;
+    ro.sink = &rs;
+    if (!q->o.gptq) {
+        r = qx_rotate_file(&q->s, &desc, &ro, &q->st, &q->e);
+        if (pr.stage) qx_cli_progress_end(&q->cli, "rotation + quantization");
+        return r;
+    }
+    memset(&col, 0, sizeof col);   /* the rotated model into qs, then the stage */
+    col.dst = &q->qs;
+    memset(&cs, 0, sizeof cs);
+    cs.begin = qz_collect_begin;
+    cs.put = qz_collect_put;
+    cs.finish = qz_collect_finish;
+    cs.abort = qz_collect_abort;
+    cs.user = &col;
+    ro.sink = &cs;
+    q->have_q = 1;
+    r = qx_rotate_file(&q->s, &desc, &ro, &q->st, &q->e);
+    if (pr.stage) qx_cli_progress_end(&q->cli, "rotation");
+    if (r != QUAROT_OK) return r;
+    qx_cli_phase(&q->cli);
+    return qz_stage_write(&q->sink, &q->qs, qd, &q->list, &q->cw, &q->wst, &q->e);
+}
+
+/* --rotation none with GPTQ: the model as it is, in f32, through the stage. */
+static quarot_result qz_write_staged_copy(qz_cmd* q, const quarot_quantize_desc* qd) {
+    quarot_result r = qx_store_clone(&q->s, &q->qs);
+    if (r == QUAROT_OK) {
+        q->have_q = 1;
+        r = qx_store_convert(&q->qs, QUAROT_DTYPE_F32);
     }
     if (r != QUAROT_OK) {
-        rc = st.output_error || r == QUAROT_ERR_IO ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
-        if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
-        qx_cli_fail(&cli, rc, "%s", e.msg);
-        goto done;
+        qx_err_set(&q->e, "copying the model: %s", quarot_result_string(r));
+        return r;
     }
-    printf("quantized %s (%s, %s, %lld layers, hidden %lld) -> %s\n", opt.in, s.source_format, s.config.arch, (long long)s.config.n_layers,
-           (long long)s.config.hidden, opt.out);
-    if (o.rotate) {
-        printf("  R1: %s\n  R2: %s\n  norms fused\n", st.r1, opt.rot.no_r2 ? "off (--no-r2)" : st.r2);
-        printf("  online hooks: %lld%s\n", (long long)list.count, list.count ? " (recorded in the file's metadata: quarot.online)" : " (none needed)");
+    return qz_stage_write(&q->sink, &q->qs, qd, NULL, &q->cw, &q->wst, &q->e);
+}
+
+/* --rotation none: every tensor of the model as it is straight to the output. */
+static quarot_result qz_write_unrotated(qz_cmd* q) {
+    const qx_store* s = &q->s;
+    qx_tensor_plan* pl = qx_store_plan(s, QUAROT_DTYPE_F32, 1);
+    int64_t n = s->count, j;
+    quarot_result r;
+    if (!pl) { qx_err_set(&q->e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    r = qz_begin(&q->sink, s, pl, n, &q->e);
+    free(pl);
+    for (j = 0; j < n && r == QUAROT_OK; ++j) {
+        r = qz_put(&q->sink, s->items[j].name, &s->items[j].t, &q->e);
+        qx_cli_progress(&q->cli, j + 1, n, "quantizing tensor");
+    }
+    if (r == QUAROT_OK) r = qz_finish(&q->sink, &q->e);
+    else qz_abort(&q->sink);
+    qx_cli_progress_end(&q->cli, "quantization");
+    return r;
+}
+
+/* The work: rotation (unless --rotation none), quantization and the output file. */
+static int qz_rotate_and_quantize(qz_cmd* q) {
+    quarot_quantize_desc qd;
+    quarot_result r;
+    int rc;
+    qz_items_free(&q->sink);   /* the sink decides again from the plan it is given */
+    qz_stage_desc(q, &qd);
+    qx_cli_phase(&q->cli);
+    if (q->o.rotate) r = qz_write_rotated(q, &qd);
+    else if (q->o.gptq) r = qz_write_staged_copy(q, &qd);
+    else r = qz_write_unrotated(q);
+    if (r == QUAROT_OK) return QX_EXIT_OK;
+    rc = q->st.output_error || r == QUAROT_ERR_IO ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+    if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
+    return qx_cli_fail(&q->cli, rc, "%s", q->e.msg);
+}
+
+/* The summary (stdout): what was read and written, the rotation, the format, the weight quantizer
+   and the per-tensor table. */
+static void qz_print_report(const qz_cmd* q) {
+    const quantize_opts* opt = &q->opt;
+    const qz_opts* o = &q->o;
+    const qx_store* s = &q->s;
+    char gline[400];
+    printf("quantized %s (%s, %s, %lld layers, hidden %lld) -> %s\n", opt->in, s->source_format, s->config.arch, (long long)s->config.n_layers,
+           (long long)s->config.hidden, opt->out);
+    if (o->rotate) {
+        printf("  R1: %s\n  R2: %s\n  norms fused\n", q->st.r1, opt->rot.no_r2 ? "off (--no-r2)" : q->st.r2);
+        printf("  online hooks: %lld%s\n", (long long)q->list.count, q->list.count ? " (recorded in the file's metadata: quarot.online)" : " (none needed)");
     } else {
         printf("  no rotation (--rotation none)\n");
     }
-    if (qx_rotate_file_globals_line(&st, gline, sizeof gline)) printf("  %s\n", gline);
-    if (o.format == QZ_GGUF) {
-        printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o.bits == 4 ? "Q4_0" : "Q8_0",
-               o.bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);
-        if (have_tok) printf("  tokenizer: %s (%d tokens) as tokenizer.ggml.* (sentencepiece \"llama\")\n", opt.tokenizer, tok.vocab_size);
-        else if (!qx_store_get_blob(&s, "gguf.kv", NULL)) printf("  tokenizer: none found beside the input (--tokenizer FILE): llama.cpp needs one\n");
+    if (qx_rotate_file_globals_line(&q->st, gline, sizeof gline)) printf("  %s\n", gline);
+    if (o->format == QZ_GGUF) {
+        printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o->bits == 4 ? "Q4_0" : "Q8_0",
+               o->bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);
+        if (q->have_tok) printf("  tokenizer: %s (%d tokens) as tokenizer.ggml.* (sentencepiece \"llama\")\n", opt->tokenizer, q->tok.vocab_size);
+        else if (!qx_store_get_blob(s, "gguf.kv", NULL)) printf("  tokenizer: none found beside the input (--tokenizer FILE): llama.cpp needs one\n");
     }
     else
         printf("  format: quarot-packed v%d, %d-bit %s weights, %s, %s scales; activations %d-bit, K %d-bit, V %d-bit\n", QX_PACKED_VERSION,
-               o.bits, o.asym ? "asymmetric" : "symmetric", o.group ? "per group" : "per output channel",
-               o.scale_dtype == QUAROT_DTYPE_F16 ? "f16" : "f32", o.act.a_bits, o.act.k_bits, o.act.v_bits);
-    if (o.gptq)
+               o->bits, o->asym ? "asymmetric" : "symmetric", o->group ? "per group" : "per output channel",
+               o->scale_dtype == QUAROT_DTYPE_F16 ? "f16" : "f32", o->act.a_bits, o->act.k_bits, o->act.v_bits);
+    if (o->gptq)
         printf("  weights: GPTQ%s per %s on %s: %lld windows of %lld tokens (stream windowing, %lld tokens), percdamp %g%s, "
                "layer by layer%s, each calibrated on the quantized layers before it (%.1f s)\n",
-               o.clip_search ? " with clip search (|err|^2.4)" : "", o.format == QZ_GGUF || o.group ? "group" : "output channel", opt.g.calib_text,
-               (long long)wst.windows, (long long)opt.seq_len, (long long)wst.tokens, opt.percdamp > 0 ? opt.percdamp : 0.01,
-               opt.g.act_order ? ", act-order (static groups)" : "", list.count ? " with the online hooks" : "", wst.seconds);
+               o->clip_search ? " with clip search (|err|^2.4)" : "", o->format == QZ_GGUF || o->group ? "group" : "output channel", opt->g.calib_text,
+               (long long)q->wst.windows, (long long)opt->seq_len, (long long)q->wst.tokens, opt->percdamp > 0 ? opt->percdamp : 0.01,
+               opt->g.act_order ? ", act-order (static groups)" : "", q->list.count ? " with the online hooks" : "", q->wst.seconds);
     else
-        printf("  weights: RTN%s (round to nearest per %s)\n", o.clip_search ? " with clip search (|err|^2.4)" : "",
-               o.format == QZ_GGUF || o.group ? "group" : "output channel");
-    qz_summary(&o, &sink);
+        printf("  weights: RTN%s (round to nearest per %s)\n", o->clip_search ? " with clip search (|err|^2.4)" : "",
+               o->format == QZ_GGUF || o->group ? "group" : "output channel");
+    qz_summary(o, &q->sink);
     fflush(stdout);
-done:
-    qx_spin_rot_free(&learned);
-    qx_tokenizer_free(&tok);
-    if (have_ctok) qx_tokenizer_free(&ctok);
-    if (have_cw) qx_windows_free(&cw);
-    if (have_q) qx_store_free(&qs);
-    qz_codes_free(&sink);
-    qz_items_free(&sink);
-    quarot_online_list_free(&list);
-    quarot_adapt_context_free(&ctx);
-    qx_store_free(&s);
+}
+
+/* quarot quantize IN OUT: check the options; load the context, the model and the tokenizer to
+   embed; decide what each tensor becomes; GPTQ's calibration windows; then either print the plan
+   (--dry-run) or rotate, quantize, write and print the summary. */
+int qx_cmd_quantize(int argc, char** argv) {
+    qz_cmd q;
+    int rc;
+    signal(SIGXFSZ, SIG_IGN);
+    qz_cmd_init(&q);
+    if ((rc = qz_parse_options(&q, argc, argv)) != QX_OPTS_RUN) return rc;
+    if ((rc = qz_check_options(&q)) != QX_EXIT_OK) return rc;
+    rc = qz_load_context(&q);
+    if (rc == QX_EXIT_OK) rc = qz_load_input(&q);
+    if (rc == QX_EXIT_OK) rc = qz_pick_tokenizer(&q);
+    if (rc == QX_EXIT_OK) rc = qz_plan_tensors(&q);
+    if (rc == QX_EXIT_OK && !q.opt.dry && q.o.gptq) rc = qz_calibration_windows(&q);
+    if (rc == QX_EXIT_OK && q.opt.dry) qz_print_dry_run(&q);
+    else if (rc == QX_EXIT_OK && (rc = qz_rotate_and_quantize(&q)) == QX_EXIT_OK) qz_print_report(&q);
+    qz_cmd_free(&q);
     return rc;
 }

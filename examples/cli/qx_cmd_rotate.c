@@ -102,7 +102,7 @@ const qx_opts_cmd qx_cmd_rotate_spec = {
     .epilog =
         "online hook file (with --online or --r3): written beside the output, OUT.quarot-online for a file,\n"
         "OUT/quarot_online.txt for a directory, in quarot.h's text format (quarot_online_read parses it;\n"
-        "README \"Online hook file\"). Each line `hook LAYER SITE size= outer= n= inner= K= m= signs=` asks\n"
+        "docs/formats.md). Each line `hook LAYER SITE size= outer= n= inner= K= m= signs=` asks\n"
         "the engine to transform, in that layer, the activation row at SITE -- down_input: the input of\n"
         "down_proj; o_input: the input of o_proj; q_rope / k_rope: q and k after RoPE -- viewed as\n"
         "[outer][n][inner], every vector along n becoming v * D * H_n / sqrt(n), H_n = H_K (x) H_{2^m} (H_K\n"
@@ -283,387 +283,581 @@ static const char* l2c_unfit(const quarot_model_config* c) {
     return NULL;
 }
 
-int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
-    const char *in = job->in, *out = job->out;
-    int k, rc, dir_out = 0, hooks = 0, force = job->force, adapt = job->rotation == QUAROT_ROTATION_ADAPT;
-    int learned = job->rotation == QUAROT_ROTATION_MATRIX;
-    double orth_worst = 0.0;
-    quarot_dtype dtype = job->dtype;
-    quarot_rotate_desc desc;
+/* ---- qx_rotate_job_run, step by step ---- */
+
+/* What one job reads, decides and builds; rj_free frees it all. */
+typedef struct rj_run {
+    qx_cli* cli;
+    const qx_rotate_job* job;
+    int adapt;                     /* Adapt Rotation stage 2 */
+    int learned;                   /* learned R1 / R2 (job->learned) */
+    double orth_worst;             /* the learned rotations' orthogonality error before use */
+    int hooks;                     /* --online / --r3: a hook file is written */
+    qx_store s;                    /* the input (views of read-only mappings) */
     quarot_online_list list;
-    qx_rotate_file_opts ro;
-    qx_rotate_file_stats st;
-    qx_load_opts lo;
-    qx_store s;
-    qx_err e;
-    quarot_result r;
-    char *hooks_path = NULL, *config_path = NULL;
     char src_format[32];
-    rotate_progress rp;
-
-    const char* ext_fmt = qx_convert_format_of_path(out);
-    const char* family;
-    const char* tok_note = NULL;
-    char out_format[32], tok_path[4096], tok_note_buf[4200], *hf_src = NULL;
-    int n_hf_files = 0, n_dims = 0, n_warn = 0, tok_warn = 0, tok_to_hf = 0;
-    char* tok_dir = NULL;   /* GGUF -> safetensors directory: the converted tokenizer files, staged here */
+    const char* ext_fmt;           /* the format OUT's name says, or NULL */
+    const char* family;            /* OUT's format family: "llama2c", "safetensors" or "gguf" */
+    char out_format[32];
+    int dir_out;                   /* a safetensors directory */
+    const char* tok_note;          /* what became of the tokenizer (the summary), or NULL */
+    char tok_path[4096], tok_note_buf[4200];
+    int tok_warn;                  /* the tokenizer could not be converted (a warning) */
+    int tok_to_hf;                 /* GGUF -> safetensors: the tokenizer becomes tokenizer.json */
+    char* tok_dir;                 /* GGUF -> safetensors directory: the converted tokenizer files, staged here */
+    char* hf_src;                  /* the Hugging Face side files to copy into OUT (ro.side_dir) */
+    int n_hf_files;
+    char* hooks_path;
+    char* config_path;             /* a single .safetensors OUT: its config.json */
     qx_rotcheck_dim dims[8];
-    if (job->format && ext_fmt && strcmp(job->format, ext_fmt) != 0)
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: the name ends in .%s but --format is %s (name OUT after its format: .bin llama2c, "
-                                               ".gguf, .safetensors or a directory)", out, strcmp(ext_fmt, "llama2c") == 0 ? "bin" : ext_fmt,
-                           job->format);
-    if (qx_same_file(in, out)) return qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", out);
-    if (adapt && (!job->context || !job->context->matrix))
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
-    if (learned && (!job->learned || !job->learned->r1))
-        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (quarot calibrate --method spinquant writes one)");
-    quarot_online_list_init(&list, NULL);
-    qx_store_init(&s);
+    int n_dims;
+    qx_rotate_file_stats st;
+    qx_err e;
+} rj_run;
 
-    /* Load (views of read-only mappings) and check the format's output rules before any work. */
-    memset(&lo, 0, sizeof lo);
-    r = qx_load_model(in, &lo, &s, &e);
-    if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-    snprintf(src_format, sizeof src_format, "%s", s.source_format);
-    rc = QX_EXIT_OK;
-    {   /* SIGBUS (the mapped input truncated meanwhile) becomes an error line, the temporaries removed */
-        static char bus_what[1100];
-        snprintf(bus_what, sizeof bus_what, "quarot rotate: %.1000s", in);
-        qx_sigbus_cleanup(bus_what);
-    }
-    {   /* an input that runs with online hooks cannot be rotated again into one file: the output would
-           need its hooks and the new ones at the same sites */
-        qx_hooks_status hs = QX_HOOKS_NONE;
-        char used[1024];
-        r = qx_model_hooks_attach(&s, in, NULL, &hs, used, sizeof used, &e);
-        if (r != QUAROT_OK || hs != QX_HOOKS_NONE) {
-            rc = r != QUAROT_OK ? qx_cli_fail(cli, QX_EXIT_INPUT, "%s", e.msg)
-                                : qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: runs with online hooks (%s); rotating it again would need "
-                                              "those and the new ones at the same sites: rotate the original model", in,
-                                              hs == QX_HOOKS_MISSING ? "its metadata says so" : used);
-            goto done;
-        }
-    }
-    hooks = job->online || job->r3;
-    /* OUT's format: --format, else its extension, else IN's (qx_convert.h) */
-    family = job->format ? job->format : ext_fmt ? ext_fmt : format_family(src_format);
-    if (strcmp(family, "llama2c") == 0)
-        snprintf(out_format, sizeof out_format, "%s", strcmp(src_format, "llama2c-v1") == 0 ? "llama2c-v1" : "llama2c-v0");
-    else
-        snprintf(out_format, sizeof out_format, "%s", family);
-    if (strcmp(family, "llama2c") == 0 && l2c_unfit(&s.config)) {
-        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as llama2.c: %s", out, s.config.arch, l2c_unfit(&s.config));
-        goto done;
-    }
-    if (strcmp(family, "gguf") == 0 && !qx_gguf_arch_supported(s.config.arch, NULL)) {
-        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as GGUF here (llama, qwen2, qwen3)", out, s.config.arch);
-        goto done;
-    }
-    if (strcmp(family, format_family(src_format)) != 0) {
-        int64_t i = 0;
-        /* llama2.c's RoPE tables are not model weights elsewhere */
-        if (strcmp(family, "llama2c") != 0)
-            while (i < s.count) {
-                if (strncmp(s.items[i].name, "llama2c.", 8) == 0) (void)qx_store_remove(&s, s.items[i].name);
-                else ++i;
-            }
-        if (strcmp(family, "gguf") == 0) {   /* metadata from the config, and llama2.c's vocabulary if found */
-            qx_sb kv;
-            int have_tok = strcmp(format_family(src_format), "llama2c") == 0 &&
-                           qx_tokenizer_find_bin(in, s.config.vocab, tok_path, sizeof tok_path, NULL, 0);
-            int tc = QX_TOKCONV_NONE;
-            memset(&kv, 0, sizeof kv);
-            r = qx_convert_gguf_kv(&s, have_tok ? tok_path : NULL, &kv, &e);
-            if (r == QUAROT_OK && strncmp(src_format, "safetensors", 11) == 0) {   /* tokenizer.json -> tokenizer.ggml.* */
-                char* sd = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
-                tc = sd ? qx_convert_tok_to_gguf(sd, s.config.vocab, &kv, tok_note_buf, sizeof tok_note_buf, &e) : QX_TOKCONV_ERROR;
-                if (!sd) qx_err_set(&e, "out of memory");
-                if (tc == QX_TOKCONV_ERROR) r = QUAROT_ERR_OUT_OF_MEMORY;
-                tok_warn = tc == QX_TOKCONV_UNFIT;
-                free(sd);
-            }
-            if (r == QUAROT_OK) r = qx_store_set_blob(&s, "gguf.kv", kv.p, kv.len);
-            qx_sb_free(&kv);
-            if (r != QUAROT_OK) { rc = qx_cli_fail(cli, qx_cli_exit_for(r), "%s", e.msg); goto done; }
-            if (strncmp(src_format, "safetensors", 11) == 0) {
-                tok_note = tok_note_buf;
-            } else if (have_tok) {
-                snprintf(tok_note_buf, sizeof tok_note_buf, "%s -> tokenizer.ggml.* (SentencePiece \"llama\", %lld tokens)", tok_path,
-                         (long long)s.config.vocab);
-                tok_note = tok_note_buf;
-            } else {
-                tok_note = "none found beside IN (tok<vocab>.bin, tok512.bin, tokenizer.bin): no tokenizer.ggml.* keys";
-            }
-        } else if (strcmp(family, "llama2c") == 0) {
-            tok_note = "not written (llama2.c keeps its vocabulary in a separate tok*.bin)";
-        } else if (strcmp(format_family(src_format), "gguf") == 0) {
-            tok_to_hf = 1;   /* below, once OUT is known to be a directory */
-        } else {
-            tok_note = "not converted (llama2.c tokenizer.bin -> tokenizer.json is not supported)";
-        }
-    }
-    if (s.config.norm == QUAROT_NORM_LAYER) {
-        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model needs RMSNorm, which its format "
-                                                 "cannot express (rotate it in memory: quarot eval)", in, s.config.arch);
-        goto done;
-    }
-    if (strcmp(family, "llama2c") == 0 && dtype != QUAROT_DTYPE_DEFAULT && dtype != QUAROT_DTYPE_F32) {
-        rc = qx_cli_fail(cli, QX_EXIT_USAGE, "--dtype: llama2.c checkpoints are float32 only");
-        goto done;
-    }
-    if (job->down_proj_online == QUAROT_LAYERS_LIST && job->n_layers > 0 && job->layers[job->n_layers - 1] >= s.config.n_layers) {
-        rc = qx_cli_fail(cli, QX_EXIT_USAGE, "%s: layer %lld out of range (the model has %lld layers, 0..%lld)",
-                         job->layers_what ? job->layers_what : "--down-proj-online-layers", (long long)job->layers[job->n_layers - 1],
-                         (long long)s.config.n_layers, (long long)(s.config.n_layers - 1));
-        goto done;
-    }
-    if (adapt && job->context->hidden != s.config.hidden) {
-        rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context (%s) is for hidden size %lld, the model has %lld",
-                         in, job->context_name ? job->context_name : "stage 1", (long long)job->context->hidden, (long long)s.config.hidden);
-        goto done;
-    }
-    if (learned) {   /* the learned rotations: this model's (digest, shapes), orthogonal; before any work */
-        char digest[QX_DIGEST_LEN];
-        r = qx_spin_model_digest(in, digest, &e);
-        if (r == QUAROT_OK) r = qx_spin_check(job->learned, &s.config, digest, &orth_worst, &e);
-        if (r != QUAROT_OK) {
-            rc = qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_IO ? QX_EXIT_INPUT : QX_EXIT_PROCESS, "%s: %s: %s",
-                             in, job->learned_name ? job->learned_name : "learned rotations", e.msg);
-            goto done;
-        }
-    }
-    {   /* no silent fallbacks: what each rotated dimension gets, before any work */
-        qx_rotcheck_opts co;
-        memset(&co, 0, sizeof co);
-        co.rotation = job->rotation;
-        co.block_size = adapt ? job->context->block : job->block_size;
-        co.no_r2 = job->no_r2;
-        co.online = job->online;
-        co.r3 = job->r3;
-        co.max_tp_size = job->max_tp_size;
-        n_dims = qx_rotcheck(&s.config, &co, dims, 8);
-        for (k = 0; k < n_dims; ++k) {
-            if (!dims[k].warn) continue;
-            ++n_warn;
-            if (job->strict) {
-                rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: --strict: %s (%lld): %s", in, dims[k].what, (long long)dims[k].dim, dims[k].text);
-                goto done;
-            }
-            if (cli->progress_open) { fputc('\n', stderr); cli->progress_open = 0; }
-            fprintf(stderr, "quarot rotate: warning: %s (%lld): %s (--strict makes this an error)\n", dims[k].what, (long long)dims[k].dim,
-                    dims[k].text);
-        }
-    }
-    if (strcmp(family, "safetensors") == 0) dir_out = !(ext_fmt && strcmp(ext_fmt, "safetensors") == 0);
-    if (dir_out) {
-        if (qx_path_exists(out) && !qx_is_dir(out)) {
-            rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists and is not a directory (a safetensors output not ending in "
-                                                    ".safetensors is a directory)", out);
-            goto done;
-        }
-        for (k = 0; k < 4 && !force && qx_is_dir(out); ++k) {
-            char* f = qx_path_join(out, dir_model_files[k]);
-            int ex = f && qx_path_exists(f);
-            free(f);
-            if (ex) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: holds a model already (%s); use --force to replace it", out, dir_model_files[k]); goto done; }
-        }
-    } else {
-        if (qx_is_dir(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out); goto done; }
-        if (!force && qx_path_exists(out)) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out); goto done; }
-        if (strcmp(family, "safetensors") == 0) {   /* one file: its config.json beside it */
-            char* od = qx_path_dir(out);
-            char* id = qx_is_dir(in) ? NULL : qx_path_dir(in);
-            config_path = od ? qx_path_join(od, "config.json") : NULL;
-            if (od && strncmp(src_format, "safetensors", 11) == 0 && (qx_is_dir(in) ? qx_same_file(od, in) : (id && qx_same_file(od, id)))) {
-                rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the "
-                                                        "rotated model; write to a directory (OUT without .safetensors) or elsewhere", out);
-                free(od); free(id);
-                goto done;
-            }
-            free(od);
-            free(id);
-            if (!config_path) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-            if (!force && qx_path_exists(config_path)) {
-                rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", config_path);
-                goto done;
-            }
-        }
-    }
-    /* A GGUF's tokenizer becomes tokenizer.json + tokenizer_config.json of a safetensors directory:
-       written into a scratch directory beside OUT, copied and published with the weights (side_dir) */
-    if (tok_to_hf && !dir_out) {
-        tok_note = "not written (a single .safetensors file has no tokenizer; write to a directory to get tokenizer.json)";
-    } else if (tok_to_hf) {
-        char* od = qx_path_dir(out);
-        char* tmpl = od ? qx_path_join(od, ".quarot-tok-XXXXXX") : NULL;
-        int tc;
-        free(od);
-        if (!tmpl || !mkdtemp(tmpl)) {
-            rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: cannot create a scratch directory for the tokenizer files", tmpl ? tmpl : out);
-            free(tmpl);
-            goto done;
-        }
-        tok_dir = tmpl;
-        tc = qx_convert_tok_to_hf(in, s.config.vocab, tok_dir, tok_note_buf, sizeof tok_note_buf, &e);
-        if (tc == QX_TOKCONV_ERROR) { rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg); goto done; }
-        tok_warn = tc == QX_TOKCONV_UNFIT;
-        tok_note = tok_note_buf;
-        if (tc == QX_TOKCONV_DONE) {
-            hf_src = qx_path_join(tok_dir, ".");
-            if (!hf_src) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-            if (qx_is_dir(out) && (n_hf_files = check_hf_files(hf_src, out, force, &e)) < 0) {
-                rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg);
-                goto done;
-            }
-        }
-    }
-    if (tok_warn) {   /* never silent: stderr now, the summary below */
-        if (cli->progress_open) { fputc('\n', stderr); cli->progress_open = 0; }
-        fprintf(stderr, "quarot rotate: warning: tokenizer %s\n", tok_note);
-    }
-    /* A Hugging Face output directory gets the input's tokenizer and generation files */
-    if (dir_out && strncmp(src_format, "safetensors", 11) == 0) {
-        hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
-        if (!hf_src) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-        if (qx_is_dir(out) && (n_hf_files = check_hf_files(hf_src, out, force, &e)) < 0) {
-            rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s", e.msg);
-            goto done;
-        }
-    }
-    /* Without online rotation a hook file left from an earlier run would be wrong for the new model:
-       it counts as an output (refused without --force, removed after success with it). */
-    hooks_path = dir_out ? qx_path_join(out, "quarot_online.txt") : concat(out, ".quarot-online");
-    if (!hooks_path) { rc = qx_cli_fail(cli, QX_EXIT_INTERNAL, "out of memory"); goto done; }
-    if (!force && qx_path_exists(hooks_path)) {
-        rc = qx_cli_fail(cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", hooks_path);
-        goto done;
-    }
-
-    /* The rotation. Adapt Rotation stage 2: R1 = H*R_best with H rebuilt from the context's seed
-       and block (the processor takes both from desc.context); R2 Hadamard with the same seed, so a
-       context holding R = I gives exactly `--rotation hadamard --seed <its seed>`. */
-    memset(&desc, 0, sizeof desc);
-    desc.rotation = job->rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : job->rotation;
-    desc.r2_rotation = adapt ? QUAROT_ROTATION_HADAMARD : desc.rotation;
-    desc.seed = adapt ? job->context->seed : job->seed;
-    desc.context = adapt ? job->context : NULL;
-    desc.block_size = job->block_size;
-    desc.no_r2 = job->no_r2;
-    desc.online = job->online;
-    desc.r3 = job->r3;
-    desc.max_tp_size = job->max_tp_size;
-    if (job->down_proj_online == QUAROT_LAYERS_LIST) {
-        desc.down_proj_online = QUAROT_LAYERS_LIST;
-        desc.down_proj_online_layers = job->layers;
-        desc.n_down_proj_online_layers = job->n_layers;
-    } else if (job->down_proj_online == QUAROT_LAYERS_NONE) {
-        desc.down_proj_online = QUAROT_LAYERS_NONE;
-    }
-    if (learned) qx_spin_desc(job->learned, &desc);   /* R1 MATRIX, one R2 per layer */
-    if (hooks) desc.online_out = &list;
-
-    memset(&ro, 0, sizeof ro);
-    ro.out_path = out;
-    ro.out_format = out_format;
-    ro.force = force;
-    ro.dtype = dtype;
-    ro.hooks_path = hooks ? hooks_path : NULL;
-    ro.config_path = config_path;
-    ro.side_dir = hf_src;   /* copied into the output directory and published with it */
-    ro.drop_pages = 1;
-    ro.threads = job->threads;
-    ro.f64_arithmetic = job->f64;
-    if (dir_out && strcmp(src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(in);   /* 0: one file */
-    memset(&rp, 0, sizeof rp);
-    rp.cli = cli;
-    rp.in = in;
-    ro.progress = on_progress;
-    ro.user = &rp;
-    qx_cli_phase(cli);
-    r = qx_rotate_file(&s, &desc, &ro, &st, &e);
-    if (rp.stage) qx_cli_progress_end(cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
-    n_hf_files = st.side_files;
-    if (r != QUAROT_OK) {
-        rc = st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
-        if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
-        if (st.output_error) qx_cli_fail(cli, rc, "%s", e.msg);
-        else qx_cli_fail(cli, rc, "%s: %s", in, e.msg);
-    } else {
-        int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
-        double mib = 1.0 / (1024.0 * 1024.0);
-        char line[400];
-        for (h = 0; h < list.count; ++h) {
-            n_down += list.hooks[h].site == QUAROT_SITE_DOWN_INPUT;
-            n_o += list.hooks[h].site == QUAROT_SITE_O_INPUT;
-            n_q += list.hooks[h].site == QUAROT_SITE_Q_ROPE;
-            n_k += list.hooks[h].site == QUAROT_SITE_K_ROPE;
-        }
-        printf("rotated %s (%s, %s, %lld layers, hidden %lld) -> %s\n", in, src_format, s.config.arch,
-               (long long)s.config.n_layers, (long long)s.config.hidden, out);
-        if (strcmp(out_format, src_format) != 0 && !(strcmp(out_format, "safetensors") == 0 && strcmp(src_format, "safetensors-dir") == 0))
-            printf("  format: %s -> %s%s\n", src_format, out_format,
-                   qx_convert_interleaved(out_format, s.config.arch) != (s.config.rope_interleaved != 0) ? " (q/k rows reordered for its RoPE layout)" : "");
-        if (tok_note) printf("  %s: %s\n", tok_warn ? "WARNING tokenizer" : "tokenizer", tok_note);
-        if (n_hf_files > 0) printf("  copied %d Hugging Face file%s (tokenizer, generation config) into %s\n", n_hf_files, n_hf_files > 1 ? "s" : "", out);
-        printf("  R1: %s\n  R2: %s\n", st.r1, job->no_r2 ? "off (--no-r2)" : st.r2);
-        for (k = 0; k < n_dims; ++k)
-            if (dims[k].fallback)
-                printf("  %s %s (%lld): %s\n", dims[k].warn ? "WARNING" : "note", dims[k].what, (long long)dims[k].dim, dims[k].text);
-        if (learned)
-            printf("  learned rotations (%s): %s; orthogonality %.2e before use\n", job->learned_name ? job->learned_name : "in memory",
-                   job->learned->about, orth_worst);
-        if (adapt)
-            printf("  Adapt Rotation stage 2: R learned by stage 1 (%s): %s, seed %llu, block %lld, loss %.6e -> %.6e (%+.2f%%)\n",
-                   job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context),
-                   (unsigned long long)job->context->seed, (long long)job->context->block, job->context->start_loss,
-                   job->context->best_loss, 100.0 * qx_calib_reduction(job->context));
-        if (st.fused_into_commands > 0)
-            printf("  norms fused (%lld weight%s scaled by %s first rotate command, no pass of %s own); ", (long long)st.fused_into_commands,
-                   st.fused_into_commands == 1 ? "" : "s", st.fused_into_commands == 1 ? "its" : "their",
-                   st.fused_into_commands == 1 ? "its" : "their");
-        else
-            printf("  norms fused; ");
-        printf("%lld rotate commands; %s\n", (long long)st.n_commands,
-               st.untied ? "lm_head untied from the embeddings (written as a separate tensor)" : "embeddings as in the input");
-        if (st.f32_commands == 0)
-            printf("  arithmetic: double (rounded once to the output dtype)\n");
-        else
-            printf("  arithmetic: f32 for the %lld command%s on weights written as f16/bf16 (error ~log2(n) * 2^-24, below their "
-                   "rounding)%s\n", (long long)st.f32_commands, st.f32_commands == 1 ? "" : "s",
-                   st.f32_commands < st.n_commands ? ", double for the others" : "");
-        if (hooks)
-            printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld) -> %s\n", (long long)list.count,
-                   (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k, hooks_path);
-        else
-            printf("  online hooks: none (the output runs unchanged in an ordinary engine)\n");
-        printf("  wrote %lld tensors%s%s%s\n", (long long)st.tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
-               dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", config_path ? " (+ config.json beside it)" : "");
-        if (st.direct_mode) printf("  weights written: %s\n", qx_direct_mode_text((qx_direct_mode)st.direct_mode));
-        printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
-               qx_lw_peak_rss_mib(), (double)st.peak_copy_bytes * mib, (double)st.global_copy_bytes * mib,
-               (long long)st.max_live_layers);
-        if (qx_rotate_file_globals_line(&st, line, sizeof line)) printf("  %s\n", line);
-        fflush(stdout);
-        if (hooks) qx_cli_info(cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", hooks_path);
-        else if (qx_path_exists(hooks_path) && remove(hooks_path) == 0)
-            qx_cli_info(cli, "removed %s (an earlier run's hook list; this model needs none)", hooks_path);
-    }
-done:
-    if (tok_dir) {   /* the scratch copies of the converted tokenizer files */
+static void rj_free(rj_run* j) {
+    int k;
+    if (j->tok_dir) {   /* the scratch copies of the converted tokenizer files */
         for (k = 0; k < 2; ++k) {
-            char* f = qx_path_join(tok_dir, k == 0 ? "tokenizer.json" : "tokenizer_config.json");
+            char* f = qx_path_join(j->tok_dir, k == 0 ? "tokenizer.json" : "tokenizer_config.json");
             if (f) (void)remove(f);
             free(f);
         }
-        (void)rmdir(tok_dir);
-        free(tok_dir);
+        (void)rmdir(j->tok_dir);
+        free(j->tok_dir);
     }
-    quarot_online_list_free(&list);
-    free(hf_src);
-    free(hooks_path);
-    free(config_path);
-    qx_store_free(&s);
+    quarot_online_list_free(&j->list);
+    free(j->hf_src);
+    free(j->hooks_path);
+    free(j->config_path);
+    qx_store_free(&j->s);
+}
+
+/* Never silent: a warning line on stderr, after any progress line. */
+static void rj_warn_line(qx_cli* cli) {
+    if (cli->progress_open) { fputc('\n', stderr); cli->progress_open = 0; }
+}
+
+/* What the job asks, checked before the input is opened. */
+static int rj_check_job(const rj_run* j) {
+    const qx_rotate_job* job = j->job;
+    if (job->format && j->ext_fmt && strcmp(job->format, j->ext_fmt) != 0)
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "%s: the name ends in .%s but --format is %s (name OUT after its format: .bin llama2c, "
+                                                  ".gguf, .safetensors or a directory)", job->out,
+                           strcmp(j->ext_fmt, "llama2c") == 0 ? "bin" : j->ext_fmt, job->format);
+    if (qx_same_file(job->in, job->out))
+        return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", job->out);
+    if (j->adapt && (!job->context || !job->context->matrix))
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
+    if (j->learned && (!job->learned || !job->learned->r1))
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (quarot calibrate --method spinquant writes one)");
+    return QX_EXIT_OK;
+}
+
+/* IN, loaded as views of read-only mappings; a SIGBUS (the mapped input truncated meanwhile) becomes
+   an error line, the temporaries removed. An input that runs with online hooks cannot be rotated
+   again into one file: the output would need its hooks and the new ones at the same sites. */
+static int rj_load_input(rj_run* j) {
+    static char bus_what[1100];
+    const char* in = j->job->in;
+    qx_hooks_status hs = QX_HOOKS_NONE;
+    char used[1024];
+    qx_load_opts lo;
+    quarot_result r;
+    memset(&lo, 0, sizeof lo);
+    r = qx_load_model(in, &lo, &j->s, &j->e);
+    if (r != QUAROT_OK) return qx_cli_fail(j->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", j->e.msg);
+    snprintf(j->src_format, sizeof j->src_format, "%s", j->s.source_format);
+    snprintf(bus_what, sizeof bus_what, "quarot rotate: %.1000s", in);
+    qx_sigbus_cleanup(bus_what);
+    r = qx_model_hooks_attach(&j->s, in, NULL, &hs, used, sizeof used, &j->e);
+    if (r != QUAROT_OK) return qx_cli_fail(j->cli, QX_EXIT_INPUT, "%s", j->e.msg);
+    if (hs != QX_HOOKS_NONE)
+        return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: runs with online hooks (%s); rotating it again would need those and the new ones at "
+                                                    "the same sites: rotate the original model", in,
+                           hs == QX_HOOKS_MISSING ? "its metadata says so" : used);
+    return QX_EXIT_OK;
+}
+
+/* OUT's format: --format, else its extension, else IN's (qx_convert.h); refused when it cannot
+   hold the architecture. */
+static int rj_pick_format(rj_run* j) {
+    const quarot_model_config* c = &j->s.config;
+    const char* out = j->job->out;
+    j->family = j->job->format ? j->job->format : j->ext_fmt ? j->ext_fmt : format_family(j->src_format);
+    if (strcmp(j->family, "llama2c") == 0)
+        snprintf(j->out_format, sizeof j->out_format, "%s", strcmp(j->src_format, "llama2c-v1") == 0 ? "llama2c-v1" : "llama2c-v0");
+    else
+        snprintf(j->out_format, sizeof j->out_format, "%s", j->family);
+    if (strcmp(j->family, "llama2c") == 0 && l2c_unfit(c))
+        return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as llama2.c: %s", out, c->arch, l2c_unfit(c));
+    if (strcmp(j->family, "gguf") == 0 && !qx_gguf_arch_supported(c->arch, NULL))
+        return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as GGUF here (llama, qwen2, qwen3)", out, c->arch);
+    return QX_EXIT_OK;
+}
+
+/* Into GGUF from another format: the metadata from the config, and the vocabulary (llama2.c's
+   tok*.bin if found beside IN, a Hugging Face tokenizer.json) as tokenizer.ggml.* arrays. */
+static int rj_gguf_metadata(rj_run* j) {
+    const char* in = j->job->in;
+    qx_sb kv;
+    int have_tok = strcmp(format_family(j->src_format), "llama2c") == 0 &&
+                   qx_tokenizer_find_bin(in, j->s.config.vocab, j->tok_path, sizeof j->tok_path, NULL, 0);
+    int from_st = strncmp(j->src_format, "safetensors", 11) == 0;
+    int tc = QX_TOKCONV_NONE;
+    quarot_result r;
+    memset(&kv, 0, sizeof kv);
+    r = qx_convert_gguf_kv(&j->s, have_tok ? j->tok_path : NULL, &kv, &j->e);
+    if (r == QUAROT_OK && from_st) {   /* tokenizer.json -> tokenizer.ggml.* */
+        char* sd = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
+        tc = sd ? qx_convert_tok_to_gguf(sd, j->s.config.vocab, &kv, j->tok_note_buf, sizeof j->tok_note_buf, &j->e) : QX_TOKCONV_ERROR;
+        if (!sd) qx_err_set(&j->e, "out of memory");
+        if (tc == QX_TOKCONV_ERROR) r = QUAROT_ERR_OUT_OF_MEMORY;
+        j->tok_warn = tc == QX_TOKCONV_UNFIT;
+        free(sd);
+    }
+    if (r == QUAROT_OK) r = qx_store_set_blob(&j->s, "gguf.kv", kv.p, kv.len);
+    qx_sb_free(&kv);
+    if (r != QUAROT_OK) return qx_cli_fail(j->cli, qx_cli_exit_for(r), "%s", j->e.msg);
+    if (from_st) {
+        j->tok_note = j->tok_note_buf;
+    } else if (have_tok) {
+        snprintf(j->tok_note_buf, sizeof j->tok_note_buf, "%s -> tokenizer.ggml.* (SentencePiece \"llama\", %lld tokens)", j->tok_path,
+                 (long long)j->s.config.vocab);
+        j->tok_note = j->tok_note_buf;
+    } else {
+        j->tok_note = "none found beside IN (tok<vocab>.bin, tok512.bin, tokenizer.bin): no tokenizer.ggml.* keys";
+    }
+    return QX_EXIT_OK;
+}
+
+/* A conversion into another format family: llama2.c's RoPE tables dropped (they are not model
+   weights elsewhere) and the metadata and tokenizer carried over where the format can hold them. */
+static int rj_convert(rj_run* j) {
+    const char* src_family = format_family(j->src_format);
+    int64_t i = 0;
+    if (strcmp(j->family, src_family) == 0) return QX_EXIT_OK;
+    if (strcmp(j->family, "llama2c") != 0)
+        while (i < j->s.count) {
+            if (strncmp(j->s.items[i].name, "llama2c.", 8) == 0) (void)qx_store_remove(&j->s, j->s.items[i].name);
+            else ++i;
+        }
+    if (strcmp(j->family, "gguf") == 0) return rj_gguf_metadata(j);
+    if (strcmp(j->family, "llama2c") == 0) j->tok_note = "not written (llama2.c keeps its vocabulary in a separate tok*.bin)";
+    else if (strcmp(src_family, "gguf") == 0) j->tok_to_hf = 1;   /* rj_tokenizer_to_hf, once OUT is known to be a directory */
+    else j->tok_note = "not converted (llama2.c tokenizer.bin -> tokenizer.json is not supported)";
+    return QX_EXIT_OK;
+}
+
+/* What the model must allow for this job: RMSNorm, llama2.c's f32, the listed layers, the
+   context's hidden size, the learned rotations (this model's digest and shapes, orthogonal). */
+static int rj_check_model(rj_run* j) {
+    const qx_rotate_job* job = j->job;
+    const quarot_model_config* c = &j->s.config;
+    if (c->norm == QUAROT_NORM_LAYER)
+        return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s: a rotated LayerNorm model needs RMSNorm, which its format "
+                                                    "cannot express (rotate it in memory: quarot eval)", job->in, c->arch);
+    if (strcmp(j->family, "llama2c") == 0 && job->dtype != QUAROT_DTYPE_DEFAULT && job->dtype != QUAROT_DTYPE_F32)
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "--dtype: llama2.c checkpoints are float32 only");
+    if (job->down_proj_online == QUAROT_LAYERS_LIST && job->n_layers > 0 && job->layers[job->n_layers - 1] >= c->n_layers)
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "%s: layer %lld out of range (the model has %lld layers, 0..%lld)",
+                           job->layers_what ? job->layers_what : "--down-proj-online-layers", (long long)job->layers[job->n_layers - 1],
+                           (long long)c->n_layers, (long long)(c->n_layers - 1));
+    if (j->adapt && job->context->hidden != c->hidden)
+        return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context (%s) is for hidden size %lld, the model has %lld", job->in,
+                           job->context_name ? job->context_name : "stage 1", (long long)job->context->hidden, (long long)c->hidden);
+    if (j->learned) {
+        char digest[QX_DIGEST_LEN];
+        quarot_result r = qx_spin_model_digest(job->in, digest, &j->e);
+        if (r == QUAROT_OK) r = qx_spin_check(job->learned, c, digest, &j->orth_worst, &j->e);
+        if (r != QUAROT_OK)
+            return qx_cli_fail(j->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_IO ? QX_EXIT_INPUT : QX_EXIT_PROCESS,
+                               "%s: %s: %s", job->in, job->learned_name ? job->learned_name : "learned rotations", j->e.msg);
+    }
+    return QX_EXIT_OK;
+}
+
+/* No silent fallbacks: what each rotated dimension gets, before any work (a warning, or with
+   --strict an error). */
+static int rj_check_dims(rj_run* j) {
+    const qx_rotate_job* job = j->job;
+    qx_rotcheck_opts co;
+    int k;
+    memset(&co, 0, sizeof co);
+    co.rotation = job->rotation;
+    co.block_size = j->adapt ? job->context->block : job->block_size;
+    co.no_r2 = job->no_r2;
+    co.online = job->online;
+    co.r3 = job->r3;
+    co.max_tp_size = job->max_tp_size;
+    j->n_dims = qx_rotcheck(&j->s.config, &co, j->dims, 8);
+    for (k = 0; k < j->n_dims; ++k) {
+        const qx_rotcheck_dim* d = &j->dims[k];
+        if (!d->warn) continue;
+        if (job->strict) return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: --strict: %s (%lld): %s", job->in, d->what, (long long)d->dim, d->text);
+        rj_warn_line(j->cli);
+        fprintf(stderr, "quarot rotate: warning: %s (%lld): %s (--strict makes this an error)\n", d->what, (long long)d->dim, d->text);
+    }
+    return QX_EXIT_OK;
+}
+
+/* A safetensors directory OUT: not a file, and no model in it unless --force. */
+static int rj_check_dir_output(const rj_run* j) {
+    const char* out = j->job->out;
+    int k;
+    if (qx_path_exists(out) && !qx_is_dir(out))
+        return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: exists and is not a directory (a safetensors output not ending in .safetensors is a "
+                                                   "directory)", out);
+    for (k = 0; k < 4 && !j->job->force && qx_is_dir(out); ++k) {
+        char* f = qx_path_join(out, dir_model_files[k]);
+        int ex = f && qx_path_exists(f);
+        free(f);
+        if (ex) return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: holds a model already (%s); use --force to replace it", out, dir_model_files[k]);
+    }
+    return QX_EXIT_OK;
+}
+
+/* A file OUT: not a directory, not replaced without --force; a single .safetensors file gets its
+   config.json beside it, which must not be the input's own. */
+static int rj_check_file_output(rj_run* j) {
+    const char *in = j->job->in, *out = j->job->out;
+    int force = j->job->force;
+    char *od, *id;
+    int own;
+    if (qx_is_dir(out)) return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: is a directory (expected a file name)", out);
+    if (!force && qx_path_exists(out)) return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", out);
+    if (strcmp(j->family, "safetensors") != 0) return QX_EXIT_OK;
+    od = qx_path_dir(out);
+    id = qx_is_dir(in) ? NULL : qx_path_dir(in);
+    j->config_path = od ? qx_path_join(od, "config.json") : NULL;
+    own = od && strncmp(j->src_format, "safetensors", 11) == 0 && (qx_is_dir(in) ? qx_same_file(od, in) : (id && qx_same_file(od, id)));
+    free(od);
+    free(id);
+    if (own)
+        return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: its config.json would be the input's own, which would not match the rotated model; "
+                                                   "write to a directory (OUT without .safetensors) or elsewhere", out);
+    if (!j->config_path) return qx_cli_fail(j->cli, QX_EXIT_INTERNAL, "out of memory");
+    if (!force && qx_path_exists(j->config_path))
+        return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", j->config_path);
+    return QX_EXIT_OK;
+}
+
+/* A GGUF's tokenizer becomes tokenizer.json + tokenizer_config.json of a safetensors directory:
+   written into a scratch directory beside OUT, copied and published with the weights (side_dir). */
+static int rj_tokenizer_to_hf(rj_run* j) {
+    const char* out = j->job->out;
+    char* od;
+    char* tmpl;
+    int tc;
+    if (!j->tok_to_hf) return QX_EXIT_OK;
+    if (!j->dir_out) {
+        j->tok_note = "not written (a single .safetensors file has no tokenizer; write to a directory to get tokenizer.json)";
+        return QX_EXIT_OK;
+    }
+    od = qx_path_dir(out);
+    tmpl = od ? qx_path_join(od, ".quarot-tok-XXXXXX") : NULL;
+    free(od);
+    if (!tmpl || !mkdtemp(tmpl)) {
+        int rc = qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: cannot create a scratch directory for the tokenizer files", tmpl ? tmpl : out);
+        free(tmpl);
+        return rc;
+    }
+    j->tok_dir = tmpl;
+    tc = qx_convert_tok_to_hf(j->job->in, j->s.config.vocab, j->tok_dir, j->tok_note_buf, sizeof j->tok_note_buf, &j->e);
+    if (tc == QX_TOKCONV_ERROR) return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s", j->e.msg);
+    j->tok_warn = tc == QX_TOKCONV_UNFIT;
+    j->tok_note = j->tok_note_buf;
+    if (tc != QX_TOKCONV_DONE) return QX_EXIT_OK;
+    j->hf_src = qx_path_join(j->tok_dir, ".");
+    if (!j->hf_src) return qx_cli_fail(j->cli, QX_EXIT_INTERNAL, "out of memory");
+    if (qx_is_dir(out) && (j->n_hf_files = check_hf_files(j->hf_src, out, j->job->force, &j->e)) < 0)
+        return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s", j->e.msg);
+    return QX_EXIT_OK;
+}
+
+/* A Hugging Face output directory gets the input's tokenizer and generation files. */
+static int rj_hf_side_files(rj_run* j) {
+    const char *in = j->job->in, *out = j->job->out;
+    if (!j->dir_out || strncmp(j->src_format, "safetensors", 11) != 0) return QX_EXIT_OK;
+    j->hf_src = qx_is_dir(in) ? qx_path_join(in, ".") : qx_path_dir(in);
+    if (!j->hf_src) return qx_cli_fail(j->cli, QX_EXIT_INTERNAL, "out of memory");
+    if (qx_is_dir(out) && (j->n_hf_files = check_hf_files(j->hf_src, out, j->job->force, &j->e)) < 0)
+        return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s", j->e.msg);
+    return QX_EXIT_OK;
+}
+
+/* The output paths: OUT itself (a directory or a file), the tokenizer and side files a directory
+   gets, and the hook file. Without online rotation a hook file left from an earlier run would be
+   wrong for the new model: it counts as an output (refused without --force, removed after success
+   with it). */
+static int rj_check_outputs(rj_run* j) {
+    const char* out = j->job->out;
+    int rc;
+    if (strcmp(j->family, "safetensors") == 0) j->dir_out = !(j->ext_fmt && strcmp(j->ext_fmt, "safetensors") == 0);
+    rc = j->dir_out ? rj_check_dir_output(j) : rj_check_file_output(j);
+    if (rc == QX_EXIT_OK) rc = rj_tokenizer_to_hf(j);
+    if (rc != QX_EXIT_OK) return rc;
+    if (j->tok_warn) {   /* never silent: stderr now, the summary below */
+        rj_warn_line(j->cli);
+        fprintf(stderr, "quarot rotate: warning: tokenizer %s\n", j->tok_note);
+    }
+    if ((rc = rj_hf_side_files(j)) != QX_EXIT_OK) return rc;
+    j->hooks_path = j->dir_out ? qx_path_join(out, "quarot_online.txt") : concat(out, ".quarot-online");
+    if (!j->hooks_path) return qx_cli_fail(j->cli, QX_EXIT_INTERNAL, "out of memory");
+    if (!j->job->force && qx_path_exists(j->hooks_path))
+        return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: exists already; use --force to replace it", j->hooks_path);
+    return QX_EXIT_OK;
+}
+
+/* The rotation. Adapt Rotation stage 2: R1 = H*R_best with H rebuilt from the context's seed and
+   block (the processor takes both from desc.context); R2 Hadamard with the same seed, so a context
+   holding R = I gives exactly `--rotation hadamard --seed <its seed>`. */
+static void rj_rotate_desc(rj_run* j, quarot_rotate_desc* desc) {
+    const qx_rotate_job* job = j->job;
+    memset(desc, 0, sizeof *desc);
+    desc->rotation = job->rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : job->rotation;
+    desc->r2_rotation = j->adapt ? QUAROT_ROTATION_HADAMARD : desc->rotation;
+    desc->seed = j->adapt ? job->context->seed : job->seed;
+    desc->context = j->adapt ? job->context : NULL;
+    desc->block_size = job->block_size;
+    desc->no_r2 = job->no_r2;
+    desc->online = job->online;
+    desc->r3 = job->r3;
+    desc->max_tp_size = job->max_tp_size;
+    if (job->down_proj_online == QUAROT_LAYERS_LIST) {
+        desc->down_proj_online = QUAROT_LAYERS_LIST;
+        desc->down_proj_online_layers = job->layers;
+        desc->n_down_proj_online_layers = job->n_layers;
+    } else if (job->down_proj_online == QUAROT_LAYERS_NONE) {
+        desc->down_proj_online = QUAROT_LAYERS_NONE;
+    }
+    if (j->learned) qx_spin_desc(job->learned, desc);   /* R1 MATRIX, one R2 per layer */
+    if (j->hooks) desc->online_out = &j->list;
+}
+
+/* qx_rotate_file layer by layer into OUT (through temporaries, published at the end). */
+static int rj_rotate(rj_run* j) {
+    const qx_rotate_job* job = j->job;
+    quarot_rotate_desc desc;
+    qx_rotate_file_opts ro;
+    rotate_progress rp;
+    quarot_result r;
+    int rc;
+    rj_rotate_desc(j, &desc);
+    memset(&ro, 0, sizeof ro);
+    ro.out_path = job->out;
+    ro.out_format = j->out_format;
+    ro.force = job->force;
+    ro.dtype = job->dtype;
+    ro.hooks_path = j->hooks ? j->hooks_path : NULL;
+    ro.config_path = j->config_path;
+    ro.side_dir = j->hf_src;   /* copied into the output directory and published with it */
+    ro.drop_pages = 1;
+    ro.threads = job->threads;
+    ro.f64_arithmetic = job->f64;
+    if (j->dir_out && strcmp(j->src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(job->in);   /* 0: one file */
+    memset(&rp, 0, sizeof rp);
+    rp.cli = j->cli;
+    rp.in = job->in;
+    ro.progress = on_progress;
+    ro.user = &rp;
+    qx_cli_phase(j->cli);
+    r = qx_rotate_file(&j->s, &desc, &ro, &j->st, &j->e);
+    if (rp.stage) qx_cli_progress_end(j->cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
+    j->n_hf_files = j->st.side_files;
+    if (r == QUAROT_OK) return QX_EXIT_OK;
+    rc = j->st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+    if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
+    if (j->st.output_error) qx_cli_fail(j->cli, rc, "%s", j->e.msg);
+    else qx_cli_fail(j->cli, rc, "%s: %s", job->in, j->e.msg);
     return rc;
+}
+
+/* The summary's first part (stdout): what was read and written, the format and tokenizer, the
+   rotations built and what each rotated dimension got. */
+static void rj_print_rotations(const rj_run* j) {
+    const qx_rotate_job* job = j->job;
+    const quarot_model_config* c = &j->s.config;
+    const char *src = j->src_format, *dst = j->out_format;
+    int k;
+    printf("rotated %s (%s, %s, %lld layers, hidden %lld) -> %s\n", job->in, src, c->arch, (long long)c->n_layers, (long long)c->hidden, job->out);
+    if (strcmp(dst, src) != 0 && !(strcmp(dst, "safetensors") == 0 && strcmp(src, "safetensors-dir") == 0))
+        printf("  format: %s -> %s%s\n", src, dst,
+               qx_convert_interleaved(dst, c->arch) != (c->rope_interleaved != 0) ? " (q/k rows reordered for its RoPE layout)" : "");
+    if (j->tok_note) printf("  %s: %s\n", j->tok_warn ? "WARNING tokenizer" : "tokenizer", j->tok_note);
+    if (j->n_hf_files > 0)
+        printf("  copied %d Hugging Face file%s (tokenizer, generation config) into %s\n", j->n_hf_files, j->n_hf_files > 1 ? "s" : "", job->out);
+    printf("  R1: %s\n  R2: %s\n", j->st.r1, job->no_r2 ? "off (--no-r2)" : j->st.r2);
+    for (k = 0; k < j->n_dims; ++k)
+        if (j->dims[k].fallback)
+            printf("  %s %s (%lld): %s\n", j->dims[k].warn ? "WARNING" : "note", j->dims[k].what, (long long)j->dims[k].dim, j->dims[k].text);
+    if (j->learned)
+        printf("  learned rotations (%s): %s; orthogonality %.2e before use\n", job->learned_name ? job->learned_name : "in memory",
+               job->learned->about, j->orth_worst);
+    if (j->adapt)
+        printf("  Adapt Rotation stage 2: R learned by stage 1 (%s): %s, seed %llu, block %lld, loss %.6e -> %.6e (%+.2f%%)\n",
+               job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context), (unsigned long long)job->context->seed,
+               (long long)job->context->block, job->context->start_loss, job->context->best_loss, 100.0 * qx_calib_reduction(job->context));
+}
+
+/* The summary's second part: the norms, the arithmetic, the online hooks, the files and the memory;
+   then the hook file's note on stderr (or the removal of an earlier run's). */
+static void rj_print_work(const rj_run* j) {
+    const qx_rotate_file_stats* st = &j->st;
+    const quarot_online_list* list = &j->list;
+    quarot_dtype dtype = j->job->dtype;
+    int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
+    double mib = 1.0 / (1024.0 * 1024.0);
+    char line[400];
+    for (h = 0; h < list->count; ++h) {
+        n_down += list->hooks[h].site == QUAROT_SITE_DOWN_INPUT;
+        n_o += list->hooks[h].site == QUAROT_SITE_O_INPUT;
+        n_q += list->hooks[h].site == QUAROT_SITE_Q_ROPE;
+        n_k += list->hooks[h].site == QUAROT_SITE_K_ROPE;
+    }
+    if (st->fused_into_commands > 0)
+        printf("  norms fused (%lld weight%s scaled by %s first rotate command, no pass of %s own); ", (long long)st->fused_into_commands,
+               st->fused_into_commands == 1 ? "" : "s", st->fused_into_commands == 1 ? "its" : "their",
+               st->fused_into_commands == 1 ? "its" : "their");
+    else
+        printf("  norms fused; ");
+    printf("%lld rotate commands; %s\n", (long long)st->n_commands,
+           st->untied ? "lm_head untied from the embeddings (written as a separate tensor)" : "embeddings as in the input");
+    if (st->f32_commands == 0)
+        printf("  arithmetic: double (rounded once to the output dtype)\n");
+    else
+        printf("  arithmetic: f32 for the %lld command%s on weights written as f16/bf16 (error ~log2(n) * 2^-24, below their "
+               "rounding)%s\n", (long long)st->f32_commands, st->f32_commands == 1 ? "" : "s",
+               st->f32_commands < st->n_commands ? ", double for the others" : "");
+    if (j->hooks)
+        printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld) -> %s\n", (long long)list->count,
+               (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k, j->hooks_path);
+    else
+        printf("  online hooks: none (the output runs unchanged in an ordinary engine)\n");
+    printf("  wrote %lld tensors%s%s%s\n", (long long)st->tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",
+           dtype != QUAROT_DTYPE_DEFAULT ? quarot_dtype_name(dtype) : "", j->config_path ? " (+ config.json beside it)" : "");
+    if (st->direct_mode) printf("  weights written: %s\n", qx_direct_mode_text((qx_direct_mode)st->direct_mode));
+    printf("  memory: peak resident %.1f MiB; writable copies at most %.1f MiB (globals %.1f MiB); layers held at once: %lld\n",
+           qx_lw_peak_rss_mib(), (double)st->peak_copy_bytes * mib, (double)st->global_copy_bytes * mib, (long long)st->max_live_layers);
+    if (qx_rotate_file_globals_line(st, line, sizeof line)) printf("  %s\n", line);
+    fflush(stdout);
+    if (j->hooks) qx_cli_info(j->cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", j->hooks_path);
+    else if (qx_path_exists(j->hooks_path) && remove(j->hooks_path) == 0)
+        qx_cli_info(j->cli, "removed %s (an earlier run's hook list; this model needs none)", j->hooks_path);
+}
+
+/* Load IN; refuse a hooked input; pick OUT's format and convert the metadata and tokenizer; check
+   the model, the rotated dimensions and every output path; rotate; print the summary. */
+int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
+    rj_run j;
+    int rc;
+    memset(&j, 0, sizeof j);
+    j.cli = cli;
+    j.job = job;
+    j.adapt = job->rotation == QUAROT_ROTATION_ADAPT;
+    j.learned = job->rotation == QUAROT_ROTATION_MATRIX;
+    j.hooks = job->online || job->r3;
+    j.ext_fmt = qx_convert_format_of_path(job->out);
+    if ((rc = rj_check_job(&j)) != QX_EXIT_OK) return rc;
+    quarot_online_list_init(&j.list, NULL);
+    qx_store_init(&j.s);
+    rc = rj_load_input(&j);
+    if (rc == QX_EXIT_OK) rc = rj_pick_format(&j);
+    if (rc == QX_EXIT_OK) rc = rj_convert(&j);
+    if (rc == QX_EXIT_OK) rc = rj_check_model(&j);
+    if (rc == QX_EXIT_OK) rc = rj_check_dims(&j);
+    if (rc == QX_EXIT_OK) rc = rj_check_outputs(&j);
+    if (rc == QX_EXIT_OK) rc = rj_rotate(&j);
+    if (rc == QX_EXIT_OK) {
+        rj_print_rotations(&j);
+        rj_print_work(&j);
+    }
+    rj_free(&j);
+    return rc;
+}
+
+/* The operands and the options that go together, checked before anything is read. */
+static int rotate_check_options(qx_cli* cli, rotate_opts* o) {
+    if (!o->in || !o->out) return qx_cli_fail(cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
+    if (o->rot.context && !o->rot.rotation_given) o->rot.rotation = QX_ROT_ADAPT;   /* --context alone means Adapt Rotation stage 2 */
+    if (o->rot.context && o->rot.rotation != QX_ROT_ADAPT)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--context goes with --rotation adapt (it holds Adapt Rotation's learned R), not --rotation %s",
+                           qx_opt_word(qx_opts_rotations, o->rot.rotation));
+    if (o->rot.rotation == QX_ROT_ADAPT && !o->rot.context)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE, the Adapt Rotation context of stage 1: run `quarot calibrate` "
+                                                "(stage 1) first");
+    if (o->rot.rotations && !o->rot.rotation_given) o->rot.rotation = QX_ROT_LEARNED;   /* --rotations alone means them */
+    if (o->rot.rotations && o->rot.rotation != QX_ROT_LEARNED)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s",
+                           qx_opt_word(qx_opts_rotations, o->rot.rotation));
+    if (o->rot.rotation == QX_ROT_LEARNED && !o->rot.rotations)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE: run `quarot calibrate --method spinquant` first");
+    if (o->rot.rotation == QX_ROT_LEARNED && (o->rot.block_given || o->rot.seed_given))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--%s: the learned rotations are dense matrices, nothing is seeded or blocked",
+                           o->rot.seed_given ? "seed" : "block-size");
+    if (o->layers && !o->online) return qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
+    return QX_EXIT_OK;
+}
+
+/* The job's rotation. Learned (--rotations): the file is read (and checked as a file) before the
+   model, against the model in the job. Stage 2 (--context): the context is read (and fully
+   validated) before the model, and its seed and block are the ones used; --rotation none: a
+   conversion, norms fused, no R1 / R2. */
+static int rotate_pick_rotation(qx_cli* cli, rotate_opts* o, quarot_adapt_context* ctx, qx_spin_rot* learned, qx_rotate_job* job) {
+    quarot_result r;
+    qx_err e;
+    if (o->rot.rotations) {
+        r = qx_spin_load(o->rot.rotations, learned, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+        job->rotation = QUAROT_ROTATION_MATRIX;
+        job->learned = learned;
+        job->learned_name = o->rot.rotations;
+        o->rot.block_size = -1;
+    } else if (o->rot.context) {
+        r = qx_calib_context_load(o->rot.context, ctx, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+        if (o->rot.seed_given && (uint64_t)o->rot.seed != ctx->seed)
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu (stage 2 rebuilds H from stage 1's seed; "
+                                                   "leave --seed out)", (long long)o->rot.seed, (unsigned long long)ctx->seed);
+        if (o->rot.block_given && o->rot.block_size > 0 && o->rot.block_size != ctx->block)   /* -1: the context's block */
+            return qx_cli_fail(cli, QX_EXIT_USAGE, "--block-size %lld differs from the context's block %lld (set at stage 1 by quarot calibrate "
+                                                   "--block-size; leave --block-size out)", (long long)o->rot.block_size, (long long)ctx->block);
+        job->rotation = QUAROT_ROTATION_ADAPT;
+        job->context = ctx;
+        job->context_name = o->rot.context;
+        o->rot.block_size = ctx->block;
+    } else if (o->rot.rotation == QX_ROT_NONE) {
+        job->rotation = QUAROT_ROTATION_IDENTITY;
+        o->rot.no_r2 = 1;
+    } else {
+        job->rotation = o->rot.rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+    }
+    return QX_EXIT_OK;
+}
+
+/* The rest of the job from the options (after rotate_pick_rotation, which settles the block size
+   and R2). */
+static void rotate_fill_job(const rotate_opts* o, const int64_t* layer_list, int64_t n_layer_list, qx_rotate_job* job) {
+    job->in = o->in;
+    job->out = o->out;
+    job->seed = (uint64_t)o->rot.seed;
+    job->block_size = o->rot.block_size;
+    job->no_r2 = o->rot.no_r2;
+    job->online = o->online;
+    job->r3 = o->r3;
+    job->max_tp_size = o->rot.max_tp_size;
+    if (layer_list) {
+        job->down_proj_online = QUAROT_LAYERS_LIST;
+        job->layers = layer_list;
+        job->n_layers = n_layer_list;
+        job->layers_what = "--down-proj-online-layers";
+    }
+    job->dtype = (quarot_dtype)o->dtype;
+    job->force = o->c.force;
+    job->format = qx_opt_word(rotate_formats, o->format);
+    job->strict = o->rot.strict;
+    job->threads = (int)o->c.threads;
+    job->f64 = o->f64;
 }
 
 int qx_cmd_rotate(int argc, char** argv) {
@@ -675,8 +869,6 @@ int qx_cmd_rotate(int argc, char** argv) {
     quarot_adapt_context ctx;
     qx_spin_rot learned;
     qx_rotate_job job;
-    qx_err e;
-    quarot_result r;
 
     /* A file-size limit makes writes fail with EFBIG instead of killing the process, so the
        temporaries are removed and the error is reported like any other write error. */
@@ -687,87 +879,16 @@ int qx_cmd_rotate(int argc, char** argv) {
     qx_opts_rotation_init(&o.rot);
     if ((rc = qx_opts_parse(&qx_cmd_rotate_spec, &cli, argc, argv, &o)) != QX_OPTS_RUN) return rc;
     cli.quiet = o.c.quiet;
-    if (!o.in || !o.out) return qx_cli_fail(&cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
-    if (o.rot.context && !o.rot.rotation_given) o.rot.rotation = QX_ROT_ADAPT;   /* --context alone means Adapt Rotation stage 2 */
-    if (o.rot.context && o.rot.rotation != QX_ROT_ADAPT)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--context goes with --rotation adapt (it holds Adapt Rotation's learned R), not --rotation %s",
-                           qx_opt_word(qx_opts_rotations, o.rot.rotation));
-    if (o.rot.rotation == QX_ROT_ADAPT && !o.rot.context)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE, the Adapt Rotation context of stage 1: run `quarot calibrate` "
-                                                 "(stage 1) first");
-    if (o.rot.rotations && !o.rot.rotation_given) o.rot.rotation = QX_ROT_LEARNED;   /* --rotations alone means them */
-    if (o.rot.rotations && o.rot.rotation != QX_ROT_LEARNED)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s", qx_opt_word(qx_opts_rotations, o.rot.rotation));
-    if (o.rot.rotation == QX_ROT_LEARNED && !o.rot.rotations)
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE: run `quarot calibrate --method spinquant` first");
-    if (o.rot.rotation == QX_ROT_LEARNED && (o.rot.block_given || o.rot.seed_given))
-        return qx_cli_fail(&cli, QX_EXIT_USAGE, "--%s: the learned rotations are dense matrices, nothing is seeded or blocked",
-                           o.rot.seed_given ? "seed" : "block-size");
-    if (o.layers && !o.online) return qx_cli_fail(&cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
+    if ((rc = rotate_check_options(&cli, &o)) != QX_EXIT_OK) return rc;
     if (o.layers && !parse_layers(&cli, o.layers, &layer_list, &n_layer_list)) return QX_EXIT_USAGE;
-
     memset(&job, 0, sizeof job);
     memset(&learned, 0, sizeof learned);
     quarot_adapt_context_init(&ctx, NULL);
-    if (o.rot.rotations) {   /* read (and checked as a file) before the model; against the model in the job */
-        r = qx_spin_load(o.rot.rotations, &learned, &e);
-        if (r != QUAROT_OK) {
-            free(layer_list);
-            return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-        }
-        job.rotation = QUAROT_ROTATION_MATRIX;
-        job.learned = &learned;
-        job.learned_name = o.rot.rotations;
-        o.rot.block_size = -1;
-    } else if (o.rot.context) {
-        /* stage 2: the context is read (and fully validated) before the model */
-        r = qx_calib_context_load(o.rot.context, &ctx, &e);
-        if (r != QUAROT_OK) {
-            free(layer_list);
-            return qx_cli_fail(&cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-        }
-        if (o.rot.seed_given && (uint64_t)o.rot.seed != ctx.seed) {
-            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--seed %lld conflicts with the context's seed %llu (stage 2 rebuilds H from stage 1's seed; "
-                                                  "leave --seed out)", (long long)o.rot.seed, (unsigned long long)ctx.seed);
-            goto done;
-        }
-        if (o.rot.block_given && o.rot.block_size > 0 && o.rot.block_size != ctx.block) {   /* -1: the context's block */
-            rc = qx_cli_fail(&cli, QX_EXIT_USAGE, "--block-size %lld differs from the context's block %lld (set at stage 1 by quarot calibrate "
-                                                  "--block-size; leave --block-size out)", (long long)o.rot.block_size, (long long)ctx.block);
-            goto done;
-        }
-        job.rotation = QUAROT_ROTATION_ADAPT;
-        job.context = &ctx;
-        job.context_name = o.rot.context;
-        o.rot.block_size = ctx.block;
-    } else if (o.rot.rotation == QX_ROT_NONE) {   /* a conversion: norms fused, no R1 / R2 */
-        job.rotation = QUAROT_ROTATION_IDENTITY;
-        o.rot.no_r2 = 1;
-    } else {
-        job.rotation = o.rot.rotation == QX_ROT_RANDOM ? QUAROT_ROTATION_RANDOM_ORTHOGONAL : QUAROT_ROTATION_HADAMARD;
+    rc = rotate_pick_rotation(&cli, &o, &ctx, &learned, &job);
+    if (rc == QX_EXIT_OK) {
+        rotate_fill_job(&o, layer_list, n_layer_list, &job);
+        rc = qx_rotate_job_run(&cli, &job);
     }
-    job.in = o.in;
-    job.out = o.out;
-    job.seed = (uint64_t)o.rot.seed;
-    job.block_size = o.rot.block_size;
-    job.no_r2 = o.rot.no_r2;
-    job.online = o.online;
-    job.r3 = o.r3;
-    job.max_tp_size = o.rot.max_tp_size;
-    if (layer_list) {
-        job.down_proj_online = QUAROT_LAYERS_LIST;
-        job.layers = layer_list;
-        job.n_layers = n_layer_list;
-        job.layers_what = "--down-proj-online-layers";
-    }
-    job.dtype = (quarot_dtype)o.dtype;
-    job.force = o.c.force;
-    job.format = qx_opt_word(rotate_formats, o.format);
-    job.strict = o.rot.strict;
-    job.threads = (int)o.c.threads;
-    job.f64 = o.f64;
-    rc = qx_rotate_job_run(&cli, &job);
-done:
     quarot_adapt_context_free(&ctx);
     qx_spin_rot_free(&learned);
     free(layer_list);

@@ -14,9 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
 
 enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3 };
 
@@ -418,70 +415,15 @@ static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, cons
     return r;
 }
 
-/* FP32 decode: y[T][out] = x W^T for a few rows, one dot product per output (quarot_sgemm packs its
-   operands, which costs more than the product itself at T = 1). Output rows are split into tasks of
-   64 over the parallel hook; each dot product has one fixed order, so any thread count gives the same
-   bits. */
-typedef struct eng_gemv_job { const float *x, *w; float* y; int64_t T, in, out; } eng_gemv_job;
-
-static float eng_dot(const float* a, const float* b, int64_t n) {
-    int64_t k = 0;
-    float s = 0.0f;
-#if defined(__AVX512F__)
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; k + 64 <= n; k += 64) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 32), _mm512_loadu_ps(b + k + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 48), _mm512_loadu_ps(b + k + 48), a3);
-    }
-    s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#elif defined(__AVX2__) && defined(__FMA__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m128 h;
-    for (; k + 32 <= n; k += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 16), _mm256_loadu_ps(b + k + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 24), _mm256_loadu_ps(b + k + 24), a3);
-    }
-    a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-    s = _mm_cvtss_f32(h);
-#else
-    {
-        float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int j;
-        for (; k + 8 <= n; k += 8)
-            for (j = 0; j < 8; ++j) p[j] += a[k + j] * b[k + j];
-        s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-    }
-#endif
-    for (; k < n; ++k) s += a[k] * b[k];
-    return s;
-}
-
-static void eng_gemv_task(void* arg, int64_t task) {
-    const eng_gemv_job* j = (const eng_gemv_job*)arg;
-    int64_t o0 = task * 64, o1 = o0 + 64 > j->out ? j->out : o0 + 64, o, t;
-    for (o = o0; o < o1; ++o)
-        for (t = 0; t < j->T; ++t) j->y[t * j->out + o] = eng_dot(j->x + t * j->in, j->w + o * j->in, j->in);
-}
-
 /* y[T][out] = x W^T + b, with the codes eng_act left (integer path) or x itself. */
 static quarot_result eng_matmul(qx_engine* en, const qx_eng_linear* L, const float* x, int64_t T, float* y) {
     quarot_result r;
     int64_t t, j;
     if (L->int_kernel)
         r = quarot_qgemm(&L->qm, en->act_q, L->in, en->act_s, en->act_sum, T, y, L->out, en->opts.isa, &en->env);
-    else if (T <= 2) {
-        eng_gemv_job gj;
-        gj.x = x; gj.w = L->w; gj.y = y; gj.T = T; gj.in = L->in; gj.out = L->out;
-        quarot_env_parallel_for(&en->env, eng_gemv_task, &gj, (L->out + 63) / 64);
-        r = QUAROT_OK;
-    } else
+    else if (T <= 2)   /* FP32 decode: quarot_sgemm packs its operands, which costs more than the product */
+        r = quarot_sgemv(T, L->out, L->in, x, L->in, L->w, L->in, y, L->out, &en->env, QUAROT_ISA_DEFAULT);
+    else
         r = quarot_sgemm(0, 1, T, L->out, L->in, 1.0f, x, L->in, L->w, L->in, 0.0f, y, L->out, &en->env);
     if (r != QUAROT_OK || !L->bias) return r;
     for (t = 0; t < T; ++t)

@@ -347,11 +347,171 @@ void qx_gguf_file_free(qx_gguf_file* f) {
     memset(f, 0, sizeof *f);
 }
 
+/* The header after the magic: the version (a byte-swapped one means a big-endian file) and the
+   tensor and pair counts. */
+static quarot_result qx__gparse_header(qx__gr* r, qx_gguf_file* f) {
+    f->version = qx__rd32(r);
+    if (f->version != 2 && f->version != 3) {
+        if (f->version == 0x02000000u || f->version == 0x03000000u)
+            qx_err_set(r->e, "%s: big-endian GGUF is not supported", r->name);
+        else
+            qx_err_set(r->e, "%s: GGUF version %u is not supported (2 and 3 are)", r->name, f->version);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    f->n_tensors = qx__rd64(r);
+    f->n_kv = qx__rd64(r);
+    return QUAROT_OK;
+}
+
+/* general.alignment: a u32 power of two, 32 when absent. */
+static quarot_result qx__galignment(qx__gr* r, qx_gguf_file* f) {
+    const qx_gguf_kv* al = qx_gguf_find(f, "general.alignment");
+    int64_t a;
+    f->alignment = 32;
+    if (!al) return QUAROT_OK;
+    if (al->type != QX_GGUF_U32 || qx_gguf_kv_int(al, &a) != QUAROT_OK || a < 1 || a > (1 << 30) || (a & (a - 1))) {
+        qx_err_set(r->e, "%s: general.alignment must be a u32 power of two", r->name);
+        return QUAROT_ERR_PARSE;
+    }
+    f->alignment = (uint32_t)a;
+    return QUAROT_OK;
+}
+
+/* Tensor info k: name, n_dims, ne (the element count must fit in int64), type and offset; the byte
+   size for the types whose size is known here (0 otherwise). */
+static quarot_result qx__gparse_tinfo(qx__gr* r, uint64_t k, qx_gguf_tinfo* t) {
+    const char* name = r->name;
+    qx_err* e = r->e;
+    uint64_t nl, prod = 1;
+    uint32_t d;
+    if (qx__rest(r) < 8) return qx__gtrunc(r, "a tensor name length", 8);
+    nl = qx__rd64(r);
+    if (nl == 0 || nl >= QX_GGUF_MAX_NAME || nl > qx__rest(r)) {
+        qx_err_set(e, "%s: tensor %llu: name length %llu is empty, too long (>= %d) or passes the end of the file", name,
+                   (unsigned long long)k, (unsigned long long)nl, QX_GGUF_MAX_NAME);
+        return QUAROT_ERR_PARSE;
+    }
+    t->name = (const char*)r->p;
+    t->name_len = nl;
+    r->p += nl;
+    if (memchr(t->name, '\0', (size_t)nl)) { qx_err_set(e, "%s: tensor %llu: name contains a NUL byte", name, (unsigned long long)k); return QUAROT_ERR_PARSE; }
+    if (qx__rest(r) < 4) return qx__gtrunc(r, "n_dims", 4);
+    t->n_dims = qx__rd32(r);
+    if (t->n_dims < 1 || t->n_dims > QUAROT_MAX_DIMS) {
+        qx_err_set(e, "%s: tensor \"%.*s\": %u dimensions (1 to %d allowed)", name, QX__TN(t), t->n_dims, QUAROT_MAX_DIMS);
+        return QUAROT_ERR_PARSE;
+    }
+    if (qx__rest(r) < 8ull * t->n_dims + 12) return qx__gtrunc(r, "a tensor info", 8ull * t->n_dims + 12);
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d) t->ne[d] = 1;
+    for (d = 0; d < t->n_dims; ++d) {
+        uint64_t v = qx__rd64(r);
+        if (v > (uint64_t)INT64_MAX || (v && prod > (uint64_t)INT64_MAX / v)) {
+            qx_err_set(e, "%s: tensor \"%.*s\": ne[%u] = %llu overflows the element count", name, QX__TN(t), d, (unsigned long long)v);
+            return QUAROT_ERR_OVERFLOW;
+        }
+        t->ne[d] = (int64_t)v;
+        prod *= v;
+    }
+    t->type = qx__rd32(r);
+    t->offset = qx__rd64(r);
+    if (t->type == QX_GGML_Q4_0 || t->type == QX_GGML_Q8_0) {
+        char tb[16];
+        if (t->ne[0] % QX_GGML_QK != 0) {
+            qx_err_set(e, "%s: tensor \"%.*s\": type %s needs rows of a multiple of %d elements, not %lld", name, QX__TN(t),
+                       qx_ggml_type_name(t->type, tb), QX_GGML_QK, (long long)t->ne[0]);
+            return QUAROT_ERR_PARSE;
+        }
+        /* prod < 2^63, so prod / 32 * 34 < 2^64 */
+        t->nbytes = prod / QX_GGML_QK * (t->type == QX_GGML_Q4_0 ? QX_GGML_Q4_0_BLOCK : QX_GGML_Q8_0_BLOCK);
+    } else if (qx__ggml_size(t->type)) {
+        if (prod > UINT64_MAX / qx__ggml_size(t->type)) {
+            qx_err_set(e, "%s: tensor \"%.*s\": byte size overflows", name, QX__TN(t));
+            return QUAROT_ERR_OVERFLOW;
+        }
+        t->nbytes = prod * qx__ggml_size(t->type);
+    }
+    return QUAROT_OK;
+}
+
+/* The tensor infos (each at least 32 bytes: name 8 + n, n_dims 4, ne 8 each, type 4, offset 8),
+   no name twice; order[] gets them all (sorted by name). */
+static quarot_result qx__gparse_tinfos(qx__gr* r, qx_gguf_file* f, qx_gguf_tinfo** order) {
+    uint64_t k;
+    quarot_result res;
+    for (k = 0; k < f->n_tensors; ++k) {
+        if ((res = qx__gparse_tinfo(r, k, &f->t[k])) != QUAROT_OK) return res;
+        order[k] = &f->t[k];
+    }
+    if (f->n_tensors > 1) {
+        qsort(order, (size_t)f->n_tensors, sizeof *order, qx__tinfo_name_cmp);
+        for (k = 1; k < f->n_tensors; ++k)
+            if (qx__tinfo_name_cmp(&order[k - 1], &order[k]) == 0) {
+                qx_err_set(r->e, "%s: tensor \"%.*s\" appears twice", r->name, QX__TN(order[k]));
+                return QUAROT_ERR_PARSE;
+            }
+    }
+    return QUAROT_OK;
+}
+
+/* The data section, from the next multiple of the alignment after the infos: every tensor aligned
+   inside it, and nothing after the last tensor but its padding to the alignment (the other readers
+   refuse trailing bytes too: they are a truncated-or-concatenated file, not a model). */
+static quarot_result qx__gdata_section(qx__gr* r, qx_gguf_file* f, size_t len) {
+    const char* name = r->name;
+    uint64_t pos = (uint64_t)(r->p - r->start), pad = (f->alignment - pos % f->alignment) % f->alignment, k, end = 0, aligned;
+    int unknown = 0;   /* a tensor of a type whose size is unknown here: its load says so */
+    f->data_offset = pos + pad;
+    if (f->data_offset > (uint64_t)len) {
+        if (f->n_tensors) {
+            qx_err_set(r->e, "%s: the data section would start at %llu, past the end of the %zu-byte file", name,
+                       (unsigned long long)f->data_offset, len);
+            return QUAROT_ERR_PARSE;
+        }
+        f->data_offset = (uint64_t)len;
+    }
+    f->data = r->start + f->data_offset;
+    f->data_len = (uint64_t)len - f->data_offset;
+    for (k = 0; k < f->n_tensors; ++k) {
+        const qx_gguf_tinfo* t = &f->t[k];
+        if (t->offset % f->alignment != 0 || t->offset > f->data_len || t->nbytes > f->data_len - t->offset) {
+            qx_err_set(r->e, "%s: tensor \"%.*s\": offset %llu + %llu bytes is unaligned (%u) or passes the end of the %llu-byte data section",
+                       name, QX__TN(t), (unsigned long long)t->offset, (unsigned long long)t->nbytes, f->alignment,
+                       (unsigned long long)f->data_len);
+            return QUAROT_ERR_PARSE;
+        }
+    }
+    for (k = 0; k < f->n_tensors; ++k) {
+        unknown |= f->t[k].nbytes == 0;
+        if (f->t[k].offset + f->t[k].nbytes > end) end = f->t[k].offset + f->t[k].nbytes;
+    }
+    aligned = end + (f->alignment - end % f->alignment) % f->alignment;
+    if (!unknown && f->data_len > aligned) {
+        qx_err_set(r->e, "%s: %llu trailing bytes after the last tensor's data", name, (unsigned long long)(f->data_len - aligned));
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
+/* No overlaps among tensors of known size (order[] sorted by offset: an overlap shows with the next
+   tensor). */
+static quarot_result qx__gcheck_overlaps(qx__gr* r, const qx_gguf_file* f, qx_gguf_tinfo** order) {
+    uint64_t k;
+    qsort(order, (size_t)f->n_tensors, sizeof *order, qx__tinfo_off_cmp);
+    for (k = 1; k < f->n_tensors; ++k) {
+        const qx_gguf_tinfo* prev = order[k - 1];
+        if (prev->nbytes && order[k]->offset < prev->offset + prev->nbytes) {
+            qx_err_set(r->e, "%s: tensors \"%.*s\" and \"%.*s\" overlap", r->name, QX__TN(prev), QX__TN(order[k]));
+            return QUAROT_ERR_PARSE;
+        }
+    }
+    return QUAROT_OK;
+}
+
+/* Magic and header, the pairs (their bytes stay addressable as one section for verbatim copies),
+   the alignment, the tensor infos, the data section and the tensors' extents in it. */
 quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gguf_file* f, qx_err* e) {
     qx__gr r;
     qx_gguf_tinfo** order = NULL;
-    const qx_gguf_kv* al;
-    uint64_t k, pos, pad;
     quarot_result res;
     if (!f || (!buf && len)) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(f, 0, sizeof *f);
@@ -363,163 +523,26 @@ quarot_result qx_gguf_parse(const void* buf, size_t len, const char* name, qx_gg
     r.e = e;
     if (memcmp(r.p, "GGUF", 4) != 0) { qx_err_set(e, "%s: no GGUF magic", name); return QUAROT_ERR_PARSE; }
     r.p += 4;
-    /* header: magic, version (a byte-swapped one means a big-endian file), counts */
-    f->version = qx__rd32(&r);
-    if (f->version != 2 && f->version != 3) {
-        if (f->version == 0x02000000u || f->version == 0x03000000u)
-            qx_err_set(e, "%s: big-endian GGUF is not supported", name);
-        else
-            qx_err_set(e, "%s: GGUF version %u is not supported (2 and 3 are)", name, f->version);
-        return QUAROT_ERR_UNSUPPORTED;
-    }
-    f->n_tensors = qx__rd64(&r);
-    f->n_kv = qx__rd64(&r);
-    /* the pairs; their bytes stay addressable as one section for verbatim copies */
+    if ((res = qx__gparse_header(&r, f)) != QUAROT_OK) return res;
     f->kv_begin = r.p;
     if ((res = qx__gparse_kvs(&r, f->n_kv, &f->kv)) != QUAROT_OK) return res;
     f->kv_bytes = (uint64_t)(r.p - f->kv_begin);
-    /* alignment */
-    f->alignment = 32;
-    if ((al = qx_gguf_find(f, "general.alignment")) != NULL) {
-        int64_t a;
-        if (al->type != QX_GGUF_U32 || qx_gguf_kv_int(al, &a) != QUAROT_OK || a < 1 || a > (1 << 30) || (a & (a - 1))) {
-            qx_err_set(e, "%s: general.alignment must be a u32 power of two", name);
-            res = QUAROT_ERR_PARSE;
-            goto fail;
-        }
-        f->alignment = (uint32_t)a;
-    }
-    /* tensor infos: name (8 + n), n_dims (4), ne (8 each), type (4), offset (8): at least 32 bytes */
-    if (f->n_tensors > qx__rest(&r) / 32) {
+    res = qx__galignment(&r, f);
+    if (res == QUAROT_OK && f->n_tensors > qx__rest(&r) / 32) {
         qx_err_set(e, "%s: %llu tensors cannot fit in the %llu bytes left", name, (unsigned long long)f->n_tensors,
                    (unsigned long long)qx__rest(&r));
         res = QUAROT_ERR_PARSE;
-        goto fail;
     }
-    f->t = (qx_gguf_tinfo*)calloc((size_t)(f->n_tensors ? f->n_tensors : 1), sizeof *f->t);
-    order = (qx_gguf_tinfo**)malloc((size_t)(f->n_tensors ? f->n_tensors : 1) * sizeof *order);
-    if (!f->t || !order) { qx_err_set(e, "%s: out of memory", name); res = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
-    for (k = 0; k < f->n_tensors; ++k) {
-        qx_gguf_tinfo* t = &f->t[k];
-        uint64_t nl, prod = 1;
-        uint32_t d;
-        if (qx__rest(&r) < 8) { res = qx__gtrunc(&r, "a tensor name length", 8); goto fail; }
-        nl = qx__rd64(&r);
-        if (nl == 0 || nl >= QX_GGUF_MAX_NAME || nl > qx__rest(&r)) {
-            qx_err_set(e, "%s: tensor %llu: name length %llu is empty, too long (>= %d) or passes the end of the file", name,
-                       (unsigned long long)k, (unsigned long long)nl, QX_GGUF_MAX_NAME);
-            res = QUAROT_ERR_PARSE;
-            goto fail;
-        }
-        t->name = (const char*)r.p;
-        t->name_len = nl;
-        r.p += nl;
-        if (memchr(t->name, '\0', (size_t)nl)) { qx_err_set(e, "%s: tensor %llu: name contains a NUL byte", name, (unsigned long long)k); res = QUAROT_ERR_PARSE; goto fail; }
-        if (qx__rest(&r) < 4) { res = qx__gtrunc(&r, "n_dims", 4); goto fail; }
-        t->n_dims = qx__rd32(&r);
-        if (t->n_dims < 1 || t->n_dims > QUAROT_MAX_DIMS) {
-            qx_err_set(e, "%s: tensor \"%.*s\": %u dimensions (1 to %d allowed)", name, QX__TN(t), t->n_dims, QUAROT_MAX_DIMS);
-            res = QUAROT_ERR_PARSE;
-            goto fail;
-        }
-        if (qx__rest(&r) < 8ull * t->n_dims + 12) { res = qx__gtrunc(&r, "a tensor info", 8ull * t->n_dims + 12); goto fail; }
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) t->ne[d] = 1;
-        for (d = 0; d < t->n_dims; ++d) {
-            uint64_t v = qx__rd64(&r);
-            if (v > (uint64_t)INT64_MAX || (v && prod > (uint64_t)INT64_MAX / v)) {
-                qx_err_set(e, "%s: tensor \"%.*s\": ne[%u] = %llu overflows the element count", name, QX__TN(t), d, (unsigned long long)v);
-                res = QUAROT_ERR_OVERFLOW;
-                goto fail;
-            }
-            t->ne[d] = (int64_t)v;
-            prod *= v;
-        }
-        t->type = qx__rd32(&r);
-        t->offset = qx__rd64(&r);
-        if (t->type == QX_GGML_Q4_0 || t->type == QX_GGML_Q8_0) {
-            char tb[16];
-            if (t->ne[0] % QX_GGML_QK != 0) {
-                qx_err_set(e, "%s: tensor \"%.*s\": type %s needs rows of a multiple of %d elements, not %lld", name, QX__TN(t),
-                           qx_ggml_type_name(t->type, tb), QX_GGML_QK, (long long)t->ne[0]);
-                res = QUAROT_ERR_PARSE;
-                goto fail;
-            }
-            /* prod < 2^63, so prod / 32 * 34 < 2^64 */
-            t->nbytes = prod / QX_GGML_QK * (t->type == QX_GGML_Q4_0 ? QX_GGML_Q4_0_BLOCK : QX_GGML_Q8_0_BLOCK);
-        } else if (qx__ggml_size(t->type)) {
-            if (prod > UINT64_MAX / qx__ggml_size(t->type)) {
-                qx_err_set(e, "%s: tensor \"%.*s\": byte size overflows", name, QX__TN(t));
-                res = QUAROT_ERR_OVERFLOW;
-                goto fail;
-            }
-            t->nbytes = prod * qx__ggml_size(t->type);
-        }
-        order[k] = t;
+    if (res == QUAROT_OK) {
+        f->t = (qx_gguf_tinfo*)calloc((size_t)(f->n_tensors ? f->n_tensors : 1), sizeof *f->t);
+        order = (qx_gguf_tinfo**)malloc((size_t)(f->n_tensors ? f->n_tensors : 1) * sizeof *order);
+        if (!f->t || !order) { qx_err_set(e, "%s: out of memory", name); res = QUAROT_ERR_OUT_OF_MEMORY; }
     }
-    if (f->n_tensors > 1) {
-        qsort(order, (size_t)f->n_tensors, sizeof *order, qx__tinfo_name_cmp);
-        for (k = 1; k < f->n_tensors; ++k)
-            if (qx__tinfo_name_cmp(&order[k - 1], &order[k]) == 0) {
-                qx_err_set(e, "%s: tensor \"%.*s\" appears twice", name, QX__TN(order[k]));
-                res = QUAROT_ERR_PARSE;
-                goto fail;
-            }
-    }
-    /* the data section starts at the next multiple of the alignment */
-    pos = (uint64_t)(r.p - r.start);
-    pad = (f->alignment - pos % f->alignment) % f->alignment;
-    f->data_offset = pos + pad;
-    if (f->data_offset > (uint64_t)len) {
-        if (f->n_tensors) {
-            qx_err_set(e, "%s: the data section would start at %llu, past the end of the %zu-byte file", name,
-                       (unsigned long long)f->data_offset, len);
-            res = QUAROT_ERR_PARSE;
-            goto fail;
-        }
-        f->data_offset = (uint64_t)len;
-    }
-    f->data = r.start + f->data_offset;
-    f->data_len = (uint64_t)len - f->data_offset;
-    for (k = 0; k < f->n_tensors; ++k) {
-        const qx_gguf_tinfo* t = &f->t[k];
-        if (t->offset % f->alignment != 0 || t->offset > f->data_len || t->nbytes > f->data_len - t->offset) {
-            qx_err_set(e, "%s: tensor \"%.*s\": offset %llu + %llu bytes is unaligned (%u) or passes the end of the %llu-byte data section",
-                       name, QX__TN(t), (unsigned long long)t->offset, (unsigned long long)t->nbytes, f->alignment,
-                       (unsigned long long)f->data_len);
-            res = QUAROT_ERR_PARSE;
-            goto fail;
-        }
-    }
-    {   /* nothing after the last tensor but its padding to the alignment (the other readers refuse
-           trailing bytes too: they are a truncated-or-concatenated file, not a model) */
-        uint64_t end = 0, aligned;
-        int unknown = 0;   /* a tensor of a type whose size is unknown here: its load says so */
-        for (k = 0; k < f->n_tensors; ++k) {
-            unknown |= f->t[k].nbytes == 0;
-            if (f->t[k].offset + f->t[k].nbytes > end) end = f->t[k].offset + f->t[k].nbytes;
-        }
-        aligned = end + (f->alignment - end % f->alignment) % f->alignment;
-        if (!unknown && f->data_len > aligned) {
-            qx_err_set(e, "%s: %llu trailing bytes after the last tensor's data", name, (unsigned long long)(f->data_len - aligned));
-            res = QUAROT_ERR_PARSE;
-            goto fail;
-        }
-    }
-    /* no overlaps among tensors of known size */
-    qsort(order, (size_t)f->n_tensors, sizeof *order, qx__tinfo_off_cmp);
-    for (k = 1; k < f->n_tensors; ++k) {       /* sorted: an overlap shows with the next tensor */
-        const qx_gguf_tinfo* prev = order[k - 1];
-        if (prev->nbytes && order[k]->offset < prev->offset + prev->nbytes) {
-            qx_err_set(e, "%s: tensors \"%.*s\" and \"%.*s\" overlap", name, QX__TN(prev), QX__TN(order[k]));
-            res = QUAROT_ERR_PARSE;
-            goto fail;
-        }
-    }
+    if (res == QUAROT_OK) res = qx__gparse_tinfos(&r, f, order);
+    if (res == QUAROT_OK) res = qx__gdata_section(&r, f, len);
+    if (res == QUAROT_OK) res = qx__gcheck_overlaps(&r, f, order);
     free(order);
-    return QUAROT_OK;
-fail:
-    free(order);
-    qx_gguf_file_free(f);
+    if (res != QUAROT_OK) qx_gguf_file_free(f);
     return res;
 }
 

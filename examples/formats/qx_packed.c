@@ -666,17 +666,229 @@ static quarot_result qx__pk_settings(const qx_json* meta, const char* name, qx_p
     return QUAROT_OK;
 }
 
+/* One parse: the image's data section, the tensor records read from the header (t[0..n), in
+   header order; order[] the same sorted by offset) and the __metadata__ object. */
+typedef struct qx__pk_parse {
+    const char* name;
+    const unsigned char* data;
+    uint64_t data_len;
+    qx__pk_rt* t;
+    qx__pk_rt** order;
+    size_t n;
+    const qx_json* meta;
+    qx_err* e;
+} qx__pk_parse;
+
+/* One tensor record alone: dtype, shape, a name of 1..239 bytes, offsets of exactly its bytes
+   inside the data section. */
+static quarot_result qx__pk_record(const qx__pk_parse* P, const qx_json* v, qx__pk_rt* x) {
+    const char* name = P->name;
+    qx_err* e = P->e;
+    const qx_json* dt = qx_json_get(v, "dtype");
+    const qx_json* sh = qx_json_get(v, "shape");
+    const qx_json* of = qx_json_get(v, "data_offsets");
+    int64_t a, b;
+    uint64_t elems = 1, es;
+    size_t d;
+    x->name = v->key;
+    x->name_len = v->key_len;
+    if (v->type != QX_JSON_OBJECT || !qx_json_as_string(dt, NULL) || !sh || sh->type != QX_JSON_ARRAY || !of || of->type != QX_JSON_ARRAY ||
+        of->count != 2 || sh->count < 1 || sh->count > QUAROT_MAX_DIMS || x->name_len == 0 || x->name_len >= 240 ||
+        memchr(x->name, '\0', x->name_len)) {
+        qx_err_set(e, "%s: tensor \"%.100s\": needs dtype, 1..4 dimensions and two data offsets (and a name of 1..239 bytes)", name, v->key);
+        return QUAROT_ERR_PARSE;
+    }
+    x->dtype = dt->str;
+    es = strcmp(x->dtype, "F32") == 0 ? 4 : (strcmp(x->dtype, "F16") == 0 || strcmp(x->dtype, "BF16") == 0) ? 2 :
+         strcmp(x->dtype, "U8") == 0 ? 1 : 0;
+    if (!es) {
+        qx_err_set(e, "%s: tensor \"%.100s\": dtype %.16s is not F32, F16, BF16 or U8", name, x->name, x->dtype);
+        return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    x->n_dims = (int)sh->count;
+    for (d = 0; d < sh->count; ++d) {
+        int64_t s;
+        if (qx_json_as_int64(&sh->items[d], &s) != QUAROT_OK || s < 1 || s > ((int64_t)1 << 40) || elems > (UINT64_MAX / 8) / (uint64_t)s) {
+            qx_err_set(e, "%s: tensor \"%.100s\": bad shape", name, x->name);
+            return QUAROT_ERR_PARSE;
+        }
+        x->shape[d] = s;
+        elems *= (uint64_t)s;
+    }
+    if (qx_json_as_int64(&of->items[0], &a) != QUAROT_OK || qx_json_as_int64(&of->items[1], &b) != QUAROT_OK || a < 0 || b < a ||
+        (uint64_t)b > P->data_len || (uint64_t)(b - a) != elems * es) {
+        qx_err_set(e, "%s: tensor \"%.100s\": data offsets do not match %llu elements of %s inside the %llu-byte data section", name,
+                   x->name, (unsigned long long)elems, x->dtype, (unsigned long long)P->data_len);
+        return QUAROT_ERR_PARSE;
+    }
+    x->begin = (uint64_t)a;
+    x->end = (uint64_t)b;
+    return QUAROT_OK;
+}
+
+/* The header's entries: __metadata__ kept aside, every tensor record checked alone. */
+static quarot_result qx__pk_records(qx__pk_parse* P, const qx_json* root) {
+    size_t i;
+    quarot_result r;
+    if (!root || root->type != QX_JSON_OBJECT) { qx_err_set(P->e, "%s: the header is not a JSON object", P->name); return QUAROT_ERR_PARSE; }
+    P->t = (qx__pk_rt*)calloc(root->count + 1, sizeof *P->t);
+    P->order = (qx__pk_rt**)calloc(root->count + 1, sizeof *P->order);
+    if (!P->t || !P->order) { qx_err_set(P->e, "%s: out of memory", P->name); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < root->count; ++i) {
+        const qx_json* v = &root->items[i];
+        if (strcmp(v->key, "__metadata__") == 0) {
+            if (v->type != QX_JSON_OBJECT) { qx_err_set(P->e, "%s: __metadata__ is not an object", P->name); return QUAROT_ERR_PARSE; }
+            P->meta = v;
+            continue;
+        }
+        if ((r = qx__pk_record(P, v, &P->t[P->n])) != QUAROT_OK) return r;
+        P->order[P->n] = &P->t[P->n];
+        ++P->n;
+    }
+    return QUAROT_OK;
+}
+
+/* The records together: sorted by offset they tile the data section, to its last byte. */
+static quarot_result qx__pk_tiling(qx__pk_parse* P) {
+    size_t i;
+    uint64_t pos = 0;
+    qsort(P->order, P->n, sizeof *P->order, qx__pk_rt_off);
+    for (i = 0; i < P->n; ++i) {
+        if (P->order[i]->begin != pos) {
+            qx_err_set(P->e, "%s: tensor \"%.100s\" starts at %llu, expected %llu (tensors must tile the data section)", P->name,
+                       P->order[i]->name, (unsigned long long)P->order[i]->begin, (unsigned long long)pos);
+            return QUAROT_ERR_PARSE;
+        }
+        pos = P->order[i]->end;
+    }
+    if (pos != P->data_len) {
+        qx_err_set(P->e, "%s: %llu bytes after the last tensor", P->name, (unsigned long long)(P->data_len - pos));
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
+/* The metadata: the settings, the config / online / rotation strings copied, and room for the
+   linears and plain tensors. */
+static quarot_result qx__pk_metadata(const qx__pk_parse* P, qx_packed_file* f) {
+    quarot_result r;
+    if ((r = qx__pk_settings(P->meta, P->name, &f->settings, P->e)) != QUAROT_OK) return r;
+    f->config_json = qx__pk_copy_meta(P->meta, "quarot.config");
+    f->online = qx__pk_copy_meta(P->meta, "quarot.online");
+    f->rotation = qx__pk_copy_meta(P->meta, "quarot.rotation");
+    f->lin = (qx_packed_linear*)calloc(P->n + 1, sizeof *f->lin);
+    f->plain = (qx_packed_plain*)calloc(P->n + 1, sizeof *f->plain);
+    if (!f->config_json || !f->online || !f->rotation || !f->lin || !f->plain) {
+        qx_err_set(P->e, "%s: out of memory", P->name);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    return QUAROT_OK;
+}
+
+/* A linear's values: scales finite and >= 0, zero points and codes within the bit width. */
+static quarot_result qx__pk_linear_values(const qx__pk_parse* P, const qx_packed_settings* st, const qx_packed_linear* L) {
+    size_t j;
+    for (j = 0; j < (size_t)(L->out * L->groups); ++j) {
+        float sv = qx__pk_scale_at(st->scale_dtype, L->scales, (int64_t)j);
+        if (!(sv >= 0.0f) || isinf(sv)) {
+            qx_err_set(P->e, "%s: tensor \"%.100s\": scale %lld is %g (scales must be finite and >= 0)", P->name, L->name, (long long)j, (double)sv);
+            return QUAROT_ERR_NONFINITE;
+        }
+        if (L->zeros && L->zeros[j] > (1 << st->w_bits) - 1) {
+            qx_err_set(P->e, "%s: tensor \"%.100s\": zero point %d outside [0, %d]", P->name, L->name, L->zeros[j], (1 << st->w_bits) - 1);
+            return QUAROT_ERR_PARSE;
+        }
+    }
+    if (st->w_bits != 4 && st->w_bits != 8) {
+        int top = (1 << st->w_bits) - 1;
+        for (j = 0; j < (size_t)(L->out * L->row_bytes); ++j) {
+            int lo4 = L->qweight[j] & 15, hi4 = L->qweight[j] >> 4;
+            int bad = qx__pk_packs_two(st->w_bits) ? (lo4 > top || hi4 > top) : L->qweight[j] > top;
+            if (bad) {
+                qx_err_set(P->e, "%s: tensor \"%.100s\": byte %lld holds a code above %d", P->name, L->name, (long long)j, top);
+                return QUAROT_ERR_PARSE;
+            }
+        }
+    }
+    return QUAROT_OK;
+}
+
+/* The linear of record q (a .qweight): its .scales (and .zeros) beside it, shapes and dtypes as the
+   metadata says, then its values. */
+static quarot_result qx__pk_linear(const qx__pk_parse* P, qx_packed_file* f, qx__pk_rt* q) {
+    const char* name = P->name;
+    const qx_packed_settings* st = &f->settings;
+    qx__pk_rt *s = NULL, *z = NULL, *t = P->t;
+    qx_packed_linear* L;
+    char want[256];
+    size_t bl = q->name_len - 8, j;
+    int64_t in, g;
+    for (j = 0; j < P->n; ++j) {
+        if (t[j].name_len == bl + 7 && memcmp(t[j].name, q->name, bl) == 0 && memcmp(t[j].name + bl, ".scales", 7) == 0) s = &t[j];
+        if (t[j].name_len == bl + 6 && memcmp(t[j].name, q->name, bl) == 0 && memcmp(t[j].name + bl, ".zeros", 6) == 0) z = &t[j];
+    }
+    if (!s || (st->w_asym && !z) || (!st->w_asym && z)) {
+        qx_err_set(P->e, "%s: tensor \"%.100s\": %s", name, q->name, !s ? "no .scales beside it" : z ? ".zeros in a symmetric file" :
+                   "no .zeros beside it (asymmetric file)");
+        return QUAROT_ERR_PARSE;
+    }
+    in = qx__pk_packs_two(st->w_bits) ? 2 * (q->n_dims == 2 ? q->shape[1] : 0) : (q->n_dims == 2 ? q->shape[1] : 0);
+    g = st->w_group_size ? st->w_group_size : in;
+    if (strcmp(q->dtype, "U8") != 0 || q->n_dims != 2 || s->n_dims != 2 || s->shape[0] != q->shape[0] || g < 1 || in % g ||
+        s->shape[1] != in / g || strcmp(s->dtype, st->scale_dtype == QUAROT_DTYPE_F16 ? "F16" : "F32") != 0 ||
+        (z && (strcmp(z->dtype, "U8") != 0 || z->n_dims != 2 || z->shape[0] != s->shape[0] || z->shape[1] != s->shape[1]))) {
+        qx_err_set(P->e, "%s: tensor \"%.100s\": shapes or dtypes of .qweight/.scales/.zeros disagree with the metadata (bits %d, group %lld)",
+                   name, q->name, st->w_bits, (long long)st->w_group_size);
+        return QUAROT_ERR_PARSE;
+    }
+    L = &f->lin[f->n_lin++];
+    snprintf(want, sizeof want, "%.*s.weight", (int)bl, q->name);
+    snprintf(L->name, sizeof L->name, "%s", want);
+    L->out = q->shape[0];
+    L->in = in;
+    L->group = g;
+    L->groups = in / g;
+    L->row_bytes = q->shape[1];
+    L->qweight = P->data + q->begin;
+    L->scales = P->data + s->begin;
+    L->zeros = z ? P->data + z->begin : NULL;
+    q->used = s->used = 1;
+    if (z) z->used = 1;
+    return qx__pk_linear_values(P, st, L);
+}
+
+/* The plain tensors: the float records that are not parts of a linear. */
+static quarot_result qx__pk_plains(const qx__pk_parse* P, qx_packed_file* f) {
+    size_t i;
+    for (i = 0; i < P->n; ++i) {
+        const qx__pk_rt* x = &P->t[i];
+        qx_packed_plain* pl;
+        int d;
+        if (x->used) continue;
+        if (qx__pk_ends(x->name, x->name_len, ".scales") || qx__pk_ends(x->name, x->name_len, ".zeros") || strcmp(x->dtype, "U8") == 0) {
+            qx_err_set(P->e, "%s: tensor \"%.100s\": %s without its .qweight", P->name, x->name,
+                       strcmp(x->dtype, "U8") == 0 ? "U8 data" : "quantization parameters");
+            return QUAROT_ERR_PARSE;
+        }
+        pl = &f->plain[f->n_plain++];
+        snprintf(pl->name, sizeof pl->name, "%s", x->name);
+        pl->dtype = strcmp(x->dtype, "F32") == 0 ? QUAROT_DTYPE_F32 : strcmp(x->dtype, "F16") == 0 ? QUAROT_DTYPE_F16 : QUAROT_DTYPE_BF16;
+        pl->n_dims = x->n_dims;
+        for (d = 0; d < QUAROT_MAX_DIMS; ++d) pl->ne[d] = d < x->n_dims ? x->shape[x->n_dims - 1 - d] : 1;
+        pl->data = P->data + x->begin;
+    }
+    return QUAROT_OK;
+}
+
+/* The safetensors frame (u64 header length, JSON header), then the records alone, together, the
+   metadata, the linears (every .qweight with its .scales and .zeros) and the plain tensors. */
 quarot_result qx_packed_parse(const void* buf, size_t len, const char* name, qx_packed_file* f, qx_err* e) {
     const unsigned char* p = (const unsigned char*)buf;
     qx_json_doc doc;
-    const qx_json* root;
-    const qx_json* meta = NULL;
-    qx__pk_rt* t = NULL;
-    qx__pk_rt** order = NULL;
-    uint64_t hl, data_len, pos;
-    const unsigned char* data;
-    size_t i, n = 0;
-    quarot_result r = QUAROT_OK;
+    qx__pk_parse P;
+    uint64_t hl;
+    size_t i;
+    quarot_result r;
     if (!f || (!buf && len)) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(f, 0, sizeof *f);
     memset(&doc, 0, sizeof doc);
@@ -690,179 +902,19 @@ quarot_result qx_packed_parse(const void* buf, size_t len, const char* name, qx_
     }
     r = qx_json_parse((const char*)p + 8, (size_t)hl, name, NULL, &doc, e);
     if (r != QUAROT_OK) return r;
-    root = doc.root;
-    if (!root || root->type != QX_JSON_OBJECT) { qx_err_set(e, "%s: the header is not a JSON object", name); r = QUAROT_ERR_PARSE; goto done; }
-    data = p + 8 + hl;
-    data_len = (uint64_t)len - 8 - hl;
-    t = (qx__pk_rt*)calloc(root->count + 1, sizeof *t);
-    order = (qx__pk_rt**)calloc(root->count + 1, sizeof *order);
-    if (!t || !order) { qx_err_set(e, "%s: out of memory", name); r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-    /* every record alone */
-    for (i = 0; i < root->count; ++i) {
-        const qx_json* v = &root->items[i];
-        const qx_json *dt, *sh, *of;
-        qx__pk_rt* x;
-        int64_t a, b;
-        uint64_t elems = 1, es;
-        size_t d;
-        if (strcmp(v->key, "__metadata__") == 0) {
-            if (v->type != QX_JSON_OBJECT) { qx_err_set(e, "%s: __metadata__ is not an object", name); r = QUAROT_ERR_PARSE; goto done; }
-            meta = v;
-            continue;
-        }
-        x = &t[n];
-        x->name = v->key;
-        x->name_len = v->key_len;
-        dt = qx_json_get(v, "dtype");
-        sh = qx_json_get(v, "shape");
-        of = qx_json_get(v, "data_offsets");
-        if (v->type != QX_JSON_OBJECT || !qx_json_as_string(dt, NULL) || !sh || sh->type != QX_JSON_ARRAY || !of ||
-            of->type != QX_JSON_ARRAY || of->count != 2 || sh->count < 1 || sh->count > QUAROT_MAX_DIMS ||
-            x->name_len == 0 || x->name_len >= 240 || memchr(x->name, '\0', x->name_len)) {
-            qx_err_set(e, "%s: tensor \"%.100s\": needs dtype, 1..4 dimensions and two data offsets (and a name of 1..239 bytes)", name, v->key);
-            r = QUAROT_ERR_PARSE;
-            goto done;
-        }
-        x->dtype = dt->str;
-        es = strcmp(x->dtype, "F32") == 0 ? 4 : (strcmp(x->dtype, "F16") == 0 || strcmp(x->dtype, "BF16") == 0) ? 2 :
-             strcmp(x->dtype, "U8") == 0 ? 1 : 0;
-        if (!es) { qx_err_set(e, "%s: tensor \"%.100s\": dtype %.16s is not F32, F16, BF16 or U8", name, x->name, x->dtype); r = QUAROT_ERR_UNSUPPORTED_DTYPE; goto done; }
-        x->n_dims = (int)sh->count;
-        for (d = 0; d < sh->count; ++d) {
-            int64_t s;
-            if (qx_json_as_int64(&sh->items[d], &s) != QUAROT_OK || s < 1 || s > ((int64_t)1 << 40) ||
-                elems > (UINT64_MAX / 8) / (uint64_t)s) {
-                qx_err_set(e, "%s: tensor \"%.100s\": bad shape", name, x->name);
-                r = QUAROT_ERR_PARSE;
-                goto done;
-            }
-            x->shape[d] = s;
-            elems *= (uint64_t)s;
-        }
-        if (qx_json_as_int64(&of->items[0], &a) != QUAROT_OK || qx_json_as_int64(&of->items[1], &b) != QUAROT_OK || a < 0 ||
-            b < a || (uint64_t)b > data_len || (uint64_t)(b - a) != elems * es) {
-            qx_err_set(e, "%s: tensor \"%.100s\": data offsets do not match %llu elements of %s inside the %llu-byte data section", name,
-                       x->name, (unsigned long long)elems, x->dtype, (unsigned long long)data_len);
-            r = QUAROT_ERR_PARSE;
-            goto done;
-        }
-        x->begin = (uint64_t)a;
-        x->end = (uint64_t)b;
-        order[n] = x;
-        ++n;
-    }
-    /* together: the tensors tile the data section */
-    qsort(order, n, sizeof *order, qx__pk_rt_off);
-    for (i = 0, pos = 0; i < n; ++i) {
-        if (order[i]->begin != pos) {
-            qx_err_set(e, "%s: tensor \"%.100s\" starts at %llu, expected %llu (tensors must tile the data section)", name, order[i]->name,
-                       (unsigned long long)order[i]->begin, (unsigned long long)pos);
-            r = QUAROT_ERR_PARSE;
-            goto done;
-        }
-        pos = order[i]->end;
-    }
-    if (pos != data_len) { qx_err_set(e, "%s: %llu bytes after the last tensor", name, (unsigned long long)(data_len - pos)); r = QUAROT_ERR_PARSE; goto done; }
-    /* the metadata */
-    if ((r = qx__pk_settings(meta, name, &f->settings, e)) != QUAROT_OK) goto done;
-    f->config_json = qx__pk_copy_meta(meta, "quarot.config");
-    f->online = qx__pk_copy_meta(meta, "quarot.online");
-    f->rotation = qx__pk_copy_meta(meta, "quarot.rotation");
-    f->lin = (qx_packed_linear*)calloc(n + 1, sizeof *f->lin);
-    f->plain = (qx_packed_plain*)calloc(n + 1, sizeof *f->plain);
-    if (!f->config_json || !f->online || !f->rotation || !f->lin || !f->plain) { qx_err_set(e, "%s: out of memory", name); r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-    /* the linears: every .qweight with its .scales (and .zeros) */
-    for (i = 0; i < n; ++i) {
-        qx__pk_rt* q = &t[i];
-        qx__pk_rt *s = NULL, *z = NULL;
-        qx_packed_linear* L;
-        char want[256];
-        size_t bl, j;
-        const qx_packed_settings* st = &f->settings;
-        int64_t in, g;
-        if (!qx__pk_ends(q->name, q->name_len, ".qweight")) continue;
-        bl = q->name_len - 8;
-        for (j = 0; j < n; ++j) {
-            if (t[j].name_len == bl + 7 && memcmp(t[j].name, q->name, bl) == 0 && memcmp(t[j].name + bl, ".scales", 7) == 0) s = &t[j];
-            if (t[j].name_len == bl + 6 && memcmp(t[j].name, q->name, bl) == 0 && memcmp(t[j].name + bl, ".zeros", 6) == 0) z = &t[j];
-        }
-        if (!s || (st->w_asym && !z) || (!st->w_asym && z)) {
-            qx_err_set(e, "%s: tensor \"%.100s\": %s", name, q->name, !s ? "no .scales beside it" : z ? ".zeros in a symmetric file" :
-                       "no .zeros beside it (asymmetric file)");
-            r = QUAROT_ERR_PARSE;
-            goto done;
-        }
-        in = qx__pk_packs_two(st->w_bits) ? 2 * (q->n_dims == 2 ? q->shape[1] : 0) : (q->n_dims == 2 ? q->shape[1] : 0);
-        g = st->w_group_size ? st->w_group_size : in;
-        if (strcmp(q->dtype, "U8") != 0 || q->n_dims != 2 || s->n_dims != 2 || s->shape[0] != q->shape[0] || g < 1 || in % g ||
-            s->shape[1] != in / g || strcmp(s->dtype, st->scale_dtype == QUAROT_DTYPE_F16 ? "F16" : "F32") != 0 ||
-            (z && (strcmp(z->dtype, "U8") != 0 || z->n_dims != 2 || z->shape[0] != s->shape[0] || z->shape[1] != s->shape[1]))) {
-            qx_err_set(e, "%s: tensor \"%.100s\": shapes or dtypes of .qweight/.scales/.zeros disagree with the metadata (bits %d, group %lld)",
-                       name, q->name, st->w_bits, (long long)st->w_group_size);
-            r = QUAROT_ERR_PARSE;
-            goto done;
-        }
-        L = &f->lin[f->n_lin++];
-        snprintf(want, sizeof want, "%.*s.weight", (int)bl, q->name);
-        snprintf(L->name, sizeof L->name, "%s", want);
-        L->out = q->shape[0];
-        L->in = in;
-        L->group = g;
-        L->groups = in / g;
-        L->row_bytes = q->shape[1];
-        L->qweight = data + q->begin;
-        L->scales = data + s->begin;
-        L->zeros = z ? data + z->begin : NULL;
-        q->used = s->used = 1;
-        if (z) z->used = 1;
-        /* values: scales finite and >= 0, zeros and codes in range */
-        for (j = 0; j < (size_t)(L->out * L->groups); ++j) {
-            float sv = qx__pk_scale_at(st->scale_dtype, L->scales, (int64_t)j);
-            if (!(sv >= 0.0f) || isinf(sv)) {
-                qx_err_set(e, "%s: tensor \"%.100s\": scale %lld is %g (scales must be finite and >= 0)", name, L->name, (long long)j, (double)sv);
-                r = QUAROT_ERR_NONFINITE;
-                goto done;
-            }
-            if (L->zeros && L->zeros[j] > (1 << st->w_bits) - 1) {
-                qx_err_set(e, "%s: tensor \"%.100s\": zero point %d outside [0, %d]", name, L->name, L->zeros[j], (1 << st->w_bits) - 1);
-                r = QUAROT_ERR_PARSE;
-                goto done;
-            }
-        }
-        if (st->w_bits != 4 && st->w_bits != 8) {
-            int top = (1 << st->w_bits) - 1;
-            for (j = 0; j < (size_t)(L->out * L->row_bytes); ++j) {
-                int lo4 = L->qweight[j] & 15, hi4 = L->qweight[j] >> 4;
-                int bad = qx__pk_packs_two(st->w_bits) ? (lo4 > top || hi4 > top) : L->qweight[j] > top;
-                if (bad) {
-                    qx_err_set(e, "%s: tensor \"%.100s\": byte %lld holds a code above %d", name, L->name, (long long)j, top);
-                    r = QUAROT_ERR_PARSE;
-                    goto done;
-                }
-            }
-        }
-    }
-    /* plain tensors: the float ones that are not parts of a linear */
-    for (i = 0; i < n; ++i) {
-        qx__pk_rt* x = &t[i];
-        qx_packed_plain* P;
-        int d;
-        if (x->used) continue;
-        if (qx__pk_ends(x->name, x->name_len, ".scales") || qx__pk_ends(x->name, x->name_len, ".zeros") || strcmp(x->dtype, "U8") == 0) {
-            qx_err_set(e, "%s: tensor \"%.100s\": %s without its .qweight", name, x->name, strcmp(x->dtype, "U8") == 0 ? "U8 data" : "quantization parameters");
-            r = QUAROT_ERR_PARSE;
-            goto done;
-        }
-        P = &f->plain[f->n_plain++];
-        snprintf(P->name, sizeof P->name, "%s", x->name);
-        P->dtype = strcmp(x->dtype, "F32") == 0 ? QUAROT_DTYPE_F32 : strcmp(x->dtype, "F16") == 0 ? QUAROT_DTYPE_F16 : QUAROT_DTYPE_BF16;
-        P->n_dims = x->n_dims;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) P->ne[d] = d < x->n_dims ? x->shape[x->n_dims - 1 - d] : 1;
-        P->data = data + x->begin;
-    }
-done:
-    free(t);
-    free(order);
+    memset(&P, 0, sizeof P);
+    P.name = name;
+    P.e = e;
+    P.data = p + 8 + hl;
+    P.data_len = (uint64_t)len - 8 - hl;
+    r = qx__pk_records(&P, doc.root);
+    if (r == QUAROT_OK) r = qx__pk_tiling(&P);
+    if (r == QUAROT_OK) r = qx__pk_metadata(&P, f);
+    for (i = 0; i < P.n && r == QUAROT_OK; ++i)
+        if (qx__pk_ends(P.t[i].name, P.t[i].name_len, ".qweight")) r = qx__pk_linear(&P, f, &P.t[i]);
+    if (r == QUAROT_OK) r = qx__pk_plains(&P, f);
+    free(P.t);
+    free(P.order);
     qx_json_doc_free(&doc);
     if (r != QUAROT_OK) qx_packed_file_free(f);
     return r;

@@ -1,5 +1,5 @@
 /* qx_packed.h - "quarot-packed": a rotated model with integer weights for W4A4 engines, in one
-   safetensors file (what `quarot quantize OUT.safetensors` writes; README "Packed W4A4 format").
+   safetensors file (what `quarot quantize OUT.safetensors` writes; docs/formats.md).
 
    FORMAT, version 1. An ordinary safetensors file ([u64 little-endian N][N bytes of JSON header]
    [data]; the header maps names to {"dtype", "shape" (outermost first), "data_offsets"}, tensors
@@ -45,7 +45,7 @@
                                    "0": Hugging Face's half-split layout
      quarot.config                 the model's config.json text (architecture and sizes)
      quarot.online                 the online hook list in quarot.h's text format (quarot_online_read;
-                                   README "Online hook file"), "" when the model needs none
+                                   docs/formats.md), "" when the model needs none
      quarot.rotation               what was folded in (informative)
    Activation quantization is symmetric or asymmetric per token exactly as quarot.h's >>quant
    describes (x^ = clamp(round(x/s))*s, s = clip*max|x| / (2^(b-1)-1)), applied at the input of

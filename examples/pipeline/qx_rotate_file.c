@@ -1014,317 +1014,426 @@ int qx_rotate_file_globals_line(const qx_rotate_file_stats* st, char* buf, size_
     return 1;
 }
 
-quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
-                             qx_rotate_file_stats* st, qx_err* e) {
+/* ---- qx_rotate_file, step by step ------------------------------------------------------------ */
+
+/* What one run builds; qx__run_free frees it all (and removes the staged output unless it was
+   published). The binding (b) is the processor's model (m); both point into this struct. */
+typedef struct qx__run {
+    qx_store* s;
+    const quarot_rotate_desc* desc;
+    const qx_rotate_file_opts* o;
+    qx_rotate_file_stats* st;
+    qx_err* e;
+    double t_start;              /* the run's */
+    double t_write;              /* steps 6 and 7: writing the rest and publishing */
     quarot_model m;
-    quarot_processor p;
-    quarot_rotate_desc d2;
-    qx_pool* pool = NULL;
-    qx_blockcache* cache = NULL;
-    double t_start = qx_now(), t0;
     qx__rf b;
+    quarot_rotate_desc d2;       /* desc with the phase clock's observers in front of the caller's */
+    qx_pool* pool;
+    qx_blockcache* cache;
+    quarot_processor p;
+    int have_p;
+    qx_tensor_plan* plan;
+    int64_t n_plan;
+    int64_t per;                 /* > 0: the embedding and lm_head go through in windows of this many rows */
     qx__sink sink;
-    qx_out hooks_out, cfg_out;
-    qx_tensor_plan* plan = NULL;
-    int64_t n_plan = 0, i;
-    int have_p = 0, have_hooks = 0, have_cfg = 0, early, k;
-    int64_t per;
-    char* hooks_text = NULL;
-    qx_sb cfg_text;
     qx__stage stg;
-    quarot_result r;
-    qx_rotate_file_stats local;
-    if (!st) st = &local;
+    qx_out hooks_out, cfg_out;
+    int have_hooks, have_cfg;
+    char* hooks_text;
+    qx_sb cfg_text;
+} qx__run;
+
+static void qx__run_init(qx__run* u, qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
+                         qx_rotate_file_stats* st, qx_err* e) {
+    memset(u, 0, sizeof *u);
+    u->s = s;
+    u->desc = desc;
+    u->o = o;
+    u->st = st;
+    u->e = e;
+    u->t_start = qx_now();
     memset(st, 0, sizeof *st);
-    memset(&stg, 0, sizeof stg);
-    stg.dir.lock_fd = -1;
-    memset(&sink, 0, sizeof sink);
-    memset(&cfg_text, 0, sizeof cfg_text);
-    memset(&hooks_out, 0, sizeof hooks_out);
-    memset(&cfg_out, 0, sizeof cfg_out);
-    hooks_out.fd = cfg_out.fd = -1;
-    if (!s || !desc || !o || !o->out_path) { qx_err_set(e, "qx_rotate_file: invalid argument"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    u->stg.dir.lock_fd = -1;
+    u->hooks_out.fd = u->cfg_out.fd = -1;
+}
+
+static quarot_result qx__run_check(const qx__run* u) {
+    const qx_rotate_file_opts* o = u->o;
+    if (!u->s || !u->desc || !o || !o->out_path) { qx_err_set(u->e, "qx_rotate_file: invalid argument"); return QUAROT_ERR_INVALID_ARGUMENT; }
     if (o->dtype != QUAROT_DTYPE_DEFAULT && o->dtype != QUAROT_DTYPE_F32 && o->dtype != QUAROT_DTYPE_F16 &&
         o->dtype != QUAROT_DTYPE_BF16) {
-        qx_err_set(e, "%s: output dtype must be f32, f16 or bf16", o->out_path);
+        qx_err_set(u->e, "%s: output dtype must be f32, f16 or bf16", o->out_path);
         return QUAROT_ERR_UNSUPPORTED_DTYPE;
     }
+    return QUAROT_OK;
+}
 
-    memset(&m, 0, sizeof m);
-    memset(&b, 0, sizeof b);
-    b.s = s;
-    b.held = -1;
-    b.n_layers = s->config.n_layers;
-    b.drop = o->drop_pages;
-    b.st = st;
-    b.o = o;
-    b.sink = &sink;
-    m.config = s->config;
-    m.user_data = &b;
-    m.get_tensor = qx__get;
-    m.create_tensor = qx__create;
-    m.acquire_layer = qx__acquire;
-    m.release_layer = qx__release;
+/* The binding as the processor's model, the thread pool, the work-buffer cache, the observers. */
+static void qx__run_bind(qx__run* u) {
+    qx_store* s = u->s;
+    qx__rf* b = &u->b;
+    quarot_model* m = &u->m;
+    b->s = s;
+    b->held = -1;
+    b->n_layers = s->config.n_layers;
+    b->drop = u->o->drop_pages;
+    b->st = u->st;
+    b->o = u->o;
+    b->sink = &u->sink;
+    m->config = s->config;
+    m->user_data = b;
+    m->get_tensor = qx__get;
+    m->create_tensor = qx__create;
+    m->acquire_layer = qx__acquire;
+    m->release_layer = qx__release;
     /* threads: the processor splits each command's rows over the pool (same bytes for any count) */
-    st->threads = o->threads > 0 ? o->threads : qx_cpu_count();
-    if (st->threads > 1) pool = qx_pool_create(st->threads);
-    if (!pool) st->threads = 1;
-    qx_pool_env(pool, &m.env);
-    b.env = &m.env;
+    u->st->threads = u->o->threads > 0 ? u->o->threads : qx_cpu_count();
+    if (u->st->threads > 1) u->pool = qx_pool_create(u->st->threads);
+    if (!u->pool) u->st->threads = 1;
+    qx_pool_env(u->pool, &m->env);
+    b->env = &m->env;
     /* the processor's work buffers (a few MiB per task) recycled: 64 MiB covers every task's
        buffers of a 7B-class layer on a few threads; what does not fit is freed as before */
-    cache = qx_blockcache_create((size_t)64 << 20);
-    if (cache) qx_blockcache_allocator(cache, &m.env.allocator);
+    u->cache = qx_blockcache_create((size_t)64 << 20);
+    if (u->cache) qx_blockcache_allocator(u->cache, &m->env.allocator);
     /* the caller's observers behind the phase clock's */
-    d2 = *desc;
-    b.user_desc = desc;
-    d2.user_data = &b;
-    d2.on_command = qx__on_command;
-    d2.progress = qx__on_progress;
+    u->d2 = *u->desc;
+    b->user_desc = u->desc;
+    u->d2.user_data = b;
+    u->d2.on_command = qx__on_command;
+    u->d2.progress = qx__on_progress;
     /* NaN / Inf: checked on the copies as they are made (qx__own), not by a separate pass over the
        mapped input in init; a bad value in a late layer stops the run there, and the staged output
        is removed (nothing is published) */
-    d2.values_checked_by_caller = 1;
+    u->d2.values_checked_by_caller = 1;
+}
 
-    /* 1. validation: every tensor read once, layer by layer; nothing written */
-    r = quarot_processor_init(&p, &m, &d2);
-    st->validate_s = qx_now() - t_start;
+/* What qx__run_bind made, where validation failed (nothing else was built). */
+static void qx__run_unbind(qx__run* u) {
+    qx_pool_destroy(u->pool);
+    qx_blockcache_destroy(u->cache);
+}
+
+/* 1. validation: every tensor read once, layer by layer; nothing written. The rotations built go
+   into the stats. */
+static quarot_result qx__run_validate(qx__run* u) {
+    quarot_processor* p = &u->p;
+    qx_rotate_file_stats* st = u->st;
+    const qx_rotate_file_opts* o = u->o;
+    quarot_result r = quarot_processor_init(p, &u->m, &u->d2);
+    st->validate_s = qx_now() - u->t_start;
     if (r != QUAROT_OK) {
-        qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r));
-        qx_pool_destroy(pool);
-        qx_blockcache_destroy(cache);
+        qx_err_set(u->e, "%s", u->m.error[0] ? u->m.error : quarot_result_string(r));
         return r;
     }
-    have_p = 1;
-    if (o->progress) o->progress(o->user, "validate", b.n_layers, b.n_layers);
-    if (o->progress) o->progress(o->user, "rotate", 0, b.n_layers);   /* the globals' copies and pre_run count as rotation */
-    snprintf(st->r1, sizeof st->r1, "%s", p.rot[QUAROT_ROT_R1].text);
-    snprintf(st->r2, sizeof st->r2, "%s", p.have_rot[QUAROT_ROT_R2] ? p.rot[QUAROT_ROT_R2].text : "none");
-    st->n_commands = p.n_commands;
-    if (p.have_rot[QUAROT_ROT_R4]) snprintf(st->r4, sizeof st->r4, "%s", p.rot[QUAROT_ROT_R4].text);
-    if (p.have_rot[QUAROT_ROT_HEADS]) snprintf(st->heads, sizeof st->heads, "%s", p.rot[QUAROT_ROT_HEADS].text);
-    if (desc->r3) snprintf(st->r3, sizeof st->r3, "%s", p.r3.text);
-    st->untied = p.untie;
+    u->have_p = 1;
+    if (o->progress) o->progress(o->user, "validate", u->b.n_layers, u->b.n_layers);
+    if (o->progress) o->progress(o->user, "rotate", 0, u->b.n_layers);   /* the globals' copies and pre_run count as rotation */
+    snprintf(st->r1, sizeof st->r1, "%s", p->rot[QUAROT_ROT_R1].text);
+    snprintf(st->r2, sizeof st->r2, "%s", p->have_rot[QUAROT_ROT_R2] ? p->rot[QUAROT_ROT_R2].text : "none");
+    st->n_commands = p->n_commands;
+    if (p->have_rot[QUAROT_ROT_R4]) snprintf(st->r4, sizeof st->r4, "%s", p->rot[QUAROT_ROT_R4].text);
+    if (p->have_rot[QUAROT_ROT_HEADS]) snprintf(st->heads, sizeof st->heads, "%s", p->rot[QUAROT_ROT_HEADS].text);
+    if (u->desc->r3) snprintf(st->r3, sizeof st->r3, "%s", p->r3.text);
+    st->untied = p->untie;
+    return QUAROT_OK;
+}
 
-    /* 2. the output plan, from the views (input dtypes) and the processor's creations */
-    r = qx__plan(s, &p, o->dtype, qx__out_format(s, o), &plan, &n_plan);
-    if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", o->out_path); goto fail; }
-    /* 2b. a weight written as f16 / bf16 is rotated in f32 (quarot_command.f32: the SIMD transform
-       in place on the f32 copy; its error, ~log2(n) * 2^-24 of the row's norm, is far below the
-       output's own rounding, 2^-11 / 2^-8); f32 outputs keep double arithmetic */
-    for (i = 0; i < p.n_commands; ++i) {
+/* 2. the output plan, from the views (input dtypes) and the processor's creations.
+   2b. a weight written as f16 / bf16 is rotated in f32 (quarot_command.f32: the SIMD transform
+   in place on the f32 copy; its error, ~log2(n) * 2^-24 of the row's norm, is far below the
+   output's own rounding, 2^-11 / 2^-8); f32 outputs keep double arithmetic */
+static quarot_result qx__run_plan(qx__run* u) {
+    quarot_processor* p = &u->p;
+    const qx_rotate_file_opts* o = u->o;
+    int64_t i;
+    quarot_result r = qx__plan(u->s, p, o->dtype, qx__out_format(u->s, o), &u->plan, &u->n_plan);
+    if (r != QUAROT_OK) { qx_err_set(u->e, "%s: out of memory", o->out_path); return r; }
+    for (i = 0; i < p->n_commands; ++i) {
         int64_t j;
-        for (j = 0; j < n_plan; ++j)
-            if (strcmp(plan[j].name, p.commands[i].weight) == 0) {
-                p.commands[i].f32 = !o->f64_arithmetic && (plan[j].dtype == QUAROT_DTYPE_F16 || plan[j].dtype == QUAROT_DTYPE_BF16) &&
-                                    p.rot[p.commands[i].rotation].kind == QUAROT_ROTATION_HADAMARD;
+        for (j = 0; j < u->n_plan; ++j)
+            if (strcmp(u->plan[j].name, p->commands[i].weight) == 0) {
+                p->commands[i].f32 = !o->f64_arithmetic && (u->plan[j].dtype == QUAROT_DTYPE_F16 || u->plan[j].dtype == QUAROT_DTYPE_BF16) &&
+                                     p->rot[p->commands[i].rotation].kind == QUAROT_ROTATION_HADAMARD;
                 break;
             }
-        if (p.commands[i].f32) st->f32_commands++;
+        if (p->commands[i].f32) u->st->f32_commands++;
     }
+    return QUAROT_OK;
+}
 
-    /* 3. globals: writable copies, then pre_run rotates them (and creates lm_head when untying).
-       Streamed (per > 0): the embedding and lm_head get window buffers instead, and go through
-       after the writer is open (step 4s); the other globals are copied here. */
-    b.phase = 1;
-    per = qx__window_rows(s, &p, &m, o, st);
-    if (per > 0) {
-        const quarot_tensor* et = qx_store_find(s, p.plan.embed);
-        const quarot_tensor* ht = qx_store_find(s, p.plan.lm_head);
-        b.n_win = ht || p.untie ? 2 : 1;
-        for (k = 0; k < b.n_win; ++k) {
-            struct qx__win* w = &b.win[k];
-            const quarot_tensor* src = k == 1 && ht ? ht : et;   /* a created lm_head: the embedding's shape */
-            snprintf(w->name, sizeof w->name, "%s", k == 0 ? p.plan.embed : p.plan.lm_head);
-            w->created = k == 1 && !ht;
-            w->src = *src;
-            w->wdt = qx__copy_dtype(src->dtype);
-            w->ne0 = src->ne[0];
-            w->bytes = (size_t)(per * w->ne0) * quarot_dtype_size(w->wdt);
-            w->mem = (char*)malloc(w->bytes);
-            if (!w->mem) { qx_err_set(e, "%s: out of memory", w->name); r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
-            b.cur_bytes += w->bytes;
-            st->global_copy_bytes += w->bytes;
-            if (w->created) {   /* the untied lm_head's entry (config.json asks whether it exists); written in windows */
-                quarot_tensor v;
-                int64_t ne[2];
-                ne[0] = w->ne0;
-                ne[1] = et->ne[1];
-                (void)quarot_tensor_init(&v, w->mem, w->wdt, 2, ne);
-                if ((r = qx_store_add_view(s, w->name, &v)) != QUAROT_OK) { qx_err_set(e, "%s: %s", w->name, quarot_result_string(r)); goto fail; }
-                qx__entry(s, w->name)->t.data = NULL;
-                s->config.tied_embeddings = 0;   /* what the last window sets */
-            }
+/* 3a. Whether the embedding and lm_head stream (u->per > 0): then they get window buffers instead of
+   whole copies, and go through after the writer is open (step 4s). */
+static quarot_result qx__run_windows(qx__run* u) {
+    qx_store* s = u->s;
+    quarot_processor* p = &u->p;
+    qx__rf* b = &u->b;
+    qx_rotate_file_stats* st = u->st;
+    const quarot_tensor *et, *ht;
+    int k;
+    quarot_result r;
+    b->phase = 1;
+    u->per = qx__window_rows(s, p, &u->m, u->o, st);
+    if (u->per <= 0) return QUAROT_OK;
+    et = qx_store_find(s, p->plan.embed);
+    ht = qx_store_find(s, p->plan.lm_head);
+    b->n_win = ht || p->untie ? 2 : 1;
+    for (k = 0; k < b->n_win; ++k) {
+        struct qx__win* w = &b->win[k];
+        const quarot_tensor* src = k == 1 && ht ? ht : et;   /* a created lm_head: the embedding's shape */
+        snprintf(w->name, sizeof w->name, "%s", k == 0 ? p->plan.embed : p->plan.lm_head);
+        w->created = k == 1 && !ht;
+        w->src = *src;
+        w->wdt = qx__copy_dtype(src->dtype);
+        w->ne0 = src->ne[0];
+        w->bytes = (size_t)(u->per * w->ne0) * quarot_dtype_size(w->wdt);
+        w->mem = (char*)malloc(w->bytes);
+        if (!w->mem) { qx_err_set(u->e, "%s: out of memory", w->name); return QUAROT_ERR_OUT_OF_MEMORY; }
+        b->cur_bytes += w->bytes;
+        st->global_copy_bytes += w->bytes;
+        if (w->created) {   /* the untied lm_head's entry (config.json asks whether it exists); written in windows */
+            quarot_tensor v;
+            int64_t ne[2];
+            ne[0] = w->ne0;
+            ne[1] = et->ne[1];
+            (void)quarot_tensor_init(&v, w->mem, w->wdt, 2, ne);
+            if ((r = qx_store_add_view(s, w->name, &v)) != QUAROT_OK) { qx_err_set(u->e, "%s: %s", w->name, quarot_result_string(r)); return r; }
+            qx__entry(s, w->name)->t.data = NULL;
+            s->config.tied_embeddings = 0;   /* what the last window sets */
         }
-        st->global_window_rows = per;
-        if (b.cur_bytes > st->peak_copy_bytes) st->peak_copy_bytes = b.cur_bytes;
     }
-    t0 = qx_now();
+    st->global_window_rows = u->per;
+    if (b->cur_bytes > st->peak_copy_bytes) st->peak_copy_bytes = b->cur_bytes;
+    return QUAROT_OK;
+}
+
+/* 3b. globals: writable copies (but the streamed ones), then pre_run rotates them (and creates
+   lm_head when untying); streamed, pre_run goes window by window in step 4s. */
+static quarot_result qx__run_globals(qx__run* u) {
+    qx_store* s = u->s;
+    qx__rf* b = &u->b;
+    double t0 = qx_now();
+    int64_t i;
+    quarot_result r = QUAROT_OK;
     for (i = 0; i < s->count && r == QUAROT_OK; ++i)
-        if (qx_name_layer(s->items[i].name, NULL, NULL) < 0 && s->items[i].t.data && !qx__win_named(&b, s->items[i].name)) {
-            r = qx__own(&b, &s->items[i]);
-            if (r == QUAROT_OK) st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
+        if (qx_name_layer(s->items[i].name, NULL, NULL) < 0 && s->items[i].t.data && !qx__win_named(b, s->items[i].name)) {
+            r = qx__own(b, &s->items[i]);
+            if (r == QUAROT_OK) u->st->global_copy_bytes += quarot_tensor_nbytes(&s->items[i].t);
         }
     if (r != QUAROT_OK) {
-        if (b.in_err != QUAROT_OK) *e = b.in_msg;
-        else qx_err_set(e, "global tensors: %s", quarot_result_string(r));
-        goto fail;
+        if (b->in_err != QUAROT_OK) *u->e = b->in_msg;
+        else qx_err_set(u->e, "global tensors: %s", quarot_result_string(r));
+        return r;
     }
-    b.t_mark = qx_now();
-    b.in_rotate = 0;
-    st->read_s += b.t_mark - t0;
-    if (per == 0) {
-        r = quarot_processor_pre_run(&p);
-        qx__phase_end(&b, qx_now());
-        if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
-        s->config = m.config;
+    b->t_mark = qx_now();
+    b->in_rotate = 0;
+    u->st->read_s += b->t_mark - t0;
+    if (u->per == 0) {
+        r = quarot_processor_pre_run(&u->p);
+        qx__phase_end(b, qx_now());
+        if (r != QUAROT_OK) { qx_err_set(u->e, "%s", u->m.error[0] ? u->m.error : quarot_result_string(r)); return r; }
+        s->config = u->m.config;
     }
+    return QUAROT_OK;
+}
 
-    /* 4. the output file(s), laid out before the first layer, in a private staging directory
-       beside the output (published all-or-nothing in step 7) */
+/* 4. the output file(s), laid out before the first layer, in a private staging directory
+   beside the output (published all-or-nothing in step 7) */
+static quarot_result qx__run_open_output(qx__run* u) {
+    const qx_rotate_file_opts* o = u->o;
+    quarot_result r;
     if (o->sink && (o->hooks_path || o->config_path)) {
-        qx_err_set(e, "%s: a caller's output writes its own hook file and config", o->out_path);
-        r = QUAROT_ERR_INVALID_ARGUMENT;
-        goto fail;
+        qx_err_set(u->e, "%s: a caller's output writes its own hook file and config", o->out_path);
+        return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (o->sink) {   /* a caller's output publishes itself (its own temporary and rename) */
-        r = qx__sink_begin(&sink, s, plan, n_plan, o, &m.env, e);
-        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
-    } else if ((r = qx__stage_begin(&stg, s, o, e)) == QUAROT_OK) {
+        r = qx__sink_begin(&u->sink, u->s, u->plan, u->n_plan, o, &u->m.env, u->e);
+        if (r != QUAROT_OK) { u->st->output_error = 1; return r; }
+    } else if ((r = qx__stage_begin(&u->stg, u->s, o, u->e)) == QUAROT_OK) {
         qx_rotate_file_opts so = *o;
-        so.out_path = stg.model;
+        so.out_path = u->stg.model;
         so.force = 0;
-        r = qx__sink_begin(&sink, s, plan, n_plan, &so, &m.env, e);
+        r = qx__sink_begin(&u->sink, u->s, u->plan, u->n_plan, &so, &u->m.env, u->e);
     }
-    if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+    if (r != QUAROT_OK) u->st->output_error = 1;
+    return r;
+}
 
-    /* 4s. the streamed globals, window by window (then their entries count as written) */
-    if (per > 0) {
-        if ((r = qx__stream_globals(&b, &p, &m, per, e)) != QUAROT_OK) goto fail;
-        s->config = m.config;
-        for (k = 0; k < b.n_win; ++k) {
-            qx_entry* en = qx__entry(s, b.win[k].name);
-            if (en) en->t.data = NULL;
-            free(b.win[k].mem);
-            b.win[k].mem = NULL;
-            b.cur_bytes -= b.win[k].bytes;
-            st->tensors_written++;
-        }
-        b.n_win = 0;
+/* 4s. the streamed globals, window by window (then their entries count as written) */
+static quarot_result qx__run_stream(qx__run* u) {
+    qx__rf* b = &u->b;
+    int k;
+    quarot_result r;
+    if (u->per <= 0) return QUAROT_OK;
+    if ((r = qx__stream_globals(b, &u->p, &u->m, u->per, u->e)) != QUAROT_OK) return r;
+    u->s->config = u->m.config;
+    for (k = 0; k < b->n_win; ++k) {
+        qx_entry* en = qx__entry(u->s, b->win[k].name);
+        if (en) en->t.data = NULL;
+        free(b->win[k].mem);
+        b->win[k].mem = NULL;
+        b->cur_bytes -= b->win[k].bytes;
+        u->st->tensors_written++;
     }
+    b->n_win = 0;
+    return QUAROT_OK;
+}
 
-    /* 4b. the globals are final after pre_run (no layer command touches them; qx__get refuses
-       them from now on): the built-in writers take them now, and their copies become the slabs
-       the layers' copies are carved from (a caller's sink gets them at the end, as documented).
-       Only where the globals' copies are large (a real vocabulary): for small models there is
-       nothing to gain, and the layer-wise eval's resident-memory bound on its tiny test model
-       came out 10 MiB higher with the globals written first (file pages of the rotated copy it
-       maps afterwards, it seems: not pinned down) */
-    t0 = qx_now();
-    i = 0;
-    early = per == 0 && !o->sink && !o->globals_last && st->global_copy_bytes >= QX__EARLY_MIN;
+/* 4b. the globals are final after pre_run (no layer command touches them; qx__get refuses
+   them from now on): the built-in writers take them now, and their copies become the slabs
+   the layers' copies are carved from (a caller's sink gets them at the end, as documented).
+   Only where the globals' copies are large (a real vocabulary): for small models there is
+   nothing to gain, and the layer-wise eval's resident-memory bound on its tiny test model
+   came out 10 MiB higher with the globals written first (file pages of the rotated copy it
+   maps afterwards, it seems: not pinned down) */
+static quarot_result qx__run_globals_early(qx__run* u) {
+    qx_store* s = u->s;
+    const qx_rotate_file_opts* o = u->o;
+    double t0 = qx_now();
+    int64_t i = 0;
+    int early = u->per == 0 && !o->sink && !o->globals_last && u->st->global_copy_bytes >= QX__EARLY_MIN;
+    quarot_result r = QUAROT_OK;
     while (early && i < s->count && r == QUAROT_OK) {
         qx_entry* en = &s->items[i];
         if (qx_name_layer(en->name, NULL, NULL) >= 0) { ++i; continue; }
-        r = qx__sink_put(&sink, en->name, &en->t, e);
-        if (r != QUAROT_OK) { st->output_error = 1; break; }
-        st->tensors_written++;
+        r = qx__sink_put(&u->sink, en->name, &en->t, u->e);
+        if (r != QUAROT_OK) { u->st->output_error = 1; break; }
+        u->st->tensors_written++;
         if (en->owned) {
-            qx__slab_add(&b, en->owned, quarot_tensor_nbytes(&en->t));
+            qx__slab_add(&u->b, en->owned, quarot_tensor_nbytes(&en->t));
             en->owned = NULL;
         }
         en->t.data = NULL;   /* written: the entry stays (config.json asks whether lm_head exists) */
         ++i;
     }
-    st->write_s += qx_now() - t0;
-    if (r != QUAROT_OK) goto fail;
+    u->st->write_s += qx_now() - t0;
+    return r;
+}
 
-    /* 5. layer by layer: copies on acquire, written and freed on release */
-    for (i = 0; i < s->config.n_layers && r == QUAROT_OK; ++i) {
-        r = quarot_processor_run_layer(&p, i);
+/* 5. layer by layer: copies on acquire, written and freed on release; then post_run */
+static quarot_result qx__run_layers(qx__run* u) {
+    qx__rf* b = &u->b;
+    int64_t i;
+    quarot_result r = QUAROT_OK;
+    for (i = 0; i < u->s->config.n_layers && r == QUAROT_OK; ++i) {
+        r = quarot_processor_run_layer(&u->p, i);
         if (r != QUAROT_OK) {
-            if (b.werr != QUAROT_OK) { *e = b.werr_msg; st->output_error = 1; r = b.werr; }
-            else if (b.in_err != QUAROT_OK) { *e = b.in_msg; r = b.in_err; }
-            else qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r));
+            if (b->werr != QUAROT_OK) { *u->e = b->werr_msg; u->st->output_error = 1; r = b->werr; }
+            else if (b->in_err != QUAROT_OK) { *u->e = b->in_msg; r = b->in_err; }
+            else qx_err_set(u->e, "%s", u->m.error[0] ? u->m.error : quarot_result_string(r));
         }
     }
-    qx__spares_free(&b);
-    qx__slabs_free(&b);
-    if (r != QUAROT_OK) goto fail;
-    b.t_mark = qx_now();
-    b.in_rotate = 0;
-    r = quarot_processor_post_run(&p);
-    qx__phase_end(&b, qx_now());
-    st->fused_into_commands = p.fused_into_commands;
-    if (r != QUAROT_OK) { qx_err_set(e, "%s", m.error[0] ? m.error : quarot_result_string(r)); goto fail; }
-    s->config = m.config;
-    t0 = qx_now();
+    qx__spares_free(b);
+    qx__slabs_free(b);
+    if (r != QUAROT_OK) return r;
+    b->t_mark = qx_now();
+    b->in_rotate = 0;
+    r = quarot_processor_post_run(&u->p);
+    qx__phase_end(b, qx_now());
+    u->st->fused_into_commands = u->p.fused_into_commands;
+    if (r != QUAROT_OK) { qx_err_set(u->e, "%s", u->m.error[0] ? u->m.error : quarot_result_string(r)); return r; }
+    u->s->config = u->m.config;
+    return QUAROT_OK;
+}
 
-    /* 6. the globals (all that is left in the store, but those step 4b wrote) */
+/* 6. the globals (all that is left in the store, but those step 4b wrote) */
+static quarot_result qx__run_globals_last(qx__run* u) {
+    qx_store* s = u->s;
+    int64_t i;
+    quarot_result r = QUAROT_OK;
+    u->t_write = qx_now();
     for (i = 0; i < s->count && r == QUAROT_OK; ++i) {
         if (!s->items[i].t.data) continue;
-        r = qx__sink_put(&sink, s->items[i].name, &s->items[i].t, e);
-        if (r == QUAROT_OK) st->tensors_written++;
-        else st->output_error = 1;
+        r = qx__sink_put(&u->sink, s->items[i].name, &s->items[i].t, u->e);
+        if (r == QUAROT_OK) u->st->tensors_written++;
+        else u->st->output_error = 1;
     }
-    if (r != QUAROT_OK) goto fail;
+    return r;
+}
 
-    /* 7. the model, hook file and config.json complete in the staging directory, then published */
-    r = qx__sink_finish(&sink, e);
-    if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
-    st->direct_mode = sink.direct_mode;
-    if (o->hooks_path && desc->online_out) {
-        r = qx__hooks_text(desc->online_out, &stg, &hooks_text, e);
-        if (r == QUAROT_OK) r = qx__text_begin(&hooks_out, stg.hooks, hooks_text, strlen(hooks_text), 0, e);
-        if (r == QUAROT_OK) r = qx_out_publish(&hooks_out, e);
-        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
-        have_hooks = 1;
+/* 7. the model, hook file and config.json complete in the staging directory, then published */
+static quarot_result qx__run_publish(qx__run* u) {
+    const qx_rotate_file_opts* o = u->o;
+    qx_rotate_file_stats* st = u->st;
+    qx_err* e = u->e;
+    quarot_result r = qx__sink_finish(&u->sink, e);
+    if (r != QUAROT_OK) { st->output_error = 1; return r; }
+    st->direct_mode = u->sink.direct_mode;
+    if (o->hooks_path && u->desc->online_out) {
+        r = qx__hooks_text(u->desc->online_out, &u->stg, &u->hooks_text, e);
+        if (r == QUAROT_OK) r = qx__text_begin(&u->hooks_out, u->stg.hooks, u->hooks_text, strlen(u->hooks_text), 0, e);
+        if (r == QUAROT_OK) r = qx_out_publish(&u->hooks_out, e);
+        if (r != QUAROT_OK) { st->output_error = 1; return r; }
+        u->have_hooks = 1;
     }
     if (o->config_path) {
-        r = qx_convert_hf_config(s, qx__plan_torch_dtype(plan, n_plan), &cfg_text, e);
-        if (r == QUAROT_OK) r = qx__text_begin(&cfg_out, stg.config, cfg_text.p, cfg_text.len, 0, e);
-        if (r == QUAROT_OK) r = qx_out_publish(&cfg_out, e);
-        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
-        have_cfg = 1;
+        r = qx_convert_hf_config(u->s, qx__plan_torch_dtype(u->plan, u->n_plan), &u->cfg_text, e);
+        if (r == QUAROT_OK) r = qx__text_begin(&u->cfg_out, u->stg.config, u->cfg_text.p, u->cfg_text.len, 0, e);
+        if (r == QUAROT_OK) r = qx_out_publish(&u->cfg_out, e);
+        if (r != QUAROT_OK) { st->output_error = 1; return r; }
+        u->have_cfg = 1;
     }
-    if (!o->sink && o->side_dir && stg.is_dir) {
-        r = qx__side_files(o->side_dir, stg.dir.tmp, &st->side_files, e);
-        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+    if (!o->sink && o->side_dir && u->stg.is_dir) {
+        r = qx__side_files(o->side_dir, u->stg.dir.tmp, &st->side_files, e);
+        if (r != QUAROT_OK) { st->output_error = 1; return r; }
     }
     if (!o->sink) {
-        r = qx__stage_publish(&stg, o, have_hooks, have_cfg, e);
-        if (r != QUAROT_OK) { st->output_error = 1; goto fail; }
+        r = qx__stage_publish(&u->stg, o, u->have_hooks, u->have_cfg, e);
+        if (r != QUAROT_OK) { st->output_error = 1; return r; }
     }
-    qx__stage_free(&stg);
-    qx_out_abort(&hooks_out);   /* frees the paths (published: nothing to remove) */
-    qx_out_abort(&cfg_out);
-    st->write_s += qx_now() - t0;
-    st->total_s = qx_now() - t_start;
-    qx_pool_destroy(pool);
-    quarot_processor_free(&p);
-    qx_blockcache_destroy(cache);
-    free(b.spare);
-    free(b.spare_bytes);
-    qx_sb_free(&cfg_text);
-    free(hooks_text);
-    free(plan);
+    qx__stage_free(&u->stg);
+    qx_out_abort(&u->hooks_out);   /* frees the paths (published: nothing to remove) */
+    qx_out_abort(&u->cfg_out);
+    st->write_s += qx_now() - u->t_write;
     return QUAROT_OK;
+}
 
-fail:
-    for (k = 0; k < b.n_win; ++k) free(b.win[k].mem);
-    qx_out_abort(&hooks_out);
-    qx_out_abort(&cfg_out);
-    qx__sink_abort(&sink);
-    qx__stage_free(&stg);
-    qx__spares_free(&b);
-    qx__slabs_free(&b);
-    free(b.spare);
-    free(b.spare_bytes);
-    qx_pool_destroy(pool);
-    if (have_p) quarot_processor_free(&p);
-    qx_blockcache_destroy(cache);
-    qx_sb_free(&cfg_text);
-    free(hooks_text);
-    free(plan);
+/* Frees what the run built; what was not published (the staged output, a caller's output) is
+   removed. After a publish the removals find nothing left. */
+static void qx__run_free(qx__run* u) {
+    qx__rf* b = &u->b;
+    int k;
+    for (k = 0; k < b->n_win; ++k) free(b->win[k].mem);
+    qx_out_abort(&u->hooks_out);
+    qx_out_abort(&u->cfg_out);
+    qx__sink_abort(&u->sink);
+    qx__stage_free(&u->stg);
+    qx__spares_free(b);
+    qx__slabs_free(b);
+    free(b->spare);
+    free(b->spare_bytes);
+    qx_pool_destroy(u->pool);
+    if (u->have_p) quarot_processor_free(&u->p);
+    qx_blockcache_destroy(u->cache);
+    qx_sb_free(&u->cfg_text);
+    free(u->hooks_text);
+    free(u->plan);
+}
+
+quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const qx_rotate_file_opts* o,
+                             qx_rotate_file_stats* st, qx_err* e) {
+    qx__run u;
+    qx_rotate_file_stats local;
+    quarot_result r;
+    if (!st) st = &local;
+    qx__run_init(&u, s, desc, o, st, e);
+    if ((r = qx__run_check(&u)) != QUAROT_OK) return r;
+    qx__run_bind(&u);
+    if ((r = qx__run_validate(&u)) != QUAROT_OK) {
+        qx__run_unbind(&u);
+        return r;
+    }
+    r = qx__run_plan(&u);
+    if (r == QUAROT_OK) r = qx__run_windows(&u);
+    if (r == QUAROT_OK) r = qx__run_globals(&u);
+    if (r == QUAROT_OK) r = qx__run_open_output(&u);
+    if (r == QUAROT_OK) r = qx__run_stream(&u);
+    if (r == QUAROT_OK) r = qx__run_globals_early(&u);
+    if (r == QUAROT_OK) r = qx__run_layers(&u);
+    if (r == QUAROT_OK) r = qx__run_globals_last(&u);
+    if (r == QUAROT_OK) r = qx__run_publish(&u);
+    if (r == QUAROT_OK) st->total_s = qx_now() - u.t_start;
+    qx__run_free(&u);
     return r;
 }
