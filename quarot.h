@@ -6001,6 +6001,8 @@ static float quarot__sdot_f32_avx2(const float* a, const float* b, int64_t n) {
 #if defined(QUAROT__HAVE_AVX512)
 static float quarot__sdot_f32_avx512(const float* a, const float* b, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 h8;
+    __m128 h;
     int64_t k = 0;
     float s;
     for (; k + 64 <= n; k += 64) {
@@ -6009,7 +6011,15 @@ static float quarot__sdot_f32_avx512(const float* a, const float* b, int64_t n) 
         a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 32), _mm512_loadu_ps(b + k + 32), a2);
         a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 48), _mm512_loadu_ps(b + k + 48), a3);
     }
-    s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    // The halves, then the quarters, then pairs: the order of gcc's _mm512_reduce_add_ps, written out
+    // because its unmasked extract (an undefined pass-through) trips -Wuninitialized in g++ 12.
+    a0 = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+    h8 = _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd((__mmask8)0xFF, _mm512_castps_pd(a0), 0)),
+                       _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd((__mmask8)0xFF, _mm512_castps_pd(a0), 1)));
+    h = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    s = _mm_cvtss_f32(h);
     for (; k < n; ++k) s += a[k] * b[k];
     return s;
 }

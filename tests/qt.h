@@ -116,6 +116,13 @@ QT_UNUSED static int qt_quick(void) {
     return q && q[0] && q[0] != '0';
 }
 
+/* Whether the programs run through an emulator ($QT_RUNNER non-empty, e.g. qemu-aarch64): resident
+   memory is then the emulator's. make test always sets the variable, empty on the host. */
+QT_UNUSED static int qt_emulated(void) {
+    const char* r = getenv("QT_RUNNER");
+    return r && r[0];
+}
+
 /* Path of a file under the shared data folder ($QUAROT_SHARED, default ../shared), or NULL when
    it does not exist. Returns a static buffer (tests are single-threaded). */
 QT_UNUSED static const char* qt_shared_path(const char* rel) {

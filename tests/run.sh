@@ -10,8 +10,13 @@ passed=0; failed=0; skipped=0
 jobs=$(jobs_limit "${QT_JOBS:-}")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/qt_run_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-run_one() {   # program, output file
+run_one() {   # program, output file (its wall seconds go to FILE.s)
+    local t0 rc
+    t0=$(date +%s)
     ${QT_RUNNER:-} "$1" > "$2" 2>&1
+    rc=$?
+    echo $(( $(date +%s) - t0 )) > "$2.s"
+    return $rc
 }
 i=0
 for t in "$@"; do
@@ -23,6 +28,7 @@ i=0
 for t in "$@"; do
     name=$(basename "$t")
     out=$(cat "$tmp/$i.out" 2>/dev/null); rc=$(jobs_rc "$tmp/$i.rc")
+    echo "$(cat "$tmp/$i.out.s" 2>/dev/null || echo 0) $name" >> "$tmp/times"
     i=$((i + 1))
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E "^$name: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
@@ -38,5 +44,7 @@ for t in "$@"; do
         echo "$name: exited with $rc"; failed=$((failed + 1))
     fi
 done
+# the slowest programs, for whoever keeps the suite fast (wall seconds, QT_JOBS side by side)
+echo "slowest: $(sort -rn "$tmp/times" | head -n 6 | awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $2, $1}')"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -438,7 +438,7 @@ static void test_layerwise_memory(void) {
        pages of the tensor being read (rounded to page-cache folios), f64 scratch of one tensor,
        allocator slack: bound = 8 MiB + globals + 1.5 layers (25 MiB), while the model is 8 layers
        (81 MiB). Measured: 16-19 MiB. */
-    if (!UNDER_ASAN && !getenv("QT_RUNNER") && !quick) {
+    if (!UNDER_ASAN && !qt_emulated() && !quick) {
         double bound = 8.0 + global_mib + 1.5 * layer_mib;
         QT_CHECKF(peak > 0 && peak <= bound, "peak resident %.1f MiB > bound %.1f MiB (model %.1f MiB)", peak, bound, model_mib);
         QT_CHECK(bound < 0.35 * model_mib);

@@ -319,145 +319,208 @@ static void qx__fold_names(const quarot_adapt_capture* cap, char* out, size_t si
     }
 }
 
-quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const qx_calib_opts* o,
-                              quarot_adapt_context* ctx, qx_calib_stats* st, qx_err* e) {
-    qx_store fused;
-    quarot_model m;
-    qx_binding b;
-    quarot_rotate_desc fd;
+/* ---- qx_calib_stage1, step by step ---- */
+
+/* What qx_calib_stage1 works with; the have_* flags say what qx__cs1_free must free. */
+typedef struct qx__cs1 {
+    const qx_store* model;
+    const qx_windows* w;
+    const qx_calib_opts* o;
+    quarot_adapt_context* ctx;
+    qx_calib_stats* st;
+    qx_err* e;
+    quarot_plan plan;                      /* the adapter's: the linears reading the residual stream */
+    qx_store fused;                        /* the model with its norms fused (R1 = identity) */
     quarot_adapt_capture cap;
-    quarot_plan plan;
-    const quarot_adapter* ad;
     qx__calib_hook hook;
     qx_forward f;
     qx_forward_opts fo;
-    quarot_result r;
-    int64_t i;
-    double t0;
-    int have_cap = 0, have_fwd = 0, layerwise;
     quarot_online_list mhooks;             /* the model's own online hooks (qx_model_hooks_attach) */
     qx_online_ctx moc;
-    quarot_online_list_init(&mhooks, NULL);
-    qx_online_ctx_init(&moc, NULL);
+    int have_plan, have_fused, have_cap, have_fwd, layerwise;
+    double t0;                             /* the forward time counts from the fusion's start */
+} qx__cs1;
+
+static void qx__cs1_free(qx__cs1* g) {
+    if (g->have_fwd) qx_forward_free(&g->f);
+    if (g->have_cap) quarot_adapt_capture_free(&g->cap);
+    if (g->have_fused) qx_store_free(&g->fused);
+    if (g->have_plan) quarot_plan_free(&g->plan);
+    qx_online_ctx_free(&g->moc);
+    quarot_online_list_free(&g->mhooks);
+}
+
+/* The options checked, the architecture's adapter and its plan. */
+static quarot_result qx__cs1_plan(qx__cs1* g) {
+    const qx_store* model = g->model;
+    const quarot_adapter* ad;
+    quarot_result r = qx_calib_check(&g->o->adapt, model->config.hidden, g->e);
+    if (r != QUAROT_OK) return r;
+    ad = quarot_adapter_find(model->config.arch);
+    if (!ad) {
+        qx_err_set(g->e, "adapt stage 1: no adapter for architecture '%s' (known: %s)", model->config.arch, quarot_adapter_list());
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    quarot_plan_init(&g->plan, g->o->env);
+    g->have_plan = 1;
+    r = ad->build(ad, &model->config, -1, &g->plan);
+    if (r != QUAROT_OK) qx_err_set(g->e, "adapt stage 1: adapter '%s': %s", ad->arch, quarot_result_string(r));
+    return r;
+}
+
+/* 1. norm fusion on a copy (R1 = identity, no R2: the weights are otherwise unchanged); a mapped
+   model: layer-wise into a mapped temporary file (qx_layerwise.h), never whole in memory */
+static quarot_result qx__cs1_fuse(qx__cs1* g) {
+    quarot_rotate_desc fd;
+    quarot_model m;
+    qx_binding b;
+    quarot_result r;
+    g->t0 = qx_now();
+    memset(&fd, 0, sizeof fd);
+    fd.rotation = QUAROT_ROTATION_IDENTITY;
+    fd.no_r2 = 1;
+    g->layerwise = qx_lw_mapped(g->model);
+    if (g->layerwise) {
+        qx_err why;
+        why.msg[0] = '\0';
+        r = qx_lw_rotate(g->model, &fd, &g->fused, NULL, NULL, NULL, &why);
+        if (r != QUAROT_OK) {
+            qx_err_set(g->e, "adapt stage 1: norm fusion: %s (%s)", why.msg[0] ? why.msg : "failed", quarot_result_string(r));
+            return r;
+        }
+        g->have_fused = 1;
+        return QUAROT_OK;
+    }
+    r = qx_store_clone(g->model, &g->fused);
+    if (r != QUAROT_OK) {
+        qx_err_set(g->e, "adapt stage 1: copying the model: %s", quarot_result_string(r));
+        return r;
+    }
+    g->have_fused = 1;
+    qx_model_bind(&m, &b, &g->fused);
+    if (g->o->env) m.env = *g->o->env;
+    r = quarot_rotate_model(&m, &fd);
+    if (r != QUAROT_OK) {
+        qx_err_set(g->e, "adapt stage 1: norm fusion: %s (%s)", m.error[0] ? m.error : "failed", quarot_result_string(r));
+        return r;
+    }
+    qx_model_sync(&m, &g->fused);
+    return QUAROT_OK;
+}
+
+/* 2a. the capture, and the forward pass over the fused model offering every linear input to it
+   (with the model's own online hooks, if it has any) */
+static quarot_result qx__cs1_forward_begin(qx__cs1* g) {
+    quarot_result r = quarot_adapt_capture_init(&g->cap, g->model->config.hidden, &g->o->adapt, g->o->env);
+    if (r != QUAROT_OK) { qx_err_set(g->e, "adapt stage 1: capture: %s", quarot_result_string(r)); return r; }
+    g->have_cap = 1;
+    memset(&g->hook, 0, sizeof g->hook);
+    g->hook.cap = &g->cap;
+    g->hook.plan = &g->plan;
+    memset(&g->fo, 0, sizeof g->fo);
+    g->fo.capture = qx__calib_capture;
+    g->fo.capture_user = &g->hook;
+    g->fo.env = g->o->env;
+    r = qx_model_hooks_get(g->model, &g->mhooks, g->e);
+    if (r != QUAROT_OK) return r;
+    if (g->mhooks.count > 0) { g->moc.base = &g->mhooks; g->fo.online = qx_online_hooks; g->fo.online_user = &g->moc; }
+    if (g->layerwise) qx_lw_forward_opts(&g->fo, &g->fused);   /* one layer in f32 at a time; fused stays mapped */
+    r = qx_forward_init(&g->f, &g->fused, &g->fo, g->e);
+    if (r != QUAROT_OK) return r;
+    g->have_fwd = 1;
+    if (!g->layerwise) {
+        qx_store_free(&g->fused);          /* the forward pass holds its own f32 copies */
+        qx_store_init(&g->fused);
+    }
+    return QUAROT_OK;
+}
+
+/* 2b. the calibration windows through the forward pass (which is freed after them).
+   Every window starts with BOS at position 0, whose activations are the same vector in every
+   window: it is captured from the first window only. Otherwise stream windows (period seq_len,
+   a power of two by default) would put 1 in every (seq_len / step) kept rows on that one vector
+   (the capture keeps every step-th row, step a power of two: e.g. a quarter of all rows at
+   seq_len 256 and step 64), and keep the same few positions of every window. Without it, each
+   window adds seq_len - 1 rows, an odd period, so the kept rows walk through all positions. */
+static quarot_result qx__cs1_windows(qx__cs1* g) {
+    const qx_windows* w = g->w;
+    qx_calib_stats* st = g->st;
+    qx_err* e = g->e;
+    quarot_result r = QUAROT_OK;
+    int64_t i;
+    for (i = 0; i < w->n && r == QUAROT_OK; ++i) {
+        int64_t len = w->offset[i + 1] - w->offset[i];
+        g->hook.skip_bos = i > 0 && w->tokens[w->offset[i]] == w->tokens[0];   /* position 0 sees only its own token */
+        r = qx_forward_window(&g->f, w->tokens + w->offset[i], len, NULL, e);
+        if (r == QUAROT_OK && g->hook.status != QUAROT_OK) { r = g->hook.status; qx_err_set(e, "%s", g->hook.msg); }
+        if (r == QUAROT_OK && g->moc.status != QUAROT_OK) { r = g->moc.status; qx_err_set(e, "the model's online hooks: %s", quarot_result_string(r)); }
+        if (r == QUAROT_OK && g->cap.status != QUAROT_OK) {
+            r = g->cap.status;
+            qx_err_set(e, "adapt stage 1: capture: %s", g->cap.error[0] ? g->cap.error : quarot_result_string(r));
+        }
+        st->windows++;
+        st->tokens += len;
+        if (g->o->on_window) g->o->on_window(g->o->user, i + 1, w->n);
+    }
+    qx_forward_free(&g->f);
+    g->have_fwd = 0;
+    return r;
+}
+
+/* What the capture holds: the forward time, the linears matched, their rows. */
+static void qx__cs1_stats(qx__cs1* g) {
+    qx_calib_stats* st = g->st;
+    int64_t i;
+    st->forward_s = qx_now() - g->t0;
+    st->linears = g->cap.n_linears;
+    for (i = 0; i < g->cap.n_linears; ++i) {
+        st->rows += g->cap.linears[i].count;
+        if (g->cap.linears[i].count > st->rows_per_linear) st->rows_per_linear = g->cap.linears[i].count;
+    }
+    qx__fold_names(&g->cap, st->matched, sizeof st->matched);
+}
+
+/* 3. the optimizer */
+static quarot_result qx__cs1_optimize(qx__cs1* g) {
+    double t0;
+    quarot_result r;
+    if (g->o->on_optimize) g->o->on_optimize(g->o->user);
+    t0 = qx_now();
+    r = quarot_adapt_stage1(&g->cap, &g->o->adapt, g->ctx, g->o->env);
+    g->st->optimize_s = qx_now() - t0;
+    if (r != QUAROT_OK) qx_err_set(g->e, "%s", g->ctx->error[0] ? g->ctx->error : quarot_result_string(r));
+    return r;
+}
+
+/* Check and plan, fuse the norms, run the windows through the forward pass into the capture, then
+   optimize the rotation from what it holds. */
+quarot_result qx_calib_stage1(const qx_store* model, const qx_windows* w, const qx_calib_opts* o,
+                              quarot_adapt_context* ctx, qx_calib_stats* st, qx_err* e) {
+    qx__cs1 g;
+    quarot_result r;
+    memset(&g, 0, sizeof g);
+    quarot_online_list_init(&g.mhooks, NULL);
+    qx_online_ctx_init(&g.moc, NULL);
     memset(st, 0, sizeof *st);
     if (!model || !w || !o || !ctx || w->n <= 0) {
         qx_err_set(e, "adapt stage 1: bad arguments");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    r = qx_calib_check(&o->adapt, model->config.hidden, e);
-    if (r != QUAROT_OK) return r;
-    ad = quarot_adapter_find(model->config.arch);
-    if (!ad) {
-        qx_err_set(e, "adapt stage 1: no adapter for architecture '%s' (known: %s)", model->config.arch, quarot_adapter_list());
-        return QUAROT_ERR_UNSUPPORTED;
+    g.model = model;
+    g.w = w;
+    g.o = o;
+    g.ctx = ctx;
+    g.st = st;
+    g.e = e;
+    r = qx__cs1_plan(&g);
+    if (r == QUAROT_OK) r = qx__cs1_fuse(&g);
+    if (r == QUAROT_OK) r = qx__cs1_forward_begin(&g);
+    if (r == QUAROT_OK) r = qx__cs1_windows(&g);
+    if (r == QUAROT_OK) {
+        qx__cs1_stats(&g);
+        r = qx__cs1_optimize(&g);
     }
-    quarot_plan_init(&plan, o->env);
-    r = ad->build(ad, &model->config, -1, &plan);
-    if (r != QUAROT_OK) {
-        quarot_plan_free(&plan);
-        qx_err_set(e, "adapt stage 1: adapter '%s': %s", ad->arch, quarot_result_string(r));
-        return r;
-    }
-
-    /* 1. norm fusion on a copy (R1 = identity, no R2: the weights are otherwise unchanged); a mapped
-       model: layer-wise into a mapped temporary file (qx_layerwise.h), never whole in memory */
-    t0 = qx_now();
-    memset(&fd, 0, sizeof fd);
-    fd.rotation = QUAROT_ROTATION_IDENTITY;
-    fd.no_r2 = 1;
-    layerwise = qx_lw_mapped(model);
-    if (layerwise) {
-        qx_err why;
-        why.msg[0] = '\0';
-        r = qx_lw_rotate(model, &fd, &fused, NULL, NULL, NULL, &why);
-        if (r != QUAROT_OK) {
-            quarot_plan_free(&plan);
-            qx_err_set(e, "adapt stage 1: norm fusion: %s (%s)", why.msg[0] ? why.msg : "failed", quarot_result_string(r));
-            return r;
-        }
-    } else {
-        r = qx_store_clone(model, &fused);
-        if (r != QUAROT_OK) {
-            quarot_plan_free(&plan);
-            qx_err_set(e, "adapt stage 1: copying the model: %s", quarot_result_string(r));
-            return r;
-        }
-        qx_model_bind(&m, &b, &fused);
-        if (o->env) m.env = *o->env;
-        r = quarot_rotate_model(&m, &fd);
-        if (r != QUAROT_OK) {
-            qx_err_set(e, "adapt stage 1: norm fusion: %s (%s)", m.error[0] ? m.error : "failed", quarot_result_string(r));
-            goto done;
-        }
-        qx_model_sync(&m, &fused);
-    }
-
-    /* 2. the calibration windows through the forward pass, every linear input offered to the capture */
-    r = quarot_adapt_capture_init(&cap, model->config.hidden, &o->adapt, o->env);
-    if (r != QUAROT_OK) { qx_err_set(e, "adapt stage 1: capture: %s", quarot_result_string(r)); goto done; }
-    have_cap = 1;
-    memset(&hook, 0, sizeof hook);
-    hook.cap = &cap;
-    hook.plan = &plan;
-    memset(&fo, 0, sizeof fo);
-    fo.capture = qx__calib_capture;
-    fo.capture_user = &hook;
-    fo.env = o->env;
-    r = qx_model_hooks_get(model, &mhooks, e);
-    if (r != QUAROT_OK) goto done;
-    if (mhooks.count > 0) { moc.base = &mhooks; fo.online = qx_online_hooks; fo.online_user = &moc; }
-    if (layerwise) qx_lw_forward_opts(&fo, &fused);   /* one layer in f32 at a time; fused stays mapped */
-    r = qx_forward_init(&f, &fused, &fo, e);
-    if (r != QUAROT_OK) goto done;
-    have_fwd = 1;
-    if (!layerwise) {
-        qx_store_free(&fused);             /* the forward pass holds its own f32 copies */
-        qx_store_init(&fused);
-    }
-    /* Every window starts with BOS at position 0, whose activations are the same vector in every
-       window: it is captured from the first window only. Otherwise stream windows (period seq_len,
-       a power of two by default) would put 1 in every (seq_len / step) kept rows on that one vector
-       (the capture keeps every step-th row, step a power of two: e.g. a quarter of all rows at
-       seq_len 256 and step 64), and keep the same few positions of every window. Without it, each
-       window adds seq_len - 1 rows, an odd period, so the kept rows walk through all positions. */
-    for (i = 0; i < w->n && r == QUAROT_OK; ++i) {
-        int64_t len = w->offset[i + 1] - w->offset[i];
-        hook.skip_bos = i > 0 && w->tokens[w->offset[i]] == w->tokens[0];   /* position 0 sees only its own token */
-        r = qx_forward_window(&f, w->tokens + w->offset[i], len, NULL, e);
-        if (r == QUAROT_OK && hook.status != QUAROT_OK) { r = hook.status; qx_err_set(e, "%s", hook.msg); }
-        if (r == QUAROT_OK && moc.status != QUAROT_OK) { r = moc.status; qx_err_set(e, "the model's online hooks: %s", quarot_result_string(r)); }
-        if (r == QUAROT_OK && cap.status != QUAROT_OK) {
-            r = cap.status;
-            qx_err_set(e, "adapt stage 1: capture: %s", cap.error[0] ? cap.error : quarot_result_string(r));
-        }
-        st->windows++;
-        st->tokens += len;
-        if (o->on_window) o->on_window(o->user, i + 1, w->n);
-    }
-    qx_forward_free(&f);
-    have_fwd = 0;
-    if (r != QUAROT_OK) goto done;
-    st->forward_s = qx_now() - t0;
-    st->linears = cap.n_linears;
-    for (i = 0; i < cap.n_linears; ++i) {
-        st->rows += cap.linears[i].count;
-        if (cap.linears[i].count > st->rows_per_linear) st->rows_per_linear = cap.linears[i].count;
-    }
-    qx__fold_names(&cap, st->matched, sizeof st->matched);
-
-    /* 3. the optimizer */
-    if (o->on_optimize) o->on_optimize(o->user);
-    t0 = qx_now();
-    r = quarot_adapt_stage1(&cap, &o->adapt, ctx, o->env);
-    st->optimize_s = qx_now() - t0;
-    if (r != QUAROT_OK) qx_err_set(e, "%s", ctx->error[0] ? ctx->error : quarot_result_string(r));
-done:
-    if (have_fwd) qx_forward_free(&f);
-    if (have_cap) quarot_adapt_capture_free(&cap);
-    qx_store_free(&fused);
-    quarot_plan_free(&plan);
-    qx_online_ctx_free(&moc);
-    quarot_online_list_free(&mhooks);
+    qx__cs1_free(&g);
     return r;
 }
 

@@ -1077,150 +1077,186 @@ static int qx__gw_gguf_cmp(const void* a, const void* b) {
     return qx_name_cmp((*(const qx__gw_t* const*)a)->gguf, (*(const qx__gw_t* const*)b)->gguf);
 }
 
+/* ---- qx_gguf_writer_begin, step by step ---- */
+
+/* What qx_gguf_writer_begin works with; its steps fill w (freed by qx_gguf_writer_abort on failure). */
+typedef struct qx__gwb {
+    qx_gguf_writer* w;
+    const char* path;
+    const qx_gguf_write_opts* opts;
+    qx_sb kvb;                   /* the key/value pairs, after an 8-byte count */
+    qx_sb hdr;                   /* the file's header */
+    qx__gw_t** order;            /* the tensors in the file's order (natural order of GGUF names) */
+    uint64_t n_kv, align;
+    qx_err* e;
+} qx__gwb;
+
+/* Key/value pairs with the changes, re-parsed: a change may not create a duplicate key, and the
+   resulting general.alignment must be a u32 power of two. */
+static quarot_result qx__gwb_pairs(qx__gwb* g, const void* kv, size_t kv_len) {
+    qx__gr rr;
+    qx_gguf_kv* kvs = NULL;
+    qx_gguf_file tmpf;
+    const qx_gguf_kv* al;
+    int64_t a;
+    quarot_result r = qx__gkv_build(kv, kv_len, g->opts ? g->opts->set : NULL, g->opts ? g->opts->n_set : 0, &g->kvb, &g->n_kv, g->e);
+    if (r != QUAROT_OK) return r;
+    rr.start = rr.p = (const unsigned char*)g->kvb.p + 8;
+    rr.end = (const unsigned char*)g->kvb.p + g->kvb.len;
+    rr.name = g->path;
+    rr.e = g->e;
+    if ((r = qx__gparse_kvs(&rr, g->n_kv, &kvs)) != QUAROT_OK) return r;   /* e.g. a change made a key twice */
+    memset(&tmpf, 0, sizeof tmpf);
+    tmpf.kv = kvs;
+    tmpf.n_kv = g->n_kv;
+    al = qx_gguf_find(&tmpf, "general.alignment");
+    if (al && (al->type != QX_GGUF_U32 || qx_gguf_kv_int(al, &a) != QUAROT_OK || a < 1 || a > (1 << 30) || (a & (a - 1)))) {
+        free(kvs);
+        qx_err_set(g->e, "%s: general.alignment must be a u32 power of two", g->path);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (al) g->align = (uint64_t)a;
+    free(kvs);
+    return QUAROT_OK;
+}
+
+/* Plan entry i into w->t[i]: checked like the safetensors writer's, its name mapped to GGUF, its
+   type (a block type from opts->block_types) and byte size. */
+static quarot_result qx__gwb_tensor(qx__gwb* g, const qx_tensor_plan* p, int64_t i) {
+    qx__gw_t* t = &g->w->t[i];
+    const char* path = g->path;
+    qx_err* e = g->e;
+    char gn[QX_GGUF_MAX_NAME + 64];
+    size_t es;
+    int d;
+    if (!p->name || !p->name[0] || p->n_dims < 1 || p->n_dims > QUAROT_MAX_DIMS) {
+        qx_err_set(e, "%s: plan entry %lld needs a name and 1..4 dimensions", path, (long long)i);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    t->dt = p->dtype == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : p->dtype;
+    t->ggml = t->dt == QUAROT_DTYPE_F32 ? QX_GGML_F32 : t->dt == QUAROT_DTYPE_F16 ? QX_GGML_F16 :
+              t->dt == QUAROT_DTYPE_BF16 ? QX_GGML_BF16 : QX_GGML_F64;
+    es = quarot_dtype_size(t->dt);
+    if (g->opts && g->opts->block_types && g->opts->block_types[i]) {
+        uint32_t bt = g->opts->block_types[i];
+        if ((bt != QX_GGML_Q4_0 && bt != QX_GGML_Q8_0) || p->n_dims < 1 || p->ne[0] < 1 || p->ne[0] % QX_GGML_QK) {
+            qx_err_set(e, "%s: tensor \"%s\": block type %u needs Q4_0/Q8_0 and rows of a multiple of %d elements", path,
+                       p->name, bt, QX_GGML_QK);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        t->ggml = bt;
+        t->raw = 1;
+    }
+    if (!es) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", path, p->name); return QUAROT_ERR_UNSUPPORTED_DTYPE; }
+    if (qx_gguf_name_from_hf(p->name, gn, sizeof gn) < 0 || strlen(gn) >= QX_GGUF_MAX_NAME) {
+        qx_err_set(e, "%s: tensor \"%.100s\": name too long for GGUF", path, p->name);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    t->hf = (char*)malloc(strlen(p->name) + 1);
+    t->gguf = (char*)malloc(strlen(gn) + 1);
+    if (!t->hf || !t->gguf) { qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    strcpy(t->hf, p->name);
+    strcpy(t->gguf, gn);
+    t->n_dims = p->n_dims;
+    t->nbytes = es;
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
+        t->ne[d] = d < p->n_dims ? p->ne[d] : 1;
+        if (t->ne[d] < 1 || t->nbytes > ((uint64_t)1 << 62) / (uint64_t)t->ne[d]) {
+            qx_err_set(e, "%s: tensor \"%s\": bad or overflowing shape", path, p->name);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        t->nbytes *= (uint64_t)t->ne[d];
+    }
+    if (t->raw) t->nbytes = t->nbytes / es / QX_GGML_QK * (t->ggml == QX_GGML_Q4_0 ? QX_GGML_Q4_0_BLOCK : QX_GGML_Q8_0_BLOCK);
+    return QUAROT_OK;
+}
+
+/* The tensors sorted by HF name (lookups bisect) and, in g->order, by GGUF name; two HF names may not
+   map to one GGUF name. */
+static quarot_result qx__gwb_order(qx__gwb* g) {
+    qx_gguf_writer* w = g->w;
+    int64_t i, n = w->n;
+    qsort(w->t, (size_t)n, sizeof *w->t, qx__gw_hf_cmp);
+    for (i = 0; i < n; ++i) g->order[i] = &w->t[i];
+    qsort(g->order, (size_t)n, sizeof *g->order, qx__gw_gguf_cmp);
+    for (i = 1; i < n; ++i)
+        if (strcmp(g->order[i - 1]->gguf, g->order[i]->gguf) == 0) {
+            qx_err_set(g->e, "%s: two tensors map to GGUF name \"%s\"", g->path, g->order[i]->gguf);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    return QUAROT_OK;
+}
+
+/* Header, pairs, tensor infos (natural order of GGUF names), padding; the absolute offsets; the
+   temporary opened and the header written. */
+static quarot_result qx__gwb_header(qx__gwb* g) {
+    qx_gguf_writer* w = g->w;
+    qx_sb* hdr = &g->hdr;
+    uint64_t pos = 0, align = g->align;
+    int64_t i, n = w->n;
+    quarot_result r;
+    qx_sb_put(hdr, "GGUF", 4);
+    qx_sb_le(hdr, 3, 4);
+    qx_sb_le(hdr, (uint64_t)n, 8);
+    qx_sb_le(hdr, g->n_kv, 8);
+    qx_sb_put(hdr, g->kvb.p + 8, g->kvb.len - 8);
+    for (i = 0; i < n; ++i) {
+        qx__gw_t* t = g->order[i];
+        int d;
+        qx_gguf_put_str(hdr, t->gguf, strlen(t->gguf));
+        qx_sb_le(hdr, (uint32_t)t->n_dims, 4);
+        for (d = 0; d < t->n_dims; ++d) qx_sb_le(hdr, (uint64_t)t->ne[d], 8);
+        qx_sb_le(hdr, t->ggml, 4);
+        qx_sb_le(hdr, pos, 8);
+        t->off = pos;
+        pos += t->nbytes + (align - t->nbytes % align) % align;
+    }
+    while (!hdr->failed && hdr->len % align) qx_sb_put(hdr, "", 1);
+    if (hdr->failed) { qx_err_set(g->e, "%s: out of memory", g->path); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < n; ++i) w->t[i].off += hdr->len;
+    w->file_size = hdr->len + pos;
+    if ((r = qx_out_begin(&w->out, g->path, g->opts && g->opts->force, g->e)) != QUAROT_OK) return r;
+    return qx_out_pwrite(&w->out, hdr->p, hdr->len, 0, g->e);
+}
+
+/* Build the key/value pairs, check and map the plan, order the tensors, then write the header. */
 quarot_result qx_gguf_writer_begin(qx_gguf_writer** wp, const char* path, const qx_tensor_plan* plan, int64_t n,
                                    const void* kv, size_t kv_len, const qx_gguf_write_opts* opts, qx_err* e) {
-    qx_gguf_writer* w;
-    qx_sb kvb, hdr;
-    qx__gw_t** order = NULL;
-    uint64_t n_kv = 0, align = 32, pos;
+    qx__gwb g;
     int64_t i;
     quarot_result r;
     if (!wp || !path || n < 0 || (n && !plan)) return QUAROT_ERR_INVALID_ARGUMENT;
     *wp = NULL;
-    memset(&kvb, 0, sizeof kvb);
-    memset(&hdr, 0, sizeof hdr);
-    w = (qx_gguf_writer*)calloc(1, sizeof *w);
-    if (!w || !(w->t = (qx__gw_t*)calloc((size_t)(n ? n : 1), sizeof *w->t)) ||
-        !(order = (qx__gw_t**)malloc((size_t)(n ? n : 1) * sizeof *order))) {
-        if (w) free(w->t);
-        free(w);
+    memset(&g, 0, sizeof g);
+    g.path = path;
+    g.opts = opts;
+    g.align = 32;
+    g.e = e;
+    g.w = (qx_gguf_writer*)calloc(1, sizeof *g.w);
+    if (!g.w || !(g.w->t = (qx__gw_t*)calloc((size_t)(n ? n : 1), sizeof *g.w->t)) ||
+        !(g.order = (qx__gw_t**)malloc((size_t)(n ? n : 1) * sizeof *g.order))) {
+        if (g.w) free(g.w->t);
+        free(g.w);
         qx_err_set(e, "%s: out of memory", path);
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
-    w->out.fd = -1;
-    /* key/value pairs with the changes, re-parsed: a change may not create a duplicate key, and the
-       resulting general.alignment must be a u32 power of two */
-    r = qx__gkv_build(kv, kv_len, opts ? opts->set : NULL, opts ? opts->n_set : 0, &kvb, &n_kv, e);
-    if (r != QUAROT_OK) goto fail;
-    {
-        qx__gr rr;
-        qx_gguf_kv* kvs = NULL;
-        qx_gguf_file tmpf;
-        const qx_gguf_kv* al;
-        int64_t a;
-        rr.start = rr.p = (const unsigned char*)kvb.p + 8;
-        rr.end = (const unsigned char*)kvb.p + kvb.len;
-        rr.name = path;
-        rr.e = e;
-        if ((r = qx__gparse_kvs(&rr, n_kv, &kvs)) != QUAROT_OK) goto fail;   /* e.g. a change made a key twice */
-        memset(&tmpf, 0, sizeof tmpf);
-        tmpf.kv = kvs;
-        tmpf.n_kv = n_kv;
-        al = qx_gguf_find(&tmpf, "general.alignment");
-        if (al && (al->type != QX_GGUF_U32 || qx_gguf_kv_int(al, &a) != QUAROT_OK || a < 1 || a > (1 << 30) || (a & (a - 1)))) {
-            free(kvs);
-            qx_err_set(e, "%s: general.alignment must be a u32 power of two", path);
-            r = QUAROT_ERR_INVALID_ARGUMENT;
-            goto fail;
-        }
-        if (al) align = (uint64_t)a;
-        free(kvs);
+    g.w->out.fd = -1;
+    r = qx__gwb_pairs(&g, kv, kv_len);
+    for (i = 0; r == QUAROT_OK && i < n; ++i) {
+        g.w->n = i + 1;
+        r = qx__gwb_tensor(&g, &plan[i], i);
     }
-    /* the plan: checked like the safetensors writer's, names mapped to GGUF */
-    for (i = 0; i < n; ++i) {
-        const qx_tensor_plan* p = &plan[i];
-        qx__gw_t* t = &w->t[i];
-        char g[QX_GGUF_MAX_NAME + 64];
-        size_t es;
-        int d;
-        w->n = i + 1;
-        if (!p->name || !p->name[0] || p->n_dims < 1 || p->n_dims > QUAROT_MAX_DIMS) {
-            qx_err_set(e, "%s: plan entry %lld needs a name and 1..4 dimensions", path, (long long)i);
-            r = QUAROT_ERR_INVALID_ARGUMENT;
-            goto fail;
-        }
-        t->dt = p->dtype == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : p->dtype;
-        t->ggml = t->dt == QUAROT_DTYPE_F32 ? QX_GGML_F32 : t->dt == QUAROT_DTYPE_F16 ? QX_GGML_F16 :
-                  t->dt == QUAROT_DTYPE_BF16 ? QX_GGML_BF16 : QX_GGML_F64;
-        es = quarot_dtype_size(t->dt);
-        if (opts && opts->block_types && opts->block_types[i]) {
-            uint32_t bt = opts->block_types[i];
-            if ((bt != QX_GGML_Q4_0 && bt != QX_GGML_Q8_0) || p->n_dims < 1 || p->ne[0] < 1 || p->ne[0] % QX_GGML_QK) {
-                qx_err_set(e, "%s: tensor \"%s\": block type %u needs Q4_0/Q8_0 and rows of a multiple of %d elements", path,
-                           p->name, bt, QX_GGML_QK);
-                r = QUAROT_ERR_INVALID_ARGUMENT;
-                goto fail;
-            }
-            t->ggml = bt;
-            t->raw = 1;
-        }
-        if (!es) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", path, p->name); r = QUAROT_ERR_UNSUPPORTED_DTYPE; goto fail; }
-        if (qx_gguf_name_from_hf(p->name, g, sizeof g) < 0 || strlen(g) >= QX_GGUF_MAX_NAME) {
-            qx_err_set(e, "%s: tensor \"%.100s\": name too long for GGUF", path, p->name);
-            r = QUAROT_ERR_INVALID_ARGUMENT;
-            goto fail;
-        }
-        t->hf = (char*)malloc(strlen(p->name) + 1);
-        t->gguf = (char*)malloc(strlen(g) + 1);
-        if (!t->hf || !t->gguf) { qx_err_set(e, "%s: out of memory", path); r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
-        strcpy(t->hf, p->name);
-        strcpy(t->gguf, g);
-        t->n_dims = p->n_dims;
-        t->nbytes = es;
-        for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
-            t->ne[d] = d < p->n_dims ? p->ne[d] : 1;
-            if (t->ne[d] < 1 || t->nbytes > ((uint64_t)1 << 62) / (uint64_t)t->ne[d]) {
-                qx_err_set(e, "%s: tensor \"%s\": bad or overflowing shape", path, p->name);
-                r = QUAROT_ERR_INVALID_ARGUMENT;
-                goto fail;
-            }
-            t->nbytes *= (uint64_t)t->ne[d];
-        }
-        if (t->raw) t->nbytes = t->nbytes / es / QX_GGML_QK * (t->ggml == QX_GGML_Q4_0 ? QX_GGML_Q4_0_BLOCK : QX_GGML_Q8_0_BLOCK);
+    if (r == QUAROT_OK) r = qx__gwb_order(&g);
+    if (r == QUAROT_OK) r = qx__gwb_header(&g);
+    qx_sb_free(&g.kvb);
+    qx_sb_free(&g.hdr);
+    free(g.order);
+    if (r != QUAROT_OK) {
+        qx_gguf_writer_abort(g.w);
+        return r;
     }
-    qsort(w->t, (size_t)n, sizeof *w->t, qx__gw_hf_cmp);
-    for (i = 0; i < n; ++i) order[i] = &w->t[i];
-    qsort(order, (size_t)n, sizeof *order, qx__gw_gguf_cmp);
-    for (i = 1; i < n; ++i)
-        if (strcmp(order[i - 1]->gguf, order[i]->gguf) == 0) {
-            qx_err_set(e, "%s: two tensors map to GGUF name \"%s\"", path, order[i]->gguf);
-            r = QUAROT_ERR_INVALID_ARGUMENT;
-            goto fail;
-        }
-    /* header, pairs, tensor infos (natural order of GGUF names), padding */
-    qx_sb_put(&hdr, "GGUF", 4);
-    qx_sb_le(&hdr, 3, 4);
-    qx_sb_le(&hdr, (uint64_t)n, 8);
-    qx_sb_le(&hdr, n_kv, 8);
-    qx_sb_put(&hdr, kvb.p + 8, kvb.len - 8);
-    for (i = 0, pos = 0; i < n; ++i) {
-        qx__gw_t* t = order[i];
-        int d;
-        qx_gguf_put_str(&hdr, t->gguf, strlen(t->gguf));
-        qx_sb_le(&hdr, (uint32_t)t->n_dims, 4);
-        for (d = 0; d < t->n_dims; ++d) qx_sb_le(&hdr, (uint64_t)t->ne[d], 8);
-        qx_sb_le(&hdr, t->ggml, 4);
-        qx_sb_le(&hdr, pos, 8);
-        t->off = pos;
-        pos += t->nbytes + (align - t->nbytes % align) % align;
-    }
-    while (!hdr.failed && hdr.len % align) qx_sb_put(&hdr, "", 1);
-    if (hdr.failed) { qx_err_set(e, "%s: out of memory", path); r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
-    for (i = 0; i < n; ++i) w->t[i].off += hdr.len;
-    w->file_size = hdr.len + pos;
-    if ((r = qx_out_begin(&w->out, path, opts && opts->force, e)) != QUAROT_OK) goto fail;
-    if ((r = qx_out_pwrite(&w->out, hdr.p, hdr.len, 0, e)) != QUAROT_OK) goto fail;
-    qx_sb_free(&kvb);
-    qx_sb_free(&hdr);
-    free(order);
-    *wp = w;
+    *wp = g.w;
     return QUAROT_OK;
-fail:
-    qx_sb_free(&kvb);
-    qx_sb_free(&hdr);
-    free(order);
-    qx_gguf_writer_abort(w);
-    return r;
 }
 
 /* The planned tensor by HF name (binary search in natural order), not yet written. */

@@ -1062,30 +1062,29 @@ static quarot_result qx__st_meta(const char* json, qx_sb* out, qx_err* e) {
     return QUAROT_OK;
 }
 
-quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_tensor_plan* plan, int64_t n,
-                                 const qx_st_write_opts* opts, qx_err* e) {
+/* ---- qx_st_writer_begin, step by step ---- */
+
+/* What qx_st_writer_begin works with; its steps fill w (freed by qx_st_writer_abort on failure). */
+typedef struct qx__stw_begin {
     qx_st_writer* w;
-    qx_sb meta, hdr;
-    qx__st_went** order = NULL;
+    const char* out;
     size_t olen;
+    int single;                  /* out ends in .safetensors: one file (else a directory) */
+    int force;
+    const qx_st_write_opts* opts;
+    qx_sb meta;                  /* the compact __metadata__ object */
+    qx_sb hdr;                   /* one file's header */
+    qx__st_went** order;         /* one file's tensors in file order */
+    qx_err* e;
+} qx__stw_begin;
+
+/* The plan: names, dtypes, shapes, byte sizes (all checked: a plan may come from anywhere), then
+   natural name order: deterministic, shards hold whole consecutive layers, lookups bisect. */
+static quarot_result qx__stw_plan(qx__stw_begin* g, const qx_tensor_plan* plan, int64_t n) {
+    qx_st_writer* w = g->w;
+    const char* out = g->out;
+    qx_err* e = g->e;
     int64_t i;
-    int single, force = opts && opts->force, k;
-    uint64_t shard_bytes = opts ? opts->shard_bytes : 0;
-    quarot_result r = QUAROT_OK;
-    if (!wp || !out || !out[0] || n < 0 || (n && !plan)) return QUAROT_ERR_INVALID_ARGUMENT;
-    *wp = NULL;
-    olen = strlen(out);
-    single = olen > 12 && strcmp(out + olen - 12, ".safetensors") == 0;
-    w = (qx_st_writer*)calloc(1, sizeof *w);
-    memset(&meta, 0, sizeof meta);
-    memset(&hdr, 0, sizeof hdr);
-    if (!w || !(w->t = (qx__st_went*)calloc((size_t)(n ? n : 1), sizeof *w->t))) {
-        free(w);
-        qx_err_set(e, "%s: out of memory", out);
-        return QUAROT_ERR_OUT_OF_MEMORY;
-    }
-    w->direct_mode = opts ? opts->direct_mode : NULL;
-    /* the plan: names, dtypes, shapes, byte sizes (all checked: a plan may come from anywhere) */
     for (i = 0; i < n; ++i) {
         const qx_tensor_plan* p = &plan[i];
         qx__st_went* t = &w->t[i];
@@ -1093,14 +1092,13 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         int d;
         if (!p->name || !p->name[0] || strcmp(p->name, "__metadata__") == 0 || p->n_dims < 1 || p->n_dims > QUAROT_MAX_DIMS) {
             qx_err_set(e, "%s: plan entry %lld: needs a name (not __metadata__) and 1..4 dimensions", out, (long long)i);
-            r = QUAROT_ERR_INVALID_ARGUMENT;
-            goto fail;
+            return QUAROT_ERR_INVALID_ARGUMENT;
         }
         t->dt = p->dtype == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : p->dtype;
         es = quarot_dtype_size(t->dt);
-        if (es == 0) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", out, p->name); r = QUAROT_ERR_UNSUPPORTED_DTYPE; goto fail; }
+        if (es == 0) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", out, p->name); return QUAROT_ERR_UNSUPPORTED_DTYPE; }
         t->name = (char*)malloc(strlen(p->name) + 1);
-        if (!t->name) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+        if (!t->name) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
         strcpy(t->name, p->name);
         t->n_dims = p->n_dims;
         t->nbytes = es;
@@ -1109,151 +1107,218 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
             t->ne[d] = d < p->n_dims ? p->ne[d] : 1;
             if (t->ne[d] < 1 || t->nbytes > UINT64_MAX / (uint64_t)t->ne[d] || t->nbytes * (uint64_t)t->ne[d] > (uint64_t)INT64_MAX / 2) {
                 qx_err_set(e, "%s: tensor \"%s\": bad or overflowing shape", out, p->name);
-                r = QUAROT_ERR_INVALID_ARGUMENT;
-                goto fail;
+                return QUAROT_ERR_INVALID_ARGUMENT;
             }
             t->nbytes *= (uint64_t)t->ne[d];
         }
     }
     w->n = n;
-    /* natural name order: deterministic, shards hold whole consecutive layers, lookups bisect */
     qsort(w->t, (size_t)n, sizeof *w->t, qx__went_name_cmp);
     for (i = 1; i < n; ++i)
         if (strcmp(w->t[i - 1].name, w->t[i].name) == 0) {
             qx_err_set(e, "%s: tensor \"%s\" is planned twice", out, w->t[i].name);
-            r = QUAROT_ERR_INVALID_ARGUMENT;
-            goto fail;
+            return QUAROT_ERR_INVALID_ARGUMENT;
         }
-    /* shards: natural order, greedy: a tensor starts a new shard when it would overflow this one */
+    return QUAROT_OK;
+}
+
+/* shards: natural order, greedy: a tensor starts a new shard when it would overflow this one */
+static quarot_result qx__stw_shards(qx__stw_begin* g) {
+    qx_st_writer* w = g->w;
+    uint64_t shard_bytes = g->opts ? g->opts->shard_bytes : 0, cur = 0;
+    int64_t i;
     w->n_files = 1;
-    if (!single && shard_bytes > 0) {
-        uint64_t cur = 0;
-        for (i = 0; i < n; ++i) {
-            if (cur > 0 && w->t[i].nbytes > shard_bytes - (cur < shard_bytes ? cur : shard_bytes)) { ++w->n_files; cur = 0; }
-            w->t[i].file = w->n_files - 1;
-            cur += w->t[i].nbytes;
-        }
-        if (w->n_files > 99999) { qx_err_set(e, "%s: more than 99999 shards", out); r = QUAROT_ERR_INVALID_ARGUMENT; goto fail; }
+    if (g->single || shard_bytes == 0) return QUAROT_OK;
+    for (i = 0; i < w->n; ++i) {
+        if (cur > 0 && w->t[i].nbytes > shard_bytes - (cur < shard_bytes ? cur : shard_bytes)) { ++w->n_files; cur = 0; }
+        w->t[i].file = w->n_files - 1;
+        cur += w->t[i].nbytes;
     }
-    if ((r = qx__st_meta(opts ? opts->metadata_json : NULL, &meta, e)) != QUAROT_OK) goto fail;
+    if (w->n_files > 99999) { qx_err_set(g->e, "%s: more than 99999 shards", g->out); return QUAROT_ERR_INVALID_ARGUMENT; }
+    return QUAROT_OK;
+}
+
+/* The metadata, the files' bookkeeping and, for a directory output, the directory. */
+static quarot_result qx__stw_prepare(qx__stw_begin* g) {
+    qx_st_writer* w = g->w;
+    const char* out = g->out;
+    int64_t n = w->n;
+    int k;
+    quarot_result r = qx__st_meta(g->opts ? g->opts->metadata_json : NULL, &g->meta, g->e);
+    if (r != QUAROT_OK) return r;
     w->files = (qx_out*)calloc((size_t)w->n_files, sizeof *w->files);
     w->file_size = (uint64_t*)calloc((size_t)w->n_files, sizeof *w->file_size);
-    order = (qx__st_went**)malloc((size_t)(n ? n : 1) * sizeof *order);
-    if (!w->files || !w->file_size || !order || meta.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
+    g->order = (qx__st_went**)malloc((size_t)(n ? n : 1) * sizeof *g->order);
+    if (!w->files || !w->file_size || !g->order || g->meta.failed) { qx_err_set(g->e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
     for (k = 0; k < w->n_files; ++k) w->files[k].fd = -1;
-    if (!single && !qx_is_dir(out)) {
+    if (!g->single && !qx_is_dir(out)) {
         if (mkdir(out, 0777) != 0) {
-            qx_err_set(e, "%s: cannot create the directory: %s", out, strerror(errno));
-            r = QUAROT_ERR_IO;
-            goto fail;
+            qx_err_set(g->e, "%s: cannot create the directory: %s", out, strerror(errno));
+            return QUAROT_ERR_IO;
         }
-        w->made_dir = (char*)malloc(olen + 1);
+        w->made_dir = (char*)malloc(g->olen + 1);
         if (w->made_dir) strcpy(w->made_dir, out);
     }
-    /* each file: header with this file's tensors, padded with spaces to 8 bytes, then the data */
-    for (k = 0; k < w->n_files; ++k) {
-        int64_t m = 0, j;
-        uint64_t pos = 0, hlen;
-        unsigned char len8[8];
-        char fname[64];
-        char* path;
-        for (i = 0; i < n; ++i) if (w->t[i].file == k) order[m++] = &w->t[i];
-        qsort(order, (size_t)m, sizeof *order, qx__went_file_cmp);
-        hdr.len = 0;
-        qx_sb_puts(&hdr, "{\"__metadata__\":");
-        qx_sb_put(&hdr, meta.p, meta.len);
-        for (j = 0; j < m; ++j) {
-            qx__st_went* t = order[j];
-            int d;
-            qx_sb_puts(&hdr, ",");
-            qx_sb_json_string(&hdr, t->name, strlen(t->name));
-            qx_sb_printf(&hdr, ":{\"dtype\":\"%s\",\"shape\":[", qx__st_dtype_name(t->dt));
-            for (d = t->n_dims - 1; d >= 0; --d) qx_sb_printf(&hdr, "%lld%s", (long long)t->ne[d], d ? "," : "");
-            qx_sb_printf(&hdr, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)pos, (unsigned long long)(pos + t->nbytes));
-            t->off = pos;                      /* relative for now */
-            pos += t->nbytes;
-        }
-        qx_sb_puts(&hdr, "}");
-        while (!hdr.failed && hdr.len % 8) qx_sb_put(&hdr, " ", 1);
-        if (hdr.failed) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
-        {   /* never write a header the reader would refuse (e.g. a name that is not UTF-8) */
-            qx_json_doc chk;
-            qx_json_opts jo;
-            memset(&jo, 0, sizeof jo);
-            jo.max_depth = 8;
-            jo.max_size = (size_t)QX_ST_MAX_HEADER;
-            if ((r = qx_json_parse(hdr.p, hdr.len, out, &jo, &chk, e)) != QUAROT_OK) goto fail;
-            qx_json_doc_free(&chk);
-        }
-        hlen = hdr.len;
-        if (hlen > QX_ST_MAX_HEADER) { qx_err_set(e, "%s: header of %llu bytes is too large", out, (unsigned long long)hlen); r = QUAROT_ERR_OVERFLOW; goto fail; }
-        for (j = 0; j < m; ++j) order[j]->off += 8 + hlen;
-        w->file_size[k] = 8 + hlen + pos;
-        if (w->n_files == 1) snprintf(fname, sizeof fname, "model.safetensors");
-        else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, w->n_files);
-        path = single ? NULL : qx_path_join(out, fname);
-        if (!single && !path) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
-        r = qx_out_begin(&w->files[k], single ? out : path, force, e);
-        free(path);
-        if (r != QUAROT_OK) goto fail;
-        if (opts && opts->direct) qx_out_direct(&w->files[k], w->file_size[k]);
-        if (opts) w->files[k].env = opts->env;
-        for (j = 0; j < 8; ++j) len8[j] = (unsigned char)(hlen >> (8 * j));
-        if ((r = qx_out_pwrite(&w->files[k], len8, 8, 0, e)) != QUAROT_OK) goto fail;
-        if ((r = qx_out_pwrite(&w->files[k], hdr.p, hdr.len, 8, e)) != QUAROT_OK) goto fail;
-    }
-    /* index (shards) and config (directory output) */
-    if (!single && w->n_files > 1) {
-        qx_sb ix;
-        uint64_t total = 0;
-        memset(&ix, 0, sizeof ix);
-        for (i = 0; i < n; ++i) total += w->t[i].nbytes;
-        qx_sb_printf(&ix, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {", (unsigned long long)total);
-        for (i = 0; i < n; ++i) {
-            qx_sb_puts(&ix, i ? ",\n    " : "\n    ");
-            qx_sb_json_string(&ix, w->t[i].name, strlen(w->t[i].name));
-            qx_sb_printf(&ix, ": \"model-%05d-of-%05d.safetensors\"", w->t[i].file + 1, w->n_files);
-        }
-        qx_sb_puts(&ix, "\n  }\n}\n");
-        w->extra_text[w->n_extra] = ix.p;
-        w->extra_len[w->n_extra] = ix.len;
-        w->extra[w->n_extra].fd = -1;
-        if (ix.failed) { w->n_extra++; r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
-        {
-            char* p = qx_path_join(out, "model.safetensors.index.json");
-            w->n_extra++;
-            if (!p) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
-            r = qx_out_begin(&w->extra[w->n_extra - 1], p, force, e);
-            free(p);
-            if (r != QUAROT_OK) goto fail;
-        }
-    }
-    if (!single && opts && opts->config_json) {
-        char* p = qx_path_join(out, "config.json");
-        size_t cl = strlen(opts->config_json);
-        w->extra[w->n_extra].fd = -1;
-        w->extra_text[w->n_extra] = (char*)malloc(cl + 1);
-        w->n_extra++;
-        if (!p || !w->extra_text[w->n_extra - 1]) { free(p); r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "%s: out of memory", out); goto fail; }
-        memcpy(w->extra_text[w->n_extra - 1], opts->config_json, cl + 1);
-        w->extra_len[w->n_extra - 1] = cl;
-        r = qx_out_begin(&w->extra[w->n_extra - 1], p, force, e);
-        free(p);
-        if (r != QUAROT_OK) goto fail;
-    }
-    if (!single && force)
-        w->stale = qx_path_join(out, w->n_files > 1 ? "model.safetensors" : "model.safetensors.index.json");
-    qx_sb_free(&meta);
-    qx_sb_free(&hdr);
-    free(order);
-    *wp = w;
     return QUAROT_OK;
-fail:
-    qx_sb_free(&meta);
-    qx_sb_free(&hdr);
-    free(order);
-    qx_st_writer_abort(w);
+}
+
+/* File k's header into g->hdr: its tensors in file order (g->order[0..*m)) with offsets relative to
+   the data, padded with spaces to 8 bytes; *pos = the data's size. */
+static void qx__stw_header(qx__stw_begin* g, int k, int64_t* m, uint64_t* pos) {
+    qx_st_writer* w = g->w;
+    qx_sb* hdr = &g->hdr;
+    int64_t i, j;
+    *m = 0;
+    *pos = 0;
+    for (i = 0; i < w->n; ++i) if (w->t[i].file == k) g->order[(*m)++] = &w->t[i];
+    qsort(g->order, (size_t)*m, sizeof *g->order, qx__went_file_cmp);
+    hdr->len = 0;
+    qx_sb_puts(hdr, "{\"__metadata__\":");
+    qx_sb_put(hdr, g->meta.p, g->meta.len);
+    for (j = 0; j < *m; ++j) {
+        qx__st_went* t = g->order[j];
+        int d;
+        qx_sb_puts(hdr, ",");
+        qx_sb_json_string(hdr, t->name, strlen(t->name));
+        qx_sb_printf(hdr, ":{\"dtype\":\"%s\",\"shape\":[", qx__st_dtype_name(t->dt));
+        for (d = t->n_dims - 1; d >= 0; --d) qx_sb_printf(hdr, "%lld%s", (long long)t->ne[d], d ? "," : "");
+        qx_sb_printf(hdr, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)*pos, (unsigned long long)(*pos + t->nbytes));
+        t->off = *pos;                      /* relative for now */
+        *pos += t->nbytes;
+    }
+    qx_sb_puts(hdr, "}");
+    while (!hdr->failed && hdr->len % 8) qx_sb_put(hdr, " ", 1);
+}
+
+/* File k: its header (checked as the reader would), the absolute offsets, the temporary opened with
+   the length and header written. */
+static quarot_result qx__stw_begin_file(qx__stw_begin* g, int k) {
+    qx_st_writer* w = g->w;
+    const char* out = g->out;
+    qx_err* e = g->e;
+    int64_t m, j;
+    uint64_t pos, hlen;
+    unsigned char len8[8];
+    char fname[64];
+    char* path;
+    quarot_result r;
+    qx__stw_header(g, k, &m, &pos);
+    if (g->hdr.failed) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
+    {   /* never write a header the reader would refuse (e.g. a name that is not UTF-8) */
+        qx_json_doc chk;
+        qx_json_opts jo;
+        memset(&jo, 0, sizeof jo);
+        jo.max_depth = 8;
+        jo.max_size = (size_t)QX_ST_MAX_HEADER;
+        if ((r = qx_json_parse(g->hdr.p, g->hdr.len, out, &jo, &chk, e)) != QUAROT_OK) return r;
+        qx_json_doc_free(&chk);
+    }
+    hlen = g->hdr.len;
+    if (hlen > QX_ST_MAX_HEADER) { qx_err_set(e, "%s: header of %llu bytes is too large", out, (unsigned long long)hlen); return QUAROT_ERR_OVERFLOW; }
+    for (j = 0; j < m; ++j) g->order[j]->off += 8 + hlen;
+    w->file_size[k] = 8 + hlen + pos;
+    if (w->n_files == 1) snprintf(fname, sizeof fname, "model.safetensors");
+    else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, w->n_files);
+    path = g->single ? NULL : qx_path_join(out, fname);
+    if (!g->single && !path) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
+    r = qx_out_begin(&w->files[k], g->single ? out : path, g->force, e);
+    free(path);
+    if (r != QUAROT_OK) return r;
+    if (g->opts && g->opts->direct) qx_out_direct(&w->files[k], w->file_size[k]);
+    if (g->opts) w->files[k].env = g->opts->env;
+    for (j = 0; j < 8; ++j) len8[j] = (unsigned char)(hlen >> (8 * j));
+    if ((r = qx_out_pwrite(&w->files[k], len8, 8, 0, e)) != QUAROT_OK) return r;
+    return qx_out_pwrite(&w->files[k], g->hdr.p, g->hdr.len, 8, e);
+}
+
+/* The shards' index (model.safetensors.index.json), its text kept for finish. */
+static quarot_result qx__stw_begin_index(qx__stw_begin* g) {
+    qx_st_writer* w = g->w;
+    const char* out = g->out;
+    qx_sb ix;
+    uint64_t total = 0;
+    int64_t i;
+    char* p;
+    quarot_result r;
+    memset(&ix, 0, sizeof ix);
+    for (i = 0; i < w->n; ++i) total += w->t[i].nbytes;
+    qx_sb_printf(&ix, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {", (unsigned long long)total);
+    for (i = 0; i < w->n; ++i) {
+        qx_sb_puts(&ix, i ? ",\n    " : "\n    ");
+        qx_sb_json_string(&ix, w->t[i].name, strlen(w->t[i].name));
+        qx_sb_printf(&ix, ": \"model-%05d-of-%05d.safetensors\"", w->t[i].file + 1, w->n_files);
+    }
+    qx_sb_puts(&ix, "\n  }\n}\n");
+    w->extra_text[w->n_extra] = ix.p;
+    w->extra_len[w->n_extra] = ix.len;
+    w->extra[w->n_extra].fd = -1;
+    if (ix.failed) { w->n_extra++; qx_err_set(g->e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
+    p = qx_path_join(out, "model.safetensors.index.json");
+    w->n_extra++;
+    if (!p) { qx_err_set(g->e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
+    r = qx_out_begin(&w->extra[w->n_extra - 1], p, g->force, g->e);
+    free(p);
     return r;
+}
+
+/* config.json (opts->config_json) beside the weights, its text kept for finish. */
+static quarot_result qx__stw_begin_config(qx__stw_begin* g) {
+    qx_st_writer* w = g->w;
+    const char* json = g->opts->config_json;
+    char* p = qx_path_join(g->out, "config.json");
+    size_t cl = strlen(json);
+    quarot_result r;
+    w->extra[w->n_extra].fd = -1;
+    w->extra_text[w->n_extra] = (char*)malloc(cl + 1);
+    w->n_extra++;
+    if (!p || !w->extra_text[w->n_extra - 1]) { free(p); qx_err_set(g->e, "%s: out of memory", g->out); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memcpy(w->extra_text[w->n_extra - 1], json, cl + 1);
+    w->extra_len[w->n_extra - 1] = cl;
+    r = qx_out_begin(&w->extra[w->n_extra - 1], p, g->force, g->e);
+    free(p);
+    return r;
+}
+
+/* Check the plan, lay out the shards, prepare the metadata and the directory, then begin each
+   file (header written), the index (shards) and config (directory output). */
+quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_tensor_plan* plan, int64_t n,
+                                 const qx_st_write_opts* opts, qx_err* e) {
+    qx__stw_begin g;
+    int k;
+    quarot_result r;
+    if (!wp || !out || !out[0] || n < 0 || (n && !plan)) return QUAROT_ERR_INVALID_ARGUMENT;
+    *wp = NULL;
+    memset(&g, 0, sizeof g);
+    g.out = out;
+    g.olen = strlen(out);
+    g.single = g.olen > 12 && strcmp(out + g.olen - 12, ".safetensors") == 0;
+    g.force = opts && opts->force;
+    g.opts = opts;
+    g.e = e;
+    g.w = (qx_st_writer*)calloc(1, sizeof *g.w);
+    if (!g.w || !(g.w->t = (qx__st_went*)calloc((size_t)(n ? n : 1), sizeof *g.w->t))) {
+        free(g.w);
+        qx_err_set(e, "%s: out of memory", out);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    g.w->direct_mode = opts ? opts->direct_mode : NULL;
+    r = qx__stw_plan(&g, plan, n);
+    if (r == QUAROT_OK) r = qx__stw_shards(&g);
+    if (r == QUAROT_OK) r = qx__stw_prepare(&g);
+    for (k = 0; r == QUAROT_OK && k < g.w->n_files; ++k) r = qx__stw_begin_file(&g, k);
+    if (r == QUAROT_OK && !g.single && g.w->n_files > 1) r = qx__stw_begin_index(&g);
+    if (r == QUAROT_OK && !g.single && opts && opts->config_json) r = qx__stw_begin_config(&g);
+    if (r == QUAROT_OK && !g.single && g.force)
+        g.w->stale = qx_path_join(out, g.w->n_files > 1 ? "model.safetensors" : "model.safetensors.index.json");
+    qx_sb_free(&g.meta);
+    qx_sb_free(&g.hdr);
+    free(g.order);
+    if (r != QUAROT_OK) {
+        qx_st_writer_abort(g.w);
+        return r;
+    }
+    *wp = g.w;
+    return QUAROT_OK;
 }
 
 /* The planned tensor `name` (binary search in natural order), or NULL. */
