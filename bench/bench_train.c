@@ -10,8 +10,9 @@
       (quarot_trainer_loss without gradients) and one optimizer step (quarot_trainer_step: forward,
       backward, the chain rule into dL/dR1 / dL/dR2 and the Cayley steps). The float work counted
       (2mnk per GEMM): a forward pass = W_eff (2 P h: P the layer's weights, h hidden) + the linears
-      (2 T P) + attention (4 T^2 d heads, the causal half not skipped); a step = that forward + the
-      backward (2 x the linears, attention 8 T^2 d heads: P and dP recomputed) + the chain rule (2 P h)
+      (2 T P) + attention (4 A d heads, A the query-key pairs its causal blocks of 64 queries compute,
+      about T^2 / 2); a step = that forward + the backward (2 x the linears, attention 10 A d heads: S
+      recomputed, then dV, dP, dQ, dK) + the chain rule (2 P h)
       (the last layer's W_eff is not formed again) and, in double, the Cayley step of R1
       ((5 iterations + 5) x 2 h^3). Printed: times, step / forward, the counted GFLOP/s and their
       fraction of the measured SGEMM peak.
@@ -53,6 +54,18 @@ static double gemm_rate(int64_t m, int64_t n, int64_t k, int dbl, const quarot_e
     }
     free(a); free(b); free(c);
     return 2.0 * (double)m * (double)n * (double)k / best / 1e9;
+}
+
+/* The query-key pairs the trainer's attention computes: queries in blocks of 64, each block against
+   the keys up to its last query. */
+static double attn_pairs(int64_t T) {
+    double a = 0.0;
+    int64_t t0;
+    for (t0 = 0; t0 < T; t0 += 64) {
+        int64_t t1 = t0 + 64 < T ? t0 + 64 : T;
+        a += (double)(t1 - t0) * (double)t1;
+    }
+    return a;
 }
 
 static void bench_layer(int64_t h, int64_t inter, int64_t T, const quarot_env* env, double speak) {
@@ -101,8 +114,8 @@ static void bench_layer(int64_t h, int64_t inter, int64_t T, const quarot_env* e
     if (quarot_trainer_step(&t, tok, 1, T, 1, 1, &in) != QUAROT_OK) printf("  step: %s\n", t.error);
     ts = bench_now_s() - t0;
     P = 4 * h * h + 3 * h * inter;   /* q, k, v, o (MHA) and gate, up, down */
-    ff = 2.0 * (double)P * (double)h + 2.0 * (double)T * (double)P + 4.0 * (double)T * (double)T * (double)hd * (double)nh;
-    fs = ff + 4.0 * (double)T * (double)P + 8.0 * (double)T * (double)T * (double)hd * (double)nh + 2.0 * (double)P * (double)h;
+    ff = 2.0 * (double)P * (double)h + 2.0 * (double)T * (double)P + 4.0 * attn_pairs(T) * (double)hd * (double)nh;
+    fs = ff + 4.0 * (double)T * (double)P + 10.0 * attn_pairs(T) * (double)hd * (double)nh + 2.0 * (double)P * (double)h;
     dflops = 10.0 * 2.0 * (double)h * (double)h * (double)h;
     printf("  forward pass   %8.2f s  %8.1f GFLOP  %7.1f GFLOP/s  %5.1f%% of the SGEMM peak\n", tf, ff / 1e9, ff / tf / 1e9,
            100.0 * ff / tf / 1e9 / speak);
