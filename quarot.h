@@ -14649,8 +14649,9 @@ static quarot_result quarot__tr_had4(quarot__tr* p, float* x, int64_t rows, int 
 // R3: x [rows][width] <- x H3 (transpose: x H3^T) per block of n3, through tmp [rows][width]
 static quarot_result quarot__tr_had3(quarot__tr* p, float* x, int64_t rows, int64_t width, int transpose) {
     quarot_result r;
-    int64_t m = rows * (width / p->n3);
+    int64_t m;
     if (!p->n3) return QUAROT_OK;
+    m = rows * (width / p->n3);
     r = quarot__tr_gemm(p, 0, transpose, m, p->n3, p->n3, x, p->n3, p->h3, p->n3, 0.0f, p->tmpq, p->n3);
     if (r == QUAROT_OK) memcpy(x, p->tmpq, (size_t)(rows * width) * sizeof(float));
     return r;
