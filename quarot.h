@@ -50,6 +50,11 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>adapt_stage1     (implementation only) the stage-1 loop: quantize, polar update of R, best R, context
     >>quantize         model-level weight quantization layer by layer: Hessians, GPTQ / RTN per linear, reports
     >>quantize_layers  (implementation only) the layer-wise quantizer: Hessians, per-linear method, scale migration
+    >>train            SpinQuant: backward passes of the decoder ops, Cayley SGD on the Stiefel manifold
+    >>train_model      learned R1 / R2 on a quarot_model: the trainer (its loss, gradients, steps, run)
+    >>train_pass       (implementation only) the layer forward / backward and the chain rule into dL/dR
+    >>train_setup      (implementation only) the trainer's checks, tensor names, start rotations, buffers, init
+    >>train_run        (implementation only) the trainer's loss, step and run
     >>transform_body   (implementation only) the f32 transform kernels, compiled once per ISA
     >>gemm_body        (implementation only) the blocked GEMM driver, compiled for float and double
     >>polar_body       (implementation only) the Newton-Schulz polar factor, compiled for double and float
@@ -1226,7 +1231,8 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     int64_t block_size;                        // <= 0 (or -1): full hidden; else block-diagonal R1
     quarot_fallback fallback;                  // R1 when hidden has no Hadamard
     int no_r2;                                 // 1: skip R2 (v_proj / o_proj per head)
-    quarot_rotation_kind r2_rotation;          // HADAMARD (default) or RANDOM_ORTHOGONAL
+    quarot_rotation_kind r2_rotation;          // HADAMARD (default), RANDOM_ORTHOGONAL, or MATRIX: one R2
+                                               //     per layer from r2_matrices (below)
     int online;                                // 1: o_proj heads rotation + down_proj R4, online hooks
     int64_t max_tp_size;                       // online rotations never cross 1/max_tp_size of a dim; 0 = 1
     quarot_layer_select down_proj_online;      // which layers get the online down_proj rotation
@@ -1252,6 +1258,10 @@ typedef struct quarot_rotate_desc {            // zero-init = R1 + R2 random Had
     // one pass over the weight instead of two; see quarot_processor.fused_into_commands). 1: every
     // fusion scales its weights in a pass of its own (the reference the tests compare against).
     int separate_fusions;
+    // r2_rotation MATRIX: [n_layers][head_dim][head_dim], layer i's R2 (e.g. learned, >>train_model),
+    // each orthogonal to 1e-6 (copied), applied where the shared R2 would be (v_proj output per KV
+    // head, o_proj input per head).
+    const double* r2_matrices;
 } quarot_rotate_desc;
 
 // A tensor the processor will create (so that writers can plan an output file before the first
@@ -1282,6 +1292,7 @@ typedef struct quarot_processor {
                                                // first
     int64_t fused_into_commands;               // weights whose norm scaling rode on their first command
                                                // (desc.separate_fusions)
+    quarot_rotation* r2_layers;                // [n_layers] with desc.r2_matrices (rot[R2] = layer 0's); else NULL
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
@@ -1729,6 +1740,271 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
 
 // >>quantize_layers
 // (no declarations: the quarot_quantizer calls of >>quantize are implemented here)
+
+// >>train
+// SpinQuant (Liu et al., 2024): learn R1 [hidden][hidden] and one R2 [head_dim][head_dim] per layer by
+// Cayley SGD on the Stiefel manifold, minimizing the model's own next-token cross-entropy with the
+// weights frozen and activations (optionally weights, K and V) fake-quantized with straight-through
+// gradients. This section holds the engine-independent pieces: the backward pass of each decoder op
+// and the Stiefel optimizer; >>train_model runs them on a quarot_model.
+//
+// Shapes: row-major, one row per token; x[rows][n]. Every backward function writes (or, with
+// accumulate = 1, adds to) the gradient of its inputs from the gradient of its outputs (dy).
+// Straight-through estimators: the fake quantizers (quarot_fake_quant_f32) pass gradients through
+// unchanged (d quant(x) / dx = I, SpinQuant's / QuaRot's STEQuantize: scales are constants), so they
+// need no backward function: a quantized activation's gradient is the gradient of its dequantized
+// value, and a linear's weight gradient is dy^T xq with the quantized input xq.
+// Sums that decide a value (norms, softmax) run in double, in element order; nothing depends on the
+// number of threads.
+
+// RMSNorm y = x * r * g with r = 1/sqrt(mean(x^2) + eps) (sum in double, r rounded once to float, as
+// the tool's reference forward pass), g [n] optional (NULL = 1: a gain fused into the next linear).
+// rstd [rows] (may be NULL) receives r. The backward: with y0 = x*r and e = dy*g,
+//     dx = r * (e - y0 * sum_j(e_j y0_j) / n)
+QUAROT_API void quarot_train_rmsnorm_f32(const float* x, int64_t rows, int64_t n, const float* g, float eps, float* y,
+                                         float* rstd);
+QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n,
+                                                  const float* g, const float* dy, float* dx, int accumulate);
+
+// Rotary embedding on x[T*heads][head_dim] (token t = row / heads), positions pos0 + t. cs [T][head_dim]:
+// cos of position pos0 + t in the first head_dim/2 entries, sin in the rest, from
+// quarot_train_rope_table (angle = p * theta^(-2i/head_dim) in double, rounded to float). Pairs are
+// (2i, 2i+1) when interleaved (llama2.c, GGUF), else (i, i + head_dim/2) (Hugging Face). Each pair
+// turns by +angle: (a, b) <- (a c - b s, a s + b c). inverse = 1 turns by -angle, which is also the
+// backward (the map is orthogonal): dx = rope_inverse(dy).
+QUAROT_API void quarot_train_rope_table(int64_t T, int64_t pos0, int64_t head_dim, float theta, float* cs);
+QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs,
+                                      int interleaved, int inverse);
+
+// Gated MLP activation h = act(g) * u (SiLU: g * sigmoid(g); GELU: tanh approximation; ReLU), elementwise
+// over n values; the backward gives dg = dh * u * act'(g) and du = dh * act(g).
+QUAROT_API void quarot_train_glu_f32(const float* g, const float* u, int64_t n, quarot_act_kind act, float* h);
+QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n,
+                                              quarot_act_kind act, float* dg, float* du);
+
+// Causal self-attention of one window of T tokens with grouped-query heads: q [T][n_heads*head_dim],
+// k, v [T][n_kv_heads*head_dim] (row strides ldq, ldk, ldv); query head h reads KV head
+// h / (n_heads/n_kv_heads). Per head: S = q_h k_g^T * scale (scale = f32(1/sqrt(head_dim))), causal
+// softmax by rows (max-shifted, sum in double; masked keys weigh 0), out_h = P v_g. out [T][n_heads*
+// head_dim] (stride ldo). Queries go in blocks of 64 that see only keys up to their last one, so every
+// product covers the causal half of T x T plus the blocks' diagonal squares. The backward recomputes
+// P (the same bits) instead of keeping it, so neither pass holds more than two T x T buffers:
+//     dP = dout_h v_g^T;  dS = P * (dP - rowsum(P * dP));  dq_h = dS k_g * scale;
+//     dk_g += dS^T q_h * scale;  dv_g += P^T dout_h     (summed over the group's heads in head order)
+// dq, dk, dv are overwritten (strides as their forward counterparts). work: quarot_train_attention_work
+// floats (2 T^2); NULL = allocated from env. The GEMMs are quarot_sgemm through env.
+QUAROT_API size_t quarot_train_attention_work(int64_t T);
+QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                    const float* v, int64_t ldv, int64_t T, int64_t n_heads,
+                                                    int64_t n_kv_heads, int64_t head_dim, float* out, int64_t ldo,
+                                                    float* work, const quarot_env* env);
+QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                             const float* v, int64_t ldv, const float* dout,
+                                                             int64_t lddo, int64_t T, int64_t n_heads,
+                                                             int64_t n_kv_heads, int64_t head_dim, float* dq, float* dk,
+                                                             float* dv, float* work, const quarot_env* env);
+
+// Cross-entropy of logits [rows][vocab] against targets [rows] (a target < 0 is ignored: weight 0):
+// returns sum over the rows of (logsumexp(logits_r) - logits_r[target_r]) in double (log-sum-exp in
+// double, max-shifted), and, when dlogits is not NULL, dlogits_r = scale * (softmax(logits_r) -
+// onehot(target_r)) (zero rows for ignored targets). dlogits may alias logits.
+QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab,
+                                                 const int32_t* targets, float scale, float* dlogits);
+// KL divergence from a reference distribution p [rows][vocab] (probabilities; e.g. the FP32 model's)
+// to softmax(logits): returns sum over the rows with mask[r] >= 0 (mask may be NULL: every row) of
+// sum_j p_j (log p_j - log softmax(logits_r)_j) in double (terms with p_j = 0 are 0), and, when
+// dlogits is not NULL, dlogits_r = scale * (softmax(logits_r) - p_r) (zero rows where masked).
+QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p,
+                                          const int32_t* mask, float scale, float* dlogits);
+
+// Cayley SGD on the Stiefel manifold (Li, Fuxin & Todorovic 2020, "Efficient Riemannian optimization
+// on the Stiefel manifold via the Cayley transform", algorithm 2; SpinQuant's SGDG with stiefel=True),
+// one step on an orthogonal R [n][n] (the rotation, applied to rows as x <- x*R, SpinQuant's
+// parameter p; the paper's point is X = R^T) with Euclidean gradient G = dL/dR, in double. With M the
+// momentum buffer ([n][n], zero at the start; updated in place):
+//     M <- momentum*M - G^T
+//     Wh = M R - R^T (R M R) / 2;   W = Wh - Wh^T     (skew-symmetric; the paper's correction term
+//                                                      R^T R M R / 2 = M R / 2 while R is orthogonal)
+//     alpha = min(lr, 1 / (||W||_1 + 1e-8))           (||.||_1: the largest column sum of |W|)
+//     Y = R^T + alpha M;   Y <- R^T + alpha W (R^T + Y) / 2, cayley_iters times
+//     M <- W R^T;   R <- Y^T
+// Y converges to the Cayley transform (I - alpha W/2)^-1 (I + alpha W/2) R^T, which is exactly
+// orthogonal; alpha ||W||_2 <= alpha ||W||_1 <= 1 at least halves the fixed-point error each
+// iteration. To first order R <- R - alpha R W, a descent direction: <G, R W> = (||G||^2 -
+// <G, R G^T R>) / 2 >= 0. After the step max|R^T R - I| is measured (one DGEMM); above orth_tol, R
+// is replaced by its orthogonal polar factor (quarot_polar_newton_schulz_f64 to 1e-13) and
+// info->reorthogonalized = 1. SpinQuant's defaults: lr 1.5 (with a cosine decay outside this call),
+// momentum 0, 5 iterations. Cost about (cayley_iters + 5) n^3 multiply-adds in DGEMM through env;
+// temporary memory 5 n^2 doubles from env.
+// Errors: n < 1, NULL pointers, lr <= 0 or NaN, momentum outside [0, 1), cayley_iters outside
+// 0..1000 -> QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in G -> QUAROT_ERR_NONFINITE (R and M untouched).
+typedef struct quarot_stiefel_desc {  // zero-init = SpinQuant's defaults (lr must be set)
+    double lr;                       // the step's learning rate (> 0)
+    double momentum;                 // in [0, 1); 0 = none (SpinQuant's default)
+    int cayley_iters;                // 0 = 5
+    double orth_tol;                 // max|X^T X - I| kept; 0 = 1e-6
+} quarot_stiefel_desc;
+
+typedef struct quarot_stiefel_info {
+    double alpha;                    // step length used: min(lr, 1/(||W||_1 + 1e-8))
+    double w_norm;                   // ||W||_1, the size of the Riemannian gradient
+    double orth_error;               // max|X^T X - I| after the Cayley step, before any re-orthogonalization
+    int reorthogonalized;            // 1: orth_error exceeded orth_tol and X was re-orthogonalized
+} quarot_stiefel_info;
+
+QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const double* grad, double* momentum,
+                                                 const quarot_stiefel_desc* d, quarot_stiefel_info* info,
+                                                 const quarot_env* env);
+
+// >>train_model
+// SpinQuant's optimize_rotation on a quarot_model. The trainer reads the model through its callbacks
+// (get_tensor; acquire_layer / release_layer with modified = 0: nothing is written) and the adapter
+// plan, as quarot_rotate_model does, and runs its own FP32 forward and backward pass over windows of
+// tokens, with the rotations applied as extra matrices exactly where quarot_rotate_model folds them:
+//     embedding rows x0 = E[tok];  stream x = x0 R1                     (E <- E R1)
+//     readers q, k, v, gate, up:   W_eff = W diag(g_norm) R1            (norm gain fused, W <- W R1)
+//     v_proj, per KV head g:       W_eff,g = R2^T (W diag(g) R1)_g, b_v,g <- b_v,g R2
+//     o_proj:                      W_eff = R1^T W (I (x) R2) [(H_heads (x) I) when online]
+//     down_proj:                   W_eff = R1^T W [H4 when online]
+//     final norm + lm_head:        logits = ((norm(x) R1^T) * g_final) W_lm^T
+// with the fixed online hooks of quarot_rotate_desc.online / .r3 run on the activations (plain Hadamard,
+// no signs: H4 before down_proj, H_heads (x) I across the heads before o_proj, H on q and k after
+// RoPE) and their offline halves in the frozen weights. With R1 = R2 = I and no hooks the forward is
+// the tool's reference forward pass (examples/model/qx_forward.c) up to float rounding: same norms
+// (sums in double), RoPE table, softmax and SiLU. Fake quantization (quarot_fake_quant_f32, STE):
+// activations per token at every decoder-linear input (after its online hook), K after RoPE (and R3)
+// and V per token per head, weights per output channel of W_eff. Per step:
+//     forward, layer by layer over all the batch's rows (one GEMM per linear, attention per window
+//     and KV head); W_eff of a layer is formed once per pass from the frozen weights and R1, R2
+//     loss = mean over windows and positions t < T-1 of -log softmax(logits_t)[token_{t+1}]
+//     backward, layers in reverse; dL/dW_eff -> dL/dR1, dL/dR2 by the chain rule through the
+//     products above (dR1 += W^T dW_eff for a reader, W dW_eff^T for a writer, ...)
+//     one quarot_stiefel_step_f64 on R1 and on each R2, learning rate lr * (1 + cos(pi s/steps))/2
+// Memory. Activations: per layer the tape of its inputs and intermediates (per row of the batch:
+// 4 hidden + 3 q_dim-ish + 2 kv_dim + 3 intermediate floats, plus q/k before the per-head norm for
+// qk_norm models) is KEPT for every layer (recompute = 0), or only the layer inputs are kept and each
+// layer is run forward again before its backward (recompute = 1: one tape; about a third more work).
+// Attention never stores T x T (two T x T buffers per thread, recomputed). Weights: one layer's
+// frozen copy, its W_eff and dL/dW_eff in f32, read through the callbacks in every pass (acquire,
+// copy, release); lm_head in f32 (in place when the model's tensor is contiguous f32). A 7B-shaped
+// layer (hidden 4096, intermediate 11008, 32 heads) with one 2048-token window: 0.54 GB of tape,
+// 3 x 0.8 GB of weights, 0.5 GB of backward buffers, 34 MB of attention scratch per thread and the
+// R1 step's 5 x 4096^2 doubles (0.67 GB): about 4.2 GB; all 32 layers kept: 21 GB, recomputed: 5 GB.
+// Threads: model->env's parallel hook splits the GEMMs, the row-wise steps and attention (windows x
+// KV heads); every result is bit-identical for any thread count.
+// Supported: RMSNorm families with a gated MLP (llama, mistral, qwen2 with q/k/v biases, qwen3 with
+// q/k norms); LayerNorm, plain MLPs and biases on o_proj / the MLP -> QUAROT_ERR_UNSUPPORTED. The
+// adapter plan must list each layer's attention-norm readers as q, k, v and its MLP-norm readers as
+// gate, up, in that order (the built-in adapters do).
+
+// The objective. CE: the mean next-token cross-entropy against the windows' tokens (SpinQuant).
+// KL: the mean KL divergence from the FP32 model's next-token distribution to the quantized one's,
+// sum_j p_j (log p_j - log q_j) at every position t < T-1 (OstQuant's idea): p comes from an extra
+// forward pass of the same batch with every quantizer off (rotation-invariant: the FP32 function is
+// the same at any R), about a third more work per step and rows x vocab floats of memory. Without
+// quantization KL is 0 at every rotation; CE is the model's own loss.
+#define QUAROT_TRAIN_LOSS_CE 0
+#define QUAROT_TRAIN_LOSS_KL 1
+
+// Per-step report (the progress callback; also kept in quarot_trainer.history).
+typedef struct quarot_train_step_info {
+    int step;                        // 1..steps
+    int steps;
+    double loss;                     // the batch's mean loss at the rotations before this step
+    double lr;                       // learning rate of this step (after the schedule)
+    double alpha_r1;                 // R1's step length (quarot_stiefel_info.alpha), 0 when frozen
+    double grad_norm_r1;             // ||dL/dR1||_F
+    double grad_norm_r2;             // sqrt(sum over layers of ||dL/dR2||_F^2)
+    double orth_error;               // the largest quarot_stiefel_info.orth_error of the step's matrices
+    int reorthogonalized;            // matrices re-orthogonalized in this step
+    int64_t windows;                 // windows in the batch
+} quarot_train_step_info;
+
+typedef void (*quarot_train_progress_fn)(void* user, const quarot_train_step_info* info);
+
+typedef struct quarot_train_desc {   // zero-init = SpinQuant's defaults on QuaRot's start
+    const quarot_adapter* adapter;   // NULL: quarot_adapter_find(model->config.arch)
+    uint64_t seed;                   // start: R1 = QuaRot's random Hadamard of this seed, R2 = QuaRot's R2
+                                     //   (quarot_rotate_desc.seed); also the window order of quarot_trainer_run
+    int no_r2;                       // 1: no R2 at all (quarot_rotate_desc.no_r2)
+    int freeze_r1, freeze_r2;        // 1: keep R1 / R2 at their start (only the other one learns)
+    int online;                      // 1: the fixed hooks of quarot_rotate_desc.online (max_tp_size 1, every layer)
+    int r3;                          // 1: the fixed q/k Hadamard after RoPE (quarot_rotate_desc.r3)
+    quarot_act_quant_desc act;       // activation / K / V fake quantization during training (a_bits 0/16 = FP)
+    int w_bits;                      // weights fake-quantized during training: 0 or 16 = FP (SpinQuant's
+    quarot_quant_desc weight;        //   "w_bits 16"), else 2..8 per output channel of W_eff with
+                                     //   weight's asymmetric / group_size / clip_ratio / clip_search
+                                     //   (weight.bits is ignored)
+    int steps;                       // optimizer steps of quarot_trainer_run; 0 = 100
+    double lr;                       // 0 = 1.5
+    int constant_lr;                 // 1: no cosine decay
+    double momentum;                 // 0 = none (SpinQuant)
+    int cayley_iters;                // 0 = 5
+    double orth_tol;                 // 0 = 1e-6
+    int64_t batch;                   // windows per step in quarot_trainer_run; 0 = 1
+    int recompute;                   // 1: keep only layer inputs, run each layer again for its backward
+    int loss;                        // QUAROT_TRAIN_LOSS_CE (0, SpinQuant's) or QUAROT_TRAIN_LOSS_KL
+    quarot_train_progress_fn progress;   // optional, after every step of quarot_trainer_run
+    void* user_data;
+} quarot_train_desc;
+
+typedef struct quarot_trainer {
+    quarot_model* model;
+    quarot_train_desc desc;          // as given, defaults resolved
+    quarot_model_config config;      // resolved
+    // The rotations (row-vector convention, x <- x R), in double: R1 [hidden][hidden] and R2
+    // [n_layers][head_dim][head_dim] (NULL with no_r2). They start at QuaRot's; step and run update them.
+    double* r1;
+    double* r2;
+    // dL/dR1, dL/dR2 of the last quarot_trainer_loss with grad = 1 (or of the last step).
+    double* grad_r1;
+    double* grad_r2;
+    // quarot_trainer_run: the step reports [steps_run], the best step (lowest batch loss; 0 = the start)
+    quarot_train_step_info* history;
+    int steps_run;
+    int best_step;                   // the step whose rotations had the lowest batch loss (0 = the start)
+    int stop_step;                   // the step a NaN/Inf stopped (0 = none)
+    char error[256];                 // the last failure
+    void* priv;                      // private state (buffers, fixed transforms, plan)
+} quarot_trainer;
+
+// Validate the model (config, every tensor's shape through the plan, layer by layer) and the options,
+// build the start rotations. Errors: unsupported families -> QUAROT_ERR_UNSUPPORTED; bad options ->
+// QUAROT_ERR_INVALID_ARGUMENT; missing tensors -> QUAROT_ERR_NOT_FOUND; wrong shapes ->
+// QUAROT_ERR_SHAPE_MISMATCH (t->error names the tensor). d may be NULL (defaults).
+QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* model, const quarot_train_desc* d);
+QUAROT_API void          quarot_trainer_free(quarot_trainer* t);
+// Replace the rotations: r1 [hidden][hidden], r2 [n_layers][head_dim][head_dim] (either may be NULL:
+// kept), each orthogonal to 1e-5 (else QUAROT_ERR_INVALID_ARGUMENT naming it; nothing changed).
+QUAROT_API quarot_result quarot_trainer_set_rotations(quarot_trainer* t, const double* r1, const double* r2);
+// Mean next-token loss over windows tokens[n_windows][seq_len] (seq_len >= 2; all windows at once) at
+// the current rotations; grad = 1 also fills t->grad_r1 / t->grad_r2 (zeros for frozen ones).
+// Token ids outside the vocabulary -> QUAROT_ERR_INVALID_ARGUMENT; NaN/Inf in the loss or a gradient
+// -> QUAROT_ERR_NONFINITE.
+QUAROT_API quarot_result quarot_trainer_loss(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int grad, double* loss);
+// The logits [seq_len][vocab] of one window at the current rotations (a check against other forward passes).
+QUAROT_API quarot_result quarot_trainer_logits(quarot_trainer* t, const int32_t* tokens, int64_t seq_len,
+                                               float* logits);
+// One optimizer step on the batch tokens[n_windows][seq_len], as step `step` (1-based) of `steps` for
+// the learning-rate schedule; info may be NULL. On error (a NaN loss or gradient) nothing is changed.
+QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int step, int steps, quarot_train_step_info* info);
+// The whole optimization: desc.steps steps, each on desc.batch windows taken from windows[n_windows][seq_len]
+// in an order shuffled per epoch by desc.seed (Fisher-Yates on quarot_rng). A NaN/Inf loss or
+// gradient stops it: the rotations are set back to the ones with the lowest batch loss so far,
+// t->stop_step and t->error say which step, and QUAROT_ERR_NONFINITE is returned.
+QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* windows, int64_t n_windows,
+                                            int64_t seq_len);
+
+// >>train_pass
+// (no declarations: the layer forward / backward and the chain rule into dL/dR1, dL/dR2)
+
+// >>train_setup
+// (no declarations: the set-up of >>train_model)
+
+// >>train_run
+// (no declarations: the loss, steps and run of >>train_model)
 
 // >>transform_body
 // (no declarations: kernel bodies the implementation compiles once per ISA or element type)
@@ -9784,6 +10060,29 @@ static quarot_result quarot__online_rotation(quarot_processor* p, quarot_rotatio
     return res;
 }
 
+// desc.r2_matrices: one MATRIX rotation per layer (each checked orthogonal to 1e-6).
+static quarot_result quarot__r2_layers(quarot_processor* p, const quarot_model_config* cfg) {
+    quarot_rotation_desc d;
+    quarot_result res;
+    int64_t i;
+    p->r2_layers = (quarot_rotation*)quarot_env_alloc(&p->model->env, (size_t)cfg->n_layers * sizeof(quarot_rotation));
+    if (!p->r2_layers) return QUAROT_ERR_OUT_OF_MEMORY;
+    memset(p->r2_layers, 0, (size_t)cfg->n_layers * sizeof(quarot_rotation));
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_MATRIX;
+    d.n = cfg->head_dim;
+    for (i = 0; i < cfg->n_layers; ++i) {
+        d.matrix = p->desc.r2_matrices + i * cfg->head_dim * cfg->head_dim;
+        if ((res = quarot_rotation_init(&p->r2_layers[i], &d, &p->model->env)) != QUAROT_OK) {
+            quarot__model_error(p->model, "R2 of layer %lld (head_dim %lld): %s%s", (long long)i,
+                                (long long)cfg->head_dim, quarot_result_string(res),
+                                res == QUAROT_ERR_INVALID_ARGUMENT ? " (not orthogonal?)" : "");
+            return res;
+        }
+    }
+    return QUAROT_OK;
+}
+
 static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_model_config* cfg) {
     quarot_rotation_desc d;
     quarot_result res;
@@ -9853,12 +10152,15 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
         memset(&d, 0, sizeof d);
         d.kind = p->desc.r2_rotation == QUAROT_ROTATION_DEFAULT ? QUAROT_ROTATION_HADAMARD : p->desc.r2_rotation;
         if (d.kind != QUAROT_ROTATION_HADAMARD && d.kind != QUAROT_ROTATION_RANDOM_ORTHOGONAL &&
-            d.kind != QUAROT_ROTATION_IDENTITY) {
-            quarot__model_error(p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL or IDENTITY");
+            d.kind != QUAROT_ROTATION_IDENTITY && !(d.kind == QUAROT_ROTATION_MATRIX && p->desc.r2_matrices)) {
+            quarot__model_error(
+                p->model, "r2_rotation must be HADAMARD, RANDOM_ORTHOGONAL, IDENTITY or MATRIX (with r2_matrices)");
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
         d.n = cfg->head_dim;
         d.seed = p->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
+        if (d.kind == QUAROT_ROTATION_MATRIX && (res = quarot__r2_layers(p, cfg)) != QUAROT_OK) return res;
+        if (d.kind == QUAROT_ROTATION_MATRIX) d.matrix = p->desc.r2_matrices;   // layer 0's: what the checks see
         res = quarot_rotation_init(&p->rot[QUAROT_ROT_R2], &d, &p->model->env);
         if (res != QUAROT_OK) {
             quarot__model_error(p->model, "R2 rotation of head_dim %lld: %s", (long long)cfg->head_dim,
@@ -10048,6 +10350,12 @@ QUAROT_API void quarot_processor_free(quarot_processor* p) {
     if (!p || !p->model) return;
     for (k = 0; k < QUAROT_ROT_COUNT_; ++k) quarot_rotation_free(&p->rot[k]);
     quarot_rotation_free(&p->r3);
+    if (p->r2_layers) {
+        int64_t i;
+        for (i = 0; i < p->model->config.n_layers; ++i) quarot_rotation_free(&p->r2_layers[i]);
+        quarot_env_free(&p->model->env, p->r2_layers);
+        p->r2_layers = NULL;
+    }
     quarot_plan_free(&p->plan);
     quarot_env_free(&p->model->env, p->commands);
     quarot_env_free(&p->model->env, p->creates);
@@ -10378,7 +10686,8 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     quarot_result res;
     if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
     if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
-    folded = p->rot[c->rotation];
+    folded =
+        c->rotation == QUAROT_ROT_R2 && p->r2_layers && c->layer >= 0 ? p->r2_layers[c->layer] : p->rot[c->rotation];
     if (g && act == 0) {   // one run with the signs d_j * g_j (exact)
         const int64_t L = folded.n;
         int64_t j;
@@ -10399,7 +10708,9 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     has_bias = c->bias[0] && quarot__exists(p, c->bias);
     if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) goto done;
     for (k = 0; k < times; ++k) {
-        res = quarot_command_apply(c, k == 0 ? &folded : &p->rot[c->rotation], &w, has_bias ? &b : NULL, env);
+        res = quarot_command_apply(
+            c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,
+            has_bias ? &b : NULL, env);
         if (res != QUAROT_OK) {
             quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
             goto done;
@@ -13682,6 +13993,1960 @@ QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz) {
     qz->layer = -1;
     qz->layers_done++;
     return res;
+}
+
+// >>train
+// Backward passes of the decoder ops and the Stiefel step. Norm and softmax sums in double, in
+// element order, as the forward; attention recomputes P in its backward from q and k with the same
+// code, so the forward's P and the backward's are the same bits.
+
+QUAROT_API void quarot_train_rmsnorm_f32(const float* x, int64_t rows, int64_t n, const float* g, float eps, float* y,
+                                         float* rstd) {
+    int64_t r, i;
+    if (!x || !y || rows <= 0 || n <= 0) return;
+    for (r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        double ss = 0.0;
+        float inv;
+        for (i = 0; i < n; ++i) ss += (double)xr[i] * (double)xr[i];
+        inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        if (rstd) rstd[r] = inv;
+        if (g) for (i = 0; i < n; ++i) yr[i] = xr[i] * inv * g[i];
+        else for (i = 0; i < n; ++i) yr[i] = xr[i] * inv;
+    }
+}
+
+QUAROT_API void quarot_train_rmsnorm_backward_f32(const float* x, const float* rstd, int64_t rows, int64_t n,
+                                                  const float* g, const float* dy, float* dx, int accumulate) {
+    int64_t r, i;
+    if (!x || !rstd || !dy || !dx || rows <= 0 || n <= 0) return;
+    for (r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        const float* dyr = dy + r * n;
+        float* dxr = dx + r * n;
+        double s = 0.0, rr = (double)rstd[r], c;
+        // y0 = x r, e = dy g: dx = r e - r^3 x (sum_j e_j x_j) / n
+        for (i = 0; i < n; ++i) s += (double)dyr[i] * (g ? (double)g[i] : 1.0) * (double)xr[i];
+        c = rr * rr * rr * s / (double)n;
+        for (i = 0; i < n; ++i) {
+            double e = (double)dyr[i] * (g ? (double)g[i] : 1.0);
+            float v = (float)(rr * e - c * (double)xr[i]);
+            dxr[i] = accumulate ? dxr[i] + v : v;
+        }
+    }
+}
+
+QUAROT_API void quarot_train_rope_table(int64_t T, int64_t pos0, int64_t head_dim, float theta, float* cs) {
+    int64_t half = head_dim / 2, t, i;
+    if (!cs || T <= 0 || head_dim < 2) return;
+    for (t = 0; t < T; ++t)
+        for (i = 0; i < half; ++i) {
+            double freq = pow((double)theta, -(double)(2 * i) / (double)head_dim);
+            double ang = (double)(pos0 + t) * freq;
+            cs[t * head_dim + i] = (float)cos(ang);
+            cs[t * head_dim + half + i] = (float)sin(ang);
+        }
+}
+
+QUAROT_API void quarot_train_rope_f32(float* x, int64_t T, int64_t heads, int64_t head_dim, const float* cs,
+                                      int interleaved, int inverse) {
+    int64_t half = head_dim / 2, t, h, i;
+    if (!x || !cs || T <= 0 || heads <= 0 || head_dim < 2) return;
+    for (t = 0; t < T; ++t) {
+        const float* c = cs + t * head_dim;
+        const float* sn = c + half;
+        for (h = 0; h < heads; ++h) {
+            float* v = x + (t * heads + h) * head_dim;
+            for (i = 0; i < half; ++i) {
+                int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+                float a = v[i0], b = v[i1], s = inverse ? -sn[i] : sn[i];
+                v[i0] = a * c[i] - b * s;
+                v[i1] = a * s + b * c[i];
+            }
+        }
+    }
+}
+
+// act(x) and act'(x): SiLU x*sigmoid(x) (as x / (1 + exp(-x)) in float, the reference forward's
+// expression), GELU's tanh form in double, ReLU.
+static float quarot__tr_act(float x, quarot_act_kind k) {
+    if (k == QUAROT_ACT_RELU) return x > 0.0f ? x : 0.0f;
+    if (k == QUAROT_ACT_GELU) {
+        double d = (double)x;
+        return (float)(0.5 * d * (1.0 + tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+    }
+    return x / (1.0f + expf(-x));
+}
+
+static double quarot__tr_act_grad(float x, quarot_act_kind k) {
+    double d = (double)x;
+    if (k == QUAROT_ACT_RELU) return x > 0.0f ? 1.0 : 0.0;
+    if (k == QUAROT_ACT_GELU) {
+        double u = 0.7978845608028654 * (d + 0.044715 * d * d * d), th = tanh(u);
+        return 0.5 * (1.0 + th) + 0.5 * d * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * d * d);
+    } else {
+        double s = 1.0 / (1.0 + exp(-d));
+        return s * (1.0 + d * (1.0 - s));
+    }
+}
+
+QUAROT_API void quarot_train_glu_f32(const float* g, const float* u, int64_t n, quarot_act_kind act, float* h) {
+    int64_t i;
+    if (!g || !u || !h) return;
+    for (i = 0; i < n; ++i) h[i] = quarot__tr_act(g[i], act) * u[i];
+}
+
+QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, const float* dh, int64_t n,
+                                              quarot_act_kind act, float* dg, float* du) {
+    int64_t i;
+    if (!g || !u || !dh || !dg || !du) return;
+    for (i = 0; i < n; ++i) {
+        float a = quarot__tr_act(g[i], act);
+        dg[i] = (float)((double)dh[i] * (double)u[i] * quarot__tr_act_grad(g[i], act));
+        du[i] = dh[i] * a;
+    }
+}
+
+QUAROT_API size_t quarot_train_attention_work(int64_t T) { return T > 0 ? 2 * (size_t)T * (size_t)T : 0; }
+
+// The one env a task's GEMMs run under: the caller's allocator, no parallel hook.
+static quarot_env quarot__tr_serial_env(const quarot_env* env) {
+    quarot_env e = quarot__env_copy(env);
+    memset(&e.parallel, 0, sizeof e.parallel);
+    return e;
+}
+
+// Causal softmax of s[T][T] by rows, in place: row t sees keys 0..t (masked ones set to 0).
+static void quarot__tr_softmax_causal(float* s, int64_t T) {
+    int64_t t, k;
+    for (t = 0; t < T; ++t) {
+        float* sr = s + t * T;
+        float mx = sr[0], inv;
+        double sum = 0.0;
+        for (k = 1; k <= t; ++k) if (sr[k] > mx) mx = sr[k];
+        for (k = 0; k <= t; ++k) {
+            sr[k] = expf(sr[k] - mx);
+            sum += (double)sr[k];
+        }
+        inv = (float)(1.0 / sum);
+        for (k = 0; k <= t; ++k) sr[k] *= inv;
+        for (k = t + 1; k < T; ++k) sr[k] = 0.0f;
+    }
+}
+
+static quarot_result quarot__tr_attn_check(const void* q, const void* k, const void* v, int64_t T, int64_t nh,
+                                           int64_t nkv, int64_t hd, int64_t ldq, int64_t ldk, int64_t ldv) {
+    if (!q || !k || !v || T < 1 || nh < 1 || nkv < 1 || hd < 1 || nh % nkv != 0 || ldq < nh * hd || ldk < nkv * hd ||
+        ldv < nkv * hd || T > ((int64_t)1 << 24))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    return QUAROT_OK;
+}
+
+// Causal blocks: queries [t0, t1) see keys [0, t1), so S, P and every product run over that
+// trapezoid only (about half the square); P's row t beyond key t is 0.
+#define QUAROT__TR_QBLOCK 64
+
+// P [T][T] (lower trapezoids of blocks; the rest of each row zero) = causal softmax(scale q_h k_g^T)
+static quarot_result quarot__tr_scores(const float* qh, int64_t ldq, const float* kg, int64_t ldk, int64_t T,
+                                       int64_t hd, float scale, float* p, const quarot_env* env) {
+    int64_t t0;
+    quarot_result r = QUAROT_OK;
+    for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {
+        int64_t t1 = t0 + QUAROT__TR_QBLOCK < T ? t0 + QUAROT__TR_QBLOCK : T;
+        r = quarot_sgemm(0, 1, t1 - t0, t1, hd, scale, qh + t0 * ldq, ldq, kg, ldk, 0.0f, p + t0 * T, T, env);
+    }
+    if (r == QUAROT_OK) quarot__tr_softmax_causal(p, T);
+    return r;
+}
+
+QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                    const float* v, int64_t ldv, int64_t T, int64_t n_heads,
+                                                    int64_t n_kv_heads, int64_t head_dim, float* out, int64_t ldo,
+                                                    float* work, const quarot_env* env) {
+    int64_t h, group, t0;
+    float scale, *p, *own = NULL;
+    quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
+    if (r != QUAROT_OK) return r;
+    if (!out || ldo < n_heads * head_dim) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!work) {
+        own = (float*)quarot_env_alloc(env, quarot_train_attention_work(T) * sizeof(float));
+        if (!own) return QUAROT_ERR_OUT_OF_MEMORY;
+        work = own;
+    }
+    p = work;
+    group = n_heads / n_kv_heads;
+    scale = (float)(1.0 / sqrt((double)head_dim));
+    for (h = 0; h < n_heads && r == QUAROT_OK; ++h) {
+        int64_t g = h / group;
+        r = quarot__tr_scores(q + h * head_dim, ldq, k + g * head_dim, ldk, T, head_dim, scale, p, env);
+        for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {   // out_h = P v_g over each block's keys
+            int64_t t1 = t0 + QUAROT__TR_QBLOCK < T ? t0 + QUAROT__TR_QBLOCK : T;
+            r = quarot_sgemm(0, 0, t1 - t0, head_dim, t1, 1.0f, p + t0 * T, T, v + g * head_dim, ldv, 0.0f,
+                             out + t0 * ldo + h * head_dim, ldo, env);
+        }
+    }
+    quarot_env_free(env, own);
+    return r;
+}
+
+QUAROT_API quarot_result quarot_train_attention_backward_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
+                                                             const float* v, int64_t ldv, const float* dout,
+                                                             int64_t lddo, int64_t T, int64_t n_heads,
+                                                             int64_t n_kv_heads, int64_t head_dim, float* dq, float* dk,
+                                                             float* dv, float* work, const quarot_env* env) {
+    int64_t h, group, t, s, j, t0;
+    float scale, *p, *dp, *own = NULL;
+    quarot_result r = quarot__tr_attn_check(q, k, v, T, n_heads, n_kv_heads, head_dim, ldq, ldk, ldv);
+    if (r != QUAROT_OK) return r;
+    if (!dout || !dq || !dk || !dv || lddo < n_heads * head_dim) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!work) {
+        own = (float*)quarot_env_alloc(env, quarot_train_attention_work(T) * sizeof(float));
+        if (!own) return QUAROT_ERR_OUT_OF_MEMORY;
+        work = own;
+    }
+    p = work;
+    dp = work + T * T;
+    group = n_heads / n_kv_heads;
+    scale = (float)(1.0 / sqrt((double)head_dim));
+    for (t = 0; t < T; ++t)
+        for (j = 0; j < n_kv_heads * head_dim; ++j) dk[t * ldk + j] = dv[t * ldv + j] = 0.0f;
+    for (h = 0; h < n_heads && r == QUAROT_OK; ++h) {
+        int64_t g = h / group;
+        const float* qh = q + h * head_dim;
+        const float* kg = k + g * head_dim;
+        const float* vg = v + g * head_dim;
+        const float* doh = dout + h * head_dim;
+        r = quarot__tr_scores(qh, ldq, kg, ldk, T, head_dim, scale, p, env);
+        for (t0 = 0; t0 < T && r == QUAROT_OK; t0 += QUAROT__TR_QBLOCK) {
+            int64_t t1 = t0 + QUAROT__TR_QBLOCK < T ? t0 + QUAROT__TR_QBLOCK : T, nq = t1 - t0;
+            float* pb = p + t0 * T;
+            float* db = dp + t0 * T;
+            // dv_g += P^T dout_h;  dP = dout_h v_g^T (this block's keys)
+            r = quarot_sgemm(1, 0, t1, head_dim, nq, 1.0f, pb, T, doh + t0 * lddo, lddo, 1.0f, dv + g * head_dim, ldv,
+                             env);
+            if (r == QUAROT_OK)
+                r = quarot_sgemm(0, 1, nq, t1, head_dim, 1.0f, doh + t0 * lddo, lddo, vg, ldv, 0.0f, db, T, env);
+            if (r != QUAROT_OK) break;
+            // dS = P * (dP - sum_s P dP), in place in dp (keys after t: P = 0)
+            for (t = t0; t < t1; ++t) {
+                float* pr = p + t * T;
+                float* dr = dp + t * T;
+                double d = 0.0;
+                for (s = 0; s <= t; ++s) d += (double)pr[s] * (double)dr[s];
+                for (s = 0; s <= t; ++s) dr[s] = pr[s] * (dr[s] - (float)d);
+                for (s = t + 1; s < t1; ++s) dr[s] = 0.0f;
+            }
+            // dq_h = scale dS k_g;  dk_g += scale dS^T q_h
+            r = quarot_sgemm(0, 0, nq, head_dim, t1, scale, db, T, kg, ldk, 0.0f, dq + t0 * ldq + h * head_dim, ldq,
+                             env);
+            if (r == QUAROT_OK)
+                r = quarot_sgemm(1, 0, t1, head_dim, nq, scale, db, T, qh + t0 * ldq, ldq, 1.0f, dk + g * head_dim, ldk,
+                                 env);
+        }
+    }
+    quarot_env_free(env, own);
+    return r;
+}
+
+QUAROT_API double quarot_train_cross_entropy_f32(const float* logits, int64_t rows, int64_t vocab,
+                                                 const int32_t* targets, float scale, float* dlogits) {
+    double total = 0.0;
+    int64_t r, j;
+    if (!logits || !targets || rows <= 0 || vocab <= 0) return 0.0;
+    for (r = 0; r < rows; ++r) {
+        const float* lr = logits + r * vocab;
+        float* dr = dlogits ? dlogits + r * vocab : NULL;
+        int32_t y = targets[r];
+        double mx, sum = 0.0, lse;
+        if (y < 0 || y >= vocab) {
+            if (dr) for (j = 0; j < vocab; ++j) dr[j] = 0.0f;
+            continue;
+        }
+        mx = (double)lr[0];
+        for (j = 1; j < vocab; ++j) if ((double)lr[j] > mx) mx = (double)lr[j];
+        for (j = 0; j < vocab; ++j) sum += exp((double)lr[j] - mx);
+        lse = mx + log(sum);
+        total += lse - (double)lr[y];
+        if (dr) {
+            for (j = 0; j < vocab; ++j) dr[j] = (float)((double)scale * exp((double)lr[j] - lse));
+            dr[y] -= scale;
+        }
+    }
+    return total;
+}
+
+QUAROT_API double quarot_train_kl_div_f32(const float* logits, int64_t rows, int64_t vocab, const float* p,
+                                          const int32_t* mask, float scale, float* dlogits) {
+    double total = 0.0;
+    int64_t r, j;
+    if (!logits || !p || rows <= 0 || vocab <= 0) return 0.0;
+    for (r = 0; r < rows; ++r) {
+        const float* zr = logits + r * vocab;
+        const float* pr = p + r * vocab;
+        float* dr = dlogits ? dlogits + r * vocab : NULL;
+        double mx, sum = 0.0, lse, kl = 0.0;
+        if (mask && mask[r] < 0) {
+            if (dr) for (j = 0; j < vocab; ++j) dr[j] = 0.0f;
+            continue;
+        }
+        mx = (double)zr[0];
+        for (j = 1; j < vocab; ++j) if ((double)zr[j] > mx) mx = (double)zr[j];
+        for (j = 0; j < vocab; ++j) sum += exp((double)zr[j] - mx);
+        lse = mx + log(sum);
+        for (j = 0; j < vocab; ++j)
+            if (pr[j] > 0.0f) kl += (double)pr[j] * (log((double)pr[j]) - ((double)zr[j] - lse));
+        total += kl;
+        if (dr) for (j = 0; j < vocab; ++j) dr[j] = (float)((double)scale * (exp((double)zr[j] - lse) - (double)pr[j]));
+    }
+    return total;
+}
+
+// max column sum of |w| [n][n]
+static double quarot__tr_norm1(const double* w, int64_t n, double* colsum) {
+    int64_t i, j;
+    double best = 0.0;
+    for (j = 0; j < n; ++j) colsum[j] = 0.0;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) colsum[j] += fabs(w[i * n + j]);
+    for (j = 0; j < n; ++j) if (colsum[j] > best) best = colsum[j];
+    return best;
+}
+
+QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const double* grad, double* momentum,
+                                                 const quarot_stiefel_desc* d, quarot_stiefel_info* info,
+                                                 const quarot_env* env) {
+    double lr, mom, tol, alpha, wn, err;
+    int iters, it;
+    size_t nn;
+    double *buf, *m, *a, *b, *w, *xt, *y;
+    int64_t i, j;
+    quarot_result res = QUAROT_OK;
+    if (info) memset(info, 0, sizeof *info);
+    if (n < 1 || !r || !grad || !momentum || !d) return QUAROT_ERR_INVALID_ARGUMENT;
+    lr = d->lr;
+    mom = d->momentum;
+    iters = d->cayley_iters == 0 ? 5 : d->cayley_iters;
+    tol = d->orth_tol > 0.0 ? d->orth_tol : 1e-6;
+    if (!(lr > 0.0) || lr > 1e30 || !(mom >= 0.0 && mom < 1.0) || iters < 0 || iters > 1000 || n > ((int64_t)1 << 20))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__mul_size((size_t)n, (size_t)n, &nn) || nn > SIZE_MAX / (6 * sizeof(double)))
+        return QUAROT_ERR_OVERFLOW;
+    for (i = 0; i < (int64_t)nn; ++i)
+        if (!(fabs(grad[i]) <= 1.7976931348623157e308)) return QUAROT_ERR_NONFINITE;
+    buf = (double*)quarot_env_alloc(env, 5 * nn * sizeof(double) + (size_t)n * sizeof(double));
+    if (!buf) return QUAROT_ERR_OUT_OF_MEMORY;
+    m = buf; a = m + nn; b = a + nn; w = b + nn; xt = w + nn; y = a;   // y reuses a after W is built
+    // M = momentum*M - G^T (into the local m; the caller's buffer is updated at the end)
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) m[i * n + j] = mom * momentum[i * n + j] - grad[j * n + i];
+    // Wh = M R - R^T (R (M R)) / 2;  W = Wh - Wh^T
+    res = quarot_dgemm(0, 0, n, n, n, 1.0, m, n, r, n, 0.0, a, n, env);                 // a = M R
+    if (res == QUAROT_OK) res = quarot_dgemm(0, 0, n, n, n, 1.0, r, n, a, n, 0.0, b, n, env);   // b = R M R
+    if (res == QUAROT_OK) res = quarot_dgemm(1, 0, n, n, n, -0.5, r, n, b, n, 1.0, a, n, env);  // a -= R^T b / 2
+    if (res != QUAROT_OK) goto done;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) w[i * n + j] = a[i * n + j] - a[j * n + i];
+    wn = quarot__tr_norm1(w, n, buf + 5 * nn);
+    alpha = 1.0 / (wn + 1e-8);
+    if (alpha > lr) alpha = lr;
+    // Y = R^T + alpha M; Y <- R^T + alpha W (R^T + Y) / 2
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) xt[i * n + j] = r[j * n + i];
+    for (i = 0; i < (int64_t)nn; ++i) y[i] = xt[i] + alpha * m[i];
+    for (it = 0; it < iters && res == QUAROT_OK; ++it) {
+        for (i = 0; i < (int64_t)nn; ++i) b[i] = 0.5 * (xt[i] + y[i]);
+        for (i = 0; i < (int64_t)nn; ++i) y[i] = xt[i];
+        res = quarot_dgemm(0, 0, n, n, n, alpha, w, n, b, n, 1.0, y, n, env);
+    }
+    if (res != QUAROT_OK) goto done;
+    // M <- W R^T (the new momentum); R <- Y^T
+    res = quarot_dgemm(0, 0, n, n, n, 1.0, w, n, xt, n, 0.0, b, n, env);
+    if (res != QUAROT_OK) goto done;
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) r[i * n + j] = y[j * n + i];
+    memcpy(momentum, b, nn * sizeof(double));
+    err = quarot__orth_error_gemm(r, n, env);
+    if (err < 0.0) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    if (info) {
+        info->alpha = alpha;
+        info->w_norm = wn;
+        info->orth_error = err;
+    }
+    if (!(err <= tol)) {   // drifted (or a NaN crept in): back onto the manifold
+        quarot_polar_desc pd;
+        memset(&pd, 0, sizeof pd);
+        pd.tol = 1e-13;
+        res = quarot_polar_newton_schulz_f64(n, r, n, r, n, &pd, NULL, env);
+        if (info) info->reorthogonalized = 1;
+    }
+done:
+    quarot_env_free(env, buf);
+    return res;
+}
+
+// >>train_model
+// The trainer's state lives in quarot__tr (t->priv). A pass: embeddings -> x0 R1, then per layer:
+// read the frozen weights (fused norm gains, the online hooks' offline halves), form W_eff from R1
+// and the layer's R2, run the layer over every row of the batch; the final norm, lm_head and the
+// cross-entropy; then the layers in reverse: W_eff again (and the forward again with recompute),
+// the layer's backward into dL/dx and dL/dW_eff, and the chain rule into dL/dR1 and dL/dR2.
+
+// One layer's weights, f32 [out][in] row-major (biases and q/k norm gains NULL when absent).
+typedef struct quarot__tr_lw {
+    float *wq, *wk, *wv, *wo, *wg, *wu, *wd;
+    float *bq, *bk, *bv, *qn, *kn;
+} quarot__tr_lw;
+
+// One layer's activations over the batch's rows: its input x, the attention norm's rstd and
+// (quantized) output aq, q/k before the per-head norms with their rstd (qk_norm), q/k/v as attention
+// reads them (after RoPE, R3 and K/V quantization), o_proj's input attq (after the heads hook and
+// quantization), the stream after attention xm, the MLP norm's rstd and output a2q, gate and up
+// outputs g and u, and down_proj's input hq (after R4 and quantization).
+typedef struct quarot__tr_tape {
+    float *x, *rs1, *aq, *qraw, *kraw, *rsq, *rsk, *q, *k, *v, *attq, *xm, *rs2, *a2q, *g, *u, *hq;
+} quarot__tr_tape;
+
+// Per layer: the names of its tensors.
+enum { QUAROT__TR_N1, QUAROT__TR_Q, QUAROT__TR_K, QUAROT__TR_V, QUAROT__TR_O, QUAROT__TR_N2, QUAROT__TR_G, QUAROT__TR_U,
+       QUAROT__TR_D, QUAROT__TR_QN, QUAROT__TR_KN, QUAROT__TR_BQ, QUAROT__TR_BK, QUAROT__TR_BV, QUAROT__TR_NAMES };
+
+typedef struct quarot__tr {
+    quarot_plan plan;
+    quarot_env env;                      // the model's: allocator, parallel hook
+    int threads;
+    int64_t h, I, nh, nkv, hd, qd, kvd, V, L;
+    float eps;
+    char (*names)[QUAROT__TR_NAMES][QUAROT_NAME_MAX];   // [L]
+    int has_b[3], has_qkn;               // q/k/v biases, q/k norms
+    quarot_quant_desc qa, qa_down, qk, qv, qw;   // bits 0: that quantizer is off
+    // fixed online transforms: across heads (dense H_g / sqrt(g) per block of g heads), before
+    // down_proj (the fast transform of order n4 per block), q/k after RoPE (dense H_n3 / sqrt(n3))
+    int64_t g_heads, n4, n3;
+    float *h_heads, *h3;
+    quarot_hadamard_plan plan4;
+    size_t work4;
+    // globals
+    float *final_g, *gain;                // [h]: the final norm, a layer norm being read
+    const float* lm;                     // [V][h]: lm_owned or the model's own f32 tensor
+    float* lm_owned;
+    // weights: frozen, effective, d/dW_eff; M = W_v R1 and N = W_o (I (x) R2) with their gradients
+    quarot__tr_lw F, E, dE;
+    float *mv, *no, *dmv, *dno, *dbv;
+    float *r1f, *r2f, *g1f, *g2f;        // rotations and their gradients in float
+    double *m1, *m2, *best1, *best2;     // momentum buffers, best rotations of quarot_trainer_run
+    // activations for cap_rows rows (cap_grad: with the backward's buffers)
+    int64_t cap_rows, cap_T, rope_T, n_tapes, task_floats, attn_tasks;
+    int cap_grad;
+    quarot__tr_tape* tapes;
+    float *act, *ckpt, *rope, *xs, *tmp, *tmpq, *dx, *da, *dq, *dk, *dv, *datt, *dh, *dg, *du, *fin, *dfin, *rsf, *lg,
+        *scr;
+    int32_t* targets;
+    float* teacher;                      // KL: the FP32 model's probabilities [cap_rows][V]
+} quarot__tr;
+
+#define QUAROT__TR_LOGIT_ROWS 64         // lm_head and the cross-entropy run on chunks of rows
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void quarot__tr_err(quarot_trainer* t, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->error, sizeof t->error, fmt, ap);
+    va_end(ap);
+}
+
+static void* quarot__tr_alloc(const quarot__tr* p, int64_t n, size_t es) {
+    size_t bytes;
+    if (n < 1) n = 1;
+    if (!quarot__mul_size((size_t)n, es, &bytes)) return NULL;
+    return quarot_env_alloc(&p->env, bytes);
+}
+
+static quarot_result quarot__tr_gemm(quarot__tr* p, int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
+                                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    return quarot_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, &p->env);
+}
+
+// ---- row-wise steps: fn(ctx, r0, r1, scratch) over [0, rows) in chunks through the parallel hook, each
+// chunk with its own scratch (task_floats floats). Rows are independent: any split gives the same bits.
+typedef struct quarot__tr_rctx {
+    quarot__tr* p;
+    float *x, *y, *s;
+    const float *a, *b;
+    int64_t n, T;
+    const quarot_quant_desc* q;
+    int mode;
+} quarot__tr_rctx;
+
+typedef quarot_result (*quarot__tr_rows_fn)(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* scratch);
+
+typedef struct quarot__tr_rows_job {
+    quarot__tr_rows_fn fn;
+    const quarot__tr_rctx* ctx;
+    int64_t rows, per;
+    quarot_result st[64];
+} quarot__tr_rows_job;
+
+static void quarot__tr_rows_task(void* arg, int64_t i) {
+    quarot__tr_rows_job* j = (quarot__tr_rows_job*)arg;
+    int64_t r0 = i * j->per, r1 = r0 + j->per < j->rows ? r0 + j->per : j->rows;
+    j->st[i] = j->fn(j->ctx, r0, r1, j->ctx->p->scr + i * j->ctx->p->task_floats);
+}
+
+static quarot_result quarot__tr_rows(const quarot__tr_rctx* c, int64_t rows, quarot__tr_rows_fn fn) {
+    quarot__tr* p = c->p;
+    quarot__tr_rows_job j;
+    int64_t tasks = p->threads, i;
+    quarot_result r = QUAROT_OK;
+    if (rows <= 0) return QUAROT_OK;
+    if (tasks > 64) tasks = 64;
+    if (tasks > rows) tasks = rows;
+    if (tasks <= 1 || (double)rows * (double)c->n < 32768.0) return fn(c, 0, rows, p->scr);
+    j.fn = fn;
+    j.ctx = c;
+    j.rows = rows;
+    j.per = (rows + tasks - 1) / tasks;
+    tasks = (rows + j.per - 1) / j.per;
+    quarot_env_parallel_for(&p->env, quarot__tr_rows_task, &j, tasks);
+    for (i = 0; i < tasks && r == QUAROT_OK; ++i) r = j.st[i];
+    return r;
+}
+
+static quarot__tr_rctx quarot__tr_ctx(quarot__tr* p, float* x, int64_t n) {
+    quarot__tr_rctx c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.x = x;
+    c.n = n;
+    return c;
+}
+
+// y = rmsnorm(x) * a (a = gain or NULL), s = rstd
+static quarot_result quarot__tr_f_norm(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    (void)w;
+    quarot_train_rmsnorm_f32(c->x + r0 * c->n, r1 - r0, c->n, c->a, c->p->eps, c->y + r0 * c->n, c->s + r0);
+    return QUAROT_OK;
+}
+// y (+)= d rmsnorm: x, s = rstd, a = gain, b = dy; mode = accumulate
+static quarot_result quarot__tr_f_norm_bwd(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    (void)w;
+    quarot_train_rmsnorm_backward_f32(c->x + r0 * c->n, c->s + r0, r1 - r0, c->n, c->a, c->b + r0 * c->n,
+                                      c->y + r0 * c->n, c->mode);
+    return QUAROT_OK;
+}
+static quarot_result quarot__tr_f_quant(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    (void)w;
+    return quarot_fake_quant_f32(c->x + r0 * c->n, r1 - r0, c->n, c->n, c->q);
+}
+// RoPE on token rows (n = heads * head_dim floats each; position = row % T); mode = inverse
+static quarot_result quarot__tr_f_rope(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    const quarot__tr* p = c->p;
+    int64_t r;
+    (void)w;
+    for (r = r0; r < r1; ++r)
+        quarot_train_rope_f32(c->x + r * c->n, 1, c->n / p->hd, p->hd, p->rope + (r % c->T) * p->hd, 0, c->mode);
+    return QUAROT_OK;
+}
+static quarot_result quarot__tr_f_rope_il(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    const quarot__tr* p = c->p;
+    int64_t r;
+    (void)w;
+    for (r = r0; r < r1; ++r)
+        quarot_train_rope_f32(c->x + r * c->n, 1, c->n / p->hd, p->hd, p->rope + (r % c->T) * p->hd, 1, c->mode);
+    return QUAROT_OK;
+}
+// x = act(x) * a  (x holds the gate's output, a the up projection's: h = act(g) * u into y)
+static quarot_result quarot__tr_f_glu(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    (void)w;
+    quarot_train_glu_f32(c->x + r0 * c->n, c->a + r0 * c->n, (r1 - r0) * c->n, (quarot_act_kind)c->mode,
+                         c->y + r0 * c->n);
+    return QUAROT_OK;
+}
+// from dh (b), g (x), u (a): dg into y, du into s
+static quarot_result quarot__tr_f_glu_bwd(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    (void)w;
+    quarot_train_glu_backward_f32(c->x + r0 * c->n, c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n,
+                                  (quarot_act_kind)c->mode, c->y + r0 * c->n, c->s + r0 * c->n);
+    return QUAROT_OK;
+}
+static quarot_result quarot__tr_f_add(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    int64_t i;
+    (void)w;
+    for (i = r0 * c->n; i < r1 * c->n; ++i) c->x[i] += c->a[i];
+    return QUAROT_OK;
+}
+// The heads transform on rows of [n_heads][head_dim]: per block of g heads, v_i <- sum_k v_k H[k][i]
+// (mode 0) or sum_k v_k H[i][k] (mode 1, the transpose), for every head_dim column.
+static quarot_result quarot__tr_f_heads(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    const quarot__tr* p = c->p;
+    int64_t g = p->g_heads, hd = p->hd, blocks = p->nh / g, r, o, i, k, d;
+    const float* H = p->h_heads;
+    for (r = r0; r < r1; ++r)
+        for (o = 0; o < blocks; ++o) {
+            float* x = c->x + r * c->n + o * g * hd;
+            for (i = 0; i < g; ++i)
+                for (d = 0; d < hd; ++d) {
+                    float acc = 0.0f;
+                    for (k = 0; k < g; ++k) acc += x[k * hd + d] * (c->mode ? H[i * g + k] : H[k * g + i]);
+                    w[i * hd + d] = acc;
+                }
+            memcpy(x, w, (size_t)(g * hd) * sizeof(float));
+        }
+    return QUAROT_OK;
+}
+// The down_proj transform: each row's n4-blocks through the fast Hadamard transform (mode: transpose).
+static quarot_result quarot__tr_f_had4(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
+    const quarot__tr* p = c->p;
+    quarot_hadamard_apply_desc d;
+    memset(&d, 0, sizeof d);
+    d.transpose = c->mode;
+    return quarot_hadamard_apply_f32(&p->plan4, &d, c->x + r0 * c->n, (r1 - r0) * (c->n / p->n4), p->n4, w, p->work4);
+}
+
+static quarot_result quarot__tr_norm(quarot__tr* p, const float* x, int64_t rows, int64_t n, const float* g, float* y,
+                                     float* rs) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, (float*)(uintptr_t)x, n);
+    c.y = y; c.s = rs; c.a = g;
+    return quarot__tr_rows(&c, rows, quarot__tr_f_norm);
+}
+static quarot_result quarot__tr_norm_bwd(quarot__tr* p, const float* x, const float* rs, int64_t rows, int64_t n,
+                                         const float* g, const float* dy, float* dx, int acc) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, (float*)(uintptr_t)x, n);
+    c.s = (float*)(uintptr_t)rs; c.a = g; c.b = dy; c.y = dx; c.mode = acc;
+    return quarot__tr_rows(&c, rows, quarot__tr_f_norm_bwd);
+}
+static quarot_result quarot__tr_quant(quarot__tr* p, float* x, int64_t rows, int64_t n, const quarot_quant_desc* q) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, x, n);
+    if (!q->bits) return QUAROT_OK;
+    c.q = q;
+    return quarot__tr_rows(&c, rows, quarot__tr_f_quant);
+}
+static quarot_result quarot__tr_rope(quarot__tr* p, float* x, int64_t rows, int64_t T, int64_t n, int inverse,
+                                     int interleaved) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, x, n);
+    c.T = T; c.mode = inverse;
+    return quarot__tr_rows(&c, rows, interleaved ? quarot__tr_f_rope_il : quarot__tr_f_rope);
+}
+static quarot_result quarot__tr_add(quarot__tr* p, float* x, const float* a, int64_t rows, int64_t n) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, x, n);
+    c.a = a;
+    return quarot__tr_rows(&c, rows, quarot__tr_f_add);
+}
+static quarot_result quarot__tr_heads(quarot__tr* p, float* x, int64_t rows, int transpose) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, x, p->qd);
+    if (!p->g_heads) return QUAROT_OK;
+    c.mode = transpose;
+    return quarot__tr_rows(&c, rows, quarot__tr_f_heads);
+}
+static quarot_result quarot__tr_had4(quarot__tr* p, float* x, int64_t rows, int transpose) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, x, p->I);
+    if (!p->n4) return QUAROT_OK;
+    c.mode = transpose;
+    return quarot__tr_rows(&c, rows, quarot__tr_f_had4);
+}
+// R3: x [rows][width] <- x H3 (transpose: x H3^T) per block of n3, through tmp [rows][width]
+static quarot_result quarot__tr_had3(quarot__tr* p, float* x, int64_t rows, int64_t width, int transpose) {
+    quarot_result r;
+    int64_t m;
+    if (!p->n3) return QUAROT_OK;
+    m = rows * (width / p->n3);
+    r = quarot__tr_gemm(p, 0, transpose, m, p->n3, p->n3, x, p->n3, p->h3, p->n3, 0.0f, p->tmpq, p->n3);
+    if (r == QUAROT_OK) memcpy(x, p->tmpq, (size_t)(rows * width) * sizeof(float));
+    return r;
+}
+
+// ---- attention over (window, KV head) units, split into tasks with their own T x T buffers
+typedef struct quarot__tr_attn_job {
+    quarot__tr* p;
+    const float *q, *k, *v, *dout;
+    float *out, *dq, *dk, *dv;
+    int64_t T, units, per;
+    int backward;
+    quarot_result st[64];
+} quarot__tr_attn_job;
+
+static void quarot__tr_attn_task(void* arg, int64_t task) {
+    quarot__tr_attn_job* j = (quarot__tr_attn_job*)arg;
+    quarot__tr* p = j->p;
+    int64_t u0 = task * j->per, u1 = u0 + j->per < j->units ? u0 + j->per : j->units, u;
+    int64_t T = j->T, group = p->nh / p->nkv;
+    float* work = p->scr + task * p->task_floats;
+    quarot_env env = quarot__tr_serial_env(&p->env);
+    quarot_result r = QUAROT_OK;
+    for (u = u0; u < u1 && r == QUAROT_OK; ++u) {
+        int64_t w = u / p->nkv, g = u % p->nkv, hq0 = g * group * p->hd, kv0 = g * p->hd, row = w * T;
+        // one KV head and its query heads: the public functions on a view with n_kv_heads = 1
+        if (!j->backward)
+            r = quarot_train_attention_f32(j->q + row * p->qd + hq0, p->qd, j->k + row * p->kvd + kv0, p->kvd,
+                                           j->v + row * p->kvd + kv0, p->kvd, T, group, 1, p->hd,
+                                           j->out + row * p->qd + hq0, p->qd, work, &env);
+        else
+            r = quarot_train_attention_backward_f32(j->q + row * p->qd + hq0, p->qd, j->k + row * p->kvd + kv0, p->kvd,
+                                                    j->v + row * p->kvd + kv0, p->kvd, j->dout + row * p->qd + hq0,
+                                                    p->qd, T, group, 1, p->hd, j->dq + row * p->qd + hq0,
+                                                    j->dk + row * p->kvd + kv0, j->dv + row * p->kvd + kv0, work, &env);
+    }
+    j->st[task] = r;
+}
+
+static quarot_result quarot__tr_attention(quarot__tr* p, quarot__tr_attn_job* j, int64_t B) {
+    int64_t tasks = p->attn_tasks, i;
+    quarot_result r = QUAROT_OK;
+    j->p = p;
+    j->units = B * p->nkv;
+    if (tasks > j->units) tasks = j->units;
+    j->per = (j->units + tasks - 1) / tasks;
+    tasks = (j->units + j->per - 1) / j->per;
+    quarot_env_parallel_for(tasks > 1 ? &p->env : NULL, quarot__tr_attn_task, j, tasks);
+    for (i = 0; i < tasks && r == QUAROT_OK; ++i) r = j->st[i];
+    return r;
+}
+
+// ---- weights
+
+// Read `name` ([rows][cols], or a vector when rows == 1) into out as f32. Absent and optional: *present = 0.
+static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_t rows, int64_t cols, float* out,
+                                     int* present) {
+    quarot_model* m = t->model;
+    quarot_tensor w;
+    quarot_result r;
+    int64_t i;
+    memset(&w, 0, sizeof w);
+    r = m->get_tensor(m->user_data, name, &w);
+    if (present) {
+        *present = r == QUAROT_OK;
+        if (r == QUAROT_ERR_NOT_FOUND) return QUAROT_OK;
+    }
+    if (r != QUAROT_OK) {
+        quarot__tr_err(t, "tensor '%s': %s", name, r == QUAROT_ERR_NOT_FOUND ? "not found" : quarot_result_string(r));
+        return r;
+    }
+    if ((r = quarot_tensor_validate(&w)) != QUAROT_OK) {
+        quarot__tr_err(t, "tensor '%s': invalid view", name);
+        return r;
+    }
+    if (w.ne[0] != cols || quarot_tensor_nrows(&w) != rows || (rows > 1 && w.ne[1] != rows)) {
+        quarot__tr_err(t, "tensor '%s' is {%lld, %lld}, expected {%lld, %lld}", name, (long long)w.ne[0],
+                       (long long)quarot_tensor_nrows(&w), (long long)cols, (long long)rows);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    for (i = 0; i < rows; ++i)
+        if ((r = quarot_tensor_get_row_f32(&w, i, out + i * cols)) != QUAROT_OK) {
+            quarot__tr_err(t, "tensor '%s': %s", name, quarot_result_string(r));
+            return r;
+        }
+    for (i = 0; i < rows * cols; ++i)
+        if (!(fabsf(out[i]) <= 3.4028234663852886e38f)) {
+            quarot__tr_err(t, "tensor '%s' has NaN or Inf at element %lld", name, (long long)i);
+            return QUAROT_ERR_NONFINITE;
+        }
+    return QUAROT_OK;
+}
+
+// W[out][in] <- W diag(g)
+static void quarot__tr_scale_cols(float* w, int64_t out, int64_t in, const float* g) {
+    int64_t r, j;
+    for (r = 0; r < out; ++r)
+        for (j = 0; j < in; ++j) w[r * in + j] *= g[j];
+}
+
+// Layer l's frozen weights into p->F: the norm gains fused into their readers, W_o <- W_o (H_heads (x) I)
+// and W_down <- W_down H4 when online (the halves quarot_rotate_model folds offline).
+static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot_model* m = t->model;
+    char (*nm)[QUAROT_NAME_MAX] = p->names[l];
+    quarot__tr_lw* F = &p->F;
+    quarot_result r, rr;
+    int present;
+    if (m->acquire_layer && (r = m->acquire_layer(m->user_data, l)) != QUAROT_OK) {
+        quarot__tr_err(t, "acquire_layer(%lld) failed: %s", (long long)l, quarot_result_string(r));
+        return r;
+    }
+    r = quarot__tr_read(t, nm[QUAROT__TR_Q], p->qd, p->h, F->wq, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_K], p->kvd, p->h, F->wk, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_V], p->kvd, p->h, F->wv, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_O], p->h, p->qd, F->wo, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_G], p->I, p->h, F->wg, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_U], p->I, p->h, F->wu, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_D], p->h, p->I, F->wd, NULL);
+    if (r == QUAROT_OK && p->has_b[0]) r = quarot__tr_read(t, nm[QUAROT__TR_BQ], 1, p->qd, F->bq, NULL);
+    if (r == QUAROT_OK && p->has_b[1]) r = quarot__tr_read(t, nm[QUAROT__TR_BK], 1, p->kvd, F->bk, NULL);
+    if (r == QUAROT_OK && p->has_b[2]) r = quarot__tr_read(t, nm[QUAROT__TR_BV], 1, p->kvd, F->bv, NULL);
+    if (r == QUAROT_OK && p->has_qkn) r = quarot__tr_read(t, nm[QUAROT__TR_QN], 1, p->hd, F->qn, NULL);
+    if (r == QUAROT_OK && p->has_qkn) r = quarot__tr_read(t, nm[QUAROT__TR_KN], 1, p->hd, F->kn, NULL);
+    // the norm gains
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_N1], 1, p->h, p->gain, &present);
+    if (r == QUAROT_OK && !present) {
+        quarot__tr_err(t, "tensor '%s' not found", nm[QUAROT__TR_N1]);
+        r = QUAROT_ERR_NOT_FOUND;
+    }
+    if (r == QUAROT_OK) {
+        quarot__tr_scale_cols(F->wq, p->qd, p->h, p->gain);
+        quarot__tr_scale_cols(F->wk, p->kvd, p->h, p->gain);
+        quarot__tr_scale_cols(F->wv, p->kvd, p->h, p->gain);
+        r = quarot__tr_read(t, nm[QUAROT__TR_N2], 1, p->h, p->gain, &present);
+        if (r == QUAROT_OK && !present) {
+            quarot__tr_err(t, "tensor '%s' not found", nm[QUAROT__TR_N2]);
+            r = QUAROT_ERR_NOT_FOUND;
+        }
+    }
+    if (r == QUAROT_OK) {
+        quarot__tr_scale_cols(F->wg, p->I, p->h, p->gain);
+        quarot__tr_scale_cols(F->wu, p->I, p->h, p->gain);
+    }
+    if (m->release_layer) {
+        rr = m->release_layer(m->user_data, l, 0);
+        if (r == QUAROT_OK && rr != QUAROT_OK) {
+            quarot__tr_err(t, "release_layer(%lld) failed: %s", (long long)l, quarot_result_string(rr));
+            r = rr;
+        }
+    }
+    if (r != QUAROT_OK) {
+        char detail[sizeof t->error];
+        memcpy(detail, t->error, sizeof detail);
+        quarot__tr_err(t, "layer %lld: %s", (long long)l, detail);
+        return r;
+    }
+    if (p->g_heads) r = quarot__tr_heads(p, F->wo, p->h, 0);
+    if (r == QUAROT_OK && p->n4) r = quarot__tr_had4(p, F->wd, p->h, 0);
+    return r;
+}
+
+// Layer l's effective weights (p->E) from p->F and the float rotations, and M, N of the chain rule.
+static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot__tr_lw *F = &p->F, *E = &p->E;
+    const float* R1 = p->r1f;
+    const float* R2 = p->r2f ? p->r2f + l * p->hd * p->hd : NULL;
+    int64_t h = p->h, hd = p->hd, i, j, g;
+    quarot_result r;
+    r = quarot__tr_gemm(p, 0, 0, p->qd, h, h, F->wq, h, R1, h, 0.0f, E->wq, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->kvd, h, h, F->wk, h, R1, h, 0.0f, E->wk, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->kvd, h, h, F->wv, h, R1, h, 0.0f, p->mv, h);
+    for (g = 0; g < p->nkv && r == QUAROT_OK; ++g)   // W_v,g <- R2^T (W_v R1)_g
+        r = R2 ? quarot__tr_gemm(p, 1, 0, hd, h, hd, R2, hd, p->mv + g * hd * h, h, 0.0f, E->wv + g * hd * h, h)
+               : QUAROT_OK;
+    if (r == QUAROT_OK && !R2) memcpy(E->wv, p->mv, (size_t)(p->kvd * h) * sizeof(float));
+    for (g = 0; g < p->nh && r == QUAROT_OK && R2; ++g)   // N = W_o (I (x) R2)
+        r = quarot__tr_gemm(p, 0, 0, h, hd, hd, F->wo + g * hd, p->qd, R2, hd, 0.0f, p->no + g * hd, p->qd);
+    if (r == QUAROT_OK && !R2) memcpy(p->no, F->wo, (size_t)(h * p->qd) * sizeof(float));
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->qd, h, R1, h, p->no, p->qd, 0.0f, E->wo, p->qd);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->I, h, h, F->wg, h, R1, h, 0.0f, E->wg, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->I, h, h, F->wu, h, R1, h, 0.0f, E->wu, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->I, h, R1, h, F->wd, p->I, 0.0f, E->wd, p->I);
+    if (r != QUAROT_OK) return r;
+    if (p->has_b[0]) memcpy(E->bq, F->bq, (size_t)p->qd * sizeof(float));
+    if (p->has_b[1]) memcpy(E->bk, F->bk, (size_t)p->kvd * sizeof(float));
+    if (p->has_b[2])   // b_v,g <- b_v,g R2
+        for (g = 0; g < p->nkv; ++g)
+            for (j = 0; j < hd; ++j) {
+                float acc = 0.0f;
+                for (i = 0; i < hd; ++i) acc += F->bv[g * hd + i] * (R2 ? R2[i * hd + j] : (i == j ? 1.0f : 0.0f));
+                E->bv[g * hd + j] = acc;
+            }
+    if (p->qw.bits) {   // weights fake-quantized per output channel (rows of W_eff)
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wq, p->qd, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wk, p->kvd, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wv, p->kvd, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wo, h, p->qd, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wg, p->I, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wu, p->I, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wd, h, p->I, &p->qw);
+    }
+    return r;
+}
+
+// y[rows][out] = x W^T (+ b)
+static quarot_result quarot__tr_linear(quarot__tr* p, const float* x, int64_t rows, int64_t in, const float* w,
+                                       const float* b, int64_t out, float* y) {
+    quarot_result r = quarot__tr_gemm(p, 0, 1, rows, out, in, x, in, w, in, 0.0f, y, out);
+    int64_t i, j;
+    if (r == QUAROT_OK && b)
+        for (i = 0; i < rows; ++i)
+            for (j = 0; j < out; ++j) y[i * out + j] += b[j];
+    return r;
+}
+
+// >>train_pass
+// One pass: the layer forward and backward, the chain rule into dL/dR, buffers, and the whole pass.
+
+// ---- one layer over rows = B*T rows (B windows of T tokens); xout may alias nothing in the tape.
+static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, quarot__tr_tape* tp, int64_t B, int64_t T, float* xout) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot__tr_lw* E = &p->E;
+    const quarot__tr_lw* F = &p->F;
+    const quarot_model_config* c = &t->config;
+    int64_t rows = B * T, h = p->h;
+    quarot__tr_attn_job aj;
+    quarot__tr_rctx gc;
+    quarot_result r;
+    // attention: aq = Q(norm(x)); q, k, v; per-head norms; RoPE; R3; K/V quantization
+    r = quarot__tr_norm(p, tp->x, rows, h, NULL, tp->aq, tp->rs1);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->aq, rows, h, &p->qa);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->aq, rows, h, E->wq, E->bq, p->qd, p->has_qkn ? tp->qraw : tp->q);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->aq, rows, h, E->wk, E->bk, p->kvd, p->has_qkn ? tp->kraw : tp->k);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->aq, rows, h, E->wv, E->bv, p->kvd, tp->v);
+    if (r == QUAROT_OK && p->has_qkn) {
+        r = quarot__tr_norm(p, tp->qraw, rows * p->nh, p->hd, F->qn, tp->q, tp->rsq);
+        if (r == QUAROT_OK) r = quarot__tr_norm(p, tp->kraw, rows * p->nkv, p->hd, F->kn, tp->k, tp->rsk);
+    }
+    if (r == QUAROT_OK) r = quarot__tr_rope(p, tp->q, rows, T, p->qd, 0, c->rope_interleaved);
+    if (r == QUAROT_OK) r = quarot__tr_rope(p, tp->k, rows, T, p->kvd, 0, c->rope_interleaved);
+    if (r == QUAROT_OK) r = quarot__tr_had3(p, tp->q, rows, p->qd, 0);
+    if (r == QUAROT_OK) r = quarot__tr_had3(p, tp->k, rows, p->kvd, 0);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->k, rows * p->nkv, p->hd, &p->qk);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->v, rows * p->nkv, p->hd, &p->qv);
+    if (r != QUAROT_OK) return r;
+    memset(&aj, 0, sizeof aj);
+    aj.q = tp->q; aj.k = tp->k; aj.v = tp->v; aj.out = tp->attq; aj.T = T;
+    r = quarot__tr_attention(p, &aj, B);
+    // o_proj: heads hook, quantization, x_mid = x + attq Wo^T
+    if (r == QUAROT_OK) r = quarot__tr_heads(p, tp->attq, rows, 0);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->attq, rows, p->qd, &p->qa);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->attq, rows, p->qd, E->wo, NULL, h, tp->xm);
+    if (r == QUAROT_OK) r = quarot__tr_add(p, tp->xm, tp->x, rows, h);
+    // MLP: a2q = Q(norm(x_mid)); h = act(gate) * up; R4; quantization; x_out = x_mid + hq Wd^T
+    if (r == QUAROT_OK) r = quarot__tr_norm(p, tp->xm, rows, h, NULL, tp->a2q, tp->rs2);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->a2q, rows, h, &p->qa);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->a2q, rows, h, E->wg, NULL, p->I, tp->g);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->a2q, rows, h, E->wu, NULL, p->I, tp->u);
+    if (r != QUAROT_OK) return r;
+    gc = quarot__tr_ctx(p, tp->g, p->I);
+    gc.a = tp->u; gc.y = tp->hq; gc.mode = (int)c->act;
+    r = quarot__tr_rows(&gc, rows, quarot__tr_f_glu);
+    if (r == QUAROT_OK) r = quarot__tr_had4(p, tp->hq, rows, 0);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->hq, rows, p->I, &p->qa_down);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->hq, rows, p->I, E->wd, NULL, h, xout);
+    if (r == QUAROT_OK) r = quarot__tr_add(p, xout, tp->xm, rows, h);
+    return r;
+}
+
+// dx [rows][h]: in, dL/d(layer output); out, dL/d(layer input). dL/dW_eff into p->dE (overwritten),
+// dL/db_v into p->dbv. Straight-through: quantized values' gradients pass unchanged.
+static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, const quarot__tr_tape* tp, int64_t B, int64_t T) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot__tr_lw* E = &p->E;
+    const quarot__tr_lw* F = &p->F;
+    quarot__tr_lw* dE = &p->dE;
+    const quarot_model_config* c = &t->config;
+    int64_t rows = B * T, h = p->h, i, j;
+    quarot__tr_attn_job aj;
+    quarot__tr_rctx gc;
+    quarot_result r;
+    float* dx = p->dx;
+    // down_proj: dhq = dx Wd, dWd = dx^T hq; R4^T; the gated activation
+    r = quarot__tr_gemm(p, 0, 0, rows, p->I, h, dx, h, E->wd, p->I, 0.0f, p->dh, p->I);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->I, rows, dx, h, tp->hq, p->I, 0.0f, dE->wd, p->I);
+    if (r == QUAROT_OK) r = quarot__tr_had4(p, p->dh, rows, 1);
+    if (r != QUAROT_OK) return r;
+    gc = quarot__tr_ctx(p, tp->g, p->I);
+    gc.a = tp->u; gc.b = p->dh; gc.y = p->dg; gc.s = p->du; gc.mode = (int)c->act;
+    r = quarot__tr_rows(&gc, rows, quarot__tr_f_glu_bwd);
+    // gate / up: da = dg Wg + du Wu; dWg = dg^T a2q, dWu = du^T a2q; dx += norm2'(da)
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->I, p->dg, p->I, E->wg, h, 0.0f, p->da, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->I, p->du, p->I, E->wu, h, 1.0f, p->da, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->I, h, rows, p->dg, p->I, tp->a2q, h, 0.0f, dE->wg, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->I, h, rows, p->du, p->I, tp->a2q, h, 0.0f, dE->wu, h);
+    if (r == QUAROT_OK) r = quarot__tr_norm_bwd(p, tp->xm, tp->rs2, rows, h, NULL, p->da, dx, 1);
+    // o_proj: datt = dx Wo, dWo = dx^T attq; heads hook transposed; attention
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, p->qd, h, dx, h, E->wo, p->qd, 0.0f, p->datt, p->qd);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->qd, rows, dx, h, tp->attq, p->qd, 0.0f, dE->wo, p->qd);
+    if (r == QUAROT_OK) r = quarot__tr_heads(p, p->datt, rows, 1);
+    if (r != QUAROT_OK) return r;
+    memset(&aj, 0, sizeof aj);
+    aj.q = tp->q; aj.k = tp->k; aj.v = tp->v; aj.dout = p->datt; aj.dq = p->dq; aj.dk = p->dk; aj.dv = p->dv; aj.T = T;
+    aj.backward = 1;
+    r = quarot__tr_attention(p, &aj, B);
+    // R3^T, RoPE^-1, per-head norms
+    if (r == QUAROT_OK) r = quarot__tr_had3(p, p->dq, rows, p->qd, 1);
+    if (r == QUAROT_OK) r = quarot__tr_had3(p, p->dk, rows, p->kvd, 1);
+    if (r == QUAROT_OK) r = quarot__tr_rope(p, p->dq, rows, T, p->qd, 1, c->rope_interleaved);
+    if (r == QUAROT_OK) r = quarot__tr_rope(p, p->dk, rows, T, p->kvd, 1, c->rope_interleaved);
+    if (r == QUAROT_OK && p->has_qkn) {   // through datt / tmpq as the outputs (then copied back)
+        r = quarot__tr_norm_bwd(p, tp->qraw, tp->rsq, rows * p->nh, p->hd, F->qn, p->dq, p->datt, 0);
+        if (r == QUAROT_OK) memcpy(p->dq, p->datt, (size_t)(rows * p->qd) * sizeof(float));
+        if (r == QUAROT_OK)
+            r = quarot__tr_norm_bwd(p, tp->kraw, tp->rsk, rows * p->nkv, p->hd, F->kn, p->dk, p->datt, 0);
+        if (r == QUAROT_OK) memcpy(p->dk, p->datt, (size_t)(rows * p->kvd) * sizeof(float));
+    }
+    // q / k / v: da = dq Wq + dk Wk + dv Wv; dW = d^T aq; db_v; dx += norm1'(da)
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->qd, p->dq, p->qd, E->wq, h, 0.0f, p->da, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->kvd, p->dk, p->kvd, E->wk, h, 1.0f, p->da, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->kvd, p->dv, p->kvd, E->wv, h, 1.0f, p->da, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->qd, h, rows, p->dq, p->qd, tp->aq, h, 0.0f, dE->wq, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->kvd, h, rows, p->dk, p->kvd, tp->aq, h, 0.0f, dE->wk, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->kvd, h, rows, p->dv, p->kvd, tp->aq, h, 0.0f, dE->wv, h);
+    if (r == QUAROT_OK && p->has_b[2]) {
+        for (j = 0; j < p->kvd; ++j) p->dbv[j] = 0.0f;
+        for (i = 0; i < rows; ++i)
+            for (j = 0; j < p->kvd; ++j) p->dbv[j] += p->dv[i * p->kvd + j];
+    }
+    if (r == QUAROT_OK) r = quarot__tr_norm_bwd(p, tp->x, tp->rs1, rows, h, NULL, p->da, dx, 1);
+    return r;
+}
+
+// dL/dW_eff -> dL/dR1 (p->g1f, accumulated) and dL/dR2 of layer l (p->g2f + l*hd*hd, overwritten):
+//   readers W R1: dR1 += W^T dW;  writers R1^T W: dR1 += W dW^T;
+//   v: W_eff,g = R2^T M_g (M = W_v R1): dM_g = R2 dW_g, dR1 += W_v^T dM, dR2 += sum_g M_g dW_g^T (+ b_v,g^T db_g)
+//   o: W_eff = R1^T N (N = W_o (I (x) R2)): dR1 += N dW^T, dN = R1 dW, dR2 += sum_h W_o,h^T dN_h
+static quarot_result quarot__tr_chain(quarot_trainer* t, int64_t l) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot__tr_lw *F = &p->F, *dE = &p->dE;
+    int64_t h = p->h, hd = p->hd, g, i, j;
+    int d1 = !t->desc.freeze_r1, d2 = p->r2f && !t->desc.freeze_r2;
+    const float* R2 = p->r2f ? p->r2f + l * hd * hd : NULL;
+    float* G1 = p->g1f;
+    float* G2 = p->g2f ? p->g2f + l * hd * hd : NULL;
+    quarot_result r = QUAROT_OK;
+    if (G2) for (i = 0; i < hd * hd; ++i) G2[i] = 0.0f;
+    if (d1) {
+        r = quarot__tr_gemm(p, 1, 0, h, h, p->qd, F->wq, h, dE->wq, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->kvd, F->wk, h, dE->wk, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->I, F->wg, h, dE->wg, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->I, F->wu, h, dE->wu, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, p->I, F->wd, p->I, dE->wd, p->I, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, p->qd, p->no, p->qd, dE->wo, p->qd, 1.0f, G1, h);
+        // v_proj: dM = (I (x) R2) dW_eff (or dW_eff itself without R2)
+        for (g = 0; g < p->nkv && r == QUAROT_OK && R2; ++g)
+            r = quarot__tr_gemm(p, 0, 0, hd, h, hd, R2, hd, dE->wv + g * hd * h, h, 0.0f, p->dmv + g * hd * h, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->kvd, F->wv, h, R2 ? p->dmv : dE->wv, h, 1.0f, G1, h);
+    }
+    if (d2 && r == QUAROT_OK) {
+        for (g = 0; g < p->nkv && r == QUAROT_OK; ++g)
+            r = quarot__tr_gemm(p, 0, 1, hd, hd, h, p->mv + g * hd * h, h, dE->wv + g * hd * h, h, 1.0f, G2, hd);
+        if (p->has_b[2])
+            for (g = 0; g < p->nkv; ++g)
+                for (i = 0; i < hd; ++i)
+                    for (j = 0; j < hd; ++j) G2[i * hd + j] += F->bv[g * hd + i] * p->dbv[g * hd + j];
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, h, p->qd, h, p->r1f, h, dE->wo, p->qd, 0.0f, p->dno, p->qd);
+        for (g = 0; g < p->nh && r == QUAROT_OK; ++g)
+            r = quarot__tr_gemm(p, 1, 0, hd, hd, h, F->wo + g * hd, p->qd, p->dno + g * hd, p->qd, 1.0f, G2, hd);
+    }
+    return r;
+}
+
+// ---- buffers for B windows of T tokens
+
+static void quarot__tr_free_acts(quarot__tr* p) {
+    float** bufs[20];
+    int i, n = 0;
+    bufs[n++] = &p->act; bufs[n++] = &p->ckpt; bufs[n++] = &p->rope; bufs[n++] = &p->xs; bufs[n++] = &p->tmp;
+    bufs[n++] = &p->tmpq; bufs[n++] = &p->dx; bufs[n++] = &p->da; bufs[n++] = &p->dq; bufs[n++] = &p->dk;
+    bufs[n++] = &p->dv; bufs[n++] = &p->datt; bufs[n++] = &p->dh; bufs[n++] = &p->dg; bufs[n++] = &p->du;
+    bufs[n++] = &p->fin; bufs[n++] = &p->dfin; bufs[n++] = &p->rsf; bufs[n++] = &p->lg; bufs[n++] = &p->scr;
+    for (i = 0; i < n; ++i) {
+        quarot_env_free(&p->env, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    quarot_env_free(&p->env, p->tapes);
+    quarot_env_free(&p->env, p->targets);
+    quarot_env_free(&p->env, p->teacher);
+    p->teacher = NULL;
+    p->tapes = NULL;
+    p->targets = NULL;
+    p->cap_rows = p->cap_T = p->rope_T = 0;
+}
+
+// Tape layout: per tape, the arrays of quarot__tr_tape back to back (x only in keep mode).
+static int64_t quarot__tr_tape_floats(const quarot__tr* p, int64_t rows, int with_x) {
+    int64_t per = 3 * p->h + 2 + 2 * p->qd + 2 * p->kvd + 3 * p->I;
+    if (p->has_qkn) per += p->qd + p->kvd + p->nh + p->nkv;
+    return rows * (per + (with_x ? p->h : 0));
+}
+
+static void quarot__tr_tape_set(const quarot__tr* p, quarot__tr_tape* tp, float* m, int64_t rows, int with_x) {
+    memset(tp, 0, sizeof *tp);
+    if (with_x) { tp->x = m; m += rows * p->h; }
+    tp->rs1 = m; m += rows;
+    tp->aq = m; m += rows * p->h;
+    if (p->has_qkn) {
+        tp->qraw = m; m += rows * p->qd;
+        tp->kraw = m; m += rows * p->kvd;
+        tp->rsq = m; m += rows * p->nh;
+        tp->rsk = m; m += rows * p->nkv;
+    }
+    tp->q = m; m += rows * p->qd;
+    tp->k = m; m += rows * p->kvd;
+    tp->v = m; m += rows * p->kvd;
+    tp->attq = m; m += rows * p->qd;
+    tp->xm = m; m += rows * p->h;
+    tp->rs2 = m; m += rows;
+    tp->a2q = m; m += rows * p->h;
+    tp->g = m; m += rows * p->I;
+    tp->u = m; m += rows * p->I;
+    tp->hq = m;
+}
+
+static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T, int grad) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    int64_t rows = B * T, tf, i, keep;
+    int ok = 1;
+    if (rows <= p->cap_rows && T == p->cap_T && grad <= p->cap_grad) return QUAROT_OK;
+    quarot__tr_free_acts(p);
+    keep = grad && !t->desc.recompute;
+    p->n_tapes = keep ? p->L : 1;
+    tf = quarot__tr_tape_floats(p, rows, 1);
+    p->act = (float*)quarot__tr_alloc(p, p->n_tapes * tf, sizeof(float));
+    p->tapes = (quarot__tr_tape*)quarot__tr_alloc(p, p->n_tapes, sizeof(quarot__tr_tape));
+    ok = p->act && p->tapes;
+    for (i = 0; ok && i < p->n_tapes; ++i) quarot__tr_tape_set(p, &p->tapes[i], p->act + i * tf, rows, 1);
+    if (grad && t->desc.recompute)
+        ok = ok && (p->ckpt = (float*)quarot__tr_alloc(p, p->L * rows * p->h, sizeof(float))) != NULL;
+    p->task_floats = 2 * T * T;
+    if (p->g_heads && p->g_heads * p->hd > p->task_floats) p->task_floats = p->g_heads * p->hd;
+    if (p->n4 && (int64_t)(p->work4 / sizeof(float)) + 16 > p->task_floats)
+        p->task_floats = (int64_t)(p->work4 / sizeof(float)) + 16;
+    p->task_floats = (p->task_floats + 15) & ~(int64_t)15;
+    p->attn_tasks = p->threads;
+    ok = ok && (p->scr = (float*)quarot__tr_alloc(p, (p->threads > 1 ? p->threads : 1) * p->task_floats,
+                                                  sizeof(float))) != NULL;
+    ok = ok && (p->rope = (float*)quarot__tr_alloc(p, T * p->hd, sizeof(float))) != NULL;
+    ok = ok && (p->xs = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
+    ok = ok && (p->tmp = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
+    ok = ok && (p->tmpq = (float*)quarot__tr_alloc(p, rows * p->qd, sizeof(float))) != NULL;
+    ok = ok && (p->fin = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
+    ok = ok && (p->dfin = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
+    ok = ok && (p->rsf = (float*)quarot__tr_alloc(p, rows, sizeof(float))) != NULL;
+    ok = ok && (p->lg = (float*)quarot__tr_alloc(p, QUAROT__TR_LOGIT_ROWS * p->V, sizeof(float))) != NULL;
+    ok = ok && (p->targets = (int32_t*)quarot__tr_alloc(p, rows, sizeof(int32_t))) != NULL;
+    if (t->desc.loss == QUAROT_TRAIN_LOSS_KL)
+        ok = ok && (p->teacher = (float*)quarot__tr_alloc(p, rows * p->V, sizeof(float))) != NULL;
+    if (grad) {
+        ok = ok && (p->dx = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
+        ok = ok && (p->da = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
+        ok = ok && (p->dq = (float*)quarot__tr_alloc(p, rows * p->qd, sizeof(float))) != NULL;
+        ok = ok && (p->datt = (float*)quarot__tr_alloc(p, rows * p->qd, sizeof(float))) != NULL;
+        ok = ok && (p->dk = (float*)quarot__tr_alloc(p, rows * p->kvd, sizeof(float))) != NULL;
+        ok = ok && (p->dv = (float*)quarot__tr_alloc(p, rows * p->kvd, sizeof(float))) != NULL;
+        ok = ok && (p->dh = (float*)quarot__tr_alloc(p, rows * p->I, sizeof(float))) != NULL;
+        ok = ok && (p->dg = (float*)quarot__tr_alloc(p, rows * p->I, sizeof(float))) != NULL;
+        ok = ok && (p->du = (float*)quarot__tr_alloc(p, rows * p->I, sizeof(float))) != NULL;
+    }
+    if (!ok) {
+        quarot__tr_free_acts(p);
+        quarot__tr_err(t, "out of memory for %lld windows of %lld tokens", (long long)B, (long long)T);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    quarot_train_rope_table(T, 0, p->hd, t->config.rope_theta, p->rope);
+    p->cap_rows = rows;
+    p->cap_T = T;
+    p->cap_grad = grad;
+    return QUAROT_OK;
+}
+
+// The tape of layer l: its own (keep), or the one tape with x in the checkpoints (recompute).
+static quarot__tr_tape* quarot__tr_tape_of(quarot_trainer* t, int64_t l, int64_t rows) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    if (p->n_tapes > 1) return &p->tapes[l];
+    if (p->ckpt) p->tapes[0].x = p->ckpt + l * rows * p->h;
+    return &p->tapes[0];
+}
+
+static void quarot__tr_to_float(float* out, const double* in, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) out[i] = (float)in[i];
+}
+
+// The teacher of the KL loss: the batch's FP32 next-token probabilities (every quantizer off).
+static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T, int grad,
+                                     double* loss, float* logits);
+static quarot_result quarot__tr_teacher(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot_quant_desc keep[5];
+    quarot_result r;
+    double unused;
+    int64_t i, j, rows = B * T, V = p->V;
+    keep[0] = p->qa; keep[1] = p->qa_down; keep[2] = p->qk; keep[3] = p->qv; keep[4] = p->qw;
+    p->qa.bits = p->qa_down.bits = p->qk.bits = p->qv.bits = p->qw.bits = 0;
+    r = quarot__tr_pass(t, tok, B, T, 0, &unused, p->teacher);
+    p->qa = keep[0]; p->qa_down = keep[1]; p->qk = keep[2]; p->qv = keep[3]; p->qw = keep[4];
+    if (r != QUAROT_OK) return r;
+    for (i = 0; i < rows; ++i) {   // softmax in double per row
+        float* z = p->teacher + i * V;
+        double mx = (double)z[0], sum = 0.0;
+        for (j = 1; j < V; ++j) if ((double)z[j] > mx) mx = (double)z[j];
+        for (j = 0; j < V; ++j) sum += exp((double)z[j] - mx);
+        for (j = 0; j < V; ++j) z[j] = (float)(exp((double)z[j] - mx) / sum);
+    }
+    return QUAROT_OK;
+}
+
+// A failure of a pass: the message of the step that failed, unless a deeper one said more already.
+static quarot_result quarot__tr_fail(quarot_trainer* t, quarot_result r, int64_t layer, const char* what) {
+    if (t->error[0]) return r;
+    if (layer >= 0)
+        quarot__tr_err(t, "layer %lld (%s): %s", (long long)layer, what,
+                       r == QUAROT_ERR_NONFINITE ? "NaN or Inf in the activations" : quarot_result_string(r));
+    else
+        quarot__tr_err(t, "%s: %s", what,
+                       r == QUAROT_ERR_NONFINITE ? "NaN or Inf in the activations" : quarot_result_string(r));
+    return r;
+}
+
+// One pass over B windows tokens[B][T]: the mean loss, the logits of the rows when logits != NULL
+// ([B*T][V]), and with grad the gradients into t->grad_r1 / t->grad_r2.
+static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int64_t B, int64_t T, int grad,
+                                     double* loss, float* logits) {
+    quarot__tr* p;
+    quarot_model* m = t->model;
+    quarot_tensor e;
+    int64_t rows, l, r0, i, j, count, h;
+    double total = 0.0;
+    int d1 = !t->desc.freeze_r1, kl = 0;
+    float scale;
+    quarot_result r;
+    if (!t->priv || !tok || B < 1 || T < 2 || B > ((int64_t)1 << 24) || T > ((int64_t)1 << 20) ||
+        B * T > ((int64_t)1 << 26))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    p = (quarot__tr*)t->priv;
+    h = p->h;
+    rows = B * T;
+    for (i = 0; i < rows; ++i)
+        if (tok[i] < 0 || tok[i] >= p->V) {
+            quarot__tr_err(t, "token %lld: id %ld outside the vocabulary [0, %lld)", (long long)i, (long)tok[i],
+                           (long long)p->V);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    if ((r = quarot__tr_reserve(t, B, T, grad)) != QUAROT_OK) return r;
+    t->error[0] = '\0';
+    if (t->desc.loss == QUAROT_TRAIN_LOSS_KL && logits != p->teacher) {   // the FP32 teacher first (not for itself)
+        if ((r = quarot__tr_teacher(t, tok, B, T)) != QUAROT_OK) return r;
+        kl = 1;
+    }
+    quarot__tr_to_float(p->r1f, t->r1, h * h);
+    if (t->r2) quarot__tr_to_float(p->r2f, t->r2, p->L * p->hd * p->hd);
+    for (i = 0; i < B; ++i)
+        for (j = 0; j < T; ++j) p->targets[i * T + j] = j + 1 < T ? tok[i * T + j + 1] : -1;
+    count = B * (T - 1);
+    scale = (float)(1.0 / (double)count);
+    // x = E[tok] R1
+    memset(&e, 0, sizeof e);
+    if ((r = m->get_tensor(m->user_data, p->plan.embed, &e)) != QUAROT_OK) {
+        quarot__tr_err(t, "tensor '%s' not found", p->plan.embed);
+        return r;
+    }
+    for (i = 0; i < rows && r == QUAROT_OK; ++i) r = quarot_tensor_get_row_f32(&e, tok[i], p->tmp + i * h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, h, p->tmp, h, p->r1f, h, 0.0f, p->xs, h);
+    if (r != QUAROT_OK) return quarot__tr_fail(t, r, -1, "embedding");
+    for (l = 0; l < p->L; ++l) {
+        quarot__tr_tape* tp = quarot__tr_tape_of(t, grad ? l : 0, rows);
+        r = quarot__tr_load(t, l);
+        if (r == QUAROT_OK) r = quarot__tr_form(t, l);
+        if (r != QUAROT_OK) break;
+        memcpy(tp->x, p->xs, (size_t)(rows * h) * sizeof(float));
+        if ((r = quarot__tr_layer_fwd(t, tp, B, T, p->xs)) != QUAROT_OK) break;
+    }
+    if (r != QUAROT_OK) return quarot__tr_fail(t, r, l, "forward");
+    // final norm, R1^T, its gain, lm_head, cross-entropy (dlogits into p->lg, chunk by chunk)
+    r = quarot__tr_norm(p, p->xs, rows, h, NULL, p->fin, p->rsf);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, rows, h, h, p->fin, h, p->r1f, h, 0.0f, p->dfin, h);
+    if (r == QUAROT_OK) quarot__tr_scale_cols(p->dfin, rows, h, p->final_g);
+    for (r0 = 0; r0 < rows && r == QUAROT_OK; r0 += QUAROT__TR_LOGIT_ROWS) {
+        int64_t c = rows - r0 < QUAROT__TR_LOGIT_ROWS ? rows - r0 : QUAROT__TR_LOGIT_ROWS;
+        float* lg = logits ? logits + r0 * p->V : p->lg;
+        r = quarot__tr_gemm(p, 0, 1, c, p->V, h, p->dfin + r0 * h, h, p->lm, h, 0.0f, lg, p->V);
+        if (r != QUAROT_OK) break;
+        if (kl)
+            total += quarot_train_kl_div_f32(lg, c, p->V, p->teacher + r0 * p->V, p->targets + r0, scale,
+                                             grad ? p->lg : NULL);
+        else total += quarot_train_cross_entropy_f32(lg, c, p->V, p->targets + r0, scale, grad ? p->lg : NULL);
+        if (grad) r = quarot__tr_gemm(p, 0, 0, c, h, p->V, p->lg, p->V, p->lm, h, 0.0f, p->da + r0 * h, h);
+    }
+    if (r != QUAROT_OK) return quarot__tr_fail(t, r, -1, "lm_head");
+    *loss = total / (double)count;
+    if (!grad) return QUAROT_OK;
+    // back through the gain, R1^T (dR1 += du^T fin) and the final norm
+    quarot__tr_scale_cols(p->da, rows, h, p->final_g);
+    for (i = 0; i < h * h; ++i) p->g1f[i] = 0.0f;
+    if (d1) r = quarot__tr_gemm(p, 1, 0, h, h, rows, p->da, h, p->fin, h, 1.0f, p->g1f, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, h, p->da, h, p->r1f, h, 0.0f, p->tmp, h);
+    if (r == QUAROT_OK) r = quarot__tr_norm_bwd(p, p->xs, p->rsf, rows, h, NULL, p->tmp, p->dx, 0);
+    if (r != QUAROT_OK) return quarot__tr_fail(t, r, -1, "final norm");
+    for (l = p->L - 1; l >= 0; --l) {
+        quarot__tr_tape* tp = quarot__tr_tape_of(t, l, rows);
+        r = QUAROT_OK;
+        if (l != p->L - 1) {   // the last layer's weights are still those of the forward pass
+            r = quarot__tr_load(t, l);
+            if (r == QUAROT_OK) r = quarot__tr_form(t, l);
+        }
+        if (r == QUAROT_OK && p->n_tapes == 1 && l != p->L - 1) r = quarot__tr_layer_fwd(t, tp, B, T, p->tmp);
+        if (r == QUAROT_OK) r = quarot__tr_layer_bwd(t, tp, B, T);
+        if (r == QUAROT_OK) r = quarot__tr_chain(t, l);
+        if (r != QUAROT_OK) return quarot__tr_fail(t, r, l, "backward");
+    }
+    // the embedding: x0 = E[tok], dR1 += x0^T dx
+    for (i = 0; i < rows && r == QUAROT_OK && d1; ++i) r = quarot_tensor_get_row_f32(&e, tok[i], p->tmp + i * h);
+    if (r == QUAROT_OK && d1) r = quarot__tr_gemm(p, 1, 0, h, h, rows, p->tmp, h, p->dx, h, 1.0f, p->g1f, h);
+    if (r != QUAROT_OK) return quarot__tr_fail(t, r, -1, "embedding");
+    for (i = 0; i < h * h; ++i) t->grad_r1[i] = (double)p->g1f[i];
+    if (t->grad_r2)
+        for (i = 0; i < p->L * p->hd * p->hd; ++i) t->grad_r2[i] = t->desc.freeze_r2 ? 0.0 : (double)p->g2f[i];
+    return QUAROT_OK;
+}
+
+// >>train_setup
+// Set-up (names, shapes, start rotations, fixed transforms, globals) and the rotations' replacement.
+
+static void quarot__tr_priv_free(quarot__tr* p) {
+    quarot_env env = p->env;
+    quarot__tr_lw* lws[3];
+    int k;
+    lws[0] = &p->F; lws[1] = &p->E; lws[2] = &p->dE;
+    quarot__tr_free_acts(p);
+    for (k = 0; k < 3; ++k) {
+        quarot__tr_lw* w = lws[k];
+        float* ptrs[12];
+        int i;
+        ptrs[0] = w->wq; ptrs[1] = w->wk; ptrs[2] = w->wv; ptrs[3] = w->wo; ptrs[4] = w->wg; ptrs[5] = w->wu;
+        ptrs[6] = w->wd; ptrs[7] = w->bq; ptrs[8] = w->bk; ptrs[9] = w->bv; ptrs[10] = w->qn; ptrs[11] = w->kn;
+        for (i = 0; i < 12; ++i) quarot_env_free(&env, ptrs[i]);
+    }
+    quarot_env_free(&env, p->mv);
+    quarot_env_free(&env, p->no);
+    quarot_env_free(&env, p->dmv);
+    quarot_env_free(&env, p->dno);
+    quarot_env_free(&env, p->dbv);
+    quarot_env_free(&env, p->r1f);
+    quarot_env_free(&env, p->r2f);
+    quarot_env_free(&env, p->g1f);
+    quarot_env_free(&env, p->g2f);
+    quarot_env_free(&env, p->m1);
+    quarot_env_free(&env, p->m2);
+    quarot_env_free(&env, p->best1);
+    quarot_env_free(&env, p->best2); quarot_env_free(&env, p->h_heads); quarot_env_free(&env, p->h3);
+    quarot_env_free(&env, p->final_g); quarot_env_free(&env, p->gain); quarot_env_free(&env, p->lm_owned);
+    quarot_env_free(&env, p->names);
+    quarot_hadamard_plan_free(&p->plan4);
+    quarot_plan_free(&p->plan);
+    quarot_env_free(&env, p);
+}
+
+QUAROT_API void quarot_trainer_free(quarot_trainer* t) {
+    quarot_env env;
+    if (!t || !t->model) return;
+    env = t->model->env;
+    if (t->priv) quarot__tr_priv_free((quarot__tr*)t->priv);
+    quarot_env_free(&env, t->r1);
+    quarot_env_free(&env, t->r2);
+    quarot_env_free(&env, t->grad_r1);
+    quarot_env_free(&env, t->grad_r2);
+    quarot_env_free(&env, t->history);
+    t->priv = NULL;
+    t->r1 = t->r2 = t->grad_r1 = t->grad_r2 = NULL;
+    t->history = NULL;
+    t->model = NULL;
+}
+
+// name with its first `from` replaced by `to` (same length); 0 when absent
+static int quarot__tr_name_swap(char* out, const char* name, const char* from, const char* to) {
+    const char* at = strstr(name, from);
+    if (!at || strlen(name) >= QUAROT_NAME_MAX) return 0;
+    strcpy(out, name);
+    memcpy(out + (at - name), to, strlen(to));
+    return 1;
+}
+
+// Each layer's names from the adapter plan: its two fusions (attention norm -> q, k, v; MLP norm ->
+// gate, up) and its o_proj / down_proj.
+static quarot_result quarot__tr_names(quarot_trainer* t) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    int64_t l, i;
+    for (l = 0; l < p->L; ++l) {
+        const quarot_plan_fusion* f[2] = {NULL, NULL};
+        char (*nm)[QUAROT_NAME_MAX] = p->names[l];
+        int nf = 0, k;
+        for (i = 0; i < p->plan.n_fusions && nf < 2; ++i)
+            if (p->plan.fusions[i].layer == l) f[nf++] = &p->plan.fusions[i];
+        if (nf < 2 || f[0]->n_linears != 3 || f[1]->n_linears != 2 || f[0]->norm_bias[0] || f[1]->norm_bias[0]) {
+            quarot__tr_err(t, "layer %lld: the adapter plan does not describe a norm -> q, k, v and a norm -> gate, up",
+                           (long long)l);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+        strcpy(nm[QUAROT__TR_N1], f[0]->norm_weight);
+        strcpy(nm[QUAROT__TR_N2], f[1]->norm_weight);
+        for (k = 0; k < 3; ++k) {
+            strcpy(nm[QUAROT__TR_Q + k], p->plan.linears[f[0]->first_linear + k].weight);
+            strcpy(nm[QUAROT__TR_BQ + k], p->plan.linears[f[0]->first_linear + k].bias);
+        }
+        strcpy(nm[QUAROT__TR_G], p->plan.linears[f[1]->first_linear].weight);
+        strcpy(nm[QUAROT__TR_U], p->plan.linears[f[1]->first_linear + 1].weight);
+        strcpy(nm[QUAROT__TR_O], p->plan.layers[l].o_proj);
+        strcpy(nm[QUAROT__TR_D], p->plan.layers[l].down_proj);
+        if (strcmp(nm[QUAROT__TR_V], p->plan.layers[l].v_proj) != 0 ||
+            strcmp(nm[QUAROT__TR_U], p->plan.layers[l].up_proj) != 0) {
+            quarot__tr_err(t, "layer %lld: the plan's readers are not in the order q, k, v and gate, up", (long long)l);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+        if (p->has_qkn && (!quarot__tr_name_swap(nm[QUAROT__TR_QN], nm[QUAROT__TR_Q], "q_proj", "q_norm") ||
+                           !quarot__tr_name_swap(nm[QUAROT__TR_KN], nm[QUAROT__TR_K], "k_proj", "k_norm"))) {
+            quarot__tr_err(t, "layer %lld: cannot name the q/k norms after '%s'", (long long)l, nm[QUAROT__TR_Q]);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+    }
+    return QUAROT_OK;
+}
+
+static int quarot__tr_exists(quarot_model* m, const char* name) {
+    quarot_tensor w;
+    return name && name[0] && m->get_tensor(m->user_data, name, &w) == QUAROT_OK;
+}
+
+// Which biases layer 0 has: q/k/v ones are used; any on o_proj or the MLP is refused.
+static quarot_result quarot__tr_probe_biases(quarot_trainer* t) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot_model* m = t->model;
+    char b[QUAROT_NAME_MAX];
+    const int others[4] = {QUAROT__TR_O, QUAROT__TR_G, QUAROT__TR_U, QUAROT__TR_D};
+    quarot_result r = QUAROT_OK, rr;
+    int k;
+    if (m->acquire_layer && (r = m->acquire_layer(m->user_data, 0)) != QUAROT_OK) {
+        quarot__tr_err(t, "acquire_layer(0) failed: %s", quarot_result_string(r));
+        return r;
+    }
+    for (k = 0; k < 3; ++k) p->has_b[k] = quarot__tr_exists(m, p->names[0][QUAROT__TR_BQ + k]);
+    for (k = 0; k < 4 && r == QUAROT_OK; ++k) {
+        const char* w = p->names[0][others[k]];
+        size_t len = strlen(w);
+        if (len < 7 || strcmp(w + len - 7, ".weight") != 0) continue;
+        memcpy(b, w, len - 7);
+        strcpy(b + len - 7, ".bias");
+        if (quarot__tr_exists(m, b)) {
+            quarot__tr_err(t, "tensor '%s': biases on o_proj and the MLP are not supported by the trainer", b);
+            r = QUAROT_ERR_UNSUPPORTED;
+        }
+    }
+    if (m->release_layer && (rr = m->release_layer(m->user_data, 0, 0)) != QUAROT_OK && r == QUAROT_OK) {
+        quarot__tr_err(t, "release_layer(0) failed: %s", quarot_result_string(rr));
+        r = rr;
+    }
+    return r;
+}
+
+// The dense normalized Hadamard matrix of the block an online site uses for a size n (n itself when
+// available, else the largest available order dividing it, as the processor's online rotations).
+static quarot_result quarot__tr_online_block(quarot_trainer* t, int64_t n, const char* what, int64_t* b) {
+    *b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
+    if (*b <= 1) {
+        quarot__tr_err(t, "online %s rotation: no Hadamard matrix of order %lld or of any block dividing it", what,
+                       (long long)n);
+        return QUAROT_ERR_UNSUPPORTED_SIZE;
+    }
+    return QUAROT_OK;
+}
+
+// R1 and R2 as quarot_rotate_model builds them by default (random Hadamard of the seed; R2 with the
+// processor's derived seed), as dense matrices.
+static quarot_result quarot__tr_start(quarot_trainer* t) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot_rotation rot;
+    quarot_rotation_desc d;
+    quarot_result r;
+    int64_t l, hd2 = p->hd * p->hd;
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_HADAMARD;
+    d.n = p->h;
+    d.seed = t->desc.seed;
+    r = quarot_rotation_init(&rot, &d, &p->env);
+    if (r == QUAROT_OK) r = quarot_rotation_to_dense_f64(&rot, t->r1);
+    quarot_rotation_free(&rot);
+    if (r != QUAROT_OK) {
+        quarot__tr_err(t, "R1 of hidden size %lld: %s", (long long)p->h, quarot_result_string(r));
+        return r;
+    }
+    if (!t->r2) return QUAROT_OK;
+    memset(&d, 0, sizeof d);
+    d.kind = QUAROT_ROTATION_HADAMARD;
+    d.n = p->hd;
+    d.seed = t->desc.seed * 0x9e3779b97f4a7c15ULL + 2;
+    r = quarot_rotation_init(&rot, &d, &p->env);
+    if (r == QUAROT_OK) r = quarot_rotation_to_dense_f64(&rot, t->r2);
+    quarot_rotation_free(&rot);
+    if (r != QUAROT_OK) {
+        quarot__tr_err(t, "R2 of head_dim %lld: %s", (long long)p->hd, quarot_result_string(r));
+        return r;
+    }
+    for (l = 1; l < p->L; ++l) memcpy(t->r2 + l * hd2, t->r2, (size_t)hd2 * sizeof(double));
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__tr_check_desc(quarot_trainer* t) {
+    quarot_train_desc* d = &t->desc;
+    char msg[200];
+    if (d->steps == 0) d->steps = 100;
+    if (d->lr == 0.0) d->lr = 1.5;
+    if (d->cayley_iters == 0) d->cayley_iters = 5;
+    if (d->orth_tol == 0.0) d->orth_tol = 1e-6;
+    if (d->batch == 0) d->batch = 1;
+    if (d->steps < 0 || d->steps > (1 << 24) || !(d->lr > 0.0 && d->lr < 1e6) ||
+        !(d->momentum >= 0.0 && d->momentum < 1.0) || d->cayley_iters < 0 || d->cayley_iters > 1000 ||
+        !(d->orth_tol > 0.0 && d->orth_tol < 1.0) || d->batch < 1 ||
+        ((d->no_r2 | d->freeze_r1 | d->freeze_r2 | d->online | d->r3 | d->constant_lr | d->recompute | d->loss) & ~1)) {
+        quarot__tr_err(t,
+                       "bad training options (steps %d, lr %g, momentum %g, cayley_iters %d, orth_tol %g, batch %lld)",
+                       d->steps, d->lr, d->momentum, d->cayley_iters, d->orth_tol, (long long)d->batch);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (!(d->w_bits == 0 || d->w_bits == 16 || (d->w_bits >= 2 && d->w_bits <= 8))) {
+        quarot__tr_err(t, "w_bits %d: 2..8, or 0 / 16 for weights in full precision", d->w_bits);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (quarot_act_quant_check(&d->act, &t->config, msg, sizeof msg) != QUAROT_OK) {
+        quarot__tr_err(t, "%s", msg);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+static void quarot__tr_quant_descs(quarot_trainer* t) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot_act_quant_desc* a = &t->desc.act;
+    memset(&p->qa, 0, sizeof p->qa);
+    if (a->a_bits && a->a_bits != 16) {
+        p->qa.bits = a->a_bits;
+        p->qa.asymmetric = a->a_asym;
+        p->qa.group_size = a->a_group_size;
+        p->qa.clip_ratio = a->a_clip > 0.0f ? a->a_clip : 1.0f;
+    }
+    p->qa_down = p->qa;
+    if (p->qa.bits && a->int8_down_proj) p->qa_down.bits = 8;
+    memset(&p->qk, 0, sizeof p->qk);
+    memset(&p->qv, 0, sizeof p->qv);
+    if (a->k_bits && a->k_bits != 16) {
+        p->qk.bits = a->k_bits;
+        p->qk.asymmetric = a->k_asym;
+        p->qk.group_size = a->k_group_size > 0 ? a->k_group_size : p->hd;
+        p->qk.clip_ratio = a->k_clip > 0.0f ? a->k_clip : 1.0f;
+    }
+    if (a->v_bits && a->v_bits != 16) {
+        p->qv.bits = a->v_bits;
+        p->qv.asymmetric = a->v_asym;
+        p->qv.group_size = a->v_group_size > 0 ? a->v_group_size : p->hd;
+        p->qv.clip_ratio = a->v_clip > 0.0f ? a->v_clip : 1.0f;
+    }
+    p->qw = t->desc.weight;
+    p->qw.bits = t->desc.w_bits == 16 ? 0 : t->desc.w_bits;
+    if (p->qw.clip_ratio == 0.0f) p->qw.clip_ratio = 1.0f;
+}
+
+static quarot_result quarot__tr_alloc_lw(quarot__tr* p, quarot__tr_lw* w, int biases) {
+    w->wq = (float*)quarot__tr_alloc(p, p->qd * p->h, sizeof(float));
+    w->wk = (float*)quarot__tr_alloc(p, p->kvd * p->h, sizeof(float));
+    w->wv = (float*)quarot__tr_alloc(p, p->kvd * p->h, sizeof(float));
+    w->wo = (float*)quarot__tr_alloc(p, p->h * p->qd, sizeof(float));
+    w->wg = (float*)quarot__tr_alloc(p, p->I * p->h, sizeof(float));
+    w->wu = (float*)quarot__tr_alloc(p, p->I * p->h, sizeof(float));
+    w->wd = (float*)quarot__tr_alloc(p, p->h * p->I, sizeof(float));
+    if (!w->wq || !w->wk || !w->wv || !w->wo || !w->wg || !w->wu || !w->wd) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (!biases) return QUAROT_OK;
+    if (p->has_b[0] && !(w->bq = (float*)quarot__tr_alloc(p, p->qd, sizeof(float)))) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (p->has_b[1] && !(w->bk = (float*)quarot__tr_alloc(p, p->kvd, sizeof(float)))) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (p->has_b[2] && !(w->bv = (float*)quarot__tr_alloc(p, p->kvd, sizeof(float)))) return QUAROT_ERR_OUT_OF_MEMORY;
+    if (biases == 2 && p->has_qkn) {
+        w->qn = (float*)quarot__tr_alloc(p, p->hd, sizeof(float));
+        w->kn = (float*)quarot__tr_alloc(p, p->hd, sizeof(float));
+        if (!w->qn || !w->kn) return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    return QUAROT_OK;
+}
+
+// The globals: embedding shape, final norm gain, lm_head (the embedding when tied) in f32.
+static quarot_result quarot__tr_globals(quarot_trainer* t) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot_model* m = t->model;
+    quarot_tensor e, w;
+    const char* lm_name = t->config.tied_embeddings ? p->plan.embed : p->plan.lm_head;
+    char bias[QUAROT_NAME_MAX];
+    quarot_result r;
+    int present;
+    size_t len = strlen(p->plan.lm_head);
+    memset(&e, 0, sizeof e);
+    if ((r = m->get_tensor(m->user_data, p->plan.embed, &e)) != QUAROT_OK ||
+        (r = quarot_tensor_validate(&e)) != QUAROT_OK) {
+        quarot__tr_err(t, "embedding '%s': %s", p->plan.embed, quarot_result_string(r));
+        return r;
+    }
+    if (e.ne[0] != p->h || e.ne[1] != p->V || e.ne[2] != 1 || e.ne[3] != 1) {
+        quarot__tr_err(t, "embedding '%s' is {%lld, %lld}, expected {hidden %lld, vocab %lld}", p->plan.embed,
+                       (long long)e.ne[0], (long long)e.ne[1], (long long)p->h, (long long)p->V);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    r = quarot__tr_read(t, p->plan.final_norm_weight, 1, p->h, p->final_g, &present);
+    if (r == QUAROT_OK && !present) {
+        quarot__tr_err(t, "tensor '%s' not found", p->plan.final_norm_weight);
+        r = QUAROT_ERR_NOT_FOUND;
+    }
+    if (r != QUAROT_OK) return r;
+    if (len > 7 && strcmp(p->plan.lm_head + len - 7, ".weight") == 0) {
+        memcpy(bias, p->plan.lm_head, len - 7);
+        strcpy(bias + len - 7, ".bias");
+        if (quarot__tr_exists(m, bias)) {
+            quarot__tr_err(t, "tensor '%s': an lm_head bias is not supported by the trainer", bias);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+    }
+    memset(&w, 0, sizeof w);
+    if ((r = m->get_tensor(m->user_data, lm_name, &w)) != QUAROT_OK || (r = quarot_tensor_validate(&w)) != QUAROT_OK) {
+        quarot__tr_err(t, "tensor '%s' %s", lm_name,
+                       r == QUAROT_ERR_NOT_FOUND ? "not found (config says the embeddings are not tied)"
+                                                 : "is not a valid view");
+        return r;
+    }
+    if (w.dtype == QUAROT_DTYPE_F32 && w.ne[0] == p->h && w.ne[1] == p->V && w.ne[2] == 1 && w.ne[3] == 1 &&
+        quarot_tensor_is_contiguous(&w)) {
+        int64_t i, n = p->V * p->h;
+        const float* d = (const float*)w.data;
+        for (i = 0; i < n; ++i)
+            if (!(fabsf(d[i]) <= 3.4028234663852886e38f)) {
+                quarot__tr_err(t, "tensor '%s' has NaN or Inf at element %lld", lm_name, (long long)i);
+                return QUAROT_ERR_NONFINITE;
+            }
+        p->lm = d;
+        return QUAROT_OK;
+    }
+    p->lm_owned = (float*)quarot__tr_alloc(p, p->V * p->h, sizeof(float));
+    if (!p->lm_owned) return QUAROT_ERR_OUT_OF_MEMORY;
+    p->lm = p->lm_owned;
+    return quarot__tr_read(t, lm_name, p->V, p->h, p->lm_owned, NULL);
+}
+
+QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* model, const quarot_train_desc* d) {
+    quarot__tr* p;
+    quarot_model_config* c;
+    const quarot_adapter* ad;
+    quarot_result r;
+    int64_t l, hd2;
+    if (!t) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(t, 0, sizeof *t);
+    if (!model || !model->get_tensor) return QUAROT_ERR_INVALID_ARGUMENT;
+    t->model = model;
+    if (d) t->desc = *d;
+    c = &t->config;
+    if ((r = quarot__resolve_config(model, c)) != QUAROT_OK) {
+        quarot__tr_err(t, "%s", model->error);
+        t->model = NULL;
+        return r;
+    }
+    if (c->norm_eps == 0.0f) c->norm_eps = 1e-5f;
+    if (c->rope_theta == 0.0f) c->rope_theta = 10000.0f;
+    if (c->norm == QUAROT_NORM_DEFAULT) c->norm = QUAROT_NORM_RMS;
+    if (c->mlp == QUAROT_MLP_DEFAULT) c->mlp = QUAROT_MLP_GATED;
+    if (c->act == QUAROT_ACT_DEFAULT) c->act = QUAROT_ACT_SILU;
+    if (c->norm != QUAROT_NORM_RMS || c->mlp != QUAROT_MLP_GATED || c->attn_out_bias || c->mlp_bias ||
+        c->head_dim % 2 != 0 || (c->act != QUAROT_ACT_SILU && c->act != QUAROT_ACT_GELU && c->act != QUAROT_ACT_RELU)) {
+        quarot__tr_err(
+            t,
+            "the trainer runs RMSNorm models with a gated MLP, no o_proj / MLP biases and an even head_dim (arch '%s')",
+            c->arch);
+        t->model = NULL;
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if ((r = quarot__tr_check_desc(t)) != QUAROT_OK) { t->model = NULL; return r; }
+    p = (quarot__tr*)quarot_env_alloc(&model->env, sizeof *p);
+    if (!p) { t->model = NULL; return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(p, 0, sizeof *p);
+    t->priv = p;
+    p->env = model->env;
+    p->threads = model->env.parallel.run && model->env.parallel.n_threads > 1 ? model->env.parallel.n_threads : 1;
+    if (p->threads > 64) p->threads = 64;
+    p->h = c->hidden; p->I = c->intermediate; p->nh = c->n_heads; p->nkv = c->n_kv_heads; p->hd = c->head_dim;
+    p->qd = p->nh * p->hd; p->kvd = p->nkv * p->hd; p->V = c->vocab; p->L = c->n_layers; p->eps = c->norm_eps;
+    p->has_qkn = c->qk_norm != 0;
+    hd2 = p->hd * p->hd;
+    quarot_plan_init(&p->plan, &model->env);
+    ad = t->desc.adapter ? t->desc.adapter : quarot_adapter_find(c->arch);
+    if (!ad || !ad->build) {
+        quarot__tr_err(t, "no adapter for architecture '%s' (built-in: %s)", c->arch, quarot_adapter_list());
+        r = QUAROT_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    r = ad->build(ad, c, -1, &p->plan);
+    if (r == QUAROT_OK && p->plan.n_layers != p->L) r = QUAROT_ERR_INTERNAL;
+    if (r != QUAROT_OK) {
+        quarot__tr_err(t, "adapter '%s' could not describe the model: %s", ad->arch, quarot_result_string(r));
+        goto fail;
+    }
+    p->names = (char (*)[QUAROT__TR_NAMES][QUAROT_NAME_MAX])quarot__tr_alloc(p, p->L, sizeof *p->names);
+    if (!p->names) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+    if ((r = quarot__tr_names(t)) != QUAROT_OK || (r = quarot__tr_probe_biases(t)) != QUAROT_OK) goto fail;
+    quarot__tr_quant_descs(t);
+    // weights and rotations
+    r = quarot__tr_alloc_lw(p, &p->F, 2);
+    if (r == QUAROT_OK) r = quarot__tr_alloc_lw(p, &p->E, 1);
+    if (r == QUAROT_OK) r = quarot__tr_alloc_lw(p, &p->dE, 0);
+    if (r != QUAROT_OK) goto fail;
+    p->mv = (float*)quarot__tr_alloc(p, p->kvd * p->h, sizeof(float));
+    p->dmv = (float*)quarot__tr_alloc(p, p->kvd * p->h, sizeof(float));
+    p->no = (float*)quarot__tr_alloc(p, p->h * p->qd, sizeof(float));
+    p->dno = (float*)quarot__tr_alloc(p, p->h * p->qd, sizeof(float));
+    p->dbv = (float*)quarot__tr_alloc(p, p->kvd, sizeof(float));
+    p->r1f = (float*)quarot__tr_alloc(p, p->h * p->h, sizeof(float));
+    p->g1f = (float*)quarot__tr_alloc(p, p->h * p->h, sizeof(float));
+    p->final_g = (float*)quarot__tr_alloc(p, p->h, sizeof(float));
+    p->gain = (float*)quarot__tr_alloc(p, p->h, sizeof(float));
+    p->m1 = (double*)quarot__tr_alloc(p, p->h * p->h, sizeof(double));
+    p->best1 = (double*)quarot__tr_alloc(p, p->h * p->h, sizeof(double));
+    t->r1 = (double*)quarot__tr_alloc(p, p->h * p->h, sizeof(double));
+    t->grad_r1 = (double*)quarot__tr_alloc(p, p->h * p->h, sizeof(double));
+    t->history = (quarot_train_step_info*)quarot__tr_alloc(p, t->desc.steps, sizeof(quarot_train_step_info));
+    if (!p->mv || !p->dmv || !p->no || !p->dno || !p->dbv || !p->r1f || !p->g1f || !p->final_g || !p->gain || !p->m1 ||
+        !p->best1 || !t->r1 || !t->grad_r1 || !t->history) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+    memset(p->m1, 0, (size_t)(p->h * p->h) * sizeof(double));
+    if (!t->desc.no_r2) {
+        p->r2f = (float*)quarot__tr_alloc(p, p->L * hd2, sizeof(float));
+        p->g2f = (float*)quarot__tr_alloc(p, p->L * hd2, sizeof(float));
+        p->m2 = (double*)quarot__tr_alloc(p, p->L * hd2, sizeof(double));
+        p->best2 = (double*)quarot__tr_alloc(p, p->L * hd2, sizeof(double));
+        t->r2 = (double*)quarot__tr_alloc(p, p->L * hd2, sizeof(double));
+        t->grad_r2 = (double*)quarot__tr_alloc(p, p->L * hd2, sizeof(double));
+        if (!p->r2f || !p->g2f || !p->m2 || !p->best2 || !t->r2 || !t->grad_r2) {
+            r = QUAROT_ERR_OUT_OF_MEMORY;
+            goto fail;
+        }
+        memset(p->m2, 0, (size_t)(p->L * hd2) * sizeof(double));
+    }
+    if ((r = quarot__tr_start(t)) != QUAROT_OK) goto fail;
+    // fixed online transforms
+    if (t->desc.online) {
+        if ((r = quarot__tr_online_block(t, p->nh, "o_proj heads", &p->g_heads)) != QUAROT_OK) goto fail;
+        if ((r = quarot__tr_online_block(t, p->I, "down_proj", &p->n4)) != QUAROT_OK) goto fail;
+        p->h_heads = (float*)quarot__tr_alloc(p, p->g_heads * p->g_heads, sizeof(float));
+        if (!p->h_heads) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+        if ((r = quarot_hadamard_build_f32(p->g_heads, 1, p->h_heads, &p->env)) != QUAROT_OK) goto fail;
+        if ((r = quarot_hadamard_plan_init(&p->plan4, p->n4, &p->env)) != QUAROT_OK) goto fail;
+        p->work4 = quarot_hadamard_workspace_size(&p->plan4);
+    }
+    if (t->desc.r3) {
+        if ((r = quarot__tr_online_block(t, p->hd, "q/k", &p->n3)) != QUAROT_OK) goto fail;
+        p->h3 = (float*)quarot__tr_alloc(p, p->n3 * p->n3, sizeof(float));
+        if (!p->h3) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
+        if ((r = quarot_hadamard_build_f32(p->n3, 1, p->h3, &p->env)) != QUAROT_OK) goto fail;
+    }
+    if ((r = quarot__tr_globals(t)) != QUAROT_OK) goto fail;
+    // every layer once: names, shapes, values (what the passes will read); the row steps' scratch first
+    if ((r = quarot__tr_reserve(t, 1, 2, 0)) != QUAROT_OK) goto fail;
+    for (l = 0; l < p->L; ++l)
+        if ((r = quarot__tr_load(t, l)) != QUAROT_OK) goto fail;
+    return QUAROT_OK;
+fail:
+    if (r == QUAROT_ERR_OUT_OF_MEMORY && !t->error[0]) quarot__tr_err(t, "out of memory");
+    {
+        char keep[sizeof t->error];
+        memcpy(keep, t->error, sizeof keep);
+        quarot_trainer_free(t);
+        memcpy(t->error, keep, sizeof keep);
+    }
+    return r;
+}
+
+QUAROT_API quarot_result quarot_trainer_set_rotations(quarot_trainer* t, const double* r1, const double* r2) {
+    quarot__tr* p;
+    int64_t l, hd2;
+    double e;
+    if (!t || !t->priv) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = (quarot__tr*)t->priv;
+    hd2 = p->hd * p->hd;
+    if (r2 && !t->r2) {
+        quarot__tr_err(t, "R2 given, but the trainer was set up without R2 (no_r2)");
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (r1) {
+        e = quarot__orth_error_gemm(r1, p->h, &p->env);
+        if (e < 0.0) return QUAROT_ERR_OUT_OF_MEMORY;
+        if (!(e <= 1e-5)) {
+            quarot__tr_err(t, "R1 is not orthogonal: max|R^T R - I| = %.3g > 1e-5", e);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    for (l = 0; r2 && l < p->L; ++l) {
+        e = quarot__orth_error(r2 + l * hd2, p->hd);
+        if (!(e <= 1e-5)) {
+            quarot__tr_err(t, "R2 of layer %lld is not orthogonal: max|R^T R - I| = %.3g > 1e-5", (long long)l, e);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if (r1) memcpy(t->r1, r1, (size_t)(p->h * p->h) * sizeof(double));
+    if (r2) memcpy(t->r2, r2, (size_t)(p->L * hd2) * sizeof(double));
+    return QUAROT_OK;
+}
+
+// >>train_run
+// The loss and gradients of a batch, the optimizer step and the run.
+
+static int quarot__tr_finite(const double* v, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i)
+        if (!(fabs(v[i]) <= 1.7976931348623157e308)) return 0;
+    return 1;
+}
+
+QUAROT_API quarot_result quarot_trainer_loss(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int grad, double* loss) {
+    quarot__tr* p;
+    quarot_result r;
+    double v = 0.0;
+    if (!t || !t->priv || !loss) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = (quarot__tr*)t->priv;
+    r = quarot__tr_pass(t, tokens, n_windows, seq_len, grad ? 1 : 0, &v, NULL);
+    if (r != QUAROT_OK) return r;
+    *loss = v;
+    if (!(fabs(v) <= 1.7976931348623157e308)) {
+        quarot__tr_err(t, "the loss is not finite (%g)", v);
+        return QUAROT_ERR_NONFINITE;
+    }
+    if (grad && (!quarot__tr_finite(t->grad_r1, p->h * p->h) ||
+                 (t->grad_r2 && !quarot__tr_finite(t->grad_r2, p->L * p->hd * p->hd)))) {
+        quarot__tr_err(t, "a gradient is not finite");
+        return QUAROT_ERR_NONFINITE;
+    }
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_trainer_logits(quarot_trainer* t, const int32_t* tokens, int64_t seq_len,
+                                               float* logits) {
+    double v;
+    if (!t || !t->priv || !logits) return QUAROT_ERR_INVALID_ARGUMENT;
+    return quarot__tr_pass(t, tokens, 1, seq_len, 0, &v, logits);
+}
+
+static double quarot__tr_norm_f(const double* v, int64_t n) {
+    double s = 0.0;
+    int64_t i;
+    for (i = 0; i < n; ++i) s += v[i] * v[i];
+    return s;
+}
+
+// The Stiefel steps on R1 and every R2 from the gradients of the last pass (loss: that pass's).
+static quarot_result quarot__tr_update(quarot_trainer* t, double loss, int64_t n_windows, int step, int steps,
+                                       quarot_train_step_info* info) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot_train_step_info in;
+    quarot_stiefel_desc sd;
+    quarot_stiefel_info si;
+    quarot_result r;
+    int64_t l, hd2 = p->hd * p->hd;
+    memset(&in, 0, sizeof in);
+    in.step = step;
+    in.steps = steps;
+    in.loss = loss;
+    in.windows = n_windows;
+    in.lr = t->desc.constant_lr
+                ? t->desc.lr
+                : t->desc.lr * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)(step - 1) / (double)steps));
+    in.grad_norm_r1 = sqrt(quarot__tr_norm_f(t->grad_r1, p->h * p->h));
+    in.grad_norm_r2 = t->r2 ? sqrt(quarot__tr_norm_f(t->grad_r2, p->L * hd2)) : 0.0;
+    memset(&sd, 0, sizeof sd);
+    sd.lr = in.lr;
+    sd.momentum = t->desc.momentum;
+    sd.cayley_iters = t->desc.cayley_iters;
+    sd.orth_tol = t->desc.orth_tol;
+    if (!t->desc.freeze_r1) {
+        r = quarot_stiefel_step_f64(p->h, t->r1, t->grad_r1, p->m1, &sd, &si, &p->env);
+        if (r != QUAROT_OK) {
+            quarot__tr_err(t, "step %d: the R1 update failed: %s", step, quarot_result_string(r));
+            return r;
+        }
+        in.alpha_r1 = si.alpha;
+        in.orth_error = si.orth_error;
+        in.reorthogonalized += si.reorthogonalized;
+    }
+    for (l = 0; l < p->L && t->r2 && !t->desc.freeze_r2; ++l) {
+        r = quarot_stiefel_step_f64(p->hd, t->r2 + l * hd2, t->grad_r2 + l * hd2, p->m2 + l * hd2, &sd, &si, &p->env);
+        if (r != QUAROT_OK) {
+            quarot__tr_err(t, "step %d: the R2 update of layer %lld failed: %s", step, (long long)l,
+                           quarot_result_string(r));
+            return r;
+        }
+        if (si.orth_error > in.orth_error) in.orth_error = si.orth_error;
+        in.reorthogonalized += si.reorthogonalized;
+    }
+    if (info) *info = in;
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* tokens, int64_t n_windows,
+                                             int64_t seq_len, int step, int steps, quarot_train_step_info* info) {
+    quarot_result r;
+    double loss = 0.0;
+    if (!t || !t->priv || steps < 1 || step < 1 || step > steps) return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_trainer_loss(t, tokens, n_windows, seq_len, 1, &loss);
+    if (r != QUAROT_OK) return r;
+    return quarot__tr_update(t, loss, n_windows, step, steps, info);
+}
+
+QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* windows, int64_t n_windows,
+                                            int64_t seq_len) {
+    quarot__tr* p;
+    quarot_rng rng;
+    int64_t* order = NULL;
+    int32_t* batch = NULL;
+    int64_t next, i, B, hd2;
+    double best = 0.0, loss = 0.0;
+    quarot_result r = QUAROT_OK;
+    int s, steps;
+    if (!t || !t->priv || !windows || n_windows < 1 || seq_len < 2) return QUAROT_ERR_INVALID_ARGUMENT;
+    p = (quarot__tr*)t->priv;
+    B = t->desc.batch;
+    steps = t->desc.steps;
+    hd2 = p->hd * p->hd;
+    if (B > n_windows) {
+        quarot__tr_err(t, "a batch of %lld windows needs at least as many windows (%lld given)", (long long)B,
+                       (long long)n_windows);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    order = (int64_t*)quarot__tr_alloc(p, n_windows, sizeof(int64_t));
+    batch = (int32_t*)quarot__tr_alloc(p, B * seq_len, sizeof(int32_t));
+    if (!order || !batch) { r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    quarot_rng_seed(&rng, t->desc.seed ^ 0x5350494e51554e54ULL);   // window order, apart from the Hadamard signs
+    next = n_windows;
+    t->steps_run = 0;
+    t->best_step = 0;
+    t->stop_step = 0;
+    for (s = 1; s <= steps; ++s) {
+        quarot_train_step_info in;
+        for (i = 0; i < B; ++i) {
+            if (next == n_windows) {   // a new epoch: a fresh permutation
+                int64_t k;
+                for (k = 0; k < n_windows; ++k) order[k] = k;
+                for (k = n_windows - 1; k > 0; --k) {
+                    int64_t j = (int64_t)(quarot_rng_u64(&rng) % (uint64_t)(k + 1)), tmp = order[k];
+                    order[k] = order[j];
+                    order[j] = tmp;
+                }
+                next = 0;
+            }
+            memcpy(batch + i * seq_len, windows + order[next++] * seq_len, (size_t)seq_len * sizeof(int32_t));
+        }
+        r = quarot_trainer_loss(t, batch, B, seq_len, 1, &loss);
+        if (r == QUAROT_ERR_NONFINITE) {   // back to the best rotations so far (the start when none)
+            char detail[sizeof t->error];
+            memcpy(detail, t->error, sizeof detail);
+            t->stop_step = s;
+            if (s > 1) {
+                memcpy(t->r1, p->best1, (size_t)(p->h * p->h) * sizeof(double));
+                if (t->r2) memcpy(t->r2, p->best2, (size_t)(p->L * hd2) * sizeof(double));
+            }
+            quarot__tr_err(t, "step %d: %s; stopped, keeping the rotations of step %d (batch loss %.6g)", s, detail,
+                           t->best_step, best);
+            goto done;
+        }
+        if (r != QUAROT_OK) goto done;
+        if (s == 1 || loss < best) {   // the rotations before this step's update scored lowest so far
+            best = loss;
+            t->best_step = s - 1;
+            memcpy(p->best1, t->r1, (size_t)(p->h * p->h) * sizeof(double));
+            if (t->r2) memcpy(p->best2, t->r2, (size_t)(p->L * hd2) * sizeof(double));
+        }
+        if ((r = quarot__tr_update(t, loss, B, s, steps, &in)) != QUAROT_OK) goto done;
+        t->history[t->steps_run++] = in;
+        if (t->desc.progress) t->desc.progress(t->desc.user_data, &in);
+    }
+done:
+    quarot_env_free(&p->env, order);
+    quarot_env_free(&p->env, batch);
+    return r;
 }
 
 #ifdef __cplusplus

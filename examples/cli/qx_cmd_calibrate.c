@@ -1,4 +1,5 @@
-/* qx_cmd_calibrate.c - `quarot calibrate MODEL --text FILE -o CONTEXT`: Adapt Rotation stage 1.
+/* qx_cmd_calibrate.c - `quarot calibrate MODEL --text FILE -o CONTEXT`: Adapt Rotation stage 1, or
+   with --method spinquant SpinQuant's learned R1 / R2 (eval/qx_spin.h) written to a rotation file.
 
    The model is loaded (qx_load_model), its norms are fused on a copy, the calibration text runs
    through the reference forward pass with the capture hook, and quarot_adapt_stage1 learns R (see
@@ -6,6 +7,7 @@
    beside the starting random Hadamard's) to stdout, and the context file to CONTEXT through a
    temporary renamed into place. `quarot rotate --rotation adapt --context CONTEXT` is stage 2. */
 #include "eval/qx_calib.h"
+#include "eval/qx_spin.h"
 #include "cli/qx_cli.h"
 #include "cli/qx_cli_hooks.h"
 #include "eval/qx_evalkit.h"
@@ -20,14 +22,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { CALIB_ADAPT = 0, CALIB_SPINQUANT = 1 };
+static const qx_opt_choice calibrate_methods[] = {{"adapt", CALIB_ADAPT}, {"spinquant", CALIB_SPINQUANT}, {NULL, 0}};
+static const qx_opt_choice calibrate_losses[] = {{"ce", QUAROT_TRAIN_LOSS_CE}, {"kl", QUAROT_TRAIN_LOSS_KL}, {NULL, 0}};
+
 typedef struct calibrate_opts {
     const char *model, *text, *output, *quant_dtype, *layer_type;
     int64_t steps, block, max_samples;
+    int steps_given, method;
+    /* SpinQuant */
+    double lr, momentum, a_clip;
+    int64_t nsamples, batch, a_bits, w_bits, kv_bits;
+    int loss, recompute;
+    qx_opts_quant q;
     qx_opts_common c;
     qx_opts_input in;
     qx_opts_rotation rot;
     qx_opts_windowing w;
 } calibrate_opts;
+
+static int check_bits(qx_cli* cli, const qx_opt* o, const char* name, const char* v, void* base) {
+    int64_t b = *(int64_t*)((char*)base + o->off);
+    (void)v;
+    if (b > 8 && b != 16) return qx_cli_fail(cli, QX_EXIT_USAGE, "%s: %lld bits: the quantizer takes 2..8 bits (16 = not quantized)", name, (long long)b), 0;
+    return 1;
+}
 
 static int check_block(qx_cli* cli, const qx_opt* o, const char* name, const char* v, void* base) {
     int64_t b = *(int64_t*)((char*)base + o->off);
@@ -38,11 +57,16 @@ static int check_block(qx_cli* cli, const qx_opt* o, const char* name, const cha
 }
 
 static const qx_opt calibrate_table[] = {
+    {QX_OPT_CHOICE, "--method", QX_AT(calibrate_opts, method), .choices = calibrate_methods, .def = "adapt",
+     .help = "adapt: Adapt Rotation stage 1 (writes a context for --rotation adapt); spinquant: SpinQuant, R1 and one R2 per "
+             "layer learned by Cayley SGD on the model's own next-token loss under fake quantization (writes a rotation file "
+             "for --rotation learned --rotations FILE; options below)"},
     {QX_OPT_STRING, "--text", .arg = "FILE", QX_AT(calibrate_opts, text),
      .help = "calibration text (required unless --tokens): raw text, or .jsonl with one JSON value per line (a string, or an "
              "object: its \"text\" member, else its first string member), each record its own sample"},
     {QX_OPT_STRING, "--output", "-o", .arg = "CONTEXT", QX_AT(calibrate_opts, output), .help = "the context file to write (required)"},
-    {QX_OPT_INT, "--steps", .arg = "N", QX_AT(calibrate_opts, steps), .lo = 1, .hi = 1000, .def = "20", .help = "optimizer steps, 1..1000"},
+    {QX_OPT_INT, "--steps", .arg = "N", QX_AT(calibrate_opts, steps), QX_GIVEN(calibrate_opts, steps_given), .lo = 1, .hi = 1000,
+     .def = "20; spinquant 100", .help = "optimizer steps, 1..1000"},
     {QX_OPT_STRING, "--quant-dtype", .arg = "T", QX_AT(calibrate_opts, quant_dtype), .def = "int4",
      .help = "int4 or int8: the activation quantizer the rotation is tuned for (match the downstream activation bits: int4 for "
              "W4A4, int8 for W8A8)"},
@@ -58,6 +82,37 @@ static const qx_opt calibrate_table[] = {
 };
 static const qx_opt_group calibrate_group = {"options (defaults as msModelSlim's):", calibrate_table, NULL};
 
+static const qx_opt spin_table[] = {
+    {QX_OPT_FLOAT, "--lr", .arg = "R", QX_AT(calibrate_opts, lr), .flo = 0.0, .fhi = 1e6, .open = QX_OPT_OPEN_LO, .def = "1.5",
+     .ref = "--learning_rate", .help = "learning rate of the Cayley SGD, decayed by a cosine to 0 over --steps"},
+    {QX_OPT_INT, "--nsamples", .arg = "N", QX_AT(calibrate_opts, nsamples), .lo = 1, .hi = 1 << 24, .def = "128", .ref = "--nsamples",
+     .help = "training windows: the first N windows of exactly --seq-len tokens of --text (too few is an error)"},
+    {QX_OPT_INT, "--batch", .arg = "N", QX_AT(calibrate_opts, batch), .lo = 1, .hi = 1 << 20, .def = "8",
+     .ref = "--per_device_train_batch_size x GPUs", .help = "windows per step, in a seeded order reshuffled every epoch"},
+    {QX_OPT_INT, "--a-bits", .arg = "N", QX_AT(calibrate_opts, a_bits), .lo = 2, .hi = 16, .fn = check_bits, .def = "4", .ref = "--a_bits",
+     .help = "activations fake-quantized during training, per token at every decoder-linear input (16 = FP)"},
+    {QX_OPT_FLOAT, "--clip", .arg = "R", QX_AT(calibrate_opts, a_clip), .flo = 0.0, .fhi = 1.0, .open = QX_OPT_OPEN_LO, .def = "1.0",
+     .ref = "--a_clip_ratio", .help = "activation clip ratio during training (match the evaluation's --clip)"},
+    {QX_OPT_INT, "--w-bits", .arg = "N", QX_AT(calibrate_opts, w_bits), .lo = 2, .hi = 16, .fn = check_bits, .def = "16", .ref = "--w_bits",
+     .help = "weights fake-quantized during training (RTN per output channel, with --w-asym, and --w-clip as the squared-error "
+             "clip search); 16 = FP, SpinQuant's choice before GPTQ"},
+    {QX_OPT_INT, "--kv-bits", .arg = "N", QX_AT(calibrate_opts, kv_bits), .lo = 2, .hi = 16, .fn = check_bits, .def = "16",
+     .ref = "--k_bits, --v_bits", .help = "K and V fake-quantized during training, per token per head (asymmetric; R3 on q/k then)"},
+    {QX_OPT_CHOICE, "--loss", QX_AT(calibrate_opts, loss), .choices = calibrate_losses, .def = "ce",
+     .help = "ce: the next-token cross-entropy (SpinQuant); kl: the KL divergence from the FP32 model's next-token "
+             "distribution (one more forward pass per step)"},
+    {QX_OPT_FLOAT, "--momentum", .arg = "R", QX_AT(calibrate_opts, momentum), .flo = 0.0, .fhi = 1.0, .open = QX_OPT_OPEN_HI,
+     .def = "0", .help = "momentum of the Cayley SGD"},
+    {QX_OPT_FLAG, "--recompute", QX_AT(calibrate_opts, recompute),
+     .help = "keep only each layer's input and run the layer again for its backward (less memory, about a third more time)"},
+    {QX_OPT_END}
+};
+static const qx_opt_group spin_group = {"SpinQuant (--method spinquant; SpinQuant's optimize_rotation.py flag in brackets):", spin_table,
+                                        "The start is QuaRot's random Hadamard R1 and R2 of --seed, so --steps 1 at a tiny --lr is "
+                                        "QuaRot; the online Hadamards (before down_proj, across the heads before o_proj) are part of "
+                                        "the trained model unless --no-online. Use the same --no-online, --kv-bits and activation "
+                                        "settings downstream."};
+
 const qx_opts_cmd qx_cmd_calibrate_spec = {
     .name = "calibrate",
     .synopsis = "MODEL --text FILE -o CONTEXT [options]",
@@ -71,15 +126,24 @@ const qx_opts_cmd qx_cmd_calibrate_spec = {
              "(polar factor: scaled Newton from a block of 512, Newton-Schulz below); the best R is kept (early\n"
              "stop after 5 steps without improvement).\n"
              "CONTEXT receives H's seed and block and the learned R; stage 2 applies H*R as R1:\n"
-             "    quarot rotate MODEL OUT --rotation adapt --context CONTEXT [--online ...]\n",
+             "    quarot rotate MODEL OUT --rotation adapt --context CONTEXT [--online ...]\n"
+             "With --method spinquant: SpinQuant (Liu et al. 2024). From QuaRot's random Hadamard R1 and R2 (--seed),\n"
+             "R1 and one R2 per layer are learned by Cayley SGD on the Stiefel manifold, minimizing the model's own\n"
+             "next-token loss on --nsamples windows of --text with the weights frozen and the activations (and\n"
+             "optionally weights, K and V) fake-quantized with straight-through gradients. -o ROT receives a\n"
+             "safetensors file (R1, model.layers.{i}.self_attn.R2, the model's digest); then\n"
+             "    quarot rotate|quantize|eval MODEL ... --rotation learned --rotations ROT\n",
     .operands = {{"MODEL", offsetof(calibrate_opts, model)}},
     .uses = {{&calibrate_group, 0, 0, NULL},
-             {&qx_opts_rotation_group, offsetof(calibrate_opts, rot), QX_ROTATION_SEED | QX_ROTATION_STRICT, NULL},
+             {&spin_group, 0, 0, NULL},
+             {&qx_opts_quant_group, offsetof(calibrate_opts, q), QX_QUANT_W_ASYM | QX_QUANT_W_CLIP | QX_QUANT_A_ASYM, NULL},
+             {&qx_opts_rotation_group, offsetof(calibrate_opts, rot),
+              QX_ROTATION_SEED | QX_ROTATION_STRICT | QX_ROTATION_NO_R2 | QX_ROTATION_NO_ONLINE, NULL},
              {&qx_opts_windowing_group, offsetof(calibrate_opts, w), 0, NULL},
              {&qx_opts_input_group, offsetof(calibrate_opts, in), QX_INPUT_TOKENIZER | QX_INPUT_TOKENS | QX_INPUT_HOOKS, NULL},
              {&qx_opts_common_group, offsetof(calibrate_opts, c), QX_COMMON_THREADS | QX_COMMON_QUIET_Q | QX_COMMON_FORCE, NULL}},
     .epilog = "stderr (not with --quiet): progress and one line per optimizer step (loss, best loss, polar\n"
-              "iterations).\n"
+              "iterations; spinquant: the batch loss, the learning rate and the orthogonality error).\n"
               "stdout: what was captured, the loss of the starting random Hadamard beside the final one, the time.\n"
               "Memory (layer-wise): MODEL stays memory-mapped in its stored dtype; the norm fusion is written layer\n"
               "by layer to a temporary file in $TMPDIR (default /tmp; the model's size on disk, removed once\n"
@@ -90,7 +154,9 @@ const qx_opts_cmd qx_cmd_calibrate_spec = {
               "Exit codes: 0 ok, 1 usage (incl. --quant-dtype other than int4/int8), 2 input (model, tokenizer or\n"
               "text missing or malformed), 3 output (CONTEXT exists without --force, cannot be written),\n"
               "4 processing (--layer-type matches no linear: the message lists the linear names; or matches a\n"
-              "linear that does not read the residual stream; text shorter than one window), 5 internal.\n",
+              "linear that does not read the residual stream; text shorter than one window, or than --nsamples\n"
+              "windows of --seq-len tokens; spinquant: a NaN loss or gradient, which stops the run: the best rotations\n"
+              "so far are written and the step is named), 5 internal.\n",
 };
 
 /* "a,b,c" -> patterns (pointers into a copy); 0 on a bad list (usage error printed). */
@@ -145,6 +211,109 @@ static void on_step(void* user, int step, double loss, double best, int iters) {
         qx_cli_info(p->cli, "step %2d/%d  loss %.6e  best %.6e  (%d polar iterations)", step, p->steps, loss, best, iters);
 }
 
+typedef struct spin_progress {
+    qx_cli* cli;
+    int quiet;
+} spin_progress;
+
+static void on_spin_step(void* user, const quarot_train_step_info* in) {
+    spin_progress* p = (spin_progress*)user;
+    if (p->quiet) return;
+    qx_cli_info(p->cli, "step %3d/%d  loss %.6f  lr %.4f  |dL/dR1| %.3e  orthogonality %.1e%s", in->step, in->steps, in->loss, in->lr,
+                in->grad_norm_r1, in->orth_error, in->reorthogonalized ? " (re-orthogonalized)" : "");
+}
+
+/* --method spinquant on the windows: train, report, write ROT. */
+static int calibrate_spin(qx_cli* cli, const calibrate_opts* o, const qx_store* model, const qx_windows* win, const char* tok_path,
+                          const quarot_env* env) {
+    qx_spin_opts so;
+    qx_spin_rot rot;
+    qx_spin_stats st;
+    spin_progress sp;
+    qx_err e;
+    quarot_result r, rs;
+    int rc = QX_EXIT_OK;
+    char seed[32];
+    const char* extra[4];
+    memset(&so, 0, sizeof so);
+    so.desc.seed = (uint64_t)o->rot.seed;
+    so.desc.steps = (int)o->steps;
+    so.desc.lr = o->lr;
+    so.desc.momentum = o->momentum;
+    so.desc.batch = o->batch;
+    so.desc.online = !o->rot.no_online;
+    so.desc.no_r2 = o->rot.no_r2;
+    so.desc.recompute = o->recompute;
+    so.desc.loss = o->loss;
+    if (o->a_bits < 16) {
+        so.desc.act.a_bits = (int)o->a_bits;
+        so.desc.act.a_asym = o->q.a_asym;
+        so.desc.act.a_clip = (float)o->a_clip;
+    }
+    if (o->kv_bits < 16) {
+        so.desc.act.k_bits = so.desc.act.v_bits = (int)o->kv_bits;
+        so.desc.act.k_asym = so.desc.act.v_asym = 1;
+        so.desc.r3 = !o->rot.no_online;
+    }
+    if (o->w_bits < 16) {
+        so.desc.w_bits = (int)o->w_bits;
+        so.desc.weight.asymmetric = o->q.w_asym;
+        /* the clip search in the loop: the squared-error one (51 ratios); QuaRot's |err|^2.4 search costs
+           about 10x a whole training pass on stories260K, twice a step */
+        so.desc.weight.clip_search = o->q.w_clip ? QUAROT_CLIP_SEARCH_MSE : 0;
+    }
+    memset(&sp, 0, sizeof sp);
+    sp.cli = cli;
+    sp.quiet = o->c.quiet;
+    so.desc.progress = on_spin_step;
+    so.desc.user_data = &sp;
+    so.nsamples = o->nsamples;
+    so.env = env;
+    qx_cli_phase(cli);
+    r = qx_spin_train(model, win, o->w.seq_len, &so, &rot, &st, &e);
+    if (r != QUAROT_OK && !rot.r1) {
+        int code = r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL
+                 : r == QUAROT_ERR_UNSUPPORTED ? QX_EXIT_INPUT : QX_EXIT_PROCESS;
+        return qx_cli_fail(cli, code, "%s: SpinQuant on %s: %s", o->model, o->text, e.msg);
+    }
+    if (r != QUAROT_OK) rc = qx_cli_fail(cli, QX_EXIT_PROCESS, "%s: SpinQuant on %s: %s", o->model, o->text, e.msg);   /* NaN: the best so far is written */
+    rs = qx_spin_model_digest(o->model, rot.digest, &e);
+    if (rs != QUAROT_OK) {
+        qx_spin_rot_free(&rot);
+        return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: %s", o->model, e.msg);
+    }
+    printf("calibrated %s (%s, %s, hidden %lld, %lld layers, head_dim %lld) on %s by SpinQuant\n", o->model,
+           model->source_format[0] ? model->source_format : "?", model->config.arch, (long long)rot.hidden, (long long)rot.n_layers,
+           (long long)rot.head_dim, o->text);
+    printf("  text       %lld windows of %lld tokens (%lld tokens), tokenizer %s\n", (long long)st.windows, (long long)o->w.seq_len,
+           (long long)st.tokens, tok_path);
+    printf("  training   %d steps of %lld windows, lr %g (cosine), momentum %g, loss %s; activations %s, weights %s, KV %s%s%s\n",
+           st.steps_run, (long long)o->batch, o->lr, o->momentum, o->loss == QUAROT_TRAIN_LOSS_KL ? "kl" : "ce",
+           o->a_bits < 16 ? (o->q.a_asym ? "asymmetric" : "symmetric") : "FP", o->w_bits < 16 ? "RTN" : "FP", o->kv_bits < 16 ? "asymmetric" : "FP",
+           o->rot.no_online ? ", no online Hadamards" : ", online Hadamards (down_proj, heads)", o->rot.no_r2 ? ", no R2" : "");
+    if (o->a_bits < 16 || o->w_bits < 16 || o->kv_bits < 16)
+        printf("  bits       A%lld W%lld KV%lld, activation clip %g\n", (long long)o->a_bits, (long long)o->w_bits, (long long)o->kv_bits, o->a_clip);
+    printf("  loss       batch loss %.6f (step 1, QuaRot's rotations) -> %.6f (step %d)\n", st.first_loss, st.last_loss, st.steps_run);
+    printf("  rotations  R1 %lld x %lld%s; orthogonality max|R^T R - I| %.2e over the run, %d re-orthogonalization%s\n",
+           (long long)rot.hidden, (long long)rot.hidden, rot.r2 ? ", R2 per layer" : "", st.max_orth, st.reorthogonalized,
+           st.reorthogonalized == 1 ? "" : "s");
+    printf("  time       %.2f s (%d thread%s)\n", st.seconds, env->parallel.n_threads > 1 ? env->parallel.n_threads : 1,
+           env->parallel.n_threads > 1 ? "s" : "");
+    snprintf(seed, sizeof seed, "%lld", (long long)o->rot.seed);
+    extra[0] = "quarot.seed";
+    extra[1] = seed;
+    extra[2] = NULL;
+    rs = qx_spin_save(&rot, o->output, extra, o->c.force, &e);
+    if (rs != QUAROT_OK) {
+        if (rc == QX_EXIT_OK) rc = qx_cli_fail(cli, rs == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_OUTPUT, "%s", e.msg);
+    } else {
+        printf("  wrote      %s (quarot rotate|quantize|eval MODEL ... --rotation learned --rotations %s)\n", o->output, o->output);
+    }
+    fflush(stdout);
+    qx_spin_rot_free(&rot);
+    return rc;
+}
+
 /* ---- one run -------------------------------------------------------------------------------- */
 
 /* What one `quarot calibrate` reads and builds; calibrate_free frees it. */
@@ -179,6 +348,13 @@ static void calibrate_init(calibrate_state* st) {
     st->o.steps = 20;
     st->o.block = -1;
     st->o.max_samples = 2048;
+    st->o.lr = 1.5;
+    st->o.nsamples = 128;
+    st->o.batch = 8;
+    st->o.a_bits = 4;
+    st->o.a_clip = 1.0;
+    st->o.w_bits = 16;
+    st->o.kv_bits = 16;
     qx_opts_rotation_init(&st->o.rot);
     qx_opts_windowing_init(&st->o.w);
     quarot_adapt_context_init(&st->ctx, NULL);
@@ -208,6 +384,12 @@ static int calibrate_check_options(calibrate_state* st) {
     if (o->in.tokens && o->w.windowing == QX_WINDOWING_DOCS) return qx_cli_fail(cli, QX_EXIT_USAGE, "--tokens has no documents: use --windowing stream");
     if (o->in.tokens) o->text = o->in.tokens;
     if (!o->output) return qx_cli_fail(cli, QX_EXIT_USAGE, "no -o CONTEXT given (the file stage 2 reads; see quarot calibrate --help)");
+    if (o->method == CALIB_SPINQUANT && !o->steps_given) o->steps = 100;
+    if (o->method == CALIB_ADAPT && (o->rot.no_online || o->rot.no_r2))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "%s applies to --method spinquant (Adapt Rotation learns R1 only)",
+                           o->rot.no_online ? "--no-online" : "--no-r2");
+    if (o->method == CALIB_SPINQUANT && o->layer_type)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--layer-type applies to --method adapt (SpinQuant trains on the model's loss)");
     if (o->layer_type && !parse_layer_types(cli, o->layer_type, &st->layer_copy, &st->layer_list, &st->n_layer)) return QX_EXIT_USAGE;
     if (!qx_path_exists(o->text) || qx_is_dir(o->text))
         return qx_cli_fail(cli, QX_EXIT_INPUT, "%s: %s (the calibration text)", o->text, qx_is_dir(o->text) ? "is a directory" : "no such file");
@@ -244,19 +426,22 @@ static int calibrate_load_model(calibrate_state* st) {
 }
 
 /* Before any work: the optimizer's own checks (quant_dtype, block_size against hidden), H of the
-   block (R1 of stage 2) by rotate's rule, warned or refused, and --seq-len against the context. */
+   block (R1 of stage 2) by rotate's rule, warned or refused (SpinQuant's start: QuaRot's R1 and R2
+   with the online Hadamards), and --seq-len against the context. */
 static int calibrate_check_model(calibrate_state* st) {
     const calibrate_opts* o = &st->o;
     const quarot_model_config* c = &st->model.config;
     qx_rotcheck_opts rco;
     qx_err e;
     int rc;
-    quarot_result r = qx_calib_check(&st->co.adapt, c->hidden, &e);
+    quarot_result r = o->method == CALIB_ADAPT ? qx_calib_check(&st->co.adapt, c->hidden, &e) : QUAROT_OK;
     if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg);
     memset(&rco, 0, sizeof rco);
-    rco.rotation = QUAROT_ROTATION_ADAPT;
-    rco.block_size = o->block > 0 ? o->block : 0;
-    rco.no_r2 = 1;
+    rco.rotation = o->method == CALIB_SPINQUANT ? QUAROT_ROTATION_HADAMARD : QUAROT_ROTATION_ADAPT;
+    rco.block_size = o->method == CALIB_ADAPT && o->block > 0 ? o->block : 0;
+    rco.no_r2 = o->method == CALIB_ADAPT || o->rot.no_r2;
+    rco.online = o->method == CALIB_SPINQUANT && !o->rot.no_online;
+    rco.r3 = rco.online && o->kv_bits < 16;
     if ((rc = qx_rotcheck_cli(&st->cli, o->model, NULL, c, &rco, o->rot.strict, st->dims, 8, &st->n_dims)) != QX_EXIT_OK) return rc;
     if (c->max_seq > 0 && o->w.seq_len > c->max_seq)
         return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->w.seq_len,
@@ -315,15 +500,20 @@ static int calibrate_windows(calibrate_state* st) {
     return o->in.tokens ? calibrate_windows_from_ids(st) : calibrate_windows_from_text(st);
 }
 
+/* The thread pool of --threads. */
+static void calibrate_pool(calibrate_state* st) {
+    calibrate_opts* o = &st->o;
+    if (o->c.threads == 0) o->c.threads = qx_cpu_count();
+    if (o->c.threads > 1) st->pool = qx_pool_create((int)o->c.threads);
+    qx_pool_env(st->pool, &st->env);
+}
+
 /* Stage 1 on the thread pool, with the progress and the per-step loss on stderr. */
 static int calibrate_run_stage1(calibrate_state* st) {
     calibrate_opts* o = &st->o;
     qx_calib_opts* co = &st->co;
     qx_err e;
     quarot_result r;
-    if (o->c.threads == 0) o->c.threads = qx_cpu_count();
-    if (o->c.threads > 1) st->pool = qx_pool_create((int)o->c.threads);
-    qx_pool_env(st->pool, &st->env);
     co->env = &st->env;
     st->cp.cli = &st->cli;
     st->cp.steps = (int)o->steps;
@@ -391,6 +581,12 @@ int qx_cmd_calibrate(int argc, char** argv) {
     }
     if (!rc) rc = calibrate_check_model(&st);   /* the optimizer's checks, H's construction, --seq-len */
     if (!rc) rc = calibrate_windows(&st);       /* the tokenizer and the calibration windows */
+    if (!rc) calibrate_pool(&st);
+    if (!rc && st.o.method == CALIB_SPINQUANT) {   /* train, report, write ROT */
+        rc = calibrate_spin(&st.cli, &st.o, &st.model, &st.win, st.tok_path, &st.env);
+        calibrate_free(&st);
+        return rc;
+    }
     if (!rc) rc = calibrate_run_stage1(&st);    /* capture, then optimize R */
     if (!rc) {
         calibrate_report(&st);

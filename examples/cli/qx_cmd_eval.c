@@ -9,6 +9,7 @@
    --calib-text (stage 1 run here, qx_calib.h), "Adapt": Adapt Rotation stage 2 (qx_ek_rotate), the
    same recipe as the QuaRot column with R1 = H*R learned from activations. */
 #include "eval/qx_calib.h"
+#include "eval/qx_spin.h"
 #include "cli/qx_cli.h"
 #include "engine/qx_engine.h"
 #include "support/qx_file.h"
@@ -97,7 +98,8 @@ static int check_positive(qx_cli* cli, const qx_opt* o, const char* name, const 
 }
 
 static const qx_opt_choice eval_engines[] = {{"ref", 0}, {"int", 1}, {NULL, 0}};
-static const qx_opt_choice eval_rotations[] = {{"hadamard", QX_ROT_HADAMARD}, {"random", QX_ROT_RANDOM}, {"adapt", QX_ROT_ADAPT}, {NULL, 0}};
+static const qx_opt_choice eval_rotations[] = {{"hadamard", QX_ROT_HADAMARD}, {"random", QX_ROT_RANDOM}, {"adapt", QX_ROT_ADAPT},
+                                               {"learned", QX_ROT_LEARNED}, {NULL, 0}};
 
 static const qx_opt eval_table[] = {
     {QX_OPT_STRING, "--text", .arg = "FILE", QX_AT(eval_opts, text), .help = "evaluation text (required unless --tokens)"},
@@ -166,10 +168,11 @@ static const qx_opt_group eval_levers_group = {NULL, eval_levers_table, NULL};
 
 static const qx_opt eval_columns_table[] = {
     {QX_OPT_CHOICE, "--rotation", .arg = "KIND", QX_AT(eval_opts, rotation), .choices = eval_rotations, .def = "hadamard",
-     .help = "R1 of the rotated column: hadamard (random Hadamard), random (random orthogonal [--rotate_mode random]) or adapt "
-             "(Adapt Rotation only, = --columns adapt)"},
-    {QX_OPT_STRING, "--columns", .arg = "LIST", QX_AT(eval_opts, columns), .def = "none and quarot, plus adapt with --context / --calib-text",
-     .help = "columns to compute, comma-separated from none, quarot, adapt"},
+     .help = "R1 of the rotated column: hadamard (random Hadamard), random (random orthogonal [--rotate_mode random]), adapt "
+             "(Adapt Rotation only, = --columns none,adapt) or learned (the --rotations only, = --columns none,learned)"},
+    {QX_OPT_STRING, "--columns", .arg = "LIST", QX_AT(eval_opts, columns),
+     .def = "none and quarot, plus adapt with --context / --calib-text, learned with --rotations",
+     .help = "columns to compute, comma-separated from none, quarot, adapt, learned"},
     {QX_OPT_STRING, "--rows", .arg = "LIST", QX_AT(eval_opts, rows),
      .help = "rows to compute instead of the combinations of --w/--a/--kv-bits, e.g. W4A4,W4A16,W8A8 or W4A4KV4 (16 = FP); FP32 "
              "first unless --no-fp32"},
@@ -205,6 +208,9 @@ const qx_opts_cmd qx_cmd_eval_spec = {
               "Adapt Rotation column (\"Adapt\"): Adapt Rotation stage 2 with the same R2 and online hooks as the\n"
               "QuaRot column, its R1 being H*R with R learned by stage 1 (quarot calibrate --help):"},
              {&eval_adapt_group, 0, 0, NULL},
+             {&qx_opts_rotation_group, offsetof(eval_opts, rot), QX_ROTATION_ROTATIONS,
+              "Learned column (\"learned\"): R1 and one R2 per layer learned by SpinQuant (quarot calibrate --method\n"
+              "spinquant) with the same online hooks as the QuaRot column:"},
              {&qx_opts_gptq_group, offsetof(eval_opts, g), 0, "QuaRot's levers (fake_quant/main.py flag in brackets):"},
              {&eval_gptq_group, 0, 0, NULL},
              {&qx_opts_quant_group, offsetof(eval_opts, q), QX_QUANT_W_ASYM | QX_QUANT_W_CLIP | QX_QUANT_A_ASYM | QX_QUANT_KV_ASYM | QX_QUANT_KV_CLIP, NULL},
@@ -249,6 +255,10 @@ static void on_layer(void* user, int64_t layer, int64_t n_layers) {
 
 static void on_layer_adapt(void* user, int64_t layer, int64_t n_layers) {
     qx_cli_progress((qx_cli*)user, layer, n_layers, "Adapt Rotation stage 2: layer");
+}
+
+static void on_layer_learned(void* user, int64_t layer, int64_t n_layers) {
+    qx_cli_progress((qx_cli*)user, layer, n_layers, "learned rotations: layer");
 }
 
 static void on_calib_window(void* user, int64_t done, int64_t total) {
@@ -360,7 +370,7 @@ typedef struct eval_state {
     eval_opts o;
     /* decided by the options (a packed MODEL replaces them with the file's own settings) */
     int gptq, k_sym, v_sym, any_kv;
-    int want_col[3], columns_given;                   /* none, quarot, adapt */
+    int want_col[4], columns_given;                   /* none, quarot, adapt, learned */
     qx_ek_setting settings[QX_EK_MAX_ROWS];           /* the rows */
     int k_of[QX_EK_MAX_ROWS], v_of[QX_EK_MAX_ROWS];   /* each row's K / V cache bits */
     int n_settings;
@@ -383,16 +393,20 @@ typedef struct eval_state {
     quarot_online_list hooks, adapt_hooks;            /* QuaRot's (a packed file's own), Adapt's */
     quarot_adapt_context actx;                        /* stage 1: read from --context or run here */
     qx_calib_stats cst;
-    char recipe[2048], adapt_recipe[2048];
-    qx_rotcheck_dim rq[8], ra[8];                     /* what the QuaRot / Adapt rotations build (no silent fallbacks) */
-    int n_rq, n_ra;
+    qx_spin_rot spin;                                 /* the learned column's R1 / R2 (--rotations) */
+    double spin_orth;                                 /* its orthogonality error before use */
+    qx_store learned;
+    quarot_online_list learned_hooks;
+    char recipe[2048], adapt_recipe[2048], learned_recipe[2048];
+    qx_rotcheck_dim rq[8], ra[8], rl[8];              /* what the QuaRot / Adapt / learned rotations build (no silent fallbacks) */
+    int n_rq, n_ra, n_rl;
     eval_variant variants[QX_EK_MAX_COLS];
     int n_variants;
     /* the results */
     eval_qstore* qs;                                  /* quantized weights per (column, weight bits, migration) */
     int n_qs;
     qx_ek_table table;
-    int have_model, have_tok, have_win, have_gcw, have_rot, have_adapt;
+    int have_model, have_tok, have_win, have_gcw, have_rot, have_adapt, have_learned;
 } eval_state;
 
 static void eval_init(eval_state* st) {
@@ -405,10 +419,11 @@ static void eval_init(eval_state* st) {
     st->o.q.k_asym = st->o.q.v_asym = 1;
     qx_opts_rotation_init(&st->o.rot);
     qx_opts_windowing_init(&st->o.win);
-    st->want_col[0] = st->want_col[1] = st->want_col[2] = 1;
+    st->want_col[0] = st->want_col[1] = st->want_col[2] = st->want_col[3] = 1;
     st->packed_row = -1;
     quarot_online_list_init(&st->hooks, NULL);
     quarot_online_list_init(&st->adapt_hooks, NULL);
+    quarot_online_list_init(&st->learned_hooks, NULL);
     quarot_adapt_context_init(&st->actx, NULL);
 }
 
@@ -426,29 +441,35 @@ static void eval_free(eval_state* st) {
     quarot_online_list_free(&st->hooks);
     if (st->have_adapt) qx_store_free(&st->adapt);
     quarot_online_list_free(&st->adapt_hooks);
+    if (st->have_learned) qx_store_free(&st->learned);
+    quarot_online_list_free(&st->learned_hooks);
+    qx_spin_rot_free(&st->spin);
     quarot_adapt_context_free(&st->actx);
     if (st->have_model) qx_store_free(&st->model);
 }
 
 /* ---- the options ---------------------------------------------------------------------------- */
 
-/* --columns none,quarot,adapt (--rotation adapt: none and adapt) */
+/* --columns none,quarot,adapt,learned (--rotation adapt: none and adapt; learned: none and learned) */
 static int eval_parse_columns(eval_state* st) {
     const eval_opts* o = &st->o;
-    const char* p = o->columns ? o->columns : "none,adapt";
-    st->want_col[0] = st->want_col[1] = st->want_col[2] = 0;
+    const char* p = o->columns ? o->columns : o->rotation == QX_ROT_LEARNED ? "none,learned" : "none,adapt";
+    st->want_col[0] = st->want_col[1] = st->want_col[2] = st->want_col[3] = 0;
     st->columns_given = 1;
     while (*p) {
         size_t n = strcspn(p, ",");
         if (n == 4 && strncmp(p, "none", 4) == 0) st->want_col[0] = 1;
         else if (n == 6 && strncmp(p, "quarot", 6) == 0) st->want_col[1] = 1;
         else if (n == 5 && strncmp(p, "adapt", 5) == 0) st->want_col[2] = 1;
-        else return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--columns: '%s' is not a list of none, quarot, adapt", o->columns);
+        else if (n == 7 && strncmp(p, "learned", 7) == 0) st->want_col[3] = 1;
+        else return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--columns: '%s' is not a list of none, quarot, adapt, learned", o->columns);
         p += n;
         if (*p == ',') ++p;
     }
     if (st->want_col[2] && !o->rot.context && !o->g.calib_text)
         return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "the Adapt column needs --context FILE or --calib-text FILE");
+    if (st->want_col[3] && !o->rot.rotations)
+        return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "the learned column needs --rotations FILE (quarot calibrate --method spinquant writes one)");
     return QX_EXIT_OK;
 }
 
@@ -491,7 +512,8 @@ static int eval_check_options(eval_state* st) {
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
     if (!st->gptq && (o->g.act_order || o->percdamp != 0.01 || (o->nsamples && !o->migrate)))
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--nsamples / --act-order / --percdamp are GPTQ options: add --w-quant gptq");
-    if ((o->columns || o->rotation == QX_ROT_ADAPT) && (rc = eval_parse_columns(st)) != QX_EXIT_OK) return rc;
+    if ((o->columns || o->rotation == QX_ROT_ADAPT || o->rotation == QX_ROT_LEARNED) && (rc = eval_parse_columns(st)) != QX_EXIT_OK)
+        return rc;
     if (o->rot.context && o->g.calib_text && !st->gptq)
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--context and --calib-text both give the Adapt column its R: choose one");
     if (!o->g.calib_text && (o->calib_windows || o->calib_layers || strcmp(o->calib_quant_dtype, "int4") != 0))
@@ -609,7 +631,7 @@ static int eval_packed_setup(eval_state* st) {
     char msg[256];
     int i;
     if (o->in.hooks) return qx_cli_fail(cli, QX_EXIT_PROCESS, "--hooks: %s carries its online hooks in its metadata", path);
-    if (st->columns_given && (st->want_col[1] || st->want_col[2]))
+    if (st->columns_given && (st->want_col[1] || st->want_col[2] || st->want_col[3]))
         return qx_cli_fail(cli, QX_EXIT_PROCESS, "--columns: %s is a packed file, rotated already (its one column is the file)", path);
     if (o->rows) return qx_cli_fail(cli, QX_EXIT_PROCESS, "--rows: %s is a packed file: its one row is the file's setting", path);
     r = qx_map_file(path, &m, &e);
@@ -651,7 +673,7 @@ static void eval_use_packed_settings(eval_state* st) {
     int row;
     st->packed = 1;
     st->want_col[0] = 1;
-    st->want_col[1] = st->want_col[2] = 0;
+    st->want_col[1] = st->want_col[2] = st->want_col[3] = 0;
     st->n_settings = 0;
     if (!o->no_fp32) {
         eval_setting(&st->settings[0], 16, 16, 16);
@@ -718,6 +740,13 @@ static int eval_rotcheck(eval_state* st) {
         if ((rc = qx_rotcheck_cli(&st->cli, o->model, "QuaRot", &st->model.config, &rco, o->rot.strict, st->rq, 8, &st->n_rq)) != QX_EXIT_OK)
             return rc;
     }
+    if (st->want_col[3]) {
+        rco.rotation = QUAROT_ROTATION_MATRIX;
+        rco.no_r2 = st->spin.r2 == NULL;
+        if ((rc = qx_rotcheck_cli(&st->cli, o->model, "learned", &st->model.config, &rco, o->rot.strict, st->rl, 8, &st->n_rl)) != QX_EXIT_OK)
+            return rc;
+        rco.no_r2 = 0;
+    }
     if (st->want_col[2] && (o->rot.context || o->g.calib_text)) {
         rco.rotation = QUAROT_ROTATION_ADAPT;
         rco.block_size = o->rot.context ? st->actx.block : 0;   /* stage 1 here: the full hidden size */
@@ -726,7 +755,25 @@ static int eval_rotcheck(eval_state* st) {
     return QX_EXIT_OK;
 }
 
-/* Before any work: the stage-1 context read (and validated), the rotations checked, --seq-len
+/* The learned rotations (--rotations, with the learned column): read and checked against this model. */
+static int eval_load_learned(eval_state* st) {
+    const eval_opts* o = &st->o;
+    char digest[QX_DIGEST_LEN];
+    qx_err e;
+    quarot_result r;
+    if (!o->rot.rotations) st->want_col[3] = 0;
+    if (!st->want_col[3]) return QX_EXIT_OK;
+    r = qx_spin_load(o->rot.rotations, &st->spin, &e);
+    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+    r = qx_spin_model_digest(o->model, digest, &e);
+    if (r == QUAROT_OK) r = qx_spin_check(&st->spin, &st->model.config, digest, &st->spin_orth, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", o->model, o->rot.rotations,
+                           e.msg);
+    return QX_EXIT_OK;
+}
+
+/* Before any work: the stage-1 context read (and validated), the learned rotations, the rotations checked, --seq-len
    against the model's context, and every quantized linear's input width split into whole groups
    (with --int8-down-proj, down_proj is per channel: its width, intermediate, need not). */
 static int eval_check_model(eval_state* st) {
@@ -738,6 +785,7 @@ static int eval_check_model(eval_state* st) {
         quarot_result r = qx_calib_context_load(o->rot.context, &st->actx, &e);
         if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
     }
+    if ((rc = eval_load_learned(st)) != QX_EXIT_OK) return rc;
     if ((rc = eval_rotcheck(st)) != QX_EXIT_OK) return rc;
     if (c->max_seq > 0 && o->win.seq_len > c->max_seq)
         return qx_cli_fail(&st->cli, QX_EXIT_PROCESS, "--seq-len %lld is longer than the model's context (%lld tokens)", (long long)o->win.seq_len,
@@ -937,6 +985,22 @@ static int eval_adapt_stage2(eval_state* st) {
     return QX_EXIT_OK;
 }
 
+/* The learned column, once: R1 and R2 from --rotations, the rest as the QuaRot column. */
+static int eval_rotate_learned(eval_state* st) {
+    const eval_opts* o = &st->o;
+    qx_err e;
+    quarot_result r;
+    if (!st->spin.r1 || !st->want_col[3]) return QX_EXIT_OK;
+    qx_cli_phase(&st->cli);
+    r = qx_spin_rotate(&st->model, &st->spin, st->any_kv, !o->rot.no_online, &st->learned, &st->learned_hooks, st->learned_recipe,
+                       sizeof st->learned_recipe, on_layer_learned, &st->cli, &e);
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, qx_cli_exit_for(r) == QX_EXIT_INPUT ? QX_EXIT_PROCESS : qx_cli_exit_for(r), "%s: %s", o->model, e.msg);
+    st->have_learned = 1;
+    qx_cli_progress_end(&st->cli, "learned rotations");
+    return QX_EXIT_OK;
+}
+
 static void eval_add_variant(eval_state* st, const char* name, const qx_store* store, const quarot_online_list* hooks) {
     st->variants[st->n_variants].name = name;
     st->variants[st->n_variants].store = store;
@@ -950,6 +1014,7 @@ static int eval_columns(eval_state* st) {
     if (st->want_col[0]) eval_add_variant(st, st->packed ? "packed" : "no rotation", &st->model, st->packed && st->hooks.count ? &st->hooks : NULL);
     if (st->have_rot) eval_add_variant(st, "QuaRot", &st->rot, &st->hooks);
     if (st->have_adapt) eval_add_variant(st, "Adapt", &st->adapt, &st->adapt_hooks);
+    if (st->have_learned) eval_add_variant(st, "learned", &st->learned, &st->learned_hooks);
     if (st->n_variants == 0) return qx_cli_fail(&st->cli, QX_EXIT_USAGE, "--columns: no column to compute");
     st->qs = (eval_qstore*)calloc((size_t)(st->n_variants * st->n_settings), sizeof *st->qs);
     if (!st->qs) return qx_cli_fail(&st->cli, QX_EXIT_INTERNAL, "out of memory");
@@ -1194,14 +1259,25 @@ static void eval_print_quant(const eval_state* st) {
                ps->w_quantizer[0] ? ps->w_quantizer : "?", ps->w_group_size ? "groups" : "per output channel", (long long)st->hooks.count);
 }
 
-/* What the QuaRot and Adapt columns are: their recipes, stage 1, the rotation checks. */
+/* The learned column: the file, its recipe, the rotation checks. */
+static void eval_print_learned(const eval_state* st) {
+    if (!st->have_learned) return;
+    printf("%-10s %s: %s; orthogonality before use %.2e\n", "learned", st->o.rot.rotations, st->spin.about, st->spin_orth);
+    print_recipe("", st->learned_recipe);
+    qx_rotcheck_summary("learned    ", st->rl, st->n_rl);
+}
+
+/* What the QuaRot, Adapt and learned columns are: their recipes, stage 1, the rotation checks. */
 static void eval_print_columns(const eval_state* st) {
     const eval_opts* o = &st->o;
     const quarot_adapt_context* a = &st->actx;
     if (st->want_col[1] && o->rot.no_online) printf("%-10s no online hooks (--no-online): R1 + R2 folded only\n", "QuaRot");
     if (st->have_rot) print_recipe("QuaRot", st->recipe);   /* built only with the QuaRot column */
     if (st->want_col[1]) qx_rotcheck_summary("QuaRot     ", st->rq, st->n_rq);
-    if (!st->have_adapt) return;
+    if (!st->have_adapt) {
+        eval_print_learned(st);
+        return;
+    }
     if (o->g.calib_text)
         printf("%-10s stage 1 on %s: %lld windows, %lld tokens; %lld linears (%s), %lld rows of %lld\n", "Adapt", o->g.calib_text,
                (long long)st->cst.windows, (long long)st->cst.tokens, (long long)st->cst.linears, st->cst.matched, (long long)st->cst.rows,
@@ -1213,6 +1289,7 @@ static void eval_print_columns(const eval_state* st) {
            a->best_loss, 100.0 * qx_calib_reduction(a));
     print_recipe("", st->adapt_recipe);
     qx_rotcheck_summary("Adapt      ", st->ra, st->n_ra);
+    eval_print_learned(st);
 }
 
 /* The quantization error per linear type, averaged over the layers, per quantized weight store. */
@@ -1273,6 +1350,7 @@ int qx_cmd_eval(int argc, char** argv) {
     if (!rc) rc = eval_calib_windows(&st);            /* GPTQ's and migration's calibration rows */
     if (!rc) rc = eval_adapt_stage1(&st);             /* the Adapt column: R learned here, or --context's */
     if (!rc) rc = eval_adapt_stage2(&st);
+    if (!rc) rc = eval_rotate_learned(&st);           /* the learned column: --rotations' R1 and R2 */
     if (!rc) rc = eval_columns(&st);
     if (!rc) rc = eval_cells(&st);                    /* every (row, column): the perplexity */
     if (!rc) eval_report(&st);

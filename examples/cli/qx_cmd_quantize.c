@@ -21,6 +21,7 @@
 #include "eval/qx_calib.h"
 #include "cli/qx_cli.h"
 #include "eval/qx_evalkit.h"
+#include "eval/qx_spin.h"
 #include "support/qx_file.h"
 #include "formats/qx_gguf.h"
 #include "formats/qx_packed.h"
@@ -749,7 +750,7 @@ const qx_opts_cmd qx_cmd_quantize_spec = {
              {&quantize_act_group, 0, 0, NULL},
              {&qx_opts_quant_group, offsetof(quantize_opts, q), QX_QUANT_A_ASYM | QX_QUANT_KV_ASYM | QX_QUANT_KV_CLIP, NULL},
              {&qx_opts_rotation_group, offsetof(quantize_opts, rot),
-              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
+              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_ROTATIONS | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
                   QX_ROTATION_NO_ONLINE, "rotation (as quarot rotate):"},
              {&qx_opts_common_group, offsetof(quantize_opts, c), QX_COMMON_FORCE | QX_COMMON_QUIET, NULL}},
     .epilog = "Prints a summary with each quantized tensor's relative error sum (w - w^)^2 / sum w^2 and max |w - w^|\n"
@@ -825,6 +826,7 @@ typedef struct qz_cmd {
     const char* rotation;          /* --rotation's word */
     char tok_found[4096];          /* the tokenizer found beside IN (opt.tokenizer may point here) */
     quarot_adapt_context ctx;      /* --context */
+    qx_spin_rot learned;           /* --rotations */
     qx_store s;                    /* the input */
     qx_tokenizer tok;              /* GGUF output: the vocabulary to embed (have_tok) */
     qx_tokenizer ctok;             /* --w-quant gptq: the calibration text's tokenizer (have_ctok) */
@@ -855,6 +857,7 @@ static void qz_cmd_free(qz_cmd* q) {
     qz_items_free(&q->sink);
     quarot_online_list_free(&q->list);
     quarot_adapt_context_free(&q->ctx);
+    qx_spin_rot_free(&q->learned);
     qx_store_free(&q->s);
 }
 
@@ -924,6 +927,11 @@ static int qz_check_options(qz_cmd* q) {
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE (run `quarot calibrate` first)");
     if (opt->rot.context && strcmp(q->rotation, "adapt") != 0)
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--context goes with --rotation adapt, not --rotation %s", q->rotation);
+    if (opt->rot.rotations && !opt->rot.rotation_given) q->rotation = "learned";   /* --rotations alone means them */
+    if (opt->rot.rotations && strcmp(q->rotation, "learned") != 0)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s", q->rotation);
+    if (strcmp(q->rotation, "learned") == 0 && !opt->rot.rotations)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (run `quarot calibrate --method spinquant` first)");
     o->rotate = strcmp(q->rotation, "none") != 0;
     if (o->gptq && !opt->g.calib_text)
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--w-quant gptq needs --calib-text FILE (the calibration text for the Hessians)");
@@ -973,6 +981,16 @@ static int qz_load_input(qz_cmd* q) {
     if (opt->rot.context && q->ctx.hidden != q->s.config.hidden)
         return qx_cli_fail(&q->cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context is for hidden size %lld, the model has %lld", opt->in,
                            (long long)q->ctx.hidden, (long long)q->s.config.hidden);
+    if (opt->rot.rotations) {   /* the learned rotations: this model's (digest, shapes), orthogonal */
+        char digest[QX_DIGEST_LEN];
+        r = qx_spin_load(opt->rot.rotations, &q->learned, &q->e);
+        if (r != QUAROT_OK) return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", q->e.msg);
+        r = qx_spin_model_digest(opt->in, digest, &q->e);
+        if (r == QUAROT_OK) r = qx_spin_check(&q->learned, &q->s.config, digest, NULL, &q->e);
+        if (r != QUAROT_OK)
+            return qx_cli_fail(&q->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: %s: %s", opt->in, opt->rot.rotations,
+                               q->e.msg);
+    }
     if (q->o.format == QZ_PACKED && !opt->k_given && !opt->v_given) q->o.act.k_bits = q->o.act.v_bits = 16;
     return QX_EXIT_OK;
 }
@@ -1110,6 +1128,7 @@ static void qz_rotate_desc(qz_cmd* q, quarot_rotate_desc* desc) {
     desc->online = !rot->no_online;
     desc->r3 = !rot->no_online && (q->o.act.k_bits < 16 || q->o.act.v_bits < 16);
     desc->max_tp_size = rot->max_tp_size;
+    if (q->learned.r1) qx_spin_desc(&q->learned, desc);   /* R1 MATRIX, one R2 per layer */
     if (desc->online || desc->r3) desc->online_out = &q->list;
 }
 

@@ -96,7 +96,7 @@ const qx_opts_cmd qx_cmd_rotate_spec = {
     .operands = {{"IN", offsetof(rotate_opts, in)}, {"OUT", offsetof(rotate_opts, out)}},
     .usage_on_excess = 1,
     .uses = {{&qx_opts_rotation_group, offsetof(rotate_opts, rot),
-              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
+              QX_ROTATION_KIND | QX_ROTATION_CONTEXT | QX_ROTATION_ROTATIONS | QX_ROTATION_SEED | QX_ROTATION_BLOCK | QX_ROTATION_NO_R2 | QX_ROTATION_TP |
                   QX_ROTATION_STRICT, "options:"},
              {&rotate_group, 0, 0, NULL},
              {&qx_opts_common_group, offsetof(rotate_opts, c), QX_COMMON_THREADS | QX_COMMON_FORCE | QX_COMMON_QUIET, NULL}},
@@ -292,6 +292,8 @@ typedef struct rj_run {
     qx_cli* cli;
     const qx_rotate_job* job;
     int adapt;                     /* Adapt Rotation stage 2 */
+    int learned;                   /* learned R1 / R2 (job->learned) */
+    double orth_worst;             /* the learned rotations' orthogonality error before use */
     int hooks;                     /* --online / --r3: a hook file is written */
     qx_store s;                    /* the input (views of read-only mappings) */
     quarot_online_list list;
@@ -349,6 +351,8 @@ static int rj_check_job(const rj_run* j) {
         return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s: is the input; the input is never modified (choose another OUT)", job->out);
     if (j->adapt && (!job->context || !job->context->matrix))
         return qx_cli_fail(j->cli, QX_EXIT_USAGE, "Adapt Rotation stage 2 needs the context of stage 1: run `quarot calibrate` (stage 1) first");
+    if (j->learned && (!job->learned || !job->learned->r1))
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE (quarot calibrate --method spinquant writes one)");
     return QX_EXIT_OK;
 }
 
@@ -448,8 +452,8 @@ static int rj_convert(rj_run* j) {
 }
 
 /* What the model must allow for this job: RMSNorm, llama2.c's f32, the listed layers, the
-   context's hidden size. */
-static int rj_check_model(const rj_run* j) {
+   context's hidden size, the learned rotations (this model's digest and shapes, orthogonal). */
+static int rj_check_model(rj_run* j) {
     const qx_rotate_job* job = j->job;
     const quarot_model_config* c = &j->s.config;
     if (c->norm == QUAROT_NORM_LAYER)
@@ -464,6 +468,14 @@ static int rj_check_model(const rj_run* j) {
     if (j->adapt && job->context->hidden != c->hidden)
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: the Adapt Rotation context (%s) is for hidden size %lld, the model has %lld", job->in,
                            job->context_name ? job->context_name : "stage 1", (long long)job->context->hidden, (long long)c->hidden);
+    if (j->learned) {
+        char digest[QX_DIGEST_LEN];
+        quarot_result r = qx_spin_model_digest(job->in, digest, &j->e);
+        if (r == QUAROT_OK) r = qx_spin_check(job->learned, c, digest, &j->orth_worst, &j->e);
+        if (r != QUAROT_OK)
+            return qx_cli_fail(j->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : r == QUAROT_ERR_IO ? QX_EXIT_INPUT : QX_EXIT_PROCESS,
+                               "%s: %s: %s", job->in, job->learned_name ? job->learned_name : "learned rotations", j->e.msg);
+    }
     return QX_EXIT_OK;
 }
 
@@ -621,6 +633,7 @@ static void rj_rotate_desc(rj_run* j, quarot_rotate_desc* desc) {
     } else if (job->down_proj_online == QUAROT_LAYERS_NONE) {
         desc->down_proj_online = QUAROT_LAYERS_NONE;
     }
+    if (j->learned) qx_spin_desc(job->learned, desc);   /* R1 MATRIX, one R2 per layer */
     if (j->hooks) desc->online_out = &j->list;
 }
 
@@ -682,6 +695,9 @@ static void rj_print_rotations(const rj_run* j) {
     for (k = 0; k < j->n_dims; ++k)
         if (j->dims[k].fallback)
             printf("  %s %s (%lld): %s\n", j->dims[k].warn ? "WARNING" : "note", j->dims[k].what, (long long)j->dims[k].dim, j->dims[k].text);
+    if (j->learned)
+        printf("  learned rotations (%s): %s; orthogonality %.2e before use\n", job->learned_name ? job->learned_name : "in memory",
+               job->learned->about, j->orth_worst);
     if (j->adapt)
         printf("  Adapt Rotation stage 2: R learned by stage 1 (%s): %s, seed %llu, block %lld, loss %.6e -> %.6e (%+.2f%%)\n",
                job->context_name ? job->context_name : "in memory", qx_calib_dtype(job->context), (unsigned long long)job->context->seed,
@@ -743,6 +759,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     j.cli = cli;
     j.job = job;
     j.adapt = job->rotation == QUAROT_ROTATION_ADAPT;
+    j.learned = job->rotation == QUAROT_ROTATION_MATRIX;
     j.hooks = job->online || job->r3;
     j.ext_fmt = qx_convert_format_of_path(job->out);
     if ((rc = rj_check_job(&j)) != QX_EXIT_OK) return rc;
@@ -773,17 +790,34 @@ static int rotate_check_options(qx_cli* cli, rotate_opts* o) {
     if (o->rot.rotation == QX_ROT_ADAPT && !o->rot.context)
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation adapt needs --context FILE, the Adapt Rotation context of stage 1: run `quarot calibrate` "
                                                 "(stage 1) first");
+    if (o->rot.rotations && !o->rot.rotation_given) o->rot.rotation = QX_ROT_LEARNED;   /* --rotations alone means them */
+    if (o->rot.rotations && o->rot.rotation != QX_ROT_LEARNED)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotations goes with --rotation learned, not --rotation %s",
+                           qx_opt_word(qx_opts_rotations, o->rot.rotation));
+    if (o->rot.rotation == QX_ROT_LEARNED && !o->rot.rotations)
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--rotation learned needs --rotations FILE: run `quarot calibrate --method spinquant` first");
+    if (o->rot.rotation == QX_ROT_LEARNED && (o->rot.block_given || o->rot.seed_given))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--%s: the learned rotations are dense matrices, nothing is seeded or blocked",
+                           o->rot.seed_given ? "seed" : "block-size");
     if (o->layers && !o->online) return qx_cli_fail(cli, QX_EXIT_USAGE, "--down-proj-online-layers needs --online");
     return QX_EXIT_OK;
 }
 
-/* The job's rotation. Stage 2 (--context): the context is read (and fully validated) before the
-   model, and its seed and block are the ones used; --rotation none: a conversion, norms fused, no
-   R1 / R2. */
-static int rotate_pick_rotation(qx_cli* cli, rotate_opts* o, quarot_adapt_context* ctx, qx_rotate_job* job) {
+/* The job's rotation. Learned (--rotations): the file is read (and checked as a file) before the
+   model, against the model in the job. Stage 2 (--context): the context is read (and fully
+   validated) before the model, and its seed and block are the ones used; --rotation none: a
+   conversion, norms fused, no R1 / R2. */
+static int rotate_pick_rotation(qx_cli* cli, rotate_opts* o, quarot_adapt_context* ctx, qx_spin_rot* learned, qx_rotate_job* job) {
     quarot_result r;
     qx_err e;
-    if (o->rot.context) {
+    if (o->rot.rotations) {
+        r = qx_spin_load(o->rot.rotations, learned, &e);
+        if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
+        job->rotation = QUAROT_ROTATION_MATRIX;
+        job->learned = learned;
+        job->learned_name = o->rot.rotations;
+        o->rot.block_size = -1;
+    } else if (o->rot.context) {
         r = qx_calib_context_load(o->rot.context, ctx, &e);
         if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
         if (o->rot.seed_given && (uint64_t)o->rot.seed != ctx->seed)
@@ -837,6 +871,7 @@ int qx_cmd_rotate(int argc, char** argv) {
     int64_t* layer_list = NULL;
     int64_t n_layer_list = 0;
     quarot_adapt_context ctx;
+    qx_spin_rot learned;
     qx_rotate_job job;
 
     /* A file-size limit makes writes fail with EFBIG instead of killing the process, so the
@@ -851,13 +886,15 @@ int qx_cmd_rotate(int argc, char** argv) {
     if ((rc = rotate_check_options(&cli, &o)) != QX_EXIT_OK) return rc;
     if (o.layers && !parse_layers(&cli, o.layers, &layer_list, &n_layer_list)) return QX_EXIT_USAGE;
     memset(&job, 0, sizeof job);
+    memset(&learned, 0, sizeof learned);
     quarot_adapt_context_init(&ctx, NULL);
-    rc = rotate_pick_rotation(&cli, &o, &ctx, &job);
+    rc = rotate_pick_rotation(&cli, &o, &ctx, &learned, &job);
     if (rc == QX_EXIT_OK) {
         rotate_fill_job(&o, layer_list, n_layer_list, &job);
         rc = qx_rotate_job_run(&cli, &job);
     }
     quarot_adapt_context_free(&ctx);
+    qx_spin_rot_free(&learned);
     free(layer_list);
     return rc;
 }

@@ -3,9 +3,13 @@
    spec.prior's adapt_rotation stage 1 on its dataset first (Adapt Rotation stage 1, in memory),
    then spec.process's rotation processor (quarot, or adapt_rotation stage 2 using stage 1's
    context), writing the rotated model like `quarot rotate` (same formats, hook file when online).
+   SpinQuant (quarot's own processor type `spinquant`): in spec.prior it learns R1 and one R2 per
+   layer on its dataset (eval/qx_spin.h, in memory); in spec.process it folds them (or those of its
+   `rotations:` file).
    The configuration is read by qx_runcfg (a strict YAML subset, qx_yaml.h); see its header for the
    keys and their defaults. */
 #include "eval/qx_calib.h"
+#include "eval/qx_spin.h"
 #include "cli/qx_cli.h"
 #include "eval/qx_evalkit.h"
 #include "support/qx_file.h"
@@ -110,6 +114,11 @@ static void on_step(void* user, int step, double loss, double best, int iters) {
     else qx_cli_info(p->cli, "stage 1: step %2d/%d  loss %.6e  best %.6e  (%d polar iterations)", step, p->steps, loss, best, iters);
 }
 
+static void on_spin_step(void* user, const quarot_train_step_info* in) {
+    qx_cli* cli = (qx_cli*)user;
+    qx_cli_info(cli, "spinquant step %3d/%d  loss %.6f  lr %.4f  orthogonality %.1e", in->step, in->steps, in->loss, in->lr, in->orth_error);
+}
+
 /* Stage 1's working state; run_s1_free frees what was built. */
 typedef struct run_s1 {
     const qx_runcfg_stage1* s1;
@@ -156,7 +165,7 @@ static int run_s1_load(qx_cli* cli, const run_opts* o, run_s1* w) {
     memset(&lo, 0, sizeof lo);
     r = qx_load_model(o->model, &lo, &w->model, &e);
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
-    r = qx_calib_check(&co->adapt, w->model.config.hidden, &e);
+    r = s1->spin ? QUAROT_OK : qx_calib_check(&co->adapt, w->model.config.hidden, &e);
     if (r != QUAROT_OK)
         return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS, "%s: line %d: adapt_rotation stage 1: %s",
                            o->config, s1->line, e.msg);
@@ -243,9 +252,59 @@ static int run_s1_optimize(qx_cli* cli, const run_opts* o, run_s1* w, quarot_ada
     return QX_EXIT_OK;
 }
 
-/* Stage 1 from the configuration (Adapt Rotation stage 1, in memory): the settings and the model,
-   the windows, the optimizer; fills ctx. Returns an exit code. */
-static int run_stage1(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, quarot_adapt_context* ctx) {
+/* SpinQuant on the prior stage's dataset (with the online hooks of spec.process); fills spin and
+   prints its summary line. */
+static int run_s1_spin(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, run_s1* w, qx_spin_rot* spin) {
+    const qx_runcfg_stage1* s1 = w->s1;
+    int64_t threads = o->c.threads;
+    quarot_env env;
+    qx_spin_opts so;
+    qx_spin_stats ss;
+    qx_err e;
+    quarot_result r;
+    if (threads == 0) threads = qx_cpu_count();
+    if (threads > 1) w->pool = qx_pool_create((int)threads);
+    qx_pool_env(w->pool, &env);
+    memset(&so, 0, sizeof so);
+    so.desc.seed = (uint64_t)o->rot.seed;
+    so.desc.steps = s1->steps;
+    so.desc.lr = s1->lr;
+    so.desc.batch = s1->batch;
+    so.desc.loss = s1->loss;
+    so.desc.online = cfg->stage2.online;
+    if (s1->a_bits < 16) {
+        so.desc.act.a_bits = (int)s1->a_bits;
+        so.desc.act.a_asym = s1->a_asym;
+        so.desc.act.a_clip = (float)s1->a_clip;
+    }
+    if (s1->w_bits < 16) {
+        so.desc.w_bits = (int)s1->w_bits;
+        so.desc.weight.asymmetric = s1->w_asym;
+        so.desc.weight.clip_search = s1->w_clip ? QUAROT_CLIP_SEARCH_LP : 0;
+    }
+    if (!cli->quiet) {
+        so.desc.progress = on_spin_step;
+        so.desc.user_data = cli;
+    }
+    so.nsamples = s1->nsamples;
+    so.env = &env;
+    qx_cli_phase(cli);
+    r = qx_spin_train(&w->model, &w->win, o->w.seq_len, &so, spin, &ss, &e);
+    if (r != QUAROT_OK) {
+        qx_spin_rot_free(spin);
+        return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY || r == QUAROT_ERR_INTERNAL ? QX_EXIT_INTERNAL : QX_EXIT_PROCESS,
+                           "%s: spinquant (%s line %d): %s", o->model, o->config, s1->line, e.msg);
+    }
+    printf("stage 1   spinquant (%s line %d) on %s: %lld windows of %lld tokens; %d steps, batch loss %.6f -> %.6f; orthogonality %.2e; %.2f s\n",
+           o->config, s1->line, o->in.tokens ? o->in.tokens : s1->dataset, (long long)ss.windows, (long long)o->w.seq_len, ss.steps_run,
+           ss.first_loss, ss.last_loss, ss.max_orth, ss.seconds);
+    fflush(stdout);
+    return QX_EXIT_OK;
+}
+
+/* Stage 1 from the configuration (Adapt Rotation stage 1 or SpinQuant, in memory): the settings and
+   the model, the windows, the optimizer; fills ctx (or spin). Returns an exit code. */
+static int run_stage1(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, quarot_adapt_context* ctx, qx_spin_rot* spin) {
     run_s1 w;
     int rc;
     memset(&w, 0, sizeof w);
@@ -253,7 +312,7 @@ static int run_stage1(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, quar
     qx_store_init(&w.model);
     rc = run_s1_load(cli, o, &w);
     if (rc == QX_EXIT_OK) rc = run_s1_windows(cli, o, &w);
-    if (rc == QX_EXIT_OK) rc = run_s1_optimize(cli, o, &w, ctx);
+    if (rc == QX_EXIT_OK) rc = cfg->stage1.spin ? run_s1_spin(cli, o, cfg, &w, spin) : run_s1_optimize(cli, o, &w, ctx);
     run_s1_free(&w);
     return rc;
 }
@@ -292,19 +351,28 @@ static int run_check_config(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg
 }
 
 static void run_print_config(const run_opts* o, const qx_runcfg* cfg) {
-    printf("config    %s (%s): %s%s%s", o->config, cfg->apiversion, cfg->stage1.present ? "adapt_rotation stage 1, then " : "",
-           cfg->stage2.adapt ? "adapt_rotation stage 2" : "quarot", cfg->stage2.online ? " (online)" : "");
+    printf("config    %s (%s): %s%s%s", o->config, cfg->apiversion,
+           cfg->stage1.present ? (cfg->stage1.spin ? "spinquant training, then " : "adapt_rotation stage 1, then ") : "",
+           cfg->stage2.spin ? "spinquant" : cfg->stage2.adapt ? "adapt_rotation stage 2" : "quarot", cfg->stage2.online ? " (online)" : "");
     if (cfg->n_skipped) printf("; %d unsupported entr%s skipped", cfg->n_skipped, cfg->n_skipped == 1 ? "y" : "ies");
     printf("\n");
     fflush(stdout);
 }
 
-/* Stage 1 (in memory) or the context file, when the configuration has either. */
-static int run_context(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, quarot_adapt_context* ctx) {
+/* Stage 1 (in memory), the rotation file of spinquant or the context file, when the configuration
+   has one. */
+static int run_context(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, quarot_adapt_context* ctx, qx_spin_rot* spin) {
     qx_err e;
     quarot_result r;
     if (cfg->stage1.present)
-        return run_stage1(cli, o, cfg, ctx);
+        return run_stage1(cli, o, cfg, ctx, spin);
+    if (cfg->stage2.spin) {
+        r = qx_spin_load(cfg->stage2.rotations, spin, &e);
+        if (r != QUAROT_OK)
+            return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s (%s line %d)", e.msg, o->config,
+                               cfg->stage2.rotations_line);
+        return QX_EXIT_OK;
+    }
     if (!o->rot.context) return QX_EXIT_OK;
     r = qx_calib_context_load(o->rot.context, ctx, &e);
     if (r != QUAROT_OK) return qx_cli_fail(cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", e.msg);
@@ -313,8 +381,8 @@ static int run_context(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, qua
 
 /* Stage 2 / quarot as a rotate job (the writer paths of quarot rotate); layers_what names the
    configuration line of the layer list in messages. */
-static int run_fill_job(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, const quarot_adapt_context* ctx, char* layers_what,
-                        size_t layers_what_size, qx_rotate_job* job) {
+static int run_fill_job(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, const quarot_adapt_context* ctx, qx_spin_rot* spin,
+                        char* layers_what, size_t layers_what_size, qx_rotate_job* job) {
     memset(job, 0, sizeof *job);
     job->in = o->model;
     job->out = o->save;
@@ -329,12 +397,23 @@ static int run_fill_job(qx_cli* cli, const run_opts* o, const qx_runcfg* cfg, co
         job->context = ctx;
         job->context_name = cfg->stage1.present ? "stage 1, in memory" : o->rot.context;
         job->block_size = ctx->block;
+    } else if (cfg->stage2.spin) {
+        job->rotation = QUAROT_ROTATION_MATRIX;
+        job->learned = spin;
+        job->learned_name = cfg->stage1.present ? "spinquant, in memory" : cfg->stage2.rotations;
+        job->block_size = -1;
+        if (cfg->stage1.present) {   /* learned on this very file: its digest */
+            qx_err e;
+            quarot_result r = qx_spin_model_digest(o->model, spin->digest, &e);
+            if (r != QUAROT_OK) return qx_cli_fail(cli, QX_EXIT_INPUT, "%s", e.msg);
+        }
     } else {
         job->rotation = QUAROT_ROTATION_HADAMARD;
     }
     job->online = cfg->stage2.online;
     job->max_tp_size = cfg->stage2.max_tp_size;
-    if (cfg->stage2.online) {
+    if (cfg->stage2.spin) job->max_tp_size = 1;   /* the hooks the rotations were learned with: every layer, whole dimensions */
+    else if (cfg->stage2.online) {
         /* msModelSlim: the down_proj online rotation only in the listed layers ([] = none) */
         job->down_proj_online = cfg->stage2.n_layers ? QUAROT_LAYERS_LIST : QUAROT_LAYERS_NONE;
         job->layers = cfg->stage2.layers;
@@ -354,6 +433,7 @@ int qx_cmd_run(int argc, char** argv) {
     int rc;
     qx_runcfg cfg;
     quarot_adapt_context ctx;
+    qx_spin_rot spin;
     qx_rotate_job job;
     char layers_what[600];
 
@@ -369,14 +449,16 @@ int qx_cmd_run(int argc, char** argv) {
     if (!o.save) return qx_cli_fail(&cli, QX_EXIT_USAGE, "no --save OUT given (where the rotated checkpoint goes; see quarot run --help)");
     if ((rc = run_read_config(&cli, &o, &cfg)) != QX_EXIT_OK) return rc;
     quarot_adapt_context_init(&ctx, NULL);
+    memset(&spin, 0, sizeof spin);
     rc = run_check_config(&cli, &o, &cfg);
     if (rc == QX_EXIT_OK) {
         run_print_config(&o, &cfg);
-        rc = run_context(&cli, &o, &cfg, &ctx);
+        rc = run_context(&cli, &o, &cfg, &ctx, &spin);
     }
-    if (rc == QX_EXIT_OK) rc = run_fill_job(&cli, &o, &cfg, &ctx, layers_what, sizeof layers_what, &job);
+    if (rc == QX_EXIT_OK) rc = run_fill_job(&cli, &o, &cfg, &ctx, &spin, layers_what, sizeof layers_what, &job);
     if (rc == QX_EXIT_OK) rc = qx_rotate_job_run(&cli, &job);
     quarot_adapt_context_free(&ctx);
+    qx_spin_rot_free(&spin);
     qx_runcfg_free(&cfg);
     return rc;
 }

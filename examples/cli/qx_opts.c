@@ -304,7 +304,8 @@ static const qx_opt qx__input_opts[] = {
 const qx_opt_group qx_opts_input_group = {NULL, qx__input_opts, NULL};
 
 const qx_opt_choice qx_opts_rotations[] = {
-    {"hadamard", QX_ROT_HADAMARD}, {"random", QX_ROT_RANDOM}, {"adapt", QX_ROT_ADAPT}, {"none", QX_ROT_NONE}, {NULL, 0}};
+    {"hadamard", QX_ROT_HADAMARD}, {"random", QX_ROT_RANDOM}, {"adapt", QX_ROT_ADAPT}, {"none", QX_ROT_NONE},
+    {"learned", QX_ROT_LEARNED}, {NULL, 0}};
 
 static int qx__block_nonzero(qx_cli* cli, const qx_opt* o, const char* name, const char* v, void* base) {
     (void)v;
@@ -325,10 +326,15 @@ static const qx_opt qx__rotation_opts[] = {
      .choices = qx_opts_rotations, .id = QX_ROTATION_KIND, .def = "hadamard",
      .help = "R1 (and R2): hadamard (random signs), random (seeded Haar-random orthogonal), adapt (Adapt Rotation stage 2: "
              "R1 = H*R with R learned by `quarot calibrate`, stage 1; needs --context; R2 stays Hadamard), none (no R1 / R2: "
-             "only the norms are fused, e.g. to convert IN to OUT's format, or to quantize the model as it is)"},
+             "only the norms are fused, e.g. to convert IN to OUT's format, or to quantize the model as it is), learned (R1 and "
+             "one R2 per layer from --rotations FILE: SpinQuant's, by `quarot calibrate --method spinquant` or imported)"},
     {QX_OPT_STRING, "--context", .arg = "FILE", QX_AT(qx_opts_rotation, context), .id = QX_ROTATION_CONTEXT,
      .help = "an Adapt Rotation stage-1 context written by quarot calibrate: the seed and block of its random Hadamard H and the "
              "learned R (stage 2: R1 = H*R)"},
+    {QX_OPT_STRING, "--rotations", .arg = "FILE", QX_AT(qx_opts_rotation, rotations), .id = QX_ROTATION_ROTATIONS,
+     .help = "learned rotations (safetensors: R1 [hidden][hidden], model.layers.{i}.self_attn.R2 [head_dim][head_dim]) from quarot "
+             "calibrate --method spinquant, or SpinQuant's R.bin converted (docs/tool.md); checked against the model (digest, "
+             "shapes) and orthogonal to 1e-4, then made orthogonal in double"},
     {QX_OPT_INT, "--seed", .arg = "N", QX_AT(qx_opts_rotation, seed), QX_GIVEN(qx_opts_rotation, seed_given), .lo = 0,
      .hi = INT64_MAX, .id = QX_ROTATION_SEED, .def = "0", .ref = "--seed",
      .help = "seed of the random Hadamard signs and random matrices: R1, R2, stage 1's H"},

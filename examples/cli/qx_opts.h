@@ -145,11 +145,12 @@ extern const qx_opt_group qx_opts_input_group;
 
 /* rotation: --rotation KIND, --context FILE, --seed N, --block-size N, --no-r2, --max-tp-size N,
    --no-online, --strict (as quarot rotate has them) */
-enum { QX_ROT_HADAMARD = 0, QX_ROT_RANDOM = 1, QX_ROT_ADAPT = 2, QX_ROT_NONE = 3 };
-extern const qx_opt_choice qx_opts_rotations[];   /* hadamard, random, adapt, none */
+enum { QX_ROT_HADAMARD = 0, QX_ROT_RANDOM = 1, QX_ROT_ADAPT = 2, QX_ROT_NONE = 3, QX_ROT_LEARNED = 4 };
+extern const qx_opt_choice qx_opts_rotations[];   /* hadamard, random, adapt, none, learned */
 typedef struct qx_opts_rotation {
     int rotation;                  /* QX_ROT_* (hadamard) */
     const char* context;           /* Adapt Rotation stage-1 context */
+    const char* rotations;         /* learned rotations (SpinQuant, eval/qx_spin.h) */
     int64_t seed;                  /* 0 */
     int64_t block_size;            /* -1: full hidden */
     int64_t max_tp_size;           /* 1 */
@@ -157,7 +158,8 @@ typedef struct qx_opts_rotation {
     int rotation_given, seed_given, block_given;
 } qx_opts_rotation;
 enum { QX_ROTATION_KIND = 1u << 0, QX_ROTATION_CONTEXT = 1u << 1, QX_ROTATION_SEED = 1u << 2, QX_ROTATION_BLOCK = 1u << 3,
-       QX_ROTATION_NO_R2 = 1u << 4, QX_ROTATION_TP = 1u << 5, QX_ROTATION_NO_ONLINE = 1u << 6, QX_ROTATION_STRICT = 1u << 7 };
+       QX_ROTATION_NO_R2 = 1u << 4, QX_ROTATION_TP = 1u << 5, QX_ROTATION_NO_ONLINE = 1u << 6, QX_ROTATION_STRICT = 1u << 7,
+       QX_ROTATION_ROTATIONS = 1u << 8 };
 extern const qx_opt_group qx_opts_rotation_group;
 void qx_opts_rotation_init(qx_opts_rotation* r);
 

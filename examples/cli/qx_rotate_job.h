@@ -9,6 +9,7 @@
 #define QX_ROTATE_JOB_H
 
 #include "cli/qx_cli.h"
+#include "eval/qx_spin.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,10 +18,14 @@ extern "C" {
 typedef struct qx_rotate_job {
     const char* in;
     const char* out;
-    quarot_rotation_kind rotation;           /* HADAMARD, RANDOM_ORTHOGONAL (also for R2), ADAPT, or IDENTITY
-                                                (no R1; with no_r2: a conversion that only fuses norms) */
+    quarot_rotation_kind rotation;           /* HADAMARD, RANDOM_ORTHOGONAL (also for R2), ADAPT, IDENTITY
+                                                (no R1; with no_r2: a conversion that only fuses norms), or
+                                                MATRIX (the learned rotations below) */
     const quarot_adapt_context* context;     /* ADAPT: stage 1's result (its seed and block are used) */
     const char* context_name;                /* for the summary: the context's file, or "stage 1 (in memory)" */
+    qx_spin_rot* learned;                    /* MATRIX: learned R1 and per-layer R2 (checked against IN, made
+                                                orthogonal in place before use) */
+    const char* learned_name;                /* for messages and the summary: the rotation file */
     uint64_t seed;                           /* HADAMARD / RANDOM_ORTHOGONAL */
     int64_t block_size;                      /* -1 / 0: full hidden (ADAPT: the context's block) */
     int no_r2, online, r3;

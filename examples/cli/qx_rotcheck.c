@@ -82,6 +82,12 @@ int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotc
         d[n].dim = d[n].n = d[n].block = c->hidden;
         snprintf(d[n].text, sizeof d[n].text, "none (identity: norms fused only)");
         ++n;
+    } else if (o->rotation == QUAROT_ROTATION_MATRIX) {   /* learned dense R1 (and R2): nothing to fall back from */
+        memset(&d[n], 0, sizeof d[n]);
+        snprintf(d[n].what, sizeof d[n].what, "R1 hidden");
+        d[n].dim = d[n].n = d[n].block = c->hidden;
+        snprintf(d[n].text, sizeof d[n].text, "learned dense %lld x %lld", (long long)c->hidden, (long long)c->hidden);
+        ++n;
     } else {
         qx__offline(&d[n++], "R1 hidden", c->hidden, o->block_size > 0 ? o->block_size : c->hidden,
                     o->block_size > 0 ? o->block_size : 0, o->rotation == QUAROT_ROTATION_RANDOM_ORTHOGONAL);
@@ -90,7 +96,15 @@ int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotc
         size_t l = strlen(d[0].text);
         snprintf(d[0].text + l, sizeof d[0].text - l, ", times the learned R (Adapt Rotation)");
     }
-    if (!o->no_r2) qx__offline(&d[n++], "R2 head_dim", hd, hd, 0, o->rotation == QUAROT_ROTATION_RANDOM_ORTHOGONAL);
+    if (!o->no_r2 && o->rotation == QUAROT_ROTATION_MATRIX) {
+        memset(&d[n], 0, sizeof d[n]);
+        snprintf(d[n].what, sizeof d[n].what, "R2 head_dim");
+        d[n].dim = d[n].n = d[n].block = hd;
+        snprintf(d[n].text, sizeof d[n].text, "learned dense %lld x %lld per layer", (long long)hd, (long long)hd);
+        ++n;
+    } else if (!o->no_r2) {
+        qx__offline(&d[n++], "R2 head_dim", hd, hd, 0, o->rotation == QUAROT_ROTATION_RANDOM_ORTHOGONAL);
+    }
     if (o->online) {
         if (c->n_heads % tp || c->intermediate % tp) {
             memset(&d[n], 0, sizeof d[n]);

@@ -26,7 +26,7 @@ extern "C" {
 
 typedef struct qx_rotcheck_opts {   /* zero = rotate's defaults */
     quarot_rotation_kind rotation;  /* R1: DEFAULT/HADAMARD, RANDOM_ORTHOGONAL, ADAPT (its block given as block_size),
-                                       IDENTITY (rotate --rotation none: nothing built) */
+                                       IDENTITY (rotate --rotation none: nothing built), MATRIX (learned R1 and R2) */
     int64_t block_size;             /* <= 0: full hidden */
     int no_r2, online, r3;
     int64_t max_tp_size;            /* 0 = 1 */

@@ -189,9 +189,70 @@ static quarot_result qx__rcstage1(qx__rc* C, const qx_yaml_node* m, const char* 
     return QUAROT_OK;
 }
 
+/* type: spinquant in spec.prior: SpinQuant's training options */
+static quarot_result qx__rcspin1(qx__rc* C, const qx_yaml_node* m, const char* path, int line) {
+    static const char* const keys[] = {"type", "steps", "lr", "nsamples", "batch", "a_bits", "a_asym", "a_clip", "w_bits", "w_asym", "w_clip",
+                                       "loss", NULL};
+    qx_runcfg_stage1* s = &C->cfg->stage1;
+    const qx_yaml_pair* p;
+    char sub[160], d[96];
+    quarot_result r;
+    int64_t v;
+    if (C->stage1_line) return qx__rcfail(C, line, "%s: a second prior stage processor (the first is on line %d): one is supported", path, C->stage1_line);
+    C->stage1_line = line;
+    if ((r = qx__rconly(C, m, path, "spinquant", keys)) != QUAROT_OK) return r;
+    s->present = 1;
+    s->spin = 1;
+    s->line = line;
+    s->steps = 100;
+    s->lr = 1.5;
+    s->nsamples = 128;
+    s->batch = 8;
+    s->a_bits = 4;
+    s->a_clip = 1.0;
+    s->w_bits = 16;
+    if (qx_yaml_get(m, "steps", &p)) {
+        snprintf(sub, sizeof sub, "%s.steps", path);
+        if ((r = qx__rcint(C, p, sub, 1, 1000, &v)) != QUAROT_OK) return r;
+        s->steps = (int)v;
+    }
+    if (qx_yaml_get(m, "nsamples", &p) && (snprintf(sub, sizeof sub, "%s.nsamples", path), (r = qx__rcint(C, p, sub, 1, 1 << 24, &s->nsamples))) != QUAROT_OK) return r;
+    if (qx_yaml_get(m, "batch", &p) && (snprintf(sub, sizeof sub, "%s.batch", path), (r = qx__rcint(C, p, sub, 1, 1 << 20, &s->batch))) != QUAROT_OK) return r;
+    if (qx_yaml_get(m, "a_bits", &p) && (snprintf(sub, sizeof sub, "%s.a_bits", path), (r = qx__rcint(C, p, sub, 2, 16, &s->a_bits))) != QUAROT_OK) return r;
+    if (qx_yaml_get(m, "w_bits", &p) && (snprintf(sub, sizeof sub, "%s.w_bits", path), (r = qx__rcint(C, p, sub, 2, 16, &s->w_bits))) != QUAROT_OK) return r;
+    if ((s->a_bits > 8 && s->a_bits != 16) || (s->w_bits > 8 && s->w_bits != 16))
+        return qx__rcfail(C, line, "%s: a_bits / w_bits: 2..8, or 16 for full precision", path);
+    if (qx_yaml_get(m, "a_asym", &p) && (snprintf(sub, sizeof sub, "%s.a_asym", path), (r = qx__rcbool(C, p, sub, &s->a_asym))) != QUAROT_OK) return r;
+    if (qx_yaml_get(m, "w_asym", &p) && (snprintf(sub, sizeof sub, "%s.w_asym", path), (r = qx__rcbool(C, p, sub, &s->w_asym))) != QUAROT_OK) return r;
+    if (qx_yaml_get(m, "w_clip", &p) && (snprintf(sub, sizeof sub, "%s.w_clip", path), (r = qx__rcbool(C, p, sub, &s->w_clip))) != QUAROT_OK) return r;
+    if (qx_yaml_get(m, "lr", &p) || qx_yaml_get(m, "a_clip", &p)) {
+        int k;
+        for (k = 0; k < 2; ++k) {
+            const char* key = k ? "a_clip" : "lr";
+            double x;
+            char* end = NULL;
+            if (!qx_yaml_get(m, key, &p)) continue;
+            x = p->value && p->value->kind == QX_YAML_SCALAR && p->value->style == QX_YAML_PLAIN ? strtod(p->value->str, &end) : 0.0;
+            if (!end || *end || !(x > 0.0) || (k == 0 && x > 1e6) || (k == 1 && x > 1.0))
+                return qx__rcfail(C, p->line, "%s.%s: expected a number in %s, found %s", path, key, k ? "(0, 1]" : "(0, 1e6]",
+                                  qx_yaml_describe(p->value, d, sizeof d));
+            if (k) s->a_clip = x; else s->lr = x;
+        }
+    }
+    if (qx_yaml_get(m, "loss", &p)) {
+        const char* t = qx__rcstr(p->value);
+        if (!t || (strcmp(t, "ce") != 0 && strcmp(t, "kl") != 0))
+            return qx__rcfail(C, p->line, "%s.loss: expected \"ce\" or \"kl\", found %s", path, qx_yaml_describe(p->value, d, sizeof d));
+        s->loss = strcmp(t, "kl") == 0 ? QUAROT_TRAIN_LOSS_KL : QUAROT_TRAIN_LOSS_CE;
+    }
+    return QUAROT_OK;
+}
+
 static quarot_result qx__rcstage2(qx__rc* C, const qx_yaml_node* m, const char* path, int line, int adapt) {
     static const char* const akeys[] = {"type", "stage", "online", "block_size", "max_tp_size", "down_proj_online_layers", NULL};
     static const char* const qkeys[] = {"type", "online", "block_size", "max_tp_size", "down_proj_online_layers", "export_extra_info", NULL};
+    static const char* const skeys[] = {"type", "online", "rotations", "export_extra_info", NULL};
+    int spin = adapt == 2;
     qx_runcfg_stage2* s = &C->cfg->stage2;
     const qx_yaml_pair* p;
     char sub[160], d[96];
@@ -199,9 +260,18 @@ static quarot_result qx__rcstage2(qx__rc* C, const qx_yaml_node* m, const char* 
     if (C->stage2_line)
         return qx__rcfail(C, line, "%s: a second rotation processor (the first is on line %d): quarot runs one", path, C->stage2_line);
     C->stage2_line = line;
-    if ((r = qx__rconly(C, m, path, adapt ? "adapt_rotation stage 2" : "quarot", adapt ? akeys : qkeys)) != QUAROT_OK) return r;
+    if ((r = qx__rconly(C, m, path, spin ? "spinquant" : adapt ? "adapt_rotation stage 2" : "quarot", spin ? skeys : adapt ? akeys : qkeys)) != QUAROT_OK)
+        return r;
     s->present = 1;
-    s->adapt = adapt;
+    s->adapt = adapt == 1;
+    s->spin = spin;
+    if (spin && qx_yaml_get(m, "rotations", &p)) {
+        const char* f = qx__rcstr(p->value);
+        if (!f || !f[0]) return qx__rcfail(C, p->line, "%s.rotations: expected a file name, found %s", path, qx_yaml_describe(p->value, d, sizeof d));
+        s->rotations = qx__rcpath(C->name, f);
+        s->rotations_line = p->line;
+        if (!s->rotations) return qx__rcfail(C, p->line, "out of memory");
+    }
     s->line = line;
     s->block_size = -1;
     s->max_tp_size = 4;
@@ -272,6 +342,8 @@ static quarot_result qx__rcproc(qx__rc* C, const qx_yaml_node* m, const char* pa
             return qx__rcfail(C, sp->line, "%s: adapt_rotation stage 2 belongs in spec.process (stage 1 goes in spec.prior)", path);
         return stage == 1 ? qx__rcstage1(C, m, path, tp->line) : qx__rcstage2(C, m, path, tp->line, 1);
     }
+    if (strcmp(type, "spinquant") == 0)   /* training in spec.prior, the learned rotations in spec.process */
+        return prior ? qx__rcspin1(C, m, path, tp->line) : qx__rcstage2(C, m, path, tp->line, 2);
     if (strcmp(type, "quarot") == 0) {
         if (prior) return qx__rcfail(C, tp->line, "%s: quarot belongs in spec.process, not spec.prior", path);
         return qx__rcstage2(C, m, path, tp->line, 0);
@@ -364,14 +436,23 @@ static quarot_result qx__rcspec(qx__rc* C, const qx_yaml_pair* sp) {
     }
     if (!C->cfg->stage2.present)
         return qx__rcfail(C, sp->line, "spec.process has no rotation processor (quarot, or adapt_rotation with stage: 2): nothing to run");
+    if (C->cfg->stage2.spin && !C->cfg->stage1.spin && !C->cfg->stage2.rotations)
+        return qx__rcfail(C, C->cfg->stage2.line, "spinquant in spec.process needs 'rotations: FILE' (quarot calibrate --method spinquant), or a "
+                                                  "spinquant stage in spec.prior that learns them");
+    if (C->cfg->stage1.spin && C->cfg->stage2.rotations)
+        return qx__rcfail(C, C->cfg->stage2.rotations_line, "rotations: spec.prior learns them (line %d); give one or the other", C->cfg->stage1.line);
     if (C->cfg->stage1.present) {
         const char* ds = prior_dataset ? prior_dataset : C->spec_dataset;
-        if (!C->cfg->stage2.adapt)
-            return qx__rcfail(C, C->cfg->stage1.line, "adapt_rotation stage 1 has no use here: spec.process rotates with quarot (line %d), not "
-                                                      "adapt_rotation stage 2", C->cfg->stage2.line);
+        if (C->cfg->stage1.spin && !C->cfg->stage2.spin)
+            return qx__rcfail(C, C->cfg->stage1.line, "spinquant in spec.prior has no use here: spec.process rotates with %s (line %d), not "
+                                                      "spinquant", C->cfg->stage2.adapt ? "adapt_rotation" : "quarot", C->cfg->stage2.line);
+        if (!C->cfg->stage1.spin && !C->cfg->stage2.adapt)
+            return qx__rcfail(C, C->cfg->stage1.line, "adapt_rotation stage 1 has no use here: spec.process rotates with %s (line %d), not "
+                                                      "adapt_rotation stage 2", C->cfg->stage2.spin ? "spinquant" : "quarot", C->cfg->stage2.line);
         if (!ds)
-            return qx__rcfail(C, prior_line ? prior_line : C->cfg->stage1.line, "adapt_rotation stage 1 needs calibration data: give the prior "
-                                                                               "stage a 'dataset:' (or spec.dataset)");
+            return qx__rcfail(C, prior_line ? prior_line : C->cfg->stage1.line, "%s needs calibration data: give the prior "
+                                                                               "stage a 'dataset:' (or spec.dataset)",
+                              C->cfg->stage1.spin ? "spinquant" : "adapt_rotation stage 1");
         C->cfg->stage1.dataset = qx__rcpath(C->name, ds);
         C->cfg->stage1.dataset_line = prior_dataset ? prior_dataset_line : C->spec_dataset_line;
         if (!C->cfg->stage1.dataset) return qx__rcfail(C, 1, "out of memory");
@@ -439,5 +520,6 @@ void qx_runcfg_free(qx_runcfg* cfg) {
     free(cfg->stage1.layer_type);
     free(cfg->stage1.dataset);
     free(cfg->stage2.layers);
+    free(cfg->stage2.rotations);
     memset(cfg, 0, sizeof *cfg);
 }

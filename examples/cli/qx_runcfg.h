@@ -16,8 +16,15 @@
                block_size: -1         -1 or a power of two
                max_samples: 2048      int 1..100000
            dataset: FILE             (default spec.dataset) .txt or .jsonl, relative to the YAML's folder
+         - process:                                               (or SpinQuant's training, quarot's own type)
+             - type: spinquant
+               steps: 100  lr: 1.5  nsamples: 128  batch: 8  (ints; lr a number)
+               a_bits: 4  a_asym: False  a_clip: 1.0  w_bits: 16  w_asym: False  w_clip: False
+               loss: ce              "ce" | "kl"
+           dataset: FILE
        process:                                                   (exactly one rotation processor)
-         - type: quarot | adapt_rotation (stage: 2)
+         - type: quarot | adapt_rotation (stage: 2) | spinquant (online, rotations: FILE unless the prior
+                                      stage trains them; the learned R1 and per-layer R2)
            online: False              bool
            block_size: -1             -1 or a power of two (adapt_rotation: -1 = the context's block)
            max_tp_size: 4             1..64, a power of two (only used with online)
@@ -51,6 +58,11 @@ typedef struct qx_runcfg_stage1 {
     int64_t max_samples;
     char* dataset;                 /* resolved path (malloc'ed), NULL when none was given */
     int dataset_line;
+    /* spin: SpinQuant's training (type: spinquant) instead of adapt_rotation stage 1 */
+    int spin;
+    double lr, a_clip;
+    int64_t nsamples, batch, a_bits, w_bits;
+    int a_asym, w_asym, w_clip, loss;
 } qx_runcfg_stage1;
 
 typedef struct qx_runcfg_stage2 {
@@ -64,6 +76,9 @@ typedef struct qx_runcfg_stage2 {
     int64_t n_layers;
     int layers_line;               /* of the key, 0 when absent */
     int export_extra_info;
+    int spin;                      /* 1: spinquant (the learned rotations) */
+    char* rotations;               /* spin: the rotation file (resolved, malloc'ed), NULL = from spec.prior */
+    int rotations_line;
 } qx_runcfg_stage2;
 
 typedef struct qx_runcfg {

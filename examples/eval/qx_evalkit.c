@@ -72,15 +72,14 @@ static uint64_t qx__rotate_desc(quarot_rotate_desc* d, uint64_t seed, const quar
     return seed;
 }
 
-/* The recipe's R1 line. */
-static void qx__recipe_r1(char* recipe, size_t recipe_cap, const char* r1_text, uint64_t seed, const quarot_adapt_context* context) {
+/* The recipe's R1 line: the rotation's text, then what it is and where it went. */
+static void qx__recipe_note(char* note, size_t cap, uint64_t seed, const quarot_adapt_context* context) {
+    note[0] = '\0';
     if (context)
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e): folded into the embeddings and the residual-stream linears\n",
-                r1_text, (unsigned long long)seed, context->bits == 8 ? "int8" : "int4", context->steps_run,
-                context->start_loss, context->best_loss);
+        qx__cat(note, cap, ", seed %llu, R learned by stage 1 (%s, %d steps, loss %.4e -> %.4e)", (unsigned long long)seed,
+                context->bits == 8 ? "int8" : "int4", context->steps_run, context->start_loss, context->best_loss);
     else
-        qx__cat(recipe, recipe_cap, "R1  %s, seed %llu: folded into the embeddings and the residual-stream linears\n",
-                r1_text, (unsigned long long)seed);
+        qx__cat(note, cap, ", seed %llu", (unsigned long long)seed);
 }
 
 typedef struct qx__lw_user {
@@ -93,20 +92,17 @@ static void qx__lw_prog(void* user, int64_t done, int64_t total) {
     if (u->fn) u->fn(u->user, done, total);
 }
 
-static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3,
-                                          int online, quarot_rotation_kind r1, qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
+static quarot_result qx__rotate_layerwise(const qx_store* src, quarot_rotate_desc* d, const char* who, const char* note, int r3,
+                                          qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
                                           qx_ek_layer_fn progress, void* user, qx_err* e) {
-    const char* who = context ? "Adapt Rotation" : "QuaRot";
-    quarot_rotate_desc d;
     qx_rotate_file_stats st;
     qx__lw_user u;
     qx_err why;
     quarot_result r;
-    seed = qx__rotate_desc(&d, seed, context, r3, online, r1, hooks);
     u.fn = progress;
     u.user = user;
     why.msg[0] = '\0';
-    r = qx_lw_rotate(src, &d, dst, qx__lw_prog, &u, &st, &why);
+    r = qx_lw_rotate(src, d, dst, qx__lw_prog, &u, &st, &why);
     if (r != QUAROT_OK) {
         qx_err_set(e, "%s: %s (%s)", who, why.msg[0] ? why.msg : "rotation failed", quarot_result_string(r));
         quarot_online_list_free(hooks);
@@ -122,7 +118,7 @@ static quarot_result qx__rotate_layerwise(const qx_store* src, uint64_t seed, co
             return r;
         }
     }
-    qx__recipe_r1(recipe, recipe_cap, st.r1, seed, context);
+    qx__cat(recipe, recipe_cap, "R1  %s%s: folded into the embeddings and the residual-stream linears\n", st.r1, note);
     if (strcmp(st.r2, "none") != 0) qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", st.r2);
     qx__recipe_hooks(hooks, st.r4, st.heads, st.r3, r3, recipe, recipe_cap);
     return QUAROT_OK;
@@ -142,23 +138,34 @@ quarot_result qx_ek_rotate(const qx_store* src, uint64_t seed, const quarot_adap
 quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_adapt_context* context, int r3, int online,
                               quarot_rotation_kind r1, qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
                               qx_ek_layer_fn progress, void* user, qx_err* e) {
-    const char* who = context ? "Adapt Rotation" : "QuaRot";
     quarot_rotate_desc d;
+    char note[256];
+    seed = qx__rotate_desc(&d, seed, context, r3, online, r1, hooks);
+    qx__recipe_note(note, sizeof note, seed, context);
+    return qx_ek_rotate_with(src, &d, context ? "Adapt Rotation" : "QuaRot", note, dst, hooks, recipe, recipe_cap, progress, user, e);
+}
+
+quarot_result qx_ek_rotate_with(const qx_store* src, const quarot_rotate_desc* desc, const char* who, const char* r1_note,
+                                qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap, qx_ek_layer_fn progress,
+                                void* user, qx_err* e) {
+    quarot_rotate_desc d = *desc;
     quarot_processor p;
     quarot_model m;
     qx_binding b;
     quarot_result r;
     int64_t i;
+    int r3 = d.r3;
     char r4[160] = "", heads[160] = "", r3t[160] = "";
     if (recipe && recipe_cap) recipe[0] = '\0';
+    if (!r1_note) r1_note = "";
     quarot_online_list_init(hooks, NULL);
-    if (qx_lw_mapped(src)) return qx__rotate_layerwise(src, seed, context, r3, online, r1, dst, hooks, recipe, recipe_cap, progress, user, e);
+    d.online_out = hooks;
+    if (qx_lw_mapped(src)) return qx__rotate_layerwise(src, &d, who, r1_note, r3, dst, hooks, recipe, recipe_cap, progress, user, e);
     r = qx_store_clone(src, dst);
     if (r != QUAROT_OK) {
         qx_err_set(e, "copying the model: %s", quarot_result_string(r));
         return r;
     }
-    seed = qx__rotate_desc(&d, seed, context, r3, online, r1, hooks);
     qx_model_bind(&m, &b, dst);
     r = quarot_processor_init(&p, &m, &d);
     if (r != QUAROT_OK) {
@@ -167,7 +174,7 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
         return r;
     }
     /* what was built, before the processor goes */
-    qx__recipe_r1(recipe, recipe_cap, p.rot[QUAROT_ROT_R1].text, seed, context);
+    qx__cat(recipe, recipe_cap, "R1  %s%s: folded into the embeddings and the residual-stream linears\n", p.rot[QUAROT_ROT_R1].text, r1_note);
     if (p.have_rot[QUAROT_ROT_R2])
         qx__cat(recipe, recipe_cap, "R2  %s per head: folded into v_proj and o_proj\n", p.rot[QUAROT_ROT_R2].text);
     if (p.have_rot[QUAROT_ROT_R4]) snprintf(r4, sizeof r4, "%s", p.rot[QUAROT_ROT_R4].text);

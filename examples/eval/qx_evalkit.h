@@ -51,6 +51,13 @@ quarot_result qx_ek_rotate_ex(const qx_store* src, uint64_t seed, const quarot_a
                               quarot_rotation_kind r1, qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap,
                               qx_ek_layer_fn progress, void* user, qx_err* e);
 
+/* The same machinery with a prepared descriptor (its online_out is set to hooks here): who names the
+   variant in errors ("QuaRot", "SpinQuant"), r1_note follows the R1 rotation's text in the recipe's
+   first line (", seed 0"; NULL = nothing). */
+quarot_result qx_ek_rotate_with(const qx_store* src, const quarot_rotate_desc* desc, const char* who, const char* r1_note,
+                                qx_store* dst, quarot_online_list* hooks, char* recipe, size_t recipe_cap, qx_ek_layer_fn progress,
+                                void* user, qx_err* e);
+
 /* A forward pass with its online-hook context (the forward points into it: do not move it). */
 typedef struct qx_ek_forward {
     qx_forward f;
