@@ -435,7 +435,10 @@ static int calibrate_check_model(calibrate_state* st) {
     qx_err e;
     int rc;
     quarot_result r = o->method == CALIB_ADAPT ? qx_calib_check(&st->co.adapt, c->hidden, &e) : QUAROT_OK;
-    if (r != QUAROT_OK) return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_USAGE, "%s", e.msg);
+    /* a bad value is usage; a block wider than this model's hidden is valid alone: cannot do */
+    if (r != QUAROT_OK)
+        return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : o->block > c->hidden ? QX_EXIT_PROCESS : QX_EXIT_USAGE,
+                           "%s", e.msg);
     memset(&rco, 0, sizeof rco);
     rco.rotation = o->method == CALIB_SPINQUANT ? QUAROT_ROTATION_HADAMARD : QUAROT_ROTATION_ADAPT;
     rco.block_size = o->method == CALIB_ADAPT && o->block > 0 ? o->block : 0;
