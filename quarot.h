@@ -14415,7 +14415,7 @@ typedef struct quarot__tr {
     quarot_plan plan;
     quarot_env env;                      // the model's: allocator, parallel hook
     int threads;
-    int64_t h, I, nh, nkv, hd, qd, kvd, V, L;
+    int64_t h, im, nh, nkv, hd, qd, kvd, V, L;
     float eps;
     char (*names)[QUAROT__TR_NAMES][QUAROT_NAME_MAX];   // [L]
     int has_b[3], has_qkn;               // q/k/v biases, q/k norms
@@ -14641,7 +14641,7 @@ static quarot_result quarot__tr_heads(quarot__tr* p, float* x, int64_t rows, int
     return quarot__tr_rows(&c, rows, quarot__tr_f_heads);
 }
 static quarot_result quarot__tr_had4(quarot__tr* p, float* x, int64_t rows, int transpose) {
-    quarot__tr_rctx c = quarot__tr_ctx(p, x, p->I);
+    quarot__tr_rctx c = quarot__tr_ctx(p, x, p->im);
     if (!p->n4) return QUAROT_OK;
     c.mode = transpose;
     return quarot__tr_rows(&c, rows, quarot__tr_f_had4);
@@ -14769,9 +14769,9 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_K], p->kvd, p->h, F->wk, NULL);
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_V], p->kvd, p->h, F->wv, NULL);
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_O], p->h, p->qd, F->wo, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_G], p->I, p->h, F->wg, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_U], p->I, p->h, F->wu, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_D], p->h, p->I, F->wd, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_G], p->im, p->h, F->wg, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_U], p->im, p->h, F->wu, NULL);
+    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_D], p->h, p->im, F->wd, NULL);
     if (r == QUAROT_OK && p->has_b[0]) r = quarot__tr_read(t, nm[QUAROT__TR_BQ], 1, p->qd, F->bq, NULL);
     if (r == QUAROT_OK && p->has_b[1]) r = quarot__tr_read(t, nm[QUAROT__TR_BK], 1, p->kvd, F->bk, NULL);
     if (r == QUAROT_OK && p->has_b[2]) r = quarot__tr_read(t, nm[QUAROT__TR_BV], 1, p->kvd, F->bv, NULL);
@@ -14794,8 +14794,8 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
         }
     }
     if (r == QUAROT_OK) {
-        quarot__tr_scale_cols(F->wg, p->I, p->h, p->gain);
-        quarot__tr_scale_cols(F->wu, p->I, p->h, p->gain);
+        quarot__tr_scale_cols(F->wg, p->im, p->h, p->gain);
+        quarot__tr_scale_cols(F->wu, p->im, p->h, p->gain);
     }
     if (m->release_layer) {
         rr = m->release_layer(m->user_data, l, 0);
@@ -14834,9 +14834,9 @@ static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
         r = quarot__tr_gemm(p, 0, 0, h, hd, hd, F->wo + g * hd, p->qd, R2, hd, 0.0f, p->no + g * hd, p->qd);
     if (r == QUAROT_OK && !R2) memcpy(p->no, F->wo, (size_t)(h * p->qd) * sizeof(float));
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->qd, h, R1, h, p->no, p->qd, 0.0f, E->wo, p->qd);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->I, h, h, F->wg, h, R1, h, 0.0f, E->wg, h);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->I, h, h, F->wu, h, R1, h, 0.0f, E->wu, h);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->I, h, R1, h, F->wd, p->I, 0.0f, E->wd, p->I);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->im, h, h, F->wg, h, R1, h, 0.0f, E->wg, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->im, h, h, F->wu, h, R1, h, 0.0f, E->wu, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->im, h, R1, h, F->wd, p->im, 0.0f, E->wd, p->im);
     if (r != QUAROT_OK) return r;
     if (p->has_b[0]) memcpy(E->bq, F->bq, (size_t)p->qd * sizeof(float));
     if (p->has_b[1]) memcpy(E->bk, F->bk, (size_t)p->kvd * sizeof(float));
@@ -14852,9 +14852,9 @@ static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
         if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wk, p->kvd, h, &p->qw);
         if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wv, p->kvd, h, &p->qw);
         if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wo, h, p->qd, &p->qw);
-        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wg, p->I, h, &p->qw);
-        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wu, p->I, h, &p->qw);
-        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wd, h, p->I, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wg, p->im, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wu, p->im, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wd, h, p->im, &p->qw);
     }
     return r;
 }
@@ -14911,15 +14911,15 @@ static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, quarot__tr_tape* tp
     // MLP: a2q = Q(norm(x_mid)); h = act(gate) * up; R4; quantization; x_out = x_mid + hq Wd^T
     if (r == QUAROT_OK) r = quarot__tr_norm(p, tp->xm, rows, h, NULL, tp->a2q, tp->rs2);
     if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->a2q, rows, h, &p->qa);
-    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->a2q, rows, h, E->wg, NULL, p->I, tp->g);
-    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->a2q, rows, h, E->wu, NULL, p->I, tp->u);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->a2q, rows, h, E->wg, NULL, p->im, tp->g);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->a2q, rows, h, E->wu, NULL, p->im, tp->u);
     if (r != QUAROT_OK) return r;
-    gc = quarot__tr_ctx(p, tp->g, p->I);
+    gc = quarot__tr_ctx(p, tp->g, p->im);
     gc.a = tp->u; gc.y = tp->hq; gc.mode = (int)c->act;
     r = quarot__tr_rows(&gc, rows, quarot__tr_f_glu);
     if (r == QUAROT_OK) r = quarot__tr_had4(p, tp->hq, rows, 0);
-    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->hq, rows, p->I, &p->qa_down);
-    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->hq, rows, p->I, E->wd, NULL, h, xout);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->hq, rows, p->im, &p->qa_down);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->hq, rows, p->im, E->wd, NULL, h, xout);
     if (r == QUAROT_OK) r = quarot__tr_add(p, xout, tp->xm, rows, h);
     return r;
 }
@@ -14938,18 +14938,18 @@ static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, const quarot__tr_ta
     quarot_result r;
     float* dx = p->dx;
     // down_proj: dhq = dx Wd, dWd = dx^T hq; R4^T; the gated activation
-    r = quarot__tr_gemm(p, 0, 0, rows, p->I, h, dx, h, E->wd, p->I, 0.0f, p->dh, p->I);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->I, rows, dx, h, tp->hq, p->I, 0.0f, dE->wd, p->I);
+    r = quarot__tr_gemm(p, 0, 0, rows, p->im, h, dx, h, E->wd, p->im, 0.0f, p->dh, p->im);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->im, rows, dx, h, tp->hq, p->im, 0.0f, dE->wd, p->im);
     if (r == QUAROT_OK) r = quarot__tr_had4(p, p->dh, rows, 1);
     if (r != QUAROT_OK) return r;
-    gc = quarot__tr_ctx(p, tp->g, p->I);
+    gc = quarot__tr_ctx(p, tp->g, p->im);
     gc.a = tp->u; gc.b = p->dh; gc.y = p->dg; gc.s = p->du; gc.mode = (int)c->act;
     r = quarot__tr_rows(&gc, rows, quarot__tr_f_glu_bwd);
     // gate / up: da = dg Wg + du Wu; dWg = dg^T a2q, dWu = du^T a2q; dx += norm2'(da)
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->I, p->dg, p->I, E->wg, h, 0.0f, p->da, h);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->I, p->du, p->I, E->wu, h, 1.0f, p->da, h);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->I, h, rows, p->dg, p->I, tp->a2q, h, 0.0f, dE->wg, h);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->I, h, rows, p->du, p->I, tp->a2q, h, 0.0f, dE->wu, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->im, p->dg, p->im, E->wg, h, 0.0f, p->da, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, p->im, p->du, p->im, E->wu, h, 1.0f, p->da, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->im, h, rows, p->dg, p->im, tp->a2q, h, 0.0f, dE->wg, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->im, h, rows, p->du, p->im, tp->a2q, h, 0.0f, dE->wu, h);
     if (r == QUAROT_OK) r = quarot__tr_norm_bwd(p, tp->xm, tp->rs2, rows, h, NULL, p->da, dx, 1);
     // o_proj: datt = dx Wo, dWo = dx^T attq; heads hook transposed; attention
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, p->qd, h, dx, h, E->wo, p->qd, 0.0f, p->datt, p->qd);
@@ -15005,9 +15005,9 @@ static quarot_result quarot__tr_chain(quarot_trainer* t, int64_t l) {
     if (d1) {
         r = quarot__tr_gemm(p, 1, 0, h, h, p->qd, F->wq, h, dE->wq, h, 1.0f, G1, h);
         if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->kvd, F->wk, h, dE->wk, h, 1.0f, G1, h);
-        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->I, F->wg, h, dE->wg, h, 1.0f, G1, h);
-        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->I, F->wu, h, dE->wu, h, 1.0f, G1, h);
-        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, p->I, F->wd, p->I, dE->wd, p->I, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->im, F->wg, h, dE->wg, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->im, F->wu, h, dE->wu, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, p->im, F->wd, p->im, dE->wd, p->im, 1.0f, G1, h);
         if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, p->qd, p->no, p->qd, dE->wo, p->qd, 1.0f, G1, h);
         // v_proj: dM = (I (x) R2) dW_eff (or dW_eff itself without R2)
         for (g = 0; g < p->nkv && r == QUAROT_OK && R2; ++g)
@@ -15052,7 +15052,7 @@ static void quarot__tr_free_acts(quarot__tr* p) {
 
 // Tape layout: per tape, the arrays of quarot__tr_tape back to back (x only in keep mode).
 static int64_t quarot__tr_tape_floats(const quarot__tr* p, int64_t rows, int with_x) {
-    int64_t per = 3 * p->h + 2 + 2 * p->qd + 2 * p->kvd + 3 * p->I;
+    int64_t per = 3 * p->h + 2 + 2 * p->qd + 2 * p->kvd + 3 * p->im;
     if (p->has_qkn) per += p->qd + p->kvd + p->nh + p->nkv;
     return rows * (per + (with_x ? p->h : 0));
 }
@@ -15075,8 +15075,8 @@ static void quarot__tr_tape_set(const quarot__tr* p, quarot__tr_tape* tp, float*
     tp->xm = m; m += rows * p->h;
     tp->rs2 = m; m += rows;
     tp->a2q = m; m += rows * p->h;
-    tp->g = m; m += rows * p->I;
-    tp->u = m; m += rows * p->I;
+    tp->g = m; m += rows * p->im;
+    tp->u = m; m += rows * p->im;
     tp->hq = m;
 }
 
@@ -15121,9 +15121,9 @@ static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T,
         ok = ok && (p->datt = (float*)quarot__tr_alloc(p, rows * p->qd, sizeof(float))) != NULL;
         ok = ok && (p->dk = (float*)quarot__tr_alloc(p, rows * p->kvd, sizeof(float))) != NULL;
         ok = ok && (p->dv = (float*)quarot__tr_alloc(p, rows * p->kvd, sizeof(float))) != NULL;
-        ok = ok && (p->dh = (float*)quarot__tr_alloc(p, rows * p->I, sizeof(float))) != NULL;
-        ok = ok && (p->dg = (float*)quarot__tr_alloc(p, rows * p->I, sizeof(float))) != NULL;
-        ok = ok && (p->du = (float*)quarot__tr_alloc(p, rows * p->I, sizeof(float))) != NULL;
+        ok = ok && (p->dh = (float*)quarot__tr_alloc(p, rows * p->im, sizeof(float))) != NULL;
+        ok = ok && (p->dg = (float*)quarot__tr_alloc(p, rows * p->im, sizeof(float))) != NULL;
+        ok = ok && (p->du = (float*)quarot__tr_alloc(p, rows * p->im, sizeof(float))) != NULL;
     }
     if (!ok) {
         quarot__tr_free_acts(p);
@@ -15536,9 +15536,9 @@ static quarot_result quarot__tr_alloc_lw(quarot__tr* p, quarot__tr_lw* w, int bi
     w->wk = (float*)quarot__tr_alloc(p, p->kvd * p->h, sizeof(float));
     w->wv = (float*)quarot__tr_alloc(p, p->kvd * p->h, sizeof(float));
     w->wo = (float*)quarot__tr_alloc(p, p->h * p->qd, sizeof(float));
-    w->wg = (float*)quarot__tr_alloc(p, p->I * p->h, sizeof(float));
-    w->wu = (float*)quarot__tr_alloc(p, p->I * p->h, sizeof(float));
-    w->wd = (float*)quarot__tr_alloc(p, p->h * p->I, sizeof(float));
+    w->wg = (float*)quarot__tr_alloc(p, p->im * p->h, sizeof(float));
+    w->wu = (float*)quarot__tr_alloc(p, p->im * p->h, sizeof(float));
+    w->wd = (float*)quarot__tr_alloc(p, p->h * p->im, sizeof(float));
     if (!w->wq || !w->wk || !w->wv || !w->wo || !w->wg || !w->wu || !w->wd) return QUAROT_ERR_OUT_OF_MEMORY;
     if (!biases) return QUAROT_OK;
     if (p->has_b[0] && !(w->bq = (float*)quarot__tr_alloc(p, p->qd, sizeof(float)))) return QUAROT_ERR_OUT_OF_MEMORY;
@@ -15651,7 +15651,7 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
     p->env = model->env;
     p->threads = model->env.parallel.run && model->env.parallel.n_threads > 1 ? model->env.parallel.n_threads : 1;
     if (p->threads > 64) p->threads = 64;
-    p->h = c->hidden; p->I = c->intermediate; p->nh = c->n_heads; p->nkv = c->n_kv_heads; p->hd = c->head_dim;
+    p->h = c->hidden; p->im = c->intermediate; p->nh = c->n_heads; p->nkv = c->n_kv_heads; p->hd = c->head_dim;
     p->qd = p->nh * p->hd; p->kvd = p->nkv * p->hd; p->V = c->vocab; p->L = c->n_layers; p->eps = c->norm_eps;
     p->has_qkn = c->qk_norm != 0;
     hd2 = p->hd * p->hd;
@@ -15711,7 +15711,7 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
     // fixed online transforms
     if (t->desc.online) {
         if ((r = quarot__tr_online_block(t, p->nh, "o_proj heads", &p->g_heads)) != QUAROT_OK) goto fail;
-        if ((r = quarot__tr_online_block(t, p->I, "down_proj", &p->n4)) != QUAROT_OK) goto fail;
+        if ((r = quarot__tr_online_block(t, p->im, "down_proj", &p->n4)) != QUAROT_OK) goto fail;
         p->h_heads = (float*)quarot__tr_alloc(p, p->g_heads * p->g_heads, sizeof(float));
         if (!p->h_heads) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
         if ((r = quarot_hadamard_build_f32(p->g_heads, 1, p->h_heads, &p->env)) != QUAROT_OK) goto fail;
