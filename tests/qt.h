@@ -111,6 +111,17 @@ QT_UNUSED static double qt_rel_diff(const float* x, const float* ref, int64_t n)
     return mx > 0.0 ? md / mx : md;
 }
 
+/* The same over n doubles. */
+QT_UNUSED static double qt_rel_diff_f64(const double* x, const double* ref, int64_t n) {
+    double mx = 0.0, md = 0.0;
+    int64_t i;
+    for (i = 0; i < n; ++i) {
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+        if (fabs(x[i] - ref[i]) > md) md = fabs(x[i] - ref[i]);
+    }
+    return mx > 0.0 ? md / mx : md;
+}
+
 QT_UNUSED static int qt_quick(void) {
     const char* q = getenv("QT_QUICK");
     return q && q[0] && q[0] != '0';

@@ -247,17 +247,6 @@ static double* hadamard64(int64_t n) {
     return H;
 }
 
-/* max |a - b| / max |b| */
-static double rel_err(const double* a, const double* b, int64_t n) {
-    double mx = 0.0, md = 0.0;
-    int64_t i;
-    for (i = 0; i < n; ++i) {
-        if (fabs(b[i]) > mx) mx = fabs(b[i]);
-        if (fabs(a[i] - b[i]) > md) md = fabs(a[i] - b[i]);
-    }
-    return mx > 0.0 ? md / mx : md;
-}
-
 /* One family: the trainer's loss and gradients at a random orthogonal point against the reference. */
 static void check_family(const char* arch, int interleaved, int online, int r3) {
     qx_store s;
@@ -323,13 +312,13 @@ static void check_family(const char* arch, int interleaved, int online, int r3) 
         r2[i] = keep;
         fd2[i] = (lp - lm) / 2e-6;
     }
-    QT_CHECKF(rel_err(t.grad_r1, fd1, h * h) <= GRAD_TOL, "%s%s%s: dL/dR1 error %.3g", arch, online ? " online" : "", r3 ? " r3" : "",
-              rel_err(t.grad_r1, fd1, h * h));
-    QT_CHECKF(rel_err(t.grad_r2, fd2, L * hd * hd) <= GRAD_TOL, "%s%s%s: dL/dR2 error %.3g", arch, online ? " online" : "", r3 ? " r3" : "",
-              rel_err(t.grad_r2, fd2, L * hd * hd));
+    QT_CHECKF(qt_rel_diff_f64(t.grad_r1, fd1, h * h) <= GRAD_TOL, "%s%s%s: dL/dR1 error %.3g", arch, online ? " online" : "", r3 ? " r3" : "",
+              qt_rel_diff_f64(t.grad_r1, fd1, h * h));
+    QT_CHECKF(qt_rel_diff_f64(t.grad_r2, fd2, L * hd * hd) <= GRAD_TOL, "%s%s%s: dL/dR2 error %.3g", arch, online ? " online" : "", r3 ? " r3" : "",
+              qt_rel_diff_f64(t.grad_r2, fd2, L * hd * hd));
     if (getenv("QT_VERBOSE"))
         printf("    %s il %d online %d r3 %d: loss %.9f vs %.9f, dR1 %.3g, dR2 %.3g\n", arch, interleaved, online, r3, loss, l0,
-               rel_err(t.grad_r1, fd1, h * h), rel_err(t.grad_r2, fd2, L * hd * hd));
+               qt_rel_diff_f64(t.grad_r1, fd1, h * h), qt_rel_diff_f64(t.grad_r2, fd2, L * hd * hd));
     quarot_trainer_free(&t);
 out:
     free(r1); free(r2); free(fd1); free(fd2); free(rf.hh); free(rf.h4); free(rf.h3);
