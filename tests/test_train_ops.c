@@ -33,17 +33,6 @@ static double dot(const double* a, const double* b, int64_t n) {
     return s;
 }
 
-/* max |a - fd| / max |fd| (a float analytic gradient against a double FD one) */
-static double grad_err(const float* a, const double* fd, int64_t n) {
-    double mx = 0.0, md = 0.0;
-    int64_t i;
-    for (i = 0; i < n; ++i) {
-        if (fabs(fd[i]) > mx) mx = fabs(fd[i]);
-        if (fabs((double)a[i] - fd[i]) > md) md = fabs((double)a[i] - fd[i]);
-    }
-    return mx > 0.0 ? md / mx : md;
-}
-
 /* The FD gradient of L(x) = <dy, f(x)> for a double forward f(ctx, x, y), at every stride-th entry
    (the others are set to 0 and left out of grad_err_every). */
 typedef void (*fwd64_fn)(const void* ctx, const double* x, double* y);
@@ -71,7 +60,7 @@ static void fd_grad(fwd64_fn f, const void* ctx, double* x, int64_t nx, const do
     fd_grad_every(f, ctx, x, nx, dy, ny, g, 1);
 }
 
-/* grad_err over the entries fd_grad_every computed (i0 = the offset of a's first entry in x) */
+/* max |a - fd| / max |fd| over the entries fd_grad_every computed (i0 = the offset of a's first entry in x) */
 static double grad_err_every(const float* a, const double* fd, int64_t n, int64_t i0, int64_t stride) {
     double mx = 0.0, md = 0.0;
     int64_t i;
@@ -82,6 +71,9 @@ static double grad_err_every(const float* a, const double* fd, int64_t n, int64_
     }
     return mx > 0.0 ? md / mx : md;
 }
+
+/* max |a - fd| / max |fd| (a float analytic gradient against a double FD one) */
+static double grad_err(const float* a, const double* fd, int64_t n) { return grad_err_every(a, fd, n, 0, 1); }
 
 /* ---- RMSNorm ------------------------------------------------------------------------------ */
 
