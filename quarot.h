@@ -6828,7 +6828,10 @@ static void quarot__qrange(const quarot__qspec* sp, double z, double* klo, doubl
 // from the quantizer's own kernel (quarot__qapply, the same bits on every kernel) on a copy of up to
 // 256 elements at a time; only the subtraction and the sum are scalar.
 static void quarot__qapply(quarot_isa isa, float* x, int64_t n, float s, double klo, double khi);
-static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search, quarot_isa isa) {
+// The sum stops once it reaches bound (its terms are >= 0, so a rounded partial sum never decreases:
+// the caller's err < bound comes out the same as with the whole sum); bound = HUGE_VAL sums all.
+static double quarot__qerr(const float* x, int64_t n, float s, double klo, double khi, int search, quarot_isa isa,
+                           double bound) {
     float y[256];
     double e = 0.0;
     int64_t j0, j, c;
@@ -6839,6 +6842,7 @@ static double quarot__qerr(const float* x, int64_t n, float s, double klo, doubl
         for (j = 0; j < c; ++j) {
             const double dif = (double)y[j] - (double)x[j0 + j];
             e += search == 2 ? (dif != 0.0 ? pow(fabs(dif), 2.4) : 0.0) : dif * dif;
+            if (e >= bound) return e;
         }
     }
     return e;
@@ -6852,11 +6856,11 @@ static float quarot__qfit(const quarot__qspec* sp, const float* x, int64_t n, fl
     best_s = quarot__qparams(sp, sp->clip, pmax, nmax, z);
     if (!sp->search) return best_s;
     quarot__qrange(sp, *z, &klo, &khi);
-    best_err = quarot__qerr(x, n, best_s, klo, khi, sp->search, sp->isa);
+    best_err = quarot__qerr(x, n, best_s, klo, khi, sp->search, sp->isa, HUGE_VAL);
     for (k = 1; k <= (sp->search == 2 ? 79 : 50); ++k) {
         s = quarot__qparams(sp, sp->clip * (double)(100 - k) / 100.0, pmax, nmax, &zk);
         quarot__qrange(sp, zk, &klo, &khi);
-        err = quarot__qerr(x, n, s, klo, khi, sp->search, sp->isa);
+        err = quarot__qerr(x, n, s, klo, khi, sp->search, sp->isa, best_err);
         if (err < best_err) { best_err = err; best_s = s; *z = zk; }
     }
     return best_s;
