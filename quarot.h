@@ -1090,6 +1090,24 @@ struct quarot_adapter {
     void* user_data;
 };
 
+// A vision-language model's text decoder (Qwen2-VL, Qwen2.5-VL): the decoder as
+// quarot_adapter_build_from_names describes it, plus the one vision tensor that writes into the text
+// residual stream, the merger's output projection (weight [hidden][in] and bias [hidden]), rotated on
+// the output side by R1 so that image embeddings enter the rotated stream. The rest of the vision
+// tower reads only its own activations and is left as it is.
+typedef struct quarot_adapter_vision {
+    const char* merger_weight;      // "visual.merger.mlp.2.weight"
+    const char* merger_bias;        // "visual.merger.mlp.2.bias" (or "" / NULL: none)
+} quarot_adapter_vision;
+
+// The build function of such families: self->names as for quarot_adapter_build_from_names and
+// self->user_data a quarot_adapter_vision. Built in: "qwen2vl" (Hugging Face's older layout,
+// model.layers.* and visual.*) and "qwen2vl-lm" (the newer one, model.language_model.* and
+// model.visual.*); Qwen2.5-VL's decoder and merger have the same names.
+QUAROT_API quarot_result quarot_adapter_build_vision_names(const quarot_adapter* self,
+                                                           const quarot_model_config* cfg, int64_t block_size,
+                                                           quarot_plan* plan);
+
 // Built-in adapters by architecture name (case-sensitive), NULL if unknown.
 QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch);
 // "llama, mistral, qwen2, qwen3, opt"
@@ -9129,6 +9147,16 @@ static const quarot_adapter_names quarot__names_phi3 = {
 };
 static const quarot_adapter_fused quarot__fused_phi3 = {"self_attn.qkv_proj", "mlp.gate_up_proj"};
 
+static const quarot_adapter_names quarot__names_qwen2vl_lm = {
+    "model.language_model.embed_tokens.weight", NULL, "model.language_model.norm", "lm_head.weight",
+    "model.language_model.layers.{i}.", "input_layernorm", "post_attention_layernorm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"
+};
+static const quarot_adapter_vision quarot__vision_qwen2vl = {"visual.merger.mlp.2.weight", "visual.merger.mlp.2.bias"};
+static const quarot_adapter_vision quarot__vision_qwen2vl_lm = {"model.visual.merger.mlp.2.weight",
+                                                                "model.visual.merger.mlp.2.bias"};
+
 static const quarot_adapter quarot__adapters[] = {
     {"llama", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
     {"mistral", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
@@ -9136,6 +9164,8 @@ static const quarot_adapter quarot__adapters[] = {
     {"qwen3", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
     {"opt", &quarot__names_opt, quarot_adapter_build_from_names, NULL},
     {"phi3", &quarot__names_phi3, quarot_adapter_build_fused_names, (void*)&quarot__fused_phi3},
+    {"qwen2vl", &quarot__names_llama, quarot_adapter_build_vision_names, (void*)&quarot__vision_qwen2vl},
+    {"qwen2vl-lm", &quarot__names_qwen2vl_lm, quarot_adapter_build_vision_names, (void*)&quarot__vision_qwen2vl_lm},
 };
 
 QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
@@ -9146,7 +9176,9 @@ QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
     return NULL;
 }
 
-QUAROT_API const char* quarot_adapter_list(void) { return "llama, mistral, qwen2, qwen3, opt, phi3"; }
+QUAROT_API const char* quarot_adapter_list(void) {
+    return "llama, mistral, qwen2, qwen3, opt, phi3, qwen2vl, qwen2vl-lm";
+}
 
 // Builds the weight and bias names of one per-layer linear: "<layer prefix><tmpl>.weight" / ".bias".
 static quarot_result quarot__linear_names(const quarot_adapter_names* nm, const char* tmpl, int64_t layer,
@@ -9378,6 +9410,21 @@ QUAROT_API quarot_result quarot_adapter_build_fused_names(const quarot_adapter* 
         if (r != QUAROT_OK) return r;
     }
     return QUAROT_OK;
+}
+
+// Vision-language decoders: the text decoder's plan, then the merger's output projection as one more
+// global writer of the residual stream (output side, with its bias).
+QUAROT_API quarot_result quarot_adapter_build_vision_names(const quarot_adapter* self,
+                                                           const quarot_model_config* cfg, int64_t block_size,
+                                                           quarot_plan* plan) {
+    const quarot_adapter_vision* v;
+    quarot_result r;
+    if (!self || !self->user_data || !cfg || !plan) return QUAROT_ERR_INVALID_ARGUMENT;
+    v = (const quarot_adapter_vision*)self->user_data;
+    if (!v->merger_weight || !v->merger_weight[0]) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot_adapter_build_from_names(self, cfg, block_size, plan)) != QUAROT_OK) return r;
+    return quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, v->merger_weight,
+                                    v->merger_bias ? v->merger_bias : "");
 }
 
 // >>command
