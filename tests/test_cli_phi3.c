@@ -5,8 +5,12 @@
      --online: the rotated model's FP32 logits equal the original's within 2e-5 of the largest logit
      (the bound the dense families meet in f32 in test_cli_rotate's round trips), the output keeps
      the fused tensors (GGUF: attn_qkv, ffn_up = gate|up) and the Phi3ForCausalLM class;
-   - a q|k|v projection whose rows do not split into the config's heads, in either format: one
-     error line naming the tensor, exit 2, nothing written. */
+   - `quarot quantize` to GGUF Q4_0 (fused attn_qkv, ffn_up quantized) read back by `quarot eval`
+     equals `quarot eval`'s fake-quantized W4 (groups of 32) on the rotated model within 0.1%, the
+     bound test_cli_quantize holds the dense families to;
+   - a q|k|v projection whose rows do not split into the config's heads: `rotate` of such a
+     checkpoint gives one error line naming the tensor, exit 2, nothing written; the GGUF writer
+     refuses to write one. */
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
@@ -159,6 +163,43 @@ static void test_rotate_phi3(void) {
     }
 }
 
+static double eval_row(const char* model, const char* tok, const char* text, const char* opts, const char* row) {
+    int rc = CLI("eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --quiet %s", model, tok, text, opts);
+    QT_CHECKF(rc == 0, "eval %s: rc %d: %s", model, rc, g_err);
+    return row_value(row);
+}
+
+static void test_quantize_matches_fake_quant(void) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    char dir[512], in[768], tok[768], text[768], q[768], rot[768];
+    double a, b;
+    memset(&d, 0, sizeof d);
+    d.arch = "phi3";
+    d.seed = 4;
+    d.vocab = SYN_VOCAB;
+    d.tied = -1;
+    if (qx_synth_model(&s, &d, &e) != QUAROT_OK) { QT_CHECKF(0, "synth: %s", e.msg); return; }
+    snprintf(dir, sizeof dir, "%s/quant", g_tmp);
+    if (!save_as(&s, 1, dir, in, sizeof in)) { QT_CHECK(0); qx_store_free(&s); return; }
+    qx_store_free(&s);
+    snprintf(tok, sizeof tok, "%s/tokenizer.bin", dir);
+    snprintf(text, sizeof text, "%s/text.txt", dir);
+    snprintf(q, sizeof q, "%s/q.gguf", dir);
+    snprintf(rot, sizeof rot, "%s/rot.gguf", dir);
+    QT_CHECK(write_tokenizer(tok) && cu_write_sentences(text, qt_quick() ? 20 : 60));
+    QT_EQ_INT(CLI("quantize '%s' '%s' --quiet", in, q), 0);
+    QT_CHECKF(g_err[0] == '\0', "quantize: %s", g_err);
+    QT_CHECKF(strstr(g_out, "self_attn.qkv_proj.weight") && strstr(g_out, "mlp.gate_up_proj.weight") &&
+              strstr(g_out, "8 tensors quantized"), "%s", g_out);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --quiet", in, rot), 0);
+    a = eval_row(q, tok, text, "--w-bits 16", "FP32");
+    b = eval_row(rot, tok, text, "--w-bits 4 --a-bits 16 --group-size 32", "W4A16");
+    QT_CHECKF(a > 0 && b > 0 && fabs(a - b) <= 1e-3 * b, "phi3 Q4_0 file %.4f vs fake-quant %.4f (> 0.1%%)", a, b);
+    printf("    phi3 Q4_0 GGUF read back: perplexity %.4f, fake-quant W4 on the rotated model %.4f\n", a, b);
+}
+
 static void test_bad_split(void) {
     int gguf;
     for (gguf = 0; gguf < 2; ++gguf) {
@@ -220,6 +261,7 @@ int main(int argc, char** argv) {
     if (!cu_start(argv[0], "test_cli_phi3")) return 1;
     QT_RUN(test_forward_fused_equals_split);
     QT_RUN(test_rotate_phi3);
+    QT_RUN(test_quantize_matches_fake_quant);
     QT_RUN(test_bad_split);
     cu_finish();
     return qt_finish("test_cli_phi3");
