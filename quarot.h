@@ -1038,11 +1038,19 @@ typedef struct quarot_plan_rotation {
     int per_head;                           // the rotation applies to every head_dim slice of the axis
     char weight[QUAROT_NAME_MAX];
     char bias[QUAROT_NAME_MAX];             // rotated with an OUTPUT-side weight when it exists
+    // A fused reader (Phi-3's qkv_proj = q|k|v, gate_up_proj = gate|up): an OUTPUT-side rotation may
+    // act on rows [row0, row0 + rows) of the weight (and the same range of its bias) only, e.g. R2 on
+    // the v rows; rows_of is then the weight's row count the range was computed for (checked; 0 = any).
+    // rows = 0: the whole tensor (every other entry).
+    int64_t row0, rows, rows_of;
 } quarot_plan_rotation;
 
 typedef struct quarot_plan_layer {
     char o_proj[QUAROT_NAME_MAX], v_proj[QUAROT_NAME_MAX];      // weight names
     char up_proj[QUAROT_NAME_MAX], down_proj[QUAROT_NAME_MAX];
+    // Fused readers: v_proj / up_proj may name a tensor that holds more than those rows; these give
+    // the rows that are v's (of q|k|v) and up's (of gate|up). rows = 0: the whole tensor.
+    int64_t v_row0, v_rows, up_row0, up_rows;
 } quarot_plan_layer;
 
 typedef struct quarot_plan {
@@ -1082,6 +1090,24 @@ struct quarot_adapter {
     void* user_data;
 };
 
+// A vision-language model's text decoder (Qwen2-VL, Qwen2.5-VL): the decoder as
+// quarot_adapter_build_from_names describes it, plus the one vision tensor that writes into the text
+// residual stream, the merger's output projection (weight [hidden][in] and bias [hidden]), rotated on
+// the output side by R1 so that image embeddings enter the rotated stream. The rest of the vision
+// tower reads only its own activations and is left as it is.
+typedef struct quarot_adapter_vision {
+    const char* merger_weight;      // "visual.merger.mlp.2.weight"
+    const char* merger_bias;        // "visual.merger.mlp.2.bias" (or "" / NULL: none)
+} quarot_adapter_vision;
+
+// The build function of such families: self->names as for quarot_adapter_build_from_names and
+// self->user_data a quarot_adapter_vision. Built in: "qwen2vl" (Hugging Face's older layout,
+// model.layers.* and visual.*) and "qwen2vl-lm" (the newer one, model.language_model.* and
+// model.visual.*); Qwen2.5-VL's decoder and merger have the same names.
+QUAROT_API quarot_result quarot_adapter_build_vision_names(const quarot_adapter* self,
+                                                           const quarot_model_config* cfg, int64_t block_size,
+                                                           quarot_plan* plan);
+
 // Built-in adapters by architecture name (case-sensitive), NULL if unknown.
 QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch);
 // "llama, mistral, qwen2, qwen3, opt"
@@ -1089,6 +1115,20 @@ QUAROT_API const char* quarot_adapter_list(void);
 // The generic build function of the built-ins, for adapters that only provide names.
 QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
                                                          int64_t block_size, quarot_plan* plan);
+// Fused readers: q|k|v in one weight ("self_attn.qkv_proj": n_heads*head_dim rows, then
+// n_kv_heads*head_dim twice) and gate|up in one ("mlp.gate_up_proj": intermediate rows twice).
+// NULL = that side is separate (quarot_adapter_names' q/k/v_proj or gate/up_proj).
+typedef struct quarot_adapter_fused {
+    const char* qkv_proj;
+    const char* gate_up_proj;
+} quarot_adapter_fused;
+
+// The build function of families with fused readers: self->names as for quarot_adapter_build_from_names
+// (the fused side's separate names unused, may be NULL) and self->user_data a quarot_adapter_fused.
+// Each fused weight is one reader for the norm fusion and R1, R2 acts on its v rows only, and the
+// plan's layers record the v and up row ranges.
+QUAROT_API quarot_result quarot_adapter_build_fused_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                          int64_t block_size, quarot_plan* plan);
 
 QUAROT_API void quarot_plan_init(quarot_plan* plan, const quarot_env* env);
 QUAROT_API void quarot_plan_free(quarot_plan* plan);
@@ -1103,6 +1143,11 @@ QUAROT_API quarot_result quarot_plan_add_rotation(quarot_plan* p, int64_t layer,
                                                   quarot_side side, int embedding, int per_head, const char* weight,
                                                   const char* bias);
 QUAROT_API quarot_result quarot_plan_set_layers(quarot_plan* p, int64_t n_layers);
+// An OUTPUT-side rotation on rows [row0, row0 + rows) of a weight of rows_of rows (0 = any) and of
+// its bias (see quarot_plan_rotation); rows = 0 is quarot_plan_add_rotation.
+QUAROT_API quarot_result quarot_plan_add_rotation_rows(quarot_plan* p, int64_t layer, quarot_rotation_id rotation,
+                                                       int embedding, int per_head, const char* weight,
+                                                       const char* bias, int64_t row0, int64_t rows, int64_t rows_of);
 // Expand a template: "{i}" -> layer index. QUAROT_ERR_INVALID_ARGUMENT when the result is too long.
 QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix,
                                             int64_t layer);
@@ -1130,6 +1175,10 @@ typedef struct quarot_command {
     // small share of values by one unit in the last place. Set by the caller on the processor's
     // commands after quarot_processor_init (the tool does so when the output is f16 / bf16).
     int f32;
+    // rows > 0: an OUTPUT-side command on rows [row0, row0 + rows) of the weight and of its bias only
+    // (a fused reader's v rows, from quarot_plan_rotation); the weight must have rows_of rows when
+    // rows_of > 0. quarot_command_apply takes the tensors as given (the caller passes the row view).
+    int64_t row0, rows, rows_of;
 } quarot_command;
 
 // Apply one command's arithmetic to a tensor (and its bias, may be NULL) in double precision, writing
@@ -9094,12 +9143,33 @@ static const quarot_adapter_names quarot__names_opt = {
     NULL, "fc1", "fc2"
 };
 
+static const quarot_adapter_names quarot__names_phi3 = {
+    "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
+    "input_layernorm", "post_attention_layernorm",
+    NULL, NULL, NULL, "self_attn.o_proj",
+    NULL, NULL, "mlp.down_proj"
+};
+static const quarot_adapter_fused quarot__fused_phi3 = {"self_attn.qkv_proj", "mlp.gate_up_proj"};
+
+static const quarot_adapter_names quarot__names_qwen2vl_lm = {
+    "model.language_model.embed_tokens.weight", NULL, "model.language_model.norm", "lm_head.weight",
+    "model.language_model.layers.{i}.", "input_layernorm", "post_attention_layernorm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"
+};
+static const quarot_adapter_vision quarot__vision_qwen2vl = {"visual.merger.mlp.2.weight", "visual.merger.mlp.2.bias"};
+static const quarot_adapter_vision quarot__vision_qwen2vl_lm = {"model.visual.merger.mlp.2.weight",
+                                                                "model.visual.merger.mlp.2.bias"};
+
 static const quarot_adapter quarot__adapters[] = {
     {"llama", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
     {"mistral", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
     {"qwen2", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
     {"qwen3", &quarot__names_llama, quarot_adapter_build_from_names, NULL},
     {"opt", &quarot__names_opt, quarot_adapter_build_from_names, NULL},
+    {"phi3", &quarot__names_phi3, quarot_adapter_build_fused_names, (void*)&quarot__fused_phi3},
+    {"qwen2vl", &quarot__names_llama, quarot_adapter_build_vision_names, (void*)&quarot__vision_qwen2vl},
+    {"qwen2vl-lm", &quarot__names_qwen2vl_lm, quarot_adapter_build_vision_names, (void*)&quarot__vision_qwen2vl_lm},
 };
 
 QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
@@ -9110,7 +9180,9 @@ QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
     return NULL;
 }
 
-QUAROT_API const char* quarot_adapter_list(void) { return "llama, mistral, qwen2, qwen3, opt"; }
+QUAROT_API const char* quarot_adapter_list(void) {
+    return "llama, mistral, qwen2, qwen3, opt, phi3, qwen2vl, qwen2vl-lm";
+}
 
 // Builds the weight and bias names of one per-layer linear: "<layer prefix><tmpl>.weight" / ".bias".
 static quarot_result quarot__linear_names(const quarot_adapter_names* nm, const char* tmpl, int64_t layer,
@@ -9218,6 +9290,145 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
             return r;
     }
     return QUAROT_OK;
+}
+
+// Fused readers. A weight whose rows are several linears' (q|k|v, gate|up) reads the same normed
+// input as each of them, so it is one reader for the norm fusion and R1 (input side: every row
+// alike); only R2 (output side, per head) must see the v rows alone, as a row range.
+QUAROT_API quarot_result quarot_plan_add_rotation_rows(quarot_plan* p, int64_t layer, quarot_rotation_id rotation,
+                                                       int embedding, int per_head, const char* weight,
+                                                       const char* bias, int64_t row0, int64_t rows, int64_t rows_of) {
+    quarot_result r;
+    if (!p || row0 < 0 || rows < 0 || rows_of < 0 || (rows > 0 && rows_of > 0 && row0 + rows > rows_of) ||
+        (rows > 0 && embedding))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    r = quarot_plan_add_rotation(p, layer, rotation, QUAROT_SIDE_OUTPUT, embedding, per_head, weight, bias);
+    if (r != QUAROT_OK) return r;
+    p->rotations[p->n_rotations - 1].row0 = rows > 0 ? row0 : 0;
+    p->rotations[p->n_rotations - 1].rows = rows;
+    p->rotations[p->n_rotations - 1].rows_of = rows > 0 ? rows_of : 0;
+    return QUAROT_OK;
+}
+
+// One reader list (attention or MLP) of a layer: the fused weight alone, or the separate ones.
+static int quarot__fused_readers(const quarot_adapter_names* nm, const quarot_adapter_fused* fz, int attn,
+                                 const char** out) {
+    int n = 0;
+    if (attn && fz->qkv_proj) { out[n++] = fz->qkv_proj; return n; }
+    if (!attn && fz->gate_up_proj) { out[n++] = fz->gate_up_proj; return n; }
+    if (attn) { out[n++] = nm->q_proj; out[n++] = nm->k_proj; out[n++] = nm->v_proj; return n; }
+    if (nm->gate_proj) out[n++] = nm->gate_proj;
+    out[n++] = nm->up_proj;
+    return n;
+}
+
+QUAROT_API quarot_result quarot_adapter_build_fused_names(const quarot_adapter* self, const quarot_model_config* cfg,
+                                                          int64_t block_size, quarot_plan* plan) {
+    const quarot_adapter_names* nm;
+    const quarot_adapter_fused* fz;
+    char w[QUAROT_NAME_MAX], b[QUAROT_NAME_MAX], nw[QUAROT_NAME_MAX], nbias[QUAROT_NAME_MAX];
+    const char* readers[2][3];
+    int n_readers[2], layer_norm, part, k;
+    int64_t i, nkv, hd;
+    quarot_result r;
+    (void)block_size;
+    if (!self || !self->names || !self->user_data || !cfg || !plan) return QUAROT_ERR_INVALID_ARGUMENT;
+    nm = self->names;
+    fz = (const quarot_adapter_fused*)self->user_data;
+    if (!nm->embed || !nm->final_norm || !nm->lm_head || !nm->layer || !nm->attn_norm || !nm->mlp_norm ||
+        !nm->o_proj || !nm->down_proj || (!fz->qkv_proj && (!nm->q_proj || !nm->k_proj || !nm->v_proj)) ||
+        (!fz->gate_up_proj && !nm->up_proj) || cfg->n_heads <= 0 || cfg->hidden <= 0)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    nkv = cfg->n_kv_heads > 0 ? cfg->n_kv_heads : cfg->n_heads;
+    hd = cfg->head_dim > 0 ? cfg->head_dim : cfg->hidden / cfg->n_heads;
+    n_readers[0] = quarot__fused_readers(nm, fz, 1, readers[0]);
+    n_readers[1] = quarot__fused_readers(nm, fz, 0, readers[1]);
+    layer_norm = cfg->norm == QUAROT_NORM_LAYER;
+    if (!quarot__copy_name(plan->embed, nm->embed) || !quarot__copy_name(plan->lm_head, nm->lm_head))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot_name_format(plan->final_norm_weight, nm->final_norm, ".weight", NULL, -1)) != QUAROT_OK) return r;
+    plan->n_heads = cfg->n_heads;
+    plan->n_kv_heads = cfg->n_kv_heads;
+    plan->head_dim = cfg->head_dim;
+    if ((r = quarot_plan_set_layers(plan, cfg->n_layers)) != QUAROT_OK) return r;
+    // Global: as quarot_adapter_build_from_names.
+    if ((r = quarot_name_format(nbias, nm->final_norm, ".bias", NULL, -1)) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_fusion(plan, -1, plan->final_norm_weight, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+    if ((r = quarot_name_format(b, nm->lm_head, NULL, NULL, -1)) != QUAROT_OK) return r;
+    {
+        size_t len = strlen(b);
+        if (len > 7 && strcmp(b + len - 7, ".weight") == 0) strcpy(b + len - 7, ".bias");
+        else b[0] = '\0';
+    }
+    if ((r = quarot_plan_add_fused_linear(plan, nm->lm_head, b)) != QUAROT_OK) return r;
+    if (layer_norm) {
+        if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
+        if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
+    }
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK)
+        return r;
+    if (nm->pos_embed && (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed,
+                                                       "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK)
+        return r;
+    for (i = 0; i < cfg->n_layers; ++i) {
+        quarot_plan_layer* pl = &plan->layers[i];
+        for (part = 0; part < 2; ++part) {   // the norm fusion and R1 of each reader, then its writer
+            const char* norm = part == 0 ? nm->attn_norm : nm->mlp_norm;
+            const char* writer = part == 0 ? nm->o_proj : nm->down_proj;
+            if ((r = quarot_name_format(nw, nm->layer, norm, ".weight", i)) != QUAROT_OK) return r;
+            if ((r = quarot_name_format(nbias, nm->layer, norm, ".bias", i)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+            for (k = 0; k < n_readers[part]; ++k) {
+                if ((r = quarot__linear_names(nm, readers[part][k], i, w, b)) != QUAROT_OK) return r;
+                if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
+            }
+            for (k = 0; k < n_readers[part]; ++k) {
+                if ((r = quarot__linear_names(nm, readers[part][k], i, w, b)) != QUAROT_OK) return r;
+                if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK)
+                    return r;
+            }
+            if (part == 1) {
+                strcpy(pl->up_proj, w);   // the last MLP reader: up_proj or gate|up
+                if (fz->gate_up_proj) { pl->up_row0 = cfg->intermediate; pl->up_rows = cfg->intermediate; }
+            }
+            if ((r = quarot__linear_names(nm, writer, i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK)
+                return r;
+            if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+            strcpy(part == 0 ? pl->o_proj : pl->down_proj, w);
+        }
+        // R2: v's rows on the output side per KV head (of q|k|v: after the q and k rows), o_proj's input per head
+        if ((r = quarot__linear_names(nm, fz->qkv_proj ? fz->qkv_proj : nm->v_proj, i, w, b)) != QUAROT_OK) return r;
+        if (fz->qkv_proj) {
+            pl->v_row0 = (cfg->n_heads + nkv) * hd;
+            pl->v_rows = nkv * hd;
+            r = quarot_plan_add_rotation_rows(plan, i, QUAROT_ROT_R2, 0, 1, w, b, pl->v_row0, pl->v_rows,
+                                              (cfg->n_heads + 2 * nkv) * hd);
+        } else {
+            r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b);
+        }
+        if (r != QUAROT_OK) return r;
+        strcpy(pl->v_proj, w);
+        r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_INPUT, 0, 1, pl->o_proj, "");
+        if (r != QUAROT_OK) return r;
+    }
+    return QUAROT_OK;
+}
+
+// Vision-language decoders: the text decoder's plan, then the merger's output projection as one more
+// global writer of the residual stream (output side, with its bias).
+QUAROT_API quarot_result quarot_adapter_build_vision_names(const quarot_adapter* self,
+                                                           const quarot_model_config* cfg, int64_t block_size,
+                                                           quarot_plan* plan) {
+    const quarot_adapter_vision* v;
+    quarot_result r;
+    if (!self || !self->user_data || !cfg || !plan) return QUAROT_ERR_INVALID_ARGUMENT;
+    v = (const quarot_adapter_vision*)self->user_data;
+    if (!v->merger_weight || !v->merger_weight[0]) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot_adapter_build_from_names(self, cfg, block_size, plan)) != QUAROT_OK) return r;
+    return quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, v->merger_weight,
+                                    v->merger_bias ? v->merger_bias : "");
 }
 
 // >>command
@@ -10217,6 +10428,13 @@ static quarot_result quarot__build_commands(quarot_processor* p, const quarot_mo
             continue;   // shares the embedding
         res = quarot__add_command(p, cap, pr->layer, pr->rotation, pr->side, pr->embedding, pr->per_head ? 0 : 1, 1,
                                   pr->weight, pr->side == QUAROT_SIDE_OUTPUT && !pr->embedding ? pr->bias : "");
+        if (res == QUAROT_OK && pr->rows > 0) {   // a fused reader's row range (output side)
+            quarot_command* c = &p->commands[p->n_commands - 1];
+            if (pr->side != QUAROT_SIDE_OUTPUT || pr->embedding) return QUAROT_ERR_INVALID_ARGUMENT;
+            c->row0 = pr->row0;
+            c->rows = pr->rows;
+            c->rows_of = pr->rows_of;
+        }
     }
     for (i = 0; i < cfg->n_layers && res == QUAROT_OK && p->desc.online; ++i) {
         const quarot_plan_layer* pl = &p->plan.layers[i];
@@ -10247,6 +10465,27 @@ static int quarot__norm_is_identity(quarot_processor* p, const char* weight, con
     quarot_env_free(&p->model->env, row);
     p->model->error[0] = '\0';
     return identity;
+}
+
+// A command on a fused reader's row range (c->rows > 0): w (a 2-D weight, checked to have c->rows_of
+// rows) and b (its bias) become views of rows [row0, row0 + rows); either may be NULL.
+static quarot_result quarot__command_rows(quarot_processor* p, const quarot_command* c, quarot_tensor* w,
+                                          quarot_tensor* b) {
+    quarot_tensor* t = w ? w : b;
+    const int64_t n = w ? w->ne[1] : (b ? b->ne[0] : 0);
+    if (c->rows <= 0 || !t) return QUAROT_OK;
+    if ((w ? w->ne[2] : b->ne[1]) != 1 || t->ne[2] != 1 || t->ne[3] != 1 || (c->rows_of > 0 && n != c->rows_of) ||
+        c->row0 + c->rows > n) {
+        quarot__model_error(p->model, "tensor '%s' has %lld rows, a fused projection of %lld rows was expected from "
+                            "the config (rows %lld-%lld are one part of it)", w ? c->weight : c->bias, (long long)n,
+                            (long long)(c->rows_of > 0 ? c->rows_of : c->row0 + c->rows), (long long)c->row0,
+                            (long long)(c->row0 + c->rows - 1));
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    t->data = (char*)t->data + (size_t)c->row0 * (w ? w->nb[1] : b->nb[0]);
+    if (w) w->ne[1] = c->rows;
+    else b->ne[0] = c->rows;
+    return QUAROT_OK;
 }
 
 // Validate what one layer (or the globals, layer -1) needs: names, shapes, dtypes, finiteness (unless
@@ -10323,6 +10562,7 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if (layer < 0 && p->untie && strcmp(c->weight, p->plan.lm_head) == 0) continue;   // created in pre_run
         if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
         if (!vc && (res = quarot__check_finite_named(p, c->weight, &w)) != QUAROT_OK) return res;
+        if ((res = quarot__command_rows(p, c, &w, NULL)) != QUAROT_OK) return res;
         L = quarot__command_axis(c, &w, &axis);
         if (c->outer == 0) {   // per head: one slice of the rotation's size per head
             if (L == 0 || L % rot->n != 0) {
@@ -10335,6 +10575,7 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         has_bias = c->bias[0] && quarot__exists(p, c->bias);
         if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) return res;
         if (has_bias && !vc && (res = quarot__check_finite_named(p, c->bias, &b)) != QUAROT_OK) return res;
+        if (has_bias && (res = quarot__command_rows(p, c, NULL, &b)) != QUAROT_OK) return res;
         res = quarot__command_check(c, rot, &w, has_bias ? &b : NULL);
         if (res != QUAROT_OK) {
             quarot__model_error(p->model,
@@ -10690,6 +10931,7 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     quarot_result res;
     if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
     if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
+    if ((res = quarot__command_rows(p, c, &w, NULL)) != QUAROT_OK) return res;
     folded =
         c->rotation == QUAROT_ROT_R2 && p->r2_layers && c->layer >= 0 ? p->r2_layers[c->layer] : p->rot[c->rotation];
     if (g && act == 0) {   // one run with the signs d_j * g_j (exact)
@@ -10711,6 +10953,7 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     if (act == 2) times = 2;
     has_bias = c->bias[0] && quarot__exists(p, c->bias);
     if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) goto done;
+    if (has_bias && (res = quarot__command_rows(p, c, NULL, &b)) != QUAROT_OK) goto done;
     for (k = 0; k < times; ++k) {
         res = quarot_command_apply(
             c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,

@@ -597,6 +597,13 @@ static void test_bad_input(void) {
             snprintf(path, sizeof path, "%s/m.safetensors", dir);
             expect_failure("unknown architecture in config.json", dir, path, NULL, QX_EXIT_INPUT);
             QT_CHECKF(strstr(g_err, "GPT2LMHeadModel") != NULL, "%s", g_err);
+            /* Gemma 2: the same exit code, and the reason (R1 inexact) in one line */
+            snprintf(cfg2, sizeof cfg2, "%.*sGemma2ForCausalLM%s", (int)(p - cfg_text), cfg_text, p + strlen("LlamaForCausalLM"));
+            snprintf(path, sizeof path, "%s/config.json", dir);
+            qt_write_file(path, cfg2, strlen(cfg2));
+            snprintf(path, sizeof path, "%s/m.safetensors", dir);
+            expect_failure("Gemma 2 in config.json", dir, path, NULL, QX_EXIT_INPUT);
+            QT_CHECKF(strstr(g_err, "Gemma2ForCausalLM") && strstr(g_err, "R1 would not be exact"), "%s", g_err);
         }
     }
 

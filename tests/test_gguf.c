@@ -274,7 +274,10 @@ static void test_lies(void) {
     free(c.p);
     c = hand_gguf(32, 25, "llama"); EXPECT(c, QUAROT_ERR_UNSUPPORTED_DTYPE, "\"blk.0.attn_q.weight\" has integer type I16");
     free(c.p);
-    c = hand_gguf(32, 0, "phi3"); EXPECT(c, QUAROT_ERR_UNSUPPORTED, "architecture \"phi3\" is not supported (llama, qwen2, qwen3"); free(c.p);
+    c = hand_gguf(32, 0, "gpt2"); EXPECT(c, QUAROT_ERR_UNSUPPORTED, "architecture \"gpt2\" is not supported (llama, qwen2, qwen3, phi3"); free(c.p);
+    /* Gemma 2 / 3: refused with the reason (norms on the block outputs make R1 inexact) */
+    c = hand_gguf(32, 0, "gemma2"); EXPECT(c, QUAROT_ERR_UNSUPPORTED, "architecture \"gemma2\" is not supported: its post_attention_layernorm"); free(c.p);
+    c = hand_gguf(32, 0, "gemma3"); EXPECT(c, QUAROT_ERR_UNSUPPORTED, "R1 would not be exact"); free(c.p);
     c = hand_gguf(32, 0, "llama");
     at = find(&c, "llama.embedding_length");
     c.p[at] = 'X';

@@ -257,6 +257,22 @@ static void test_config(void) {
     QT_CHECK(strstr(e.msg, "do_layer_norm_before") != NULL);
     QT_ERR(cfg("{\"architectures\":[\"GPT2LMHeadModel\"],\"n_embd\":768}", &c, &e), QUAROT_ERR_UNSUPPORTED);
     QT_CHECK(strstr(e.msg, "config.json: architecture \"GPT2LMHeadModel\" is not supported") != NULL);
+    /* Gemma 2 / 3: refused with the reason, by class or by model_type */
+    QT_ERR(cfg("{\"architectures\":[\"Gemma2ForCausalLM\"],\"hidden_size\":8}", &c, &e), QUAROT_ERR_UNSUPPORTED);
+    QT_CHECK(strstr(e.msg, "architecture \"Gemma2ForCausalLM\" is not supported: its post_attention_layernorm") != NULL);
+    QT_CHECK(strstr(e.msg, "R1 would not be exact") && strstr(e.msg, "not offered"));
+    QT_ERR(cfg("{\"model_type\":\"gemma3_text\",\"hidden_size\":8}", &c, &e), QUAROT_ERR_UNSUPPORTED);
+    QT_CHECK(strstr(e.msg, "R1 would not be exact") != NULL);
+    /* Phi-3: fused projections, plain RoPE only */
+#define QX_PHI3 "{\"architectures\":[\"Phi3ForCausalLM\"],\"hidden_size\":96,\"intermediate_size\":160,\"num_hidden_layers\":2," \
+                "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":32,\"max_position_embeddings\":4096"
+    QT_ERR(cfg(QX_PHI3 ",\"rope_scaling\":null,\"partial_rotary_factor\":1.0}", &c, &e), QUAROT_OK);
+    QT_CHECK(strcmp(c.arch, "phi3") == 0 && c.head_dim == 24 && c.n_kv_heads == 2 && !c.attn_qkv_bias && !c.tied_embeddings);
+    QT_ERR(cfg(QX_PHI3 ",\"partial_rotary_factor\":0.75}", &c, &e), QUAROT_ERR_UNSUPPORTED);
+    QT_CHECK(strstr(e.msg, "partial_rotary_factor 0.75") != NULL);
+    QT_ERR(cfg(QX_PHI3 ",\"rope_scaling\":{\"type\":\"longrope\",\"long_factor\":[1]}}", &c, &e), QUAROT_ERR_UNSUPPORTED);
+    QT_CHECK(strstr(e.msg, "rope_scaling \"longrope\" is not supported") != NULL);
+#undef QX_PHI3
     QT_ERR(cfg("{\"architectures\":[\"LlamaForCausalLM\"],\"intermediate_size\":8,\"num_hidden_layers\":1,"
                "\"num_attention_heads\":1,\"vocab_size\":8}", &c, &e), QUAROT_ERR_PARSE);
     QT_CHECK(strstr(e.msg, "\"hidden_size\" is missing") != NULL);

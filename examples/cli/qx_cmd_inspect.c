@@ -224,7 +224,8 @@ static void on_capture(void* user, int64_t layer, const char* linear, const floa
     int64_t r, j;
     int site;
     if (layer < 0 || layer >= c->n_layers) return;
-    if (strstr(linear, "q_proj.weight")) site = 0;   /* q, k and v see the same input: count it once */
+    if (strstr(linear, "q_proj.weight") || strstr(linear, "qkv_proj.weight")) site = 0;   /* q, k and v see the same input:
+                                                                                              count it once */
     else if (strstr(linear, "down_proj.weight") || strstr(linear, ".fc2.weight")) site = 1;
     else return;
     s = &c->st[layer * 2 + site];

@@ -86,7 +86,7 @@ typedef struct qz_codes {
 static int qz_is_linear(const char* name) {
     static const char* const suf[] = {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
                                       ".self_attn.o_proj.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
-                                      ".mlp.down_proj.weight"};
+                                      ".mlp.down_proj.weight", ".self_attn.qkv_proj.weight", ".mlp.gate_up_proj.weight"};
     size_t k;
     if (strncmp(name, "model.layers.", 13) != 0) return 0;   /* so a suffix match is never the whole name */
     for (k = 0; k < sizeof suf / sizeof suf[0]; ++k)

@@ -175,6 +175,11 @@ static quarot_result eng_check(qx_engine* en, const qx_store* s, const qx_engine
     if (g->norm_eps == 0.0f) g->norm_eps = 1e-5f;
     if (g->rope_theta == 0.0f) g->rope_theta = 10000.0f;
     if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
+    if (strcmp(g->arch, "phi3") == 0) {
+        qx_err_set(e, "engine: phi3's fused q|k|v and gate|up projections are not implemented in the engine (generate, "
+                   "eval --engine int); quarot eval runs phi3 through the reference forward pass");
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     if (strcmp(g->arch, "opt") == 0 || (g->norm != QUAROT_NORM_DEFAULT && g->norm != QUAROT_NORM_RMS) ||
         (g->mlp != QUAROT_MLP_DEFAULT && g->mlp != QUAROT_MLP_GATED) || g->act != QUAROT_ACT_SILU) {
         qx_err_set(e, "engine: LLaMA family only (RMSNorm, gated SiLU MLP); this model is '%s'", g->arch);

@@ -628,6 +628,9 @@ static const char* const qx__gguf_layer[][2] = {
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"attn_qkv.weight", "self_attn.qkv_proj.weight"},   /* phi3: q|k|v rows */
+    {"attn_qkv.bias", "self_attn.qkv_proj.bias"},
+    {"ffn_up.weight", "mlp.gate_up_proj.weight"},       /* phi3: gate|up rows (GGUF -> HF: qx__gguf_to_store) */
 };
 
 /* dir 0: GGUF -> HF, 1: HF -> GGUF. Global names first, then "blk.N." / "model.layers.N." with a
@@ -706,7 +709,7 @@ static const qx_gguf_tinfo* qx__gtensor(const qx_gguf_file* f, const char* name)
    rows in the interleaved RoPE layout (llama: LLAMA_ROPE_TYPE_NORM, rows permuted) or keeps Hugging
    Face's half-split one (qwen2, qwen3: LLAMA_ROPE_TYPE_NEOX, rows as in the checkpoint). */
 static const struct { const char* arch; int interleaved; } qx__gguf_archs[] = {
-    {"llama", 1}, {"qwen2", 0}, {"qwen3", 0},
+    {"llama", 1}, {"qwen2", 0}, {"qwen3", 0}, {"phi3", 0},
 };
 #define QX__N_GGUF_ARCHS ((int)(sizeof qx__gguf_archs / sizeof qx__gguf_archs[0]))
 
@@ -740,8 +743,12 @@ static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, q
     if (!arch) { qx_err_set(e, "%s: no general.architecture string", fname); return QUAROT_ERR_PARSE; }
     for (k = 0; k < QX__N_GGUF_ARCHS; ++k)
         if (al == strlen(qx__gguf_archs[k].arch) && memcmp(arch, qx__gguf_archs[k].arch, (size_t)al) == 0) break;
+    if (k == QX__N_GGUF_ARCHS && al == 6 && (memcmp(arch, "gemma2", 6) == 0 || memcmp(arch, "gemma3", 6) == 0)) {
+        qx_err_set(e, "%s: architecture \"%.*s\" is not supported: %s", fname, (int)al, arch, qx_gemma_norms_reason);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     if (k == QX__N_GGUF_ARCHS) {
-        qx_err_set(e, "%s: architecture \"%.*s\" is not supported (llama, qwen2, qwen3; Mistral GGUF files are \"llama\")", fname,
+        qx_err_set(e, "%s: architecture \"%.*s\" is not supported (llama, qwen2, qwen3, phi3; Mistral GGUF files are \"llama\")", fname,
                    (int)(al > 40 ? 40 : al), arch);
         return QUAROT_ERR_UNSUPPORTED;
     }
@@ -788,7 +795,7 @@ static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, q
     c->act = QUAROT_ACT_SILU;
     c->rope_interleaved = interleaved;
     c->tied_embeddings = qx__gtensor(f, "output.weight") == NULL;
-    c->attn_qkv_bias = qx__gtensor(f, "blk.0.attn_q.bias") != NULL;
+    c->attn_qkv_bias = qx__gtensor(f, "blk.0.attn_q.bias") != NULL || qx__gtensor(f, "blk.0.attn_qkv.bias") != NULL;
     c->attn_out_bias = qx__gtensor(f, "blk.0.attn_output.bias") != NULL;
     c->qk_norm = qx__gtensor(f, "blk.0.attn_q_norm.weight") != NULL;
     if (strcmp(a, "llama") == 0 && c->qk_norm) {
@@ -840,6 +847,9 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
             qx_err_set(e, "%s: tensor \"%s\": name too long", fname, gname);
             return QUAROT_ERR_PARSE;
         }
+        if (strcmp(s->config.arch, "phi3") == 0 && strlen(hname) > 19 &&
+            strcmp(hname + strlen(hname) - 19, ".mlp.up_proj.weight") == 0)   /* phi3's ffn_up is gate|up */
+            snprintf(hname + strlen(hname) - 19, sizeof hname - (strlen(hname) - 19), ".mlp.gate_up_proj.weight");
         if (qx_store_find(s, hname)) {
             qx_err_set(e, "%s: tensor \"%s\" maps to \"%s\", which exists already", fname, gname, hname);
             return QUAROT_ERR_PARSE;
@@ -1354,7 +1364,7 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     const quarot_model_config* c;
     qx_gguf_set set[16];
     char keys[16][96];
-    int n = 0, k, llama, qwen2, qwen3;
+    int n = 0, k, llama, qwen2, qwen3, phi3;
     int64_t hd, i;
     uint64_t cnt;
     quarot_dtype dt;
@@ -1364,13 +1374,15 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     llama = strcmp(c->arch, "llama") == 0;
     qwen2 = strcmp(c->arch, "qwen2") == 0;
     qwen3 = strcmp(c->arch, "qwen3") == 0;
-    if (!llama && !qwen2 && !qwen3) why = "has no GGUF architecture here (llama, qwen2, qwen3)";
+    phi3 = strcmp(c->arch, "phi3") == 0;
+    if (!llama && !qwen2 && !qwen3 && !phi3) why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3)";
     else if (c->norm == QUAROT_NORM_LAYER || c->mlp == QUAROT_MLP_PLAIN || c->mlp_bias ||
              (c->act != QUAROT_ACT_DEFAULT && c->act != QUAROT_ACT_SILU))
         why = "is not RMSNorm with a SiLU-gated MLP without biases";
     else if (llama && c->qk_norm) why = "has q/k norms (qwen3's)";
     else if (qwen2 && (c->qk_norm || c->attn_out_bias)) why = "does not fit llama.cpp's qwen2 (q/k/v biases only)";
     else if (qwen3 && (c->attn_qkv_bias || c->attn_out_bias)) why = "does not fit llama.cpp's qwen3 (q/k norms, no biases)";
+    else if (phi3 && (c->attn_qkv_bias || c->attn_out_bias || c->qk_norm)) why = "does not fit llama.cpp's phi3 (no biases)";
     if (why) {
         qx_err_set(e, "gguf: architecture \"%.32s\" %s", c->arch, why);
         return QUAROT_ERR_UNSUPPORTED;
@@ -1431,6 +1443,11 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
         int want = 1;
         (void)qx_gguf_arch_supported(s->config.arch, &want);
         perm = s->config.rope_interleaved != want ? (want ? 1 : -1) : 0;
+    }
+    if (perm && strcmp(s->config.arch, "phi3") == 0) {   /* its q|k rows would need the permutation inside qkv_proj */
+        qx_err_set(e, "%s: a phi3 model in the interleaved RoPE layout cannot be written as GGUF", path);
+        qx_sb_free(&gen);
+        return QUAROT_ERR_UNSUPPORTED;
     }
     plan = qx_store_plan(s, o ? o->dtype : QUAROT_DTYPE_DEFAULT, 0);
     if (!plan) { qx_sb_free(&gen); qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }

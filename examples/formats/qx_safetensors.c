@@ -629,12 +629,52 @@ static quarot_result qx__cfg_act(const qx__cfg* c, const char* key, const char* 
     return QUAROT_OK;
 }
 
+const char* const qx_gemma_norms_reason =
+    "its post_attention_layernorm / post_feedforward_layernorm normalize each attention and MLP output before "
+    "it is added to the residual stream, and an RMSNorm of a block's output does not commute with the residual "
+    "rotation R1, so R1 would not be exact; the rotations that stay exact without R1 (R2, the online down_proj "
+    "and o_proj rotations) are not offered for it either (the reference forward pass does not implement Gemma)";
+
+int qx_gemma_norms_refused(const char* cls) {
+    static const char* const names[] = {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration",
+                                        "gemma2", "gemma3", "gemma3_text"};
+    size_t k;
+    for (k = 0; cls && k < sizeof names / sizeof names[0]; ++k)
+        if (strcmp(cls, names[k]) == 0) return 1;
+    return 0;
+}
+
+/* Phi-3 / Phi-3.5 / Phi-4: fused q|k|v and gate|up (no biases). What the reference forward pass does
+   not implement is refused: partial RoPE (partial_rotary_factor < 1, Phi-4-mini) and rope_scaling
+   (LongRoPE / su scaling of the 128K variants). */
+static quarot_result qx__phi3_rope(qx__cfg* c, quarot_model_config* m) {
+    const qx_json* prf = qx_json_get(c->root, "partial_rotary_factor");
+    const qx_json* rs = qx_json_get(c->root, "rope_scaling");
+    float f = 1.0f;
+    if (prf && prf->type != QX_JSON_NULL &&
+        qx__cfg_num(c, prf, "partial_rotary_factor", 1.0, 0.0, 1.0, &f) != QUAROT_OK) return QUAROT_ERR_PARSE;
+    if (f != 1.0f) {
+        qx_err_set(c->e, "%s: Phi-3 with partial_rotary_factor %g (RoPE on part of each head) is not supported", c->fname,
+                   (double)f);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (rs && rs->type != QX_JSON_NULL) {
+        const char* type = qx_json_as_string(qx_json_get(rs, "type"), NULL);
+        if (!type) type = qx_json_as_string(qx_json_get(rs, "rope_type"), NULL);
+        qx_err_set(c->e, "%s: Phi-3 with rope_scaling \"%.20s\" is not supported (plain RoPE only: the 4K/8K-context "
+                   "variants)", c->fname, type ? type : "?");
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    m->attn_qkv_bias = m->attn_out_bias = m->mlp_bias = 0;
+    return QUAROT_OK;
+}
+
 quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name, quarot_model_config* out,
                                  qx_err* e) {
     static const struct { const char* cls; const char* type; const char* arch; } archs[] = {
         {"LlamaForCausalLM", "llama", "llama"}, {"MistralForCausalLM", "mistral", "llama"},
         {"Qwen2ForCausalLM", "qwen2", "qwen2"}, {"Qwen3ForCausalLM", "qwen3", "qwen3"},
-        {"OPTForCausalLM", "opt", "opt"},
+        {"OPTForCausalLM", "opt", "opt"}, {"Phi3ForCausalLM", "phi3", "phi3"},
     };
     qx_json_doc doc;
     qx__cfg c;
@@ -666,6 +706,11 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
             goto done;
         }
         for (k = 0; k < sizeof archs / sizeof archs[0]; ++k) if (strcmp(cls, archs[k].type) == 0) break;
+    }
+    if (k == sizeof archs / sizeof archs[0] && qx_gemma_norms_refused(cls)) {
+        qx_err_set(e, "%s: architecture \"%.60s\" is not supported: %s", name, cls, qx_gemma_norms_reason);
+        r = QUAROT_ERR_UNSUPPORTED;
+        goto done;
     }
     if (k == sizeof archs / sizeof archs[0]) {
         qx_err_set(e, "%s: architecture \"%.60s\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
@@ -751,6 +796,7 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
             if (qx__cfg_bool(&c, "mlp_bias", 0, &m.mlp_bias) != QUAROT_OK) goto done;
         }
         m.qk_norm = strcmp(m.arch, "qwen3") == 0;
+        if (strcmp(m.arch, "phi3") == 0 && (r = qx__phi3_rope(&c, &m)) != QUAROT_OK) goto done;
         m.norm = QUAROT_NORM_RMS;
         m.mlp = QUAROT_MLP_GATED;
     }
@@ -776,9 +822,21 @@ static quarot_result qx__expect(const qx_store* s, const char* fname, const char
     return QUAROT_OK;
 }
 
+/* A fused projection ([rows][hidden]) whose row count must be `want`: the split it implies, in words. */
+static quarot_result qx__expect_fused(const qx_store* s, const char* fname, const char* name, int64_t hidden, int64_t want,
+                                      const char* split, qx_err* e) {
+    const quarot_tensor* t = qx_store_find(s, name);
+    if (t && t->ne[0] == hidden && t->ne[1] != want && t->ne[2] == 1 && t->ne[3] == 1) {
+        qx_err_set(e, "%s: tensor \"%s\" has %lld rows, which do not split into the config's %s (%lld rows)", fname, name,
+                   (long long)t->ne[1], split, (long long)want);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    return qx__expect(s, fname, name, hidden, want, e);
+}
+
 quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* e) {
     const quarot_model_config* c;
-    int opt;
+    int opt, phi3;
     const char* pre;
     char nm[160];
     int64_t i, hd, q_out, kv_out;
@@ -787,7 +845,8 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
     if (!fname) fname = "model";
     c = &s->config;
     opt = strcmp(c->arch, "opt") == 0;
-    if (!opt && strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2") && strcmp(c->arch, "qwen3")) {
+    phi3 = strcmp(c->arch, "phi3") == 0;
+    if (!opt && strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2") && strcmp(c->arch, "qwen3") && !phi3) {
         qx_err_set(e, "%s: no tensor layout known for architecture \"%.32s\"", fname, c->arch);
         return QUAROT_ERR_UNSUPPORTED;
     }
@@ -822,6 +881,21 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
     for (i = 0; i < c->n_layers; ++i) {
         static const char* const qkv[3] = {"q", "k", "v"};
         int k;
+        if (phi3) {   /* fused: qkv_proj = q|k|v rows, gate_up_proj = gate|up rows; no biases */
+            char split[160];
+            snprintf(split, sizeof split, "q|k|v for %lld heads and %lld KV heads of head_dim %lld", (long long)c->n_heads,
+                     (long long)(c->n_kv_heads ? c->n_kv_heads : c->n_heads), (long long)hd);
+            snprintf(nm, sizeof nm, "model.layers.%lld.self_attn.qkv_proj.weight", (long long)i);
+            if ((r = qx__expect_fused(s, fname, nm, c->hidden, q_out + 2 * kv_out, split, e)) != QUAROT_OK) return r;
+            snprintf(split, sizeof split, "gate|up of intermediate_size %lld", (long long)c->intermediate);
+            snprintf(nm, sizeof nm, "model.layers.%lld.mlp.gate_up_proj.weight", (long long)i);
+            if ((r = qx__expect_fused(s, fname, nm, c->hidden, 2 * c->intermediate, split, e)) != QUAROT_OK) return r;
+            QX__X(q_out, c->hidden, "model.layers.%lld.self_attn.o_proj.weight", (long long)i);
+            QX__X(c->hidden, 1, "model.layers.%lld.input_layernorm.weight", (long long)i);
+            QX__X(c->hidden, 1, "model.layers.%lld.post_attention_layernorm.weight", (long long)i);
+            QX__X(c->intermediate, c->hidden, "model.layers.%lld.mlp.down_proj.weight", (long long)i);
+            continue;
+        }
         for (k = 0; k < 3; ++k) {
             int64_t n_out = k == 0 ? q_out : kv_out;
             QX__X(c->hidden, n_out, "%slayers.%lld.self_attn.%s_proj.weight", pre, (long long)i, qkv[k]);
@@ -918,11 +992,13 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
     {
         /* generated: first refuse configs the Hugging Face class could not express */
         int llama = strcmp(c->arch, "llama") == 0, qwen2 = strcmp(c->arch, "qwen2") == 0;
-        int qwen3 = strcmp(c->arch, "qwen3") == 0, opt = strcmp(c->arch, "opt") == 0;
+        int qwen3 = strcmp(c->arch, "qwen3") == 0, opt = strcmp(c->arch, "opt") == 0, phi3 = strcmp(c->arch, "phi3") == 0;
         int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
         const char* act = c->act == QUAROT_ACT_RELU ? "relu" : c->act == QUAROT_ACT_GELU ? "gelu_pytorch_tanh" : "silu";
         const char* why = NULL;
-        if (!llama && !qwen2 && !qwen3 && !opt) why = "has no Hugging Face class here";
+        if (!llama && !qwen2 && !qwen3 && !opt && !phi3) why = "has no Hugging Face class here";
+        else if (phi3 && (c->attn_qkv_bias || c->attn_out_bias || c->mlp_bias || c->qk_norm))
+            why = "does not fit Phi3Config (no biases, no q/k norms)";
         else if (opt && (c->norm != QUAROT_NORM_LAYER || c->mlp != QUAROT_MLP_PLAIN || c->qk_norm ||
                          c->attn_qkv_bias != c->attn_out_bias || c->attn_qkv_bias != c->mlp_bias ||
                          (c->n_kv_heads && c->n_kv_heads != c->n_heads) || hd * c->n_heads != c->hidden))
@@ -942,7 +1018,7 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
         /* then the keys qx_hf_config_parse reads, so the config survives the round trip */
         qx_sb_puts(out, "{");
         qx__kv(out, &first, "architectures");
-        qx_sb_puts(out, opt ? "[\"OPTForCausalLM\"]" : qwen2 ? "[\"Qwen2ForCausalLM\"]" : qwen3 ? "[\"Qwen3ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
+        qx_sb_puts(out, phi3 ? "[\"Phi3ForCausalLM\"]" : opt ? "[\"OPTForCausalLM\"]" : qwen2 ? "[\"Qwen2ForCausalLM\"]" : qwen3 ? "[\"Qwen3ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
         qx__kv(out, &first, "model_type");
         qx_sb_printf(out, "\"%s\"", c->arch);
         qx__kv(out, &first, "hidden_size"); qx_sb_printf(out, "%lld", (long long)c->hidden);
@@ -965,7 +1041,7 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
             qx__kv(out, &first, "rms_norm_eps"); qx_sb_float(out, c->norm_eps > 0 ? c->norm_eps : 1e-5f);
             qx__kv(out, &first, "rope_theta"); qx_sb_float(out, c->rope_theta > 0 ? c->rope_theta : 10000.0f);
             qx__kv(out, &first, "hidden_act"); qx_sb_printf(out, "\"%s\"", act);
-            if (!qwen2) { qx__kv(out, &first, "attention_bias"); qx_sb_puts(out, c->attn_qkv_bias ? "true" : "false"); }
+            if (!qwen2 && !phi3) { qx__kv(out, &first, "attention_bias"); qx_sb_puts(out, c->attn_qkv_bias ? "true" : "false"); }
             if (llama) { qx__kv(out, &first, "mlp_bias"); qx_sb_puts(out, c->mlp_bias ? "true" : "false"); }
         }
         qx__kv(out, &first, "tie_word_embeddings"); qx_sb_puts(out, has_head ? "false" : "true");

@@ -67,10 +67,17 @@ quarot_result qx_st_read_mem(const void* buf, size_t len, const char* name, qx_s
 /* config.json -> config, for LlamaForCausalLM, MistralForCausalLM (arch "llama"), Qwen2ForCausalLM
    ("qwen2": q/k/v biases), Qwen3ForCausalLM ("qwen3": q/k norms) and OPTForCausalLM ("opt":
    LayerNorm, plain ReLU MLP, biases; refused unless word_embed_proj_dim == hidden_size and
-   do_layer_norm_before is true). architectures[0] names the class (model_type when absent).
+   do_layer_norm_before is true) and Phi3ForCausalLM ("phi3": fused self_attn.qkv_proj = q|k|v and
+   mlp.gate_up_proj = gate|up, no biases; partial_rotary_factor < 1 and rope_scaling refused).
+   architectures[0] names the class (model_type when absent).
    Missing optional keys take the Hugging Face defaults; rope_interleaved = 0. Keys that do not
    change the weights (rope_scaling, sliding_window, torch_dtype, token ids) are not read; "gelu"
    (erf) maps to the library's tanh GELU. */
+/* Gemma 2 / Gemma 3 (Hugging Face classes and model types, GGUF "gemma2" / "gemma3"): refused for a
+   reason of their own, shared by both readers: 1 when cls names one of them. */
+int qx_gemma_norms_refused(const char* cls);
+extern const char* const qx_gemma_norms_reason;
+
 quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name, quarot_model_config* c,
                                  qx_err* e);
 /* Checks that the store holds the tensors its config implies, with the implied shapes (every

@@ -159,6 +159,7 @@ static quarot_result qx__config(qx_forward* f, const quarot_model_config* c, qx_
     if (g->mlp == QUAROT_MLP_DEFAULT) g->mlp = QUAROT_MLP_GATED;
     if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
     f->is_opt = strcmp(g->arch, "opt") == 0;
+    f->is_fused = strcmp(g->arch, "phi3") == 0;
     /* sizes: positive, heads divisible into KV groups, an even head_dim for RoPE pairs, and caps that
        keep every product below in int64 / size_t far from overflow */
     if (g->hidden <= 0 || g->intermediate <= 0 || g->n_layers <= 0 || g->n_heads <= 0 || g->n_kv_heads <= 0 ||
@@ -359,6 +360,14 @@ static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, 
     QX__SPEC(n1, ".bias", 1, g->hidden, 0, -1, &L->norm1_b);
     QX__SPEC(n2, ".weight", 1, g->hidden, 1, -1, &L->norm2_w);
     QX__SPEC(n2, ".bias", 1, g->hidden, 0, -1, &L->norm2_b);
+    if (f->is_fused) {   /* phi3: q|k|v and gate|up in one weight each */
+        QX__SPEC("self_attn.qkv_proj", ".weight", f->q_dim + 2 * f->kv_dim, g->hidden, 1, QX_QL_Q, &L->wq);
+        QX__SPEC("self_attn.qkv_proj", ".bias", 1, f->q_dim + 2 * f->kv_dim, g->attn_qkv_bias, -1, &L->bq);
+        QX__SPEC(o_name, ".weight", g->hidden, f->q_dim, 1, QX_QL_O, &L->wo);
+        QX__SPEC("mlp.gate_up_proj", ".weight", 2 * g->intermediate, g->hidden, 1, QX_QL_GATE, &L->w_gate);
+        QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, QX_QL_DOWN, &L->w_down);
+        return n;
+    }
     QX__SPEC("self_attn.q_proj", ".weight", f->q_dim, g->hidden, 1, QX_QL_Q, &L->wq);
     QX__SPEC("self_attn.q_proj", ".bias", 1, f->q_dim, g->attn_qkv_bias, -1, &L->bq);
     QX__SPEC("self_attn.k_proj", ".weight", f->kv_dim, g->hidden, 1, QX_QL_K, &L->wk);
@@ -565,6 +574,17 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
         const char *up = f->is_opt ? "fc1" : "mlp.up_proj", *down = f->is_opt ? "fc2" : "mlp.down_proj";
         r = qx__load_norm(f, s, l, n1, &L->norm1_w, &L->norm1_b, e);
         if (r == QUAROT_OK) r = qx__load_norm(f, s, l, n2, &L->norm2_w, &L->norm2_b, e);
+        if (f->is_fused) {   /* phi3: the order of qx__layer_specs */
+            if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.qkv_proj", f->q_dim + 2 * f->kv_dim, g->hidden,
+                                                    g->attn_qkv_bias, &L->wq, &L->bq, &L->qm[QX_QL_Q], e);
+            if (r == QUAROT_OK) r = qx__load_linear(f, s, l, o_name, g->hidden, f->q_dim, 0, &L->wo, &L->bo, &L->qm[QX_QL_O], e);
+            if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "mlp.gate_up_proj", 2 * g->intermediate, g->hidden, 0, &L->w_gate,
+                                                    &L->b_gate, &L->qm[QX_QL_GATE], e);
+            if (r == QUAROT_OK) r = qx__load_linear(f, s, l, down, g->hidden, g->intermediate, 0, &L->w_down, &L->b_down,
+                                                    &L->qm[QX_QL_DOWN], e);
+            if (r != QUAROT_OK) goto fail;
+            continue;
+        }
         if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.q_proj", f->q_dim, g->hidden, g->attn_qkv_bias, &L->wq, &L->bq,
                                                 &L->qm[QX_QL_Q], e);
         if (r == QUAROT_OK) r = qx__load_linear(f, s, l, "self_attn.k_proj", f->kv_dim, g->hidden, g->attn_qkv_bias, &L->wk, &L->bk,
@@ -923,6 +943,25 @@ static void qx__attn_task(void* arg, int64_t task) {
     j->st[task] = r;
 }
 
+/* A fused linear (phi3's q|k|v, gate|up): y = x W^T + b over all its rows at once, then each token's
+   row split into its parts y0[T][n0], y1[T][n1], y2[T][n2] (n2 = 0: two parts). */
+static quarot_result qx__fused_linear(const qx_forward* f, int64_t l, const float* x, int64_t T, const float* w,
+                                      const float* bias, const quarot_qmat* qm, const qx__bufs* b, float* y0, int64_t n0,
+                                      float* y1, int64_t n1, float* y2, int64_t n2) {
+    int64_t n = n0 + n1 + n2, t;
+    float* y = (float*)malloc((size_t)(T * n) * sizeof(float));
+    quarot_result r;
+    if (!y) return QUAROT_ERR_OUT_OF_MEMORY;
+    r = qx__linear_l(f, l, x, T, f->cfg.hidden, w, bias, n, y, qm, b);
+    for (t = 0; t < T && r == QUAROT_OK; ++t) {
+        memcpy(y0 + t * n0, y + t * n, (size_t)n0 * sizeof(float));
+        memcpy(y1 + t * n1, y + t * n + n0, (size_t)n1 * sizeof(float));
+        if (n2) memcpy(y2 + t * n2, y + t * n + n0 + n1, (size_t)n2 * sizeof(float));
+    }
+    free(y);
+    return r;
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* One decoder layer over T rows at positions pos0.. (K/V appended to the cache at pos0). */
 static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0, qx__bufs* b) {
@@ -940,14 +979,22 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
     const char* o_name = f->is_opt ? "self_attn.out_proj.weight" : "self_attn.o_proj.weight";
     const char* gu_names[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
     const char* down_name = f->is_opt ? "fc2.weight" : "mlp.down_proj.weight";
+    const char* qkv_fused = "self_attn.qkv_proj.weight";
+    const char* gu_fused = "mlp.gate_up_proj.weight";
 
     if (r != QUAROT_OK) return r;
     /* ---- attention: a = norm1(x); q, k, v = a W^T + b; q/k per-head norm and RoPE ---- */
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm1_w, L->norm1_b, g->norm, g->norm_eps);
-    r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3, b);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q, &L->qm[QX_QL_Q], b);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k, &L->qm[QX_QL_K], b);
-    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v, &L->qm[QX_QL_V], b);
+    if (f->is_fused) {
+        r = qx__linear_input(f, l, b->a, T, g->hidden, &qkv_fused, 1, b);
+        if (r == QUAROT_OK) r = qx__fused_linear(f, l, b->a, T, L->wq, L->bq, &L->qm[QX_QL_Q], b, b->q, f->q_dim, b->k, f->kv_dim,
+                                                 b->v, f->kv_dim);
+    } else {
+        r = qx__linear_input(f, l, b->a, T, g->hidden, qkv_names, 3, b);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wq, L->bq, f->q_dim, b->q, &L->qm[QX_QL_Q], b);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wk, L->bk, f->kv_dim, b->k, &L->qm[QX_QL_K], b);
+        if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->wv, L->bv, f->kv_dim, b->v, &L->qm[QX_QL_V], b);
+    }
     if (r != QUAROT_OK) return r;
     if (L->q_norm) qx__norm_par(f, b->q, b->q, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
     if (L->k_norm) qx__norm_par(f, b->k, b->k, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
@@ -993,7 +1040,13 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
 
     /* ---- MLP: a = norm2(x); h = act(a Wg^T) * (a Wu^T) (plain: act(a W1^T)); x += h Wd^T ---- */
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
-    if (g->mlp == QUAROT_MLP_GATED) {
+    if (f->is_fused) {
+        r = qx__linear_input(f, l, b->a, T, g->hidden, &gu_fused, 1, b);
+        if (r == QUAROT_OK) r = qx__fused_linear(f, l, b->a, T, L->w_gate, L->b_gate, &L->qm[QX_QL_GATE], b, b->g,
+                                                 g->intermediate, b->u, g->intermediate, NULL, 0);
+        if (r != QUAROT_OK) return r;
+        qx__ew(f, qx__act_rows, b->u, b->g, T, g->intermediate, g->act, 1);
+    } else if (g->mlp == QUAROT_MLP_GATED) {
         r = qx__linear_input(f, l, b->a, T, g->hidden, gu_names, 2, b);
         if (r == QUAROT_OK) r = qx__linear_l(f, l, b->a, T, g->hidden, L->w_gate, L->b_gate, g->intermediate, b->g,
                                              &L->qm[QX_QL_GATE], b);

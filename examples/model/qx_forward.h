@@ -200,6 +200,8 @@ typedef struct qx_forward {
     float* scratch;
     int64_t scratch_rows;
     size_t scratch_floats;
+    int is_fused;                    /* phi3: wq/bq/qm[Q] hold q|k|v (self_attn.qkv_proj), w_gate/qm[GATE]
+                                        gate|up (mlp.gate_up_proj); wk, wv, w_up are NULL */
 } qx_forward;
 
 /* Copies (and converts) the weights from s, quantizes them if asked, checks every shape. s may be

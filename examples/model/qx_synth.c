@@ -20,10 +20,12 @@ static const qx__family qx__families[] = {
     {"qwen2", 64, 172, 2, 4, 2, 16, 1},
     {"qwen3", 128, 192, 2, 4, 2, 64, -1},
     {"opt", 64, 96, 2, 4, 4, 16, 1},
+    {"phi3", 96, 160, 2, 4, 2, 24, -1},   /* fused q|k|v (192 rows) and gate|up (320 rows) */
 };
 #define QX__N_FAMILIES ((int)(sizeof qx__families / sizeof qx__families[0]))
+#define QX__N_LISTED 4   /* qx_synth_family: the families with separate projections */
 
-const char* qx_synth_family(int i) { return i >= 0 && i < QX__N_FAMILIES ? qx__families[i].arch : NULL; }
+const char* qx_synth_family(int i) { return i >= 0 && i < QX__N_LISTED ? qx__families[i].arch : NULL; }
 
 /* Zero fields take the family's value; then every size is checked (the caps keep the store small
    enough that no size computation below can overflow). */
@@ -35,7 +37,7 @@ quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e) {
     for (i = 0; i < QX__N_FAMILIES; ++i)
         if (strcmp(d->arch, qx__families[i].arch) == 0) fam = &qx__families[i];
     if (!fam) {
-        qx_err_set(e, "qx_synth: unknown family \"%s\" (llama, qwen2, qwen3, opt)", d->arch);
+        qx_err_set(e, "qx_synth: unknown family \"%s\" (llama, qwen2, qwen3, opt, phi3)", d->arch);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (!d->hidden) d->hidden = fam->hidden;
@@ -154,6 +156,37 @@ static void qx__pick(qx__gen* g, unsigned char* mask, int64_t n, int64_t k) {
     }
 }
 
+/* phi3: the rows of layer l's parts[0..n) (f32, built separately) concatenated into one tensor `fused`. */
+static quarot_result qx__fuse(qx_store* s, int64_t l, const char* const* parts, int n, const char* fused) {
+    char name[160];
+    int64_t rows = 0, cols = 0, off = 0, ne[2];
+    float* buf;
+    quarot_result r;
+    int k;
+    for (k = 0; k < n; ++k) {
+        const quarot_tensor* t;
+        snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, parts[k]);
+        if (!(t = qx_store_find(s, name))) return QUAROT_ERR_INTERNAL;
+        rows += t->ne[1];
+        cols = t->ne[0];
+    }
+    if (!(buf = (float*)malloc((size_t)(rows * cols) * sizeof(float)))) return QUAROT_ERR_OUT_OF_MEMORY;
+    for (k = 0; k < n; ++k) {
+        const quarot_tensor* t;
+        snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, parts[k]);
+        t = qx_store_find(s, name);
+        memcpy(buf + off, t->data, (size_t)(t->ne[0] * t->ne[1]) * sizeof(float));
+        off += t->ne[0] * t->ne[1];
+        qx_store_remove(s, name);
+    }
+    snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, fused);
+    ne[0] = cols;
+    ne[1] = rows;
+    r = qx_store_add(s, name, QUAROT_DTYPE_F32, 2, ne, buf, NULL);
+    free(buf);
+    return r;
+}
+
 static quarot_result qx__build(qx__gen* g) {
     const qx_synth_desc* d = g->d;
     quarot_model_config* c = &g->s->config;
@@ -244,6 +277,16 @@ static quarot_result qx__build(qx__gen* g) {
         if ((r = qx__linear(g, base, I, h, 1.0f, g->out_h, 1.0f / S, g->out_i, up_boost, mlp_bias)) != QUAROT_OK) return r;
         snprintf(base, sizeof base, "%s%lld.%s", pre, (long long)l, opt ? "fc2" : "mlp.down_proj");
         if ((r = qx__linear(g, base, h, I, 1.0f, g->out_i, down_shrink, NULL, 1.0f, mlp_bias)) != QUAROT_OK) return r;
+        if (strcmp(d->arch, "phi3") == 0) {   /* drawn as llama's, then stored fused as Phi-3 does */
+            static const char* const qkv[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                               "self_attn.v_proj.weight"};
+            static const char* const gu[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
+            if ((r = qx__fuse(g->s, l, qkv, 3, "self_attn.qkv_proj.weight")) != QUAROT_OK ||
+                (r = qx__fuse(g->s, l, gu, 2, "mlp.gate_up_proj.weight")) != QUAROT_OK) {
+                qx_err_set(g->e, "qx_synth: fusing layer %lld: %s", (long long)l, quarot_result_string(r));
+                return r;
+            }
+        }
     }
     /* final norm: ordinary gains (lm_head stays FP); with tied embeddings (entries N(0, 1)) the gains
        are 2/sqrt(hidden) smaller so that logits stay ~N(0, 4) */

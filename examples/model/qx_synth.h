@@ -32,7 +32,8 @@ extern "C" {
 #endif
 
 typedef struct qx_synth_desc {       /* zero-init = family defaults (table in qx_synth.c) */
-    const char* arch;                /* "llama" (NULL), "qwen2", "qwen3", "opt" */
+    const char* arch;                /* "llama" (NULL), "qwen2", "qwen3", "opt", "phi3" (fused q|k|v and
+                                        gate|up: self_attn.qkv_proj, mlp.gate_up_proj; not in qx_synth_family) */
     uint64_t seed;
     int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_seq;
     int tied;                        /* 0 = family default, 1 = tied embeddings, -1 = untied */
