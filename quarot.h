@@ -1803,8 +1803,8 @@ QUAROT_API quarot_result quarot_quantize_linear(float* w, int64_t out, int64_t i
 // unchanged (d quant(x) / dx = I, SpinQuant's / QuaRot's STEQuantize: scales are constants), so they
 // need no backward function: a quantized activation's gradient is the gradient of its dequantized
 // value, and a linear's weight gradient is dy^T xq with the quantized input xq.
-// Sums that decide a value (norms, softmax) run in double, in element order; nothing depends on the
-// number of threads.
+// Sums that decide a value run in a fixed order (norms in double, element by element; the softmax's in
+// 16 float lanes, then double: quarot_train_exp_sum_f32); nothing depends on the number of threads.
 
 // RMSNorm y = x * r * g with r = 1/sqrt(mean(x^2) + eps) (sum in double, r rounded once to float, as
 // the tool's reference forward pass), g [n] optional (NULL = 1: a gain fused into the next linear).
@@ -1834,7 +1834,7 @@ QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, co
 // Causal self-attention of one window of T tokens with grouped-query heads: q [T][n_heads*head_dim],
 // k, v [T][n_kv_heads*head_dim] (row strides ldq, ldk, ldv); query head h reads KV head
 // h / (n_heads/n_kv_heads). Per head: S = q_h k_g^T * scale (scale = f32(1/sqrt(head_dim))), causal
-// softmax by rows (max-shifted, sum in double; masked keys weigh 0), out_h = P v_g. out [T][n_heads*
+// softmax by rows (max-shifted, quarot_train_exp_sum_f32; masked keys weigh 0), out_h = P v_g. out [T][n_heads*
 // head_dim] (stride ldo). Queries go in blocks of 64 that see only keys up to their last one, so every
 // product covers the causal half of T x T plus the blocks' diagonal squares. The backward recomputes
 // P (the same bits) instead of keeping it, so neither pass holds more than two T x T buffers:
@@ -1843,6 +1843,12 @@ QUAROT_API void quarot_train_glu_backward_f32(const float* g, const float* u, co
 // dq, dk, dv are overwritten (strides as their forward counterparts). work: quarot_train_attention_work
 // floats (2 T^2); NULL = allocated from env. The GEMMs are quarot_sgemm through env.
 QUAROT_API size_t quarot_train_attention_work(int64_t T);
+// The softmax's exponential: x[i] <- exp(x[i] - shift) for i < n; returns the sum of the results, with
+// element i in float partial sum i mod 16 and the 16 partial sums added in double in that order.
+// exp: Cephes' expf in float (round-to-nearest reduction by ln 2 in two parts, degree-6 polynomial,
+// no FMA), relative error below 3e-7; arguments below -87 give 0, above 88 are clamped to 88. The
+// same bits for every isa (DEFAULT: the best compiled in; not compiled in: the scalar kernel).
+QUAROT_API double quarot_train_exp_sum_f32(float* x, int64_t n, float shift, quarot_isa isa);
 QUAROT_API quarot_result quarot_train_attention_f32(const float* q, int64_t ldq, const float* k, int64_t ldk,
                                                     const float* v, int64_t ldv, int64_t T, int64_t n_heads,
                                                     int64_t n_kv_heads, int64_t head_dim, float* out, int64_t ldo,
@@ -14243,8 +14249,8 @@ QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz) {
 }
 
 // >>train
-// Backward passes of the decoder ops and the Stiefel step. Norm and softmax sums in double, in
-// element order, as the forward; attention recomputes P in its backward from q and k with the same
+// Backward passes of the decoder ops and the Stiefel step. Norm sums in double, in element order, as
+// the forward; attention recomputes P in its backward from q and k with the same
 // code, so the forward's P and the backward's are the same bits.
 
 QUAROT_API void quarot_train_rmsnorm_f32(const float* x, int64_t rows, int64_t n, const float* g, float eps, float* y,
@@ -14364,21 +14370,134 @@ static quarot_env quarot__tr_serial_env(const quarot_env* env) {
     return e;
 }
 
-// Causal softmax of s[T][T] by rows, in place: row t sees keys 0..t (masked ones set to 0).
+// Causal blocks: queries [t0, t1) see keys [0, t1), so S, P and every product run over that
+// trapezoid only (about half the square); P's row t beyond key t is 0.
+#define QUAROT__TR_QBLOCK 64
+
+// exp(v) as quarot_train_exp_sum_f32 states: the scalar specification of every kernel below.
+static float quarot__tr_exp1(float v) {
+    float fx, r, z, y, sc;
+    uint32_t bits;
+    if (v != v) return v;
+    if (v < -87.0f) return 0.0f;
+    if (v > 88.0f) v = 88.0f;
+    fx = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   // round(v / ln 2), ties to even
+    r = v - fx * 0.693359375f;
+    r = r - fx * -2.12194440e-4f;
+    z = r * r;
+    y = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * z + r + 1.0f;
+    bits = (uint32_t)((int32_t)fx + 127) << 23;
+    memcpy(&sc, &bits, sizeof sc);
+    return y * sc;
+}
+
+static double quarot__tr_exp_sum_ref(float* x, int64_t n, float shift) {
+    float part[16];
+    double sum = 0.0;
+    int64_t i;
+    for (i = 0; i < 16; ++i) part[i] = 0.0f;
+    for (i = 0; i < n; ++i) {
+        x[i] = quarot__tr_exp1(x[i] - shift);
+        part[i & 15] += x[i];
+    }
+    for (i = 0; i < 16; ++i) sum += (double)part[i];
+    return sum;
+}
+
+#if defined(QUAROT__HAVE_AVX512)
+static double quarot__tr_exp_sum_avx512(float* x, int64_t n, float shift) {
+    const __m512 sh = _mm512_set1_ps(shift), lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
+    const __m512 l2e = _mm512_set1_ps(1.44269504088896341f), mg = _mm512_set1_ps(12582912.0f);
+    const __m512 c1 = _mm512_set1_ps(0.693359375f), c2 = _mm512_set1_ps(-2.12194440e-4f);
+    const __m512 p0 = _mm512_set1_ps(1.9875691500e-4f), p1 = _mm512_set1_ps(1.3981999507e-3f);
+    const __m512 p2 = _mm512_set1_ps(8.3334519073e-3f), p3 = _mm512_set1_ps(4.1665795894e-2f);
+    const __m512 p4 = _mm512_set1_ps(1.6666665459e-1f), p5 = _mm512_set1_ps(5.0000001201e-1f);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __mmask16 all = (__mmask16)0xFFFF;   // the masked forms: no _mm512_undefined_* (g++ -O1 warns)
+    __m512 acc = _mm512_setzero_ps();
+    float part[16];
+    double sum = 0.0;
+    int64_t i;
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), sh), fx, r, z, y;
+        __mmask16 under = _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), over = _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ);
+        __m512i e;
+        v = _mm512_mask_mov_ps(v, over, hi);
+        fx = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(v, l2e), mg), mg);
+        r = _mm512_sub_ps(v, _mm512_mul_ps(fx, c1));
+        r = _mm512_sub_ps(r, _mm512_mul_ps(fx, c2));
+        z = _mm512_mul_ps(r, r);
+        y = _mm512_add_ps(_mm512_mul_ps(p0, r), p1);
+        y = _mm512_add_ps(_mm512_mul_ps(y, r), p2);
+        y = _mm512_add_ps(_mm512_mul_ps(y, r), p3);
+        y = _mm512_add_ps(_mm512_mul_ps(y, r), p4);
+        y = _mm512_add_ps(_mm512_mul_ps(y, r), p5);
+        y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(y, z), r), one);
+        e = _mm512_add_epi32(_mm512_maskz_cvttps_epi32(all, fx), _mm512_set1_epi32(127));
+        e = _mm512_maskz_slli_epi32(all, e, 23);
+        y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+        y = _mm512_mask_mov_ps(y, (__mmask16)(under & m), _mm512_setzero_ps());
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+        _mm512_mask_storeu_ps(x + i, m, y);
+        acc = _mm512_mask_add_ps(acc, m, acc, y);
+    }
+    _mm512_storeu_ps(part, acc);
+    for (i = 0; i < 16; ++i) sum += (double)part[i];
+    return sum;
+}
+#endif
+
+QUAROT_API double quarot_train_exp_sum_f32(float* x, int64_t n, float shift, quarot_isa isa) {
+    if (!x || n <= 0) return 0.0;
+#if defined(QUAROT__HAVE_AVX512)
+    if (isa == QUAROT_ISA_DEFAULT || isa == QUAROT_ISA_AVX512) return quarot__tr_exp_sum_avx512(x, n, shift);
+#endif
+    (void)isa;
+    return quarot__tr_exp_sum_ref(x, n, shift);
+}
+
+// max of x[0..n) (n >= 1) and x[0..n) *= a: exact operations, so any order gives the same bits.
+static float quarot__tr_max(const float* x, int64_t n) {
+    float mx = x[0];
+    int64_t i = 0;
+#if defined(QUAROT__HAVE_AVX512)
+    if (n >= 16) {
+        float part[16];
+        int k;
+        __m512 v = _mm512_loadu_ps(x);
+        for (i = 16; i + 16 <= n; i += 16) v = _mm512_maskz_max_ps((__mmask16)0xFFFF, v, _mm512_loadu_ps(x + i));
+        _mm512_storeu_ps(part, v);
+        for (k = 0; k < 16; ++k) mx = part[k] > mx ? part[k] : mx;
+    }
+#endif
+    for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+static void quarot__tr_scale(float* x, int64_t n, float a) {
+    int64_t i = 0;
+#if defined(QUAROT__HAVE_AVX512)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(a)));
+#endif
+    for (; i < n; ++i) x[i] *= a;
+}
+
+// Causal softmax of s[T][T] by rows, in place: row t sees keys 0..t; the masked keys of its block of
+// queries are set to 0 (the products read no further).
 static void quarot__tr_softmax_causal(float* s, int64_t T) {
     int64_t t, k;
     for (t = 0; t < T; ++t) {
         float* sr = s + t * T;
-        float mx = sr[0], inv;
-        double sum = 0.0;
-        for (k = 1; k <= t; ++k) if (sr[k] > mx) mx = sr[k];
-        for (k = 0; k <= t; ++k) {
-            sr[k] = expf(sr[k] - mx);
-            sum += (double)sr[k];
-        }
-        inv = (float)(1.0 / sum);
-        for (k = 0; k <= t; ++k) sr[k] *= inv;
-        for (k = t + 1; k < T; ++k) sr[k] = 0.0f;
+        int64_t end = (t / QUAROT__TR_QBLOCK + 1) * QUAROT__TR_QBLOCK;
+        float mx = quarot__tr_max(sr, t + 1), inv;
+        inv = (float)(1.0 / quarot_train_exp_sum_f32(sr, t + 1, mx, QUAROT_ISA_DEFAULT));
+        quarot__tr_scale(sr, t + 1, inv);
+        for (k = t + 1; k < (end < T ? end : T); ++k) sr[k] = 0.0f;
     }
 }
 
@@ -14390,9 +14509,6 @@ static quarot_result quarot__tr_attn_check(const void* q, const void* k, const v
     return QUAROT_OK;
 }
 
-// Causal blocks: queries [t0, t1) see keys [0, t1), so S, P and every product run over that
-// trapezoid only (about half the square); P's row t beyond key t is 0.
-#define QUAROT__TR_QBLOCK 64
 
 // P [T][T] (lower trapezoids of blocks; the rest of each row zero) = causal softmax(scale q_h k_g^T)
 static quarot_result quarot__tr_scores(const float* qh, int64_t ldq, const float* kg, int64_t ldk, int64_t T,
@@ -14670,7 +14786,7 @@ typedef struct quarot__tr {
     // fixed online transforms: across heads (dense H_g / sqrt(g) per block of g heads), before
     // down_proj (the fast transform of order n4 per block), q/k after RoPE (dense H_n3 / sqrt(n3))
     int64_t g_heads, n4, n3;
-    float *h_heads, *h3;
+    float *h_heads, *h3, *h4;            // h4: plan4 as a dense [n4][n4] matrix (small n4: a GEMM is faster)
     quarot_hadamard_plan plan4;
     size_t work4;
     // globals
@@ -14686,8 +14802,8 @@ typedef struct quarot__tr {
     int64_t cap_rows, cap_T, rope_T, n_tapes, task_floats, attn_tasks;
     int cap_grad;
     quarot__tr_tape* tapes;
-    float *act, *ckpt, *rope, *xs, *tmp, *tmpq, *dx, *da, *dq, *dk, *dv, *datt, *dh, *dg, *du, *fin, *dfin, *rsf, *lg,
-        *scr;
+    float *act, *ckpt, *rope, *xs, *tmp, *tmpq, *tmp4, *dx, *da, *dq, *dk, *dv, *datt, *dh, *dg, *du, *fin, *dfin, *rsf,
+        *lg, *scr;
     int32_t* targets;
     float* teacher;                      // KL: the FP32 model's probabilities [cap_rows][V]
 } quarot__tr;
@@ -14892,6 +15008,16 @@ static quarot_result quarot__tr_had4(quarot__tr* p, float* x, int64_t rows, int 
     if (!p->n4) return QUAROT_OK;
     c.mode = transpose;
     return quarot__tr_rows(&c, rows, quarot__tr_f_had4);
+}
+// The down_proj transform of activations: through the dense h4 (tmp [rows][im]) when there is one.
+static quarot_result quarot__tr_had4x(quarot__tr* p, float* x, int64_t rows, int transpose, float* tmp) {
+    quarot_result r;
+    int64_t m;
+    if (!p->n4 || !p->h4) return quarot__tr_had4(p, x, rows, transpose);
+    m = rows * (p->im / p->n4);
+    r = quarot__tr_gemm(p, 0, transpose, m, p->n4, p->n4, x, p->n4, p->h4, p->n4, 0.0f, tmp, p->n4);
+    if (r == QUAROT_OK) memcpy(x, tmp, (size_t)(rows * p->im) * sizeof(float));
+    return r;
 }
 // R3: x [rows][width] <- x H3 (transpose: x H3^T) per block of n3, through tmp [rows][width]
 static quarot_result quarot__tr_had3(quarot__tr* p, float* x, int64_t rows, int64_t width, int transpose) {
@@ -15164,7 +15290,7 @@ static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, quarot__tr_tape* tp
     gc = quarot__tr_ctx(p, tp->g, p->im);
     gc.a = tp->u; gc.y = tp->hq; gc.mode = (int)c->act;
     r = quarot__tr_rows(&gc, rows, quarot__tr_f_glu);
-    if (r == QUAROT_OK) r = quarot__tr_had4(p, tp->hq, rows, 0);
+    if (r == QUAROT_OK) r = quarot__tr_had4x(p, tp->hq, rows, 0, p->tmp4);
     if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->hq, rows, p->im, &p->qa_down);
     if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->hq, rows, p->im, E->wd, NULL, h, xout);
     if (r == QUAROT_OK) r = quarot__tr_add(p, xout, tp->xm, rows, h);
@@ -15187,7 +15313,7 @@ static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, const quarot__tr_ta
     // down_proj: dhq = dx Wd, dWd = dx^T hq; R4^T; the gated activation
     r = quarot__tr_gemm(p, 0, 0, rows, p->im, h, dx, h, E->wd, p->im, 0.0f, p->dh, p->im);
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->im, rows, dx, h, tp->hq, p->im, 0.0f, dE->wd, p->im);
-    if (r == QUAROT_OK) r = quarot__tr_had4(p, p->dh, rows, 1);
+    if (r == QUAROT_OK) r = quarot__tr_had4x(p, p->dh, rows, 1, p->dg);
     if (r != QUAROT_OK) return r;
     gc = quarot__tr_ctx(p, tp->g, p->im);
     gc.a = tp->u; gc.b = p->dh; gc.y = p->dg; gc.s = p->du; gc.mode = (int)c->act;
@@ -15278,12 +15404,13 @@ static quarot_result quarot__tr_chain(quarot_trainer* t, int64_t l) {
 // ---- buffers for B windows of T tokens
 
 static void quarot__tr_free_acts(quarot__tr* p) {
-    float** bufs[20];
+    float** bufs[21];
     int i, n = 0;
     bufs[n++] = &p->act; bufs[n++] = &p->ckpt; bufs[n++] = &p->rope; bufs[n++] = &p->xs; bufs[n++] = &p->tmp;
     bufs[n++] = &p->tmpq; bufs[n++] = &p->dx; bufs[n++] = &p->da; bufs[n++] = &p->dq; bufs[n++] = &p->dk;
     bufs[n++] = &p->dv; bufs[n++] = &p->datt; bufs[n++] = &p->dh; bufs[n++] = &p->dg; bufs[n++] = &p->du;
     bufs[n++] = &p->fin; bufs[n++] = &p->dfin; bufs[n++] = &p->rsf; bufs[n++] = &p->lg; bufs[n++] = &p->scr;
+    bufs[n++] = &p->tmp4;
     for (i = 0; i < n; ++i) {
         quarot_env_free(&p->env, *bufs[i]);
         *bufs[i] = NULL;
@@ -15354,6 +15481,7 @@ static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T,
     ok = ok && (p->xs = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->tmp = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->tmpq = (float*)quarot__tr_alloc(p, rows * p->qd, sizeof(float))) != NULL;
+    if (p->h4) ok = ok && (p->tmp4 = (float*)quarot__tr_alloc(p, rows * p->im, sizeof(float))) != NULL;
     ok = ok && (p->fin = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->dfin = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->rsf = (float*)quarot__tr_alloc(p, rows, sizeof(float))) != NULL;
@@ -15564,6 +15692,7 @@ static void quarot__tr_priv_free(quarot__tr* p) {
     quarot_env_free(&env, p->m2);
     quarot_env_free(&env, p->best1);
     quarot_env_free(&env, p->best2); quarot_env_free(&env, p->h_heads); quarot_env_free(&env, p->h3);
+    quarot_env_free(&env, p->h4);
     quarot_env_free(&env, p->final_g); quarot_env_free(&env, p->gain); quarot_env_free(&env, p->lm_owned);
     quarot_env_free(&env, p->names);
     quarot_hadamard_plan_free(&p->plan4);
@@ -15674,6 +15803,26 @@ static quarot_result quarot__tr_probe_biases(quarot_trainer* t) {
 
 // The dense normalized Hadamard matrix of the block an online site uses for a size n (n itself when
 // available, else the largest available order dividing it, as the processor's online rotations).
+// h4 = the rows e_i of the identity through plan4 (x h4 = the transform of x), for n4 <= QUAROT__TR_DENSE4.
+#define QUAROT__TR_DENSE4 256
+static quarot_result quarot__tr_dense4(quarot__tr* p) {
+    quarot_hadamard_apply_desc d;
+    float* w = (float*)quarot__tr_alloc(p, (int64_t)(p->work4 / sizeof(float)) + 16, sizeof(float));
+    quarot_result r;
+    int64_t i;
+    p->h4 = (float*)quarot__tr_alloc(p, p->n4 * p->n4, sizeof(float));
+    if (!w || !p->h4) {
+        quarot_env_free(&p->env, w);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    memset(&d, 0, sizeof d);
+    memset(p->h4, 0, (size_t)(p->n4 * p->n4) * sizeof(float));
+    for (i = 0; i < p->n4; ++i) p->h4[i * p->n4 + i] = 1.0f;
+    r = quarot_hadamard_apply_f32(&p->plan4, &d, p->h4, p->n4, p->n4, w, p->work4);
+    quarot_env_free(&p->env, w);
+    return r;
+}
+
 static quarot_result quarot__tr_online_block(quarot_trainer* t, int64_t n, const char* what, int64_t* b) {
     *b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
     if (*b <= 1) {
@@ -15964,6 +16113,7 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
         if ((r = quarot_hadamard_build_f32(p->g_heads, 1, p->h_heads, &p->env)) != QUAROT_OK) goto fail;
         if ((r = quarot_hadamard_plan_init(&p->plan4, p->n4, &p->env)) != QUAROT_OK) goto fail;
         p->work4 = quarot_hadamard_workspace_size(&p->plan4);
+        if (p->n4 <= QUAROT__TR_DENSE4 && (r = quarot__tr_dense4(p)) != QUAROT_OK) goto fail;
     }
     if (t->desc.r3) {
         if ((r = quarot__tr_online_block(t, p->hd, "q/k", &p->n3)) != QUAROT_OK) goto fail;

@@ -299,6 +299,51 @@ static void test_attention(void) {
     QT_ERR(quarot_train_attention_f32(xf, QD - 1, xf, KVD, xf, KVD, T, NH, NKV, HD, out, QD, NULL, NULL), QUAROT_ERR_INVALID_ARGUMENT);
 }
 
+/* ---- the softmax's exponential: every ISA the same bits as the scalar kernel, exp to 3e-7 --------- */
+
+static void test_exp_sum(void) {
+    enum { N = 1000 };
+    static float x[N], a[N], b[N];
+    static const int ns[] = { 1, 7, 15, 16, 17, 31, 64, 255, 1000 };
+    double worst = 0.0;
+    int i, c, k;
+    for (i = 0; i < N; ++i) x[i] = -90.0f + 180.0f * (float)i / (float)(N - 1);
+    x[3] = -87.0f; x[4] = -86.99f; x[5] = 88.0f; x[6] = 0.0f; x[7] = -0.0f;
+    for (c = 0; c < (int)(sizeof ns / sizeof ns[0]); ++c) {
+        double sa, sb;
+        memcpy(a, x, sizeof x);
+        memcpy(b, x, sizeof x);
+        sa = quarot_train_exp_sum_f32(a, ns[c], 0.5f, QUAROT_ISA_REF);
+        sb = quarot_train_exp_sum_f32(b, ns[c], 0.5f, QUAROT_ISA_DEFAULT);
+        QT_CHECKF(memcmp(a, b, (size_t)ns[c] * sizeof(float)) == 0 && sa == sb, "n %d: ISA %s differs from ref", ns[c],
+                  quarot_isa_name(quarot_isa_best()));
+        QT_CHECK(memcmp(a + ns[c], x + ns[c], (size_t)(N - ns[c]) * sizeof(float)) == 0);   /* nothing past n */
+    }
+    for (i = 0; i < N; ++i) {
+        double v = (double)(x[i] - 0.5f), want = exp(v > 88.0 ? 88.0 : v);
+        if (v < -87.0) {
+            QT_CHECK(a[i] == 0.0f);
+            continue;
+        }
+        if (fabs((double)a[i] - want) / want > worst) worst = fabs((double)a[i] - want) / want;
+    }
+    QT_CHECKF(worst < 3e-7, "relative error %.3g", worst);
+    /* the sum: lanes i mod 16 in float, then the 16 in double */
+    {
+        float part[16] = { 0 };
+        double s = 0.0;
+        memcpy(a, x, sizeof x);
+        for (k = 0; k < N; ++k) {
+            memcpy(b, x + k, sizeof(float));
+            quarot_train_exp_sum_f32(b, 1, 0.5f, QUAROT_ISA_REF);
+            part[k & 15] += b[0];
+        }
+        for (k = 0; k < 16; ++k) s += (double)part[k];
+        QT_CHECK(quarot_train_exp_sum_f32(a, N, 0.5f, QUAROT_ISA_DEFAULT) == s);
+    }
+    QT_CHECK(quarot_train_exp_sum_f32(NULL, 4, 0.0f, QUAROT_ISA_DEFAULT) == 0.0);
+}
+
 /* ---- cross-entropy ------------------------------------------------------------------------ */
 
 typedef struct ce_ctx { int64_t rows, V; const int32_t* tg; } ce_ctx;
@@ -542,6 +587,7 @@ int main(void) {
     QT_RUN(test_rmsnorm);
     QT_RUN(test_rope);
     QT_RUN(test_glu);
+    QT_RUN(test_exp_sum);
     QT_RUN(test_attention);
     QT_RUN(test_cross_entropy);
     QT_RUN(test_kl_div);
