@@ -91,6 +91,7 @@ typedef struct qx_engine {
     uint8_t *k_q, *v_q;
     float *k_s, *k_z, *v_s, *v_z;
     int64_t kv_row_bytes, pos;
+    int64_t n_att;                   /* attention tasks (threads, at most n_kv_heads) */
     /* scratch for max_tokens rows */
     float *x, *a, *qb, *kb, *vb, *att, *tmp, *g, *u, *scores, *rope, *kdeq, *vdeq, *act_s;
     int8_t* act_q;
