@@ -823,8 +823,9 @@ QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_
                                           int32_t* xsum);
 // y[t][o] (row stride ldy >= w->rows) for t < rows tokens, as above. Tiles of 4 output rows x 4
 // tokens share each unpacked weight vector and each activation load (rows == 1 is the decode
-// matrix-vector product). Output rows are split into tasks of 8 over env's parallel hook; each y
-// element is computed by one task in the same order, so results do not depend on the thread count.
+// matrix-vector product). Output rows are split into blocks of 8, and the blocks into 8 runs per
+// thread of env's parallel hook; each y element is computed by one task in the same order, so
+// results do not depend on the thread count.
 // Speed: 64-byte aligned weight rows and activation rows (data, xq and the strides) avoid loads that
 // straddle two cache lines; results do not depend on alignment. Errors:
 // NULL pointers, bits not 4/8, shapes, group not dividing cols or over the limit, ldx/ldy too small ->
@@ -8014,7 +8015,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 // sum u*x over whole blocks (128 codes at 4 bits, 64 at 8) with wrapping int32 lanes; the group's
 // tail, the offset and the float scales are shared scalar code, identical for every ISA.
 #define QUAROT__QG_TILE 4      // tokens sharing one pass over a weight row
-#define QUAROT__QG_ROWS 8      // output rows per parallel task (8 rows of weights + a 4-token tile fit L1)
+#define QUAROT__QG_ROWS 8      // output rows per block (8 rows of weights + a 4-token tile fit L1)
+#define QUAROT__QG_SPLIT 8     // parallel tasks per thread (each a run of whole blocks)
 // The finishing data of a whole-row tile (one scale per row, no tail), for kernels that write y
 // themselves (the AVX-512 tile kernel).
 typedef struct quarot__qg_ep {
@@ -8449,22 +8451,20 @@ typedef struct quarot__qg_job {
     float* y;
     quarot__qg_fn fn;
     quarot__qg_tile_fn tile;   // NULL: fn row by row
+    int64_t per;               // blocks of QUAROT__QG_ROWS rows per task
 } quarot__qg_job;
 
 // Output rows [o0, o1) of every token: tiles of QUAROT__QG_TILE tokens x 4 rows. The integer sums
 // come from the ISA's 4-row kernel where there is one, else from its row kernel, row by row (the
 // same integers either way); the float steps per (t, o) are the same scalar code for every ISA.
-QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
-    const quarot__qg_job* jb = (const quarot__qg_job*)arg;
+QUAROT__PRIVATE void quarot__qg_rows(const quarot__qg_job* jb, int64_t o0, int64_t o1) {
     const quarot_qmat* w = jb->w;
     int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, o, t0, g;
-    int64_t o0 = task * QUAROT__QG_ROWS, o1 = o0 + QUAROT__QG_ROWS;
     size_t rb = quarot_qmat_row_bytes(w->bits, w->cols,
                                       w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
     int64_t blk = w->bits == 4 ? 128 : 64, nblk = G / blk, tail = G - nblk * blk;
     uint32_t off = w->bits == 4 ? 8u : 128u;
     int whole = ng == 1 && tail == 0 && jb->tile != NULL;   // one scale per row, whole blocks: finished in the kernel
-    if (o1 > w->rows) o1 = w->rows;
     for (t0 = 0; t0 < jb->rows; t0 += QUAROT__QG_TILE) {
         int nt = (int)(jb->rows - t0 < QUAROT__QG_TILE ? jb->rows - t0 : QUAROT__QG_TILE), t, r;
         for (o = o0; o < o1; o += 4) {
@@ -8524,13 +8524,26 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
     }
 }
 
+// Task i: the blocks of QUAROT__QG_ROWS output rows [i * per, (i + 1) * per), one block after the
+// other (each block's rows stay in L1 across the token tiles). The block boundaries are the same for
+// any task size, so the split changes no result.
+QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
+    const quarot__qg_job* jb = (const quarot__qg_job*)arg;
+    int64_t b = task * jb->per, b1 = b + jb->per, nb = (jb->w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS;
+    if (b1 > nb) b1 = nb;
+    for (; b < b1; ++b) {
+        int64_t o1 = (b + 1) * QUAROT__QG_ROWS;
+        quarot__qg_rows(jb, b * QUAROT__QG_ROWS, o1 < jb->w->rows ? o1 : jb->w->rows);
+    }
+}
+
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
                                       const int32_t* xsum, int64_t rows, float* y, int64_t ldy, quarot_isa isa,
                                       const quarot_env* env) {
     quarot__qg_job jb;
     quarot_isa use;
     quarot_result r;
-    int64_t G;
+    int64_t G, nb, nt;
     if (!w || !w->data || !w->scales || !xq || !x_scales || !xsum || !y || rows < 0 || w->rows < 0 ||
         quarot_qmat_row_bytes(w->bits, w->cols, w->group) == 0 || ldx < w->cols || ldy < w->rows)
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -8543,7 +8556,12 @@ QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, in
     jb.ldx = ldx; jb.rows = rows; jb.ldy = ldy; jb.y = y;
     jb.fn = quarot__qg_kernel(use);
     jb.tile = quarot__qg_tile_kernel(use);
-    quarot_env_parallel_for(env, quarot__qg_task, &jb, (w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS);
+    nb = (w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS;
+    // QUAROT__QG_SPLIT tasks per thread: few enough that taking a task costs nothing beside it, enough
+    // that a thread slowed by another process does not leave the others waiting long
+    nt = env && env->parallel.n_threads > 1 ? (int64_t)env->parallel.n_threads * QUAROT__QG_SPLIT : 1;
+    jb.per = (nb + nt - 1) / nt;
+    quarot_env_parallel_for(env, quarot__qg_task, &jb, (nb + jb.per - 1) / jb.per);
     return QUAROT_OK;
 }
 
