@@ -275,6 +275,14 @@ static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
     ENG_BUF(en->act_q, int8_t, T * (wide > g->hidden ? wide : g->hidden));
     ENG_BUF(en->act_s, float, T);
     ENG_BUF(en->act_sum, int32_t, T * (wide > g->hidden ? wide : g->hidden));
+    /* AMX tiles for blocks of >= 16 tokens on the integer path, when Linux grants tile state */
+    en->amx = !en->opts.no_amx && !en->opts.fp_linears && T >= 16 &&
+              (en->opts.isa == QUAROT_ISA_DEFAULT || en->opts.isa == QUAROT_ISA_AVX512) &&
+              quarot_amx_request() == QUAROT_OK;
+    if (en->amx) {
+        en->amx_work_size = quarot_qgemm_amx_workspace_size(T, wide > g->hidden ? wide : g->hidden);
+        ENG_BUF(en->amx_work, uint8_t, en->amx_work_size);
+    }
     if (kvq) {
         int64_t rb = en->opts.kv_bits <= 4 ? en->kv_dim / 2 : en->kv_dim;
         en->kv_row_bytes = rb;
@@ -424,7 +432,10 @@ static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, cons
 static quarot_result eng_matmul(qx_engine* en, const qx_eng_linear* L, const float* x, int64_t T, float* y) {
     quarot_result r;
     int64_t t, j;
-    if (L->int_kernel)
+    if (L->int_kernel && en->amx && T >= 16)
+        r = quarot_qgemm_amx(&L->qm, en->act_q, L->in, en->act_s, en->act_sum, T, y, L->out, en->amx_work,
+                             en->amx_work_size, &en->env);
+    else if (L->int_kernel)
         r = quarot_qgemm(&L->qm, en->act_q, L->in, en->act_s, en->act_sum, T, y, L->out, en->opts.isa, &en->env);
     else if (T <= 2)   /* FP32 decode: quarot_sgemm packs its operands, which costs more than the product */
         r = quarot_sgemv(T, L->out, L->in, x, L->in, L->w, L->in, y, L->out, &en->env, QUAROT_ISA_DEFAULT);
