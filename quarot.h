@@ -8698,7 +8698,10 @@ QUAROT__PRIVATE void quarot__qg_amx_block(const quarot__amx_job* jb, int64_t o0,
                 __m512i v = _mm512_sub_epi32(_mm512_load_si512((const void*)cr),
                                              _mm512_load_si512((const void*)(ox + 16 * t)));
                 __m512 fv = _mm512_load_ps(&f[r][16 * t]);
-                _mm512_store_ps(&f[r][16 * t], _mm512_add_ps(fv, _mm512_mul_ps(_mm512_cvtepi32_ps(v), ws)));
+                // the zero-masked conversion: the plain one reads _mm512_undefined_ps(), which g++ 12 -O1
+                // reports as uninitialized (as in quarot__qg_store16_avx512)
+                _mm512_store_ps(&f[r][16 * t],
+                                _mm512_add_ps(fv, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, v), ws)));
             }
         }
     }
