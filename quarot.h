@@ -36,6 +36,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>gptq             GPTQ weight quantization from a calibration Hessian (act-order, groups)
     >>gptq_run         (implementation only) GPTQ's factor U of H^-1 (UL Cholesky, inverse) and its column loop
     >>qgemm            integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
+    >>qgemm_amx        the same products on AMX-INT8 tiles (Linux tile permission, fallback to VNNI)
     >>rotation         an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model            architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter          per-family description: fusion map, bake names, rotation pairs, head geometry
@@ -823,8 +824,9 @@ QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_
                                           int32_t* xsum);
 // y[t][o] (row stride ldy >= w->rows) for t < rows tokens, as above. Tiles of 4 output rows x 4
 // tokens share each unpacked weight vector and each activation load (rows == 1 is the decode
-// matrix-vector product). Output rows are split into tasks of 8 over env's parallel hook; each y
-// element is computed by one task in the same order, so results do not depend on the thread count.
+// matrix-vector product). Output rows are split into blocks of 8, and the blocks into 8 runs per
+// thread of env's parallel hook; each y element is computed by one task in the same order, so
+// results do not depend on the thread count.
 // Speed: 64-byte aligned weight rows and activation rows (data, xq and the strides) avoid loads that
 // straddle two cache lines; results do not depend on alignment. Errors:
 // NULL pointers, bits not 4/8, shapes, group not dividing cols or over the limit, ldx/ldy too small ->
@@ -832,6 +834,26 @@ QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
                                       const int32_t* xsum, int64_t rows, float* y, int64_t ldy, quarot_isa isa,
                                       const quarot_env* env);
+
+// >>qgemm_amx
+// quarot_qgemm on Intel AMX-INT8 tiles, compiled where __AMX_INT8__ and __AMX_TILE__ are defined
+// (x86-64 Linux, gcc or clang): TDPBUSD forms the same integer sums (u8 x s8 products into int32
+// lanes, wrapping) and the float steps are quarot_qgemm's, so y is bit-identical to it.
+// Linux gives a process tile state only on request: quarot_amx_request() makes that request once
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, the call an engine makes) and returns QUAROT_OK
+// when the CPU has AMX-INT8 and the kernel granted it, else QUAROT_ERR_UNSUPPORTED: not compiled
+// in, no AMX on this CPU, or refused (then run quarot_qgemm, VNNI). Calling it again is harmless.
+QUAROT_API quarot_result quarot_amx_request(void);
+// Workspace bytes of quarot_qgemm_amx for rows tokens of cols codes: the activations laid out for
+// the tiles, 16 tokens at a time ([ceil(rows/16)][cols/64][16][64] bytes), plus 64 for alignment.
+QUAROT_API size_t quarot_qgemm_amx_workspace_size(int64_t rows, int64_t cols);
+// quarot_qgemm's arguments (no isa) plus workspace. Tiles cover groups of whole 128-code blocks
+// (4 bits) or 64-code blocks (8 bits); other shapes run quarot_qgemm's best kernel (same results).
+// Errors: as quarot_qgemm; work NULL or smaller than the size above -> QUAROT_ERR_INVALID_ARGUMENT;
+// no tile state (not compiled in, or not granted to this process) -> QUAROT_ERR_UNSUPPORTED.
+QUAROT_API quarot_result quarot_qgemm_amx(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
+                                          const int32_t* xsum, int64_t rows, float* y, int64_t ldy, void* work,
+                                          size_t work_size, const quarot_env* env);
 
 // >>rotation
 // An orthogonal matrix Q of size n (docs/algorithms.md §3), applied to row vectors: x <- x*Q. Q is
@@ -8073,7 +8095,8 @@ QUAROT_API quarot_result quarot_gptq_f32(float* w, int64_t out, int64_t in, int6
 // sum u*x over whole blocks (128 codes at 4 bits, 64 at 8) with wrapping int32 lanes; the group's
 // tail, the offset and the float scales are shared scalar code, identical for every ISA.
 #define QUAROT__QG_TILE 4      // tokens sharing one pass over a weight row
-#define QUAROT__QG_ROWS 8      // output rows per parallel task (8 rows of weights + a 4-token tile fit L1)
+#define QUAROT__QG_ROWS 8      // output rows per block (8 rows of weights + a 4-token tile fit L1)
+#define QUAROT__QG_SPLIT 8     // parallel tasks per thread (each a run of whole blocks)
 // The finishing data of a whole-row tile (one scale per row, no tail), for kernels that write y
 // themselves (the AVX-512 tile kernel).
 typedef struct quarot__qg_ep {
@@ -8508,22 +8531,20 @@ typedef struct quarot__qg_job {
     float* y;
     quarot__qg_fn fn;
     quarot__qg_tile_fn tile;   // NULL: fn row by row
+    int64_t per;               // blocks of QUAROT__QG_ROWS rows per task
 } quarot__qg_job;
 
 // Output rows [o0, o1) of every token: tiles of QUAROT__QG_TILE tokens x 4 rows. The integer sums
 // come from the ISA's 4-row kernel where there is one, else from its row kernel, row by row (the
 // same integers either way); the float steps per (t, o) are the same scalar code for every ISA.
-QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
-    const quarot__qg_job* jb = (const quarot__qg_job*)arg;
+QUAROT__PRIVATE void quarot__qg_rows(const quarot__qg_job* jb, int64_t o0, int64_t o1) {
     const quarot_qmat* w = jb->w;
     int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, o, t0, g;
-    int64_t o0 = task * QUAROT__QG_ROWS, o1 = o0 + QUAROT__QG_ROWS;
     size_t rb = quarot_qmat_row_bytes(w->bits, w->cols,
                                       w->group), gb = w->bits == 4 ? (size_t)((G + 1) / 2) : (size_t)G;
     int64_t blk = w->bits == 4 ? 128 : 64, nblk = G / blk, tail = G - nblk * blk;
     uint32_t off = w->bits == 4 ? 8u : 128u;
     int whole = ng == 1 && tail == 0 && jb->tile != NULL;   // one scale per row, whole blocks: finished in the kernel
-    if (o1 > w->rows) o1 = w->rows;
     for (t0 = 0; t0 < jb->rows; t0 += QUAROT__QG_TILE) {
         int nt = (int)(jb->rows - t0 < QUAROT__QG_TILE ? jb->rows - t0 : QUAROT__QG_TILE), t, r;
         for (o = o0; o < o1; o += 4) {
@@ -8583,13 +8604,26 @@ QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
     }
 }
 
+// Task i: the blocks of QUAROT__QG_ROWS output rows [i * per, (i + 1) * per), one block after the
+// other (each block's rows stay in L1 across the token tiles). The block boundaries are the same for
+// any task size, so the split changes no result.
+QUAROT__PRIVATE void quarot__qg_task(void* arg, int64_t task) {
+    const quarot__qg_job* jb = (const quarot__qg_job*)arg;
+    int64_t b = task * jb->per, b1 = b + jb->per, nb = (jb->w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS;
+    if (b1 > nb) b1 = nb;
+    for (; b < b1; ++b) {
+        int64_t o1 = (b + 1) * QUAROT__QG_ROWS;
+        quarot__qg_rows(jb, b * QUAROT__QG_ROWS, o1 < jb->w->rows ? o1 : jb->w->rows);
+    }
+}
+
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
                                       const int32_t* xsum, int64_t rows, float* y, int64_t ldy, quarot_isa isa,
                                       const quarot_env* env) {
     quarot__qg_job jb;
     quarot_isa use;
     quarot_result r;
-    int64_t G;
+    int64_t G, nb, nt;
     if (!w || !w->data || !w->scales || !xq || !x_scales || !xsum || !y || rows < 0 || w->rows < 0 ||
         quarot_qmat_row_bytes(w->bits, w->cols, w->group) == 0 || ldx < w->cols || ldy < w->rows)
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -8602,8 +8636,209 @@ QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, in
     jb.ldx = ldx; jb.rows = rows; jb.ldy = ldy; jb.y = y;
     jb.fn = quarot__qg_kernel(use);
     jb.tile = quarot__qg_tile_kernel(use);
-    quarot_env_parallel_for(env, quarot__qg_task, &jb, (w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS);
+    nb = (w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS;
+    // QUAROT__QG_SPLIT tasks per thread: few enough that taking a task costs nothing beside it, enough
+    // that a thread slowed by another process does not leave the others waiting long
+    nt = env && env->parallel.n_threads > 1 ? (int64_t)env->parallel.n_threads * QUAROT__QG_SPLIT : 1;
+    jb.per = (nb + nt - 1) / nt;
+    quarot_env_parallel_for(env, quarot__qg_task, &jb, (nb + jb.per - 1) / jb.per);
     return QUAROT_OK;
+}
+
+// >>qgemm_amx
+// C[o][t] += sum_k A[o][k] B[k][t] on 16 x 16 int32 tiles: A = 16 weight rows x 64 offset-binary
+// codes (4 bits: a block's low or high nibbles, unpacked with AVX-512; 8 bits: the bytes), B = 64
+// codes of 16 tokens, re-laid once per call as TDPBUSD reads it (B[k/4][4t + k%4]). Four C tiles
+// hold 32 rows x 32 tokens; per weight group they are stored, and quarot_qgemm's scalar finish runs
+// on them.
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__) && defined(__x86_64__) && \
+    defined(__GNUC__) && defined(QUAROT__HAVE_AVX512) && defined(__AVX512BW__)
+#define QUAROT__QG_AMX 1
+#define QUAROT__AMX_GET_PERM 0x1022   // arch_prctl codes and the XTILEDATA state component (Linux ABI)
+#define QUAROT__AMX_REQ_PERM 0x1023
+#define QUAROT__AMX_XTILEDATA 18
+// arch_prctl(2) directly (syscall 158 on x86-64): libc declares no wrapper in strict C99 mode.
+static long quarot__amx_prctl(long code, unsigned long arg) {
+    long ret;
+    __asm__ __volatile__("syscall" : "=a"(ret) : "0"(158L), "D"(code), "S"(arg) : "rcx", "r11", "memory");
+    return ret;
+}
+static int quarot__amx_granted(void) {
+    unsigned long mask = 0;
+    return quarot__amx_prctl(QUAROT__AMX_GET_PERM, (unsigned long)(uintptr_t)&mask) == 0 &&
+           (mask & (1ul << QUAROT__AMX_XTILEDATA)) != 0;
+}
+static int quarot__amx_cpu(void) {   // CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8
+    unsigned a = 7, b = 0, c = 0, d = 0;
+    __asm__ __volatile__("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d));
+    return (d >> 24 & 1u) && (d >> 25 & 1u);
+}
+typedef struct quarot__amx_cfg {   // LDTILECFG's 64-byte operand, palette 1
+    uint8_t palette, start_row, reserved0[14];
+    uint16_t colsb[16];
+    uint8_t rows[16], reserved1[16];
+} quarot__amx_cfg;
+// Tiles 0-3: C (16 x 16 int32), 4-5: A, 6-7: B; all 16 rows of 64 bytes.
+static void quarot__amx_config(void) {
+    quarot__amx_cfg cfg;
+    int i;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (i = 0; i < 8; ++i) { cfg.colsb[i] = 64; cfg.rows[i] = 16; }
+    _tile_loadconfig(&cfg);
+}
+
+typedef struct quarot__amx_job {
+    const quarot_qmat* w;
+    const uint8_t* b;          // activations re-laid: [tile j][chunk c][16][64]
+    const float* xs;
+    const int32_t* xsum;
+    int64_t rows, ldy, nc, per;   // tokens, y stride, 64-code chunks per row, 16-row blocks per task
+    float* y;
+} quarot__amx_job;
+
+// 32 output rows from o0 (nr valid; the others copies of the last), tokens [t0, t0 + 16 * ntile),
+// ntile <= 2: C tiles 0-3 = (rows 0-15, 16-31) x (token tiles 0, 1), A = 4, 5, B = 6, 7, so each
+// loaded tile serves two products.
+QUAROT__PRIVATE void quarot__qg_amx_block(const quarot__amx_job* jb, int64_t o0, int nr, int64_t t0, int ntile) {
+    const quarot_qmat* w = jb->w;
+    int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, cpg = G / 64, g, c;
+    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols, w->group), gb = w->bits == 4 ? (size_t)(G / 2) : (size_t)G;
+    uint32_t off = w->bits == 4 ? 8u : 128u;
+    int nt = (int)(jb->rows - t0 < 16 * ntile ? jb->rows - t0 : 16 * ntile), r, t, two = nr > 16;
+    int nu = two ? 32 : 16;   // rows unpacked
+    const uint8_t* wr[32];
+    uint8_t a[2][32 * 64] __attribute__((aligned(64)));
+    int32_t cb[4][16 * 16] __attribute__((aligned(64)));
+    float f[32][32] __attribute__((aligned(64)));
+    uint32_t ox[32] __attribute__((aligned(64)));
+    const __m512i m = _mm512_set1_epi8(15);
+    for (r = 0; r < 32; ++r) wr[r] = w->data + (size_t)(o0 + (r < nr ? r : nr - 1)) * rb;
+    for (r = 0; r < 32; ++r)
+        for (t = 0; t < 32; ++t) f[r][t] = 0.0f;
+    for (g = 0; g < ng; ++g) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (c = 0; c < cpg; ++c) {
+            const uint8_t* bt = jb->b + ((size_t)(t0 / 16) * (size_t)jb->nc + (size_t)(g * cpg + c)) * 1024;
+            const uint8_t* at;
+            if (w->bits == 4) {
+                if ((c & 1) == 0)   // a 128-code block: low nibbles are codes 0..63, high 64..127
+                    for (r = 0; r < nu; ++r) {   // 32 rows are 32 streams: ask for the block 4 ahead
+                        __m512i v = _mm512_loadu_si512((const void*)(wr[r] + (size_t)g * gb + (size_t)(c / 2) * 64));
+                        _mm_prefetch((const char*)(wr[r] + (size_t)g * gb + (size_t)(c / 2 + 4) * 64), _MM_HINT_T0);
+                        _mm512_store_si512((void*)(a[0] + r * 64), _mm512_and_si512(v, m));
+                        _mm512_store_si512((void*)(a[1] + r * 64), _mm512_and_si512(_mm512_srli_epi16(v, 4), m));
+                    }
+                at = a[c & 1];
+            } else {
+                for (r = 0; r < nu; ++r)
+                    _mm512_store_si512((void*)(a[0] + r * 64),
+                                       _mm512_loadu_si512((const void*)(wr[r] + (size_t)g * gb + (size_t)c * 64)));
+                at = a[0];
+            }
+            _tile_loadd(4, at, 64);
+            _tile_loadd(6, bt, 64);
+            _tile_dpbusd(0, 4, 6);
+            if (ntile > 1) { _tile_loadd(7, bt + (size_t)jb->nc * 1024, 64); _tile_dpbusd(1, 4, 7); }
+            if (two) {
+                _tile_loadd(5, at + 16 * 64, 64);
+                _tile_dpbusd(2, 5, 6);
+                if (ntile > 1) _tile_dpbusd(3, 5, 7);
+            }
+        }
+        _tile_stored(0, cb[0], 64); _tile_stored(1, cb[1], 64); _tile_stored(2, cb[2], 64); _tile_stored(3, cb[3], 64);
+        // quarot__qg_rows' finish per (t, o), 16 tokens a vector: a = sum - offset * xsum (wrapping
+        // int32), f += float(a) * w_scale (a multiply, then an add: no contraction)
+        for (t = 0; t < 32; ++t) ox[t] = t < nt ? off * (uint32_t)jb->xsum[(t0 + t) * ng + g] : 0u;
+        for (r = 0; r < nr; ++r) {
+            __m512 ws = _mm512_set1_ps(w->scales[(o0 + r) * ng + g]);
+            for (t = 0; t < ntile; ++t) {
+                const int32_t* cr = (r < 16 ? cb[t] + r * 16 : cb[2 + t] + (r - 16) * 16);
+                __m512i v = _mm512_sub_epi32(_mm512_load_si512((const void*)cr),
+                                             _mm512_load_si512((const void*)(ox + 16 * t)));
+                __m512 fv = _mm512_load_ps(&f[r][16 * t]);
+                // the zero-masked conversion: the plain one reads _mm512_undefined_ps(), which g++ 12 -O1
+                // reports as uninitialized (as in quarot__qg_store16_avx512)
+                _mm512_store_ps(&f[r][16 * t],
+                                _mm512_add_ps(fv, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, v), ws)));
+            }
+        }
+    }
+    for (r = 0; r < nr; ++r)
+        for (t = 0; t < nt; ++t) jb->y[(t0 + t) * jb->ldy + o0 + r] = f[r][t] * jb->xs[t0 + t];
+}
+
+QUAROT__PRIVATE void quarot__qg_amx_task(void* arg, int64_t task) {
+    const quarot__amx_job* jb = (const quarot__amx_job*)arg;
+    int64_t nb = (jb->w->rows + 31) / 32, b = task * jb->per, b1 = b + jb->per, t0;
+    if (b1 > nb) b1 = nb;
+    quarot__amx_config();   // tile configuration is per thread
+    for (; b < b1; ++b) {
+        int nr = (int)(jb->w->rows - b * 32 < 32 ? jb->w->rows - b * 32 : 32);
+        for (t0 = 0; t0 < jb->rows; t0 += 32) {
+            int64_t left = (jb->rows - t0 + 15) / 16;
+            quarot__qg_amx_block(jb, b * 32, nr, t0, (int)(left < 2 ? left : 2));
+        }
+    }
+    _tile_release();
+}
+#endif
+
+QUAROT_API quarot_result quarot_amx_request(void) {
+#if defined(QUAROT__QG_AMX)
+    if (!quarot__amx_cpu()) return QUAROT_ERR_UNSUPPORTED;
+    if (quarot__amx_granted()) return QUAROT_OK;
+    if (quarot__amx_prctl(QUAROT__AMX_REQ_PERM, QUAROT__AMX_XTILEDATA) != 0) return QUAROT_ERR_UNSUPPORTED;
+    return quarot__amx_granted() ? QUAROT_OK : QUAROT_ERR_UNSUPPORTED;
+#else
+    return QUAROT_ERR_UNSUPPORTED;
+#endif
+}
+
+QUAROT_API size_t quarot_qgemm_amx_workspace_size(int64_t rows, int64_t cols) {
+    if (rows < 0 || cols <= 0) return 0;
+    return (size_t)((rows + 15) / 16) * (size_t)((cols + 63) / 64) * 1024u + 64u;
+}
+
+QUAROT_API quarot_result quarot_qgemm_amx(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
+                                          const int32_t* xsum, int64_t rows, float* y, int64_t ldy, void* work,
+                                          size_t work_size, const quarot_env* env) {
+#if defined(QUAROT__QG_AMX)
+    quarot__amx_job jb;
+    int64_t G, nb, ntask, j, n, c, kk;
+    uint8_t* b;
+    if (!w || !w->data || !w->scales || !xq || !x_scales || !xsum || !y || rows < 0 || w->rows < 0 || !work ||
+        quarot_qmat_row_bytes(w->bits, w->cols, w->group) == 0 || ldx < w->cols || ldy < w->rows ||
+        work_size < quarot_qgemm_amx_workspace_size(rows, w->cols))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!quarot__amx_granted()) return QUAROT_ERR_UNSUPPORTED;
+    G = w->group ? w->group : w->cols;
+    if (G % (w->bits == 4 ? 128 : 64) != 0 || G > (w->bits == 4 ? (INT64_C(1) << 20) : (INT64_C(1) << 16)))
+        return quarot_qgemm(w, xq, ldx, x_scales, xsum, rows, y, ldy, QUAROT_ISA_DEFAULT, env);
+    if (rows == 0 || w->rows == 0) return QUAROT_OK;
+    b = (uint8_t*)work + ((64u - (uintptr_t)work % 64u) % 64u);
+    jb.nc = w->cols / 64;
+    for (j = 0; j < (rows + 15) / 16; ++j)   // b[j][c][kk][4n + i] = x[16j + n][64c + 4kk + i], 0 past the end
+        for (n = 0; n < 16; ++n) {
+            const int8_t* x = 16 * j + n < rows ? xq + (16 * j + n) * ldx : NULL;
+            for (c = 0; c < jb.nc; ++c)
+                for (kk = 0; kk < 16; ++kk) {
+                    uint8_t* d = b + (size_t)((j * jb.nc + c) * 1024 + kk * 64 + 4 * n);
+                    if (x) memcpy(d, x + c * 64 + kk * 4, 4);
+                    else memset(d, 0, 4);
+                }
+        }
+    jb.w = w; jb.b = b; jb.xs = x_scales; jb.xsum = xsum; jb.rows = rows; jb.ldy = ldy; jb.y = y;
+    nb = (w->rows + 31) / 32;
+    ntask = env && env->parallel.n_threads > 1 ? (int64_t)env->parallel.n_threads * QUAROT__QG_SPLIT : 1;
+    jb.per = (nb + ntask - 1) / ntask;
+    quarot_env_parallel_for(env, quarot__qg_amx_task, &jb, (nb + jb.per - 1) / jb.per);
+    return QUAROT_OK;
+#else
+    (void)w; (void)xq; (void)ldx; (void)x_scales; (void)xsum; (void)rows; (void)y; (void)ldy; (void)work;
+    (void)work_size; (void)env;
+    return QUAROT_ERR_UNSUPPORTED;
+#endif
 }
 
 // >>rotation

@@ -3,19 +3,21 @@
    layer, random, generated in-process), vocab 512 so that the decoder layers dominate as in a 32-layer
    model. Configurations in the same engine: FP32; W8A8KV8; W4A4KV4 without and with QuaRot's online
    hooks (down_proj input 11008 = 172 x 64, across the 32 heads before o_proj, per head on q and k after
-   RoPE). For each, 1 and 2 threads: prefill tokens/s (one block of 64 tokens), decode tokens/s (16
-   tokens after it), the share of a decode step spent in the online hooks and in activation
+   RoPE). For each, 1 and 2 threads: prefill tokens/s (one block of 64 tokens, and one of 512), decode
+   tokens/s (16 tokens after the 64), the share of a decode step spent in the online hooks and in activation
    quantization, and the decoder weights' memory. Then the machine's int8 dot-product peak (a
    register-only loop of the widest u8 x s8 dot instruction compiled in, one thread) and the integer
    kernels' share of it on a 4096 x 4096 W4A4 product (prefill: 64 tokens; decode: 1 token).
 
-   Usage: bench_engine [--quick] [--layers N] [--kernels]   (--quick: 1 layer, 32 prefill / 8 decode
-   tokens; --kernels: only the peak, the integer kernels and the streaming read).
+   Usage: bench_engine [--quick] [--layers N] [--kernels] [--save DIR]   (--quick: 1 layer, 32 prefill /
+   8 decode tokens; --kernels: only the peak, the integer kernels and the streaming read; --save: write
+   the synthetic model to DIR (safetensors + config.json) and stop, for tools/bench_vs_llamacpp.sh).
    The weights are synthetic: speed does not depend on their values. Times are wall clock, best of 2;
    BENCH_CLOCK=cpu times the one-thread rows, the peak and the kernels with the thread's CPU time. */
 #include "quarot.h"
 #include "engine/qx_engine.h"
 #include "model/qx_synth.h"
+#include "formats/qx_safetensors.h"
 #include "support/qx_threads.h"
 #include "bench/bench_util.h"
 
@@ -115,6 +117,36 @@ static double int8_peak(const char** what) {
 #endif
 }
 
+/* ---- AMX-INT8 peak: TDPBUSD (16 x 16 x 64 = 16384 MACs) on four independent C tiles from two
+   loaded tiles, nothing else in the loop; needs quarot_amx_request() granted. ---- */
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__x86_64__)
+#define BENCH_AMX 1
+static double amx_peak(void) {
+    static unsigned char cfg[64], a[1024] __attribute__((aligned(64))), b[1024] __attribute__((aligned(64)));
+    const long iters = 2000000;
+    long i;
+    double t0, t;
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    for (i = 0; i < 6; ++i) { cfg[16 + 2 * i] = 64; cfg[48 + i] = 16; }
+    memset(a, 3, sizeof a);
+    memset(b, 1, sizeof b);
+    _tile_loadconfig(cfg);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, a, 64);
+    _tile_loadd(5, b, 64);
+    t0 = now_s();
+    for (i = 0; i < iters; ++i) {
+        _tile_dpbusd(0, 4, 5); _tile_dpbusd(1, 4, 5); _tile_dpbusd(2, 4, 5); _tile_dpbusd(3, 4, 5);
+    }
+    t = now_s() - t0;
+    _tile_stored(0, a, 64);
+    _tile_release();
+    sink = a[0];
+    return (double)iters * 4.0 * 16384.0 / t;
+}
+#endif
+
 static void* alloc64(size_t n) {
     void* p = NULL;
     return posix_memalign(&p, 64, n ? n : 1) == 0 ? p : NULL;
@@ -123,7 +155,12 @@ static void* alloc64(size_t n) {
 /* ---- integer kernel throughput: W[out][in] (bits) x T tokens, 64-byte aligned rows as the engine
    allocates them. nmat > 1 cycles through that many weight matrices so that decode reads its weights
    from DRAM, not from the last-level cache. Returns MAC/s (best of reps). ---- */
+static double kernel_rate_isa(int bits, int64_t out, int64_t in, int64_t T, int reps, int nmat, int amx);
 static double kernel_rate(int bits, int64_t out, int64_t in, int64_t T, int reps, int nmat) {
+    return kernel_rate_isa(bits, out, in, T, reps, nmat, 0);
+}
+/* amx: through quarot_qgemm_amx (tile state granted), else quarot_qgemm. */
+static double kernel_rate_isa(int bits, int64_t out, int64_t in, int64_t T, int reps, int nmat, int amx) {
     size_t rb = quarot_qmat_row_bytes(bits, in, 0);
     uint8_t* wd = (uint8_t*)alloc64(rb * (size_t)out * (size_t)nmat);
     float* ws = (float*)alloc64((size_t)out * sizeof(float));
@@ -131,6 +168,8 @@ static double kernel_rate(int bits, int64_t out, int64_t in, int64_t T, int reps
     float* xs = (float*)alloc64((size_t)T * sizeof(float));
     int32_t* xsum = (int32_t*)alloc64((size_t)T * sizeof(int32_t));
     float* y = (float*)alloc64((size_t)(T * out) * sizeof(float));
+    size_t wsz = quarot_qgemm_amx_workspace_size(T, in);
+    void* work = alloc64(wsz);
     quarot_qmat m;
     double best = 1e30;
     int64_t i;
@@ -146,12 +185,13 @@ static double kernel_rate(int bits, int64_t out, int64_t in, int64_t T, int reps
         double t0 = now_s();
         for (k = 0; k < nmat; ++k) {
             m.data = wd + (size_t)k * rb * (size_t)out;
-            quarot_qgemm(&m, xq, in, xs, xsum, T, y, out, QUAROT_ISA_DEFAULT, NULL);
+            if (amx) quarot_qgemm_amx(&m, xq, in, xs, xsum, T, y, out, work, wsz, NULL);
+            else quarot_qgemm(&m, xq, in, xs, xsum, T, y, out, QUAROT_ISA_DEFAULT, NULL);
         }
         t0 = (now_s() - t0) / nmat;
         if (t0 < best) best = t0;
     }
-    free(wd); free(ws); free(xq); free(xs); free(xsum); free(y);
+    free(wd); free(ws); free(xq); free(xs); free(xsum); free(y); free(work);
     return (double)(T * out * in) / best;
 }
 
@@ -166,7 +206,18 @@ static double read_rate(size_t n, int reps) {
     for (r = 0; r < reps; ++r) {
         uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         double t0 = now_s();
+#if defined(__AVX512F__)
+        {   /* 64-byte loads, as the kernels make them */
+            __m512i v0 = _mm512_setzero_si512(), v1 = v0;
+            for (i = 0; i + 16 <= w; i += 16) {
+                v0 = _mm512_add_epi64(v0, _mm512_load_si512((const void*)(b + i)));
+                v1 = _mm512_add_epi64(v1, _mm512_load_si512((const void*)(b + i + 8)));
+            }
+            s0 = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(v0, v1));
+        }
+#else
         for (i = 0; i + 4 <= w; i += 4) { s0 += b[i]; s1 += b[i + 1]; s2 += b[i + 2]; s3 += b[i + 3]; }
+#endif
         t0 = now_s() - t0;
         sink = (int32_t)(s0 + s1 + s2 + s3);
         if (t0 < best) best = t0;
@@ -209,8 +260,26 @@ static double kernel_report(void) {
     printf("| W4A4 11008 x 4096 (gate/up) | %.1f | %.1f | %.0f%% |\n", k_gate.rate * 1e-9, k_gate.peak * 1e-9, pct(k_gate));
     printf("| W4A4 4096 x 11008 (down) | %.1f | %.1f | %.0f%% |\n", k_down.rate * 1e-9, k_down.peak * 1e-9, pct(k_down));
     printf("| W8A8 4096 x 4096 | %.1f | %.1f | %.0f%% |\n", k_w8.rate * 1e-9, k_w8.peak * 1e-9, pct(k_w8));
+#if defined(BENCH_AMX)
+    if (quarot_amx_request() == QUAROT_OK) {
+        double a0 = amx_peak(), ka = kernel_rate_isa(4, 4096, 4096, 64, 5, 1, 1), kg = kernel_rate_isa(4, 11008, 4096, 64, 3, 1, 1);
+        double kd = kernel_rate_isa(4, 4096, 11008, 64, 3, 1, 1), k8 = kernel_rate_isa(8, 4096, 4096, 64, 3, 1, 1);
+        double a1 = amx_peak();
+        if (a1 > a0) a0 = a1;
+        printf("AMX-INT8 peak (one thread, TDPBUSD on 4 tiles): %.1f GMAC/s, the higher of before and after the kernels\n", a0 * 1e-9);
+        printf("| product (AMX, 64 tokens) | GMAC/s | of AMX peak | vs VNNI kernel |\n|---|---|---|---|\n");
+        printf("| W4A4 4096 x 4096 | %.1f | %.0f%% | %.2fx |\n", ka * 1e-9, 100 * ka / a0, ka / k_pre.rate);
+        printf("| W4A4 11008 x 4096 | %.1f | %.0f%% | %.2fx |\n", kg * 1e-9, 100 * kg / a0, kg / k_gate.rate);
+        printf("| W4A4 4096 x 11008 | %.1f | %.0f%% | %.2fx |\n", kd * 1e-9, 100 * kd / a0, kd / k_down.rate);
+        printf("| W8A8 4096 x 4096 | %.1f | %.0f%% | %.2fx |\n", k8 * 1e-9, 100 * k8 / a0, k8 / k_w8.rate);
+    } else {
+        printf("AMX-INT8: compiled in, but the CPU lacks it or Linux refused tile state: VNNI only\n");
+    }
+#else
+    printf("AMX-INT8: not compiled in (needs -mamx-int8 -mamx-tile, e.g. -march=native on a CPU with AMX)\n");
+#endif
     printf("qgemm W4A4 4096x4096, 1 token (decode), weights from DRAM (8 matrices, 64 MiB): %.1f GMAC/s = %.0f%% of the peak;\n"
-           "  %.1f GB/s of packed weights = %.0f%% of a streaming read of 64 MiB (%.1f GB/s) in the same run\n",
+           "  %.1f GB/s of packed weights = %.0f%% of a streaming read of 64 MiB (64-byte loads, %.1f GB/s) in the same run\n",
            k_dec.rate * 1e-9, pct(k_dec), k_dec.rate * 0.5e-9, 100 * k_dec.rate * 0.5 / rd, rd * 1e-9);
     return pct(k_pre) / 100.0;
 }
@@ -219,6 +288,7 @@ typedef struct cfg { const char* name; int w, a, kv, hooks; } cfg;
 
 int main(int argc, char** argv) {
     int quick = 0, kernels_only = 0, i, c, th;
+    const char* save = NULL;
     int64_t layers = 2, P, D, l;
     qx_synth_desc sd;
     qx_store s;
@@ -227,14 +297,16 @@ int main(int argc, char** argv) {
     static const cfg cfgs[] = {
         {"FP32", 16, 16, 16, 0}, {"W8A8KV8", 8, 8, 8, 0}, {"W4A4KV4", 4, 4, 4, 0}, {"W4A4KV4 + hooks", 4, 4, 4, 1},
     };
-    double dec[4][2], pre[4][2], hook_share[4], actq_share[4];
+    double dec[4][2], pre[4][2], pre2[4][2], hook_share[4], actq_share[4];
     size_t wmem[4];
-    int32_t toks[64];
+    int32_t toks[512];
+    int64_t P2;
     double kfrac;
     for (i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc) layers = atoi(argv[++i]);
         else if (strcmp(argv[i], "--kernels") == 0) kernels_only = 1;
+        else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc) save = argv[++i];
     }
     if (quick) layers = 1;
     cpu_clock = getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0;
@@ -244,15 +316,25 @@ int main(int argc, char** argv) {
         return 0;
     }
     P = quick ? 32 : 64;
+    P2 = quick ? 128 : 512;
     D = quick ? 8 : 16;
     memset(&sd, 0, sizeof sd);
     sd.arch = "llama";
     sd.hidden = 4096; sd.intermediate = 11008; sd.n_layers = layers; sd.n_heads = 32; sd.n_kv_heads = 32; sd.head_dim = 128;
-    sd.vocab = 512; sd.max_seq = 256; sd.n_outliers = -1;
+    sd.vocab = 512; sd.max_seq = 1024; sd.n_outliers = -1;
     printf("bench_engine: 7B-shaped decoder (hidden 4096, intermediate 11008, 32 heads x 128), %lld layers, vocab 512; ISA %s\n",
            (long long)layers, quarot_isa_name(quarot_isa_best()));
     fflush(stdout);
     if (qx_synth_model(&s, &sd, &e) != QUAROT_OK) { printf("synth: %s\n", e.msg); return 1; }
+    if (save) {   /* the same layers as a model directory, for `quarot quantize` and other engines */
+        qx_st_save_opts so;
+        memset(&so, 0, sizeof so);
+        so.force = 1;
+        if (qx_st_save(&s, save, &so, &e) != QUAROT_OK) { printf("save: %s\n", e.msg); return 1; }
+        printf("saved to %s\n", save);
+        qx_store_free(&s);
+        return 0;
+    }
     quarot_online_list_init(&hooks, NULL);
     for (l = 0; l < layers; ++l) {
         if (quarot_online_list_add(&hooks, l, QUAROT_SITE_DOWN_INPUT, 11008, 1, 11008, 1, NULL) != QUAROT_OK ||
@@ -263,14 +345,14 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    for (i = 0; i < 64; ++i) toks[i] = (int32_t)((i * 31 + 7) % 512);
+    for (i = 0; i < 512; ++i) toks[i] = (int32_t)((i * 31 + 7) % 512);
     for (c = 0; c < 4; ++c) {
         for (th = 1; th <= 2; ++th) {
             qx_pool* pool = qx_pool_create(th);
             quarot_env env;
             qx_engine en;
             qx_engine_opts o;
-            double bp = 1e30, bd = 1e30, hk = 0, aq = 0;
+            double bp = 1e30, bp2 = 1e30, bd = 1e30, hk = 0, aq = 0;
             int rep;
             int use_cpu = getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0;
             cpu_clock = use_cpu && th == 1;
@@ -278,16 +360,24 @@ int main(int argc, char** argv) {
             memset(&o, 0, sizeof o);
             o.w_bits = cfgs[c].w; o.a_bits = cfgs[c].a; o.kv_bits = cfgs[c].kv;
             o.hooks = cfgs[c].hooks ? &hooks : NULL;
-            o.context = 256;
-            o.max_tokens = 64;
+            o.context = 1024;
+            o.max_tokens = 512;
             o.env = &env;
             o.profile = cpu_clock && th == 1 ? 2 : 1;
             if (qx_engine_init(&en, &s, &o, &e) != QUAROT_OK) { printf("%s: %s\n", cfgs[c].name, e.msg); return 1; }
             wmem[c] = en.weight_bytes;
+            if (c == 2 && th == 1)
+                printf("  integer prefill products: %s\n", en.amx ? "AMX-INT8 tiles (tile state granted)"
+                                                               : "VNNI / the best ISA (AMX not compiled in, absent or refused)");
             for (rep = 0; rep < 2; ++rep) {
                 double t0;
                 int64_t k;
                 int32_t tk = 5;
+                qx_engine_reset(&en);
+                t0 = now_s();
+                if (qx_engine_forward(&en, toks, P2, NULL, 0, &e) != QUAROT_OK) { printf("%s\n", e.msg); return 1; }
+                t0 = now_s() - t0;
+                if (t0 < bp2) bp2 = t0;
                 qx_engine_reset(&en);
                 t0 = now_s();
                 if (qx_engine_forward(&en, toks, P, NULL, 0, &e) != QUAROT_OK) { printf("%s\n", e.msg); return 1; }
@@ -301,23 +391,27 @@ int main(int argc, char** argv) {
                 if (t0 < bd) { bd = t0; hk = en.t_hooks / t0; aq = en.t_actq / t0; }
             }
             pre[c][th - 1] = (double)P / bp;
+            pre2[c][th - 1] = (double)P2 / bp2;
             dec[c][th - 1] = (double)D / bd;
             if (th == 1) { hook_share[c] = hk; actq_share[c] = aq; }
             qx_engine_free(&en);
             qx_pool_destroy(pool);
-            printf("  %-16s %d thread%s: prefill %8.1f tok/s, decode %7.2f tok/s (hooks %.1f%%, act quant %.1f%% of decode)\n",
-                   cfgs[c].name, th, th > 1 ? "s" : " ", pre[c][th - 1], dec[c][th - 1], 100 * hk, 100 * aq);
+            printf("  %-16s %d thread%s: prefill %lld %8.1f tok/s, prefill %lld %8.1f tok/s, decode %7.2f tok/s (hooks %.1f%%, act quant %.1f%% of decode)\n",
+                   cfgs[c].name, th, th > 1 ? "s" : " ", (long long)P, pre[c][th - 1], (long long)P2, pre2[c][th - 1],
+                   dec[c][th - 1], 100 * hk, 100 * aq);
             fflush(stdout);
         }
     }
     cpu_clock = getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0;
     kfrac = kernel_report();
     printf("\nclock: %s\n", getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0 ? "thread CPU time for 1 thread, wall for 2" : "wall");
-    printf("\n| config | weights (decoder linears) | prefill tok/s 1T | 2T | decode tok/s 1T | 2T | decode vs FP32 (1T) | hooks / decode step | act quant / decode step |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| config | weight bytes / decode token (decoder linears) | prefill %lld tok/s 1T | 2T | prefill %lld tok/s 1T | 2T | decode tok/s 1T | 2T | decode vs FP32 (1T) | hooks / decode step | act quant / decode step |\n",
+           (long long)P, (long long)P2);
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (c = 0; c < 4; ++c)
-        printf("| %s | %.1f MiB | %.1f | %.1f | %.2f | %.2f | %.2fx | %.1f%% | %.1f%% |\n", cfgs[c].name, (double)wmem[c] / 1048576.0,
-               pre[c][0], pre[c][1], dec[c][0], dec[c][1], dec[c][0] / dec[0][0], 100 * hook_share[c], 100 * actq_share[c]);
+        printf("| %s | %.1f MiB | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2fx | %.1f%% | %.1f%% |\n", cfgs[c].name,
+               (double)wmem[c] / 1048576.0, pre[c][0], pre[c][1], pre2[c][0], pre2[c][1], dec[c][0], dec[c][1],
+               dec[c][0] / dec[0][0], 100 * hook_share[c], 100 * actq_share[c]);
     printf("targets: W4A4 decode >= 3x FP32: %.2fx (no hooks), %.2fx (hooks); hooks <= 10%% of decode: %.1f%%; kernels >= 60%% of peak: %.0f%% (prefill, 4096 x 4096)\n",
            dec[2][0] / dec[0][0], dec[3][0] / dec[0][0], 100 * hook_share[3], 100 * kfrac);
     quarot_online_list_free(&hooks);

@@ -271,11 +271,23 @@ static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
     ENG_BUF(en->tmp, float, T * g->hidden);
     ENG_BUF(en->g, float, T * g->intermediate);
     ENG_BUF(en->u, float, T * g->intermediate);
-    ENG_BUF(en->scores, float, T * C);
+    /* attention runs n_att tasks side by side (kv heads dealt out round robin), each with its own
+       scores and dequantized K / V slices */
+    en->n_att = en->env.parallel.run && en->env.parallel.n_threads > 1 ? en->env.parallel.n_threads : 1;
+    if (en->n_att > nkv) en->n_att = nkv;
+    ENG_BUF(en->scores, float, en->n_att * T * C);
     ENG_BUF(en->rope, float, T * g->head_dim);
     ENG_BUF(en->act_q, int8_t, T * (wide > g->hidden ? wide : g->hidden));
     ENG_BUF(en->act_s, float, T);
     ENG_BUF(en->act_sum, int32_t, T * (wide > g->hidden ? wide : g->hidden));
+    /* AMX tiles for blocks of >= 16 tokens on the integer path, when Linux grants tile state */
+    en->amx = !en->opts.no_amx && !en->opts.fp_linears && T >= 16 &&
+              (en->opts.isa == QUAROT_ISA_DEFAULT || en->opts.isa == QUAROT_ISA_AVX512) &&
+              quarot_amx_request() == QUAROT_OK;
+    if (en->amx) {
+        en->amx_work_size = quarot_qgemm_amx_workspace_size(T, wide > g->hidden ? wide : g->hidden);
+        ENG_BUF(en->amx_work, uint8_t, en->amx_work_size);
+    }
     if (kvq) {
         int64_t rb = en->opts.kv_bits <= 4 ? en->kv_dim / 2 : en->kv_dim;
         en->kv_row_bytes = rb;
@@ -285,8 +297,8 @@ static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
         ENG_BUF(en->k_z, float, L * C * nkv);
         ENG_BUF(en->v_s, float, L * C * nkv);
         ENG_BUF(en->v_z, float, L * C * nkv);
-        ENG_BUF(en->kdeq, float, C * en->kv_dim);
-        ENG_BUF(en->vdeq, float, C * en->kv_dim);
+        ENG_BUF(en->kdeq, float, en->n_att * C * g->head_dim);
+        ENG_BUF(en->vdeq, float, en->n_att * C * g->head_dim);
         ENG_BUF(en->kv_codes, int8_t, T * en->kv_dim);
         ENG_BUF(en->kv_sc, float, T * nkv);
         ENG_BUF(en->kv_zp, float, T * nkv);
@@ -425,7 +437,10 @@ static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, cons
 static quarot_result eng_matmul(qx_engine* en, const qx_eng_linear* L, const float* x, int64_t T, float* y) {
     quarot_result r;
     int64_t t, j;
-    if (L->int_kernel)
+    if (L->int_kernel && en->amx && T >= 16)
+        r = quarot_qgemm_amx(&L->qm, en->act_q, L->in, en->act_s, en->act_sum, T, y, L->out, en->amx_work,
+                             en->amx_work_size, &en->env);
+    else if (L->int_kernel)
         r = quarot_qgemm(&L->qm, en->act_q, L->in, en->act_s, en->act_sum, T, y, L->out, en->opts.isa, &en->env);
     else if (T <= 2)   /* FP32 decode: quarot_sgemm packs its operands, which costs more than the product */
         r = quarot_sgemv(T, L->out, L->in, x, L->in, L->w, L->in, y, L->out, &en->env, QUAROT_ISA_DEFAULT);
@@ -467,18 +482,80 @@ static quarot_result eng_kv_store(qx_engine* en, int64_t l, int64_t pos0, int64_
     return QUAROT_OK;
 }
 
-/* Cache rows 0..n-1 of layer l as floats: (code - zero) * scale, quarot_dequantize_f32's expression. */
-static void eng_kv_load(const qx_engine* en, int64_t l, int64_t n, const uint8_t* q, const float* sc, const float* zp,
-                        float* out) {
-    int64_t C = en->context, kvd = en->kv_dim, hd = en->cfg.head_dim, nkv = en->cfg.n_kv_heads, p, j;
+/* Cache rows 0..n-1 of layer l, KV head kvh, as floats out[n][head_dim]: (code - zero) * scale,
+   quarot_dequantize_f32's expression. */
+static void eng_kv_load(const qx_engine* en, int64_t l, int64_t kvh, int64_t n, const uint8_t* q, const float* sc,
+                        const float* zp, float* out) {
+    int64_t C = en->context, hd = en->cfg.head_dim, nkv = en->cfg.n_kv_heads, p, j;
     for (p = 0; p < n; ++p) {
         const uint8_t* src = q + (l * C + p) * en->kv_row_bytes;
-        const float* s = sc + (l * C + p) * nkv;
-        const float* z = zp + (l * C + p) * nkv;
-        float* o = out + p * kvd;
-        for (j = 0; j < kvd; ++j) {
-            int code = en->opts.kv_bits <= 4 ? ((j & 1) ? (src[j / 2] >> 4) : (src[j / 2] & 15)) - 8 : (int)src[j] - 128;
-            o[j] = ((float)code - z[j / hd]) * s[j / hd];
+        float s = sc[(l * C + p) * nkv + kvh], z = zp[(l * C + p) * nkv + kvh];
+        float* o = out + p * hd;
+        if (en->opts.kv_bits <= 4) {
+            src += kvh * hd / 2;
+            for (j = 0; j < hd; j += 2) {
+                o[j] = ((float)((src[j / 2] & 15) - 8) - z) * s;
+                o[j + 1] = ((float)((src[j / 2] >> 4) - 8) - z) * s;
+            }
+        } else {
+            src += kvh * hd;
+            for (j = 0; j < hd; ++j) o[j] = ((float)((int)src[j] - 128) - z) * s;
+        }
+    }
+}
+
+/* Causal attention of the block's T queries over n_keys cache rows, per query head:
+   softmax(q k^T / sqrt(hd)) v (GQA: KV head h / grp). Task i takes KV heads i, i + n_att, ...; each
+   head's arithmetic is the same whichever task runs it (the products run serially inside a task). */
+typedef struct eng_att_job {
+    qx_engine* en;
+    int64_t l, T, pos0;
+    quarot_env serial;         /* en->env without the parallel hook */
+    int failed;                /* a product's error, or 0 */
+} eng_att_job;
+
+static void eng_att_task(void* arg, int64_t task) {
+    eng_att_job* jb = (eng_att_job*)arg;
+    qx_engine* en = jb->en;
+    const quarot_model_config* g = &en->cfg;
+    int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads, grp = nh / nkv, T = jb->T, pos0 = jb->pos0;
+    int64_t n_keys = pos0 + T, C = en->context, kvh, h, t, j, ld;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    float* scores = en->scores + task * T * C;
+    const float *kc, *vc;
+    quarot_result r;
+    for (kvh = task; kvh < nkv; kvh += en->n_att) {
+        if (eng_bits_on(en->opts.kv_bits)) {
+            float* kd = en->kdeq + task * C * hd;
+            float* vd = en->vdeq + task * C * hd;
+            eng_kv_load(en, jb->l, kvh, n_keys, en->k_q, en->k_s, en->k_z, kd);
+            eng_kv_load(en, jb->l, kvh, n_keys, en->v_q, en->v_s, en->v_z, vd);
+            kc = kd;
+            vc = vd;
+            ld = hd;
+        } else {
+            kc = en->k_f + jb->l * C * en->kv_dim + kvh * hd;
+            vc = en->v_f + jb->l * C * en->kv_dim + kvh * hd;
+            ld = en->kv_dim;
+        }
+        for (h = kvh * grp; h < (kvh + 1) * grp; ++h) {
+            r = quarot_sgemm(0, 1, T, n_keys, hd, scale, en->qb + h * hd, en->q_dim, kc, ld, 0.0f, scores, n_keys,
+                             &jb->serial);
+            if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
+            for (t = 0; t < T; ++t) {
+                float* s = scores + t * n_keys;
+                int64_t last = pos0 + t;
+                float mx = s[0], inv;
+                double sum = 0.0;
+                for (j = 1; j <= last; ++j) if (s[j] > mx) mx = s[j];
+                for (j = 0; j <= last; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
+                inv = (float)(1.0 / sum);
+                for (j = 0; j <= last; ++j) s[j] *= inv;
+                for (j = last + 1; j < n_keys; ++j) s[j] = 0.0f;
+            }
+            r = quarot_sgemm(0, 0, T, hd, n_keys, 1.0f, scores, n_keys, vc, ld, 0.0f, en->att + h * hd, en->q_dim,
+                             &jb->serial);
+            if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
         }
     }
 }
@@ -486,10 +563,8 @@ static void eng_kv_load(const qx_engine* en, int64_t l, int64_t n, const uint8_t
 static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0) {
     const quarot_model_config* g = &en->cfg;
     const qx_eng_layer* L = &en->layers[l];
-    int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads, grp = nh / nkv, n_keys = pos0 + T;
-    int64_t C = en->context, h, t, j, i;
-    float scale = (float)(1.0 / sqrt((double)hd));
-    const float *kc, *vc;
+    int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads, i;
+    eng_att_job aj;
     quarot_result r;
 
     qx_ops_norm(en->x, en->a, T, g->hidden, L->norm1, NULL, QUAROT_NORM_RMS, g->norm_eps);
@@ -507,36 +582,11 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
     if (r == QUAROT_OK) r = eng_kv_store(en, l, pos0, T, en->kb, en->k_q, en->k_s, en->k_z, en->k_f);
     if (r == QUAROT_OK) r = eng_kv_store(en, l, pos0, T, en->vb, en->v_q, en->v_s, en->v_z, en->v_f);
     if (r != QUAROT_OK) return r;
-    if (eng_bits_on(en->opts.kv_bits)) {
-        eng_kv_load(en, l, n_keys, en->k_q, en->k_s, en->k_z, en->kdeq);
-        eng_kv_load(en, l, n_keys, en->v_q, en->v_s, en->v_z, en->vdeq);
-        kc = en->kdeq;
-        vc = en->vdeq;
-    } else {
-        kc = en->k_f + l * C * en->kv_dim;
-        vc = en->v_f + l * C * en->kv_dim;
-    }
-    /* per query head: causal softmax(q k^T / sqrt(hd)) v over the cache (GQA: KV head h / grp) */
-    for (h = 0; h < nh; ++h) {
-        int64_t kvh = h / grp;
-        r = quarot_sgemm(0, 1, T, n_keys, hd, scale, en->qb + h * hd, en->q_dim, kc + kvh * hd, en->kv_dim, 0.0f,
-                         en->scores, n_keys, &en->env);
-        if (r != QUAROT_OK) return r;
-        for (t = 0; t < T; ++t) {
-            float* s = en->scores + t * n_keys;
-            int64_t last = pos0 + t;
-            float mx = s[0], inv;
-            double sum = 0.0;
-            for (j = 1; j <= last; ++j) if (s[j] > mx) mx = s[j];
-            for (j = 0; j <= last; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
-            inv = (float)(1.0 / sum);
-            for (j = 0; j <= last; ++j) s[j] *= inv;
-            for (j = last + 1; j < n_keys; ++j) s[j] = 0.0f;
-        }
-        r = quarot_sgemm(0, 0, T, hd, n_keys, 1.0f, en->scores, n_keys, vc + kvh * hd, en->kv_dim, 0.0f, en->att + h * hd,
-                         en->q_dim, &en->env);
-        if (r != QUAROT_OK) return r;
-    }
+    memset(&aj, 0, sizeof aj);
+    aj.en = en; aj.l = l; aj.T = T; aj.pos0 = pos0;
+    aj.serial.allocator = en->env.allocator;
+    quarot_env_parallel_for(&en->env, eng_att_task, &aj, en->n_att);
+    if (aj.failed) return (quarot_result)aj.failed;
     r = eng_hook(en, L->hook[ENG_O_INPUT], en->att, T, en->q_dim);
     if (r == QUAROT_OK) r = eng_act(en, en->att, T, en->q_dim, &L->o);
     if (r == QUAROT_OK) r = eng_matmul(en, &L->o, en->att, T, en->tmp);

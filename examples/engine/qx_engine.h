@@ -62,6 +62,9 @@ typedef struct qx_engine_opts {      /* zero-init = FP32, context = config max_s
     int fp_linears;                  /* 1: no integer kernels: FP32 GEMMs on fake-quantized weights and
                                         activations, the reference's arithmetic (a diagnostic: what is
                                         left between the two is integer vs float summation order) */
+    int no_amx;                      /* 1: never AMX-INT8 tiles; 0: blocks of >= 16 tokens run
+                                        quarot_qgemm_amx when quarot_amx_request() grants tile state
+                                        (same results as quarot_qgemm) */
 } qx_engine_opts;
 
 typedef struct qx_eng_linear {
@@ -91,6 +94,10 @@ typedef struct qx_engine {
     uint8_t *k_q, *v_q;
     float *k_s, *k_z, *v_s, *v_z;
     int64_t kv_row_bytes, pos;
+    int64_t n_att;                   /* attention tasks (threads, at most n_kv_heads) */
+    int amx;                         /* 1: prefill products on AMX tiles (granted), 0: VNNI / the isa */
+    void* amx_work;                  /* quarot_qgemm_amx's workspace */
+    size_t amx_work_size;
     /* scratch for max_tokens rows */
     float *x, *a, *qb, *kb, *vb, *att, *tmp, *g, *u, *scores, *rope, *kdeq, *vdeq, *act_s;
     int8_t* act_q;
