@@ -896,7 +896,29 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
             const char* moe = mixtral ? "block_sparse_moe" : "mlp";
             int64_t x, ei = c->expert_intermediate > 0 ? c->expert_intermediate : c->intermediate;
             QX__X(c->hidden, c->n_experts, "model.layers.%lld.%s.gate.weight", (long long)i, moe);
-            for (x = 0; x < c->n_experts; ++x) {
+            if (c->experts_stacked) {   /* GGUF: one 3-D tensor [n_experts][out][in] per projection */
+                static const char* const pr[3] = {"gate_proj", "up_proj", "down_proj"};
+                int k3;
+                for (k3 = 0; k3 < 3; ++k3) {
+                    const int64_t n0 = k3 == 2 ? ei : c->hidden, n1 = k3 == 2 ? c->hidden : ei;
+                    const quarot_tensor* t;
+                    snprintf(nm, sizeof nm, "model.layers.%lld.%s.experts.%s.weight", (long long)i, moe,
+                             mixtral ? (k3 == 0 ? "w1" : k3 == 1 ? "w3" : "w2") : pr[k3]);
+                    t = qx_store_find(s, nm);
+                    if (!t) {
+                        qx_err_set(e, "%s: tensor \"%s\" is missing (the config implies it)", fname, nm);
+                        return QUAROT_ERR_NOT_FOUND;
+                    }
+                    if (t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != c->n_experts || t->ne[3] != 1) {
+                        qx_err_set(e, "%s: tensor \"%s\" has shape [%lld, %lld, %lld] (outermost first), the config "
+                                   "implies [%lld experts, %lld, %lld]", fname, nm, (long long)t->ne[2],
+                                   (long long)t->ne[1], (long long)t->ne[0], (long long)c->n_experts, (long long)n1,
+                                   (long long)n0);
+                        return QUAROT_ERR_SHAPE_MISMATCH;
+                    }
+                }
+            }
+            for (x = 0; x < c->n_experts && !c->experts_stacked; ++x) {
                 QX__X(c->hidden, ei, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)i, moe, (long long)x,
                       mixtral ? "w1" : "gate_proj");
                 QX__X(c->hidden, ei, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)i, moe, (long long)x,
