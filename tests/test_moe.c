@@ -620,6 +620,14 @@ static void test_cli_moe_rotate(void) {
             if (!mt_save(&m, in, gguf)) { QT_CHECK(0); mt_free(&m); continue; }
             QT_EQ_INT(CLI("rotate %s %s --quiet %s", in, out, online ? "--online" : ""), 0);
             if (g_err[0]) printf("    stderr: %s", g_err);
+            if (gguf && !online) {   /* quantize keeps the MoE tensors and says so; eval refuses MoE by name */
+                QT_EQ_INT(CLI("quantize %s %s/q%d.gguf --quiet", in, g_tmp, f), 0);
+                QT_CHECKF(strstr(g_out, "mixture-of-experts tensors not quantized") != NULL &&
+                          strstr(g_out, "MoE gate, not quantized") != NULL, "%s", g_out);
+                QT_CHECK(write_str(tmp_path("toks.txt"), "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18\n"));
+                QT_CHECK(CLI("eval %s --tokens %s --seq-len 8", in, tmp_path("toks.txt")) != 0);
+                QT_CHECKF(strstr(g_err, "mixture-of-experts") != NULL, "%s", g_err);
+            }
             ok = mt_load(&m, out);
             QT_CHECK(ok);
             quarot_online_list_init(&l, NULL);
