@@ -618,8 +618,15 @@ static void test_cli_moe_rotate(void) {
             if (gguf) snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
             else snprintf(hooks, sizeof hooks, "%s/quarot_online.txt", out);
             if (!mt_save(&m, in, gguf)) { QT_CHECK(0); mt_free(&m); continue; }
-            QT_EQ_INT(CLI("rotate %s %s --quiet %s", in, out, online ? "--online" : ""), 0);
-            if (g_err[0]) printf("    stderr: %s", g_err);
+            QT_EQ_INT(CLI("rotate %s %s %s", in, out, online ? "--online" : ""), 0);
+            if (online) {   /* the summary counts one expert hook per MoE layer */
+                char want[64];
+                int64_t n_moe = 0, L;
+                for (L = 0; L < m.cfg.n_layers; ++L) n_moe += quarot_config_layer_is_moe(&m.cfg, L);
+                snprintf(want, sizeof want, "expert_down_input %lld, shared_down_input %lld", (long long)n_moe,
+                         (long long)(f == 1 ? n_moe : 0));
+                QT_CHECKF(strstr(g_out, want) != NULL, "%s", g_out);
+            }
             if (gguf && !online) {   /* quantize keeps the MoE tensors and says so; eval refuses MoE by name */
                 QT_EQ_INT(CLI("quantize %s %s/q%d.gguf --quiet", in, g_tmp, f), 0);
                 QT_CHECKF(strstr(g_out, "mixture-of-experts tensors not quantized") != NULL &&
