@@ -40,10 +40,12 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>rotation         an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model            architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter          per-family description: fusion map, bake names, rotation pairs, head geometry
+    >>moe              mixture-of-experts layers: MLP blocks (experts, shared expert, router), built-in families
     >>command          rotate commands: plain data generated from the adapter, executed exactly once
     >>online           online-rotation hook IR, quarot_online_apply, versioned text serialization
     >>processor        plan, rotations and commands built and validated before any write; quarot_rotate_model
     >>processor_run    (implementation only) fusion, mean baking, commands, layers, exactly-once check
+    >>processor_moe    (implementation only) R4 per expert, hooks of MoE layers, 3-D expert tensors one at a time
     >>adapt            Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
     >>adapt_solve      (implementation only) stage 1's polar factor: the methods, X^T X, sigma_max, deflation
     >>adapt_newton     (implementation only) the scaled Newton polar iteration: blocked float inverse, steps
@@ -977,7 +979,25 @@ typedef struct quarot_model_config {
     int attn_out_bias;           // o_proj has a bias (OPT)
     int mlp_bias;                // MLP linears have biases (OPT)
     int qk_norm;                 // per-head RMSNorm of q and k before RoPE (Qwen3)
+    // Mixture of experts (n_experts 0: every layer is dense). Layer i is an MoE layer when
+    // n_experts > 0, i is not in mlp_only_layers and (i + 1) % sparse_step == 0 (sparse_step 0 = 1):
+    // quarot_config_layer_is_moe. Its MLP is a router [n_experts][hidden] (softmax, top
+    // n_experts_used, renormalized when norm_topk_prob), the routed experts (gated MLPs of
+    // expert_intermediate) and, when shared_intermediate > 0, one shared expert scaled by
+    // sigmoid(shared_expert_gate . x) (Qwen2-MoE).
+    int64_t n_experts;
+    int64_t n_experts_used;      // top-k
+    int64_t expert_intermediate; // 0 = intermediate
+    int64_t shared_intermediate; // 0: no shared expert
+    int norm_topk_prob;
+    int experts_stacked;         // 1: one 3-D tensor [n_experts][out][in] per projection (GGUF); 0: one per expert
+    int64_t sparse_step;         // decoder_sparse_step
+    const int64_t* mlp_only_layers;   // dense layers by index (not owned; NULL = none)
+    int64_t n_mlp_only_layers;
 } quarot_model_config;
+
+// 1 when layer `layer` of cfg has a mixture-of-experts MLP (see quarot_model_config).
+QUAROT_API int quarot_config_layer_is_moe(const quarot_model_config* cfg, int64_t layer);
 
 // Tensor access. Names are NUL-terminated, at most QUAROT_NAME_MAX-1 bytes.
 #define QUAROT_NAME_MAX 128
@@ -1029,7 +1049,9 @@ typedef enum quarot_rotation_id {
     QUAROT_ROT_R2 = 1,              // per attention head, size head_dim (v_proj / o_proj)
     QUAROT_ROT_R4 = 2,              // down_proj input, size intermediate (online; offline half on down_proj)
     QUAROT_ROT_HEADS = 3,           // o_proj input across heads, H_heads (x) I (online; offline half on o_proj)
-    QUAROT_ROT_COUNT_ = 4,
+    QUAROT_ROT_R4_EXPERT = 4,       // each routed expert's down_proj input, size expert_intermediate (online)
+    QUAROT_ROT_R4_SHARED = 5,       // the shared expert's down_proj input, size shared_intermediate (online)
+    QUAROT_ROT_COUNT_ = 6,
     QUAROT_ROT_FORCE_I32 = 0x7fffffff
 } quarot_rotation_id;
 
@@ -1067,6 +1089,8 @@ typedef struct quarot_plan_rotation {
     int64_t row0, rows, rows_of;
 } quarot_plan_rotation;
 
+typedef struct quarot_plan_block quarot_plan_block;   // >>moe
+
 typedef struct quarot_plan_layer {
     char o_proj[QUAROT_NAME_MAX], v_proj[QUAROT_NAME_MAX];      // weight names
     char up_proj[QUAROT_NAME_MAX], down_proj[QUAROT_NAME_MAX];
@@ -1086,6 +1110,7 @@ typedef struct quarot_plan {
     char final_norm_weight[QUAROT_NAME_MAX];
     int64_t n_heads, n_kv_heads, head_dim;
     quarot_env env;
+    quarot_plan_block* blocks;       int64_t n_blocks, cap_blocks;   // MLP blocks of MoE layers (>>moe)
 } quarot_plan;
 
 // Name templates of the built-in families; "{i}" stands for the layer index. NULL = absent.
@@ -1100,6 +1125,13 @@ typedef struct quarot_adapter_names {
     const char* q_proj, *k_proj, *v_proj, *o_proj;   // prefixes ("self_attn.q_proj"); + ".weight"/".bias"
     const char* gate_proj;          // NULL for a plain MLP
     const char* up_proj, *down_proj;
+    // Mixture of experts (NULL for dense families), prefixes under `layer` like the above; "{e}"
+    // stands for the expert index. Stacked names are used with config.experts_stacked.
+    const char* router;             // "mlp.gate"
+    const char* expert_gate, *expert_up, *expert_down;      // "mlp.experts.{e}.gate_proj", ...
+    const char* stacked_gate, *stacked_up, *stacked_down;   // "mlp.experts.gate_proj" (3-D), ...
+    const char* shared_gate, *shared_up, *shared_down;      // "mlp.shared_expert.gate_proj" or NULL
+    const char* shared_expert_gate;                         // "mlp.shared_expert_gate" or NULL
 } quarot_adapter_names;
 
 typedef struct quarot_adapter quarot_adapter;
@@ -1174,6 +1206,43 @@ QUAROT_API quarot_result quarot_plan_add_rotation_rows(quarot_plan* p, int64_t l
 QUAROT_API quarot_result quarot_name_format(char* out, const char* prefix, const char* tmpl, const char* suffix,
                                             int64_t layer);
 
+// >>moe
+// The MLP of a mixture-of-experts layer as a list of blocks. Every block's readers are also fused
+// linears of the layer's MLP norm and R1 readers, its down_proj an R1 writer (the plan's other
+// arrays); a block says what the processor does beyond that: online R4 per expert (EXPERTS, SHARED)
+// and which readers stay unquantized (ROUTER, SHARED_GATE: they choose experts and scale the shared
+// one, so the tool keeps them in the input's precision). A layer with blocks has no dense
+// up_proj / down_proj in quarot_plan_layer. Expert weights are one tensor per expert or one 3-D tensor
+// [n_experts][out][in] per projection; commands on a 3-D tensor run on one expert's 2-D view at a time,
+// so no more than one expert's rows are in double at once. Built-in: "mixtral" (block_sparse_moe.gate,
+// experts.{e}.w1/w3/w2), "qwen2_moe" (mlp.gate, mlp.experts.{e}.*_proj, mlp.shared_expert.*,
+// mlp.shared_expert_gate) and "qwen3_moe" (no shared expert); dense layers of a MoE model keep
+// the dense names (quarot_config_layer_is_moe).
+typedef enum quarot_block_kind {
+    QUAROT_BLOCK_NONE = 0,
+    QUAROT_BLOCK_EXPERTS = 1,       // routed experts: expert >= 0 one of them (a tensor per expert), or
+                                    //   expert = -1 all n_experts as 3-D tensors [n_experts][out][in]
+    QUAROT_BLOCK_SHARED = 2,        // the shared expert (always on)
+    QUAROT_BLOCK_ROUTER = 3,        // router [n_experts][hidden] (weight)
+    QUAROT_BLOCK_SHARED_GATE = 4,   // shared-expert gate [1][hidden] (weight)
+    QUAROT_BLOCK_FORCE_I32 = 0x7fffffff
+} quarot_block_kind;
+
+struct quarot_plan_block {
+    int64_t layer;
+    quarot_block_kind kind;
+    int64_t expert;                         // EXPERTS: the index, -1 = all (stacked 3-D); else -1
+    int64_t n_experts;                      // EXPERTS: the layer's routed experts; else 1
+    int64_t intermediate;                   // EXPERTS / SHARED: inner width (the R4 size)
+    char weight[QUAROT_NAME_MAX];           // ROUTER / SHARED_GATE
+    char gate[QUAROT_NAME_MAX], up[QUAROT_NAME_MAX], down[QUAROT_NAME_MAX];   // EXPERTS / SHARED
+};
+
+// Append an MLP block; names of the kinds that do not use them may be NULL.
+QUAROT_API quarot_result quarot_plan_add_block(quarot_plan* p, int64_t layer, quarot_block_kind kind, int64_t expert,
+                                               int64_t n_experts, int64_t intermediate, const char* weight,
+                                               const char* gate, const char* up, const char* down);
+
 // >>command
 // A rotate command: one tensor, one side, one rotation, applied exactly once. The rotation is applied
 // along the chosen axis viewed as [outer][n][inner] (n = the rotation's size): outer > 1 slices the
@@ -1222,7 +1291,10 @@ typedef enum quarot_online_site {
     QUAROT_SITE_O_INPUT = 2,
     QUAROT_SITE_Q_ROPE = 3,
     QUAROT_SITE_K_ROPE = 4,
-    QUAROT_SITE_COUNT_ = 5,
+    QUAROT_SITE_EXPERT_DOWN_INPUT = 5,  // input of each routed expert's down_proj [expert_intermediate], applied
+                                        //   to whichever experts a token is routed to (hook.experts says how many)
+    QUAROT_SITE_SHARED_DOWN_INPUT = 6,  // input of the shared expert's down_proj [shared_intermediate]
+    QUAROT_SITE_COUNT_ = 7,
     QUAROT_SITE_FORCE_I32 = 0x7fffffff
 } quarot_online_site;
 
@@ -1234,6 +1306,7 @@ typedef struct quarot_online_hook {
     int m;
     float* signs;                           // [n] +-1 or NULL (owned by the list)
     const quarot_hadamard_plan* plan;       // owned by the list
+    int64_t experts;                        // EXPERT_DOWN_INPUT: the routed experts it covers (0..experts-1); else 0
 } quarot_online_hook;
 
 typedef struct quarot_online_list {
@@ -1266,6 +1339,7 @@ QUAROT_API quarot_result quarot_online_apply(const quarot_online_hook* hook, flo
 //   weights <digest>        (optional, anywhere before 'end': names the weights the hooks belong to;
 //                            quarot_online_read skips it, the tool compares it with the model's)
 //   hook <layer> <site> size=<s> outer=<o> n=<n> inner=<i> K=<K> m=<m> signs=<hex or ->
+//                           (site expert_down_input: "m=<m> experts=<count> signs=")
 //   ...
 //   hadamard <K>            (one block per distinct K > 1: K rows of '+'/'-', so engines without
 //   <K rows>                 quarot.h can rebuild H_K)
@@ -1402,6 +1476,9 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 
 // >>processor_run
 // (no declarations: the execution half of the processor, see >>processor)
+
+// >>processor_moe
+// (no declarations: the processor's steps for MoE layers, see >>moe)
 
 // >>adapt
 // Adapt Rotation (msModelSlim; docs/algorithms.md §5): stage 1 learns an orthogonal R [b][b] that
@@ -9235,6 +9312,7 @@ QUAROT_API void quarot_plan_free(quarot_plan* plan) {
     quarot_env_free(&plan->env, plan->bakes);
     quarot_env_free(&plan->env, plan->rotations);
     quarot_env_free(&plan->env, plan->layers);
+    quarot_env_free(&plan->env, plan->blocks);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -9373,7 +9451,8 @@ static const quarot_adapter_names quarot__names_llama = {
     "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
     "input_layernorm", "post_attention_layernorm",
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 };
 
 static const quarot_adapter_names quarot__names_opt = {
@@ -9381,14 +9460,39 @@ static const quarot_adapter_names quarot__names_opt = {
     "lm_head.weight", "model.decoder.layers.{i}.",
     "self_attn_layer_norm", "final_layer_norm",
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
-    NULL, "fc1", "fc2"
+    NULL, "fc1", "fc2",
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+};
+
+static const quarot_adapter_names quarot__names_mixtral = {
+    "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
+    "input_layernorm", "post_attention_layernorm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "block_sparse_moe.gate",
+    "block_sparse_moe.experts.{e}.w1", "block_sparse_moe.experts.{e}.w3", "block_sparse_moe.experts.{e}.w2",
+    "block_sparse_moe.experts.w1", "block_sparse_moe.experts.w3", "block_sparse_moe.experts.w2",
+    NULL, NULL, NULL, NULL
+};
+
+static const quarot_adapter_names quarot__names_qwen_moe = {
+    "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
+    "input_layernorm", "post_attention_layernorm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "mlp.gate",
+    "mlp.experts.{e}.gate_proj", "mlp.experts.{e}.up_proj", "mlp.experts.{e}.down_proj",
+    "mlp.experts.gate_proj", "mlp.experts.up_proj", "mlp.experts.down_proj",
+    "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj",
+    "mlp.shared_expert_gate"
 };
 
 static const quarot_adapter_names quarot__names_phi3 = {
     "model.embed_tokens.weight", NULL, "model.norm", "lm_head.weight", "model.layers.{i}.",
     "input_layernorm", "post_attention_layernorm",
     NULL, NULL, NULL, "self_attn.o_proj",
-    NULL, NULL, "mlp.down_proj"
+    NULL, NULL, "mlp.down_proj",
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 };
 static const quarot_adapter_fused quarot__fused_phi3 = {"self_attn.qkv_proj", "mlp.gate_up_proj"};
 
@@ -9396,7 +9500,8 @@ static const quarot_adapter_names quarot__names_qwen2vl_lm = {
     "model.language_model.embed_tokens.weight", NULL, "model.language_model.norm", "lm_head.weight",
     "model.language_model.layers.{i}.", "input_layernorm", "post_attention_layernorm",
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 };
 static const quarot_adapter_vision quarot__vision_qwen2vl = {"visual.merger.mlp.2.weight", "visual.merger.mlp.2.bias"};
 static const quarot_adapter_vision quarot__vision_qwen2vl_lm = {"model.visual.merger.mlp.2.weight",
@@ -9411,6 +9516,9 @@ static const quarot_adapter quarot__adapters[] = {
     {"phi3", &quarot__names_phi3, quarot_adapter_build_fused_names, (void*)&quarot__fused_phi3},
     {"qwen2vl", &quarot__names_llama, quarot_adapter_build_vision_names, (void*)&quarot__vision_qwen2vl},
     {"qwen2vl-lm", &quarot__names_qwen2vl_lm, quarot_adapter_build_vision_names, (void*)&quarot__vision_qwen2vl_lm},
+    {"mixtral", &quarot__names_mixtral, quarot_adapter_build_from_names, NULL},
+    {"qwen2_moe", &quarot__names_qwen_moe, quarot_adapter_build_from_names, NULL},
+    {"qwen3_moe", &quarot__names_qwen_moe, quarot_adapter_build_from_names, NULL},
 };
 
 QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
@@ -9422,7 +9530,7 @@ QUAROT_API const quarot_adapter* quarot_adapter_find(const char* arch) {
 }
 
 QUAROT_API const char* quarot_adapter_list(void) {
-    return "llama, mistral, qwen2, qwen3, opt, phi3, qwen2vl, qwen2vl-lm";
+    return "llama, mistral, qwen2, qwen3, opt, phi3, qwen2vl, qwen2vl-lm, mixtral, qwen2_moe, qwen3_moe";
 }
 
 // Builds the weight and bias names of one per-layer linear: "<layer prefix><tmpl>.weight" / ".bias".
@@ -9432,6 +9540,9 @@ static quarot_result quarot__linear_names(const quarot_adapter_names* nm, const 
     if (r == QUAROT_OK) r = quarot_name_format(bias, nm->layer, tmpl, ".bias", layer);
     return r;
 }
+
+static quarot_result quarot__moe_mlp(quarot_plan* plan, const quarot_adapter_names* nm, const quarot_model_config* cfg,
+                                     int64_t layer);   // >>moe
 
 QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
                                                          int64_t block_size, quarot_plan* plan) {
@@ -9481,9 +9592,11 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
         const char* readers_attn[3];
         const char* readers_mlp[2];
         int k, n_mlp = 0;
+        const int moe = nm->router && quarot_config_layer_is_moe(cfg, i);   // the MLP part: quarot__moe_mlp
         readers_attn[0] = nm->q_proj; readers_attn[1] = nm->k_proj; readers_attn[2] = nm->v_proj;
         if (nm->gate_proj) readers_mlp[n_mlp++] = nm->gate_proj;
         readers_mlp[n_mlp++] = nm->up_proj;
+        if (moe && (r = quarot__moe_mlp(plan, nm, cfg, i)) != QUAROT_OK) return r;
         // fusions: attention norm -> q, k, v; MLP norm -> gate, up
         if ((r = quarot_name_format(nw, nm->layer, nm->attn_norm, ".weight", i)) != QUAROT_OK) return r;
         if ((r = quarot_name_format(nbias, nm->layer, nm->attn_norm, ".bias", i)) != QUAROT_OK) return r;
@@ -9494,8 +9607,8 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
         }
         if ((r = quarot_name_format(nw, nm->layer, nm->mlp_norm, ".weight", i)) != QUAROT_OK) return r;
         if ((r = quarot_name_format(nbias, nm->layer, nm->mlp_norm, ".bias", i)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
-        for (k = 0; k < n_mlp; ++k) {
+        if (!moe && (r = quarot_plan_add_fusion(plan, i, nw, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+        for (k = 0; k < n_mlp && !moe; ++k) {
             if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
             if ((r = quarot_plan_add_fused_linear(plan, w, b)) != QUAROT_OK) return r;
         }
@@ -9510,17 +9623,19 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
             return r;
         if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
         strcpy(plan->layers[i].o_proj, w);
-        for (k = 0; k < n_mlp; ++k) {
+        for (k = 0; k < n_mlp && !moe; ++k) {
             if ((r = quarot__linear_names(nm, readers_mlp[k], i, w, b)) != QUAROT_OK) return r;
             if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK)
                 return r;
         }
-        strcpy(plan->layers[i].up_proj, w);
-        if ((r = quarot__linear_names(nm, nm->down_proj, i, w, b)) != QUAROT_OK) return r;
-        if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK)
-            return r;
-        if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
-        strcpy(plan->layers[i].down_proj, w);
+        if (!moe) {
+            strcpy(plan->layers[i].up_proj, w);
+            if ((r = quarot__linear_names(nm, nm->down_proj, i, w, b)) != QUAROT_OK) return r;
+            if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, w, b)) != QUAROT_OK)
+                return r;
+            if (layer_norm && (r = quarot_plan_add_bake(plan, i, 0, w, b)) != QUAROT_OK) return r;
+            strcpy(plan->layers[i].down_proj, w);
+        }
         // R2: v_proj output per KV head, o_proj input per head
         if ((r = quarot__linear_names(nm, nm->v_proj, i, w, b)) != QUAROT_OK) return r;
         if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R2, QUAROT_SIDE_OUTPUT, 0, 1, w, b)) != QUAROT_OK)
@@ -9670,6 +9785,132 @@ QUAROT_API quarot_result quarot_adapter_build_vision_names(const quarot_adapter*
     if ((r = quarot_adapter_build_from_names(self, cfg, block_size, plan)) != QUAROT_OK) return r;
     return quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, v->merger_weight,
                                     v->merger_bias ? v->merger_bias : "");
+}
+
+// >>moe
+// MoE layers: the layer test, plan blocks, and the MLP part of the built-in MoE families' plans
+// (their attention and global parts are the dense families'). The processor's MoE steps (R4 per
+// expert, 3-D weights one expert at a time) read blocks and shapes, never names.
+QUAROT_API int quarot_config_layer_is_moe(const quarot_model_config* cfg, int64_t layer) {
+    int64_t k, step;
+    if (!cfg || cfg->n_experts <= 0 || layer < 0) return 0;
+    for (k = 0; cfg->mlp_only_layers && k < cfg->n_mlp_only_layers; ++k)
+        if (cfg->mlp_only_layers[k] == layer) return 0;
+    step = cfg->sparse_step > 0 ? cfg->sparse_step : 1;
+    return (layer + 1) % step == 0;
+}
+
+QUAROT_API quarot_result quarot_plan_add_block(quarot_plan* p, int64_t layer, quarot_block_kind kind, int64_t expert,
+                                               int64_t n_experts, int64_t intermediate, const char* weight,
+                                               const char* gate, const char* up, const char* down) {
+    quarot_plan_block* b;
+    if (!p || layer < 0 || kind <= QUAROT_BLOCK_NONE || kind > QUAROT_BLOCK_SHARED_GATE || n_experts < 1 ||
+        expert < -1 || expert >= n_experts)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((kind == QUAROT_BLOCK_EXPERTS || kind == QUAROT_BLOCK_SHARED) && (!down || !down[0] || intermediate < 1))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((kind == QUAROT_BLOCK_ROUTER || kind == QUAROT_BLOCK_SHARED_GATE) && (!weight || !weight[0]))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    b = (quarot_plan_block*)quarot__grow(&p->env, (void**)&p->blocks, &p->n_blocks, &p->cap_blocks, sizeof *b);
+    if (!b) return QUAROT_ERR_OUT_OF_MEMORY;
+    b->layer = layer;
+    b->kind = kind;
+    b->expert = expert;
+    b->n_experts = n_experts;
+    b->intermediate = intermediate;
+    if (!quarot__copy_name(b->weight, weight) || !quarot__copy_name(b->gate, gate) || !quarot__copy_name(b->up, up) ||
+        !quarot__copy_name(b->down, down)) {
+        p->n_blocks--;
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    return QUAROT_OK;
+}
+
+// "<layer prefix><tmpl><suffix>" with "{i}" -> layer and "{e}" -> expert.
+static quarot_result quarot__expert_name(char* out, const char* layer_prefix, const char* tmpl, const char* suffix,
+                                         int64_t layer, int64_t expert) {
+    char t[QUAROT_NAME_MAX];
+    const char* s;
+    size_t n = 0;
+    quarot_result r = quarot_name_format(t, layer_prefix, tmpl, suffix, layer);
+    if (r != QUAROT_OK) return r;
+    for (s = t; *s;) {
+        if (s[0] == '{' && s[1] == 'e' && s[2] == '}') {
+            char num[24];
+            int len = snprintf(num, sizeof num, "%lld", (long long)expert);
+            if (len < 0 || n + (size_t)len >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+            memcpy(out + n, num, (size_t)len);
+            n += (size_t)len;
+            s += 3;
+        } else {
+            if (n + 1 >= QUAROT_NAME_MAX) return QUAROT_ERR_INVALID_ARGUMENT;
+            out[n++] = *s++;
+        }
+    }
+    out[n] = '\0';
+    return QUAROT_OK;
+}
+
+// One gated MLP (expert e, -1 for stacked or shared) of layer i: gate and up as fused readers of the
+// MLP norm and R1 readers, down an R1 writer, and its block.
+static quarot_result quarot__moe_expert(quarot_plan* plan, const quarot_adapter_names* nm, int64_t i,
+                                        quarot_block_kind kind, int64_t e, int64_t n_experts, int64_t inter,
+                                        const char* gate, const char* up, const char* down) {
+    char g[QUAROT_NAME_MAX], u[QUAROT_NAME_MAX], d[QUAROT_NAME_MAX];
+    quarot_result r;
+    if (!gate || !up || !down) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot__expert_name(g, nm->layer, gate, ".weight", i, e)) != QUAROT_OK ||
+        (r = quarot__expert_name(u, nm->layer, up, ".weight", i, e)) != QUAROT_OK ||
+        (r = quarot__expert_name(d, nm->layer, down, ".weight", i, e)) != QUAROT_OK)
+        return r;
+    if ((r = quarot_plan_add_fused_linear(plan, g, "")) != QUAROT_OK ||
+        (r = quarot_plan_add_fused_linear(plan, u, "")) != QUAROT_OK)
+        return r;
+    if ((r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, g, "")) != QUAROT_OK ||
+        (r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, u, "")) != QUAROT_OK ||
+        (r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 0, 0, d, "")) != QUAROT_OK)
+        return r;
+    return quarot_plan_add_block(plan, i, kind, e, n_experts, inter, NULL, g, u, d);
+}
+
+// The MLP of MoE layer i: the MLP norm fused into the router, the shared-expert gate and every
+// expert's gate / up (RMSNorm families only: the MoE families have no LayerNorm); router and gate
+// rotated on the input side like any reader; each expert's down_proj (and the shared one's) on the
+// output side.
+static quarot_result quarot__moe_mlp(quarot_plan* plan, const quarot_adapter_names* nm, const quarot_model_config* cfg,
+                                     int64_t i) {
+    char w[QUAROT_NAME_MAX];
+    const int64_t E = cfg->n_experts;
+    const int64_t inter = cfg->expert_intermediate > 0 ? cfg->expert_intermediate : cfg->intermediate;
+    int64_t e;
+    quarot_result r;
+    if (cfg->norm == QUAROT_NORM_LAYER) return QUAROT_ERR_UNSUPPORTED;
+    if ((r = quarot_name_format(w, nm->layer, nm->mlp_norm, ".weight", i)) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_fusion(plan, i, w, "")) != QUAROT_OK) return r;
+    if ((r = quarot_name_format(w, nm->layer, nm->router, ".weight", i)) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_fused_linear(plan, w, "")) != QUAROT_OK ||
+        (r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK ||
+        (r = quarot_plan_add_block(plan, i, QUAROT_BLOCK_ROUTER, -1, 1, 0, w, NULL, NULL, NULL)) != QUAROT_OK)
+        return r;
+    if (cfg->shared_intermediate > 0) {
+        if (!nm->shared_expert_gate || !nm->shared_gate) return QUAROT_ERR_UNSUPPORTED;
+        if ((r = quarot_name_format(w, nm->layer, nm->shared_expert_gate, ".weight", i)) != QUAROT_OK) return r;
+        if ((r = quarot_plan_add_fused_linear(plan, w, "")) != QUAROT_OK ||
+            (r = quarot_plan_add_rotation(plan, i, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, w, "")) != QUAROT_OK ||
+            (r = quarot_plan_add_block(plan, i, QUAROT_BLOCK_SHARED_GATE, -1, 1, 0, w, NULL, NULL, NULL)) != QUAROT_OK)
+            return r;
+        if ((r = quarot__moe_expert(plan, nm, i, QUAROT_BLOCK_SHARED, -1, 1, cfg->shared_intermediate, nm->shared_gate,
+                                    nm->shared_up, nm->shared_down)) != QUAROT_OK)
+            return r;
+    }
+    if (cfg->experts_stacked)
+        return quarot__moe_expert(plan, nm, i, QUAROT_BLOCK_EXPERTS, -1, E, inter, nm->stacked_gate, nm->stacked_up,
+                                  nm->stacked_down);
+    for (e = 0; e < E; ++e)
+        if ((r = quarot__moe_expert(plan, nm, i, QUAROT_BLOCK_EXPERTS, e, E, inter, nm->expert_gate, nm->expert_up,
+                                    nm->expert_down)) != QUAROT_OK)
+            return r;
+    return QUAROT_OK;
 }
 
 // >>command
@@ -9956,7 +10197,8 @@ QUAROT_API void quarot_online_list_free(quarot_online_list* list) {
     memset(list, 0, sizeof *list);
 }
 
-static const char* const quarot__site_names[QUAROT_SITE_COUNT_] = {"none", "down_input", "o_input", "q_rope", "k_rope"};
+static const char* const quarot__site_names[QUAROT_SITE_COUNT_] = {"none", "down_input", "o_input", "q_rope", "k_rope",
+                                                                    "expert_down_input", "shared_down_input"};
 
 QUAROT_API const char* quarot_online_site_name(quarot_online_site site) {
     if ((int)site < 0 || (int)site >= (int)QUAROT_SITE_COUNT_) return "unknown";
@@ -10110,9 +10352,11 @@ QUAROT_API quarot_result quarot_online_write(const quarot_online_list* list, cha
     quarot__tb_printf(&tb, "quarot-online 1\nhooks %lld\n", (long long)list->count);
     for (i = 0; i < list->count; ++i) {
         const quarot_online_hook* hk = &list->hooks[i];
-        quarot__tb_printf(&tb, "hook %lld %s size=%lld outer=%lld n=%lld inner=%lld K=%lld m=%d signs=",
+        quarot__tb_printf(&tb, "hook %lld %s size=%lld outer=%lld n=%lld inner=%lld K=%lld m=%d",
                           (long long)hk->layer, quarot_online_site_name(hk->site), (long long)hk->size,
                           (long long)hk->outer, (long long)hk->n, (long long)hk->inner, (long long)hk->K, hk->m);
+        if (hk->site == QUAROT_SITE_EXPERT_DOWN_INPUT) quarot__tb_printf(&tb, " experts=%lld", (long long)hk->experts);
+        quarot__tb_printf(&tb, " signs=");
         if (!hk->signs) quarot__tb_printf(&tb, "-");
         else
             for (j = 0; j < (hk->n + 3) / 4; ++j) {   // hex digit j: bit b set = sign 4j+b is -1
@@ -10210,7 +10454,7 @@ static quarot_result quarot__online_read_signs(const quarot__lineread* lr, int64
 // quarot.h's construction and added to the list (declared: the header's hook count).
 static quarot_result quarot__online_read_hook(quarot_online_list* list, quarot__lineread* lr, int64_t declared,
                                               char* err, size_t err_size, int64_t line) {
-    int64_t layer, size, outer, n, inner, K, m;
+    int64_t layer, size, outer, n, inner, K, m, experts = 0;
     quarot_online_site site = QUAROT_SITE_NONE;
     int s;
     quarot_hadamard_info info;
@@ -10230,8 +10474,12 @@ static quarot_result quarot__online_read_hook(quarot_online_list* list, quarot__
     if (!quarot__lr_word(lr, "size=") || !quarot__lr_int(lr, &size) || !quarot__lr_word(lr, " outer=") ||
         !quarot__lr_int(lr, &outer) || !quarot__lr_word(lr, " n=") || !quarot__lr_int(lr, &n) ||
         !quarot__lr_word(lr, " inner=") || !quarot__lr_int(lr, &inner) || !quarot__lr_word(lr, " K=") ||
-        !quarot__lr_int(lr, &K) || !quarot__lr_word(lr, " m=") || !quarot__lr_int(lr, &m) ||
-        !quarot__lr_word(lr, " signs="))
+        !quarot__lr_int(lr, &K) || !quarot__lr_word(lr, " m=") || !quarot__lr_int(lr, &m))
+        return quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
+    if (site == QUAROT_SITE_EXPERT_DOWN_INPUT &&
+        (!quarot__lr_word(lr, " experts=") || !quarot__lr_int(lr, &experts) || experts < 1 || experts > (1 << 20)))
+        return quarot__parse_error(err, err_size, line, "expert_down_input needs experts=<count> after m=");
+    if (!quarot__lr_word(lr, " signs="))
         return quarot__parse_error(err, err_size, line, "expected size= outer= n= inner= K= m= signs=");
     if (outer < 1 || n < 1 || inner < 1 || n > ((int64_t)1 << 30) || outer > ((int64_t)1 << 30) ||
         inner > ((int64_t)1 << 30) || outer * n > ((int64_t)1 << 40) / inner || outer * n * inner != size)
@@ -10251,6 +10499,7 @@ static quarot_result quarot__online_read_hook(quarot_online_list* list, quarot__
         if (res == QUAROT_OK) res = quarot_online_list_add(list, layer, site, size, outer, n, inner, signs);
         quarot_env_free(&list->env, signs);
     }
+    if (res == QUAROT_OK) list->hooks[list->count - 1].experts = experts;
     if (res != QUAROT_OK && (!err || !err[0]))
         quarot__parse_error(err, err_size, line, "%s", quarot_result_string(res));
     return res;
@@ -10539,6 +10788,14 @@ static quarot_result quarot__r2_layers(quarot_processor* p, const quarot_model_c
     return QUAROT_OK;
 }
 
+// MoE steps (>>processor_moe).
+static quarot_result quarot__moe_rotations(quarot_processor* p, const quarot_model_config* cfg, int64_t tp);
+static quarot_result quarot__moe_commands(quarot_processor* p, int64_t cap, int64_t layer);
+static quarot_result quarot__moe_hooks(quarot_processor* p, int64_t layer);
+static int64_t quarot__n_slices(const quarot_tensor* t);
+static void quarot__slice(const quarot_tensor* t, int64_t e, quarot_tensor* out);
+static quarot_result quarot__moe_validate(quarot_processor* p, const quarot_model_config* cfg, int64_t layer);
+
 static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_model_config* cfg) {
     quarot_rotation_desc d;
     quarot_result res;
@@ -10650,6 +10907,7 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
         if ((res = quarot__online_rotation(p, &p->rot[QUAROT_ROT_R4], cfg->intermediate / tp,
                                            "down_proj")) != QUAROT_OK) return res;
         p->have_rot[QUAROT_ROT_R4] = 1;
+        if ((res = quarot__moe_rotations(p, cfg, tp)) != QUAROT_OK) return res;
     }
     if (p->desc.r3 && (res = quarot__online_rotation(p, &p->r3, cfg->head_dim, "q/k")) != QUAROT_OK) return res;
     return QUAROT_OK;
@@ -10657,7 +10915,7 @@ static quarot_result quarot__build_rotations(quarot_processor* p, const quarot_m
 
 // Commands from the plan's rotation entries plus the offline halves of the online rotations.
 static quarot_result quarot__build_commands(quarot_processor* p, const quarot_model_config* cfg) {
-    int64_t cap = p->plan.n_rotations + 2 * cfg->n_layers, i;
+    int64_t cap = p->plan.n_rotations + 2 * cfg->n_layers + p->plan.n_blocks, i;
     quarot_result res = QUAROT_OK;
     p->commands = (quarot_command*)quarot_env_alloc(&p->model->env, (size_t)cap * sizeof(quarot_command));
     if (!p->commands) return QUAROT_ERR_OUT_OF_MEMORY;
@@ -10681,9 +10939,10 @@ static quarot_result quarot__build_commands(quarot_processor* p, const quarot_mo
         const quarot_plan_layer* pl = &p->plan.layers[i];
         res = quarot__add_command(p, cap, i, QUAROT_ROT_HEADS, QUAROT_SIDE_INPUT, 0,
                                   cfg->n_heads / p->rot[QUAROT_ROT_HEADS].n, cfg->head_dim, pl->o_proj, "");
-        if (res == QUAROT_OK && quarot__down_online(p, i))
+        if (res == QUAROT_OK && quarot__down_online(p, i) && pl->down_proj[0])
             res = quarot__add_command(p, cap, i, QUAROT_ROT_R4, QUAROT_SIDE_INPUT, 0,
                                       cfg->intermediate / p->rot[QUAROT_ROT_R4].n, 1, pl->down_proj, "");
+        if (res == QUAROT_OK && quarot__down_online(p, i)) res = quarot__moe_commands(p, cap, i);
     }
     return res;
 }
@@ -10708,26 +10967,8 @@ static int quarot__norm_is_identity(quarot_processor* p, const char* weight, con
     return identity;
 }
 
-// A command on a fused reader's row range (c->rows > 0): w (a 2-D weight, checked to have c->rows_of
-// rows) and b (its bias) become views of rows [row0, row0 + rows); either may be NULL.
 static quarot_result quarot__command_rows(quarot_processor* p, const quarot_command* c, quarot_tensor* w,
-                                          quarot_tensor* b) {
-    quarot_tensor* t = w ? w : b;
-    const int64_t n = w ? w->ne[1] : (b ? b->ne[0] : 0);
-    if (c->rows <= 0 || !t) return QUAROT_OK;
-    if ((w ? w->ne[2] : b->ne[1]) != 1 || t->ne[2] != 1 || t->ne[3] != 1 || (c->rows_of > 0 && n != c->rows_of) ||
-        c->row0 + c->rows > n) {
-        quarot__model_error(p->model, "tensor '%s' has %lld rows, a fused projection of %lld rows was expected from "
-                            "the config (rows %lld-%lld are one part of it)", w ? c->weight : c->bias, (long long)n,
-                            (long long)(c->rows_of > 0 ? c->rows_of : c->row0 + c->rows), (long long)c->row0,
-                            (long long)(c->row0 + c->rows - 1));
-        return QUAROT_ERR_SHAPE_MISMATCH;
-    }
-    t->data = (char*)t->data + (size_t)c->row0 * (w ? w->nb[1] : b->nb[0]);
-    if (w) w->ne[1] = c->rows;
-    else b->ne[0] = c->rows;
-    return QUAROT_OK;
-}
+                                          quarot_tensor* b);   // in >>processor_run
 
 // Validate what one layer (or the globals, layer -1) needs: names, shapes, dtypes, finiteness (unless
 // desc.values_checked_by_caller).
@@ -10736,6 +10977,7 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
     int64_t i, k;
     quarot_result res;
     const int vc = p->desc.values_checked_by_caller;   // finiteness left to the caller (see the desc)
+    if ((res = quarot__moe_validate(p, cfg, layer)) != QUAROT_OK) return res;
     for (i = 0; i < p->plan.n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->plan.fusions[i];
         int64_t L;
@@ -10762,7 +11004,7 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
                 continue;
             }
             if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
-            if (w.ne[0] != L || w.ne[2] != 1 || w.ne[3] != 1) {
+            if (w.ne[0] != L || w.ne[3] != 1) {   // 2-D, or 3-D experts [n_experts][out][in]
                 quarot__model_error(p->model, "tensor '%s' has %lld inputs, its norm '%s' has %lld", l->weight,
                                     (long long)w.ne[0], f->norm_weight, (long long)L);
                 return QUAROT_ERR_SHAPE_MISMATCH;
@@ -10804,6 +11046,16 @@ static quarot_result quarot__validate_layer(quarot_processor* p, const quarot_mo
         if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
         if (!vc && (res = quarot__check_finite_named(p, c->weight, &w)) != QUAROT_OK) return res;
         if ((res = quarot__command_rows(p, c, &w, NULL)) != QUAROT_OK) return res;
+        if (quarot__n_slices(&w) > 1) {   // 3-D experts: every expert's slice has expert 0's shape
+            quarot_tensor s0;
+            if (c->bias[0] && quarot__exists(p, c->bias)) {
+                quarot__model_error(p->model, "tensor '%s': a 3-D expert tensor with a bias is not supported",
+                                    c->weight);
+                return QUAROT_ERR_UNSUPPORTED;
+            }
+            quarot__slice(&w, 0, &s0);
+            w = s0;
+        }
         L = quarot__command_axis(c, &w, &axis);
         if (c->outer == 0) {   // per head: one slice of the rotation's size per head
             if (L == 0 || L % rot->n != 0) {
@@ -10948,6 +11200,27 @@ QUAROT_API quarot_result quarot_processor_init(quarot_processor* p, quarot_model
 // Executing the plan: fusions (W <- W diag(g), b <- b + W beta), mean baking, rotate commands (in
 // double, written back once in the tensor's dtype), each layer between acquire and release, hook
 // registration, and the exactly-once check of post_run.
+
+// A command on a fused reader's row range (c->rows > 0): w (a 2-D weight, checked to have c->rows_of
+// rows) and b (its bias) become views of rows [row0, row0 + rows); either may be NULL.
+static quarot_result quarot__command_rows(quarot_processor* p, const quarot_command* c, quarot_tensor* w,
+                                          quarot_tensor* b) {
+    quarot_tensor* t = w ? w : b;
+    const int64_t n = w ? w->ne[1] : (b ? b->ne[0] : 0);
+    if (c->rows <= 0 || !t) return QUAROT_OK;
+    if ((w ? w->ne[2] : b->ne[1]) != 1 || t->ne[2] != 1 || t->ne[3] != 1 || (c->rows_of > 0 && n != c->rows_of) ||
+        c->row0 + c->rows > n) {
+        quarot__model_error(p->model, "tensor '%s' has %lld rows, a fused projection of %lld rows was expected from "
+                            "the config (rows %lld-%lld are one part of it)", w ? c->weight : c->bias, (long long)n,
+                            (long long)(c->rows_of > 0 ? c->rows_of : c->row0 + c->rows), (long long)c->row0,
+                            (long long)(c->row0 + c->rows - 1));
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    t->data = (char*)t->data + (size_t)c->row0 * (w ? w->nb[1] : b->nb[0]);
+    if (w) w->ne[1] = c->rows;
+    else b->ne[0] = c->rows;
+    return QUAROT_OK;
+}
 
 // W <- W*diag(g) on F32 rows without a bias to fuse, on the env's parallel hook (64 rows a task).
 // The product of two floats is exact in double, so the float product (one rounding) gives the bits
@@ -11196,9 +11469,22 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) goto done;
     if (has_bias && (res = quarot__command_rows(p, c, NULL, &b)) != QUAROT_OK) goto done;
     for (k = 0; k < times; ++k) {
-        res = quarot_command_apply(
-            c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,
-            has_bias ? &b : NULL, env);
+        const int64_t ns = quarot__n_slices(&w);
+        int64_t e;
+        for (e = 1; e < ns && res == QUAROT_OK; ++e) {   // 3-D experts: one expert at a time (expert 0 below)
+            quarot_tensor se;
+            quarot__slice(&w, e, &se);
+            res = quarot_command_apply(c, k == 0 ? &folded : &p->rot[c->rotation], &se, NULL, env);
+        }
+        if (res == QUAROT_OK && ns > 1) {
+            quarot_tensor s0;
+            quarot__slice(&w, 0, &s0);
+            res = quarot_command_apply(c, k == 0 ? &folded : &p->rot[c->rotation], &s0, NULL, env);
+        } else if (res == QUAROT_OK) {
+            res = quarot_command_apply(
+                c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,
+                has_bias ? &b : NULL, env);
+        }
         if (res != QUAROT_OK) {
             quarot__model_error(p->model, "rotating '%s': %s", c->weight, quarot_result_string(res));
             goto done;
@@ -11376,9 +11662,10 @@ static quarot_result quarot__register_hooks(quarot_processor* p, int64_t layer) 
     if (p->desc.online) {
         int64_t g = p->rot[QUAROT_ROT_HEADS].n, n4 = p->rot[QUAROT_ROT_R4].n;
         res = quarot_online_list_add(out, layer, QUAROT_SITE_O_INPUT, c->n_heads * hd, c->n_heads / g, g, hd, NULL);
-        if (res == QUAROT_OK && quarot__down_online(p, layer))
+        if (res == QUAROT_OK && quarot__down_online(p, layer) && p->plan.layers[layer].down_proj[0])
             res = quarot_online_list_add(out, layer, QUAROT_SITE_DOWN_INPUT, c->intermediate, c->intermediate / n4, n4,
                                          1, NULL);
+        if (res == QUAROT_OK && quarot__down_online(p, layer)) res = quarot__moe_hooks(p, layer);
     }
     if (res == QUAROT_OK && p->desc.r3) {
         int64_t b = p->r3.n;
@@ -11443,6 +11730,133 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
     for (i = 0; i < model->config.n_layers && res == QUAROT_OK; ++i) res = quarot_processor_run_layer(&p, i);
     if (res == QUAROT_OK) res = quarot_processor_post_run(&p);
     quarot_processor_free(&p);
+    return res;
+}
+
+// >>processor_moe
+// The processor's steps for MoE layers, driven by the plan's blocks: the online R4 rotations of
+// expert_intermediate and shared_intermediate, one offline R4 command per expert's down_proj (one
+// for a 3-D tensor, run expert by expert), one hook per layer and kind, and the 3-D views.
+
+// Experts of a 3-D weight [n_experts][out][in] (ne = {in, out, n_experts}); 1 for a 2-D one, 0 for higher ranks.
+static int64_t quarot__n_slices(const quarot_tensor* t) { return t->ne[3] == 1 ? t->ne[2] : 0; }
+
+// Expert e of a 3-D weight as a 2-D view (the same storage).
+static void quarot__slice(const quarot_tensor* t, int64_t e, quarot_tensor* out) {
+    *out = *t;
+    out->data = (char*)t->data + (size_t)e * t->nb[2];
+    out->ne[2] = 1;
+}
+
+static int64_t quarot__block_size_of(const quarot_processor* p, quarot_block_kind kind) {
+    int64_t i;
+    for (i = 0; i < p->plan.n_blocks; ++i)
+        if (p->plan.blocks[i].kind == kind) return p->plan.blocks[i].intermediate;
+    return 0;
+}
+
+// Shapes of an MoE layer's blocks (layer -1: the config): the router has n_experts rows, the
+// shared-expert gate one; every expert's gate / up is [intermediate][hidden], its down
+// [hidden][intermediate], a 3-D tensor holds n_experts of them.
+static quarot_result quarot__moe_validate(quarot_processor* p, const quarot_model_config* cfg, int64_t layer) {
+    quarot_tensor t;
+    int64_t i, k;
+    quarot_result res;
+    if (layer < 0) {
+        if (cfg->n_experts > 0 && (cfg->n_experts_used < 1 || cfg->n_experts_used > cfg->n_experts)) {
+            quarot__model_error(p->model, "config: %lld experts used per token, the model has %lld experts",
+                                (long long)cfg->n_experts_used, (long long)cfg->n_experts);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        return QUAROT_OK;
+    }
+    for (i = 0; i < p->plan.n_blocks; ++i) {
+        const quarot_plan_block* b = &p->plan.blocks[i];
+        if (b->layer != layer) continue;
+        if (b->kind == QUAROT_BLOCK_ROUTER || b->kind == QUAROT_BLOCK_SHARED_GATE) {
+            const int64_t rows = b->kind == QUAROT_BLOCK_ROUTER ? cfg->n_experts : 1;
+            if ((res = quarot__get(p, b->weight, &t)) != QUAROT_OK) return res;
+            if (t.ne[0] != cfg->hidden || t.ne[1] != rows || t.ne[2] != 1 || t.ne[3] != 1) {
+                quarot__model_error(p->model, "tensor '%s' is {%lld, %lld, %lld}, expected {hidden %lld, %lld%s}",
+                                    b->weight, (long long)t.ne[0], (long long)t.ne[1], (long long)t.ne[2],
+                                    (long long)cfg->hidden, (long long)rows,
+                                    b->kind == QUAROT_BLOCK_ROUTER ? " experts" : "");
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            continue;
+        }
+        for (k = 0; k < 3; ++k) {
+            const char* name = k == 0 ? b->gate : k == 1 ? b->up : b->down;
+            const int64_t in = k == 2 ? b->intermediate : cfg->hidden, out = k == 2 ? cfg->hidden : b->intermediate;
+            const int64_t slices = b->expert < 0 && b->kind == QUAROT_BLOCK_EXPERTS ? b->n_experts : 1;
+            if ((res = quarot__get(p, name, &t)) != QUAROT_OK) return res;
+            if (t.ne[0] != in || t.ne[1] != out || t.ne[2] != slices || t.ne[3] != 1) {
+                quarot__model_error(p->model, "tensor '%s' is {%lld, %lld, %lld}, expected {%lld, %lld, %lld}%s", name,
+                                    (long long)t.ne[0], (long long)t.ne[1], (long long)t.ne[2], (long long)in,
+                                    (long long)out, (long long)slices,
+                                    slices > 1 ? " (one slice per expert)" : "");
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+        }
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__moe_rotations(quarot_processor* p, const quarot_model_config* cfg, int64_t tp) {
+    static const quarot_block_kind kinds[2] = {QUAROT_BLOCK_EXPERTS, QUAROT_BLOCK_SHARED};
+    static const quarot_rotation_id ids[2] = {QUAROT_ROT_R4_EXPERT, QUAROT_ROT_R4_SHARED};
+    static const char* const what[2] = {"expert down_proj", "shared expert down_proj"};
+    int k;
+    quarot_result res;
+    (void)cfg;
+    for (k = 0; k < 2; ++k) {
+        int64_t n = quarot__block_size_of(p, kinds[k]);
+        if (n == 0) continue;
+        if (n % tp != 0) {
+            quarot__model_error(p->model, "max_tp_size %lld does not divide the %s input %lld", (long long)tp, what[k],
+                                (long long)n);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        if ((res = quarot__online_rotation(p, &p->rot[ids[k]], n / tp, what[k])) != QUAROT_OK) return res;
+        p->have_rot[ids[k]] = 1;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result quarot__moe_commands(quarot_processor* p, int64_t cap, int64_t layer) {
+    int64_t i;
+    quarot_result res = QUAROT_OK;
+    for (i = 0; i < p->plan.n_blocks && res == QUAROT_OK; ++i) {
+        const quarot_plan_block* b = &p->plan.blocks[i];
+        quarot_rotation_id id = b->kind == QUAROT_BLOCK_EXPERTS ? QUAROT_ROT_R4_EXPERT : QUAROT_ROT_R4_SHARED;
+        if (b->layer != layer || (b->kind != QUAROT_BLOCK_EXPERTS && b->kind != QUAROT_BLOCK_SHARED)) continue;
+        if (p->rot[id].n < 1 || b->intermediate % p->rot[id].n != 0) {
+            quarot__model_error(p->model, "layer %lld: '%s' has %lld inputs, the MoE layers' R4 is of order %lld",
+                                (long long)layer, b->down, (long long)b->intermediate, (long long)p->rot[id].n);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        res = quarot__add_command(p, cap, layer, id, QUAROT_SIDE_INPUT, 0, b->intermediate / p->rot[id].n, 1, b->down,
+                                  "");
+    }
+    return res;
+}
+
+static quarot_result quarot__moe_hooks(quarot_processor* p, int64_t layer) {
+    quarot_online_list* out = p->desc.online_out;
+    int have[2] = {0, 0};
+    int64_t i;
+    quarot_result res = QUAROT_OK;
+    for (i = 0; i < p->plan.n_blocks && res == QUAROT_OK; ++i) {
+        const quarot_plan_block* b = &p->plan.blocks[i];
+        int k = b->kind == QUAROT_BLOCK_EXPERTS ? 0 : b->kind == QUAROT_BLOCK_SHARED ? 1 : -1;
+        int64_t n;
+        if (b->layer != layer || k < 0 || have[k]) continue;
+        have[k] = 1;
+        n = p->rot[k == 0 ? QUAROT_ROT_R4_EXPERT : QUAROT_ROT_R4_SHARED].n;
+        res = quarot_online_list_add(out, layer, k == 0 ? QUAROT_SITE_EXPERT_DOWN_INPUT : QUAROT_SITE_SHARED_DOWN_INPUT,
+                                     b->intermediate, b->intermediate / n, n, 1, NULL);
+        if (res == QUAROT_OK && k == 0) out->hooks[out->count - 1].experts = b->n_experts;
+    }
     return res;
 }
 

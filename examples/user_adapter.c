@@ -95,6 +95,7 @@ static const quarot_adapter_names meta_names = {
     "feed_forward.w1",           /* gate */
     "feed_forward.w3",           /* up */
     "feed_forward.w2",           /* down */
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL   /* no mixture of experts */
 };
 
 static const quarot_adapter meta_adapter = {"meta-llama", &meta_names, quarot_adapter_build_from_names, NULL};

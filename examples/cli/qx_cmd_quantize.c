@@ -109,6 +109,15 @@ static int qz_decide(const qz_opts* o, qz_item* it, qx_err* e) {
     if (!mat) { it->kind = QZ_VECTOR; it->dt = QUAROT_DTYPE_F32; return 0; }
     it->kind = QZ_PLAIN;
     it->dt = o->plain_dtype;
+    if (strncmp(it->name, "model.layers.", 13) == 0 &&   /* mixture of experts: said per tensor and in the total */
+        (strstr(it->name, ".gate.weight") || strstr(it->name, "shared_expert_gate.weight"))) {
+        snprintf(it->why, sizeof it->why, "MoE gate, not quantized (it chooses / scales experts)");
+        return 0;
+    }
+    if (strncmp(it->name, "model.layers.", 13) == 0 && (strstr(it->name, ".experts.") || strstr(it->name, ".shared_expert."))) {
+        snprintf(it->why, sizeof it->why, "MoE expert, not quantized (not supported yet)");
+        return 0;
+    }
     if (!(qz_is_linear(it->name) || (o->quant_embeddings && emb)) || it->n_dims != 2) return 0;
     if (o->format == QZ_GGUF) {
         if (in % QX_GGML_QK != 0) {
@@ -776,7 +785,7 @@ static void qz_on_progress(void* user, const char* stage, int64_t done, int64_t 
 
 /* The per-tensor table and totals (stdout). */
 static void qz_summary(const qz_opts* o, const qz_sink* k) {
-    int64_t i, nq = 0, nf = 0, ndead = 0;
+    int64_t i, nq = 0, nf = 0, ndead = 0, nmoe = 0;
     double sum = 0.0, worst = 0.0;
     char tb[16];
     if (o->gptq)
@@ -787,7 +796,10 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
         const qz_item* it = &k->it[i];
         char shape[32];
         if (it->kind == QZ_VECTOR || it->kind == QZ_SKIP) continue;
-        snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
+        if (it->n_dims >= 3 && it->ne[2] > 1)
+            snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)it->ne[2], (long long)it->ne[1], (long long)it->ne[0]);
+        else
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)it->ne[1], (long long)it->ne[0]);
         if (it->kind == QZ_QUANT && it->staged) {
             printf("  %-52s %-6s %-11s %-10.3e %-10.3e %-9s %-10.3e %.3e\n", it->name, qz_type_name(o, it, tb, sizeof tb), shape, it->rel_err,
                    it->max_err, it->fallback ? "RTN*" : it->method == QUAROT_WQUANT_GPTQ ? "GPTQ" : "RTN", it->out_err, it->rtn_err);
@@ -802,11 +814,15 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
             if (it->rel_err > worst) worst = it->rel_err;
         } else {
             printf("  %-52s %-6s %-11s %s\n", it->name, qz_type_name(o, it, tb, sizeof tb), shape, it->why[0] ? it->why : "kept");
-            nf += it->why[0] != 0;
+            if (strncmp(it->why, "MoE ", 4) == 0) ++nmoe;
+            else nf += it->why[0] != 0;
         }
     }
     printf("  %lld tensors quantized (mean rel.err %.3e, worst %.3e)", (long long)nq, nq ? sum / (double)nq : 0.0, worst);
     if (nf) printf("; %lld linears kept in F16 because their rows are not a multiple of 32 (llama.cpp's fallback)", (long long)nf);
+    if (nmoe)
+        printf("; %lld mixture-of-experts tensors not quantized (routers and shared-expert gates by design, experts: "
+               "not supported yet)", (long long)nmoe);
     printf("\n");
     if (o->gptq)
         printf("  rel.err = sum (w - w^)^2 / sum w^2; out.err = sum ||x (W - W^)^T||^2 / sum ||x W^T||^2 over the calibration rows\n"

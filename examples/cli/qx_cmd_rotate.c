@@ -710,14 +710,17 @@ static void rj_print_work(const rj_run* j) {
     const qx_rotate_file_stats* st = &j->st;
     const quarot_online_list* list = &j->list;
     quarot_dtype dtype = j->job->dtype;
-    int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, h;
+    int64_t n_down = 0, n_o = 0, n_q = 0, n_k = 0, n_e = 0, n_sh = 0, h;
     double mib = 1.0 / (1024.0 * 1024.0);
-    char line[400];
+    char line[400], moe[96];
+    moe[0] = '\0';
     for (h = 0; h < list->count; ++h) {
         n_down += list->hooks[h].site == QUAROT_SITE_DOWN_INPUT;
         n_o += list->hooks[h].site == QUAROT_SITE_O_INPUT;
         n_q += list->hooks[h].site == QUAROT_SITE_Q_ROPE;
         n_k += list->hooks[h].site == QUAROT_SITE_K_ROPE;
+        n_e += list->hooks[h].site == QUAROT_SITE_EXPERT_DOWN_INPUT;
+        n_sh += list->hooks[h].site == QUAROT_SITE_SHARED_DOWN_INPUT;
     }
     if (st->fused_into_commands > 0)
         printf("  norms fused (%lld weight%s scaled by %s first rotate command, no pass of %s own); ", (long long)st->fused_into_commands,
@@ -733,9 +736,12 @@ static void rj_print_work(const rj_run* j) {
         printf("  arithmetic: f32 for the %lld command%s on weights written as f16/bf16 (error ~log2(n) * 2^-24, below their "
                "rounding)%s\n", (long long)st->f32_commands, st->f32_commands == 1 ? "" : "s",
                st->f32_commands < st->n_commands ? ", double for the others" : "");
+    if (n_e || n_sh)   /* mixture of experts: one hook per layer for all its routed experts */
+        snprintf(moe, sizeof moe, ", expert_down_input %lld, shared_down_input %lld", (long long)n_e, (long long)n_sh);
     if (j->hooks)
-        printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld) -> %s\n", (long long)list->count,
-               (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k, j->hooks_path);
+        printf("  online hooks: %lld (down_input %lld, o_input %lld, q_rope %lld, k_rope %lld%s) -> %s\n",
+               (long long)list->count, (long long)n_down, (long long)n_o, (long long)n_q, (long long)n_k,
+               n_e || n_sh ? moe : "", j->hooks_path);
     else
         printf("  online hooks: none (the output runs unchanged in an ordinary engine)\n");
     printf("  wrote %lld tensors%s%s%s\n", (long long)st->tensors_written, dtype != QUAROT_DTYPE_DEFAULT ? " as " : "",

@@ -631,6 +631,14 @@ static const char* const qx__gguf_layer[][2] = {
     {"attn_qkv.weight", "self_attn.qkv_proj.weight"},   /* phi3: q|k|v rows */
     {"attn_qkv.bias", "self_attn.qkv_proj.bias"},
     {"ffn_up.weight", "mlp.gate_up_proj.weight"},       /* phi3: gate|up rows (GGUF -> HF: qx__gguf_to_store) */
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},                  /* qwen2moe / qwen3moe: router */
+    {"ffn_gate_exps.weight", "mlp.experts.gate_proj.weight"},    /* experts, 3-D [n_expert][out][in] */
+    {"ffn_up_exps.weight", "mlp.experts.up_proj.weight"},
+    {"ffn_down_exps.weight", "mlp.experts.down_proj.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
 };
 
 /* dir 0: GGUF -> HF, 1: HF -> GGUF. Global names first, then "blk.N." / "model.layers.N." with a
@@ -709,7 +717,7 @@ static const qx_gguf_tinfo* qx__gtensor(const qx_gguf_file* f, const char* name)
    rows in the interleaved RoPE layout (llama: LLAMA_ROPE_TYPE_NORM, rows permuted) or keeps Hugging
    Face's half-split one (qwen2, qwen3: LLAMA_ROPE_TYPE_NEOX, rows as in the checkpoint). */
 static const struct { const char* arch; int interleaved; } qx__gguf_archs[] = {
-    {"llama", 1}, {"qwen2", 0}, {"qwen3", 0}, {"phi3", 0},
+    {"llama", 1}, {"qwen2", 0}, {"qwen3", 0}, {"phi3", 0}, {"qwen2_moe", 0}, {"qwen3_moe", 0},
 };
 #define QX__N_GGUF_ARCHS ((int)(sizeof qx__gguf_archs / sizeof qx__gguf_archs[0]))
 
@@ -721,6 +729,11 @@ int qx_gguf_arch_supported(const char* arch, int* interleaved) {
             return 1;
         }
     return 0;
+}
+
+/* llama.cpp's architecture name of a store architecture (qwen2_moe -> qwen2moe) and back. */
+static const char* qx__gguf_arch_name(const char* arch) {
+    return strcmp(arch, "qwen2_moe") == 0 ? "qwen2moe" : strcmp(arch, "qwen3_moe") == 0 ? "qwen3moe" : arch;
 }
 
 /* "<arch>.<rest>" into buf (arch names are short: the keys always fit). */
@@ -741,24 +754,39 @@ static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, q
     const int64_t DMAX = (int64_t)1 << 24;
     memset(c, 0, sizeof *c);
     if (!arch) { qx_err_set(e, "%s: no general.architecture string", fname); return QUAROT_ERR_PARSE; }
-    for (k = 0; k < QX__N_GGUF_ARCHS; ++k)
-        if (al == strlen(qx__gguf_archs[k].arch) && memcmp(arch, qx__gguf_archs[k].arch, (size_t)al) == 0) break;
+    for (k = 0; k < QX__N_GGUF_ARCHS; ++k) {
+        const char* g = qx__gguf_arch_name(qx__gguf_archs[k].arch);
+        if (al == strlen(g) && memcmp(arch, g, (size_t)al) == 0) break;
+    }
     if (k == QX__N_GGUF_ARCHS && al == 6 && (memcmp(arch, "gemma2", 6) == 0 || memcmp(arch, "gemma3", 6) == 0)) {
         qx_err_set(e, "%s: architecture \"%.*s\" is not supported: %s", fname, (int)al, arch, qx_gemma_norms_reason);
         return QUAROT_ERR_UNSUPPORTED;
     }
     if (k == QX__N_GGUF_ARCHS) {
-        qx_err_set(e, "%s: architecture \"%.*s\" is not supported (llama, qwen2, qwen3, phi3; Mistral GGUF files are \"llama\")", fname,
-                   (int)(al > 40 ? 40 : al), arch);
+        qx_err_set(e, "%s: architecture \"%.*s\" is not supported (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe; "
+                   "Mistral GGUF files are \"llama\")", fname, (int)(al > 40 ? 40 : al), arch);
         return QUAROT_ERR_UNSUPPORTED;
     }
-    snprintf(a, sizeof a, "%s", qx__gguf_archs[k].arch);
+    snprintf(a, sizeof a, "%s", qx__gguf_arch_name(qx__gguf_archs[k].arch));
     interleaved = qx__gguf_archs[k].interleaved;
-    strcpy(c->arch, a);
+    strcpy(c->arch, qx__gguf_archs[k].arch);
 #define QX__K(rest) qx__akey(kb, sizeof kb, a, rest)
-    if (qx__gint(f, fname, QX__K("expert_count"), 0, 0, 0, &x, e) != QUAROT_OK) {
-        qx_err_set(e, "%s: %s.expert_count is set: mixture-of-experts models are not supported", fname, a);
+    if (strcmp(c->arch, "llama") == 0 && qx__gint(f, fname, QX__K("expert_count"), 0, 0, 0, &x, e) != QUAROT_OK) {
+        qx_err_set(e, "%s: %s.expert_count is set: Mixtral-style GGUF files (llama with experts) are not supported "
+                   "(qwen2moe and qwen3moe are; Mixtral as a Hugging Face directory is)", fname, a);
         return QUAROT_ERR_UNSUPPORTED;
+    }
+    if (strcmp(c->arch, "qwen2_moe") == 0 || strcmp(c->arch, "qwen3_moe") == 0) {
+        /* llama.cpp's MoE keys; every layer is a MoE layer there, qwen3moe renormalizes the top-k weights */
+        if (qx__gint(f, fname, QX__K("expert_count"), 0, 1, 1 << 16, &c->n_experts, e) != QUAROT_OK ||
+            qx__gint(f, fname, QX__K("expert_used_count"), 0, 1, c->n_experts, &c->n_experts_used, e) != QUAROT_OK ||
+            qx__gint(f, fname, QX__K("expert_feed_forward_length"), 0, 1, DMAX, &c->expert_intermediate, e) != QUAROT_OK ||
+            qx__gint(f, fname, QX__K("expert_shared_feed_forward_length"), 0, 0, DMAX, &c->shared_intermediate, e) !=
+                QUAROT_OK)
+            return QUAROT_ERR_PARSE;
+        c->norm_topk_prob = strcmp(c->arch, "qwen3_moe") == 0;
+        c->sparse_step = 1;
+        c->experts_stacked = 1;
     }
     if (qx__gint(f, fname, QX__K("embedding_length"), 0, 1, DMAX, &c->hidden, e) != QUAROT_OK ||
         qx__gint(f, fname, QX__K("feed_forward_length"), 0, 1, DMAX, &c->intermediate, e) != QUAROT_OK ||
@@ -1362,8 +1390,8 @@ quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e) {
 /* Blob-format pairs from a llama / qwen2 / qwen3 config (llama.cpp's <arch>.* keys). */
 quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     const quarot_model_config* c;
-    qx_gguf_set set[16];
-    char keys[16][96];
+    qx_gguf_set set[24];
+    char keys[24][96];
     int n = 0, k, llama, qwen2, qwen3, phi3;
     int64_t hd, i;
     uint64_t cnt;
@@ -1372,10 +1400,14 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     if (!s || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     c = &s->config;
     llama = strcmp(c->arch, "llama") == 0;
-    qwen2 = strcmp(c->arch, "qwen2") == 0;
-    qwen3 = strcmp(c->arch, "qwen3") == 0;
+    qwen2 = strcmp(c->arch, "qwen2") == 0 || strcmp(c->arch, "qwen2_moe") == 0;
+    qwen3 = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "qwen3_moe") == 0;
     phi3 = strcmp(c->arch, "phi3") == 0;
-    if (!llama && !qwen2 && !qwen3 && !phi3) why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3)";
+    if (!llama && !qwen2 && !qwen3 && !phi3)
+        why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe)";
+    else if (c->n_experts > 0 && (!c->experts_stacked || (c->sparse_step > 1) || c->n_mlp_only_layers > 0))
+        why = "has experts as separate tensors or dense layers (llama.cpp's MoE layout: every layer one 3-D tensor per "
+              "projection)";
     else if (c->norm == QUAROT_NORM_LAYER || c->mlp == QUAROT_MLP_PLAIN || c->mlp_bias ||
              (c->act != QUAROT_ACT_DEFAULT && c->act != QUAROT_ACT_SILU))
         why = "is not RMSNorm with a SiLU-gated MLP without biases";
@@ -1389,10 +1421,16 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     }
     hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
     memset(set, 0, sizeof set);
-#define QX__KEY(k_) (snprintf(keys[n], sizeof keys[n], "%s.%s", c->arch, k_), keys[n])
+#define QX__KEY(k_) (snprintf(keys[n], sizeof keys[n], "%s.%s", qx__gguf_arch_name(c->arch), k_), keys[n])
 #define QX__SET_U(k_, v_) do { set[n].key = QX__KEY(k_); set[n].type = QX_GGUF_U32; set[n].u = (uint64_t)(v_); ++n; } while (0)
 #define QX__SET_F(k_, v_) do { set[n].key = QX__KEY(k_); set[n].type = QX_GGUF_F32; set[n].f = (double)(v_); ++n; } while (0)
-    set[n].key = "general.architecture"; set[n].type = QX_GGUF_STRING; set[n].str = c->arch; ++n;
+    set[n].key = "general.architecture"; set[n].type = QX_GGUF_STRING; set[n].str = qx__gguf_arch_name(c->arch); ++n;
+    if (c->n_experts > 0) {
+        QX__SET_U("expert_count", c->n_experts);
+        QX__SET_U("expert_used_count", c->n_experts_used);
+        QX__SET_U("expert_feed_forward_length", c->expert_intermediate ? c->expert_intermediate : c->intermediate);
+        if (c->shared_intermediate > 0) QX__SET_U("expert_shared_feed_forward_length", c->shared_intermediate);
+    }
     if (c->max_seq > 0) QX__SET_U("context_length", c->max_seq);
     QX__SET_U("embedding_length", c->hidden);
     QX__SET_U("block_count", c->n_layers);

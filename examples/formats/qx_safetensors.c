@@ -669,12 +669,52 @@ static quarot_result qx__phi3_rope(qx__cfg* c, quarot_model_config* m) {
     return QUAROT_OK;
 }
 
+/* The mixture-of-experts keys of MixtralConfig (num_local_experts; top-k renormalized always),
+   Qwen2MoeConfig (num_experts, moe_intermediate_size, shared_expert_intermediate_size, norm_topk_prob,
+   decoder_sparse_step, mlp_only_layers) and Qwen3MoeConfig (the same without a shared expert). A
+   non-empty mlp_only_layers is refused: the config keeps no list of its own. */
+static quarot_result qx__moe_config(const qx__cfg* c, quarot_model_config* m) {
+    int mixtral = strcmp(m->arch, "mixtral") == 0, qwen2 = strcmp(m->arch, "qwen2_moe") == 0;
+    const qx_json* only;
+    quarot_result r;
+    if (!mixtral && !qwen2 && strcmp(m->arch, "qwen3_moe") != 0) return QUAROT_OK;
+    if ((r = qx__cfg_int(c, mixtral ? "num_local_experts" : "num_experts", 0, 1, 1 << 16, &m->n_experts)) != QUAROT_OK)
+        return r;
+    if ((r = qx__cfg_int(c, "num_experts_per_tok", 0, 1, 1 << 16, &m->n_experts_used)) != QUAROT_OK) return r;
+    if (m->n_experts_used > m->n_experts) {
+        qx_err_set(c->e, "%s: num_experts_per_tok %lld is larger than the %lld experts", c->fname,
+                   (long long)m->n_experts_used, (long long)m->n_experts);
+        return QUAROT_ERR_PARSE;
+    }
+    if (mixtral) {
+        m->norm_topk_prob = 1;
+        m->expert_intermediate = m->intermediate;
+        m->sparse_step = 1;
+        return QUAROT_OK;
+    }
+    if ((r = qx__cfg_int(c, "moe_intermediate_size", 0, 1, QX__DIM_MAX, &m->expert_intermediate)) != QUAROT_OK) return r;
+    if (qwen2 && (r = qx__cfg_int(c, "shared_expert_intermediate_size", 0, 0, QX__DIM_MAX,
+                                  &m->shared_intermediate)) != QUAROT_OK)
+        return r;
+    if ((r = qx__cfg_bool(c, "norm_topk_prob", 0, &m->norm_topk_prob)) != QUAROT_OK) return r;
+    if ((r = qx__cfg_int(c, "decoder_sparse_step", 1, 1, 1 << 16, &m->sparse_step)) != QUAROT_OK) return r;
+    only = qx_json_get(c->root, "mlp_only_layers");
+    if (only && only->type != QX_JSON_NULL && !(only->type == QX_JSON_ARRAY && only->count == 0)) {
+        qx_err_set(c->e, "%s: a non-empty \"mlp_only_layers\" is not supported (dense layers chosen by "
+                   "decoder_sparse_step are)", c->fname);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    return QUAROT_OK;
+}
+
 quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name, quarot_model_config* out,
                                  qx_err* e) {
     static const struct { const char* cls; const char* type; const char* arch; } archs[] = {
         {"LlamaForCausalLM", "llama", "llama"}, {"MistralForCausalLM", "mistral", "llama"},
         {"Qwen2ForCausalLM", "qwen2", "qwen2"}, {"Qwen3ForCausalLM", "qwen3", "qwen3"},
         {"OPTForCausalLM", "opt", "opt"}, {"Phi3ForCausalLM", "phi3", "phi3"},
+        {"MixtralForCausalLM", "mixtral", "mixtral"}, {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2_moe"},
+        {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3_moe"},
     };
     qx_json_doc doc;
     qx__cfg c;
@@ -714,7 +754,8 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
     }
     if (k == sizeof archs / sizeof archs[0]) {
         qx_err_set(e, "%s: architecture \"%.60s\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                   "Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM)", name, cls);
+                   "Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
+                   "Qwen3MoeForCausalLM)", name, cls);
         r = QUAROT_ERR_UNSUPPORTED;
         goto done;
     }
@@ -789,16 +830,17 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
         if ((r = qx__cfg_act(&c, "hidden_act", "silu", &m.act)) != QUAROT_OK) goto done;
         r = QUAROT_ERR_PARSE;
         if (qx__cfg_bool(&c, "attention_bias", 0, &b) != QUAROT_OK) goto done;
-        if (strcmp(m.arch, "qwen2") == 0) {
+        if (strcmp(m.arch, "qwen2") == 0 || strcmp(m.arch, "qwen2_moe") == 0) {
             m.attn_qkv_bias = 1;             /* Qwen2 hard-codes q/k/v biases and no o_proj bias */
         } else {
             m.attn_qkv_bias = m.attn_out_bias = b;
             if (qx__cfg_bool(&c, "mlp_bias", 0, &m.mlp_bias) != QUAROT_OK) goto done;
         }
-        m.qk_norm = strcmp(m.arch, "qwen3") == 0;
+        m.qk_norm = strcmp(m.arch, "qwen3") == 0 || strcmp(m.arch, "qwen3_moe") == 0;
         if (strcmp(m.arch, "phi3") == 0 && (r = qx__phi3_rope(&c, &m)) != QUAROT_OK) goto done;
         m.norm = QUAROT_NORM_RMS;
         m.mlp = QUAROT_MLP_GATED;
+        if ((r = qx__moe_config(&c, &m)) != QUAROT_OK) goto done;
     }
     m.rope_interleaved = 0;                  /* Hugging Face's half-split layout */
     *out = m;
@@ -846,7 +888,8 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
     c = &s->config;
     opt = strcmp(c->arch, "opt") == 0;
     phi3 = strcmp(c->arch, "phi3") == 0;
-    if (!opt && strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2") && strcmp(c->arch, "qwen3") && !phi3) {
+    if (!opt && strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2") && strcmp(c->arch, "qwen3") && !phi3 &&
+        strcmp(c->arch, "mixtral") && strcmp(c->arch, "qwen2_moe") && strcmp(c->arch, "qwen3_moe")) {
         qx_err_set(e, "%s: no tensor layout known for architecture \"%.32s\"", fname, c->arch);
         return QUAROT_ERR_UNSUPPORTED;
     }
@@ -922,6 +965,59 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
             QX__X(hd, 1, "model.layers.%lld.self_attn.q_norm.weight", (long long)i);
             QX__X(hd, 1, "model.layers.%lld.self_attn.k_norm.weight", (long long)i);
         }
+        if (quarot_config_layer_is_moe(c, i)) {   /* router, experts, shared expert and its gate */
+            int mixtral = strcmp(c->arch, "mixtral") == 0;
+            const char* moe = mixtral ? "block_sparse_moe" : "mlp";
+            int64_t x, ei = c->expert_intermediate > 0 ? c->expert_intermediate : c->intermediate;
+            QX__X(c->hidden, c->n_experts, "model.layers.%lld.%s.gate.weight", (long long)i, moe);
+            if (c->experts_stacked) {   /* GGUF: one 3-D tensor [n_experts][out][in] per projection */
+                static const char* const pr[3] = {"gate_proj", "up_proj", "down_proj"};
+                int k3;
+                for (k3 = 0; k3 < 3; ++k3) {
+                    const int64_t n0 = k3 == 2 ? ei : c->hidden, n1 = k3 == 2 ? c->hidden : ei;
+                    const quarot_tensor* t;
+                    snprintf(nm, sizeof nm, "model.layers.%lld.%s.experts.%s.weight", (long long)i, moe,
+                             mixtral ? (k3 == 0 ? "w1" : k3 == 1 ? "w3" : "w2") : pr[k3]);
+                    t = qx_store_find(s, nm);
+                    if (!t) {
+                        qx_err_set(e, "%s: tensor \"%s\" is missing (the config implies it)", fname, nm);
+                        return QUAROT_ERR_NOT_FOUND;
+                    }
+                    if (t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != c->n_experts || t->ne[3] != 1) {
+                        qx_err_set(e, "%s: tensor \"%s\" has shape [%lld, %lld, %lld] (outermost first), the config "
+                                   "implies [%lld experts, %lld, %lld]", fname, nm, (long long)t->ne[2],
+                                   (long long)t->ne[1], (long long)t->ne[0], (long long)c->n_experts, (long long)n1,
+                                   (long long)n0);
+                        return QUAROT_ERR_SHAPE_MISMATCH;
+                    }
+                }
+            }
+            for (x = 0; x < c->n_experts && !c->experts_stacked; ++x) {
+                QX__X(c->hidden, ei, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)i, moe, (long long)x,
+                      mixtral ? "w1" : "gate_proj");
+                QX__X(c->hidden, ei, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)i, moe, (long long)x,
+                      mixtral ? "w3" : "up_proj");
+                QX__X(ei, c->hidden, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)i, moe, (long long)x,
+                      mixtral ? "w2" : "down_proj");
+            }
+            snprintf(nm, sizeof nm, "model.layers.%lld.%s.experts.%lld.", (long long)i, moe, (long long)c->n_experts);
+            for (x = 0; x < s->count; ++x)
+                if (strncmp(s->items[x].name, nm, strlen(nm)) == 0) {
+                    qx_err_set(e, "%s: tensor \"%.120s\" is an expert beyond the config's %lld", fname,
+                               s->items[x].name, (long long)c->n_experts);
+                    return QUAROT_ERR_SHAPE_MISMATCH;
+                }
+            if (c->shared_intermediate > 0) {
+                QX__X(c->hidden, c->shared_intermediate, "model.layers.%lld.mlp.shared_expert.gate_proj.weight",
+                      (long long)i);
+                QX__X(c->hidden, c->shared_intermediate, "model.layers.%lld.mlp.shared_expert.up_proj.weight",
+                      (long long)i);
+                QX__X(c->shared_intermediate, c->hidden, "model.layers.%lld.mlp.shared_expert.down_proj.weight",
+                      (long long)i);
+                QX__X(c->hidden, 1, "model.layers.%lld.mlp.shared_expert_gate.weight", (long long)i);
+            }
+            continue;
+        }
         QX__X(c->hidden, c->intermediate, "model.layers.%lld.mlp.gate_proj.weight", (long long)i);
         QX__X(c->hidden, c->intermediate, "model.layers.%lld.mlp.up_proj.weight", (long long)i);
         QX__X(c->intermediate, c->hidden, "model.layers.%lld.mlp.down_proj.weight", (long long)i);
@@ -991,8 +1087,11 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
     }
     {
         /* generated: first refuse configs the Hugging Face class could not express */
-        int llama = strcmp(c->arch, "llama") == 0, qwen2 = strcmp(c->arch, "qwen2") == 0;
-        int qwen3 = strcmp(c->arch, "qwen3") == 0, opt = strcmp(c->arch, "opt") == 0, phi3 = strcmp(c->arch, "phi3") == 0;
+        int mixtral = strcmp(c->arch, "mixtral") == 0, qwen2_moe = strcmp(c->arch, "qwen2_moe") == 0;
+        int qwen3_moe = strcmp(c->arch, "qwen3_moe") == 0;
+        int llama = strcmp(c->arch, "llama") == 0 || mixtral, qwen2 = strcmp(c->arch, "qwen2") == 0 || qwen2_moe;
+        int qwen3 = strcmp(c->arch, "qwen3") == 0 || qwen3_moe, opt = strcmp(c->arch, "opt") == 0;
+        int phi3 = strcmp(c->arch, "phi3") == 0;
         int64_t hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
         const char* act = c->act == QUAROT_ACT_RELU ? "relu" : c->act == QUAROT_ACT_GELU ? "gelu_pytorch_tanh" : "silu";
         const char* why = NULL;
@@ -1018,7 +1117,10 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
         /* then the keys qx_hf_config_parse reads, so the config survives the round trip */
         qx_sb_puts(out, "{");
         qx__kv(out, &first, "architectures");
-        qx_sb_puts(out, phi3 ? "[\"Phi3ForCausalLM\"]" : opt ? "[\"OPTForCausalLM\"]" : qwen2 ? "[\"Qwen2ForCausalLM\"]" : qwen3 ? "[\"Qwen3ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
+        qx_sb_puts(out, mixtral ? "[\"MixtralForCausalLM\"]" : qwen2_moe ? "[\"Qwen2MoeForCausalLM\"]"
+                        : qwen3_moe ? "[\"Qwen3MoeForCausalLM\"]" : phi3 ? "[\"Phi3ForCausalLM\"]"
+                        : opt ? "[\"OPTForCausalLM\"]" : qwen2 ? "[\"Qwen2ForCausalLM\"]"
+                        : qwen3 ? "[\"Qwen3ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
         qx__kv(out, &first, "model_type");
         qx_sb_printf(out, "\"%s\"", c->arch);
         qx__kv(out, &first, "hidden_size"); qx_sb_printf(out, "%lld", (long long)c->hidden);
@@ -1043,6 +1145,23 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
             qx__kv(out, &first, "hidden_act"); qx_sb_printf(out, "\"%s\"", act);
             if (!qwen2 && !phi3) { qx__kv(out, &first, "attention_bias"); qx_sb_puts(out, c->attn_qkv_bias ? "true" : "false"); }
             if (llama) { qx__kv(out, &first, "mlp_bias"); qx_sb_puts(out, c->mlp_bias ? "true" : "false"); }
+        }
+        if (mixtral || qwen2_moe || qwen3_moe) {   /* the keys qx__moe_config reads */
+            qx__kv(out, &first, mixtral ? "num_local_experts" : "num_experts");
+            qx_sb_printf(out, "%lld", (long long)c->n_experts);
+            qx__kv(out, &first, "num_experts_per_tok"); qx_sb_printf(out, "%lld", (long long)c->n_experts_used);
+            if (!mixtral) {
+                qx__kv(out, &first, "moe_intermediate_size");
+                qx_sb_printf(out, "%lld", (long long)(c->expert_intermediate ? c->expert_intermediate : c->intermediate));
+                if (qwen2_moe) {
+                    qx__kv(out, &first, "shared_expert_intermediate_size");
+                    qx_sb_printf(out, "%lld", (long long)c->shared_intermediate);
+                }
+                qx__kv(out, &first, "norm_topk_prob"); qx_sb_puts(out, c->norm_topk_prob ? "true" : "false");
+                qx__kv(out, &first, "decoder_sparse_step");
+                qx_sb_printf(out, "%lld", (long long)(c->sparse_step > 0 ? c->sparse_step : 1));
+                qx__kv(out, &first, "mlp_only_layers"); qx_sb_puts(out, "[]");
+            }
         }
         qx__kv(out, &first, "tie_word_embeddings"); qx_sb_puts(out, has_head ? "false" : "true");
         qx__kv(out, &first, "torch_dtype"); qx_sb_printf(out, "\"%s\"", qx__torch_dtype(s));

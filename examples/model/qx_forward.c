@@ -160,6 +160,11 @@ static quarot_result qx__config(qx_forward* f, const quarot_model_config* c, qx_
     if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
     f->is_opt = strcmp(g->arch, "opt") == 0;
     f->is_fused = strcmp(g->arch, "phi3") == 0;
+    if (g->n_experts > 0) {   /* no routing here: say so rather than miss the dense MLP tensors */
+        qx_err_set(e, "config: %s has mixture-of-experts layers (%lld experts), which the reference forward pass "
+                   "does not run yet (quarot rotate handles them)", g->arch, (long long)g->n_experts);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     /* sizes: positive, heads divisible into KV groups, an even head_dim for RoPE pairs, and caps that
        keep every product below in int64 / size_t far from overflow */
     if (g->hidden <= 0 || g->intermediate <= 0 || g->n_layers <= 0 || g->n_heads <= 0 || g->n_kv_heads <= 0 ||
