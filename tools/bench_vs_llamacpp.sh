@@ -16,10 +16,13 @@ BENCH="$LLAMA/bin/llama-bench"
 make -C "$ROOT" -s build/quarot build/bench/bench_engine
 mkdir -p "$WORK"
 "$ROOT/build/bench/bench_engine" --layers 2 --save "$WORK/model"
-"$ROOT/build/quarot" quantize "$WORK/model" "$WORK/model-q4_0.gguf" --force
+# llama.cpp loads no GGUF without a tokenizer: any 512-token one fits the vocab (stories260K's by default)
+TOK=${TOKENIZER:-$ROOT/../shared/models/stories260K/tok512.bin}
+[ -f "$TOK" ] || { echo "no tokenizer $TOK (set TOKENIZER=FILE: a 512-token llama2.c or GGUF tokenizer)" >&2; exit 1; }
+"$ROOT/build/quarot" quantize "$WORK/model" "$WORK/model-q4_0.gguf" --force --tokenizer "$TOK"
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs"
 echo "== quarot.h commit: $(git -C "$ROOT" rev-parse --short HEAD)"
-echo "== llama.cpp commit: $(git -C "$LLAMA/.." rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "== llama.cpp commit: ${LLAMA_COMMIT:-$(git -C "$LLAMA/.." rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 echo "== $BENCH -m $WORK/model-q4_0.gguf -p 64,512 -n 16 -t 1,2"
 "$BENCH" -m "$WORK/model-q4_0.gguf" -p 64,512 -n 16 -t 1,2
 echo "== $ROOT/build/bench/bench_engine --layers 2"
