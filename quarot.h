@@ -15073,7 +15073,7 @@ static double quarot__tr_exp_sum_avx512(float* x, int64_t n, float shift) {
     double sum = 0.0;
     int64_t i;
     for (i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
         __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), sh), fx, r, z, y;
         __mmask16 under = _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), over = _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ);
         __m512i e;
