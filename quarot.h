@@ -9544,6 +9544,32 @@ static quarot_result quarot__linear_names(const quarot_adapter_names* nm, const 
 static quarot_result quarot__moe_mlp(quarot_plan* plan, const quarot_adapter_names* nm, const quarot_model_config* cfg,
                                      int64_t layer);   // >>moe
 
+// The global part of a names-built plan (from names and fused names).
+static quarot_result quarot__plan_globals(quarot_plan* plan, const quarot_adapter_names* nm, int layer_norm) {
+    char nbias[QUAROT_NAME_MAX], b[QUAROT_NAME_MAX];
+    quarot_result r;
+    if ((r = quarot_name_format(nbias, nm->final_norm, ".bias", NULL, -1)) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_fusion(plan, -1, plan->final_norm_weight, layer_norm ? nbias : "")) != QUAROT_OK) return r;
+    if ((r = quarot_name_format(b, nm->lm_head, NULL, NULL, -1)) != QUAROT_OK) return r;
+    {   // lm_head.weight -> lm_head.bias
+        size_t len = strlen(b);
+        if (len > 7 && strcmp(b + len - 7, ".weight") == 0) strcpy(b + len - 7, ".bias");
+        else b[0] = '\0';
+    }
+    if ((r = quarot_plan_add_fused_linear(plan, nm->lm_head, b)) != QUAROT_OK) return r;
+    if (layer_norm) {
+        if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
+        if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
+    }
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK)
+        return r;
+    if (nm->pos_embed && (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed,
+                                                       "")) != QUAROT_OK) return r;
+    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK)
+        return r;
+    return QUAROT_OK;
+}
+
 QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* self, const quarot_model_config* cfg,
                                                          int64_t block_size, quarot_plan* plan) {
     const quarot_adapter_names* nm;
@@ -9568,25 +9594,7 @@ QUAROT_API quarot_result quarot_adapter_build_from_names(const quarot_adapter* s
     if ((r = quarot_plan_set_layers(plan, cfg->n_layers)) != QUAROT_OK) return r;
 
     // Global: final norm -> lm_head; embeddings centred (LayerNorm) and rotated; lm_head rotated.
-    if ((r = quarot_name_format(nbias, nm->final_norm, ".bias", NULL, -1)) != QUAROT_OK) return r;
-    if ((r = quarot_plan_add_fusion(plan, -1, plan->final_norm_weight, layer_norm ? nbias : "")) != QUAROT_OK) return r;
-    if ((r = quarot_name_format(b, nm->lm_head, NULL, NULL, -1)) != QUAROT_OK) return r;
-    {   // lm_head.weight -> lm_head.bias
-        size_t len = strlen(b);
-        if (len > 7 && strcmp(b + len - 7, ".weight") == 0) strcpy(b + len - 7, ".bias");
-        else b[0] = '\0';
-    }
-    if ((r = quarot_plan_add_fused_linear(plan, nm->lm_head, b)) != QUAROT_OK) return r;
-    if (layer_norm) {
-        if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
-        if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
-    }
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK)
-        return r;
-    if (nm->pos_embed && (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed,
-                                                       "")) != QUAROT_OK) return r;
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK)
-        return r;
+    if ((r = quarot__plan_globals(plan, nm, layer_norm)) != QUAROT_OK) return r;
 
     for (i = 0; i < cfg->n_layers; ++i) {
         const char* readers_attn[3];
@@ -9707,26 +9715,7 @@ QUAROT_API quarot_result quarot_adapter_build_fused_names(const quarot_adapter* 
     plan->n_kv_heads = cfg->n_kv_heads;
     plan->head_dim = cfg->head_dim;
     if ((r = quarot_plan_set_layers(plan, cfg->n_layers)) != QUAROT_OK) return r;
-    // Global: as quarot_adapter_build_from_names.
-    if ((r = quarot_name_format(nbias, nm->final_norm, ".bias", NULL, -1)) != QUAROT_OK) return r;
-    if ((r = quarot_plan_add_fusion(plan, -1, plan->final_norm_weight, layer_norm ? nbias : "")) != QUAROT_OK) return r;
-    if ((r = quarot_name_format(b, nm->lm_head, NULL, NULL, -1)) != QUAROT_OK) return r;
-    {
-        size_t len = strlen(b);
-        if (len > 7 && strcmp(b + len - 7, ".weight") == 0) strcpy(b + len - 7, ".bias");
-        else b[0] = '\0';
-    }
-    if ((r = quarot_plan_add_fused_linear(plan, nm->lm_head, b)) != QUAROT_OK) return r;
-    if (layer_norm) {
-        if ((r = quarot_plan_add_bake(plan, -1, 1, nm->embed, "")) != QUAROT_OK) return r;
-        if (nm->pos_embed && (r = quarot_plan_add_bake(plan, -1, 1, nm->pos_embed, "")) != QUAROT_OK) return r;
-    }
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->embed, "")) != QUAROT_OK)
-        return r;
-    if (nm->pos_embed && (r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_OUTPUT, 1, 0, nm->pos_embed,
-                                                       "")) != QUAROT_OK) return r;
-    if ((r = quarot_plan_add_rotation(plan, -1, QUAROT_ROT_R1, QUAROT_SIDE_INPUT, 0, 0, nm->lm_head, "")) != QUAROT_OK)
-        return r;
+    if ((r = quarot__plan_globals(plan, nm, layer_norm)) != QUAROT_OK) return r;
     for (i = 0; i < cfg->n_layers; ++i) {
         quarot_plan_layer* pl = &plan->layers[i];
         for (part = 0; part < 2; ++part) {   // the norm fusion and R1 of each reader, then its writer
