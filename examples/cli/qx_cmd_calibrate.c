@@ -434,7 +434,12 @@ static int calibrate_check_model(calibrate_state* st) {
     qx_rotcheck_opts rco;
     qx_err e;
     int rc;
-    quarot_result r = o->method == CALIB_ADAPT ? qx_calib_check(&st->co.adapt, c->hidden, &e) : QUAROT_OK;
+    quarot_result r;
+    if (c->n_experts > 0)   /* the learned rotations are fitted to dense MLPs' linears and losses */
+        return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: %s has mixture-of-experts layers (%lld experts): calibrate (Adapt "
+                           "Rotation, SpinQuant) does not run them yet; quarot rotate and eval do (QuaRot's Hadamard rotations)",
+                           o->model, c->arch, (long long)c->n_experts);
+    r = o->method == CALIB_ADAPT ? qx_calib_check(&st->co.adapt, c->hidden, &e) : QUAROT_OK;
     /* a bad value is usage; a block wider than this model's hidden is valid alone: cannot do */
     if (r != QUAROT_OK)
         return qx_cli_fail(&st->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : o->block > c->hidden ? QX_EXIT_PROCESS : QX_EXIT_USAGE,

@@ -80,6 +80,11 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     gptq = o->desc.method == QUAROT_WQUANT_GPTQ || o->desc.migrate;   /* calibration rows needed */
+    if (gptq && s->config.n_experts > 0) {   /* the stage's view of the weights (qx__fw_get) has no experts */
+        qx_err_set(e, "%s has mixture-of-experts layers (%lld experts): GPTQ and weight migration do not run them yet "
+                   "(RTN does)", s->config.arch, (long long)s->config.n_experts);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     memset(&cap, 0, sizeof cap);
     cap.qz = &qz;
     r = qx_ek_forward_init(&ef, s, o->hooks, NULL, gptq ? qx__wq_capture : NULL, &cap, e);

@@ -18,6 +18,8 @@ const char* qx_site_name(qx_site s) {
         case QX_SITE_O_INPUT: return "o_input";
         case QX_SITE_Q_ROPE: return "q_rope";
         case QX_SITE_K_ROPE: return "k_rope";
+        case QX_SITE_EXPERT_DOWN_INPUT: return "expert_down_input";
+        case QX_SITE_SHARED_DOWN_INPUT: return "shared_down_input";
         default: return "unknown";
     }
 }
@@ -160,10 +162,24 @@ static quarot_result qx__config(qx_forward* f, const quarot_model_config* c, qx_
     if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
     f->is_opt = strcmp(g->arch, "opt") == 0;
     f->is_fused = strcmp(g->arch, "phi3") == 0;
-    if (g->n_experts > 0) {   /* no routing here: say so rather than miss the dense MLP tensors */
-        qx_err_set(e, "config: %s has mixture-of-experts layers (%lld experts), which the reference forward pass "
-                   "does not run yet (quarot rotate handles them)", g->arch, (long long)g->n_experts);
-        return QUAROT_ERR_UNSUPPORTED;
+    f->is_moe = g->n_experts > 0;
+    if (f->is_moe) {   /* the MoE families' names, a gated MLP per expert, a sane top-k */
+        f->is_mixtral = strcmp(g->arch, "mixtral") == 0;
+        if (!f->is_mixtral && strcmp(g->arch, "qwen2_moe") != 0 && strcmp(g->arch, "qwen3_moe") != 0) {
+            qx_err_set(e, "config: %s has mixture-of-experts layers (%lld experts); the reference forward pass runs "
+                       "those of mixtral, qwen2_moe and qwen3_moe", g->arch, (long long)g->n_experts);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+        f->e_inter = g->expert_intermediate > 0 ? g->expert_intermediate : g->intermediate;
+        f->s_inter = f->is_mixtral ? 0 : g->shared_intermediate;
+        if (g->n_experts > (1 << 16) || g->n_experts_used < 1 || g->n_experts_used > g->n_experts ||
+            f->e_inter <= 0 || f->e_inter > (1 << 22) || f->s_inter < 0 || f->s_inter > (1 << 22) ||
+            (g->mlp != QUAROT_MLP_DEFAULT && g->mlp != QUAROT_MLP_GATED)) {
+            qx_err_set(e, "config: bad mixture of experts (%lld experts, %lld used, expert intermediate %lld, shared %lld; "
+                       "the experts are gated MLPs)", (long long)g->n_experts, (long long)g->n_experts_used,
+                       (long long)f->e_inter, (long long)f->s_inter);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
     }
     /* sizes: positive, heads divisible into KV groups, an even head_dim for RoPE pairs, and caps that
        keep every product below in int64 / size_t far from overflow */
@@ -215,14 +231,15 @@ static quarot_result qx__check_quant(const qx_forward* f, const qx_fake_quant_op
     /* one group size for every linear: it must divide each input width (hidden for q/k/v/gate/up,
        n_heads*head_dim for o_proj, intermediate for down_proj) */
     if (!qx__bits_ok(q->a_down_bits) || q->a_group < 0 || (q->a_group && (g->hidden % q->a_group || g->intermediate % q->a_group ||
-        f->q_dim % q->a_group)) || q->k_group < 0 || q->v_group < 0 || (q->k_group && g->head_dim % q->k_group) ||
+        f->q_dim % q->a_group || (f->is_moe && (f->e_inter % q->a_group || f->s_inter % q->a_group)))) || q->k_group < 0 || q->v_group < 0 || (q->k_group && g->head_dim % q->k_group) ||
         (q->v_group && g->head_dim % q->v_group) || !(q->k_clip >= 0.0f && q->k_clip <= 1.0f) || !(q->v_clip >= 0.0f && q->v_clip <= 1.0f)) {
         qx_err_set(e, "fake quant: activation group %lld must divide hidden, intermediate and n_heads*head_dim; K/V groups (%lld, %lld) head_dim %lld; clips in (0, 1]",
                    (long long)q->a_group, (long long)q->k_group, (long long)q->v_group, (long long)g->head_dim);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (q->w_bits && q->w_group != 0 &&
-        (q->w_group < 0 || g->hidden % q->w_group || g->intermediate % q->w_group || f->q_dim % q->w_group)) {
+        (q->w_group < 0 || g->hidden % q->w_group || g->intermediate % q->w_group || f->q_dim % q->w_group ||
+         (f->is_moe && (f->e_inter % q->w_group || f->s_inter % q->w_group)))) {
         qx_err_set(e, "fake quant: weight group %lld must divide hidden %lld, intermediate %lld and n_heads*head_dim %lld",
                    (long long)q->w_group, (long long)g->hidden, (long long)g->intermediate, (long long)f->q_dim);
         return QUAROT_ERR_INVALID_ARGUMENT;
@@ -381,14 +398,16 @@ static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, 
     QX__SPEC("self_attn.v_proj", ".bias", 1, f->kv_dim, g->attn_qkv_bias, -1, &L->bv);
     QX__SPEC(o_name, ".weight", g->hidden, f->q_dim, 1, QX_QL_O, &L->wo);
     QX__SPEC(o_name, ".bias", 1, g->hidden, g->attn_out_bias, -1, &L->bo);
-    if (g->mlp == QUAROT_MLP_GATED) {
+    if (g->mlp == QUAROT_MLP_GATED && !quarot_config_layer_is_moe(g, l)) {
         QX__SPEC("mlp.gate_proj", ".weight", g->intermediate, g->hidden, 1, QX_QL_GATE, &L->w_gate);
         QX__SPEC("mlp.gate_proj", ".bias", 1, g->intermediate, g->mlp_bias, -1, &L->b_gate);
     }
-    QX__SPEC(up, ".weight", g->intermediate, g->hidden, 1, QX_QL_UP, &L->w_up);
-    QX__SPEC(up, ".bias", 1, g->intermediate, g->mlp_bias, -1, &L->b_up);
-    QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, QX_QL_DOWN, &L->w_down);
-    QX__SPEC(down, ".bias", 1, g->hidden, g->mlp_bias, -1, &L->b_down);
+    if (!quarot_config_layer_is_moe(g, l)) {   /* a MoE layer's MLP: qx__moe_specs */
+        QX__SPEC(up, ".weight", g->intermediate, g->hidden, 1, QX_QL_UP, &L->w_up);
+        QX__SPEC(up, ".bias", 1, g->intermediate, g->mlp_bias, -1, &L->b_up);
+        QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, QX_QL_DOWN, &L->w_down);
+        QX__SPEC(down, ".bias", 1, g->hidden, g->mlp_bias, -1, &L->b_down);
+    }
     if (g->qk_norm) {
         QX__SPEC("self_attn.q_norm", ".weight", 1, g->head_dim, 1, -1, &L->q_norm);
         QX__SPEC("self_attn.k_norm", ".weight", 1, g->head_dim, 1, -1, &L->k_norm);
@@ -396,6 +415,8 @@ static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, 
 #undef QX__SPEC
     return n;
 }
+
+static quarot_result qx__moe_stream_init(qx_forward* f, const qx_store* s, size_t* qcodes, qx_err* err);
 
 /* init, layer-wise: check every layer's tensors now (the copy path's errors, at the same point),
    remember them, and size the layer buffer for the largest layer's conversions. */
@@ -433,6 +454,10 @@ static quarot_result qx__stream_init(qx_forward* f, const qx_store* s, qx_err* e
         }
         if (floats > f->layer_floats) f->layer_floats = floats;
     }
+    if (f->is_moe) {
+        quarot_result r = qx__moe_stream_init(f, s, &qcodes, e);
+        if (r != QUAROT_OK) return r;
+    }
     f->layer_buf = (float*)qx_arena_alloc(&f->arena, f->layer_floats * sizeof(float));
     if (!f->layer_buf) { qx_err_set(e, "out of memory (one layer in f32: %lu floats)", (unsigned long)f->layer_floats); return QUAROT_ERR_OUT_OF_MEMORY; }
     for (l = 0; l < QX_QL_COUNT; ++l)
@@ -459,6 +484,240 @@ static quarot_result qx__conv_rows(void* c, int64_t r0, int64_t r1) {
 }
 
 static quarot_result qx__fake_quant_w_par(const qx_forward* f, float* w, int64_t rows, int64_t cols);
+
+/* ---- mixture-of-experts weights ---- */
+
+/* Which MoE tensor: the router, the shared-expert gate, the shared expert's gate / up / down, a
+   routed expert's gate / up / down. */
+enum { QX_MW_ROUTER, QX_MW_SGATE, QX_MW_SHARED, QX_MW_EXPERT = QX_MW_SHARED + 3, QX_MW_COUNT = QX_MW_EXPERT + 3 };
+
+/* "model.layers.{l}.<suffix>" of MoE tensor `which` (expert e; stacked: the 3-D name without e).
+   The suffix alone (the layer's name part, as qx__linear_input takes it) into suf when not NULL. */
+static void qx__moe_name(const qx_forward* f, int64_t l, int which, int64_t e, int stacked, char* name, size_t n,
+                         char* suf, size_t sn) {
+    static const char* const mix[3] = {"w1", "w3", "w2"};
+    static const char* const qw[3] = {"gate_proj", "up_proj", "down_proj"};
+    char sx[160];
+    if (which == QX_MW_ROUTER) snprintf(sx, sizeof sx, "%s.gate.weight", f->is_mixtral ? "block_sparse_moe" : "mlp");
+    else if (which == QX_MW_SGATE) snprintf(sx, sizeof sx, "mlp.shared_expert_gate.weight");
+    else if (which < QX_MW_EXPERT) snprintf(sx, sizeof sx, "mlp.shared_expert.%s.weight", qw[which - QX_MW_SHARED]);
+    else if (stacked)
+        snprintf(sx, sizeof sx, "%s.experts.%s.weight", f->is_mixtral ? "block_sparse_moe" : "mlp",
+                 f->is_mixtral ? mix[which - QX_MW_EXPERT] : qw[which - QX_MW_EXPERT]);
+    else
+        snprintf(sx, sizeof sx, "%s.experts.%lld.%s.weight", f->is_mixtral ? "block_sparse_moe" : "mlp", (long long)e,
+                 f->is_mixtral ? mix[which - QX_MW_EXPERT] : qw[which - QX_MW_EXPERT]);
+    if (name) qx__name(f, l, sx, name, n);
+    if (suf) snprintf(suf, sn, "%s", sx);
+}
+
+/* The shape [rows][cols] of MoE tensor `which` (one expert's view for the experts). */
+static void qx__moe_shape(const qx_forward* f, int which, int64_t* rows, int64_t* cols) {
+    const int64_t H = f->cfg.hidden, I = which >= QX_MW_EXPERT ? f->e_inter : f->s_inter;
+    if (which == QX_MW_ROUTER) { *rows = f->cfg.n_experts; *cols = H; }
+    else if (which == QX_MW_SGATE) { *rows = 1; *cols = H; }
+    else if (which == QX_MW_SHARED + 2 || which == QX_MW_EXPERT + 2) { *rows = H; *cols = I; }
+    else { *rows = I; *cols = H; }
+}
+
+/* The store's tensor of MoE tensor `which` of layer l (expert e), checked: 2-D [rows][cols], or with
+   config.experts_stacked the experts' 3-D [n_experts][rows][cols]. */
+static quarot_result qx__moe_find(const qx_forward* f, const qx_store* s, int64_t l, int which, int64_t e,
+                                  const quarot_tensor** out, qx_err* err) {
+    const int stacked = which >= QX_MW_EXPERT && f->cfg.experts_stacked;
+    char name[300];
+    int64_t rows, cols;
+    const quarot_tensor* t;
+    qx__moe_name(f, l, which, e, stacked, name, sizeof name, NULL, 0);
+    qx__moe_shape(f, which, &rows, &cols);
+    if (!stacked) return qx__check(s, name, rows, cols, 1, out, err);
+    *out = NULL;
+    t = qx_store_find(s, name);
+    if (!t) { qx_err_set(err, "%s: missing", name); return QUAROT_ERR_NOT_FOUND; }
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != f->cfg.n_experts || t->ne[3] != 1) {
+        qx_err_set(err, "%s: shape [%lld][%lld][%lld], expected [%lld experts][%lld][%lld]", name, (long long)t->ne[2],
+                   (long long)t->ne[1], (long long)t->ne[0], (long long)f->cfg.n_experts, (long long)rows, (long long)cols);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    if (t->dtype != QUAROT_DTYPE_F32 && t->dtype != QUAROT_DTYPE_F16 && t->dtype != QUAROT_DTYPE_BF16 &&
+        t->dtype != QUAROT_DTYPE_F64) {
+        qx_err_set(err, "%s: unsupported dtype", name);
+        return QUAROT_ERR_UNSUPPORTED_DTYPE;
+    }
+    *out = t;
+    return QUAROT_OK;
+}
+
+/* Expert e's 2-D view of t (t itself when it is not a stacked 3-D tensor). */
+static quarot_tensor qx__moe_view(const quarot_tensor* t, int64_t e) {
+    quarot_tensor v = *t;
+    if (t->ne[2] > 1) {
+        v.data = (char*)t->data + (size_t)e * t->nb[2];
+        v.ne[2] = 1;
+        v.nb[3] = v.nb[2];
+    }
+    return v;
+}
+
+/* One MoE linear from view v into w[rows][cols] (w given: converted there, else allocated in the
+   arena): f32, its integer form into m (m may be NULL: the router and the shared-expert gate, never
+   quantized) over qmem (NULL: the arena), then the weight fake quantization. */
+static quarot_result qx__moe_convert(qx_forward* f, const quarot_tensor* v, const char* name, int64_t rows, int64_t cols,
+                                     float** w, quarot_qmat* m, void* qmem, qx_err* err) {
+    quarot_result r;
+    if (!*w) {
+        r = qx_model_weight_f32(v, name, rows, cols, &f->arena, w, err);
+        if (r != QUAROT_OK) return r;
+    } else {
+        qx__conv_ctx k;
+        k.t = v; k.w = *w; k.cols = cols;
+        r = qx__par_rows(f, rows, cols, qx__conv_rows, &k);
+        if (r != QUAROT_OK) { qx_err_set(err, "%s: %s", name, quarot_result_string(r)); return r; }
+    }
+    if (!m) return QUAROT_OK;
+    r = qx__int_form(f, name, *w, rows, cols, NULL, qmem, f->qcodes, m, err);
+    if (r == QUAROT_OK && f->opts.quant.w_bits) {
+        r = qx__fake_quant_w_par(f, *w, rows, cols);
+        if (r != QUAROT_OK) qx_err_set(err, "%s: fake quantization: %s", name, quarot_result_string(r));
+    }
+    return r;
+}
+
+/* copy path: layer l's router, shared expert and experts into L->moe */
+static quarot_result qx__load_moe(qx_forward* f, const qx_store* s, int64_t l, qx_forward_layer* L, qx_err* err) {
+    const int64_t E = f->cfg.n_experts;
+    qx_forward_moe* m = (qx_forward_moe*)qx_arena_alloc(&f->arena, sizeof *m);
+    int which, p;
+    int64_t e;
+    if (!m) { qx_err_set(err, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(m, 0, sizeof *m);
+    m->w = (float**)qx_arena_alloc(&f->arena, (size_t)(3 * E) * sizeof *m->w);
+    m->qm = (quarot_qmat*)qx_arena_alloc(&f->arena, (size_t)(3 * E) * sizeof *m->qm);
+    if (!m->w || !m->qm) { qx_err_set(err, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(m->w, 0, (size_t)(3 * E) * sizeof *m->w);
+    memset(m->qm, 0, (size_t)(3 * E) * sizeof *m->qm);
+    for (which = 0; which < QX_MW_EXPERT + 3; ++which) {
+        int64_t n_e = which >= QX_MW_EXPERT ? E : 1;
+        if (which >= QX_MW_SGATE && which < QX_MW_EXPERT && f->s_inter <= 0) continue;
+        for (e = 0; e < n_e; ++e) {
+            const quarot_tensor* t;
+            quarot_tensor v;
+            char name[300];
+            int64_t rows, cols;
+            float** w;
+            quarot_qmat* qm;
+            quarot_result r = qx__moe_find(f, s, l, which, e, &t, err);
+            if (r != QUAROT_OK) return r;
+            v = qx__moe_view(t, e);
+            qx__moe_name(f, l, which, e, 0, name, sizeof name, NULL, 0);
+            qx__moe_shape(f, which, &rows, &cols);
+            p = which >= QX_MW_EXPERT ? which - QX_MW_EXPERT : which - QX_MW_SHARED;
+            w = which == QX_MW_ROUTER ? &m->router : which == QX_MW_SGATE ? &m->shared_gate
+                : which < QX_MW_EXPERT ? &m->shared[p] : &m->w[3 * e + p];
+            qm = which < QX_MW_SHARED ? NULL : which < QX_MW_EXPERT ? &m->shared_qm[p] : &m->qm[3 * e + p];
+            r = qx__moe_convert(f, &v, name, rows, cols, w, qm, NULL, err);
+            if (r != QUAROT_OK) return r;
+        }
+    }
+    L->moe = m;
+    return QUAROT_OK;
+}
+
+/* stream path, init: every MoE tensor checked and remembered (f->mwt), buffers for the router, the
+   shared expert and one routed expert in f32 and their integer forms; *qcodes grown to the largest. */
+static quarot_result qx__moe_stream_init(qx_forward* f, const qx_store* s, size_t* qcodes, qx_err* err) {
+    const int64_t E = f->cfg.n_experts, per = 5 + 3 * E, H = f->cfg.hidden;
+    int64_t l, e, p;
+    size_t floats = (size_t)(E * H + H + 3 * f->s_inter * H + 3 * f->e_inter * H);
+    f->mwt = (const quarot_tensor**)qx_arena_alloc(&f->arena, (size_t)(f->cfg.n_layers * per) * sizeof *f->mwt);
+    if (!f->mwt) { qx_err_set(err, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset((void*)f->mwt, 0, (size_t)(f->cfg.n_layers * per) * sizeof *f->mwt);
+    for (l = 0; l < f->cfg.n_layers; ++l) {
+        int which;
+        if (!quarot_config_layer_is_moe(&f->cfg, l)) continue;
+        for (which = 0; which < QX_MW_EXPERT + 3; ++which) {
+            int64_t n_e = which >= QX_MW_EXPERT ? E : 1;
+            if (which >= QX_MW_SGATE && which < QX_MW_EXPERT && f->s_inter <= 0) continue;
+            for (e = 0; e < n_e; ++e) {
+                int64_t slot = which < QX_MW_EXPERT ? which : 5 + 3 * e + (which - QX_MW_EXPERT);
+                quarot_result r;
+                if (e > 0 && f->cfg.experts_stacked) {   /* the same 3-D tensor */
+                    f->mwt[l * per + slot] = f->mwt[l * per + 5 + (which - QX_MW_EXPERT)];
+                    continue;
+                }
+                r = qx__moe_find(f, s, l, which, e, &f->mwt[l * per + slot], err);
+                if (r != QUAROT_OK) return r;
+            }
+        }
+    }
+    f->moe_buf = (float*)qx_arena_alloc(&f->arena, floats * sizeof(float));
+    if (!f->moe_buf) { qx_err_set(err, "out of memory (MoE weights of one layer)"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    if (f->int_linears && f->opts.quant.w_bits)
+        for (p = 0; p < 6; ++p) {   /* 0..2 the shared expert's, 3..5 the routed expert's */
+            int64_t I = p < 3 ? f->s_inter : f->e_inter, rows = p % 3 == 2 ? H : I, cols = p % 3 == 2 ? I : H;
+            size_t nb = I > 0 ? qx_qlinear_bytes(f->opts.quant.w_bits, rows, cols, f->opts.quant.w_group) : 0;
+            if (nb && !(f->moe_qmem[p] = qx_arena_alloc(&f->arena, nb))) { qx_err_set(err, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+            if (nb && (size_t)(rows * cols) > *qcodes) *qcodes = (size_t)(rows * cols);
+        }
+    return QUAROT_OK;
+}
+
+/* stream path, layer l: its router and shared expert into f->moe_stream (the experts: qx__moe_expert) */
+static quarot_result qx__moe_stream_layer(qx_forward* f, int64_t l) {
+    const int64_t per = 5 + 3 * f->cfg.n_experts;
+    qx_forward_moe* m = &f->moe_stream;
+    float* buf = f->moe_buf;
+    int which;
+    memset(m, 0, sizeof *m);
+    for (which = 0; which < QX_MW_EXPERT; ++which) {
+        const quarot_tensor* t = f->mwt[l * per + which];
+        int p = which - QX_MW_SHARED;
+        char name[300];
+        int64_t rows, cols;
+        float** w;
+        quarot_result r;
+        if (!t) continue;
+        qx__moe_name(f, l, which, 0, 0, name, sizeof name, NULL, 0);
+        qx__moe_shape(f, which, &rows, &cols);
+        w = which == QX_MW_ROUTER ? &m->router : which == QX_MW_SGATE ? &m->shared_gate : &m->shared[p];
+        *w = buf;
+        buf += rows * cols;
+        r = qx__moe_convert(f, t, name, rows, cols, w, which < QX_MW_SHARED ? NULL : &m->shared_qm[p],
+                            which < QX_MW_SHARED ? NULL : f->moe_qmem[p], NULL);
+        if (r != QUAROT_OK) return r;
+        if (f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, l);
+    }
+    return QUAROT_OK;
+}
+
+/* Expert e of MoE layer l (L its weights): w[3] gate, up, down and their integer forms; layer-wise
+   converted now into the expert part of f->moe_buf (one expert at a time). */
+static quarot_result qx__moe_expert(qx_forward* f, int64_t l, const qx_forward_layer* L, int64_t e, float* w[3],
+                                    const quarot_qmat* qm[3]) {
+    const int64_t E = f->cfg.n_experts, per = 5 + 3 * E, H = f->cfg.hidden;
+    float* buf;
+    int p;
+    if (!f->opts.stream_weights) {
+        for (p = 0; p < 3; ++p) { w[p] = L->moe->w[3 * e + p]; qm[p] = &L->moe->qm[3 * e + p]; }
+        return QUAROT_OK;
+    }
+    buf = f->moe_buf + E * H + H + 3 * f->s_inter * H;
+    for (p = 0; p < 3; ++p) {
+        quarot_tensor v = qx__moe_view(f->mwt[l * per + 5 + 3 * e + p], e);
+        char name[300];
+        int64_t rows, cols;
+        quarot_result r;
+        qx__moe_name(f, l, QX_MW_EXPERT + p, e, 0, name, sizeof name, NULL, 0);
+        qx__moe_shape(f, QX_MW_EXPERT + p, &rows, &cols);
+        w[p] = buf;
+        buf += rows * cols;
+        r = qx__moe_convert(f, &v, name, rows, cols, &w[p], &f->moe_eqm[p], f->moe_qmem[3 + p], NULL);
+        if (r != QUAROT_OK) return r;
+        qm[p] = &f->moe_eqm[p];
+        if (f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, l);
+    }
+    return QUAROT_OK;
+}
 
 /* Layer l's weights into f->layers[0]: views of f32 tensors that need no quantization, else
    conversions (row by row, as qx__load) into f->layer_buf, quantized as qx__load_linear does. */
@@ -500,6 +759,11 @@ static quarot_result qx__stream_layer(qx_forward* f, int64_t l) {
            tensor's pages sit beside the layer buffer */
         if (f->opts.layer_done) f->opts.layer_done(f->opts.layer_done_user, l);
     }
+    if (quarot_config_layer_is_moe(&f->cfg, l)) {
+        quarot_result r = qx__moe_stream_layer(f, l);
+        if (r != QUAROT_OK) return r;
+        L->moe = &f->moe_stream;
+    }
     return QUAROT_OK;
 }
 
@@ -519,6 +783,15 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
     if (r != QUAROT_OK) return r;
     f->int_linears = f->opts.quant.a_bits && !f->opts.quant.a_asym && !f->opts.quant.a_group && !f->opts.quant.float_linears;
     g = &f->cfg;
+    if (g->n_mlp_only_layers > 0 && g->mlp_only_layers) {   /* not owned by the store's config: keep a copy */
+        int64_t* dense = (int64_t*)qx_arena_alloc(&f->arena, (size_t)g->n_mlp_only_layers * sizeof *dense);
+        if (!dense) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+        memcpy(dense, g->mlp_only_layers, (size_t)g->n_mlp_only_layers * sizeof *dense);
+        f->cfg.mlp_only_layers = dense;
+    } else {
+        f->cfg.mlp_only_layers = NULL;
+        f->cfg.n_mlp_only_layers = 0;
+    }
     {
         int64_t n_slots = f->opts.stream_weights ? 1 : g->n_layers;
         f->layers = (qx_forward_layer*)qx_arena_alloc(&f->arena, (size_t)n_slots * sizeof *f->layers);
@@ -598,13 +871,17 @@ quarot_result qx_forward_init(qx_forward* f, const qx_store* s, const qx_forward
                                                 &L->qm[QX_QL_V], e);
         if (r == QUAROT_OK) r = qx__load_linear(f, s, l, o_name, g->hidden, f->q_dim, g->attn_out_bias, &L->wo, &L->bo,
                                                 &L->qm[QX_QL_O], e);
-        if (r == QUAROT_OK && g->mlp == QUAROT_MLP_GATED)
-            r = qx__load_linear(f, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->w_gate, &L->b_gate,
-                                &L->qm[QX_QL_GATE], e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, up, g->intermediate, g->hidden, g->mlp_bias, &L->w_up, &L->b_up,
-                                                &L->qm[QX_QL_UP], e);
-        if (r == QUAROT_OK) r = qx__load_linear(f, s, l, down, g->hidden, g->intermediate, g->mlp_bias, &L->w_down, &L->b_down,
-                                                &L->qm[QX_QL_DOWN], e);
+        if (quarot_config_layer_is_moe(g, l)) {
+            if (r == QUAROT_OK) r = qx__load_moe(f, s, l, L, e);
+        } else {
+            if (r == QUAROT_OK && g->mlp == QUAROT_MLP_GATED)
+                r = qx__load_linear(f, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->w_gate, &L->b_gate,
+                                    &L->qm[QX_QL_GATE], e);
+            if (r == QUAROT_OK) r = qx__load_linear(f, s, l, up, g->intermediate, g->hidden, g->mlp_bias, &L->w_up, &L->b_up,
+                                                    &L->qm[QX_QL_UP], e);
+            if (r == QUAROT_OK) r = qx__load_linear(f, s, l, down, g->hidden, g->intermediate, g->mlp_bias, &L->w_down,
+                                                    &L->b_down, &L->qm[QX_QL_DOWN], e);
+        }
         if (r == QUAROT_OK && g->qk_norm) {
             char name[256];
             qx__name(f, l, "self_attn.q_norm.weight", name, sizeof name);
@@ -787,7 +1064,9 @@ static quarot_result qx__linear_input(const qx_forward* f, int64_t layer, float*
         }
     }
     if (!bits) return QUAROT_OK;
-    if (q->a_down_bits && n_names == 1 && (strstr(names[0], "down_proj") || strcmp(names[0], "fc2.weight") == 0)) bits = q->a_down_bits;
+    if (q->a_down_bits && n_names == 1 && (strstr(names[0], "down_proj") || strcmp(names[0], "fc2.weight") == 0 ||
+                                           strstr(names[0], ".w2.weight")))   /* Mixtral's expert down_proj */
+        bits = q->a_down_bits;
     if (f->int_linears) {
         quarot_quant_desc d;
         qx__aq_ctx k;
@@ -862,8 +1141,11 @@ static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__b
     size_t sizes[14], total = 0, off = 0;
     float** ptrs[14];
     float *xq = NULL, *xsum = NULL;
-    int64_t max_in = g->hidden > g->intermediate ? g->hidden : g->intermediate;
+    int64_t inter = g->intermediate, max_in;
     int i, n = f->int_linears ? 14 : 11;
+    if (f->e_inter > inter) inter = f->e_inter;   /* MoE: the experts' and the shared expert's widths */
+    if (f->s_inter > inter) inter = f->s_inter;
+    max_in = g->hidden > inter ? g->hidden : inter;
     if (f->q_dim > max_in) max_in = f->q_dim;
     sizes[0] = (size_t)(T * g->hidden);       ptrs[0] = &b->x;
     sizes[1] = (size_t)(T * g->hidden);       ptrs[1] = &b->a;
@@ -872,8 +1154,8 @@ static quarot_result qx__scratch(qx_forward* f, int64_t T, int64_t n_keys, qx__b
     sizes[4] = (size_t)(T * f->kv_dim);       ptrs[4] = &b->v;
     sizes[5] = (size_t)(T * f->q_dim);        ptrs[5] = &b->att;
     sizes[6] = (size_t)(T * g->hidden);       ptrs[6] = &b->tmp;
-    sizes[7] = (size_t)(T * g->intermediate); ptrs[7] = &b->g;
-    sizes[8] = (size_t)(T * g->intermediate); ptrs[8] = &b->u;
+    sizes[7] = (size_t)(T * inter);           ptrs[7] = &b->g;
+    sizes[8] = (size_t)(T * inter);           ptrs[8] = &b->u;
     sizes[9] = (size_t)(qx__attn_tasks(f) * T * n_keys); ptrs[9] = &b->scores;
     sizes[10] = (size_t)(T * g->head_dim);    ptrs[10] = &b->rope;
     sizes[11] = (size_t)(T * max_in + 3) / 4; ptrs[11] = &xq;        /* int8 codes */
@@ -967,6 +1249,142 @@ static quarot_result qx__fused_linear(const qx_forward* f, int64_t l, const floa
     return r;
 }
 
+
+/* --------------------------------------------------------------------------------------------- */
+/* The MLP of a MoE layer over T rows: a = norm2(x) (FP) in b->a; y = sum of the routed experts (and
+   the shared expert) into b->tmp. See qx_forward.h for the routing. */
+
+/* Token t's top k of the logits r[E] into sel[k] (decreasing; ties: the lower index) and their
+   weights into w[k]: softmax probabilities (max-shifted, in double), renormalized when norm. */
+static quarot_result qx__route(const float* r, int64_t E, int64_t k, int norm, int32_t* sel, float* w) {
+    double mx, den = 0.0, top = 0.0;
+    int64_t e, j;
+    for (e = 0; e < E; ++e)
+        if (!(r[e] - r[e] == 0.0f)) return QUAROT_ERR_NONFINITE;
+    mx = r[0];
+    for (e = 1; e < E; ++e) if (r[e] > mx) mx = r[e];
+    for (e = 0; e < E; ++e) den += exp((double)r[e] - mx);
+    for (j = 0; j < k; ++j) {
+        int64_t best = -1, i;
+        for (e = 0; e < E; ++e) {
+            for (i = 0; i < j && sel[i] != e; ++i) {}
+            if (i < j) continue;   /* taken */
+            if (best < 0 || r[e] > r[best]) best = e;
+        }
+        sel[j] = (int32_t)best;
+        top += exp((double)r[best] - mx) / den;
+    }
+    for (j = 0; j < k; ++j) {
+        double p = exp((double)r[sel[j]] - mx) / den;
+        w[j] = (float)(norm ? p / top : p);
+    }
+    return QUAROT_OK;
+}
+
+/* One gated MLP on x[n][H] (FP; quantized here, in place): out[n][H] = down(act(gate x) * up x), with
+   the online hook `site` before down. names: the gate, up, down weights' layer suffixes. */
+static quarot_result qx__moe_mlp(const qx_forward* f, int64_t l, float* x, int64_t n, int64_t I, float* const w[3],
+                                 const quarot_qmat* const qm[3], char names[3][160], qx_site site, float* out, qx__bufs* b) {
+    const quarot_model_config* g = &f->cfg;
+    const char* gu[2];
+    const char* dn = names[2];
+    quarot_result r;
+    gu[0] = names[0];
+    gu[1] = names[1];
+    r = qx__linear_input(f, l, x, n, g->hidden, gu, 2, b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, x, n, g->hidden, w[0], NULL, I, b->g, qm[0], b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, x, n, g->hidden, w[1], NULL, I, b->u, qm[1], b);
+    if (r != QUAROT_OK) return r;
+    qx__ew(f, qx__act_rows, b->u, b->g, n, I, g->act, 1);
+    if (f->opts.online) f->opts.online(f->opts.online_user, l, site, b->u, n, I);
+    r = qx__linear_input(f, l, b->u, n, I, &dn, 1, b);
+    if (r == QUAROT_OK) r = qx__linear_l(f, l, b->u, n, I, w[2], NULL, g->hidden, out, qm[2], b);
+    return r;
+}
+
+static quarot_result qx__moe(qx_forward* f, int64_t l, const qx_forward_layer* L, int64_t T, qx__bufs* b) {
+    const quarot_model_config* g = &f->cfg;
+    const qx_forward_moe* m = L->moe;
+    const int64_t E = g->n_experts, K = g->n_experts_used, H = g->hidden;
+    float *logit = NULL, *wt = NULL, *sg = NULL, *xg = NULL, *ye = NULL, *rw = NULL;
+    int32_t* sel = NULL;
+    int64_t *cnt = NULL, *rt = NULL, t, j, e, i;
+    char names[3][160];
+    quarot_result r = QUAROT_OK;
+    logit = (float*)malloc((size_t)(T * E) * sizeof *logit);
+    wt = (float*)malloc((size_t)(T * K) * sizeof *wt);
+    sel = (int32_t*)malloc((size_t)(T * K) * sizeof *sel);
+    cnt = (int64_t*)calloc((size_t)(E + 1), sizeof *cnt);
+    rt = (int64_t*)malloc((size_t)(T * K) * sizeof *rt);
+    rw = (float*)malloc((size_t)(T * K) * sizeof *rw);
+    xg = (float*)malloc((size_t)(T * H) * sizeof *xg);
+    ye = (float*)malloc((size_t)(T * H) * sizeof *ye);
+    sg = (float*)malloc((size_t)T * sizeof *sg);
+    if (!logit || !wt || !sel || !cnt || !rt || !rw || !xg || !ye || !sg) { r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    /* router logits (f32, never quantized) and each token's choice */
+    r = qx__gemm(f, 1, T, E, H, 1.0f, b->a, H, m->router, H, logit, E);
+    for (t = 0; t < T && r == QUAROT_OK; ++t) r = qx__route(logit + t * E, E, K, g->norm_topk_prob, sel + t * K, wt + t * K);
+    if (r != QUAROT_OK) goto done;
+    if (f->opts.route) f->opts.route(f->opts.route_user, l, sel, T, K);
+    /* the shared expert's gate on the FP input, before a is quantized for the shared expert below */
+    if (m->shared_gate) {
+        r = qx__gemm(f, 1, T, 1, H, 1.0f, b->a, H, m->shared_gate, H, sg, 1);
+        if (r != QUAROT_OK) goto done;
+        for (t = 0; t < T; ++t) sg[t] = (float)(1.0 / (1.0 + exp(-(double)sg[t])));
+    }
+    /* rows per expert in token order (a counting sort): expert e's at rt[cnt[e] .. cnt[e+1]) */
+    for (t = 0; t < T * K; ++t) cnt[sel[t] + 1]++;
+    for (e = 0; e < E; ++e) cnt[e + 1] += cnt[e];
+    {
+        int64_t* fill = (int64_t*)malloc((size_t)E * sizeof *fill);
+        if (!fill) { r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        memcpy(fill, cnt, (size_t)E * sizeof *fill);
+        for (t = 0; t < T; ++t)
+            for (j = 0; j < K; ++j) {
+                int64_t at = fill[sel[t * K + j]]++;
+                rt[at] = t;
+                rw[at] = wt[t * K + j];
+            }
+        free(fill);
+    }
+    memset(b->tmp, 0, (size_t)(T * H) * sizeof(float));
+    /* routed experts in index order: gather, one gated MLP over their rows, add w * out per row */
+    for (e = 0; e < E && r == QUAROT_OK; ++e) {
+        const int64_t n = cnt[e + 1] - cnt[e];
+        float* w[3];
+        const quarot_qmat* qm[3];
+        int p;
+        if (n == 0) continue;
+        for (i = 0; i < n; ++i) memcpy(xg + i * H, b->a + rt[cnt[e] + i] * H, (size_t)H * sizeof(float));
+        for (p = 0; p < 3; ++p) qx__moe_name(f, l, QX_MW_EXPERT + p, e, 0, NULL, 0, names[p], sizeof names[p]);
+        r = qx__moe_expert(f, l, L, e, w, qm);
+        if (r == QUAROT_OK) r = qx__moe_mlp(f, l, xg, n, f->e_inter, w, qm, names, QX_SITE_EXPERT_DOWN_INPUT, ye, b);
+        for (i = 0; i < n && r == QUAROT_OK; ++i) {
+            float* y = b->tmp + rt[cnt[e] + i] * H;
+            const float* o = ye + i * H;
+            const float c = rw[cnt[e] + i];
+            for (j = 0; j < H; ++j) y[j] += c * o[j];
+        }
+    }
+    /* the shared expert on every row (a is quantized in place: its last use), scaled by its gate */
+    if (r == QUAROT_OK && m->shared[0]) {
+        float* w[3];
+        const quarot_qmat* qm[3];
+        int p;
+        for (p = 0; p < 3; ++p) {
+            w[p] = m->shared[p];
+            qm[p] = &m->shared_qm[p];
+            qx__moe_name(f, l, QX_MW_SHARED + p, 0, 0, NULL, 0, names[p], sizeof names[p]);
+        }
+        r = qx__moe_mlp(f, l, b->a, T, f->s_inter, w, qm, names, QX_SITE_SHARED_DOWN_INPUT, ye, b);
+        for (t = 0; t < T && r == QUAROT_OK; ++t)
+            for (j = 0; j < H; ++j) b->tmp[t * H + j] += sg[t] * ye[t * H + j];
+    }
+done:
+    free(logit); free(wt); free(sel); free(cnt); free(rt); free(rw); free(xg); free(ye); free(sg);
+    return r;
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* One decoder layer over T rows at positions pos0.. (K/V appended to the cache at pos0). */
 static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0, qx__bufs* b) {
@@ -1045,6 +1463,12 @@ static quarot_result qx__layer(qx_forward* f, int64_t l, int64_t T, int64_t pos0
 
     /* ---- MLP: a = norm2(x); h = act(a Wg^T) * (a Wu^T) (plain: act(a W1^T)); x += h Wd^T ---- */
     qx__norm_par(f, b->x, b->a, T, g->hidden, L->norm2_w, L->norm2_b, g->norm, g->norm_eps);
+    if (L->moe) {   /* mixture of experts: x += routed experts (+ shared expert) */
+        r = qx__moe(f, l, L, T, b);
+        if (r != QUAROT_OK) return r;
+        qx__ew(f, qx__add_rows, b->x, b->tmp, T, g->hidden, g->act, 0);
+        return QUAROT_OK;
+    }
     if (f->is_fused) {
         r = qx__linear_input(f, l, b->a, T, g->hidden, &gu_fused, 1, b);
         if (r == QUAROT_OK) r = qx__fused_linear(f, l, b->a, T, L->w_gate, L->b_gate, &L->qm[QX_QL_GATE], b, b->g,

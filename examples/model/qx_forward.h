@@ -32,6 +32,31 @@
                 model.decoder.layers.{i}.fc1.{weight,bias}, fc2.{weight,bias}
                 model.decoder.final_layer_norm.{weight,bias}
               (lm_head.weight when present, else the token embedding).
+     "mixtral", "qwen2_moe", "qwen3_moe"  mixture of experts (config.n_experts > 0): the llama / qwen2 /
+              qwen3 attention, and in every layer quarot_config_layer_is_moe says is one, instead of the
+              dense MLP (dense layers of a MoE model keep the names above):
+                router        model.layers.{i}.block_sparse_moe.gate.weight (Mixtral) or
+                              model.layers.{i}.mlp.gate.weight                     [n_experts][hidden]
+                experts       ...block_sparse_moe.experts.{e}.w1 / w3 / w2.weight (gate / up / down) or
+                              ...mlp.experts.{e}.gate_proj / up_proj / down_proj.weight,
+                              [expert_intermediate][hidden], down [hidden][expert_intermediate]; with
+                              config.experts_stacked one 3-D tensor per projection (the names without
+                              ".{e}", [n_experts][out][in], GGUF), read one expert's 2-D view at a time
+                shared expert (Qwen2-MoE, shared_intermediate > 0) mlp.shared_expert.{gate,up,down}_proj.weight
+                              and mlp.shared_expert_gate.weight [1][hidden]
+              Per token: router logits r = a W_router^T (f32), p = softmax(r) (max-shifted, in double),
+              the n_experts_used largest logits chosen (ties to the lower expert index), weights p_e,
+              divided by their sum when norm_topk_prob (Mixtral's reader always sets it, as HF's
+              MixtralSparseMoeBlock always renormalizes; Qwen2-MoE / Qwen3-MoE take it from the config);
+              y = sum over the chosen experts, in expert index order, of w_e * down_e(act(gate_e a) * up_e a),
+              plus, with a shared expert, sigmoid(a . w_shared_gate) * shared(a) (HF's order: the routed
+              sum, then the shared term). The rows routed to an expert are gathered and run as one GEMM
+              per projection (one per expert, not one per token). The router and the shared-expert gate
+              are never quantized (they choose and scale experts; the header's >>moe default); the
+              experts' and the shared expert's linears are quantized as the dense ones (weights at
+              load, activations per token at each input), and the online hooks run before each
+              expert's down_proj (QX_SITE_EXPERT_DOWN_INPUT, once per expert on its routed rows) and
+              the shared one's (QX_SITE_SHARED_DOWN_INPUT).
    What the config decides, for every family: norm kind (RMS or LayerNorm, eps = norm_eps), MLP kind
    (gated or plain) and activation, RoPE layout (rope_interleaved: pairs (2i, 2i+1) as llama2.c, else
    HF halves (i, i + head_dim/2)) and theta, head geometry. So a rotated OPT whose pipeline switched
@@ -82,11 +107,14 @@ typedef enum qx_site {
     QX_SITE_O_INPUT = 1,      /* o_proj / out_proj input, all heads concatenated, [T][n_heads*head_dim] */
     QX_SITE_Q_ROPE = 2,       /* q after qk-norm and RoPE, [T*n_heads][head_dim] */
     QX_SITE_K_ROPE = 3,       /* k after qk-norm and RoPE, [T*n_kv_heads][head_dim], before the KV cache */
-    QX_SITE_COUNT = 4
+    QX_SITE_EXPERT_DOWN_INPUT = 4,   /* MoE: a routed expert's down_proj input, [rows routed to it][expert_intermediate]
+                                        (one call per expert that has rows, in expert order) */
+    QX_SITE_SHARED_DOWN_INPUT = 5,   /* MoE: the shared expert's down_proj input, [T][shared_intermediate] */
+    QX_SITE_COUNT = 6
 } qx_site;
 
 /* Short name of a site ("down_input", "o_input", "q_rope", "k_rope"). */
-const char* qx_site_name(qx_site s);
+const char* qx_site_name(qx_site s);   /* ... "expert_down_input", "shared_down_input" */
 
 /* Fake quantization (quantize then dequantize, in FP32). Zero-init = everything FP.
    Rounding, scales and clipping follow quarot.h's >>quant (ALGORITHMS.md section 4). */
@@ -125,6 +153,10 @@ typedef void (*qx_online_fn)(void* user, int64_t layer, qx_site site, float* x, 
 typedef void (*qx_capture_fn)(void* user, int64_t layer, const char* linear_name, const float* x,
                               int64_t rows, int64_t n);
 
+/* MoE routing: the experts chosen in MoE layer `layer` for each of T tokens, experts[T][k] (k =
+   n_experts_used), each token's in decreasing router logit (ties: the lower index first). */
+typedef void (*qx_route_fn)(void* user, int64_t layer, const int32_t* experts, int64_t T, int64_t k);
+
 typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
     qx_fake_quant_opts quant;
     qx_online_fn online;             /* NULL = no online rotation */
@@ -153,6 +185,8 @@ typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
                                         far are no longer needed (e.g. hand a file mapping's pages back
                                         to the kernel, qx_lw_layer_done); NULL = none */
     void* layer_done_user;
+    qx_route_fn route;               /* NULL = none; called from the caller's thread */
+    void* route_user;
 } qx_forward_opts;
 
 /* The decoder linears' integer forms (qx_forward_layer.qm): q, k, v, o, gate, up (fc1), down (fc2). */
@@ -166,7 +200,20 @@ typedef struct qx_forward_layer {    /* f32 copies, [out][in] row-major; NULL wh
     quarot_qmat qm[QX_QL_COUNT];     /* integer products (quant.float_linears off): packed codes and
                                         scales of a linear whose product is an integer one; data NULL
                                         for the float product on the weights above */
+    struct qx_forward_moe* moe;      /* MoE layer: its router and experts (the dense MLP slots NULL);
+                                        NULL for a dense layer */
 } qx_forward_layer;
+
+/* The MLP of a MoE layer. Projections p: 0 gate, 1 up, 2 down. */
+typedef struct qx_forward_moe {
+    float* router;                   /* [n_experts][hidden] (stream_weights: filled when the layer runs) */
+    float* shared_gate;              /* [hidden] or NULL */
+    float* shared[3];                /* the shared expert's gate, up, down or NULL */
+    quarot_qmat shared_qm[3];
+    float** w;                       /* [n_experts * 3] expert e's projection p at [3e + p] (copy path;
+                                        stream_weights: NULL, converted one expert at a time) */
+    quarot_qmat* qm;                 /* [n_experts * 3] their integer forms (copy path) */
+} qx_forward_moe;
 
 #define QX_FWD_SLOTS 20            /* float pointers in qx_forward_layer */
 
@@ -200,6 +247,16 @@ typedef struct qx_forward {
     float* scratch;
     int64_t scratch_rows;
     size_t scratch_floats;
+    int is_moe;                      /* config.n_experts > 0 */
+    int is_mixtral;                  /* block_sparse_moe.* names (else mlp.*) */
+    int64_t e_inter, s_inter;        /* expert_intermediate (resolved), shared_intermediate (0: none) */
+    const quarot_tensor** mwt;       /* stream_weights, MoE: [n_layers][5 + 3 n_experts] router, shared gate,
+                                        shared gate/up/down, expert 3e+p (a stacked tensor repeated) */
+    qx_forward_moe moe_stream;       /* stream_weights: the layer being run's MoE weights */
+    float* moe_buf;                  /* stream_weights: router + shared + one expert in f32 */
+    void* moe_qmem[6];               /* stream_weights: the shared expert's (0..2) and one routed expert's
+                                        (3..5) integer forms */
+    quarot_qmat moe_eqm[3];          /* stream_weights: the routed expert's, over moe_qmem[3..5] */
     int is_fused;                    /* phi3: wq/bq/qm[Q] hold q|k|v (self_attn.qkv_proj), w_gate/qm[GATE]
                                         gate|up (mlp.gate_up_proj); wk, wv, w_up are NULL */
 } qx_forward;

@@ -48,6 +48,8 @@ void qx_online_hooks(void* user, int64_t layer, qx_site site, float* x, int64_t 
         case QX_SITE_O_INPUT: s = QUAROT_SITE_O_INPUT; break;
         case QX_SITE_Q_ROPE: s = QUAROT_SITE_Q_ROPE; break;
         case QX_SITE_K_ROPE: s = QUAROT_SITE_K_ROPE; break;
+        case QX_SITE_EXPERT_DOWN_INPUT: s = QUAROT_SITE_EXPERT_DOWN_INPUT; break;   /* one hook for all the layer's experts */
+        case QX_SITE_SHARED_DOWN_INPUT: s = QUAROT_SITE_SHARED_DOWN_INPUT; break;
         default: return;
     }
     /* the model's own hooks first: the list's were built for the model as it computes (with them) */

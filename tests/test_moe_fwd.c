@@ -1,0 +1,336 @@
+/* The reference forward pass (model/qx_forward.c) on mixture-of-experts models: synthetic Mixtral,
+   Qwen2-MoE (a shared expert, dense and MoE layers mixed by sparse_step and mlp_only_layers) and
+   Qwen3-MoE, experts one tensor each or 3-D [n_experts][out][in] (tests/moe_util.h, whose forward
+   is written independently of the tool's).
+   - The tool's logits equal the test-side forward's within 2e-5 of the largest |logit| (f32 GEMMs
+     against matrix-vector products in double), and both choose the same experts for every token.
+   - Layer-wise (stream_weights) and 2 threads give the same bits as the copy path on one.
+   - Weight fake quantization applies to the experts' and the shared expert's linears and not to
+     the router or the shared-expert gate: W4 equals the FP forward of a model whose expert / shared
+     weights were fake-quantized beforehand with quarot_fake_quant_f32, bit for bit; W8A8's integer
+     products on the experts equal the float products of the fake-quantized values within 1e-4.
+   - `quarot eval` of a MoE safetensors directory and GGUF file, before and after `quarot rotate`
+     (offline and --online), gives the same perplexity within 1e-4 relative (the bound of the
+     dense families, test_cli_rotate.c), and the rotated model routes every token to the same
+     experts as the original (0 routing flips), the rotated one run with its hooks.
+   - calibrate (Adapt Rotation, SpinQuant) and GPTQ refuse MoE models by name. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "model_util.h"
+#include "formats/qx_gguf.h"
+#include "eval/qx_wquant.h"
+#include "model/qx_online.h"
+#include "support/qx_threads.h"
+
+#include "moe_util.h"
+
+static const char* const FAMS[3] = {"mixtral", "qwen2_moe", "qwen3_moe"};
+
+/* m's tensors and config in a store (copied) */
+static int to_store(const mt_model* m, qx_store* s) {
+    int i;
+    quarot_result r = QUAROT_OK;
+    qx_store_init(s);
+    s->config = m->cfg;
+    for (i = 0; i < m->count && r == QUAROT_OK; ++i) {
+        const quarot_tensor* t = &m->items[i].t;
+        int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
+        r = qx_store_add(s, m->items[i].name, QUAROT_DTYPE_F32, nd, t->ne, t->data, NULL);
+    }
+    return r == QUAROT_OK;
+}
+
+/* the experts the tool chose: [layer][token][2], -1 in dense layers */
+typedef struct routes {
+    int chosen[4 * SEQ * 2];
+    int64_t calls;
+} routes;
+
+static void on_route(void* u, int64_t layer, const int32_t* experts, int64_t T, int64_t k) {
+    routes* r = (routes*)u;
+    int64_t t;
+    r->calls++;
+    for (t = 0; t < T && t < SEQ && k == 2; ++t) {
+        r->chosen[(layer * SEQ + t) * 2] = experts[t * 2];
+        r->chosen[(layer * SEQ + t) * 2 + 1] = experts[t * 2 + 1];
+    }
+}
+
+static int32_t g_toks[SEQ];
+
+/* the tool's logits of g_toks through s with options o (hooks may be NULL) and its routes */
+static int tool_logits(const qx_store* s, qx_forward_opts* o, const quarot_online_list* hooks, float* out, routes* rt) {
+    qx_forward f;
+    qx_err e;
+    qx_online_ctx oc;
+    int ok;
+    memset(rt, 0xff, sizeof rt->chosen);
+    rt->calls = 0;
+    o->route = on_route;
+    o->route_user = rt;
+    qx_online_ctx_init(&oc, hooks);
+    if (hooks) { o->online = qx_online_hooks; o->online_user = &oc; }
+    if (qx_forward_init(&f, s, o, &e) != QUAROT_OK) { printf("    init: %s\n", e.msg); qx_online_ctx_free(&oc); return 0; }
+    ok = qx_forward_window(&f, g_toks, SEQ, out, &e) == QUAROT_OK;
+    if (!ok) printf("    forward: %s\n", e.msg);
+    ok = ok && oc.status == QUAROT_OK && (!hooks || oc.calls > 0);
+    qx_forward_free(&f);
+    qx_online_ctx_free(&oc);
+    return ok;
+}
+
+static double rel_diff(const float* a, const float* b, int64_t n) {
+    double d = 0, amax = 0;
+    int64_t i;
+    for (i = 0; i < n; ++i) {
+        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+        if (fabs((double)a[i]) > amax) amax = fabs((double)a[i]);
+    }
+    return d / (amax > 0 ? amax : 1);
+}
+
+static void test_forward_matches_reference(void) {
+    int f, stacked, i;
+    for (i = 0; i < SEQ; ++i) g_toks[i] = (int32_t)((i * 11 + 5) % 48);
+    for (f = 0; f < 3; ++f)
+        for (stacked = 0; stacked < 2; ++stacked) {
+            static mt_model m;
+            static float la[SEQ * 48], lb[SEQ * 48], lc[SEQ * 48];
+            int ca[4 * SEQ * 2];
+            int64_t calls, flips = 0, n_moe = 0, l;
+            routes rt;
+            qx_store s;
+            qx_forward_opts o;
+            double diff;
+            mt_build(&m, (family)f, stacked, 21u + (unsigned)f);
+            m.rope = 1;
+            m.tokens = g_toks;
+            QT_CHECK(forward(&m, NULL, la, ca, &calls));
+            QT_CHECK(to_store(&m, &s));
+            memset(&o, 0, sizeof o);
+            QT_CHECK(tool_logits(&s, &o, NULL, lb, &rt));
+            diff = rel_diff(la, lb, SEQ * 48);
+            for (l = 0; l < m.cfg.n_layers; ++l) n_moe += quarot_config_layer_is_moe(&m.cfg, l);
+            for (i = 0; i < (int)m.cfg.n_layers * SEQ * 2; ++i) flips += ca[i] != rt.chosen[i];
+            QT_CHECKF(diff <= 2e-5, "%s %s: tool vs reference logits differ by %.3g of the largest", FAMS[f],
+                      stacked ? "3-D" : "per expert", diff);
+            QT_CHECKF(flips == 0 && rt.calls == n_moe, "%s: %lld routing differences, %lld route calls for %lld MoE layers",
+                      FAMS[f], (long long)flips, (long long)rt.calls, (long long)n_moe);
+            printf("    %-9s %-10s tool vs test-side forward: logits max rel diff %.2e (bound 2e-5), %lld of %lld MoE layers, "
+                   "routing differences %lld\n", FAMS[f], stacked ? "3-D" : "per expert", diff, (long long)n_moe,
+                   (long long)m.cfg.n_layers, (long long)flips);
+            {   /* layer-wise and 2 threads: the same bits */
+                qx_pool* pool = qx_pool_create(2);
+                quarot_env env;
+                memset(&o, 0, sizeof o);
+                o.stream_weights = 1;
+                QT_CHECK(tool_logits(&s, &o, NULL, lc, &rt));
+                QT_CHECKF(memcmp(lb, lc, sizeof lc) == 0, "%s: layer-wise differs", FAMS[f]);
+                qx_pool_env(pool, &env);
+                memset(&o, 0, sizeof o);
+                o.env = &env;
+                QT_CHECK(tool_logits(&s, &o, NULL, lc, &rt));
+                QT_CHECKF(memcmp(lb, lc, sizeof lc) == 0, "%s: 2 threads differ from 1", FAMS[f]);
+                qx_pool_destroy(pool);
+            }
+            qx_store_free(&s);
+            mt_free(&m);
+        }
+}
+
+/* W4 (per output channel, symmetric) on the experts and the shared expert only: the same as FP on a
+   model whose expert / shared weights are fake-quantized beforehand; the router and the shared gate
+   are left alone. W8A8's integer products (codes and scales, as the engine) on the experts equal the
+   float products of the fake-quantized values to float rounding (1e-4 of the largest logit). */
+static void test_weight_quant_skips_router(void) {
+    int f, stacked;
+    for (f = 0; f < 3; ++f)
+        for (stacked = 0; stacked < 2; stacked += 1 + (f != 2)) {
+            static mt_model m;
+            static float lq[SEQ * 48], lp[SEQ * 48], l8[SEQ * 48];
+            routes rt, rp;
+            int64_t flips = 0;
+            qx_store s, sq;
+            qx_forward_opts o;
+            quarot_quant_desc d;
+            int i, n_q = 0;
+            double d8;
+            mt_build(&m, (family)f, stacked, 31u + (unsigned)f);
+            m.tokens = g_toks;
+            QT_CHECK(to_store(&m, &s));
+            memset(&o, 0, sizeof o);
+            o.quant.w_bits = 4;
+            QT_CHECK(tool_logits(&s, &o, NULL, lq, &rt));
+            memset(&d, 0, sizeof d);
+            d.bits = 4;
+            d.clip_ratio = 1.0f;
+            for (i = 0; i < m.count; ++i) {   /* every decoder linear but the router / the shared gate */
+                const char* n = m.items[i].name;
+                quarot_tensor* t = &m.items[i].t;
+                if (!strstr(n, "_proj.weight") && !strstr(n, ".w1.") && !strstr(n, ".w2.") && !strstr(n, ".w3.")) continue;
+                QT_OK(quarot_fake_quant_f32((float*)t->data, t->ne[1] * t->ne[2], t->ne[0], t->ne[0], &d));
+                ++n_q;
+            }
+            QT_CHECK(to_store(&m, &sq));
+            memset(&o, 0, sizeof o);
+            QT_CHECK(tool_logits(&sq, &o, NULL, lp, &rt));
+            QT_CHECKF(memcmp(lq, lp, sizeof lp) == 0, "%s %s: W4 is not the FP forward of the fake-quantized experts "
+                      "(rel %.3g)", FAMS[f], stacked ? "3-D" : "per expert", rel_diff(lp, lq, SEQ * 48));
+            memset(&o, 0, sizeof o);
+            o.quant.w_bits = 8;
+            o.quant.a_bits = 8;
+            QT_CHECK(tool_logits(&s, &o, NULL, l8, &rt));
+            o.stream_weights = 1;   /* layer-wise, one expert's integer form at a time: the same bits */
+            QT_CHECK(tool_logits(&s, &o, NULL, lp, &rp));
+            QT_CHECKF(memcmp(lp, l8, sizeof lp) == 0, "%s: W8A8 layer-wise differs", FAMS[f]);
+            o.stream_weights = 0;
+            o.quant.float_linears = 1;   /* the float product of the fake-quantized values */
+            QT_CHECK(tool_logits(&s, &o, NULL, lp, &rp));
+            d8 = rel_diff(lp, l8, SEQ * 48);
+            for (i = 0; i < 4 * SEQ * 2; ++i) flips += rt.chosen[i] != rp.chosen[i];
+            QT_CHECKF(d8 <= 1e-4 && flips == 0, "%s: W8A8 integer vs float products %.3g, %lld flips", FAMS[f], d8, (long long)flips);
+            printf("    %-9s %-10s W4 = FP on %d pre-quantized linears (router, shared gate FP): bit-identical; "
+                   "W8A8 integer vs float products %.2e (bound 1e-4), %lld routing flips\n", FAMS[f], stacked ? "3-D" : "per expert", n_q, d8,
+                   (long long)flips);
+            qx_store_free(&s);
+            qx_store_free(&sq);
+            mt_free(&m);
+        }
+}
+
+/* ---- the tool: eval before and after rotate ---- */
+
+static int save_model(mt_model* m, const char* path, int gguf) {
+    qx_store s;
+    qx_err e;
+    quarot_result r;
+    if (!to_store(m, &s)) return 0;
+    if (gguf) {
+        qx_gguf_save_opts go;
+        memset(&go, 0, sizeof go);
+        go.force = 1;
+        r = qx_gguf_save(&s, path, &go, &e);
+    } else {
+        qx_st_save_opts so;
+        memset(&so, 0, sizeof so);
+        so.force = 1;
+        r = qx_st_save(&s, path, &so, &e);
+    }
+    if (r != QUAROT_OK) printf("    save %s: %s\n", path, e.msg);
+    qx_store_free(&s);
+    return r == QUAROT_OK;
+}
+
+static double eval_ppl(const char* model, const char* toks) {
+    int rc = CLI("eval %s --tokens %s --seq-len 16 --w-bits 16 --a-bits 16 --quiet", model, toks);
+    QT_CHECKF(rc == 0, "eval %s: rc %d: %s", model, rc, g_err);
+    return rc == 0 ? row_value("FP32") : -1.0;
+}
+
+static void test_cli_eval_rotate(void) {
+    char toks[256 * 4], in[512], out[512], hooks[600];
+    int gguf, f, online, i, n = 0;
+    for (i = 0; i < 96; ++i) n += snprintf(toks + n, sizeof toks - (size_t)n, "%d ", (i * 13 + 7) % 48);
+    QT_CHECK(write_str(tmp_path("toks.txt"), toks));
+    snprintf(toks, sizeof toks, "%s", tmp_path("toks.txt"));
+    g_mlp_only = 0;   /* the tool's readers take sparse_step, not mlp_only_layers */
+    for (gguf = 0; gguf < 2; ++gguf)
+        for (f = gguf; f < 3; ++f) {   /* GGUF: qwen2moe and qwen3moe */
+            static mt_model m;
+            double p0, p1;
+            qx_store a, b;
+            if (qt_quick() && f != 1 + gguf) continue;
+            g_all_moe = gguf;
+            mt_build(&m, (family)f, gguf, 50u + (unsigned)f);
+            g_all_moe = 0;
+            snprintf(in, sizeof in, "%s/%s_in%s", g_tmp, FAMS[f], gguf ? ".gguf" : "");
+            if (!save_model(&m, in, gguf)) { QT_CHECK(0); mt_free(&m); continue; }
+            p0 = eval_ppl(in, toks);
+            QT_CHECK(load_model(in, &a));
+            for (online = 0; online < 2; ++online) {
+                static float la[SEQ * 48], lb[SEQ * 48];
+                routes ra, rb;
+                qx_forward_opts o;
+                quarot_online_list l;
+                int64_t flips = 0, routed = 0, k;
+                double rel;
+                snprintf(out, sizeof out, "%s/%s_out%d%s", g_tmp, FAMS[f], online, gguf ? ".gguf" : "");
+                if (gguf) snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
+                else snprintf(hooks, sizeof hooks, "%s/quarot_online.txt", out);
+                QT_EQ_INT(CLI("rotate %s %s %s", in, out, online ? "--online" : ""), 0);
+                p1 = eval_ppl(out, toks);   /* eval attaches the hook file beside the model */
+                QT_CHECKF(p0 > 0 && p1 > 0 && fabs(p1 - p0) / p0 < 1e-4, "%s %s%s: perplexity %.6f -> %.6f", FAMS[f],
+                          gguf ? "GGUF" : "safetensors", online ? " --online" : "", p0, p1);
+                /* routing of the rotated model (with its hooks) against the original's */
+                QT_CHECK(load_model(out, &b));
+                quarot_online_list_init(&l, NULL);
+                if (online) QT_CHECK(load_hooks(hooks, &l));
+                memset(&o, 0, sizeof o);
+                QT_CHECK(tool_logits(&a, &o, NULL, la, &ra));
+                memset(&o, 0, sizeof o);
+                QT_CHECK(tool_logits(&b, &o, online ? &l : NULL, lb, &rb));
+                rel = rel_diff(la, lb, SEQ * 48);
+                for (k = 0; k < m.cfg.n_layers * SEQ * 2; ++k) {
+                    flips += ra.chosen[k] != rb.chosen[k];
+                    routed += ra.chosen[k] >= 0;
+                }
+                QT_CHECKF(rel <= 2e-5 && flips == 0, "%s%s: logits %.3g, %lld routing flips", FAMS[f], online ? " --online" : "",
+                          rel, (long long)flips);
+                printf("    quarot eval %-11s %-9s %-8s ppl %.6f -> %.6f (rel %.1e, bound 1e-4); logits rel %.1e, "
+                       "routing flips %lld of %lld\n", gguf ? "GGUF" : "safetensors", FAMS[f], online ? "--online" : "offline",
+                       p0, p1, p0 > 0 ? fabs(p1 - p0) / p0 : 0.0, rel, (long long)flips, (long long)routed);
+                quarot_online_list_free(&l);
+                qx_store_free(&b);
+            }
+            qx_store_free(&a);
+            mt_free(&m);
+        }
+    g_mlp_only = 1;
+}
+
+/* calibrate (Adapt Rotation, SpinQuant) and GPTQ do not handle experts yet: refused by name (the
+   tool: exit code 2, one line, nothing written) */
+static void test_cli_calibrate_refuses(void) {
+    static mt_model m;
+    char in[512];
+    int rc;
+    g_mlp_only = 0;
+    mt_build(&m, FAM_QWEN3, 0, 61);
+    {
+        qx_store s;
+        qx_wq_opts wo;
+        qx_err e;
+        memset(&wo, 0, sizeof wo);
+        wo.desc.method = QUAROT_WQUANT_GPTQ;
+        wo.desc.weight.bits = 4;
+        QT_CHECK(to_store(&m, &s));
+        QT_CHECK(qx_wq_quantize(&s, &wo, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "mixture-of-experts") != NULL);
+        printf("    GPTQ refused: %s\n", e.msg);
+        qx_store_free(&s);
+    }
+    snprintf(in, sizeof in, "%s/cal_in", g_tmp);
+    QT_CHECK(save_model(&m, in, 0));
+    rc = CLI("calibrate %s -o %s/cal_out --tokens %s --seq-len 8", in, g_tmp, tmp_path("toks.txt"));
+    QT_CHECKF(rc == 2 && strstr(g_err, "mixture-of-experts") != NULL && count_lines(g_err) == 1, "rc %d: %s", rc, g_err);
+    QT_CHECK(access(tmp_path("cal_out"), F_OK) != 0);
+    printf("    refused: %s", g_err);
+    mt_free(&m);
+    g_mlp_only = 1;
+}
+
+int main(int argc, char** argv) {
+    (void)argc;
+    QT_RUN(test_forward_matches_reference);
+    QT_RUN(test_weight_quant_skips_router);
+    if (!cu_start(argv[0], "test_moe_fwd")) return 1;
+    QT_RUN(test_cli_eval_rotate);
+    QT_RUN(test_cli_calibrate_refuses);
+    cu_finish();
+    return qt_finish("test_moe_fwd");
+}
