@@ -1,7 +1,7 @@
 /* Mixture-of-experts layers in the header's processor (>>moe, >>processor_moe): synthetic Mixtral,
    Qwen2-MoE (a shared expert with a sigmoid gate, dense and MoE layers mixed by sparse_step and
    mlp_only_layers) and Qwen3-MoE models held in memory, with the experts as one tensor each (Hugging
-   Face) or as 3-D tensors [n_experts][out][in] (GGUF). A small forward pass here (RMSNorm, causal
+   Face) or as 3-D tensors [n_experts][out][in] (GGUF). A small forward pass (tests/moe_util.h: RMSNorm, causal
    attention, softmax routing over the router logits, top-k, renormalization where the family does,
    the online hooks) gives the logits before and after quarot_rotate_model, with and without online
    rotations: they agree within the bound the dense families meet in f32 (max |d logit| <= 2e-5 of

@@ -90,6 +90,7 @@ typedef struct plot_capture {
     int64_t layer;
     const char* suffix;     /* "q_proj.weight" or "down_proj.weight" / "fc2.weight" */
     const char* suffix2;
+    const char* within;     /* NULL, or a part the name must hold (".experts.": a MoE layer's routed experts) */
     float* cmax;            /* [n] */
     int64_t n;
     int64_t rows;
@@ -100,6 +101,7 @@ static void on_capture(void* user, int64_t layer, const char* name, const float*
     plot_capture* c = (plot_capture*)user;
     int64_t t, j;
     if (layer != c->layer || !(qx_str_ends_with(name, c->suffix) || (c->suffix2 && qx_str_ends_with(name, c->suffix2)))) return;
+    if (c->within && !strstr(name, c->within)) return;
     if (!c->cmax) {
         c->cmax = (float*)calloc((size_t)n, sizeof *c->cmax);
         if (!c->cmax) { c->bad = 1; return; }
@@ -445,6 +447,10 @@ static int plot_capture_both(plot_state* st) {
         cap->layer = o->layer;
         cap->suffix = q ? "q_proj.weight" : "down_proj.weight";
         cap->suffix2 = q ? NULL : "fc2.weight";
+        if (!q && quarot_config_layer_is_moe(&st->model.config, o->layer)) {   /* every routed expert's rows, one width */
+            cap->suffix2 = ".w2.weight";
+            cap->within = ".experts.";
+        }
         r = qx_ek_forward_init_env(&ef, i ? &st->rot : &st->model, i ? &st->hooks : NULL, NULL, on_capture, cap, &st->env, &e);
         if (r == QUAROT_OK) {
             r = qx_forward_window(&ef.f, st->toks, st->T, NULL, &e);
@@ -503,7 +509,9 @@ static void plot_svg_head(const plot_state* st, FILE* f, double W, double H) {
     const plot_opts* o = &st->o;
     const char* slash = strrchr(o->model, '/');
     const char* mname = slash && slash[1] ? slash + 1 : o->model;
-    const char* site_text = strcmp(st->site, "q") == 0 ? "q/k/v input (after input_layernorm)" : "down_proj input";
+    const char* site_text = strcmp(st->site, "q") == 0 ? "q/k/v input (after input_layernorm)"
+                            : quarot_config_layer_is_moe(&st->model.config, st->o.layer) ? "routed experts' down_proj input"
+                            : "down_proj input";
     char esc_model[512], title[1024], sub[1024];
     xml_escape(esc_model, sizeof esc_model, mname);
     snprintf(title, sizeof title, "%s: layer %lld %s, per-channel max |activation| over %lld tokens", esc_model, (long long)o->layer, site_text,

@@ -69,7 +69,7 @@ static void qx__online(qx_rotcheck_dim* d, const char* what, int64_t dim, int64_
 }
 
 int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotcheck_dim* out, int cap) {
-    qx_rotcheck_dim d[5];
+    qx_rotcheck_dim d[8];
     qx_rotcheck_opts z;
     int n = 0, k;
     int64_t hd, tp;
@@ -116,6 +116,25 @@ int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotc
         } else {
             qx__online(&d[n++], "online o_proj heads", c->n_heads, c->n_heads / tp);
             qx__online(&d[n++], "online down_proj", c->intermediate, c->intermediate / tp);
+        }
+        if (c->n_experts > 0) {   /* the processor's R4 of the routed experts and of the shared one */
+            const int64_t ei = c->expert_intermediate > 0 ? c->expert_intermediate : c->intermediate;
+            const int64_t si = strcmp(c->arch, "mixtral") == 0 ? 0 : c->shared_intermediate;
+            int k2;
+            for (k2 = 0; k2 < 2; ++k2) {
+                const int64_t w = k2 ? si : ei;
+                if (w <= 0) continue;
+                if (w % tp) {
+                    memset(&d[n], 0, sizeof d[n]);
+                    snprintf(d[n].what, sizeof d[n].what, "online %s (tp %d)", k2 ? "shared down_proj" : "expert down_proj",
+                             (int)(tp & 0xffff));
+                    d[n].fails = 1;
+                    snprintf(d[n].text, sizeof d[n].text, "max_tp_size %lld does not divide %lld", (long long)tp, (long long)w);
+                    ++n;
+                } else {
+                    qx__online(&d[n++], k2 ? "online shared down_proj" : "online expert down_proj", w, w / tp);
+                }
+            }
         }
     }
     if (o->r3) qx__online(&d[n++], "online q/k (R3)", hd, hd);

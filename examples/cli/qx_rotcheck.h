@@ -45,7 +45,8 @@ typedef struct qx_rotcheck_dim {
     char text[200];                 /* one line: what rotate builds and why */
 } qx_rotcheck_dim;
 
-/* Fills out[0..return) (at most cap; 5 is always enough). */
+/* Fills out[0..return) (at most cap; 7 is always enough: with experts, the online R4 of the routed
+   experts (expert_intermediate) and of the shared expert (shared_intermediate) too). */
 int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotcheck_dim* out, int cap);
 
 /* The same rule for the commands that rotate in memory (eval's QuaRot / Adapt columns, plot,

@@ -330,6 +330,11 @@ static quarot_result eng_init(qx_engine* en, const qx_store* s, const qx_engine_
     quarot_result r;
     int64_t l;
     if (!s) { qx_err_set(e, "engine: no model"); return QUAROT_ERR_INVALID_ARGUMENT; }
+    if (s->config.n_experts > 0) {   /* said by name rather than a missing dense MLP tensor */
+        qx_err_set(e, "engine: %s has mixture-of-experts layers (%lld experts), which the engine does not run yet "
+                   "(quarot eval does, through the reference forward pass)", s->config.arch, (long long)s->config.n_experts);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     if (!o) { memset(&def, 0, sizeof def); o = &def; }
     en->opts = *o;
     if (o->env) en->env = *o->env;

@@ -38,16 +38,22 @@ static void qx__cat(char* buf, size_t cap, const char* fmt, ...) {
 /* The hooks' sites, counted for the recipe lines. */
 static void qx__recipe_hooks(const quarot_online_list* hooks, const char* r4, const char* heads, const char* r3t, int r3,
                              char* recipe, size_t recipe_cap) {
-    int64_t i, n_down = 0, n_heads = 0, n_q = 0, n_k = 0;
+    int64_t i, n_down = 0, n_heads = 0, n_q = 0, n_k = 0, n_e = 0, n_sh = 0, e_size = 0, sh_size = 0, n_experts = 0;
     for (i = 0; i < hooks->count; ++i) {
         switch (hooks->hooks[i].site) {
             case QUAROT_SITE_DOWN_INPUT: n_down++; break;
             case QUAROT_SITE_O_INPUT: n_heads++; break;
             case QUAROT_SITE_Q_ROPE: n_q++; break;
             case QUAROT_SITE_K_ROPE: n_k++; break;
+            case QUAROT_SITE_EXPERT_DOWN_INPUT: n_e++; e_size = hooks->hooks[i].size; n_experts = hooks->hooks[i].experts; break;
+            case QUAROT_SITE_SHARED_DOWN_INPUT: n_sh++; sh_size = hooks->hooks[i].size; break;
             default: break;
         }
     }
+    if (n_e) qx__cat(recipe, recipe_cap, "R4  online rotation of %lld before each of the %lld routed experts' down_proj, %lld MoE layers "
+                     "(offline half in the experts' down_proj)\n", (long long)e_size, (long long)n_experts, (long long)n_e);
+    if (n_sh) qx__cat(recipe, recipe_cap, "R4  online rotation of %lld before the shared expert's down_proj, %lld MoE layers\n",
+                      (long long)sh_size, (long long)n_sh);
     (void)r3;
     if (n_down) qx__cat(recipe, recipe_cap, "R4  online %s before down_proj, %lld layers (offline half in down_proj)\n", r4, (long long)n_down);
     if (n_heads) qx__cat(recipe, recipe_cap, "Rh  online %s across heads before o_proj, %lld layers (offline half in o_proj)\n", heads, (long long)n_heads);
