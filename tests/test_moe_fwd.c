@@ -13,6 +13,7 @@
      (offline and --online), gives the same perplexity within 1e-4 relative (the bound of the
      dense families, test_cli_rotate.c), and the rotated model routes every token to the same
      experts as the original (0 routing flips), the rotated one run with its hooks.
+     `quarot rotate --check` reports the same (its logit difference within 2e-5, 0 routing flips).
    - calibrate (Adapt Rotation, SpinQuant) and GPTQ refuse MoE models by name. */
 #include <math.h>
 #include <stdio.h>
@@ -263,7 +264,15 @@ static void test_cli_eval_rotate(void) {
                 snprintf(out, sizeof out, "%s/%s_out%d%s", g_tmp, FAMS[f], online, gguf ? ".gguf" : "");
                 if (gguf) snprintf(hooks, sizeof hooks, "%s.quarot-online", out);
                 else snprintf(hooks, sizeof hooks, "%s/quarot_online.txt", out);
-                QT_EQ_INT(CLI("rotate %s %s %s", in, out, online ? "--online" : ""), 0);
+                QT_EQ_INT(CLI("rotate %s %s --check %s", in, out, online ? "--online" : ""), 0);
+                {   /* rotate --check: its own logit difference and routing flips */
+                    const char* c = strstr(g_out, "of the largest |logit|");
+                    const char* p = c ? c : g_out;
+                    double crel = 1;
+                    while (c && p > g_out && p[-1] != ',') --p;
+                    if (c) crel = atof(p + 1);
+                    QT_CHECKF(c && crel <= 2e-5 && strstr(g_out, "; routing flips 0 of ") != NULL, "rotate --check: %s", g_out);
+                }
                 p1 = eval_ppl(out, toks);   /* eval attaches the hook file beside the model */
                 QT_CHECKF(p0 > 0 && p1 > 0 && fabs(p1 - p0) / p0 < 1e-4, "%s %s%s: perplexity %.6f -> %.6f", FAMS[f],
                           gguf ? "GGUF" : "safetensors", online ? " --online" : "", p0, p1);

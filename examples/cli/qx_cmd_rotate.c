@@ -25,6 +25,7 @@
 #include "tokenizer/qx_tok_load.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@
 
 typedef struct rotate_opts {
     const char *in, *out, *layers;
-    int online, r3, f64, format, dtype;
+    int online, r3, f64, format, dtype, check;
     qx_opts_common c;
     qx_opts_rotation rot;
 } rotate_opts;
@@ -59,6 +60,10 @@ static const qx_opt rotate_table[] = {
     {QX_OPT_FLAG, "--f64", QX_AT(rotate_opts, f64),
      .help = "rotate in double for every output dtype (default: f32 arithmetic for weights written as f16/bf16, which moves "
              "~0.05% of them by one unit in the last place)"},
+    {QX_OPT_FLAG, "--check", QX_AT(rotate_opts, check),
+     .help = "after writing, run IN and OUT (with its hooks) through the reference forward pass on 16 tokens and print "
+             "the largest logit difference and, for mixture-of-experts models, the tokens routed to other experts "
+             "(one more pass over the weights of both)"},
     {QX_OPT_END}
 };
 static const qx_opt_group rotate_group = {NULL, rotate_table, NULL};
@@ -756,6 +761,118 @@ static void rj_print_work(const rj_run* j) {
         qx_cli_info(j->cli, "removed %s (an earlier run's hook list; this model needs none)", j->hooks_path);
 }
 
+/* --check: the experts every MoE layer chose for each token, [layer][token][k] */
+typedef struct rj_routes {
+    int32_t* chosen;
+    int64_t T, k, calls;
+} rj_routes;
+
+static void rj_on_route(void* u, int64_t layer, const int32_t* experts, int64_t T, int64_t k) {
+    rj_routes* r = (rj_routes*)u;
+    if (r->chosen && T == r->T && k == r->k) memcpy(r->chosen + layer * T * k, experts, (size_t)(T * k) * sizeof *experts);
+    r->calls++;
+}
+
+/* The logits of QX_ROTATE_CHECK_TOKENS tokens through s (hooks may be NULL) into logits, the routes into rt. */
+static quarot_result rj_check_run(const qx_store* s, const quarot_online_list* hooks, const int32_t* toks, int64_t T,
+                                  float* logits, rj_routes* rt, qx_err* e) {
+    qx_ek_forward ef;
+    quarot_result r = qx_ek_forward_init(&ef, s, hooks, NULL, NULL, NULL, e);
+    if (r != QUAROT_OK) return r;
+    ef.f.opts.route = rj_on_route;   /* read at run time */
+    ef.f.opts.route_user = rt;
+    r = qx_forward_window(&ef.f, toks, T, logits, e);
+    if (r == QUAROT_OK) r = qx_ek_forward_status(&ef);
+    if (r != QUAROT_OK && e && !e->msg[0]) qx_err_set(e, "%s", quarot_result_string(r));
+    qx_ek_forward_free(&ef);
+    return r;
+}
+
+/* --check: IN and OUT (read back, with the hook list written beside it) on the same tokens; the
+   largest logit difference relative to the largest |logit|, and the MoE tokens whose chosen expert
+   set changed. Reported, not judged (an f16/bf16 output differs by its rounding). */
+static int rj_check(rj_run* j) {
+    const quarot_model_config* c = &j->s.config;
+    const int64_t V = c->vocab, L = c->n_layers, K = c->n_experts > 0 ? c->n_experts_used : 0;
+    int64_t T = QX_ROTATE_CHECK_TOKENS, i, flips = 0, moe_layers = 0, l, t;
+    int32_t toks[QX_ROTATE_CHECK_TOKENS];
+    float *la = NULL, *lb = NULL;
+    rj_routes ra, rb;
+    qx_store out;
+    qx_load_opts lo;
+    qx_err e;
+    quarot_result r;
+    double d = 0.0, amax = 0.0;
+    int rc = QX_EXIT_OK;
+    if (c->max_seq > 0 && T > c->max_seq) T = c->max_seq;
+    for (i = 0; i < T; ++i) toks[i] = (int32_t)((i * 37 + 1) % V);
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    ra.T = rb.T = T;
+    ra.k = rb.k = K;
+    la = (float*)malloc((size_t)(T * V) * sizeof *la);
+    lb = (float*)malloc((size_t)(T * V) * sizeof *lb);
+    if (K) {
+        ra.chosen = (int32_t*)malloc((size_t)(L * T * K) * sizeof *ra.chosen);
+        rb.chosen = (int32_t*)malloc((size_t)(L * T * K) * sizeof *rb.chosen);
+    }
+    if (!la || !lb || (K && (!ra.chosen || !rb.chosen))) {
+        rc = qx_cli_fail(j->cli, QX_EXIT_INTERNAL, "--check: out of memory");
+        goto done;
+    }
+    if (K) {
+        memset(ra.chosen, 0xff, (size_t)(L * T * K) * sizeof *ra.chosen);
+        memset(rb.chosen, 0xff, (size_t)(L * T * K) * sizeof *rb.chosen);
+    }
+    memset(&lo, 0, sizeof lo);
+    memset(&e, 0, sizeof e);
+    qx_store_init(&out);
+    r = qx_load_model(j->job->in, &lo, &out, &e);   /* afresh: the rotation consumed j->s's norms */
+    if (r == QUAROT_OK) r = rj_check_run(&out, NULL, toks, T, la, &ra, &e);
+    qx_store_free(&out);
+    qx_store_init(&out);
+    if (r != QUAROT_OK) {
+        rc = qx_cli_fail(j->cli, qx_cli_exit_for(r), "--check: %s: %s", j->job->in, e.msg);
+        goto done;
+    }
+    r = qx_load_model(j->job->out, &lo, &out, &e);
+    if (r == QUAROT_OK) r = rj_check_run(&out, j->hooks ? &j->list : NULL, toks, T, lb, &rb, &e);
+    qx_store_free(&out);
+    if (r != QUAROT_OK) {
+        rc = qx_cli_fail(j->cli, qx_cli_exit_for(r), "--check: %s: %s", j->job->out, e.msg);
+        goto done;
+    }
+    for (i = 0; i < T * V; ++i) {
+        double x = fabs((double)la[i] - (double)lb[i]);
+        if (x > d) d = x;
+        if (fabs((double)la[i]) > amax) amax = fabs((double)la[i]);
+    }
+    for (l = 0; K && l < L; ++l) {
+        if (!quarot_config_layer_is_moe(c, l)) continue;
+        ++moe_layers;
+        for (t = 0; t < T; ++t) {   /* the set of experts, whatever their order */
+            const int32_t* a = ra.chosen + (l * T + t) * K;
+            const int32_t* b = rb.chosen + (l * T + t) * K;
+            int64_t x, y, same = 0;
+            for (x = 0; x < K; ++x)
+                for (y = 0; y < K; ++y) same += a[x] == b[y] && a[x] >= 0;
+            flips += same != K;
+        }
+    }
+    printf("  check: %lld tokens through IN and OUT%s: logits max |difference| %.3g, %.2e of the largest |logit| %.3g",
+           (long long)T, j->hooks ? " (with its hooks)" : "", d, amax > 0 ? d / amax : 0.0, amax);
+    if (K) printf("; routing flips %lld of %lld tokens in %lld MoE layers", (long long)flips, (long long)(T * moe_layers),
+                  (long long)moe_layers);
+    printf("\n");
+    fflush(stdout);
+done:
+    free(la);
+    free(lb);
+    free(ra.chosen);
+    free(rb.chosen);
+    return rc;
+}
+
 /* Load IN; refuse a hooked input; pick OUT's format and convert the metadata and tokenizer; check
    the model, the rotated dimensions and every output path; rotate; print the summary. */
 int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
@@ -781,6 +898,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (rc == QX_EXIT_OK) {
         rj_print_rotations(&j);
         rj_print_work(&j);
+        if (job->check) rc = rj_check(&j);
     }
     rj_free(&j);
     return rc;
@@ -868,6 +986,7 @@ static void rotate_fill_job(const rotate_opts* o, const int64_t* layer_list, int
     job->strict = o->rot.strict;
     job->threads = (int)o->c.threads;
     job->f64 = o->f64;
+    job->check = o->check;
 }
 
 int qx_cmd_rotate(int argc, char** argv) {

@@ -42,7 +42,11 @@ typedef struct qx_rotate_job {
                                                 (.bin, .safetensors, .gguf), else IN's format; an extension
                                                 naming another format than this is refused */
     int f64;                                 /* double arithmetic for every output dtype (qx_rotate_file_opts.f64_arithmetic) */
+    int check;                               /* after writing: the logits of IN and of OUT (with its hooks) on
+                                                QX_ROTATE_CHECK_TOKENS tokens, and the MoE routing flips */
 } qx_rotate_job;
+
+#define QX_ROTATE_CHECK_TOKENS 16
 
 int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job);
 
