@@ -13,7 +13,8 @@
      (offline and --online), gives the same perplexity within 1e-4 relative (the bound of the
      dense families, test_cli_rotate.c), and the rotated model routes every token to the same
      experts as the original (0 routing flips), the rotated one run with its hooks.
-     `quarot rotate --check` reports the same (its logit difference within 2e-5, 0 routing flips).
+     `quarot rotate --check` reports the same (its logit difference within 2e-5, 0 routing flips);
+     `quarot plot --site down` draws a MoE layer's routed experts' inputs.
    - calibrate (Adapt Rotation, SpinQuant) and GPTQ refuse MoE models by name. */
 #include <math.h>
 #include <stdio.h>
@@ -254,6 +255,10 @@ static void test_cli_eval_rotate(void) {
             if (!save_model(&m, in, gguf)) { QT_CHECK(0); mt_free(&m); continue; }
             p0 = eval_ppl(in, toks);
             QT_CHECK(load_model(in, &a));
+            if (!gguf) {   /* plot of the routed experts' down_proj inputs, before and after QuaRot */
+                int rc = CLI("plot %s --tokens %s -o %s/plot%d.svg --site down --force", in, toks, g_tmp, f);
+                QT_CHECKF(rc == 0 && strstr(g_out, "after QuaRot:") != NULL, "plot %s: rc %d: %s", FAMS[f], rc, g_err);
+            }
             for (online = 0; online < 2; ++online) {
                 static float la[SEQ * 48], lb[SEQ * 48];
                 routes ra, rb;

@@ -80,9 +80,10 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     gptq = o->desc.method == QUAROT_WQUANT_GPTQ || o->desc.migrate;   /* calibration rows needed */
-    if (gptq && s->config.n_experts > 0) {   /* the stage's view of the weights (qx__fw_get) has no experts */
-        qx_err_set(e, "%s has mixture-of-experts layers (%lld experts): GPTQ and weight migration do not run them yet "
-                   "(RTN does)", s->config.arch, (long long)s->config.n_experts);
+    if (s->config.n_experts > 0) {   /* the stage's view of the weights (qx__fw_get) has no experts */
+        qx_err_set(e, "%s has mixture-of-experts layers (%lld experts): the weight-quantization stage (GPTQ, weight "
+                   "migration, the clip search, the group fallback) does not run them yet; plain RTN does",
+                   s->config.arch, (long long)s->config.n_experts);
         return QUAROT_ERR_UNSUPPORTED;
     }
     memset(&cap, 0, sizeof cap);

@@ -163,6 +163,7 @@ static quarot_result qx__config(qx_forward* f, const quarot_model_config* c, qx_
     f->is_opt = strcmp(g->arch, "opt") == 0;
     f->is_fused = strcmp(g->arch, "phi3") == 0;
     f->is_moe = g->n_experts > 0;
+    if (f->is_moe && g->intermediate <= 0) g->intermediate = g->expert_intermediate;   /* every layer MoE: unused */
     if (f->is_moe) {   /* the MoE families' names, a gated MLP per expert, a sane top-k */
         f->is_mixtral = strcmp(g->arch, "mixtral") == 0;
         if (!f->is_mixtral && strcmp(g->arch, "qwen2_moe") != 0 && strcmp(g->arch, "qwen3_moe") != 0) {
