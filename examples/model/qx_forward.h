@@ -176,7 +176,8 @@ typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
                                         contiguous tensors that need no quantization are read in place.
                                         Memory: one decoder layer in f32 plus the globals (an f32
                                         contiguous embedding / lm_head is read in place too) instead of
-                                        the whole model in f32. The logits are bit-identical to the
+                                        the whole model in f32; a MoE layer's MLP: its router, its shared
+                                        expert and one routed expert at a time (converted when it runs). The logits are bit-identical to the
                                         default (copy everything at init). The store must then outlive
                                         f and stay unchanged. 0: copies at init (s may be freed). */
     void (*layer_done)(void* user, int64_t layer);   /* stream_weights: called with i after each of
