@@ -15,6 +15,7 @@
      experts as the original (0 routing flips), the rotated one run with its hooks.
      `quarot rotate --check` reports the same (its logit difference within 2e-5, 0 routing flips);
      `quarot plot --site down` draws a MoE layer's routed experts' inputs.
+   - rotate's prediction of the online rotations (qx_rotcheck) covers the experts' R4.
    - calibrate (Adapt Rotation, SpinQuant) and GPTQ refuse MoE models by name. */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include "cli_util.h"
 #include "model_util.h"
 #include "formats/qx_gguf.h"
+#include "cli/qx_rotcheck.h"
 #include "eval/qx_wquant.h"
 #include "model/qx_online.h"
 #include "support/qx_threads.h"
@@ -338,10 +340,32 @@ static void test_cli_calibrate_refuses(void) {
     g_mlp_only = 1;
 }
 
+/* rotate's prediction of the online rotations covers the experts' R4 (expert_intermediate) and the
+   shared expert's (shared_intermediate): a width with no Hadamard block above 2 is warned. */
+static void test_rotcheck_experts(void) {
+    static mt_model m;
+    qx_rotcheck_opts o;
+    qx_rotcheck_dim d[8];
+    int n, k, seen_e = 0, seen_s = 0;
+    mt_build(&m, FAM_QWEN2, 0, 3);
+    m.cfg.expert_intermediate = 22;   /* 2 x 11: blocks of H_2 only */
+    memset(&o, 0, sizeof o);
+    o.online = 1;
+    n = qx_rotcheck(&m.cfg, &o, d, 8);
+    for (k = 0; k < n; ++k) {
+        if (strcmp(d[k].what, "online expert down_proj") == 0) { seen_e = 1; QT_CHECKF(d[k].n == 22 && d[k].warn, "%s", d[k].text); }
+        if (strcmp(d[k].what, "online shared down_proj") == 0) { seen_s = 1; QT_CHECKF(d[k].n == 24 && !d[k].warn, "%s", d[k].text); }
+    }
+    QT_CHECK(seen_e && seen_s);
+    printf("    %d dimensions predicted; experts' R4 22: warned\n", n);
+    mt_free(&m);
+}
+
 int main(int argc, char** argv) {
     (void)argc;
     QT_RUN(test_forward_matches_reference);
     QT_RUN(test_weight_quant_skips_router);
+    QT_RUN(test_rotcheck_experts);
     if (!cu_start(argv[0], "test_moe_fwd")) return 1;
     QT_RUN(test_cli_eval_rotate);
     QT_RUN(test_cli_calibrate_refuses);
