@@ -232,7 +232,8 @@ static quarot_result qx__check_quant(const qx_forward* f, const qx_fake_quant_op
     /* one group size for every linear: it must divide each input width (hidden for q/k/v/gate/up,
        n_heads*head_dim for o_proj, intermediate for down_proj) */
     if (!qx__bits_ok(q->a_down_bits) || q->a_group < 0 || (q->a_group && (g->hidden % q->a_group || g->intermediate % q->a_group ||
-        f->q_dim % q->a_group || (f->is_moe && (f->e_inter % q->a_group || f->s_inter % q->a_group)))) || q->k_group < 0 || q->v_group < 0 || (q->k_group && g->head_dim % q->k_group) ||
+        f->q_dim % q->a_group || (f->is_moe && (f->e_inter % q->a_group || f->s_inter % q->a_group)))) ||
+        q->k_group < 0 || q->v_group < 0 || (q->k_group && g->head_dim % q->k_group) ||
         (q->v_group && g->head_dim % q->v_group) || !(q->k_clip >= 0.0f && q->k_clip <= 1.0f) || !(q->v_clip >= 0.0f && q->v_clip <= 1.0f)) {
         qx_err_set(e, "fake quant: activation group %lld must divide hidden, intermediate and n_heads*head_dim; K/V groups (%lld, %lld) head_dim %lld; clips in (0, 1]",
                    (long long)q->a_group, (long long)q->k_group, (long long)q->v_group, (long long)g->head_dim);
@@ -403,7 +404,7 @@ static int qx__layer_specs(const qx_forward* f, int64_t l, qx_forward_layer* L, 
         QX__SPEC("mlp.gate_proj", ".weight", g->intermediate, g->hidden, 1, QX_QL_GATE, &L->w_gate);
         QX__SPEC("mlp.gate_proj", ".bias", 1, g->intermediate, g->mlp_bias, -1, &L->b_gate);
     }
-    if (!quarot_config_layer_is_moe(g, l)) {   /* a MoE layer's MLP: qx__moe_specs */
+    if (!quarot_config_layer_is_moe(g, l)) {   /* a MoE layer's MLP: qx__moe_stream_init / _layer */
         QX__SPEC(up, ".weight", g->intermediate, g->hidden, 1, QX_QL_UP, &L->w_up);
         QX__SPEC(up, ".bias", 1, g->intermediate, g->mlp_bias, -1, &L->b_up);
         QX__SPEC(down, ".weight", g->hidden, g->intermediate, 1, QX_QL_DOWN, &L->w_down);
