@@ -59,7 +59,8 @@ typedef struct qx__st_tensor {
     const char* dtype;
     quarot_dtype dt;          /* DEFAULT when not loadable */
     int n_dims;               /* as written (0 for a scalar) */
-    int64_t ne[QUAROT_MAX_DIMS];
+    int64_t ne[QUAROT_MAX_DIMS];  /* qx_shape_fold of the shape */
+    const qx_json* shape;     /* the shape as written */
     int empty;                /* a 0 in the shape */
     uint64_t begin, end;
     int skip;
@@ -118,11 +119,13 @@ static quarot_result qx__st_record(const qx_json* v, const char* fname, uint64_t
     }
     t->dtype = d->name;
     t->dt = d->dt;
-    if (shape->count > 64) {
-        qx_err_set(e, "%s: tensor \"%.*s\": %zu dimensions", fname, QX__NAME(t), shape->count);
+    if (shape->count > QX_MAX_RANK) {
+        qx_err_set(e, "%s: tensor \"%.*s\": %zu dimensions (at most %d are read)", fname, QX__NAME(t), shape->count,
+                   QX_MAX_RANK);
         return QUAROT_ERR_PARSE;
     }
     t->n_dims = (int)shape->count;
+    t->shape = shape;
     for (k = 0; k < QUAROT_MAX_DIMS; ++k) t->ne[k] = 1;
     for (k = 0; k < shape->count; ++k) {
         if (qx_json_as_int64(&shape->items[k], &x) != QUAROT_OK || x < 0) {
@@ -135,6 +138,8 @@ static quarot_result qx__st_record(const qx_json* v, const char* fname, uint64_t
             return QUAROT_ERR_OVERFLOW;
         } else prod *= (uint64_t)x;
         if (shape->count <= QUAROT_MAX_DIMS) t->ne[shape->count - 1 - k] = x;   /* outermost first -> ne[] */
+        else if (k < 3) t->ne[3 - k] = x;                                       /* qx_shape_fold */
+        else t->ne[0] = k == 3 ? x : (int64_t)((uint64_t)t->ne[0] * (uint64_t)x);   /* checked below */
     }
     if (t->empty) prod = 0;
     if (prod > UINT64_MAX / d->bits) {
@@ -268,17 +273,14 @@ static quarot_result qx__st_parse(const unsigned char* buf, size_t len, const ch
     /* what can be loaded; the rest is skipped or refused */
     for (k = 0; k < n; ++k) {
         qx__st_tensor* t = &im->t[k];
-        int why = t->dt == QUAROT_DTYPE_DEFAULT ? 1 : t->empty ? 2 : t->n_dims > QUAROT_MAX_DIMS ? 3 : 0;
+        int why = t->dt == QUAROT_DTYPE_DEFAULT ? 1 : t->empty ? 2 : 0;
         if (!why) continue;
         if (qx__st_skip_listed(t->name, t->name_len) || (o && o->skip_unsupported)) { t->skip = 1; continue; }
         if (why == 1)
             qx_err_set(e, "%s: tensor \"%.*s\" has dtype %s; only F32, F16, BF16 and F64 are supported", fname,
                        QX__NAME(t), t->dtype);
-        else if (why == 2)
-            qx_err_set(e, "%s: tensor \"%.*s\" has a 0 in its shape; empty tensors are not supported", fname, QX__NAME(t));
         else
-            qx_err_set(e, "%s: tensor \"%.*s\" has %d dimensions; at most %d are supported", fname, QX__NAME(t),
-                       t->n_dims, QUAROT_MAX_DIMS);
+            qx_err_set(e, "%s: tensor \"%.*s\" has a 0 in its shape; empty tensors are not supported", fname, QX__NAME(t));
         r = t->dt == QUAROT_DTYPE_DEFAULT ? QUAROT_ERR_UNSUPPORTED_DTYPE : QUAROT_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -317,6 +319,13 @@ static quarot_result qx__st_add(qx_store* s, const qx__st_image* im, const char*
             if (r == QUAROT_OK) r = qx_store_add_view(s, t->name, &v);
         } else {
             r = qx_store_add(s, t->name, t->dt, n_dims, t->ne, p, NULL);
+        }
+        if (r == QUAROT_OK && (t->n_dims > QUAROT_MAX_DIMS || t->n_dims != qx_plan_rank(t->ne))) {
+            /* a shape ne[] does not say by itself (rank > 4, a scalar, outer 1s): recorded for the writers */
+            int64_t shape[QX_MAX_RANK];
+            int d;
+            for (d = 0; d < t->n_dims; ++d) (void)qx_json_as_int64(&t->shape->items[d], &shape[d]);
+            r = qx_store_set_shape(s, t->name, t->n_dims, shape);
         }
         if (r != QUAROT_OK) {
             qx_err_set(e, "%s: tensor \"%.*s\": cannot add to the store (%s)", fname, QX__NAME(t), quarot_result_string(r));
@@ -469,26 +478,59 @@ static quarot_result qx__hf_normalize_names(qx_store* s, const char* fname, qx_e
     const char* const* roots = strcmp(s->config.arch, "opt") == 0 ? opt_roots : llama_roots;
     int n_roots = strcmp(s->config.arch, "opt") == 0 ? 1 : 3;
     int64_t i;
+    int vl = strcmp(s->config.arch, "qwen2vl") == 0, newer = 0;
+    for (i = 0; vl && i < s->count && !newer; ++i) newer = strncmp(s->items[i].name, "model.language_model.", 21) == 0;
     for (i = 0; i < s->count; ++i) {
-        char* name = s->items[i].name;
+        const char* name = s->items[i].name;
+        const char* strip = "";
+        const char* add = "model.";
         char* nn;
         int k;
-        for (k = 0; k < n_roots; ++k)
-            if (strncmp(name, roots[k], strlen(roots[k])) == 0) break;
-        if (k == n_roots) continue;
-        nn = (char*)malloc(strlen(name) + 7);
+        quarot_result r;
+        if (newer) {   /* Qwen2-VL's newer layout, read under the older names (qx_hf_file_renames writes it back) */
+            if (strncmp(name, "model.language_model.", 21) == 0) strip = "model.language_model.";
+            else if (strncmp(name, "model.visual.", 13) == 0) { strip = "model."; add = ""; }
+            else if (strcmp(name, "lm_head.weight") != 0) {
+                qx_err_set(e, "%s: tensor \"%.120s\" lies outside the layout model.language_model.* / model.visual.* / "
+                           "lm_head of the other tensors", fname, name);
+                return QUAROT_ERR_PARSE;
+            }
+            if (!strip[0]) continue;
+        } else {
+            for (k = 0; k < n_roots; ++k)
+                if (strncmp(name, roots[k], strlen(roots[k])) == 0) break;
+            if (k == n_roots) continue;
+        }
+        nn = (char*)malloc(strlen(add) + strlen(name) - strlen(strip) + 1);
         if (!nn) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
-        strcpy(nn, "model.");
-        strcat(nn, name);
+        strcpy(nn, add);
+        strcat(nn, name + strlen(strip));
         if (qx_store_find(s, nn)) {
             qx_err_set(e, "%s: tensors \"%s\" and \"%s\" both present", fname, name, nn);
             free(nn);
             return QUAROT_ERR_PARSE;
         }
-        free(name);
-        s->items[i].name = nn;
+        r = qx_store_rename(s, i, nn);
+        free(nn);
+        if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", fname); return r; }
     }
+    if (newer) return qx_store_set_blob(s, "hf.names", "qwen2vl-lm", 10);
     return QUAROT_OK;
+}
+
+int qx_hf_file_renames(const qx_store* s, const char* const** pairs) {
+    static const char* const lm[4] = {"visual.", "model.visual.", "model.", "model.language_model."};
+    size_t len = 0;
+    const char* b = s ? (const char*)qx_store_get_blob(s, "hf.names", &len) : NULL;
+    if (!b || len != 10 || memcmp(b, "qwen2vl-lm", 10) != 0) return 0;
+    if (pairs) *pairs = lm;
+    return 2;
+}
+
+int64_t qx_vl_tensor_count(const qx_store* s) {
+    int64_t i, n = 0;
+    for (i = 0; s && i < s->count; ++i) n += strncmp(s->items[i].name, "visual.", 7) == 0;
+    return n;
 }
 
 /* config.json text -> s->config and blob; names normalized, tied lm_head dropped, tensors checked. */
@@ -707,6 +749,58 @@ static quarot_result qx__moe_config(const qx__cfg* c, quarot_model_config* m) {
     return QUAROT_OK;
 }
 
+/* Qwen2-VL / Qwen2.5-VL: M-RoPE's sections and the vision tower's output width (c->root is the text
+   config, top the whole config.json).
+   M-RoPE (Qwen2VLRotaryEmbedding, apply_multimodal_rotary_pos_emb): the head_dim/2 rotary frequencies
+   inv_freq[j] = theta^(-2j/head_dim) are split into consecutive sections mrope_section = [t, h, w]
+   (t + h + w = head_dim/2); frequency j in section s turns by position_ids[s] * inv_freq[j], the
+   temporal, height and width position of the token, and the half-split layout repeats the sections
+   for the second half. A text token has position_ids[0] = [1] = [2] = its index p in the sequence,
+   so every frequency turns by p * inv_freq[j], whichever section it lies in: ordinary RoPE over the
+   whole head_dim. The reference forward pass runs text tokens that way; images (3-D positions) are
+   not run. The sum is checked here because the split (and so the checkpoint) is meaningless without
+   it. */
+static quarot_result qx__vl_config(const qx__cfg* c, const qx_json* top, quarot_model_config* m) {
+    const qx_json* rs = qx_json_get(c->root, "rope_scaling");
+    const qx_json* sec = NULL;
+    const qx_json* vc = qx_json_get(top, "vision_config");
+    const char* where = "rope_scaling.mrope_section";
+    int64_t sum = 0, x, out_w = 0;
+    size_t k;
+    if (!rs || rs->type != QX_JSON_OBJECT) rs = qx_json_get(top, "rope_scaling");
+    if (rs && rs->type == QX_JSON_OBJECT) sec = qx_json_get(rs, "mrope_section");
+    if (!sec && qx_json_get(c->root, "rope_parameters")) sec = qx_json_get(qx_json_get(c->root, "rope_parameters"), "mrope_section");
+    if (!sec) { sec = qx_json_get(top, "mrope_section"); where = "mrope_section"; }
+    if (!sec || sec->type != QX_JSON_ARRAY || sec->count == 0) {
+        qx_err_set(c->e, "%s: Qwen2-VL needs %s (M-RoPE's split of the head_dim/2 rotary frequencies), an array of "
+                   "positive integers", c->fname, sec ? where : "rope_scaling.mrope_section");
+        return QUAROT_ERR_PARSE;
+    }
+    for (k = 0; k < sec->count; ++k) {
+        if (qx_json_as_int64(&sec->items[k], &x) != QUAROT_OK || x < 1 || x > QX__DIM_MAX) {
+            qx_err_set(c->e, "%s: %s[%zu] is not a positive integer", c->fname, where, k);
+            return QUAROT_ERR_PARSE;
+        }
+        sum += x;
+    }
+    if (sum * 2 != m->head_dim) {
+        qx_err_set(c->e, "%s: %s sums to %lld, but head_dim / 2 is %lld (the sections split the rotary frequencies "
+                   "of each head)", c->fname, where, (long long)sum, (long long)(m->head_dim / 2));
+        return QUAROT_ERR_PARSE;
+    }
+    if (vc && vc->type == QX_JSON_OBJECT) {
+        const qx_json* ow = qx_json_get(vc, "out_hidden_size");   /* Qwen2.5-VL; Qwen2-VL: hidden_size */
+        const char* key = ow ? "vision_config.out_hidden_size" : "vision_config.hidden_size";
+        if (!ow) ow = qx_json_get(vc, "hidden_size");
+        if (ow && ow->type != QX_JSON_NULL && (qx_json_as_int64(ow, &out_w) != QUAROT_OK || out_w != m->hidden)) {
+            qx_err_set(c->e, "%s: %s is %lld, but the merger's output enters the text stream of hidden_size %lld", c->fname,
+                       key, (long long)out_w, (long long)m->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+    }
+    return QUAROT_OK;
+}
+
 quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name, quarot_model_config* out,
                                  qx_err* e) {
     static const struct { const char* cls; const char* type; const char* arch; } archs[] = {
@@ -715,6 +809,8 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
         {"OPTForCausalLM", "opt", "opt"}, {"Phi3ForCausalLM", "phi3", "phi3"},
         {"MixtralForCausalLM", "mixtral", "mixtral"}, {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2_moe"},
         {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3_moe"},
+        {"Qwen2VLForConditionalGeneration", "qwen2_vl", "qwen2vl"},
+        {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", "qwen2vl"},
     };
     qx_json_doc doc;
     qx__cfg c;
@@ -723,7 +819,8 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
     const char* cls = NULL;
     int64_t x;
     size_t k;
-    int is_opt, b;
+    int is_opt, b, vl;
+    const qx_json* root;
     quarot_result r;
     if (!out || (!text && len)) return QUAROT_ERR_INVALID_ARGUMENT;
     if (!name) name = "config.json";
@@ -755,12 +852,16 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
     if (k == sizeof archs / sizeof archs[0]) {
         qx_err_set(e, "%s: architecture \"%.60s\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
                    "Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
-                   "Qwen3MoeForCausalLM)", name, cls);
+                   "Qwen3MoeForCausalLM, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration)", name, cls);
         r = QUAROT_ERR_UNSUPPORTED;
         goto done;
     }
     strcpy(m.arch, archs[k].arch);
     is_opt = strcmp(m.arch, "opt") == 0;
+    vl = strcmp(m.arch, "qwen2vl") == 0;
+    if (vl && qx_json_get(doc.root, "text_config") && qx_json_get(doc.root, "text_config")->type == QX_JSON_OBJECT)
+        c.root = qx_json_get(doc.root, "text_config");   /* newer transformers nest the decoder's keys */
+    root = c.root;
     /* sizes every family has (OPT calls the MLP width ffn_dim) */
     if ((r = qx__cfg_int(&c, "hidden_size", 0, 1, QX__DIM_MAX, &m.hidden)) != QUAROT_OK) goto done;
     if ((r = qx__cfg_int(&c, is_opt ? "ffn_dim" : "intermediate_size", 0, 1, QX__DIM_MAX, &m.intermediate)) != QUAROT_OK) goto done;
@@ -804,8 +905,8 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
         m.norm_eps = 1e-5f;                  /* nn.LayerNorm's default; OPT has no key for it */
     } else {
         /* the Llama family: GQA heads, optional explicit head_dim, RMSNorm eps, RoPE base, biases */
-        const qx_json* theta = qx_json_get(doc.root, "rope_theta");
-        const qx_json* rp = qx_json_get(doc.root, "rope_parameters");   /* newer transformers */
+        const qx_json* theta = qx_json_get(root, "rope_theta");
+        const qx_json* rp = qx_json_get(root, "rope_parameters");   /* newer transformers */
         if (!theta && rp) theta = qx_json_get(rp, "rope_theta");
         if (qx__cfg_int(&c, "num_key_value_heads", m.n_heads, 1, m.n_heads, &m.n_kv_heads) != QUAROT_OK) goto done;
         if (m.n_heads % m.n_kv_heads != 0) {
@@ -813,7 +914,7 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
                        (long long)m.n_heads, (long long)m.n_kv_heads);
             goto done;
         }
-        if (!qx_json_get(doc.root, "head_dim") || qx_json_get(doc.root, "head_dim")->type == QX_JSON_NULL) {
+        if (!qx_json_get(root, "head_dim") || qx_json_get(root, "head_dim")->type == QX_JSON_NULL) {
             if (m.hidden % m.n_heads != 0) {
                 qx_err_set(e, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld (and no head_dim)", name,
                            (long long)m.hidden, (long long)m.n_heads);
@@ -824,13 +925,20 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
             goto done;
         }
         if (m.head_dim % 2 != 0) { qx_err_set(e, "%s: head_dim %lld is odd (RoPE needs pairs)", name, (long long)m.head_dim); goto done; }
-        if (qx__cfg_num(&c, qx_json_get(doc.root, "rms_norm_eps"), "rms_norm_eps", 1e-6, 0.0, 1.0, &m.norm_eps) != QUAROT_OK) goto done;
+        if (qx__cfg_num(&c, qx_json_get(root, "rms_norm_eps"), "rms_norm_eps", 1e-6, 0.0, 1.0, &m.norm_eps) != QUAROT_OK) goto done;
         if (qx__cfg_num(&c, theta, "rope_theta", 10000.0, 0.0, 1e12, &m.rope_theta) != QUAROT_OK) goto done;
-        if (qx__cfg_bool(&c, "tie_word_embeddings", 0, &m.tied_embeddings) != QUAROT_OK) goto done;
+        if (vl && root != doc.root && !qx_json_get(root, "tie_word_embeddings")) {
+            qx__cfg top;   /* nested: the text config's key when it has one (what transformers ties by), else the top level's */
+            top = c;
+            top.root = doc.root;
+            if (qx__cfg_bool(&top, "tie_word_embeddings", 0, &m.tied_embeddings) != QUAROT_OK) goto done;
+        } else if (qx__cfg_bool(&c, "tie_word_embeddings", 0, &m.tied_embeddings) != QUAROT_OK) {
+            goto done;
+        }
         if ((r = qx__cfg_act(&c, "hidden_act", "silu", &m.act)) != QUAROT_OK) goto done;
         r = QUAROT_ERR_PARSE;
         if (qx__cfg_bool(&c, "attention_bias", 0, &b) != QUAROT_OK) goto done;
-        if (strcmp(m.arch, "qwen2") == 0 || strcmp(m.arch, "qwen2_moe") == 0) {
+        if (strcmp(m.arch, "qwen2") == 0 || strcmp(m.arch, "qwen2_moe") == 0 || vl) {
             m.attn_qkv_bias = 1;             /* Qwen2 hard-codes q/k/v biases and no o_proj bias */
         } else {
             m.attn_qkv_bias = m.attn_out_bias = b;
@@ -841,6 +949,7 @@ quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name,
         m.norm = QUAROT_NORM_RMS;
         m.mlp = QUAROT_MLP_GATED;
         if ((r = qx__moe_config(&c, &m)) != QUAROT_OK) goto done;
+        if (vl && (r = qx__vl_config(&c, doc.root, &m)) != QUAROT_OK) goto done;
     }
     m.rope_interleaved = 0;                  /* Hugging Face's half-split layout */
     *out = m;
@@ -889,7 +998,8 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
     opt = strcmp(c->arch, "opt") == 0;
     phi3 = strcmp(c->arch, "phi3") == 0;
     if (!opt && strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2") && strcmp(c->arch, "qwen3") && !phi3 &&
-        strcmp(c->arch, "mixtral") && strcmp(c->arch, "qwen2_moe") && strcmp(c->arch, "qwen3_moe")) {
+        strcmp(c->arch, "mixtral") && strcmp(c->arch, "qwen2_moe") && strcmp(c->arch, "qwen3_moe") &&
+        strcmp(c->arch, "qwen2vl")) {
         qx_err_set(e, "%s: no tensor layout known for architecture \"%.32s\"", fname, c->arch);
         return QUAROT_ERR_UNSUPPORTED;
     }
@@ -1027,6 +1137,21 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
             QX__X(c->hidden, 1, "model.layers.%lld.mlp.down_proj.bias", (long long)i);
         }
     }
+    if (strcmp(c->arch, "qwen2vl") == 0) {   /* the vision merger's output projection writes the text stream */
+        const quarot_tensor* t = qx_store_find(s, QX_VL_MERGER_WEIGHT);
+        if (!t) {
+            qx_err_set(e, "%s: tensor \"%s\" is missing (the vision merger's output projection, which the rotation "
+                       "must rotate with the text stream)", fname, QX_VL_MERGER_WEIGHT);
+            return QUAROT_ERR_NOT_FOUND;
+        }
+        if (t->ne[1] != c->hidden || t->ne[2] != 1 || t->ne[3] != 1) {
+            qx_err_set(e, "%s: tensor \"%s\" has shape [%lld, %lld] (outermost first): its output width %lld is not "
+                       "the text hidden size %lld", fname, QX_VL_MERGER_WEIGHT, (long long)t->ne[1], (long long)t->ne[0],
+                       (long long)t->ne[1], (long long)c->hidden);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        QX__X(c->hidden, 1, "%s", QX_VL_MERGER_BIAS);
+    }
 #undef QX__X
     /* no layer beyond the config's count */
     snprintf(nm, sizeof nm, "%slayers.", pre);
@@ -1080,7 +1205,23 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e) {
         if (r != QUAROT_OK) return r;
         if (doc.root->type != QX_JSON_OBJECT) { qx_json_doc_free(&doc); qx_err_set(e, "hf.config.json: not an object"); return QUAROT_ERR_PARSE; }
         if (qx_json_as_bool(qx_json_get(doc.root, key), &v) == QUAROT_OK) tied_read = v;
-        qx_json_write_patched(out, doc.root, 2, &key, &val, tied_read == !has_head ? 0 : 1);
+        {   /* Qwen2-VL's nested text_config may say it too (transformers ties by that one): patched alike */
+            const qx_json* tc = strcmp(c->arch, "qwen2vl") == 0 ? qx_json_get(doc.root, "text_config") : NULL;
+            const char* keys[2];
+            const char* vals[2];
+            int n = 0, tv;
+            qx_sb tb;
+            memset(&tb, 0, sizeof tb);
+            if (tied_read != !has_head) { keys[n] = key; vals[n++] = val; }
+            if (tc && tc->type == QX_JSON_OBJECT && qx_json_as_bool(qx_json_get(tc, key), &tv) == QUAROT_OK && tv != !has_head) {
+                qx_json_write_patched(&tb, tc, 0, &key, &val, 1);
+                keys[n] = "text_config";
+                vals[n++] = tb.p;
+            }
+            qx_json_write_patched(out, doc.root, 2, keys, vals, n);
+            if (tb.failed) out->failed = 1;
+            qx_sb_free(&tb);
+        }
         qx_sb_puts(out, "\n");
         qx_json_doc_free(&doc);
         return out->failed ? QUAROT_ERR_OUT_OF_MEMORY : QUAROT_OK;
@@ -1177,6 +1318,8 @@ typedef struct qx__st_went {
     quarot_dtype dt;
     int n_dims;
     int64_t ne[QUAROT_MAX_DIMS];
+    int rank;                 /* shape written: shape[rank] outermost first, or ne[n_dims) when shape is NULL */
+    int64_t* shape;
     uint64_t nbytes;
     int file;                 /* index into files[] */
     uint64_t off;             /* absolute offset in that file */
@@ -1197,7 +1340,24 @@ struct qx_st_writer {
     char* stale;              /* the other layout's entry file, removed on finish (force) */
     char* made_dir;           /* directory begin created; removed again on abort (when empty) */
     int* direct_mode;         /* opts->direct_mode */
+    char ren[4][2][48];       /* opts->rename, copied */
+    int n_ren;
 };
+
+/* name as the file holds it (opts->rename): malloc'ed, NULL when out of memory. */
+static char* qx__st_file_name(const qx_st_writer* w, const char* name) {
+    const char* from = "";
+    const char* to = "";
+    char* out;
+    int k;
+    for (k = 0; k < w->n_ren; ++k)
+        if (strncmp(name, w->ren[k][0], strlen(w->ren[k][0])) == 0) { from = w->ren[k][0]; to = w->ren[k][1]; break; }
+    out = (char*)malloc(strlen(to) + strlen(name) - strlen(from) + 1);
+    if (!out) return NULL;
+    strcpy(out, to);
+    strcat(out, name + strlen(from));
+    return out;
+}
 
 static const char* qx__st_dtype_name(quarot_dtype dt) {
     switch (dt) {
@@ -1227,7 +1387,7 @@ void qx_st_writer_abort(qx_st_writer* w) {
     if (!w) return;
     for (k = 0; w->files && k < w->n_files; ++k) qx_out_abort(&w->files[k]);
     for (k = 0; k < w->n_extra; ++k) { qx_out_abort(&w->extra[k]); free(w->extra_text[k]); }
-    for (i = 0; i < w->n; ++i) free(w->t[i].name);
+    for (i = 0; i < w->n; ++i) { free(w->t[i].name); free(w->t[i].shape); }
     free(w->t);
     free(w->files);
     free(w->file_size);
@@ -1292,9 +1452,8 @@ static quarot_result qx__stw_plan(qx__stw_begin* g, const qx_tensor_plan* plan, 
         t->dt = p->dtype == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : p->dtype;
         es = quarot_dtype_size(t->dt);
         if (es == 0) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", out, p->name); return QUAROT_ERR_UNSUPPORTED_DTYPE; }
-        t->name = (char*)malloc(strlen(p->name) + 1);
+        t->name = qx__st_file_name(w, p->name);
         if (!t->name) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
-        strcpy(t->name, p->name);
         t->n_dims = p->n_dims;
         t->nbytes = es;
         w->n = i + 1;
@@ -1305,6 +1464,21 @@ static quarot_result qx__stw_plan(qx__stw_begin* g, const qx_tensor_plan* plan, 
                 return QUAROT_ERR_INVALID_ARGUMENT;
             }
             t->nbytes *= (uint64_t)t->ne[d];
+        }
+        if (p->shape) {   /* a recorded shape: its fold must be the planned sizes */
+            int64_t fold[QUAROT_MAX_DIMS];
+            int ok = p->rank >= 0 && p->rank <= QX_MAX_RANK;
+            for (d = 0; ok && d < p->rank; ++d) ok = p->shape[d] >= 1 && p->shape[d] <= t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+            if (ok) qx_shape_fold(p->rank, p->shape, fold);
+            for (d = 0; ok && d < QUAROT_MAX_DIMS; ++d) ok = fold[d] == t->ne[d];
+            if (!ok) {
+                qx_err_set(e, "%s: tensor \"%s\": the shape to write does not hold its planned sizes", out, p->name);
+                return QUAROT_ERR_INVALID_ARGUMENT;
+            }
+            t->shape = (int64_t*)malloc((size_t)(p->rank ? p->rank : 1) * sizeof *t->shape);
+            if (!t->shape) { qx_err_set(e, "%s: out of memory", out); return QUAROT_ERR_OUT_OF_MEMORY; }
+            if (p->rank) memcpy(t->shape, p->shape, (size_t)p->rank * sizeof *t->shape);
+            t->rank = p->rank;
         }
     }
     w->n = n;
@@ -1376,7 +1550,10 @@ static void qx__stw_header(qx__stw_begin* g, int k, int64_t* m, uint64_t* pos) {
         qx_sb_puts(hdr, ",");
         qx_sb_json_string(hdr, t->name, strlen(t->name));
         qx_sb_printf(hdr, ":{\"dtype\":\"%s\",\"shape\":[", qx__st_dtype_name(t->dt));
-        for (d = t->n_dims - 1; d >= 0; --d) qx_sb_printf(hdr, "%lld%s", (long long)t->ne[d], d ? "," : "");
+        if (t->shape)
+            for (d = 0; d < t->rank; ++d) qx_sb_printf(hdr, "%lld%s", (long long)t->shape[d], d + 1 < t->rank ? "," : "");
+        else
+            for (d = t->n_dims - 1; d >= 0; --d) qx_sb_printf(hdr, "%lld%s", (long long)t->ne[d], d ? "," : "");
         qx_sb_printf(hdr, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)*pos, (unsigned long long)(*pos + t->nbytes));
         t->off = *pos;                      /* relative for now */
         *pos += t->nbytes;
@@ -1497,6 +1674,16 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
     g.w->direct_mode = opts ? opts->direct_mode : NULL;
+    for (k = 0; opts && opts->rename && k < opts->n_rename; ++k) {
+        if (k >= 4 || strlen(opts->rename[2 * k]) >= 48 || strlen(opts->rename[2 * k + 1]) >= 48) {
+            qx_st_writer_abort(g.w);
+            qx_err_set(e, "%s: at most 4 renames of prefixes under 48 characters", out);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        strcpy(g.w->ren[k][0], opts->rename[2 * k]);
+        strcpy(g.w->ren[k][1], opts->rename[2 * k + 1]);
+        g.w->n_ren = k + 1;
+    }
     r = qx__stw_plan(&g, plan, n);
     if (r == QUAROT_OK) r = qx__stw_shards(&g);
     if (r == QUAROT_OK) r = qx__stw_prepare(&g);
@@ -1519,13 +1706,18 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
 /* The planned tensor `name` (binary search in natural order), or NULL. */
 static qx__st_went* qx__st_find(qx_st_writer* w, const char* name) {
     int64_t lo = 0, hi = w->n - 1;
+    char* fn = w->n_ren ? qx__st_file_name(w, name) : NULL;
+    qx__st_went* hit = NULL;
+    if (w->n_ren && !fn) return NULL;
+    if (fn) name = fn;
     while (lo <= hi) {                       /* entries are sorted by qx_name_cmp */
         int64_t mid = lo + (hi - lo) / 2;
         int c = qx_name_cmp(name, w->t[mid].name);
-        if (c == 0) return &w->t[mid];
+        if (c == 0) { hit = &w->t[mid]; break; }
         if (c < 0) hi = mid - 1; else lo = mid + 1;
     }
-    return NULL;
+    free(fn);
+    return hit;
 }
 
 quarot_result qx_st_writer_put_permuted(qx_st_writer* w, const char* name, const quarot_tensor* t,
@@ -1614,6 +1806,7 @@ qx_tensor_plan* qx_store_plan(const qx_store* s, quarot_dtype dt, int64_t extra)
         plan[i].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : t->dtype;
         memcpy(plan[i].ne, t->ne, sizeof plan[i].ne);
         plan[i].n_dims = qx_plan_rank(t->ne);
+        if (!qx_store_get_shape(s, plan[i].name, t, &plan[i].rank, &plan[i].shape)) plan[i].shape = NULL;
     }
     return plan;
 }
@@ -1647,6 +1840,7 @@ quarot_result qx_st_save(const qx_store* s, const char* out, const qx_st_save_op
     wo.force = o ? o->force : 0;
     wo.shard_bytes = o ? o->shard_bytes : 0;
     wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
+    wo.n_rename = qx_hf_file_renames(s, &wo.rename);
     if (!single && s->config.arch[0]) {
         r = qx_hf_config_write(s, &cfg, e);
         if (r != QUAROT_OK) { free(plan); qx_sb_free(&cfg); return r; }

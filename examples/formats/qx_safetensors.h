@@ -88,18 +88,40 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* name, qx_err* e
    set to false when lm_head.weight exists, or one generated from s->config. */
 quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e);
 
-/* One tensor of a writer's plan. ne[] innermost first as in quarot_tensor; n_dims 1..4. */
+/* Qwen2-VL / Qwen2.5-VL (Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, arch
+   "qwen2vl"): the reader takes the text decoder's keys from config.json (or its "text_config"),
+   requires rope_scaling.mrope_section (or a top-level mrope_section) to sum to head_dim / 2 and the
+   vision tower's output width (vision_config.out_hidden_size, else hidden_size) to equal the text
+   hidden size. The newer name layout (model.language_model.*, model.visual.*) is read under the
+   older names (model.*, visual.*; lm_head.weight in both) so that everything downstream sees one
+   layout, and recorded as the blob "hf.names" = "qwen2vl-lm"; qx_hf_file_renames gives the writers
+   the renames back. qx_hf_check_tensors requires the merger's output projection
+   (visual.merger.mlp.2.weight [hidden][in], bias [hidden]). */
+#define QX_VL_MERGER_WEIGHT "visual.merger.mlp.2.weight"
+#define QX_VL_MERGER_BIAS "visual.merger.mlp.2.bias"
+/* The {store prefix, file prefix} pairs that write s under the names it was read with (*pairs static);
+   returns how many (0: none). */
+int qx_hf_file_renames(const qx_store* s, const char* const** pairs);
+/* The number of tensors of s under "visual." (a vision tower), 0 when none. */
+int64_t qx_vl_tensor_count(const qx_store* s);
+
+/* One tensor of a writer's plan. ne[] innermost first as in quarot_tensor; n_dims 1..4. shape (when
+   not NULL) is the shape to write instead, rank sizes outermost first (rank 0..QX_MAX_RANK), whose
+   qx_shape_fold must equal ne: a written shape the store recorded (qx_store_get_shape). */
 typedef struct qx_tensor_plan {
     const char* name;
     quarot_dtype dtype;
     int n_dims;
     int64_t ne[QUAROT_MAX_DIMS];
+    int rank;
+    const int64_t* shape;
 } qx_tensor_plan;
 
 /* The rank a plan gives sizes ne: the dimensions up to the last one > 1, at least 1 (a [hidden]
    gain stays 1-D). */
 int qx_plan_rank(const int64_t ne[QUAROT_MAX_DIMS]);
-/* The plan of every tensor of s in store order: s's names (not copied), sizes, qx_plan_rank, and
+/* The plan of every tensor of s in store order: s's names (not copied), sizes, qx_plan_rank (and the
+   written shape the store recorded, qx_store_get_shape: a view of its blob), and
    dtype dt (QUAROT_DTYPE_DEFAULT: each tensor's own). calloc'ed with `extra` zeroed entries more
    (free with free()); NULL when out of memory. */
 qx_tensor_plan* qx_store_plan(const qx_store* s, quarot_dtype dt, int64_t extra);
@@ -114,6 +136,10 @@ typedef struct qx_st_write_opts {
     int* direct_mode;         /* not NULL: set on finish to the qx_direct_mode the files were written with
                                  (the weakest over the shards) */
     const quarot_env* env;    /* not NULL: f32 tensors written as f16 / bf16 convert on its pool (qx_out.env) */
+    const char* const* rename;/* n_rename pairs {store prefix, file prefix}: a planned or put name starting with
+                                 a pair's store prefix (the first that matches) is written with the file
+                                 prefix instead (qx_hf_file_renames) */
+    int n_rename;
 } qx_st_write_opts;
 
 typedef struct qx_st_writer qx_st_writer;

@@ -651,6 +651,7 @@ static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quar
         pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : s->items[i].t.dtype;
         memcpy(pl[n].ne, s->items[i].t.ne, sizeof pl[n].ne);
         pl[n].n_dims = qx_plan_rank(pl[n].ne);
+        if (!qx_store_get_shape(s, pl[n].name, &s->items[i].t, &pl[n].rank, &pl[n].shape)) pl[n].shape = NULL;
     }
     for (i = 0; i < p->n_creates; ++i) {
         const quarot_tensor_spec* c = &p->creates[i];
@@ -732,6 +733,7 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
         wo.env = env;    /* the output conversion on the pool too (it idles while a layer is written) */
         wo.shard_bytes = single ? 0 : o->shard_bytes;
         wo.metadata_json = (const char*)qx_store_get_blob(s, "safetensors.metadata", NULL);
+        wo.n_rename = qx_hf_file_renames(s, &wo.rename);   /* the names the input was read with */
         if (o->hooks_path) {   /* marks the model as needing its hook file (qx_model_needs_hooks) */
             const char* m = wo.metadata_json;
             const char* body = m ? strchr(m, '{') : NULL;

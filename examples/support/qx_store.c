@@ -160,6 +160,90 @@ void qx_store_remove_grid(qx_store* s, const char* weight) {
     free(key);
 }
 
+/* ---- written shapes: blob "quarot.shape:<name>" = {i64 rank, i64 shape[rank]} ---- */
+
+void qx_shape_fold(int rank, const int64_t* shape, int64_t ne[QUAROT_MAX_DIMS]) {
+    int d;
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d) ne[d] = 1;
+    if (rank <= QUAROT_MAX_DIMS) {
+        for (d = 0; d < rank; ++d) ne[d] = shape[rank - 1 - d];
+        return;
+    }
+    ne[3] = shape[0];
+    ne[2] = shape[1];
+    ne[1] = shape[2];
+    for (d = 3; d < rank; ++d) ne[0] *= shape[d];
+}
+
+static char* qx__shape_key(const char* name) {
+    size_t a = strlen(QX_SHAPE_PREFIX), b = strlen(name);
+    char* k = (char*)malloc(a + b + 1);
+    if (!k) return NULL;
+    memcpy(k, QX_SHAPE_PREFIX, a);
+    memcpy(k + a, name, b + 1);
+    return k;
+}
+
+quarot_result qx_store_set_shape(qx_store* s, const char* name, int rank, const int64_t* shape) {
+    int64_t buf[QX_MAX_RANK + 1];
+    char* key;
+    quarot_result r;
+    if (!s || !name || rank < 0 || rank > QX_MAX_RANK || (rank && !shape)) return QUAROT_ERR_INVALID_ARGUMENT;
+    buf[0] = rank;
+    if (rank) memcpy(buf + 1, shape, (size_t)rank * sizeof *shape);
+    if (!(key = qx__shape_key(name))) return QUAROT_ERR_OUT_OF_MEMORY;
+    r = qx_store_set_blob(s, key, buf, (size_t)(rank + 1) * sizeof *buf);
+    free(key);
+    return r;
+}
+
+int qx_store_get_shape(const qx_store* s, const char* name, const quarot_tensor* t, int* rank, const int64_t** shape) {
+    const int64_t* b;
+    int64_t ne[QUAROT_MAX_DIMS];
+    size_t len = 0;
+    char* key;
+    int d;
+    if (!s || !name || !t || s->n_blobs == 0 || !(key = qx__shape_key(name))) return 0;
+    b = (const int64_t*)qx_store_get_blob(s, key, &len);   /* a malloc'ed copy: aligned */
+    free(key);
+    if (!b || len < sizeof *b || b[0] < 0 || b[0] > QX_MAX_RANK || len != (size_t)(b[0] + 1) * sizeof *b) return 0;
+    for (d = 0; d < (int)b[0]; ++d)
+        if (b[1 + d] < 1) return 0;
+    qx_shape_fold((int)b[0], b + 1, ne);
+    for (d = 0; d < QUAROT_MAX_DIMS; ++d)
+        if (ne[d] != t->ne[d]) return 0;
+    if (rank) *rank = (int)b[0];
+    if (shape) *shape = b + 1;
+    return 1;
+}
+
+quarot_result qx_store_rename(qx_store* s, int64_t i, const char* name) {
+    static const char* const prefixes[] = {QX_GRID_PREFIX, QX_SHAPE_PREFIX};
+    char* nn;
+    int64_t b;
+    size_t k;
+    if (!s || !name || i < 0 || i >= s->count) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (qx_store_find(s, name)) return QUAROT_ERR_INVALID_ARGUMENT;
+    for (k = 0; k < sizeof prefixes / sizeof prefixes[0]; ++k) {   /* the records keyed by the old name */
+        size_t pl = strlen(prefixes[k]);
+        for (b = 0; b < s->n_blobs; ++b) {
+            char* key;
+            if (strncmp(s->blobs[b].key, prefixes[k], pl) != 0 || strcmp(s->blobs[b].key + pl, s->items[i].name) != 0) continue;
+            if (!(key = (char*)malloc(pl + strlen(name) + 1))) return QUAROT_ERR_OUT_OF_MEMORY;
+            memcpy(key, prefixes[k], pl);
+            strcpy(key + pl, name);
+            free(s->blobs[b].key);
+            s->blobs[b].key = key;
+            break;
+        }
+    }
+    if (!(nn = (char*)malloc(strlen(name) + 1))) return QUAROT_ERR_OUT_OF_MEMORY;
+    strcpy(nn, name);
+    free(s->items[i].name);
+    s->items[i].name = nn;
+    return QUAROT_OK;
+}
+
 quarot_result qx_store_on_free(qx_store* s, void (*fn)(void* arg), void* arg) {
     qx_cleanup* c;
     if (!s || !fn) return QUAROT_ERR_INVALID_ARGUMENT;

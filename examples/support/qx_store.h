@@ -98,6 +98,25 @@ quarot_result qx_store_set_grid(qx_store* s, const char* weight, int bits, int64
 /* 1 and *g filled when `weight` has a well-formed grid (NULL-safe), else 0. */
 int qx_store_get_grid(const qx_store* s, const char* weight, qx_grid* g);
 void qx_store_remove_grid(qx_store* s, const char* weight);
+/* Shapes a quarot_tensor (ne[QUAROT_MAX_DIMS]) does not hold as written: more than QUAROT_MAX_DIMS
+   dimensions (Qwen2-VL's Conv3d patch embedding [embed][3][2][14][14]), a scalar (rank 0), or outer
+   sizes of 1 that the writers' qx_plan_rank would drop ([1][n]). Such a tensor enters the store as
+   its bytes unchanged with ne = qx_shape_fold(shape) (the three outermost sizes kept, the innermost
+   ones multiplied into ne[0]), and its shape as written as the blob "quarot.shape:<name>"
+   ({int64 rank, int64 shape[rank]}, outermost first). The writers give the tensor that shape back
+   as long as the tensor's ne still equals the fold (whoever reshapes a tensor drops the record by
+   doing so); GGUF refuses a rank above 4 by name. */
+#define QX_SHAPE_PREFIX "quarot.shape:"
+#define QX_MAX_RANK 64
+/* ne of a tensor of shape[rank] (outermost first, rank 0..QX_MAX_RANK); see above. */
+void qx_shape_fold(int rank, const int64_t* shape, int64_t ne[QUAROT_MAX_DIMS]);
+/* Records the written shape of tensor `name` (replacing an earlier record). */
+quarot_result qx_store_set_shape(qx_store* s, const char* name, int rank, const int64_t* shape);
+/* 1 with *rank and *shape (a view of the blob) when `name` has a record whose fold equals t->ne, else 0. */
+int qx_store_get_shape(const qx_store* s, const char* name, const quarot_tensor* t, int* rank, const int64_t** shape);
+/* Renames entry i (0 <= i < count) to `name` (copied; an existing name is QUAROT_ERR_INVALID_ARGUMENT),
+   moving its grid and shape records with it. */
+quarot_result qx_store_rename(qx_store* s, int64_t i, const char* name);
 /* Register fn(arg) to run in qx_store_free after the tensors are freed (views stay valid until then). */
 quarot_result qx_store_on_free(qx_store* s, void (*fn)(void* arg), void* arg);
 
