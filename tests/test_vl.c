@@ -14,6 +14,7 @@
 #include "fwd_util.h"
 #include "model/qx_model.h"
 #include "model/qx_synth.h"
+#include "vl_util.h"
 
 #include <math.h>
 
@@ -63,60 +64,6 @@ static quarot_result rotate(qx_store* s, const quarot_rotate_desc* d0, quarot_on
     return r;
 }
 
-/* y[N][out] = z W^T + b for the merger of s. */
-static void merger(const qx_store* s, const char* wname, const char* bname, const float* z, int64_t N, double* y) {
-    const quarot_tensor* w = qx_store_find(s, wname);
-    const quarot_tensor* b = qx_store_find(s, bname);
-    int64_t in = w->ne[0], out = w->ne[1], n, o, k;
-    for (n = 0; n < N; ++n)
-        for (o = 0; o < out; ++o) {
-            double acc = ((const float*)b->data)[o];
-            for (k = 0; k < in; ++k) acc += (double)z[n * in + k] * ((const float*)w->data)[o * in + k];
-            y[n * out + o] = acc;
-        }
-}
-
-/* max over patches n and embedding rows v of |y'_n . E'_v - y_n . E_v| / max |y_n . E_v|, and the
-   largest relative change of |y_n|. */
-static double merger_check(const qx_store* a, const qx_store* b, const char* wa, const char* ba, const char* wb,
-                           const char* bb, const char* ea, const char* eb, double* norm_rel) {
-    enum { N = 6 };
-    const quarot_tensor* Ea = qx_store_find(a, ea);
-    const quarot_tensor* Eb = qx_store_find(b, eb);
-    int64_t h = a->config.hidden, in = qx_store_find(a, wa)->ne[0], V = a->config.vocab, n, v, k;
-    float* z = (float*)malloc((size_t)(N * in) * sizeof(float));
-    double *ya = (double*)malloc((size_t)(N * h) * sizeof(double)), *yb = (double*)malloc((size_t)(N * h) * sizeof(double));
-    double diff = 0, amax = 0;
-    quarot_rng rng;
-    quarot_rng_seed(&rng, 77);
-    for (k = 0; k < N * in; ++k) z[k] = (float)quarot_rng_normal(&rng);
-    merger(a, wa, ba, z, N, ya);
-    merger(b, wb, bb, z, N, yb);
-    *norm_rel = 0;
-    for (n = 0; n < N; ++n) {
-        double na = 0, nb = 0;
-        for (k = 0; k < h; ++k) { na += ya[n * h + k] * ya[n * h + k]; nb += yb[n * h + k] * yb[n * h + k]; }
-        if (fabs(sqrt(nb) - sqrt(na)) / sqrt(na) > *norm_rel) *norm_rel = fabs(sqrt(nb) - sqrt(na)) / sqrt(na);
-        for (v = 0; v < V; ++v) {
-            double pa = 0, pb = 0;
-            for (k = 0; k < h; ++k) {
-                pa += ya[n * h + k] * ((const float*)Ea->data)[v * h + k];
-                pb += yb[n * h + k] * ((const float*)Eb->data)[v * h + k];
-            }
-            if (fabs(pb - pa) > diff) diff = fabs(pb - pa);
-            if (fabs(pa) > amax) amax = fabs(pa);
-        }
-    }
-    free(z); free(ya); free(yb);
-    return diff / (amax > 0 ? amax : 1);
-}
-
-static int same_bytes(const qx_store* a, const char* na, const qx_store* b, const char* nb) {
-    const quarot_tensor* x = qx_store_find(a, na);
-    const quarot_tensor* y = qx_store_find(b, nb);
-    return x && y && quarot_tensor_nbytes(x) == quarot_tensor_nbytes(y) && memcmp(x->data, y->data, quarot_tensor_nbytes(x)) == 0;
-}
-
 static void test_vl_rotation(void) {
     qx_store s;
     float* ref;
@@ -142,12 +89,12 @@ static void test_vl_rotation(void) {
         rel = got ? qt_rel_diff(got, ref, N_TOK * s.config.vocab) : 1e30;
         QT_CHECKF(rel < 1e-4, "variant %d: text logits differ by %.3g", v, rel);
         if (qx_store_find(&r, "model.embed_tokens.weight"))
-            mrel = merger_check(&s, &r, "visual.merger.mlp.2.weight", "visual.merger.mlp.2.bias", "visual.merger.mlp.2.weight",
+            mrel = vl_merger_check(&s, &r, "visual.merger.mlp.2.weight", "visual.merger.mlp.2.bias", "visual.merger.mlp.2.weight",
                                 "visual.merger.mlp.2.bias", "model.embed_tokens.weight", "model.embed_tokens.weight", &nrel);
         QT_CHECKF(mrel <= 1e-5 && nrel <= 1e-5, "variant %d: merger output not rotated by R1 (%.3g, norms %.3g)", v, mrel, nrel);
-        QT_CHECK(!same_bytes(&s, "visual.merger.mlp.2.weight", &r, "visual.merger.mlp.2.weight"));
-        QT_CHECK(same_bytes(&s, "visual.merger.mlp.0.weight", &r, "visual.merger.mlp.0.weight"));
-        QT_CHECK(same_bytes(&s, "visual.patch_embed.proj.weight", &r, "visual.patch_embed.proj.weight"));
+        QT_CHECK(!vl_same_bytes(&s, "visual.merger.mlp.2.weight", &r, "visual.merger.mlp.2.weight"));
+        QT_CHECK(vl_same_bytes(&s, "visual.merger.mlp.0.weight", &r, "visual.merger.mlp.0.weight"));
+        QT_CHECK(vl_same_bytes(&s, "visual.patch_embed.proj.weight", &r, "visual.patch_embed.proj.weight"));
         printf("    qwen2vl%s: text logits rel %.2e; merger y' E'^T vs y E^T rel %.2e, |y'| vs |y| %.2e\n",
                v ? " --online" : "", rel, mrel, nrel);
         free(got);
@@ -198,7 +145,7 @@ static void test_vl_newer_layout(void) {
         if (strncmp(name, "model.", 6) == 0) snprintf(nn, sizeof nn, "model.language_model.%s", name + 6);
         else if (strncmp(name, "visual.", 7) == 0) snprintf(nn, sizeof nn, "model.%s", name);
         else snprintf(nn, sizeof nn, "%s", name);
-        if (!same_bytes(&s, name, &n, nn)) { printf("    %s differs from %s\n", name, nn); same = 0; }
+        if (!vl_same_bytes(&s, name, &n, nn)) { printf("    %s differs from %s\n", name, nn); same = 0; }
     }
     QT_CHECK(same && s.count == n.count);
     QT_EQ_INT(l1.count, l2.count);
@@ -221,7 +168,7 @@ static void test_vl_bad_merger(void) {
     QT_EQ_INT(rotate(&s, &d, &l, err), QUAROT_ERR_SHAPE_MISMATCH);
     QT_CHECKF(strstr(err, "visual.merger.mlp.2.weight") != NULL, "message: %s", err);
     printf("    refused: %s\n", err);
-    for (i = 0; i < s.count; ++i) same &= same_bytes(&s, s.items[i].name, &ref, s.items[i].name);
+    for (i = 0; i < s.count; ++i) same &= vl_same_bytes(&s, s.items[i].name, &ref, s.items[i].name);
     QT_CHECK(same);
     quarot_online_list_free(&l);
     qx_store_free(&ref);

@@ -318,6 +318,8 @@ typedef struct rj_run {
     char* config_path;             /* a single .safetensors OUT: its config.json */
     qx_rotcheck_dim dims[8];
     int n_dims;
+    int64_t n_vision;              /* vision tower tensors (Qwen2-VL), merger output projection included */
+    int gguf_vl;                   /* a llama.cpp qwen2vl text GGUF: its mmproj is not rotated here */
     qx_rotate_file_stats st;
     qx_err e;
 } rj_run;
@@ -375,6 +377,8 @@ static int rj_load_input(rj_run* j) {
     r = qx_load_model(in, &lo, &j->s, &j->e);
     if (r != QUAROT_OK) return qx_cli_fail(j->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", j->e.msg);
     snprintf(j->src_format, sizeof j->src_format, "%s", j->s.source_format);
+    j->n_vision = strcmp(j->s.config.arch, "qwen2vl") == 0 ? qx_vl_tensor_count(&j->s) : 0;
+    j->gguf_vl = qx_store_get_blob(&j->s, "gguf.vl", NULL) != NULL;
     snprintf(bus_what, sizeof bus_what, "quarot rotate: %.1000s", in);
     qx_sigbus_cleanup(bus_what);
     r = qx_model_hooks_attach(&j->s, in, NULL, &hs, used, sizeof used, &j->e);
@@ -398,8 +402,34 @@ static int rj_pick_format(rj_run* j) {
         snprintf(j->out_format, sizeof j->out_format, "%s", j->family);
     if (strcmp(j->family, "llama2c") == 0 && l2c_unfit(c))
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as llama2.c: %s", out, c->arch, l2c_unfit(c));
+    if (strcmp(j->family, "gguf") == 0 && j->n_vision > 0)
+        return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: %s has a vision tower (%lld tensors), which llama.cpp keeps in a separate mmproj "
+                                                    "file this tool does not write: rotate it to safetensors", out, c->arch, (long long)j->n_vision);
     if (strcmp(j->family, "gguf") == 0 && !qx_gguf_arch_supported(c->arch, NULL))
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as GGUF here (llama, qwen2, qwen3)", out, c->arch);
+    if (j->gguf_vl && strcmp(j->family, "gguf") != 0)
+        return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: %s is the text decoder of a llama.cpp qwen2vl model (its vision tower is in a separate "
+                                                    "mmproj file); it is written back as GGUF only", out, j->job->in);
+    return QX_EXIT_OK;
+}
+
+/* Vision-language models, never silent: what the rotation does with the vision tower. */
+static int rj_vision_note(rj_run* j) {
+    const char* in = j->job->in;
+    if (j->n_vision > 0)
+        qx_cli_info(j->cli, "%s: vision tower: %lld tensors kept unrotated (they read only the vision activations); the merger's "
+                            "output projection (%s, %s) rotated on its output side so image embeddings enter the rotated stream",
+                    in, (long long)(j->n_vision - 2), QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS);
+    if (j->gguf_vl) {
+        if (j->job->strict)
+            return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: --strict: a qwen2vl text GGUF: its mmproj file (the vision tower) is not rotated "
+                                                        "here, so the output is only right for text-only prompts", in);
+        rj_warn_line(j->cli);
+        fprintf(stderr, "quarot rotate: warning: %s is the text decoder of a qwen2vl model: only it is rotated. Its mmproj file (the "
+                        "vision tower) is not read or rotated here; the merger's output projection in it (mm.2.weight, mm.2.bias) would "
+                        "need R1 on its output side, so with the old mmproj image embeddings enter the rotated stream unrotated and "
+                        "image prompts are wrong. The output is right for text-only prompts (--strict makes this an error)\n", in);
+    }
     return QX_EXIT_OK;
 }
 
@@ -697,6 +727,12 @@ static void rj_print_rotations(const rj_run* j) {
     if (j->n_hf_files > 0)
         printf("  copied %d Hugging Face file%s (tokenizer, generation config) into %s\n", j->n_hf_files, j->n_hf_files > 1 ? "s" : "", job->out);
     printf("  R1: %s\n  R2: %s\n", j->st.r1, job->no_r2 ? "off (--no-r2)" : j->st.r2);
+    if (j->n_vision > 0)
+        printf("  vision tower: %lld tensors kept unrotated; merger output projection rotated (%s, %s: R1 on the output side)\n",
+               (long long)(j->n_vision - 2), QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS);
+    if (j->gguf_vl)
+        printf("  WARNING vision: text decoder only (llama.cpp qwen2vl); the mmproj file is not rotated, so the output is right for "
+               "text-only prompts\n");
     for (k = 0; k < j->n_dims; ++k)
         if (j->dims[k].fallback)
             printf("  %s %s (%lld): %s\n", j->dims[k].warn ? "WARNING" : "note", j->dims[k].what, (long long)j->dims[k].dim, j->dims[k].text);
@@ -893,6 +929,7 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
     if (rc == QX_EXIT_OK) rc = rj_convert(&j);
     if (rc == QX_EXIT_OK) rc = rj_check_model(&j);
     if (rc == QX_EXIT_OK) rc = rj_check_dims(&j);
+    if (rc == QX_EXIT_OK) rc = rj_vision_note(&j);
     if (rc == QX_EXIT_OK) rc = rj_check_outputs(&j);
     if (rc == QX_EXIT_OK) rc = rj_rotate(&j);
     if (rc == QX_EXIT_OK) {

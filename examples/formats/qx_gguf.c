@@ -742,18 +742,54 @@ static const char* qx__akey(char* buf, size_t n, const char* arch, const char* r
     return buf;
 }
 
+static quarot_result qx__gguf_config_as(const qx_gguf_file* f, const char* fname, const char* key_arch, const char* arch,
+                                        int interleaved, quarot_model_config* c, qx_err* e);
+
+/* llama.cpp's qwen2vl (convert_hf_to_gguf.py's Qwen2VLModel, Qwen2-VL and Qwen2.5-VL): the text
+   decoder only, with the vision tower in a separate mmproj file. Its keys are qwen2's under
+   "qwen2vl." plus rope.dimension_sections (M-RoPE's sections, up to 4, summing to head_dim / 2); its
+   q/k rows are in the half-split layout (LLAMA_ROPE_TYPE_MROPE pairs like NEOX). For text tokens the
+   sections' three positions are equal and M-RoPE is ordinary RoPE (see qx_safetensors.c's
+   qx__vl_config), so the store gets arch "qwen2", read under the qwen2vl keys, and the blob
+   "gguf.vl" = "qwen2vl" says what it is (the input's key/value pairs, arch included, are what a GGUF
+   output keeps). */
+static quarot_result qx__gguf_config_vl(const qx_gguf_file* f, const char* fname, quarot_model_config* c, qx_err* e) {
+    const qx_gguf_kv* ds = qx_gguf_find(f, "qwen2vl.rope.dimension_sections");
+    int64_t sum = 0;
+    uint64_t k;
+    quarot_result r = qx__gguf_config_as(f, fname, "qwen2vl", "qwen2", 0, c, e);
+    if (r != QUAROT_OK) return r;
+    if (!ds || ds->type != QX_GGUF_ARRAY || (ds->arr_type != QX_GGUF_I32 && ds->arr_type != QX_GGUF_U32) ||
+        ds->arr_count < 1 || ds->arr_count > 4 || ds->val_len != 4 * ds->arr_count) {
+        qx_err_set(e, "%s: qwen2vl.rope.dimension_sections must be an array of up to 4 int32 (M-RoPE's sections)", fname);
+        return QUAROT_ERR_PARSE;
+    }
+    for (k = 0; k < ds->arr_count; ++k) {
+        const unsigned char* b = ds->val + 4 * k;
+        uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        if (ds->arr_type == QX_GGUF_I32 && u > 0x7fffffffu) {
+            qx_err_set(e, "%s: qwen2vl.rope.dimension_sections[%llu] is negative", fname, (unsigned long long)k);
+            return QUAROT_ERR_PARSE;
+        }
+        sum += (int64_t)u;
+    }
+    if (sum * 2 != c->head_dim) {
+        qx_err_set(e, "%s: qwen2vl.rope.dimension_sections sums to %lld, but head_dim / 2 is %lld", fname, (long long)sum,
+                   (long long)(c->head_dim / 2));
+        return QUAROT_ERR_PARSE;
+    }
+    return QUAROT_OK;
+}
+
 /* <arch>.* keys -> config (see the header). */
 static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, quarot_model_config* c, qx_err* e) {
     const qx_gguf_kv* kv = qx_gguf_find(f, "general.architecture");
-    const qx_gguf_tinfo* emb;
     uint64_t al = 0;
     const char* arch = qx_gguf_kv_string(kv, &al);
-    int64_t x;
-    int k, interleaved = 1;
-    char a[16], kb[96];
-    const int64_t DMAX = (int64_t)1 << 24;
+    int k;
     memset(c, 0, sizeof *c);
     if (!arch) { qx_err_set(e, "%s: no general.architecture string", fname); return QUAROT_ERR_PARSE; }
+    if (al == 7 && memcmp(arch, "qwen2vl", 7) == 0) return qx__gguf_config_vl(f, fname, c, e);
     for (k = 0; k < QX__N_GGUF_ARCHS; ++k) {
         const char* g = qx__gguf_arch_name(qx__gguf_archs[k].arch);
         if (al == strlen(g) && memcmp(arch, g, (size_t)al) == 0) break;
@@ -767,9 +803,20 @@ static quarot_result qx__gguf_config(const qx_gguf_file* f, const char* fname, q
                    "Mistral GGUF files are \"llama\")", fname, (int)(al > 40 ? 40 : al), arch);
         return QUAROT_ERR_UNSUPPORTED;
     }
-    snprintf(a, sizeof a, "%s", qx__gguf_arch_name(qx__gguf_archs[k].arch));
-    interleaved = qx__gguf_archs[k].interleaved;
-    strcpy(c->arch, qx__gguf_archs[k].arch);
+    return qx__gguf_config_as(f, fname, qx__gguf_arch_name(qx__gguf_archs[k].arch), qx__gguf_archs[k].arch,
+                              qx__gguf_archs[k].interleaved, c, e);
+}
+
+/* The config of a GGUF file whose keys are "<a>.*", into store arch `arch`. */
+static quarot_result qx__gguf_config_as(const qx_gguf_file* f, const char* fname, const char* key_arch, const char* arch,
+                                        int interleaved, quarot_model_config* c, qx_err* e) {
+    const qx_gguf_kv* kv;
+    const qx_gguf_tinfo* emb;
+    int64_t x;
+    char a[16], kb[96];
+    const int64_t DMAX = (int64_t)1 << 24;
+    snprintf(a, sizeof a, "%s", key_arch);
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
 #define QX__K(rest) qx__akey(kb, sizeof kb, a, rest)
     if (strcmp(c->arch, "llama") == 0 && qx__gint(f, fname, QX__K("expert_count"), 0, 0, 0, &x, e) != QUAROT_OK) {
         qx_err_set(e, "%s: %s.expert_count is set: Mixtral-style GGUF files (llama with experts) are not supported "
@@ -897,6 +944,12 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
         } else {
             r = qx_store_add(s, hname, dt, (int)t->n_dims, t->ne, p, NULL);
         }
+        if (r == QUAROT_OK && (int)t->n_dims != qx_plan_rank(t->ne)) {   /* outer sizes of 1 kept (qx_store_set_shape) */
+            int64_t shape[QUAROT_MAX_DIMS];
+            uint32_t d;
+            for (d = 0; d < t->n_dims; ++d) shape[d] = t->ne[t->n_dims - 1 - d];
+            r = qx_store_set_shape(s, hname, (int)t->n_dims, shape);
+        }
         if (r != QUAROT_OK) {
             qx_err_set(e, "%s: tensor \"%s\": cannot add to the store (%s)", fname, gname, quarot_result_string(r));
             return r;
@@ -910,6 +963,11 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
     if (f->kv_bytes) memcpy(blob + 8, f->kv_begin, (size_t)f->kv_bytes);
     r = qx_store_set_blob(s, "gguf.kv", blob, (size_t)f->kv_bytes + 8);
     free(blob);
+    {   /* llama.cpp's qwen2vl: the text decoder of a vision-language model (qx__gguf_config_vl) */
+        uint64_t al = 0;
+        const char* arch = qx_gguf_kv_string(qx_gguf_find(f, "general.architecture"), &al);
+        if (r == QUAROT_OK && arch && al == 7 && memcmp(arch, "qwen2vl", 7) == 0) r = qx_store_set_blob(s, "gguf.vl", "qwen2vl", 7);
+    }
     if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", fname); return r; }
     return qx_hf_check_tensors(s, fname, e);
 }
@@ -1180,6 +1238,11 @@ static quarot_result qx__gwb_tensor(qx__gwb* g, const qx_tensor_plan* p, int64_t
         qx_err_set(e, "%s: plan entry %lld needs a name and 1..4 dimensions", path, (long long)i);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
+    if (p->shape && p->rank > QUAROT_MAX_DIMS) {
+        qx_err_set(e, "%s: tensor \"%.100s\" has %d dimensions; GGUF holds at most %d", path, p->name, p->rank,
+                   QUAROT_MAX_DIMS);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     t->dt = p->dtype == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : p->dtype;
     t->ggml = t->dt == QUAROT_DTYPE_F32 ? QX_GGML_F32 : t->dt == QUAROT_DTYPE_F16 ? QX_GGML_F16 :
               t->dt == QUAROT_DTYPE_BF16 ? QX_GGML_BF16 : QX_GGML_F64;
@@ -1204,10 +1267,10 @@ static quarot_result qx__gwb_tensor(qx__gwb* g, const qx_tensor_plan* p, int64_t
     if (!t->hf || !t->gguf) { qx_err_set(e, "%s: out of memory", path); return QUAROT_ERR_OUT_OF_MEMORY; }
     strcpy(t->hf, p->name);
     strcpy(t->gguf, gn);
-    t->n_dims = p->n_dims;
+    t->n_dims = p->shape && p->rank >= 1 ? p->rank : p->n_dims;   /* a recorded shape: its outer 1s kept */
     t->nbytes = es;
     for (d = 0; d < QUAROT_MAX_DIMS; ++d) {
-        t->ne[d] = d < p->n_dims ? p->ne[d] : 1;
+        t->ne[d] = p->shape || d < p->n_dims ? p->ne[d] : 1;
         if (t->ne[d] < 1 || t->nbytes > ((uint64_t)1 << 62) / (uint64_t)t->ne[d]) {
             qx_err_set(e, "%s: tensor \"%s\": bad or overflowing shape", path, p->name);
             return QUAROT_ERR_INVALID_ARGUMENT;

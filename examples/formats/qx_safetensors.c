@@ -307,7 +307,7 @@ static quarot_result qx__st_add(qx_store* s, const qx__st_image* im, const char*
     for (k = 0; k < im->n; ++k) {
         const qx__st_tensor* t = &im->t[k];
         const unsigned char* p = im->data + t->begin;
-        int n_dims = t->n_dims < 1 ? 1 : t->n_dims;
+        int n_dims = t->n_dims < 1 ? 1 : t->n_dims > QUAROT_MAX_DIMS ? QUAROT_MAX_DIMS : t->n_dims;   /* ne: the fold */
         if (t->skip) continue;
         if (qx_store_find(s, t->name)) {
             qx_err_set(e, "%s: tensor \"%.*s\" appears twice (in another file)", fname, QX__NAME(t));
@@ -1139,18 +1139,24 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
     }
     if (strcmp(c->arch, "qwen2vl") == 0) {   /* the vision merger's output projection writes the text stream */
         const quarot_tensor* t = qx_store_find(s, QX_VL_MERGER_WEIGHT);
+        const char* fp = qx_hf_file_renames(s, NULL) ? "model." : "";   /* named as the file names it */
         if (!t) {
-            qx_err_set(e, "%s: tensor \"%s\" is missing (the vision merger's output projection, which the rotation "
-                       "must rotate with the text stream)", fname, QX_VL_MERGER_WEIGHT);
+            qx_err_set(e, "%s: tensor \"%s%s\" is missing (the vision merger's output projection, which the rotation "
+                       "must rotate with the text stream)", fname, fp, QX_VL_MERGER_WEIGHT);
             return QUAROT_ERR_NOT_FOUND;
         }
         if (t->ne[1] != c->hidden || t->ne[2] != 1 || t->ne[3] != 1) {
-            qx_err_set(e, "%s: tensor \"%s\" has shape [%lld, %lld] (outermost first): its output width %lld is not "
-                       "the text hidden size %lld", fname, QX_VL_MERGER_WEIGHT, (long long)t->ne[1], (long long)t->ne[0],
+            qx_err_set(e, "%s: tensor \"%s%s\" has shape [%lld, %lld] (outermost first): its output width %lld is not "
+                       "the text hidden size %lld", fname, fp, QX_VL_MERGER_WEIGHT, (long long)t->ne[1], (long long)t->ne[0],
                        (long long)t->ne[1], (long long)c->hidden);
             return QUAROT_ERR_SHAPE_MISMATCH;
         }
-        QX__X(c->hidden, 1, "%s", QX_VL_MERGER_BIAS);
+        t = qx_store_find(s, QX_VL_MERGER_BIAS);
+        if (!t || t->ne[0] != c->hidden || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+            qx_err_set(e, "%s: tensor \"%s%s\" is %s (the merger's output bias, [%lld])", fname, fp, QX_VL_MERGER_BIAS,
+                       t ? "of another shape" : "missing", (long long)c->hidden);
+            return t ? QUAROT_ERR_SHAPE_MISMATCH : QUAROT_ERR_NOT_FOUND;
+        }
     }
 #undef QX__X
     /* no layer beyond the config's count */

@@ -1,0 +1,291 @@
+/* Vision-language checkpoints in the tool (Qwen2-VL / Qwen2.5-VL, arch "qwen2vl"): a synthetic Qwen2
+   decoder with a vision tower (the merger's output projection visual.merger.mlp.2 [hidden][1.5 hidden]
+   + bias, its first linear, and a rank-5 Conv3d patch embedding [8][3][2][4][4]) saved as a Hugging
+   Face directory, in the older layout (model.layers.*, visual.*, Qwen2VLForConditionalGeneration,
+   top-level keys) and the newer one (model.language_model.*, model.visual.*,
+   Qwen2_5_VLForConditionalGeneration, keys in text_config), tied and untied:
+   - `quarot rotate`: the rotated text logits equal the original's within 2e-5 of the largest logit
+     (the bound the dense families meet in f32, test_cli_rotate / test_cli_phi3), with and without
+     --online; the merger output y' of random patch features equals y R1, checked without R1 as
+     y' E'^T = y E^T against every embedding row (E' = E R1) and |y'| = |y|, within 1e-5; the
+     rank-5 tensor and the other vision tensors come back byte-identical, the rank-5 one with its
+     shape in the file's header; the output keeps its layout's names; stderr and the summary say
+     what happened to the vision tower;
+   - a llama.cpp qwen2vl text GGUF (qwen2vl.* keys, rope.dimension_sections) rotates with the same
+     logit bound, with a warning that its mmproj is not rotated;
+   - bad input, one error line naming the key or tensor, exit 2, nothing written: mrope_section not
+     summing to head_dim / 2 (config.json and GGUF), vision_config's output width != hidden, the
+     merger's weight of another output width, the merger missing. */
+#include "quarot.h"
+#include "qt.h"
+#include "cli_util.h"
+#include "fmt_util.h"
+#include "model_util.h"
+#include "vl_util.h"
+#include "cli/qx_cli.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_safetensors.h"
+#include "model/qx_synth.h"
+#include "support/qx_file.h"
+
+#include <sys/stat.h>
+
+
+static const int64_t PATCH[5] = {8, 3, 2, 4, 4};
+
+/* A qwen2 synth decoder as arch qwen2vl plus the vision tower (older names); merger rows `out`. */
+static int vl_store(qx_store* s, uint64_t seed, int tied, int64_t out) {
+    qx_synth_desc d;
+    qx_err e;
+    quarot_rng rng;
+    quarot_tensor* t;
+    int64_t ne[4], i, h, dv;
+    memset(&d, 0, sizeof d);
+    d.arch = "qwen2";
+    d.seed = seed;
+    d.tied = tied;
+    if (qx_synth_model(s, &d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
+    snprintf(s->config.arch, sizeof s->config.arch, "qwen2vl");
+    h = s->config.hidden;
+    dv = h + h / 2;
+    quarot_rng_seed(&rng, seed + 100);
+    ne[0] = dv; ne[1] = out;
+    if (qx_store_add(s, QX_VL_MERGER_WEIGHT, QUAROT_DTYPE_F32, 2, ne, NULL, &t) != QUAROT_OK) return 0;
+    for (i = 0; i < dv * out; ++i) ((float*)t->data)[i] = (float)(quarot_rng_normal(&rng) / sqrt((double)dv));
+    ne[0] = out;
+    if (qx_store_add(s, QX_VL_MERGER_BIAS, QUAROT_DTYPE_F32, 1, ne, NULL, &t) != QUAROT_OK) return 0;
+    for (i = 0; i < out; ++i) ((float*)t->data)[i] = (float)(0.1 * quarot_rng_normal(&rng));
+    ne[0] = dv; ne[1] = dv;
+    if (qx_store_add(s, "visual.merger.mlp.0.weight", QUAROT_DTYPE_F32, 2, ne, NULL, &t) != QUAROT_OK) return 0;
+    for (i = 0; i < dv * dv; ++i) ((float*)t->data)[i] = (float)quarot_rng_normal(&rng);
+    qx_shape_fold(5, PATCH, ne);
+    if (qx_store_add(s, "visual.patch_embed.proj.weight", QUAROT_DTYPE_F32, 4, ne, NULL, &t) != QUAROT_OK ||
+        qx_store_set_shape(s, "visual.patch_embed.proj.weight", 5, PATCH) != QUAROT_OK)
+        return 0;
+    for (i = 0; i < quarot_tensor_nelements(t); ++i) ((float*)t->data)[i] = (float)quarot_rng_normal(&rng);
+    return 1;
+}
+
+/* config.json of s: older layout (top-level keys, Qwen2-VL) or newer (text_config, Qwen2.5-VL).
+   mrope: the three sections; vis_out: vision_config's output width. */
+static void vl_config(const qx_store* s, int newer, const int64_t mrope[3], int64_t vis_out, char* buf, size_t n) {
+    const quarot_model_config* c = &s->config;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "\"hidden_size\": %lld, \"intermediate_size\": %lld, \"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, "
+             "\"num_key_value_heads\": %lld, \"vocab_size\": %lld, \"max_position_embeddings\": %lld, \"rms_norm_eps\": %g, "
+             "\"rope_theta\": %g, \"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, "
+             "\"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [%lld, %lld, %lld]}",
+             (long long)c->hidden, (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
+             (long long)c->n_kv_heads, (long long)c->vocab, (long long)(c->max_seq > 0 ? c->max_seq : 256),
+             (double)c->norm_eps, (double)c->rope_theta, c->tied_embeddings ? "true" : "false", (long long)mrope[0],
+             (long long)mrope[1], (long long)mrope[2]);
+    if (newer)
+        snprintf(buf, n, "{\"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"], \"model_type\": \"qwen2_5_vl\", "
+                         "\"text_config\": {\"model_type\": \"qwen2_5_vl_text\", %s}, \"vision_config\": {\"hidden_size\": %lld, "
+                         "\"out_hidden_size\": %lld, \"depth\": 1}, \"tie_word_embeddings\": %s}",
+                 text, (long long)(c->hidden + c->hidden / 2), (long long)vis_out, c->tied_embeddings ? "true" : "false");
+    else
+        snprintf(buf, n, "{\"architectures\": [\"Qwen2VLForConditionalGeneration\"], \"model_type\": \"qwen2_vl\", %s, "
+                         "\"vision_config\": {\"hidden_size\": %lld, \"embed_dim\": 8, \"depth\": 1}}",
+                 text, (long long)vis_out);
+}
+
+/* s saved as a Hugging Face directory `dir` with config text cfg (newer: the newer names). */
+static int vl_save(qx_store* s, const char* dir, int newer, const char* cfg) {
+    qx_st_save_opts o;
+    qx_err e;
+    memset(&o, 0, sizeof o);
+    if (qx_store_set_blob(s, "hf.config.json", cfg, strlen(cfg)) != QUAROT_OK) return 0;
+    if (newer && qx_store_set_blob(s, "hf.names", "qwen2vl-lm", 10) != QUAROT_OK) return 0;
+    if (qx_st_save(s, dir, &o, &e) != QUAROT_OK) { printf("    save %s: %s\n", dir, e.msg); return 0; }
+    return 1;
+}
+
+/* The safetensors header of dir/model.safetensors (NUL-terminated, malloc'ed) or NULL. */
+static char* st_header(const char* dir) {
+    char path[1024];
+    size_t n = 0;
+    unsigned char* b;
+    char* h;
+    uint64_t hl = 0;
+    int k;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!(b = read_all(path, &n)) || n < 8) { free(b); return NULL; }
+    for (k = 0; k < 8; ++k) hl |= (uint64_t)b[k] << (8 * k);
+    if (hl > n - 8 || !(h = (char*)malloc((size_t)hl + 1))) { free(b); return NULL; }
+    memcpy(h, b + 8, (size_t)hl);
+    h[hl] = '\0';
+    free(b);
+    return h;
+}
+
+static void test_rotate_vl(void) {
+    static const int64_t mrope[3] = {2, 3, 3};   /* head_dim 16: sums to 8 */
+    int c, nc = qt_quick() ? 2 : 4;
+    for (c = 0; c < nc; ++c) {
+        const int newer = c % 2, tied = c < 2 ? 1 : -1, online = c == 1 || c == 2;
+        qx_store s, a, b;
+        quarot_online_list l;
+        char dir[512], in[768], out[768], hooks[1024], cfg[4096], what[64];
+        double rel = 1e30, mrel = 1e30, nrel = 1e30;
+        char* hdr;
+        int rank = 0;
+        const int64_t* shape = NULL;
+        const quarot_tensor* t;
+        snprintf(what, sizeof what, "%s, %s%s", newer ? "newer layout" : "older layout", tied > 0 ? "tied" : "untied",
+                 online ? ", --online" : "");
+        if (!vl_store(&s, 30 + (uint64_t)c, tied, 64)) { QT_CHECK(0); continue; }
+        snprintf(dir, sizeof dir, "%s/vl%d", g_tmp, c);
+        mkdir(dir, 0777);
+        snprintf(in, sizeof in, "%s/in", dir);
+        snprintf(out, sizeof out, "%s/out", dir);
+        snprintf(hooks, sizeof hooks, "%s/quarot_online.txt", out);
+        vl_config(&s, newer, mrope, s.config.hidden, cfg, sizeof cfg);
+        if (!vl_save(&s, in, newer, cfg)) { QT_CHECK(0); qx_store_free(&s); continue; }
+        qx_store_free(&s);
+        QT_EQ_INT(CLI("rotate %s %s %s", in, out, online ? "--online" : ""), 0);
+        QT_CHECKF(strstr(g_err, "vision tower: 2 tensors kept unrotated") && strstr(g_err, QX_VL_MERGER_WEIGHT),
+                  "%s: stderr: %s", what, g_err);
+        QT_CHECKF(strstr(g_out, "vision tower: 2 tensors kept unrotated; merger output projection rotated"), "%s: %s", what, g_out);
+        hdr = st_header(out);
+        QT_CHECKF(hdr && strstr(hdr, "\"shape\":[8,3,2,4,4]"), "%s: rank-5 shape not in the output header", what);
+        QT_CHECKF(hdr && (strstr(hdr, "model.language_model.layers.0.") != NULL) == newer &&
+                  (strstr(hdr, newer ? "\"model.visual.merger.mlp.2.weight\"" : "\"visual.merger.mlp.2.weight\"") != NULL),
+                  "%s: the output's names are not its layout's", what);
+        free(hdr);
+        if (!load_model(in, &a)) { QT_CHECK(0); continue; }
+        if (!load_model(out, &b)) { QT_CHECK(0); qx_store_free(&a); continue; }
+        QT_CHECK(strcmp(b.config.arch, "qwen2vl") == 0);
+        if (online) {
+            if (load_hooks(hooks, &l)) {
+                rel = logit_rel_diff(&a, &b, &l, 16);
+                quarot_online_list_free(&l);
+            }
+        } else {
+            rel = logit_rel_diff(&a, &b, NULL, 16);
+        }
+        QT_CHECKF(rel <= 2e-5, "%s: text logits differ by %.3g of the largest", what, rel);
+        mrel = vl_merger_check(&a, &b, QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS, QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS,
+                               "model.embed_tokens.weight", "model.embed_tokens.weight", &nrel);
+        QT_CHECKF(mrel <= 1e-5 && nrel <= 1e-5, "%s: merger output not rotated by R1 (%.3g, norms %.3g)", what, mrel, nrel);
+        QT_CHECK(!vl_same_bytes(&a, QX_VL_MERGER_WEIGHT, &b, QX_VL_MERGER_WEIGHT));
+        QT_CHECK(vl_same_bytes(&a, "visual.merger.mlp.0.weight", &b, "visual.merger.mlp.0.weight"));
+        QT_CHECK(vl_same_bytes(&a, "visual.patch_embed.proj.weight", &b, "visual.patch_embed.proj.weight"));
+        t = qx_store_find(&b, "visual.patch_embed.proj.weight");
+        QT_CHECK(t && qx_store_get_shape(&b, "visual.patch_embed.proj.weight", t, &rank, &shape) && rank == 5 &&
+                 memcmp(shape, PATCH, sizeof PATCH) == 0);
+        printf("    qwen2vl %-30s text logits rel %.2e (tol 2e-5); merger y'E'^T vs yE^T %.2e, |y'| vs |y| %.2e (tol 1e-5)\n",
+               what, rel, mrel, nrel);
+        qx_store_free(&a);
+        qx_store_free(&b);
+    }
+}
+
+/* The pairs of a llama.cpp qwen2vl text GGUF for s (sections sec[4]) as s's "gguf.kv" blob. */
+static int qwen2vl_kv(qx_store* s, const int32_t sec[4]) {
+    const quarot_model_config* c = &s->config;
+    qx_sb b;
+    int k, ok;
+    memset(&b, 0, sizeof b);
+    qx_sb_le(&b, 0, 8);
+    qx_gguf_kv_str(&b, "general.architecture", "qwen2vl", 7);
+    qx_gguf_kv_u32(&b, "qwen2vl.context_length", 256);
+    qx_gguf_kv_u32(&b, "qwen2vl.embedding_length", (uint32_t)c->hidden);
+    qx_gguf_kv_u32(&b, "qwen2vl.block_count", (uint32_t)c->n_layers);
+    qx_gguf_kv_u32(&b, "qwen2vl.feed_forward_length", (uint32_t)c->intermediate);
+    qx_gguf_kv_u32(&b, "qwen2vl.attention.head_count", (uint32_t)c->n_heads);
+    qx_gguf_kv_u32(&b, "qwen2vl.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    qx_gguf_kv_key(&b, "qwen2vl.attention.layer_norm_rms_epsilon", QX_GGUF_F32);
+    qx_gguf_put_f32(&b, c->norm_eps);
+    qx_gguf_kv_key(&b, "qwen2vl.rope.freq_base", QX_GGUF_F32);
+    qx_gguf_put_f32(&b, c->rope_theta);
+    qx_gguf_kv_arr_begin(&b, "qwen2vl.rope.dimension_sections", QX_GGUF_I32, 4);
+    for (k = 0; k < 4; ++k) qx_sb_le(&b, (uint32_t)sec[k], 4);
+    ok = qx_gguf_kv_count_add(&b, 10) == 0 && qx_store_set_blob(s, "gguf.kv", b.p, b.len) == QUAROT_OK;
+    qx_sb_free(&b);
+    return ok;
+}
+
+static void test_rotate_gguf_text(void) {
+    static const int32_t good[4] = {2, 3, 3, 0}, bad[4] = {2, 3, 4, 0};
+    int v;
+    for (v = 0; v < 2; ++v) {
+        qx_synth_desc d;
+        qx_store s, a, b;
+        qx_gguf_save_opts o;
+        qx_err e;
+        char dir[512], in[768], out[768];
+        double rel;
+        memset(&d, 0, sizeof d);
+        d.arch = "qwen2";
+        d.seed = 50;
+        if (qx_synth_model(&s, &d, &e) != QUAROT_OK || !qwen2vl_kv(&s, v ? bad : good)) { QT_CHECK(0); continue; }
+        snprintf(dir, sizeof dir, "%s/gg%d", g_tmp, v);
+        mkdir(dir, 0777);
+        snprintf(in, sizeof in, "%s/text.gguf", dir);
+        snprintf(out, sizeof out, "%s/rot.gguf", dir);
+        memset(&o, 0, sizeof o);
+        if (qx_gguf_save(&s, in, &o, &e) != QUAROT_OK) { QT_CHECKF(0, "gguf save: %s", e.msg); qx_store_free(&s); continue; }
+        qx_store_free(&s);
+        if (v) {
+            QT_EQ_INT(CLI("rotate %s %s", in, out), QX_EXIT_INPUT);
+            QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "qwen2vl.rope.dimension_sections sums to 9"), "stderr: %s", g_err);
+            QT_CHECK(!qx_path_exists(out));
+            printf("    %s", g_err);
+            continue;
+        }
+        QT_EQ_INT(CLI("rotate %s %s", in, out), 0);
+        QT_CHECKF(strstr(g_err, "mmproj") && strstr(g_err, "text-only"), "stderr: %s", g_err);
+        QT_CHECKF(strstr(g_out, "WARNING vision: text decoder only"), "%s", g_out);
+        QT_CHECK(CLI("rotate %s %s --strict --force", in, out) == QX_EXIT_PROCESS && strstr(g_err, "mmproj"));
+        if (!load_model(in, &a)) { QT_CHECK(0); continue; }
+        if (!load_model(out, &b)) { QT_CHECK(0); qx_store_free(&a); continue; }
+        QT_CHECK(qx_store_get_blob(&b, "gguf.vl", NULL) != NULL);   /* still arch qwen2vl */
+        rel = logit_rel_diff(&a, &b, NULL, 16);
+        QT_CHECKF(rel <= 2e-5, "qwen2vl gguf: text logits differ by %.3g", rel);
+        printf("    qwen2vl text GGUF: logits rel %.2e (tol 2e-5)\n", rel);
+        qx_store_free(&a);
+        qx_store_free(&b);
+    }
+}
+
+/* Each bad input: rotate exits 2 with one line naming `needle`, and writes nothing. */
+static void test_bad_inputs(void) {
+    static const int64_t good[3] = {2, 3, 3}, bad[3] = {2, 3, 2};
+    enum { BAD_MROPE, BAD_VIS_OUT, BAD_MERGER_ROWS, NO_MERGER, NO_BIAS, N_BAD };
+    static const char* const needle[N_BAD] = {"rope_scaling.mrope_section sums to 7, but head_dim / 2 is 8",
+                                              "vision_config.out_hidden_size is 48", "visual.merger.mlp.2.weight\" has shape [72,",
+                                              "visual.merger.mlp.2.weight\" is missing", "visual.merger.mlp.2.bias\" is missing"};
+    int k;
+    for (k = 0; k < N_BAD; ++k) {
+        qx_store s;
+        char dir[512], in[768], out[768], cfg[4096];
+        int before;
+        if (!vl_store(&s, 60, 1, k == BAD_MERGER_ROWS ? 72 : 64)) { QT_CHECK(0); continue; }
+        if (k == NO_MERGER) qx_store_remove(&s, QX_VL_MERGER_WEIGHT);
+        if (k == NO_BIAS) qx_store_remove(&s, QX_VL_MERGER_BIAS);
+        snprintf(dir, sizeof dir, "%s/bad%d", g_tmp, k);
+        mkdir(dir, 0777);
+        snprintf(in, sizeof in, "%s/in", dir);
+        snprintf(out, sizeof out, "%s/out", dir);
+        vl_config(&s, k == BAD_VIS_OUT, k == BAD_MROPE ? bad : good, k == BAD_VIS_OUT ? 48 : s.config.hidden, cfg, sizeof cfg);
+        if (!vl_save(&s, in, k == BAD_VIS_OUT, cfg)) { QT_CHECK(0); qx_store_free(&s); continue; }
+        qx_store_free(&s);
+        before = fu_count_entries(dir);
+        QT_EQ_INT(CLI("rotate %s %s", in, out), QX_EXIT_INPUT);
+        QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, needle[k]), "case %d: stderr: %s", k, g_err);
+        QT_EQ_INT(fu_count_entries(dir), before);
+        printf("    %s", g_err);
+    }
+}
+
+int main(int argc, char** argv) {
+    (void)argc;
+    if (!cu_start(argv[0], "test_cli_vl")) return 1;
+    QT_RUN(test_rotate_vl);
+    QT_RUN(test_rotate_gguf_text);
+    QT_RUN(test_bad_inputs);
+    cu_finish();
+    return qt_finish("test_cli_vl");
+}
