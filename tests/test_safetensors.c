@@ -6,6 +6,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "fmt_util.h"
+#include "formats/qx_gguf.h"
 #include "formats/qx_safetensors.h"
 
 /* A safetensors image: u64 header length, header, data. */
@@ -170,7 +171,8 @@ static void test_lies(void) {
     REFUSE(one("F4", "[3]", "[0,1]", 1), QUAROT_ERR_PARSE, "12 bits");
     REFUSE(one("F32", "[4294967296,4294967296,4294967296]", "[0,8]", 8), QUAROT_ERR_OVERFLOW, "overflows");
     REFUSE(one("F32", "[4611686018427387904]", "[0,8]", 8), QUAROT_ERR_OVERFLOW, "overflows");
-    REFUSE(one("F32", "[1,1,1,1,2]", "[0,8]", 8), QUAROT_ERR_UNSUPPORTED, "5 dimensions");
+    REFUSE(one("F32", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+               "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,2]", "[0,8]", 8), QUAROT_ERR_PARSE, "65 dimensions");
     REFUSE(one("F32", "[0,3]", "[0,0]", 0), QUAROT_ERR_UNSUPPORTED, "empty");
     /* dtypes */
     REFUSE(one("Q4", "[2]", "[0,8]", 8), QUAROT_ERR_PARSE, "unknown dtype \"Q4\"");
@@ -398,6 +400,53 @@ static void test_roundtrip(void) {
     roundtrip("llama", 0, f32, 1, 2048, -1);
     roundtrip("qwen2", 1, mix, 3, 1600, -1);
     roundtrip("llama", 0, f32, 1, 1 << 20, 2);       /* everything fits one shard: model.safetensors */
+}
+
+/* Shapes ne[4] does not say by itself (rank 5 and 6, a scalar, outer sizes of 1) read into the store
+   with their bytes unchanged and written back with the same shape; GGUF refuses rank 5 by name. */
+static void test_any_rank(void) {
+    static const char* const shapes[5] = {"[3,2,1,2,2]", "[2,1,1,3,2,2]", "[]", "[1,6]", "[6,1]"};
+    static const int ranks[5] = {5, 6, 0, 2, 2};
+    const char* dir = fu_tmpdir();
+    int k;
+    if (!dir) return;
+    for (k = 0; k < 5; ++k) {
+        qx_store s, r;
+        qx_err e;
+        char path[256], want[64];
+        const quarot_tensor* t;
+        int rank = -1;
+        const int64_t* shape = NULL;
+        size_t n = 0, bytes = k == 2 ? 4 : k < 2 ? 24 * 4 : 6 * 4;
+        unsigned char* file;
+        fu_buf b = one("F32", shapes[k], k == 2 ? "[0,4]" : k < 2 ? "[0,96]" : "[0,24]", bytes);
+        QT_OK(read_img(&b, &s, &e, 0));
+        free(b.p);
+        t = qx_store_find(&s, "t");
+        QT_CHECK(t != NULL && quarot_tensor_nbytes(t) == bytes);
+        /* recorded where ne[] does not say it ([6,1] is ne {1, 6}: rank 2 as it stands) */
+        QT_CHECKF(t && qx_store_get_shape(&s, "t", t, &rank, &shape) == (k < 4) && (k == 4 || rank == ranks[k]),
+                  "%s: rank %d", shapes[k], rank);
+        snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, k);
+        QT_OK(qx_st_save(&s, path, NULL, &e));
+        file = (unsigned char*)qt_read_file(path, &n);
+        snprintf(want, sizeof want, "\"shape\":%s", shapes[k]);
+        QT_CHECKF(file && n > 8 && strstr((const char*)file + 8, want) != NULL, "%s: written without %s", shapes[k], want);
+        free(file);
+        qx_store_init(&r);
+        QT_OK(qx_st_load(path, &r, NULL, &e));
+        QT_CHECK(qx_store_find(&r, "t") && memcmp(qx_store_find(&r, "t")->data, t->data, bytes) == 0);
+        if (k == 0) {   /* GGUF holds 4 dimensions at most: refused by name */
+            qx_tensor_plan* pl = qx_store_plan(&s, QUAROT_DTYPE_DEFAULT, 0);
+            qx_gguf_writer* w = NULL;
+            snprintf(path, sizeof path, "%s/rank5.gguf", dir);
+            QT_ERR(qx_gguf_writer_begin(&w, path, pl, 1, NULL, 0, NULL, &e), QUAROT_ERR_UNSUPPORTED);
+            QT_CHECKF(strstr(e.msg, "\"t\" has 5 dimensions; GGUF holds at most 4"), "gguf: %s", e.msg);
+            free(pl);
+        }
+        qx_store_free(&r);
+        qx_store_free(&s);
+    }
 }
 
 static void test_single_file(void) {
@@ -821,6 +870,7 @@ int main(void) {
     QT_RUN(test_store_helpers);
     QT_RUN(test_read_handmade);
     QT_RUN(test_lies);
+    QT_RUN(test_any_rank);
     QT_RUN(test_config);
     QT_RUN(test_config_generated);
     QT_RUN(test_roundtrip);
