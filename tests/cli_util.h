@@ -237,6 +237,19 @@ QT_UNUSED static double row_value(const char* row) {
     return -1.0;
 }
 
+/* The first two numbers of the table row `label` in out (eval's "FP32 <no rotation> <QuaRot> ..."):
+   1 when found. */
+QT_UNUSED static int table_row(const char* out, const char* label, double* a, double* b) {
+    const char* p = out;
+    size_t n = strlen(label);
+    while (p && *p) {
+        if (strncmp(p, label, n) == 0 && p[n] == ' ') return sscanf(p + n, "%lf %lf", a, b) == 2;
+        p = strchr(p, '\n');
+        if (p) ++p;
+    }
+    return 0;
+}
+
 /* The start of a CLI test's main: g_bin = the quarot binary one level above the test program
    (build/tests/test_x -> build/quarot), g_tmp = a new scratch directory /tmp/qx_NAME_XXXXXX. When
    either cannot be had: 0, after a line saying why and the summary line of a failed run of NAME. */

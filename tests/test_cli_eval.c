@@ -66,18 +66,6 @@ static void run_free(cli_run* r) {
     free(r->err);
 }
 
-/* The two numbers of a table row "LABEL  a  b (+x%)" in out; 1 when found. */
-static int table_row(const char* out, const char* label, double* a, double* b) {
-    const char* p = out;
-    size_t n = strlen(label);
-    while (p && *p) {
-        if (strncmp(p, label, n) == 0 && p[n] == ' ') return sscanf(p + n, "%lf %lf", a, b) == 2;
-        p = strchr(p, '\n');
-        if (p) ++p;
-    }
-    return 0;
-}
-
 /* |a - b| within half a unit of the 4th significant digit of b */
 static int same_4_digits(double a, double b) {
     double unit = pow(10.0, floor(log10(fabs(b))) - 3.0);

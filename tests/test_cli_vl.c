@@ -34,7 +34,7 @@
 static const int64_t PATCH[5] = {8, 3, 2, 4, 4};
 
 /* A qwen2 synth decoder as arch qwen2vl plus the vision tower (older names); merger rows `out`. */
-static int vl_store(qx_store* s, uint64_t seed, int tied, int64_t out) {
+static int vl_store(qx_store* s, uint64_t seed, int tied, int64_t out, int64_t vocab) {
     qx_synth_desc d;
     qx_err e;
     quarot_rng rng;
@@ -44,6 +44,7 @@ static int vl_store(qx_store* s, uint64_t seed, int tied, int64_t out) {
     d.arch = "qwen2";
     d.seed = seed;
     d.tied = tied;
+    d.vocab = vocab;
     if (qx_synth_model(s, &d, &e) != QUAROT_OK) { printf("    synth: %s\n", e.msg); return 0; }
     snprintf(s->config.arch, sizeof s->config.arch, "qwen2vl");
     h = s->config.hidden;
@@ -135,7 +136,7 @@ static void test_rotate_vl(void) {
         const quarot_tensor* t;
         snprintf(what, sizeof what, "%s, %s%s", newer ? "newer layout" : "older layout", tied > 0 ? "tied" : "untied",
                  online ? ", --online" : "");
-        if (!vl_store(&s, 30 + (uint64_t)c, tied, 64)) { QT_CHECK(0); continue; }
+        if (!vl_store(&s, 30 + (uint64_t)c, tied, 64, 0)) { QT_CHECK(0); continue; }
         snprintf(dir, sizeof dir, "%s/vl%d", g_tmp, c);
         mkdir(dir, 0777);
         snprintf(in, sizeof in, "%s/in", dir);
@@ -250,6 +251,30 @@ static void test_rotate_gguf_text(void) {
     }
 }
 
+/* `quarot eval` on a Qwen2-VL checkpoint (text only): its FP32 row's no-rotation and QuaRot columns
+   (the rotation in memory through the qwen2vl adapter, merger included) agree to 4 digits, as for
+   the dense families (test_cli_eval). */
+static void test_eval_vl(void) {
+    static const int64_t mrope[3] = {2, 3, 3};
+    qx_store s;
+    char dir[512], in[768], tok[768], text[768], cfg[4096];
+    double a = 0, b = 0;
+    if (!vl_store(&s, 70, 1, 64, SYN_VOCAB)) { QT_CHECK(0); return; }
+    snprintf(dir, sizeof dir, "%s/eval", g_tmp);
+    mkdir(dir, 0777);
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(tok, sizeof tok, "%s/tokenizer.bin", dir);
+    snprintf(text, sizeof text, "%s/text.txt", dir);
+    vl_config(&s, 1, mrope, s.config.hidden, cfg, sizeof cfg);
+    if (!vl_save(&s, in, 1, cfg)) { QT_CHECK(0); qx_store_free(&s); return; }
+    qx_store_free(&s);
+    QT_CHECK(write_tokenizer(tok) && cu_write_sentences(text, qt_quick() ? 10 : 30));
+    QT_EQ_INT(CLI("eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --windows 4 --w-bits 16 --a-bits 16 --quiet", in, tok,
+                  text), 0);
+    QT_CHECKF(table_row(g_out, "FP32", &a, &b) && a > 0 && fabs(a - b) <= 5e-4 * a, "eval: %s%s", g_out, g_err);
+    printf("    qwen2vl eval (newer layout): FP32 perplexity %.5f, after QuaRot %.5f (rel %.1e)\n", a, b, fabs(a - b) / a);
+}
+
 /* Each bad input: rotate exits 2 with one line naming `needle`, and writes nothing. */
 static void test_bad_inputs(void) {
     static const int64_t good[3] = {2, 3, 3}, bad[3] = {2, 3, 2};
@@ -262,7 +287,7 @@ static void test_bad_inputs(void) {
         qx_store s;
         char dir[512], in[768], out[768], cfg[4096];
         int before;
-        if (!vl_store(&s, 60, 1, k == BAD_MERGER_ROWS ? 72 : 64)) { QT_CHECK(0); continue; }
+        if (!vl_store(&s, 60, 1, k == BAD_MERGER_ROWS ? 72 : 64, 0)) { QT_CHECK(0); continue; }
         if (k == NO_MERGER) qx_store_remove(&s, QX_VL_MERGER_WEIGHT);
         if (k == NO_BIAS) qx_store_remove(&s, QX_VL_MERGER_BIAS);
         snprintf(dir, sizeof dir, "%s/bad%d", g_tmp, k);
@@ -285,6 +310,7 @@ int main(int argc, char** argv) {
     if (!cu_start(argv[0], "test_cli_vl")) return 1;
     QT_RUN(test_rotate_vl);
     QT_RUN(test_rotate_gguf_text);
+    QT_RUN(test_eval_vl);
     QT_RUN(test_bad_inputs);
     cu_finish();
     return qt_finish("test_cli_vl");

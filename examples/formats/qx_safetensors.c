@@ -755,11 +755,12 @@ static quarot_result qx__moe_config(const qx__cfg* c, quarot_model_config* m) {
    inv_freq[j] = theta^(-2j/head_dim) are split into consecutive sections mrope_section = [t, h, w]
    (t + h + w = head_dim/2); frequency j in section s turns by position_ids[s] * inv_freq[j], the
    temporal, height and width position of the token, and the half-split layout repeats the sections
-   for the second half. A text token has position_ids[0] = [1] = [2] = its index p in the sequence,
-   so every frequency turns by p * inv_freq[j], whichever section it lies in: ordinary RoPE over the
-   whole head_dim. The reference forward pass runs text tokens that way; images (3-D positions) are
-   not run. The sum is checked here because the split (and so the checkpoint) is meaningless without
-   it. */
+   for the second half (apply_multimodal_rotary_pos_emb splits cos/sin by mrope_section * 2, which
+   needs 2 (t + h + w) = head_dim). In a text-only sequence get_rope_index gives every token
+   position_ids[0] = [1] = [2] = p, its index, so every frequency turns by p * inv_freq[j] whichever
+   section it lies in: ordinary RoPE over the whole head_dim. The reference forward pass runs text
+   that way; image tokens (3-D positions, and text after an image continuing from the image's largest
+   position) are not run. The rotation itself does not depend on RoPE at all. */
 static quarot_result qx__vl_config(const qx__cfg* c, const qx_json* top, quarot_model_config* m) {
     const qx_json* rs = qx_json_get(c->root, "rope_scaling");
     const qx_json* sec = NULL;

@@ -1097,6 +1097,9 @@ static quarot_result qx__rope_rows(void* c, int64_t t0, int64_t t1) {
     return QUAROT_OK;
 }
 
+/* Qwen2-VL / Qwen2.5-VL (arch "qwen2vl") run here as text: their M-RoPE turns frequency j of section s
+   by position_ids[s] * inv_freq[j], and a text-only sequence has the three position ids equal (0..T-1),
+   so it is this ordinary RoPE over the whole head_dim (formats/qx_safetensors.c, qx__vl_config). */
 static void qx__rope_par(const qx_forward* f, float* x, int64_t T, int64_t heads, const float* cs) {
     qx__rope_ctx k;
     k.f = f; k.x = x; k.heads = heads; k.cs = cs;
