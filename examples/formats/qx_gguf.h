@@ -15,8 +15,10 @@
    overlapping. Loading into a store needs general.architecture "llama" (Mistral's GGUF files are
    "llama" too), "qwen2" (q/k/v biases: blk.N.attn_q.bias, ...) or "qwen3" (per-head q/k norms:
    blk.N.attn_q_norm.weight, blk.N.attn_k_norm.weight) or "phi3" (fused blk.N.attn_qkv.weight = q|k|v
-   and blk.N.ffn_up.weight = gate|up, stored as self_attn.qkv_proj / mlp.gate_up_proj; NEOX RoPE);
-   any other is refused by name (gemma2 / gemma3 with the reason, qx_gemma_norms_reason). The <arch>.*
+   and blk.N.ffn_up.weight = gate|up, stored as self_attn.qkv_proj / mlp.gate_up_proj; NEOX RoPE)
+   or "qwen2vl" (the text decoder of Qwen2-VL / Qwen2.5-VL, qwen2's keys under "qwen2vl." plus
+   rope.dimension_sections summing to head_dim / 2; read as arch "qwen2" with the blob "gguf.vl"; its
+   vision tower lives in a separate mmproj file not read here); any other is refused by name (gemma2 / gemma3 with the reason, qx_gemma_norms_reason). The <arch>.*
    keys (embedding_length, feed_forward_length, block_count, attention.head_count[_kv],
    attention.key_length, attention.layer_norm_rms_epsilon, rope.freq_base, context_length,
    vocab_size) map to quarot_model_config with arch = the GGUF name; rope_interleaved = 1 for llama
