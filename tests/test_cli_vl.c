@@ -13,6 +13,9 @@
      what happened to the vision tower;
    - a llama.cpp qwen2vl text GGUF (qwen2vl.* keys, rope.dimension_sections) rotates with the same
      logit bound, with a warning that its mmproj is not rotated;
+   - `quarot quantize` refuses the rank-5 tensor by name (its outputs hold 4 dimensions), and a
+     Hugging Face VL directory is not converted to GGUF (llama.cpp splits it into two files);
+   - `quarot eval` runs the text decoder: no rotation and QuaRot agree to 4 digits in FP32;
    - bad input, one error line naming the key or tensor, exit 2, nothing written: mrope_section not
      summing to head_dim / 2 (config.json and GGUF), vision_config's output width != hidden, the
      merger's weight of another output width, the merger missing. */
@@ -159,6 +162,10 @@ static void test_rotate_vl(void) {
             snprintf(hooks, sizeof hooks, "%s/out.gguf", dir);
             QT_EQ_INT(CLI("rotate %s %s", in, hooks), QX_EXIT_PROCESS);
             QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "mmproj") && !qx_path_exists(hooks), "to GGUF: %s", g_err);
+            snprintf(hooks, sizeof hooks, "%s/q.safetensors", dir);   /* the packed format holds 4 dimensions */
+            QT_EQ_INT(CLI("quantize %s %s --quiet", in, hooks), QX_EXIT_PROCESS);
+            QT_CHECKF(strstr(g_err, "\"visual.patch_embed.proj.weight\" has 5 dimensions") && !qx_path_exists(hooks),
+                      "quantize: %s", g_err);
             snprintf(hooks, sizeof hooks, "%s/quarot_online.txt", out);
         }
         if (!load_model(in, &a)) { QT_CHECK(0); continue; }

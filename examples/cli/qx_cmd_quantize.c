@@ -231,6 +231,11 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
     for (i = 0; i < n; ++i) {
         qz_item* it = &k->it[i];
         size_t len = strlen(plan[i].name);
+        if (plan[i].shape && plan[i].rank > QUAROT_MAX_DIMS) {   /* a Conv3d patch embedding (Qwen2-VL) */
+            qx_err_set(e, "tensor \"%.120s\" has %d dimensions; the quantized outputs (packed W4A4, GGUF) hold at most %d "
+                       "(quarot rotate keeps it)", plan[i].name, plan[i].rank, QUAROT_MAX_DIMS);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
         if (!(it->name = (char*)malloc(len + 1))) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
         memcpy(it->name, plan[i].name, len + 1);
         k->n = i + 1;
