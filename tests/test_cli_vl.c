@@ -162,6 +162,7 @@ static void test_rotate_vl(void) {
             snprintf(hooks, sizeof hooks, "%s/out.gguf", dir);
             QT_EQ_INT(CLI("rotate %s %s", in, hooks), QX_EXIT_PROCESS);
             QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "mmproj") && !qx_path_exists(hooks), "to GGUF: %s", g_err);
+            QT_CHECKF(CLI("inspect %s", out) == 0 && strstr(g_out, "[8, 3, 2, 4, 4]"), "inspect: %s", g_out);
             snprintf(hooks, sizeof hooks, "%s/q.safetensors", dir);   /* the packed format holds 4 dimensions */
             QT_EQ_INT(CLI("quantize %s %s --quiet", in, hooks), QX_EXIT_PROCESS);
             QT_CHECKF(strstr(g_err, "\"visual.patch_embed.proj.weight\" has 5 dimensions") && !qx_path_exists(hooks),

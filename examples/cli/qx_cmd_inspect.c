@@ -103,9 +103,17 @@ static void print_config(const qx_store* s, const char* path) {
            c->attn_qkv_bias ? "yes" : "no", c->attn_out_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no", c->qk_norm ? "yes" : "no");
 }
 
-static void shape_text(const quarot_tensor* t, char* buf, size_t n) {
-    int d, nd = 1;
+/* The shape as the file holds it (the store's record, qx_store_get_shape), else from ne[]. */
+static void shape_text(const qx_store* s, const char* name, const quarot_tensor* t, char* buf, size_t n) {
+    int d, nd = 1, rank;
     size_t o = 0;
+    const int64_t* shape;
+    if (qx_store_get_shape(s, name, t, &rank, &shape)) {
+        o += (size_t)snprintf(buf + o, n - o, "[");
+        for (d = 0; d < rank && o < n; ++d) o += (size_t)snprintf(buf + o, n - o, "%lld%s", (long long)shape[d], d + 1 < rank ? ", " : "");
+        if (o < n) snprintf(buf + o, n - o, "]");
+        return;
+    }
     for (d = 0; d < QUAROT_MAX_DIMS; ++d)
         if (t->ne[d] > 1) nd = d + 1;
     o += (size_t)snprintf(buf + o, n - o, "[");
@@ -159,13 +167,13 @@ static void print_tensors(const qx_store* s, int all) {
             if (!first) continue;
             if (n_same > 1) {
                 snprintf(name, sizeof name, "%.*s{%lld..%lld}%s", (int)pos, e->name, (long long)lo, (long long)hi, e->name + pos + len);
-                shape_text(&e->t, sh, sizeof sh);
+                shape_text(s, e->name, &e->t, sh, sizeof sh);
                 human(bytes, hb, sizeof hb);
                 printf("  %-52s %-5s %-18s %s each, x%lld\n", name, quarot_dtype_name(e->t.dtype), sh, hb, (long long)n_same);
                 continue;
             }
         }
-        shape_text(&e->t, sh, sizeof sh);
+        shape_text(s, e->name, &e->t, sh, sizeof sh);
         human(bytes, hb, sizeof hb);
         printf("  %-52s %-5s %-18s %s\n", e->name, quarot_dtype_name(e->t.dtype), sh, hb);
     }
