@@ -216,6 +216,34 @@ static quarot_result cfg(const char* text, quarot_model_config* c, qx_err* e) {
     return qx_hf_config_parse(text, strlen(text), "config.json", c, e);
 }
 
+/* Qwen2-VL / Qwen2.5-VL config.json: the shape of Qwen2-VL-2B-Instruct's (top-level keys,
+   rope_scaling.mrope_section), the newest transformers' (text_config with rope_parameters, tied by
+   the text config), and the refusals naming the key. */
+static void test_config_vl(void) {
+    quarot_model_config c;
+    qx_err e;
+    QT_OK(cfg("{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"model_type\":\"qwen2_vl\",\"hidden_size\":1536,"
+              "\"intermediate_size\":8960,\"num_hidden_layers\":28,\"num_attention_heads\":12,\"num_key_value_heads\":2,"
+              "\"vocab_size\":151936,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,"
+              "\"rope_scaling\":{\"type\":\"mrope\",\"mrope_section\":[16,24,24]},"
+              "\"vision_config\":{\"depth\":32,\"embed_dim\":1280,\"hidden_size\":1536,\"in_chans\":3}}", &c, &e));
+    QT_CHECK(strcmp(c.arch, "qwen2vl") == 0 && c.hidden == 1536 && c.head_dim == 128 && c.tied_embeddings && c.attn_qkv_bias &&
+             !c.attn_out_bias && c.rope_theta == 1e6f);
+    QT_OK(cfg("{\"architectures\":[\"Qwen2_5_VLForConditionalGeneration\"],\"tie_word_embeddings\":false,"
+              "\"text_config\":{\"hidden_size\":2048,\"intermediate_size\":11008,\"num_hidden_layers\":36,"
+              "\"num_attention_heads\":16,\"num_key_value_heads\":2,\"vocab_size\":151936,\"tie_word_embeddings\":true,"
+              "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0,\"mrope_section\":[16,24,24]}},"
+              "\"vision_config\":{\"hidden_size\":1280,\"out_hidden_size\":2048}}", &c, &e));
+    QT_CHECK(strcmp(c.arch, "qwen2vl") == 0 && c.hidden == 2048 && c.n_layers == 36 && c.tied_embeddings && c.rope_theta == 1e6f);
+    QT_ERR(cfg("{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"hidden_size\":1536,\"intermediate_size\":8960,"
+               "\"num_hidden_layers\":28,\"num_attention_heads\":12,\"vocab_size\":151936}", &c, &e), QUAROT_ERR_PARSE);
+    QT_CHECKF(strstr(e.msg, "rope_scaling.mrope_section"), "%s", e.msg);
+    QT_ERR(cfg("{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"hidden_size\":1536,\"intermediate_size\":8960,"
+               "\"num_hidden_layers\":28,\"num_attention_heads\":12,\"vocab_size\":151936,\"mrope_section\":[16,24,0]}", &c, &e),
+           QUAROT_ERR_PARSE);
+    QT_CHECKF(strstr(e.msg, "mrope_section[2] is not a positive integer"), "%s", e.msg);
+}
+
 static void test_config(void) {
     quarot_model_config c;
     qx_err e;
@@ -872,6 +900,7 @@ int main(void) {
     QT_RUN(test_lies);
     QT_RUN(test_any_rank);
     QT_RUN(test_config);
+    QT_RUN(test_config_vl);
     QT_RUN(test_config_generated);
     QT_RUN(test_roundtrip);
     QT_RUN(test_single_file);

@@ -770,7 +770,9 @@ static quarot_result qx__vl_config(const qx__cfg* c, const qx_json* top, quarot_
     size_t k;
     if (!rs || rs->type != QX_JSON_OBJECT) rs = qx_json_get(top, "rope_scaling");
     if (rs && rs->type == QX_JSON_OBJECT) sec = qx_json_get(rs, "mrope_section");
-    if (!sec && qx_json_get(c->root, "rope_parameters")) sec = qx_json_get(qx_json_get(c->root, "rope_parameters"), "mrope_section");
+    if (!sec && (sec = qx_json_get(qx_json_get(c->root, "rope_parameters"), "mrope_section")) == NULL)   /* newer transformers */
+        sec = qx_json_get(qx_json_get(top, "rope_parameters"), "mrope_section");
+    if (sec && !(rs && qx_json_get(rs, "mrope_section") == sec)) where = "rope_parameters.mrope_section";
     if (!sec) { sec = qx_json_get(top, "mrope_section"); where = "mrope_section"; }
     if (!sec || sec->type != QX_JSON_ARRAY || sec->count == 0) {
         qx_err_set(c->e, "%s: Qwen2-VL needs %s (M-RoPE's split of the head_dim/2 rotary frequencies), an array of "
