@@ -12,7 +12,10 @@
      shape in the file's header; the output keeps its layout's names; stderr and the summary say
      what happened to the vision tower;
    - a llama.cpp qwen2vl text GGUF (qwen2vl.* keys, rope.dimension_sections) rotates with the same
-     logit bound, with a warning that its mmproj is not rotated;
+     logit bound, with a warning that its mmproj is not rotated; given the mmproj (arch clip, F16
+     mm.2) with --mmproj, its merger output is rotated by the same R1 (the same check, within 1e-3:
+     F16 rounding of each weight), every other byte of it copied, and an mmproj of another width
+     refused by name with nothing written;
    - `quarot quantize` refuses the rank-5 tensor by name (its outputs hold 4 dimensions), and a
      Hugging Face VL directory is not converted to GGUF (llama.cpp splits it into two files);
    - `quarot eval` runs the text decoder: no rotation and QuaRot agree to 4 digits in FP32;
@@ -222,6 +225,87 @@ static int qwen2vl_kv(qx_store* s, const int32_t sec[4]) {
     return ok;
 }
 
+/* A llama.cpp qwen2vl mmproj (arch "clip") for a text model of hidden h: the merger (mm.0, mm.2 with
+   its bias, F16 as the converter writes them) and a 4-D patch embedding; seeded random values. */
+static int write_mmproj(const char* path, int64_t h, uint64_t seed) {
+    qx_tensor_plan plan[4];
+    qx_gguf_writer* w = NULL;
+    qx_sb kv;
+    qx_err e;
+    quarot_rng rng;
+    float* data[4];
+    int64_t dv = h + h / 2, i;
+    int k, ok = 1;
+    memset(plan, 0, sizeof plan);
+    memset(&kv, 0, sizeof kv);
+    plan[0].name = "mm.0.weight"; plan[0].n_dims = 2; plan[0].ne[0] = dv; plan[0].ne[1] = dv;
+    plan[1].name = "mm.2.weight"; plan[1].n_dims = 2; plan[1].ne[0] = dv; plan[1].ne[1] = h;
+    plan[2].name = "mm.2.bias"; plan[2].n_dims = 1; plan[2].ne[0] = h;
+    plan[3].name = "v.patch_embd.weight"; plan[3].n_dims = 4; plan[3].ne[0] = 4; plan[3].ne[1] = 4; plan[3].ne[2] = 3;
+    plan[3].ne[3] = 8;
+    for (k = 0; k < 4; ++k) {
+        plan[k].dtype = k == 2 ? QUAROT_DTYPE_F32 : QUAROT_DTYPE_F16;
+        for (i = plan[k].n_dims; i < 4; ++i) plan[k].ne[i] = 1;
+    }
+    qx_sb_le(&kv, 0, 8);
+    qx_gguf_kv_str(&kv, "general.architecture", "clip", 4);
+    qx_gguf_kv_bool(&kv, "clip.has_vision_encoder", 1);
+    qx_gguf_kv_str(&kv, "clip.projector_type", "qwen2vl_merger", 14);
+    if (qx_gguf_kv_count_add(&kv, 3) != 0) return 0;
+    quarot_rng_seed(&rng, seed);
+    for (k = 0; k < 4; ++k) {
+        int64_t n = plan[k].ne[0] * plan[k].ne[1] * plan[k].ne[2] * plan[k].ne[3];
+        data[k] = (float*)malloc((size_t)n * sizeof(float));
+        for (i = 0; i < n; ++i) data[k][i] = (float)(quarot_rng_normal(&rng) / sqrt((double)dv));
+    }
+    if (qx_gguf_writer_begin(&w, path, plan, 4, kv.p, kv.len, NULL, &e) != QUAROT_OK) { printf("    mmproj: %s\n", e.msg); ok = 0; }
+    for (k = 0; k < 4 && ok; ++k) {
+        quarot_tensor t;
+        ok = quarot_tensor_init(&t, data[k], QUAROT_DTYPE_F32, plan[k].n_dims, plan[k].ne) == QUAROT_OK &&
+             qx_gguf_writer_put(w, plan[k].name, &t, &e) == QUAROT_OK;
+    }
+    if (ok) ok = qx_gguf_writer_finish(w, &e) == QUAROT_OK;
+    else if (w) qx_gguf_writer_abort(w);
+    if (!ok) printf("    mmproj: %s\n", e.msg);
+    for (k = 0; k < 4; ++k) free(data[k]);
+    qx_sb_free(&kv);
+    return ok;
+}
+
+/* The mmproj's merger output projection added to the text store s under the Hugging Face names (F32),
+   so that vl_merger_check can compare it; 0 when it cannot be read. */
+static int add_mmproj_merger(qx_store* s, const char* path) {
+    size_t n = 0;
+    unsigned char* img = read_all(path, &n);
+    qx_gguf_file f;
+    qx_err e;
+    uint64_t k;
+    int found = 0;
+    if (!img || qx_gguf_parse(img, n, path, &f, &e) != QUAROT_OK) { free(img); return 0; }
+    for (k = 0; k < f.n_tensors; ++k) {
+        const qx_gguf_tinfo* t = &f.t[k];
+        const char* hf = t->name_len == 11 && memcmp(t->name, "mm.2.weight", 11) == 0 ? QX_VL_MERGER_WEIGHT
+                         : t->name_len == 9 && memcmp(t->name, "mm.2.bias", 9) == 0 ? QX_VL_MERGER_BIAS : NULL;
+        quarot_tensor v;
+        quarot_tensor* dst;
+        if (!hf) continue;
+        if (quarot_tensor_init(&v, (void*)(uintptr_t)(f.data + t->offset), t->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 : QUAROT_DTYPE_F32,
+                               (int)t->n_dims, t->ne) != QUAROT_OK ||
+            qx_store_add(s, hf, QUAROT_DTYPE_F32, (int)t->n_dims, t->ne, NULL, &dst) != QUAROT_OK)
+            break;
+        {
+            int64_t r, ok = 1;
+            for (r = 0; r < quarot_tensor_nrows(&v) && ok; ++r)
+                ok = quarot_tensor_get_row_f32(&v, r, (float*)dst->data + r * v.ne[0]) == QUAROT_OK;
+            if (!ok) break;
+        }
+        ++found;
+    }
+    qx_gguf_file_free(&f);
+    free(img);
+    return found == 2;
+}
+
 static void test_rotate_gguf_text(void) {
     static const int32_t good[4] = {2, 3, 3, 0}, bad[4] = {2, 3, 4, 0};
     int v;
@@ -260,8 +344,71 @@ static void test_rotate_gguf_text(void) {
         rel = logit_rel_diff(&a, &b, NULL, 16);
         QT_CHECKF(rel <= 2e-5, "qwen2vl gguf: text logits differ by %.3g", rel);
         printf("    qwen2vl text GGUF: logits rel %.2e (tol 2e-5)\n", rel);
-        qx_store_free(&a);
         qx_store_free(&b);
+        {   /* with its mmproj: mm.2 rotated by the same R1 (F16, so within F16's rounding), the rest copied */
+            char mp[768], mpo[768], rot2[768], bad_mp[768];
+            double mrel = 1e30, nrel = 1e30;
+            size_t na = 0, nb = 0;
+            unsigned char *xa, *xb;
+            snprintf(mp, sizeof mp, "%s/mmproj.gguf", dir);
+            snprintf(mpo, sizeof mpo, "%s/mmproj-rot.gguf", dir);
+            snprintf(rot2, sizeof rot2, "%s/rot2.gguf", dir);
+            snprintf(bad_mp, sizeof bad_mp, "%s/mmproj-bad.gguf", dir);
+            QT_CHECK(write_mmproj(mp, a.config.hidden, 9) && write_mmproj(bad_mp, a.config.hidden + 8, 9));
+            QT_EQ_INT(CLI("rotate %s %s --mmproj %s --mmproj-out %s --online", in, rot2, mp, mpo), 0);
+            QT_CHECKF(!strstr(g_err, "warning") && strstr(g_out, "mm.2 rotated by R1"), "%s%s", g_out, g_err);
+            if (load_model(rot2, &b)) {
+                quarot_online_list l;
+                QT_CHECK(add_mmproj_merger(&a, mp) && add_mmproj_merger(&b, mpo));
+                mrel = vl_merger_check(&a, &b, QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS, QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS,
+                                       "model.embed_tokens.weight", "model.embed_tokens.weight", &nrel);
+                char hp[800];
+                snprintf(hp, sizeof hp, "%s.quarot-online", rot2);
+                if (load_hooks(hp, &l)) {
+                    rel = logit_rel_diff(&a, &b, &l, 16);
+                    quarot_online_list_free(&l);
+                }
+                qx_store_free(&b);
+            } else {
+                QT_CHECK(0);
+            }
+            /* F16 weights: |y'| / |y| and y'E'^T within F16's 2^-11 relative rounding of each weight */
+            QT_CHECKF(mrel <= 1e-3 && nrel <= 1e-3, "mmproj merger not rotated by R1 (%.3g, norms %.3g)", mrel, nrel);
+            QT_CHECKF(rel <= 2e-5, "qwen2vl gguf --online: text logits differ by %.3g", rel);
+            printf("    qwen2vl text GGUF + mmproj (F16 mm.2), --online: logits rel %.2e; merger y'E'^T vs yE^T %.2e, |y'| vs |y| "
+                   "%.2e (tol 1e-3: F16)\n", rel, mrel, nrel);
+            xa = read_all(mp, &na);
+            xb = read_all(mpo, &nb);
+            {   /* every byte outside mm.2 as in the input */
+                qx_gguf_file f;
+                qx_err ge;
+                size_t diff = 0, i2, lo = na, hi = 0;
+                if (xa && xb && na == nb && qx_gguf_parse(xa, na, mp, &f, &ge) == QUAROT_OK) {
+                    uint64_t k2;
+                    for (k2 = 0; k2 < f.n_tensors; ++k2)
+                        if (f.t[k2].name_len >= 4 && memcmp(f.t[k2].name, "mm.2", 4) == 0) {
+                            size_t b0 = (size_t)(f.data_offset + f.t[k2].offset), b1 = b0 + (size_t)f.t[k2].nbytes;
+                            if (b0 < lo) lo = b0;
+                            if (b1 > hi) hi = b1;
+                        }
+                    for (i2 = 0; i2 < na; ++i2) diff += (i2 < lo || i2 >= hi) && xa[i2] != xb[i2];
+                    qx_gguf_file_free(&f);
+                    QT_CHECKF(diff == 0 && hi > lo, "mmproj: %zu bytes outside mm.2 differ", diff);
+                } else {
+                    QT_CHECKF(0, "mmproj output unreadable or of another size");
+                }
+            }
+            free(xa);
+            free(xb);
+            /* a merger of another width: refused naming it, nothing written (neither file) */
+            snprintf(mpo, sizeof mpo, "%s/mmproj-rot-bad.gguf", dir);
+            snprintf(rot2, sizeof rot2, "%s/rot3.gguf", dir);
+            QT_EQ_INT(CLI("rotate %s %s --mmproj %s --mmproj-out %s", in, rot2, bad_mp, mpo), QX_EXIT_INPUT);
+            QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "\"mm.2.weight\" has ne") && !qx_path_exists(rot2) &&
+                      !qx_path_exists(mpo), "bad mmproj: %s", g_err);
+            printf("    %s", g_err);
+        }
+        qx_store_free(&a);
     }
 }
 

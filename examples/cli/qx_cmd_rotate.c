@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 typedef struct rotate_opts {
-    const char *in, *out, *layers;
+    const char *in, *out, *layers, *mmproj, *mmproj_out;
     int online, r3, f64, format, dtype, check;
     qx_opts_common c;
     qx_opts_rotation rot;
@@ -57,6 +57,11 @@ static const qx_opt rotate_table[] = {
      .help = "OUT's format: llama2c, safetensors (a directory unless OUT ends in .safetensors) or gguf"},
     {QX_OPT_CHOICE, "--dtype", QX_AT(rotate_opts, dtype), .choices = rotate_dtypes, .def = "as in IN; llama2.c is always f32",
      .help = "output tensor dtype"},
+    {QX_OPT_STRING, "--mmproj", .arg = "FILE", QX_AT(rotate_opts, mmproj),
+     .help = "IN a llama.cpp qwen2vl text GGUF: its mmproj file (the vision tower); the merger's output projection in it "
+             "(mm.2) is rotated by the same R1, everything else copied (needs --mmproj-out)"},
+    {QX_OPT_STRING, "--mmproj-out", .arg = "FILE", QX_AT(rotate_opts, mmproj_out),
+     .help = "where --mmproj's rotated copy goes (written with OUT, through a temporary)"},
     {QX_OPT_FLAG, "--f64", QX_AT(rotate_opts, f64),
      .help = "rotate in double for every output dtype (default: f32 arithmetic for weights written as f16/bf16, which moves "
              "~0.05% of them by one unit in the last place)"},
@@ -319,7 +324,10 @@ typedef struct rj_run {
     qx_rotcheck_dim dims[8];
     int n_dims;
     int64_t n_vision;              /* vision tower tensors (Qwen2-VL), merger output projection included */
-    int gguf_vl;                   /* a llama.cpp qwen2vl text GGUF: its mmproj is not rotated here */
+    int gguf_vl;                   /* a llama.cpp qwen2vl text GGUF (its mmproj: job->mmproj, or not rotated) */
+    qx_out mmproj;                 /* job->mmproj's rotated copy, staged by rj_on_rotations */
+    int mmproj_staged;
+    int mmproj_failed, mmproj_out_failed;   /* staging it failed (writing it: an output error; else its input) */
     qx_rotate_file_stats st;
     qx_err e;
 } rj_run;
@@ -407,6 +415,8 @@ static int rj_pick_format(rj_run* j) {
                                                     "file this tool does not write: rotate it to safetensors", out, c->arch, (long long)j->n_vision);
     if (strcmp(j->family, "gguf") == 0 && !qx_gguf_arch_supported(c->arch, NULL))
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as GGUF here (llama, qwen2, qwen3)", out, c->arch);
+    if (j->job->mmproj && !j->gguf_vl)
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "--mmproj: %s is not a llama.cpp qwen2vl text GGUF (the mmproj belongs to one)", j->job->in);
     if (j->gguf_vl && strcmp(j->family, "gguf") != 0)
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: %s is the text decoder of a llama.cpp qwen2vl model (its vision tower is in a separate "
                                                     "mmproj file); it is written back as GGUF only", out, j->job->in);
@@ -420,7 +430,7 @@ static int rj_vision_note(rj_run* j) {
         qx_cli_info(j->cli, "%s: vision tower: %lld tensors kept unrotated (they read only the vision activations); the merger's "
                             "output projection (%s, %s) rotated on its output side so image embeddings enter the rotated stream",
                     in, (long long)(j->n_vision - 2), QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS);
-    if (j->gguf_vl) {
+    if (j->gguf_vl && !j->job->mmproj) {   /* with --mmproj: said once both files are written (rj_print_work) */
         if (j->job->strict)
             return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: --strict: a qwen2vl text GGUF: its mmproj file (the vision tower) is not rotated "
                                                         "here, so the output is only right for text-only prompts", in);
@@ -428,7 +438,8 @@ static int rj_vision_note(rj_run* j) {
         fprintf(stderr, "quarot rotate: warning: %s is the text decoder of a qwen2vl model: only it is rotated. Its mmproj file (the "
                         "vision tower) is not read or rotated here; the merger's output projection in it (mm.2.weight, mm.2.bias) would "
                         "need R1 on its output side, so with the old mmproj image embeddings enter the rotated stream unrotated and "
-                        "image prompts are wrong. The output is right for text-only prompts (--strict makes this an error)\n", in);
+                        "image prompts are wrong (--mmproj FILE --mmproj-out FILE rotates it). The output is right for text-only "
+                        "prompts (--strict makes this an error)\n", in);
     }
     return QX_EXIT_OK;
 }
@@ -672,6 +683,17 @@ static void rj_rotate_desc(rj_run* j, quarot_rotate_desc* desc) {
     if (j->hooks) desc->online_out = &j->list;
 }
 
+/* The mmproj's rotated copy, staged with the processor's R1 before OUT is opened. */
+static quarot_result rj_on_rotations(void* user, const quarot_processor* p, qx_err* e) {
+    rj_run* j = (rj_run*)user;
+    const quarot_rotation* r1 = p->have_rot[QUAROT_ROT_R1] ? &p->rot[QUAROT_ROT_R1] : NULL;
+    quarot_result r = qx_gguf_mmproj_stage(&j->mmproj, j->job->mmproj, j->job->mmproj_out, j->s.config.hidden, r1, j->job->force,
+                                           &j->mmproj_out_failed, e);
+    j->mmproj_staged = r == QUAROT_OK;
+    j->mmproj_failed = r != QUAROT_OK;
+    return r;
+}
+
 /* qx_rotate_file layer by layer into OUT (through temporaries, published at the end). */
 static int rj_rotate(rj_run* j) {
     const qx_rotate_job* job = j->job;
@@ -698,14 +720,28 @@ static int rj_rotate(rj_run* j) {
     rp.in = job->in;
     ro.progress = on_progress;
     ro.user = &rp;
+    if (job->mmproj) {
+        ro.on_rotations = rj_on_rotations;
+        ro.rotations_user = j;
+    }
     qx_cli_phase(j->cli);
     r = qx_rotate_file(&j->s, &desc, &ro, &j->st, &j->e);
+    if (j->mmproj_staged) {   /* published with OUT, removed without it */
+        quarot_result pr = r == QUAROT_OK ? qx_out_publish(&j->mmproj, &j->e) : QUAROT_OK;
+        qx_out_abort(&j->mmproj);   /* removes an unpublished temporary; frees the paths */
+        j->mmproj_staged = 0;
+        if (pr != QUAROT_OK) return qx_cli_fail(j->cli, QX_EXIT_OUTPUT, "%s (%s was written; its mmproj was not)", j->e.msg, job->out);
+    }
     if (rp.stage) qx_cli_progress_end(j->cli, strcmp(rp.stage, "validate") == 0 ? "validation" : "rotation");
     j->n_hf_files = j->st.side_files;
     if (r == QUAROT_OK) return QX_EXIT_OK;
     /* a value beyond the output dtype's range (QUAROT_ERR_OVERFLOW, found as it is written): the output
        cannot hold this model, which is "cannot do as asked", not a write failure */
     rc = r == QUAROT_ERR_OVERFLOW ? QX_EXIT_PROCESS : j->st.output_error ? QX_EXIT_OUTPUT : qx_cli_exit_for(r);
+    if (j->mmproj_failed) {   /* the mmproj: a bad file is bad input, like IN */
+        rc = j->mmproj_out_failed ? QX_EXIT_OUTPUT : r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT;
+        return qx_cli_fail(j->cli, rc, "%s", j->e.msg);
+    }
     if (rc == QX_EXIT_OK) rc = QX_EXIT_INTERNAL;
     if (j->st.output_error) qx_cli_fail(j->cli, rc, "%s", j->e.msg);
     else qx_cli_fail(j->cli, rc, "%s: %s", job->in, j->e.msg);
@@ -730,7 +766,10 @@ static void rj_print_rotations(const rj_run* j) {
     if (j->n_vision > 0)
         printf("  vision tower: %lld tensors kept unrotated; merger output projection rotated (%s, %s: R1 on the output side)\n",
                (long long)(j->n_vision - 2), QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS);
-    if (j->gguf_vl)
+    if (j->gguf_vl && job->mmproj)
+        printf("  vision (llama.cpp qwen2vl): mmproj %s -> %s, merger output projection mm.2 rotated by R1, the rest copied\n",
+               job->mmproj, job->mmproj_out);
+    else if (j->gguf_vl)
         printf("  WARNING vision: text decoder only (llama.cpp qwen2vl); the mmproj file is not rotated, so the output is right for "
                "text-only prompts\n");
     for (k = 0; k < j->n_dims; ++k)
@@ -792,6 +831,10 @@ static void rj_print_work(const rj_run* j) {
            qx_lw_peak_rss_mib(), (double)st->peak_copy_bytes * mib, (double)st->global_copy_bytes * mib, (long long)st->max_live_layers);
     if (qx_rotate_file_globals_line(st, line, sizeof line)) printf("  %s\n", line);
     fflush(stdout);
+    if (j->gguf_vl && j->job->mmproj)
+        qx_cli_info(j->cli, "%s: the text decoder of a qwen2vl model, rotated with its mmproj %s: mm.2 (the merger's output "
+                            "projection) by the same R1 on its output side, the rest of the vision tower copied -> %s",
+                    j->job->in, j->job->mmproj, j->job->mmproj_out);
     if (j->hooks) qx_cli_info(j->cli, "online hook list written to %s: the engine must apply it (quarot rotate --help)", j->hooks_path);
     else if (qx_path_exists(j->hooks_path) && remove(j->hooks_path) == 0)
         qx_cli_info(j->cli, "removed %s (an earlier run's hook list; this model needs none)", j->hooks_path);
@@ -944,6 +987,9 @@ int qx_rotate_job_run(qx_cli* cli, const qx_rotate_job* job) {
 /* The operands and the options that go together, checked before anything is read. */
 static int rotate_check_options(qx_cli* cli, rotate_opts* o) {
     if (!o->in || !o->out) return qx_cli_fail(cli, QX_EXIT_USAGE, "needs IN and OUT (usage: quarot rotate IN OUT [options])");
+    if (!o->mmproj != !o->mmproj_out) return qx_cli_fail(cli, QX_EXIT_USAGE, "--mmproj and --mmproj-out go together");
+    if (o->mmproj && (qx_same_file(o->mmproj, o->mmproj_out) || strcmp(o->mmproj_out, o->out) == 0))
+        return qx_cli_fail(cli, QX_EXIT_USAGE, "--mmproj-out: %s is the mmproj or OUT itself (choose another file)", o->mmproj_out);
     if (o->rot.context && !o->rot.rotation_given) o->rot.rotation = QX_ROT_ADAPT;   /* --context alone means Adapt Rotation stage 2 */
     if (o->rot.context && o->rot.rotation != QX_ROT_ADAPT)
         return qx_cli_fail(cli, QX_EXIT_USAGE, "--context goes with --rotation adapt (it holds Adapt Rotation's learned R), not --rotation %s",
@@ -1024,6 +1070,8 @@ static void rotate_fill_job(const rotate_opts* o, const int64_t* layer_list, int
     job->threads = (int)o->c.threads;
     job->f64 = o->f64;
     job->check = o->check;
+    job->mmproj = o->mmproj;
+    job->mmproj_out = o->mmproj_out;
 }
 
 int qx_cmd_rotate(int argc, char** argv) {

@@ -44,6 +44,9 @@ typedef struct qx_rotate_job {
     int f64;                                 /* double arithmetic for every output dtype (qx_rotate_file_opts.f64_arithmetic) */
     int check;                               /* after writing: the logits of IN and of OUT (with its hooks) on
                                                 QX_ROTATE_CHECK_TOKENS tokens, and the MoE routing flips */
+    const char* mmproj;                      /* a llama.cpp qwen2vl text GGUF IN: its mmproj file, whose merger output
+                                                (mm.2) is rotated by the same R1 into mmproj_out (NULL: none) */
+    const char* mmproj_out;
 } qx_rotate_job;
 
 #define QX_ROTATE_CHECK_TOKENS 16

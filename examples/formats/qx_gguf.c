@@ -6,6 +6,7 @@
    file size implies. Values are validated by skipping over them; the pairs keep pointers into the
    image. */
 #include "formats/qx_gguf.h"
+#include "support/qx_file.h"
 #include "support/qx_str.h"
 
 #include <stdio.h>
@@ -1447,6 +1448,100 @@ quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e) {
     if (r == QUAROT_OK) r = qx_out_sync(&w->out, w->file_size, e);
     if (r == QUAROT_OK) r = qx_out_publish(&w->out, e);
     qx_gguf_writer_abort(w);
+    return r;
+}
+
+/* ---- the mmproj of llama.cpp's qwen2vl ---- */
+
+quarot_result qx_gguf_mmproj_stage(qx_out* o, const char* in, const char* out, int64_t hidden, const quarot_rotation* r1,
+                                   int force, int* output_failed, qx_err* e) {
+    static const char* const names[2] = {"mm.2.weight", "mm.2.bias"};
+    qx_map m;
+    qx_gguf_file f;
+    const qx_gguf_tinfo* t[2];
+    unsigned char* buf[2] = {NULL, NULL};
+    uint64_t al = 0, off;
+    const char* arch;
+    quarot_result r;
+    int k, begun = 0;
+    if (output_failed) *output_failed = 0;
+    if (!o || !in || !out || hidden < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    o->lock_fd = -1;
+    if ((r = qx_map_file(in, &m, e)) != QUAROT_OK) return r;
+    if ((r = qx_gguf_parse(m.addr, m.len, in, &f, e)) != QUAROT_OK) { qx_unmap(&m); return r; }
+    arch = qx_gguf_kv_string(qx_gguf_find(&f, "general.architecture"), &al);
+    if (!arch || al != 4 || memcmp(arch, "clip", 4) != 0) {
+        qx_err_set(e, "%s: general.architecture is \"%.*s\", not \"clip\" (llama.cpp's mmproj of a qwen2vl model)", in,
+                   arch ? (int)(al > 40 ? 40 : al) : 0, arch ? arch : "");
+        r = QUAROT_ERR_UNSUPPORTED;
+        goto done;
+    }
+    for (k = 0; k < 2; ++k) {
+        t[k] = qx__gtensor(&f, names[k]);
+        if (!t[k]) {
+            qx_err_set(e, "%s: tensor \"%s\" is missing (the merger's output projection, which must be rotated with the text "
+                       "model)", in, names[k]);
+            r = QUAROT_ERR_NOT_FOUND;
+            goto done;
+        }
+        if (t[k]->type != QX_GGML_F32 && t[k]->type != QX_GGML_F16 && t[k]->type != QX_GGML_BF16) {
+            char tb[16];
+            qx_err_set(e, "%s: tensor \"%s\" has type %s (F32, F16 or BF16 are rotated)", in, names[k],
+                       qx_ggml_type_name(t[k]->type, tb));
+            r = QUAROT_ERR_UNSUPPORTED_DTYPE;
+            goto done;
+        }
+        if ((k == 0 && (t[k]->n_dims != 2 || t[k]->ne[1] != hidden)) || (k == 1 && (t[k]->n_dims != 1 || t[k]->ne[0] != hidden))) {
+            qx_err_set(e, "%s: tensor \"%s\" has ne [%lld, %lld]: its output width is not the text model's hidden size %lld", in,
+                       names[k], (long long)t[k]->ne[0], (long long)t[k]->ne[1], (long long)hidden);
+            r = QUAROT_ERR_SHAPE_MISMATCH;
+            goto done;
+        }
+        if (!(buf[k] = (unsigned char*)malloc((size_t)t[k]->nbytes))) { qx_err_set(e, "%s: out of memory", in); r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        memcpy(buf[k], f.data + t[k]->offset, (size_t)t[k]->nbytes);
+    }
+    if (r1 && r1->kind != QUAROT_ROTATION_IDENTITY) {   /* the command the qwen2vl adapter plans for the merger */
+        quarot_command c;
+        quarot_tensor w, b;
+        quarot_dtype dw = t[0]->type == QX_GGML_F32 ? QUAROT_DTYPE_F32 : t[0]->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 : QUAROT_DTYPE_BF16;
+        quarot_dtype db = t[1]->type == QX_GGML_F32 ? QUAROT_DTYPE_F32 : t[1]->type == QX_GGML_F16 ? QUAROT_DTYPE_F16 : QUAROT_DTYPE_BF16;
+        memset(&c, 0, sizeof c);
+        c.layer = -1;
+        c.rotation = QUAROT_ROT_R1;
+        c.side = QUAROT_SIDE_OUTPUT;
+        c.outer = 1;
+        c.inner = 1;
+        snprintf(c.weight, sizeof c.weight, "%s", names[0]);
+        snprintf(c.bias, sizeof c.bias, "%s", names[1]);
+        r = quarot_tensor_init(&w, buf[0], dw, 2, t[0]->ne);
+        if (r == QUAROT_OK) r = quarot_tensor_init(&b, buf[1], db, 1, t[1]->ne);
+        if (r == QUAROT_OK) r = quarot_command_apply(&c, r1, &w, &b, NULL);
+        if (r != QUAROT_OK) { qx_err_set(e, "%s: mm.2: rotation failed (%s)", in, quarot_result_string(r)); goto done; }
+    }
+    /* the copy: every byte as in the input, the two tensors' ranges replaced */
+    if ((r = qx_out_begin(o, out, force, e)) != QUAROT_OK) {
+        if (output_failed) *output_failed = 1;
+        output_failed = NULL;
+        goto done;
+    }
+    begun = 1;
+    for (off = 0; off < m.len && r == QUAROT_OK;) {
+        uint64_t n = m.len - off > ((uint64_t)8 << 20) ? ((uint64_t)8 << 20) : m.len - off;
+        r = qx_out_pwrite(o, (const unsigned char*)m.addr + off, (size_t)n, off, e);
+        off += n;
+    }
+    for (k = 0; k < 2 && r == QUAROT_OK; ++k)
+        r = qx_out_pwrite(o, buf[k], (size_t)t[k]->nbytes, f.data_offset + t[k]->offset, e);
+    if (r == QUAROT_OK) r = qx_out_sync(o, (uint64_t)m.len, e);
+done:
+    if (r != QUAROT_OK && begun) qx_out_abort(o);
+    if (r != QUAROT_OK && output_failed) *output_failed = begun;
+    free(buf[0]);
+    free(buf[1]);
+    qx_gguf_file_free(&f);
+    qx_unmap(&m);
     return r;
 }
 

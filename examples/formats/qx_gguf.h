@@ -214,6 +214,17 @@ quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_sa
    general.architecture and general.file_type. */
 quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e);
 
+/* llama.cpp's Qwen2-VL / Qwen2.5-VL mmproj file (general.architecture "clip"): the vision tower,
+   whose merger output projection mm.2.weight ([hidden][in], GGUF ne {in, hidden}) and mm.2.bias
+   ([hidden]) write into the text model's residual stream. Stages at `out` (through o, a temporary:
+   publish it with qx_out_publish, or qx_out_abort) a byte copy of `in` with those two tensors
+   rotated on their output side by r1 (the text model's R1: quarot_command_apply, rounded once to
+   their F32 / F16 / BF16 type; r1 NULL: copied unchanged). hidden must be the text model's; a
+   missing tensor, another width, another architecture or type: an error naming it, nothing staged.
+   *output_failed (may be NULL) is set to 1 when the failure was writing `out`, else 0. */
+quarot_result qx_gguf_mmproj_stage(qx_out* o, const char* in, const char* out, int64_t hidden, const quarot_rotation* r1,
+                                   int force, int* output_failed, qx_err* e);
+
 /* Key/value pairs appended to a buffer in the file's encoding (also the "gguf.kv" blob's, after
    its u64 pair count), as every GGUF writer here builds them. Like every qx_sb append they never
    fail loudly: check b->failed once at the end.

@@ -1268,6 +1268,7 @@ static quarot_result qx__run_validate(qx__run* u) {
     if (p->have_rot[QUAROT_ROT_HEADS]) snprintf(st->heads, sizeof st->heads, "%s", p->rot[QUAROT_ROT_HEADS].text);
     if (u->desc->r3) snprintf(st->r3, sizeof st->r3, "%s", p->r3.text);
     st->untied = p->untie;
+    if (o->on_rotations && (r = o->on_rotations(o->rotations_user, p, u->e)) != QUAROT_OK) return r;
     return QUAROT_OK;
 }
 

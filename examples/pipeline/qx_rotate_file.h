@@ -100,6 +100,11 @@ typedef struct qx_rotate_file_opts {
                                     safetensors and GGUF outputs or a sink with put_rows, without globals_last, and where the processor's
                                     global scope is row-separable (not LayerNorm families); otherwise whole
                                     copies, and the stats say why. Same bytes either way (tests compare) */
+    /* not NULL: called once the processor is initialized (its rotations built, every tensor checked)
+       and before any output is opened; a failure stops the run with nothing written (the tool rotates
+       a qwen2vl mmproj file with the processor's R1 here) */
+    quarot_result (*on_rotations)(void* user, const quarot_processor* p, qx_err* e);
+    void* rotations_user;
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {
