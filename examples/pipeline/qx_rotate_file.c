@@ -1268,7 +1268,6 @@ static quarot_result qx__run_validate(qx__run* u) {
     if (p->have_rot[QUAROT_ROT_HEADS]) snprintf(st->heads, sizeof st->heads, "%s", p->rot[QUAROT_ROT_HEADS].text);
     if (u->desc->r3) snprintf(st->r3, sizeof st->r3, "%s", p->r3.text);
     st->untied = p->untie;
-    if (o->on_rotations && (r = o->on_rotations(o->rotations_user, p, u->e)) != QUAROT_OK) return r;
     return QUAROT_OK;
 }
 
@@ -1579,7 +1578,8 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
         qx__run_unbind(&u);
         return r;
     }
-    r = qx__run_plan(&u);
+    r = o->on_rotations ? o->on_rotations(o->rotations_user, &u.p, e) : QUAROT_OK;   /* nothing opened yet */
+    if (r == QUAROT_OK) r = qx__run_plan(&u);
     if (r == QUAROT_OK) r = qx__run_windows(&u);
     if (r == QUAROT_OK) r = qx__run_globals(&u);
     if (r == QUAROT_OK) r = qx__run_open_output(&u);
