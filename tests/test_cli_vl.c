@@ -6,7 +6,8 @@
    Qwen2_5_VLForConditionalGeneration, keys in text_config), tied and untied:
    - `quarot rotate`: the rotated text logits equal the original's within 2e-5 of the largest logit
      (the bound the dense families meet in f32, test_cli_rotate / test_cli_phi3), with and without
-     --online; the merger output y' of random patch features equals y R1, checked without R1 as
+     --online (and `rotate --check` reports the same merger relation within 1e-5); the merger
+     output y' of random patch features equals y R1, checked without R1 as
      y' E'^T = y E^T against every embedding row (E' = E R1) and |y'| = |y|, within 1e-5; the
      rank-5 tensor and the other vision tensors come back byte-identical, the rank-5 one with its
      shape in the file's header; the output keeps its layout's names; stderr and the summary say
@@ -151,7 +152,11 @@ static void test_rotate_vl(void) {
         vl_config(&s, newer, mrope, s.config.hidden, cfg, sizeof cfg);
         if (!vl_save(&s, in, newer, cfg)) { QT_CHECK(0); qx_store_free(&s); continue; }
         qx_store_free(&s);
-        QT_EQ_INT(CLI("rotate %s %s %s", in, out, online ? "--online" : ""), 0);
+        QT_EQ_INT(CLI("rotate %s %s %s --check", in, out, online ? "--online" : ""), 0);
+        {   /* rotate's own check: the text logits and the merger relation, computed by the tool */
+            double cm = field_after(g_out, "over every embedding row ");
+            QT_CHECKF(cm >= 0 && cm <= 1e-5, "%s: rotate --check merger %.3g: %s", what, cm, g_out);
+        }
         QT_CHECKF(strstr(g_err, "vision tower: 2 tensors kept unrotated") && strstr(g_err, QX_VL_MERGER_WEIGHT),
                   "%s: stderr: %s", what, g_err);
         QT_CHECKF(strstr(g_out, "vision tower: 2 tensors kept unrotated; merger output projection rotated"), "%s: %s", what, g_out);

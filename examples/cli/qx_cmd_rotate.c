@@ -867,6 +867,60 @@ static quarot_result rj_check_run(const qx_store* s, const quarot_online_list* h
     return r;
 }
 
+/* --check, vision-language: the merger's output y for RJ_PATCHES fixed random patch features, as
+   y . E_v for every embedding row v (prod[n][v]) and |y| (norm[n]). The rotated model must give the
+   same: y' = y R1 and E' = E R1, so y' E'^T = y E^T and |y'| = |y|, without forming R1. */
+#define RJ_PATCHES 2
+static quarot_result rj_merger_probe(const qx_store* s, double* prod, double* norm, qx_err* e) {
+    const quarot_tensor* w = qx_store_find(s, QX_VL_MERGER_WEIGHT);
+    const quarot_tensor* b = qx_store_find(s, QX_VL_MERGER_BIAS);
+    const quarot_tensor* E = qx_store_find(s, "model.embed_tokens.weight");
+    int64_t in, h, V, n, o, k, v;
+    float *row, *z, *bias;
+    double* y;
+    quarot_rng rng;
+    quarot_result r = QUAROT_OK;
+    if (!w || !b || !E) { qx_err_set(e, "the merger or the embedding is missing"); return QUAROT_ERR_NOT_FOUND; }
+    in = w->ne[0];
+    h = w->ne[1];
+    V = E->ne[1];
+    row = (float*)malloc((size_t)(in > h ? in : h) * sizeof *row);
+    z = (float*)malloc((size_t)(RJ_PATCHES * in) * sizeof *z);
+    bias = (float*)malloc((size_t)h * sizeof *bias);
+    y = (double*)calloc((size_t)(RJ_PATCHES * h), sizeof *y);
+    if (!row || !z || !bias || !y) r = QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_rng_seed(&rng, 1);
+    for (k = 0; r == QUAROT_OK && k < RJ_PATCHES * in; ++k) z[k] = (float)quarot_rng_normal(&rng);
+    if (r == QUAROT_OK) r = quarot_tensor_get_row_f32(b, 0, bias);
+    for (o = 0; r == QUAROT_OK && o < h; ++o) {
+        if ((r = quarot_tensor_get_row_f32(w, o, row)) != QUAROT_OK) break;
+        for (n = 0; n < RJ_PATCHES; ++n) {
+            double acc = bias[o];
+            for (k = 0; k < in; ++k) acc += (double)z[n * in + k] * row[k];
+            y[n * h + o] = acc;
+        }
+    }
+    for (n = 0; r == QUAROT_OK && n < RJ_PATCHES; ++n) {
+        double q = 0;
+        for (o = 0; o < h; ++o) q += y[n * h + o] * y[n * h + o];
+        norm[n] = sqrt(q);
+    }
+    for (v = 0; r == QUAROT_OK && v < V; ++v) {
+        if ((r = quarot_tensor_get_row_f32(E, v, row)) != QUAROT_OK) break;
+        for (n = 0; n < RJ_PATCHES; ++n) {
+            double acc = 0;
+            for (o = 0; o < h; ++o) acc += y[n * h + o] * row[o];
+            prod[n * V + v] = acc;
+        }
+    }
+    if (r != QUAROT_OK) qx_err_set(e, "merger probe: %s", quarot_result_string(r));
+    free(row);
+    free(z);
+    free(bias);
+    free(y);
+    return r;
+}
+
 /* --check: IN and OUT (read back, with the hook list written beside it) on the same tokens; the
    largest logit difference relative to the largest |logit|, and the MoE tokens whose chosen expert
    set changed. Reported, not judged (an f16/bf16 output differs by its rounding). */
@@ -882,7 +936,8 @@ static int rj_check(rj_run* j) {
     qx_err e;
     quarot_result r;
     double d = 0.0, amax = 0.0;
-    int rc = QX_EXIT_OK;
+    double *pa = NULL, *pb = NULL, na[RJ_PATCHES], nb[RJ_PATCHES];
+    int rc = QX_EXIT_OK, vl = j->n_vision > 0;
     if (c->max_seq > 0 && T > c->max_seq) T = c->max_seq;
     for (i = 0; i < T; ++i) toks[i] = (int32_t)((i * 37 + 1) % V);
     memset(&ra, 0, sizeof ra);
@@ -895,7 +950,11 @@ static int rj_check(rj_run* j) {
         ra.chosen = (int32_t*)malloc((size_t)(L * T * K) * sizeof *ra.chosen);
         rb.chosen = (int32_t*)malloc((size_t)(L * T * K) * sizeof *rb.chosen);
     }
-    if (!la || !lb || (K && (!ra.chosen || !rb.chosen))) {
+    if (vl) {
+        pa = (double*)malloc((size_t)(RJ_PATCHES * V) * sizeof *pa);
+        pb = (double*)malloc((size_t)(RJ_PATCHES * V) * sizeof *pb);
+    }
+    if (!la || !lb || (K && (!ra.chosen || !rb.chosen)) || (vl && (!pa || !pb))) {
         rc = qx_cli_fail(j->cli, QX_EXIT_INTERNAL, "--check: out of memory");
         goto done;
     }
@@ -908,6 +967,7 @@ static int rj_check(rj_run* j) {
     qx_store_init(&out);
     r = qx_load_model(j->job->in, &lo, &out, &e);   /* afresh: the rotation consumed j->s's norms */
     if (r == QUAROT_OK) r = rj_check_run(&out, NULL, toks, T, la, &ra, &e);
+    if (r == QUAROT_OK && vl) r = rj_merger_probe(&out, pa, na, &e);
     qx_store_free(&out);
     qx_store_init(&out);
     if (r != QUAROT_OK) {
@@ -916,6 +976,7 @@ static int rj_check(rj_run* j) {
     }
     r = qx_load_model(j->job->out, &lo, &out, &e);
     if (r == QUAROT_OK) r = rj_check_run(&out, j->hooks ? &j->list : NULL, toks, T, lb, &rb, &e);
+    if (r == QUAROT_OK && vl) r = rj_merger_probe(&out, pb, nb, &e);
     qx_store_free(&out);
     if (r != QUAROT_OK) {
         rc = qx_cli_fail(j->cli, qx_cli_exit_for(r), "--check: %s: %s", j->job->out, e.msg);
@@ -943,8 +1004,21 @@ static int rj_check(rj_run* j) {
     if (K) printf("; routing flips %lld of %lld tokens in %lld MoE layers", (long long)flips, (long long)(T * moe_layers),
                   (long long)moe_layers);
     printf("\n");
+    if (vl) {   /* the merger of the vision tower: its output times R1 */
+        double pd = 0.0, pm = 0.0, nd = 0.0;
+        for (i = 0; i < RJ_PATCHES * V; ++i) {
+            if (fabs(pb[i] - pa[i]) > pd) pd = fabs(pb[i] - pa[i]);
+            if (fabs(pa[i]) > pm) pm = fabs(pa[i]);
+        }
+        for (i = 0; i < RJ_PATCHES; ++i)
+            if (na[i] > 0 && fabs(nb[i] - na[i]) / na[i] > nd) nd = fabs(nb[i] - na[i]) / na[i];
+        printf("  check: vision merger output y of %d random patch features: y'E'^T vs yE^T over every embedding row %.2e of "
+               "the largest, |y'| vs |y| %.2e\n", RJ_PATCHES, pm > 0 ? pd / pm : 0.0, nd);
+    }
     fflush(stdout);
 done:
+    free(pa);
+    free(pb);
     free(la);
     free(lb);
     free(ra.chosen);
