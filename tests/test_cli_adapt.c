@@ -18,10 +18,9 @@
    - stories260K (../shared, skipped when absent): ONE `quarot eval --calib-text` run reports the
      stage-1 loss (int4 per token, captured up_proj inputs) of the random Hadamard and of H*R, and the
      perplexity table with the Adapt column. Checked: the adapted loss is lower; Adapt lowers W4A4
-     perplexity by >= 10% against no rotation. The issue's bar "W4A4 no worse than QuaRot" is NOT met
-     on this model (measured, see the report printed by the test and the branch report: Adapt is
-     1-4% worse than QuaRot over seeds); it is checked with a stated tolerance of 5% and the test
-     prints whether the strict bar holds. Why: the learned R's loss gain on the training rows (3%)
+     perplexity by >= 10% against no rotation. The strict bar "W4A4 no worse than QuaRot" is not
+     met on this model with RTN over 30 windows (measured: Adapt is 1-4% worse than QuaRot over
+     seeds); it is checked with a stated tolerance of 5% and the test prints whether it holds. Why: the learned R's loss gain on the training rows (3%)
      barely carries over to other tokens of a 64-wide model, while moving away from the Hadamard
      costs weight and activation incoherence elsewhere.
    Models: a synthetic LLaMA (qx_synth, outlier channels, GQA) written as a llama2.c checkpoint with a
@@ -652,9 +651,11 @@ static void test_yaml_subset(void) {
 static void test_stories(void) {
     char model[1024], calib[1024], text[1024];
     double a = 0, b = 0, n4 = 0, q4 = 0, d4 = 0, n8 = 0, q8 = 0, d8 = 0;
-    /* all 394 calibration windows (100864 tokens) normally; fewer under QT_QUICK (qemu: the W4A4 row
-       only) and sanitizers */
-    int rc, windows = qt_quick() ? 6 : 30, calib_windows = qt_quick() ? 20 : CLI_SANITIZED ? 100 : 0;
+    /* all 394 calibration windows (100864 tokens) normally; fewer under QT_QUICK (qemu, where this
+       test is the suite's longest: the W4A4 row only, 10 calibration and 4 eval windows) and
+       sanitizers */
+    int rc, windows = qt_quick() ? 4 : 30, calib_windows = qt_quick() ? 10 : CLI_SANITIZED ? 100 : 0;
+    char cw[16];
     const char* p;
     model[0] = calib[0] = text[0] = '\0';   /* qt_shared_path returns one static buffer: copy at once */
     if ((p = qt_shared_path("models/stories260K/stories260K.bin")) != NULL) snprintf(model, sizeof model, "%s", p);
@@ -669,14 +670,16 @@ static void test_stories(void) {
     QT_EQ_INT(rc, 0);
     QT_CHECKF(parse_loss(g_out, &a, &b), "no stage-1 loss in: %s", g_out);
     QT_CHECKF(table_row3(g_out, "W4A4", &n4, &q4, &d4) && (qt_quick() || table_row3(g_out, "W8A4", &n8, &q8, &d8)), "no table in: %s", g_out);
+    if (calib_windows) snprintf(cw, sizeof cw, "%d", calib_windows);
+    else snprintf(cw, sizeof cw, "all");
     printf("    stories260K, stage 1 on %s calibration windows, int4 loss of the captured up_proj inputs: random Hadamard %.6e -> "
-           "adapted %.6e (%.2f%%)\n", calib_windows ? (calib_windows == 20 ? "20" : "100") : "all", a, b, 100.0 * (b - a) / a);
+           "adapted %.6e (%.2f%%)\n", cw, a, b, 100.0 * (b - a) / a);
     printf("    %d eval windows: W4A4 none %.4f, QuaRot %.4f, Adapt %.4f (%+.1f%% vs QuaRot); W8A4 none %.4f, QuaRot %.4f, Adapt %.4f (%+.1f%%)\n",
            windows, n4, q4, d4, 100.0 * (d4 - q4) / q4, n8, q8, d8, 100.0 * (d8 - q8) / q8);
     QT_CHECKF(b < a, "stage 1 did not lower the loss: %.6e -> %.6e", a, b);
     QT_CHECKF(d4 <= 0.9 * n4, "Adapt W4A4 %.4f is not 10%% below no rotation %.4f", d4, n4);
-    /* The issue's bar is d4 <= q4. Measured on this model it does not hold (see the file comment and
-       the report); a 5% tolerance keeps the check meaningful on the full run: a broken stage 2 (a
+    /* The strict bar is d4 <= q4. Measured on this model it does not hold (see the file comment); a
+       5% tolerance keeps the check meaningful on the full run: a broken stage 2 (a
        wrong R, a missing hook) moves W4A4 by far more. On the few windows of QT_QUICK the Adapt /
        QuaRot ratio swings by several percent with the calibration windows and the platform's GEMM
        rounding (measured -7%..+4% for 10..40 windows), so only the checks above apply there. */

@@ -13,7 +13,7 @@
    Models: a synthetic LLaMA written here as a llama2.c checkpoint (untied classifier, GQA) with a
    hand-made byte-level tokenizer, so everything but the stories260K checks runs without ../shared;
    and stories260K (../shared; skipped when absent), where QuaRot must also lower W4A4 and W8A4
-   perplexity by at least 10% (the issue's bar) on the first 30 stream windows.
+   perplexity by at least 10% on the first 30 stream windows.
    QT_QUICK: fewer windows, the demo without its stories260K part, and no 10-second check (which
    also only applies to optimized builds without sanitizers or an emulator). */
 #include "quarot.h"

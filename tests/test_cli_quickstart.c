@@ -3,7 +3,7 @@
      quarot calibrate model.gguf --text tinystories_calib.txt -o ctx (Adapt Rotation stage 1)
      quarot rotate model.gguf rot.gguf --rotation adapt --context ctx --online   (stage 2)
      quarot eval rot.gguf --text tinystories_eval.txt --columns none (its tokenizer and hooks found)
-   with --windows / --steps / --rows cut so that it runs in seconds.
+   with --windows / --steps / --rows cut so that it runs in seconds (8 eval windows, 3 under QT_QUICK).
    Truths: eval of rot.gguf finds its hook file (the digest matches) and its tokenizer (the GGUF's
    own tokenizer.ggml.*, converted from tok512.bin) with no extra flag, and its FP32 perplexity equals
    the original model.gguf's within 1e-6 relative (rotation preserves the function; measured
@@ -24,6 +24,7 @@ static int fp32_of(const char* out, double* v) {
 static void test_quickstart(void) {
     char model[600], ctx[600], rot[600], hooks[700], moved[720], b[4096], c[4096], t[4096];
     double p0 = 0, p1 = 0, p2 = 0;
+    const int nw = qt_quick() ? 3 : 8;   /* eval windows (3 under qemu, where emulated floats are slow) */
     const char* p;
     /* (qt_shared_path's buffer is reused: copy each at once) */
     if (!(p = qt_shared_path("models/stories260K/stories260K.bin"))) { QT_SKIP("../shared stories260K absent"); return; }
@@ -44,19 +45,19 @@ static void test_quickstart(void) {
     QT_EQ_INT(CLI("rotate %s %s --rotation adapt --context %s --online", model, rot, ctx), 0);
     QT_CHECK(strstr(g_out, "online hooks: 10") != NULL && qx_path_exists(hooks));
     /* eval picks up the tokenizer and the hooks */
-    QT_EQ_INT(CLI("eval %s --text %s --columns none --rows W4A4 --windows 8", rot, t), 0);
+    QT_EQ_INT(CLI("eval %s --text %s --columns none --rows W4A4 --windows %d", rot, t, nw), 0);
     QT_CHECKF(strstr(g_err, "online hooks:") != NULL && strstr(g_err, "(weights digest matches)") != NULL, "%s", g_err);
     QT_CHECK(strstr(g_out, "hooks      ") != NULL && strstr(g_out, ".quarot-online: 10 online hooks") != NULL);
     QT_CHECK(strstr(g_out, "tokenizer  ") != NULL && strstr(g_err, "WARNING") == NULL);
     QT_CHECKF(fp32_of(g_out, &p1), "%s", g_out);
-    QT_EQ_INT(CLI("eval %s --text %s --columns none --rows W4A4 --windows 8 --quiet", model, t), 0);
+    QT_EQ_INT(CLI("eval %s --text %s --columns none --rows W4A4 --windows %d --quiet", model, t, nw), 0);
     QT_CHECK(fp32_of(g_out, &p0));
     QT_CHECKF(p0 > 1 && fabs(p1 - p0) <= 1e-6 * p0, "FP32 perplexity %.9g (rot.gguf) vs %.9g (model.gguf)", p1, p0);
-    printf("    FP32 perplexity, 8 windows: model.gguf %.9g, rot.gguf (Adapt + online hooks) %.9g, rel diff %.1e (tol 1e-6)\n", p0, p1,
+    printf("    FP32 perplexity, %d windows: model.gguf %.9g, rot.gguf (Adapt + online hooks) %.9g, rel diff %.1e (tol 1e-6)\n", nw, p0, p1,
            fabs(p1 - p0) / p0);
     /* without its hook file the rotated model is another function: loud, and the number moves */
     QT_CHECK(rename(hooks, moved) == 0);
-    QT_EQ_INT(CLI("eval %s --text %s --columns none --rows W4A4 --windows 8 --quiet", rot, t), 0);
+    QT_EQ_INT(CLI("eval %s --text %s --columns none --rows W4A4 --windows %d --quiet", rot, t, nw), 0);
     QT_CHECK(strstr(g_err, "WARNING") != NULL && strstr(g_err, "needs its online hook file") != NULL);
     QT_CHECK(fp32_of(g_out, &p2) && fabs(p2 - p0) > 1e-3 * p0);
     printf("    without the hook file: FP32 perplexity %.6g (and a WARNING)\n", p2);

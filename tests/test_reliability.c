@@ -337,7 +337,7 @@ static void test_force_refuses_special_files(void) {
     QT_CHECK(make_input(tmp_path("sp_dir_in"), 1, 0));
     QT_EQ_INT(CLI("rotate '%s' '%s' --force", tmp_path("sp_dir_in"), fifo), 3);
     QT_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
-    /* the reproducer, a character device (a copy of /dev/null); needs root, else skipped */
+    /* a character device (a copy of /dev/null); needs root, else skipped */
     if (mknod(tmp_path("sp_null"), S_IFCHR | 0666, makedev(1, 3)) == 0) {
         QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, tmp_path("sp_null")), 3);
         QT_CHECKF(strstr(g_err, "device") != NULL, "stderr: %s", g_err);

@@ -8,7 +8,7 @@
      per-token symmetric activations) and W8A4.
    Windowing: qx_eval's stream windowing (the whole text encoded once, chunks of 255 tokens after
    BOS), first 30 windows (4 under QT_QUICK). Folding R1/R2 without the online down_proj rotation is
-   also measured: on this model it does not help W4A4 (the issue notes it makes it worse). */
+   also measured: on this model it does not help W4A4 (it makes it worse). */
 #include "quarot.h"
 #include "qt.h"
 #include "stories_util.h"
