@@ -4,8 +4,8 @@
    if any QT_* check inside it fails, and main ends with `return qt_finish("test_name");`, which
    prints "test_name: N passed, M failed, K skipped". tests/run.sh adds those lines up.
 
-   Tests that need ../shared call qt_shared_path(); when the folder is absent they call QT_SKIP and
-   return, so a clone without it still runs cleanly. QT_QUICK=1 in the environment asks tests to use
+   Tests that need ../shared call qt_shared_path(); when the folder is absent they call QT_SKIP, which
+   returns, so a clone without it still runs cleanly. QT_QUICK=1 in the environment asks tests to use
    smaller sizes (qemu and sanitizer runs); qt_quick() reads it. A test that takes a second or more
    shows its wall time on its "ok" / "FAIL" line, so a CI log tells where the minutes go. */
 #ifndef QT_H
@@ -63,8 +63,9 @@ QT_UNUSED static void qt__fail(const char* file, int line, const char* fmt, ...)
 #define QT_ERR(expr, code) \
     do { int qt__r = (int)(expr); \
          if (qt__r != (int)(code)) qt__fail(__FILE__, __LINE__, "%s returned %d (%s), expected %s", #expr, qt__r, quarot_result_string((quarot_result)qt__r), #code); } while (0)
+/* Marks the current test skipped and returns from it (test functions return void). */
 #define QT_SKIP(reason) \
-    do { qt__cur_skipped = 1; fprintf(stdout, "  skip %s: %s\n", qt__cur_name, reason); } while (0)
+    do { qt__cur_skipped = 1; fprintf(stdout, "  skip %s: %s\n", qt__cur_name, reason); return; } while (0)
 
 #define QT_RUN(fn) qt__run(#fn, fn)
 
