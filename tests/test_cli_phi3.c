@@ -10,7 +10,9 @@
      bound test_cli_quantize holds the dense families to;
    - a q|k|v projection whose rows do not split into the config's heads: `rotate` of such a
      checkpoint gives one error line naming the tensor, exit 2, nothing written; the GGUF writer
-     refuses to write one. */
+     refuses to write one;
+   - a GGUF written from a config (directly or by `rotate` from safetensors) has
+     phi3.attention.sliding_window = 0, which llama.cpp's phi3 loader needs (0: full attention). */
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
@@ -110,6 +112,38 @@ static int save_as(const qx_store* s, int gguf, const char* dir, char* in, size_
     }
     if (r != QUAROT_OK) printf("    save %s: %s\n", in, e.msg);
     return r == QUAROT_OK;
+}
+
+/* llama.cpp's phi3 loader refuses a file without phi3.attention.sliding_window (its converter always
+   writes it, 0 for none): the generated keys carry 0, full attention as the forward here runs it,
+   whether the GGUF is written directly or by `quarot rotate` from safetensors. */
+static int64_t gguf_key_int(const char* path, const char* key) {
+    size_t n = 0;
+    void* img = read_all(path, &n);
+    qx_gguf_file f;
+    qx_err e;
+    int64_t v = -1;
+    if (img && qx_gguf_parse(img, n, path, &f, &e) == QUAROT_OK) {
+        const qx_gguf_kv* kv = qx_gguf_find(&f, key);
+        if (!kv || qx_gguf_kv_int(kv, &v) != QUAROT_OK) v = -1;
+        qx_gguf_file_free(&f);
+    }
+    free(img);
+    return v;
+}
+
+static void test_gguf_sliding_window_key(void) {
+    qx_store s;
+    char dir[512], in[768], st[768], out[768];
+    if (!synth_phi3(&s, 5, -1)) { QT_CHECK(0); return; }
+    snprintf(dir, sizeof dir, "%s/swa", g_tmp);
+    if (!save_as(&s, 1, dir, in, sizeof in)) { QT_CHECK(0); qx_store_free(&s); return; }
+    QT_EQ_INT((int)gguf_key_int(in, "phi3.attention.sliding_window"), 0);
+    if (!save_as(&s, 0, dir, st, sizeof st)) { QT_CHECK(0); qx_store_free(&s); return; }
+    qx_store_free(&s);
+    snprintf(out, sizeof out, "%s/rot.gguf", dir);
+    QT_EQ_INT(CLI("rotate %s %s --quiet", st, out), 0);
+    QT_EQ_INT((int)gguf_key_int(out, "phi3.attention.sliding_window"), 0);
 }
 
 static void test_rotate_phi3(void) {
@@ -261,6 +295,7 @@ int main(int argc, char** argv) {
     if (!cu_start(argv[0], "test_cli_phi3")) return 1;
     QT_RUN(test_forward_fused_equals_split);
     QT_RUN(test_rotate_phi3);
+    QT_RUN(test_gguf_sliding_window_key);
     QT_RUN(test_quantize_matches_fake_quant);
     QT_RUN(test_bad_split);
     cu_finish();

@@ -1603,6 +1603,9 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     QX__SET_F("attention.layer_norm_rms_epsilon", c->norm_eps > 0 ? c->norm_eps : 1e-5f);
     QX__SET_F("rope.freq_base", c->rope_theta > 0 ? c->rope_theta : 10000.0f);
     QX__SET_U("vocab_size", c->vocab);
+    /* llama.cpp refuses a phi3 file without a sliding window; 0 (Phi-4's value) is full attention, which
+       is what the forward here computes (config.json's sliding_window is not read) */
+    if (phi3) QX__SET_U("attention.sliding_window", 0);
     /* general.file_type: 0 all F32, 1 mostly F16, 32 mostly BF16 (llama.cpp's numbering) */
     dt = QUAROT_DTYPE_F32;
     for (i = 0; i < s->count; ++i) if (s->items[i].t.ne[1] > 1 && s->items[i].t.dtype != QUAROT_DTYPE_F32) { dt = s->items[i].t.dtype; break; }
