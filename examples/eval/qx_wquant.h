@@ -34,7 +34,9 @@ typedef struct qx_wq_opts {
 
 typedef struct qx_wq_stats {
     int64_t windows, tokens;              /* calibration actually used */
-    int64_t linears;                      /* linears quantized */
+    int64_t linears;                      /* linears quantized (each expert's three) */
+    int64_t experts_rtn;                  /* GPTQ, MoE: routed experts no calibration token reached (RTN) */
+    char moe_note[512];                   /* "layer 3: 2 of 16 experts had no calibration tokens: RTN; ..." */
     double seconds;
 } qx_wq_stats;
 

@@ -1,0 +1,313 @@
+/* test_moe_quant.c - the weight-quantization stage (eval/qx_wquant.h) on mixture-of-experts models:
+   synthetic Mixtral, Qwen2-MoE (shared expert) and Qwen3-MoE (tests/moe_util.h), experts as one
+   tensor each (Hugging Face) or as 3-D tensors [n_experts][out][in] (GGUF).
+   - GPTQ builds each expert's Hessian from the calibration rows routed to it: for every expert that
+     gets tokens, GPTQ's layer-output error on those rows (the stage's report, exact from the
+     Hessian) is at most RTN's, and summed over the experts clearly lower; the model's logits on the
+     calibration windows are closer to FP32 than with RTN.
+   - The router gives experts 1, 2, 3 the same row, so ties (to the lower index) never pick expert 3:
+     checked on the FP forward's routes, then expert 3 of every MoE layer is RTN (reported as a
+     fallback, counted per layer in the stats' note) and its weights are exactly RTN's of the
+     original; the router and the shared-expert gate are not changed.
+   - 3-D experts: the same model with stacked experts gives the same quantized weights, bit for bit,
+     at each expert's rows of the 3-D tensor; 2 threads give the same bits as 1.
+   - --w-clip (the clip search) and --int8-down-proj run per expert; weight migration refuses MoE by
+     name. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quarot.h"
+#include "qt.h"
+#include "eval/qx_wquant.h"
+#include "model/qx_windows.h"
+#include "support/qx_threads.h"
+
+#include "moe_util.h"
+
+static const char* const FAMS[3] = {"mixtral", "qwen2_moe", "qwen3_moe"};
+
+static int to_store(const mt_model* m, qx_store* s) {
+    int i;
+    quarot_result r = QUAROT_OK;
+    qx_store_init(s);
+    s->config = m->cfg;
+    for (i = 0; i < m->count && r == QUAROT_OK; ++i) {
+        const quarot_tensor* t = &m->items[i].t;
+        int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
+        r = qx_store_add(s, m->items[i].name, QUAROT_DTYPE_F32, nd, t->ne, t->data, NULL);
+    }
+    return r == QUAROT_OK;
+}
+
+/* experts 2 and 3 take expert 1's router row: top 2 with ties to the lower index never picks 3 */
+static void tie_router(mt_model* m) {
+    char n[QUAROT_NAME_MAX];
+    int l;
+    for (l = 0; l < (int)m->cfg.n_layers; ++l) {
+        float* w;
+        if (!quarot_config_layer_is_moe(&m->cfg, l)) continue;
+        nm(n, m->router, l);
+        w = mt_get(m, n);
+        memcpy(w + 2 * 32, w + 32, 32 * sizeof(float));
+        memcpy(w + 3 * 32, w + 32, 32 * sizeof(float));
+    }
+}
+
+/* the per-expert model m as stacked 3-D experts (the same numbers) */
+static void stack_copy(const mt_model* m, mt_model* st) {
+    char n[QUAROT_NAME_MAX];
+    int i, l, e, p;
+    memset(st, 0, sizeof *st);
+    st->cfg = m->cfg;
+    st->cfg.experts_stacked = 1;
+    st->router = m->router;
+    st->eg = m->eg; st->eu = m->eu; st->ed = m->ed;
+    st->stg = m->stg; st->stu = m->stu; st->std_ = m->std_;
+    for (i = 0; i < m->count; ++i) {
+        const quarot_tensor* t = &m->items[i].t;
+        if (strstr(m->items[i].name, ".experts.")) continue;
+        memcpy(mt_new(st, m->items[i].name, t->ne[0], t->ne[1], 1), t->data, (size_t)(t->ne[0] * t->ne[1]) * 4);
+    }
+    for (l = 0; l < (int)m->cfg.n_layers; ++l) {
+        const char* per[3] = {m->eg, m->eu, m->ed};
+        const char* stk[3] = {m->stg, m->stu, m->std_};
+        if (!quarot_config_layer_is_moe(&m->cfg, l)) continue;
+        for (p = 0; p < 3; ++p) {
+            float* d;
+            nm(n, stk[p], l);
+            d = mt_new(st, n, p == 2 ? 16 : 32, p == 2 ? 32 : 16, 4);
+            for (e = 0; e < 4; ++e) {
+                nme(n, per[p], l, e);
+                memcpy(d + e * 512, mt_get((mt_model*)m, n), 512 * sizeof(float));
+            }
+        }
+    }
+}
+
+typedef struct reps {
+    int64_t experts, fallback, worse, shared, attn;
+    double err, err_rtn;
+} reps;
+
+static quarot_result on_lin(void* u, const quarot_qlinear_report* r) {
+    reps* x = (reps*)u;
+    if (strstr(r->name, ".shared_expert.")) x->shared++;
+    else if (strstr(r->name, ".experts.")) {
+        x->experts++;
+        if (r->fallback) { x->fallback++; return QUAROT_OK; }
+        if (r->method == QUAROT_WQUANT_GPTQ) {
+            x->err += r->err / r->ref;
+            x->err_rtn += r->err_rtn / r->ref;
+            x->worse += r->err > r->err_rtn * (1.0 + 1e-9);
+        }
+    } else x->attn++;
+    return QUAROT_OK;
+}
+
+static qx_windows g_win;
+static int32_t g_tok[16 * 24];
+
+static void make_windows(int nwin, int len) {
+    int i;
+    unsigned s = 12345u;
+    for (i = 0; i < nwin * len; ++i) { s = s * 1103515245u + 12345u; g_tok[i] = (int32_t)((s >> 16) % 48u); }
+    memset(&g_win, 0, sizeof g_win);
+    g_win.tokens = g_tok;
+    g_win.offset = (int64_t*)malloc((size_t)(nwin + 1) * sizeof(int64_t));
+    for (i = 0; i <= nwin; ++i) g_win.offset[i] = (int64_t)i * len;
+    g_win.n = nwin;
+    g_win.max_len = len;
+    g_win.n_predicted = (int64_t)nwin * (len - 1);
+}
+
+/* expert use of the FP forward over the windows: cnt[layer][expert] */
+static int64_t g_cnt[4][4];
+static void on_route(void* u, int64_t layer, const int32_t* experts, int64_t T, int64_t k) {
+    int64_t i;
+    (void)u;
+    for (i = 0; i < T * k; ++i) g_cnt[layer][experts[i]]++;
+}
+
+/* sum of squared logit differences from ref over the windows (ref NULL: fills out) */
+static double logits_err(const qx_store* s, float* out, const float* ref, int route) {
+    qx_forward f;
+    qx_forward_opts o;
+    qx_err e;
+    double se = 0;
+    int64_t w, i, off = 0;
+    memset(&o, 0, sizeof o);
+    if (route) { o.route = on_route; memset(g_cnt, 0, sizeof g_cnt); }
+    if (qx_forward_init(&f, s, &o, &e) != QUAROT_OK) { printf("    init: %s\n", e.msg); return -1; }
+    for (w = 0; w < g_win.n; ++w) {
+        int64_t T = g_win.offset[w + 1] - g_win.offset[w];
+        if (qx_forward_window(&f, g_win.tokens + g_win.offset[w], T, out + off, &e) != QUAROT_OK) { se = -1; break; }
+        if (ref) for (i = 0; i < T * 48; ++i) se += ((double)out[off + i] - ref[off + i]) * ((double)out[off + i] - ref[off + i]);
+        off += T * 48;
+    }
+    qx_forward_free(&f);
+    return se;
+}
+
+static quarot_result run_stage(qx_store* s, int gptq, int clip, int int8, const quarot_env* env, reps* rp, qx_wq_stats* st,
+                               qx_err* e) {
+    qx_wq_opts o;
+    memset(&o, 0, sizeof o);
+    memset(rp, 0, sizeof *rp);
+    o.desc.method = gptq ? QUAROT_WQUANT_GPTQ : QUAROT_WQUANT_RTN;
+    o.desc.weight.bits = 4;
+    o.desc.weight.clip_search = clip ? QUAROT_CLIP_SEARCH_LP : 0;
+    o.desc.int8_down_proj = int8;
+    o.desc.nsamples = g_win.n;
+    o.desc.dead_fallback = 1;
+    o.desc.on_linear = on_lin;
+    o.desc.user_data = rp;
+    o.calib = &g_win;
+    o.env = env;
+    return qx_wq_quantize(s, &o, st, e);
+}
+
+static int same_tensor(const qx_store* a, const qx_store* b, const char* name, int64_t row0, int64_t rows) {
+    const quarot_tensor* x = qx_store_find(a, name);
+    const quarot_tensor* y = qx_store_find(b, name);
+    if (!x || !y) return 0;
+    return memcmp((const char*)x->data + row0 * x->nb[1], (const char*)y->data + row0 * y->nb[1], (size_t)(rows * x->ne[0]) * 4) == 0;
+}
+
+static void test_gptq_per_expert(void) {
+    const int nwin = qt_quick() ? 4 : 12, len = 16;
+    int f;
+    make_windows(nwin, len);
+    for (f = 0; f < 3; ++f) {
+        static mt_model m, ms;
+        static float lfp[16 * 24 * 48], lx[16 * 24 * 48];
+        qx_store s0, sg, sr, s2, sst;
+        reps rg, rr, r2, rst;
+        qx_wq_stats st, st2, stst;
+        qx_err e;
+        qx_pool* pool;
+        quarot_env env;
+        int64_t n_moe = 0, l, ex, unpicked = 0;
+        double eg, er;
+        char n[QUAROT_NAME_MAX], want[128];
+        int ok = 1;
+        if (qt_quick() && f != 1) continue;
+        mt_build(&m, (family)f, 0, 70u + (unsigned)f);
+        tie_router(&m);
+        for (l = 0; l < m.cfg.n_layers; ++l) n_moe += quarot_config_layer_is_moe(&m.cfg, l);
+        QT_CHECK(to_store(&m, &s0) && to_store(&m, &sg) && to_store(&m, &sr) && to_store(&m, &s2));
+        QT_CHECK(logits_err(&s0, lfp, NULL, 1) >= 0);
+        for (l = 0; l < m.cfg.n_layers; ++l) {   /* the FP model: expert 3 never chosen, the others are */
+            if (!quarot_config_layer_is_moe(&m.cfg, l)) continue;
+            unpicked += g_cnt[l][3] == 0;
+            for (ex = 0; ex < 3; ++ex) ok &= g_cnt[l][ex] > 0;
+        }
+        QT_CHECKF(unpicked == n_moe && ok, "%s: the tied router should leave expert 3 (only) unpicked", FAMS[f]);
+        if (run_stage(&sg, 1, 0, 0, NULL, &rg, &st, &e) != QUAROT_OK) { printf("    %s\n", e.msg); QT_CHECK(0); }
+        QT_OK(run_stage(&sr, 0, 0, 0, NULL, &rr, NULL, &e));
+        /* every routed expert's three linears and the shared expert's reported; one RTN expert per layer */
+        QT_CHECKF(rg.experts == n_moe * 12 && rg.fallback == n_moe * 3 && st.experts_rtn == n_moe,
+                  "%s: %lld expert linears, %lld fallbacks, %lld RTN experts (want %lld, %lld, %lld)", FAMS[f],
+                  (long long)rg.experts, (long long)rg.fallback, (long long)st.experts_rtn, (long long)(n_moe * 12),
+                  (long long)(n_moe * 3), (long long)n_moe);
+        QT_CHECK(rg.shared == (m.cfg.shared_intermediate ? n_moe * 3 : 0));
+        for (l = 0; l < m.cfg.n_layers; ++l)
+            if (quarot_config_layer_is_moe(&m.cfg, l)) {
+                snprintf(want, sizeof want, "layer %lld: 1 of 4 experts had no calibration tokens: RTN", (long long)l);
+                QT_CHECKF(strstr(st.moe_note, want) != NULL, "%s: note \"%s\" lacks \"%s\"", FAMS[f], st.moe_note, want);
+            }
+        QT_CHECKF(rg.worse == 0 && rg.err < 0.9 * rg.err_rtn, "%s: GPTQ worse than RTN on %lld expert linears; "
+                  "relative output error summed %.4g vs RTN %.4g", FAMS[f], (long long)rg.worse, rg.err, rg.err_rtn);
+        /* expert 3: exactly RTN of the original; the router and shared gate untouched */
+        for (l = 0; l < m.cfg.n_layers; ++l) {
+            const char* per[3] = {m.eg, m.eu, m.ed};
+            int p;
+            if (!quarot_config_layer_is_moe(&m.cfg, l)) continue;
+            for (p = 0; p < 3; ++p) {
+                quarot_quant_desc d;
+                static float w[512];
+                const quarot_tensor* t;
+                nme(n, per[p], l, 3);
+                t = qx_store_find(&sg, n);
+                memcpy(w, mt_get(&m, n), sizeof w);
+                memset(&d, 0, sizeof d);
+                d.bits = 4;
+                QT_OK(quarot_fake_quant_f32(w, p == 2 ? 32 : 16, p == 2 ? 16 : 32, p == 2 ? 16 : 32, &d));
+                QT_CHECKF(t && memcmp(t->data, w, sizeof w) == 0, "%s: %s is not RTN of the original", FAMS[f], n);
+                QT_CHECKF(same_tensor(&sg, &sr, n, 0, p == 2 ? 32 : 16), "%s: %s differs from the RTN stage's", FAMS[f], n);
+            }
+            nm(n, m.router, l);
+            QT_CHECK(same_tensor(&sg, &s0, n, 0, 4));
+            if (m.cfg.shared_intermediate) {
+                nm(n, "model.layers.%d.mlp.shared_expert_gate.weight", l);
+                QT_CHECK(same_tensor(&sg, &s0, n, 0, 1));
+            }
+        }
+        eg = logits_err(&sg, lx, lfp, 0);
+        er = logits_err(&sr, lx, lfp, 0);
+        QT_CHECKF(eg > 0 && er > 0 && eg < er, "%s: logits error to FP32 GPTQ %.4g, RTN %.4g", FAMS[f], eg, er);
+        printf("    %-9s GPTQ per expert: %lld expert linears (%lld RTN: no tokens), output error / ref summed %.4g vs RTN %.4g; "
+               "logits SSE to FP32 %.4g vs RTN %.4g\n", FAMS[f], (long long)rg.experts, (long long)rg.fallback, rg.err,
+               rg.err_rtn, eg, er);
+        /* 2 threads: the same bits */
+        pool = qx_pool_create(2);
+        qx_pool_env(pool, &env);
+        QT_OK(run_stage(&s2, 1, 0, 0, &env, &r2, &st2, &e));
+        qx_pool_destroy(pool);
+        for (ok = 1, l = 0; l < (int64_t)sg.count; ++l) ok &= same_tensor(&sg, &s2, sg.items[l].name, 0, quarot_tensor_nrows(&sg.items[l].t));
+        QT_CHECKF(ok, "%s: 2 threads differ from 1", FAMS[f]);
+        /* the same model with 3-D experts: the same weights at each expert's rows */
+        stack_copy(&m, &ms);
+        QT_CHECK(to_store(&ms, &sst));
+        QT_OK(run_stage(&sst, 1, 0, 0, NULL, &rst, &stst, &e));
+        QT_CHECK(rst.experts == rg.experts && rst.fallback == rg.fallback && strcmp(stst.moe_note, st.moe_note) == 0);
+        for (l = 0; l < m.cfg.n_layers; ++l) {
+            const char* per[3] = {m.eg, m.eu, m.ed};
+            const char* stk[3] = {m.stg, m.stu, m.std_};
+            int p;
+            if (!quarot_config_layer_is_moe(&m.cfg, l)) continue;
+            for (p = 0; p < 3; ++p)
+                for (ex = 0; ex < 4; ++ex) {
+                    const quarot_tensor *a, *b;
+                    char n2[QUAROT_NAME_MAX];
+                    nme(n, per[p], (int)l, (int)ex);
+                    nm(n2, stk[p], (int)l);
+                    a = qx_store_find(&sg, n);
+                    b = qx_store_find(&sst, n2);
+                    QT_CHECKF(a && b && memcmp(a->data, (const char*)b->data + ex * b->nb[2], 512 * 4) == 0,
+                              "%s: %s differs from expert %lld of %s", FAMS[f], n, (long long)ex, n2);
+                }
+        }
+        qx_store_free(&sst);
+        mt_free(&ms);
+        /* the clip search and int8 down_proj per expert (RTN); migration refused by name */
+        {
+            qx_store sc;
+            QT_CHECK(to_store(&m, &sc));
+            QT_OK(run_stage(&sc, 0, 1, 1, NULL, &rr, &st2, &e));
+            QT_CHECK(rr.experts == n_moe * 12 && rr.fallback == 0 && st2.experts_rtn == 0);
+            qx_store_free(&sc);
+        }
+        {
+            qx_wq_opts o;
+            qx_store sc;
+            QT_CHECK(to_store(&m, &sc));
+            memset(&o, 0, sizeof o);
+            o.desc.weight.bits = 4;
+            o.desc.migrate = 1;
+            o.desc.nsamples = g_win.n;
+            o.calib = &g_win;
+            QT_CHECK(qx_wq_quantize(&sc, &o, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "migration") != NULL);
+            qx_store_free(&sc);
+        }
+        qx_store_free(&s0); qx_store_free(&sg); qx_store_free(&sr); qx_store_free(&s2);
+        mt_free(&m);
+    }
+    free(g_win.offset);
+}
+
+int main(void) {
+    QT_RUN(test_gptq_per_expert);
+    return qt_finish("test_moe_quant");
+}
