@@ -14548,7 +14548,8 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
         const quarot_plan_fusion* f = &p->fusions[i];
         if (f->layer != layer) continue;
         if (moe) {   // the attention norm's fusion only: the one with v_proj among its readers
-            for (k = 0; k < f->n_linears && strcmp(p->linears[f->first_linear + k].weight, p->layers[layer].v_proj); ++k) {}
+            const char* v = p->layers[layer].v_proj;
+            for (k = 0; k < f->n_linears && strcmp(p->linears[f->first_linear + k].weight, v) != 0; ++k) {}
             if (k == f->n_linears) continue;
         }
         for (k = 0; k < f->n_linears && nf < (moe ? 1 : 2); ++k) {

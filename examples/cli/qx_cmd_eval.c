@@ -1316,8 +1316,9 @@ static void eval_print_linear_errors(const eval_state* st) {
                 printf("  %-10s %12.4e\n", t < 7 ? lin_types[t] : "other", x->mse[t] / n);
         }
         if (st->model.config.n_experts > 0)
-            printf("  mixture of experts: each expert on the calibration rows routed to it (the shared expert on all); "
-                   "routers and shared-expert gates not quantized%s%s\n", x->st.moe_note[0] ? "; " : "", x->st.moe_note);
+            printf("  mixture of experts: %s; routers and shared-expert gates not quantized%s%s\n",
+                   st->gptq ? "GPTQ on each expert's routed calibration rows (the shared expert on all)" : "every expert quantized",
+                   x->st.moe_note[0] ? "; " : "", x->st.moe_note);
     }
 }
 
