@@ -482,11 +482,64 @@ static void test_cli_quantize_moe(void) {
     g_mlp_only = 1;
 }
 
+/* m's vocabulary widened to the CLI tests' byte-level tokenizer (SYN_VOCAB), new rows random */
+static void widen_vocab(mt_model* m) {
+    const char* names[2] = {"model.embed_tokens.weight", "lm_head.weight"};
+    int k;
+    for (k = 0; k < 2; ++k) {
+        mt_tensor* t = mt_find(m, names[k]);
+        float* d = (float*)realloc(t->t.data, (size_t)SYN_VOCAB * 32 * sizeof(float));
+        if (!d) continue;
+        fill(d + 48 * 32, (int64_t)(SYN_VOCAB - 48) * 32, k ? 0.05 : 0.5);   /* lm_head rows small: a sane perplexity */
+        t->t.data = d;
+        t->t.ne[1] = SYN_VOCAB;
+        t->t.nb[2] = t->t.nb[3] = (size_t)SYN_VOCAB * 32 * 4;
+    }
+    m->cfg.vocab = SYN_VOCAB;
+}
+
+/* GPTQ through quantize (3-D experts: each expert's codes at its rows) equals eval --w-quant gptq of
+   the source within 0.1%; expert 3 (never routed to) is RTN, said in the summary. */
+static void test_cli_gptq_moe(void) {
+    static mt_model m;
+    char in[512], q[512], tok[512], txt[512], opts[2400];
+    double a, b;
+    int rc;
+    g_mlp_only = 0;
+    g_all_moe = 1;
+    mt_build(&m, FAM_QWEN3, 1, 95u);
+    g_all_moe = 0;
+    g_mlp_only = 1;
+    tie_router(&m);
+    widen_vocab(&m);
+    snprintf(in, sizeof in, "%s/g_in.gguf", g_tmp);
+    snprintf(q, sizeof q, "%s/g_q.gguf", g_tmp);
+    snprintf(tok, sizeof tok, "%s", tmp_path("tok.bin"));
+    snprintf(txt, sizeof txt, "%s", tmp_path("text.txt"));
+    if (!save_model(&m, in, 1) || !write_tokenizer(tok) || !cu_write_sentences(txt, 20)) { QT_CHECK(0); mt_free(&m); return; }
+    rc = CLI("quantize %s %s --w-quant gptq --calib-text %s --tokenizer %s --nsamples 4 --seq-len 32 --dtype f32 --force", in, q, txt, tok);
+    QT_CHECKF(rc == 0 && strstr(g_out, "layer 0: 1 of 4 experts had no calibration tokens: RTN") && strstr(g_out, "RTN*"),
+              "rc %d: %s%s", rc, g_out, g_err);
+    QT_CHECKF(strstr(g_err, "experts.3.gate_proj.weight: no calibration token routed to it"), "%s", g_err);
+    snprintf(opts, sizeof opts, "--tokenizer %s --w-bits 16 --a-bits 16 --columns none", tok);
+    rc = CLI("eval %s --text %s --seq-len 32 --quiet %s", q, txt, opts);
+    QT_CHECKF(rc == 0, "eval: rc %d: %s", rc, g_err);
+    a = rc == 0 ? row_value("FP32") : -1;
+    snprintf(opts, sizeof opts, "--tokenizer %s --w-bits 4 --a-bits 16 --group-size 32 --group-fallback --w-quant gptq --calib-text %s "
+             "--nsamples 4 --columns quarot --no-online", tok, txt);
+    rc = CLI("eval %s --text %s --seq-len 32 --quiet %s", in, txt, opts);
+    QT_CHECKF(rc == 0, "eval: rc %d: %s", rc, g_err);
+    b = rc == 0 ? row_value("W4A16") : -1;
+    check_close(a, b, "qwen3_moe GPTQ Q4_0 rotated");
+    mt_free(&m);
+}
+
 int main(int argc, char** argv) {
     (void)argc;
     QT_RUN(test_gptq_per_expert);
     if (!cu_start(argv[0], "test_moe_quant")) return 1;
     QT_RUN(test_cli_quantize_moe);
+    QT_RUN(test_cli_gptq_moe);
     cu_finish();
     return qt_finish("test_moe_quant");
 }
