@@ -731,6 +731,7 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
     r = qx_wq_quantize(q, &wo, wst, e);
     k->staged = NULL;
     if (r != QUAROT_OK) return r;
+    if (wst && wst->moe_note[0]) qx_cli_info(k->cli, "mixture of experts: %s", wst->moe_note);
     pl = qx_store_plan(q, QUAROT_DTYPE_F32, 1);
     if (!pl) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
     r = qz_begin(k, q, pl, n, e);

@@ -167,7 +167,7 @@ static quarot_result qx__moe_layer(qx_store* s, const qx_wq_opts* o, qx_ek_forwa
     int8_t* q = NULL;
     float *sc = NULL, *zr = NULL;
     int64_t maxw = (f->e_inter > f->s_inter ? f->e_inter : f->s_inter) * H;
-    mo = f->layers[l].moe;
+    mo = f->opts.stream_weights ? NULL : f->layers[l].moe;
     if (!mo || !mo->w) {
         qx_err_set(e, "layer %lld: the MoE weights are not in memory (layer-wise forward)", (long long)l);
         return QUAROT_ERR_UNSUPPORTED;
