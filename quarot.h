@@ -1722,7 +1722,10 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 // quantization (QuaRot calibrates with FP activations). Names are the adapter plan's weight names
 // ("model.layers.3.mlp.down_proj.weight"), so a capture hook that sees every linear can offer every
 // input: rows given under a linear whose input is not being collected are ignored, and an input
-// shared by several linears (q, k, v) is accumulated once, under the first of them.
+// shared by several linears (q, k, v) is accumulated once, under the first of them. Mixture of
+// experts: each expert's Hessian comes from the rows routed to it, which a step-wide Hessian cannot
+// hold, so the stage quantizes a MoE layer's attention and the caller its experts
+// (desc.moe_mlp_by_caller; quarot_quantize_linear per expert).
 typedef enum quarot_wquant_method {
     QUAROT_WQUANT_DEFAULT = 0,       // = RTN
     QUAROT_WQUANT_RTN = 1,           // round to nearest (optionally with the clip search)

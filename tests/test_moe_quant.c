@@ -11,6 +11,8 @@
      original; the router and the shared-expert gate are not changed.
    - 3-D experts: the same model with stacked experts gives the same quantized weights, bit for bit,
      at each expert's rows of the 3-D tensor; 2 threads give the same bits as 1.
+   - quarot.h's stage refuses a MoE layer by name unless moe_mlp_by_caller, and then holds its
+     attention linears only.
    - --w-clip (the clip search) and --int8-down-proj run per expert; weight migration refuses MoE by
      name.
    - `quarot quantize` of a qwen2moe / qwen3moe GGUF to Q4_0 (with and without rotation): the file's
@@ -482,6 +484,35 @@ static void test_cli_quantize_moe(void) {
     g_mlp_only = 1;
 }
 
+/* quarot.h's stage alone: a MoE layer is refused by name without moe_mlp_by_caller; with it the
+   layer's linears are the attention's four (router, experts, shared expert left to the caller) */
+static void test_stage_moe_layer(void) {
+    static mt_model m;
+    quarot_model qm;
+    quarot_quantizer qz;
+    quarot_quantize_desc d;
+    int64_t i;
+    int ok = 1;
+    mt_build(&m, FAM_QWEN2, 0, 99u);
+    qm = mt_binding(&m);
+    memset(&d, 0, sizeof d);
+    QT_OK(quarot_quantizer_init(&qz, &qm, &d));
+    QT_CHECKF(quarot_quantizer_begin_layer(&qz, 1) == QUAROT_ERR_UNSUPPORTED && strstr(qz.error, "mixture-of-experts"),
+              "%s", qz.error);
+    quarot_quantizer_free(&qz);
+    d.moe_mlp_by_caller = 1;
+    QT_OK(quarot_quantizer_init(&qz, &qm, &d));
+    QT_OK(quarot_quantizer_begin_layer(&qz, 1));
+    for (i = 0; i < qz.n_linears; ++i) ok &= strstr(qz.names[i], ".self_attn.") != NULL;
+    QT_CHECKF(qz.n_linears == 4 && ok, "%lld linears in MoE layer 1", (long long)qz.n_linears);
+    while (quarot_quantizer_pending(&qz)) QT_OK(quarot_quantizer_step(&qz));
+    QT_OK(quarot_quantizer_end_layer(&qz));
+    QT_OK(quarot_quantizer_begin_layer(&qz, 0));   /* a dense layer of the same model: all seven */
+    QT_CHECKF(qz.n_linears == 7, "%lld linears in dense layer 0", (long long)qz.n_linears);
+    quarot_quantizer_free(&qz);
+    mt_free(&m);
+}
+
 /* m's vocabulary widened to the CLI tests' byte-level tokenizer (SYN_VOCAB), new rows random */
 static void widen_vocab(mt_model* m) {
     const char* names[2] = {"model.embed_tokens.weight", "lm_head.weight"};
@@ -536,6 +567,7 @@ static void test_cli_gptq_moe(void) {
 
 int main(int argc, char** argv) {
     (void)argc;
+    QT_RUN(test_stage_moe_layer);
     QT_RUN(test_gptq_per_expert);
     if (!cu_start(argv[0], "test_moe_quant")) return 1;
     QT_RUN(test_cli_quantize_moe);
