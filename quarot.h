@@ -1722,7 +1722,10 @@ QUAROT_API quarot_result quarot_adapt_context_read(quarot_adapt_context* ctx, co
 // quantization (QuaRot calibrates with FP activations). Names are the adapter plan's weight names
 // ("model.layers.3.mlp.down_proj.weight"), so a capture hook that sees every linear can offer every
 // input: rows given under a linear whose input is not being collected are ignored, and an input
-// shared by several linears (q, k, v) is accumulated once, under the first of them.
+// shared by several linears (q, k, v) is accumulated once, under the first of them. Mixture of
+// experts: each expert's Hessian comes from the rows routed to it, which a step-wide Hessian cannot
+// hold, so the stage quantizes a MoE layer's attention and the caller its experts
+// (desc.moe_mlp_by_caller; quarot_quantize_linear per expert).
 typedef enum quarot_wquant_method {
     QUAROT_WQUANT_DEFAULT = 0,       // = RTN
     QUAROT_WQUANT_RTN = 1,           // round to nearest (optionally with the clip search)
@@ -1777,6 +1780,12 @@ typedef struct quarot_quantize_desc {    // zero-init = RTN, 4-bit symmetric per
     int dead_fallback;               // GPTQ: 1 = a linear with no calibration rows or an all-zero
                                      // Hessian (a dead input) is quantized by RTN instead, reported
                                      // with fallback = 1; 0 = QUAROT_ERR_INVALID_ARGUMENT naming it
+    int moe_mlp_by_caller;           // mixture of experts (quarot_config_layer_is_moe): 1 = in a MoE
+                                     // layer the stage quantizes the attention only (steps 0, 1; steps
+                                     // 2, 3 are empty) and the caller quantizes the experts, each on its
+                                     // own routed rows (quarot_quantize_linear with that expert's Hessian);
+                                     // router and shared-expert gate stay unquantized. 0 = a MoE layer is
+                                     // QUAROT_ERR_UNSUPPORTED from quarot_quantizer_begin_layer
 } quarot_quantize_desc;
 
 // What the stage reports per linear. Errors are per calibration row: err = sum over the rows fed of
@@ -14516,6 +14525,7 @@ static int64_t quarot__qz_find(const quarot_quantizer* qz, const char* name) {
 
 QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int64_t layer) {
     int64_t i, k, nf = 0;
+    int moe;
     quarot_result res;
     const quarot_plan* p;
     if (!qz || !qz->model) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -14526,13 +14536,26 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
     }
     if (layer < 0 || layer >= qz->config.n_layers) return QUAROT_ERR_INVALID_ARGUMENT;
     p = &qz->plan;
+    moe = quarot_config_layer_is_moe(&qz->config, layer);
+    if (moe && !qz->desc.moe_mlp_by_caller) {
+        quarot__qz_msg(qz->error, sizeof qz->error, "layer %lld is a mixture-of-experts layer: the stage quantizes "
+                       "its attention only, with desc.moe_mlp_by_caller (the caller quantizes the experts)",
+                       (long long)layer);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
     qz->n_linears = 0;
     for (k = 0; k < 4; ++k) { qz->step_in[k] = 0; qz->rows[k] = 0; }
-    // Steps 0 and 2: the readers of the layer's first and second norm; 1 o_proj; 3 down_proj.
+    // Steps 0 and 2: the readers of the layer's first and second norm; 1 o_proj; 3 down_proj. A MoE
+    // layer's MLP (the second norm's readers, the experts' down_proj) is the caller's.
     for (i = 0; i < p->n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->fusions[i];
         if (f->layer != layer) continue;
-        for (k = 0; k < f->n_linears && nf < 2; ++k) {
+        if (moe) {   // the attention norm's fusion only: the one with v_proj among its readers
+            const char* v = p->layers[layer].v_proj;
+            for (k = 0; k < f->n_linears && strcmp(p->linears[f->first_linear + k].weight, v) != 0; ++k) {}
+            if (k == f->n_linears) continue;
+        }
+        for (k = 0; k < f->n_linears && nf < (moe ? 1 : 2); ++k) {
             if (qz->n_linears >= QUAROT_QUANTIZE_MAX_LINEARS) return QUAROT_ERR_INTERNAL;
             snprintf(qz->names[qz->n_linears], QUAROT_NAME_MAX, "%s", p->linears[f->first_linear + k].weight);
             qz->lin_step[qz->n_linears] = nf == 0 ? 0 : 2;
@@ -14546,7 +14569,7 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
         qz->lin_step[qz->n_linears] = 1;
         qz->lin_first[qz->n_linears++] = 1;
     }
-    if (p->layers[layer].down_proj[0] && qz->n_linears < QUAROT_QUANTIZE_MAX_LINEARS) {
+    if (!moe && p->layers[layer].down_proj[0] && qz->n_linears < QUAROT_QUANTIZE_MAX_LINEARS) {
         snprintf(qz->names[qz->n_linears], QUAROT_NAME_MAX, "%s", p->layers[layer].down_proj);
         qz->lin_step[qz->n_linears] = 3;
         qz->lin_first[qz->n_linears++] = 1;

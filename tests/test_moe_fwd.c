@@ -16,7 +16,8 @@
      `quarot rotate --check` reports the same (its logit difference within 2e-5, 0 routing flips);
      `quarot plot --site down` draws a MoE layer's routed experts' inputs.
    - rotate's prediction of the online rotations (qx_rotcheck) covers the experts' R4.
-   - calibrate (Adapt Rotation, SpinQuant) and GPTQ refuse MoE models by name. */
+   - calibrate (Adapt Rotation, SpinQuant) and weight migration refuse MoE models by name (GPTQ per
+     expert: tests/test_moe_quant.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,8 +311,8 @@ static void test_cli_eval_rotate(void) {
     g_mlp_only = 1;
 }
 
-/* calibrate (Adapt Rotation, SpinQuant) and GPTQ do not handle experts yet: refused by name (the
-   tool: exit code 2, one line, nothing written) */
+/* calibrate (Adapt Rotation, SpinQuant) and weight migration do not handle experts: refused by name
+   (the tool: exit code 2, one line, nothing written) */
 static void test_cli_calibrate_refuses(void) {
     static mt_model m;
     char in[512];
@@ -325,9 +326,10 @@ static void test_cli_calibrate_refuses(void) {
         memset(&wo, 0, sizeof wo);
         wo.desc.method = QUAROT_WQUANT_GPTQ;
         wo.desc.weight.bits = 4;
+        wo.desc.migrate = 1;
         QT_CHECK(to_store(&m, &s));
         QT_CHECK(qx_wq_quantize(&s, &wo, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "mixture-of-experts") != NULL);
-        printf("    GPTQ refused: %s\n", e.msg);
+        printf("    weight migration refused: %s\n", e.msg);
         qx_store_free(&s);
     }
     snprintf(in, sizeof in, "%s/cal_in", g_tmp);

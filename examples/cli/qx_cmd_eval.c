@@ -311,6 +311,9 @@ static int lin_type(const char* name) {
     if (strstr(name, "out_proj")) return 3;
     if (strstr(name, "fc1")) return 5;
     if (strstr(name, "fc2")) return 6;
+    if (strstr(name, ".w1.")) return 4;   /* Mixtral's experts: gate, up, down */
+    if (strstr(name, ".w3.")) return 5;
+    if (strstr(name, ".w2.")) return 6;
     for (k = 0; k < 7; ++k)
         if (strstr(name, lin_types[k])) return k;
     return 7;
@@ -1104,6 +1107,7 @@ static int eval_quantize_weights(eval_state* st, int i, int j, eval_qstore* x) {
                            st->settings[i].label, st->variants[j].name, e.msg);
     qx_cli_info(&st->cli, "%s W%d: %lld linears quantized by %s in %.1f s", st->variants[j].name, x->w_bits, (long long)x->st.linears,
                 st->gptq ? "GPTQ" : "RTN", x->st.seconds);
+    if (x->st.moe_note[0]) qx_cli_info(&st->cli, "%s W%d: %s", st->variants[j].name, x->w_bits, x->st.moe_note);
     return QX_EXIT_OK;
 }
 
@@ -1311,6 +1315,10 @@ static void eval_print_linear_errors(const eval_state* st) {
             else
                 printf("  %-10s %12.4e\n", t < 7 ? lin_types[t] : "other", x->mse[t] / n);
         }
+        if (st->model.config.n_experts > 0)
+            printf("  mixture of experts: %s; routers and shared-expert gates not quantized%s%s\n",
+                   st->gptq ? "GPTQ on each expert's routed calibration rows (the shared expert on all)" : "every expert quantized",
+                   x->st.moe_note[0] ? "; " : "", x->st.moe_note);
     }
 }
 

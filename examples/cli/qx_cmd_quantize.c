@@ -94,6 +94,19 @@ static int qz_is_linear(const char* name) {
     return 0;
 }
 
+/* A mixture-of-experts linear: a routed expert's (one tensor per expert or the 3-D stacked one) or the
+   shared expert's gate / up / down (the router and the shared-expert gate are not: "*.gate.weight"). */
+static int qz_is_expert(const char* name) {
+    static const char* const suf[] = {".gate_proj.weight", ".up_proj.weight", ".down_proj.weight", ".w1.weight", ".w2.weight",
+                                      ".w3.weight"};
+    size_t k;
+    if (strncmp(name, "model.layers.", 13) != 0 || (!strstr(name, ".experts.") && !strstr(name, ".shared_expert.")))
+        return 0;
+    for (k = 0; k < sizeof suf / sizeof suf[0]; ++k)
+        if (qx_str_ends_with(name, suf[k])) return 1;
+    return 0;
+}
+
 /* Fills it's kind / dtype / why for tensor `name` of shape ne; returns 0, or -1 with the reason in
    e (a packed group size or odd row that cannot work). */
 static int qz_decide(const qz_opts* o, qz_item* it, qx_err* e) {
@@ -111,14 +124,17 @@ static int qz_decide(const qz_opts* o, qz_item* it, qx_err* e) {
     it->dt = o->plain_dtype;
     if (strncmp(it->name, "model.layers.", 13) == 0 &&   /* mixture of experts: said per tensor and in the total */
         (strstr(it->name, ".gate.weight") || strstr(it->name, "shared_expert_gate.weight"))) {
-        snprintf(it->why, sizeof it->why, "MoE gate, not quantized (it chooses / scales experts)");
+        snprintf(it->why, sizeof it->why, "MoE gate, kept F32 (it chooses / scales experts)");
+        it->dt = QUAROT_DTYPE_F32;   /* as llama.cpp keeps ffn_gate_inp */
         return 0;
     }
-    if (strncmp(it->name, "model.layers.", 13) == 0 && (strstr(it->name, ".experts.") || strstr(it->name, ".shared_expert."))) {
-        snprintf(it->why, sizeof it->why, "MoE expert, not quantized (not supported yet)");
-        return 0;
+    if (!(qz_is_linear(it->name) || qz_is_expert(it->name) || (o->quant_embeddings && emb))) return 0;
+    if (it->n_dims != 2 && !(it->n_dims == 3 && qz_is_expert(it->name))) return 0;   /* 3-D: [n_experts][out][in] */
+    if (it->n_dims == 3 && o->format != QZ_GGUF) {
+        qx_err_set(e, "%s: 3-D experts [n_experts][out][in] (a GGUF source) cannot be written packed: the packed format "
+                   "holds 2-D linears (write a .gguf, or quantize the Hugging Face checkpoint)", it->name);
+        return -1;
     }
-    if (!(qz_is_linear(it->name) || (o->quant_embeddings && emb)) || it->n_dims != 2) return 0;
     if (o->format == QZ_GGUF) {
         if (in % QX_GGML_QK != 0) {
             snprintf(it->why, sizeof it->why, "rows of %lld are not a multiple of 32", (long long)in);
@@ -275,7 +291,11 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         size_t kv_len = 0;
         const void* kv = qx_store_get_blob(s, "gguf.kv", &kv_len);
         memset(&gen, 0, sizeof gen);
-        k->permute = !c->rope_interleaved;
+        {   /* llama.cpp's interleaved q/k rows for llama only; qwen2 / qwen3 (and their MoE) stay half-split */
+            int want = 1;
+            (void)qx_gguf_arch_supported(c->arch, &want);
+            k->permute = want && !c->rope_interleaved;
+        }
         r = gp && bt ? qx_gguf_kv_from_config(s, &gen, e) : QUAROT_ERR_OUT_OF_MEMORY;
         if (!kv && r == QUAROT_OK && k->tok) r = qx_tokenizer_write_gguf_kv(k->tok, "default", &gen, k->path, e);
         if (!kv && gen.failed) r = QUAROT_ERR_OUT_OF_MEMORY;
@@ -433,12 +453,12 @@ static quarot_result qz_put(void* user, const char* name, const quarot_tensor* t
     if (it->kind == QZ_SKIP) {
         r = QUAROT_OK;
     } else if (it->kind == QZ_QUANT) {
-        int64_t rows = t->ne[1], cols = t->ne[0], i;
+        int64_t rows = quarot_tensor_nrows(t), cols = t->ne[0], i;   /* 3-D experts: n_experts x out rows, as ggml */
         const qz_codes* c = k->o->gptq ? qz_find_codes(k, name) : NULL;
         float* w = (float*)malloc((size_t)(rows * cols) * sizeof *w);
         if (!w) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
         r = QUAROT_OK;
-        if (k->o->gptq && qz_is_linear(name) && !c) {   /* every decoder linear went through the stage */
+        if (k->o->gptq && (qz_is_linear(name) || qz_is_expert(name)) && !c) {   /* every decoder linear went through the stage */
             qx_err_set(e, "%s: the quantization stage gave no codes for it", name);
             r = QUAROT_ERR_INTERNAL;
         }
@@ -559,13 +579,93 @@ static const char* qz_short(const char* name) {
 
 /* The stage's report: keep the codes, the scales and the weights before quantization (the staged
    store is written back after the layer, so it still holds them), and say how it went. */
+/* A routed expert of a 3-D stacked tensor: "...experts.<e>.<proj>" -> "...experts.<proj>" in out, e in *ex. */
+static int qz_stacked_name(const char* name, char* out, size_t n, int64_t* ex) {
+    const char* p = strstr(name, ".experts.");
+    const char* q;
+    int64_t e = 0;
+    if (!p) return 0;
+    q = p + 9;
+    if (*q < '0' || *q > '9') return 0;
+    while (*q >= '0' && *q <= '9') e = e * 10 + (*q++ - '0');
+    if (*q != '.') return 0;
+    snprintf(out, n, "%.*s.experts.%s", (int)(p - name), name, q + 1);
+    *ex = e;
+    return 1;
+}
+
+/* An expert of a 3-D tensor: its codes go into that tensor's entry at rows e * out (the entry made
+   at the first expert, for every expert's rows); the tensor's report sums the experts'. */
+static quarot_result qz_on_expert(qz_sink* k, const quarot_qlinear_report* r, const char* sname, int64_t ex) {
+    const quarot_tensor* t = qx_store_find(k->staged, sname);
+    int64_t groups = r->group_size > 0 ? r->in / r->group_size : 1, i, total, row0 = ex * r->out;
+    quarot_result res = QUAROT_OK;
+    qz_codes* c = NULL;
+    if (!t || !r->q || !r->scales || t->ne[0] != r->in || quarot_tensor_nrows(t) < row0 + r->out) return QUAROT_ERR_INTERNAL;
+    total = quarot_tensor_nrows(t);
+    for (i = 0; i < k->n_codes && !c; ++i)
+        if (strcmp(k->codes[i].name, sname) == 0) c = &k->codes[i];
+    if (!c) {
+        size_t len = strlen(sname);
+        if (k->n_codes == k->cap_codes) {
+            int64_t cap = k->cap_codes ? 2 * k->cap_codes : 64;
+            qz_codes* nc = (qz_codes*)realloc(k->codes, (size_t)cap * sizeof *nc);
+            if (!nc) return QUAROT_ERR_OUT_OF_MEMORY;
+            k->codes = nc;
+            k->cap_codes = cap;
+        }
+        c = &k->codes[k->n_codes];
+        memset(c, 0, sizeof *c);
+        c->rows = total;
+        c->cols = r->in;
+        c->groups = groups;
+        c->name = (char*)malloc(len + 1);
+        c->q = (int8_t*)malloc((size_t)(total * r->in));
+        c->sc = (float*)malloc((size_t)(total * groups) * sizeof(float));
+        c->zr = r->zeros ? (float*)malloc((size_t)(total * groups) * sizeof(float)) : NULL;
+        c->orig = (float*)malloc((size_t)(total * r->in) * sizeof(float));
+        k->n_codes++;
+        if (!c->name || !c->q || !c->sc || !c->orig || (r->zeros && !c->zr)) return QUAROT_ERR_OUT_OF_MEMORY;
+        memcpy(c->name, sname, len + 1);
+        c->rep = *r;
+        c->rep.name = c->name;
+        c->rep.q = NULL;
+        c->rep.scales = c->rep.zeros = NULL;
+        c->rep.err = c->rep.err_rtn = c->rep.ref = 0.0;
+        c->rep.rows = 0;
+        c->rep.fallback = 0;
+        c->rep.method = QUAROT_WQUANT_RTN;
+    }
+    if (c->cols != r->in || c->groups != groups || (r->zeros != NULL) != (c->zr != NULL)) return QUAROT_ERR_INTERNAL;
+    memcpy(c->q + row0 * r->in, r->q, (size_t)(r->out * r->in));
+    memcpy(c->sc + row0 * groups, r->scales, (size_t)(r->out * groups) * sizeof(float));
+    if (c->zr) memcpy(c->zr + row0 * groups, r->zeros, (size_t)(r->out * groups) * sizeof(float));
+    for (i = 0; i < r->out && res == QUAROT_OK; ++i) res = quarot_tensor_get_row_f32(t, row0 + i, c->orig + (row0 + i) * r->in);
+    if (r->method == QUAROT_WQUANT_GPTQ) c->rep.method = QUAROT_WQUANT_GPTQ;
+    c->rep.fallback |= r->fallback;
+    if (r->rows > 0 && r->ref > 0) {
+        c->rep.err += r->err;
+        c->rep.err_rtn += r->err_rtn;
+        c->rep.ref += r->ref;
+        c->rep.rows += r->rows;
+    }
+    return res;
+}
+
 static quarot_result qz_on_linear(void* user, const quarot_qlinear_report* r) {
     qz_sink* k = (qz_sink*)user;
     const quarot_tensor* t = k->staged ? qx_store_find(k->staged, r->name) : NULL;
-    int64_t groups = r->group_size > 0 ? r->in / r->group_size : 1, i;
+    int64_t groups = r->group_size > 0 ? r->in / r->group_size : 1, i, ex;
     size_t len = strlen(r->name);
     quarot_result res = QUAROT_OK;
     qz_codes* c;
+    char sname[QUAROT_NAME_MAX];
+    if (!t && k->staged && qz_stacked_name(r->name, sname, sizeof sname, &ex)) {
+        res = qz_on_expert(k, r, sname, ex);
+        if (res == QUAROT_OK && r->fallback)
+            qx_cli_info(k->cli, "%s: no calibration token routed to it: RTN instead of GPTQ", r->name);
+        return res;
+    }
     if (!t || !r->q || !r->scales || t->ne[0] != r->in || quarot_tensor_nrows(t) != r->out) return QUAROT_ERR_INTERNAL;
     if (k->n_codes == k->cap_codes) {
         int64_t cap = k->cap_codes ? 2 * k->cap_codes : 64;
@@ -595,7 +695,9 @@ static quarot_result qz_on_linear(void* user, const quarot_qlinear_report* r) {
     c->rep.name = c->name;
     c->rep.q = NULL;
     c->rep.scales = c->rep.zeros = NULL;
-    if (r->fallback)
+    if (r->fallback && qz_is_expert(r->name))
+        qx_cli_info(k->cli, "%s: no calibration token routed to it: RTN instead of GPTQ", r->name);
+    else if (r->fallback)
         qx_cli_info(k->cli, "%s: dead input (no calibration row reaches it: all-zero Hessian): RTN instead of GPTQ", r->name);
     else if (r->method == QUAROT_WQUANT_GPTQ)
         qx_cli_info(k->cli, "%-24s GPTQ loss %.4e, output error %.4e of %.4e (RTN %.4e)%s", qz_short(r->name), r->gptq_loss, r->err, r->ref,
@@ -629,6 +731,7 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
     r = qx_wq_quantize(q, &wo, wst, e);
     k->staged = NULL;
     if (r != QUAROT_OK) return r;
+    if (wst && wst->moe_note[0]) qx_cli_info(k->cli, "mixture of experts: %s", wst->moe_note);
     pl = qx_store_plan(q, QUAROT_DTYPE_F32, 1);
     if (!pl) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
     r = qz_begin(k, q, pl, n, e);
@@ -826,8 +929,8 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
     printf("  %lld tensors quantized (mean rel.err %.3e, worst %.3e)", (long long)nq, nq ? sum / (double)nq : 0.0, worst);
     if (nf) printf("; %lld linears kept in F16 because their rows are not a multiple of 32 (llama.cpp's fallback)", (long long)nf);
     if (nmoe)
-        printf("; %lld mixture-of-experts tensors not quantized (routers and shared-expert gates by design, experts: "
-               "not supported yet)", (long long)nmoe);
+        printf("; %lld mixture-of-experts routers / shared-expert gates kept F32 (they choose and scale the experts; the "
+               "experts are quantized)", (long long)nmoe);
     printf("\n");
     if (o->gptq)
         printf("  rel.err = sum (w - w^)^2 / sum w^2; out.err = sum ||x (W - W^)^T||^2 / sum ||x W^T||^2 over the calibration rows\n"
@@ -1288,6 +1391,9 @@ static void qz_print_report(const qz_cmd* q) {
     else
         printf("  weights: RTN%s (round to nearest per %s)\n", o->clip_search ? " with clip search (|err|^2.4)" : "",
                o->format == QZ_GGUF || o->group ? "group" : "output channel");
+    if (o->gptq && s->config.n_experts > 0)
+        printf("  mixture of experts: each expert by GPTQ on the calibration rows routed to it (the shared expert on all)%s%s\n",
+               q->wst.moe_note[0] ? "; " : "", q->wst.moe_note);
     qz_summary(o, &q->sink);
     fflush(stdout);
 }

@@ -45,10 +45,73 @@ static quarot_result qx__fw_get(void* user, const char* name, quarot_tensor* out
     return quarot_tensor_init(out, w, QUAROT_DTYPE_F32, 2, ne);
 }
 
+/* ---- mixture of experts: each expert on the calibration rows routed to it ----
+
+   The stage (quarot_quantizer, desc.moe_mlp_by_caller) quantizes a MoE layer's attention; its MLP is
+   quantized here, in two steps like the dense gate/up and down_proj: each routed expert's gate and
+   up on the Hessian of the normed rows routed to it, then each expert's down_proj on the Hessian of
+   its own intermediate activations (after the online R4, as the capture hook gives them); the
+   shared expert on every row. Hessians are collected for a chunk of experts per pass over the
+   calibration windows (a chunk's Hessians within QX__MOE_HBYTES); an expert's inputs do not depend
+   on the other experts' weights, so the chunking does not change the result. An expert that no
+   calibration token is routed to is quantized by RTN (report fallback = 1) and counted. The router
+   and the shared-expert gate are never quantized. */
+
+#define QX__MOE_HBYTES ((size_t)2 << 30)
+
+typedef struct qx__moeq {
+    int64_t layer, E;                 /* the MoE layer being collected; E routed experts, index E = shared */
+    int phase;                        /* 0: gate/up inputs, 1: down_proj inputs */
+    int64_t lo, hi;                   /* experts [lo, hi) collected in this pass (hi may include E) */
+    int64_t in;                       /* the phase's input width for routed experts */
+    int64_t s_in;                     /* the shared expert's (phase 1: shared_intermediate) */
+    double** h;                       /* [E + 1] */
+    int64_t* rows;                    /* [E + 1] */
+    int mixtral;
+    const quarot_env* env;
+    quarot_result status;
+    char err[200];
+} qx__moeq;
+
+/* expert index (E = the shared expert) of a capture name that is the phase's input, else -1 */
+static int64_t qx__moe_which(const qx__moeq* m, const char* name) {
+    const char* p = name;
+    int64_t l = 0, e = 0;
+    if (strncmp(p, "model.layers.", 13) != 0) return -1;
+    p += 13;
+    while (*p >= '0' && *p <= '9') l = l * 10 + (*p++ - '0');
+    if (l != m->layer || *p++ != '.') return -1;
+    if (strncmp(p, "mlp.shared_expert.", 18) == 0)
+        return strcmp(p + 18, m->phase ? "down_proj.weight" : "gate_proj.weight") == 0 ? m->E : -1;
+    if (strncmp(p, m->mixtral ? "block_sparse_moe.experts." : "mlp.experts.", m->mixtral ? 25u : 12u) != 0) return -1;
+    p += m->mixtral ? 25 : 12;
+    if (*p < '0' || *p > '9') return -1;
+    while (*p >= '0' && *p <= '9') e = e * 10 + (*p++ - '0');
+    if (*p++ != '.' || e >= m->E) return -1;
+    if (m->mixtral) return strcmp(p, m->phase ? "w2.weight" : "w1.weight") == 0 ? e : -1;
+    return strcmp(p, m->phase ? "down_proj.weight" : "gate_proj.weight") == 0 ? e : -1;
+}
+
+static void qx__moe_add(qx__moeq* m, const char* name, const float* x, int64_t rows, int64_t n) {
+    int64_t e = qx__moe_which(m, name), in;
+    quarot_result r;
+    if (e < 0 || e < m->lo || e >= m->hi || rows <= 0) return;
+    in = e == m->E ? m->s_in : m->in;
+    if (n != in) { m->status = QUAROT_ERR_SHAPE_MISMATCH; snprintf(m->err, sizeof m->err, "%s: input of %lld, expected %lld", name, (long long)n, (long long)in); return; }
+    if (!m->h[e]) {
+        m->h[e] = (double*)calloc((size_t)(in * in), sizeof(double));
+        if (!m->h[e]) { m->status = QUAROT_ERR_OUT_OF_MEMORY; snprintf(m->err, sizeof m->err, "%s: out of memory for its [%lld][%lld] Hessian", name, (long long)in, (long long)in); return; }
+    }
+    r = quarot_hessian_accumulate_f64(m->h[e], in, x, rows, n);
+    if (r != QUAROT_OK) { m->status = r; snprintf(m->err, sizeof m->err, "%s: %s in its calibration input rows", name, r == QUAROT_ERR_NONFINITE ? "NaN or Inf" : quarot_result_string(r)); return; }
+    m->rows[e] += rows;
+}
+
 /* ---- capture: every decoder linear's input goes to the stage (it keeps what it wants) ---- */
 
 typedef struct qx__wqcap {
     quarot_quantizer* qz;
+    qx__moeq* moe;                    /* collecting a MoE layer's experts, else NULL */
     quarot_result status;
 } qx__wqcap;
 
@@ -56,9 +119,142 @@ static void qx__wq_capture(void* user, int64_t layer, const char* name, const fl
     qx__wqcap* c = (qx__wqcap*)user;
     quarot_result r;
     (void)layer;
+    if (c->moe) {
+        if (c->moe->status == QUAROT_OK) qx__moe_add(c->moe, name, x, rows, n);
+        return;
+    }
     if (c->status != QUAROT_OK || !quarot_quantizer_wants(c->qz, name)) return;
     r = quarot_quantizer_add(c->qz, name, x, rows, n);
     if (r != QUAROT_OK) c->status = r;
+}
+
+/* The HF name of MoE layer l's expert e (E: the shared expert) projection p (0 gate, 1 up, 2 down). */
+static void qx__moe_wname(const qx_forward* f, int64_t l, int64_t e, int p, char* out, size_t n) {
+    static const char* const mix[3] = {"w1", "w3", "w2"};
+    static const char* const qw[3] = {"gate_proj", "up_proj", "down_proj"};
+    if (e == f->cfg.n_experts) snprintf(out, n, "model.layers.%lld.mlp.shared_expert.%s.weight", (long long)l, qw[p]);
+    else if (f->is_mixtral) snprintf(out, n, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight", (long long)l, (long long)e, mix[p]);
+    else snprintf(out, n, "model.layers.%lld.mlp.experts.%lld.%s.weight", (long long)l, (long long)e, qw[p]);
+}
+
+/* The store's tensor of that projection and the first row of it in the tensor (a stacked 3-D
+   tensor [n_experts][out][in]: expert e's rows start at e * out). */
+static quarot_tensor* qx__moe_dst(qx_store* s, const qx_forward* f, int64_t l, int64_t e, int p, int64_t out, int64_t* row0,
+                                  char* nm, size_t n) {
+    static const char* const mix[3] = {"w1", "w3", "w2"};
+    static const char* const qw[3] = {"gate_proj", "up_proj", "down_proj"};
+    *row0 = 0;
+    if (e < f->cfg.n_experts && f->cfg.experts_stacked) {
+        if (f->is_mixtral) snprintf(nm, n, "model.layers.%lld.block_sparse_moe.experts.%s.weight", (long long)l, mix[p]);
+        else snprintf(nm, n, "model.layers.%lld.mlp.experts.%s.weight", (long long)l, qw[p]);
+        *row0 = e * out;
+    } else {
+        qx__moe_wname(f, l, e, p, nm, n);
+    }
+    return qx_store_find(s, nm);
+}
+
+/* MoE layer l's MLP: collect, quantize and write back every expert (see above). */
+static quarot_result qx__moe_layer(qx_store* s, const qx_wq_opts* o, qx_ek_forward* ef, qx__wqcap* cap, const float* x,
+                                   float* tmp, int64_t nwin, int gptq, qx_wq_stats* st, qx_err* e) {
+    qx_forward* f = &ef->f;
+    const qx_forward_moe* mo;
+    const int64_t E = f->cfg.n_experts, H = f->cfg.hidden, l = cap->moe->layer;
+    qx__moeq* m = cap->moe;
+    quarot_result r = QUAROT_OK;
+    int64_t ex, w, none = 0;
+    int phase, p;
+    int8_t* q = NULL;
+    float *sc = NULL, *zr = NULL;
+    int64_t maxw = (f->e_inter > f->s_inter ? f->e_inter : f->s_inter) * H;
+    mo = f->opts.stream_weights ? NULL : f->layers[l].moe;
+    if (!mo || !mo->w) {
+        qx_err_set(e, "layer %lld: the MoE weights are not in memory (layer-wise forward)", (long long)l);
+        return QUAROT_ERR_UNSUPPORTED;
+    }
+    q = (int8_t*)malloc((size_t)maxw);
+    sc = (float*)malloc((size_t)maxw * sizeof(float));
+    zr = (float*)malloc((size_t)maxw * sizeof(float));
+    if (!q || !sc || !zr) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "layer %lld: out of memory", (long long)l); goto done; }
+    for (phase = 0; phase < 2 && r == QUAROT_OK; ++phase) {
+        int64_t chunk, lo;
+        m->phase = phase;
+        m->in = phase ? f->e_inter : H;
+        m->s_in = phase ? f->s_inter : H;
+        chunk = (int64_t)(QX__MOE_HBYTES / ((size_t)(m->in * m->in) * sizeof(double)));
+        if (chunk < 1) chunk = 1;
+        for (lo = 0; lo <= E && r == QUAROT_OK; lo += chunk) {
+            int64_t hi = lo + chunk > E + 1 ? E + 1 : lo + chunk;
+            if (hi == E + 1 && !mo->shared[0]) hi = E;
+            if (lo >= hi) break;
+            m->lo = lo;
+            m->hi = hi;
+            for (ex = lo; ex < hi; ++ex) m->rows[ex] = 0;
+            for (w = 0; gptq && w < nwin && r == QUAROT_OK; ++w) {   /* the chunk's inputs: the layer over every window */
+                int64_t a = o->calib->offset[w], T = o->calib->offset[w + 1] - a;
+                memcpy(tmp, x + a * H, (size_t)(T * H) * sizeof(float));
+                r = qx_forward_layer_run(f, l, tmp, T, e);
+                if (r == QUAROT_OK && m->status != QUAROT_OK) { r = m->status; qx_err_set(e, "%s", m->err); }
+                if (r == QUAROT_OK && qx_ek_forward_status(ef) != QUAROT_OK) r = qx_ek_forward_status(ef);
+            }
+            for (ex = lo; ex < hi && r == QUAROT_OK; ++ex) {
+                const int shared = ex == E;
+                const int64_t I = shared ? f->s_inter : f->e_inter;
+                if (gptq && !shared && m->rows[ex] == 0 && phase == 0) none++;
+                for (p = phase ? 2 : 0; p < (phase ? 3 : 2) && r == QUAROT_OK; ++p) {
+                    float* wt = shared ? mo->shared[p] : mo->w[3 * ex + p];
+                    const int64_t out = p == 2 ? H : I, in = p == 2 ? I : H;
+                    quarot_quantize_desc d = o->desc;
+                    quarot_qlinear_report rep;
+                    quarot_tensor* dst;
+                    int64_t row0, k;
+                    char nm[QUAROT_NAME_MAX], msg[200];
+                    qx__moe_wname(f, l, ex, p, nm, sizeof nm);
+                    if (d.keep_indivisible && d.weight.group_size > 0 && in % d.weight.group_size != 0 &&
+                        !(p == 2 && d.int8_down_proj))
+                        continue;   /* the group fallback: left as it is, as the stage does */
+                    d.dead_fallback = 1;   /* no routed rows: RTN, reported (fallback) and counted */
+                    if (p == 2 && d.int8_down_proj) { d.weight.bits = 8; d.weight.group_size = 0; }
+                    r = quarot_quantize_linear(wt, out, in, in, m->h[ex], m->rows[ex], &d, q, sc, zr, &rep, msg,
+                                               sizeof msg, o->env);
+                    if (r != QUAROT_OK) { qx_err_set(e, "%s: %s", nm, msg[0] ? msg : quarot_result_string(r)); break; }
+                    rep.name = nm;
+                    rep.layer = l;
+                    rep.step = p == 2 ? 3 : 2;
+                    if (d.on_linear && (r = d.on_linear(d.user_data, &rep)) != QUAROT_OK) {
+                        qx_err_set(e, "%s: stopped by the report callback: %s", nm, quarot_result_string(r));
+                        break;
+                    }
+                    st->linears++;
+                    dst = qx__moe_dst(s, f, l, ex, p, out, &row0, nm, sizeof nm);
+                    if (!dst || dst->ne[0] != in || quarot_tensor_nrows(dst) < row0 + out) {
+                        qx_err_set(e, "%s: cannot write the quantized weight back", nm);
+                        r = QUAROT_ERR_INTERNAL;
+                        break;
+                    }
+                    for (k = 0; k < out && r == QUAROT_OK; ++k) r = quarot_tensor_set_row_f32(dst, row0 + k, wt + k * in);
+                    if (r != QUAROT_OK) qx_err_set(e, "%s: %s", nm, quarot_result_string(r));
+                }
+                free(m->h[ex]);
+                m->h[ex] = NULL;
+            }
+        }
+    }
+    if (r == QUAROT_OK && none > 0) {
+        size_t len = strlen(st->moe_note);
+        st->experts_rtn += none;
+        if (len + 96 < sizeof st->moe_note)
+            snprintf(st->moe_note + len, sizeof st->moe_note - len, "%slayer %lld: %lld of %lld experts had no calibration tokens: RTN",
+                     len ? "; " : "", (long long)l, (long long)none, (long long)E);
+        else if (len + 5 < sizeof st->moe_note && !strstr(st->moe_note, "; ..."))
+            snprintf(st->moe_note + len, sizeof st->moe_note - len, "; ...");
+    }
+done:
+    for (ex = 0; ex <= E; ++ex) { free(m->h[ex]); m->h[ex] = NULL; }
+    free(q);
+    free(sc);
+    free(zr);
+    return r;
 }
 
 quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, qx_err* e) {
@@ -67,6 +263,8 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
     qx__wqcap cap;
     quarot_model m;
     quarot_quantizer qz;
+    quarot_quantize_desc desc;
+    qx__moeq moe;
     quarot_result r;
     qx_wq_stats dummy;
     int64_t nwin = 0, tokens = 0, l, w, i, k, L, hidden;
@@ -80,16 +278,31 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     gptq = o->desc.method == QUAROT_WQUANT_GPTQ || o->desc.migrate;   /* calibration rows needed */
-    if (s->config.n_experts > 0) {   /* the stage's view of the weights (qx__fw_get) has no experts */
-        qx_err_set(e, "%s has mixture-of-experts layers (%lld experts): the weight-quantization stage (GPTQ, weight "
-                   "migration, the clip search, the group fallback) does not run them yet; plain RTN does",
-                   s->config.arch, (long long)s->config.n_experts);
+    if (s->config.n_experts > 0 && o->desc.migrate) {   /* the experts have no norm of their own to migrate into */
+        qx_err_set(e, "%s has mixture-of-experts layers (%lld experts): weight migration does not run them (GPTQ, RTN "
+                   "and the clip search do)", s->config.arch, (long long)s->config.n_experts);
         return QUAROT_ERR_UNSUPPORTED;
     }
     memset(&cap, 0, sizeof cap);
+    memset(&moe, 0, sizeof moe);
     cap.qz = &qz;
+    desc = o->desc;
+    desc.moe_mlp_by_caller = 1;   /* a MoE layer's experts: qx__moe_layer */
+    if (s->config.n_experts > 0) {
+        moe.E = s->config.n_experts;
+        moe.mixtral = strcmp(s->config.arch, "mixtral") == 0;
+        moe.env = o->env;
+        moe.h = (double**)calloc((size_t)(moe.E + 1), sizeof *moe.h);
+        moe.rows = (int64_t*)calloc((size_t)(moe.E + 1), sizeof *moe.rows);
+        if (!moe.h || !moe.rows) {
+            free(moe.h);
+            free(moe.rows);
+            qx_err_set(e, "out of memory");
+            return QUAROT_ERR_OUT_OF_MEMORY;
+        }
+    }
     r = qx_ek_forward_init(&ef, s, o->hooks, NULL, gptq ? qx__wq_capture : NULL, &cap, e);
-    if (r != QUAROT_OK) return r;
+    if (r != QUAROT_OK) { free(moe.h); free(moe.rows); return r; }
     have_f = 1;
     ef.f.opts.env = o->env;
     L = ef.f.cfg.n_layers;
@@ -101,7 +314,7 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
     m.user_data = &bind;
     m.get_tensor = qx__fw_get;
     if (o->env) m.env = *o->env;
-    r = quarot_quantizer_init(&qz, &m, &o->desc);
+    r = quarot_quantizer_init(&qz, &m, &desc);
     if (r != QUAROT_OK) {
         qx_err_set(e, "%s", qz.error[0] ? qz.error : quarot_result_string(r));
         goto done;
@@ -153,6 +366,13 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
             r = quarot_quantizer_step(&qz);
             if (r != QUAROT_OK) qx_err_set(e, "%s", qz.error[0] ? qz.error : quarot_result_string(r));
         }
+        if (r == QUAROT_OK && quarot_config_layer_is_moe(&ef.f.cfg, l)) {   /* the experts, on their routed rows */
+            moe.layer = l;
+            moe.status = QUAROT_OK;
+            cap.moe = &moe;
+            r = qx__moe_layer(s, o, &ef, &cap, x, tmp, nwin, gptq, st, e);
+            cap.moe = NULL;
+        }
         if (r == QUAROT_OK) r = quarot_quantizer_end_layer(&qz);
         if (r != QUAROT_OK) goto done;
         /* sequential: the quantized layer's outputs are the next layer's inputs */
@@ -181,8 +401,10 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
         if (r != QUAROT_OK) goto done;
         if (o->on_layer) o->on_layer(o->user, l + 1, L);
     }
-    st->linears = qz.linears_done;
+    st->linears += qz.linears_done;
 done:
+    free(moe.h);
+    free(moe.rows);
     free(x);
     free(tmp);
     if (have_qz) quarot_quantizer_free(&qz);

@@ -12,6 +12,12 @@
         quantizes them; the quantized layer's outputs become the next layer's inputs (sequential);
         RTN needs no calibration and only runs the steps;
      3. the quantized weights are written back into the store (f32 exactly; f16/bf16 rounded).
+   Mixture of experts: in a MoE layer the stage quantizes the attention; the experts are quantized
+   here after it, each routed expert on the calibration rows routed to it (gate/up: its normed rows;
+   down_proj: its intermediate activations after the online R4), the shared expert on all rows; an
+   expert no calibration token reaches is RTN (report fallback = 1), counted in st->experts_rtn and
+   per layer in st->moe_note. 3-D experts are written back at expert e's rows (e * out). Routers and
+   shared-expert gates are not quantized. Weight migration refuses MoE (QUAROT_ERR_UNSUPPORTED).
    Errors: a one-line message in e; calibration windows fewer than nsamples -> QUAROT_ERR_INVALID_ARGUMENT
    ("calibration text too short"); the stage's errors name the linear. */
 #ifndef QX_WQUANT_H
@@ -34,7 +40,9 @@ typedef struct qx_wq_opts {
 
 typedef struct qx_wq_stats {
     int64_t windows, tokens;              /* calibration actually used */
-    int64_t linears;                      /* linears quantized */
+    int64_t linears;                      /* linears quantized (each expert's three) */
+    int64_t experts_rtn;                  /* GPTQ, MoE: routed experts no calibration token reached (RTN) */
+    char moe_note[512];                   /* "layer 3: 2 of 16 experts had no calibration tokens: RTN; ..." */
     double seconds;
 } qx_wq_stats;
 
