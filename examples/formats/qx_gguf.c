@@ -640,6 +640,11 @@ static const char* const qx__gguf_layer[][2] = {
     {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    /* Mixtral (llama.cpp: arch llama with expert_count): HF -> GGUF here; GGUF -> HF by qx__gguf_mixtral_name */
+    {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight"},
+    {"ffn_gate_exps.weight", "block_sparse_moe.experts.w1.weight"},
+    {"ffn_up_exps.weight", "block_sparse_moe.experts.w3.weight"},
+    {"ffn_down_exps.weight", "block_sparse_moe.experts.w2.weight"},
 };
 
 /* dir 0: GGUF -> HF, 1: HF -> GGUF. Global names first, then "blk.N." / "model.layers.N." with a
@@ -673,6 +678,24 @@ static int qx__gguf_map(const char* in, char* out, size_t n, int dir) {
 }
 
 int qx_gguf_name_to_hf(const char* gguf, char* out, size_t n) { return qx__gguf_map(gguf, out, n, 0); }
+
+/* A Mixtral GGUF's router and experts under the mixtral adapter's names (block_sparse_moe.gate,
+   block_sparse_moe.experts.w1 / w3 / w2: the stacked form) instead of the Qwen-MoE ones the table
+   maps them to first; hname holds at least strlen + 16 bytes more. */
+static void qx__gguf_mixtral_name(char* hname, size_t n) {
+    static const char* const from[4] = {".mlp.gate.weight", ".mlp.experts.gate_proj.weight", ".mlp.experts.up_proj.weight",
+                                        ".mlp.experts.down_proj.weight"};
+    static const char* const to[4] = {".block_sparse_moe.gate.weight", ".block_sparse_moe.experts.w1.weight",
+                                      ".block_sparse_moe.experts.w3.weight", ".block_sparse_moe.experts.w2.weight"};
+    size_t len = strlen(hname), k;
+    for (k = 0; k < 4; ++k) {
+        size_t fl = strlen(from[k]);
+        if (len > fl && strcmp(hname + len - fl, from[k]) == 0 && len - fl + strlen(to[k]) < n) {
+            strcpy(hname + len - fl, to[k]);
+            return;
+        }
+    }
+}
 int qx_gguf_name_from_hf(const char* hf, char* out, size_t n) { return qx__gguf_map(hf, out, n, 1); }
 
 /* ---- GGUF -> store ---- */
@@ -718,7 +741,7 @@ static const qx_gguf_tinfo* qx__gtensor(const qx_gguf_file* f, const char* name)
    rows in the interleaved RoPE layout (llama: LLAMA_ROPE_TYPE_NORM, rows permuted) or keeps Hugging
    Face's half-split one (qwen2, qwen3: LLAMA_ROPE_TYPE_NEOX, rows as in the checkpoint). */
 static const struct { const char* arch; int interleaved; } qx__gguf_archs[] = {
-    {"llama", 1}, {"qwen2", 0}, {"qwen3", 0}, {"phi3", 0}, {"qwen2_moe", 0}, {"qwen3_moe", 0},
+    {"llama", 1}, {"qwen2", 0}, {"qwen3", 0}, {"phi3", 0}, {"qwen2_moe", 0}, {"qwen3_moe", 0}, {"mixtral", 1},
 };
 #define QX__N_GGUF_ARCHS ((int)(sizeof qx__gguf_archs / sizeof qx__gguf_archs[0]))
 
@@ -732,9 +755,11 @@ int qx_gguf_arch_supported(const char* arch, int* interleaved) {
     return 0;
 }
 
-/* llama.cpp's architecture name of a store architecture (qwen2_moe -> qwen2moe) and back. */
+/* llama.cpp's architecture name of a store architecture (qwen2_moe -> qwen2moe; mixtral -> llama,
+   which llama.cpp writes with expert_count) and back. */
 static const char* qx__gguf_arch_name(const char* arch) {
-    return strcmp(arch, "qwen2_moe") == 0 ? "qwen2moe" : strcmp(arch, "qwen3_moe") == 0 ? "qwen3moe" : arch;
+    return strcmp(arch, "qwen2_moe") == 0 ? "qwen2moe" : strcmp(arch, "qwen3_moe") == 0 ? "qwen3moe" :
+           strcmp(arch, "mixtral") == 0 ? "llama" : arch;
 }
 
 /* "<arch>.<rest>" into buf (arch names are short: the keys always fit). */
@@ -819,10 +844,16 @@ static quarot_result qx__gguf_config_as(const qx_gguf_file* f, const char* fname
     snprintf(a, sizeof a, "%s", key_arch);
     snprintf(c->arch, sizeof c->arch, "%s", arch);
 #define QX__K(rest) qx__akey(kb, sizeof kb, a, rest)
-    if (strcmp(c->arch, "llama") == 0 && qx__gint(f, fname, QX__K("expert_count"), 0, 0, 0, &x, e) != QUAROT_OK) {
-        qx_err_set(e, "%s: %s.expert_count is set: Mixtral-style GGUF files (llama with experts) are not supported "
-                   "(qwen2moe and qwen3moe are; Mixtral as a Hugging Face directory is)", fname, a);
-        return QUAROT_ERR_UNSUPPORTED;
+    if (strcmp(c->arch, "llama") == 0 && qx_gguf_find(f, QX__K("expert_count"))) {
+        /* Mixtral as llama.cpp writes it: arch llama with expert_count, experts of feed_forward_length
+           (MixtralConfig's intermediate_size), top-k weights renormalized */
+        strcpy(c->arch, "mixtral");
+        if (qx__gint(f, fname, QX__K("expert_count"), 0, 1, 1 << 16, &c->n_experts, e) != QUAROT_OK ||
+            qx__gint(f, fname, QX__K("expert_used_count"), 0, 1, c->n_experts, &c->n_experts_used, e) != QUAROT_OK)
+            return QUAROT_ERR_PARSE;
+        c->norm_topk_prob = 1;
+        c->sparse_step = 1;
+        c->experts_stacked = 1;
     }
     if (strcmp(c->arch, "qwen2_moe") == 0 || strcmp(c->arch, "qwen3_moe") == 0) {
         /* llama.cpp's MoE keys; every layer is a MoE layer there, qwen3moe renormalizes the top-k weights */
@@ -844,6 +875,10 @@ static quarot_result qx__gguf_config_as(const qx_gguf_file* f, const char* fname
         qx__gint(f, fname, QX__K("context_length"), 0, 0, (int64_t)1 << 40, &c->max_seq, e) != QUAROT_OK ||
         qx__gfloat(f, fname, QX__K("attention.layer_norm_rms_epsilon"), 1e-5, 1.0, &c->norm_eps, e) != QUAROT_OK ||
         qx__gfloat(f, fname, QX__K("rope.freq_base"), 10000.0, 1e12, &c->rope_theta, e) != QUAROT_OK)
+        return QUAROT_ERR_PARSE;
+    if (strcmp(c->arch, "mixtral") == 0 &&
+        qx__gint(f, fname, QX__K("expert_feed_forward_length"), c->intermediate, c->intermediate, c->intermediate,
+                 &c->expert_intermediate, e) != QUAROT_OK)
         return QUAROT_ERR_PARSE;
     if (c->n_heads % c->n_kv_heads != 0) {
         qx_err_set(e, "%s: head_count %lld is not a multiple of head_count_kv %lld", fname, (long long)c->n_heads, (long long)c->n_kv_heads);
@@ -926,6 +961,7 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
         if (strcmp(s->config.arch, "phi3") == 0 && strlen(hname) > 19 &&
             strcmp(hname + strlen(hname) - 19, ".mlp.up_proj.weight") == 0)   /* phi3's ffn_up is gate|up */
             snprintf(hname + strlen(hname) - 19, sizeof hname - (strlen(hname) - 19), ".mlp.gate_up_proj.weight");
+        if (strcmp(s->config.arch, "mixtral") == 0) qx__gguf_mixtral_name(hname, sizeof hname);
         if (qx_store_find(s, hname)) {
             qx_err_set(e, "%s: tensor \"%s\" maps to \"%s\", which exists already", fname, gname, hname);
             return QUAROT_ERR_PARSE;
@@ -1557,12 +1593,12 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     const char* why = NULL;
     if (!s || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     c = &s->config;
-    llama = strcmp(c->arch, "llama") == 0;
+    llama = strcmp(c->arch, "llama") == 0 || strcmp(c->arch, "mixtral") == 0;
     qwen2 = strcmp(c->arch, "qwen2") == 0 || strcmp(c->arch, "qwen2_moe") == 0;
     qwen3 = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "qwen3_moe") == 0;
     phi3 = strcmp(c->arch, "phi3") == 0;
     if (!llama && !qwen2 && !qwen3 && !phi3)
-        why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe)";
+        why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe; mixtral as llama with experts)";
     else if (c->n_experts > 0 && (!c->experts_stacked || (c->sparse_step > 1) || c->n_mlp_only_layers > 0))
         why = "has experts as separate tensors or dense layers (llama.cpp's MoE layout: every layer one 3-D tensor per "
               "projection)";
@@ -1570,6 +1606,8 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
              (c->act != QUAROT_ACT_DEFAULT && c->act != QUAROT_ACT_SILU))
         why = "is not RMSNorm with a SiLU-gated MLP without biases";
     else if (llama && c->qk_norm) why = "has q/k norms (qwen3's)";
+    else if (llama && c->n_experts > 0 && c->expert_intermediate > 0 && c->expert_intermediate != c->intermediate)
+        why = "has experts narrower than feed_forward_length (llama.cpp's Mixtral: one width for both)";
     else if (qwen2 && (c->qk_norm || c->attn_out_bias)) why = "does not fit llama.cpp's qwen2 (q/k/v biases only)";
     else if (qwen3 && (c->attn_qkv_bias || c->attn_out_bias)) why = "does not fit llama.cpp's qwen3 (q/k norms, no biases)";
     else if (phi3 && (c->attn_qkv_bias || c->attn_out_bias || c->qk_norm)) why = "does not fit llama.cpp's phi3 (no biases)";
@@ -1586,7 +1624,8 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     if (c->n_experts > 0) {
         QX__SET_U("expert_count", c->n_experts);
         QX__SET_U("expert_used_count", c->n_experts_used);
-        QX__SET_U("expert_feed_forward_length", c->expert_intermediate ? c->expert_intermediate : c->intermediate);
+        if (!llama)   /* llama.cpp's Mixtral has none: its experts are feed_forward_length wide */
+            QX__SET_U("expert_feed_forward_length", c->expert_intermediate ? c->expert_intermediate : c->intermediate);
         if (c->shared_intermediate > 0) QX__SET_U("expert_shared_feed_forward_length", c->shared_intermediate);
     }
     if (c->max_seq > 0) QX__SET_U("context_length", c->max_seq);
