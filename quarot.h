@@ -1023,6 +1023,13 @@ typedef struct quarot_model {
     quarot_result (*release_layer)(void* user_data, int64_t layer, int modified);
     quarot_env env;               // allocator and parallel hook for the processor
     char error[256];              // filled on failure: which tensor, which shape, why
+    // Optional (NULL: not called). Set, a decoder layer runs tensor by tensor (where the layer has no
+    // mean bakes and fusions are not separate): the norms are read and reset first, then each
+    // weight gets its norm scaling and all its commands, and tensor_done(name) says the processor is
+    // done with that weight (then with its bias) until release_layer: a binding that copies a
+    // tensor on its first get_tensor can write and free it here, so a layer of many experts never
+    // exists whole in working precision. The results are the same bits as without it.
+    quarot_result (*tensor_done)(void* user_data, const char* name);
 } quarot_model;
 
 // >>adapter
@@ -11287,98 +11294,124 @@ static int64_t quarot__fold_target(const quarot_processor* p, int64_t layer, con
 
 // W <- W*diag(g), b <- b + W_old*beta for each linear of a fusion; then (finish) g <- 1, beta <- 0.
 // fold (not NULL, [p->n_commands]): the f32 scalings that can ride on a command are left to it (fold[i]).
-static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f, int finish, float** fold) {
+// One linear k of fusion f: W <- W*diag(g), b <- b + W_old*beta (g, beta: the norm's, read before it
+// was reset; gdt: the norm's dtype). fold (not NULL): where the scaling can ride on the weight's first
+// command (quarot__fold_target), fold[that command] gets the f32 gains instead.
+static quarot_result quarot__fuse_linear(quarot_processor* p, const quarot_plan_fusion* f, int64_t k, const double* g,
+                                         const double* beta, int64_t L, quarot_dtype gdt, float** fold) {
     const quarot_env* env = &p->model->env;
-    quarot_tensor gt, bt, w, bias;
-    double *g = NULL, *beta = NULL, *row = NULL, *badd = NULL;
-    int64_t L, k, r, j;
+    const quarot_plan_linear* l = &p->plan.linears[k];
+    quarot_tensor w, bias;
+    double *row = NULL, *badd = NULL;
+    int64_t out, r, j;
     quarot_result res;
-    if ((res = quarot__get(p, f->norm_weight, &gt)) != QUAROT_OK) return res;
-    L = gt.ne[0];
-    g = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
-    if (!g) return QUAROT_ERR_OUT_OF_MEMORY;
-    quarot_tensor_get_row_f64(&gt, 0, g);
-    if (f->norm_bias[0]) {
-        if ((res = quarot__get(p, f->norm_bias, &bt)) != QUAROT_OK) goto done;
-        beta = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
-        if (!beta) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-        quarot_tensor_get_row_f64(&bt, 0, beta);
+    if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
+    out = quarot_tensor_nrows(&w);
+    if (!beta && w.dtype == QUAROT_DTYPE_F32 && gdt != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 &&
+        w.ne[3] == 1 && w.nb[0] == sizeof(float)) {
+        float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
+        if (!g32) return QUAROT_ERR_OUT_OF_MEMORY;
+        for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
+        if (fold) {
+            const int64_t ci = quarot__fold_target(p, f->layer, l->weight, &w, L);
+            if (ci >= 0) {   // the command scales it
+                fold[ci] = g32;
+                p->fused_into_commands++;
+                return QUAROT_OK;
+            }
+        }
+        quarot__fuse_f32(env, &w, g32, L);
+        quarot_env_free(env, g32);
+        return QUAROT_OK;
     }
     row = (double*)quarot_env_alloc(env, (size_t)L * sizeof(double));
-    if (!row) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-    for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
-        const quarot_plan_linear* l = &p->plan.linears[k];
-        int64_t out;
-        if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) goto done;
-        out = quarot_tensor_nrows(&w);
-        if (!beta && w.dtype == QUAROT_DTYPE_F32 && gt.dtype != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 &&
-            w.ne[3] == 1 && w.nb[0] == sizeof(float)) {
-            float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
-            if (!g32) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-            for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
-            if (fold) {
-                const int64_t ci = quarot__fold_target(p, f->layer, l->weight, &w, L);
-                if (ci >= 0) {   // the command scales it
-                    fold[ci] = g32;
-                    p->fused_into_commands++;
-                    continue;
-                }
-            }
-            quarot__fuse_f32(env, &w, g32, L);
-            quarot_env_free(env, g32);
-            continue;
-        }
-        if (beta) {
-            badd = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
-            if (!badd) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-        }
-        for (r = 0; r < out; ++r) {
-            double acc = 0.0;
-            quarot_tensor_get_row_f64(&w, r, row);
-            if (beta) for (j = 0; j < L; ++j) acc += row[j] * beta[j];
-            for (j = 0; j < L; ++j) row[j] *= g[j];
-            quarot_tensor_set_row_f64(&w, r, row);
-            if (badd) badd[r] = acc;
-        }
-        if (beta) {
-            double* bv = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
-            if (!bv) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-            if (quarot__exists(p, l->bias)) {
-                res = quarot__get(p, l->bias, &bias);
-            } else {
-                int64_t ne1[1];
-                ne1[0] = out;
-                res = p->model->create_tensor(p->model->user_data, l->bias, w.dtype, 1, ne1, &bias);
-                if (res == QUAROT_OK) {   // created zero-filled; make sure of it
-                    for (r = 0; r < out; ++r) bv[r] = 0.0;
-                    quarot_tensor_set_row_f64(&bias, 0, bv);
-                } else {
-                    quarot__model_error(p->model, "create_tensor('%s') failed: %s", l->bias, quarot_result_string(res));
-                }
-            }
-            if (res == QUAROT_OK) {
-                quarot_tensor_get_row_f64(&bias, 0, bv);
-                for (r = 0; r < out; ++r) bv[r] += badd[r];
-                quarot_tensor_set_row_f64(&bias, 0, bv);
-            }
-            quarot_env_free(env, bv);
-            quarot_env_free(env, badd);
-            badd = NULL;
-            if (res != QUAROT_OK) goto done;
-        }
-    }
-    if (!finish) goto done;   // a row window that is not the last: the next one reads g again
-    for (j = 0; j < L; ++j) g[j] = 1.0;
-    quarot_tensor_set_row_f64(&gt, 0, g);
+    if (!row) return QUAROT_ERR_OUT_OF_MEMORY;
     if (beta) {
-        for (j = 0; j < L; ++j) beta[j] = 0.0;
-        quarot_tensor_set_row_f64(&bt, 0, beta);
+        badd = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+        if (!badd) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    }
+    for (r = 0; r < out; ++r) {
+        double acc = 0.0;
+        quarot_tensor_get_row_f64(&w, r, row);
+        if (beta) for (j = 0; j < L; ++j) acc += row[j] * beta[j];
+        for (j = 0; j < L; ++j) row[j] *= g[j];
+        quarot_tensor_set_row_f64(&w, r, row);
+        if (badd) badd[r] = acc;
+    }
+    if (beta) {
+        double* bv = (double*)quarot_env_alloc(env, (size_t)out * sizeof(double));
+        if (!bv) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+        if (quarot__exists(p, l->bias)) {
+            res = quarot__get(p, l->bias, &bias);
+        } else {
+            int64_t ne1[1];
+            ne1[0] = out;
+            res = p->model->create_tensor(p->model->user_data, l->bias, w.dtype, 1, ne1, &bias);
+            if (res == QUAROT_OK) {   // created zero-filled; make sure of it
+                for (r = 0; r < out; ++r) bv[r] = 0.0;
+                quarot_tensor_set_row_f64(&bias, 0, bv);
+            } else {
+                quarot__model_error(p->model, "create_tensor('%s') failed: %s", l->bias, quarot_result_string(res));
+            }
+        }
+        if (res == QUAROT_OK) {
+            quarot_tensor_get_row_f64(&bias, 0, bv);
+            for (r = 0; r < out; ++r) bv[r] += badd[r];
+            quarot_tensor_set_row_f64(&bias, 0, bv);
+        }
+        quarot_env_free(env, bv);
     }
 done:
-    quarot_env_free(env, g);
-    quarot_env_free(env, beta);
     quarot_env_free(env, row);
     quarot_env_free(env, badd);
+    return res;
+}
+
+// A fusion's norm read into g (and beta) in double, [L]; *gt / *bt its tensors (bt: with a bias).
+static quarot_result quarot__fusion_gains(quarot_processor* p, const quarot_plan_fusion* f, quarot_tensor* gt,
+                                          quarot_tensor* bt, double** g, double** beta, int64_t* L) {
+    const quarot_env* env = &p->model->env;
+    quarot_result res;
+    *g = NULL;
+    *beta = NULL;
+    if ((res = quarot__get(p, f->norm_weight, gt)) != QUAROT_OK) return res;
+    *L = gt->ne[0];
+    *g = (double*)quarot_env_alloc(env, (size_t)*L * sizeof(double));
+    if (!*g) return QUAROT_ERR_OUT_OF_MEMORY;
+    quarot_tensor_get_row_f64(gt, 0, *g);
+    if (f->norm_bias[0]) {
+        if ((res = quarot__get(p, f->norm_bias, bt)) != QUAROT_OK) return res;
+        *beta = (double*)quarot_env_alloc(env, (size_t)*L * sizeof(double));
+        if (!*beta) return QUAROT_ERR_OUT_OF_MEMORY;
+        quarot_tensor_get_row_f64(bt, 0, *beta);
+    }
+    return QUAROT_OK;
+}
+
+// The norm of a fusion reset to the identity: g <- 1, beta <- 0 (g, beta are overwritten).
+static void quarot__fusion_reset(quarot_tensor* gt, quarot_tensor* bt, double* g, double* beta, int64_t L) {
+    int64_t j;
+    for (j = 0; j < L; ++j) g[j] = 1.0;
+    quarot_tensor_set_row_f64(gt, 0, g);
+    if (beta) {
+        for (j = 0; j < L; ++j) beta[j] = 0.0;
+        quarot_tensor_set_row_f64(bt, 0, beta);
+    }
+}
+
+// W <- W*diag(g) and b <- b + W_old*beta for each linear of a fusion; then (finish) g <- 1, beta <- 0.
+// fold (not NULL, [p->n_commands]): the f32 scalings that can ride on a command are left to it (fold[i]).
+static quarot_result quarot__run_fusion(quarot_processor* p, const quarot_plan_fusion* f, int finish, float** fold) {
+    const quarot_env* env = &p->model->env;
+    quarot_tensor gt, bt;
+    double *g = NULL, *beta = NULL;
+    int64_t L = 0, k;
+    quarot_result res = quarot__fusion_gains(p, f, &gt, &bt, &g, &beta, &L);
+    for (k = f->first_linear; res == QUAROT_OK && k < f->first_linear + f->n_linears; ++k)
+        res = quarot__fuse_linear(p, f, k, g, beta, L, gt.dtype, fold);
+    if (res == QUAROT_OK && finish) quarot__fusion_reset(&gt, &bt, g, beta, L);   // else the next window reads g again
+    quarot_env_free(env, g);
+    quarot_env_free(env, beta);
     return res;
 }
 
@@ -11495,6 +11528,101 @@ done:
     return res;
 }
 
+// A decoder layer tensor by tensor (quarot_model.tensor_done set, a layer without bakes): the norms
+// are read and reset first, each reader's scaling is applied (or folded) right before the first
+// command on it, every command on one weight runs together in plan order, then tensor_done names
+// the weight and its bias. The same arithmetic on every tensor as quarot__run_scope's order (a
+// command changes only its own weight and bias), so the same bits; what differs is that the model
+// needs no more than one weight of the layer in its working precision at a time.
+static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t layer) {
+    const quarot_env* env = &p->model->env;
+    quarot_model* m = p->model;
+    const int64_t n = p->n_commands;
+    float** fold = (float**)quarot_env_alloc(env, (size_t)n * sizeof(float*));
+    int64_t* first = (int64_t*)quarot_env_alloc(env, (size_t)(p->plan.n_linears + 1) * sizeof(int64_t));
+    unsigned char* ran = (unsigned char*)quarot_env_alloc(env, (size_t)n + 1);
+    double** gs = (double**)quarot_env_alloc(env, (size_t)(2 * p->plan.n_fusions + 1) * sizeof(double*));
+    quarot_dtype* gdt = (quarot_dtype*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(quarot_dtype));
+    int64_t* gl = (int64_t*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(int64_t));
+    int64_t i, j, k, fi;
+    quarot_result res = QUAROT_OK;
+    if (!fold || !first || !ran || !gs || !gdt || !gl) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    for (i = 0; i < n; ++i) { fold[i] = NULL; ran[i] = 0; }
+    for (fi = 0; fi < 2 * p->plan.n_fusions; ++fi) gs[fi] = NULL;
+    // each fusion's gains, then its norm reset; a reader no command of the layer touches is scaled now
+    for (fi = 0; fi < p->plan.n_fusions; ++fi) {
+        const quarot_plan_fusion* f = &p->plan.fusions[fi];
+        quarot_tensor gt, bt;
+        if (f->layer != layer) continue;
+        if ((res = quarot__fusion_gains(p, f, &gt, &bt, &gs[2 * fi], &gs[2 * fi + 1], &gl[fi])) != QUAROT_OK) goto done;
+        gdt[fi] = gt.dtype;
+        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+            first[k] = -1;
+            for (i = 0; i < n && first[k] < 0; ++i)
+                if (p->commands[i].layer == layer && strcmp(p->commands[i].weight, p->plan.linears[k].weight) == 0) first[k] = i;
+            if (first[k] < 0 &&
+                (res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi], fold)) != QUAROT_OK)
+                goto done;
+        }
+        {   // the reset overwrites g and beta: keep the gains the deferred readers need
+            double* keep_g = (double*)quarot_env_alloc(env, (size_t)gl[fi] * sizeof(double));
+            double* keep_b = gs[2 * fi + 1] ? (double*)quarot_env_alloc(env, (size_t)gl[fi] * sizeof(double)) : NULL;
+            if (!keep_g || (gs[2 * fi + 1] && !keep_b)) {
+                quarot_env_free(env, keep_g);
+                quarot_env_free(env, keep_b);
+                res = QUAROT_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            memcpy(keep_g, gs[2 * fi], (size_t)gl[fi] * sizeof(double));
+            if (keep_b) memcpy(keep_b, gs[2 * fi + 1], (size_t)gl[fi] * sizeof(double));
+            quarot__fusion_reset(&gt, &bt, gs[2 * fi], gs[2 * fi + 1], gl[fi]);
+            quarot_env_free(env, gs[2 * fi]);
+            quarot_env_free(env, gs[2 * fi + 1]);
+            gs[2 * fi] = keep_g;
+            gs[2 * fi + 1] = keep_b;
+        }
+    }
+    for (i = 0; i < n; ++i) {
+        const char* wname;
+        if (p->commands[i].layer != layer || ran[i]) continue;
+        wname = p->commands[i].weight;
+        for (fi = 0; fi < p->plan.n_fusions; ++fi) {   // the scaling of the reader whose first command this is
+            const quarot_plan_fusion* f = &p->plan.fusions[fi];
+            if (f->layer != layer) continue;
+            for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k)
+                if (first[k] == i &&
+                    (res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi], fold)) != QUAROT_OK)
+                    goto done;
+        }
+        for (j = i; j < n; ++j) {
+            if (p->commands[j].layer != layer || ran[j] || strcmp(p->commands[j].weight, wname) != 0) continue;
+            if ((res = quarot__run_command(p, &p->commands[j], 1, fold[j])) != QUAROT_OK) goto done;
+            ran[j] = 1;
+        }
+        for (j = i; j < n; ++j) {   // the biases of those commands, then the weight
+            const quarot_command* c = &p->commands[j];
+            if (c->layer != layer || !c->bias[0] || strcmp(c->weight, wname) != 0 || !quarot__exists(p, c->bias)) continue;
+            if ((res = m->tensor_done(m->user_data, c->bias)) != QUAROT_OK) break;
+        }
+        if (res == QUAROT_OK) res = m->tensor_done(m->user_data, wname);
+        if (res != QUAROT_OK) {
+            quarot__model_error(m, "tensor_done('%s') failed: %s", wname, quarot_result_string(res));
+            goto done;
+        }
+    }
+done:
+    for (i = 0; fold && i < n; ++i) quarot_env_free(env, fold[i]);
+    for (fi = 0; gs && fi < 2 * p->plan.n_fusions; ++fi) quarot_env_free(env, gs[fi]);
+    quarot_env_free(env, fold);
+    quarot_env_free(env, first);
+    quarot_env_free(env, ran);
+    quarot_env_free(env, gs);
+    quarot_env_free(env, gdt);
+    quarot_env_free(env, gl);
+    return res;
+}
+
+
 // Everything planned for one layer (or -1 = the globals). finish = 0: a row window of the globals
 // that is not the last (norms kept, commands not counted).
 // A decoder layer without bakes folds its readers' f32 scalings into their first commands
@@ -11508,6 +11636,7 @@ static quarot_result quarot__run_scope(quarot_processor* p, int64_t layer, int f
     quarot_result res = QUAROT_OK;
     for (i = 0; i < p->plan.n_bakes; ++i)
         if (p->plan.bakes[i].layer == layer) folding = 0;
+    if (folding && p->model->tensor_done) return quarot__run_scope_bytensor(p, layer);
     if (folding) {
         fold = (float**)quarot_env_alloc(env, (size_t)p->n_commands * sizeof(float*));
         if (!fold) return QUAROT_ERR_OUT_OF_MEMORY;

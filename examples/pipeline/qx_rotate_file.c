@@ -542,6 +542,14 @@ static quarot_result qx__get(void* user, const char* name, quarot_tensor* out) {
     /* validation reads the views tensor by tensor: let the previous tensors' pages go first, so
        the mapped input stays near one tensor (rounded to the page cache's folios) */
     if (b->phase == 0 && !en->owned) qx__drop_pages(b);
+    if (b->phase == 1 && L >= 0 && !en->owned) {   /* the rotation pass copies a layer's tensor when first asked */
+        double t0 = qx_now();
+        quarot_result r;
+        b->layer_bytes += (double)quarot_tensor_nbytes(&en->t);
+        r = qx__own(b, en);
+        b->st->read_s += qx_now() - t0;
+        if (r != QUAROT_OK) return r;
+    }
     *out = en->t;
     return QUAROT_OK;
 }
@@ -578,14 +586,8 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
         double t0 = qx_now();
         b->t_layer = t0;
         b->layer_bytes = 0.0;
-        for (i = 0; i < b->s->count; ++i)
-            if (qx_name_layer(b->s->items[i].name, NULL, NULL) == layer) {
-                quarot_result r;
-                if (!b->s->items[i].owned) b->layer_bytes += (double)quarot_tensor_nbytes(&b->s->items[i].t);
-                r = qx__own(b, &b->s->items[i]);
-                if (r != QUAROT_OK) return r;
-            }
-        qx__spares_free(b);
+        (void)i;   /* the copies are made when the processor first asks (qx__get) and written after the
+                      last command on them (qx__tensor_done), so a layer never exists whole in f32 */
         b->t_mark = qx_now();
         b->in_rotate = 0;
         b->st->read_s += b->t_mark - t0;
@@ -605,6 +607,11 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
         qx_entry* en = &b->s->items[i];
         if (qx_name_layer(en->name, NULL, NULL) != layer) { ++i; continue; }
         if (b->phase == 0) { ++i; continue; }   /* validation only read it */
+        if (b->werr == QUAROT_OK && !en->owned) {   /* no command touched it: written through a copy as the others */
+            b->layer_bytes += (double)quarot_tensor_nbytes(&en->t);
+            b->werr = qx__own(b, en);
+            if (b->werr == QUAROT_ERR_NONFINITE) b->werr_msg = b->in_msg;
+        }
         if (b->werr == QUAROT_OK) {
             b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
             if (b->werr == QUAROT_OK) b->st->tensors_written++;
@@ -631,6 +638,27 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
     b->live--;
     b->st->releases++;
     if (b->o->progress && b->phase == 1) b->o->progress(b->o->user, "rotate", layer + 1, b->n_layers);
+    return b->werr;
+}
+
+/* The processor is done with a tensor of the held layer (quarot_model.tensor_done): it is written
+   now and its copy goes to the spares, where the layer's next copy of the same size takes it. */
+static quarot_result qx__tensor_done(void* user, const char* name) {
+    qx__rf* b = (qx__rf*)user;
+    qx_entry* en;
+    double t0;
+    if (b->phase != 1 || qx_name_layer(name, NULL, NULL) != b->held) return QUAROT_OK;
+    en = qx__entry(b->s, name);
+    if (!en || !en->owned) return QUAROT_OK;   /* written already, or never copied (release writes it) */
+    t0 = qx_now();
+    if (b->werr == QUAROT_OK) {
+        b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
+        if (b->werr == QUAROT_OK) b->st->tensors_written++;
+    }
+    qx__give(b, en->owned, quarot_tensor_nbytes(&en->t));
+    en->owned = NULL;
+    (void)qx_store_remove(b->s, name);
+    b->st->write_s += qx_now() - t0;
     return b->werr;
 }
 
@@ -1218,6 +1246,7 @@ static void qx__run_bind(qx__run* u) {
     m->create_tensor = qx__create;
     m->acquire_layer = qx__acquire;
     m->release_layer = qx__release;
+    m->tensor_done = qx__tensor_done;
     /* threads: the processor splits each command's rows over the pool (same bytes for any count) */
     u->st->threads = u->o->threads > 0 ? u->o->threads : qx_cpu_count();
     if (u->st->threads > 1) u->pool = qx_pool_create(u->st->threads);
