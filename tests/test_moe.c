@@ -73,6 +73,103 @@ static void test_moe_invariance(void) {
             }
 }
 
+/* tensor_done: the names the processor is done with; a tensor asked for again after that fails the
+   test (the binding may have written and freed it). */
+typedef struct td_state {
+    mt_model* m;
+    char done[MAXT][QUAROT_NAME_MAX];
+    int n_done, asked_after, twice;
+} td_state;
+
+static quarot_result td_get(void* u, const char* name, quarot_tensor* out) {
+    td_state* t = (td_state*)u;
+    int i;
+    for (i = 0; i < t->n_done; ++i)
+        if (strcmp(t->done[i], name) == 0) t->asked_after++;
+    return mt_get_tensor(t->m, name, out);
+}
+
+static quarot_result td_create(void* u, const char* name, quarot_dtype dt, int n_dims, const int64_t* ne, quarot_tensor* out) {
+    return mt_create(((td_state*)u)->m, name, dt, n_dims, ne, out);
+}
+
+static quarot_result td_done(void* u, const char* name) {
+    td_state* t = (td_state*)u;
+    int i;
+    for (i = 0; i < t->n_done; ++i)
+        if (strcmp(t->done[i], name) == 0) t->twice++;
+    if (t->n_done < MAXT) snprintf(t->done[t->n_done++], QUAROT_NAME_MAX, "%s", name);
+    return QUAROT_OK;
+}
+
+/* m rotated through the processor's steps; f32: the commands' single-precision flag (the tool's
+   setting for f16 / bf16 outputs, under which norm scalings fold into commands); td: with tensor_done. */
+static int td_rotate(mt_model* m, int online, int f32, td_state* td, quarot_online_list* hooks) {
+    quarot_model qm = mt_binding(m);
+    quarot_rotate_desc d;
+    quarot_processor p;
+    int64_t i, l;
+    quarot_result r;
+    memset(&d, 0, sizeof d);
+    d.seed = 3;
+    d.online = online;
+    d.online_out = hooks;
+    if (td) {
+        memset(td, 0, sizeof *td);
+        td->m = m;
+        qm.user_data = td;
+        qm.get_tensor = td_get;
+        qm.create_tensor = td_create;
+        qm.tensor_done = td_done;
+    }
+    r = quarot_processor_init(&p, &qm, &d);
+    if (r != QUAROT_OK) { printf("    init: %s\n", qm.error); return 0; }
+    for (i = 0; i < p.n_commands; ++i) p.commands[i].f32 = f32;
+    r = quarot_processor_pre_run(&p);
+    for (l = 0; r == QUAROT_OK && l < m->cfg.n_layers; ++l) r = quarot_processor_run_layer(&p, l);
+    if (r == QUAROT_OK) r = quarot_processor_post_run(&p);
+    if (r != QUAROT_OK) printf("    rotate: %s\n", qm.error);
+    quarot_processor_free(&p);
+    return r == QUAROT_OK;
+}
+
+/* With tensor_done a layer runs tensor by tensor: every tensor of the model ends with the same bits
+   as in the plain order, each layer weight is named done once and never asked for again. */
+static void test_moe_tensor_done(void) {
+    static mt_model a, b;
+    static td_state td;
+    int f, stacked, online, f32;
+    for (f = 0; f < 3; ++f)
+        for (stacked = 0; stacked < 2; ++stacked)
+            for (online = 0; online < 2; ++online)
+                for (f32 = 0; f32 < 2; ++f32) {
+                    quarot_online_list ha, hb;
+                    int i, same = 1, layer_weights = 0, named = 0, ok;
+                    mt_build(&a, (family)f, stacked, 21u + (unsigned)f);
+                    mt_build(&b, (family)f, stacked, 21u + (unsigned)f);
+                    quarot_online_list_init(&ha, NULL);
+                    quarot_online_list_init(&hb, NULL);
+                    ok = td_rotate(&a, online, f32, NULL, &ha) && td_rotate(&b, online, f32, &td, &hb);
+                    QT_CHECK(ok);
+                    QT_EQ_INT(a.count, b.count);
+                    for (i = 0; ok && i < a.count && i < b.count; ++i) {
+                        const quarot_tensor* t = &a.items[i].t;
+                        size_t nb = (size_t)(t->ne[0] * t->ne[1] * t->ne[2]) * sizeof(float);
+                        same &= strcmp(a.items[i].name, b.items[i].name) == 0 && memcmp(t->data, b.items[i].t.data, nb) == 0;
+                        if (strstr(a.items[i].name, "layers.") && strstr(a.items[i].name, "proj.weight")) ++layer_weights;
+                    }
+                    for (i = 0; i < td.n_done; ++i) named += strstr(td.done[i], "proj.weight") != NULL;
+                    QT_CHECKF(same, "%d %d %d %d: tensors differ", f, stacked, online, f32);
+                    QT_CHECKF(td.asked_after == 0 && td.twice == 0, "%d asked after done, %d named twice", td.asked_after, td.twice);
+                    QT_CHECKF(named == layer_weights, "%d of %d layer projections named done", named, layer_weights);
+                    QT_EQ_INT((int)ha.count, (int)hb.count);
+                    quarot_online_list_free(&ha);
+                    quarot_online_list_free(&hb);
+                    mt_free(&a);
+                    mt_free(&b);
+                }
+}
+
 /* A rotation that forgets the routed experts' R4 (the hook without its offline half, or an expert's
    down_proj left out) changes the logits: the check above can fail. */
 static int skip_expert_down(void* u, const quarot_command* c) {
@@ -451,6 +548,7 @@ static void test_cli_moe_bad_input(void) {
 int main(int argc, char** argv) {
     (void)argc;
     QT_RUN(test_moe_invariance);
+    QT_RUN(test_moe_tensor_done);
     QT_RUN(test_moe_check_can_fail);
     QT_RUN(test_moe_bad_input);
     QT_RUN(test_moe_hook_file);
