@@ -45,6 +45,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>online           online-rotation hook IR, quarot_online_apply, versioned text serialization
     >>processor        plan, rotations and commands built and validated before any write; quarot_rotate_model
     >>processor_run    (implementation only) fusion, mean baking, commands, layers, exactly-once check
+    >>processor_bytensor (implementation only) a layer one weight at a time (quarot_model.tensor_done)
     >>processor_moe    (implementation only) R4 per expert, hooks of MoE layers, 3-D expert tensors one at a time
     >>adapt            Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
     >>adapt_solve      (implementation only) stage 1's polar factor: the methods, X^T X, sigma_max, deflation
@@ -1483,6 +1484,9 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 
 // >>processor_run
 // (no declarations: the execution half of the processor, see >>processor)
+
+// >>processor_bytensor
+// (no declarations: a decoder layer run tensor by tensor, see quarot_model.tensor_done)
 
 // >>processor_moe
 // (no declarations: the processor's steps for MoE layers, see >>moe)
@@ -11528,99 +11532,8 @@ done:
     return res;
 }
 
-// A decoder layer tensor by tensor (quarot_model.tensor_done set, a layer without bakes): the norms
-// are read and reset first, each reader's scaling is applied (or folded) right before the first
-// command on it, every command on one weight runs together in plan order, then tensor_done names
-// the weight and its bias. The same arithmetic on every tensor as quarot__run_scope's order (a
-// command changes only its own weight and bias), so the same bits; what differs is that the model
-// needs no more than one weight of the layer in its working precision at a time.
-static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t layer) {
-    const quarot_env* env = &p->model->env;
-    quarot_model* m = p->model;
-    const int64_t n = p->n_commands;
-    float** fold = (float**)quarot_env_alloc(env, (size_t)n * sizeof(float*));
-    int64_t* first = (int64_t*)quarot_env_alloc(env, (size_t)(p->plan.n_linears + 1) * sizeof(int64_t));
-    unsigned char* ran = (unsigned char*)quarot_env_alloc(env, (size_t)n + 1);
-    double** gs = (double**)quarot_env_alloc(env, (size_t)(2 * p->plan.n_fusions + 1) * sizeof(double*));
-    quarot_dtype* gdt = (quarot_dtype*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(quarot_dtype));
-    int64_t* gl = (int64_t*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(int64_t));
-    int64_t i, j, k, fi;
-    quarot_result res = QUAROT_OK;
-    if (!fold || !first || !ran || !gs || !gdt || !gl) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-    for (i = 0; i < n; ++i) { fold[i] = NULL; ran[i] = 0; }
-    for (fi = 0; fi < 2 * p->plan.n_fusions; ++fi) gs[fi] = NULL;
-    // each fusion's gains, then its norm reset; a reader no command of the layer touches is scaled now
-    for (fi = 0; fi < p->plan.n_fusions; ++fi) {
-        const quarot_plan_fusion* f = &p->plan.fusions[fi];
-        quarot_tensor gt, bt;
-        if (f->layer != layer) continue;
-        if ((res = quarot__fusion_gains(p, f, &gt, &bt, &gs[2 * fi], &gs[2 * fi + 1], &gl[fi])) != QUAROT_OK) goto done;
-        gdt[fi] = gt.dtype;
-        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
-            first[k] = -1;
-            for (i = 0; i < n && first[k] < 0; ++i)
-                if (p->commands[i].layer == layer && strcmp(p->commands[i].weight, p->plan.linears[k].weight) == 0) first[k] = i;
-            if (first[k] < 0 &&
-                (res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi], fold)) != QUAROT_OK)
-                goto done;
-        }
-        {   // the reset overwrites g and beta: keep the gains the deferred readers need
-            double* keep_g = (double*)quarot_env_alloc(env, (size_t)gl[fi] * sizeof(double));
-            double* keep_b = gs[2 * fi + 1] ? (double*)quarot_env_alloc(env, (size_t)gl[fi] * sizeof(double)) : NULL;
-            if (!keep_g || (gs[2 * fi + 1] && !keep_b)) {
-                quarot_env_free(env, keep_g);
-                quarot_env_free(env, keep_b);
-                res = QUAROT_ERR_OUT_OF_MEMORY;
-                goto done;
-            }
-            memcpy(keep_g, gs[2 * fi], (size_t)gl[fi] * sizeof(double));
-            if (keep_b) memcpy(keep_b, gs[2 * fi + 1], (size_t)gl[fi] * sizeof(double));
-            quarot__fusion_reset(&gt, &bt, gs[2 * fi], gs[2 * fi + 1], gl[fi]);
-            quarot_env_free(env, gs[2 * fi]);
-            quarot_env_free(env, gs[2 * fi + 1]);
-            gs[2 * fi] = keep_g;
-            gs[2 * fi + 1] = keep_b;
-        }
-    }
-    for (i = 0; i < n; ++i) {
-        const char* wname;
-        if (p->commands[i].layer != layer || ran[i]) continue;
-        wname = p->commands[i].weight;
-        for (fi = 0; fi < p->plan.n_fusions; ++fi) {   // the scaling of the reader whose first command this is
-            const quarot_plan_fusion* f = &p->plan.fusions[fi];
-            if (f->layer != layer) continue;
-            for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k)
-                if (first[k] == i &&
-                    (res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi], fold)) != QUAROT_OK)
-                    goto done;
-        }
-        for (j = i; j < n; ++j) {
-            if (p->commands[j].layer != layer || ran[j] || strcmp(p->commands[j].weight, wname) != 0) continue;
-            if ((res = quarot__run_command(p, &p->commands[j], 1, fold[j])) != QUAROT_OK) goto done;
-            ran[j] = 1;
-        }
-        for (j = i; j < n; ++j) {   // the biases of those commands, then the weight
-            const quarot_command* c = &p->commands[j];
-            if (c->layer != layer || !c->bias[0] || strcmp(c->weight, wname) != 0 || !quarot__exists(p, c->bias)) continue;
-            if ((res = m->tensor_done(m->user_data, c->bias)) != QUAROT_OK) break;
-        }
-        if (res == QUAROT_OK) res = m->tensor_done(m->user_data, wname);
-        if (res != QUAROT_OK) {
-            quarot__model_error(m, "tensor_done('%s') failed: %s", wname, quarot_result_string(res));
-            goto done;
-        }
-    }
-done:
-    for (i = 0; fold && i < n; ++i) quarot_env_free(env, fold[i]);
-    for (fi = 0; gs && fi < 2 * p->plan.n_fusions; ++fi) quarot_env_free(env, gs[fi]);
-    quarot_env_free(env, fold);
-    quarot_env_free(env, first);
-    quarot_env_free(env, ran);
-    quarot_env_free(env, gs);
-    quarot_env_free(env, gdt);
-    quarot_env_free(env, gl);
-    return res;
-}
+// A decoder layer tensor by tensor (>>processor_bytensor).
+static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t layer);
 
 
 // Everything planned for one layer (or -1 = the globals). finish = 0: a row window of the globals
@@ -11857,6 +11770,105 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
     for (i = 0; i < model->config.n_layers && res == QUAROT_OK; ++i) res = quarot_processor_run_layer(&p, i);
     if (res == QUAROT_OK) res = quarot_processor_post_run(&p);
     quarot_processor_free(&p);
+    return res;
+}
+
+// >>processor_bytensor
+
+// A decoder layer tensor by tensor (quarot_model.tensor_done set, a layer without bakes): the norms
+// are read and reset first, each reader's scaling is applied (or folded) right before the first
+// command on it, every command on one weight runs together in plan order, then tensor_done names
+// the weight and its bias. The same arithmetic on every tensor as quarot__run_scope's order (a
+// command changes only its own weight and bias), so the same bits; what differs is that the model
+// needs no more than one weight of the layer in its working precision at a time.
+static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t layer) {
+    const quarot_env* env = &p->model->env;
+    quarot_model* m = p->model;
+    const int64_t n = p->n_commands;
+    float** fold = (float**)quarot_env_alloc(env, (size_t)n * sizeof(float*));
+    int64_t* first = (int64_t*)quarot_env_alloc(env, (size_t)(p->plan.n_linears + 1) * sizeof(int64_t));
+    unsigned char* ran = (unsigned char*)quarot_env_alloc(env, (size_t)n + 1);
+    double** gs = (double**)quarot_env_alloc(env, (size_t)(2 * p->plan.n_fusions + 1) * sizeof(double*));
+    quarot_dtype* gdt = (quarot_dtype*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(quarot_dtype));
+    int64_t* gl = (int64_t*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(int64_t));
+    int64_t i, j, k, fi;
+    quarot_result res = QUAROT_OK;
+    if (!fold || !first || !ran || !gs || !gdt || !gl) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    for (i = 0; i < n; ++i) { fold[i] = NULL; ran[i] = 0; }
+    for (fi = 0; fi < 2 * p->plan.n_fusions; ++fi) gs[fi] = NULL;
+    // each fusion's gains, then its norm reset; a reader no command of the layer touches is scaled now
+    for (fi = 0; fi < p->plan.n_fusions; ++fi) {
+        const quarot_plan_fusion* f = &p->plan.fusions[fi];
+        quarot_tensor gt, bt;
+        if (f->layer != layer) continue;
+        if ((res = quarot__fusion_gains(p, f, &gt, &bt, &gs[2 * fi], &gs[2 * fi + 1], &gl[fi])) != QUAROT_OK) goto done;
+        gdt[fi] = gt.dtype;
+        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+            first[k] = -1;
+            for (i = 0; i < n && first[k] < 0; ++i)
+                if (p->commands[i].layer == layer && strcmp(p->commands[i].weight, p->plan.linears[k].weight) == 0)
+                    first[k] = i;
+            if (first[k] < 0 &&
+                (res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi], fold)) != QUAROT_OK)
+                goto done;
+        }
+        {   // the reset overwrites g and beta: keep the gains the deferred readers need
+            double* keep_g = (double*)quarot_env_alloc(env, (size_t)gl[fi] * sizeof(double));
+            double* keep_b = gs[2 * fi + 1] ? (double*)quarot_env_alloc(env, (size_t)gl[fi] * sizeof(double)) : NULL;
+            if (!keep_g || (gs[2 * fi + 1] && !keep_b)) {
+                quarot_env_free(env, keep_g);
+                quarot_env_free(env, keep_b);
+                res = QUAROT_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            memcpy(keep_g, gs[2 * fi], (size_t)gl[fi] * sizeof(double));
+            if (keep_b) memcpy(keep_b, gs[2 * fi + 1], (size_t)gl[fi] * sizeof(double));
+            quarot__fusion_reset(&gt, &bt, gs[2 * fi], gs[2 * fi + 1], gl[fi]);
+            quarot_env_free(env, gs[2 * fi]);
+            quarot_env_free(env, gs[2 * fi + 1]);
+            gs[2 * fi] = keep_g;
+            gs[2 * fi + 1] = keep_b;
+        }
+    }
+    for (i = 0; i < n; ++i) {
+        const char* wname;
+        if (p->commands[i].layer != layer || ran[i]) continue;
+        wname = p->commands[i].weight;
+        for (fi = 0; fi < p->plan.n_fusions; ++fi) {   // the scaling of the reader whose first command this is
+            const quarot_plan_fusion* f = &p->plan.fusions[fi];
+            if (f->layer != layer) continue;
+            for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+                if (first[k] != i) continue;
+                res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi], fold);
+                if (res != QUAROT_OK) goto done;
+            }
+        }
+        for (j = i; j < n; ++j) {
+            if (p->commands[j].layer != layer || ran[j] || strcmp(p->commands[j].weight, wname) != 0) continue;
+            if ((res = quarot__run_command(p, &p->commands[j], 1, fold[j])) != QUAROT_OK) goto done;
+            ran[j] = 1;
+        }
+        for (j = i; j < n; ++j) {   // the biases of those commands, then the weight
+            const quarot_command* c = &p->commands[j];
+            if (c->layer != layer || !c->bias[0] || strcmp(c->weight, wname) != 0 || !quarot__exists(p, c->bias))
+                continue;
+            if ((res = m->tensor_done(m->user_data, c->bias)) != QUAROT_OK) break;
+        }
+        if (res == QUAROT_OK) res = m->tensor_done(m->user_data, wname);
+        if (res != QUAROT_OK) {
+            quarot__model_error(m, "tensor_done('%s') failed: %s", wname, quarot_result_string(res));
+            goto done;
+        }
+    }
+done:
+    for (i = 0; fold && i < n; ++i) quarot_env_free(env, fold[i]);
+    for (fi = 0; gs && fi < 2 * p->plan.n_fusions; ++fi) quarot_env_free(env, gs[fi]);
+    quarot_env_free(env, fold);
+    quarot_env_free(env, first);
+    quarot_env_free(env, ran);
+    quarot_env_free(env, gs);
+    quarot_env_free(env, gdt);
+    quarot_env_free(env, gl);
     return res;
 }
 
