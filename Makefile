@@ -95,7 +95,7 @@ test: $(TESTS) $(EXAMPLES) $(TEST_HELPERS)
 demo: $(BUILD)/quarot
 	$(BUILD)/quarot demo
 
-bench: $(BENCHES)
+bench: $(BENCHES) $(BUILD)/quarot   # bench_moe_rotate runs the tool
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 
 matrix:

@@ -485,11 +485,11 @@ static void test_cli_moe_mixtral_gguf_bad(void) {
             expect = "llama.expert_used_count";
         } else if (k == 1) {   /* a router of 3 rows for 4 experts */
             mt_find(&m, "model.layers.1.block_sparse_moe.gate.weight")->t.ne[1] = 3;
-            expect = "model.layers.1.block_sparse_moe.gate.weight";
+            expect = "\"blk.1.ffn_gate_inp.weight\" (model.layers.1.block_sparse_moe.gate.weight)";
         } else {   /* no up experts in layer 2 */
             mt_tensor* t = mt_find(&m, "model.layers.2.block_sparse_moe.experts.w3.weight");
             snprintf(t->name, sizeof t->name, "model.layers.2.unused.weight");
-            expect = "model.layers.2.block_sparse_moe.experts.w3.weight";
+            expect = "\"blk.2.ffn_up_exps.weight\" (model.layers.2.block_sparse_moe.experts.w3.weight)";
         }
         snprintf(in, sizeof in, "%s/mixtral_bad%d.gguf", g_tmp, k);
         snprintf(out, sizeof out, "%s/mixtral_bad%d_out.gguf", g_tmp, k);

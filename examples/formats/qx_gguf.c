@@ -916,6 +916,21 @@ static quarot_result qx__gguf_config_as(const qx_gguf_file* f, const char* fname
     return QUAROT_OK;
 }
 
+/* The tensor check speaks of the store's (Hugging Face) names: the first quoted one that has a GGUF
+   name gets it in front, so the line names the tensor as the file does. */
+static void qx__gguf_err_names(qx_err* e) {
+    char* a = strchr(e->msg, '"');
+    char* b = a ? strchr(a + 1, '"') : NULL;
+    char hf[QX_GGUF_MAX_NAME + 32], gg[QX_GGUF_MAX_NAME + 32], out[sizeof e->msg];
+    int w;
+    if (!b || (size_t)(b - a - 1) >= sizeof hf) return;
+    memcpy(hf, a + 1, (size_t)(b - a - 1));
+    hf[b - a - 1] = '\0';
+    if (qx_gguf_name_from_hf(hf, gg, sizeof gg) != 1) return;
+    w = snprintf(out, sizeof out, "%.*s\"%s\" (%s)%s", (int)(a - e->msg), e->msg, gg, hf, b + 1);
+    if (w > 0 && (size_t)w < sizeof out) memcpy(e->msg, out, sizeof out);
+}
+
 /* Config, tensors (under Hugging Face names) and the pairs blob into s, then the tensor check. */
 static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname, qx_store* s, int allow_view, qx_err* e) {
     quarot_result r;
@@ -1006,7 +1021,9 @@ static quarot_result qx__gguf_to_store(const qx_gguf_file* f, const char* fname,
         if (r == QUAROT_OK && arch && al == 7 && memcmp(arch, "qwen2vl", 7) == 0) r = qx_store_set_blob(s, "gguf.vl", "qwen2vl", 7);
     }
     if (r != QUAROT_OK) { qx_err_set(e, "%s: out of memory", fname); return r; }
-    return qx_hf_check_tensors(s, fname, e);
+    r = qx_hf_check_tensors(s, fname, e);
+    if (r != QUAROT_OK && e) qx__gguf_err_names(e);
+    return r;
 }
 
 /* From memory: parse, then copy everything into s. */
