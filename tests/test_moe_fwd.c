@@ -246,7 +246,7 @@ static void test_cli_eval_rotate(void) {
     snprintf(toks, sizeof toks, "%s", tmp_path("toks.txt"));
     g_mlp_only = 0;   /* the tool's readers take sparse_step, not mlp_only_layers */
     for (gguf = 0; gguf < 2; ++gguf)
-        for (f = gguf; f < 3; ++f) {   /* GGUF: qwen2moe and qwen3moe */
+        for (f = 0; f < 3; ++f) {   /* GGUF: Mixtral (llama with experts), qwen2moe, qwen3moe */
             static mt_model m;
             double p0, p1;
             qx_store a, b;
