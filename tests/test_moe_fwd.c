@@ -34,22 +34,10 @@
 #include "support/qx_threads.h"
 
 #include "moe_util.h"
+#include "moe_store.h"
 
 static const char* const FAMS[3] = {"mixtral", "qwen2_moe", "qwen3_moe"};
 
-/* m's tensors and config in a store (copied) */
-static int to_store(const mt_model* m, qx_store* s) {
-    int i;
-    quarot_result r = QUAROT_OK;
-    qx_store_init(s);
-    s->config = m->cfg;
-    for (i = 0; i < m->count && r == QUAROT_OK; ++i) {
-        const quarot_tensor* t = &m->items[i].t;
-        int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
-        r = qx_store_add(s, m->items[i].name, QUAROT_DTYPE_F32, nd, t->ne, t->data, NULL);
-    }
-    return r == QUAROT_OK;
-}
 
 /* the experts the tool chose: [layer][token][2], -1 in dense layers */
 typedef struct routes {
@@ -117,7 +105,7 @@ static void test_forward_matches_reference(void) {
             m.rope = 1;
             m.tokens = g_toks;
             QT_CHECK(forward(&m, NULL, la, ca, &calls));
-            QT_CHECK(to_store(&m, &s));
+            QT_CHECK(mt_store(&m, &s) == QUAROT_OK);
             memset(&o, 0, sizeof o);
             QT_CHECK(tool_logits(&s, &o, NULL, lb, &rt));
             diff = rel_diff(la, lb, SEQ * 48);
@@ -168,7 +156,7 @@ static void test_weight_quant_skips_router(void) {
             double d8;
             mt_build(&m, (family)f, stacked, 31u + (unsigned)f);
             m.tokens = g_toks;
-            QT_CHECK(to_store(&m, &s));
+            QT_CHECK(mt_store(&m, &s) == QUAROT_OK);
             memset(&o, 0, sizeof o);
             o.quant.w_bits = 4;
             QT_CHECK(tool_logits(&s, &o, NULL, lq, &rt));
@@ -182,7 +170,7 @@ static void test_weight_quant_skips_router(void) {
                 QT_OK(quarot_fake_quant_f32((float*)t->data, t->ne[1] * t->ne[2], t->ne[0], t->ne[0], &d));
                 ++n_q;
             }
-            QT_CHECK(to_store(&m, &sq));
+            QT_CHECK(mt_store(&m, &sq) == QUAROT_OK);
             memset(&o, 0, sizeof o);
             QT_CHECK(tool_logits(&sq, &o, NULL, lp, &rt));
             QT_CHECKF(memcmp(lq, lp, sizeof lp) == 0, "%s %s: W4 is not the FP forward of the fake-quantized experts "
@@ -211,26 +199,6 @@ static void test_weight_quant_skips_router(void) {
 
 /* ---- the tool: eval before and after rotate ---- */
 
-static int save_model(mt_model* m, const char* path, int gguf) {
-    qx_store s;
-    qx_err e;
-    quarot_result r;
-    if (!to_store(m, &s)) return 0;
-    if (gguf) {
-        qx_gguf_save_opts go;
-        memset(&go, 0, sizeof go);
-        go.force = 1;
-        r = qx_gguf_save(&s, path, &go, &e);
-    } else {
-        qx_st_save_opts so;
-        memset(&so, 0, sizeof so);
-        so.force = 1;
-        r = qx_st_save(&s, path, &so, &e);
-    }
-    if (r != QUAROT_OK) printf("    save %s: %s\n", path, e.msg);
-    qx_store_free(&s);
-    return r == QUAROT_OK;
-}
 
 static double eval_ppl(const char* model, const char* toks) {
     int rc = CLI("eval %s --tokens %s --seq-len 16 --w-bits 16 --a-bits 16 --quiet", model, toks);
@@ -255,7 +223,7 @@ static void test_cli_eval_rotate(void) {
             mt_build(&m, (family)f, gguf, 50u + (unsigned)f);
             g_all_moe = 0;
             snprintf(in, sizeof in, "%s/%s_in%s", g_tmp, FAMS[f], gguf ? ".gguf" : "");
-            if (!save_model(&m, in, gguf)) { QT_CHECK(0); mt_free(&m); continue; }
+            if (!mt_save(&m, in, gguf)) { QT_CHECK(0); mt_free(&m); continue; }
             p0 = eval_ppl(in, toks);
             QT_CHECK(load_model(in, &a));
             if (!gguf) {   /* plot of the routed experts' down_proj inputs, before and after QuaRot */
@@ -327,13 +295,13 @@ static void test_cli_calibrate_refuses(void) {
         wo.desc.method = QUAROT_WQUANT_GPTQ;
         wo.desc.weight.bits = 4;
         wo.desc.migrate = 1;
-        QT_CHECK(to_store(&m, &s));
+        QT_CHECK(mt_store(&m, &s) == QUAROT_OK);
         QT_CHECK(qx_wq_quantize(&s, &wo, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "mixture-of-experts") != NULL);
         printf("    weight migration refused: %s\n", e.msg);
         qx_store_free(&s);
     }
     snprintf(in, sizeof in, "%s/cal_in", g_tmp);
-    QT_CHECK(save_model(&m, in, 0));
+    QT_CHECK(mt_save(&m, in, 0));
     rc = CLI("calibrate %s -o %s/cal_out --tokens %s --seq-len 8", in, g_tmp, tmp_path("toks.txt"));
     QT_CHECKF(rc == 2 && strstr(g_err, "mixture-of-experts") != NULL && count_lines(g_err) == 1, "rc %d: %s", rc, g_err);
     QT_CHECK(access(tmp_path("cal_out"), F_OK) != 0);

@@ -36,21 +36,10 @@
 #include "support/qx_threads.h"
 
 #include "moe_util.h"
+#include "moe_store.h"
 
 static const char* const FAMS[3] = {"mixtral", "qwen2_moe", "qwen3_moe"};
 
-static int to_store(const mt_model* m, qx_store* s) {
-    int i;
-    quarot_result r = QUAROT_OK;
-    qx_store_init(s);
-    s->config = m->cfg;
-    for (i = 0; i < m->count && r == QUAROT_OK; ++i) {
-        const quarot_tensor* t = &m->items[i].t;
-        int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
-        r = qx_store_add(s, m->items[i].name, QUAROT_DTYPE_F32, nd, t->ne, t->data, NULL);
-    }
-    return r == QUAROT_OK;
-}
 
 /* experts 2 and 3 take expert 1's router row: top 2 with ties to the lower index never picks 3 */
 static void tie_router(mt_model* m) {
@@ -207,7 +196,7 @@ static void test_gptq_per_expert(void) {
         mt_build(&m, (family)f, 0, 70u + (unsigned)f);
         tie_router(&m);
         for (l = 0; l < m.cfg.n_layers; ++l) n_moe += quarot_config_layer_is_moe(&m.cfg, l);
-        QT_CHECK(to_store(&m, &s0) && to_store(&m, &sg) && to_store(&m, &sr) && to_store(&m, &s2));
+        QT_CHECK(mt_store(&m, &s0) == QUAROT_OK && mt_store(&m, &sg) == QUAROT_OK && mt_store(&m, &sr) == QUAROT_OK && mt_store(&m, &s2) == QUAROT_OK);
         QT_CHECK(logits_err(&s0, lfp, NULL, 1) >= 0);
         for (l = 0; l < m.cfg.n_layers; ++l) {   /* the FP model: expert 3 never chosen, the others are */
             if (!quarot_config_layer_is_moe(&m.cfg, l)) continue;
@@ -270,7 +259,7 @@ static void test_gptq_per_expert(void) {
         QT_CHECKF(ok, "%s: 2 threads differ from 1", FAMS[f]);
         /* the same model with 3-D experts: the same weights at each expert's rows */
         stack_copy(&m, &ms);
-        QT_CHECK(to_store(&ms, &sst));
+        QT_CHECK(mt_store(&ms, &sst) == QUAROT_OK);
         QT_OK(run_stage(&sst, 1, 0, 0, NULL, &rst, &stst, &e));
         QT_CHECK(rst.experts == rg.experts && rst.fallback == rg.fallback && strcmp(stst.moe_note, st.moe_note) == 0);
         for (l = 0; l < m.cfg.n_layers; ++l) {
@@ -295,7 +284,7 @@ static void test_gptq_per_expert(void) {
         /* the clip search and int8 down_proj per expert (RTN); migration refused by name */
         {
             qx_store sc;
-            QT_CHECK(to_store(&m, &sc));
+            QT_CHECK(mt_store(&m, &sc) == QUAROT_OK);
             QT_OK(run_stage(&sc, 0, 1, 1, NULL, &rr, &st2, &e));
             QT_CHECK(rr.experts == n_moe * 12 && rr.fallback == 0 && st2.experts_rtn == 0);
             qx_store_free(&sc);
@@ -303,7 +292,7 @@ static void test_gptq_per_expert(void) {
         {
             qx_wq_opts o;
             qx_store sc;
-            QT_CHECK(to_store(&m, &sc));
+            QT_CHECK(mt_store(&m, &sc) == QUAROT_OK);
             memset(&o, 0, sizeof o);
             o.desc.weight.bits = 4;
             o.desc.migrate = 1;
@@ -318,26 +307,6 @@ static void test_gptq_per_expert(void) {
     free(g_win.offset);
 }
 
-static int save_model(mt_model* m, const char* path, int gguf) {
-    qx_store s;
-    qx_err e;
-    quarot_result r;
-    if (!to_store(m, &s)) return 0;
-    if (gguf) {
-        qx_gguf_save_opts go;
-        memset(&go, 0, sizeof go);
-        go.force = 1;
-        r = qx_gguf_save(&s, path, &go, &e);
-    } else {
-        qx_st_save_opts so;
-        memset(&so, 0, sizeof so);
-        so.force = 1;
-        r = qx_st_save(&s, path, &so, &e);
-    }
-    if (r != QUAROT_OK) printf("    save %s: %s\n", path, e.msg);
-    qx_store_free(&s);
-    return r == QUAROT_OK;
-}
 
 static double eval_row(const char* model, const char* opts, const char* row) {
     int rc = CLI("eval %s --tokens %s --seq-len 16 --quiet %s", model, tmp_path("toks.txt"), opts);
@@ -447,7 +416,7 @@ static void test_cli_quantize_moe(void) {
         snprintf(in, sizeof in, "%s/%s_in.gguf", g_tmp, FAMS[f]);
         snprintf(q, sizeof q, "%s/%s_q.gguf", g_tmp, FAMS[f]);
         snprintf(rot, sizeof rot, "%s/%s_rot.gguf", g_tmp, FAMS[f]);
-        if (!save_model(&m, in, 1)) { QT_CHECK(0); mt_free(&m); continue; }
+        if (!mt_save(&m, in, 1)) { QT_CHECK(0); mt_free(&m); continue; }
         rc = CLI("quantize %s %s --rotation none --dtype f32 --force", in, q);   /* f32: only the experts' Q4_0 differs */
         QT_CHECKF(rc == 0 && strstr(g_out, "Q4_0") && strstr(g_out, "routers / shared-expert gates kept F32"), "rc %d: %s%s", rc, g_out, g_err);
         check_gguf_layout(q, &m);
@@ -472,7 +441,7 @@ static void test_cli_quantize_moe(void) {
         mt_build(&m, FAM_MIXTRAL, 0, 90u);
         snprintf(in, sizeof in, "%s/mixtral_in", g_tmp);
         snprintf(q, sizeof q, "%s/mixtral_q.safetensors", g_tmp);
-        if (save_model(&m, in, 0)) {
+        if (mt_save(&m, in, 0)) {
             rc = CLI("quantize %s %s --rotation none --force", in, q);
             QT_CHECKF(rc == 0 && strstr(g_out, "experts.3.w2.weight") && strstr(g_out, "int4"), "rc %d: %s%s", rc, g_out, g_err);
             a = eval_row(q, "--w-bits 16 --a-bits 16", "FP32");
@@ -547,7 +516,7 @@ static void test_cli_gptq_moe(void) {
     snprintf(q, sizeof q, "%s/g_q.gguf", g_tmp);
     snprintf(tok, sizeof tok, "%s", tmp_path("tok.bin"));
     snprintf(txt, sizeof txt, "%s", tmp_path("text.txt"));
-    if (!save_model(&m, in, 1) || !write_tokenizer(tok) || !cu_write_sentences(txt, 20)) { QT_CHECK(0); mt_free(&m); return; }
+    if (!mt_save(&m, in, 1) || !write_tokenizer(tok) || !cu_write_sentences(txt, 20)) { QT_CHECK(0); mt_free(&m); return; }
     rc = CLI("quantize %s %s --w-quant gptq --calib-text %s --tokenizer %s --nsamples 4 --seq-len 32 --dtype f32 --force", in, q,
              txt, tok);
     QT_CHECKF(rc == 0 && strstr(g_out, "layer 0: 1 of 4 experts had no calibration tokens: RTN") && strstr(g_out, "RTN*"),
