@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3 };
+enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3, ENG_EXPERT_DOWN_INPUT = 4, ENG_SHARED_DOWN_INPUT = 5 };
 
 /* profile 1: wall clock; 2: this thread's CPU time (single-thread runs on a shared machine) */
 static double eng_now_clock(int profile) { return profile == 2 ? qx_thread_cpu_now() : qx_now(); }
@@ -105,9 +105,12 @@ static int eng_linear_packed(qx_engine* en, const char* name, int64_t out, int64
     return 1;
 }
 
-/* Load and quantize one linear "model.layers.{l}.{base}.weight" [out][in] (+ bias). */
-static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, const char* base, int64_t out, int64_t in,
-                                int req_bias, qx_eng_linear* L, qx_err* e) {
+/* Load and quantize one linear: weight `wname` [out][in] (from the store, or from the 2-D view
+   `view` of a stacked expert tensor when not NULL), bias `bname` (NULL: none; required when
+   req_bias). */
+static quarot_result eng_linear_named(qx_engine* en, const qx_store* s, const char* wname, const char* bname,
+                                      const quarot_tensor* view, int64_t out, int64_t in, int req_bias, qx_eng_linear* L,
+                                      qx_err* e) {
     char name[300];
     quarot_result r;
     const qx_engine_opts* o = &en->opts;
@@ -115,13 +118,14 @@ static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, con
     memset(L, 0, sizeof *L);
     L->out = out;
     L->in = in;
-    snprintf(name, sizeof name, "model.layers.%lld.%s.bias", (long long)l, base);
-    r = eng_load(en, s, name, 1, out, req_bias, &L->bias, e);
-    if (r != QUAROT_OK) return r;
-    if (L->bias) en->weight_bytes += (size_t)out * sizeof(float);
-    snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, base);
+    if (bname) {
+        r = eng_load(en, s, bname, 1, out, req_bias, &L->bias, e);
+        if (r != QUAROT_OK) return r;
+        if (L->bias) en->weight_bytes += (size_t)out * sizeof(float);
+    }
+    snprintf(name, sizeof name, "%s", wname);
     if (en->pk && eng_linear_packed(en, name, out, in, L, &r, e)) return r;
-    r = eng_load(en, s, name, out, in, 1, &L->w, e);
+    r = view ? qx_model_weight_f32(view, name, out, in, &en->arena, &L->w, e) : eng_load(en, s, name, out, in, 1, &L->w, e);
     if (r != QUAROT_OK) return r;
     if (!eng_bits_on(o->w_bits) || en->pk) {   /* a linear the packed file left in float runs in FP32 */
         en->weight_bytes += (size_t)(out * in) * sizeof(float);
@@ -130,7 +134,6 @@ static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, con
     memset(&d, 0, sizeof d);
     d.bits = o->w_bits;
     d.group_size = o->w_group;
-    snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, base);
     if (!eng_bits_on(o->a_bits) || o->fp_linears) {
         /* no integer kernel without activation codes: FP32 GEMM on the fake-quantized weights */
         r = quarot_fake_quant_f32(L->w, out, in, in, &d);
@@ -167,6 +170,107 @@ static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, con
     return QUAROT_OK;
 }
 
+/* Load and quantize one linear "model.layers.{l}.{base}.weight" [out][in] (+ bias). */
+static quarot_result eng_linear(qx_engine* en, const qx_store* s, int64_t l, const char* base, int64_t out, int64_t in,
+                                int req_bias, qx_eng_linear* L, qx_err* e) {
+    char wname[300], bname[300];
+    snprintf(wname, sizeof wname, "model.layers.%lld.%s.weight", (long long)l, base);
+    snprintf(bname, sizeof bname, "model.layers.%lld.%s.bias", (long long)l, base);
+    return eng_linear_named(en, s, wname, bname, NULL, out, in, req_bias, L, e);
+}
+
+/* ---- mixture-of-experts weights (the names of model/qx_forward.h) ---- */
+
+/* Which MoE tensor: the router, the shared-expert gate, the shared expert's gate / up / down, a
+   routed expert's gate / up / down. */
+enum { ENG_MW_ROUTER, ENG_MW_SGATE, ENG_MW_SHARED, ENG_MW_EXPERT = ENG_MW_SHARED + 3 };
+
+/* "model.layers.{l}.<name>" of MoE tensor `which` (expert e; stacked: the 3-D name without e). */
+static void eng_moe_name(const qx_engine* en, int64_t l, int which, int64_t e, int stacked, char* name, size_t n) {
+    static const char* const mix[3] = {"w1", "w3", "w2"};
+    static const char* const qw[3] = {"gate_proj", "up_proj", "down_proj"};
+    const char* blk = en->is_mixtral ? "block_sparse_moe" : "mlp";
+    if (which == ENG_MW_ROUTER) snprintf(name, n, "model.layers.%lld.%s.gate.weight", (long long)l, blk);
+    else if (which == ENG_MW_SGATE) snprintf(name, n, "model.layers.%lld.mlp.shared_expert_gate.weight", (long long)l);
+    else if (which < ENG_MW_EXPERT)
+        snprintf(name, n, "model.layers.%lld.mlp.shared_expert.%s.weight", (long long)l, qw[which - ENG_MW_SHARED]);
+    else if (stacked)
+        snprintf(name, n, "model.layers.%lld.%s.experts.%s.weight", (long long)l, blk,
+                 en->is_mixtral ? mix[which - ENG_MW_EXPERT] : qw[which - ENG_MW_EXPERT]);
+    else
+        snprintf(name, n, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)l, blk, (long long)e,
+                 en->is_mixtral ? mix[which - ENG_MW_EXPERT] : qw[which - ENG_MW_EXPERT]);
+}
+
+/* Layer l's router, shared expert and routed experts into L->moe. Experts stored as 3-D tensors
+   [n_experts][out][in] (config.experts_stacked) are read one expert's 2-D view at a time. */
+static quarot_result eng_load_moe(qx_engine* en, const qx_store* s, int64_t l, qx_eng_layer* L, qx_err* e) {
+    const quarot_model_config* g = &en->cfg;
+    const int64_t E = g->n_experts, H = g->hidden, I = en->e_inter, S = en->s_inter;
+    qx_eng_moe* m = (qx_eng_moe*)eng_alloc(en, sizeof *m);
+    char name[300];
+    quarot_result r;
+    int64_t x;
+    int p;
+    if (!m || !(m->experts = (qx_eng_linear*)eng_alloc(en, (size_t)(3 * E) * sizeof *m->experts))) {
+        qx_err_set(e, "out of memory");
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    memset(m->shared, 0, sizeof m->shared);
+    m->shared_gate = NULL;
+    eng_moe_name(en, l, ENG_MW_ROUTER, 0, 0, name, sizeof name);
+    r = eng_load(en, s, name, E, H, 1, &m->router, e);
+    if (r != QUAROT_OK) return r;
+    en->weight_bytes += (size_t)(E * H) * sizeof(float);
+    if (S > 0) {
+        eng_moe_name(en, l, ENG_MW_SGATE, 0, 0, name, sizeof name);
+        r = eng_load(en, s, name, 1, H, 1, &m->shared_gate, e);
+        if (r != QUAROT_OK) return r;
+        en->weight_bytes += (size_t)H * sizeof(float);
+        for (p = 0; p < 3 && r == QUAROT_OK; ++p) {
+            eng_moe_name(en, l, ENG_MW_SHARED + p, 0, 0, name, sizeof name);
+            r = eng_linear_named(en, s, name, NULL, NULL, p == 2 ? H : S, p == 2 ? S : H, 0, &m->shared[p], e);
+        }
+        if (r != QUAROT_OK) return r;
+    }
+    for (p = 0; p < 3; ++p) {
+        const int64_t rows = p == 2 ? H : I, cols = p == 2 ? I : H;
+        const quarot_tensor* t = NULL;
+        if (g->experts_stacked) {
+            eng_moe_name(en, l, ENG_MW_EXPERT + p, 0, 1, name, sizeof name);
+            t = qx_store_find(s, name);
+            if (!t) { qx_err_set(e, "%s: missing", name); return QUAROT_ERR_NOT_FOUND; }
+            if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E || t->ne[3] != 1) {
+                qx_err_set(e, "%s: shape [%lld][%lld][%lld], expected [%lld experts][%lld][%lld]", name, (long long)t->ne[2],
+                           (long long)t->ne[1], (long long)t->ne[0], (long long)E, (long long)rows, (long long)cols);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+        }
+        for (x = 0; x < E; ++x) {
+            quarot_tensor v;
+            eng_moe_name(en, l, ENG_MW_EXPERT + p, x, 0, name, sizeof name);
+            if (t) {   /* expert x's 2-D view of the 3-D tensor */
+                v = *t;
+                v.data = (char*)t->data + (size_t)x * t->nb[2];
+                v.ne[2] = 1;
+                v.nb[3] = v.nb[2];
+            }
+            r = eng_linear_named(en, s, name, NULL, t ? &v : NULL, rows, cols, 0, &m->experts[3 * x + p], e);
+            if (r != QUAROT_OK) return r;
+        }
+    }
+    L->moe = m;
+    return QUAROT_OK;
+}
+
+/* The widest MLP inner row: the dense intermediate, the experts', the shared expert's. */
+static int64_t eng_inter_max(const qx_engine* en) {
+    int64_t w = en->cfg.intermediate;
+    if (en->e_inter > w) w = en->e_inter;
+    if (en->s_inter > w) w = en->s_inter;
+    return w;
+}
+
 static quarot_result eng_check(qx_engine* en, const qx_store* s, const qx_engine_opts* o, qx_err* e) {
     quarot_model_config* g = &en->cfg;
     *g = s->config;
@@ -175,10 +279,23 @@ static quarot_result eng_check(qx_engine* en, const qx_store* s, const qx_engine
     if (g->norm_eps == 0.0f) g->norm_eps = 1e-5f;
     if (g->rope_theta == 0.0f) g->rope_theta = 10000.0f;
     if (g->act == QUAROT_ACT_DEFAULT) g->act = QUAROT_ACT_SILU;
-    if (strcmp(g->arch, "phi3") == 0) {
-        qx_err_set(e, "engine: phi3's fused q|k|v and gate|up projections are not implemented in the engine (generate, "
-                   "eval --engine int); quarot eval runs phi3 through the reference forward pass");
-        return QUAROT_ERR_UNSUPPORTED;
+    en->fused = strcmp(g->arch, "phi3") == 0;
+    if (g->n_experts > 0) {   /* the reference forward pass's MoE families (model/qx_forward.h) */
+        en->is_mixtral = strcmp(g->arch, "mixtral") == 0;
+        if (!en->is_mixtral && strcmp(g->arch, "qwen2_moe") != 0 && strcmp(g->arch, "qwen3_moe") != 0) {
+            qx_err_set(e, "engine: %s has mixture-of-experts layers (%lld experts); the engine runs those of mixtral, "
+                       "qwen2_moe and qwen3_moe", g->arch, (long long)g->n_experts);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+        if (g->intermediate <= 0) g->intermediate = g->expert_intermediate;   /* every layer MoE: unused */
+        en->e_inter = g->expert_intermediate > 0 ? g->expert_intermediate : g->intermediate;
+        en->s_inter = en->is_mixtral ? 0 : g->shared_intermediate;
+        if (g->n_experts > (1 << 16) || g->n_experts_used < 1 || g->n_experts_used > g->n_experts || en->e_inter <= 0 ||
+            en->e_inter > (1 << 22) || en->s_inter < 0 || en->s_inter > (1 << 22)) {
+            qx_err_set(e, "config: bad mixture of experts (%lld experts, %lld used, expert intermediate %lld, shared %lld)",
+                       (long long)g->n_experts, (long long)g->n_experts_used, (long long)en->e_inter, (long long)en->s_inter);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
     }
     if (strcmp(g->arch, "opt") == 0 || (g->norm != QUAROT_NORM_DEFAULT && g->norm != QUAROT_NORM_RMS) ||
         (g->mlp != QUAROT_MLP_DEFAULT && g->mlp != QUAROT_MLP_GATED) || g->act != QUAROT_ACT_SILU) {
@@ -206,28 +323,35 @@ static quarot_result eng_check(qx_engine* en, const qx_store* s, const qx_engine
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (eng_bits_on(o->w_bits) && o->w_group &&
-        (g->hidden % o->w_group || g->intermediate % o->w_group || en->q_dim % o->w_group ||
-         o->w_group > (o->w_bits <= 4 ? (1 << 20) : (1 << 16)))) {
-        qx_err_set(e, "engine: weight group %lld must divide hidden %lld, intermediate %lld and heads x head_dim %lld",
-                   (long long)o->w_group, (long long)g->hidden, (long long)g->intermediate, (long long)en->q_dim);
+        (g->hidden % o->w_group || g->intermediate % o->w_group || en->q_dim % o->w_group || en->e_inter % o->w_group ||
+         en->s_inter % o->w_group || o->w_group > (o->w_bits <= 4 ? (1 << 20) : (1 << 16)))) {
+        qx_err_set(e, "engine: weight group %lld must divide hidden %lld, intermediate %lld%s and heads x head_dim %lld",
+                   (long long)o->w_group, (long long)g->hidden, (long long)g->intermediate,
+                   g->n_experts > 0 ? " (and the experts')" : "", (long long)en->q_dim);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
-    if (eng_bits_on(o->w_bits) && eng_bits_on(o->a_bits) && !o->w_group && g->intermediate > (o->w_bits <= 4 ? (1 << 20) : (1 << 16))) {
-        qx_err_set(e, "engine: intermediate %lld too wide for int32 accumulation per channel; use a weight group", (long long)g->intermediate);
+    if (eng_bits_on(o->w_bits) && eng_bits_on(o->a_bits) && !o->w_group &&
+        eng_inter_max(en) > (o->w_bits <= 4 ? (1 << 20) : (1 << 16))) {
+        qx_err_set(e, "engine: intermediate %lld too wide for int32 accumulation per channel; use a weight group",
+                   (long long)eng_inter_max(en));
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     return QUAROT_OK;
 }
 
-/* Find and check this layer's hooks: each must cut its site's row into whole rows. */
+/* Find and check the hooks: each must be at a site the layer has (down_input in a dense layer, the
+   experts' and the shared expert's in a MoE layer) and cut its site's row into whole rows. */
 static quarot_result eng_hooks(qx_engine* en, qx_err* e) {
     const quarot_online_list* h = en->opts.hooks;
-    static const quarot_online_site sites[4] = {QUAROT_SITE_Q_ROPE, QUAROT_SITE_K_ROPE, QUAROT_SITE_O_INPUT, QUAROT_SITE_DOWN_INPUT};
-    int64_t l, i, width[4];
+    static const quarot_online_site sites[6] = {QUAROT_SITE_Q_ROPE, QUAROT_SITE_K_ROPE, QUAROT_SITE_O_INPUT,
+                                                QUAROT_SITE_DOWN_INPUT, QUAROT_SITE_EXPERT_DOWN_INPUT,
+                                                QUAROT_SITE_SHARED_DOWN_INPUT};
+    int64_t l, i, width[6];
     size_t need = 0;
     int k;
     if (!h) return QUAROT_OK;
     width[0] = en->q_dim; width[1] = en->kv_dim; width[2] = en->q_dim; width[3] = en->cfg.intermediate;
+    width[4] = en->e_inter; width[5] = en->s_inter;
     for (i = 0; i < h->count; ++i) {
         const quarot_online_hook* k0 = &h->hooks[i];
         if (k0->layer < 0 || k0->layer >= en->cfg.n_layers || k0->site <= QUAROT_SITE_NONE || k0->site >= QUAROT_SITE_COUNT_) {
@@ -237,13 +361,21 @@ static quarot_result eng_hooks(qx_engine* en, qx_err* e) {
         }
     }
     for (l = 0; l < en->cfg.n_layers; ++l)
-        for (k = 0; k < 4; ++k) {
+        for (k = 0; k < 6; ++k) {
             const quarot_online_hook* x = quarot_online_find(h, l, sites[k]);
+            const int moe = en->layers[l].moe != NULL;
+            const int has = k < 3 || (k == 3 && !moe) || (k == 4 && moe) || (k == 5 && moe && en->s_inter > 0);
             en->layers[l].hook[k] = x;
             if (!x) continue;
-            if (x->size <= 0 || width[k] % x->size != 0) {
-                qx_err_set(e, "online hooks: layer %lld %s has size %lld, which does not divide the row (%lld) of this model",
-                           (long long)l, quarot_online_site_name(sites[k]), (long long)x->size, (long long)width[k]);
+            if (!has) {
+                qx_err_set(e, "online hooks: layer %lld has no %s site (%s layer)", (long long)l, quarot_online_site_name(sites[k]),
+                           moe ? (k == 3 ? "a mixture-of-experts" : "a MoE layer without a shared expert: a") : "a dense");
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            if (x->size <= 0 || width[k] % x->size != 0 || (k == 4 && x->experts && x->experts != en->cfg.n_experts)) {
+                qx_err_set(e, "online hooks: layer %lld %s has size %lld%s, which does not fit the row (%lld) of this model",
+                           (long long)l, quarot_online_site_name(sites[k]), (long long)x->size,
+                           k == 4 ? " or covers other experts" : "", (long long)width[k]);
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
             if (quarot_online_workspace_size(x) > need) need = quarot_online_workspace_size(x);
@@ -259,7 +391,8 @@ static quarot_result eng_hooks(qx_engine* en, qx_err* e) {
 static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
     const quarot_model_config* g = &en->cfg;
     int64_t T = en->max_tokens, C = en->context, L = g->n_layers, nkv = g->n_kv_heads;
-    int64_t wide = g->intermediate > en->q_dim ? g->intermediate : en->q_dim;
+    int64_t inter = eng_inter_max(en), wide = inter > en->q_dim ? inter : en->q_dim, E = g->n_experts, K = g->n_experts_used;
+    int64_t fw = en->q_dim + 2 * en->kv_dim > 2 * g->intermediate ? en->q_dim + 2 * en->kv_dim : 2 * g->intermediate;
     int kvq = eng_bits_on(en->opts.kv_bits);
 #define ENG_BUF(p, type, n) do { (p) = (type*)eng_alloc(en, (size_t)(n) * sizeof(type)); if (!(p)) goto oom; } while (0)
     ENG_BUF(en->x, float, T * g->hidden);
@@ -269,8 +402,21 @@ static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
     ENG_BUF(en->vb, float, T * en->kv_dim);
     ENG_BUF(en->att, float, T * en->q_dim);
     ENG_BUF(en->tmp, float, T * g->hidden);
-    ENG_BUF(en->g, float, T * g->intermediate);
-    ENG_BUF(en->u, float, T * g->intermediate);
+    ENG_BUF(en->g, float, T * inter);
+    ENG_BUF(en->u, float, T * inter);
+    if (en->fused) ENG_BUF(en->fused_out, float, T * fw);
+    if (E > 0) {
+        ENG_BUF(en->moe_logit, float, T * E);
+        ENG_BUF(en->moe_w, float, T * K);
+        ENG_BUF(en->moe_rw, float, T * K);
+        ENG_BUF(en->moe_sg, float, T);
+        ENG_BUF(en->moe_xg, float, T * g->hidden);
+        ENG_BUF(en->moe_ye, float, T * g->hidden);
+        ENG_BUF(en->moe_sel, int32_t, T * K);
+        ENG_BUF(en->moe_cnt, int64_t, E + 1);
+        ENG_BUF(en->moe_rt, int64_t, T * K);
+        ENG_BUF(en->moe_fill, int64_t, E);
+    }
     /* attention runs n_att tasks side by side (kv heads dealt out round robin), each with its own
        scores and dequantized K / V slices */
     en->n_att = en->env.parallel.run && en->env.parallel.n_threads > 1 ? en->env.parallel.n_threads : 1;
@@ -330,11 +476,6 @@ static quarot_result eng_init(qx_engine* en, const qx_store* s, const qx_engine_
     quarot_result r;
     int64_t l;
     if (!s) { qx_err_set(e, "engine: no model"); return QUAROT_ERR_INVALID_ARGUMENT; }
-    if (s->config.n_experts > 0) {   /* said by name rather than a missing dense MLP tensor */
-        qx_err_set(e, "engine: %s has mixture-of-experts layers (%lld experts), which the engine does not run yet "
-                   "(quarot eval does, through the reference forward pass)", s->config.arch, (long long)s->config.n_experts);
-        return QUAROT_ERR_UNSUPPORTED;
-    }
     if (!o) { memset(&def, 0, sizeof def); o = &def; }
     en->opts = *o;
     if (o->env) en->env = *o->env;
@@ -368,13 +509,25 @@ static quarot_result eng_init(qx_engine* en, const qx_store* s, const qx_engine_
         r = eng_load(en, s, name, 1, g->hidden, 1, &L->norm1, e);
         snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
         if (r == QUAROT_OK) r = eng_load(en, s, name, 1, g->hidden, 1, &L->norm2, e);
-        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.q_proj", en->q_dim, g->hidden, g->attn_qkv_bias, &L->q, e);
-        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.k_proj", en->kv_dim, g->hidden, g->attn_qkv_bias, &L->k, e);
-        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.v_proj", en->kv_dim, g->hidden, g->attn_qkv_bias, &L->v, e);
-        if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.o_proj", g->hidden, en->q_dim, g->attn_out_bias, &L->o, e);
-        if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->gate, e);
-        if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.up_proj", g->intermediate, g->hidden, g->mlp_bias, &L->up, e);
-        if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.down_proj", g->hidden, g->intermediate, g->mlp_bias, &L->down, e);
+        if (en->fused) {   /* phi3: one linear each for q|k|v and gate|up, split after the product */
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.qkv_proj", en->q_dim + 2 * en->kv_dim, g->hidden,
+                                               g->attn_qkv_bias, &L->q, e);
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.o_proj", g->hidden, en->q_dim, 0, &L->o, e);
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.gate_up_proj", 2 * g->intermediate, g->hidden, 0, &L->gate, e);
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.down_proj", g->hidden, g->intermediate, 0, &L->down, e);
+        } else {
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.q_proj", en->q_dim, g->hidden, g->attn_qkv_bias, &L->q, e);
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.k_proj", en->kv_dim, g->hidden, g->attn_qkv_bias, &L->k, e);
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.v_proj", en->kv_dim, g->hidden, g->attn_qkv_bias, &L->v, e);
+            if (r == QUAROT_OK) r = eng_linear(en, s, l, "self_attn.o_proj", g->hidden, en->q_dim, g->attn_out_bias, &L->o, e);
+            if (quarot_config_layer_is_moe(g, l)) {
+                if (r == QUAROT_OK) r = eng_load_moe(en, s, l, L, e);
+            } else {
+                if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.gate_proj", g->intermediate, g->hidden, g->mlp_bias, &L->gate, e);
+                if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.up_proj", g->intermediate, g->hidden, g->mlp_bias, &L->up, e);
+                if (r == QUAROT_OK) r = eng_linear(en, s, l, "mlp.down_proj", g->hidden, g->intermediate, g->mlp_bias, &L->down, e);
+            }
+        }
         if (r == QUAROT_OK && g->qk_norm) {
             snprintf(name, sizeof name, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
             r = eng_load(en, s, name, 1, g->head_dim, 1, &L->q_norm, e);
@@ -382,6 +535,9 @@ static quarot_result eng_init(qx_engine* en, const qx_store* s, const qx_engine_
             if (r == QUAROT_OK) r = eng_load(en, s, name, 1, g->head_dim, 1, &L->k_norm, e);
         }
     }
+    /* which layers are MoE is in L->moe now: the config's list of dense layers belongs to the store */
+    g->mlp_only_layers = NULL;
+    g->n_mlp_only_layers = 0;
     if (r == QUAROT_OK) r = eng_hooks(en, e);
     if (r == QUAROT_OK) r = eng_buffers(en, e);
     if (r == QUAROT_OK) return QUAROT_OK;
@@ -565,6 +721,95 @@ static void eng_att_task(void* arg, int64_t task) {
     }
 }
 
+/* Each row of y[T][n0 + n1 + n2] split into y0[T][n0], y1[T][n1], y2[T][n2] (n2 0: two parts). */
+static void eng_split(const float* y, int64_t T, float* y0, int64_t n0, float* y1, int64_t n1, float* y2, int64_t n2) {
+    const int64_t n = n0 + n1 + n2;
+    int64_t t;
+    for (t = 0; t < T; ++t) {
+        memcpy(y0 + t * n0, y + t * n, (size_t)n0 * sizeof(float));
+        memcpy(y1 + t * n1, y + t * n + n0, (size_t)n1 * sizeof(float));
+        if (n2) memcpy(y2 + t * n2, y + t * n + n0 + n1, (size_t)n2 * sizeof(float));
+    }
+}
+
+/* The second half of a gated MLP: en->u = act(en->g) * en->u [n][I], the online hook before down
+   (R4), out[n][hidden] = down(u). */
+static quarot_result eng_mlp_down(qx_engine* en, const qx_eng_linear* down, int64_t n, int64_t I, const quarot_online_hook* hook,
+                                  float* out) {
+    quarot_result r;
+    qx_ops_act(en->u, en->g, n * I, QUAROT_ACT_SILU);
+    r = eng_hook(en, hook, en->u, n, I);
+    if (r == QUAROT_OK) r = eng_act(en, en->u, n, I, down);
+    if (r == QUAROT_OK) r = eng_matmul(en, down, en->u, n, out);
+    return r;
+}
+
+/* A gated MLP of inner width I on x[n][hidden] (fake-quantized in place on the FP path):
+   out[n][hidden] = down(act(gate x) * up x), hook before down. */
+static quarot_result eng_mlp(qx_engine* en, float* x, int64_t n, int64_t I, const qx_eng_linear* gate, const qx_eng_linear* up,
+                             const qx_eng_linear* down, const quarot_online_hook* hook, float* out) {
+    quarot_result r = eng_act(en, x, n, en->cfg.hidden, gate);
+    if (r == QUAROT_OK) r = eng_matmul(en, gate, x, n, en->g);
+    if (r == QUAROT_OK) r = eng_matmul(en, up, x, n, en->u);
+    if (r == QUAROT_OK) r = eng_mlp_down(en, down, n, I, hook, out);
+    return r;
+}
+
+/* A mixture-of-experts MLP on a = norm2(x) (en->a, FP) into en->tmp, the reference's sequence
+   (model/qx_forward.c): router logits in f32 (never quantized), each token's top k (qx_ops_route),
+   the shared expert's sigmoid gate on the FP input; the rows routed to each expert gathered in token
+   order (a counting sort) and run as one gated MLP per expert (one integer GEMM per linear), experts
+   in index order, out += w * expert(row); then the shared expert on every row, out += gate * shared. */
+static quarot_result eng_moe(qx_engine* en, const qx_eng_layer* L, int64_t T) {
+    const quarot_model_config* g = &en->cfg;
+    const qx_eng_moe* m = L->moe;
+    const int64_t E = g->n_experts, K = g->n_experts_used, H = g->hidden;
+    int64_t t, j, x, i;
+    quarot_result r;
+    r = quarot_sgemm(0, 1, T, E, H, 1.0f, en->a, H, m->router, H, 0.0f, en->moe_logit, E, &en->env);
+    for (t = 0; t < T && r == QUAROT_OK; ++t)
+        r = qx_ops_route(en->moe_logit + t * E, E, K, g->norm_topk_prob, en->moe_sel + t * K, en->moe_w + t * K);
+    if (r != QUAROT_OK) return r;
+    if (m->shared_gate) {
+        r = quarot_sgemm(0, 1, T, 1, H, 1.0f, en->a, H, m->shared_gate, H, 0.0f, en->moe_sg, 1, &en->env);
+        if (r != QUAROT_OK) return r;
+        for (t = 0; t < T; ++t) en->moe_sg[t] = (float)(1.0 / (1.0 + exp(-(double)en->moe_sg[t])));
+    }
+    memset(en->moe_cnt, 0, (size_t)(E + 1) * sizeof *en->moe_cnt);
+    for (t = 0; t < T * K; ++t) en->moe_cnt[en->moe_sel[t] + 1]++;
+    for (x = 0; x < E; ++x) en->moe_cnt[x + 1] += en->moe_cnt[x];
+    memcpy(en->moe_fill, en->moe_cnt, (size_t)E * sizeof *en->moe_fill);
+    for (t = 0; t < T; ++t)
+        for (j = 0; j < K; ++j) {
+            int64_t at = en->moe_fill[en->moe_sel[t * K + j]]++;
+            en->moe_rt[at] = t;
+            en->moe_rw[at] = en->moe_w[t * K + j];
+        }
+    memset(en->tmp, 0, (size_t)(T * H) * sizeof(float));
+    for (x = 0; x < E; ++x) {
+        const int64_t n = en->moe_cnt[x + 1] - en->moe_cnt[x], base = en->moe_cnt[x];
+        const qx_eng_linear* ex = m->experts + 3 * x;
+        if (n == 0) continue;
+        for (i = 0; i < n; ++i) memcpy(en->moe_xg + i * H, en->a + en->moe_rt[base + i] * H, (size_t)H * sizeof(float));
+        r = eng_mlp(en, en->moe_xg, n, en->e_inter, &ex[0], &ex[1], &ex[2], L->hook[ENG_EXPERT_DOWN_INPUT], en->moe_ye);
+        if (r != QUAROT_OK) return r;
+        for (i = 0; i < n; ++i) {
+            float* y = en->tmp + en->moe_rt[base + i] * H;
+            const float* o = en->moe_ye + i * H;
+            const float c = en->moe_rw[base + i];
+            for (j = 0; j < H; ++j) y[j] += c * o[j];
+        }
+    }
+    if (m->shared[0].out) {   /* a's last use: quantized in place on the FP path */
+        r = eng_mlp(en, en->a, T, en->s_inter, &m->shared[0], &m->shared[1], &m->shared[2], L->hook[ENG_SHARED_DOWN_INPUT],
+                    en->moe_ye);
+        if (r != QUAROT_OK) return r;
+        for (t = 0; t < T; ++t)
+            for (j = 0; j < H; ++j) en->tmp[t * H + j] += en->moe_sg[t] * en->moe_ye[t * H + j];
+    }
+    return QUAROT_OK;
+}
+
 static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0) {
     const quarot_model_config* g = &en->cfg;
     const qx_eng_layer* L = &en->layers[l];
@@ -574,9 +819,14 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
 
     qx_ops_norm(en->x, en->a, T, g->hidden, L->norm1, NULL, QUAROT_NORM_RMS, g->norm_eps);
     r = eng_act(en, en->a, T, g->hidden, &L->q);
-    if (r == QUAROT_OK) r = eng_matmul(en, &L->q, en->a, T, en->qb);
-    if (r == QUAROT_OK) r = eng_matmul(en, &L->k, en->a, T, en->kb);
-    if (r == QUAROT_OK) r = eng_matmul(en, &L->v, en->a, T, en->vb);
+    if (en->fused) {   /* one product over q|k|v (the activation quantized once), then each row split */
+        if (r == QUAROT_OK) r = eng_matmul(en, &L->q, en->a, T, en->fused_out);
+        if (r == QUAROT_OK) eng_split(en->fused_out, T, en->qb, en->q_dim, en->kb, en->kv_dim, en->vb, en->kv_dim);
+    } else {
+        if (r == QUAROT_OK) r = eng_matmul(en, &L->q, en->a, T, en->qb);
+        if (r == QUAROT_OK) r = eng_matmul(en, &L->k, en->a, T, en->kb);
+        if (r == QUAROT_OK) r = eng_matmul(en, &L->v, en->a, T, en->vb);
+    }
     if (r != QUAROT_OK) return r;
     if (L->q_norm) qx_ops_norm(en->qb, en->qb, T * nh, hd, L->q_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
     if (L->k_norm) qx_ops_norm(en->kb, en->kb, T * nkv, hd, L->k_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
@@ -599,14 +849,16 @@ static quarot_result eng_layer(qx_engine* en, int64_t l, int64_t T, int64_t pos0
     for (i = 0; i < T * g->hidden; ++i) en->x[i] += en->tmp[i];
 
     qx_ops_norm(en->x, en->a, T, g->hidden, L->norm2, NULL, QUAROT_NORM_RMS, g->norm_eps);
-    r = eng_act(en, en->a, T, g->hidden, &L->gate);
-    if (r == QUAROT_OK) r = eng_matmul(en, &L->gate, en->a, T, en->g);
-    if (r == QUAROT_OK) r = eng_matmul(en, &L->up, en->a, T, en->u);
-    if (r != QUAROT_OK) return r;
-    qx_ops_act(en->u, en->g, T * g->intermediate, QUAROT_ACT_SILU);
-    r = eng_hook(en, L->hook[ENG_DOWN_INPUT], en->u, T, g->intermediate);
-    if (r == QUAROT_OK) r = eng_act(en, en->u, T, g->intermediate, &L->down);
-    if (r == QUAROT_OK) r = eng_matmul(en, &L->down, en->u, T, en->tmp);
+    if (L->moe) r = eng_moe(en, L, T);
+    else if (en->fused) {
+        r = eng_act(en, en->a, T, g->hidden, &L->gate);
+        if (r == QUAROT_OK) r = eng_matmul(en, &L->gate, en->a, T, en->fused_out);
+        if (r != QUAROT_OK) return r;
+        eng_split(en->fused_out, T, en->g, g->intermediate, en->u, g->intermediate, NULL, 0);
+        r = eng_mlp_down(en, &L->down, T, g->intermediate, L->hook[ENG_DOWN_INPUT], en->tmp);
+    } else {
+        r = eng_mlp(en, en->a, T, g->intermediate, &L->gate, &L->up, &L->down, L->hook[ENG_DOWN_INPUT], en->tmp);
+    }
     if (r != QUAROT_OK) return r;
     for (i = 0; i < T * g->hidden; ++i) en->x[i] += en->tmp[i];
     return QUAROT_OK;
@@ -759,16 +1011,22 @@ quarot_result qx_engine_eval_quant(const qx_store* s, const quarot_online_list* 
 
 /* 1 when name is "model.layers.{l}.<decoder linear>.weight" with l < n_layers. */
 static int eng_is_decoder_linear(const char* name, int64_t n_layers) {
-    static const char* const base[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    static const char* const base[12] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.qkv_proj",
+                                         "mlp.gate_up_proj", "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
+                                         "mlp.shared_expert.down_proj"};
     char want[300];
-    long long l;
-    int k, used = 0;
+    long long l, x;
+    int k, used = 0, u2 = 0;
     if (sscanf(name, "model.layers.%lld.%n", &l, &used) != 1 || used == 0 || l < 0 || l >= n_layers) return 0;
-    for (k = 0; k < 7; ++k) {
+    for (k = 0; k < 12; ++k) {
         snprintf(want, sizeof want, "model.layers.%lld.%s.weight", l, base[k]);
         if (strcmp(want, name) == 0) return 1;
     }
+    /* a routed expert's linear, one tensor per expert */
+    if ((sscanf(name + used, "mlp.experts.%lld.%n", &x, &u2) == 1 || sscanf(name + used, "block_sparse_moe.experts.%lld.%n", &x, &u2) == 1) &&
+        u2 > 0 && x >= 0)
+        return 1;
     return 0;
 }
 

@@ -75,10 +75,22 @@ typedef struct qx_eng_linear {
     float* bias;                     /* [out] or NULL */
 } qx_eng_linear;
 
+/* A mixture-of-experts MLP: the router and the shared-expert gate in FP32 (never quantized), the
+   routed experts' and the shared expert's gated MLPs as decoder linears. */
+typedef struct qx_eng_moe {
+    float* router;                   /* [n_experts][hidden] */
+    float* shared_gate;              /* [hidden] (Qwen2-MoE) or NULL */
+    qx_eng_linear* experts;          /* [n_experts][3]: gate, up, down */
+    qx_eng_linear shared[3];         /* the shared expert's gate, up, down (out 0: none) */
+} qx_eng_moe;
+
 typedef struct qx_eng_layer {
     float *norm1, *norm2, *q_norm, *k_norm;                  /* RMSNorm gains; q/k norms may be NULL */
-    qx_eng_linear q, k, v, o, gate, up, down;
-    const quarot_online_hook* hook[4];                       /* Q_ROPE, K_ROPE, O_INPUT, DOWN_INPUT */
+    qx_eng_linear q, k, v, o, gate, up, down;                /* phi3: q is the fused q|k|v, gate the fused
+                                                                gate|up (k, v, up empty) */
+    qx_eng_moe* moe;                                         /* MoE layer (gate, up, down empty), or NULL */
+    const quarot_online_hook* hook[6];                       /* Q_ROPE, K_ROPE, O_INPUT, DOWN_INPUT,
+                                                                EXPERT_DOWN_INPUT, SHARED_DOWN_INPUT */
 } qx_eng_layer;
 
 typedef struct qx_engine {
@@ -86,6 +98,9 @@ typedef struct qx_engine {
     qx_engine_opts opts;
     quarot_env env;
     int64_t q_dim, kv_dim, context, max_tokens;
+    int fused;                       /* phi3: fused q|k|v and gate|up */
+    int is_mixtral;                  /* MoE names under block_sparse_moe (w1 / w3 / w2) */
+    int64_t e_inter, s_inter;        /* MoE: the routed experts' and the shared expert's widths (0: none) */
     float *embed, *final_norm, *lm_head;   /* lm_head may alias embed */
     qx_eng_layer* layers;
     /* KV cache: [layer][position][kv_dim] floats, or codes ([kv_dim] bytes, or kv_dim/2 at <= 4 bits)
@@ -100,6 +115,12 @@ typedef struct qx_engine {
     size_t amx_work_size;
     /* scratch for max_tokens rows */
     float *x, *a, *qb, *kb, *vb, *att, *tmp, *g, *u, *scores, *rope, *kdeq, *vdeq, *act_s;
+    float* fused_out;                /* phi3: [max_tokens][max(q|k|v, gate|up)] before the split */
+    /* MoE: router logits [T][n_experts], chosen experts and weights [T][k], the gate of the shared
+       expert [T], rows gathered for one expert and its output [T][hidden], the counting sort */
+    float *moe_logit, *moe_w, *moe_rw, *moe_sg, *moe_xg, *moe_ye;
+    int32_t* moe_sel;
+    int64_t *moe_cnt, *moe_rt, *moe_fill;
     int8_t* act_q;
     int32_t* act_sum;
     void* hook_work;

@@ -1259,33 +1259,6 @@ static quarot_result qx__fused_linear(const qx_forward* f, int64_t l, const floa
 /* The MLP of a MoE layer over T rows: a = norm2(x) (FP) in b->a; y = sum of the routed experts (and
    the shared expert) into b->tmp. See qx_forward.h for the routing. */
 
-/* Token t's top k of the logits r[E] into sel[k] (decreasing; ties: the lower index) and their
-   weights into w[k]: softmax probabilities (max-shifted, in double), renormalized when norm. */
-static quarot_result qx__route(const float* r, int64_t E, int64_t k, int norm, int32_t* sel, float* w) {
-    double mx, den = 0.0, top = 0.0;
-    int64_t e, j;
-    for (e = 0; e < E; ++e)
-        if (!(r[e] - r[e] == 0.0f)) return QUAROT_ERR_NONFINITE;
-    mx = r[0];
-    for (e = 1; e < E; ++e) if (r[e] > mx) mx = r[e];
-    for (e = 0; e < E; ++e) den += exp((double)r[e] - mx);
-    for (j = 0; j < k; ++j) {
-        int64_t best = -1, i;
-        for (e = 0; e < E; ++e) {
-            for (i = 0; i < j && sel[i] != e; ++i) {}
-            if (i < j) continue;   /* taken */
-            if (best < 0 || r[e] > r[best]) best = e;
-        }
-        sel[j] = (int32_t)best;
-        top += exp((double)r[best] - mx) / den;
-    }
-    for (j = 0; j < k; ++j) {
-        double p = exp((double)r[sel[j]] - mx) / den;
-        w[j] = (float)(norm ? p / top : p);
-    }
-    return QUAROT_OK;
-}
-
 /* One gated MLP on x[n][H] (FP; quantized here, in place): out[n][H] = down(act(gate x) * up x), with
    the online hook `site` before down. names: the gate, up, down weights' layer suffixes. */
 static quarot_result qx__moe_mlp(const qx_forward* f, int64_t l, float* x, int64_t n, int64_t I, float* const w[3],
@@ -1328,7 +1301,7 @@ static quarot_result qx__moe(qx_forward* f, int64_t l, const qx_forward_layer* L
     if (!logit || !wt || !sel || !cnt || !rt || !rw || !xg || !ye || !sg) { r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
     /* router logits (f32, never quantized) and each token's choice */
     r = qx__gemm(f, 1, T, E, H, 1.0f, b->a, H, m->router, H, logit, E);
-    for (t = 0; t < T && r == QUAROT_OK; ++t) r = qx__route(logit + t * E, E, K, g->norm_topk_prob, sel + t * K, wt + t * K);
+    for (t = 0; t < T && r == QUAROT_OK; ++t) r = qx_ops_route(logit + t * E, E, K, g->norm_topk_prob, sel + t * K, wt + t * K);
     if (r != QUAROT_OK) goto done;
     if (f->opts.route) f->opts.route(f->opts.route_user, l, sel, T, K);
     /* the shared expert's gate on the FP input, before a is quantized for the shared expert below */

@@ -68,3 +68,28 @@ void qx_ops_act(float* y, const float* gate, int64_t n, quarot_act_kind act) {
     if (gate) for (i = 0; i < n; ++i) y[i] = qx__act(gate[i], act) * y[i];
     else for (i = 0; i < n; ++i) y[i] = qx__act(y[i], act);
 }
+
+quarot_result qx_ops_route(const float* r, int64_t E, int64_t k, int norm, int32_t* sel, float* w) {
+    double mx, den = 0.0, top = 0.0;
+    int64_t e, j;
+    for (e = 0; e < E; ++e)
+        if (!(r[e] - r[e] == 0.0f)) return QUAROT_ERR_NONFINITE;
+    mx = r[0];
+    for (e = 1; e < E; ++e) if (r[e] > mx) mx = r[e];
+    for (e = 0; e < E; ++e) den += exp((double)r[e] - mx);
+    for (j = 0; j < k; ++j) {
+        int64_t best = -1, i;
+        for (e = 0; e < E; ++e) {
+            for (i = 0; i < j && sel[i] != e; ++i) {}
+            if (i < j) continue;   /* taken */
+            if (best < 0 || r[e] > r[best]) best = e;
+        }
+        sel[j] = (int32_t)best;
+        top += exp((double)r[best] - mx) / den;
+    }
+    for (j = 0; j < k; ++j) {
+        double p = exp((double)r[sel[j]] - mx) / den;
+        w[j] = (float)(norm ? p / top : p);
+    }
+    return QUAROT_OK;
+}

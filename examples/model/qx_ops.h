@@ -32,6 +32,12 @@ void qx_ops_rope(float* x, int64_t T, int64_t heads, int64_t head_dim, int inter
    x^3))) in double), else SiLU x / (1 + expf(-x)). */
 void qx_ops_act(float* y, const float* gate, int64_t n, quarot_act_kind act);
 
+/* Mixture-of-experts routing of one token: the top k of the router logits r[E] into sel[k]
+   (decreasing; ties: the lower index) and their weights into w[k]: softmax probabilities
+   (max-shifted, in double), renormalized over the k when norm. QUAROT_ERR_NONFINITE when a logit is
+   NaN or Inf. */
+quarot_result qx_ops_route(const float* r, int64_t E, int64_t k, int norm, int32_t* sel, float* w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,243 @@
+/* The inference engine (examples/engine/) on the families beyond the LLaMA shape, against the
+   reference forward pass (model/qx_forward.c) on synthetic models, without ../shared:
+   - phi3 (fused q|k|v and gate|up, model/qx_synth.c), qwen2vl (a Qwen2 decoder as the Qwen2-VL
+     text model), mixtral, qwen2_moe (a shared expert with its sigmoid gate, dense and MoE layers
+     mixed by sparse_step and mlp_only_layers) and qwen3_moe (tests/moe_util.h; Qwen3-MoE with its
+     experts as 3-D tensors [n_experts][out][in], as GGUF stores them);
+   - FP32: the engine's logits of a whole window within 1e-5 relative (qt_rel_diff, the dense
+     engine's bound in test_engine.c) of the reference's, and token-by-token decoding (one token per
+     call through the KV cache) within 1e-5 of the same rows;
+   - W4A4, W4A4KV4, W8A8 (per channel) and W4A4 with weight groups: the engine's perplexity within
+     1e-5 relative of the fake-quantized reference's (whose quantized linears are the same integer
+     sums, model/qx_qlinear.h) -- on the original model and on the QuaRot-rotated one with its online
+     hooks (R3 on q/k; R4 before down_proj, before every routed expert's down_proj and the shared
+     expert's);
+   - 1 and 2 threads give bit-identical logits (prefill and decode);
+   - a hook at a site the layer does not have (down_input on a MoE layer) is refused by name. */
+#include "qt.h"
+#include "engine/qx_engine.h"
+#include "eval/qx_eval.h"
+#include "eval/qx_evalkit.h"
+#include "model/qx_synth.h"
+#include "support/qx_threads.h"
+
+#include "moe_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char* const FAMS[5] = {"phi3", "qwen2vl", "mixtral", "qwen2_moe", "qwen3_moe"};
+
+/* family f's model into s: 1 on success */
+static int fam_store(int f, qx_store* s) {
+    qx_synth_desc d;
+    qx_err e;
+    static mt_model m;
+    int ok;
+    if (f < 2) {
+        memset(&d, 0, sizeof d);
+        d.arch = f == 0 ? "phi3" : "qwen2";
+        d.seed = 5 + (uint64_t)f;
+        d.max_seq = 128;
+        if (qx_synth_model(s, &d, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return 0; }
+        if (f == 1) snprintf(s->config.arch, sizeof s->config.arch, "qwen2vl");
+        return 1;
+    }
+    mt_build(&m, (family)(f - 2), f == 4, 70u + (unsigned)f);
+    ok = mt_to_store(&m, s);
+    mt_free(&m);   /* the store holds copies */
+    return ok;
+}
+
+/* a weight group dividing every linear's input width (at most 16) */
+static int64_t fam_group(const qx_store* s) {
+    const quarot_model_config* c = &s->config;
+    const int64_t w[4] = {c->hidden, c->intermediate, c->expert_intermediate, c->shared_intermediate};
+    int64_t g = 16;
+    int i;
+    for (i = 0; i < 4; ++i)
+        while (w[i] > 0 && w[i] % g) g /= 2;
+    return g;
+}
+
+static void fam_tokens(const qx_store* s, int32_t* toks, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) toks[i] = (int32_t)(1 + (i * 7919 + i * i * 31) % (s->config.vocab - 1));
+}
+
+/* FP32: window logits and token-by-token decoding of the engine against the reference's window */
+static void check_fp32(const char* fam, const qx_store* s, const quarot_online_list* hooks, const int32_t* toks, int64_t T) {
+    qx_ek_forward ef;
+    qx_engine en;
+    qx_engine_opts o;
+    qx_err e;
+    int64_t V = s->config.vocab, t;
+    float* l0 = (float*)malloc((size_t)(T * V) * sizeof(float));
+    float* l1 = (float*)malloc((size_t)(T * V) * sizeof(float));
+    double rd, rs;
+    QT_OK(qx_ek_forward_init(&ef, s, hooks, NULL, NULL, NULL, &e));
+    QT_OK(qx_forward_window(&ef.f, toks, T, l0, &e));
+    QT_OK(qx_ek_forward_status(&ef));
+    qx_ek_forward_free(&ef);
+    memset(&o, 0, sizeof o);
+    o.hooks = hooks;
+    o.context = T;
+    QT_OK(qx_engine_init(&en, s, &o, &e));
+    QT_OK(qx_engine_forward(&en, toks, T, l1, 1, &e));
+    rd = qt_rel_diff(l1, l0, T * V);
+    qx_engine_reset(&en);
+    for (t = 0; t < T; ++t) QT_OK(qx_engine_forward(&en, toks + t, 1, l1 + t * V, 0, &e));
+    rs = qt_rel_diff(l1, l0, T * V);
+    qx_engine_free(&en);
+    QT_CHECKF(rd <= 1e-5 && rs <= 1e-5, "%s%s FP32: engine vs reference logits %.3g (window), %.3g (decode) > 1e-5", fam,
+              hooks ? " rotated" : "", rd, rs);
+    printf("    %-9s %-8s FP32 logits vs reference: window %.2e, token by token %.2e (bound 1e-5)\n", fam,
+           hooks ? "QuaRot" : "original", rd, rs);
+    free(l0); free(l1);
+}
+
+/* the engine's perplexity against the fake-quantized reference's */
+static double check_ppl(const char* fam, const qx_store* s, const quarot_online_list* hooks, const qx_windows* win, int w, int a,
+                        int kv, int64_t group) {
+    qx_ek_setting st;
+    qx_fake_quant_opts q;
+    qx_ek_forward ef;
+    qx_engine en;
+    qx_engine_opts o;
+    qx_ppl_result r0, r1;
+    qx_err e;
+    double rel;
+    st.w_bits = w; st.a_bits = a; st.kv_bits = kv;
+    qx_ek_setting_quant(&st, group, 1.0, &q);
+    QT_OK(qx_ek_forward_init(&ef, s, hooks, &q, NULL, NULL, &e));
+    QT_OK(qx_eval_windows(&ef.f, win, NULL, NULL, &r0, &e));
+    QT_OK(qx_ek_forward_status(&ef));
+    qx_ek_forward_free(&ef);
+    memset(&o, 0, sizeof o);
+    o.w_bits = w; o.a_bits = a; o.kv_bits = kv; o.hooks = hooks; o.w_group = group;
+    o.max_tokens = win->max_len;
+    if (qx_engine_init(&en, s, &o, &e) != QUAROT_OK) { QT_CHECKF(0, "%s: engine: %s", fam, e.msg); return 1; }
+    QT_OK(qx_engine_eval(&en, win, &r1, &e));
+    qx_engine_free(&en);
+    rel = fabs(r1.ppl - r0.ppl) / r0.ppl;
+    QT_CHECKF(rel <= 1e-5, "%s%s W%dA%dKV%d g%lld: engine perplexity %.9f vs reference %.9f (%.2e)", fam, hooks ? " rotated" : "",
+              w, a, kv, (long long)group, r1.ppl, r0.ppl, rel);
+    printf("    %-9s %-8s W%dA%d%s%s: reference %.6f, engine %.6f (rel %.1e, bound 1e-5)\n", fam, hooks ? "QuaRot" : "original",
+           w, a, kv < 16 ? "KV4" : "", group ? " grouped" : "", r0.ppl, r1.ppl, rel);
+    return rel;
+}
+
+/* bit-identical logits for 1 and 2 threads, prefill and decode */
+static void check_threads(const char* fam, const qx_store* s, const quarot_online_list* hooks, int bits, const int32_t* toks,
+                          int64_t T) {
+    qx_pool* pool = qx_pool_create(2);
+    quarot_env env;
+    qx_engine e1, e2;
+    qx_engine_opts o;
+    qx_err e;
+    int64_t V = s->config.vocab;
+    float* l1 = (float*)malloc((size_t)(T * V) * sizeof(float));
+    float* l2 = (float*)malloc((size_t)(T * V) * sizeof(float));
+    qx_pool_env(pool, &env);
+    memset(&o, 0, sizeof o);
+    o.w_bits = o.a_bits = o.kv_bits = bits;
+    o.hooks = hooks;
+    o.context = T + 1;
+    QT_OK(qx_engine_init(&e1, s, &o, &e));
+    o.env = &env;
+    QT_OK(qx_engine_init(&e2, s, &o, &e));
+    QT_OK(qx_engine_forward(&e1, toks, T, l1, 1, &e));
+    QT_OK(qx_engine_forward(&e2, toks, T, l2, 1, &e));
+    QT_CHECKF(memcmp(l1, l2, (size_t)(T * V) * sizeof(float)) == 0, "%s W%d: 2 threads differ from 1 (prefill)", fam, bits);
+    QT_OK(qx_engine_forward(&e1, toks, 1, l1, 0, &e));
+    QT_OK(qx_engine_forward(&e2, toks, 1, l2, 0, &e));
+    QT_CHECKF(memcmp(l1, l2, (size_t)V * sizeof(float)) == 0, "%s W%d: 2 threads differ from 1 (decode)", fam, bits);
+    qx_engine_free(&e1);
+    qx_engine_free(&e2);
+    qx_pool_destroy(pool);
+    free(l1); free(l2);
+}
+
+static void test_families(void) {
+    int f;
+    for (f = 0; f < 5; ++f) {
+        qx_store s, rot;
+        quarot_online_list hooks;
+        qx_windows win;
+        qx_ppl_opts po;
+        qx_err e;
+        int32_t toks[192];
+        const int64_t n = qt_quick() ? 96 : 192, T = 48;
+        int64_t group;
+        quarot_result r;
+        if (!fam_store(f, &s)) { QT_CHECK(0); continue; }
+        fam_tokens(&s, toks, n);
+        group = fam_group(&s);
+        memset(&po, 0, sizeof po);
+        po.seq_len = T;
+        QT_OK(qx_windows_stream(&win, toks, n, &po, &e));
+        check_fp32(FAMS[f], &s, NULL, toks, T);
+        check_ppl(FAMS[f], &s, NULL, &win, 4, 4, 16, 0);
+        check_ppl(FAMS[f], &s, NULL, &win, 8, 8, 16, 0);
+        check_threads(FAMS[f], &s, NULL, 4, toks, 32);
+        /* QuaRot with R3 and its online hooks (R4 before every down_proj, routed or shared). The
+           Qwen2-VL text decoder rotates as Qwen2's (this store has no vision tower for the merger) */
+        if (f == 1) snprintf(s.config.arch, sizeof s.config.arch, "qwen2");
+        r = qx_ek_quarot(&s, 0, 1, &rot, &hooks, NULL, 0, NULL, NULL, &e);
+        if (f == 1) {
+            snprintf(s.config.arch, sizeof s.config.arch, "qwen2vl");
+            snprintf(rot.config.arch, sizeof rot.config.arch, "qwen2vl");
+        }
+        if (r != QUAROT_OK) {
+            QT_CHECKF(0, "%s: QuaRot: %s", FAMS[f], e.msg);
+        } else {
+            int64_t k, n_exp = 0, n_sh = 0;
+            for (k = 0; k < hooks.count; ++k) {
+                n_exp += hooks.hooks[k].site == QUAROT_SITE_EXPERT_DOWN_INPUT;
+                n_sh += hooks.hooks[k].site == QUAROT_SITE_SHARED_DOWN_INPUT;
+            }
+            QT_CHECKF((n_exp > 0) == (f >= 2) && (n_sh > 0) == (f == 3), "%s: %lld expert, %lld shared-expert hooks", FAMS[f],
+                      (long long)n_exp, (long long)n_sh);
+            check_fp32(FAMS[f], &rot, &hooks, toks, T);
+            check_ppl(FAMS[f], &rot, &hooks, &win, 4, 4, 16, 0);
+            check_ppl(FAMS[f], &rot, &hooks, &win, 4, 4, 4, 0);
+            if (!qt_quick()) check_ppl(FAMS[f], &rot, &hooks, &win, 4, 4, 16, group);
+            check_threads(FAMS[f], &rot, &hooks, 4, toks, 32);
+            check_threads(FAMS[f], &rot, &hooks, 16, toks, 20);
+            qx_store_free(&rot);
+            quarot_online_list_free(&hooks);
+        }
+        qx_windows_free(&win);
+        qx_store_free(&s);
+    }
+}
+
+/* hooks at sites a layer does not have */
+static void test_bad_hooks(void) {
+    qx_store s;
+    qx_engine en;
+    qx_engine_opts o;
+    quarot_online_list h;
+    qx_err e;
+    if (!fam_store(3, &s)) { QT_CHECK(0); return; }   /* qwen2_moe: layer 1 MoE, layer 0 dense */
+    memset(&o, 0, sizeof o);
+    quarot_online_list_init(&h, NULL);
+    QT_OK(quarot_online_list_add(&h, 1, QUAROT_SITE_DOWN_INPUT, 16, 1, 16, 1, NULL));
+    o.hooks = &h;
+    QT_ERR(qx_engine_init(&en, &s, &o, &e), QUAROT_ERR_SHAPE_MISMATCH);
+    QT_CHECKF(strstr(e.msg, "down_input") != NULL && strstr(e.msg, "mixture-of-experts") != NULL, "%s", e.msg);
+    quarot_online_list_free(&h);
+    quarot_online_list_init(&h, NULL);
+    QT_OK(quarot_online_list_add(&h, 0, QUAROT_SITE_SHARED_DOWN_INPUT, 24, 1, 24, 1, NULL));
+    QT_ERR(qx_engine_init(&en, &s, &o, &e), QUAROT_ERR_SHAPE_MISMATCH);
+    QT_CHECKF(strstr(e.msg, "shared_down_input") != NULL && strstr(e.msg, "dense") != NULL, "%s", e.msg);
+    quarot_online_list_free(&h);
+    qx_store_free(&s);
+}
+
+int main(void) {
+    QT_RUN(test_families);
+    QT_RUN(test_bad_hooks);
+    return qt_finish("test_engine_fam");
+}
