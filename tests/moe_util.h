@@ -388,20 +388,4 @@ QT_UNUSED static quarot_model mt_binding(mt_model* m) {
     return qm;
 }
 
-#ifdef QX_STORE_H
-/* m's tensors and config in a store (copied); 1 on success. */
-QT_UNUSED static int mt_to_store(const mt_model* m, qx_store* s) {
-    int i;
-    quarot_result r = QUAROT_OK;
-    qx_store_init(s);
-    s->config = m->cfg;
-    for (i = 0; i < m->count && r == QUAROT_OK; ++i) {
-        const quarot_tensor* t = &m->items[i].t;
-        int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
-        r = qx_store_add(s, m->items[i].name, QUAROT_DTYPE_F32, nd, t->ne, t->data, NULL);
-    }
-    return r == QUAROT_OK;
-}
-#endif
-
 #endif

@@ -15,13 +15,17 @@
    - 1 and 2 threads give bit-identical logits (prefill and decode);
    - a hook at a site the layer does not have (down_input on a MoE layer) is refused by name. */
 #include "qt.h"
+#include "cli_util.h"
 #include "engine/qx_engine.h"
 #include "eval/qx_eval.h"
 #include "eval/qx_evalkit.h"
+#include "formats/qx_gguf.h"
+#include "formats/qx_safetensors.h"
 #include "model/qx_synth.h"
 #include "support/qx_threads.h"
 
 #include "moe_util.h"
+#include "moe_store.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -45,7 +49,7 @@ static int fam_store(int f, qx_store* s) {
         return 1;
     }
     mt_build(&m, (family)(f - 2), f == 4, 70u + (unsigned)f);
-    ok = mt_to_store(&m, s);
+    ok = mt_store(&m, s) == QUAROT_OK;
     mt_free(&m);   /* the store holds copies */
     return ok;
 }
@@ -236,8 +240,48 @@ static void test_bad_hooks(void) {
     qx_store_free(&s);
 }
 
-int main(void) {
+/* `quarot eval --engine int` against `--engine ref` on the W4A4 row (no rotation and QuaRot
+   columns) of a phi3, a Mixtral and a Qwen2-MoE safetensors directory */
+static void test_cli_eval(void) {
+    static const int fams[3] = {0, 2, 3};
+    char toks[1024], dir[512];
+    int i, k, n = 0;
+    for (i = 0; i < 64; ++i) n += snprintf(toks + n, sizeof toks - (size_t)n, "%d ", 1 + (i * 13 + 7) % 47);
+    QT_CHECK(write_str(tmp_path("toks.txt"), toks));
+    for (k = 0; k < 3; ++k) {
+        qx_store s;
+        qx_st_save_opts so;
+        qx_err e;
+        double r1 = 0, r2 = 0, e1 = 0, e2 = 0;
+        int ok;
+        if (qt_quick() && k != 2) continue;
+        g_mlp_only = 0;   /* the tool's readers take sparse_step, not mlp_only_layers */
+        ok = fam_store(fams[k], &s);
+        g_mlp_only = 1;
+        if (!ok) { QT_CHECK(0); continue; }
+        snprintf(dir, sizeof dir, "%s/%s", g_tmp, FAMS[fams[k]]);
+        memset(&so, 0, sizeof so);
+        so.force = 1;
+        QT_OK(qx_st_save(&s, dir, &so, &e));
+        qx_store_free(&s);
+        QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 16 --w-bits 4 --a-bits 4 --quiet", dir, tmp_path("toks.txt")), 0);
+        ok = table_row(g_out, "W4A4", &r1, &r2);
+        QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 16 --w-bits 4 --a-bits 4 --quiet --engine int", dir, tmp_path("toks.txt")), 0);
+        ok = ok && table_row(g_out, "W4A4", &e1, &e2);
+        QT_CHECKF(ok && fabs(e1 - r1) <= 1e-5 * r1 && fabs(e2 - r2) <= 1e-5 * r2, "%s: engine %.6f / %.6f vs reference %.6f / %.6f: %s",
+                  FAMS[fams[k]], e1, e2, r1, r2, g_err);
+        printf("    quarot eval %-9s W4A4 no rotation / QuaRot: --engine ref %.6f / %.6f, --engine int %.6f / %.6f (bound 1e-5)\n",
+               FAMS[fams[k]], r1, r2, e1, e2);
+    }
+}
+
+int main(int argc, char** argv) {
+    (void)argc;
     QT_RUN(test_families);
     QT_RUN(test_bad_hooks);
+    if (cu_start(argv[0], "test_engine_fam")) {
+        QT_RUN(test_cli_eval);
+        cu_finish();
+    }
     return qt_finish("test_engine_fam");
 }

@@ -372,10 +372,14 @@ static quarot_result eng_hooks(qx_engine* en, qx_err* e) {
                            moe ? (k == 3 ? "a mixture-of-experts" : "a MoE layer without a shared expert: a") : "a dense");
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
-            if (x->size <= 0 || width[k] % x->size != 0 || (k == 4 && x->experts && x->experts != en->cfg.n_experts)) {
-                qx_err_set(e, "online hooks: layer %lld %s has size %lld%s, which does not fit the row (%lld) of this model",
-                           (long long)l, quarot_online_site_name(sites[k]), (long long)x->size,
-                           k == 4 ? " or covers other experts" : "", (long long)width[k]);
+            if (x->size <= 0 || width[k] % x->size != 0) {
+                qx_err_set(e, "online hooks: layer %lld %s has size %lld, which does not divide the row (%lld) of this model",
+                           (long long)l, quarot_online_site_name(sites[k]), (long long)x->size, (long long)width[k]);
+                return QUAROT_ERR_SHAPE_MISMATCH;
+            }
+            if (k == 4 && x->experts && x->experts != en->cfg.n_experts) {
+                qx_err_set(e, "online hooks: layer %lld expert_down_input covers %lld experts; the layer has %lld", (long long)l,
+                           (long long)x->experts, (long long)en->cfg.n_experts);
                 return QUAROT_ERR_SHAPE_MISMATCH;
             }
             if (quarot_online_workspace_size(x) > need) need = quarot_online_workspace_size(x);
