@@ -241,7 +241,8 @@ static void test_bad_hooks(void) {
 }
 
 /* `quarot eval --engine int` against `--engine ref` on the W4A4 row (no rotation and QuaRot
-   columns) of a phi3, a Mixtral and a Qwen2-MoE safetensors directory */
+   columns) of a phi3, a Mixtral and a Qwen2-MoE safetensors directory, and on the packed W4A4 file
+   `quarot quantize` writes of each */
 static void test_cli_eval(void) {
     static const int fams[3] = {0, 2, 3};
     char toks[1024], dir[512];
@@ -272,6 +273,19 @@ static void test_cli_eval(void) {
                   FAMS[fams[k]], e1, e2, r1, r2, g_err);
         printf("    quarot eval %-9s W4A4 no rotation / QuaRot: --engine ref %.6f / %.6f, --engine int %.6f / %.6f (bound 1e-5)\n",
                FAMS[fams[k]], r1, r2, e1, e2);
+        {   /* the packed W4A4 file of `quarot quantize` (experts one tensor each): the engine runs its codes */
+            char q[600];
+            snprintf(q, sizeof q, "%s.packed.safetensors", dir);
+            QT_EQ_INT(CLI("quantize %s %s --quiet", dir, q), 0);
+            QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 16 --quiet", q, tmp_path("toks.txt")), 0);
+            r1 = row_value("W4A4");
+            QT_EQ_INT(CLI("eval %s --tokens %s --seq-len 16 --quiet --engine int", q, tmp_path("toks.txt")), 0);
+            e1 = row_value("W4A4");
+            QT_CHECKF(r1 > 0 && fabs(e1 - r1) <= 1e-5 * r1, "%s packed: engine %.6f vs reference %.6f: %s", FAMS[fams[k]], e1, r1,
+                      g_err);
+            printf("    quarot eval %-9s packed W4A4 file: --engine ref %.6f, --engine int %.6f (bound 1e-5)\n", FAMS[fams[k]], r1,
+                   e1);
+        }
     }
 }
 
