@@ -19,7 +19,8 @@
      refused by name with nothing written;
    - `quarot quantize` refuses the rank-5 tensor by name (its outputs hold 4 dimensions), and a
      Hugging Face VL directory is not converted to GGUF (llama.cpp splits it into two files);
-   - `quarot eval` runs the text decoder: no rotation and QuaRot agree to 4 digits in FP32;
+   - `quarot eval` runs the text decoder: no rotation and QuaRot agree to 4 digits in FP32, and
+     `--engine int` gives the reference's W4A4 perplexities within 1e-5;
    - bad input, one error line naming the key or tensor, exit 2, nothing written: mrope_section not
      summing to head_dim / 2 (config.json and GGUF), vision_config's output width != hidden, the
      merger's weight of another output width, the merger missing. */
@@ -439,6 +440,20 @@ static void test_eval_vl(void) {
                   text), 0);
     QT_CHECKF(table_row(g_out, "FP32", &a, &b) && a > 0 && fabs(a - b) <= 5e-4 * a, "eval: %s%s", g_out, g_err);
     printf("    qwen2vl eval (newer layout): FP32 perplexity %.5f, after QuaRot %.5f (rel %.1e)\n", a, b, fabs(a - b) / a);
+    {   /* the inference engine on the text decoder: W4A4 as the reference's, both columns */
+        double r1 = 0, r2 = 0, e1 = 0, e2 = 0;
+        int ok;
+        QT_EQ_INT(CLI("eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --windows 2 --w-bits 4 --a-bits 4 --quiet", in, tok,
+                      text), 0);
+        ok = table_row(g_out, "W4A4", &r1, &r2);
+        QT_EQ_INT(CLI("eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --windows 2 --w-bits 4 --a-bits 4 --quiet --engine int",
+                      in, tok, text), 0);
+        ok = ok && table_row(g_out, "W4A4", &e1, &e2);
+        QT_CHECKF(ok && fabs(e1 - r1) <= 1e-5 * r1 && fabs(e2 - r2) <= 1e-5 * r2, "engine %.5f / %.5f vs reference %.5f / %.5f: %s",
+                  e1, e2, r1, r2, g_err);
+        printf("    qwen2vl eval W4A4 no rotation / QuaRot: --engine ref %.5f / %.5f, --engine int %.5f / %.5f (bound 1e-5)\n", r1,
+               r2, e1, e2);
+    }
 }
 
 /* Each bad input: rotate exits 2 with one line naming `needle`, and writes nothing. */
