@@ -1,7 +1,10 @@
 /* qx_engine.h - a reference W4A4 inference engine on the CPU, built on quarot.h.
 
    What an edge runtime vendoring quarot.h would write: a LLaMA-family decoder (GQA, RoPE, SwiGLU,
-   RMSNorm; Qwen2 q/k/v biases, Qwen3 q/k norms) whose decoder linears run through quarot.h's integer
+   RMSNorm; Qwen2 q/k/v biases, Qwen3 q/k norms; Phi-3's fused q|k|v and gate|up, each one product
+   split after; the Qwen2-VL text decoder; mixture-of-experts layers of Mixtral, Qwen2-MoE and
+   Qwen3-MoE, routed as the reference forward pass routes, each expert's tokens gathered into one
+   product per linear, the shared expert beside them) whose decoder linears run through quarot.h's integer
    kernels (>>qgemm: packed int4 or int8 weights x int8-coded per-token activations, int32
    accumulation), whose online rotations run through quarot_online_apply on preallocated workspace,
    and whose KV cache is stored quantized. Prefill runs a block of tokens through every layer at once
@@ -14,7 +17,9 @@
                  5..8 bits in the int8 one.
      activations per token, symmetric, clip a_clip, at every decoder-linear input: after norm1 (q/k/v
                  share the codes), after the O_INPUT hook, after norm2 (gate/up share), after the
-                 DOWN_INPUT hook; quarot_quantize_f32 gives the codes, quarot_qact_sums their sums.
+                 DOWN_INPUT hook; in a MoE layer on each expert's gathered rows (gate/up share),
+                 after its EXPERT_DOWN_INPUT (SHARED_DOWN_INPUT) hook; never the router or the
+                 shared-expert gate; quarot_quantize_f32 gives the codes, quarot_qact_sums their sums.
      KV cache    after RoPE and the Q_ROPE/K_ROPE hooks, per token per KV head, asymmetric (kv_sym: 0)
                  as `quarot eval`: codes (4 bits: two per byte; 5..8 bits: one byte), a scale and a
                  zero point per head; attention reads (code - zero) * scale, the very values the fake
@@ -138,7 +143,8 @@ typedef struct qx_engine {
     int64_t pk_used;                 /* packed decoder linears taken from the file */
 } qx_engine;
 
-/* Build the engine from a float model (llama / qwen2 / qwen3 names as model/qx_forward.h): copies the
+/* Build the engine from a float model (llama / qwen2 / qwen3 / phi3 / qwen2vl / mixtral / qwen2_moe /
+   qwen3_moe names as model/qx_forward.h): copies the
    embeddings, norms and lm_head as FP32, quantizes the decoder linears as asked. Errors: one line in e
    (bad options: QUAROT_ERR_INVALID_ARGUMENT; missing tensor or shape: as qx_forward; hook list for
    another model: QUAROT_ERR_SHAPE_MISMATCH). */
