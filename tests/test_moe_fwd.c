@@ -250,6 +250,20 @@ static void test_cli_eval_rotate(void) {
                     QT_CHECKF(c && crel <= 2e-5 && strstr(g_out, "; routing flips 0 of ") != NULL, "rotate --check: %s", g_out);
                 }
                 p1 = eval_ppl(out, toks);   /* eval attaches the hook file beside the model */
+                if (online) {   /* the integer engine on the rotated file with its hooks: the reference's W4A4 */
+                    double wr, wi;
+                    const char* q = "--tokens %s --seq-len 16 --w-bits 4 --a-bits 4 --columns none --quiet";
+                    char cmd[1400];
+                    snprintf(cmd, sizeof cmd, "eval %s %s", out, q);
+                    QT_EQ_INT(CLI(cmd, toks), 0);
+                    wr = row_value("W4A4");
+                    snprintf(cmd, sizeof cmd, "eval %s %s --engine int", out, q);
+                    QT_EQ_INT(CLI(cmd, toks), 0);
+                    wi = row_value("W4A4");
+                    QT_CHECKF(wr > 0 && fabs(wi - wr) <= 1e-5 * wr, "%s %s: engine W4A4 %.6f vs reference %.6f", FAMS[f],
+                              gguf ? "GGUF" : "safetensors", wi, wr);
+                    printf("    %s %-9s rotated --online: W4A4 engine %.6f, reference %.6f\n", gguf ? "GGUF" : "safetensors", FAMS[f], wi, wr);
+                }
                 QT_CHECKF(p0 > 0 && p1 > 0 && fabs(p1 - p0) / p0 < 1e-4, "%s %s%s: perplexity %.6f -> %.6f", FAMS[f],
                           gguf ? "GGUF" : "safetensors", online ? " --online" : "", p0, p1);
                 /* routing of the rotated model (with its hooks) against the original's */
