@@ -9,8 +9,10 @@
    register-only loop of the widest u8 x s8 dot instruction compiled in, one thread) and the integer
    kernels' share of it on a 4096 x 4096 W4A4 product (prefill: 64 tokens; decode: 1 token).
 
-   Usage: bench_engine [--quick] [--layers N] [--kernels] [--save DIR]   (--quick: 1 layer, 32 prefill /
-   8 decode tokens; --kernels: only the peak, the integer kernels and the streaming read; --save: write
+   Usage: bench_engine [--quick] [--layers N] [--kernels] [--long] [--save DIR]   (--quick: 1 layer, 32
+   prefill / 8 decode tokens; --kernels: only the peak, the integer kernels and the streaming read; --long:
+   only W4A4KV4 prefill of 512 and of 4096 tokens and their cost per token, BENCH_THREADS threads (2);
+   --save: write
    the synthetic model to DIR (safetensors + config.json) and stop, for tools/bench_vs_llamacpp.sh).
    The weights are synthetic: speed does not depend on their values. Times are wall clock, best of 2;
    BENCH_CLOCK=cpu times the one-thread rows, the peak and the kernels with the thread's CPU time. */
@@ -286,8 +288,52 @@ static double kernel_report(void) {
 
 typedef struct cfg { const char* name; int w, a, kv, hooks; } cfg;
 
+/* --long: W4A4KV4 prefill of 512 tokens (one block) and of 4096 tokens (8 blocks of 512, as
+   `quarot generate` feeds a long prompt; attention over the quantized KV cache included), one run,
+   best of reps; returns 0, or 1 on an engine error. */
+static int long_report(const qx_store* s, int64_t layers, int threads, int reps) {
+    enum { NL = 4096, NS = 512 };
+    static int32_t toks[NL];
+    qx_pool* pool = qx_pool_create(threads);
+    quarot_env env;
+    qx_engine en;
+    qx_engine_opts o;
+    qx_err e;
+    double b_s = 1e30, b_l = 1e30, t0;
+    int64_t i, t;
+    int rep;
+    for (i = 0; i < NL; ++i) toks[i] = (int32_t)((i * 31 + 7) % 512);
+    qx_pool_env(pool, &env);
+    memset(&o, 0, sizeof o);
+    o.w_bits = 4; o.a_bits = 4; o.kv_bits = 4;
+    o.context = NL;
+    o.max_tokens = NS;
+    o.env = &env;
+    if (qx_engine_init(&en, s, &o, &e) != QUAROT_OK) { printf("W4A4KV4: %s\n", e.msg); return 1; }
+    for (rep = 0; rep < reps; ++rep) {
+        qx_engine_reset(&en);
+        t0 = now_s();
+        if (qx_engine_forward(&en, toks, NS, NULL, 0, &e) != QUAROT_OK) { printf("%s\n", e.msg); return 1; }
+        t0 = now_s() - t0;
+        if (t0 < b_s) b_s = t0;
+        qx_engine_reset(&en);
+        t0 = now_s();
+        for (t = 0; t < NL; t += NS)
+            if (qx_engine_forward(&en, toks + t, NS, NULL, 0, &e) != QUAROT_OK) { printf("%s\n", e.msg); return 1; }
+        t0 = now_s() - t0;
+        if (t0 < b_l) b_l = t0;
+    }
+    qx_engine_free(&en);
+    qx_pool_destroy(pool);
+    printf("\n| W4A4KV4, %lld layer%s, %d thread%s | prefill %d tok/s | prefill %d tok/s (blocks of %d) | cost per token %d / %d (target <= 2) |\n",
+           (long long)layers, layers > 1 ? "s" : "", threads, threads > 1 ? "s" : "", NS, NL, NS, NL, NS);
+    printf("|---|---|---|---|\n| %s | %.1f | %.1f | %.2fx |\n", cpu_clock ? "thread CPU time" : "wall clock", NS / b_s, NL / b_l,
+           (b_l / NL) / (b_s / NS));
+    return 0;
+}
+
 int main(int argc, char** argv) {
-    int quick = 0, kernels_only = 0, i, c, th;
+    int quick = 0, kernels_only = 0, long_only = 0, i, c, th;
     const char* save = NULL;
     int64_t layers = 2, P, D, l;
     qx_synth_desc sd;
@@ -306,6 +352,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc) layers = atoi(argv[++i]);
         else if (strcmp(argv[i], "--kernels") == 0) kernels_only = 1;
+        else if (strcmp(argv[i], "--long") == 0) long_only = 1;
         else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc) save = argv[++i];
     }
     if (quick) layers = 1;
@@ -334,6 +381,11 @@ int main(int argc, char** argv) {
         printf("saved to %s\n", save);
         qx_store_free(&s);
         return 0;
+    }
+    if (long_only) {
+        int rc = long_report(&s, layers, getenv("BENCH_THREADS") ? atoi(getenv("BENCH_THREADS")) : 2, 2);
+        qx_store_free(&s);
+        return rc;
     }
     quarot_online_list_init(&hooks, NULL);
     for (l = 0; l < layers; ++l) {

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3, ENG_EXPERT_DOWN_INPUT = 4, ENG_SHARED_DOWN_INPUT = 5 };
 
@@ -669,9 +672,146 @@ static void eng_kv_load(const qx_engine* en, int64_t l, int64_t kvh, int64_t n, 
     }
 }
 
+/* exp(x) for a score minus its row's maximum (x <= 0, or NaN), as glibc's expf computes it (the
+   algorithm of ARM's optimized-routines): in double, k = round(x 32 / ln 2), 2^(k/32) from a table of
+   2^(i/32) and the exponent bits, a degree-3 polynomial in the remainder (fused multiply-adds as the
+   FMA build of glibc contracts them), rounded once to float: within a hair of correct rounding, so the
+   engine's scores agree with the reference forward pass's expf. 0 below -104, where expf is 0 too.
+   The AVX-512 lanes below run the same operations. */
+static const uint64_t eng_exp_tab[32] = {   /* the bits of 2^(i/32), i = 0..31 */
+    0x3ff0000000000000u, 0x3ff059b0d3158574u, 0x3ff0b5586cf9890fu, 0x3ff11301d0125b51u,
+    0x3ff172b83c7d517bu, 0x3ff1d4873168b9aau, 0x3ff2387a6e756238u, 0x3ff29e9df51fdee1u,
+    0x3ff306fe0a31b715u, 0x3ff371a7373aa9cbu, 0x3ff3dea64c123422u, 0x3ff44e086061892du,
+    0x3ff4bfdad5362a27u, 0x3ff5342b569d4f82u, 0x3ff5ab07dd485429u, 0x3ff6247eb03a5585u,
+    0x3ff6a09e667f3bcdu, 0x3ff71f75e8ec5f74u, 0x3ff7a11473eb0187u, 0x3ff82589994cce13u,
+    0x3ff8ace5422aa0dbu, 0x3ff93737b0cdc5e5u, 0x3ff9c49182a3f090u, 0x3ffa5503b23e255du,
+    0x3ffae89f995ad3adu, 0x3ffb7f76f2fb5e47u, 0x3ffc199bdd85529cu, 0x3ffcb720dcef9069u,
+    0x3ffd5818dcfba487u, 0x3ffdfc97337b9b5fu, 0x3ffea4afa2a490dau, 0x3fff50765b6e4540u,
+};
+#define ENG_EXP_INVLN2N (0x1.71547652b82fep+0 * 32)
+#define ENG_EXP_SHIFT 0x1.8p+52
+#define ENG_EXP_C0 (0x1.c6af84b912394p-5 / 32 / 32 / 32)
+#define ENG_EXP_C1 (0x1.ebfce50fac4f3p-3 / 32 / 32)
+#define ENG_EXP_C2 (0x1.62e42ff0c52d6p-1 / 32)
+static float eng_exp_neg(float x) {
+    double xd = (double)x, z, kd, r, r2, y, sc;
+    uint64_t ki, t;
+    if (x != x) return x;
+    if (x < -104.0f) return 0.0f;
+    z = ENG_EXP_INVLN2N * xd;
+    kd = z + ENG_EXP_SHIFT;
+    memcpy(&ki, &kd, sizeof ki);
+    kd -= ENG_EXP_SHIFT;
+    r = z - kd;
+    t = eng_exp_tab[ki & 31] + ((ki - (ki & 31)) << 47);   /* (k - k % 32) / 32 into the exponent */
+    memcpy(&sc, &t, sizeof sc);
+    z = fma(ENG_EXP_C0, r, ENG_EXP_C1);
+    r2 = r * r;
+    y = fma(ENG_EXP_C2, r, 1.0);
+    y = fma(z, r2, y);
+    return (float)(y * sc);
+}
+
+#if defined(__AVX512F__)
+/* eng_exp_neg on 8 lanes of doubles (the widened floats); the caller masks NaN and x < -104 */
+static __m256 eng_exp8(__m512d xd) {
+    const __m512d sh = _mm512_set1_pd(ENG_EXP_SHIFT);
+    __m512d z = _mm512_mul_pd(xd, _mm512_set1_pd(ENG_EXP_INVLN2N)), kd = _mm512_add_pd(z, sh), r, y, zz;
+    __m512i ki = _mm512_castpd_si512(kd), t;
+    kd = _mm512_sub_pd(kd, sh);
+    r = _mm512_sub_pd(z, kd);
+    __m512i i = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+    t = _mm512_i64gather_epi64(i, (const void*)eng_exp_tab, 8);
+    t = _mm512_add_epi64(t, _mm512_slli_epi64(_mm512_sub_epi64(ki, i), 47));
+    zz = _mm512_fmadd_pd(_mm512_set1_pd(ENG_EXP_C0), r, _mm512_set1_pd(ENG_EXP_C1));
+    y = _mm512_fmadd_pd(_mm512_set1_pd(ENG_EXP_C2), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(zz, _mm512_mul_pd(r, r), y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_castsi512_pd(t)));
+}
+#endif
+
+/* One causal attention row s[0..n-1] (n >= 1) into its softmax: the maximum (exact in any order), exp
+   of each score minus it, the sum in double in 16 lanes (element j into lane j % 16, the lanes added
+   in order 0..15), then one reciprocal. The same arithmetic for every row length split and thread. */
+static void eng_softmax_row(float* s, int64_t n) {
+    double lane[16], sum = 0.0;
+    float mx = s[0], inv;
+    int64_t j = 0, k;
+    for (k = 0; k < 16; ++k) lane[k] = 0.0;
+#if defined(__AVX512F__)
+    if (n >= 16) {
+        __m512 vm = _mm512_loadu_ps(s);
+        for (j = 16; j + 16 <= n; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + j));
+        mx = _mm512_reduce_max_ps(vm);
+    }
+    for (; j < n; ++j) if (s[j] > mx) mx = s[j];
+    {
+        const __m512 vmx = _mm512_set1_ps(mx), lo = _mm512_set1_ps(-104.0f);
+        __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+        for (j = 0; j + 16 <= n; j += 16) {
+            __m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j), vmx), p;
+            __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+            __m256 e0 = eng_exp8(_mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+            __m256 e1 = eng_exp8(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+            p = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(e0)), _mm256_castps_pd(e1), 1));
+            p = _mm512_maskz_mov_ps(keep, p);
+            p = _mm512_mask_mov_ps(p, nan, x);
+            _mm512_storeu_ps(s + j, p);
+            a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+            a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
+        }
+        _mm512_storeu_pd(lane, a0);
+        _mm512_storeu_pd(lane + 8, a1);
+    }
+#else
+    for (j = 1; j < n; ++j) if (s[j] > mx) mx = s[j];
+    j = 0;
+#endif
+    for (; j < n; ++j) {
+        s[j] = eng_exp_neg(s[j] - mx);
+        lane[j & 15] += (double)s[j];
+    }
+    for (k = 0; k < 16; ++k) sum += lane[k];
+    inv = (float)(1.0 / sum);
+    j = 0;
+#if defined(__AVX512F__)
+    {
+        const __m512 vi = _mm512_set1_ps(inv);
+        for (; j + 16 <= n; j += 16) _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), vi));
+    }
+#endif
+    for (; j < n; ++j) s[j] *= inv;
+}
+
 /* Causal attention of the block's T queries over n_keys cache rows, per query head:
    softmax(q k^T / sqrt(hd)) v (GQA: KV head h / grp). Task i takes KV heads i, i + n_att, ...; each
    head's arithmetic is the same whichever task runs it (the products run serially inside a task). */
+/* queries per attention block; blocks of at most ENG_ATT_DIRECT_T queries at head_dim <= ENG_ATT_DIRECT_HD
+   (decode of a small model) skip quarot_sgemm, whose packing of the whole K / V slice per call costs
+   more there than the products */
+enum { ENG_ATT_QB = 64, ENG_ATT_DIRECT_T = 4, ENG_ATT_DIRECT_HD = 32 };
+
+/* One query q[hd] over n keys k / v (rows ld apart): s_j = scale * sum_d q_d k_jd (fused multiply-adds
+   in d order), softmax, out_d = sum_j p_j v_jd (in j order); s: n floats of scratch. */
+static void eng_att_direct(const float* q, const float* k, const float* v, int64_t ld, int64_t hd, int64_t n, float scale,
+                           float* s, float* out) {
+    int64_t j, d, u;
+    for (j = 0; j + 8 <= n; j += 8) {   /* 8 keys at a time: independent chains */
+        float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (d = 0; d < hd; ++d)
+            for (u = 0; u < 8; ++u) a[u] = fmaf(q[d], k[(j + u) * ld + d], a[u]);
+        for (u = 0; u < 8; ++u) s[j + u] = scale * a[u];
+    }
+    for (; j < n; ++j) {
+        float a = 0.0f;
+        for (d = 0; d < hd; ++d) a = fmaf(q[d], k[j * ld + d], a);
+        s[j] = scale * a;
+    }
+    eng_softmax_row(s, n);
+    for (d = 0; d < hd; ++d) out[d] = 0.0f;
+    for (j = 0; j < n; ++j)
+        for (d = 0; d < hd; ++d) out[d] = fmaf(s[j], v[j * ld + d], out[d]);
+}
 typedef struct eng_att_job {
     qx_engine* en;
     int64_t l, T, pos0;
@@ -684,7 +824,7 @@ static void eng_att_task(void* arg, int64_t task) {
     qx_engine* en = jb->en;
     const quarot_model_config* g = &en->cfg;
     int64_t hd = g->head_dim, nh = g->n_heads, nkv = g->n_kv_heads, grp = nh / nkv, T = jb->T, pos0 = jb->pos0;
-    int64_t n_keys = pos0 + T, C = en->context, kvh, h, t, j, ld;
+    int64_t n_keys = pos0 + T, C = en->context, kvh, h, t, t0, j, ld;
     float scale = (float)(1.0 / sqrt((double)hd));
     float* scores = en->scores + task * T * C;
     const float *kc, *vc;
@@ -703,25 +843,31 @@ static void eng_att_task(void* arg, int64_t task) {
             vc = en->v_f + jb->l * C * en->kv_dim + kvh * hd;
             ld = en->kv_dim;
         }
-        for (h = kvh * grp; h < (kvh + 1) * grp; ++h) {
-            r = quarot_sgemm(0, 1, T, n_keys, hd, scale, en->qb + h * hd, en->q_dim, kc, ld, 0.0f, scores, n_keys,
-                             &jb->serial);
-            if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
-            for (t = 0; t < T; ++t) {
-                float* s = scores + t * n_keys;
-                int64_t last = pos0 + t;
-                float mx = s[0], inv;
-                double sum = 0.0;
-                for (j = 1; j <= last; ++j) if (s[j] > mx) mx = s[j];
-                for (j = 0; j <= last; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
-                inv = (float)(1.0 / sum);
-                for (j = 0; j <= last; ++j) s[j] *= inv;
-                for (j = last + 1; j < n_keys; ++j) s[j] = 0.0f;
-            }
-            r = quarot_sgemm(0, 0, T, hd, n_keys, 1.0f, scores, n_keys, vc, ld, 0.0f, en->att + h * hd, en->q_dim,
-                             &jb->serial);
-            if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
+        if (T <= ENG_ATT_DIRECT_T && hd <= ENG_ATT_DIRECT_HD) {   /* decode at a small head_dim */
+            for (h = kvh * grp; h < (kvh + 1) * grp; ++h)
+                for (t = 0; t < T; ++t)
+                    eng_att_direct(en->qb + t * en->q_dim + h * hd, kc, vc, ld, hd, pos0 + t + 1, scale, scores,
+                                   en->att + t * en->q_dim + h * hd);
+            continue;
         }
+        /* queries in blocks of ENG_ATT_QB: a block's scores stay in cache between the two products, and
+           it reads only the keys its last query sees (the causal mask's zeros past them add nothing) */
+        for (h = kvh * grp; h < (kvh + 1) * grp; ++h)
+            for (t0 = 0; t0 < T; t0 += ENG_ATT_QB) {
+                int64_t tb = T - t0 < ENG_ATT_QB ? T - t0 : ENG_ATT_QB, n = pos0 + t0 + tb;
+                r = quarot_sgemm(0, 1, tb, n, hd, scale, en->qb + t0 * en->q_dim + h * hd, en->q_dim, kc, ld, 0.0f, scores,
+                                 n, &jb->serial);
+                if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
+                for (t = 0; t < tb; ++t) {
+                    float* s = scores + t * n;
+                    int64_t last = pos0 + t0 + t;
+                    eng_softmax_row(s, last + 1);
+                    for (j = last + 1; j < n; ++j) s[j] = 0.0f;
+                }
+                r = quarot_sgemm(0, 0, tb, hd, n, 1.0f, scores, n, vc, ld, 0.0f, en->att + t0 * en->q_dim + h * hd, en->q_dim,
+                                 &jb->serial);
+                if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
+            }
     }
 }
 
