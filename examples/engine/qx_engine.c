@@ -21,6 +21,11 @@
 
 enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3, ENG_EXPERT_DOWN_INPUT = 4, ENG_SHARED_DOWN_INPUT = 5 };
 
+/* Attention: queries in blocks of ENG_ATT_QB through quarot_sgemm; at head_dim <= ENG_ATT_DIRECT_HD
+   (a small model, where quarot_sgemm's packing of the K / V slice costs more than the products) the
+   direct kernel below instead, ENG_ATT_DIRECT_Q queries per pass over the keys. */
+enum { ENG_ATT_QB = 64, ENG_ATT_DIRECT_HD = 32, ENG_ATT_DIRECT_Q = 4 };
+
 /* profile 1: wall clock; 2: this thread's CPU time (single-thread runs on a shared machine) */
 static double eng_now_clock(int profile) { return profile == 2 ? qx_thread_cpu_now() : qx_now(); }
 
@@ -441,6 +446,9 @@ static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
         en->amx_work_size = quarot_qgemm_amx_workspace_size(T, wide > g->hidden ? wide : g->hidden);
         ENG_BUF(en->amx_work, uint8_t, en->amx_work_size);
     }
+    /* dequantized K (kv_bits < 16), or K transposed [head_dim][context] for the direct attention at a
+       small head_dim (either cache) */
+    if (kvq || g->head_dim <= ENG_ATT_DIRECT_HD) ENG_BUF(en->kdeq, float, en->n_att * C * g->head_dim);
     if (kvq) {
         int64_t rb = en->opts.kv_bits <= 4 ? en->kv_dim / 2 : en->kv_dim;
         en->kv_row_bytes = rb;
@@ -450,7 +458,6 @@ static quarot_result eng_buffers(qx_engine* en, qx_err* e) {
         ENG_BUF(en->k_z, float, L * C * nkv);
         ENG_BUF(en->v_s, float, L * C * nkv);
         ENG_BUF(en->v_z, float, L * C * nkv);
-        ENG_BUF(en->kdeq, float, en->n_att * C * g->head_dim);
         ENG_BUF(en->vdeq, float, en->n_att * C * g->head_dim);
         ENG_BUF(en->kv_codes, int8_t, T * en->kv_dim);
         ENG_BUF(en->kv_sc, float, T * nkv);
@@ -783,35 +790,84 @@ static void eng_softmax_row(float* s, int64_t n) {
     for (; j < n; ++j) s[j] *= inv;
 }
 
+/* eng_kv_load into out transposed: out[j ldo + p] (the direct attention's K). */
+static void eng_kv_load_t(const qx_engine* en, int64_t l, int64_t kvh, int64_t n, const uint8_t* q, const float* sc,
+                          const float* zp, float* out, int64_t ldo) {
+    int64_t C = en->context, hd = en->cfg.head_dim, nkv = en->cfg.n_kv_heads, p, j;
+    for (p = 0; p < n; ++p) {
+        const uint8_t* src = q + (l * C + p) * en->kv_row_bytes;
+        float s = sc[(l * C + p) * nkv + kvh], z = zp[(l * C + p) * nkv + kvh];
+        if (en->opts.kv_bits <= 4) {
+            src += kvh * hd / 2;
+            for (j = 0; j < hd; j += 2) {
+                out[j * ldo + p] = ((float)((src[j / 2] & 15) - 8) - z) * s;
+                out[(j + 1) * ldo + p] = ((float)((src[j / 2] >> 4) - 8) - z) * s;
+            }
+        } else {
+            src += kvh * hd;
+            for (j = 0; j < hd; ++j) out[j * ldo + p] = ((float)((int)src[j] - 128) - z) * s;
+        }
+    }
+}
+
 /* Causal attention of the block's T queries over n_keys cache rows, per query head:
    softmax(q k^T / sqrt(hd)) v (GQA: KV head h / grp). Task i takes KV heads i, i + n_att, ...; each
    head's arithmetic is the same whichever task runs it (the products run serially inside a task). */
-/* queries per attention block; blocks of at most ENG_ATT_DIRECT_T queries at head_dim <= ENG_ATT_DIRECT_HD
-   (decode of a small model) skip quarot_sgemm, whose packing of the whole K / V slice per call costs
-   more there than the products */
-enum { ENG_ATT_QB = 64, ENG_ATT_DIRECT_T = 4, ENG_ATT_DIRECT_HD = 32 };
-
-/* One query q[hd] over n keys k / v (rows ld apart): s_j = scale * sum_d q_d k_jd (fused multiply-adds
-   in d order), softmax, out_d = sum_j p_j v_jd (in j order); s: n floats of scratch. */
-static void eng_att_direct(const float* q, const float* k, const float* v, int64_t ld, int64_t hd, int64_t n, float scale,
-                           float* s, float* out) {
-    int64_t j, d, u;
-    for (j = 0; j + 8 <= n; j += 8) {   /* 8 keys at a time: independent chains */
-        float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (d = 0; d < hd; ++d)
-            for (u = 0; u < 8; ++u) a[u] = fmaf(q[d], k[(j + u) * ld + d], a[u]);
-        for (u = 0; u < 8; ++u) s[j + u] = scale * a[u];
+/* Direct attention of nq (1..ENG_ATT_DIRECT_Q) consecutive queries q + u ldq over the cache slice of one
+   KV head: query u sees keys 0..n0+u-1. kt: K transposed, kt[d ldk + j]; v: V rows ldv apart.
+   s_uj = scale * sum_d q_ud kt_dj (fused multiply-adds in d order from 0), softmax (eng_softmax_row),
+   out_u[d] = sum_j p_uj v_jd (fused multiply-adds in j order from 0). s: nq rows lds apart. The
+   AVX-512 path takes 16 keys (scores) or 16 dimensions (values) per vector with the same per-element
+   operations, so it gives the scalar loop's bits. */
+static void eng_att_direct(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk, const float* v, int64_t ldv,
+                           int64_t hd, int64_t n0, float scale, float* s, int64_t lds, float* out, int64_t ldo) {
+    int64_t n = n0 + nq - 1, j, d;
+    int u;
+#if defined(__AVX512F__)
+    for (j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        __m512 acc[ENG_ATT_DIRECT_Q];
+        for (u = 0; u < nq; ++u) acc[u] = _mm512_setzero_ps();
+        for (d = 0; d < hd; ++d) {
+            __m512 kv = _mm512_maskz_loadu_ps(m, kt + d * ldk + j);
+            for (u = 0; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[u * ldq + d]), kv, acc[u]);
+        }
+        for (u = 0; u < nq; ++u) _mm512_mask_storeu_ps(s + u * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), acc[u]));
     }
-    for (; j < n; ++j) {
-        float a = 0.0f;
-        for (d = 0; d < hd; ++d) a = fmaf(q[d], k[j * ld + d], a);
-        s[j] = scale * a;
+#else
+    for (u = 0; u < nq; ++u)
+        for (j = 0; j < n; ++j) {
+            float a = 0.0f;
+            for (d = 0; d < hd; ++d) a = fmaf(q[u * ldq + d], kt[d * ldk + j], a);
+            s[u * lds + j] = scale * a;
+        }
+#endif
+    for (u = 0; u < nq; ++u) eng_softmax_row(s + u * lds, n0 + u);
+#if defined(__AVX512F__)
+    for (d = 0; d < hd; d += 16) {
+        __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1u);
+        __m512 acc[ENG_ATT_DIRECT_Q];
+        for (u = 0; u < nq; ++u) acc[u] = _mm512_setzero_ps();
+        for (j = 0; j < n0; ++j) {
+            __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
+            for (u = 0; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(s[u * lds + j]), vv, acc[u]);
+        }
+        for (; j < n; ++j) {   /* the keys only the later queries see */
+            __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
+            for (u = (int)(j - n0) + 1; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(s[u * lds + j]), vv, acc[u]);
+        }
+        for (u = 0; u < nq; ++u) _mm512_mask_storeu_ps(out + u * ldo + d, m, acc[u]);
     }
-    eng_softmax_row(s, n);
-    for (d = 0; d < hd; ++d) out[d] = 0.0f;
-    for (j = 0; j < n; ++j)
-        for (d = 0; d < hd; ++d) out[d] = fmaf(s[j], v[j * ld + d], out[d]);
+#else
+    for (u = 0; u < nq; ++u)
+        for (d = 0; d < hd; ++d) {
+            float a = 0.0f;
+            for (j = 0; j < n0 + u; ++j) a = fmaf(s[u * lds + j], v[j * ldv + d], a);
+            out[u * ldo + d] = a;
+        }
+#endif
 }
+
 typedef struct eng_att_job {
     qx_engine* en;
     int64_t l, T, pos0;
@@ -830,10 +886,12 @@ static void eng_att_task(void* arg, int64_t task) {
     const float *kc, *vc;
     quarot_result r;
     for (kvh = task; kvh < nkv; kvh += en->n_att) {
-        if (eng_bits_on(en->opts.kv_bits)) {
-            float* kd = en->kdeq + task * C * hd;
+        int direct = hd <= ENG_ATT_DIRECT_HD, kvq = eng_bits_on(en->opts.kv_bits);
+        float* kd = en->kdeq ? en->kdeq + task * C * hd : NULL;
+        if (kvq) {
             float* vd = en->vdeq + task * C * hd;
-            eng_kv_load(en, jb->l, kvh, n_keys, en->k_q, en->k_s, en->k_z, kd);
+            if (direct) eng_kv_load_t(en, jb->l, kvh, n_keys, en->k_q, en->k_s, en->k_z, kd, C);
+            else eng_kv_load(en, jb->l, kvh, n_keys, en->k_q, en->k_s, en->k_z, kd);
             eng_kv_load(en, jb->l, kvh, n_keys, en->v_q, en->v_s, en->v_z, vd);
             kc = kd;
             vc = vd;
@@ -842,12 +900,18 @@ static void eng_att_task(void* arg, int64_t task) {
             kc = en->k_f + jb->l * C * en->kv_dim + kvh * hd;
             vc = en->v_f + jb->l * C * en->kv_dim + kvh * hd;
             ld = en->kv_dim;
+            if (direct) {
+                for (j = 0; j < n_keys; ++j)
+                    for (t = 0; t < hd; ++t) kd[t * C + j] = kc[j * ld + t];
+            }
         }
-        if (T <= ENG_ATT_DIRECT_T && hd <= ENG_ATT_DIRECT_HD) {   /* decode at a small head_dim */
+        if (direct) {
             for (h = kvh * grp; h < (kvh + 1) * grp; ++h)
-                for (t = 0; t < T; ++t)
-                    eng_att_direct(en->qb + t * en->q_dim + h * hd, kc, vc, ld, hd, pos0 + t + 1, scale, scores,
-                                   en->att + t * en->q_dim + h * hd);
+                for (t = 0; t < T; t += ENG_ATT_DIRECT_Q) {
+                    int nq = T - t < ENG_ATT_DIRECT_Q ? (int)(T - t) : ENG_ATT_DIRECT_Q;
+                    eng_att_direct(en->qb + t * en->q_dim + h * hd, en->q_dim, nq, kd, C, vc, ld, hd, pos0 + t + 1, scale,
+                                   scores, C, en->att + t * en->q_dim + h * hd, en->q_dim);
+                }
             continue;
         }
         /* queries in blocks of ENG_ATT_QB: a block's scores stay in cache between the two products, and
