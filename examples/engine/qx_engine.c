@@ -827,6 +827,21 @@ static void eng_att_direct(const float* q, int64_t ldq, int nq, const float* kt,
     for (j = 0; j < n; j += 16) {
         __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
         __m512 acc[ENG_ATT_DIRECT_Q];
+        if (nq == 4) {   /* the accumulators in registers */
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (d = 0; d < hd; ++d) {
+                __m512 kv = _mm512_maskz_loadu_ps(m, kt + d * ldk + j);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), kv, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[ldq + d]), kv, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(q[2 * ldq + d]), kv, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3 * ldq + d]), kv, a3);
+            }
+            _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a0));
+            _mm512_mask_storeu_ps(s + lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a1));
+            _mm512_mask_storeu_ps(s + 2 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a2));
+            _mm512_mask_storeu_ps(s + 3 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a3));
+            continue;
+        }
         for (u = 0; u < nq; ++u) acc[u] = _mm512_setzero_ps();
         for (d = 0; d < hd; ++d) {
             __m512 kv = _mm512_maskz_loadu_ps(m, kt + d * ldk + j);
@@ -847,10 +862,27 @@ static void eng_att_direct(const float* q, int64_t ldq, int nq, const float* kt,
     for (d = 0; d < hd; d += 16) {
         __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1u);
         __m512 acc[ENG_ATT_DIRECT_Q];
-        for (u = 0; u < nq; ++u) acc[u] = _mm512_setzero_ps();
-        for (j = 0; j < n0; ++j) {
-            __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
-            for (u = 0; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(s[u * lds + j]), vv, acc[u]);
+        j = 0;
+        if (nq == 4) {   /* the accumulators in registers */
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (; j < n0; ++j) {
+                __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), vv, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(s[lds + j]), vv, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(s[2 * lds + j]), vv, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(s[3 * lds + j]), vv, a3);
+            }
+            acc[0] = a0; acc[1] = a1; acc[2] = a2; acc[3] = a3;
+        } else if (nq == 1) {
+            __m512 a0 = _mm512_setzero_ps();
+            for (; j < n0; ++j) a0 = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), _mm512_maskz_loadu_ps(m, v + j * ldv + d), a0);
+            acc[0] = a0;
+        } else {
+            for (u = 0; u < nq; ++u) acc[u] = _mm512_setzero_ps();
+            for (; j < n0; ++j) {
+                __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
+                for (u = 0; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(s[u * lds + j]), vv, acc[u]);
+            }
         }
         for (; j < n; ++j) {   /* the keys only the later queries see */
             __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
