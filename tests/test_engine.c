@@ -270,6 +270,25 @@ static void test_synth_qwen3(void) {
     qx_store_free(&s);
 }
 
+/* Heads of 64 (over the direct kernel's 32): attention through quarot_sgemm in blocks of 64 queries,
+   a window of 100 tokens = two blocks, against the reference and across thread counts. */
+static void test_synth_wide_heads(void) {
+    qx_synth_desc d;
+    qx_store s;
+    qx_err e;
+    int32_t toks[100];
+    int i;
+    memset(&d, 0, sizeof d);
+    d.arch = "llama";
+    d.hidden = 128; d.intermediate = 256; d.n_layers = 2; d.n_heads = 2; d.n_kv_heads = 1; d.head_dim = 64;
+    d.vocab = 64; d.max_seq = 128;
+    QT_OK(qx_synth_model(&s, &d, &e));
+    for (i = 0; i < 100; ++i) toks[i] = (int32_t)((i * 7 + 3) % s.config.vocab);
+    check_fp32(&s, toks, 100, 12);
+    check_threads(&s, NULL, 4, toks, 100);
+    qx_store_free(&s);
+}
+
 static void test_bad_input(void) {
     qx_engine en;
     qx_engine_opts o;
@@ -323,6 +342,7 @@ int main(void) {
     QT_RUN(test_agree_own_text);
     QT_RUN(test_threads);
     QT_RUN(test_synth_qwen3);
+    QT_RUN(test_synth_wide_heads);
     QT_RUN(test_bad_input);
     if (S.have) {
         qx_store_free(&S.orig);
