@@ -16,8 +16,10 @@
      `quarot rotate --check` reports the same (its logit difference within 2e-5, 0 routing flips);
      `quarot plot --site down` draws a MoE layer's routed experts' inputs.
    - rotate's prediction of the online rotations (qx_rotcheck) covers the experts' R4.
-   - calibrate (Adapt Rotation, SpinQuant) and weight migration refuse MoE models by name (GPTQ per
-     expert: tests/test_moe_quant.c). */
+   - calibrate (Adapt Rotation stage 1) captures the shared expert's, the routed experts' (pooled)
+     or the router's inputs with the row counts the routing implies, and rotate --rotation adapt
+     with its context keeps the logits (2e-5) and the routing; SpinQuant and weight migration refuse
+     MoE models by name (GPTQ per expert: tests/test_moe_quant.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,34 +295,105 @@ static void test_cli_eval_rotate(void) {
     g_mlp_only = 1;
 }
 
-/* calibrate (Adapt Rotation, SpinQuant) and weight migration do not handle experts: refused by name
-   (the tool: exit code 2, one line, nothing written) */
-static void test_cli_calibrate_refuses(void) {
+/* rotate --check's report: its logit difference (of the largest |logit|) and 0 routing flips */
+static int check_ok(const char* out, double* crel) {
+    const char* c = strstr(out, "of the largest |logit|");
+    const char* p = c;
+    *crel = 1;
+    while (c && p > out && p[-1] != ',') --p;
+    if (c) *crel = atof(p + 1);
+    return c && *crel <= 2e-5 && strstr(out, "; routing flips 0 of ") != NULL;
+}
+
+/* The "captured N linears (...), R rows" line of calibrate's stderr: N and R. */
+static int captured(const char* err, long long* n, long long* rows) {
+    const char* c = strstr(err, "captured ");
+    const char* r = c ? strstr(c, "), ") : NULL;
+    if (!c || !r) return 0;
+    *n = atoll(c + 9);
+    *rows = atoll(r + 3);
+    return 1;
+}
+
+/* calibrate (Adapt Rotation stage 1) on MoE models, then rotate --rotation adapt with its context.
+   96 tokens in 12 stream windows of 8 (no BOS: --tokens), every window starting with token 5, so
+   position 0 (the same vector in every window) is captured from the first window only. Truth from
+   the routing's definition: the shared expert and a dense layer see every token; each token goes
+   to exactly k = 2 experts, so the routed experts' pooled rows are k per token, and position 0 of
+   windows 2..12 is dropped from the k experts it went to: per layer, shared / dense 96 - 11 rows,
+   pooled experts 2 x (96 - 11). Default --layer-type: Qwen2-MoE (layers 1, 3 MoE, 0, 2 dense) the
+   shared expert's and the dense layers' up_proj, 4 linears; Mixtral and Qwen3-MoE (3 MoE layers)
+   the routed experts' up_proj, 3 linears. Rotated with the context, the logits stay within
+   rotate --check's 2e-5 with 0 routing flips. Weight migration still refuses experts; SpinQuant too;
+   a --layer-type matching nothing: one line naming it and the names there are, exit 4, no file. */
+static void test_cli_calibrate_moe(void) {
+    static const char* const dflt[3] = {"experts.up_proj.weight", "shared_expert.up_proj.weight", "experts.up_proj.weight"};
+    static const long long n_dflt[3] = {3, 4, 3}, per_dflt[3] = {2 * 85, 85, 2 * 85};
+    /* one more --layer-type per family: Mixtral's w1 pooled, the shared expert's gate_proj, the router */
+    static const char* const alt[3] = {"experts.gate_proj", "shared_expert.gate_proj", "gate.weight"};
+    static const char* const alt_name[3] = {"block_sparse_moe.experts.gate_proj.weight", "mlp.shared_expert.gate_proj.weight",
+                                            "mlp.gate.weight"};
+    static const long long n_alt[3] = {3, 2, 3}, per_alt[3] = {2 * 85, 85, 85};
     static mt_model m;
-    char in[512];
-    int rc;
+    char toks[512], in[512], ctx[512], out[512];
+    int f, rc, i, n = 0;
+    for (i = 0; i < 96; ++i) n += snprintf(toks + n, sizeof toks - (size_t)n, "%d ", i % 8 == 0 ? 5 : (i * 7 + 3) % 48);
+    QT_CHECK(write_str(tmp_path("cal_toks.txt"), toks));
+    snprintf(toks, sizeof toks, "%s", tmp_path("cal_toks.txt"));
     g_mlp_only = 0;
-    mt_build(&m, FAM_QWEN3, 0, 61);
-    {
-        qx_store s;
-        qx_wq_opts wo;
-        qx_err e;
-        memset(&wo, 0, sizeof wo);
-        wo.desc.method = QUAROT_WQUANT_GPTQ;
-        wo.desc.weight.bits = 4;
-        wo.desc.migrate = 1;
-        QT_CHECK(mt_store(&m, &s) == QUAROT_OK);
-        QT_CHECK(qx_wq_quantize(&s, &wo, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "mixture-of-experts") != NULL);
-        printf("    weight migration refused: %s\n", e.msg);
-        qx_store_free(&s);
+    for (f = 0; f < 3; ++f) {
+        long long nl = 0, rows = 0;
+        double crel = 1;
+        int k;
+        if (qt_quick() && f != 1) continue;
+        mt_build(&m, (family)f, 0, 70u + (unsigned)f);
+        snprintf(in, sizeof in, "%s/cal_%s", g_tmp, FAMS[f]);
+        snprintf(ctx, sizeof ctx, "%s/cal_%s.ctx", g_tmp, FAMS[f]);
+        snprintf(out, sizeof out, "%s/cal_%s_rot", g_tmp, FAMS[f]);
+        if (!mt_save(&m, in, 0)) { QT_CHECK(0); mt_free(&m); continue; }
+        for (k = 0; k < 2; ++k) {
+            long long want_n = k ? n_alt[f] : n_dflt[f], want_rows = want_n * (k ? per_alt[f] : per_dflt[f]);
+            const char* name = k ? alt_name[f] : dflt[f];
+            char lt[160] = "";
+            if (k) snprintf(lt, sizeof lt, "--layer-type %s", alt[f]);
+            rc = CLI("calibrate %s -o %s --tokens %s --seq-len 8 --steps 3 --force %s", in, ctx, toks, lt);
+            QT_CHECKF(rc == 0, "%s %s: rc %d: %s", FAMS[f], lt, rc, g_err);
+            QT_CHECKF(captured(g_err, &nl, &rows) && nl == want_n && rows == want_rows && strstr(g_err, name) != NULL &&
+                      strstr(g_out, name) != NULL && strstr(g_out, "96 tokens") != NULL,
+                      "%s %s: captured %lld linears, %lld rows (expected %lld, %lld of %s): %s", FAMS[f], lt, nl, rows, want_n,
+                      want_rows, name, g_err);
+            if (f == 1 && !k)   /* the dense layers' up_proj beside the shared expert's */
+                QT_CHECKF(strstr(g_out, "model.layers.{i}.mlp.up_proj.weight") != NULL, "%s", g_out);
+            rc = CLI("rotate %s %s --rotation adapt --context %s --check --force", in, out, ctx);
+            QT_CHECKF(rc == 0 && check_ok(g_out, &crel), "%s %s: rotate rc %d: %s%s", FAMS[f], lt, rc, g_out, g_err);
+            printf("    calibrate %-9s %-30s captured %lld linears (%s), %lld rows; rotate --check %.1e, 0 routing flips\n",
+                   FAMS[f], k ? lt + 13 : "(default)", nl, name, rows, crel);
+        }
+        if (f == 2) {   /* matches nothing here: named, with the names there are; nothing written */
+            remove(ctx);
+            rc = CLI("calibrate %s -o %s --tokens %s --seq-len 8 --layer-type shared_expert.up_proj", in, ctx, toks);
+            QT_CHECKF(rc == QX_EXIT_PROCESS && count_lines(g_err) == 1 && strstr(g_err, "shared_expert.up_proj") != NULL &&
+                      strstr(g_err, "mlp.experts.up_proj.weight") != NULL, "rc %d: %s", rc, g_err);
+            QT_CHECK(access(ctx, F_OK) != 0);
+            printf("    no match: %s", g_err);
+            rc = CLI("calibrate %s -o %s --tokens %s --seq-len 8 --method spinquant", in, ctx, toks);
+            QT_CHECKF(rc == 2 && strstr(g_err, "mixture-of-experts") != NULL && count_lines(g_err) == 1, "rc %d: %s", rc, g_err);
+            QT_CHECK(access(ctx, F_OK) != 0);
+            {
+                qx_store s;
+                qx_wq_opts wo;
+                qx_err e;
+                memset(&wo, 0, sizeof wo);
+                wo.desc.method = QUAROT_WQUANT_GPTQ;
+                wo.desc.weight.bits = 4;
+                wo.desc.migrate = 1;
+                QT_CHECK(mt_store(&m, &s) == QUAROT_OK);
+                QT_CHECK(qx_wq_quantize(&s, &wo, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "mixture-of-experts") != NULL);
+                qx_store_free(&s);
+            }
+        }
+        mt_free(&m);
     }
-    snprintf(in, sizeof in, "%s/cal_in", g_tmp);
-    QT_CHECK(mt_save(&m, in, 0));
-    rc = CLI("calibrate %s -o %s/cal_out --tokens %s --seq-len 8", in, g_tmp, tmp_path("toks.txt"));
-    QT_CHECKF(rc == 2 && strstr(g_err, "mixture-of-experts") != NULL && count_lines(g_err) == 1, "rc %d: %s", rc, g_err);
-    QT_CHECK(access(tmp_path("cal_out"), F_OK) != 0);
-    printf("    refused: %s", g_err);
-    mt_free(&m);
     g_mlp_only = 1;
 }
 
@@ -352,7 +425,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_rotcheck_experts);
     if (!cu_start(argv[0], "test_moe_fwd")) return 1;
     QT_RUN(test_cli_eval_rotate);
-    QT_RUN(test_cli_calibrate_refuses);
+    QT_RUN(test_cli_calibrate_moe);
     cu_finish();
     return qt_finish("test_moe_fwd");
 }

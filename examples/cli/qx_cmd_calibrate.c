@@ -72,7 +72,10 @@ static const qx_opt calibrate_table[] = {
              "W4A4, int8 for W8A8)"},
     {QX_OPT_STRING, "--layer-type", .arg = "LIST", QX_AT(calibrate_opts, layer_type), .def = "up_proj",
      .help = "comma-separated substrings of linear names whose inputs are captured (e.g. up_proj,q_proj). Only linears reading "
-             "the residual stream (q/k/v_proj, gate/up_proj) may match"},
+             "the residual stream (q/k/v_proj, gate/up_proj) may match. Mixture-of-experts layers: shared_expert.up_proj / "
+             "shared_expert.gate_proj (the shared expert: every token), experts.up_proj / experts.gate_proj (the routed "
+             "experts' inputs, the rows of all experts of a layer pooled; Mixtral's w3 / w1), gate.weight (the router); "
+             "default there: mlp.up_proj with shared_expert.up_proj, else experts.up_proj"},
     {QX_OPT_INT, "--block-size", .arg = "N", QX_AT(calibrate_opts, block), .lo = -1, .hi = (int64_t)1 << 30, .fn = check_block,
      .def = "-1", .help = "size of R: -1 = the full hidden size, else a power of two dividing hidden (block-diagonal H*R, one R "
                           "for every block)"},
@@ -323,6 +326,7 @@ typedef struct calibrate_state {
     char* layer_copy;              /* --layer-type's patterns point into it */
     const char** layer_list;
     int64_t n_layer;
+    const char* moe_layer[2];      /* the default on a mixture-of-experts model */
     qx_calib_opts co;              /* stage 1's options */
     qx_store model;
     qx_rotcheck_dim dims[8];       /* what H (stage 1's starting rotation) is built from (no silent fallbacks) */
@@ -435,10 +439,22 @@ static int calibrate_check_model(calibrate_state* st) {
     qx_err e;
     int rc;
     quarot_result r;
-    if (c->n_experts > 0)   /* the learned rotations are fitted to dense MLPs' linears and losses */
-        return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: %s has mixture-of-experts layers (%lld experts): calibrate (Adapt "
-                           "Rotation, SpinQuant) does not run them yet; quarot rotate and eval do (QuaRot's Hadamard rotations)",
+    if (c->n_experts > 0 && o->method == CALIB_SPINQUANT)   /* its loss and gradients run dense MLPs only */
+        return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: %s has mixture-of-experts layers (%lld experts): --method spinquant "
+                           "does not run them; --method adapt does (the shared expert's or the routed experts' inputs)",
                            o->model, c->arch, (long long)c->n_experts);
+    if (c->n_experts > 0 && !st->layer_list) {
+        /* msModelSlim's advice for MoE: the shared expert (every token) rather than one expert's
+           linears (only the rows routed to it); without one, the routed experts' inputs pooled */
+        st->moe_layer[0] = "mlp.up_proj";
+        st->moe_layer[1] = c->shared_intermediate > 0 ? "shared_expert.up_proj" : "experts.up_proj";
+        st->co.adapt.layer_type = st->moe_layer;
+        st->co.adapt.n_layer_type = 2;
+        qx_cli_info(&st->cli, "note: %s has mixture-of-experts layers (%lld experts): --layer-type defaults to %s,%s (%s; "
+                    "the dense layers' up_proj where there are any)", c->arch, (long long)c->n_experts, st->moe_layer[0],
+                    st->moe_layer[1], c->shared_intermediate > 0 ? "the shared expert, which sees every token"
+                                                                 : "the routed experts' inputs, the rows of all experts pooled per layer");
+    }
     r = o->method == CALIB_ADAPT ? qx_calib_check(&st->co.adapt, c->hidden, &e) : QUAROT_OK;
     /* a bad value is usage; a block wider than this model's hidden is valid alone: cannot do */
     if (r != QUAROT_OK)
@@ -539,6 +555,9 @@ static int calibrate_run_stage1(calibrate_state* st) {
         return qx_cli_fail(&st->cli, code, "%s: %s", o->model, e.msg);
     }
     qx_cli_progress_end(&st->cli, "optimizer");
+    if (st->model.config.n_experts > 0)
+        qx_cli_info(&st->cli, "captured %lld linears (%s), %lld rows", (long long)st->stats.linears, st->stats.matched,
+                    (long long)st->stats.rows);
     return QX_EXIT_OK;
 }
 

@@ -252,6 +252,8 @@ typedef struct qx__calib_hook {
     quarot_adapt_capture* cap;
     const quarot_plan* plan;        /* the linears reading the residual stream (fusion targets) */
     int skip_bos;                   /* drop row 0 (the BOS token at position 0) of this window */
+    int32_t first[64];              /* the experts token 0 was routed to in the current MoE layer */
+    int64_t n_first;
     quarot_result status;
     char msg[400];
 } qx__calib_hook;
@@ -263,18 +265,72 @@ static int qx__reads_residual(const quarot_plan* p, const char* name) {
     return 0;
 }
 
-static void qx__calib_capture(void* user, int64_t layer, const char* name, const float* x, int64_t rows, int64_t n) {
+/* A routed expert's linear under its pooled name: "<prefix>experts.<e>.<w>" becomes
+   "<prefix>experts.<w>" (the rows of all experts of a layer in one linear), Mixtral's w1 / w3 / w2
+   as gate_proj / up_proj / down_proj; 1 when name is an expert's, else 0 (pooled unset). */
+static int qx__pool_expert(const char* name, char* pooled, size_t size) {
+    const char* p = strstr(name, "experts.");
+    const char* q;
+    const char* w;
+    if (!p || (p > name && p[-1] != '.')) return 0;   /* not shared_experts / shared_expert */
+    q = p + 8;
+    while (*q >= '0' && *q <= '9') ++q;
+    if (q == p + 8 || *q != '.') return 0;            /* a stacked 3-D name: no index to drop */
+    w = q + 1;
+    if (strcmp(w, "w1.weight") == 0) w = "gate_proj.weight";
+    else if (strcmp(w, "w3.weight") == 0) w = "up_proj.weight";
+    else if (strcmp(w, "w2.weight") == 0) w = "down_proj.weight";
+    snprintf(pooled, size, "%.*s%s", (int)(p + 8 - name), name, w);
+    return 1;
+}
+
+/* Whether a MoE layer's linear reads the normed residual stream: the router, the shared expert's
+   and the routed experts' gate / up (not down); -1 when name is not a MoE linear. */
+static int qx__moe_reads_residual(const char* name) {
+    if (!strstr(name, "experts.") && !strstr(name, "shared_expert.") && !strstr(name, "mlp.gate.weight") &&
+        !strstr(name, "block_sparse_moe.gate.weight"))
+        return -1;
+    return strstr(name, "down_proj") == NULL;
+}
+
+/* A MoE layer's routing (before its experts run): whose rows start with token 0's. */
+static void qx__calib_route(void* user, int64_t layer, const int32_t* experts, int64_t T, int64_t k) {
     qx__calib_hook* h = (qx__calib_hook*)user;
+    int64_t j;
+    (void)layer;
+    h->n_first = T > 0 ? (k < 64 ? k : 64) : 0;
+    for (j = 0; j < h->n_first; ++j) h->first[j] = experts[j];
+}
+
+/* Whether row 0 of expert linear `name` (its rows in token order) is token 0's. */
+static int qx__first_is_bos(const qx__calib_hook* h, const char* name) {
+    const char* p = strstr(name, "experts.");
+    long e;
+    int64_t j;
+    if (!p) return 0;
+    e = strtol(p + 8, NULL, 10);
+    for (j = 0; j < h->n_first; ++j)
+        if (h->first[j] == e) return 1;
+    return 0;
+}
+
+static void qx__calib_capture(void* user, int64_t layer, const char* name0, const float* x, int64_t rows, int64_t n) {
+    qx__calib_hook* h = (qx__calib_hook*)user;
+    char pooled[QUAROT_NAME_MAX];
+    const int expert = qx__pool_expert(name0, pooled, sizeof pooled);
+    const char* name = expert ? pooled : name0;
+    int moe = qx__moe_reads_residual(name);
     (void)layer;
     if (h->status != QUAROT_OK) return;
-    if (quarot_adapt_capture_matches(h->cap, name) && !qx__reads_residual(h->plan, name)) {
+    if (quarot_adapt_capture_matches(h->cap, name) && (moe == 0 || (moe < 0 && !qx__reads_residual(h->plan, name)))) {
         h->status = QUAROT_ERR_INVALID_ARGUMENT;
         snprintf(h->msg, sizeof h->msg,
                  "adapt stage 1: layer_type matches %s, whose input is not the residual stream (Adapt Rotation learns "
-                 "the hidden-size rotation R1 from the linears after a norm: q/k/v_proj, gate/up_proj)", name);
+                 "the hidden-size rotation R1 from the linears after a norm: q/k/v_proj, gate/up_proj, the experts' and "
+                 "the shared expert's gate/up_proj, the router)", name);
         return;
     }
-    if (h->skip_bos && rows > 0) {
+    if (h->skip_bos && rows > 0 && (!expert || qx__first_is_bos(h, name0))) {   /* an expert: only token 0's row */
         x += n;
         rows--;
     }
@@ -420,6 +476,9 @@ static quarot_result qx__cs1_forward_begin(qx__cs1* g) {
     memset(&g->fo, 0, sizeof g->fo);
     g->fo.capture = qx__calib_capture;
     g->fo.capture_user = &g->hook;
+    g->fo.capture_router = 1;
+    g->fo.route = qx__calib_route;
+    g->fo.route_user = &g->hook;
     g->fo.env = g->o->env;
     r = qx_model_hooks_get(g->model, &g->mhooks, g->e);
     if (r != QUAROT_OK) return r;

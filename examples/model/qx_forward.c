@@ -1299,7 +1299,12 @@ static quarot_result qx__moe(qx_forward* f, int64_t l, const qx_forward_layer* L
     ye = (float*)malloc((size_t)(T * H) * sizeof *ye);
     sg = (float*)malloc((size_t)T * sizeof *sg);
     if (!logit || !wt || !sel || !cnt || !rt || !rw || !xg || !ye || !sg) { r = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
-    /* router logits (f32, never quantized) and each token's choice */
+    /* router logits (f32, never quantized) and each token's choice; its input offered to the capture */
+    if (f->opts.capture && f->opts.capture_router) {
+        char rn[256];
+        qx__moe_name(f, l, QX_MW_ROUTER, 0, 0, rn, sizeof rn, NULL, 0);
+        f->opts.capture(f->opts.capture_user, l, rn, b->a, T, H);
+    }
     r = qx__gemm(f, 1, T, E, H, 1.0f, b->a, H, m->router, H, logit, E);
     for (t = 0; t < T && r == QUAROT_OK; ++t) r = qx_ops_route(logit + t * E, E, K, g->norm_topk_prob, sel + t * K, wt + t * K);
     if (r != QUAROT_OK) goto done;

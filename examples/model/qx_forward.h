@@ -163,6 +163,9 @@ typedef struct qx_forward_opts {     /* zero-init = plain FP32, no hooks */
     void* online_user;
     qx_capture_fn capture;           /* NULL = no capture */
     void* capture_user;
+    int capture_router;              /* 1: capture also gets a MoE layer's router input (its norm2 rows,
+                                        "model.layers.{l}.mlp.gate.weight"); routed experts' linears
+                                        come per expert ("mlp.experts.{e}.up_proj.weight") */
     const quarot_env* env;           /* allocator and parallel hook; NULL = default (serial). The hook
                                         splits the GEMMs, the row-wise steps (norms, fake quantization,
                                         RoPE, activations, residual adds; in row chunks) and attention
