@@ -594,6 +594,37 @@ static int qz_stacked_name(const char* name, char* out, size_t n, int64_t* ex) {
     return 1;
 }
 
+/* A new entry of k's list for `name` (rows x cols codes, `groups` scales per row, zeros when
+   has_zeros), its buffers allocated and not yet filled; owned by the list once appended, so a
+   failed allocation leaves nothing to free here. */
+static quarot_result qz_codes_add(qz_sink* k, const char* name, int64_t rows, int64_t cols, int64_t groups, int has_zeros,
+                                  qz_codes** out) {
+    size_t len = strlen(name);
+    qz_codes* c;
+    if (k->n_codes == k->cap_codes) {
+        int64_t cap = k->cap_codes ? 2 * k->cap_codes : 64;
+        qz_codes* nc = (qz_codes*)realloc(k->codes, (size_t)cap * sizeof *nc);
+        if (!nc) return QUAROT_ERR_OUT_OF_MEMORY;
+        k->codes = nc;
+        k->cap_codes = cap;
+    }
+    c = &k->codes[k->n_codes];
+    memset(c, 0, sizeof *c);
+    c->rows = rows;
+    c->cols = cols;
+    c->groups = groups;
+    c->name = (char*)malloc(len + 1);
+    c->q = (int8_t*)malloc((size_t)(rows * cols));
+    c->sc = (float*)malloc((size_t)(rows * groups) * sizeof(float));
+    c->zr = has_zeros ? (float*)malloc((size_t)(rows * groups) * sizeof(float)) : NULL;
+    c->orig = (float*)malloc((size_t)(rows * cols) * sizeof(float));
+    k->n_codes++;   /* owned by the list from here (freed with it) */
+    if (!c->name || !c->q || !c->sc || !c->orig || (has_zeros && !c->zr)) return QUAROT_ERR_OUT_OF_MEMORY;
+    memcpy(c->name, name, len + 1);
+    *out = c;
+    return QUAROT_OK;
+}
+
 /* An expert of a 3-D tensor: its codes go into that tensor's entry at rows e * out (the entry made
    at the first expert, for every expert's rows); the tensor's report sums the experts'. */
 static quarot_result qz_on_expert(qz_sink* k, const quarot_qlinear_report* r, const char* sname, int64_t ex) {
@@ -606,27 +637,7 @@ static quarot_result qz_on_expert(qz_sink* k, const quarot_qlinear_report* r, co
     for (i = 0; i < k->n_codes && !c; ++i)
         if (strcmp(k->codes[i].name, sname) == 0) c = &k->codes[i];
     if (!c) {
-        size_t len = strlen(sname);
-        if (k->n_codes == k->cap_codes) {
-            int64_t cap = k->cap_codes ? 2 * k->cap_codes : 64;
-            qz_codes* nc = (qz_codes*)realloc(k->codes, (size_t)cap * sizeof *nc);
-            if (!nc) return QUAROT_ERR_OUT_OF_MEMORY;
-            k->codes = nc;
-            k->cap_codes = cap;
-        }
-        c = &k->codes[k->n_codes];
-        memset(c, 0, sizeof *c);
-        c->rows = total;
-        c->cols = r->in;
-        c->groups = groups;
-        c->name = (char*)malloc(len + 1);
-        c->q = (int8_t*)malloc((size_t)(total * r->in));
-        c->sc = (float*)malloc((size_t)(total * groups) * sizeof(float));
-        c->zr = r->zeros ? (float*)malloc((size_t)(total * groups) * sizeof(float)) : NULL;
-        c->orig = (float*)malloc((size_t)(total * r->in) * sizeof(float));
-        k->n_codes++;
-        if (!c->name || !c->q || !c->sc || !c->orig || (r->zeros && !c->zr)) return QUAROT_ERR_OUT_OF_MEMORY;
-        memcpy(c->name, sname, len + 1);
+        if ((res = qz_codes_add(k, sname, total, r->in, groups, r->zeros != NULL, &c)) != QUAROT_OK) return res;
         c->rep = *r;
         c->rep.name = c->name;
         c->rep.q = NULL;
@@ -656,7 +667,6 @@ static quarot_result qz_on_linear(void* user, const quarot_qlinear_report* r) {
     qz_sink* k = (qz_sink*)user;
     const quarot_tensor* t = k->staged ? qx_store_find(k->staged, r->name) : NULL;
     int64_t groups = r->group_size > 0 ? r->in / r->group_size : 1, i, ex;
-    size_t len = strlen(r->name);
     quarot_result res = QUAROT_OK;
     qz_codes* c;
     char sname[QUAROT_NAME_MAX];
@@ -667,26 +677,7 @@ static quarot_result qz_on_linear(void* user, const quarot_qlinear_report* r) {
         return res;
     }
     if (!t || !r->q || !r->scales || t->ne[0] != r->in || quarot_tensor_nrows(t) != r->out) return QUAROT_ERR_INTERNAL;
-    if (k->n_codes == k->cap_codes) {
-        int64_t cap = k->cap_codes ? 2 * k->cap_codes : 64;
-        qz_codes* nc = (qz_codes*)realloc(k->codes, (size_t)cap * sizeof *nc);
-        if (!nc) return QUAROT_ERR_OUT_OF_MEMORY;
-        k->codes = nc;
-        k->cap_codes = cap;
-    }
-    c = &k->codes[k->n_codes];
-    memset(c, 0, sizeof *c);
-    c->rows = r->out;
-    c->cols = r->in;
-    c->groups = groups;
-    c->name = (char*)malloc(len + 1);
-    c->q = (int8_t*)malloc((size_t)(r->out * r->in));
-    c->sc = (float*)malloc((size_t)(r->out * groups) * sizeof(float));
-    c->zr = r->zeros ? (float*)malloc((size_t)(r->out * groups) * sizeof(float)) : NULL;
-    c->orig = (float*)malloc((size_t)(r->out * r->in) * sizeof(float));
-    k->n_codes++;   /* owned by the list from here (freed with it) */
-    if (!c->name || !c->q || !c->sc || !c->orig || (r->zeros && !c->zr)) return QUAROT_ERR_OUT_OF_MEMORY;
-    memcpy(c->name, r->name, len + 1);
+    if ((res = qz_codes_add(k, r->name, r->out, r->in, groups, r->zeros != NULL, &c)) != QUAROT_OK) return res;
     memcpy(c->q, r->q, (size_t)(r->out * r->in));
     memcpy(c->sc, r->scales, (size_t)(r->out * groups) * sizeof(float));
     if (c->zr) memcpy(c->zr, r->zeros, (size_t)(r->out * groups) * sizeof(float));
