@@ -20,6 +20,7 @@
 #include "support/qx_threads.h"
 #include "tokenizer/qx_tokenizer.h"
 #include "model/qx_logits.h"
+#include "engine_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -86,44 +87,17 @@ static void test_fp32_stories(void) {
 /* Perplexity of the engine vs the fake-quantized reference on the same windows and settings. */
 static void check_ppl_g(const qx_store* s, const quarot_online_list* hooks, const qx_windows* win, int w, int a, int kv,
                         int64_t group, double* ppl_ref, double* ppl_eng) {
-    qx_ek_setting st;
-    qx_fake_quant_opts q;
-    qx_ek_forward ef;
-    qx_engine en;
-    qx_engine_opts o;
-    qx_ppl_result r0, r1;
+    double p0 = 0, p1 = 0, p2 = 0, p3 = 0;
     qx_err e;
-    st.w_bits = w; st.a_bits = a; st.kv_bits = kv;
-    qx_ek_setting_quant(&st, group, 1.0, &q);
-    QT_OK(qx_ek_forward_init(&ef, s, hooks, &q, NULL, NULL, &e));
-    QT_OK(qx_eval_windows(&ef.f, win, NULL, NULL, &r0, &e));
-    QT_OK(qx_ek_forward_status(&ef));
-    qx_ek_forward_free(&ef);
-    memset(&o, 0, sizeof o);
-    o.w_bits = w; o.a_bits = a; o.kv_bits = kv; o.hooks = hooks; o.w_group = group;
-    o.max_tokens = win->max_len;
-    QT_OK(qx_engine_init(&en, s, &o, &e));
-    QT_OK(qx_engine_eval(&en, win, &r1, &e));
-    qx_engine_free(&en);
+    QT_OK(eng_ppl_pair(s, hooks, win, w, a, kv, group, 0, &p0, &p1, &e));
     /* the same engine with FP32 GEMMs on fake-quantized values reproduces the reference's float sums
        of the same values to rounding */
-    {
-        qx_ppl_result r2, r3;
-        o.fp_linears = 1;
-        QT_OK(qx_engine_init(&en, s, &o, &e));
-        QT_OK(qx_engine_eval(&en, win, &r2, &e));
-        qx_engine_free(&en);
-        q.float_linears = 1;
-        QT_OK(qx_ek_forward_init(&ef, s, hooks, &q, NULL, NULL, &e));
-        QT_OK(qx_eval_windows(&ef.f, win, NULL, NULL, &r3, &e));
-        QT_OK(qx_ek_forward_status(&ef));
-        qx_ek_forward_free(&ef);
-        QT_CHECKF(fabs(r2.ppl - r3.ppl) <= 1e-6 * r3.ppl, "fp_linears: %.8f vs reference (float_linears) %.8f", r2.ppl, r3.ppl);
-    }
-    *ppl_ref = r0.ppl;
-    *ppl_eng = r1.ppl;
-    QT_CHECKF(fabs(r1.ppl - r0.ppl) <= 1e-5 * r0.ppl, "W%dA%dKV%d: engine perplexity %.9f vs reference %.9f (%.2e)", w, a, kv,
-              r1.ppl, r0.ppl, (r1.ppl - r0.ppl) / r0.ppl);
+    QT_OK(eng_ppl_pair(s, hooks, win, w, a, kv, group, 1, &p3, &p2, &e));
+    QT_CHECKF(fabs(p2 - p3) <= 1e-6 * p3, "fp_linears: %.8f vs reference (float_linears) %.8f", p2, p3);
+    *ppl_ref = p0;
+    *ppl_eng = p1;
+    QT_CHECKF(fabs(p1 - p0) <= 1e-5 * p0, "W%dA%dKV%d: engine perplexity %.9f vs reference %.9f (%.2e)", w, a, kv,
+              p1, p0, (p1 - p0) / p0);
 }
 
 static void check_ppl(const qx_store* s, const quarot_online_list* hooks, const qx_windows* win, int w, int a, int kv,

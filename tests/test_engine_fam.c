@@ -26,6 +26,7 @@
 
 #include "moe_util.h"
 #include "moe_store.h"
+#include "engine_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -104,31 +105,17 @@ static void check_fp32(const char* fam, const qx_store* s, const quarot_online_l
 /* the engine's perplexity against the fake-quantized reference's */
 static double check_ppl(const char* fam, const qx_store* s, const quarot_online_list* hooks, const qx_windows* win, int w, int a,
                         int kv, int64_t group) {
-    qx_ek_setting st;
-    qx_fake_quant_opts q;
-    qx_ek_forward ef;
-    qx_engine en;
-    qx_engine_opts o;
-    qx_ppl_result r0, r1;
     qx_err e;
-    double rel;
-    st.w_bits = w; st.a_bits = a; st.kv_bits = kv;
-    qx_ek_setting_quant(&st, group, 1.0, &q);
-    QT_OK(qx_ek_forward_init(&ef, s, hooks, &q, NULL, NULL, &e));
-    QT_OK(qx_eval_windows(&ef.f, win, NULL, NULL, &r0, &e));
-    QT_OK(qx_ek_forward_status(&ef));
-    qx_ek_forward_free(&ef);
-    memset(&o, 0, sizeof o);
-    o.w_bits = w; o.a_bits = a; o.kv_bits = kv; o.hooks = hooks; o.w_group = group;
-    o.max_tokens = win->max_len;
-    if (qx_engine_init(&en, s, &o, &e) != QUAROT_OK) { QT_CHECKF(0, "%s: engine: %s", fam, e.msg); return 1; }
-    QT_OK(qx_engine_eval(&en, win, &r1, &e));
-    qx_engine_free(&en);
-    rel = fabs(r1.ppl - r0.ppl) / r0.ppl;
+    double rel, p0 = 0, p1 = 0;
+    if (eng_ppl_pair(s, hooks, win, w, a, kv, group, 0, &p0, &p1, &e) != QUAROT_OK) {
+        QT_CHECKF(0, "%s: engine: %s", fam, e.msg);
+        return 1;
+    }
+    rel = fabs(p1 - p0) / p0;
     QT_CHECKF(rel <= 1e-5, "%s%s W%dA%dKV%d g%lld: engine perplexity %.9f vs reference %.9f (%.2e)", fam, hooks ? " rotated" : "",
-              w, a, kv, (long long)group, r1.ppl, r0.ppl, rel);
+              w, a, kv, (long long)group, p1, p0, rel);
     printf("    %-9s %-8s W%dA%d%s%s: reference %.6f, engine %.6f (rel %.1e, bound 1e-5)\n", fam, hooks ? "QuaRot" : "original",
-           w, a, kv < 16 ? "KV4" : "", group ? " grouped" : "", r0.ppl, r1.ppl, rel);
+           w, a, kv < 16 ? "KV4" : "", group ? " grouped" : "", p0, p1, rel);
     return rel;
 }
 
