@@ -138,21 +138,6 @@ static int generate(const char* path, int gguf, int64_t n_layers, int64_t n_exp)
     return r == QUAROT_OK;
 }
 
-/* rm -r of a file or a directory of plain files. */
-static void remove_tree(const char* path) {
-    DIR* d = opendir(path);
-    struct dirent* de;
-    char buf[4096];
-    if (!d) { (void)remove(path); return; }
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        snprintf(buf, sizeof buf, "%s/%s", path, de->d_name);
-        (void)remove(buf);
-    }
-    closedir(d);
-    (void)rmdir(path);
-}
-
 /* `quarot rotate in out --threads 1 --force` in a child: its exit code, peak resident set (KiB), wall s. */
 static int run_rotate(const char* quarot, const char* in, const char* out, long* maxrss_kib, double* wall) {
     pid_t pid;
@@ -227,9 +212,9 @@ int main(int argc, char** argv) {
             }
             if (d) closedir(d);
         }
-        remove_tree(out);
+        bench_remove_tree(out);
         rc = run_rotate(quarot, in, out, &rss, &wall);
-        remove_tree(out);
+        bench_remove_tree(out);
         if (rc != 0) { fprintf(stderr, "bench_moe_rotate: quarot rotate %s failed (exit %d)\n", in, rc); ++fails; continue; }
         printf("%-34s %10.0f %12.0f %8.2f\n", fmt == 0 ? "GGUF qwen3moe f16 (3-D experts)" : "safetensors bf16 (per expert)",
                in_mb, (double)rss / 1024.0, wall);
@@ -240,7 +225,7 @@ int main(int argc, char** argv) {
         snprintf(f, sizeof f, "%s/qwen3moe_f16.gguf", dir);
         (void)remove(f);
         snprintf(f, sizeof f, "%s/qwen3moe_bf16", dir);
-        remove_tree(f);
+        bench_remove_tree(f);
         (void)rmdir(dir);
     }
     return fails ? 1 : 0;

@@ -70,23 +70,6 @@
 #include "bench/bench_util.h"
 
 
-/* rm -r of a directory holding plain files and one level of directories. */
-static void remove_tree(const char* path) {
-    DIR* d = opendir(path);
-    struct dirent* de;
-    char buf[4096];
-    if (!d) { (void)remove(path); return; }
-    while ((de = readdir(d)) != NULL) {
-        struct stat stt;
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        snprintf(buf, sizeof buf, "%s/%s", path, de->d_name);
-        if (stat(buf, &stt) == 0 && S_ISDIR(stt.st_mode)) remove_tree(buf);
-        else (void)remove(buf);
-    }
-    closedir(d);
-    (void)rmdir(path);
-}
-
 static double cpu_s(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -340,15 +323,15 @@ int main(void) {
             memset(&lo, 0, sizeof lo);
             lo.copy = 1;
             if (qx_load_model(f16_path, &lo, &s, &e) != QUAROT_OK || qx_store_convert(&s, dt) != QUAROT_OK) {
-                fprintf(stderr, "convert: %s\n", e.msg); if (!keep) remove_tree(dir); return 1;
+                fprintf(stderr, "convert: %s\n", e.msg); if (!keep) bench_remove_tree(dir); return 1;
             }
         } else if (qx_synth_model(&s, &sd, &e) != QUAROT_OK || (dt != QUAROT_DTYPE_F16 && qx_store_convert(&s, dt) != QUAROT_OK)) {
-            fprintf(stderr, "synth: %s\n", e.msg); if (!keep) remove_tree(dir); return 1;
+            fprintf(stderr, "synth: %s\n", e.msg); if (!keep) bench_remove_tree(dir); return 1;
         }
         snprintf(in_path, sizeof in_path, "%s/in_%s", dir, quarot_dtype_name(dt));
         memset(&so, 0, sizeof so);
         so.force = 1;
-        if (qx_st_save(&s, in_path, &so, &e) != QUAROT_OK) { fprintf(stderr, "save: %s\n", e.msg); qx_store_free(&s); if (!keep) remove_tree(dir); return 1; }
+        if (qx_st_save(&s, in_path, &so, &e) != QUAROT_OK) { fprintf(stderr, "save: %s\n", e.msg); qx_store_free(&s); if (!keep) bench_remove_tree(dir); return 1; }
         qx_store_free(&s);
         if (dt == QUAROT_DTYPE_F16) { snprintf(f16_path, sizeof f16_path, "%s", in_path); have_f16 = 1; }
         fprintf(stderr, "  (generated and saved the %s model in %.1f s)\n", quarot_dtype_name(dt), bench_now_s() - t0);
@@ -371,7 +354,7 @@ int main(void) {
                 if (ram && (!ram_dir[0] || thread_list[ti - n_threads] != all || all <= 1)) continue;
                 if (null_out && (!env_int("BENCH_ROTATE_NULL", 1) || thread_list[ti - 2 * n_threads] != all || all <= 1)) continue;
                 memset(&lo, 0, sizeof lo);
-                if (qx_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
+                if (qx_load_model(in_path, &lo, &s, &e) != QUAROT_OK) { fprintf(stderr, "load: %s\n", e.msg); if (!keep) bench_remove_tree(dir); return 1; }
                 store_bytes(&s, n_layers, &wbytes, &bound);
                 quarot_online_list_init(&list, NULL);
                 memset(&desc, 0, sizeof desc);
@@ -404,8 +387,8 @@ int main(void) {
                 if (null_out) qx_pool_destroy(ns.pool);
                 qx_store_free(&s);
                 quarot_online_list_free(&list);
-                remove_tree(out_path);
-                if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); if (!keep) remove_tree(dir); return 1; }
+                bench_remove_tree(out_path);
+                if (r != QUAROT_OK) { fprintf(stderr, "rotate: %s\n", e.msg); if (!keep) bench_remove_tree(dir); return 1; }
                 other = st.total_s - st.validate_s - st.read_s - st.fuse_s - st.rotate_s - st.write_s;
                 printf("%-5s %-7s %3d %4s %7.2f %7.2f %6.2f %7.2f %8.2f %8.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %10.0f %10.0f %9.2f %6.2f %6.0f%% %s\n",
                        quarot_dtype_name(dt), online ? "online" : "-", st.threads, null_out ? "null" : ram ? "ram" : "disk", wbytes / 1e9, st.total_s,
@@ -422,7 +405,7 @@ int main(void) {
     }
     getrusage(RUSAGE_SELF, &ru);
     printf("max resident set of the whole bench (generation included): %.0f MiB\n", (double)ru.ru_maxrss / 1024.0);
-    if (!keep) remove_tree(dir);
-    if (ram_dir[0]) remove_tree(ram_dir);
+    if (!keep) bench_remove_tree(dir);
+    if (ram_dir[0]) bench_remove_tree(ram_dir);
     return 0;
 }

@@ -1,10 +1,16 @@
 /* bench_util.h - what the benchmark programs share: their clocks and the textbook FWHT they check
-   the library's transforms against. Include after the system headers. */
+   the library's transforms against, and the removal of the files a benchmark wrote. Include after
+   the system headers. */
 #ifndef BENCH_UTIL_H
 #define BENCH_UTIL_H
 
+#include <dirent.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define BENCH_UNUSED __attribute__((unused))
@@ -34,6 +40,23 @@ BENCH_UNUSED static void bench_textbook_fwht(float* x, int64_t n) {
                 x[j] = a + b;
                 x[j + h] = a - b;
             }
+}
+
+/* rm -r of a file, or of a directory of plain files and directories. */
+BENCH_UNUSED static void bench_remove_tree(const char* path) {
+    DIR* d = opendir(path);
+    struct dirent* de;
+    char buf[4096];
+    if (!d) { (void)remove(path); return; }
+    while ((de = readdir(d)) != NULL) {
+        struct stat stt;
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        snprintf(buf, sizeof buf, "%s/%s", path, de->d_name);
+        if (stat(buf, &stt) == 0 && S_ISDIR(stt.st_mode)) bench_remove_tree(buf);
+        else (void)remove(buf);
+    }
+    closedir(d);
+    (void)rmdir(path);
 }
 
 #endif
