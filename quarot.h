@@ -36,6 +36,8 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>gptq             GPTQ weight quantization from a calibration Hessian (act-order, groups)
     >>gptq_run         (implementation only) GPTQ's factor U of H^-1 (UL Cholesky, inverse) and its column loop
     >>qgemm            integer W4/W8 x A4/A8 matrix products (int32 accumulation), packed int4, SIMD = _ref
+    >>qgemm_simd       (implementation only) the products' AVX-512 / AVX2 / NEON kernels (tiles, decode rows)
+    >>qgemm_run        (implementation only) packing, the task split over output rows, quarot_qgemm itself
     >>qgemm_amx        the same products on AMX-INT8 tiles (Linux tile permission, fallback to VNNI)
     >>rotation         an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model            architecture config and tensor-access callbacks (layer-wise acquire / release)
@@ -837,6 +839,12 @@ QUAROT_API quarot_result quarot_qact_sums(const int8_t* xq, int64_t rows, int64_
 QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
                                       const int32_t* xsum, int64_t rows, float* y, int64_t ldy, quarot_isa isa,
                                       const quarot_env* env);
+
+// >>qgemm_simd
+// (no declarations: the integer kernels of each ISA are private and chosen by quarot_isa)
+
+// >>qgemm_run
+// (no declarations: quarot_qgemm's packing and its split into tasks are implemented here)
 
 // >>qgemm_amx
 // quarot_qgemm on Intel AMX-INT8 tiles, compiled where __AMX_INT8__ and __AMX_TILE__ are defined
@@ -8234,6 +8242,7 @@ QUAROT__PRIVATE void quarot__qg_full_ref(int bits, const uint8_t* w, const int8_
                                 : quarot__qg_bytes8_ref(w + b * 64, x[t] + b * 64, 64);
 }
 
+// >>qgemm_simd
 #if defined(QUAROT__HAVE_AVX512) && defined(__AVX512BW__)
 #define QUAROT__QG_AVX512 1
 #if defined(__AVX512VNNI__)
@@ -8379,6 +8388,52 @@ QUAROT__INLINE void quarot__qg_tile_nt_avx512(const int nt, int bits, const uint
                               quarot__qg_rows4_avx512(a02, a12, a22, a32), quarot__qg_rows4_avx512(a03, a13, a23, a33),
                               nt, acc, ep);
 }
+// One weight row against one token (decode, a matrix-vector product): sum u*x over nblk whole
+// blocks, the row's bytes read in address order with four independent accumulator chains. The 4-row
+// tile reads four rows side by side, i.e. four streams 2 KiB apart for a 4096-wide row; from DRAM
+// that streams at about half the rate of one row after the other (measured on Zen 4).
+#define QUAROT__QG_LD(p) _mm512_loadu_si512((const void*)(p))
+#define QUAROT__QG_LO(v) _mm512_and_si512((v), m)
+#define QUAROT__QG_HI(v) _mm512_and_si512(_mm512_srli_epi16((v), 4), m)
+QUAROT__PRIVATE uint32_t quarot__qg_row1_avx512(int bits, const uint8_t* w, const int8_t* x, int64_t nblk) {
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t b = 0;
+    if (bits == 4) {
+        for (; b + 2 <= nblk; b += 2) {
+            __m512i v = QUAROT__QG_LD(w + b * 64), u = QUAROT__QG_LD(w + b * 64 + 64);
+            a0 = QUAROT__DP512(a0, QUAROT__QG_LO(v), QUAROT__QG_LD(x + b * 128));
+            a1 = QUAROT__DP512(a1, QUAROT__QG_HI(v), QUAROT__QG_LD(x + b * 128 + 64));
+            a2 = QUAROT__DP512(a2, QUAROT__QG_LO(u), QUAROT__QG_LD(x + b * 128 + 128));
+            a3 = QUAROT__DP512(a3, QUAROT__QG_HI(u), QUAROT__QG_LD(x + b * 128 + 192));
+        }
+        if (b < nblk) {
+            __m512i v = QUAROT__QG_LD(w + b * 64);
+            a0 = QUAROT__DP512(a0, QUAROT__QG_LO(v), QUAROT__QG_LD(x + b * 128));
+            a1 = QUAROT__DP512(a1, QUAROT__QG_HI(v), QUAROT__QG_LD(x + b * 128 + 64));
+        }
+    } else {
+        for (; b + 4 <= nblk; b += 4) {
+            a0 = QUAROT__QG8DP(a0, QUAROT__QG_LD(w + b * 64), QUAROT__QG_LD(x + b * 64));
+            a1 = QUAROT__QG8DP(a1, QUAROT__QG_LD(w + b * 64 + 64), QUAROT__QG_LD(x + b * 64 + 64));
+            a2 = QUAROT__QG8DP(a2, QUAROT__QG_LD(w + b * 64 + 128), QUAROT__QG_LD(x + b * 64 + 128));
+            a3 = QUAROT__QG8DP(a3, QUAROT__QG_LD(w + b * 64 + 192), QUAROT__QG_LD(x + b * 64 + 192));
+        }
+        for (; b < nblk; ++b) a0 = QUAROT__QG8DP(a0, QUAROT__QG_LD(w + b * 64), QUAROT__QG_LD(x + b * 64));
+    }
+    // lane-wise wrapping adds, then the 16 lanes: the sum modulo 2^32 in any order
+    a0 = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
+    {
+        uint32_t l[16], sum = 0;
+        int i;
+        _mm512_storeu_si512((void*)l, a0);
+        for (i = 0; i < 16; ++i) sum += l[i];
+        return sum;
+    }
+}
+#undef QUAROT__QG_LD
+#undef QUAROT__QG_LO
+#undef QUAROT__QG_HI
 QUAROT__PRIVATE void quarot__qg_tile_avx512(int bits, const uint8_t* const* w, const int8_t* const* x, int nt,
                                             int64_t nblk, uint32_t (*acc)[QUAROT__QG_TILE], const quarot__qg_ep* ep) {
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
@@ -8462,6 +8517,28 @@ QUAROT__PRIVATE void quarot__qg_full_avx2(int bits, const uint8_t* w, const int8
         default: quarot__qg_full_nt_avx2(4, bits, w, x, nblk, acc); break;
     }
 }
+// One row against one token (decode): quarot__qg_row1_avx512's order, 32-byte vectors.
+#define QUAROT__QG_LD2(p) _mm256_loadu_si256((const __m256i*)(const void*)(p))
+QUAROT__PRIVATE uint32_t quarot__qg_row1_avx2(int bits, const uint8_t* w, const int8_t* x, int64_t nblk) {
+    const __m256i m = _mm256_set1_epi8(15);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t b;
+    for (b = 0; b < nblk; ++b) {
+        __m256i v0 = QUAROT__QG_LD2(w + b * 64), v1 = QUAROT__QG_LD2(w + b * 64 + 32);
+        if (bits == 4) {
+            const int8_t* xb = x + b * 128;
+            a0 = QUAROT__DP256(a0, _mm256_and_si256(v0, m), QUAROT__QG_LD2(xb));
+            a1 = QUAROT__DP256(a1, _mm256_and_si256(v1, m), QUAROT__QG_LD2(xb + 32));
+            a2 = QUAROT__DP256(a2, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m), QUAROT__QG_LD2(xb + 64));
+            a3 = QUAROT__DP256(a3, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m), QUAROT__QG_LD2(xb + 96));
+        } else {
+            a0 = quarot__qg_dp8_avx2(a0, v0, QUAROT__QG_LD2(x + b * 64));
+            a1 = quarot__qg_dp8_avx2(a1, v1, QUAROT__QG_LD2(x + b * 64 + 32));
+        }
+    }
+    return quarot__qg_hsum_avx2(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)));
+}
+#undef QUAROT__QG_LD2
 #endif
 
 #if defined(QUAROT__HAVE_NEON)
@@ -8506,6 +8583,30 @@ QUAROT__PRIVATE void quarot__qg_full_neon(int bits, const uint8_t* w, const int8
         acc[t] += (uint32_t)vaddvq_s32(a);
     }
 }
+// One row against one token (decode): four accumulators instead of one chain.
+QUAROT__PRIVATE uint32_t quarot__qg_row1_neon(int bits, const uint8_t* w, const int8_t* x, int64_t nblk) {
+    const uint8x16_t m = vdupq_n_u8(15);
+    int32x4_t a[4];
+    int64_t b;
+    int i;
+    for (i = 0; i < 4; ++i) a[i] = vdupq_n_s32(0);
+    for (b = 0; b < nblk; ++b)
+        for (i = 0; i < 4; ++i) {
+            uint8x16_t v = vld1q_u8(w + b * 64 + i * 16);
+            if (bits == 4) {
+                a[i] = quarot__qg_dp4_neon(a[i], vandq_u8(v, m), vld1q_s8(x + b * 128 + i * 16));
+                a[i] = quarot__qg_dp4_neon(a[i], vshrq_n_u8(v, 4), vld1q_s8(x + b * 128 + 64 + i * 16));
+            } else {
+                a[i] = quarot__qg_dp8_neon(a[i], v, vld1q_s8(x + b * 64 + i * 16));
+            }
+        }
+    // lane-wise wrapping adds in uint32 (the sum modulo 2^32)
+    {
+        uint32x4_t u = vaddq_u32(vaddq_u32(vreinterpretq_u32_s32(a[0]), vreinterpretq_u32_s32(a[1])),
+                                 vaddq_u32(vreinterpretq_u32_s32(a[2]), vreinterpretq_u32_s32(a[3])));
+        return vaddvq_u32(u);
+    }
+}
 #endif
 
 // acc[r][t] += sum u*x over nblk whole blocks, for 4 weight rows (group starts w[r]) and nt tokens.
@@ -8518,6 +8619,26 @@ QUAROT__PRIVATE quarot__qg_tile_fn quarot__qg_tile_kernel(quarot_isa isa) {
 #endif
     (void)isa;
     return NULL;
+}
+
+// Sum u*x over nblk whole blocks of one weight row and one token (decode), or NULL (REF, SSE2): the
+// row kernel runs decode like any other token count.
+typedef uint32_t (*quarot__qg_row1_fn)(int bits, const uint8_t* w, const int8_t* x, int64_t nblk);
+QUAROT__PRIVATE quarot__qg_row1_fn quarot__qg_row1_kernel(quarot_isa isa) {
+    switch (isa) {
+#if defined(QUAROT__QG_AVX512)
+        case QUAROT_ISA_AVX512: return quarot__qg_row1_avx512;
+#elif defined(QUAROT__HAVE_AVX512) && defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX512: return quarot__qg_row1_avx2;   // AVX512F without BW, as quarot__qg_kernel
+#endif
+#if defined(QUAROT__HAVE_AVX2)
+        case QUAROT_ISA_AVX2: return quarot__qg_row1_avx2;
+#endif
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return quarot__qg_row1_neon;
+#endif
+        default: return NULL;
+    }
 }
 
 QUAROT__PRIVATE quarot__qg_fn quarot__qg_kernel(quarot_isa isa) {
@@ -8537,6 +8658,7 @@ QUAROT__PRIVATE quarot__qg_fn quarot__qg_kernel(quarot_isa isa) {
     }
 }
 
+// >>qgemm_run
 QUAROT_API size_t quarot_qmat_row_bytes(int bits, int64_t cols, int64_t group) {
     if (cols <= 0 || group < 0) return 0;
     if (group == 0) group = cols;
@@ -8628,6 +8750,7 @@ typedef struct quarot__qg_job {
     float* y;
     quarot__qg_fn fn;
     quarot__qg_tile_fn tile;   // NULL: fn row by row
+    quarot__qg_row1_fn row1;   // one token: row after row (NULL: as any token count)
     int64_t per;               // blocks of QUAROT__QG_ROWS rows per task
 } quarot__qg_job;
 
@@ -8642,6 +8765,26 @@ QUAROT__PRIVATE void quarot__qg_rows(const quarot__qg_job* jb, int64_t o0, int64
     int64_t blk = w->bits == 4 ? 128 : 64, nblk = G / blk, tail = G - nblk * blk;
     uint32_t off = w->bits == 4 ? 8u : 128u;
     int whole = ng == 1 && tail == 0 && jb->tile != NULL;   // one scale per row, whole blocks: finished in the kernel
+    if (jb->rows == 1 && jb->row1) {   // decode: one row after the other, the same float steps per (t, o)
+        for (o = o0; o < o1; ++o) {
+            const uint8_t* wr = w->data + (size_t)o * rb;
+            float f = 0.0f;
+            for (g = 0; g < ng; ++g) {
+                const uint8_t* wg = wr + (size_t)g * gb;
+                const int8_t* xg = jb->xq + g * G;
+                uint32_t u, a_t = nblk ? jb->row1(w->bits, wg, xg, nblk) : 0u;
+                int32_t a;
+                if (tail)
+                    a_t += w->bits == 4 ? quarot__qg_block4_ref(wg + nblk * 64, xg + nblk * 128, tail)
+                                        : quarot__qg_bytes8_ref(wg + nblk * 64, xg + nblk * 64, tail);
+                u = a_t - off * (uint32_t)jb->xsum[g];
+                a = u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(0xffffffffu - u) - 1;
+                f += (float)a * w->scales[o * ng + g];
+            }
+            jb->y[o] = f * jb->xs[0];
+        }
+        return;
+    }
     for (t0 = 0; t0 < jb->rows; t0 += QUAROT__QG_TILE) {
         int nt = (int)(jb->rows - t0 < QUAROT__QG_TILE ? jb->rows - t0 : QUAROT__QG_TILE), t, r;
         for (o = o0; o < o1; o += 4) {
@@ -8733,6 +8876,7 @@ QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, in
     jb.ldx = ldx; jb.rows = rows; jb.ldy = ldy; jb.y = y;
     jb.fn = quarot__qg_kernel(use);
     jb.tile = quarot__qg_tile_kernel(use);
+    jb.row1 = quarot__qg_row1_kernel(use);
     nb = (w->rows + QUAROT__QG_ROWS - 1) / QUAROT__QG_ROWS;
     // QUAROT__QG_SPLIT tasks per thread: few enough that taking a task costs nothing beside it, enough
     // that a thread slowed by another process does not leave the others waiting long

@@ -197,7 +197,8 @@ static double kernel_rate_isa(int bits, int64_t out, int64_t in, int64_t T, int 
     return (double)(T * out * in) / best;
 }
 
-/* ---- streaming read of n bytes (the memory floor of decode): bytes/s, best of reps ---- */
+/* ---- streaming read of n bytes (the memory floor of decode): bytes/s, best of reps, alternating
+   64-byte and 32-byte loads (the faster of the two is the floor) ---- */
 static double read_rate(size_t n, int reps) {
     uint64_t* b = (uint64_t*)alloc64(n);
     size_t i, w = n / 8;
@@ -209,13 +210,24 @@ static double read_rate(size_t n, int reps) {
         uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         double t0 = now_s();
 #if defined(__AVX512F__)
-        {   /* 64-byte loads, as the kernels make them */
+        if (r % 2 == 0) {   /* 64-byte loads, as the kernels make them */
             __m512i v0 = _mm512_setzero_si512(), v1 = v0;
             for (i = 0; i + 16 <= w; i += 16) {
                 v0 = _mm512_add_epi64(v0, _mm512_load_si512((const void*)(b + i)));
                 v1 = _mm512_add_epi64(v1, _mm512_load_si512((const void*)(b + i + 8)));
             }
             s0 = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(v0, v1));
+        } else {   /* 32-byte loads: on Zen 4 (512-bit ops as two halves) these stream faster */
+            __m256i v0 = _mm256_setzero_si256(), v1 = v0, v2 = v0, v3 = v0;
+            for (i = 0; i + 16 <= w; i += 16) {
+                v0 = _mm256_add_epi64(v0, _mm256_load_si256((const __m256i*)(const void*)(b + i)));
+                v1 = _mm256_add_epi64(v1, _mm256_load_si256((const __m256i*)(const void*)(b + i + 4)));
+                v2 = _mm256_add_epi64(v2, _mm256_load_si256((const __m256i*)(const void*)(b + i + 8)));
+                v3 = _mm256_add_epi64(v3, _mm256_load_si256((const __m256i*)(const void*)(b + i + 12)));
+            }
+            v0 = _mm256_add_epi64(_mm256_add_epi64(v0, v1), _mm256_add_epi64(v2, v3));
+            s0 = (uint64_t)_mm256_extract_epi64(v0, 0) + (uint64_t)_mm256_extract_epi64(v0, 1) +
+                 (uint64_t)_mm256_extract_epi64(v0, 2) + (uint64_t)_mm256_extract_epi64(v0, 3);
         }
 #else
         for (i = 0; i + 4 <= w; i += 4) { s0 += b[i]; s1 += b[i + 1]; s2 += b[i + 2]; s3 += b[i + 3]; }
@@ -252,8 +264,16 @@ static double kernel_report(void) {
     double peak = int8_peak(&peak_what), rd;
     kmeas k_pre = kernel_vs_peak(4, 4096, 4096, 64, 5, 1), k_gate = kernel_vs_peak(4, 11008, 4096, 64, 3, 1);
     kmeas k_down = kernel_vs_peak(4, 4096, 11008, 64, 3, 1), k_w8 = kernel_vs_peak(8, 4096, 4096, 64, 3, 1);
-    kmeas k_dec = kernel_vs_peak(4, 4096, 4096, 1, 5, 8);          /* 8 matrices: 64 MiB of packed weights */
-    rd = read_rate((size_t)64 << 20, 5);
+    kmeas k_dec = kernel_vs_peak(4, 4096, 4096, 1, 1, 8);          /* 8 matrices: 64 MiB of packed weights */
+    int round;
+    /* decode and the streaming read take turns (memory bandwidth on a shared machine moves within a
+       run): the best of 8 rounds of each */
+    rd = read_rate((size_t)64 << 20, 2);
+    for (round = 1; round < 8; ++round) {
+        double k = kernel_rate(4, 4096, 4096, 1, 1, 8), r = read_rate((size_t)64 << 20, 2);
+        if (k > k_dec.rate) k_dec.rate = k;
+        if (r > rd) rd = r;
+    }
     printf("\nint8 dot peak (one thread, %s): %.1f GMAC/s at the start; each kernel below against the higher of\n"
            "the peaks measured right before and right after it\n", peak_what, peak * 1e-9);
     printf("qgemm one thread, 64 tokens (prefill), 64-byte aligned rows:\n");
@@ -281,7 +301,7 @@ static double kernel_report(void) {
     printf("AMX-INT8: not compiled in (needs -mamx-int8 -mamx-tile, e.g. -march=native on a CPU with AMX)\n");
 #endif
     printf("qgemm W4A4 4096x4096, 1 token (decode), weights from DRAM (8 matrices, 64 MiB): %.1f GMAC/s = %.0f%% of the peak;\n"
-           "  %.1f GB/s of packed weights = %.0f%% of a streaming read of 64 MiB (64-byte loads, %.1f GB/s) in the same run\n",
+           "  %.1f GB/s of packed weights = %.0f%% of a streaming read of 64 MiB (the faster of 64- and 32-byte loads, %.1f GB/s) in the same run\n",
            k_dec.rate * 1e-9, pct(k_dec), k_dec.rate * 0.5e-9, 100 * k_dec.rate * 0.5 / rd, rd * 1e-9);
     return pct(k_pre) / 100.0;
 }
