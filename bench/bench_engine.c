@@ -21,6 +21,7 @@
 #include "model/qx_synth.h"
 #include "formats/qx_safetensors.h"
 #include "support/qx_threads.h"
+#include "support/qx_arena.h"
 #include "bench/bench_util.h"
 
 #include <stdio.h>
@@ -149,10 +150,9 @@ static double amx_peak(void) {
 }
 #endif
 
-static void* alloc64(size_t n) {
-    void* p = NULL;
-    return posix_memalign(&p, 64, n ? n : 1) == 0 ? p : NULL;
-}
+/* the engine's own block allocator (huge pages for large blocks), so that the kernels and the
+   streaming read below see memory as the engine's weights do */
+static void* alloc64(size_t n) { return qx_aligned_alloc(n); }
 
 /* ---- integer kernel throughput: W[out][in] (bits) x T tokens, 64-byte aligned rows as the engine
    allocates them. nmat > 1 cycles through that many weight matrices so that decode reads its weights
