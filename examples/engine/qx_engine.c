@@ -587,25 +587,51 @@ static quarot_result eng_hook(qx_engine* en, const quarot_online_hook* h, float*
     return r;
 }
 
-/* Decoder-linear input x[T][n]: per-token codes (integer path) or fake quantization in place (FP
-   path with activation bits), as the reference's qx__linear_input. */
-static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, const qx_eng_linear* L) {
+/* Activation quantization of tokens [t0, t1) (each token on its own, so any split gives the same
+   codes): codes, scales and group sums (integer path) or fake quantization in place. */
+typedef struct eng_act_job {
+    qx_engine* en;
+    float* x;
+    int64_t T, n, group, per;   /* per: tokens a task */
+    int int_kernel;
     quarot_quant_desc d;
+    int failed;                 /* a task's error, or 0 */
+} eng_act_job;
+
+static void eng_act_task(void* arg, int64_t task) {
+    eng_act_job* jb = (eng_act_job*)arg;
+    qx_engine* en = jb->en;
+    int64_t t0 = task * jb->per, nt = jb->T - t0 < jb->per ? jb->T - t0 : jb->per, n = jb->n;
+    int64_t ng = jb->group ? n / jb->group : 1;
     quarot_result r;
+    if (jb->int_kernel) {
+        r = quarot_quantize_f32(jb->x + t0 * n, nt, n, n, &jb->d, en->act_q + t0 * n, en->act_s + t0, NULL);
+        if (r == QUAROT_OK) r = quarot_qact_sums(en->act_q + t0 * n, nt, n, n, jb->group, en->act_sum + t0 * ng);
+    } else {
+        r = quarot_fake_quant_f32(jb->x + t0 * n, nt, n, n, &jb->d);
+    }
+    if (r != QUAROT_OK) __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED);
+}
+
+/* Decoder-linear input x[T][n]: per-token codes (integer path) or fake quantization in place (FP
+   path with activation bits), as the reference's qx__linear_input. Prefill splits the tokens over
+   the threads (serial, it was a tenth of a 2-thread prefill step); decode runs on one. */
+static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, const qx_eng_linear* L) {
+    eng_act_job jb;
     double t0;
+    int64_t nth = en->env.parallel.n_threads > 1 ? en->env.parallel.n_threads : 1;
     if (!eng_bits_on(en->opts.a_bits)) return QUAROT_OK;
     t0 = en->opts.profile ? eng_now_clock(en->opts.profile) : 0.0;
-    memset(&d, 0, sizeof d);
-    d.bits = en->opts.a_bits;
-    d.clip_ratio = en->opts.a_clip > 0.0f ? en->opts.a_clip : 1.0f;
-    if (L->int_kernel) {
-        r = quarot_quantize_f32(x, T, n, n, &d, en->act_q, en->act_s, NULL);
-        if (r == QUAROT_OK) r = quarot_qact_sums(en->act_q, T, n, n, L->qm.group, en->act_sum);
-    } else {
-        r = quarot_fake_quant_f32(x, T, n, n, &d);
-    }
+    memset(&jb, 0, sizeof jb);
+    jb.en = en; jb.x = x; jb.T = T; jb.n = n;
+    jb.int_kernel = L->int_kernel;
+    jb.group = L->int_kernel ? L->qm.group : 0;
+    jb.d.bits = en->opts.a_bits;
+    jb.d.clip_ratio = en->opts.a_clip > 0.0f ? en->opts.a_clip : 1.0f;
+    jb.per = T < 16 ? T : (T + 4 * nth - 1) / (4 * nth);   /* 4 tasks a thread */
+    quarot_env_parallel_for(&en->env, eng_act_task, &jb, (T + jb.per - 1) / jb.per);
     if (en->opts.profile) en->t_actq += eng_now_clock(en->opts.profile) - t0;
-    return r;
+    return (quarot_result)jb.failed;
 }
 
 /* y[T][out] = x W^T + b, with the codes eng_act left (integer path) or x itself. */
