@@ -1173,7 +1173,12 @@ quarot_result qx_engine_forward(qx_engine* en, const int32_t* tokens, int64_t T,
     if (!logits) return QUAROT_OK;
     rows = all_logits ? T : 1;
     qx_ops_norm(en->x + (T - rows) * g->hidden, en->a, rows, g->hidden, en->final_norm, NULL, QUAROT_NORM_RMS, g->norm_eps);
-    r = quarot_sgemm(0, 1, rows, g->vocab, g->hidden, 1.0f, en->a, g->hidden, en->lm_head, g->hidden, 0.0f, logits, g->vocab, &en->env);
+    if (rows <= 2)   /* decode: quarot_sgemm would pack all of lm_head (vocab x hidden floats) for one row */
+        r = quarot_sgemv(rows, g->vocab, g->hidden, en->a, g->hidden, en->lm_head, g->hidden, logits, g->vocab, &en->env,
+                         QUAROT_ISA_DEFAULT);
+    else
+        r = quarot_sgemm(0, 1, rows, g->vocab, g->hidden, 1.0f, en->a, g->hidden, en->lm_head, g->hidden, 0.0f, logits,
+                         g->vocab, &en->env);
     if (r != QUAROT_OK) qx_err_set(e, "engine: lm_head: %s", quarot_result_string(r));
     return r;
 }
