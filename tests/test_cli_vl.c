@@ -35,6 +35,7 @@
 #include "formats/qx_safetensors.h"
 #include "model/qx_synth.h"
 #include "support/qx_file.h"
+#include "support/qx_str.h"
 
 #include <sys/stat.h>
 
@@ -456,6 +457,223 @@ static void test_eval_vl(void) {
     }
 }
 
+/* 1 when every tensor of b is in a with the same dtype, shape and bytes and a holds no other. */
+static int same_tensors(const qx_store* a, const qx_store* b) {
+    int64_t i;
+    if (a->count != b->count) return 0;
+    for (i = 0; i < b->count; ++i)
+        if (!vl_same_bytes(a, b->items[i].name, b, b->items[i].name)) return 0;
+    return 1;
+}
+
+/* The GGUF tensors of b all in a (name, type, ne, bytes), and no other; NULL when so, else the first
+   that differs. */
+static const char* gguf_same_tensors(const qx_gguf_file* a, const qx_gguf_file* b) {
+    uint64_t i, k;
+    if (a->n_tensors != b->n_tensors) return "(the counts)";
+    for (i = 0; i < b->n_tensors; ++i) {
+        const qx_gguf_tinfo* y = &b->t[i];
+        for (k = 0; k < a->n_tensors; ++k)
+            if (a->t[k].name_len == y->name_len && memcmp(a->t[k].name, y->name, (size_t)y->name_len) == 0) break;
+        if (k == a->n_tensors || a->t[k].type != y->type || memcmp(a->t[k].ne, y->ne, sizeof y->ne) != 0 ||
+            a->t[k].nbytes != y->nbytes || memcmp(a->data + a->t[k].offset, b->data + y->offset, (size_t)y->nbytes) != 0)
+            return y->name;
+    }
+    return NULL;
+}
+
+/* n bytes at p hold the string w. */
+static int has_str(const unsigned char* p, size_t n, const char* w) {
+    size_t k, wl = strlen(w);
+    for (k = 0; k + wl <= n; ++k)
+        if (memcmp(p + k, w, wl) == 0) return 1;
+    return 0;
+}
+
+/* The W4A4 row of `quarot eval FILE ARGS` on the tokens, --engine ref and int: 1 when both ran. */
+static int eval_pair(const char* file, const char* args, const char* toks, double* ref, double* eng) {
+    *ref = *eng = -1;
+    if (CLI("eval %s --tokens %s --seq-len 16 %s --quiet", file, toks, args) != 0) return 0;
+    *ref = row_value("W4A4");
+    if (CLI("eval %s --tokens %s --seq-len 16 %s --quiet --engine int", file, toks, args) != 0) return 0;
+    *eng = row_value("W4A4");
+    return *ref > 0 && *eng > 0;
+}
+
+/* `quarot quantize --text-only` of a Qwen2-VL checkpoint (both layouts), to the packed W4A4 file and
+   to GGUF: the output holds the text decoder alone, the very tensors (bytes) that quantizing the same
+   decoder saved as a plain Qwen2 gives; the GGUF is llama.cpp's qwen2vl (its keys, rope.dimension_
+   sections = mrope_section padded to 4); `quarot eval` runs both files, --engine int within 1e-5 of
+   --engine ref on the W4A4 row (the packed file: exactly the plain Qwen2 file's numbers); stderr and
+   the summary count the vision tensors and bytes left out; the merger of `quarot rotate` with the
+   same options fits the quantized text model (y'E'^T = yE^T within 1e-3: the embedding is F16).
+   Without --text-only both outputs are refused naming it, and --text-only on a model without a
+   vision tower is a usage error. */
+static void test_quantize_text_only(void) {
+    static const int64_t mrope[3] = {2, 3, 3};
+    char toks[1024];
+    int i, n = 0, newer;
+    for (i = 0; i < 64; ++i) n += snprintf(toks + n, sizeof toks - (size_t)n, "%d ", 1 + (i * 13 + 7) % 47);
+    QT_CHECK(write_str(tmp_path("toks.txt"), toks));
+    for (newer = 0; newer < 2; ++newer) {
+        qx_store s, plain, a, b, r;
+        qx_synth_desc d;
+        qx_st_save_opts so;
+        qx_err e;
+        char dir[512], in[768], pl[768], q[768], p[768], qg[768], pg[768], rd[768], cfg[4096], what[32];
+        int64_t h, dv;
+        uint64_t vis_bytes;
+        double r1, e1, r2, e2, mrel = 1e30, nrel = 1e30;
+        size_t nq = 0;
+        unsigned char* img;
+        snprintf(what, sizeof what, "%s layout", newer ? "newer" : "older");
+        if (!vl_store(&s, 90 + (uint64_t)newer, newer ? -1 : 1, 64, 0)) { QT_CHECK(0); continue; }
+        snprintf(dir, sizeof dir, "%s/txt%d", g_tmp, newer);
+        mkdir(dir, 0777);
+        snprintf(in, sizeof in, "%s/in", dir);
+        snprintf(pl, sizeof pl, "%s/plain", dir);
+        snprintf(q, sizeof q, "%s/q.safetensors", dir);
+        snprintf(p, sizeof p, "%s/p.safetensors", dir);
+        snprintf(qg, sizeof qg, "%s/q.gguf", dir);
+        snprintf(pg, sizeof pg, "%s/p.gguf", dir);
+        snprintf(rd, sizeof rd, "%s/rot", dir);
+        h = s.config.hidden;
+        dv = h + h / 2;
+        vis_bytes = 4u * (uint64_t)(dv * h + h + dv * dv + 8 * 3 * 2 * 4 * 4);
+        vl_config(&s, newer, mrope, h, cfg, sizeof cfg);
+        if (!vl_save(&s, in, newer, cfg)) { QT_CHECK(0); qx_store_free(&s); continue; }
+        qx_store_free(&s);
+        memset(&d, 0, sizeof d);   /* the same decoder as a plain Qwen2 (vl_store's synth call) */
+        d.arch = "qwen2";
+        d.seed = 90 + (uint64_t)newer;
+        d.tied = newer ? -1 : 1;
+        memset(&so, 0, sizeof so);
+        if (qx_synth_model(&plain, &d, &e) != QUAROT_OK || qx_st_save(&plain, pl, &so, &e) != QUAROT_OK) {
+            QT_CHECKF(0, "plain qwen2: %s", e.msg);
+            continue;
+        }
+        qx_store_free(&plain);
+
+        /* refused without --text-only (naming it), nothing written; --text-only on a model with no vision tower */
+        QT_EQ_INT(CLI("quantize %s %s --quiet", in, q), QX_EXIT_PROCESS);
+        QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "has 5 dimensions") && strstr(g_err, "--text-only") && !qx_path_exists(q),
+                  "%s packed: %s", what, g_err);
+        QT_EQ_INT(CLI("quantize %s %s --quiet", in, qg), QX_EXIT_PROCESS);
+        QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "mmproj") && strstr(g_err, "--text-only") && !qx_path_exists(qg),
+                  "%s gguf: %s", what, g_err);
+        if (!newer) {
+            printf("    %s", g_err);
+            QT_EQ_INT(CLI("quantize %s %s --text-only --quiet", pl, p), QX_EXIT_USAGE);
+            QT_CHECKF(strstr(g_err, "no vision tower") && !qx_path_exists(p), "%s", g_err);
+        }
+
+        /* packed W4A4 */
+        QT_EQ_INT(CLI("quantize %s %s --text-only", in, q), 0);
+        {
+            char want[128];
+            snprintf(want, sizeof want, "vision tower (4 tensors, %llu bytes) is not written", (unsigned long long)vis_bytes);
+            QT_CHECKF(strstr(g_err, want) && strstr(g_err, "quarot rotate"), "%s: stderr: %s", what, g_err);
+            snprintf(want, sizeof want, "vision tower: not written (--text-only): 4 tensors, %llu bytes", (unsigned long long)vis_bytes);
+            QT_CHECKF(strstr(g_out, want), "%s: summary: %s", what, g_out);
+        }
+        QT_EQ_INT(CLI("quantize %s %s --quiet", pl, p), 0);
+        img = read_all(q, &nq);
+        QT_CHECKF(img && nq > 0 && !has_str(img, nq, "visual."), "%s: the packed file names a vision tensor", what);
+        free(img);
+        if (load_model(q, &a)) {
+            if (load_model(p, &b)) {
+                QT_CHECKF(strcmp(a.config.arch, "qwen2") == 0 && qx_store_get_blob(&a, "vl.text", NULL) && qx_vl_tensor_count(&a) == 0 &&
+                          same_tensors(&a, &b),
+                          "%s: packed text decoder (arch %s, %lld vision tensors) is not the plain Qwen2's", what, a.config.arch,
+                          (long long)qx_vl_tensor_count(&a));
+                qx_store_free(&b);
+            } else {
+                QT_CHECK(0);
+            }
+            /* the merger `quarot rotate` writes with the same rotation, against this file's embedding */
+            QT_EQ_INT(CLI("rotate %s %s --quiet", in, rd), 0);
+            if (load_model(rd, &r) && load_model(in, &b)) {
+                quarot_tensor* t;
+                const quarot_tensor* w = qx_store_find(&r, QX_VL_MERGER_WEIGHT);
+                const quarot_tensor* bb = qx_store_find(&r, QX_VL_MERGER_BIAS);
+                int ok = w && bb && qx_store_add(&a, QX_VL_MERGER_WEIGHT, QUAROT_DTYPE_F32, 2, w->ne, w->data, &t) == QUAROT_OK &&
+                         qx_store_add(&a, QX_VL_MERGER_BIAS, QUAROT_DTYPE_F32, 1, bb->ne, bb->data, &t) == QUAROT_OK &&
+                         qx_store_convert(&a, QUAROT_DTYPE_F32) == QUAROT_OK;
+                if (ok)
+                    mrel = vl_merger_check(&b, &a, QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS, QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS,
+                                           "model.embed_tokens.weight", "model.embed_tokens.weight", &nrel);
+                QT_CHECKF(ok && mrel <= 1e-3 && nrel <= 1e-5, "%s: rotate's merger vs the packed embedding %.3g (norms %.3g)", what, mrel,
+                          nrel);
+                qx_store_free(&r);
+                qx_store_free(&b);
+            } else {
+                QT_CHECK(0);
+            }
+            qx_store_free(&a);
+        } else {
+            QT_CHECK(0);
+        }
+        QT_CHECK(eval_pair(q, "", tmp_path("toks.txt"), &r1, &e1));
+        QT_CHECK(eval_pair(p, "", tmp_path("toks.txt"), &r2, &e2));
+        QT_CHECKF(fabs(e1 - r1) <= 1e-5 * r1 && r1 == r2 && e1 == e2, "%s packed: engine %.6f vs reference %.6f (plain qwen2 %.6f / %.6f)",
+                  what, e1, r1, r2, e2);
+        printf("    qwen2vl %s --text-only packed W4A4: eval --engine ref %.6f, --engine int %.6f (bound 1e-5; plain Qwen2 file "
+               "%.6f / %.6f); tensors as the plain Qwen2's; rotate's merger vs its F16 embedding %.2e (tol 1e-3)\n",
+               what, r1, e1, r2, e2, mrel);
+
+        /* GGUF: llama.cpp's qwen2vl text model */
+        QT_EQ_INT(CLI("quantize %s %s --text-only --quiet", in, qg), 0);
+        QT_CHECKF(strstr(g_err, "--text-only") && strstr(g_err, "4 tensors"), "%s gguf: stderr %s", what, g_err);
+        QT_EQ_INT(CLI("quantize %s %s --quiet", pl, pg), 0);
+        {
+            size_t na = 0, nb = 0;
+            unsigned char* xa = read_all(qg, &na);
+            unsigned char* xb = read_all(pg, &nb);
+            qx_gguf_file fa, fb;
+            qx_err ga, gb;
+            if (xa && xb && qx_gguf_parse(xa, na, qg, &fa, &ga) == QUAROT_OK) {
+                if (qx_gguf_parse(xb, nb, pg, &fb, &gb) == QUAROT_OK) {
+                    uint64_t al = 0;
+                    const char* arch = qx_gguf_kv_string(qx_gguf_find(&fa, "general.architecture"), &al);
+                    const qx_gguf_kv* ds = qx_gguf_find(&fa, "qwen2vl.rope.dimension_sections");
+                    const char* diff = gguf_same_tensors(&fa, &fb);
+                    int64_t emb = 0, sec[4] = {-1, -1, -1, -1};
+                    int k;
+                    if (ds && ds->type == QX_GGUF_ARRAY && ds->arr_type == QX_GGUF_I32 && ds->arr_count == 4)
+                        for (k = 0; k < 4; ++k) sec[k] = (int64_t)(int32_t)qx_str_le32(ds->val + 4 * k);
+                    (void)qx_gguf_kv_int(qx_gguf_find(&fa, "qwen2vl.embedding_length"), &emb);
+                    QT_CHECKF(arch && al == 7 && memcmp(arch, "qwen2vl", 7) == 0, "%s gguf: general.architecture", what);
+                    QT_CHECKF(sec[0] == 2 && sec[1] == 3 && sec[2] == 3 && sec[3] == 0, "%s gguf: dimension_sections %lld %lld %lld %lld",
+                              what, (long long)sec[0], (long long)sec[1], (long long)sec[2], (long long)sec[3]);
+                    QT_CHECKF(emb == h && qx_gguf_find(&fa, "qwen2vl.attention.head_count") && qx_gguf_find(&fa, "qwen2vl.block_count") &&
+                              !qx_gguf_find(&fa, "qwen2.block_count"), "%s gguf: the qwen2vl.* keys", what);
+                    QT_CHECKF(diff == NULL, "%s gguf: tensor %s differs from the plain Qwen2 GGUF's", what, diff ? diff : "");
+                    QT_CHECK(qx_gguf_find(&fa, "general.file_type") != NULL);
+                    qx_gguf_file_free(&fb);
+                } else {
+                    QT_CHECKF(0, "%s", gb.msg);
+                }
+                qx_gguf_file_free(&fa);
+            } else {
+                QT_CHECKF(0, "%s gguf unreadable", what);
+            }
+            QT_CHECK(xa && !has_str(xa, na, "visual") && !has_str(xa, na, "merger"));
+            free(xa);
+            free(xb);
+        }
+        if (load_model(qg, &a)) {   /* read back as llama.cpp's qwen2vl text model */
+            QT_CHECK(qx_store_get_blob(&a, "gguf.vl", NULL) != NULL && qx_vl_tensor_count(&a) == 0);
+            qx_store_free(&a);
+        } else {
+            QT_CHECK(0);
+        }
+        QT_CHECK(eval_pair(qg, "--w-bits 4 --a-bits 4", tmp_path("toks.txt"), &r1, &e1));
+        QT_CHECKF(fabs(e1 - r1) <= 1e-5 * r1, "%s gguf: engine %.6f vs reference %.6f", what, e1, r1);
+        printf("    qwen2vl %s --text-only GGUF Q4_0 (arch qwen2vl, sections 2 3 3 0): tensors as the plain Qwen2 GGUF's; "
+               "eval W4A4 --engine ref %.6f, --engine int %.6f (bound 1e-5)\n", what, r1, e1);
+    }
+}
+
 /* Each bad input: rotate exits 2 with one line naming `needle`, and writes nothing. */
 static void test_bad_inputs(void) {
     static const int64_t good[3] = {2, 3, 3}, bad[3] = {2, 3, 2};
@@ -492,6 +710,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_rotate_vl);
     QT_RUN(test_rotate_gguf_text);
     QT_RUN(test_eval_vl);
+    QT_RUN(test_quantize_text_only);
     QT_RUN(test_bad_inputs);
     cu_finish();
     return qt_finish("test_cli_vl");

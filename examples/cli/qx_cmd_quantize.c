@@ -52,6 +52,7 @@ typedef struct qz_opts {
     qx_packed_settings act;        /* packed: activation / KV fields */
     int rotate;                    /* 0: --rotation none */
     int gptq;                      /* --w-quant gptq: through the >>quantize stage (qz_stage_write) */
+    int text_only;                 /* --text-only: a vision-language model's vision tower ("visual.*") not written */
 } qz_opts;
 
 /* ---- what each tensor becomes ---- */
@@ -247,9 +248,11 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
     for (i = 0; i < n; ++i) {
         qz_item* it = &k->it[i];
         size_t len = strlen(plan[i].name);
-        if (plan[i].shape && plan[i].rank > QUAROT_MAX_DIMS) {   /* a Conv3d patch embedding (Qwen2-VL) */
+        int vision = k->o->text_only && strncmp(plan[i].name, "visual.", 7) == 0;
+        if (!vision && plan[i].shape && plan[i].rank > QUAROT_MAX_DIMS) {   /* a Conv3d patch embedding (Qwen2-VL) */
             qx_err_set(e, "tensor \"%.120s\" has %d dimensions; the quantized outputs (packed W4A4, GGUF) hold at most %d "
-                       "(quarot rotate keeps it)", plan[i].name, plan[i].rank, QUAROT_MAX_DIMS);
+                       "(quarot rotate keeps it; --text-only writes the text decoder without the vision tower)", plan[i].name,
+                       plan[i].rank, QUAROT_MAX_DIMS);
             return QUAROT_ERR_UNSUPPORTED;
         }
         if (!(it->name = (char*)malloc(len + 1))) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
@@ -257,7 +260,12 @@ static quarot_result qz_items(qz_sink* k, const qx_tensor_plan* plan, int64_t n,
         k->n = i + 1;
         it->n_dims = plan[i].n_dims;
         memcpy(it->ne, plan[i].ne, sizeof it->ne);
-        if (qz_decide(k->o, it, e) != 0) return QUAROT_ERR_INVALID_ARGUMENT;
+        if (vision) {
+            it->kind = QZ_SKIP;
+            snprintf(it->why, sizeof it->why, "vision tower, not written (--text-only)");
+        } else if (qz_decide(k->o, it, e) != 0) {
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
     }
     return QUAROT_OK;
 }
@@ -737,7 +745,7 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
 
 typedef struct quantize_opts {
     const char *in, *out, *tokenizer;
-    int format, scale_dtype, plain_dtype, quant_embeddings, dry;
+    int format, scale_dtype, plain_dtype, quant_embeddings, dry, text_only;
     int64_t bits, group, nsamples, seq_len;
     double percdamp;
     int64_t a_bits, k_bits, v_bits, a_group, k_group, v_group;
@@ -794,6 +802,10 @@ static const qx_opt quantize_table[] = {
     {QX_OPT_STRING, "--tokenizer", .arg = "FILE", QX_AT(quantize_opts, tokenizer),
      .help = "GGUF from llama2.c / safetensors: the llama2.c tokenizer.bin to embed as tokenizer.ggml.* (default: tok<vocab>.bin "
              "/ tokenizer.bin beside IN); with --calib-text also the tokenizer of the calibration text (default: the model's own)"},
+    {QX_OPT_FLAG, "--text-only", QX_AT(quantize_opts, text_only),
+     .help = "a vision-language model (Qwen2-VL / Qwen2.5-VL): write the text decoder alone, leaving the vision tower "
+             "(visual.*) out, as llama.cpp's qwen2vl GGUF holds it; the merger's output projection is rotated with the "
+             "text stream, so image prompts need the vision tower of a rotated checkpoint (quarot rotate)"},
     {QX_OPT_FLAG, "--dry-run", QX_AT(quantize_opts, dry), .help = "print what each tensor would become; write nothing"},
     {QX_OPT_END}
 };
@@ -848,7 +860,8 @@ const qx_opts_cmd qx_cmd_quantize_spec = {
              "  OUT.safetensors   the quarot-packed W4A4 format for engines (docs/formats.md):\n"
              "                    int codes two per byte (low nibble first), f16/f32 scales (and zeros), the\n"
              "                    activation / KV settings and the online hook list in __metadata__.\n"
-             "Everything else (embeddings, norms, lm_head) is kept: matrices in --dtype, vectors in f32.\n",
+             "Everything else (embeddings, norms, lm_head) is kept: matrices in --dtype, vectors in f32. A Qwen2-VL /\n"
+             "Qwen2.5-VL checkpoint needs --text-only: the text decoder alone (the GGUF as llama.cpp's qwen2vl).\n",
     .operands = {{"IN", offsetof(quantize_opts, in)}, {"OUT", offsetof(quantize_opts, out)}},
     .usage_on_excess = 1,
     .uses = {{&quantize_group, 0, 0, NULL},
@@ -949,6 +962,8 @@ typedef struct qz_cmd {
     qx_store qs;                   /* --w-quant gptq: the model in f32 for the stage (have_q) */
     int have_tok, have_ctok, have_cw, have_q;
     qz_sink sink;
+    int64_t n_vision;              /* the input's vision tower tensors (qwen2vl), merger included */
+    uint64_t vision_bytes;         /* their bytes in the input */
     quarot_online_list list;       /* the online hooks the rotation asks for */
     qx_rotate_file_stats st;
     qx_wq_stats wst;
@@ -1003,6 +1018,7 @@ static void qz_settings(qz_cmd* q) {
     o->plain_dtype = (quarot_dtype)opt->plain_dtype;
     o->quant_embeddings = opt->quant_embeddings;
     o->gptq = opt->g.w_quant == QX_WQ_GPTQ;
+    o->text_only = opt->text_only;
     o->act.a_bits = (int)opt->a_bits;
     o->act.a_group_size = opt->a_group;
     o->act.a_asym = opt->q.a_asym;
@@ -1082,6 +1098,24 @@ static int qz_load_context(qz_cmd* q) {
     return QX_EXIT_OK;
 }
 
+/* A vision-language IN: its vision tower counted; --text-only asked for one that has it, and a GGUF
+   output (llama.cpp keeps the vision tower in a separate mmproj file) only with --text-only. */
+static int qz_check_vision(qz_cmd* q) {
+    const qx_store* s = &q->s;
+    int64_t i;
+    q->n_vision = strcmp(s->config.arch, "qwen2vl") == 0 ? qx_vl_tensor_count(s) : 0;
+    for (i = 0; i < s->count; ++i)
+        if (q->n_vision > 0 && strncmp(s->items[i].name, "visual.", 7) == 0) q->vision_bytes += quarot_tensor_nbytes(&s->items[i].t);
+    if (q->opt.text_only && q->n_vision == 0)
+        return qx_cli_fail(&q->cli, QX_EXIT_USAGE, "--text-only: %s (%s) has no vision tower to leave out (it is for Qwen2-VL / "
+                                                   "Qwen2.5-VL checkpoints)", q->opt.in, s->config.arch);
+    if (!q->opt.text_only && q->n_vision > 0 && q->o.format == QZ_GGUF)
+        return qx_cli_fail(&q->cli, QX_EXIT_PROCESS, "%s: %s has a vision tower (%lld tensors), which llama.cpp keeps in a separate mmproj "
+                                                     "file this tool does not write: --text-only writes the text decoder alone (llama.cpp's "
+                                                     "qwen2vl GGUF)", q->opt.out, s->config.arch, (long long)q->n_vision);
+    return QX_EXIT_OK;
+}
+
 /* IN, and what its architecture allows. */
 static int qz_load_input(qz_cmd* q) {
     const quantize_opts* opt = &q->opt;
@@ -1107,7 +1141,7 @@ static int qz_load_input(qz_cmd* q) {
                                q->e.msg);
     }
     if (q->o.format == QZ_PACKED && !opt->k_given && !opt->v_given) q->o.act.k_bits = q->o.act.v_bits = 16;
-    return QX_EXIT_OK;
+    return qz_check_vision(q);
 }
 
 /* GGUF from llama2.c / safetensors: llama.cpp needs the vocabulary in the file; take --tokenizer or
@@ -1347,6 +1381,19 @@ static int qz_rotate_and_quantize(qz_cmd* q) {
     return qx_cli_fail(&q->cli, rc, "%s", q->e.msg);
 }
 
+/* --text-only, never silent (stderr, even with --quiet): what was left out, and what image prompts need. */
+static void qz_vision_note(qz_cmd* q) {
+    if (!q->o.text_only) return;
+    if (q->cli.progress_open) { fputc('\n', stderr); q->cli.progress_open = 0; }
+    fprintf(stderr, "quarot quantize: --text-only: %s: the text decoder only; the vision tower (%lld tensors, %llu bytes) is not "
+                    "written. %s\n", q->opt.out, (long long)q->n_vision, (unsigned long long)q->vision_bytes,
+            q->o.rotate ? "Its merger output projection (" QX_VL_MERGER_WEIGHT ", " QX_VL_MERGER_BIAS ") was rotated by R1 with the "
+                          "text stream: image embeddings enter this model right only through the vision tower with that rotated "
+                          "merger (`quarot rotate IN DIR` with the same rotation options writes it; the original one's merger "
+                          "is unrotated), so with the original vision tower only text prompts are right"
+                        : "No rotation (--rotation none): the original vision tower fits it");
+}
+
 /* The summary (stdout): what was read and written, the rotation, the format, the weight quantizer
    and the per-tensor table. */
 static void qz_print_report(const qz_cmd* q) {
@@ -1363,6 +1410,12 @@ static void qz_print_report(const qz_cmd* q) {
         printf("  no rotation (--rotation none)\n");
     }
     if (qx_rotate_file_globals_line(&q->st, gline, sizeof gline)) printf("  %s\n", gline);
+    if (o->text_only)
+        printf("  vision tower: not written (--text-only): %lld tensors, %llu bytes; %s\n", (long long)q->n_vision,
+               (unsigned long long)q->vision_bytes,
+               o->rotate ? "its merger output projection was rotated by R1 with the text stream, so image prompts need the vision "
+                           "tower of the rotated checkpoint (quarot rotate IN DIR, same rotation options), not the original's"
+                         : "no rotation, so the original vision tower fits");
     if (o->format == QZ_GGUF) {
         printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o->bits == 4 ? "Q4_0" : "Q8_0",
                o->bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);
@@ -1405,7 +1458,10 @@ int qx_cmd_quantize(int argc, char** argv) {
     if (rc == QX_EXIT_OK) rc = qz_plan_tensors(&q);
     if (rc == QX_EXIT_OK && !q.opt.dry && q.o.gptq) rc = qz_calibration_windows(&q);
     if (rc == QX_EXIT_OK && q.opt.dry) qz_print_dry_run(&q);
-    else if (rc == QX_EXIT_OK && (rc = qz_rotate_and_quantize(&q)) == QX_EXIT_OK) qz_print_report(&q);
+    else if (rc == QX_EXIT_OK && (rc = qz_rotate_and_quantize(&q)) == QX_EXIT_OK) {
+        qz_vision_note(&q);
+        qz_print_report(&q);
+    }
     qz_cmd_free(&q);
     return rc;
 }

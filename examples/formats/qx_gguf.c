@@ -742,6 +742,7 @@ static const qx_gguf_tinfo* qx__gtensor(const qx_gguf_file* f, const char* name)
    Face's half-split one (qwen2, qwen3: LLAMA_ROPE_TYPE_NEOX, rows as in the checkpoint). */
 static const struct { const char* arch; int interleaved; } qx__gguf_archs[] = {
     {"llama", 1}, {"qwen2", 0}, {"qwen3", 0}, {"phi3", 0}, {"qwen2_moe", 0}, {"qwen3_moe", 0}, {"mixtral", 1},
+    {"qwen2vl", 0},   /* written only: the text decoder of a Hugging Face Qwen2-VL (qx_gguf_kv_from_config) */
 };
 #define QX__N_GGUF_ARCHS ((int)(sizeof qx__gguf_archs / sizeof qx__gguf_archs[0]))
 
@@ -1598,12 +1599,16 @@ done:
     return r;
 }
 
-/* Blob-format pairs from a llama / qwen2 / qwen3 config (llama.cpp's <arch>.* keys). */
+/* Blob-format pairs from a llama / qwen2 / qwen3 config (llama.cpp's <arch>.* keys). A qwen2vl store
+   (Hugging Face's Qwen2-VL) is written as what qx__gguf_config_vl reads: qwen2's keys under
+   "qwen2vl." and rope.dimension_sections, M-RoPE's sections padded with zeros to 4. */
 quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     const quarot_model_config* c;
     qx_gguf_set set[24];
     char keys[24][96];
-    int n = 0, k, llama, qwen2, qwen3, phi3;
+    int n = 0, k, llama, qwen2, qwen3, phi3, vl, n_sec = 0;
+    int64_t sec[4];
+    quarot_result r;
     int64_t hd, i;
     uint64_t cnt;
     quarot_dtype dt;
@@ -1611,11 +1616,12 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     if (!s || !out) return QUAROT_ERR_INVALID_ARGUMENT;
     c = &s->config;
     llama = strcmp(c->arch, "llama") == 0 || strcmp(c->arch, "mixtral") == 0;
-    qwen2 = strcmp(c->arch, "qwen2") == 0 || strcmp(c->arch, "qwen2_moe") == 0;
+    vl = strcmp(c->arch, "qwen2vl") == 0;
+    qwen2 = strcmp(c->arch, "qwen2") == 0 || strcmp(c->arch, "qwen2_moe") == 0 || vl;
     qwen3 = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "qwen3_moe") == 0;
     phi3 = strcmp(c->arch, "phi3") == 0;
     if (!llama && !qwen2 && !qwen3 && !phi3)
-        why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe; mixtral as llama with experts)";
+        why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, qwen2vl; mixtral as llama with experts)";
     else if (c->n_experts > 0 && (!c->experts_stacked || (c->sparse_step > 1) || c->n_mlp_only_layers > 0))
         why = "has experts as separate tensors or dense layers (llama.cpp's MoE layout: every layer one 3-D tensor per "
               "projection)";
@@ -1632,6 +1638,7 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
         qx_err_set(e, "gguf: architecture \"%.32s\" %s", c->arch, why);
         return QUAROT_ERR_UNSUPPORTED;
     }
+    if (vl && (r = qx_vl_mrope_sections(s, sec, &n_sec, e)) != QUAROT_OK) return r;
     hd = c->head_dim ? c->head_dim : (c->n_heads ? c->hidden / c->n_heads : 0);
     memset(set, 0, sizeof set);
 #define QX__KEY(k_) (snprintf(keys[n], sizeof keys[n], "%s.%s", qx__gguf_arch_name(c->arch), k_), keys[n])
@@ -1671,7 +1678,13 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
 #undef QX__KEY
     for (k = 0; k < n; ++k)
         if (set[k].type == QX_GGUF_U32 && set[k].u > 0xffffffffu) set[k].type = QX_GGUF_U64;
-    return qx__gkv_build(NULL, 0, set, n, out, &cnt, e);
+    r = qx__gkv_build(NULL, 0, set, n, out, &cnt, e);
+    if (r == QUAROT_OK && vl) {   /* an array, which the changes above cannot express */
+        qx_gguf_kv_arr_begin(out, "qwen2vl.rope.dimension_sections", QX_GGUF_I32, 4);
+        for (k = 0; k < 4; ++k) qx_sb_le(out, (uint64_t)sec[k], 4);
+        if (qx_gguf_kv_count_add(out, 1) != 0) { qx_err_set(e, "gguf: out of memory"); r = QUAROT_ERR_OUT_OF_MEMORY; }
+    }
+    return r;
 }
 
 quarot_result qx_gguf_save(const qx_store* s, const char* path, const qx_gguf_save_opts* o, qx_err* e) {

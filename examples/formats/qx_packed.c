@@ -1066,6 +1066,16 @@ quarot_result qx_packed_read_mem(const void* buf, size_t len, const char* name, 
     if (r != QUAROT_OK) return r;
     r = qx_hf_config_parse(f.config_json, strlen(f.config_json), name, &s->config, e);
     if (r == QUAROT_OK) s->config.rope_interleaved = f.settings.rope_interleaved;
+    if (r == QUAROT_OK && strcmp(s->config.arch, "qwen2vl") == 0) {   /* the text decoder alone: as qwen2 (see the header) */
+        int vision = 0;
+        for (i = 0; i < f.n_plain && !vision; ++i) vision = strncmp(f.plain[i].name, "visual.", 7) == 0;
+        for (i = 0; i < f.n_lin && !vision; ++i) vision = strncmp(f.lin[i].name, "visual.", 7) == 0;
+        if (!vision) {
+            snprintf(s->config.arch, sizeof s->config.arch, "qwen2");
+            r = qx_store_set_blob(s, "vl.text", "qwen2vl", 7);
+            if (r != QUAROT_OK) qx_err_set(e, "%s: out of memory", name);
+        }
+    }
     for (i = 0; i < f.n_plain && r == QUAROT_OK; ++i) {
         const qx_packed_plain* P = &f.plain[i];
         r = qx_store_add(s, P->name, P->dtype, P->n_dims, P->ne, P->data, NULL);

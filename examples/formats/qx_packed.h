@@ -184,7 +184,10 @@ void qx_packed_codes(const qx_packed_file* f, const qx_packed_linear* l, int8_t*
 
 /* A packed file into an EMPTY store: config from quarot.config (rope_interleaved from the
    metadata), plain tensors copied, linears dequantized into F32 "<base>.weight" tensors, the
-   online hook text as blob "quarot.online", then qx_hf_check_tensors. */
+   online hook text as blob "quarot.online", then qx_hf_check_tensors. A Qwen2-VL config with no
+   "visual." tensor in the file (`quarot quantize --text-only`) is its text decoder alone, read as
+   arch "qwen2" with the blob "vl.text" = "qwen2vl", as the GGUF reader reads llama.cpp's qwen2vl
+   (M-RoPE on text positions is qwen2's RoPE; there is no merger to rotate). */
 quarot_result qx_packed_read_mem(const void* buf, size_t len, const char* name, qx_store* s, qx_err* e);
 quarot_result qx_packed_load(const char* path, qx_store* s, qx_err* e);
 

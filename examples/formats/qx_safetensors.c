@@ -761,19 +761,27 @@ static quarot_result qx__moe_config(const qx__cfg* c, quarot_model_config* m) {
    section it lies in: ordinary RoPE over the whole head_dim. The reference forward pass runs text
    that way; image tokens (3-D positions, and text after an image continuing from the image's largest
    position) are not run. The rotation itself does not depend on RoPE at all. */
-static quarot_result qx__vl_config(const qx__cfg* c, const qx_json* top, quarot_model_config* m) {
-    const qx_json* rs = qx_json_get(c->root, "rope_scaling");
+/* mrope_section where transformers keeps it (root: the text config, top: the whole config.json), its
+   key path in *where; NULL when absent. */
+static const qx_json* qx__mrope_json(const qx_json* root, const qx_json* top, const char** where) {
+    const qx_json* rs = qx_json_get(root, "rope_scaling");
     const qx_json* sec = NULL;
-    const qx_json* vc = qx_json_get(top, "vision_config");
-    const char* where = "rope_scaling.mrope_section";
-    int64_t sum = 0, x, out_w = 0;
-    size_t k;
+    *where = "rope_scaling.mrope_section";
     if (!rs || rs->type != QX_JSON_OBJECT) rs = qx_json_get(top, "rope_scaling");
     if (rs && rs->type == QX_JSON_OBJECT) sec = qx_json_get(rs, "mrope_section");
-    if (!sec && (sec = qx_json_get(qx_json_get(c->root, "rope_parameters"), "mrope_section")) == NULL)   /* newer transformers */
+    if (!sec && (sec = qx_json_get(qx_json_get(root, "rope_parameters"), "mrope_section")) == NULL)   /* newer transformers */
         sec = qx_json_get(qx_json_get(top, "rope_parameters"), "mrope_section");
-    if (sec && !(rs && qx_json_get(rs, "mrope_section") == sec)) where = "rope_parameters.mrope_section";
-    if (!sec) { sec = qx_json_get(top, "mrope_section"); where = "mrope_section"; }
+    if (sec && !(rs && qx_json_get(rs, "mrope_section") == sec)) *where = "rope_parameters.mrope_section";
+    if (!sec) { sec = qx_json_get(top, "mrope_section"); *where = "mrope_section"; }
+    return sec;
+}
+
+static quarot_result qx__vl_config(const qx__cfg* c, const qx_json* top, quarot_model_config* m) {
+    const char* where;
+    const qx_json* sec = qx__mrope_json(c->root, top, &where);
+    const qx_json* vc = qx_json_get(top, "vision_config");
+    int64_t sum = 0, x, out_w = 0;
+    size_t k;
     if (!sec || sec->type != QX_JSON_ARRAY || sec->count == 0) {
         qx_err_set(c->e, "%s: Qwen2-VL needs %s (M-RoPE's split of the head_dim/2 rotary frequencies), an array of "
                    "positive integers", c->fname, sec ? where : "rope_scaling.mrope_section");
@@ -802,6 +810,37 @@ static quarot_result qx__vl_config(const qx__cfg* c, const qx_json* top, quarot_
         }
     }
     return QUAROT_OK;
+}
+
+quarot_result qx_vl_mrope_sections(const qx_store* s, int64_t sec[4], int* n, qx_err* e) {
+    size_t len = 0;
+    const char* blob = s ? (const char*)qx_store_get_blob(s, "hf.config.json", &len) : NULL;
+    const qx_json *root, *arr;
+    const char* where;
+    qx_json_doc doc;
+    quarot_result r;
+    size_t k;
+    if (!s || !sec || !n) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (!blob) { qx_err_set(e, "qwen2vl: no config.json kept with the model (M-RoPE's sections are in it)"); return QUAROT_ERR_NOT_FOUND; }
+    if ((r = qx_json_parse(blob, len, "config.json", NULL, &doc, e)) != QUAROT_OK) return r;
+    root = qx_json_get(doc.root, "text_config");
+    if (!root || root->type != QX_JSON_OBJECT) root = doc.root;
+    arr = qx__mrope_json(root, doc.root, &where);
+    r = QUAROT_OK;
+    if (!arr || arr->type != QX_JSON_ARRAY || arr->count < 1 || arr->count > 4) {   /* checked when it was read; here 4 at most */
+        qx_err_set(e, "config.json: %s must be an array of 1 to 4 sections", where);
+        r = QUAROT_ERR_PARSE;
+    }
+    for (k = 0; r == QUAROT_OK && k < 4; ++k) {
+        sec[k] = 0;
+        if (k < arr->count && (qx_json_as_int64(&arr->items[k], &sec[k]) != QUAROT_OK || sec[k] < 0 || sec[k] > 0x7fffffff)) {
+            qx_err_set(e, "config.json: %s[%zu] is not a section size", where, k);
+            r = QUAROT_ERR_PARSE;
+        }
+    }
+    if (r == QUAROT_OK) *n = (int)arr->count;
+    qx_json_doc_free(&doc);
+    return r;
 }
 
 quarot_result qx_hf_config_parse(const char* text, size_t len, const char* name, quarot_model_config* out,

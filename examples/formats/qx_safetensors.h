@@ -104,6 +104,10 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e);
 int qx_hf_file_renames(const qx_store* s, const char* const** pairs);
 /* The number of tensors of s under "visual." (a vision tower), 0 when none. */
 int64_t qx_vl_tensor_count(const qx_store* s);
+/* M-RoPE's sections of a qwen2vl store read from Hugging Face (mrope_section in its "hf.config.json"
+   blob, where qx_hf_config_parse finds it): sec[0..*n) the sections, the rest of the 4 zero (llama.cpp's
+   qwen2vl.rope.dimension_sections holds 4). */
+quarot_result qx_vl_mrope_sections(const qx_store* s, int64_t sec[4], int* n, qx_err* e);
 
 /* One tensor of a writer's plan. ne[] innermost first as in quarot_tensor; n_dims 1..4. shape (when
    not NULL) is the shape to write instead, rank sizes outermost first (rank 0..QX_MAX_RANK), whose
