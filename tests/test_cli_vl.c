@@ -17,8 +17,15 @@
      mm.2) with --mmproj, its merger output is rotated by the same R1 (the same check, within 1e-3:
      F16 rounding of each weight), every other byte of it copied, and an mmproj of another width
      refused by name with nothing written;
-   - `quarot quantize` refuses the rank-5 tensor by name (its outputs hold 4 dimensions), and a
-     Hugging Face VL directory is not converted to GGUF (llama.cpp splits it into two files);
+   - without --text-only, `quarot quantize` refuses the rank-5 tensor by name (its outputs hold 4
+     dimensions), and a Hugging Face VL directory is not converted to GGUF (llama.cpp splits it into
+     two files), both naming --text-only;
+   - `quantize --text-only` (packed and GGUF) and `rotate --text-only` (GGUF), both layouts: the
+     text decoder alone, byte for byte the tensors of the same decoder saved as a plain Qwen2; the
+     GGUF has llama.cpp's qwen2vl keys and rope.dimension_sections = mrope_section padded to 4;
+     `quarot eval` on both outputs, --engine int within 1e-5 of --engine ref (W4A4); rotate's own
+     merger fits the packed file's F16 embedding within 1e-3; stderr and the summary count what was
+     left out;
    - `quarot eval` runs the text decoder: no rotation and QuaRot agree to 4 digits in FP32, and
      `--engine int` gives the reference's W4A4 perplexities within 1e-5;
    - bad input, one error line naming the key or tensor, exit 2, nothing written: mrope_section not
@@ -490,6 +497,46 @@ static int has_str(const unsigned char* p, size_t n, const char* w) {
     return 0;
 }
 
+/* The GGUF qg is llama.cpp's qwen2vl text model (general.architecture, qwen2vl.* keys with
+   embedding_length h, rope.dimension_sections 2 3 3 0, general.file_type), names nothing of the vision
+   tower, and holds exactly pg's tensors (name, type, shape, bytes). */
+static void check_vl_gguf(const char* qg, const char* pg, int64_t h, const char* what) {
+    size_t na = 0, nb = 0;
+    unsigned char* xa = read_all(qg, &na);
+    unsigned char* xb = read_all(pg, &nb);
+    qx_gguf_file fa, fb;
+    qx_err ga, gb;
+    if (xa && xb && qx_gguf_parse(xa, na, qg, &fa, &ga) == QUAROT_OK) {
+        if (qx_gguf_parse(xb, nb, pg, &fb, &gb) == QUAROT_OK) {
+            uint64_t al = 0;
+            const char* arch = qx_gguf_kv_string(qx_gguf_find(&fa, "general.architecture"), &al);
+            const qx_gguf_kv* ds = qx_gguf_find(&fa, "qwen2vl.rope.dimension_sections");
+            const char* diff = gguf_same_tensors(&fa, &fb);
+            int64_t emb = 0, sec[4] = {-1, -1, -1, -1};
+            int k;
+            if (ds && ds->type == QX_GGUF_ARRAY && ds->arr_type == QX_GGUF_I32 && ds->arr_count == 4)
+                for (k = 0; k < 4; ++k) sec[k] = (int64_t)(int32_t)qx_str_le32(ds->val + 4 * k);
+            (void)qx_gguf_kv_int(qx_gguf_find(&fa, "qwen2vl.embedding_length"), &emb);
+            QT_CHECKF(arch && al == 7 && memcmp(arch, "qwen2vl", 7) == 0, "%s gguf: general.architecture", what);
+            QT_CHECKF(sec[0] == 2 && sec[1] == 3 && sec[2] == 3 && sec[3] == 0, "%s gguf: dimension_sections %lld %lld %lld %lld",
+                      what, (long long)sec[0], (long long)sec[1], (long long)sec[2], (long long)sec[3]);
+            QT_CHECKF(emb == h && qx_gguf_find(&fa, "qwen2vl.attention.head_count") && qx_gguf_find(&fa, "qwen2vl.block_count") &&
+                      !qx_gguf_find(&fa, "qwen2.block_count"), "%s gguf: the qwen2vl.* keys", what);
+            QT_CHECKF(diff == NULL, "%s gguf: tensor %s differs from the plain Qwen2 GGUF's", what, diff ? diff : "");
+            QT_CHECK(qx_gguf_find(&fa, "general.file_type") != NULL);
+            qx_gguf_file_free(&fb);
+        } else {
+            QT_CHECKF(0, "%s", gb.msg);
+        }
+        qx_gguf_file_free(&fa);
+    } else {
+        QT_CHECKF(0, "%s gguf unreadable", what);
+    }
+    QT_CHECK(xa && !has_str(xa, na, "visual") && !has_str(xa, na, "merger"));
+    free(xa);
+    free(xb);
+}
+
 /* The W4A4 row of `quarot eval FILE ARGS` on the tokens, --engine ref and int: 1 when both ran. */
 static int eval_pair(const char* file, const char* args, const char* toks, double* ref, double* eng) {
     *ref = *eng = -1;
@@ -625,41 +672,30 @@ static void test_quantize_text_only(void) {
         QT_EQ_INT(CLI("quantize %s %s --text-only --quiet", in, qg), 0);
         QT_CHECKF(strstr(g_err, "--text-only") && strstr(g_err, "4 tensors"), "%s gguf: stderr %s", what, g_err);
         QT_EQ_INT(CLI("quantize %s %s --quiet", pl, pg), 0);
-        {
-            size_t na = 0, nb = 0;
-            unsigned char* xa = read_all(qg, &na);
-            unsigned char* xb = read_all(pg, &nb);
-            qx_gguf_file fa, fb;
-            qx_err ga, gb;
-            if (xa && xb && qx_gguf_parse(xa, na, qg, &fa, &ga) == QUAROT_OK) {
-                if (qx_gguf_parse(xb, nb, pg, &fb, &gb) == QUAROT_OK) {
-                    uint64_t al = 0;
-                    const char* arch = qx_gguf_kv_string(qx_gguf_find(&fa, "general.architecture"), &al);
-                    const qx_gguf_kv* ds = qx_gguf_find(&fa, "qwen2vl.rope.dimension_sections");
-                    const char* diff = gguf_same_tensors(&fa, &fb);
-                    int64_t emb = 0, sec[4] = {-1, -1, -1, -1};
-                    int k;
-                    if (ds && ds->type == QX_GGUF_ARRAY && ds->arr_type == QX_GGUF_I32 && ds->arr_count == 4)
-                        for (k = 0; k < 4; ++k) sec[k] = (int64_t)(int32_t)qx_str_le32(ds->val + 4 * k);
-                    (void)qx_gguf_kv_int(qx_gguf_find(&fa, "qwen2vl.embedding_length"), &emb);
-                    QT_CHECKF(arch && al == 7 && memcmp(arch, "qwen2vl", 7) == 0, "%s gguf: general.architecture", what);
-                    QT_CHECKF(sec[0] == 2 && sec[1] == 3 && sec[2] == 3 && sec[3] == 0, "%s gguf: dimension_sections %lld %lld %lld %lld",
-                              what, (long long)sec[0], (long long)sec[1], (long long)sec[2], (long long)sec[3]);
-                    QT_CHECKF(emb == h && qx_gguf_find(&fa, "qwen2vl.attention.head_count") && qx_gguf_find(&fa, "qwen2vl.block_count") &&
-                              !qx_gguf_find(&fa, "qwen2.block_count"), "%s gguf: the qwen2vl.* keys", what);
-                    QT_CHECKF(diff == NULL, "%s gguf: tensor %s differs from the plain Qwen2 GGUF's", what, diff ? diff : "");
-                    QT_CHECK(qx_gguf_find(&fa, "general.file_type") != NULL);
-                    qx_gguf_file_free(&fb);
-                } else {
-                    QT_CHECKF(0, "%s", gb.msg);
-                }
-                qx_gguf_file_free(&fa);
-            } else {
-                QT_CHECKF(0, "%s gguf unreadable", what);
+        check_vl_gguf(qg, pg, h, what);
+        {   /* quarot rotate to GGUF (F32: no quantization), --check: the same keys and tensors */
+            char rg[800], prg[800];
+            const char* m;
+            double dmax = -1, drel = 1e30;
+            snprintf(rg, sizeof rg, "%s/r.gguf", dir);
+            snprintf(prg, sizeof prg, "%s/pr.gguf", dir);
+            QT_EQ_INT(CLI("rotate %s %s --text-only --quiet", in, rd), QX_EXIT_USAGE);   /* a safetensors OUT keeps the tower */
+            QT_CHECKF(strstr(g_err, "--text-only: for a GGUF OUT"), "%s", g_err);
+            QT_EQ_INT(CLI("rotate %s %s", in, rg), QX_EXIT_PROCESS);
+            QT_CHECKF(count_lines(g_err) == 1 && strstr(g_err, "--text-only") && !qx_path_exists(rg), "%s", g_err);
+            QT_EQ_INT(CLI("rotate %s %s --text-only --check", in, rg), 0);
+            QT_CHECKF(strstr(g_err, "--text-only") && strstr(g_err, "4 tensors"), "%s rotate: stderr %s", what, g_err);
+            QT_CHECKF(strstr(g_out, "vision tower: not written (--text-only): 4 tensors"), "%s rotate: %s", what, g_out);
+            m = strstr(g_out, "max |difference| ");
+            QT_CHECKF(m && sscanf(m + 17, "%lf, %lf", &dmax, &drel) == 2 && drel <= 2e-5, "%s rotate --check: %s", what, g_out);
+            QT_EQ_INT(CLI("rotate %s %s --quiet", pl, prg), 0);
+            check_vl_gguf(rg, prg, h, what);
+            if (!newer) {
+                QT_EQ_INT(CLI("rotate %s %s --text-only", pl, prg), QX_EXIT_USAGE);
+                QT_CHECKF(strstr(g_err, "no vision tower"), "%s", g_err);
             }
-            QT_CHECK(xa && !has_str(xa, na, "visual") && !has_str(xa, na, "merger"));
-            free(xa);
-            free(xb);
+            printf("    qwen2vl %s rotate --text-only to GGUF F32: tensors as the plain Qwen2 GGUF's; --check logits %.2e of the "
+                   "largest (tol 2e-5)\n", what, drel);
         }
         if (load_model(qg, &a)) {   /* read back as llama.cpp's qwen2vl text model */
             QT_CHECK(qx_store_get_blob(&a, "gguf.vl", NULL) != NULL && qx_vl_tensor_count(&a) == 0);

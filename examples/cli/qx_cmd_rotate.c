@@ -35,7 +35,7 @@
 
 typedef struct rotate_opts {
     const char *in, *out, *layers, *mmproj, *mmproj_out;
-    int online, r3, f64, format, dtype, check;
+    int online, r3, f64, format, dtype, check, text_only;
     qx_opts_common c;
     qx_opts_rotation rot;
 } rotate_opts;
@@ -62,6 +62,10 @@ static const qx_opt rotate_table[] = {
              "(mm.2) is rotated by the same R1, everything else copied (needs --mmproj-out)"},
     {QX_OPT_STRING, "--mmproj-out", .arg = "FILE", QX_AT(rotate_opts, mmproj_out),
      .help = "where --mmproj's rotated copy goes (written with OUT, through a temporary)"},
+    {QX_OPT_FLAG, "--text-only", QX_AT(rotate_opts, text_only),
+     .help = "a Hugging Face Qwen2-VL / Qwen2.5-VL IN to a GGUF OUT: write the text decoder alone (llama.cpp's qwen2vl; "
+             "llama.cpp keeps the vision tower in a separate mmproj file); its merger is rotated but not written, so image "
+             "prompts need the vision tower of IN rotated to safetensors with the same options"},
     {QX_OPT_FLAG, "--f64", QX_AT(rotate_opts, f64),
      .help = "rotate in double for every output dtype (default: f32 arithmetic for weights written as f16/bf16, which moves "
              "~0.05% of them by one unit in the last place)"},
@@ -324,6 +328,7 @@ typedef struct rj_run {
     qx_rotcheck_dim dims[8];
     int n_dims;
     int64_t n_vision;              /* vision tower tensors (Qwen2-VL), merger output projection included */
+    uint64_t vision_bytes;         /* their bytes in IN */
     int gguf_vl;                   /* a llama.cpp qwen2vl text GGUF (its mmproj: job->mmproj, or not rotated) */
     qx_out mmproj;                 /* job->mmproj's rotated copy, staged by rj_on_rotations */
     int mmproj_staged;
@@ -386,6 +391,11 @@ static int rj_load_input(rj_run* j) {
     if (r != QUAROT_OK) return qx_cli_fail(j->cli, r == QUAROT_ERR_OUT_OF_MEMORY ? QX_EXIT_INTERNAL : QX_EXIT_INPUT, "%s", j->e.msg);
     snprintf(j->src_format, sizeof j->src_format, "%s", j->s.source_format);
     j->n_vision = strcmp(j->s.config.arch, "qwen2vl") == 0 ? qx_vl_tensor_count(&j->s) : 0;
+    {
+        int64_t i;
+        for (i = 0; j->n_vision > 0 && i < j->s.count; ++i)
+            if (strncmp(j->s.items[i].name, "visual.", 7) == 0) j->vision_bytes += quarot_tensor_nbytes(&j->s.items[i].t);
+    }
     j->gguf_vl = qx_store_get_blob(&j->s, "gguf.vl", NULL) != NULL;
     snprintf(bus_what, sizeof bus_what, "quarot rotate: %.1000s", in);
     qx_sigbus_cleanup(bus_what);
@@ -410,9 +420,16 @@ static int rj_pick_format(rj_run* j) {
         snprintf(j->out_format, sizeof j->out_format, "%s", j->family);
     if (strcmp(j->family, "llama2c") == 0 && l2c_unfit(c))
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as llama2.c: %s", out, c->arch, l2c_unfit(c));
-    if (strcmp(j->family, "gguf") == 0 && j->n_vision > 0)
+    if (j->job->text_only && j->n_vision == 0)
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "--text-only: %s (%s) has no vision tower to leave out (it is for Hugging Face Qwen2-VL / "
+                                                  "Qwen2.5-VL checkpoints)", j->job->in, c->arch);
+    if (j->job->text_only && strcmp(j->family, "gguf") != 0)
+        return qx_cli_fail(j->cli, QX_EXIT_USAGE, "--text-only: for a GGUF OUT (llama.cpp's qwen2vl text model); a %s OUT keeps the vision "
+                                                  "tower", j->family);
+    if (strcmp(j->family, "gguf") == 0 && j->n_vision > 0 && !j->job->text_only)
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: %s has a vision tower (%lld tensors), which llama.cpp keeps in a separate mmproj "
-                                                    "file this tool does not write: rotate it to safetensors", out, c->arch, (long long)j->n_vision);
+                                                    "file this tool does not write: rotate it to safetensors, or --text-only writes the text "
+                                                    "decoder alone", out, c->arch, (long long)j->n_vision);
     if (strcmp(j->family, "gguf") == 0 && !qx_gguf_arch_supported(c->arch, NULL))
         return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: architecture %s cannot be written as GGUF here (llama, qwen2, qwen3)", out, c->arch);
     if (j->job->mmproj && !j->gguf_vl)
@@ -426,10 +443,18 @@ static int rj_pick_format(rj_run* j) {
 /* Vision-language models, never silent: what the rotation does with the vision tower. */
 static int rj_vision_note(rj_run* j) {
     const char* in = j->job->in;
-    if (j->n_vision > 0)
+    if (j->n_vision > 0 && j->job->text_only) {   /* never silent, even with --quiet */
+        rj_warn_line(j->cli);
+        fprintf(stderr, "quarot rotate: --text-only: %s: the text decoder only; the vision tower (%lld tensors, %llu bytes) is not "
+                        "written. Its merger output projection (%s, %s) is rotated by R1 with the text stream: image embeddings enter "
+                        "this model right only through the vision tower with that rotated merger (`quarot rotate IN DIR` with the same "
+                        "rotation options writes it), so with the original vision tower only text prompts are right\n",
+                j->job->out, (long long)j->n_vision, (unsigned long long)j->vision_bytes, QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS);
+    } else if (j->n_vision > 0) {
         qx_cli_info(j->cli, "%s: vision tower: %lld tensors kept unrotated (they read only the vision activations); the merger's "
                             "output projection (%s, %s) rotated on its output side so image embeddings enter the rotated stream",
                     in, (long long)(j->n_vision - 2), QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS);
+    }
     if (j->gguf_vl && !j->job->mmproj) {   /* with --mmproj: said once both files are written (rj_print_work) */
         if (j->job->strict)
             return qx_cli_fail(j->cli, QX_EXIT_PROCESS, "%s: --strict: a qwen2vl text GGUF: its mmproj file (the vision tower) is not rotated "
@@ -714,6 +739,7 @@ static int rj_rotate(rj_run* j) {
     ro.drop_pages = 1;
     ro.threads = job->threads;
     ro.f64_arithmetic = job->f64;
+    ro.leave_out = job->text_only ? "visual." : NULL;
     if (j->dir_out && strcmp(j->src_format, "safetensors-dir") == 0) ro.shard_bytes = largest_shard(job->in);   /* 0: one file */
     memset(&rp, 0, sizeof rp);
     rp.cli = j->cli;
@@ -763,7 +789,11 @@ static void rj_print_rotations(const rj_run* j) {
     if (j->n_hf_files > 0)
         printf("  copied %d Hugging Face file%s (tokenizer, generation config) into %s\n", j->n_hf_files, j->n_hf_files > 1 ? "s" : "", job->out);
     printf("  R1: %s\n  R2: %s\n", j->st.r1, job->no_r2 ? "off (--no-r2)" : j->st.r2);
-    if (j->n_vision > 0)
+    if (j->n_vision > 0 && job->text_only)
+        printf("  vision tower: not written (--text-only): %lld tensors, %llu bytes; its merger output projection was rotated by R1 "
+               "with the text stream, so image prompts need the vision tower of IN rotated with the same options (quarot rotate IN "
+               "DIR), not the original's\n", (long long)j->n_vision, (unsigned long long)j->vision_bytes);
+    else if (j->n_vision > 0)
         printf("  vision tower: %lld tensors kept unrotated; merger output projection rotated (%s, %s: R1 on the output side)\n",
                (long long)(j->n_vision - 2), QX_VL_MERGER_WEIGHT, QX_VL_MERGER_BIAS);
     if (j->gguf_vl && job->mmproj)
@@ -937,7 +967,7 @@ static int rj_check(rj_run* j) {
     quarot_result r;
     double d = 0.0, amax = 0.0;
     double *pa = NULL, *pb = NULL, na[RJ_PATCHES], nb[RJ_PATCHES];
-    int rc = QX_EXIT_OK, vl = j->n_vision > 0;
+    int rc = QX_EXIT_OK, vl = j->n_vision > 0 && !j->job->text_only;   /* --text-only: OUT has no merger */
     if (c->max_seq > 0 && T > c->max_seq) T = c->max_seq;
     for (i = 0; i < T; ++i) toks[i] = (int32_t)((i * 37 + 1) % V);
     memset(&ra, 0, sizeof ra);
@@ -1146,6 +1176,7 @@ static void rotate_fill_job(const rotate_opts* o, const int64_t* layer_list, int
     job->check = o->check;
     job->mmproj = o->mmproj;
     job->mmproj_out = o->mmproj_out;
+    job->text_only = o->text_only;
 }
 
 int qx_cmd_rotate(int argc, char** argv) {

@@ -47,6 +47,8 @@ typedef struct qx_rotate_job {
     const char* mmproj;                      /* a llama.cpp qwen2vl text GGUF IN: its mmproj file, whose merger output
                                                 (mm.2) is rotated by the same R1 into mmproj_out (NULL: none) */
     const char* mmproj_out;
+    int text_only;                           /* a Hugging Face vision-language IN to a GGUF OUT: the text decoder alone
+                                                (qx_rotate_file_opts.leave_out "visual."), llama.cpp's qwen2vl */
 } qx_rotate_job;
 
 #define QX_ROTATE_CHECK_TOKENS 16

@@ -53,6 +53,8 @@ typedef struct qx__sink {
     int to_interleaved;
     const qx_rotate_sink* caller;   /* QX__OUT_CALLER, begun */
     int direct_mode;             /* safetensors: how the weights were written (set on finish) */
+    const char* leave_out;       /* opts.leave_out: names with this prefix are not written */
+    int64_t left_out;            /* how many were put and not written */
 } qx__sink;
 
 /* q/k projections (weights, biases) and qwen3's per-head q/k norms carry the RoPE row order. */
@@ -88,6 +90,10 @@ static quarot_result qx__permuted(const quarot_tensor* t, int64_t hd, int to_il,
 static quarot_result qx__sink_put_raw(qx__sink* k, const char* name, const quarot_tensor* t, qx_err* e);
 
 static quarot_result qx__sink_put(qx__sink* k, const char* name, const quarot_tensor* t, qx_err* e) {
+    if (k->leave_out && strncmp(name, k->leave_out, strlen(k->leave_out)) == 0) {   /* not in the plan */
+        k->left_out++;
+        return QUAROT_OK;
+    }
     if (k->perm_hd > 0 && strncmp(name, "model.layers.", 13) == 0 && qx__rope_rows(name)) {
         quarot_tensor pt;
         void* mem = NULL;
@@ -667,19 +673,21 @@ static quarot_result qx__tensor_done(void* user, const char* name) {
 /* The output's tensors: the store's (views, before any copy) and the processor's creations. The
    names point into the store and the processor: valid until the tensor is written and removed. */
 static quarot_result qx__plan(const qx_store* s, const quarot_processor* p, quarot_dtype dt, const char* fmt,
-                              qx_tensor_plan** out, int64_t* n_out) {
+                              const char* leave_out, qx_tensor_plan** out, int64_t* n_out) {
     int64_t i, n = 0;
     /* GGUF keeps vectors (norms, biases) in f32 under a dtype change or a conversion, as llama.cpp's
        converter does */
     int vec_f32 = strcmp(fmt, "gguf") == 0 && (dt != QUAROT_DTYPE_DEFAULT || strcmp(s->source_format, "gguf") != 0);
     qx_tensor_plan* pl = (qx_tensor_plan*)calloc((size_t)(s->count + p->n_creates + 1), sizeof *pl);
     if (!pl) return QUAROT_ERR_OUT_OF_MEMORY;
-    for (i = 0; i < s->count; ++i, ++n) {
+    for (i = 0; i < s->count; ++i) {
+        if (leave_out && leave_out[0] && strncmp(s->items[i].name, leave_out, strlen(leave_out)) == 0) continue;
         pl[n].name = s->items[i].name;
         pl[n].dtype = dt != QUAROT_DTYPE_DEFAULT ? dt : s->items[i].t.dtype;
         memcpy(pl[n].ne, s->items[i].t.ne, sizeof pl[n].ne);
         pl[n].n_dims = qx_plan_rank(pl[n].ne);
         if (!qx_store_get_shape(s, pl[n].name, &s->items[i].t, &pl[n].rank, &pl[n].shape)) pl[n].shape = NULL;
+        ++n;
     }
     for (i = 0; i < p->n_creates; ++i) {
         const quarot_tensor_spec* c = &p->creates[i];
@@ -725,6 +733,7 @@ static quarot_result qx__sink_begin(qx__sink* k, const qx_store* s, const qx_ten
     const char* fmt = qx__out_format(s, o);
     int il;
     memset(k, 0, sizeof *k);
+    k->leave_out = o->leave_out && o->leave_out[0] ? o->leave_out : NULL;
     if (o->sink) {
         quarot_result r = o->sink->begin(o->sink->user, s, pl, n, e);
         k->kind = QX__OUT_CALLER;
@@ -1308,7 +1317,7 @@ static quarot_result qx__run_plan(qx__run* u) {
     quarot_processor* p = &u->p;
     const qx_rotate_file_opts* o = u->o;
     int64_t i;
-    quarot_result r = qx__plan(u->s, p, o->dtype, qx__out_format(u->s, o), &u->plan, &u->n_plan);
+    quarot_result r = qx__plan(u->s, p, o->dtype, qx__out_format(u->s, o), o->leave_out, &u->plan, &u->n_plan);
     if (r != QUAROT_OK) { qx_err_set(u->e, "%s: out of memory", o->out_path); return r; }
     /* the plan's names are the store's: a decoder layer's are freed once it is written (step 5), so
        what config.json needs from the plan is taken now */
@@ -1617,8 +1626,13 @@ quarot_result qx_rotate_file(qx_store* s, const quarot_rotate_desc* desc, const 
     if (r == QUAROT_OK) r = qx__run_layers(&u);
     if (r == QUAROT_OK) r = qx__run_globals_last(&u);
     if (r == QUAROT_OK) r = qx__run_publish(&u);
-    if (r == QUAROT_OK) st->total_s = qx_now() - u.t_start;
-    else qx__err_unstage(&u.stg, o->out_path, e);
+    if (r == QUAROT_OK) {
+        st->total_s = qx_now() - u.t_start;
+        st->tensors_left_out = u.sink.left_out;   /* put, and counted as written, but not in the output */
+        st->tensors_written -= u.sink.left_out;
+    } else {
+        qx__err_unstage(&u.stg, o->out_path, e);
+    }
     qx__run_free(&u);
     return r;
 }

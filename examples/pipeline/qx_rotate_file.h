@@ -105,6 +105,9 @@ typedef struct qx_rotate_file_opts {
        a qwen2vl mmproj file with the processor's R1 here) */
     quarot_result (*on_rotations)(void* user, const quarot_processor* p, qx_err* e);
     void* rotations_user;
+    const char* leave_out;       /* not NULL: tensors whose names start with it are rotated as the plan says but
+                                    not written (absent from the output's plan): "visual." writes a vision-language
+                                    model's text decoder alone */
 } qx_rotate_file_opts;
 
 typedef struct qx_rotate_file_stats {
@@ -142,6 +145,7 @@ typedef struct qx_rotate_file_stats {
     char global_whole_why[256];  /* with global_window_rows 0, when windows were considered: why not */
     int stale_hooks_removed;     /* a single-file output without hooks replaced a model that had a hook
                                     file: that file was removed with it (--force) */
+    int64_t tensors_left_out;    /* opts.leave_out: tensors not written (not counted in tensors_written) */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds
