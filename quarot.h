@@ -47,7 +47,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>online           online-rotation hook IR, quarot_online_apply, versioned text serialization
     >>processor        plan, rotations and commands built and validated before any write; quarot_rotate_model
     >>processor_run    (implementation only) fusion, mean baking, commands, layers, exactly-once check
-    >>processor_bytensor (implementation only) a layer one weight at a time (quarot_model.tensor_done)
+    >>processor_bytensor (implementation only) a layer one weight at a time (tensor_done), stacked experts per expert
     >>processor_moe    (implementation only) R4 per expert, hooks of MoE layers, 3-D expert tensors one at a time
     >>adapt            Adapt Rotation: activation capture, Newton-Schulz optimizer, stage-1 context
     >>adapt_solve      (implementation only) stage 1's polar factor: the methods, X^T X, sigma_max, deflation
@@ -1039,6 +1039,19 @@ typedef struct quarot_model {
     // tensor on its first get_tensor can write and free it here, so a layer of many experts never
     // exists whole in working precision. The results are the same bits as without it.
     quarot_result (*tensor_done)(void* user_data, const char* name);
+    // Optional, both or neither, with tensor_done (NULL: stacked experts are taken whole). Set, a
+    // stacked expert weight [n_experts][out][in] (a block of kind EXPERTS with expert -1) of a layer
+    // run tensor by tensor goes one expert at a time: get_slice(name, e) gives expert e as a
+    // writable 2-D tensor {in, out} (a copy in working precision, say), the weight's norm scaling and
+    // every command on it are applied to that slice, then slice_done(name, e) hands it back (the
+    // binding can write and free it); experts come in order 0 .. n_experts - 1, then tensor_done.
+    // The rotation pass then never asks get_tensor for such a weight (validation still reads its
+    // view), so the model needs no more than one expert of it in working precision at a time. Taken
+    // whole instead: a weight no command of the layer touches, one whose norm has a bias, one with
+    // a command on a row range. The same bits as the whole tensor; on_command is called once per
+    // command, before its first slice.
+    quarot_result (*get_slice)(void* user_data, const char* name, int64_t index, quarot_tensor* out);
+    quarot_result (*slice_done)(void* user_data, const char* name, int64_t index);
 } quarot_model;
 
 // >>adapter
@@ -1454,6 +1467,9 @@ typedef struct quarot_processor {
     int64_t fused_into_commands;               // weights whose norm scaling rode on their first command
                                                // (desc.separate_fusions)
     quarot_rotation* r2_layers;                // [n_layers] with desc.r2_matrices (rot[R2] = layer 0's); else NULL
+    const char* slice_of;                      // not NULL: the stacked weight running expert by expert
+    quarot_tensor slice;                       // its current expert (quarot_model.get_slice), what
+                                               // the processor's own lookups of slice_of give
 } quarot_processor;
 
 // The steps one by one (quarot_rotate_model runs them all). init builds the plan, the rotations and
@@ -1494,7 +1510,7 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // (no declarations: the execution half of the processor, see >>processor)
 
 // >>processor_bytensor
-// (no declarations: a decoder layer run tensor by tensor, see quarot_model.tensor_done)
+// (no declarations: a decoder layer run tensor by tensor, see quarot_model.tensor_done and get_slice)
 
 // >>processor_moe
 // (no declarations: the processor's steps for MoE layers, see >>moe)
@@ -10802,6 +10818,10 @@ static quarot_result quarot__resolve_config(quarot_model* m, quarot_model_config
 static quarot_result quarot__get(quarot_processor* p, const char* name, quarot_tensor* t) {
     quarot_result r;
     memset(t, 0, sizeof *t);
+    if (p->slice_of && strcmp(name, p->slice_of) == 0) {   // one expert of it (>>processor_bytensor)
+        *t = p->slice;
+        return QUAROT_OK;
+    }
     if (!p->model->get_tensor) return QUAROT_ERR_INVALID_ARGUMENT;
     r = p->model->get_tensor(p->model->user_data, name, t);
     if (r == QUAROT_ERR_NOT_FOUND) { quarot__model_error(p->model, "tensor '%s' not found", name); return r; }
@@ -10818,6 +10838,7 @@ static quarot_result quarot__get(quarot_processor* p, const char* name, quarot_t
 static int quarot__exists(quarot_processor* p, const char* name) {
     quarot_tensor t;
     if (!name || !name[0]) return 0;
+    if (p->slice_of && strcmp(name, p->slice_of) == 0) return 1;
     return p->model->get_tensor(p->model->user_data, name, &t) == QUAROT_OK;
 }
 
@@ -11455,8 +11476,9 @@ static quarot_result quarot__fuse_linear(quarot_processor* p, const quarot_plan_
     quarot_result res;
     if ((res = quarot__get(p, l->weight, &w)) != QUAROT_OK) return res;
     out = quarot_tensor_nrows(&w);
+    // (an expert of a stacked weight, p->slice_of, keeps the stacked weight's path below: the same bits)
     if (!beta && w.dtype == QUAROT_DTYPE_F32 && gdt != QUAROT_DTYPE_F64 && w.ne[0] == L && w.ne[2] == 1 &&
-        w.ne[3] == 1 && w.nb[0] == sizeof(float)) {
+        w.ne[3] == 1 && w.nb[0] == sizeof(float) && !p->slice_of) {
         float* g32 = (float*)quarot_env_alloc(env, (size_t)L * sizeof(float));
         if (!g32) return QUAROT_ERR_OUT_OF_MEMORY;
         for (j = 0; j < L; ++j) g32[j] = (float)g[j];   // exact: g came from f32 / f16 / bf16
@@ -11613,16 +11635,18 @@ static quarot_result quarot__run_bake(quarot_processor* p, const quarot_plan_bak
 
 // count: 0 in a row window that is not the last (the command counts as run once, in the last).
 // g (not NULL): a fusion's f32 gains folded into this command (quarot__fold_target); when on_command asks
-// for anything but one plain run, the weight is scaled first, as the fusion would have.
-static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c, int count, const float* g) {
+// for anything but one plain run, the weight is scaled first, as the fusion would have. act: what
+// on_command said (0 run, 1 skip, 2 twice). While p->slice_of names the weight, w is one expert of
+// a stacked weight and gets what every expert of the whole tensor gets (no bias).
+static quarot_result quarot__run_command_as(quarot_processor* p, quarot_command* c, int count, const float* g,
+                                            int act) {
     const quarot_env* env = &p->model->env;
     quarot_tensor w, b;
     quarot_rotation folded;
     float* sg = NULL;
     double* sg64 = NULL;
-    int has_bias, times = 1, act = 0, k;
+    int has_bias, times = 1, k;
     quarot_result res;
-    if (p->desc.on_command) act = p->desc.on_command(p->desc.user_data, c);
     if ((res = quarot__get(p, c->weight, &w)) != QUAROT_OK) return res;
     if ((res = quarot__command_rows(p, c, &w, NULL)) != QUAROT_OK) return res;
     folded =
@@ -11648,8 +11672,9 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
     if (has_bias && (res = quarot__get(p, c->bias, &b)) != QUAROT_OK) goto done;
     if (has_bias && (res = quarot__command_rows(p, c, NULL, &b)) != QUAROT_OK) goto done;
     for (k = 0; k < times; ++k) {
-        const int64_t ns = quarot__n_slices(&w);
+        const int64_t ns = p->slice_of ? 0 : quarot__n_slices(&w);
         int64_t e;
+        if (p->slice_of) res = quarot_command_apply(c, k == 0 ? &folded : &p->rot[c->rotation], &w, NULL, env);
         for (e = 1; e < ns && res == QUAROT_OK; ++e) {   // 3-D experts: one expert at a time (expert 0 below)
             quarot_tensor se;
             quarot__slice(&w, e, &se);
@@ -11659,7 +11684,7 @@ static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c,
             quarot_tensor s0;
             quarot__slice(&w, 0, &s0);
             res = quarot_command_apply(c, k == 0 ? &folded : &p->rot[c->rotation], &s0, NULL, env);
-        } else if (res == QUAROT_OK) {
+        } else if (res == QUAROT_OK && !p->slice_of) {
             res = quarot_command_apply(
                 c, k == 0 || (c->rotation == QUAROT_ROT_R2 && p->r2_layers) ? &folded : &p->rot[c->rotation], &w,
                 has_bias ? &b : NULL, env);
@@ -11674,6 +11699,11 @@ done:
     quarot_env_free(env, sg);
     quarot_env_free(env, sg64);
     return res;
+}
+
+static quarot_result quarot__run_command(quarot_processor* p, quarot_command* c, int count, const float* g) {
+    const int act = p->desc.on_command ? p->desc.on_command(p->desc.user_data, c) : 0;
+    return quarot__run_command_as(p, c, count, g, act);
 }
 
 // A decoder layer tensor by tensor (>>processor_bytensor).
@@ -11924,7 +11954,64 @@ QUAROT_API quarot_result quarot_rotate_model(quarot_model* model, const quarot_r
 // command on it, every command on one weight runs together in plan order, then tensor_done names
 // the weight and its bias. The same arithmetic on every tensor as quarot__run_scope's order (a
 // command changes only its own weight and bias), so the same bits; what differs is that the model
-// needs no more than one weight of the layer in its working precision at a time.
+// needs no more than one weight of the layer in its working precision at a time. A stacked expert
+// weight goes one expert at a time where the model has get_slice (quarot__slices_of): its scaling
+// and commands on expert 0, slice_done, then expert 1, ...; the experts of the whole tensor never
+// mix (each command acts on each expert alone), so again the same bits.
+
+// How many experts weight `name` of `layer` runs one at a time (0: whole), and an expert's {in, out}.
+static int64_t quarot__slices_of(const quarot_processor* p, int64_t layer, const char* name, int64_t* in,
+                                 int64_t* out) {
+    int64_t i, k, n = 0;
+    if (!p->model->get_slice || !p->model->slice_done) return 0;
+    for (i = 0; i < p->plan.n_blocks && n == 0; ++i) {
+        const quarot_plan_block* b = &p->plan.blocks[i];
+        const int down = strcmp(name, b->down) == 0;
+        if (b->layer != layer || b->kind != QUAROT_BLOCK_EXPERTS || b->expert >= 0 || b->n_experts < 2) continue;
+        if (!down && strcmp(name, b->gate) != 0 && strcmp(name, b->up) != 0) continue;
+        n = b->n_experts;
+        *in = down ? b->intermediate : p->model->config.hidden;
+        *out = down ? p->model->config.hidden : b->intermediate;
+    }
+    for (i = 0; n > 0 && i < p->n_commands; ++i)   // a row range is checked against the whole tensor
+        if (p->commands[i].layer == layer && p->commands[i].rows > 0 && strcmp(p->commands[i].weight, name) == 0)
+            return 0;
+    for (i = 0; n > 0 && i < p->plan.n_fusions; ++i) {   // a norm bias adds to the weight's bias: whole
+        const quarot_plan_fusion* f = &p->plan.fusions[i];
+        if (f->layer != layer || !f->norm_bias[0]) continue;
+        for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k)
+            if (strcmp(p->plan.linears[k].weight, name) == 0) return 0;
+    }
+    return n;
+}
+
+// Expert e of a stacked weight from get_slice, checked ({in, out}); the processor's lookups of
+// `name` give it until p->slice_of is reset.
+static quarot_result quarot__slice_get(quarot_processor* p, const char* name, int64_t e, int64_t in, int64_t out) {
+    quarot_model* m = p->model;
+    quarot_tensor t;
+    quarot_result res;
+    memset(&t, 0, sizeof t);
+    if ((res = m->get_slice(m->user_data, name, e, &t)) != QUAROT_OK) {
+        quarot__model_error(m, "get_slice('%s', %lld) failed: %s", name, (long long)e, quarot_result_string(res));
+        return res;
+    }
+    if ((res = quarot_tensor_validate(&t)) != QUAROT_OK) {
+        quarot__model_error(m, "get_slice('%s', %lld): invalid view (%s)", name, (long long)e,
+                            quarot_result_string(res));
+        return res;
+    }
+    if (t.ne[0] != in || t.ne[1] != out || t.ne[2] != 1 || t.ne[3] != 1) {
+        quarot__model_error(m, "get_slice('%s', %lld) is {%lld, %lld, %lld, %lld}, expected one expert {%lld, %lld}",
+                            name, (long long)e, (long long)t.ne[0], (long long)t.ne[1], (long long)t.ne[2],
+                            (long long)t.ne[3], (long long)in, (long long)out);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    p->slice_of = name;
+    p->slice = t;
+    return QUAROT_OK;
+}
+
 static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t layer) {
     const quarot_env* env = &p->model->env;
     quarot_model* m = p->model;
@@ -11935,9 +12022,10 @@ static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t lay
     double** gs = (double**)quarot_env_alloc(env, (size_t)(2 * p->plan.n_fusions + 1) * sizeof(double*));
     quarot_dtype* gdt = (quarot_dtype*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(quarot_dtype));
     int64_t* gl = (int64_t*)quarot_env_alloc(env, (size_t)(p->plan.n_fusions + 1) * sizeof(int64_t));
+    int* act = (int*)quarot_env_alloc(env, (size_t)(n + 1) * sizeof(int));   // on_command's answers (experts)
     int64_t i, j, k, fi;
     quarot_result res = QUAROT_OK;
-    if (!fold || !first || !ran || !gs || !gdt || !gl) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
+    if (!fold || !first || !ran || !gs || !gdt || !gl || !act) { res = QUAROT_ERR_OUT_OF_MEMORY; goto done; }
     for (i = 0; i < n; ++i) { fold[i] = NULL; ran[i] = 0; }
     for (fi = 0; fi < 2 * p->plan.n_fusions; ++fi) gs[fi] = NULL;
     // each fusion's gains, then its norm reset; a reader no command of the layer touches is scaled now
@@ -11976,21 +12064,41 @@ static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t lay
     }
     for (i = 0; i < n; ++i) {
         const char* wname;
+        int64_t slices, s_in = 0, s_out = 0, e;
         if (p->commands[i].layer != layer || ran[i]) continue;
         wname = p->commands[i].weight;
-        for (fi = 0; fi < p->plan.n_fusions; ++fi) {   // the scaling of the reader whose first command this is
-            const quarot_plan_fusion* f = &p->plan.fusions[fi];
-            if (f->layer != layer) continue;
-            for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
-                if (first[k] != i) continue;
-                res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi], fold);
-                if (res != QUAROT_OK) goto done;
+        slices = quarot__slices_of(p, layer, wname, &s_in, &s_out);
+        for (j = i; j < n && slices > 0; ++j)   // the observer once per command, before its first expert
+            if (p->commands[j].layer == layer && !ran[j] && strcmp(p->commands[j].weight, wname) == 0)
+                act[j] = p->desc.on_command ? p->desc.on_command(p->desc.user_data, &p->commands[j]) : 0;
+        for (e = 0; e < (slices > 0 ? slices : 1); ++e) {   // once, or once per expert
+            const int last = e == slices - 1;
+            if (slices > 0 && (res = quarot__slice_get(p, wname, e, s_in, s_out)) != QUAROT_OK) goto done;
+            for (fi = 0; fi < p->plan.n_fusions; ++fi) {   // the scaling of the reader whose first command this is
+                const quarot_plan_fusion* f = &p->plan.fusions[fi];
+                if (f->layer != layer) continue;
+                for (k = f->first_linear; k < f->first_linear + f->n_linears; ++k) {
+                    if (first[k] != i) continue;
+                    res = quarot__fuse_linear(p, f, k, gs[2 * fi], gs[2 * fi + 1], gl[fi], gdt[fi],
+                                              slices > 0 ? NULL : fold);
+                    if (res != QUAROT_OK) goto done;
+                }
             }
-        }
-        for (j = i; j < n; ++j) {
-            if (p->commands[j].layer != layer || ran[j] || strcmp(p->commands[j].weight, wname) != 0) continue;
-            if ((res = quarot__run_command(p, &p->commands[j], 1, fold[j])) != QUAROT_OK) goto done;
-            ran[j] = 1;
+            for (j = i; j < n; ++j) {
+                if (p->commands[j].layer != layer || ran[j] || strcmp(p->commands[j].weight, wname) != 0) continue;
+                res = slices > 0 ? quarot__run_command_as(p, &p->commands[j], last, NULL, act[j])
+                                 : quarot__run_command(p, &p->commands[j], 1, fold[j]);
+                if (res != QUAROT_OK) goto done;
+                if (slices == 0 || last) ran[j] = 1;
+            }
+            if (slices > 0) {
+                p->slice_of = NULL;
+                if ((res = m->slice_done(m->user_data, wname, e)) != QUAROT_OK) {
+                    quarot__model_error(m, "slice_done('%s', %lld) failed: %s", wname, (long long)e,
+                                        quarot_result_string(res));
+                    goto done;
+                }
+            }
         }
         for (j = i; j < n; ++j) {   // the biases of those commands, then the weight
             const quarot_command* c = &p->commands[j];
@@ -12005,8 +12113,10 @@ static quarot_result quarot__run_scope_bytensor(quarot_processor* p, int64_t lay
         }
     }
 done:
+    p->slice_of = NULL;
     for (i = 0; fold && i < n; ++i) quarot_env_free(env, fold[i]);
     for (fi = 0; gs && fi < 2 * p->plan.n_fusions; ++fi) quarot_env_free(env, gs[fi]);
+    quarot_env_free(env, act);
     quarot_env_free(env, fold);
     quarot_env_free(env, first);
     quarot_env_free(env, ran);

@@ -80,14 +80,68 @@ typedef struct td_state {
     mt_model* m;
     char done[MAXT][QUAROT_NAME_MAX];
     int n_done, asked_after, twice;
+    /* get_slice / slice_done (slices = 1): expert e of a stacked weight is copied into buf and copied
+       back on slice_done; the rotation pass must ask for no stacked weight whole, and take the
+       experts of each in order, one at a time */
+    int slices, rotating;
+    int whole_asked, bad_order, n_slices;
+    char cur[QUAROT_NAME_MAX];   /* the weight whose expert cur_e is out ("" none) */
+    int64_t cur_e, next_e;
+    float* buf;
+    int64_t max_slice;           /* largest slice handed out, elements */
+    int64_t observed;            /* on_command calls */
 } td_state;
+
+static int td_observe(void* u, const quarot_command* c) {
+    (void)c;
+    ((td_state*)u)->observed++;
+    return 0;
+}
 
 static quarot_result td_get(void* u, const char* name, quarot_tensor* out) {
     td_state* t = (td_state*)u;
+    quarot_result r;
     int i;
     for (i = 0; i < t->n_done; ++i)
         if (strcmp(t->done[i], name) == 0) t->asked_after++;
-    return mt_get_tensor(t->m, name, out);
+    r = mt_get_tensor(t->m, name, out);
+    if (r == QUAROT_OK && t->slices && t->rotating && out->ne[2] > 1) t->whole_asked++;
+    return r;
+}
+
+static quarot_result td_get_slice(void* u, const char* name, int64_t e, quarot_tensor* out) {
+    td_state* t = (td_state*)u;
+    quarot_tensor w;
+    int64_t ne[2];
+    quarot_result r = mt_get_tensor(t->m, name, &w);
+    if (r != QUAROT_OK) return r;
+    if (t->cur[0] || w.ne[2] < 2 || e < 0 || e >= w.ne[2]) { t->bad_order++; return QUAROT_ERR_STATE; }
+    if (e != t->next_e) t->bad_order++;   /* experts 0, 1, ... of one weight, then the next weight's */
+    ne[0] = w.ne[0];
+    ne[1] = w.ne[1];
+    t->buf = (float*)malloc((size_t)(ne[0] * ne[1]) * sizeof(float));
+    if (!t->buf) return QUAROT_ERR_OUT_OF_MEMORY;
+    memcpy(t->buf, (const char*)w.data + (size_t)e * w.nb[2], (size_t)(ne[0] * ne[1]) * sizeof(float));
+    if (ne[0] * ne[1] > t->max_slice) t->max_slice = ne[0] * ne[1];
+    snprintf(t->cur, sizeof t->cur, "%s", name);
+    t->cur_e = e;
+    return quarot_tensor_init(out, t->buf, QUAROT_DTYPE_F32, 2, ne);
+}
+
+static quarot_result td_slice_done(void* u, const char* name, int64_t e) {
+    td_state* t = (td_state*)u;
+    quarot_tensor w;
+    if (strcmp(t->cur, name) != 0 || e != t->cur_e || mt_get_tensor(t->m, name, &w) != QUAROT_OK) {
+        t->bad_order++;
+        return QUAROT_ERR_STATE;
+    }
+    memcpy((char*)w.data + (size_t)e * w.nb[2], t->buf, (size_t)(w.ne[0] * w.ne[1]) * sizeof(float));
+    free(t->buf);
+    t->buf = NULL;
+    t->cur[0] = 0;
+    t->next_e = e + 1 < w.ne[2] ? e + 1 : 0;
+    t->n_slices++;
+    return QUAROT_OK;
 }
 
 static quarot_result td_create(void* u, const char* name, quarot_dtype dt, int n_dims, const int64_t* ne, quarot_tensor* out) {
@@ -97,6 +151,7 @@ static quarot_result td_create(void* u, const char* name, quarot_dtype dt, int n
 static quarot_result td_done(void* u, const char* name) {
     td_state* t = (td_state*)u;
     int i;
+    if (t->cur[0] || t->next_e != 0) t->bad_order++;   /* an expert still out, or not all of them done */
     for (i = 0; i < t->n_done; ++i)
         if (strcmp(t->done[i], name) == 0) t->twice++;
     if (t->n_done < MAXT) snprintf(t->done[t->n_done++], QUAROT_NAME_MAX, "%s", name);
@@ -104,8 +159,9 @@ static quarot_result td_done(void* u, const char* name) {
 }
 
 /* m rotated through the processor's steps; f32: the commands' single-precision flag (the tool's
-   setting for f16 / bf16 outputs, under which norm scalings fold into commands); td: with tensor_done. */
-static int td_rotate(mt_model* m, int online, int f32, td_state* td, quarot_online_list* hooks) {
+   setting for f16 / bf16 outputs, under which norm scalings fold into commands); td: with tensor_done
+   (and with get_slice / slice_done when slices). */
+static int td_rotate(mt_model* m, int online, int f32, td_state* td, int slices, quarot_online_list* hooks) {
     quarot_model qm = mt_binding(m);
     quarot_rotate_desc d;
     quarot_processor p;
@@ -122,35 +178,52 @@ static int td_rotate(mt_model* m, int online, int f32, td_state* td, quarot_onli
         qm.get_tensor = td_get;
         qm.create_tensor = td_create;
         qm.tensor_done = td_done;
+        td->slices = slices;
+        d.on_command = td_observe;
+        d.user_data = td;
+        if (slices) {
+            qm.get_slice = td_get_slice;
+            qm.slice_done = td_slice_done;
+        }
     }
     r = quarot_processor_init(&p, &qm, &d);
     if (r != QUAROT_OK) { printf("    init: %s\n", qm.error); return 0; }
     for (i = 0; i < p.n_commands; ++i) p.commands[i].f32 = f32;
     r = quarot_processor_pre_run(&p);
+    if (td) td->rotating = 1;
     for (l = 0; r == QUAROT_OK && l < m->cfg.n_layers; ++l) r = quarot_processor_run_layer(&p, l);
     if (r == QUAROT_OK) r = quarot_processor_post_run(&p);
     if (r != QUAROT_OK) printf("    rotate: %s\n", qm.error);
+    if (td && r == QUAROT_OK && td->observed != p.n_commands) {
+        printf("    on_command called %lld times for %lld commands\n", (long long)td->observed, (long long)p.n_commands);
+        r = QUAROT_ERR_INTERNAL;
+    }
+    if (td) { free(td->buf); td->buf = NULL; }
     quarot_processor_free(&p);
     return r == QUAROT_OK;
 }
 
 /* With tensor_done a layer runs tensor by tensor: every tensor of the model ends with the same bits
-   as in the plain order, each layer weight is named done once and never asked for again. */
+   as in the plain order, each layer weight is named done once and never asked for again. With
+   get_slice (stacked experts) the rotation pass takes every 3-D weight expert by expert, in order,
+   never whole, and on_command still sees each command once. */
 static void test_moe_tensor_done(void) {
     static mt_model a, b;
     static td_state td;
-    int f, stacked, online, f32;
+    int f, stacked, online, f32, sl;
     for (f = 0; f < 3; ++f)
         for (stacked = 0; stacked < 2; ++stacked)
             for (online = 0; online < 2; ++online)
-                for (f32 = 0; f32 < 2; ++f32) {
+                for (f32 = 0; f32 < 2; ++f32)
+                for (sl = 0; sl <= stacked; ++sl) {
                     quarot_online_list ha, hb;
                     int i, same = 1, layer_weights = 0, named = 0, ok;
+                    int64_t want_slices = 0, want_max = 0;
                     mt_build(&a, (family)f, stacked, 21u + (unsigned)f);
                     mt_build(&b, (family)f, stacked, 21u + (unsigned)f);
                     quarot_online_list_init(&ha, NULL);
                     quarot_online_list_init(&hb, NULL);
-                    ok = td_rotate(&a, online, f32, NULL, &ha) && td_rotate(&b, online, f32, &td, &hb);
+                    ok = td_rotate(&a, online, f32, NULL, 0, &ha) && td_rotate(&b, online, f32, &td, sl, &hb);
                     QT_CHECK(ok);
                     QT_EQ_INT(a.count, b.count);
                     for (i = 0; ok && i < a.count && i < b.count; ++i) {
@@ -158,9 +231,20 @@ static void test_moe_tensor_done(void) {
                         size_t nb = (size_t)(t->ne[0] * t->ne[1] * t->ne[2]) * sizeof(float);
                         same &= strcmp(a.items[i].name, b.items[i].name) == 0 && memcmp(t->data, b.items[i].t.data, nb) == 0;
                         if (strstr(a.items[i].name, "layers.") && strstr(a.items[i].name, "proj.weight")) ++layer_weights;
+                        if (t->ne[2] > 1) {
+                            want_slices += t->ne[2];
+                            if (t->ne[0] * t->ne[1] > want_max) want_max = t->ne[0] * t->ne[1];
+                        }
                     }
                     for (i = 0; i < td.n_done; ++i) named += strstr(td.done[i], "proj.weight") != NULL;
-                    QT_CHECKF(same, "%d %d %d %d: tensors differ", f, stacked, online, f32);
+                    QT_CHECKF(same, "%d %d %d %d %d: tensors differ", f, stacked, online, f32, sl);
+                    if (sl) {
+                        QT_CHECKF(want_slices > 0 && td.n_slices == want_slices && td.max_slice == want_max,
+                                  "%d experts of %lld taken one at a time (largest %lld elements, one expert %lld)",
+                                  td.n_slices, (long long)want_slices, (long long)td.max_slice, (long long)want_max);
+                        QT_CHECKF(td.whole_asked == 0 && td.bad_order == 0, "%d stacked weights asked whole, %d out of order",
+                                  td.whole_asked, td.bad_order);
+                    }
                     QT_CHECKF(td.asked_after == 0 && td.twice == 0, "%d asked after done, %d named twice", td.asked_after, td.twice);
                     QT_CHECKF(named == layer_weights, "%d of %d layer projections named done", named, layer_weights);
                     QT_EQ_INT((int)ha.count, (int)hb.count);
