@@ -1485,7 +1485,7 @@ quarot_result qx_gguf_writer_put_rows(qx_gguf_writer* w, const char* name, int64
     if ((r = qx__gw_find(w, name, &p, e)) != QUAROT_OK) return r;
     if (p->raw) { qx_err_set(e, "%s: tensor \"%s\" is planned as blocks (qx_gguf_writer_put_raw)", w->out.path, name); return QUAROT_ERR_STATE; }
     r = qx_out_tensor_rows(&w->out, p->off, p->dt, p->ne, &p->rows_done, row0, t, name, e);
-    if (r == QUAROT_OK && p->rows_done == p->ne[1]) p->written = 1;
+    if (r == QUAROT_OK && p->rows_done == qx_out_rows(p->ne)) p->written = 1;
     return r;
 }
 

@@ -366,7 +366,7 @@ quarot_result qx_packed_writer_put_rows(qx_packed_writer* w, const char* name, i
     if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
     if (!(p = qx__pk_plain(w, name, ne, &r, e))) return r;
     r = qx_out_tensor_rows(&w->out, 8 + w->reserve + p->off, p->dt, ne, &p->rows_done, row0, t, name, e);
-    if (r == QUAROT_OK && p->rows_done == ne[1]) p->written = 1;
+    if (r == QUAROT_OK && p->rows_done == qx_out_rows(ne)) p->written = 1;
     return r;
 }
 

@@ -1801,7 +1801,7 @@ quarot_result qx_st_writer_put_rows(qx_st_writer* w, const char* name, int64_t r
     if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->files[0].path, name); return QUAROT_ERR_NOT_FOUND; }
     if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->files[p->file].path, name); return QUAROT_ERR_STATE; }
     r = qx_out_tensor_rows(&w->files[p->file], p->off, p->dt, p->ne, &p->rows_done, row0, t, name, e);
-    if (r == QUAROT_OK && p->rows_done == p->ne[1]) p->written = 1;
+    if (r == QUAROT_OK && p->rows_done == qx_out_rows(p->ne)) p->written = 1;
     return r;
 }
 

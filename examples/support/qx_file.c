@@ -577,15 +577,22 @@ done:
     return res;
 }
 
+int64_t qx_out_rows(const int64_t* plan_ne) {
+    /* the planned shapes were checked when the file was planned: no overflow here */
+    return plan_ne[1] * plan_ne[2] * plan_ne[3];
+}
+
 quarot_result qx_out_tensor_rows(qx_out* o, uint64_t off, quarot_dtype dt, const int64_t* plan_ne, int64_t* done,
                                  int64_t row0, const quarot_tensor* t, const char* what, qx_err* e) {
     size_t es = quarot_dtype_size(dt == QUAROT_DTYPE_DEFAULT ? QUAROT_DTYPE_F32 : dt);
     quarot_result r;
+    int64_t rows;
     if (!o || !plan_ne || !done || !t || !what) return QUAROT_ERR_INVALID_ARGUMENT;
-    if (plan_ne[2] != 1 || plan_ne[3] != 1 || t->ne[0] != plan_ne[0] || t->ne[2] != 1 || t->ne[3] != 1 || t->ne[1] < 1 ||
-        row0 != *done || t->ne[1] > plan_ne[1] - row0) {
+    rows = qx_out_rows(plan_ne);
+    if (rows < 1 || t->ne[0] != plan_ne[0] || t->ne[2] != 1 || t->ne[3] != 1 || t->ne[1] < 1 || row0 != *done ||
+        t->ne[1] > rows - row0) {
         qx_err_set(e, "%s: tensor \"%s\": rows [%lld, %lld) of [%lld][%lld] do not continue the %lld rows written", o->path, what,
-                   (long long)row0, (long long)(row0 + t->ne[1]), (long long)plan_ne[1], (long long)plan_ne[0], (long long)*done);
+                   (long long)row0, (long long)(row0 + t->ne[1]), (long long)rows, (long long)plan_ne[0], (long long)*done);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     r = qx_out_tensor(o, off + (uint64_t)row0 * (uint64_t)plan_ne[0] * es, dt, t, 0, 0, what, e);

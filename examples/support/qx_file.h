@@ -120,11 +120,15 @@ quarot_result qx_out_pwrite(qx_out* o, const void* data, size_t n, uint64_t off,
    row: its elements). `what` names the tensor in messages. */
 quarot_result qx_out_tensor(qx_out* o, uint64_t off, quarot_dtype dt, const quarot_tensor* t,
                             int64_t head_dim, int to_interleaved, const char* what, qx_err* e);
-/* Rows [row0, row0 + t->ne[1]) of a planned 2-D tensor of shape plan_ne stored at off in dtype dt
-   (t: {plan_ne[0], n}, any strides, converted like qx_out_tensor). Windows come in order: *done
-   counts the rows written so far and must equal row0; it is advanced on success. */
+/* Rows [row0, row0 + t->ne[1]) of a planned tensor of shape plan_ne stored at off in dtype dt, its
+   rows counted across the higher dimensions (qx_out_rows: expert e of a 3-D [n][out][in] is rows
+   [e * out, (e + 1) * out)); t: {plan_ne[0], n}, any strides, converted like qx_out_tensor.
+   Windows come in order: *done counts the rows written so far and must equal row0; it is advanced
+   on success, and the tensor is whole when it reaches qx_out_rows(plan_ne). */
 quarot_result qx_out_tensor_rows(qx_out* o, uint64_t off, quarot_dtype dt, const int64_t* plan_ne, int64_t* done,
                                  int64_t row0, const quarot_tensor* t, const char* what, qx_err* e);
+/* The rows of a planned tensor: plan_ne[1] * plan_ne[2] * plan_ne[3]. */
+int64_t qx_out_rows(const int64_t* plan_ne);
 /* Sets the final length (zero-filled up to it), flushes data to disk and closes the descriptor. */
 quarot_result qx_out_sync(qx_out* o, uint64_t final_size, qx_err* e);
 /* Renames the synced temporary onto the final path and syncs the directory. */
