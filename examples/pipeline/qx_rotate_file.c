@@ -194,6 +194,14 @@ typedef struct qx__rf {
         quarot_tensor t;         /* the current window */
     } win[2];
     int n_win, win_on;
+    /* a stacked expert weight of the held layer taken one expert at a time (quarot_model.get_slice):
+       expert slice_e's copy in slice_mem (NULL: none out), written as rows of the output on
+       slice_done; slice_next experts of slice_name are written so far */
+    char slice_name[QUAROT_NAME_MAX];
+    int64_t slice_e, slice_next;
+    char* slice_mem;
+    size_t slice_bytes;
+    quarot_tensor slice_t;
 } qx__rf;
 
 /* 1 if p was carved out of a slab (never passed to free). */
@@ -601,6 +609,116 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
     return QUAROT_OK;
 }
 
+/* 1 when the output takes a stacked expert weight as rows, one expert at a time (the built-in
+   safetensors and GGUF writers; a caller's sink gets whole tensors, its put_rows is for the
+   embedding and lm_head; a tensor opts.leave_out names is put whole, i.e. not written) and
+   opts.whole_experts does not say otherwise. */
+static int qx__sink_rows(const qx__rf* b, const char* name) {
+    const qx__sink* k = b->sink;
+    if (b->o->whole_experts || !k || (k->leave_out && strncmp(name, k->leave_out, strlen(k->leave_out)) == 0)) return 0;
+    return k->kind == QX__OUT_ST || k->kind == QX__OUT_GGUF;
+}
+
+/* Expert e of a stacked weight [n][out][in] of the held layer (quarot_model.get_slice): a copy of its
+   rows widened as qx__own widens, so the processor's arithmetic sees the same values as in the whole
+   copy; experts in order, one out at a time. An output that takes whole tensors only gets the whole
+   copy (made on the first expert), handed out a slice at a time and written by tensor_done. */
+static quarot_result qx__get_slice(void* user, const char* name, int64_t e, quarot_tensor* out) {
+    qx__rf* b = (qx__rf*)user;
+    qx_entry* en = qx__entry(b->s, name);
+    quarot_tensor src, nt;
+    int64_t first = -1;
+    double t0 = qx_now();
+    quarot_result r;
+    if (!en) return QUAROT_ERR_NOT_FOUND;
+    if (b->phase != 1 || qx_name_layer(name, NULL, NULL) != b->held) {
+        b->st->out_of_layer++;
+        return QUAROT_ERR_STATE;
+    }
+    if (en->t.ne[3] != 1 || e < 0 || e >= en->t.ne[2] || b->slice_mem) return QUAROT_ERR_STATE;
+    if (!en->owned && !qx__sink_rows(b, name)) {
+        b->layer_bytes += (double)quarot_tensor_nbytes(&en->t);
+        r = qx__own(b, en);
+        b->st->read_s += qx_now() - t0;
+        if (r != QUAROT_OK) return r;
+    }
+    src = en->t;   /* expert e as a contiguous 2-D view (of the input, or of the whole copy) */
+    src.data = (char*)en->t.data + (size_t)e * en->t.nb[2];
+    src.ne[2] = 1;
+    src.nb[2] = src.nb[3] = src.nb[1] * (size_t)src.ne[1];
+    if (en->owned) {
+        *out = src;
+        return QUAROT_OK;
+    }
+    if (e != (b->slice_name[0] ? b->slice_next : 0) || (b->slice_name[0] && strcmp(b->slice_name, name) != 0))
+        return QUAROT_ERR_STATE;   /* the output's rows come in order: experts 0, 1, ... of one weight */
+    if ((r = quarot_tensor_init(&nt, NULL, qx__copy_dtype(src.dtype), 2, src.ne)) != QUAROT_OK) return r;
+    b->slice_bytes = quarot_tensor_nbytes(&nt);
+    if (!(b->slice_mem = (char*)qx__take(b, b->slice_bytes))) return QUAROT_ERR_OUT_OF_MEMORY;
+    nt.data = b->slice_mem;
+    r = qx__copy_view(b, &src, b->slice_mem, &first);
+    b->layer_bytes += (double)quarot_tensor_nbytes(&src);
+    if (r == QUAROT_OK) {
+        qx__drop_pages(b);
+        if (b->cur_bytes > b->st->peak_copy_bytes) b->st->peak_copy_bytes = b->cur_bytes;
+    }
+    if (r == QUAROT_OK && first >= 0) {   /* the whole copy's message: rows counted across the experts */
+        qx__nonfinite_msg(&b->in_msg, name, nt.ne[0], e * nt.ne[1], first);
+        b->in_err = r = QUAROT_ERR_NONFINITE;
+    }
+    b->st->read_s += qx_now() - t0;
+    if (r != QUAROT_OK) {
+        qx__give(b, b->slice_mem, b->slice_bytes);
+        b->slice_mem = NULL;
+        return r;
+    }
+    snprintf(b->slice_name, sizeof b->slice_name, "%s", name);
+    b->slice_e = e;
+    b->slice_t = nt;
+    *out = nt;
+    return QUAROT_OK;
+}
+
+/* The processor is done with expert e (quarot_model.slice_done): its rows are written and the copy
+   goes to the spares, where the next expert's copy takes it; after the last expert the store forgets
+   the weight (tensor_done and release find nothing left to write). */
+static quarot_result qx__slice_done(void* user, const char* name, int64_t e) {
+    qx__rf* b = (qx__rf*)user;
+    qx_entry* en = qx__entry(b->s, name);
+    double t0 = qx_now();
+    if (!en) return QUAROT_ERR_NOT_FOUND;
+    if (en->owned && !b->slice_mem) return QUAROT_OK;   /* the whole copy: tensor_done writes it */
+    if (!b->slice_mem || e != b->slice_e || strcmp(name, b->slice_name) != 0) return QUAROT_ERR_STATE;
+    if (b->werr == QUAROT_OK) b->werr = qx__sink_put_rows(b->sink, name, e * b->slice_t.ne[1], &b->slice_t, &b->werr_msg);
+    qx__give(b, b->slice_mem, b->slice_bytes);
+    b->slice_mem = NULL;
+    b->slice_next = e + 1;
+    b->st->expert_slices++;
+    if (b->slice_next == en->t.ne[2]) {
+        if (b->werr == QUAROT_OK) b->st->tensors_written++;
+        b->slice_name[0] = 0;
+        b->slice_next = 0;
+        (void)qx_store_remove(b->s, name);
+    }
+    b->st->write_s += qx_now() - t0;
+    return b->werr;
+}
+
+/* Release of a layer with a stacked weight only partly written (the processor stopped between its
+   experts, i.e. the run fails): the copy out goes back and the weight is not written again whole
+   (the writer's finish would refuse the incomplete tensor; the run never gets there). */
+static void qx__slices_abandon(qx__rf* b) {
+    if (b->slice_mem) {
+        qx__give(b, b->slice_mem, b->slice_bytes);
+        b->slice_mem = NULL;
+    }
+    if (b->slice_name[0]) {
+        (void)qx_store_remove(b->s, b->slice_name);
+        b->slice_name[0] = 0;
+        b->slice_next = 0;
+    }
+}
+
 static quarot_result qx__release(void* user, int64_t layer, int modified) {
     qx__rf* b = (qx__rf*)user;
     int64_t i = 0;
@@ -609,16 +727,19 @@ static quarot_result qx__release(void* user, int64_t layer, int modified) {
     if (b->held != layer) return QUAROT_ERR_STATE;
     t0 = qx_now();
     if (b->phase == 1) qx__phase_end(b, t0);
+    qx__slices_abandon(b);
     while (i < b->s->count) {
         qx_entry* en = &b->s->items[i];
         if (qx_name_layer(en->name, NULL, NULL) != layer) { ++i; continue; }
         if (b->phase == 0) { ++i; continue; }   /* validation only read it */
-        if (b->werr == QUAROT_OK && !en->owned) {   /* no command touched it: written through a copy as the others */
+        /* after a bad input value stopped the run (in_err) nothing more is copied or written */
+        if (b->werr == QUAROT_OK && b->in_err == QUAROT_OK && !en->owned) {   /* no command touched it: written
+                                                                                through a copy as the others */
             b->layer_bytes += (double)quarot_tensor_nbytes(&en->t);
             b->werr = qx__own(b, en);
             if (b->werr == QUAROT_ERR_NONFINITE) b->werr_msg = b->in_msg;
         }
-        if (b->werr == QUAROT_OK) {
+        if (b->werr == QUAROT_OK && b->in_err == QUAROT_OK) {
             b->werr = qx__sink_put(b->sink, en->name, &en->t, &b->werr_msg);
             if (b->werr == QUAROT_OK) b->st->tensors_written++;
         }
@@ -1256,6 +1377,8 @@ static void qx__run_bind(qx__run* u) {
     m->acquire_layer = qx__acquire;
     m->release_layer = qx__release;
     m->tensor_done = qx__tensor_done;
+    m->get_slice = qx__get_slice;   /* stacked experts one at a time (whole where the output wants that) */
+    m->slice_done = qx__slice_done;
     /* threads: the processor splits each command's rows over the pool (same bytes for any count) */
     u->st->threads = u->o->threads > 0 ? u->o->threads : qx_cpu_count();
     if (u->st->threads > 1) u->pool = qx_pool_create(u->st->threads);

@@ -100,6 +100,10 @@ typedef struct qx_rotate_file_opts {
                                     safetensors and GGUF outputs or a sink with put_rows, without globals_last, and where the processor's
                                     global scope is row-separable (not LayerNorm families); otherwise whole
                                     copies, and the stats say why. Same bytes either way (tests compare) */
+    int whole_experts;           /* 1: a stacked expert weight [n_experts][out][in] (GGUF) is copied, rotated and
+                                    written whole; by default one expert at a time (quarot_model.get_slice)
+                                    into the safetensors and GGUF writers (a caller's sink gets it whole).
+                                    The bytes are the same (tests compare) */
     /* not NULL: called once the processor is initialized (its rotations built, every tensor checked)
        and before any output is opened; a failure stops the run with nothing written (the tool rotates
        a qwen2vl mmproj file with the processor's R1 here) */
@@ -146,6 +150,7 @@ typedef struct qx_rotate_file_stats {
     int stale_hooks_removed;     /* a single-file output without hooks replaced a model that had a hook
                                     file: that file was removed with it (--force) */
     int64_t tensors_left_out;    /* opts.leave_out: tensors not written (not counted in tensors_written) */
+    int64_t expert_slices;       /* experts of stacked weights copied and written one at a time */
 } qx_rotate_file_stats;
 
 /* Rotates s (views; its tensors are replaced by copies and freed as they are written, so s holds
