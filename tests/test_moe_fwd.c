@@ -19,7 +19,9 @@
    - calibrate (Adapt Rotation stage 1) captures the shared expert's, the routed experts' (pooled)
      or the router's inputs with the row counts the routing implies, and rotate --rotation adapt
      with its context keeps the logits (2e-5) and the routing; SpinQuant and weight migration refuse
-     MoE models by name (GPTQ per expert: tests/test_moe_quant.c). */
+     MoE models by name (GPTQ per expert: tests/test_moe_quant.c). From a GGUF MoE (3-D experts) the
+     same patterns capture the same rows as from the model saved as safetensors, and the learned R
+     equals that one (bit for bit; Mixtral, whose GGUF q/k rows are interleaved, within 1e-5). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@
 #include "model_util.h"
 #include "formats/qx_gguf.h"
 #include "cli/qx_rotcheck.h"
+#include "eval/qx_calib.h"
 #include "eval/qx_wquant.h"
 #include "model/qx_online.h"
 #include "support/qx_threads.h"
@@ -401,6 +404,122 @@ static void test_cli_calibrate_moe(void) {
     g_mlp_only = 1;
 }
 
+/* m's routed experts, one tensor each, as the 3-D [n_experts][out][in] tensors of a GGUF file
+   (the same values; the other tensors copied) into st. */
+static void stack_experts(const mt_model* m, mt_model* st) {
+    const char* const one[3] = {m->eg, m->eu, m->ed};
+    const char* const three[3] = {m->stg, m->stu, m->std_};
+    char n[QUAROT_NAME_MAX];
+    int i, l, p, e;
+    *st = *m;
+    st->count = 0;
+    st->cfg.experts_stacked = 1;
+    for (i = 0; i < m->count; ++i) {
+        const mt_tensor* t = &m->items[i];
+        if (strstr(t->name, "experts.") && !strstr(t->name, "shared_expert")) continue;
+        memcpy(mt_new(st, t->name, t->t.ne[0], t->t.ne[1], 1), t->t.data, (size_t)(t->t.ne[0] * t->t.ne[1]) * sizeof(float));
+    }
+    for (l = 0; l < (int)m->cfg.n_layers; ++l) {
+        if (!quarot_config_layer_is_moe(&m->cfg, l)) continue;
+        for (p = 0; p < 3; ++p) {
+            const mt_tensor* t0;
+            float* d;
+            nme(n, one[p], l, 0);
+            t0 = mt_find((mt_model*)m, n);
+            nm(n, three[p], l);
+            d = mt_new(st, n, t0->t.ne[0], t0->t.ne[1], m->cfg.n_experts);
+            for (e = 0; e < (int)m->cfg.n_experts; ++e) {
+                const mt_tensor* t;
+                nme(n, one[p], l, e);
+                t = mt_find((mt_model*)m, n);
+                memcpy(d + (size_t)e * (size_t)(t->t.ne[0] * t->t.ne[1]), t->t.data, (size_t)(t->t.ne[0] * t->t.ne[1]) * sizeof(float));
+            }
+        }
+    }
+}
+
+/* calibrate on a GGUF MoE (experts as 3-D tensors: llama.cpp's Mixtral, qwen2moe, qwen3moe) and on
+   the same model saved as a Hugging Face safetensors directory (experts one tensor each), with the
+   same tokens, seed and options: the same patterns select the same readers (the same "captured"
+   line: linears, names and rows), and the contexts' R are equal: bit for bit for qwen2moe and
+   qwen3moe (the same arithmetic on the same values: an expert's rows are a slice of the 3-D tensor),
+   within 1e-5 for Mixtral (GGUF's llama stores q/k rows in the interleaved RoPE layout, so the
+   attention sums in another order; 2.7e-6 measured after 3 steps). rotate --rotation adapt
+   --context on the GGUF keeps its logits (rotate --check within 2e-5, 0 routing flips). */
+static void test_cli_calibrate_moe_gguf(void) {
+    /* per family: the default, then the routed experts' gate_proj with the router (and the shared expert's up_proj) */
+    static const char* const lts[3][2] = {{"", "experts.gate_proj,gate.weight"},
+                                          {"", "experts.up_proj,gate.weight,shared_expert.gate_proj"},
+                                          {"", "experts.up_proj,gate.weight"}};
+    static mt_model m, ms;
+    char toks[512], st[512], gg[512], cst[512], cgg[512], out[512];
+    int f, k, rc, i, n = 0;
+    double worst = 0;
+    for (i = 0; i < 96; ++i) n += snprintf(toks + n, sizeof toks - (size_t)n, "%d ", i % 8 == 0 ? 5 : (i * 7 + 3) % 48);
+    QT_CHECK(write_str(tmp_path("calg_toks.txt"), toks));
+    snprintf(toks, sizeof toks, "%s", tmp_path("calg_toks.txt"));
+    g_mlp_only = 0;
+    for (f = 0; f < 3; ++f) {
+        if (qt_quick() && f != 1) continue;
+        g_all_moe = 1;   /* llama.cpp's qwen2moe has no dense layers */
+        mt_build(&m, (family)f, 0, 90u + (unsigned)f);
+        g_all_moe = 0;
+        stack_experts(&m, &ms);
+        snprintf(st, sizeof st, "%s/calg_%s", g_tmp, FAMS[f]);
+        snprintf(gg, sizeof gg, "%s/calg_%s.gguf", g_tmp, FAMS[f]);
+        snprintf(cst, sizeof cst, "%s/calg_%s_st.ctx", g_tmp, FAMS[f]);
+        snprintf(cgg, sizeof cgg, "%s/calg_%s_gguf.ctx", g_tmp, FAMS[f]);
+        snprintf(out, sizeof out, "%s/calg_%s_rot.gguf", g_tmp, FAMS[f]);
+        if (!mt_save(&m, st, 0) || !mt_save(&ms, gg, 1)) { QT_CHECK(0); mt_free(&m); mt_free(&ms); continue; }
+        for (k = 0; k < 2; ++k) {
+            char lt[160] = "", cap_st[600] = "", cap_gg[600] = "";
+            const char* c;
+            quarot_adapt_context a, b;
+            qx_err e;
+            long long nl = 0, rows = 0;
+            double d = -1, crel = 1, dl = 1;
+            if (lts[f][k][0]) snprintf(lt, sizeof lt, "--layer-type %s", lts[f][k]);
+            rc = CLI("calibrate %s -o %s --tokens %s --seq-len 8 --steps 3 --force %s", st, cst, toks, lt);
+            QT_CHECKF(rc == 0, "safetensors %s %s: rc %d: %s", FAMS[f], lt, rc, g_err);
+            if ((c = strstr(g_err, "captured ")) != NULL) snprintf(cap_st, sizeof cap_st, "%.*s", (int)strcspn(c, "\n"), c);
+            rc = CLI("calibrate %s -o %s --tokens %s --seq-len 8 --steps 3 --force %s", gg, cgg, toks, lt);
+            QT_CHECKF(rc == 0, "GGUF %s %s: rc %d: %s", FAMS[f], lt, rc, g_err);
+            if ((c = strstr(g_err, "captured ")) != NULL) snprintf(cap_gg, sizeof cap_gg, "%.*s", (int)strcspn(c, "\n"), c);
+            QT_CHECKF(cap_st[0] && strcmp(cap_st, cap_gg) == 0 && captured(cap_gg, &nl, &rows) && nl > 0 && rows > 0,
+                      "%s %s: safetensors '%s', GGUF '%s'", FAMS[f], lt, cap_st, cap_gg);
+            quarot_adapt_context_init(&a, NULL);
+            quarot_adapt_context_init(&b, NULL);
+            if (qx_calib_context_load(cst, &a, &e) == QUAROT_OK && qx_calib_context_load(cgg, &b, &e) == QUAROT_OK && a.block == b.block &&
+                a.rows == b.rows && a.seed == b.seed && a.hadamard_block == b.hadamard_block) {
+                int64_t j;
+                d = 0;
+                for (j = 0; j < a.block * a.block; ++j)
+                    if (fabs(a.matrix[j] - b.matrix[j]) > d) d = fabs(a.matrix[j] - b.matrix[j]);
+            }
+            QT_CHECKF(d >= 0 && d <= (f == 0 ? 1e-5 : 0.0), "%s %s: max |R_gguf - R_safetensors| %.3e (rows %lld / %lld)", FAMS[f], lt, d,
+                      (long long)a.rows, (long long)b.rows);
+            dl = a.start_loss > 0 ? fabs(a.start_loss - b.start_loss) / a.start_loss : 1;
+            if (d > worst) worst = d;
+            quarot_adapt_context_free(&a);
+            quarot_adapt_context_free(&b);
+            rc = CLI("rotate %s %s --rotation adapt --context %s --check --force", gg, out, cgg);
+            QT_CHECKF(rc == 0 && check_ok(g_out, &crel), "%s %s: rotate rc %d: %s%s", FAMS[f], lt, rc, g_out, g_err);
+            printf("    GGUF %-9s %-52s %s; max |dR| %.1e, start loss rel %.1e; rotate --check %.1e, 0 routing flips\n", FAMS[f],
+                   lt[0] ? lt + 13 : "(default)", cap_gg, d, dl, crel);
+        }
+        if (f == 1) {   /* patterns match the Hugging Face names, not llama.cpp's: named, with the names there are */
+            remove(cgg);
+            rc = CLI("calibrate %s -o %s --tokens %s --seq-len 8 --layer-type ffn_up_exps", gg, cgg, toks);
+            QT_CHECKF(rc == QX_EXIT_PROCESS && count_lines(g_err) == 1 && strstr(g_err, "ffn_up_exps") != NULL &&
+                      strstr(g_err, "model.layers.{i}.mlp.experts.up_proj.weight") != NULL && access(cgg, F_OK) != 0, "rc %d: %s", rc, g_err);
+        }
+        mt_free(&m);
+        mt_free(&ms);
+    }
+    g_mlp_only = 1;
+    printf("    max |R_gguf - R_safetensors| %.2e\n", worst);
+}
+
 /* rotate's prediction of the online rotations covers the experts' R4 (expert_intermediate) and the
    shared expert's (shared_intermediate): a width with no Hadamard block above 2 is warned. */
 static void test_rotcheck_experts(void) {
@@ -430,6 +549,7 @@ int main(int argc, char** argv) {
     if (!cu_start(argv[0], "test_moe_fwd")) return 1;
     QT_RUN(test_cli_eval_rotate);
     QT_RUN(test_cli_calibrate_moe);
+    QT_RUN(test_cli_calibrate_moe_gguf);
     cu_finish();
     return qt_finish("test_moe_fwd");
 }
