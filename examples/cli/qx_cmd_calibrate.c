@@ -74,7 +74,8 @@ static const qx_opt calibrate_table[] = {
      .help = "comma-separated substrings of linear names whose inputs are captured (e.g. up_proj,q_proj). Only linears reading "
              "the residual stream (q/k/v_proj, gate/up_proj) may match. Mixture-of-experts layers: shared_expert.up_proj / "
              "shared_expert.gate_proj (the shared expert: every token), experts.up_proj / experts.gate_proj (the routed "
-             "experts' inputs, the rows of all experts of a layer pooled; Mixtral's w3 / w1), gate.weight (the router); "
+             "experts' inputs, the rows of all experts of a layer pooled; Mixtral's w3 / w1; GGUF's ffn_up_exps / ffn_gate_exps), "
+             "gate.weight (the router); "
              "default there: mlp.up_proj with shared_expert.up_proj, else experts.up_proj"},
     {QX_OPT_INT, "--block-size", .arg = "N", QX_AT(calibrate_opts, block), .lo = -1, .hi = (int64_t)1 << 30, .fn = check_block,
      .def = "-1", .help = "size of R: -1 = the full hidden size, else a power of two dividing hidden (block-diagonal H*R, one R "
