@@ -6,7 +6,9 @@
                                    norms fused, no online rotation, so stock llama.cpp runs the file.
      packed (OUT *.safetensors)    the quarot-packed W4A4 format (qx_packed.h): integer codes, scales
                                    (and zeros), the activation / KV settings and the online hook list
-                                   in the file's metadata, for W4A4 engines.
+                                   in the file's metadata, for W4A4 engines. A GGUF source's 3-D
+                                   experts [n_experts][out][in] go in as one 2-D linear per expert
+                                   under the Hugging Face per-expert name (qz_expert_name).
    The rotation is `quarot rotate`'s, run layer by layer through qx_rotate_file with this file's
    output (a qx_rotate_sink) in place of the format's writer: every tensor reaches put() once, in
    f32, right after its layer was rotated. The weight quantizer is one call (qz_weight_codes), RTN
@@ -68,6 +70,7 @@ typedef struct qz_item {
     char why[96];                  /* a fallback's reason */
     int done;
     double rel_err, max_err;       /* QUANT: sum (w - w^)^2 / sum w^2, max |w - w^| */
+    double err_num, err_den;       /* those sums (a 3-D tensor written packed: over its experts) */
     int staged;                    /* the codes came from the >>quantize stage (its report below) */
     int method, fallback;          /* QUAROT_WQUANT_GPTQ / _RTN; 1 = GPTQ asked, dead input, RTN */
     double out_err, rtn_err;       /* calibration output error / ||x W^T||^2, and RTN's (NaN: none) */
@@ -108,6 +111,17 @@ static int qz_is_expert(const char* name) {
     return 0;
 }
 
+/* Expert ex of a 3-D stacked tensor under its Hugging Face name, as the packed reader and the engine
+   take it: "...experts.<proj>" (the GGUF reader's name for ffn_*_exps) -> "...experts.<ex>.<proj>";
+   0 when name is no stacked expert tensor or out is too small. */
+static int qz_expert_name(const char* name, int64_t ex, char* out, size_t n) {
+    const char* p = strstr(name, ".experts.");
+    int len;
+    if (!p) return 0;
+    len = snprintf(out, n, "%.*s.experts.%lld.%s", (int)(p - name), name, (long long)ex, p + 9);
+    return len > 0 && (size_t)len < n;
+}
+
 /* Fills it's kind / dtype / why for tensor `name` of shape ne; returns 0, or -1 with the reason in
    e (a packed group size or odd row that cannot work). */
 static int qz_decide(const qz_opts* o, qz_item* it, qx_err* e) {
@@ -131,11 +145,8 @@ static int qz_decide(const qz_opts* o, qz_item* it, qx_err* e) {
     }
     if (!(qz_is_linear(it->name) || qz_is_expert(it->name) || (o->quant_embeddings && emb))) return 0;
     if (it->n_dims != 2 && !(it->n_dims == 3 && qz_is_expert(it->name))) return 0;   /* 3-D: [n_experts][out][in] */
-    if (it->n_dims == 3 && o->format != QZ_GGUF) {
-        qx_err_set(e, "%s: 3-D experts [n_experts][out][in] (a GGUF source) cannot be written packed: the packed format "
-                   "holds 2-D linears (write a .gguf, or quantize the Hugging Face checkpoint)", it->name);
-        return -1;
-    }
+    if (it->n_dims == 3 && o->format != QZ_GGUF)   /* the packed format holds 2-D linears: one per expert */
+        snprintf(it->why, sizeof it->why, "%lld experts, each its own packed linear", (long long)it->ne[2]);
     if (o->format == QZ_GGUF) {
         if (in % QX_GGML_QK != 0) {
             snprintf(it->why, sizeof it->why, "rows of %lld are not a multiple of 32", (long long)in);
@@ -330,20 +341,46 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         free(bt);
         qx_sb_free(&gen);
     } else {
-        qx_packed_entry* pe = (qx_packed_entry*)calloc((size_t)(n + 1), sizeof *pe);
+        qx_packed_entry* pe;
         qx_packed_settings st = o->act;
         qx_packed_write_opts wo;
         qx_sb cfg;
-        char rot[400];
+        char rot[400], *names = NULL;
+        int64_t n_pe = 0, n_ex = 0, x;
+        for (i = 0; i < n; ++i) {   /* a 3-D expert tensor [n_experts][out][in]: one 2-D entry per expert */
+            int stacked = k->it[i].kind == QZ_QUANT && k->it[i].n_dims == 3;
+            n_pe += stacked ? k->it[i].ne[2] : 1;
+            n_ex += stacked ? k->it[i].ne[2] : 0;
+        }
+        pe = (qx_packed_entry*)calloc((size_t)(n_pe + 1), sizeof *pe);
+        names = n_ex ? (char*)malloc((size_t)n_ex * QUAROT_NAME_MAX) : NULL;
         memset(&cfg, 0, sizeof cfg);
-        r = pe ? qx_hf_config_write(s, &cfg, e) : QUAROT_ERR_OUT_OF_MEMORY;
-        for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {
-            if (k->it[i].kind == QZ_SKIP) continue;
-            pe[j].name = k->it[i].name;
-            pe[j].packed = k->it[i].kind == QZ_QUANT;
-            pe[j].dtype = k->it[i].dt;
-            pe[j].n_dims = k->it[i].n_dims;
-            memcpy(pe[j].ne, k->it[i].ne, sizeof pe[j].ne);
+        r = pe && (names || !n_ex) ? qx_hf_config_write(s, &cfg, e) : QUAROT_ERR_OUT_OF_MEMORY;
+        for (i = 0, j = 0, x = 0; i < n && r == QUAROT_OK; ++i) {
+            const qz_item* it = &k->it[i];
+            int64_t ex;
+            if (it->kind == QZ_SKIP) continue;
+            if (it->kind == QZ_QUANT && it->n_dims == 3) {
+                for (ex = 0; ex < it->ne[2] && r == QUAROT_OK; ++ex, ++x, ++j) {
+                    char* nm = names + x * QUAROT_NAME_MAX;
+                    if (!qz_expert_name(it->name, ex, nm, QUAROT_NAME_MAX)) {
+                        qx_err_set(e, "%s: no per-expert name for expert %lld", it->name, (long long)ex);
+                        r = QUAROT_ERR_INVALID_ARGUMENT;
+                    }
+                    pe[j].name = nm;
+                    pe[j].packed = 1;
+                    pe[j].dtype = it->dt;
+                    pe[j].n_dims = 2;
+                    pe[j].ne[0] = it->ne[0];
+                    pe[j].ne[1] = it->ne[1];
+                }
+                continue;
+            }
+            pe[j].name = it->name;
+            pe[j].packed = it->kind == QZ_QUANT;
+            pe[j].dtype = it->dt;
+            pe[j].n_dims = it->n_dims;
+            memcpy(pe[j].ne, it->ne, sizeof pe[j].ne);
             ++j;
         }
         st.w_bits = o->bits;
@@ -362,6 +399,7 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         if (r == QUAROT_OK) r = qx_packed_writer_begin(&k->pw, k->path, pe, j, &st, &wo, e);
         else if (r == QUAROT_ERR_OUT_OF_MEMORY) qx_err_set(e, "out of memory");
         free(pe);
+        free(names);
         qx_sb_free(&cfg);
     }
     if (r != QUAROT_OK) qz_items_free(k);
@@ -370,9 +408,11 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
 
 /* Quantizes one linear (rows of f32, already in the output's row order) and writes it; with c (the
    stage's codes) its codes and scales are taken instead, row r from c's row src(r) (the q/k
-   permutation of a GGUF output, identity otherwise), and w holds the weights before quantization. */
-static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const float* w, int64_t rows, int64_t cols, const qz_codes* c, int perm,
-                                  qx_err* e) {
+   permutation of a GGUF output, identity otherwise), and w holds the weights before quantization.
+   A packed linear is written under wname (an expert of a 3-D tensor: its own name); the item's error
+   sums add up over such calls. */
+static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const char* wname, const float* w, int64_t rows, int64_t cols,
+                                  const qz_codes* c, int perm, qx_err* e) {
     const qz_opts* o = k->o;
     int64_t groups = cols / (o->format == QZ_GGUF ? QX_GGML_QK : (o->group ? o->group : cols)), r, j;
     int8_t* q = (int8_t*)malloc((size_t)(rows * cols));
@@ -442,10 +482,12 @@ static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const float* w, int64
                 den += (double)w[r * cols + j] * (double)w[r * cols + j];
                 if (fabs(d) > mx) mx = fabs(d);
             }
-        res = qx_packed_writer_put_linear(k->pw, it->name, q, sc, zr, e);
+        res = qx_packed_writer_put_linear(k->pw, wname, q, sc, zr, e);
     }
-    it->rel_err = den > 0.0 ? num / den : 0.0;
-    it->max_err = mx;
+    it->err_num += num;
+    it->err_den += den;
+    it->rel_err = it->err_den > 0.0 ? it->err_num / it->err_den : 0.0;
+    if (mx > it->max_err) it->max_err = mx;
 done:
     free(q); free(sc); free(zr); free(back); free(enc);
     return res;
@@ -461,22 +503,50 @@ static quarot_result qz_put(void* user, const char* name, const quarot_tensor* t
     if (it->kind == QZ_SKIP) {
         r = QUAROT_OK;
     } else if (it->kind == QZ_QUANT) {
-        int64_t rows = quarot_tensor_nrows(t), cols = t->ne[0], i;   /* 3-D experts: n_experts x out rows, as ggml */
+        int64_t rows = quarot_tensor_nrows(t), cols = t->ne[0], i, ex;   /* 3-D experts: n_experts x out rows, as ggml */
+        /* packed: a 3-D tensor's experts one at a time, each its own linear; GGUF: all rows as one tensor */
+        const int per_ex = k->o->format == QZ_PACKED && it->n_dims == 3;
+        const int64_t n_ex = per_ex ? it->ne[2] : 1, out = rows / n_ex;
         const qz_codes* c = k->o->gptq ? qz_find_codes(k, name) : NULL;
-        float* w = (float*)malloc((size_t)(rows * cols) * sizeof *w);
+        float* w = (float*)malloc((size_t)(out * cols) * sizeof *w);
+        char wname[QUAROT_NAME_MAX];
         if (!w) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
         r = QUAROT_OK;
         if (k->o->gptq && (qz_is_linear(name) || qz_is_expert(name)) && !c) {   /* every decoder linear went through the stage */
             qx_err_set(e, "%s: the quantization stage gave no codes for it", name);
             r = QUAROT_ERR_INTERNAL;
         }
-        for (i = 0; i < rows && r == QUAROT_OK; ++i) {   /* output row i takes source row src(i) */
-            int64_t sr = perm ? qx_rope_src_row(i, k->head_dim, 1) : i;
-            if (c) memcpy(w + i * cols, c->orig + sr * cols, (size_t)cols * sizeof *w);
-            else r = quarot_tensor_get_row_f32(t, sr, w + i * cols);
+        for (ex = 0; ex < n_ex && r == QUAROT_OK; ++ex) {
+            const int64_t row0 = ex * out;
+            qz_codes sub;   /* expert ex's rows of the stage's codes */
+            memset(&sub, 0, sizeof sub);
+            if (c) {
+                int64_t gr = c->groups;
+                sub = *c;
+                sub.rows = out;
+                sub.q = c->q + row0 * c->cols;
+                sub.sc = c->sc + row0 * gr;
+                sub.zr = c->zr ? c->zr + row0 * gr : NULL;
+                sub.orig = c->orig + row0 * c->cols;
+                if (c->rows != rows) {
+                    qx_err_set(e, "%s: the stage's codes have %lld rows, the tensor %lld", name, (long long)c->rows, (long long)rows);
+                    r = QUAROT_ERR_INTERNAL;
+                    break;
+                }
+            }
+            if (per_ex && !qz_expert_name(name, ex, wname, sizeof wname)) {
+                qx_err_set(e, "%s: no per-expert name for expert %lld", name, (long long)ex);
+                r = QUAROT_ERR_INTERNAL;
+                break;
+            }
+            for (i = 0; i < out && r == QUAROT_OK; ++i) {   /* output row i takes source row src(i) */
+                int64_t sr = perm ? qx_rope_src_row(i, k->head_dim, 1) : i;
+                if (c) memcpy(w + i * cols, sub.orig + sr * cols, (size_t)cols * sizeof *w);
+                else r = quarot_tensor_get_row_f32(t, row0 + sr, w + i * cols);
+            }
+            if (r == QUAROT_OK) r = qz_put_quant(k, it, per_ex ? wname : name, w, out, cols, c ? &sub : NULL, perm, e);
+            else if (r != QUAROT_ERR_INTERNAL) qx_err_set(e, "%s: cannot read: %s", name, quarot_result_string(r));
         }
-        if (r == QUAROT_OK) r = qz_put_quant(k, it, w, rows, cols, c, perm, e);
-        else if (r != QUAROT_ERR_INTERNAL) qx_err_set(e, "%s: cannot read: %s", name, quarot_result_string(r));
         free(w);
     } else if (k->o->format == QZ_GGUF) {
         r = qx_gguf_writer_put_permuted(k->gw, name, t, perm ? k->head_dim : 0, 1, e);
@@ -897,9 +967,11 @@ static void qz_on_progress(void* user, const char* stage, int64_t done, int64_t 
 
 /* The per-tensor table and totals (stdout). */
 static void qz_summary(const qz_opts* o, const qz_sink* k) {
-    int64_t i, nq = 0, nf = 0, ndead = 0, nmoe = 0;
+    int64_t i, nq = 0, nf = 0, ndead = 0, nmoe = 0, n3 = 0, nex = 0;
     double sum = 0.0, worst = 0.0;
     char tb[16];
+    for (i = 0; i < k->n; ++i)
+        if (o->format == QZ_PACKED && k->it[i].kind == QZ_QUANT && k->it[i].n_dims == 3) { ++n3; nex += k->it[i].ne[2]; }
     if (o->gptq)
         printf("  %-52s %-6s %-11s %-10s %-10s %-9s %-10s %s\n", "tensor", "type", "shape", "rel.err", "max|err|", "method", "out.err", "RTN out.err");
     else
@@ -936,6 +1008,9 @@ static void qz_summary(const qz_opts* o, const qz_sink* k) {
         printf("; %lld mixture-of-experts routers / shared-expert gates kept F32 (they choose and scale the experts; the "
                "experts are quantized)", (long long)nmoe);
     printf("\n");
+    if (n3)
+        printf("  3-D experts: %lld tensors [n_experts][out][in] written as %lld per-expert packed linears "
+               "(\"...experts.E.<proj>.weight\"; their rows above cover all experts)\n", (long long)n3, (long long)nex);
     if (o->gptq)
         printf("  rel.err = sum (w - w^)^2 / sum w^2; out.err = sum ||x (W - W^)^T||^2 / sum ||x W^T||^2 over the calibration rows\n"
                "  (RTN out.err: the same for round-to-nearest with the same quantizer)\n");
