@@ -24,7 +24,8 @@
      within 0.1%.
    - `quarot quantize` of a GGUF MoE (3-D experts) to the packed format, the three families (RTN;
      qwen2_moe GPTQ too): each expert its own packed linear, codes and scales byte for byte those of
-     the same model saved as safetensors, `eval --engine int` the same perplexity. */
+     the same model saved as safetensors, `eval --engine int` the same perplexity; the rotation's
+     experts one at a time into the Q4_0 / packed output give the same bytes as whole 3-D tensors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -641,6 +642,20 @@ static void test_cli_packed_from_gguf(void) {
             snprintf(msg, sizeof msg, "%s %s packed, GGUF vs HF", FAMS[f], g ? "GPTQ" : "RTN");
             printf("    %-34s %lld linears (%lld experts) same codes; engine ppl %.4f vs %.4f\n", msg, (long long)nl, (long long)nex,
                    a, b);
+        }
+        {   /* the rotation hands the 3-D experts over one expert at a time: the same bytes as whole (QX_WHOLE_EXPERTS) */
+            static const char* const outs[2] = {"q.gguf", "p.safetensors"};
+            int v, k;
+            for (k = 0; k < 2; ++k) {
+                char o2[2][600];
+                for (v = 0; v < 2; ++v) {
+                    snprintf(o2[v], sizeof o2[v], "%s/%s_%d_%s", g_tmp, FAMS[f], v, outs[k]);
+                    rc = run_prog(v ? "QX_WHOLE_EXPERTS=1" : "", g_bin, "quantize %s %s --force", gg, o2[v]);
+                    QT_CHECKF(rc == 0 && (strstr(g_out, "written one expert at a time (") != NULL) == (v == 0), "rc %d: %s%s", rc,
+                              g_out, g_err);
+                }
+                QT_CHECKF(same_file(o2[0], o2[1]), "%s %s: expert by expert differs from whole", FAMS[f], outs[k]);
+            }
         }
         if (f == 1) {   /* a group size that divides no expert row: exit 4 (QX_EXIT_PROCESS), no file */
             const char* bad = tmp_path("bad_moe.safetensors");

@@ -409,10 +409,11 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
 /* Quantizes one linear (rows of f32, already in the output's row order) and writes it; with c (the
    stage's codes) its codes and scales are taken instead, row r from c's row src(r) (the q/k
    permutation of a GGUF output, identity otherwise), and w holds the weights before quantization.
-   A packed linear is written under wname (an expert of a 3-D tensor: its own name); the item's error
-   sums add up over such calls. */
-static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const char* wname, const float* w, int64_t rows, int64_t cols,
-                                  const qz_codes* c, int perm, qx_err* e) {
+   An expert of a 3-D tensor (row0 >= 0: its first row in the tensor) goes to a GGUF as those rows of
+   the tensor, to a packed file as its own linear under wname; the item's error sums add up over
+   such calls. */
+static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const char* wname, int64_t row0, const float* w, int64_t rows,
+                                  int64_t cols, const qz_codes* c, int perm, qx_err* e) {
     const qz_opts* o = k->o;
     int64_t groups = cols / (o->format == QZ_GGUF ? QX_GGML_QK : (o->group ? o->group : cols)), r, j;
     int8_t* q = (int8_t*)malloc((size_t)(rows * cols));
@@ -463,7 +464,8 @@ static quarot_result qz_put_quant(qz_sink* k, qz_item* it, const char* wname, co
                 if (fabs(d) > mx) mx = fabs(d);
             }
         }
-        if (res == QUAROT_OK) res = qx_gguf_writer_put_raw(k->gw, it->name, enc, rb * (uint64_t)rows, e);
+        if (res == QUAROT_OK && row0 >= 0) res = qx_gguf_writer_put_raw_rows(k->gw, it->name, row0, rows, enc, rb * (uint64_t)rows, e);
+        else if (res == QUAROT_OK) res = qx_gguf_writer_put_raw(k->gw, it->name, enc, rb * (uint64_t)rows, e);
     } else {
         int half = 1 << (o->bits - 1);
         for (r = 0; r < rows; ++r)
@@ -493,6 +495,50 @@ done:
     return res;
 }
 
+/* Expert ex of a quantized tensor (a 2-D linear: ex 0 of 1) from t's rows trow0 .. trow0 + out
+   (with the stage's codes c: its rows of them), quantized and written: a 3-D tensor one expert at a
+   time, so only one expert's rows are ever held in f32 here. */
+static quarot_result qz_quant_expert(qz_sink* k, qz_item* it, const quarot_tensor* t, int64_t trow0, int64_t ex, const qz_codes* c,
+                                     int perm, qx_err* e) {
+    const int stacked = it->n_dims == 3;
+    const int64_t cols = it->ne[0], out = it->ne[1], row0 = ex * out;
+    float* w = (float*)malloc((size_t)(out * cols) * sizeof *w);
+    char wname[QUAROT_NAME_MAX];
+    qz_codes sub;   /* expert ex's rows of the stage's codes */
+    quarot_result r = QUAROT_OK;
+    int64_t i;
+    if (!w) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+    memset(&sub, 0, sizeof sub);
+    if (c) {
+        sub = *c;
+        sub.rows = out;
+        sub.q = c->q + row0 * c->cols;
+        sub.sc = c->sc + row0 * c->groups;
+        sub.zr = c->zr ? c->zr + row0 * c->groups : NULL;
+        sub.orig = c->orig + row0 * c->cols;
+        if (c->rows != out * (stacked ? it->ne[2] : 1)) {
+            qx_err_set(e, "%s: the stage's codes have %lld rows, the tensor %lld", it->name, (long long)c->rows,
+                       (long long)(out * (stacked ? it->ne[2] : 1)));
+            r = QUAROT_ERR_INTERNAL;
+        }
+    }
+    if (r == QUAROT_OK && stacked && k->o->format == QZ_PACKED && !qz_expert_name(it->name, ex, wname, sizeof wname)) {
+        qx_err_set(e, "%s: no per-expert name for expert %lld", it->name, (long long)ex);
+        r = QUAROT_ERR_INTERNAL;
+    }
+    for (i = 0; i < out && r == QUAROT_OK; ++i) {   /* output row i takes source row src(i) */
+        int64_t sr = perm ? qx_rope_src_row(i, k->head_dim, 1) : i;
+        if (c) memcpy(w + i * cols, sub.orig + sr * cols, (size_t)cols * sizeof *w);
+        else if ((r = quarot_tensor_get_row_f32(t, trow0 + sr, w + i * cols)) != QUAROT_OK)
+            qx_err_set(e, "%s: cannot read: %s", it->name, quarot_result_string(r));
+    }
+    if (r == QUAROT_OK)
+        r = qz_put_quant(k, it, stacked && k->o->format == QZ_PACKED ? wname : it->name, stacked ? row0 : -1, w, out, cols,
+                         c ? &sub : NULL, perm, e);
+    free(w);
+    return r;
+}
+
 static quarot_result qz_put(void* user, const char* name, const quarot_tensor* t, qx_err* e) {
     qz_sink* k = (qz_sink*)user;
     qz_item* it = qz_find(k, name);
@@ -502,58 +548,46 @@ static quarot_result qz_put(void* user, const char* name, const quarot_tensor* t
     perm = k->o->format == QZ_GGUF && k->permute && qz_is_qk(name);
     if (it->kind == QZ_SKIP) {
         r = QUAROT_OK;
-    } else if (it->kind == QZ_QUANT) {
-        int64_t rows = quarot_tensor_nrows(t), cols = t->ne[0], i, ex;   /* 3-D experts: n_experts x out rows, as ggml */
-        /* packed: a 3-D tensor's experts one at a time, each its own linear; GGUF: all rows as one tensor */
-        const int per_ex = k->o->format == QZ_PACKED && it->n_dims == 3;
-        const int64_t n_ex = per_ex ? it->ne[2] : 1, out = rows / n_ex;
+    } else if (it->kind == QZ_QUANT) {   /* 3-D experts [n_experts][out][in]: expert by expert, as ggml's rows e * out */
         const qz_codes* c = k->o->gptq ? qz_find_codes(k, name) : NULL;
-        float* w = (float*)malloc((size_t)(out * cols) * sizeof *w);
-        char wname[QUAROT_NAME_MAX];
-        if (!w) { qx_err_set(e, "out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
+        const int64_t n_ex = it->n_dims == 3 ? it->ne[2] : 1;
+        int64_t ex;
         r = QUAROT_OK;
         if (k->o->gptq && (qz_is_linear(name) || qz_is_expert(name)) && !c) {   /* every decoder linear went through the stage */
             qx_err_set(e, "%s: the quantization stage gave no codes for it", name);
             r = QUAROT_ERR_INTERNAL;
         }
-        for (ex = 0; ex < n_ex && r == QUAROT_OK; ++ex) {
-            const int64_t row0 = ex * out;
-            qz_codes sub;   /* expert ex's rows of the stage's codes */
-            memset(&sub, 0, sizeof sub);
-            if (c) {
-                int64_t gr = c->groups;
-                sub = *c;
-                sub.rows = out;
-                sub.q = c->q + row0 * c->cols;
-                sub.sc = c->sc + row0 * gr;
-                sub.zr = c->zr ? c->zr + row0 * gr : NULL;
-                sub.orig = c->orig + row0 * c->cols;
-                if (c->rows != rows) {
-                    qx_err_set(e, "%s: the stage's codes have %lld rows, the tensor %lld", name, (long long)c->rows, (long long)rows);
-                    r = QUAROT_ERR_INTERNAL;
-                    break;
-                }
-            }
-            if (per_ex && !qz_expert_name(name, ex, wname, sizeof wname)) {
-                qx_err_set(e, "%s: no per-expert name for expert %lld", name, (long long)ex);
-                r = QUAROT_ERR_INTERNAL;
-                break;
-            }
-            for (i = 0; i < out && r == QUAROT_OK; ++i) {   /* output row i takes source row src(i) */
-                int64_t sr = perm ? qx_rope_src_row(i, k->head_dim, 1) : i;
-                if (c) memcpy(w + i * cols, sub.orig + sr * cols, (size_t)cols * sizeof *w);
-                else r = quarot_tensor_get_row_f32(t, row0 + sr, w + i * cols);
-            }
-            if (r == QUAROT_OK) r = qz_put_quant(k, it, per_ex ? wname : name, w, out, cols, c ? &sub : NULL, perm, e);
-            else if (r != QUAROT_ERR_INTERNAL) qx_err_set(e, "%s: cannot read: %s", name, quarot_result_string(r));
+        if (r == QUAROT_OK && quarot_tensor_nrows(t) != n_ex * it->ne[1]) {
+            qx_err_set(e, "%s: %lld rows, the plan %lld", name, (long long)quarot_tensor_nrows(t), (long long)(n_ex * it->ne[1]));
+            r = QUAROT_ERR_SHAPE_MISMATCH;
         }
-        free(w);
+        for (ex = 0; ex < n_ex && r == QUAROT_OK; ++ex) r = qz_quant_expert(k, it, t, ex * it->ne[1], ex, c, perm, e);
     } else if (k->o->format == QZ_GGUF) {
         r = qx_gguf_writer_put_permuted(k->gw, name, t, perm ? k->head_dim : 0, 1, e);
     } else {
         r = qx_packed_writer_put(k->pw, name, t, e);
     }
     if (r == QUAROT_OK) { it->done = 1; k->written++; }
+    return r;
+}
+
+/* A 3-D expert tensor one expert at a time from the rotation (qx_rotate_sink.put_expert): expert ex's
+   rows t {in, out}, experts in order; the same bytes as the whole tensor through qz_put. */
+static quarot_result qz_put_expert(void* user, const char* name, int64_t ex, const quarot_tensor* t, qx_err* e) {
+    qz_sink* k = (qz_sink*)user;
+    qz_item* it = qz_find(k, name);
+    quarot_result r;
+    if (!it) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", k->path, name); return QUAROT_ERR_NOT_FOUND; }
+    if (it->n_dims != 3 || ex < 0 || ex >= it->ne[2] || t->ne[0] != it->ne[0] || quarot_tensor_nrows(t) != it->ne[1]) {
+        qx_err_set(e, "%s: expert %lld of shape [%lld, %lld] does not fit the plan", name, (long long)ex, (long long)t->ne[1],
+                   (long long)t->ne[0]);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    if (it->kind == QZ_SKIP) r = QUAROT_OK;
+    else if (it->kind == QZ_QUANT) r = qz_quant_expert(k, it, t, 0, ex, NULL, 0, e);
+    else if (k->o->format == QZ_GGUF) r = qx_gguf_writer_put_rows(k->gw, name, ex * it->ne[1], t, e);   /* F16: rows not whole blocks */
+    else r = qx_packed_writer_put_rows(k->pw, name, ex * it->ne[1], t, e);
+    if (r == QUAROT_OK && ex + 1 == it->ne[2]) { it->done = 1; k->written++; }   /* the last expert */
     return r;
 }
 
@@ -1369,6 +1403,7 @@ static quarot_result qz_write_rotated(qz_cmd* q, const quarot_quantize_desc* qd)
     rs.begin = qz_begin;
     rs.put = qz_put;
     rs.put_rows = q->o.quant_embeddings ? NULL : qz_put_rows;   /* the tables stream only when written plain */
+    rs.put_expert = qz_put_expert;                               /* 3-D experts one at a time */
     rs.finish = qz_finish;
     rs.abort = qz_abort;
     rs.user = &q->sink;
@@ -1383,6 +1418,7 @@ static quarot_result qz_write_rotated(qz_cmd* q, const quarot_quantize_desc* qd)
     ro.progress = qz_on_progress;
     ro.user = &pr;
     ro.sink = &rs;
+    ro.whole_experts = getenv("QX_WHOLE_EXPERTS") != NULL;   /* tests: 3-D experts whole, to compare the bytes */
     if (!q->o.gptq) {
         r = qx_rotate_file(&q->s, &desc, &ro, &q->st, &q->e);
         if (pr.stage) qx_cli_progress_end(&q->cli, "rotation + quantization");
@@ -1485,6 +1521,9 @@ static void qz_print_report(const qz_cmd* q) {
         printf("  no rotation (--rotation none)\n");
     }
     if (qx_rotate_file_globals_line(&q->st, gline, sizeof gline)) printf("  %s\n", gline);
+    if (q->st.expert_slices)
+        printf("  3-D experts: read, rotated, quantized and written one expert at a time (%lld experts; largest writable copies "
+               "held at once %.1f MiB)\n", (long long)q->st.expert_slices, (double)q->st.peak_copy_bytes / 1048576.0);
     if (o->text_only)
         printf("  vision tower: not written (--text-only): %lld tensors, %llu bytes; %s\n", (long long)q->n_vision,
                (unsigned long long)q->vision_bytes,

@@ -1455,6 +1455,30 @@ quarot_result qx_gguf_writer_put_raw(qx_gguf_writer* w, const char* name, const 
     return r;
 }
 
+quarot_result qx_gguf_writer_put_raw_rows(qx_gguf_writer* w, const char* name, int64_t row0, int64_t rows, const void* data,
+                                          uint64_t n, qx_err* e) {
+    qx__gw_t* p = NULL;
+    int64_t total;
+    uint64_t rb;
+    quarot_result r;
+    if (!w || !name || !data || rows < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = qx__gw_find(w, name, &p, e)) != QUAROT_OK) return r;
+    total = qx_out_rows(p->ne);
+    rb = p->nbytes / (uint64_t)total;   /* a block type's rows are whole blocks: nbytes = total rows x row bytes */
+    if (!p->raw || row0 != p->rows_done || row0 + rows > total || n != rb * (uint64_t)rows) {
+        qx_err_set(e, "%s: tensor \"%s\": rows [%lld, %lld) of %llu encoded bytes do not follow the %lld written of %lld "
+                   "planned as %s", w->out.path, name, (long long)row0, (long long)(row0 + rows), (unsigned long long)n,
+                   (long long)p->rows_done, (long long)total, p->raw ? "blocks" : "plain values");
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    r = qx_out_pwrite(&w->out, data, (size_t)n, p->off + rb * (uint64_t)row0, e);
+    if (r == QUAROT_OK) {
+        p->rows_done += rows;
+        if (p->rows_done == total) p->written = 1;
+    }
+    return r;
+}
+
 quarot_result qx_gguf_writer_put_permuted(qx_gguf_writer* w, const char* name, const quarot_tensor* t,
                                           int64_t head_dim, int to_interleaved, qx_err* e) {
     /* find the planned tensor, check, write in place */

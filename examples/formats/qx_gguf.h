@@ -195,6 +195,11 @@ quarot_result qx_gguf_writer_put_rows(qx_gguf_writer* w, const char* name, int64
 /* The encoded bytes of a tensor planned with a block type (qx_ggml_encode_row, rows in order);
    n must equal its planned size. Only for block-typed tensors. */
 quarot_result qx_gguf_writer_put_raw(qx_gguf_writer* w, const char* name, const void* data, uint64_t n, qx_err* e);
+/* The encoded bytes of rows [row0, row0 + rows) of a block-typed tensor (rows counted across the
+   higher dimensions: expert e of a 3-D [n][out][in] is rows e * out ..), in order from row 0; n
+   must be rows x its row bytes; the tensor counts as written with its last row. */
+quarot_result qx_gguf_writer_put_raw_rows(qx_gguf_writer* w, const char* name, int64_t row0, int64_t rows, const void* data,
+                                          uint64_t n, qx_err* e);
 /* Checks every tensor was written, syncs, renames; frees w in every case. */
 quarot_result qx_gguf_writer_finish(qx_gguf_writer* w, qx_err* e);
 void qx_gguf_writer_abort(qx_gguf_writer* w);

@@ -128,6 +128,13 @@ static quarot_result qx__sink_put_rows(qx__sink* k, const char* name, int64_t ro
     }
 }
 
+/* Expert ex of a stacked weight (t: its rows {in, out}): rows ex * out .. of the built-in formats,
+   a caller's put_expert. */
+static quarot_result qx__sink_put_expert(qx__sink* k, const char* name, int64_t ex, const quarot_tensor* t, qx_err* e) {
+    if (k->kind == QX__OUT_CALLER && k->caller->put_expert) return k->caller->put_expert(k->caller->user, name, ex, t, e);
+    return qx__sink_put_rows(k, name, ex * t->ne[1], t, e);
+}
+
 /* Publishes the output; the writer is freed in every case. */
 static quarot_result qx__sink_finish(qx__sink* k, qx_err* e) {
     quarot_result r;
@@ -609,14 +616,14 @@ static quarot_result qx__acquire(void* user, int64_t layer) {
     return QUAROT_OK;
 }
 
-/* 1 when the output takes a stacked expert weight as rows, one expert at a time (the built-in
-   safetensors and GGUF writers; a caller's sink gets whole tensors, its put_rows is for the
-   embedding and lm_head; a tensor opts.leave_out names is put whole, i.e. not written) and
-   opts.whole_experts does not say otherwise. */
+/* 1 when the output takes a stacked expert weight one expert at a time (the built-in safetensors
+   and GGUF writers as rows, a caller's sink with put_expert; one without gets whole tensors, its
+   put_rows is for the embedding and lm_head; a tensor opts.leave_out names is put whole, i.e. not
+   written) and opts.whole_experts does not say otherwise. */
 static int qx__sink_rows(const qx__rf* b, const char* name) {
     const qx__sink* k = b->sink;
     if (b->o->whole_experts || !k || (k->leave_out && strncmp(name, k->leave_out, strlen(k->leave_out)) == 0)) return 0;
-    return k->kind == QX__OUT_ST || k->kind == QX__OUT_GGUF;
+    return k->kind == QX__OUT_ST || k->kind == QX__OUT_GGUF || (k->kind == QX__OUT_CALLER && k->caller && k->caller->put_expert);
 }
 
 /* Expert e of a stacked weight [n][out][in] of the held layer (quarot_model.get_slice): a copy of its
@@ -689,7 +696,7 @@ static quarot_result qx__slice_done(void* user, const char* name, int64_t e) {
     if (!en) return QUAROT_ERR_NOT_FOUND;
     if (en->owned && !b->slice_mem) return QUAROT_OK;   /* the whole copy: tensor_done writes it */
     if (!b->slice_mem || e != b->slice_e || strcmp(name, b->slice_name) != 0) return QUAROT_ERR_STATE;
-    if (b->werr == QUAROT_OK) b->werr = qx__sink_put_rows(b->sink, name, e * b->slice_t.ne[1], &b->slice_t, &b->werr_msg);
+    if (b->werr == QUAROT_OK) b->werr = qx__sink_put_expert(b->sink, name, e, &b->slice_t, &b->werr_msg);
     qx__give(b, b->slice_mem, b->slice_bytes);
     b->slice_mem = NULL;
     b->slice_next = e + 1;

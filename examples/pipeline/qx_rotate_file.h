@@ -55,11 +55,15 @@ extern "C" {
    once (a layer's on its release, the globals at the end); finish publishes; abort removes. A sink
    with put_rows may get the embedding and lm_head in row windows instead (global_window_rows; then
    begin comes before they are rotated, and put_rows receives rows [row0, row0 + t->ne[1]) of
-   each, in order, the last one completing the tensor). */
+   each, in order, the last one completing the tensor). A sink with put_expert gets a stacked expert
+   weight [n_experts][out][in] (GGUF) one expert at a time instead of through put: expert ex's rows
+   as t {in, out}, experts in order from 0, the last one completing the tensor (opts.whole_experts:
+   whole through put). */
 typedef struct qx_rotate_sink {
     quarot_result (*begin)(void* user, const qx_store* s, const qx_tensor_plan* plan, int64_t n, qx_err* e);
     quarot_result (*put)(void* user, const char* name, const quarot_tensor* t, qx_err* e);
     quarot_result (*put_rows)(void* user, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e);   /* NULL: whole tensors */
+    quarot_result (*put_expert)(void* user, const char* name, int64_t ex, const quarot_tensor* t, qx_err* e);   /* NULL: whole */
     quarot_result (*finish)(void* user, qx_err* e);
     void (*abort)(void* user);
     void* user;
@@ -102,7 +106,8 @@ typedef struct qx_rotate_file_opts {
                                     copies, and the stats say why. Same bytes either way (tests compare) */
     int whole_experts;           /* 1: a stacked expert weight [n_experts][out][in] (GGUF) is copied, rotated and
                                     written whole; by default one expert at a time (quarot_model.get_slice)
-                                    into the safetensors and GGUF writers (a caller's sink gets it whole).
+                                    into the safetensors and GGUF writers and a caller's sink with put_expert
+                                    (one without gets it whole).
                                     The bytes are the same (tests compare) */
     /* not NULL: called once the processor is initialized (its rotations built, every tensor checked)
        and before any output is opened; a failure stops the run with nothing written (the tool rotates
