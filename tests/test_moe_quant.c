@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "quarot.h"
 #include "qt.h"
@@ -597,7 +598,7 @@ static int64_t same_packed_linears(const char* a, const char* b, int64_t head_di
    --engine int` gives the same perplexity (bound 1e-6 relative: the Mixtral GGUF's interleaved
    q/k rows sum the attention scores in another order). RTN rotated for the three families, GPTQ
    (--w-quant gptq) for qwen2_moe; a group size that divides no expert row is refused with one
-   error line and no output, and so is a NaN in an expert. */
+   error line and no output, and so are a NaN in an expert and a write that fails part-way. */
 static void test_cli_packed_from_gguf(void) {
     char toks[256 * 4], gg[512], hf[512], pa[512], pb[512], msg[96], want[160], gopt[1200];
     int f, i, g, L, n = 0;
@@ -662,6 +663,22 @@ static void test_cli_packed_from_gguf(void) {
             rc = CLI("quantize %s %s --group-size 24 --force", gg, bad);
             QT_CHECKF(rc == 4 && strstr(g_err, "--group-size 24 does not divide") && access(bad, F_OK) != 0,
                       "rc %d: %s", rc, g_err);
+            {   /* a write that fails part-way (a file size limit below the file's size): exit 3, one line, no file or
+                   temporary left */
+                static const char* const outs[2] = {"fsz/moe.safetensors", "fsz/moe.gguf"};
+                char pre[64];
+                struct stat sb;
+                int k;
+                QT_CHECK(stat(pa, &sb) == 0 && mkdir(tmp_path("fsz"), 0755) == 0);
+                snprintf(pre, sizeof pre, "ulimit -f %lld;", (long long)(sb.st_size / 2048));   /* at most half the file (units of 512 or 1024 bytes) */
+                for (k = 0; k < 2; ++k) {
+                    const char* o = tmp_path(outs[k]);
+                    rc = run_prog(pre, g_bin, "quantize %s %s --force", gg, o);
+                    if (getenv("QX_SHOW")) printf("    %s: %s", outs[k], g_err);
+                    QT_CHECKF(rc == 3 && count_lines(g_err) == 1 && access(o, F_OK) != 0 && rmdir(tmp_path("fsz")) == 0 &&
+                              mkdir(tmp_path("fsz"), 0755) == 0, "%s: rc %d: %s", outs[k], rc, g_err);
+                }
+            }
             {   /* a NaN in expert 2 of a 3-D tensor: exit 2, one error line naming it, no file (both outputs) */
                 char nn[QUAROT_NAME_MAX];
                 static const char* const outs[2] = {"nan_moe.safetensors", "nan_moe.gguf"};
