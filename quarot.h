@@ -39,6 +39,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>qgemm_simd       (implementation only) the products' AVX-512 / AVX2 / NEON kernels (tiles, decode rows)
     >>qgemm_run        (implementation only) packing, the task split over output rows, quarot_qgemm itself
     >>qgemm_amx        the same products on AMX-INT8 tiles (Linux tile permission, fallback to VNNI)
+    >>attention        softmax exp (glibc expf), softmax rows, KV-cache dequantization, direct attention
     >>rotation         an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model            architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter          per-family description: fusion map, bake names, rotation pairs, head geometry
@@ -865,6 +866,77 @@ QUAROT_API size_t quarot_qgemm_amx_workspace_size(int64_t rows, int64_t cols);
 QUAROT_API quarot_result quarot_qgemm_amx(const quarot_qmat* w, const int8_t* xq, int64_t ldx, const float* x_scales,
                                           const int32_t* xsum, int64_t rows, float* y, int64_t ldy, void* work,
                                           size_t work_size, const quarot_env* env);
+
+// >>attention
+// Kernels of an inference engine's causal attention over its KV cache (examples/engine/ is built on
+// them): the softmax's exponential, one softmax row, the cache's dequantization, and direct attention
+// of a few queries over one KV head for small heads. They are written for bit-identical results: every
+// ISA runs the scalar `_ref` kernel's operations in its order (fused multiply-adds where it has them,
+// nothing contracted elsewhere), so a model's logits do not depend on the instruction set, the row
+// length splits or the thread count. Kernels: REF (also what SSE2, AVX2 and NEON run), AVX512 (the
+// exponential and softmax in eight double lanes, 16 keys or dimensions per float vector elsewhere).
+// isa: DEFAULT = the best compiled in, REF = the scalar specification, not compiled in ->
+// QUAROT_ERR_UNSUPPORTED. None of them allocates.
+
+// exp(x) as glibc's expf computes it (the algorithm of ARM's optimized-routines), in double:
+//     z = x * (32 / ln 2), k = round(z) (adding and subtracting 1.5 * 2^52), r = z - k (each rounded),
+//     2^(k/32) = table[k mod 32] (the bits of 2^(i/32)) with (k - k mod 32) / 32 added to the exponent,
+//     p = fma(fma(C0, r, C1), r*r, fma(C2, r, 1)) (C0..C2 the cubic's coefficients of glibc, scaled),
+//     exp(x) = f32(p * 2^(k/32)), rounded once.
+// Over all 1.12e9 floats of [-104, 0] it has x86-64 glibc's expf bits (the FMA build glibc runs on CPUs
+// with FMA) but in one, -0x1.f8cbb2p+5, one ulp off; tests/test_attention.c holds any libm to 1 ulp.
+// Special cases: NaN -> x itself (the same bits), x < -104 -> +0 (expf is 0 there too), x >
+// 0x1.62e42ep6 (ln FLT_MAX) -> +Inf. quarot_attention_exp1 is the scalar specification.
+QUAROT_API float quarot_attention_exp1(float x);
+// y[i] = quarot_attention_exp1(x[i]) for i < n (y == x allowed; otherwise no overlap). Errors: n < 0
+// or a NULL pointer with n > 0 -> QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> UNSUPPORTED.
+QUAROT_API quarot_result quarot_attention_exp_f32(const float* x, float* y, int64_t n, quarot_isa isa);
+
+// One attention row s[0..n-1] (n >= 1) into its softmax, in place:
+//     m    = the maximum (s[0], then each s[j] that is greater: exact in any order)
+//     e_j  = quarot_attention_exp1(s[j] - m)
+//     sum  = the e_j in double in 16 partial sums (e_j into sum j mod 16, each in j order), the 16
+//            added in order 0..15 onto 0.0
+//     s[j] = e_j * f32(1 / sum)
+// The same bits for every ISA and row length. A NaN anywhere makes every output NaN (payloads
+// unspecified); +Inf in a row gives NaN too (Inf - Inf), scores of -Inf weigh 0 beside finite ones.
+// Errors: s NULL or n < 1 -> QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> UNSUPPORTED.
+QUAROT_API quarot_result quarot_attention_softmax_f32(float* s, int64_t n, quarot_isa isa);
+
+// n rows of one KV head from a quantized cache into floats, quarot_dequantize_f32's expression:
+//     out[p][j] = (f32(c[p][j]) - zeros[p * ldz]) * scales[p * ldz]     (no FMA)
+// (transposed != 0: out[j][p], the direct attention's K). Codes of row p start at codes + p * ldc:
+//     bits 8: one byte per code, u = c + 128 (offset binary), c[p][j] = codes[p * ldc + j] - 128;
+//     bits 4: two per byte (2..4-bit codes), u = c + 8, byte j/2 holds code j in its low nibble for
+//             even j and in its high nibble for odd j (so head_dim must be even).
+// This is the pairwise nibble order of a cache row, not quarot_qmat's blocked one. zeros NULL = 0
+// (symmetric). out: rows ldo apart (ldo >= head_dim, transposed: ldo >= n). Errors: bits not 4 / 8,
+// n < 0, head_dim < 1 (odd at 4 bits), ldc too small (head_dim bytes at 8 bits, head_dim / 2 at 4),
+// ldz < 1, ldo too small, a NULL pointer (zeros aside) with n > 0 -> QUAROT_ERR_INVALID_ARGUMENT;
+// isa not compiled in -> QUAROT_ERR_UNSUPPORTED.
+QUAROT_API quarot_result quarot_attention_kv_dequant_f32(int bits, const uint8_t* codes, int64_t ldc,
+                                                         const float* scales, const float* zeros, int64_t ldz,
+                                                         int64_t n, int64_t head_dim, int transposed, float* out,
+                                                         int64_t ldo, quarot_isa isa);
+
+// Queries one pass of quarot_attention_direct_f32 takes at most.
+#define QUAROT_ATTENTION_DIRECT_Q 4
+// Causal attention of nq (1..QUAROT_ATTENTION_DIRECT_Q) consecutive queries over one KV head, for small
+// heads (where packing K and V for a GEMM costs more than the products): query u (row q + u * ldq,
+// head_dim floats) sees keys 0..n0+u-1 (n0 >= 1), so n = n0 + nq - 1 keys are read. K comes
+// transposed, kt[d * ldk + j] (ldk >= n); V as rows, v[j * ldv + d] (ldv >= head_dim).
+//     s[u][j]   = scale * a, a = fma(q[u][d], kt[d][j], a) for d = 0, 1, ... from a = 0   (j < n)
+//     s[u][0..n0+u-1] <- quarot_attention_softmax_f32 of that row
+//     out[u][d] = b, b = fma(s[u][j], v[j][d], b) for j = 0, 1, ..., n0+u-1 from b = 0
+// s: scratch of nq rows lds >= n apart; on return row u holds the softmax at j < n0+u and the scaled
+// scores at n0+u <= j < n. out: nq rows ldo >= head_dim apart, not overlapping the inputs. The AVX-512
+// kernel takes 16 keys (scores) or 16 dimensions (values) per vector with those per-element operations,
+// so every ISA gives the scalar loop's bits. Errors: NULL pointers, nq out of range, head_dim < 1,
+// n0 < 1, a stride too small -> QUAROT_ERR_INVALID_ARGUMENT; isa not compiled in -> UNSUPPORTED.
+QUAROT_API quarot_result quarot_attention_direct_f32(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
+                                                     const float* v, int64_t ldv, int64_t head_dim, int64_t n0,
+                                                     float scale, float* s, int64_t lds, float* out, int64_t ldo,
+                                                     quarot_isa isa);
 
 // >>rotation
 // An orthogonal matrix Q of size n (docs/algorithms.md §3), applied to row vectors: x <- x*Q. Q is
@@ -9096,6 +9168,390 @@ QUAROT_API quarot_result quarot_qgemm_amx(const quarot_qmat* w, const int8_t* xq
     (void)work_size; (void)env;
     return QUAROT_ERR_UNSUPPORTED;
 #endif
+}
+
+// >>attention
+// exp: x 32 / ln 2 = k + r, exp(x) = 2^(k/32) 2^(r/32), 2^(r/32) ~ 1 + C2 r + C1 r^2 + C0 r^3, in
+// double. Softmax: m = max s, e = exp(s - m), one reciprocal of the double sum. The AVX-512 kernels
+// widen 8 floats to doubles per step and gather the table; masked lanes stand for the scalar tails.
+static const uint64_t quarot__att_exp_tab[32] = {   // the bits of 2^(i/32), i = 0..31
+    0x3ff0000000000000u, 0x3ff059b0d3158574u, 0x3ff0b5586cf9890fu, 0x3ff11301d0125b51u,
+    0x3ff172b83c7d517bu, 0x3ff1d4873168b9aau, 0x3ff2387a6e756238u, 0x3ff29e9df51fdee1u,
+    0x3ff306fe0a31b715u, 0x3ff371a7373aa9cbu, 0x3ff3dea64c123422u, 0x3ff44e086061892du,
+    0x3ff4bfdad5362a27u, 0x3ff5342b569d4f82u, 0x3ff5ab07dd485429u, 0x3ff6247eb03a5585u,
+    0x3ff6a09e667f3bcdu, 0x3ff71f75e8ec5f74u, 0x3ff7a11473eb0187u, 0x3ff82589994cce13u,
+    0x3ff8ace5422aa0dbu, 0x3ff93737b0cdc5e5u, 0x3ff9c49182a3f090u, 0x3ffa5503b23e255du,
+    0x3ffae89f995ad3adu, 0x3ffb7f76f2fb5e47u, 0x3ffc199bdd85529cu, 0x3ffcb720dcef9069u,
+    0x3ffd5818dcfba487u, 0x3ffdfc97337b9b5fu, 0x3ffea4afa2a490dau, 0x3fff50765b6e4540u,
+};
+// The doubles of glibc's constants, written in decimal (C++11 has no hexadecimal floats; 17 digits
+// give the same double): 32 / ln 2 = 0x1.71547652b82fep+0 * 32, 1.5 * 2^52, and the cubic's
+// 0x1.c6af84b912394p-5 / 32^3, 0x1.ebfce50fac4f3p-3 / 32^2, 0x1.62e42ff0c52d6p-1 / 32.
+#define QUAROT__ATT_INVLN2N 46.166241308446828
+#define QUAROT__ATT_SHIFT 6755399441055744.0
+#define QUAROT__ATT_C0 1.6938359250920212e-06
+#define QUAROT__ATT_C1 0.00023459809789509004
+#define QUAROT__ATT_C2 0.021660849396613134
+#define QUAROT__ATT_LO (-104.0f)        // below: +0
+#define QUAROT__ATT_HI 88.7228317f      // 0x1.62e42ep6, ln FLT_MAX rounded down; above: +Inf
+
+QUAROT_API float quarot_attention_exp1(float x) {
+    double xd = (double)x, z, kd, r, r2, y, sc;
+    uint64_t ki, t;
+    if (x != x) return x;
+    if (x < QUAROT__ATT_LO) return 0.0f;
+    if (x > QUAROT__ATT_HI) return HUGE_VALF;
+    z = QUAROT__ATT_INVLN2N * xd;
+    kd = z + QUAROT__ATT_SHIFT;
+    memcpy(&ki, &kd, sizeof ki);
+    kd -= QUAROT__ATT_SHIFT;
+    r = z - kd;
+    t = quarot__att_exp_tab[ki & 31] + ((ki - (ki & 31)) << 47);   // (k - k mod 32) / 32 into the exponent
+    memcpy(&sc, &t, sizeof sc);
+    z = fma(QUAROT__ATT_C0, r, QUAROT__ATT_C1);
+    r2 = r * r;
+    y = fma(QUAROT__ATT_C2, r, 1.0);
+    y = fma(z, r2, y);
+    return (float)(y * sc);
+}
+
+static void quarot__att_exp_ref(const float* x, float* y, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) y[i] = quarot_attention_exp1(x[i]);
+}
+
+static void quarot__att_softmax_ref(float* s, int64_t n) {
+    double lane[16], sum = 0.0;
+    float mx = s[0], inv;
+    int64_t j;
+    int k;
+    for (k = 0; k < 16; ++k) lane[k] = 0.0;
+    for (j = 1; j < n; ++j)
+        if (s[j] > mx) mx = s[j];
+    for (j = 0; j < n; ++j) {
+        s[j] = quarot_attention_exp1(s[j] - mx);
+        lane[j & 15] += (double)s[j];
+    }
+    for (k = 0; k < 16; ++k) sum += lane[k];
+    inv = (float)(1.0 / sum);
+    for (j = 0; j < n; ++j) s[j] *= inv;
+}
+
+// The dequantized code j of a cache row (bits 4: pairs per byte, low nibble first; bits 8: bytes).
+#define QUAROT__ATT_CODE(bits, row, j) \
+    ((bits) == 4 ? (float)((((row)[(j) / 2] >> (4 * ((j) & 1))) & 15) - 8) : (float)((int)(row)[j] - 128))
+
+static void quarot__att_kv_ref(int bits, const uint8_t* codes, int64_t ldc, const float* scales, const float* zeros,
+                               int64_t ldz, int64_t n, int64_t hd, int transposed, float* out, int64_t ldo) {
+    int64_t p, j;
+    for (p = 0; p < n; ++p) {
+        const uint8_t* row = codes + p * ldc;
+        float s = scales[p * ldz], z = zeros ? zeros[p * ldz] : 0.0f;
+        for (j = 0; j < hd; ++j) {
+            float v = (QUAROT__ATT_CODE(bits, row, j) - z) * s;
+            if (transposed) out[j * ldo + p] = v;
+            else out[p * ldo + j] = v;
+        }
+    }
+}
+
+static void quarot__att_direct_ref(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk, const float* v,
+                                   int64_t ldv, int64_t hd, int64_t n0, float scale, float* s, int64_t lds, float* out,
+                                   int64_t ldo) {
+    int64_t n = n0 + nq - 1, j, d;
+    int u;
+    for (u = 0; u < nq; ++u)
+        for (j = 0; j < n; ++j) {
+            float a = 0.0f;
+            for (d = 0; d < hd; ++d) a = fmaf(q[u * ldq + d], kt[d * ldk + j], a);
+            s[u * lds + j] = scale * a;
+        }
+    for (u = 0; u < nq; ++u) quarot__att_softmax_ref(s + u * lds, n0 + u);
+    for (u = 0; u < nq; ++u)
+        for (d = 0; d < hd; ++d) {
+            float a = 0.0f;
+            for (j = 0; j < n0 + u; ++j) a = fmaf(s[u * lds + j], v[j * ldv + d], a);
+            out[u * ldo + d] = a;
+        }
+}
+
+#if defined(QUAROT__HAVE_AVX512)
+// All-ones masks: the masked forms are the plain instructions without _mm512_undefined_*(), which g++
+// 12 -O1 reports as uninitialized.
+#define QUAROT__ATT_ALL8 ((__mmask8)0xFF)
+#define QUAROT__ATT_ALL16 ((__mmask16)0xFFFF)
+// Half h (0, 1) of 16 floats as 8 doubles, and 8 doubles as floats into half h of a vector.
+#define QUAROT__ATT_WIDEN(x, h) \
+    _mm512_maskz_cvtps_pd(QUAROT__ATT_ALL8, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(QUAROT__ATT_ALL8, \
+                                                                                          _mm512_castps_pd(x), h)))
+#define QUAROT__ATT_NARROW(v, x, h) \
+    _mm512_maskz_insertf64x4(QUAROT__ATT_ALL8, v, _mm256_castps_pd(_mm512_maskz_cvtpd_ps(QUAROT__ATT_ALL8, x)), h)
+
+// quarot_attention_exp1 on 8 lanes of doubles (the widened floats), as 8 floats widened back (exact),
+// so the caller narrows once; the callers mask NaN and the limits.
+static __m512d quarot__att_exp8_avx512(__m512d xd) {
+    const __m512d sh = _mm512_set1_pd(QUAROT__ATT_SHIFT);
+    __m512d z = _mm512_mul_pd(xd, _mm512_set1_pd(QUAROT__ATT_INVLN2N)), kd = _mm512_add_pd(z, sh), r, y, zz;
+    __m512i ki = _mm512_castpd_si512(kd), i, t;
+    kd = _mm512_sub_pd(kd, sh);
+    r = _mm512_sub_pd(z, kd);
+    i = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+    t = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), QUAROT__ATT_ALL8, i, (const void*)quarot__att_exp_tab, 8);
+    t = _mm512_add_epi64(t, _mm512_maskz_slli_epi64(QUAROT__ATT_ALL8, _mm512_sub_epi64(ki, i), 47));
+    zz = _mm512_fmadd_pd(_mm512_set1_pd(QUAROT__ATT_C0), r, _mm512_set1_pd(QUAROT__ATT_C1));
+    y = _mm512_fmadd_pd(_mm512_set1_pd(QUAROT__ATT_C2), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(zz, _mm512_mul_pd(r, r), y);
+    return _mm512_mul_pd(y, _mm512_castsi512_pd(t));
+}
+
+// quarot_attention_exp1 on 16 floats.
+static __m512 quarot__att_exp16_avx512(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(QUAROT__ATT_LO), hi = _mm512_set1_ps(QUAROT__ATT_HI);
+    __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
+    __m512d v = QUAROT__ATT_NARROW(_mm512_setzero_pd(), quarot__att_exp8_avx512(QUAROT__ATT_WIDEN(x, 0)), 0);
+    __m512 p = _mm512_castpd_ps(QUAROT__ATT_NARROW(v, quarot__att_exp8_avx512(QUAROT__ATT_WIDEN(x, 1)), 1));
+    p = _mm512_maskz_mov_ps(keep, p);
+    p = _mm512_mask_mov_ps(p, over, _mm512_set1_ps(HUGE_VALF));
+    return _mm512_mask_mov_ps(p, nan, x);
+}
+
+static void quarot__att_exp_avx512(const float* x, float* y, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(y + i, m, quarot__att_exp16_avx512(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+// The maximum as the scalar loop takes it: lane k keeps s[0] and each later s[j] (j = k mod 16) that is
+// greater (max_ps(a, b) = a > b ? a : b), the lanes the same way in order 0..15.
+static void quarot__att_softmax_avx512(float* s, int64_t n) {
+    double lane[16], sum = 0.0;
+    float mx = s[0], inv, part[16];
+    int64_t j;
+    int k;
+    __m512 vm = _mm512_set1_ps(s[0]);
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (j = 0; j + 16 <= n; j += 16) vm = _mm512_maskz_max_ps(QUAROT__ATT_ALL16, _mm512_loadu_ps(s + j), vm);
+    _mm512_storeu_ps(part, vm);
+    for (k = 0; k < 16; ++k)
+        if (part[k] > mx) mx = part[k];
+    for (; j < n; ++j)
+        if (s[j] > mx) mx = s[j];
+    for (j = 0; j + 16 <= n; j += 16) {
+        __m512 p = quarot__att_exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(mx)));
+        _mm512_storeu_ps(s + j, p);
+        a0 = _mm512_add_pd(a0, QUAROT__ATT_WIDEN(p, 0));
+        a1 = _mm512_add_pd(a1, QUAROT__ATT_WIDEN(p, 1));
+    }
+    _mm512_storeu_pd(lane, a0);
+    _mm512_storeu_pd(lane + 8, a1);
+    for (; j < n; ++j) {
+        s[j] = quarot_attention_exp1(s[j] - mx);
+        lane[j & 15] += (double)s[j];
+    }
+    for (k = 0; k < 16; ++k) sum += lane[k];
+    inv = (float)(1.0 / sum);
+    for (j = 0; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(inv)));
+    for (; j < n; ++j) s[j] *= inv;
+}
+
+// cnt (1..16) codes of a cache row from code j on, as floats (lanes past cnt: 0). 8 bits widen bytes;
+// 4 bits widen each byte twice and shift the odd lanes' copy right by 4. A short chunk goes through a
+// zeroed copy, so nothing past the row is read.
+static __m512 quarot__att_codes16_avx512(int bits, const uint8_t* row, int64_t j, int64_t cnt) {
+    __m128i b;
+    __m512i c;
+    if (cnt == 16) {
+        b = bits == 8 ? _mm_loadu_si128((const __m128i*)(const void*)(row + j))
+                      : _mm_loadl_epi64((const __m128i*)(const void*)(row + j / 2));
+    } else {
+        uint8_t tmp[16];
+        memset(tmp, 0, sizeof tmp);
+        if (bits == 8) memcpy(tmp, row + j, (size_t)cnt);
+        else memcpy(tmp, row + j / 2, (size_t)(cnt / 2));
+        b = _mm_loadu_si128((const __m128i*)(const void*)tmp);
+    }
+    if (bits == 8) {
+        c = _mm512_sub_epi32(_mm512_maskz_cvtepu8_epi32(QUAROT__ATT_ALL16, b), _mm512_set1_epi32(128));
+        return _mm512_maskz_cvtepi32_ps(QUAROT__ATT_ALL16, c);
+    }
+    c = _mm512_maskz_cvtepu8_epi32(QUAROT__ATT_ALL16, _mm_unpacklo_epi8(b, b));
+    c = _mm512_maskz_srlv_epi32(QUAROT__ATT_ALL16, c, _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0));
+    c = _mm512_sub_epi32(_mm512_and_si512(c, _mm512_set1_epi32(15)), _mm512_set1_epi32(8));
+    return _mm512_maskz_cvtepi32_ps(QUAROT__ATT_ALL16, c);
+}
+
+static void quarot__att_kv_avx512(int bits, const uint8_t* codes, int64_t ldc, const float* scales, const float* zeros,
+                                  int64_t ldz, int64_t n, int64_t hd, int transposed, float* out, int64_t ldo) {
+    int64_t p, j, i;
+    for (p = 0; p < n; ++p) {
+        const uint8_t* row = codes + p * ldc;
+        const __m512 vs = _mm512_set1_ps(scales[p * ldz]), vz = _mm512_set1_ps(zeros ? zeros[p * ldz] : 0.0f);
+        for (j = 0; j < hd; j += 16) {
+            int64_t cnt = hd - j < 16 ? hd - j : 16;
+            __m512 x = _mm512_mul_ps(_mm512_sub_ps(quarot__att_codes16_avx512(bits, row, j, cnt), vz), vs);
+            if (!transposed) {
+                _mm512_mask_storeu_ps(out + p * ldo + j, (__mmask16)((1u << cnt) - 1u), x);
+            } else {
+                float tmp[16];
+                _mm512_storeu_ps(tmp, x);
+                for (i = 0; i < cnt; ++i) out[(j + i) * ldo + p] = tmp[i];
+            }
+        }
+    }
+}
+
+// Scores of nq queries for the keys from j (lanes m), nq a constant at each call: the accumulators are
+// four named registers, the unused ones dropped by the compiler.
+QUAROT__INLINE void quarot__att_scores_avx512(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
+                                              int64_t hd, int64_t j, __mmask16 m, float scale, float* s, int64_t lds) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t d;
+    for (d = 0; d < hd; ++d) {
+        __m512 kv = _mm512_maskz_loadu_ps(m, kt + d * ldk + j);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), kv, a0);
+        if (nq > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[ldq + d]), kv, a1);
+        if (nq > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(q[2 * ldq + d]), kv, a2);
+        if (nq > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3 * ldq + d]), kv, a3);
+    }
+    _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a0));
+    if (nq > 1) _mm512_mask_storeu_ps(s + lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a1));
+    if (nq > 2) _mm512_mask_storeu_ps(s + 2 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a2));
+    if (nq > 3) _mm512_mask_storeu_ps(s + 3 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a3));
+}
+
+// out for the dimensions from d (lanes m): the keys every query sees, then key n0 + t (t < nq - 1) for
+// the queries u > t only.
+QUAROT__INLINE void quarot__att_values_avx512(int nq, const float* v, int64_t ldv, int64_t n0, int64_t d, __mmask16 m,
+                                              const float* s, int64_t lds, float* out, int64_t ldo) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t j, n = n0 + nq - 1;
+    for (j = 0; j < n0; ++j) {
+        __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), vv, a0);
+        if (nq > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(s[lds + j]), vv, a1);
+        if (nq > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(s[2 * lds + j]), vv, a2);
+        if (nq > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(s[3 * lds + j]), vv, a3);
+    }
+    for (; j < n; ++j) {
+        __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
+        if (j - n0 < 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(s[lds + j]), vv, a1);
+        if (j - n0 < 2 && nq > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(s[2 * lds + j]), vv, a2);
+        if (nq > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(s[3 * lds + j]), vv, a3);
+    }
+    _mm512_mask_storeu_ps(out + d, m, a0);
+    if (nq > 1) _mm512_mask_storeu_ps(out + ldo + d, m, a1);
+    if (nq > 2) _mm512_mask_storeu_ps(out + 2 * ldo + d, m, a2);
+    if (nq > 3) _mm512_mask_storeu_ps(out + 3 * ldo + d, m, a3);
+}
+
+static void quarot__att_direct_avx512(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
+                                      const float* v, int64_t ldv, int64_t hd, int64_t n0, float scale, float* s,
+                                      int64_t lds, float* out, int64_t ldo) {
+    int64_t n = n0 + nq - 1, j, d;
+    int u;
+    for (j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        switch (nq) {   // a constant count each: the accumulators stay in registers
+            case 4: quarot__att_scores_avx512(q, ldq, 4, kt, ldk, hd, j, m, scale, s, lds); break;
+            case 3: quarot__att_scores_avx512(q, ldq, 3, kt, ldk, hd, j, m, scale, s, lds); break;
+            case 2: quarot__att_scores_avx512(q, ldq, 2, kt, ldk, hd, j, m, scale, s, lds); break;
+            default: quarot__att_scores_avx512(q, ldq, 1, kt, ldk, hd, j, m, scale, s, lds); break;
+        }
+    }
+    for (u = 0; u < nq; ++u) quarot__att_softmax_avx512(s + u * lds, n0 + u);
+    for (d = 0; d < hd; d += 16) {
+        __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1u);
+        switch (nq) {
+            case 4: quarot__att_values_avx512(4, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            case 3: quarot__att_values_avx512(3, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            case 2: quarot__att_values_avx512(2, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            default: quarot__att_values_avx512(1, v, ldv, n0, d, m, s, lds, out, ldo); break;
+        }
+    }
+}
+#endif
+
+// 1 when the AVX-512 kernels run for isa (resolved), else the scalar ones; an error for a bad isa.
+static quarot_result quarot__att_isa(quarot_isa isa, int* wide) {
+    quarot_isa use;
+    quarot_result r = quarot__isa_resolve(isa, &use);
+    *wide = 0;
+#if defined(QUAROT__HAVE_AVX512)
+    *wide = r == QUAROT_OK && use == QUAROT_ISA_AVX512;
+#else
+    (void)use;
+#endif
+    return r;
+}
+
+QUAROT_API quarot_result quarot_attention_exp_f32(const float* x, float* y, int64_t n, quarot_isa isa) {
+    int wide;
+    quarot_result r;
+    if (n < 0 || (n > 0 && (!x || !y))) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
+#if defined(QUAROT__HAVE_AVX512)
+    if (wide) { quarot__att_exp_avx512(x, y, n); return QUAROT_OK; }
+#endif
+    quarot__att_exp_ref(x, y, n);
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_attention_softmax_f32(float* s, int64_t n, quarot_isa isa) {
+    int wide;
+    quarot_result r;
+    if (!s || n < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
+#if defined(QUAROT__HAVE_AVX512)
+    if (wide) { quarot__att_softmax_avx512(s, n); return QUAROT_OK; }
+#endif
+    quarot__att_softmax_ref(s, n);
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_attention_kv_dequant_f32(int bits, const uint8_t* codes, int64_t ldc,
+                                                         const float* scales, const float* zeros, int64_t ldz,
+                                                         int64_t n, int64_t head_dim, int transposed, float* out,
+                                                         int64_t ldo, quarot_isa isa) {
+    int wide;
+    quarot_result r;
+    if ((bits != 4 && bits != 8) || n < 0 || head_dim < 1 || (bits == 4 && head_dim % 2) || ldz < 1 ||
+        ldc < (bits == 8 ? head_dim : head_dim / 2) || ldo < (transposed ? n : head_dim) ||
+        (n > 0 && (!codes || !scales || !out)))
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
+#if defined(QUAROT__HAVE_AVX512)
+    if (wide) {
+        quarot__att_kv_avx512(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
+        return QUAROT_OK;
+    }
+#endif
+    quarot__att_kv_ref(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
+    return QUAROT_OK;
+}
+
+QUAROT_API quarot_result quarot_attention_direct_f32(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
+                                                     const float* v, int64_t ldv, int64_t head_dim, int64_t n0,
+                                                     float scale, float* s, int64_t lds, float* out, int64_t ldo,
+                                                     quarot_isa isa) {
+    int wide;
+    quarot_result r;
+    int64_t n = n0 + nq - 1;
+    if (!q || !kt || !v || !s || !out || nq < 1 || nq > QUAROT_ATTENTION_DIRECT_Q || head_dim < 1 || n0 < 1 ||
+        ldq < head_dim || ldk < n || ldv < head_dim || lds < n || ldo < head_dim)
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
+#if defined(QUAROT__HAVE_AVX512)
+    if (wide) {
+        quarot__att_direct_avx512(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
+        return QUAROT_OK;
+    }
+#endif
+    quarot__att_direct_ref(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
+    return QUAROT_OK;
 }
 
 // >>rotation

@@ -95,6 +95,14 @@ static int impl_test_modules(void) {
             quarot_qgemm(&qm, xq, 16, &xs, &xsum, 1, &yq, 1, QUAROT_ISA_DEFAULT, NULL) != QUAROT_OK || yq != 12.0f)
             bad |= impl_test_fail("qgemm");
     }
+    /* attention: a row of 20 equal scores (a 16-lane block and a tail) softmaxes to f32(1/20) each */
+    {
+        float sm[20];
+        for (i = 0; i < 20; ++i) sm[i] = -3.0f;
+        if (quarot_attention_softmax_f32(sm, 20, QUAROT_ISA_DEFAULT) != QUAROT_OK || sm[0] != (float)(1.0 / 20.0) ||
+            sm[19] != sm[0] || quarot_attention_exp1(0.0f) != 1.0f)
+            bad |= impl_test_fail("attention softmax");
+    }
     /* online hooks: add, text round trip */
     quarot_online_list_init(&list, NULL);
     if (quarot_online_list_add(&list, 0, QUAROT_SITE_DOWN_INPUT, 24, 1, 24, 1, NULL) != QUAROT_OK ||
