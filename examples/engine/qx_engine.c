@@ -15,16 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 enum { ENG_Q_ROPE = 0, ENG_K_ROPE = 1, ENG_O_INPUT = 2, ENG_DOWN_INPUT = 3, ENG_EXPERT_DOWN_INPUT = 4, ENG_SHARED_DOWN_INPUT = 5 };
 
 /* Attention: queries in blocks of ENG_ATT_QB through quarot_sgemm; at head_dim <= ENG_ATT_DIRECT_HD
    (a small model, where quarot_sgemm's packing of the K / V slice costs more than the products) the
-   direct kernel below instead, ENG_ATT_DIRECT_Q queries per pass over the keys. */
-enum { ENG_ATT_QB = 64, ENG_ATT_DIRECT_HD = 32, ENG_ATT_DIRECT_Q = 4 };
+   direct kernel (quarot_attention_direct_f32) instead, ENG_ATT_DIRECT_Q queries per pass over the keys. */
+enum { ENG_ATT_QB = 64, ENG_ATT_DIRECT_HD = 32, ENG_ATT_DIRECT_Q = QUAROT_ATTENTION_DIRECT_Q };
 
 /* profile 1: wall clock; 2: this thread's CPU time (single-thread runs on a shared machine) */
 static double eng_now_clock(int profile) { return profile == 2 ? qx_thread_cpu_now() : qx_now(); }
@@ -683,249 +680,20 @@ static quarot_result eng_kv_store(qx_engine* en, int64_t l, int64_t pos0, int64_
     return QUAROT_OK;
 }
 
-/* Cache rows 0..n-1 of layer l, KV head kvh, as floats out[n][head_dim]: (code - zero) * scale,
-   quarot_dequantize_f32's expression. */
-static void eng_kv_load(const qx_engine* en, int64_t l, int64_t kvh, int64_t n, const uint8_t* q, const float* sc,
-                        const float* zp, float* out) {
-    int64_t C = en->context, hd = en->cfg.head_dim, nkv = en->cfg.n_kv_heads, p, j;
-    for (p = 0; p < n; ++p) {
-        const uint8_t* src = q + (l * C + p) * en->kv_row_bytes;
-        float s = sc[(l * C + p) * nkv + kvh], z = zp[(l * C + p) * nkv + kvh];
-        float* o = out + p * hd;
-        if (en->opts.kv_bits <= 4) {
-            src += kvh * hd / 2;
-            for (j = 0; j < hd; j += 2) {
-                o[j] = ((float)((src[j / 2] & 15) - 8) - z) * s;
-                o[j + 1] = ((float)((src[j / 2] >> 4) - 8) - z) * s;
-            }
-        } else {
-            src += kvh * hd;
-            for (j = 0; j < hd; ++j) o[j] = ((float)((int)src[j] - 128) - z) * s;
-        }
-    }
-}
-
-/* exp(x) for a score minus its row's maximum (x <= 0, or NaN), as glibc's expf computes it (the
-   algorithm of ARM's optimized-routines): in double, k = round(x 32 / ln 2), 2^(k/32) from a table of
-   2^(i/32) and the exponent bits, a degree-3 polynomial in the remainder (fused multiply-adds as the
-   FMA build of glibc contracts them), rounded once to float: within a hair of correct rounding, so the
-   engine's scores agree with the reference forward pass's expf. 0 below -104, where expf is 0 too.
-   The AVX-512 lanes below run the same operations. */
-static const uint64_t eng_exp_tab[32] = {   /* the bits of 2^(i/32), i = 0..31 */
-    0x3ff0000000000000u, 0x3ff059b0d3158574u, 0x3ff0b5586cf9890fu, 0x3ff11301d0125b51u,
-    0x3ff172b83c7d517bu, 0x3ff1d4873168b9aau, 0x3ff2387a6e756238u, 0x3ff29e9df51fdee1u,
-    0x3ff306fe0a31b715u, 0x3ff371a7373aa9cbu, 0x3ff3dea64c123422u, 0x3ff44e086061892du,
-    0x3ff4bfdad5362a27u, 0x3ff5342b569d4f82u, 0x3ff5ab07dd485429u, 0x3ff6247eb03a5585u,
-    0x3ff6a09e667f3bcdu, 0x3ff71f75e8ec5f74u, 0x3ff7a11473eb0187u, 0x3ff82589994cce13u,
-    0x3ff8ace5422aa0dbu, 0x3ff93737b0cdc5e5u, 0x3ff9c49182a3f090u, 0x3ffa5503b23e255du,
-    0x3ffae89f995ad3adu, 0x3ffb7f76f2fb5e47u, 0x3ffc199bdd85529cu, 0x3ffcb720dcef9069u,
-    0x3ffd5818dcfba487u, 0x3ffdfc97337b9b5fu, 0x3ffea4afa2a490dau, 0x3fff50765b6e4540u,
-};
-#define ENG_EXP_INVLN2N (0x1.71547652b82fep+0 * 32)
-#define ENG_EXP_SHIFT 0x1.8p+52
-#define ENG_EXP_C0 (0x1.c6af84b912394p-5 / 32 / 32 / 32)
-#define ENG_EXP_C1 (0x1.ebfce50fac4f3p-3 / 32 / 32)
-#define ENG_EXP_C2 (0x1.62e42ff0c52d6p-1 / 32)
-static float eng_exp_neg(float x) {
-    double xd = (double)x, z, kd, r, r2, y, sc;
-    uint64_t ki, t;
-    if (x != x) return x;
-    if (x < -104.0f) return 0.0f;
-    z = ENG_EXP_INVLN2N * xd;
-    kd = z + ENG_EXP_SHIFT;
-    memcpy(&ki, &kd, sizeof ki);
-    kd -= ENG_EXP_SHIFT;
-    r = z - kd;
-    t = eng_exp_tab[ki & 31] + ((ki - (ki & 31)) << 47);   /* (k - k % 32) / 32 into the exponent */
-    memcpy(&sc, &t, sizeof sc);
-    z = fma(ENG_EXP_C0, r, ENG_EXP_C1);
-    r2 = r * r;
-    y = fma(ENG_EXP_C2, r, 1.0);
-    y = fma(z, r2, y);
-    return (float)(y * sc);
-}
-
-#if defined(__AVX512F__)
-/* eng_exp_neg on 8 lanes of doubles (the widened floats); the caller masks NaN and x < -104 */
-static __m256 eng_exp8(__m512d xd) {
-    const __m512d sh = _mm512_set1_pd(ENG_EXP_SHIFT);
-    __m512d z = _mm512_mul_pd(xd, _mm512_set1_pd(ENG_EXP_INVLN2N)), kd = _mm512_add_pd(z, sh), r, y, zz;
-    __m512i ki = _mm512_castpd_si512(kd), t;
-    kd = _mm512_sub_pd(kd, sh);
-    r = _mm512_sub_pd(z, kd);
-    __m512i i = _mm512_and_si512(ki, _mm512_set1_epi64(31));
-    t = _mm512_i64gather_epi64(i, (const void*)eng_exp_tab, 8);
-    t = _mm512_add_epi64(t, _mm512_slli_epi64(_mm512_sub_epi64(ki, i), 47));
-    zz = _mm512_fmadd_pd(_mm512_set1_pd(ENG_EXP_C0), r, _mm512_set1_pd(ENG_EXP_C1));
-    y = _mm512_fmadd_pd(_mm512_set1_pd(ENG_EXP_C2), r, _mm512_set1_pd(1.0));
-    y = _mm512_fmadd_pd(zz, _mm512_mul_pd(r, r), y);
-    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_castsi512_pd(t)));
-}
-#endif
-
-/* One causal attention row s[0..n-1] (n >= 1) into its softmax: the maximum (exact in any order), exp
-   of each score minus it, the sum in double in 16 lanes (element j into lane j % 16, the lanes added
-   in order 0..15), then one reciprocal. The same arithmetic for every row length split and thread. */
-static void eng_softmax_row(float* s, int64_t n) {
-    double lane[16], sum = 0.0;
-    float mx = s[0], inv;
-    int64_t j = 0, k;
-    for (k = 0; k < 16; ++k) lane[k] = 0.0;
-#if defined(__AVX512F__)
-    if (n >= 16) {
-        __m512 vm = _mm512_loadu_ps(s);
-        for (j = 16; j + 16 <= n; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + j));
-        mx = _mm512_reduce_max_ps(vm);
-    }
-    for (; j < n; ++j) if (s[j] > mx) mx = s[j];
-    {
-        const __m512 vmx = _mm512_set1_ps(mx), lo = _mm512_set1_ps(-104.0f);
-        __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-        for (j = 0; j + 16 <= n; j += 16) {
-            __m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j), vmx), p;
-            __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-            __m256 e0 = eng_exp8(_mm512_cvtps_pd(_mm512_castps512_ps256(x)));
-            __m256 e1 = eng_exp8(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-            p = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(e0)), _mm256_castps_pd(e1), 1));
-            p = _mm512_maskz_mov_ps(keep, p);
-            p = _mm512_mask_mov_ps(p, nan, x);
-            _mm512_storeu_ps(s + j, p);
-            a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
-            a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
-        }
-        _mm512_storeu_pd(lane, a0);
-        _mm512_storeu_pd(lane + 8, a1);
-    }
-#else
-    for (j = 1; j < n; ++j) if (s[j] > mx) mx = s[j];
-    j = 0;
-#endif
-    for (; j < n; ++j) {
-        s[j] = eng_exp_neg(s[j] - mx);
-        lane[j & 15] += (double)s[j];
-    }
-    for (k = 0; k < 16; ++k) sum += lane[k];
-    inv = (float)(1.0 / sum);
-    j = 0;
-#if defined(__AVX512F__)
-    {
-        const __m512 vi = _mm512_set1_ps(inv);
-        for (; j + 16 <= n; j += 16) _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), vi));
-    }
-#endif
-    for (; j < n; ++j) s[j] *= inv;
-}
-
-/* eng_kv_load into out transposed: out[j ldo + p] (the direct attention's K). */
-static void eng_kv_load_t(const qx_engine* en, int64_t l, int64_t kvh, int64_t n, const uint8_t* q, const float* sc,
-                          const float* zp, float* out, int64_t ldo) {
-    int64_t C = en->context, hd = en->cfg.head_dim, nkv = en->cfg.n_kv_heads, p, j;
-    for (p = 0; p < n; ++p) {
-        const uint8_t* src = q + (l * C + p) * en->kv_row_bytes;
-        float s = sc[(l * C + p) * nkv + kvh], z = zp[(l * C + p) * nkv + kvh];
-        if (en->opts.kv_bits <= 4) {
-            src += kvh * hd / 2;
-            for (j = 0; j < hd; j += 2) {
-                out[j * ldo + p] = ((float)((src[j / 2] & 15) - 8) - z) * s;
-                out[(j + 1) * ldo + p] = ((float)((src[j / 2] >> 4) - 8) - z) * s;
-            }
-        } else {
-            src += kvh * hd;
-            for (j = 0; j < hd; ++j) out[j * ldo + p] = ((float)((int)src[j] - 128) - z) * s;
-        }
-    }
+/* Cache rows 0..n-1 of layer l, KV head kvh, as floats out[n][head_dim] (transposed: out[head_dim][ldo],
+   the direct attention's K): (code - zero) * scale, quarot_dequantize_f32's expression. */
+static quarot_result eng_kv_load(const qx_engine* en, int64_t l, int64_t kvh, int64_t n, const uint8_t* q, const float* sc,
+                                 const float* zp, int transposed, float* out, int64_t ldo) {
+    int64_t C = en->context, hd = en->cfg.head_dim, nkv = en->cfg.n_kv_heads;
+    int bits = en->opts.kv_bits <= 4 ? 4 : 8;
+    return quarot_attention_kv_dequant_f32(bits, q + l * C * en->kv_row_bytes + kvh * hd * bits / 8, en->kv_row_bytes,
+                                           sc + l * C * nkv + kvh, zp + l * C * nkv + kvh, nkv, n, hd, transposed, out,
+                                           ldo, QUAROT_ISA_DEFAULT);
 }
 
 /* Causal attention of the block's T queries over n_keys cache rows, per query head:
    softmax(q k^T / sqrt(hd)) v (GQA: KV head h / grp). Task i takes KV heads i, i + n_att, ...; each
    head's arithmetic is the same whichever task runs it (the products run serially inside a task). */
-/* Direct attention of nq (1..ENG_ATT_DIRECT_Q) consecutive queries q + u ldq over the cache slice of one
-   KV head: query u sees keys 0..n0+u-1. kt: K transposed, kt[d ldk + j]; v: V rows ldv apart.
-   s_uj = scale * sum_d q_ud kt_dj (fused multiply-adds in d order from 0), softmax (eng_softmax_row),
-   out_u[d] = sum_j p_uj v_jd (fused multiply-adds in j order from 0). s: nq rows lds apart. The
-   AVX-512 path takes 16 keys (scores) or 16 dimensions (values) per vector with the same per-element
-   operations, so it gives the scalar loop's bits. */
-static void eng_att_direct(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk, const float* v, int64_t ldv,
-                           int64_t hd, int64_t n0, float scale, float* s, int64_t lds, float* out, int64_t ldo) {
-    int64_t n = n0 + nq - 1, j, d;
-    int u;
-#if defined(__AVX512F__)
-    for (j = 0; j < n; j += 16) {
-        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
-        __m512 acc[ENG_ATT_DIRECT_Q];
-        if (nq == 4) {   /* the accumulators in registers */
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (d = 0; d < hd; ++d) {
-                __m512 kv = _mm512_maskz_loadu_ps(m, kt + d * ldk + j);
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), kv, a0);
-                a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[ldq + d]), kv, a1);
-                a2 = _mm512_fmadd_ps(_mm512_set1_ps(q[2 * ldq + d]), kv, a2);
-                a3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3 * ldq + d]), kv, a3);
-            }
-            _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a0));
-            _mm512_mask_storeu_ps(s + lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a1));
-            _mm512_mask_storeu_ps(s + 2 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a2));
-            _mm512_mask_storeu_ps(s + 3 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a3));
-            continue;
-        }
-        for (u = 0; u < nq; ++u) acc[u] = _mm512_setzero_ps();
-        for (d = 0; d < hd; ++d) {
-            __m512 kv = _mm512_maskz_loadu_ps(m, kt + d * ldk + j);
-            for (u = 0; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[u * ldq + d]), kv, acc[u]);
-        }
-        for (u = 0; u < nq; ++u) _mm512_mask_storeu_ps(s + u * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), acc[u]));
-    }
-#else
-    for (u = 0; u < nq; ++u)
-        for (j = 0; j < n; ++j) {
-            float a = 0.0f;
-            for (d = 0; d < hd; ++d) a = fmaf(q[u * ldq + d], kt[d * ldk + j], a);
-            s[u * lds + j] = scale * a;
-        }
-#endif
-    for (u = 0; u < nq; ++u) eng_softmax_row(s + u * lds, n0 + u);
-#if defined(__AVX512F__)
-    for (d = 0; d < hd; d += 16) {
-        __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1u);
-        __m512 acc[ENG_ATT_DIRECT_Q];
-        j = 0;
-        if (nq == 4) {   /* the accumulators in registers */
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (; j < n0; ++j) {
-                __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), vv, a0);
-                a1 = _mm512_fmadd_ps(_mm512_set1_ps(s[lds + j]), vv, a1);
-                a2 = _mm512_fmadd_ps(_mm512_set1_ps(s[2 * lds + j]), vv, a2);
-                a3 = _mm512_fmadd_ps(_mm512_set1_ps(s[3 * lds + j]), vv, a3);
-            }
-            acc[0] = a0; acc[1] = a1; acc[2] = a2; acc[3] = a3;
-        } else if (nq == 1) {
-            __m512 a0 = _mm512_setzero_ps();
-            for (; j < n0; ++j) a0 = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), _mm512_maskz_loadu_ps(m, v + j * ldv + d), a0);
-            acc[0] = a0;
-        } else {
-            for (u = 0; u < nq; ++u) acc[u] = _mm512_setzero_ps();
-            for (; j < n0; ++j) {
-                __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
-                for (u = 0; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(s[u * lds + j]), vv, acc[u]);
-            }
-        }
-        for (; j < n; ++j) {   /* the keys only the later queries see */
-            __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
-            for (u = (int)(j - n0) + 1; u < nq; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(s[u * lds + j]), vv, acc[u]);
-        }
-        for (u = 0; u < nq; ++u) _mm512_mask_storeu_ps(out + u * ldo + d, m, acc[u]);
-    }
-#else
-    for (u = 0; u < nq; ++u)
-        for (d = 0; d < hd; ++d) {
-            float a = 0.0f;
-            for (j = 0; j < n0 + u; ++j) a = fmaf(s[u * lds + j], v[j * ldv + d], a);
-            out[u * ldo + d] = a;
-        }
-#endif
-}
-
 typedef struct eng_att_job {
     qx_engine* en;
     int64_t l, T, pos0;
@@ -948,9 +716,9 @@ static void eng_att_task(void* arg, int64_t task) {
         float* kd = en->kdeq ? en->kdeq + task * C * hd : NULL;
         if (kvq) {
             float* vd = en->vdeq + task * C * hd;
-            if (direct) eng_kv_load_t(en, jb->l, kvh, n_keys, en->k_q, en->k_s, en->k_z, kd, C);
-            else eng_kv_load(en, jb->l, kvh, n_keys, en->k_q, en->k_s, en->k_z, kd);
-            eng_kv_load(en, jb->l, kvh, n_keys, en->v_q, en->v_s, en->v_z, vd);
+            r = eng_kv_load(en, jb->l, kvh, n_keys, en->k_q, en->k_s, en->k_z, direct, kd, direct ? C : hd);
+            if (r == QUAROT_OK) r = eng_kv_load(en, jb->l, kvh, n_keys, en->v_q, en->v_s, en->v_z, 0, vd, hd);
+            if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
             kc = kd;
             vc = vd;
             ld = hd;
@@ -967,8 +735,10 @@ static void eng_att_task(void* arg, int64_t task) {
             for (h = kvh * grp; h < (kvh + 1) * grp; ++h)
                 for (t = 0; t < T; t += ENG_ATT_DIRECT_Q) {
                     int nq = T - t < ENG_ATT_DIRECT_Q ? (int)(T - t) : ENG_ATT_DIRECT_Q;
-                    eng_att_direct(en->qb + t * en->q_dim + h * hd, en->q_dim, nq, kd, C, vc, ld, hd, pos0 + t + 1, scale,
-                                   scores, C, en->att + t * en->q_dim + h * hd, en->q_dim);
+                    r = quarot_attention_direct_f32(en->qb + t * en->q_dim + h * hd, en->q_dim, nq, kd, C, vc, ld, hd,
+                                                    pos0 + t + 1, scale, scores, C, en->att + t * en->q_dim + h * hd,
+                                                    en->q_dim, QUAROT_ISA_DEFAULT);
+                    if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
                 }
             continue;
         }
@@ -983,7 +753,8 @@ static void eng_att_task(void* arg, int64_t task) {
                 for (t = 0; t < tb; ++t) {
                     float* s = scores + t * n;
                     int64_t last = pos0 + t0 + t;
-                    eng_softmax_row(s, last + 1);
+                    r = quarot_attention_softmax_f32(s, last + 1, QUAROT_ISA_DEFAULT);
+                    if (r != QUAROT_OK) { __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED); return; }
                     for (j = last + 1; j < n; ++j) s[j] = 0.0f;
                 }
                 r = quarot_sgemm(0, 0, tb, hd, n, 1.0f, scores, n, vc, ld, 0.0f, en->att + t0 * en->q_dim + h * hd, en->q_dim,
