@@ -873,8 +873,9 @@ QUAROT_API quarot_result quarot_qgemm_amx(const quarot_qmat* w, const int8_t* xq
 // of a few queries over one KV head for small heads. They are written for bit-identical results: every
 // ISA runs the scalar `_ref` kernel's operations in its order (fused multiply-adds where it has them,
 // nothing contracted elsewhere), so a model's logits do not depend on the instruction set, the row
-// length splits or the thread count. Kernels: REF (also what SSE2, AVX2 and NEON run), AVX512 (the
-// exponential and softmax in eight double lanes, 16 keys or dimensions per float vector elsewhere).
+// length splits or the thread count. Kernels: REF (also what SSE2 and NEON run), AVX2 (with FMA,
+// __FMA__; else REF) and AVX512: the exponential in 4 / 8 double lanes, 8 / 16 keys or dimensions per
+// float vector elsewhere.
 // isa: DEFAULT = the best compiled in, REF = the scalar specification, not compiled in ->
 // QUAROT_ERR_UNSUPPORTED. None of them allocates.
 
@@ -9475,16 +9476,211 @@ static void quarot__att_direct_avx512(const float* q, int64_t ldq, int nq, const
 }
 #endif
 
-// 1 when the AVX-512 kernels run for isa (resolved), else the scalar ones; an error for a bad isa.
+#if defined(QUAROT__HAVE_AVX2) && defined(__FMA__)
+#define QUAROT__ATT_AVX2 1
+// The AVX-512 kernels' operations on 4 doubles / 8 floats per vector (the fused steps need FMA);
+// masks are compare results, tails go through maskload / maskstore or zeroed copies.
+static __m256d quarot__att_exp4_avx2(__m256d xd) {
+    const __m256d sh = _mm256_set1_pd(QUAROT__ATT_SHIFT);
+    __m256d z = _mm256_mul_pd(xd, _mm256_set1_pd(QUAROT__ATT_INVLN2N)), kd = _mm256_add_pd(z, sh), r, y, zz;
+    __m256i ki = _mm256_castpd_si256(kd), i, t;
+    kd = _mm256_sub_pd(kd, sh);
+    r = _mm256_sub_pd(z, kd);
+    i = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
+    t = _mm256_i64gather_epi64((const long long*)(const void*)quarot__att_exp_tab, i, 8);
+    t = _mm256_add_epi64(t, _mm256_slli_epi64(_mm256_sub_epi64(ki, i), 47));
+    zz = _mm256_fmadd_pd(_mm256_set1_pd(QUAROT__ATT_C0), r, _mm256_set1_pd(QUAROT__ATT_C1));
+    y = _mm256_fmadd_pd(_mm256_set1_pd(QUAROT__ATT_C2), r, _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(zz, _mm256_mul_pd(r, r), y);
+    return _mm256_mul_pd(y, _mm256_castsi256_pd(t));
+}
+
+static __m256 quarot__att_exp8_avx2(__m256 x) {
+    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(QUAROT__ATT_LO), _CMP_GE_OQ);
+    __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(QUAROT__ATT_HI), _CMP_GT_OQ), nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m128 lo = _mm256_cvtpd_ps(quarot__att_exp4_avx2(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+    __m128 hi = _mm256_cvtpd_ps(quarot__att_exp4_avx2(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+    __m256 p = _mm256_and_ps(_mm256_set_m128(hi, lo), keep);
+    p = _mm256_blendv_ps(p, _mm256_set1_ps(HUGE_VALF), over);
+    return _mm256_blendv_ps(p, x, nan);
+}
+
+// lanes below cnt (0..8) set
+static __m256i quarot__att_mask8_avx2(int64_t cnt) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static void quarot__att_exp_avx2(const float* x, float* y, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i += 8) {
+        __m256i m = quarot__att_mask8_avx2(n - i < 8 ? n - i : 8);
+        _mm256_maskstore_ps(y + i, m, quarot__att_exp8_avx2(_mm256_maskload_ps(x + i, m)));
+    }
+}
+
+// The maximum as the scalar loop takes it (max_ps(a, b) = a > b ? a : b, lanes in order); the sum's
+// 16 lanes are four vectors of doubles over blocks of 16 elements.
+static void quarot__att_softmax_avx2(float* s, int64_t n) {
+    double lane[16], sum = 0.0;
+    float mx = s[0], inv, part[8];
+    int64_t j;
+    int k;
+    __m256 vm = _mm256_set1_ps(s[0]);
+    __m256d a[4];
+    for (k = 0; k < 4; ++k) a[k] = _mm256_setzero_pd();
+    for (j = 0; j + 8 <= n; j += 8) vm = _mm256_max_ps(_mm256_loadu_ps(s + j), vm);
+    _mm256_storeu_ps(part, vm);
+    for (k = 0; k < 8; ++k)
+        if (part[k] > mx) mx = part[k];
+    for (; j < n; ++j)
+        if (s[j] > mx) mx = s[j];
+    for (j = 0; j + 16 <= n; j += 16)
+        for (k = 0; k < 2; ++k) {
+            __m256 p = quarot__att_exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8 * k), _mm256_set1_ps(mx)));
+            _mm256_storeu_ps(s + j + 8 * k, p);
+            a[2 * k] = _mm256_add_pd(a[2 * k], _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+            a[2 * k + 1] = _mm256_add_pd(a[2 * k + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+        }
+    for (k = 0; k < 4; ++k) _mm256_storeu_pd(lane + 4 * k, a[k]);
+    for (; j < n; ++j) {
+        s[j] = quarot_attention_exp1(s[j] - mx);
+        lane[j & 15] += (double)s[j];
+    }
+    for (k = 0; k < 16; ++k) sum += lane[k];
+    inv = (float)(1.0 / sum);
+    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(inv)));
+    for (; j < n; ++j) s[j] *= inv;
+}
+
+// cnt (1..8) codes of a cache row from code j on, as floats (the AVX-512 widening on 8 lanes); a short
+// chunk through a zeroed copy.
+static __m256 quarot__att_codes8_avx2(int bits, const uint8_t* row, int64_t j, int64_t cnt) {
+    __m128i b;
+    __m256i c;
+    if (cnt == 8 && bits == 8) {
+        b = _mm_loadl_epi64((const __m128i*)(const void*)(row + j));
+    } else if (cnt == 8) {
+        int32_t w;
+        memcpy(&w, row + j / 2, 4);
+        b = _mm_cvtsi32_si128(w);
+    } else {
+        uint8_t tmp[8];
+        memset(tmp, 0, sizeof tmp);
+        if (bits == 8) memcpy(tmp, row + j, (size_t)cnt);
+        else memcpy(tmp, row + j / 2, (size_t)(cnt / 2));
+        b = _mm_loadl_epi64((const __m128i*)(const void*)tmp);
+    }
+    if (bits == 8) return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(128)));
+    c = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+    c = _mm256_srlv_epi32(c, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    c = _mm256_sub_epi32(_mm256_and_si256(c, _mm256_set1_epi32(15)), _mm256_set1_epi32(8));
+    return _mm256_cvtepi32_ps(c);
+}
+
+static void quarot__att_kv_avx2(int bits, const uint8_t* codes, int64_t ldc, const float* scales, const float* zeros,
+                                int64_t ldz, int64_t n, int64_t hd, int transposed, float* out, int64_t ldo) {
+    int64_t p, j, i;
+    for (p = 0; p < n; ++p) {
+        const uint8_t* row = codes + p * ldc;
+        const __m256 vs = _mm256_set1_ps(scales[p * ldz]), vz = _mm256_set1_ps(zeros ? zeros[p * ldz] : 0.0f);
+        for (j = 0; j < hd; j += 8) {
+            int64_t cnt = hd - j < 8 ? hd - j : 8;
+            __m256 x = _mm256_mul_ps(_mm256_sub_ps(quarot__att_codes8_avx2(bits, row, j, cnt), vz), vs);
+            if (!transposed) {
+                _mm256_maskstore_ps(out + p * ldo + j, quarot__att_mask8_avx2(cnt), x);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, x);
+                for (i = 0; i < cnt; ++i) out[(j + i) * ldo + p] = tmp[i];
+            }
+        }
+    }
+}
+
+// Scores of nq queries for the keys from j (lanes m), nq a constant at each call: the accumulators are
+// four named registers, the unused ones dropped by the compiler.
+QUAROT__INLINE void quarot__att_scores_avx2(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
+                                            int64_t hd, int64_t j, __m256i m, float scale, float* s, int64_t lds) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t d;
+    for (d = 0; d < hd; ++d) {
+        __m256 kv = _mm256_maskload_ps(kt + d * ldk + j, m);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), kv, a0);
+        if (nq > 1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(q[ldq + d]), kv, a1);
+        if (nq > 2) a2 = _mm256_fmadd_ps(_mm256_set1_ps(q[2 * ldq + d]), kv, a2);
+        if (nq > 3) a3 = _mm256_fmadd_ps(_mm256_set1_ps(q[3 * ldq + d]), kv, a3);
+    }
+    _mm256_maskstore_ps(s + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a0));
+    if (nq > 1) _mm256_maskstore_ps(s + lds + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a1));
+    if (nq > 2) _mm256_maskstore_ps(s + 2 * lds + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a2));
+    if (nq > 3) _mm256_maskstore_ps(s + 3 * lds + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a3));
+}
+
+// out for the dimensions from d (lanes m): the keys every query sees, then key n0 + t (t < nq - 1) for
+// the queries u > t only.
+QUAROT__INLINE void quarot__att_values_avx2(int nq, const float* v, int64_t ldv, int64_t n0, int64_t d, __m256i m,
+                                            const float* s, int64_t lds, float* out, int64_t ldo) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t j, n = n0 + nq - 1;
+    for (j = 0; j < n0; ++j) {
+        __m256 vv = _mm256_maskload_ps(v + j * ldv + d, m);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), vv, a0);
+        if (nq > 1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(s[lds + j]), vv, a1);
+        if (nq > 2) a2 = _mm256_fmadd_ps(_mm256_set1_ps(s[2 * lds + j]), vv, a2);
+        if (nq > 3) a3 = _mm256_fmadd_ps(_mm256_set1_ps(s[3 * lds + j]), vv, a3);
+    }
+    for (; j < n; ++j) {
+        __m256 vv = _mm256_maskload_ps(v + j * ldv + d, m);
+        if (j - n0 < 1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(s[lds + j]), vv, a1);
+        if (j - n0 < 2 && nq > 2) a2 = _mm256_fmadd_ps(_mm256_set1_ps(s[2 * lds + j]), vv, a2);
+        if (nq > 3) a3 = _mm256_fmadd_ps(_mm256_set1_ps(s[3 * lds + j]), vv, a3);
+    }
+    _mm256_maskstore_ps(out + d, m, a0);
+    if (nq > 1) _mm256_maskstore_ps(out + ldo + d, m, a1);
+    if (nq > 2) _mm256_maskstore_ps(out + 2 * ldo + d, m, a2);
+    if (nq > 3) _mm256_maskstore_ps(out + 3 * ldo + d, m, a3);
+}
+
+static void quarot__att_direct_avx2(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk, const float* v,
+                                    int64_t ldv, int64_t hd, int64_t n0, float scale, float* s, int64_t lds, float* out,
+                                    int64_t ldo) {
+    int64_t n = n0 + nq - 1, j, d;
+    int u;
+    for (j = 0; j < n; j += 8) {
+        __m256i m = quarot__att_mask8_avx2(n - j < 8 ? n - j : 8);
+        switch (nq) {
+            case 4: quarot__att_scores_avx2(q, ldq, 4, kt, ldk, hd, j, m, scale, s, lds); break;
+            case 3: quarot__att_scores_avx2(q, ldq, 3, kt, ldk, hd, j, m, scale, s, lds); break;
+            case 2: quarot__att_scores_avx2(q, ldq, 2, kt, ldk, hd, j, m, scale, s, lds); break;
+            default: quarot__att_scores_avx2(q, ldq, 1, kt, ldk, hd, j, m, scale, s, lds); break;
+        }
+    }
+    for (u = 0; u < nq; ++u) quarot__att_softmax_avx2(s + u * lds, n0 + u);
+    for (d = 0; d < hd; d += 8) {
+        __m256i m = quarot__att_mask8_avx2(hd - d < 8 ? hd - d : 8);
+        switch (nq) {
+            case 4: quarot__att_values_avx2(4, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            case 3: quarot__att_values_avx2(3, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            case 2: quarot__att_values_avx2(2, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            default: quarot__att_values_avx2(1, v, ldv, n0, d, m, s, lds, out, ldo); break;
+        }
+    }
+}
+#endif
+
+// Which kernels run for isa: 2 the AVX-512 ones, 1 the AVX2 ones, 0 the scalar ones; an error for a bad isa.
 static quarot_result quarot__att_isa(quarot_isa isa, int* wide) {
     quarot_isa use;
     quarot_result r = quarot__isa_resolve(isa, &use);
     *wide = 0;
+    if (r != QUAROT_OK) return r;
 #if defined(QUAROT__HAVE_AVX512)
-    *wide = r == QUAROT_OK && use == QUAROT_ISA_AVX512;
-#else
-    (void)use;
+    if (use == QUAROT_ISA_AVX512) *wide = 2;
 #endif
+#if defined(QUAROT__ATT_AVX2)
+    if (use == QUAROT_ISA_AVX2) *wide = 1;
+#endif
+    (void)use;
     return r;
 }
 
@@ -9494,7 +9690,10 @@ QUAROT_API quarot_result quarot_attention_exp_f32(const float* x, float* y, int6
     if (n < 0 || (n > 0 && (!x || !y))) return QUAROT_ERR_INVALID_ARGUMENT;
     if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
 #if defined(QUAROT__HAVE_AVX512)
-    if (wide) { quarot__att_exp_avx512(x, y, n); return QUAROT_OK; }
+    if (wide == 2) { quarot__att_exp_avx512(x, y, n); return QUAROT_OK; }
+#endif
+#if defined(QUAROT__ATT_AVX2)
+    if (wide == 1) { quarot__att_exp_avx2(x, y, n); return QUAROT_OK; }
 #endif
     quarot__att_exp_ref(x, y, n);
     return QUAROT_OK;
@@ -9506,7 +9705,10 @@ QUAROT_API quarot_result quarot_attention_softmax_f32(float* s, int64_t n, quaro
     if (!s || n < 1) return QUAROT_ERR_INVALID_ARGUMENT;
     if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
 #if defined(QUAROT__HAVE_AVX512)
-    if (wide) { quarot__att_softmax_avx512(s, n); return QUAROT_OK; }
+    if (wide == 2) { quarot__att_softmax_avx512(s, n); return QUAROT_OK; }
+#endif
+#if defined(QUAROT__ATT_AVX2)
+    if (wide == 1) { quarot__att_softmax_avx2(s, n); return QUAROT_OK; }
 #endif
     quarot__att_softmax_ref(s, n);
     return QUAROT_OK;
@@ -9524,8 +9726,14 @@ QUAROT_API quarot_result quarot_attention_kv_dequant_f32(int bits, const uint8_t
         return QUAROT_ERR_INVALID_ARGUMENT;
     if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
 #if defined(QUAROT__HAVE_AVX512)
-    if (wide) {
+    if (wide == 2) {
         quarot__att_kv_avx512(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
+        return QUAROT_OK;
+    }
+#endif
+#if defined(QUAROT__ATT_AVX2)
+    if (wide == 1) {
+        quarot__att_kv_avx2(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
         return QUAROT_OK;
     }
 #endif
@@ -9545,8 +9753,14 @@ QUAROT_API quarot_result quarot_attention_direct_f32(const float* q, int64_t ldq
         return QUAROT_ERR_INVALID_ARGUMENT;
     if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
 #if defined(QUAROT__HAVE_AVX512)
-    if (wide) {
+    if (wide == 2) {
         quarot__att_direct_avx512(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
+        return QUAROT_OK;
+    }
+#endif
+#if defined(QUAROT__ATT_AVX2)
+    if (wide == 1) {
+        quarot__att_direct_avx2(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
         return QUAROT_OK;
     }
 #endif
