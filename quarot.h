@@ -9320,7 +9320,7 @@ static __m512 quarot__att_exp16_avx512(__m512 x) {
 static void quarot__att_exp_avx512(const float* x, float* y, int64_t n) {
     int64_t i;
     for (i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
         _mm512_mask_storeu_ps(y + i, m, quarot__att_exp16_avx512(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
@@ -9455,7 +9455,7 @@ static void quarot__att_direct_avx512(const float* q, int64_t ldq, int nq, const
     int64_t n = n0 + nq - 1, j, d;
     int u;
     for (j = 0; j < n; j += 16) {
-        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        __mmask16 m = (__mmask16)(n - j >= 16 ? 0xFFFFu : (1u << (n - j)) - 1u);
         switch (nq) {   // a constant count each: the accumulators stay in registers
             case 4: quarot__att_scores_avx512(q, ldq, 4, kt, ldk, hd, j, m, scale, s, lds); break;
             case 3: quarot__att_scores_avx512(q, ldq, 3, kt, ldk, hd, j, m, scale, s, lds); break;
@@ -9465,7 +9465,7 @@ static void quarot__att_direct_avx512(const float* q, int64_t ldq, int nq, const
     }
     for (u = 0; u < nq; ++u) quarot__att_softmax_avx512(s + u * lds, n0 + u);
     for (d = 0; d < hd; d += 16) {
-        __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1u);
+        __mmask16 m = (__mmask16)(hd - d >= 16 ? 0xFFFFu : (1u << (hd - d)) - 1u);
         switch (nq) {
             case 4: quarot__att_values_avx512(4, v, ldv, n0, d, m, s, lds, out, ldo); break;
             case 3: quarot__att_values_avx512(3, v, ldv, n0, d, m, s, lds, out, ldo); break;
