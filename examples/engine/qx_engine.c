@@ -389,8 +389,10 @@ static quarot_result eng_hooks(qx_engine* en, qx_err* e) {
             }
             if (quarot_online_workspace_size(x) > need) need = quarot_online_workspace_size(x);
         }
-    if (need) {
-        en->hook_work = eng_alloc(en, need);
+    if (need) {   /* one workspace for each task of a prefill block (eng_row_tasks) */
+        const int64_t nth = en->env.parallel.n_threads > 1 ? en->env.parallel.n_threads : 1;
+        need = (need + 63) & ~(size_t)63;
+        en->hook_work = eng_alloc(en, need * (size_t)(4 * nth));
         if (!en->hook_work) { qx_err_set(e, "online hooks: out of memory"); return QUAROT_ERR_OUT_OF_MEMORY; }
         en->hook_work_size = need;
     }
@@ -574,12 +576,55 @@ void qx_engine_reset(qx_engine* en) {
 /* ---------------------------------------------------------------------------------------------
    Building blocks, as the reference forward pass computes them. */
 
+/* Row-wise steps of a block (online hooks, the gated activation, activation quantization) treat each
+   token on its own, so any split gives the same bits: prefill splits the tokens into at most 4 tasks a
+   thread (serial, the hooks alone held a 2-thread prefill of 64 tokens to 1.63x one thread); a
+   decode step or a block under 16 tokens is one task. Returns the task count, *per the tokens a task. */
+static int64_t eng_row_tasks(const qx_engine* en, int64_t T, int64_t* per) {
+    const int64_t nth = en->env.parallel.n_threads > 1 ? en->env.parallel.n_threads : 1;
+    *per = T < 16 ? T : (T + 4 * nth - 1) / (4 * nth);
+    return *per > 0 ? (T + *per - 1) / *per : 0;
+}
+
+typedef struct eng_row_job {
+    qx_engine* en;
+    const quarot_online_hook* h;   /* the hook, or NULL: y = act(g) * y */
+    float *x, *g;
+    int64_t T, width, per;
+    int failed;                    /* a task's error, or 0 */
+} eng_row_job;
+
+static void eng_row_task(void* arg, int64_t task) {
+    eng_row_job* jb = (eng_row_job*)arg;
+    const int64_t t0 = task * jb->per, nt = jb->T - t0 < jb->per ? jb->T - t0 : jb->per, w = jb->width;
+    quarot_result r = QUAROT_OK;
+    if (jb->h) {
+        void* ws = (char*)jb->en->hook_work + (size_t)task * jb->en->hook_work_size;
+        r = quarot_online_apply(jb->h, jb->x + t0 * w, nt * w / jb->h->size, jb->h->size, ws, jb->en->hook_work_size);
+    } else {
+        qx_ops_act(jb->x + t0 * w, jb->g + t0 * w, nt * w, QUAROT_ACT_SILU);
+    }
+    if (r != QUAROT_OK) __atomic_store_n(&jb->failed, (int)r, __ATOMIC_RELAXED);
+}
+
+/* x[T][width] = act(g) * x (h NULL), or the online hook h on each token's row of x. */
+static quarot_result eng_rows(qx_engine* en, const quarot_online_hook* h, float* x, float* g, int64_t T, int64_t width) {
+    eng_row_job jb;
+    int64_t n;
+    memset(&jb, 0, sizeof jb);
+    jb.en = en; jb.h = h; jb.x = x; jb.g = g; jb.T = T; jb.width = width;
+    n = eng_row_tasks(en, T, &jb.per);
+    if (n == 1) eng_row_task(&jb, 0);
+    else if (n > 1) quarot_env_parallel_for(&en->env, eng_row_task, &jb, n);
+    return (quarot_result)jb.failed;
+}
+
 static quarot_result eng_hook(qx_engine* en, const quarot_online_hook* h, float* x, int64_t T, int64_t width) {
     double t0;
     quarot_result r;
     if (!h) return QUAROT_OK;
     t0 = en->opts.profile ? eng_now_clock(en->opts.profile) : 0.0;
-    r = quarot_online_apply(h, x, T * width / h->size, h->size, en->hook_work, en->hook_work_size);
+    r = eng_rows(en, h, x, NULL, T, width);
     if (en->opts.profile) en->t_hooks += eng_now_clock(en->opts.profile) - t0;
     return r;
 }
@@ -611,12 +656,12 @@ static void eng_act_task(void* arg, int64_t task) {
 }
 
 /* Decoder-linear input x[T][n]: per-token codes (integer path) or fake quantization in place (FP
-   path with activation bits), as the reference's qx__linear_input. Prefill splits the tokens over
-   the threads (serial, it was a tenth of a 2-thread prefill step); decode runs on one. */
+   path with activation bits), as the reference's qx__linear_input, split as eng_row_tasks says
+   (serial, it was a tenth of a 2-thread prefill step). */
 static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, const qx_eng_linear* L) {
     eng_act_job jb;
     double t0;
-    int64_t nth = en->env.parallel.n_threads > 1 ? en->env.parallel.n_threads : 1;
+    int64_t tasks;
     if (!eng_bits_on(en->opts.a_bits)) return QUAROT_OK;
     t0 = en->opts.profile ? eng_now_clock(en->opts.profile) : 0.0;
     memset(&jb, 0, sizeof jb);
@@ -625,8 +670,8 @@ static quarot_result eng_act(qx_engine* en, float* x, int64_t T, int64_t n, cons
     jb.group = L->int_kernel ? L->qm.group : 0;
     jb.d.bits = en->opts.a_bits;
     jb.d.clip_ratio = en->opts.a_clip > 0.0f ? en->opts.a_clip : 1.0f;
-    jb.per = T < 16 ? T : (T + 4 * nth - 1) / (4 * nth);   /* 4 tasks a thread */
-    quarot_env_parallel_for(&en->env, eng_act_task, &jb, (T + jb.per - 1) / jb.per);
+    tasks = eng_row_tasks(en, T, &jb.per);
+    quarot_env_parallel_for(&en->env, eng_act_task, &jb, tasks);
     if (en->opts.profile) en->t_actq += eng_now_clock(en->opts.profile) - t0;
     return (quarot_result)jb.failed;
 }
@@ -779,9 +824,8 @@ static void eng_split(const float* y, int64_t T, float* y0, int64_t n0, float* y
    (R4), out[n][hidden] = down(u). */
 static quarot_result eng_mlp_down(qx_engine* en, const qx_eng_linear* down, int64_t n, int64_t I, const quarot_online_hook* hook,
                                   float* out) {
-    quarot_result r;
-    qx_ops_act(en->u, en->g, n * I, QUAROT_ACT_SILU);
-    r = eng_hook(en, hook, en->u, n, I);
+    quarot_result r = eng_rows(en, NULL, en->u, en->g, n, I);
+    if (r == QUAROT_OK) r = eng_hook(en, hook, en->u, n, I);
     if (r == QUAROT_OK) r = eng_act(en, en->u, n, I, down);
     if (r == QUAROT_OK) r = eng_matmul(en, down, en->u, n, out);
     return r;
