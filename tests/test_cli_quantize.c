@@ -396,6 +396,48 @@ static void test_gguf_tokenizer(void) {
     free(b);
 }
 
+/* GGUF from a Hugging Face directory with a tokenizer.json: the vocabulary is converted into
+   tokenizer.ggml.* as `rotate` converts it (llama.cpp refuses a GGUF without tokenizer.ggml.model).
+   The directory comes from the llama2.c model and its tokenizer.bin through GGUF; its tokenizer.json
+   must give the Q4_0 file the same tokenizer.ggml.tokens array as the GGUF it came from. */
+static void test_gguf_tokenizer_from_hf(void) {
+    const char* g = tmp_path("tokhf.gguf");
+    const char* dir = tmp_path("tokhf");
+    const char* q = tmp_path("tokhf_q.gguf");
+    size_t n1 = 0, n2 = 0;
+    unsigned char *a = NULL, *b = NULL;
+    qx_gguf_file fa, fb;
+    qx_err e;
+    if (!g_ok) { QT_SKIP("setup failed"); return; }
+    QT_EQ_INT(CLI("rotate '%s' '%s' --rotation none --quiet", g_model, g), 0);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --rotation none --format safetensors --quiet", g, dir), 0);
+    QT_CHECK(exists(tmp_path("tokhf/tokenizer.json")));
+    QT_EQ_INT(CLI("quantize '%s' '%s'", dir, q), 0);
+    QT_CHECKF(strstr(g_out, "tokenizer.json -> tokenizer.ggml.*") != NULL, "%s", g_out);
+    QT_CHECKF(strstr(g_out, "none found") == NULL, "%s", g_out);
+    a = read_all(q, &n1);
+    b = read_all(g, &n2);
+    if (a && b && qx_gguf_parse(a, n1, "q", &fa, &e) == QUAROT_OK) {
+        if (qx_gguf_parse(b, n2, "g", &fb, &e) == QUAROT_OK) {
+            const qx_gguf_kv* tq = qx_gguf_find(&fa, "tokenizer.ggml.tokens");
+            const qx_gguf_kv* tg = qx_gguf_find(&fb, "tokenizer.ggml.tokens");
+            QT_CHECK(qx_gguf_find(&fa, "tokenizer.ggml.model") != NULL);
+            QT_CHECKF(tq && tg && tq->arr_count == tg->arr_count && tq->val_len == tg->val_len &&
+                          memcmp(tq->val, tg->val, (size_t)tq->val_len) == 0,
+                      "tokenizer.ggml.tokens: %llu vs %llu tokens", tq ? (unsigned long long)tq->arr_count : 0ull,
+                      tg ? (unsigned long long)tg->arr_count : 0ull);
+            qx_gguf_file_free(&fb);
+        } else {
+            QT_CHECKF(0, "%s", e.msg);
+        }
+        qx_gguf_file_free(&fa);
+    } else {
+        QT_CHECKF(0, "%s", a && b ? e.msg : "outputs missing");
+    }
+    free(a);
+    free(b);
+}
+
 int main(int argc, char** argv) {
     (void)argc;
     if (!cu_start(argv[0], "test_cli_quantize")) return 1;
@@ -405,6 +447,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_packed_matches_fake_quant);
     QT_RUN(test_windows_same_bytes);
     QT_RUN(test_gguf_tokenizer);
+    QT_RUN(test_gguf_tokenizer_from_hf);
     QT_RUN(test_dry_run);
     QT_RUN(test_bad_input);
     QT_RUN(test_gptq_matches_fake_quant);

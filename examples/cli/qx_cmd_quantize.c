@@ -27,6 +27,7 @@
 #include "support/qx_file.h"
 #include "formats/qx_gguf.h"
 #include "formats/qx_packed.h"
+#include "pipeline/qx_convert.h"
 #include "pipeline/qx_rotate_file.h"
 #include "tokenizer/qx_tok_load.h"
 #include "tokenizer/qx_tokenizer.h"
@@ -205,6 +206,9 @@ typedef struct qz_sink {
     const quarot_online_list* hooks;
     const qx_rotate_file_stats* rot;
     const qx_tokenizer* tok;       /* GGUF from a non-GGUF input: embedded as tokenizer.ggml.* (may be NULL) */
+    const char* tok_dir;           /* else a Hugging Face input's directory: its tokenizer.json converted (or NULL) */
+    char tok_note[4200];           /* what became of tokenizer.json (the summary), or "" */
+    int tok_warn;                  /* tokenizer.json could not be converted (a warning) */
     int64_t written;
     qz_codes* codes;               /* --w-quant gptq: the stage's codes per linear */
     int64_t n_codes, cap_codes;
@@ -317,6 +321,15 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
         }
         r = gp && bt ? qx_gguf_kv_from_config(s, &gen, e) : QUAROT_ERR_OUT_OF_MEMORY;
         if (!kv && r == QUAROT_OK && k->tok) r = qx_tokenizer_write_gguf_kv(k->tok, "default", &gen, k->path, e);
+        if (!kv && r == QUAROT_OK && !k->tok && k->tok_dir) {   /* tokenizer.json -> tokenizer.ggml.*, as rotate does */
+            int tc = qx_convert_tok_to_gguf(k->tok_dir, c->vocab, &gen, k->tok_note, sizeof k->tok_note, e);
+            if (tc == QX_TOKCONV_ERROR) r = QUAROT_ERR_OUT_OF_MEMORY;
+            k->tok_warn = tc == QX_TOKCONV_UNFIT;
+            if (k->tok_warn) {   /* never silent: stderr now, the summary at the end */
+                if (k->cli->progress_open) { fputc('\n', stderr); k->cli->progress_open = 0; }
+                fprintf(stderr, "quarot quantize: warning: tokenizer %s\n", k->tok_note);
+            }
+        }
         if (!kv && gen.failed) r = QUAROT_ERR_OUT_OF_MEMORY;
         if (!kv) { kv = gen.p; kv_len = gen.len; }
         for (i = 0, j = 0; i < n && r == QUAROT_OK; ++i) {
@@ -905,7 +918,7 @@ static const qx_opt quantize_table[] = {
      .help = "also the embeddings and lm_head (llama.cpp quantizes them too)"},
     {QX_OPT_STRING, "--tokenizer", .arg = "FILE", QX_AT(quantize_opts, tokenizer),
      .help = "GGUF from llama2.c / safetensors: the llama2.c tokenizer.bin to embed as tokenizer.ggml.* (default: tok<vocab>.bin "
-             "/ tokenizer.bin beside IN); with --calib-text also the tokenizer of the calibration text (default: the model's own)"},
+             "/ tokenizer.bin beside IN, else a Hugging Face IN's tokenizer.json); with --calib-text also the tokenizer of the calibration text (default: the model's own)"},
     {QX_OPT_FLAG, "--text-only", QX_AT(quantize_opts, text_only),
      .help = "a vision-language model (Qwen2-VL / Qwen2.5-VL): write the text decoder alone, leaving the vision tower "
              "(visual.*) out, as llama.cpp's qwen2vl GGUF holds it; the merger's output projection is rotated with the "
@@ -1062,6 +1075,7 @@ typedef struct qz_cmd {
     qz_opts o;
     const char* rotation;          /* --rotation's word */
     char tok_found[4096];          /* the tokenizer found beside IN (opt.tokenizer may point here) */
+    char* tok_dir;                 /* a Hugging Face input's directory, for its tokenizer.json (GGUF output) */
     quarot_adapt_context ctx;      /* --context */
     qx_spin_rot learned;           /* --rotations */
     qx_store s;                    /* the input */
@@ -1089,6 +1103,7 @@ static void qz_cmd_init(qz_cmd* q) {
 
 static void qz_cmd_free(qz_cmd* q) {
     qx_tokenizer_free(&q->tok);
+    free(q->tok_dir);
     if (q->have_ctok) qx_tokenizer_free(&q->ctok);
     if (q->have_cw) qx_windows_free(&q->cw);
     if (q->have_q) qx_store_free(&q->qs);
@@ -1267,6 +1282,9 @@ static int qz_pick_tokenizer(qz_cmd* q) {
             r = qx_tokenizer_load(&q->tok, opt->tokenizer, (int32_t)q->s.config.vocab, &q->e);
             if (r != QUAROT_OK) return qx_cli_fail(&q->cli, QX_EXIT_INPUT, "%s", q->e.msg);
             q->have_tok = 1;
+        } else if (qx_is_dir(opt->in) || qx_str_ends_with(opt->in, ".safetensors")) {   /* its tokenizer.json, if any */
+            q->tok_dir = qx_is_dir(opt->in) ? qx_path_join(opt->in, ".") : qx_path_dir(opt->in);
+            if (!q->tok_dir) return qx_cli_fail(&q->cli, QX_EXIT_INTERNAL, "out of memory");
         }
     } else if (opt->tokenizer && !q->o.gptq) {
         return qx_cli_fail(&q->cli, QX_EXIT_USAGE, "--tokenizer: only for a GGUF output from a llama2.c or safetensors input (a GGUF input keeps "
@@ -1290,6 +1308,7 @@ static int qz_plan_tensors(qz_cmd* q) {
     k->hooks = &q->list;
     k->rot = &q->st;
     k->tok = q->have_tok ? &q->tok : NULL;
+    k->tok_dir = q->tok_dir;
     if (!(pl = qx_store_plan(&q->s, QUAROT_DTYPE_DEFAULT, 1))) return qx_cli_fail(&q->cli, QX_EXIT_INTERNAL, "out of memory");
     if (q->o.rotate && q->s.config.tied_embeddings && em) {
         pl[j].name = "lm_head.weight";
@@ -1534,6 +1553,7 @@ static void qz_print_report(const qz_cmd* q) {
         printf("  format: GGUF, %s blocks of 32 (f16 scale), general.file_type %d\n", o->bits == 4 ? "Q4_0" : "Q8_0",
                o->bits == 4 ? QX_LLAMA_FTYPE_Q4_0 : QX_LLAMA_FTYPE_Q8_0);
         if (q->have_tok) printf("  tokenizer: %s (%d tokens) as tokenizer.ggml.* (sentencepiece \"llama\")\n", opt->tokenizer, q->tok.vocab_size);
+        else if (q->sink.tok_note[0]) printf("  %s: %s\n", q->sink.tok_warn ? "WARNING tokenizer" : "tokenizer", q->sink.tok_note);
         else if (!qx_store_get_blob(s, "gguf.kv", NULL)) printf("  tokenizer: none found beside the input (--tokenizer FILE): llama.cpp needs one\n");
     }
     else
