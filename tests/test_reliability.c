@@ -17,6 +17,7 @@
 #include "quarot.h"
 #include "qt.h"
 #include "cli_util.h"
+#include "publish_util.h"
 #include "cli/qx_cli.h"
 #include "eval/qx_eval.h"
 #include "eval/qx_evalkit.h"
@@ -37,15 +38,6 @@
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
-
-static int sh(const char* fmt, ...) {
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
 
 /* The synthetic model of the CLI tests, saved as a safetensors directory with shards of at most
    shard_bytes (0: one file), or as a llama2.c file. */
@@ -72,61 +64,6 @@ static int make_input(const char* path, int st_dir, uint64_t shard_bytes) {
     return r == QUAROT_OK;
 }
 
-/* A directory's visible files as one text: "name size fnv\n" per file in name order (hidden entries
-   are not part of an output). A file path gives its own line. */
-static uint64_t fnv(const unsigned char* p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    size_t i;
-    for (i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-static int cmp_names(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
-
-static void snapshot(const char* path, char* out, size_t cap) {
-    DIR* d = opendir(path);
-    struct dirent* de;
-    char* names[256];
-    int n = 0, i;
-    size_t len = 0;
-    out[0] = '\0';
-    if (!d) {
-        size_t sz = 0;
-        unsigned char* b = read_all(path, &sz);
-        if (b) snprintf(out, cap, "%zu %016llx\n", sz, (unsigned long long)fnv(b, sz));
-        else snprintf(out, cap, "absent\n");
-        free(b);
-        return;
-    }
-    while ((de = readdir(d)) != NULL && n < 256)
-        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_names);
-    for (i = 0; i < n; ++i) {
-        char* p = qx_path_join(path, names[i]);
-        size_t sz = 0;
-        unsigned char* b = read_all(p, &sz);
-        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s %zu %016llx\n", names[i], sz,
-                                (unsigned long long)(b ? fnv(b, sz) : 0));
-        free(b);
-        free(p);
-        free(names[i]);
-    }
-}
-
-/* Entries beside `path` (in its directory) whose name starts with "." + base + ".tmp-". */
-static int temporaries_beside(const char* dir, const char* base) {
-    DIR* d = opendir(dir);
-    struct dirent* de;
-    char pre[512];
-    int n = 0;
-    snprintf(pre, sizeof pre, ".%.200s.tmp-", base);
-    if (!d) return -1;
-    while ((de = readdir(d)) != NULL) n += strncmp(de->d_name, pre, strlen(pre)) == 0;
-    closedir(d);
-    return n;
-}
-
 /* ---- 1. atomic publish -------------------------------------------------------------------------- */
 
 /* A sharded safetensors output over a previous one with another shard count, killed before each
@@ -144,25 +81,25 @@ static void test_sharded_kill_between_renames(void) {
     QT_CHECK(make_input(in_b, 1, 90000));   /* fewer */
     QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 --online", in_a, old_copy), 0);
     QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2", in_b, ref), 0);
-    snapshot(old_copy, s_old, sizeof s_old);
-    snapshot(ref, s_new, sizeof s_new);
+    pu_snapshot(old_copy, s_old, sizeof s_old);
+    pu_snapshot(ref, s_new, sizeof s_new);
     QT_CHECK(strstr(s_old, "model-00003-of-") != NULL);
     QT_CHECK(strstr(s_old, "quarot_online.txt") != NULL);
     QT_CHECK(strcmp(s_old, s_new) != 0);
     for (k = 1; k < 60; ++k) {
-        sh("rm -rf '%s' && cp -a '%s' '%s' && echo user > '%s/README.md'", out, old_copy, out, out);
+        pu_sh("rm -rf '%s' && cp -a '%s' '%s' && echo user > '%s/README.md'", out, old_copy, out, out);
         {
             char pre[64];
             snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
             rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 --force", in_b, out);
         }
-        snapshot(out, s_now, sizeof s_now);
+        pu_snapshot(out, s_now, sizeof s_now);
         {   /* the user's own file survives in either state */
             char* rm = qx_path_join(out, "README.md");
             QT_CHECKF(qx_path_exists(rm), "k=%d: README.md lost", k);
             free(rm);
-            sh("rm -f '%s/README.md'", out);
-            snapshot(out, s_now, sizeof s_now);
+            pu_sh("rm -f '%s/README.md'", out);
+            pu_snapshot(out, s_now, sizeof s_now);
         }
         if (rc == 86) {
             ++interrupted;
@@ -178,7 +115,7 @@ static void test_sharded_kill_between_renames(void) {
     QT_CHECK(rc == 0);
     /* a later run removes what the killed runs left beside the output */
     QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2 --force", in_b, out), 0);
-    QT_EQ_INT(temporaries_beside(g_tmp, "sk_out"), 0);
+    QT_EQ_INT(pu_temporaries_beside(g_tmp, "sk_out"), 0);
     (void)new_seen;
 }
 
@@ -193,7 +130,7 @@ static int reader_view(const char* model, char* msnap, size_t mcap, char* hooks,
     size_t n = 0;
     const char* t;
     int ok;
-    snapshot(model, msnap, mcap);
+    pu_snapshot(model, msnap, mcap);
     hooks[0] = '\0';
     memset(&lo, 0, sizeof lo);
     if (qx_load_model(model, &lo, &s, &e) != QUAROT_OK) return 0;
@@ -218,7 +155,7 @@ static void kill_pair_case(const char* ext, const char* old_flags, const char* n
     snprintf(oldm, sizeof oldm, "%s/kp_old%s", g_tmp, ext);
     snprintf(newm, sizeof newm, "%s/kp_new%s", g_tmp, ext);
     if (!qx_path_exists(in)) QT_CHECK(make_input(in, 0, 0));
-    sh("rm -f '%s' '%s.quarot-online' '%s' '%s.quarot-online'", oldm, oldm, newm, newm);
+    pu_sh("rm -f '%s' '%s.quarot-online' '%s' '%s.quarot-online'", oldm, oldm, newm, newm);
     QT_EQ_INT(CLI("rotate '%s' '%s' --seed 1 %s", in, oldm, old_flags), 0);
     QT_EQ_INT(CLI("rotate '%s' '%s' --seed 2 %s", in, newm, new_flags), 0);
     QT_CHECK(reader_view(oldm, m_old, sizeof m_old, h_old, sizeof h_old));
@@ -227,8 +164,8 @@ static void kill_pair_case(const char* ext, const char* old_flags, const char* n
     for (k = 1; k < 40; ++k) {
         char pre[64];
         int old_pair, new_pair;
-        sh("cd '%s' && rm -f kp_out* .kp_out*", g_tmp);
-        sh("cp '%s' '%s' && { [ ! -e '%s.quarot-online' ] || cp '%s.quarot-online' '%s.quarot-online'; }", oldm, out, oldm, oldm, out);
+        pu_sh("cd '%s' && rm -f kp_out* .kp_out*", g_tmp);
+        pu_sh("cp '%s' '%s' && { [ ! -e '%s.quarot-online' ] || cp '%s.quarot-online' '%s.quarot-online'; }", oldm, out, oldm, oldm, out);
         snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
         rc = run_prog(pre, g_bin, "rotate '%s' '%s' --seed 2 %s --force", in, out, new_flags);
         QT_CHECKF(reader_view(out, m_now, sizeof m_now, h_now, sizeof h_now), "%s, %s over %s, killed before step %d: refused",
@@ -252,7 +189,7 @@ static void kill_pair_case(const char* ext, const char* old_flags, const char* n
         QT_CHECKF(strcmp(m_now, m_new) == 0 && strcmp(h_now, h_new) == 0, "%s: the run after a kill at step %d: not the new pair",
                   ext, k);
         snprintf(cmd, sizeof cmd, "kp_out%s", ext);
-        QT_EQ_INT(temporaries_beside(g_tmp, cmd), 0);
+        QT_EQ_INT(pu_temporaries_beside(g_tmp, cmd), 0);
     }
     QT_CHECKF(interrupted >= 2 && saw_old, "%s: the fault hook interrupted %d steps", ext, interrupted);
     QT_EQ_INT(rc, 0);
@@ -278,38 +215,18 @@ static void test_single_file_hooks_kill(void) {
    or the new one, and no temporary left by the run after. */
 static void test_quantize_kill(void) {
     static const char* outs[2] = {"kq_out.gguf", "kq_out.safetensors"};
-    char in[1024], out[1024], oldf[1024], newf[1024];
-    static char s_old[512], s_new[512], s_now[512];
-    int f, k, rc;
+    char in[1024], out[1024], oldf[1024], newf[1024], args[4200];
+    int f;
     snprintf(in, sizeof in, "%s", tmp_path("kq_in.bin"));
     QT_CHECK(make_input(in, 0, 0));
     for (f = 0; f < 2; ++f) {
-        int interrupted = 0;
         snprintf(out, sizeof out, "%s/%s", g_tmp, outs[f]);
         snprintf(oldf, sizeof oldf, "%s/old_%s", g_tmp, outs[f]);
         snprintf(newf, sizeof newf, "%s/new_%s", g_tmp, outs[f]);
         QT_EQ_INT(CLI("quantize '%s' '%s' --bits 8", in, oldf), 0);
         QT_EQ_INT(CLI("quantize '%s' '%s'", in, newf), 0);
-        snapshot(oldf, s_old, sizeof s_old);
-        snapshot(newf, s_new, sizeof s_new);
-        QT_CHECK(strcmp(s_old, s_new) != 0);
-        for (k = 1; k < 20; ++k) {
-            char pre[64];
-            sh("cp '%s' '%s'", oldf, out);
-            snprintf(pre, sizeof pre, "QX_FAULT_PUBLISH=%d", k);
-            rc = run_prog(pre, g_bin, "quantize '%s' '%s' --force", in, out);
-            snapshot(out, s_now, sizeof s_now);
-            if (rc != 86) {
-                QT_EQ_INT(rc, 0);
-                QT_CHECKF(strcmp(s_now, s_new) == 0, "%s: completed run: not the new file", outs[f]);
-                break;
-            }
-            ++interrupted;
-            QT_CHECKF(strcmp(s_now, s_old) == 0 || strcmp(s_now, s_new) == 0, "%s killed before step %d: %s", outs[f], k, s_now);
-        }
-        QT_CHECKF(interrupted >= 1, "%s: the fault hook never interrupted the run", outs[f]);
-        QT_EQ_INT(CLI("quantize '%s' '%s' --force", in, out), 0);
-        QT_EQ_INT(temporaries_beside(g_tmp, outs[f]), 0);
+        snprintf(args, sizeof args, "quantize '%s' '%s'", in, out);
+        pu_kill_loop(outs[f], outs[f], oldf, newf, args);
     }
 }
 
@@ -331,8 +248,8 @@ static void test_force_refuses_special_files(void) {
     QT_CHECK(symlink(target, lnk) == 0);
     QT_EQ_INT(CLI("rotate '%s' '%s' --force", in, lnk), 3);
     QT_CHECK(lstat(lnk, &st) == 0 && S_ISLNK(st.st_mode));
-    QT_EQ_INT(temporaries_beside(g_tmp, "sp_fifo"), 0);
-    QT_EQ_INT(temporaries_beside(g_tmp, "sp_link.bin"), 0);
+    QT_EQ_INT(pu_temporaries_beside(g_tmp, "sp_fifo"), 0);
+    QT_EQ_INT(pu_temporaries_beside(g_tmp, "sp_link.bin"), 0);
     /* a directory output (safetensors) onto the FIFO */
     QT_CHECK(make_input(tmp_path("sp_dir_in"), 1, 0));
     QT_EQ_INT(CLI("rotate '%s' '%s' --force", tmp_path("sp_dir_in"), fifo), 3);
@@ -364,7 +281,7 @@ static void test_no_replace_without_force(void) {
     back = (char*)read_all(path, &n);
     QT_CHECK(back && strcmp(back, "someone else's") == 0);
     free(back);
-    QT_EQ_INT(temporaries_beside(g_tmp, "nr_out.bin"), 0);
+    QT_EQ_INT(pu_temporaries_beside(g_tmp, "nr_out.bin"), 0);
 }
 
 static void test_long_output_names(void) {
@@ -538,7 +455,7 @@ static void test_eval_applies_the_models_hooks(void) {
     QT_CHECKF(strstr(g_err, "online hooks:") != NULL, "stderr: %s", g_err);
     /* --hooks FILE, and the stale file refused by every command */
     QT_EQ_INT(CLI("eval '%s' %s --hooks '%s'", out, ev, hooks), 0);
-    sh("cp '%s.quarot-online' '%s'", other, hooks);
+    pu_sh("cp '%s.quarot-online' '%s'", other, hooks);
     QT_EQ_INT(CLI("eval '%s' %s", out, ev), 2);
     QT_CHECKF(strstr(g_err, "belongs to other weights") != NULL, "stderr: %s", g_err);
     QT_EQ_INT(CLI("inspect '%s'", out), 2);
@@ -561,7 +478,7 @@ static void test_missing_hooks_warned(void) {
     for (i = 0; f && i < 200; ++i) fprintf(f, "a %d b c the end. ", i);
     if (f) fclose(f);
     QT_EQ_INT(CLI("rotate '%s' '%s' --online", in, out), 0);
-    sh("cp '%s/tokenizer.bin' '%s/' && rm '%s/quarot_online.txt'", in, out, out);
+    pu_sh("cp '%s/tokenizer.bin' '%s/' && rm '%s/quarot_online.txt'", in, out, out);
     QT_EQ_INT(CLI("eval '%s' --text '%s' --w-bits 16 --a-bits 16 --seq-len 64 --quiet", out, text), 0);
     QT_CHECKF(strstr(g_err, "WARNING") && strstr(g_err, "needs its online hook file"), "stderr: %s", g_err);
 }
@@ -604,7 +521,7 @@ static void test_truncated_input_while_mapped(void) {
     QT_EQ_INT(run_prog("QX_FAULT_TRUNCATE_INPUT=1", g_bin, "rotate '%s' '%s' --online", in, out), 2);
     QT_CHECKF(strstr(g_err, "changed (truncated?) while it was being read") != NULL, "stderr: %s", g_err);
     QT_CHECK(!qx_path_exists(out));
-    QT_EQ_INT(temporaries_beside(g_tmp, "tr_out.bin"), 0);
+    QT_EQ_INT(pu_temporaries_beside(g_tmp, "tr_out.bin"), 0);
 }
 
 /* Every command whose input is mapped, its input truncated once it is loaded (QX_FAULT_TRUNCATE_INPUT:
@@ -648,7 +565,7 @@ static void test_truncated_input_every_command(void) {
             QT_CHECKF(rc == 2 && strstr(g_err, in) && strstr(g_err, "changed (truncated?) while it was being read") &&
                       count_lines(g_err) == 1, "%s of %s (-> %s): exit %d, stderr: %s", what, ins[i], out, rc, g_err);
             QT_CHECK(!qx_path_exists(out));
-            QT_EQ_INT(temporaries_beside(g_tmp, strrchr(out, '/') + 1), 0);
+            QT_EQ_INT(pu_temporaries_beside(g_tmp, strrchr(out, '/') + 1), 0);
         }
     }
     /* the engine's own mapping of a packed file */
@@ -873,6 +790,6 @@ int main(int argc, char** argv) {
     QT_RUN(test_fifo_inputs_return);
     QT_RUN(test_minor_items);
     QT_RUN(test_gguf_to_safetensors_file);
-    sh("rm -rf '%s'", g_tmp);
+    pu_sh("rm -rf '%s'", g_tmp);
     return qt_finish("test_reliability");
 }
