@@ -11,21 +11,27 @@ typedef struct qx__family {
     const char* arch;
     int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
     int tied;
+    int64_t n_experts, n_experts_used, expert_intermediate, shared_intermediate;
 } qx__family;
 
-/* Family defaults: sizes chosen to cover GQA, head_dim * n_heads != hidden (qwen3), and
-   intermediate sizes 320 = 20*16, 172 = 172*1, 192 = 12*16, 96 = 12*8. */
+/* Family defaults: sizes chosen to cover GQA, head_dim * n_heads != hidden (qwen3, qwen3_moe), and
+   intermediate sizes 320 = 20*16, 172 = 172*1, 192 = 12*16, 96 = 12*8, 48 = 12*4. */
 static const qx__family qx__families[] = {
-    {"llama", 128, 320, 3, 8, 2, 16, -1},
-    {"qwen2", 64, 172, 2, 4, 2, 16, 1},
-    {"qwen3", 128, 192, 2, 4, 2, 64, -1},
-    {"opt", 64, 96, 2, 4, 4, 16, 1},
-    {"phi3", 96, 160, 2, 4, 2, 24, -1},   /* fused q|k|v (192 rows) and gate|up (320 rows) */
+    {"llama", 128, 320, 3, 8, 2, 16, -1, 0, 0, 0, 0},
+    {"qwen2", 64, 172, 2, 4, 2, 16, 1, 0, 0, 0, 0},
+    {"qwen3", 128, 192, 2, 4, 2, 64, -1, 0, 0, 0, 0},
+    {"opt", 64, 96, 2, 4, 4, 16, 1, 0, 0, 0, 0},
+    {"phi3", 96, 160, 2, 4, 2, 24, -1, 0, 0, 0, 0},          /* fused q|k|v (192 rows) and gate|up (320 rows) */
+    {"mixtral", 64, 96, 2, 4, 2, 16, -1, 4, 2, 96, 0},       /* experts as wide as intermediate_size */
+    {"qwen2_moe", 64, 172, 2, 4, 2, 16, -1, 4, 2, 32, 64},   /* 172: dense layers (sparse_step > 1) */
+    {"qwen3_moe", 64, 192, 2, 4, 2, 32, -1, 8, 2, 48, 0},
+    {"qwen2vl", 64, 172, 2, 4, 2, 16, 1, 0, 0, 0, 0},        /* qwen2's decoder and a vision side */
 };
 #define QX__N_FAMILIES ((int)(sizeof qx__families / sizeof qx__families[0]))
-#define QX__N_LISTED 4   /* qx_synth_family: the families with separate projections */
+#define QX__N_LISTED 4   /* qx_synth_family: the dense families with separate projections */
 
 const char* qx_synth_family(int i) { return i >= 0 && i < QX__N_LISTED ? qx__families[i].arch : NULL; }
+const char* qx_synth_any_family(int i) { return i >= 0 && i < QX__N_FAMILIES ? qx__families[i].arch : NULL; }
 
 /* Zero fields take the family's value; then every size is checked (the caps keep the store small
    enough that no size computation below can overflow). */
@@ -37,7 +43,8 @@ quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e) {
     for (i = 0; i < QX__N_FAMILIES; ++i)
         if (strcmp(d->arch, qx__families[i].arch) == 0) fam = &qx__families[i];
     if (!fam) {
-        qx_err_set(e, "qx_synth: unknown family \"%s\" (llama, qwen2, qwen3, opt, phi3)", d->arch);
+        qx_err_set(e, "qx_synth: unknown family \"%s\" (llama, qwen2, qwen3, opt, phi3, mixtral, qwen2_moe, "
+                   "qwen3_moe, qwen2vl)", d->arch);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     if (!d->hidden) d->hidden = fam->hidden;
@@ -52,6 +59,32 @@ quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e) {
     if (!d->n_outliers) d->n_outliers = 2;
     if (d->outlier_scale == 0.0f) d->outlier_scale = 16.0f;
     if (d->dtype == QUAROT_DTYPE_DEFAULT) d->dtype = QUAROT_DTYPE_F32;
+    if (fam->n_experts > 0) {
+        if (!d->n_experts) d->n_experts = fam->n_experts;
+        if (!d->n_experts_used) d->n_experts_used = fam->n_experts_used > d->n_experts ? d->n_experts : fam->n_experts_used;
+        if (strcmp(d->arch, "mixtral") == 0) {
+            if (!d->expert_intermediate) d->expert_intermediate = d->intermediate;
+        } else if (!d->expert_intermediate) {
+            d->expert_intermediate = fam->expert_intermediate;
+        }
+        if (!d->shared_intermediate) d->shared_intermediate = fam->shared_intermediate;
+        if (!d->sparse_step) d->sparse_step = 1;
+        if (d->n_experts < 1 || d->n_experts > 256 || d->n_experts_used < 1 || d->n_experts_used > d->n_experts ||
+            d->expert_intermediate < 2 || d->expert_intermediate > 262144 || d->n_outliers > d->expert_intermediate / 2 ||
+            (strcmp(d->arch, "mixtral") == 0 && d->expert_intermediate != d->intermediate) ||
+            (strcmp(d->arch, "qwen2_moe") == 0 ? d->shared_intermediate < 2 || d->shared_intermediate > 262144 ||
+                                                     d->n_outliers > d->shared_intermediate / 2
+                                               : d->shared_intermediate != 0) ||
+            d->sparse_step < 1 || (d->sparse_step > 1 && strcmp(d->arch, "qwen2_moe") != 0) || d->experts_stacked < 0 ||
+            d->experts_stacked > 1) {
+            qx_err_set(e, "qx_synth: bad expert sizes for %s", d->arch);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+    } else if (d->n_experts || d->n_experts_used || d->expert_intermediate || d->shared_intermediate || d->sparse_step ||
+               d->experts_stacked) {
+        qx_err_set(e, "qx_synth: %s has no experts (mixtral, qwen2_moe, qwen3_moe do)", d->arch);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
     if (d->hidden <= 0 || d->intermediate <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
         d->head_dim <= 0 || d->head_dim % 2 || d->n_heads % d->n_kv_heads || d->vocab <= 0 || d->max_seq <= 0 ||
         d->hidden > 65536 || d->intermediate > 262144 || d->vocab > 1000000 || d->n_layers > 1024 ||
@@ -59,6 +92,10 @@ quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e) {
         d->n_outliers > d->intermediate / 2 || !(d->outlier_scale >= 1.0f) ||
         (d->dtype != QUAROT_DTYPE_F32 && d->dtype != QUAROT_DTYPE_F16 && d->dtype != QUAROT_DTYPE_BF16)) {
         qx_err_set(e, "qx_synth: bad sizes for %s", d->arch);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (strcmp(d->arch, "qwen2vl") == 0 && d->head_dim < 8) {   /* three positive M-RoPE sections */
+        qx_err_set(e, "qx_synth: qwen2vl needs head_dim >= 8 (M-RoPE's three sections of head_dim / 2)");
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     return QUAROT_OK;
@@ -71,6 +108,8 @@ typedef struct qx__gen {
     const qx_synth_desc* d;
     unsigned char* out_h;   /* [hidden] 1 = outlier residual channel */
     unsigned char* out_i;   /* [intermediate] 1 = outlier intermediate channel */
+    unsigned char* out_e;   /* [expert_intermediate] of the expert being drawn */
+    unsigned char* out_s;   /* [shared_intermediate] */
     qx_err* e;
 } qx__gen;
 
@@ -187,6 +226,129 @@ static quarot_result qx__fuse(qx_store* s, int64_t l, const char* const* parts, 
     return r;
 }
 
+/* The n experts' tensors "<pre>experts.<x>.<proj>.weight" of one projection, removed and stored as
+   one 3-D tensor "<pre>experts.<proj>.weight" [n][rows][cols] (experts in order). */
+static quarot_result qx__stack(qx_store* s, const char* pre, const char* proj, int64_t n) {
+    char name[200];
+    int64_t rows = 0, cols = 0, x, ne[3];
+    size_t one = 0;
+    float* buf = NULL;
+    quarot_result r;
+    for (x = 0; x < n; ++x) {
+        const quarot_tensor* t;
+        snprintf(name, sizeof name, "%sexperts.%lld.%s.weight", pre, (long long)x, proj);
+        if (!(t = qx_store_find(s, name))) { free(buf); return QUAROT_ERR_INTERNAL; }
+        if (!buf) {
+            cols = t->ne[0];
+            rows = t->ne[1];
+            one = (size_t)(rows * cols);
+            if (!(buf = (float*)malloc(one * (size_t)n * sizeof(float)))) return QUAROT_ERR_OUT_OF_MEMORY;
+        }
+        memcpy(buf + (size_t)x * one, t->data, one * sizeof(float));
+        qx_store_remove(s, name);
+    }
+    snprintf(name, sizeof name, "%sexperts.%s.weight", pre, proj);
+    ne[0] = cols;
+    ne[1] = rows;
+    ne[2] = n;
+    r = qx_store_add(s, name, QUAROT_DTYPE_F32, 3, ne, buf, NULL);
+    free(buf);
+    return r;
+}
+
+/* A gated MLP of width I reading the normed stream: gate/up columns of the hidden outliers 1/S,
+   rows of the intermediate outliers (mask mi, drawn here) 4x, down_proj's matching columns 1/16. */
+static quarot_result qx__gated(qx__gen* g, const char* pre, const char* const pj[3], int64_t I, unsigned char* mi) {
+    char base[200];
+    quarot_result r;
+    int k;
+    if (g->d->n_outliers > 0) qx__pick(g, mi, I, g->d->n_outliers);
+    else memset(mi, 0, (size_t)I);
+    for (k = 0; k < 2; ++k) {
+        snprintf(base, sizeof base, "%s%s", pre, pj[k]);
+        if ((r = qx__linear(g, base, I, g->d->hidden, 1.0f, g->out_h, 1.0f / g->d->outlier_scale, mi, 4.0f, 0.0f)) !=
+            QUAROT_OK)
+            return r;
+    }
+    snprintf(base, sizeof base, "%s%s", pre, pj[2]);
+    return qx__linear(g, base, g->d->hidden, I, 1.0f, mi, 1.0f / 16.0f, NULL, 1.0f, 0.0f);
+}
+
+/* Layer l's MoE MLP: router, experts 0 .. n-1, then the shared expert and its gate (qwen2_moe). */
+static quarot_result qx__moe(qx__gen* g, int64_t l) {
+    static const char* const mix[3] = {"w1", "w3", "w2"};
+    static const char* const hf[3] = {"gate_proj", "up_proj", "down_proj"};
+    const qx_synth_desc* d = g->d;
+    const int mixtral = strcmp(d->arch, "mixtral") == 0;
+    const char* const* pj = mixtral ? mix : hf;
+    const float inv_s = 1.0f / d->outlier_scale;
+    char pre[160], base[200];
+    quarot_result r;
+    int64_t x;
+    int k;
+    snprintf(pre, sizeof pre, "model.layers.%lld.%s.", (long long)l, mixtral ? "block_sparse_moe" : "mlp");
+    snprintf(base, sizeof base, "%sgate", pre);
+    if ((r = qx__linear(g, base, d->n_experts, d->hidden, 1.0f, g->out_h, inv_s, NULL, 1.0f, 0.0f)) != QUAROT_OK) return r;
+    for (x = 0; x < d->n_experts; ++x) {
+        snprintf(base, sizeof base, "%sexperts.%lld.", pre, (long long)x);
+        if ((r = qx__gated(g, base, pj, d->expert_intermediate, g->out_e)) != QUAROT_OK) return r;
+    }
+    if (d->shared_intermediate > 0) {
+        snprintf(base, sizeof base, "%sshared_expert.", pre);
+        if ((r = qx__gated(g, base, hf, d->shared_intermediate, g->out_s)) != QUAROT_OK) return r;
+        snprintf(base, sizeof base, "%sshared_expert_gate", pre);
+        if ((r = qx__linear(g, base, 1, d->hidden, 1.0f, g->out_h, inv_s, NULL, 1.0f, 0.0f)) != QUAROT_OK) return r;
+    }
+    for (k = 0; k < 3 && d->experts_stacked; ++k)
+        if ((r = qx__stack(g->s, pre, pj[k], d->n_experts)) != QUAROT_OK) {
+            qx_err_set(g->e, "qx_synth: stacking layer %lld's experts: %s", (long long)l, quarot_result_string(r));
+            return r;
+        }
+    return QUAROT_OK;
+}
+
+/* Qwen2-VL's vision side: the 5-D patch embedding, the merger's LayerNorm and linears (mlp.2 writes
+   the text stream: [hidden][64]), and config.json of the older layout. */
+static quarot_result qx__vision(qx__gen* g) {
+    static const int64_t patch[5] = {16, 3, 2, 4, 4};
+    const qx_synth_desc* d = g->d;
+    const quarot_model_config* c = &g->s->config;
+    const int64_t half = d->head_dim / 2, sec_hw = half * 3 / 8;
+    int64_t ne[QUAROT_MAX_DIMS], i;
+    quarot_tensor* t;
+    quarot_result r;
+    char cfg[1400];
+    int n;
+    qx_shape_fold(5, patch, ne);
+    if ((r = qx_store_add(g->s, "visual.patch_embed.proj.weight", QUAROT_DTYPE_F32, 4, ne, NULL, &t)) != QUAROT_OK ||
+        (r = qx_store_set_shape(g->s, "visual.patch_embed.proj.weight", 5, patch)) != QUAROT_OK) {
+        qx_err_set(g->e, "qx_synth: visual.patch_embed.proj.weight: %s", quarot_result_string(r));
+        return r;
+    }
+    for (i = 0; i < quarot_tensor_nelements(t); ++i) ((float*)t->data)[i] = qx__normal(g) / sqrtf(96.0f);
+    if ((r = qx__norm(g, "visual.merger.ln_q", 16, 1.0f, NULL, 1.0f, 1)) != QUAROT_OK ||
+        (r = qx__linear(g, "visual.merger.mlp.0", 64, 64, 1.0f, NULL, 1.0f, NULL, 1.0f, 0.1f)) != QUAROT_OK ||
+        (r = qx__linear(g, "visual.merger.mlp.2", d->hidden, 64, 1.0f, NULL, 1.0f, NULL, 1.0f, 0.1f)) != QUAROT_OK)
+        return r;
+    n = snprintf(cfg, sizeof cfg,
+                 "{\n  \"architectures\": [\"Qwen2VLForConditionalGeneration\"],\n  \"model_type\": \"qwen2_vl\",\n"
+                 "  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %lld,\n"
+                 "  \"num_attention_heads\": %lld,\n  \"num_key_value_heads\": %lld,\n  \"vocab_size\": %lld,\n"
+                 "  \"max_position_embeddings\": %lld,\n  \"rms_norm_eps\": 1e-06,\n  \"rope_theta\": 1000000.0,\n"
+                 "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": %s,\n"
+                 "  \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [%lld, %lld, %lld]},\n"
+                 "  \"vision_config\": {\"depth\": 0, \"embed_dim\": 16, \"hidden_size\": %lld, \"in_chans\": 3, "
+                 "\"patch_size\": 4, \"spatial_merge_size\": 2, \"temporal_patch_size\": 2}\n}\n",
+                 (long long)c->hidden, (long long)c->intermediate, (long long)c->n_layers, (long long)c->n_heads,
+                 (long long)c->n_kv_heads, (long long)c->vocab, (long long)c->max_seq,
+                 c->tied_embeddings ? "true" : "false", (long long)(half - 2 * sec_hw), (long long)sec_hw,
+                 (long long)sec_hw, (long long)c->hidden);
+    if (n < 0 || (size_t)n >= sizeof cfg) return QUAROT_ERR_INTERNAL;
+    if ((r = qx_store_set_blob(g->s, "hf.config.json", cfg, (size_t)n)) != QUAROT_OK)
+        qx_err_set(g->e, "qx_synth: config.json: %s", quarot_result_string(r));
+    return r;
+}
+
 static quarot_result qx__build(qx__gen* g) {
     const qx_synth_desc* d = g->d;
     quarot_model_config* c = &g->s->config;
@@ -198,7 +360,7 @@ static quarot_result qx__build(qx__gen* g) {
     /* gate and up rows of outlier intermediate channels are scaled by 4: the product grows ~16x
        (gated) or 4x (plain); down_proj's matching columns shrink by the same factor */
     float up_boost = 4.0f, down_shrink = gated ? 1.0f / 16.0f : 1.0f / 4.0f;
-    float qkv_bias = strcmp(d->arch, "qwen2") == 0 ? 0.3f : (opt ? 0.1f : 0.0f);
+    float qkv_bias = strncmp(d->arch, "qwen2", 5) == 0 ? 0.3f : (opt ? 0.1f : 0.0f);
     float mlp_bias = opt ? 0.1f : 0.0f;
     const char* pre = opt ? "model.decoder.layers." : "model.layers.";
     char name[160], base[160];
@@ -227,7 +389,14 @@ static quarot_result qx__build(qx__gen* g) {
     c->attn_qkv_bias = qkv_bias > 0.0f;
     c->attn_out_bias = opt;
     c->mlp_bias = opt;
-    c->qk_norm = strcmp(d->arch, "qwen3") == 0;
+    c->qk_norm = strncmp(d->arch, "qwen3", 5) == 0;
+    c->n_experts = d->n_experts;
+    c->n_experts_used = d->n_experts_used;
+    c->expert_intermediate = d->expert_intermediate;
+    c->shared_intermediate = d->shared_intermediate;
+    c->norm_topk_prob = d->n_experts > 0 && strcmp(d->arch, "qwen2_moe") != 0;   /* as the loaders set it */
+    c->sparse_step = d->sparse_step;
+    c->experts_stacked = d->experts_stacked;
 
     /* outlier channels are drawn first, so a seed fixes them independently of the sizes after */
     if (d->n_outliers > 0) {
@@ -269,6 +438,10 @@ static quarot_result qx__build(qx__gen* g) {
         if ((r = qx__linear(g, base, h, qd, 1.0f, NULL, 1.0f, NULL, 1.0f, opt ? 0.1f : 0.0f)) != QUAROT_OK) return r;
         snprintf(name, sizeof name, "%s%lld.%s", pre, (long long)l, opt ? "final_layer_norm" : "post_attention_layernorm");
         if ((r = qx__norm(g, name, h, 1.0f, g->out_h, S, opt)) != QUAROT_OK) return r;
+        if (quarot_config_layer_is_moe(c, l)) {
+            if ((r = qx__moe(g, l)) != QUAROT_OK) return r;
+            continue;
+        }
         if (gated) {
             snprintf(base, sizeof base, "%s%lld.mlp.gate_proj", pre, (long long)l);
             if ((r = qx__linear(g, base, I, h, 1.0f, g->out_h, 1.0f / S, g->out_i, up_boost, mlp_bias)) != QUAROT_OK) return r;
@@ -300,7 +473,7 @@ static quarot_result qx__build(qx__gen* g) {
         if (r != QUAROT_OK) return r;
         for (v = 0; v < d->vocab * h; ++v) lm[v] = qx__normal(g) * (2.0f / sqrtf((float)h));
     }
-    return QUAROT_OK;
+    return strcmp(d->arch, "qwen2vl") == 0 ? qx__vision(g) : QUAROT_OK;
 }
 
 quarot_result qx_synth_model(qx_store* s, const qx_synth_desc* desc, qx_err* e) {
@@ -324,7 +497,9 @@ quarot_result qx_synth_model(qx_store* s, const qx_synth_desc* desc, qx_err* e) 
     g.e = e;
     g.out_h = (unsigned char*)calloc((size_t)d.hidden, 1);
     g.out_i = (unsigned char*)calloc((size_t)d.intermediate, 1);
-    if (!g.out_h || !g.out_i) {
+    g.out_e = (unsigned char*)calloc((size_t)(d.expert_intermediate > 0 ? d.expert_intermediate : 1), 1);
+    g.out_s = (unsigned char*)calloc((size_t)(d.shared_intermediate > 0 ? d.shared_intermediate : 1), 1);
+    if (!g.out_h || !g.out_i || !g.out_e || !g.out_s) {
         r = QUAROT_ERR_OUT_OF_MEMORY;
         qx_err_set(e, "qx_synth: out of memory");
     } else {
@@ -332,6 +507,8 @@ quarot_result qx_synth_model(qx_store* s, const qx_synth_desc* desc, qx_err* e) 
     }
     free(g.out_h);
     free(g.out_i);
+    free(g.out_e);
+    free(g.out_s);
     /* generated in f32, then rounded (RNE) to the requested storage type */
     if (r == QUAROT_OK && d.dtype != QUAROT_DTYPE_F32) {
         r = qx_store_convert(s, d.dtype);

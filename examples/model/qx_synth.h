@@ -21,7 +21,23 @@
        172 = the stories260K size, 192 = 12*16, 96 = 12*8).
    Weights: embeddings N(0, 1) (OPT positions N(0, 0.25)), linears N(0, 1/in), biases N(0, 0.3^2)
    (qwen2 q/k/v) or N(0, 0.1^2) (OPT), norm gains U(0.5, 1.5). Logits have a standard deviation of
-   about 2 and depend on the context through attention (tests/test_synth.c prints both). */
+   about 2 and depend on the context through attention (tests/test_synth.c prints both).
+
+   Mixture-of-experts families (mixtral, qwen2_moe, qwen3_moe) put a router and n_experts gated
+   experts (top n_experts_used) in every MoE layer, with their Hugging Face names (Mixtral's
+   block_sparse_moe.gate and experts.E.w1 / w3 / w2; Qwen's mlp.gate and mlp.experts.E.*_proj), a
+   shared expert with its sigmoid gate for qwen2_moe, and dense layers between MoE layers when
+   sparse_step > 1. The router and the shared-expert gate read the normed stream, so their columns
+   carry the hidden outliers like every reader; each expert (and the shared expert) has n_outliers
+   intermediate outlier channels of its own width. experts_stacked = 1 stores each projection of a
+   layer as one 3-D tensor [n_experts][out][in] under the names without the expert index (GGUF's
+   layout, as the tool's GGUF reader names it). Experts are drawn one after the other, router first.
+   qwen2vl is qwen2's decoder (tied) plus the vision side a Qwen2-VL checkpoint has around it: a 5-D
+   Conv3d patch embedding visual.patch_embed.proj.weight [16, 3, 2, 4, 4], the merger's LayerNorm
+   (visual.merger.ln_q) and its two linears (visual.merger.mlp.0 [64][64], visual.merger.mlp.2
+   [hidden][64], both with biases), and the Hugging Face config.json of the older layout
+   (Qwen2VLForConditionalGeneration, mrope_section summing to head_dim / 2) kept as the blob
+   "hf.config.json", so that the model saves as a directory transformers would take. */
 #ifndef QX_SYNTH_H
 #define QX_SYNTH_H
 
@@ -41,10 +57,21 @@ typedef struct qx_synth_desc {       /* zero-init = family defaults (table in qx
     int64_t n_outliers;              /* outlier channels (hidden and intermediate): 0 = 2, -1 = none */
     float outlier_scale;             /* 0 = 16 */
     quarot_dtype dtype;              /* stored dtype: 0 = f32, or f16 / bf16 */
+    /* mixture of experts (mixtral, qwen2_moe, qwen3_moe; 0 = family default, refused elsewhere) */
+    int64_t n_experts, n_experts_used;
+    int64_t expert_intermediate;     /* mixtral: always intermediate (its config has one width) */
+    int64_t shared_intermediate;     /* qwen2_moe only: the shared expert's width */
+    int64_t sparse_step;             /* qwen2_moe: layer l is MoE when (l + 1) % sparse_step == 0 (0 = 1: all) */
+    int experts_stacked;             /* 1: 3-D expert tensors [n_experts][out][in] (GGUF's layout) */
 } qx_synth_desc;
 
-/* The family names, for loops in tests: i = 0, 1, ... until NULL. */
+/* The dense families with separate projections (llama, qwen2, qwen3, opt), for loops in tests:
+   i = 0, 1, ... until NULL. */
 const char* qx_synth_family(int i);
+
+/* Every family qx_synth_model builds (the above, then phi3, mixtral, qwen2_moe, qwen3_moe, qwen2vl):
+   i = 0, 1, ... until NULL. */
+const char* qx_synth_any_family(int i);
 
 /* Fill d's zero fields with the defaults of its family (d->arch NULL = "llama"). */
 quarot_result qx_synth_resolve(qx_synth_desc* d, qx_err* e);
