@@ -1,6 +1,6 @@
-/* fmt_util.h - helpers shared by test_safetensors.c and test_gguf.c: scratch directories, a small
-   random model with Hugging Face names for any supported architecture, store comparison, and a
-   growing byte buffer for hand-made files. Include after qt.h. */
+/* fmt_util.h - helpers shared by the format tests: scratch directories, a small random model with
+   Hugging Face names for any supported architecture, store comparison, a growing byte buffer for
+   hand-made files, and the comparison of two GGUF files' tensors. Include after qt.h. */
 #ifndef FMT_UTIL_H
 #define FMT_UTIL_H
 
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "support/qx_store.h"
+#include "formats/qx_gguf.h"
 
 /* ---- directories ---- */
 
@@ -218,6 +219,24 @@ QT_UNUSED static int fu_same_config(const quarot_model_config* a, const quarot_m
     FU_C(tied_embeddings) FU_C(attn_qkv_bias) FU_C(attn_out_bias) FU_C(mlp_bias) FU_C(qk_norm)
 #undef FU_C
     return 1;
+}
+
+/* ---- GGUF ---- */
+
+/* The GGUF tensors of b all in a (name, type, ne, bytes), and no other; NULL when so, else the first
+   that differs. */
+QT_UNUSED static const char* gguf_same_tensors(const qx_gguf_file* a, const qx_gguf_file* b) {
+    uint64_t i, k;
+    if (a->n_tensors != b->n_tensors) return "(the counts)";
+    for (i = 0; i < b->n_tensors; ++i) {
+        const qx_gguf_tinfo* y = &b->t[i];
+        for (k = 0; k < a->n_tensors; ++k)
+            if (a->t[k].name_len == y->name_len && memcmp(a->t[k].name, y->name, (size_t)y->name_len) == 0) break;
+        if (k == a->n_tensors || a->t[k].type != y->type || memcmp(a->t[k].ne, y->ne, sizeof y->ne) != 0 ||
+            a->t[k].nbytes != y->nbytes || memcmp(a->data + a->t[k].offset, b->data + y->offset, (size_t)y->nbytes) != 0)
+            return y->name;
+    }
+    return NULL;
 }
 
 #endif

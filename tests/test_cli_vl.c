@@ -473,22 +473,6 @@ static int same_tensors(const qx_store* a, const qx_store* b) {
     return 1;
 }
 
-/* The GGUF tensors of b all in a (name, type, ne, bytes), and no other; NULL when so, else the first
-   that differs. */
-static const char* gguf_same_tensors(const qx_gguf_file* a, const qx_gguf_file* b) {
-    uint64_t i, k;
-    if (a->n_tensors != b->n_tensors) return "(the counts)";
-    for (i = 0; i < b->n_tensors; ++i) {
-        const qx_gguf_tinfo* y = &b->t[i];
-        for (k = 0; k < a->n_tensors; ++k)
-            if (a->t[k].name_len == y->name_len && memcmp(a->t[k].name, y->name, (size_t)y->name_len) == 0) break;
-        if (k == a->n_tensors || a->t[k].type != y->type || memcmp(a->t[k].ne, y->ne, sizeof y->ne) != 0 ||
-            a->t[k].nbytes != y->nbytes || memcmp(a->data + a->t[k].offset, b->data + y->offset, (size_t)y->nbytes) != 0)
-            return y->name;
-    }
-    return NULL;
-}
-
 /* n bytes at p hold the string w. */
 static int has_str(const unsigned char* p, size_t n, const char* w) {
     size_t k, wl = strlen(w);

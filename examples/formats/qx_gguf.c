@@ -1210,6 +1210,9 @@ typedef struct qx__gw_t {
     int written;
     int raw;                  /* a block type: bytes through qx_gguf_writer_put_raw */
     int64_t rows_done;        /* qx_gguf_writer_put_rows: rows written so far */
+    int64_t expert;           /* >= 0: Hugging Face's tensor of one expert, written as that expert's
+                                 slice of the 3-D GGUF tensor `gguf` (-1: a tensor of its own) */
+    int64_t group;            /* the first expert of a group: its expert count (the file's ne[2]) */
 } qx__gw_t;
 
 struct qx_gguf_writer {
@@ -1234,7 +1237,34 @@ static int qx__gw_hf_cmp(const void* a, const void* b) {
     return qx_name_cmp(((const qx__gw_t*)a)->hf, ((const qx__gw_t*)b)->hf);
 }
 static int qx__gw_gguf_cmp(const void* a, const void* b) {
-    return qx_name_cmp((*(const qx__gw_t* const*)a)->gguf, (*(const qx__gw_t* const*)b)->gguf);
+    const qx__gw_t* x = *(const qx__gw_t* const*)a;
+    const qx__gw_t* y = *(const qx__gw_t* const*)b;
+    int c = qx_name_cmp(x->gguf, y->gguf);
+    return c ? c : (x->expert > y->expert) - (x->expert < y->expert);
+}
+
+/* A Hugging Face expert tensor "<pre>experts.<e>.<proj>.weight" (proj: w1 / w2 / w3 or gate_proj /
+   up_proj / down_proj): its stacked name "<pre>experts.<proj>.weight" in out, e returned; -1 when name is
+   none. */
+static int64_t qx__gw_expert_name(const char* name, char* out, size_t n) {
+    static const char* const pj[6] = {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj"};
+    const char* p = strstr(name, ".experts.");
+    const char* q;
+    int64_t x = 0;
+    int k;
+    if (!p) return -1;
+    q = p + 9;
+    if (*q < '0' || *q > '9' || (*q == '0' && q[1] != '.')) return -1;
+    for (; *q >= '0' && *q <= '9'; ++q) {
+        x = x * 10 + (*q - '0');
+        if (x > (1 << 16)) return -1;
+    }
+    if (*q != '.') return -1;
+    for (k = 0; k < 6; ++k)
+        if (strncmp(q + 1, pj[k], strlen(pj[k])) == 0 && strcmp(q + 1 + strlen(pj[k]), ".weight") == 0) break;
+    if (k == 6 || (size_t)(p - name) + strlen(q) + 9 >= n) return -1;
+    snprintf(out, n, "%.*s.experts%s", (int)(p - name), name, q);   /* q: ".<proj>.weight" */
+    return x;
 }
 
 /* ---- qx_gguf_writer_begin, step by step ---- */
@@ -1313,7 +1343,18 @@ static quarot_result qx__gwb_tensor(qx__gwb* g, const qx_tensor_plan* p, int64_t
         t->raw = 1;
     }
     if (!es) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", path, p->name); return QUAROT_ERR_UNSUPPORTED_DTYPE; }
-    if (qx_gguf_name_from_hf(p->name, gn, sizeof gn) < 0 || strlen(gn) >= QX_GGUF_MAX_NAME) {
+    {   /* one expert's tensor: named as the stacked one, written as its slice */
+        char sn[QX_GGUF_MAX_NAME + 64];
+        t->expert = qx__gw_expert_name(p->name, sn, sizeof sn);
+        if (t->expert >= 0 && (p->n_dims > 2 || p->shape) ) {
+            qx_err_set(e, "%s: tensor \"%.100s\": an expert's tensor must be 2-D", path, p->name);
+            return QUAROT_ERR_INVALID_ARGUMENT;
+        }
+        if (t->expert >= 0 && (qx_gguf_name_from_hf(sn, gn, sizeof gn) < 0 || strncmp(gn, "blk.", 4) != 0 ||
+                               strlen(gn) >= QX_GGUF_MAX_NAME))
+            t->expert = -1;
+    }
+    if (t->expert < 0 && (qx_gguf_name_from_hf(p->name, gn, sizeof gn) < 0 || strlen(gn) >= QX_GGUF_MAX_NAME)) {
         qx_err_set(e, "%s: tensor \"%.100s\": name too long for GGUF", path, p->name);
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
@@ -1344,11 +1385,33 @@ static quarot_result qx__gwb_order(qx__gwb* g) {
     qsort(w->t, (size_t)n, sizeof *w->t, qx__gw_hf_cmp);
     for (i = 0; i < n; ++i) g->order[i] = &w->t[i];
     qsort(g->order, (size_t)n, sizeof *g->order, qx__gw_gguf_cmp);
-    for (i = 1; i < n; ++i)
-        if (strcmp(g->order[i - 1]->gguf, g->order[i]->gguf) == 0) {
-            qx_err_set(g->e, "%s: two tensors map to GGUF name \"%s\"", g->path, g->order[i]->gguf);
+    for (i = 0; i < n; ++i) {   /* experts 0 .. E-1 of one shape and type make one 3-D tensor */
+        qx__gw_t* f = g->order[i];
+        int64_t j = i + 1;
+        if (f->expert < 0) {
+            if (i + 1 < n && strcmp(f->gguf, g->order[i + 1]->gguf) == 0) break;
+            continue;
+        }
+        while (j < n && strcmp(g->order[j]->gguf, f->gguf) == 0) {
+            const qx__gw_t* x = g->order[j];
+            if (x->expert != j - i || x->dt != f->dt || x->ggml != f->ggml || x->ne[0] != f->ne[0] || x->ne[1] != f->ne[1]) {
+                qx_err_set(g->e, "%s: tensor \"%s\" is not expert %lld of \"%s\" with expert 0's shape and type", g->path,
+                           x->hf, (long long)(j - i), f->gguf);
+                return QUAROT_ERR_INVALID_ARGUMENT;
+            }
+            ++j;
+        }
+        if (f->expert != 0) {
+            qx_err_set(g->e, "%s: tensor \"%s\": the experts of \"%s\" do not start at 0", g->path, f->hf, f->gguf);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
+        f->group = j - i;
+        i = j - 1;
+    }
+    if (i < n) {
+        qx_err_set(g->e, "%s: two tensors map to GGUF name \"%s\"", g->path, g->order[i]->gguf);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
     return QUAROT_OK;
 }
 
@@ -1362,19 +1425,33 @@ static quarot_result qx__gwb_header(qx__gwb* g) {
     quarot_result r;
     qx_sb_put(hdr, "GGUF", 4);
     qx_sb_le(hdr, 3, 4);
-    qx_sb_le(hdr, (uint64_t)n, 8);
+    uint64_t n_file = 0;
+    for (i = 0; i < n; ++i) n_file += g->order[i]->expert <= 0;   /* a group of experts is one tensor */
+    qx_sb_le(hdr, n_file, 8);
     qx_sb_le(hdr, g->n_kv, 8);
     qx_sb_put(hdr, g->kvb.p + 8, g->kvb.len - 8);
     for (i = 0; i < n; ++i) {
         qx__gw_t* t = g->order[i];
+        uint64_t bytes = t->nbytes;
         int d;
+        if (t->expert > 0) continue;   /* placed with expert 0 */
         qx_gguf_put_str(hdr, t->gguf, strlen(t->gguf));
-        qx_sb_le(hdr, (uint32_t)t->n_dims, 4);
-        for (d = 0; d < t->n_dims; ++d) qx_sb_le(hdr, (uint64_t)t->ne[d], 8);
+        if (t->expert == 0) {   /* [n_expert][out][in]: expert e's rows at e * its size, no padding between */
+            int64_t x;
+            qx_sb_le(hdr, 3, 4);
+            qx_sb_le(hdr, (uint64_t)t->ne[0], 8);
+            qx_sb_le(hdr, (uint64_t)t->ne[1], 8);
+            qx_sb_le(hdr, (uint64_t)t->group, 8);
+            for (x = 0; x < t->group; ++x) g->order[i + x]->off = pos + (uint64_t)x * t->nbytes;
+            bytes = t->nbytes * (uint64_t)t->group;
+        } else {
+            qx_sb_le(hdr, (uint32_t)t->n_dims, 4);
+            for (d = 0; d < t->n_dims; ++d) qx_sb_le(hdr, (uint64_t)t->ne[d], 8);
+            t->off = pos;
+        }
         qx_sb_le(hdr, t->ggml, 4);
         qx_sb_le(hdr, pos, 8);
-        t->off = pos;
-        pos += t->nbytes + (align - t->nbytes % align) % align;
+        pos += bytes + (align - bytes % align) % align;
     }
     while (!hdr->failed && hdr->len % align) qx_sb_put(hdr, "", 1);
     if (hdr->failed) { qx_err_set(g->e, "%s: out of memory", g->path); return QUAROT_ERR_OUT_OF_MEMORY; }
@@ -1646,9 +1723,8 @@ quarot_result qx_gguf_kv_from_config(const qx_store* s, qx_sb* out, qx_err* e) {
     phi3 = strcmp(c->arch, "phi3") == 0;
     if (!llama && !qwen2 && !qwen3 && !phi3)
         why = "has no GGUF architecture here (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, qwen2vl; mixtral as llama with experts)";
-    else if (c->n_experts > 0 && (!c->experts_stacked || (c->sparse_step > 1) || c->n_mlp_only_layers > 0))
-        why = "has experts as separate tensors or dense layers (llama.cpp's MoE layout: every layer one 3-D tensor per "
-              "projection)";
+    else if (c->n_experts > 0 && (c->sparse_step > 1 || c->n_mlp_only_layers > 0))
+        why = "has dense layers between its MoE layers (llama.cpp's MoE layout: every layer a MoE layer)";
     else if (c->norm == QUAROT_NORM_LAYER || c->mlp == QUAROT_MLP_PLAIN || c->mlp_bias ||
              (c->act != QUAROT_ACT_DEFAULT && c->act != QUAROT_ACT_SILU))
         why = "is not RMSNorm with a SiLU-gated MLP without biases";

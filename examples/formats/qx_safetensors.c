@@ -1375,6 +1375,14 @@ typedef struct qx__st_went {
     int64_t rows_done;        /* qx_st_writer_put_rows: rows written so far */
 } qx__st_went;
 
+/* A planned 3-D expert tensor "<pre>experts.<proj>.weight" [n_exp][rows][cols] (GGUF's layout), written
+   as Hugging Face holds it: n_exp tensors "<pre>experts.<e>.<proj>.weight" [rows][cols]. */
+typedef struct qx__st_stack {
+    char* name;               /* as planned (before renames) */
+    size_t cut;               /* length of "<pre>experts." */
+    int64_t n_exp, rows;
+} qx__st_stack;
+
 struct qx_st_writer {
     qx__st_went* t;           /* sorted by qx_name_cmp */
     int64_t n;
@@ -1390,6 +1398,8 @@ struct qx_st_writer {
     int* direct_mode;         /* opts->direct_mode */
     char ren[4][2][48];       /* opts->rename, copied */
     int n_ren;
+    qx__st_stack* stk;        /* planned 3-D expert tensors, written one tensor per expert */
+    int64_t n_stk;
 };
 
 /* name as the file holds it (opts->rename): malloc'ed, NULL when out of memory. */
@@ -1436,6 +1446,8 @@ void qx_st_writer_abort(qx_st_writer* w) {
     for (k = 0; w->files && k < w->n_files; ++k) qx_out_abort(&w->files[k]);
     for (k = 0; k < w->n_extra; ++k) { qx_out_abort(&w->extra[k]); free(w->extra_text[k]); }
     for (i = 0; i < w->n; ++i) { free(w->t[i].name); free(w->t[i].shape); }
+    for (i = 0; i < w->n_stk; ++i) free(w->stk[i].name);
+    free(w->stk);
     free(w->t);
     free(w->files);
     free(w->file_size);
@@ -1699,8 +1711,95 @@ static quarot_result qx__stw_begin_config(qx__stw_begin* g) {
     return r;
 }
 
+/* 1 when name is a stacked expert tensor "<pre>experts.<proj>.weight" (proj: Mixtral's w1 / w2 / w3
+   or gate_proj / up_proj / down_proj), with *cut the length of "<pre>experts.". */
+static int qx__stacked_expert_name(const char* name, size_t* cut) {
+    static const char* const pj[6] = {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj"};
+    const char* p = strstr(name, ".experts.");
+    int k;
+    if (!p) return 0;
+    p += 9;
+    for (k = 0; k < 6; ++k) {
+        size_t n = strlen(pj[k]);
+        if (strncmp(p, pj[k], n) == 0 && strcmp(p + n, ".weight") == 0) {
+            *cut = (size_t)(p - name);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Expert e's name of stacked tensor k: malloc'ed, NULL when out of memory. */
+static char* qx__st_part_name(const qx__st_stack* k, int64_t e) {
+    size_t n = strlen(k->name) + 24;
+    char* out = (char*)malloc(n);
+    if (out) snprintf(out, n, "%.*s%lld.%s", (int)k->cut, k->name, (long long)e, k->name + k->cut);
+    return out;
+}
+
+/* 1 when plan entry p is a 3-D stacked expert tensor (a written shape, if recorded, its own sizes). */
+static int qx__plan_stacked(const qx_tensor_plan* p, size_t* cut) {
+    if (!p->name || p->n_dims != 3 || p->ne[2] < 2 || !qx__stacked_expert_name(p->name, cut)) return 0;
+    return !p->shape || (p->rank == 3 && p->shape[0] == p->ne[2] && p->shape[1] == p->ne[1] && p->shape[2] == p->ne[0]);
+}
+
+/* The plan with every 3-D stacked expert tensor replaced by its experts' 2-D tensors (recorded in
+   w->stk); *names (the new names, to free with the array) and *n_out. */
+static quarot_result qx__stw_unstack(qx_st_writer* w, const qx_tensor_plan* plan, int64_t n, qx_tensor_plan** out,
+                                     int64_t* n_out, char*** names, int64_t* n_names, const char* fname, qx_err* e) {
+    int64_t i, m = 0, x, nn = 0, ns = 0;
+    size_t cut;
+    *out = NULL;
+    *names = NULL;
+    *n_names = 0;
+    for (i = 0; i < n; ++i) {
+        const qx_tensor_plan* p = &plan[i];
+        if (qx__plan_stacked(p, &cut)) {
+            if (p->ne[2] > (1 << 16)) { qx_err_set(e, "%s: tensor \"%s\": too many experts", fname, p->name); return QUAROT_ERR_INVALID_ARGUMENT; }
+            m += p->ne[2];
+            ++ns;
+        } else {
+            ++m;
+        }
+    }
+    *n_out = m;
+    if (!ns) return QUAROT_OK;
+    *out = (qx_tensor_plan*)calloc((size_t)m, sizeof **out);
+    *names = (char**)calloc((size_t)(m - (n - ns)), sizeof **names);
+    w->stk = (qx__st_stack*)calloc((size_t)ns, sizeof *w->stk);
+    if (!*out || !*names || !w->stk) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (i = 0, m = 0; i < n; ++i) {
+        const qx_tensor_plan* p = &plan[i];
+        qx__st_stack* k;
+        if (!qx__plan_stacked(p, &cut)) {
+            (*out)[m++] = *p;
+            continue;
+        }
+        k = &w->stk[w->n_stk];
+        if (!(k->name = (char*)malloc(strlen(p->name) + 1))) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
+        strcpy(k->name, p->name);
+        k->cut = cut;
+        k->n_exp = p->ne[2];
+        k->rows = p->ne[1];
+        w->n_stk++;
+        for (x = 0; x < k->n_exp; ++x) {
+            qx_tensor_plan* q = &(*out)[m++];
+            *q = *p;
+            q->n_dims = 2;
+            q->ne[2] = 1;
+            q->rank = 2;
+            q->shape = NULL;
+            if (!((*names)[nn] = qx__st_part_name(k, x))) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
+            q->name = (*names)[nn++];
+            *n_names = nn;
+        }
+    }
+    return QUAROT_OK;
+}
+
 /* Check the plan, lay out the shards, prepare the metadata and the directory, then begin each
-   file (header written), the index (shards) and config (directory output). */
+   file (header written), the index (shards) and config (directory output). A 3-D expert tensor is
+   planned as its experts' tensors (qx__stw_unstack). */
 quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_tensor_plan* plan, int64_t n,
                                  const qx_st_write_opts* opts, qx_err* e) {
     qx__stw_begin g;
@@ -1732,7 +1831,26 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         strcpy(g.w->ren[k][1], opts->rename[2 * k + 1]);
         g.w->n_ren = k + 1;
     }
-    r = qx__stw_plan(&g, plan, n);
+    {
+        qx_tensor_plan* up = NULL;
+        char** names = NULL;
+        int64_t nu = n, nn = 0, i;
+        r = qx__stw_unstack(g.w, plan, n, &up, &nu, &names, &nn, out, e);
+        if (r == QUAROT_OK && up) {   /* room for the experts' entries */
+            qx__st_went* t = (qx__st_went*)calloc((size_t)nu, sizeof *t);
+            if (!t) {
+                qx_err_set(e, "%s: out of memory", out);
+                r = QUAROT_ERR_OUT_OF_MEMORY;
+            } else {
+                free(g.w->t);
+                g.w->t = t;
+            }
+        }
+        if (r == QUAROT_OK) r = qx__stw_plan(&g, up ? up : plan, nu);
+        for (i = 0; i < nn; ++i) free(names[i]);
+        free(names);
+        free(up);
+    }
     if (r == QUAROT_OK) r = qx__stw_shards(&g);
     if (r == QUAROT_OK) r = qx__stw_prepare(&g);
     for (k = 0; r == QUAROT_OK && k < g.w->n_files; ++k) r = qx__stw_begin_file(&g, k);
@@ -1768,12 +1886,60 @@ static qx__st_went* qx__st_find(qx_st_writer* w, const char* name) {
     return hit;
 }
 
+/* The stacked expert tensor planned as `name`, or NULL. */
+static const qx__st_stack* qx__st_find_stack(const qx_st_writer* w, const char* name) {
+    int64_t i;
+    for (i = 0; i < w->n_stk; ++i)
+        if (strcmp(w->stk[i].name, name) == 0) return &w->stk[i];
+    return NULL;
+}
+
+/* Rows [row0, row0 + n) of a stacked tensor's t (rows of all experts in order; t 3-D whole when
+   whole) to its experts' tensors. */
+static quarot_result qx__st_put_stack(qx_st_writer* w, const qx__st_stack* k, int64_t row0, const quarot_tensor* t, int whole,
+                                      int64_t head_dim, int to_interleaved, qx_err* e) {
+    int64_t done = 0, n = whole ? t->ne[1] * t->ne[2] : t->ne[1];
+    quarot_result r = QUAROT_OK;
+    if (whole && (t->ne[2] != k->n_exp || t->ne[1] != k->rows || t->ne[3] != 1)) {
+        qx_err_set(e, "%s: tensor \"%s\": shape differs from the plan's %lld experts of %lld rows", w->files[0].path, k->name,
+                   (long long)k->n_exp, (long long)k->rows);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
+    while (r == QUAROT_OK && done < n) {
+        const int64_t g = row0 + done, x = g / k->rows, local = g % k->rows;
+        const int64_t take = whole ? k->rows : (n - done < k->rows - local ? n - done : k->rows - local);
+        quarot_tensor v = *t;
+        char* part = qx__st_part_name(k, x);
+        if (!part) { qx_err_set(e, "%s: out of memory", w->files[0].path); return QUAROT_ERR_OUT_OF_MEMORY; }
+        if (whole) {
+            v.data = (char*)t->data + (size_t)x * t->nb[2];
+        } else {
+            v.data = (char*)t->data + (size_t)done * t->nb[1];
+            v.ne[1] = take;
+        }
+        v.ne[2] = 1;
+        v.nb[3] = v.nb[2] = v.nb[1] * (size_t)v.ne[1];
+        if (x >= k->n_exp) {
+            qx_err_set(e, "%s: tensor \"%s\": rows beyond its %lld experts", w->files[0].path, k->name, (long long)k->n_exp);
+            r = QUAROT_ERR_SHAPE_MISMATCH;
+        } else if (whole || (local == 0 && take == k->rows)) {
+            r = qx_st_writer_put_permuted(w, part, &v, head_dim, to_interleaved, e);
+        } else {
+            r = qx_st_writer_put_rows(w, part, local, &v, e);
+        }
+        free(part);
+        done += take;
+    }
+    return r;
+}
+
 quarot_result qx_st_writer_put_permuted(qx_st_writer* w, const char* name, const quarot_tensor* t,
                                         int64_t head_dim, int to_interleaved, qx_err* e) {
     qx__st_went* p;
     quarot_result r;
     int d;
     if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (w->n_stk && qx__st_find_stack(w, name)) return qx__st_put_stack(w, qx__st_find_stack(w, name), 0, t, 1, head_dim, to_interleaved, e);
     p = qx__st_find(w, name);
     if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->files[0].path, name); return QUAROT_ERR_NOT_FOUND; }
     if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->files[p->file].path, name); return QUAROT_ERR_STATE; }
@@ -1797,6 +1963,10 @@ quarot_result qx_st_writer_put_rows(qx_st_writer* w, const char* name, int64_t r
     qx__st_went* p;
     quarot_result r;
     if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (w->n_stk && qx__st_find_stack(w, name)) {
+        if (t->ne[2] != 1 || t->ne[3] != 1 || row0 < 0 || t->ne[1] < 1) return QUAROT_ERR_INVALID_ARGUMENT;
+        return qx__st_put_stack(w, qx__st_find_stack(w, name), row0, t, 0, 0, 0, e);
+    }
     p = qx__st_find(w, name);
     if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->files[0].path, name); return QUAROT_ERR_NOT_FOUND; }
     if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->files[p->file].path, name); return QUAROT_ERR_STATE; }

@@ -151,7 +151,12 @@ typedef struct qx_st_writer qx_st_writer;
 /* out ending in ".safetensors": one file at that path. Otherwise out is a directory (created if
    missing): model.safetensors, or model-0000i-of-0000n.safetensors shards with
    model.safetensors.index.json, plus config.json when given. With force, the other layout's
-   entry file (index or model.safetensors) left by an earlier save is removed on finish. */
+   entry file (index or model.safetensors) left by an earlier save is removed on finish.
+   A planned 3-D expert tensor "<pre>experts.<proj>.weight" [n_experts][out][in] (GGUF's layout, as
+   the GGUF reader names it; proj w1 / w2 / w3 or gate_proj / up_proj / down_proj) is written as
+   Hugging Face holds experts: n_experts tensors "<pre>experts.<e>.<proj>.weight" [out][in]. It is
+   still put under its stacked name: whole (3-D), or by put_rows with rows counted over all experts
+   in order (expert e's rows start at e * out). */
 quarot_result qx_st_writer_begin(qx_st_writer** w, const char* out, const qx_tensor_plan* plan, int64_t n,
                                  const qx_st_write_opts* opts, qx_err* e);
 /* Writes tensor `name` from t (any strides; its dtype is converted to the planned one, rounding to
