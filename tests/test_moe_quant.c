@@ -644,16 +644,17 @@ static void test_cli_packed_from_gguf(void) {
             printf("    %-34s %lld linears (%lld experts) same codes; engine ppl %.4f vs %.4f\n", msg, (long long)nl, (long long)nex,
                    a, b);
         }
-        {   /* the rotation hands the 3-D experts over one expert at a time: the same bytes as whole (QX_WHOLE_EXPERTS) */
+        {   /* the rotation hands the 3-D experts over one expert at a time: the same bytes as whole (--whole-experts) */
             static const char* const outs[2] = {"q.gguf", "p.safetensors"};
             int v, k;
             for (k = 0; k < 2; ++k) {
                 char o2[2][600];
                 for (v = 0; v < 2; ++v) {
                     snprintf(o2[v], sizeof o2[v], "%s/%s_%d_%s", g_tmp, FAMS[f], v, outs[k]);
-                    rc = run_prog(v ? "QX_WHOLE_EXPERTS=1" : "", g_bin, "quantize %s %s --force", gg, o2[v]);
-                    QT_CHECKF(rc == 0 && (strstr(g_out, "written one expert at a time (") != NULL) == (v == 0), "rc %d: %s%s", rc,
-                              g_out, g_err);
+                    rc = CLI("quantize %s %s --force%s", gg, o2[v], v ? " --whole-experts" : "");
+                    QT_CHECKF(rc == 0 && (strstr(g_out, "written one expert at a time (") != NULL) == (v == 0) &&
+                                  (strstr(g_out, "a whole tensor at a time (--whole-experts") != NULL) == (v == 1),
+                              "rc %d: %s%s", rc, g_out, g_err);
                 }
                 QT_CHECKF(same_file(o2[0], o2[1]), "%s %s: expert by expert differs from whole", FAMS[f], outs[k]);
             }

@@ -56,6 +56,7 @@ typedef struct qz_opts {
     int rotate;                    /* 0: --rotation none */
     int gptq;                      /* --w-quant gptq: through the >>quantize stage (qz_stage_write) */
     int text_only;                 /* --text-only: a vision-language model's vision tower ("visual.*") not written */
+    int whole_experts;             /* --whole-experts: a GGUF's 3-D expert tensors rotated and quantized whole */
 } qz_opts;
 
 /* ---- what each tensor becomes ---- */
@@ -862,7 +863,7 @@ static quarot_result qz_stage_write(qz_sink* k, qx_store* q, const quarot_quanti
 
 typedef struct quantize_opts {
     const char *in, *out, *tokenizer;
-    int format, scale_dtype, plain_dtype, quant_embeddings, dry, text_only;
+    int format, scale_dtype, plain_dtype, quant_embeddings, dry, text_only, whole_experts;
     int64_t bits, group, nsamples, seq_len;
     double percdamp;
     int64_t a_bits, k_bits, v_bits, a_group, k_group, v_group;
@@ -923,6 +924,9 @@ static const qx_opt quantize_table[] = {
      .help = "a vision-language model (Qwen2-VL / Qwen2.5-VL): write the text decoder alone, leaving the vision tower "
              "(visual.*) out, as llama.cpp's qwen2vl GGUF holds it; the merger's output projection is rotated with the "
              "text stream, so image prompts need the vision tower of a rotated checkpoint (quarot rotate)"},
+    {QX_OPT_FLAG, "--whole-experts", QX_AT(quantize_opts, whole_experts),
+     .help = "a GGUF's 3-D expert tensors rotated and quantized a whole tensor at a time (in f32: n_expert times the "
+             "memory) instead of one expert at a time; the same bytes"},
     {QX_OPT_FLAG, "--dry-run", QX_AT(quantize_opts, dry), .help = "print what each tensor would become; write nothing"},
     {QX_OPT_END}
 };
@@ -1143,6 +1147,7 @@ static void qz_settings(qz_cmd* q) {
     o->quant_embeddings = opt->quant_embeddings;
     o->gptq = opt->g.w_quant == QX_WQ_GPTQ;
     o->text_only = opt->text_only;
+    o->whole_experts = opt->whole_experts;
     o->act.a_bits = (int)opt->a_bits;
     o->act.a_group_size = opt->a_group;
     o->act.a_asym = opt->q.a_asym;
@@ -1437,7 +1442,7 @@ static quarot_result qz_write_rotated(qz_cmd* q, const quarot_quantize_desc* qd)
     ro.progress = qz_on_progress;
     ro.user = &pr;
     ro.sink = &rs;
-    ro.whole_experts = getenv("QX_WHOLE_EXPERTS") != NULL;   /* tests: 3-D experts whole, to compare the bytes */
+    ro.whole_experts = q->o.whole_experts;
     if (!q->o.gptq) {
         r = qx_rotate_file(&q->s, &desc, &ro, &q->st, &q->e);
         if (pr.stage) qx_cli_progress_end(&q->cli, "rotation + quantization");
@@ -1543,6 +1548,9 @@ static void qz_print_report(const qz_cmd* q) {
     if (q->st.expert_slices)
         printf("  3-D experts: read, rotated, quantized and written one expert at a time (%lld experts; largest writable copies "
                "held at once %.1f MiB)\n", (long long)q->st.expert_slices, (double)q->st.peak_copy_bytes / 1048576.0);
+    else if (o->whole_experts)
+        printf("  3-D experts: rotated and quantized a whole tensor at a time (--whole-experts; largest writable copies held "
+               "at once %.1f MiB)\n", (double)q->st.peak_copy_bytes / 1048576.0);
     if (o->text_only)
         printf("  vision tower: not written (--text-only): %lld tensors, %llu bytes; %s\n", (long long)q->n_vision,
                (unsigned long long)q->vision_bytes,
