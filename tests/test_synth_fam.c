@@ -95,18 +95,6 @@ static int64_t flips(const routes* a, const routes* b, int64_t n_layers) {
     return n;
 }
 
-static int same_store(const qx_store* a, const qx_store* b) {
-    int64_t i;
-    if (a->count != b->count) return 0;
-    for (i = 0; i < a->count; ++i) {
-        const quarot_tensor* t = qx_store_find(b, a->items[i].name);
-        if (!t || quarot_tensor_nbytes(t) != quarot_tensor_nbytes(&a->items[i].t) ||
-            memcmp(t->data, a->items[i].t.data, quarot_tensor_nbytes(t)) != 0)
-            return 0;
-    }
-    return 1;
-}
-
 /* 1 when GGUF files a and b hold the same tensors (names, types, shapes, bytes) */
 static int gguf_files_same(const char* a, const char* b) {
     size_t na = 0, nb = 0;
@@ -150,6 +138,27 @@ static double rel(const float* a, const float* b, int64_t n) {
         if (fabs((double)a[i]) > m) m = fabs((double)a[i]);
     }
     return m > 0 ? d / m : d;
+}
+
+/* The model at path (a conversion of s) read back: its logits on toks within 1e-5 of the source's a
+   (relative to their scale), no routing flips, experts stacked as `stacked` says. */
+static void check_converted(const char* path, const char* what, const qx_store* s, const float* a, const routes* ra,
+                            const int32_t* toks, int stacked) {
+    static routes rc;
+    qx_store back;
+    qx_err e;
+    float* lg;
+    double d = 1e9;
+    if (qx_load_model(path, NULL, &back, &e) != QUAROT_OK) {
+        QT_CHECKF(0, "%s: %s: %s", s->config.arch, what, e.msg);
+        return;
+    }
+    QT_CHECK(back.config.experts_stacked == stacked && back.config.n_experts == s->config.n_experts);
+    lg = run(&back, NULL, toks, &rc);
+    if (lg && a) d = rel(a, lg, T_TOK * s->config.vocab);
+    QT_CHECKF(d < 1e-5 && flips(ra, &rc, s->config.n_layers) == 0, "%s: %s differs by %.3g", s->config.arch, what, d);
+    free(lg);
+    qx_store_free(&back);
 }
 
 /* the names each variant promises */
@@ -222,8 +231,8 @@ static void test_variants(void) {
             QT_CHECK(0);
             continue;
         }
-        QT_CHECK(same_store(&s, &s2));
-        QT_CHECK(!same_store(&s, &s3));
+        QT_CHECK(stores_same_bytes(&s, &s2));
+        QT_CHECK(!stores_same_bytes(&s, &s3));
         check_names(v, &s);
         V = s.config.vocab;
         a = run(&s, NULL, toks, &ra);
@@ -275,14 +284,13 @@ static void test_variants(void) {
             quarot_online_list_free(&list);
             qx_store_free(&r);
         }
-        {   /* both formats read back */
-            char dir[512], gg[512];
+        {   /* both formats, and the conversions between them, read back */
+            char dir[512], gg[512], conv[600], q1[600], q2[600];
             qx_st_save_opts so;
             qx_gguf_save_opts go;
             qx_err e;
             qx_store back;
             float* lg;
-            double dg = -1;
             snprintf(dir, sizeof dir, "%s/v%d_dir", g_tmp, vi);
             snprintf(gg, sizeof gg, "%s/v%d.gguf", g_tmp, vi);
             memset(&so, 0, sizeof so);
@@ -290,7 +298,7 @@ static void test_variants(void) {
             QT_CHECKF(qx_st_save(&s, dir, &so, &e) == QUAROT_OK, "%s", e.msg);
             if (qx_load_model(dir, NULL, &back, &e) != QUAROT_OK) {
                 QT_CHECKF(0, "%s: reading the directory back: %s", v->arch, e.msg);
-            } else {
+            } else {   /* the same bits */
                 lg = run(&back, NULL, toks, &rc);
                 QT_CHECKF(lg && a && memcmp(lg, a, (size_t)(T_TOK * V) * sizeof(float)) == 0 && flips(&ra, &rc, s.config.n_layers) == 0,
                           "%s: the directory read back gives other logits", v->arch);
@@ -304,67 +312,35 @@ static void test_variants(void) {
                     QT_EQ_INT(CLI("rotate %s %s --rotation none --text-only --quiet", dir, gg), 0);
                 else
                     QT_CHECKF(qx_gguf_save(&s, gg, &go, &e) == QUAROT_OK, "%s", e.msg);
-                if (qx_load_model(gg, NULL, &back, &e) != QUAROT_OK) {
-                    QT_CHECKF(0, "%s: reading the GGUF back: %s", v->arch, e.msg);
-                } else {
-                    {   /* a qwen2vl GGUF reads as qwen2 text, the blob gguf.vl saying what it is */
-                        size_t bl = 0;
-                        const void* vl = qx_store_get_blob(&back, "gguf.vl", &bl);
-                        QT_CHECK(strcmp(v->arch, "qwen2vl") ? strcmp(back.config.arch, v->arch) == 0
-                                                            : strcmp(back.config.arch, "qwen2") == 0 && vl && bl == 7);
-                    }
-                    lg = run(&back, NULL, toks, &rc);
-                    if (lg && a) dg = rel(a, lg, T_TOK * V);
-                    QT_CHECKF(dg >= 0 && dg < 1e-5 && flips(&ra, &rc, s.config.n_layers) == 0,
-                              "%s: the GGUF read back differs by %.3g", v->arch, dg);
-                    free(lg);
+                check_converted(gg, "the GGUF", &s, a, &ra, toks, s.config.n_experts > 0);
+                if (qx_load_model(gg, NULL, &back, &e) == QUAROT_OK) {   /* a qwen2vl GGUF reads as qwen2 text, gguf.vl says what */
+                    size_t bl = 0;
+                    const void* vl = qx_store_get_blob(&back, "gguf.vl", &bl);
+                    QT_CHECK(strcmp(v->arch, "qwen2vl") ? strcmp(back.config.arch, v->arch) == 0
+                                                        : strcmp(back.config.arch, "qwen2") == 0 && vl && bl == 7);
                     qx_store_free(&back);
                 }
-                if (!v->stacked && strcmp(v->arch, "qwen2vl")) {   /* per-expert directory -> stacked GGUF through the CLI */
-                    char g2[600], q1[600], q2[600];
-                    snprintf(g2, sizeof g2, "%s/v%d_from_dir.gguf", g_tmp, vi);
+                if (!v->stacked && strcmp(v->arch, "qwen2vl")) {   /* per-expert directory -> 3-D GGUF experts, by the CLI */
+                    snprintf(conv, sizeof conv, "%s/v%d_from_dir.gguf", g_tmp, vi);
                     snprintf(q1, sizeof q1, "%s/v%d_q_dir.gguf", g_tmp, vi);
                     snprintf(q2, sizeof q2, "%s/v%d_q_gguf.gguf", g_tmp, vi);
-                    QT_EQ_INT(CLI("rotate %s %s --rotation none --quiet", dir, g2), 0);
-                    if (qx_load_model(g2, NULL, &back, &e) != QUAROT_OK) {
-                        QT_CHECKF(0, "%s: the GGUF from the directory: %s", v->arch, e.msg);
-                    } else {
-                        double d3 = 1e9;
-                        QT_CHECK(back.config.experts_stacked == 1);
-                        lg = run(&back, NULL, toks, &rc);
-                        if (lg && a) d3 = rel(a, lg, T_TOK * V);
-                        QT_CHECKF(d3 < 1e-5 && flips(&ra, &rc, s.config.n_layers) == 0,
-                                  "%s: the GGUF from the directory differs by %.3g", v->arch, d3);
-                        free(lg);
-                        qx_store_free(&back);
-                    }
-                    /* Q4_0 from the per-expert directory: the same file as from the model's stacked GGUF */
+                    QT_EQ_INT(CLI("rotate %s %s --rotation none --quiet", dir, conv), 0);
+                    check_converted(conv, "the GGUF from the directory", &s, a, &ra, toks, 1);
+                    /* Q4_0 from the per-expert directory: the same tensors as from the model's GGUF */
                     QT_EQ_INT(CLI("quantize %s %s --quiet", dir, q1), 0);
                     QT_EQ_INT(CLI("quantize %s %s --quiet", gg, q2), 0);
                     QT_CHECKF(gguf_files_same(q1, q2), "%s: Q4_0 from the directory and from the GGUF differ", v->arch);
                 }
-                if (v->stacked) {   /* GGUF -> Hugging Face directory through the streaming pipeline (experts one at a time) */
-                    char d2[600];
-                    snprintf(d2, sizeof d2, "%s/v%d_from_gguf", g_tmp, vi);
-                    QT_EQ_INT(CLI("rotate %s %s --format safetensors --rotation none --quiet", gg, d2), 0);
-                    if (qx_load_model(d2, NULL, &back, &e) != QUAROT_OK) {
-                        QT_CHECKF(0, "%s: the directory from the GGUF: %s", v->arch, e.msg);
-                    } else {
-                        double d3 = 1e9;
-                        QT_CHECK(back.config.experts_stacked == 0 && back.config.n_experts == s.config.n_experts);
-                        lg = run(&back, NULL, toks, &rc);
-                        if (lg && a) d3 = rel(a, lg, T_TOK * V);
-                        QT_CHECKF(d3 < 1e-5 && flips(&ra, &rc, s.config.n_layers) == 0,
-                                  "%s: the directory from the GGUF differs by %.3g", v->arch, d3);
-                        free(lg);
-                        qx_store_free(&back);
-                    }
+                if (v->stacked) {   /* 3-D GGUF experts -> Hugging Face directory, streamed one expert at a time */
+                    snprintf(conv, sizeof conv, "%s/v%d_from_gguf", g_tmp, vi);
+                    QT_EQ_INT(CLI("rotate %s %s --format safetensors --rotation none --quiet", gg, conv), 0);
+                    check_converted(conv, "the directory from the GGUF", &s, a, &ra, toks, 0);
                 }
             }
             printf("    %-9s %-7s step %lld: %3lld tensors, logit std %.2f, context %.2f, experts used >= %lld, rotated %.1e, "
                    "flips %lld, GGUF %s\n", v->arch, v->stacked ? "stacked" : "split", (long long)(v->sparse_step ? v->sparse_step : 1),
                    (long long)s.count, sqrt(var), dctx, (long long)(s.config.n_experts > 0 ? used_min : 0), drot, (long long)fl,
-                   v->gguf ? (dg >= 0 && dg < 1e-5 ? "same" : "differs") : "-");
+                   v->gguf ? "read back" : "-");
         }
         free(a);
         free(b);
