@@ -1,9 +1,10 @@
 /* The inference engine (examples/engine/) on the families beyond the LLaMA shape, against the
    reference forward pass (model/qx_forward.c) on synthetic models, without ../shared:
-   - phi3 (fused q|k|v and gate|up, model/qx_synth.c), qwen2vl (a Qwen2 decoder as the Qwen2-VL
-     text model), mixtral, qwen2_moe (a shared expert with its sigmoid gate, dense and MoE layers
-     mixed by sparse_step and mlp_only_layers) and qwen3_moe (tests/moe_util.h; Qwen3-MoE with its
-     experts as 3-D tensors [n_experts][out][in], as GGUF stores them);
+   - phi3 (fused q|k|v and gate|up, model/qx_synth.c), qwen2vl (qx_synth's Qwen2-VL, its vision
+     tower beside the text decoder), mixtral, qwen2_moe (a shared expert with its sigmoid gate, dense
+     and MoE layers mixed by sparse_step and mlp_only_layers) and qwen3_moe (tests/moe_util.h;
+     Qwen3-MoE with its experts as 3-D tensors [n_experts][out][in], as GGUF stores them), and the
+     same three MoE families from qx_synth (experts per tensor, dense layers by sparse_step, 3-D);
    - FP32: the engine's logits of a whole window within 1e-5 relative (qt_rel_diff, the dense
      engine's bound in test_engine.c) of the reference's, and token-by-token decoding (one token per
      call through the KV cache) within 1e-5 of the same rows;
@@ -32,21 +33,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char* const FAMS[5] = {"phi3", "qwen2vl", "mixtral", "qwen2_moe", "qwen3_moe"};
+#define N_FAMS 8
+static const char* const FAMS[N_FAMS] = {"phi3", "qwen2vl", "mixtral", "qwen2_moe", "qwen3_moe",
+                                         "mixtral", "qwen2_moe", "qwen3_moe"};
 
-/* family f's model into s: 1 on success */
+/* family f's model into s: 1 on success. 0..1 and 5..7 from qx_synth (5: Mixtral's experts one tensor
+   each, 6: Qwen2-MoE with dense layers between MoE layers, 7: Qwen3-MoE's as 3-D tensors), 2..4
+   from tests/moe_util.h */
 static int fam_store(int f, qx_store* s) {
     qx_synth_desc d;
     qx_err e;
     static mt_model m;
     int ok;
-    if (f < 2) {
+    if (f < 2 || f >= 5) {
         memset(&d, 0, sizeof d);
-        d.arch = f == 0 ? "phi3" : "qwen2";
+        d.arch = FAMS[f];
         d.seed = 5 + (uint64_t)f;
         d.max_seq = 128;
+        d.sparse_step = f == 6 ? 2 : 0;
+        d.experts_stacked = f == 7;
         if (qx_synth_model(s, &d, &e) != QUAROT_OK) { printf("    %s\n", e.msg); return 0; }
-        if (f == 1) snprintf(s->config.arch, sizeof s->config.arch, "qwen2vl");
         return 1;
     }
     mt_build(&m, (family)(f - 2), f == 4, 70u + (unsigned)f);
@@ -152,7 +158,7 @@ static void check_threads(const char* fam, const qx_store* s, const quarot_onlin
 
 static void test_families(void) {
     int f;
-    for (f = 0; f < 5; ++f) {
+    for (f = 0; f < N_FAMS; ++f) {
         qx_store s, rot;
         quarot_online_list hooks;
         qx_windows win;
@@ -172,14 +178,9 @@ static void test_families(void) {
         check_ppl(FAMS[f], &s, NULL, &win, 4, 4, 16, 0);
         check_ppl(FAMS[f], &s, NULL, &win, 8, 8, 16, 0);
         check_threads(FAMS[f], &s, NULL, 4, toks, 32);
-        /* QuaRot with R3 and its online hooks (R4 before every down_proj, routed or shared). The
-           Qwen2-VL text decoder rotates as Qwen2's (this store has no vision tower for the merger) */
-        if (f == 1) snprintf(s.config.arch, sizeof s.config.arch, "qwen2");
+        /* QuaRot with R3 and its online hooks (R4 before every down_proj, routed or shared; Qwen2-VL's
+           merger output rotated with the stream, the rest of its vision tower untouched) */
         r = qx_ek_quarot(&s, 0, 1, &rot, &hooks, NULL, 0, NULL, NULL, &e);
-        if (f == 1) {
-            snprintf(s.config.arch, sizeof s.config.arch, "qwen2vl");
-            snprintf(rot.config.arch, sizeof rot.config.arch, "qwen2vl");
-        }
         if (r != QUAROT_OK) {
             QT_CHECKF(0, "%s: QuaRot: %s", FAMS[f], e.msg);
         } else {
@@ -188,7 +189,7 @@ static void test_families(void) {
                 n_exp += hooks.hooks[k].site == QUAROT_SITE_EXPERT_DOWN_INPUT;
                 n_sh += hooks.hooks[k].site == QUAROT_SITE_SHARED_DOWN_INPUT;
             }
-            QT_CHECKF((n_exp > 0) == (f >= 2) && (n_sh > 0) == (f == 3), "%s: %lld expert, %lld shared-expert hooks", FAMS[f],
+            QT_CHECKF((n_exp > 0) == (f >= 2) && (n_sh > 0) == (f == 3 || f == 6), "%s: %lld expert, %lld shared-expert hooks", FAMS[f],
                       (long long)n_exp, (long long)n_sh);
             check_fp32(FAMS[f], &rot, &hooks, toks, T);
             check_ppl(FAMS[f], &rot, &hooks, &win, 4, 4, 16, 0);
