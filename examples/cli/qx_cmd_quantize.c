@@ -8,7 +8,7 @@
                                    (and zeros), the activation / KV settings and the online hook list
                                    in the file's metadata, for W4A4 engines. A GGUF source's 3-D
                                    experts [n_experts][out][in] go in as one 2-D linear per expert
-                                   under the Hugging Face per-expert name (qz_expert_name).
+                                   under the Hugging Face per-expert name (qx_hf_expert_name).
    The rotation is `quarot rotate`'s, run layer by layer through qx_rotate_file with this file's
    output (a qx_rotate_sink) in place of the format's writer: every tensor reaches put() once, in
    f32, right after its layer was rotated. The weight quantizer is one call (qz_weight_codes), RTN
@@ -111,17 +111,6 @@ static int qz_is_expert(const char* name) {
     for (k = 0; k < sizeof suf / sizeof suf[0]; ++k)
         if (qx_str_ends_with(name, suf[k])) return 1;
     return 0;
-}
-
-/* Expert ex of a 3-D stacked tensor under its Hugging Face name, as the packed reader and the engine
-   take it: "...experts.<proj>" (the GGUF reader's name for ffn_*_exps) -> "...experts.<ex>.<proj>";
-   0 when name is no stacked expert tensor or out is too small. */
-static int qz_expert_name(const char* name, int64_t ex, char* out, size_t n) {
-    const char* p = strstr(name, ".experts.");
-    int len;
-    if (!p) return 0;
-    len = snprintf(out, n, "%.*s.experts.%lld.%s", (int)(p - name), name, (long long)ex, p + 9);
-    return len > 0 && (size_t)len < n;
 }
 
 /* Fills it's kind / dtype / why for tensor `name` of shape ne; returns 0, or -1 with the reason in
@@ -377,7 +366,7 @@ static quarot_result qz_begin(void* user, const qx_store* s, const qx_tensor_pla
             if (it->kind == QZ_QUANT && it->n_dims == 3) {
                 for (ex = 0; ex < it->ne[2] && r == QUAROT_OK; ++ex, ++x, ++j) {
                     char* nm = names + x * QUAROT_NAME_MAX;
-                    if (!qz_expert_name(it->name, ex, nm, QUAROT_NAME_MAX)) {
+                    if (!qx_hf_expert_name(it->name, ex, nm, QUAROT_NAME_MAX)) {
                         qx_err_set(e, "%s: no per-expert name for expert %lld", it->name, (long long)ex);
                         r = QUAROT_ERR_INVALID_ARGUMENT;
                     }
@@ -536,7 +525,7 @@ static quarot_result qz_quant_expert(qz_sink* k, qz_item* it, const quarot_tenso
             r = QUAROT_ERR_INTERNAL;
         }
     }
-    if (r == QUAROT_OK && stacked && k->o->format == QZ_PACKED && !qz_expert_name(it->name, ex, wname, sizeof wname)) {
+    if (r == QUAROT_OK && stacked && k->o->format == QZ_PACKED && !qx_hf_expert_name(it->name, ex, wname, sizeof wname)) {
         qx_err_set(e, "%s: no per-expert name for expert %lld", it->name, (long long)ex);
         r = QUAROT_ERR_INTERNAL;
     }
@@ -705,21 +694,6 @@ static const char* qz_short(const char* name) {
 
 /* The stage's report: keep the codes, the scales and the weights before quantization (the staged
    store is written back after the layer, so it still holds them), and say how it went. */
-/* A routed expert of a 3-D stacked tensor: "...experts.<e>.<proj>" -> "...experts.<proj>" in out, e in *ex. */
-static int qz_stacked_name(const char* name, char* out, size_t n, int64_t* ex) {
-    const char* p = strstr(name, ".experts.");
-    const char* q;
-    int64_t e = 0;
-    if (!p) return 0;
-    q = p + 9;
-    if (*q < '0' || *q > '9') return 0;
-    while (*q >= '0' && *q <= '9') e = e * 10 + (*q++ - '0');
-    if (*q != '.') return 0;
-    snprintf(out, n, "%.*s.experts.%s", (int)(p - name), name, q + 1);
-    *ex = e;
-    return 1;
-}
-
 /* A new entry of k's list for `name` (rows x cols codes, `groups` scales per row, zeros when
    has_zeros), its buffers allocated and not yet filled; owned by the list once appended, so a
    failed allocation leaves nothing to free here. */
@@ -796,7 +770,7 @@ static quarot_result qz_on_linear(void* user, const quarot_qlinear_report* r) {
     quarot_result res = QUAROT_OK;
     qz_codes* c;
     char sname[QUAROT_NAME_MAX];
-    if (!t && k->staged && qz_stacked_name(r->name, sname, sizeof sname, &ex)) {
+    if (!t && k->staged && (ex = qx_hf_expert_stacked_name(r->name, sname, sizeof sname)) >= 0) {
         res = qz_on_expert(k, r, sname, ex);
         if (res == QUAROT_OK && r->fallback)
             qx_cli_info(k->cli, "%s: no calibration token routed to it: RTN instead of GPTQ", r->name);

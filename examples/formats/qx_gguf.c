@@ -1243,30 +1243,6 @@ static int qx__gw_gguf_cmp(const void* a, const void* b) {
     return c ? c : (x->expert > y->expert) - (x->expert < y->expert);
 }
 
-/* A Hugging Face expert tensor "<pre>experts.<e>.<proj>.weight" (proj: w1 / w2 / w3 or gate_proj /
-   up_proj / down_proj): its stacked name "<pre>experts.<proj>.weight" in out, e returned; -1 when name is
-   none. */
-static int64_t qx__gw_expert_name(const char* name, char* out, size_t n) {
-    static const char* const pj[6] = {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj"};
-    const char* p = strstr(name, ".experts.");
-    const char* q;
-    int64_t x = 0;
-    int k;
-    if (!p) return -1;
-    q = p + 9;
-    if (*q < '0' || *q > '9' || (*q == '0' && q[1] != '.')) return -1;
-    for (; *q >= '0' && *q <= '9'; ++q) {
-        x = x * 10 + (*q - '0');
-        if (x > (1 << 16)) return -1;
-    }
-    if (*q != '.') return -1;
-    for (k = 0; k < 6; ++k)
-        if (strncmp(q + 1, pj[k], strlen(pj[k])) == 0 && strcmp(q + 1 + strlen(pj[k]), ".weight") == 0) break;
-    if (k == 6 || (size_t)(p - name) + strlen(q) + 9 >= n) return -1;
-    snprintf(out, n, "%.*s.experts%s", (int)(p - name), name, q);   /* q: ".<proj>.weight" */
-    return x;
-}
-
 /* ---- qx_gguf_writer_begin, step by step ---- */
 
 /* What qx_gguf_writer_begin works with; its steps fill w (freed by qx_gguf_writer_abort on failure). */
@@ -1345,8 +1321,8 @@ static quarot_result qx__gwb_tensor(qx__gwb* g, const qx_tensor_plan* p, int64_t
     if (!es) { qx_err_set(e, "%s: tensor \"%s\": unknown dtype", path, p->name); return QUAROT_ERR_UNSUPPORTED_DTYPE; }
     {   /* one expert's tensor: named as the stacked one, written as its slice */
         char sn[QX_GGUF_MAX_NAME + 64];
-        t->expert = qx__gw_expert_name(p->name, sn, sizeof sn);
-        if (t->expert >= 0 && (p->n_dims > 2 || p->shape) ) {
+        t->expert = qx_hf_expert_stacked_name(p->name, sn, sizeof sn);
+        if (t->expert >= 0 && (p->n_dims > 2 || p->shape)) {
             qx_err_set(e, "%s: tensor \"%.100s\": an expert's tensor must be 2-D", path, p->name);
             return QUAROT_ERR_INVALID_ARGUMENT;
         }
@@ -1420,13 +1396,12 @@ static quarot_result qx__gwb_order(qx__gwb* g) {
 static quarot_result qx__gwb_header(qx__gwb* g) {
     qx_gguf_writer* w = g->w;
     qx_sb* hdr = &g->hdr;
-    uint64_t pos = 0, align = g->align;
+    uint64_t pos = 0, align = g->align, n_file = 0;
     int64_t i, n = w->n;
     quarot_result r;
+    for (i = 0; i < n; ++i) n_file += g->order[i]->expert <= 0;   /* a group of experts is one tensor */
     qx_sb_put(hdr, "GGUF", 4);
     qx_sb_le(hdr, 3, 4);
-    uint64_t n_file = 0;
-    for (i = 0; i < n; ++i) n_file += g->order[i]->expert <= 0;   /* a group of experts is one tensor */
     qx_sb_le(hdr, n_file, 8);
     qx_sb_le(hdr, g->n_kv, 8);
     qx_sb_put(hdr, g->kvb.p + 8, g->kvb.len - 8);

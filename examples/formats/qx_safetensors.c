@@ -518,6 +518,38 @@ static quarot_result qx__hf_normalize_names(qx_store* s, const char* fname, qx_e
     return QUAROT_OK;
 }
 
+/* 1 when s is "<proj>.weight" with proj an expert projection's name. */
+static int qx__expert_proj(const char* s) {
+    static const char* const pj[6] = {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj"};
+    int k;
+    for (k = 0; k < 6; ++k)
+        if (strncmp(s, pj[k], strlen(pj[k])) == 0 && strcmp(s + strlen(pj[k]), ".weight") == 0) return 1;
+    return 0;
+}
+
+int64_t qx_hf_expert_stacked_name(const char* name, char* out, size_t n) {
+    const char* p = name ? strstr(name, ".experts.") : NULL;
+    const char* q;
+    int64_t x = 0;
+    int len;
+    if (!p || !out) return -1;
+    q = p + 9;
+    if (*q < '0' || *q > '9' || (*q == '0' && q[1] != '.')) return -1;
+    for (; *q >= '0' && *q <= '9'; ++q)
+        if ((x = x * 10 + (*q - '0')) > (1 << 16)) return -1;
+    if (*q != '.' || !qx__expert_proj(q + 1)) return -1;
+    len = snprintf(out, n, "%.*s.experts%s", (int)(p - name), name, q);   /* q: ".<proj>.weight" */
+    return len > 0 && (size_t)len < n ? x : -1;
+}
+
+int qx_hf_expert_name(const char* stacked, int64_t e, char* out, size_t n) {
+    const char* p = stacked ? strstr(stacked, ".experts.") : NULL;
+    int len;
+    if (!p || !out || e < 0 || !qx__expert_proj(p + 9)) return 0;
+    len = snprintf(out, n, "%.*s.experts.%lld.%s", (int)(p - stacked), stacked, (long long)e, p + 9);
+    return len > 0 && (size_t)len < n;
+}
+
 int qx_hf_file_renames(const qx_store* s, const char* const** pairs) {
     static const char* const lm[4] = {"visual.", "model.visual.", "model.", "model.language_model."};
     size_t len = 0;
@@ -1379,7 +1411,6 @@ typedef struct qx__st_went {
    as Hugging Face holds it: n_exp tensors "<pre>experts.<e>.<proj>.weight" [rows][cols]. */
 typedef struct qx__st_stack {
     char* name;               /* as planned (before renames) */
-    size_t cut;               /* length of "<pre>experts." */
     int64_t n_exp, rows;
 } qx__st_stack;
 
@@ -1711,35 +1742,18 @@ static quarot_result qx__stw_begin_config(qx__stw_begin* g) {
     return r;
 }
 
-/* 1 when name is a stacked expert tensor "<pre>experts.<proj>.weight" (proj: Mixtral's w1 / w2 / w3
-   or gate_proj / up_proj / down_proj), with *cut the length of "<pre>experts.". */
-static int qx__stacked_expert_name(const char* name, size_t* cut) {
-    static const char* const pj[6] = {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj"};
-    const char* p = strstr(name, ".experts.");
-    int k;
-    if (!p) return 0;
-    p += 9;
-    for (k = 0; k < 6; ++k) {
-        size_t n = strlen(pj[k]);
-        if (strncmp(p, pj[k], n) == 0 && strcmp(p + n, ".weight") == 0) {
-            *cut = (size_t)(p - name);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Expert e's name of stacked tensor k: malloc'ed, NULL when out of memory. */
-static char* qx__st_part_name(const qx__st_stack* k, int64_t e) {
-    size_t n = strlen(k->name) + 24;
+/* Expert e's name of stacked tensor `name`: malloc'ed, NULL when out of memory. */
+static char* qx__st_part_name(const char* name, int64_t e) {
+    size_t n = strlen(name) + 24;
     char* out = (char*)malloc(n);
-    if (out) snprintf(out, n, "%.*s%lld.%s", (int)k->cut, k->name, (long long)e, k->name + k->cut);
+    if (out && !qx_hf_expert_name(name, e, out, n)) { free(out); out = NULL; }
     return out;
 }
 
 /* 1 when plan entry p is a 3-D stacked expert tensor (a written shape, if recorded, its own sizes). */
-static int qx__plan_stacked(const qx_tensor_plan* p, size_t* cut) {
-    if (!p->name || p->n_dims != 3 || p->ne[2] < 2 || !qx__stacked_expert_name(p->name, cut)) return 0;
+static int qx__plan_stacked(const qx_tensor_plan* p) {
+    const char* x = p->name ? strstr(p->name, ".experts.") : NULL;
+    if (!x || p->n_dims != 3 || p->ne[2] < 2 || !qx__expert_proj(x + 9)) return 0;
     return !p->shape || (p->rank == 3 && p->shape[0] == p->ne[2] && p->shape[1] == p->ne[1] && p->shape[2] == p->ne[0]);
 }
 
@@ -1748,13 +1762,12 @@ static int qx__plan_stacked(const qx_tensor_plan* p, size_t* cut) {
 static quarot_result qx__stw_unstack(qx_st_writer* w, const qx_tensor_plan* plan, int64_t n, qx_tensor_plan** out,
                                      int64_t* n_out, char*** names, int64_t* n_names, const char* fname, qx_err* e) {
     int64_t i, m = 0, x, nn = 0, ns = 0;
-    size_t cut;
     *out = NULL;
     *names = NULL;
     *n_names = 0;
     for (i = 0; i < n; ++i) {
         const qx_tensor_plan* p = &plan[i];
-        if (qx__plan_stacked(p, &cut)) {
+        if (qx__plan_stacked(p)) {
             if (p->ne[2] > (1 << 16)) { qx_err_set(e, "%s: tensor \"%s\": too many experts", fname, p->name); return QUAROT_ERR_INVALID_ARGUMENT; }
             m += p->ne[2];
             ++ns;
@@ -1771,14 +1784,13 @@ static quarot_result qx__stw_unstack(qx_st_writer* w, const qx_tensor_plan* plan
     for (i = 0, m = 0; i < n; ++i) {
         const qx_tensor_plan* p = &plan[i];
         qx__st_stack* k;
-        if (!qx__plan_stacked(p, &cut)) {
+        if (!qx__plan_stacked(p)) {
             (*out)[m++] = *p;
             continue;
         }
         k = &w->stk[w->n_stk];
         if (!(k->name = (char*)malloc(strlen(p->name) + 1))) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
         strcpy(k->name, p->name);
-        k->cut = cut;
         k->n_exp = p->ne[2];
         k->rows = p->ne[1];
         w->n_stk++;
@@ -1789,7 +1801,7 @@ static quarot_result qx__stw_unstack(qx_st_writer* w, const qx_tensor_plan* plan
             q->ne[2] = 1;
             q->rank = 2;
             q->shape = NULL;
-            if (!((*names)[nn] = qx__st_part_name(k, x))) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
+            if (!((*names)[nn] = qx__st_part_name(k->name, x))) { qx_err_set(e, "%s: out of memory", fname); return QUAROT_ERR_OUT_OF_MEMORY; }
             q->name = (*names)[nn++];
             *n_names = nn;
         }
@@ -1815,8 +1827,7 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
     g.opts = opts;
     g.e = e;
     g.w = (qx_st_writer*)calloc(1, sizeof *g.w);
-    if (!g.w || !(g.w->t = (qx__st_went*)calloc((size_t)(n ? n : 1), sizeof *g.w->t))) {
-        free(g.w);
+    if (!g.w) {
         qx_err_set(e, "%s: out of memory", out);
         return QUAROT_ERR_OUT_OF_MEMORY;
     }
@@ -1836,15 +1847,9 @@ quarot_result qx_st_writer_begin(qx_st_writer** wp, const char* out, const qx_te
         char** names = NULL;
         int64_t nu = n, nn = 0, i;
         r = qx__stw_unstack(g.w, plan, n, &up, &nu, &names, &nn, out, e);
-        if (r == QUAROT_OK && up) {   /* room for the experts' entries */
-            qx__st_went* t = (qx__st_went*)calloc((size_t)nu, sizeof *t);
-            if (!t) {
-                qx_err_set(e, "%s: out of memory", out);
-                r = QUAROT_ERR_OUT_OF_MEMORY;
-            } else {
-                free(g.w->t);
-                g.w->t = t;
-            }
+        if (r == QUAROT_OK && !(g.w->t = (qx__st_went*)calloc((size_t)(nu ? nu : 1), sizeof *g.w->t))) {
+            qx_err_set(e, "%s: out of memory", out);
+            r = QUAROT_ERR_OUT_OF_MEMORY;
         }
         if (r == QUAROT_OK) r = qx__stw_plan(&g, up ? up : plan, nu);
         for (i = 0; i < nn; ++i) free(names[i]);
@@ -1905,11 +1910,15 @@ static quarot_result qx__st_put_stack(qx_st_writer* w, const qx__st_stack* k, in
                    (long long)k->n_exp, (long long)k->rows);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
+    if (row0 + n > k->n_exp * k->rows) {
+        qx_err_set(e, "%s: tensor \"%s\": rows beyond its %lld experts", w->files[0].path, k->name, (long long)k->n_exp);
+        return QUAROT_ERR_SHAPE_MISMATCH;
+    }
     while (r == QUAROT_OK && done < n) {
         const int64_t g = row0 + done, x = g / k->rows, local = g % k->rows;
         const int64_t take = whole ? k->rows : (n - done < k->rows - local ? n - done : k->rows - local);
         quarot_tensor v = *t;
-        char* part = qx__st_part_name(k, x);
+        char* part = qx__st_part_name(k->name, x);
         if (!part) { qx_err_set(e, "%s: out of memory", w->files[0].path); return QUAROT_ERR_OUT_OF_MEMORY; }
         if (whole) {
             v.data = (char*)t->data + (size_t)x * t->nb[2];
@@ -1919,10 +1928,7 @@ static quarot_result qx__st_put_stack(qx_st_writer* w, const qx__st_stack* k, in
         }
         v.ne[2] = 1;
         v.nb[3] = v.nb[2] = v.nb[1] * (size_t)v.ne[1];
-        if (x >= k->n_exp) {
-            qx_err_set(e, "%s: tensor \"%s\": rows beyond its %lld experts", w->files[0].path, k->name, (long long)k->n_exp);
-            r = QUAROT_ERR_SHAPE_MISMATCH;
-        } else if (whole || (local == 0 && take == k->rows)) {
+        if (whole || (local == 0 && take == k->rows)) {
             r = qx_st_writer_put_permuted(w, part, &v, head_dim, to_interleaved, e);
         } else {
             r = qx_st_writer_put_rows(w, part, local, &v, e);
@@ -1935,11 +1941,12 @@ static quarot_result qx__st_put_stack(qx_st_writer* w, const qx__st_stack* k, in
 
 quarot_result qx_st_writer_put_permuted(qx_st_writer* w, const char* name, const quarot_tensor* t,
                                         int64_t head_dim, int to_interleaved, qx_err* e) {
+    const qx__st_stack* k;
     qx__st_went* p;
     quarot_result r;
     int d;
     if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
-    if (w->n_stk && qx__st_find_stack(w, name)) return qx__st_put_stack(w, qx__st_find_stack(w, name), 0, t, 1, head_dim, to_interleaved, e);
+    if ((k = qx__st_find_stack(w, name)) != NULL) return qx__st_put_stack(w, k, 0, t, 1, head_dim, to_interleaved, e);
     p = qx__st_find(w, name);
     if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->files[0].path, name); return QUAROT_ERR_NOT_FOUND; }
     if (p->written) { qx_err_set(e, "%s: tensor \"%s\" written twice", w->files[p->file].path, name); return QUAROT_ERR_STATE; }
@@ -1960,12 +1967,13 @@ quarot_result qx_st_writer_put(qx_st_writer* w, const char* name, const quarot_t
 }
 
 quarot_result qx_st_writer_put_rows(qx_st_writer* w, const char* name, int64_t row0, const quarot_tensor* t, qx_err* e) {
+    const qx__st_stack* k;
     qx__st_went* p;
     quarot_result r;
     if (!w || !name || !t) return QUAROT_ERR_INVALID_ARGUMENT;
-    if (w->n_stk && qx__st_find_stack(w, name)) {
+    if ((k = qx__st_find_stack(w, name)) != NULL) {
         if (t->ne[2] != 1 || t->ne[3] != 1 || row0 < 0 || t->ne[1] < 1) return QUAROT_ERR_INVALID_ARGUMENT;
-        return qx__st_put_stack(w, qx__st_find_stack(w, name), row0, t, 0, 0, 0, e);
+        return qx__st_put_stack(w, k, row0, t, 0, 0, 0, e);
     }
     p = qx__st_find(w, name);
     if (!p) { qx_err_set(e, "%s: tensor \"%s\" is not in the plan", w->files[0].path, name); return QUAROT_ERR_NOT_FOUND; }

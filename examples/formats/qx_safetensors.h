@@ -102,6 +102,16 @@ quarot_result qx_hf_config_write(const qx_store* s, qx_sb* out, qx_err* e);
 /* The {store prefix, file prefix} pairs that write s under the names it was read with (*pairs static);
    returns how many (0: none). */
 int qx_hf_file_renames(const qx_store* s, const char* const** pairs);
+/* Hugging Face names of mixture-of-experts weights: one expert's tensor is
+   "<pre>.experts.<e>.<proj>.weight", all experts as one 3-D tensor [n_experts][out][in] (the name the
+   GGUF reader gives ffn_{gate,up,down}_exps) "<pre>.experts.<proj>.weight"; proj is gate_proj /
+   up_proj / down_proj or Mixtral's w1 / w3 / w2.
+   qx_hf_expert_stacked_name: one expert's name -> the stacked name in out; returns e (0 .. 65536),
+   -1 when name is no expert's tensor or out is too small.
+   qx_hf_expert_name: a stacked name -> expert e's name in out; 1, or 0 when name is no stacked
+   expert tensor or out is too small. */
+int64_t qx_hf_expert_stacked_name(const char* name, char* out, size_t n);
+int qx_hf_expert_name(const char* stacked, int64_t e, char* out, size_t n);
 /* The number of tensors of s under "visual." (a vision tower), 0 when none. */
 int64_t qx_vl_tensor_count(const qx_store* s);
 /* M-RoPE's sections of a qwen2vl store read from Hugging Face (mrope_section in its "hf.config.json"
