@@ -130,16 +130,6 @@ static int build(const variant* v, uint64_t seed, qx_store* s) {
     return 1;
 }
 
-static double rel(const float* a, const float* b, int64_t n) {
-    double d = 0, m = 0;
-    int64_t i;
-    for (i = 0; i < n; ++i) {
-        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
-        if (fabs((double)a[i]) > m) m = fabs((double)a[i]);
-    }
-    return m > 0 ? d / m : d;
-}
-
 /* The model at path (a conversion of s) read back: its logits on toks within 1e-5 of the source's a
    (relative to their scale), no routing flips, experts stacked as `stacked` says. */
 static void check_converted(const char* path, const char* what, const qx_store* s, const float* a, const routes* ra,
@@ -155,7 +145,7 @@ static void check_converted(const char* path, const char* what, const qx_store* 
     }
     QT_CHECK(back.config.experts_stacked == stacked && back.config.n_experts == s->config.n_experts);
     lg = run(&back, NULL, toks, &rc);
-    if (lg && a) d = rel(a, lg, T_TOK * s->config.vocab);
+    if (lg && a) d = qt_rel_diff(lg, a, T_TOK * s->config.vocab);
     QT_CHECKF(d < 1e-5 && flips(ra, &rc, s->config.n_layers) == 0, "%s: %s differs by %.3g", s->config.arch, what, d);
     free(lg);
     qx_store_free(&back);
@@ -275,7 +265,7 @@ static void test_variants(void) {
                 qx_model_sync(&m, &r);
                 rot = run(&r, &list, toks, &rc);
                 if (rot && a) {
-                    drot = rel(a, rot, T_TOK * V);
+                    drot = qt_rel_diff(rot, a, T_TOK * V);
                     fl = flips(&ra, &rc, s.config.n_layers);
                 }
             }
