@@ -40,6 +40,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>qgemm_run        (implementation only) packing, the task split over output rows, quarot_qgemm itself
     >>qgemm_amx        the same products on AMX-INT8 tiles (Linux tile permission, fallback to VNNI)
     >>attention        softmax exp (glibc expf), softmax rows, KV-cache dequantization, direct attention
+    >>attention_isa    (implementation only) per ISA: the attention kernels' vector macros and helpers, selection
     >>rotation         an orthogonal matrix Q of size n (Hadamard, block-diagonal, random, given) applied to rows
     >>model            architecture config and tensor-access callbacks (layer-wise acquire / release)
     >>adapter          per-family description: fusion map, bake names, rotation pairs, head geometry
@@ -66,6 +67,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>gemm_body        (implementation only) the blocked GEMM driver, compiled for float and double
     >>polar_body       (implementation only) the Newton-Schulz polar factor, compiled for double and float
     >>gptq_body        (implementation only) GPTQ's register-blocked rank-k and Hessian updates, per ISA
+    >>attention_body   (implementation only) the attention kernels, compiled once per ISA
 
 CONFIGURATION MACROS (define before including the implementation)
     QUAROT_IMPLEMENTATION       compile the implementation in this translation unit
@@ -873,9 +875,9 @@ QUAROT_API quarot_result quarot_qgemm_amx(const quarot_qmat* w, const int8_t* xq
 // of a few queries over one KV head for small heads. They are written for bit-identical results: every
 // ISA runs the scalar `_ref` kernel's operations in its order (fused multiply-adds where it has them,
 // nothing contracted elsewhere), so a model's logits do not depend on the instruction set, the row
-// length splits or the thread count. Kernels: REF (also what SSE2 and NEON run), AVX2 (with FMA,
-// __FMA__; else REF) and AVX512: the exponential in 4 / 8 double lanes, 8 / 16 keys or dimensions per
-// float vector elsewhere.
+// length splits or the thread count. Kernels: REF (also what SSE2 runs), NEON (AArch64), AVX2 (with
+// FMA, __FMA__; else REF) and AVX512: the exponential in 2 / 4 / 8 double lanes, 4 / 8 / 16 keys or
+// dimensions per float vector elsewhere.
 // isa: DEFAULT = the best compiled in, REF = the scalar specification, not compiled in ->
 // QUAROT_ERR_UNSUPPORTED. None of them allocates.
 
@@ -938,6 +940,9 @@ QUAROT_API quarot_result quarot_attention_direct_f32(const float* q, int64_t ldq
                                                      const float* v, int64_t ldv, int64_t head_dim, int64_t n0,
                                                      float scale, float* s, int64_t lds, float* out, int64_t ldo,
                                                      quarot_isa isa);
+
+// >>attention_isa
+// (no declarations: the attention kernels' per-ISA macros, their instantiations and the selection)
 
 // >>rotation
 // An orthogonal matrix Q of size n (docs/algorithms.md §3), applied to row vectors: x <- x*Q. Q is
@@ -2289,6 +2294,9 @@ QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* wi
 // >>gptq_body
 // (no declarations)
 
+// >>attention_body
+// (no declarations)
+
 #ifdef __cplusplus
 }
 #endif
@@ -2382,6 +2390,7 @@ extern "C" {
 #define QUAROT__TEMPLATE_GEMM 2        // >>gemm_body, per element type
 #define QUAROT__TEMPLATE_POLAR 3       // >>polar_body, per element type
 #define QUAROT__TEMPLATE_GPTQ 4        // >>gptq_body, per ISA
+#define QUAROT__TEMPLATE_ATTENTION 5   // >>attention_body, per ISA
 #define QUAROT__CAT2(a, b) a##b
 #define QUAROT__CAT(a, b) QUAROT__CAT2(a, b)
 #define QUAROT__K(name) QUAROT__CAT(name, QUAROT__ISA)   // name##<isa>: quarot__wht_row_f32_avx2
@@ -9276,6 +9285,32 @@ static void quarot__att_direct_ref(const float* q, int64_t ldq, int nq, const fl
         }
 }
 
+// Every ISA's kernels of the four calls, one table each: the scalar ones above, the SIMD ones compiled
+// from >>attention_body by >>attention_isa.
+typedef struct quarot__att_kernels {
+    void (*exp)(const float* x, float* y, int64_t n);
+    void (*softmax)(float* s, int64_t n);
+    void (*kv)(int bits, const uint8_t* codes, int64_t ldc, const float* scales, const float* zeros, int64_t ldz,
+               int64_t n, int64_t hd, int transposed, float* out, int64_t ldo);
+    void (*direct)(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk, const float* v, int64_t ldv,
+                   int64_t hd, int64_t n0, float scale, float* s, int64_t lds, float* out, int64_t ldo);
+} quarot__att_kernels;
+static const quarot__att_kernels quarot__att_kernels_ref = {quarot__att_exp_ref, quarot__att_softmax_ref,
+                                                            quarot__att_kv_ref, quarot__att_direct_ref};
+
+// >>attention_isa
+// (implementation only) Each ISA's vector macros and the helpers that differ between ISAs (the
+// exponential on double lanes, the cache codes' unpacking, tail masks), the kernels of the body
+// section (>>attention_body) compiled for it, and the per-call selection. The body needs, per ISA:
+//     QUAROT__AV / QUAROT__AW   float vector, floats per vector (16 / 8 / 4; 16 / AW vectors per block of
+//                               16 elements, the softmax sum's 16 double lanes)
+//     QUAROT__AM, AMASK(cnt)    a tail mask of the first cnt (1..AW) lanes; AMLD (zero past cnt), AMST
+//     ALD, AST, ASET1, ASUB, AMUL, AFMA(a, b, c) = fused a * b + c, AMAX(a, b) = a > b ? a : b
+//     AEXP(x)                   quarot_attention_exp1 on every lane (the widened doubles, one narrowing)
+//     ACODES(bits, row, j, cnt) cnt codes of a cache row from code j on, as floats (lanes past cnt 0)
+//     QUAROT__AD, ADZERO, ADADD, ADST, AWLO(v) / AWHI(v)   double vectors of AW / 2 lanes, v's halves
+// and undefines them at its end.
+// ---- AVX-512: 16 floats, 8 doubles; masks are lane bits ----
 #if defined(QUAROT__HAVE_AVX512)
 // All-ones masks: the masked forms are the plain instructions without _mm512_undefined_*(), which g++
 // 12 -O1 reports as uninitialized.
@@ -9317,48 +9352,6 @@ static __m512 quarot__att_exp16_avx512(__m512 x) {
     return _mm512_mask_mov_ps(p, nan, x);
 }
 
-static void quarot__att_exp_avx512(const float* x, float* y, int64_t n) {
-    int64_t i;
-    for (i = 0; i < n; i += 16) {
-        __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(y + i, m, quarot__att_exp16_avx512(_mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
-
-// The maximum as the scalar loop takes it: lane k keeps s[0] and each later s[j] (j = k mod 16) that is
-// greater (max_ps(a, b) = a > b ? a : b), the lanes the same way in order 0..15.
-static void quarot__att_softmax_avx512(float* s, int64_t n) {
-    double lane[16], sum = 0.0;
-    float mx = s[0], inv, part[16];
-    int64_t j;
-    int k;
-    __m512 vm = _mm512_set1_ps(s[0]);
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    for (j = 0; j + 16 <= n; j += 16) vm = _mm512_maskz_max_ps(QUAROT__ATT_ALL16, _mm512_loadu_ps(s + j), vm);
-    _mm512_storeu_ps(part, vm);
-    for (k = 0; k < 16; ++k)
-        if (part[k] > mx) mx = part[k];
-    for (; j < n; ++j)
-        if (s[j] > mx) mx = s[j];
-    for (j = 0; j + 16 <= n; j += 16) {
-        __m512 p = quarot__att_exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(mx)));
-        _mm512_storeu_ps(s + j, p);
-        a0 = _mm512_add_pd(a0, QUAROT__ATT_WIDEN(p, 0));
-        a1 = _mm512_add_pd(a1, QUAROT__ATT_WIDEN(p, 1));
-    }
-    _mm512_storeu_pd(lane, a0);
-    _mm512_storeu_pd(lane + 8, a1);
-    for (; j < n; ++j) {
-        s[j] = quarot_attention_exp1(s[j] - mx);
-        lane[j & 15] += (double)s[j];
-    }
-    for (k = 0; k < 16; ++k) sum += lane[k];
-    inv = (float)(1.0 / sum);
-    for (j = 0; j + 16 <= n; j += 16)
-        _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(inv)));
-    for (; j < n; ++j) s[j] *= inv;
-}
-
 // cnt (1..16) codes of a cache row from code j on, as floats (lanes past cnt: 0). 8 bits widen bytes;
 // 4 bits widen each byte twice and shift the odd lanes' copy right by 4. A short chunk goes through a
 // zeroed copy, so nothing past the row is read.
@@ -9385,101 +9378,38 @@ static __m512 quarot__att_codes16_avx512(int bits, const uint8_t* row, int64_t j
     return _mm512_maskz_cvtepi32_ps(QUAROT__ATT_ALL16, c);
 }
 
-static void quarot__att_kv_avx512(int bits, const uint8_t* codes, int64_t ldc, const float* scales, const float* zeros,
-                                  int64_t ldz, int64_t n, int64_t hd, int transposed, float* out, int64_t ldo) {
-    int64_t p, j, i;
-    for (p = 0; p < n; ++p) {
-        const uint8_t* row = codes + p * ldc;
-        const __m512 vs = _mm512_set1_ps(scales[p * ldz]), vz = _mm512_set1_ps(zeros ? zeros[p * ldz] : 0.0f);
-        for (j = 0; j < hd; j += 16) {
-            int64_t cnt = hd - j < 16 ? hd - j : 16;
-            __m512 x = _mm512_mul_ps(_mm512_sub_ps(quarot__att_codes16_avx512(bits, row, j, cnt), vz), vs);
-            if (!transposed) {
-                _mm512_mask_storeu_ps(out + p * ldo + j, (__mmask16)((1u << cnt) - 1u), x);
-            } else {
-                float tmp[16];
-                _mm512_storeu_ps(tmp, x);
-                for (i = 0; i < cnt; ++i) out[(j + i) * ldo + p] = tmp[i];
-            }
-        }
-    }
-}
-
-// Scores of nq queries for the keys from j (lanes m), nq a constant at each call: the accumulators are
-// four named registers, the unused ones dropped by the compiler.
-QUAROT__INLINE void quarot__att_scores_avx512(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
-                                              int64_t hd, int64_t j, __mmask16 m, float scale, float* s, int64_t lds) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t d;
-    for (d = 0; d < hd; ++d) {
-        __m512 kv = _mm512_maskz_loadu_ps(m, kt + d * ldk + j);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), kv, a0);
-        if (nq > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[ldq + d]), kv, a1);
-        if (nq > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(q[2 * ldq + d]), kv, a2);
-        if (nq > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3 * ldq + d]), kv, a3);
-    }
-    _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a0));
-    if (nq > 1) _mm512_mask_storeu_ps(s + lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a1));
-    if (nq > 2) _mm512_mask_storeu_ps(s + 2 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a2));
-    if (nq > 3) _mm512_mask_storeu_ps(s + 3 * lds + j, m, _mm512_mul_ps(_mm512_set1_ps(scale), a3));
-}
-
-// out for the dimensions from d (lanes m): the keys every query sees, then key n0 + t (t < nq - 1) for
-// the queries u > t only.
-QUAROT__INLINE void quarot__att_values_avx512(int nq, const float* v, int64_t ldv, int64_t n0, int64_t d, __mmask16 m,
-                                              const float* s, int64_t lds, float* out, int64_t ldo) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t j, n = n0 + nq - 1;
-    for (j = 0; j < n0; ++j) {
-        __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), vv, a0);
-        if (nq > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(s[lds + j]), vv, a1);
-        if (nq > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(s[2 * lds + j]), vv, a2);
-        if (nq > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(s[3 * lds + j]), vv, a3);
-    }
-    for (; j < n; ++j) {
-        __m512 vv = _mm512_maskz_loadu_ps(m, v + j * ldv + d);
-        if (j - n0 < 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(s[lds + j]), vv, a1);
-        if (j - n0 < 2 && nq > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(s[2 * lds + j]), vv, a2);
-        if (nq > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(s[3 * lds + j]), vv, a3);
-    }
-    _mm512_mask_storeu_ps(out + d, m, a0);
-    if (nq > 1) _mm512_mask_storeu_ps(out + ldo + d, m, a1);
-    if (nq > 2) _mm512_mask_storeu_ps(out + 2 * ldo + d, m, a2);
-    if (nq > 3) _mm512_mask_storeu_ps(out + 3 * ldo + d, m, a3);
-}
-
-static void quarot__att_direct_avx512(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
-                                      const float* v, int64_t ldv, int64_t hd, int64_t n0, float scale, float* s,
-                                      int64_t lds, float* out, int64_t ldo) {
-    int64_t n = n0 + nq - 1, j, d;
-    int u;
-    for (j = 0; j < n; j += 16) {
-        __mmask16 m = (__mmask16)(n - j >= 16 ? 0xFFFFu : (1u << (n - j)) - 1u);
-        switch (nq) {   // a constant count each: the accumulators stay in registers
-            case 4: quarot__att_scores_avx512(q, ldq, 4, kt, ldk, hd, j, m, scale, s, lds); break;
-            case 3: quarot__att_scores_avx512(q, ldq, 3, kt, ldk, hd, j, m, scale, s, lds); break;
-            case 2: quarot__att_scores_avx512(q, ldq, 2, kt, ldk, hd, j, m, scale, s, lds); break;
-            default: quarot__att_scores_avx512(q, ldq, 1, kt, ldk, hd, j, m, scale, s, lds); break;
-        }
-    }
-    for (u = 0; u < nq; ++u) quarot__att_softmax_avx512(s + u * lds, n0 + u);
-    for (d = 0; d < hd; d += 16) {
-        __mmask16 m = (__mmask16)(hd - d >= 16 ? 0xFFFFu : (1u << (hd - d)) - 1u);
-        switch (nq) {
-            case 4: quarot__att_values_avx512(4, v, ldv, n0, d, m, s, lds, out, ldo); break;
-            case 3: quarot__att_values_avx512(3, v, ldv, n0, d, m, s, lds, out, ldo); break;
-            case 2: quarot__att_values_avx512(2, v, ldv, n0, d, m, s, lds, out, ldo); break;
-            default: quarot__att_values_avx512(1, v, ldv, n0, d, m, s, lds, out, ldo); break;
-        }
-    }
-}
+#define QUAROT__AV __m512
+#define QUAROT__AW 16
+#define QUAROT__AM __mmask16
+#define QUAROT__AMASK(cnt) ((__mmask16)((1u << (cnt)) - 1u))
+#define QUAROT__ALD(p) _mm512_loadu_ps(p)
+#define QUAROT__AST(p, v) _mm512_storeu_ps(p, v)
+#define QUAROT__AMLD(m, p) _mm512_maskz_loadu_ps(m, p)
+#define QUAROT__AMST(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define QUAROT__ASET1(x) _mm512_set1_ps(x)
+#define QUAROT__ASUB(a, b) _mm512_sub_ps(a, b)
+#define QUAROT__AMUL(a, b) _mm512_mul_ps(a, b)
+#define QUAROT__AFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define QUAROT__AMAX(a, b) _mm512_maskz_max_ps(QUAROT__ATT_ALL16, a, b)
+#define QUAROT__AEXP(x) quarot__att_exp16_avx512(x)
+#define QUAROT__ACODES(bits, row, j, cnt) quarot__att_codes16_avx512(bits, row, j, cnt)
+#define QUAROT__AD __m512d
+#define QUAROT__ADZERO() _mm512_setzero_pd()
+#define QUAROT__ADADD(a, b) _mm512_add_pd(a, b)
+#define QUAROT__ADST(p, v) _mm512_storeu_pd(p, v)
+#define QUAROT__AWLO(v) QUAROT__ATT_WIDEN(v, 0)
+#define QUAROT__AWHI(v) QUAROT__ATT_WIDEN(v, 1)
+#define QUAROT__ISA avx512
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_ATTENTION
+#include QUAROT_HEADER_FILE   // >>attention_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #endif
 
+// ---- AVX2 with FMA (the fused steps need it; without FMA: REF): 8 floats, 4 doubles; masks are
+// compare results for maskload / maskstore ----
 #if defined(QUAROT__HAVE_AVX2) && defined(__FMA__)
 #define QUAROT__ATT_AVX2 1
-// The AVX-512 kernels' operations on 4 doubles / 8 floats per vector (the fused steps need FMA);
-// masks are compare results, tails go through maskload / maskstore or zeroed copies.
 static __m256d quarot__att_exp4_avx2(__m256d xd) {
     const __m256d sh = _mm256_set1_pd(QUAROT__ATT_SHIFT);
     __m256d z = _mm256_mul_pd(xd, _mm256_set1_pd(QUAROT__ATT_INVLN2N)), kd = _mm256_add_pd(z, sh), r, y, zz;
@@ -9510,48 +9440,6 @@ static __m256i quarot__att_mask8_avx2(int64_t cnt) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-static void quarot__att_exp_avx2(const float* x, float* y, int64_t n) {
-    int64_t i;
-    for (i = 0; i < n; i += 8) {
-        __m256i m = quarot__att_mask8_avx2(n - i < 8 ? n - i : 8);
-        _mm256_maskstore_ps(y + i, m, quarot__att_exp8_avx2(_mm256_maskload_ps(x + i, m)));
-    }
-}
-
-// The maximum as the scalar loop takes it (max_ps(a, b) = a > b ? a : b, lanes in order); the sum's
-// 16 lanes are four vectors of doubles over blocks of 16 elements.
-static void quarot__att_softmax_avx2(float* s, int64_t n) {
-    double lane[16], sum = 0.0;
-    float mx = s[0], inv, part[8];
-    int64_t j;
-    int k;
-    __m256 vm = _mm256_set1_ps(s[0]);
-    __m256d a[4];
-    for (k = 0; k < 4; ++k) a[k] = _mm256_setzero_pd();
-    for (j = 0; j + 8 <= n; j += 8) vm = _mm256_max_ps(_mm256_loadu_ps(s + j), vm);
-    _mm256_storeu_ps(part, vm);
-    for (k = 0; k < 8; ++k)
-        if (part[k] > mx) mx = part[k];
-    for (; j < n; ++j)
-        if (s[j] > mx) mx = s[j];
-    for (j = 0; j + 16 <= n; j += 16)
-        for (k = 0; k < 2; ++k) {
-            __m256 p = quarot__att_exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8 * k), _mm256_set1_ps(mx)));
-            _mm256_storeu_ps(s + j + 8 * k, p);
-            a[2 * k] = _mm256_add_pd(a[2 * k], _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
-            a[2 * k + 1] = _mm256_add_pd(a[2 * k + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
-        }
-    for (k = 0; k < 4; ++k) _mm256_storeu_pd(lane + 4 * k, a[k]);
-    for (; j < n; ++j) {
-        s[j] = quarot_attention_exp1(s[j] - mx);
-        lane[j & 15] += (double)s[j];
-    }
-    for (k = 0; k < 16; ++k) sum += lane[k];
-    inv = (float)(1.0 / sum);
-    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(inv)));
-    for (; j < n; ++j) s[j] *= inv;
-}
-
 // cnt (1..8) codes of a cache row from code j on, as floats (the AVX-512 widening on 8 lanes); a short
 // chunk through a zeroed copy.
 static __m256 quarot__att_codes8_avx2(int bits, const uint8_t* row, int64_t j, int64_t cnt) {
@@ -9577,140 +9465,161 @@ static __m256 quarot__att_codes8_avx2(int bits, const uint8_t* row, int64_t j, i
     return _mm256_cvtepi32_ps(c);
 }
 
-static void quarot__att_kv_avx2(int bits, const uint8_t* codes, int64_t ldc, const float* scales, const float* zeros,
-                                int64_t ldz, int64_t n, int64_t hd, int transposed, float* out, int64_t ldo) {
-    int64_t p, j, i;
-    for (p = 0; p < n; ++p) {
-        const uint8_t* row = codes + p * ldc;
-        const __m256 vs = _mm256_set1_ps(scales[p * ldz]), vz = _mm256_set1_ps(zeros ? zeros[p * ldz] : 0.0f);
-        for (j = 0; j < hd; j += 8) {
-            int64_t cnt = hd - j < 8 ? hd - j : 8;
-            __m256 x = _mm256_mul_ps(_mm256_sub_ps(quarot__att_codes8_avx2(bits, row, j, cnt), vz), vs);
-            if (!transposed) {
-                _mm256_maskstore_ps(out + p * ldo + j, quarot__att_mask8_avx2(cnt), x);
-            } else {
-                float tmp[8];
-                _mm256_storeu_ps(tmp, x);
-                for (i = 0; i < cnt; ++i) out[(j + i) * ldo + p] = tmp[i];
-            }
-        }
-    }
-}
-
-// Scores of nq queries for the keys from j (lanes m), nq a constant at each call: the accumulators are
-// four named registers, the unused ones dropped by the compiler.
-QUAROT__INLINE void quarot__att_scores_avx2(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
-                                            int64_t hd, int64_t j, __m256i m, float scale, float* s, int64_t lds) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t d;
-    for (d = 0; d < hd; ++d) {
-        __m256 kv = _mm256_maskload_ps(kt + d * ldk + j, m);
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), kv, a0);
-        if (nq > 1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(q[ldq + d]), kv, a1);
-        if (nq > 2) a2 = _mm256_fmadd_ps(_mm256_set1_ps(q[2 * ldq + d]), kv, a2);
-        if (nq > 3) a3 = _mm256_fmadd_ps(_mm256_set1_ps(q[3 * ldq + d]), kv, a3);
-    }
-    _mm256_maskstore_ps(s + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a0));
-    if (nq > 1) _mm256_maskstore_ps(s + lds + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a1));
-    if (nq > 2) _mm256_maskstore_ps(s + 2 * lds + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a2));
-    if (nq > 3) _mm256_maskstore_ps(s + 3 * lds + j, m, _mm256_mul_ps(_mm256_set1_ps(scale), a3));
-}
-
-// out for the dimensions from d (lanes m): the keys every query sees, then key n0 + t (t < nq - 1) for
-// the queries u > t only.
-QUAROT__INLINE void quarot__att_values_avx2(int nq, const float* v, int64_t ldv, int64_t n0, int64_t d, __m256i m,
-                                            const float* s, int64_t lds, float* out, int64_t ldo) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t j, n = n0 + nq - 1;
-    for (j = 0; j < n0; ++j) {
-        __m256 vv = _mm256_maskload_ps(v + j * ldv + d, m);
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), vv, a0);
-        if (nq > 1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(s[lds + j]), vv, a1);
-        if (nq > 2) a2 = _mm256_fmadd_ps(_mm256_set1_ps(s[2 * lds + j]), vv, a2);
-        if (nq > 3) a3 = _mm256_fmadd_ps(_mm256_set1_ps(s[3 * lds + j]), vv, a3);
-    }
-    for (; j < n; ++j) {
-        __m256 vv = _mm256_maskload_ps(v + j * ldv + d, m);
-        if (j - n0 < 1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(s[lds + j]), vv, a1);
-        if (j - n0 < 2 && nq > 2) a2 = _mm256_fmadd_ps(_mm256_set1_ps(s[2 * lds + j]), vv, a2);
-        if (nq > 3) a3 = _mm256_fmadd_ps(_mm256_set1_ps(s[3 * lds + j]), vv, a3);
-    }
-    _mm256_maskstore_ps(out + d, m, a0);
-    if (nq > 1) _mm256_maskstore_ps(out + ldo + d, m, a1);
-    if (nq > 2) _mm256_maskstore_ps(out + 2 * ldo + d, m, a2);
-    if (nq > 3) _mm256_maskstore_ps(out + 3 * ldo + d, m, a3);
-}
-
-static void quarot__att_direct_avx2(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk, const float* v,
-                                    int64_t ldv, int64_t hd, int64_t n0, float scale, float* s, int64_t lds, float* out,
-                                    int64_t ldo) {
-    int64_t n = n0 + nq - 1, j, d;
-    int u;
-    for (j = 0; j < n; j += 8) {
-        __m256i m = quarot__att_mask8_avx2(n - j < 8 ? n - j : 8);
-        switch (nq) {
-            case 4: quarot__att_scores_avx2(q, ldq, 4, kt, ldk, hd, j, m, scale, s, lds); break;
-            case 3: quarot__att_scores_avx2(q, ldq, 3, kt, ldk, hd, j, m, scale, s, lds); break;
-            case 2: quarot__att_scores_avx2(q, ldq, 2, kt, ldk, hd, j, m, scale, s, lds); break;
-            default: quarot__att_scores_avx2(q, ldq, 1, kt, ldk, hd, j, m, scale, s, lds); break;
-        }
-    }
-    for (u = 0; u < nq; ++u) quarot__att_softmax_avx2(s + u * lds, n0 + u);
-    for (d = 0; d < hd; d += 8) {
-        __m256i m = quarot__att_mask8_avx2(hd - d < 8 ? hd - d : 8);
-        switch (nq) {
-            case 4: quarot__att_values_avx2(4, v, ldv, n0, d, m, s, lds, out, ldo); break;
-            case 3: quarot__att_values_avx2(3, v, ldv, n0, d, m, s, lds, out, ldo); break;
-            case 2: quarot__att_values_avx2(2, v, ldv, n0, d, m, s, lds, out, ldo); break;
-            default: quarot__att_values_avx2(1, v, ldv, n0, d, m, s, lds, out, ldo); break;
-        }
-    }
-}
+#define QUAROT__AV __m256
+#define QUAROT__AW 8
+#define QUAROT__AM __m256i
+#define QUAROT__AMASK(cnt) quarot__att_mask8_avx2(cnt)
+#define QUAROT__ALD(p) _mm256_loadu_ps(p)
+#define QUAROT__AST(p, v) _mm256_storeu_ps(p, v)
+#define QUAROT__AMLD(m, p) _mm256_maskload_ps(p, m)
+#define QUAROT__AMST(p, m, v) _mm256_maskstore_ps(p, m, v)
+#define QUAROT__ASET1(x) _mm256_set1_ps(x)
+#define QUAROT__ASUB(a, b) _mm256_sub_ps(a, b)
+#define QUAROT__AMUL(a, b) _mm256_mul_ps(a, b)
+#define QUAROT__AFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define QUAROT__AMAX(a, b) _mm256_max_ps(a, b)
+#define QUAROT__AEXP(x) quarot__att_exp8_avx2(x)
+#define QUAROT__ACODES(bits, row, j, cnt) quarot__att_codes8_avx2(bits, row, j, cnt)
+#define QUAROT__AD __m256d
+#define QUAROT__ADZERO() _mm256_setzero_pd()
+#define QUAROT__ADADD(a, b) _mm256_add_pd(a, b)
+#define QUAROT__ADST(p, v) _mm256_storeu_pd(p, v)
+#define QUAROT__AWLO(v) _mm256_cvtps_pd(_mm256_castps256_ps128(v))
+#define QUAROT__AWHI(v) _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))
+#define QUAROT__ISA avx2
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_ATTENTION
+#include QUAROT_HEADER_FILE   // >>attention_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
 #endif
 
-// Which kernels run for isa: 2 the AVX-512 ones, 1 the AVX2 ones, 0 the scalar ones; an error for a bad isa.
-static quarot_result quarot__att_isa(quarot_isa isa, int* wide) {
+// ---- NEON (AArch64): 4 floats, 2 doubles; the table is read lane by lane (no gather), a tail mask is
+// the lane count and tails go through a copy ----
+#if defined(QUAROT__HAVE_NEON)
+static float64x2_t quarot__att_exp2_neon(float64x2_t xd) {
+    const float64x2_t sh = vdupq_n_f64(QUAROT__ATT_SHIFT);
+    float64x2_t z = vmulq_f64(xd, vdupq_n_f64(QUAROT__ATT_INVLN2N)), kd = vaddq_f64(z, sh), r, y, zz;
+    uint64x2_t ki = vreinterpretq_u64_f64(kd), i, t;
+    kd = vsubq_f64(kd, sh);
+    r = vsubq_f64(z, kd);
+    i = vandq_u64(ki, vdupq_n_u64(31));
+    t = vcombine_u64(vcreate_u64(quarot__att_exp_tab[vgetq_lane_u64(i, 0)]),
+                     vcreate_u64(quarot__att_exp_tab[vgetq_lane_u64(i, 1)]));
+    t = vaddq_u64(t, vshlq_n_u64(vsubq_u64(ki, i), 47));
+    zz = vfmaq_f64(vdupq_n_f64(QUAROT__ATT_C1), vdupq_n_f64(QUAROT__ATT_C0), r);   // vfmaq(a, b, c) = a + b c
+    y = vfmaq_f64(vdupq_n_f64(1.0), vdupq_n_f64(QUAROT__ATT_C2), r);
+    y = vfmaq_f64(y, zz, vmulq_f64(r, r));
+    return vmulq_f64(y, vreinterpretq_f64_u64(t));
+}
+
+static float32x4_t quarot__att_exp4_neon(float32x4_t x) {
+    const uint32x4_t keep = vcgeq_f32(x, vdupq_n_f32(QUAROT__ATT_LO)), over = vcgtq_f32(x, vdupq_n_f32(QUAROT__ATT_HI));
+    const uint32x4_t num = vceqq_f32(x, x);
+    float32x4_t p = vcombine_f32(vcvt_f32_f64(quarot__att_exp2_neon(vcvt_f64_f32(vget_low_f32(x)))),
+                                 vcvt_f32_f64(quarot__att_exp2_neon(vcvt_high_f64_f32(x))));
+    p = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(p), keep));
+    p = vbslq_f32(over, vdupq_n_f32(HUGE_VALF), p);
+    return vbslq_f32(num, p, x);
+}
+
+// the first cnt (1..4) floats at p, the rest 0; and the first cnt lanes of v to p
+static float32x4_t quarot__att_mld_neon(int64_t cnt, const float* p) {
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (cnt >= 4) return vld1q_f32(p);
+    memcpy(t, p, (size_t)cnt * sizeof(float));
+    return vld1q_f32(t);
+}
+
+static void quarot__att_mst_neon(float* p, int64_t cnt, float32x4_t v) {
+    float t[4];
+    if (cnt >= 4) { vst1q_f32(p, v); return; }
+    vst1q_f32(t, v);
+    memcpy(p, t, (size_t)cnt * sizeof(float));
+}
+
+// cnt (1..4) codes of a cache row from code j on, as floats (lanes past cnt: 0): bytes widened to 32
+// bits; at 4 bits each byte twice, the odd lanes' copy shifted right by 4.
+static float32x4_t quarot__att_codes4_neon(int bits, const uint8_t* row, int64_t j, int64_t cnt) {
+    static const int32_t shift[4] = {0, -4, 0, -4};
+    uint8_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint8x8_t b;
+    uint32x4_t u;
+    if (bits == 8) {
+        if (cnt == 4) memcpy(tmp, row + j, 4);
+        else memcpy(tmp, row + j, (size_t)cnt);
+        b = vld1_u8(tmp);
+        u = vmovl_u16(vget_low_u16(vmovl_u8(b)));
+        return vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(u), vdupq_n_s32(128)));
+    }
+    if (cnt == 4) memcpy(tmp, row + j / 2, 2);
+    else memcpy(tmp, row + j / 2, (size_t)(cnt / 2));
+    b = vld1_u8(tmp);
+    u = vmovl_u16(vget_low_u16(vmovl_u8(vzip1_u8(b, b))));
+    u = vandq_u32(vshlq_u32(u, vld1q_s32(shift)), vdupq_n_u32(15));
+    return vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(u), vdupq_n_s32(8)));
+}
+
+#define QUAROT__AV float32x4_t
+#define QUAROT__AW 4
+#define QUAROT__AM int64_t
+#define QUAROT__AMASK(cnt) (cnt)
+#define QUAROT__ALD(p) vld1q_f32(p)
+#define QUAROT__AST(p, v) vst1q_f32(p, v)
+#define QUAROT__AMLD(m, p) quarot__att_mld_neon(m, p)
+#define QUAROT__AMST(p, m, v) quarot__att_mst_neon(p, m, v)
+#define QUAROT__ASET1(x) vdupq_n_f32(x)
+#define QUAROT__ASUB(a, b) vsubq_f32(a, b)
+#define QUAROT__AMUL(a, b) vmulq_f32(a, b)
+#define QUAROT__AFMA(a, b, c) vfmaq_f32(c, a, b)
+#define QUAROT__AMAX(a, b) vbslq_f32(vcgtq_f32(a, b), a, b)
+#define QUAROT__AEXP(x) quarot__att_exp4_neon(x)
+#define QUAROT__ACODES(bits, row, j, cnt) quarot__att_codes4_neon(bits, row, j, cnt)
+#define QUAROT__AD float64x2_t
+#define QUAROT__ADZERO() vdupq_n_f64(0.0)
+#define QUAROT__ADADD(a, b) vaddq_f64(a, b)
+#define QUAROT__ADST(p, v) vst1q_f64(p, v)
+#define QUAROT__AWLO(v) vcvt_f64_f32(vget_low_f32(v))
+#define QUAROT__AWHI(v) vcvt_high_f64_f32(v)
+#define QUAROT__ISA neon
+#define QUAROT__TEMPLATE QUAROT__TEMPLATE_ATTENTION
+#include QUAROT_HEADER_FILE   // >>attention_body
+#undef QUAROT__TEMPLATE
+#undef QUAROT__ISA
+#endif
+
+// The kernels for isa (DEFAULT: the best compiled in); NULL and the error for a bad or missing isa.
+static const quarot__att_kernels* quarot__att_pick(quarot_isa isa, quarot_result* r) {
     quarot_isa use;
-    quarot_result r = quarot__isa_resolve(isa, &use);
-    *wide = 0;
-    if (r != QUAROT_OK) return r;
+    if ((*r = quarot__isa_resolve(isa, &use)) != QUAROT_OK) return NULL;
+    switch (use) {
 #if defined(QUAROT__HAVE_AVX512)
-    if (use == QUAROT_ISA_AVX512) *wide = 2;
+        case QUAROT_ISA_AVX512: return &quarot__att_kernels_avx512;
 #endif
 #if defined(QUAROT__ATT_AVX2)
-    if (use == QUAROT_ISA_AVX2) *wide = 1;
+        case QUAROT_ISA_AVX2: return &quarot__att_kernels_avx2;
 #endif
-    (void)use;
-    return r;
+#if defined(QUAROT__HAVE_NEON)
+        case QUAROT_ISA_NEON: return &quarot__att_kernels_neon;
+#endif
+        default: return &quarot__att_kernels_ref;
+    }
 }
 
 QUAROT_API quarot_result quarot_attention_exp_f32(const float* x, float* y, int64_t n, quarot_isa isa) {
-    int wide;
     quarot_result r;
+    const quarot__att_kernels* k;
     if (n < 0 || (n > 0 && (!x || !y))) return QUAROT_ERR_INVALID_ARGUMENT;
-    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
-#if defined(QUAROT__HAVE_AVX512)
-    if (wide == 2) { quarot__att_exp_avx512(x, y, n); return QUAROT_OK; }
-#endif
-#if defined(QUAROT__ATT_AVX2)
-    if (wide == 1) { quarot__att_exp_avx2(x, y, n); return QUAROT_OK; }
-#endif
-    quarot__att_exp_ref(x, y, n);
+    if (!(k = quarot__att_pick(isa, &r))) return r;
+    k->exp(x, y, n);
     return QUAROT_OK;
 }
 
 QUAROT_API quarot_result quarot_attention_softmax_f32(float* s, int64_t n, quarot_isa isa) {
-    int wide;
     quarot_result r;
+    const quarot__att_kernels* k;
     if (!s || n < 1) return QUAROT_ERR_INVALID_ARGUMENT;
-    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
-#if defined(QUAROT__HAVE_AVX512)
-    if (wide == 2) { quarot__att_softmax_avx512(s, n); return QUAROT_OK; }
-#endif
-#if defined(QUAROT__ATT_AVX2)
-    if (wide == 1) { quarot__att_softmax_avx2(s, n); return QUAROT_OK; }
-#endif
-    quarot__att_softmax_ref(s, n);
+    if (!(k = quarot__att_pick(isa, &r))) return r;
+    k->softmax(s, n);
     return QUAROT_OK;
 }
 
@@ -9718,26 +9627,14 @@ QUAROT_API quarot_result quarot_attention_kv_dequant_f32(int bits, const uint8_t
                                                          const float* scales, const float* zeros, int64_t ldz,
                                                          int64_t n, int64_t head_dim, int transposed, float* out,
                                                          int64_t ldo, quarot_isa isa) {
-    int wide;
     quarot_result r;
+    const quarot__att_kernels* k;
     if ((bits != 4 && bits != 8) || n < 0 || head_dim < 1 || (bits == 4 && head_dim % 2) || ldz < 1 ||
         ldc < (bits == 8 ? head_dim : head_dim / 2) || ldo < (transposed ? n : head_dim) ||
         (n > 0 && (!codes || !scales || !out)))
         return QUAROT_ERR_INVALID_ARGUMENT;
-    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
-#if defined(QUAROT__HAVE_AVX512)
-    if (wide == 2) {
-        quarot__att_kv_avx512(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
-        return QUAROT_OK;
-    }
-#endif
-#if defined(QUAROT__ATT_AVX2)
-    if (wide == 1) {
-        quarot__att_kv_avx2(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
-        return QUAROT_OK;
-    }
-#endif
-    quarot__att_kv_ref(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
+    if (!(k = quarot__att_pick(isa, &r))) return r;
+    k->kv(bits, codes, ldc, scales, zeros, ldz, n, head_dim, transposed, out, ldo);
     return QUAROT_OK;
 }
 
@@ -9745,26 +9642,14 @@ QUAROT_API quarot_result quarot_attention_direct_f32(const float* q, int64_t ldq
                                                      const float* v, int64_t ldv, int64_t head_dim, int64_t n0,
                                                      float scale, float* s, int64_t lds, float* out, int64_t ldo,
                                                      quarot_isa isa) {
-    int wide;
     quarot_result r;
+    const quarot__att_kernels* k;
     int64_t n = n0 + nq - 1;
     if (!q || !kt || !v || !s || !out || nq < 1 || nq > QUAROT_ATTENTION_DIRECT_Q || head_dim < 1 || n0 < 1 ||
         ldq < head_dim || ldk < n || ldv < head_dim || lds < n || ldo < head_dim)
         return QUAROT_ERR_INVALID_ARGUMENT;
-    if ((r = quarot__att_isa(isa, &wide)) != QUAROT_OK) return r;
-#if defined(QUAROT__HAVE_AVX512)
-    if (wide == 2) {
-        quarot__att_direct_avx512(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
-        return QUAROT_OK;
-    }
-#endif
-#if defined(QUAROT__ATT_AVX2)
-    if (wide == 1) {
-        quarot__att_direct_avx2(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
-        return QUAROT_OK;
-    }
-#endif
-    quarot__att_direct_ref(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
+    if (!(k = quarot__att_pick(isa, &r))) return r;
+    k->direct(q, ldq, nq, kt, ldk, v, ldv, head_dim, n0, scale, s, lds, out, ldo);
     return QUAROT_OK;
 }
 
@@ -18875,6 +18760,178 @@ static void QUAROT__K(quarot__gptq_hessk_f64_)(double* h, int64_t ldh, int64_t n
 }
 
 #endif // QUAROT__TEMPLATE_GPTQ
+
+// >>attention_body
+// (implementation only) The attention kernels of one ISA, compiled once per ISA by >>attention_isa with
+// its vector macros (QUAROT__K(quarot__att_softmax_) is quarot__att_softmax_avx2 etc.). Each runs the
+// scalar kernel's operations per element in its order, so every ISA gives the _ref bits.
+#if QUAROT__TEMPLATE == QUAROT__TEMPLATE_ATTENTION
+
+static void QUAROT__K(quarot__att_exp_)(const float* x, float* y, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i += QUAROT__AW) {
+        const QUAROT__AM m = QUAROT__AMASK(n - i < QUAROT__AW ? n - i : QUAROT__AW);
+        QUAROT__AMST(y + i, m, QUAROT__AEXP(QUAROT__AMLD(m, x + i)));
+    }
+}
+
+// The maximum as the scalar loop takes it: lane k keeps s[0] and each later s[j] (j = k mod AW) that is
+// greater, the lanes the same way in order. The sum's 16 double lanes are 32 / AW vectors over blocks of
+// 16 elements, the tail onto their stored values.
+static void QUAROT__K(quarot__att_softmax_)(float* s, int64_t n) {
+    double lane[16], sum = 0.0;
+    float mx = s[0], inv, part[QUAROT__AW];
+    int64_t j;
+    int k;
+    QUAROT__AV vm = QUAROT__ASET1(s[0]);
+    QUAROT__AD acc[32 / QUAROT__AW];
+    for (k = 0; k < 32 / QUAROT__AW; ++k) acc[k] = QUAROT__ADZERO();
+    for (j = 0; j + QUAROT__AW <= n; j += QUAROT__AW) vm = QUAROT__AMAX(QUAROT__ALD(s + j), vm);
+    QUAROT__AST(part, vm);
+    for (k = 0; k < QUAROT__AW; ++k)
+        if (part[k] > mx) mx = part[k];
+    for (; j < n; ++j)
+        if (s[j] > mx) mx = s[j];
+    for (j = 0; j + 16 <= n; j += 16)
+        for (k = 0; k < 16 / QUAROT__AW; ++k) {
+            const QUAROT__AV p = QUAROT__AEXP(QUAROT__ASUB(QUAROT__ALD(s + j + k * QUAROT__AW), QUAROT__ASET1(mx)));
+            QUAROT__AST(s + j + k * QUAROT__AW, p);
+            acc[2 * k] = QUAROT__ADADD(acc[2 * k], QUAROT__AWLO(p));
+            acc[2 * k + 1] = QUAROT__ADADD(acc[2 * k + 1], QUAROT__AWHI(p));
+        }
+    for (k = 0; k < 32 / QUAROT__AW; ++k) QUAROT__ADST(lane + k * (QUAROT__AW / 2), acc[k]);
+    for (; j < n; ++j) {
+        s[j] = quarot_attention_exp1(s[j] - mx);
+        lane[j & 15] += (double)s[j];
+    }
+    for (k = 0; k < 16; ++k) sum += lane[k];
+    inv = (float)(1.0 / sum);
+    for (j = 0; j + QUAROT__AW <= n; j += QUAROT__AW)
+        QUAROT__AST(s + j, QUAROT__AMUL(QUAROT__ALD(s + j), QUAROT__ASET1(inv)));
+    for (; j < n; ++j) s[j] *= inv;
+}
+
+static void QUAROT__K(quarot__att_kv_)(int bits, const uint8_t* codes, int64_t ldc, const float* scales,
+                                       const float* zeros, int64_t ldz, int64_t n, int64_t hd, int transposed,
+                                       float* out, int64_t ldo) {
+    int64_t p, j, i;
+    for (p = 0; p < n; ++p) {
+        const uint8_t* row = codes + p * ldc;
+        const QUAROT__AV vs = QUAROT__ASET1(scales[p * ldz]), vz = QUAROT__ASET1(zeros ? zeros[p * ldz] : 0.0f);
+        for (j = 0; j < hd; j += QUAROT__AW) {
+            const int64_t cnt = hd - j < QUAROT__AW ? hd - j : QUAROT__AW;
+            const QUAROT__AV x = QUAROT__AMUL(QUAROT__ASUB(QUAROT__ACODES(bits, row, j, cnt), vz), vs);
+            if (!transposed) {
+                QUAROT__AMST(out + p * ldo + j, QUAROT__AMASK(cnt), x);
+            } else {
+                float tmp[QUAROT__AW];
+                QUAROT__AST(tmp, x);
+                for (i = 0; i < cnt; ++i) out[(j + i) * ldo + p] = tmp[i];
+            }
+        }
+    }
+}
+
+// Scores of nq queries for the keys from j (lanes m), nq a constant at each call: the accumulators are
+// four named registers, the unused ones dropped by the compiler.
+QUAROT__INLINE void QUAROT__K(quarot__att_scores_)(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
+                                                   int64_t hd, int64_t j, QUAROT__AM m, float scale, float* s,
+                                                   int64_t lds) {
+    const QUAROT__AV vs = QUAROT__ASET1(scale);
+    QUAROT__AV a0 = QUAROT__ASET1(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    int64_t d;
+    for (d = 0; d < hd; ++d) {
+        const QUAROT__AV kv = QUAROT__AMLD(m, kt + d * ldk + j);
+        a0 = QUAROT__AFMA(QUAROT__ASET1(q[d]), kv, a0);
+        if (nq > 1) a1 = QUAROT__AFMA(QUAROT__ASET1(q[ldq + d]), kv, a1);
+        if (nq > 2) a2 = QUAROT__AFMA(QUAROT__ASET1(q[2 * ldq + d]), kv, a2);
+        if (nq > 3) a3 = QUAROT__AFMA(QUAROT__ASET1(q[3 * ldq + d]), kv, a3);
+    }
+    QUAROT__AMST(s + j, m, QUAROT__AMUL(vs, a0));
+    if (nq > 1) QUAROT__AMST(s + lds + j, m, QUAROT__AMUL(vs, a1));
+    if (nq > 2) QUAROT__AMST(s + 2 * lds + j, m, QUAROT__AMUL(vs, a2));
+    if (nq > 3) QUAROT__AMST(s + 3 * lds + j, m, QUAROT__AMUL(vs, a3));
+}
+
+// out for the dimensions from d (lanes m): the keys every query sees, then key n0 + t (t < nq - 1) for
+// the queries u > t only.
+QUAROT__INLINE void QUAROT__K(quarot__att_values_)(int nq, const float* v, int64_t ldv, int64_t n0, int64_t d,
+                                                   QUAROT__AM m, const float* s, int64_t lds, float* out,
+                                                   int64_t ldo) {
+    QUAROT__AV a0 = QUAROT__ASET1(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    int64_t j, n = n0 + nq - 1;
+    for (j = 0; j < n0; ++j) {
+        const QUAROT__AV vv = QUAROT__AMLD(m, v + j * ldv + d);
+        a0 = QUAROT__AFMA(QUAROT__ASET1(s[j]), vv, a0);
+        if (nq > 1) a1 = QUAROT__AFMA(QUAROT__ASET1(s[lds + j]), vv, a1);
+        if (nq > 2) a2 = QUAROT__AFMA(QUAROT__ASET1(s[2 * lds + j]), vv, a2);
+        if (nq > 3) a3 = QUAROT__AFMA(QUAROT__ASET1(s[3 * lds + j]), vv, a3);
+    }
+    for (; j < n; ++j) {
+        const QUAROT__AV vv = QUAROT__AMLD(m, v + j * ldv + d);
+        if (j - n0 < 1) a1 = QUAROT__AFMA(QUAROT__ASET1(s[lds + j]), vv, a1);
+        if (j - n0 < 2 && nq > 2) a2 = QUAROT__AFMA(QUAROT__ASET1(s[2 * lds + j]), vv, a2);
+        if (nq > 3) a3 = QUAROT__AFMA(QUAROT__ASET1(s[3 * lds + j]), vv, a3);
+    }
+    QUAROT__AMST(out + d, m, a0);
+    if (nq > 1) QUAROT__AMST(out + ldo + d, m, a1);
+    if (nq > 2) QUAROT__AMST(out + 2 * ldo + d, m, a2);
+    if (nq > 3) QUAROT__AMST(out + 3 * ldo + d, m, a3);
+}
+
+static void QUAROT__K(quarot__att_direct_)(const float* q, int64_t ldq, int nq, const float* kt, int64_t ldk,
+                                           const float* v, int64_t ldv, int64_t hd, int64_t n0, float scale, float* s,
+                                           int64_t lds, float* out, int64_t ldo) {
+    int64_t n = n0 + nq - 1, j, d;
+    int u;
+    for (j = 0; j < n; j += QUAROT__AW) {
+        const QUAROT__AM m = QUAROT__AMASK(n - j < QUAROT__AW ? n - j : QUAROT__AW);
+        switch (nq) {   // a constant count each: the accumulators stay in registers
+            case 4: QUAROT__K(quarot__att_scores_)(q, ldq, 4, kt, ldk, hd, j, m, scale, s, lds); break;
+            case 3: QUAROT__K(quarot__att_scores_)(q, ldq, 3, kt, ldk, hd, j, m, scale, s, lds); break;
+            case 2: QUAROT__K(quarot__att_scores_)(q, ldq, 2, kt, ldk, hd, j, m, scale, s, lds); break;
+            default: QUAROT__K(quarot__att_scores_)(q, ldq, 1, kt, ldk, hd, j, m, scale, s, lds); break;
+        }
+    }
+    for (u = 0; u < nq; ++u) QUAROT__K(quarot__att_softmax_)(s + u * lds, n0 + u);
+    for (d = 0; d < hd; d += QUAROT__AW) {
+        const QUAROT__AM m = QUAROT__AMASK(hd - d < QUAROT__AW ? hd - d : QUAROT__AW);
+        switch (nq) {
+            case 4: QUAROT__K(quarot__att_values_)(4, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            case 3: QUAROT__K(quarot__att_values_)(3, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            case 2: QUAROT__K(quarot__att_values_)(2, v, ldv, n0, d, m, s, lds, out, ldo); break;
+            default: QUAROT__K(quarot__att_values_)(1, v, ldv, n0, d, m, s, lds, out, ldo); break;
+        }
+    }
+}
+
+static const quarot__att_kernels QUAROT__K(quarot__att_kernels_) = {
+    QUAROT__K(quarot__att_exp_), QUAROT__K(quarot__att_softmax_), QUAROT__K(quarot__att_kv_),
+    QUAROT__K(quarot__att_direct_)};
+
+#undef QUAROT__AV
+#undef QUAROT__AW
+#undef QUAROT__AM
+#undef QUAROT__AMASK
+#undef QUAROT__ALD
+#undef QUAROT__AST
+#undef QUAROT__AMLD
+#undef QUAROT__AMST
+#undef QUAROT__ASET1
+#undef QUAROT__ASUB
+#undef QUAROT__AMUL
+#undef QUAROT__AFMA
+#undef QUAROT__AMAX
+#undef QUAROT__AEXP
+#undef QUAROT__ACODES
+#undef QUAROT__AD
+#undef QUAROT__ADZERO
+#undef QUAROT__ADADD
+#undef QUAROT__ADST
+#undef QUAROT__AWLO
+#undef QUAROT__AWHI
+
+#endif // QUAROT__TEMPLATE_ATTENTION
 
 #endif // QUAROT__TEMPLATE
 

@@ -12,7 +12,7 @@
      (u = 2^-24: the shift's rounding moves e_j and the sum; the exponential, the reciprocal and the
      product round by u each), and the row's sum within the sum of those of 1; NaN or +Inf anywhere
      makes the whole row NaN on every ISA.
-   - KV dequantization: 4 and 8 bits, head_dim 2..48 (odd tails of the 16-wide vectors), plain and
+   - KV dequantization: 4 and 8 bits, head_dim 2..48 (tails of the 4-, 8- and 16-wide vectors), plain and
      transposed, odd row strides, with and without zeros: ISAs against REF by memcmp over the whole
      output buffer (nothing outside the rows written), REF against the formula on codes the test
      packs itself from the documented layout.
