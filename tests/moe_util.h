@@ -199,6 +199,13 @@ QT_UNUSED static void mt_build(mt_model* m, family fam, int stacked, unsigned lo
     }
 }
 
+/* mt_build with every layer MoE (g_all_moe for this one build: llama.cpp's layout). */
+QT_UNUSED static void mt_build_all_moe(mt_model* m, family fam, int stacked, unsigned long long seed) {
+    g_all_moe = 1;
+    mt_build(m, fam, stacked, seed);
+    g_all_moe = 0;
+}
+
 /* ---- forward pass ------------------------------------------------------------------------------ */
 
 /* y[out] = W[out][in] x[in] */

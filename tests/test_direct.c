@@ -19,6 +19,7 @@
 #include "model/qx_synth.h"
 #include "support/qx_threads.h"
 #include "formats/qx_load.h"
+#include "rotate_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -226,25 +227,13 @@ static void test_rotate_same_bytes(void) {
 static quarot_result rotate_to(const char* in, const char* out, const char* fmt, int64_t win, int last, qx_rotate_file_stats* st,
                                qx_err* e) {
     quarot_rotate_desc desc;
-    qx_rotate_file_opts ro;
-    qx_load_opts lo;
-    qx_store s;
-    quarot_result r;
-    memset(&lo, 0, sizeof lo);
-    if ((r = qx_load_model(in, &lo, &s, e)) != QUAROT_OK) return r;
+    qx_rotate_file_opts ro = ru_file_opts(out, 2);
     memset(&desc, 0, sizeof desc);
     desc.seed = 9;
-    memset(&ro, 0, sizeof ro);
-    ro.out_path = out;
     ro.out_format = fmt;
-    ro.force = 1;
-    ro.drop_pages = 1;
-    ro.threads = 2;
     ro.global_window_rows = win;
     ro.globals_last = last;
-    r = qx_rotate_file(&s, &desc, &ro, st, e);
-    qx_store_free(&s);
-    return r;
+    return ru_rotate_file(in, &desc, &ro, st, e);
 }
 
 /* Globals of 64 MiB or more in f32: by default the embedding and lm_head stream through in row

@@ -22,6 +22,7 @@
 
 #include "moe_util.h"
 #include "moe_store.h"
+#include "rotate_util.h"
 
 static void test_moe_invariance(void) {
     static const char* const fams[3] = {"mixtral", "qwen2_moe", "qwen3_moe"};
@@ -591,29 +592,12 @@ static int pe_exists(const char* path) {
 static quarot_result moe_rotate_file(const char* in, const char* out, int online, int whole, int threads,
                                      qx_rotate_file_stats* st, qx_err* e) {
     quarot_rotate_desc desc;
-    quarot_online_list list;
-    qx_rotate_file_opts ro;
-    qx_load_opts lo;
-    qx_store s;
-    quarot_result r;
-    memset(&lo, 0, sizeof lo);
-    memset(e, 0, sizeof *e);
-    if ((r = qx_load_model(in, &lo, &s, e)) != QUAROT_OK) return r;
-    quarot_online_list_init(&list, NULL);
+    qx_rotate_file_opts ro = ru_file_opts(out, threads);
     memset(&desc, 0, sizeof desc);
     desc.seed = 9;
     desc.online = online;
-    desc.online_out = online ? &list : NULL;
-    memset(&ro, 0, sizeof ro);
-    ro.out_path = out;
-    ro.force = 1;
-    ro.drop_pages = 1;
-    ro.threads = threads;
     ro.whole_experts = whole;
-    r = qx_rotate_file(&s, &desc, &ro, st, e);
-    qx_store_free(&s);
-    quarot_online_list_free(&list);
-    return r;
+    return ru_rotate_file(in, &desc, &ro, st, e);
 }
 
 /* quarot rotate of a GGUF with 3-D experts [n][out][in] (f32, f16, bf16; offline and --online):

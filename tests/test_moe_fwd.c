@@ -83,16 +83,6 @@ static int tool_logits(const qx_store* s, qx_forward_opts* o, const quarot_onlin
     return ok;
 }
 
-static double rel_diff(const float* a, const float* b, int64_t n) {
-    double d = 0, amax = 0;
-    int64_t i;
-    for (i = 0; i < n; ++i) {
-        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
-        if (fabs((double)a[i]) > amax) amax = fabs((double)a[i]);
-    }
-    return d / (amax > 0 ? amax : 1);
-}
-
 static void test_forward_matches_reference(void) {
     int f, stacked, i;
     for (i = 0; i < SEQ; ++i) g_toks[i] = (int32_t)((i * 11 + 5) % 48);
@@ -113,7 +103,7 @@ static void test_forward_matches_reference(void) {
             QT_CHECK(mt_store(&m, &s) == QUAROT_OK);
             memset(&o, 0, sizeof o);
             QT_CHECK(tool_logits(&s, &o, NULL, lb, &rt));
-            diff = rel_diff(la, lb, SEQ * 48);
+            diff = qt_rel_diff(lb, la, SEQ * 48);
             for (l = 0; l < m.cfg.n_layers; ++l) n_moe += quarot_config_layer_is_moe(&m.cfg, l);
             for (i = 0; i < (int)m.cfg.n_layers * SEQ * 2; ++i) flips += ca[i] != rt.chosen[i];
             QT_CHECKF(diff <= 2e-5, "%s %s: tool vs reference logits differ by %.3g of the largest", FAMS[f],
@@ -179,7 +169,7 @@ static void test_weight_quant_skips_router(void) {
             memset(&o, 0, sizeof o);
             QT_CHECK(tool_logits(&sq, &o, NULL, lp, &rt));
             QT_CHECKF(memcmp(lq, lp, sizeof lp) == 0, "%s %s: W4 is not the FP forward of the fake-quantized experts "
-                      "(rel %.3g)", FAMS[f], stacked ? "3-D" : "per expert", rel_diff(lp, lq, SEQ * 48));
+                      "(rel %.3g)", FAMS[f], stacked ? "3-D" : "per expert", qt_rel_diff(lq, lp, SEQ * 48));
             memset(&o, 0, sizeof o);
             o.quant.w_bits = 8;
             o.quant.a_bits = 8;
@@ -190,7 +180,7 @@ static void test_weight_quant_skips_router(void) {
             o.stream_weights = 0;
             o.quant.float_linears = 1;   /* the float product of the fake-quantized values */
             QT_CHECK(tool_logits(&s, &o, NULL, lp, &rp));
-            d8 = rel_diff(lp, l8, SEQ * 48);
+            d8 = qt_rel_diff(l8, lp, SEQ * 48);
             for (i = 0; i < 4 * SEQ * 2; ++i) flips += rt.chosen[i] != rp.chosen[i];
             QT_CHECKF(d8 <= 1e-4 && flips == 0, "%s: W8A8 integer vs float products %.3g, %lld flips", FAMS[f], d8, (long long)flips);
             printf("    %-9s %-10s W4 = FP on %d pre-quantized linears (router, shared gate FP): bit-identical; "
@@ -279,7 +269,7 @@ static void test_cli_eval_rotate(void) {
                 QT_CHECK(tool_logits(&a, &o, NULL, la, &ra));
                 memset(&o, 0, sizeof o);
                 QT_CHECK(tool_logits(&b, &o, online ? &l : NULL, lb, &rb));
-                rel = rel_diff(la, lb, SEQ * 48);
+                rel = qt_rel_diff(lb, la, SEQ * 48);
                 for (k = 0; k < m.cfg.n_layers * SEQ * 2; ++k) {
                     flips += ra.chosen[k] != rb.chosen[k];
                     routed += ra.chosen[k] >= 0;

@@ -416,9 +416,7 @@ static void test_cli_quantize_moe(void) {
         double a, b;
         int rc;
         if (qt_quick() && f != 1) continue;
-        g_all_moe = 1;
-        mt_build(&m, (family)f, 1, 80u + (unsigned)f);
-        g_all_moe = 0;
+        mt_build_all_moe(&m, (family)f, 1, 80u + (unsigned)f);
         snprintf(in, sizeof in, "%s/%s_in.gguf", g_tmp, FAMS[f]);
         snprintf(q, sizeof q, "%s/%s_q.gguf", g_tmp, FAMS[f]);
         snprintf(rot, sizeof rot, "%s/%s_rot.gguf", g_tmp, FAMS[f]);
@@ -512,9 +510,7 @@ static void test_cli_gptq_moe(void) {
     double a, b;
     int rc;
     g_mlp_only = 0;
-    g_all_moe = 1;
-    mt_build(&m, FAM_QWEN3, 1, 95u);
-    g_all_moe = 0;
+    mt_build_all_moe(&m, FAM_QWEN3, 1, 95u);
     g_mlp_only = 1;
     tie_router(&m);
     widen_vocab(&m);
@@ -615,9 +611,7 @@ static void test_cli_packed_from_gguf(void) {
         double a, b;
         int rc;
         if (qt_quick() && f != 1) continue;
-        g_all_moe = 1;
-        mt_build(&m, (family)f, 0, 70u + (unsigned)f);
-        g_all_moe = 0;
+        mt_build_all_moe(&m, (family)f, 0, 70u + (unsigned)f);
         L = (int)m.cfg.n_layers;
         if (f == 1) widen_vocab(&m);   /* GPTQ's calibration text through the byte-level tokenizer */
         stack_copy(&m, &st);

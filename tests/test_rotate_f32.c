@@ -21,6 +21,7 @@
 #include "cli/qx_cli.h"
 #include "pipeline/qx_rotate_file.h"
 #include "formats/qx_load.h"
+#include "rotate_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -150,31 +151,14 @@ static double tensor_max_abs(const quarot_tensor* t) {
 static quarot_result rotate_file(const char* in, const char* out, int online, int f64, int separate,
                                  int (*on_command)(void*, const quarot_command*), qx_rotate_file_stats* st, qx_err* e) {
     quarot_rotate_desc desc;
-    quarot_online_list list;
-    qx_rotate_file_opts ro;
-    qx_load_opts lo;
-    qx_store s;
-    quarot_result r;
-    memset(&lo, 0, sizeof lo);
-    memset(e, 0, sizeof *e);
-    QT_OK(qx_load_model(in, &lo, &s, e));
-    quarot_online_list_init(&list, NULL);
+    qx_rotate_file_opts ro = ru_file_opts(out, 2);
     memset(&desc, 0, sizeof desc);
     desc.rotation = QUAROT_ROTATION_HADAMARD;
     desc.online = online;
-    desc.online_out = online ? &list : NULL;
     desc.separate_fusions = separate;
     desc.on_command = on_command;
-    memset(&ro, 0, sizeof ro);
-    ro.out_path = out;
-    ro.force = 1;
-    ro.drop_pages = 1;
-    ro.threads = 2;
     ro.f64_arithmetic = f64;
-    r = qx_rotate_file(&s, &desc, &ro, st, e);
-    qx_store_free(&s);
-    quarot_online_list_free(&list);
-    return r;
+    return ru_rotate_file(in, &desc, &ro, st, e);
 }
 
 /* The same, which must succeed, and the output loaded into *o. */
