@@ -60,6 +60,7 @@ TABLE OF CONTENTS (each marker opens a module in the declaration half and again 
     >>quantize_layers  (implementation only) the layer-wise quantizer: Hessians, per-linear method, scale migration
     >>train            SpinQuant: backward passes of the decoder ops, Cayley SGD on the Stiefel manifold
     >>train_model      learned R1 / R2 on a quarot_model: the trainer (its loss, gradients, steps, run)
+    >>train_moe        (implementation only) the trainer's mixture-of-experts MLP: routing, experts, backward
     >>train_pass       (implementation only) the layer forward / backward and the chain rule into dL/dR
     >>train_setup      (implementation only) the trainer's checks, tensor names, start rotations, buffers, init
     >>train_run        (implementation only) the trainer's loss, step and run
@@ -2169,9 +2170,16 @@ QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const dou
 // Threads: model->env's parallel hook splits the GEMMs, the row-wise steps and attention (windows x
 // KV heads); every result is bit-identical for any thread count.
 // Supported: RMSNorm families with a gated MLP (llama, mistral, qwen2 with q/k/v biases, qwen3 with
-// q/k norms); LayerNorm, plain MLPs and biases on o_proj / the MLP -> QUAROT_ERR_UNSUPPORTED. The
-// adapter plan must list each layer's attention-norm readers as q, k, v and its MLP-norm readers as
-// gate, up, in that order (the built-in adapters do).
+// q/k norms) and their mixture-of-experts forms (mixtral, qwen2_moe with the shared expert and dense
+// layers between MoE layers, qwen3_moe; experts one tensor each or 3-D): the router and the
+// shared-expert gate read the MLP norm's FP output and stay FP, each token's top K experts are held
+// fixed in the backward (the weights' gradient goes through the router's softmax), the online R4 is
+// one Hadamard of the expert's width before every expert's down_proj (and the shared expert's).
+// LayerNorm, plain MLPs and biases on o_proj / the MLP -> QUAROT_ERR_UNSUPPORTED. The adapter plan
+// must list each layer's attention-norm readers as q, k, v and a dense MLP norm's readers as gate,
+// up, in that order; a MoE layer's MLP comes from the plan's blocks (the built-in adapters do both).
+// A MoE layer keeps, per row, K times an expert's activations (3 x expert width + hidden) on its tape,
+// and every expert's weights three times (frozen, effective, gradient) while it is processed.
 
 // The objective. CE: the mean next-token cross-entropy against the windows' tokens (SpinQuant).
 // KL: the mean KL divergence from the FP32 model's next-token distribution to the quantized one's,
@@ -2272,6 +2280,9 @@ QUAROT_API quarot_result quarot_trainer_step(quarot_trainer* t, const int32_t* t
 // t->stop_step and t->error say which step, and QUAROT_ERR_NONFINITE is returned.
 QUAROT_API quarot_result quarot_trainer_run(quarot_trainer* t, const int32_t* windows, int64_t n_windows,
                                             int64_t seq_len);
+
+// >>train_moe
+// (no declarations: a mixture-of-experts layer's MLP in the trainer, forward, backward and chain rule)
 
 // >>train_pass
 // (no declarations: the layer forward / backward and the chain rule into dL/dR1, dL/dR2)
@@ -16381,25 +16392,64 @@ typedef struct quarot__tr_tape {
     float *x, *rs1, *aq, *qraw, *kraw, *rsq, *rsk, *q, *k, *v, *attq, *xm, *rs2, *a2q, *g, *u, *hq;
 } quarot__tr_tape;
 
+// A mixture-of-experts layer's weights, f32 row-major: the router [E][h] and the shared-expert gate [h]
+// (NULL: none), the routed experts' gate / up [E][ei][h] and down [E][h][ei], the shared expert's
+// gate / up [si][h] and down [h][si] (NULL: none).
+typedef struct quarot__tr_mw {
+    float *wr, *ws, *eg, *eu, *ed, *sg, *su, *sd;
+} quarot__tr_mw;
+
+// A mixture-of-experts layer's activations: the MLP norm's FP output a2 (the router's and the gate's
+// input), the router logits z [rows][E]; per routed slot (rows*K of them, expert e's at cnt[e] ..
+// cnt[e+1]-1, each expert's in row order) its row rt, weight rw, gate / up outputs eg, eu and down_proj
+// input eh (after R4 and quantization) [slots][ei] and output ey [slots][h]; sel[t*K + j] row t's
+// j-th expert and slot[t*K + j] its slot; the shared expert's gs, us, hs [rows][si], output ys
+// [rows][h] and gate logit sc [rows].
+typedef struct quarot__tr_mtape {
+    float *a2, *z, *rw, *eg, *eu, *eh, *ey, *gs, *us, *hs, *ys, *sc;
+    int32_t *rt, *sel, *slot;
+    int64_t* cnt;
+} quarot__tr_mtape;
+
 // Per layer: the names of its tensors.
 enum { QUAROT__TR_N1, QUAROT__TR_Q, QUAROT__TR_K, QUAROT__TR_V, QUAROT__TR_O, QUAROT__TR_N2, QUAROT__TR_G, QUAROT__TR_U,
        QUAROT__TR_D, QUAROT__TR_QN, QUAROT__TR_KN, QUAROT__TR_BQ, QUAROT__TR_BK, QUAROT__TR_BV, QUAROT__TR_NAMES };
+
+// An online R4 transform: the fast transform of order n per block of a row (n 0: none), and the
+// same as a dense [n][n] matrix when n is small (a GEMM is faster there).
+typedef struct quarot__tr_r4 {
+    int64_t n;
+    quarot_hadamard_plan plan;
+    size_t work;
+    float* dense;
+} quarot__tr_r4;
 
 typedef struct quarot__tr {
     quarot_plan plan;
     quarot_env env;                      // the model's: allocator, parallel hook
     int threads;
     int64_t h, im, nh, nkv, hd, qd, kvd, V, L;
+    int64_t mlp_max;                     // the widest MLP inner width (dense, expert, shared)
+    // mixture of experts (nexp 0: none): nexp experts of width ei, top K (renormalized: norm_topk), a shared
+    // expert of width si (0: none) with its gate; per layer the plan's blocks (>>train_moe)
+    int64_t nexp, K, ei, si;
+    int norm_topk;
+    int64_t* moe_blk;                    // [L][4]: router, shared gate, shared expert, first expert (-1: dense layer)
+    quarot__tr_mw MF, ME, MdE;           // frozen, effective, d/dW_eff
+    quarot__tr_mtape* mtapes;            // [n_tapes]
+    float *mact, *mxg, *mdy, *mdx, *mdh, *mdg, *mdu, *mdw, *mdz, *mdc, *mwt;
+    int32_t* mint;
+    int64_t *mcnt, *mfill;
     float eps;
     char (*names)[QUAROT__TR_NAMES][QUAROT_NAME_MAX];   // [L]
     int has_b[3], has_qkn;               // q/k/v biases, q/k norms
     quarot_quant_desc qa, qa_down, qk, qv, qw;   // bits 0: that quantizer is off
     // fixed online transforms: across heads (dense H_g / sqrt(g) per block of g heads), before
-    // down_proj (the fast transform of order n4 per block), q/k after RoPE (dense H_n3 / sqrt(n3))
-    int64_t g_heads, n4, n3;
-    float *h_heads, *h3, *h4;            // h4: plan4 as a dense [n4][n4] matrix (small n4: a GEMM is faster)
-    quarot_hadamard_plan plan4;
-    size_t work4;
+    // down_proj (r4[0]; MoE: r4[1] before every expert's, r4[2] before the shared expert's), q/k after
+    // RoPE (dense H_n3 / sqrt(n3))
+    int64_t g_heads, n3;
+    float *h_heads, *h3;
+    quarot__tr_r4 r4[3];
     // globals
     float *final_g, *gain;                // [h]: the final norm, a layer norm being read
     const float* lm;                     // [V][h]: lm_owned or the model's own f32 tensor
@@ -16451,6 +16501,7 @@ typedef struct quarot__tr_rctx {
     const float *a, *b;
     int64_t n, T;
     const quarot_quant_desc* q;
+    const quarot__tr_r4* r4;
     int mode;
 } quarot__tr_rctx;
 
@@ -16570,13 +16621,13 @@ static quarot_result quarot__tr_f_heads(const quarot__tr_rctx* c, int64_t r0, in
         }
     return QUAROT_OK;
 }
-// The down_proj transform: each row's n4-blocks through the fast Hadamard transform (mode: transpose).
+// An R4 transform: each row's blocks of r4->n through the fast Hadamard transform (mode: transpose).
 static quarot_result quarot__tr_f_had4(const quarot__tr_rctx* c, int64_t r0, int64_t r1, float* w) {
-    const quarot__tr* p = c->p;
+    const quarot__tr_r4* h = c->r4;
     quarot_hadamard_apply_desc d;
     memset(&d, 0, sizeof d);
     d.transpose = c->mode;
-    return quarot_hadamard_apply_f32(&p->plan4, &d, c->x + r0 * c->n, (r1 - r0) * (c->n / p->n4), p->n4, w, p->work4);
+    return quarot_hadamard_apply_f32(&h->plan, &d, c->x + r0 * c->n, (r1 - r0) * (c->n / h->n), h->n, w, h->work);
 }
 
 static quarot_result quarot__tr_norm(quarot__tr* p, const float* x, int64_t rows, int64_t n, const float* g, float* y,
@@ -16614,20 +16665,24 @@ static quarot_result quarot__tr_heads(quarot__tr* p, float* x, int64_t rows, int
     c.mode = transpose;
     return quarot__tr_rows(&c, rows, quarot__tr_f_heads);
 }
-static quarot_result quarot__tr_had4(quarot__tr* p, float* x, int64_t rows, int transpose) {
-    quarot__tr_rctx c = quarot__tr_ctx(p, x, p->im);
-    if (!p->n4) return QUAROT_OK;
+// x [rows][width] through R4 transform k (r4[k]; none: unchanged).
+static quarot_result quarot__tr_had4(quarot__tr* p, int k, float* x, int64_t rows, int64_t width, int transpose) {
+    quarot__tr_rctx c = quarot__tr_ctx(p, x, width);
+    if (!p->r4[k].n) return QUAROT_OK;
+    c.r4 = &p->r4[k];
     c.mode = transpose;
     return quarot__tr_rows(&c, rows, quarot__tr_f_had4);
 }
-// The down_proj transform of activations: through the dense h4 (tmp [rows][im]) when there is one.
-static quarot_result quarot__tr_had4x(quarot__tr* p, float* x, int64_t rows, int transpose, float* tmp) {
+// The same for activations: through the dense matrix (tmp [rows][width]) when there is one.
+static quarot_result quarot__tr_had4x(quarot__tr* p, int k, float* x, int64_t rows, int64_t width, int transpose,
+                                      float* tmp) {
+    const quarot__tr_r4* h = &p->r4[k];
     quarot_result r;
     int64_t m;
-    if (!p->n4 || !p->h4) return quarot__tr_had4(p, x, rows, transpose);
-    m = rows * (p->im / p->n4);
-    r = quarot__tr_gemm(p, 0, transpose, m, p->n4, p->n4, x, p->n4, p->h4, p->n4, 0.0f, tmp, p->n4);
-    if (r == QUAROT_OK) memcpy(x, tmp, (size_t)(rows * p->im) * sizeof(float));
+    if (!h->n || !h->dense) return quarot__tr_had4(p, k, x, rows, width, transpose);
+    m = rows * (width / h->n);
+    r = quarot__tr_gemm(p, 0, transpose, m, h->n, h->n, x, h->n, h->dense, h->n, 0.0f, tmp, h->n);
+    if (r == QUAROT_OK) memcpy(x, tmp, (size_t)(rows * width) * sizeof(float));
     return r;
 }
 // R3: x [rows][width] <- x H3 (transpose: x H3^T) per block of n3, through tmp [rows][width]
@@ -16690,9 +16745,10 @@ static quarot_result quarot__tr_attention(quarot__tr* p, quarot__tr_attn_job* j,
 
 // ---- weights
 
-// Read `name` ([rows][cols], or a vector when rows == 1) into out as f32. Absent and optional: *present = 0.
-static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_t rows, int64_t cols, float* out,
-                                     int* present) {
+// Read `name` ([rows][cols], or a vector when rows == 1; slice >= 0: expert `slice` of a 3-D
+// [t->config.n_experts][rows][cols]) into out as f32. Absent and optional: *present = 0.
+static quarot_result quarot__tr_read_slice(quarot_trainer* t, const char* name, int64_t slice, int64_t rows,
+                                           int64_t cols, float* out, int* present) {
     quarot_model* m = t->model;
     quarot_tensor w;
     quarot_result r;
@@ -16710,6 +16766,15 @@ static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_
     if ((r = quarot_tensor_validate(&w)) != QUAROT_OK) {
         quarot__tr_err(t, "tensor '%s': invalid view", name);
         return r;
+    }
+    if (slice >= 0) {
+        if (w.ne[2] != t->config.n_experts || w.ne[3] != 1) {
+            quarot__tr_err(t, "tensor '%s' is {%lld, %lld, %lld}, expected %lld experts", name, (long long)w.ne[0],
+                           (long long)w.ne[1], (long long)w.ne[2], (long long)t->config.n_experts);
+            return QUAROT_ERR_SHAPE_MISMATCH;
+        }
+        w.data = (char*)w.data + (size_t)slice * w.nb[2];
+        w.ne[2] = 1;
     }
     if (w.ne[0] != cols || quarot_tensor_nrows(&w) != rows || (rows > 1 && w.ne[1] != rows)) {
         quarot__tr_err(t, "tensor '%s' is {%lld, %lld}, expected {%lld, %lld}", name, (long long)w.ne[0],
@@ -16729,6 +16794,16 @@ static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_
     return QUAROT_OK;
 }
 
+static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_t rows, int64_t cols, float* out,
+                                     int* present) {
+    return quarot__tr_read_slice(t, name, -1, rows, cols, out, present);
+}
+
+// The MLP of a mixture-of-experts layer (>>train_moe): layer l's weights into p->MF (gain: the MLP
+// norm's), their effective form into p->ME.
+static quarot_result quarot__tr_moe_load(quarot_trainer* t, int64_t l, const float* gain);
+static quarot_result quarot__tr_moe_form(quarot_trainer* t);
+
 // W[out][in] <- W diag(g)
 static void quarot__tr_scale_cols(float* w, int64_t out, int64_t in, const float* g) {
     int64_t r, j;
@@ -16745,6 +16820,7 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
     quarot__tr_lw* F = &p->F;
     quarot_result r, rr;
     int present;
+    const int moe = p->moe_blk && p->moe_blk[4 * l] >= 0;
     if (m->acquire_layer && (r = m->acquire_layer(m->user_data, l)) != QUAROT_OK) {
         quarot__tr_err(t, "acquire_layer(%lld) failed: %s", (long long)l, quarot_result_string(r));
         return r;
@@ -16753,9 +16829,9 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_K], p->kvd, p->h, F->wk, NULL);
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_V], p->kvd, p->h, F->wv, NULL);
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_O], p->h, p->qd, F->wo, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_G], p->im, p->h, F->wg, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_U], p->im, p->h, F->wu, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_D], p->h, p->im, F->wd, NULL);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_read(t, nm[QUAROT__TR_G], p->im, p->h, F->wg, NULL);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_read(t, nm[QUAROT__TR_U], p->im, p->h, F->wu, NULL);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_read(t, nm[QUAROT__TR_D], p->h, p->im, F->wd, NULL);
     if (r == QUAROT_OK && p->has_b[0]) r = quarot__tr_read(t, nm[QUAROT__TR_BQ], 1, p->qd, F->bq, NULL);
     if (r == QUAROT_OK && p->has_b[1]) r = quarot__tr_read(t, nm[QUAROT__TR_BK], 1, p->kvd, F->bk, NULL);
     if (r == QUAROT_OK && p->has_b[2]) r = quarot__tr_read(t, nm[QUAROT__TR_BV], 1, p->kvd, F->bv, NULL);
@@ -16777,7 +16853,8 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
             r = QUAROT_ERR_NOT_FOUND;
         }
     }
-    if (r == QUAROT_OK) {
+    if (r == QUAROT_OK && moe) r = quarot__tr_moe_load(t, l, p->gain);
+    if (r == QUAROT_OK && !moe) {
         quarot__tr_scale_cols(F->wg, p->im, p->h, p->gain);
         quarot__tr_scale_cols(F->wu, p->im, p->h, p->gain);
     }
@@ -16795,17 +16872,18 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
         return r;
     }
     if (p->g_heads) r = quarot__tr_heads(p, F->wo, p->h, 0);
-    if (r == QUAROT_OK && p->n4) r = quarot__tr_had4(p, F->wd, p->h, 0);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_had4(p, 0, F->wd, p->h, p->im, 0);
     return r;
 }
 
-// Layer l's effective weights (p->E) from p->F and the float rotations, and M, N of the chain rule.
+// Layer l's effective weights (p->nexp) from p->F and the float rotations, and M, N of the chain rule.
 static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
     quarot__tr* p = (quarot__tr*)t->priv;
     quarot__tr_lw *F = &p->F, *E = &p->E;
     const float* R1 = p->r1f;
     const float* R2 = p->r2f ? p->r2f + l * p->hd * p->hd : NULL;
     int64_t h = p->h, hd = p->hd, i, j, g;
+    const int moe = p->moe_blk && p->moe_blk[4 * l] >= 0;
     quarot_result r;
     r = quarot__tr_gemm(p, 0, 0, p->qd, h, h, F->wq, h, R1, h, 0.0f, E->wq, h);
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->kvd, h, h, F->wk, h, R1, h, 0.0f, E->wk, h);
@@ -16818,9 +16896,10 @@ static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
         r = quarot__tr_gemm(p, 0, 0, h, hd, hd, F->wo + g * hd, p->qd, R2, hd, 0.0f, p->no + g * hd, p->qd);
     if (r == QUAROT_OK && !R2) memcpy(p->no, F->wo, (size_t)(h * p->qd) * sizeof(float));
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->qd, h, R1, h, p->no, p->qd, 0.0f, E->wo, p->qd);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->im, h, h, F->wg, h, R1, h, 0.0f, E->wg, h);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, p->im, h, h, F->wu, h, R1, h, 0.0f, E->wu, h);
-    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->im, h, R1, h, F->wd, p->im, 0.0f, E->wd, p->im);
+    if (r == QUAROT_OK && moe) r = quarot__tr_moe_form(t);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_gemm(p, 0, 0, p->im, h, h, F->wg, h, R1, h, 0.0f, E->wg, h);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_gemm(p, 0, 0, p->im, h, h, F->wu, h, R1, h, 0.0f, E->wu, h);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_gemm(p, 1, 0, h, p->im, h, R1, h, F->wd, p->im, 0.0f, E->wd, p->im);
     if (r != QUAROT_OK) return r;
     if (p->has_b[0]) memcpy(E->bq, F->bq, (size_t)p->qd * sizeof(float));
     if (p->has_b[1]) memcpy(E->bk, F->bk, (size_t)p->kvd * sizeof(float));
@@ -16836,9 +16915,9 @@ static quarot_result quarot__tr_form(quarot_trainer* t, int64_t l) {
         if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wk, p->kvd, h, &p->qw);
         if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wv, p->kvd, h, &p->qw);
         if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wo, h, p->qd, &p->qw);
-        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wg, p->im, h, &p->qw);
-        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wu, p->im, h, &p->qw);
-        if (r == QUAROT_OK) r = quarot__tr_quant(p, E->wd, h, p->im, &p->qw);
+        if (r == QUAROT_OK && !moe) r = quarot__tr_quant(p, E->wg, p->im, h, &p->qw);
+        if (r == QUAROT_OK && !moe) r = quarot__tr_quant(p, E->wu, p->im, h, &p->qw);
+        if (r == QUAROT_OK && !moe) r = quarot__tr_quant(p, E->wd, h, p->im, &p->qw);
     }
     return r;
 }
@@ -16854,12 +16933,403 @@ static quarot_result quarot__tr_linear(quarot__tr* p, const float* x, int64_t ro
     return r;
 }
 
+// >>train_moe
+// The MLP of a mixture-of-experts layer, as the reference forward pass runs it
+// (examples/model/qx_forward.c): the router reads the MLP norm's FP output a2 (never quantized); a
+// row's weights are the softmax over all E experts at its top K (ties: the lower index), renormalized
+// over those K with norm_topk_prob; each routed expert runs on the rows routed to it (a2 quantized
+// per token, as for every reader), its output scaled by the weight and summed in expert order; the
+// shared expert runs on every row, scaled by sigmoid(a2 . w_gate). Effective weights are those the
+// processor folds: router, shared gate and every gate / up W diag(g2) R1, every down_proj R1^T W
+// (H4 of its width when online). Router and shared gate stay FP; the experts follow w_bits. The
+// backward holds the routing (which K experts) fixed and takes the weights' gradient through the
+// softmax into the router logits; quantizers are straight-through as elsewhere.
+
+// One projection of layer l's experts: expert e's 2-D tensor, or its slice of the 3-D one.
+static quarot_result quarot__tr_moe_read(quarot_trainer* t, int64_t l, int which, int64_t e, int64_t rows,
+                                         int64_t cols, float* out) {
+    const quarot__tr* p = (const quarot__tr*)t->priv;
+    const quarot_plan_block* b0 = &p->plan.blocks[p->moe_blk[4 * l + 3]];
+    const int stacked = b0->expert < 0;
+    const quarot_plan_block* b = stacked ? b0 : b0 + e;
+    const char* name = which == 0 ? b->gate : which == 1 ? b->up : b->down;
+    return quarot__tr_read_slice(t, name, stacked ? e : -1, rows, cols, out, NULL);
+}
+
+static quarot_result quarot__tr_moe_load(quarot_trainer* t, int64_t l, const float* gain) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot__tr_mw* F = &p->MF;
+    const int64_t h = p->h, E = p->nexp, ei = p->ei, si = p->si, *blk = p->moe_blk + 4 * l;
+    int64_t e;
+    quarot_result r = quarot__tr_read(t, p->plan.blocks[blk[0]].weight, E, h, F->wr, NULL);
+    for (e = 0; e < E && r == QUAROT_OK; ++e) {
+        r = quarot__tr_moe_read(t, l, 0, e, ei, h, F->eg + e * ei * h);
+        if (r == QUAROT_OK) r = quarot__tr_moe_read(t, l, 1, e, ei, h, F->eu + e * ei * h);
+        if (r == QUAROT_OK) r = quarot__tr_moe_read(t, l, 2, e, h, ei, F->ed + e * h * ei);
+    }
+    if (r == QUAROT_OK && si) {
+        const quarot_plan_block* b = &p->plan.blocks[blk[2]];
+        r = quarot__tr_read(t, p->plan.blocks[blk[1]].weight, 1, h, F->ws, NULL);
+        if (r == QUAROT_OK) r = quarot__tr_read(t, b->gate, si, h, F->sg, NULL);
+        if (r == QUAROT_OK) r = quarot__tr_read(t, b->up, si, h, F->su, NULL);
+        if (r == QUAROT_OK) r = quarot__tr_read(t, b->down, h, si, F->sd, NULL);
+    }
+    if (r != QUAROT_OK) return r;
+    quarot__tr_scale_cols(F->wr, E, h, gain);
+    quarot__tr_scale_cols(F->eg, E * ei, h, gain);
+    quarot__tr_scale_cols(F->eu, E * ei, h, gain);
+    if (si) {
+        quarot__tr_scale_cols(F->ws, 1, h, gain);
+        quarot__tr_scale_cols(F->sg, si, h, gain);
+        quarot__tr_scale_cols(F->su, si, h, gain);
+    }
+    // the online R4 halves folded into the down_projs
+    r = quarot__tr_had4(p, 1, F->ed, E * h, ei, 0);
+    if (r == QUAROT_OK && si) r = quarot__tr_had4(p, 2, F->sd, h, si, 0);
+    return r;
+}
+
+static quarot_result quarot__tr_moe_form(quarot_trainer* t) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot__tr_mw* F = &p->MF;
+    quarot__tr_mw* W = &p->ME;
+    const float* R1 = p->r1f;
+    const int64_t h = p->h, E = p->nexp, ei = p->ei, si = p->si;
+    int64_t e;
+    quarot_result r = quarot__tr_gemm(p, 0, 0, E, h, h, F->wr, h, R1, h, 0.0f, W->wr, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, E * ei, h, h, F->eg, h, R1, h, 0.0f, W->eg, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, E * ei, h, h, F->eu, h, R1, h, 0.0f, W->eu, h);
+    for (e = 0; e < E && r == QUAROT_OK; ++e)
+        r = quarot__tr_gemm(p, 1, 0, h, ei, h, R1, h, F->ed + e * h * ei, ei, 0.0f, W->ed + e * h * ei, ei);
+    if (r == QUAROT_OK && si) {
+        r = quarot__tr_gemm(p, 0, 0, 1, h, h, F->ws, h, R1, h, 0.0f, W->ws, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, si, h, h, F->sg, h, R1, h, 0.0f, W->sg, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, si, h, h, F->su, h, R1, h, 0.0f, W->su, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, si, h, R1, h, F->sd, si, 0.0f, W->sd, si);
+    }
+    if (r == QUAROT_OK && p->qw.bits) {   // the experts' weights per output channel; router and gate FP
+        r = quarot__tr_quant(p, W->eg, E * ei, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, W->eu, E * ei, h, &p->qw);
+        if (r == QUAROT_OK) r = quarot__tr_quant(p, W->ed, E * h, ei, &p->qw);
+        if (r == QUAROT_OK && si) r = quarot__tr_quant(p, W->sg, si, h, &p->qw);
+        if (r == QUAROT_OK && si) r = quarot__tr_quant(p, W->su, si, h, &p->qw);
+        if (r == QUAROT_OK && si) r = quarot__tr_quant(p, W->sd, h, si, &p->qw);
+    }
+    return r;
+}
+
+// One gated MLP of inner width ni on n rows x [n][h]: g = x Wg^T, u = x Wu^T, hq = Q(R4(act(g) u)),
+// y = hq Wd^T (R4: transform k).
+static quarot_result quarot__tr_moe_mlp(quarot_trainer* t, const float* x, int64_t n, int64_t ni, const float* wg,
+                                        const float* wu, const float* wd, int k, float* g, float* u, float* hq,
+                                        float* y) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot__tr_rctx gc;
+    quarot_result r = quarot__tr_linear(p, x, n, p->h, wg, NULL, ni, g);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, x, n, p->h, wu, NULL, ni, u);
+    if (r != QUAROT_OK) return r;
+    gc = quarot__tr_ctx(p, g, ni);
+    gc.a = u; gc.y = hq; gc.mode = (int)t->config.act;
+    r = quarot__tr_rows(&gc, n, quarot__tr_f_glu);
+    if (r == QUAROT_OK) r = quarot__tr_had4x(p, k, hq, n, ni, 0, p->tmp4);
+    if (r == QUAROT_OK) r = quarot__tr_quant(p, hq, n, ni, &p->qa_down);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, hq, n, ni, wd, NULL, p->h, y);
+    return r;
+}
+
+// The backward of quarot__tr_moe_mlp from dy [n][h] (its input x): dWg, dWu, dWd into dw*, dx [n][h]
+// overwritten; the inner gradients in p->mdh, mdg, mdu.
+static quarot_result quarot__tr_moe_mlp_bwd(quarot_trainer* t, const float* x, int64_t n, int64_t ni, const float* wg,
+                                            const float* wu, const float* wd, int k, const float* g, const float* u,
+                                            const float* hq, const float* dy, float* dwg, float* dwu, float* dwd,
+                                            float* dx) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const int64_t h = p->h;
+    quarot__tr_rctx gc;
+    quarot_result r = quarot__tr_gemm(p, 0, 0, n, ni, h, dy, h, wd, ni, 0.0f, p->mdh, ni);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, ni, n, dy, h, hq, ni, 0.0f, dwd, ni);
+    if (r == QUAROT_OK) r = quarot__tr_had4x(p, k, p->mdh, n, ni, 1, p->mdg);
+    if (r != QUAROT_OK) return r;
+    gc = quarot__tr_ctx(p, (float*)(uintptr_t)g, ni);
+    gc.a = u; gc.b = p->mdh; gc.y = p->mdg; gc.s = p->mdu; gc.mode = (int)t->config.act;
+    r = quarot__tr_rows(&gc, n, quarot__tr_f_glu_bwd);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, n, h, ni, p->mdg, ni, wg, h, 0.0f, dx, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, n, h, ni, p->mdu, ni, wu, h, 1.0f, dx, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, ni, h, n, p->mdg, ni, x, h, 0.0f, dwg, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, ni, h, n, p->mdu, ni, x, h, 0.0f, dwu, h);
+    return r;
+}
+
+// Row t's top K of its router logits z [E] into sel (ties: the lower index) and their weights into w
+// (qx_ops_route's arithmetic: softmax over all E in double).
+static quarot_result quarot__tr_route(const float* z, int64_t E, int64_t K, int norm, int32_t* sel, float* w) {
+    double mx, den = 0.0, top = 0.0;
+    int64_t e, j, i;
+    for (e = 0; e < E; ++e)
+        if (!(z[e] - z[e] == 0.0f)) return QUAROT_ERR_NONFINITE;
+    mx = (double)z[0];
+    for (e = 1; e < E; ++e) if ((double)z[e] > mx) mx = (double)z[e];
+    for (e = 0; e < E; ++e) den += exp((double)z[e] - mx);
+    for (j = 0; j < K; ++j) {
+        int64_t best = -1;
+        for (e = 0; e < E; ++e) {
+            for (i = 0; i < j && sel[i] != e; ++i) {}
+            if (i < j) continue;
+            if (best < 0 || z[e] > z[best]) best = e;
+        }
+        sel[j] = (int32_t)best;
+        top += exp((double)z[best] - mx) / den;
+    }
+    for (j = 0; j < K; ++j) {
+        double pj = exp((double)z[sel[j]] - mx) / den;
+        w[j] = (float)(norm ? pj / top : pj);
+    }
+    return QUAROT_OK;
+}
+
+// The MLP half of a MoE layer: from tp->xm into xout (= xm + the experts' sum), its activations in mt.
+static quarot_result quarot__tr_moe_fwd(quarot_trainer* t, quarot__tr_tape* tp, quarot__tr_mtape* mt, int64_t rows,
+                                        float* xout) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot__tr_mw* W = &p->ME;
+    const int64_t h = p->h, E = p->nexp, K = p->K, ei = p->ei, si = p->si;
+    int64_t r0, e, j, i;
+    quarot_result r = quarot__tr_norm(p, tp->xm, rows, h, NULL, mt->a2, tp->rs2);
+    if (r != QUAROT_OK) return r;
+    memcpy(tp->a2q, mt->a2, (size_t)(rows * h) * sizeof(float));
+    r = quarot__tr_quant(p, tp->a2q, rows, h, &p->qa);
+    if (r == QUAROT_OK) r = quarot__tr_linear(p, mt->a2, rows, h, W->wr, NULL, E, mt->z);
+    for (r0 = 0; r0 < rows && r == QUAROT_OK; ++r0)
+        r = quarot__tr_route(mt->z + r0 * E, E, K, p->norm_topk, mt->sel + r0 * K, p->mwt + r0 * K);
+    if (r != QUAROT_OK) return r;
+    // slots per expert in row order (a counting sort)
+    for (e = 0; e <= E; ++e) mt->cnt[e] = 0;
+    for (i = 0; i < rows * K; ++i) mt->cnt[mt->sel[i] + 1]++;
+    for (e = 0; e < E; ++e) mt->cnt[e + 1] += mt->cnt[e];
+    memcpy(p->mfill, mt->cnt, (size_t)E * sizeof(int64_t));
+    for (i = 0; i < rows * K; ++i) {
+        const int64_t at = p->mfill[mt->sel[i]]++;
+        mt->rt[at] = (int32_t)(i / K);
+        mt->rw[at] = p->mwt[i];
+        mt->slot[i] = (int32_t)at;
+    }
+    memset(xout, 0, (size_t)(rows * h) * sizeof(float));
+    for (e = 0; e < E && r == QUAROT_OK; ++e) {
+        const int64_t s0 = mt->cnt[e], n = mt->cnt[e + 1] - s0;
+        if (n == 0) continue;
+        for (i = 0; i < n; ++i)
+            memcpy(p->mxg + i * h, tp->a2q + (int64_t)mt->rt[s0 + i] * h, (size_t)h * sizeof(float));
+        r = quarot__tr_moe_mlp(t, p->mxg, n, ei, W->eg + e * ei * h, W->eu + e * ei * h, W->ed + e * h * ei, 1,
+                               mt->eg + s0 * ei, mt->eu + s0 * ei, mt->eh + s0 * ei, mt->ey + s0 * h);
+        for (i = 0; i < n && r == QUAROT_OK; ++i) {
+            float* y = xout + (int64_t)mt->rt[s0 + i] * h;
+            const float* o = mt->ey + (s0 + i) * h;
+            const float c = mt->rw[s0 + i];
+            for (j = 0; j < h; ++j) y[j] += c * o[j];
+        }
+    }
+    if (r == QUAROT_OK && si) {
+        r = quarot__tr_moe_mlp(t, tp->a2q, rows, si, W->sg, W->su, W->sd, 2, mt->gs, mt->us, mt->hs, mt->ys);
+        if (r == QUAROT_OK) r = quarot__tr_linear(p, mt->a2, rows, h, W->ws, NULL, 1, mt->sc);
+        for (r0 = 0; r0 < rows && r == QUAROT_OK; ++r0) {
+            const float g = (float)(1.0 / (1.0 + exp(-(double)mt->sc[r0])));
+            for (j = 0; j < h; ++j) xout[r0 * h + j] += g * mt->ys[r0 * h + j];
+        }
+    }
+    if (r == QUAROT_OK) r = quarot__tr_add(p, xout, tp->xm, rows, h);
+    return r;
+}
+
+// Its backward: p->dx holds dL/d(layer output) and gets the MLP norm's share added (as the dense
+// layer's); dL/dW_eff into p->MdE.
+static quarot_result quarot__tr_moe_bwd(quarot_trainer* t, const quarot__tr_tape* tp, const quarot__tr_mtape* mt,
+                                        int64_t rows) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot__tr_mw* W = &p->ME;
+    quarot__tr_mw* dW = &p->MdE;
+    const int64_t h = p->h, E = p->nexp, K = p->K, ei = p->ei, si = p->si;
+    const float* dx = p->dx;
+    float* da = p->da;
+    int64_t r0, e, j, i;
+    quarot_result r = QUAROT_OK;
+    memset(da, 0, (size_t)(rows * h) * sizeof(float));
+    if (si) {   // y += sigmoid(c) ys: dys = sigmoid(c) dy, dc = (dy . ys) sigmoid'(c)
+        for (r0 = 0; r0 < rows; ++r0) {
+            const double g = 1.0 / (1.0 + exp(-(double)mt->sc[r0]));
+            const float gf = (float)g;
+            double d = 0.0;
+            for (j = 0; j < h; ++j) {
+                d += (double)dx[r0 * h + j] * (double)mt->ys[r0 * h + j];
+                p->mdy[r0 * h + j] = gf * dx[r0 * h + j];
+            }
+            p->mdc[r0] = (float)(d * g * (1.0 - g));
+        }
+        r = quarot__tr_moe_mlp_bwd(t, tp->a2q, rows, si, W->sg, W->su, W->sd, 2, mt->gs, mt->us, mt->hs, p->mdy,
+                                   dW->sg, dW->su, dW->sd, p->mdx);
+        if (r == QUAROT_OK) r = quarot__tr_add(p, da, p->mdx, rows, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, 1, h, rows, p->mdc, 1, mt->a2, h, 0.0f, dW->ws, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, 1, p->mdc, 1, W->ws, h, 1.0f, da, h);
+    }
+    for (e = 0; e < E && r == QUAROT_OK; ++e) {   // expert e's rows: dy_i = w_i dy[row_i], dw_i = dy[row_i] . ey_i
+        const int64_t s0 = mt->cnt[e], n = mt->cnt[e + 1] - s0;
+        if (n == 0) {
+            memset(dW->eg + e * ei * h, 0, (size_t)(ei * h) * sizeof(float));
+            memset(dW->eu + e * ei * h, 0, (size_t)(ei * h) * sizeof(float));
+            memset(dW->ed + e * h * ei, 0, (size_t)(h * ei) * sizeof(float));
+            continue;
+        }
+        for (i = 0; i < n; ++i) {
+            const int64_t row = mt->rt[s0 + i];
+            const float c = mt->rw[s0 + i];
+            double d = 0.0;
+            for (j = 0; j < h; ++j) {
+                d += (double)dx[row * h + j] * (double)mt->ey[(s0 + i) * h + j];
+                p->mdy[i * h + j] = c * dx[row * h + j];
+            }
+            p->mdw[s0 + i] = (float)d;
+            memcpy(p->mxg + i * h, tp->a2q + row * h, (size_t)h * sizeof(float));
+        }
+        r = quarot__tr_moe_mlp_bwd(t, p->mxg, n, ei, W->eg + e * ei * h, W->eu + e * ei * h, W->ed + e * h * ei, 1,
+                                   mt->eg + s0 * ei, mt->eu + s0 * ei, mt->eh + s0 * ei, p->mdy, dW->eg + e * ei * h,
+                                   dW->eu + e * ei * h, dW->ed + e * h * ei, p->mdx);
+        for (i = 0; i < n && r == QUAROT_OK; ++i) {
+            float* d = da + (int64_t)mt->rt[s0 + i] * h;
+            for (j = 0; j < h; ++j) d[j] += p->mdx[i * h + j];
+        }
+    }
+    if (r != QUAROT_OK) return r;
+    // the router: with p_e the softmax over all E and S the row's K experts, w_j = p_j (or p_j / sum_S p:
+    // the softmax over S); dz = the softmax's backward of dw (held at the chosen S)
+    for (r0 = 0; r0 < rows; ++r0) {
+        const float* z = mt->z + r0 * E;
+        const int32_t* sel = mt->sel + r0 * K;
+        float* dz = p->mdz + r0 * E;
+        double mx = (double)z[0], den = 0.0, sum = 0.0, acc = 0.0;
+        for (e = 1; e < E; ++e) if ((double)z[e] > mx) mx = (double)z[e];
+        for (e = 0; e < E; ++e) dz[e] = 0.0f;
+        if (p->norm_topk) {
+            for (j = 0; j < K; ++j) sum += exp((double)z[sel[j]] - mx);
+            for (j = 0; j < K; ++j) acc += (double)p->mdw[mt->slot[r0 * K + j]] * (exp((double)z[sel[j]] - mx) / sum);
+            for (j = 0; j < K; ++j) {
+                const double q = exp((double)z[sel[j]] - mx) / sum;
+                dz[sel[j]] = (float)(q * ((double)p->mdw[mt->slot[r0 * K + j]] - acc));
+            }
+        } else {
+            for (e = 0; e < E; ++e) den += exp((double)z[e] - mx);
+            for (j = 0; j < K; ++j) acc += (double)p->mdw[mt->slot[r0 * K + j]] * (exp((double)z[sel[j]] - mx) / den);
+            for (e = 0; e < E; ++e) {
+                const double pe = exp((double)z[e] - mx) / den;
+                double d = -pe * acc;
+                for (j = 0; j < K; ++j)
+                    if (sel[j] == e) d += (double)p->mdw[mt->slot[r0 * K + j]] * pe;
+                dz[e] = (float)d;
+            }
+        }
+    }
+    r = quarot__tr_gemm(p, 1, 0, E, h, rows, p->mdz, E, mt->a2, h, 0.0f, dW->wr, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, h, E, p->mdz, E, W->wr, h, 1.0f, da, h);
+    if (r == QUAROT_OK) r = quarot__tr_norm_bwd(p, tp->xm, tp->rs2, rows, h, NULL, da, p->dx, 1);
+    return r;
+}
+
+// dL/dW_eff of a MoE layer's MLP -> dL/dR1 (G1, accumulated): readers dR1 += W^T dW, writers W dW^T.
+static quarot_result quarot__tr_moe_chain(quarot__tr* p, float* G1) {
+    const quarot__tr_mw *F = &p->MF, *dW = &p->MdE;
+    const int64_t h = p->h, E = p->nexp, ei = p->ei, si = p->si;
+    int64_t e;
+    quarot_result r = quarot__tr_gemm(p, 1, 0, h, h, E, F->wr, h, dW->wr, h, 1.0f, G1, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, E * ei, F->eg, h, dW->eg, h, 1.0f, G1, h);
+    if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, E * ei, F->eu, h, dW->eu, h, 1.0f, G1, h);
+    for (e = 0; e < E && r == QUAROT_OK; ++e)
+        r = quarot__tr_gemm(p, 0, 1, h, h, ei, F->ed + e * h * ei, ei, dW->ed + e * h * ei, ei, 1.0f, G1, h);
+    if (r == QUAROT_OK && si) {
+        r = quarot__tr_gemm(p, 1, 0, h, h, 1, F->ws, h, dW->ws, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, si, F->sg, h, dW->sg, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, si, F->su, h, dW->su, h, 1.0f, G1, h);
+        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, si, F->sd, si, dW->sd, si, 1.0f, G1, h);
+    }
+    return r;
+}
+
+static int quarot__tr_alloc_mw(quarot__tr* p, quarot__tr_mw* w) {
+    const int64_t h = p->h, E = p->nexp, ei = p->ei, si = p->si;
+    w->wr = (float*)quarot__tr_alloc(p, E * h, sizeof(float));
+    w->eg = (float*)quarot__tr_alloc(p, E * ei * h, sizeof(float));
+    w->eu = (float*)quarot__tr_alloc(p, E * ei * h, sizeof(float));
+    w->ed = (float*)quarot__tr_alloc(p, E * h * ei, sizeof(float));
+    if (!w->wr || !w->eg || !w->eu || !w->ed) return 0;
+    if (!si) return 1;
+    w->ws = (float*)quarot__tr_alloc(p, h, sizeof(float));
+    w->sg = (float*)quarot__tr_alloc(p, si * h, sizeof(float));
+    w->su = (float*)quarot__tr_alloc(p, si * h, sizeof(float));
+    w->sd = (float*)quarot__tr_alloc(p, h * si, sizeof(float));
+    return w->ws && w->sg && w->su && w->sd;
+}
+
+// A mixture-of-experts model: its sizes, each MoE layer's plan blocks (router, shared gate, shared
+// expert, experts 0..E-1 or one 3-D block), the weight buffers. *dense: whether any layer is dense.
+static quarot_result quarot__tr_moe_setup(quarot_trainer* t, int* dense) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot_model_config* c = &t->config;
+    int64_t l, i, e;
+    *dense = 1;
+    if (c->n_experts <= 0) return QUAROT_OK;
+    p->nexp = c->n_experts;
+    p->K = c->n_experts_used;
+    p->ei = c->expert_intermediate > 0 ? c->expert_intermediate : c->intermediate;
+    p->si = c->shared_intermediate > 0 ? c->shared_intermediate : 0;
+    p->norm_topk = c->norm_topk_prob != 0;
+    if (p->K < 1 || p->K > p->nexp || p->nexp > 65536 || p->ei < 1) {
+        quarot__tr_err(t, "config: %lld experts, %lld used per token, expert width %lld", (long long)p->nexp,
+                       (long long)p->K, (long long)p->ei);
+        return QUAROT_ERR_INVALID_ARGUMENT;
+    }
+    if (p->ei > p->mlp_max) p->mlp_max = p->ei;
+    if (p->si > p->mlp_max) p->mlp_max = p->si;
+    p->moe_blk = (int64_t*)quarot__tr_alloc(p, 4 * p->L, sizeof(int64_t));
+    if (!p->moe_blk) return QUAROT_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < 4 * p->L; ++i) p->moe_blk[i] = -1;
+    for (i = 0; i < p->plan.n_blocks; ++i) {
+        const quarot_plan_block* b = &p->plan.blocks[i];
+        int k = b->kind == QUAROT_BLOCK_ROUTER ? 0 : b->kind == QUAROT_BLOCK_SHARED_GATE ? 1
+                : b->kind == QUAROT_BLOCK_SHARED ? 2 : b->kind == QUAROT_BLOCK_EXPERTS ? 3 : -1;
+        if (k < 0 || b->layer < 0 || b->layer >= p->L) return QUAROT_ERR_INTERNAL;
+        if (p->moe_blk[4 * b->layer + k] < 0) p->moe_blk[4 * b->layer + k] = i;
+    }
+    *dense = 0;
+    for (l = 0; l < p->L; ++l) {
+        const int64_t* blk = p->moe_blk + 4 * l;
+        const int is_moe = quarot_config_layer_is_moe(c, l);
+        int ok = is_moe ? blk[0] >= 0 && blk[3] >= 0 && (blk[1] >= 0) == (p->si > 0) && (blk[2] >= 0) == (p->si > 0)
+                        : blk[0] < 0 && blk[1] < 0 && blk[2] < 0 && blk[3] < 0;
+        if (!is_moe) *dense = 1;
+        if (ok && is_moe && p->plan.blocks[blk[3]].expert >= 0)   // one block per expert, in order
+            for (e = 0; e < p->nexp && ok; ++e)
+                ok = blk[3] + e < p->plan.n_blocks && p->plan.blocks[blk[3] + e].kind == QUAROT_BLOCK_EXPERTS &&
+                     p->plan.blocks[blk[3] + e].layer == l && p->plan.blocks[blk[3] + e].expert == e;
+        if (ok && is_moe && p->plan.blocks[blk[2] >= 0 ? blk[2] : blk[3]].intermediate != (blk[2] >= 0 ? p->si : p->ei))
+            ok = 0;
+        if (!ok) {
+            quarot__tr_err(t,
+                           "layer %lld: the adapter plan's mixture-of-experts blocks do not match the config "
+                           "(router, %lld experts%s)",
+                           (long long)l, (long long)p->nexp, p->si ? ", shared expert" : "");
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+    }
+    if (!quarot__tr_alloc_mw(p, &p->MF) || !quarot__tr_alloc_mw(p, &p->ME) || !quarot__tr_alloc_mw(p, &p->MdE))
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    return QUAROT_OK;
+}
+
 // >>train_pass
 // One pass: the layer forward and backward, the chain rule into dL/dR, buffers, and the whole pass.
 
 // ---- one layer over rows = B*T rows (B windows of T tokens); xout may alias nothing in the tape.
-static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, quarot__tr_tape* tp, int64_t B, int64_t T, float* xout) {
+static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, int64_t l, quarot__tr_tape* tp, int64_t B, int64_t T,
+                                          float* xout) {
     quarot__tr* p = (quarot__tr*)t->priv;
+    quarot__tr_mtape* mt = p->moe_blk && p->moe_blk[4 * l] >= 0 ? &p->mtapes[tp - p->tapes] : NULL;
     const quarot__tr_lw* E = &p->E;
     const quarot__tr_lw* F = &p->F;
     const quarot_model_config* c = &t->config;
@@ -16893,6 +17363,7 @@ static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, quarot__tr_tape* tp
     if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->attq, rows, p->qd, E->wo, NULL, h, tp->xm);
     if (r == QUAROT_OK) r = quarot__tr_add(p, tp->xm, tp->x, rows, h);
     // MLP: a2q = Q(norm(x_mid)); h = act(gate) * up; R4; quantization; x_out = x_mid + hq Wd^T
+    if (r == QUAROT_OK && mt) return quarot__tr_moe_fwd(t, tp, mt, rows, xout);
     if (r == QUAROT_OK) r = quarot__tr_norm(p, tp->xm, rows, h, NULL, tp->a2q, tp->rs2);
     if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->a2q, rows, h, &p->qa);
     if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->a2q, rows, h, E->wg, NULL, p->im, tp->g);
@@ -16901,7 +17372,7 @@ static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, quarot__tr_tape* tp
     gc = quarot__tr_ctx(p, tp->g, p->im);
     gc.a = tp->u; gc.y = tp->hq; gc.mode = (int)c->act;
     r = quarot__tr_rows(&gc, rows, quarot__tr_f_glu);
-    if (r == QUAROT_OK) r = quarot__tr_had4x(p, tp->hq, rows, 0, p->tmp4);
+    if (r == QUAROT_OK) r = quarot__tr_had4x(p, 0, tp->hq, rows, p->im, 0, p->tmp4);
     if (r == QUAROT_OK) r = quarot__tr_quant(p, tp->hq, rows, p->im, &p->qa_down);
     if (r == QUAROT_OK) r = quarot__tr_linear(p, tp->hq, rows, p->im, E->wd, NULL, h, xout);
     if (r == QUAROT_OK) r = quarot__tr_add(p, xout, tp->xm, rows, h);
@@ -16910,8 +17381,10 @@ static quarot_result quarot__tr_layer_fwd(quarot_trainer* t, quarot__tr_tape* tp
 
 // dx [rows][h]: in, dL/d(layer output); out, dL/d(layer input). dL/dW_eff into p->dE (overwritten),
 // dL/db_v into p->dbv. Straight-through: quantized values' gradients pass unchanged.
-static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, const quarot__tr_tape* tp, int64_t B, int64_t T) {
+static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, int64_t l, const quarot__tr_tape* tp, int64_t B,
+                                          int64_t T) {
     quarot__tr* p = (quarot__tr*)t->priv;
+    const quarot__tr_mtape* mt = p->moe_blk && p->moe_blk[4 * l] >= 0 ? &p->mtapes[tp - p->tapes] : NULL;
     const quarot__tr_lw* E = &p->E;
     const quarot__tr_lw* F = &p->F;
     quarot__tr_lw* dE = &p->dE;
@@ -16922,9 +17395,13 @@ static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, const quarot__tr_ta
     quarot_result r;
     float* dx = p->dx;
     // down_proj: dhq = dx Wd, dWd = dx^T hq; R4^T; the gated activation
+    if (mt) {
+        r = quarot__tr_moe_bwd(t, tp, mt, rows);
+        goto attention;
+    }
     r = quarot__tr_gemm(p, 0, 0, rows, p->im, h, dx, h, E->wd, p->im, 0.0f, p->dh, p->im);
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->im, rows, dx, h, tp->hq, p->im, 0.0f, dE->wd, p->im);
-    if (r == QUAROT_OK) r = quarot__tr_had4x(p, p->dh, rows, 1, p->dg);
+    if (r == QUAROT_OK) r = quarot__tr_had4x(p, 0, p->dh, rows, p->im, 1, p->dg);
     if (r != QUAROT_OK) return r;
     gc = quarot__tr_ctx(p, tp->g, p->im);
     gc.a = tp->u; gc.b = p->dh; gc.y = p->dg; gc.s = p->du; gc.mode = (int)c->act;
@@ -16935,6 +17412,7 @@ static quarot_result quarot__tr_layer_bwd(quarot_trainer* t, const quarot__tr_ta
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->im, h, rows, p->dg, p->im, tp->a2q, h, 0.0f, dE->wg, h);
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, p->im, h, rows, p->du, p->im, tp->a2q, h, 0.0f, dE->wu, h);
     if (r == QUAROT_OK) r = quarot__tr_norm_bwd(p, tp->xm, tp->rs2, rows, h, NULL, p->da, dx, 1);
+attention:
     // o_proj: datt = dx Wo, dWo = dx^T attq; heads hook transposed; attention
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 0, rows, p->qd, h, dx, h, E->wo, p->qd, 0.0f, p->datt, p->qd);
     if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, p->qd, rows, dx, h, tp->attq, p->qd, 0.0f, dE->wo, p->qd);
@@ -16981,6 +17459,7 @@ static quarot_result quarot__tr_chain(quarot_trainer* t, int64_t l) {
     const quarot__tr_lw *F = &p->F, *dE = &p->dE;
     int64_t h = p->h, hd = p->hd, g, i, j;
     int d1 = !t->desc.freeze_r1, d2 = p->r2f && !t->desc.freeze_r2;
+    const int moe = p->moe_blk && p->moe_blk[4 * l] >= 0;
     const float* R2 = p->r2f ? p->r2f + l * hd * hd : NULL;
     float* G1 = p->g1f;
     float* G2 = p->g2f ? p->g2f + l * hd * hd : NULL;
@@ -16989,9 +17468,11 @@ static quarot_result quarot__tr_chain(quarot_trainer* t, int64_t l) {
     if (d1) {
         r = quarot__tr_gemm(p, 1, 0, h, h, p->qd, F->wq, h, dE->wq, h, 1.0f, G1, h);
         if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->kvd, F->wk, h, dE->wk, h, 1.0f, G1, h);
-        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->im, F->wg, h, dE->wg, h, 1.0f, G1, h);
-        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 1, 0, h, h, p->im, F->wu, h, dE->wu, h, 1.0f, G1, h);
-        if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, p->im, F->wd, p->im, dE->wd, p->im, 1.0f, G1, h);
+        if (r == QUAROT_OK && moe) r = quarot__tr_moe_chain(p, G1);
+        if (r == QUAROT_OK && !moe) r = quarot__tr_gemm(p, 1, 0, h, h, p->im, F->wg, h, dE->wg, h, 1.0f, G1, h);
+        if (r == QUAROT_OK && !moe) r = quarot__tr_gemm(p, 1, 0, h, h, p->im, F->wu, h, dE->wu, h, 1.0f, G1, h);
+        if (r == QUAROT_OK && !moe)
+            r = quarot__tr_gemm(p, 0, 1, h, h, p->im, F->wd, p->im, dE->wd, p->im, 1.0f, G1, h);
         if (r == QUAROT_OK) r = quarot__tr_gemm(p, 0, 1, h, h, p->qd, p->no, p->qd, dE->wo, p->qd, 1.0f, G1, h);
         // v_proj: dM = (I (x) R2) dW_eff (or dW_eff itself without R2)
         for (g = 0; g < p->nkv && r == QUAROT_OK && R2; ++g)
@@ -17026,6 +17507,22 @@ static void quarot__tr_free_acts(quarot__tr* p) {
         quarot_env_free(&p->env, *bufs[i]);
         *bufs[i] = NULL;
     }
+    {
+        float** mb[11];
+        mb[0] = &p->mact; mb[1] = &p->mxg; mb[2] = &p->mdy; mb[3] = &p->mdx; mb[4] = &p->mdh; mb[5] = &p->mdg;
+        mb[6] = &p->mdu; mb[7] = &p->mdw; mb[8] = &p->mdz; mb[9] = &p->mdc; mb[10] = &p->mwt;
+        for (i = 0; i < 11; ++i) {
+            quarot_env_free(&p->env, *mb[i]);
+            *mb[i] = NULL;
+        }
+    }
+    quarot_env_free(&p->env, p->mtapes);
+    quarot_env_free(&p->env, p->mint);
+    quarot_env_free(&p->env, p->mcnt);
+    quarot_env_free(&p->env, p->mfill);
+    p->mtapes = NULL;
+    p->mint = NULL;
+    p->mcnt = p->mfill = NULL;
     quarot_env_free(&p->env, p->tapes);
     quarot_env_free(&p->env, p->targets);
     quarot_env_free(&p->env, p->teacher);
@@ -17065,6 +17562,62 @@ static void quarot__tr_tape_set(const quarot__tr* p, quarot__tr_tape* tp, float*
     tp->hq = m;
 }
 
+// A MoE tape over `rows` rows: its floats, and the arrays of quarot__tr_mtape set from m, ints (3 rows*K)
+// and cnt (E + 1).
+static int64_t quarot__tr_mtape_floats(const quarot__tr* p, int64_t rows) {
+    const int64_t slots = rows * p->K;
+    return rows * (p->h + p->nexp + 1) + slots * (1 + 3 * p->ei + p->h) + (p->si ? rows * (3 * p->si + p->h) : 0);
+}
+
+static void quarot__tr_mtape_set(const quarot__tr* p, quarot__tr_mtape* mt, float* m, int32_t* ints, int64_t* cnt,
+                                 int64_t rows) {
+    const int64_t slots = rows * p->K;
+    memset(mt, 0, sizeof *mt);
+    mt->a2 = m; m += rows * p->h;
+    mt->z = m; m += rows * p->nexp;
+    mt->sc = m; m += rows;
+    mt->rw = m; m += slots;
+    mt->eg = m; m += slots * p->ei;
+    mt->eu = m; m += slots * p->ei;
+    mt->eh = m; m += slots * p->ei;
+    mt->ey = m; m += slots * p->h;
+    if (p->si) {
+        mt->gs = m; m += rows * p->si;
+        mt->us = m; m += rows * p->si;
+        mt->hs = m; m += rows * p->si;
+        mt->ys = m;
+    }
+    mt->rt = ints; mt->sel = ints + slots; mt->slot = ints + 2 * slots;
+    mt->cnt = cnt;
+}
+
+// The MoE tapes and scratch for `rows` rows (grad: with the backward's); 0 when out of memory.
+static int quarot__tr_reserve_moe(quarot__tr* p, int64_t rows, int grad) {
+    const int64_t slots = rows * p->K, mf = quarot__tr_mtape_floats(p, rows), wide = p->ei > p->si ? p->ei : p->si;
+    int64_t i;
+    p->mtapes = (quarot__tr_mtape*)quarot__tr_alloc(p, p->n_tapes, sizeof(quarot__tr_mtape));
+    p->mact = (float*)quarot__tr_alloc(p, p->n_tapes * mf, sizeof(float));
+    p->mint = (int32_t*)quarot__tr_alloc(p, p->n_tapes * 3 * slots, sizeof(int32_t));
+    p->mcnt = (int64_t*)quarot__tr_alloc(p, p->n_tapes * (p->nexp + 1), sizeof(int64_t));
+    p->mfill = (int64_t*)quarot__tr_alloc(p, p->nexp, sizeof(int64_t));
+    p->mxg = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float));
+    p->mwt = (float*)quarot__tr_alloc(p, slots, sizeof(float));
+    if (!p->mtapes || !p->mact || !p->mint || !p->mcnt || !p->mfill || !p->mxg || !p->mwt) return 0;
+    for (i = 0; i < p->n_tapes; ++i)
+        quarot__tr_mtape_set(p, &p->mtapes[i], p->mact + i * mf, p->mint + i * 3 * slots, p->mcnt + i * (p->nexp + 1),
+                             rows);
+    if (!grad) return 1;
+    p->mdy = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float));
+    p->mdx = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float));
+    p->mdh = (float*)quarot__tr_alloc(p, rows * wide, sizeof(float));
+    p->mdg = (float*)quarot__tr_alloc(p, rows * wide, sizeof(float));
+    p->mdu = (float*)quarot__tr_alloc(p, rows * wide, sizeof(float));
+    p->mdw = (float*)quarot__tr_alloc(p, slots, sizeof(float));
+    p->mdz = (float*)quarot__tr_alloc(p, rows * p->nexp, sizeof(float));
+    p->mdc = (float*)quarot__tr_alloc(p, rows, sizeof(float));
+    return p->mdy && p->mdx && p->mdh && p->mdg && p->mdu && p->mdw && p->mdz && p->mdc;
+}
+
 static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T, int grad) {
     quarot__tr* p = (quarot__tr*)t->priv;
     int64_t rows = B * T, tf, i, keep;
@@ -17080,10 +17633,12 @@ static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T,
     for (i = 0; ok && i < p->n_tapes; ++i) quarot__tr_tape_set(p, &p->tapes[i], p->act + i * tf, rows, 1);
     if (grad && t->desc.recompute)
         ok = ok && (p->ckpt = (float*)quarot__tr_alloc(p, p->L * rows * p->h, sizeof(float))) != NULL;
+    if (p->nexp) ok = ok && quarot__tr_reserve_moe(p, rows, grad);
     p->task_floats = 2 * T * T;
     if (p->g_heads && p->g_heads * p->hd > p->task_floats) p->task_floats = p->g_heads * p->hd;
-    if (p->n4 && (int64_t)(p->work4 / sizeof(float)) + 16 > p->task_floats)
-        p->task_floats = (int64_t)(p->work4 / sizeof(float)) + 16;
+    for (i = 0; i < 3; ++i)
+        if (p->r4[i].n && (int64_t)(p->r4[i].work / sizeof(float)) + 16 > p->task_floats)
+            p->task_floats = (int64_t)(p->r4[i].work / sizeof(float)) + 16;
     p->task_floats = (p->task_floats + 15) & ~(int64_t)15;
     p->attn_tasks = p->threads;
     ok = ok && (p->scr = (float*)quarot__tr_alloc(p, (p->threads > 1 ? p->threads : 1) * p->task_floats,
@@ -17092,7 +17647,8 @@ static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T,
     ok = ok && (p->xs = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->tmp = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->tmpq = (float*)quarot__tr_alloc(p, rows * p->qd, sizeof(float))) != NULL;
-    if (p->h4) ok = ok && (p->tmp4 = (float*)quarot__tr_alloc(p, rows * p->im, sizeof(float))) != NULL;
+    if (p->r4[0].dense || p->r4[1].dense || p->r4[2].dense)
+        ok = ok && (p->tmp4 = (float*)quarot__tr_alloc(p, rows * p->mlp_max, sizeof(float))) != NULL;
     ok = ok && (p->fin = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->dfin = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float))) != NULL;
     ok = ok && (p->rsf = (float*)quarot__tr_alloc(p, rows, sizeof(float))) != NULL;
@@ -17223,7 +17779,7 @@ static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int6
         if (r == QUAROT_OK) r = quarot__tr_form(t, l);
         if (r != QUAROT_OK) break;
         memcpy(tp->x, p->xs, (size_t)(rows * h) * sizeof(float));
-        if ((r = quarot__tr_layer_fwd(t, tp, B, T, p->xs)) != QUAROT_OK) break;
+        if ((r = quarot__tr_layer_fwd(t, l, tp, B, T, p->xs)) != QUAROT_OK) break;
     }
     if (r != QUAROT_OK) return quarot__tr_fail(t, r, l, "forward");
     // final norm, R1^T, its gain, lm_head, cross-entropy (dlogits into p->lg, chunk by chunk)
@@ -17258,8 +17814,8 @@ static quarot_result quarot__tr_pass(quarot_trainer* t, const int32_t* tok, int6
             r = quarot__tr_load(t, l);
             if (r == QUAROT_OK) r = quarot__tr_form(t, l);
         }
-        if (r == QUAROT_OK && p->n_tapes == 1 && l != p->L - 1) r = quarot__tr_layer_fwd(t, tp, B, T, p->tmp);
-        if (r == QUAROT_OK) r = quarot__tr_layer_bwd(t, tp, B, T);
+        if (r == QUAROT_OK && p->n_tapes == 1 && l != p->L - 1) r = quarot__tr_layer_fwd(t, l, tp, B, T, p->tmp);
+        if (r == QUAROT_OK) r = quarot__tr_layer_bwd(t, l, tp, B, T);
         if (r == QUAROT_OK) r = quarot__tr_chain(t, l);
         if (r != QUAROT_OK) return quarot__tr_fail(t, r, l, "backward");
     }
@@ -17290,6 +17846,16 @@ static void quarot__tr_priv_free(quarot__tr* p) {
         ptrs[6] = w->wd; ptrs[7] = w->bq; ptrs[8] = w->bk; ptrs[9] = w->bv; ptrs[10] = w->qn; ptrs[11] = w->kn;
         for (i = 0; i < 12; ++i) quarot_env_free(&env, ptrs[i]);
     }
+    {
+        quarot__tr_mw* mws[3];
+        mws[0] = &p->MF; mws[1] = &p->ME; mws[2] = &p->MdE;
+        for (k = 0; k < 3; ++k) {
+            quarot_env_free(&env, mws[k]->wr); quarot_env_free(&env, mws[k]->ws); quarot_env_free(&env, mws[k]->eg);
+            quarot_env_free(&env, mws[k]->eu); quarot_env_free(&env, mws[k]->ed); quarot_env_free(&env, mws[k]->sg);
+            quarot_env_free(&env, mws[k]->su); quarot_env_free(&env, mws[k]->sd);
+        }
+    }
+    quarot_env_free(&env, p->moe_blk);
     quarot_env_free(&env, p->mv);
     quarot_env_free(&env, p->no);
     quarot_env_free(&env, p->dmv);
@@ -17303,10 +17869,12 @@ static void quarot__tr_priv_free(quarot__tr* p) {
     quarot_env_free(&env, p->m2);
     quarot_env_free(&env, p->best1);
     quarot_env_free(&env, p->best2); quarot_env_free(&env, p->h_heads); quarot_env_free(&env, p->h3);
-    quarot_env_free(&env, p->h4);
+    for (k = 0; k < 3; ++k) {
+        quarot_env_free(&env, p->r4[k].dense);
+        quarot_hadamard_plan_free(&p->r4[k].plan);
+    }
     quarot_env_free(&env, p->final_g); quarot_env_free(&env, p->gain); quarot_env_free(&env, p->lm_owned);
     quarot_env_free(&env, p->names);
-    quarot_hadamard_plan_free(&p->plan4);
     quarot_plan_free(&p->plan);
     quarot_env_free(&env, p);
 }
@@ -17345,8 +17913,33 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
         const quarot_plan_fusion* f[2] = {NULL, NULL};
         char (*nm)[QUAROT_NAME_MAX] = p->names[l];
         int nf = 0, k;
+        const int moe = p->moe_blk && p->moe_blk[4 * l] >= 0;
         for (i = 0; i < p->plan.n_fusions && nf < 2; ++i)
             if (p->plan.fusions[i].layer == l) f[nf++] = &p->plan.fusions[i];
+        if (nf == 2 && moe && (f[0]->n_linears != 3 ||   // the attention norm's fusion first
+                               strcmp(p->plan.linears[f[0]->first_linear + 2].weight, p->plan.layers[l].v_proj) != 0)) {
+            const quarot_plan_fusion* sw = f[0];
+            f[0] = f[1];
+            f[1] = sw;
+        }
+        if (nf == 2 && moe && f[0]->n_linears == 3 && !f[0]->norm_bias[0] && !f[1]->norm_bias[0] &&
+            strcmp(p->plan.linears[f[0]->first_linear + 2].weight, p->plan.layers[l].v_proj) == 0) {
+            // a MoE layer: the MLP norm's readers are the plan's blocks (>>train_moe)
+            strcpy(nm[QUAROT__TR_N1], f[0]->norm_weight);
+            strcpy(nm[QUAROT__TR_N2], f[1]->norm_weight);
+            for (k = 0; k < 3; ++k) {
+                strcpy(nm[QUAROT__TR_Q + k], p->plan.linears[f[0]->first_linear + k].weight);
+                strcpy(nm[QUAROT__TR_BQ + k], p->plan.linears[f[0]->first_linear + k].bias);
+            }
+            strcpy(nm[QUAROT__TR_O], p->plan.layers[l].o_proj);
+            nm[QUAROT__TR_G][0] = nm[QUAROT__TR_U][0] = nm[QUAROT__TR_D][0] = '\0';
+            if (p->has_qkn && (!quarot__tr_name_swap(nm[QUAROT__TR_QN], nm[QUAROT__TR_Q], "q_proj", "q_norm") ||
+                               !quarot__tr_name_swap(nm[QUAROT__TR_KN], nm[QUAROT__TR_K], "k_proj", "k_norm"))) {
+                quarot__tr_err(t, "layer %lld: cannot name the q/k norms after '%s'", (long long)l, nm[QUAROT__TR_Q]);
+                return QUAROT_ERR_UNSUPPORTED;
+            }
+            continue;
+        }
         if (nf < 2 || f[0]->n_linears != 3 || f[1]->n_linears != 2 || f[0]->norm_bias[0] || f[1]->norm_bias[0]) {
             quarot__tr_err(t, "layer %lld: the adapter plan does not describe a norm -> q, k, v and a norm -> gate, up",
                            (long long)l);
@@ -17414,26 +18007,6 @@ static quarot_result quarot__tr_probe_biases(quarot_trainer* t) {
 
 // The dense normalized Hadamard matrix of the block an online site uses for a size n (n itself when
 // available, else the largest available order dividing it, as the processor's online rotations).
-// h4 = the rows e_i of the identity through plan4 (x h4 = the transform of x), for n4 <= QUAROT__TR_DENSE4.
-#define QUAROT__TR_DENSE4 256
-static quarot_result quarot__tr_dense4(quarot__tr* p) {
-    quarot_hadamard_apply_desc d;
-    float* w = (float*)quarot__tr_alloc(p, (int64_t)(p->work4 / sizeof(float)) + 16, sizeof(float));
-    quarot_result r;
-    int64_t i;
-    p->h4 = (float*)quarot__tr_alloc(p, p->n4 * p->n4, sizeof(float));
-    if (!w || !p->h4) {
-        quarot_env_free(&p->env, w);
-        return QUAROT_ERR_OUT_OF_MEMORY;
-    }
-    memset(&d, 0, sizeof d);
-    memset(p->h4, 0, (size_t)(p->n4 * p->n4) * sizeof(float));
-    for (i = 0; i < p->n4; ++i) p->h4[i * p->n4 + i] = 1.0f;
-    r = quarot_hadamard_apply_f32(&p->plan4, &d, p->h4, p->n4, p->n4, w, p->work4);
-    quarot_env_free(&p->env, w);
-    return r;
-}
-
 static quarot_result quarot__tr_online_block(quarot_trainer* t, int64_t n, const char* what, int64_t* b) {
     *b = quarot_hadamard_available(n) ? n : quarot_hadamard_largest_block(n, n);
     if (*b <= 1) {
@@ -17442,6 +18015,38 @@ static quarot_result quarot__tr_online_block(quarot_trainer* t, int64_t n, const
         return QUAROT_ERR_UNSUPPORTED_SIZE;
     }
     return QUAROT_OK;
+}
+
+// The dense form: the rows e_i of the identity through the plan (x dense = the transform of x), for
+// n <= QUAROT__TR_DENSE4.
+#define QUAROT__TR_DENSE4 256
+static quarot_result quarot__tr_dense4(quarot__tr* p, quarot__tr_r4* h) {
+    quarot_hadamard_apply_desc d;
+    float* w = (float*)quarot__tr_alloc(p, (int64_t)(h->work / sizeof(float)) + 16, sizeof(float));
+    quarot_result r;
+    int64_t i;
+    h->dense = (float*)quarot__tr_alloc(p, h->n * h->n, sizeof(float));
+    if (!w || !h->dense) {
+        quarot_env_free(&p->env, w);
+        return QUAROT_ERR_OUT_OF_MEMORY;
+    }
+    memset(&d, 0, sizeof d);
+    memset(h->dense, 0, (size_t)(h->n * h->n) * sizeof(float));
+    for (i = 0; i < h->n; ++i) h->dense[i * h->n + i] = 1.0f;
+    r = quarot_hadamard_apply_f32(&h->plan, &d, h->dense, h->n, h->n, w, h->work);
+    quarot_env_free(&p->env, w);
+    return r;
+}
+
+// R4 transform k for inputs of `width` (online): the order the processor's online rotation takes.
+static quarot_result quarot__tr_r4_init(quarot_trainer* t, int k, int64_t width, const char* what) {
+    quarot__tr* p = (quarot__tr*)t->priv;
+    quarot__tr_r4* h = &p->r4[k];
+    quarot_result r;
+    if ((r = quarot__tr_online_block(t, width, what, &h->n)) != QUAROT_OK) return r;
+    if ((r = quarot_hadamard_plan_init(&h->plan, h->n, &p->env)) != QUAROT_OK) return r;
+    h->work = quarot_hadamard_workspace_size(&h->plan);
+    return h->n <= QUAROT__TR_DENSE4 ? quarot__tr_dense4(p, h) : QUAROT_OK;
 }
 
 // R1 and R2 as quarot_rotate_model builds them by default (random Hadamard of the seed; R2 with the
@@ -17625,6 +18230,7 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
     const quarot_adapter* ad;
     quarot_result r;
     int64_t l, hd2;
+    int dense = 1;
     if (!t) return QUAROT_ERR_INVALID_ARGUMENT;
     memset(t, 0, sizeof *t);
     if (!model || !model->get_tensor) return QUAROT_ERR_INVALID_ARGUMENT;
@@ -17661,6 +18267,7 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
     p->h = c->hidden; p->im = c->intermediate; p->nh = c->n_heads; p->nkv = c->n_kv_heads; p->hd = c->head_dim;
     p->qd = p->nh * p->hd; p->kvd = p->nkv * p->hd; p->V = c->vocab; p->L = c->n_layers; p->eps = c->norm_eps;
     p->has_qkn = c->qk_norm != 0;
+    p->mlp_max = p->im;
     hd2 = p->hd * p->hd;
     quarot_plan_init(&p->plan, &model->env);
     ad = t->desc.adapter ? t->desc.adapter : quarot_adapter_find(c->arch);
@@ -17675,6 +18282,7 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
         quarot__tr_err(t, "adapter '%s' could not describe the model: %s", ad->arch, quarot_result_string(r));
         goto fail;
     }
+    if ((r = quarot__tr_moe_setup(t, &dense)) != QUAROT_OK) goto fail;
     p->names = (char (*)[QUAROT__TR_NAMES][QUAROT_NAME_MAX])quarot__tr_alloc(p, p->L, sizeof *p->names);
     if (!p->names) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
     if ((r = quarot__tr_names(t)) != QUAROT_OK || (r = quarot__tr_probe_biases(t)) != QUAROT_OK) goto fail;
@@ -17718,13 +18326,12 @@ QUAROT_API quarot_result quarot_trainer_init(quarot_trainer* t, quarot_model* mo
     // fixed online transforms
     if (t->desc.online) {
         if ((r = quarot__tr_online_block(t, p->nh, "o_proj heads", &p->g_heads)) != QUAROT_OK) goto fail;
-        if ((r = quarot__tr_online_block(t, p->im, "down_proj", &p->n4)) != QUAROT_OK) goto fail;
         p->h_heads = (float*)quarot__tr_alloc(p, p->g_heads * p->g_heads, sizeof(float));
         if (!p->h_heads) { r = QUAROT_ERR_OUT_OF_MEMORY; goto fail; }
         if ((r = quarot_hadamard_build_f32(p->g_heads, 1, p->h_heads, &p->env)) != QUAROT_OK) goto fail;
-        if ((r = quarot_hadamard_plan_init(&p->plan4, p->n4, &p->env)) != QUAROT_OK) goto fail;
-        p->work4 = quarot_hadamard_workspace_size(&p->plan4);
-        if (p->n4 <= QUAROT__TR_DENSE4 && (r = quarot__tr_dense4(p)) != QUAROT_OK) goto fail;
+        if (dense && (r = quarot__tr_r4_init(t, 0, p->im, "down_proj")) != QUAROT_OK) goto fail;
+        if (p->nexp && (r = quarot__tr_r4_init(t, 1, p->ei, "expert down_proj")) != QUAROT_OK) goto fail;
+        if (p->si && (r = quarot__tr_r4_init(t, 2, p->si, "shared expert down_proj")) != QUAROT_OK) goto fail;
     }
     if (t->desc.r3) {
         if ((r = quarot__tr_online_block(t, p->hd, "q/k", &p->n3)) != QUAROT_OK) goto fail;

@@ -3,13 +3,16 @@
      R1 = R2 = I and no hooks, logits within 2e-6 (rms, relative) of qx_forward on the original model;
      at its start (QuaRot's R1 / R2 of the seed) with the online hooks and R3, within 2e-6 of
      qx_forward on the model quarot_rotate_model rotated with the same seed, run with its hooks; for
-     llama (GQA), qwen2 (biases, tied embeddings), qwen3 (q/k norms) and stories260K.
+     llama (GQA), qwen2 (biases, tied embeddings), qwen3 (q/k norms), the mixture-of-experts families
+     (mixtral; qwen2_moe with a dense layer and the shared expert; qwen3_moe with 3-D experts; the
+     online hooks include R4 per expert) and stories260K.
    - Learned rotations applied by the processor (R1 as MATRIX, one R2 per layer through
      quarot_rotate_desc.r2_matrices, the same online hooks) give the trainer's logits, and the
      FP32 function of the original model: stories260K's perplexity equal within 1e-6 relative.
    - Steps keep every rotation orthogonal to 1e-6; quantized training lowers the batch loss (CE and
      the KL objective, which is 0 without quantization, positive and lowered with it).
-   - Same bits for 1, 2 and 3 threads (rotations, losses); recompute = 1 gives the same gradients.
+   - Same bits for 1, 2 and 3 threads (rotations, losses; qwen2 and qwen2_moe); recompute = 1 gives
+     the same gradients.
    - A NaN in the middle of a run stops it, keeps the best rotations so far and names the step.
    - Bad input: unsupported families, bad options, foreign tokens, non-orthogonal rotations. */
 #include "quarot.h"
@@ -32,6 +35,13 @@ static int make_model(qx_store* s, const char* arch, uint64_t seed) {
     sd.seed = seed;
     sd.hidden = 32; sd.intermediate = 48; sd.n_layers = 2; sd.n_heads = 4; sd.n_kv_heads = 2; sd.head_dim = 8; sd.vocab = 64;
     if (strcmp(arch, "qwen2") == 0) sd.tied = 1;
+    if (strstr(arch, "moe") || strcmp(arch, "mixtral") == 0) {   /* 4 experts, top 2 */
+        sd.n_experts = 4;
+        sd.n_experts_used = 2;
+        if (strcmp(arch, "mixtral") != 0) sd.expert_intermediate = 16;
+        if (strcmp(arch, "qwen2_moe") == 0) { sd.shared_intermediate = 32; sd.sparse_step = 2; }   /* layer 0 dense */
+        if (strcmp(arch, "qwen3_moe") == 0) sd.experts_stacked = 1;
+    }
     if (qx_synth_model(s, &sd, &e) != QUAROT_OK) { printf("    synth %s: %s\n", arch, e.msg); return 0; }
     return 1;
 }
@@ -85,6 +95,8 @@ static void check_forward(const char* arch) {
     double* eye;
     int64_t V;
     if (!make_model(&s, arch, 1)) { QT_CHECK(0); return; }
+    QT_CHECKF(s.config.n_experts == ((strstr(arch, "moe") || !strcmp(arch, "mixtral")) ? 4 : 0), "%s: %lld experts", arch,
+              (long long)s.config.n_experts);
     V = s.config.vocab;
     tokens_of(tok, T, V, 3);
     lt = (float*)malloc((size_t)(T * V) * sizeof(float));
@@ -131,6 +143,11 @@ static void check_forward(const char* arch) {
 static void test_forward_llama(void) { check_forward("llama"); }
 static void test_forward_qwen2(void) { check_forward("qwen2"); }
 static void test_forward_qwen3(void) { check_forward("qwen3"); }
+static void test_forward_moe(void) {
+    check_forward("mixtral");
+    check_forward("qwen2_moe");
+    check_forward("qwen3_moe");
+}
 
 /* A few quantized steps: orthogonal throughout, lower loss; then the processor applies them. */
 static void test_learned_apply(void) {
@@ -217,14 +234,14 @@ static void test_learned_apply(void) {
 }
 
 /* The whole run under 1, 2 and 3 threads, and recompute = 1: the same bits. */
-static void test_threads(void) {
+static void check_threads(const char* arch) {
     qx_store s;
     enum { NW = 6, T = 12, STEPS = 3 };
     int32_t tok[NW * T];
     double *r1 = NULL, *r2 = NULL, loss[STEPS], g1[32 * 32];
     int th, rc;
     int64_t n1, n2;
-    if (!make_model(&s, "qwen2", 3)) { QT_CHECK(0); return; }
+    if (!make_model(&s, arch, 3)) { QT_CHECK(0); return; }
     tokens_of(tok, NW * T, s.config.vocab, 5);
     n1 = s.config.hidden * s.config.hidden;
     n2 = s.config.n_layers * s.config.head_dim * s.config.head_dim;
@@ -258,7 +275,7 @@ static void test_threads(void) {
             memcpy(g1, t.grad_r1, (size_t)n1 * sizeof(double));
         } else {
             rc = memcmp(r1, t.r1, (size_t)n1 * sizeof(double)) == 0 && memcmp(r2, t.r2, (size_t)n2 * sizeof(double)) == 0;
-            QT_CHECKF(rc, "%d threads%s: rotations differ", th == 4 ? 3 : th, th == 4 ? " (recompute)" : "");
+            QT_CHECKF(rc, "%s, %d threads%s: rotations differ", arch, th == 4 ? 3 : th, th == 4 ? " (recompute)" : "");
             for (k = 0; k < STEPS; ++k) QT_CHECKF(loss[k] == t.history[k].loss, "step %d loss %.17g vs %.17g", k + 1, t.history[k].loss, loss[k]);
             QT_CHECK(memcmp(g1, t.grad_r1, (size_t)n1 * sizeof(double)) == 0);
         }
@@ -267,6 +284,12 @@ static void test_threads(void) {
     }
     free(r1); free(r2);
     qx_store_free(&s);
+}
+
+/* (qwen2_moe: a dense layer, then a MoE layer with the shared expert) */
+static void test_threads(void) {
+    check_threads("qwen2");
+    check_threads("qwen2_moe");
 }
 
 /* The KL objective: 0 with every quantizer off (the FP32 model is its own teacher, at any rotation),
@@ -516,6 +539,7 @@ int main(void) {
     QT_RUN(test_forward_llama);
     QT_RUN(test_forward_qwen2);
     QT_RUN(test_forward_qwen3);
+    QT_RUN(test_forward_moe);
     QT_RUN(test_learned_apply);
     QT_RUN(test_threads);
     QT_RUN(test_kl_loss);

@@ -250,6 +250,62 @@ static void test_eval_column(void) {
     QT_EQ_INT(CLI("eval '%s' --tokenizer '%s' --text '%s' --seq-len 64 --windows 2 --engine int --quiet", tmp_path("p.safetensors"), TOK, TEXT), 0);
 }
 
+/* A mixture-of-experts checkpoint (Qwen2-MoE: a dense layer, 4 experts top 2, a shared expert with
+   its gate, one tensor per expert, a Hugging Face directory): calibrate --method spinquant learns R1
+   and R2 with the online hooks (R4 per expert), rotate --rotations folds them (FP32 logits of the
+   rotated directory equal the original's, no routing change: rotate --check), and eval's learned
+   column keeps FP32. */
+static void test_moe(void) {
+    char dir[600], out[600], ids[4096];
+    const char* rot = tmp_path("moe_rot.safetensors");
+    const char* toks = tmp_path("moe_ids.txt");
+    const char* p;
+    qx_synth_desc sd;
+    qx_st_save_opts so;
+    qx_store s;
+    qx_err e;
+    double none = 0, learned = 0, *r1 = NULL, *r2 = NULL;
+    int64_t h = 0, hd = 0, L = 0;
+    char digest[64];
+    size_t n = 0;
+    int i;
+    snprintf(dir, sizeof dir, "%s/moe_dir", g_tmp);
+    snprintf(out, sizeof out, "%s/moe_learned", g_tmp);
+    memset(&sd, 0, sizeof sd);
+    sd.arch = "qwen2_moe";
+    sd.seed = 11;
+    sd.hidden = 32; sd.intermediate = 48; sd.n_layers = 2; sd.n_heads = 4; sd.n_kv_heads = 2; sd.head_dim = 8; sd.vocab = 64;
+    sd.n_experts = 4; sd.n_experts_used = 2; sd.expert_intermediate = 16; sd.shared_intermediate = 32; sd.sparse_step = 2;
+    memset(&so, 0, sizeof so);
+    so.force = 1;
+    if (qx_synth_model(&s, &sd, &e) != QUAROT_OK || qx_st_save(&s, dir, &so, &e) != QUAROT_OK) {
+        QT_CHECKF(0, "%s", e.msg);
+        return;
+    }
+    qx_store_free(&s);
+    for (i = 0; i < 700; ++i) n += (size_t)snprintf(ids + n, sizeof ids - n, "%d ", (i * 7 + 3) % 64);
+    QT_CHECK(write_str(toks, ids));
+    QT_EQ_INT(CLI("calibrate '%s' --tokens '%s' -o '%s' --method spinquant --seq-len 32 --nsamples 8 --batch 4 --steps 4 "
+                  "--a-asym --clip 0.9", dir, toks, rot), 0);
+    QT_CHECKF(strstr(g_out, "by SpinQuant") != NULL && strstr(g_out, "online Hadamards") != NULL, "%s", g_out);
+    QT_CHECK(read_rotations(rot, &r1, &r2, &h, &hd, &L, digest, sizeof digest));
+    QT_CHECK(h == 32 && hd == 8 && L == 2 && r1 && orth_err(r1, h) <= 1e-6);
+    QT_EQ_INT(CLI("rotate '%s' '%s' --rotations '%s' --check --force", dir, out, rot), 0);
+    QT_CHECKF(strstr(g_out, "learned rotations") != NULL && strstr(g_out, "routing flips 0") != NULL, "%s", g_out);
+    QT_EQ_INT(CLI("eval '%s' --tokens '%s' --seq-len 32 --windows 4 --rotations '%s' --rows W4A4 --quiet", dir, toks, rot), 0);
+    p = strstr(g_out, "FP32 to 9 digits:");
+    QT_CHECKF(p != NULL, "%s", g_out);
+    if (p) {
+        const char* a = strstr(p, "no rotation ");
+        const char* c = strstr(p, "learned ");
+        if (a) none = atof(a + 12);
+        if (c) learned = atof(c + 8);
+    }
+    QT_CHECKF(none > 0 && fabs(learned - none) <= 1e-6 * none, "FP32 %.9g vs %.9g", learned, none);
+    free(r1);
+    free(r2);
+}
+
 /* quarot run: spinquant trained in spec.prior, and read from a file in spec.process */
 static void test_run_yaml(void) {
     const char* yaml = tmp_path("spin.yaml");
@@ -350,6 +406,7 @@ int main(int argc, char** argv) {
     QT_RUN(test_eval_column);
     QT_RUN(test_run_yaml);
     QT_RUN(test_imported);
+    QT_RUN(test_moe);
     QT_RUN(test_errors);
     cu_finish();
     return qt_finish("test_train_cli");

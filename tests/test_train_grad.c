@@ -12,7 +12,12 @@
        max |analytic - fd| <= 1e-5 * max |fd|   over all of R1, and over all R2 entries
    (float rounding in the GEMMs and norms leaves 3e-7 .. 1.3e-6; under QT_QUICK every 7th entry). The losses agree to 1e-6 relative. Families:
    llama (GQA, both RoPE layouts), llama with the online hooks and R3, qwen2 (q/k/v biases, tied
-   embeddings), qwen3 (per-head q/k norms). Activation quantization is off here (the quantized loss
+   embeddings), qwen3 (per-head q/k norms), and the mixture-of-experts families, whose reference
+   routes each token in double (softmax over the experts, top K, renormalized for mixtral and
+   qwen3_moe) and runs the chosen experts and the shared expert with its sigmoid gate: mixtral,
+   qwen2_moe (a dense layer, the shared expert, online R4 per expert) and qwen3_moe (3-D experts).
+   The trainer holds the routing fixed; a token whose routing changed inside a difference would
+   show up as a gradient error, so the bound also says none did at these points. Activation quantization is off here (the quantized loss
    is piecewise constant; its straight-through gradient is checked for finiteness and closeness to
    the FP gradient at 8 bits). */
 #include "quarot.h"
@@ -26,6 +31,9 @@
 typedef struct ref {
     const qx_store* s;
     int64_t h, I, nh, nkv, hd, V, L, qd, kvd;
+    int64_t E, K, ei, si;        /* mixture of experts (E 0: dense) */
+    int norm_topk, mixtral, stacked;
+    double *h4e, *h4s;           /* R4 of the expert and shared widths */
     int il, online, r3, qkn, tied;
     double eps, theta;
     int64_t g_heads, n4, n3;
@@ -109,6 +117,94 @@ static void rope64(double* v, int64_t hd, int64_t pos, double theta, int il) {
     }
 }
 
+/* expert e's projection p (0 gate, 1 up, 2 down) of layer l, [rows][cols] in double */
+static double* expert64(const ref* m, int64_t l, int64_t e, int p) {
+    static const char* const hf[3] = {"gate_proj", "up_proj", "down_proj"}, *const mx[3] = {"w1", "w3", "w2"};
+    char sx[96];
+    double *all, *one;
+    int64_t n;
+    if (!m->stacked) {
+        snprintf(sx, sizeof sx, "%s.experts.%lld.%s.weight", m->mixtral ? "block_sparse_moe" : "mlp", (long long)e,
+                 m->mixtral ? mx[p] : hf[p]);
+        return layer64(m, l, sx);
+    }
+    snprintf(sx, sizeof sx, "%s.experts.%s.weight", m->mixtral ? "block_sparse_moe" : "mlp", m->mixtral ? mx[p] : hf[p]);
+    all = layer64(m, l, sx);
+    n = m->ei * m->h;
+    one = (double*)malloc((size_t)n * sizeof(double));
+    memcpy(one, all + e * n, (size_t)n * sizeof(double));
+    free(all);
+    return one;
+}
+
+/* One gated MLP in double on the normed row a [h] (gain g2): out [h] = (R1^T Wd H4) (act(Wg diag(g2) R1 a')
+   * (Wu diag(g2) R1 a')) where a' = a; the rotations as quarot_rotate_model folds them. */
+static void mlp64(const ref* m, const double* a, const double* r1, const double* g2, double* wg, double* wu, double* wd,
+                  int64_t I, const double* H4, int64_t n4, double* out) {
+    double *eg = (double*)malloc((size_t)(I * m->h) * sizeof(double)), *eu = (double*)malloc((size_t)(I * m->h) * sizeof(double));
+    double *ed = (double*)malloc((size_t)(m->h * I) * sizeof(double)), *gg = (double*)malloc((size_t)I * sizeof(double));
+    double* hh = (double*)malloc((size_t)I * sizeof(double));
+    int64_t i, j, h = m->h;
+    for (i = 0; i < I; ++i) for (j = 0; j < h; ++j) { wg[i * h + j] *= g2[j]; wu[i * h + j] *= g2[j]; }
+    mm(wg, r1, eg, I, h, h, 0, 0);
+    mm(wu, r1, eu, I, h, h, 0, 0);
+    if (m->online) for (i = 0; i < h; ++i) blocks_times(wd + i * I, I, H4, n4);
+    mm(r1, wd, ed, h, I, h, 1, 0);
+    mm(a, eg, gg, 1, I, h, 0, 1);
+    mm(a, eu, hh, 1, I, h, 0, 1);
+    for (j = 0; j < I; ++j) hh[j] *= gg[j] / (1.0 + exp(-gg[j]));
+    if (m->online) blocks_times(hh, I, H4, n4);
+    mm(hh, ed, out, 1, h, I, 0, 1);
+    free(eg); free(eu); free(ed); free(gg); free(hh);
+}
+
+/* The MoE MLP of layer l on the normed row a [h] (no gain) into out [h]: router softmax over all
+   experts, top K (renormalized with norm_topk), the experts' sum, the shared expert times its gate. */
+static void moe64(const ref* m, int64_t l, const double* a, const double* r1, double* out) {
+    const int64_t h = m->h, E = m->E;
+    double *g2 = layer64(m, l, "post_attention_layernorm.weight"), *wr = layer64(m, l, m->mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+    double *er = (double*)malloc((size_t)(E * h) * sizeof(double)), z[64], y[512], mx, den = 0.0, top = 0.0;
+    int64_t sel[8], i, j, e;
+    memset(z, 0, sizeof z);
+    for (i = 0; i < E; ++i) for (j = 0; j < h; ++j) wr[i * h + j] *= g2[j];
+    mm(wr, r1, er, E, h, h, 0, 0);
+    mm(a, er, z, 1, E, h, 0, 1);
+    mx = z[0];
+    for (e = 1; e < E; ++e) if (z[e] > mx) mx = z[e];
+    for (e = 0; e < E; ++e) den += exp(z[e] - mx);
+    for (j = 0; j < m->K; ++j) {
+        int64_t best = -1;
+        for (e = 0; e < E; ++e) {
+            for (i = 0; i < j && sel[i] != e; ++i) {}
+            if (i < j) continue;
+            if (best < 0 || z[e] > z[best]) best = e;
+        }
+        sel[j] = best;
+        top += exp(z[best] - mx) / den;
+    }
+    for (j = 0; j < h; ++j) out[j] = 0.0;
+    for (j = 0; j < m->K; ++j) {
+        double w = exp(z[sel[j]] - mx) / den, *wg = expert64(m, l, sel[j], 0), *wu = expert64(m, l, sel[j], 1);
+        double* wd = expert64(m, l, sel[j], 2);
+        if (m->norm_topk) w /= top;
+        mlp64(m, a, r1, g2, wg, wu, wd, m->ei, m->h4e, m->ei, y);
+        for (i = 0; i < h; ++i) out[i] += w * y[i];
+        free(wg); free(wu); free(wd);
+    }
+    if (m->si) {
+        double *wg = layer64(m, l, "mlp.shared_expert.gate_proj.weight"), *wu = layer64(m, l, "mlp.shared_expert.up_proj.weight");
+        double *wd = layer64(m, l, "mlp.shared_expert.down_proj.weight"), *ws = layer64(m, l, "mlp.shared_expert_gate.weight");
+        double c = 0.0, es[512];
+        for (j = 0; j < h; ++j) ws[j] *= g2[j];
+        mm(ws, r1, es, 1, h, h, 0, 0);
+        mm(a, es, &c, 1, 1, h, 0, 1);
+        mlp64(m, a, r1, g2, wg, wu, wd, m->si, m->h4s, m->si, y);
+        for (i = 0; i < h; ++i) out[i] += y[i] / (1.0 + exp(-c));
+        free(wg); free(wu); free(wd); free(ws);
+    }
+    free(g2); free(wr); free(er);
+}
+
 /* Mean next-token loss of tokens[B][T] at rotations r1 [h][h], r2 [L][hd][hd] (NULL = none). */
 static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, const double* r1, const double* r2) {
     int64_t h = m->h, I = m->I, hd = m->hd, qd = m->qd, kvd = m->kvd, grp = m->nh / m->nkv;
@@ -139,10 +235,11 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
         double *v = (double*)malloc((size_t)(rows * kvd) * sizeof(double)), *att = (double*)malloc((size_t)(rows * qd) * sizeof(double));
         double *hh = (double*)malloc((size_t)I * sizeof(double)), *gg = (double*)malloc((size_t)I * sizeof(double));
         const double* R2 = r2 ? r2 + l * hd * hd : NULL;
+        const int moe = m->E && quarot_config_layer_is_moe(&m->s->config, l);
         /* fused, rotated weights */
         for (i = 0; i < qd; ++i) for (j = 0; j < h; ++j) wq[i * h + j] *= g1[j];
         for (i = 0; i < m->kvd; ++i) for (j = 0; j < h; ++j) { wk[i * h + j] *= g1[j]; wv[i * h + j] *= g1[j]; }
-        for (i = 0; i < I; ++i) for (j = 0; j < h; ++j) { wg[i * h + j] *= g2[j]; wu[i * h + j] *= g2[j]; }
+        for (i = 0; i < I && !moe; ++i) for (j = 0; j < h; ++j) { wg[i * h + j] *= g2[j]; wu[i * h + j] *= g2[j]; }
         mm(wq, r1, eq, qd, h, h, 0, 0);
         mm(wk, r1, ek, kvd, h, h, 0, 0);
         mm(wv, r1, tmp, kvd, h, h, 0, 0);
@@ -157,10 +254,12 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
         if (m->online) for (i = 0; i < h; ++i) heads_times(wo + i * qd, m->nh, hd, m->hh, m->g_heads);
         if (R2) for (i = 0; i < h; ++i) blocks_times(wo + i * qd, qd, R2, hd);
         mm(r1, wo, eo, h, qd, h, 1, 0);
-        mm(wg, r1, eg, I, h, h, 0, 0);
-        mm(wu, r1, eu, I, h, h, 0, 0);
-        if (m->online) for (i = 0; i < h; ++i) blocks_times(wd + i * I, I, m->h4, m->n4);
-        mm(r1, wd, ed, h, I, h, 1, 0);
+        if (!moe) {
+            mm(wg, r1, eg, I, h, h, 0, 0);
+            mm(wu, r1, eu, I, h, h, 0, 0);
+            if (m->online) for (i = 0; i < h; ++i) blocks_times(wd + i * I, I, m->h4, m->n4);
+            mm(r1, wd, ed, h, I, h, 1, 0);
+        }
         /* q, k, v per token */
         for (r = 0; r < rows; ++r) {
             int64_t pos = r % T;
@@ -210,6 +309,12 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
             for (j = 0; j < h; ++j) x[r * h + j] += a[j];
             memcpy(a, x + r * h, (size_t)h * sizeof(double));
             rms64(a, h, NULL, m->eps);
+            if (moe) {
+                double y[512];
+                moe64(m, l, a, r1, y);
+                for (j = 0; j < h; ++j) x[r * h + j] += y[j];
+                continue;
+            }
             mm(a, eg, gg, 1, I, h, 0, 1);
             mm(a, eu, hh, 1, I, h, 0, 1);
             for (j = 0; j < I; ++j) hh[j] *= gg[j] / (1.0 + exp(-gg[j]));
@@ -248,7 +353,7 @@ static double* hadamard64(int64_t n) {
 }
 
 /* One family: the trainer's loss and gradients at a random orthogonal point against the reference. */
-static void check_family(const char* arch, int interleaved, int online, int r3) {
+static void check_family(const char* arch, int interleaved, int online, int r3, int stacked) {
     qx_store s;
     qx_synth_desc sd;
     qx_err e;
@@ -267,6 +372,13 @@ static void check_family(const char* arch, int interleaved, int online, int r3) 
     sd.hidden = 16; sd.intermediate = 48; sd.n_layers = 2; sd.n_heads = 4; sd.n_kv_heads = 2; sd.head_dim = 8; sd.vocab = 32;
     sd.rope_interleaved = interleaved;
     if (strcmp(arch, "qwen2") == 0) sd.tied = 1;
+    if (strstr(arch, "moe") || strcmp(arch, "mixtral") == 0) {   /* 4 experts, top 2 */
+        sd.n_experts = 4;
+        sd.n_experts_used = 2;
+        sd.experts_stacked = stacked;
+        if (strcmp(arch, "mixtral") != 0) sd.expert_intermediate = 16;
+        if (strcmp(arch, "qwen2_moe") == 0) { sd.shared_intermediate = 32; sd.sparse_step = 2; }   /* layer 0 dense */
+    }
     if (qx_synth_model(&s, &sd, &e) != QUAROT_OK) { QT_CHECKF(0, "synth %s: %s", arch, e.msg); return; }
     h = s.config.hidden; hd = s.config.head_dim; L = s.config.n_layers;
     qt_seed(21);
@@ -278,6 +390,10 @@ static void check_family(const char* arch, int interleaved, int online, int r3) 
     rf.theta = s.config.rope_theta > 0 ? (double)s.config.rope_theta : 10000.0;
     rf.g_heads = rf.nh; rf.n4 = rf.I; rf.n3 = hd;
     rf.hh = hadamard64(rf.nh); rf.h4 = hadamard64(rf.I); rf.h3 = hadamard64(hd);
+    rf.E = s.config.n_experts; rf.K = s.config.n_experts_used; rf.norm_topk = s.config.norm_topk_prob;
+    rf.ei = s.config.expert_intermediate > 0 ? s.config.expert_intermediate : s.config.intermediate;
+    rf.si = s.config.shared_intermediate; rf.mixtral = strcmp(arch, "mixtral") == 0; rf.stacked = s.config.experts_stacked;
+    rf.h4e = rf.E ? hadamard64(rf.ei) : NULL; rf.h4s = rf.si ? hadamard64(rf.si) : NULL;
     /* a random orthogonal point */
     r1 = (double*)malloc((size_t)(h * h) * sizeof(double));
     r2 = (double*)malloc((size_t)(L * hd * hd) * sizeof(double));
@@ -321,15 +437,23 @@ static void check_family(const char* arch, int interleaved, int online, int r3) 
                qt_rel_diff_f64(t.grad_r1, fd1, h * h), qt_rel_diff_f64(t.grad_r2, fd2, L * hd * hd));
     quarot_trainer_free(&t);
 out:
-    free(r1); free(r2); free(fd1); free(fd2); free(rf.hh); free(rf.h4); free(rf.h3);
+    free(r1); free(r2); free(fd1); free(fd2); free(rf.hh); free(rf.h4); free(rf.h3); free(rf.h4e); free(rf.h4s);
     qx_store_free(&s);
 }
 
-static void test_grad_llama(void) { check_family("llama", 0, 0, 0); }
-static void test_grad_llama_interleaved(void) { check_family("llama", 1, 0, 0); }
-static void test_grad_llama_online_r3(void) { check_family("llama", 0, 1, 1); }
-static void test_grad_qwen2(void) { check_family("qwen2", 0, 1, 0); }
-static void test_grad_qwen3(void) { check_family("qwen3", 0, 0, 1); }
+static void test_grad_llama(void) { check_family("llama", 0, 0, 0, 0); }
+static void test_grad_llama_interleaved(void) { check_family("llama", 1, 0, 0, 0); }
+static void test_grad_llama_online_r3(void) { check_family("llama", 0, 1, 1, 0); }
+static void test_grad_qwen2(void) { check_family("qwen2", 0, 1, 0, 0); }
+static void test_grad_qwen3(void) { check_family("qwen3", 0, 0, 1, 0); }
+/* mixture of experts: Mixtral (renormalized top 2), Qwen2-MoE (a dense layer, the shared expert and
+   its gate, weights not renormalized) with the online hooks (R4 per expert and for the shared one),
+   Qwen3-MoE with 3-D expert tensors */
+static void test_grad_moe(void) {
+    check_family("mixtral", 0, 0, 0, 0);
+    check_family("qwen2_moe", 0, 1, 0, 0);
+    check_family("qwen3_moe", 0, 0, 0, 1);
+}
 
 /* Straight-through gradients with fake quantization: finite, and at 8 bits close to the FP ones. */
 static void test_grad_quantized(void) {
@@ -380,6 +504,7 @@ int main(void) {
     QT_RUN(test_grad_llama_online_r3);
     QT_RUN(test_grad_qwen2);
     QT_RUN(test_grad_qwen3);
+    QT_RUN(test_grad_moe);
     QT_RUN(test_grad_quantized);
     return qt_finish("test_train_grad");
 }

@@ -294,7 +294,17 @@ static int calibrate_spin(qx_cli* cli, const calibrate_opts* o, const qx_store* 
     printf("  training   %d steps of %lld windows, lr %g (cosine), momentum %g, loss %s; activations %s, weights %s, KV %s%s%s\n",
            st.steps_run, (long long)o->batch, o->lr, o->momentum, o->loss == QUAROT_TRAIN_LOSS_KL ? "kl" : "ce",
            o->a_bits < 16 ? (o->q.a_asym ? "asymmetric" : "symmetric") : "FP", o->w_bits < 16 ? "RTN" : "FP", o->kv_bits < 16 ? "asymmetric" : "FP",
-           o->rot.no_online ? ", no online Hadamards" : ", online Hadamards (down_proj, heads)", o->rot.no_r2 ? ", no R2" : "");
+           o->rot.no_online                 ? ", no online Hadamards"
+           : model->config.n_experts <= 0   ? ", online Hadamards (down_proj, heads)"
+           : model->config.shared_intermediate > 0 ? ", online Hadamards (every expert's and the shared expert's down_proj, heads)"
+                                                   : ", online Hadamards (every expert's down_proj, heads)",
+           o->rot.no_r2 ? ", no R2" : "");
+    if (model->config.n_experts > 0)
+        printf("  experts    %lld of width %lld, top %lld%s: routing held fixed in the backward, routers%s FP\n",
+               (long long)model->config.n_experts,
+               (long long)(model->config.expert_intermediate > 0 ? model->config.expert_intermediate : model->config.intermediate),
+               (long long)model->config.n_experts_used, model->config.shared_intermediate > 0 ? " and a shared expert" : "",
+               model->config.shared_intermediate > 0 ? " and the shared-expert gate" : "");
     if (o->a_bits < 16 || o->w_bits < 16 || o->kv_bits < 16)
         printf("  bits       A%lld W%lld KV%lld, activation clip %g\n", (long long)o->a_bits, (long long)o->w_bits, (long long)o->kv_bits, o->a_clip);
     printf("  loss       batch loss %.6f (step 1, QuaRot's rotations) -> %.6f (step %d)\n", st.first_loss, st.last_loss, st.steps_run);
@@ -440,11 +450,7 @@ static int calibrate_check_model(calibrate_state* st) {
     qx_err e;
     int rc;
     quarot_result r;
-    if (c->n_experts > 0 && o->method == CALIB_SPINQUANT)   /* its loss and gradients run dense MLPs only */
-        return qx_cli_fail(&st->cli, QX_EXIT_INPUT, "%s: %s has mixture-of-experts layers (%lld experts): --method spinquant "
-                           "does not run them; --method adapt does (the shared expert's or the routed experts' inputs)",
-                           o->model, c->arch, (long long)c->n_experts);
-    if (c->n_experts > 0 && !st->layer_list) {
+    if (c->n_experts > 0 && o->method != CALIB_SPINQUANT && !st->layer_list) {
         /* msModelSlim's advice for MoE: the shared expert (every token) rather than one expert's
            linears (only the rows routed to it); without one, the routed experts' inputs pooled */
         st->moe_layer[0] = "mlp.up_proj";
