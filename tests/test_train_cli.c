@@ -224,16 +224,9 @@ static void test_rotate_matches_processor(void) {
     qx_spin_rot_free(&sr);
 }
 
-/* The learned column: FP32 unchanged; W4A4 reported beside QuaRot's. */
-static void test_eval_column(void) {
-    const char* rot = tmp_path("rot.safetensors");
-    const char* p;
+/* eval's "FP32 to 9 digits:" line at p: the learned column equals no rotation's within 1e-6 relative */
+static void fp32_learned_equals_none(const char* p) {
     double none = 0, learned = 0;
-    if (!SYN_OK) { QT_CHECK(0); return; }
-    QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 64 --windows 4 --rotations '%s' --rows W4A4 --quiet", MODEL, TEXT, rot), 0);
-    QT_CHECKF(strstr(g_out, "learned") != NULL && strstr(g_out, "QuaRot") != NULL, "%s", g_out);
-    p = strstr(g_out, "FP32 to 9 digits:");
-    QT_CHECK(p != NULL);
     if (p) {
         const char* a = strstr(p, "no rotation ");
         const char* c = strstr(p, "learned ");
@@ -241,6 +234,18 @@ static void test_eval_column(void) {
         if (c) learned = atof(c + 8);
     }
     QT_CHECKF(none > 0 && fabs(learned - none) <= 1e-6 * none, "FP32 %.9g vs %.9g", learned, none);
+}
+
+/* The learned column: FP32 unchanged; W4A4 reported beside QuaRot's. */
+static void test_eval_column(void) {
+    const char* rot = tmp_path("rot.safetensors");
+    const char* p;
+    if (!SYN_OK) { QT_CHECK(0); return; }
+    QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 64 --windows 4 --rotations '%s' --rows W4A4 --quiet", MODEL, TEXT, rot), 0);
+    QT_CHECKF(strstr(g_out, "learned") != NULL && strstr(g_out, "QuaRot") != NULL, "%s", g_out);
+    p = strstr(g_out, "FP32 to 9 digits:");
+    QT_CHECK(p != NULL);
+    fp32_learned_equals_none(p);
     /* --rotation learned alone: the columns no rotation and learned */
     QT_EQ_INT(CLI("eval '%s' --text '%s' --seq-len 64 --windows 2 --rotation learned --rotations '%s' --no-fp32 --rows W4A4 --quiet", MODEL,
                   TEXT, rot), 0);
@@ -264,7 +269,7 @@ static void test_moe(void) {
     qx_st_save_opts so;
     qx_store s;
     qx_err e;
-    double none = 0, learned = 0, *r1 = NULL, *r2 = NULL;
+    double *r1 = NULL, *r2 = NULL;
     int64_t h = 0, hd = 0, L = 0;
     char digest[64];
     size_t n = 0;
@@ -295,13 +300,7 @@ static void test_moe(void) {
     QT_EQ_INT(CLI("eval '%s' --tokens '%s' --seq-len 32 --windows 4 --rotations '%s' --rows W4A4 --quiet", dir, toks, rot), 0);
     p = strstr(g_out, "FP32 to 9 digits:");
     QT_CHECKF(p != NULL, "%s", g_out);
-    if (p) {
-        const char* a = strstr(p, "no rotation ");
-        const char* c = strstr(p, "learned ");
-        if (a) none = atof(a + 12);
-        if (c) learned = atof(c + 8);
-    }
-    QT_CHECKF(none > 0 && fabs(learned - none) <= 1e-6 * none, "FP32 %.9g vs %.9g", learned, none);
+    fp32_learned_equals_none(p);
     free(r1);
     free(r2);
 }
