@@ -2170,14 +2170,16 @@ QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const dou
 // Threads: model->env's parallel hook splits the GEMMs, the row-wise steps and attention (windows x
 // KV heads); every result is bit-identical for any thread count.
 // Supported: RMSNorm families with a gated MLP (llama, mistral, qwen2 with q/k/v biases, qwen3 with
-// q/k norms) and their mixture-of-experts forms (mixtral, qwen2_moe with the shared expert and dense
+// q/k norms, phi3 with q|k|v and gate|up fused: each weight read by its row ranges, no biases there)
+// and their mixture-of-experts forms (mixtral, qwen2_moe with the shared expert and dense
 // layers between MoE layers, qwen3_moe; experts one tensor each or 3-D): the router and the
 // shared-expert gate read the MLP norm's FP output and stay FP, each token's top K experts are held
 // fixed in the backward (the weights' gradient goes through the router's softmax), the online R4 is
 // one Hadamard of the expert's width before every expert's down_proj (and the shared expert's).
 // LayerNorm, plain MLPs and biases on o_proj / the MLP -> QUAROT_ERR_UNSUPPORTED. The adapter plan
 // must list each layer's attention-norm readers as q, k, v and a dense MLP norm's readers as gate,
-// up, in that order; a MoE layer's MLP comes from the plan's blocks (the built-in adapters do both).
+// up, in that order, or one fused weight each with the plan's v and up row ranges; a MoE layer's MLP
+// comes from the plan's blocks (the built-in adapters do all of these).
 // A MoE layer keeps, per row, K times an expert's activations (3 x expert width + hidden) on its tape,
 // and every expert's weights three times (frozen, effective, gradient) while it is processed.
 
@@ -16443,6 +16445,7 @@ typedef struct quarot__tr {
     float eps;
     char (*names)[QUAROT__TR_NAMES][QUAROT_NAME_MAX];   // [L]
     int has_b[3], has_qkn;               // q/k/v biases, q/k norms
+    int fused_qkv, fused_gu;             // q|k|v in one weight (rows q, k, v), gate|up in one (rows gate, up)
     quarot_quant_desc qa, qa_down, qk, qv, qw;   // bits 0: that quantizer is off
     // fixed online transforms: across heads (dense H_g / sqrt(g) per block of g heads), before
     // down_proj (r4[0]; MoE: r4[1] before every expert's, r4[2] before the shared expert's), q/k after
@@ -16745,10 +16748,11 @@ static quarot_result quarot__tr_attention(quarot__tr* p, quarot__tr_attn_job* j,
 
 // ---- weights
 
-// Read `name` ([rows][cols], or a vector when rows == 1; slice >= 0: expert `slice` of a 3-D
-// [t->config.n_experts][rows][cols]) into out as f32. Absent and optional: *present = 0.
-static quarot_result quarot__tr_read_slice(quarot_trainer* t, const char* name, int64_t slice, int64_t rows,
-                                           int64_t cols, float* out, int* present) {
+// Read rows row0 .. row0+rows-1 of `name` ([total][cols], or a vector when total == 1; slice >= 0: of
+// expert `slice` of a 3-D [t->config.n_experts][total][cols]) into out as f32. Absent and optional:
+// *present = 0.
+static quarot_result quarot__tr_read_view(quarot_trainer* t, const char* name, int64_t slice, int64_t row0,
+                                          int64_t rows, int64_t total, int64_t cols, float* out, int* present) {
     quarot_model* m = t->model;
     quarot_tensor w;
     quarot_result r;
@@ -16776,13 +16780,13 @@ static quarot_result quarot__tr_read_slice(quarot_trainer* t, const char* name, 
         w.data = (char*)w.data + (size_t)slice * w.nb[2];
         w.ne[2] = 1;
     }
-    if (w.ne[0] != cols || quarot_tensor_nrows(&w) != rows || (rows > 1 && w.ne[1] != rows)) {
+    if (w.ne[0] != cols || quarot_tensor_nrows(&w) != total || (total > 1 && w.ne[1] != total)) {
         quarot__tr_err(t, "tensor '%s' is {%lld, %lld}, expected {%lld, %lld}", name, (long long)w.ne[0],
-                       (long long)quarot_tensor_nrows(&w), (long long)cols, (long long)rows);
+                       (long long)quarot_tensor_nrows(&w), (long long)cols, (long long)total);
         return QUAROT_ERR_SHAPE_MISMATCH;
     }
     for (i = 0; i < rows; ++i)
-        if ((r = quarot_tensor_get_row_f32(&w, i, out + i * cols)) != QUAROT_OK) {
+        if ((r = quarot_tensor_get_row_f32(&w, row0 + i, out + i * cols)) != QUAROT_OK) {
             quarot__tr_err(t, "tensor '%s': %s", name, quarot_result_string(r));
             return r;
         }
@@ -16796,7 +16800,11 @@ static quarot_result quarot__tr_read_slice(quarot_trainer* t, const char* name, 
 
 static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_t rows, int64_t cols, float* out,
                                      int* present) {
-    return quarot__tr_read_slice(t, name, -1, rows, cols, out, present);
+    return quarot__tr_read_view(t, name, -1, 0, rows, rows, cols, out, present);
+}
+static quarot_result quarot__tr_read_slice(quarot_trainer* t, const char* name, int64_t slice, int64_t rows,
+                                           int64_t cols, float* out, int* present) {
+    return quarot__tr_read_view(t, name, slice, 0, rows, rows, cols, out, present);
 }
 
 // The MLP of a mixture-of-experts layer (>>train_moe): layer l's weights into p->MF (gain: the MLP
@@ -16821,16 +16829,22 @@ static quarot_result quarot__tr_load(quarot_trainer* t, int64_t l) {
     quarot_result r, rr;
     int present;
     const int moe = p->moe_blk && p->moe_blk[4 * l] >= 0;
+    const int64_t qkv = p->fused_qkv ? p->qd + 2 * p->kvd : p->qd, gu = p->fused_gu ? 2 * p->im : p->im;
     if (m->acquire_layer && (r = m->acquire_layer(m->user_data, l)) != QUAROT_OK) {
         quarot__tr_err(t, "acquire_layer(%lld) failed: %s", (long long)l, quarot_result_string(r));
         return r;
     }
-    r = quarot__tr_read(t, nm[QUAROT__TR_Q], p->qd, p->h, F->wq, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_K], p->kvd, p->h, F->wk, NULL);
-    if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_V], p->kvd, p->h, F->wv, NULL);
+    r = quarot__tr_read_view(t, nm[QUAROT__TR_Q], -1, 0, p->qd, qkv, p->h, F->wq, NULL);
+    if (r == QUAROT_OK)
+        r = quarot__tr_read_view(t, nm[QUAROT__TR_K], -1, p->fused_qkv ? p->qd : 0, p->kvd, p->fused_qkv ? qkv : p->kvd,
+                                 p->h, F->wk, NULL);
+    if (r == QUAROT_OK)
+        r = quarot__tr_read_view(t, nm[QUAROT__TR_V], -1, p->fused_qkv ? p->qd + p->kvd : 0, p->kvd,
+                                 p->fused_qkv ? qkv : p->kvd, p->h, F->wv, NULL);
     if (r == QUAROT_OK) r = quarot__tr_read(t, nm[QUAROT__TR_O], p->h, p->qd, F->wo, NULL);
-    if (r == QUAROT_OK && !moe) r = quarot__tr_read(t, nm[QUAROT__TR_G], p->im, p->h, F->wg, NULL);
-    if (r == QUAROT_OK && !moe) r = quarot__tr_read(t, nm[QUAROT__TR_U], p->im, p->h, F->wu, NULL);
+    if (r == QUAROT_OK && !moe) r = quarot__tr_read_view(t, nm[QUAROT__TR_G], -1, 0, p->im, gu, p->h, F->wg, NULL);
+    if (r == QUAROT_OK && !moe)
+        r = quarot__tr_read_view(t, nm[QUAROT__TR_U], -1, p->fused_gu ? p->im : 0, p->im, gu, p->h, F->wu, NULL);
     if (r == QUAROT_OK && !moe) r = quarot__tr_read(t, nm[QUAROT__TR_D], p->h, p->im, F->wd, NULL);
     if (r == QUAROT_OK && p->has_b[0]) r = quarot__tr_read(t, nm[QUAROT__TR_BQ], 1, p->qd, F->bq, NULL);
     if (r == QUAROT_OK && p->has_b[1]) r = quarot__tr_read(t, nm[QUAROT__TR_BK], 1, p->kvd, F->bk, NULL);
@@ -17904,6 +17918,11 @@ static int quarot__tr_name_swap(char* out, const char* name, const char* from, c
     return 1;
 }
 
+static int quarot__tr_exists(quarot_model* m, const char* name) {
+    quarot_tensor w;
+    return name && name[0] && m->get_tensor(m->user_data, name, &w) == QUAROT_OK;
+}
+
 // Each layer's names from the adapter plan: its two fusions (attention norm -> q, k, v; MLP norm ->
 // gate, up) and its o_proj / down_proj.
 static quarot_result quarot__tr_names(quarot_trainer* t) {
@@ -17914,6 +17933,8 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
         char (*nm)[QUAROT_NAME_MAX] = p->names[l];
         int nf = 0, k;
         const int moe = p->moe_blk && p->moe_blk[4 * l] >= 0;
+        const quarot_plan_layer* pl = &p->plan.layers[l];
+        int fq, fg;
         for (i = 0; i < p->plan.n_fusions && nf < 2; ++i)
             if (p->plan.fusions[i].layer == l) f[nf++] = &p->plan.fusions[i];
         if (nf == 2 && moe && (f[0]->n_linears != 3 ||   // the attention norm's fusion first
@@ -17940,19 +17961,30 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
             }
             continue;
         }
-        if (nf < 2 || f[0]->n_linears != 3 || f[1]->n_linears != 2 || f[0]->norm_bias[0] || f[1]->norm_bias[0]) {
+        // fused readers (Phi-3): q|k|v in one weight with v at rows qd + kvd, gate|up with up at rows im
+        fq = nf == 2 && f[0]->n_linears == 1 && pl->v_rows == p->kvd && pl->v_row0 == p->qd + p->kvd;
+        fg = nf == 2 && f[1]->n_linears == 1 && pl->up_rows == p->im && pl->up_row0 == p->im;
+        if (nf < 2 || (f[0]->n_linears != 3 && !fq) || (f[1]->n_linears != 2 && !fg) || f[0]->norm_bias[0] ||
+            f[1]->norm_bias[0]) {
             quarot__tr_err(t, "layer %lld: the adapter plan does not describe a norm -> q, k, v and a norm -> gate, up",
                            (long long)l);
+            return QUAROT_ERR_UNSUPPORTED;
+        }
+        if (l == 0) { p->fused_qkv = fq; p->fused_gu = fg; }
+        if (fq != p->fused_qkv || fg != p->fused_gu ||
+            (fq && (p->has_qkn || quarot__tr_exists(t->model, p->plan.linears[f[0]->first_linear].bias)))) {
+            quarot__tr_err(t, "layer %lld: fused q|k|v / gate|up in some layers only, or with a bias or q/k norms: not "
+                              "supported by the trainer", (long long)l);
             return QUAROT_ERR_UNSUPPORTED;
         }
         strcpy(nm[QUAROT__TR_N1], f[0]->norm_weight);
         strcpy(nm[QUAROT__TR_N2], f[1]->norm_weight);
         for (k = 0; k < 3; ++k) {
-            strcpy(nm[QUAROT__TR_Q + k], p->plan.linears[f[0]->first_linear + k].weight);
-            strcpy(nm[QUAROT__TR_BQ + k], p->plan.linears[f[0]->first_linear + k].bias);
+            strcpy(nm[QUAROT__TR_Q + k], p->plan.linears[f[0]->first_linear + (fq ? 0 : k)].weight);
+            strcpy(nm[QUAROT__TR_BQ + k], fq ? "" : p->plan.linears[f[0]->first_linear + k].bias);
         }
         strcpy(nm[QUAROT__TR_G], p->plan.linears[f[1]->first_linear].weight);
-        strcpy(nm[QUAROT__TR_U], p->plan.linears[f[1]->first_linear + 1].weight);
+        strcpy(nm[QUAROT__TR_U], p->plan.linears[f[1]->first_linear + (fg ? 0 : 1)].weight);
         strcpy(nm[QUAROT__TR_O], p->plan.layers[l].o_proj);
         strcpy(nm[QUAROT__TR_D], p->plan.layers[l].down_proj);
         if (strcmp(nm[QUAROT__TR_V], p->plan.layers[l].v_proj) != 0 ||
@@ -17967,11 +17999,6 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
         }
     }
     return QUAROT_OK;
-}
-
-static int quarot__tr_exists(quarot_model* m, const char* name) {
-    quarot_tensor w;
-    return name && name[0] && m->get_tensor(m->user_data, name, &w) == QUAROT_OK;
 }
 
 // Which biases layer 0 has: q/k/v ones are used; any on o_proj or the MLP is refused.

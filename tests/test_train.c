@@ -3,7 +3,8 @@
      R1 = R2 = I and no hooks, logits within 2e-6 (rms, relative) of qx_forward on the original model;
      at its start (QuaRot's R1 / R2 of the seed) with the online hooks and R3, within 2e-6 of
      qx_forward on the model quarot_rotate_model rotated with the same seed, run with its hooks; for
-     llama (GQA), qwen2 (biases, tied embeddings), qwen3 (q/k norms), the mixture-of-experts families
+     llama (GQA), qwen2 (biases, tied embeddings), qwen3 (q/k norms), phi3 (fused q|k|v and gate|up
+     read by row ranges), the mixture-of-experts families
      (mixtral; qwen2_moe with a dense layer and the shared expert; qwen3_moe with 3-D experts; the
      online hooks include R4 per expert) and stories260K.
    - Learned rotations applied by the processor (R1 as MATRIX, one R2 per layer through
@@ -143,6 +144,7 @@ static void check_forward(const char* arch) {
 static void test_forward_llama(void) { check_forward("llama"); }
 static void test_forward_qwen2(void) { check_forward("qwen2"); }
 static void test_forward_qwen3(void) { check_forward("qwen3"); }
+static void test_forward_phi3(void) { check_forward("phi3"); }   /* fused q|k|v and gate|up */
 static void test_forward_moe(void) {
     check_forward("mixtral");
     check_forward("qwen2_moe");
@@ -539,6 +541,7 @@ int main(void) {
     QT_RUN(test_forward_llama);
     QT_RUN(test_forward_qwen2);
     QT_RUN(test_forward_qwen3);
+    QT_RUN(test_forward_phi3);
     QT_RUN(test_forward_moe);
     QT_RUN(test_learned_apply);
     QT_RUN(test_threads);

@@ -15,7 +15,8 @@
    embeddings), qwen3 (per-head q/k norms), and the mixture-of-experts families, whose reference
    routes each token in double (softmax over the experts, top K, renormalized for mixtral and
    qwen3_moe) and runs the chosen experts and the shared expert with its sigmoid gate: mixtral,
-   qwen2_moe (a dense layer, the shared expert, online R4 per expert) and qwen3_moe (3-D experts).
+   qwen2_moe (a dense layer, the shared expert, online R4 per expert) and qwen3_moe (3-D experts);
+   and phi3, whose fused q|k|v and gate|up weights the reference splits by rows.
    The trainer holds the routing fixed; a token whose routing changed inside a difference would
    show up as a gradient error, so the bound also says none did at these points. Activation quantization is off here (the quantized loss
    is piecewise constant; its straight-through gradient is checked for finiteness and closeness to
@@ -33,6 +34,7 @@ typedef struct ref {
     int64_t h, I, nh, nkv, hd, V, L, qd, kvd;
     int64_t E, K, ei, si;        /* mixture of experts (E 0: dense) */
     int norm_topk, mixtral, stacked;
+    int fused;                   /* phi3: q|k|v and gate|up in one weight each */
     double *h4e, *h4s;           /* R4 of the expert and shared widths */
     int il, online, r3, qkn, tied;
     double eps, theta;
@@ -221,6 +223,21 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
         double *wq = layer64(m, l, "self_attn.q_proj.weight"), *wk = layer64(m, l, "self_attn.k_proj.weight");
         double *wv = layer64(m, l, "self_attn.v_proj.weight"), *wo = layer64(m, l, "self_attn.o_proj.weight");
         double *wg = layer64(m, l, "mlp.gate_proj.weight"), *wu = layer64(m, l, "mlp.up_proj.weight");
+        if (m->fused) {   /* the rows of the fused weights: q, k, v and gate, up */
+            double *qkv = layer64(m, l, "self_attn.qkv_proj.weight"), *gu = layer64(m, l, "mlp.gate_up_proj.weight");
+            wq = (double*)malloc((size_t)(qd * h) * sizeof(double));
+            wk = (double*)malloc((size_t)(kvd * h) * sizeof(double));
+            wv = (double*)malloc((size_t)(kvd * h) * sizeof(double));
+            wg = (double*)malloc((size_t)(I * h) * sizeof(double));
+            wu = (double*)malloc((size_t)(I * h) * sizeof(double));
+            memcpy(wq, qkv, (size_t)(qd * h) * sizeof(double));
+            memcpy(wk, qkv + qd * h, (size_t)(kvd * h) * sizeof(double));
+            memcpy(wv, qkv + (qd + kvd) * h, (size_t)(kvd * h) * sizeof(double));
+            memcpy(wg, gu, (size_t)(I * h) * sizeof(double));
+            memcpy(wu, gu + I * h, (size_t)(I * h) * sizeof(double));
+            free(qkv);
+            free(gu);
+        }
         double *wd = layer64(m, l, "mlp.down_proj.weight"), *g1 = layer64(m, l, "input_layernorm.weight");
         double *g2 = layer64(m, l, "post_attention_layernorm.weight");
         double *bq = layer64(m, l, "self_attn.q_proj.bias"), *bk = layer64(m, l, "self_attn.k_proj.bias");
@@ -394,6 +411,7 @@ static void check_family(const char* arch, int interleaved, int online, int r3, 
     rf.ei = s.config.expert_intermediate > 0 ? s.config.expert_intermediate : s.config.intermediate;
     rf.si = s.config.shared_intermediate; rf.mixtral = strcmp(arch, "mixtral") == 0; rf.stacked = s.config.experts_stacked;
     rf.h4e = rf.E ? hadamard64(rf.ei) : NULL; rf.h4s = rf.si ? hadamard64(rf.si) : NULL;
+    rf.fused = strcmp(arch, "phi3") == 0;
     /* a random orthogonal point */
     r1 = (double*)malloc((size_t)(h * h) * sizeof(double));
     r2 = (double*)malloc((size_t)(L * hd * hd) * sizeof(double));
@@ -449,6 +467,7 @@ static void test_grad_qwen3(void) { check_family("qwen3", 0, 0, 1, 0); }
 /* mixture of experts: Mixtral (renormalized top 2), Qwen2-MoE (a dense layer, the shared expert and
    its gate, weights not renormalized) with the online hooks (R4 per expert and for the shared one),
    Qwen3-MoE with 3-D expert tensors */
+static void test_grad_phi3(void) { check_family("phi3", 0, 1, 0, 0); }   /* fused q|k|v, gate|up */
 static void test_grad_moe(void) {
     check_family("mixtral", 0, 0, 0, 0);
     check_family("qwen2_moe", 0, 1, 0, 0);
@@ -504,6 +523,7 @@ int main(void) {
     QT_RUN(test_grad_llama_online_r3);
     QT_RUN(test_grad_qwen2);
     QT_RUN(test_grad_qwen3);
+    QT_RUN(test_grad_phi3);
     QT_RUN(test_grad_moe);
     QT_RUN(test_grad_quantized);
     return qt_finish("test_train_grad");
