@@ -16802,10 +16802,6 @@ static quarot_result quarot__tr_read(quarot_trainer* t, const char* name, int64_
                                      int* present) {
     return quarot__tr_read_view(t, name, -1, 0, rows, rows, cols, out, present);
 }
-static quarot_result quarot__tr_read_slice(quarot_trainer* t, const char* name, int64_t slice, int64_t rows,
-                                           int64_t cols, float* out, int* present) {
-    return quarot__tr_read_view(t, name, slice, 0, rows, rows, cols, out, present);
-}
 
 // The MLP of a mixture-of-experts layer (>>train_moe): layer l's weights into p->MF (gain: the MLP
 // norm's), their effective form into p->ME.
@@ -16967,7 +16963,7 @@ static quarot_result quarot__tr_moe_read(quarot_trainer* t, int64_t l, int which
     const int stacked = b0->expert < 0;
     const quarot_plan_block* b = stacked ? b0 : b0 + e;
     const char* name = which == 0 ? b->gate : which == 1 ? b->up : b->down;
-    return quarot__tr_read_slice(t, name, stacked ? e : -1, rows, cols, out, NULL);
+    return quarot__tr_read_view(t, name, stacked ? e : -1, 0, rows, rows, cols, out, NULL);
 }
 
 static quarot_result quarot__tr_moe_load(quarot_trainer* t, int64_t l, const float* gain) {
@@ -17321,7 +17317,8 @@ static quarot_result quarot__tr_moe_setup(quarot_trainer* t, int* dense) {
             for (e = 0; e < p->nexp && ok; ++e)
                 ok = blk[3] + e < p->plan.n_blocks && p->plan.blocks[blk[3] + e].kind == QUAROT_BLOCK_EXPERTS &&
                      p->plan.blocks[blk[3] + e].layer == l && p->plan.blocks[blk[3] + e].expert == e;
-        if (ok && is_moe && p->plan.blocks[blk[2] >= 0 ? blk[2] : blk[3]].intermediate != (blk[2] >= 0 ? p->si : p->ei))
+        if (ok && is_moe && (p->plan.blocks[blk[3]].intermediate != p->ei ||
+                             (blk[2] >= 0 && p->plan.blocks[blk[2]].intermediate != p->si)))
             ok = 0;
         if (!ok) {
             quarot__tr_err(t,
@@ -17937,41 +17934,24 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
         int fq, fg;
         for (i = 0; i < p->plan.n_fusions && nf < 2; ++i)
             if (p->plan.fusions[i].layer == l) f[nf++] = &p->plan.fusions[i];
-        if (nf == 2 && moe && (f[0]->n_linears != 3 ||   // the attention norm's fusion first
-                               strcmp(p->plan.linears[f[0]->first_linear + 2].weight, p->plan.layers[l].v_proj) != 0)) {
+        if (nf == 2 && moe && (f[0]->n_linears != 3 ||   // a MoE layer's MLP fusion may come first
+                               strcmp(p->plan.linears[f[0]->first_linear + 2].weight, pl->v_proj) != 0)) {
             const quarot_plan_fusion* sw = f[0];
             f[0] = f[1];
             f[1] = sw;
         }
-        if (nf == 2 && moe && f[0]->n_linears == 3 && !f[0]->norm_bias[0] && !f[1]->norm_bias[0] &&
-            strcmp(p->plan.linears[f[0]->first_linear + 2].weight, p->plan.layers[l].v_proj) == 0) {
-            // a MoE layer: the MLP norm's readers are the plan's blocks (>>train_moe)
-            strcpy(nm[QUAROT__TR_N1], f[0]->norm_weight);
-            strcpy(nm[QUAROT__TR_N2], f[1]->norm_weight);
-            for (k = 0; k < 3; ++k) {
-                strcpy(nm[QUAROT__TR_Q + k], p->plan.linears[f[0]->first_linear + k].weight);
-                strcpy(nm[QUAROT__TR_BQ + k], p->plan.linears[f[0]->first_linear + k].bias);
-            }
-            strcpy(nm[QUAROT__TR_O], p->plan.layers[l].o_proj);
-            nm[QUAROT__TR_G][0] = nm[QUAROT__TR_U][0] = nm[QUAROT__TR_D][0] = '\0';
-            if (p->has_qkn && (!quarot__tr_name_swap(nm[QUAROT__TR_QN], nm[QUAROT__TR_Q], "q_proj", "q_norm") ||
-                               !quarot__tr_name_swap(nm[QUAROT__TR_KN], nm[QUAROT__TR_K], "k_proj", "k_norm"))) {
-                quarot__tr_err(t, "layer %lld: cannot name the q/k norms after '%s'", (long long)l, nm[QUAROT__TR_Q]);
-                return QUAROT_ERR_UNSUPPORTED;
-            }
-            continue;
-        }
-        // fused readers (Phi-3): q|k|v in one weight with v at rows qd + kvd, gate|up with up at rows im
+        // fused readers (Phi-3): q|k|v in one weight with v at rows qd + kvd, gate|up with up at rows im;
+        // a MoE layer's MLP norm readers are the plan's blocks (>>train_moe)
         fq = nf == 2 && f[0]->n_linears == 1 && pl->v_rows == p->kvd && pl->v_row0 == p->qd + p->kvd;
-        fg = nf == 2 && f[1]->n_linears == 1 && pl->up_rows == p->im && pl->up_row0 == p->im;
-        if (nf < 2 || (f[0]->n_linears != 3 && !fq) || (f[1]->n_linears != 2 && !fg) || f[0]->norm_bias[0] ||
+        fg = nf == 2 && !moe && f[1]->n_linears == 1 && pl->up_rows == p->im && pl->up_row0 == p->im;
+        if (nf < 2 || (f[0]->n_linears != 3 && !fq) || (!moe && f[1]->n_linears != 2 && !fg) || f[0]->norm_bias[0] ||
             f[1]->norm_bias[0]) {
             quarot__tr_err(t, "layer %lld: the adapter plan does not describe a norm -> q, k, v and a norm -> gate, up",
                            (long long)l);
             return QUAROT_ERR_UNSUPPORTED;
         }
         if (l == 0) { p->fused_qkv = fq; p->fused_gu = fg; }
-        if (fq != p->fused_qkv || fg != p->fused_gu ||
+        if (fq != p->fused_qkv || (!moe && fg != p->fused_gu) ||
             (fq && (p->has_qkn || quarot__tr_exists(t->model, p->plan.linears[f[0]->first_linear].bias)))) {
             quarot__tr_err(t, "layer %lld: fused q|k|v / gate|up in some layers only, or with a bias or q/k norms: not "
                               "supported by the trainer", (long long)l);
@@ -17983,12 +17963,14 @@ static quarot_result quarot__tr_names(quarot_trainer* t) {
             strcpy(nm[QUAROT__TR_Q + k], p->plan.linears[f[0]->first_linear + (fq ? 0 : k)].weight);
             strcpy(nm[QUAROT__TR_BQ + k], fq ? "" : p->plan.linears[f[0]->first_linear + k].bias);
         }
-        strcpy(nm[QUAROT__TR_G], p->plan.linears[f[1]->first_linear].weight);
-        strcpy(nm[QUAROT__TR_U], p->plan.linears[f[1]->first_linear + (fg ? 0 : 1)].weight);
-        strcpy(nm[QUAROT__TR_O], p->plan.layers[l].o_proj);
-        strcpy(nm[QUAROT__TR_D], p->plan.layers[l].down_proj);
-        if (strcmp(nm[QUAROT__TR_V], p->plan.layers[l].v_proj) != 0 ||
-            strcmp(nm[QUAROT__TR_U], p->plan.layers[l].up_proj) != 0) {
+        strcpy(nm[QUAROT__TR_O], pl->o_proj);
+        nm[QUAROT__TR_G][0] = nm[QUAROT__TR_U][0] = nm[QUAROT__TR_D][0] = '\0';
+        if (!moe) {
+            strcpy(nm[QUAROT__TR_G], p->plan.linears[f[1]->first_linear].weight);
+            strcpy(nm[QUAROT__TR_U], p->plan.linears[f[1]->first_linear + (fg ? 0 : 1)].weight);
+            strcpy(nm[QUAROT__TR_D], pl->down_proj);
+        }
+        if (strcmp(nm[QUAROT__TR_V], pl->v_proj) != 0 || (!moe && strcmp(nm[QUAROT__TR_U], pl->up_proj) != 0)) {
             quarot__tr_err(t, "layer %lld: the plan's readers are not in the order q, k, v and gate, up", (long long)l);
             return QUAROT_ERR_UNSUPPORTED;
         }
