@@ -139,38 +139,85 @@ static double* expert64(const ref* m, int64_t l, int64_t e, int p) {
     return one;
 }
 
-/* One gated MLP in double on the normed row a [h] (gain g2): out [h] = (R1^T Wd H4) (act(Wg diag(g2) R1 a')
-   * (Wu diag(g2) R1 a')) where a' = a; the rotations as quarot_rotate_model folds them. */
-static void mlp64(const ref* m, const double* a, const double* r1, const double* g2, double* wg, double* wu, double* wd,
-                  int64_t I, const double* H4, int64_t n4, double* out) {
-    double *eg = (double*)malloc((size_t)(I * m->h) * sizeof(double)), *eu = (double*)malloc((size_t)(I * m->h) * sizeof(double));
-    double *ed = (double*)malloc((size_t)(m->h * I) * sizeof(double)), *gg = (double*)malloc((size_t)I * sizeof(double));
-    double* hh = (double*)malloc((size_t)I * sizeof(double));
+/* One gated MLP's effective weights in double, as quarot_rotate_model folds them: gate and up
+   W diag(g2) R1 [I][h], down R1^T W H4 [h][I] (wg, wu, wd are the frozen ones, changed in place). */
+typedef struct mlp_w64 {
+    int64_t I, n4;
+    double *eg, *eu, *ed;
+    const double* H4;
+} mlp_w64;
+
+static void mlp_form64(const ref* m, const double* r1, const double* g2, double* wg, double* wu, double* wd, int64_t I,
+                       const double* H4, mlp_w64* w) {
     int64_t i, j, h = m->h;
+    w->I = I; w->n4 = I; w->H4 = H4;
+    w->eg = (double*)malloc((size_t)(I * h) * sizeof(double));
+    w->eu = (double*)malloc((size_t)(I * h) * sizeof(double));
+    w->ed = (double*)malloc((size_t)(h * I) * sizeof(double));
     for (i = 0; i < I; ++i) for (j = 0; j < h; ++j) { wg[i * h + j] *= g2[j]; wu[i * h + j] *= g2[j]; }
-    mm(wg, r1, eg, I, h, h, 0, 0);
-    mm(wu, r1, eu, I, h, h, 0, 0);
-    if (m->online) for (i = 0; i < h; ++i) blocks_times(wd + i * I, I, H4, n4);
-    mm(r1, wd, ed, h, I, h, 1, 0);
-    mm(a, eg, gg, 1, I, h, 0, 1);
-    mm(a, eu, hh, 1, I, h, 0, 1);
-    for (j = 0; j < I; ++j) hh[j] *= gg[j] / (1.0 + exp(-gg[j]));
-    if (m->online) blocks_times(hh, I, H4, n4);
-    mm(hh, ed, out, 1, h, I, 0, 1);
-    free(eg); free(eu); free(ed); free(gg); free(hh);
+    mm(wg, r1, w->eg, I, h, h, 0, 0);
+    mm(wu, r1, w->eu, I, h, h, 0, 0);
+    if (m->online) for (i = 0; i < h; ++i) blocks_times(wd + i * I, I, H4, I);
+    mm(r1, wd, w->ed, h, I, h, 1, 0);
 }
 
-/* The MoE MLP of layer l on the normed row a [h] (no gain) into out [h]: router softmax over all
-   experts, top K (renormalized with norm_topk), the experts' sum, the shared expert times its gate. */
-static void moe64(const ref* m, int64_t l, const double* a, const double* r1, double* out) {
+/* out [h] = the MLP of the normed row a [h] (H4 on the down_proj input when online) */
+static void mlp_row64(const ref* m, const mlp_w64* w, const double* a, double* out) {
+    double *gg = (double*)malloc((size_t)w->I * sizeof(double)), *hh = (double*)malloc((size_t)w->I * sizeof(double));
+    int64_t j;
+    mm(a, w->eg, gg, 1, w->I, m->h, 0, 1);
+    mm(a, w->eu, hh, 1, w->I, m->h, 0, 1);
+    for (j = 0; j < w->I; ++j) hh[j] *= gg[j] / (1.0 + exp(-gg[j]));
+    if (m->online) blocks_times(hh, w->I, w->H4, w->n4);
+    mm(hh, w->ed, out, 1, m->h, w->I, 0, 1);
+    free(gg); free(hh);
+}
+
+/* A MoE layer's effective weights: router er [E][h], the experts (E <= 16), the shared expert and its gate es [h]. */
+typedef struct moe_w64 {
+    double *er, *es;
+    mlp_w64 ex[16], sh;
+} moe_w64;
+
+static void moe_form64(const ref* m, int64_t l, const double* r1, moe_w64* w) {
     const int64_t h = m->h, E = m->E;
     double *g2 = layer64(m, l, "post_attention_layernorm.weight"), *wr = layer64(m, l, m->mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
-    double *er = (double*)malloc((size_t)(E * h) * sizeof(double)), z[64], y[512], mx, den = 0.0, top = 0.0;
+    int64_t i, j, e;
+    memset(w, 0, sizeof *w);
+    w->er = (double*)malloc((size_t)(E * h) * sizeof(double));
+    for (i = 0; i < E; ++i) for (j = 0; j < h; ++j) wr[i * h + j] *= g2[j];
+    mm(wr, r1, w->er, E, h, h, 0, 0);
+    for (e = 0; e < E; ++e) {
+        double *wg = expert64(m, l, e, 0), *wu = expert64(m, l, e, 1), *wd = expert64(m, l, e, 2);
+        mlp_form64(m, r1, g2, wg, wu, wd, m->ei, m->h4e, &w->ex[e]);
+        free(wg); free(wu); free(wd);
+    }
+    if (m->si) {
+        double *wg = layer64(m, l, "mlp.shared_expert.gate_proj.weight"), *wu = layer64(m, l, "mlp.shared_expert.up_proj.weight");
+        double *wd = layer64(m, l, "mlp.shared_expert.down_proj.weight"), *ws = layer64(m, l, "mlp.shared_expert_gate.weight");
+        w->es = (double*)malloc((size_t)h * sizeof(double));
+        for (j = 0; j < h; ++j) ws[j] *= g2[j];
+        mm(ws, r1, w->es, 1, h, h, 0, 0);
+        mlp_form64(m, r1, g2, wg, wu, wd, m->si, m->h4s, &w->sh);
+        free(wg); free(wu); free(wd); free(ws);
+    }
+    free(g2); free(wr);
+}
+
+static void moe_free64(const ref* m, moe_w64* w) {
+    int64_t e;
+    for (e = 0; e < m->E; ++e) { free(w->ex[e].eg); free(w->ex[e].eu); free(w->ex[e].ed); }
+    free(w->sh.eg); free(w->sh.eu); free(w->sh.ed); free(w->er); free(w->es);
+}
+
+/* The MoE MLP on the normed row a [h] (no gain) into out [h]: router softmax over all experts, top K
+   (renormalized with norm_topk), the experts' sum, the shared expert times its gate. */
+static void moe_row64(const ref* m, const moe_w64* w, const double* a, double* out) {
+    const int64_t h = m->h, E = m->E;
+    double z[64], y[512], mx, den = 0.0, top = 0.0;
     int64_t sel[8], i, j, e;
     memset(z, 0, sizeof z);
-    for (i = 0; i < E; ++i) for (j = 0; j < h; ++j) wr[i * h + j] *= g2[j];
-    mm(wr, r1, er, E, h, h, 0, 0);
-    mm(a, er, z, 1, E, h, 0, 1);
+    mm(a, w->er, z, 1, E, h, 0, 1);
     mx = z[0];
     for (e = 1; e < E; ++e) if (z[e] > mx) mx = z[e];
     for (e = 0; e < E; ++e) den += exp(z[e] - mx);
@@ -186,25 +233,17 @@ static void moe64(const ref* m, int64_t l, const double* a, const double* r1, do
     }
     for (j = 0; j < h; ++j) out[j] = 0.0;
     for (j = 0; j < m->K; ++j) {
-        double w = exp(z[sel[j]] - mx) / den, *wg = expert64(m, l, sel[j], 0), *wu = expert64(m, l, sel[j], 1);
-        double* wd = expert64(m, l, sel[j], 2);
-        if (m->norm_topk) w /= top;
-        mlp64(m, a, r1, g2, wg, wu, wd, m->ei, m->h4e, m->ei, y);
-        for (i = 0; i < h; ++i) out[i] += w * y[i];
-        free(wg); free(wu); free(wd);
+        double wt = exp(z[sel[j]] - mx) / den;
+        if (m->norm_topk) wt /= top;
+        mlp_row64(m, &w->ex[sel[j]], a, y);
+        for (i = 0; i < h; ++i) out[i] += wt * y[i];
     }
     if (m->si) {
-        double *wg = layer64(m, l, "mlp.shared_expert.gate_proj.weight"), *wu = layer64(m, l, "mlp.shared_expert.up_proj.weight");
-        double *wd = layer64(m, l, "mlp.shared_expert.down_proj.weight"), *ws = layer64(m, l, "mlp.shared_expert_gate.weight");
-        double c = 0.0, es[512];
-        for (j = 0; j < h; ++j) ws[j] *= g2[j];
-        mm(ws, r1, es, 1, h, h, 0, 0);
-        mm(a, es, &c, 1, 1, h, 0, 1);
-        mlp64(m, a, r1, g2, wg, wu, wd, m->si, m->h4s, m->si, y);
+        double c = 0.0;
+        mm(a, w->es, &c, 1, 1, h, 0, 1);
+        mlp_row64(m, &w->sh, a, y);
         for (i = 0; i < h; ++i) out[i] += y[i] / (1.0 + exp(-c));
-        free(wg); free(wu); free(wd); free(ws);
     }
-    free(g2); free(wr); free(er);
 }
 
 /* Mean next-token loss of tokens[B][T] at rotations r1 [h][h], r2 [L][hd][hd] (NULL = none). */
@@ -253,6 +292,7 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
         double *hh = (double*)malloc((size_t)I * sizeof(double)), *gg = (double*)malloc((size_t)I * sizeof(double));
         const double* R2 = r2 ? r2 + l * hd * hd : NULL;
         const int moe = m->E && quarot_config_layer_is_moe(&m->s->config, l);
+        moe_w64 mw;
         /* fused, rotated weights */
         for (i = 0; i < qd; ++i) for (j = 0; j < h; ++j) wq[i * h + j] *= g1[j];
         for (i = 0; i < m->kvd; ++i) for (j = 0; j < h; ++j) { wk[i * h + j] *= g1[j]; wv[i * h + j] *= g1[j]; }
@@ -321,6 +361,7 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
             if (m->online) heads_times(att + r * qd, m->nh, hd, m->hh, m->g_heads);
         }
         /* x += att Wo^T; the MLP */
+        if (moe) moe_form64(m, l, r1, &mw);
         for (r = 0; r < rows; ++r) {
             mm(att + r * qd, eo, a, 1, h, qd, 0, 1);
             for (j = 0; j < h; ++j) x[r * h + j] += a[j];
@@ -328,7 +369,7 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
             rms64(a, h, NULL, m->eps);
             if (moe) {
                 double y[512];
-                moe64(m, l, a, r1, y);
+                moe_row64(m, &mw, a, y);
                 for (j = 0; j < h; ++j) x[r * h + j] += y[j];
                 continue;
             }
@@ -342,6 +383,7 @@ static double ref_loss(const ref* m, const int32_t* tok, int64_t B, int64_t T, c
         free(wq); free(wk); free(wv); free(wo); free(wg); free(wu); free(wd); free(g1); free(g2); free(bq); free(bk); free(bv);
         free(qn); free(kn); free(eq); free(ek); free(ev); free(eo); free(eg); free(eu); free(ed); free(tmp); free(bve);
         free(q); free(k); free(v); free(att); free(hh); free(gg);
+        if (moe) moe_free64(m, &mw);
     }
     /* logits = ((norm(x) R1^T) * g_final) W_lm^T; cross-entropy over positions t < T-1 */
     for (r = 0; r < rows; ++r) {
