@@ -1086,6 +1086,8 @@ typedef struct quarot_model_config {
 
 // 1 when layer `layer` of cfg has a mixture-of-experts MLP (see quarot_model_config).
 QUAROT_API int quarot_config_layer_is_moe(const quarot_model_config* cfg, int64_t layer);
+// A routed expert's inner width: expert_intermediate, or intermediate when that is 0 (cfg NULL: 0).
+QUAROT_API int64_t quarot_config_expert_width(const quarot_model_config* cfg);
 
 // Tensor access. Names are NUL-terminated, at most QUAROT_NAME_MAX-1 bytes.
 #define QUAROT_NAME_MAX 128
@@ -10537,6 +10539,11 @@ QUAROT_API int quarot_config_layer_is_moe(const quarot_model_config* cfg, int64_
     return (layer + 1) % step == 0;
 }
 
+QUAROT_API int64_t quarot_config_expert_width(const quarot_model_config* cfg) {
+    if (!cfg) return 0;
+    return cfg->expert_intermediate > 0 ? cfg->expert_intermediate : cfg->intermediate;
+}
+
 QUAROT_API quarot_result quarot_plan_add_block(quarot_plan* p, int64_t layer, quarot_block_kind kind, int64_t expert,
                                                int64_t n_experts, int64_t intermediate, const char* weight,
                                                const char* gate, const char* up, const char* down) {
@@ -10618,7 +10625,7 @@ static quarot_result quarot__moe_mlp(quarot_plan* plan, const quarot_adapter_nam
                                      int64_t i) {
     char w[QUAROT_NAME_MAX];
     const int64_t E = cfg->n_experts;
-    const int64_t inter = cfg->expert_intermediate > 0 ? cfg->expert_intermediate : cfg->intermediate;
+    const int64_t inter = quarot_config_expert_width(cfg);
     int64_t e;
     quarot_result r;
     if (cfg->norm == QUAROT_NORM_LAYER) return QUAROT_ERR_UNSUPPORTED;
@@ -17286,7 +17293,7 @@ static quarot_result quarot__tr_moe_setup(quarot_trainer* t, int* dense) {
     if (c->n_experts <= 0) return QUAROT_OK;
     p->nexp = c->n_experts;
     p->K = c->n_experts_used;
-    p->ei = c->expert_intermediate > 0 ? c->expert_intermediate : c->intermediate;
+    p->ei = quarot_config_expert_width(c);
     p->si = c->shared_intermediate > 0 ? c->shared_intermediate : 0;
     p->norm_topk = c->norm_topk_prob != 0;
     if (p->K < 1 || p->K > p->nexp || p->nexp > 65536 || p->ei < 1) {

@@ -302,7 +302,7 @@ static int calibrate_spin(qx_cli* cli, const calibrate_opts* o, const qx_store* 
     if (model->config.n_experts > 0)
         printf("  experts    %lld of width %lld, top %lld%s: routing held fixed in the backward, routers%s FP\n",
                (long long)model->config.n_experts,
-               (long long)(model->config.expert_intermediate > 0 ? model->config.expert_intermediate : model->config.intermediate),
+               (long long)quarot_config_expert_width(&model->config),
                (long long)model->config.n_experts_used, model->config.shared_intermediate > 0 ? " and a shared expert" : "",
                model->config.shared_intermediate > 0 ? " and the shared-expert gate" : "");
     if (o->a_bits < 16 || o->w_bits < 16 || o->kv_bits < 16)

@@ -118,7 +118,7 @@ int qx_rotcheck(const quarot_model_config* c, const qx_rotcheck_opts* o, qx_rotc
             qx__online(&d[n++], "online down_proj", c->intermediate, c->intermediate / tp);
         }
         if (c->n_experts > 0) {   /* the processor's R4 of the routed experts and of the shared one */
-            const int64_t ei = c->expert_intermediate > 0 ? c->expert_intermediate : c->intermediate;
+            const int64_t ei = quarot_config_expert_width(c);
             const int64_t si = strcmp(c->arch, "mixtral") == 0 ? 0 : c->shared_intermediate;
             int k2;
             for (k2 = 0; k2 < 2; ++k2) {

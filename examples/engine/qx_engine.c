@@ -293,7 +293,7 @@ static quarot_result eng_check(qx_engine* en, const qx_store* s, const qx_engine
             return QUAROT_ERR_UNSUPPORTED;
         }
         if (g->intermediate <= 0) g->intermediate = g->expert_intermediate;   /* every layer MoE: unused */
-        en->e_inter = g->expert_intermediate > 0 ? g->expert_intermediate : g->intermediate;
+        en->e_inter = quarot_config_expert_width(g);
         en->s_inter = en->is_mixtral ? 0 : g->shared_intermediate;
         if (g->n_experts > (1 << 16) || g->n_experts_used < 1 || g->n_experts_used > g->n_experts || en->e_inter <= 0 ||
             en->e_inter > (1 << 22) || en->s_inter < 0 || en->s_inter > (1 << 22)) {

@@ -1152,7 +1152,7 @@ quarot_result qx_hf_check_tensors(const qx_store* s, const char* fname, qx_err* 
         if (quarot_config_layer_is_moe(c, i)) {   /* router, experts, shared expert and its gate */
             int mixtral = strcmp(c->arch, "mixtral") == 0;
             const char* moe = mixtral ? "block_sparse_moe" : "mlp";
-            int64_t x, ei = c->expert_intermediate > 0 ? c->expert_intermediate : c->intermediate;
+            int64_t x, ei = quarot_config_expert_width(c);
             QX__X(c->hidden, c->n_experts, "model.layers.%lld.%s.gate.weight", (long long)i, moe);
             if (c->experts_stacked) {   /* GGUF: one 3-D tensor [n_experts][out][in] per projection */
                 static const char* const pr[3] = {"gate_proj", "up_proj", "down_proj"};

@@ -171,7 +171,7 @@ static quarot_result qx__config(qx_forward* f, const quarot_model_config* c, qx_
                        "those of mixtral, qwen2_moe and qwen3_moe", g->arch, (long long)g->n_experts);
             return QUAROT_ERR_UNSUPPORTED;
         }
-        f->e_inter = g->expert_intermediate > 0 ? g->expert_intermediate : g->intermediate;
+        f->e_inter = quarot_config_expert_width(g);
         f->s_inter = f->is_mixtral ? 0 : g->shared_intermediate;
         if (g->n_experts > (1 << 16) || g->n_experts_used < 1 || g->n_experts_used > g->n_experts ||
             f->e_inter <= 0 || f->e_inter > (1 << 22) || f->s_inter < 0 || f->s_inter > (1 << 22) ||
