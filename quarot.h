@@ -1987,19 +1987,32 @@ QUAROT_API quarot_result quarot_quantizer_step(quarot_quantizer* qz);
 // Finish the layer (every step must have run): releases it to the model (modified = 1).
 QUAROT_API quarot_result quarot_quantizer_end_layer(quarot_quantizer* qz);
 
-// Scale migration (desc.migrate, weight-only: it makes activations less uniform, so not for A4):
+// Scale migration (desc.migrate, weight-only: it scores the weights' error alone, so not for A4):
 // before the readers of a norm (q/k/v; gate/up) are quantized, the norm gain g takes a per-channel
 // s > 0 and every reader W <- W diag(1/s), which the FP32 model computes identically (up to
 // rounding). s_j = rms(x_j)^alpha (x = the norm's output rows, rms from diag(H)), divided by the
-// geometric mean of s; alpha is searched over 0, 0.1, .., 1 to minimize the summed layer-output
-// error of RTN on the readers, tr(D diag(s) H diag(s) D^T) with D = W diag(1/s) - RTN(W diag(1/s));
-// alpha = 0 is no migration, so the calibration error never grows. The readers are then quantized
+// geometric mean of s; alpha is searched over 0, 0.1, -0.1, 0.2, .., 1, -1 to minimize the summed
+// layer-output error of RTN on the readers, tr(D diag(s) H diag(s) D^T) with D = W diag(1/s) -
+// RTN(W diag(1/s)): alpha < 0 shrinks the large input channels and grows their weights (AWQ's and
+// SmoothQuant's direction), alpha > 0 the opposite; alpha = 0 is no migration and wins ties, so the
+// calibration error never grows. The readers are then quantized
 // by the method with H <- diag(s) H diag(s). The norm gain is found by the adapter plan's name
 // (get_tensor must serve it). The chosen alpha is in the reports (migrate_alpha) of those linears.
 // QUAROT_API below: the same search for one group of readers outside a model.
 QUAROT_API quarot_result quarot_scale_migration_search(const double* h, int64_t n, float* const* w, const int64_t* outs,
                                                        int n_w, const quarot_quant_desc* q, float* s, double* alpha,
                                                        double* err_before, double* err_after, const quarot_env* env);
+// Its two pieces, for readers that do not share one Hessian (a mixture-of-experts MLP: each expert's
+// gate / up on the rows routed to it): the scales s and the alpha (may be NULL) of search step k
+// (0 <= k < QUAROT_MIGRATION_STEPS, in the order above: step 0 is alpha = 0, s = 1) from d = diag(H)
+// of the norm's output over all rows, and one reader's RTN output error under scales s with h =
+// that reader's own Hessian (w [out][n]). The search above is these two: per step, the readers'
+// errors summed in order, the first smallest sum kept.
+#define QUAROT_MIGRATION_STEPS 21
+QUAROT_API quarot_result quarot_scale_migration_scales(const double* d, int64_t n, int k, float* s, double* alpha);
+QUAROT_API quarot_result quarot_scale_migration_error(const double* h, int64_t n, const float* w, int64_t out,
+                                                      const quarot_quant_desc* q, const float* s, double* err,
+                                                      const quarot_env* env);
 
 // One linear, outside any model: quantize w[out][stride] (first `in` of each row) in place by d's
 // method (GPTQ needs h = the [in][in] Hessian of quarot_hessian_accumulate_f64 over `rows` rows; RTN
@@ -15704,62 +15717,73 @@ static quarot_result quarot__qz_linear(quarot_quantizer* qz, int64_t i) {
 
 // ---- scale migration ----
 
-// Summed RTN output error tr(D diag(s) H diag(s) D^T) over the readers for scales s (in = n).
-static quarot_result quarot__qz_mig_err(const double* h, int64_t n, float* const* w, const int64_t* outs, int n_w,
-                                        const quarot_quant_desc* q, const float* s, double* hs, float* a, float* b,
-                                        double* total, const quarot_env* env) {
+QUAROT_API quarot_result quarot_scale_migration_scales(const double* d, int64_t n, int k, float* s, double* alpha) {
+    const double a = k == 0 ? 0.0 : (k & 1) ? 0.1 * (double)((k + 1) / 2) : -0.1 * (double)(k / 2);   // 0, 0.1, -0.1
+    double lg = 0.0;
+    int64_t j;
+    if (!d || !s || n <= 0 || k < 0 || k >= QUAROT_MIGRATION_STEPS) return QUAROT_ERR_INVALID_ARGUMENT;
+    if (alpha) *alpha = a;
+    // s_j = rms(x_j)^alpha / geometric mean; channels no row reached keep 1
+    for (j = 0; j < n; ++j) {
+        s[j] = d[j] > 0.0 && a != 0.0 ? (float)pow(d[j], 0.5 * a) : 1.0f;
+        lg += log((double)s[j]);
+    }
+    lg = exp(lg / (double)n);
+    for (j = 0; j < n; ++j) s[j] = (float)((double)s[j] / lg);
+    return QUAROT_OK;
+}
+
+// tr(D diag(s) H diag(s) D^T), D = W diag(1/s) - RTN(W diag(1/s)): the layer-output error of one reader
+QUAROT_API quarot_result quarot_scale_migration_error(const double* h, int64_t n, const float* w, int64_t out,
+                                                      const quarot_quant_desc* q, const float* s, double* err,
+                                                      const quarot_env* env) {
+    double *hs, e2, ref;
+    float *a, *b;
     int64_t i, j, r;
-    int k;
-    quarot_result res = QUAROT_OK;
-    *total = 0.0;
+    quarot_result res;
+    if (!h || !w || !q || !s || !err || n <= 0 || out <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
+    *err = 0.0;
+    hs = (double*)quarot_env_alloc(env, (size_t)(n * n) * sizeof(double));
+    a = (float*)quarot_env_alloc(env, (size_t)(2 * out * n) * sizeof(float));
+    if (!hs || !a) { quarot_env_free(env, hs); quarot_env_free(env, a); return QUAROT_ERR_OUT_OF_MEMORY; }
+    b = a + out * n;
     for (i = 0; i < n; ++i)
         for (j = 0; j < n; ++j) hs[i * n + j] = h[i * n + j] * (double)s[i] * (double)s[j];
-    for (k = 0; k < n_w && res == QUAROT_OK; ++k) {
-        double e1, e2, ref;
-        for (r = 0; r < outs[k]; ++r)
-            for (j = 0; j < n; ++j) a[r * n + j] = w[k][r * n + j] / s[j];
-        memcpy(b, a, (size_t)(outs[k] * n) * sizeof(float));
-        res = quarot_fake_quant_f32(b, outs[k], n, n, q);
-        if (res == QUAROT_OK) res = quarot__qz_quadform(a, b, NULL, outs[k], n, hs, &e1, &e2, &ref, env);
-        if (res == QUAROT_OK) *total += e1;
-    }
+    for (r = 0; r < out; ++r)
+        for (j = 0; j < n; ++j) a[r * n + j] = w[r * n + j] / s[j];
+    memcpy(b, a, (size_t)(out * n) * sizeof(float));
+    res = quarot_fake_quant_f32(b, out, n, n, q);
+    if (res == QUAROT_OK) res = quarot__qz_quadform(a, b, NULL, out, n, hs, err, &e2, &ref, env);
+    quarot_env_free(env, hs);
+    quarot_env_free(env, a);
     return res;
 }
 
 QUAROT_API quarot_result quarot_scale_migration_search(const double* h, int64_t n, float* const* w, const int64_t* outs,
                                                        int n_w, const quarot_quant_desc* q, float* s, double* alpha,
                                                        double* err_before, double* err_after, const quarot_env* env) {
-    double *hs, best = 0.0, lg, a;
-    float *bufa, *bufb, *cand;
-    int64_t j, maxout = 0;
+    double *d, best = 0.0;
+    float* cand;
+    int64_t j;
     int k, step;
     quarot_result res = QUAROT_OK;
     if (!h || !w || !outs || !s || n <= 0 || n_w <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
-    for (k = 0; k < n_w; ++k) {
+    for (k = 0; k < n_w; ++k)
         if (!w[k] || outs[k] <= 0) return QUAROT_ERR_INVALID_ARGUMENT;
-        if (outs[k] > maxout) maxout = outs[k];
-    }
-    hs = (double*)quarot_env_alloc(env, (size_t)(n * n) * sizeof(double));
-    bufa = (float*)quarot_env_alloc(env, (size_t)(2 * maxout * n + n) * sizeof(float));
-    if (!hs || !bufa) { quarot_env_free(env, hs); quarot_env_free(env, bufa); return QUAROT_ERR_OUT_OF_MEMORY; }
-    bufb = bufa + maxout * n;
-    cand = bufb + maxout * n;
+    d = (double*)quarot_env_alloc(env, (size_t)n * sizeof(double));
+    cand = (float*)quarot_env_alloc(env, (size_t)n * sizeof(float));
+    if (!d || !cand) { quarot_env_free(env, d); quarot_env_free(env, cand); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (j = 0; j < n; ++j) d[j] = h[j * n + j];
     if (alpha) *alpha = 0.0;
-    for (step = 0; step <= 10 && res == QUAROT_OK; ++step) {
-        double e;
-        a = 0.1 * step;
-        // s_j = rms(x_j)^alpha / geometric mean; channels no row reached keep 1
-        lg = 0.0;
-        for (j = 0; j < n; ++j) {
-            double v = h[j * n + j];
-            cand[j] = v > 0.0 ? (float)pow(v, 0.5 * a) : 1.0f;
-            lg += log((double)cand[j]);
+    for (step = 0; step < QUAROT_MIGRATION_STEPS && res == QUAROT_OK; ++step) {
+        double e = 0.0, ek, a = 0.0;
+        res = quarot_scale_migration_scales(d, n, step, cand, &a);
+        for (k = 0; k < n_w && res == QUAROT_OK; ++k) {
+            res = quarot_scale_migration_error(h, n, w[k], outs[k], q, cand, &ek, env);
+            e += ek;
         }
-        lg = exp(lg / (double)n);
-        for (j = 0; j < n; ++j) cand[j] = (float)((double)cand[j] / lg);
-        res = quarot__qz_mig_err(h, n, w, outs, n_w, q, cand, hs, bufa, bufb, &e, env);
         if (res != QUAROT_OK) break;
-        if (step == 0) { if (err_before) *err_before = e; }
+        if (step == 0 && err_before) *err_before = e;
         if (step == 0 || e < best) {
             best = e;
             memcpy(s, cand, (size_t)n * sizeof(float));
@@ -15767,8 +15791,8 @@ QUAROT_API quarot_result quarot_scale_migration_search(const double* h, int64_t 
         }
     }
     if (err_after) *err_after = best;
-    quarot_env_free(env, hs);
-    quarot_env_free(env, bufa);
+    quarot_env_free(env, d);
+    quarot_env_free(env, cand);
     return res;
 }
 
@@ -15779,8 +15803,9 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
     const quarot_env* env = &m->env;
     const int64_t n = qz->step_in[st];
     float* w[QUAROT_QUANTIZE_MAX_LINEARS];
-    int64_t outs[QUAROT_QUANTIZE_MAX_LINEARS], r, j, fi, seen = 0;
+    int64_t outs[QUAROT_QUANTIZE_MAX_LINEARS], r, j, fi;
     quarot_tensor t[QUAROT_QUANTIZE_MAX_LINEARS], g;
+    const quarot_plan_fusion* fu = NULL;
     const char* norm = NULL;
     float* s = NULL;
     float* gv = NULL;
@@ -15790,14 +15815,17 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
     double* h = qz->h[st];
     quarot_quant_desc qd = qz->desc.weight;
     if (!h || qz->rows[st] <= 0) return QUAROT_OK;   // the GPTQ path reports the dead input
-    // the norm: the (st == 0 ? first : second) fusion of this layer in the plan
-    for (fi = 0; fi < qz->plan.n_fusions; ++fi)
-        if (qz->plan.fusions[fi].layer == qz->layer && seen++ == (st == 0 ? 0 : 1)) {
-            norm = qz->plan.fusions[fi].norm_weight;
-            break;
-        }
-    if (!norm) return QUAROT_OK;
-    if (qz->plan.fusions[fi].norm_bias[0]) {
+    // the norm: the fusion of this layer whose readers hold the step's first linear (a MoE layer's
+    // plan lists its MLP norm first)
+    for (i = 0; i < qz->n_linears && qz->lin_step[i] != st; ++i) {}
+    for (fi = 0; i < qz->n_linears && fi < qz->plan.n_fusions && !fu; ++fi) {
+        const quarot_plan_fusion* f = &qz->plan.fusions[fi];
+        for (k = 0; f->layer == qz->layer && k < f->n_linears && !fu; ++k)
+            if (strcmp(qz->plan.linears[f->first_linear + k].weight, qz->names[i]) == 0) fu = f;
+    }
+    if (!fu) return QUAROT_OK;
+    norm = fu->norm_weight;
+    if (fu->norm_bias[0]) {
         quarot__qz_msg(qz->error, sizeof qz->error, "%s: scale migration needs an RMSNorm (this norm has a bias)",
                        norm);
         return QUAROT_ERR_UNSUPPORTED;
@@ -15825,7 +15853,7 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
         gv = s + n;
         res = quarot_scale_migration_search(h, n, w, outs, nw, &qd, s, &qz->mig_alpha, NULL, NULL, env);
     }
-    if (res == QUAROT_OK && qz->mig_alpha > 0.0) {
+    if (res == QUAROT_OK && qz->mig_alpha != 0.0) {
         res = quarot_tensor_get_row_f32(&g, 0, gv);
         for (j = 0; j < n; ++j) gv[j] *= s[j];
         if (res == QUAROT_OK) res = quarot_tensor_set_row_f32(&g, 0, gv);

@@ -335,10 +335,20 @@ static void test_sequential_mode(void) {
     qx_store_free(&q);
 }
 
-/* Scale migration: on the real Hessian of layer 0's q/k/v input, the chosen alpha never raises the
-   RTN layer-output error, s is normalized (geometric mean 1), alpha 0 would be s = 1; through the
+/* Scale migration: on the real Hessian of layer 0's q/k/v input, the chosen alpha (in [-1, 1])
+   never raises the RTN layer-output error, s is normalized (geometric mean 1), step 0 is alpha 0
+   with s = 1 and the search equals its pieces (the chosen step's scales, its errors summed); through the
    stage (RTN + migrate) the norm gains change where alpha > 0, and the product of the migrated FP32
    pieces (x diag(s)) (W diag(1/s))^T equals x W^T to float rounding. */
+/* migrate_alpha reported per layer for q_proj ([0]) and gate_proj ([1]) */
+static double g_mig_alpha[5][2];
+static quarot_result on_mig_report(void* u, const quarot_qlinear_report* r) {
+    (void)u;
+    if (r->layer >= 0 && r->layer < 5 && (strstr(r->name, "q_proj") || strstr(r->name, "gate_proj")))
+        g_mig_alpha[r->layer][strstr(r->name, "gate_proj") ? 1 : 0] = r->migrate_alpha;
+    return QUAROT_OK;
+}
+
 static void test_scale_migration(void) {
     static double h[64 * 64];
     static float wq[64 * 64], wk[32 * 64], wv[32 * 64];
@@ -364,7 +374,29 @@ static void test_scale_migration(void) {
     memset(&q, 0, sizeof q);
     q.bits = 4;
     QT_OK(quarot_scale_migration_search(h, 64, ws, outs, 3, &q, s, &alpha, &before, &after, NULL));
-    QT_CHECKF(after <= before && alpha >= 0.0 && alpha <= 1.0, "alpha %.2f: %.6g -> %.6g", alpha, before, after);
+    QT_CHECKF(after <= before && alpha >= -1.0 && alpha <= 1.0, "alpha %.2f: %.6g -> %.6g", alpha, before, after);
+    {   /* the search is its two pieces: step 0 is s = 1, and the chosen step's summed errors are `after` */
+        static double d[64];
+        float sk[64];
+        double ak = 9.0, sum = 0.0, ek;
+        int found = 0;
+        for (j = 0; j < 64; ++j) d[j] = h[j * 64 + j];
+        QT_OK(quarot_scale_migration_scales(d, 64, 0, sk, &ak));
+        for (j = 0; j < 64; ++j) found += sk[j] == 1.0f;
+        QT_CHECK(ak == 0.0 && found == 64);
+        for (k = 0, found = 0; k < QUAROT_MIGRATION_STEPS; ++k) {
+            QT_OK(quarot_scale_migration_scales(d, 64, k, sk, &ak));
+            if (ak != alpha) continue;
+            found++;
+            QT_CHECK(memcmp(sk, s, sizeof sk) == 0);
+            for (r = 0; r < 3; ++r) {
+                QT_OK(quarot_scale_migration_error(h, 64, ws[r], outs[r], &q, sk, &ek, NULL));
+                sum += ek;
+            }
+        }
+        QT_CHECKF(found == 1 && sum == after, "alpha %.1f: %d steps, errors %.9g vs %.9g", alpha, found, sum, after);
+        QT_CHECK(quarot_scale_migration_scales(d, 64, QUAROT_MIGRATION_STEPS, sk, NULL) == QUAROT_ERR_INVALID_ARGUMENT);
+    }
     for (j = 0; j < 64; ++j) { QT_CHECK(s[j] > 0.0f); lg += log((double)s[j]); }
     QT_NEAR(lg / 64.0, 0.0, 1e-5);
     printf("    layer 0 q/k/v: alpha %.1f, RTN output error %.4e -> %.4e\n", alpha, before, after);
@@ -379,27 +411,40 @@ static void test_scale_migration(void) {
         }
         QT_NEAR(y0, y1, 1e-6 * mag);
     }
-    {   /* through the stage: RTN with migration changes the norm gains (rotated model: gains 1) */
+    {   /* through the stage (RTN with migration; rotated model: gains 1): a norm's gains change
+           exactly where its readers report alpha != 0, either sign */
         qx_store m;
         qx_wq_opts o;
         qx_err e;
-        const quarot_tensor* g;
-        float gv[64];
-        int changed = 0;
+        int l, st, nonzero = 0, negative = 0;
         memset(&o, 0, sizeof o);
+        memset(g_mig_alpha, 0, sizeof g_mig_alpha);
         o.desc.migrate = 1;
         o.desc.nsamples = S.calib.n;
+        o.desc.on_linear = on_mig_report;
         o.hooks = &S.hooks;
         o.calib = &S.calib;
         QT_OK(qx_store_clone(&S.rot, &m));
         QT_OK(qx_wq_quantize(&m, &o, NULL, &e));
-        g = qx_store_find(&m, "model.layers.0.input_layernorm.weight");
-        QT_CHECK(g != NULL);
-        if (g) {
-            QT_OK(quarot_tensor_get_row_f32(g, 0, gv));
-            for (j = 0; j < 64; ++j) changed += gv[j] != 1.0f;
-        }
-        QT_CHECK(alpha == 0.0 || changed > 0);
+        for (l = 0; l < 5; ++l)
+            for (st = 0; st < 2; ++st) {
+                char nm2[96];
+                const quarot_tensor* g;
+                float gv[64];
+                int changed = 0;
+                snprintf(nm2, sizeof nm2, "model.layers.%d.%s.weight", l, st ? "post_attention_layernorm" : "input_layernorm");
+                g = qx_store_find(&m, nm2);
+                QT_CHECK(g != NULL);
+                if (!g) continue;
+                QT_OK(quarot_tensor_get_row_f32(g, 0, gv));
+                for (j = 0; j < 64; ++j) changed += gv[j] != 1.0f;
+                QT_CHECKF((g_mig_alpha[l][st] != 0.0) == (changed > 0), "%s: alpha %.1f, %d gains changed", nm2,
+                          g_mig_alpha[l][st], changed);
+                nonzero += g_mig_alpha[l][st] != 0.0;
+                negative += g_mig_alpha[l][st] < 0.0;
+            }
+        QT_CHECK(negative > 0);
+        printf("    the stage: alpha != 0 at %d of 10 norms (%d of them < 0), each where the gains changed\n", nonzero, negative);
         qx_store_free(&m);
     }
 }
