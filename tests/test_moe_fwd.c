@@ -19,8 +19,8 @@
    - calibrate (Adapt Rotation stage 1) captures the shared expert's, the routed experts' (pooled)
      or the router's inputs with the row counts the routing implies, and rotate --rotation adapt
      with its context keeps the logits (2e-5) and the routing; calibrate --method spinquant learns on
-     them and its rotations keep the logits and the routing too; weight migration refuses MoE models
-     by name (GPTQ per expert: tests/test_moe_quant.c). From a GGUF MoE (3-D experts) the
+     them and its rotations keep the logits and the routing too (GPTQ and scale migration per expert:
+     tests/test_moe_quant.c). From a GGUF MoE (3-D experts) the
      same patterns capture the same rows as from the model saved as safetensors, and the learned R
      equals that one (bit for bit; Mixtral, whose GGUF q/k rows are interleaved, within 1e-5). */
 #include <math.h>
@@ -35,7 +35,6 @@
 #include "formats/qx_gguf.h"
 #include "cli/qx_rotcheck.h"
 #include "eval/qx_calib.h"
-#include "eval/qx_wquant.h"
 #include "model/qx_online.h"
 #include "support/qx_threads.h"
 
@@ -318,7 +317,7 @@ static int captured(const char* err, long long* n, long long* rows) {
    pooled experts 2 x (96 - 11). Default --layer-type: Qwen2-MoE (layers 1, 3 MoE, 0, 2 dense) the
    shared expert's and the dense layers' up_proj, 4 linears; Mixtral and Qwen3-MoE (3 MoE layers)
    the routed experts' up_proj, 3 linears. Rotated with the context, the logits stay within
-   rotate --check's 2e-5 with 0 routing flips. Weight migration still refuses experts; SpinQuant too;
+   rotate --check's 2e-5 with 0 routing flips. SpinQuant learns on them too;
    a --layer-type matching nothing: one line naming it and the names there are, exit 4, no file. */
 static void test_cli_calibrate_moe(void) {
     static const char* const dflt[3] = {"experts.up_proj.weight", "shared_expert.up_proj.weight", "experts.up_proj.weight"};
@@ -380,18 +379,6 @@ static void test_cli_calibrate_moe(void) {
             QT_CHECKF(rc == 0 && strstr(g_out, "experts ") != NULL, "rc %d: %s%s", rc, g_out, g_err);
             rc = CLI("rotate %s %s --rotations %s.rot --check --force", in, out, ctx);
             QT_CHECKF(rc == 0 && check_ok(g_out, &crel), "%s spinquant: rotate rc %d: %s%s", FAMS[f], rc, g_out, g_err);
-            {
-                qx_store s;
-                qx_wq_opts wo;
-                qx_err e;
-                memset(&wo, 0, sizeof wo);
-                wo.desc.method = QUAROT_WQUANT_GPTQ;
-                wo.desc.weight.bits = 4;
-                wo.desc.migrate = 1;
-                QT_CHECK(mt_store(&m, &s) == QUAROT_OK);
-                QT_CHECK(qx_wq_quantize(&s, &wo, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "mixture-of-experts") != NULL);
-                qx_store_free(&s);
-            }
         }
         mt_free(&m);
     }

@@ -13,8 +13,8 @@
      at each expert's rows of the 3-D tensor; 2 threads give the same bits as 1.
    - quarot.h's stage refuses a MoE layer by name unless moe_mlp_by_caller, and then holds its
      attention linears only.
-   - --w-clip (the clip search) and --int8-down-proj run per expert; weight migration refuses MoE by
-     name.
+   - --w-clip (the clip search) and --int8-down-proj run per expert; scale migration at a MoE
+     layer's MLP norm (check_migration) keeps the FP function and the routing.
    - `quarot quantize` of a qwen2moe / qwen3moe GGUF to Q4_0 (with and without rotation): the file's
      perplexity equals the fake-quantized eval of its source (groups of 32) within 0.1%; the 3-D
      expert tensors are ggml's ne = [in, out, n_expert], Q4_0, expert e's rows at e * out, and an
@@ -181,6 +181,170 @@ static int same_tensor(const qx_store* a, const qx_store* b, const char* name, i
     return memcmp((const char*)x->data + row0 * x->nb[1], (const char*)y->data + row0 * y->nb[1], (size_t)(rows * x->ne[0]) * 4) == 0;
 }
 
+/* the alpha reported for every expert's (and the shared expert's) gate and up, per layer; 9: none
+   yet, 8: two linears of a layer disagree */
+static double g_alpha[4];
+static quarot_result on_alpha(void* u, const quarot_qlinear_report* r) {
+    (void)u;
+    if ((strstr(r->name, ".experts.") || strstr(r->name, ".shared_expert.")) && !strstr(r->name, "down_proj") &&
+        !strstr(r->name, ".w2.")) {
+        double* a = &g_alpha[r->layer];
+        if (*a == 9.0) *a = r->migrate_alpha;
+        else if (*a != r->migrate_alpha) *a = 8.0;
+    }
+    return QUAROT_OK;
+}
+
+static quarot_result run_migrate(qx_store* s) {
+    qx_wq_opts o;
+    qx_err e;
+    quarot_result r;
+    int l;
+    for (l = 0; l < 4; ++l) g_alpha[l] = 9.0;
+    memset(&o, 0, sizeof o);
+    o.desc.weight.bits = 4;
+    o.desc.migrate = 1;
+    o.desc.nsamples = g_win.n;
+    o.desc.dead_fallback = 1;
+    o.desc.on_linear = on_alpha;
+    o.calib = &g_win;
+    r = qx_wq_quantize(s, &o, NULL, &e);
+    if (r != QUAROT_OK) printf("    migrate: %s\n", e.msg);
+    return r;
+}
+
+/* Scale migration at a MoE layer's MLP norm (RTN + migrate; lfp: the FP model's logits). Per MoE
+   layer, s = the norm gain after / before: every expert's gate and up report the same alpha, and
+   alpha != 0 exactly where the gain changed (on at least one layer); s has geometric mean 1; the
+   router and the shared-expert gate, never quantized, are W diag(1/s) (to 1e-6). The FP model
+   with the migrated gain and readers W diag(1/s) gives the original logits (rms 1e-5 of theirs)
+   and the same expert counts; each expert's gate and up are RTN of W diag(1/s) (all but 1% of
+   entries to 1e-6 of the row's largest: s from the gains is the search's to an ulp, which can
+   move a scale or a code); the same model with 3-D experts gives the same bits. */
+static void check_migration(const mt_model* m0, family fam, const float* lfp) {
+    static mt_model mf, ms;
+    static float lx[16 * 24 * 48];
+    const char* per[2] = {m0->eg, m0->eu};
+    const int64_t H = 32;
+    qx_store sc, sf, sst;
+    char n[QUAROT_NAME_MAX];
+    int64_t cnt[4][4], l, j, r, i, moved = 0, total = 0, n_alpha = 0, bad = 0;
+    double se, ref = 0.0;
+    memcpy(cnt, g_cnt, sizeof cnt);
+    QT_CHECK(mt_store(m0, &sc) == QUAROT_OK);
+    QT_OK(run_migrate(&sc));
+    mt_build(&mf, fam, 0, 70u + (unsigned)fam);   /* the same model, made FP-migrated below */
+    tie_router(&mf);
+    for (l = 0; l < m0->cfg.n_layers; ++l) {
+        float s[32], *g0;
+        const quarot_tensor* g1;
+        double lg = 0.0;
+        int changed = 0, e2, p;
+        if (!quarot_config_layer_is_moe(&m0->cfg, l)) continue;
+        nm(n, "model.layers.%d.post_attention_layernorm.weight", (int)l);
+        g0 = mt_get(&mf, n);
+        g1 = qx_store_find(&sc, n);
+        QT_CHECK(g1 != NULL);
+        if (!g1) break;
+        for (j = 0; j < H; ++j) {
+            s[j] = ((const float*)g1->data)[j] / g0[j];
+            changed += ((const float*)g1->data)[j] != g0[j];
+            lg += log((double)s[j]);
+            g0[j] = ((const float*)g1->data)[j];
+        }
+        QT_CHECKF(fabs(g_alpha[l]) <= 1.0 && (g_alpha[l] != 0.0) == (changed > 0), "%s layer %lld: alpha %.1f, %d gains "
+                  "changed", FAMS[fam], (long long)l, g_alpha[l], changed);
+        n_alpha += g_alpha[l] != 0.0;
+        QT_NEAR(lg / (double)H, 0.0, 1e-5);
+        for (i = 0; i < 2; ++i) {   /* router [4][H], shared-expert gate [1][H] */
+            const quarot_tensor* t;
+            float* w;
+            const int64_t rows = i ? 1 : 4;
+            if (i) nm(n, "model.layers.%d.mlp.shared_expert_gate.weight", (int)l);
+            else nm(n, m0->router, (int)l);
+            t = qx_store_find(&sc, n);
+            if (i && !m0->cfg.shared_intermediate) continue;
+            w = mt_get(&mf, n);
+            QT_CHECK(t != NULL);
+            if (!t) continue;
+            for (r = 0; r < rows; ++r)
+                for (j = 0; j < H; ++j) {
+                    const float v = ((const float*)t->data)[r * H + j];
+                    bad += fabs((double)v * s[j] - w[r * H + j]) > 1e-6 * fabs((double)w[r * H + j]);
+                    w[r * H + j] = v;
+                }
+        }
+        for (e2 = 0; e2 <= 4; ++e2)   /* the experts' gate and up (4: the shared expert's), FP and RTN */
+            for (p = 0; p < 2; ++p) {
+                static float w[32 * 32];
+                const quarot_tensor* t;
+                quarot_quant_desc d;
+                float* wf;
+                const int64_t out = e2 == 4 ? 24 : 16;
+                if (e2 == 4 && !m0->cfg.shared_intermediate) continue;
+                if (e2 == 4) nm(n, p ? "model.layers.%d.mlp.shared_expert.up_proj.weight" : "model.layers.%d.mlp.shared_expert.gate_proj.weight", (int)l);
+                else nme(n, per[p], (int)l, e2);
+                wf = mt_get(&mf, n);
+                t = qx_store_find(&sc, n);
+                QT_CHECK(t != NULL && wf != NULL);
+                if (!t || !wf) continue;
+                for (r = 0; r < out; ++r)
+                    for (j = 0; j < H; ++j) wf[r * H + j] /= s[j];
+                memcpy(w, wf, (size_t)(out * H) * sizeof(float));
+                memset(&d, 0, sizeof d);
+                d.bits = 4;
+                QT_OK(quarot_fake_quant_f32(w, out, H, H, &d));
+                for (r = 0; r < out; ++r) {
+                    double mx = 0.0;
+                    for (j = 0; j < H; ++j) mx = fmax(mx, fabs((double)wf[r * H + j]));
+                    for (j = 0; j < H; ++j) moved += fabs((double)((const float*)t->data)[r * H + j] - w[r * H + j]) > 1e-6 * mx;
+                    total += H;
+                }
+            }
+    }
+    QT_CHECKF(bad == 0, "%s: %lld router / gate entries are not W diag(1/s)", FAMS[fam], (long long)bad);
+    QT_CHECKF(n_alpha > 0, "%s: every MoE layer chose alpha 0", FAMS[fam]);
+    QT_CHECKF(moved * 100 <= total, "%s: %lld of %lld expert entries are not RTN of W diag(1/s)", FAMS[fam], (long long)moved,
+              (long long)total);
+    QT_CHECK(mt_store(&mf, &sf) == QUAROT_OK);
+    se = logits_err(&sf, lx, lfp, 1);
+    for (i = 0; i < 16 * 24 * 48 && i < g_win.offset[g_win.n] * 48; ++i) ref += (double)lfp[i] * lfp[i];
+    QT_CHECKF(se >= 0 && se <= 1e-10 * ref, "%s: FP-migrated logits SSE %.3g (ref %.3g)", FAMS[fam], se, ref);
+    QT_CHECKF(memcmp(cnt, g_cnt, sizeof cnt) == 0, "%s: the FP-migrated model routes differently", FAMS[fam]);
+    printf("    %-9s migration: alpha != 0 on %lld MoE layers; FP-migrated logits rms %.2e of theirs, same routing; "
+           "%lld of %lld expert entries off RTN(W/s)\n", FAMS[fam], (long long)n_alpha, sqrt(se / ref), (long long)moved,
+           (long long)total);
+    stack_copy(m0, &ms);   /* 3-D experts: the same bits at each expert's rows */
+    QT_CHECK(mt_store(&ms, &sst) == QUAROT_OK);
+    QT_OK(run_migrate(&sst));
+    for (l = 0; l < m0->cfg.n_layers; ++l) {
+        const char* stk[3] = {m0->stg, m0->stu, m0->std_};
+        const char* pe[3] = {m0->eg, m0->eu, m0->ed};
+        int p, e2;
+        char n2[QUAROT_NAME_MAX];
+        if (!quarot_config_layer_is_moe(&m0->cfg, l)) continue;
+        for (p = 0; p < 3; ++p)
+            for (e2 = 0; e2 < 4; ++e2) {
+                const quarot_tensor *a, *b;
+                nme(n, pe[p], (int)l, e2);
+                nm(n2, stk[p], (int)l);
+                a = qx_store_find(&sc, n);
+                b = qx_store_find(&sst, n2);
+                QT_CHECKF(a && b && memcmp(a->data, (const char*)b->data + e2 * b->nb[2], 512 * 4) == 0,
+                          "%s migrate: %s differs from expert %d of %s", FAMS[fam], n, e2, n2);
+            }
+        nm(n, m0->router, (int)l);
+        QT_CHECK(same_tensor(&sc, &sst, n, 0, 4));
+        nm(n, "model.layers.%d.post_attention_layernorm.weight", (int)l);
+        QT_CHECK(same_tensor(&sc, &sst, n, 0, 1));
+    }
+    qx_store_free(&sst);
+    qx_store_free(&sf);
+    qx_store_free(&sc);
+    mt_free(&ms);
+    mt_free(&mf);
+}
+
 static void test_gptq_per_expert(void) {
     const int nwin = qt_quick() ? 4 : 12, len = 16;
     int f;
@@ -295,18 +459,7 @@ static void test_gptq_per_expert(void) {
             QT_CHECK(rr.experts == n_moe * 12 && rr.fallback == 0 && st2.experts_rtn == 0);
             qx_store_free(&sc);
         }
-        {
-            qx_wq_opts o;
-            qx_store sc;
-            QT_CHECK(mt_store(&m, &sc) == QUAROT_OK);
-            memset(&o, 0, sizeof o);
-            o.desc.weight.bits = 4;
-            o.desc.migrate = 1;
-            o.desc.nsamples = g_win.n;
-            o.calib = &g_win;
-            QT_CHECK(qx_wq_quantize(&sc, &o, NULL, &e) == QUAROT_ERR_UNSUPPORTED && strstr(e.msg, "migration") != NULL);
-            qx_store_free(&sc);
-        }
+        check_migration(&m, (family)f, lfp);
         qx_store_free(&s0); qx_store_free(&sg); qx_store_free(&sr); qx_store_free(&s2);
         mt_free(&m);
     }

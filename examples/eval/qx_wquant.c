@@ -67,6 +67,8 @@ typedef struct qx__moeq {
     int64_t s_in;                     /* the shared expert's (phase 1: shared_intermediate) */
     double** h;                       /* [E + 1] */
     int64_t* rows;                    /* [E + 1] */
+    double* diag;                     /* migration: diag of the router input's Hessian [hidden], else NULL */
+    double alpha;                     /* migration: the alpha chosen at this layer's MLP norm */
     int mixtral;
     const quarot_env* env;
     quarot_result status;
@@ -92,9 +94,21 @@ static int64_t qx__moe_which(const qx__moeq* m, const char* name) {
     return strcmp(p, m->phase ? "down_proj.weight" : "gate_proj.weight") == 0 ? e : -1;
 }
 
+/* 1 when a capture name is this layer's router (its input: the MLP norm's output rows) */
+static int qx__moe_is_router(const qx__moeq* m, const char* name) {
+    char want[96];
+    snprintf(want, sizeof want, "model.layers.%lld.%s.gate.weight", (long long)m->layer, m->mixtral ? "block_sparse_moe" : "mlp");
+    return strcmp(name, want) == 0;
+}
+
 static void qx__moe_add(qx__moeq* m, const char* name, const float* x, int64_t rows, int64_t n) {
-    int64_t e = qx__moe_which(m, name), in;
+    int64_t e = qx__moe_which(m, name), in, t, j;
     quarot_result r;
+    if (e < 0 && m->diag && n == m->in && qx__moe_is_router(m, name)) {   /* the norm's output, every row */
+        for (t = 0; t < rows; ++t)
+            for (j = 0; j < n; ++j) m->diag[j] += (double)x[t * n + j] * (double)x[t * n + j];
+        return;
+    }
     if (e < 0 || e < m->lo || e >= m->hi || rows <= 0) return;
     in = e == m->E ? m->s_in : m->in;
     if (n != in) { m->status = QUAROT_ERR_SHAPE_MISMATCH; snprintf(m->err, sizeof m->err, "%s: input of %lld, expected %lld", name, (long long)n, (long long)in); return; }
@@ -154,6 +168,121 @@ static quarot_tensor* qx__moe_dst(qx_store* s, const qx_forward* f, int64_t l, i
     return qx_store_find(s, nm);
 }
 
+/* One pass of the calibration windows through MoE layer m->layer: the Hessians of experts [lo, hi)
+   of m->phase (their row counts restarted), and with m->diag the router input's diagonal. */
+static quarot_result qx__moe_collect(const qx_wq_opts* o, qx_ek_forward* ef, qx__moeq* m, const float* x, float* tmp,
+                                     int64_t nwin, int64_t lo, int64_t hi, qx_err* e) {
+    const int64_t H = ef->f.cfg.hidden;
+    int64_t ex, w;
+    quarot_result r = QUAROT_OK;
+    m->lo = lo;
+    m->hi = hi;
+    for (ex = lo; ex < hi; ++ex) m->rows[ex] = 0;
+    for (w = 0; w < nwin && r == QUAROT_OK; ++w) {
+        int64_t a = o->calib->offset[w], T = o->calib->offset[w + 1] - a;
+        memcpy(tmp, x + a * H, (size_t)(T * H) * sizeof(float));
+        r = qx_forward_layer_run(&ef->f, m->layer, tmp, T, e);
+        if (r == QUAROT_OK && m->status != QUAROT_OK) { r = m->status; qx_err_set(e, "%s", m->err); }
+        if (r == QUAROT_OK && qx_ek_forward_status(ef) != QUAROT_OK) r = qx_ek_forward_status(ef);
+    }
+    return r;
+}
+
+/* Experts [lo, hi) of a pass over `in`-wide inputs: as many as QX__MOE_HBYTES of Hessians hold. */
+static int64_t qx__moe_chunk(int64_t in) {
+    int64_t chunk = (int64_t)(QX__MOE_HBYTES / ((size_t)(in * in) * sizeof(double)));
+    return chunk < 1 ? 1 : chunk;
+}
+
+/* desc.migrate at MoE layer l's MLP norm: the alpha search of quarot_scale_migration_search, with
+   each routed expert's gate and up under the Hessian of the rows routed to it and the shared
+   expert's under every row, the scales from the norm's output over every row (the router's input).
+   Where alpha != 0 the norm gain takes s and every reader of it -- each expert's gate and up, the
+   shared expert's, the router and the shared-expert gate -- W diag(1/s): in the forward's weights
+   (phase 0 then collects the experts' Hessians again, on the migrated inputs) and, for the router
+   and the gate, which are not quantized, in the store (the norm gain is written back by the caller). */
+static quarot_result qx__moe_migrate(qx_store* s, const qx_wq_opts* o, qx_ek_forward* ef, qx__moeq* m, const float* x,
+                                     float* tmp, int64_t nwin, qx_err* e) {
+    qx_forward* f = &ef->f;
+    const qx_forward_moe* mo = f->layers[m->layer].moe;
+    const int64_t E = f->cfg.n_experts, H = f->cfg.hidden, l = m->layer, chunk = qx__moe_chunk(H);
+    const int keep_router = f->opts.capture_router;
+    double err[QUAROT_MIGRATION_STEPS], alphas[QUAROT_MIGRATION_STEPS];
+    double* diag;
+    float *sc, *sv, *wt;
+    int64_t lo, ex, j, r0, i;
+    int k, p, kb = 0;
+    quarot_result r = QUAROT_OK;
+    m->alpha = 0.0;
+    m->phase = 0;
+    m->in = m->s_in = H;
+    diag = (double*)calloc((size_t)H, sizeof(double));
+    sc = (float*)malloc((size_t)(QUAROT_MIGRATION_STEPS * H) * sizeof(float));
+    if (!diag || !sc) { free(diag); free(sc); qx_err_set(e, "layer %lld: out of memory", (long long)l); return QUAROT_ERR_OUT_OF_MEMORY; }
+    for (k = 0; k < QUAROT_MIGRATION_STEPS; ++k) err[k] = 0.0;
+    for (lo = 0; lo <= E && r == QUAROT_OK; lo += chunk) {
+        int64_t hi = lo + chunk > E + 1 ? E + 1 : lo + chunk;
+        if (hi == E + 1 && !mo->shared[0]) hi = E;
+        if (lo >= hi) break;
+        m->diag = lo == 0 ? diag : NULL;   /* every pass sees every row: the first one measures them */
+        f->opts.capture_router = lo == 0 ? 1 : keep_router;
+        r = qx__moe_collect(o, ef, m, x, tmp, nwin, lo, hi, e);
+        m->diag = NULL;
+        f->opts.capture_router = keep_router;
+        if (r != QUAROT_OK) break;
+        for (k = 0; lo == 0 && k < QUAROT_MIGRATION_STEPS && r == QUAROT_OK; ++k)
+            r = quarot_scale_migration_scales(diag, H, k, sc + k * H, &alphas[k]);
+        for (ex = lo; ex < hi && r == QUAROT_OK; ++ex) {
+            for (p = 0; p < 2 && m->h[ex] && r == QUAROT_OK; ++p) {   /* no routed rows: no error at any alpha */
+                wt = ex == E ? mo->shared[p] : mo->w[3 * ex + p];
+                for (k = 0; k < QUAROT_MIGRATION_STEPS && r == QUAROT_OK; ++k) {
+                    double ek = 0.0;
+                    r = quarot_scale_migration_error(m->h[ex], H, wt, ex == E ? f->s_inter : f->e_inter, &o->desc.weight,
+                                                     sc + k * H, &ek, o->env);
+                    err[k] += ek;
+                }
+            }
+            free(m->h[ex]);
+            m->h[ex] = NULL;
+        }
+        if (r != QUAROT_OK) qx_err_set(e, "layer %lld: scale migration: %s", (long long)l, quarot_result_string(r));
+    }
+    for (k = 1; k < QUAROT_MIGRATION_STEPS; ++k)
+        if (err[k] < err[kb]) kb = k;
+    if (r == QUAROT_OK && kb > 0) {   /* step 0 is alpha = 0 */
+        const char* rn = f->is_mixtral ? "block_sparse_moe.gate" : "mlp.gate";
+        sv = sc + kb * H;
+        m->alpha = alphas[kb];
+        for (j = 0; j < H; ++j) f->layers[l].norm2_w[j] *= sv[j];
+        for (ex = 0; ex <= E; ++ex)
+            for (p = 0; p < 2 && (ex < E || mo->shared[0]); ++p) {
+                const int64_t out = ex == E ? f->s_inter : f->e_inter;
+                wt = ex == E ? mo->shared[p] : mo->w[3 * ex + p];
+                for (r0 = 0; r0 < out; ++r0)
+                    for (j = 0; j < H; ++j) wt[r0 * H + j] /= sv[j];
+            }
+        for (i = 0; i < 2 && r == QUAROT_OK; ++i) {   /* the router [E][H] and the shared-expert gate [1][H] */
+            char nm[QUAROT_NAME_MAX];
+            quarot_tensor* dst;
+            const int64_t rows = i ? 1 : E;
+            wt = i ? mo->shared_gate : mo->router;
+            if (!wt) continue;
+            snprintf(nm, sizeof nm, "model.layers.%lld.%s.weight", (long long)l, i ? "mlp.shared_expert_gate" : rn);
+            for (r0 = 0; r0 < rows; ++r0)
+                for (j = 0; j < H; ++j) wt[r0 * H + j] /= sv[j];
+            dst = qx_store_find(s, nm);
+            if (!dst || dst->ne[0] != H || quarot_tensor_nrows(dst) != rows) {
+                qx_err_set(e, "%s: cannot write the migrated weight back", nm);
+                r = QUAROT_ERR_INTERNAL;
+            }
+            for (r0 = 0; r0 < rows && r == QUAROT_OK; ++r0) r = quarot_tensor_set_row_f32(dst, r0, wt + r0 * H);
+        }
+    }
+    free(diag);
+    free(sc);
+    return r;
+}
+
 /* MoE layer l's MLP: collect, quantize and write back every expert (see above). */
 static quarot_result qx__moe_layer(qx_store* s, const qx_wq_opts* o, qx_ek_forward* ef, qx__wqcap* cap, const float* x,
                                    float* tmp, int64_t nwin, int gptq, qx_wq_stats* st, qx_err* e) {
@@ -162,7 +291,7 @@ static quarot_result qx__moe_layer(qx_store* s, const qx_wq_opts* o, qx_ek_forwa
     const int64_t E = f->cfg.n_experts, H = f->cfg.hidden, l = cap->moe->layer;
     qx__moeq* m = cap->moe;
     quarot_result r = QUAROT_OK;
-    int64_t ex, w, none = 0;
+    int64_t ex, none = 0;
     int phase, p;
     int8_t* q = NULL;
     float *sc = NULL, *zr = NULL;
@@ -176,27 +305,19 @@ static quarot_result qx__moe_layer(qx_store* s, const qx_wq_opts* o, qx_ek_forwa
     sc = (float*)malloc((size_t)maxw * sizeof(float));
     zr = (float*)malloc((size_t)maxw * sizeof(float));
     if (!q || !sc || !zr) { r = QUAROT_ERR_OUT_OF_MEMORY; qx_err_set(e, "layer %lld: out of memory", (long long)l); goto done; }
+    m->alpha = 0.0;
+    if (o->desc.migrate) r = qx__moe_migrate(s, o, ef, m, x, tmp, nwin, e);
     for (phase = 0; phase < 2 && r == QUAROT_OK; ++phase) {
         int64_t chunk, lo;
         m->phase = phase;
         m->in = phase ? f->e_inter : H;
         m->s_in = phase ? f->s_inter : H;
-        chunk = (int64_t)(QX__MOE_HBYTES / ((size_t)(m->in * m->in) * sizeof(double)));
-        if (chunk < 1) chunk = 1;
+        chunk = qx__moe_chunk(m->in);
         for (lo = 0; lo <= E && r == QUAROT_OK; lo += chunk) {
             int64_t hi = lo + chunk > E + 1 ? E + 1 : lo + chunk;
             if (hi == E + 1 && !mo->shared[0]) hi = E;
             if (lo >= hi) break;
-            m->lo = lo;
-            m->hi = hi;
-            for (ex = lo; ex < hi; ++ex) m->rows[ex] = 0;
-            for (w = 0; gptq && w < nwin && r == QUAROT_OK; ++w) {   /* the chunk's inputs: the layer over every window */
-                int64_t a = o->calib->offset[w], T = o->calib->offset[w + 1] - a;
-                memcpy(tmp, x + a * H, (size_t)(T * H) * sizeof(float));
-                r = qx_forward_layer_run(f, l, tmp, T, e);
-                if (r == QUAROT_OK && m->status != QUAROT_OK) { r = m->status; qx_err_set(e, "%s", m->err); }
-                if (r == QUAROT_OK && qx_ek_forward_status(ef) != QUAROT_OK) r = qx_ek_forward_status(ef);
-            }
+            r = qx__moe_collect(o, ef, m, x, tmp, gptq ? nwin : 0, lo, hi, e);   /* the chunk's inputs */
             for (ex = lo; ex < hi && r == QUAROT_OK; ++ex) {
                 const int shared = ex == E;
                 const int64_t I = shared ? f->s_inter : f->e_inter;
@@ -221,6 +342,7 @@ static quarot_result qx__moe_layer(qx_store* s, const qx_wq_opts* o, qx_ek_forwa
                     rep.name = nm;
                     rep.layer = l;
                     rep.step = p == 2 ? 3 : 2;
+                    rep.migrate_alpha = p == 2 ? 0.0 : m->alpha;
                     if (d.on_linear && (r = d.on_linear(d.user_data, &rep)) != QUAROT_OK) {
                         qx_err_set(e, "%s: stopped by the report callback: %s", nm, quarot_result_string(r));
                         break;
@@ -278,11 +400,6 @@ quarot_result qx_wq_quantize(qx_store* s, const qx_wq_opts* o, qx_wq_stats* st, 
         return QUAROT_ERR_INVALID_ARGUMENT;
     }
     gptq = o->desc.method == QUAROT_WQUANT_GPTQ || o->desc.migrate;   /* calibration rows needed */
-    if (s->config.n_experts > 0 && o->desc.migrate) {   /* the experts have no norm of their own to migrate into */
-        qx_err_set(e, "%s has mixture-of-experts layers (%lld experts): weight migration does not run them (GPTQ, RTN "
-                   "and the clip search do)", s->config.arch, (long long)s->config.n_experts);
-        return QUAROT_ERR_UNSUPPORTED;
-    }
     memset(&cap, 0, sizeof cap);
     memset(&moe, 0, sizeof moe);
     cap.qz = &qz;

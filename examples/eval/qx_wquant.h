@@ -17,7 +17,10 @@
    down_proj: its intermediate activations after the online R4), the shared expert on all rows; an
    expert no calibration token reaches is RTN (report fallback = 1), counted in st->experts_rtn and
    per layer in st->moe_note. 3-D experts are written back at expert e's rows (e * out). Routers and
-   shared-expert gates are not quantized. Weight migration refuses MoE (QUAROT_ERR_UNSUPPORTED).
+   shared-expert gates are not quantized. Scale migration (desc.migrate) at a MoE layer's MLP norm:
+   the alpha search with each routed expert's gate / up scored on its own routed rows' Hessian and
+   the shared expert's on every row, the scales from the norm's output (the router's input); the
+   norm gain, every expert's gate / up, the router and the shared-expert gate take s (qx_wquant.c).
    Errors: a one-line message in e; calibration windows fewer than nsamples -> QUAROT_ERR_INVALID_ARGUMENT
    ("calibration text too short"); the stage's errors name the linear. */
 #ifndef QX_WQUANT_H
