@@ -2195,8 +2195,9 @@ QUAROT_API quarot_result quarot_stiefel_step_f64(int64_t n, double* r, const dou
 // must list each layer's attention-norm readers as q, k, v and a dense MLP norm's readers as gate,
 // up, in that order, or one fused weight each with the plan's v and up row ranges; a MoE layer's MLP
 // comes from the plan's blocks (the built-in adapters do all of these).
-// A MoE layer keeps, per row, K times an expert's activations (3 x expert width + hidden) on its tape,
-// and every expert's weights three times (frozen, effective, gradient) while it is processed.
+// A MoE layer keeps, per row, K times an expert's activations (3 x expert width + hidden) on its tape
+// (and no dense MLP arrays; a dense layer of a MoE model no MoE arrays), and every expert's weights
+// three times (frozen, effective, gradient) while it is processed.
 
 // The objective. CE: the mean next-token cross-entropy against the windows' tokens (SpinQuant).
 // KL: the mean KL divergence from the FP32 model's next-token distribution to the quantized one's,
@@ -17578,16 +17579,28 @@ static void quarot__tr_free_acts(quarot__tr* p) {
     p->cap_rows = p->cap_T = p->rope_T = 0;
 }
 
-// Tape layout: per tape, the arrays of quarot__tr_tape back to back (x only in keep mode).
-static int64_t quarot__tr_tape_floats(const quarot__tr* p, int64_t rows, int with_x) {
-    int64_t per = 3 * p->h + 2 + 2 * p->qd + 2 * p->kvd + 3 * p->im;
+// Tape layout: per tape, the arrays of quarot__tr_tape back to back; the dense MLP's (g, u, hq)
+// only in a tape that runs a dense MLP (mlp = 1).
+static int64_t quarot__tr_tape_floats(const quarot__tr* p, int64_t rows, int mlp) {
+    int64_t per = 4 * p->h + 2 + 2 * p->qd + 2 * p->kvd + (mlp ? 3 * p->im : 0);
     if (p->has_qkn) per += p->qd + p->kvd + p->nh + p->nkv;
-    return rows * (per + (with_x ? p->h : 0));
+    return rows * per;
 }
 
-static void quarot__tr_tape_set(const quarot__tr* p, quarot__tr_tape* tp, float* m, int64_t rows, int with_x) {
+// Which parts tape i needs: its layer's in keep mode (tape i is layer i), every layer's when one
+// tape serves them all; dense: the dense MLP's arrays, moe: a MoE tape.
+static void quarot__tr_tape_kind(const quarot__tr* p, int64_t i, int* dense, int* moe) {
+    int64_t l;
+    *dense = *moe = 0;
+    for (l = p->n_tapes == 1 ? 0 : i; l < (p->n_tapes == 1 ? p->L : i + 1); ++l) {
+        if (p->moe_blk && p->moe_blk[4 * l] >= 0) *moe = 1;
+        else *dense = 1;
+    }
+}
+
+static void quarot__tr_tape_set(const quarot__tr* p, quarot__tr_tape* tp, float* m, int64_t rows, int mlp) {
     memset(tp, 0, sizeof *tp);
-    if (with_x) { tp->x = m; m += rows * p->h; }
+    tp->x = m; m += rows * p->h;
     tp->rs1 = m; m += rows;
     tp->aq = m; m += rows * p->h;
     if (p->has_qkn) {
@@ -17603,6 +17616,7 @@ static void quarot__tr_tape_set(const quarot__tr* p, quarot__tr_tape* tp, float*
     tp->xm = m; m += rows * p->h;
     tp->rs2 = m; m += rows;
     tp->a2q = m; m += rows * p->h;
+    if (!mlp) return;
     tp->g = m; m += rows * p->im;
     tp->u = m; m += rows * p->im;
     tp->hq = m;
@@ -17637,21 +17651,32 @@ static void quarot__tr_mtape_set(const quarot__tr* p, quarot__tr_mtape* mt, floa
     mt->cnt = cnt;
 }
 
-// The MoE tapes and scratch for `rows` rows (grad: with the backward's); 0 when out of memory.
+// The MoE tapes (backed for the tapes of MoE layers only) and scratch for `rows` rows (grad: with
+// the backward's); 0 when out of memory.
 static int quarot__tr_reserve_moe(quarot__tr* p, int64_t rows, int grad) {
     const int64_t slots = rows * p->K, mf = quarot__tr_mtape_floats(p, rows), wide = p->ei > p->si ? p->ei : p->si;
-    int64_t i;
+    int64_t i, nb = 0, b = 0;
+    int dense, moe;
+    for (i = 0; i < p->n_tapes; ++i) {
+        quarot__tr_tape_kind(p, i, &dense, &moe);
+        nb += moe;
+    }
     p->mtapes = (quarot__tr_mtape*)quarot__tr_alloc(p, p->n_tapes, sizeof(quarot__tr_mtape));
-    p->mact = (float*)quarot__tr_alloc(p, p->n_tapes * mf, sizeof(float));
-    p->mint = (int32_t*)quarot__tr_alloc(p, p->n_tapes * 3 * slots, sizeof(int32_t));
-    p->mcnt = (int64_t*)quarot__tr_alloc(p, p->n_tapes * (p->nexp + 1), sizeof(int64_t));
+    p->mact = (float*)quarot__tr_alloc(p, nb * mf, sizeof(float));
+    p->mint = (int32_t*)quarot__tr_alloc(p, nb * 3 * slots, sizeof(int32_t));
+    p->mcnt = (int64_t*)quarot__tr_alloc(p, nb * (p->nexp + 1), sizeof(int64_t));
     p->mfill = (int64_t*)quarot__tr_alloc(p, p->nexp, sizeof(int64_t));
     p->mxg = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float));
     p->mwt = (float*)quarot__tr_alloc(p, slots, sizeof(float));
     if (!p->mtapes || !p->mact || !p->mint || !p->mcnt || !p->mfill || !p->mxg || !p->mwt) return 0;
-    for (i = 0; i < p->n_tapes; ++i)
-        quarot__tr_mtape_set(p, &p->mtapes[i], p->mact + i * mf, p->mint + i * 3 * slots, p->mcnt + i * (p->nexp + 1),
+    memset(p->mtapes, 0, (size_t)p->n_tapes * sizeof(quarot__tr_mtape));
+    for (i = 0; i < p->n_tapes; ++i) {
+        quarot__tr_tape_kind(p, i, &dense, &moe);
+        if (!moe) continue;
+        quarot__tr_mtape_set(p, &p->mtapes[i], p->mact + b * mf, p->mint + b * 3 * slots, p->mcnt + b * (p->nexp + 1),
                              rows);
+        b++;
+    }
     if (!grad) return 1;
     p->mdy = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float));
     p->mdx = (float*)quarot__tr_alloc(p, rows * p->h, sizeof(float));
@@ -17666,17 +17691,24 @@ static int quarot__tr_reserve_moe(quarot__tr* p, int64_t rows, int grad) {
 
 static quarot_result quarot__tr_reserve(quarot_trainer* t, int64_t B, int64_t T, int grad) {
     quarot__tr* p = (quarot__tr*)t->priv;
-    int64_t rows = B * T, tf, i, keep;
-    int ok = 1;
+    int64_t rows = B * T, tf = 0, i, keep, off;
+    int ok = 1, dense, moe;
     if (rows <= p->cap_rows && T == p->cap_T && grad <= p->cap_grad) return QUAROT_OK;
     quarot__tr_free_acts(p);
     keep = grad && !t->desc.recompute;
     p->n_tapes = keep ? p->L : 1;
-    tf = quarot__tr_tape_floats(p, rows, 1);
-    p->act = (float*)quarot__tr_alloc(p, p->n_tapes * tf, sizeof(float));
+    for (i = 0; i < p->n_tapes; ++i) {
+        quarot__tr_tape_kind(p, i, &dense, &moe);
+        tf += quarot__tr_tape_floats(p, rows, dense);
+    }
+    p->act = (float*)quarot__tr_alloc(p, tf, sizeof(float));
     p->tapes = (quarot__tr_tape*)quarot__tr_alloc(p, p->n_tapes, sizeof(quarot__tr_tape));
     ok = p->act && p->tapes;
-    for (i = 0; ok && i < p->n_tapes; ++i) quarot__tr_tape_set(p, &p->tapes[i], p->act + i * tf, rows, 1);
+    for (i = 0, off = 0; ok && i < p->n_tapes; ++i) {
+        quarot__tr_tape_kind(p, i, &dense, &moe);
+        quarot__tr_tape_set(p, &p->tapes[i], p->act + off, rows, dense);
+        off += quarot__tr_tape_floats(p, rows, dense);
+    }
     if (grad && t->desc.recompute)
         ok = ok && (p->ckpt = (float*)quarot__tr_alloc(p, p->L * rows * p->h, sizeof(float))) != NULL;
     if (p->nexp) ok = ok && quarot__tr_reserve_moe(p, rows, grad);
