@@ -296,7 +296,8 @@ static void check_migration(const mt_model* m0, family fam, const float* lfp) {
                 QT_OK(quarot_fake_quant_f32(w, out, H, H, &d));
                 for (r = 0; r < out; ++r) {
                     double mx = 0.0;
-                    for (j = 0; j < H; ++j) mx = fmax(mx, fabs((double)wf[r * H + j]));
+                    for (j = 0; j < H; ++j)
+                        if (fabs((double)wf[r * H + j]) > mx) mx = fabs((double)wf[r * H + j]);
                     for (j = 0; j < H; ++j) moved += fabs((double)((const float*)t->data)[r * H + j] - w[r * H + j]) > 1e-6 * mx;
                     total += H;
                 }
