@@ -15507,6 +15507,14 @@ static int64_t quarot__qz_find(const quarot_quantizer* qz, const char* name) {
     return -1;
 }
 
+// 1 when one of fusion f's readers is `weight`
+static int quarot__qz_fusion_reads(const quarot_plan* p, const quarot_plan_fusion* f, const char* weight) {
+    int64_t k;
+    for (k = 0; k < f->n_linears; ++k)
+        if (strcmp(p->linears[f->first_linear + k].weight, weight) == 0) return 1;
+    return 0;
+}
+
 QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int64_t layer) {
     int64_t i, k, nf = 0;
     int moe;
@@ -15534,11 +15542,7 @@ QUAROT_API quarot_result quarot_quantizer_begin_layer(quarot_quantizer* qz, int6
     for (i = 0; i < p->n_fusions; ++i) {
         const quarot_plan_fusion* f = &p->fusions[i];
         if (f->layer != layer) continue;
-        if (moe) {   // the attention norm's fusion only: the one with v_proj among its readers
-            const char* v = p->layers[layer].v_proj;
-            for (k = 0; k < f->n_linears && strcmp(p->linears[f->first_linear + k].weight, v) != 0; ++k) {}
-            if (k == f->n_linears) continue;
-        }
+        if (moe && !quarot__qz_fusion_reads(p, f, p->layers[layer].v_proj)) continue;   // the attention norm's only
         for (k = 0; k < f->n_linears && nf < (moe ? 1 : 2); ++k) {
             if (qz->n_linears >= QUAROT_QUANTIZE_MAX_LINEARS) return QUAROT_ERR_INTERNAL;
             snprintf(qz->names[qz->n_linears], QUAROT_NAME_MAX, "%s", p->linears[f->first_linear + k].weight);
@@ -15821,8 +15825,7 @@ static quarot_result quarot__qz_migrate(quarot_quantizer* qz, int st) {
     for (i = 0; i < qz->n_linears && qz->lin_step[i] != st; ++i) {}
     for (fi = 0; i < qz->n_linears && fi < qz->plan.n_fusions && !fu; ++fi) {
         const quarot_plan_fusion* f = &qz->plan.fusions[fi];
-        for (k = 0; f->layer == qz->layer && k < f->n_linears && !fu; ++k)
-            if (strcmp(qz->plan.linears[f->first_linear + k].weight, qz->names[i]) == 0) fu = f;
+        if (f->layer == qz->layer && quarot__qz_fusion_reads(&qz->plan, f, qz->names[i])) fu = f;
     }
     if (!fu) return QUAROT_OK;
     norm = fu->norm_weight;
