@@ -9017,8 +9017,8 @@ QUAROT_API quarot_result quarot_qgemm(const quarot_qmat* w, const int8_t* xq, in
 // C[o][t] += sum_k A[o][k] B[k][t] on 16 x 16 int32 tiles: A = 16 weight rows x 64 offset-binary
 // codes (4 bits: a block's low or high nibbles, unpacked with AVX-512; 8 bits: the bytes), B = 64
 // codes of 16 tokens, re-laid once per call as TDPBUSD reads it (B[k/4][4t + k%4]). Four C tiles
-// hold 32 rows x 32 tokens; per weight group they are stored, and quarot_qgemm's scalar finish runs
-// on them.
+// hold 32 rows x 32 tokens; per weight group they are stored and finished as quarot_qgemm finishes
+// its sums (the same float steps), and the 32 x 32 result is transposed in registers into y.
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__) && defined(__x86_64__) && \
     defined(__GNUC__) && defined(QUAROT__HAVE_AVX512) && defined(__AVX512BW__)
 #define QUAROT__QG_AMX 1
@@ -9065,88 +9065,155 @@ typedef struct quarot__amx_job {
     float* y;
 } quarot__amx_job;
 
-// 32 output rows from o0 (nr valid; the others copies of the last), tokens [t0, t0 + 16 * ntile),
-// ntile <= 2: C tiles 0-3 = (rows 0-15, 16-31) x (token tiles 0, 1), A = 4, 5, B = 6, 7, so each
-// loaded tile serves two products.
-QUAROT__PRIVATE void quarot__qg_amx_block(const quarot__amx_job* jb, int64_t o0, int nr, int64_t t0, int ntile) {
+// v[i] = column i of the 16 x 16 matrix whose rows are v[0..15]: pairs of rows interleaved, then
+// 4 x 4 blocks within 128-bit lanes, then the lanes exchanged across 4 and 8 registers. The
+// zero-masked forms with every lane set: the plain ones read _mm512_undefined_ps(), which g++ 12
+// reports as uninitialized.
+#define QUAROT__M16 ((__mmask16)0xFFFF)
+QUAROT__PRIVATE void quarot__amx_tr16(__m512* v) {
+    __m512 t[16], u[16];
+    int i;
+    for (i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_maskz_unpacklo_ps(QUAROT__M16, v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_maskz_unpackhi_ps(QUAROT__M16, v[2 * i], v[2 * i + 1]);
+    }
+    for (i = 0; i < 4; ++i) {   // u[4i + j], lane L: rows 4i..4i+3 of column 4L + j
+        u[4 * i] = _mm512_maskz_shuffle_ps(QUAROT__M16, t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_maskz_shuffle_ps(QUAROT__M16, t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_maskz_shuffle_ps(QUAROT__M16, t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_maskz_shuffle_ps(QUAROT__M16, t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (i = 0; i < 4; ++i) {
+        t[i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, u[i], u[4 + i], 0x88);
+        t[4 + i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, u[i], u[4 + i], 0xDD);
+        t[8 + i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, u[8 + i], u[12 + i], 0x88);
+        t[12 + i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, u[8 + i], u[12 + i], 0xDD);
+    }
+    for (i = 0; i < 4; ++i) {
+        v[i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, t[i], t[8 + i], 0x88);
+        v[8 + i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, t[i], t[8 + i], 0xDD);
+        v[4 + i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, t[4 + i], t[12 + i], 0x88);
+        v[12 + i] = _mm512_maskz_shuffle_f32x4(QUAROT__M16, t[4 + i], t[12 + i], 0xDD);
+    }
+}
+
+// Weight codes reach the tiles through memory (a tile loads only from memory): each unit (a 128-code
+// block at 4 bits, its low and high nibbles as two 64-code chunks; one 64-code chunk at 8 bits) is
+// unpacked into a ring of buffers QUAROT__AMX_AHEAD units before its tiles are loaded, in one
+// sequence over every 32-token pass of the rows. On Emerald Rapids the distance (1 to 6) measured
+// the same; what the tiles wait for is the unpacking's stores as such.
+#define QUAROT__AMX_RING 4
+#define QUAROT__AMX_AHEAD 2
+// A task runs its rows over spans of tokens whose re-laid activations (span x cols bytes) stay in
+// a core's L2 (2 MiB on the CPUs with AMX): every 32 rows read the span's activations once.
+#if !defined(QUAROT__AMX_BBYTES)
+#define QUAROT__AMX_BBYTES (1 << 20)
+#endif
+QUAROT__PRIVATE void quarot__qg_amx_unit(const quarot_qmat* w, const uint8_t* const* wr, int nu, int64_t u,
+                                         uint8_t* dst) {
+    const __m512i m = _mm512_set1_epi8(15);
+    int r;
+    if (w->bits == 4)   // low nibbles are codes 0..63 of the block, high nibbles 64..127
+        for (r = 0; r < nu; ++r) {
+            __m512i v = _mm512_loadu_si512((const void*)(wr[r] + (size_t)u * 64));
+            _mm512_store_si512((void*)(dst + r * 64), _mm512_and_si512(v, m));
+            _mm512_store_si512((void*)(dst + 2048 + r * 64), _mm512_and_si512(_mm512_srli_epi16(v, 4), m));
+        }
+    else
+        for (r = 0; r < nu; ++r)
+            _mm512_store_si512((void*)(dst + r * 64), _mm512_loadu_si512((const void*)(wr[r] + (size_t)u * 64)));
+}
+
+// 32 output rows from o0 (nr valid; the others copies of the last) for every token, 32 tokens a
+// pass: C tiles 0-3 = (rows 0-15, 16-31) x (token tiles 0, 1), A = 4, 5, B = 6, 7, so each loaded
+// tile serves two products.
+QUAROT__PRIVATE void quarot__qg_amx_rows(const quarot__amx_job* jb, int64_t o0, int nr, int64_t ta, int64_t tb) {
     const quarot_qmat* w = jb->w;
-    int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, cpg = G / 64, g, c;
-    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols, w->group), gb = w->bits == 4 ? (size_t)(G / 2) : (size_t)G;
+    int64_t G = w->group ? w->group : w->cols, ng = w->cols / G, cpu = w->bits == 4 ? 2 : 1;
+    int64_t upg = G / (64 * cpu), U = w->cols / (64 * cpu), npass = (tb - ta + 31) / 32, S = npass * U, s, g, j;
     uint32_t off = w->bits == 4 ? 8u : 128u;
-    int nt = (int)(jb->rows - t0 < 16 * ntile ? jb->rows - t0 : 16 * ntile), r, t, two = nr > 16;
-    int nu = two ? 32 : 16;   // rows unpacked
+    int r, t, h, two = nr > 16, nu = two ? 32 : 16;   // rows unpacked
     const uint8_t* wr[32];
-    uint8_t a[2][32 * 64] __attribute__((aligned(64)));
+    uint8_t a[QUAROT__AMX_RING][2 * 32 * 64] __attribute__((aligned(64)));
     int32_t cb[4][16 * 16] __attribute__((aligned(64)));
     float f[32][32] __attribute__((aligned(64)));
     uint32_t ox[32] __attribute__((aligned(64)));
-    const __m512i m = _mm512_set1_epi8(15);
+    size_t rb = quarot_qmat_row_bytes(w->bits, w->cols, w->group);
     for (r = 0; r < 32; ++r) wr[r] = w->data + (size_t)(o0 + (r < nr ? r : nr - 1)) * rb;
-    for (r = 0; r < 32; ++r)
-        for (t = 0; t < 32; ++t) f[r][t] = 0.0f;
-    for (g = 0; g < ng; ++g) {
-        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-        for (c = 0; c < cpg; ++c) {
-            const uint8_t* bt = jb->b + ((size_t)(t0 / 16) * (size_t)jb->nc + (size_t)(g * cpg + c)) * 1024;
-            const uint8_t* at;
-            if (w->bits == 4) {
-                if ((c & 1) == 0)   // a 128-code block: low nibbles are codes 0..63, high 64..127
-                    for (r = 0; r < nu; ++r) {   // 32 rows are 32 streams: ask for the block 4 ahead
-                        __m512i v = _mm512_loadu_si512((const void*)(wr[r] + (size_t)g * gb + (size_t)(c / 2) * 64));
-                        _mm_prefetch((const char*)(wr[r] + (size_t)g * gb + (size_t)(c / 2 + 4) * 64), _MM_HINT_T0);
-                        _mm512_store_si512((void*)(a[0] + r * 64), _mm512_and_si512(v, m));
-                        _mm512_store_si512((void*)(a[1] + r * 64), _mm512_and_si512(_mm512_srli_epi16(v, 4), m));
+    for (s = 0; s < QUAROT__AMX_AHEAD && s < S; ++s) quarot__qg_amx_unit(w, wr, nu, s % U, a[s % QUAROT__AMX_RING]);
+    for (s = 0; s < S;) {   // one pass: tokens [t0, t0 + 16 * ntile)
+        int64_t t0 = ta + (s / U) * 32, left = (tb - t0 + 15) / 16;
+        int ntile = (int)(left < 2 ? left : 2), nt = (int)(tb - t0 < 32 ? tb - t0 : 32);
+        for (r = 0; r < 32; ++r)
+            for (t = 0; t < 32; ++t) f[r][t] = 0.0f;
+        for (g = 0; g < ng; ++g) {
+            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+            for (j = 0; j < upg; ++j, ++s) {
+                const uint8_t* at = a[s % QUAROT__AMX_RING];
+                int64_t c;
+                if (s + QUAROT__AMX_AHEAD < S)
+                    quarot__qg_amx_unit(w, wr, nu, (s + QUAROT__AMX_AHEAD) % U,
+                                        a[(s + QUAROT__AMX_AHEAD) % QUAROT__AMX_RING]);
+                for (c = 0; c < cpu; ++c, at += 2048) {
+                    const uint8_t* bt =
+                        jb->b + ((size_t)(t0 / 16) * (size_t)jb->nc + (size_t)((g * upg + j) * cpu + c)) * 1024;
+                    _tile_loadd(4, at, 64);
+                    _tile_loadd(6, bt, 64);
+                    _tile_dpbusd(0, 4, 6);
+                    if (ntile > 1) { _tile_loadd(7, bt + (size_t)jb->nc * 1024, 64); _tile_dpbusd(1, 4, 7); }
+                    if (two) {
+                        _tile_loadd(5, at + 16 * 64, 64);
+                        _tile_dpbusd(2, 5, 6);
+                        if (ntile > 1) _tile_dpbusd(3, 5, 7);
                     }
-                at = a[c & 1];
-            } else {
-                for (r = 0; r < nu; ++r)
-                    _mm512_store_si512((void*)(a[0] + r * 64),
-                                       _mm512_loadu_si512((const void*)(wr[r] + (size_t)g * gb + (size_t)c * 64)));
-                at = a[0];
+                }
             }
-            _tile_loadd(4, at, 64);
-            _tile_loadd(6, bt, 64);
-            _tile_dpbusd(0, 4, 6);
-            if (ntile > 1) { _tile_loadd(7, bt + (size_t)jb->nc * 1024, 64); _tile_dpbusd(1, 4, 7); }
-            if (two) {
-                _tile_loadd(5, at + 16 * 64, 64);
-                _tile_dpbusd(2, 5, 6);
-                if (ntile > 1) _tile_dpbusd(3, 5, 7);
+            _tile_stored(0, cb[0], 64); _tile_stored(1, cb[1], 64);
+            _tile_stored(2, cb[2], 64); _tile_stored(3, cb[3], 64);
+            // quarot__qg_rows' finish per (t, o), 16 tokens a vector: a = sum - offset * xsum (wrapping
+            // int32), f += float(a) * w_scale (a multiply, then an add: no contraction)
+            for (t = 0; t < 32; ++t) ox[t] = t < nt ? off * (uint32_t)jb->xsum[(t0 + t) * ng + g] : 0u;
+            for (r = 0; r < nr; ++r) {
+                __m512 ws = _mm512_set1_ps(w->scales[(o0 + r) * ng + g]);
+                for (t = 0; t < ntile; ++t) {
+                    const int32_t* cr = (r < 16 ? cb[t] + r * 16 : cb[2 + t] + (r - 16) * 16);
+                    __m512i v = _mm512_sub_epi32(_mm512_load_si512((const void*)cr),
+                                                 _mm512_load_si512((const void*)(ox + 16 * t)));
+                    __m512 fv = _mm512_load_ps(&f[r][16 * t]);
+                    // the zero-masked conversion: the plain one reads _mm512_undefined_ps(), which g++ 12
+                    // -O1 reports as uninitialized (as in quarot__qg_store16_avx512)
+                    _mm512_store_ps(&f[r][16 * t], _mm512_add_ps(fv, _mm512_mul_ps(
+                                                       _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, v), ws)));
+                }
             }
         }
-        _tile_stored(0, cb[0], 64); _tile_stored(1, cb[1], 64); _tile_stored(2, cb[2], 64); _tile_stored(3, cb[3], 64);
-        // quarot__qg_rows' finish per (t, o), 16 tokens a vector: a = sum - offset * xsum (wrapping
-        // int32), f += float(a) * w_scale (a multiply, then an add: no contraction)
-        for (t = 0; t < 32; ++t) ox[t] = t < nt ? off * (uint32_t)jb->xsum[(t0 + t) * ng + g] : 0u;
-        for (r = 0; r < nr; ++r) {
-            __m512 ws = _mm512_set1_ps(w->scales[(o0 + r) * ng + g]);
+        // y[t][o0 + r] = f[r][t] * x_scale[t]: 16 x 16 blocks of f transposed in registers, so that
+        // each token's 16 rows are one store (scalar stores at the y stride cost more than the tiles)
+        for (h = 0; 16 * h < nr; ++h)
             for (t = 0; t < ntile; ++t) {
-                const int32_t* cr = (r < 16 ? cb[t] + r * 16 : cb[2 + t] + (r - 16) * 16);
-                __m512i v = _mm512_sub_epi32(_mm512_load_si512((const void*)cr),
-                                             _mm512_load_si512((const void*)(ox + 16 * t)));
-                __m512 fv = _mm512_load_ps(&f[r][16 * t]);
-                // the zero-masked conversion: the plain one reads _mm512_undefined_ps(), which g++ 12 -O1
-                // reports as uninitialized (as in quarot__qg_store16_avx512)
-                _mm512_store_ps(&f[r][16 * t],
-                                _mm512_add_ps(fv, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, v), ws)));
+                __m512 v[16];
+                int nrow = nr - 16 * h < 16 ? nr - 16 * h : 16, ntok = nt - 16 * t < 16 ? nt - 16 * t : 16, i;
+                __mmask16 mk = (__mmask16)((1u << nrow) - 1u);
+                for (i = 0; i < 16; ++i) v[i] = _mm512_load_ps(&f[16 * h + i][16 * t]);
+                quarot__amx_tr16(v);
+                for (i = 0; i < ntok; ++i)
+                    _mm512_mask_storeu_ps(jb->y + (t0 + 16 * t + i) * jb->ldy + o0 + 16 * h, mk,
+                                          _mm512_mul_ps(v[i], _mm512_set1_ps(jb->xs[t0 + 16 * t + i])));
             }
-        }
     }
-    for (r = 0; r < nr; ++r)
-        for (t = 0; t < nt; ++t) jb->y[(t0 + t) * jb->ldy + o0 + r] = f[r][t] * jb->xs[t0 + t];
 }
 
 QUAROT__PRIVATE void quarot__qg_amx_task(void* arg, int64_t task) {
     const quarot__amx_job* jb = (const quarot__amx_job*)arg;
-    int64_t nb = (jb->w->rows + 31) / 32, b = task * jb->per, b1 = b + jb->per, t0;
+    int64_t nb = (jb->w->rows + 31) / 32, b0 = task * jb->per, b1 = b0 + jb->per, b, ta, tb;
+    int64_t span = ((int64_t)QUAROT__AMX_BBYTES / jb->w->cols) / 32 * 32;   // tokens whose B stays in L2
+    if (span < 32) span = 32;
     if (b1 > nb) b1 = nb;
     quarot__amx_config();   // tile configuration is per thread
-    for (; b < b1; ++b) {
-        int nr = (int)(jb->w->rows - b * 32 < 32 ? jb->w->rows - b * 32 : 32);
-        for (t0 = 0; t0 < jb->rows; t0 += 32) {
-            int64_t left = (jb->rows - t0 + 15) / 16;
-            quarot__qg_amx_block(jb, b * 32, nr, t0, (int)(left < 2 ? left : 2));
-        }
+    for (ta = 0; ta < jb->rows; ta = tb) {
+        tb = ta + span < jb->rows ? ta + span : jb->rows;
+        for (b = b0; b < b1; ++b)
+            quarot__qg_amx_rows(jb, b * 32, (int)(jb->w->rows - b * 32 < 32 ? jb->w->rows - b * 32 : 32), ta, tb);
     }
     _tile_release();
 }

@@ -255,61 +255,65 @@ static void test_strides_alignment(void) {
 
 /* The AMX-INT8 path (>>qgemm_amx) equals quarot_qgemm's REF kernel bit for bit: 4 and 8 bits, whole-row
    and grouped scales, partial row blocks and token tiles, more than 64 tokens, a misaligned workspace,
-   a reversed two-thread run, and shapes the tiles do not cover (group 64 at 4 bits: the VNNI fallback).
-   Skipped with a message where the build, the CPU or the OS gives no tile state. */
+   a reversed two-thread run, and shapes the tiles do not cover (group 64 at 4 bits: the VNNI fallback);
+   16384 columns make a task run its rows over several token spans (the span whose re-laid
+   activations fit L2 is 64 tokens there). Skipped with a message where the build, the CPU or the OS
+   gives no tile state. */
 static void test_amx(void) {
-    static const int64_t Ts[] = {1, 5, 16, 17, 70};
+    static const int64_t Ts[] = {1, 5, 16, 17, 70, 100};
     static const int64_t groups[] = {0, 128, 256, 64};
-    const int64_t out = 37, cols = 512;
-    int bits;
+    const int64_t out = 37;
+    int bits, wide;
     size_t gi, ti;
     if (quarot_amx_request() != QUAROT_OK) {
         printf("test_qgemm: AMX-INT8 skipped (not compiled in, not on this CPU, or tile state refused)\n");
         return;
     }
     qt_seed(9);
-    for (bits = 4; bits <= 8; bits += 4)
-        for (gi = 0; gi < sizeof groups / sizeof groups[0]; ++gi)
-            for (ti = 0; ti < sizeof Ts / sizeof Ts[0]; ++ti) {
-                int64_t T = Ts[ti], G = groups[gi] ? groups[gi] : cols, ng = cols / G, i;
-                int lo = bits == 4 ? -8 : -128, hi = bits == 4 ? 7 : 127;
-                size_t rb = quarot_qmat_row_bytes(bits, cols, groups[gi]);
-                size_t wsz = quarot_qgemm_amx_workspace_size(T, cols);
-                int8_t* wq = (int8_t*)malloc((size_t)(out * cols));
-                uint8_t* wp = (uint8_t*)malloc(rb * (size_t)out);
-                int8_t* xq = (int8_t*)malloc((size_t)(T * cols));
-                float* ws = (float*)malloc((size_t)(out * ng) * sizeof(float));
-                float* xs = (float*)malloc((size_t)T * sizeof(float));
-                int32_t* xsum = (int32_t*)malloc((size_t)(T * ng) * sizeof(int32_t));
-                float* y0 = (float*)malloc((size_t)(T * out) * sizeof(float));
-                float* y1 = (float*)malloc((size_t)(T * out) * sizeof(float));
-                uint8_t* work = (uint8_t*)malloc(wsz + 1);
-                quarot_qmat m;
-                quarot_env env;
-                for (i = 0; i < out * cols; ++i) wq[i] = (int8_t)(i % 11 == 0 ? (i % 2 ? lo : hi) : rnd_int(lo, hi));
-                for (i = 0; i < T * cols; ++i) xq[i] = (int8_t)(i % 13 == 0 ? -128 : rnd_int(-128, 127));
-                for (i = 0; i < out * ng; ++i) ws[i] = (float)(qt_uniform() * 0.02 + 1e-4);
-                for (i = 0; i < T; ++i) xs[i] = (float)(qt_uniform() * 0.1 + 1e-3);
-                QT_OK(quarot_qmat_pack(bits, wq, out, cols, groups[gi], wp));
-                QT_OK(quarot_qact_sums(xq, T, cols, cols, groups[gi], xsum));
-                m.bits = bits; m.rows = out; m.cols = cols; m.group = groups[gi]; m.data = wp; m.scales = ws;
-                QT_OK(quarot_qgemm(&m, xq, cols, xs, xsum, T, y0, out, QUAROT_ISA_REF, NULL));
-                memset(y1, 0x7f, (size_t)(T * out) * sizeof(float));
-                QT_OK(quarot_qgemm_amx(&m, xq, cols, xs, xsum, T, y1, out, work + 1, wsz, NULL));
-                QT_CHECKF(memcmp(y0, y1, (size_t)(T * out) * sizeof(float)) == 0,
-                          "AMX bits %d group %lld T %lld differs from REF", bits, (long long)groups[gi], (long long)T);
-                memset(&env, 0, sizeof env);
-                env.parallel.run = rev_run;
-                env.parallel.n_threads = 2;
-                memset(y1, 0x7f, (size_t)(T * out) * sizeof(float));
-                QT_OK(quarot_qgemm_amx(&m, xq, cols, xs, xsum, T, y1, out, work, wsz, &env));
-                QT_CHECKF(memcmp(y0, y1, (size_t)(T * out) * sizeof(float)) == 0,
-                          "AMX bits %d group %lld T %lld differs from REF on two threads", bits,
-                          (long long)groups[gi], (long long)T);
-                QT_ERR(quarot_qgemm_amx(&m, xq, cols, xs, xsum, T, y1, out, work, wsz - 1, NULL),
-                       QUAROT_ERR_INVALID_ARGUMENT);
-                free(wq); free(wp); free(xq); free(ws); free(xs); free(xsum); free(y0); free(y1); free(work);
-            }
+    for (wide = 0; wide <= 1; ++wide)
+        for (bits = 4; bits <= 8; bits += 4)
+            for (gi = 0; gi < sizeof groups / sizeof groups[0]; ++gi)
+                for (ti = 0; ti < sizeof Ts / sizeof Ts[0]; ++ti) {
+                    int64_t T = Ts[ti], cols = wide ? 16384 : 512, G = groups[gi] ? groups[gi] : cols, ng = cols / G, i;
+                    if (wide && T < 70) continue;   // the spans need more tokens than one
+                    int lo = bits == 4 ? -8 : -128, hi = bits == 4 ? 7 : 127;
+                    size_t rb = quarot_qmat_row_bytes(bits, cols, groups[gi]);
+                    size_t wsz = quarot_qgemm_amx_workspace_size(T, cols);
+                    int8_t* wq = (int8_t*)malloc((size_t)(out * cols));
+                    uint8_t* wp = (uint8_t*)malloc(rb * (size_t)out);
+                    int8_t* xq = (int8_t*)malloc((size_t)(T * cols));
+                    float* ws = (float*)malloc((size_t)(out * ng) * sizeof(float));
+                    float* xs = (float*)malloc((size_t)T * sizeof(float));
+                    int32_t* xsum = (int32_t*)malloc((size_t)(T * ng) * sizeof(int32_t));
+                    float* y0 = (float*)malloc((size_t)(T * out) * sizeof(float));
+                    float* y1 = (float*)malloc((size_t)(T * out) * sizeof(float));
+                    uint8_t* work = (uint8_t*)malloc(wsz + 1);
+                    quarot_qmat m;
+                    quarot_env env;
+                    for (i = 0; i < out * cols; ++i) wq[i] = (int8_t)(i % 11 == 0 ? (i % 2 ? lo : hi) : rnd_int(lo, hi));
+                    for (i = 0; i < T * cols; ++i) xq[i] = (int8_t)(i % 13 == 0 ? -128 : rnd_int(-128, 127));
+                    for (i = 0; i < out * ng; ++i) ws[i] = (float)(qt_uniform() * 0.02 + 1e-4);
+                    for (i = 0; i < T; ++i) xs[i] = (float)(qt_uniform() * 0.1 + 1e-3);
+                    QT_OK(quarot_qmat_pack(bits, wq, out, cols, groups[gi], wp));
+                    QT_OK(quarot_qact_sums(xq, T, cols, cols, groups[gi], xsum));
+                    m.bits = bits; m.rows = out; m.cols = cols; m.group = groups[gi]; m.data = wp; m.scales = ws;
+                    QT_OK(quarot_qgemm(&m, xq, cols, xs, xsum, T, y0, out, QUAROT_ISA_REF, NULL));
+                    memset(y1, 0x7f, (size_t)(T * out) * sizeof(float));
+                    QT_OK(quarot_qgemm_amx(&m, xq, cols, xs, xsum, T, y1, out, work + 1, wsz, NULL));
+                    QT_CHECKF(memcmp(y0, y1, (size_t)(T * out) * sizeof(float)) == 0,
+                              "AMX bits %d group %lld T %lld differs from REF", bits, (long long)groups[gi], (long long)T);
+                    memset(&env, 0, sizeof env);
+                    env.parallel.run = rev_run;
+                    env.parallel.n_threads = 2;
+                    memset(y1, 0x7f, (size_t)(T * out) * sizeof(float));
+                    QT_OK(quarot_qgemm_amx(&m, xq, cols, xs, xsum, T, y1, out, work, wsz, &env));
+                    QT_CHECKF(memcmp(y0, y1, (size_t)(T * out) * sizeof(float)) == 0,
+                              "AMX bits %d group %lld T %lld differs from REF on two threads", bits,
+                              (long long)groups[gi], (long long)T);
+                    QT_ERR(quarot_qgemm_amx(&m, xq, cols, xs, xsum, T, y1, out, work, wsz - 1, NULL),
+                           QUAROT_ERR_INVALID_ARGUMENT);
+                    free(wq); free(wp); free(xq); free(ws); free(xs); free(xsum); free(y0); free(y1); free(work);
+                }
 }
 
 int main(void) {
