@@ -8559,8 +8559,8 @@ QUAROT__PRIVATE uint32_t quarot__qg_row1_avx512(int bits, const uint8_t* w, cons
     }
 }
 // Two rows far apart in one pass (decode): the activation loads are shared and the weights come as
-// two independent streams, which DRAM and the last-level cache serve faster than one (Emerald
-// Rapids, one thread: 13.0-13.3 GB/s vs 11.6-11.7 over 512 MiB, 21-26 vs 14-18 over 64 MiB).
+// two independent streams, which DRAM and the last-level cache serve faster than one (an Intel Xeon
+// with AMX, one thread: 13.0-13.3 GB/s vs 11.6-11.7 over 512 MiB, 21-26 vs 14-18 over 64 MiB).
 // Each row's lane sums as quarot__qg_row1_avx512 forms them; the caller adds the lanes.
 QUAROT__PRIVATE void quarot__qg_row2v_avx512(int bits, const uint8_t* w, const uint8_t* w2, const int8_t* x,
                                              int64_t nblk, __m512i* s1, __m512i* s2) {
@@ -9179,8 +9179,8 @@ QUAROT__PRIVATE void quarot__amx_tr16(__m512* v) {
 // Weight codes reach the tiles through memory (a tile loads only from memory): each unit (a 128-code
 // block at 4 bits, its low and high nibbles as two 64-code chunks; one 64-code chunk at 8 bits) is
 // unpacked into a ring of buffers QUAROT__AMX_AHEAD units before its tiles are loaded, in one
-// sequence over every 32-token pass of the rows. On Emerald Rapids the distance (1 to 6) measured
-// the same; what the tiles wait for is the unpacking's stores as such.
+// sequence over every 32-token pass of the rows. On an Intel Xeon with AMX the distance (1 to 6)
+// measured the same; what the tiles wait for is the unpacking's stores as such.
 #define QUAROT__AMX_RING 4
 #define QUAROT__AMX_AHEAD 2
 // A task runs its rows over spans of tokens whose re-laid activations (span x cols bytes) stay in
