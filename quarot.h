@@ -8522,6 +8522,14 @@ QUAROT__INLINE void quarot__qg_tile_nt_avx512(const int nt, int bits, const uint
 #define QUAROT__QG_LD(p) _mm512_loadu_si512((const void*)(p))
 #define QUAROT__QG_LO(v) _mm512_and_si512((v), m)
 #define QUAROT__QG_HI(v) _mm512_and_si512(_mm512_srli_epi16((v), 4), m)
+// The 16 int32 lanes of v added modulo 2^32.
+QUAROT__PRIVATE uint32_t quarot__qg_lanes_avx512(__m512i v) {
+    uint32_t l[16], sum = 0;
+    int i;
+    _mm512_storeu_si512((void*)l, v);
+    for (i = 0; i < 16; ++i) sum += l[i];
+    return sum;
+}
 QUAROT__PRIVATE uint32_t quarot__qg_row1_avx512(int bits, const uint8_t* w, const int8_t* x, int64_t nblk) {
     const __m512i m = _mm512_set1_epi8(15);
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
@@ -8549,14 +8557,7 @@ QUAROT__PRIVATE uint32_t quarot__qg_row1_avx512(int bits, const uint8_t* w, cons
         for (; b < nblk; ++b) a0 = QUAROT__QG8DP(a0, QUAROT__QG_LD(w + b * 64), QUAROT__QG_LD(x + b * 64));
     }
     // lane-wise wrapping adds, then the 16 lanes: the sum modulo 2^32 in any order
-    a0 = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
-    {
-        uint32_t l[16], sum = 0;
-        int i;
-        _mm512_storeu_si512((void*)l, a0);
-        for (i = 0; i < 16; ++i) sum += l[i];
-        return sum;
-    }
+    return quarot__qg_lanes_avx512(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
 }
 // Two rows far apart in one pass (decode): the activation loads are shared and the weights come as
 // two independent streams, which DRAM and the last-level cache serve faster than one (an Intel Xeon
@@ -9023,13 +9024,9 @@ QUAROT__PRIVATE void quarot__qg_dec2(const quarot__qg_job* jb, int64_t o0, int64
         quarot__qg_row2v_avx512(w->bits, w->data + (size_t)o[0] * rb, w->data + (size_t)o[1] * rb, jb->xq, nblk, &v[0],
                                 &v[1]);
         for (k = 0; k < 2; ++k) {
-            uint32_t l[16], sum = 0, u;
+            uint32_t u = quarot__qg_lanes_avx512(v[k]) - offx;
             int32_t a;
             float f = 0.0f;
-            int j;
-            _mm512_storeu_si512((void*)l, v[k]);
-            for (j = 0; j < 16; ++j) sum += l[j];
-            u = sum - offx;
             a = u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(0xffffffffu - u) - 1;
             f += (float)a * w->scales[o[k]];
             jb->y[o[k]] = f * jb->xs[0];
